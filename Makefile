@@ -1,0 +1,80 @@
+# FlexGV build: Go and a C compiler only (no CUDA toolkit).
+#   make          shim, simulated GPU, CLI and test clients into build/
+#   make test     everything above, then every test
+#   make demo     a sample workload on the simulated GPU under flexgv trace --log
+#                 (REAL_GPU=1 targets the machine's real driver instead)
+
+BUILD    ?= build
+CC       ?= cc
+GO       ?= go
+CFLAGS   ?= -O2 -g
+WARN     := -Wall -Wextra -Werror -std=gnu11
+NVML_INC := $(shell $(GO) list -m -f '{{.Dir}}' github.com/NVIDIA/go-nvml 2>/dev/null)/gen/nvml
+INCS     := -Iinclude -Iinclude/flexgv -I$(NVML_INC)
+
+SHIM_SRC := $(wildcard shim/*.c)
+SIM_SRC  := simgpu/state.c simgpu/core.c simgpu/memory.c simgpu/exec.c simgpu/procs_gen.c
+HDRS     := $(wildcard include/flexgv/*.h include/flexgv/*.def shim/*.h simgpu/*.h)
+CLIENTS  := rtlike direct dlsymclient threads forker nvmlclient nocuda launchloop nextlib_user hookmap holder
+GO_SRC   := $(shell find cmd internal -name '*.go') go.mod go.sum
+
+.PHONY: all shim sim cli clients test demo clean gen-check
+all: shim sim cli clients
+
+shim: $(BUILD)/lib/libflexgv.so
+sim: $(BUILD)/sim/libcuda.so.1 $(BUILD)/sim/libnvidia-ml.so.1
+cli: $(BUILD)/bin/flexgv
+clients: $(addprefix $(BUILD)/tests/,$(CLIENTS)) $(BUILD)/tests/libnextlib.so
+
+$(BUILD)/lib/libflexgv.so: $(SHIM_SRC) $(HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(WARN) -fPIC -shared -fvisibility=hidden -include shim/glibc_floor.h $(INCS) \
+		-o $@ $(SHIM_SRC) -Wl,--no-as-needed -ldl -Wl,-Bsymbolic-functions -Wl,-z,now
+
+$(BUILD)/sim/libcuda.so.1: $(SIM_SRC) $(HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(WARN) -fPIC -shared -fvisibility=hidden $(INCS) -Wl,-soname,libcuda.so.1 \
+		-Wl,-Bsymbolic-functions -o $@ $(SIM_SRC) -lpthread
+	ln -sf libcuda.so.1 $(BUILD)/sim/libcuda.so
+
+$(BUILD)/sim/libnvidia-ml.so.1: simgpu/nvml.c simgpu/state.c $(HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(WARN) -fPIC -shared -fvisibility=hidden $(INCS) -Wl,-soname,libnvidia-ml.so.1 \
+		-Wl,-Bsymbolic-functions -o $@ simgpu/nvml.c simgpu/state.c -lpthread
+	ln -sf libnvidia-ml.so.1 $(BUILD)/sim/libnvidia-ml.so
+
+$(BUILD)/bin/flexgv: $(GO_SRC)
+	@mkdir -p $(@D)
+	CGO_CFLAGS="-O2 -Wno-deprecated-declarations" $(GO) build -o $@ ./cmd/flexgv
+
+$(BUILD)/tests/%: tests/clients/%.c tests/clients/common.h tests/clients/variants_gen.h $(HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(WARN) $(INCS) -o $@ $< -ldl -lpthread
+
+# Linked with libcuda, like programs built with -lcuda.
+$(BUILD)/tests/direct $(BUILD)/tests/forker $(BUILD)/tests/holder: $(BUILD)/tests/%: tests/clients/%.c tests/clients/common.h $(HDRS) $(BUILD)/sim/libcuda.so.1
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(WARN) $(INCS) -o $@ $< -L$(BUILD)/sim -lcuda -ldl -lpthread
+
+$(BUILD)/tests/nvmlclient: tests/clients/nvmlclient.c $(HDRS) $(BUILD)/sim/libnvidia-ml.so.1
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(WARN) $(INCS) -o $@ $< -L$(BUILD)/sim -lnvidia-ml
+
+# A second interposer preloaded after the shim: its dlsym(RTLD_NEXT) must
+# still find the definition after itself.
+$(BUILD)/tests/libnextlib.so: tests/clients/nextlib.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(WARN) -fPIC -shared -o $@ $< -ldl
+
+gen-check:
+	$(GO) run ./tools/gen -check
+
+test: all gen-check
+	$(GO) vet ./...
+	FLEXGV_BUILD=$(CURDIR)/$(BUILD) $(GO) test -count=1 ./...
+
+demo: all
+	./scripts/demo.sh
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,106 @@
+// Package cli implements the flexgv command line.
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/flexgv/flexgv/internal/launch"
+)
+
+// Version is set at build time with -ldflags "-X ...cli.Version=...".
+var Version = "dev"
+
+// exitError carries the exit code a command wants, with no message when the
+// program it ran already said what went wrong.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// usageError marks bad input: exit status 2.
+type usageError struct{ error }
+
+type globals struct {
+	shim, driver string
+}
+
+func newRoot(stderr io.Writer) *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:           "flexgv",
+		Short:         "GPU virtualization by transparent CUDA API interception",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       Version,
+	}
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usageError{fmt.Errorf("%s: %w (see %s --help)", c.CommandPath(), err, c.CommandPath())}
+	})
+	root.PersistentFlags().StringVar(&g.shim, "shim", "", "path of libflexgv.so (default: next to flexgv, or $FLEXGV_SHIM)")
+	root.PersistentFlags().StringVar(&g.driver, "driver", "", "CUDA driver library to load instead of libcuda.so.1")
+	root.AddCommand(newRun(g, stderr), newTrace(g, stderr), newNode(), newVersion())
+	return root
+}
+
+// needCommand is the Args check of commands that run a program.
+func needCommand(c *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return usageError{fmt.Errorf("%s: no command given; usage: %s [flags] -- CMD [ARGS...]", c.CommandPath(), c.CommandPath())}
+	}
+	return nil
+}
+
+func (g *globals) options(stderr io.Writer, env ...string) launch.Options {
+	return launch.Options{Shim: g.shim, Driver: g.driver, Env: env, Stderr: stderr}
+}
+
+func newRun(g *globals, stderr io.Writer) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "run [flags] -- CMD [ARGS...]",
+		Short: "Run a program under the shim",
+		Args:  needCommand,
+		RunE: func(c *cobra.Command, args []string) error {
+			code, err := launch.Run(args, g.options(stderr))
+			if err != nil {
+				return fmt.Errorf("flexgv run: %w", err)
+			}
+			return exitError{code}
+		},
+	}
+	c.Flags().SetInterspersed(false)
+	return c
+}
+
+func newVersion() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		Run:   func(c *cobra.Command, _ []string) { fmt.Fprintln(c.OutOrStdout(), "flexgv", Version) },
+	}
+}
+
+// Main runs the CLI and returns the process exit status.
+func Main(args []string) int {
+	root := newRoot(os.Stderr)
+	root.SetArgs(args)
+	err := root.Execute()
+	var ee exitError
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.code
+	case errors.As(err, &ue):
+		fmt.Fprintln(os.Stderr, "flexgv:", ue.error)
+		return 2
+	}
+	fmt.Fprintln(os.Stderr, err)
+	return 1
+}

@@ -1,0 +1,177 @@
+// Package launch starts a program under the shim: it finds libflexgv.so and
+// the CUDA driver, prepares the environment and passes the program's exit
+// status through.
+package launch
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// Options say how to start the program.
+type Options struct {
+	Shim   string   // path of libflexgv.so; found next to the CLI when empty
+	Driver string   // CUDA driver to load instead of libcuda.so.1
+	Env    []string // extra KEY=VALUE settings for the shim
+	Stderr io.Writer
+}
+
+// FindShim returns the absolute path of libflexgv.so: the given path, else
+// $FLEXGV_SHIM, else the build layout next to this executable.
+func FindShim(given string) (string, error) {
+	if given == "" {
+		given = os.Getenv("FLEXGV_SHIM")
+	}
+	if given != "" {
+		abs, err := filepath.Abs(given)
+		if err != nil {
+			return "", err
+		}
+		if _, err := os.Stat(abs); err != nil {
+			return "", fmt.Errorf("shim library %s: %w", given, errors.Unwrap(err))
+		}
+		return abs, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Dir(exe)
+	for _, c := range []string{filepath.Join(dir, "..", "lib", "libflexgv.so"), filepath.Join(dir, "libflexgv.so")} {
+		if _, err := os.Stat(c); err == nil {
+			return filepath.Clean(c), nil
+		}
+	}
+	return "", fmt.Errorf("cannot find libflexgv.so next to %s (build it with make, or pass --shim)", exe)
+}
+
+// driverDirs are searched, after LD_LIBRARY_PATH and the ld.so cache, for
+// the driver library the way the dynamic loader would find it.
+var driverDirs = []string{"/usr/local/nvidia/lib64", "/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu",
+	"/usr/lib64", "/lib64", "/usr/lib", "/lib"}
+
+// FindDriver reports where libcuda.so.1 would be loaded from, or "".
+func FindDriver(env []string) string {
+	var dirs []string
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "LD_LIBRARY_PATH="); ok {
+			dirs = append(dirs, filepath.SplitList(v)...)
+		}
+	}
+	if out, err := exec.Command("ldconfig", "-p").Output(); err == nil {
+		for _, line := range strings.Split(string(out), "\n") {
+			if i := strings.Index(line, "=> "); i >= 0 && strings.Contains(line, "libcuda.so.1 ") {
+				return strings.TrimSpace(line[i+3:])
+			}
+		}
+	}
+	dirs = append(dirs, driverDirs...)
+	for _, d := range dirs {
+		if d == "" {
+			continue
+		}
+		p := filepath.Join(d, "libcuda.so.1")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// Environ returns env with the shim preloaded first and the options applied.
+func Environ(env []string, shim string, o Options) []string {
+	out := make([]string, 0, len(env)+len(o.Env)+2)
+	preload := shim
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "LD_PRELOAD="); ok {
+			for _, p := range strings.FieldsFunc(v, func(r rune) bool { return r == ':' || r == ' ' }) {
+				if p != shim {
+					preload += ":" + p
+				}
+			}
+			continue
+		}
+		if strings.HasPrefix(kv, "FLEXGV_DRIVER=") && o.Driver != "" {
+			continue
+		}
+		out = append(out, kv)
+	}
+	out = append(out, "LD_PRELOAD="+preload)
+	if o.Driver != "" {
+		out = append(out, "FLEXGV_DRIVER="+o.Driver)
+	}
+	return append(out, o.Env...)
+}
+
+// Run starts argv under the shim, forwards termination signals to it and
+// returns its exit code (128+N when signal N ended it).
+func Run(argv []string, o Options) (int, error) {
+	if len(argv) == 0 {
+		return 2, errors.New("no command given")
+	}
+	shim, err := FindShim(o.Shim)
+	if err != nil {
+		return 2, err
+	}
+	if o.Driver != "" {
+		abs, err := filepath.Abs(o.Driver)
+		if err == nil {
+			_, err = os.Stat(abs)
+		}
+		if err != nil {
+			return 2, fmt.Errorf("--driver %s: no such file", o.Driver)
+		}
+		o.Driver = abs
+	}
+	env := Environ(os.Environ(), shim, o)
+	if o.Driver == "" && FindDriver(env) == "" && o.Stderr != nil {
+		fmt.Fprintln(o.Stderr, "flexgv: warning: no CUDA driver (libcuda.so.1) in LD_LIBRARY_PATH, the ld.so cache or the usual "+
+			"driver folders; the program's CUDA calls will fail as they would without flexgv. "+
+			"Pass --driver, or put the simulated GPU (build/sim) on LD_LIBRARY_PATH.")
+	}
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		return 127, fmt.Errorf("cannot run %s: %w", argv[0], errors.Unwrap(err))
+	}
+	cmd := exec.Command(path, argv[1:]...)
+	cmd.Args[0] = argv[0]
+	cmd.Env = env
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	defer signal.Stop(sigs)
+	if err := cmd.Start(); err != nil {
+		return 126, fmt.Errorf("cannot run %s: %w", argv[0], err)
+	}
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case s := <-sigs:
+				cmd.Process.Signal(s)
+			case <-done:
+				return
+			}
+		}
+	}()
+	err = cmd.Wait()
+	close(done)
+	if err == nil {
+		return 0, nil
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal()), nil
+		}
+		return ee.ExitCode(), nil
+	}
+	return 1, err
+}

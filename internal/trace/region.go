@@ -1,0 +1,127 @@
+// Package trace owns the per-run trace region: the shared-memory file the
+// shim's per-process counters live in, and the summary made from it.
+package trace
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/flexgv/flexgv/internal/api"
+)
+
+var (
+	headerSize = int(unsafe.Sizeof(TraceHeader{}))
+	slotHead   = int(unsafe.Sizeof(TraceSlot{}))
+	statSize   = int(unsafe.Sizeof(APIStat{}))
+)
+
+// SlotSize is the bytes one process slot takes.
+func SlotSize() int { return slotHead + len(api.Names)*statSize }
+
+// Region is a trace region file mapped into this process.
+type Region struct {
+	Path string
+	mem  []byte
+}
+
+// Create makes a new region with nslots process slots in dir (the first is
+// the overflow slot) and maps it.
+func Create(dir string, nslots int) (*Region, error) {
+	if nslots < 2 {
+		return nil, fmt.Errorf("a trace needs at least 2 process slots, got %d", nslots)
+	}
+	f, err := os.CreateTemp(dir, "flexgv-trace-*")
+	if err != nil {
+		return nil, fmt.Errorf("create trace region: %w", err)
+	}
+	defer f.Close()
+	size := headerSize + nslots*SlotSize()
+	if err := f.Truncate(int64(size)); err != nil {
+		os.Remove(f.Name())
+		return nil, fmt.Errorf("size trace region: %w", err)
+	}
+	mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		os.Remove(f.Name())
+		return nil, fmt.Errorf("map trace region: %w", err)
+	}
+	r := &Region{Path: f.Name(), mem: mem}
+	h := r.header()
+	h.Version = TraceVersion
+	h.NAPIs = uint32(len(api.Names))
+	h.NSlots = uint32(nslots)
+	h.SlotSize = uint32(SlotSize())
+	h.APIHash = api.Hash
+	h.CreatedNs = uint64(time.Now().UnixNano())
+	h.NextSlot = 1
+	// The magic goes last: the shim only trusts a complete header.
+	atomic.StoreUint64(&h.Magic, TraceMagic)
+	return r, nil
+}
+
+// Open maps an existing region read-only.
+func Open(path string) (*Region, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() < int64(headerSize) {
+		return nil, fmt.Errorf("%s: too small for a trace region", path)
+	}
+	mem, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, err
+	}
+	r := &Region{Path: path, mem: mem}
+	h := r.header()
+	switch {
+	case h.Magic != TraceMagic || h.Version != TraceVersion:
+		err = fmt.Errorf("%s: not a trace region of this flexgv version", path)
+	case h.NAPIs != uint32(len(api.Names)) || h.APIHash != api.Hash:
+		err = fmt.Errorf("%s: made for another hook table", path)
+	case int(h.SlotSize) != SlotSize() || int64(headerSize)+int64(h.NSlots)*int64(h.SlotSize) > st.Size():
+		err = fmt.Errorf("%s: truncated trace region", path)
+	}
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *Region) header() *TraceHeader { return (*TraceHeader)(unsafe.Pointer(&r.mem[0])) }
+
+func (r *Region) slot(i int) (*TraceSlot, []APIStat) {
+	off := headerSize + i*SlotSize()
+	s := (*TraceSlot)(unsafe.Pointer(&r.mem[off]))
+	stats := unsafe.Slice((*APIStat)(unsafe.Pointer(&r.mem[off+slotHead])), len(api.Names))
+	return s, stats
+}
+
+// Close unmaps the region.
+func (r *Region) Close() error { return unix.Munmap(r.mem) }
+
+// Remove unmaps and deletes the region file.
+func (r *Region) Remove() error {
+	r.Close()
+	return os.Remove(r.Path)
+}
+
+// DefaultDir is where regions are made: shared memory when there is any.
+func DefaultDir() string {
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() && unix.Access("/dev/shm", unix.W_OK) == nil {
+		return "/dev/shm"
+	}
+	return filepath.Clean(os.TempDir())
+}

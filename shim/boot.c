@@ -1,0 +1,84 @@
+/* Process setup and the dlsym interposer.
+ *
+ * Nothing here loads the CUDA driver: a program that never touches CUDA only
+ * pays for resolving the real dlsym and reading the environment. */
+#include "shim.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void *(*fg_real_dlsym)(void *, const char *);
+
+static int booted;
+
+void fg_warn_once(int *flag, const char *fmt, ...)
+{
+    if (__atomic_exchange_n(flag, 1, __ATOMIC_RELAXED))
+        return;
+    char buf[512];
+    int n = snprintf(buf, sizeof buf, "flexgv: ");
+    va_list ap;
+    va_start(ap, fmt);
+    n += vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
+    va_end(ap);
+    if (n > (int)sizeof buf - 2)
+        n = (int)sizeof buf - 2;
+    buf[n++] = '\n';
+    ssize_t w = write(2, buf, (size_t)n);
+    (void)w;
+}
+
+static void after_fork_child(void) { fg_trace_after_fork(); }
+
+/* Idempotent and lock-free: another library's constructor may call dlsym
+ * before ours runs, from any thread. */
+void fg_boot(void)
+{
+    if (!fg_real_dlsym) {
+        void *p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+        if (!p)
+            p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+        __atomic_store_n(&fg_real_dlsym, (void *(*)(void *, const char *))p, __ATOMIC_RELEASE);
+    }
+    if (__atomic_exchange_n(&booted, 1, __ATOMIC_ACQ_REL))
+        return;
+    const char *log = getenv("FLEXGV_LOG");
+    const char *trace = getenv("FLEXGV_TRACE");
+    if (trace && *trace) {
+        fg_logging = log && strcmp(log, "1") == 0;
+        fg_trace_attach(trace);
+    }
+    pthread_atfork(NULL, NULL, after_fork_child);
+}
+
+__attribute__((constructor)) static void fg_ctor(void) { fg_boot(); }
+
+/* Hooked names found in a CUDA driver or NVML object are answered with the
+ * wrapper of exactly that exported variant; every other lookup is a tail
+ * call to the real dlsym, so RTLD_NEXT keeps its caller's meaning. */
+/* glibc declares name nonnull, but callers do pass NULL: keep the check. */
+#pragma GCC diagnostic ignored "-Wnonnull-compare"
+FG_EXPORT void *dlsym(void *handle, const char *name)
+{
+    if (FG_UNLIKELY(!fg_real_dlsym))
+        fg_boot();
+    if (name && ((name[0] == 'c' && name[1] == 'u') || (name[0] == 'n' && name[1] == 'v'))) {
+        int id = fg_lookup_name(name);
+        if (id >= 0) {
+            /* Resolved from here, RTLD_NEXT/RTLD_DEFAULT find the first
+             * definition after the shim: the driver's, or none. */
+            void *h = (handle == RTLD_DEFAULT || handle == RTLD_NEXT) ? RTLD_NEXT : handle;
+            void *p = fg_real_dlsym(h, name);
+            if (!p || p == fg_wrappers[id] || !fg_is_driver_object(p, id))
+                return p;
+            fg_adopt_real(id, p);
+            return fg_wrappers[id];
+        }
+    }
+    return fg_real_dlsym(handle, name);
+}

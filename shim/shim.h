@@ -1,0 +1,98 @@
+/* Internal interface of libflexgv.so. */
+#ifndef FLEXGV_SHIM_H
+#define FLEXGV_SHIM_H
+
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stddef.h>
+#include <time.h>
+
+#include "flexgv/cuda_api_gen.h"
+#include "flexgv/api_ids_gen.h"
+#include "flexgv/trace_layout_gen.h"
+#define NVML_NO_UNVERSIONED_FUNC_DEFS
+#include <nvml.h>
+
+#define FG_EXPORT __attribute__((visibility("default")))
+#define FG_LIKELY(x) __builtin_expect(!!(x), 1)
+#define FG_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* Generated tables (hooks_gen.c). */
+extern const char *const fg_api_names[FG_NUM_APIS];
+extern const char *const fg_api_bases[FG_NUM_APIS];
+extern const unsigned short fg_api_by_name[FG_NUM_APIS];
+extern void *const fg_wrappers[FG_NUM_APIS];
+
+/* Real entry points, filled lazily and lock-free (driver.c). */
+extern void *fg_real[FG_NUM_APIS];
+void *fg_resolve(int id);
+int fg_missing(int id);
+int fg_lookup_name(const char *name);
+int fg_lookup_addr(const void *addr, const char *base);
+int fg_is_driver_object(const void *addr, int id);
+void fg_adopt_real(int id, void *addr);
+
+static inline void *fg_real_fn(int id)
+{
+    void *p = __atomic_load_n(&fg_real[id], __ATOMIC_ACQUIRE);
+    return FG_LIKELY(p != NULL) ? p : fg_resolve(id);
+}
+
+/* Process setup (boot.c). */
+extern void *(*fg_real_dlsym)(void *, const char *);
+void fg_boot(void);
+void fg_warn_once(int *flag, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Tracing (trace.c). */
+extern int fg_tracing;
+extern int fg_logging;
+extern struct fg_api_stat *fg_stats;
+void fg_trace_attach(const char *path);
+void fg_trace_after_fork(void);
+void fg_log(int id, int result, uint64_t dt_ns, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* Exported wrapper NAME for hook INDEX: when the real entry point is known
+ * and tracing is off, jump straight to it with every argument untouched;
+ * otherwise jump to fg_slow_NAME, which has NAME's exact signature. Written
+ * in assembly because compilers copy stack arguments around a sibling call;
+ * this path is five instructions whatever the signature. */
+#define FG_SLOW __attribute__((visibility("hidden"), noinline, used))
+#if defined(__x86_64__)
+#define FG_FAST_PATH(name, index)                                  \
+    __asm__(".text\n"                                              \
+            ".globl " #name "\n"                                   \
+            ".type " #name ", @function\n"                         \
+            ".p2align 4\n" #name ":\n"                             \
+            "\tendbr64\n"                                          \
+            "\tmovq fg_real+8*" #index "(%rip), %rax\n"            \
+            "\ttestq %rax, %rax\n"                                 \
+            "\tjz fg_slow_" #name "\n"                             \
+            "\tcmpl $0, fg_tracing(%rip)\n"                        \
+            "\tjne fg_slow_" #name "\n"                            \
+            "\tjmp *%rax\n"                                        \
+            ".size " #name ", .-" #name "\n");
+#else
+#error "FG_FAST_PATH needs a port to this architecture"
+#endif
+
+static inline const char *fg_str(const char *s) { return s ? s : "(null)"; }
+
+static inline uint64_t fg_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline void fg_record(int id, int failed, uint64_t dt_ns, uint64_t bytes)
+{
+    struct fg_api_stat *s = &fg_stats[id];
+    __atomic_fetch_add(&s->calls, 1, __ATOMIC_RELAXED);
+    if (failed)
+        __atomic_fetch_add(&s->errors, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&s->ns, dt_ns, __ATOMIC_RELAXED);
+    if (bytes)
+        __atomic_fetch_add(&s->bytes, bytes, __ATOMIC_RELAXED);
+}
+
+#endif

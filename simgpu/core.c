@@ -1,0 +1,517 @@
+/* Simulated driver: initialization, devices, contexts, errors and entry
+ * point resolution. */
+#include "sim.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CTX_MAGIC 0x43545831u
+
+int sim_initialized;
+static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sim_ctx *primary[SIM_MAX_DEVICES];
+static int primary_refs[SIM_MAX_DEVICES];
+
+/* Per-thread context stack; cuCtxSetCurrent replaces its top. */
+static __thread struct sim_ctx *ctx_stack[16];
+static __thread int ctx_depth;
+
+SIM_EXPORT CUresult cuInit(unsigned int Flags)
+{
+    if (Flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (sim_attach() != 0)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (sim->cfg.devices == 0)
+        return CUDA_ERROR_NO_DEVICE;
+    __atomic_store_n(&sim_initialized, 1, __ATOMIC_RELEASE);
+    return CUDA_SUCCESS;
+}
+
+#define REQUIRE_INIT()                 \
+    do {                               \
+        if (!sim_initialized)          \
+            return CUDA_ERROR_NOT_INITIALIZED; \
+    } while (0)
+
+static int valid_dev(CUdevice d) { return d >= 0 && d < sim->cfg.devices; }
+
+SIM_EXPORT CUresult cuDriverGetVersion(int *driverVersion)
+{
+    if (!driverVersion)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* Answered before cuInit, as the real driver does. */
+    *driverVersion = sim_attach() == 0 ? sim->cfg.driver_version : 13000;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuDeviceGetCount(int *count)
+{
+    REQUIRE_INIT();
+    if (!count)
+        return CUDA_ERROR_INVALID_VALUE;
+    *count = sim->cfg.devices;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal)
+{
+    REQUIRE_INIT();
+    if (!device)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_dev(ordinal))
+        return CUDA_ERROR_INVALID_DEVICE;
+    *device = ordinal;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
+{
+    REQUIRE_INIT();
+    if (!name || len <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_dev(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    snprintf(name, (size_t)len, "FlexGV Simulated GPU");
+    return CUDA_SUCCESS;
+}
+
+static CUresult get_uuid(CUuuid *uuid, CUdevice dev)
+{
+    REQUIRE_INIT();
+    if (!uuid)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_dev(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    static const unsigned char base[16] = {0xf1, 0xe9, 0x60, 0x00, 0x5e, 0x1d, 0x40, 0x00,
+                                           0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
+    memcpy(uuid->bytes, base, 16);
+    uuid->bytes[15] = (char)dev;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) { return get_uuid(uuid, dev); }
+SIM_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev) { return get_uuid(uuid, dev); }
+
+SIM_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+    REQUIRE_INIT();
+    if (!bytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_dev(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    *bytes = (size_t)sim->cfg.mem_bytes;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
+{
+    REQUIRE_INIT();
+    if (!pi)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_dev(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    int v;
+    switch (attrib) {
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: v = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X:
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: v = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: v = 64; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: v = 2147483647; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y:
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: v = 65535; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: v = 49152; break;
+    case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY: v = 65536; break;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: v = 32; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_PITCH: v = 2147483647; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK:
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR: v = 65536; break;
+    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: v = 1500000; break;
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: v = 512; break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: v = sim->cfg.sms; break;
+    case CU_DEVICE_ATTRIBUTE_INTEGRATED: v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: v = dev + 1; break;
+    case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID:
+    case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID:
+    case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: v = 2600000; break;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: v = 5120; break;
+    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: v = 50 << 20; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: v = 2048; break;
+    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: v = 2; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: v = 9; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: v = 233472; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: v = 232448; break;
+    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS:
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS:
+    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: v = 1; break;
+    default: v = 0; break; /* attributes the simulation does not model */
+    }
+    *pi = v;
+    return CUDA_SUCCESS;
+}
+
+/* Unhooked entry points: the shim must hand these through untouched. */
+SIM_EXPORT CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
+{
+    REQUIRE_INIT();
+    if (!pciBusId || len <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_dev(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    snprintf(pciBusId, (size_t)len, "00000000:%02X:00.0", dev + 1);
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
+{
+    (void)pExportTableId;
+    if (!ppExportTable)
+        return CUDA_ERROR_INVALID_VALUE;
+    *ppExportTable = NULL;
+    return CUDA_ERROR_NOT_SUPPORTED; /* the runtime's private tables are not simulated */
+}
+
+/* ---- contexts ---- */
+
+static struct sim_ctx *new_ctx(int dev, int is_primary, unsigned flags)
+{
+    struct sim_ctx *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->magic = CTX_MAGIC;
+    c->dev = dev;
+    c->primary = is_primary;
+    c->flags = flags;
+    /* A context takes device memory of its own, as on real GPUs. */
+    if (sim->cfg.ctx_mem_bytes && sim_mem_reserve(dev, sim->cfg.ctx_mem_bytes) != 0) {
+        free(c);
+        return NULL;
+    }
+    c->charged_bytes = sim->cfg.ctx_mem_bytes;
+    return c;
+}
+
+static void free_ctx(struct sim_ctx *c)
+{
+    sim_ctx_sync(c);
+    sim_ctx_release_memory(c);
+    if (c->charged_bytes)
+        sim_mem_release(c->dev, c->charged_bytes);
+    c->magic = 0;
+    free(c);
+}
+
+struct sim_ctx *sim_current_ctx(void) { return ctx_depth ? ctx_stack[ctx_depth - 1] : NULL; }
+
+CUresult sim_check_ctx(struct sim_ctx **out)
+{
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    struct sim_ctx *c = sim_current_ctx();
+    if (!c || c->magic != CTX_MAGIC)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *out = c;
+    return CUDA_SUCCESS;
+}
+
+static int valid_ctx(struct sim_ctx *c) { return c && c->magic == CTX_MAGIC; }
+
+SIM_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    REQUIRE_INIT();
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_dev(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&ctx_lock);
+    if (!primary[dev])
+        primary[dev] = new_ctx(dev, 1, 0);
+    struct sim_ctx *c = primary[dev];
+    if (c)
+        primary_refs[dev]++;
+    pthread_mutex_unlock(&ctx_lock);
+    if (!c)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *pctx = (CUcontext)c;
+    return CUDA_SUCCESS;
+}
+
+static CUresult primary_drop(CUdevice dev, int reset)
+{
+    REQUIRE_INIT();
+    if (!valid_dev(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&ctx_lock);
+    struct sim_ctx *c = primary[dev];
+    if (!c || (!reset && primary_refs[dev] == 0)) {
+        pthread_mutex_unlock(&ctx_lock);
+        return reset ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+    }
+    if (reset)
+        primary_refs[dev] = 0;
+    else
+        primary_refs[dev]--;
+    if (primary_refs[dev] == 0) {
+        primary[dev] = NULL;
+        for (int i = 0; i < ctx_depth; i++)
+            if (ctx_stack[i] == c)
+                ctx_stack[i] = NULL;
+        free_ctx(c);
+    }
+    pthread_mutex_unlock(&ctx_lock);
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) { return primary_drop(dev, 0); }
+SIM_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) { return primary_drop(dev, 1); }
+
+SIM_EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
+{
+    REQUIRE_INIT();
+    if (!valid_dev(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (flags & ~0x1fu)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&ctx_lock);
+    if (primary[dev])
+        primary[dev]->flags = flags;
+    pthread_mutex_unlock(&ctx_lock);
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+    REQUIRE_INIT();
+    if (!flags || !active)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_dev(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&ctx_lock);
+    *active = primary[dev] != NULL;
+    *flags = primary[dev] ? primary[dev]->flags : 0;
+    pthread_mutex_unlock(&ctx_lock);
+    return CUDA_SUCCESS;
+}
+
+static CUresult ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    REQUIRE_INIT();
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_dev(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    struct sim_ctx *c = new_ctx(dev, 0, flags);
+    if (!c)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (ctx_depth == (int)(sizeof ctx_stack / sizeof ctx_stack[0])) {
+        free_ctx(c);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    ctx_stack[ctx_depth++] = c;
+    *pctx = (CUcontext)c;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    return ctx_create(pctx, flags, dev);
+}
+
+SIM_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev)
+{
+    (void)params; /* execution affinity and CIG are not simulated */
+    return ctx_create(pctx, flags, dev);
+}
+
+SIM_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+    REQUIRE_INIT();
+    struct sim_ctx *c = (struct sim_ctx *)ctx;
+    if (!valid_ctx(c) || c->primary)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    for (int i = 0; i < ctx_depth; i++)
+        if (ctx_stack[i] == c) {
+            memmove(&ctx_stack[i], &ctx_stack[i + 1], sizeof ctx_stack[0] * (size_t)(ctx_depth - i - 1));
+            ctx_depth--;
+            i--;
+        }
+    free_ctx(c);
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx)
+{
+    REQUIRE_INIT();
+    if (!valid_ctx((struct sim_ctx *)ctx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (ctx_depth == (int)(sizeof ctx_stack / sizeof ctx_stack[0]))
+        return CUDA_ERROR_INVALID_VALUE;
+    ctx_stack[ctx_depth++] = (struct sim_ctx *)ctx;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
+{
+    REQUIRE_INIT();
+    if (ctx_depth == 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    struct sim_ctx *c = ctx_stack[--ctx_depth];
+    if (pctx)
+        *pctx = (CUcontext)c;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
+{
+    REQUIRE_INIT();
+    if (!ctx) {
+        if (ctx_depth)
+            ctx_depth--;
+        return CUDA_SUCCESS;
+    }
+    if (!valid_ctx((struct sim_ctx *)ctx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (ctx_depth == 0)
+        ctx_depth = 1;
+    ctx_stack[ctx_depth - 1] = (struct sim_ctx *)ctx;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
+{
+    REQUIRE_INIT();
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pctx = (CUcontext)sim_current_ctx();
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuCtxGetDevice(CUdevice *device)
+{
+    struct sim_ctx *c;
+    CUresult r = sim_check_ctx(&c);
+    if (r)
+        return r;
+    if (!device)
+        return CUDA_ERROR_INVALID_VALUE;
+    *device = c->dev;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuCtxSynchronize(void)
+{
+    struct sim_ctx *c;
+    CUresult r = sim_check_ctx(&c);
+    if (r)
+        return r;
+    sim_ctx_sync(c);
+    return CUDA_SUCCESS;
+}
+
+/* ---- errors ---- */
+
+const char *sim_result_name(CUresult r)
+{
+    switch (r) {
+#define X(name, value) \
+    case value:        \
+        return #name;
+#include "flexgv/cuda_results.def"
+#undef X
+    }
+    return NULL;
+}
+
+SIM_EXPORT CUresult cuGetErrorName(CUresult error, const char **pStr)
+{
+    if (!pStr)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pStr = sim_result_name(error);
+    return *pStr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+SIM_EXPORT CUresult cuGetErrorString(CUresult error, const char **pStr)
+{
+    if (!pStr)
+        return CUDA_ERROR_INVALID_VALUE;
+    switch (error) {
+    case CUDA_SUCCESS: *pStr = "no error"; break;
+    case CUDA_ERROR_INVALID_VALUE: *pStr = "invalid argument"; break;
+    case CUDA_ERROR_OUT_OF_MEMORY: *pStr = "out of memory"; break;
+    case CUDA_ERROR_NOT_INITIALIZED: *pStr = "initialization error"; break;
+    case CUDA_ERROR_NO_DEVICE: *pStr = "no CUDA-capable device is detected"; break;
+    case CUDA_ERROR_INVALID_DEVICE: *pStr = "invalid device ordinal"; break;
+    case CUDA_ERROR_INVALID_CONTEXT: *pStr = "invalid device context"; break;
+    case CUDA_ERROR_INVALID_HANDLE: *pStr = "invalid resource handle"; break;
+    case CUDA_ERROR_NOT_FOUND: *pStr = "named symbol not found"; break;
+    case CUDA_ERROR_NOT_READY: *pStr = "device not ready"; break;
+    case CUDA_ERROR_NOT_SUPPORTED: *pStr = "operation not supported"; break;
+    default:
+        *pStr = sim_result_name(error);
+        if (!*pStr)
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* ---- entry point resolution ---- */
+
+/* Among the exported variants of a base name, the newest whose version is at
+ * most cudaVersion; per-thread-default-stream variants when asked for. */
+/* Entry points the shim does not hook; resolvable like the rest. */
+static const struct sim_proc unhooked_procs[] = {
+    {"cuDeviceGetPCIBusId", "cuDeviceGetPCIBusId", 4000, 0, (void *)cuDeviceGetPCIBusId},
+    {"cuGetExportTable", "cuGetExportTable", 3000, 0, (void *)cuGetExportTable},
+};
+
+static CUresult resolve(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                        CUdriverProcAddressQueryResult *status)
+{
+    if (!symbol || !pfn)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pfn = NULL;
+    int want_pt = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+    const struct sim_proc *best = NULL, *best_pt = NULL;
+    int known = 0, nunhooked = (int)(sizeof unhooked_procs / sizeof unhooked_procs[0]);
+    for (int i = 0; i < sim_nprocs + nunhooked; i++) {
+        const struct sim_proc *p = i < sim_nprocs ? &sim_procs[i] : &unhooked_procs[i - sim_nprocs];
+        if (strcmp(p->base, symbol) != 0)
+            continue;
+        known = 1;
+        if (p->version > cudaVersion)
+            continue;
+        const struct sim_proc **slot = p->per_thread ? &best_pt : &best;
+        if (!*slot || p->version > (*slot)->version)
+            *slot = p;
+    }
+    if (want_pt && best_pt)
+        best = best_pt;
+    if (!best) {
+        if (status)
+            *status = known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+        return CUDA_ERROR_NOT_FOUND;
+    }
+    *pfn = best->fn;
+    if (status)
+        *status = CU_GET_PROC_ADDRESS_SUCCESS;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+{
+    return resolve(symbol, pfn, cudaVersion, flags, NULL);
+}
+
+SIM_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                                        CUdriverProcAddressQueryResult *symbolStatus)
+{
+    return resolve(symbol, pfn, cudaVersion, flags, symbolStatus);
+}

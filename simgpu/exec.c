@@ -1,0 +1,696 @@
+/* Simulated execution: modules and kernels, streams, events, graphs.
+ *
+ * A simulated module image is text:
+ *     FLEXGV-SIM-MODULE
+ *     kernel NAME [DURATION_US] [builtin=vecadd|fill]
+ * A kernel occupies the device for its duration (default: the configured
+ * kernel_us). Builtin kernels also compute on the host-backed memory:
+ *     vecadd(float *a, float *b, float *c, int n): c = a + b
+ *     fill(unsigned *p, unsigned v, int n) */
+#include "sim.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MOD_MAGIC 0x4d4f4455u
+#define FUNC_MAGIC 0x46554e43u
+#define STREAM_MAGIC 0x5354524du
+#define EVENT_MAGIC 0x45564e54u
+#define GRAPH_MAGIC 0x47525048u
+#define EXEC_MAGIC 0x47455843u
+#define DEFAULT_DURATION UINT64_MAX
+
+enum builtin { B_NONE, B_VECADD, B_FILL };
+
+struct sim_func {
+    uint32_t magic;
+    char name[96];
+    uint64_t duration_ns;
+    enum builtin builtin;
+};
+
+struct sim_module {
+    uint32_t magic;
+    int nfuncs;
+    struct sim_func funcs[];
+};
+
+struct sim_graph {
+    uint32_t magic;
+    int n, cap;
+    struct sim_func **nodes;
+};
+
+struct sim_stream {
+    uint32_t magic;
+    struct sim_ctx *ctx;
+    uint64_t tail_ns;
+    unsigned flags;
+    struct sim_graph *capture;
+};
+
+struct sim_event {
+    uint32_t magic;
+    unsigned flags;
+    int recorded;
+    uint64_t ts_ns;
+};
+
+/* ---- modules ---- */
+
+static const char MODULE_HEADER[] = "FLEXGV-SIM-MODULE";
+
+static CUresult parse_module(const char *image, struct sim_module **out)
+{
+    if (!image)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (strncmp(image, MODULE_HEADER, sizeof MODULE_HEADER - 1) != 0)
+        return CUDA_ERROR_INVALID_IMAGE; /* real cubins and PTX are not simulated */
+    int n = 0;
+    for (const char *p = image; (p = strstr(p, "\nkernel ")); p++)
+        n++;
+    struct sim_module *m = calloc(1, sizeof *m + (size_t)n * sizeof(struct sim_func));
+    if (!m)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    m->magic = MOD_MAGIC;
+    for (const char *p = image; (p = strstr(p, "\nkernel ")) && m->nfuncs < n; p++) {
+        struct sim_func *f = &m->funcs[m->nfuncs];
+        char name[96] = "", opt1[64] = "", opt2[64] = "";
+        int got = sscanf(p + 8, "%95s %63[^ \n] %63[^ \n]", name, opt1, opt2);
+        if (got < 1) {
+            free(m);
+            return CUDA_ERROR_INVALID_IMAGE;
+        }
+        f->magic = FUNC_MAGIC;
+        snprintf(f->name, sizeof f->name, "%s", name);
+        f->duration_ns = DEFAULT_DURATION;
+        const char *opts[2] = {opt1, opt2};
+        for (int i = 0; i < 2 && i < got - 1; i++) {
+            if (!strcmp(opts[i], "builtin=vecadd"))
+                f->builtin = B_VECADD;
+            else if (!strcmp(opts[i], "builtin=fill"))
+                f->builtin = B_FILL;
+            else {
+                char *end;
+                double us = strtod(opts[i], &end);
+                if (*end || us < 0) {
+                    free(m);
+                    return CUDA_ERROR_INVALID_IMAGE;
+                }
+                f->duration_ns = (uint64_t)(us * 1000.0);
+            }
+        }
+        m->nfuncs++;
+    }
+    *out = m;
+    return CUDA_SUCCESS;
+}
+
+static CUresult load(void **out, const void *image)
+{
+    struct sim_ctx *c;
+    CUresult r = sim_check_ctx(&c);
+    if (r)
+        return r;
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_module *m;
+    r = parse_module(image, &m);
+    if (r == CUDA_SUCCESS)
+        *out = m;
+    return r;
+}
+
+SIM_EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image) { return load((void **)module, image); }
+
+SIM_EXPORT CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
+                                       CUjit_option *options, void **optionValues)
+{
+    (void)numOptions;
+    (void)options;
+    (void)optionValues;
+    return load((void **)module, image);
+}
+
+SIM_EXPORT CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin) { return load((void **)module, fatCubin); }
+
+SIM_EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
+{
+    if (!fname)
+        return CUDA_ERROR_INVALID_VALUE;
+    FILE *f = fopen(fname, "rb");
+    if (!f)
+        return CUDA_ERROR_FILE_NOT_FOUND;
+    char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return load((void **)module, buf);
+}
+
+static struct sim_module *as_module(void *h) { return h && ((struct sim_module *)h)->magic == MOD_MAGIC ? h : NULL; }
+
+static CUresult unload(void *h)
+{
+    struct sim_module *m = as_module(h);
+    if (!m)
+        return CUDA_ERROR_INVALID_HANDLE;
+    m->magic = 0;
+    free(m);
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuModuleUnload(CUmodule hmod) { return unload(hmod); }
+
+static CUresult get_func(void **out, void *h, const char *name)
+{
+    struct sim_module *m = as_module(h);
+    if (!out || !name)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!m)
+        return CUDA_ERROR_INVALID_HANDLE;
+    for (int i = 0; i < m->nfuncs; i++)
+        if (!strcmp(m->funcs[i].name, name)) {
+            *out = &m->funcs[i];
+            return CUDA_SUCCESS;
+        }
+    return CUDA_ERROR_NOT_FOUND;
+}
+
+SIM_EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
+{
+    return get_func((void **)hfunc, hmod, name);
+}
+
+/* Libraries are context-independent modules; kernels double as functions. */
+SIM_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
+                                      void **jitOptionsValues, unsigned int numJitOptions,
+                                      CUlibraryOption *libraryOptions, void **libraryOptionValues,
+                                      unsigned int numLibraryOptions)
+{
+    (void)jitOptions;
+    (void)jitOptionsValues;
+    (void)numJitOptions;
+    (void)libraryOptions;
+    (void)libraryOptionValues;
+    (void)numLibraryOptions;
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!library)
+        return CUDA_ERROR_INVALID_VALUE;
+    return parse_module(code, (struct sim_module **)library);
+}
+
+SIM_EXPORT CUresult cuLibraryUnload(CUlibrary library) { return unload(library); }
+
+SIM_EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
+{
+    return get_func((void **)pKernel, library, name);
+}
+
+static struct sim_func *as_func(void *h) { return h && ((struct sim_func *)h)->magic == FUNC_MAGIC ? h : NULL; }
+
+SIM_EXPORT CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
+{
+    if (!pFunc)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!as_func(kernel))
+        return CUDA_ERROR_INVALID_HANDLE;
+    *pFunc = (CUfunction)kernel;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
+{
+    if (!pi)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!as_func(hfunc))
+        return CUDA_ERROR_INVALID_HANDLE;
+    *pi = attrib == CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK ? 1024 : attrib == CU_FUNC_ATTRIBUTE_NUM_REGS ? 32
+        : attrib == CU_FUNC_ATTRIBUTE_PTX_VERSION || attrib == CU_FUNC_ATTRIBUTE_BINARY_VERSION ? 90 : 0;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
+{
+    (void)attrib;
+    if (!as_func(hfunc))
+        return CUDA_ERROR_INVALID_HANDLE;
+    return value < 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+/* ---- streams ---- */
+
+static __thread struct sim_stream per_thread_stream;
+
+struct sim_stream *sim_stream_of(struct sim_ctx *ctx, CUstream h, int per_thread)
+{
+    if (h == CU_STREAM_PER_THREAD || (!h && per_thread)) {
+        struct sim_stream *s = &per_thread_stream;
+        if (s->ctx != ctx)
+            *s = (struct sim_stream){STREAM_MAGIC, ctx, 0, 0, NULL};
+        return s;
+    }
+    if (!h || h == CU_STREAM_LEGACY) {
+        if (!ctx->legacy) {
+            struct sim_stream *s = calloc(1, sizeof *s);
+            if (!s)
+                return NULL;
+            *s = (struct sim_stream){STREAM_MAGIC, ctx, 0, 0, NULL};
+            ctx->legacy = s;
+        }
+        return ctx->legacy;
+    }
+    struct sim_stream *s = (struct sim_stream *)h;
+    return s->magic == STREAM_MAGIC ? s : NULL;
+}
+
+CUresult sim_stream_wait(struct sim_stream *s)
+{
+    sim_sleep_until(s->tail_ns);
+    sim_pools_trim_after_sync(s->ctx->dev);
+    return CUDA_SUCCESS;
+}
+
+void sim_ctx_sync(struct sim_ctx *ctx)
+{
+    sim_sleep_until(ctx->last_tail_ns);
+    sim_pools_trim_after_sync(ctx->dev);
+}
+
+static CUresult stream_arg(CUstream h, int pt, struct sim_stream **out)
+{
+    struct sim_ctx *c;
+    CUresult r = sim_check_ctx(&c);
+    if (r)
+        return r;
+    *out = sim_stream_of(c, h, pt);
+    return *out ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+SIM_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+    struct sim_ctx *c;
+    CUresult r = sim_check_ctx(&c);
+    if (r)
+        return r;
+    if (!phStream || (Flags & ~1u))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_stream *s = calloc(1, sizeof *s);
+    if (!s)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *s = (struct sim_stream){STREAM_MAGIC, c, 0, Flags, NULL};
+    *phStream = (CUstream)s;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
+{
+    (void)priority;
+    return cuStreamCreate(phStream, flags);
+}
+
+SIM_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
+{
+    struct sim_stream *s = (struct sim_stream *)hStream;
+    if (!s || s == (struct sim_stream *)CU_STREAM_LEGACY || s == (struct sim_stream *)CU_STREAM_PER_THREAD ||
+        s->magic != STREAM_MAGIC)
+        return CUDA_ERROR_INVALID_HANDLE;
+    s->magic = 0;
+    free(s);
+    return CUDA_SUCCESS;
+}
+
+static CUresult stream_sync(CUstream h, int pt)
+{
+    struct sim_stream *s;
+    CUresult r = stream_arg(h, pt, &s);
+    return r ? r : sim_stream_wait(s);
+}
+SIM_EXPORT CUresult cuStreamSynchronize(CUstream h) { return stream_sync(h, 0); }
+SIM_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream h) { return stream_sync(h, 1); }
+
+static CUresult stream_query(CUstream h, int pt)
+{
+    struct sim_stream *s;
+    CUresult r = stream_arg(h, pt, &s);
+    if (r)
+        return r;
+    return sim_now_ns() >= s->tail_ns ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+SIM_EXPORT CUresult cuStreamQuery(CUstream h) { return stream_query(h, 0); }
+SIM_EXPORT CUresult cuStreamQuery_ptsz(CUstream h) { return stream_query(h, 1); }
+
+static struct sim_event *as_event(CUevent e)
+{
+    return e && ((struct sim_event *)e)->magic == EVENT_MAGIC ? (struct sim_event *)e : NULL;
+}
+
+static CUresult stream_wait_event(CUstream h, CUevent e, int pt)
+{
+    struct sim_stream *s;
+    CUresult r = stream_arg(h, pt, &s);
+    if (r)
+        return r;
+    struct sim_event *ev = as_event(e);
+    if (!ev)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (ev->recorded && ev->ts_ns > s->tail_ns)
+        s->tail_ns = ev->ts_ns;
+    return CUDA_SUCCESS;
+}
+SIM_EXPORT CUresult cuStreamWaitEvent(CUstream h, CUevent e, unsigned int Flags)
+{
+    (void)Flags;
+    return stream_wait_event(h, e, 0);
+}
+SIM_EXPORT CUresult cuStreamWaitEvent_ptsz(CUstream h, CUevent e, unsigned int Flags)
+{
+    (void)Flags;
+    return stream_wait_event(h, e, 1);
+}
+
+/* ---- launches ---- */
+
+static void run_builtin(struct sim_func *f, void **params)
+{
+    if (!params)
+        return;
+    if (f->builtin == B_VECADD) {
+        float *a = *(float **)params[0], *b = *(float **)params[1], *c = *(float **)params[2];
+        int n = *(int *)params[3];
+        for (int i = 0; i < n; i++)
+            c[i] = a[i] + b[i];
+    } else if (f->builtin == B_FILL) {
+        unsigned *p = *(unsigned **)params[0], v = *(unsigned *)params[1];
+        int n = *(int *)params[2];
+        for (int i = 0; i < n; i++)
+            p[i] = v;
+    }
+}
+
+static int graph_add(struct sim_graph *g, struct sim_func *f)
+{
+    if (g->n == g->cap) {
+        int cap = g->cap ? g->cap * 2 : 16;
+        struct sim_func **n = realloc(g->nodes, (size_t)cap * sizeof *n);
+        if (!n)
+            return -1;
+        g->nodes = n;
+        g->cap = cap;
+    }
+    g->nodes[g->n++] = f;
+    return 0;
+}
+
+static void enqueue(struct sim_stream *s, struct sim_func *f)
+{
+    uint64_t d = f->duration_ns == DEFAULT_DURATION ? sim->cfg.kernel_ns : f->duration_ns;
+    s->tail_ns = sim_enqueue(s->ctx->dev, s->tail_ns, d);
+    if (s->tail_ns > s->ctx->last_tail_ns)
+        s->ctx->last_tail_ns = s->tail_ns;
+}
+
+static CUresult launch(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                       CUstream h, void **params, int pt)
+{
+    struct sim_stream *s;
+    CUresult r = stream_arg(h, pt, &s);
+    if (r)
+        return r;
+    struct sim_func *f = as_func(fn);
+    if (!f)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!gx || !gy || !gz || !bx || !by || !bz || (uint64_t)bx * by * bz > 1024)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (s->capture)
+        return graph_add(s->capture, f) ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+    run_builtin(f, params);
+    enqueue(s, f);
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+                                   unsigned int by, unsigned int bz, unsigned int shm, CUstream h, void **params,
+                                   void **extra)
+{
+    (void)shm;
+    (void)extra;
+    return launch(f, gx, gy, gz, bx, by, bz, h, params, 0);
+}
+
+SIM_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                        unsigned int bx, unsigned int by, unsigned int bz, unsigned int shm,
+                                        CUstream h, void **params, void **extra)
+{
+    (void)shm;
+    (void)extra;
+    return launch(f, gx, gy, gz, bx, by, bz, h, params, 1);
+}
+
+static CUresult launch_ex(const CUlaunchConfig *c, CUfunction f, void **params, int pt)
+{
+    if (!c)
+        return CUDA_ERROR_INVALID_VALUE;
+    return launch(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ, c->hStream,
+                  params, pt);
+}
+
+SIM_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
+{
+    (void)extra;
+    return launch_ex(config, f, params, 0);
+}
+
+SIM_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
+{
+    (void)extra;
+    return launch_ex(config, f, params, 1);
+}
+
+SIM_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                              unsigned int bx, unsigned int by, unsigned int bz, unsigned int shm,
+                                              CUstream h, void **params)
+{
+    (void)shm;
+    return launch(f, gx, gy, gz, bx, by, bz, h, params, 0);
+}
+
+SIM_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                                   unsigned int bx, unsigned int by, unsigned int bz,
+                                                   unsigned int shm, CUstream h, void **params)
+{
+    (void)shm;
+    return launch(f, gx, gy, gz, bx, by, bz, h, params, 1);
+}
+
+/* The host function runs in the caller's thread once the stream's earlier
+ * work is done: ordering is kept, overlap with the caller is not modelled. */
+static CUresult host_func(CUstream h, CUhostFn fn, void *data, int pt)
+{
+    struct sim_stream *s;
+    CUresult r = stream_arg(h, pt, &s);
+    if (r)
+        return r;
+    if (!fn)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (s->capture)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    sim_sleep_until(s->tail_ns);
+    fn(data);
+    return CUDA_SUCCESS;
+}
+SIM_EXPORT CUresult cuLaunchHostFunc(CUstream h, CUhostFn fn, void *data) { return host_func(h, fn, data, 0); }
+SIM_EXPORT CUresult cuLaunchHostFunc_ptsz(CUstream h, CUhostFn fn, void *data) { return host_func(h, fn, data, 1); }
+
+/* ---- events ---- */
+
+SIM_EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
+{
+    struct sim_ctx *c;
+    CUresult r = sim_check_ctx(&c);
+    if (r)
+        return r;
+    if (!phEvent || (Flags & ~0xfu))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_event *e = calloc(1, sizeof *e);
+    if (!e)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *e = (struct sim_event){EVENT_MAGIC, Flags, 0, 0};
+    *phEvent = (CUevent)e;
+    return CUDA_SUCCESS;
+}
+
+static CUresult record(CUevent ev, CUstream h, int pt)
+{
+    struct sim_stream *s;
+    CUresult r = stream_arg(h, pt, &s);
+    if (r)
+        return r;
+    struct sim_event *e = as_event(ev);
+    if (!e)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (s->capture)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    uint64_t now = sim_now_ns();
+    e->ts_ns = s->tail_ns > now ? s->tail_ns : now;
+    e->recorded = 1;
+    return CUDA_SUCCESS;
+}
+SIM_EXPORT CUresult cuEventRecord(CUevent e, CUstream h) { return record(e, h, 0); }
+SIM_EXPORT CUresult cuEventRecord_ptsz(CUevent e, CUstream h) { return record(e, h, 1); }
+SIM_EXPORT CUresult cuEventRecordWithFlags(CUevent e, CUstream h, unsigned int flags)
+{
+    return flags & ~1u ? CUDA_ERROR_INVALID_VALUE : record(e, h, 0);
+}
+SIM_EXPORT CUresult cuEventRecordWithFlags_ptsz(CUevent e, CUstream h, unsigned int flags)
+{
+    return flags & ~1u ? CUDA_ERROR_INVALID_VALUE : record(e, h, 1);
+}
+
+SIM_EXPORT CUresult cuEventQuery(CUevent ev)
+{
+    struct sim_event *e = as_event(ev);
+    if (!e)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return !e->recorded || sim_now_ns() >= e->ts_ns ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+SIM_EXPORT CUresult cuEventSynchronize(CUevent ev)
+{
+    struct sim_event *e = as_event(ev);
+    if (!e)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (e->recorded)
+        sim_sleep_until(e->ts_ns);
+    return CUDA_SUCCESS;
+}
+
+static CUresult elapsed(float *ms, CUevent a, CUevent b)
+{
+    struct sim_event *s = as_event(a), *e = as_event(b);
+    if (!ms)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!s || !e || !s->recorded || !e->recorded || ((s->flags | e->flags) & CU_EVENT_DISABLE_TIMING))
+        return CUDA_ERROR_INVALID_HANDLE;
+    uint64_t now = sim_now_ns();
+    if (now < s->ts_ns || now < e->ts_ns)
+        return CUDA_ERROR_NOT_READY;
+    *ms = (float)((double)((int64_t)(e->ts_ns - s->ts_ns)) / 1e6);
+    return CUDA_SUCCESS;
+}
+SIM_EXPORT CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) { return elapsed(ms, a, b); }
+SIM_EXPORT CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b) { return elapsed(ms, a, b); }
+
+SIM_EXPORT CUresult cuEventDestroy_v2(CUevent ev)
+{
+    struct sim_event *e = as_event(ev);
+    if (!e)
+        return CUDA_ERROR_INVALID_HANDLE;
+    e->magic = 0;
+    free(e);
+    return CUDA_SUCCESS;
+}
+
+/* ---- graphs (kernel nodes captured from streams) ---- */
+
+static CUresult begin_capture(CUstream h, int pt)
+{
+    struct sim_stream *s;
+    CUresult r = stream_arg(h, pt, &s);
+    if (r)
+        return r;
+    if (h == NULL || h == CU_STREAM_LEGACY)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (s->capture)
+        return CUDA_ERROR_ILLEGAL_STATE;
+    s->capture = calloc(1, sizeof *s->capture);
+    if (!s->capture)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    s->capture->magic = GRAPH_MAGIC;
+    return CUDA_SUCCESS;
+}
+SIM_EXPORT CUresult cuStreamBeginCapture(CUstream h) { return begin_capture(h, 0); }
+SIM_EXPORT CUresult cuStreamBeginCapture_ptsz(CUstream h) { return begin_capture(h, 1); }
+SIM_EXPORT CUresult cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode mode)
+{
+    return mode > CU_STREAM_CAPTURE_MODE_RELAXED ? CUDA_ERROR_INVALID_VALUE : begin_capture(h, 0);
+}
+SIM_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream h, CUstreamCaptureMode mode)
+{
+    return mode > CU_STREAM_CAPTURE_MODE_RELAXED ? CUDA_ERROR_INVALID_VALUE : begin_capture(h, 1);
+}
+
+static CUresult end_capture(CUstream h, CUgraph *g, int pt)
+{
+    struct sim_stream *s;
+    CUresult r = stream_arg(h, pt, &s);
+    if (r)
+        return r;
+    if (!g)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!s->capture)
+        return CUDA_ERROR_ILLEGAL_STATE;
+    *g = (CUgraph)s->capture;
+    s->capture = NULL;
+    return CUDA_SUCCESS;
+}
+SIM_EXPORT CUresult cuStreamEndCapture(CUstream h, CUgraph *g) { return end_capture(h, g, 0); }
+SIM_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream h, CUgraph *g) { return end_capture(h, g, 1); }
+
+static struct sim_graph *as_graph(void *h, uint32_t magic)
+{
+    return h && ((struct sim_graph *)h)->magic == magic ? h : NULL;
+}
+
+SIM_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags)
+{
+    (void)flags;
+    struct sim_graph *g = as_graph(graph, GRAPH_MAGIC);
+    if (!exec)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!g)
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct sim_graph *x = calloc(1, sizeof *x);
+    if (!x)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    x->magic = EXEC_MAGIC;
+    for (int i = 0; i < g->n; i++)
+        if (graph_add(x, g->nodes[i])) {
+            free(x->nodes);
+            free(x);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    *exec = (CUgraphExec)x;
+    return CUDA_SUCCESS;
+}
+
+static CUresult graph_launch(CUgraphExec exec, CUstream h, int pt)
+{
+    struct sim_stream *s;
+    CUresult r = stream_arg(h, pt, &s);
+    if (r)
+        return r;
+    struct sim_graph *x = as_graph(exec, EXEC_MAGIC);
+    if (!x)
+        return CUDA_ERROR_INVALID_HANDLE;
+    for (int i = 0; i < x->n; i++)
+        enqueue(s, x->nodes[i]);
+    return CUDA_SUCCESS;
+}
+SIM_EXPORT CUresult cuGraphLaunch(CUgraphExec exec, CUstream h) { return graph_launch(exec, h, 0); }
+SIM_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream h) { return graph_launch(exec, h, 1); }
+
+static CUresult graph_free(void *h, uint32_t magic)
+{
+    struct sim_graph *g = as_graph(h, magic);
+    if (!g)
+        return CUDA_ERROR_INVALID_HANDLE;
+    g->magic = 0;
+    free(g->nodes);
+    free(g);
+    return CUDA_SUCCESS;
+}
+SIM_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec) { return graph_free(exec, EXEC_MAGIC); }
+SIM_EXPORT CUresult cuGraphDestroy(CUgraph graph) { return graph_free(graph, GRAPH_MAGIC); }

@@ -1,0 +1,771 @@
+/* Simulated device memory. Every allocation is backed by host memory (so
+ * copies move real bytes) and charged to the shared device counter (so
+ * out-of-memory is real across processes). */
+#include "sim.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define POOL_MAGIC 0x504f4f4cu
+#define VMM_MAGIC 0x564d4d48u
+#define ARRAY_MAGIC 0x41525259u
+#define GRANULARITY (2ull << 20)
+
+enum alloc_kind { K_DEVICE, K_MANAGED, K_POOL, K_HOST, K_ARRAY };
+
+struct sim_pool {
+    uint32_t magic;
+    int dev;
+    uint64_t reserved; /* device memory the pool holds */
+    uint64_t used;     /* of which handed out */
+    uint64_t threshold;
+};
+
+struct alloc {
+    uintptr_t base;
+    size_t size;
+    int dev;
+    enum alloc_kind kind;
+    struct sim_ctx *ctx;
+    struct sim_pool *pool;
+};
+
+static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct alloc *allocs;
+static size_t nallocs, capallocs;
+static struct sim_pool default_pools[SIM_MAX_DEVICES];
+
+/* ---- allocation registry (sorted by base; callers hold mem_lock) ---- */
+
+static size_t lower_bound(uintptr_t base)
+{
+    size_t lo = 0, hi = nallocs;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (allocs[mid].base < base)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int registry_add(struct alloc a)
+{
+    if (nallocs == capallocs) {
+        size_t cap = capallocs ? capallocs * 2 : 64;
+        struct alloc *n = realloc(allocs, cap * sizeof *n);
+        if (!n)
+            return -1;
+        allocs = n;
+        capallocs = cap;
+    }
+    size_t i = lower_bound(a.base);
+    memmove(&allocs[i + 1], &allocs[i], (nallocs - i) * sizeof *allocs);
+    allocs[i] = a;
+    nallocs++;
+    return 0;
+}
+
+/* The allocation that contains p, or NULL. */
+static struct alloc *registry_find(uintptr_t p)
+{
+    size_t i = lower_bound(p + 1);
+    if (i == 0)
+        return NULL;
+    struct alloc *a = &allocs[i - 1];
+    return p < a->base + (a->size ? a->size : 1) ? a : NULL;
+}
+
+static void registry_remove(struct alloc *a)
+{
+    size_t i = (size_t)(a - allocs);
+    memmove(&allocs[i], &allocs[i + 1], (nallocs - i - 1) * sizeof *allocs);
+    nallocs--;
+}
+
+static void *backing(size_t size)
+{
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void release_alloc(struct alloc *a)
+{
+    switch (a->kind) {
+    case K_POOL:
+        a->pool->used -= a->size;
+        break;
+    case K_DEVICE:
+    case K_MANAGED:
+    case K_ARRAY:
+        sim_mem_release(a->dev, a->size);
+        break;
+    case K_HOST:
+        break;
+    }
+    if (a->kind == K_ARRAY)
+        free((void *)a->base);
+    else
+        munmap((void *)a->base, a->size);
+}
+
+static CUresult device_alloc(CUdeviceptr *dptr, size_t size, enum alloc_kind kind)
+{
+    struct sim_ctx *c;
+    CUresult r = sim_check_ctx(&c);
+    if (r)
+        return r;
+    if (!dptr || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (sim_mem_reserve(c->dev, size) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    void *p = backing(size);
+    pthread_mutex_lock(&mem_lock);
+    if (!p || registry_add((struct alloc){(uintptr_t)p, size, c->dev, kind, c, NULL}) != 0) {
+        pthread_mutex_unlock(&mem_lock);
+        if (p)
+            munmap(p, size);
+        sim_mem_release(c->dev, size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_unlock(&mem_lock);
+    *dptr = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) { return device_alloc(dptr, bytesize, K_DEVICE); }
+
+SIM_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    if (flags != CU_MEM_ATTACH_GLOBAL && flags != 0x2)
+        return CUDA_ERROR_INVALID_VALUE;
+    return device_alloc(dptr, bytesize, K_MANAGED);
+}
+
+SIM_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
+                                       unsigned int ElementSizeBytes)
+{
+    if (!pPitch || (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16) || WidthInBytes == 0 ||
+        Height == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t pitch = (WidthInBytes + 511) & ~(size_t)511;
+    CUresult r = device_alloc(dptr, pitch * Height, K_DEVICE);
+    if (r == CUDA_SUCCESS)
+        *pPitch = pitch;
+    return r;
+}
+
+static CUresult free_kind(CUdeviceptr dptr, int want_pool)
+{
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (dptr == 0)
+        return CUDA_SUCCESS;
+    pthread_mutex_lock(&mem_lock);
+    struct alloc *a = registry_find((uintptr_t)dptr);
+    if (!a || a->base != (uintptr_t)dptr || a->kind == K_HOST || a->kind == K_ARRAY ||
+        (want_pool && a->kind != K_POOL)) {
+        pthread_mutex_unlock(&mem_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    struct alloc copy = *a;
+    registry_remove(a);
+    release_alloc(&copy);
+    pthread_mutex_unlock(&mem_lock);
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) { return free_kind(dptr, 0); }
+
+SIM_EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
+{
+    struct sim_ctx *c;
+    CUresult r = sim_check_ctx(&c);
+    if (r)
+        return r;
+    if (!free_bytes || !total)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_reap_dead();
+    uint64_t used = __atomic_load_n(&sim->dev[c->dev].used_bytes, __ATOMIC_ACQUIRE);
+    *total = (size_t)sim->cfg.mem_bytes;
+    *free_bytes = used >= sim->cfg.mem_bytes ? 0 : (size_t)(sim->cfg.mem_bytes - used);
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+{
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    pthread_mutex_lock(&mem_lock);
+    struct alloc *a = registry_find((uintptr_t)dptr);
+    int ok = a && a->kind != K_HOST && a->kind != K_ARRAY;
+    if (ok) {
+        if (pbase)
+            *pbase = a->base;
+        if (psize)
+            *psize = a->size;
+    }
+    pthread_mutex_unlock(&mem_lock);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+/* ---- pinned host memory (not device memory) ---- */
+
+static CUresult host_alloc(void **pp, size_t size)
+{
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!pp || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    void *p = backing(size);
+    if (!p)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&mem_lock);
+    int rc = registry_add((struct alloc){(uintptr_t)p, size, 0, K_HOST, NULL, NULL});
+    pthread_mutex_unlock(&mem_lock);
+    if (rc) {
+        munmap(p, size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *pp = p;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t bytesize) { return host_alloc(pp, bytesize); }
+
+SIM_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+{
+    if (Flags & ~0xfu)
+        return CUDA_ERROR_INVALID_VALUE;
+    return host_alloc(pp, bytesize);
+}
+
+SIM_EXPORT CUresult cuMemFreeHost(void *p)
+{
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    pthread_mutex_lock(&mem_lock);
+    struct alloc *a = registry_find((uintptr_t)p);
+    if (!a || a->base != (uintptr_t)p || a->kind != K_HOST) {
+        pthread_mutex_unlock(&mem_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    struct alloc copy = *a;
+    registry_remove(a);
+    release_alloc(&copy);
+    pthread_mutex_unlock(&mem_lock);
+    return CUDA_SUCCESS;
+}
+
+/* ---- stream-ordered allocation: pools keep freed memory reserved ---- */
+
+static struct sim_pool *default_pool(int dev)
+{
+    struct sim_pool *p = &default_pools[dev];
+    if (p->magic != POOL_MAGIC) {
+        p->magic = POOL_MAGIC;
+        p->dev = dev;
+    }
+    return p;
+}
+
+static void pool_trim(struct sim_pool *p, uint64_t keep)
+{
+    if (keep < p->used)
+        keep = p->used;
+    if (p->reserved > keep) {
+        sim_mem_release(p->dev, p->reserved - keep);
+        p->reserved = keep;
+    }
+}
+
+static CUresult pool_alloc(CUdeviceptr *dptr, size_t size, struct sim_pool *pool, CUstream hStream, int pt)
+{
+    struct sim_ctx *c;
+    CUresult r = sim_check_ctx(&c);
+    if (r)
+        return r;
+    if (!dptr || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!sim_stream_of(c, hStream, pt))
+        return CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&mem_lock);
+    if (!pool)
+        pool = default_pool(c->dev);
+    else if (pool->magic != POOL_MAGIC) {
+        pthread_mutex_unlock(&mem_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    uint64_t cached = pool->reserved - pool->used;
+    if (cached < size) {
+        if (sim_mem_reserve(pool->dev, size - cached) != 0) {
+            pthread_mutex_unlock(&mem_lock);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        pool->reserved += size - cached;
+    }
+    void *p = backing(size);
+    if (!p || registry_add((struct alloc){(uintptr_t)p, size, pool->dev, K_POOL, c, pool}) != 0) {
+        if (p)
+            munmap(p, size);
+        pthread_mutex_unlock(&mem_lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pool->used += size;
+    pthread_mutex_unlock(&mem_lock);
+    *dptr = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    return pool_alloc(dptr, bytesize, NULL, hStream, 0);
+}
+SIM_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    return pool_alloc(dptr, bytesize, NULL, hStream, 1);
+}
+SIM_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
+{
+    return pool ? pool_alloc(dptr, bytesize, (struct sim_pool *)pool, hStream, 0) : CUDA_ERROR_INVALID_VALUE;
+}
+SIM_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                                 CUstream hStream)
+{
+    return pool ? pool_alloc(dptr, bytesize, (struct sim_pool *)pool, hStream, 1) : CUDA_ERROR_INVALID_VALUE;
+}
+SIM_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+    (void)hStream;
+    return free_kind(dptr, 1);
+}
+SIM_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
+{
+    (void)hStream;
+    return free_kind(dptr, 1);
+}
+
+SIM_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
+{
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!pool || !props || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || props->location.id < 0 ||
+        props->location.id >= sim->cfg.devices)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    p->magic = POOL_MAGIC;
+    p->dev = props->location.id;
+    *pool = (CUmemoryPool)p;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
+{
+    struct sim_pool *p = (struct sim_pool *)pool;
+    if (!p || p->magic != POOL_MAGIC)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mem_lock);
+    pool_trim(p, minBytesToKeep);
+    pthread_mutex_unlock(&mem_lock);
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+    struct sim_pool *p = (struct sim_pool *)pool;
+    if (!p || p->magic != POOL_MAGIC || (p >= default_pools && p < default_pools + SIM_MAX_DEVICES))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mem_lock);
+    /* Outstanding allocations die with the pool. */
+    for (size_t i = 0; i < nallocs;) {
+        if (allocs[i].kind == K_POOL && allocs[i].pool == p) {
+            struct alloc copy = allocs[i];
+            registry_remove(&allocs[i]);
+            release_alloc(&copy);
+        } else {
+            i++;
+        }
+    }
+    pool_trim(p, 0);
+    p->magic = 0;
+    pthread_mutex_unlock(&mem_lock);
+    free(p);
+    return CUDA_SUCCESS;
+}
+
+/* Synchronization releases what default pools hold beyond their threshold. */
+void sim_pools_trim_after_sync(int dev)
+{
+    pthread_mutex_lock(&mem_lock);
+    struct sim_pool *p = &default_pools[dev];
+    if (p->magic == POOL_MAGIC)
+        pool_trim(p, p->threshold);
+    pthread_mutex_unlock(&mem_lock);
+}
+
+/* Everything a destroyed context owned goes back to the device. */
+void sim_ctx_release_memory(struct sim_ctx *ctx)
+{
+    pthread_mutex_lock(&mem_lock);
+    for (size_t i = 0; i < nallocs;) {
+        if (allocs[i].ctx == ctx && allocs[i].kind != K_HOST) {
+            struct alloc copy = allocs[i];
+            registry_remove(&allocs[i]);
+            release_alloc(&copy);
+        } else {
+            i++;
+        }
+    }
+    if (ctx->primary)
+        pool_trim(default_pool(ctx->dev), 0);
+    pthread_mutex_unlock(&mem_lock);
+}
+
+/* ---- virtual memory management ---- */
+
+struct sim_vmm {
+    uint32_t magic;
+    int dev;
+    size_t size;
+    int fd;
+    int maps;
+    int released;
+};
+
+struct mapping {
+    uintptr_t ptr;
+    size_t size;
+    struct sim_vmm *h;
+    struct mapping *next;
+};
+static struct mapping *mappings;
+
+SIM_EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
+                                                  CUmemAllocationGranularity_flags option)
+{
+    (void)option;
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!granularity || !prop)
+        return CUDA_ERROR_INVALID_VALUE;
+    *granularity = GRANULARITY;
+    return CUDA_SUCCESS;
+}
+
+static void vmm_free(struct sim_vmm *h)
+{
+    sim_mem_release(h->dev, h->size);
+    close(h->fd);
+    h->magic = 0;
+    free(h);
+}
+
+SIM_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                                unsigned long long flags)
+{
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!handle || !prop || flags || size == 0 || size % GRANULARITY || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id < 0 ||
+        prop->location.id >= sim->cfg.devices)
+        return CUDA_ERROR_INVALID_VALUE;
+    int dev = prop->location.id;
+    if (sim_mem_reserve(dev, size) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct sim_vmm *h = calloc(1, sizeof *h);
+    int fd = (int)syscall(SYS_memfd_create, "flexgv-sim-vmm", 1u /* MFD_CLOEXEC */);
+    if (!h || fd < 0 || ftruncate(fd, (off_t)size) != 0) {
+        free(h);
+        if (fd >= 0)
+            close(fd);
+        sim_mem_release(dev, size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *h = (struct sim_vmm){VMM_MAGIC, dev, size, fd, 0, 0};
+    *handle = (CUmemGenericAllocationHandle)(uintptr_t)h;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+    struct sim_vmm *h = (struct sim_vmm *)(uintptr_t)handle;
+    if (!h || h->magic != VMM_MAGIC || h->released)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mem_lock);
+    h->released = 1;
+    /* Memory still mapped is freed at its last unmap. */
+    if (h->maps == 0)
+        vmm_free(h);
+    pthread_mutex_unlock(&mem_lock);
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                                        unsigned long long flags)
+{
+    (void)addr;
+    if (!ptr || size == 0 || size % GRANULARITY || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (alignment < GRANULARITY)
+        alignment = GRANULARITY;
+    size_t span = size + alignment;
+    char *p = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    uintptr_t start = ((uintptr_t)p + alignment - 1) & ~(uintptr_t)(alignment - 1);
+    if (start > (uintptr_t)p)
+        munmap(p, start - (uintptr_t)p);
+    uintptr_t end = (uintptr_t)p + span;
+    if (end > start + size)
+        munmap((void *)(start + size), end - (start + size));
+    *ptr = (CUdeviceptr)start;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+    if (!ptr || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    return munmap((void *)(uintptr_t)ptr, size) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+SIM_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                             unsigned long long flags)
+{
+    struct sim_vmm *h = (struct sim_vmm *)(uintptr_t)handle;
+    if (!ptr || flags || !h || h->magic != VMM_MAGIC || h->released || offset + size > h->size)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct mapping *m = malloc(sizeof *m);
+    if (!m)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, h->fd, (off_t)offset) == MAP_FAILED) {
+        free(m);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&mem_lock);
+    *m = (struct mapping){(uintptr_t)ptr, size, h, mappings};
+    mappings = m;
+    h->maps++;
+    pthread_mutex_unlock(&mem_lock);
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+    pthread_mutex_lock(&mem_lock);
+    struct mapping **pp = &mappings;
+    while (*pp && !((*pp)->ptr == (uintptr_t)ptr && (*pp)->size == size))
+        pp = &(*pp)->next;
+    struct mapping *m = *pp;
+    if (!m) {
+        pthread_mutex_unlock(&mem_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    *pp = m->next;
+    /* Keep the address range reserved, as the driver does. */
+    mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    if (--m->h->maps == 0 && m->h->released)
+        vmm_free(m->h);
+    pthread_mutex_unlock(&mem_lock);
+    free(m);
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
+{
+    if (!ptr || !desc || count == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    return mprotect((void *)(uintptr_t)ptr, size, PROT_READ | PROT_WRITE) == 0 ? CUDA_SUCCESS
+                                                                               : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ---- arrays ---- */
+
+struct sim_array {
+    uint32_t magic;
+    int dev;
+    size_t bytes;
+};
+
+static size_t format_bytes(CUarray_format f)
+{
+    switch (f) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8: return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF: return 2;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT: return 4;
+    }
+    return 0;
+}
+
+static CUresult array_create(void **out, size_t w, size_t h, size_t d, CUarray_format f, unsigned ch, unsigned levels)
+{
+    struct sim_ctx *c;
+    CUresult r = sim_check_ctx(&c);
+    if (r)
+        return r;
+    size_t eb = format_bytes(f);
+    if (!out || !w || !eb || (ch != 1 && ch != 2 && ch != 4) || !levels)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t bytes = 0;
+    for (unsigned l = 0; l < levels; l++) {
+        bytes += w * (h ? h : 1) * (d ? d : 1) * eb * ch;
+        w = w > 1 ? w / 2 : 1;
+        h = h > 1 ? h / 2 : h;
+        d = d > 1 ? d / 2 : d;
+    }
+    if (sim_mem_reserve(c->dev, bytes) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct sim_array *a = calloc(1, sizeof *a);
+    pthread_mutex_lock(&mem_lock);
+    if (!a || registry_add((struct alloc){(uintptr_t)a, bytes, c->dev, K_ARRAY, c, NULL}) != 0) {
+        pthread_mutex_unlock(&mem_lock);
+        free(a);
+        sim_mem_release(c->dev, bytes);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_unlock(&mem_lock);
+    *a = (struct sim_array){ARRAY_MAGIC, c->dev, bytes};
+    *out = a;
+    return CUDA_SUCCESS;
+}
+
+static CUresult array_destroy(void *h)
+{
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    pthread_mutex_lock(&mem_lock);
+    struct alloc *a = registry_find((uintptr_t)h);
+    if (!h || !a || a->base != (uintptr_t)h || a->kind != K_ARRAY) {
+        pthread_mutex_unlock(&mem_lock);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    struct alloc copy = *a;
+    registry_remove(a);
+    release_alloc(&copy);
+    pthread_mutex_unlock(&mem_lock);
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *d)
+{
+    if (!d)
+        return CUDA_ERROR_INVALID_VALUE;
+    return array_create((void **)pHandle, d->Width, d->Height, 0, d->Format, d->NumChannels, 1);
+}
+
+SIM_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d)
+{
+    if (!d)
+        return CUDA_ERROR_INVALID_VALUE;
+    return array_create((void **)pHandle, d->Width, d->Height, d->Depth, d->Format, d->NumChannels, 1);
+}
+
+SIM_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d,
+                                           unsigned int numMipmapLevels)
+{
+    if (!d)
+        return CUDA_ERROR_INVALID_VALUE;
+    return array_create((void **)pHandle, d->Width, d->Height, d->Depth, d->Format, d->NumChannels,
+                        numMipmapLevels);
+}
+
+SIM_EXPORT CUresult cuArrayDestroy(CUarray hArray) { return array_destroy(hArray); }
+SIM_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray h) { return array_destroy(h); }
+
+/* ---- copies and sets ---- */
+
+/* A device pointer is valid if an allocation or a VMM mapping covers it. */
+static int valid_range(CUdeviceptr p, size_t n)
+{
+    pthread_mutex_lock(&mem_lock);
+    struct alloc *a = registry_find((uintptr_t)p);
+    int ok = a && a->kind != K_ARRAY && (uintptr_t)p + n <= a->base + a->size;
+    for (struct mapping *m = mappings; !ok && m; m = m->next)
+        ok = (uintptr_t)p >= m->ptr && (uintptr_t)p + n <= m->ptr + m->size;
+    pthread_mutex_unlock(&mem_lock);
+    return ok;
+}
+
+enum { SYNC, ASYNC };
+
+static CUresult copy(void *dst, const void *src, size_t n, int dev_dst, int dev_src, CUstream s, int async, int pt)
+{
+    struct sim_ctx *c;
+    CUresult r = sim_check_ctx(&c);
+    if (r)
+        return r;
+    if ((dev_dst && !valid_range((CUdeviceptr)(uintptr_t)dst, n)) ||
+        (dev_src && !valid_range((CUdeviceptr)(uintptr_t)src, n)))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_stream *st = sim_stream_of(c, s, pt);
+    if (!st)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!async)
+        sim_stream_wait(st);
+    if (n)
+        memmove(dst, src, n);
+    return CUDA_SUCCESS;
+}
+
+#define P(x) ((void *)(uintptr_t)(x))
+SIM_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *h, size_t n) { return copy(P(d), h, n, 1, 0, NULL, SYNC, 0); }
+SIM_EXPORT CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr d, const void *h, size_t n) { return copy(P(d), h, n, 1, 0, NULL, SYNC, 1); }
+SIM_EXPORT CUresult cuMemcpyDtoH_v2(void *h, CUdeviceptr d, size_t n) { return copy(h, P(d), n, 0, 1, NULL, SYNC, 0); }
+SIM_EXPORT CUresult cuMemcpyDtoH_v2_ptds(void *h, CUdeviceptr d, size_t n) { return copy(h, P(d), n, 0, 1, NULL, SYNC, 1); }
+SIM_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { return copy(P(d), P(s), n, 1, 1, NULL, SYNC, 0); }
+SIM_EXPORT CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr d, CUdeviceptr s, size_t n) { return copy(P(d), P(s), n, 1, 1, NULL, SYNC, 1); }
+SIM_EXPORT CUresult cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n) { return copy(P(d), P(s), n, 0, 0, NULL, SYNC, 0); }
+SIM_EXPORT CUresult cuMemcpy_ptds(CUdeviceptr d, CUdeviceptr s, size_t n) { return copy(P(d), P(s), n, 0, 0, NULL, SYNC, 1); }
+SIM_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *h, size_t n, CUstream st) { return copy(P(d), h, n, 1, 0, st, ASYNC, 0); }
+SIM_EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr d, const void *h, size_t n, CUstream st) { return copy(P(d), h, n, 1, 0, st, ASYNC, 1); }
+SIM_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *h, CUdeviceptr d, size_t n, CUstream st) { return copy(h, P(d), n, 0, 1, st, ASYNC, 0); }
+SIM_EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *h, CUdeviceptr d, size_t n, CUstream st) { return copy(h, P(d), n, 0, 1, st, ASYNC, 1); }
+SIM_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return copy(P(d), P(s), n, 1, 1, st, ASYNC, 0); }
+SIM_EXPORT CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return copy(P(d), P(s), n, 1, 1, st, ASYNC, 1); }
+SIM_EXPORT CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return copy(P(d), P(s), n, 0, 0, st, ASYNC, 0); }
+SIM_EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return copy(P(d), P(s), n, 0, 0, st, ASYNC, 1); }
+
+static CUresult set(CUdeviceptr d, unsigned v, size_t n, size_t width, CUstream s, int async, int pt)
+{
+    struct sim_ctx *c;
+    CUresult r = sim_check_ctx(&c);
+    if (r)
+        return r;
+    if (!valid_range(d, n * width))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_stream *st = sim_stream_of(c, s, pt);
+    if (!st)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!async)
+        sim_stream_wait(st);
+    if (width == 1) {
+        memset(P(d), (int)(v & 0xff), n);
+    } else {
+        uint32_t *p = P(d);
+        for (size_t i = 0; i < n; i++)
+            p[i] = v;
+    }
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char uc, size_t n) { return set(d, uc, n, 1, NULL, SYNC, 0); }
+SIM_EXPORT CUresult cuMemsetD8_v2_ptds(CUdeviceptr d, unsigned char uc, size_t n) { return set(d, uc, n, 1, NULL, SYNC, 1); }
+SIM_EXPORT CUresult cuMemsetD32_v2(CUdeviceptr d, unsigned int ui, size_t n) { return set(d, ui, n, 4, NULL, SYNC, 0); }
+SIM_EXPORT CUresult cuMemsetD32_v2_ptds(CUdeviceptr d, unsigned int ui, size_t n) { return set(d, ui, n, 4, NULL, SYNC, 1); }
+SIM_EXPORT CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char uc, size_t n, CUstream s) { return set(d, uc, n, 1, s, ASYNC, 0); }
+SIM_EXPORT CUresult cuMemsetD8Async_ptsz(CUdeviceptr d, unsigned char uc, size_t n, CUstream s) { return set(d, uc, n, 1, s, ASYNC, 1); }
+SIM_EXPORT CUresult cuMemsetD32Async(CUdeviceptr d, unsigned int ui, size_t n, CUstream s) { return set(d, ui, n, 4, s, ASYNC, 0); }
+SIM_EXPORT CUresult cuMemsetD32Async_ptsz(CUdeviceptr d, unsigned int ui, size_t n, CUstream s) { return set(d, ui, n, 4, s, ASYNC, 1); }

@@ -1,0 +1,220 @@
+/* Simulated NVML (libnvidia-ml.so.1): reads the same shared state as the
+ * simulated driver, so another process (nvidia-smi style tools, the node
+ * daemon) sees memory, utilization and processes of every user. */
+#include "sim.h"
+
+#define NVML_NO_UNVERSIONED_FUNC_DEFS
+#include <nvml.h>
+#include <stdio.h>
+#include <string.h>
+
+static int nvml_refs;
+static struct nvml_dev {
+    int index;
+} devs[SIM_MAX_DEVICES];
+
+#define REQUIRE_NVML()                         \
+    do {                                       \
+        if (!__atomic_load_n(&nvml_refs, __ATOMIC_ACQUIRE)) \
+            return NVML_ERROR_UNINITIALIZED;   \
+    } while (0)
+
+static nvmlReturn_t init(void)
+{
+    if (sim_attach() != 0)
+        return NVML_ERROR_DRIVER_NOT_LOADED;
+    for (int i = 0; i < SIM_MAX_DEVICES; i++)
+        devs[i].index = i;
+    __atomic_fetch_add(&nvml_refs, 1, __ATOMIC_ACQ_REL);
+    return NVML_SUCCESS;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlInit_v2(void) { return init(); }
+SIM_EXPORT nvmlReturn_t nvmlInit(void) { return init(); }
+SIM_EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
+{
+    (void)flags;
+    return init();
+}
+
+SIM_EXPORT nvmlReturn_t nvmlShutdown(void)
+{
+    int n = __atomic_load_n(&nvml_refs, __ATOMIC_ACQUIRE);
+    while (n > 0 && !__atomic_compare_exchange_n(&nvml_refs, &n, n - 1, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        ;
+    return n > 0 ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED;
+}
+
+SIM_EXPORT const char *nvmlErrorString(nvmlReturn_t result)
+{
+    switch (result) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
+    default: return "Unknown Error";
+    }
+}
+
+SIM_EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
+{
+    REQUIRE_NVML();
+    if (!version)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    int n = snprintf(version, length, "%d.%d.sim", sim->cfg.driver_version / 1000 * 45 + 5,
+                     sim->cfg.driver_version % 1000 / 10);
+    return n < 0 || (unsigned)n >= length ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v)
+{
+    REQUIRE_NVML();
+    if (!v)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *v = sim->cfg.driver_version;
+    return NVML_SUCCESS;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count)
+{
+    REQUIRE_NVML();
+    if (!count)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *count = (unsigned)sim->cfg.devices;
+    return NVML_SUCCESS;
+}
+
+static int dev_of(nvmlDevice_t d)
+{
+    struct nvml_dev *p = (struct nvml_dev *)d;
+    if (p < devs || p >= devs + SIM_MAX_DEVICES || p->index >= sim->cfg.devices)
+        return -1;
+    return p->index;
+}
+
+#define DEVICE_ARG(d, var)                      \
+    REQUIRE_NVML();                             \
+    int var = dev_of(d);                        \
+    if (var < 0)                                \
+        return NVML_ERROR_INVALID_ARGUMENT
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
+{
+    REQUIRE_NVML();
+    if (!device || index >= (unsigned)sim->cfg.devices)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *device = (nvmlDevice_t)&devs[index];
+    return NVML_SUCCESS;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
+{
+    DEVICE_ARG(device, d);
+    if (!index)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *index = (unsigned)d;
+    return NVML_SUCCESS;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
+{
+    DEVICE_ARG(device, d);
+    (void)d;
+    if (!name)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    int n = snprintf(name, length, "FlexGV Simulated GPU");
+    return (unsigned)n >= length ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+}
+
+/* Same bytes as cuDeviceGetUuid, in NVML's text form. */
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
+{
+    DEVICE_ARG(device, d);
+    if (!uuid)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    int n = snprintf(uuid, length, "GPU-f1e96000-5e1d-4000-8000-0000000000%02x", d);
+    return (unsigned)n >= length ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
+{
+    REQUIRE_NVML();
+    if (!uuid || !device)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (int i = 0; i < sim->cfg.devices; i++) {
+        char buf[NVML_DEVICE_UUID_BUFFER_SIZE];
+        nvmlDeviceGetUUID((nvmlDevice_t)&devs[i], buf, sizeof buf);
+        if (!strcmp(buf, uuid)) {
+            *device = (nvmlDevice_t)&devs[i];
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+static void mem(int d, unsigned long long *total, unsigned long long *free_b, unsigned long long *used)
+{
+    sim_reap_dead();
+    uint64_t u = __atomic_load_n(&sim->dev[d].used_bytes, __ATOMIC_ACQUIRE);
+    *total = sim->cfg.mem_bytes;
+    *used = u;
+    *free_b = u >= sim->cfg.mem_bytes ? 0 : sim->cfg.mem_bytes - u;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+    DEVICE_ARG(device, d);
+    if (!memory)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    mem(d, &memory->total, &memory->free, &memory->used);
+    return NVML_SUCCESS;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
+{
+    DEVICE_ARG(device, d);
+    if (!memory)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (memory->version != nvmlMemory_v2)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    memory->reserved = 0;
+    mem(d, &memory->total, &memory->free, &memory->used);
+    return NVML_SUCCESS;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *u)
+{
+    DEVICE_ARG(device, d);
+    if (!u)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    u->gpu = sim_utilization(d);
+    u->memory = 0;
+    return NVML_SUCCESS;
+}
+
+/* Processes holding memory on the device (a context counts). */
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                                nvmlProcessInfo_t *infos)
+{
+    DEVICE_ARG(device, d);
+    if (!infoCount)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    sim_reap_dead();
+    unsigned n = 0;
+    for (int i = 0; i < SIM_MAX_PROCS; i++) {
+        int32_t pid = __atomic_load_n(&sim->procs[i].pid, __ATOMIC_ACQUIRE);
+        uint64_t used = __atomic_load_n(&sim->procs[i].used_bytes[d], __ATOMIC_ACQUIRE);
+        if (pid <= 0 || used == 0)
+            continue;
+        if (infos && n < *infoCount)
+            infos[n] = (nvmlProcessInfo_t){.pid = (unsigned)pid, .usedGpuMemory = used,
+                                           .gpuInstanceId = 0xFFFFFFFF, .computeInstanceId = 0xFFFFFFFF};
+        n++;
+    }
+    nvmlReturn_t r = n > *infoCount ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+    *infoCount = n;
+    return r;
+}

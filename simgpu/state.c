@@ -1,0 +1,336 @@
+/* Configuration and the state shared by every process using the simulated
+ * GPU. The shared file holds only counters updated with atomics; a process
+ * that dies is reaped by pid liveness, never by a lock. */
+#include "sim.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SIM_MAGIC 0x4d4953564758464cull /* "LFXGVSIM" */
+
+struct sim_shared *sim;
+static int my_proc = -1;
+
+uint64_t sim_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void sim_sleep_until(uint64_t t_ns)
+{
+    for (;;) {
+        uint64_t now = sim_now_ns();
+        if (now >= t_ns)
+            return;
+        uint64_t d = t_ns - now;
+        struct timespec ts = {(time_t)(d / 1000000000ull), (long)(d % 1000000000ull)};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static int parse_size(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || v < 0)
+        return -1;
+    static const struct {
+        const char *suffix;
+        double mult;
+    } units[] = {{"", 1},         {"B", 1},           {"KiB", 1024.0},  {"MiB", 1048576.0},
+                 {"GiB", 1073741824.0}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}};
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (strcmp(end, units[i].suffix) == 0) {
+            *out = (uint64_t)(v * units[i].mult);
+            return 0;
+        }
+    return -1;
+}
+
+static int set_key(struct sim_config *c, const char *key, const char *val)
+{
+    uint64_t n;
+    if (!strcmp(key, "devices")) {
+        if (parse_size(val, &n) || n > SIM_MAX_DEVICES)
+            return -1;
+        c->devices = (int)n;
+    } else if (!strcmp(key, "memory")) {
+        if (parse_size(val, &n) || n == 0)
+            return -1;
+        c->mem_bytes = n;
+    } else if (!strcmp(key, "sms")) {
+        if (parse_size(val, &n) || n == 0 || n > 1024)
+            return -1;
+        c->sms = (int)n;
+    } else if (!strcmp(key, "context_memory")) {
+        if (parse_size(val, &n))
+            return -1;
+        c->ctx_mem_bytes = n;
+    } else if (!strcmp(key, "kernel_us")) {
+        char *end;
+        double us = strtod(val, &end);
+        if (*end || us < 0)
+            return -1;
+        c->kernel_ns = (uint64_t)(us * 1000.0);
+    } else if (!strcmp(key, "driver_version")) {
+        if (parse_size(val, &n) || n < 2000)
+            return -1;
+        c->driver_version = (int)n;
+    } else {
+        return -2;
+    }
+    return 0;
+}
+
+static void complain(const char *what, const char *key, const char *val)
+{
+    fprintf(stderr, "flexgv-sim: %s: invalid %s=%s; the simulated GPU refuses to start\n", what, key, val);
+}
+
+/* Defaults, then FLEXGV_SIM_CONFIG (key = value lines), then FLEXGV_SIM_*. */
+static int load_config(struct sim_config *c)
+{
+    memset(c, 0, sizeof *c); /* padding too: configurations are compared bytewise */
+    c->devices = 1;
+    c->sms = 40;
+    c->mem_bytes = 16ull << 30;
+    c->ctx_mem_bytes = 300ull << 20;
+    c->kernel_ns = 10000;
+    c->driver_version = 13000;
+    const char *path = getenv("FLEXGV_SIM_CONFIG");
+    if (path && *path) {
+        FILE *f = fopen(path, "r");
+        if (!f) {
+            fprintf(stderr, "flexgv-sim: cannot read FLEXGV_SIM_CONFIG=%s: %s\n", path, strerror(errno));
+            return -1;
+        }
+        char line[256];
+        while (fgets(line, sizeof line, f)) {
+            char key[64], val[128];
+            if (line[0] == '#' || sscanf(line, " %63[a-z_] = %127s", key, val) != 2)
+                continue;
+            int rc = set_key(c, key, val);
+            if (rc) {
+                complain(path, key, val);
+                fclose(f);
+                return -1;
+            }
+        }
+        fclose(f);
+    }
+    static const struct {
+        const char *env, *key;
+    } envs[] = {{"FLEXGV_SIM_DEVICES", "devices"},   {"FLEXGV_SIM_MEM", "memory"},
+                {"FLEXGV_SIM_SMS", "sms"},           {"FLEXGV_SIM_CTX_MEM", "context_memory"},
+                {"FLEXGV_SIM_KERNEL_US", "kernel_us"}, {"FLEXGV_SIM_DRIVER_VERSION", "driver_version"}};
+    for (size_t i = 0; i < sizeof envs / sizeof envs[0]; i++) {
+        const char *v = getenv(envs[i].env);
+        if (v && *v && set_key(c, envs[i].key, v)) {
+            complain("environment", envs[i].env, v);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int alive(pid_t pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
+
+void sim_reap_dead(void)
+{
+    for (int i = 0; i < SIM_MAX_PROCS; i++) {
+        struct sim_proc_state *p = &sim->procs[i];
+        int32_t pid = __atomic_load_n(&p->pid, __ATOMIC_ACQUIRE);
+        if (pid <= 0 || alive(pid))
+            continue;
+        /* Claim the dead slot (pid -> -1) so only one reaper returns its memory. */
+        if (!__atomic_compare_exchange_n(&p->pid, &pid, -1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            continue;
+        for (int d = 0; d < SIM_MAX_DEVICES; d++) {
+            uint64_t b = __atomic_exchange_n(&p->used_bytes[d], 0, __ATOMIC_ACQ_REL);
+            if (b)
+                __atomic_fetch_sub(&sim->dev[d].used_bytes, b, __ATOMIC_ACQ_REL);
+        }
+        __atomic_store_n(&p->pid, 0, __ATOMIC_RELEASE);
+    }
+}
+
+static int claim_proc_slot(void)
+{
+    pid_t me = getpid();
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < SIM_MAX_PROCS; i++) {
+            int32_t zero = 0;
+            if (__atomic_compare_exchange_n(&sim->procs[i].pid, &zero, me, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+                return i;
+        }
+        sim_reap_dead();
+    }
+    return -1;
+}
+
+static void after_fork_child(void)
+{
+    /* The child holds no device memory of its own yet. */
+    my_proc = claim_proc_slot();
+}
+
+static struct sim_shared *map_state(const char *path, const struct sim_config *cfg)
+{
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) {
+        /* Build the initialized file aside and link it in: readers never see
+         * a half-written header. */
+        char tmp[4096];
+        snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+        int t = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (t < 0)
+            return NULL;
+        struct sim_shared init;
+        memset(&init, 0, sizeof init);
+        init.magic = SIM_MAGIC;
+        init.version = SIM_STATE_VERSION;
+        init.cfg = *cfg;
+        int ok = pwrite(t, &init, sizeof init, 0) == (ssize_t)sizeof init;
+        close(t);
+        if (ok && link(tmp, path) != 0 && errno != EEXIST)
+            ok = 0;
+        unlink(tmp);
+        if (!ok)
+            return NULL;
+        fd = open(path, O_RDWR | O_CLOEXEC);
+    }
+    if (fd < 0)
+        return NULL;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof(struct sim_shared)) {
+        close(fd);
+        return NULL;
+    }
+    void *m = mmap(NULL, sizeof(struct sim_shared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED)
+        return NULL;
+    struct sim_shared *s = m;
+    if (s->magic != SIM_MAGIC || s->version != SIM_STATE_VERSION) {
+        munmap(m, sizeof *s);
+        return NULL;
+    }
+    return s;
+}
+
+int sim_attach(void)
+{
+    if (sim)
+        return 0;
+    struct sim_config cfg;
+    if (load_config(&cfg))
+        return -1;
+    char def[256];
+    const char *path = getenv("FLEXGV_SIM_STATE");
+    if (!path || !*path) {
+        snprintf(def, sizeof def, "/tmp/flexgv-sim-%d.state", (int)getuid());
+        path = def;
+    }
+    struct sim_shared *s = map_state(path, &cfg);
+    if (!s) {
+        fprintf(stderr, "flexgv-sim: cannot use state file %s (set FLEXGV_SIM_STATE to a writable path)\n", path);
+        return -1;
+    }
+    if (memcmp(&s->cfg, &cfg, sizeof cfg) != 0)
+        fprintf(stderr, "flexgv-sim: %s was created with another configuration; using the file's\n", path);
+    __atomic_store_n(&sim, s, __ATOMIC_RELEASE);
+    my_proc = claim_proc_slot();
+    pthread_atfork(NULL, NULL, after_fork_child);
+    return 0;
+}
+
+int sim_mem_reserve(int dev, uint64_t bytes)
+{
+    struct sim_device_state *d = &sim->dev[dev];
+    for (int pass = 0; pass < 2; pass++) {
+        uint64_t used = __atomic_load_n(&d->used_bytes, __ATOMIC_ACQUIRE);
+        while (used <= sim->cfg.mem_bytes && bytes <= sim->cfg.mem_bytes - used) {
+            if (__atomic_compare_exchange_n(&d->used_bytes, &used, used + bytes, 1, __ATOMIC_ACQ_REL,
+                                            __ATOMIC_ACQUIRE)) {
+                if (my_proc >= 0)
+                    __atomic_fetch_add(&sim->procs[my_proc].used_bytes[dev], bytes, __ATOMIC_ACQ_REL);
+                return 0;
+            }
+        }
+        sim_reap_dead(); /* a dead process's memory may be what is missing */
+    }
+    return -1;
+}
+
+void sim_mem_release(int dev, uint64_t bytes)
+{
+    if (my_proc >= 0)
+        __atomic_fetch_sub(&sim->procs[my_proc].used_bytes[dev], bytes, __ATOMIC_ACQ_REL);
+    __atomic_fetch_sub(&sim->dev[dev].used_bytes, bytes, __ATOMIC_ACQ_REL);
+}
+
+void sim_busy(int dev, uint64_t start, uint64_t end)
+{
+    struct sim_device_state *d = &sim->dev[dev];
+    __atomic_fetch_add(&d->busy_total_ns, end - start, __ATOMIC_RELAXED);
+    for (uint64_t t = start; t < end;) {
+        uint64_t epoch = t / SIM_BUCKET_NS;
+        uint64_t stop = (epoch + 1) * SIM_BUCKET_NS;
+        if (stop > end)
+            stop = end;
+        struct sim_bucket *b = &d->buckets[epoch % SIM_BUCKETS];
+        uint64_t old = __atomic_load_n(&b->epoch, __ATOMIC_ACQUIRE);
+        if (old != epoch && __atomic_compare_exchange_n(&b->epoch, &old, epoch, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            __atomic_store_n(&b->busy_ns, 0, __ATOMIC_RELEASE);
+        __atomic_fetch_add(&b->busy_ns, stop - t, __ATOMIC_RELAXED);
+        t = stop;
+    }
+}
+
+/* Percent of the last second the device spent running kernels. */
+unsigned sim_utilization(int dev)
+{
+    struct sim_device_state *d = &sim->dev[dev];
+    uint64_t now = sim_now_ns(), cur = now / SIM_BUCKET_NS, busy = 0;
+    uint64_t window = (SIM_BUCKETS / 2) * SIM_BUCKET_NS;
+    for (uint64_t e = cur - SIM_BUCKETS / 2 + 1; e <= cur; e++) {
+        struct sim_bucket *b = &d->buckets[e % SIM_BUCKETS];
+        if (__atomic_load_n(&b->epoch, __ATOMIC_ACQUIRE) == e)
+            busy += __atomic_load_n(&b->busy_ns, __ATOMIC_RELAXED);
+    }
+    /* Work queued past now is not busy time yet. */
+    uint64_t until = __atomic_load_n(&d->busy_until_ns, __ATOMIC_ACQUIRE);
+    if (until > now)
+        busy = busy > until - now ? busy - (until - now) : 0;
+    uint64_t pct = busy * 100 / window;
+    return pct > 100 ? 100 : (unsigned)pct;
+}
+
+/* Kernels of every process share one execution engine per device: a kernel
+ * starts when both its stream and the device are free. Returns its end. */
+uint64_t sim_enqueue(int dev, uint64_t not_before, uint64_t duration)
+{
+    struct sim_device_state *d = &sim->dev[dev];
+    uint64_t now = sim_now_ns();
+    if (not_before < now)
+        not_before = now;
+    uint64_t until = __atomic_load_n(&d->busy_until_ns, __ATOMIC_ACQUIRE), start;
+    do {
+        start = until > not_before ? until : not_before;
+    } while (!__atomic_compare_exchange_n(&d->busy_until_ns, &until, start + duration, 1, __ATOMIC_ACQ_REL,
+                                          __ATOMIC_ACQUIRE));
+    if (duration)
+        sim_busy(dev, start, start + duration);
+    return start + duration;
+}

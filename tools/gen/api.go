@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Lib is the library an entry point belongs to.
+type Lib int
+
+const (
+	LibCUDA Lib = iota
+	LibNVML
+)
+
+// Param is one parameter of an entry point.
+type Param struct {
+	Type string // C type, e.g. "const char *"
+	Name string
+}
+
+// Entry is one exported variant from api/*.api.
+type Entry struct {
+	Lib     Lib
+	Version int
+	Name    string // exported symbol, e.g. cuMemAlloc_v2
+	Params  []Param
+	Bytes   string // C expression counted as bytes, or ""
+	Post    bool
+}
+
+// Base is the name cuGetProcAddress is asked for: the symbol without its
+// ABI suffixes (_v2, _ptsz, _ptds).
+func (e Entry) Base() string {
+	n := strings.TrimSuffix(strings.TrimSuffix(e.Name, "_ptsz"), "_ptds")
+	return regexp.MustCompile(`_v[0-9]+$`).ReplaceAllString(n, "")
+}
+
+// PerThread reports whether this variant is a per-thread-default-stream ABI.
+func (e Entry) PerThread() string {
+	switch {
+	case strings.HasSuffix(e.Name, "_ptsz"):
+		return "ptsz"
+	case strings.HasSuffix(e.Name, "_ptds"):
+		return "ptds"
+	}
+	return ""
+}
+
+// PFN is the name of the real typedef in cudaTypedefs.h for this variant.
+func (e Entry) PFN() string {
+	s := fmt.Sprintf("PFN_%s_v%d", e.Base(), e.Version)
+	if pt := e.PerThread(); pt != "" {
+		s += "_" + pt
+	}
+	return s
+}
+
+// Ret is the C return type.
+func (e Entry) Ret() string {
+	if e.Lib == LibNVML {
+		return "nvmlReturn_t"
+	}
+	return "CUresult"
+}
+
+// ParamList is the C parameter list ("void" when empty).
+func (e Entry) ParamList() string {
+	if len(e.Params) == 0 {
+		return "void"
+	}
+	var s []string
+	for _, p := range e.Params {
+		s = append(s, joinDecl(p.Type, p.Name))
+	}
+	return strings.Join(s, ", ")
+}
+
+// ArgList is the comma-separated argument names.
+func (e Entry) ArgList() string {
+	var s []string
+	for _, p := range e.Params {
+		s = append(s, p.Name)
+	}
+	return strings.Join(s, ", ")
+}
+
+func joinDecl(typ, name string) string {
+	if strings.HasSuffix(typ, "*") {
+		return typ + name
+	}
+	return typ + " " + name
+}
+
+var lineRE = regexp.MustCompile(`^(\d+)\s+([A-Za-z_][A-Za-z0-9_]*)\((.*)\)\s*(.*)$`)
+
+func parseAPI(path string, lib Lib) ([]Entry, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []Entry
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for ln := 1; sc.Scan(); ln++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		m := lineRE.FindStringSubmatch(line)
+		if m == nil {
+			return nil, fmt.Errorf("%s:%d: cannot parse %q", path, ln, line)
+		}
+		v, _ := strconv.Atoi(m[1])
+		e := Entry{Lib: lib, Version: v, Name: m[2]}
+		if p := strings.TrimSpace(m[3]); p != "void" && p != "" {
+			for _, part := range strings.Split(p, ",") {
+				param, err := parseParam(strings.TrimSpace(part))
+				if err != nil {
+					return nil, fmt.Errorf("%s:%d: %v", path, ln, err)
+				}
+				e.Params = append(e.Params, param)
+			}
+		}
+		for _, attr := range strings.Fields(m[4]) {
+			switch {
+			case strings.HasPrefix(attr, "bytes="):
+				e.Bytes = strings.TrimPrefix(attr, "bytes=")
+			case attr == "post":
+				e.Post = true
+			default:
+				return nil, fmt.Errorf("%s:%d: unknown attribute %q", path, ln, attr)
+			}
+		}
+		out = append(out, e)
+	}
+	return out, sc.Err()
+}
+
+var paramRE = regexp.MustCompile(`^(.*?)([A-Za-z_][A-Za-z0-9_]*)$`)
+
+func parseParam(s string) (Param, error) {
+	m := paramRE.FindStringSubmatch(s)
+	if m == nil || strings.TrimSpace(m[1]) == "" {
+		return Param{}, fmt.Errorf("parameter %q needs a type and a name", s)
+	}
+	t := strings.TrimSpace(m[1])
+	// Normalize "T * *" spacing to "T **".
+	t = regexp.MustCompile(`\s*\*`).ReplaceAllString(t, "*")
+	t = strings.Replace(t, "*", " *", 1)
+	return Param{Type: t, Name: m[2]}, nil
+}
+
+// apiHash identifies the ordered API list; the shim and the CLI refuse to
+// share a trace region built for another list.
+func apiHash(entries []Entry) uint64 {
+	h := fnv.New64a()
+	for _, e := range entries {
+		h.Write([]byte(e.Name + "\n"))
+	}
+	return h.Sum64()
+}
+
+// handleTypes are pointer-sized opaque types, logged as %p.
+var handleTypes = map[string]bool{
+	"CUcontext": true, "CUmodule": true, "CUfunction": true, "CUlibrary": true,
+	"CUkernel": true, "CUstream": true, "CUevent": true, "CUgraph": true,
+	"CUgraphExec": true, "CUarray": true, "CUmipmappedArray": true,
+	"CUmemoryPool": true, "CUhostFn": true, "nvmlDevice_t": true,
+}
+
+// logFormat returns the printf conversion and argument expression for p.
+func logFormat(p Param) (string, string, error) {
+	t := p.Type
+	switch {
+	case t == "const char *":
+		return "\\\"%s\\\"", fmt.Sprintf("fg_str(%s)", p.Name), nil
+	case strings.Contains(t, "*") || handleTypes[t]:
+		return "%p", fmt.Sprintf("(const void *)%s", p.Name), nil
+	case t == "size_t":
+		return "%zu", p.Name, nil
+	case t == "unsigned int" || t == "unsigned char":
+		return "%u", fmt.Sprintf("(unsigned)%s", p.Name), nil
+	case t == "int" || t == "CUdevice":
+		return "%d", p.Name, nil
+	case t == "CUdeviceptr" || t == "cuuint64_t" || t == "unsigned long long" || t == "CUmemGenericAllocationHandle":
+		return "0x%llx", fmt.Sprintf("(unsigned long long)%s", p.Name), nil
+	case strings.HasPrefix(t, "CU"):
+		// Enumerations.
+		return "%d", fmt.Sprintf("(int)%s", p.Name), nil
+	}
+	return "", "", fmt.Errorf("no log format for type %q of %s", t, p.Name)
+}

@@ -1,0 +1,99 @@
+// Command gen generates the hook wrappers, prototypes, the simulated GPU's
+// entry point table, the Go API list and the GPU-side declaration check from
+// api/cuda.api and api/nvml.api. Run from the repository root:
+//
+//	go run ./tools/gen
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"go/format"
+	"os"
+	"path/filepath"
+	"sort"
+)
+
+// generate returns every generated file, keyed by its path from the root.
+func generate(root string) (map[string][]byte, error) {
+	cuda, err := parseAPI(filepath.Join(root, "api/cuda.api"), LibCUDA)
+	if err != nil {
+		return nil, err
+	}
+	nvml, err := parseAPI(filepath.Join(root, "api/nvml.api"), LibNVML)
+	if err != nil {
+		return nil, err
+	}
+	all := append(cuda, nvml...)
+	seen := map[string]bool{}
+	for _, e := range all {
+		if seen[e.Name] {
+			return nil, fmt.Errorf("%s is listed twice", e.Name)
+		}
+		seen[e.Name] = true
+	}
+	wrappers, err := emitWrappers(all)
+	if err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{
+		"include/flexgv/api_ids_gen.h":      []byte(emitIDs(all)),
+		"include/flexgv/cuda_api_gen.h":     []byte(emitCUDAProtos(all)),
+		"shim/hooks_gen.c":                  []byte(wrappers),
+		"simgpu/procs_gen.c":                []byte(emitSimTable(all)),
+		"internal/api/api_gen.go":           []byte(emitGoAPI(all)),
+		"scripts/gpu/declcheck_gen.c":       []byte(emitDeclCheck(all)),
+		"include/flexgv/trace_layout_gen.h": []byte(emitLayoutC()),
+		"tests/clients/variants_gen.h":      []byte(emitVariants(all)),
+		"internal/trace/layout_gen.go":      []byte(emitLayoutGo()),
+	}
+	for p, src := range files {
+		if filepath.Ext(p) == ".go" {
+			out, err := format.Source(src)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %v", p, err)
+			}
+			files[p] = out
+		}
+	}
+	return files, nil
+}
+
+func main() {
+	check := flag.Bool("check", false, "only report generated files that are out of date")
+	flag.Parse()
+	files, err := generate(".")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gen:", err)
+		os.Exit(1)
+	}
+	var paths []string
+	for p := range files {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	stale := 0
+	for _, p := range paths {
+		old, _ := os.ReadFile(p)
+		if bytes.Equal(old, files[p]) {
+			continue
+		}
+		if *check {
+			fmt.Fprintf(os.Stderr, "gen: %s is out of date; run go run ./tools/gen\n", p)
+			stale++
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, "gen:", err)
+			os.Exit(1)
+		}
+		if err := os.WriteFile(p, files[p], 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "gen:", err)
+			os.Exit(1)
+		}
+	}
+	if stale > 0 {
+		os.Exit(1)
+	}
+}
