@@ -16,8 +16,9 @@
 #define SIM_EXPORT __attribute__((visibility("default")))
 #define SIM_MAX_DEVICES 8
 #define SIM_MAX_PROCS 128
-#define SIM_BUCKETS 20
-#define SIM_BUCKET_NS 100000000ull /* utilization is averaged over 1 s */
+#define SIM_BUCKETS 640 /* 64 s: queued work is credited ahead without wrapping */
+#define SIM_BUCKET_NS 100000000ull
+#define SIM_UTIL_BUCKETS 10 /* utilization is averaged over the last 1 s */
 #define SIM_STATE_VERSION 1
 
 struct sim_config {

@@ -284,6 +284,9 @@ void sim_busy(int dev, uint64_t start, uint64_t end)
 {
     struct sim_device_state *d = &sim->dev[dev];
     __atomic_fetch_add(&d->busy_total_ns, end - start, __ATOMIC_RELAXED);
+    uint64_t horizon = (sim_now_ns() / SIM_BUCKET_NS + SIM_BUCKETS - SIM_UTIL_BUCKETS) * SIM_BUCKET_NS;
+    if (end > horizon)
+        end = horizon; /* work queued over a minute ahead is not credited */
     for (uint64_t t = start; t < end;) {
         uint64_t epoch = t / SIM_BUCKET_NS;
         uint64_t stop = (epoch + 1) * SIM_BUCKET_NS;
@@ -303,16 +306,19 @@ unsigned sim_utilization(int dev)
 {
     struct sim_device_state *d = &sim->dev[dev];
     uint64_t now = sim_now_ns(), cur = now / SIM_BUCKET_NS, busy = 0;
-    uint64_t window = (SIM_BUCKETS / 2) * SIM_BUCKET_NS;
-    for (uint64_t e = cur - SIM_BUCKETS / 2 + 1; e <= cur; e++) {
+    uint64_t window = SIM_UTIL_BUCKETS * SIM_BUCKET_NS;
+    for (uint64_t e = cur - SIM_UTIL_BUCKETS + 1; e <= cur; e++) {
         struct sim_bucket *b = &d->buckets[e % SIM_BUCKETS];
         if (__atomic_load_n(&b->epoch, __ATOMIC_ACQUIRE) == e)
             busy += __atomic_load_n(&b->busy_ns, __ATOMIC_RELAXED);
     }
-    /* Work queued past now is not busy time yet. */
+    /* Work queued past now, in the current bucket, is not busy time yet. */
     uint64_t until = __atomic_load_n(&d->busy_until_ns, __ATOMIC_ACQUIRE);
-    if (until > now)
-        busy = busy > until - now ? busy - (until - now) : 0;
+    uint64_t bucket_end = (cur + 1) * SIM_BUCKET_NS;
+    if (until > now) {
+        uint64_t ahead = (until < bucket_end ? until : bucket_end) - now;
+        busy = busy > ahead ? busy - ahead : 0;
+    }
     uint64_t pct = busy * 100 / window;
     return pct > 100 ? 100 : (unsigned)pct;
 }

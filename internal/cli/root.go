@@ -15,11 +15,14 @@ import (
 // Version is set at build time with -ldflags "-X ...cli.Version=...".
 var Version = "dev"
 
-// exitError carries the exit code a command wants, with no message when the
+// exitError carries the exit code a command wants, and a message unless the
 // program it ran already said what went wrong.
-type exitError struct{ code int }
+type exitError struct {
+	code int
+	msg  string
+}
 
-func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+func (e exitError) Error() string { return e.msg }
 
 // usageError marks bad input: exit status 2.
 type usageError struct{ error }
@@ -67,9 +70,9 @@ func newRun(g *globals, stderr io.Writer) *cobra.Command {
 		RunE: func(c *cobra.Command, args []string) error {
 			code, err := launch.Run(args, g.options(stderr))
 			if err != nil {
-				return fmt.Errorf("flexgv run: %w", err)
+				return exitError{code, "flexgv run: " + err.Error()}
 			}
-			return exitError{code}
+			return exitError{code, ""}
 		},
 	}
 	c.Flags().SetInterspersed(false)
@@ -96,6 +99,9 @@ func Main(args []string) int {
 	case err == nil:
 		return 0
 	case errors.As(err, &ee):
+		if ee.msg != "" {
+			fmt.Fprintln(os.Stderr, ee.msg)
+		}
 		return ee.code
 	case errors.As(err, &ue):
 		fmt.Fprintln(os.Stderr, "flexgv:", ue.error)

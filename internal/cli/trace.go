@@ -48,7 +48,7 @@ func newTrace(g *globals, stderr io.Writer) *cobra.Command {
 			}
 			code, err := launch.Run(args, g.options(stderr, env...))
 			if err != nil {
-				return fmt.Errorf("flexgv trace: %w", err)
+				return exitError{code, "flexgv trace: " + err.Error()}
 			}
 			sum := region.Summarize()
 			sum.ExitCode = code
@@ -60,7 +60,7 @@ func newTrace(g *globals, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("flexgv trace: write summary: %w", err)
 			}
-			return exitError{code}
+			return exitError{code, ""}
 		},
 	}
 	c.Flags().SetInterspersed(false)

@@ -138,7 +138,7 @@ func Run(argv []string, o Options) (int, error) {
 	}
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
-		return 127, fmt.Errorf("cannot run %s: %w", argv[0], errors.Unwrap(err))
+		return 127, fmt.Errorf("cannot run %s: no such program", argv[0])
 	}
 	cmd := exec.Command(path, argv[1:]...)
 	cmd.Args[0] = argv[0]

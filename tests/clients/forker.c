@@ -40,7 +40,7 @@ int main(int argc, char **argv)
     pid_t a = fork();
     if (a == 0) {
         versions(5);
-        _exit(0);
+        exit(0);
     }
     pid_t b = fork();
     if (b == 0) {

@@ -33,6 +33,14 @@ func generate(root string) (map[string][]byte, error) {
 		}
 		seen[e.Name] = true
 	}
+	header, err := os.ReadFile(filepath.Join(root, "include/flexgv/cuda_types.h"))
+	if err != nil {
+		return nil, err
+	}
+	results, err := os.ReadFile(filepath.Join(root, "include/flexgv/cuda_results.def"))
+	if err != nil {
+		return nil, err
+	}
 	wrappers, err := emitWrappers(all)
 	if err != nil {
 		return nil, err
@@ -46,6 +54,7 @@ func generate(root string) (map[string][]byte, error) {
 		"scripts/gpu/declcheck_gen.c":       []byte(emitDeclCheck(all)),
 		"include/flexgv/trace_layout_gen.h": []byte(emitLayoutC()),
 		"tests/clients/variants_gen.h":      []byte(emitVariants(all)),
+		"scripts/gpu/typecheck_gen.c":       []byte(emitTypeCheck(string(header), string(results))),
 		"internal/trace/layout_gen.go":      []byte(emitLayoutGo()),
 	}
 	for p, src := range files {

@@ -1,0 +1,28 @@
+// Launch microbenchmark: N launches of an empty kernel, then one
+// synchronize. Prints the wall time per launch.
+//   launch_bench [LAUNCHES]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#include <cuda_runtime.h>
+
+__global__ void empty() {}
+
+int main(int argc, char **argv)
+{
+    long n = argc > 1 ? std::atol(argv[1]) : 200000;
+    for (int i = 0; i < 1000; i++)
+        empty<<<1, 1>>>();
+    cudaDeviceSynchronize();
+    auto t0 = std::chrono::steady_clock::now();
+    for (long i = 0; i < n; i++)
+        empty<<<1, 1>>>();
+    cudaDeviceSynchronize();
+    auto t1 = std::chrono::steady_clock::now();
+    if (cudaGetLastError() != cudaSuccess)
+        return 1;
+    double ns = std::chrono::duration<double, std::nano>(t1 - t0).count() / double(n);
+    std::printf("ns_per_launch %.1f\n", ns);
+    return 0;
+}

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# End-to-end truth on a real GPU, in one run. From the repository root on a
+# machine with an NVIDIA driver, nvcc and PyTorch, with build/ made by `make`:
+#     scripts/gpu-e2e.sh OUTDIR
+# Checks our driver declarations against the real headers, traces CUDA
+# programs built with nvcc (static and shared cudart), checks every hooked
+# variant against the real driver's resolver, runs PyTorch natively and under
+# the shim (bit-identical losses), and benchmarks the shim against native.
+# Exits non-zero on any mismatch; OUTDIR/gpu-e2e.log holds everything.
+set -u -o pipefail
+OUT=$(mkdir -p "${1:-gpu-out}" && cd "${1:-gpu-out}" && pwd)
+ROOT=$(pwd)
+CUDA=${CUDA_HOME:-/usr/local/cuda}
+FLEXGV=$ROOT/build/bin/flexgv
+WORK=$(mktemp -d)
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export CUBLAS_WORKSPACE_CONFIG=:4096:8 PYTHONUNBUFFERED=1
+exec > >(tee "$OUT/gpu-e2e.log") 2>&1
+
+failures=0
+pass() { echo "PASS: $*"; }
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+# json FILE EXPR: evaluate a Python expression over the summary's APIs.
+json() { python3 -c "import json,sys; s=json.load(open(sys.argv[1])); c={a['name']:a['calls'] for a in s['apis']}; print($2)" "$1"; }
+
+echo "== machine"
+date -u +%Y-%m-%dT%H:%M:%SZ
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+"$CUDA/bin/nvcc" --version | tail -2
+python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+[ -x "$FLEXGV" ] && [ -f build/lib/libflexgv.so ] || { echo "build/ is missing: run make first"; exit 2; }
+
+echo "== declarations against the real cuda.h / cudaTypedefs.h"
+if gcc -std=gnu11 -Wall -Werror -I"$CUDA/include" -c scripts/gpu/declcheck_gen.c -o "$WORK/decl.o" 2>"$WORK/decl.err"; then
+    pass "every hooked signature and version matches its PFN typedef ($(grep -c '^SAME' scripts/gpu/declcheck_gen.c) variants)"
+else
+    grep -E 'error' "$WORK/decl.err" | head -40
+    fail "hooked signatures differ from the real header"
+fi
+gcc -std=gnu11 -Iinclude -o "$WORK/types_ours" scripts/gpu/typecheck_gen.c &&
+    gcc -std=gnu11 -DREAL_CUDA_H -I"$CUDA/include" -o "$WORK/types_real" scripts/gpu/typecheck_gen.c &&
+    "$WORK/types_ours" >"$WORK/ours.txt" && "$WORK/types_real" >"$WORK/real.txt"
+if diff "$WORK/real.txt" "$WORK/ours.txt"; then
+    pass "enumerators, constants, sizes and field offsets match ($(wc -l <"$WORK/ours.txt") checked)"
+else
+    fail "our declarations differ from cuda.h (diff above: < real, > ours)"
+fi
+
+echo "== nvcc builds"
+"$CUDA/bin/nvcc" -O2 -o "$WORK/vectoradd_static" examples/vectoradd/vectoradd.cu &&
+    "$CUDA/bin/nvcc" -O2 -cudart shared -o "$WORK/vectoradd_shared" examples/vectoradd/vectoradd.cu &&
+    "$CUDA/bin/nvcc" -O2 -o "$WORK/launch_bench" bench/launch_bench.cu || fail "nvcc build"
+cmake -S examples/vectoradd -B "$WORK/cmake" >/dev/null && cmake --build "$WORK/cmake" >/dev/null &&
+    pass "examples/vectoradd builds with CMake" || fail "CMake build of examples/vectoradd"
+
+echo "== traced CUDA programs report exact counts"
+for kind in static shared; do
+    s="$WORK/va_$kind.json"
+    "$FLEXGV" trace --json -o "$s" -- "$WORK/vectoradd_$kind" 25 >"$WORK/va_$kind.out" || fail "vectoradd ($kind) under trace"
+    allocs=$(json "$s" 'c.get("cuMemAlloc_v2",0)')
+    launches=$(json "$s" 'sum(v for k,v in c.items() if k.startswith("cuLaunchKernel"))')
+    gpa=$(json "$s" 'c.get("cuGetProcAddress_v2",0)')
+    if [ "$allocs" = 3 ] && [ "$launches" = 25 ]; then
+        pass "vectoradd ($kind cudart): 3 allocations, 25 launches traced; $gpa entry points resolved through cuGetProcAddress_v2"
+    else
+        fail "vectoradd ($kind cudart): traced $allocs allocations and $launches launches, the program made 3 and 25"
+    fi
+done
+"$FLEXGV" trace -- "$WORK/vectoradd_static" 25 2>&1 >/dev/null | head -12
+
+echo "== every hooked variant against the real driver's resolver"
+build/tests/hookmap >"$WORK/hookmap_native.txt"; tail -1 "$WORK/hookmap_native.txt"
+grep MISMATCH "$WORK/hookmap_native.txt" | head -20
+if "$FLEXGV" run -- build/tests/hookmap shim >"$WORK/hookmap_shim.txt"; then
+    pass "$(tail -1 "$WORK/hookmap_shim.txt") under the shim"
+else
+    grep MISMATCH "$WORK/hookmap_shim.txt" | head -20
+    fail "hookmap under the shim: $(tail -1 "$WORK/hookmap_shim.txt")"
+fi
+
+echo "== PyTorch: native vs under the shim"
+python3 scripts/gpu/torch_train.py 100 >"$WORK/torch_native.json" || fail "torch native"
+"$FLEXGV" run -- python3 scripts/gpu/torch_train.py 100 >"$WORK/torch_run.json" || fail "torch under flexgv run"
+"$FLEXGV" trace --json -o "$WORK/torch_trace_summary.json" -- python3 scripts/gpu/torch_train.py 100 >"$WORK/torch_trace.json" || fail "torch under flexgv trace"
+same=$(python3 -c '
+import json,sys
+l=[json.loads(open(f).read())["losses"] for f in sys.argv[1:]]
+print(len(l[0]) if l[0]==l[1]==l[2] else 0)' "$WORK/torch_native.json" "$WORK/torch_run.json" "$WORK/torch_trace.json")
+[ "$same" -gt 0 ] && pass "losses bit-identical natively, under run and under trace ($same steps)" || fail "losses differ under the shim"
+launches=$(json "$WORK/torch_trace_summary.json" 'sum(v for k,v in c.items() if k.startswith("cuLaunchKernel"))')
+dlsym_allocs=$(json "$WORK/torch_trace_summary.json" 'c.get("cuMemAlloc_v2",0)')
+[ "$launches" -gt 1000 ] && [ "$dlsym_allocs" -gt 0 ] && pass "PyTorch: $launches launches and $dlsym_allocs cuMemAlloc_v2 traced" ||
+    fail "PyTorch: only $launches launches / $dlsym_allocs allocations traced"
+python3 -c "import json; s=json.load(open('$WORK/torch_trace_summary.json')); [print(f\"  {a['name']:32} {a['calls']:8}\") for a in s['apis'][:15]]"
+
+echo "== benchmark: launches (ns per launch, 200000 empty kernels, 5 alternating rounds)"
+for round in 1 2 3 4 5; do
+    echo "native $("$WORK/launch_bench" 200000)"
+    echo "run $("$FLEXGV" run -- "$WORK/launch_bench" 200000)"
+    echo "trace $("$FLEXGV" trace -o /dev/null -- "$WORK/launch_bench" 200000)"
+done | tee "$WORK/launch.txt"
+echo "== benchmark: PyTorch training throughput (600 steps, 3 alternating rounds)"
+for round in 1 2 3; do
+    echo "native $(python3 scripts/gpu/torch_train.py 600 50)"
+    echo "run $("$FLEXGV" run -- python3 scripts/gpu/torch_train.py 600 50)"
+done >"$WORK/torch_bench.txt"
+python3 - "$WORK/launch.txt" "$WORK/torch_bench.txt" <<'PY' | tee "$OUT/bench.txt"
+import json, statistics as st, sys
+runs = {}
+for line in open(sys.argv[1]):
+    mode, _, ns = line.split()
+    runs.setdefault(mode, []).append(float(ns))
+nat = st.median(runs["native"])
+print(f"launch: native median {nat:.1f} ns/launch (rounds {runs['native']})")
+for m in ("run", "trace"):
+    md = st.median(runs[m])
+    print(f"launch: {m:5} median {md:.1f} ns/launch, {md - nat:+.1f} ns vs native (rounds {runs[m]})")
+tp = {}
+for line in open(sys.argv[2]):
+    mode, doc = line.split(" ", 1)
+    tp.setdefault(mode, []).append(json.loads(doc)["steps_per_s"])
+r = st.median(tp["run"]) / st.median(tp["native"])
+print(f"torch: native {st.median(tp['native']):.1f} steps/s, under flexgv run {st.median(tp['run']):.1f} steps/s, ratio {r:.4f}")
+print(f"torch rounds: native {[round(x, 1) for x in tp['native']]}, run {[round(x, 1) for x in tp['run']]}")
+PY
+
+echo "== $failures failure(s)"
+cp "$WORK"/va_static.json "$WORK"/va_shared.json "$WORK"/torch_trace_summary.json "$OUT"/ 2>/dev/null
+exit $((failures > 0))

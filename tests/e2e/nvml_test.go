@@ -1,0 +1,88 @@
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// holder starts a process that holds memory and keeps the GPU busy.
+func (e *env) holder(args ...string) *exec.Cmd {
+	e.t.Helper()
+	cmd := exec.Command(bin("holder"), args...)
+	cmd.Env = e.environ(filepath.Join(build, "sim"))
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
+	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	if line != "ready\n" {
+		e.t.Fatalf("holder: %q", line)
+	}
+	return cmd
+}
+
+// NVML in another process sees the simulated GPU's configuration, memory in
+// use, utilization and processes; a SIGKILLed process's memory comes back.
+func TestSimulatedNVML(t *testing.T) {
+	e := newEnv(t, "FLEXGV_SIM_DEVICES=2", "FLEXGV_SIM_MEM=8GiB", "FLEXGV_SIM_CTX_MEM=100MiB")
+	r := e.run("nvmlclient")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "devices 2\n") ||
+		!strings.Contains(r.stdout, "device 1 name=FlexGV Simulated GPU uuid=GPU-f1e96000-5e1d-4000-8000-000000000001 total=8589934592 used=0 ") {
+		t.Fatalf("idle GPU: %+v", r)
+	}
+	// 3000 kernels of 2 ms queue 6 s of device work at once. Utilization
+	// covers the last second, so sample after 0.7 s of it: a slower host
+	// only makes the busy share larger.
+	h := e.holder("512", "3000", "2000")
+	used := uint64(512+100) << 20
+	time.Sleep(700 * time.Millisecond)
+	r = e.run("nvmlclient")
+	want := fmt.Sprintf("device 0 name=FlexGV Simulated GPU uuid=GPU-f1e96000-5e1d-4000-8000-000000000000 total=8589934592 used=%d free=%d total_v2=8589934592 util=", used, 8<<30-used)
+	if !strings.Contains(r.stdout, want) || !strings.Contains(r.stdout, fmt.Sprintf("procs=%d:%d\n", h.Process.Pid, used)) {
+		t.Fatalf("busy GPU: want %q and the holder's process:\n%s", want, r.stdout)
+	}
+	var util int
+	fmt.Sscanf(r.stdout[strings.Index(r.stdout, "util=")+5:], "%d", &util)
+	if util < 40 {
+		t.Errorf("utilization %d%% while kernels are queued", util)
+	}
+	h.Process.Signal(syscall.SIGKILL)
+	h.Wait()
+	r = e.run("nvmlclient")
+	if !strings.Contains(r.stdout, "device 0 name=FlexGV Simulated GPU uuid=GPU-f1e96000-5e1d-4000-8000-000000000000 total=8589934592 used=0 ") ||
+		!strings.Contains(r.stdout, "procs=\n") {
+		t.Fatalf("after SIGKILL the memory is not back:\n%s", r.stdout)
+	}
+}
+
+// Memory is shared by every process of the device: allocation past it fails
+// with out-of-memory, as on a full GPU.
+func TestSimulatedOutOfMemory(t *testing.T) {
+	e := newEnv(t, "FLEXGV_SIM_MEM=1GiB", "FLEXGV_SIM_CTX_MEM=0")
+	e.holder("700")
+	r := e.run("holder", "400")
+	if r.code != 2 || r.stdout != "alloc failed: CUDA_ERROR_OUT_OF_MEMORY\n" {
+		t.Fatalf("second holder: %+v", r)
+	}
+}
+
+// flexgv node reads the node through go-nvml.
+func TestNodeCommand(t *testing.T) {
+	e := newEnv(t, "FLEXGV_SIM_DEVICES=2", "FLEXGV_SIM_MEM=4GiB")
+	r := e.run("flexgv", "node")
+	if r.code != 0 || !strings.Contains(r.stdout, "FlexGV Simulated GPU") || strings.Count(r.stdout, "4096 MiB") != 2 {
+		t.Fatalf("flexgv node: %+v", r)
+	}
+	r = e.runIn(t.TempDir(), "flexgv", "node")
+	if r.code == 0 || !strings.Contains(r.stderr, "cannot initialize NVML") {
+		t.Fatalf("flexgv node without NVML: %+v", r)
+	}
+}

@@ -1,0 +1,115 @@
+package e2e
+
+import (
+	"debug/elf"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// Programs that never touch CUDA behave exactly as without the shim.
+func TestNonCUDAProgramsAreUntouched(t *testing.T) {
+	e := newEnv(t)
+	for _, argv := range [][]string{
+		{bin("nocuda")},
+		{"sh", "-c", "echo out; echo err >&2; ls / >/dev/null; exit 3"},
+		{"python3", "-c", "import ctypes, os, sys; print(os.getpid() > 0, ctypes.CDLL(None).getpid() > 0); sys.exit(5)"},
+	} {
+		native := e.runIn("", argv[0], argv[1:]...)
+		for _, mode := range []string{"run", "trace"} {
+			args := []string{mode}
+			if mode == "trace" {
+				args = append(args, "-o", filepath.Join(e.dir, "s.txt"))
+			}
+			shimmed := e.runIn("", "flexgv", append(append(args, "--"), argv...)...)
+			// Without a driver on the path flexgv warns once; nothing else may differ.
+			stderr := strings.Join(dropWarning(shimmed.stderr), "\n")
+			if shimmed.stdout != native.stdout || stderr != strings.TrimRight(native.stderr, "\n") || shimmed.code != native.code {
+				t.Errorf("%s under flexgv %s differs:\nnative %+v\nshim   %+v", argv[0], mode, native, shimmed)
+			}
+		}
+	}
+}
+
+func dropWarning(stderr string) []string {
+	var out []string
+	for _, l := range strings.Split(strings.TrimRight(stderr, "\n"), "\n") {
+		if !strings.HasPrefix(l, "flexgv: warning: no CUDA driver") && l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// Another interposer preloaded after the shim keeps RTLD_NEXT semantics.
+func TestSecondInterposerKeepsRTLDNext(t *testing.T) {
+	e := newEnv(t, "LD_PRELOAD="+bin("libnextlib.so"))
+	r := e.run("flexgv", "run", "--", bin("nextlib_user"))
+	if r.code != 0 || r.stdout != "nextlib: ok\n" {
+		t.Fatalf("nextlib_user under the shim: %+v", r)
+	}
+}
+
+// No driver: the program sees what it sees without flexgv, and flexgv says
+// what is missing.
+func TestMissingDriver(t *testing.T) {
+	e := newEnv(t)
+	empty := t.TempDir()
+	native := e.runIn(empty, "rtlike")
+	shimmed := e.runIn(empty, "flexgv", "run", "--", bin("rtlike"))
+	if native.code != 35 || shimmed.code != native.code || shimmed.stdout != native.stdout {
+		t.Fatalf("native %+v\nshim %+v", native, shimmed)
+	}
+	if !strings.Contains(shimmed.stderr, "flexgv: warning: no CUDA driver (libcuda.so.1)") ||
+		!strings.Contains(shimmed.stderr, "rtlike: no CUDA driver") {
+		t.Fatalf("stderr under the shim: %q", shimmed.stderr)
+	}
+	// A driver path that does not load: the shim says so once, and every
+	// call fails cleanly instead of crashing.
+	e2 := newEnv(t, "FLEXGV_DRIVER=/nonexistent/libcuda.so.1")
+	r := e2.run("flexgv", "run", "--", bin("direct"))
+	if r.code != 1 || strings.Count(r.stderr, "flexgv: cannot load /nonexistent/libcuda.so.1") != 1 ||
+		!strings.Contains(r.stderr, "cuInit(0) failed: 3") {
+		t.Fatalf("direct with a bad FLEXGV_DRIVER: %+v", r)
+	}
+}
+
+// The simulated GPU refuses a bad configuration with a clear message.
+func TestBadSimulatorConfig(t *testing.T) {
+	for _, c := range []struct{ env, msg string }{
+		{"FLEXGV_SIM_CONFIG=/nonexistent/sim.conf", "cannot read FLEXGV_SIM_CONFIG=/nonexistent/sim.conf"},
+		{"FLEXGV_SIM_MEM=lots", "invalid FLEXGV_SIM_MEM=lots"},
+		{"FLEXGV_SIM_DEVICES=99", "invalid FLEXGV_SIM_DEVICES=99"},
+	} {
+		e := newEnv(t, c.env)
+		r := e.run("direct")
+		if r.code == 0 || !strings.Contains(r.stderr, c.msg) || !strings.Contains(r.stderr, "cuInit(0) failed: 3") {
+			t.Errorf("%s: %+v", c.env, r)
+		}
+	}
+}
+
+// The shim loads in old container images: no glibc symbol newer than 2.17.
+func TestShimGlibcFloor(t *testing.T) {
+	f, err := elf.Open(filepath.Join(build, "lib", "libflexgv.so"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.ImportedSymbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range syms {
+		v, ok := strings.CutPrefix(s.Version, "GLIBC_")
+		if !ok {
+			continue
+		}
+		parts := strings.Split(v, ".")
+		minor, _ := strconv.Atoi(parts[1])
+		if parts[0] != "2" || minor > 17 {
+			t.Errorf("%s needs %s", s.Name, s.Version)
+		}
+	}
+}

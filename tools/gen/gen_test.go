@@ -1,0 +1,81 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The committed generated files must be what the tables generate.
+func TestGeneratedFilesUpToDate(t *testing.T) {
+	root := filepath.Join("..", "..")
+	files, err := generate(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range files {
+		got, err := os.ReadFile(filepath.Join(root, p))
+		if err != nil {
+			t.Errorf("%s: %v (run go run ./tools/gen)", p, err)
+			continue
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s is out of date: run go run ./tools/gen", p)
+		}
+	}
+}
+
+func TestParseRejectsBadLines(t *testing.T) {
+	for _, line := range []string{
+		"cuFoo(int x)",              // no version
+		"1000 cuFoo(int)",           // parameter without a name
+		"1000 cuFoo(int x) weird=1", // unknown attribute
+	} {
+		p := filepath.Join(t.TempDir(), "x.api")
+		os.WriteFile(p, []byte(line+"\n"), 0o644)
+		if _, err := parseAPI(p, LibCUDA); err == nil {
+			t.Errorf("%q: parsed without error", line)
+		}
+	}
+}
+
+func TestVariantNaming(t *testing.T) {
+	cases := []struct{ name, base, pfn string }{
+		{"cuMemAlloc_v2", "cuMemAlloc", "PFN_cuMemAlloc_v3020"},
+		{"cuLaunchKernel_ptsz", "cuLaunchKernel", "PFN_cuLaunchKernel_v7000_ptsz"},
+		{"cuMemcpyHtoD_v2_ptds", "cuMemcpyHtoD", "PFN_cuMemcpyHtoD_v7000_ptds"},
+		{"cuStreamBeginCapture_v2_ptsz", "cuStreamBeginCapture", "PFN_cuStreamBeginCapture_v10010_ptsz"},
+	}
+	entries, err := parseAPI(filepath.Join("..", "..", "api", "cuda.api"), LibCUDA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]Entry{}
+	for _, e := range entries {
+		byName[e.Name] = e
+	}
+	for _, c := range cases {
+		e, ok := byName[c.name]
+		if !ok {
+			t.Fatalf("%s not in cuda.api", c.name)
+		}
+		if e.Base() != c.base || e.PFN() != c.pfn {
+			t.Errorf("%s: base %s pfn %s, want %s %s", c.name, e.Base(), e.PFN(), c.base, c.pfn)
+		}
+	}
+	// Every per-thread variant has a legacy sibling of the same base.
+	for _, e := range entries {
+		if e.PerThread() == "" {
+			continue
+		}
+		found := false
+		for _, o := range entries {
+			found = found || (o.Base() == e.Base() && o.PerThread() == "" && len(o.Params) == len(e.Params))
+		}
+		if !found && !strings.HasPrefix(e.Name, "cuStreamBeginCapture") {
+			t.Errorf("%s has no legacy-stream sibling", e.Name)
+		}
+	}
+}
