@@ -9,7 +9,9 @@ CC       ?= cc
 GO       ?= go
 CFLAGS   ?= -O2 -g
 WARN     := -Wall -Wextra -Werror -std=gnu11
-NVML_INC := $(shell $(GO) list -m -f '{{.Dir}}' github.com/NVIDIA/go-nvml 2>/dev/null)/gen/nvml
+# NVIDIA's nvml.h as shipped in the go-nvml module (fetched if needed).
+NVML_INC := $(shell $(GO) mod download github.com/NVIDIA/go-nvml >/dev/null 2>&1; \
+                    $(GO) list -m -f '{{.Dir}}' github.com/NVIDIA/go-nvml)/gen/nvml
 INCS     := -Iinclude -Iinclude/flexgv -I$(NVML_INC)
 
 SHIM_SRC := $(wildcard shim/*.c)

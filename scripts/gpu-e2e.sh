@@ -31,8 +31,9 @@ python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.versio
 [ -x "$FLEXGV" ] && [ -f build/lib/libflexgv.so ] || { echo "build/ is missing: run make first"; exit 2; }
 
 echo "== declarations against the real cuda.h / cudaTypedefs.h"
-if gcc -std=gnu11 -Wall -Werror -I"$CUDA/include" -c scripts/gpu/declcheck_gen.c -o "$WORK/decl.o" 2>"$WORK/decl.err"; then
-    pass "every hooked signature and version matches its PFN typedef ($(grep -c '^SAME' scripts/gpu/declcheck_gen.c) variants)"
+if gcc -std=gnu11 -Wall -Werror -I"$CUDA/include" -c scripts/gpu/declcheck_gen.c -o "$WORK/decl.o" 2>"$WORK/decl.err" &&
+    gcc -std=gnu11 -Wall -Werror -I"$CUDA/include" -c scripts/gpu/declcheck_legacy_gen.c -o "$WORK/decl_legacy.o" 2>>"$WORK/decl.err"; then
+    pass "every hooked signature and version matches its PFN typedef ($(cat scripts/gpu/declcheck*_gen.c | grep -c '^SAME') variants)"
 else
     grep -E 'error' "$WORK/decl.err" | head -40
     fail "hooked signatures differ from the real header"

@@ -228,10 +228,6 @@ typedef CUresult (CUDAAPI *fg_sig_cuStreamWaitEvent)(CUstream hStream, CUevent h
 SAME(fg_sig_cuStreamWaitEvent, PFN_cuStreamWaitEvent_v3020);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamWaitEvent_ptsz)(CUstream hStream, CUevent hEvent, unsigned int Flags);
 SAME(fg_sig_cuStreamWaitEvent_ptsz, PFN_cuStreamWaitEvent_v7000_ptsz);
-typedef CUresult (CUDAAPI *fg_sig_cuStreamBeginCapture)(CUstream hStream);
-SAME(fg_sig_cuStreamBeginCapture, PFN_cuStreamBeginCapture_v10000);
-typedef CUresult (CUDAAPI *fg_sig_cuStreamBeginCapture_ptsz)(CUstream hStream);
-SAME(fg_sig_cuStreamBeginCapture_ptsz, PFN_cuStreamBeginCapture_v10000_ptsz);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamBeginCapture_v2)(CUstream hStream, CUstreamCaptureMode mode);
 SAME(fg_sig_cuStreamBeginCapture_v2, PFN_cuStreamBeginCapture_v10010);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamBeginCapture_v2_ptsz)(CUstream hStream, CUstreamCaptureMode mode);

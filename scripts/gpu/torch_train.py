@@ -23,7 +23,7 @@ def main():
     model = nn.Sequential(
         nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
         nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(),
-        nn.AdaptiveAvgPool2d(4), nn.Flatten(), nn.Linear(64 * 16, 10),
+        nn.AvgPool2d(8), nn.Flatten(), nn.Linear(64 * 16, 10),
     ).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     x = torch.randn(64, 3, 32, 32, generator=torch.Generator().manual_seed(1)).to(dev)

@@ -33,6 +33,7 @@ type Entry struct {
 	Params  []Param
 	Bytes   string // C expression counted as bytes, or ""
 	Post    bool
+	Legacy  bool // typedef only under __CUDA_API_VERSION_INTERNAL
 }
 
 // Base is the name cuGetProcAddress is asked for: the symbol without its
@@ -133,6 +134,8 @@ func parseAPI(path string, lib Lib) ([]Entry, error) {
 				e.Bytes = strings.TrimPrefix(attr, "bytes=")
 			case attr == "post":
 				e.Post = true
+			case attr == "legacy":
+				e.Legacy = true
 			default:
 				return nil, fmt.Errorf("%s:%d: unknown attribute %q", path, ln, attr)
 			}

@@ -210,13 +210,21 @@ func emitGoAPI(all []Entry) string {
 // emitDeclCheck writes a C file compiled on the GPU machine against the real
 // cuda.h and cudaTypedefs.h: every hooked variant's prototype, written with
 // the real types, must be the type of the real PFN typedef of its version.
-func emitDeclCheck(all []Entry) string {
+// Legacy entries go to a second file that asks for the header's internal
+// section, where the old ABIs' typedefs live.
+func emitDeclCheck(all []Entry, legacy bool) string {
 	var b strings.Builder
 	b.WriteString(cHeader)
 	b.WriteString("/* Compiled against the real CUDA headers: fails to compile if a hooked\n * signature or version in api/cuda.api disagrees with the driver. */\n")
+	if legacy {
+		b.WriteString("#define __CUDA_API_VERSION_INTERNAL 1\n")
+	}
 	b.WriteString("#include <cuda.h>\n#include <cudaTypedefs.h>\n\n")
 	b.WriteString("#define SAME(a, b) _Static_assert(__builtin_types_compatible_p(a, b), #a \" differs from \" #b)\n\n")
 	for _, e := range cudaOnly(all) {
+		if e.Legacy != legacy {
+			continue
+		}
 		fmt.Fprintf(&b, "typedef CUresult (CUDAAPI *fg_sig_%s)(%s);\n", e.Name, e.ParamList())
 		fmt.Fprintf(&b, "SAME(fg_sig_%s, %s);\n", e.Name, e.PFN())
 	}

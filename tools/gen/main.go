@@ -46,16 +46,17 @@ func generate(root string) (map[string][]byte, error) {
 		return nil, err
 	}
 	files := map[string][]byte{
-		"include/flexgv/api_ids_gen.h":      []byte(emitIDs(all)),
-		"include/flexgv/cuda_api_gen.h":     []byte(emitCUDAProtos(all)),
-		"shim/hooks_gen.c":                  []byte(wrappers),
-		"simgpu/procs_gen.c":                []byte(emitSimTable(all)),
-		"internal/api/api_gen.go":           []byte(emitGoAPI(all)),
-		"scripts/gpu/declcheck_gen.c":       []byte(emitDeclCheck(all)),
-		"include/flexgv/trace_layout_gen.h": []byte(emitLayoutC()),
-		"tests/clients/variants_gen.h":      []byte(emitVariants(all)),
-		"scripts/gpu/typecheck_gen.c":       []byte(emitTypeCheck(string(header), string(results))),
-		"internal/trace/layout_gen.go":      []byte(emitLayoutGo()),
+		"include/flexgv/api_ids_gen.h":       []byte(emitIDs(all)),
+		"include/flexgv/cuda_api_gen.h":      []byte(emitCUDAProtos(all)),
+		"shim/hooks_gen.c":                   []byte(wrappers),
+		"simgpu/procs_gen.c":                 []byte(emitSimTable(all)),
+		"internal/api/api_gen.go":            []byte(emitGoAPI(all)),
+		"scripts/gpu/declcheck_gen.c":        []byte(emitDeclCheck(all, false)),
+		"scripts/gpu/declcheck_legacy_gen.c": []byte(emitDeclCheck(all, true)),
+		"include/flexgv/trace_layout_gen.h":  []byte(emitLayoutC()),
+		"tests/clients/variants_gen.h":       []byte(emitVariants(all)),
+		"scripts/gpu/typecheck_gen.c":        []byte(emitTypeCheck(string(header), string(results))),
+		"internal/trace/layout_gen.go":       []byte(emitLayoutGo()),
 	}
 	for p, src := range files {
 		if filepath.Ext(p) == ".go" {

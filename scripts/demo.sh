@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# make demo: a sample CUDA workload under `flexgv trace --log`, on the
+# simulated GPU. REAL_GPU=1 builds examples/vectoradd with nvcc and traces
+# it on the machine's real driver instead.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=$PWD/build
+
+if [ "${REAL_GPU:-0}" = 1 ]; then
+    NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+    [ -x "$NVCC" ] || { echo "demo: REAL_GPU=1 needs nvcc (set NVCC=...)" >&2; exit 2; }
+    "$NVCC" -O2 -o "$B/vectoradd" examples/vectoradd/vectoradd.cu
+    exec "$B/bin/flexgv" trace --log -- "$B/vectoradd" 5
+fi
+
+state=$(mktemp)
+trap 'rm -f "$state"' EXIT
+export LD_LIBRARY_PATH=$B/sim${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export FLEXGV_SIM_STATE=$state FLEXGV_SIM_MEM=16GiB
+echo "== A CUDA-runtime-style program (tests/clients/rtlike.c) on the simulated GPU, under"
+echo "== flexgv trace --log: it resolves the driver through cuGetProcAddress_v2, allocates,"
+echo "== copies, launches (legacy and per-thread streams) and checks the vector-add result."
+echo
+"$B/bin/flexgv" trace --log -- "$B/tests/rtlike" 2
+echo
+echo "== The node as NVML sees it (flexgv node):"
+"$B/bin/flexgv" node
