@@ -13,10 +13,10 @@ if [ "${REAL_GPU:-0}" = 1 ]; then
     exec "$B/bin/flexgv" trace --log -- "$B/vectoradd" 5
 fi
 
-state=$(mktemp)
-trap 'rm -f "$state"' EXIT
+state=$(mktemp -d)
+trap 'rm -rf "$state"' EXIT
 export LD_LIBRARY_PATH=$B/sim${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export FLEXGV_SIM_STATE=$state FLEXGV_SIM_MEM=16GiB
+export FLEXGV_SIM_STATE=$state/gpu.state FLEXGV_SIM_MEM=16GiB
 echo "== A CUDA-runtime-style program (tests/clients/rtlike.c) on the simulated GPU, under"
 echo "== flexgv trace --log: it resolves the driver through cuGetProcAddress_v2, allocates,"
 echo "== copies, launches (legacy and per-thread streams) and checks the vector-add result."
