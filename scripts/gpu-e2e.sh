@@ -94,35 +94,39 @@ dlsym_allocs=$(json "$WORK/torch_trace_summary.json" 'c.get("cuMemAlloc_v2",0)')
     fail "PyTorch: only $launches launches / $dlsym_allocs allocations traced"
 python3 -c "import json; s=json.load(open('$WORK/torch_trace_summary.json')); [print(f\"  {a['name']:32} {a['calls']:8}\") for a in s['apis'][:15]]"
 
-echo "== benchmark: launches (ns per launch, 200000 empty kernels, 5 alternating rounds)"
-for round in 1 2 3 4 5; do
-    echo "native $("$WORK/launch_bench" 200000)"
-    echo "run $("$FLEXGV" run -- "$WORK/launch_bench" 200000)"
-    echo "trace $("$FLEXGV" trace -o /dev/null -- "$WORK/launch_bench" 200000)"
+# Benchmarks: modes alternate within each round and are compared pairwise per
+# round, so drift of the shared machine cancels. The launch loop is pinned to
+# one core; PyTorch is not (its worker threads would then compete).
+pin=(); command -v taskset >/dev/null && pin=(taskset -c 3)
+echo "== benchmark: launches (ns per launch, 200000 empty kernels, 9 rounds)"
+for round in 1 2 3 4 5 6 7 8 9; do
+    echo "$round native $("${pin[@]}" "$WORK/launch_bench" 200000)"
+    echo "$round run $("${pin[@]}" "$FLEXGV" run -- "$WORK/launch_bench" 200000)"
+    echo "$round trace $("${pin[@]}" "$FLEXGV" trace -o /dev/null -- "$WORK/launch_bench" 200000)"
 done | tee "$WORK/launch.txt"
-echo "== benchmark: PyTorch training throughput (600 steps, 3 alternating rounds)"
-for round in 1 2 3; do
-    echo "native $(python3 scripts/gpu/torch_train.py 600 50)"
-    echo "run $("$FLEXGV" run -- python3 scripts/gpu/torch_train.py 600 50)"
+echo "== benchmark: PyTorch training throughput (2000 steps, 7 rounds)"
+for round in 1 2 3 4 5 6 7; do
+    echo "$round native $(python3 scripts/gpu/torch_train.py 2000 50)"
+    echo "$round run $("$FLEXGV" run -- python3 scripts/gpu/torch_train.py 2000 50)"
 done >"$WORK/torch_bench.txt"
 python3 - "$WORK/launch.txt" "$WORK/torch_bench.txt" <<'PY' | tee "$OUT/bench.txt"
 import json, statistics as st, sys
-runs = {}
-for line in open(sys.argv[1]):
-    mode, _, ns = line.split()
-    runs.setdefault(mode, []).append(float(ns))
-nat = st.median(runs["native"])
-print(f"launch: native median {nat:.1f} ns/launch (rounds {runs['native']})")
+def rounds(path, value):
+    r = {}
+    for line in open(path):
+        n, mode, rest = line.split(" ", 2)
+        r.setdefault(int(n), {})[mode] = value(rest)
+    return [r[k] for k in sorted(r)]
+launch = rounds(sys.argv[1], lambda s: float(s.split()[1]))
+nat = [r["native"] for r in launch]
+print(f"launch native: median {st.median(nat):.1f} ns/launch, range {min(nat):.1f}..{max(nat):.1f}")
 for m in ("run", "trace"):
-    md = st.median(runs[m])
-    print(f"launch: {m:5} median {md:.1f} ns/launch, {md - nat:+.1f} ns vs native (rounds {runs[m]})")
-tp = {}
-for line in open(sys.argv[2]):
-    mode, doc = line.split(" ", 1)
-    tp.setdefault(mode, []).append(json.loads(doc)["steps_per_s"])
-r = st.median(tp["run"]) / st.median(tp["native"])
-print(f"torch: native {st.median(tp['native']):.1f} steps/s, under flexgv run {st.median(tp['run']):.1f} steps/s, ratio {r:.4f}")
-print(f"torch rounds: native {[round(x, 1) for x in tp['native']]}, run {[round(x, 1) for x in tp['run']]}")
+    d = [r[m] - r["native"] for r in launch]
+    print(f"launch {m}: median paired difference {st.median(d):+.1f} ns/launch, range {min(d):+.1f}..{max(d):+.1f} ({len(d)} rounds)")
+torch = rounds(sys.argv[2], lambda s: json.loads(s)["steps_per_s"])
+ratios = [r["run"] / r["native"] for r in torch]
+print(f"torch native: median {st.median(r['native'] for r in torch):.1f} steps/s")
+print(f"torch run/native: median paired ratio {st.median(ratios):.4f}, range {min(ratios):.4f}..{max(ratios):.4f} ({len(ratios)} rounds)")
 PY
 
 echo "== $failures failure(s)"
