@@ -55,7 +55,7 @@ void fg_log(int id, int result, uint64_t dt_ns, const char *fmt, ...) __attribut
  * and tracing is off, jump straight to it with every argument untouched;
  * otherwise jump to fg_slow_NAME, which has NAME's exact signature. Written
  * in assembly because compilers copy stack arguments around a sibling call;
- * this path is five instructions whatever the signature. */
+ * this path is seven instructions whatever the signature. */
 #define FG_SLOW __attribute__((visibility("hidden"), noinline, used))
 #if defined(__x86_64__)
 #define FG_FAST_PATH(name, index)                                  \
