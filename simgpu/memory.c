@@ -160,18 +160,17 @@ SIM_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t
     return r;
 }
 
-static CUresult free_kind(CUdeviceptr dptr, int want_pool)
+/* Frees the allocation starting at p if its kind is in kinds (a mask of
+ * 1 << enum alloc_kind); otherwise answers bad. */
+static CUresult release_at(uintptr_t p, unsigned kinds, CUresult bad)
 {
     if (!sim_initialized)
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (dptr == 0)
-        return CUDA_SUCCESS;
     pthread_mutex_lock(&mem_lock);
-    struct alloc *a = registry_find((uintptr_t)dptr);
-    if (!a || a->base != (uintptr_t)dptr || a->kind == K_HOST || a->kind == K_ARRAY ||
-        (want_pool && a->kind != K_POOL)) {
+    struct alloc *a = registry_find(p);
+    if (!p || !a || a->base != p || !(kinds & (1u << a->kind))) {
         pthread_mutex_unlock(&mem_lock);
-        return CUDA_ERROR_INVALID_VALUE;
+        return bad;
     }
     struct alloc copy = *a;
     registry_remove(a);
@@ -180,7 +179,16 @@ static CUresult free_kind(CUdeviceptr dptr, int want_pool)
     return CUDA_SUCCESS;
 }
 
-SIM_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) { return free_kind(dptr, 0); }
+#define DEVICE_KINDS ((1u << K_DEVICE) | (1u << K_MANAGED) | (1u << K_POOL))
+
+static CUresult free_kind(CUdeviceptr dptr, unsigned kinds)
+{
+    if (dptr == 0)
+        return sim_initialized ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+    return release_at((uintptr_t)dptr, kinds, CUDA_ERROR_INVALID_VALUE);
+}
+
+SIM_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) { return free_kind(dptr, DEVICE_KINDS); }
 
 SIM_EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
 {
@@ -247,19 +255,7 @@ SIM_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flag
 
 SIM_EXPORT CUresult cuMemFreeHost(void *p)
 {
-    if (!sim_initialized)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    pthread_mutex_lock(&mem_lock);
-    struct alloc *a = registry_find((uintptr_t)p);
-    if (!a || a->base != (uintptr_t)p || a->kind != K_HOST) {
-        pthread_mutex_unlock(&mem_lock);
-        return CUDA_ERROR_INVALID_VALUE;
-    }
-    struct alloc copy = *a;
-    registry_remove(a);
-    release_alloc(&copy);
-    pthread_mutex_unlock(&mem_lock);
-    return CUDA_SUCCESS;
+    return release_at((uintptr_t)p, 1u << K_HOST, CUDA_ERROR_INVALID_VALUE);
 }
 
 /* ---- stream-ordered allocation: pools keep freed memory reserved ---- */
@@ -342,12 +338,12 @@ SIM_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytes
 SIM_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
     (void)hStream;
-    return free_kind(dptr, 1);
+    return free_kind(dptr, 1u << K_POOL);
 }
 SIM_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
     (void)hStream;
-    return free_kind(dptr, 1);
+    return free_kind(dptr, 1u << K_POOL);
 }
 
 SIM_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
@@ -644,19 +640,7 @@ static CUresult array_create(void **out, size_t w, size_t h, size_t d, CUarray_f
 
 static CUresult array_destroy(void *h)
 {
-    if (!sim_initialized)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    pthread_mutex_lock(&mem_lock);
-    struct alloc *a = registry_find((uintptr_t)h);
-    if (!h || !a || a->base != (uintptr_t)h || a->kind != K_ARRAY) {
-        pthread_mutex_unlock(&mem_lock);
-        return CUDA_ERROR_INVALID_HANDLE;
-    }
-    struct alloc copy = *a;
-    registry_remove(a);
-    release_alloc(&copy);
-    pthread_mutex_unlock(&mem_lock);
-    return CUDA_SUCCESS;
+    return release_at((uintptr_t)h, 1u << K_ARRAY, CUDA_ERROR_INVALID_HANDLE);
 }
 
 SIM_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *d)

@@ -53,4 +53,44 @@ __attribute__((unused)) static void print_expects(void)
     fflush(stdout);
 }
 
+/* What the launch-loop clients need, resolved the way the CUDA runtime
+ * resolves it: dlopen, dlsym cuGetProcAddress_v2, then everything through
+ * it. A context is current and `fn` is the module's kernel `kernel`. */
+struct launch_env {
+    fg_pfn_cuLaunchKernel launch;
+    fg_pfn_cuCtxSetCurrent setcur;
+    fg_pfn_cuCtxSynchronize sync;
+    CUcontext ctx;
+    CUfunction fn;
+};
+
+__attribute__((unused)) static struct launch_env open_launch_env(const char *kernel)
+{
+    struct launch_env e;
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!h) {
+        fprintf(stderr, "%s\n", dlerror());
+        exit(1);
+    }
+    fg_pfn_cuGetProcAddress_v2 gpa = (fg_pfn_cuGetProcAddress_v2)dlsym(h, "cuGetProcAddress_v2");
+    fg_pfn_cuInit init;
+    fg_pfn_cuDevicePrimaryCtxRetain retain;
+    fg_pfn_cuModuleLoadData load;
+    fg_pfn_cuModuleGetFunction getfn;
+    CHECK(gpa("cuInit", (void **)&init, 2000, 0, NULL));
+    CHECK(gpa("cuDevicePrimaryCtxRetain", (void **)&retain, 7000, 0, NULL));
+    CHECK(gpa("cuCtxSetCurrent", (void **)&e.setcur, 4000, 0, NULL));
+    CHECK(gpa("cuModuleLoadData", (void **)&load, 2000, 0, NULL));
+    CHECK(gpa("cuModuleGetFunction", (void **)&getfn, 2000, 0, NULL));
+    CHECK(gpa("cuLaunchKernel", (void **)&e.launch, 4000, 0, NULL));
+    CHECK(gpa("cuCtxSynchronize", (void **)&e.sync, 2000, 0, NULL));
+    CUmodule mod;
+    CHECK(init(0));
+    CHECK(retain(&e.ctx, 0));
+    CHECK(e.setcur(e.ctx));
+    CHECK(load(&mod, SIM_MODULE));
+    CHECK(getfn(&e.fn, mod, kernel));
+    return e;
+}
+
 #endif
