@@ -434,13 +434,15 @@ const unsigned short fg_api_by_name[FG_NUM_APIS] = {
     FG_API_nvmlShutdown,
 };
 
-CUresult fg_post_cuGetProcAddress(CUresult r, const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
-CUresult fg_post_cuGetProcAddress_v2(CUresult r, const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags, CUdriverProcAddressQueryResult *symbolStatus);
+/* Nonzero: the hook leaves the pass-through path (tracing, a policy). */
+unsigned char fg_divert[FG_NUM_APIS] = {
+    [FG_API_cuGetProcAddress] = 1,
+    [FG_API_cuGetProcAddress_v2] = 1,
+};
 
 FG_SLOW CUresult fg_slow_cuInit(unsigned int Flags)
 {
-    typedef CUresult (*fn_t)(unsigned int);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuInit);
+    fg_real_cuInit real = (fg_real_cuInit)fg_real_fn(FG_API_cuInit);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuInit);
     if (!fg_tracing)
@@ -458,8 +460,7 @@ FG_FAST_PATH(cuInit, 0)
 
 FG_SLOW CUresult fg_slow_cuDriverGetVersion(int *driverVersion)
 {
-    typedef CUresult (*fn_t)(int *);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuDriverGetVersion);
+    fg_real_cuDriverGetVersion real = (fg_real_cuDriverGetVersion)fg_real_fn(FG_API_cuDriverGetVersion);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuDriverGetVersion);
     if (!fg_tracing)
@@ -477,8 +478,7 @@ FG_FAST_PATH(cuDriverGetVersion, 1)
 
 FG_SLOW CUresult fg_slow_cuDeviceGet(CUdevice *device, int ordinal)
 {
-    typedef CUresult (*fn_t)(CUdevice *, int);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuDeviceGet);
+    fg_real_cuDeviceGet real = (fg_real_cuDeviceGet)fg_real_fn(FG_API_cuDeviceGet);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuDeviceGet);
     if (!fg_tracing)
@@ -496,8 +496,7 @@ FG_FAST_PATH(cuDeviceGet, 2)
 
 FG_SLOW CUresult fg_slow_cuDeviceGetCount(int *count)
 {
-    typedef CUresult (*fn_t)(int *);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuDeviceGetCount);
+    fg_real_cuDeviceGetCount real = (fg_real_cuDeviceGetCount)fg_real_fn(FG_API_cuDeviceGetCount);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuDeviceGetCount);
     if (!fg_tracing)
@@ -515,8 +514,7 @@ FG_FAST_PATH(cuDeviceGetCount, 3)
 
 FG_SLOW CUresult fg_slow_cuDeviceGetName(char *name, int len, CUdevice dev)
 {
-    typedef CUresult (*fn_t)(char *, int, CUdevice);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuDeviceGetName);
+    fg_real_cuDeviceGetName real = (fg_real_cuDeviceGetName)fg_real_fn(FG_API_cuDeviceGetName);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuDeviceGetName);
     if (!fg_tracing)
@@ -534,8 +532,7 @@ FG_FAST_PATH(cuDeviceGetName, 4)
 
 FG_SLOW CUresult fg_slow_cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
 {
-    typedef CUresult (*fn_t)(CUuuid *, CUdevice);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuDeviceGetUuid);
+    fg_real_cuDeviceGetUuid real = (fg_real_cuDeviceGetUuid)fg_real_fn(FG_API_cuDeviceGetUuid);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuDeviceGetUuid);
     if (!fg_tracing)
@@ -553,8 +550,7 @@ FG_FAST_PATH(cuDeviceGetUuid, 5)
 
 FG_SLOW CUresult fg_slow_cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
 {
-    typedef CUresult (*fn_t)(CUuuid *, CUdevice);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuDeviceGetUuid_v2);
+    fg_real_cuDeviceGetUuid_v2 real = (fg_real_cuDeviceGetUuid_v2)fg_real_fn(FG_API_cuDeviceGetUuid_v2);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuDeviceGetUuid_v2);
     if (!fg_tracing)
@@ -572,8 +568,7 @@ FG_FAST_PATH(cuDeviceGetUuid_v2, 6)
 
 FG_SLOW CUresult fg_slow_cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {
-    typedef CUresult (*fn_t)(size_t *, CUdevice);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuDeviceTotalMem_v2);
+    fg_real_cuDeviceTotalMem_v2 real = (fg_real_cuDeviceTotalMem_v2)fg_real_fn(FG_API_cuDeviceTotalMem_v2);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuDeviceTotalMem_v2);
     if (!fg_tracing)
@@ -591,8 +586,7 @@ FG_FAST_PATH(cuDeviceTotalMem_v2, 7)
 
 FG_SLOW CUresult fg_slow_cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
 {
-    typedef CUresult (*fn_t)(int *, CUdevice_attribute, CUdevice);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuDeviceGetAttribute);
+    fg_real_cuDeviceGetAttribute real = (fg_real_cuDeviceGetAttribute)fg_real_fn(FG_API_cuDeviceGetAttribute);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuDeviceGetAttribute);
     if (!fg_tracing)
@@ -610,8 +604,7 @@ FG_FAST_PATH(cuDeviceGetAttribute, 8)
 
 FG_SLOW CUresult fg_slow_cuGetErrorString(CUresult error, const char **pStr)
 {
-    typedef CUresult (*fn_t)(CUresult, const char **);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuGetErrorString);
+    fg_real_cuGetErrorString real = (fg_real_cuGetErrorString)fg_real_fn(FG_API_cuGetErrorString);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuGetErrorString);
     if (!fg_tracing)
@@ -629,8 +622,7 @@ FG_FAST_PATH(cuGetErrorString, 9)
 
 FG_SLOW CUresult fg_slow_cuGetErrorName(CUresult error, const char **pStr)
 {
-    typedef CUresult (*fn_t)(CUresult, const char **);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuGetErrorName);
+    fg_real_cuGetErrorName real = (fg_real_cuGetErrorName)fg_real_fn(FG_API_cuGetErrorName);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuGetErrorName);
     if (!fg_tracing)
@@ -648,14 +640,13 @@ FG_FAST_PATH(cuGetErrorName, 10)
 
 FG_SLOW CUresult fg_slow_cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
 {
-    typedef CUresult (*fn_t)(const char *, void **, int, cuuint64_t);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuGetProcAddress);
+    fg_real_cuGetProcAddress real = (fg_real_cuGetProcAddress)fg_real_fn(FG_API_cuGetProcAddress);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuGetProcAddress);
     if (!fg_tracing)
-        return fg_post_cuGetProcAddress(real(symbol, pfn, cudaVersion, flags), symbol, pfn, cudaVersion, flags);
+        return fg_around_cuGetProcAddress(real, symbol, pfn, cudaVersion, flags);
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_post_cuGetProcAddress(real(symbol, pfn, cudaVersion, flags), symbol, pfn, cudaVersion, flags);
+    CUresult r = fg_around_cuGetProcAddress(real, symbol, pfn, cudaVersion, flags);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuGetProcAddress, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -663,21 +654,17 @@ FG_SLOW CUresult fg_slow_cuGetProcAddress(const char *symbol, void **pfn, int cu
     return r;
 }
 
-FG_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
-{
-    return fg_slow_cuGetProcAddress(symbol, pfn, cudaVersion, flags);
-}
+FG_FAST_PATH(cuGetProcAddress, 11)
 
 FG_SLOW CUresult fg_slow_cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags, CUdriverProcAddressQueryResult *symbolStatus)
 {
-    typedef CUresult (*fn_t)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuGetProcAddress_v2);
+    fg_real_cuGetProcAddress_v2 real = (fg_real_cuGetProcAddress_v2)fg_real_fn(FG_API_cuGetProcAddress_v2);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuGetProcAddress_v2);
     if (!fg_tracing)
-        return fg_post_cuGetProcAddress_v2(real(symbol, pfn, cudaVersion, flags, symbolStatus), symbol, pfn, cudaVersion, flags, symbolStatus);
+        return fg_around_cuGetProcAddress_v2(real, symbol, pfn, cudaVersion, flags, symbolStatus);
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_post_cuGetProcAddress_v2(real(symbol, pfn, cudaVersion, flags, symbolStatus), symbol, pfn, cudaVersion, flags, symbolStatus);
+    CUresult r = fg_around_cuGetProcAddress_v2(real, symbol, pfn, cudaVersion, flags, symbolStatus);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuGetProcAddress_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -685,15 +672,11 @@ FG_SLOW CUresult fg_slow_cuGetProcAddress_v2(const char *symbol, void **pfn, int
     return r;
 }
 
-FG_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags, CUdriverProcAddressQueryResult *symbolStatus)
-{
-    return fg_slow_cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolStatus);
-}
+FG_FAST_PATH(cuGetProcAddress_v2, 12)
 
 FG_SLOW CUresult fg_slow_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
-    typedef CUresult (*fn_t)(CUcontext *, CUdevice);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuDevicePrimaryCtxRetain);
+    fg_real_cuDevicePrimaryCtxRetain real = (fg_real_cuDevicePrimaryCtxRetain)fg_real_fn(FG_API_cuDevicePrimaryCtxRetain);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuDevicePrimaryCtxRetain);
     if (!fg_tracing)
@@ -711,8 +694,7 @@ FG_FAST_PATH(cuDevicePrimaryCtxRetain, 13)
 
 FG_SLOW CUresult fg_slow_cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
-    typedef CUresult (*fn_t)(CUdevice);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuDevicePrimaryCtxRelease_v2);
+    fg_real_cuDevicePrimaryCtxRelease_v2 real = (fg_real_cuDevicePrimaryCtxRelease_v2)fg_real_fn(FG_API_cuDevicePrimaryCtxRelease_v2);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuDevicePrimaryCtxRelease_v2);
     if (!fg_tracing)
@@ -730,8 +712,7 @@ FG_FAST_PATH(cuDevicePrimaryCtxRelease_v2, 14)
 
 FG_SLOW CUresult fg_slow_cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
-    typedef CUresult (*fn_t)(CUdevice);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuDevicePrimaryCtxReset_v2);
+    fg_real_cuDevicePrimaryCtxReset_v2 real = (fg_real_cuDevicePrimaryCtxReset_v2)fg_real_fn(FG_API_cuDevicePrimaryCtxReset_v2);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuDevicePrimaryCtxReset_v2);
     if (!fg_tracing)
@@ -749,8 +730,7 @@ FG_FAST_PATH(cuDevicePrimaryCtxReset_v2, 15)
 
 FG_SLOW CUresult fg_slow_cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
 {
-    typedef CUresult (*fn_t)(CUdevice, unsigned int);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuDevicePrimaryCtxSetFlags_v2);
+    fg_real_cuDevicePrimaryCtxSetFlags_v2 real = (fg_real_cuDevicePrimaryCtxSetFlags_v2)fg_real_fn(FG_API_cuDevicePrimaryCtxSetFlags_v2);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuDevicePrimaryCtxSetFlags_v2);
     if (!fg_tracing)
@@ -768,8 +748,7 @@ FG_FAST_PATH(cuDevicePrimaryCtxSetFlags_v2, 16)
 
 FG_SLOW CUresult fg_slow_cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
 {
-    typedef CUresult (*fn_t)(CUdevice, unsigned int *, int *);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuDevicePrimaryCtxGetState);
+    fg_real_cuDevicePrimaryCtxGetState real = (fg_real_cuDevicePrimaryCtxGetState)fg_real_fn(FG_API_cuDevicePrimaryCtxGetState);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuDevicePrimaryCtxGetState);
     if (!fg_tracing)
@@ -787,8 +766,7 @@ FG_FAST_PATH(cuDevicePrimaryCtxGetState, 17)
 
 FG_SLOW CUresult fg_slow_cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
-    typedef CUresult (*fn_t)(CUcontext *, unsigned int, CUdevice);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuCtxCreate_v2);
+    fg_real_cuCtxCreate_v2 real = (fg_real_cuCtxCreate_v2)fg_real_fn(FG_API_cuCtxCreate_v2);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuCtxCreate_v2);
     if (!fg_tracing)
@@ -806,8 +784,7 @@ FG_FAST_PATH(cuCtxCreate_v2, 18)
 
 FG_SLOW CUresult fg_slow_cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev)
 {
-    typedef CUresult (*fn_t)(CUcontext *, CUctxCreateParams *, unsigned int, CUdevice);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuCtxCreate_v4);
+    fg_real_cuCtxCreate_v4 real = (fg_real_cuCtxCreate_v4)fg_real_fn(FG_API_cuCtxCreate_v4);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuCtxCreate_v4);
     if (!fg_tracing)
@@ -825,8 +802,7 @@ FG_FAST_PATH(cuCtxCreate_v4, 19)
 
 FG_SLOW CUresult fg_slow_cuCtxDestroy_v2(CUcontext ctx)
 {
-    typedef CUresult (*fn_t)(CUcontext);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuCtxDestroy_v2);
+    fg_real_cuCtxDestroy_v2 real = (fg_real_cuCtxDestroy_v2)fg_real_fn(FG_API_cuCtxDestroy_v2);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuCtxDestroy_v2);
     if (!fg_tracing)
@@ -844,8 +820,7 @@ FG_FAST_PATH(cuCtxDestroy_v2, 20)
 
 FG_SLOW CUresult fg_slow_cuCtxPushCurrent_v2(CUcontext ctx)
 {
-    typedef CUresult (*fn_t)(CUcontext);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuCtxPushCurrent_v2);
+    fg_real_cuCtxPushCurrent_v2 real = (fg_real_cuCtxPushCurrent_v2)fg_real_fn(FG_API_cuCtxPushCurrent_v2);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuCtxPushCurrent_v2);
     if (!fg_tracing)
@@ -863,8 +838,7 @@ FG_FAST_PATH(cuCtxPushCurrent_v2, 21)
 
 FG_SLOW CUresult fg_slow_cuCtxPopCurrent_v2(CUcontext *pctx)
 {
-    typedef CUresult (*fn_t)(CUcontext *);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuCtxPopCurrent_v2);
+    fg_real_cuCtxPopCurrent_v2 real = (fg_real_cuCtxPopCurrent_v2)fg_real_fn(FG_API_cuCtxPopCurrent_v2);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuCtxPopCurrent_v2);
     if (!fg_tracing)
@@ -882,8 +856,7 @@ FG_FAST_PATH(cuCtxPopCurrent_v2, 22)
 
 FG_SLOW CUresult fg_slow_cuCtxSetCurrent(CUcontext ctx)
 {
-    typedef CUresult (*fn_t)(CUcontext);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuCtxSetCurrent);
+    fg_real_cuCtxSetCurrent real = (fg_real_cuCtxSetCurrent)fg_real_fn(FG_API_cuCtxSetCurrent);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuCtxSetCurrent);
     if (!fg_tracing)
@@ -901,8 +874,7 @@ FG_FAST_PATH(cuCtxSetCurrent, 23)
 
 FG_SLOW CUresult fg_slow_cuCtxGetCurrent(CUcontext *pctx)
 {
-    typedef CUresult (*fn_t)(CUcontext *);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuCtxGetCurrent);
+    fg_real_cuCtxGetCurrent real = (fg_real_cuCtxGetCurrent)fg_real_fn(FG_API_cuCtxGetCurrent);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuCtxGetCurrent);
     if (!fg_tracing)
@@ -920,8 +892,7 @@ FG_FAST_PATH(cuCtxGetCurrent, 24)
 
 FG_SLOW CUresult fg_slow_cuCtxGetDevice(CUdevice *device)
 {
-    typedef CUresult (*fn_t)(CUdevice *);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuCtxGetDevice);
+    fg_real_cuCtxGetDevice real = (fg_real_cuCtxGetDevice)fg_real_fn(FG_API_cuCtxGetDevice);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuCtxGetDevice);
     if (!fg_tracing)
@@ -939,8 +910,7 @@ FG_FAST_PATH(cuCtxGetDevice, 25)
 
 FG_SLOW CUresult fg_slow_cuCtxSynchronize(void)
 {
-    typedef CUresult (*fn_t)(void);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuCtxSynchronize);
+    fg_real_cuCtxSynchronize real = (fg_real_cuCtxSynchronize)fg_real_fn(FG_API_cuCtxSynchronize);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuCtxSynchronize);
     if (!fg_tracing)
@@ -958,8 +928,7 @@ FG_FAST_PATH(cuCtxSynchronize, 26)
 
 FG_SLOW CUresult fg_slow_cuMemGetInfo_v2(size_t *free, size_t *total)
 {
-    typedef CUresult (*fn_t)(size_t *, size_t *);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemGetInfo_v2);
+    fg_real_cuMemGetInfo_v2 real = (fg_real_cuMemGetInfo_v2)fg_real_fn(FG_API_cuMemGetInfo_v2);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemGetInfo_v2);
     if (!fg_tracing)
@@ -977,8 +946,7 @@ FG_FAST_PATH(cuMemGetInfo_v2, 27)
 
 FG_SLOW CUresult fg_slow_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr *, size_t);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemAlloc_v2);
+    fg_real_cuMemAlloc_v2 real = (fg_real_cuMemAlloc_v2)fg_real_fn(FG_API_cuMemAlloc_v2);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemAlloc_v2);
     if (!fg_tracing)
@@ -996,8 +964,7 @@ FG_FAST_PATH(cuMemAlloc_v2, 28)
 
 FG_SLOW CUresult fg_slow_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemAllocPitch_v2);
+    fg_real_cuMemAllocPitch_v2 real = (fg_real_cuMemAllocPitch_v2)fg_real_fn(FG_API_cuMemAllocPitch_v2);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemAllocPitch_v2);
     if (!fg_tracing)
@@ -1015,8 +982,7 @@ FG_FAST_PATH(cuMemAllocPitch_v2, 29)
 
 FG_SLOW CUresult fg_slow_cuMemFree_v2(CUdeviceptr dptr)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemFree_v2);
+    fg_real_cuMemFree_v2 real = (fg_real_cuMemFree_v2)fg_real_fn(FG_API_cuMemFree_v2);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemFree_v2);
     if (!fg_tracing)
@@ -1034,8 +1000,7 @@ FG_FAST_PATH(cuMemFree_v2, 30)
 
 FG_SLOW CUresult fg_slow_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr *, size_t, unsigned int);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemAllocManaged);
+    fg_real_cuMemAllocManaged real = (fg_real_cuMemAllocManaged)fg_real_fn(FG_API_cuMemAllocManaged);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemAllocManaged);
     if (!fg_tracing)
@@ -1053,8 +1018,7 @@ FG_FAST_PATH(cuMemAllocManaged, 31)
 
 FG_SLOW CUresult fg_slow_cuMemAllocHost_v2(void **pp, size_t bytesize)
 {
-    typedef CUresult (*fn_t)(void **, size_t);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemAllocHost_v2);
+    fg_real_cuMemAllocHost_v2 real = (fg_real_cuMemAllocHost_v2)fg_real_fn(FG_API_cuMemAllocHost_v2);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemAllocHost_v2);
     if (!fg_tracing)
@@ -1072,8 +1036,7 @@ FG_FAST_PATH(cuMemAllocHost_v2, 32)
 
 FG_SLOW CUresult fg_slow_cuMemFreeHost(void *p)
 {
-    typedef CUresult (*fn_t)(void *);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemFreeHost);
+    fg_real_cuMemFreeHost real = (fg_real_cuMemFreeHost)fg_real_fn(FG_API_cuMemFreeHost);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemFreeHost);
     if (!fg_tracing)
@@ -1091,8 +1054,7 @@ FG_FAST_PATH(cuMemFreeHost, 33)
 
 FG_SLOW CUresult fg_slow_cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
-    typedef CUresult (*fn_t)(void **, size_t, unsigned int);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemHostAlloc);
+    fg_real_cuMemHostAlloc real = (fg_real_cuMemHostAlloc)fg_real_fn(FG_API_cuMemHostAlloc);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemHostAlloc);
     if (!fg_tracing)
@@ -1110,8 +1072,7 @@ FG_FAST_PATH(cuMemHostAlloc, 34)
 
 FG_SLOW CUresult fg_slow_cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr *, size_t *, CUdeviceptr);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemGetAddressRange_v2);
+    fg_real_cuMemGetAddressRange_v2 real = (fg_real_cuMemGetAddressRange_v2)fg_real_fn(FG_API_cuMemGetAddressRange_v2);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemGetAddressRange_v2);
     if (!fg_tracing)
@@ -1129,8 +1090,7 @@ FG_FAST_PATH(cuMemGetAddressRange_v2, 35)
 
 FG_SLOW CUresult fg_slow_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr *, size_t, CUstream);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemAllocAsync);
+    fg_real_cuMemAllocAsync real = (fg_real_cuMemAllocAsync)fg_real_fn(FG_API_cuMemAllocAsync);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemAllocAsync);
     if (!fg_tracing)
@@ -1148,8 +1108,7 @@ FG_FAST_PATH(cuMemAllocAsync, 36)
 
 FG_SLOW CUresult fg_slow_cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr *, size_t, CUstream);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemAllocAsync_ptsz);
+    fg_real_cuMemAllocAsync_ptsz real = (fg_real_cuMemAllocAsync_ptsz)fg_real_fn(FG_API_cuMemAllocAsync_ptsz);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemAllocAsync_ptsz);
     if (!fg_tracing)
@@ -1167,8 +1126,7 @@ FG_FAST_PATH(cuMemAllocAsync_ptsz, 37)
 
 FG_SLOW CUresult fg_slow_cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr, CUstream);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemFreeAsync);
+    fg_real_cuMemFreeAsync real = (fg_real_cuMemFreeAsync)fg_real_fn(FG_API_cuMemFreeAsync);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemFreeAsync);
     if (!fg_tracing)
@@ -1186,8 +1144,7 @@ FG_FAST_PATH(cuMemFreeAsync, 38)
 
 FG_SLOW CUresult fg_slow_cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr, CUstream);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemFreeAsync_ptsz);
+    fg_real_cuMemFreeAsync_ptsz real = (fg_real_cuMemFreeAsync_ptsz)fg_real_fn(FG_API_cuMemFreeAsync_ptsz);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemFreeAsync_ptsz);
     if (!fg_tracing)
@@ -1205,8 +1162,7 @@ FG_FAST_PATH(cuMemFreeAsync_ptsz, 39)
 
 FG_SLOW CUresult fg_slow_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemAllocFromPoolAsync);
+    fg_real_cuMemAllocFromPoolAsync real = (fg_real_cuMemAllocFromPoolAsync)fg_real_fn(FG_API_cuMemAllocFromPoolAsync);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemAllocFromPoolAsync);
     if (!fg_tracing)
@@ -1224,8 +1180,7 @@ FG_FAST_PATH(cuMemAllocFromPoolAsync, 40)
 
 FG_SLOW CUresult fg_slow_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemAllocFromPoolAsync_ptsz);
+    fg_real_cuMemAllocFromPoolAsync_ptsz real = (fg_real_cuMemAllocFromPoolAsync_ptsz)fg_real_fn(FG_API_cuMemAllocFromPoolAsync_ptsz);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemAllocFromPoolAsync_ptsz);
     if (!fg_tracing)
@@ -1243,8 +1198,7 @@ FG_FAST_PATH(cuMemAllocFromPoolAsync_ptsz, 41)
 
 FG_SLOW CUresult fg_slow_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
 {
-    typedef CUresult (*fn_t)(CUmemoryPool *, const CUmemPoolProps *);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemPoolCreate);
+    fg_real_cuMemPoolCreate real = (fg_real_cuMemPoolCreate)fg_real_fn(FG_API_cuMemPoolCreate);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemPoolCreate);
     if (!fg_tracing)
@@ -1262,8 +1216,7 @@ FG_FAST_PATH(cuMemPoolCreate, 42)
 
 FG_SLOW CUresult fg_slow_cuMemPoolDestroy(CUmemoryPool pool)
 {
-    typedef CUresult (*fn_t)(CUmemoryPool);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemPoolDestroy);
+    fg_real_cuMemPoolDestroy real = (fg_real_cuMemPoolDestroy)fg_real_fn(FG_API_cuMemPoolDestroy);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemPoolDestroy);
     if (!fg_tracing)
@@ -1281,8 +1234,7 @@ FG_FAST_PATH(cuMemPoolDestroy, 43)
 
 FG_SLOW CUresult fg_slow_cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 {
-    typedef CUresult (*fn_t)(CUmemoryPool, size_t);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemPoolTrimTo);
+    fg_real_cuMemPoolTrimTo real = (fg_real_cuMemPoolTrimTo)fg_real_fn(FG_API_cuMemPoolTrimTo);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemPoolTrimTo);
     if (!fg_tracing)
@@ -1300,8 +1252,7 @@ FG_FAST_PATH(cuMemPoolTrimTo, 44)
 
 FG_SLOW CUresult fg_slow_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags)
 {
-    typedef CUresult (*fn_t)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemCreate);
+    fg_real_cuMemCreate real = (fg_real_cuMemCreate)fg_real_fn(FG_API_cuMemCreate);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemCreate);
     if (!fg_tracing)
@@ -1319,8 +1270,7 @@ FG_FAST_PATH(cuMemCreate, 45)
 
 FG_SLOW CUresult fg_slow_cuMemRelease(CUmemGenericAllocationHandle handle)
 {
-    typedef CUresult (*fn_t)(CUmemGenericAllocationHandle);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemRelease);
+    fg_real_cuMemRelease real = (fg_real_cuMemRelease)fg_real_fn(FG_API_cuMemRelease);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemRelease);
     if (!fg_tracing)
@@ -1338,8 +1288,7 @@ FG_FAST_PATH(cuMemRelease, 46)
 
 FG_SLOW CUresult fg_slow_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemAddressReserve);
+    fg_real_cuMemAddressReserve real = (fg_real_cuMemAddressReserve)fg_real_fn(FG_API_cuMemAddressReserve);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemAddressReserve);
     if (!fg_tracing)
@@ -1357,8 +1306,7 @@ FG_FAST_PATH(cuMemAddressReserve, 47)
 
 FG_SLOW CUresult fg_slow_cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr, size_t);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemAddressFree);
+    fg_real_cuMemAddressFree real = (fg_real_cuMemAddressFree)fg_real_fn(FG_API_cuMemAddressFree);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemAddressFree);
     if (!fg_tracing)
@@ -1376,8 +1324,7 @@ FG_FAST_PATH(cuMemAddressFree, 48)
 
 FG_SLOW CUresult fg_slow_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemMap);
+    fg_real_cuMemMap real = (fg_real_cuMemMap)fg_real_fn(FG_API_cuMemMap);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemMap);
     if (!fg_tracing)
@@ -1395,8 +1342,7 @@ FG_FAST_PATH(cuMemMap, 49)
 
 FG_SLOW CUresult fg_slow_cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr, size_t);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemUnmap);
+    fg_real_cuMemUnmap real = (fg_real_cuMemUnmap)fg_real_fn(FG_API_cuMemUnmap);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemUnmap);
     if (!fg_tracing)
@@ -1414,8 +1360,7 @@ FG_FAST_PATH(cuMemUnmap, 50)
 
 FG_SLOW CUresult fg_slow_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemSetAccess);
+    fg_real_cuMemSetAccess real = (fg_real_cuMemSetAccess)fg_real_fn(FG_API_cuMemSetAccess);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemSetAccess);
     if (!fg_tracing)
@@ -1433,8 +1378,7 @@ FG_FAST_PATH(cuMemSetAccess, 51)
 
 FG_SLOW CUresult fg_slow_cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option)
 {
-    typedef CUresult (*fn_t)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemGetAllocationGranularity);
+    fg_real_cuMemGetAllocationGranularity real = (fg_real_cuMemGetAllocationGranularity)fg_real_fn(FG_API_cuMemGetAllocationGranularity);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemGetAllocationGranularity);
     if (!fg_tracing)
@@ -1452,8 +1396,7 @@ FG_FAST_PATH(cuMemGetAllocationGranularity, 52)
 
 FG_SLOW CUresult fg_slow_cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray)
 {
-    typedef CUresult (*fn_t)(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuArrayCreate_v2);
+    fg_real_cuArrayCreate_v2 real = (fg_real_cuArrayCreate_v2)fg_real_fn(FG_API_cuArrayCreate_v2);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuArrayCreate_v2);
     if (!fg_tracing)
@@ -1471,8 +1414,7 @@ FG_FAST_PATH(cuArrayCreate_v2, 53)
 
 FG_SLOW CUresult fg_slow_cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray)
 {
-    typedef CUresult (*fn_t)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuArray3DCreate_v2);
+    fg_real_cuArray3DCreate_v2 real = (fg_real_cuArray3DCreate_v2)fg_real_fn(FG_API_cuArray3DCreate_v2);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuArray3DCreate_v2);
     if (!fg_tracing)
@@ -1490,8 +1432,7 @@ FG_FAST_PATH(cuArray3DCreate_v2, 54)
 
 FG_SLOW CUresult fg_slow_cuArrayDestroy(CUarray hArray)
 {
-    typedef CUresult (*fn_t)(CUarray);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuArrayDestroy);
+    fg_real_cuArrayDestroy real = (fg_real_cuArrayDestroy)fg_real_fn(FG_API_cuArrayDestroy);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuArrayDestroy);
     if (!fg_tracing)
@@ -1509,8 +1450,7 @@ FG_FAST_PATH(cuArrayDestroy, 55)
 
 FG_SLOW CUresult fg_slow_cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc, unsigned int numMipmapLevels)
 {
-    typedef CUresult (*fn_t)(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned int);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMipmappedArrayCreate);
+    fg_real_cuMipmappedArrayCreate real = (fg_real_cuMipmappedArrayCreate)fg_real_fn(FG_API_cuMipmappedArrayCreate);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMipmappedArrayCreate);
     if (!fg_tracing)
@@ -1528,8 +1468,7 @@ FG_FAST_PATH(cuMipmappedArrayCreate, 56)
 
 FG_SLOW CUresult fg_slow_cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 {
-    typedef CUresult (*fn_t)(CUmipmappedArray);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMipmappedArrayDestroy);
+    fg_real_cuMipmappedArrayDestroy real = (fg_real_cuMipmappedArrayDestroy)fg_real_fn(FG_API_cuMipmappedArrayDestroy);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMipmappedArrayDestroy);
     if (!fg_tracing)
@@ -1547,8 +1486,7 @@ FG_FAST_PATH(cuMipmappedArrayDestroy, 57)
 
 FG_SLOW CUresult fg_slow_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr, const void *, size_t);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemcpyHtoD_v2);
+    fg_real_cuMemcpyHtoD_v2 real = (fg_real_cuMemcpyHtoD_v2)fg_real_fn(FG_API_cuMemcpyHtoD_v2);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemcpyHtoD_v2);
     if (!fg_tracing)
@@ -1566,8 +1504,7 @@ FG_FAST_PATH(cuMemcpyHtoD_v2, 58)
 
 FG_SLOW CUresult fg_slow_cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr, const void *, size_t);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemcpyHtoD_v2_ptds);
+    fg_real_cuMemcpyHtoD_v2_ptds real = (fg_real_cuMemcpyHtoD_v2_ptds)fg_real_fn(FG_API_cuMemcpyHtoD_v2_ptds);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemcpyHtoD_v2_ptds);
     if (!fg_tracing)
@@ -1585,8 +1522,7 @@ FG_FAST_PATH(cuMemcpyHtoD_v2_ptds, 59)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
-    typedef CUresult (*fn_t)(void *, CUdeviceptr, size_t);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemcpyDtoH_v2);
+    fg_real_cuMemcpyDtoH_v2 real = (fg_real_cuMemcpyDtoH_v2)fg_real_fn(FG_API_cuMemcpyDtoH_v2);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemcpyDtoH_v2);
     if (!fg_tracing)
@@ -1604,8 +1540,7 @@ FG_FAST_PATH(cuMemcpyDtoH_v2, 60)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
-    typedef CUresult (*fn_t)(void *, CUdeviceptr, size_t);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemcpyDtoH_v2_ptds);
+    fg_real_cuMemcpyDtoH_v2_ptds real = (fg_real_cuMemcpyDtoH_v2_ptds)fg_real_fn(FG_API_cuMemcpyDtoH_v2_ptds);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemcpyDtoH_v2_ptds);
     if (!fg_tracing)
@@ -1623,8 +1558,7 @@ FG_FAST_PATH(cuMemcpyDtoH_v2_ptds, 61)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr, CUdeviceptr, size_t);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemcpyDtoD_v2);
+    fg_real_cuMemcpyDtoD_v2 real = (fg_real_cuMemcpyDtoD_v2)fg_real_fn(FG_API_cuMemcpyDtoD_v2);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemcpyDtoD_v2);
     if (!fg_tracing)
@@ -1642,8 +1576,7 @@ FG_FAST_PATH(cuMemcpyDtoD_v2, 62)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr, CUdeviceptr, size_t);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemcpyDtoD_v2_ptds);
+    fg_real_cuMemcpyDtoD_v2_ptds real = (fg_real_cuMemcpyDtoD_v2_ptds)fg_real_fn(FG_API_cuMemcpyDtoD_v2_ptds);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemcpyDtoD_v2_ptds);
     if (!fg_tracing)
@@ -1661,8 +1594,7 @@ FG_FAST_PATH(cuMemcpyDtoD_v2_ptds, 63)
 
 FG_SLOW CUresult fg_slow_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr, CUdeviceptr, size_t);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemcpy);
+    fg_real_cuMemcpy real = (fg_real_cuMemcpy)fg_real_fn(FG_API_cuMemcpy);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemcpy);
     if (!fg_tracing)
@@ -1680,8 +1612,7 @@ FG_FAST_PATH(cuMemcpy, 64)
 
 FG_SLOW CUresult fg_slow_cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr, CUdeviceptr, size_t);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemcpy_ptds);
+    fg_real_cuMemcpy_ptds real = (fg_real_cuMemcpy_ptds)fg_real_fn(FG_API_cuMemcpy_ptds);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemcpy_ptds);
     if (!fg_tracing)
@@ -1699,8 +1630,7 @@ FG_FAST_PATH(cuMemcpy_ptds, 65)
 
 FG_SLOW CUresult fg_slow_cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr, const void *, size_t, CUstream);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemcpyHtoDAsync_v2);
+    fg_real_cuMemcpyHtoDAsync_v2 real = (fg_real_cuMemcpyHtoDAsync_v2)fg_real_fn(FG_API_cuMemcpyHtoDAsync_v2);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemcpyHtoDAsync_v2);
     if (!fg_tracing)
@@ -1718,8 +1648,7 @@ FG_FAST_PATH(cuMemcpyHtoDAsync_v2, 66)
 
 FG_SLOW CUresult fg_slow_cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr, const void *, size_t, CUstream);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemcpyHtoDAsync_v2_ptsz);
+    fg_real_cuMemcpyHtoDAsync_v2_ptsz real = (fg_real_cuMemcpyHtoDAsync_v2_ptsz)fg_real_fn(FG_API_cuMemcpyHtoDAsync_v2_ptsz);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemcpyHtoDAsync_v2_ptsz);
     if (!fg_tracing)
@@ -1737,8 +1666,7 @@ FG_FAST_PATH(cuMemcpyHtoDAsync_v2_ptsz, 67)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
-    typedef CUresult (*fn_t)(void *, CUdeviceptr, size_t, CUstream);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemcpyDtoHAsync_v2);
+    fg_real_cuMemcpyDtoHAsync_v2 real = (fg_real_cuMemcpyDtoHAsync_v2)fg_real_fn(FG_API_cuMemcpyDtoHAsync_v2);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemcpyDtoHAsync_v2);
     if (!fg_tracing)
@@ -1756,8 +1684,7 @@ FG_FAST_PATH(cuMemcpyDtoHAsync_v2, 68)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
-    typedef CUresult (*fn_t)(void *, CUdeviceptr, size_t, CUstream);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemcpyDtoHAsync_v2_ptsz);
+    fg_real_cuMemcpyDtoHAsync_v2_ptsz real = (fg_real_cuMemcpyDtoHAsync_v2_ptsz)fg_real_fn(FG_API_cuMemcpyDtoHAsync_v2_ptsz);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemcpyDtoHAsync_v2_ptsz);
     if (!fg_tracing)
@@ -1775,8 +1702,7 @@ FG_FAST_PATH(cuMemcpyDtoHAsync_v2_ptsz, 69)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemcpyDtoDAsync_v2);
+    fg_real_cuMemcpyDtoDAsync_v2 real = (fg_real_cuMemcpyDtoDAsync_v2)fg_real_fn(FG_API_cuMemcpyDtoDAsync_v2);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemcpyDtoDAsync_v2);
     if (!fg_tracing)
@@ -1794,8 +1720,7 @@ FG_FAST_PATH(cuMemcpyDtoDAsync_v2, 70)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemcpyDtoDAsync_v2_ptsz);
+    fg_real_cuMemcpyDtoDAsync_v2_ptsz real = (fg_real_cuMemcpyDtoDAsync_v2_ptsz)fg_real_fn(FG_API_cuMemcpyDtoDAsync_v2_ptsz);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemcpyDtoDAsync_v2_ptsz);
     if (!fg_tracing)
@@ -1813,8 +1738,7 @@ FG_FAST_PATH(cuMemcpyDtoDAsync_v2_ptsz, 71)
 
 FG_SLOW CUresult fg_slow_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemcpyAsync);
+    fg_real_cuMemcpyAsync real = (fg_real_cuMemcpyAsync)fg_real_fn(FG_API_cuMemcpyAsync);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemcpyAsync);
     if (!fg_tracing)
@@ -1832,8 +1756,7 @@ FG_FAST_PATH(cuMemcpyAsync, 72)
 
 FG_SLOW CUresult fg_slow_cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemcpyAsync_ptsz);
+    fg_real_cuMemcpyAsync_ptsz real = (fg_real_cuMemcpyAsync_ptsz)fg_real_fn(FG_API_cuMemcpyAsync_ptsz);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemcpyAsync_ptsz);
     if (!fg_tracing)
@@ -1851,8 +1774,7 @@ FG_FAST_PATH(cuMemcpyAsync_ptsz, 73)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr, unsigned char, size_t);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemsetD8_v2);
+    fg_real_cuMemsetD8_v2 real = (fg_real_cuMemsetD8_v2)fg_real_fn(FG_API_cuMemsetD8_v2);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemsetD8_v2);
     if (!fg_tracing)
@@ -1870,8 +1792,7 @@ FG_FAST_PATH(cuMemsetD8_v2, 74)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr, unsigned char, size_t);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemsetD8_v2_ptds);
+    fg_real_cuMemsetD8_v2_ptds real = (fg_real_cuMemsetD8_v2_ptds)fg_real_fn(FG_API_cuMemsetD8_v2_ptds);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemsetD8_v2_ptds);
     if (!fg_tracing)
@@ -1889,8 +1810,7 @@ FG_FAST_PATH(cuMemsetD8_v2_ptds, 75)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr, unsigned int, size_t);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemsetD32_v2);
+    fg_real_cuMemsetD32_v2 real = (fg_real_cuMemsetD32_v2)fg_real_fn(FG_API_cuMemsetD32_v2);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemsetD32_v2);
     if (!fg_tracing)
@@ -1908,8 +1828,7 @@ FG_FAST_PATH(cuMemsetD32_v2, 76)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr, unsigned int, size_t);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemsetD32_v2_ptds);
+    fg_real_cuMemsetD32_v2_ptds real = (fg_real_cuMemsetD32_v2_ptds)fg_real_fn(FG_API_cuMemsetD32_v2_ptds);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemsetD32_v2_ptds);
     if (!fg_tracing)
@@ -1927,8 +1846,7 @@ FG_FAST_PATH(cuMemsetD32_v2_ptds, 77)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr, unsigned char, size_t, CUstream);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemsetD8Async);
+    fg_real_cuMemsetD8Async real = (fg_real_cuMemsetD8Async)fg_real_fn(FG_API_cuMemsetD8Async);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemsetD8Async);
     if (!fg_tracing)
@@ -1946,8 +1864,7 @@ FG_FAST_PATH(cuMemsetD8Async, 78)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr, unsigned char, size_t, CUstream);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemsetD8Async_ptsz);
+    fg_real_cuMemsetD8Async_ptsz real = (fg_real_cuMemsetD8Async_ptsz)fg_real_fn(FG_API_cuMemsetD8Async_ptsz);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemsetD8Async_ptsz);
     if (!fg_tracing)
@@ -1965,8 +1882,7 @@ FG_FAST_PATH(cuMemsetD8Async_ptsz, 79)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr, unsigned int, size_t, CUstream);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemsetD32Async);
+    fg_real_cuMemsetD32Async real = (fg_real_cuMemsetD32Async)fg_real_fn(FG_API_cuMemsetD32Async);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemsetD32Async);
     if (!fg_tracing)
@@ -1984,8 +1900,7 @@ FG_FAST_PATH(cuMemsetD32Async, 80)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
-    typedef CUresult (*fn_t)(CUdeviceptr, unsigned int, size_t, CUstream);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuMemsetD32Async_ptsz);
+    fg_real_cuMemsetD32Async_ptsz real = (fg_real_cuMemsetD32Async_ptsz)fg_real_fn(FG_API_cuMemsetD32Async_ptsz);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemsetD32Async_ptsz);
     if (!fg_tracing)
@@ -2003,8 +1918,7 @@ FG_FAST_PATH(cuMemsetD32Async_ptsz, 81)
 
 FG_SLOW CUresult fg_slow_cuModuleLoad(CUmodule *module, const char *fname)
 {
-    typedef CUresult (*fn_t)(CUmodule *, const char *);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuModuleLoad);
+    fg_real_cuModuleLoad real = (fg_real_cuModuleLoad)fg_real_fn(FG_API_cuModuleLoad);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuModuleLoad);
     if (!fg_tracing)
@@ -2022,8 +1936,7 @@ FG_FAST_PATH(cuModuleLoad, 82)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadData(CUmodule *module, const void *image)
 {
-    typedef CUresult (*fn_t)(CUmodule *, const void *);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuModuleLoadData);
+    fg_real_cuModuleLoadData real = (fg_real_cuModuleLoadData)fg_real_fn(FG_API_cuModuleLoadData);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuModuleLoadData);
     if (!fg_tracing)
@@ -2041,8 +1954,7 @@ FG_FAST_PATH(cuModuleLoadData, 83)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
-    typedef CUresult (*fn_t)(CUmodule *, const void *, unsigned int, CUjit_option *, void **);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuModuleLoadDataEx);
+    fg_real_cuModuleLoadDataEx real = (fg_real_cuModuleLoadDataEx)fg_real_fn(FG_API_cuModuleLoadDataEx);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuModuleLoadDataEx);
     if (!fg_tracing)
@@ -2060,8 +1972,7 @@ FG_FAST_PATH(cuModuleLoadDataEx, 84)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
 {
-    typedef CUresult (*fn_t)(CUmodule *, const void *);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuModuleLoadFatBinary);
+    fg_real_cuModuleLoadFatBinary real = (fg_real_cuModuleLoadFatBinary)fg_real_fn(FG_API_cuModuleLoadFatBinary);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuModuleLoadFatBinary);
     if (!fg_tracing)
@@ -2079,8 +1990,7 @@ FG_FAST_PATH(cuModuleLoadFatBinary, 85)
 
 FG_SLOW CUresult fg_slow_cuModuleUnload(CUmodule hmod)
 {
-    typedef CUresult (*fn_t)(CUmodule);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuModuleUnload);
+    fg_real_cuModuleUnload real = (fg_real_cuModuleUnload)fg_real_fn(FG_API_cuModuleUnload);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuModuleUnload);
     if (!fg_tracing)
@@ -2098,8 +2008,7 @@ FG_FAST_PATH(cuModuleUnload, 86)
 
 FG_SLOW CUresult fg_slow_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
 {
-    typedef CUresult (*fn_t)(CUfunction *, CUmodule, const char *);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuModuleGetFunction);
+    fg_real_cuModuleGetFunction real = (fg_real_cuModuleGetFunction)fg_real_fn(FG_API_cuModuleGetFunction);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuModuleGetFunction);
     if (!fg_tracing)
@@ -2117,8 +2026,7 @@ FG_FAST_PATH(cuModuleGetFunction, 87)
 
 FG_SLOW CUresult fg_slow_cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
-    typedef CUresult (*fn_t)(CUlibrary *, const void *, CUjit_option *, void **, unsigned int, CUlibraryOption *, void **, unsigned int);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuLibraryLoadData);
+    fg_real_cuLibraryLoadData real = (fg_real_cuLibraryLoadData)fg_real_fn(FG_API_cuLibraryLoadData);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLibraryLoadData);
     if (!fg_tracing)
@@ -2136,8 +2044,7 @@ FG_FAST_PATH(cuLibraryLoadData, 88)
 
 FG_SLOW CUresult fg_slow_cuLibraryUnload(CUlibrary library)
 {
-    typedef CUresult (*fn_t)(CUlibrary);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuLibraryUnload);
+    fg_real_cuLibraryUnload real = (fg_real_cuLibraryUnload)fg_real_fn(FG_API_cuLibraryUnload);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLibraryUnload);
     if (!fg_tracing)
@@ -2155,8 +2062,7 @@ FG_FAST_PATH(cuLibraryUnload, 89)
 
 FG_SLOW CUresult fg_slow_cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
 {
-    typedef CUresult (*fn_t)(CUkernel *, CUlibrary, const char *);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuLibraryGetKernel);
+    fg_real_cuLibraryGetKernel real = (fg_real_cuLibraryGetKernel)fg_real_fn(FG_API_cuLibraryGetKernel);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLibraryGetKernel);
     if (!fg_tracing)
@@ -2174,8 +2080,7 @@ FG_FAST_PATH(cuLibraryGetKernel, 90)
 
 FG_SLOW CUresult fg_slow_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 {
-    typedef CUresult (*fn_t)(CUfunction *, CUkernel);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuKernelGetFunction);
+    fg_real_cuKernelGetFunction real = (fg_real_cuKernelGetFunction)fg_real_fn(FG_API_cuKernelGetFunction);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuKernelGetFunction);
     if (!fg_tracing)
@@ -2193,8 +2098,7 @@ FG_FAST_PATH(cuKernelGetFunction, 91)
 
 FG_SLOW CUresult fg_slow_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
 {
-    typedef CUresult (*fn_t)(int *, CUfunction_attribute, CUfunction);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuFuncGetAttribute);
+    fg_real_cuFuncGetAttribute real = (fg_real_cuFuncGetAttribute)fg_real_fn(FG_API_cuFuncGetAttribute);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuFuncGetAttribute);
     if (!fg_tracing)
@@ -2212,8 +2116,7 @@ FG_FAST_PATH(cuFuncGetAttribute, 92)
 
 FG_SLOW CUresult fg_slow_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
 {
-    typedef CUresult (*fn_t)(CUfunction, CUfunction_attribute, int);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuFuncSetAttribute);
+    fg_real_cuFuncSetAttribute real = (fg_real_cuFuncSetAttribute)fg_real_fn(FG_API_cuFuncSetAttribute);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuFuncSetAttribute);
     if (!fg_tracing)
@@ -2231,8 +2134,7 @@ FG_FAST_PATH(cuFuncSetAttribute, 93)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
-    typedef CUresult (*fn_t)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, CUstream, void **, void **);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuLaunchKernel);
+    fg_real_cuLaunchKernel real = (fg_real_cuLaunchKernel)fg_real_fn(FG_API_cuLaunchKernel);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLaunchKernel);
     if (!fg_tracing)
@@ -2250,8 +2152,7 @@ FG_FAST_PATH(cuLaunchKernel, 94)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
-    typedef CUresult (*fn_t)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, CUstream, void **, void **);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuLaunchKernel_ptsz);
+    fg_real_cuLaunchKernel_ptsz real = (fg_real_cuLaunchKernel_ptsz)fg_real_fn(FG_API_cuLaunchKernel_ptsz);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLaunchKernel_ptsz);
     if (!fg_tracing)
@@ -2269,8 +2170,7 @@ FG_FAST_PATH(cuLaunchKernel_ptsz, 95)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
-    typedef CUresult (*fn_t)(const CUlaunchConfig *, CUfunction, void **, void **);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuLaunchKernelEx);
+    fg_real_cuLaunchKernelEx real = (fg_real_cuLaunchKernelEx)fg_real_fn(FG_API_cuLaunchKernelEx);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLaunchKernelEx);
     if (!fg_tracing)
@@ -2288,8 +2188,7 @@ FG_FAST_PATH(cuLaunchKernelEx, 96)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
-    typedef CUresult (*fn_t)(const CUlaunchConfig *, CUfunction, void **, void **);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuLaunchKernelEx_ptsz);
+    fg_real_cuLaunchKernelEx_ptsz real = (fg_real_cuLaunchKernelEx_ptsz)fg_real_fn(FG_API_cuLaunchKernelEx_ptsz);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLaunchKernelEx_ptsz);
     if (!fg_tracing)
@@ -2307,8 +2206,7 @@ FG_FAST_PATH(cuLaunchKernelEx_ptsz, 97)
 
 FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
-    typedef CUresult (*fn_t)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, CUstream, void **);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuLaunchCooperativeKernel);
+    fg_real_cuLaunchCooperativeKernel real = (fg_real_cuLaunchCooperativeKernel)fg_real_fn(FG_API_cuLaunchCooperativeKernel);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLaunchCooperativeKernel);
     if (!fg_tracing)
@@ -2326,8 +2224,7 @@ FG_FAST_PATH(cuLaunchCooperativeKernel, 98)
 
 FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
-    typedef CUresult (*fn_t)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, CUstream, void **);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuLaunchCooperativeKernel_ptsz);
+    fg_real_cuLaunchCooperativeKernel_ptsz real = (fg_real_cuLaunchCooperativeKernel_ptsz)fg_real_fn(FG_API_cuLaunchCooperativeKernel_ptsz);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLaunchCooperativeKernel_ptsz);
     if (!fg_tracing)
@@ -2345,8 +2242,7 @@ FG_FAST_PATH(cuLaunchCooperativeKernel_ptsz, 99)
 
 FG_SLOW CUresult fg_slow_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
 {
-    typedef CUresult (*fn_t)(CUstream, CUhostFn, void *);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuLaunchHostFunc);
+    fg_real_cuLaunchHostFunc real = (fg_real_cuLaunchHostFunc)fg_real_fn(FG_API_cuLaunchHostFunc);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLaunchHostFunc);
     if (!fg_tracing)
@@ -2364,8 +2260,7 @@ FG_FAST_PATH(cuLaunchHostFunc, 100)
 
 FG_SLOW CUresult fg_slow_cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData)
 {
-    typedef CUresult (*fn_t)(CUstream, CUhostFn, void *);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuLaunchHostFunc_ptsz);
+    fg_real_cuLaunchHostFunc_ptsz real = (fg_real_cuLaunchHostFunc_ptsz)fg_real_fn(FG_API_cuLaunchHostFunc_ptsz);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLaunchHostFunc_ptsz);
     if (!fg_tracing)
@@ -2383,8 +2278,7 @@ FG_FAST_PATH(cuLaunchHostFunc_ptsz, 101)
 
 FG_SLOW CUresult fg_slow_cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
-    typedef CUresult (*fn_t)(CUstream *, unsigned int);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuStreamCreate);
+    fg_real_cuStreamCreate real = (fg_real_cuStreamCreate)fg_real_fn(FG_API_cuStreamCreate);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuStreamCreate);
     if (!fg_tracing)
@@ -2402,8 +2296,7 @@ FG_FAST_PATH(cuStreamCreate, 102)
 
 FG_SLOW CUresult fg_slow_cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
-    typedef CUresult (*fn_t)(CUstream *, unsigned int, int);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuStreamCreateWithPriority);
+    fg_real_cuStreamCreateWithPriority real = (fg_real_cuStreamCreateWithPriority)fg_real_fn(FG_API_cuStreamCreateWithPriority);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuStreamCreateWithPriority);
     if (!fg_tracing)
@@ -2421,8 +2314,7 @@ FG_FAST_PATH(cuStreamCreateWithPriority, 103)
 
 FG_SLOW CUresult fg_slow_cuStreamDestroy_v2(CUstream hStream)
 {
-    typedef CUresult (*fn_t)(CUstream);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuStreamDestroy_v2);
+    fg_real_cuStreamDestroy_v2 real = (fg_real_cuStreamDestroy_v2)fg_real_fn(FG_API_cuStreamDestroy_v2);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuStreamDestroy_v2);
     if (!fg_tracing)
@@ -2440,8 +2332,7 @@ FG_FAST_PATH(cuStreamDestroy_v2, 104)
 
 FG_SLOW CUresult fg_slow_cuStreamSynchronize(CUstream hStream)
 {
-    typedef CUresult (*fn_t)(CUstream);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuStreamSynchronize);
+    fg_real_cuStreamSynchronize real = (fg_real_cuStreamSynchronize)fg_real_fn(FG_API_cuStreamSynchronize);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuStreamSynchronize);
     if (!fg_tracing)
@@ -2459,8 +2350,7 @@ FG_FAST_PATH(cuStreamSynchronize, 105)
 
 FG_SLOW CUresult fg_slow_cuStreamSynchronize_ptsz(CUstream hStream)
 {
-    typedef CUresult (*fn_t)(CUstream);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuStreamSynchronize_ptsz);
+    fg_real_cuStreamSynchronize_ptsz real = (fg_real_cuStreamSynchronize_ptsz)fg_real_fn(FG_API_cuStreamSynchronize_ptsz);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuStreamSynchronize_ptsz);
     if (!fg_tracing)
@@ -2478,8 +2368,7 @@ FG_FAST_PATH(cuStreamSynchronize_ptsz, 106)
 
 FG_SLOW CUresult fg_slow_cuStreamQuery(CUstream hStream)
 {
-    typedef CUresult (*fn_t)(CUstream);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuStreamQuery);
+    fg_real_cuStreamQuery real = (fg_real_cuStreamQuery)fg_real_fn(FG_API_cuStreamQuery);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuStreamQuery);
     if (!fg_tracing)
@@ -2497,8 +2386,7 @@ FG_FAST_PATH(cuStreamQuery, 107)
 
 FG_SLOW CUresult fg_slow_cuStreamQuery_ptsz(CUstream hStream)
 {
-    typedef CUresult (*fn_t)(CUstream);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuStreamQuery_ptsz);
+    fg_real_cuStreamQuery_ptsz real = (fg_real_cuStreamQuery_ptsz)fg_real_fn(FG_API_cuStreamQuery_ptsz);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuStreamQuery_ptsz);
     if (!fg_tracing)
@@ -2516,8 +2404,7 @@ FG_FAST_PATH(cuStreamQuery_ptsz, 108)
 
 FG_SLOW CUresult fg_slow_cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
-    typedef CUresult (*fn_t)(CUstream, CUevent, unsigned int);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuStreamWaitEvent);
+    fg_real_cuStreamWaitEvent real = (fg_real_cuStreamWaitEvent)fg_real_fn(FG_API_cuStreamWaitEvent);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuStreamWaitEvent);
     if (!fg_tracing)
@@ -2535,8 +2422,7 @@ FG_FAST_PATH(cuStreamWaitEvent, 109)
 
 FG_SLOW CUresult fg_slow_cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
-    typedef CUresult (*fn_t)(CUstream, CUevent, unsigned int);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuStreamWaitEvent_ptsz);
+    fg_real_cuStreamWaitEvent_ptsz real = (fg_real_cuStreamWaitEvent_ptsz)fg_real_fn(FG_API_cuStreamWaitEvent_ptsz);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuStreamWaitEvent_ptsz);
     if (!fg_tracing)
@@ -2554,8 +2440,7 @@ FG_FAST_PATH(cuStreamWaitEvent_ptsz, 110)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture(CUstream hStream)
 {
-    typedef CUresult (*fn_t)(CUstream);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuStreamBeginCapture);
+    fg_real_cuStreamBeginCapture real = (fg_real_cuStreamBeginCapture)fg_real_fn(FG_API_cuStreamBeginCapture);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuStreamBeginCapture);
     if (!fg_tracing)
@@ -2573,8 +2458,7 @@ FG_FAST_PATH(cuStreamBeginCapture, 111)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_ptsz(CUstream hStream)
 {
-    typedef CUresult (*fn_t)(CUstream);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuStreamBeginCapture_ptsz);
+    fg_real_cuStreamBeginCapture_ptsz real = (fg_real_cuStreamBeginCapture_ptsz)fg_real_fn(FG_API_cuStreamBeginCapture_ptsz);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuStreamBeginCapture_ptsz);
     if (!fg_tracing)
@@ -2592,8 +2476,7 @@ FG_FAST_PATH(cuStreamBeginCapture_ptsz, 112)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
-    typedef CUresult (*fn_t)(CUstream, CUstreamCaptureMode);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuStreamBeginCapture_v2);
+    fg_real_cuStreamBeginCapture_v2 real = (fg_real_cuStreamBeginCapture_v2)fg_real_fn(FG_API_cuStreamBeginCapture_v2);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuStreamBeginCapture_v2);
     if (!fg_tracing)
@@ -2611,8 +2494,7 @@ FG_FAST_PATH(cuStreamBeginCapture_v2, 113)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
 {
-    typedef CUresult (*fn_t)(CUstream, CUstreamCaptureMode);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuStreamBeginCapture_v2_ptsz);
+    fg_real_cuStreamBeginCapture_v2_ptsz real = (fg_real_cuStreamBeginCapture_v2_ptsz)fg_real_fn(FG_API_cuStreamBeginCapture_v2_ptsz);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuStreamBeginCapture_v2_ptsz);
     if (!fg_tracing)
@@ -2630,8 +2512,7 @@ FG_FAST_PATH(cuStreamBeginCapture_v2_ptsz, 114)
 
 FG_SLOW CUresult fg_slow_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
-    typedef CUresult (*fn_t)(CUstream, CUgraph *);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuStreamEndCapture);
+    fg_real_cuStreamEndCapture real = (fg_real_cuStreamEndCapture)fg_real_fn(FG_API_cuStreamEndCapture);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuStreamEndCapture);
     if (!fg_tracing)
@@ -2649,8 +2530,7 @@ FG_FAST_PATH(cuStreamEndCapture, 115)
 
 FG_SLOW CUresult fg_slow_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
 {
-    typedef CUresult (*fn_t)(CUstream, CUgraph *);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuStreamEndCapture_ptsz);
+    fg_real_cuStreamEndCapture_ptsz real = (fg_real_cuStreamEndCapture_ptsz)fg_real_fn(FG_API_cuStreamEndCapture_ptsz);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuStreamEndCapture_ptsz);
     if (!fg_tracing)
@@ -2668,8 +2548,7 @@ FG_FAST_PATH(cuStreamEndCapture_ptsz, 116)
 
 FG_SLOW CUresult fg_slow_cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
-    typedef CUresult (*fn_t)(CUevent *, unsigned int);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuEventCreate);
+    fg_real_cuEventCreate real = (fg_real_cuEventCreate)fg_real_fn(FG_API_cuEventCreate);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuEventCreate);
     if (!fg_tracing)
@@ -2687,8 +2566,7 @@ FG_FAST_PATH(cuEventCreate, 117)
 
 FG_SLOW CUresult fg_slow_cuEventRecord(CUevent hEvent, CUstream hStream)
 {
-    typedef CUresult (*fn_t)(CUevent, CUstream);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuEventRecord);
+    fg_real_cuEventRecord real = (fg_real_cuEventRecord)fg_real_fn(FG_API_cuEventRecord);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuEventRecord);
     if (!fg_tracing)
@@ -2706,8 +2584,7 @@ FG_FAST_PATH(cuEventRecord, 118)
 
 FG_SLOW CUresult fg_slow_cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
 {
-    typedef CUresult (*fn_t)(CUevent, CUstream);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuEventRecord_ptsz);
+    fg_real_cuEventRecord_ptsz real = (fg_real_cuEventRecord_ptsz)fg_real_fn(FG_API_cuEventRecord_ptsz);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuEventRecord_ptsz);
     if (!fg_tracing)
@@ -2725,8 +2602,7 @@ FG_FAST_PATH(cuEventRecord_ptsz, 119)
 
 FG_SLOW CUresult fg_slow_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
-    typedef CUresult (*fn_t)(CUevent, CUstream, unsigned int);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuEventRecordWithFlags);
+    fg_real_cuEventRecordWithFlags real = (fg_real_cuEventRecordWithFlags)fg_real_fn(FG_API_cuEventRecordWithFlags);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuEventRecordWithFlags);
     if (!fg_tracing)
@@ -2744,8 +2620,7 @@ FG_FAST_PATH(cuEventRecordWithFlags, 120)
 
 FG_SLOW CUresult fg_slow_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
-    typedef CUresult (*fn_t)(CUevent, CUstream, unsigned int);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuEventRecordWithFlags_ptsz);
+    fg_real_cuEventRecordWithFlags_ptsz real = (fg_real_cuEventRecordWithFlags_ptsz)fg_real_fn(FG_API_cuEventRecordWithFlags_ptsz);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuEventRecordWithFlags_ptsz);
     if (!fg_tracing)
@@ -2763,8 +2638,7 @@ FG_FAST_PATH(cuEventRecordWithFlags_ptsz, 121)
 
 FG_SLOW CUresult fg_slow_cuEventQuery(CUevent hEvent)
 {
-    typedef CUresult (*fn_t)(CUevent);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuEventQuery);
+    fg_real_cuEventQuery real = (fg_real_cuEventQuery)fg_real_fn(FG_API_cuEventQuery);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuEventQuery);
     if (!fg_tracing)
@@ -2782,8 +2656,7 @@ FG_FAST_PATH(cuEventQuery, 122)
 
 FG_SLOW CUresult fg_slow_cuEventSynchronize(CUevent hEvent)
 {
-    typedef CUresult (*fn_t)(CUevent);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuEventSynchronize);
+    fg_real_cuEventSynchronize real = (fg_real_cuEventSynchronize)fg_real_fn(FG_API_cuEventSynchronize);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuEventSynchronize);
     if (!fg_tracing)
@@ -2801,8 +2674,7 @@ FG_FAST_PATH(cuEventSynchronize, 123)
 
 FG_SLOW CUresult fg_slow_cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
-    typedef CUresult (*fn_t)(float *, CUevent, CUevent);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuEventElapsedTime);
+    fg_real_cuEventElapsedTime real = (fg_real_cuEventElapsedTime)fg_real_fn(FG_API_cuEventElapsedTime);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuEventElapsedTime);
     if (!fg_tracing)
@@ -2820,8 +2692,7 @@ FG_FAST_PATH(cuEventElapsedTime, 124)
 
 FG_SLOW CUresult fg_slow_cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
-    typedef CUresult (*fn_t)(float *, CUevent, CUevent);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuEventElapsedTime_v2);
+    fg_real_cuEventElapsedTime_v2 real = (fg_real_cuEventElapsedTime_v2)fg_real_fn(FG_API_cuEventElapsedTime_v2);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuEventElapsedTime_v2);
     if (!fg_tracing)
@@ -2839,8 +2710,7 @@ FG_FAST_PATH(cuEventElapsedTime_v2, 125)
 
 FG_SLOW CUresult fg_slow_cuEventDestroy_v2(CUevent hEvent)
 {
-    typedef CUresult (*fn_t)(CUevent);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuEventDestroy_v2);
+    fg_real_cuEventDestroy_v2 real = (fg_real_cuEventDestroy_v2)fg_real_fn(FG_API_cuEventDestroy_v2);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuEventDestroy_v2);
     if (!fg_tracing)
@@ -2858,8 +2728,7 @@ FG_FAST_PATH(cuEventDestroy_v2, 126)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
-    typedef CUresult (*fn_t)(CUgraphExec *, CUgraph, unsigned long long);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuGraphInstantiateWithFlags);
+    fg_real_cuGraphInstantiateWithFlags real = (fg_real_cuGraphInstantiateWithFlags)fg_real_fn(FG_API_cuGraphInstantiateWithFlags);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuGraphInstantiateWithFlags);
     if (!fg_tracing)
@@ -2877,8 +2746,7 @@ FG_FAST_PATH(cuGraphInstantiateWithFlags, 127)
 
 FG_SLOW CUresult fg_slow_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
-    typedef CUresult (*fn_t)(CUgraphExec, CUstream);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuGraphLaunch);
+    fg_real_cuGraphLaunch real = (fg_real_cuGraphLaunch)fg_real_fn(FG_API_cuGraphLaunch);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuGraphLaunch);
     if (!fg_tracing)
@@ -2896,8 +2764,7 @@ FG_FAST_PATH(cuGraphLaunch, 128)
 
 FG_SLOW CUresult fg_slow_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
-    typedef CUresult (*fn_t)(CUgraphExec, CUstream);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuGraphLaunch_ptsz);
+    fg_real_cuGraphLaunch_ptsz real = (fg_real_cuGraphLaunch_ptsz)fg_real_fn(FG_API_cuGraphLaunch_ptsz);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuGraphLaunch_ptsz);
     if (!fg_tracing)
@@ -2915,8 +2782,7 @@ FG_FAST_PATH(cuGraphLaunch_ptsz, 129)
 
 FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
-    typedef CUresult (*fn_t)(CUgraphExec);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuGraphExecDestroy);
+    fg_real_cuGraphExecDestroy real = (fg_real_cuGraphExecDestroy)fg_real_fn(FG_API_cuGraphExecDestroy);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuGraphExecDestroy);
     if (!fg_tracing)
@@ -2934,8 +2800,7 @@ FG_FAST_PATH(cuGraphExecDestroy, 130)
 
 FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
 {
-    typedef CUresult (*fn_t)(CUgraph);
-    fn_t real = (fn_t)fg_real_fn(FG_API_cuGraphDestroy);
+    fg_real_cuGraphDestroy real = (fg_real_cuGraphDestroy)fg_real_fn(FG_API_cuGraphDestroy);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuGraphDestroy);
     if (!fg_tracing)
@@ -2953,8 +2818,7 @@ FG_FAST_PATH(cuGraphDestroy, 131)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
 {
-    typedef nvmlReturn_t (*fn_t)(void);
-    fn_t real = (fn_t)fg_real_fn(FG_API_nvmlInit_v2);
+    fg_real_nvmlInit_v2 real = (fg_real_nvmlInit_v2)fg_real_fn(FG_API_nvmlInit_v2);
     if (real == NULL)
         return (nvmlReturn_t)fg_missing(FG_API_nvmlInit_v2);
     if (!fg_tracing)
@@ -2972,8 +2836,7 @@ FG_FAST_PATH(nvmlInit_v2, 132)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
 {
-    typedef nvmlReturn_t (*fn_t)(unsigned int);
-    fn_t real = (fn_t)fg_real_fn(FG_API_nvmlInitWithFlags);
+    fg_real_nvmlInitWithFlags real = (fg_real_nvmlInitWithFlags)fg_real_fn(FG_API_nvmlInitWithFlags);
     if (real == NULL)
         return (nvmlReturn_t)fg_missing(FG_API_nvmlInitWithFlags);
     if (!fg_tracing)
@@ -2991,8 +2854,7 @@ FG_FAST_PATH(nvmlInitWithFlags, 133)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
 {
-    typedef nvmlReturn_t (*fn_t)(void);
-    fn_t real = (fn_t)fg_real_fn(FG_API_nvmlShutdown);
+    fg_real_nvmlShutdown real = (fg_real_nvmlShutdown)fg_real_fn(FG_API_nvmlShutdown);
     if (real == NULL)
         return (nvmlReturn_t)fg_missing(FG_API_nvmlShutdown);
     if (!fg_tracing)
@@ -3010,8 +2872,7 @@ FG_FAST_PATH(nvmlShutdown, 134)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
 {
-    typedef nvmlReturn_t (*fn_t)(unsigned int *);
-    fn_t real = (fn_t)fg_real_fn(FG_API_nvmlDeviceGetCount_v2);
+    fg_real_nvmlDeviceGetCount_v2 real = (fg_real_nvmlDeviceGetCount_v2)fg_real_fn(FG_API_nvmlDeviceGetCount_v2);
     if (real == NULL)
         return (nvmlReturn_t)fg_missing(FG_API_nvmlDeviceGetCount_v2);
     if (!fg_tracing)
@@ -3029,8 +2890,7 @@ FG_FAST_PATH(nvmlDeviceGetCount_v2, 135)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
 {
-    typedef nvmlReturn_t (*fn_t)(unsigned int, nvmlDevice_t *);
-    fn_t real = (fn_t)fg_real_fn(FG_API_nvmlDeviceGetHandleByIndex_v2);
+    fg_real_nvmlDeviceGetHandleByIndex_v2 real = (fg_real_nvmlDeviceGetHandleByIndex_v2)fg_real_fn(FG_API_nvmlDeviceGetHandleByIndex_v2);
     if (real == NULL)
         return (nvmlReturn_t)fg_missing(FG_API_nvmlDeviceGetHandleByIndex_v2);
     if (!fg_tracing)
@@ -3048,8 +2908,7 @@ FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 136)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
-    typedef nvmlReturn_t (*fn_t)(nvmlDevice_t, nvmlMemory_t *);
-    fn_t real = (fn_t)fg_real_fn(FG_API_nvmlDeviceGetMemoryInfo);
+    fg_real_nvmlDeviceGetMemoryInfo real = (fg_real_nvmlDeviceGetMemoryInfo)fg_real_fn(FG_API_nvmlDeviceGetMemoryInfo);
     if (real == NULL)
         return (nvmlReturn_t)fg_missing(FG_API_nvmlDeviceGetMemoryInfo);
     if (!fg_tracing)
@@ -3067,8 +2926,7 @@ FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 137)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
-    typedef nvmlReturn_t (*fn_t)(nvmlDevice_t, nvmlMemory_v2_t *);
-    fn_t real = (fn_t)fg_real_fn(FG_API_nvmlDeviceGetMemoryInfo_v2);
+    fg_real_nvmlDeviceGetMemoryInfo_v2 real = (fg_real_nvmlDeviceGetMemoryInfo_v2)fg_real_fn(FG_API_nvmlDeviceGetMemoryInfo_v2);
     if (real == NULL)
         return (nvmlReturn_t)fg_missing(FG_API_nvmlDeviceGetMemoryInfo_v2);
     if (!fg_tracing)
@@ -3086,8 +2944,7 @@ FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 138)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
 {
-    typedef nvmlReturn_t (*fn_t)(nvmlDevice_t, nvmlUtilization_t *);
-    fn_t real = (fn_t)fg_real_fn(FG_API_nvmlDeviceGetUtilizationRates);
+    fg_real_nvmlDeviceGetUtilizationRates real = (fg_real_nvmlDeviceGetUtilizationRates)fg_real_fn(FG_API_nvmlDeviceGetUtilizationRates);
     if (real == NULL)
         return (nvmlReturn_t)fg_missing(FG_API_nvmlDeviceGetUtilizationRates);
     if (!fg_tracing)
@@ -3105,8 +2962,7 @@ FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 139)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
-    typedef nvmlReturn_t (*fn_t)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *);
-    fn_t real = (fn_t)fg_real_fn(FG_API_nvmlDeviceGetComputeRunningProcesses_v3);
+    fg_real_nvmlDeviceGetComputeRunningProcesses_v3 real = (fg_real_nvmlDeviceGetComputeRunningProcesses_v3)fg_real_fn(FG_API_nvmlDeviceGetComputeRunningProcesses_v3);
     if (real == NULL)
         return (nvmlReturn_t)fg_missing(FG_API_nvmlDeviceGetComputeRunningProcesses_v3);
     if (!fg_tracing)

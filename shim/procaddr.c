@@ -17,21 +17,19 @@ static void swap_in_wrapper(const char *symbol, void **pfn)
     *pfn = fg_wrappers[id];
 }
 
-CUresult fg_post_cuGetProcAddress(CUresult r, const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+CUresult fg_around_cuGetProcAddress(fg_real_cuGetProcAddress real, const char *symbol, void **pfn, int cudaVersion,
+                                    cuuint64_t flags)
 {
-    (void)cudaVersion;
-    (void)flags;
+    CUresult r = real(symbol, pfn, cudaVersion, flags);
     if (r == CUDA_SUCCESS)
         swap_in_wrapper(symbol, pfn);
     return r;
 }
 
-CUresult fg_post_cuGetProcAddress_v2(CUresult r, const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
-                                     CUdriverProcAddressQueryResult *symbolStatus)
+CUresult fg_around_cuGetProcAddress_v2(fg_real_cuGetProcAddress_v2 real, const char *symbol, void **pfn,
+                                       int cudaVersion, cuuint64_t flags, CUdriverProcAddressQueryResult *symbolStatus)
 {
-    (void)cudaVersion;
-    (void)flags;
-    (void)symbolStatus;
+    CUresult r = real(symbol, pfn, cudaVersion, flags, symbolStatus);
     if (r == CUDA_SUCCESS)
         swap_in_wrapper(symbol, pfn);
     return r;

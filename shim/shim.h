@@ -12,6 +12,7 @@
 #include "flexgv/trace_layout_gen.h"
 #define NVML_NO_UNVERSIONED_FUNC_DEFS
 #include <nvml.h>
+#include "hooks_gen.h"
 
 #define FG_EXPORT __attribute__((visibility("default")))
 #define FG_LIKELY(x) __builtin_expect(!!(x), 1)
@@ -22,6 +23,7 @@ extern const char *const fg_api_names[FG_NUM_APIS];
 extern const char *const fg_api_bases[FG_NUM_APIS];
 extern const unsigned short fg_api_by_name[FG_NUM_APIS];
 extern void *const fg_wrappers[FG_NUM_APIS];
+extern unsigned char fg_divert[FG_NUM_APIS];
 
 /* Real entry points, filled lazily and lock-free (driver.c). */
 extern void *fg_real[FG_NUM_APIS];
@@ -52,7 +54,7 @@ void fg_trace_after_fork(void);
 void fg_log(int id, int result, uint64_t dt_ns, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* Exported wrapper NAME for hook INDEX: when the real entry point is known
- * and tracing is off, jump straight to it with every argument untouched;
+ * and nothing diverts the hook, jump straight to it with every argument untouched;
  * otherwise jump to fg_slow_NAME, which has NAME's exact signature. Written
  * in assembly because compilers copy stack arguments around a sibling call;
  * this path is seven instructions whatever the signature. */
@@ -67,7 +69,7 @@ void fg_log(int id, int result, uint64_t dt_ns, const char *fmt, ...) __attribut
             "\tmovq fg_real+8*" #index "(%rip), %rax\n"            \
             "\ttestq %rax, %rax\n"                                 \
             "\tjz fg_slow_" #name "\n"                             \
-            "\tcmpl $0, fg_tracing(%rip)\n"                        \
+            "\tcmpb $0, fg_divert+" #index "(%rip)\n"               \
             "\tjne fg_slow_" #name "\n"                            \
             "\tjmp *%rax\n"                                        \
             ".size " #name ", .-" #name "\n");

@@ -93,6 +93,7 @@ void fg_trace_attach(const char *path)
     claim_slot();
     atexit(mark_exit);
     fg_tracing = 1;
+    memset(fg_divert, 1, sizeof fg_divert);
 }
 
 void fg_trace_after_fork(void)

@@ -32,8 +32,9 @@ type Entry struct {
 	Name    string // exported symbol, e.g. cuMemAlloc_v2
 	Params  []Param
 	Bytes   string // C expression counted as bytes, or ""
-	Post    bool
-	Legacy  bool // typedef only under __CUDA_API_VERSION_INTERNAL
+	Around  bool   // a hand-written fg_around_<name>(real, args...) runs the call
+	Always  bool   // never takes the pass-through path
+	Legacy  bool   // typedef only under __CUDA_API_VERSION_INTERNAL
 }
 
 // Base is the name cuGetProcAddress is asked for: the symbol without its
@@ -132,8 +133,10 @@ func parseAPI(path string, lib Lib) ([]Entry, error) {
 			switch {
 			case strings.HasPrefix(attr, "bytes="):
 				e.Bytes = strings.TrimPrefix(attr, "bytes=")
-			case attr == "post":
-				e.Post = true
+			case attr == "around":
+				e.Around = true
+			case attr == "always":
+				e.Always = true
 			case attr == "legacy":
 				e.Legacy = true
 			default:

@@ -49,6 +49,33 @@ func emitCUDAProtos(all []Entry) string {
 	return b.String()
 }
 
+// emitShimHeader writes the shim's per-hook types: the real function's
+// pointer type and the hand-written around functions.
+func emitShimHeader(all []Entry) string {
+	var b strings.Builder
+	b.WriteString(cHeader)
+	b.WriteString("#ifndef FLEXGV_HOOKS_GEN_H\n#define FLEXGV_HOOKS_GEN_H\n\n")
+	for _, e := range all {
+		fmt.Fprintf(&b, "typedef %s (*fg_real_%s)(%s);\n", e.Ret(), e.Name, e.ParamList())
+	}
+	b.WriteString("\n")
+	for _, e := range all {
+		if e.Around {
+			sep := ", "
+			if len(e.Params) == 0 {
+				sep = ""
+			}
+			params := e.ParamList()
+			if len(e.Params) == 0 {
+				params = ""
+			}
+			fmt.Fprintf(&b, "%s fg_around_%s(fg_real_%s real%s%s);\n", e.Ret(), e.Name, e.Name, sep, params)
+		}
+	}
+	b.WriteString("\n#endif\n")
+	return b.String()
+}
+
 // emitWrappers writes the shim's exported wrappers and its lookup tables.
 func emitWrappers(all []Entry) (string, error) {
 	var b strings.Builder
@@ -75,13 +102,14 @@ func emitWrappers(all []Entry) (string, error) {
 		fmt.Fprintf(&b, "    FG_API_%s,\n", all[i].Name)
 	}
 	b.WriteString("};\n\n")
-
+	b.WriteString("/* Nonzero: the hook leaves the pass-through path (tracing, a policy). */\n")
+	b.WriteString("unsigned char fg_divert[FG_NUM_APIS] = {\n")
 	for _, e := range all {
-		if e.Post {
-			fmt.Fprintf(&b, "%s fg_post_%s(%s r, %s);\n", e.Ret(), e.Name, e.Ret(), e.ParamList())
+		if e.Always {
+			fmt.Fprintf(&b, "    [FG_API_%s] = 1,\n", e.Name)
 		}
 	}
-	b.WriteString("\n")
+	b.WriteString("};\n\n")
 	for i, e := range all {
 		w, err := wrapper(e, i)
 		if err != nil {
@@ -101,21 +129,13 @@ func wrapper(e Entry, index int) (string, error) {
 	var b strings.Builder
 	id := "FG_API_" + e.Name
 	args := e.ArgList()
-	var types []string
-	for _, p := range e.Params {
-		types = append(types, p.Type)
-	}
-	tl := strings.Join(types, ", ")
-	if tl == "" {
-		tl = "void"
-	}
 	call := fmt.Sprintf("real(%s)", args)
-	if e.Post {
+	if e.Around {
 		sep := ""
 		if args != "" {
 			sep = ", "
 		}
-		call = fmt.Sprintf("fg_post_%s(real(%s)%s%s)", e.Name, args, sep, args)
+		call = fmt.Sprintf("fg_around_%s(real%s%s)", e.Name, sep, args)
 	}
 	var fmts, fargs []string
 	for _, p := range e.Params {
@@ -135,11 +155,10 @@ func wrapper(e Entry, index int) (string, error) {
 		fail = "r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY"
 	}
 	// The exported wrapper (FG_FAST_PATH) only tests for pass-through and
-	// jumps to the driver; resolution, tracing and logging live in a cold
-	// function of the same signature that it jumps to otherwise.
+	// jumps to the driver; resolution, policies, tracing and logging live in
+	// a cold function of the same signature that it jumps to otherwise.
 	fmt.Fprintf(&b, "FG_SLOW %s fg_slow_%s(%s)\n{\n", e.Ret(), e.Name, e.ParamList())
-	fmt.Fprintf(&b, "    typedef %s (*fn_t)(%s);\n", e.Ret(), tl)
-	fmt.Fprintf(&b, "    fn_t real = (fn_t)fg_real_fn(%s);\n", id)
+	fmt.Fprintf(&b, "    fg_real_%s real = (fg_real_%s)fg_real_fn(%s);\n", e.Name, e.Name, id)
 	fmt.Fprintf(&b, "    if (real == NULL)\n        return (%s)fg_missing(%s);\n", e.Ret(), id)
 	fmt.Fprintf(&b, "    if (!fg_tracing)\n        return %s;\n", call)
 	b.WriteString("    uint64_t t0 = fg_now_ns();\n")
@@ -154,11 +173,7 @@ func wrapper(e Entry, index int) (string, error) {
 		b.WriteString(", " + a)
 	}
 	b.WriteString(");\n    return r;\n}\n\n")
-	if e.Post {
-		fmt.Fprintf(&b, "FG_EXPORT %s %s(%s)\n{\n    return fg_slow_%s(%s);\n}\n\n", e.Ret(), e.Name, e.ParamList(), e.Name, args)
-	} else {
-		fmt.Fprintf(&b, "FG_FAST_PATH(%s, %d)\n\n", e.Name, index)
-	}
+	fmt.Fprintf(&b, "FG_FAST_PATH(%s, %d)\n\n", e.Name, index)
 	return b.String(), nil
 }
 

@@ -49,6 +49,7 @@ func generate(root string) (map[string][]byte, error) {
 		"include/flexgv/api_ids_gen.h":       []byte(emitIDs(all)),
 		"include/flexgv/cuda_api_gen.h":      []byte(emitCUDAProtos(all)),
 		"shim/hooks_gen.c":                   []byte(wrappers),
+		"shim/hooks_gen.h":                   []byte(emitShimHeader(all)),
 		"simgpu/procs_gen.c":                 []byte(emitSimTable(all)),
 		"internal/api/api_gen.go":            []byte(emitGoAPI(all)),
 		"scripts/gpu/declcheck_gen.c":        []byte(emitDeclCheck(all, false)),
