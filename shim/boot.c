@@ -33,7 +33,12 @@ void fg_warn_once(int *flag, const char *fmt, ...)
     (void)w;
 }
 
-static void after_fork_child(void) { fg_trace_after_fork(); }
+static void after_fork_child(void)
+{
+    fg_trace_after_fork();
+    if (fg_quota_on)
+        fg_memquota_after_fork();
+}
 
 /* Idempotent and lock-free: another library's constructor may call dlsym
  * before ours runs, from any thread. */
@@ -47,6 +52,9 @@ void fg_boot(void)
     }
     if (__atomic_exchange_n(&booted, 1, __ATOMIC_ACQ_REL))
         return;
+    const char *tenant = getenv("FLEXGV_TENANT");
+    if (tenant && *tenant)
+        fg_tenant_attach(tenant);
     const char *log = getenv("FLEXGV_LOG");
     const char *trace = getenv("FLEXGV_TRACE");
     if (trace && *trace) {

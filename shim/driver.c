@@ -4,6 +4,7 @@
 #include "shim.h"
 
 #include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,18 +26,23 @@ static const char *lib_path(int lib)
     return lib == LIB_CUDA ? "libcuda.so.1" : "libnvidia-ml.so.1";
 }
 
-static void *lib_handle(int lib)
+static char load_error[256];
+
+/* The library's handle, loaded on first use; NULL if it cannot be loaded
+ * (said on stderr once when warn is set: the program asked for it). */
+static void *lib_handle(int lib, int warn)
 {
     void *h = __atomic_load_n(&handles[lib], __ATOMIC_ACQUIRE);
+    if (h == LOAD_FAILED && warn)
+        fg_warn_once(&warned[lib], "cannot load %s (%s); its calls fail with %s", lib_path(lib), load_error,
+                     lib == LIB_CUDA ? "CUDA_ERROR_NOT_INITIALIZED" : "NVML_ERROR_LIBRARY_NOT_FOUND");
     if (h)
         return h == LOAD_FAILED ? NULL : h;
     const char *path = lib_path(lib);
     h = dlopen(path, RTLD_LAZY | RTLD_LOCAL);
     if (!h) {
         const char *err = dlerror();
-        fg_warn_once(&warned[lib], "cannot load %s (%s); its calls fail with %s", path,
-                     err ? err : "unknown error",
-                     lib == LIB_CUDA ? "CUDA_ERROR_NOT_INITIALIZED" : "NVML_ERROR_LIBRARY_NOT_FOUND");
+        snprintf(load_error, sizeof load_error, "%s", err ? err : "unknown error");
         h = LOAD_FAILED;
     }
     void *expected = NULL;
@@ -45,7 +51,7 @@ static void *lib_handle(int lib)
             dlclose(h);
         h = expected;
     }
-    return h == LOAD_FAILED ? NULL : h;
+    return h == LOAD_FAILED ? lib_handle(lib, warn) : h;
 }
 
 void fg_adopt_real(int id, void *addr)
@@ -54,12 +60,11 @@ void fg_adopt_real(int id, void *addr)
     __atomic_compare_exchange_n(&fg_real[id], &expected, addr, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 }
 
-/* A direct call reached a wrapper whose real function is not known yet. */
-void *fg_resolve(int id)
+static void *resolve(int id, int warn)
 {
     if (!fg_real_dlsym)
         fg_boot();
-    void *h = lib_handle(lib_of(id));
+    void *h = lib_handle(lib_of(id), warn);
     if (!h)
         return NULL;
     void *p = fg_real_dlsym(h, fg_api_names[id]);
@@ -67,6 +72,22 @@ void *fg_resolve(int id)
         return NULL;
     fg_adopt_real(id, p);
     return __atomic_load_n(&fg_real[id], __ATOMIC_ACQUIRE);
+}
+
+/* A direct call reached a wrapper whose real function is not known yet. */
+void *fg_resolve(int id) { return resolve(id, 1); }
+
+/* The shim's own lookups: a missing library is no message of ours. */
+void *fg_resolve_quiet(int id)
+{
+    void *p = __atomic_load_n(&fg_real[id], __ATOMIC_ACQUIRE);
+    return p ? p : resolve(id, 0);
+}
+
+void *fg_nvml_sym(const char *name)
+{
+    void *h = lib_handle(LIB_NVML, 0);
+    return h ? fg_real_dlsym(h, name) : NULL;
 }
 
 int fg_missing(int id)

@@ -47,6 +47,9 @@ const char *const fg_api_names[FG_NUM_APIS] = {
     "cuMemPoolCreate",
     "cuMemPoolDestroy",
     "cuMemPoolTrimTo",
+    "cuMemPoolGetAttribute",
+    "cuDeviceGetMemPool",
+    "cuDeviceGetDefaultMemPool",
     "cuMemCreate",
     "cuMemRelease",
     "cuMemAddressReserve",
@@ -191,6 +194,9 @@ const char *const fg_api_bases[FG_NUM_APIS] = {
     "cuMemPoolCreate",
     "cuMemPoolDestroy",
     "cuMemPoolTrimTo",
+    "cuMemPoolGetAttribute",
+    "cuDeviceGetMemPool",
+    "cuDeviceGetDefaultMemPool",
     "cuMemCreate",
     "cuMemRelease",
     "cuMemAddressReserve",
@@ -306,6 +312,8 @@ const unsigned short fg_api_by_name[FG_NUM_APIS] = {
     FG_API_cuDeviceGet,
     FG_API_cuDeviceGetAttribute,
     FG_API_cuDeviceGetCount,
+    FG_API_cuDeviceGetDefaultMemPool,
+    FG_API_cuDeviceGetMemPool,
     FG_API_cuDeviceGetName,
     FG_API_cuDeviceGetUuid,
     FG_API_cuDeviceGetUuid_v2,
@@ -372,6 +380,7 @@ const unsigned short fg_api_by_name[FG_NUM_APIS] = {
     FG_API_cuMemMap,
     FG_API_cuMemPoolCreate,
     FG_API_cuMemPoolDestroy,
+    FG_API_cuMemPoolGetAttribute,
     FG_API_cuMemPoolTrimTo,
     FG_API_cuMemRelease,
     FG_API_cuMemSetAccess,
@@ -440,15 +449,56 @@ unsigned char fg_divert[FG_NUM_APIS] = {
     [FG_API_cuGetProcAddress_v2] = 1,
 };
 
+/* Hooks with an around function, diverted while a policy is on. */
+const unsigned short fg_around_ids[] = {
+    FG_API_cuInit,
+    FG_API_cuDeviceTotalMem_v2,
+    FG_API_cuGetProcAddress,
+    FG_API_cuGetProcAddress_v2,
+    FG_API_cuDevicePrimaryCtxRetain,
+    FG_API_cuDevicePrimaryCtxRelease_v2,
+    FG_API_cuDevicePrimaryCtxReset_v2,
+    FG_API_cuCtxCreate_v2,
+    FG_API_cuCtxCreate_v4,
+    FG_API_cuCtxDestroy_v2,
+    FG_API_cuCtxSynchronize,
+    FG_API_cuMemGetInfo_v2,
+    FG_API_cuMemAlloc_v2,
+    FG_API_cuMemAllocPitch_v2,
+    FG_API_cuMemFree_v2,
+    FG_API_cuMemAllocManaged,
+    FG_API_cuMemAllocAsync,
+    FG_API_cuMemAllocAsync_ptsz,
+    FG_API_cuMemAllocFromPoolAsync,
+    FG_API_cuMemAllocFromPoolAsync_ptsz,
+    FG_API_cuMemPoolDestroy,
+    FG_API_cuMemPoolTrimTo,
+    FG_API_cuMemCreate,
+    FG_API_cuMemRelease,
+    FG_API_cuMemMap,
+    FG_API_cuMemUnmap,
+    FG_API_cuArrayCreate_v2,
+    FG_API_cuArray3DCreate_v2,
+    FG_API_cuArrayDestroy,
+    FG_API_cuMipmappedArrayCreate,
+    FG_API_cuMipmappedArrayDestroy,
+    FG_API_cuStreamSynchronize,
+    FG_API_cuStreamSynchronize_ptsz,
+    FG_API_cuEventSynchronize,
+    FG_API_nvmlDeviceGetMemoryInfo,
+    FG_API_nvmlDeviceGetMemoryInfo_v2,
+};
+const int fg_num_around = 36;
+
 FG_SLOW CUresult fg_slow_cuInit(unsigned int Flags)
 {
     fg_real_cuInit real = (fg_real_cuInit)fg_real_fn(FG_API_cuInit);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuInit);
     if (!fg_tracing)
-        return real(Flags);
+        return fg_around_cuInit(real, Flags);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(Flags);
+    CUresult r = fg_around_cuInit(real, Flags);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuInit, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -572,9 +622,9 @@ FG_SLOW CUresult fg_slow_cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuDeviceTotalMem_v2);
     if (!fg_tracing)
-        return real(bytes, dev);
+        return fg_around_cuDeviceTotalMem_v2(real, bytes, dev);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(bytes, dev);
+    CUresult r = fg_around_cuDeviceTotalMem_v2(real, bytes, dev);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuDeviceTotalMem_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -680,9 +730,9 @@ FG_SLOW CUresult fg_slow_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuDevicePrimaryCtxRetain);
     if (!fg_tracing)
-        return real(pctx, dev);
+        return fg_around_cuDevicePrimaryCtxRetain(real, pctx, dev);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(pctx, dev);
+    CUresult r = fg_around_cuDevicePrimaryCtxRetain(real, pctx, dev);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuDevicePrimaryCtxRetain, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -698,9 +748,9 @@ FG_SLOW CUresult fg_slow_cuDevicePrimaryCtxRelease_v2(CUdevice dev)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuDevicePrimaryCtxRelease_v2);
     if (!fg_tracing)
-        return real(dev);
+        return fg_around_cuDevicePrimaryCtxRelease_v2(real, dev);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dev);
+    CUresult r = fg_around_cuDevicePrimaryCtxRelease_v2(real, dev);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuDevicePrimaryCtxRelease_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -716,9 +766,9 @@ FG_SLOW CUresult fg_slow_cuDevicePrimaryCtxReset_v2(CUdevice dev)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuDevicePrimaryCtxReset_v2);
     if (!fg_tracing)
-        return real(dev);
+        return fg_around_cuDevicePrimaryCtxReset_v2(real, dev);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dev);
+    CUresult r = fg_around_cuDevicePrimaryCtxReset_v2(real, dev);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuDevicePrimaryCtxReset_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -770,9 +820,9 @@ FG_SLOW CUresult fg_slow_cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUd
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuCtxCreate_v2);
     if (!fg_tracing)
-        return real(pctx, flags, dev);
+        return fg_around_cuCtxCreate_v2(real, pctx, flags, dev);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(pctx, flags, dev);
+    CUresult r = fg_around_cuCtxCreate_v2(real, pctx, flags, dev);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuCtxCreate_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -788,9 +838,9 @@ FG_SLOW CUresult fg_slow_cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxC
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuCtxCreate_v4);
     if (!fg_tracing)
-        return real(pctx, ctxCreateParams, flags, dev);
+        return fg_around_cuCtxCreate_v4(real, pctx, ctxCreateParams, flags, dev);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(pctx, ctxCreateParams, flags, dev);
+    CUresult r = fg_around_cuCtxCreate_v4(real, pctx, ctxCreateParams, flags, dev);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuCtxCreate_v4, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -806,9 +856,9 @@ FG_SLOW CUresult fg_slow_cuCtxDestroy_v2(CUcontext ctx)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuCtxDestroy_v2);
     if (!fg_tracing)
-        return real(ctx);
+        return fg_around_cuCtxDestroy_v2(real, ctx);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(ctx);
+    CUresult r = fg_around_cuCtxDestroy_v2(real, ctx);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuCtxDestroy_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -914,9 +964,9 @@ FG_SLOW CUresult fg_slow_cuCtxSynchronize(void)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuCtxSynchronize);
     if (!fg_tracing)
-        return real();
+        return fg_around_cuCtxSynchronize(real);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real();
+    CUresult r = fg_around_cuCtxSynchronize(real);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuCtxSynchronize, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -932,9 +982,9 @@ FG_SLOW CUresult fg_slow_cuMemGetInfo_v2(size_t *free, size_t *total)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemGetInfo_v2);
     if (!fg_tracing)
-        return real(free, total);
+        return fg_around_cuMemGetInfo_v2(real, free, total);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(free, total);
+    CUresult r = fg_around_cuMemGetInfo_v2(real, free, total);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemGetInfo_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -950,9 +1000,9 @@ FG_SLOW CUresult fg_slow_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemAlloc_v2);
     if (!fg_tracing)
-        return real(dptr, bytesize);
+        return fg_around_cuMemAlloc_v2(real, dptr, bytesize);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dptr, bytesize);
+    CUresult r = fg_around_cuMemAlloc_v2(real, dptr, bytesize);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemAlloc_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(bytesize));
     if (fg_logging)
@@ -968,9 +1018,9 @@ FG_SLOW CUresult fg_slow_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, s
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemAllocPitch_v2);
     if (!fg_tracing)
-        return real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+        return fg_around_cuMemAllocPitch_v2(real, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    CUresult r = fg_around_cuMemAllocPitch_v2(real, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemAllocPitch_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(WidthInBytes*Height));
     if (fg_logging)
@@ -986,9 +1036,9 @@ FG_SLOW CUresult fg_slow_cuMemFree_v2(CUdeviceptr dptr)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemFree_v2);
     if (!fg_tracing)
-        return real(dptr);
+        return fg_around_cuMemFree_v2(real, dptr);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dptr);
+    CUresult r = fg_around_cuMemFree_v2(real, dptr);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemFree_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -1004,9 +1054,9 @@ FG_SLOW CUresult fg_slow_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, u
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemAllocManaged);
     if (!fg_tracing)
-        return real(dptr, bytesize, flags);
+        return fg_around_cuMemAllocManaged(real, dptr, bytesize, flags);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dptr, bytesize, flags);
+    CUresult r = fg_around_cuMemAllocManaged(real, dptr, bytesize, flags);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemAllocManaged, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(bytesize));
     if (fg_logging)
@@ -1094,9 +1144,9 @@ FG_SLOW CUresult fg_slow_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUs
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemAllocAsync);
     if (!fg_tracing)
-        return real(dptr, bytesize, hStream);
+        return fg_around_cuMemAllocAsync(real, dptr, bytesize, hStream);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dptr, bytesize, hStream);
+    CUresult r = fg_around_cuMemAllocAsync(real, dptr, bytesize, hStream);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemAllocAsync, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(bytesize));
     if (fg_logging)
@@ -1112,9 +1162,9 @@ FG_SLOW CUresult fg_slow_cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemAllocAsync_ptsz);
     if (!fg_tracing)
-        return real(dptr, bytesize, hStream);
+        return fg_around_cuMemAllocAsync_ptsz(real, dptr, bytesize, hStream);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dptr, bytesize, hStream);
+    CUresult r = fg_around_cuMemAllocAsync_ptsz(real, dptr, bytesize, hStream);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemAllocAsync_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(bytesize));
     if (fg_logging)
@@ -1166,9 +1216,9 @@ FG_SLOW CUresult fg_slow_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemAllocFromPoolAsync);
     if (!fg_tracing)
-        return real(dptr, bytesize, pool, hStream);
+        return fg_around_cuMemAllocFromPoolAsync(real, dptr, bytesize, pool, hStream);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dptr, bytesize, pool, hStream);
+    CUresult r = fg_around_cuMemAllocFromPoolAsync(real, dptr, bytesize, pool, hStream);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemAllocFromPoolAsync, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(bytesize));
     if (fg_logging)
@@ -1184,9 +1234,9 @@ FG_SLOW CUresult fg_slow_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t 
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemAllocFromPoolAsync_ptsz);
     if (!fg_tracing)
-        return real(dptr, bytesize, pool, hStream);
+        return fg_around_cuMemAllocFromPoolAsync_ptsz(real, dptr, bytesize, pool, hStream);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dptr, bytesize, pool, hStream);
+    CUresult r = fg_around_cuMemAllocFromPoolAsync_ptsz(real, dptr, bytesize, pool, hStream);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemAllocFromPoolAsync_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(bytesize));
     if (fg_logging)
@@ -1220,9 +1270,9 @@ FG_SLOW CUresult fg_slow_cuMemPoolDestroy(CUmemoryPool pool)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemPoolDestroy);
     if (!fg_tracing)
-        return real(pool);
+        return fg_around_cuMemPoolDestroy(real, pool);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(pool);
+    CUresult r = fg_around_cuMemPoolDestroy(real, pool);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemPoolDestroy, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -1238,9 +1288,9 @@ FG_SLOW CUresult fg_slow_cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKee
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemPoolTrimTo);
     if (!fg_tracing)
-        return real(pool, minBytesToKeep);
+        return fg_around_cuMemPoolTrimTo(real, pool, minBytesToKeep);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(pool, minBytesToKeep);
+    CUresult r = fg_around_cuMemPoolTrimTo(real, pool, minBytesToKeep);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemPoolTrimTo, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -1250,15 +1300,69 @@ FG_SLOW CUresult fg_slow_cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKee
 
 FG_FAST_PATH(cuMemPoolTrimTo, 44)
 
+FG_SLOW CUresult fg_slow_cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    fg_real_cuMemPoolGetAttribute real = (fg_real_cuMemPoolGetAttribute)fg_real_fn(FG_API_cuMemPoolGetAttribute);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemPoolGetAttribute);
+    if (!fg_tracing)
+        return real(pool, attr, value);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(pool, attr, value);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemPoolGetAttribute, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuMemPoolGetAttribute, (int)r, dt, "pool=%p, attr=%d, value=%p", (const void *)pool, (int)attr, (const void *)value);
+    return r;
+}
+
+FG_FAST_PATH(cuMemPoolGetAttribute, 45)
+
+FG_SLOW CUresult fg_slow_cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+    fg_real_cuDeviceGetMemPool real = (fg_real_cuDeviceGetMemPool)fg_real_fn(FG_API_cuDeviceGetMemPool);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuDeviceGetMemPool);
+    if (!fg_tracing)
+        return real(pool, dev);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(pool, dev);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuDeviceGetMemPool, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuDeviceGetMemPool, (int)r, dt, "pool=%p, dev=%d", (const void *)pool, dev);
+    return r;
+}
+
+FG_FAST_PATH(cuDeviceGetMemPool, 46)
+
+FG_SLOW CUresult fg_slow_cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
+{
+    fg_real_cuDeviceGetDefaultMemPool real = (fg_real_cuDeviceGetDefaultMemPool)fg_real_fn(FG_API_cuDeviceGetDefaultMemPool);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuDeviceGetDefaultMemPool);
+    if (!fg_tracing)
+        return real(pool_out, dev);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(pool_out, dev);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuDeviceGetDefaultMemPool, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuDeviceGetDefaultMemPool, (int)r, dt, "pool_out=%p, dev=%d", (const void *)pool_out, dev);
+    return r;
+}
+
+FG_FAST_PATH(cuDeviceGetDefaultMemPool, 47)
+
 FG_SLOW CUresult fg_slow_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags)
 {
     fg_real_cuMemCreate real = (fg_real_cuMemCreate)fg_real_fn(FG_API_cuMemCreate);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemCreate);
     if (!fg_tracing)
-        return real(handle, size, prop, flags);
+        return fg_around_cuMemCreate(real, handle, size, prop, flags);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(handle, size, prop, flags);
+    CUresult r = fg_around_cuMemCreate(real, handle, size, prop, flags);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemCreate, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(size));
     if (fg_logging)
@@ -1266,7 +1370,7 @@ FG_SLOW CUresult fg_slow_cuMemCreate(CUmemGenericAllocationHandle *handle, size_
     return r;
 }
 
-FG_FAST_PATH(cuMemCreate, 45)
+FG_FAST_PATH(cuMemCreate, 48)
 
 FG_SLOW CUresult fg_slow_cuMemRelease(CUmemGenericAllocationHandle handle)
 {
@@ -1274,9 +1378,9 @@ FG_SLOW CUresult fg_slow_cuMemRelease(CUmemGenericAllocationHandle handle)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemRelease);
     if (!fg_tracing)
-        return real(handle);
+        return fg_around_cuMemRelease(real, handle);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(handle);
+    CUresult r = fg_around_cuMemRelease(real, handle);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemRelease, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -1284,7 +1388,7 @@ FG_SLOW CUresult fg_slow_cuMemRelease(CUmemGenericAllocationHandle handle)
     return r;
 }
 
-FG_FAST_PATH(cuMemRelease, 46)
+FG_FAST_PATH(cuMemRelease, 49)
 
 FG_SLOW CUresult fg_slow_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags)
 {
@@ -1302,7 +1406,7 @@ FG_SLOW CUresult fg_slow_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size
     return r;
 }
 
-FG_FAST_PATH(cuMemAddressReserve, 47)
+FG_FAST_PATH(cuMemAddressReserve, 50)
 
 FG_SLOW CUresult fg_slow_cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
@@ -1320,7 +1424,7 @@ FG_SLOW CUresult fg_slow_cuMemAddressFree(CUdeviceptr ptr, size_t size)
     return r;
 }
 
-FG_FAST_PATH(cuMemAddressFree, 48)
+FG_FAST_PATH(cuMemAddressFree, 51)
 
 FG_SLOW CUresult fg_slow_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
@@ -1328,9 +1432,9 @@ FG_SLOW CUresult fg_slow_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, C
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemMap);
     if (!fg_tracing)
-        return real(ptr, size, offset, handle, flags);
+        return fg_around_cuMemMap(real, ptr, size, offset, handle, flags);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(ptr, size, offset, handle, flags);
+    CUresult r = fg_around_cuMemMap(real, ptr, size, offset, handle, flags);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemMap, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -1338,7 +1442,7 @@ FG_SLOW CUresult fg_slow_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, C
     return r;
 }
 
-FG_FAST_PATH(cuMemMap, 49)
+FG_FAST_PATH(cuMemMap, 52)
 
 FG_SLOW CUresult fg_slow_cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
@@ -1346,9 +1450,9 @@ FG_SLOW CUresult fg_slow_cuMemUnmap(CUdeviceptr ptr, size_t size)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemUnmap);
     if (!fg_tracing)
-        return real(ptr, size);
+        return fg_around_cuMemUnmap(real, ptr, size);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(ptr, size);
+    CUresult r = fg_around_cuMemUnmap(real, ptr, size);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemUnmap, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -1356,7 +1460,7 @@ FG_SLOW CUresult fg_slow_cuMemUnmap(CUdeviceptr ptr, size_t size)
     return r;
 }
 
-FG_FAST_PATH(cuMemUnmap, 50)
+FG_FAST_PATH(cuMemUnmap, 53)
 
 FG_SLOW CUresult fg_slow_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
@@ -1374,7 +1478,7 @@ FG_SLOW CUresult fg_slow_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUme
     return r;
 }
 
-FG_FAST_PATH(cuMemSetAccess, 51)
+FG_FAST_PATH(cuMemSetAccess, 54)
 
 FG_SLOW CUresult fg_slow_cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option)
 {
@@ -1392,7 +1496,7 @@ FG_SLOW CUresult fg_slow_cuMemGetAllocationGranularity(size_t *granularity, cons
     return r;
 }
 
-FG_FAST_PATH(cuMemGetAllocationGranularity, 52)
+FG_FAST_PATH(cuMemGetAllocationGranularity, 55)
 
 FG_SLOW CUresult fg_slow_cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray)
 {
@@ -1400,9 +1504,9 @@ FG_SLOW CUresult fg_slow_cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DES
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuArrayCreate_v2);
     if (!fg_tracing)
-        return real(pHandle, pAllocateArray);
+        return fg_around_cuArrayCreate_v2(real, pHandle, pAllocateArray);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(pHandle, pAllocateArray);
+    CUresult r = fg_around_cuArrayCreate_v2(real, pHandle, pAllocateArray);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuArrayCreate_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -1410,7 +1514,7 @@ FG_SLOW CUresult fg_slow_cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DES
     return r;
 }
 
-FG_FAST_PATH(cuArrayCreate_v2, 53)
+FG_FAST_PATH(cuArrayCreate_v2, 56)
 
 FG_SLOW CUresult fg_slow_cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray)
 {
@@ -1418,9 +1522,9 @@ FG_SLOW CUresult fg_slow_cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuArray3DCreate_v2);
     if (!fg_tracing)
-        return real(pHandle, pAllocateArray);
+        return fg_around_cuArray3DCreate_v2(real, pHandle, pAllocateArray);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(pHandle, pAllocateArray);
+    CUresult r = fg_around_cuArray3DCreate_v2(real, pHandle, pAllocateArray);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuArray3DCreate_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -1428,7 +1532,7 @@ FG_SLOW CUresult fg_slow_cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D
     return r;
 }
 
-FG_FAST_PATH(cuArray3DCreate_v2, 54)
+FG_FAST_PATH(cuArray3DCreate_v2, 57)
 
 FG_SLOW CUresult fg_slow_cuArrayDestroy(CUarray hArray)
 {
@@ -1436,9 +1540,9 @@ FG_SLOW CUresult fg_slow_cuArrayDestroy(CUarray hArray)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuArrayDestroy);
     if (!fg_tracing)
-        return real(hArray);
+        return fg_around_cuArrayDestroy(real, hArray);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(hArray);
+    CUresult r = fg_around_cuArrayDestroy(real, hArray);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuArrayDestroy, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -1446,7 +1550,7 @@ FG_SLOW CUresult fg_slow_cuArrayDestroy(CUarray hArray)
     return r;
 }
 
-FG_FAST_PATH(cuArrayDestroy, 55)
+FG_FAST_PATH(cuArrayDestroy, 58)
 
 FG_SLOW CUresult fg_slow_cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc, unsigned int numMipmapLevels)
 {
@@ -1454,9 +1558,9 @@ FG_SLOW CUresult fg_slow_cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMipmappedArrayCreate);
     if (!fg_tracing)
-        return real(pHandle, pMipmappedArrayDesc, numMipmapLevels);
+        return fg_around_cuMipmappedArrayCreate(real, pHandle, pMipmappedArrayDesc, numMipmapLevels);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(pHandle, pMipmappedArrayDesc, numMipmapLevels);
+    CUresult r = fg_around_cuMipmappedArrayCreate(real, pHandle, pMipmappedArrayDesc, numMipmapLevels);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMipmappedArrayCreate, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -1464,7 +1568,7 @@ FG_SLOW CUresult fg_slow_cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const
     return r;
 }
 
-FG_FAST_PATH(cuMipmappedArrayCreate, 56)
+FG_FAST_PATH(cuMipmappedArrayCreate, 59)
 
 FG_SLOW CUresult fg_slow_cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 {
@@ -1472,9 +1576,9 @@ FG_SLOW CUresult fg_slow_cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArra
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMipmappedArrayDestroy);
     if (!fg_tracing)
-        return real(hMipmappedArray);
+        return fg_around_cuMipmappedArrayDestroy(real, hMipmappedArray);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(hMipmappedArray);
+    CUresult r = fg_around_cuMipmappedArrayDestroy(real, hMipmappedArray);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMipmappedArrayDestroy, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -1482,7 +1586,7 @@ FG_SLOW CUresult fg_slow_cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArra
     return r;
 }
 
-FG_FAST_PATH(cuMipmappedArrayDestroy, 57)
+FG_FAST_PATH(cuMipmappedArrayDestroy, 60)
 
 FG_SLOW CUresult fg_slow_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
@@ -1500,7 +1604,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcH
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyHtoD_v2, 58)
+FG_FAST_PATH(cuMemcpyHtoD_v2, 61)
 
 FG_SLOW CUresult fg_slow_cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
@@ -1518,7 +1622,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void 
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyHtoD_v2_ptds, 59)
+FG_FAST_PATH(cuMemcpyHtoD_v2_ptds, 62)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
@@ -1536,7 +1640,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, s
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoH_v2, 60)
+FG_FAST_PATH(cuMemcpyDtoH_v2, 63)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
@@ -1554,7 +1658,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevi
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoH_v2_ptds, 61)
+FG_FAST_PATH(cuMemcpyDtoH_v2_ptds, 64)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
@@ -1572,7 +1676,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcD
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoD_v2, 62)
+FG_FAST_PATH(cuMemcpyDtoD_v2, 65)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
@@ -1590,7 +1694,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoD_v2_ptds, 63)
+FG_FAST_PATH(cuMemcpyDtoD_v2_ptds, 66)
 
 FG_SLOW CUresult fg_slow_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
@@ -1608,7 +1712,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteC
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy, 64)
+FG_FAST_PATH(cuMemcpy, 67)
 
 FG_SLOW CUresult fg_slow_cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
@@ -1626,7 +1730,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t 
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy_ptds, 65)
+FG_FAST_PATH(cuMemcpy_ptds, 68)
 
 FG_SLOW CUresult fg_slow_cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
@@ -1644,7 +1748,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void 
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyHtoDAsync_v2, 66)
+FG_FAST_PATH(cuMemcpyHtoDAsync_v2, 69)
 
 FG_SLOW CUresult fg_slow_cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
@@ -1662,7 +1766,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const 
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyHtoDAsync_v2_ptsz, 67)
+FG_FAST_PATH(cuMemcpyHtoDAsync_v2_ptsz, 70)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
@@ -1680,7 +1784,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevi
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoHAsync_v2, 68)
+FG_FAST_PATH(cuMemcpyDtoHAsync_v2, 71)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
@@ -1698,7 +1802,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr sr
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoHAsync_v2_ptsz, 69)
+FG_FAST_PATH(cuMemcpyDtoHAsync_v2_ptsz, 72)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
@@ -1716,7 +1820,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoDAsync_v2, 70)
+FG_FAST_PATH(cuMemcpyDtoDAsync_v2, 73)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
@@ -1734,7 +1838,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdevi
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoDAsync_v2_ptsz, 71)
+FG_FAST_PATH(cuMemcpyDtoDAsync_v2_ptsz, 74)
 
 FG_SLOW CUresult fg_slow_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
@@ -1752,7 +1856,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t 
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyAsync, 72)
+FG_FAST_PATH(cuMemcpyAsync, 75)
 
 FG_SLOW CUresult fg_slow_cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
@@ -1770,7 +1874,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, si
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyAsync_ptsz, 73)
+FG_FAST_PATH(cuMemcpyAsync_ptsz, 76)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
@@ -1788,7 +1892,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, 
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8_v2, 74)
+FG_FAST_PATH(cuMemsetD8_v2, 77)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
@@ -1806,7 +1910,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8_v2_ptds, 75)
+FG_FAST_PATH(cuMemsetD8_v2_ptds, 78)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
@@ -1824,7 +1928,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, 
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32_v2, 76)
+FG_FAST_PATH(cuMemsetD32_v2, 79)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
@@ -1842,7 +1946,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32_v2_ptds, 77)
+FG_FAST_PATH(cuMemsetD32_v2_ptds, 80)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
@@ -1860,7 +1964,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8Async, 78)
+FG_FAST_PATH(cuMemsetD8Async, 81)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
@@ -1878,7 +1982,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned ch
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8Async_ptsz, 79)
+FG_FAST_PATH(cuMemsetD8Async_ptsz, 82)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
@@ -1896,7 +2000,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32Async, 80)
+FG_FAST_PATH(cuMemsetD32Async, 83)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
@@ -1914,7 +2018,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned i
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32Async_ptsz, 81)
+FG_FAST_PATH(cuMemsetD32Async_ptsz, 84)
 
 FG_SLOW CUresult fg_slow_cuModuleLoad(CUmodule *module, const char *fname)
 {
@@ -1932,7 +2036,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoad(CUmodule *module, const char *fname)
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoad, 82)
+FG_FAST_PATH(cuModuleLoad, 85)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadData(CUmodule *module, const void *image)
 {
@@ -1950,7 +2054,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoadData(CUmodule *module, const void *image)
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoadData, 83)
+FG_FAST_PATH(cuModuleLoadData, 86)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
@@ -1968,7 +2072,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoadDataEx(CUmodule *module, const void *image,
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoadDataEx, 84)
+FG_FAST_PATH(cuModuleLoadDataEx, 87)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
 {
@@ -1986,7 +2090,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoadFatBinary(CUmodule *module, const void *fat
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoadFatBinary, 85)
+FG_FAST_PATH(cuModuleLoadFatBinary, 88)
 
 FG_SLOW CUresult fg_slow_cuModuleUnload(CUmodule hmod)
 {
@@ -2004,7 +2108,7 @@ FG_SLOW CUresult fg_slow_cuModuleUnload(CUmodule hmod)
     return r;
 }
 
-FG_FAST_PATH(cuModuleUnload, 86)
+FG_FAST_PATH(cuModuleUnload, 89)
 
 FG_SLOW CUresult fg_slow_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
 {
@@ -2022,7 +2126,7 @@ FG_SLOW CUresult fg_slow_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, c
     return r;
 }
 
-FG_FAST_PATH(cuModuleGetFunction, 87)
+FG_FAST_PATH(cuModuleGetFunction, 90)
 
 FG_SLOW CUresult fg_slow_cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
@@ -2040,7 +2144,7 @@ FG_SLOW CUresult fg_slow_cuLibraryLoadData(CUlibrary *library, const void *code,
     return r;
 }
 
-FG_FAST_PATH(cuLibraryLoadData, 88)
+FG_FAST_PATH(cuLibraryLoadData, 91)
 
 FG_SLOW CUresult fg_slow_cuLibraryUnload(CUlibrary library)
 {
@@ -2058,7 +2162,7 @@ FG_SLOW CUresult fg_slow_cuLibraryUnload(CUlibrary library)
     return r;
 }
 
-FG_FAST_PATH(cuLibraryUnload, 89)
+FG_FAST_PATH(cuLibraryUnload, 92)
 
 FG_SLOW CUresult fg_slow_cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
 {
@@ -2076,7 +2180,7 @@ FG_SLOW CUresult fg_slow_cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library
     return r;
 }
 
-FG_FAST_PATH(cuLibraryGetKernel, 90)
+FG_FAST_PATH(cuLibraryGetKernel, 93)
 
 FG_SLOW CUresult fg_slow_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 {
@@ -2094,7 +2198,7 @@ FG_SLOW CUresult fg_slow_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
     return r;
 }
 
-FG_FAST_PATH(cuKernelGetFunction, 91)
+FG_FAST_PATH(cuKernelGetFunction, 94)
 
 FG_SLOW CUresult fg_slow_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
 {
@@ -2112,7 +2216,7 @@ FG_SLOW CUresult fg_slow_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib
     return r;
 }
 
-FG_FAST_PATH(cuFuncGetAttribute, 92)
+FG_FAST_PATH(cuFuncGetAttribute, 95)
 
 FG_SLOW CUresult fg_slow_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
 {
@@ -2130,7 +2234,7 @@ FG_SLOW CUresult fg_slow_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribu
     return r;
 }
 
-FG_FAST_PATH(cuFuncSetAttribute, 93)
+FG_FAST_PATH(cuFuncSetAttribute, 96)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
@@ -2148,7 +2252,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernel(CUfunction f, unsigned int gridDimX, uns
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernel, 94)
+FG_FAST_PATH(cuLaunchKernel, 97)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
@@ -2166,7 +2270,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernel_ptsz, 95)
+FG_FAST_PATH(cuLaunchKernel_ptsz, 98)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
@@ -2184,7 +2288,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernelEx(const CUlaunchConfig *config, CUfuncti
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernelEx, 96)
+FG_FAST_PATH(cuLaunchKernelEx, 99)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
@@ -2202,7 +2306,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUf
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernelEx_ptsz, 97)
+FG_FAST_PATH(cuLaunchKernelEx_ptsz, 100)
 
 FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
@@ -2220,7 +2324,7 @@ FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel(CUfunction f, unsigned int gr
     return r;
 }
 
-FG_FAST_PATH(cuLaunchCooperativeKernel, 98)
+FG_FAST_PATH(cuLaunchCooperativeKernel, 101)
 
 FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
@@ -2238,7 +2342,7 @@ FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned i
     return r;
 }
 
-FG_FAST_PATH(cuLaunchCooperativeKernel_ptsz, 99)
+FG_FAST_PATH(cuLaunchCooperativeKernel_ptsz, 102)
 
 FG_SLOW CUresult fg_slow_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
 {
@@ -2256,7 +2360,7 @@ FG_SLOW CUresult fg_slow_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *u
     return r;
 }
 
-FG_FAST_PATH(cuLaunchHostFunc, 100)
+FG_FAST_PATH(cuLaunchHostFunc, 103)
 
 FG_SLOW CUresult fg_slow_cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData)
 {
@@ -2274,7 +2378,7 @@ FG_SLOW CUresult fg_slow_cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, vo
     return r;
 }
 
-FG_FAST_PATH(cuLaunchHostFunc_ptsz, 101)
+FG_FAST_PATH(cuLaunchHostFunc_ptsz, 104)
 
 FG_SLOW CUresult fg_slow_cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
@@ -2292,7 +2396,7 @@ FG_SLOW CUresult fg_slow_cuStreamCreate(CUstream *phStream, unsigned int Flags)
     return r;
 }
 
-FG_FAST_PATH(cuStreamCreate, 102)
+FG_FAST_PATH(cuStreamCreate, 105)
 
 FG_SLOW CUresult fg_slow_cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
@@ -2310,7 +2414,7 @@ FG_SLOW CUresult fg_slow_cuStreamCreateWithPriority(CUstream *phStream, unsigned
     return r;
 }
 
-FG_FAST_PATH(cuStreamCreateWithPriority, 103)
+FG_FAST_PATH(cuStreamCreateWithPriority, 106)
 
 FG_SLOW CUresult fg_slow_cuStreamDestroy_v2(CUstream hStream)
 {
@@ -2328,7 +2432,7 @@ FG_SLOW CUresult fg_slow_cuStreamDestroy_v2(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamDestroy_v2, 104)
+FG_FAST_PATH(cuStreamDestroy_v2, 107)
 
 FG_SLOW CUresult fg_slow_cuStreamSynchronize(CUstream hStream)
 {
@@ -2336,9 +2440,9 @@ FG_SLOW CUresult fg_slow_cuStreamSynchronize(CUstream hStream)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuStreamSynchronize);
     if (!fg_tracing)
-        return real(hStream);
+        return fg_around_cuStreamSynchronize(real, hStream);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(hStream);
+    CUresult r = fg_around_cuStreamSynchronize(real, hStream);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuStreamSynchronize, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -2346,7 +2450,7 @@ FG_SLOW CUresult fg_slow_cuStreamSynchronize(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamSynchronize, 105)
+FG_FAST_PATH(cuStreamSynchronize, 108)
 
 FG_SLOW CUresult fg_slow_cuStreamSynchronize_ptsz(CUstream hStream)
 {
@@ -2354,9 +2458,9 @@ FG_SLOW CUresult fg_slow_cuStreamSynchronize_ptsz(CUstream hStream)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuStreamSynchronize_ptsz);
     if (!fg_tracing)
-        return real(hStream);
+        return fg_around_cuStreamSynchronize_ptsz(real, hStream);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(hStream);
+    CUresult r = fg_around_cuStreamSynchronize_ptsz(real, hStream);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuStreamSynchronize_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -2364,7 +2468,7 @@ FG_SLOW CUresult fg_slow_cuStreamSynchronize_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamSynchronize_ptsz, 106)
+FG_FAST_PATH(cuStreamSynchronize_ptsz, 109)
 
 FG_SLOW CUresult fg_slow_cuStreamQuery(CUstream hStream)
 {
@@ -2382,7 +2486,7 @@ FG_SLOW CUresult fg_slow_cuStreamQuery(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamQuery, 107)
+FG_FAST_PATH(cuStreamQuery, 110)
 
 FG_SLOW CUresult fg_slow_cuStreamQuery_ptsz(CUstream hStream)
 {
@@ -2400,7 +2504,7 @@ FG_SLOW CUresult fg_slow_cuStreamQuery_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamQuery_ptsz, 108)
+FG_FAST_PATH(cuStreamQuery_ptsz, 111)
 
 FG_SLOW CUresult fg_slow_cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
@@ -2418,7 +2522,7 @@ FG_SLOW CUresult fg_slow_cuStreamWaitEvent(CUstream hStream, CUevent hEvent, uns
     return r;
 }
 
-FG_FAST_PATH(cuStreamWaitEvent, 109)
+FG_FAST_PATH(cuStreamWaitEvent, 112)
 
 FG_SLOW CUresult fg_slow_cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
@@ -2436,7 +2540,7 @@ FG_SLOW CUresult fg_slow_cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent
     return r;
 }
 
-FG_FAST_PATH(cuStreamWaitEvent_ptsz, 110)
+FG_FAST_PATH(cuStreamWaitEvent_ptsz, 113)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture(CUstream hStream)
 {
@@ -2454,7 +2558,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture, 111)
+FG_FAST_PATH(cuStreamBeginCapture, 114)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_ptsz(CUstream hStream)
 {
@@ -2472,7 +2576,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_ptsz, 112)
+FG_FAST_PATH(cuStreamBeginCapture_ptsz, 115)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
@@ -2490,7 +2594,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptu
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_v2, 113)
+FG_FAST_PATH(cuStreamBeginCapture_v2, 116)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
 {
@@ -2508,7 +2612,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstream
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_v2_ptsz, 114)
+FG_FAST_PATH(cuStreamBeginCapture_v2_ptsz, 117)
 
 FG_SLOW CUresult fg_slow_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
@@ -2526,7 +2630,7 @@ FG_SLOW CUresult fg_slow_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
     return r;
 }
 
-FG_FAST_PATH(cuStreamEndCapture, 115)
+FG_FAST_PATH(cuStreamEndCapture, 118)
 
 FG_SLOW CUresult fg_slow_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
 {
@@ -2544,7 +2648,7 @@ FG_SLOW CUresult fg_slow_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGr
     return r;
 }
 
-FG_FAST_PATH(cuStreamEndCapture_ptsz, 116)
+FG_FAST_PATH(cuStreamEndCapture_ptsz, 119)
 
 FG_SLOW CUresult fg_slow_cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
@@ -2562,7 +2666,7 @@ FG_SLOW CUresult fg_slow_cuEventCreate(CUevent *phEvent, unsigned int Flags)
     return r;
 }
 
-FG_FAST_PATH(cuEventCreate, 117)
+FG_FAST_PATH(cuEventCreate, 120)
 
 FG_SLOW CUresult fg_slow_cuEventRecord(CUevent hEvent, CUstream hStream)
 {
@@ -2580,7 +2684,7 @@ FG_SLOW CUresult fg_slow_cuEventRecord(CUevent hEvent, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuEventRecord, 118)
+FG_FAST_PATH(cuEventRecord, 121)
 
 FG_SLOW CUresult fg_slow_cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
 {
@@ -2598,7 +2702,7 @@ FG_SLOW CUresult fg_slow_cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuEventRecord_ptsz, 119)
+FG_FAST_PATH(cuEventRecord_ptsz, 122)
 
 FG_SLOW CUresult fg_slow_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
@@ -2616,7 +2720,7 @@ FG_SLOW CUresult fg_slow_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream
     return r;
 }
 
-FG_FAST_PATH(cuEventRecordWithFlags, 120)
+FG_FAST_PATH(cuEventRecordWithFlags, 123)
 
 FG_SLOW CUresult fg_slow_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
@@ -2634,7 +2738,7 @@ FG_SLOW CUresult fg_slow_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hS
     return r;
 }
 
-FG_FAST_PATH(cuEventRecordWithFlags_ptsz, 121)
+FG_FAST_PATH(cuEventRecordWithFlags_ptsz, 124)
 
 FG_SLOW CUresult fg_slow_cuEventQuery(CUevent hEvent)
 {
@@ -2652,7 +2756,7 @@ FG_SLOW CUresult fg_slow_cuEventQuery(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventQuery, 122)
+FG_FAST_PATH(cuEventQuery, 125)
 
 FG_SLOW CUresult fg_slow_cuEventSynchronize(CUevent hEvent)
 {
@@ -2660,9 +2764,9 @@ FG_SLOW CUresult fg_slow_cuEventSynchronize(CUevent hEvent)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuEventSynchronize);
     if (!fg_tracing)
-        return real(hEvent);
+        return fg_around_cuEventSynchronize(real, hEvent);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(hEvent);
+    CUresult r = fg_around_cuEventSynchronize(real, hEvent);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuEventSynchronize, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -2670,7 +2774,7 @@ FG_SLOW CUresult fg_slow_cuEventSynchronize(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventSynchronize, 123)
+FG_FAST_PATH(cuEventSynchronize, 126)
 
 FG_SLOW CUresult fg_slow_cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
@@ -2688,7 +2792,7 @@ FG_SLOW CUresult fg_slow_cuEventElapsedTime(float *pMilliseconds, CUevent hStart
     return r;
 }
 
-FG_FAST_PATH(cuEventElapsedTime, 124)
+FG_FAST_PATH(cuEventElapsedTime, 127)
 
 FG_SLOW CUresult fg_slow_cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
@@ -2706,7 +2810,7 @@ FG_SLOW CUresult fg_slow_cuEventElapsedTime_v2(float *pMilliseconds, CUevent hSt
     return r;
 }
 
-FG_FAST_PATH(cuEventElapsedTime_v2, 125)
+FG_FAST_PATH(cuEventElapsedTime_v2, 128)
 
 FG_SLOW CUresult fg_slow_cuEventDestroy_v2(CUevent hEvent)
 {
@@ -2724,7 +2828,7 @@ FG_SLOW CUresult fg_slow_cuEventDestroy_v2(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventDestroy_v2, 126)
+FG_FAST_PATH(cuEventDestroy_v2, 129)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
@@ -2742,7 +2846,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, C
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithFlags, 127)
+FG_FAST_PATH(cuGraphInstantiateWithFlags, 130)
 
 FG_SLOW CUresult fg_slow_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -2760,7 +2864,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch, 128)
+FG_FAST_PATH(cuGraphLaunch, 131)
 
 FG_SLOW CUresult fg_slow_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -2778,7 +2882,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch_ptsz, 129)
+FG_FAST_PATH(cuGraphLaunch_ptsz, 132)
 
 FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
@@ -2796,7 +2900,7 @@ FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
     return r;
 }
 
-FG_FAST_PATH(cuGraphExecDestroy, 130)
+FG_FAST_PATH(cuGraphExecDestroy, 133)
 
 FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
 {
@@ -2814,7 +2918,7 @@ FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
     return r;
 }
 
-FG_FAST_PATH(cuGraphDestroy, 131)
+FG_FAST_PATH(cuGraphDestroy, 134)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
 {
@@ -2832,7 +2936,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlInit_v2, 132)
+FG_FAST_PATH(nvmlInit_v2, 135)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
 {
@@ -2850,7 +2954,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
     return r;
 }
 
-FG_FAST_PATH(nvmlInitWithFlags, 133)
+FG_FAST_PATH(nvmlInitWithFlags, 136)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
 {
@@ -2868,7 +2972,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlShutdown, 134)
+FG_FAST_PATH(nvmlShutdown, 137)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
 {
@@ -2886,7 +2990,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetCount_v2, 135)
+FG_FAST_PATH(nvmlDeviceGetCount_v2, 138)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
 {
@@ -2904,7 +3008,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, n
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 136)
+FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 139)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
@@ -2912,9 +3016,9 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMe
     if (real == NULL)
         return (nvmlReturn_t)fg_missing(FG_API_nvmlDeviceGetMemoryInfo);
     if (!fg_tracing)
-        return real(device, memory);
+        return fg_around_nvmlDeviceGetMemoryInfo(real, device, memory);
     uint64_t t0 = fg_now_ns();
-    nvmlReturn_t r = real(device, memory);
+    nvmlReturn_t r = fg_around_nvmlDeviceGetMemoryInfo(real, device, memory);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_nvmlDeviceGetMemoryInfo, r != 0, dt, 0);
     if (fg_logging)
@@ -2922,7 +3026,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMe
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 137)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 140)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
@@ -2930,9 +3034,9 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvm
     if (real == NULL)
         return (nvmlReturn_t)fg_missing(FG_API_nvmlDeviceGetMemoryInfo_v2);
     if (!fg_tracing)
-        return real(device, memory);
+        return fg_around_nvmlDeviceGetMemoryInfo_v2(real, device, memory);
     uint64_t t0 = fg_now_ns();
-    nvmlReturn_t r = real(device, memory);
+    nvmlReturn_t r = fg_around_nvmlDeviceGetMemoryInfo_v2(real, device, memory);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_nvmlDeviceGetMemoryInfo_v2, r != 0, dt, 0);
     if (fg_logging)
@@ -2940,7 +3044,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvm
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 138)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 141)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
 {
@@ -2958,7 +3062,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, 
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 139)
+FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 142)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -2976,7 +3080,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 140)
+FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 143)
 
 void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuInit,
@@ -3024,6 +3128,9 @@ void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuMemPoolCreate,
     (void *)cuMemPoolDestroy,
     (void *)cuMemPoolTrimTo,
+    (void *)cuMemPoolGetAttribute,
+    (void *)cuDeviceGetMemPool,
+    (void *)cuDeviceGetDefaultMemPool,
     (void *)cuMemCreate,
     (void *)cuMemRelease,
     (void *)cuMemAddressReserve,

@@ -47,6 +47,9 @@ typedef CUresult (*fg_real_cuMemAllocFromPoolAsync_ptsz)(CUdeviceptr *dptr, size
 typedef CUresult (*fg_real_cuMemPoolCreate)(CUmemoryPool *pool, const CUmemPoolProps *poolProps);
 typedef CUresult (*fg_real_cuMemPoolDestroy)(CUmemoryPool pool);
 typedef CUresult (*fg_real_cuMemPoolTrimTo)(CUmemoryPool pool, size_t minBytesToKeep);
+typedef CUresult (*fg_real_cuMemPoolGetAttribute)(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
+typedef CUresult (*fg_real_cuDeviceGetMemPool)(CUmemoryPool *pool, CUdevice dev);
+typedef CUresult (*fg_real_cuDeviceGetDefaultMemPool)(CUmemoryPool *pool_out, CUdevice dev);
 typedef CUresult (*fg_real_cuMemCreate)(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags);
 typedef CUresult (*fg_real_cuMemRelease)(CUmemGenericAllocationHandle handle);
 typedef CUresult (*fg_real_cuMemAddressReserve)(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags);
@@ -144,7 +147,41 @@ typedef nvmlReturn_t (*fg_real_nvmlDeviceGetMemoryInfo_v2)(nvmlDevice_t device, 
 typedef nvmlReturn_t (*fg_real_nvmlDeviceGetUtilizationRates)(nvmlDevice_t device, nvmlUtilization_t *utilization);
 typedef nvmlReturn_t (*fg_real_nvmlDeviceGetComputeRunningProcesses_v3)(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos);
 
+CUresult fg_around_cuInit(fg_real_cuInit real, unsigned int Flags);
+CUresult fg_around_cuDeviceTotalMem_v2(fg_real_cuDeviceTotalMem_v2 real, size_t *bytes, CUdevice dev);
 CUresult fg_around_cuGetProcAddress(fg_real_cuGetProcAddress real, const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
 CUresult fg_around_cuGetProcAddress_v2(fg_real_cuGetProcAddress_v2 real, const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags, CUdriverProcAddressQueryResult *symbolStatus);
+CUresult fg_around_cuDevicePrimaryCtxRetain(fg_real_cuDevicePrimaryCtxRetain real, CUcontext *pctx, CUdevice dev);
+CUresult fg_around_cuDevicePrimaryCtxRelease_v2(fg_real_cuDevicePrimaryCtxRelease_v2 real, CUdevice dev);
+CUresult fg_around_cuDevicePrimaryCtxReset_v2(fg_real_cuDevicePrimaryCtxReset_v2 real, CUdevice dev);
+CUresult fg_around_cuCtxCreate_v2(fg_real_cuCtxCreate_v2 real, CUcontext *pctx, unsigned int flags, CUdevice dev);
+CUresult fg_around_cuCtxCreate_v4(fg_real_cuCtxCreate_v4 real, CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev);
+CUresult fg_around_cuCtxDestroy_v2(fg_real_cuCtxDestroy_v2 real, CUcontext ctx);
+CUresult fg_around_cuCtxSynchronize(fg_real_cuCtxSynchronize real);
+CUresult fg_around_cuMemGetInfo_v2(fg_real_cuMemGetInfo_v2 real, size_t *free, size_t *total);
+CUresult fg_around_cuMemAlloc_v2(fg_real_cuMemAlloc_v2 real, CUdeviceptr *dptr, size_t bytesize);
+CUresult fg_around_cuMemAllocPitch_v2(fg_real_cuMemAllocPitch_v2 real, CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes);
+CUresult fg_around_cuMemFree_v2(fg_real_cuMemFree_v2 real, CUdeviceptr dptr);
+CUresult fg_around_cuMemAllocManaged(fg_real_cuMemAllocManaged real, CUdeviceptr *dptr, size_t bytesize, unsigned int flags);
+CUresult fg_around_cuMemAllocAsync(fg_real_cuMemAllocAsync real, CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
+CUresult fg_around_cuMemAllocAsync_ptsz(fg_real_cuMemAllocAsync_ptsz real, CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
+CUresult fg_around_cuMemAllocFromPoolAsync(fg_real_cuMemAllocFromPoolAsync real, CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream);
+CUresult fg_around_cuMemAllocFromPoolAsync_ptsz(fg_real_cuMemAllocFromPoolAsync_ptsz real, CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream);
+CUresult fg_around_cuMemPoolDestroy(fg_real_cuMemPoolDestroy real, CUmemoryPool pool);
+CUresult fg_around_cuMemPoolTrimTo(fg_real_cuMemPoolTrimTo real, CUmemoryPool pool, size_t minBytesToKeep);
+CUresult fg_around_cuMemCreate(fg_real_cuMemCreate real, CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags);
+CUresult fg_around_cuMemRelease(fg_real_cuMemRelease real, CUmemGenericAllocationHandle handle);
+CUresult fg_around_cuMemMap(fg_real_cuMemMap real, CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags);
+CUresult fg_around_cuMemUnmap(fg_real_cuMemUnmap real, CUdeviceptr ptr, size_t size);
+CUresult fg_around_cuArrayCreate_v2(fg_real_cuArrayCreate_v2 real, CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray);
+CUresult fg_around_cuArray3DCreate_v2(fg_real_cuArray3DCreate_v2 real, CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray);
+CUresult fg_around_cuArrayDestroy(fg_real_cuArrayDestroy real, CUarray hArray);
+CUresult fg_around_cuMipmappedArrayCreate(fg_real_cuMipmappedArrayCreate real, CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc, unsigned int numMipmapLevels);
+CUresult fg_around_cuMipmappedArrayDestroy(fg_real_cuMipmappedArrayDestroy real, CUmipmappedArray hMipmappedArray);
+CUresult fg_around_cuStreamSynchronize(fg_real_cuStreamSynchronize real, CUstream hStream);
+CUresult fg_around_cuStreamSynchronize_ptsz(fg_real_cuStreamSynchronize_ptsz real, CUstream hStream);
+CUresult fg_around_cuEventSynchronize(fg_real_cuEventSynchronize real, CUevent hEvent);
+nvmlReturn_t fg_around_nvmlDeviceGetMemoryInfo(fg_real_nvmlDeviceGetMemoryInfo real, nvmlDevice_t device, nvmlMemory_t *memory);
+nvmlReturn_t fg_around_nvmlDeviceGetMemoryInfo_v2(fg_real_nvmlDeviceGetMemoryInfo_v2 real, nvmlDevice_t device, nvmlMemory_v2_t *memory);
 
 #endif

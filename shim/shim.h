@@ -10,6 +10,7 @@
 #include "flexgv/cuda_api_gen.h"
 #include "flexgv/api_ids_gen.h"
 #include "flexgv/trace_layout_gen.h"
+#include "flexgv/tenant_layout_gen.h"
 #define NVML_NO_UNVERSIONED_FUNC_DEFS
 #include <nvml.h>
 #include "hooks_gen.h"
@@ -24,10 +25,14 @@ extern const char *const fg_api_bases[FG_NUM_APIS];
 extern const unsigned short fg_api_by_name[FG_NUM_APIS];
 extern void *const fg_wrappers[FG_NUM_APIS];
 extern unsigned char fg_divert[FG_NUM_APIS];
+extern const unsigned short fg_around_ids[];
+extern const int fg_num_around;
 
 /* Real entry points, filled lazily and lock-free (driver.c). */
 extern void *fg_real[FG_NUM_APIS];
 void *fg_resolve(int id);
+void *fg_resolve_quiet(int id);
+void *fg_nvml_sym(const char *name);
 int fg_missing(int id);
 int fg_lookup_name(const char *name);
 int fg_lookup_addr(const void *addr, const char *base);
@@ -76,6 +81,22 @@ void fg_log(int id, int result, uint64_t dt_ns, const char *fmt, ...) __attribut
 #else
 #error "FG_FAST_PATH needs a port to this architecture"
 #endif
+
+/* Memory quotas (tenant.c, memquota.c). */
+#define FG_NDEV ((int)FG_MAX_DEVICES)
+extern int fg_quota_on;
+extern int fg_quota_refused;
+void fg_tenant_attach(const char *path);
+void fg_tenant_after_fork(void);
+uint64_t fg_quota_of(int dev);
+uint64_t fg_ctx_estimate(void);
+uint64_t fg_tenant_used(int dev);
+void fg_tenant_reap(void);
+int fg_charge(int dev, uint64_t bytes);
+void fg_force_charge(int dev, uint64_t bytes);
+void fg_uncharge(int dev, uint64_t bytes);
+void fg_memquota_divert(void);
+void fg_memquota_after_fork(void);
 
 static inline const char *fg_str(const char *s) { return s ? s : "(null)"; }
 

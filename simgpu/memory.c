@@ -23,6 +23,7 @@ struct sim_pool {
     uint64_t reserved; /* device memory the pool holds */
     uint64_t used;     /* of which handed out */
     uint64_t threshold;
+    uint64_t reserved_high, used_high;
 };
 
 struct alloc {
@@ -304,6 +305,8 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t size, struct sim_pool *pool
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
         pool->reserved += size - cached;
+        if (pool->reserved > pool->reserved_high)
+            pool->reserved_high = pool->reserved;
     }
     void *p = backing(size);
     if (!p || registry_add((struct alloc){(uintptr_t)p, size, pool->dev, K_POOL, c, pool}) != 0) {
@@ -313,6 +316,8 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t size, struct sim_pool *pool
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     pool->used += size;
+    if (pool->used > pool->used_high)
+        pool->used_high = pool->used;
     pthread_mutex_unlock(&mem_lock);
     *dptr = (CUdeviceptr)(uintptr_t)p;
     return CUDA_SUCCESS;
@@ -395,6 +400,47 @@ SIM_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
     pthread_mutex_unlock(&mem_lock);
     free(p);
     return CUDA_SUCCESS;
+}
+
+static CUresult device_pool(CUmemoryPool *pool, CUdevice dev)
+{
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!pool)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= sim->cfg.devices)
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&mem_lock);
+    *pool = (CUmemoryPool)default_pool(dev);
+    pthread_mutex_unlock(&mem_lock);
+    return CUDA_SUCCESS;
+}
+
+/* Each device's current pool is its default pool (cuDeviceSetMemPool is not
+ * simulated). */
+SIM_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev) { return device_pool(pool_out, dev); }
+SIM_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev) { return device_pool(pool, dev); }
+
+SIM_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    struct sim_pool *p = (struct sim_pool *)pool;
+    if (!p || p->magic != POOL_MAGIC || !value)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mem_lock);
+    cuuint64_t v;
+    CUresult r = CUDA_SUCCESS;
+    switch (attr) {
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: v = p->threshold; break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: v = p->reserved; break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: v = p->reserved_high; break;
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: v = p->used; break;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH: v = p->used_high; break;
+    default: r = CUDA_ERROR_INVALID_VALUE; break;
+    }
+    pthread_mutex_unlock(&mem_lock);
+    if (r == CUDA_SUCCESS)
+        *(cuuint64_t *)value = v;
+    return r;
 }
 
 /* Synchronization releases what default pools hold beyond their threshold. */
@@ -554,24 +600,39 @@ SIM_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemG
     return CUDA_SUCCESS;
 }
 
+/* The range may cover several mappings, each of them whole. */
 SIM_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
+    uintptr_t lo = (uintptr_t)ptr, hi = lo + size;
     pthread_mutex_lock(&mem_lock);
-    struct mapping **pp = &mappings;
-    while (*pp && !((*pp)->ptr == (uintptr_t)ptr && (*pp)->size == size))
-        pp = &(*pp)->next;
-    struct mapping *m = *pp;
-    if (!m) {
+    int found = 0;
+    for (struct mapping *m = mappings; m; m = m->next) {
+        int inside = m->ptr >= lo && m->ptr + m->size <= hi;
+        int overlaps = m->ptr < hi && m->ptr + m->size > lo;
+        if (overlaps && !inside) {
+            pthread_mutex_unlock(&mem_lock);
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        found |= inside;
+    }
+    if (!found) {
         pthread_mutex_unlock(&mem_lock);
         return CUDA_ERROR_INVALID_VALUE;
     }
-    *pp = m->next;
     /* Keep the address range reserved, as the driver does. */
-    mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
-    if (--m->h->maps == 0 && m->h->released)
-        vmm_free(m->h);
+    mmap((void *)lo, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    for (struct mapping **pp = &mappings; *pp;) {
+        struct mapping *m = *pp;
+        if (m->ptr >= lo && m->ptr + m->size <= hi) {
+            *pp = m->next;
+            if (--m->h->maps == 0 && m->h->released)
+                vmm_free(m->h);
+            free(m);
+        } else {
+            pp = &m->next;
+        }
+    }
     pthread_mutex_unlock(&mem_lock);
-    free(m);
     return CUDA_SUCCESS;
 }
 

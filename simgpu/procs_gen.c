@@ -326,6 +326,28 @@ __attribute__((weak)) SIM_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, siz
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+__attribute__((weak)) SIM_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    (void)pool;
+    (void)attr;
+    (void)value;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+    (void)pool;
+    (void)dev;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
+{
+    (void)pool_out;
+    (void)dev;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 __attribute__((weak)) SIM_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags)
 {
     (void)handle;
@@ -1073,6 +1095,9 @@ const struct sim_proc sim_procs[] = {
     {"cuMemPoolCreate", "cuMemPoolCreate", 11020, 0, (void *)cuMemPoolCreate},
     {"cuMemPoolDestroy", "cuMemPoolDestroy", 11020, 0, (void *)cuMemPoolDestroy},
     {"cuMemPoolTrimTo", "cuMemPoolTrimTo", 11020, 0, (void *)cuMemPoolTrimTo},
+    {"cuMemPoolGetAttribute", "cuMemPoolGetAttribute", 11020, 0, (void *)cuMemPoolGetAttribute},
+    {"cuDeviceGetMemPool", "cuDeviceGetMemPool", 11020, 0, (void *)cuDeviceGetMemPool},
+    {"cuDeviceGetDefaultMemPool", "cuDeviceGetDefaultMemPool", 11020, 0, (void *)cuDeviceGetDefaultMemPool},
     {"cuMemCreate", "cuMemCreate", 10020, 0, (void *)cuMemCreate},
     {"cuMemRelease", "cuMemRelease", 10020, 0, (void *)cuMemRelease},
     {"cuMemAddressReserve", "cuMemAddressReserve", 10020, 0, (void *)cuMemAddressReserve},

@@ -3,7 +3,7 @@
 package api
 
 // Hash identifies this ordered list; trace regions carry it.
-const Hash uint64 = 0xe72fc18a75eb826a
+const Hash uint64 = 0xde6ec4f257ba24b8
 
 // Names lists every hooked entry point, in hook-id order.
 var Names = []string{
@@ -52,6 +52,9 @@ var Names = []string{
 	"cuMemPoolCreate",
 	"cuMemPoolDestroy",
 	"cuMemPoolTrimTo",
+	"cuMemPoolGetAttribute",
+	"cuDeviceGetMemPool",
+	"cuDeviceGetDefaultMemPool",
 	"cuMemCreate",
 	"cuMemRelease",
 	"cuMemAddressReserve",

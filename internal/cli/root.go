@@ -46,7 +46,7 @@ func newRoot(stderr io.Writer) *cobra.Command {
 	})
 	root.PersistentFlags().StringVar(&g.shim, "shim", "", "path of libflexgv.so (default: next to flexgv, or $FLEXGV_SHIM)")
 	root.PersistentFlags().StringVar(&g.driver, "driver", "", "CUDA driver library to load instead of libcuda.so.1")
-	root.AddCommand(newRun(g, stderr), newTrace(g, stderr), newNode(), newVersion())
+	root.AddCommand(newRun(g, stderr), newTrace(g, stderr), newPs(), newNode(), newVersion())
 	return root
 }
 
@@ -63,12 +63,24 @@ func (g *globals) options(stderr io.Writer, env ...string) launch.Options {
 }
 
 func newRun(g *globals, stderr io.Writer) *cobra.Command {
+	var q quotaFlags
 	c := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARGS...]",
-		Short: "Run a program under the shim",
-		Args:  needCommand,
+		Short: "Run a program under the shim, optionally as a tenant with memory quotas",
+		Long: "Runs CMD under the shim. With --mem (or --group) CMD and every process it starts form a tenant\n" +
+			"whose GPU memory is capped: allocations past the quota fail with CUDA_ERROR_OUT_OF_MEMORY, and\n" +
+			"cuMemGetInfo, cuDeviceTotalMem and NVML report the quota as the device.",
+		Example: "  flexgv run --mem 8GiB -- python train.py\n" +
+			"  flexgv run --mem 0=8GiB,1=25% -- ./app\n" +
+			"  flexgv run --group team-a --mem 10GiB -- ./worker   # later runs: --group team-a",
+		Args: needCommand,
 		RunE: func(c *cobra.Command, args []string) error {
-			code, err := launch.Run(args, g.options(stderr))
+			env, done, err := q.setup()
+			if err != nil {
+				return usageError{fmt.Errorf("flexgv run: %w", err)}
+			}
+			defer done()
+			code, err := launch.Run(args, g.options(stderr, env...))
 			if err != nil {
 				return exitError{code, "flexgv run: " + err.Error()}
 			}
@@ -76,6 +88,7 @@ func newRun(g *globals, stderr io.Writer) *cobra.Command {
 		},
 	}
 	c.Flags().SetInterspersed(false)
+	q.register(c)
 	return c
 }
 
@@ -104,7 +117,7 @@ func Main(args []string) int {
 		}
 		return ee.code
 	case errors.As(err, &ue):
-		fmt.Fprintln(os.Stderr, "flexgv:", ue.error)
+		fmt.Fprintln(os.Stderr, ue.error)
 		return 2
 	}
 	fmt.Fprintln(os.Stderr, err)

@@ -2,7 +2,7 @@
 
 package trace
 
-// Constants of the trace region shared with the shim.
+// Constants of the region shared with the shim.
 const (
 	TraceMagic   = 0x52544e5647584c46
 	TraceVersion = 0x1

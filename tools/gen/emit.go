@@ -110,6 +110,16 @@ func emitWrappers(all []Entry) (string, error) {
 		}
 	}
 	b.WriteString("};\n\n")
+	b.WriteString("/* Hooks with an around function, diverted while a policy is on. */\n")
+	b.WriteString("const unsigned short fg_around_ids[] = {\n")
+	n := 0
+	for _, e := range all {
+		if e.Around {
+			fmt.Fprintf(&b, "    FG_API_%s,\n", e.Name)
+			n++
+		}
+	}
+	fmt.Fprintf(&b, "};\nconst int fg_num_around = %d;\n\n", n)
 	for i, e := range all {
 		w, err := wrapper(e, i)
 		if err != nil {

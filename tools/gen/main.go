@@ -54,10 +54,12 @@ func generate(root string) (map[string][]byte, error) {
 		"internal/api/api_gen.go":            []byte(emitGoAPI(all)),
 		"scripts/gpu/declcheck_gen.c":        []byte(emitDeclCheck(all, false)),
 		"scripts/gpu/declcheck_legacy_gen.c": []byte(emitDeclCheck(all, true)),
-		"include/flexgv/trace_layout_gen.h":  []byte(emitLayoutC()),
 		"tests/clients/variants_gen.h":       []byte(emitVariants(all)),
 		"scripts/gpu/typecheck_gen.c":        []byte(emitTypeCheck(string(header), string(results))),
-		"internal/trace/layout_gen.go":       []byte(emitLayoutGo()),
+	}
+	for _, l := range layouts {
+		files[l.CHeader] = []byte(emitLayoutC(l))
+		files[l.GoFile] = []byte(emitLayoutGo(l))
 	}
 	for p, src := range files {
 		if filepath.Ext(p) == ".go" {

@@ -1,4 +1,6 @@
-package trace
+// Package layout checks that the shim (C) and the control plane (Go) agree
+// on every shared-memory region.
+package layout
 
 import (
 	"fmt"
@@ -8,26 +10,30 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/flexgv/flexgv/internal/tenant"
+	"github.com/flexgv/flexgv/internal/trace"
 )
 
-// The shim (C) and the CLI (Go) must agree on every offset and size of the
-// trace region. Compile a C program that prints them from the generated
-// header and compare with the Go structs field by field.
-func TestCAndGoLayoutsAgree(t *testing.T) {
+type mirror struct {
+	cName string
+	goT   reflect.Type
+}
+
+type constant struct {
+	c     string
+	value uint64
+}
+
+// Compile a C program that prints every offset, size and constant from the
+// generated header and compare them with the Go mirror, field by field.
+func checkLayout(t *testing.T, header string, types []mirror, consts []constant) {
 	cc := os.Getenv("CC")
 	if cc == "" {
 		cc = "cc"
 	}
-	types := []struct {
-		cName string
-		goT   reflect.Type
-	}{
-		{"fg_trace_header", reflect.TypeOf(TraceHeader{})},
-		{"fg_trace_slot", reflect.TypeOf(TraceSlot{})},
-		{"fg_api_stat", reflect.TypeOf(APIStat{})},
-	}
 	var src strings.Builder
-	src.WriteString("#include <stdio.h>\n#include <stddef.h>\n#include \"trace_layout_gen.h\"\nint main(void) {\n")
+	fmt.Fprintf(&src, "#include <stdio.h>\n#include <stddef.h>\n#include \"%s\"\nint main(void) {\n", header)
 	var want []string
 	for _, ty := range types {
 		fmt.Fprintf(&src, "  printf(\"%s size %%zu\\n\", sizeof(struct %s));\n", ty.cName, ty.cName)
@@ -43,12 +49,9 @@ func TestCAndGoLayoutsAgree(t *testing.T) {
 			want = append(want, fmt.Sprintf("%s.%s %d %d", ty.cName, c, f.Offset, f.Type.Size()))
 		}
 	}
-	for _, k := range []struct {
-		c   string
-		go_ uint64
-	}{{"FG_TRACE_MAGIC", TraceMagic}, {"FG_TRACE_VERSION", TraceVersion}, {"FG_SLOT_RUNNING", SlotRunning}, {"FG_SLOT_EXITED", SlotExited}} {
+	for _, k := range consts {
 		fmt.Fprintf(&src, "  printf(\"%s %%llu\\n\", (unsigned long long)%s);\n", k.c, k.c)
-		want = append(want, fmt.Sprintf("%s %d", k.c, k.go_))
+		want = append(want, fmt.Sprintf("%s %d", k.c, k.value))
 	}
 	src.WriteString("  return 0;\n}\n")
 	dir := t.TempDir()
@@ -71,28 +74,17 @@ func TestCAndGoLayoutsAgree(t *testing.T) {
 	}
 }
 
-func TestOpenRejectsForeignFiles(t *testing.T) {
-	dir := t.TempDir()
-	junk := filepath.Join(dir, "junk")
-	os.WriteFile(junk, make([]byte, 4096), 0o644)
-	if _, err := Open(junk); err == nil || !strings.Contains(err.Error(), "not a trace region") {
-		t.Fatalf("Open(junk) = %v, want a 'not a trace region' error", err)
-	}
-	r, err := Create(dir, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Remove()
-	o, err := Open(r.Path)
-	if err != nil {
-		t.Fatalf("Open of a fresh region: %v", err)
-	}
-	s := o.Summarize()
-	o.Close()
-	if len(s.Processes) != 0 || len(s.APIs) != 0 {
-		t.Fatalf("fresh region summarized as %+v", s)
-	}
-	if _, err := Create(dir, 1); err == nil {
-		t.Fatal("Create with one slot succeeded")
-	}
+func TestTraceRegionLayoutsAgree(t *testing.T) {
+	checkLayout(t, "trace_layout_gen.h",
+		[]mirror{{"fg_trace_header", reflect.TypeOf(trace.TraceHeader{})}, {"fg_trace_slot", reflect.TypeOf(trace.TraceSlot{})},
+			{"fg_api_stat", reflect.TypeOf(trace.APIStat{})}},
+		[]constant{{"FG_TRACE_MAGIC", trace.TraceMagic}, {"FG_TRACE_VERSION", trace.TraceVersion},
+			{"FG_SLOT_RUNNING", trace.SlotRunning}, {"FG_SLOT_EXITED", trace.SlotExited}})
+}
+
+func TestTenantLayoutsAgree(t *testing.T) {
+	checkLayout(t, "tenant_layout_gen.h",
+		[]mirror{{"fg_tenant_header", reflect.TypeOf(tenant.Header{})}, {"fg_tenant_slot", reflect.TypeOf(tenant.Slot{})}},
+		[]constant{{"FG_TENANT_MAGIC", tenant.TenantMagic}, {"FG_TENANT_VERSION", tenant.TenantVersion},
+			{"FG_MAX_DEVICES", tenant.MaxDevices}})
 }

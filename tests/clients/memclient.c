@@ -1,0 +1,219 @@
+/* Exercises memory quotas the way programs meet them; what it reports is
+ * what the program sees (results, cuMemGetInfo), nothing internal.
+ *     memclient paths            every allocation path and its release
+ *     memclient exact            one byte over the room fails, exactly the room succeeds
+ *     memclient fill CHUNK_MIB   print "ctx", wait for a line on stdin, allocate
+ *                                until refused, print the total, wait for stdin to close
+ *     memclient threads N CHUNK_MIB   N threads allocate until refused
+ *     memclient churn            allocate and free 1 MiB in a loop (prints ready first)
+ *     memclient info             cuMemGetInfo and cuDeviceTotalMem */
+#include "common.h"
+
+#include <pthread.h>
+#include <unistd.h>
+
+#define MiB (1ull << 20)
+
+static size_t used_now(void)
+{
+    size_t f, t;
+    CHECK(cuMemGetInfo_v2(&f, &t));
+    return t - f;
+}
+
+static int failures;
+
+static void expect_used(const char *what, size_t want)
+{
+    size_t got = used_now();
+    if (got != want) {
+        printf("FAIL %s: tenant uses %zu bytes, want %zu\n", what, got, want);
+        failures++;
+    } else {
+        printf("ok %s\n", what);
+    }
+}
+
+static void paths(void)
+{
+    CUdeviceptr p;
+    size_t base = used_now(), pitch;
+
+    CHECK(cuMemAlloc_v2(&p, 64 * MiB));
+    expect_used("cuMemAlloc_v2 charges", base + 64 * MiB);
+    CHECK(cuMemFree_v2(p));
+    expect_used("cuMemFree_v2 releases", base);
+
+    CHECK(cuMemAllocPitch_v2(&p, &pitch, 1000, 1000, 4));
+    expect_used("cuMemAllocPitch_v2 charges pitch x height", base + pitch * 1000);
+    CHECK(cuMemFree_v2(p));
+    expect_used("pitched memory released", base);
+
+    CHECK(cuMemAllocManaged(&p, 32 * MiB, CU_MEM_ATTACH_GLOBAL));
+    expect_used("cuMemAllocManaged charges", base + 32 * MiB);
+    CHECK(cuMemFree_v2(p));
+    expect_used("managed memory released", base);
+
+    /* Stream-ordered: the pool keeps freed memory until synchronization. */
+    CUstream s;
+    CHECK(cuStreamCreate(&s, 0));
+    CHECK(cuMemAllocAsync(&p, 16 * MiB, s));
+    expect_used("cuMemAllocAsync charges the pool's reservation", base + 16 * MiB);
+    CHECK(cuMemFreeAsync(p, s));
+    expect_used("cuMemFreeAsync: the pool still holds it", base + 16 * MiB);
+    CHECK(cuMemAllocAsync_ptsz(&p, 8 * MiB, s));
+    expect_used("cuMemAllocAsync_ptsz reuses the pool's memory", base + 16 * MiB);
+    CHECK(cuMemFreeAsync_ptsz(p, s));
+    CHECK(cuStreamSynchronize(s));
+    expect_used("synchronization gives the pool's memory back", base);
+
+    CUmemoryPool pool;
+    CUmemPoolProps pp;
+    memset(&pp, 0, sizeof pp);
+    pp.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    pp.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    CHECK(cuMemPoolCreate(&pool, &pp));
+    CHECK(cuMemAllocFromPoolAsync(&p, 24 * MiB, pool, s));
+    expect_used("cuMemAllocFromPoolAsync charges", base + 24 * MiB);
+    CHECK(cuMemFreeAsync(p, s));
+    CHECK(cuMemPoolTrimTo(pool, 0));
+    expect_used("cuMemPoolTrimTo gives it back", base);
+    CHECK(cuMemAllocFromPoolAsync_ptsz(&p, 4 * MiB, pool, s));
+    CHECK(cuMemPoolDestroy(pool));
+    expect_used("cuMemPoolDestroy gives everything back", base);
+
+    /* Virtual memory management: held until released and unmapped. */
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    CUmemGenericAllocationHandle h;
+    CUdeviceptr va;
+    CHECK(cuMemCreate(&h, 8 * MiB, &prop, 0));
+    expect_used("cuMemCreate charges", base + 8 * MiB);
+    CHECK(cuMemAddressReserve(&va, 8 * MiB, 0, 0, 0));
+    CHECK(cuMemMap(va, 4 * MiB, 0, h, 0));
+    CHECK(cuMemMap(va + 4 * MiB, 4 * MiB, 4 * MiB, h, 0));
+    CHECK(cuMemRelease(h));
+    expect_used("released but still mapped: still held", base + 8 * MiB);
+    CHECK(cuMemUnmap(va, 8 * MiB));
+    expect_used("unmapped: given back", base);
+    CHECK(cuMemAddressFree(va, 8 * MiB));
+
+    CUarray a2, a3;
+    CUmipmappedArray mm;
+    CUDA_ARRAY_DESCRIPTOR d2 = {1024, 1024, CU_AD_FORMAT_FLOAT, 4};
+    CUDA_ARRAY3D_DESCRIPTOR d3 = {256, 256, 16, CU_AD_FORMAT_UNSIGNED_INT8, 1, 0};
+    CHECK(cuArrayCreate_v2(&a2, &d2));
+    expect_used("cuArrayCreate_v2 charges", base + 16 * MiB);
+    CHECK(cuArray3DCreate_v2(&a3, &d3));
+    expect_used("cuArray3DCreate_v2 charges", base + 17 * MiB);
+    CHECK(cuMipmappedArrayCreate(&mm, &d3, 2));
+    expect_used("cuMipmappedArrayCreate charges every level", base + 17 * MiB + MiB + 128 * 128 * 8);
+    CHECK(cuArrayDestroy(a2));
+    CHECK(cuArrayDestroy(a3));
+    CHECK(cuMipmappedArrayDestroy(mm));
+    expect_used("array destroys give back", base);
+
+    /* A created context costs device memory, and takes its allocations
+     * with it when destroyed. */
+    CUcontext prim, ctx;
+    CHECK(cuCtxGetCurrent(&prim));
+    CHECK(cuCtxCreate_v2(&ctx, 0, 0));
+    size_t with_ctx = used_now();
+    if (with_ctx <= base) {
+        printf("FAIL cuCtxCreate_v2 charges nothing\n");
+        failures++;
+    }
+    CHECK(cuMemAlloc_v2(&p, 8 * MiB));
+    expect_used("allocation in the created context", with_ctx + 8 * MiB);
+    CHECK(cuCtxDestroy_v2(ctx));
+    CHECK(cuCtxSetCurrent(prim));
+    expect_used("cuCtxDestroy_v2 gives back the context and what it held", base);
+}
+
+static void exact(void)
+{
+    size_t f, t;
+    CUdeviceptr p;
+    CHECK(cuMemGetInfo_v2(&f, &t));
+    CUresult over = cuMemAlloc_v2(&p, f + 1);
+    CUresult fit = cuMemAlloc_v2(&p, f);
+    size_t f2, t2;
+    CHECK(cuMemGetInfo_v2(&f2, &t2));
+    printf("room %zu: one byte more -> %s, exactly -> %s, then free %zu\n", f,
+           over == CUDA_ERROR_OUT_OF_MEMORY ? "CUDA_ERROR_OUT_OF_MEMORY" : "other",
+           fit == CUDA_SUCCESS ? "CUDA_SUCCESS" : "other", f2);
+}
+
+static size_t chunk;
+static CUcontext shared_ctx;
+
+static void *fill_thread(void *arg)
+{
+    long n = 0;
+    CUdeviceptr p;
+    CHECK(cuCtxSetCurrent(shared_ctx));
+    while (cuMemAlloc_v2(&p, chunk) == CUDA_SUCCESS)
+        n++;
+    *(long *)arg = n;
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "paths";
+    CHECK(cuInit(0));
+    CHECK(cuDevicePrimaryCtxRetain(&shared_ctx, 0));
+    CHECK(cuCtxSetCurrent(shared_ctx));
+    if (!strcmp(mode, "paths")) {
+        paths();
+        return failures != 0;
+    }
+    if (!strcmp(mode, "exact")) {
+        exact();
+        return 0;
+    }
+    if (!strcmp(mode, "info")) {
+        size_t f, t, total;
+        CHECK(cuMemGetInfo_v2(&f, &t));
+        CHECK(cuDeviceTotalMem_v2(&total, 0));
+        printf("free %zu total %zu device_total %zu\n", f, t, total);
+        return 0;
+    }
+    if (!strcmp(mode, "fill") || !strcmp(mode, "threads")) {
+        int nthreads = !strcmp(mode, "threads") && argc > 2 ? atoi(argv[2]) : 1;
+        chunk = (size_t)atol(argv[!strcmp(mode, "threads") ? 3 : 2]) * MiB;
+        char line[16];
+        if (!strcmp(mode, "fill")) {
+            printf("ctx\n");
+            fflush(stdout);
+            if (!fgets(line, sizeof line, stdin))
+                return 1;
+        }
+        pthread_t t[64];
+        long got[64] = {0}, total = 0;
+        for (int i = 0; i < nthreads && i < 64; i++)
+            pthread_create(&t[i], NULL, fill_thread, &got[i]);
+        for (int i = 0; i < nthreads && i < 64; i++) {
+            pthread_join(t[i], NULL);
+            total += got[i];
+        }
+        printf("allocated %ld chunks, tenant uses %zu\nready\n", total, used_now());
+        fflush(stdout);
+        while (fgets(line, sizeof line, stdin))
+            ;
+        return 0;
+    }
+    if (!strcmp(mode, "churn")) {
+        printf("ready\n");
+        fflush(stdout);
+        for (;;) {
+            CUdeviceptr p;
+            if (cuMemAlloc_v2(&p, MiB) == CUDA_SUCCESS)
+                cuMemFree_v2(p);
+        }
+    }
+    fprintf(stderr, "memclient: unknown mode %s\n", mode);
+    return 2;
+}

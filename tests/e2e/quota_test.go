@@ -1,0 +1,291 @@
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/flexgv/flexgv/internal/tenant"
+)
+
+const mib = 1 << 20
+
+// Contexts take 64 MiB on this simulated GPU; the shim measures it.
+func quotaEnv(t *testing.T, extra ...string) *env {
+	return newEnv(t, append([]string{"FLEXGV_SIM_CTX_MEM=64MiB", "FLEXGV_SIM_MEM=16GiB"}, extra...)...)
+}
+
+func TestEveryAllocationPathIsCharged(t *testing.T) {
+	e := quotaEnv(t)
+	r := e.run("flexgv", "run", "--mem", "4GiB", "--", bin("memclient"), "paths")
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if r.code != 0 || len(lines) != 22 {
+		t.Fatalf("exit %d, %d checks:\n%s%s", r.code, len(lines), r.stdout, r.stderr)
+	}
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "ok ") {
+			t.Errorf("%s", l)
+		}
+	}
+}
+
+func TestQuotaBoundaryIsExact(t *testing.T) {
+	e := quotaEnv(t)
+	r := e.run("flexgv", "run", "--mem", "1GiB", "--", bin("memclient"), "exact")
+	want := fmt.Sprintf("room %d: one byte more -> CUDA_ERROR_OUT_OF_MEMORY, exactly -> CUDA_SUCCESS, then free 0\n", (1024-64)*mib)
+	if r.code != 0 || r.stdout != want {
+		t.Fatalf("got %q (exit %d, %s), want %q", r.stdout, r.code, r.stderr, want)
+	}
+}
+
+func TestMemoryViewsShowTheQuota(t *testing.T) {
+	e := quotaEnv(t)
+	r := e.run("flexgv", "run", "--mem", "1GiB", "--", bin("memclient"), "info")
+	want := fmt.Sprintf("free %d total %d device_total %d\n", (1024-64)*mib, 1024*mib, 1024*mib)
+	if r.stdout != want {
+		t.Fatalf("memclient info: %q, want %q", r.stdout, want)
+	}
+	// NVML inside the tenant (nvidia-smi's view) sees the quota and the
+	// tenant's usage; outside it sees the device.
+	stop := e.start(t, "flexgv", "run", "--group", "g", "--mem", "2GiB", "--", bin("holder"), "300")
+	defer stop()
+	in := e.run("flexgv", "run", "--group", "g", "--", bin("nvmlclient"))
+	used := uint64(300+64) * mib
+	if !strings.Contains(in.stdout, fmt.Sprintf("total=%d used=%d free=%d total_v2=%d", 2048*mib, used, 2048*mib-used, 2048*mib)) {
+		t.Fatalf("NVML inside the tenant:\n%s%s", in.stdout, in.stderr)
+	}
+	out := e.run("nvmlclient")
+	if !strings.Contains(out.stdout, fmt.Sprintf("total=%d used=%d", 16384*mib, used)) {
+		t.Fatalf("NVML outside the tenant:\n%s", out.stdout)
+	}
+}
+
+var allocatedRE = regexp.MustCompile(`allocated (\d+) chunks, tenant uses (\d+)`)
+
+func TestConcurrentThreadsNeverExceed(t *testing.T) {
+	e := quotaEnv(t)
+	for round := 0; round < 5; round++ {
+		cmd := exec.Command(bin("flexgv"), "run", "--mem", "1GiB", "--", bin("memclient"), "threads", "16", "10")
+		cmd.Env = e.environ(filepath.Join(build, "sim"))
+		cmd.Stdin = strings.NewReader("")
+		out, err := cmd.Output()
+		m := allocatedRE.FindStringSubmatch(string(out))
+		if err != nil || m == nil {
+			t.Fatalf("memclient threads: %v\n%s", err, out)
+		}
+		chunks, _ := strconv.Atoi(m[1])
+		uses, _ := strconv.ParseUint(m[2], 10, 64)
+		// 960 MiB of room in 10 MiB chunks: never more than 96; racing
+		// threads may not leave a chunk unused.
+		if chunks > 96 || uses > 1024*mib || chunks < 96 {
+			t.Fatalf("round %d: %d chunks, tenant uses %d of %d", round, chunks, uses, 1024*mib)
+		}
+	}
+}
+
+// start runs a program that prints "ready" and waits for stdin to close;
+// stop closes it and waits.
+func (e *env) start(t *testing.T, name string, args ...string) func() {
+	t.Helper()
+	p := e.startProc(t, name, args...)
+	return func() { p.stdin.Close(); p.cmd.Wait() }
+}
+
+type proc struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines *bufio.Scanner
+	out   string
+}
+
+func (e *env) startProc(t *testing.T, name string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(bin(name), args...)
+	cmd.Env = e.environ(filepath.Join(build, "sim"))
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
+	p := &proc{cmd: cmd, stdin: stdin, lines: bufio.NewScanner(stdout)}
+	p.waitFor(t, "ready")
+	return p
+}
+
+// waitFor reads the program's output up to the line marker.
+func (p *proc) waitFor(t *testing.T, marker string) {
+	t.Helper()
+	for p.lines.Scan() {
+		p.out += p.lines.Text() + "\n"
+		if p.lines.Text() == marker || p.lines.Text() == "ctx" && marker == "ready" {
+			return
+		}
+	}
+	t.Fatalf("%v never printed %q:\n%s", p.cmd.Args, marker, p.out)
+}
+
+func (e *env) ps(t *testing.T) []tenant.Info {
+	t.Helper()
+	r := e.run("flexgv", "ps", "--json")
+	var infos []tenant.Info
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &infos) != nil {
+		t.Fatalf("flexgv ps --json: %+v", r)
+	}
+	return infos
+}
+
+func TestProcessesOfAGroupNeverExceed(t *testing.T) {
+	e := quotaEnv(t)
+	// Four processes create their contexts, then all fill at once.
+	procs := make([]*proc, 4)
+	for i := range procs {
+		procs[i] = e.startProc(t, "flexgv", "run", "--group", "g", "--mem", "1GiB", "--", bin("memclient"), "fill", "10")
+	}
+	for _, p := range procs {
+		io.WriteString(p.stdin, "go\n")
+	}
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		wg.Add(1)
+		go func(p *proc) { defer wg.Done(); p.waitFor(t, "ready") }(p)
+	}
+	wg.Wait()
+	chunks := 0
+	for _, p := range procs {
+		m := allocatedRE.FindStringSubmatch(p.out)
+		n, _ := strconv.Atoi(m[1])
+		chunks += n
+	}
+	// Four contexts (4 x 64 MiB) and the chunks share 1 GiB.
+	if chunks != (1024-4*64)/10 {
+		t.Errorf("%d chunks of 10 MiB allocated by the group, want %d", chunks, (1024-4*64)/10)
+	}
+	infos := e.ps(t)
+	if len(infos) != 1 || infos[0].Name != "g" || len(infos[0].Procs) != 4 || infos[0].Used[0] > 1024*mib {
+		t.Fatalf("flexgv ps: %+v", infos)
+	}
+	text := e.run("flexgv", "ps").stdout
+	if !regexp.MustCompile(`g\s+0\s+1GiB\s+\d+\.?\d*MiB`).MatchString(text) {
+		t.Errorf("flexgv ps table:\n%s", text)
+	}
+	for _, p := range procs {
+		p.stdin.Close()
+		p.cmd.Wait()
+	}
+	if infos := e.ps(t); len(infos) != 0 {
+		t.Fatalf("the group outlived its processes: %+v", infos)
+	}
+}
+
+func TestSIGKILLMidAllocationLeaksNothing(t *testing.T) {
+	e := quotaEnv(t)
+	stop := e.start(t, "flexgv", "run", "--group", "g", "--mem", "1GiB", "--", bin("holder"), "200")
+	defer stop()
+	// A process of the same tenant allocating and freeing in a loop, killed
+	// with SIGKILL wherever it is.
+	victim := exec.Command(bin("memclient"), "churn")
+	victim.Env = append(e.environ(filepath.Join(build, "sim")), "LD_PRELOAD="+filepath.Join(build, "lib", "libflexgv.so"),
+		"FLEXGV_TENANT="+filepath.Join(e.dir, "tenants", "tenant-g"))
+	stdout, _ := victim.StdoutPipe()
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	bufio.NewReader(stdout).ReadString('\n')
+	for i := 0; i < 3; i++ {
+		if len(e.ps(t)[0].Procs) == 2 {
+			break
+		}
+	}
+	victim.Process.Signal(syscall.SIGKILL)
+	victim.Wait()
+	survivor := uint64(64+200) * mib
+	infos := e.ps(t)
+	if len(infos) != 1 || infos[0].Used[0] != survivor || len(infos[0].Procs) != 1 {
+		t.Fatalf("after SIGKILL: %+v, want only the survivor's %d bytes", infos, survivor)
+	}
+	// The room is back for the next process (its own context included).
+	r := e.run("flexgv", "run", "--group", "g", "--", bin("memclient"), "exact")
+	room := 1024*mib - survivor - 64*mib
+	if !strings.HasPrefix(r.stdout, fmt.Sprintf("room %d: one byte more -> CUDA_ERROR_OUT_OF_MEMORY, exactly -> CUDA_SUCCESS", room)) {
+		t.Fatalf("next process: %+v", r)
+	}
+}
+
+func TestBadMemFlagsStopBeforeTheProgram(t *testing.T) {
+	e := quotaEnv(t)
+	for _, c := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"--mem", "0"}, "a quota of zero bytes"},
+		{[]string{"--mem", "lots"}, `"lots" is not a size`},
+		{[]string{"--mem", "20GiB"}, "20GiB is more than device 0 has (16GiB)"},
+		{[]string{"--mem", "3=1GiB"}, "there is no device 3"},
+		{[]string{"--mem", "150%"}, "not a percentage"},
+		{[]string{"--group", "missing"}, "group missing does not exist; give --mem to create it"},
+		{[]string{"--group", "bad/name", "--mem", "1GiB"}, "tenant name"},
+		{[]string{"--mem", "1GiB", "--ctx-mem", "x"}, "--ctx-mem"},
+	} {
+		args := append(append([]string{"run"}, c.args...), "--", "sh", "-c", "echo started")
+		r := e.run("flexgv", args...)
+		if r.code != 2 || r.stdout != "" || !strings.Contains(r.stderr, c.msg) {
+			t.Errorf("flexgv %s: exit %d, stdout %q, stderr %q; want exit 2 before the program and %q",
+				strings.Join(args, " "), r.code, r.stdout, r.stderr, c.msg)
+		}
+	}
+	stop := e.start(t, "flexgv", "run", "--group", "g", "--mem", "1GiB", "--", bin("holder"), "10")
+	defer stop()
+	r := e.run("flexgv", "run", "--group", "g", "--mem", "2GiB", "--", "true")
+	if r.code != 2 || !strings.Contains(r.stderr, "group g already exists with quota 0=1GiB") {
+		t.Errorf("joining with another quota: %+v", r)
+	}
+}
+
+func TestTenantSetupFailure(t *testing.T) {
+	e := quotaEnv(t, "FLEXGV_TENANT=/nonexistent/tenant")
+	r := e.run("flexgv", "run", "--", bin("direct"))
+	if r.code != 1 || strings.Count(r.stderr, "flexgv: cannot open tenant /nonexistent/tenant") != 1 ||
+		!strings.Contains(r.stderr, "cuInit(0) failed: 800") {
+		t.Fatalf("refused by default: %+v", r)
+	}
+	e2 := quotaEnv(t, "FLEXGV_TENANT=/nonexistent/tenant", "FLEXGV_ON_ERROR=passthrough")
+	r = e2.run("flexgv", "run", "--", bin("direct"))
+	if r.code != 0 || !strings.Contains(r.stderr, "running without the quota") {
+		t.Fatalf("passthrough: %+v", r)
+	}
+}
+
+// Twenty processes of one tenant start at once; each gets its own slot and
+// sees the others' contexts.
+func TestTwentyProcessesStartTogether(t *testing.T) {
+	e := quotaEnv(t)
+	stop := e.start(t, "flexgv", "run", "--group", "g", "--mem", "4GiB", "--", bin("holder"), "1")
+	defer stop()
+	var wg sync.WaitGroup
+	results := make([]result, 20)
+	for i := range results {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			results[i] = e.run("flexgv", "run", "--group", "g", "--", bin("memclient"), "info")
+		}(i)
+	}
+	wg.Wait()
+	for i, r := range results {
+		var free, total, dev uint64
+		if _, err := fmt.Sscanf(r.stdout, "free %d total %d device_total %d", &free, &total, &dev); err != nil || r.code != 0 ||
+			total != 4096*mib || free > 4096*mib-65*mib-64*mib {
+			t.Errorf("process %d: %+v", i, r)
+		}
+	}
+}
