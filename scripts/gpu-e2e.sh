@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end truth on a real GPU, in one run. From the repository root on a
 # machine with an NVIDIA driver, nvcc and PyTorch, with build/ made by `make`:
-#     scripts/gpu-e2e.sh OUTDIR
+#     scripts/gpu-e2e.sh OUTDIR [SECTION...]
+# Sections (default: all): decl counts hookmap torch bench quota quotabench
 # Checks our driver declarations against the real headers, traces CUDA
 # programs built with nvcc (static and shared cudart), checks every hooked
 # variant against the real driver's resolver, runs PyTorch natively and under
@@ -9,6 +10,9 @@
 # Exits non-zero on any mismatch; OUTDIR/gpu-e2e.log holds everything.
 set -u -o pipefail
 OUT=$(mkdir -p "${1:-gpu-out}" && cd "${1:-gpu-out}" && pwd)
+shift || true
+SECTIONS=${*:-decl counts hookmap torch bench quota quotabench}
+want() { [[ " $SECTIONS " == *" $1 "* ]]; }
 ROOT=$(pwd)
 CUDA=${CUDA_HOME:-/usr/local/cuda}
 FLEXGV=$ROOT/build/bin/flexgv
@@ -30,6 +34,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
 [ -x "$FLEXGV" ] && [ -f build/lib/libflexgv.so ] || { echo "build/ is missing: run make first"; exit 2; }
 
+if want decl; then
 echo "== declarations against the real cuda.h / cudaTypedefs.h"
 if gcc -std=gnu11 -Wall -Werror -I"$CUDA/include" -c scripts/gpu/declcheck_gen.c -o "$WORK/decl.o" 2>"$WORK/decl.err" &&
     gcc -std=gnu11 -Wall -Werror -I"$CUDA/include" -c scripts/gpu/declcheck_legacy_gen.c -o "$WORK/decl_legacy.o" 2>>"$WORK/decl.err"; then
@@ -47,6 +52,8 @@ else
     fail "our declarations differ from cuda.h (diff above: < real, > ours)"
 fi
 
+fi
+
 echo "== nvcc builds"
 "$CUDA/bin/nvcc" -O2 -o "$WORK/vectoradd_static" examples/vectoradd/vectoradd.cu &&
     "$CUDA/bin/nvcc" -O2 -cudart shared -o "$WORK/vectoradd_shared" examples/vectoradd/vectoradd.cu &&
@@ -54,6 +61,7 @@ echo "== nvcc builds"
 cmake -S examples/vectoradd -B "$WORK/cmake" >/dev/null && cmake --build "$WORK/cmake" >/dev/null &&
     pass "examples/vectoradd builds with CMake" || fail "CMake build of examples/vectoradd"
 
+if want counts; then
 echo "== traced CUDA programs report exact counts"
 for kind in static shared; do
     s="$WORK/va_$kind.json"
@@ -69,6 +77,9 @@ for kind in static shared; do
 done
 "$FLEXGV" trace -- "$WORK/vectoradd_static" 25 2>&1 >/dev/null | head -12
 
+fi
+
+if want hookmap; then
 echo "== every hooked variant against the real driver's resolver"
 build/tests/hookmap >"$WORK/hookmap_native.txt"; tail -1 "$WORK/hookmap_native.txt"
 grep MISMATCH "$WORK/hookmap_native.txt" | head -20
@@ -79,6 +90,9 @@ else
     fail "hookmap under the shim: $(tail -1 "$WORK/hookmap_shim.txt")"
 fi
 
+fi
+
+if want torch; then
 echo "== PyTorch: native vs under the shim"
 python3 scripts/gpu/torch_train.py 100 >"$WORK/torch_native.json" || fail "torch native"
 "$FLEXGV" run -- python3 scripts/gpu/torch_train.py 100 >"$WORK/torch_run.json" || fail "torch under flexgv run"
@@ -94,10 +108,13 @@ dlsym_allocs=$(json "$WORK/torch_trace_summary.json" 'c.get("cuMemAlloc_v2",0)')
     fail "PyTorch: only $launches launches / $dlsym_allocs allocations traced"
 python3 -c "import json; s=json.load(open('$WORK/torch_trace_summary.json')); [print(f\"  {a['name']:32} {a['calls']:8}\") for a in s['apis'][:15]]"
 
+fi
+
 # Benchmarks: modes alternate within each round and are compared pairwise per
 # round, so drift of the shared machine cancels. The launch loop is pinned to
 # one core; PyTorch is not (its worker threads would then compete).
 pin=(); command -v taskset >/dev/null && pin=(taskset -c 3)
+if want bench; then
 echo "== benchmark: launches (ns per launch, 200000 empty kernels, 9 rounds)"
 for round in 1 2 3 4 5 6 7 8 9; do
     echo "$round native $("${pin[@]}" "$WORK/launch_bench" 200000)"
@@ -128,7 +145,105 @@ ratios = [r["run"] / r["native"] for r in torch]
 print(f"torch native: median {st.median(r['native'] for r in torch):.1f} steps/s")
 print(f"torch run/native: median paired ratio {st.median(ratios):.4f}, range {min(ratios):.4f}..{max(ratios):.4f} ({len(ratios)} rounds)")
 PY
+fi
+
+# watch CMD...: run CMD while NVML, outside the tenant, samples what GPU 0
+# really holds; prints CMD's output, then leaves the peak in $WORK/peak.
+watch() {
+    touch "$WORK/watching"
+    python3 scripts/gpu/nvml_watch.py "$WORK/watching" >"$WORK/peak.json" &
+    local w=$!
+    sleep 0.5
+    "$@"
+    local rc=$?
+    rm -f "$WORK/watching"
+    wait $w
+    python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["peak"])' "$WORK/peak.json" >"$WORK/peak"
+    return $rc
+}
+GiB=$((1 << 30))
+Q=$((10 * GiB))
+
+if want quota; then
+echo "== memory quota: PyTorch under --mem 10GiB"
+for alloc in default expandable; do
+    conf=""; [ $alloc = expandable ] && conf="expandable_segments:True"
+    PYTORCH_CUDA_ALLOC_CONF=$conf watch "$FLEXGV" run --mem 10GiB -- python3 scripts/gpu/torch_quota.py fill >"$WORK/q_$alloc.json" || fail "torch fill ($alloc)"
+    peak=$(cat "$WORK/peak")
+    python3 - "$WORK/q_$alloc.json" "$Q" "$peak" "$alloc" <<'PY' && pass "PyTorch ($2 allocator) inside the quota: see above" || fail "PyTorch ($4 allocator) quota"
+import json, sys
+r, q, peak, alloc = json.load(open(sys.argv[1])), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+G = 1 << 30
+print(f"  {alloc}: mem_get_info total {r['total']/G:.2f} GiB, free at start {r['free_start']/G:.2f} GiB "
+      f"(context {(q - r['free_start'])/(1<<20):.0f} MiB), tensors allocated {r['allocated']/G:.2f} GiB, "
+      f"then OutOfMemoryError: {r.get('oom', False)}; NVML peak of the device memory really held {peak/G:.3f} GiB")
+ok = r["total"] == q and r.get("oom") and r["allocated"] >= q - 2 * G and peak <= q
+sys.exit(0 if ok else 1)
+PY
+done
+
+echo "== memory quota: cudaMallocAsync pools"
+"$CUDA/bin/nvcc" -O2 -o "$WORK/mallocasync" scripts/gpu/mallocasync.cu || fail "nvcc mallocasync"
+watch "$FLEXGV" run --mem 10GiB -- "$WORK/mallocasync" >"$WORK/q_async.json" || fail "mallocasync"
+python3 - "$WORK/q_async.json" "$Q" "$(cat "$WORK/peak")" <<'PY' && pass "cudaMallocAsync inside the quota" || fail "cudaMallocAsync quota"
+import json, sys
+r, q, peak = json.load(open(sys.argv[1])), int(sys.argv[2]), int(sys.argv[3])
+G = 1 << 30
+print(f"  total {r['total']/G:.2f} GiB, {r['blocks']} blocks of 256 MiB then {r['error']}, free when full "
+      f"{r['free_full']/(1<<20):.0f} MiB, free after freeing and synchronizing {r['free_after']/G:.2f} GiB "
+      f"(at start {r['free_start']/G:.2f}); NVML peak {peak/G:.3f} GiB")
+ok = (r["total"] == q and r["error"] == "cudaErrorMemoryAllocation" and r["blocks"] * 256 * (1 << 20) <= q
+      and r["free_after"] == r["free_start"] and peak <= q)
+sys.exit(0 if ok else 1)
+PY
+
+echo "== memory quota: two processes of one tenant"
+rm -f "$WORK/held"
+(watch "$FLEXGV" run --group pair --mem 10GiB -- python3 scripts/gpu/torch_quota.py hold 6 "$WORK/held" >"$WORK/q_hold.json") &
+holder=$!
+for i in $(seq 100); do [ -e "$WORK/held" ] && break; sleep 0.2; done
+"$FLEXGV" ps
+"$FLEXGV" run --group pair -- python3 scripts/gpu/torch_quota.py try 6 2 >"$WORK/q_try.json" || fail "second process"
+rm -f "$WORK/held"
+wait $holder
+python3 - "$WORK/q_try.json" "$Q" "$(cat "$WORK/peak")" <<'PY' && pass "two processes share one quota" || fail "shared quota"
+import json, sys
+r, q, peak = json.load(open(sys.argv[1])), int(sys.argv[2]), int(sys.argv[3])
+print(f"  second process: sees total {r['total']/(1<<30):.2f} GiB, free {r['free_start']/(1<<30):.2f} GiB; "
+      f"tries {r['results']}; NVML peak of both {peak/(1<<30):.3f} GiB")
+sys.exit(0 if r["results"] == [["6", "OutOfMemoryError"], ["2", "ok"]] and peak <= q else 1)
+PY
+fi
+
+if want quotabench; then
+echo "== benchmark: cudaMalloc/cudaFree pairs (1 MiB), native vs --mem, 7 rounds"
+"$CUDA/bin/nvcc" -O2 -o "$WORK/alloc_bench" bench/alloc_bench.cu
+for round in 1 2 3 4 5 6 7; do
+    echo "$round native $("${pin[@]}" "$WORK/alloc_bench" 20000)"
+    echo "$round quota $("${pin[@]}" "$FLEXGV" run --mem 100GiB -- "$WORK/alloc_bench" 20000)"
+done >"$WORK/alloc.txt"
+echo "== benchmark: PyTorch throughput, native vs --mem 100GiB (2000 steps, 7 rounds)"
+for round in 1 2 3 4 5 6 7; do
+    echo "$round native $(python3 scripts/gpu/torch_train.py 2000 50)"
+    echo "$round quota $("$FLEXGV" run --mem 100GiB -- python3 scripts/gpu/torch_train.py 2000 50)"
+done >"$WORK/torch_quota_bench.txt"
+python3 - "$WORK/alloc.txt" "$WORK/torch_quota_bench.txt" <<'PY' | tee "$OUT/quotabench.txt"
+import json, statistics as st, sys
+def rounds(path, value):
+    r = {}
+    for line in open(path):
+        n, mode, rest = line.split(" ", 2)
+        r.setdefault(int(n), {})[mode] = value(rest)
+    return [r[k] for k in sorted(r)]
+a = rounds(sys.argv[1], lambda s: float(s.split()[1]))
+d = [r["quota"] - r["native"] for r in a]
+print(f"alloc/free pair: native median {st.median(r['native'] for r in a):.1f} ns; under --mem: median paired difference {st.median(d):+.1f} ns (range {min(d):+.1f}..{max(d):+.1f}, {len(d)} rounds)")
+t = rounds(sys.argv[2], lambda s: json.loads(s)["steps_per_s"])
+ratios = [r["quota"] / r["native"] for r in t]
+print(f"torch under --mem 100GiB / native: median paired ratio {st.median(ratios):.4f} (range {min(ratios):.4f}..{max(ratios):.4f}, {len(ratios)} rounds)")
+PY
+fi
 
 echo "== $failures failure(s)"
-cp "$WORK"/va_static.json "$WORK"/va_shared.json "$WORK"/torch_trace_summary.json "$OUT"/ 2>/dev/null
+cp "$WORK"/va_static.json "$WORK"/torch_trace_summary.json "$WORK"/q_*.json "$OUT"/ 2>/dev/null
 exit $((failures > 0))

@@ -59,7 +59,8 @@ static int slot_alive(struct fg_tenant_slot *s, int32_t pid)
 /* Frees the slots of dead processes: their memory died with them. */
 static void reap(void)
 {
-    for (uint32_t i = 0; i < tenant->nslots; i++) {
+    uint32_t n = __atomic_load_n(&tenant->slot_hwm, __ATOMIC_SEQ_CST);
+    for (uint32_t i = 0; i < n && i < tenant->nslots; i++) {
         struct fg_tenant_slot *s = &slots[i];
         int32_t pid = __atomic_load_n(&s->pid, __ATOMIC_ACQUIRE);
         if (pid <= 0 || s == mine || slot_alive(s, pid))
@@ -84,6 +85,11 @@ static struct fg_tenant_slot *claim(void)
                 for (int d = 0; d < FG_NDEV; d++)
                     __atomic_store_n(&slots[i].used[d], 0, __ATOMIC_SEQ_CST);
                 __atomic_store_n(&slots[i].start_ticks, ticks, __ATOMIC_RELEASE);
+                /* Sums need not look past the highest slot ever claimed. */
+                uint32_t hwm = __atomic_load_n(&tenant->slot_hwm, __ATOMIC_SEQ_CST);
+                while (hwm < i + 1 && !__atomic_compare_exchange_n(&tenant->slot_hwm, &hwm, i + 1, 1, __ATOMIC_SEQ_CST,
+                                                                    __ATOMIC_SEQ_CST))
+                    ;
                 return &slots[i];
             }
         }
@@ -184,7 +190,8 @@ uint64_t fg_tenant_used(int dev)
     uint64_t sum = 0;
     if (!fg_quota_on || dev < 0 || dev >= FG_NDEV)
         return 0;
-    for (uint32_t i = 0; i < tenant->nslots; i++)
+    uint32_t n = __atomic_load_n(&tenant->slot_hwm, __ATOMIC_SEQ_CST);
+    for (uint32_t i = 0; i < n && i < tenant->nslots; i++)
         if (__atomic_load_n(&slots[i].pid, __ATOMIC_SEQ_CST) > 0)
             sum += __atomic_load_n(&slots[i].used[dev], __ATOMIC_SEQ_CST);
     return sum;

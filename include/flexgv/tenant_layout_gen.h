@@ -14,7 +14,7 @@ struct fg_tenant_header {
     uint32_t version;
     uint32_t ndevices;
     uint32_t nslots;
-    uint32_t flags;
+    uint32_t slot_hwm;
     uint64_t created_ns;
     uint64_t ctx_bytes;
     uint64_t quota[16];

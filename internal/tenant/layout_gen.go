@@ -15,7 +15,7 @@ type Header struct {
 	Version   uint32     `c:"version"`
 	NDevices  uint32     `c:"ndevices"`
 	NSlots    uint32     `c:"nslots"`
-	Flags     uint32     `c:"flags"`
+	SlotHWM   uint32     `c:"slot_hwm"`
 	CreatedNs uint64     `c:"created_ns"`
 	CtxBytes  uint64     `c:"ctx_bytes"`
 	Quota     [16]uint64 `c:"quota"`

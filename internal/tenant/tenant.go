@@ -192,7 +192,8 @@ func Read(p string) (Info, error) {
 	}
 	info := Info{Name: strings.TrimRight(string(h.Name[:]), "\x00"), Quota: append([]uint64(nil), h.Quota[:h.NDevices]...)}
 	info.Used = make([]uint64, h.NDevices)
-	for i := 0; i < int(h.NSlots); i++ {
+	hwm := int(atomic.LoadUint32(&h.SlotHWM))
+	for i := 0; i < hwm && i < int(h.NSlots); i++ {
 		s := (*Slot)(unsafe.Pointer(&mem[headerSize+i*slotSize]))
 		pid := int(atomic.LoadInt32(&s.Pid))
 		if pid <= 0 || !alive(pid, atomic.LoadUint64(&s.StartTicks)) {

@@ -6,7 +6,8 @@
  *                                until refused, print the total, wait for stdin to close
  *     memclient threads N CHUNK_MIB   N threads allocate until refused
  *     memclient churn            allocate and free 1 MiB in a loop (prints ready first)
- *     memclient info             cuMemGetInfo and cuDeviceTotalMem */
+ *     memclient info             cuMemGetInfo and cuDeviceTotalMem
+ *     memclient allocloop N      N pairs of cuMemAlloc/cuMemFree of 1 MiB (benchmarks) */
 #include "common.h"
 
 #include <pthread.h>
@@ -203,6 +204,15 @@ int main(int argc, char **argv)
         fflush(stdout);
         while (fgets(line, sizeof line, stdin))
             ;
+        return 0;
+    }
+    if (!strcmp(mode, "allocloop")) {
+        long n = argc > 2 ? atol(argv[2]) : 10000;
+        for (long i = 0; i < n; i++) {
+            CUdeviceptr p;
+            CHECK(cuMemAlloc_v2(&p, MiB));
+            CHECK(cuMemFree_v2(p));
+        }
         return 0;
     }
     if (!strcmp(mode, "churn")) {

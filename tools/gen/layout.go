@@ -91,7 +91,7 @@ var tenantLayout = []structSpec{
 		{"version", "Version", "uint32", 0, "TenantVersion"},
 		{"ndevices", "NDevices", "uint32", 0, "devices with a quota entry"},
 		{"nslots", "NSlots", "uint32", 0, "process slots"},
-		{"flags", "Flags", "uint32", 0, ""},
+		{"slot_hwm", "SlotHWM", "uint32", 0, "slots ever claimed are below this (atomic max): sums stop here"},
 		{"created_ns", "CreatedNs", "uint64", 0, "CLOCK_REALTIME at creation"},
 		{"ctx_bytes", "CtxBytes", "uint64", 0, "device memory charged per context when it cannot be measured"},
 		{"quota", "Quota", "uint64", maxDevices, "bytes per device; 0 means no limit"},
