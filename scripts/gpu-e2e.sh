@@ -12,6 +12,7 @@ set -u -o pipefail
 OUT=$(mkdir -p "${1:-gpu-out}" && cd "${1:-gpu-out}" && pwd)
 shift || true
 SECTIONS=${*:-decl counts hookmap torch bench quota quotabench}
+ROUNDS=${ROUNDS:-7} # rounds of the throughput benchmarks
 want() { [[ " $SECTIONS " == *" $1 "* ]]; }
 ROOT=$(pwd)
 CUDA=${CUDA_HOME:-/usr/local/cuda}
@@ -121,8 +122,8 @@ for round in 1 2 3 4 5 6 7 8 9; do
     echo "$round run $("${pin[@]}" "$FLEXGV" run -- "$WORK/launch_bench" 200000)"
     echo "$round trace $("${pin[@]}" "$FLEXGV" trace -o /dev/null -- "$WORK/launch_bench" 200000)"
 done | tee "$WORK/launch.txt"
-echo "== benchmark: PyTorch training throughput (2000 steps, 7 rounds)"
-for round in 1 2 3 4 5 6 7; do
+echo "== benchmark: PyTorch training throughput (2000 steps, $ROUNDS rounds)"
+for round in $(seq "$ROUNDS"); do
     echo "$round native $(python3 scripts/gpu/torch_train.py 2000 50)"
     echo "$round run $("$FLEXGV" run -- python3 scripts/gpu/torch_train.py 2000 50)"
 done >"$WORK/torch_bench.txt"
@@ -170,7 +171,7 @@ for alloc in default expandable; do
     conf=""; [ $alloc = expandable ] && conf="expandable_segments:True"
     PYTORCH_CUDA_ALLOC_CONF=$conf watch "$FLEXGV" run --mem 10GiB -- python3 scripts/gpu/torch_quota.py fill >"$WORK/q_$alloc.json" || fail "torch fill ($alloc)"
     peak=$(cat "$WORK/peak")
-    python3 - "$WORK/q_$alloc.json" "$Q" "$peak" "$alloc" <<'PY' && pass "PyTorch ($2 allocator) inside the quota: see above" || fail "PyTorch ($4 allocator) quota"
+    python3 - "$WORK/q_$alloc.json" "$Q" "$peak" "$alloc" <<'PY' && pass "PyTorch ($alloc allocator) inside the quota" || fail "PyTorch ($alloc allocator) quota"
 import json, sys
 r, q, peak, alloc = json.load(open(sys.argv[1])), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 G = 1 << 30
@@ -222,8 +223,8 @@ for round in 1 2 3 4 5 6 7; do
     echo "$round native $("${pin[@]}" "$WORK/alloc_bench" 20000)"
     echo "$round quota $("${pin[@]}" "$FLEXGV" run --mem 100GiB -- "$WORK/alloc_bench" 20000)"
 done >"$WORK/alloc.txt"
-echo "== benchmark: PyTorch throughput, native vs --mem 100GiB (2000 steps, 7 rounds)"
-for round in 1 2 3 4 5 6 7; do
+echo "== benchmark: PyTorch throughput, native vs --mem 100GiB (2000 steps, $ROUNDS rounds)"
+for round in $(seq "$ROUNDS"); do
     echo "$round native $(python3 scripts/gpu/torch_train.py 2000 50)"
     echo "$round quota $("$FLEXGV" run --mem 100GiB -- python3 scripts/gpu/torch_train.py 2000 50)"
 done >"$WORK/torch_quota_bench.txt"
