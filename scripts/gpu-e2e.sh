@@ -127,25 +127,8 @@ for round in $(seq "$ROUNDS"); do
     echo "$round native $(python3 scripts/gpu/torch_train.py 2000 50)"
     echo "$round run $("$FLEXGV" run -- python3 scripts/gpu/torch_train.py 2000 50)"
 done >"$WORK/torch_bench.txt"
-python3 - "$WORK/launch.txt" "$WORK/torch_bench.txt" <<'PY' | tee "$OUT/bench.txt"
-import json, statistics as st, sys
-def rounds(path, value):
-    r = {}
-    for line in open(path):
-        n, mode, rest = line.split(" ", 2)
-        r.setdefault(int(n), {})[mode] = value(rest)
-    return [r[k] for k in sorted(r)]
-launch = rounds(sys.argv[1], lambda s: float(s.split()[1]))
-nat = [r["native"] for r in launch]
-print(f"launch native: median {st.median(nat):.1f} ns/launch, range {min(nat):.1f}..{max(nat):.1f}")
-for m in ("run", "trace"):
-    d = [r[m] - r["native"] for r in launch]
-    print(f"launch {m}: median paired difference {st.median(d):+.1f} ns/launch, range {min(d):+.1f}..{max(d):+.1f} ({len(d)} rounds)")
-torch = rounds(sys.argv[2], lambda s: json.loads(s)["steps_per_s"])
-ratios = [r["run"] / r["native"] for r in torch]
-print(f"torch native: median {st.median(r['native'] for r in torch):.1f} steps/s")
-print(f"torch run/native: median paired ratio {st.median(ratios):.4f}, range {min(ratios):.4f}..{max(ratios):.4f} ({len(ratios)} rounds)")
-PY
+{ python3 scripts/gpu/paired.py "$WORK/launch.txt" "launch (ns per launch)"
+  python3 scripts/gpu/paired.py "$WORK/torch_bench.txt" "PyTorch training"; } | tee "$OUT/bench.txt"
 fi
 
 # watch CMD...: run CMD while NVML, outside the tenant, samples what GPU 0
@@ -228,21 +211,8 @@ for round in $(seq "$ROUNDS"); do
     echo "$round native $(python3 scripts/gpu/torch_train.py 2000 50)"
     echo "$round quota $("$FLEXGV" run --mem 100GiB -- python3 scripts/gpu/torch_train.py 2000 50)"
 done >"$WORK/torch_quota_bench.txt"
-python3 - "$WORK/alloc.txt" "$WORK/torch_quota_bench.txt" <<'PY' | tee "$OUT/quotabench.txt"
-import json, statistics as st, sys
-def rounds(path, value):
-    r = {}
-    for line in open(path):
-        n, mode, rest = line.split(" ", 2)
-        r.setdefault(int(n), {})[mode] = value(rest)
-    return [r[k] for k in sorted(r)]
-a = rounds(sys.argv[1], lambda s: float(s.split()[1]))
-d = [r["quota"] - r["native"] for r in a]
-print(f"alloc/free pair: native median {st.median(r['native'] for r in a):.1f} ns; under --mem: median paired difference {st.median(d):+.1f} ns (range {min(d):+.1f}..{max(d):+.1f}, {len(d)} rounds)")
-t = rounds(sys.argv[2], lambda s: json.loads(s)["steps_per_s"])
-ratios = [r["quota"] / r["native"] for r in t]
-print(f"torch under --mem 100GiB / native: median paired ratio {st.median(ratios):.4f} (range {min(ratios):.4f}..{max(ratios):.4f}, {len(ratios)} rounds)")
-PY
+{ python3 scripts/gpu/paired.py "$WORK/alloc.txt" "cudaMalloc/cudaFree pair"
+  python3 scripts/gpu/paired.py "$WORK/torch_quota_bench.txt" "PyTorch training"; } | tee "$OUT/quotabench.txt"
 fi
 
 echo "== $failures failure(s)"

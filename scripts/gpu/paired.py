@@ -1,0 +1,42 @@
+"""Paired comparison of benchmark rounds.
+
+Input lines are "ROUND MODE OUTPUT"; OUTPUT is either "NAME VALUE" (a time:
+compared by difference) or a JSON document with steps_per_s (a throughput:
+compared by ratio). Every mode is compared with the first one within each
+round, so drift of a shared machine cancels out.
+    paired.py FILE LABEL
+"""
+import json
+import statistics as st
+import sys
+
+
+def main():
+    path, label = sys.argv[1], sys.argv[2]
+    rounds, modes = {}, []
+    ratio = False
+    for line in open(path):
+        n, mode, rest = line.split(" ", 2)
+        if rest.lstrip().startswith("{"):
+            ratio, value = True, json.loads(rest)["steps_per_s"]
+        else:
+            value = float(rest.split()[1])
+        rounds.setdefault(int(n), {})[mode] = value
+        if mode not in modes:
+            modes.append(mode)
+    rs = [rounds[k] for k in sorted(rounds)]
+    base = modes[0]
+    vals = [r[base] for r in rs]
+    unit = "steps/s" if ratio else "ns"
+    print(f"{label}: {base} median {st.median(vals):.1f} {unit} (range {min(vals):.1f}..{max(vals):.1f})")
+    for m in modes[1:]:
+        if ratio:
+            d = [r[m] / r[base] for r in rs]
+            print(f"{label}: {m} / {base}: median paired ratio {st.median(d):.4f} (range {min(d):.4f}..{max(d):.4f}, {len(d)} rounds)")
+        else:
+            d = [r[m] - r[base] for r in rs]
+            print(f"{label}: {m} - {base}: median paired difference {st.median(d):+.1f} ns (range {min(d):+.1f}..{max(d):+.1f}, {len(d)} rounds)")
+
+
+if __name__ == "__main__":
+    main()
