@@ -78,6 +78,18 @@ static struct fg_tenant_slot *claim(void)
     int32_t me = (int32_t)getpid();
     uint64_t ticks = start_ticks(me);
     reap(); /* what dead processes held is nobody's now */
+    /* A slot with our pid and start time is this process before an exec:
+     * the exec freed everything that image held on the GPU. */
+    uint32_t n = __atomic_load_n(&tenant->slot_hwm, __ATOMIC_SEQ_CST);
+    for (uint32_t i = 0; i < n && i < tenant->nslots; i++) {
+        int32_t pid = me;
+        if (__atomic_load_n(&slots[i].start_ticks, __ATOMIC_ACQUIRE) == ticks &&
+            __atomic_compare_exchange_n(&slots[i].pid, &pid, -1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+            for (int d = 0; d < FG_NDEV; d++)
+                __atomic_store_n(&slots[i].used[d], 0, __ATOMIC_SEQ_CST);
+            __atomic_store_n(&slots[i].pid, 0, __ATOMIC_RELEASE);
+        }
+    }
     for (int pass = 0; pass < 2; pass++) {
         for (uint32_t i = 0; i < tenant->nslots; i++) {
             int32_t zero = 0;

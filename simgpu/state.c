@@ -168,6 +168,18 @@ void sim_reap_dead(void)
 static int claim_proc_slot(void)
 {
     pid_t me = getpid();
+    /* Our pid in a slot already: this process before an exec, whose device
+     * memory the exec freed, as a real driver does. */
+    for (int i = 0; i < SIM_MAX_PROCS; i++) {
+        if (__atomic_load_n(&sim->procs[i].pid, __ATOMIC_ACQUIRE) != me)
+            continue;
+        for (int d = 0; d < SIM_MAX_DEVICES; d++) {
+            uint64_t b = __atomic_exchange_n(&sim->procs[i].used_bytes[d], 0, __ATOMIC_ACQ_REL);
+            if (b)
+                __atomic_fetch_sub(&sim->dev[d].used_bytes, b, __ATOMIC_ACQ_REL);
+        }
+        return i;
+    }
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 0; i < SIM_MAX_PROCS; i++) {
             int32_t zero = 0;

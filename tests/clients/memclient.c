@@ -7,7 +7,8 @@
  *     memclient threads N CHUNK_MIB   N threads allocate until refused
  *     memclient churn            allocate and free 1 MiB in a loop (prints ready first)
  *     memclient info             cuMemGetInfo and cuDeviceTotalMem
- *     memclient allocloop N      N pairs of cuMemAlloc/cuMemFree of 1 MiB (benchmarks) */
+ *     memclient allocloop N      N pairs of cuMemAlloc/cuMemFree of 1 MiB (benchmarks)
+ *     memclient execinfo         hold 100 MiB, then exec "memclient info" */
 #include "common.h"
 
 #include <pthread.h>
@@ -205,6 +206,12 @@ int main(int argc, char **argv)
         while (fgets(line, sizeof line, stdin))
             ;
         return 0;
+    }
+    if (!strcmp(mode, "execinfo")) {
+        CUdeviceptr p;
+        CHECK(cuMemAlloc_v2(&p, 100 * MiB));
+        execl("/proc/self/exe", argv[0], "info", (char *)NULL);
+        return 127;
     }
     if (!strcmp(mode, "allocloop")) {
         long n = argc > 2 ? atol(argv[2]) : 10000;

@@ -69,6 +69,16 @@ func TestMemoryViewsShowTheQuota(t *testing.T) {
 	}
 }
 
+// What a process held before it exec'd another program is not held after.
+func TestExecReleasesWhatTheOldImageHeld(t *testing.T) {
+	e := quotaEnv(t)
+	r := e.run("flexgv", "run", "--mem", "1GiB", "--", bin("memclient"), "execinfo")
+	want := fmt.Sprintf("free %d total %d device_total %d\n", (1024-64)*mib, 1024*mib, 1024*mib)
+	if r.code != 0 || r.stdout != want {
+		t.Fatalf("after exec: %q (%s), want %q", r.stdout, r.stderr, want)
+	}
+}
+
 var allocatedRE = regexp.MustCompile(`allocated (\d+) chunks, tenant uses (\d+)`)
 
 func TestConcurrentThreadsNeverExceed(t *testing.T) {
