@@ -23,5 +23,12 @@ echo "== copies, launches (legacy and per-thread streams) and checks the vector-
 echo
 "$B/bin/flexgv" trace --log -- "$B/tests/rtlike" 2
 echo
+echo "== The same GPU shared: a tenant capped at 2 GiB (flexgv run --mem 2GiB). Its program sees a"
+echo "== 2 GiB device (cuMemGetInfo, cuDeviceTotalMem), of which its context took its share;"
+echo "== one byte more than what is left fails as on a full GPU, exactly what is left succeeds."
+export FLEXGV_STATE_DIR=$state/tenants FLEXGV_SIM_CTX_MEM=300MiB
+"$B/bin/flexgv" run --mem 2GiB -- "$B/tests/memclient" info
+"$B/bin/flexgv" run --mem 2GiB -- "$B/tests/memclient" exact
+echo
 echo "== The node as NVML sees it (flexgv node):"
 "$B/bin/flexgv" node

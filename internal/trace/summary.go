@@ -162,20 +162,23 @@ func (s Summary) WriteText(w io.Writer) error {
 	if s.Overflow > 0 {
 		fmt.Fprintf(&b, "flexgv trace: %d processes found no free slot; their calls are counted without a process (raise --slots)\n", s.Overflow)
 	}
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "API\tCALLS\tERRORS\tTOTAL\tMEAN\tBYTES\t")
+	// Names left, numbers right.
+	width := len("API")
+	for _, a := range s.APIs {
+		width = max(width, len(a.Name))
+	}
+	fmt.Fprintf(&b, "%-*s %8s %7s %10s %10s %10s\n", width, "API", "CALLS", "ERRORS", "TOTAL", "MEAN", "BYTES")
 	for _, a := range s.APIs {
 		bytes := "-"
 		if api.Bytes[a.Name] {
 			bytes = fmtBytes(a.Bytes)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t\n", a.Name, a.Calls, a.Errors, fmtDur(a.TotalNs), fmtDur(a.MeanNs), bytes)
+		fmt.Fprintf(&b, "%-*s %8d %7d %10s %10s %10s\n", width, a.Name, a.Calls, a.Errors, fmtDur(a.TotalNs), fmtDur(a.MeanNs), bytes)
 	}
-	tw.Flush()
-	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "PID\tPPID\tCOMMAND\tSTATUS\tCALLS\t")
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PID\tPPID\tCOMMAND\tSTATUS\tCALLS")
 	for _, p := range s.Processes {
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\t\n", p.Pid, p.Ppid, p.Comm, p.Status, p.Calls)
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%d\n", p.Pid, p.Ppid, p.Comm, p.Status, p.Calls)
 	}
 	tw.Flush()
 	_, err := w.Write(b.Bytes())
