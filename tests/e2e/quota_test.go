@@ -299,3 +299,18 @@ func TestTwentyProcessesStartTogether(t *testing.T) {
 		}
 	}
 }
+
+// Without NVML the devices' sizes are unknown: sizes are taken with a
+// warning, percentages are refused.
+func TestMemWithoutNVML(t *testing.T) {
+	e := quotaEnv(t)
+	noLib := t.TempDir()
+	r := e.runIn(noLib, "flexgv", "run", "--mem", "1GiB", "--", "sh", "-c", "echo started")
+	if r.code != 0 || r.stdout != "started\n" || !strings.Contains(r.stderr, "cannot read the devices' sizes") {
+		t.Errorf("--mem 1GiB without NVML: %+v", r)
+	}
+	r = e.runIn(noLib, "flexgv", "run", "--mem", "50%", "--", "sh", "-c", "echo started")
+	if r.code != 2 || r.stdout != "" || !strings.Contains(r.stderr, "percentages need the devices' sizes") {
+		t.Errorf("--mem 50%% without NVML: %+v", r)
+	}
+}
