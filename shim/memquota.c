@@ -7,6 +7,7 @@
  * What this process holds is kept here, per process: the tenant's shared
  * state (tenant.c) only sees per-device sums. */
 #include "shim.h"
+#include "flexgv/cuda_util.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -111,10 +112,8 @@ static long long nvml_self_used(int dev)
     CUuuid u;
     if (!uuidf || !init || !procs || !byuuid || uuidf(&u, dev) != CUDA_SUCCESS || init() != NVML_SUCCESS)
         return -1;
-    const unsigned char *b = (const unsigned char *)u.bytes;
     char s[64];
-    snprintf(s, sizeof s, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2],
-             b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+    fg_uuid_text(&u, s, sizeof s);
     nvmlDevice_t h;
     nvmlProcessInfo_t info[256];
     unsigned n = 256;
@@ -356,37 +355,23 @@ CUresult fg_around_cuMemFree_v2(fg_real_cuMemFree_v2 real, CUdeviceptr dptr)
 
 /* ---- arrays: charged their texel bytes ---- */
 
-static uint64_t array_bytes(size_t w, size_t h, size_t d, CUarray_format f, unsigned ch, unsigned levels)
-{
-    uint64_t eb = f == CU_AD_FORMAT_UNSIGNED_INT8 || f == CU_AD_FORMAT_SIGNED_INT8 ? 1
-                : f == CU_AD_FORMAT_UNSIGNED_INT16 || f == CU_AD_FORMAT_SIGNED_INT16 || f == CU_AD_FORMAT_HALF ? 2 : 4;
-    uint64_t total = 0;
-    for (unsigned l = 0; l < (levels ? levels : 1); l++) {
-        total += (uint64_t)w * (h ? h : 1) * (d ? d : 1) * eb * ch;
-        w = w > 1 ? w / 2 : 1;
-        h = h > 1 ? h / 2 : h;
-        d = d > 1 ? d / 2 : d;
-    }
-    return total;
-}
-
 CUresult fg_around_cuArrayCreate_v2(fg_real_cuArrayCreate_v2 real, CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *a)
 {
-    uint64_t bytes = a ? array_bytes(a->Width, a->Height, 0, a->Format, a->NumChannels, 1) : 0;
+    uint64_t bytes = a ? fg_array_bytes(a->Width, a->Height, 0, a->Format, a->NumChannels, 1) : 0;
     ALLOC(bytes, real(pHandle, a), *pHandle, R_ARRAY);
 }
 
 CUresult fg_around_cuArray3DCreate_v2(fg_real_cuArray3DCreate_v2 real, CUarray *pHandle,
                                       const CUDA_ARRAY3D_DESCRIPTOR *a)
 {
-    uint64_t bytes = a ? array_bytes(a->Width, a->Height, a->Depth, a->Format, a->NumChannels, 1) : 0;
+    uint64_t bytes = a ? fg_array_bytes(a->Width, a->Height, a->Depth, a->Format, a->NumChannels, 1) : 0;
     ALLOC(bytes, real(pHandle, a), *pHandle, R_ARRAY);
 }
 
 CUresult fg_around_cuMipmappedArrayCreate(fg_real_cuMipmappedArrayCreate real, CUmipmappedArray *pHandle,
                                           const CUDA_ARRAY3D_DESCRIPTOR *a, unsigned int levels)
 {
-    uint64_t bytes = a ? array_bytes(a->Width, a->Height, a->Depth, a->Format, a->NumChannels, levels) : 0;
+    uint64_t bytes = a ? fg_array_bytes(a->Width, a->Height, a->Depth, a->Format, a->NumChannels, levels) : 0;
     ALLOC(bytes, real(pHandle, a, levels), *pHandle, R_ARRAY);
 }
 
@@ -732,11 +717,9 @@ static int nvml_ordinal(nvmlDevice_t d)
         for (int i = 0; i < n; i++) {
             CUuuid u;
             char s[64];
-            const unsigned char *b = (const unsigned char *)u.bytes;
             if (uuidf(&u, i) != CUDA_SUCCESS)
                 continue;
-            snprintf(s, sizeof s, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-                     b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+            fg_uuid_text(&u, s, sizeof s);
             if (!strcmp(s, want))
                 return i;
         }

@@ -84,10 +84,7 @@ static CUresult get_uuid(CUuuid *uuid, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     if (!valid_dev(dev))
         return CUDA_ERROR_INVALID_DEVICE;
-    static const unsigned char base[16] = {0xf1, 0xe9, 0x60, 0x00, 0x5e, 0x1d, 0x40, 0x00,
-                                           0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
-    memcpy(uuid->bytes, base, 16);
-    uuid->bytes[15] = (char)dev;
+    sim_uuid(dev, uuid);
     return CUDA_SUCCESS;
 }
 

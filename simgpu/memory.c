@@ -2,6 +2,7 @@
  * copies move real bytes) and charged to the shared device counter (so
  * out-of-memory is real across processes). */
 #include "sim.h"
+#include "flexgv/cuda_util.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -652,37 +653,15 @@ struct sim_array {
     size_t bytes;
 };
 
-static size_t format_bytes(CUarray_format f)
-{
-    switch (f) {
-    case CU_AD_FORMAT_UNSIGNED_INT8:
-    case CU_AD_FORMAT_SIGNED_INT8: return 1;
-    case CU_AD_FORMAT_UNSIGNED_INT16:
-    case CU_AD_FORMAT_SIGNED_INT16:
-    case CU_AD_FORMAT_HALF: return 2;
-    case CU_AD_FORMAT_UNSIGNED_INT32:
-    case CU_AD_FORMAT_SIGNED_INT32:
-    case CU_AD_FORMAT_FLOAT: return 4;
-    }
-    return 0;
-}
-
 static CUresult array_create(void **out, size_t w, size_t h, size_t d, CUarray_format f, unsigned ch, unsigned levels)
 {
     struct sim_ctx *c;
     CUresult r = sim_check_ctx(&c);
     if (r)
         return r;
-    size_t eb = format_bytes(f);
-    if (!out || !w || !eb || (ch != 1 && ch != 2 && ch != 4) || !levels)
+    if (!out || !w || !fg_format_bytes(f) || (ch != 1 && ch != 2 && ch != 4) || !levels)
         return CUDA_ERROR_INVALID_VALUE;
-    size_t bytes = 0;
-    for (unsigned l = 0; l < levels; l++) {
-        bytes += w * (h ? h : 1) * (d ? d : 1) * eb * ch;
-        w = w > 1 ? w / 2 : 1;
-        h = h > 1 ? h / 2 : h;
-        d = d > 1 ? d / 2 : d;
-    }
+    size_t bytes = (size_t)fg_array_bytes(w, h, d, f, ch, levels);
     if (sim_mem_reserve(c->dev, bytes) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     struct sim_array *a = calloc(1, sizeof *a);

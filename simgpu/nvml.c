@@ -2,6 +2,7 @@
  * simulated driver, so another process (nvidia-smi style tools, the node
  * daemon) sees memory, utilization and processes of every user. */
 #include "sim.h"
+#include "flexgv/cuda_util.h"
 
 #define NVML_NO_UNVERSIONED_FUNC_DEFS
 #include <nvml.h>
@@ -135,8 +136,14 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsig
     DEVICE_ARG(device, d);
     if (!uuid)
         return NVML_ERROR_INVALID_ARGUMENT;
-    int n = snprintf(uuid, length, "GPU-f1e96000-5e1d-4000-8000-0000000000%02x", d);
-    return (unsigned)n >= length ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+    CUuuid u;
+    char text[NVML_DEVICE_UUID_BUFFER_SIZE];
+    sim_uuid(d, &u);
+    fg_uuid_text(&u, text, sizeof text);
+    if (strlen(text) >= length)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    strcpy(uuid, text);
+    return NVML_SUCCESS;
 }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)

@@ -68,6 +68,7 @@ void sim_reap_dead(void);
 void sim_busy(int dev, uint64_t start_ns, uint64_t end_ns);
 unsigned sim_utilization(int dev);
 uint64_t sim_enqueue(int dev, uint64_t not_before_ns, uint64_t duration_ns);
+void sim_uuid(int dev, CUuuid *uuid);
 
 /* cuGetProcAddress table (procs_gen.c). */
 struct sim_proc {

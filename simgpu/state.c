@@ -352,3 +352,12 @@ uint64_t sim_enqueue(int dev, uint64_t not_before, uint64_t duration)
         sim_busy(dev, start, start + duration);
     return start + duration;
 }
+
+/* The device's UUID; NVML reports the same one in text form. */
+void sim_uuid(int dev, CUuuid *uuid)
+{
+    static const unsigned char base[16] = {0xf1, 0xe9, 0x60, 0x00, 0x5e, 0x1d, 0x40, 0x00,
+                                           0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
+    memcpy(uuid->bytes, base, 16);
+    uuid->bytes[15] = (char)dev;
+}

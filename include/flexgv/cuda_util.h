@@ -1,0 +1,49 @@
+/* Small facts about driver objects that the shim and the simulated GPU both
+ * need, kept in one place. */
+#ifndef FLEXGV_CUDA_UTIL_H
+#define FLEXGV_CUDA_UTIL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "cuda_types.h"
+
+/* A device UUID in NVML's text form: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx. */
+static inline void fg_uuid_text(const CUuuid *u, char *out, size_t n)
+{
+    const unsigned char *b = (const unsigned char *)u->bytes;
+    snprintf(out, n, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2], b[3],
+             b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+}
+
+/* Bytes of one array element of this format, 0 if the format is unknown. */
+static inline uint64_t fg_format_bytes(CUarray_format f)
+{
+    switch (f) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8: return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF: return 2;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT: return 4;
+    }
+    return 0;
+}
+
+/* Texel bytes of an array with `levels` mip levels (each halving every
+ * extent that is above 1; a 0 height or depth means a lower dimension). */
+static inline uint64_t fg_array_bytes(size_t w, size_t h, size_t d, CUarray_format f, unsigned channels, unsigned levels)
+{
+    uint64_t total = 0, eb = fg_format_bytes(f);
+    for (unsigned l = 0; l < (levels ? levels : 1); l++) {
+        total += (uint64_t)w * (h ? h : 1) * (d ? d : 1) * eb * channels;
+        w = w > 1 ? w / 2 : 1;
+        h = h > 1 ? h / 2 : h;
+        d = d > 1 ? d / 2 : d;
+    }
+    return total;
+}
+
+#endif
