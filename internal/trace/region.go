@@ -65,41 +65,6 @@ func Create(dir string, nslots int) (*Region, error) {
 	return r, nil
 }
 
-// Open maps an existing region read-only.
-func Open(path string) (*Region, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if st.Size() < int64(headerSize) {
-		return nil, fmt.Errorf("%s: too small for a trace region", path)
-	}
-	mem, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		return nil, err
-	}
-	r := &Region{Path: path, mem: mem}
-	h := r.header()
-	switch {
-	case h.Magic != TraceMagic || h.Version != TraceVersion:
-		err = fmt.Errorf("%s: not a trace region of this flexgv version", path)
-	case h.NAPIs != uint32(len(api.Names)) || h.APIHash != api.Hash:
-		err = fmt.Errorf("%s: made for another hook table", path)
-	case int(h.SlotSize) != SlotSize() || int64(headerSize)+int64(h.NSlots)*int64(h.SlotSize) > st.Size():
-		err = fmt.Errorf("%s: truncated trace region", path)
-	}
-	if err != nil {
-		r.Close()
-		return nil, err
-	}
-	return r, nil
-}
-
 func (r *Region) header() *TraceHeader { return (*TraceHeader)(unsafe.Pointer(&r.mem[0])) }
 
 func (r *Region) slot(i int) (*TraceSlot, []APIStat) {

@@ -2,31 +2,29 @@ package trace
 
 import (
 	"os"
-	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/flexgv/flexgv/internal/api"
 )
 
-func TestOpenRejectsForeignFiles(t *testing.T) {
+func TestCreateWritesAHeaderTheShimAccepts(t *testing.T) {
 	dir := t.TempDir()
-	junk := filepath.Join(dir, "junk")
-	os.WriteFile(junk, make([]byte, 4096), 0o644)
-	if _, err := Open(junk); err == nil || !strings.Contains(err.Error(), "not a trace region") {
-		t.Fatalf("Open(junk) = %v, want a 'not a trace region' error", err)
-	}
 	r, err := Create(dir, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Remove()
-	o, err := Open(r.Path)
-	if err != nil {
-		t.Fatalf("Open of a fresh region: %v", err)
+	h := r.header()
+	if h.Magic != TraceMagic || h.Version != TraceVersion || h.NAPIs != uint32(len(api.Names)) ||
+		h.APIHash != api.Hash || h.NSlots != 4 || int(h.SlotSize) != SlotSize() || h.NextSlot != 1 {
+		t.Fatalf("header %+v", *h)
 	}
-	s := o.Summarize()
-	o.Close()
-	if len(s.Processes) != 0 || len(s.APIs) != 0 {
-		t.Fatalf("fresh region summarized as %+v", s)
+	st, err := os.Stat(r.Path)
+	if err != nil || st.Size() != int64(headerSize+4*SlotSize()) {
+		t.Fatalf("region file: %v, %v", st, err)
+	}
+	if s := r.Summarize(); len(s.Processes) != 0 || len(s.APIs) != 0 {
+		t.Fatalf("an unused region summarized as %+v", s)
 	}
 	if _, err := Create(dir, 1); err == nil {
 		t.Fatal("Create with one slot succeeded")

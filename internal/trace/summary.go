@@ -121,16 +121,6 @@ func (r *Region) replacedByExec(i, pid, n int) bool {
 	return false
 }
 
-// Calls returns the calls of one entry point, 0 if it was never called.
-func (s Summary) Calls(name string) uint64 {
-	for _, a := range s.APIs {
-		if a.Name == name {
-			return a.Calls
-		}
-	}
-	return 0
-}
-
 // WriteJSON writes the summary as one JSON document.
 func (s Summary) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
