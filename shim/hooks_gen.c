@@ -122,6 +122,10 @@ const char *const fg_api_names[FG_NUM_APIS] = {
     "cuStreamBeginCapture_v2_ptsz",
     "cuStreamEndCapture",
     "cuStreamEndCapture_ptsz",
+    "cuStreamIsCapturing",
+    "cuStreamIsCapturing_ptsz",
+    "cuThreadExchangeStreamCaptureMode",
+    "cuStreamGetDevice",
     "cuEventCreate",
     "cuEventRecord",
     "cuEventRecord_ptsz",
@@ -132,7 +136,21 @@ const char *const fg_api_names[FG_NUM_APIS] = {
     "cuEventElapsedTime",
     "cuEventElapsedTime_v2",
     "cuEventDestroy_v2",
+    "cuGraphCreate",
+    "cuGraphGetNodes",
+    "cuGraphNodeGetType",
+    "cuGraphChildGraphNodeGetGraph",
+    "cuGraphAddMemAllocNode",
+    "cuGraphAddMemFreeNode",
+    "cuGraphMemAllocNodeGetParams",
+    "cuDeviceGetGraphMemAttribute",
+    "cuDeviceSetGraphMemAttribute",
+    "cuDeviceGraphMemTrim",
     "cuGraphInstantiateWithFlags",
+    "cuGraphInstantiateWithParams",
+    "cuGraphInstantiateWithParams_ptsz",
+    "cuGraphUpload",
+    "cuGraphUpload_ptsz",
     "cuGraphLaunch",
     "cuGraphLaunch_ptsz",
     "cuGraphExecDestroy",
@@ -269,6 +287,10 @@ const char *const fg_api_bases[FG_NUM_APIS] = {
     "cuStreamBeginCapture",
     "cuStreamEndCapture",
     "cuStreamEndCapture",
+    "cuStreamIsCapturing",
+    "cuStreamIsCapturing",
+    "cuThreadExchangeStreamCaptureMode",
+    "cuStreamGetDevice",
     "cuEventCreate",
     "cuEventRecord",
     "cuEventRecord",
@@ -279,7 +301,21 @@ const char *const fg_api_bases[FG_NUM_APIS] = {
     "cuEventElapsedTime",
     "cuEventElapsedTime",
     "cuEventDestroy",
+    "cuGraphCreate",
+    "cuGraphGetNodes",
+    "cuGraphNodeGetType",
+    "cuGraphChildGraphNodeGetGraph",
+    "cuGraphAddMemAllocNode",
+    "cuGraphAddMemFreeNode",
+    "cuGraphMemAllocNodeGetParams",
+    "cuDeviceGetGraphMemAttribute",
+    "cuDeviceSetGraphMemAttribute",
+    "cuDeviceGraphMemTrim",
     "cuGraphInstantiateWithFlags",
+    "cuGraphInstantiateWithParams",
+    "cuGraphInstantiateWithParams",
+    "cuGraphUpload",
+    "cuGraphUpload",
     "cuGraphLaunch",
     "cuGraphLaunch",
     "cuGraphExecDestroy",
@@ -313,15 +349,18 @@ const unsigned short fg_api_by_name[FG_NUM_APIS] = {
     FG_API_cuDeviceGetAttribute,
     FG_API_cuDeviceGetCount,
     FG_API_cuDeviceGetDefaultMemPool,
+    FG_API_cuDeviceGetGraphMemAttribute,
     FG_API_cuDeviceGetMemPool,
     FG_API_cuDeviceGetName,
     FG_API_cuDeviceGetUuid,
     FG_API_cuDeviceGetUuid_v2,
+    FG_API_cuDeviceGraphMemTrim,
     FG_API_cuDevicePrimaryCtxGetState,
     FG_API_cuDevicePrimaryCtxRelease_v2,
     FG_API_cuDevicePrimaryCtxReset_v2,
     FG_API_cuDevicePrimaryCtxRetain,
     FG_API_cuDevicePrimaryCtxSetFlags_v2,
+    FG_API_cuDeviceSetGraphMemAttribute,
     FG_API_cuDeviceTotalMem_v2,
     FG_API_cuDriverGetVersion,
     FG_API_cuEventCreate,
@@ -340,11 +379,22 @@ const unsigned short fg_api_by_name[FG_NUM_APIS] = {
     FG_API_cuGetErrorString,
     FG_API_cuGetProcAddress,
     FG_API_cuGetProcAddress_v2,
+    FG_API_cuGraphAddMemAllocNode,
+    FG_API_cuGraphAddMemFreeNode,
+    FG_API_cuGraphChildGraphNodeGetGraph,
+    FG_API_cuGraphCreate,
     FG_API_cuGraphDestroy,
     FG_API_cuGraphExecDestroy,
+    FG_API_cuGraphGetNodes,
     FG_API_cuGraphInstantiateWithFlags,
+    FG_API_cuGraphInstantiateWithParams,
+    FG_API_cuGraphInstantiateWithParams_ptsz,
     FG_API_cuGraphLaunch,
     FG_API_cuGraphLaunch_ptsz,
+    FG_API_cuGraphMemAllocNodeGetParams,
+    FG_API_cuGraphNodeGetType,
+    FG_API_cuGraphUpload,
+    FG_API_cuGraphUpload_ptsz,
     FG_API_cuInit,
     FG_API_cuKernelGetFunction,
     FG_API_cuLaunchCooperativeKernel,
@@ -426,12 +476,16 @@ const unsigned short fg_api_by_name[FG_NUM_APIS] = {
     FG_API_cuStreamDestroy_v2,
     FG_API_cuStreamEndCapture,
     FG_API_cuStreamEndCapture_ptsz,
+    FG_API_cuStreamGetDevice,
+    FG_API_cuStreamIsCapturing,
+    FG_API_cuStreamIsCapturing_ptsz,
     FG_API_cuStreamQuery,
     FG_API_cuStreamQuery_ptsz,
     FG_API_cuStreamSynchronize,
     FG_API_cuStreamSynchronize_ptsz,
     FG_API_cuStreamWaitEvent,
     FG_API_cuStreamWaitEvent_ptsz,
+    FG_API_cuThreadExchangeStreamCaptureMode,
     FG_API_nvmlDeviceGetComputeRunningProcesses_v3,
     FG_API_nvmlDeviceGetCount_v2,
     FG_API_nvmlDeviceGetHandleByIndex_v2,
@@ -471,6 +525,7 @@ const unsigned short fg_around_ids[] = {
     FG_API_cuMemAllocAsync_ptsz,
     FG_API_cuMemAllocFromPoolAsync,
     FG_API_cuMemAllocFromPoolAsync_ptsz,
+    FG_API_cuMemPoolCreate,
     FG_API_cuMemPoolDestroy,
     FG_API_cuMemPoolTrimTo,
     FG_API_cuMemCreate,
@@ -485,10 +540,19 @@ const unsigned short fg_around_ids[] = {
     FG_API_cuStreamSynchronize,
     FG_API_cuStreamSynchronize_ptsz,
     FG_API_cuEventSynchronize,
+    FG_API_cuDeviceGraphMemTrim,
+    FG_API_cuGraphInstantiateWithFlags,
+    FG_API_cuGraphInstantiateWithParams,
+    FG_API_cuGraphInstantiateWithParams_ptsz,
+    FG_API_cuGraphUpload,
+    FG_API_cuGraphUpload_ptsz,
+    FG_API_cuGraphLaunch,
+    FG_API_cuGraphLaunch_ptsz,
+    FG_API_cuGraphExecDestroy,
     FG_API_nvmlDeviceGetMemoryInfo,
     FG_API_nvmlDeviceGetMemoryInfo_v2,
 };
-const int fg_num_around = 36;
+const int fg_num_around = 46;
 
 FG_SLOW CUresult fg_slow_cuInit(unsigned int Flags)
 {
@@ -1252,9 +1316,9 @@ FG_SLOW CUresult fg_slow_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProp
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemPoolCreate);
     if (!fg_tracing)
-        return real(pool, poolProps);
+        return fg_around_cuMemPoolCreate(real, pool, poolProps);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(pool, poolProps);
+    CUresult r = fg_around_cuMemPoolCreate(real, pool, poolProps);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemPoolCreate, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -2650,6 +2714,78 @@ FG_SLOW CUresult fg_slow_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGr
 
 FG_FAST_PATH(cuStreamEndCapture_ptsz, 119)
 
+FG_SLOW CUresult fg_slow_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
+{
+    fg_real_cuStreamIsCapturing real = (fg_real_cuStreamIsCapturing)fg_real_fn(FG_API_cuStreamIsCapturing);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuStreamIsCapturing);
+    if (!fg_tracing)
+        return real(hStream, captureStatus);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(hStream, captureStatus);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuStreamIsCapturing, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuStreamIsCapturing, (int)r, dt, "hStream=%p, captureStatus=%p", (const void *)hStream, (const void *)captureStatus);
+    return r;
+}
+
+FG_FAST_PATH(cuStreamIsCapturing, 120)
+
+FG_SLOW CUresult fg_slow_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus)
+{
+    fg_real_cuStreamIsCapturing_ptsz real = (fg_real_cuStreamIsCapturing_ptsz)fg_real_fn(FG_API_cuStreamIsCapturing_ptsz);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuStreamIsCapturing_ptsz);
+    if (!fg_tracing)
+        return real(hStream, captureStatus);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(hStream, captureStatus);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuStreamIsCapturing_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuStreamIsCapturing_ptsz, (int)r, dt, "hStream=%p, captureStatus=%p", (const void *)hStream, (const void *)captureStatus);
+    return r;
+}
+
+FG_FAST_PATH(cuStreamIsCapturing_ptsz, 121)
+
+FG_SLOW CUresult fg_slow_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+    fg_real_cuThreadExchangeStreamCaptureMode real = (fg_real_cuThreadExchangeStreamCaptureMode)fg_real_fn(FG_API_cuThreadExchangeStreamCaptureMode);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuThreadExchangeStreamCaptureMode);
+    if (!fg_tracing)
+        return real(mode);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(mode);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuThreadExchangeStreamCaptureMode, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuThreadExchangeStreamCaptureMode, (int)r, dt, "mode=%p", (const void *)mode);
+    return r;
+}
+
+FG_FAST_PATH(cuThreadExchangeStreamCaptureMode, 122)
+
+FG_SLOW CUresult fg_slow_cuStreamGetDevice(CUstream hStream, CUdevice *device)
+{
+    fg_real_cuStreamGetDevice real = (fg_real_cuStreamGetDevice)fg_real_fn(FG_API_cuStreamGetDevice);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuStreamGetDevice);
+    if (!fg_tracing)
+        return real(hStream, device);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(hStream, device);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuStreamGetDevice, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuStreamGetDevice, (int)r, dt, "hStream=%p, device=%p", (const void *)hStream, (const void *)device);
+    return r;
+}
+
+FG_FAST_PATH(cuStreamGetDevice, 123)
+
 FG_SLOW CUresult fg_slow_cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
     fg_real_cuEventCreate real = (fg_real_cuEventCreate)fg_real_fn(FG_API_cuEventCreate);
@@ -2666,7 +2802,7 @@ FG_SLOW CUresult fg_slow_cuEventCreate(CUevent *phEvent, unsigned int Flags)
     return r;
 }
 
-FG_FAST_PATH(cuEventCreate, 120)
+FG_FAST_PATH(cuEventCreate, 124)
 
 FG_SLOW CUresult fg_slow_cuEventRecord(CUevent hEvent, CUstream hStream)
 {
@@ -2684,7 +2820,7 @@ FG_SLOW CUresult fg_slow_cuEventRecord(CUevent hEvent, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuEventRecord, 121)
+FG_FAST_PATH(cuEventRecord, 125)
 
 FG_SLOW CUresult fg_slow_cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
 {
@@ -2702,7 +2838,7 @@ FG_SLOW CUresult fg_slow_cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuEventRecord_ptsz, 122)
+FG_FAST_PATH(cuEventRecord_ptsz, 126)
 
 FG_SLOW CUresult fg_slow_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
@@ -2720,7 +2856,7 @@ FG_SLOW CUresult fg_slow_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream
     return r;
 }
 
-FG_FAST_PATH(cuEventRecordWithFlags, 123)
+FG_FAST_PATH(cuEventRecordWithFlags, 127)
 
 FG_SLOW CUresult fg_slow_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
@@ -2738,7 +2874,7 @@ FG_SLOW CUresult fg_slow_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hS
     return r;
 }
 
-FG_FAST_PATH(cuEventRecordWithFlags_ptsz, 124)
+FG_FAST_PATH(cuEventRecordWithFlags_ptsz, 128)
 
 FG_SLOW CUresult fg_slow_cuEventQuery(CUevent hEvent)
 {
@@ -2756,7 +2892,7 @@ FG_SLOW CUresult fg_slow_cuEventQuery(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventQuery, 125)
+FG_FAST_PATH(cuEventQuery, 129)
 
 FG_SLOW CUresult fg_slow_cuEventSynchronize(CUevent hEvent)
 {
@@ -2774,7 +2910,7 @@ FG_SLOW CUresult fg_slow_cuEventSynchronize(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventSynchronize, 126)
+FG_FAST_PATH(cuEventSynchronize, 130)
 
 FG_SLOW CUresult fg_slow_cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
@@ -2792,7 +2928,7 @@ FG_SLOW CUresult fg_slow_cuEventElapsedTime(float *pMilliseconds, CUevent hStart
     return r;
 }
 
-FG_FAST_PATH(cuEventElapsedTime, 127)
+FG_FAST_PATH(cuEventElapsedTime, 131)
 
 FG_SLOW CUresult fg_slow_cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
@@ -2810,7 +2946,7 @@ FG_SLOW CUresult fg_slow_cuEventElapsedTime_v2(float *pMilliseconds, CUevent hSt
     return r;
 }
 
-FG_FAST_PATH(cuEventElapsedTime_v2, 128)
+FG_FAST_PATH(cuEventElapsedTime_v2, 132)
 
 FG_SLOW CUresult fg_slow_cuEventDestroy_v2(CUevent hEvent)
 {
@@ -2828,7 +2964,187 @@ FG_SLOW CUresult fg_slow_cuEventDestroy_v2(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventDestroy_v2, 129)
+FG_FAST_PATH(cuEventDestroy_v2, 133)
+
+FG_SLOW CUresult fg_slow_cuGraphCreate(CUgraph *phGraph, unsigned int flags)
+{
+    fg_real_cuGraphCreate real = (fg_real_cuGraphCreate)fg_real_fn(FG_API_cuGraphCreate);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGraphCreate);
+    if (!fg_tracing)
+        return real(phGraph, flags);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(phGraph, flags);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGraphCreate, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGraphCreate, (int)r, dt, "phGraph=%p, flags=%u", (const void *)phGraph, (unsigned)flags);
+    return r;
+}
+
+FG_FAST_PATH(cuGraphCreate, 134)
+
+FG_SLOW CUresult fg_slow_cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
+{
+    fg_real_cuGraphGetNodes real = (fg_real_cuGraphGetNodes)fg_real_fn(FG_API_cuGraphGetNodes);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGraphGetNodes);
+    if (!fg_tracing)
+        return real(hGraph, nodes, numNodes);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(hGraph, nodes, numNodes);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGraphGetNodes, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGraphGetNodes, (int)r, dt, "hGraph=%p, nodes=%p, numNodes=%p", (const void *)hGraph, (const void *)nodes, (const void *)numNodes);
+    return r;
+}
+
+FG_FAST_PATH(cuGraphGetNodes, 135)
+
+FG_SLOW CUresult fg_slow_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
+{
+    fg_real_cuGraphNodeGetType real = (fg_real_cuGraphNodeGetType)fg_real_fn(FG_API_cuGraphNodeGetType);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGraphNodeGetType);
+    if (!fg_tracing)
+        return real(hNode, type);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(hNode, type);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGraphNodeGetType, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGraphNodeGetType, (int)r, dt, "hNode=%p, type=%p", (const void *)hNode, (const void *)type);
+    return r;
+}
+
+FG_FAST_PATH(cuGraphNodeGetType, 136)
+
+FG_SLOW CUresult fg_slow_cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
+{
+    fg_real_cuGraphChildGraphNodeGetGraph real = (fg_real_cuGraphChildGraphNodeGetGraph)fg_real_fn(FG_API_cuGraphChildGraphNodeGetGraph);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGraphChildGraphNodeGetGraph);
+    if (!fg_tracing)
+        return real(hNode, phGraph);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(hNode, phGraph);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGraphChildGraphNodeGetGraph, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGraphChildGraphNodeGetGraph, (int)r, dt, "hNode=%p, phGraph=%p", (const void *)hNode, (const void *)phGraph);
+    return r;
+}
+
+FG_FAST_PATH(cuGraphChildGraphNodeGetGraph, 137)
+
+FG_SLOW CUresult fg_slow_cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
+{
+    fg_real_cuGraphAddMemAllocNode real = (fg_real_cuGraphAddMemAllocNode)fg_real_fn(FG_API_cuGraphAddMemAllocNode);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGraphAddMemAllocNode);
+    if (!fg_tracing)
+        return real(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGraphAddMemAllocNode, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGraphAddMemAllocNode, (int)r, dt, "phGraphNode=%p, hGraph=%p, dependencies=%p, numDependencies=%zu, nodeParams=%p", (const void *)phGraphNode, (const void *)hGraph, (const void *)dependencies, numDependencies, (const void *)nodeParams);
+    return r;
+}
+
+FG_FAST_PATH(cuGraphAddMemAllocNode, 138)
+
+FG_SLOW CUresult fg_slow_cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr)
+{
+    fg_real_cuGraphAddMemFreeNode real = (fg_real_cuGraphAddMemFreeNode)fg_real_fn(FG_API_cuGraphAddMemFreeNode);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGraphAddMemFreeNode);
+    if (!fg_tracing)
+        return real(phGraphNode, hGraph, dependencies, numDependencies, dptr);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(phGraphNode, hGraph, dependencies, numDependencies, dptr);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGraphAddMemFreeNode, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGraphAddMemFreeNode, (int)r, dt, "phGraphNode=%p, hGraph=%p, dependencies=%p, numDependencies=%zu, dptr=0x%llx", (const void *)phGraphNode, (const void *)hGraph, (const void *)dependencies, numDependencies, (unsigned long long)dptr);
+    return r;
+}
+
+FG_FAST_PATH(cuGraphAddMemFreeNode, 139)
+
+FG_SLOW CUresult fg_slow_cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
+{
+    fg_real_cuGraphMemAllocNodeGetParams real = (fg_real_cuGraphMemAllocNodeGetParams)fg_real_fn(FG_API_cuGraphMemAllocNodeGetParams);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGraphMemAllocNodeGetParams);
+    if (!fg_tracing)
+        return real(hNode, params_out);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(hNode, params_out);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGraphMemAllocNodeGetParams, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGraphMemAllocNodeGetParams, (int)r, dt, "hNode=%p, params_out=%p", (const void *)hNode, (const void *)params_out);
+    return r;
+}
+
+FG_FAST_PATH(cuGraphMemAllocNodeGetParams, 140)
+
+FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
+{
+    fg_real_cuDeviceGetGraphMemAttribute real = (fg_real_cuDeviceGetGraphMemAttribute)fg_real_fn(FG_API_cuDeviceGetGraphMemAttribute);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuDeviceGetGraphMemAttribute);
+    if (!fg_tracing)
+        return real(device, attr, value);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(device, attr, value);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuDeviceGetGraphMemAttribute, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuDeviceGetGraphMemAttribute, (int)r, dt, "device=%d, attr=%d, value=%p", device, (int)attr, (const void *)value);
+    return r;
+}
+
+FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 141)
+
+FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
+{
+    fg_real_cuDeviceSetGraphMemAttribute real = (fg_real_cuDeviceSetGraphMemAttribute)fg_real_fn(FG_API_cuDeviceSetGraphMemAttribute);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuDeviceSetGraphMemAttribute);
+    if (!fg_tracing)
+        return real(device, attr, value);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(device, attr, value);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuDeviceSetGraphMemAttribute, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuDeviceSetGraphMemAttribute, (int)r, dt, "device=%d, attr=%d, value=%p", device, (int)attr, (const void *)value);
+    return r;
+}
+
+FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 142)
+
+FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
+{
+    fg_real_cuDeviceGraphMemTrim real = (fg_real_cuDeviceGraphMemTrim)fg_real_fn(FG_API_cuDeviceGraphMemTrim);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuDeviceGraphMemTrim);
+    if (!fg_tracing)
+        return fg_around_cuDeviceGraphMemTrim(real, device);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = fg_around_cuDeviceGraphMemTrim(real, device);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuDeviceGraphMemTrim, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuDeviceGraphMemTrim, (int)r, dt, "device=%d", device);
+    return r;
+}
+
+FG_FAST_PATH(cuDeviceGraphMemTrim, 143)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
@@ -2836,9 +3152,9 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, C
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuGraphInstantiateWithFlags);
     if (!fg_tracing)
-        return real(phGraphExec, hGraph, flags);
+        return fg_around_cuGraphInstantiateWithFlags(real, phGraphExec, hGraph, flags);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(phGraphExec, hGraph, flags);
+    CUresult r = fg_around_cuGraphInstantiateWithFlags(real, phGraphExec, hGraph, flags);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuGraphInstantiateWithFlags, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -2846,7 +3162,79 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, C
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithFlags, 130)
+FG_FAST_PATH(cuGraphInstantiateWithFlags, 144)
+
+FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
+{
+    fg_real_cuGraphInstantiateWithParams real = (fg_real_cuGraphInstantiateWithParams)fg_real_fn(FG_API_cuGraphInstantiateWithParams);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGraphInstantiateWithParams);
+    if (!fg_tracing)
+        return fg_around_cuGraphInstantiateWithParams(real, phGraphExec, hGraph, instantiateParams);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = fg_around_cuGraphInstantiateWithParams(real, phGraphExec, hGraph, instantiateParams);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGraphInstantiateWithParams, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGraphInstantiateWithParams, (int)r, dt, "phGraphExec=%p, hGraph=%p, instantiateParams=%p", (const void *)phGraphExec, (const void *)hGraph, (const void *)instantiateParams);
+    return r;
+}
+
+FG_FAST_PATH(cuGraphInstantiateWithParams, 145)
+
+FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
+{
+    fg_real_cuGraphInstantiateWithParams_ptsz real = (fg_real_cuGraphInstantiateWithParams_ptsz)fg_real_fn(FG_API_cuGraphInstantiateWithParams_ptsz);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGraphInstantiateWithParams_ptsz);
+    if (!fg_tracing)
+        return fg_around_cuGraphInstantiateWithParams_ptsz(real, phGraphExec, hGraph, instantiateParams);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = fg_around_cuGraphInstantiateWithParams_ptsz(real, phGraphExec, hGraph, instantiateParams);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGraphInstantiateWithParams_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGraphInstantiateWithParams_ptsz, (int)r, dt, "phGraphExec=%p, hGraph=%p, instantiateParams=%p", (const void *)phGraphExec, (const void *)hGraph, (const void *)instantiateParams);
+    return r;
+}
+
+FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 146)
+
+FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
+{
+    fg_real_cuGraphUpload real = (fg_real_cuGraphUpload)fg_real_fn(FG_API_cuGraphUpload);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGraphUpload);
+    if (!fg_tracing)
+        return fg_around_cuGraphUpload(real, hGraphExec, hStream);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = fg_around_cuGraphUpload(real, hGraphExec, hStream);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGraphUpload, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGraphUpload, (int)r, dt, "hGraphExec=%p, hStream=%p", (const void *)hGraphExec, (const void *)hStream);
+    return r;
+}
+
+FG_FAST_PATH(cuGraphUpload, 147)
+
+FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
+{
+    fg_real_cuGraphUpload_ptsz real = (fg_real_cuGraphUpload_ptsz)fg_real_fn(FG_API_cuGraphUpload_ptsz);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGraphUpload_ptsz);
+    if (!fg_tracing)
+        return fg_around_cuGraphUpload_ptsz(real, hGraphExec, hStream);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = fg_around_cuGraphUpload_ptsz(real, hGraphExec, hStream);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGraphUpload_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGraphUpload_ptsz, (int)r, dt, "hGraphExec=%p, hStream=%p", (const void *)hGraphExec, (const void *)hStream);
+    return r;
+}
+
+FG_FAST_PATH(cuGraphUpload_ptsz, 148)
 
 FG_SLOW CUresult fg_slow_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -2854,9 +3242,9 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuGraphLaunch);
     if (!fg_tracing)
-        return real(hGraphExec, hStream);
+        return fg_around_cuGraphLaunch(real, hGraphExec, hStream);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(hGraphExec, hStream);
+    CUresult r = fg_around_cuGraphLaunch(real, hGraphExec, hStream);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuGraphLaunch, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -2864,7 +3252,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch, 131)
+FG_FAST_PATH(cuGraphLaunch, 149)
 
 FG_SLOW CUresult fg_slow_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -2872,9 +3260,9 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hSt
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuGraphLaunch_ptsz);
     if (!fg_tracing)
-        return real(hGraphExec, hStream);
+        return fg_around_cuGraphLaunch_ptsz(real, hGraphExec, hStream);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(hGraphExec, hStream);
+    CUresult r = fg_around_cuGraphLaunch_ptsz(real, hGraphExec, hStream);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuGraphLaunch_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -2882,7 +3270,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch_ptsz, 132)
+FG_FAST_PATH(cuGraphLaunch_ptsz, 150)
 
 FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
@@ -2890,9 +3278,9 @@ FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuGraphExecDestroy);
     if (!fg_tracing)
-        return real(hGraphExec);
+        return fg_around_cuGraphExecDestroy(real, hGraphExec);
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(hGraphExec);
+    CUresult r = fg_around_cuGraphExecDestroy(real, hGraphExec);
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuGraphExecDestroy, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -2900,7 +3288,7 @@ FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
     return r;
 }
 
-FG_FAST_PATH(cuGraphExecDestroy, 133)
+FG_FAST_PATH(cuGraphExecDestroy, 151)
 
 FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
 {
@@ -2918,7 +3306,7 @@ FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
     return r;
 }
 
-FG_FAST_PATH(cuGraphDestroy, 134)
+FG_FAST_PATH(cuGraphDestroy, 152)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
 {
@@ -2936,7 +3324,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlInit_v2, 135)
+FG_FAST_PATH(nvmlInit_v2, 153)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
 {
@@ -2954,7 +3342,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
     return r;
 }
 
-FG_FAST_PATH(nvmlInitWithFlags, 136)
+FG_FAST_PATH(nvmlInitWithFlags, 154)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
 {
@@ -2972,7 +3360,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlShutdown, 137)
+FG_FAST_PATH(nvmlShutdown, 155)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
 {
@@ -2990,7 +3378,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetCount_v2, 138)
+FG_FAST_PATH(nvmlDeviceGetCount_v2, 156)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
 {
@@ -3008,7 +3396,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, n
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 139)
+FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 157)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
@@ -3026,7 +3414,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMe
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 140)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 158)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
@@ -3044,7 +3432,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvm
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 141)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 159)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
 {
@@ -3062,7 +3450,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, 
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 142)
+FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 160)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -3080,7 +3468,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 143)
+FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 161)
 
 void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuInit,
@@ -3203,6 +3591,10 @@ void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuStreamBeginCapture_v2_ptsz,
     (void *)cuStreamEndCapture,
     (void *)cuStreamEndCapture_ptsz,
+    (void *)cuStreamIsCapturing,
+    (void *)cuStreamIsCapturing_ptsz,
+    (void *)cuThreadExchangeStreamCaptureMode,
+    (void *)cuStreamGetDevice,
     (void *)cuEventCreate,
     (void *)cuEventRecord,
     (void *)cuEventRecord_ptsz,
@@ -3213,7 +3605,21 @@ void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuEventElapsedTime,
     (void *)cuEventElapsedTime_v2,
     (void *)cuEventDestroy_v2,
+    (void *)cuGraphCreate,
+    (void *)cuGraphGetNodes,
+    (void *)cuGraphNodeGetType,
+    (void *)cuGraphChildGraphNodeGetGraph,
+    (void *)cuGraphAddMemAllocNode,
+    (void *)cuGraphAddMemFreeNode,
+    (void *)cuGraphMemAllocNodeGetParams,
+    (void *)cuDeviceGetGraphMemAttribute,
+    (void *)cuDeviceSetGraphMemAttribute,
+    (void *)cuDeviceGraphMemTrim,
     (void *)cuGraphInstantiateWithFlags,
+    (void *)cuGraphInstantiateWithParams,
+    (void *)cuGraphInstantiateWithParams_ptsz,
+    (void *)cuGraphUpload,
+    (void *)cuGraphUpload_ptsz,
     (void *)cuGraphLaunch,
     (void *)cuGraphLaunch_ptsz,
     (void *)cuGraphExecDestroy,

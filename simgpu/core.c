@@ -1,10 +1,13 @@
 /* Simulated driver: initialization, devices, contexts, errors and entry
  * point resolution. */
 #include "sim.h"
+#include "flexgv/cuda_util.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define CTX_MAGIC 0x43545831u
 
@@ -17,13 +20,81 @@ static int primary_refs[SIM_MAX_DEVICES];
 static __thread struct sim_ctx *ctx_stack[16];
 static __thread int ctx_depth;
 
+/* ---- devices: CUDA ordinals and physical devices ---- */
+
+int sim_ndevices;
+static int phys_of[SIM_MAX_DEVICES];    /* by ordinal */
+static int ordinal_of[SIM_MAX_DEVICES]; /* by physical device, -1 if hidden */
+
+int sim_phys(CUdevice ordinal) { return ordinal >= 0 && ordinal < sim_ndevices ? phys_of[ordinal] : -1; }
+CUdevice sim_ordinal(int phys) { return ordinal_of[phys]; }
+
+/* The physical device one CUDA_VISIBLE_DEVICES entry names: an index, or a
+ * prefix (at least "GPU-") of exactly one device's UUID; -1 if none. */
+static int visible_entry(const char *e, size_t len)
+{
+    if (len && strspn(e, "0123456789") >= len) {
+        long v = strtol(e, NULL, 10);
+        return len <= 3 && v < sim->cfg.devices ? (int)v : -1;
+    }
+    if (len < 4 || strncmp(e, "GPU-", 4) != 0)
+        return -1;
+    int found = -1;
+    for (int d = 0; d < sim->cfg.devices; d++) {
+        CUuuid u;
+        char text[64];
+        sim_uuid(d, &u);
+        fg_uuid_text(&u, text, sizeof text);
+        if (len <= strlen(text) && strncasecmp(text, e, len) == 0) {
+            if (found >= 0)
+                return -1; /* ambiguous */
+            found = d;
+        }
+    }
+    return found;
+}
+
+/* CUDA_VISIBLE_DEVICES selects and orders the ordinals, as the driver does:
+ * a comma list of indices or UUIDs, where the first invalid (or repeated)
+ * entry ends the list. NVML is not affected. */
+static void map_devices(void)
+{
+    for (int d = 0; d < SIM_MAX_DEVICES; d++)
+        ordinal_of[d] = -1;
+    const char *v = getenv("CUDA_VISIBLE_DEVICES");
+    int n = 0;
+    while (v && n < sim->cfg.devices) {
+        while (isspace((unsigned char)*v))
+            v++;
+        size_t len = strcspn(v, ",");
+        size_t trimmed = len;
+        while (trimmed && isspace((unsigned char)v[trimmed - 1]))
+            trimmed--;
+        int d = visible_entry(v, trimmed);
+        if (d < 0 || ordinal_of[d] >= 0)
+            break;
+        ordinal_of[d] = n;
+        phys_of[n++] = d;
+        if (v[len] != ',')
+            break;
+        v += len + 1;
+    }
+    for (; !v && n < sim->cfg.devices; n++) {
+        ordinal_of[n] = n;
+        phys_of[n] = n;
+    }
+    sim_ndevices = n;
+}
+
 SIM_EXPORT CUresult cuInit(unsigned int Flags)
 {
+    static pthread_once_t mapped = PTHREAD_ONCE_INIT;
     if (Flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
     if (sim_attach() != 0)
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (sim->cfg.devices == 0)
+    pthread_once(&mapped, map_devices);
+    if (sim_ndevices == 0)
         return CUDA_ERROR_NO_DEVICE;
     __atomic_store_n(&sim_initialized, 1, __ATOMIC_RELEASE);
     return CUDA_SUCCESS;
@@ -35,7 +106,11 @@ SIM_EXPORT CUresult cuInit(unsigned int Flags)
             return CUDA_ERROR_NOT_INITIALIZED; \
     } while (0)
 
-static int valid_dev(CUdevice d) { return d >= 0 && d < sim->cfg.devices; }
+/* Converts an ordinal argument to its physical device. */
+#define DEVICE_ARG(dev, var)                 \
+    int var = sim_phys(dev);                 \
+    if (var < 0)                             \
+        return CUDA_ERROR_INVALID_DEVICE
 
 SIM_EXPORT CUresult cuDriverGetVersion(int *driverVersion)
 {
@@ -51,7 +126,7 @@ SIM_EXPORT CUresult cuDeviceGetCount(int *count)
     REQUIRE_INIT();
     if (!count)
         return CUDA_ERROR_INVALID_VALUE;
-    *count = sim->cfg.devices;
+    *count = sim_ndevices;
     return CUDA_SUCCESS;
 }
 
@@ -60,7 +135,7 @@ SIM_EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal)
     REQUIRE_INIT();
     if (!device)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!valid_dev(ordinal))
+    if (sim_phys(ordinal) < 0)
         return CUDA_ERROR_INVALID_DEVICE;
     *device = ordinal;
     return CUDA_SUCCESS;
@@ -71,7 +146,7 @@ SIM_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
     REQUIRE_INIT();
     if (!name || len <= 0)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!valid_dev(dev))
+    if (sim_phys(dev) < 0)
         return CUDA_ERROR_INVALID_DEVICE;
     snprintf(name, (size_t)len, "FlexGV Simulated GPU");
     return CUDA_SUCCESS;
@@ -82,9 +157,8 @@ static CUresult get_uuid(CUuuid *uuid, CUdevice dev)
     REQUIRE_INIT();
     if (!uuid)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!valid_dev(dev))
-        return CUDA_ERROR_INVALID_DEVICE;
-    sim_uuid(dev, uuid);
+    DEVICE_ARG(dev, p);
+    sim_uuid(p, uuid);
     return CUDA_SUCCESS;
 }
 
@@ -96,7 +170,7 @@ SIM_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
     REQUIRE_INIT();
     if (!bytes)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!valid_dev(dev))
+    if (sim_phys(dev) < 0)
         return CUDA_ERROR_INVALID_DEVICE;
     *bytes = (size_t)sim->cfg.mem_bytes;
     return CUDA_SUCCESS;
@@ -107,8 +181,7 @@ SIM_EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUd
     REQUIRE_INIT();
     if (!pi)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!valid_dev(dev))
-        return CUDA_ERROR_INVALID_DEVICE;
+    DEVICE_ARG(dev, p);
     int v;
     switch (attrib) {
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: v = 1024; break;
@@ -129,7 +202,7 @@ SIM_EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUd
     case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: v = sim->cfg.sms; break;
     case CU_DEVICE_ATTRIBUTE_INTEGRATED: v = 0; break;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: v = dev + 1; break;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: v = p + 1; break;
     case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID:
     case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID:
     case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: v = 0; break;
@@ -161,9 +234,8 @@ SIM_EXPORT CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
     REQUIRE_INIT();
     if (!pciBusId || len <= 0)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!valid_dev(dev))
-        return CUDA_ERROR_INVALID_DEVICE;
-    snprintf(pciBusId, (size_t)len, "00000000:%02X:00.0", dev + 1);
+    DEVICE_ARG(dev, p);
+    snprintf(pciBusId, (size_t)len, "00000000:%02X:00.0", p + 1);
     return CUDA_SUCCESS;
 }
 
@@ -199,6 +271,7 @@ static struct sim_ctx *new_ctx(int dev, int is_primary, unsigned flags)
 static void free_ctx(struct sim_ctx *c)
 {
     sim_ctx_sync(c);
+    sim_graph_ctx_release(c);
     sim_ctx_release_memory(c);
     if (c->charged_bytes)
         sim_mem_release(c->dev, c->charged_bytes);
@@ -226,14 +299,13 @@ SIM_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     REQUIRE_INIT();
     if (!pctx)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!valid_dev(dev))
-        return CUDA_ERROR_INVALID_DEVICE;
+    DEVICE_ARG(dev, p);
     pthread_mutex_lock(&ctx_lock);
-    if (!primary[dev])
-        primary[dev] = new_ctx(dev, 1, 0);
-    struct sim_ctx *c = primary[dev];
+    if (!primary[p])
+        primary[p] = new_ctx(p, 1, 0);
+    struct sim_ctx *c = primary[p];
     if (c)
-        primary_refs[dev]++;
+        primary_refs[p]++;
     pthread_mutex_unlock(&ctx_lock);
     if (!c)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -241,11 +313,10 @@ SIM_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     return CUDA_SUCCESS;
 }
 
-static CUresult primary_drop(CUdevice dev, int reset)
+static CUresult primary_drop(CUdevice ordinal, int reset)
 {
     REQUIRE_INIT();
-    if (!valid_dev(dev))
-        return CUDA_ERROR_INVALID_DEVICE;
+    DEVICE_ARG(ordinal, dev);
     pthread_mutex_lock(&ctx_lock);
     struct sim_ctx *c = primary[dev];
     if (!c || (!reset && primary_refs[dev] == 0)) {
@@ -273,13 +344,12 @@ SIM_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) { return primary_dr
 SIM_EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
 {
     REQUIRE_INIT();
-    if (!valid_dev(dev))
-        return CUDA_ERROR_INVALID_DEVICE;
+    DEVICE_ARG(dev, p);
     if (flags & ~0x1fu)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&ctx_lock);
-    if (primary[dev])
-        primary[dev]->flags = flags;
+    if (primary[p])
+        primary[p]->flags = flags;
     pthread_mutex_unlock(&ctx_lock);
     return CUDA_SUCCESS;
 }
@@ -289,11 +359,10 @@ SIM_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags
     REQUIRE_INIT();
     if (!flags || !active)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!valid_dev(dev))
-        return CUDA_ERROR_INVALID_DEVICE;
+    DEVICE_ARG(dev, p);
     pthread_mutex_lock(&ctx_lock);
-    *active = primary[dev] != NULL;
-    *flags = primary[dev] ? primary[dev]->flags : 0;
+    *active = primary[p] != NULL;
+    *flags = primary[p] ? primary[p]->flags : 0;
     pthread_mutex_unlock(&ctx_lock);
     return CUDA_SUCCESS;
 }
@@ -303,9 +372,8 @@ static CUresult ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev)
     REQUIRE_INIT();
     if (!pctx)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!valid_dev(dev))
-        return CUDA_ERROR_INVALID_DEVICE;
-    struct sim_ctx *c = new_ctx(dev, 0, flags);
+    DEVICE_ARG(dev, p);
+    struct sim_ctx *c = new_ctx(p, 0, flags);
     if (!c)
         return CUDA_ERROR_OUT_OF_MEMORY;
     if (ctx_depth == (int)(sizeof ctx_stack / sizeof ctx_stack[0])) {
@@ -399,7 +467,7 @@ SIM_EXPORT CUresult cuCtxGetDevice(CUdevice *device)
         return r;
     if (!device)
         return CUDA_ERROR_INVALID_VALUE;
-    *device = c->dev;
+    *device = sim_ordinal(c->dev);
     return CUDA_SUCCESS;
 }
 
@@ -407,7 +475,7 @@ SIM_EXPORT CUresult cuCtxSynchronize(void)
 {
     struct sim_ctx *c;
     CUresult r = sim_check_ctx(&c);
-    if (r)
+    if (r || (r = sim_capture_check_ctx(c)) != CUDA_SUCCESS)
         return r;
     sim_ctx_sync(c);
     return CUDA_SUCCESS;
@@ -461,14 +529,15 @@ SIM_EXPORT CUresult cuGetErrorString(CUresult error, const char **pStr)
 
 /* ---- entry point resolution ---- */
 
-/* Among the exported variants of a base name, the newest whose version is at
- * most cudaVersion; per-thread-default-stream variants when asked for. */
 /* Entry points the shim does not hook; resolvable like the rest. */
 static const struct sim_proc unhooked_procs[] = {
     {"cuDeviceGetPCIBusId", "cuDeviceGetPCIBusId", 4000, 0, (void *)cuDeviceGetPCIBusId},
     {"cuGetExportTable", "cuGetExportTable", 3000, 0, (void *)cuGetExportTable},
+    {"cuGraphAddChildGraphNode", "cuGraphAddChildGraphNode", 10000, 0, (void *)cuGraphAddChildGraphNode},
 };
 
+/* Among the exported variants of a base name, the newest whose version is at
+ * most cudaVersion; per-thread-default-stream variants when asked for. */
 static CUresult resolve(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                         CUdriverProcAddressQueryResult *status)
 {

@@ -1,4 +1,4 @@
-/* Simulated execution: modules and kernels, streams, events, graphs.
+/* Simulated execution: modules and kernels, streams, events, launches.
  *
  * A simulated module image is text:
  *     FLEXGV-SIM-MODULE
@@ -17,8 +17,6 @@
 #define FUNC_MAGIC 0x46554e43u
 #define STREAM_MAGIC 0x5354524du
 #define EVENT_MAGIC 0x45564e54u
-#define GRAPH_MAGIC 0x47525048u
-#define EXEC_MAGIC 0x47455843u
 #define DEFAULT_DURATION UINT64_MAX
 
 enum builtin { B_NONE, B_VECADD, B_FILL };
@@ -34,27 +32,6 @@ struct sim_module {
     uint32_t magic;
     int nfuncs;
     struct sim_func funcs[];
-};
-
-struct sim_graph {
-    uint32_t magic;
-    int n, cap;
-    struct sim_func **nodes;
-};
-
-struct sim_stream {
-    uint32_t magic;
-    struct sim_ctx *ctx;
-    uint64_t tail_ns;
-    unsigned flags;
-    struct sim_graph *capture;
-};
-
-struct sim_event {
-    uint32_t magic;
-    unsigned flags;
-    int recorded;
-    uint64_t ts_ns;
 };
 
 /* ---- modules ---- */
@@ -248,8 +225,8 @@ struct sim_stream *sim_stream_of(struct sim_ctx *ctx, CUstream h, int per_thread
 {
     if (h == CU_STREAM_PER_THREAD || (!h && per_thread)) {
         struct sim_stream *s = &per_thread_stream;
-        if (s->ctx != ctx)
-            *s = (struct sim_stream){STREAM_MAGIC, ctx, 0, 0, NULL};
+        if (s->ctx != ctx && !s->cap)
+            *s = (struct sim_stream){.magic = STREAM_MAGIC, .ctx = ctx};
         return s;
     }
     if (!h || h == CU_STREAM_LEGACY) {
@@ -257,7 +234,7 @@ struct sim_stream *sim_stream_of(struct sim_ctx *ctx, CUstream h, int per_thread
             struct sim_stream *s = calloc(1, sizeof *s);
             if (!s)
                 return NULL;
-            *s = (struct sim_stream){STREAM_MAGIC, ctx, 0, 0, NULL};
+            *s = (struct sim_stream){.magic = STREAM_MAGIC, .ctx = ctx};
             ctx->legacy = s;
         }
         return ctx->legacy;
@@ -300,7 +277,7 @@ SIM_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
     struct sim_stream *s = calloc(1, sizeof *s);
     if (!s)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    *s = (struct sim_stream){STREAM_MAGIC, c, 0, Flags, NULL};
+    *s = (struct sim_stream){.magic = STREAM_MAGIC, .ctx = c, .flags = Flags};
     *phStream = (CUstream)s;
     return CUDA_SUCCESS;
 }
@@ -317,8 +294,21 @@ SIM_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
     if (!s || s == (struct sim_stream *)CU_STREAM_LEGACY || s == (struct sim_stream *)CU_STREAM_PER_THREAD ||
         s->magic != STREAM_MAGIC)
         return CUDA_ERROR_INVALID_HANDLE;
+    sim_capture_stream_gone(s);
     s->magic = 0;
     free(s);
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuStreamGetDevice(CUstream hStream, CUdevice *device)
+{
+    struct sim_stream *s;
+    CUresult r = stream_arg(hStream, 0, &s);
+    if (r)
+        return r;
+    if (!device)
+        return CUDA_ERROR_INVALID_VALUE;
+    *device = sim_ordinal(s->ctx->dev);
     return CUDA_SUCCESS;
 }
 
@@ -326,7 +316,9 @@ static CUresult stream_sync(CUstream h, int pt)
 {
     struct sim_stream *s;
     CUresult r = stream_arg(h, pt, &s);
-    return r ? r : sim_stream_wait(s);
+    if (r || (r = sim_capture_check(s)) != CUDA_SUCCESS)
+        return r;
+    return sim_stream_wait(s);
 }
 SIM_EXPORT CUresult cuStreamSynchronize(CUstream h) { return stream_sync(h, 0); }
 SIM_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream h) { return stream_sync(h, 1); }
@@ -335,7 +327,7 @@ static CUresult stream_query(CUstream h, int pt)
 {
     struct sim_stream *s;
     CUresult r = stream_arg(h, pt, &s);
-    if (r)
+    if (r || (r = sim_capture_check(s)) != CUDA_SUCCESS)
         return r;
     return sim_now_ns() >= s->tail_ns ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
@@ -356,6 +348,9 @@ static CUresult stream_wait_event(CUstream h, CUevent e, int pt)
     struct sim_event *ev = as_event(e);
     if (!ev)
         return CUDA_ERROR_INVALID_HANDLE;
+    int captured;
+    if ((r = sim_capture_wait(s, ev, &captured)) != CUDA_SUCCESS || captured)
+        return r;
     if (ev->recorded && ev->ts_ns > s->tail_ns)
         s->tail_ns = ev->ts_ns;
     return CUDA_SUCCESS;
@@ -373,39 +368,36 @@ SIM_EXPORT CUresult cuStreamWaitEvent_ptsz(CUstream h, CUevent e, unsigned int F
 
 /* ---- launches ---- */
 
-static void run_builtin(struct sim_func *f, void **params)
+/* The arguments a builtin reads, copied out of the launch's parameters. */
+static void builtin_args(struct sim_func *f, void **params, struct sim_kargs *a)
 {
+    memset(a, 0, sizeof *a);
     if (!params)
         return;
     if (f->builtin == B_VECADD) {
-        float *a = *(float **)params[0], *b = *(float **)params[1], *c = *(float **)params[2];
-        int n = *(int *)params[3];
-        for (int i = 0; i < n; i++)
-            c[i] = a[i] + b[i];
+        for (int i = 0; i < 3; i++)
+            a->ptr[i] = *(void **)params[i];
+        a->n = *(int *)params[3];
     } else if (f->builtin == B_FILL) {
-        unsigned *p = *(unsigned **)params[0], v = *(unsigned *)params[1];
-        int n = *(int *)params[2];
-        for (int i = 0; i < n; i++)
-            p[i] = v;
+        a->ptr[0] = *(void **)params[0];
+        a->val = *(unsigned *)params[1];
+        a->n = *(int *)params[2];
     }
 }
 
-static int graph_add(struct sim_graph *g, struct sim_func *f)
+/* Computes a builtin on the host-backed memory, then occupies the device. */
+void sim_kernel_run(struct sim_stream *s, struct sim_func *f, const struct sim_kargs *a)
 {
-    if (g->n == g->cap) {
-        int cap = g->cap ? g->cap * 2 : 16;
-        struct sim_func **n = realloc(g->nodes, (size_t)cap * sizeof *n);
-        if (!n)
-            return -1;
-        g->nodes = n;
-        g->cap = cap;
+    if (f->builtin == B_VECADD) {
+        const float *x = a->ptr[0], *y = a->ptr[1];
+        float *z = a->ptr[2];
+        for (int i = 0; i < a->n; i++)
+            z[i] = x[i] + y[i];
+    } else if (f->builtin == B_FILL) {
+        unsigned *p = a->ptr[0];
+        for (int i = 0; i < a->n; i++)
+            p[i] = a->val;
     }
-    g->nodes[g->n++] = f;
-    return 0;
-}
-
-static void enqueue(struct sim_stream *s, struct sim_func *f)
-{
     uint64_t d = f->duration_ns == DEFAULT_DURATION ? sim->cfg.kernel_ns : f->duration_ns;
     s->tail_ns = sim_enqueue(s->ctx->dev, s->tail_ns, d);
     if (s->tail_ns > s->ctx->last_tail_ns)
@@ -424,10 +416,17 @@ static CUresult launch(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, uns
         return CUDA_ERROR_INVALID_HANDLE;
     if (!gx || !gy || !gz || !bx || !by || !bz || (uint64_t)bx * by * bz > 1024)
         return CUDA_ERROR_INVALID_VALUE;
-    if (s->capture)
-        return graph_add(s->capture, f) ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
-    run_builtin(f, params);
-    enqueue(s, f);
+    struct sim_kargs a;
+    builtin_args(f, params, &a);
+    if (sim_stream_captured(s)) {
+        struct sim_node *n = sim_node_kernel(f, &a);
+        if (!n)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        if (sim_capture_route(s, n, &r))
+            return r;
+        sim_node_destroy(n);
+    }
+    sim_kernel_run(s, f, &a);
     return CUDA_SUCCESS;
 }
 
@@ -487,6 +486,12 @@ SIM_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx
 
 /* The host function runs in the caller's thread once the stream's earlier
  * work is done: ordering is kept, overlap with the caller is not modelled. */
+void sim_host_run(struct sim_stream *s, CUhostFn fn, void *data)
+{
+    sim_sleep_until(s->tail_ns);
+    fn(data);
+}
+
 static CUresult host_func(CUstream h, CUhostFn fn, void *data, int pt)
 {
     struct sim_stream *s;
@@ -495,10 +500,15 @@ static CUresult host_func(CUstream h, CUhostFn fn, void *data, int pt)
         return r;
     if (!fn)
         return CUDA_ERROR_INVALID_VALUE;
-    if (s->capture)
-        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    sim_sleep_until(s->tail_ns);
-    fn(data);
+    if (sim_stream_captured(s)) {
+        struct sim_node *n = sim_node_host(fn, data);
+        if (!n)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        if (sim_capture_route(s, n, &r))
+            return r;
+        sim_node_destroy(n);
+    }
+    sim_host_run(s, fn, data);
     return CUDA_SUCCESS;
 }
 SIM_EXPORT CUresult cuLaunchHostFunc(CUstream h, CUhostFn fn, void *data) { return host_func(h, fn, data, 0); }
@@ -517,7 +527,7 @@ SIM_EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
     struct sim_event *e = calloc(1, sizeof *e);
     if (!e)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    *e = (struct sim_event){EVENT_MAGIC, Flags, 0, 0};
+    *e = (struct sim_event){.magic = EVENT_MAGIC, .flags = Flags};
     *phEvent = (CUevent)e;
     return CUDA_SUCCESS;
 }
@@ -531,8 +541,9 @@ static CUresult record(CUevent ev, CUstream h, int pt)
     struct sim_event *e = as_event(ev);
     if (!e)
         return CUDA_ERROR_INVALID_HANDLE;
-    if (s->capture)
-        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    int captured;
+    if ((r = sim_capture_record(e, s, &captured)) != CUDA_SUCCESS || captured)
+        return r;
     uint64_t now = sim_now_ns();
     e->ts_ns = s->tail_ns > now ? s->tail_ns : now;
     e->recorded = 1;
@@ -554,6 +565,9 @@ SIM_EXPORT CUresult cuEventQuery(CUevent ev)
     struct sim_event *e = as_event(ev);
     if (!e)
         return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = sim_capture_event_use(e);
+    if (r)
+        return r;
     return !e->recorded || sim_now_ns() >= e->ts_ns ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
@@ -562,6 +576,9 @@ SIM_EXPORT CUresult cuEventSynchronize(CUevent ev)
     struct sim_event *e = as_event(ev);
     if (!e)
         return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = sim_capture_event_use(e);
+    if (r)
+        return r;
     if (e->recorded)
         sim_sleep_until(e->ts_ns);
     return CUDA_SUCCESS;
@@ -592,105 +609,3 @@ SIM_EXPORT CUresult cuEventDestroy_v2(CUevent ev)
     free(e);
     return CUDA_SUCCESS;
 }
-
-/* ---- graphs (kernel nodes captured from streams) ---- */
-
-static CUresult begin_capture(CUstream h, int pt)
-{
-    struct sim_stream *s;
-    CUresult r = stream_arg(h, pt, &s);
-    if (r)
-        return r;
-    if (h == NULL || h == CU_STREAM_LEGACY)
-        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    if (s->capture)
-        return CUDA_ERROR_ILLEGAL_STATE;
-    s->capture = calloc(1, sizeof *s->capture);
-    if (!s->capture)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    s->capture->magic = GRAPH_MAGIC;
-    return CUDA_SUCCESS;
-}
-SIM_EXPORT CUresult cuStreamBeginCapture(CUstream h) { return begin_capture(h, 0); }
-SIM_EXPORT CUresult cuStreamBeginCapture_ptsz(CUstream h) { return begin_capture(h, 1); }
-SIM_EXPORT CUresult cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode mode)
-{
-    return mode > CU_STREAM_CAPTURE_MODE_RELAXED ? CUDA_ERROR_INVALID_VALUE : begin_capture(h, 0);
-}
-SIM_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream h, CUstreamCaptureMode mode)
-{
-    return mode > CU_STREAM_CAPTURE_MODE_RELAXED ? CUDA_ERROR_INVALID_VALUE : begin_capture(h, 1);
-}
-
-static CUresult end_capture(CUstream h, CUgraph *g, int pt)
-{
-    struct sim_stream *s;
-    CUresult r = stream_arg(h, pt, &s);
-    if (r)
-        return r;
-    if (!g)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!s->capture)
-        return CUDA_ERROR_ILLEGAL_STATE;
-    *g = (CUgraph)s->capture;
-    s->capture = NULL;
-    return CUDA_SUCCESS;
-}
-SIM_EXPORT CUresult cuStreamEndCapture(CUstream h, CUgraph *g) { return end_capture(h, g, 0); }
-SIM_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream h, CUgraph *g) { return end_capture(h, g, 1); }
-
-static struct sim_graph *as_graph(void *h, uint32_t magic)
-{
-    return h && ((struct sim_graph *)h)->magic == magic ? h : NULL;
-}
-
-SIM_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags)
-{
-    (void)flags;
-    struct sim_graph *g = as_graph(graph, GRAPH_MAGIC);
-    if (!exec)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!g)
-        return CUDA_ERROR_INVALID_HANDLE;
-    struct sim_graph *x = calloc(1, sizeof *x);
-    if (!x)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    x->magic = EXEC_MAGIC;
-    for (int i = 0; i < g->n; i++)
-        if (graph_add(x, g->nodes[i])) {
-            free(x->nodes);
-            free(x);
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        }
-    *exec = (CUgraphExec)x;
-    return CUDA_SUCCESS;
-}
-
-static CUresult graph_launch(CUgraphExec exec, CUstream h, int pt)
-{
-    struct sim_stream *s;
-    CUresult r = stream_arg(h, pt, &s);
-    if (r)
-        return r;
-    struct sim_graph *x = as_graph(exec, EXEC_MAGIC);
-    if (!x)
-        return CUDA_ERROR_INVALID_HANDLE;
-    for (int i = 0; i < x->n; i++)
-        enqueue(s, x->nodes[i]);
-    return CUDA_SUCCESS;
-}
-SIM_EXPORT CUresult cuGraphLaunch(CUgraphExec exec, CUstream h) { return graph_launch(exec, h, 0); }
-SIM_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream h) { return graph_launch(exec, h, 1); }
-
-static CUresult graph_free(void *h, uint32_t magic)
-{
-    struct sim_graph *g = as_graph(h, magic);
-    if (!g)
-        return CUDA_ERROR_INVALID_HANDLE;
-    g->magic = 0;
-    free(g->nodes);
-    free(g);
-    return CUDA_SUCCESS;
-}
-SIM_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec) { return graph_free(exec, EXEC_MAGIC); }
-SIM_EXPORT CUresult cuGraphDestroy(CUgraph graph) { return graph_free(graph, GRAPH_MAGIC); }

@@ -1,6 +1,7 @@
 /* Simulated device memory. Every allocation is backed by host memory (so
  * copies move real bytes) and charged to the shared device counter (so
- * out-of-memory is real across processes). */
+ * out-of-memory is real across processes). Graph allocations are in
+ * graph.c; their addresses are registered here. */
 #include "sim.h"
 #include "flexgv/cuda_util.h"
 
@@ -14,9 +15,8 @@
 #define POOL_MAGIC 0x504f4f4cu
 #define VMM_MAGIC 0x564d4d48u
 #define ARRAY_MAGIC 0x41525259u
-#define GRANULARITY (2ull << 20)
 
-enum alloc_kind { K_DEVICE, K_MANAGED, K_POOL, K_HOST, K_ARRAY };
+enum alloc_kind { K_DEVICE, K_MANAGED, K_POOL, K_HOST, K_ARRAY, K_GRAPH };
 
 struct sim_pool {
     uint32_t magic;
@@ -34,14 +34,15 @@ struct alloc {
     enum alloc_kind kind;
     struct sim_ctx *ctx;
     struct sim_pool *pool;
+    struct sim_gmem *gmem;
 };
 
-static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t sim_mem_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct alloc *allocs;
 static size_t nallocs, capallocs;
 static struct sim_pool default_pools[SIM_MAX_DEVICES];
 
-/* ---- allocation registry (sorted by base; callers hold mem_lock) ---- */
+/* ---- allocation registry (sorted by base; callers hold sim_mem_lock) ---- */
 
 static size_t lower_bound(uintptr_t base)
 {
@@ -90,6 +91,24 @@ static void registry_remove(struct alloc *a)
     nallocs--;
 }
 
+int sim_registry_add_graph(uintptr_t base, size_t size, int dev, struct sim_gmem *m)
+{
+    return registry_add((struct alloc){base, size, dev, K_GRAPH, NULL, NULL, m});
+}
+
+void sim_registry_del(uintptr_t base)
+{
+    struct alloc *a = registry_find(base);
+    if (a && a->base == base)
+        registry_remove(a);
+}
+
+struct sim_gmem *sim_registry_gmem(CUdeviceptr p)
+{
+    struct alloc *a = registry_find((uintptr_t)p);
+    return a && a->base == p && a->kind == K_GRAPH ? a->gmem : NULL;
+}
+
 static void *backing(size_t size)
 {
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -108,6 +127,7 @@ static void release_alloc(struct alloc *a)
         sim_mem_release(a->dev, a->size);
         break;
     case K_HOST:
+    case K_GRAPH:
         break;
     }
     if (a->kind == K_ARRAY)
@@ -124,18 +144,20 @@ static CUresult device_alloc(CUdeviceptr *dptr, size_t size, enum alloc_kind kin
         return r;
     if (!dptr || size == 0)
         return CUDA_ERROR_INVALID_VALUE;
+    if ((r = sim_capture_check(NULL)) != CUDA_SUCCESS)
+        return r;
     if (sim_mem_reserve(c->dev, size) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     void *p = backing(size);
-    pthread_mutex_lock(&mem_lock);
-    if (!p || registry_add((struct alloc){(uintptr_t)p, size, c->dev, kind, c, NULL}) != 0) {
-        pthread_mutex_unlock(&mem_lock);
+    pthread_mutex_lock(&sim_mem_lock);
+    if (!p || registry_add((struct alloc){(uintptr_t)p, size, c->dev, kind, c, NULL, NULL}) != 0) {
+        pthread_mutex_unlock(&sim_mem_lock);
         if (p)
             munmap(p, size);
         sim_mem_release(c->dev, size);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    pthread_mutex_unlock(&mem_lock);
+    pthread_mutex_unlock(&sim_mem_lock);
     *dptr = (CUdeviceptr)(uintptr_t)p;
     return CUDA_SUCCESS;
 }
@@ -163,25 +185,31 @@ SIM_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t
 }
 
 /* Frees the allocation starting at p if its kind is in kinds (a mask of
- * 1 << enum alloc_kind); otherwise answers bad. */
+ * 1 << enum alloc_kind); otherwise answers bad. A graph allocation keeps
+ * its address: it is only no longer in use. */
 static CUresult release_at(uintptr_t p, unsigned kinds, CUresult bad)
 {
     if (!sim_initialized)
         return CUDA_ERROR_NOT_INITIALIZED;
-    pthread_mutex_lock(&mem_lock);
+    pthread_mutex_lock(&sim_mem_lock);
     struct alloc *a = registry_find(p);
     if (!p || !a || a->base != p || !(kinds & (1u << a->kind))) {
-        pthread_mutex_unlock(&mem_lock);
+        pthread_mutex_unlock(&sim_mem_lock);
         return bad;
+    }
+    if (a->kind == K_GRAPH) {
+        int rc = sim_gmem_unuse(a->gmem);
+        pthread_mutex_unlock(&sim_mem_lock);
+        return rc ? bad : CUDA_SUCCESS;
     }
     struct alloc copy = *a;
     registry_remove(a);
     release_alloc(&copy);
-    pthread_mutex_unlock(&mem_lock);
+    pthread_mutex_unlock(&sim_mem_lock);
     return CUDA_SUCCESS;
 }
 
-#define DEVICE_KINDS ((1u << K_DEVICE) | (1u << K_MANAGED) | (1u << K_POOL))
+#define DEVICE_KINDS ((1u << K_DEVICE) | (1u << K_MANAGED) | (1u << K_POOL) | (1u << K_GRAPH))
 
 static CUresult free_kind(CUdeviceptr dptr, unsigned kinds)
 {
@@ -190,7 +218,13 @@ static CUresult free_kind(CUdeviceptr dptr, unsigned kinds)
     return release_at((uintptr_t)dptr, kinds, CUDA_ERROR_INVALID_VALUE);
 }
 
-SIM_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) { return free_kind(dptr, DEVICE_KINDS); }
+SIM_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = sim_capture_check(NULL);
+    return r ? r : free_kind(dptr, DEVICE_KINDS);
+}
 
 SIM_EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
 {
@@ -211,7 +245,7 @@ SIM_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, C
 {
     if (!sim_initialized)
         return CUDA_ERROR_NOT_INITIALIZED;
-    pthread_mutex_lock(&mem_lock);
+    pthread_mutex_lock(&sim_mem_lock);
     struct alloc *a = registry_find((uintptr_t)dptr);
     int ok = a && a->kind != K_HOST && a->kind != K_ARRAY;
     if (ok) {
@@ -220,7 +254,7 @@ SIM_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, C
         if (psize)
             *psize = a->size;
     }
-    pthread_mutex_unlock(&mem_lock);
+    pthread_mutex_unlock(&sim_mem_lock);
     return ok ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
 
@@ -235,9 +269,9 @@ static CUresult host_alloc(void **pp, size_t size)
     void *p = backing(size);
     if (!p)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    pthread_mutex_lock(&mem_lock);
-    int rc = registry_add((struct alloc){(uintptr_t)p, size, 0, K_HOST, NULL, NULL});
-    pthread_mutex_unlock(&mem_lock);
+    pthread_mutex_lock(&sim_mem_lock);
+    int rc = registry_add((struct alloc){(uintptr_t)p, size, 0, K_HOST, NULL, NULL, NULL});
+    pthread_mutex_unlock(&sim_mem_lock);
     if (rc) {
         munmap(p, size);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -255,9 +289,13 @@ SIM_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flag
     return host_alloc(pp, bytesize);
 }
 
+/* Potentially unsafe during capture: it synchronizes. */
 SIM_EXPORT CUresult cuMemFreeHost(void *p)
 {
-    return release_at((uintptr_t)p, 1u << K_HOST, CUDA_ERROR_INVALID_VALUE);
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = sim_capture_check(NULL);
+    return r ? r : release_at((uintptr_t)p, 1u << K_HOST, CUDA_ERROR_INVALID_VALUE);
 }
 
 /* ---- stream-ordered allocation: pools keep freed memory reserved ---- */
@@ -282,6 +320,8 @@ static void pool_trim(struct sim_pool *p, uint64_t keep)
     }
 }
 
+/* On a capturing stream the allocation becomes an allocation node of the
+ * graph, from the graph memory pool of the pool's device. */
 static CUresult pool_alloc(CUdeviceptr *dptr, size_t size, struct sim_pool *pool, CUstream hStream, int pt)
 {
     struct sim_ctx *c;
@@ -290,19 +330,37 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t size, struct sim_pool *pool
         return r;
     if (!dptr || size == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!sim_stream_of(c, hStream, pt))
+    struct sim_stream *s = sim_stream_of(c, hStream, pt);
+    if (!s)
         return CUDA_ERROR_INVALID_HANDLE;
-    pthread_mutex_lock(&mem_lock);
+    if (sim_stream_captured(s)) {
+        pthread_mutex_lock(&sim_mem_lock);
+        int dev = !pool ? c->dev : pool->magic == POOL_MAGIC ? pool->dev : -1;
+        pthread_mutex_unlock(&sim_mem_lock);
+        if (dev < 0)
+            return CUDA_ERROR_INVALID_VALUE;
+        CUdeviceptr p;
+        struct sim_node *n = sim_node_alloc(dev, size, &p);
+        if (!n)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        if (sim_capture_route(s, n, &r)) {
+            if (r == CUDA_SUCCESS)
+                *dptr = p;
+            return r;
+        }
+        sim_node_destroy(n);
+    }
+    pthread_mutex_lock(&sim_mem_lock);
     if (!pool)
         pool = default_pool(c->dev);
     else if (pool->magic != POOL_MAGIC) {
-        pthread_mutex_unlock(&mem_lock);
+        pthread_mutex_unlock(&sim_mem_lock);
         return CUDA_ERROR_INVALID_VALUE;
     }
     uint64_t cached = pool->reserved - pool->used;
     if (cached < size) {
         if (sim_mem_reserve(pool->dev, size - cached) != 0) {
-            pthread_mutex_unlock(&mem_lock);
+            pthread_mutex_unlock(&sim_mem_lock);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
         pool->reserved += size - cached;
@@ -310,16 +368,16 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t size, struct sim_pool *pool
             pool->reserved_high = pool->reserved;
     }
     void *p = backing(size);
-    if (!p || registry_add((struct alloc){(uintptr_t)p, size, pool->dev, K_POOL, c, pool}) != 0) {
+    if (!p || registry_add((struct alloc){(uintptr_t)p, size, pool->dev, K_POOL, c, pool, NULL}) != 0) {
         if (p)
             munmap(p, size);
-        pthread_mutex_unlock(&mem_lock);
+        pthread_mutex_unlock(&sim_mem_lock);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     pool->used += size;
     if (pool->used > pool->used_high)
         pool->used_high = pool->used;
-    pthread_mutex_unlock(&mem_lock);
+    pthread_mutex_unlock(&sim_mem_lock);
     *dptr = (CUdeviceptr)(uintptr_t)p;
     return CUDA_SUCCESS;
 }
@@ -341,30 +399,41 @@ SIM_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytes
 {
     return pool ? pool_alloc(dptr, bytesize, (struct sim_pool *)pool, hStream, 1) : CUDA_ERROR_INVALID_VALUE;
 }
-SIM_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+/* On a capturing stream: a free node, for a graph allocation only. */
+static CUresult free_async(CUdeviceptr dptr, CUstream hStream, int pt)
 {
-    (void)hStream;
-    return free_kind(dptr, 1u << K_POOL);
+    struct sim_ctx *c;
+    CUresult r = sim_check_ctx(&c);
+    if (r)
+        return r;
+    struct sim_stream *s = sim_stream_of(c, hStream, pt);
+    if (!s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (sim_stream_captured(s)) {
+        struct sim_node *n = sim_node_free(dptr);
+        if (!n)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (sim_capture_route(s, n, &r))
+            return r;
+        sim_node_destroy(n);
+    }
+    return free_kind(dptr, (1u << K_POOL) | (1u << K_GRAPH));
 }
-SIM_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
-{
-    (void)hStream;
-    return free_kind(dptr, 1u << K_POOL);
-}
+SIM_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) { return free_async(dptr, hStream, 0); }
+SIM_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) { return free_async(dptr, hStream, 1); }
 
 SIM_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
 {
     if (!sim_initialized)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!pool || !props || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
-        props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || props->location.id < 0 ||
-        props->location.id >= sim->cfg.devices)
+        props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || sim_phys(props->location.id) < 0)
         return CUDA_ERROR_INVALID_VALUE;
     struct sim_pool *p = calloc(1, sizeof *p);
     if (!p)
         return CUDA_ERROR_OUT_OF_MEMORY;
     p->magic = POOL_MAGIC;
-    p->dev = props->location.id;
+    p->dev = sim_phys(props->location.id);
     *pool = (CUmemoryPool)p;
     return CUDA_SUCCESS;
 }
@@ -374,9 +443,9 @@ SIM_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
     struct sim_pool *p = (struct sim_pool *)pool;
     if (!p || p->magic != POOL_MAGIC)
         return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&mem_lock);
+    pthread_mutex_lock(&sim_mem_lock);
     pool_trim(p, minBytesToKeep);
-    pthread_mutex_unlock(&mem_lock);
+    pthread_mutex_unlock(&sim_mem_lock);
     return CUDA_SUCCESS;
 }
 
@@ -385,7 +454,7 @@ SIM_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
     struct sim_pool *p = (struct sim_pool *)pool;
     if (!p || p->magic != POOL_MAGIC || (p >= default_pools && p < default_pools + SIM_MAX_DEVICES))
         return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&mem_lock);
+    pthread_mutex_lock(&sim_mem_lock);
     /* Outstanding allocations die with the pool. */
     for (size_t i = 0; i < nallocs;) {
         if (allocs[i].kind == K_POOL && allocs[i].pool == p) {
@@ -398,22 +467,23 @@ SIM_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
     }
     pool_trim(p, 0);
     p->magic = 0;
-    pthread_mutex_unlock(&mem_lock);
+    pthread_mutex_unlock(&sim_mem_lock);
     free(p);
     return CUDA_SUCCESS;
 }
 
-static CUresult device_pool(CUmemoryPool *pool, CUdevice dev)
+static CUresult device_pool(CUmemoryPool *pool, CUdevice ordinal)
 {
     if (!sim_initialized)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!pool)
         return CUDA_ERROR_INVALID_VALUE;
-    if (dev < 0 || dev >= sim->cfg.devices)
+    int dev = sim_phys(ordinal);
+    if (dev < 0)
         return CUDA_ERROR_INVALID_DEVICE;
-    pthread_mutex_lock(&mem_lock);
+    pthread_mutex_lock(&sim_mem_lock);
     *pool = (CUmemoryPool)default_pool(dev);
-    pthread_mutex_unlock(&mem_lock);
+    pthread_mutex_unlock(&sim_mem_lock);
     return CUDA_SUCCESS;
 }
 
@@ -427,7 +497,7 @@ SIM_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute
     struct sim_pool *p = (struct sim_pool *)pool;
     if (!p || p->magic != POOL_MAGIC || !value)
         return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&mem_lock);
+    pthread_mutex_lock(&sim_mem_lock);
     cuuint64_t v;
     CUresult r = CUDA_SUCCESS;
     switch (attr) {
@@ -438,7 +508,7 @@ SIM_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute
     case CU_MEMPOOL_ATTR_USED_MEM_HIGH: v = p->used_high; break;
     default: r = CUDA_ERROR_INVALID_VALUE; break;
     }
-    pthread_mutex_unlock(&mem_lock);
+    pthread_mutex_unlock(&sim_mem_lock);
     if (r == CUDA_SUCCESS)
         *(cuuint64_t *)value = v;
     return r;
@@ -447,17 +517,17 @@ SIM_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute
 /* Synchronization releases what default pools hold beyond their threshold. */
 void sim_pools_trim_after_sync(int dev)
 {
-    pthread_mutex_lock(&mem_lock);
+    pthread_mutex_lock(&sim_mem_lock);
     struct sim_pool *p = &default_pools[dev];
     if (p->magic == POOL_MAGIC)
         pool_trim(p, p->threshold);
-    pthread_mutex_unlock(&mem_lock);
+    pthread_mutex_unlock(&sim_mem_lock);
 }
 
 /* Everything a destroyed context owned goes back to the device. */
 void sim_ctx_release_memory(struct sim_ctx *ctx)
 {
-    pthread_mutex_lock(&mem_lock);
+    pthread_mutex_lock(&sim_mem_lock);
     for (size_t i = 0; i < nallocs;) {
         if (allocs[i].ctx == ctx && allocs[i].kind != K_HOST) {
             struct alloc copy = allocs[i];
@@ -469,7 +539,7 @@ void sim_ctx_release_memory(struct sim_ctx *ctx)
     }
     if (ctx->primary)
         pool_trim(default_pool(ctx->dev), 0);
-    pthread_mutex_unlock(&mem_lock);
+    pthread_mutex_unlock(&sim_mem_lock);
 }
 
 /* ---- virtual memory management ---- */
@@ -499,7 +569,7 @@ SIM_EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUm
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!granularity || !prop)
         return CUDA_ERROR_INVALID_VALUE;
-    *granularity = GRANULARITY;
+    *granularity = SIM_GRANULARITY;
     return CUDA_SUCCESS;
 }
 
@@ -516,11 +586,11 @@ SIM_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t siz
 {
     if (!sim_initialized)
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (!handle || !prop || flags || size == 0 || size % GRANULARITY || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
-        prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id < 0 ||
-        prop->location.id >= sim->cfg.devices)
+    if (!handle || !prop || flags || size == 0 || size % SIM_GRANULARITY ||
+        prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+        sim_phys(prop->location.id) < 0)
         return CUDA_ERROR_INVALID_VALUE;
-    int dev = prop->location.id;
+    int dev = sim_phys(prop->location.id);
     if (sim_mem_reserve(dev, size) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     struct sim_vmm *h = calloc(1, sizeof *h);
@@ -542,12 +612,12 @@ SIM_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
     struct sim_vmm *h = (struct sim_vmm *)(uintptr_t)handle;
     if (!h || h->magic != VMM_MAGIC || h->released)
         return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&mem_lock);
+    pthread_mutex_lock(&sim_mem_lock);
     h->released = 1;
     /* Memory still mapped is freed at its last unmap. */
     if (h->maps == 0)
         vmm_free(h);
-    pthread_mutex_unlock(&mem_lock);
+    pthread_mutex_unlock(&sim_mem_lock);
     return CUDA_SUCCESS;
 }
 
@@ -555,10 +625,10 @@ SIM_EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t al
                                         unsigned long long flags)
 {
     (void)addr;
-    if (!ptr || size == 0 || size % GRANULARITY || flags)
+    if (!ptr || size == 0 || size % SIM_GRANULARITY || flags)
         return CUDA_ERROR_INVALID_VALUE;
-    if (alignment < GRANULARITY)
-        alignment = GRANULARITY;
+    if (alignment < SIM_GRANULARITY)
+        alignment = SIM_GRANULARITY;
     size_t span = size + alignment;
     char *p = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED)
@@ -593,11 +663,11 @@ SIM_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemG
         free(m);
         return CUDA_ERROR_INVALID_VALUE;
     }
-    pthread_mutex_lock(&mem_lock);
+    pthread_mutex_lock(&sim_mem_lock);
     *m = (struct mapping){(uintptr_t)ptr, size, h, mappings};
     mappings = m;
     h->maps++;
-    pthread_mutex_unlock(&mem_lock);
+    pthread_mutex_unlock(&sim_mem_lock);
     return CUDA_SUCCESS;
 }
 
@@ -605,19 +675,19 @@ SIM_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemG
 SIM_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
     uintptr_t lo = (uintptr_t)ptr, hi = lo + size;
-    pthread_mutex_lock(&mem_lock);
+    pthread_mutex_lock(&sim_mem_lock);
     int found = 0;
     for (struct mapping *m = mappings; m; m = m->next) {
         int inside = m->ptr >= lo && m->ptr + m->size <= hi;
         int overlaps = m->ptr < hi && m->ptr + m->size > lo;
         if (overlaps && !inside) {
-            pthread_mutex_unlock(&mem_lock);
+            pthread_mutex_unlock(&sim_mem_lock);
             return CUDA_ERROR_INVALID_VALUE;
         }
         found |= inside;
     }
     if (!found) {
-        pthread_mutex_unlock(&mem_lock);
+        pthread_mutex_unlock(&sim_mem_lock);
         return CUDA_ERROR_INVALID_VALUE;
     }
     /* Keep the address range reserved, as the driver does. */
@@ -633,7 +703,7 @@ SIM_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
             pp = &m->next;
         }
     }
-    pthread_mutex_unlock(&mem_lock);
+    pthread_mutex_unlock(&sim_mem_lock);
     return CUDA_SUCCESS;
 }
 
@@ -661,18 +731,18 @@ static CUresult array_create(void **out, size_t w, size_t h, size_t d, CUarray_f
         return r;
     if (!out || !w || !fg_format_bytes(f) || (ch != 1 && ch != 2 && ch != 4) || !levels)
         return CUDA_ERROR_INVALID_VALUE;
-    size_t bytes = (size_t)fg_array_bytes(w, h, d, f, ch, levels);
-    if (sim_mem_reserve(c->dev, bytes) != 0)
+    uint64_t bytes;
+    if (!fg_array_bytes(w, h, d, f, ch, levels, &bytes) || sim_mem_reserve(c->dev, bytes) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     struct sim_array *a = calloc(1, sizeof *a);
-    pthread_mutex_lock(&mem_lock);
-    if (!a || registry_add((struct alloc){(uintptr_t)a, bytes, c->dev, K_ARRAY, c, NULL}) != 0) {
-        pthread_mutex_unlock(&mem_lock);
+    pthread_mutex_lock(&sim_mem_lock);
+    if (!a || registry_add((struct alloc){(uintptr_t)a, bytes, c->dev, K_ARRAY, c, NULL, NULL}) != 0) {
+        pthread_mutex_unlock(&sim_mem_lock);
         free(a);
         sim_mem_release(c->dev, bytes);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    pthread_mutex_unlock(&mem_lock);
+    pthread_mutex_unlock(&sim_mem_lock);
     *a = (struct sim_array){ARRAY_MAGIC, c->dev, bytes};
     *out = a;
     return CUDA_SUCCESS;
@@ -714,12 +784,12 @@ SIM_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray h) { return array_d
 /* A device pointer is valid if an allocation or a VMM mapping covers it. */
 static int valid_range(CUdeviceptr p, size_t n)
 {
-    pthread_mutex_lock(&mem_lock);
+    pthread_mutex_lock(&sim_mem_lock);
     struct alloc *a = registry_find((uintptr_t)p);
     int ok = a && a->kind != K_ARRAY && (uintptr_t)p + n <= a->base + a->size;
     for (struct mapping *m = mappings; !ok && m; m = m->next)
         ok = (uintptr_t)p >= m->ptr && (uintptr_t)p + n <= m->ptr + m->size;
-    pthread_mutex_unlock(&mem_lock);
+    pthread_mutex_unlock(&sim_mem_lock);
     return ok;
 }
 
@@ -737,8 +807,18 @@ static CUresult copy(void *dst, const void *src, size_t n, int dev_dst, int dev_
     struct sim_stream *st = sim_stream_of(c, s, pt);
     if (!st)
         return CUDA_ERROR_INVALID_HANDLE;
-    if (!async)
+    if (!async) {
+        if ((r = sim_capture_check(st)) != CUDA_SUCCESS)
+            return r;
         sim_stream_wait(st);
+    } else if (sim_stream_captured(st)) {
+        struct sim_node *node = sim_node_copy(dst, src, n);
+        if (!node)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        if (sim_capture_route(st, node, &r))
+            return r;
+        sim_node_destroy(node);
+    }
     if (n)
         memmove(dst, src, n);
     return CUDA_SUCCESS;
@@ -773,8 +853,18 @@ static CUresult set(CUdeviceptr d, unsigned v, size_t n, size_t width, CUstream 
     struct sim_stream *st = sim_stream_of(c, s, pt);
     if (!st)
         return CUDA_ERROR_INVALID_HANDLE;
-    if (!async)
+    if (!async) {
+        if ((r = sim_capture_check(st)) != CUDA_SUCCESS)
+            return r;
         sim_stream_wait(st);
+    } else if (sim_stream_captured(st)) {
+        struct sim_node *node = sim_node_set(P(d), v, n, width);
+        if (!node)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        if (sim_capture_route(st, node, &r))
+            return r;
+        sim_node_destroy(node);
+    }
     if (width == 1) {
         memset(P(d), (int)(v & 0xff), n);
     } else {

@@ -944,6 +944,33 @@ __attribute__((weak)) SIM_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream hStre
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
+{
+    (void)hStream;
+    (void)captureStatus;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus)
+{
+    (void)hStream;
+    (void)captureStatus;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+    (void)mode;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamGetDevice(CUstream hStream, CUdevice *device)
+{
+    (void)hStream;
+    (void)device;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 __attribute__((weak)) SIM_EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
     (void)phEvent;
@@ -1015,11 +1042,119 @@ __attribute__((weak)) SIM_EXPORT CUresult cuEventDestroy_v2(CUevent hEvent)
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
+{
+    (void)phGraph;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
+{
+    (void)hGraph;
+    (void)nodes;
+    (void)numNodes;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
+{
+    (void)hNode;
+    (void)type;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
+{
+    (void)hNode;
+    (void)phGraph;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
+{
+    (void)phGraphNode;
+    (void)hGraph;
+    (void)dependencies;
+    (void)numDependencies;
+    (void)nodeParams;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr)
+{
+    (void)phGraphNode;
+    (void)hGraph;
+    (void)dependencies;
+    (void)numDependencies;
+    (void)dptr;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
+{
+    (void)hNode;
+    (void)params_out;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
+{
+    (void)device;
+    (void)attr;
+    (void)value;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
+{
+    (void)device;
+    (void)attr;
+    (void)value;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device)
+{
+    (void)device;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 __attribute__((weak)) SIM_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
     (void)phGraphExec;
     (void)hGraph;
     (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
+{
+    (void)phGraphExec;
+    (void)hGraph;
+    (void)instantiateParams;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
+{
+    (void)phGraphExec;
+    (void)hGraph;
+    (void)instantiateParams;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
+{
+    (void)hGraphExec;
+    (void)hStream;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
+{
+    (void)hGraphExec;
+    (void)hStream;
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
@@ -1170,6 +1305,10 @@ const struct sim_proc sim_procs[] = {
     {"cuStreamBeginCapture", "cuStreamBeginCapture_v2_ptsz", 10010, 1, (void *)cuStreamBeginCapture_v2_ptsz},
     {"cuStreamEndCapture", "cuStreamEndCapture", 10000, 0, (void *)cuStreamEndCapture},
     {"cuStreamEndCapture", "cuStreamEndCapture_ptsz", 10000, 1, (void *)cuStreamEndCapture_ptsz},
+    {"cuStreamIsCapturing", "cuStreamIsCapturing", 10000, 0, (void *)cuStreamIsCapturing},
+    {"cuStreamIsCapturing", "cuStreamIsCapturing_ptsz", 10000, 1, (void *)cuStreamIsCapturing_ptsz},
+    {"cuThreadExchangeStreamCaptureMode", "cuThreadExchangeStreamCaptureMode", 10010, 0, (void *)cuThreadExchangeStreamCaptureMode},
+    {"cuStreamGetDevice", "cuStreamGetDevice", 12080, 0, (void *)cuStreamGetDevice},
     {"cuEventCreate", "cuEventCreate", 2000, 0, (void *)cuEventCreate},
     {"cuEventRecord", "cuEventRecord", 2000, 0, (void *)cuEventRecord},
     {"cuEventRecord", "cuEventRecord_ptsz", 7000, 1, (void *)cuEventRecord_ptsz},
@@ -1180,7 +1319,21 @@ const struct sim_proc sim_procs[] = {
     {"cuEventElapsedTime", "cuEventElapsedTime", 2000, 0, (void *)cuEventElapsedTime},
     {"cuEventElapsedTime", "cuEventElapsedTime_v2", 12080, 0, (void *)cuEventElapsedTime_v2},
     {"cuEventDestroy", "cuEventDestroy_v2", 4000, 0, (void *)cuEventDestroy_v2},
+    {"cuGraphCreate", "cuGraphCreate", 10000, 0, (void *)cuGraphCreate},
+    {"cuGraphGetNodes", "cuGraphGetNodes", 10000, 0, (void *)cuGraphGetNodes},
+    {"cuGraphNodeGetType", "cuGraphNodeGetType", 10000, 0, (void *)cuGraphNodeGetType},
+    {"cuGraphChildGraphNodeGetGraph", "cuGraphChildGraphNodeGetGraph", 10000, 0, (void *)cuGraphChildGraphNodeGetGraph},
+    {"cuGraphAddMemAllocNode", "cuGraphAddMemAllocNode", 11040, 0, (void *)cuGraphAddMemAllocNode},
+    {"cuGraphAddMemFreeNode", "cuGraphAddMemFreeNode", 11040, 0, (void *)cuGraphAddMemFreeNode},
+    {"cuGraphMemAllocNodeGetParams", "cuGraphMemAllocNodeGetParams", 11040, 0, (void *)cuGraphMemAllocNodeGetParams},
+    {"cuDeviceGetGraphMemAttribute", "cuDeviceGetGraphMemAttribute", 11040, 0, (void *)cuDeviceGetGraphMemAttribute},
+    {"cuDeviceSetGraphMemAttribute", "cuDeviceSetGraphMemAttribute", 11040, 0, (void *)cuDeviceSetGraphMemAttribute},
+    {"cuDeviceGraphMemTrim", "cuDeviceGraphMemTrim", 11040, 0, (void *)cuDeviceGraphMemTrim},
     {"cuGraphInstantiateWithFlags", "cuGraphInstantiateWithFlags", 11040, 0, (void *)cuGraphInstantiateWithFlags},
+    {"cuGraphInstantiateWithParams", "cuGraphInstantiateWithParams", 12000, 0, (void *)cuGraphInstantiateWithParams},
+    {"cuGraphInstantiateWithParams", "cuGraphInstantiateWithParams_ptsz", 12000, 1, (void *)cuGraphInstantiateWithParams_ptsz},
+    {"cuGraphUpload", "cuGraphUpload", 11010, 0, (void *)cuGraphUpload},
+    {"cuGraphUpload", "cuGraphUpload_ptsz", 11010, 1, (void *)cuGraphUpload_ptsz},
     {"cuGraphLaunch", "cuGraphLaunch", 10000, 0, (void *)cuGraphLaunch},
     {"cuGraphLaunch", "cuGraphLaunch_ptsz", 10000, 1, (void *)cuGraphLaunch_ptsz},
     {"cuGraphExecDestroy", "cuGraphExecDestroy", 10000, 0, (void *)cuGraphExecDestroy},

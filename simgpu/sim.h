@@ -1,7 +1,9 @@
 /* Internal interface of the simulated GPU (libcuda.so.1 and
  * libnvidia-ml.so.1 of simgpu/). Device state that other processes must see
  * (memory in use, busy time, per-process usage) lives in a shared state file;
- * everything else is per process. */
+ * everything else is per process. Devices are indexed by their physical
+ * index everywhere inside; CUdevice values handed to programs are CUDA
+ * ordinals (CUDA_VISIBLE_DEVICES), converted at the API boundary. */
 #ifndef FLEXGV_SIM_H
 #define FLEXGV_SIM_H
 
@@ -19,7 +21,9 @@
 #define SIM_BUCKETS 640 /* 64 s: queued work is credited ahead without wrapping */
 #define SIM_BUCKET_NS 100000000ull
 #define SIM_UTIL_BUCKETS 10 /* utilization is averaged over the last 1 s */
-#define SIM_STATE_VERSION 1
+#define SIM_STATE_VERSION 2
+#define SIM_STATE_VERSION_TEXT "2" /* in the default state file's name: versions never meet */
+#define SIM_GRANULARITY (2ull << 20) /* VMM and graph memory pages */
 
 struct sim_config {
     int devices;
@@ -42,8 +46,11 @@ struct sim_device_state {
     struct sim_bucket buckets[SIM_BUCKETS];
 };
 
+/* A process's slot. Its owner holds an OFD lock on the slot's first byte
+ * for its lifetime: a slot whose lock can be taken belongs to a dead
+ * process, whatever PID namespace it lived in. */
 struct sim_proc_state {
-    int32_t pid;
+    int32_t pid; /* in the namespace of the mounted /proc; 0: free */
     uint32_t reserved;
     uint64_t used_bytes[SIM_MAX_DEVICES];
 };
@@ -81,26 +88,121 @@ struct sim_proc {
 extern const struct sim_proc sim_procs[];
 extern const int sim_nprocs;
 
-/* Per-process driver objects (core.c, exec.c, memory.c). */
-struct sim_stream;
+/* ---- per-process driver objects ---- */
+
+struct sim_capture;
+struct sim_node;
+struct sim_func;
+
 struct sim_ctx {
     uint32_t magic;
-    int dev;
+    int dev; /* physical */
     int primary;
     unsigned flags;
     uint64_t charged_bytes;
     struct sim_stream *legacy;
     uint64_t last_tail_ns;
+    int blocking_captures; /* streams of this context in capture that sync with the legacy stream */
 };
 
+#define SIM_CAP_DEPS 8
+
+struct sim_stream {
+    uint32_t magic;
+    struct sim_ctx *ctx;
+    uint64_t tail_ns;
+    unsigned flags;
+    /* Stream capture (capture.c; changed under its lock): the sequence the
+     * stream belongs to, what its next captured node depends on, how many
+     * nodes it captured and how many of them another stream of the
+     * sequence has waited for. */
+    struct sim_capture *cap;
+    struct sim_node *deps[SIM_CAP_DEPS];
+    int ndeps;
+    uint64_t ops, joined_ops;
+};
+
+struct sim_event {
+    uint32_t magic;
+    unsigned flags;
+    int recorded;
+    uint64_t ts_ns;
+    /* Last recorded in a capturing stream (capture.c): the sequence's id,
+     * then the stream, its position and its dependencies at that point. */
+    uint64_t cap_id;
+    struct sim_stream *cap_stream;
+    uint64_t cap_ops;
+    struct sim_node *deps[SIM_CAP_DEPS];
+    int ndeps;
+};
+
+/* Arguments of a builtin kernel, copied when a launch is captured. */
+struct sim_kargs {
+    void *ptr[3];
+    uint32_t val;
+    int32_t n;
+};
+
+/* core.c */
 extern int sim_initialized;
+extern int sim_ndevices;         /* CUDA ordinals visible to this process */
+int sim_phys(CUdevice ordinal);  /* its physical device, -1 if not visible */
+CUdevice sim_ordinal(int phys);  /* -1 if not visible */
 struct sim_ctx *sim_current_ctx(void);
 CUresult sim_check_ctx(struct sim_ctx **out);
+const char *sim_result_name(CUresult r);
+
+/* exec.c */
 struct sim_stream *sim_stream_of(struct sim_ctx *ctx, CUstream h, int per_thread);
 CUresult sim_stream_wait(struct sim_stream *s);
 void sim_ctx_sync(struct sim_ctx *ctx);
+void sim_kernel_run(struct sim_stream *s, struct sim_func *f, const struct sim_kargs *a);
+void sim_host_run(struct sim_stream *s, CUhostFn fn, void *data);
+
+/* memory.c: the registry of device addresses, under sim_mem_lock. */
+extern pthread_mutex_t sim_mem_lock;
+struct sim_gmem;
 void sim_pools_trim_after_sync(int dev);
 void sim_ctx_release_memory(struct sim_ctx *ctx);
-const char *sim_result_name(CUresult r);
+int sim_registry_add_graph(uintptr_t base, size_t size, int dev, struct sim_gmem *m);
+void sim_registry_del(uintptr_t base);
+struct sim_gmem *sim_registry_gmem(CUdeviceptr p); /* the graph allocation starting at p */
+
+/* capture.c: stream capture. Work for a stream goes through
+ * sim_capture_route when sim_stream_captured says so. */
+static inline int sim_stream_captured(struct sim_stream *s)
+{
+    return __atomic_load_n(&s->cap, __ATOMIC_ACQUIRE) ||
+           (s == s->ctx->legacy && __atomic_load_n(&s->ctx->blocking_captures, __ATOMIC_ACQUIRE));
+}
+/* 0: s is not capturing after all, run the work and free n. Otherwise n
+ * was added to the capture or freed, and *r says which. */
+int sim_capture_route(struct sim_stream *s, struct sim_node *n, CUresult *r);
+/* A potentially unsafe call (s NULL) or one that waits for stream s. */
+CUresult sim_capture_check(struct sim_stream *s);
+CUresult sim_capture_check_ctx(struct sim_ctx *ctx);
+CUresult sim_capture_refuse(struct sim_stream *s); /* work that cannot be captured */
+CUresult sim_capture_record(struct sim_event *e, struct sim_stream *s, int *captured);
+CUresult sim_capture_wait(struct sim_stream *s, struct sim_event *e, int *captured);
+CUresult sim_capture_event_use(struct sim_event *e); /* query or synchronize */
+void sim_capture_stream_gone(struct sim_stream *s);
+
+/* graph.c: graphs, their nodes, and the graph memory pool. */
+struct sim_node *sim_node_kernel(struct sim_func *f, const struct sim_kargs *a);
+struct sim_node *sim_node_copy(void *dst, const void *src, size_t n);
+struct sim_node *sim_node_set(void *dst, unsigned v, size_t n, size_t width);
+struct sim_node *sim_node_host(CUhostFn fn, void *data);
+struct sim_node *sim_node_alloc(int dev, size_t size, CUdeviceptr *dptr);
+struct sim_node *sim_node_free(CUdeviceptr p); /* NULL if p is no graph allocation */
+void sim_node_destroy(struct sim_node *n);
+struct sim_graph *sim_graph_new(void);
+void sim_graph_destroy(struct sim_graph *g);
+CUresult sim_graph_append(struct sim_graph *g, struct sim_node *n, struct sim_node *const *deps, size_t ndeps);
+int sim_gmem_unuse(struct sim_gmem *m); /* freed outside a graph (sim_mem_lock held); -1 if not allocated */
+void sim_graph_ctx_release(struct sim_ctx *ctx);
+/* Not in the hook table (the shim hands it through): the only way to nest
+ * graphs in the simulation. */
+CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                  size_t numDependencies, CUgraph childGraph);
 
 #endif

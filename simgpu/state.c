@@ -1,15 +1,17 @@
 /* Configuration and the state shared by every process using the simulated
- * GPU. The shared file holds only counters updated with atomics; a process
- * that dies is reaped by pid liveness, never by a lock. */
+ * GPU. The shared file holds counters updated with atomics; nothing shared
+ * is ever waited for: a process that dies is found by the kernel releasing
+ * its slot's lock, and what it held is returned. */
 #include "sim.h"
+#include "flexgv/liveness.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -144,92 +146,155 @@ static int load_config(struct sim_config *c)
     return 0;
 }
 
-static int alive(pid_t pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
+/* ---- process slots ----
+ * A process owns a slot while it holds an OFD lock on the slot's first byte
+ * of the state file, taken through an open file description of its own that
+ * is never mapped: the kernel drops the lock when the process dies, and
+ * neither a forked child (which opens its own) nor an inherited mapping
+ * keeps it. Whoever takes the lock of a slot whose pid is set reaps it:
+ * that process is dead, in whatever PID namespace it ran. Taking a slot's
+ * lock also serializes reapers and claimers across processes; slot_mu does
+ * it between the threads of this process, which share one description. */
+
+static int lock_fd = -1;
+static pthread_mutex_t slot_mu = PTHREAD_MUTEX_INITIALIZER;
+static char state_path[4096];
+
+static int slot_lock(int i, short type)
+{
+    return fg_lock_byte(lock_fd, (off_t)offsetof(struct sim_shared, procs[i]), type);
+}
+
+/* This process's pid as the mounted /proc numbers it (the root namespace's
+ * for a process unshared without a /proc of its own), as the real driver
+ * reports processes to NVML. */
+static int32_t host_pid(void)
+{
+    char buf[32];
+    ssize_t n = readlink("/proc/self", buf, sizeof buf - 1);
+    if (n > 0) {
+        buf[n] = 0;
+        char *end;
+        long v = strtol(buf, &end, 10);
+        if (*end == 0 && v > 0 && v <= INT32_MAX)
+            return (int32_t)v;
+    }
+    return (int32_t)getpid();
+}
+
+/* Returns a dead process's memory to its devices (slot lock held). */
+static void reap_slot(struct sim_proc_state *p)
+{
+    for (int d = 0; d < SIM_MAX_DEVICES; d++) {
+        uint64_t b = __atomic_exchange_n(&p->used_bytes[d], 0, __ATOMIC_ACQ_REL);
+        if (b)
+            __atomic_fetch_sub(&sim->dev[d].used_bytes, b, __ATOMIC_ACQ_REL);
+    }
+    __atomic_store_n(&p->pid, 0, __ATOMIC_RELEASE);
+}
 
 void sim_reap_dead(void)
 {
+    if (lock_fd < 0)
+        return;
+    pthread_mutex_lock(&slot_mu);
     for (int i = 0; i < SIM_MAX_PROCS; i++) {
         struct sim_proc_state *p = &sim->procs[i];
-        int32_t pid = __atomic_load_n(&p->pid, __ATOMIC_ACQUIRE);
-        if (pid <= 0 || alive(pid))
+        if (i == my_proc || __atomic_load_n(&p->pid, __ATOMIC_ACQUIRE) == 0 || slot_lock(i, F_WRLCK) != 0)
             continue;
-        /* Claim the dead slot (pid -> -1) so only one reaper returns its memory. */
-        if (!__atomic_compare_exchange_n(&p->pid, &pid, -1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-            continue;
-        for (int d = 0; d < SIM_MAX_DEVICES; d++) {
-            uint64_t b = __atomic_exchange_n(&p->used_bytes[d], 0, __ATOMIC_ACQ_REL);
-            if (b)
-                __atomic_fetch_sub(&sim->dev[d].used_bytes, b, __ATOMIC_ACQ_REL);
-        }
-        __atomic_store_n(&p->pid, 0, __ATOMIC_RELEASE);
+        if (__atomic_load_n(&p->pid, __ATOMIC_ACQUIRE) != 0)
+            reap_slot(p);
+        slot_lock(i, F_UNLCK);
     }
+    pthread_mutex_unlock(&slot_mu);
 }
 
+/* Free slots first, then those of dead processes (reaped on the way). The
+ * lock is held from before the pid is published, so nobody reaps a slot
+ * being claimed. */
 static int claim_proc_slot(void)
 {
-    pid_t me = getpid();
-    /* Our pid in a slot already: this process before an exec, whose device
-     * memory the exec freed, as a real driver does. */
-    for (int i = 0; i < SIM_MAX_PROCS; i++) {
-        if (__atomic_load_n(&sim->procs[i].pid, __ATOMIC_ACQUIRE) != me)
-            continue;
-        for (int d = 0; d < SIM_MAX_DEVICES; d++) {
-            uint64_t b = __atomic_exchange_n(&sim->procs[i].used_bytes[d], 0, __ATOMIC_ACQ_REL);
-            if (b)
-                __atomic_fetch_sub(&sim->dev[d].used_bytes, b, __ATOMIC_ACQ_REL);
-        }
-        return i;
-    }
-    for (int pass = 0; pass < 2; pass++) {
+    int32_t me = host_pid();
+    pthread_mutex_lock(&slot_mu);
+    for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < SIM_MAX_PROCS; i++) {
-            int32_t zero = 0;
-            if (__atomic_compare_exchange_n(&sim->procs[i].pid, &zero, me, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-                return i;
+            struct sim_proc_state *p = &sim->procs[i];
+            if ((pass == 0 && __atomic_load_n(&p->pid, __ATOMIC_ACQUIRE) != 0) || slot_lock(i, F_WRLCK) != 0)
+                continue;
+            if (__atomic_load_n(&p->pid, __ATOMIC_ACQUIRE) != 0)
+                reap_slot(p);
+            __atomic_store_n(&p->pid, me, __ATOMIC_RELEASE);
+            pthread_mutex_unlock(&slot_mu);
+            return i;
         }
-        sim_reap_dead();
+    pthread_mutex_unlock(&slot_mu);
+    return -1;
+}
+
+/* The child shares the parent's open file description, hence its lock:
+ * it takes a description, and a slot, of its own. It holds no device
+ * memory yet. slot_mu only orders this process's threads on the parent's
+ * description, so the child starts it afresh (a parent thread may have
+ * held it at the fork). */
+static void after_fork_child(void)
+{
+    pthread_mutex_init(&slot_mu, NULL);
+    close(lock_fd);
+    lock_fd = open(state_path, O_RDWR | O_CLOEXEC);
+    my_proc = lock_fd < 0 ? -1 : claim_proc_slot();
+}
+
+/* A file name next to path that no other process uses, whatever PID
+ * namespace it runs in. */
+static int open_unique(const char *path, char *tmp, size_t n)
+{
+    for (int tries = 0; tries < 16; tries++) {
+        uint64_t r;
+        if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r)
+            r = sim_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)tries;
+        snprintf(tmp, n, "%s.%016llx.tmp", path, (unsigned long long)r);
+        int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd >= 0 || errno != EEXIST)
+            return fd;
     }
     return -1;
 }
 
-static void after_fork_child(void)
-{
-    /* The child holds no device memory of its own yet. */
-    my_proc = claim_proc_slot();
-}
-
-static struct sim_shared *map_state(const char *path, const struct sim_config *cfg)
+/* Opens the state file, creating it initialized if it does not exist. The
+ * file is built aside and linked in: link() is atomic and fails if another
+ * process linked first, so every process maps the same fully written file. */
+static int open_state(const char *path, const struct sim_config *cfg)
 {
     int fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0 && errno == ENOENT) {
-        /* Build the initialized file aside and link it in: readers never see
-         * a half-written header. */
-        char tmp[4096];
-        snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
-        int t = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (t < 0)
-            return NULL;
-        struct sim_shared init;
-        memset(&init, 0, sizeof init);
-        init.magic = SIM_MAGIC;
-        init.version = SIM_STATE_VERSION;
-        init.cfg = *cfg;
-        int ok = pwrite(t, &init, sizeof init, 0) == (ssize_t)sizeof init;
-        close(t);
-        if (ok && link(tmp, path) != 0 && errno != EEXIST)
-            ok = 0;
-        unlink(tmp);
-        if (!ok)
-            return NULL;
-        fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd >= 0 || errno != ENOENT)
+        return fd;
+    char tmp[4200];
+    int t = open_unique(path, tmp, sizeof tmp);
+    if (t < 0)
+        return -1;
+    struct sim_shared *init = calloc(1, sizeof *init);
+    int ok = init != NULL;
+    if (ok) {
+        init->magic = SIM_MAGIC;
+        init->version = SIM_STATE_VERSION;
+        init->cfg = *cfg;
+        ok = pwrite(t, init, sizeof *init, 0) == (ssize_t)sizeof *init;
+        free(init);
     }
-    if (fd < 0)
-        return NULL;
+    close(t);
+    if (ok && link(tmp, path) != 0 && errno != EEXIST)
+        ok = 0;
+    unlink(tmp);
+    return ok ? open(path, O_RDWR | O_CLOEXEC) : -1;
+}
+
+/* Maps the state file and closes fd (the mapping keeps its description). */
+static struct sim_shared *map_state(int fd)
+{
     struct stat st;
-    if (fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof(struct sim_shared)) {
-        close(fd);
-        return NULL;
-    }
-    void *m = mmap(NULL, sizeof(struct sim_shared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *m = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(struct sim_shared))
+        m = mmap(NULL, sizeof(struct sim_shared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (m == MAP_FAILED)
         return NULL;
@@ -241,30 +306,49 @@ static struct sim_shared *map_state(const char *path, const struct sim_config *c
     return s;
 }
 
+/* Once per process, whichever threads call it: attached is set only once
+ * this process has its slot, so no charge can miss it. */
 int sim_attach(void)
 {
-    if (sim)
+    static pthread_mutex_t attach_mu = PTHREAD_MUTEX_INITIALIZER;
+    static int attached;
+    if (__atomic_load_n(&attached, __ATOMIC_ACQUIRE))
         return 0;
+    pthread_mutex_lock(&attach_mu);
+    int rc = -1;
     struct sim_config cfg;
-    if (load_config(&cfg))
-        return -1;
-    char def[256];
-    const char *path = getenv("FLEXGV_SIM_STATE");
-    if (!path || !*path) {
-        snprintf(def, sizeof def, "/tmp/flexgv-sim-%d.state", (int)getuid());
-        path = def;
+    if (attached || load_config(&cfg) != 0) {
+        rc = attached ? 0 : -1;
+        goto out;
     }
-    struct sim_shared *s = map_state(path, &cfg);
-    if (!s) {
-        fprintf(stderr, "flexgv-sim: cannot use state file %s (set FLEXGV_SIM_STATE to a writable path)\n", path);
-        return -1;
+    const char *path = getenv("FLEXGV_SIM_STATE");
+    if (path && *path)
+        snprintf(state_path, sizeof state_path, "%s", path);
+    else
+        snprintf(state_path, sizeof state_path, "/tmp/flexgv-sim-%d-v" SIM_STATE_VERSION_TEXT ".state", (int)getuid());
+    int fd = open_state(state_path, &cfg);
+    struct sim_shared *s = fd >= 0 ? map_state(fd) : NULL;
+    if (s)
+        lock_fd = open(state_path, O_RDWR | O_CLOEXEC);
+    if (lock_fd < 0) {
+        if (s)
+            munmap(s, sizeof *s);
+        fprintf(stderr,
+                "flexgv-sim: cannot use state file %s (not writable, or made by another version; set "
+                "FLEXGV_SIM_STATE to a new path)\n",
+                state_path);
+        goto out;
     }
     if (memcmp(&s->cfg, &cfg, sizeof cfg) != 0)
-        fprintf(stderr, "flexgv-sim: %s was created with another configuration; using the file's\n", path);
-    __atomic_store_n(&sim, s, __ATOMIC_RELEASE);
+        fprintf(stderr, "flexgv-sim: %s was created with another configuration; using the file's\n", state_path);
+    sim = s;
     my_proc = claim_proc_slot();
     pthread_atfork(NULL, NULL, after_fork_child);
-    return 0;
+    __atomic_store_n(&attached, 1, __ATOMIC_RELEASE);
+    rc = 0;
+out:
+    pthread_mutex_unlock(&attach_mu);
+    return rc;
 }
 
 int sim_mem_reserve(int dev, uint64_t bytes)

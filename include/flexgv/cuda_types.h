@@ -32,6 +32,7 @@ typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
 typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphExec_st *CUgraphExec;
+typedef struct CUgraphNode_st *CUgraphNode;
 typedef struct CUarray_st *CUarray;
 typedef struct CUmipmappedArray_st *CUmipmappedArray;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
@@ -112,6 +113,37 @@ typedef enum CUstreamCaptureMode_enum {
     CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
     CU_STREAM_CAPTURE_MODE_RELAXED = 2
 } CUstreamCaptureMode;
+
+typedef enum CUstreamCaptureStatus_enum {
+    CU_STREAM_CAPTURE_STATUS_NONE = 0,
+    CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
+    CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2
+} CUstreamCaptureStatus;
+
+typedef enum CUgraphNodeType_enum {
+    CU_GRAPH_NODE_TYPE_KERNEL = 0,
+    CU_GRAPH_NODE_TYPE_MEMCPY = 1,
+    CU_GRAPH_NODE_TYPE_MEMSET = 2,
+    CU_GRAPH_NODE_TYPE_HOST = 3,
+    CU_GRAPH_NODE_TYPE_GRAPH = 4,
+    CU_GRAPH_NODE_TYPE_EMPTY = 5,
+    CU_GRAPH_NODE_TYPE_WAIT_EVENT = 6,
+    CU_GRAPH_NODE_TYPE_EVENT_RECORD = 7,
+    CU_GRAPH_NODE_TYPE_MEM_ALLOC = 10,
+    CU_GRAPH_NODE_TYPE_MEM_FREE = 11
+} CUgraphNodeType;
+
+typedef enum CUgraphMem_attribute_enum {
+    CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT = 0,
+    CU_GRAPH_MEM_ATTR_USED_MEM_HIGH = 1,
+    CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2,
+    CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH = 3
+} CUgraphMem_attribute;
+
+typedef enum CUgraphInstantiateResult_enum {
+    CUDA_GRAPH_INSTANTIATE_SUCCESS = 0,
+    CUDA_GRAPH_INSTANTIATE_ERROR = 1
+} CUgraphInstantiateResult;
 
 typedef enum CUdriverProcAddressQueryResult_enum {
     CU_GET_PROC_ADDRESS_SUCCESS = 0,
@@ -208,6 +240,21 @@ typedef enum CUmemPool_attribute_enum {
     CU_MEMPOOL_ATTR_USED_MEM_HIGH = 8
 } CUmemPool_attribute;
 
+typedef struct CUDA_MEM_ALLOC_NODE_PARAMS_v1_st {
+    CUmemPoolProps poolProps;
+    const CUmemAccessDesc *accessDescs;
+    size_t accessDescCount;
+    size_t bytesize;
+    CUdeviceptr dptr;
+} CUDA_MEM_ALLOC_NODE_PARAMS;
+
+typedef struct CUDA_GRAPH_INSTANTIATE_PARAMS_st {
+    cuuint64_t flags;
+    CUstream hUploadStream;
+    CUgraphNode hErrNode_out;
+    CUgraphInstantiateResult result_out;
+} CUDA_GRAPH_INSTANTIATE_PARAMS;
+
 typedef struct CUlaunchConfig_st {
     unsigned int gridDimX;
     unsigned int gridDimY;
@@ -226,6 +273,8 @@ typedef struct CUlaunchConfig_st {
 #define CU_STREAM_NON_BLOCKING 0x1
 #define CU_MEMHOSTALLOC_PORTABLE 0x01
 #define CU_MEM_ATTACH_GLOBAL 0x1
+#define CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH 0x1
+#define CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD 0x2
 
 #ifdef __cplusplus
 }

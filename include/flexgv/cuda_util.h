@@ -33,17 +33,24 @@ static inline uint64_t fg_format_bytes(CUarray_format f)
 }
 
 /* Texel bytes of an array with `levels` mip levels (each halving every
- * extent that is above 1; a 0 height or depth means a lower dimension). */
-static inline uint64_t fg_array_bytes(size_t w, size_t h, size_t d, CUarray_format f, unsigned channels, unsigned levels)
+ * extent that is above 1; a 0 height or depth means a lower dimension) into
+ * *out; 0 when the size does not fit in 64 bits. */
+static inline int fg_array_bytes(size_t w, size_t h, size_t d, CUarray_format f, unsigned channels, unsigned levels,
+                                 uint64_t *out)
 {
-    uint64_t total = 0, eb = fg_format_bytes(f);
+    uint64_t total = 0, eb = fg_format_bytes(f) * channels;
     for (unsigned l = 0; l < (levels ? levels : 1); l++) {
-        total += (uint64_t)w * (h ? h : 1) * (d ? d : 1) * eb * channels;
+        uint64_t n;
+        if (__builtin_mul_overflow((uint64_t)w, (uint64_t)(h ? h : 1), &n) ||
+            __builtin_mul_overflow(n, (uint64_t)(d ? d : 1), &n) || __builtin_mul_overflow(n, eb, &n) ||
+            __builtin_add_overflow(total, n, &total))
+            return 0;
         w = w > 1 ? w / 2 : 1;
         h = h > 1 ? h / 2 : h;
         d = d > 1 ? d / 2 : d;
     }
-    return total;
+    *out = total;
+    return 1;
 }
 
 #endif

@@ -5,10 +5,21 @@
 #include <stdint.h>
 
 #define FG_TENANT_MAGIC 0x544e4e5447584c46ULL
-#define FG_TENANT_VERSION 0x1ULL
+#define FG_TENANT_VERSION 0x2ULL
 #define FG_MAX_DEVICES 0x10ULL
+#define FG_TENANT_SLOT_FREE 0x0ULL
+#define FG_TENANT_SLOT_CLAIMED 0x1ULL
+#define FG_TENANT_MEMBER_LOCK 0x0ULL
+#define FG_TENANT_MAX_SLOTS 0x1000ULL
 
-/* starts a tenant file; written by the CLI */
+/* one device of the tenant, keyed by GPU UUID */
+struct fg_tenant_device {
+    char uuid[48];
+    uint64_t quota;
+    uint64_t ctx_measured;
+};
+
+/* starts a tenant file; written once by the CLI that creates it */
 struct fg_tenant_header {
     uint64_t magic;
     uint32_t version;
@@ -17,15 +28,17 @@ struct fg_tenant_header {
     uint32_t slot_hwm;
     uint64_t created_ns;
     uint64_t ctx_bytes;
-    uint64_t quota[16];
+    uint32_t owner_uid;
+    uint32_t reserved;
     char name[64];
+    struct fg_tenant_device devices[16];
 };
 
 /* one process of the tenant */
 struct fg_tenant_slot {
+    uint32_t state;
     int32_t pid;
-    uint32_t reserved;
-    uint64_t start_ticks;
+    uint64_t claimed_ns;
     uint64_t used[16];
 };
 

@@ -3,7 +3,7 @@
 package api
 
 // Hash identifies this ordered list; trace regions carry it.
-const Hash uint64 = 0xde6ec4f257ba24b8
+const Hash uint64 = 0x31efea36e9744819
 
 // Names lists every hooked entry point, in hook-id order.
 var Names = []string{
@@ -127,6 +127,10 @@ var Names = []string{
 	"cuStreamBeginCapture_v2_ptsz",
 	"cuStreamEndCapture",
 	"cuStreamEndCapture_ptsz",
+	"cuStreamIsCapturing",
+	"cuStreamIsCapturing_ptsz",
+	"cuThreadExchangeStreamCaptureMode",
+	"cuStreamGetDevice",
 	"cuEventCreate",
 	"cuEventRecord",
 	"cuEventRecord_ptsz",
@@ -137,7 +141,21 @@ var Names = []string{
 	"cuEventElapsedTime",
 	"cuEventElapsedTime_v2",
 	"cuEventDestroy_v2",
+	"cuGraphCreate",
+	"cuGraphGetNodes",
+	"cuGraphNodeGetType",
+	"cuGraphChildGraphNodeGetGraph",
+	"cuGraphAddMemAllocNode",
+	"cuGraphAddMemFreeNode",
+	"cuGraphMemAllocNodeGetParams",
+	"cuDeviceGetGraphMemAttribute",
+	"cuDeviceSetGraphMemAttribute",
+	"cuDeviceGraphMemTrim",
 	"cuGraphInstantiateWithFlags",
+	"cuGraphInstantiateWithParams",
+	"cuGraphInstantiateWithParams_ptsz",
+	"cuGraphUpload",
+	"cuGraphUpload_ptsz",
 	"cuGraphLaunch",
 	"cuGraphLaunch_ptsz",
 	"cuGraphExecDestroy",

@@ -5,11 +5,22 @@ package tenant
 // Constants of the region shared with the shim.
 const (
 	TenantMagic   = 0x544e4e5447584c46
-	TenantVersion = 0x1
+	TenantVersion = 0x2
 	MaxDevices    = 0x10
+	SlotFree      = 0x0
+	SlotClaimed   = 0x1
+	MemberLock    = 0x0
+	MaxSlots      = 0x1000
 )
 
-// Header mirrors struct fg_tenant_header: starts a tenant file; written by the CLI.
+// Device mirrors struct fg_tenant_device: one device of the tenant, keyed by GPU UUID.
+type Device struct {
+	UUID        [48]byte `c:"uuid"`
+	Quota       uint64   `c:"quota"`
+	CtxMeasured uint64   `c:"ctx_measured"`
+}
+
+// Header mirrors struct fg_tenant_header: starts a tenant file; written once by the CLI that creates it.
 type Header struct {
 	Magic     uint64     `c:"magic"`
 	Version   uint32     `c:"version"`
@@ -18,14 +29,16 @@ type Header struct {
 	SlotHWM   uint32     `c:"slot_hwm"`
 	CreatedNs uint64     `c:"created_ns"`
 	CtxBytes  uint64     `c:"ctx_bytes"`
-	Quota     [16]uint64 `c:"quota"`
+	OwnerUID  uint32     `c:"owner_uid"`
+	Reserved  uint32     `c:"reserved"`
 	Name      [64]byte   `c:"name"`
+	Devices   [16]Device `c:"devices"`
 }
 
 // Slot mirrors struct fg_tenant_slot: one process of the tenant.
 type Slot struct {
-	Pid        int32      `c:"pid"`
-	Reserved   uint32     `c:"reserved"`
-	StartTicks uint64     `c:"start_ticks"`
-	Used       [16]uint64 `c:"used"`
+	State     uint32     `c:"state"`
+	Pid       int32      `c:"pid"`
+	ClaimedNs uint64     `c:"claimed_ns"`
+	Used      [16]uint64 `c:"used"`
 }

@@ -21,6 +21,19 @@
         }                                                                           \
     } while (0)
 
+/* The name of a result, as the program would print it. */
+__attribute__((unused)) static const char *result_name(CUresult r)
+{
+    switch (r) {
+#define X(name, value) \
+    case value:        \
+        return #name;
+#include "flexgv/cuda_results.def"
+#undef X
+    }
+    return "CUresult(?)";
+}
+
 /* Simulated module with a builtin vector add, a fill and an empty kernel. */
 static const char SIM_MODULE[] = "FLEXGV-SIM-MODULE\n"
                                  "kernel vecadd 20 builtin=vecadd\n"

@@ -81,34 +81,50 @@ var traceConsts = []constSpec{
 // maxDevices bounds the per-device arrays of shared regions.
 const maxDevices = 16
 
-// tenantLayout is one tenant's shared state: quotas written by the CLI, then
-// one slot per process holding its usage per device. A tenant's usage is
-// the sum over live slots, so a process killed at any instruction takes its
-// usage with it when its slot is reaped, and nothing is ever locked.
+// tenantLayout is one tenant's shared state: the quotas the CLI wrote, then
+// one slot per process holding its usage per device. A tenant's usage is the
+// sum over claimed slots. Liveness is an OFD lock the kernel releases when
+// the holder dies, valid across PID namespaces: a process holds a write lock
+// on the first byte of its slot (offset header size + index x slot size),
+// and every CLI run of the tenant holds a read lock on byte
+// FG_TENANT_MEMBER_LOCK for as long as its program runs. A claimed slot
+// whose byte nobody locks belongs to a dead process and is reaped by
+// whoever takes that lock; a file whose bytes nobody locks is removed.
 var tenantLayout = []structSpec{
-	{"fg_tenant_header", "Header", "starts a tenant file; written by the CLI", []field{
+	{"fg_tenant_device", "Device", "one device of the tenant, keyed by GPU UUID", []field{
+		{"uuid", "UUID", "byte", 48, "NVML UUID text (GPU-...); empty: the CUDA device of this entry's index"},
+		{"quota", "Quota", "uint64", 0, "bytes; 0 means no limit"},
+		{"ctx_measured", "CtxMeasured", "uint64", 0, "bytes one context took here, as last measured by a process (atomic)"},
+	}},
+	{"fg_tenant_header", "Header", "starts a tenant file; written once by the CLI that creates it", []field{
 		{"magic", "Magic", "uint64", 0, "TenantMagic"},
 		{"version", "Version", "uint32", 0, "TenantVersion"},
-		{"ndevices", "NDevices", "uint32", 0, "devices with a quota entry"},
+		{"ndevices", "NDevices", "uint32", 0, "device entries in use"},
 		{"nslots", "NSlots", "uint32", 0, "process slots"},
 		{"slot_hwm", "SlotHWM", "uint32", 0, "slots ever claimed are below this (atomic max): sums stop here"},
 		{"created_ns", "CreatedNs", "uint64", 0, "CLOCK_REALTIME at creation"},
 		{"ctx_bytes", "CtxBytes", "uint64", 0, "device memory charged per context when it cannot be measured"},
-		{"quota", "Quota", "uint64", maxDevices, "bytes per device; 0 means no limit"},
+		{"owner_uid", "OwnerUID", "uint32", 0, "user that created the tenant"},
+		{"reserved", "Reserved", "uint32", 0, ""},
 		{"name", "Name", "byte", 64, "tenant name"},
+		{"devices", "Devices", "Device", maxDevices, ""},
 	}},
 	{"fg_tenant_slot", "Slot", "one process of the tenant", []field{
-		{"pid", "Pid", "int32", 0, "0 free, -1 being reaped"},
-		{"reserved", "Reserved", "uint32", 0, ""},
-		{"start_ticks", "StartTicks", "uint64", 0, "process start time (/proc/PID/stat), guards against pid reuse"},
-		{"used", "Used", "uint64", maxDevices, "bytes held per device"},
+		{"state", "State", "uint32", 0, "SlotFree or SlotClaimed (atomic)"},
+		{"pid", "Pid", "int32", 0, "the claimer's pid in its own PID namespace (display only)"},
+		{"claimed_ns", "ClaimedNs", "uint64", 0, "CLOCK_REALTIME at claim"},
+		{"used", "Used", "uint64", maxDevices, "bytes held per device entry"},
 	}},
 }
 
 var tenantConsts = []constSpec{
 	{"FG_TENANT_MAGIC", "TenantMagic", 0x544e4e5447584c46}, // "FLXGTNNT" little-endian
-	{"FG_TENANT_VERSION", "TenantVersion", 1},
+	{"FG_TENANT_VERSION", "TenantVersion", 2},
 	{"FG_MAX_DEVICES", "MaxDevices", maxDevices},
+	{"FG_TENANT_SLOT_FREE", "SlotFree", 0},
+	{"FG_TENANT_SLOT_CLAIMED", "SlotClaimed", 1},
+	{"FG_TENANT_MEMBER_LOCK", "MemberLock", 0},
+	{"FG_TENANT_MAX_SLOTS", "MaxSlots", 4096},
 }
 
 func emitLayoutC(l layout) string {
@@ -125,12 +141,26 @@ func emitLayoutC(l layout) string {
 			if f.Len > 0 {
 				arr = fmt.Sprintf("[%d]", f.Len)
 			}
-			fmt.Fprintf(&b, "    %s %s%s;\n", cTypes[f.Type], f.C, arr)
+			ct, ok := cTypes[f.Type]
+			if !ok {
+				ct = "struct " + structC(l, f.Type)
+			}
+			fmt.Fprintf(&b, "    %s %s%s;\n", ct, f.C, arr)
 		}
 		b.WriteString("};\n")
 	}
 	b.WriteString("\n#endif\n")
 	return b.String()
+}
+
+// structC is the C name of the struct whose Go name is goName.
+func structC(l layout, goName string) string {
+	for _, s := range l.Structs {
+		if s.Go == goName {
+			return s.C
+		}
+	}
+	panic("layout: unknown type " + goName)
 }
 
 func emitLayoutGo(l layout) string {

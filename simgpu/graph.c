@@ -1,0 +1,928 @@
+/* Graphs: nodes (captured from streams or added explicitly), executable
+ * graphs, and graph memory.
+ *
+ * Graph memory as modelled here, after the driver's documented behaviour:
+ *  - An allocation node (cuGraphAddMemAllocNode, or cuMemAllocAsync /
+ *    cuMemAllocFromPoolAsync on a capturing stream) fixes its address when it
+ *    is created, for as long as a graph or executable graph holds the node;
+ *    no physical memory is taken then.
+ *  - Each device has one graph memory pool per process. Physical memory is
+ *    taken from the device, in 2 MiB pages, when an executable graph is
+ *    uploaded (cuGraphUpload, or instantiation with
+ *    CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) or launched and the pool's reserved
+ *    but unused memory cannot hold the peak of the graph's allocations (in
+ *    node order): the pool reserves what is missing. It is real device
+ *    memory, seen by cuMemGetInfo, NVML and every process; if the device
+ *    cannot provide it the call fails with CUDA_ERROR_OUT_OF_MEMORY and
+ *    nothing changes.
+ *  - An allocation node makes its memory used when it runs; a free node, or
+ *    cuMemFreeAsync / cuMemFree_v2 of the address, makes it unused.
+ *    CU_GRAPH_MEM_ATTR_USED_MEM_* count used memory, RESERVED_MEM_* what the
+ *    pool holds; cuDeviceSetGraphMemAttribute resets a high watermark to 0.
+ *  - Launching an executable graph whose allocations are still in use fails
+ *    with CUDA_ERROR_INVALID_VALUE, unless it was instantiated with
+ *    CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH, which frees them first.
+ *  - The pool keeps what it reserved, used or not, until cuDeviceGraphMemTrim
+ *    returns the unused part to the device, or a context of the device is
+ *    destroyed (allocations its launches left in use are freed with it).
+ *    Destroying an executable graph frees nothing still in use.
+ *  - A graph with memory nodes has one executable graph at a time and cannot
+ *    become a child graph; an allocation freed in its own graph cannot be
+ *    freed elsewhere, and a free node must follow its allocation node.
+ * A launch applies its memory nodes, then runs its kernels, copies and host
+ * functions, when it is issued (the simulation runs work at issue time).
+ * Graph objects, like the driver's, are not thread-safe; the pools and
+ * allocations are under sim_mem_lock. */
+#include "sim.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define GRAPH_MAGIC 0x47525048u
+#define EXEC_MAGIC 0x47455843u
+#define NODE_MAGIC 0x4e4f4445u
+
+#define FLAG_DEVICE_LAUNCH 0x4ull
+#define FLAG_USE_NODE_PRIORITY 0x8ull
+#define FLAGS_WITH_FLAGS (CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | FLAG_DEVICE_LAUNCH | FLAG_USE_NODE_PRIORITY)
+
+struct sim_gmem {
+    uintptr_t base;
+    size_t size;
+    uint64_t bytes; /* physical: whole pages */
+    int dev;
+    int refs;           /* nodes naming it */
+    int live;           /* allocated by a launch, not freed since */
+    int freed_in_graph; /* its own graph frees it: nothing else may */
+    struct sim_ctx *ctx; /* of the launch that allocated it */
+    struct sim_gmem *next;
+};
+
+struct sim_node {
+    uint32_t magic;
+    CUgraphNodeType type;
+    struct sim_graph *graph;
+    struct sim_node **deps;
+    size_t ndeps;
+    unsigned mark;
+    union {
+        struct {
+            struct sim_func *f;
+            struct sim_kargs args;
+        } kernel;
+        struct {
+            void *dst;
+            const void *src;
+            size_t n;
+        } copy;
+        struct {
+            void *dst;
+            unsigned v;
+            size_t n, width;
+        } set;
+        struct {
+            CUhostFn fn;
+            void *data;
+        } host;
+        struct {
+            struct sim_gmem *m;
+            CUDA_MEM_ALLOC_NODE_PARAMS params;
+        } alloc;
+        struct sim_gmem *freed;
+        struct sim_graph *child;
+    } u;
+};
+
+struct sim_graph {
+    uint32_t magic;
+    size_t n, cap;
+    struct sim_node **nodes;
+    unsigned stamp;
+    int mem;               /* has memory nodes */
+    struct sim_exec *exec; /* its executable graph, when mem */
+};
+
+struct sim_exec {
+    uint32_t magic;
+    size_t n;
+    struct sim_node *nodes; /* copies, child graphs flattened */
+    unsigned long long flags;
+    struct sim_graph *graph; /* while both exist, when it has memory nodes */
+    int mem;                 /* has memory nodes */
+    uint64_t peak[SIM_MAX_DEVICES];
+};
+
+static struct pool {
+    uint64_t reserved, used, reserved_high, used_high;
+} pools[SIM_MAX_DEVICES];
+static struct sim_gmem *gmems;
+
+/* ---- graph allocations (sim_mem_lock held) ---- */
+
+/* An allocation no node names and nothing uses gives its address back. */
+static void maybe_destroy(struct sim_gmem *m)
+{
+    if (m->refs > 0 || m->live)
+        return;
+    sim_registry_del(m->base);
+    munmap((void *)m->base, m->size);
+    for (struct sim_gmem **pp = &gmems; *pp; pp = &(*pp)->next)
+        if (*pp == m) {
+            *pp = m->next;
+            break;
+        }
+    free(m);
+}
+
+static void gmem_put(struct sim_gmem *m)
+{
+    m->refs--;
+    maybe_destroy(m);
+}
+
+static void unuse(struct sim_gmem *m)
+{
+    m->live = 0;
+    m->ctx = NULL;
+    pools[m->dev].used -= m->bytes;
+    maybe_destroy(m);
+}
+
+int sim_gmem_unuse(struct sim_gmem *m)
+{
+    if (!m->live)
+        return -1;
+    unuse(m);
+    return 0;
+}
+
+/* ---- nodes ---- */
+
+static struct sim_node *node_new(CUgraphNodeType type)
+{
+    struct sim_node *n = calloc(1, sizeof *n);
+    if (n) {
+        n->magic = NODE_MAGIC;
+        n->type = type;
+    }
+    return n;
+}
+
+struct sim_node *sim_node_kernel(struct sim_func *f, const struct sim_kargs *a)
+{
+    struct sim_node *n = node_new(CU_GRAPH_NODE_TYPE_KERNEL);
+    if (n) {
+        n->u.kernel.f = f;
+        n->u.kernel.args = *a;
+    }
+    return n;
+}
+
+struct sim_node *sim_node_copy(void *dst, const void *src, size_t len)
+{
+    struct sim_node *n = node_new(CU_GRAPH_NODE_TYPE_MEMCPY);
+    if (n) {
+        n->u.copy.dst = dst;
+        n->u.copy.src = src;
+        n->u.copy.n = len;
+    }
+    return n;
+}
+
+struct sim_node *sim_node_set(void *dst, unsigned v, size_t len, size_t width)
+{
+    struct sim_node *n = node_new(CU_GRAPH_NODE_TYPE_MEMSET);
+    if (n) {
+        n->u.set.dst = dst;
+        n->u.set.v = v;
+        n->u.set.n = len;
+        n->u.set.width = width;
+    }
+    return n;
+}
+
+struct sim_node *sim_node_host(CUhostFn fn, void *data)
+{
+    struct sim_node *n = node_new(CU_GRAPH_NODE_TYPE_HOST);
+    if (n) {
+        n->u.host.fn = fn;
+        n->u.host.data = data;
+    }
+    return n;
+}
+
+/* An allocation node of size bytes on physical device dev: its address is
+ * fixed (and backed by host memory for copies) but nothing is charged. */
+struct sim_node *sim_node_alloc(int dev, size_t size, CUdeviceptr *dptr)
+{
+    struct sim_node *n = node_new(CU_GRAPH_NODE_TYPE_MEM_ALLOC);
+    struct sim_gmem *m = calloc(1, sizeof *m);
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (!n || !m || p == MAP_FAILED)
+        goto fail;
+    *m = (struct sim_gmem){.base = (uintptr_t)p,
+                           .size = size,
+                           .bytes = (size + SIM_GRANULARITY - 1) / SIM_GRANULARITY * SIM_GRANULARITY,
+                           .dev = dev,
+                           .refs = 1};
+    pthread_mutex_lock(&sim_mem_lock);
+    int rc = sim_registry_add_graph(m->base, size, dev, m);
+    if (rc == 0) {
+        m->next = gmems;
+        gmems = m;
+    }
+    pthread_mutex_unlock(&sim_mem_lock);
+    if (rc != 0)
+        goto fail;
+    CUDA_MEM_ALLOC_NODE_PARAMS *pp = &n->u.alloc.params;
+    pp->poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    pp->poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    pp->poolProps.location.id = sim_ordinal(dev);
+    pp->bytesize = size;
+    pp->dptr = *dptr = (CUdeviceptr)m->base;
+    n->u.alloc.m = m;
+    return n;
+fail:
+    if (p != MAP_FAILED)
+        munmap(p, size);
+    free(m);
+    free(n);
+    return NULL;
+}
+
+struct sim_node *sim_node_free(CUdeviceptr p)
+{
+    pthread_mutex_lock(&sim_mem_lock);
+    struct sim_gmem *m = sim_registry_gmem(p);
+    struct sim_node *n = m ? node_new(CU_GRAPH_NODE_TYPE_MEM_FREE) : NULL;
+    if (n) {
+        n->u.freed = m;
+        m->refs++;
+    }
+    pthread_mutex_unlock(&sim_mem_lock);
+    return n;
+}
+
+static struct sim_gmem *node_gmem(const struct sim_node *n)
+{
+    return n->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC  ? n->u.alloc.m
+           : n->type == CU_GRAPH_NODE_TYPE_MEM_FREE ? n->u.freed
+                                                    : NULL;
+}
+
+void sim_node_destroy(struct sim_node *n)
+{
+    struct sim_gmem *m = node_gmem(n);
+    if (m) {
+        pthread_mutex_lock(&sim_mem_lock);
+        gmem_put(m);
+        pthread_mutex_unlock(&sim_mem_lock);
+    }
+    if (n->type == CU_GRAPH_NODE_TYPE_GRAPH)
+        sim_graph_destroy(n->u.child);
+    n->magic = 0;
+    free(n->deps);
+    free(n);
+}
+
+static struct sim_node *as_node(CUgraphNode h)
+{
+    struct sim_node *n = (struct sim_node *)h;
+    return n && n->magic == NODE_MAGIC ? n : NULL;
+}
+
+/* ---- graphs ---- */
+
+struct sim_graph *sim_graph_new(void)
+{
+    struct sim_graph *g = calloc(1, sizeof *g);
+    if (g)
+        g->magic = GRAPH_MAGIC;
+    return g;
+}
+
+void sim_graph_destroy(struct sim_graph *g)
+{
+    for (size_t i = 0; i < g->n; i++)
+        sim_node_destroy(g->nodes[i]);
+    if (g->exec)
+        g->exec->graph = NULL;
+    g->magic = 0;
+    free(g->nodes);
+    free(g);
+}
+
+static struct sim_graph *as_graph(CUgraph h)
+{
+    struct sim_graph *g = (struct sim_graph *)h;
+    return g && g->magic == GRAPH_MAGIC ? g : NULL;
+}
+
+/* Whether target is among deps or their ancestors (each node is pushed
+ * once: marked when pushed). */
+static int reaches(struct sim_graph *g, struct sim_node *const *deps, size_t ndeps, const struct sim_node *target)
+{
+    struct sim_node **stack = malloc((g->n + 1) * sizeof *stack);
+    if (!stack)
+        return 0;
+    unsigned stamp = ++g->stamp;
+    size_t top = 0;
+    for (size_t i = 0; i < ndeps; i++)
+        if (deps[i]->mark != stamp) {
+            deps[i]->mark = stamp;
+            stack[top++] = deps[i];
+        }
+    int found = 0;
+    while (top && !found) {
+        struct sim_node *n = stack[--top];
+        found = n == target;
+        for (size_t i = 0; i < n->ndeps; i++)
+            if (n->deps[i]->mark != stamp) {
+                n->deps[i]->mark = stamp;
+                stack[top++] = n->deps[i];
+            }
+    }
+    free(stack);
+    return found;
+}
+
+/* A free node may free an allocation of another graph, or one of its own
+ * graph's allocation nodes that it follows; an allocation is freed at most
+ * once in a graph, and one its own graph frees cannot be freed elsewhere. */
+static int free_allowed(struct sim_graph *g, const struct sim_node *n)
+{
+    struct sim_gmem *m = n->u.freed;
+    const struct sim_node *own = NULL;
+    for (size_t i = 0; i < g->n; i++) {
+        if (g->nodes[i]->type == CU_GRAPH_NODE_TYPE_MEM_FREE && g->nodes[i]->u.freed == m)
+            return 0;
+        if (g->nodes[i]->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC && g->nodes[i]->u.alloc.m == m)
+            own = g->nodes[i];
+    }
+    if (!own)
+        return !m->freed_in_graph;
+    return reaches(g, n->deps, n->ndeps, own);
+}
+
+CUresult sim_graph_append(struct sim_graph *g, struct sim_node *n, struct sim_node *const *deps, size_t ndeps)
+{
+    if (ndeps && !deps)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < ndeps; i++) {
+        if (!as_node((CUgraphNode)deps[i]) || deps[i]->graph != g)
+            return CUDA_ERROR_INVALID_VALUE;
+        for (size_t j = 0; j < i; j++)
+            if (deps[j] == deps[i])
+                return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (g->n == g->cap) {
+        size_t cap = g->cap ? g->cap * 2 : 16;
+        struct sim_node **nodes = realloc(g->nodes, cap * sizeof *nodes);
+        if (!nodes)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        g->nodes = nodes;
+        g->cap = cap;
+    }
+    if (ndeps && !(n->deps = malloc(ndeps * sizeof *n->deps)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (ndeps)
+        memcpy(n->deps, deps, ndeps * sizeof *deps);
+    n->ndeps = ndeps;
+    if (n->type == CU_GRAPH_NODE_TYPE_MEM_FREE && !free_allowed(g, n)) {
+        free(n->deps);
+        n->deps = NULL;
+        n->ndeps = 0;
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (n->type == CU_GRAPH_NODE_TYPE_MEM_FREE) {
+        for (size_t i = 0; i < g->n; i++)
+            if (g->nodes[i]->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC && g->nodes[i]->u.alloc.m == n->u.freed)
+                n->u.freed->freed_in_graph = 1;
+    }
+    if (node_gmem(n))
+        g->mem = 1;
+    n->graph = g;
+    g->nodes[g->n++] = n;
+    return CUDA_SUCCESS;
+}
+
+/* Adds a node built by the caller, or destroys it. */
+static CUresult add_node(CUgraphNode *out, CUgraph graph, const CUgraphNode *deps, size_t ndeps,
+                         struct sim_node *n)
+{
+    struct sim_graph *g = as_graph(graph);
+    CUresult r = !n ? CUDA_ERROR_OUT_OF_MEMORY
+                 : !g ? CUDA_ERROR_INVALID_VALUE
+                      : sim_graph_append(g, n, (struct sim_node *const *)deps, ndeps);
+    if (r != CUDA_SUCCESS) {
+        if (n)
+            sim_node_destroy(n);
+        return r;
+    }
+    *out = (CUgraphNode)n;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
+{
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!phGraph || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_graph *g = sim_graph_new();
+    if (!g)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *phGraph = (CUgraph)g;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
+{
+    struct sim_graph *g = as_graph(hGraph);
+    if (!g)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_graph_destroy(g);
+    return CUDA_SUCCESS;
+}
+
+/* With nodes NULL, the count; otherwise up to *numNodes of them, the rest of
+ * the array NULL, and *numNodes the number returned. */
+SIM_EXPORT CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
+{
+    struct sim_graph *g = as_graph(hGraph);
+    if (!g || !numNodes)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!nodes) {
+        *numNodes = g->n;
+        return CUDA_SUCCESS;
+    }
+    size_t k = *numNodes < g->n ? *numNodes : g->n;
+    for (size_t i = 0; i < *numNodes; i++)
+        nodes[i] = i < k ? (CUgraphNode)g->nodes[i] : NULL;
+    *numNodes = k;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
+{
+    struct sim_node *n = as_node(hNode);
+    if (!n || !type)
+        return CUDA_ERROR_INVALID_VALUE;
+    *type = n->type;
+    return CUDA_SUCCESS;
+}
+
+/* The child graph itself, owned by the node. */
+SIM_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
+{
+    struct sim_node *n = as_node(hNode);
+    if (!n || !phGraph || n->type != CU_GRAPH_NODE_TYPE_GRAPH)
+        return CUDA_ERROR_INVALID_VALUE;
+    *phGraph = (CUgraph)n->u.child;
+    return CUDA_SUCCESS;
+}
+
+/* A copy of g (which has no memory nodes), edges dropped: inside a child
+ * graph only the order matters to the simulation. */
+static struct sim_graph *clone_graph(const struct sim_graph *g)
+{
+    struct sim_graph *c = sim_graph_new();
+    for (size_t i = 0; c && i < g->n; i++) {
+        struct sim_node *n = node_new(g->nodes[i]->type);
+        if (n) {
+            n->u = g->nodes[i]->u;
+            if (n->type == CU_GRAPH_NODE_TYPE_GRAPH && !(n->u.child = clone_graph(g->nodes[i]->u.child))) {
+                free(n);
+                n = NULL;
+            }
+        }
+        if (!n || sim_graph_append(c, n, NULL, 0) != CUDA_SUCCESS) {
+            if (n)
+                sim_node_destroy(n);
+            sim_graph_destroy(c);
+            c = NULL;
+        }
+    }
+    return c;
+}
+
+SIM_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                             const CUgraphNode *dependencies, size_t numDependencies,
+                                             CUgraph childGraph)
+{
+    struct sim_graph *child = as_graph(childGraph);
+    if (!phGraphNode || !child || child->mem)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_node *n = node_new(CU_GRAPH_NODE_TYPE_GRAPH);
+    if (n && !(n->u.child = clone_graph(child))) {
+        free(n);
+        n = NULL;
+    }
+    return add_node(phGraphNode, hGraph, dependencies, numDependencies, n);
+}
+
+SIM_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                           size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
+{
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!phGraphNode || !nodeParams || nodeParams->bytesize == 0 ||
+        nodeParams->poolProps.allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        nodeParams->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    int dev = sim_phys(nodeParams->poolProps.location.id);
+    if (dev < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!as_graph(hGraph))
+        return CUDA_ERROR_INVALID_VALUE;
+    CUdeviceptr p;
+    struct sim_node *n = sim_node_alloc(dev, nodeParams->bytesize, &p);
+    if (n)
+        n->u.alloc.params.poolProps = nodeParams->poolProps;
+    CUresult r = add_node(phGraphNode, hGraph, dependencies, numDependencies, n);
+    if (r == CUDA_SUCCESS)
+        nodeParams->dptr = p;
+    return r;
+}
+
+SIM_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                          size_t numDependencies, CUdeviceptr dptr)
+{
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!phGraphNode || !as_graph(hGraph))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_node *n = sim_node_free(dptr);
+    if (!n)
+        return CUDA_ERROR_INVALID_VALUE; /* not an address an allocation node returned */
+    return add_node(phGraphNode, hGraph, dependencies, numDependencies, n);
+}
+
+/* Access descriptors are not kept: the node reports none. */
+SIM_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
+{
+    struct sim_node *n = as_node(hNode);
+    if (!n || !params_out || n->type != CU_GRAPH_NODE_TYPE_MEM_ALLOC)
+        return CUDA_ERROR_INVALID_VALUE;
+    *params_out = n->u.alloc.params;
+    return CUDA_SUCCESS;
+}
+
+/* ---- executable graphs ---- */
+
+static size_t flat_count(const struct sim_graph *g)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < g->n; i++)
+        k += g->nodes[i]->type == CU_GRAPH_NODE_TYPE_GRAPH ? flat_count(g->nodes[i]->u.child) : 1;
+    return k;
+}
+
+static void flatten(const struct sim_graph *g, struct sim_node *out, size_t *k)
+{
+    for (size_t i = 0; i < g->n; i++) {
+        const struct sim_node *n = g->nodes[i];
+        if (n->type == CU_GRAPH_NODE_TYPE_GRAPH) {
+            flatten(n->u.child, out, k);
+            continue;
+        }
+        struct sim_node *c = &out[(*k)++];
+        *c = (struct sim_node){.type = n->type, .u = n->u};
+        if (node_gmem(c))
+            node_gmem(c)->refs++;
+    }
+}
+
+static void exec_free(struct sim_exec *x)
+{
+    pthread_mutex_lock(&sim_mem_lock);
+    for (size_t i = 0; i < x->n; i++)
+        if (node_gmem(&x->nodes[i]))
+            gmem_put(node_gmem(&x->nodes[i]));
+    pthread_mutex_unlock(&sim_mem_lock);
+    if (x->graph)
+        x->graph->exec = NULL;
+    x->magic = 0;
+    free(x->nodes);
+    free(x);
+}
+
+/* Physical memory the graph needs at once on each device: the peak of its
+ * allocations in node order, its own allocations freed on the way. */
+static void compute_peak(struct sim_exec *x)
+{
+    uint64_t cur[SIM_MAX_DEVICES] = {0};
+    for (size_t i = 0; i < x->n; i++) {
+        const struct sim_node *n = &x->nodes[i];
+        if (n->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
+            int d = n->u.alloc.m->dev;
+            cur[d] += n->u.alloc.m->bytes;
+            if (cur[d] > x->peak[d])
+                x->peak[d] = cur[d];
+        } else if (n->type == CU_GRAPH_NODE_TYPE_MEM_FREE) {
+            for (size_t j = 0; j < i; j++)
+                if (x->nodes[j].type == CU_GRAPH_NODE_TYPE_MEM_ALLOC && x->nodes[j].u.alloc.m == n->u.freed)
+                    cur[n->u.freed->dev] -= n->u.freed->bytes;
+        }
+    }
+}
+
+/* Reserves what the pools lack to run x (sim_mem_lock held); with
+ * auto_free, x's allocations still in use count as free. */
+static CUresult reserve(const struct sim_exec *x, int auto_free)
+{
+    uint64_t grow[SIM_MAX_DEVICES] = {0};
+    for (int d = 0; d < SIM_MAX_DEVICES; d++) {
+        if (!x->peak[d])
+            continue;
+        uint64_t spare = pools[d].reserved - pools[d].used;
+        for (size_t i = 0; auto_free && i < x->n; i++) {
+            const struct sim_node *n = &x->nodes[i];
+            if (n->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC && n->u.alloc.m->dev == d && n->u.alloc.m->live)
+                spare += n->u.alloc.m->bytes;
+        }
+        grow[d] = x->peak[d] > spare ? x->peak[d] - spare : 0;
+    }
+    for (int d = 0; d < SIM_MAX_DEVICES; d++)
+        if (grow[d] && sim_mem_reserve(d, grow[d]) != 0) {
+            while (d-- > 0)
+                if (grow[d])
+                    sim_mem_release(d, grow[d]);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    for (int d = 0; d < SIM_MAX_DEVICES; d++) {
+        pools[d].reserved += grow[d];
+        if (pools[d].reserved > pools[d].reserved_high)
+            pools[d].reserved_high = pools[d].reserved;
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult stream_arg(CUstream h, int pt, struct sim_stream **out)
+{
+    struct sim_ctx *c;
+    CUresult r = sim_check_ctx(&c);
+    if (r)
+        return r;
+    *out = sim_stream_of(c, h, pt);
+    return *out ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+static struct sim_exec *as_exec(CUgraphExec h)
+{
+    struct sim_exec *x = (struct sim_exec *)h;
+    return x && x->magic == EXEC_MAGIC ? x : NULL;
+}
+
+static CUresult upload(CUgraphExec exec, CUstream h, int pt)
+{
+    struct sim_stream *s;
+    CUresult r = stream_arg(h, pt, &s);
+    if (r)
+        return r;
+    struct sim_exec *x = as_exec(exec);
+    if (!x)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((r = sim_capture_refuse(s)) != CUDA_SUCCESS)
+        return r;
+    pthread_mutex_lock(&sim_mem_lock);
+    r = reserve(x, 0);
+    pthread_mutex_unlock(&sim_mem_lock);
+    return r;
+}
+SIM_EXPORT CUresult cuGraphUpload(CUgraphExec exec, CUstream h) { return upload(exec, h, 0); }
+SIM_EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec exec, CUstream h) { return upload(exec, h, 1); }
+
+static CUresult instantiate(CUgraphExec *out, CUgraph graph, unsigned long long flags, CUstream upload_stream,
+                            int pt)
+{
+    struct sim_ctx *c;
+    CUresult r = sim_check_ctx(&c);
+    if (r)
+        return r;
+    struct sim_graph *g = as_graph(graph);
+    if (!out || !g ||
+        (flags & (CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | FLAG_DEVICE_LAUNCH)) ==
+            (CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | FLAG_DEVICE_LAUNCH) ||
+        (g->mem && (g->exec || (flags & FLAG_DEVICE_LAUNCH))))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_exec *x = calloc(1, sizeof *x);
+    size_t n = flat_count(g);
+    if (!x || (n && !(x->nodes = calloc(n, sizeof *x->nodes)))) {
+        free(x);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    x->magic = EXEC_MAGIC;
+    x->flags = flags;
+    pthread_mutex_lock(&sim_mem_lock);
+    flatten(g, x->nodes, &x->n);
+    pthread_mutex_unlock(&sim_mem_lock);
+    compute_peak(x);
+    x->mem = g->mem;
+    if (g->mem) {
+        g->exec = x;
+        x->graph = g;
+    }
+    if ((flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) &&
+        (r = upload((CUgraphExec)x, upload_stream, pt)) != CUDA_SUCCESS) {
+        exec_free(x);
+        return r;
+    }
+    *out = (CUgraphExec)x;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags)
+{
+    if (flags & ~(unsigned long long)FLAGS_WITH_FLAGS)
+        return CUDA_ERROR_INVALID_VALUE;
+    return instantiate(exec, graph, flags, NULL, 0);
+}
+
+static CUresult instantiate_params(CUgraphExec *exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS *p, int pt)
+{
+    if (!p || (p->flags & ~(cuuint64_t)(FLAGS_WITH_FLAGS | CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD)))
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = instantiate(exec, graph, p->flags, p->hUploadStream, pt);
+    p->hErrNode_out = NULL;
+    p->result_out = r == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
+    return r;
+}
+SIM_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS *p)
+{
+    return instantiate_params(exec, graph, p, 0);
+}
+SIM_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *exec, CUgraph graph,
+                                                      CUDA_GRAPH_INSTANTIATE_PARAMS *p)
+{
+    return instantiate_params(exec, graph, p, 1);
+}
+
+/* Memory nodes, in order (sim_mem_lock held). */
+static CUresult run_memory(struct sim_exec *x, struct sim_ctx *ctx)
+{
+    int auto_free = (x->flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH) != 0;
+    for (size_t i = 0; i < x->n; i++)
+        if (x->nodes[i].type == CU_GRAPH_NODE_TYPE_MEM_ALLOC && x->nodes[i].u.alloc.m->live && !auto_free)
+            return CUDA_ERROR_INVALID_VALUE; /* the previous launch's allocation is still in use */
+    CUresult r = reserve(x, auto_free);
+    if (r)
+        return r;
+    for (size_t i = 0; i < x->n; i++)
+        if (x->nodes[i].type == CU_GRAPH_NODE_TYPE_MEM_ALLOC && x->nodes[i].u.alloc.m->live)
+            unuse(x->nodes[i].u.alloc.m);
+    for (size_t i = 0; i < x->n; i++) {
+        const struct sim_node *n = &x->nodes[i];
+        if (n->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
+            struct sim_gmem *m = n->u.alloc.m;
+            struct pool *p = &pools[m->dev];
+            m->live = 1;
+            m->ctx = ctx;
+            p->used += m->bytes;
+            if (p->used > p->used_high)
+                p->used_high = p->used;
+        } else if (n->type == CU_GRAPH_NODE_TYPE_MEM_FREE && n->u.freed->live) {
+            unuse(n->u.freed);
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult launch(CUgraphExec exec, CUstream h, int pt)
+{
+    struct sim_stream *s;
+    CUresult r = stream_arg(h, pt, &s);
+    if (r)
+        return r;
+    struct sim_exec *x = as_exec(exec);
+    if (!x)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((r = sim_capture_refuse(s)) != CUDA_SUCCESS)
+        return r;
+    if (x->mem) {
+        pthread_mutex_lock(&sim_mem_lock);
+        r = run_memory(x, s->ctx);
+        pthread_mutex_unlock(&sim_mem_lock);
+        if (r)
+            return r;
+    }
+    for (size_t i = 0; i < x->n; i++) {
+        const struct sim_node *n = &x->nodes[i];
+        switch (n->type) {
+        case CU_GRAPH_NODE_TYPE_KERNEL: sim_kernel_run(s, n->u.kernel.f, &n->u.kernel.args); break;
+        case CU_GRAPH_NODE_TYPE_MEMCPY: memmove(n->u.copy.dst, n->u.copy.src, n->u.copy.n); break;
+        case CU_GRAPH_NODE_TYPE_MEMSET:
+            if (n->u.set.width == 1) {
+                memset(n->u.set.dst, (int)(n->u.set.v & 0xff), n->u.set.n);
+            } else {
+                uint32_t *p = n->u.set.dst;
+                for (size_t k = 0; k < n->u.set.n; k++)
+                    p[k] = n->u.set.v;
+            }
+            break;
+        case CU_GRAPH_NODE_TYPE_HOST: sim_host_run(s, n->u.host.fn, n->u.host.data); break;
+        default: break;
+        }
+    }
+    return CUDA_SUCCESS;
+}
+SIM_EXPORT CUresult cuGraphLaunch(CUgraphExec exec, CUstream h) { return launch(exec, h, 0); }
+SIM_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream h) { return launch(exec, h, 1); }
+
+/* Potentially unsafe during capture, as in the driver. Allocations the graph
+ * left in use stay allocated. */
+SIM_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec)
+{
+    struct sim_exec *x = as_exec(exec);
+    if (!x)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = sim_capture_check(NULL);
+    if (r)
+        return r;
+    exec_free(x);
+    return CUDA_SUCCESS;
+}
+
+/* ---- the graph memory pools ---- */
+
+static CUresult pool_of(CUdevice ordinal, int *dev)
+{
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    *dev = sim_phys(ordinal);
+    return *dev < 0 ? CUDA_ERROR_INVALID_DEVICE : CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
+{
+    int d;
+    CUresult r = pool_of(device, &d);
+    if (r)
+        return r;
+    if (!value || (unsigned)attr > CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sim_mem_lock);
+    const struct pool *p = &pools[d];
+    cuuint64_t v = attr == CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT       ? p->used
+                   : attr == CU_GRAPH_MEM_ATTR_USED_MEM_HIGH        ? p->used_high
+                   : attr == CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT ? p->reserved
+                                                                    : p->reserved_high;
+    pthread_mutex_unlock(&sim_mem_lock);
+    *(cuuint64_t *)value = v;
+    return CUDA_SUCCESS;
+}
+
+/* Only a high watermark can be set, and only to 0. */
+SIM_EXPORT CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
+{
+    int d;
+    CUresult r = pool_of(device, &d);
+    if (r)
+        return r;
+    if (!value || *(cuuint64_t *)value != 0 ||
+        (attr != CU_GRAPH_MEM_ATTR_USED_MEM_HIGH && attr != CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sim_mem_lock);
+    if (attr == CU_GRAPH_MEM_ATTR_USED_MEM_HIGH)
+        pools[d].used_high = 0;
+    else
+        pools[d].reserved_high = 0;
+    pthread_mutex_unlock(&sim_mem_lock);
+    return CUDA_SUCCESS;
+}
+
+static void trim(int d)
+{
+    struct pool *p = &pools[d];
+    if (p->reserved > p->used) {
+        sim_mem_release(d, p->reserved - p->used);
+        p->reserved = p->used;
+    }
+}
+
+SIM_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device)
+{
+    int d;
+    CUresult r = pool_of(device, &d);
+    if (r)
+        return r;
+    pthread_mutex_lock(&sim_mem_lock);
+    trim(d);
+    pthread_mutex_unlock(&sim_mem_lock);
+    return CUDA_SUCCESS;
+}
+
+/* A context that goes frees what its launches left in use, and its device's
+ * pool returns every unused page. */
+void sim_graph_ctx_release(struct sim_ctx *ctx)
+{
+    pthread_mutex_lock(&sim_mem_lock);
+    for (struct sim_gmem *m = gmems, *next; m; m = next) {
+        next = m->next;
+        if (m->live && m->ctx == ctx)
+            unuse(m);
+    }
+    trim(ctx->dev);
+    pthread_mutex_unlock(&sim_mem_lock);
+}
