@@ -53,8 +53,10 @@ void fg_boot(void)
     if (__atomic_exchange_n(&booted, 1, __ATOMIC_ACQ_REL))
         return;
     const char *tenant = getenv("FLEXGV_TENANT");
-    if (tenant && *tenant)
-        fg_tenant_attach(tenant);
+    if (tenant && *tenant) {
+        fg_tenant_init(tenant);
+        fg_memquota_divert();
+    }
     const char *log = getenv("FLEXGV_LOG");
     const char *trace = getenv("FLEXGV_TRACE");
     if (trace && *trace) {

@@ -82,21 +82,29 @@ void fg_log(int id, int result, uint64_t dt_ns, const char *fmt, ...) __attribut
 #error "FG_FAST_PATH needs a port to this architecture"
 #endif
 
-/* Memory quotas (tenant.c, memquota.c). */
+/* Memory quotas: the tenant's shared state (tenant.c) and the policies
+ * (quota_*.c, memquota.h). Devices are CUDA ordinals unless named entries:
+ * the tenant keys its quotas by GPU UUID. */
 #define FG_NDEV ((int)FG_MAX_DEVICES)
 extern int fg_quota_on;
-extern int fg_quota_refused;
-void fg_tenant_attach(const char *path);
+void fg_tenant_init(const char *path);
+int fg_tenant_ready(void);
+int fg_tenant_refused(void);
 void fg_tenant_after_fork(void);
+int fg_entry_of(int dev);
+int fg_uuid_entry(const char *uuid);
+int fg_index_entry(int nvml_index);
+uint64_t fg_entry_view(int entry, uint64_t *used);
 uint64_t fg_quota_of(int dev);
-uint64_t fg_ctx_estimate(void);
+uint64_t fg_ctx_estimate(int dev);
+void fg_ctx_measured(int dev, uint64_t bytes);
 uint64_t fg_tenant_used(int dev);
-void fg_tenant_reap(void);
-int fg_charge(int dev, uint64_t bytes);
+int fg_charge(int dev, uint64_t bytes, const char *what);
 void fg_force_charge(int dev, uint64_t bytes);
 void fg_uncharge(int dev, uint64_t bytes);
 void fg_memquota_divert(void);
 void fg_memquota_after_fork(void);
+void fg_graph_after_fork(void);
 
 static inline const char *fg_str(const char *s) { return s ? s : "(null)"; }
 

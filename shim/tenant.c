@@ -1,125 +1,149 @@
-/* A tenant's shared usage: one slot per process, usage per device in each
- * slot, the tenant's usage being the sum over live slots. Charging adds to
- * our own slot first and then checks the sum (all sequentially consistent),
- * so of two allocations racing for the last bytes at least one sees the
- * other and neither can slip under the quota together. A process killed at
- * any instruction leaves only its own slot behind, which the next process
- * that needs room reaps; nothing is ever locked. */
+/* A tenant's shared usage (include/flexgv/tenant_layout_gen.h; the protocol
+ * is described in tools/gen/layout.go): one slot per process, usage per
+ * device entry in each slot, the tenant's usage being the sum over claimed
+ * slots. Charging adds to our own slot first and then checks the sum (all
+ * sequentially consistent), so of two allocations racing for the last bytes
+ * at least one sees the other and neither can slip under the quota together.
+ *
+ * Liveness is an OFD lock on the first byte of each slot, which the kernel
+ * drops when its holder dies, whatever PID namespace anyone is in: a slot
+ * that is claimed but unlocked belongs to a dead process and whoever locks
+ * it next (a claimer or a reaper) zeroes what it held. Nothing shared is
+ * ever locked for longer than those few stores.
+ *
+ * The file is untrusted input: the geometry and the quotas are read once at
+ * attach, validated and kept here, so later writes by others cannot lift a
+ * limit or make us index out of bounds; a truncation, which would fault our
+ * mapping, is caught (SIGBUS on our own accesses only) and makes the tenant
+ * refuse further allocations instead of crashing the program.
+ *
+ * Nothing happens in the constructor beyond reading the environment: the
+ * file is mapped at the first CUDA or NVML call that needs it, and a process
+ * claims its slot at its first CUDA call, so shells and other programs that
+ * never use CUDA cost the tenant nothing. */
 #include "shim.h"
-#include "flexgv/tenant_layout_gen.h"
+#include "flexgv/cuda_util.h"
+#include "flexgv/liveness.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 int fg_quota_on;
-int fg_quota_refused;
-static struct fg_tenant_header *tenant;
-static struct fg_tenant_slot *slots, *mine;
-static int warned;
+static const char *tenant_path;
 
-/* Field 22 of /proc/PID/stat: when the process started, in clock ticks. */
-static uint64_t start_ticks(pid_t pid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = 0;
-    char *p = strrchr(buf, ')'); /* the command name may hold spaces */
-    if (!p)
-        return 0;
-    unsigned long long v = 0;
-    /* After ")": state (3) ... starttime (22): skip 19 fields. */
-    for (int field = 3; p && field < 22; field++)
-        p = strchr(p + 1, ' ');
-    if (p)
-        sscanf(p + 1, "%llu", &v);
-    return v;
-}
+/* What attach read and validated: never re-read from the file. */
+static struct {
+    char name[64];
+    uint32_t nslots, ndev;
+    uint64_t quota[FG_NDEV];
+    char uuid[FG_NDEV][48];
+    uint64_t ctx_bytes;
+    int keyed_by_uuid;
+} geo;
 
-static int slot_alive(struct fg_tenant_slot *s, int32_t pid)
-{
-    if (kill(pid, 0) != 0 && errno == ESRCH)
-        return 0;
-    uint64_t st = __atomic_load_n(&s->start_ticks, __ATOMIC_ACQUIRE);
-    return st == 0 || start_ticks(pid) == st; /* a reused pid is not ours */
-}
+static struct fg_tenant_header *hdr;
+static struct fg_tenant_slot *slots;
+static size_t map_size;
 
-/* Frees the slots of dead processes: their memory died with them. */
-static void reap(void)
-{
-    uint32_t n = __atomic_load_n(&tenant->slot_hwm, __ATOMIC_SEQ_CST);
-    for (uint32_t i = 0; i < n && i < tenant->nslots; i++) {
-        struct fg_tenant_slot *s = &slots[i];
-        int32_t pid = __atomic_load_n(&s->pid, __ATOMIC_ACQUIRE);
-        if (pid <= 0 || s == mine || slot_alive(s, pid))
-            continue;
-        if (!__atomic_compare_exchange_n(&s->pid, &pid, -1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
-            continue;
-        for (int d = 0; d < FG_NDEV; d++)
-            __atomic_store_n(&s->used[d], 0, __ATOMIC_SEQ_CST);
-        __atomic_store_n(&s->pid, 0, __ATOMIC_RELEASE);
-    }
-}
+enum { NONE, BUSY, READY, FAILED };
+static int attach_state, claim_state;
+static int lock_fd = -1; /* our own unmapped open file description: our slot's lock */
+static int mine = -1;
+static int broken;
+static int refused_setup;
+static int warned_setup, warned_broken, warned_refusal;
 
-static struct fg_tenant_slot *claim(void)
+/* ---- states that several threads may race to leave ---- */
+
+static void futex_wait(int *addr, int val) { syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0); }
+static void futex_wake(int *addr) { syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0); }
+
+/* Runs step once per process (until it succeeds or fails for good); other
+ * threads wait for its outcome without spinning. */
+static int once_slow(int *state, int (*step)(void))
 {
-    int32_t me = (int32_t)getpid();
-    uint64_t ticks = start_ticks(me);
-    reap(); /* what dead processes held is nobody's now */
-    /* A slot with our pid and start time is this process before an exec:
-     * the exec freed everything that image held on the GPU. */
-    uint32_t n = __atomic_load_n(&tenant->slot_hwm, __ATOMIC_SEQ_CST);
-    for (uint32_t i = 0; i < n && i < tenant->nslots; i++) {
-        int32_t pid = me;
-        if (__atomic_load_n(&slots[i].start_ticks, __ATOMIC_ACQUIRE) == ticks &&
-            __atomic_compare_exchange_n(&slots[i].pid, &pid, -1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
-            for (int d = 0; d < FG_NDEV; d++)
-                __atomic_store_n(&slots[i].used[d], 0, __ATOMIC_SEQ_CST);
-            __atomic_store_n(&slots[i].pid, 0, __ATOMIC_RELEASE);
+    for (;;) {
+        int s = __atomic_load_n(state, __ATOMIC_ACQUIRE);
+        if (s == READY || s == FAILED)
+            return s == READY;
+        int none = NONE;
+        if (s == NONE && __atomic_compare_exchange_n(state, &none, BUSY, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+            s = step() ? READY : FAILED;
+            __atomic_store_n(state, s, __ATOMIC_RELEASE);
+            futex_wake(state);
+            return s == READY;
         }
+        if (s == BUSY)
+            futex_wait(state, BUSY);
     }
-    for (int pass = 0; pass < 2; pass++) {
-        for (uint32_t i = 0; i < tenant->nslots; i++) {
-            int32_t zero = 0;
-            if (__atomic_compare_exchange_n(&slots[i].pid, &zero, me, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
-                for (int d = 0; d < FG_NDEV; d++)
-                    __atomic_store_n(&slots[i].used[d], 0, __ATOMIC_SEQ_CST);
-                __atomic_store_n(&slots[i].start_ticks, ticks, __ATOMIC_RELEASE);
-                /* Sums need not look past the highest slot ever claimed. */
-                uint32_t hwm = __atomic_load_n(&tenant->slot_hwm, __ATOMIC_SEQ_CST);
-                while (hwm < i + 1 && !__atomic_compare_exchange_n(&tenant->slot_hwm, &hwm, i + 1, 1, __ATOMIC_SEQ_CST,
-                                                                    __ATOMIC_SEQ_CST))
-                    ;
-                return &slots[i];
-            }
-        }
-        reap();
-    }
-    return NULL;
 }
 
-static void release_mine(void)
+static inline int once(int *state, int (*step)(void))
 {
-    if (!mine || mine->pid != (int32_t)getpid())
-        return;
-    /* The driver frees everything a process holds when it exits. */
-    for (int d = 0; d < FG_NDEV; d++)
-        __atomic_store_n(&mine->used[d], 0, __ATOMIC_SEQ_CST);
-    __atomic_store_n(&mine->pid, 0, __ATOMIC_RELEASE);
-    mine = NULL;
+    return FG_LIKELY(__atomic_load_n(state, __ATOMIC_ACQUIRE) == READY) || once_slow(state, step);
 }
+
+/* ---- faults on the shared mapping ---- */
+
+/* Initial-exec: the shim is preloaded, and this is read on every charge. */
+static __thread sigjmp_buf *bus_jmp __attribute__((tls_model("initial-exec")));
+static struct sigaction old_bus;
+
+static void on_bus(int sig, siginfo_t *si, void *uc)
+{
+    char *a = si->si_addr;
+    if (bus_jmp && a >= (char *)hdr && a < (char *)hdr + map_size)
+        siglongjmp(*bus_jmp, 1);
+    /* Not ours: behave as if we were never installed. */
+    if (old_bus.sa_flags & SA_SIGINFO) {
+        old_bus.sa_sigaction(sig, si, uc);
+    } else if (old_bus.sa_handler != SIG_DFL && old_bus.sa_handler != SIG_IGN) {
+        old_bus.sa_handler(sig);
+    } else {
+        signal(SIGBUS, SIG_DFL); /* the faulting access repeats and ends the process */
+    }
+}
+
+static void mark_broken(void)
+{
+    __atomic_store_n(&broken, 1, __ATOMIC_RELEASE);
+    fg_warn_once(&warned_broken,
+                 "tenant %s: its file %s was truncated by another process; allocations are refused from now on",
+                 geo.name, tenant_path);
+}
+
+/* Every access to the mapping runs inside GUARD: if the file has been
+ * truncated under us, the access faults, and we mark the tenant broken and
+ * take FALLBACK instead of crashing. */
+#define GUARD(fallback, body)                                      \
+    do {                                                           \
+        if (__atomic_load_n(&broken, __ATOMIC_ACQUIRE)) {          \
+            fallback;                                              \
+        } else {                                                   \
+            sigjmp_buf jb_, *prev_ = bus_jmp;                      \
+            if (sigsetjmp(jb_, 0)) {                               \
+                bus_jmp = prev_;                                   \
+                mark_broken();                                     \
+                fallback;                                          \
+            } else {                                               \
+                bus_jmp = &jb_;                                    \
+                body;                                              \
+                bus_jmp = prev_;                                   \
+            }                                                      \
+        }                                                          \
+    } while (0)
+
+/* ---- setup ---- */
 
 static int refuse_on_error(void)
 {
@@ -127,128 +151,410 @@ static int refuse_on_error(void)
     return !v || strcmp(v, "passthrough") != 0;
 }
 
-static void attach_failed(const char *fmt, const char *path, const char *why)
+/* Setup failed: say so once, then refuse CUDA or run without the quota. */
+static void setup_failed(const char *fmt, const char *a, const char *b)
 {
-    char msg[512];
-    snprintf(msg, sizeof msg, fmt, path, why);
+    char msg[400];
+    snprintf(msg, sizeof msg, fmt, a, b);
     int refuse = refuse_on_error();
-    fg_warn_once(&warned, "%s; %s", msg,
+    fg_warn_once(&warned_setup, "%s; %s", msg,
                  refuse ? "CUDA is refused (cuInit fails; FLEXGV_ON_ERROR=passthrough runs without the quota)"
                         : "running without the quota (FLEXGV_ON_ERROR=passthrough)");
-    if (refuse) {
-        fg_quota_refused = 1;
-        fg_divert[FG_API_cuInit] = 1;
-    }
+    if (refuse)
+        __atomic_store_n(&refused_setup, 1, __ATOMIC_RELEASE);
+    else
+        __atomic_store_n(&fg_quota_on, 0, __ATOMIC_RELEASE);
 }
 
-void fg_tenant_attach(const char *path)
+static size_t slot_off(uint32_t i) { return sizeof(struct fg_tenant_header) + (size_t)i * sizeof(struct fg_tenant_slot); }
+
+static int lock_slot(int fd, uint32_t i, short type) { return fg_lock_byte(fd, (off_t)slot_off(i), type); }
+
+static int do_attach(void)
 {
-    int fd = open(path, O_RDWR | O_CLOEXEC);
+    int fd = open(tenant_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
-        attach_failed("cannot open tenant %s: %s", path, strerror(errno));
-        return;
+        setup_failed("cannot open tenant %s: %s", tenant_path, strerror(errno));
+        return 0;
     }
+    /* lseek, not fstat: fstat carries a glibc 2.33 symbol version. */
     off_t size = lseek(fd, 0, SEEK_END);
     struct fg_tenant_header h;
-    if (size < (off_t)sizeof h || pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h || h.magic != FG_TENANT_MAGIC ||
-        h.version != FG_TENANT_VERSION || h.ndevices > FG_NDEV ||
-        (size_t)size < sizeof h + (size_t)h.nslots * sizeof(struct fg_tenant_slot)) {
+    int ok = size >= (off_t)sizeof h && pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h &&
+             h.magic == FG_TENANT_MAGIC && h.version == FG_TENANT_VERSION && h.ndevices <= FG_NDEV &&
+             h.nslots >= 1 && h.nslots <= FG_TENANT_MAX_SLOTS && (size_t)size >= slot_off(h.nslots);
+    if (!ok) {
         close(fd);
-        attach_failed("%s is not a tenant of this flexgv version%s", path, "");
-        return;
+        setup_failed("%s is not a tenant of this flexgv version%s", tenant_path, "");
+        return 0;
     }
-    void *m = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *m = mmap(NULL, slot_off(h.nslots), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (m == MAP_FAILED) {
-        attach_failed("cannot map tenant %s: %s", path, strerror(errno));
-        return;
+        setup_failed("cannot map tenant %s: %s", tenant_path, strerror(errno));
+        return 0;
     }
-    tenant = m;
-    slots = (struct fg_tenant_slot *)(tenant + 1);
-    mine = claim();
-    if (!mine) {
-        attach_failed("tenant %s has no free process slot%s", path, "");
-        return;
+    memcpy(geo.name, h.name, sizeof geo.name - 1);
+    geo.nslots = h.nslots;
+    geo.ndev = h.ndevices;
+    geo.ctx_bytes = h.ctx_bytes;
+    for (uint32_t d = 0; d < h.ndevices; d++) {
+        geo.quota[d] = h.devices[d].quota;
+        memcpy(geo.uuid[d], h.devices[d].uuid, sizeof geo.uuid[d] - 1);
+        geo.keyed_by_uuid |= geo.uuid[d][0] != 0;
     }
-    atexit(release_mine);
-    fg_quota_on = 1;
-    fg_memquota_divert();
+    map_size = slot_off(h.nslots);
+    hdr = m;
+    slots = (struct fg_tenant_slot *)(hdr + 1);
+    struct sigaction sa = {.sa_sigaction = on_bus, .sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, &old_bus);
+    return 1;
 }
 
+static int attached(void) { return fg_quota_on && once(&attach_state, do_attach); }
+
+/* ---- slots ---- */
+
+static void zero_slot(struct fg_tenant_slot *s)
+{
+    for (int d = 0; d < FG_NDEV; d++)
+        __atomic_store_n(&s->used[d], 0, __ATOMIC_SEQ_CST);
+}
+
+static uint32_t hwm(void)
+{
+    uint32_t n = __atomic_load_n(&hdr->slot_hwm, __ATOMIC_SEQ_CST);
+    return n < geo.nslots ? n : geo.nslots;
+}
+
+/* Frees the slots of dead processes: their memory died with them. */
+static void reap_slots(void)
+{
+    int fd = __atomic_load_n(&lock_fd, __ATOMIC_ACQUIRE);
+    if (fd < 0)
+        return;
+    for (uint32_t i = 0, n = hwm(); i < n; i++) {
+        if ((int)i == mine || __atomic_load_n(&slots[i].state, __ATOMIC_SEQ_CST) != FG_TENANT_SLOT_CLAIMED)
+            continue;
+        if (lock_slot(fd, i, F_WRLCK) != 0)
+            continue; /* its holder lives (or a claimer/reaper is at it) */
+        zero_slot(&slots[i]);
+        __atomic_store_n(&slots[i].state, (uint32_t)FG_TENANT_SLOT_FREE, __ATOMIC_SEQ_CST);
+        lock_slot(fd, i, F_UNLCK);
+    }
+}
+
+static int claim_slot(void)
+{
+    for (uint32_t i = 0; i < geo.nslots; i++) {
+        if (lock_slot(lock_fd, i, F_WRLCK) != 0)
+            continue;
+        struct fg_tenant_slot *s = &slots[i];
+        zero_slot(s); /* a dead holder's usage, if any, died with it */
+        __atomic_store_n(&s->pid, (int32_t)getpid(), __ATOMIC_RELAXED);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        __atomic_store_n(&s->claimed_ns, (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec,
+                         __ATOMIC_RELAXED);
+        __atomic_store_n(&s->state, (uint32_t)FG_TENANT_SLOT_CLAIMED, __ATOMIC_SEQ_CST);
+        uint32_t h = __atomic_load_n(&hdr->slot_hwm, __ATOMIC_SEQ_CST);
+        while (h < i + 1 &&
+               !__atomic_compare_exchange_n(&hdr->slot_hwm, &h, i + 1, 1, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+            ;
+        mine = (int)i;
+        return 1;
+    }
+    return 0;
+}
+
+/* Raw system calls: glibc's stat wrappers carry newer symbol versions. */
+static int same_file(const char *path, int fd)
+{
+    struct stat a, b;
+    return syscall(SYS_stat, path, &a) == 0 && syscall(SYS_fstat, fd, &b) == 0 && a.st_ino == b.st_ino &&
+           a.st_dev == b.st_dev;
+}
+
+/* Our liveness locks go through an open file description of our own that
+ * is never mapped: a mapping holds its description open, so a lock taken
+ * through it would live on in forked children after we die. */
+static int open_lock_fd(void)
+{
+    if (__atomic_load_n(&lock_fd, __ATOMIC_ACQUIRE) >= 0)
+        return 1;
+    int fd = open(tenant_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        setup_failed("cannot open tenant %s: %s", tenant_path, strerror(errno));
+        return 0;
+    }
+    int none = -1;
+    if (!__atomic_compare_exchange_n(&lock_fd, &none, fd, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        close(fd); /* another thread was first */
+    return 1;
+}
+
+static int do_claim(void)
+{
+    if (!once(&attach_state, do_attach) || !open_lock_fd())
+        return 0;
+    volatile int ok = 0;
+    GUARD(return 0, {
+        reap_slots();
+        ok = claim_slot();
+    });
+    if (ok && !same_file(tenant_path, lock_fd)) {
+        /* Removed while nobody held it (its CLI was killed before this
+         * process took its slot): the tenant's other processes, if any,
+         * are not in this file. */
+        setup_failed("tenant file %s was removed%s", tenant_path, "");
+        return 0;
+    }
+    if (!ok) {
+        char n[16];
+        snprintf(n, sizeof n, "%u", geo.nslots);
+        setup_failed("tenant %s has no free process slot (all %s are held by live processes)", geo.name, n);
+    }
+    return ok;
+}
+
+int fg_tenant_ready(void)
+{
+    if (!fg_quota_on)
+        return 0;
+    return once(&claim_state, do_claim);
+}
+
+int fg_tenant_refused(void) { return __atomic_load_n(&refused_setup, __ATOMIC_ACQUIRE); }
+
+void fg_tenant_init(const char *path)
+{
+    tenant_path = path;
+    fg_quota_on = 1;
+}
+
+/* Async-signal-safe: a forked child keeps the mapping but holds no device
+ * memory and no slot; it claims its own slot at its first CUDA call. */
 void fg_tenant_after_fork(void)
 {
-    /* The child holds no device memory; it gets a slot of its own. */
-    if (fg_quota_on)
-        mine = claim();
+    if (!fg_quota_on)
+        return;
+    int fd = lock_fd;
+    if (fd >= 0)
+        close(fd); /* the parent's open file description stays the parent's */
+    lock_fd = -1;
+    mine = -1;
+    claim_state = NONE;
 }
 
-uint64_t fg_quota_of(int dev)
+/* ---- devices: CUDA ordinals to the tenant's UUID-keyed entries ---- */
+
+#define MAX_ORDINALS 64
+static int entry_cache[MAX_ORDINALS]; /* entry + 2; 0: not looked up yet */
+
+int fg_uuid_entry(const char *uuid)
 {
-    if (!fg_quota_on || dev < 0 || (uint32_t)dev >= tenant->ndevices)
-        return 0;
-    return tenant->quota[dev];
+    if (!attached())
+        return -1;
+    for (uint32_t e = 0; e < geo.ndev; e++)
+        if (geo.uuid[e][0] && strcmp(geo.uuid[e], uuid) == 0)
+            return (int)e;
+    return -1;
 }
 
-uint64_t fg_ctx_estimate(void) { return fg_quota_on ? tenant->ctx_bytes : 0; }
-
-void fg_tenant_reap(void)
+int fg_index_entry(int nvml_index)
 {
-    if (fg_quota_on)
-        reap();
+    if (!attached() || geo.keyed_by_uuid)
+        return -1;
+    return nvml_index >= 0 && (uint32_t)nvml_index < geo.ndev ? nvml_index : -1;
 }
 
-uint64_t fg_tenant_used(int dev)
+int fg_entry_of(int dev)
+{
+    if (dev < 0 || dev >= MAX_ORDINALS || !attached())
+        return -1;
+    int c = __atomic_load_n(&entry_cache[dev], __ATOMIC_RELAXED);
+    if (c)
+        return c - 2;
+    int e = -1;
+    if (!geo.keyed_by_uuid) {
+        e = (uint32_t)dev < geo.ndev ? dev : -1; /* made without NVML: entries are CUDA ordinals */
+    } else {
+        fg_real_cuDeviceGetUuid_v2 f = (fg_real_cuDeviceGetUuid_v2)fg_resolve_quiet(FG_API_cuDeviceGetUuid_v2);
+        CUuuid u;
+        char s[64];
+        if (!f || f(&u, dev) != CUDA_SUCCESS)
+            return -1; /* not cached: the driver may not be up yet */
+        fg_uuid_text(&u, s, sizeof s);
+        e = fg_uuid_entry(s);
+    }
+    __atomic_store_n(&entry_cache[dev], e + 2, __ATOMIC_RELAXED);
+    return e;
+}
+
+/* ---- usage ---- */
+
+static uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
+static uint64_t sum_used(int e)
 {
     uint64_t sum = 0;
-    if (!fg_quota_on || dev < 0 || dev >= FG_NDEV)
-        return 0;
-    uint32_t n = __atomic_load_n(&tenant->slot_hwm, __ATOMIC_SEQ_CST);
-    for (uint32_t i = 0; i < n && i < tenant->nslots; i++)
-        if (__atomic_load_n(&slots[i].pid, __ATOMIC_SEQ_CST) > 0)
-            sum += __atomic_load_n(&slots[i].used[dev], __ATOMIC_SEQ_CST);
+    for (uint32_t i = 0, n = hwm(); i < n; i++)
+        if (__atomic_load_n(&slots[i].state, __ATOMIC_SEQ_CST) == FG_TENANT_SLOT_CLAIMED)
+            sum = sat_add(sum, __atomic_load_n(&slots[i].used[e], __ATOMIC_SEQ_CST));
     return sum;
 }
 
-int fg_charge(int dev, uint64_t bytes)
+/* Adds bytes to our slot unless that would overflow it. */
+static int add_mine(int e, uint64_t bytes)
 {
-    if (!fg_quota_on || !mine || dev < 0 || dev >= FG_NDEV || bytes == 0)
-        return 1;
-    uint64_t quota = fg_quota_of(dev);
-    if (quota == 0) {
-        __atomic_fetch_add(&mine->used[dev], bytes, __ATOMIC_SEQ_CST);
-        return 1;
-    }
+    uint64_t *p = &slots[mine].used[e], cur = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+    do {
+        if (cur > UINT64_MAX - bytes)
+            return 0;
+    } while (!__atomic_compare_exchange_n(p, &cur, cur + bytes, 1, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+    return 1;
+}
+
+/* Takes bytes from our slot, never below zero whatever was written there. */
+static void sub_mine(int e, uint64_t bytes)
+{
+    uint64_t *p = &slots[mine].used[e], cur = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+    while (!__atomic_compare_exchange_n(p, &cur, cur > bytes ? cur - bytes : 0, 1, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST))
+        ;
+}
+
+static int charge_entry(int e, uint64_t bytes)
+{
+    uint64_t quota = geo.quota[e];
+    if (quota && bytes > quota)
+        return 0; /* refused before any sum can wrap */
     int reaped = 0;
     for (int attempt = 0; attempt < 16; attempt++) {
-        __atomic_fetch_add(&mine->used[dev], bytes, __ATOMIC_SEQ_CST);
-        if (fg_tenant_used(dev) <= quota)
+        if (!add_mine(e, bytes))
+            return 0;
+        if (!quota || sum_used(e) <= quota)
             return 1;
-        fg_uncharge(dev, bytes);
+        sub_mine(e, bytes);
         /* Over: either there is no room, or a racer's charge was counted
          * while it, too, was backing out. Retry only in the second case. */
-        if (fg_tenant_used(dev) + bytes > quota) {
+        if (sat_add(sum_used(e), bytes) > quota) {
             if (reaped)
                 return 0;
-            reap(); /* a dead process may hold what is missing */
+            reap_slots(); /* a dead process may hold what is missing */
             reaped = 1;
         }
     }
     return 0;
 }
 
+static void format_size(uint64_t b, char *out, size_t n)
+{
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    int u = 0;
+    double v = (double)b;
+    while (v >= 1024 && u < 6) {
+        v /= 1024;
+        u++;
+    }
+    if (u == 0 || v == (double)(uint64_t)v)
+        snprintf(out, n, "%llu%s", (unsigned long long)v, unit[u]);
+    else
+        snprintf(out, n, "%.2f%s", v, unit[u]);
+}
+
+static void refusal(int dev, int e, uint64_t bytes, const char *what)
+{
+    char q[32], u[32], r[32];
+    volatile uint64_t used = 0;
+    GUARD(used = UINT64_MAX, used = sum_used(e));
+    format_size(geo.quota[e], q, sizeof q);
+    format_size(used, u, sizeof u);
+    format_size(bytes, r, sizeof r);
+    fg_warn_once(&warned_refusal,
+                 "tenant %s: device %d (%s): quota %s, in use %s, requested %s (%s): refused with "
+                 "CUDA_ERROR_OUT_OF_MEMORY as from a full GPU",
+                 geo.name, dev, geo.uuid[e][0] ? geo.uuid[e] : "no UUID", q, u, r, what);
+}
+
+int fg_charge(int dev, uint64_t bytes, const char *what)
+{
+    if (!fg_tenant_ready())
+        return !fg_tenant_refused();
+    int e = fg_entry_of(dev);
+    if (e < 0 || bytes == 0)
+        return 1; /* a device the tenant does not limit */
+    volatile int ok = 0;
+    GUARD(return refuse_on_error() ? 0 : 1, ok = charge_entry(e, bytes));
+    if (!ok)
+        refusal(dev, e, bytes, what);
+    return ok;
+}
+
 void fg_force_charge(int dev, uint64_t bytes)
 {
-    if (fg_quota_on && mine && dev >= 0 && dev < FG_NDEV)
-        __atomic_fetch_add(&mine->used[dev], bytes, __ATOMIC_SEQ_CST);
+    int e = fg_entry_of(dev);
+    if (e < 0 || mine < 0 || bytes == 0)
+        return;
+    GUARD(return, add_mine(e, bytes));
 }
 
 void fg_uncharge(int dev, uint64_t bytes)
 {
-    if (!fg_quota_on || !mine || dev < 0 || dev >= FG_NDEV)
+    int e = fg_entry_of(dev);
+    if (e < 0 || mine < 0 || bytes == 0)
         return;
-    /* Never below zero, whatever a caller's bookkeeping says. */
-    uint64_t cur = __atomic_load_n(&mine->used[dev], __ATOMIC_SEQ_CST);
-    while (!__atomic_compare_exchange_n(&mine->used[dev], &cur, cur > bytes ? cur - bytes : 0, 1, __ATOMIC_SEQ_CST,
-                                        __ATOMIC_SEQ_CST))
-        ;
+    GUARD(return, sub_mine(e, bytes));
+}
+
+uint64_t fg_quota_of(int dev)
+{
+    int e = fg_entry_of(dev);
+    return e < 0 ? 0 : geo.quota[e];
+}
+
+/* What a context on dev will take: as last measured there by a process of
+ * the tenant (another process's word: only trusted up to the quota), else
+ * the tenant's estimate. */
+uint64_t fg_ctx_estimate(int dev)
+{
+    int e = fg_entry_of(dev);
+    volatile uint64_t m = 0;
+    if (e >= 0)
+        GUARD(m = 0, m = __atomic_load_n(&hdr->devices[e].ctx_measured, __ATOMIC_RELAXED));
+    if (m && (!geo.quota[e] || m <= geo.quota[e]))
+        return m;
+    return attached() ? geo.ctx_bytes : 0;
+}
+
+void fg_ctx_measured(int dev, uint64_t bytes)
+{
+    int e = fg_entry_of(dev);
+    if (e >= 0)
+        GUARD(return, __atomic_store_n(&hdr->devices[e].ctx_measured, bytes, __ATOMIC_RELAXED));
+}
+
+/* The quota of entry e and what the tenant's live processes hold there, or
+ * 0 when e has no quota. */
+uint64_t fg_entry_view(int e, uint64_t *used)
+{
+    if (e < 0 || !attached() || !geo.quota[e] || !open_lock_fd())
+        return 0;
+    volatile uint64_t u = 0;
+    GUARD(u = geo.quota[e], {
+        reap_slots(); /* report what live processes hold */
+        u = sum_used(e);
+    });
+    *used = u;
+    return geo.quota[e];
+}
+
+uint64_t fg_tenant_used(int dev)
+{
+    int e = fg_entry_of(dev);
+    volatile uint64_t u = 0;
+    if (e >= 0)
+        GUARD(return UINT64_MAX, u = sum_used(e));
+    return u;
 }

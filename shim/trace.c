@@ -1,7 +1,9 @@
 /* Per-process call counters in the run's shared trace region. Each process
  * owns one slot (claimed with an atomic increment, never reused), so a
- * crashed process's counts stay readable and nothing is ever locked. */
+ * crashed process's counts stay readable and nothing is ever locked; it
+ * holds the slot's liveness lock (flexgv/liveness.h) while it lives. */
 #include "shim.h"
+#include "flexgv/liveness.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,6 +20,8 @@ struct fg_api_stat *fg_stats;
 
 static struct fg_trace_header *region;
 static struct fg_trace_slot *my_slot;
+static const char *region_path;
+static int region_fd = -1;
 static int warned;
 
 extern char *program_invocation_short_name;
@@ -43,6 +47,7 @@ static void claim_slot(void)
     }
     struct fg_trace_slot *s = slot_at(i);
     if (i != 0) {
+        fg_lock_byte(region_fd, (off_t)((char *)s - (char *)region), F_WRLCK);
         s->pid = (int32_t)getpid();
         s->ppid = (int32_t)getppid();
         s->start_ns = realtime_ns();
@@ -63,7 +68,7 @@ static void mark_exit(void)
 
 void fg_trace_attach(const char *path)
 {
-    int fd = open(path, O_RDWR | O_CLOEXEC);
+    int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
         fg_warn_once(&warned, "tracing disabled: cannot open %s: %s", path, strerror(errno));
         return;
@@ -90,16 +95,25 @@ void fg_trace_attach(const char *path)
         return;
     }
     region = m;
+    region_path = path;
+    /* Locks through a description of our own that is never mapped: a
+     * mapping keeps its description open in forked children. */
+    region_fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
     claim_slot();
     atexit(mark_exit);
     fg_tracing = 1;
     memset(fg_divert, 1, sizeof fg_divert);
 }
 
+/* Async-signal-safe: the child locks its own slot through an open file
+ * description of its own (the inherited one is its parent's). */
 void fg_trace_after_fork(void)
 {
-    if (region)
-        claim_slot();
+    if (!region)
+        return;
+    close(region_fd);
+    region_fd = open(region_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    claim_slot();
 }
 
 static const char *result_name(int id, int r, char *buf, size_t n)

@@ -8,10 +8,15 @@
  *     memclient churn            allocate and free 1 MiB in a loop (prints ready first)
  *     memclient info             cuMemGetInfo and cuDeviceTotalMem
  *     memclient allocloop N      N pairs of cuMemAlloc/cuMemFree of 1 MiB (benchmarks)
- *     memclient execinfo         hold 100 MiB, then exec "memclient info" */
+ *     memclient execinfo         hold 100 MiB, then exec "memclient info"
+ *     memclient overflow         hold 600 MiB, then sizes that wrap a 64-bit sum or product
+ *     memclient ctxrace N        N threads retain the first primary context at once
+ *     memclient many N           up to N live 4 KiB allocations, then free them all
+ *     memclient pooldev MIB      allocate MIB MiB from a pool of device 1, device 0 current */
 #include "common.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <unistd.h>
 
 #define MiB (1ull << 20)
@@ -162,10 +167,86 @@ static void *fill_thread(void *arg)
     return NULL;
 }
 
+static void overflow(void)
+{
+    CUdeviceptr hold, p;
+    size_t pitch;
+    CHECK(cuMemAlloc_v2(&hold, 600 * MiB));
+    size_t before = used_now();
+    printf("cuMemAlloc(SIZE_MAX - 10 MiB) -> %s\n", result_name(cuMemAlloc_v2(&p, SIZE_MAX - 10 * MiB)));
+    printf("cuMemAllocPitch(SIZE_MAX/2 x 4) -> %s\n",
+           result_name(cuMemAllocPitch_v2(&p, &pitch, SIZE_MAX / 2, 4, 4)));
+    CUDA_ARRAY3D_DESCRIPTOR a = {SIZE_MAX / 8, 1u << 20, 1u << 20, CU_AD_FORMAT_FLOAT, 4, 0};
+    CUarray arr;
+    printf("cuArray3DCreate(2^61 x 2^20 x 2^20 x 16 B) -> %s\n", result_name(cuArray3DCreate_v2(&arr, &a)));
+    printf("usage unchanged: %s\n", used_now() == before ? "yes" : "no");
+    CUresult r = cuMemAlloc_v2(&p, 1000 * MiB);
+    printf("then cuMemAlloc(1000 MiB) -> %s\n", result_name(r));
+}
+
+static CUcontext race_ctx[64];
+
+static void *retain_thread(void *arg)
+{
+    long i = (long)arg;
+    CHECK(cuDevicePrimaryCtxRetain(&race_ctx[i], 0));
+    return NULL;
+}
+
+static void ctxrace(int n)
+{
+    pthread_t t[64];
+    for (long i = 0; i < n && i < 64; i++)
+        pthread_create(&t[i], NULL, retain_thread, (void *)i);
+    for (int i = 0; i < n && i < 64; i++)
+        pthread_join(t[i], NULL);
+    CHECK(cuCtxSetCurrent(race_ctx[0]));
+    size_t used = used_now();
+    for (int i = 0; i < n && i < 64; i++)
+        CHECK(cuDevicePrimaryCtxRelease_v2(0));
+    CHECK(cuDevicePrimaryCtxRetain(&race_ctx[0], 0));
+    CHECK(cuCtxSetCurrent(race_ctx[0]));
+    printf("one context charged %zu, after release and retain %zu\n", used, used_now());
+}
+
+static void many(long n)
+{
+    CUdeviceptr *p = calloc((size_t)n, sizeof *p);
+    long got = 0;
+    CUresult r = CUDA_SUCCESS;
+    while (got < n && (r = cuMemAlloc_v2(&p[got], 4096)) == CUDA_SUCCESS)
+        got++;
+    printf("%ld allocations, then %s, tenant uses %zu\n", got, result_name(r), used_now());
+    for (long i = 0; i < got; i++)
+        CHECK(cuMemFree_v2(p[i]));
+    printf("all freed: tenant uses %zu\n", used_now());
+    free(p);
+}
+
+static void pooldev(size_t mib)
+{
+    CUmemoryPool pool;
+    CUmemPoolProps pp;
+    CUstream s;
+    CUdeviceptr p;
+    memset(&pp, 0, sizeof pp);
+    pp.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    pp.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    pp.location.id = 1;
+    CHECK(cuMemPoolCreate(&pool, &pp));
+    CHECK(cuStreamCreate(&s, 0));
+    CUresult r = cuMemAllocFromPoolAsync(&p, mib * MiB, pool, s);
+    printf("%zu MiB from device 1's pool -> %s\n", mib, result_name(r));
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "paths";
     CHECK(cuInit(0));
+    if (!strcmp(mode, "ctxrace")) {
+        ctxrace(argc > 2 ? atoi(argv[2]) : 16);
+        return 0;
+    }
     CHECK(cuDevicePrimaryCtxRetain(&shared_ctx, 0));
     CHECK(cuCtxSetCurrent(shared_ctx));
     if (!strcmp(mode, "paths")) {
@@ -205,6 +286,18 @@ int main(int argc, char **argv)
         fflush(stdout);
         while (fgets(line, sizeof line, stdin))
             ;
+        return 0;
+    }
+    if (!strcmp(mode, "overflow")) {
+        overflow();
+        return 0;
+    }
+    if (!strcmp(mode, "pooldev")) {
+        pooldev((size_t)atol(argv[2]));
+        return 0;
+    }
+    if (!strcmp(mode, "many")) {
+        many(argc > 2 ? atol(argv[2]) : 1000);
         return 0;
     }
     if (!strcmp(mode, "execinfo")) {

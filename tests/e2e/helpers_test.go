@@ -89,6 +89,13 @@ func (e *env) runIn(libPath, name string, args ...string) result {
 	e.t.Helper()
 	cmd := exec.Command(bin(name), args...)
 	cmd.Env = e.environ(libPath)
+	return runCmd(e.t, cmd)
+}
+
+// runCmd runs cmd to its end and returns what it showed (128+N for a
+// program ended by signal N).
+func runCmd(t *testing.T, cmd *exec.Cmd) result {
+	t.Helper()
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -100,7 +107,7 @@ func (e *env) runIn(libPath, name string, args ...string) result {
 			code = 128 + int(ws.Signal())
 		}
 	} else if err != nil {
-		e.t.Fatalf("%s: %v", name, err)
+		t.Fatalf("%v: %v", cmd.Args, err)
 	}
 	return result{out.String(), errb.String(), code}
 }

@@ -119,6 +119,15 @@ type proc struct {
 
 func (e *env) startProc(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
+	p := e.spawn(t, name, args...)
+	p.waitFor(t, "ready")
+	return p
+}
+
+// spawn starts a program on the simulated GPU with its stdin and stdout
+// piped; it is killed when the test ends.
+func (e *env) spawn(t *testing.T, name string, args ...string) *proc {
+	t.Helper()
 	cmd := exec.Command(bin(name), args...)
 	cmd.Env = e.environ(filepath.Join(build, "sim"))
 	stdin, _ := cmd.StdinPipe()
@@ -127,9 +136,7 @@ func (e *env) startProc(t *testing.T, name string, args ...string) *proc {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
-	p := &proc{cmd: cmd, stdin: stdin, lines: bufio.NewScanner(stdout)}
-	p.waitFor(t, "ready")
-	return p
+	return &proc{cmd: cmd, stdin: stdin, lines: bufio.NewScanner(stdout)}
 }
 
 // waitFor reads the program's output up to the line marker.
@@ -181,11 +188,11 @@ func TestProcessesOfAGroupNeverExceed(t *testing.T) {
 		t.Errorf("%d chunks of 10 MiB allocated by the group, want %d", chunks, (1024-4*64)/10)
 	}
 	infos := e.ps(t)
-	if len(infos) != 1 || infos[0].Name != "g" || len(infos[0].Procs) != 4 || infos[0].Used[0] > 1024*mib {
+	if len(infos) != 1 || infos[0].Name != "g" || len(infos[0].Procs) != 4 || infos[0].Devices[0].Used > 1024*mib {
 		t.Fatalf("flexgv ps: %+v", infos)
 	}
 	text := e.run("flexgv", "ps").stdout
-	if !regexp.MustCompile(`g\s+0\s+1GiB\s+\d+\.?\d*MiB`).MatchString(text) {
+	if !regexp.MustCompile(`g\s+0 GPU-[0-9a-f]{8}\s+1GiB\s+\d+\.?\d*MiB`).MatchString(text) {
 		t.Errorf("flexgv ps table:\n%s", text)
 	}
 	for _, p := range procs {
@@ -220,7 +227,7 @@ func TestSIGKILLMidAllocationLeaksNothing(t *testing.T) {
 	victim.Wait()
 	survivor := uint64(64+200) * mib
 	infos := e.ps(t)
-	if len(infos) != 1 || infos[0].Used[0] != survivor || len(infos[0].Procs) != 1 {
+	if len(infos) != 1 || infos[0].Devices[0].Used != survivor || len(infos[0].Procs) != 1 {
 		t.Fatalf("after SIGKILL: %+v, want only the survivor's %d bytes", infos, survivor)
 	}
 	// The room is back for the next process (its own context included).

@@ -1,0 +1,316 @@
+/* Memory quotas: CUDA contexts, charged what creating one really took on
+ * the device, and the driver queries the other quota policies share. */
+#include "memquota.h"
+
+#include "flexgv/cuda_util.h"
+
+#include <linux/futex.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+int fg_current_device(void)
+{
+    CUdevice d;
+    fg_real_cuCtxGetDevice f = REAL(cuCtxGetDevice);
+    return f && f(&d) == CUDA_SUCCESS ? d : -1;
+}
+
+uintptr_t fg_current_ctx(void)
+{
+    CUcontext c = NULL;
+    fg_real_cuCtxGetCurrent f = REAL(cuCtxGetCurrent);
+    if (f)
+        f(&c);
+    return (uintptr_t)c;
+}
+
+CUstreamCaptureMode fg_relaxed_begin(void)
+{
+    CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+    fg_real_cuThreadExchangeStreamCaptureMode f = REAL(cuThreadExchangeStreamCaptureMode);
+    if (!f || f(&m) != CUDA_SUCCESS)
+        return CU_STREAM_CAPTURE_MODE_RELAXED;
+    return m;
+}
+
+void fg_relaxed_end(CUstreamCaptureMode saved)
+{
+    fg_real_cuThreadExchangeStreamCaptureMode f = REAL(cuThreadExchangeStreamCaptureMode);
+    if (f && saved != CU_STREAM_CAPTURE_MODE_RELAXED)
+        f(&saved);
+}
+
+int fg_stream_capturing(CUstream s, int per_thread)
+{
+    if (per_thread && s == NULL)
+        s = CU_STREAM_PER_THREAD;
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    fg_real_cuStreamIsCapturing f = REAL(cuStreamIsCapturing);
+    if (!f)
+        return 0;
+    if (f(s, &st) != CUDA_SUCCESS)
+        return -1;
+    return st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+/* ---- measuring a context through NVML ---- */
+
+#define MAX_PROCS 256
+
+struct nvml_snapshot {
+    int ok;
+    unsigned n;
+    nvmlProcessInfo_t info[MAX_PROCS];
+};
+
+/* Our pid as NVML reports it: the driver reports pids in the root PID
+ * namespace, which inside a container differ from getpid(); learnt from
+ * the process that appears when we create our first context. */
+static unsigned nvml_pid;
+
+static void nvml_processes(int dev, struct nvml_snapshot *s)
+{
+    s->ok = 0;
+    fg_real_cuDeviceGetUuid_v2 uuidf = REAL(cuDeviceGetUuid_v2);
+    fg_real_nvmlInit_v2 init = REAL(nvmlInit_v2);
+    fg_real_nvmlDeviceGetComputeRunningProcesses_v3 procs = REAL(nvmlDeviceGetComputeRunningProcesses_v3);
+    nvmlReturn_t (*byuuid)(const char *, nvmlDevice_t *) =
+        (nvmlReturn_t(*)(const char *, nvmlDevice_t *))fg_nvml_sym("nvmlDeviceGetHandleByUUID");
+    CUuuid u;
+    nvmlDevice_t h;
+    char text[64];
+    if (!uuidf || !init || !procs || !byuuid || uuidf(&u, dev) != CUDA_SUCCESS || init() != NVML_SUCCESS)
+        return;
+    fg_uuid_text(&u, text, sizeof text);
+    s->n = MAX_PROCS;
+    s->ok = byuuid(text, &h) == NVML_SUCCESS && procs(h, &s->n, s->info) == NVML_SUCCESS;
+}
+
+static long long used_by(const struct nvml_snapshot *s, unsigned pid)
+{
+    for (unsigned i = 0; i < s->n; i++)
+        if (s->info[i].pid == pid)
+            return (long long)s->info[i].usedGpuMemory;
+    return -1;
+}
+
+/* What the context just created took, or -1 when NVML cannot tell. */
+static long long measured(const struct nvml_snapshot *before, const struct nvml_snapshot *after)
+{
+    if (!before->ok || !after->ok)
+        return -1;
+    unsigned me = __atomic_load_n(&nvml_pid, __ATOMIC_RELAXED);
+    if (!me && used_by(after, (unsigned)getpid()) >= 0)
+        me = (unsigned)getpid();
+    if (!me) {
+        /* Not visible under our own pid: we are the one process that
+         * appeared, or we cannot tell which one we are. */
+        unsigned fresh = 0, nfresh = 0;
+        for (unsigned i = 0; i < after->n; i++)
+            if (used_by(before, after->info[i].pid) < 0) {
+                fresh = after->info[i].pid;
+                nfresh++;
+            }
+        if (nfresh != 1)
+            return -1;
+        me = fresh;
+    }
+    __atomic_store_n(&nvml_pid, me, __ATOMIC_RELAXED);
+    long long a = used_by(after, me), b = used_by(before, me);
+    if (a < 0)
+        return -1;
+    return b < 0 ? a : (a >= b ? a - b : -1);
+}
+
+/* ---- contexts ---- */
+
+struct ctx_charge {
+    int dev;
+    uint64_t est;
+    struct nvml_snapshot before;
+};
+
+/* Charges a context about to be created on dev (the estimate, settled once
+ * it exists); 0 when the tenant has no room for one. */
+static int ctx_precharge(struct ctx_charge *c, int dev)
+{
+    c->dev = dev;
+    c->est = fg_ctx_estimate(dev);
+    nvml_processes(dev, &c->before);
+    return fg_charge(dev, c->est, "a CUDA context");
+}
+
+static void ctx_created(struct ctx_charge *c, uintptr_t ctx)
+{
+    struct nvml_snapshot *after = malloc(sizeof *after);
+    long long m = -1;
+    if (after) {
+        nvml_processes(c->dev, after);
+        m = measured(&c->before, after);
+        free(after);
+    }
+    uint64_t bytes = m >= 0 ? (uint64_t)m : c->est;
+    if (m >= 0)
+        fg_ctx_measured(c->dev, bytes);
+    if (bytes > c->est)
+        fg_force_charge(c->dev, bytes - c->est); /* already held: account, never undo */
+    else
+        fg_uncharge(c->dev, c->est - bytes);
+    if (!fg_rec_reserve()) {
+        fg_uncharge(c->dev, bytes); /* cannot be tracked: not charged either */
+        return;
+    }
+    fg_rec_lock();
+    fg_rec_put(ctx, R_CTX, c->dev, bytes, 0);
+    fg_rec_unlock();
+}
+
+static int drop_owned(struct rec *r, void *ctx)
+{
+    if (r->owner == (uintptr_t)ctx)
+        fg_rec_drop(r);
+    return 0;
+}
+
+static void ctx_gone(uintptr_t ctx)
+{
+    fg_rec_lock();
+    struct rec *r = fg_rec_find(ctx, R_CTX);
+    if (r)
+        fg_rec_drop(r);
+    fg_rec_each(R_MEM, drop_owned, (void *)ctx);
+    fg_rec_each(R_ARRAY, drop_owned, (void *)ctx);
+    fg_rec_unlock();
+    fg_pools_settle();
+    fg_graph_settle_all();
+}
+
+static struct ctx_charge *new_charge(void) { return malloc(sizeof(struct ctx_charge)); }
+
+#define CREATE_CTX(dev, call)                                           \
+    if (!fg_quota_on)                                                  \
+        return call;                                                   \
+    struct ctx_charge *c = new_charge();                               \
+    if (!c)                                                            \
+        return CUDA_ERROR_OUT_OF_MEMORY;                               \
+    if (!ctx_precharge(c, dev)) {                                      \
+        free(c);                                                       \
+        return CUDA_ERROR_OUT_OF_MEMORY;                               \
+    }                                                                  \
+    CUresult r = call;                                                 \
+    if (r == CUDA_SUCCESS)                                             \
+        ctx_created(c, (uintptr_t)*pctx);                              \
+    else                                                               \
+        fg_uncharge(dev, c->est);                                      \
+    free(c);                                                           \
+    return r
+
+CUresult fg_around_cuCtxCreate_v2(fg_real_cuCtxCreate_v2 real, CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    CREATE_CTX(dev, real(pctx, flags, dev));
+}
+
+CUresult fg_around_cuCtxCreate_v4(fg_real_cuCtxCreate_v4 real, CUcontext *pctx, CUctxCreateParams *params,
+                                  unsigned int flags, CUdevice dev)
+{
+    CREATE_CTX(dev, real(pctx, params, flags, dev));
+}
+
+CUresult fg_around_cuCtxDestroy_v2(fg_real_cuCtxDestroy_v2 real, CUcontext ctx)
+{
+    CUresult r = real(ctx);
+    if (r == CUDA_SUCCESS && fg_quota_on)
+        ctx_gone((uintptr_t)ctx);
+    return r;
+}
+
+/* Primary contexts: of many threads retaining one at once, exactly one
+ * charges and measures it; the others wait for that (a futex, no spinning)
+ * and only count their reference. */
+enum { P_NONE, P_CREATING, P_LIVE };
+#define MAX_PRIMARY 64
+static int pstate[MAX_PRIMARY];
+static int prefs[MAX_PRIMARY];
+static uintptr_t pctx_of[MAX_PRIMARY];
+
+CUresult fg_around_cuDevicePrimaryCtxRetain(fg_real_cuDevicePrimaryCtxRetain real, CUcontext *pctx, CUdevice dev)
+{
+    if (!fg_quota_on || dev < 0 || dev >= MAX_PRIMARY)
+        return real(pctx, dev);
+    for (;;) {
+        int s = __atomic_load_n(&pstate[dev], __ATOMIC_ACQUIRE);
+        if (s == P_LIVE) {
+            CUresult r = real(pctx, dev);
+            if (r == CUDA_SUCCESS)
+                __atomic_fetch_add(&prefs[dev], 1, __ATOMIC_ACQ_REL);
+            return r;
+        }
+        if (s == P_CREATING) {
+            syscall(SYS_futex, &pstate[dev], FUTEX_WAIT_PRIVATE, P_CREATING, NULL, NULL, 0);
+            continue;
+        }
+        int none = P_NONE;
+        if (!__atomic_compare_exchange_n(&pstate[dev], &none, P_CREATING, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            continue;
+        struct ctx_charge *c = new_charge();
+        CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+        if (c && ctx_precharge(c, dev)) {
+            r = real(pctx, dev);
+            if (r == CUDA_SUCCESS) {
+                ctx_created(c, (uintptr_t)*pctx);
+                pctx_of[dev] = (uintptr_t)*pctx;
+                __atomic_fetch_add(&prefs[dev], 1, __ATOMIC_ACQ_REL);
+            } else {
+                fg_uncharge(dev, c->est);
+            }
+        }
+        free(c);
+        __atomic_store_n(&pstate[dev], r == CUDA_SUCCESS ? P_LIVE : P_NONE, __ATOMIC_RELEASE);
+        syscall(SYS_futex, &pstate[dev], FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+        return r;
+    }
+}
+
+static void primary_dropped(CUdevice dev, int reset)
+{
+    if (dev < 0 || dev >= MAX_PRIMARY || __atomic_load_n(&pstate[dev], __ATOMIC_ACQUIRE) != P_LIVE)
+        return;
+    int left;
+    if (reset) {
+        __atomic_store_n(&prefs[dev], 0, __ATOMIC_RELEASE);
+        left = 0;
+    } else {
+        left = __atomic_sub_fetch(&prefs[dev], 1, __ATOMIC_ACQ_REL);
+    }
+    int live = P_LIVE;
+    if (left <= 0 &&
+        __atomic_compare_exchange_n(&pstate[dev], &live, P_NONE, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        __atomic_store_n(&prefs[dev], 0, __ATOMIC_RELEASE);
+        ctx_gone(pctx_of[dev]);
+    }
+}
+
+CUresult fg_around_cuDevicePrimaryCtxRelease_v2(fg_real_cuDevicePrimaryCtxRelease_v2 real, CUdevice dev)
+{
+    CUresult r = real(dev);
+    if (r == CUDA_SUCCESS && fg_quota_on)
+        primary_dropped(dev, 0);
+    return r;
+}
+
+CUresult fg_around_cuDevicePrimaryCtxReset_v2(fg_real_cuDevicePrimaryCtxReset_v2 real, CUdevice dev)
+{
+    CUresult r = real(dev);
+    if (r == CUDA_SUCCESS && fg_quota_on)
+        primary_dropped(dev, 1);
+    return r;
+}
+
+/* Async-signal-safe: a forked child holds no context. */
+void fg_ctx_after_fork(void)
+{
+    for (int i = 0; i < MAX_PRIMARY; i++)
+        pstate[i] = prefs[i] = 0;
+    nvml_pid = 0;
+}

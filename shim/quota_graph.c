@@ -1,0 +1,247 @@
+/* Memory quotas: graph memory. Allocation nodes (captured cuMemAllocAsync,
+ * cuGraphAddMemAllocNode) reserve physical memory in the device's graph
+ * memory pool when an executable graph is uploaded or launched, not when it
+ * is built; the pool keeps it until cuDeviceGraphMemTrim or the context
+ * goes. The tenant is charged what that pool reserves
+ * (CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT), settled after every upload,
+ * launch, trim, destroy and synchronization. Before a graph runs, the most
+ * it can add — its allocation nodes (each rounded up to the pool's 2 MiB
+ * granularity), less what the pool holds unused — must fit in the quota,
+ * otherwise the launch fails with CUDA_ERROR_OUT_OF_MEMORY as on a full GPU.
+ * Graphs without allocation nodes cost one table lookup per launch. */
+#include "memquota.h"
+
+#include <stdlib.h>
+
+#define GRANULE (2ull << 20)
+#define MAX_DEPTH 8
+#define MAX_DEV 64
+
+static uint64_t charged[MAX_DEV]; /* per device: what its graph pool is charged (table lock) */
+static uint64_t devices_used;     /* bit d: device d has had graph memory */
+
+static uint64_t graph_attr(int dev, CUgraphMem_attribute a)
+{
+    cuuint64_t v = 0;
+    fg_real_cuDeviceGetGraphMemAttribute f = REAL(cuDeviceGetGraphMemAttribute);
+    if (f)
+        f(dev, a, &v);
+    return v;
+}
+
+static void settle(int dev)
+{
+    if (dev < 0 || dev >= MAX_DEV)
+        return;
+    __atomic_fetch_or(&devices_used, 1ull << dev, __ATOMIC_RELAXED);
+    uint64_t reserved = graph_attr(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT);
+    fg_rec_lock();
+    if (reserved > charged[dev])
+        fg_force_charge(dev, reserved - charged[dev]);
+    else
+        fg_uncharge(dev, charged[dev] - reserved);
+    charged[dev] = reserved;
+    fg_rec_unlock();
+}
+
+void fg_graph_settle_all(void)
+{
+    uint64_t m = __atomic_load_n(&devices_used, __ATOMIC_RELAXED);
+    for (int d = 0; m; d++, m >>= 1)
+        if (m & 1)
+            settle(d);
+}
+
+/* The most graph g can reserve when it first runs, and its device: the sum
+ * of its allocation nodes, child graphs included. 0 on overflow. */
+static int alloc_nodes(CUgraph g, int depth, int *dev, uint64_t *bytes)
+{
+    fg_real_cuGraphGetNodes getnodes = REAL(cuGraphGetNodes);
+    fg_real_cuGraphNodeGetType gettype = REAL(cuGraphNodeGetType);
+    fg_real_cuGraphMemAllocNodeGetParams getparams = REAL(cuGraphMemAllocNodeGetParams);
+    fg_real_cuGraphChildGraphNodeGetGraph getchild = REAL(cuGraphChildGraphNodeGetGraph);
+    size_t n = 0;
+    if (!getnodes || !gettype || !getparams || !getchild || getnodes(g, NULL, &n) != CUDA_SUCCESS || !n)
+        return 1;
+    CUgraphNode *nodes = malloc(n * sizeof *nodes);
+    if (!nodes)
+        return 0;
+    int ok = getnodes(g, nodes, &n) == CUDA_SUCCESS;
+    for (size_t i = 0; ok && i < n; i++) {
+        CUgraphNodeType t;
+        CUDA_MEM_ALLOC_NODE_PARAMS p;
+        CUgraph child;
+        if (gettype(nodes[i], &t) != CUDA_SUCCESS)
+            continue;
+        if (t == CU_GRAPH_NODE_TYPE_MEM_ALLOC && getparams(nodes[i], &p) == CUDA_SUCCESS) {
+            uint64_t rounded;
+            *dev = p.poolProps.location.id;
+            ok = !__builtin_add_overflow((uint64_t)p.bytesize, GRANULE - 1, &rounded) &&
+                 !__builtin_add_overflow(*bytes, rounded / GRANULE * GRANULE, bytes);
+        } else if (t == CU_GRAPH_NODE_TYPE_GRAPH && depth < MAX_DEPTH &&
+                   getchild(nodes[i], &child) == CUDA_SUCCESS) {
+            ok = alloc_nodes(child, depth + 1, dev, bytes);
+        }
+    }
+    free(nodes);
+    return ok;
+}
+
+/* Runs call (an upload or a launch of a graph needing up to bytes on dev)
+ * if what it may add to the graph pool fits in the quota. */
+static CUresult run_charged(int dev, uint64_t bytes, CUresult (*call)(void *), void *arg)
+{
+    uint64_t reserved = graph_attr(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT);
+    uint64_t used = graph_attr(dev, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT);
+    uint64_t spare = reserved > used ? reserved - used : 0;
+    uint64_t need = bytes > spare ? bytes - spare : 0;
+    if (!fg_charge(dev, need, "CUDA graph memory"))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = call(arg);
+    settle(dev);
+    fg_uncharge(dev, need);
+    return r;
+}
+
+/* ---- instantiation: learn what each executable graph may allocate ---- */
+
+struct inst {
+    void *real;
+    CUgraphExec *exec;
+    CUgraph graph;
+    unsigned long long flags;
+    CUDA_GRAPH_INSTANTIATE_PARAMS *params;
+};
+
+static CUresult call_with_flags(void *a)
+{
+    struct inst *c = a;
+    return ((fg_real_cuGraphInstantiateWithFlags)c->real)(c->exec, c->graph, c->flags);
+}
+
+static CUresult call_with_params(void *a)
+{
+    struct inst *c = a;
+    return ((fg_real_cuGraphInstantiateWithParams)c->real)(c->exec, c->graph, c->params);
+}
+
+static CUresult instantiate(struct inst *c, CUresult (*call)(void *), int uploads)
+{
+    int dev = -1;
+    uint64_t bytes = 0;
+    if (!fg_quota_on || !c->graph || !alloc_nodes(c->graph, 0, &dev, &bytes) || !bytes || dev < 0)
+        return call(c); /* nothing to charge, or a graph the driver will refuse */
+    if (!fg_rec_reserve())
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = uploads ? run_charged(dev, bytes, call, c) : call(c);
+    if (r != CUDA_SUCCESS) {
+        fg_rec_unreserve();
+        return r;
+    }
+    fg_rec_lock();
+    fg_rec_put((uintptr_t)*c->exec, R_EXEC, dev, 0, 0)->span = bytes;
+    fg_rec_unlock();
+    return r;
+}
+
+CUresult fg_around_cuGraphInstantiateWithFlags(fg_real_cuGraphInstantiateWithFlags real, CUgraphExec *exec,
+                                               CUgraph graph, unsigned long long flags)
+{
+    struct inst c = {(void *)real, exec, graph, flags, NULL};
+    return instantiate(&c, call_with_flags, 0);
+}
+
+CUresult fg_around_cuGraphInstantiateWithParams(fg_real_cuGraphInstantiateWithParams real, CUgraphExec *exec,
+                                                CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS *params)
+{
+    struct inst c = {(void *)real, exec, graph, 0, params};
+    return instantiate(&c, call_with_params, params && (params->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD));
+}
+
+CUresult fg_around_cuGraphInstantiateWithParams_ptsz(fg_real_cuGraphInstantiateWithParams_ptsz real,
+                                                     CUgraphExec *exec, CUgraph graph,
+                                                     CUDA_GRAPH_INSTANTIATE_PARAMS *params)
+{
+    struct inst c = {(void *)real, exec, graph, 0, params};
+    return instantiate(&c, call_with_params, params && (params->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD));
+}
+
+/* ---- uploads and launches ---- */
+
+struct run {
+    CUresult (*real)(CUgraphExec, CUstream);
+    CUgraphExec exec;
+    CUstream stream;
+};
+
+static CUresult call_run(void *a)
+{
+    struct run *c = a;
+    return c->real(c->exec, c->stream);
+}
+
+static CUresult run(CUresult (*real)(CUgraphExec, CUstream), CUgraphExec exec, CUstream s)
+{
+    if (!fg_quota_on || !fg_rec_count(R_EXEC))
+        return real(exec, s);
+    fg_rec_lock();
+    struct rec *r = fg_rec_find((uintptr_t)exec, R_EXEC);
+    uint64_t bytes = r ? r->span : 0;
+    int dev = r ? r->dev : -1;
+    fg_rec_unlock();
+    if (!bytes)
+        return real(exec, s);
+    struct run c = {real, exec, s};
+    return run_charged(dev, bytes, call_run, &c);
+}
+
+CUresult fg_around_cuGraphLaunch(fg_real_cuGraphLaunch real, CUgraphExec exec, CUstream s)
+{
+    return run(real, exec, s);
+}
+
+CUresult fg_around_cuGraphLaunch_ptsz(fg_real_cuGraphLaunch_ptsz real, CUgraphExec exec, CUstream s)
+{
+    return run(real, exec, s);
+}
+
+CUresult fg_around_cuGraphUpload(fg_real_cuGraphUpload real, CUgraphExec exec, CUstream s)
+{
+    return run(real, exec, s);
+}
+
+CUresult fg_around_cuGraphUpload_ptsz(fg_real_cuGraphUpload_ptsz real, CUgraphExec exec, CUstream s)
+{
+    return run(real, exec, s);
+}
+
+CUresult fg_around_cuGraphExecDestroy(fg_real_cuGraphExecDestroy real, CUgraphExec exec)
+{
+    CUresult r = real(exec);
+    if (r != CUDA_SUCCESS || !fg_quota_on || !fg_rec_count(R_EXEC))
+        return r;
+    fg_rec_lock();
+    struct rec *e = fg_rec_find((uintptr_t)exec, R_EXEC);
+    int dev = e ? e->dev : -1;
+    if (e)
+        fg_rec_drop(e);
+    fg_rec_unlock();
+    settle(dev);
+    return r;
+}
+
+CUresult fg_around_cuDeviceGraphMemTrim(fg_real_cuDeviceGraphMemTrim real, CUdevice dev)
+{
+    CUresult r = real(dev);
+    if (r == CUDA_SUCCESS && fg_quota_on)
+        settle(dev);
+    return r;
+}
+
+/* Async-signal-safe: a forked child holds no graph memory. */
+void fg_graph_after_fork(void)
+{
+    for (int d = 0; d < MAX_DEV; d++)
+        charged[d] = 0;
+    devices_used = 0;
+}
