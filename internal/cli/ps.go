@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 
@@ -16,12 +17,16 @@ func newPs() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "ps",
 		Short: "List the tenants on this machine: quotas, memory in use, processes",
-		Long:  "Reads the tenants' shared state directly (no daemon needed); dead processes are not counted.",
-		Args:  cobra.NoArgs,
+		Long: "Reads the tenants' shared state directly (no daemon needed); dead processes are not counted.\n" +
+			"Tenants no process is left in are removed; files that are not tenants are reported and skipped.",
+		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			infos, err := tenant.List(tenant.Dir())
+			infos, bad, err := tenant.List(tenant.Dir())
 			if err != nil {
 				return fmt.Errorf("flexgv ps: %w", err)
+			}
+			for _, e := range bad {
+				fmt.Fprintf(c.ErrOrStderr(), "flexgv ps: warning: skipped %v\n", e)
 			}
 			if asJSON {
 				if infos == nil {
@@ -31,29 +36,44 @@ func newPs() *cobra.Command {
 				enc.SetIndent("", "  ")
 				return enc.Encode(infos)
 			}
-			tw := tabwriter.NewWriter(c.OutOrStdout(), 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "TENANT\tDEVICE\tQUOTA\tUSED\tPROCESSES")
-			for _, t := range infos {
-				for d, q := range t.Quota {
-					var pids []string
-					for _, p := range t.Procs {
-						if p.Used[d] > 0 {
-							pids = append(pids, fmt.Sprintf("%d(%s)", p.Pid, tenant.FormatSize(p.Used[d])))
-						}
-					}
-					quota := "-"
-					if q > 0 {
-						quota = tenant.FormatSize(q)
-					}
-					if q == 0 && t.Used[d] == 0 {
-						continue
-					}
-					fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", t.Name, d, quota, tenant.FormatSize(t.Used[d]), strings.Join(pids, " "))
-				}
-			}
-			return tw.Flush()
+			return printTenants(c.OutOrStdout(), infos)
 		},
 	}
-	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON (with full device UUIDs)")
 	return c
+}
+
+// printTenants prints one row per device a tenant limits or uses.
+func printTenants(w io.Writer, infos []tenant.Info) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TENANT\tDEVICE\tQUOTA\tUSED\tPROCESSES")
+	for _, t := range infos {
+		for _, d := range t.Devices {
+			if d.Quota == 0 && d.Used == 0 {
+				continue
+			}
+			quota := "-"
+			if d.Quota > 0 {
+				quota = tenant.FormatSize(d.Quota)
+			}
+			var pids []string
+			for _, p := range t.Procs {
+				if p.Used[d.Index] > 0 {
+					pids = append(pids, fmt.Sprintf("%d(%s)", p.Pid, tenant.FormatSize(p.Used[d.Index])))
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, deviceLabel(d), quota, tenant.FormatSize(d.Used), strings.Join(pids, " "))
+		}
+	}
+	return tw.Flush()
+}
+
+// deviceLabel is the entry's index and the start of its UUID, to keep rows
+// short (--json has the whole UUID).
+func deviceLabel(d tenant.DeviceUse) string {
+	const short = len("GPU-12345678")
+	if len(d.UUID) > short {
+		return fmt.Sprintf("%d %s", d.Index, d.UUID[:short])
+	}
+	return strings.TrimSpace(fmt.Sprintf("%d %s", d.Index, d.UUID))
 }

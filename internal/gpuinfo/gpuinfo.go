@@ -13,15 +13,9 @@ type Device struct {
 	Processes int
 }
 
-// Totals returns each device's memory size.
-func Totals() ([]uint64, error) {
-	devs, err := Devices()
-	if err != nil {
-		return nil, err
-	}
-	t := make([]uint64, len(devs))
-	for i, d := range devs {
-		t[i] = d.Total
-	}
-	return t, nil
+// GPU is what a tenant needs to know of a device.
+type GPU struct {
+	Index int    // NVML's index, as flexgv node and nvidia-smi number devices
+	UUID  string // GPU-..., which names the device whatever order CUDA sees it in
+	Total uint64 // memory size in bytes
 }

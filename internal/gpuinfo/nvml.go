@@ -12,25 +12,36 @@ func nvmlErr(what string, r nvml.Return) error {
 	return fmt.Errorf("%s: %s", what, nvml.ErrorString(r))
 }
 
-// Devices lists the GPUs; every NVML call is made only after a successful Init.
-func Devices() ([]Device, error) {
+// each calls fn with every device in index order; every NVML call is made
+// only after a successful Init.
+func each(fn func(i int, d nvml.Device) error) error {
 	if r := nvml.Init(); r != nvml.SUCCESS {
-		return nil, nvmlErr("cannot initialize NVML (is the NVIDIA driver, or the simulated GPU, on the library path?)", r)
+		return nvmlErr("cannot initialize NVML (is the NVIDIA driver, or the simulated GPU, on the library path?)", r)
 	}
 	defer nvml.Shutdown()
 	n, r := nvml.DeviceGetCount()
 	if r != nvml.SUCCESS {
-		return nil, nvmlErr("device count", r)
+		return nvmlErr("device count", r)
 	}
-	out := make([]Device, 0, n)
 	for i := 0; i < n; i++ {
 		d, r := nvml.DeviceGetHandleByIndex(i)
 		if r != nvml.SUCCESS {
-			return nil, nvmlErr(fmt.Sprintf("device %d", i), r)
+			return nvmlErr(fmt.Sprintf("device %d", i), r)
 		}
+		if err := fn(i, d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Devices lists the GPUs with their current use.
+func Devices() ([]Device, error) {
+	var out []Device
+	err := each(func(i int, d nvml.Device) error {
 		mem, r := d.GetMemoryInfo()
 		if r != nvml.SUCCESS {
-			return nil, nvmlErr(fmt.Sprintf("device %d memory", i), r)
+			return nvmlErr(fmt.Sprintf("device %d memory", i), r)
 		}
 		dev := Device{Index: i, Total: mem.Total, Used: mem.Used}
 		dev.Name, _ = d.GetName()
@@ -42,6 +53,35 @@ func Devices() ([]Device, error) {
 			dev.Processes = len(p)
 		}
 		out = append(out, dev)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// GPUs lists the devices by index with their UUID and size; a device
+// without a UUID is an error, since tenants key devices by it.
+func GPUs() ([]GPU, error) {
+	var out []GPU
+	err := each(func(i int, d nvml.Device) error {
+		uuid, r := d.GetUUID()
+		if r != nvml.SUCCESS {
+			return nvmlErr(fmt.Sprintf("device %d UUID", i), r)
+		}
+		if uuid == "" {
+			return fmt.Errorf("device %d: NVML reports no UUID", i)
+		}
+		mem, r := d.GetMemoryInfo()
+		if r != nvml.SUCCESS {
+			return nvmlErr(fmt.Sprintf("device %d memory", i), r)
+		}
+		out = append(out, GPU{Index: i, UUID: uuid, Total: mem.Total})
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -1,33 +1,45 @@
 // Package tenant owns tenants' shared state: one file per tenant that the
 // CLI creates with its quotas and the shim in every process of the tenant
 // maps, holding per-process usage (see include/flexgv/tenant_layout_gen.h).
+//
+// Who is alive is told by OFD record locks, which the kernel drops when
+// their holder dies, in any PID namespace: every CLI run of a tenant holds a
+// read lock on byte MemberLock while its program runs, and every process
+// using CUDA holds a write lock on the first byte of its slot. A tenant file
+// on which nobody holds a lock has no member left and is removed, under the
+// state folder's lock, by whichever CLI comes next.
 package tenant
 
 import (
 	"errors"
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/flexgv/flexgv/internal/liveness"
 )
 
 // Slots is how many processes one tenant can have at once.
-const Slots = 256
+const Slots = 1024
 
-var (
-	headerSize = int(unsafe.Sizeof(Header{}))
-	slotSize   = int(unsafe.Sizeof(Slot{}))
-	nameRE     = regexp.MustCompile(`^[A-Za-z0-9._-]{1,63}$`)
+const (
+	filePrefix = "tenant-"  // tenant files: tenant-NAME
+	tmpPrefix  = ".tenant-" // being written aside: .tenant-NAME-*.tmp
+	tmpSuffix  = ".tmp"
+	fileMode   = 0o640 // the owner's processes write; the owner's group may look
 )
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,63}$`)
 
 // Dir is where tenant files live: $FLEXGV_STATE_DIR, else shared memory.
 func Dir() string {
@@ -40,226 +52,251 @@ func Dir() string {
 	return filepath.Join(os.TempDir(), "flexgv")
 }
 
-func path(dir, name string) string { return filepath.Join(dir, "tenant-"+name) }
+func path(dir, name string) string { return filepath.Join(dir, filePrefix+name) }
 
-// Spec describes a tenant to create.
+// Spec describes the tenant to create or join.
 type Spec struct {
 	Name     string
-	Quota    []uint64 // bytes per device, 0 = no limit
-	CtxBytes uint64   // charge per context when the shim cannot measure it
+	Devices  []DeviceQuota // nil: join an existing tenant, whatever its quotas
+	CtxBytes uint64        // charge per context when the shim cannot measure it
 }
 
-// Tenant is a tenant this process created or joined.
+// Tenant is this run's membership of a tenant, from Acquire to Release.
 type Tenant struct {
 	Path    string
 	Name    string
 	Created bool
 	dir     string
+	member  *os.File // holds the member lock
 }
 
-// lockDir serializes creating, joining and removing tenant files between CLI
-// processes; the kernel drops the lock if its holder dies.
-func lockDir(dir string) (func(), error) {
-	if err := os.MkdirAll(dir, 0o1777); err != nil {
-		return nil, fmt.Errorf("tenant state folder %s: %w", dir, err)
-	}
-	f, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o666)
-	if err != nil {
-		return nil, fmt.Errorf("tenant state folder %s: %w", dir, err)
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() { unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
-}
-
-// Acquire creates the tenant spec.Name, or joins it if it exists. Joining
-// with a quota that differs from the existing one is an error; joining with
-// none takes the existing quota. Creating one needs a quota.
+// Acquire creates the tenant spec.Name, or joins it if it exists, and makes
+// this process a member until Release. Joining with devices that differ
+// from the tenant's is an error; joining with none takes the tenant's.
+// Creating one needs devices. Only the user who created a tenant (or root)
+// may join it.
 func Acquire(dir string, spec Spec) (*Tenant, error) {
 	if !nameRE.MatchString(spec.Name) {
 		return nil, fmt.Errorf("tenant name %q: use 1 to 63 letters, digits, '.', '_' or '-'", spec.Name)
+	}
+	if len(spec.Devices) > MaxDevices {
+		return nil, fmt.Errorf("a tenant holds at most %d devices", MaxDevices)
+	}
+	for _, d := range spec.Devices {
+		// Cut short, it would match no GPU and its quota would not apply.
+		if len(d.UUID) >= len(Device{}.UUID) {
+			return nil, fmt.Errorf("device UUID %s is longer than a tenant file holds", d.UUID)
+		}
 	}
 	unlock, err := lockDir(dir)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	p := path(dir, spec.Name)
-	if info, err := Read(p); err == nil {
-		if spec.Quota != nil && !sameQuota(info.Quota, spec.Quota) {
-			return nil, fmt.Errorf("group %s already exists with quota %s; give the same --mem or none to join it",
-				spec.Name, FormatQuota(info.Quota))
+	sweep(dir)
+	t := &Tenant{Path: path(dir, spec.Name), Name: spec.Name, dir: dir}
+	t.member, err = join(t.Path, spec)
+	if errors.Is(err, os.ErrNotExist) {
+		if spec.Devices == nil {
+			return nil, fmt.Errorf("group %s does not exist; give --mem to create it", spec.Name)
 		}
-		return &Tenant{Path: p, Name: spec.Name, dir: dir}, nil
-	} else if !errors.Is(err, os.ErrNotExist) {
+		t.member, err = create(dir, t.Path, spec)
+		t.Created = true
+	}
+	if err != nil {
 		return nil, err
 	}
-	if spec.Quota == nil {
-		return nil, fmt.Errorf("group %s does not exist; give --mem to create it", spec.Name)
+	return t, nil
+}
+
+// join opens the tenant at p and takes the member lock, before the folder
+// lock is let go: a last member leaving cannot remove it in between.
+func join(p string, spec Spec) (*os.File, error) {
+	st, err := os.Lstat(p)
+	if err != nil {
+		return nil, err
 	}
-	if len(spec.Quota) > MaxDevices {
-		return nil, fmt.Errorf("at most %d devices can have a quota", MaxDevices)
+	if err := checkOwner(spec.Name, st); err != nil {
+		return nil, err
+	}
+	f, err := openTenant(p)
+	if err != nil {
+		return nil, fmt.Errorf("group %s: %w", spec.Name, err)
+	}
+	h, err := readHeader(f, p)
+	if err == nil && spec.Devices != nil && !slices.Equal(h.devices, spec.Devices) {
+		err = fmt.Errorf("group %s already exists with quota %s; give the same --mem or none to join it",
+			spec.Name, formatQuota(h.devices))
+	}
+	if err == nil {
+		err = liveness.Share(f, MemberLock)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// checkOwner refuses another user's tenant (root may join any): its
+// processes could neither write the file nor trust what its owner writes.
+func checkOwner(name string, st os.FileInfo) error {
+	uid := st.Sys().(*syscall.Stat_t).Uid
+	me := os.Geteuid()
+	if me == 0 || int(uid) == me {
+		return nil
+	}
+	who := strconv.Itoa(int(uid))
+	if u, err := user.LookupId(who); err == nil {
+		who = u.Username
+	}
+	return fmt.Errorf("group %s belongs to user %s (uid %d); choose another name", name, who, uid)
+}
+
+// create writes the tenant aside, takes the member lock and only then
+// renames it into place: nobody maps a half-written file or finds one
+// without a member.
+func create(dir, p string, spec Spec) (*os.File, error) {
+	f, err := os.CreateTemp(dir, tmpPrefix+spec.Name+"-*"+tmpSuffix)
+	if err != nil {
+		return nil, fmt.Errorf("create tenant %s: %w", spec.Name, err)
+	}
+	err = f.Chmod(fileMode) // explicitly: the umask must not decide who can see it
+	if err == nil {
+		_, err = f.WriteAt(newFile(spec), 0)
+	}
+	if err == nil {
+		err = liveness.Share(f, MemberLock)
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), p)
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, fmt.Errorf("create tenant %s: %w", spec.Name, err)
+	}
+	return f, nil
+}
+
+// newFile is the content of a new tenant file: the header, then free slots.
+func newFile(spec Spec) []byte {
+	h := Header{
+		Magic: TenantMagic, Version: TenantVersion,
+		NDevices: uint32(len(spec.Devices)), NSlots: Slots,
+		CreatedNs: uint64(time.Now().UnixNano()), CtxBytes: spec.CtxBytes,
+		OwnerUID: uint32(os.Geteuid()),
+	}
+	copy(h.Name[:], spec.Name)
+	for i, d := range spec.Devices {
+		copy(h.Devices[i].UUID[:], d.UUID)
+		h.Devices[i].Quota = d.Quota
 	}
 	buf := make([]byte, headerSize+Slots*slotSize)
-	h := (*Header)(unsafe.Pointer(&buf[0]))
-	h.Magic, h.Version = TenantMagic, TenantVersion
-	h.NDevices, h.NSlots = uint32(len(spec.Quota)), Slots
-	h.CreatedNs = uint64(time.Now().UnixNano())
-	h.CtxBytes = spec.CtxBytes
-	copy(h.Quota[:], spec.Quota)
-	copy(h.Name[:], spec.Name)
-	// Written aside and renamed: a process never maps a half-written file.
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, buf, 0o666); err != nil {
-		return nil, fmt.Errorf("create tenant %s: %w", spec.Name, err)
-	}
-	if err := os.Rename(tmp, p); err != nil {
-		os.Remove(tmp)
-		return nil, fmt.Errorf("create tenant %s: %w", spec.Name, err)
-	}
-	return &Tenant{Path: p, Name: spec.Name, Created: true, dir: dir}, nil
+	copy(buf, unsafe.Slice((*byte)(unsafe.Pointer(&h)), headerSize))
+	return buf
 }
 
-func sameQuota(a, b []uint64) bool {
-	for i := 0; i < MaxDevices; i++ {
-		var x, y uint64
-		if i < len(a) {
-			x = a[i]
-		}
-		if i < len(b) {
-			y = b[i]
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
-}
-
-// Release removes the tenant's file once no process of it is alive.
+// Release ends this run's membership and removes the tenant if nobody else
+// holds a lock on it: no other run, and no process still using CUDA.
 func (t *Tenant) Release() error {
+	t.member.Close()
 	unlock, err := lockDir(t.dir)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	info, err := Read(t.Path)
-	if err != nil || len(info.Procs) > 0 {
+	sweep(t.dir)
+	return nil
+}
+
+// lockDir makes sure the state folder is there for every user, then takes
+// its lock: tenant files are created, joined and removed only under it.
+// The kernel drops the lock if its holder dies.
+func lockDir(dir string) (func(), error) {
+	if err := shareDir(dir); err != nil {
+		return nil, fmt.Errorf("tenant state folder %s: %w", dir, err)
+	}
+	f, err := openLockFile(filepath.Join(dir, ".lock"))
+	if err != nil {
+		return nil, fmt.Errorf("tenant state folder %s: %w", dir, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("tenant state folder %s: %w", dir, err)
+	}
+	return func() { f.Close() }, nil
+}
+
+// shareDir creates dir, or repairs it if we own it, with mode 01777: every
+// user can create tenants there and none can remove another's. The mode is
+// set with chmod because mkdir's is cut by the umask.
+func shareDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return err
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return err
+	}
+	if st.Uid != uint32(os.Geteuid()) || st.Mode&0o7777 == 0o1777 {
 		return nil
 	}
-	return os.Remove(t.Path)
+	return unix.Chmod(dir, 0o1777)
 }
 
-// Proc is one live process of a tenant.
-type Proc struct {
-	Pid  int      `json:"pid"`
-	Used []uint64 `json:"used"`
-}
-
-// Info is what a tenant holds now.
-type Info struct {
-	Name  string   `json:"name"`
-	Quota []uint64 `json:"quota"`
-	Used  []uint64 `json:"used"`
-	Procs []Proc   `json:"processes"`
-}
-
-// Read reports a tenant's quotas and what its live processes hold.
-func Read(p string) (Info, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return Info{}, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return Info{}, err
-	}
-	if st.Size() < int64(headerSize) {
-		return Info{}, fmt.Errorf("%s: not a tenant file", p)
-	}
-	mem, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		return Info{}, err
-	}
-	defer unix.Munmap(mem)
-	h := (*Header)(unsafe.Pointer(&mem[0]))
-	if h.Magic != TenantMagic || h.Version != TenantVersion || h.NDevices > MaxDevices ||
-		int64(headerSize)+int64(h.NSlots)*int64(slotSize) > st.Size() {
-		return Info{}, fmt.Errorf("%s: not a tenant of this flexgv version", p)
-	}
-	info := Info{Name: strings.TrimRight(string(h.Name[:]), "\x00"), Quota: append([]uint64(nil), h.Quota[:h.NDevices]...)}
-	info.Used = make([]uint64, h.NDevices)
-	hwm := int(atomic.LoadUint32(&h.SlotHWM))
-	for i := 0; i < hwm && i < int(h.NSlots); i++ {
-		s := (*Slot)(unsafe.Pointer(&mem[headerSize+i*slotSize]))
-		pid := int(atomic.LoadInt32(&s.Pid))
-		if pid <= 0 || !alive(pid, atomic.LoadUint64(&s.StartTicks)) {
-			continue
-		}
-		proc := Proc{Pid: pid, Used: make([]uint64, h.NDevices)}
-		for d := range proc.Used {
-			proc.Used[d] = atomic.LoadUint64(&s.Used[d])
-			info.Used[d] += proc.Used[d]
-		}
-		info.Procs = append(info.Procs, proc)
-	}
-	sort.Slice(info.Procs, func(a, b int) bool { return info.Procs[a].Pid < info.Procs[b].Pid })
-	return info, nil
-}
-
-// List reads every tenant in dir.
-func List(dir string) ([]Info, error) {
-	matches, err := filepath.Glob(filepath.Join(dir, "tenant-*"))
+// openLockFile opens the folder's lock file, which every user must be able
+// to open: flock needs only a read-only descriptor, and the file is made
+// 0666 explicitly since the umask cut its mode. O_NONBLOCK: a FIFO planted
+// under its name must not hang every CLI.
+func openLockFile(p string) (*os.File, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|os.O_CREATE|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0o666)
 	if err != nil {
 		return nil, err
 	}
-	var out []Info
-	for _, m := range matches {
-		if strings.HasSuffix(m, ".tmp") {
-			continue
-		}
-		if info, err := Read(m); err == nil {
-			out = append(out, info)
-		}
+	var st unix.Stat_t
+	err = unix.Fstat(int(f.Fd()), &st)
+	if err == nil && st.Uid == uint32(os.Geteuid()) && st.Mode&0o777 != 0o666 {
+		err = f.Chmod(0o666)
 	}
-	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
-	return out, nil
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
-// alive reports whether pid runs and is the process that took the slot.
-func alive(pid int, ticks uint64) bool {
-	if err := syscall.Kill(pid, 0); err != nil && err != syscall.EPERM {
+// sweep removes what dead CLIs left behind: tenant files nobody holds a
+// lock on (a CLI killed while no process of its tenant used CUDA), and
+// files being written aside when their writer died (creating happens only
+// under the folder lock, which the caller holds). Files that are not
+// tenants of this version are left alone.
+func sweep(dir string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		n, p := e.Name(), filepath.Join(dir, e.Name())
+		switch {
+		case strings.HasPrefix(n, tmpPrefix) && strings.HasSuffix(n, tmpSuffix):
+			os.Remove(p)
+		case strings.HasPrefix(n, filePrefix) && orphan(p):
+			os.Remove(p)
+		}
+	}
+}
+
+// orphan reports whether p is a tenant file with no member left.
+func orphan(p string) bool {
+	f, err := openTenant(p)
+	if err != nil {
 		return false
 	}
-	if ticks == 0 {
-		return true
+	defer f.Close()
+	if _, err := readHeader(f, p); err != nil {
+		return false
 	}
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	s := string(data)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(fields) < 20 {
-		return true
-	}
-	v, err := strconv.ParseUint(fields[19], 10, 64)
-	return err != nil || v == ticks
-}
-
-// FormatQuota prints per-device quotas.
-func FormatQuota(q []uint64) string {
-	var parts []string
-	for d, b := range q {
-		if b > 0 {
-			parts = append(parts, fmt.Sprintf("%d=%s", d, FormatSize(b)))
-		}
-	}
-	if len(parts) == 0 {
-		return "none"
-	}
-	return strings.Join(parts, ",")
+	held, err := liveness.Held(f, 0, 0)
+	return err == nil && !held
 }

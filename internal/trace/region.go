@@ -28,6 +28,7 @@ func SlotSize() int { return slotHead + len(api.Names)*statSize }
 type Region struct {
 	Path string
 	mem  []byte
+	f    *os.File // probes the processes' liveness locks
 }
 
 // Create makes a new region with nslots process slots in dir (the first is
@@ -40,18 +41,19 @@ func Create(dir string, nslots int) (*Region, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create trace region: %w", err)
 	}
-	defer f.Close()
 	size := headerSize + nslots*SlotSize()
 	if err := f.Truncate(int64(size)); err != nil {
+		f.Close()
 		os.Remove(f.Name())
 		return nil, fmt.Errorf("size trace region: %w", err)
 	}
 	mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
+		f.Close()
 		os.Remove(f.Name())
 		return nil, fmt.Errorf("map trace region: %w", err)
 	}
-	r := &Region{Path: f.Name(), mem: mem}
+	r := &Region{Path: f.Name(), mem: mem, f: f}
 	h := r.header()
 	h.Version = TraceVersion
 	h.NAPIs = uint32(len(api.Names))
@@ -67,15 +69,20 @@ func Create(dir string, nslots int) (*Region, error) {
 
 func (r *Region) header() *TraceHeader { return (*TraceHeader)(unsafe.Pointer(&r.mem[0])) }
 
+func slotOffset(i int) int { return headerSize + i*SlotSize() }
+
 func (r *Region) slot(i int) (*TraceSlot, []APIStat) {
-	off := headerSize + i*SlotSize()
+	off := slotOffset(i)
 	s := (*TraceSlot)(unsafe.Pointer(&r.mem[off]))
 	stats := unsafe.Slice((*APIStat)(unsafe.Pointer(&r.mem[off+slotHead])), len(api.Names))
 	return s, stats
 }
 
 // Close unmaps the region.
-func (r *Region) Close() error { return unix.Munmap(r.mem) }
+func (r *Region) Close() error {
+	r.f.Close()
+	return unix.Munmap(r.mem)
+}
 
 // Remove unmaps and deletes the region file.
 func (r *Region) Remove() error {

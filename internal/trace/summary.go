@@ -8,11 +8,11 @@ import (
 	"sort"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/flexgv/flexgv/internal/api"
+	"github.com/flexgv/flexgv/internal/liveness"
 )
 
 // Process is one traced process (one program image: an exec makes another).
@@ -40,11 +40,6 @@ type Summary struct {
 	Overflow  uint32       `json:"overflow_processes"` // counted together in one slot
 	APIs      []APISummary `json:"apis"`
 	ExitCode  int          `json:"exit_code"`
-}
-
-func alive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || err == syscall.EPERM
 }
 
 // Summarize reads every slot of the region.
@@ -86,7 +81,7 @@ func (r *Region) Summarize() Summary {
 			p.Status = "exited"
 		case r.replacedByExec(i, p.Pid, n):
 			p.Status = "exec"
-		case alive(p.Pid):
+		case r.alive(i):
 			p.Status = "running"
 		default:
 			p.Status = "gone"
@@ -109,6 +104,12 @@ func (r *Region) Summarize() Summary {
 		return sum.APIs[a].Name < sum.APIs[b].Name
 	})
 	return sum
+}
+
+// alive reports whether the process of slot i still holds its lock.
+func (r *Region) alive(i int) bool {
+	held, err := liveness.Held(r.f, int64(slotOffset(i)), 1)
+	return err == nil && held
 }
 
 // A later slot with the same pid is the image an exec replaced this one with.

@@ -84,7 +84,10 @@ func TestTraceRegionLayoutsAgree(t *testing.T) {
 
 func TestTenantLayoutsAgree(t *testing.T) {
 	checkLayout(t, "tenant_layout_gen.h",
-		[]mirror{{"fg_tenant_header", reflect.TypeOf(tenant.Header{})}, {"fg_tenant_slot", reflect.TypeOf(tenant.Slot{})}},
+		[]mirror{{"fg_tenant_device", reflect.TypeOf(tenant.Device{})}, {"fg_tenant_header", reflect.TypeOf(tenant.Header{})},
+			{"fg_tenant_slot", reflect.TypeOf(tenant.Slot{})}},
 		[]constant{{"FG_TENANT_MAGIC", tenant.TenantMagic}, {"FG_TENANT_VERSION", tenant.TenantVersion},
-			{"FG_MAX_DEVICES", tenant.MaxDevices}})
+			{"FG_MAX_DEVICES", tenant.MaxDevices}, {"FG_TENANT_SLOT_FREE", tenant.SlotFree},
+			{"FG_TENANT_SLOT_CLAIMED", tenant.SlotClaimed}, {"FG_TENANT_MEMBER_LOCK", tenant.MemberLock},
+			{"FG_TENANT_MAX_SLOTS", tenant.MaxSlots}})
 }

@@ -1,0 +1,124 @@
+package tenant
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/flexgv/flexgv/internal/gpuinfo"
+)
+
+const (
+	uuidA = "GPU-aaaaaaaa-1111-2222-3333-444444444444"
+	uuidB = "GPU-bbbbbbbb-1111-2222-3333-444444444444"
+)
+
+var twoGPUs = []gpuinfo.GPU{{Index: 0, UUID: uuidA, Total: 16 << 30}, {Index: 1, UUID: uuidB, Total: 8 << 30}}
+
+func quotas(devs []DeviceQuota) []uint64 {
+	var q []uint64
+	for _, d := range devs {
+		q = append(q, d.Quota)
+	}
+	return q
+}
+
+func TestParseMemKeysDevicesByIndexOrUUID(t *testing.T) {
+	for _, c := range []struct {
+		spec string
+		want []uint64
+	}{
+		{"8GiB", []uint64{8 << 30, 8 << 30}},
+		{"25%", []uint64{4 << 30, 2 << 30}},
+		{"0=8GiB,1=50%", []uint64{8 << 30, 4 << 30}},
+		{"1=1GiB", []uint64{0, 1 << 30}},
+		{uuidB + "=1GiB", []uint64{0, 1 << 30}},
+		{strings.ToUpper(uuidB) + "=1GiB", []uint64{0, 1 << 30}},
+		{uuidA + "=25%, 1=2GiB", []uint64{4 << 30, 2 << 30}},
+	} {
+		got, err := ParseMem(c.spec, twoGPUs)
+		if err != nil || !reflect.DeepEqual(quotas(got), c.want) {
+			t.Errorf("ParseMem(%q) = %v, %v; want quotas %v", c.spec, got, err, c.want)
+			continue
+		}
+		// Every device has an entry, in NVML's order, keyed by its UUID.
+		if got[0].UUID != uuidA || got[1].UUID != uuidB {
+			t.Errorf("ParseMem(%q) entries %+v are not keyed by the GPUs' UUIDs", c.spec, got)
+		}
+	}
+}
+
+func TestParseMemRefuses(t *testing.T) {
+	for _, c := range []struct{ spec, msg string }{
+		{"0", "zero bytes"},
+		{"0B", "zero bytes"},
+		{"lots", "not a size"},
+		{"10GiB", "more than device 1 has (8GiB)"},
+		{"2=1GiB", "there is no device 2 (2 devices)"},
+		{"0=1GiB,0=2GiB", "device 0 is given twice"},
+		{"0=1GiB," + uuidA + "=2GiB", "device 0 is given twice (0 and " + uuidA + ")"},
+		{"GPU-cccccccc=1GiB", "no GPU has the UUID GPU-cccccccc"},
+		{"150%", "not a percentage"},
+		{"0%", "not a percentage"},
+		{"x=1GiB", `"x" is not a device index or a GPU UUID`},
+		{"-1=1GiB", `"-1" is not a device index`},
+		{"0=1GiB,2GiB", `"2GiB" is not DEVICE=SIZE`},
+		{"1GiB,2GiB", "DEVICE=SIZE"},
+	} {
+		if _, err := ParseMem(c.spec, twoGPUs); err == nil || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("ParseMem(%q) = %v; want an error with %q", c.spec, err, c.msg)
+		}
+	}
+	if _, err := ParseMem("1GiB", []gpuinfo.GPU{}); err == nil || !strings.Contains(err.Error(), "NVML lists no GPU") {
+		t.Errorf("ParseMem with no GPU = %v", err)
+	}
+}
+
+// Without NVML, entries stand for CUDA devices by index: sizes apply,
+// percentages and UUIDs cannot.
+func TestParseMemWithoutNVML(t *testing.T) {
+	q, err := ParseMem("1GiB", nil)
+	if err != nil || len(q) != MaxDevices {
+		t.Fatalf("ParseMem(1GiB) without NVML = %v, %v; want %d entries", q, err, MaxDevices)
+	}
+	for _, d := range q {
+		if d != (DeviceQuota{Quota: 1 << 30}) {
+			t.Fatalf("entry %+v: want 1GiB and no UUID", d)
+		}
+	}
+	if q, err := ParseMem("2=1GiB", nil); err != nil || q[2].Quota != 1<<30 || q[0].Quota != 0 {
+		t.Errorf("ParseMem(2=1GiB) without NVML = %v, %v", q, err)
+	}
+	for _, c := range []struct{ spec, msg string }{
+		{"50%", "percentages need the devices' sizes, and NVML is not available"},
+		{uuidA + "=1GiB", "naming a device by UUID needs NVML"},
+		{"16=1GiB", "a tenant holds only devices 0 to 15"},
+	} {
+		if _, err := ParseMem(c.spec, nil); err == nil || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("ParseMem(%q) without NVML = %v; want %q", c.spec, err, c.msg)
+		}
+	}
+}
+
+// A tenant holds MaxDevices entries: on a bigger node only those devices
+// can be limited, and a quota for every device is refused.
+func TestParseMemMoreGPUsThanATenantHolds(t *testing.T) {
+	var gpus []gpuinfo.GPU
+	for i := 0; i <= MaxDevices; i++ {
+		gpus = append(gpus, gpuinfo.GPU{Index: i, UUID: fmt.Sprintf("GPU-%08x", i), Total: 1 << 30})
+	}
+	if q, err := ParseMem("15=1GiB", gpus); err != nil || len(q) != MaxDevices || q[15].Quota != 1<<30 {
+		t.Errorf("ParseMem(15=1GiB) = %v, %v", q, err)
+	}
+	for spec, msg := range map[string]string{
+		"1GiB":                     "this node has 17 GPUs and a tenant holds at most 16",
+		"16=1GiB":                  "a tenant holds only devices 0 to 15",
+		gpus[16].UUID + "=1GiB":    "a tenant holds only devices 0 to 15",
+		gpus[3].UUID + "=1GiB,3=1": "device 3 is given twice",
+	} {
+		if _, err := ParseMem(spec, gpus); err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("ParseMem(%q) = %v; want %q", spec, err, msg)
+		}
+	}
+}
