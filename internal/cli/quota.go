@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"os"
+	"slices"
 
 	"github.com/spf13/cobra"
 
@@ -13,44 +16,125 @@ import (
 // quotaFlags are the tenant options of flexgv run.
 type quotaFlags struct {
 	mem, group, ctxMem string
+	changed            func(name string) bool // whether the flag was given
 }
+
+// Bounds of what a tenant can work with.
+const (
+	minQuota        = 1 << 20  // below this no CUDA program runs
+	minCtx          = 16 << 20 // no CUDA context takes less
+	maxCtxNoDevices = 64 << 30 // the bound for --ctx-mem when NVML cannot say the devices' sizes
+)
 
 func (q *quotaFlags) register(c *cobra.Command) {
 	c.Flags().StringVar(&q.mem, "mem", "", "GPU memory quota: SIZE or PCT% for every device, or DEV=SIZE|PCT%,... (sizes in B, KiB, MiB, GiB, KB, MB, GB)")
 	c.Flags().StringVar(&q.group, "group", "", "tenant name shared by several runs (created by the first, with --mem)")
 	c.Flags().StringVar(&q.ctxMem, "ctx-mem", "512MiB", "device memory charged per CUDA context when it cannot be measured through NVML")
+	q.changed = c.Flags().Changed
+}
+
+// check refuses flag values no tenant can work with, before anything is
+// created, and returns the --ctx-mem size.
+func (q *quotaFlags) check() (uint64, error) {
+	if q.changed("mem") && q.mem == "" {
+		return 0, errors.New("--mem is empty; give a size (8GiB), a percentage (25%) or DEVICE=SIZE,...")
+	}
+	if q.changed("group") && q.group == "" {
+		return 0, errors.New("--group is empty; give the tenant's name")
+	}
+	ctx, err := tenant.ParseSize(q.ctxMem)
+	if err != nil {
+		return 0, fmt.Errorf("--ctx-mem: %w", err)
+	}
+	// The default is only charged when NVML cannot measure a context: a
+	// device smaller than it must not turn it into an error.
+	if !q.changed("ctx-mem") {
+		return ctx, nil
+	}
+	if ctx < minCtx {
+		return 0, fmt.Errorf("--ctx-mem %s: below %s; no CUDA context takes less", q.ctxMem, tenant.FormatSize(minCtx))
+	}
+	gpus, err := gpuinfo.GPUs()
+	if err != nil || len(gpus) == 0 {
+		if ctx > maxCtxNoDevices {
+			return 0, fmt.Errorf("--ctx-mem %s: above %s (the devices' sizes are unknown)", q.ctxMem, tenant.FormatSize(maxCtxNoDevices))
+		}
+		return ctx, nil
+	}
+	least := slices.MinFunc(gpus, func(a, b gpuinfo.GPU) int { return cmp.Compare(a.Total, b.Total) })
+	if ctx > least.Total {
+		return 0, fmt.Errorf("--ctx-mem %s: more than the smallest device has (%s)", q.ctxMem, tenant.FormatSize(least.Total))
+	}
+	return ctx, nil
+}
+
+// checkQuota refuses quotas too small for any CUDA program, and warns about
+// those smaller than one CUDA context, which no program could then create.
+func checkQuota(spec string, devs []tenant.DeviceQuota, ctx uint64) error {
+	for _, dev := range devs {
+		if dev.Quota != 0 && dev.Quota < minQuota {
+			return fmt.Errorf("--mem %s: %s is below %s: too small for a CUDA program", spec, tenant.FormatSize(dev.Quota), tenant.FormatSize(minQuota))
+		}
+	}
+	warn := func(who string, b uint64) {
+		fmt.Fprintf(os.Stderr, "flexgv: warning: %s: quota %s is below what one CUDA context takes (about %s, --ctx-mem); "+
+			"CUDA programs in this tenant will fail to create a context\n", who, tenant.FormatSize(b), tenant.FormatSize(ctx))
+	}
+	// One line when all devices have the same quota, as all MaxDevices
+	// entries do without NVML.
+	uniform := len(devs) > 1
+	for _, dev := range devs {
+		uniform = uniform && dev.Quota == devs[0].Quota
+	}
+	if uniform {
+		if devs[0].Quota < ctx {
+			warn("every device", devs[0].Quota)
+		}
+		return nil
+	}
+	for d, dev := range devs {
+		if dev.Quota != 0 && dev.Quota < ctx {
+			warn(fmt.Sprintf("device %d", d), dev.Quota)
+		}
+	}
+	return nil
 }
 
 // setup creates or joins the tenant and returns the environment for the
 // shim, and what to do once the program has exited.
 func (q *quotaFlags) setup() ([]string, func(), error) {
+	ctx, err := q.check()
+	if err != nil {
+		return nil, nil, err
+	}
 	if q.mem == "" && q.group == "" {
 		return nil, func() {}, nil
 	}
-	ctx, err := tenant.ParseSize(q.ctxMem)
-	if err != nil {
-		return nil, nil, fmt.Errorf("--ctx-mem: %w", err)
-	}
-	var quota []uint64
+	var devices []tenant.DeviceQuota
 	if q.mem != "" {
-		totals, nvmlErr := gpuinfo.Totals()
-		if nvmlErr != nil {
-			totals = nil
-		}
-		if quota, err = tenant.ParseMem(q.mem, totals, tenant.MaxDevices); err != nil {
+		gpus, nvmlErr := gpuinfo.GPUs()
+		if devices, err = tenant.ParseMem(q.mem, gpus); err != nil {
 			return nil, nil, err
 		}
 		if nvmlErr != nil {
 			fmt.Fprintf(os.Stderr, "flexgv: warning: cannot read the devices' sizes (%v); --mem %s is not checked against them\n", nvmlErr, q.mem)
 		}
 	}
+	if err := checkQuota(q.mem, devices, ctx); err != nil {
+		return nil, nil, err
+	}
 	name := q.group
 	if name == "" {
 		name = fmt.Sprintf("run-%d", os.Getpid())
 	}
-	t, err := tenant.Acquire(tenant.Dir(), tenant.Spec{Name: name, Quota: quota, CtxBytes: ctx})
+	t, err := tenant.Acquire(tenant.Dir(), tenant.Spec{Name: name, Devices: devices, CtxBytes: ctx})
 	if err != nil {
 		return nil, nil, err
 	}
-	return []string{"FLEXGV_TENANT=" + t.Path}, func() { t.Release() }, nil
+	release := func() {
+		if err := t.Release(); err != nil {
+			fmt.Fprintf(os.Stderr, "flexgv: warning: leaving tenant %s: %v\n", name, err)
+		}
+	}
+	return []string{"FLEXGV_TENANT=" + t.Path}, release, nil
 }

@@ -46,6 +46,15 @@ func newRoot(stderr io.Writer) *cobra.Command {
 	})
 	root.PersistentFlags().StringVar(&g.shim, "shim", "", "path of libflexgv.so (default: next to flexgv, or $FLEXGV_SHIM)")
 	root.PersistentFlags().StringVar(&g.driver, "driver", "", "CUDA driver library to load instead of libcuda.so.1")
+	// An empty path would silently mean the default.
+	root.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
+		for _, name := range []string{"shim", "driver", "output"} {
+			if f := c.Flags().Lookup(name); f != nil && f.Changed && f.Value.String() == "" {
+				return usageError{fmt.Errorf("%s: --%s is empty; give a path", c.CommandPath(), name)}
+			}
+		}
+		return nil
+	}
 	root.AddCommand(newRun(g, stderr), newTrace(g, stderr), newPs(), newNode(), newVersion())
 	return root
 }

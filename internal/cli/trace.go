@@ -11,6 +11,10 @@ import (
 	"github.com/flexgv/flexgv/internal/trace"
 )
 
+// maxSlots bounds the trace region's size: each slot holds counters for
+// every entry point.
+const maxSlots = 1 << 16
+
 func newTrace(g *globals, stderr io.Writer) *cobra.Command {
 	var (
 		asJSON, log bool
@@ -25,8 +29,8 @@ func newTrace(g *globals, stderr io.Writer) *cobra.Command {
 			"The exit status of CMD is passed through.",
 		Args: needCommand,
 		RunE: func(c *cobra.Command, args []string) error {
-			if slots < 2 {
-				return usageError{fmt.Errorf("flexgv trace: --slots must be at least 2, got %d", slots)}
+			if slots < 2 || slots > maxSlots {
+				return usageError{fmt.Errorf("flexgv trace: --slots must be at least 2 and at most %d, got %d", maxSlots, slots)}
 			}
 			var out io.Writer = stderr
 			if output != "" {

@@ -4,15 +4,20 @@
 package launch
 
 import (
+	"debug/elf"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Options say how to start the program.
@@ -24,10 +29,13 @@ type Options struct {
 }
 
 // FindShim returns the absolute path of libflexgv.so: the given path, else
-// $FLEXGV_SHIM, else the build layout next to this executable.
+// $FLEXGV_SHIM, else the build layout next to this executable. Whichever it
+// is must be a shared object the dynamic loader can preload here.
 func FindShim(given string) (string, error) {
+	name := "--shim " + given
 	if given == "" {
 		given = os.Getenv("FLEXGV_SHIM")
+		name = "FLEXGV_SHIM=" + given
 	}
 	if given != "" {
 		abs, err := filepath.Abs(given)
@@ -36,6 +44,9 @@ func FindShim(given string) (string, error) {
 		}
 		if _, err := os.Stat(abs); err != nil {
 			return "", fmt.Errorf("shim library %s: %w", given, errors.Unwrap(err))
+		}
+		if err := checkShim(abs); err != nil {
+			return "", fmt.Errorf("%s: %w", name, err)
 		}
 		return abs, nil
 	}
@@ -46,10 +57,54 @@ func FindShim(given string) (string, error) {
 	dir := filepath.Dir(exe)
 	for _, c := range []string{filepath.Join(dir, "..", "lib", "libflexgv.so"), filepath.Join(dir, "libflexgv.so")} {
 		if _, err := os.Stat(c); err == nil {
-			return filepath.Clean(c), nil
+			c = filepath.Clean(c)
+			if err := checkShim(c); err != nil {
+				return "", fmt.Errorf("%s: %w", c, err)
+			}
+			return c, nil
 		}
 	}
 	return "", fmt.Errorf("cannot find libflexgv.so next to %s (build it with make, or pass --shim)", exe)
+}
+
+// machines are the ELF machines of the architectures Go builds flexgv for.
+var machines = map[string]elf.Machine{
+	"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64, "ppc64le": elf.EM_PPC64, "386": elf.EM_386,
+	"arm": elf.EM_ARM, "riscv64": elf.EM_RISCV, "s390x": elf.EM_S390, "loong64": elf.EM_LOONGARCH,
+}
+
+// checkShim refuses what the dynamic loader would not preload, or would
+// preload without effect: the loader only warns about a bad LD_PRELOAD entry
+// and runs the program anyway, unvirtualized.
+func checkShim(path string) error {
+	f, err := elf.Open(path)
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	if err != nil {
+		return errors.New("not an ELF shared object")
+	}
+	defer f.Close()
+	if f.Type != elf.ET_DYN {
+		return errors.New("not an ELF shared object")
+	}
+	if want, ok := machines[runtime.GOARCH]; ok && f.Machine != want {
+		arch := f.Machine.String()
+		for a, m := range machines {
+			if m == f.Machine {
+				arch = a
+			}
+		}
+		return fmt.Errorf("built for %s, this machine is %s", arch, runtime.GOARCH)
+	}
+	syms, _ := f.DynamicSymbols()
+	for _, s := range syms {
+		if s.Name == "cuGetProcAddress_v2" && s.Section != elf.SHN_UNDEF {
+			return nil
+		}
+	}
+	return errors.New("does not export cuGetProcAddress_v2; is it libflexgv.so?")
 }
 
 // driverDirs are searched, after LD_LIBRARY_PATH and the ld.so cache, for
@@ -110,8 +165,9 @@ func Environ(env []string, shim string, o Options) []string {
 	return append(out, o.Env...)
 }
 
-// Run starts argv under the shim, forwards termination signals to it and
-// returns its exit code (128+N when signal N ended it).
+// Run starts argv under the shim, forwards the termination signals that
+// would not reach it otherwise and returns its exit code (128+N when signal
+// N ended it).
 func Run(argv []string, o Options) (int, error) {
 	if len(argv) == 0 {
 		return 2, errors.New("no command given")
@@ -138,7 +194,7 @@ func Run(argv []string, o Options) (int, error) {
 	}
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
-		return 127, fmt.Errorf("cannot run %s: no such program", argv[0])
+		return notRunnable(argv[0], err)
 	}
 	cmd := exec.Command(path, argv[1:]...)
 	cmd.Args[0] = argv[0]
@@ -155,6 +211,9 @@ func Run(argv []string, o Options) (int, error) {
 		for {
 			select {
 			case s := <-sigs:
+				if (s == syscall.SIGINT || s == syscall.SIGQUIT) && inForeground() {
+					continue // the terminal sent it to the program too
+				}
 				cmd.Process.Signal(s)
 			case <-done:
 				return
@@ -174,4 +233,38 @@ func Run(argv []string, o Options) (int, error) {
 		return ee.ExitCode(), nil
 	}
 	return 1, err
+}
+
+// notRunnable says why a program lookup failed, with a shell's exit status:
+// 126 for what exists but cannot be executed, 127 for what does not exist.
+func notRunnable(name string, err error) (int, error) {
+	switch {
+	case errors.Is(err, syscall.EISDIR):
+		return 126, fmt.Errorf("cannot run %s: is a directory", name)
+	case errors.Is(err, fs.ErrPermission) || errors.Is(err, exec.ErrNotFound) && inPath(name):
+		return 126, fmt.Errorf("cannot run %s: permission denied", name)
+	}
+	return 127, fmt.Errorf("cannot run %s: no such program", name)
+}
+
+// inPath reports whether $PATH has a file (executable or not) named name.
+func inPath(name string) bool {
+	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
+		if fi, err := os.Stat(filepath.Join(dir, name)); err == nil && !fi.IsDir() {
+			return true
+		}
+	}
+	return false
+}
+
+// inForeground reports whether flexgv is in the foreground process group of
+// its terminal, where Ctrl-C and Ctrl-\ reach the program without flexgv.
+func inForeground() bool {
+	tty, err := unix.Open("/dev/tty", unix.O_RDONLY|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(tty)
+	pgrp, err := unix.IoctlGetInt(tty, unix.TIOCGPGRP)
+	return err == nil && pgrp == unix.Getpgrp()
 }

@@ -1,9 +1,13 @@
 package launch
 
 import (
+	"debug/elf"
+	"encoding/binary"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -17,14 +21,47 @@ func TestEnvironPreloadsShimFirst(t *testing.T) {
 	}
 }
 
-func TestFindShimErrors(t *testing.T) {
-	if _, err := FindShim("/no/such/libflexgv.so"); err == nil || !strings.Contains(err.Error(), "/no/such/libflexgv.so") {
-		t.Fatalf("FindShim of a missing file: %v", err)
+// sharedObject builds a shared object that defines the function sym.
+func sharedObject(t *testing.T, sym string) string {
+	t.Helper()
+	dir := t.TempDir()
+	src, so := filepath.Join(dir, "shim.c"), filepath.Join(dir, "libflexgv.so")
+	os.WriteFile(src, []byte("void "+sym+"(void) {}\n"), 0o644)
+	if out, err := exec.Command("cc", "-shared", "-fPIC", "-o", so, src).CombinedOutput(); err != nil {
+		t.Skipf("cannot build a shared object: %v\n%s", err, out)
 	}
-	p := filepath.Join(t.TempDir(), "libflexgv.so")
-	os.WriteFile(p, nil, 0o644)
-	if got, err := FindShim(p); err != nil || got != p {
-		t.Fatalf("FindShim(%s) = %s, %v", p, got, err)
+	return so
+}
+
+func TestFindShimChecksTheLibrary(t *testing.T) {
+	good := sharedObject(t, "cuGetProcAddress_v2")
+	if got, err := FindShim(good); err != nil || got != good {
+		t.Fatalf("FindShim(%s) = %s, %v", good, got, err)
+	}
+	text := filepath.Join(t.TempDir(), "libflexgv.so")
+	os.WriteFile(text, []byte("not a library\n"), 0o644)
+	foreign := filepath.Join(t.TempDir(), "libflexgv.so")
+	data, _ := os.ReadFile(good)
+	machine, arch := elf.EM_AARCH64, "arm64"
+	if runtime.GOARCH == "arm64" {
+		machine, arch = elf.EM_X86_64, "amd64"
+	}
+	binary.LittleEndian.PutUint16(data[18:], uint16(machine)) // e_machine
+	os.WriteFile(foreign, data, 0o644)
+	for _, c := range []struct{ path, msg string }{
+		{"/no/such/libflexgv.so", "shim library /no/such/libflexgv.so: no such file"},
+		{text, "--shim " + text + ": not an ELF shared object"},
+		{t.TempDir(), ": is a directory"},
+		{foreign, ": built for " + arch + ", this machine is " + runtime.GOARCH},
+		{sharedObject(t, "cuInit"), ": does not export cuGetProcAddress_v2; is it libflexgv.so?"},
+	} {
+		if _, err := FindShim(c.path); err == nil || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("FindShim(%s) = %v; want an error with %q", c.path, err, c.msg)
+		}
+	}
+	t.Setenv("FLEXGV_SHIM", text)
+	if _, err := FindShim(""); err == nil || !strings.Contains(err.Error(), "FLEXGV_SHIM="+text+": not an ELF shared object") {
+		t.Errorf("FindShim with $FLEXGV_SHIM of a text file = %v", err)
 	}
 }
 
@@ -41,8 +78,7 @@ func TestRunRejectsEmptyCommandAndMissingDriver(t *testing.T) {
 	if _, err := Run(nil, Options{}); err == nil {
 		t.Fatal("Run with no command succeeded")
 	}
-	shim := filepath.Join(t.TempDir(), "libflexgv.so")
-	os.WriteFile(shim, nil, 0o644)
+	shim := sharedObject(t, "cuGetProcAddress_v2")
 	code, err := Run([]string{"true"}, Options{Shim: shim, Driver: "/no/such/driver.so"})
 	if err == nil || code != 2 || !strings.Contains(err.Error(), "--driver") {
 		t.Fatalf("Run with a missing --driver = %d, %v", code, err)
