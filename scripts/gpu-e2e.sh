@@ -2,7 +2,7 @@
 # End-to-end truth on a real GPU, in one run. From the repository root on a
 # machine with an NVIDIA driver, nvcc and PyTorch, with build/ made by `make`:
 #     scripts/gpu-e2e.sh OUTDIR [SECTION...]
-# Sections (default: all): decl counts hookmap torch bench quota quotabench
+# Sections (default: all): decl counts hookmap torch bench quota isolation quotabench
 # Checks our driver declarations against the real headers, traces CUDA
 # programs built with nvcc (static and shared cudart), checks every hooked
 # variant against the real driver's resolver, runs PyTorch natively and under
@@ -11,7 +11,7 @@
 set -u -o pipefail
 OUT=$(mkdir -p "${1:-gpu-out}" && cd "${1:-gpu-out}" && pwd)
 shift || true
-SECTIONS=${*:-decl counts hookmap torch bench quota quotabench}
+SECTIONS=${*:-decl counts hookmap torch bench quota isolation quotabench}
 ROUNDS=${ROUNDS:-7} # rounds of the throughput benchmarks
 want() { [[ " $SECTIONS " == *" $1 "* ]]; }
 ROOT=$(pwd)
@@ -197,6 +197,11 @@ print(f"  second process: sees total {r['total']/(1<<30):.2f} GiB, free {r['free
       f"tries {r['results']}; NVML peak of both {peak/(1<<30):.3f} GiB")
 sys.exit(0 if r["results"] == [["6", "OutOfMemoryError"], ["2", "ok"]] and peak <= q else 1)
 PY
+fi
+
+if want isolation; then
+echo "== memory isolation: graph memory, capture, PyTorch graphs, devices by UUID (scripts/gpu-isolation.sh)"
+source scripts/gpu-isolation.sh "$OUT"
 fi
 
 if want quotabench; then
