@@ -223,6 +223,27 @@ iso_main() {
         ifail "PyTorch under --mem 256MiB: exit status $rc without a Python exception"
     fi
 
+    echo "== isolation: a tenant's process in its own PID namespace (as in a container: NVML reports host pids)"
+    # With a /proc of its own (pid 1 inside), as in a container: the driver
+    # needs that, and reports the host pid to NVML. --ctx-mem 100MiB is the
+    # estimate the shim charges when it cannot measure a context; measured,
+    # one takes ~518 MiB on an H200.
+    pidns_py='import torch; f, t = torch.cuda.mem_get_info(); print(f"used {(t - f) >> 20} MiB of {t >> 20} MiB")'
+    if unshare --pid --fork --mount-proc true 2>/dev/null; then
+        iso_limit 120 "$iso_flexgv" run --mem 10GiB --ctx-mem 100MiB -- unshare --pid --fork --mount-proc python3 -c "$pidns_py" \
+            >"$iso_work/pidns.out" 2>&1
+        rc=$?
+        used=$(sed -n 's/^used \([0-9]*\) MiB.*/\1/p' "$iso_work/pidns.out")
+        echo "  $(cat "$iso_work/pidns.out")"
+        if [ $rc = 0 ] && [ -n "$used" ] && [ "$used" -ge 400 ]; then
+            ipass "PID namespace: the context was measured (${used} MiB charged), not the 100 MiB estimate"
+        else
+            ifail "PID namespace: exit $rc, ${used:-no} MiB charged for the context (the estimate is 100 MiB)"
+        fi
+    else
+        echo "  skipped: unshare --pid is not permitted here"
+    fi
+
     command -v torchrun >/dev/null || torchrun=(python3 -m torch.distributed.run)
     ngpu=$(nvidia-smi -L | grep -c '^GPU ')
     if [ "$ngpu" -ge 2 ]; then
