@@ -387,6 +387,12 @@ int fg_entry_of(int dev)
             return -1; /* not cached: the driver may not be up yet */
         fg_uuid_text(&u, s, sizeof s);
         e = fg_uuid_entry(s);
+        if (e < 0) {
+            /* The CLI listed every GPU it saw: this one it did not. */
+            static int warned_unknown;
+            fg_warn_once(&warned_unknown, "tenant %s has no entry for device %d (%s): it is not limited", geo.name,
+                         dev, s);
+        }
     }
     __atomic_store_n(&entry_cache[dev], e + 2, __ATOMIC_RELAXED);
     return e;

@@ -31,6 +31,11 @@ func (e *env) shimEnv(path string) []string {
 // handMade writes a tenant file the way the CLI does, with nslots slots and
 // a quota on CUDA device 0 (no UUIDs), and returns its path.
 func (e *env) handMade(t *testing.T, nslots uint32, quota uint64) string {
+	return e.handMadeFor(t, nslots, quota, "")
+}
+
+// handMadeFor is handMade with the quota on the GPU of this UUID.
+func (e *env) handMadeFor(t *testing.T, nslots uint32, quota uint64, uuid string) string {
 	t.Helper()
 	size := int(unsafe.Sizeof(tenant.Header{})) + int(nslots)*int(unsafe.Sizeof(tenant.Slot{}))
 	buf := make([]byte, size)
@@ -38,6 +43,7 @@ func (e *env) handMade(t *testing.T, nslots uint32, quota uint64) string {
 	h.Magic, h.Version, h.NDevices, h.NSlots = tenant.TenantMagic, tenant.TenantVersion, 1, nslots
 	h.CtxBytes = 64 * mib
 	h.Devices[0].Quota = quota
+	copy(h.Devices[0].UUID[:], uuid)
 	copy(h.Name[:], "handmade")
 	p := filepath.Join(e.dir, "tenant-handmade")
 	if err := os.WriteFile(p, buf, 0o600); err != nil {
@@ -168,6 +174,18 @@ func TestHostileTenantFile(t *testing.T) {
 		if err != nil || !strings.Contains(proc.out, c.chunks) || !strings.Contains(errb.String(), c.msg) {
 			t.Errorf("%s tenant file: %v\n%s%s", c.name, err, proc.out, errb.String())
 		}
+	}
+}
+
+// A GPU the tenant has no entry for (the CLI saw other GPUs than the
+// program does) is not limited, and the program is told so.
+func TestUnknownGPUIsSaidNotLimited(t *testing.T) {
+	e := quotaEnv(t)
+	p := e.handMadeFor(t, 8, 1024*mib, "GPU-00000000-0000-0000-0000-000000000000")
+	r := e.shimRun(t, p, "memclient", "info")
+	if !strings.HasPrefix(r.stdout, fmt.Sprintf("free %d total %d", 16384*mib-64*mib, 16384*mib)) ||
+		strings.Count(r.stderr, "tenant handmade has no entry for device 0 (GPU-") != 1 {
+		t.Fatalf("%+v", r)
 	}
 }
 
