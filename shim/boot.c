@@ -36,6 +36,7 @@ void fg_warn_once(int *flag, const char *fmt, ...)
 static void after_fork_child(void)
 {
     fg_trace_after_fork();
+    fg_census_after_fork();
     if (fg_quota_on)
         fg_memquota_after_fork();
 }
@@ -63,6 +64,9 @@ void fg_boot(void)
         fg_logging = log && strcmp(log, "1") == 0;
         fg_trace_attach(trace);
     }
+    const char *census = getenv("FLEXGV_CENSUS");
+    if (census && *census)
+        fg_census_init(census);
     pthread_atfork(NULL, NULL, after_fork_child);
 }
 

@@ -15,6 +15,7 @@ const char *const fg_api_names[FG_NUM_APIS] = {
     "cuGetErrorName",
     "cuGetProcAddress",
     "cuGetProcAddress_v2",
+    "cuGetExportTable",
     "cuDevicePrimaryCtxRetain",
     "cuDevicePrimaryCtxRelease_v2",
     "cuDevicePrimaryCtxReset_v2",
@@ -180,6 +181,7 @@ const char *const fg_api_bases[FG_NUM_APIS] = {
     "cuGetErrorName",
     "cuGetProcAddress",
     "cuGetProcAddress",
+    "cuGetExportTable",
     "cuDevicePrimaryCtxRetain",
     "cuDevicePrimaryCtxRelease",
     "cuDevicePrimaryCtxReset",
@@ -377,6 +379,7 @@ const unsigned short fg_api_by_name[FG_NUM_APIS] = {
     FG_API_cuFuncSetAttribute,
     FG_API_cuGetErrorName,
     FG_API_cuGetErrorString,
+    FG_API_cuGetExportTable,
     FG_API_cuGetProcAddress,
     FG_API_cuGetProcAddress_v2,
     FG_API_cuGraphAddMemAllocNode,
@@ -509,6 +512,7 @@ const unsigned short fg_around_ids[] = {
     FG_API_cuDeviceTotalMem_v2,
     FG_API_cuGetProcAddress,
     FG_API_cuGetProcAddress_v2,
+    FG_API_cuGetExportTable,
     FG_API_cuDevicePrimaryCtxRetain,
     FG_API_cuDevicePrimaryCtxRelease_v2,
     FG_API_cuDevicePrimaryCtxReset_v2,
@@ -552,7 +556,7 @@ const unsigned short fg_around_ids[] = {
     FG_API_nvmlDeviceGetMemoryInfo,
     FG_API_nvmlDeviceGetMemoryInfo_v2,
 };
-const int fg_num_around = 46;
+const int fg_num_around = 47;
 
 FG_SLOW CUresult fg_slow_cuInit(unsigned int Flags)
 {
@@ -788,6 +792,24 @@ FG_SLOW CUresult fg_slow_cuGetProcAddress_v2(const char *symbol, void **pfn, int
 
 FG_FAST_PATH(cuGetProcAddress_v2, 12)
 
+FG_SLOW CUresult fg_slow_cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
+{
+    fg_real_cuGetExportTable real = (fg_real_cuGetExportTable)fg_real_fn(FG_API_cuGetExportTable);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGetExportTable);
+    if (!fg_tracing)
+        return fg_around_cuGetExportTable(real, ppExportTable, pExportTableId);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = fg_around_cuGetExportTable(real, ppExportTable, pExportTableId);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGetExportTable, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGetExportTable, (int)r, dt, "ppExportTable=%p, pExportTableId=%p", (const void *)ppExportTable, (const void *)pExportTableId);
+    return r;
+}
+
+FG_FAST_PATH(cuGetExportTable, 13)
+
 FG_SLOW CUresult fg_slow_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
     fg_real_cuDevicePrimaryCtxRetain real = (fg_real_cuDevicePrimaryCtxRetain)fg_real_fn(FG_API_cuDevicePrimaryCtxRetain);
@@ -804,7 +826,7 @@ FG_SLOW CUresult fg_slow_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     return r;
 }
 
-FG_FAST_PATH(cuDevicePrimaryCtxRetain, 13)
+FG_FAST_PATH(cuDevicePrimaryCtxRetain, 14)
 
 FG_SLOW CUresult fg_slow_cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
@@ -822,7 +844,7 @@ FG_SLOW CUresult fg_slow_cuDevicePrimaryCtxRelease_v2(CUdevice dev)
     return r;
 }
 
-FG_FAST_PATH(cuDevicePrimaryCtxRelease_v2, 14)
+FG_FAST_PATH(cuDevicePrimaryCtxRelease_v2, 15)
 
 FG_SLOW CUresult fg_slow_cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
@@ -840,7 +862,7 @@ FG_SLOW CUresult fg_slow_cuDevicePrimaryCtxReset_v2(CUdevice dev)
     return r;
 }
 
-FG_FAST_PATH(cuDevicePrimaryCtxReset_v2, 15)
+FG_FAST_PATH(cuDevicePrimaryCtxReset_v2, 16)
 
 FG_SLOW CUresult fg_slow_cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
 {
@@ -858,7 +880,7 @@ FG_SLOW CUresult fg_slow_cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned in
     return r;
 }
 
-FG_FAST_PATH(cuDevicePrimaryCtxSetFlags_v2, 16)
+FG_FAST_PATH(cuDevicePrimaryCtxSetFlags_v2, 17)
 
 FG_SLOW CUresult fg_slow_cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
 {
@@ -876,7 +898,7 @@ FG_SLOW CUresult fg_slow_cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *
     return r;
 }
 
-FG_FAST_PATH(cuDevicePrimaryCtxGetState, 17)
+FG_FAST_PATH(cuDevicePrimaryCtxGetState, 18)
 
 FG_SLOW CUresult fg_slow_cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
@@ -894,7 +916,7 @@ FG_SLOW CUresult fg_slow_cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUd
     return r;
 }
 
-FG_FAST_PATH(cuCtxCreate_v2, 18)
+FG_FAST_PATH(cuCtxCreate_v2, 19)
 
 FG_SLOW CUresult fg_slow_cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev)
 {
@@ -912,7 +934,7 @@ FG_SLOW CUresult fg_slow_cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxC
     return r;
 }
 
-FG_FAST_PATH(cuCtxCreate_v4, 19)
+FG_FAST_PATH(cuCtxCreate_v4, 20)
 
 FG_SLOW CUresult fg_slow_cuCtxDestroy_v2(CUcontext ctx)
 {
@@ -930,7 +952,7 @@ FG_SLOW CUresult fg_slow_cuCtxDestroy_v2(CUcontext ctx)
     return r;
 }
 
-FG_FAST_PATH(cuCtxDestroy_v2, 20)
+FG_FAST_PATH(cuCtxDestroy_v2, 21)
 
 FG_SLOW CUresult fg_slow_cuCtxPushCurrent_v2(CUcontext ctx)
 {
@@ -948,7 +970,7 @@ FG_SLOW CUresult fg_slow_cuCtxPushCurrent_v2(CUcontext ctx)
     return r;
 }
 
-FG_FAST_PATH(cuCtxPushCurrent_v2, 21)
+FG_FAST_PATH(cuCtxPushCurrent_v2, 22)
 
 FG_SLOW CUresult fg_slow_cuCtxPopCurrent_v2(CUcontext *pctx)
 {
@@ -966,7 +988,7 @@ FG_SLOW CUresult fg_slow_cuCtxPopCurrent_v2(CUcontext *pctx)
     return r;
 }
 
-FG_FAST_PATH(cuCtxPopCurrent_v2, 22)
+FG_FAST_PATH(cuCtxPopCurrent_v2, 23)
 
 FG_SLOW CUresult fg_slow_cuCtxSetCurrent(CUcontext ctx)
 {
@@ -984,7 +1006,7 @@ FG_SLOW CUresult fg_slow_cuCtxSetCurrent(CUcontext ctx)
     return r;
 }
 
-FG_FAST_PATH(cuCtxSetCurrent, 23)
+FG_FAST_PATH(cuCtxSetCurrent, 24)
 
 FG_SLOW CUresult fg_slow_cuCtxGetCurrent(CUcontext *pctx)
 {
@@ -1002,7 +1024,7 @@ FG_SLOW CUresult fg_slow_cuCtxGetCurrent(CUcontext *pctx)
     return r;
 }
 
-FG_FAST_PATH(cuCtxGetCurrent, 24)
+FG_FAST_PATH(cuCtxGetCurrent, 25)
 
 FG_SLOW CUresult fg_slow_cuCtxGetDevice(CUdevice *device)
 {
@@ -1020,7 +1042,7 @@ FG_SLOW CUresult fg_slow_cuCtxGetDevice(CUdevice *device)
     return r;
 }
 
-FG_FAST_PATH(cuCtxGetDevice, 25)
+FG_FAST_PATH(cuCtxGetDevice, 26)
 
 FG_SLOW CUresult fg_slow_cuCtxSynchronize(void)
 {
@@ -1038,7 +1060,7 @@ FG_SLOW CUresult fg_slow_cuCtxSynchronize(void)
     return r;
 }
 
-FG_FAST_PATH(cuCtxSynchronize, 26)
+FG_FAST_PATH(cuCtxSynchronize, 27)
 
 FG_SLOW CUresult fg_slow_cuMemGetInfo_v2(size_t *free, size_t *total)
 {
@@ -1056,7 +1078,7 @@ FG_SLOW CUresult fg_slow_cuMemGetInfo_v2(size_t *free, size_t *total)
     return r;
 }
 
-FG_FAST_PATH(cuMemGetInfo_v2, 27)
+FG_FAST_PATH(cuMemGetInfo_v2, 28)
 
 FG_SLOW CUresult fg_slow_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
@@ -1074,7 +1096,7 @@ FG_SLOW CUresult fg_slow_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     return r;
 }
 
-FG_FAST_PATH(cuMemAlloc_v2, 28)
+FG_FAST_PATH(cuMemAlloc_v2, 29)
 
 FG_SLOW CUresult fg_slow_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes)
 {
@@ -1092,7 +1114,7 @@ FG_SLOW CUresult fg_slow_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, s
     return r;
 }
 
-FG_FAST_PATH(cuMemAllocPitch_v2, 29)
+FG_FAST_PATH(cuMemAllocPitch_v2, 30)
 
 FG_SLOW CUresult fg_slow_cuMemFree_v2(CUdeviceptr dptr)
 {
@@ -1110,7 +1132,7 @@ FG_SLOW CUresult fg_slow_cuMemFree_v2(CUdeviceptr dptr)
     return r;
 }
 
-FG_FAST_PATH(cuMemFree_v2, 30)
+FG_FAST_PATH(cuMemFree_v2, 31)
 
 FG_SLOW CUresult fg_slow_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
@@ -1128,7 +1150,7 @@ FG_SLOW CUresult fg_slow_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, u
     return r;
 }
 
-FG_FAST_PATH(cuMemAllocManaged, 31)
+FG_FAST_PATH(cuMemAllocManaged, 32)
 
 FG_SLOW CUresult fg_slow_cuMemAllocHost_v2(void **pp, size_t bytesize)
 {
@@ -1146,7 +1168,7 @@ FG_SLOW CUresult fg_slow_cuMemAllocHost_v2(void **pp, size_t bytesize)
     return r;
 }
 
-FG_FAST_PATH(cuMemAllocHost_v2, 32)
+FG_FAST_PATH(cuMemAllocHost_v2, 33)
 
 FG_SLOW CUresult fg_slow_cuMemFreeHost(void *p)
 {
@@ -1164,7 +1186,7 @@ FG_SLOW CUresult fg_slow_cuMemFreeHost(void *p)
     return r;
 }
 
-FG_FAST_PATH(cuMemFreeHost, 33)
+FG_FAST_PATH(cuMemFreeHost, 34)
 
 FG_SLOW CUresult fg_slow_cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
@@ -1182,7 +1204,7 @@ FG_SLOW CUresult fg_slow_cuMemHostAlloc(void **pp, size_t bytesize, unsigned int
     return r;
 }
 
-FG_FAST_PATH(cuMemHostAlloc, 34)
+FG_FAST_PATH(cuMemHostAlloc, 35)
 
 FG_SLOW CUresult fg_slow_cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
@@ -1200,7 +1222,7 @@ FG_SLOW CUresult fg_slow_cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psi
     return r;
 }
 
-FG_FAST_PATH(cuMemGetAddressRange_v2, 35)
+FG_FAST_PATH(cuMemGetAddressRange_v2, 36)
 
 FG_SLOW CUresult fg_slow_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
@@ -1218,7 +1240,7 @@ FG_SLOW CUresult fg_slow_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUs
     return r;
 }
 
-FG_FAST_PATH(cuMemAllocAsync, 36)
+FG_FAST_PATH(cuMemAllocAsync, 37)
 
 FG_SLOW CUresult fg_slow_cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
@@ -1236,7 +1258,7 @@ FG_SLOW CUresult fg_slow_cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize
     return r;
 }
 
-FG_FAST_PATH(cuMemAllocAsync_ptsz, 37)
+FG_FAST_PATH(cuMemAllocAsync_ptsz, 38)
 
 FG_SLOW CUresult fg_slow_cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
@@ -1254,7 +1276,7 @@ FG_SLOW CUresult fg_slow_cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuMemFreeAsync, 38)
+FG_FAST_PATH(cuMemFreeAsync, 39)
 
 FG_SLOW CUresult fg_slow_cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
@@ -1272,7 +1294,7 @@ FG_SLOW CUresult fg_slow_cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuMemFreeAsync_ptsz, 39)
+FG_FAST_PATH(cuMemFreeAsync_ptsz, 40)
 
 FG_SLOW CUresult fg_slow_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
@@ -1290,7 +1312,7 @@ FG_SLOW CUresult fg_slow_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes
     return r;
 }
 
-FG_FAST_PATH(cuMemAllocFromPoolAsync, 40)
+FG_FAST_PATH(cuMemAllocFromPoolAsync, 41)
 
 FG_SLOW CUresult fg_slow_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
@@ -1308,7 +1330,7 @@ FG_SLOW CUresult fg_slow_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t 
     return r;
 }
 
-FG_FAST_PATH(cuMemAllocFromPoolAsync_ptsz, 41)
+FG_FAST_PATH(cuMemAllocFromPoolAsync_ptsz, 42)
 
 FG_SLOW CUresult fg_slow_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
 {
@@ -1326,7 +1348,7 @@ FG_SLOW CUresult fg_slow_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProp
     return r;
 }
 
-FG_FAST_PATH(cuMemPoolCreate, 42)
+FG_FAST_PATH(cuMemPoolCreate, 43)
 
 FG_SLOW CUresult fg_slow_cuMemPoolDestroy(CUmemoryPool pool)
 {
@@ -1344,7 +1366,7 @@ FG_SLOW CUresult fg_slow_cuMemPoolDestroy(CUmemoryPool pool)
     return r;
 }
 
-FG_FAST_PATH(cuMemPoolDestroy, 43)
+FG_FAST_PATH(cuMemPoolDestroy, 44)
 
 FG_SLOW CUresult fg_slow_cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 {
@@ -1362,7 +1384,7 @@ FG_SLOW CUresult fg_slow_cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKee
     return r;
 }
 
-FG_FAST_PATH(cuMemPoolTrimTo, 44)
+FG_FAST_PATH(cuMemPoolTrimTo, 45)
 
 FG_SLOW CUresult fg_slow_cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
@@ -1380,7 +1402,7 @@ FG_SLOW CUresult fg_slow_cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attr
     return r;
 }
 
-FG_FAST_PATH(cuMemPoolGetAttribute, 45)
+FG_FAST_PATH(cuMemPoolGetAttribute, 46)
 
 FG_SLOW CUresult fg_slow_cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 {
@@ -1398,7 +1420,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGetMemPool, 46)
+FG_FAST_PATH(cuDeviceGetMemPool, 47)
 
 FG_SLOW CUresult fg_slow_cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
 {
@@ -1416,7 +1438,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdev
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGetDefaultMemPool, 47)
+FG_FAST_PATH(cuDeviceGetDefaultMemPool, 48)
 
 FG_SLOW CUresult fg_slow_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags)
 {
@@ -1434,7 +1456,7 @@ FG_SLOW CUresult fg_slow_cuMemCreate(CUmemGenericAllocationHandle *handle, size_
     return r;
 }
 
-FG_FAST_PATH(cuMemCreate, 48)
+FG_FAST_PATH(cuMemCreate, 49)
 
 FG_SLOW CUresult fg_slow_cuMemRelease(CUmemGenericAllocationHandle handle)
 {
@@ -1452,7 +1474,7 @@ FG_SLOW CUresult fg_slow_cuMemRelease(CUmemGenericAllocationHandle handle)
     return r;
 }
 
-FG_FAST_PATH(cuMemRelease, 49)
+FG_FAST_PATH(cuMemRelease, 50)
 
 FG_SLOW CUresult fg_slow_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags)
 {
@@ -1470,7 +1492,7 @@ FG_SLOW CUresult fg_slow_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size
     return r;
 }
 
-FG_FAST_PATH(cuMemAddressReserve, 50)
+FG_FAST_PATH(cuMemAddressReserve, 51)
 
 FG_SLOW CUresult fg_slow_cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
@@ -1488,7 +1510,7 @@ FG_SLOW CUresult fg_slow_cuMemAddressFree(CUdeviceptr ptr, size_t size)
     return r;
 }
 
-FG_FAST_PATH(cuMemAddressFree, 51)
+FG_FAST_PATH(cuMemAddressFree, 52)
 
 FG_SLOW CUresult fg_slow_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
@@ -1506,7 +1528,7 @@ FG_SLOW CUresult fg_slow_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, C
     return r;
 }
 
-FG_FAST_PATH(cuMemMap, 52)
+FG_FAST_PATH(cuMemMap, 53)
 
 FG_SLOW CUresult fg_slow_cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
@@ -1524,7 +1546,7 @@ FG_SLOW CUresult fg_slow_cuMemUnmap(CUdeviceptr ptr, size_t size)
     return r;
 }
 
-FG_FAST_PATH(cuMemUnmap, 53)
+FG_FAST_PATH(cuMemUnmap, 54)
 
 FG_SLOW CUresult fg_slow_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
@@ -1542,7 +1564,7 @@ FG_SLOW CUresult fg_slow_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUme
     return r;
 }
 
-FG_FAST_PATH(cuMemSetAccess, 54)
+FG_FAST_PATH(cuMemSetAccess, 55)
 
 FG_SLOW CUresult fg_slow_cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option)
 {
@@ -1560,7 +1582,7 @@ FG_SLOW CUresult fg_slow_cuMemGetAllocationGranularity(size_t *granularity, cons
     return r;
 }
 
-FG_FAST_PATH(cuMemGetAllocationGranularity, 55)
+FG_FAST_PATH(cuMemGetAllocationGranularity, 56)
 
 FG_SLOW CUresult fg_slow_cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray)
 {
@@ -1578,7 +1600,7 @@ FG_SLOW CUresult fg_slow_cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DES
     return r;
 }
 
-FG_FAST_PATH(cuArrayCreate_v2, 56)
+FG_FAST_PATH(cuArrayCreate_v2, 57)
 
 FG_SLOW CUresult fg_slow_cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray)
 {
@@ -1596,7 +1618,7 @@ FG_SLOW CUresult fg_slow_cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D
     return r;
 }
 
-FG_FAST_PATH(cuArray3DCreate_v2, 57)
+FG_FAST_PATH(cuArray3DCreate_v2, 58)
 
 FG_SLOW CUresult fg_slow_cuArrayDestroy(CUarray hArray)
 {
@@ -1614,7 +1636,7 @@ FG_SLOW CUresult fg_slow_cuArrayDestroy(CUarray hArray)
     return r;
 }
 
-FG_FAST_PATH(cuArrayDestroy, 58)
+FG_FAST_PATH(cuArrayDestroy, 59)
 
 FG_SLOW CUresult fg_slow_cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc, unsigned int numMipmapLevels)
 {
@@ -1632,7 +1654,7 @@ FG_SLOW CUresult fg_slow_cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const
     return r;
 }
 
-FG_FAST_PATH(cuMipmappedArrayCreate, 59)
+FG_FAST_PATH(cuMipmappedArrayCreate, 60)
 
 FG_SLOW CUresult fg_slow_cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 {
@@ -1650,7 +1672,7 @@ FG_SLOW CUresult fg_slow_cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArra
     return r;
 }
 
-FG_FAST_PATH(cuMipmappedArrayDestroy, 60)
+FG_FAST_PATH(cuMipmappedArrayDestroy, 61)
 
 FG_SLOW CUresult fg_slow_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
@@ -1668,7 +1690,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcH
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyHtoD_v2, 61)
+FG_FAST_PATH(cuMemcpyHtoD_v2, 62)
 
 FG_SLOW CUresult fg_slow_cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
@@ -1686,7 +1708,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void 
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyHtoD_v2_ptds, 62)
+FG_FAST_PATH(cuMemcpyHtoD_v2_ptds, 63)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
@@ -1704,7 +1726,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, s
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoH_v2, 63)
+FG_FAST_PATH(cuMemcpyDtoH_v2, 64)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
@@ -1722,7 +1744,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevi
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoH_v2_ptds, 64)
+FG_FAST_PATH(cuMemcpyDtoH_v2_ptds, 65)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
@@ -1740,7 +1762,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcD
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoD_v2, 65)
+FG_FAST_PATH(cuMemcpyDtoD_v2, 66)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
@@ -1758,7 +1780,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoD_v2_ptds, 66)
+FG_FAST_PATH(cuMemcpyDtoD_v2_ptds, 67)
 
 FG_SLOW CUresult fg_slow_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
@@ -1776,7 +1798,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteC
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy, 67)
+FG_FAST_PATH(cuMemcpy, 68)
 
 FG_SLOW CUresult fg_slow_cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
@@ -1794,7 +1816,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t 
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy_ptds, 68)
+FG_FAST_PATH(cuMemcpy_ptds, 69)
 
 FG_SLOW CUresult fg_slow_cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
@@ -1812,7 +1834,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void 
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyHtoDAsync_v2, 69)
+FG_FAST_PATH(cuMemcpyHtoDAsync_v2, 70)
 
 FG_SLOW CUresult fg_slow_cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
@@ -1830,7 +1852,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const 
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyHtoDAsync_v2_ptsz, 70)
+FG_FAST_PATH(cuMemcpyHtoDAsync_v2_ptsz, 71)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
@@ -1848,7 +1870,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevi
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoHAsync_v2, 71)
+FG_FAST_PATH(cuMemcpyDtoHAsync_v2, 72)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
@@ -1866,7 +1888,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr sr
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoHAsync_v2_ptsz, 72)
+FG_FAST_PATH(cuMemcpyDtoHAsync_v2_ptsz, 73)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
@@ -1884,7 +1906,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoDAsync_v2, 73)
+FG_FAST_PATH(cuMemcpyDtoDAsync_v2, 74)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
@@ -1902,7 +1924,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdevi
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoDAsync_v2_ptsz, 74)
+FG_FAST_PATH(cuMemcpyDtoDAsync_v2_ptsz, 75)
 
 FG_SLOW CUresult fg_slow_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
@@ -1920,7 +1942,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t 
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyAsync, 75)
+FG_FAST_PATH(cuMemcpyAsync, 76)
 
 FG_SLOW CUresult fg_slow_cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
@@ -1938,7 +1960,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, si
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyAsync_ptsz, 76)
+FG_FAST_PATH(cuMemcpyAsync_ptsz, 77)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
@@ -1956,7 +1978,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, 
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8_v2, 77)
+FG_FAST_PATH(cuMemsetD8_v2, 78)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
@@ -1974,7 +1996,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8_v2_ptds, 78)
+FG_FAST_PATH(cuMemsetD8_v2_ptds, 79)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
@@ -1992,7 +2014,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, 
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32_v2, 79)
+FG_FAST_PATH(cuMemsetD32_v2, 80)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
@@ -2010,7 +2032,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32_v2_ptds, 80)
+FG_FAST_PATH(cuMemsetD32_v2_ptds, 81)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
@@ -2028,7 +2050,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8Async, 81)
+FG_FAST_PATH(cuMemsetD8Async, 82)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
@@ -2046,7 +2068,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned ch
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8Async_ptsz, 82)
+FG_FAST_PATH(cuMemsetD8Async_ptsz, 83)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
@@ -2064,7 +2086,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32Async, 83)
+FG_FAST_PATH(cuMemsetD32Async, 84)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
@@ -2082,7 +2104,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned i
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32Async_ptsz, 84)
+FG_FAST_PATH(cuMemsetD32Async_ptsz, 85)
 
 FG_SLOW CUresult fg_slow_cuModuleLoad(CUmodule *module, const char *fname)
 {
@@ -2100,7 +2122,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoad(CUmodule *module, const char *fname)
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoad, 85)
+FG_FAST_PATH(cuModuleLoad, 86)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadData(CUmodule *module, const void *image)
 {
@@ -2118,7 +2140,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoadData(CUmodule *module, const void *image)
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoadData, 86)
+FG_FAST_PATH(cuModuleLoadData, 87)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
@@ -2136,7 +2158,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoadDataEx(CUmodule *module, const void *image,
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoadDataEx, 87)
+FG_FAST_PATH(cuModuleLoadDataEx, 88)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
 {
@@ -2154,7 +2176,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoadFatBinary(CUmodule *module, const void *fat
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoadFatBinary, 88)
+FG_FAST_PATH(cuModuleLoadFatBinary, 89)
 
 FG_SLOW CUresult fg_slow_cuModuleUnload(CUmodule hmod)
 {
@@ -2172,7 +2194,7 @@ FG_SLOW CUresult fg_slow_cuModuleUnload(CUmodule hmod)
     return r;
 }
 
-FG_FAST_PATH(cuModuleUnload, 89)
+FG_FAST_PATH(cuModuleUnload, 90)
 
 FG_SLOW CUresult fg_slow_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
 {
@@ -2190,7 +2212,7 @@ FG_SLOW CUresult fg_slow_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, c
     return r;
 }
 
-FG_FAST_PATH(cuModuleGetFunction, 90)
+FG_FAST_PATH(cuModuleGetFunction, 91)
 
 FG_SLOW CUresult fg_slow_cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
@@ -2208,7 +2230,7 @@ FG_SLOW CUresult fg_slow_cuLibraryLoadData(CUlibrary *library, const void *code,
     return r;
 }
 
-FG_FAST_PATH(cuLibraryLoadData, 91)
+FG_FAST_PATH(cuLibraryLoadData, 92)
 
 FG_SLOW CUresult fg_slow_cuLibraryUnload(CUlibrary library)
 {
@@ -2226,7 +2248,7 @@ FG_SLOW CUresult fg_slow_cuLibraryUnload(CUlibrary library)
     return r;
 }
 
-FG_FAST_PATH(cuLibraryUnload, 92)
+FG_FAST_PATH(cuLibraryUnload, 93)
 
 FG_SLOW CUresult fg_slow_cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
 {
@@ -2244,7 +2266,7 @@ FG_SLOW CUresult fg_slow_cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library
     return r;
 }
 
-FG_FAST_PATH(cuLibraryGetKernel, 93)
+FG_FAST_PATH(cuLibraryGetKernel, 94)
 
 FG_SLOW CUresult fg_slow_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 {
@@ -2262,7 +2284,7 @@ FG_SLOW CUresult fg_slow_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
     return r;
 }
 
-FG_FAST_PATH(cuKernelGetFunction, 94)
+FG_FAST_PATH(cuKernelGetFunction, 95)
 
 FG_SLOW CUresult fg_slow_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
 {
@@ -2280,7 +2302,7 @@ FG_SLOW CUresult fg_slow_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib
     return r;
 }
 
-FG_FAST_PATH(cuFuncGetAttribute, 95)
+FG_FAST_PATH(cuFuncGetAttribute, 96)
 
 FG_SLOW CUresult fg_slow_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
 {
@@ -2298,7 +2320,7 @@ FG_SLOW CUresult fg_slow_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribu
     return r;
 }
 
-FG_FAST_PATH(cuFuncSetAttribute, 96)
+FG_FAST_PATH(cuFuncSetAttribute, 97)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
@@ -2316,7 +2338,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernel(CUfunction f, unsigned int gridDimX, uns
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernel, 97)
+FG_FAST_PATH(cuLaunchKernel, 98)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
@@ -2334,7 +2356,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernel_ptsz, 98)
+FG_FAST_PATH(cuLaunchKernel_ptsz, 99)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
@@ -2352,7 +2374,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernelEx(const CUlaunchConfig *config, CUfuncti
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernelEx, 99)
+FG_FAST_PATH(cuLaunchKernelEx, 100)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
@@ -2370,7 +2392,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUf
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernelEx_ptsz, 100)
+FG_FAST_PATH(cuLaunchKernelEx_ptsz, 101)
 
 FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
@@ -2388,7 +2410,7 @@ FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel(CUfunction f, unsigned int gr
     return r;
 }
 
-FG_FAST_PATH(cuLaunchCooperativeKernel, 101)
+FG_FAST_PATH(cuLaunchCooperativeKernel, 102)
 
 FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
@@ -2406,7 +2428,7 @@ FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned i
     return r;
 }
 
-FG_FAST_PATH(cuLaunchCooperativeKernel_ptsz, 102)
+FG_FAST_PATH(cuLaunchCooperativeKernel_ptsz, 103)
 
 FG_SLOW CUresult fg_slow_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
 {
@@ -2424,7 +2446,7 @@ FG_SLOW CUresult fg_slow_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *u
     return r;
 }
 
-FG_FAST_PATH(cuLaunchHostFunc, 103)
+FG_FAST_PATH(cuLaunchHostFunc, 104)
 
 FG_SLOW CUresult fg_slow_cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData)
 {
@@ -2442,7 +2464,7 @@ FG_SLOW CUresult fg_slow_cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, vo
     return r;
 }
 
-FG_FAST_PATH(cuLaunchHostFunc_ptsz, 104)
+FG_FAST_PATH(cuLaunchHostFunc_ptsz, 105)
 
 FG_SLOW CUresult fg_slow_cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
@@ -2460,7 +2482,7 @@ FG_SLOW CUresult fg_slow_cuStreamCreate(CUstream *phStream, unsigned int Flags)
     return r;
 }
 
-FG_FAST_PATH(cuStreamCreate, 105)
+FG_FAST_PATH(cuStreamCreate, 106)
 
 FG_SLOW CUresult fg_slow_cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
@@ -2478,7 +2500,7 @@ FG_SLOW CUresult fg_slow_cuStreamCreateWithPriority(CUstream *phStream, unsigned
     return r;
 }
 
-FG_FAST_PATH(cuStreamCreateWithPriority, 106)
+FG_FAST_PATH(cuStreamCreateWithPriority, 107)
 
 FG_SLOW CUresult fg_slow_cuStreamDestroy_v2(CUstream hStream)
 {
@@ -2496,7 +2518,7 @@ FG_SLOW CUresult fg_slow_cuStreamDestroy_v2(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamDestroy_v2, 107)
+FG_FAST_PATH(cuStreamDestroy_v2, 108)
 
 FG_SLOW CUresult fg_slow_cuStreamSynchronize(CUstream hStream)
 {
@@ -2514,7 +2536,7 @@ FG_SLOW CUresult fg_slow_cuStreamSynchronize(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamSynchronize, 108)
+FG_FAST_PATH(cuStreamSynchronize, 109)
 
 FG_SLOW CUresult fg_slow_cuStreamSynchronize_ptsz(CUstream hStream)
 {
@@ -2532,7 +2554,7 @@ FG_SLOW CUresult fg_slow_cuStreamSynchronize_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamSynchronize_ptsz, 109)
+FG_FAST_PATH(cuStreamSynchronize_ptsz, 110)
 
 FG_SLOW CUresult fg_slow_cuStreamQuery(CUstream hStream)
 {
@@ -2550,7 +2572,7 @@ FG_SLOW CUresult fg_slow_cuStreamQuery(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamQuery, 110)
+FG_FAST_PATH(cuStreamQuery, 111)
 
 FG_SLOW CUresult fg_slow_cuStreamQuery_ptsz(CUstream hStream)
 {
@@ -2568,7 +2590,7 @@ FG_SLOW CUresult fg_slow_cuStreamQuery_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamQuery_ptsz, 111)
+FG_FAST_PATH(cuStreamQuery_ptsz, 112)
 
 FG_SLOW CUresult fg_slow_cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
@@ -2586,7 +2608,7 @@ FG_SLOW CUresult fg_slow_cuStreamWaitEvent(CUstream hStream, CUevent hEvent, uns
     return r;
 }
 
-FG_FAST_PATH(cuStreamWaitEvent, 112)
+FG_FAST_PATH(cuStreamWaitEvent, 113)
 
 FG_SLOW CUresult fg_slow_cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
@@ -2604,7 +2626,7 @@ FG_SLOW CUresult fg_slow_cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent
     return r;
 }
 
-FG_FAST_PATH(cuStreamWaitEvent_ptsz, 113)
+FG_FAST_PATH(cuStreamWaitEvent_ptsz, 114)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture(CUstream hStream)
 {
@@ -2622,7 +2644,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture, 114)
+FG_FAST_PATH(cuStreamBeginCapture, 115)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_ptsz(CUstream hStream)
 {
@@ -2640,7 +2662,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_ptsz, 115)
+FG_FAST_PATH(cuStreamBeginCapture_ptsz, 116)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
@@ -2658,7 +2680,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptu
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_v2, 116)
+FG_FAST_PATH(cuStreamBeginCapture_v2, 117)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
 {
@@ -2676,7 +2698,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstream
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_v2_ptsz, 117)
+FG_FAST_PATH(cuStreamBeginCapture_v2_ptsz, 118)
 
 FG_SLOW CUresult fg_slow_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
@@ -2694,7 +2716,7 @@ FG_SLOW CUresult fg_slow_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
     return r;
 }
 
-FG_FAST_PATH(cuStreamEndCapture, 118)
+FG_FAST_PATH(cuStreamEndCapture, 119)
 
 FG_SLOW CUresult fg_slow_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
 {
@@ -2712,7 +2734,7 @@ FG_SLOW CUresult fg_slow_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGr
     return r;
 }
 
-FG_FAST_PATH(cuStreamEndCapture_ptsz, 119)
+FG_FAST_PATH(cuStreamEndCapture_ptsz, 120)
 
 FG_SLOW CUresult fg_slow_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
@@ -2730,7 +2752,7 @@ FG_SLOW CUresult fg_slow_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureSt
     return r;
 }
 
-FG_FAST_PATH(cuStreamIsCapturing, 120)
+FG_FAST_PATH(cuStreamIsCapturing, 121)
 
 FG_SLOW CUresult fg_slow_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
@@ -2748,7 +2770,7 @@ FG_SLOW CUresult fg_slow_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCapt
     return r;
 }
 
-FG_FAST_PATH(cuStreamIsCapturing_ptsz, 121)
+FG_FAST_PATH(cuStreamIsCapturing_ptsz, 122)
 
 FG_SLOW CUresult fg_slow_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
 {
@@ -2766,7 +2788,7 @@ FG_SLOW CUresult fg_slow_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *
     return r;
 }
 
-FG_FAST_PATH(cuThreadExchangeStreamCaptureMode, 122)
+FG_FAST_PATH(cuThreadExchangeStreamCaptureMode, 123)
 
 FG_SLOW CUresult fg_slow_cuStreamGetDevice(CUstream hStream, CUdevice *device)
 {
@@ -2784,7 +2806,7 @@ FG_SLOW CUresult fg_slow_cuStreamGetDevice(CUstream hStream, CUdevice *device)
     return r;
 }
 
-FG_FAST_PATH(cuStreamGetDevice, 123)
+FG_FAST_PATH(cuStreamGetDevice, 124)
 
 FG_SLOW CUresult fg_slow_cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
@@ -2802,7 +2824,7 @@ FG_SLOW CUresult fg_slow_cuEventCreate(CUevent *phEvent, unsigned int Flags)
     return r;
 }
 
-FG_FAST_PATH(cuEventCreate, 124)
+FG_FAST_PATH(cuEventCreate, 125)
 
 FG_SLOW CUresult fg_slow_cuEventRecord(CUevent hEvent, CUstream hStream)
 {
@@ -2820,7 +2842,7 @@ FG_SLOW CUresult fg_slow_cuEventRecord(CUevent hEvent, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuEventRecord, 125)
+FG_FAST_PATH(cuEventRecord, 126)
 
 FG_SLOW CUresult fg_slow_cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
 {
@@ -2838,7 +2860,7 @@ FG_SLOW CUresult fg_slow_cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuEventRecord_ptsz, 126)
+FG_FAST_PATH(cuEventRecord_ptsz, 127)
 
 FG_SLOW CUresult fg_slow_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
@@ -2856,7 +2878,7 @@ FG_SLOW CUresult fg_slow_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream
     return r;
 }
 
-FG_FAST_PATH(cuEventRecordWithFlags, 127)
+FG_FAST_PATH(cuEventRecordWithFlags, 128)
 
 FG_SLOW CUresult fg_slow_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
@@ -2874,7 +2896,7 @@ FG_SLOW CUresult fg_slow_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hS
     return r;
 }
 
-FG_FAST_PATH(cuEventRecordWithFlags_ptsz, 128)
+FG_FAST_PATH(cuEventRecordWithFlags_ptsz, 129)
 
 FG_SLOW CUresult fg_slow_cuEventQuery(CUevent hEvent)
 {
@@ -2892,7 +2914,7 @@ FG_SLOW CUresult fg_slow_cuEventQuery(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventQuery, 129)
+FG_FAST_PATH(cuEventQuery, 130)
 
 FG_SLOW CUresult fg_slow_cuEventSynchronize(CUevent hEvent)
 {
@@ -2910,7 +2932,7 @@ FG_SLOW CUresult fg_slow_cuEventSynchronize(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventSynchronize, 130)
+FG_FAST_PATH(cuEventSynchronize, 131)
 
 FG_SLOW CUresult fg_slow_cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
@@ -2928,7 +2950,7 @@ FG_SLOW CUresult fg_slow_cuEventElapsedTime(float *pMilliseconds, CUevent hStart
     return r;
 }
 
-FG_FAST_PATH(cuEventElapsedTime, 131)
+FG_FAST_PATH(cuEventElapsedTime, 132)
 
 FG_SLOW CUresult fg_slow_cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
@@ -2946,7 +2968,7 @@ FG_SLOW CUresult fg_slow_cuEventElapsedTime_v2(float *pMilliseconds, CUevent hSt
     return r;
 }
 
-FG_FAST_PATH(cuEventElapsedTime_v2, 132)
+FG_FAST_PATH(cuEventElapsedTime_v2, 133)
 
 FG_SLOW CUresult fg_slow_cuEventDestroy_v2(CUevent hEvent)
 {
@@ -2964,7 +2986,7 @@ FG_SLOW CUresult fg_slow_cuEventDestroy_v2(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventDestroy_v2, 133)
+FG_FAST_PATH(cuEventDestroy_v2, 134)
 
 FG_SLOW CUresult fg_slow_cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 {
@@ -2982,7 +3004,7 @@ FG_SLOW CUresult fg_slow_cuGraphCreate(CUgraph *phGraph, unsigned int flags)
     return r;
 }
 
-FG_FAST_PATH(cuGraphCreate, 134)
+FG_FAST_PATH(cuGraphCreate, 135)
 
 FG_SLOW CUresult fg_slow_cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
 {
@@ -3000,7 +3022,7 @@ FG_SLOW CUresult fg_slow_cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, siz
     return r;
 }
 
-FG_FAST_PATH(cuGraphGetNodes, 135)
+FG_FAST_PATH(cuGraphGetNodes, 136)
 
 FG_SLOW CUresult fg_slow_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
 {
@@ -3018,7 +3040,7 @@ FG_SLOW CUresult fg_slow_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *
     return r;
 }
 
-FG_FAST_PATH(cuGraphNodeGetType, 136)
+FG_FAST_PATH(cuGraphNodeGetType, 137)
 
 FG_SLOW CUresult fg_slow_cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
 {
@@ -3036,7 +3058,7 @@ FG_SLOW CUresult fg_slow_cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgrap
     return r;
 }
 
-FG_FAST_PATH(cuGraphChildGraphNodeGetGraph, 137)
+FG_FAST_PATH(cuGraphChildGraphNodeGetGraph, 138)
 
 FG_SLOW CUresult fg_slow_cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
 {
@@ -3054,7 +3076,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgrap
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddMemAllocNode, 138)
+FG_FAST_PATH(cuGraphAddMemAllocNode, 139)
 
 FG_SLOW CUresult fg_slow_cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr)
 {
@@ -3072,7 +3094,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddMemFreeNode, 139)
+FG_FAST_PATH(cuGraphAddMemFreeNode, 140)
 
 FG_SLOW CUresult fg_slow_cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
 {
@@ -3090,7 +3112,7 @@ FG_SLOW CUresult fg_slow_cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_ME
     return r;
 }
 
-FG_FAST_PATH(cuGraphMemAllocNodeGetParams, 140)
+FG_FAST_PATH(cuGraphMemAllocNodeGetParams, 141)
 
 FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -3108,7 +3130,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMe
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 141)
+FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 142)
 
 FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -3126,7 +3148,7 @@ FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMe
     return r;
 }
 
-FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 142)
+FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 143)
 
 FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
 {
@@ -3144,7 +3166,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGraphMemTrim, 143)
+FG_FAST_PATH(cuDeviceGraphMemTrim, 144)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
@@ -3162,7 +3184,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, C
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithFlags, 144)
+FG_FAST_PATH(cuGraphInstantiateWithFlags, 145)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -3180,7 +3202,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, 
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithParams, 145)
+FG_FAST_PATH(cuGraphInstantiateWithParams, 146)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -3198,7 +3220,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphE
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 146)
+FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 147)
 
 FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -3216,7 +3238,7 @@ FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphUpload, 147)
+FG_FAST_PATH(cuGraphUpload, 148)
 
 FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -3234,7 +3256,7 @@ FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphUpload_ptsz, 148)
+FG_FAST_PATH(cuGraphUpload_ptsz, 149)
 
 FG_SLOW CUresult fg_slow_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -3252,7 +3274,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch, 149)
+FG_FAST_PATH(cuGraphLaunch, 150)
 
 FG_SLOW CUresult fg_slow_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -3270,7 +3292,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch_ptsz, 150)
+FG_FAST_PATH(cuGraphLaunch_ptsz, 151)
 
 FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
@@ -3288,7 +3310,7 @@ FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
     return r;
 }
 
-FG_FAST_PATH(cuGraphExecDestroy, 151)
+FG_FAST_PATH(cuGraphExecDestroy, 152)
 
 FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
 {
@@ -3306,7 +3328,7 @@ FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
     return r;
 }
 
-FG_FAST_PATH(cuGraphDestroy, 152)
+FG_FAST_PATH(cuGraphDestroy, 153)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
 {
@@ -3324,7 +3346,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlInit_v2, 153)
+FG_FAST_PATH(nvmlInit_v2, 154)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
 {
@@ -3342,7 +3364,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
     return r;
 }
 
-FG_FAST_PATH(nvmlInitWithFlags, 154)
+FG_FAST_PATH(nvmlInitWithFlags, 155)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
 {
@@ -3360,7 +3382,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlShutdown, 155)
+FG_FAST_PATH(nvmlShutdown, 156)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
 {
@@ -3378,7 +3400,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetCount_v2, 156)
+FG_FAST_PATH(nvmlDeviceGetCount_v2, 157)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
 {
@@ -3396,7 +3418,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, n
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 157)
+FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 158)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
@@ -3414,7 +3436,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMe
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 158)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 159)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
@@ -3432,7 +3454,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvm
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 159)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 160)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
 {
@@ -3450,7 +3472,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, 
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 160)
+FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 161)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -3468,7 +3490,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 161)
+FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 162)
 
 void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuInit,
@@ -3484,6 +3506,7 @@ void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuGetErrorName,
     (void *)cuGetProcAddress,
     (void *)cuGetProcAddress_v2,
+    (void *)cuGetExportTable,
     (void *)cuDevicePrimaryCtxRetain,
     (void *)cuDevicePrimaryCtxRelease_v2,
     (void *)cuDevicePrimaryCtxReset_v2,

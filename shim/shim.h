@@ -58,6 +58,10 @@ void fg_trace_attach(const char *path);
 void fg_trace_after_fork(void);
 void fg_log(int id, int result, uint64_t dt_ns, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
+/* Export-table census (census.c). */
+void fg_census_init(const char *prefix);
+void fg_census_after_fork(void);
+
 /* Exported wrapper NAME for hook INDEX: when the real entry point is known
  * and nothing diverts the hook, jump straight to it with every argument untouched;
  * otherwise jump to fg_slow_NAME, which has NAME's exact signature. Written

@@ -239,15 +239,6 @@ SIM_EXPORT CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
     return CUDA_SUCCESS;
 }
 
-SIM_EXPORT CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
-{
-    (void)pExportTableId;
-    if (!ppExportTable)
-        return CUDA_ERROR_INVALID_VALUE;
-    *ppExportTable = NULL;
-    return CUDA_ERROR_NOT_SUPPORTED; /* the runtime's private tables are not simulated */
-}
-
 /* ---- contexts ---- */
 
 static struct sim_ctx *new_ctx(int dev, int is_primary, unsigned flags)
@@ -532,7 +523,6 @@ SIM_EXPORT CUresult cuGetErrorString(CUresult error, const char **pStr)
 /* Entry points the shim does not hook; resolvable like the rest. */
 static const struct sim_proc unhooked_procs[] = {
     {"cuDeviceGetPCIBusId", "cuDeviceGetPCIBusId", 4000, 0, (void *)cuDeviceGetPCIBusId},
-    {"cuGetExportTable", "cuGetExportTable", 3000, 0, (void *)cuGetExportTable},
     {"cuGraphAddChildGraphNode", "cuGraphAddChildGraphNode", 10000, 0, (void *)cuGraphAddChildGraphNode},
 };
 

@@ -99,6 +99,13 @@ __attribute__((weak)) SIM_EXPORT CUresult cuGetProcAddress_v2(const char *symbol
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+__attribute__((weak)) SIM_EXPORT CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
+{
+    (void)ppExportTable;
+    (void)pExportTableId;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 __attribute__((weak)) SIM_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
     (void)pctx;
@@ -1198,6 +1205,7 @@ const struct sim_proc sim_procs[] = {
     {"cuGetErrorName", "cuGetErrorName", 6000, 0, (void *)cuGetErrorName},
     {"cuGetProcAddress", "cuGetProcAddress", 11030, 0, (void *)cuGetProcAddress},
     {"cuGetProcAddress", "cuGetProcAddress_v2", 12000, 0, (void *)cuGetProcAddress_v2},
+    {"cuGetExportTable", "cuGetExportTable", 3000, 0, (void *)cuGetExportTable},
     {"cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain", 7000, 0, (void *)cuDevicePrimaryCtxRetain},
     {"cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxRelease_v2", 11000, 0, (void *)cuDevicePrimaryCtxRelease_v2},
     {"cuDevicePrimaryCtxReset", "cuDevicePrimaryCtxReset_v2", 11000, 0, (void *)cuDevicePrimaryCtxReset_v2},

@@ -34,6 +34,8 @@ CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuin
 typedef CUresult (*fg_pfn_cuGetProcAddress)(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags, CUdriverProcAddressQueryResult *symbolStatus);
 typedef CUresult (*fg_pfn_cuGetProcAddress_v2)(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags, CUdriverProcAddressQueryResult *symbolStatus);
+CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId);
+typedef CUresult (*fg_pfn_cuGetExportTable)(const void **ppExportTable, const CUuuid *pExportTableId);
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
 typedef CUresult (*fg_pfn_cuDevicePrimaryCtxRetain)(CUcontext *pctx, CUdevice dev);
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);

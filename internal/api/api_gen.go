@@ -3,7 +3,7 @@
 package api
 
 // Hash identifies this ordered list; trace regions carry it.
-const Hash uint64 = 0x31efea36e9744819
+const Hash uint64 = 0xc7596c1db481901b
 
 // Names lists every hooked entry point, in hook-id order.
 var Names = []string{
@@ -20,6 +20,7 @@ var Names = []string{
 	"cuGetErrorName",
 	"cuGetProcAddress",
 	"cuGetProcAddress_v2",
+	"cuGetExportTable",
 	"cuDevicePrimaryCtxRetain",
 	"cuDevicePrimaryCtxRelease_v2",
 	"cuDevicePrimaryCtxReset_v2",

@@ -32,6 +32,8 @@ typedef CUresult (CUDAAPI *fg_sig_cuGetProcAddress)(const char *symbol, void **p
 SAME(fg_sig_cuGetProcAddress, PFN_cuGetProcAddress_v11030);
 typedef CUresult (CUDAAPI *fg_sig_cuGetProcAddress_v2)(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags, CUdriverProcAddressQueryResult *symbolStatus);
 SAME(fg_sig_cuGetProcAddress_v2, PFN_cuGetProcAddress_v12000);
+typedef CUresult (CUDAAPI *fg_sig_cuGetExportTable)(const void **ppExportTable, const CUuuid *pExportTableId);
+SAME(fg_sig_cuGetExportTable, PFN_cuGetExportTable_v3000);
 typedef CUresult (CUDAAPI *fg_sig_cuDevicePrimaryCtxRetain)(CUcontext *pctx, CUdevice dev);
 SAME(fg_sig_cuDevicePrimaryCtxRetain, PFN_cuDevicePrimaryCtxRetain_v7000);
 typedef CUresult (CUDAAPI *fg_sig_cuDevicePrimaryCtxRelease_v2)(CUdevice dev);

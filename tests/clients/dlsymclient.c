@@ -57,14 +57,14 @@ int main(void)
     /* RTLD_DEFAULT and RTLD_NEXT now see the loaded driver. */
     fg_pfn_cuDeviceGet devget = (fg_pfn_cuDeviceGet)dlsym(RTLD_DEFAULT, "cuDeviceGet");
     fg_pfn_cuDeviceGetCount devcount = (fg_pfn_cuDeviceGetCount)dlsym(RTLD_NEXT, "cuDeviceGetCount");
-    CUresult (*export_table)(const void **, const CUuuid *) = (CUresult(*)(const void **, const CUuuid *))dlsym(h, "cuGetExportTable");
-    if (!devget || !devcount || !export_table) {
+    CUresult (*bus_id)(char *, int, CUdevice) = (CUresult(*)(char *, int, CUdevice))dlsym(h, "cuDeviceGetPCIBusId");
+    if (!devget || !devcount || !bus_id) {
         fprintf(stderr, "dlsymclient: global lookups failed\n");
         return 1;
     }
     Dl_info info;
-    if (!dladdr((void *)export_table, &info) || !strstr(info.dli_fname, "libcuda")) {
-        fprintf(stderr, "dlsymclient: cuGetExportTable does not point into the driver\n");
+    if (!dladdr((void *)bus_id, &info) || !strstr(info.dli_fname, "libcuda")) {
+        fprintf(stderr, "dlsymclient: cuDeviceGetPCIBusId does not point into the driver\n");
         return 1;
     }
 

@@ -18,6 +18,7 @@ static const struct fg_variant fg_variants[] = {
     {"cuGetErrorName", "cuGetErrorName", 6000, 0, 0},
     {"cuGetProcAddress", "cuGetProcAddress", 11030, 0, 0},
     {"cuGetProcAddress_v2", "cuGetProcAddress", 12000, 0, 0},
+    {"cuGetExportTable", "cuGetExportTable", 3000, 0, 0},
     {"cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain", 7000, 0, 0},
     {"cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease", 11000, 0, 0},
     {"cuDevicePrimaryCtxReset_v2", "cuDevicePrimaryCtxReset", 11000, 0, 0},
