@@ -1,6 +1,7 @@
 # FlexGV build: Go and a C compiler only (no CUDA toolkit).
 #   make          shim, simulated GPU, CLI and test clients into build/
 #   make test     everything above, then every test
+#   make proto    regenerate the local API's Go code from proto/ (needs protoc)
 #   make demo     a sample workload on the simulated GPU under flexgv trace --log
 #                 (REAL_GPU=1 targets the machine's real driver instead)
 
@@ -15,10 +16,10 @@ NVML_INC := $(shell $(GO) mod download github.com/NVIDIA/go-nvml >/dev/null 2>&1
 INCS     := -Iinclude -Iinclude/flexgv -I$(NVML_INC)
 
 SHIM_SRC := $(wildcard shim/*.c)
-SIM_SRC  := simgpu/state.c simgpu/core.c simgpu/memory.c simgpu/exec.c simgpu/capture.c simgpu/graph.c simgpu/procs_gen.c
+SIM_SRC  := simgpu/state.c simgpu/core.c simgpu/memory.c simgpu/exec.c simgpu/capture.c simgpu/graph.c simgpu/exports.c simgpu/procs_gen.c
 HDRS     := $(wildcard include/flexgv/*.h include/flexgv/*.def shim/*.h simgpu/*.h)
-CLIENTS  := rtlike direct dlsymclient threads forker nvmlclient nocuda launchloop nextlib_user hookmap holder memclient captureclient
-GO_SRC   := $(shell find cmd internal -name '*.go') go.mod go.sum
+CLIENTS  := rtlike direct dlsymclient threads forker nvmlclient nocuda launchloop nextlib_user hookmap holder memclient captureclient exportclient
+GO_SRC   := $(shell find cmd internal proto -name '*.go') go.mod go.sum
 
 .PHONY: all shim sim cli clients test demo clean gen-check
 all: shim sim cli clients
@@ -71,7 +72,34 @@ $(BUILD)/tests/libnextlib.so: tests/clients/nextlib.c
 gen-check:
 	$(GO) run ./tools/gen -check
 
-test: all gen-check
+# The daemon's API in Go, generated from proto/ by protoc with the plugins
+# go.mod pins, and committed: building and CI need no protoc. proto-check
+# fails if the committed code is not what proto/ generates; it runs only
+# where protoc is installed, and says so where it is not. The protoc version
+# line of the generated headers is not compared.
+.PHONY: proto proto-check protoc-plugins
+PROTO_SRC := $(wildcard proto/flexgv/v1/*.proto)
+PROTOC     = PATH=$(abspath $(BUILD))/protoc-plugins:$$PATH protoc -I proto \
+             --go_opt=paths=source_relative --go-grpc_opt=paths=source_relative
+protoc-plugins:
+	GOBIN=$(abspath $(BUILD))/protoc-plugins $(GO) install \
+		google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc
+
+proto: protoc-plugins
+	$(PROTOC) --go_out=proto --go-grpc_out=proto $(PROTO_SRC)
+
+proto-check:
+ifeq ($(shell command -v protoc),)
+	@echo "proto-check: skipped, protoc is not installed (apt-get install protobuf-compiler)"
+else
+	@$(MAKE) --no-print-directory protoc-plugins >/dev/null
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	$(PROTOC) --go_out=$$tmp --go-grpc_out=$$tmp $(PROTO_SRC) && \
+	diff -r -I '^//.*protoc  *v[0-9]' -x '*.proto' proto $$tmp || \
+	{ echo "proto-check: the generated code differs from proto/; run make proto" >&2; exit 1; }
+endif
+
+test: all gen-check proto-check
 	$(GO) vet ./...
 	FLEXGV_BUILD=$(CURDIR)/$(BUILD) $(GO) test -count=1 ./...
 

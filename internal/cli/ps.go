@@ -17,11 +17,16 @@ func newPs() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "ps",
 		Short: "List the tenants on this machine: quotas, memory in use, processes",
-		Long: "Reads the tenants' shared state directly (no daemon needed); dead processes are not counted.\n" +
-			"Tenants no process is left in are removed; files that are not tenants are reported and skipped.",
+		Long: "Asks the node daemon when one answers, else reads the tenants' shared state directly; the two\n" +
+			"show the same. Dead processes are not counted. Tenants no process is left in are removed; files\n" +
+			"that are not tenants are reported and skipped.",
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			infos, bad, err := tenant.List(tenant.Dir())
+			dir := tenant.Dir()
+			infos, bad, ok, err := listViaDaemon(dir)
+			if !ok && err == nil {
+				infos, bad, err = tenant.List(dir)
+			}
 			if err != nil {
 				return fmt.Errorf("flexgv ps: %w", err)
 			}

@@ -127,7 +127,15 @@ func (q *quotaFlags) setup() ([]string, func(), error) {
 	if name == "" {
 		name = fmt.Sprintf("run-%d", os.Getpid())
 	}
-	t, err := tenant.Acquire(tenant.Dir(), tenant.Spec{Name: name, Devices: devices, CtxBytes: ctx})
+	dir, spec := tenant.Dir(), tenant.Spec{Name: name, Devices: devices, CtxBytes: ctx}
+	// A group created with --mem belongs to the node daemon if one runs; a
+	// run's own tenant, and a group joined by name, need none.
+	if q.group != "" && q.mem != "" {
+		if spec.Devices, err = groupViaDaemon(dir, spec, q.mem); err != nil {
+			return nil, nil, err
+		}
+	}
+	t, err := tenant.Acquire(dir, spec)
 	if err != nil {
 		return nil, nil, err
 	}

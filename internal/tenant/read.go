@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -26,6 +27,7 @@ var (
 type Info struct {
 	Name     string      `json:"name"`
 	OwnerUID uint32      `json:"owner_uid"`
+	Created  time.Time   `json:"created"`
 	Devices  []DeviceUse `json:"devices"`
 	Procs    []Proc      `json:"processes"`
 }
@@ -98,7 +100,7 @@ func Read(p string) (Info, error) {
 			return Info{}, fmt.Errorf("%s: %w", p, err)
 		}
 	}
-	info := Info{Name: h.name, OwnerUID: h.raw.OwnerUID, Devices: make([]DeviceUse, len(h.devices)), Procs: []Proc{}}
+	info := Info{Name: h.name, OwnerUID: h.raw.OwnerUID, Created: time.Unix(0, int64(h.raw.CreatedNs)), Devices: make([]DeviceUse, len(h.devices)), Procs: []Proc{}}
 	for d, dev := range h.devices {
 		info.Devices[d] = DeviceUse{Index: d, UUID: dev.UUID, Quota: dev.Quota, CtxMeasured: h.raw.Devices[d].CtxMeasured}
 	}

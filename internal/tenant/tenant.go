@@ -32,6 +32,12 @@ import (
 // Slots is how many processes one tenant can have at once.
 const Slots = 1024
 
+// Bounds of what a tenant can work with, for whoever creates one.
+const (
+	MinQuota = 1 << 20  // below this no CUDA program runs
+	MinCtx   = 16 << 20 // no CUDA context takes less
+)
+
 const (
 	filePrefix = "tenant-"  // tenant files: tenant-NAME
 	tmpPrefix  = ".tenant-" // being written aside: .tenant-NAME-*.tmp
@@ -53,6 +59,9 @@ func Dir() string {
 }
 
 func path(dir, name string) string { return filepath.Join(dir, filePrefix+name) }
+
+// Path is where the tenant name's file is in dir.
+func Path(dir, name string) string { return path(dir, name) }
 
 // Spec describes the tenant to create or join.
 type Spec struct {
@@ -76,8 +85,8 @@ type Tenant struct {
 // Creating one needs devices. Only the user who created a tenant (or root)
 // may join it.
 func Acquire(dir string, spec Spec) (*Tenant, error) {
-	if !nameRE.MatchString(spec.Name) {
-		return nil, fmt.Errorf("tenant name %q: use 1 to 63 letters, digits, '.', '_' or '-'", spec.Name)
+	if err := CheckName(spec.Name); err != nil {
+		return nil, err
 	}
 	if len(spec.Devices) > MaxDevices {
 		return nil, fmt.Errorf("a tenant holds at most %d devices", MaxDevices)
@@ -107,6 +116,14 @@ func Acquire(dir string, spec Spec) (*Tenant, error) {
 		return nil, err
 	}
 	return t, nil
+}
+
+// CheckName refuses names a tenant file cannot carry.
+func CheckName(name string) error {
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("tenant name %q: use 1 to 63 letters, digits, '.', '_' or '-'", name)
+	}
+	return nil
 }
 
 // join opens the tenant at p and takes the member lock, before the folder
@@ -227,6 +244,10 @@ func lockDir(dir string) (func(), error) {
 	}
 	return func() { f.Close() }, nil
 }
+
+// MakeDir creates the state folder as the CLI does, for files that live
+// next to the tenants.
+func MakeDir(dir string) error { return shareDir(dir) }
 
 // shareDir creates dir, or repairs it if we own it, with mode 01777: every
 // user can create tenants there and none can remove another's. The mode is

@@ -1,0 +1,138 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/flexgv/flexgv/internal/daemon"
+	"github.com/flexgv/flexgv/internal/tenant"
+	flexgvv1 "github.com/flexgv/flexgv/proto/flexgv/v1"
+)
+
+func newDaemon() *cobra.Command {
+	var socket, metricsAddr string
+	c := &cobra.Command{
+		Use:   "daemon",
+		Short: "Run the node daemon: the owner of this node's tenants, its local API and metrics",
+		Long: "Runs until SIGTERM or SIGINT. Serves the local API (gRPC, proto/flexgv/v1) on a unix socket\n" +
+			"next to the tenant files, for this user and root, and Prometheus metrics on /metrics.\n" +
+			"flexgv run --group --mem creates its group through the daemon when one answers: the daemon\n" +
+			"then holds it until DeleteTenant, across its own restarts. When it stops, the tenants no run\n" +
+			"holds are removed.",
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if err := checkDaemonFlags(c, socket, metricsAddr); err != nil {
+				return usageError{fmt.Errorf("flexgv daemon: %w", err)}
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			err := daemon.Run(ctx, daemon.Config{StateDir: tenant.Dir(), Socket: socket, MetricsAddr: metricsAddr, Log: c.ErrOrStderr()})
+			if err != nil {
+				return fmt.Errorf("flexgv daemon: %w", err)
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&socket, "socket", "", "unix socket of the local API (default $FLEXGV_STATE_DIR/daemon.sock, where flexgv run and ps look)")
+	c.Flags().StringVar(&metricsAddr, "metrics-addr", "127.0.0.1:9400", `HOST:PORT of the Prometheus endpoint /metrics ("" turns it off)`)
+	return c
+}
+
+// checkDaemonFlags refuses values the daemon could not start with, before
+// it touches anything.
+func checkDaemonFlags(c *cobra.Command, socket, metricsAddr string) error {
+	if c.Flags().Changed("socket") {
+		if socket == "" {
+			return errors.New("--socket is empty; give a path")
+		}
+		dir := filepath.Dir(socket)
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			return fmt.Errorf("--socket %s: the folder %s does not exist", socket, dir)
+		}
+	}
+	if metricsAddr == "" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(metricsAddr)
+	if err != nil {
+		return fmt.Errorf("--metrics-addr %s: not HOST:PORT (e.g. 127.0.0.1:9400, or \"\" for no metrics)", metricsAddr)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("--metrics-addr %s: the port must be a number from 0 to 65535", metricsAddr)
+	}
+	return nil
+}
+
+// groupViaDaemon has the node daemon, when one answers, create the group
+// or take over the one there with the same quotas, so that it outlives
+// this run; the run then joins it as without a daemon. It returns the
+// devices to join with: the daemon's parse of --mem, which is the
+// tenant's.
+func groupViaDaemon(dir string, spec tenant.Spec, mem string) ([]tenant.DeviceQuota, error) {
+	c, err := daemon.Connect(daemon.Socket(dir))
+	if c == nil || err != nil {
+		return spec.Devices, nil
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), daemon.CallTimeout)
+	defer cancel()
+	resp, err := c.CreateTenant(ctx, &flexgvv1.CreateTenantRequest{Name: spec.Name, Memory: mem, ContextBytes: spec.CtxBytes})
+	switch {
+	case daemon.Absent(err):
+		return spec.Devices, nil
+	case status.Code(err) == codes.DeadlineExceeded:
+		fmt.Fprintf(os.Stderr, "flexgv: warning: the daemon on %s did not answer; going on without it\n", daemon.Socket(dir))
+		return spec.Devices, nil
+	case err != nil:
+		return nil, errors.New(daemon.Message(err))
+	}
+	if got := filepath.Dir(resp.Tenant.Path); got != filepath.Clean(dir) {
+		return nil, otherDir(dir, got)
+	}
+	return daemon.Quotas(resp.Tenant), nil
+}
+
+// listViaDaemon is ListTenants of the node daemon; ok is false when none
+// answers.
+func listViaDaemon(dir string) (infos []tenant.Info, skipped []error, ok bool, err error) {
+	c, err := daemon.Connect(daemon.Socket(dir))
+	if c == nil || err != nil {
+		return nil, nil, false, nil
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), daemon.CallTimeout)
+	defer cancel()
+	resp, err := c.ListTenants(ctx, &flexgvv1.ListTenantsRequest{})
+	switch {
+	case daemon.Absent(err):
+		return nil, nil, false, nil
+	case err != nil:
+		return nil, nil, false, fmt.Errorf("the daemon on %s: %s", daemon.Socket(dir), daemon.Message(err))
+	case filepath.Clean(resp.StateDir) != filepath.Clean(dir):
+		return nil, nil, false, otherDir(dir, resp.StateDir)
+	}
+	for _, t := range resp.Tenants {
+		infos = append(infos, daemon.Info(t))
+	}
+	for _, s := range resp.Skipped {
+		skipped = append(skipped, errors.New(s))
+	}
+	return infos, skipped, true, nil
+}
+
+// otherDir is the error of a daemon found at dir's socket that keeps its
+// tenants elsewhere (started with another --socket or state folder).
+func otherDir(dir, theirs string) error {
+	return fmt.Errorf("the daemon on %s keeps its tenants in %s, not in %s ($FLEXGV_STATE_DIR)", daemon.Socket(dir), theirs, dir)
+}

@@ -1,0 +1,218 @@
+// Package daemon is the node daemon: the owner of the tenants of a node.
+// It holds the tenants created through it (as a member of each, like a
+// flexgv run), serves the local API over a unix socket and Prometheus
+// metrics over HTTP. The shim never talks to it: tenants are enforced from
+// their files whether it runs or not.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/local"
+
+	"github.com/flexgv/flexgv/internal/gpuinfo"
+	"github.com/flexgv/flexgv/internal/metrics"
+	"github.com/flexgv/flexgv/internal/tenant"
+	flexgvv1 "github.com/flexgv/flexgv/proto/flexgv/v1"
+)
+
+// Config is how a daemon runs.
+type Config struct {
+	StateDir    string    // where the tenant files are
+	Socket      string    // the API's unix socket; "": Socket(StateDir)
+	MetricsAddr string    // HOST:PORT of /metrics; "": none
+	Log         io.Writer // what it does, line by line
+}
+
+// stopGrace is how long calls in progress may take to finish on shutdown.
+const stopGrace = 5 * time.Second
+
+// Run runs the daemon until ctx is done, then releases the tenants it
+// holds: those no run holds are removed, as when any member leaves.
+func Run(ctx context.Context, cfg Config) error {
+	logger := log.New(cfg.Log, "flexgv daemon: ", 0)
+	socket := cfg.Socket
+	if socket == "" {
+		socket = Socket(cfg.StateDir)
+	}
+	if err := tenant.MakeDir(cfg.StateDir); err != nil {
+		return fmt.Errorf("tenant state folder %s: %w", cfg.StateDir, err)
+	}
+	lock, err := lockState(cfg.StateDir)
+	if errors.Is(err, errBusy) {
+		if answers(socket) {
+			return fmt.Errorf("another flexgv daemon answers on %s", socket)
+		}
+		return fmt.Errorf("another flexgv daemon keeps the tenants of %s", cfg.StateDir)
+	}
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if err := clearSocket(socket); err != nil {
+		return err
+	}
+	var metricsLis net.Listener
+	if cfg.MetricsAddr != "" {
+		if metricsLis, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		defer metricsLis.Close()
+	}
+	h, adopted, err := adopt(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	defer h.releaseAll()
+	if len(adopted) > 0 {
+		logger.Printf("re-adopted tenants %s", strings.Join(adopted, ", "))
+	}
+	lis, err := listen(socket)
+	if err != nil {
+		return err
+	}
+	n := &nvml{gpus: gpuinfo.GPUs, devices: gpuinfo.Devices}
+	srv := grpc.NewServer(grpc.Creds(local.NewCredentials()))
+	flexgvv1.RegisterDaemonServer(srv, newAPI(cfg.StateDir, h, n, cfg.Log))
+	errc := make(chan error, 2)
+	go func() { errc <- srv.Serve(lis) }()
+	var hs *http.Server
+	where := "serving on " + socket
+	if metricsLis != nil {
+		hs = &http.Server{Handler: metricsHandler(cfg.StateDir, h, n, logger), ReadHeaderTimeout: 10 * time.Second}
+		go func() { errc <- hs.Serve(metricsLis) }()
+		where += ", metrics on http://" + metricsLis.Addr().String() + "/metrics"
+	}
+	logger.Print(where)
+	select {
+	case <-ctx.Done():
+		err = nil
+	case err = <-errc:
+	}
+	if hs != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), stopGrace)
+		hs.Shutdown(sctx)
+		cancel()
+	}
+	stopped := make(chan struct{})
+	go func() { srv.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(stopGrace):
+		srv.Stop()
+	}
+	if names := h.names(); len(names) > 0 {
+		logger.Printf("stopping; releasing tenants %s", strings.Join(names, ", "))
+	}
+	return err
+}
+
+// metricsHandler serves /metrics, collected when scraped. A scrape that
+// cannot read the tenants still gets the rest; the daemon's log says why.
+func metricsHandler(dir string, h *held, n *nvml, logger *log.Logger) http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		metrics.New(metrics.Source{
+			Tenants: func() ([]tenant.Info, []error, error) { return tenant.List(dir) },
+			Devices: n.Devices,
+			Held:    h.count,
+		}),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: logger, ErrorHandling: promhttp.ContinueOnError}))
+	return mux
+}
+
+// answers reports whether something accepts connections on socket.
+func answers(socket string) bool {
+	c, err := net.DialTimeout("unix", socket, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+// clearSocket makes room for the daemon's socket: refused if a daemon
+// answers there, a socket a dead one left is removed.
+func clearSocket(socket string) error {
+	st, err := os.Lstat(socket)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case st.Mode()&fs.ModeSocket == 0:
+		return fmt.Errorf("%s exists and is not a socket; remove it or give another --socket", socket)
+	case answers(socket):
+		return fmt.Errorf("another flexgv daemon answers on %s", socket)
+	}
+	if err := os.Remove(socket); err != nil {
+		return fmt.Errorf("removing the stale socket %s: %w", socket, err)
+	}
+	return nil
+}
+
+// maxSocketPath is what a unix socket address holds, less its NUL.
+const maxSocketPath = len(unix.RawSockaddrUnix{}.Path) - 1
+
+// listen creates the API's socket, for this user only: its mode says so to
+// other users' clients, and the listener drops their connections, since
+// they may connect before the mode is set.
+func listen(socket string) (net.Listener, error) {
+	if len(socket) > maxSocketPath {
+		return nil, fmt.Errorf("socket %s: longer than the %d bytes a unix socket path can have", socket, maxSocketPath)
+	}
+	lis, err := net.Listen("unix", socket)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(socket, 0o600); err != nil {
+		lis.Close()
+		return nil, err
+	}
+	return sameUser{lis.(*net.UnixListener)}, nil
+}
+
+// sameUser accepts connections from the daemon's user and root only.
+type sameUser struct{ *net.UnixListener }
+
+func (l sameUser) Accept() (net.Conn, error) {
+	for {
+		c, err := l.AcceptUnix()
+		if err != nil {
+			return nil, err
+		}
+		if peerAllowed(c) {
+			return c, nil
+		}
+		c.Close()
+	}
+}
+
+func peerAllowed(c *net.UnixConn) bool {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var cred *unix.Ucred
+	raw.Control(func(fd uintptr) { cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) })
+	return err == nil && cred != nil && (cred.Uid == 0 || cred.Uid == uint32(os.Geteuid()))
+}

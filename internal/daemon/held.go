@@ -1,0 +1,268 @@
+package daemon
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/flexgv/flexgv/internal/tenant"
+)
+
+// Files of the daemon in the state folder, next to the tenants.
+const (
+	lockName     = "daemon.lock"    // held while a daemon runs
+	registryName = "daemon.tenants" // the tenants it holds
+	registryTmp  = ".daemon.tenants-"
+	maxRegistry  = 1 << 20
+)
+
+// held is the set of tenants the daemon holds. It is a member of each, so
+// none is removed while it runs, and it records them in its registry so
+// that the next daemon re-adopts those still there: a tenant outlives a
+// daemon killed at any point as long as one of its runs does, the member
+// locks being the kernel's as for every CLI.
+type held struct {
+	mu       sync.Mutex
+	dir      string
+	registry string
+	tenants  map[string]heldTenant
+}
+
+type heldTenant struct {
+	*tenant.Tenant
+	created time.Time // which file of that name: names are reused
+}
+
+// record is one registry entry.
+type record struct {
+	Name    string `json:"name"`
+	Created int64  `json:"created_unix_nano"`
+}
+
+// lockState takes the state folder's daemon lock, which the kernel drops
+// when the daemon dies: one daemon per folder.
+func lockState(dir string) (*os.File, error) {
+	p := filepath.Join(dir, lockName)
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, errBusy
+		}
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	return f, nil
+}
+
+var errBusy = errors.New("another flexgv daemon runs")
+
+// adopt reads the registry and joins every tenant in it that is still
+// the file it recorded. It returns the names it holds now.
+func adopt(dir string) (*held, []string, error) {
+	h := &held{dir: dir, registry: filepath.Join(dir, registryName), tenants: map[string]heldTenant{}}
+	recs, err := h.load()
+	if err != nil {
+		return nil, nil, err
+	}
+	// What a daemon killed while writing its registry left aside.
+	if old, err := filepath.Glob(filepath.Join(dir, registryTmp+"*")); err == nil {
+		for _, p := range old {
+			os.Remove(p)
+		}
+	}
+	infos, _, err := tenant.List(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, r := range recs {
+		i := slices.IndexFunc(infos, func(in tenant.Info) bool { return in.Name == r.Name && in.Created.UnixNano() == r.Created })
+		if i < 0 {
+			continue
+		}
+		t, err := tenant.Acquire(dir, tenant.Spec{Name: r.Name})
+		if err != nil {
+			continue // gone since: its last member left
+		}
+		// Joined by name: it must still be the file recorded.
+		if info, err := tenant.Read(t.Path); err != nil || info.Created.UnixNano() != r.Created {
+			t.Release()
+			continue
+		}
+		h.tenants[r.Name] = heldTenant{t, infos[i].Created}
+	}
+	if err := h.save(); err != nil {
+		h.releaseAll()
+		return nil, nil, err
+	}
+	return h, h.names(), nil
+}
+
+// load reads the registry. Anyone may create files in the state folder:
+// one this user did not write is refused, not believed.
+func (h *held) load() ([]record, error) {
+	f, err := os.OpenFile(h.registry, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("registry of held tenants: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if uid := st.Sys().(*syscall.Stat_t).Uid; !st.Mode().IsRegular() || uid != uint32(os.Geteuid()) {
+		return nil, fmt.Errorf("%s is not a registry this user wrote (owner uid %d); remove it", h.registry, uid)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxRegistry+1))
+	if err != nil {
+		return nil, err
+	}
+	var recs []record
+	if len(data) > maxRegistry || json.Unmarshal(data, &recs) != nil {
+		return nil, fmt.Errorf("%s is damaged; remove it (tenants held by the last daemon are then not re-adopted)", h.registry)
+	}
+	return recs, nil
+}
+
+// save writes the registry aside and renames it into place, so that it is
+// whole whenever the daemon dies.
+func (h *held) save() error {
+	recs := []record{}
+	for _, n := range h.names() {
+		recs = append(recs, record{n, h.tenants[n].created.UnixNano()})
+	}
+	data, _ := json.Marshal(recs)
+	f, err := os.CreateTemp(h.dir, registryTmp+"*")
+	if err != nil {
+		return fmt.Errorf("registry of held tenants: %w", err)
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), h.registry)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("registry of held tenants: %w", err)
+	}
+	return nil
+}
+
+func (h *held) names() []string { return slices.Sorted(maps.Keys(h.tenants)) }
+
+// create creates the tenant spec.Name, or joins one with the same quotas,
+// and holds it.
+func (h *held) create(spec tenant.Spec) (tenant.Info, bool, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t, err := tenant.Acquire(h.dir, spec)
+	if err != nil {
+		return tenant.Info{}, false, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	info, err := tenant.Read(t.Path)
+	if err != nil {
+		t.Release()
+		return tenant.Info{}, false, status.Error(codes.Internal, err.Error())
+	}
+	old, had := h.tenants[spec.Name]
+	if had && old.created.Equal(info.Created) {
+		t.Release() // a member already
+		return info, false, nil
+	}
+	h.tenants[spec.Name] = heldTenant{t, info.Created}
+	if err := h.save(); err != nil {
+		if had {
+			h.tenants[spec.Name] = old
+		} else {
+			delete(h.tenants, spec.Name)
+		}
+		t.Release()
+		return tenant.Info{}, false, status.Error(codes.Internal, err.Error())
+	}
+	if had { // the file it held was replaced
+		old.Release()
+	}
+	return info, t.Created, nil
+}
+
+// remove lets go of a held tenant nobody uses; it is removed unless a run
+// still holds it. It reports whether the file is gone.
+func (h *held) remove(name string) (bool, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t, ok := h.tenants[name]
+	if !ok {
+		if _, err := os.Lstat(tenant.Path(h.dir, name)); err == nil {
+			return false, status.Errorf(codes.FailedPrecondition, "tenant %s is not held by the daemon: it goes when its last run exits", name)
+		}
+		return false, status.Errorf(codes.NotFound, "no tenant %s", name)
+	}
+	info, err := tenant.Read(t.Path)
+	if err != nil {
+		return false, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	if n := len(info.Procs); n > 0 {
+		pids := make([]string, n)
+		for i, p := range info.Procs {
+			pids[i] = fmt.Sprint(p.Pid)
+		}
+		return false, status.Errorf(codes.FailedPrecondition, "tenant %s has %d processes using it (pids %s)", name, n, strings.Join(pids, " "))
+	}
+	delete(h.tenants, name)
+	if err := h.save(); err != nil {
+		h.tenants[name] = t
+		return false, status.Error(codes.Internal, err.Error())
+	}
+	if err := t.Release(); err != nil {
+		return false, status.Error(codes.Internal, err.Error())
+	}
+	_, err = os.Lstat(t.Path)
+	return errors.Is(err, fs.ErrNotExist), nil
+}
+
+// holds reports whether info is a tenant the daemon holds.
+func (h *held) holds(info tenant.Info) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t, ok := h.tenants[info.Name]
+	return ok && t.created.Equal(info.Created)
+}
+
+func (h *held) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.tenants)
+}
+
+// releaseAll ends the daemon's membership of every tenant, which removes
+// those no run holds. The registry stays: a daemon started later re-adopts
+// those that are left.
+func (h *held) releaseAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for n, t := range h.tenants {
+		t.Release()
+		delete(h.tenants, n)
+	}
+}

@@ -1,0 +1,105 @@
+package daemon
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/flexgv/flexgv/internal/tenant"
+)
+
+var oneGiB = []tenant.DeviceQuota{{UUID: uuid0, Quota: 1 << 30}}
+
+// A daemon that dies (its member locks dropped, nothing released) leaves
+// its tenants to their runs; the next one re-adopts those still there and
+// holds them after their runs leave. One that went in between, or whose
+// name now belongs to another file, is not adopted.
+func TestReadoptAfterADaemonDies(t *testing.T) {
+	dir := t.TempDir()
+	first, _, err := adopt(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs []*tenant.Tenant
+	for _, name := range []string{"kept", "gone", "replaced"} {
+		if _, _, err := first.create(tenant.Spec{Name: name, Devices: oneGiB}); err != nil {
+			t.Fatal(err)
+		}
+		run, err := tenant.Acquire(dir, tenant.Spec{Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, run)
+	}
+	// Its runs hold them: releasing is what the daemon's death does.
+	first.releaseAll()
+	runs[1].Release()
+	runs[2].Release()
+	other, err := tenant.Acquire(dir, tenant.Spec{Name: "replaced", Devices: oneGiB})
+	if err != nil || !other.Created {
+		t.Fatalf("a new tenant of the same name: %+v %v", other, err)
+	}
+	defer other.Release()
+
+	second, adopted, err := adopt(dir)
+	if err != nil || strings.Join(adopted, ",") != "kept" {
+		t.Fatalf("re-adopted %v (%v), want kept", adopted, err)
+	}
+	defer second.releaseAll()
+	runs[0].Release()
+	if _, err := os.Stat(filepath.Join(dir, "tenant-kept")); err != nil {
+		t.Fatalf("re-adopted tenant removed when its run left: %v", err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, registryName))
+	if err != nil || strings.Count(string(data), `"name"`) != 1 || !strings.Contains(string(data), `"kept"`) {
+		t.Fatalf("registry %s %v", data, err)
+	}
+}
+
+// Anyone may put files in the state folder: a registry this user did not
+// write, or cannot read, stops the daemon with a clear message.
+func TestRegistryRefusals(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, registryName)
+	if err := os.WriteFile(p, []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := adopt(dir); err == nil || !strings.Contains(err.Error(), "is damaged; remove it") {
+		t.Fatalf("damaged registry: %v", err)
+	}
+	os.Remove(p)
+	if err := os.Symlink("/etc/passwd", p); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := adopt(dir); err == nil {
+		t.Fatal("a registry that is a symbolic link was read")
+	}
+	if os.Geteuid() == 0 {
+		os.Remove(p)
+		if err := os.WriteFile(p, []byte("[]"), 0o600); err != nil || os.Chown(p, 65534, 65534) != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := adopt(dir); err == nil || !strings.Contains(err.Error(), "not a registry this user wrote (owner uid 65534)") {
+			t.Fatalf("another user's registry: %v", err)
+		}
+	}
+}
+
+// One daemon per state folder.
+func TestOneDaemonPerStateFolder(t *testing.T) {
+	dir := t.TempDir()
+	f, err := lockState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lockState(dir); err != errBusy {
+		t.Fatalf("second lock: %v", err)
+	}
+	f.Close()
+	g, err := lockState(dir)
+	if err != nil {
+		t.Fatalf("lock after the first daemon is gone: %v", err)
+	}
+	g.Close()
+}

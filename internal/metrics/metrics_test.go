@@ -1,0 +1,123 @@
+package metrics
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/flexgv/flexgv/internal/gpuinfo"
+	"github.com/flexgv/flexgv/internal/tenant"
+)
+
+const (
+	uuidA = "GPU-00000000-0000-4000-8000-00000000000a"
+	uuidB = "GPU-00000000-0000-4000-8000-00000000000b"
+)
+
+var (
+	gpus = []gpuinfo.Device{
+		{Index: 0, UUID: uuidB, Total: 16 << 30, Used: 3 << 30, Util: 40},
+		{Index: 1, UUID: uuidA, Total: 8 << 30, Used: 0, Util: 0},
+	}
+	tenants = []tenant.Info{
+		{
+			Name: "a",
+			// Device 1 is neither limited nor used: no row, as in flexgv ps.
+			Devices: []tenant.DeviceUse{
+				{Index: 0, UUID: uuidA, Quota: 1 << 30, Used: 600 << 20, CtxMeasured: 64 << 20},
+				{Index: 1, UUID: uuidB},
+			},
+			Procs: []tenant.Proc{{Pid: 10, Used: []uint64{400 << 20, 0}}, {Pid: 11, Used: []uint64{200 << 20, 0}}},
+		},
+		{
+			Name: "b", // made without NVML: entries stand for CUDA devices by index
+			Devices: []tenant.DeviceUse{
+				{Index: 0, Quota: 2 << 30},
+				{Index: 1, Used: 1 << 20},
+			},
+			Procs: []tenant.Proc{{Pid: 12, Used: []uint64{0, 1 << 20}}},
+		},
+	}
+)
+
+func source(devErr, tenErr error) Source {
+	return Source{
+		Tenants: func() ([]tenant.Info, []error, error) { return tenants, nil, tenErr },
+		Devices: func() ([]gpuinfo.Device, error) {
+			if devErr != nil {
+				return nil, devErr
+			}
+			return gpus, nil
+		},
+		Held: func() int { return 1 },
+	}
+}
+
+const tenantText = `
+# HELP flexgv_tenant_memory_quota_bytes GPU memory quota of a tenant on a device; absent where it has no limit.
+# TYPE flexgv_tenant_memory_quota_bytes gauge
+flexgv_tenant_memory_quota_bytes{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="a"} 1.073741824e+09
+flexgv_tenant_memory_quota_bytes{gpu_index="0",gpu_uuid="",tenant="b"} 2.147483648e+09
+# HELP flexgv_tenant_memory_used_bytes GPU memory the live processes of a tenant hold on a device, contexts included.
+# TYPE flexgv_tenant_memory_used_bytes gauge
+flexgv_tenant_memory_used_bytes{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="a"} 6.291456e+08
+flexgv_tenant_memory_used_bytes{gpu_index="0",gpu_uuid="",tenant="b"} 0
+flexgv_tenant_memory_used_bytes{gpu_index="1",gpu_uuid="",tenant="b"} 1.048576e+06
+# HELP flexgv_tenant_processes Live processes of a tenant that hold memory on a device.
+# TYPE flexgv_tenant_processes gauge
+flexgv_tenant_processes{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="a"} 2
+flexgv_tenant_processes{gpu_index="0",gpu_uuid="",tenant="b"} 0
+flexgv_tenant_processes{gpu_index="1",gpu_uuid="",tenant="b"} 1
+# HELP flexgv_tenant_context_bytes Device memory one CUDA context of a tenant took on a device, as last measured; absent until measured.
+# TYPE flexgv_tenant_context_bytes gauge
+flexgv_tenant_context_bytes{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="a"} 6.7108864e+07
+# HELP flexgv_daemon_tenants Tenants the daemon holds (created through it).
+# TYPE flexgv_daemon_tenants gauge
+flexgv_daemon_tenants 1
+`
+
+const gpuText = `
+# HELP flexgv_gpu_memory_total_bytes Memory of a GPU, from NVML.
+# TYPE flexgv_gpu_memory_total_bytes gauge
+flexgv_gpu_memory_total_bytes{gpu_index="0",gpu_uuid="` + uuidB + `"} 1.7179869184e+10
+flexgv_gpu_memory_total_bytes{gpu_index="1",gpu_uuid="` + uuidA + `"} 8.589934592e+09
+# HELP flexgv_gpu_memory_used_bytes Memory in use on a GPU, all processes, from NVML.
+# TYPE flexgv_gpu_memory_used_bytes gauge
+flexgv_gpu_memory_used_bytes{gpu_index="0",gpu_uuid="` + uuidB + `"} 3.221225472e+09
+flexgv_gpu_memory_used_bytes{gpu_index="1",gpu_uuid="` + uuidA + `"} 0
+# HELP flexgv_gpu_utilization_ratio Fraction of the last sample period in which a kernel ran on a GPU, from NVML.
+# TYPE flexgv_gpu_utilization_ratio gauge
+flexgv_gpu_utilization_ratio{gpu_index="0",gpu_uuid="` + uuidB + `"} 0.4
+flexgv_gpu_utilization_ratio{gpu_index="1",gpu_uuid="` + uuidA + `"} 0
+`
+
+// Tenants' devices are labelled with the NVML index of their UUID, which
+// need not be the entry's position.
+func TestTenantsAndGPUs(t *testing.T) {
+	if err := testutil.CollectAndCompare(New(source(nil, nil)), strings.NewReader(tenantText+gpuText)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.CollectAndLint(New(source(nil, nil))); err != nil || len(n) != 0 {
+		t.Fatalf("lint: %v %v", n, err)
+	}
+}
+
+// Without NVML the GPU metrics are left out and a tenant's UUID has no
+// index to show.
+func TestWithoutNVML(t *testing.T) {
+	want := strings.ReplaceAll(tenantText, `gpu_index="1",gpu_uuid="`+uuidA, `gpu_index="",gpu_uuid="`+uuidA)
+	if err := testutil.CollectAndCompare(New(source(errors.New("no NVML"), nil)), strings.NewReader(want)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A state folder that cannot be read fails the tenant metrics, not the GPUs'.
+func TestTenantsUnreadable(t *testing.T) {
+	err := testutil.CollectAndCompare(New(source(nil, errors.New("state folder: permission denied"))), strings.NewReader(gpuText),
+		"flexgv_gpu_memory_total_bytes", "flexgv_gpu_memory_used_bytes", "flexgv_gpu_utilization_ratio")
+	if err == nil || !strings.Contains(err.Error(), "state folder: permission denied") {
+		t.Fatalf("collect: %v", err)
+	}
+}
