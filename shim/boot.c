@@ -56,7 +56,6 @@ void fg_boot(void)
     const char *tenant = getenv("FLEXGV_TENANT");
     if (tenant && *tenant) {
         fg_tenant_init(tenant);
-        fg_memquota_divert();
     }
     const char *log = getenv("FLEXGV_LOG");
     const char *trace = getenv("FLEXGV_TRACE");

@@ -414,14 +414,14 @@ static void seen_refusal(const CUuuid *id, CUresult r)
     unlock();
 }
 
-CUresult fg_around_cuGetExportTable(fg_real_cuGetExportTable real, const void **ppExportTable,
+CUresult fg_census_cuGetExportTable(fg_real_cuGetExportTable next, const void **ppExportTable,
                                     const CUuuid *pExportTableId)
 {
-    CUresult r = real(ppExportTable, pExportTableId);
+    CUresult r = next(ppExportTable, pExportTableId);
     if (!prefix || !pExportTableId)
         return r;
     if (r == CUDA_SUCCESS && ppExportTable && *ppExportTable)
-        seen(pExportTableId, (uintptr_t)*ppExportTable, (void *)real);
+        seen(pExportTableId, (uintptr_t)*ppExportTable, fg_real_fn(FG_API_cuGetExportTable));
     else
         seen_refusal(pExportTableId, r);
     return r;
@@ -563,7 +563,7 @@ void fg_census_init(const char *path_prefix)
         return;
     const char *list = getenv("FLEXGV_CENSUS_SKIP");
     parse_skip(list ? list : default_skip);
-    fg_divert[FG_API_cuGetExportTable] = 1;
+    fg_policy_enable(FG_POLICY_CENSUS);
     atexit(write_report);
 }
 

@@ -506,57 +506,23 @@ unsigned char fg_divert[FG_NUM_APIS] = {
     [FG_API_cuGetProcAddress_v2] = 1,
 };
 
-/* Hooks with an around function, diverted while a policy is on. */
-const unsigned short fg_around_ids[] = {
-    FG_API_cuInit,
-    FG_API_cuDeviceTotalMem_v2,
-    FG_API_cuGetProcAddress,
-    FG_API_cuGetProcAddress_v2,
-    FG_API_cuGetExportTable,
-    FG_API_cuDevicePrimaryCtxRetain,
-    FG_API_cuDevicePrimaryCtxRelease_v2,
-    FG_API_cuDevicePrimaryCtxReset_v2,
-    FG_API_cuCtxCreate_v2,
-    FG_API_cuCtxCreate_v4,
-    FG_API_cuCtxDestroy_v2,
-    FG_API_cuCtxSynchronize,
-    FG_API_cuMemGetInfo_v2,
-    FG_API_cuMemAlloc_v2,
-    FG_API_cuMemAllocPitch_v2,
-    FG_API_cuMemFree_v2,
-    FG_API_cuMemAllocManaged,
-    FG_API_cuMemAllocAsync,
-    FG_API_cuMemAllocAsync_ptsz,
-    FG_API_cuMemAllocFromPoolAsync,
-    FG_API_cuMemAllocFromPoolAsync_ptsz,
-    FG_API_cuMemPoolCreate,
-    FG_API_cuMemPoolDestroy,
-    FG_API_cuMemPoolTrimTo,
-    FG_API_cuMemCreate,
-    FG_API_cuMemRelease,
-    FG_API_cuMemMap,
-    FG_API_cuMemUnmap,
-    FG_API_cuArrayCreate_v2,
-    FG_API_cuArray3DCreate_v2,
-    FG_API_cuArrayDestroy,
-    FG_API_cuMipmappedArrayCreate,
-    FG_API_cuMipmappedArrayDestroy,
-    FG_API_cuStreamSynchronize,
-    FG_API_cuStreamSynchronize_ptsz,
-    FG_API_cuEventSynchronize,
-    FG_API_cuDeviceGraphMemTrim,
-    FG_API_cuGraphInstantiateWithFlags,
-    FG_API_cuGraphInstantiateWithParams,
-    FG_API_cuGraphInstantiateWithParams_ptsz,
-    FG_API_cuGraphUpload,
-    FG_API_cuGraphUpload_ptsz,
-    FG_API_cuGraphLaunch,
-    FG_API_cuGraphLaunch_ptsz,
-    FG_API_cuGraphExecDestroy,
-    FG_API_nvmlDeviceGetMemoryInfo,
-    FG_API_nvmlDeviceGetMemoryInfo_v2,
+/* Nonzero: the policy acts in this process. */
+unsigned char fg_policy_on[FG_NUM_POLICIES] = {
+    [FG_POLICY_PROCADDR] = 1,
 };
-const int fg_num_around = 47;
+
+/* The hooks each policy acts on, diverted when it is enabled. */
+static const unsigned short hooks_procaddr[] = {FG_API_cuGetProcAddress, FG_API_cuGetProcAddress_v2, 0xffff};
+static const unsigned short hooks_census[] = {FG_API_cuGetExportTable, 0xffff};
+static const unsigned short hooks_mem[] = {FG_API_cuInit, FG_API_cuDeviceTotalMem_v2, FG_API_cuDevicePrimaryCtxRetain, FG_API_cuDevicePrimaryCtxRelease_v2, FG_API_cuDevicePrimaryCtxReset_v2, FG_API_cuCtxCreate_v2, FG_API_cuCtxCreate_v4, FG_API_cuCtxDestroy_v2, FG_API_cuCtxSynchronize, FG_API_cuMemGetInfo_v2, FG_API_cuMemAlloc_v2, FG_API_cuMemAllocPitch_v2, FG_API_cuMemFree_v2, FG_API_cuMemAllocManaged, FG_API_cuMemAllocAsync, FG_API_cuMemAllocAsync_ptsz, FG_API_cuMemAllocFromPoolAsync, FG_API_cuMemAllocFromPoolAsync_ptsz, FG_API_cuMemPoolCreate, FG_API_cuMemPoolDestroy, FG_API_cuMemPoolTrimTo, FG_API_cuMemCreate, FG_API_cuMemRelease, FG_API_cuMemMap, FG_API_cuMemUnmap, FG_API_cuArrayCreate_v2, FG_API_cuArray3DCreate_v2, FG_API_cuArrayDestroy, FG_API_cuMipmappedArrayCreate, FG_API_cuMipmappedArrayDestroy, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuDeviceGraphMemTrim, FG_API_cuGraphInstantiateWithFlags, FG_API_cuGraphInstantiateWithParams, FG_API_cuGraphInstantiateWithParams_ptsz, FG_API_cuGraphUpload, FG_API_cuGraphUpload_ptsz, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, FG_API_cuGraphExecDestroy, FG_API_nvmlDeviceGetMemoryInfo, FG_API_nvmlDeviceGetMemoryInfo_v2, 0xffff};
+
+void fg_policy_enable(enum fg_policy p)
+{
+    static const unsigned short *const hooks[FG_NUM_POLICIES] = {hooks_procaddr, hooks_census, hooks_mem, };
+    fg_policy_on[p] = 1;
+    for (const unsigned short *h = hooks[p]; *h != 0xffff; h++)
+        fg_divert[*h] = 1;
+}
 
 FG_SLOW CUresult fg_slow_cuInit(unsigned int Flags)
 {
@@ -564,9 +530,9 @@ FG_SLOW CUresult fg_slow_cuInit(unsigned int Flags)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuInit);
     if (!fg_tracing)
-        return fg_around_cuInit(real, Flags);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuInit(real, Flags) : real(Flags));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuInit(real, Flags);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuInit(real, Flags) : real(Flags));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuInit, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -690,9 +656,9 @@ FG_SLOW CUresult fg_slow_cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuDeviceTotalMem_v2);
     if (!fg_tracing)
-        return fg_around_cuDeviceTotalMem_v2(real, bytes, dev);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuDeviceTotalMem_v2(real, bytes, dev) : real(bytes, dev));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuDeviceTotalMem_v2(real, bytes, dev);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuDeviceTotalMem_v2(real, bytes, dev) : real(bytes, dev));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuDeviceTotalMem_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -762,9 +728,9 @@ FG_SLOW CUresult fg_slow_cuGetProcAddress(const char *symbol, void **pfn, int cu
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuGetProcAddress);
     if (!fg_tracing)
-        return fg_around_cuGetProcAddress(real, symbol, pfn, cudaVersion, flags);
+        return (fg_policy_on[FG_POLICY_PROCADDR] ? fg_procaddr_cuGetProcAddress(real, symbol, pfn, cudaVersion, flags) : real(symbol, pfn, cudaVersion, flags));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuGetProcAddress(real, symbol, pfn, cudaVersion, flags);
+    CUresult r = (fg_policy_on[FG_POLICY_PROCADDR] ? fg_procaddr_cuGetProcAddress(real, symbol, pfn, cudaVersion, flags) : real(symbol, pfn, cudaVersion, flags));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuGetProcAddress, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -780,9 +746,9 @@ FG_SLOW CUresult fg_slow_cuGetProcAddress_v2(const char *symbol, void **pfn, int
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuGetProcAddress_v2);
     if (!fg_tracing)
-        return fg_around_cuGetProcAddress_v2(real, symbol, pfn, cudaVersion, flags, symbolStatus);
+        return (fg_policy_on[FG_POLICY_PROCADDR] ? fg_procaddr_cuGetProcAddress_v2(real, symbol, pfn, cudaVersion, flags, symbolStatus) : real(symbol, pfn, cudaVersion, flags, symbolStatus));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuGetProcAddress_v2(real, symbol, pfn, cudaVersion, flags, symbolStatus);
+    CUresult r = (fg_policy_on[FG_POLICY_PROCADDR] ? fg_procaddr_cuGetProcAddress_v2(real, symbol, pfn, cudaVersion, flags, symbolStatus) : real(symbol, pfn, cudaVersion, flags, symbolStatus));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuGetProcAddress_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -798,9 +764,9 @@ FG_SLOW CUresult fg_slow_cuGetExportTable(const void **ppExportTable, const CUuu
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuGetExportTable);
     if (!fg_tracing)
-        return fg_around_cuGetExportTable(real, ppExportTable, pExportTableId);
+        return (fg_policy_on[FG_POLICY_CENSUS] ? fg_census_cuGetExportTable(real, ppExportTable, pExportTableId) : real(ppExportTable, pExportTableId));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuGetExportTable(real, ppExportTable, pExportTableId);
+    CUresult r = (fg_policy_on[FG_POLICY_CENSUS] ? fg_census_cuGetExportTable(real, ppExportTable, pExportTableId) : real(ppExportTable, pExportTableId));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuGetExportTable, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -816,9 +782,9 @@ FG_SLOW CUresult fg_slow_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuDevicePrimaryCtxRetain);
     if (!fg_tracing)
-        return fg_around_cuDevicePrimaryCtxRetain(real, pctx, dev);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuDevicePrimaryCtxRetain(real, pctx, dev) : real(pctx, dev));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuDevicePrimaryCtxRetain(real, pctx, dev);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuDevicePrimaryCtxRetain(real, pctx, dev) : real(pctx, dev));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuDevicePrimaryCtxRetain, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -834,9 +800,9 @@ FG_SLOW CUresult fg_slow_cuDevicePrimaryCtxRelease_v2(CUdevice dev)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuDevicePrimaryCtxRelease_v2);
     if (!fg_tracing)
-        return fg_around_cuDevicePrimaryCtxRelease_v2(real, dev);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuDevicePrimaryCtxRelease_v2(real, dev) : real(dev));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuDevicePrimaryCtxRelease_v2(real, dev);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuDevicePrimaryCtxRelease_v2(real, dev) : real(dev));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuDevicePrimaryCtxRelease_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -852,9 +818,9 @@ FG_SLOW CUresult fg_slow_cuDevicePrimaryCtxReset_v2(CUdevice dev)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuDevicePrimaryCtxReset_v2);
     if (!fg_tracing)
-        return fg_around_cuDevicePrimaryCtxReset_v2(real, dev);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuDevicePrimaryCtxReset_v2(real, dev) : real(dev));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuDevicePrimaryCtxReset_v2(real, dev);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuDevicePrimaryCtxReset_v2(real, dev) : real(dev));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuDevicePrimaryCtxReset_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -906,9 +872,9 @@ FG_SLOW CUresult fg_slow_cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUd
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuCtxCreate_v2);
     if (!fg_tracing)
-        return fg_around_cuCtxCreate_v2(real, pctx, flags, dev);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuCtxCreate_v2(real, pctx, flags, dev) : real(pctx, flags, dev));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuCtxCreate_v2(real, pctx, flags, dev);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuCtxCreate_v2(real, pctx, flags, dev) : real(pctx, flags, dev));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuCtxCreate_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -924,9 +890,9 @@ FG_SLOW CUresult fg_slow_cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxC
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuCtxCreate_v4);
     if (!fg_tracing)
-        return fg_around_cuCtxCreate_v4(real, pctx, ctxCreateParams, flags, dev);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuCtxCreate_v4(real, pctx, ctxCreateParams, flags, dev) : real(pctx, ctxCreateParams, flags, dev));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuCtxCreate_v4(real, pctx, ctxCreateParams, flags, dev);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuCtxCreate_v4(real, pctx, ctxCreateParams, flags, dev) : real(pctx, ctxCreateParams, flags, dev));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuCtxCreate_v4, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -942,9 +908,9 @@ FG_SLOW CUresult fg_slow_cuCtxDestroy_v2(CUcontext ctx)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuCtxDestroy_v2);
     if (!fg_tracing)
-        return fg_around_cuCtxDestroy_v2(real, ctx);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuCtxDestroy_v2(real, ctx) : real(ctx));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuCtxDestroy_v2(real, ctx);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuCtxDestroy_v2(real, ctx) : real(ctx));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuCtxDestroy_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -1050,9 +1016,9 @@ FG_SLOW CUresult fg_slow_cuCtxSynchronize(void)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuCtxSynchronize);
     if (!fg_tracing)
-        return fg_around_cuCtxSynchronize(real);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuCtxSynchronize(real) : real());
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuCtxSynchronize(real);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuCtxSynchronize(real) : real());
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuCtxSynchronize, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -1068,9 +1034,9 @@ FG_SLOW CUresult fg_slow_cuMemGetInfo_v2(size_t *free, size_t *total)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemGetInfo_v2);
     if (!fg_tracing)
-        return fg_around_cuMemGetInfo_v2(real, free, total);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMemGetInfo_v2(real, free, total) : real(free, total));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuMemGetInfo_v2(real, free, total);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMemGetInfo_v2(real, free, total) : real(free, total));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemGetInfo_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -1086,9 +1052,9 @@ FG_SLOW CUresult fg_slow_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemAlloc_v2);
     if (!fg_tracing)
-        return fg_around_cuMemAlloc_v2(real, dptr, bytesize);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMemAlloc_v2(real, dptr, bytesize) : real(dptr, bytesize));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuMemAlloc_v2(real, dptr, bytesize);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMemAlloc_v2(real, dptr, bytesize) : real(dptr, bytesize));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemAlloc_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(bytesize));
     if (fg_logging)
@@ -1104,9 +1070,9 @@ FG_SLOW CUresult fg_slow_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, s
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemAllocPitch_v2);
     if (!fg_tracing)
-        return fg_around_cuMemAllocPitch_v2(real, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMemAllocPitch_v2(real, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes) : real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuMemAllocPitch_v2(real, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMemAllocPitch_v2(real, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes) : real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemAllocPitch_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(WidthInBytes*Height));
     if (fg_logging)
@@ -1122,9 +1088,9 @@ FG_SLOW CUresult fg_slow_cuMemFree_v2(CUdeviceptr dptr)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemFree_v2);
     if (!fg_tracing)
-        return fg_around_cuMemFree_v2(real, dptr);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMemFree_v2(real, dptr) : real(dptr));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuMemFree_v2(real, dptr);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMemFree_v2(real, dptr) : real(dptr));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemFree_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -1140,9 +1106,9 @@ FG_SLOW CUresult fg_slow_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, u
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemAllocManaged);
     if (!fg_tracing)
-        return fg_around_cuMemAllocManaged(real, dptr, bytesize, flags);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMemAllocManaged(real, dptr, bytesize, flags) : real(dptr, bytesize, flags));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuMemAllocManaged(real, dptr, bytesize, flags);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMemAllocManaged(real, dptr, bytesize, flags) : real(dptr, bytesize, flags));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemAllocManaged, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(bytesize));
     if (fg_logging)
@@ -1230,9 +1196,9 @@ FG_SLOW CUresult fg_slow_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUs
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemAllocAsync);
     if (!fg_tracing)
-        return fg_around_cuMemAllocAsync(real, dptr, bytesize, hStream);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMemAllocAsync(real, dptr, bytesize, hStream) : real(dptr, bytesize, hStream));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuMemAllocAsync(real, dptr, bytesize, hStream);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMemAllocAsync(real, dptr, bytesize, hStream) : real(dptr, bytesize, hStream));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemAllocAsync, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(bytesize));
     if (fg_logging)
@@ -1248,9 +1214,9 @@ FG_SLOW CUresult fg_slow_cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemAllocAsync_ptsz);
     if (!fg_tracing)
-        return fg_around_cuMemAllocAsync_ptsz(real, dptr, bytesize, hStream);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMemAllocAsync_ptsz(real, dptr, bytesize, hStream) : real(dptr, bytesize, hStream));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuMemAllocAsync_ptsz(real, dptr, bytesize, hStream);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMemAllocAsync_ptsz(real, dptr, bytesize, hStream) : real(dptr, bytesize, hStream));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemAllocAsync_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(bytesize));
     if (fg_logging)
@@ -1302,9 +1268,9 @@ FG_SLOW CUresult fg_slow_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemAllocFromPoolAsync);
     if (!fg_tracing)
-        return fg_around_cuMemAllocFromPoolAsync(real, dptr, bytesize, pool, hStream);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMemAllocFromPoolAsync(real, dptr, bytesize, pool, hStream) : real(dptr, bytesize, pool, hStream));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuMemAllocFromPoolAsync(real, dptr, bytesize, pool, hStream);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMemAllocFromPoolAsync(real, dptr, bytesize, pool, hStream) : real(dptr, bytesize, pool, hStream));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemAllocFromPoolAsync, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(bytesize));
     if (fg_logging)
@@ -1320,9 +1286,9 @@ FG_SLOW CUresult fg_slow_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t 
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemAllocFromPoolAsync_ptsz);
     if (!fg_tracing)
-        return fg_around_cuMemAllocFromPoolAsync_ptsz(real, dptr, bytesize, pool, hStream);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMemAllocFromPoolAsync_ptsz(real, dptr, bytesize, pool, hStream) : real(dptr, bytesize, pool, hStream));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuMemAllocFromPoolAsync_ptsz(real, dptr, bytesize, pool, hStream);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMemAllocFromPoolAsync_ptsz(real, dptr, bytesize, pool, hStream) : real(dptr, bytesize, pool, hStream));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemAllocFromPoolAsync_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(bytesize));
     if (fg_logging)
@@ -1338,9 +1304,9 @@ FG_SLOW CUresult fg_slow_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProp
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemPoolCreate);
     if (!fg_tracing)
-        return fg_around_cuMemPoolCreate(real, pool, poolProps);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMemPoolCreate(real, pool, poolProps) : real(pool, poolProps));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuMemPoolCreate(real, pool, poolProps);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMemPoolCreate(real, pool, poolProps) : real(pool, poolProps));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemPoolCreate, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -1356,9 +1322,9 @@ FG_SLOW CUresult fg_slow_cuMemPoolDestroy(CUmemoryPool pool)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemPoolDestroy);
     if (!fg_tracing)
-        return fg_around_cuMemPoolDestroy(real, pool);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMemPoolDestroy(real, pool) : real(pool));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuMemPoolDestroy(real, pool);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMemPoolDestroy(real, pool) : real(pool));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemPoolDestroy, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -1374,9 +1340,9 @@ FG_SLOW CUresult fg_slow_cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKee
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemPoolTrimTo);
     if (!fg_tracing)
-        return fg_around_cuMemPoolTrimTo(real, pool, minBytesToKeep);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMemPoolTrimTo(real, pool, minBytesToKeep) : real(pool, minBytesToKeep));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuMemPoolTrimTo(real, pool, minBytesToKeep);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMemPoolTrimTo(real, pool, minBytesToKeep) : real(pool, minBytesToKeep));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemPoolTrimTo, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -1446,9 +1412,9 @@ FG_SLOW CUresult fg_slow_cuMemCreate(CUmemGenericAllocationHandle *handle, size_
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemCreate);
     if (!fg_tracing)
-        return fg_around_cuMemCreate(real, handle, size, prop, flags);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMemCreate(real, handle, size, prop, flags) : real(handle, size, prop, flags));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuMemCreate(real, handle, size, prop, flags);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMemCreate(real, handle, size, prop, flags) : real(handle, size, prop, flags));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemCreate, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(size));
     if (fg_logging)
@@ -1464,9 +1430,9 @@ FG_SLOW CUresult fg_slow_cuMemRelease(CUmemGenericAllocationHandle handle)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemRelease);
     if (!fg_tracing)
-        return fg_around_cuMemRelease(real, handle);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMemRelease(real, handle) : real(handle));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuMemRelease(real, handle);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMemRelease(real, handle) : real(handle));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemRelease, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -1518,9 +1484,9 @@ FG_SLOW CUresult fg_slow_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, C
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemMap);
     if (!fg_tracing)
-        return fg_around_cuMemMap(real, ptr, size, offset, handle, flags);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMemMap(real, ptr, size, offset, handle, flags) : real(ptr, size, offset, handle, flags));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuMemMap(real, ptr, size, offset, handle, flags);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMemMap(real, ptr, size, offset, handle, flags) : real(ptr, size, offset, handle, flags));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemMap, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -1536,9 +1502,9 @@ FG_SLOW CUresult fg_slow_cuMemUnmap(CUdeviceptr ptr, size_t size)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemUnmap);
     if (!fg_tracing)
-        return fg_around_cuMemUnmap(real, ptr, size);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMemUnmap(real, ptr, size) : real(ptr, size));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuMemUnmap(real, ptr, size);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMemUnmap(real, ptr, size) : real(ptr, size));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemUnmap, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -1590,9 +1556,9 @@ FG_SLOW CUresult fg_slow_cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DES
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuArrayCreate_v2);
     if (!fg_tracing)
-        return fg_around_cuArrayCreate_v2(real, pHandle, pAllocateArray);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuArrayCreate_v2(real, pHandle, pAllocateArray) : real(pHandle, pAllocateArray));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuArrayCreate_v2(real, pHandle, pAllocateArray);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuArrayCreate_v2(real, pHandle, pAllocateArray) : real(pHandle, pAllocateArray));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuArrayCreate_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -1608,9 +1574,9 @@ FG_SLOW CUresult fg_slow_cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuArray3DCreate_v2);
     if (!fg_tracing)
-        return fg_around_cuArray3DCreate_v2(real, pHandle, pAllocateArray);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuArray3DCreate_v2(real, pHandle, pAllocateArray) : real(pHandle, pAllocateArray));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuArray3DCreate_v2(real, pHandle, pAllocateArray);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuArray3DCreate_v2(real, pHandle, pAllocateArray) : real(pHandle, pAllocateArray));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuArray3DCreate_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -1626,9 +1592,9 @@ FG_SLOW CUresult fg_slow_cuArrayDestroy(CUarray hArray)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuArrayDestroy);
     if (!fg_tracing)
-        return fg_around_cuArrayDestroy(real, hArray);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuArrayDestroy(real, hArray) : real(hArray));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuArrayDestroy(real, hArray);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuArrayDestroy(real, hArray) : real(hArray));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuArrayDestroy, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -1644,9 +1610,9 @@ FG_SLOW CUresult fg_slow_cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMipmappedArrayCreate);
     if (!fg_tracing)
-        return fg_around_cuMipmappedArrayCreate(real, pHandle, pMipmappedArrayDesc, numMipmapLevels);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMipmappedArrayCreate(real, pHandle, pMipmappedArrayDesc, numMipmapLevels) : real(pHandle, pMipmappedArrayDesc, numMipmapLevels));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuMipmappedArrayCreate(real, pHandle, pMipmappedArrayDesc, numMipmapLevels);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMipmappedArrayCreate(real, pHandle, pMipmappedArrayDesc, numMipmapLevels) : real(pHandle, pMipmappedArrayDesc, numMipmapLevels));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMipmappedArrayCreate, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -1662,9 +1628,9 @@ FG_SLOW CUresult fg_slow_cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArra
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMipmappedArrayDestroy);
     if (!fg_tracing)
-        return fg_around_cuMipmappedArrayDestroy(real, hMipmappedArray);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMipmappedArrayDestroy(real, hMipmappedArray) : real(hMipmappedArray));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuMipmappedArrayDestroy(real, hMipmappedArray);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuMipmappedArrayDestroy(real, hMipmappedArray) : real(hMipmappedArray));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMipmappedArrayDestroy, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -2526,9 +2492,9 @@ FG_SLOW CUresult fg_slow_cuStreamSynchronize(CUstream hStream)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuStreamSynchronize);
     if (!fg_tracing)
-        return fg_around_cuStreamSynchronize(real, hStream);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuStreamSynchronize(real, hStream) : real(hStream));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuStreamSynchronize(real, hStream);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuStreamSynchronize(real, hStream) : real(hStream));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuStreamSynchronize, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -2544,9 +2510,9 @@ FG_SLOW CUresult fg_slow_cuStreamSynchronize_ptsz(CUstream hStream)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuStreamSynchronize_ptsz);
     if (!fg_tracing)
-        return fg_around_cuStreamSynchronize_ptsz(real, hStream);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuStreamSynchronize_ptsz(real, hStream) : real(hStream));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuStreamSynchronize_ptsz(real, hStream);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuStreamSynchronize_ptsz(real, hStream) : real(hStream));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuStreamSynchronize_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -2922,9 +2888,9 @@ FG_SLOW CUresult fg_slow_cuEventSynchronize(CUevent hEvent)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuEventSynchronize);
     if (!fg_tracing)
-        return fg_around_cuEventSynchronize(real, hEvent);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuEventSynchronize(real, hEvent) : real(hEvent));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuEventSynchronize(real, hEvent);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuEventSynchronize(real, hEvent) : real(hEvent));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuEventSynchronize, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -3156,9 +3122,9 @@ FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuDeviceGraphMemTrim);
     if (!fg_tracing)
-        return fg_around_cuDeviceGraphMemTrim(real, device);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuDeviceGraphMemTrim(real, device) : real(device));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuDeviceGraphMemTrim(real, device);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuDeviceGraphMemTrim(real, device) : real(device));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuDeviceGraphMemTrim, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -3174,9 +3140,9 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, C
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuGraphInstantiateWithFlags);
     if (!fg_tracing)
-        return fg_around_cuGraphInstantiateWithFlags(real, phGraphExec, hGraph, flags);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGraphInstantiateWithFlags(real, phGraphExec, hGraph, flags) : real(phGraphExec, hGraph, flags));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuGraphInstantiateWithFlags(real, phGraphExec, hGraph, flags);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGraphInstantiateWithFlags(real, phGraphExec, hGraph, flags) : real(phGraphExec, hGraph, flags));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuGraphInstantiateWithFlags, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -3192,9 +3158,9 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, 
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuGraphInstantiateWithParams);
     if (!fg_tracing)
-        return fg_around_cuGraphInstantiateWithParams(real, phGraphExec, hGraph, instantiateParams);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGraphInstantiateWithParams(real, phGraphExec, hGraph, instantiateParams) : real(phGraphExec, hGraph, instantiateParams));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuGraphInstantiateWithParams(real, phGraphExec, hGraph, instantiateParams);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGraphInstantiateWithParams(real, phGraphExec, hGraph, instantiateParams) : real(phGraphExec, hGraph, instantiateParams));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuGraphInstantiateWithParams, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -3210,9 +3176,9 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphE
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuGraphInstantiateWithParams_ptsz);
     if (!fg_tracing)
-        return fg_around_cuGraphInstantiateWithParams_ptsz(real, phGraphExec, hGraph, instantiateParams);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGraphInstantiateWithParams_ptsz(real, phGraphExec, hGraph, instantiateParams) : real(phGraphExec, hGraph, instantiateParams));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuGraphInstantiateWithParams_ptsz(real, phGraphExec, hGraph, instantiateParams);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGraphInstantiateWithParams_ptsz(real, phGraphExec, hGraph, instantiateParams) : real(phGraphExec, hGraph, instantiateParams));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuGraphInstantiateWithParams_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -3228,9 +3194,9 @@ FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuGraphUpload);
     if (!fg_tracing)
-        return fg_around_cuGraphUpload(real, hGraphExec, hStream);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGraphUpload(real, hGraphExec, hStream) : real(hGraphExec, hStream));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuGraphUpload(real, hGraphExec, hStream);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGraphUpload(real, hGraphExec, hStream) : real(hGraphExec, hStream));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuGraphUpload, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -3246,9 +3212,9 @@ FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hSt
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuGraphUpload_ptsz);
     if (!fg_tracing)
-        return fg_around_cuGraphUpload_ptsz(real, hGraphExec, hStream);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGraphUpload_ptsz(real, hGraphExec, hStream) : real(hGraphExec, hStream));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuGraphUpload_ptsz(real, hGraphExec, hStream);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGraphUpload_ptsz(real, hGraphExec, hStream) : real(hGraphExec, hStream));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuGraphUpload_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -3264,9 +3230,9 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuGraphLaunch);
     if (!fg_tracing)
-        return fg_around_cuGraphLaunch(real, hGraphExec, hStream);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGraphLaunch(real, hGraphExec, hStream) : real(hGraphExec, hStream));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuGraphLaunch(real, hGraphExec, hStream);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGraphLaunch(real, hGraphExec, hStream) : real(hGraphExec, hStream));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuGraphLaunch, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -3282,9 +3248,9 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hSt
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuGraphLaunch_ptsz);
     if (!fg_tracing)
-        return fg_around_cuGraphLaunch_ptsz(real, hGraphExec, hStream);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGraphLaunch_ptsz(real, hGraphExec, hStream) : real(hGraphExec, hStream));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuGraphLaunch_ptsz(real, hGraphExec, hStream);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGraphLaunch_ptsz(real, hGraphExec, hStream) : real(hGraphExec, hStream));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuGraphLaunch_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -3300,9 +3266,9 @@ FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuGraphExecDestroy);
     if (!fg_tracing)
-        return fg_around_cuGraphExecDestroy(real, hGraphExec);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGraphExecDestroy(real, hGraphExec) : real(hGraphExec));
     uint64_t t0 = fg_now_ns();
-    CUresult r = fg_around_cuGraphExecDestroy(real, hGraphExec);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGraphExecDestroy(real, hGraphExec) : real(hGraphExec));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuGraphExecDestroy, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -3426,9 +3392,9 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMe
     if (real == NULL)
         return (nvmlReturn_t)fg_missing(FG_API_nvmlDeviceGetMemoryInfo);
     if (!fg_tracing)
-        return fg_around_nvmlDeviceGetMemoryInfo(real, device, memory);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_nvmlDeviceGetMemoryInfo(real, device, memory) : real(device, memory));
     uint64_t t0 = fg_now_ns();
-    nvmlReturn_t r = fg_around_nvmlDeviceGetMemoryInfo(real, device, memory);
+    nvmlReturn_t r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_nvmlDeviceGetMemoryInfo(real, device, memory) : real(device, memory));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_nvmlDeviceGetMemoryInfo, r != 0, dt, 0);
     if (fg_logging)
@@ -3444,9 +3410,9 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvm
     if (real == NULL)
         return (nvmlReturn_t)fg_missing(FG_API_nvmlDeviceGetMemoryInfo_v2);
     if (!fg_tracing)
-        return fg_around_nvmlDeviceGetMemoryInfo_v2(real, device, memory);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_nvmlDeviceGetMemoryInfo_v2(real, device, memory) : real(device, memory));
     uint64_t t0 = fg_now_ns();
-    nvmlReturn_t r = fg_around_nvmlDeviceGetMemoryInfo_v2(real, device, memory);
+    nvmlReturn_t r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_nvmlDeviceGetMemoryInfo_v2(real, device, memory) : real(device, memory));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_nvmlDeviceGetMemoryInfo_v2, r != 0, dt, 0);
     if (fg_logging)

@@ -166,52 +166,60 @@ typedef nvmlReturn_t (*fg_real_nvmlDeviceGetMemoryInfo_v2)(nvmlDevice_t device, 
 typedef nvmlReturn_t (*fg_real_nvmlDeviceGetUtilizationRates)(nvmlDevice_t device, nvmlUtilization_t *utilization);
 typedef nvmlReturn_t (*fg_real_nvmlDeviceGetComputeRunningProcesses_v3)(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos);
 
-CUresult fg_around_cuInit(fg_real_cuInit real, unsigned int Flags);
-CUresult fg_around_cuDeviceTotalMem_v2(fg_real_cuDeviceTotalMem_v2 real, size_t *bytes, CUdevice dev);
-CUresult fg_around_cuGetProcAddress(fg_real_cuGetProcAddress real, const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
-CUresult fg_around_cuGetProcAddress_v2(fg_real_cuGetProcAddress_v2 real, const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags, CUdriverProcAddressQueryResult *symbolStatus);
-CUresult fg_around_cuGetExportTable(fg_real_cuGetExportTable real, const void **ppExportTable, const CUuuid *pExportTableId);
-CUresult fg_around_cuDevicePrimaryCtxRetain(fg_real_cuDevicePrimaryCtxRetain real, CUcontext *pctx, CUdevice dev);
-CUresult fg_around_cuDevicePrimaryCtxRelease_v2(fg_real_cuDevicePrimaryCtxRelease_v2 real, CUdevice dev);
-CUresult fg_around_cuDevicePrimaryCtxReset_v2(fg_real_cuDevicePrimaryCtxReset_v2 real, CUdevice dev);
-CUresult fg_around_cuCtxCreate_v2(fg_real_cuCtxCreate_v2 real, CUcontext *pctx, unsigned int flags, CUdevice dev);
-CUresult fg_around_cuCtxCreate_v4(fg_real_cuCtxCreate_v4 real, CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev);
-CUresult fg_around_cuCtxDestroy_v2(fg_real_cuCtxDestroy_v2 real, CUcontext ctx);
-CUresult fg_around_cuCtxSynchronize(fg_real_cuCtxSynchronize real);
-CUresult fg_around_cuMemGetInfo_v2(fg_real_cuMemGetInfo_v2 real, size_t *free, size_t *total);
-CUresult fg_around_cuMemAlloc_v2(fg_real_cuMemAlloc_v2 real, CUdeviceptr *dptr, size_t bytesize);
-CUresult fg_around_cuMemAllocPitch_v2(fg_real_cuMemAllocPitch_v2 real, CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes);
-CUresult fg_around_cuMemFree_v2(fg_real_cuMemFree_v2 real, CUdeviceptr dptr);
-CUresult fg_around_cuMemAllocManaged(fg_real_cuMemAllocManaged real, CUdeviceptr *dptr, size_t bytesize, unsigned int flags);
-CUresult fg_around_cuMemAllocAsync(fg_real_cuMemAllocAsync real, CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
-CUresult fg_around_cuMemAllocAsync_ptsz(fg_real_cuMemAllocAsync_ptsz real, CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
-CUresult fg_around_cuMemAllocFromPoolAsync(fg_real_cuMemAllocFromPoolAsync real, CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream);
-CUresult fg_around_cuMemAllocFromPoolAsync_ptsz(fg_real_cuMemAllocFromPoolAsync_ptsz real, CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream);
-CUresult fg_around_cuMemPoolCreate(fg_real_cuMemPoolCreate real, CUmemoryPool *pool, const CUmemPoolProps *poolProps);
-CUresult fg_around_cuMemPoolDestroy(fg_real_cuMemPoolDestroy real, CUmemoryPool pool);
-CUresult fg_around_cuMemPoolTrimTo(fg_real_cuMemPoolTrimTo real, CUmemoryPool pool, size_t minBytesToKeep);
-CUresult fg_around_cuMemCreate(fg_real_cuMemCreate real, CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags);
-CUresult fg_around_cuMemRelease(fg_real_cuMemRelease real, CUmemGenericAllocationHandle handle);
-CUresult fg_around_cuMemMap(fg_real_cuMemMap real, CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags);
-CUresult fg_around_cuMemUnmap(fg_real_cuMemUnmap real, CUdeviceptr ptr, size_t size);
-CUresult fg_around_cuArrayCreate_v2(fg_real_cuArrayCreate_v2 real, CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray);
-CUresult fg_around_cuArray3DCreate_v2(fg_real_cuArray3DCreate_v2 real, CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray);
-CUresult fg_around_cuArrayDestroy(fg_real_cuArrayDestroy real, CUarray hArray);
-CUresult fg_around_cuMipmappedArrayCreate(fg_real_cuMipmappedArrayCreate real, CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc, unsigned int numMipmapLevels);
-CUresult fg_around_cuMipmappedArrayDestroy(fg_real_cuMipmappedArrayDestroy real, CUmipmappedArray hMipmappedArray);
-CUresult fg_around_cuStreamSynchronize(fg_real_cuStreamSynchronize real, CUstream hStream);
-CUresult fg_around_cuStreamSynchronize_ptsz(fg_real_cuStreamSynchronize_ptsz real, CUstream hStream);
-CUresult fg_around_cuEventSynchronize(fg_real_cuEventSynchronize real, CUevent hEvent);
-CUresult fg_around_cuDeviceGraphMemTrim(fg_real_cuDeviceGraphMemTrim real, CUdevice device);
-CUresult fg_around_cuGraphInstantiateWithFlags(fg_real_cuGraphInstantiateWithFlags real, CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags);
-CUresult fg_around_cuGraphInstantiateWithParams(fg_real_cuGraphInstantiateWithParams real, CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams);
-CUresult fg_around_cuGraphInstantiateWithParams_ptsz(fg_real_cuGraphInstantiateWithParams_ptsz real, CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams);
-CUresult fg_around_cuGraphUpload(fg_real_cuGraphUpload real, CUgraphExec hGraphExec, CUstream hStream);
-CUresult fg_around_cuGraphUpload_ptsz(fg_real_cuGraphUpload_ptsz real, CUgraphExec hGraphExec, CUstream hStream);
-CUresult fg_around_cuGraphLaunch(fg_real_cuGraphLaunch real, CUgraphExec hGraphExec, CUstream hStream);
-CUresult fg_around_cuGraphLaunch_ptsz(fg_real_cuGraphLaunch_ptsz real, CUgraphExec hGraphExec, CUstream hStream);
-CUresult fg_around_cuGraphExecDestroy(fg_real_cuGraphExecDestroy real, CUgraphExec hGraphExec);
-nvmlReturn_t fg_around_nvmlDeviceGetMemoryInfo(fg_real_nvmlDeviceGetMemoryInfo real, nvmlDevice_t device, nvmlMemory_t *memory);
-nvmlReturn_t fg_around_nvmlDeviceGetMemoryInfo_v2(fg_real_nvmlDeviceGetMemoryInfo_v2 real, nvmlDevice_t device, nvmlMemory_v2_t *memory);
+/* The policies, outermost first (tools/gen/api.go). */
+enum fg_policy {
+    FG_POLICY_PROCADDR, /* cuGetProcAddress answers mapped to the wrapper of exactly their variant */
+    FG_POLICY_CENSUS, /* export tables patched with counting trampolines (FLEXGV_CENSUS) */
+    FG_POLICY_MEM, /* memory quotas (FLEXGV_TENANT) */
+    FG_NUM_POLICIES
+};
+
+CUresult fg_mem_cuInit(fg_real_cuInit next, unsigned int Flags);
+CUresult fg_mem_cuDeviceTotalMem_v2(fg_real_cuDeviceTotalMem_v2 next, size_t *bytes, CUdevice dev);
+CUresult fg_procaddr_cuGetProcAddress(fg_real_cuGetProcAddress next, const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+CUresult fg_procaddr_cuGetProcAddress_v2(fg_real_cuGetProcAddress_v2 next, const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags, CUdriverProcAddressQueryResult *symbolStatus);
+CUresult fg_census_cuGetExportTable(fg_real_cuGetExportTable next, const void **ppExportTable, const CUuuid *pExportTableId);
+CUresult fg_mem_cuDevicePrimaryCtxRetain(fg_real_cuDevicePrimaryCtxRetain next, CUcontext *pctx, CUdevice dev);
+CUresult fg_mem_cuDevicePrimaryCtxRelease_v2(fg_real_cuDevicePrimaryCtxRelease_v2 next, CUdevice dev);
+CUresult fg_mem_cuDevicePrimaryCtxReset_v2(fg_real_cuDevicePrimaryCtxReset_v2 next, CUdevice dev);
+CUresult fg_mem_cuCtxCreate_v2(fg_real_cuCtxCreate_v2 next, CUcontext *pctx, unsigned int flags, CUdevice dev);
+CUresult fg_mem_cuCtxCreate_v4(fg_real_cuCtxCreate_v4 next, CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev);
+CUresult fg_mem_cuCtxDestroy_v2(fg_real_cuCtxDestroy_v2 next, CUcontext ctx);
+CUresult fg_mem_cuCtxSynchronize(fg_real_cuCtxSynchronize next);
+CUresult fg_mem_cuMemGetInfo_v2(fg_real_cuMemGetInfo_v2 next, size_t *free, size_t *total);
+CUresult fg_mem_cuMemAlloc_v2(fg_real_cuMemAlloc_v2 next, CUdeviceptr *dptr, size_t bytesize);
+CUresult fg_mem_cuMemAllocPitch_v2(fg_real_cuMemAllocPitch_v2 next, CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes);
+CUresult fg_mem_cuMemFree_v2(fg_real_cuMemFree_v2 next, CUdeviceptr dptr);
+CUresult fg_mem_cuMemAllocManaged(fg_real_cuMemAllocManaged next, CUdeviceptr *dptr, size_t bytesize, unsigned int flags);
+CUresult fg_mem_cuMemAllocAsync(fg_real_cuMemAllocAsync next, CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
+CUresult fg_mem_cuMemAllocAsync_ptsz(fg_real_cuMemAllocAsync_ptsz next, CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
+CUresult fg_mem_cuMemAllocFromPoolAsync(fg_real_cuMemAllocFromPoolAsync next, CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream);
+CUresult fg_mem_cuMemAllocFromPoolAsync_ptsz(fg_real_cuMemAllocFromPoolAsync_ptsz next, CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream);
+CUresult fg_mem_cuMemPoolCreate(fg_real_cuMemPoolCreate next, CUmemoryPool *pool, const CUmemPoolProps *poolProps);
+CUresult fg_mem_cuMemPoolDestroy(fg_real_cuMemPoolDestroy next, CUmemoryPool pool);
+CUresult fg_mem_cuMemPoolTrimTo(fg_real_cuMemPoolTrimTo next, CUmemoryPool pool, size_t minBytesToKeep);
+CUresult fg_mem_cuMemCreate(fg_real_cuMemCreate next, CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags);
+CUresult fg_mem_cuMemRelease(fg_real_cuMemRelease next, CUmemGenericAllocationHandle handle);
+CUresult fg_mem_cuMemMap(fg_real_cuMemMap next, CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags);
+CUresult fg_mem_cuMemUnmap(fg_real_cuMemUnmap next, CUdeviceptr ptr, size_t size);
+CUresult fg_mem_cuArrayCreate_v2(fg_real_cuArrayCreate_v2 next, CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray);
+CUresult fg_mem_cuArray3DCreate_v2(fg_real_cuArray3DCreate_v2 next, CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray);
+CUresult fg_mem_cuArrayDestroy(fg_real_cuArrayDestroy next, CUarray hArray);
+CUresult fg_mem_cuMipmappedArrayCreate(fg_real_cuMipmappedArrayCreate next, CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc, unsigned int numMipmapLevels);
+CUresult fg_mem_cuMipmappedArrayDestroy(fg_real_cuMipmappedArrayDestroy next, CUmipmappedArray hMipmappedArray);
+CUresult fg_mem_cuStreamSynchronize(fg_real_cuStreamSynchronize next, CUstream hStream);
+CUresult fg_mem_cuStreamSynchronize_ptsz(fg_real_cuStreamSynchronize_ptsz next, CUstream hStream);
+CUresult fg_mem_cuEventSynchronize(fg_real_cuEventSynchronize next, CUevent hEvent);
+CUresult fg_mem_cuDeviceGraphMemTrim(fg_real_cuDeviceGraphMemTrim next, CUdevice device);
+CUresult fg_mem_cuGraphInstantiateWithFlags(fg_real_cuGraphInstantiateWithFlags next, CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags);
+CUresult fg_mem_cuGraphInstantiateWithParams(fg_real_cuGraphInstantiateWithParams next, CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams);
+CUresult fg_mem_cuGraphInstantiateWithParams_ptsz(fg_real_cuGraphInstantiateWithParams_ptsz next, CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams);
+CUresult fg_mem_cuGraphUpload(fg_real_cuGraphUpload next, CUgraphExec hGraphExec, CUstream hStream);
+CUresult fg_mem_cuGraphUpload_ptsz(fg_real_cuGraphUpload_ptsz next, CUgraphExec hGraphExec, CUstream hStream);
+CUresult fg_mem_cuGraphLaunch(fg_real_cuGraphLaunch next, CUgraphExec hGraphExec, CUstream hStream);
+CUresult fg_mem_cuGraphLaunch_ptsz(fg_real_cuGraphLaunch_ptsz next, CUgraphExec hGraphExec, CUstream hStream);
+CUresult fg_mem_cuGraphExecDestroy(fg_real_cuGraphExecDestroy next, CUgraphExec hGraphExec);
+nvmlReturn_t fg_mem_nvmlDeviceGetMemoryInfo(fg_real_nvmlDeviceGetMemoryInfo next, nvmlDevice_t device, nvmlMemory_t *memory);
+nvmlReturn_t fg_mem_nvmlDeviceGetMemoryInfo_v2(fg_real_nvmlDeviceGetMemoryInfo_v2 next, nvmlDevice_t device, nvmlMemory_v2_t *memory);
 
 #endif

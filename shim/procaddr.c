@@ -17,19 +17,19 @@ static void swap_in_wrapper(const char *symbol, void **pfn)
     *pfn = fg_wrappers[id];
 }
 
-CUresult fg_around_cuGetProcAddress(fg_real_cuGetProcAddress real, const char *symbol, void **pfn, int cudaVersion,
+CUresult fg_procaddr_cuGetProcAddress(fg_real_cuGetProcAddress next, const char *symbol, void **pfn, int cudaVersion,
                                     cuuint64_t flags)
 {
-    CUresult r = real(symbol, pfn, cudaVersion, flags);
+    CUresult r = next(symbol, pfn, cudaVersion, flags);
     if (r == CUDA_SUCCESS)
         swap_in_wrapper(symbol, pfn);
     return r;
 }
 
-CUresult fg_around_cuGetProcAddress_v2(fg_real_cuGetProcAddress_v2 real, const char *symbol, void **pfn,
+CUresult fg_procaddr_cuGetProcAddress_v2(fg_real_cuGetProcAddress_v2 next, const char *symbol, void **pfn,
                                        int cudaVersion, cuuint64_t flags, CUdriverProcAddressQueryResult *symbolStatus)
 {
-    CUresult r = real(symbol, pfn, cudaVersion, flags, symbolStatus);
+    CUresult r = next(symbol, pfn, cudaVersion, flags, symbolStatus);
     if (r == CUDA_SUCCESS)
         swap_in_wrapper(symbol, pfn);
     return r;

@@ -189,8 +189,6 @@ static void ctx_gone(uintptr_t ctx)
 static struct ctx_charge *new_charge(void) { return malloc(sizeof(struct ctx_charge)); }
 
 #define CREATE_CTX(dev, call)                                           \
-    if (!fg_quota_on)                                                  \
-        return call;                                                   \
     struct ctx_charge *c = new_charge();                               \
     if (!c)                                                            \
         return CUDA_ERROR_OUT_OF_MEMORY;                               \
@@ -206,21 +204,21 @@ static struct ctx_charge *new_charge(void) { return malloc(sizeof(struct ctx_cha
     free(c);                                                           \
     return r
 
-CUresult fg_around_cuCtxCreate_v2(fg_real_cuCtxCreate_v2 real, CUcontext *pctx, unsigned int flags, CUdevice dev)
+CUresult fg_mem_cuCtxCreate_v2(fg_real_cuCtxCreate_v2 next, CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
-    CREATE_CTX(dev, real(pctx, flags, dev));
+    CREATE_CTX(dev, next(pctx, flags, dev));
 }
 
-CUresult fg_around_cuCtxCreate_v4(fg_real_cuCtxCreate_v4 real, CUcontext *pctx, CUctxCreateParams *params,
+CUresult fg_mem_cuCtxCreate_v4(fg_real_cuCtxCreate_v4 next, CUcontext *pctx, CUctxCreateParams *params,
                                   unsigned int flags, CUdevice dev)
 {
-    CREATE_CTX(dev, real(pctx, params, flags, dev));
+    CREATE_CTX(dev, next(pctx, params, flags, dev));
 }
 
-CUresult fg_around_cuCtxDestroy_v2(fg_real_cuCtxDestroy_v2 real, CUcontext ctx)
+CUresult fg_mem_cuCtxDestroy_v2(fg_real_cuCtxDestroy_v2 next, CUcontext ctx)
 {
-    CUresult r = real(ctx);
-    if (r == CUDA_SUCCESS && fg_quota_on)
+    CUresult r = next(ctx);
+    if (r == CUDA_SUCCESS)
         ctx_gone((uintptr_t)ctx);
     return r;
 }
@@ -234,14 +232,14 @@ static int pstate[MAX_PRIMARY];
 static int prefs[MAX_PRIMARY];
 static uintptr_t pctx_of[MAX_PRIMARY];
 
-CUresult fg_around_cuDevicePrimaryCtxRetain(fg_real_cuDevicePrimaryCtxRetain real, CUcontext *pctx, CUdevice dev)
+CUresult fg_mem_cuDevicePrimaryCtxRetain(fg_real_cuDevicePrimaryCtxRetain next, CUcontext *pctx, CUdevice dev)
 {
-    if (!fg_quota_on || dev < 0 || dev >= MAX_PRIMARY)
-        return real(pctx, dev);
+    if (dev < 0 || dev >= MAX_PRIMARY)
+        return next(pctx, dev);
     for (;;) {
         int s = __atomic_load_n(&pstate[dev], __ATOMIC_ACQUIRE);
         if (s == P_LIVE) {
-            CUresult r = real(pctx, dev);
+            CUresult r = next(pctx, dev);
             if (r == CUDA_SUCCESS)
                 __atomic_fetch_add(&prefs[dev], 1, __ATOMIC_ACQ_REL);
             return r;
@@ -256,7 +254,7 @@ CUresult fg_around_cuDevicePrimaryCtxRetain(fg_real_cuDevicePrimaryCtxRetain rea
         struct ctx_charge *c = new_charge();
         CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
         if (c && ctx_precharge(c, dev)) {
-            r = real(pctx, dev);
+            r = next(pctx, dev);
             if (r == CUDA_SUCCESS) {
                 ctx_created(c, (uintptr_t)*pctx);
                 pctx_of[dev] = (uintptr_t)*pctx;
@@ -291,18 +289,18 @@ static void primary_dropped(CUdevice dev, int reset)
     }
 }
 
-CUresult fg_around_cuDevicePrimaryCtxRelease_v2(fg_real_cuDevicePrimaryCtxRelease_v2 real, CUdevice dev)
+CUresult fg_mem_cuDevicePrimaryCtxRelease_v2(fg_real_cuDevicePrimaryCtxRelease_v2 next, CUdevice dev)
 {
-    CUresult r = real(dev);
-    if (r == CUDA_SUCCESS && fg_quota_on)
+    CUresult r = next(dev);
+    if (r == CUDA_SUCCESS)
         primary_dropped(dev, 0);
     return r;
 }
 
-CUresult fg_around_cuDevicePrimaryCtxReset_v2(fg_real_cuDevicePrimaryCtxReset_v2 real, CUdevice dev)
+CUresult fg_mem_cuDevicePrimaryCtxReset_v2(fg_real_cuDevicePrimaryCtxReset_v2 next, CUdevice dev)
 {
-    CUresult r = real(dev);
-    if (r == CUDA_SUCCESS && fg_quota_on)
+    CUresult r = next(dev);
+    if (r == CUDA_SUCCESS)
         primary_dropped(dev, 1);
     return r;
 }

@@ -106,7 +106,7 @@ static CUresult run_charged(int dev, uint64_t bytes, CUresult (*call)(void *), v
 /* ---- instantiation: learn what each executable graph may allocate ---- */
 
 struct inst {
-    void *real;
+    void *next;
     CUgraphExec *exec;
     CUgraph graph;
     unsigned long long flags;
@@ -116,20 +116,20 @@ struct inst {
 static CUresult call_with_flags(void *a)
 {
     struct inst *c = a;
-    return ((fg_real_cuGraphInstantiateWithFlags)c->real)(c->exec, c->graph, c->flags);
+    return ((fg_real_cuGraphInstantiateWithFlags)c->next)(c->exec, c->graph, c->flags);
 }
 
 static CUresult call_with_params(void *a)
 {
     struct inst *c = a;
-    return ((fg_real_cuGraphInstantiateWithParams)c->real)(c->exec, c->graph, c->params);
+    return ((fg_real_cuGraphInstantiateWithParams)c->next)(c->exec, c->graph, c->params);
 }
 
 static CUresult instantiate(struct inst *c, CUresult (*call)(void *), int uploads)
 {
     int dev = -1;
     uint64_t bytes = 0;
-    if (!fg_quota_on || !c->graph || !alloc_nodes(c->graph, 0, &dev, &bytes) || !bytes || dev < 0)
+    if (!c->graph || !alloc_nodes(c->graph, 0, &dev, &bytes) || !bytes || dev < 0)
         return call(c); /* nothing to charge, or a graph the driver will refuse */
     if (!fg_rec_reserve())
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -144,32 +144,32 @@ static CUresult instantiate(struct inst *c, CUresult (*call)(void *), int upload
     return r;
 }
 
-CUresult fg_around_cuGraphInstantiateWithFlags(fg_real_cuGraphInstantiateWithFlags real, CUgraphExec *exec,
+CUresult fg_mem_cuGraphInstantiateWithFlags(fg_real_cuGraphInstantiateWithFlags next, CUgraphExec *exec,
                                                CUgraph graph, unsigned long long flags)
 {
-    struct inst c = {(void *)real, exec, graph, flags, NULL};
+    struct inst c = {(void *)next, exec, graph, flags, NULL};
     return instantiate(&c, call_with_flags, 0);
 }
 
-CUresult fg_around_cuGraphInstantiateWithParams(fg_real_cuGraphInstantiateWithParams real, CUgraphExec *exec,
+CUresult fg_mem_cuGraphInstantiateWithParams(fg_real_cuGraphInstantiateWithParams next, CUgraphExec *exec,
                                                 CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS *params)
 {
-    struct inst c = {(void *)real, exec, graph, 0, params};
+    struct inst c = {(void *)next, exec, graph, 0, params};
     return instantiate(&c, call_with_params, params && (params->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD));
 }
 
-CUresult fg_around_cuGraphInstantiateWithParams_ptsz(fg_real_cuGraphInstantiateWithParams_ptsz real,
+CUresult fg_mem_cuGraphInstantiateWithParams_ptsz(fg_real_cuGraphInstantiateWithParams_ptsz next,
                                                      CUgraphExec *exec, CUgraph graph,
                                                      CUDA_GRAPH_INSTANTIATE_PARAMS *params)
 {
-    struct inst c = {(void *)real, exec, graph, 0, params};
+    struct inst c = {(void *)next, exec, graph, 0, params};
     return instantiate(&c, call_with_params, params && (params->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD));
 }
 
 /* ---- uploads and launches ---- */
 
 struct run {
-    CUresult (*real)(CUgraphExec, CUstream);
+    CUresult (*next)(CUgraphExec, CUstream);
     CUgraphExec exec;
     CUstream stream;
 };
@@ -177,48 +177,48 @@ struct run {
 static CUresult call_run(void *a)
 {
     struct run *c = a;
-    return c->real(c->exec, c->stream);
+    return c->next(c->exec, c->stream);
 }
 
-static CUresult run(CUresult (*real)(CUgraphExec, CUstream), CUgraphExec exec, CUstream s)
+static CUresult run(CUresult (*next)(CUgraphExec, CUstream), CUgraphExec exec, CUstream s)
 {
-    if (!fg_quota_on || !fg_rec_count(R_EXEC))
-        return real(exec, s);
+    if (!fg_rec_count(R_EXEC))
+        return next(exec, s);
     fg_rec_lock();
     struct rec *r = fg_rec_find((uintptr_t)exec, R_EXEC);
     uint64_t bytes = r ? r->span : 0;
     int dev = r ? r->dev : -1;
     fg_rec_unlock();
     if (!bytes)
-        return real(exec, s);
-    struct run c = {real, exec, s};
+        return next(exec, s);
+    struct run c = {next, exec, s};
     return run_charged(dev, bytes, call_run, &c);
 }
 
-CUresult fg_around_cuGraphLaunch(fg_real_cuGraphLaunch real, CUgraphExec exec, CUstream s)
+CUresult fg_mem_cuGraphLaunch(fg_real_cuGraphLaunch next, CUgraphExec exec, CUstream s)
 {
-    return run(real, exec, s);
+    return run(next, exec, s);
 }
 
-CUresult fg_around_cuGraphLaunch_ptsz(fg_real_cuGraphLaunch_ptsz real, CUgraphExec exec, CUstream s)
+CUresult fg_mem_cuGraphLaunch_ptsz(fg_real_cuGraphLaunch_ptsz next, CUgraphExec exec, CUstream s)
 {
-    return run(real, exec, s);
+    return run(next, exec, s);
 }
 
-CUresult fg_around_cuGraphUpload(fg_real_cuGraphUpload real, CUgraphExec exec, CUstream s)
+CUresult fg_mem_cuGraphUpload(fg_real_cuGraphUpload next, CUgraphExec exec, CUstream s)
 {
-    return run(real, exec, s);
+    return run(next, exec, s);
 }
 
-CUresult fg_around_cuGraphUpload_ptsz(fg_real_cuGraphUpload_ptsz real, CUgraphExec exec, CUstream s)
+CUresult fg_mem_cuGraphUpload_ptsz(fg_real_cuGraphUpload_ptsz next, CUgraphExec exec, CUstream s)
 {
-    return run(real, exec, s);
+    return run(next, exec, s);
 }
 
-CUresult fg_around_cuGraphExecDestroy(fg_real_cuGraphExecDestroy real, CUgraphExec exec)
+CUresult fg_mem_cuGraphExecDestroy(fg_real_cuGraphExecDestroy next, CUgraphExec exec)
 {
-    CUresult r = real(exec);
-    if (r != CUDA_SUCCESS || !fg_quota_on || !fg_rec_count(R_EXEC))
+    CUresult r = next(exec);
+    if (r != CUDA_SUCCESS || !fg_rec_count(R_EXEC))
         return r;
     fg_rec_lock();
     struct rec *e = fg_rec_find((uintptr_t)exec, R_EXEC);
@@ -230,10 +230,10 @@ CUresult fg_around_cuGraphExecDestroy(fg_real_cuGraphExecDestroy real, CUgraphEx
     return r;
 }
 
-CUresult fg_around_cuDeviceGraphMemTrim(fg_real_cuDeviceGraphMemTrim real, CUdevice dev)
+CUresult fg_mem_cuDeviceGraphMemTrim(fg_real_cuDeviceGraphMemTrim next, CUdevice dev)
 {
-    CUresult r = real(dev);
-    if (r == CUDA_SUCCESS && fg_quota_on)
+    CUresult r = next(dev);
+    if (r == CUDA_SUCCESS)
         settle(dev);
     return r;
 }

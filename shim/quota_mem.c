@@ -44,8 +44,6 @@ static void forget(uintptr_t key, enum rec_kind kind)
 }
 
 #define ALLOC(bytes, what, call, key, kind)        \
-    if (!fg_quota_on)                              \
-        return call;                               \
     int dev = fg_current_device();                 \
     if (!admit(dev, (bytes), what))                \
         return CUDA_ERROR_OUT_OF_MEMORY;           \
@@ -56,31 +54,29 @@ static void forget(uintptr_t key, enum rec_kind kind)
         unadmit(dev, (bytes));                     \
     return r
 
-CUresult fg_around_cuMemAlloc_v2(fg_real_cuMemAlloc_v2 real, CUdeviceptr *dptr, size_t bytesize)
+CUresult fg_mem_cuMemAlloc_v2(fg_real_cuMemAlloc_v2 next, CUdeviceptr *dptr, size_t bytesize)
 {
-    ALLOC(bytesize, "cuMemAlloc", real(dptr, bytesize), *dptr, R_MEM);
+    ALLOC(bytesize, "cuMemAlloc", next(dptr, bytesize), *dptr, R_MEM);
 }
 
-CUresult fg_around_cuMemAllocManaged(fg_real_cuMemAllocManaged real, CUdeviceptr *dptr, size_t bytesize,
+CUresult fg_mem_cuMemAllocManaged(fg_real_cuMemAllocManaged next, CUdeviceptr *dptr, size_t bytesize,
                                      unsigned int flags)
 {
-    ALLOC(bytesize, "cuMemAllocManaged", real(dptr, bytesize, flags), *dptr, R_MEM);
+    ALLOC(bytesize, "cuMemAllocManaged", next(dptr, bytesize, flags), *dptr, R_MEM);
 }
 
 /* The pitch is only known afterwards: charge the unpadded size first, then
  * the padding, and give the allocation back if the padding does not fit. */
-CUresult fg_around_cuMemAllocPitch_v2(fg_real_cuMemAllocPitch_v2 real, CUdeviceptr *dptr, size_t *pPitch,
+CUresult fg_mem_cuMemAllocPitch_v2(fg_real_cuMemAllocPitch_v2 next, CUdeviceptr *dptr, size_t *pPitch,
                                       size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes)
 {
-    if (!fg_quota_on)
-        return real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
     uint64_t est;
     if (__builtin_mul_overflow((uint64_t)WidthInBytes, (uint64_t)Height, &est))
         return CUDA_ERROR_OUT_OF_MEMORY;
     int dev = fg_current_device();
     if (!admit(dev, est, "cuMemAllocPitch"))
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    CUresult r = next(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
     if (r != CUDA_SUCCESS) {
         unadmit(dev, est);
         return r;
@@ -99,10 +95,10 @@ CUresult fg_around_cuMemAllocPitch_v2(fg_real_cuMemAllocPitch_v2 real, CUdevicep
     return r;
 }
 
-CUresult fg_around_cuMemFree_v2(fg_real_cuMemFree_v2 real, CUdeviceptr dptr)
+CUresult fg_mem_cuMemFree_v2(fg_real_cuMemFree_v2 next, CUdeviceptr dptr)
 {
-    CUresult r = real(dptr);
-    if (r == CUDA_SUCCESS && fg_quota_on && dptr)
+    CUresult r = next(dptr);
+    if (r == CUDA_SUCCESS && dptr)
         forget((uintptr_t)dptr, R_MEM);
     return r;
 }
@@ -111,60 +107,60 @@ CUresult fg_around_cuMemFree_v2(fg_real_cuMemFree_v2 real, CUdeviceptr dptr)
  * refused as too large for any device ---- */
 
 #define ARRAY(bytes_ok, bytes, what, call, key)  \
-    if (fg_quota_on && !(bytes_ok))               \
+    if (!(bytes_ok))                              \
         return CUDA_ERROR_OUT_OF_MEMORY;          \
     ALLOC(bytes, what, call, key, R_ARRAY)
 
-CUresult fg_around_cuArrayCreate_v2(fg_real_cuArrayCreate_v2 real, CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *a)
+CUresult fg_mem_cuArrayCreate_v2(fg_real_cuArrayCreate_v2 next, CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *a)
 {
     uint64_t bytes = 0;
     int ok = !a || fg_array_bytes(a->Width, a->Height, 0, a->Format, a->NumChannels, 1, &bytes);
-    ARRAY(ok, bytes, "cuArrayCreate", real(pHandle, a), *pHandle);
+    ARRAY(ok, bytes, "cuArrayCreate", next(pHandle, a), *pHandle);
 }
 
-CUresult fg_around_cuArray3DCreate_v2(fg_real_cuArray3DCreate_v2 real, CUarray *pHandle,
+CUresult fg_mem_cuArray3DCreate_v2(fg_real_cuArray3DCreate_v2 next, CUarray *pHandle,
                                       const CUDA_ARRAY3D_DESCRIPTOR *a)
 {
     uint64_t bytes = 0;
     int ok = !a || fg_array_bytes(a->Width, a->Height, a->Depth, a->Format, a->NumChannels, 1, &bytes);
-    ARRAY(ok, bytes, "cuArray3DCreate", real(pHandle, a), *pHandle);
+    ARRAY(ok, bytes, "cuArray3DCreate", next(pHandle, a), *pHandle);
 }
 
-CUresult fg_around_cuMipmappedArrayCreate(fg_real_cuMipmappedArrayCreate real, CUmipmappedArray *pHandle,
+CUresult fg_mem_cuMipmappedArrayCreate(fg_real_cuMipmappedArrayCreate next, CUmipmappedArray *pHandle,
                                           const CUDA_ARRAY3D_DESCRIPTOR *a, unsigned int levels)
 {
     uint64_t bytes = 0;
     int ok = !a || fg_array_bytes(a->Width, a->Height, a->Depth, a->Format, a->NumChannels, levels, &bytes);
-    ARRAY(ok, bytes, "cuMipmappedArrayCreate", real(pHandle, a, levels), *pHandle);
+    ARRAY(ok, bytes, "cuMipmappedArrayCreate", next(pHandle, a, levels), *pHandle);
 }
 
-CUresult fg_around_cuArrayDestroy(fg_real_cuArrayDestroy real, CUarray h)
+CUresult fg_mem_cuArrayDestroy(fg_real_cuArrayDestroy next, CUarray h)
 {
-    CUresult r = real(h);
-    if (r == CUDA_SUCCESS && fg_quota_on)
+    CUresult r = next(h);
+    if (r == CUDA_SUCCESS)
         forget((uintptr_t)h, R_ARRAY);
     return r;
 }
 
-CUresult fg_around_cuMipmappedArrayDestroy(fg_real_cuMipmappedArrayDestroy real, CUmipmappedArray h)
+CUresult fg_mem_cuMipmappedArrayDestroy(fg_real_cuMipmappedArrayDestroy next, CUmipmappedArray h)
 {
-    CUresult r = real(h);
-    if (r == CUDA_SUCCESS && fg_quota_on)
+    CUresult r = next(h);
+    if (r == CUDA_SUCCESS)
         forget((uintptr_t)h, R_ARRAY);
     return r;
 }
 
 /* ---- virtual memory management ---- */
 
-CUresult fg_around_cuMemCreate(fg_real_cuMemCreate real, CUmemGenericAllocationHandle *handle, size_t size,
+CUresult fg_mem_cuMemCreate(fg_real_cuMemCreate next, CUmemGenericAllocationHandle *handle, size_t size,
                                const CUmemAllocationProp *prop, unsigned long long flags)
 {
-    if (!fg_quota_on || !prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
-        return real(handle, size, prop, flags);
+    if (!prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return next(handle, size, prop, flags);
     int dev = prop->location.id;
     if (!admit(dev, size, "cuMemCreate"))
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = real(handle, size, prop, flags);
+    CUresult r = next(handle, size, prop, flags);
     if (r != CUDA_SUCCESS) {
         unadmit(dev, size);
         return r;
@@ -181,10 +177,10 @@ static void vmm_maybe_free(struct rec *h)
         fg_rec_drop(h);
 }
 
-CUresult fg_around_cuMemRelease(fg_real_cuMemRelease real, CUmemGenericAllocationHandle handle)
+CUresult fg_mem_cuMemRelease(fg_real_cuMemRelease next, CUmemGenericAllocationHandle handle)
 {
-    CUresult r = real(handle);
-    if (r != CUDA_SUCCESS || !fg_quota_on)
+    CUresult r = next(handle);
+    if (r != CUDA_SUCCESS)
         return r;
     fg_rec_lock();
     struct rec *h = fg_rec_find((uintptr_t)handle, R_VMM);
@@ -196,11 +192,11 @@ CUresult fg_around_cuMemRelease(fg_real_cuMemRelease real, CUmemGenericAllocatio
     return r;
 }
 
-CUresult fg_around_cuMemMap(fg_real_cuMemMap real, CUdeviceptr ptr, size_t size, size_t offset,
+CUresult fg_mem_cuMemMap(fg_real_cuMemMap next, CUdeviceptr ptr, size_t size, size_t offset,
                             CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
-    int reserved = fg_quota_on && fg_rec_reserve();
-    CUresult r = real(ptr, size, offset, handle, flags);
+    int reserved = fg_rec_reserve();
+    CUresult r = next(ptr, size, offset, handle, flags);
     if (!reserved)
         return r;
     fg_rec_lock();
@@ -242,10 +238,10 @@ static int unmap_in(struct rec *m, void *arg)
 }
 
 /* One unmap may cover several mappings; usually it is exactly one. */
-CUresult fg_around_cuMemUnmap(fg_real_cuMemUnmap real, CUdeviceptr ptr, size_t size)
+CUresult fg_mem_cuMemUnmap(fg_real_cuMemUnmap next, CUdeviceptr ptr, size_t size)
 {
-    CUresult r = real(ptr, size);
-    if (r != CUDA_SUCCESS || !fg_quota_on)
+    CUresult r = next(ptr, size);
+    if (r != CUDA_SUCCESS)
         return r;
     fg_rec_lock();
     struct rec *m = fg_rec_find((uintptr_t)ptr, R_MAP);

@@ -113,7 +113,7 @@ static int stream_device(CUstream s, int per_thread)
 }
 
 struct async_call {
-    void *real;
+    void *next;
     CUdeviceptr *dptr;
     size_t size;
     CUmemoryPool pool; /* NULL: the stream's device's current pool */
@@ -123,14 +123,14 @@ struct async_call {
 static CUresult call(const struct async_call *c, int from_pool)
 {
     if (from_pool)
-        return ((fg_real_cuMemAllocFromPoolAsync)c->real)(c->dptr, c->size, c->pool, c->stream);
-    return ((fg_real_cuMemAllocAsync)c->real)(c->dptr, c->size, c->stream);
+        return ((fg_real_cuMemAllocFromPoolAsync)c->next)(c->dptr, c->size, c->pool, c->stream);
+    return ((fg_real_cuMemAllocAsync)c->next)(c->dptr, c->size, c->stream);
 }
 
 static CUresult alloc_async(struct async_call c, int per_thread)
 {
     int from_pool = c.pool != NULL;
-    if (!fg_quota_on || fg_stream_capturing(c.stream, per_thread) == 1)
+    if (fg_stream_capturing(c.stream, per_thread) == 1)
         return call(&c, from_pool);
     int dev;
     if (from_pool) {
@@ -172,53 +172,53 @@ static CUresult alloc_async(struct async_call c, int per_thread)
     return r;
 }
 
-CUresult fg_around_cuMemAllocAsync(fg_real_cuMemAllocAsync real, CUdeviceptr *dptr, size_t bytesize, CUstream s)
+CUresult fg_mem_cuMemAllocAsync(fg_real_cuMemAllocAsync next, CUdeviceptr *dptr, size_t bytesize, CUstream s)
 {
-    return alloc_async((struct async_call){(void *)real, dptr, bytesize, NULL, s}, 0);
+    return alloc_async((struct async_call){(void *)next, dptr, bytesize, NULL, s}, 0);
 }
 
-CUresult fg_around_cuMemAllocAsync_ptsz(fg_real_cuMemAllocAsync_ptsz real, CUdeviceptr *dptr, size_t bytesize,
+CUresult fg_mem_cuMemAllocAsync_ptsz(fg_real_cuMemAllocAsync_ptsz next, CUdeviceptr *dptr, size_t bytesize,
                                         CUstream s)
 {
-    return alloc_async((struct async_call){(void *)real, dptr, bytesize, NULL, s}, 1);
+    return alloc_async((struct async_call){(void *)next, dptr, bytesize, NULL, s}, 1);
 }
 
-CUresult fg_around_cuMemAllocFromPoolAsync(fg_real_cuMemAllocFromPoolAsync real, CUdeviceptr *dptr, size_t bytesize,
+CUresult fg_mem_cuMemAllocFromPoolAsync(fg_real_cuMemAllocFromPoolAsync next, CUdeviceptr *dptr, size_t bytesize,
                                            CUmemoryPool pool, CUstream s)
 {
     if (!pool)
-        return real(dptr, bytesize, pool, s);
-    return alloc_async((struct async_call){(void *)real, dptr, bytesize, pool, s}, 0);
+        return next(dptr, bytesize, pool, s);
+    return alloc_async((struct async_call){(void *)next, dptr, bytesize, pool, s}, 0);
 }
 
-CUresult fg_around_cuMemAllocFromPoolAsync_ptsz(fg_real_cuMemAllocFromPoolAsync_ptsz real, CUdeviceptr *dptr,
+CUresult fg_mem_cuMemAllocFromPoolAsync_ptsz(fg_real_cuMemAllocFromPoolAsync_ptsz next, CUdeviceptr *dptr,
                                                 size_t bytesize, CUmemoryPool pool, CUstream s)
 {
     if (!pool)
-        return real(dptr, bytesize, pool, s);
-    return alloc_async((struct async_call){(void *)real, dptr, bytesize, pool, s}, 1);
+        return next(dptr, bytesize, pool, s);
+    return alloc_async((struct async_call){(void *)next, dptr, bytesize, pool, s}, 1);
 }
 
-CUresult fg_around_cuMemPoolCreate(fg_real_cuMemPoolCreate real, CUmemoryPool *pool, const CUmemPoolProps *props)
+CUresult fg_mem_cuMemPoolCreate(fg_real_cuMemPoolCreate next, CUmemoryPool *pool, const CUmemPoolProps *props)
 {
-    CUresult r = real(pool, props);
-    if (r == CUDA_SUCCESS && fg_quota_on && props && props->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+    CUresult r = next(pool, props);
+    if (r == CUDA_SUCCESS && props && props->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
         know_pool(*pool, props->location.id);
     return r;
 }
 
-CUresult fg_around_cuMemPoolTrimTo(fg_real_cuMemPoolTrimTo real, CUmemoryPool pool, size_t keep)
+CUresult fg_mem_cuMemPoolTrimTo(fg_real_cuMemPoolTrimTo next, CUmemoryPool pool, size_t keep)
 {
-    CUresult r = real(pool, keep);
-    if (r == CUDA_SUCCESS && fg_quota_on)
+    CUresult r = next(pool, keep);
+    if (r == CUDA_SUCCESS)
         settle(pool);
     return r;
 }
 
-CUresult fg_around_cuMemPoolDestroy(fg_real_cuMemPoolDestroy real, CUmemoryPool pool)
+CUresult fg_mem_cuMemPoolDestroy(fg_real_cuMemPoolDestroy next, CUmemoryPool pool)
 {
-    CUresult r = real(pool);
-    if (r == CUDA_SUCCESS && fg_quota_on) {
+    CUresult r = next(pool);
+    if (r == CUDA_SUCCESS) {
         fg_rec_lock();
         struct rec *p = fg_rec_find((uintptr_t)pool, R_POOL);
         if (p)
@@ -231,19 +231,17 @@ CUresult fg_around_cuMemPoolDestroy(fg_real_cuMemPoolDestroy real, CUmemoryPool 
 /* Synchronization is where freed pool memory may have gone back. */
 #define SYNC_SETTLES(call)         \
     CUresult r = call;             \
-    if (fg_quota_on) {             \
-        fg_pools_settle();         \
-        fg_graph_settle_all();     \
-    }                              \
+    fg_pools_settle();             \
+    fg_graph_settle_all();         \
     return r
 
-CUresult fg_around_cuStreamSynchronize(fg_real_cuStreamSynchronize real, CUstream s) { SYNC_SETTLES(real(s)); }
+CUresult fg_mem_cuStreamSynchronize(fg_real_cuStreamSynchronize next, CUstream s) { SYNC_SETTLES(next(s)); }
 
-CUresult fg_around_cuStreamSynchronize_ptsz(fg_real_cuStreamSynchronize_ptsz real, CUstream s)
+CUresult fg_mem_cuStreamSynchronize_ptsz(fg_real_cuStreamSynchronize_ptsz next, CUstream s)
 {
-    SYNC_SETTLES(real(s));
+    SYNC_SETTLES(next(s));
 }
 
-CUresult fg_around_cuCtxSynchronize(fg_real_cuCtxSynchronize real) { SYNC_SETTLES(real()); }
+CUresult fg_mem_cuCtxSynchronize(fg_real_cuCtxSynchronize next) { SYNC_SETTLES(next()); }
 
-CUresult fg_around_cuEventSynchronize(fg_real_cuEventSynchronize real, CUevent e) { SYNC_SETTLES(real(e)); }
+CUresult fg_mem_cuEventSynchronize(fg_real_cuEventSynchronize next, CUevent e) { SYNC_SETTLES(next(e)); }

@@ -22,10 +22,10 @@ static void virtual_view(int e, unsigned long long *total, unsigned long long *f
         *used = u;
 }
 
-CUresult fg_around_cuMemGetInfo_v2(fg_real_cuMemGetInfo_v2 real, size_t *free_b, size_t *total)
+CUresult fg_mem_cuMemGetInfo_v2(fg_real_cuMemGetInfo_v2 next, size_t *free_b, size_t *total)
 {
-    CUresult r = real(free_b, total);
-    if (r == CUDA_SUCCESS && fg_quota_on) {
+    CUresult r = next(free_b, total);
+    if (r == CUDA_SUCCESS) {
         unsigned long long t = *total, f = *free_b;
         virtual_view(fg_entry_of(fg_current_device()), &t, &f, NULL);
         *total = (size_t)t;
@@ -34,10 +34,10 @@ CUresult fg_around_cuMemGetInfo_v2(fg_real_cuMemGetInfo_v2 real, size_t *free_b,
     return r;
 }
 
-CUresult fg_around_cuDeviceTotalMem_v2(fg_real_cuDeviceTotalMem_v2 real, size_t *bytes, CUdevice dev)
+CUresult fg_mem_cuDeviceTotalMem_v2(fg_real_cuDeviceTotalMem_v2 next, size_t *bytes, CUdevice dev)
 {
-    CUresult r = real(bytes, dev);
-    if (r == CUDA_SUCCESS && fg_quota_on) {
+    CUresult r = next(bytes, dev);
+    if (r == CUDA_SUCCESS) {
         unsigned long long t = *bytes;
         virtual_view(fg_entry_of(dev), &t, NULL, NULL);
         *bytes = (size_t)t;
@@ -63,37 +63,30 @@ static int nvml_entry(nvmlDevice_t d)
     return getindex && getindex(d, &idx) == NVML_SUCCESS ? fg_index_entry((int)idx) : -1;
 }
 
-nvmlReturn_t fg_around_nvmlDeviceGetMemoryInfo(fg_real_nvmlDeviceGetMemoryInfo real, nvmlDevice_t d, nvmlMemory_t *m)
+nvmlReturn_t fg_mem_nvmlDeviceGetMemoryInfo(fg_real_nvmlDeviceGetMemoryInfo next, nvmlDevice_t d, nvmlMemory_t *m)
 {
-    nvmlReturn_t r = real(d, m);
-    if (r == NVML_SUCCESS && fg_quota_on)
+    nvmlReturn_t r = next(d, m);
+    if (r == NVML_SUCCESS)
         virtual_view(nvml_entry(d), &m->total, &m->free, &m->used);
     return r;
 }
 
-nvmlReturn_t fg_around_nvmlDeviceGetMemoryInfo_v2(fg_real_nvmlDeviceGetMemoryInfo_v2 real, nvmlDevice_t d,
+nvmlReturn_t fg_mem_nvmlDeviceGetMemoryInfo_v2(fg_real_nvmlDeviceGetMemoryInfo_v2 next, nvmlDevice_t d,
                                                   nvmlMemory_v2_t *m)
 {
-    nvmlReturn_t r = real(d, m);
-    if (r == NVML_SUCCESS && fg_quota_on)
+    nvmlReturn_t r = next(d, m);
+    if (r == NVML_SUCCESS)
         virtual_view(nvml_entry(d), &m->total, &m->free, &m->used);
     return r;
 }
 
 /* The first CUDA call of a process: it takes its slot in the tenant here,
  * and CUDA is refused (with the reason, said once) if it cannot. */
-CUresult fg_around_cuInit(fg_real_cuInit real, unsigned int Flags)
+CUresult fg_mem_cuInit(fg_real_cuInit next, unsigned int Flags)
 {
-    if (fg_quota_on && !fg_tenant_ready() && fg_tenant_refused())
+    if (!fg_tenant_ready() && fg_tenant_refused())
         return CUDA_ERROR_NOT_PERMITTED;
-    return real(Flags);
-}
-
-/* Divert every hook that has an around function. */
-void fg_memquota_divert(void)
-{
-    for (int i = 0; i < fg_num_around; i++)
-        fg_divert[fg_around_ids[i]] = 1;
+    return next(Flags);
 }
 
 /* Async-signal-safe: a forked child holds no device memory and no records. */

@@ -25,8 +25,8 @@ extern const char *const fg_api_bases[FG_NUM_APIS];
 extern const unsigned short fg_api_by_name[FG_NUM_APIS];
 extern void *const fg_wrappers[FG_NUM_APIS];
 extern unsigned char fg_divert[FG_NUM_APIS];
-extern const unsigned short fg_around_ids[];
-extern const int fg_num_around;
+extern unsigned char fg_policy_on[FG_NUM_POLICIES];
+void fg_policy_enable(enum fg_policy p);
 
 /* Real entry points, filled lazily and lock-free (driver.c). */
 extern void *fg_real[FG_NUM_APIS];
@@ -90,7 +90,7 @@ void fg_census_after_fork(void);
  * (quota_*.c, memquota.h). Devices are CUDA ordinals unless named entries:
  * the tenant keys its quotas by GPU UUID. */
 #define FG_NDEV ((int)FG_MAX_DEVICES)
-extern int fg_quota_on;
+#define fg_quota_on fg_policy_on[FG_POLICY_MEM]
 void fg_tenant_init(const char *path);
 int fg_tenant_ready(void);
 int fg_tenant_refused(void);
@@ -106,7 +106,6 @@ uint64_t fg_tenant_used(int dev);
 int fg_charge(int dev, uint64_t bytes, const char *what);
 void fg_force_charge(int dev, uint64_t bytes);
 void fg_uncharge(int dev, uint64_t bytes);
-void fg_memquota_divert(void);
 void fg_memquota_after_fork(void);
 void fg_graph_after_fork(void);
 

@@ -38,7 +38,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-int fg_quota_on;
 static const char *tenant_path;
 
 /* What attach read and validated: never re-read from the file. */
@@ -330,7 +329,7 @@ int fg_tenant_refused(void) { return __atomic_load_n(&refused_setup, __ATOMIC_AC
 void fg_tenant_init(const char *path)
 {
     tenant_path = path;
-    fg_quota_on = 1;
+    fg_policy_enable(FG_POLICY_MEM);
 }
 
 /* Async-signal-safe: a forked child keeps the mapping but holds no device

@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"os"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -32,9 +33,31 @@ type Entry struct {
 	Name    string // exported symbol, e.g. cuMemAlloc_v2
 	Params  []Param
 	Bytes   string // C expression counted as bytes, or ""
-	Around  bool   // a hand-written fg_around_<name>(real, args...) runs the call
-	Always  bool   // never takes the pass-through path
-	Legacy  bool   // typedef only under __CUDA_API_VERSION_INTERNAL
+	Policies []string // policies that act on this hook, outermost first (see policies)
+	Legacy   bool     // typedef only under __CUDA_API_VERSION_INTERNAL
+}
+
+// policies are the policies a hook can name in api/*.api, outermost first:
+// each is hand-written once per hook as fg_<policy>_<name>(next, args...),
+// where next is the rest of the chain (the next active policy, and at the
+// end the backend: the driver). Tracing wraps every hook outside them all.
+var policies = []struct {
+	Name, Doc string
+	Always    bool // on in every process; its hooks never take the pass-through path
+}{
+	{"procaddr", "cuGetProcAddress answers mapped to the wrapper of exactly their variant", true},
+	{"census", "export tables patched with counting trampolines (FLEXGV_CENSUS)", false},
+	{"mem", "memory quotas (FLEXGV_TENANT)", false},
+}
+
+// policyIndex is the position of a policy in policies, or -1.
+func policyIndex(name string) int {
+	for i, p := range policies {
+		if p.Name == name {
+			return i
+		}
+	}
+	return -1
 }
 
 // Base is the name cuGetProcAddress is asked for: the symbol without its
@@ -133,16 +156,15 @@ func parseAPI(path string, lib Lib) ([]Entry, error) {
 			switch {
 			case strings.HasPrefix(attr, "bytes="):
 				e.Bytes = strings.TrimPrefix(attr, "bytes=")
-			case attr == "around":
-				e.Around = true
-			case attr == "always":
-				e.Always = true
+			case policyIndex(attr) >= 0:
+				e.Policies = append(e.Policies, attr)
 			case attr == "legacy":
 				e.Legacy = true
 			default:
 				return nil, fmt.Errorf("%s:%d: unknown attribute %q", path, ln, attr)
 			}
 		}
+		sort.SliceStable(e.Policies, func(a, b int) bool { return policyIndex(e.Policies[a]) < policyIndex(e.Policies[b]) })
 		out = append(out, e)
 	}
 	return out, sc.Err()

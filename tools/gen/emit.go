@@ -50,7 +50,7 @@ func emitCUDAProtos(all []Entry) string {
 }
 
 // emitShimHeader writes the shim's per-hook types: the real function's
-// pointer type and the hand-written around functions.
+// pointer type, the policies and their hand-written functions.
 func emitShimHeader(all []Entry) string {
 	var b strings.Builder
 	b.WriteString(cHeader)
@@ -58,18 +58,18 @@ func emitShimHeader(all []Entry) string {
 	for _, e := range all {
 		fmt.Fprintf(&b, "typedef %s (*fg_real_%s)(%s);\n", e.Ret(), e.Name, e.ParamList())
 	}
-	b.WriteString("\n")
+	b.WriteString("\n/* The policies, outermost first (tools/gen/api.go). */\nenum fg_policy {\n")
+	for _, p := range policies {
+		fmt.Fprintf(&b, "    FG_POLICY_%s, /* %s */\n", strings.ToUpper(p.Name), p.Doc)
+	}
+	b.WriteString("    FG_NUM_POLICIES\n};\n\n")
 	for _, e := range all {
-		if e.Around {
-			sep := ", "
-			if len(e.Params) == 0 {
-				sep = ""
+		for _, pol := range e.Policies {
+			params := ""
+			if len(e.Params) > 0 {
+				params = ", " + e.ParamList()
 			}
-			params := e.ParamList()
-			if len(e.Params) == 0 {
-				params = ""
-			}
-			fmt.Fprintf(&b, "%s fg_around_%s(fg_real_%s real%s%s);\n", e.Ret(), e.Name, e.Name, sep, params)
+			fmt.Fprintf(&b, "%s fg_%s_%s(fg_real_%s next%s);\n", e.Ret(), pol, e.Name, e.Name, params)
 		}
 	}
 	b.WriteString("\n#endif\n")
@@ -105,21 +105,38 @@ func emitWrappers(all []Entry) (string, error) {
 	b.WriteString("/* Nonzero: the hook leaves the pass-through path (tracing, a policy). */\n")
 	b.WriteString("unsigned char fg_divert[FG_NUM_APIS] = {\n")
 	for _, e := range all {
-		if e.Always {
-			fmt.Fprintf(&b, "    [FG_API_%s] = 1,\n", e.Name)
+		for _, pol := range e.Policies {
+			if policies[policyIndex(pol)].Always {
+				fmt.Fprintf(&b, "    [FG_API_%s] = 1,\n", e.Name)
+				break
+			}
 		}
 	}
 	b.WriteString("};\n\n")
-	b.WriteString("/* Hooks with an around function, diverted while a policy is on. */\n")
-	b.WriteString("const unsigned short fg_around_ids[] = {\n")
-	n := 0
-	for _, e := range all {
-		if e.Around {
-			fmt.Fprintf(&b, "    FG_API_%s,\n", e.Name)
-			n++
+	b.WriteString("/* Nonzero: the policy acts in this process. */\nunsigned char fg_policy_on[FG_NUM_POLICIES] = {\n")
+	for _, p := range policies {
+		if p.Always {
+			fmt.Fprintf(&b, "    [FG_POLICY_%s] = 1,\n", strings.ToUpper(p.Name))
 		}
 	}
-	fmt.Fprintf(&b, "};\nconst int fg_num_around = %d;\n\n", n)
+	b.WriteString("};\n\n")
+	b.WriteString("/* The hooks each policy acts on, diverted when it is enabled. */\n")
+	for _, p := range policies {
+		fmt.Fprintf(&b, "static const unsigned short hooks_%s[] = {", p.Name)
+		for _, e := range all {
+			for _, pol := range e.Policies {
+				if pol == p.Name {
+					fmt.Fprintf(&b, "FG_API_%s, ", e.Name)
+				}
+			}
+		}
+		b.WriteString("0xffff};\n")
+	}
+	b.WriteString("\nvoid fg_policy_enable(enum fg_policy p)\n{\n    static const unsigned short *const hooks[FG_NUM_POLICIES] = {")
+	for _, p := range policies {
+		fmt.Fprintf(&b, "hooks_%s, ", p.Name)
+	}
+	b.WriteString("};\n    fg_policy_on[p] = 1;\n    for (const unsigned short *h = hooks[p]; *h != 0xffff; h++)\n        fg_divert[*h] = 1;\n}\n\n")
 	for i, e := range all {
 		w, err := wrapper(e, i)
 		if err != nil {
@@ -139,14 +156,30 @@ func wrapper(e Entry, index int) (string, error) {
 	var b strings.Builder
 	id := "FG_API_" + e.Name
 	args := e.ArgList()
+	// The chain: each policy of the hook, if on, gets the rest of the chain
+	// as its next; the innermost next is the driver. Policies past the
+	// first are reached through layer functions of the hook's signature.
+	var layers strings.Builder
 	call := fmt.Sprintf("real(%s)", args)
-	if e.Around {
+	next := "real"
+	for k := len(e.Policies) - 1; k >= 0; k-- {
+		on := fmt.Sprintf("fg_policy_on[FG_POLICY_%s]", strings.ToUpper(e.Policies[k]))
 		sep := ""
 		if args != "" {
 			sep = ", "
 		}
-		call = fmt.Sprintf("fg_around_%s(real%s%s)", e.Name, sep, args)
+		call = fmt.Sprintf("(%s ? fg_%s_%s(%s%s%s) : %s(%s))", on, e.Policies[k], e.Name, next, sep, args, next, args)
+		if k > 0 {
+			layer := fmt.Sprintf("fg_layer%d_%s", k, e.Name)
+			fmt.Fprintf(&layers, "static %s %s(%s)\n{\n", e.Ret(), layer, e.ParamList())
+			if next == "real" {
+				fmt.Fprintf(&layers, "    fg_real_%s real = (fg_real_%s)fg_real_fn(%s);\n", e.Name, e.Name, id)
+			}
+			fmt.Fprintf(&layers, "    return %s;\n}\n\n", call)
+			call, next = fmt.Sprintf("%s(%s)", layer, args), layer
+		}
 	}
+	b.WriteString(layers.String())
 	var fmts, fargs []string
 	for _, p := range e.Params {
 		f, a, err := logFormat(p)

@@ -79,3 +79,32 @@ func TestVariantNaming(t *testing.T) {
 		}
 	}
 }
+
+// A hook with several policies chains them in the order of policies, each
+// handed the rest of the chain, the driver last.
+func TestPolicyChainOrder(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "x.api")
+	os.WriteFile(p, []byte("1000 cuFoo(int x) mem census\n"), 0o644)
+	entries, err := parseAPI(p, LibCUDA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(entries[0].Policies, " "); got != "census mem" {
+		t.Fatalf("policies %q, want outermost first: census mem", got)
+	}
+	w, err := wrapper(entries[0], 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		// The inner layer: mem over the driver.
+		"static CUresult fg_layer1_cuFoo(int x)\n{\n    fg_real_cuFoo real = (fg_real_cuFoo)fg_real_fn(FG_API_cuFoo);\n" +
+			"    return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuFoo(real, x) : real(x));\n}\n",
+		// The outer one, in the slow path: census over the inner layer.
+		"return (fg_policy_on[FG_POLICY_CENSUS] ? fg_census_cuFoo(fg_layer1_cuFoo, x) : fg_layer1_cuFoo(x));",
+	} {
+		if !strings.Contains(w, want) {
+			t.Errorf("wrapper lacks %q:\n%s", want, w)
+		}
+	}
+}
