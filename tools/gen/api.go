@@ -28,11 +28,11 @@ type Param struct {
 
 // Entry is one exported variant from api/*.api.
 type Entry struct {
-	Lib     Lib
-	Version int
-	Name    string // exported symbol, e.g. cuMemAlloc_v2
-	Params  []Param
-	Bytes   string // C expression counted as bytes, or ""
+	Lib      Lib
+	Version  int
+	Name     string // exported symbol, e.g. cuMemAlloc_v2
+	Params   []Param
+	Bytes    string   // C expression counted as bytes, or ""
 	Policies []string // policies that act on this hook, outermost first (see policies)
 	Legacy   bool     // typedef only under __CUDA_API_VERSION_INTERNAL
 }
