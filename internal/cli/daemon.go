@@ -136,3 +136,39 @@ func listViaDaemon(dir string) (infos []tenant.Info, skipped []error, ok bool, e
 func otherDir(dir, theirs string) error {
 	return fmt.Errorf("the daemon on %s keeps its tenants in %s, not in %s ($FLEXGV_STATE_DIR)", daemon.Socket(dir), theirs, dir)
 }
+
+func newRm() *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm GROUP",
+		Short: "Remove a group the node daemon holds (refused while its processes run)",
+		Long: "With a node daemon running, a group created with flexgv run --group NAME --mem stays until it is\n" +
+			"removed; rm asks the daemon to let go of it. A group no process is in then disappears; one that a\n" +
+			"flexgv run is still in goes when that run ends. Without a daemon, groups go with their last process.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			dir := tenant.Dir()
+			cl, err := daemon.Connect(daemon.Socket(dir))
+			if err != nil {
+				return fmt.Errorf("flexgv rm: %w", err)
+			}
+			if cl == nil {
+				return fmt.Errorf("flexgv rm: no node daemon on %s: groups go with their last process", daemon.Socket(dir))
+			}
+			defer cl.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), daemon.CallTimeout)
+			defer cancel()
+			resp, err := cl.DeleteTenant(ctx, &flexgvv1.DeleteTenantRequest{Name: args[0]})
+			switch {
+			case daemon.Absent(err):
+				return fmt.Errorf("flexgv rm: no node daemon answers on %s: groups go with their last process", daemon.Socket(dir))
+			case err != nil:
+				return fmt.Errorf("flexgv rm: %s", daemon.Message(err))
+			case resp.Removed:
+				fmt.Fprintf(c.OutOrStdout(), "removed %s\n", args[0])
+			default:
+				fmt.Fprintf(c.OutOrStdout(), "released %s: it goes when the flexgv run still in it ends\n", args[0])
+			}
+			return nil
+		},
+	}
+}

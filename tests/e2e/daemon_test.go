@@ -320,3 +320,27 @@ func TestDaemonStaleSocket(t *testing.T) {
 	e.startDaemon(t)
 	e.client(t)
 }
+
+// flexgv rm: the way to remove a group the daemon holds.
+func TestRmRemovesAGroupTheDaemonHolds(t *testing.T) {
+	e := quotaEnv(t)
+	if r := e.run("flexgv", "rm", "g"); r.code != 1 || !strings.Contains(r.stderr, "flexgv rm: no node daemon on ") {
+		t.Errorf("without a daemon: %+v", r)
+	}
+	e.startDaemon(t)
+	holder := e.startProc(t, "flexgv", "run", "--group", "g", "--mem", "2GiB", "--", bin("holder"), "10")
+	if r := e.run("flexgv", "rm", "g"); r.code != 1 || !strings.Contains(r.stderr, "tenant g has 1 processes using it") {
+		t.Errorf("while its process runs: %+v", r)
+	}
+	holder.stdin.Close()
+	holder.cmd.Wait()
+	if r := e.run("flexgv", "rm", "g"); r.code != 0 || r.stdout != "removed g\n" {
+		t.Errorf("the idle group: %+v", r)
+	}
+	if infos := e.ps(t); len(infos) != 0 {
+		t.Errorf("after rm: %+v", infos)
+	}
+	if r := e.run("flexgv", "rm", "g"); r.code != 1 || !strings.Contains(r.stderr, "flexgv rm: ") {
+		t.Errorf("a group that is gone: %+v", r)
+	}
+}
