@@ -23,7 +23,7 @@ struct rec {
     int16_t dev;      /* CUDA ordinal charged */
     int32_t maps;     /* R_VMM: live mappings */
     uint64_t bytes;
-    uintptr_t owner; /* R_MEM/R_ARRAY: context; R_MAP: VMM handle */
+    uintptr_t owner; /* R_MEM/R_ARRAY: context; R_MAP: VMM handle; R_EXEC: its sizes per device */
     uint64_t span;   /* R_MAP: bytes mapped */
 };
 

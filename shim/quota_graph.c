@@ -12,6 +12,7 @@
 #include "memquota.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #define GRANULE (2ull << 20)
 #define MAX_DEPTH 8
@@ -52,9 +53,11 @@ void fg_graph_settle_all(void)
             settle(d);
 }
 
-/* The most graph g can reserve when it first runs, and its device: the sum
- * of its allocation nodes, child graphs included. 0 on overflow. */
-static int alloc_nodes(CUgraph g, int depth, int *dev, uint64_t *bytes)
+/* The most graph g can reserve on each device when it first runs: the sum
+ * of its allocation nodes there, child graphs included. 0 when that cannot
+ * be told (overflow, a device out of range): the driver refuses such a
+ * graph anyway. */
+static int alloc_nodes(CUgraph g, int depth, uint64_t per[MAX_DEV])
 {
     fg_real_cuGraphGetNodes getnodes = REAL(cuGraphGetNodes);
     fg_real_cuGraphNodeGetType gettype = REAL(cuGraphNodeGetType);
@@ -74,32 +77,43 @@ static int alloc_nodes(CUgraph g, int depth, int *dev, uint64_t *bytes)
         if (gettype(nodes[i], &t) != CUDA_SUCCESS)
             continue;
         if (t == CU_GRAPH_NODE_TYPE_MEM_ALLOC && getparams(nodes[i], &p) == CUDA_SUCCESS) {
+            int d = p.poolProps.location.id;
             uint64_t rounded;
-            *dev = p.poolProps.location.id;
-            ok = !__builtin_add_overflow((uint64_t)p.bytesize, GRANULE - 1, &rounded) &&
-                 !__builtin_add_overflow(*bytes, rounded / GRANULE * GRANULE, bytes);
+            ok = d >= 0 && d < MAX_DEV && !__builtin_add_overflow((uint64_t)p.bytesize, GRANULE - 1, &rounded) &&
+                 !__builtin_add_overflow(per[d], rounded / GRANULE * GRANULE, &per[d]);
         } else if (t == CU_GRAPH_NODE_TYPE_GRAPH && depth < MAX_DEPTH &&
                    getchild(nodes[i], &child) == CUDA_SUCCESS) {
-            ok = alloc_nodes(child, depth + 1, dev, bytes);
+            ok = alloc_nodes(child, depth + 1, per);
         }
     }
     free(nodes);
     return ok;
 }
 
-/* Runs call (an upload or a launch of a graph needing up to bytes on dev)
- * if what it may add to the graph pool fits in the quota. */
-static CUresult run_charged(int dev, uint64_t bytes, CUresult (*call)(void *), void *arg)
+/* Runs call (an upload or a launch of a graph needing up to per[d] on each
+ * device d) if what it may add to each graph pool fits in the quota there. */
+static CUresult run_charged(const uint64_t per[MAX_DEV], CUresult (*call)(void *), void *arg)
 {
-    uint64_t reserved = graph_attr(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT);
-    uint64_t used = graph_attr(dev, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT);
-    uint64_t spare = reserved > used ? reserved - used : 0;
-    uint64_t need = bytes > spare ? bytes - spare : 0;
-    if (!fg_charge(dev, need, "CUDA graph memory"))
-        return CUDA_ERROR_OUT_OF_MEMORY;
+    uint64_t need[MAX_DEV] = {0};
+    for (int d = 0; d < MAX_DEV; d++) {
+        if (!per[d])
+            continue;
+        uint64_t reserved = graph_attr(d, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT);
+        uint64_t used = graph_attr(d, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT);
+        uint64_t spare = reserved > used ? reserved - used : 0;
+        need[d] = per[d] > spare ? per[d] - spare : 0;
+        if (!fg_charge(d, need[d], "CUDA graph memory")) {
+            while (--d >= 0)
+                fg_uncharge(d, need[d]);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
     CUresult r = call(arg);
-    settle(dev);
-    fg_uncharge(dev, need);
+    for (int d = 0; d < MAX_DEV; d++)
+        if (per[d]) {
+            settle(d);
+            fg_uncharge(d, need[d]);
+        }
     return r;
 }
 
@@ -125,21 +139,31 @@ static CUresult call_with_params(void *a)
     return ((fg_real_cuGraphInstantiateWithParams)c->next)(c->exec, c->graph, c->params);
 }
 
+/* An executable graph with allocation nodes is recorded with what it may
+ * reserve per device (owner: a heap array of MAX_DEV sizes). */
 static CUresult instantiate(struct inst *c, CUresult (*call)(void *), int uploads)
 {
-    int dev = -1;
-    uint64_t bytes = 0;
-    if (!c->graph || !alloc_nodes(c->graph, 0, &dev, &bytes) || !bytes || dev < 0)
+    uint64_t *per = c->graph ? calloc(MAX_DEV, sizeof *per) : NULL;
+    uint64_t total = 0;
+    if (per && alloc_nodes(c->graph, 0, per))
+        for (int d = 0; d < MAX_DEV; d++)
+            total |= per[d];
+    if (!total) {
+        free(per);
         return call(c); /* nothing to charge, or a graph the driver will refuse */
-    if (!fg_rec_reserve())
+    }
+    if (!fg_rec_reserve()) {
+        free(per);
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = uploads ? run_charged(dev, bytes, call, c) : call(c);
+    }
+    CUresult r = uploads ? run_charged(per, call, c) : call(c);
     if (r != CUDA_SUCCESS) {
         fg_rec_unreserve();
+        free(per);
         return r;
     }
     fg_rec_lock();
-    fg_rec_put((uintptr_t)*c->exec, R_EXEC, dev, 0, 0)->span = bytes;
+    fg_rec_put((uintptr_t)*c->exec, R_EXEC, -1, 0, (uintptr_t)per);
     fg_rec_unlock();
     return r;
 }
@@ -184,15 +208,16 @@ static CUresult run(CUresult (*next)(CUgraphExec, CUstream), CUgraphExec exec, C
 {
     if (!fg_rec_count(R_EXEC))
         return next(exec, s);
+    uint64_t per[MAX_DEV];
     fg_rec_lock();
     struct rec *r = fg_rec_find((uintptr_t)exec, R_EXEC);
-    uint64_t bytes = r ? r->span : 0;
-    int dev = r ? r->dev : -1;
+    if (r)
+        memcpy(per, (const uint64_t *)r->owner, sizeof per);
     fg_rec_unlock();
-    if (!bytes)
+    if (!r)
         return next(exec, s);
     struct run c = {next, exec, s};
-    return run_charged(dev, bytes, call_run, &c);
+    return run_charged(per, call_run, &c);
 }
 
 CUresult fg_mem_cuGraphLaunch(fg_real_cuGraphLaunch next, CUgraphExec exec, CUstream s)
@@ -222,11 +247,16 @@ CUresult fg_mem_cuGraphExecDestroy(fg_real_cuGraphExecDestroy next, CUgraphExec 
         return r;
     fg_rec_lock();
     struct rec *e = fg_rec_find((uintptr_t)exec, R_EXEC);
-    int dev = e ? e->dev : -1;
+    uint64_t *per = e ? (uint64_t *)e->owner : NULL;
     if (e)
         fg_rec_drop(e);
     fg_rec_unlock();
-    settle(dev);
+    if (per) {
+        for (int d = 0; d < MAX_DEV; d++)
+            if (per[d])
+                settle(d);
+        free(per);
+    }
     return r;
 }
 

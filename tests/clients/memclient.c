@@ -12,7 +12,8 @@
  *     memclient overflow         hold 600 MiB, then sizes that wrap a 64-bit sum or product
  *     memclient ctxrace N        N threads retain the first primary context at once
  *     memclient many N           up to N live 4 KiB allocations, then free them all
- *     memclient pooldev MIB      allocate MIB MiB from a pool of device 1, device 0 current */
+ *     memclient pooldev MIB      allocate MIB MiB from a pool of device 1, device 0 current
+ *     memclient graph2dev MIB1 MIB0   launch a graph allocating MIB1 MiB on device 1, then MIB0 on 0 */
 #include "common.h"
 
 #include <pthread.h>
@@ -239,6 +240,33 @@ static void pooldev(size_t mib)
     printf("%zu MiB from device 1's pool -> %s\n", mib, result_name(r));
 }
 
+static CUgraphNode alloc_node(CUgraph g, int dev, size_t mib)
+{
+    CUDA_MEM_ALLOC_NODE_PARAMS p;
+    CUgraphNode n;
+    memset(&p, 0, sizeof p);
+    p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p.poolProps.location.id = dev;
+    p.bytesize = mib * MiB;
+    CHECK(cuGraphAddMemAllocNode(&n, g, NULL, 0, &p));
+    return n;
+}
+
+static void graph2dev(size_t mib1, size_t mib0)
+{
+    CUgraph g;
+    CUgraphExec x;
+    CUstream s;
+    CHECK(cuStreamCreate(&s, 0));
+    CHECK(cuGraphCreate(&g, 0));
+    alloc_node(g, 1, mib1);
+    alloc_node(g, 0, mib0);
+    CHECK(cuGraphInstantiateWithFlags(&x, g, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH));
+    CUresult r = cuGraphLaunch(x, s);
+    printf("graph of %zu MiB on device 1 and %zu MiB on device 0: launch -> %s\n", mib1, mib0, result_name(r));
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "paths";
@@ -290,6 +318,10 @@ int main(int argc, char **argv)
     }
     if (!strcmp(mode, "overflow")) {
         overflow();
+        return 0;
+    }
+    if (!strcmp(mode, "graph2dev")) {
+        graph2dev((size_t)atol(argv[2]), (size_t)atol(argv[3]));
         return 0;
     }
     if (!strcmp(mode, "pooldev")) {

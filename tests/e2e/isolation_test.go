@@ -222,6 +222,22 @@ func TestPoolAllocationsChargedToThePoolsDevice(t *testing.T) {
 	}
 }
 
+// A graph's allocation nodes are charged to the devices they are on.
+func TestGraphMemoryChargedPerDevice(t *testing.T) {
+	e := quotaEnv(t, "FLEXGV_SIM_DEVICES=2")
+	for _, c := range []struct{ mem, mib1, want string }{
+		{"1=1GiB", "2048", "CUDA_ERROR_OUT_OF_MEMORY"},
+		{"1=1GiB", "512", "CUDA_SUCCESS"},
+		{"0=1GiB", "2048", "CUDA_SUCCESS"},
+	} {
+		r := e.run("flexgv", "run", "--mem", c.mem, "--", bin("memclient"), "graph2dev", c.mib1, "64")
+		want := "graph of " + c.mib1 + " MiB on device 1 and 64 MiB on device 0: launch -> " + c.want + "\n"
+		if r.code != 0 || r.stdout != want {
+			t.Errorf("--mem %s: %+v, want %q", c.mem, r, want)
+		}
+	}
+}
+
 // A refusal says which tenant, device, quota, usage and request it was,
 // once, and the program gets the driver's own error.
 func TestRefusalExplainsItself(t *testing.T) {
