@@ -53,8 +53,9 @@ static CUresult parse_module(const char *image, struct sim_module **out)
     m->magic = MOD_MAGIC;
     for (const char *p = image; (p = strstr(p, "\nkernel ")) && m->nfuncs < n; p++) {
         struct sim_func *f = &m->funcs[m->nfuncs];
-        char name[96] = "", opt1[64] = "", opt2[64] = "";
-        int got = sscanf(p + 8, "%95s %63[^ \n] %63[^ \n]", name, opt1, opt2);
+        char line[256], name[96] = "", opt1[64] = "", opt2[64] = "";
+        snprintf(line, sizeof line, "%.*s", (int)strcspn(p + 8, "\n"), p + 8); /* options end with their line */
+        int got = sscanf(line, "%95s %63s %63s", name, opt1, opt2);
         if (got < 1) {
             free(m);
             return CUDA_ERROR_INVALID_IMAGE;
@@ -221,12 +222,21 @@ SIM_EXPORT CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute at
 
 static __thread struct sim_stream per_thread_stream;
 
+/* The lane a new stream runs in (state.c): the legacy stream has its
+ * device's first to itself, the others take the rest in turn. */
+static int new_lane(int dev)
+{
+    static unsigned made;
+    unsigned n = __atomic_fetch_add(&made, 1, __ATOMIC_RELAXED);
+    return dev * SIM_LANES_PER_DEV + 1 + (int)(n % (SIM_LANES_PER_DEV - 1));
+}
+
 struct sim_stream *sim_stream_of(struct sim_ctx *ctx, CUstream h, int per_thread)
 {
     if (h == CU_STREAM_PER_THREAD || (!h && per_thread)) {
         struct sim_stream *s = &per_thread_stream;
         if (s->ctx != ctx && !s->cap)
-            *s = (struct sim_stream){.magic = STREAM_MAGIC, .ctx = ctx};
+            *s = (struct sim_stream){.magic = STREAM_MAGIC, .ctx = ctx, .lane = new_lane(ctx->dev)};
         return s;
     }
     if (!h || h == CU_STREAM_LEGACY) {
@@ -234,7 +244,7 @@ struct sim_stream *sim_stream_of(struct sim_ctx *ctx, CUstream h, int per_thread
             struct sim_stream *s = calloc(1, sizeof *s);
             if (!s)
                 return NULL;
-            *s = (struct sim_stream){.magic = STREAM_MAGIC, .ctx = ctx};
+            *s = (struct sim_stream){.magic = STREAM_MAGIC, .ctx = ctx, .lane = ctx->dev * SIM_LANES_PER_DEV};
             ctx->legacy = s;
         }
         return ctx->legacy;
@@ -245,14 +255,16 @@ struct sim_stream *sim_stream_of(struct sim_ctx *ctx, CUstream h, int per_thread
 
 CUresult sim_stream_wait(struct sim_stream *s)
 {
-    sim_sleep_until(s->tail_ns);
+    sim_wait(s->lane, s->last);
     sim_pools_trim_after_sync(s->ctx->dev);
     return CUDA_SUCCESS;
 }
 
+/* Everything this process queued on the context's device. */
 void sim_ctx_sync(struct sim_ctx *ctx)
 {
-    sim_sleep_until(ctx->last_tail_ns);
+    for (int l = ctx->dev * SIM_LANES_PER_DEV; l < (ctx->dev + 1) * SIM_LANES_PER_DEV; l++)
+        sim_wait(l, sim_lane_head(l));
     sim_pools_trim_after_sync(ctx->dev);
 }
 
@@ -277,7 +289,7 @@ SIM_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
     struct sim_stream *s = calloc(1, sizeof *s);
     if (!s)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    *s = (struct sim_stream){.magic = STREAM_MAGIC, .ctx = c, .flags = Flags};
+    *s = (struct sim_stream){.magic = STREAM_MAGIC, .ctx = c, .lane = new_lane(c->dev), .flags = Flags};
     *phStream = (CUstream)s;
     return CUDA_SUCCESS;
 }
@@ -329,7 +341,7 @@ static CUresult stream_query(CUstream h, int pt)
     CUresult r = stream_arg(h, pt, &s);
     if (r || (r = sim_capture_check(s)) != CUDA_SUCCESS)
         return r;
-    return sim_now_ns() >= s->tail_ns ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+    return sim_finished(s->lane, s->last) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 SIM_EXPORT CUresult cuStreamQuery(CUstream h) { return stream_query(h, 0); }
 SIM_EXPORT CUresult cuStreamQuery_ptsz(CUstream h) { return stream_query(h, 1); }
@@ -351,8 +363,9 @@ static CUresult stream_wait_event(CUstream h, CUevent e, int pt)
     int captured;
     if ((r = sim_capture_wait(s, ev, &captured)) != CUDA_SUCCESS || captured)
         return r;
-    if (ev->recorded && ev->ts_ns > s->tail_ns)
-        s->tail_ns = ev->ts_ns;
+    uint64_t c = ev->recorded ? sim_submit_wait(s->lane, &ev->stamp) : 0;
+    if (c)
+        s->last = c;
     return CUDA_SUCCESS;
 }
 SIM_EXPORT CUresult cuStreamWaitEvent(CUstream h, CUevent e, unsigned int Flags)
@@ -385,7 +398,7 @@ static void builtin_args(struct sim_func *f, void **params, struct sim_kargs *a)
     }
 }
 
-/* Computes a builtin on the host-backed memory, then occupies the device. */
+/* Computes a builtin on the host-backed memory, then queues its device time. */
 void sim_kernel_run(struct sim_stream *s, struct sim_func *f, const struct sim_kargs *a)
 {
     if (f->builtin == B_VECADD) {
@@ -398,10 +411,9 @@ void sim_kernel_run(struct sim_stream *s, struct sim_func *f, const struct sim_k
         for (int i = 0; i < a->n; i++)
             p[i] = a->val;
     }
-    uint64_t d = f->duration_ns == DEFAULT_DURATION ? sim->cfg.kernel_ns : f->duration_ns;
-    s->tail_ns = sim_enqueue(s->ctx->dev, s->tail_ns, d);
-    if (s->tail_ns > s->ctx->last_tail_ns)
-        s->ctx->last_tail_ns = s->tail_ns;
+    uint64_t c = sim_submit_kernel(s->lane, f->duration_ns == DEFAULT_DURATION ? sim->cfg.kernel_ns : f->duration_ns);
+    if (c)
+        s->last = c;
 }
 
 static CUresult launch(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
@@ -488,7 +500,7 @@ SIM_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx
  * work is done: ordering is kept, overlap with the caller is not modelled. */
 void sim_host_run(struct sim_stream *s, CUhostFn fn, void *data)
 {
-    sim_sleep_until(s->tail_ns);
+    sim_wait(s->lane, s->last);
     fn(data);
 }
 
@@ -544,8 +556,8 @@ static CUresult record(CUevent ev, CUstream h, int pt)
     int captured;
     if ((r = sim_capture_record(e, s, &captured)) != CUDA_SUCCESS || captured)
         return r;
-    uint64_t now = sim_now_ns();
-    e->ts_ns = s->tail_ns > now ? s->tail_ns : now;
+    sim_stamp_record(&e->stamp, s->lane, !(e->flags & CU_EVENT_DISABLE_TIMING));
+    s->last = e->stamp.count ? e->stamp.count : s->last;
     e->recorded = 1;
     return CUDA_SUCCESS;
 }
@@ -568,7 +580,8 @@ SIM_EXPORT CUresult cuEventQuery(CUevent ev)
     CUresult r = sim_capture_event_use(e);
     if (r)
         return r;
-    return !e->recorded || sim_now_ns() >= e->ts_ns ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+    uint64_t ts;
+    return !e->recorded || sim_stamp_time(&e->stamp, &ts) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 SIM_EXPORT CUresult cuEventSynchronize(CUevent ev)
@@ -580,7 +593,7 @@ SIM_EXPORT CUresult cuEventSynchronize(CUevent ev)
     if (r)
         return r;
     if (e->recorded)
-        sim_sleep_until(e->ts_ns);
+        sim_stamp_wait(&e->stamp);
     return CUDA_SUCCESS;
 }
 
@@ -591,10 +604,10 @@ static CUresult elapsed(float *ms, CUevent a, CUevent b)
         return CUDA_ERROR_INVALID_VALUE;
     if (!s || !e || !s->recorded || !e->recorded || ((s->flags | e->flags) & CU_EVENT_DISABLE_TIMING))
         return CUDA_ERROR_INVALID_HANDLE;
-    uint64_t now = sim_now_ns();
-    if (now < s->ts_ns || now < e->ts_ns)
+    uint64_t t0, t1;
+    if (!sim_stamp_time(&s->stamp, &t0) || !sim_stamp_time(&e->stamp, &t1))
         return CUDA_ERROR_NOT_READY;
-    *ms = (float)((double)((int64_t)(e->ts_ns - s->ts_ns)) / 1e6);
+    *ms = (float)((double)(int64_t)(t1 - t0) / 1e6);
     return CUDA_SUCCESS;
 }
 SIM_EXPORT CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) { return elapsed(ms, a, b); }
@@ -605,6 +618,7 @@ SIM_EXPORT CUresult cuEventDestroy_v2(CUevent ev)
     struct sim_event *e = as_event(ev);
     if (!e)
         return CUDA_ERROR_INVALID_HANDLE;
+    sim_stamp_forget(&e->stamp);
     e->magic = 0;
     free(e);
     return CUDA_SUCCESS;

@@ -29,8 +29,9 @@
  *  - A graph with memory nodes has one executable graph at a time and cannot
  *    become a child graph; an allocation freed in its own graph cannot be
  *    freed elsewhere, and a free node must follow its allocation node.
- * A launch applies its memory nodes, then runs its kernels, copies and host
- * functions, when it is issued (the simulation runs work at issue time).
+ * A launch, when it is issued, applies its memory nodes, then goes through
+ * its nodes in order: copies and sets are done, kernels queued on the
+ * stream, host functions run once the stream's earlier work is done.
  * Graph objects, like the driver's, are not thread-safe; the pools and
  * allocations are under sim_mem_lock. */
 #include "sim.h"

@@ -8,6 +8,7 @@
 #include <nvml.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 static int nvml_refs;
 static struct nvml_dev {
@@ -199,6 +200,43 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlU
         return NVML_ERROR_INVALID_ARGUMENT;
     u->gpu = sim_utilization(d);
     u->memory = 0;
+    return NVML_SUCCESS;
+}
+
+/* One sample per running process whose kernels occupied the device since
+ * lastSeenTimeStamp (CPU time in microseconds; 0: as far back as kept),
+ * within the last second: the share of that window they had it. */
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+                                                        nvmlProcessUtilizationSample_t *utilization,
+                                                        unsigned int *processSamplesCount,
+                                                        unsigned long long lastSeenTimeStamp)
+{
+    DEVICE_ARG(device, d);
+    if (!processSamplesCount)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct timespec rt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    uint64_t mono = sim_now_ns(), real_us = (uint64_t)rt.tv_sec * 1000000 + (uint64_t)rt.tv_nsec / 1000;
+    uint64_t since = 0; /* the same instant on CLOCK_MONOTONIC */
+    if (lastSeenTimeStamp >= real_us)
+        since = mono;
+    else if ((real_us - lastSeenTimeStamp) * 1000 < mono)
+        since = mono - (real_us - lastSeenTimeStamp) * 1000;
+    sim_reap_dead();
+    struct sim_proc_util u[SIM_MAX_PROCS];
+    uint64_t now;
+    int n = sim_proc_utilization(d, since, u, SIM_MAX_PROCS, &now);
+    if (n == 0)
+        return NVML_ERROR_NOT_FOUND;
+    if (!utilization || *processSamplesCount < (unsigned)n) {
+        *processSamplesCount = (unsigned)n;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    unsigned long long stamp = (unsigned long long)((int64_t)real_us + ((int64_t)now - (int64_t)mono) / 1000);
+    for (int i = 0; i < n; i++)
+        utilization[i] = (nvmlProcessUtilizationSample_t){.pid = (unsigned)u[i].pid, .timeStamp = stamp,
+                                                          .smUtil = u[i].pct};
+    *processSamplesCount = (unsigned)n;
     return NVML_SUCCESS;
 }
 

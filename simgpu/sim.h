@@ -18,11 +18,14 @@
 #define SIM_EXPORT __attribute__((visibility("default")))
 #define SIM_MAX_DEVICES 8
 #define SIM_MAX_PROCS 128
-#define SIM_BUCKETS 640 /* 64 s: queued work is credited ahead without wrapping */
-#define SIM_BUCKET_NS 100000000ull
-#define SIM_UTIL_BUCKETS 10 /* utilization is averaged over the last 1 s */
-#define SIM_STATE_VERSION 2
-#define SIM_STATE_VERSION_TEXT "2" /* in the default state file's name: versions never meet */
+#define SIM_BUCKET_NS 100000000ull /* busy time is kept per 100 ms of simulated time */
+#define SIM_HIST_BUCKETS 16        /* of which the last 1.6 s */
+#define SIM_UTIL_NS 1000000000ull  /* NVML's utilization window */
+#define SIM_LANES_PER_DEV 4        /* a process's streams on one device run concurrently in up to 4 lanes */
+#define SIM_LANES (SIM_MAX_DEVICES * SIM_LANES_PER_DEV)
+#define SIM_RING 128               /* items a lane holds; launching into a full lane waits */
+#define SIM_STATE_VERSION 3
+#define SIM_STATE_VERSION_TEXT "3" /* in the default state file's name: versions never meet */
 #define SIM_GRANULARITY (2ull << 20) /* VMM and graph memory pages */
 
 struct sim_config {
@@ -32,6 +35,7 @@ struct sim_config {
     uint64_t ctx_mem_bytes;
     uint64_t kernel_ns;
     int driver_version;
+    uint64_t timeslice_ns;
 };
 
 struct sim_bucket {
@@ -40,19 +44,63 @@ struct sim_bucket {
 };
 
 struct sim_device_state {
-    uint64_t used_bytes;     /* every process, contexts included */
-    uint64_t busy_until_ns;  /* CLOCK_MONOTONIC end of the last queued kernel */
-    uint64_t busy_total_ns;
-    struct sim_bucket buckets[SIM_BUCKETS];
+    uint64_t used_bytes; /* every process, contexts included */
+    struct sim_bucket busy[SIM_HIST_BUCKETS];
 };
 
 /* A process's slot. Its owner holds an OFD lock on the slot's first byte
  * for its lifetime: a slot whose lock can be taken belongs to a dead
- * process, whatever PID namespace it lived in. */
+ * process, whatever PID namespace it lived in. Each claim of the slot is a
+ * new incarnation (inc), which tags its queued work. */
 struct sim_proc_state {
-    int32_t pid; /* in the namespace of the mounted /proc; 0: free */
+    int32_t pid;   /* in the namespace of the mounted /proc; 0: free */
+    uint32_t inc;  /* 24 bits, never 0 once claimed */
+    uint32_t lanes; /* bit per lane this incarnation set up */
     uint32_t reserved;
     uint64_t used_bytes[SIM_MAX_DEVICES];
+    struct sim_bucket busy[SIM_MAX_DEVICES][SIM_HIST_BUCKETS]; /* its kernels' time on each device */
+};
+
+/* Work queued in a lane (state.c). A kernel, or a mark: an event record,
+ * or a wait until another lane of the process has finished some items. */
+struct sim_item {
+    uint64_t tag; /* inc << 40 | index + 1, stored last: the item is there */
+    union {
+        uint64_t dur_ns;  /* a kernel; grows while it is the lane's last and pending; SIM_CLOSED once run */
+        uint64_t done_ns; /* a mark: when the device reached it */
+    };
+    uint64_t arrival_ns;
+    uint64_t dep; /* kind, and a wait's lane and count (state.c) */
+};
+
+struct sim_lane {
+    uint64_t head; /* items reserved by its process */
+    uint64_t done; /* inc << 40 | items the device finished, as last committed */
+    struct sim_item ring[SIM_RING];
+};
+
+/* The devices' schedule up to t_ns (state.c), double-buffered. */
+struct sim_sched_lane {
+    uint64_t finished;
+    uint64_t progress_ns; /* of the head kernel */
+};
+
+struct sim_sched_proc {
+    uint32_t inc;  /* the incarnation this entry describes */
+    uint32_t dead; /* found dead: its work is dropped */
+    struct sim_sched_lane lanes[SIM_LANES];
+};
+
+struct sim_sched_dev {
+    int32_t cur; /* the slot holding the device, -1 none */
+    uint32_t cur_inc;
+    uint64_t slice_end_ns;
+};
+
+struct sim_sched {
+    uint64_t t_ns;
+    struct sim_sched_dev dev[SIM_MAX_DEVICES];
+    struct sim_sched_proc procs[SIM_MAX_PROCS];
 };
 
 struct sim_shared {
@@ -62,6 +110,19 @@ struct sim_shared {
     struct sim_config cfg;
     struct sim_device_state dev[SIM_MAX_DEVICES];
     struct sim_proc_state procs[SIM_MAX_PROCS];
+    uint64_t sched_gen; /* sched[sched_gen & 1] is committed; this byte's OFD lock serializes steps */
+    struct sim_sched sched[2];
+    struct sim_lane lanes[SIM_MAX_PROCS][SIM_LANES]; /* last: sparse until used */
+};
+
+/* An event's place in a lane: reached once the lane has finished count
+ * items, at ts_ns. */
+struct sim_stamp {
+    int lane;
+    int resolved;
+    int untimed; /* ts_ns is not kept */
+    uint64_t count;
+    uint64_t ts_ns;
 };
 
 /* state.c */
@@ -72,10 +133,27 @@ void sim_sleep_until(uint64_t t_ns);
 int sim_mem_reserve(int dev, uint64_t bytes); /* 0 or -1 when the device is full */
 void sim_mem_release(int dev, uint64_t bytes);
 void sim_reap_dead(void);
-void sim_busy(int dev, uint64_t start_ns, uint64_t end_ns);
-unsigned sim_utilization(int dev);
-uint64_t sim_enqueue(int dev, uint64_t not_before_ns, uint64_t duration_ns);
 void sim_uuid(int dev, CUuuid *uuid);
+/* Queues of this process. A count is what a lane must have finished for
+ * an item to be done (0: nothing to wait for). */
+uint64_t sim_submit_kernel(int lane, uint64_t duration_ns);
+uint64_t sim_submit_wait(int lane, const struct sim_stamp *st); /* the lane waits for st */
+uint64_t sim_lane_head(int lane);                               /* count of everything submitted */
+void sim_wait(int lane, uint64_t count);                        /* sleeps until finished */
+int sim_finished(int lane, uint64_t count);
+void sim_stamp_record(struct sim_stamp *st, int lane, int timed);
+int sim_stamp_time(struct sim_stamp *st, uint64_t *ts_ns); /* 0 while not reached */
+void sim_stamp_wait(struct sim_stamp *st);
+void sim_stamp_forget(struct sim_stamp *st); /* before the stamp's memory goes */
+/* NVML: busy share (percent) of the device, and of each process with busy
+ * time, over (since_ns, now] within the last second; returns how many
+ * processes, filling at most n. */
+unsigned sim_utilization(int dev);
+struct sim_proc_util {
+    int32_t pid;
+    unsigned pct;
+};
+int sim_proc_utilization(int dev, uint64_t since_ns, struct sim_proc_util *out, int n, uint64_t *now_ns);
 
 /* cuGetProcAddress table (procs_gen.c). */
 struct sim_proc {
@@ -101,7 +179,6 @@ struct sim_ctx {
     unsigned flags;
     uint64_t charged_bytes;
     struct sim_stream *legacy;
-    uint64_t last_tail_ns;
     int blocking_captures; /* streams of this context in capture that sync with the legacy stream */
 };
 
@@ -110,7 +187,8 @@ struct sim_ctx {
 struct sim_stream {
     uint32_t magic;
     struct sim_ctx *ctx;
-    uint64_t tail_ns;
+    int lane;      /* the queue of its device it runs in (state.c) */
+    uint64_t last; /* count its lane must finish for its work so far */
     unsigned flags;
     /* Stream capture (capture.c; changed under its lock): the sequence the
      * stream belongs to, what its next captured node depends on, how many
@@ -126,7 +204,7 @@ struct sim_event {
     uint32_t magic;
     unsigned flags;
     int recorded;
-    uint64_t ts_ns;
+    struct sim_stamp stamp;
     /* Last recorded in a capturing stream (capture.c): the sequence's id,
      * then the stream, its position and its dependencies at that point. */
     uint64_t cap_id;

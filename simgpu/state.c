@@ -1,7 +1,56 @@
 /* Configuration and the state shared by every process using the simulated
- * GPU. The shared file holds counters updated with atomics; nothing shared
- * is ever waited for: a process that dies is found by the kernel releasing
- * its slot's lock, and what it held is returned. */
+ * GPU: device memory, process slots, and the devices' work queues and
+ * schedule. The shared file holds counters updated with atomics; a process
+ * that dies is found by the kernel releasing its slot's lock, and what it
+ * held is returned.
+ *
+ * How devices run kernels: time-sliced between processes, as a GPU without
+ * MPS does.
+ *  - Each process queues its work in lanes of its own slot, lock-free:
+ *    SIM_LANES_PER_DEV per device, a stream bound to one (streams beyond
+ *    that share lanes, and so run one after the other). A lane holds, in
+ *    order, kernels (a duration) and marks (an event record, or a wait for
+ *    another lane of the process).
+ *    A kernel launched while its lane's last item is a kernel still pending
+ *    joins that item (the device runs them back to back either way); a full
+ *    lane makes launches wait, as a GPU's push buffer does. Kernels of no
+ *    duration are not queued.
+ *  - A device runs one process (context) at a time. The holder runs the
+ *    head kernel of each of its lanes on the device, all at once and each at
+ *    full speed; marks take no device time and are reached when everything
+ *    before them in their lane is done.
+ *  - Processes with a kernel ready take the device round robin (in slot
+ *    order) on a time slice (timeslice_us). The holder keeps it until its
+ *    slice ends while others wait, and gives it up at once when it has
+ *    nothing ready (work-conserving). A kernel cut at the end of a slice
+ *    resumes where it stopped at its process's next turn. A holder alone
+ *    keeps the device, its slice renewed on each boundary, so a newcomer
+ *    waits for the current slice to end.
+ *  - Nothing is decided at launch, since what a kernel gets depends on what
+ *    others launch later. Whoever needs a result (a synchronize, a query, an
+ *    event's time, NVML) advances the schedule from its last committed state
+ *    to now, over the queues as they are: an item counts from when it was
+ *    stamped, or from the schedule's time if it became visible later.
+ *    Waiters then sleep until the earliest time the schedule, continued over
+ *    the work visible now, reaches what they wait for, and look again.
+ *  - A step holds one OFD lock (released by the kernel if its holder dies)
+ *    and never sleeps. It writes the schedule copy that is not current and
+ *    commits by bumping sched_gen, so a process killed at any instruction
+ *    leaves the last committed schedule; what it wrote elsewhere (marks'
+ *    times, kernels closed to merging, finished counts published to their
+ *    lanes, busy time) a later step writes again or is harmless.
+ *  - A process found dead when its turn comes (its slot lock free) loses
+ *    its queued work, as a context torn down on a GPU does.
+ *  - Busy time is credited to the device and to the process in 100 ms
+ *    buckets of simulated time: NVML's utilization and per-process
+ *    utilization read them.
+ * Unlike a GPU: a context switch costs nothing; a process's contexts on one
+ * device are scheduled as one; its concurrent kernels do not compete for
+ * SMs; marks are reached while another process holds the device (an event
+ * is stamped when its stream gets there); copies take no device time;
+ * stream priorities and the legacy stream's implicit synchronization are
+ * not modelled. Time is wall time: a waiter returns when the host wakes it,
+ * after the completion it waited for. */
 #include "sim.h"
 #include "flexgv/liveness.h"
 
@@ -20,6 +69,27 @@
 
 struct sim_shared *sim;
 static int my_proc = -1;
+static uint64_t my_base;  /* tag of this incarnation's items: inc << TAG_SHIFT */
+static uint32_t my_lanes; /* lanes this incarnation has set up */
+
+/* Items: tags, counts and the dep word. */
+#define TAG_SHIFT 40
+#define COUNT_MASK ((1ull << TAG_SHIFT) - 1)
+#define INC_MASK 0xffffffu
+#define SIM_MARK (1ull << 63)
+#define SIM_EVENT (1ull << 62)
+#define SIM_DEP (1ull << 61)
+#define DEP_LANE(dep) ((int)((dep) >> TAG_SHIFT) & (SIM_LANES - 1))
+#define SIM_CLOSED (1ull << 63) /* in a kernel's dur_ns */
+_Static_assert(SIM_LANES <= 32 && (SIM_LANES & (SIM_LANES - 1)) == 0, "lanes fit a slot's mask and DEP_LANE");
+
+/* This process's side of the queues: lane_mu sets lanes up, watch_mu
+ * guards watch (the event stamps waiting on each lane's items), sched_mu
+ * orders this process's threads around the schedule's lock. */
+static pthread_mutex_t lane_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t watch_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t sched_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct sim_stamp *watch[SIM_LANES][SIM_RING];
 
 uint64_t sim_now_ns(void)
 {
@@ -85,6 +155,12 @@ static int set_key(struct sim_config *c, const char *key, const char *val)
         if (*end || us < 0)
             return -1;
         c->kernel_ns = (uint64_t)(us * 1000.0);
+    } else if (!strcmp(key, "timeslice_us")) {
+        char *end;
+        double us = strtod(val, &end);
+        if (*end || !(us >= 1))
+            return -1;
+        c->timeslice_ns = (uint64_t)(us * 1000.0);
     } else if (!strcmp(key, "driver_version")) {
         if (parse_size(val, &n) || n < 2000)
             return -1;
@@ -110,6 +186,7 @@ static int load_config(struct sim_config *c)
     c->ctx_mem_bytes = 300ull << 20;
     c->kernel_ns = 10000;
     c->driver_version = 13000;
+    c->timeslice_ns = 2000000; /* as measured on an H200 */
     const char *path = getenv("FLEXGV_SIM_CONFIG");
     if (path && *path) {
         FILE *f = fopen(path, "r");
@@ -135,7 +212,8 @@ static int load_config(struct sim_config *c)
         const char *env, *key;
     } envs[] = {{"FLEXGV_SIM_DEVICES", "devices"},   {"FLEXGV_SIM_MEM", "memory"},
                 {"FLEXGV_SIM_SMS", "sms"},           {"FLEXGV_SIM_CTX_MEM", "context_memory"},
-                {"FLEXGV_SIM_KERNEL_US", "kernel_us"}, {"FLEXGV_SIM_DRIVER_VERSION", "driver_version"}};
+                {"FLEXGV_SIM_KERNEL_US", "kernel_us"}, {"FLEXGV_SIM_DRIVER_VERSION", "driver_version"},
+                {"FLEXGV_SIM_TIMESLICE_US", "timeslice_us"}};
     for (size_t i = 0; i < sizeof envs / sizeof envs[0]; i++) {
         const char *v = getenv(envs[i].env);
         if (v && *v && set_key(c, envs[i].key, v)) {
@@ -223,7 +301,17 @@ static int claim_proc_slot(void)
                 continue;
             if (__atomic_load_n(&p->pid, __ATOMIC_ACQUIRE) != 0)
                 reap_slot(p);
+            /* A new incarnation: no lanes, no busy time, items of its own. */
+            __atomic_store_n(&p->lanes, 0, __ATOMIC_RELEASE);
+            for (int d = 0; d < SIM_MAX_DEVICES; d++)
+                for (int b = 0; b < SIM_HIST_BUCKETS; b++)
+                    __atomic_store_n(&p->busy[d][b].epoch, 0, __ATOMIC_RELEASE);
+            uint32_t inc = (__atomic_load_n(&p->inc, __ATOMIC_ACQUIRE) + 1) & INC_MASK;
+            inc += !inc;
+            __atomic_store_n(&p->inc, inc, __ATOMIC_RELEASE);
             __atomic_store_n(&p->pid, me, __ATOMIC_RELEASE);
+            my_base = (uint64_t)inc << TAG_SHIFT;
+            my_lanes = 0;
             pthread_mutex_unlock(&slot_mu);
             return i;
         }
@@ -233,12 +321,16 @@ static int claim_proc_slot(void)
 
 /* The child shares the parent's open file description, hence its lock:
  * it takes a description, and a slot, of its own. It holds no device
- * memory yet. slot_mu only orders this process's threads on the parent's
- * description, so the child starts it afresh (a parent thread may have
- * held it at the fork). */
+ * memory and no queued work yet. The mutexes only order this process's
+ * threads, so the child starts them afresh (a parent thread may have held
+ * one at the fork). */
 static void after_fork_child(void)
 {
     pthread_mutex_init(&slot_mu, NULL);
+    pthread_mutex_init(&lane_mu, NULL);
+    pthread_mutex_init(&watch_mu, NULL);
+    pthread_mutex_init(&sched_mu, NULL);
+    memset(watch, 0, sizeof watch);
     close(lock_fd);
     lock_fd = open(state_path, O_RDWR | O_CLOEXEC);
     my_proc = lock_fd < 0 ? -1 : claim_proc_slot();
@@ -272,14 +364,19 @@ static int open_state(const char *path, const struct sim_config *cfg)
     int t = open_unique(path, tmp, sizeof tmp);
     if (t < 0)
         return -1;
-    struct sim_shared *init = calloc(1, sizeof *init);
-    int ok = init != NULL;
+    /* Sized, then written through a mapping: the lanes stay holes until used. */
+    struct sim_shared *init = MAP_FAILED;
+    if (ftruncate(t, (off_t)sizeof *init) == 0)
+        init = mmap(NULL, sizeof *init, PROT_READ | PROT_WRITE, MAP_SHARED, t, 0);
+    int ok = init != MAP_FAILED;
     if (ok) {
         init->magic = SIM_MAGIC;
         init->version = SIM_STATE_VERSION;
         init->cfg = *cfg;
-        ok = pwrite(t, init, sizeof *init, 0) == (ssize_t)sizeof *init;
-        free(init);
+        for (int g = 0; g < 2; g++)
+            for (int d = 0; d < SIM_MAX_DEVICES; d++)
+                init->sched[g].dev[d].cur = -1;
+        munmap(init, sizeof *init);
     }
     close(t);
     if (ok && link(tmp, path) != 0 && errno != EEXIST)
@@ -376,65 +473,604 @@ void sim_mem_release(int dev, uint64_t bytes)
     __atomic_fetch_sub(&sim->dev[dev].used_bytes, bytes, __ATOMIC_ACQ_REL);
 }
 
-void sim_busy(int dev, uint64_t start, uint64_t end)
+/* ---- queues: this process's side ---- */
+
+static struct sim_lane *lane_at(int lane) { return &sim->lanes[my_proc][lane]; }
+
+/* Whether this incarnation set the lane up: none of its work is there
+ * otherwise. */
+static int lane_used(int lane)
 {
-    struct sim_device_state *d = &sim->dev[dev];
-    __atomic_fetch_add(&d->busy_total_ns, end - start, __ATOMIC_RELAXED);
-    uint64_t horizon = (sim_now_ns() / SIM_BUCKET_NS + SIM_BUCKETS - SIM_UTIL_BUCKETS) * SIM_BUCKET_NS;
-    if (end > horizon)
-        end = horizon; /* work queued over a minute ahead is not credited */
-    for (uint64_t t = start; t < end;) {
-        uint64_t epoch = t / SIM_BUCKET_NS;
-        uint64_t stop = (epoch + 1) * SIM_BUCKET_NS;
-        if (stop > end)
-            stop = end;
-        struct sim_bucket *b = &d->buckets[epoch % SIM_BUCKETS];
-        uint64_t old = __atomic_load_n(&b->epoch, __ATOMIC_ACQUIRE);
-        if (old != epoch && __atomic_compare_exchange_n(&b->epoch, &old, epoch, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-            __atomic_store_n(&b->busy_ns, 0, __ATOMIC_RELEASE);
-        __atomic_fetch_add(&b->busy_ns, stop - t, __ATOMIC_RELAXED);
+    return my_proc >= 0 && (__atomic_load_n(&my_lanes, __ATOMIC_ACQUIRE) >> lane & 1);
+}
+
+/* What the device finished in one of this process's lanes, as committed. */
+static uint64_t published(const struct sim_lane *q)
+{
+    uint64_t w = __atomic_load_n(&q->done, __ATOMIC_ACQUIRE);
+    return (w & ~COUNT_MASK) == my_base ? w & COUNT_MASK : 0;
+}
+
+/* On first use: an empty queue, then the bit that makes steps read it. */
+static struct sim_lane *lane_open(int lane)
+{
+    struct sim_lane *q = lane_at(lane);
+    if (!lane_used(lane)) {
+        pthread_mutex_lock(&lane_mu);
+        if (!(my_lanes >> lane & 1)) {
+            __atomic_store_n(&q->head, 0, __ATOMIC_RELAXED);
+            __atomic_store_n(&q->done, my_base, __ATOMIC_RELAXED);
+            __atomic_fetch_or(&sim->procs[my_proc].lanes, 1u << lane, __ATOMIC_RELEASE);
+            __atomic_store_n(&my_lanes, my_lanes | 1u << lane, __ATOMIC_RELEASE);
+        }
+        pthread_mutex_unlock(&lane_mu);
+    }
+    return q;
+}
+
+/* Queues an item; returns the count that covers it. A kernel joins the
+ * lane's last item when that is a kernel still pending when this one
+ * arrives (it started no earlier than it arrived, so it cannot have ended):
+ * the device runs them back to back either way, and the lane keeps room. */
+static uint64_t submit(int lane, uint64_t dur, uint64_t dep, struct sim_stamp *st)
+{
+    struct sim_lane *q = lane_open(lane);
+    uint64_t h = __atomic_load_n(&q->head, __ATOMIC_ACQUIRE);
+    if (!(dep & SIM_MARK) && h) {
+        struct sim_item *c = &q->ring[(h - 1) % SIM_RING];
+        if (__atomic_load_n(&c->tag, __ATOMIC_ACQUIRE) == (my_base | h) && !(c->dep & SIM_MARK)) {
+            uint64_t now = sim_now_ns(), d = __atomic_load_n(&c->dur_ns, __ATOMIC_ACQUIRE);
+            while (!(d & SIM_CLOSED) && c->arrival_ns + d > now)
+                if (__atomic_compare_exchange_n(&c->dur_ns, &d, d + dur, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+                    return h;
+        }
+    }
+    for (;;) {
+        h = __atomic_load_n(&q->head, __ATOMIC_ACQUIRE);
+        if (h - published(q) >= SIM_RING)
+            sim_wait(lane, h - SIM_RING + 1); /* full, like a GPU's push buffer */
+        else if (__atomic_compare_exchange_n(&q->head, &h, h + 1, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            break;
+    }
+    /* The item this one replaces is finished: a stamp on it takes its time
+     * before it goes. */
+    struct sim_item *c = &q->ring[h % SIM_RING];
+    if (st || ((__atomic_load_n(&c->tag, __ATOMIC_ACQUIRE) & ~COUNT_MASK) == my_base && (c->dep & SIM_EVENT))) {
+        pthread_mutex_lock(&watch_mu);
+        struct sim_stamp **w = &watch[lane][h % SIM_RING];
+        if (*w) {
+            (*w)->ts_ns = __atomic_load_n(&c->done_ns, __ATOMIC_ACQUIRE);
+            __atomic_store_n(&(*w)->resolved, 1, __ATOMIC_RELEASE);
+        }
+        *w = st;
+        if (st)
+            *st = (struct sim_stamp){.lane = lane, .count = h + 1};
+        pthread_mutex_unlock(&watch_mu);
+    }
+    c->dur_ns = dur;
+    c->arrival_ns = sim_now_ns();
+    c->dep = dep;
+    __atomic_store_n(&c->tag, my_base | (h + 1), __ATOMIC_RELEASE);
+    return h + 1;
+}
+
+uint64_t sim_lane_head(int lane)
+{
+    return lane_used(lane) ? __atomic_load_n(&lane_at(lane)->head, __ATOMIC_ACQUIRE) : 0;
+}
+
+uint64_t sim_submit_kernel(int lane, uint64_t duration_ns)
+{
+    return my_proc >= 0 && duration_ns ? submit(lane, duration_ns, 0, NULL) : 0;
+}
+
+uint64_t sim_submit_wait(int lane, const struct sim_stamp *st)
+{
+    if (!st->count || st->lane == lane || st->count > sim_lane_head(st->lane) ||
+        published(lane_at(st->lane)) >= st->count)
+        return 0; /* nothing to wait for (or a forked child's copy of its parent's event) */
+    return submit(lane, 0, SIM_MARK | SIM_DEP | (uint64_t)st->lane << TAG_SHIFT | st->count, NULL);
+}
+
+/* ---- the schedule ---- */
+
+#define PREDICT_NS 100000000ull /* a waiter looks again at least this often */
+#define STALL_NS 50000ull       /* or this soon, when part of what it waits for is not visible yet */
+#define SLOT_WORDS (SIM_MAX_PROCS / 64)
+
+/* A lane with work, during one step. */
+struct act {
+    int slot, lane, dev;
+    uint64_t base;              /* its incarnation's tag */
+    struct sim_lane *q;
+    struct sim_sched_lane *s;   /* in the schedule being advanced */
+    int ready;                  /* its head item is there: */
+    uint64_t dur, arrival, dep; /* what it is */
+    int running;                /* a kernel on the device */
+};
+
+static struct act acts[SIM_MAX_PROCS * SIM_LANES];
+static int nacts;
+static uint64_t relevant[SLOT_WORDS], checked[SLOT_WORDS], alive[SLOT_WORDS]; /* slots, this step */
+
+/* Busy time found by a step, credited once it is committed. */
+struct span {
+    int dev, slot;
+    uint64_t from, to;
+};
+static struct span open_span[SIM_MAX_DEVICES], *spans;
+static size_t nspans, cap_spans;
+
+static int bit(const uint64_t *m, int i) { return m[i / 64] >> (i % 64) & 1; }
+static void set_bit(uint64_t *m, int i) { m[i / 64] |= 1ull << (i % 64); }
+
+static int others_ready(const uint64_t *ready, int cur)
+{
+    for (int w = 0; w < SLOT_WORDS; w++)
+        if (ready[w] & ~(cur >= 0 && cur / 64 == w ? 1ull << (cur % 64) : 0))
+            return 1;
+    return 0;
+}
+
+static off_t sched_byte(void) { return (off_t)offsetof(struct sim_shared, sched_gen); }
+
+static void sched_lock(void)
+{
+    pthread_mutex_lock(&sched_mu);
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = sched_byte(), .l_len = 1};
+    while (fcntl(lock_fd, F_OFD_SETLKW, &fl) != 0 && errno == EINTR)
+        ;
+}
+
+static void sched_unlock(void)
+{
+    fg_lock_byte(lock_fd, sched_byte(), F_UNLCK);
+    pthread_mutex_unlock(&sched_mu);
+}
+
+/* Copies the committed schedule's state of every live slot into `to`
+ * (an entry for a new incarnation starts empty) and lists lanes with work.
+ * Entries of free slots are left stale: a slot is claimed with a new
+ * incarnation, which resets its entry. */
+static void collect(const struct sim_sched *from, struct sim_sched *to)
+{
+    nacts = 0;
+    memset(relevant, 0, sizeof relevant);
+    memset(checked, 0, sizeof checked);
+    memset(alive, 0, sizeof alive);
+    to->t_ns = from->t_ns;
+    memcpy(to->dev, from->dev, sizeof to->dev);
+    for (int i = 0; i < SIM_MAX_PROCS; i++) {
+        struct sim_proc_state *p = &sim->procs[i];
+        if (!__atomic_load_n(&p->pid, __ATOMIC_ACQUIRE))
+            continue;
+        uint32_t inc = __atomic_load_n(&p->inc, __ATOMIC_ACQUIRE);
+        struct sim_sched_proc *e = &to->procs[i];
+        *e = from->procs[i];
+        if (e->inc != inc)
+            *e = (struct sim_sched_proc){.inc = inc};
+        set_bit(relevant, i);
+        if (e->dead)
+            continue;
+        uint32_t lanes = __atomic_load_n(&p->lanes, __ATOMIC_ACQUIRE);
+        for (int l = 0; l < SIM_LANES; l++) {
+            struct sim_lane *q = &sim->lanes[i][l];
+            if ((lanes >> l & 1) && l / SIM_LANES_PER_DEV < sim->cfg.devices &&
+                __atomic_load_n(&q->head, __ATOMIC_ACQUIRE) > e->lanes[l].finished)
+                acts[nacts++] = (struct act){.slot = i, .lane = l, .dev = l / SIM_LANES_PER_DEV,
+                                             .base = (uint64_t)inc << TAG_SHIFT, .q = q, .s = &e->lanes[l]};
+        }
+    }
+}
+
+static struct sim_item *head_item(const struct act *a) { return &a->q->ring[a->s->finished % SIM_RING]; }
+
+static void read_head(struct act *a)
+{
+    struct sim_item *c = head_item(a);
+    a->ready = __atomic_load_n(&c->tag, __ATOMIC_ACQUIRE) == (a->base | (a->s->finished + 1));
+    if (a->ready) {
+        a->dep = c->dep;
+        a->arrival = c->arrival_ns;
+        a->dur = __atomic_load_n(&c->dur_ns, __ATOMIC_ACQUIRE) & ~SIM_CLOSED;
+    }
+}
+
+/* Passes the marks the lanes have reached by t. */
+static void settle(struct sim_sched *S, uint64_t t, int commit)
+{
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int k = 0; k < nacts; k++) {
+            struct act *a = &acts[k];
+            for (read_head(a); a->ready && (a->dep & SIM_MARK) && a->arrival <= t; read_head(a)) {
+                if ((a->dep & SIM_DEP) && S->procs[a->slot].lanes[DEP_LANE(a->dep)].finished < (a->dep & COUNT_MASK))
+                    break;
+                if (commit)
+                    __atomic_store_n(&head_item(a)->done_ns, t, __ATOMIC_RELEASE);
+                a->s->finished++;
+                changed = 1;
+            }
+        }
+    }
+}
+
+static int alive_slot(int i, uint32_t inc)
+{
+    if (i == my_proc)
+        return 1;
+    if (!bit(checked, i)) {
+        set_bit(checked, i);
+        if (fg_byte_held(lock_fd, (off_t)offsetof(struct sim_shared, procs[i])) &&
+            __atomic_load_n(&sim->procs[i].inc, __ATOMIC_ACQUIRE) == inc)
+            set_bit(alive, i);
+    }
+    return bit(alive, i);
+}
+
+static void drop(int slot)
+{
+    int n = 0;
+    for (int k = 0; k < nacts; k++)
+        if (acts[k].slot != slot)
+            acts[n++] = acts[k];
+    nacts = n;
+}
+
+/* Who holds device d from t, given the slots with a kernel ready on it.
+ * Returns 1 when the process whose turn it was is dead: its work is gone,
+ * and the caller looks again. */
+static int pick(struct sim_sched *S, int d, uint64_t t, const uint64_t *ready)
+{
+    struct sim_sched_dev *D = &S->dev[d];
+    uint64_t slice = sim->cfg.timeslice_ns;
+    int cur = D->cur;
+    if (cur >= 0 && (!bit(relevant, cur) || S->procs[cur].inc != D->cur_inc || S->procs[cur].dead))
+        D->cur = cur = -1;
+    int cur_ready = cur >= 0 && bit(ready, cur), others = others_ready(ready, cur);
+    /* Past its slice's end, the holder had the device alone (a step stops
+     * on the end when others wait): its slice renews on each boundary, if
+     * it still lives. */
+    if (cur_ready && D->slice_end_ns < t) {
+        if (!alive_slot(cur, D->cur_inc)) {
+            S->procs[cur].dead = 1;
+            drop(cur);
+            D->cur = -1;
+            return 1;
+        }
+        D->slice_end_ns += (t - D->slice_end_ns + slice - 1) / slice * slice;
+    }
+    if (!others || (cur_ready && t < D->slice_end_ns))
+        return 0;
+    for (int k = 1; k <= SIM_MAX_PROCS; k++) {
+        int i = (cur + k + SIM_MAX_PROCS) % SIM_MAX_PROCS;
+        if (i == cur || !bit(ready, i))
+            continue;
+        if (!alive_slot(i, S->procs[i].inc)) {
+            S->procs[i].dead = 1;
+            drop(i);
+            return 1;
+        }
+        D->cur = i;
+        D->cur_inc = S->procs[i].inc;
+        D->slice_end_ns = t + slice;
+        return 0;
+    }
+    return 0;
+}
+
+static void push_span(struct span sp)
+{
+    if (nspans == cap_spans) {
+        size_t cap = cap_spans ? 2 * cap_spans : 64;
+        struct span *n = realloc(spans, cap * sizeof *n);
+        if (!n)
+            return; /* busy time is only reported */
+        spans = n;
+        cap_spans = cap;
+    }
+    spans[nspans++] = sp;
+}
+
+static void busy(int d, int slot, uint64_t from, uint64_t to)
+{
+    struct span *o = &open_span[d];
+    if (o->to && o->slot == slot && from <= o->to) {
+        if (to > o->to)
+            o->to = to;
+        return;
+    }
+    if (o->to)
+        push_span(*o);
+    *o = (struct span){.dev = d, .slot = slot, .from = from, .to = to};
+}
+
+/* A running kernel that reached its duration is done, unless more work
+ * joined it meanwhile; committing closes it to more. */
+static void finish(struct act *a, int commit)
+{
+    struct sim_item *c = head_item(a);
+    uint64_t d = __atomic_load_n(&c->dur_ns, __ATOMIC_ACQUIRE);
+    for (;;) {
+        if (a->s->progress_ns < (d & ~SIM_CLOSED))
+            return;
+        if (!commit || (d & SIM_CLOSED) ||
+            __atomic_compare_exchange_n(&c->dur_ns, &d, d | SIM_CLOSED, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            break;
+    }
+    a->s->finished++;
+    a->s->progress_ns = 0;
+}
+
+/* Advances S from its time towards until. Committing, it records what the
+ * devices did (marks' times, kernels closed, busy time); predicting, it
+ * leaves the queues alone and stops once this process's lane `lane` has
+ * finished count, or when nothing would change any more (*stalled).
+ * Returns the time reached. */
+static uint64_t run(struct sim_sched *S, uint64_t until, int commit, int lane, uint64_t count, int *stalled)
+{
+    uint64_t t = S->t_ns;
+    for (;;) {
+        settle(S, t, commit);
+        uint64_t ready[SIM_MAX_DEVICES][SLOT_WORDS] = {{0}};
+        for (int k = 0; k < nacts; k++) {
+            const struct act *a = &acts[k];
+            if (a->ready && !(a->dep & SIM_MARK) && a->arrival <= t)
+                set_bit(ready[a->dev], a->slot);
+        }
+        int again = 0;
+        for (int d = 0; d < sim->cfg.devices && !again; d++)
+            again = pick(S, d, t, ready[d]);
+        if (again)
+            continue;
+        if ((lane >= 0 && S->procs[my_proc].lanes[lane].finished >= count) || t >= until)
+            break;
+        /* The next thing to happen: an arrival, a kernel's end, a slice's end. */
+        uint64_t next = until;
+        int moving = 0;
+        for (int k = 0; k < nacts; k++) {
+            struct act *a = &acts[k];
+            a->running = 0;
+            if (!a->ready)
+                continue;
+            if (a->arrival > t) {
+                next = a->arrival < next ? a->arrival : next;
+                moving = 1;
+            } else if (!(a->dep & SIM_MARK) && a->slot == S->dev[a->dev].cur) {
+                uint64_t left = a->dur > a->s->progress_ns ? a->dur - a->s->progress_ns : 0;
+                next = t + left < next ? t + left : next;
+                a->running = moving = 1;
+            }
+        }
+        for (int d = 0; d < sim->cfg.devices; d++) {
+            const struct sim_sched_dev *D = &S->dev[d];
+            if (D->cur >= 0 && bit(ready[d], D->cur) && others_ready(ready[d], D->cur) && D->slice_end_ns > t &&
+                D->slice_end_ns < next)
+                next = D->slice_end_ns;
+        }
+        if (!moving && lane >= 0) {
+            *stalled = 1;
+            break;
+        }
+        for (int k = 0; k < nacts; k++)
+            if (acts[k].running) {
+                acts[k].s->progress_ns += next - t;
+                if (commit)
+                    busy(acts[k].dev, acts[k].slot, t, next);
+            }
+        t = next;
+        for (int k = 0; k < nacts; k++)
+            if (acts[k].running)
+                finish(&acts[k], commit);
+    }
+    S->t_ns = t;
+    return t;
+}
+
+/* Tells a lane's process what the device finished (once committed). */
+static void publish(const struct act *a)
+{
+    uint64_t w = __atomic_load_n(&a->q->done, __ATOMIC_ACQUIRE), v = a->base | a->s->finished;
+    while ((w & ~COUNT_MASK) == a->base && w < v &&
+           !__atomic_compare_exchange_n(&a->q->done, &w, v, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        ;
+}
+
+/* Adds busy time to a ring of buckets; what is older than the ring is gone. */
+static void credit(struct sim_bucket *ring, uint64_t from, uint64_t to, uint64_t now)
+{
+    for (uint64_t t = from; t < to;) {
+        uint64_t e = t / SIM_BUCKET_NS, stop = (e + 1) * SIM_BUCKET_NS < to ? (e + 1) * SIM_BUCKET_NS : to;
+        if (e + SIM_HIST_BUCKETS > now / SIM_BUCKET_NS) {
+            struct sim_bucket *b = &ring[e % SIM_HIST_BUCKETS];
+            if (__atomic_load_n(&b->epoch, __ATOMIC_ACQUIRE) != e) {
+                __atomic_store_n(&b->busy_ns, 0, __ATOMIC_RELAXED);
+                __atomic_store_n(&b->epoch, e, __ATOMIC_RELEASE);
+            }
+            __atomic_fetch_add(&b->busy_ns, stop - t, __ATOMIC_RELAXED);
+        }
         t = stop;
     }
 }
 
+/* Busy time in (from, now]; a bucket partly in the window counts for that
+ * part, its busy time taken as spread evenly. */
+static uint64_t busy_in(const struct sim_bucket *ring, uint64_t from, uint64_t now)
+{
+    uint64_t sum = 0;
+    for (uint64_t e = from / SIM_BUCKET_NS; e <= now / SIM_BUCKET_NS; e++) {
+        const struct sim_bucket *b = &ring[e % SIM_HIST_BUCKETS];
+        if (__atomic_load_n(&b->epoch, __ATOMIC_ACQUIRE) != e)
+            continue;
+        uint64_t lo = e * SIM_BUCKET_NS, hi = lo + SIM_BUCKET_NS < now ? lo + SIM_BUCKET_NS : now;
+        uint64_t v = __atomic_load_n(&b->busy_ns, __ATOMIC_RELAXED);
+        if (from > lo && hi > lo)
+            v = (uint64_t)((double)v * (double)(hi - from) / (double)(hi - lo));
+        sum += v;
+    }
+    return sum;
+}
+
+/* Steps the schedule to now and commits it (lock held). */
+static struct sim_sched *advance(void)
+{
+    uint64_t g = __atomic_load_n(&sim->sched_gen, __ATOMIC_ACQUIRE);
+    struct sim_sched *to = &sim->sched[(g + 1) & 1];
+    collect(&sim->sched[g & 1], to);
+    nspans = 0;
+    memset(open_span, 0, sizeof open_span);
+    uint64_t now = sim_now_ns();
+    if (now > to->t_ns)
+        run(to, now, 1, -1, 0, NULL);
+    __atomic_store_n(&sim->sched_gen, g + 1, __ATOMIC_RELEASE);
+    for (int k = 0; k < nacts; k++)
+        publish(&acts[k]);
+    for (int d = 0; d < SIM_MAX_DEVICES; d++)
+        if (open_span[d].to)
+            push_span(open_span[d]);
+    for (size_t k = 0; k < nspans; k++) {
+        const struct span *sp = &spans[k];
+        credit(sim->dev[sp->dev].busy, sp->from, sp->to, to->t_ns);
+        if (__atomic_load_n(&sim->procs[sp->slot].inc, __ATOMIC_ACQUIRE) == to->procs[sp->slot].inc)
+            credit(sim->procs[sp->slot].busy[sp->dev], sp->from, sp->to, to->t_ns);
+    }
+    return to;
+}
+
+/* The earliest time this process's lane could have finished count,
+ * continuing the committed schedule S over the work visible now (work
+ * launched later only delays it). The other copy serves as scratch. */
+static uint64_t predict(const struct sim_sched *S, int lane, uint64_t count)
+{
+    struct sim_sched *P = &sim->sched[(__atomic_load_n(&sim->sched_gen, __ATOMIC_ACQUIRE) + 1) & 1];
+    P->t_ns = S->t_ns;
+    memcpy(P->dev, S->dev, sizeof P->dev);
+    for (int i = 0; i < SIM_MAX_PROCS; i++)
+        if (bit(relevant, i))
+            P->procs[i] = S->procs[i];
+    for (int k = 0; k < nacts; k++)
+        acts[k].s = &P->procs[acts[k].slot].lanes[acts[k].lane];
+    int stalled = 0;
+    uint64_t t = run(P, S->t_ns + PREDICT_NS, 0, lane, count, &stalled);
+    return stalled ? S->t_ns + STALL_NS : t;
+}
+
+/* ---- waiting ---- */
+
+int sim_finished(int lane, uint64_t count)
+{
+    if (!lane_used(lane) || published(lane_at(lane)) >= count)
+        return 1;
+    sched_lock();
+    int r = advance()->procs[my_proc].lanes[lane].finished >= count;
+    sched_unlock();
+    return r;
+}
+
+/* Sleeps (holding nothing) until the earliest time the lane could be done,
+ * then looks again. */
+void sim_wait(int lane, uint64_t count)
+{
+    if (!lane_used(lane))
+        return;
+    struct sim_lane *q = lane_at(lane);
+    uint64_t head = __atomic_load_n(&q->head, __ATOMIC_ACQUIRE);
+    if (count > head)
+        count = head; /* a forked child's copy of its parent's streams */
+    while (published(q) < count) {
+        sched_lock();
+        const struct sim_sched *S = advance();
+        uint64_t when = S->procs[my_proc].lanes[lane].finished >= count ? 0 : predict(S, lane, count);
+        sched_unlock();
+        if (!when)
+            return;
+        sim_sleep_until(when);
+    }
+}
+
+/* ---- event stamps ---- */
+
+void sim_stamp_forget(struct sim_stamp *st)
+{
+    if (!st->count || st->untimed)
+        return;
+    pthread_mutex_lock(&watch_mu);
+    struct sim_stamp **w = &watch[st->lane][(st->count - 1) % SIM_RING];
+    if (*w == st)
+        *w = NULL;
+    pthread_mutex_unlock(&watch_mu);
+}
+
+/* An untimed stamp (CU_EVENT_DISABLE_TIMING) is a plain mark: nothing
+ * watches for its time. */
+void sim_stamp_record(struct sim_stamp *st, int lane, int timed)
+{
+    sim_stamp_forget(st);
+    if (my_proc < 0)
+        *st = (struct sim_stamp){.resolved = 1, .ts_ns = sim_now_ns()};
+    else if (timed)
+        submit(lane, 0, SIM_MARK | SIM_EVENT, st);
+    else
+        *st = (struct sim_stamp){.lane = lane, .count = submit(lane, 0, SIM_MARK, NULL), .untimed = 1};
+}
+
+int sim_stamp_time(struct sim_stamp *st, uint64_t *ts_ns)
+{
+    if (!__atomic_load_n(&st->resolved, __ATOMIC_ACQUIRE)) {
+        if (!sim_finished(st->lane, st->count))
+            return 0;
+        pthread_mutex_lock(&watch_mu);
+        if (!st->resolved && !st->untimed) {
+            struct sim_stamp **w = &watch[st->lane][(st->count - 1) % SIM_RING];
+            /* Not watched any more only in a forked child: taken as reached now. */
+            st->ts_ns = *w == st ? __atomic_load_n(&lane_at(st->lane)->ring[(st->count - 1) % SIM_RING].done_ns,
+                                                   __ATOMIC_ACQUIRE)
+                                 : sim_now_ns();
+            if (*w == st)
+                *w = NULL;
+        }
+        __atomic_store_n(&st->resolved, 1, __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&watch_mu);
+    }
+    *ts_ns = st->ts_ns;
+    return 1;
+}
+
+void sim_stamp_wait(struct sim_stamp *st) { sim_wait(st->lane, st->count); }
+
+/* ---- utilization ---- */
+
 /* Percent of the last second the device spent running kernels. */
 unsigned sim_utilization(int dev)
 {
-    struct sim_device_state *d = &sim->dev[dev];
-    uint64_t now = sim_now_ns(), cur = now / SIM_BUCKET_NS, busy = 0;
-    uint64_t window = SIM_UTIL_BUCKETS * SIM_BUCKET_NS;
-    for (uint64_t e = cur - SIM_UTIL_BUCKETS + 1; e <= cur; e++) {
-        struct sim_bucket *b = &d->buckets[e % SIM_BUCKETS];
-        if (__atomic_load_n(&b->epoch, __ATOMIC_ACQUIRE) == e)
-            busy += __atomic_load_n(&b->busy_ns, __ATOMIC_RELAXED);
-    }
-    /* Work queued past now, in the current bucket, is not busy time yet. */
-    uint64_t until = __atomic_load_n(&d->busy_until_ns, __ATOMIC_ACQUIRE);
-    uint64_t bucket_end = (cur + 1) * SIM_BUCKET_NS;
-    if (until > now) {
-        uint64_t ahead = (until < bucket_end ? until : bucket_end) - now;
-        busy = busy > ahead ? busy - ahead : 0;
-    }
-    uint64_t pct = busy * 100 / window;
+    sched_lock();
+    uint64_t now = advance()->t_ns;
+    uint64_t busy = busy_in(sim->dev[dev].busy, now - SIM_UTIL_NS, now);
+    sched_unlock();
+    uint64_t pct = (busy * 100 + SIM_UTIL_NS / 2) / SIM_UTIL_NS;
     return pct > 100 ? 100 : (unsigned)pct;
 }
 
-/* Kernels of every process share one execution engine per device: a kernel
- * starts when both its stream and the device are free. Returns its end. */
-uint64_t sim_enqueue(int dev, uint64_t not_before, uint64_t duration)
+int sim_proc_utilization(int dev, uint64_t since_ns, struct sim_proc_util *out, int n, uint64_t *now_ns)
 {
-    struct sim_device_state *d = &sim->dev[dev];
-    uint64_t now = sim_now_ns();
-    if (not_before < now)
-        not_before = now;
-    uint64_t until = __atomic_load_n(&d->busy_until_ns, __ATOMIC_ACQUIRE), start;
-    do {
-        start = until > not_before ? until : not_before;
-    } while (!__atomic_compare_exchange_n(&d->busy_until_ns, &until, start + duration, 1, __ATOMIC_ACQ_REL,
-                                          __ATOMIC_ACQUIRE));
-    if (duration)
-        sim_busy(dev, start, start + duration);
-    return start + duration;
+    sched_lock();
+    uint64_t now = advance()->t_ns, from = now - SIM_UTIL_NS;
+    if (since_ns > from)
+        from = since_ns;
+    int k = 0;
+    for (int i = 0; i < SIM_MAX_PROCS && from < now; i++) {
+        int32_t pid = __atomic_load_n(&sim->procs[i].pid, __ATOMIC_ACQUIRE);
+        uint64_t busy = pid ? busy_in(sim->procs[i].busy[dev], from, now) : 0;
+        if (!busy)
+            continue;
+        uint64_t pct = (busy * 100 + (now - from) / 2) / (now - from);
+        if (k < n)
+            out[k] = (struct sim_proc_util){.pid = pid, .pct = pct > 100 ? 100 : (unsigned)pct};
+        k++;
+    }
+    sched_unlock();
+    *now_ns = now;
+    return k;
 }
 
 /* The device's UUID; NVML reports the same one in text form. */

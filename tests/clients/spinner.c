@@ -1,0 +1,113 @@
+/* Keeps the GPU busy with back-to-back kernels and reports what it got:
+ *     spinner KERNEL_US SECONDS [DEPTH [WINDOW_MS]]
+ * Prints "ready" once set up, then starts at the first line (or the end) of
+ * stdin, so that several can start together. It launches for SECONDS with
+ * DEPTH kernels (default 16) in flight on one stream, each between two
+ * events, so everything it reports is device time, which CPU contention
+ * does not stretch:
+ *     window I share PCT   every WINDOW_MS after the start, when asked
+ *     kernels N elapsed_ms E share PCT p50_us P p99_us Q
+ * share: its kernels' time over the time from the start to the last
+ * completion; latency: between the events around a kernel, which is from
+ * its launch to its completion with DEPTH 1 (otherwise from when its
+ * stream reached it). */
+#include "common.h"
+
+#include <time.h>
+#include <unistd.h>
+
+enum { MAX_DEPTH = 32 };
+
+static double wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: spinner KERNEL_US SECONDS [DEPTH [WINDOW_MS]]\n");
+        return 2;
+    }
+    double kernel_us = atof(argv[1]), seconds = atof(argv[2]);
+    int depth = argc > 3 ? atoi(argv[3]) : 16;
+    double window_ms = argc > 4 ? atof(argv[4]) : 0;
+    if (depth < 1 || depth > MAX_DEPTH)
+        depth = 16;
+    char module[128];
+    snprintf(module, sizeof module, "FLEXGV-SIM-MODULE\nkernel spin %s\n", argv[1]);
+    CUcontext ctx;
+    CUmodule mod;
+    CUfunction f;
+    CUstream s;
+    CUevent start, before[MAX_DEPTH], after[MAX_DEPTH];
+    CHECK(cuInit(0));
+    CHECK(cuDevicePrimaryCtxRetain(&ctx, 0));
+    CHECK(cuCtxSetCurrent(ctx));
+    CHECK(cuModuleLoadData(&mod, module));
+    CHECK(cuModuleGetFunction(&f, mod, "spin"));
+    CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CHECK(cuEventCreate(&start, 0));
+    for (int i = 0; i < depth; i++) {
+        CHECK(cuEventCreate(&before[i], 0));
+        CHECK(cuEventCreate(&after[i], 0));
+    }
+    size_t cap = 1024;
+    double *lat = malloc(cap * sizeof *lat);
+    if (!lat)
+        return 1;
+    printf("ready\n");
+    fflush(stdout);
+    char c;
+    while (read(0, &c, 1) == 1 && c != '\n')
+        ;
+
+    long launched = 0, completed = 0, window = 0, in_window = 0;
+    float end_ms = 0;
+    double stop = wall_s() + seconds;
+    CHECK(cuEventRecord(start, s));
+    for (;;) {
+        int more = wall_s() < stop;
+        if (launched > completed && (!more || launched - completed == depth)) {
+            int k = (int)(completed % depth);
+            float ms;
+            CHECK(cuEventSynchronize(after[k]));
+            CHECK(cuEventElapsedTime(&ms, before[k], after[k]));
+            if ((size_t)completed == cap) {
+                double *n = realloc(lat, 2 * cap * sizeof *lat);
+                if (!n)
+                    return 1;
+                lat = n;
+                cap *= 2;
+            }
+            lat[completed++] = ms * 1000.0;
+            CHECK(cuEventElapsedTime(&end_ms, start, after[k]));
+            for (; window_ms > 0 && end_ms >= (double)(window + 1) * window_ms; window++, in_window = 0) {
+                printf("window %ld share %.1f\n", window, (double)in_window * kernel_us / (window_ms * 10.0));
+                fflush(stdout);
+            }
+            in_window++;
+            continue;
+        }
+        if (!more)
+            break;
+        int k = (int)(launched % depth);
+        CHECK(cuEventRecord(before[k], s));
+        CHECK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL));
+        CHECK(cuEventRecord(after[k], s));
+        launched++;
+    }
+    qsort(lat, (size_t)completed, sizeof *lat, by_value);
+    double share = end_ms > 0 ? (double)completed * kernel_us / (end_ms * 10.0) : 0;
+    printf("kernels %ld elapsed_ms %.3f share %.1f p50_us %.1f p99_us %.1f\n", completed, end_ms, share,
+           completed ? lat[completed / 2] : 0.0, completed ? lat[completed * 99 / 100] : 0.0);
+    return 0;
+}

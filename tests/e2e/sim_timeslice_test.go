@@ -1,0 +1,233 @@
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The simulated GPU time-slices kernels of processes as a GPU without MPS
+// does (2 ms slices, round robin, work-conserving). These tests judge what
+// the device gave each process by device time (events, NVML), not by wall
+// throughput, so a loaded machine cannot make them fail: spinners keep
+// 16 ms of work queued and only slow host wake-ups would drain it.
+
+// spinner is a running tests/clients/spinner.
+type spinner struct {
+	t     *testing.T
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines chan string
+}
+
+// spinner starts `spinner ARGS`, set up and waiting for start.
+func (e *env) spinner(args ...string) *spinner {
+	e.t.Helper()
+	cmd := exec.Command(bin("spinner"), args...)
+	cmd.Env = e.environ(filepath.Join(build, "sim"))
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	s := &spinner{t: e.t, cmd: cmd, stdin: stdin, lines: make(chan string, 1024)}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			s.lines <- sc.Text()
+		}
+		close(s.lines)
+	}()
+	if line := <-s.lines; line != "ready" {
+		e.t.Fatalf("spinner %v: %q", args, line)
+	}
+	return s
+}
+
+func (s *spinner) start() { io.WriteString(s.stdin, "go\n") }
+
+// spin is what a spinner reported: shares in percent, latencies in µs.
+type spin struct {
+	kernels  int
+	share    float64
+	p50, p99 float64
+	windows  []float64
+}
+
+func parseSpin(t *testing.T, line string, into *spin) bool {
+	t.Helper()
+	f := strings.Fields(line)
+	num := func(i int) float64 {
+		v, err := strconv.ParseFloat(f[i], 64)
+		if err != nil {
+			t.Fatalf("spinner line %q: %v", line, err)
+		}
+		return v
+	}
+	switch {
+	case len(f) == 4 && f[0] == "window":
+		into.windows = append(into.windows, num(3))
+	case len(f) == 10 && f[0] == "kernels":
+		into.kernels, into.share, into.p50, into.p99 = int(num(1)), num(5), num(7), num(9)
+		return true
+	default:
+		t.Fatalf("spinner printed %q", line)
+	}
+	return false
+}
+
+// result waits for the spinner's end and returns its report.
+func (s *spinner) result() spin {
+	s.t.Helper()
+	var r spin
+	done := false
+	for line := range s.lines {
+		done = parseSpin(s.t, line, &r) || done
+	}
+	if err := s.cmd.Wait(); err != nil || !done {
+		s.t.Fatalf("spinner: %v, report %+v", err, r)
+	}
+	return r
+}
+
+// nvmlUse is what NVML reports of device 0 over the last second.
+func (e *env) nvmlUse() (util int, procs map[int]int) {
+	e.t.Helper()
+	r := e.run("procutil")
+	if r.code != 0 {
+		e.t.Fatalf("procutil: %+v", r)
+	}
+	procs = map[int]int{}
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		var pid, pct int
+		if _, err := fmt.Sscanf(line, "util %d", &util); err == nil {
+			continue
+		}
+		if _, err := fmt.Sscanf(line, "proc %d %d", &pid, &pct); err != nil {
+			e.t.Fatalf("procutil printed %q", line)
+		}
+		procs[pid] = pct
+	}
+	return util, procs
+}
+
+// Alone, a process has the whole device: its kernels back to back.
+func TestSimTimesliceAlone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.spinner("1000", "1", "16")
+	s.start()
+	r := s.result()
+	t.Logf("alone: %d kernels, %.1f%% of the device", r.kernels, r.share)
+	if r.share < 95 || r.share > 100.5 || r.kernels < 500 {
+		t.Fatalf("a lone spinner of 1 ms kernels got %.1f%% of the device (%d kernels), want ~100%%", r.share, r.kernels)
+	}
+}
+
+// Two processes with work share the device half and half, losing nothing
+// between them; NVML attributes each its half.
+func TestSimTimeslicePair(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a, b := e.spinner("1000", "1.5", "16"), e.spinner("1000", "1.5", "16")
+	a.start()
+	b.start()
+	time.Sleep(1100 * time.Millisecond)
+	util, procs := e.nvmlUse()
+	ra, rb := a.result(), b.result()
+	t.Logf("pair: %.1f%% + %.1f%%; NVML util %d%%, per process %v", ra.share, rb.share, util, procs)
+	if ra.share < 45 || ra.share > 55 || rb.share < 45 || rb.share > 55 || ra.share+rb.share < 95 {
+		t.Errorf("two equal spinners got %.1f%% and %.1f%% of the device, want 50/50 (±5) and ~100%% together",
+			ra.share, rb.share)
+	}
+	pa, pb := procs[a.cmd.Process.Pid], procs[b.cmd.Process.Pid]
+	if util < 90 || len(procs) != 2 || pa < 40 || pa > 60 || pb < 40 || pb > 60 {
+		t.Errorf("NVML while both spin: util %d%%, per process %v (pids %d, %d), want ~100%% split 50/50",
+			util, procs, a.cmd.Process.Pid, b.cmd.Process.Pid)
+	}
+}
+
+// A latency-critical process next to one with long kernels waits for the
+// other's time slice: its p99 is about a slice plus its kernel, as on a
+// GPU without MPS; alone it sees its kernel time.
+func TestSimTimesliceLatency(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	probe := e.spinner("100", "0.5", "1")
+	probe.start()
+	alone := probe.result()
+	t.Logf("probe alone: p50 %.1f µs, p99 %.1f µs", alone.p50, alone.p99)
+	if alone.p50 < 100 || alone.p50 > 110 || alone.p99 > 500 {
+		t.Errorf("a 100 µs probe alone: p50 %.1f µs, p99 %.1f µs, want its kernel time", alone.p50, alone.p99)
+	}
+	long := e.spinner("10000", "1.5", "4")
+	long.start()
+	time.Sleep(100 * time.Millisecond)
+	probe = e.spinner("100", "1", "1")
+	probe.start()
+	shared := probe.result()
+	other := long.result()
+	t.Logf("probe next to 10 ms kernels: p50 %.1f µs, p99 %.1f µs; the other kept %.1f%%", shared.p50, shared.p99, other.share)
+	if shared.p50 < 1000 || shared.p99 < 1500 || shared.p99 > 2600 {
+		t.Errorf("a 100 µs probe next to 10 ms kernels: p50 %.1f µs, p99 %.1f µs, want about a 2 ms slice plus 100 µs",
+			shared.p50, shared.p99)
+	}
+}
+
+// A process killed while it holds half the device gives it up: the other
+// gets all of it from the next slice on, and NVML forgets the dead one.
+func TestSimTimesliceKill(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a, b := e.spinner("1000", "3", "16"), e.spinner("1000", "2.2", "16", "100")
+	a.start()
+	b.start()
+	began := time.Now()
+	time.Sleep(600 * time.Millisecond)
+	killedAt := time.Since(began)
+	a.cmd.Process.Signal(syscall.SIGKILL)
+	time.Sleep(1100 * time.Millisecond)
+	util, procs := e.nvmlUse()
+	rb := b.result()
+	// B's windows count from its start, which came after `began`: windows
+	// starting 20 ms after killedAt on its clock are surely after the kill.
+	var before, after []float64
+	for i, share := range rb.windows {
+		start := time.Duration(i) * 100 * time.Millisecond
+		switch {
+		case start+100*time.Millisecond <= killedAt-20*time.Millisecond && i > 0:
+			before = append(before, share)
+		case start >= killedAt+20*time.Millisecond:
+			after = append(after, share)
+		}
+	}
+	t.Logf("killed at %v; B's windows before %v, after %v; NVML util %d%%, per process %v", killedAt, before, after, util, procs)
+	if len(before) < 3 || len(after) < 10 {
+		t.Fatalf("spinner windows %v (killed at %v)", rb.windows, killedAt)
+	}
+	mean := 0.0
+	for _, s := range before {
+		mean += s / float64(len(before))
+	}
+	if mean < 40 || mean > 60 {
+		t.Errorf("before the kill, B had %v (mean %.1f%%), want ~50%%", before, mean)
+	}
+	for _, s := range after {
+		if s < 95 {
+			t.Errorf("after the kill, B had %v, want ~100%% in each window", after)
+			break
+		}
+	}
+	if util < 90 || len(procs) != 1 || procs[b.cmd.Process.Pid] < 90 {
+		t.Errorf("NVML a second after the kill: util %d%%, per process %v, want B (%d) alone at ~100%%",
+			util, procs, b.cmd.Process.Pid)
+	}
+}
