@@ -676,16 +676,24 @@ static struct sim_exec *as_exec(CUgraphExec h)
     return x && x->magic == EXEC_MAGIC ? x : NULL;
 }
 
+/* The arguments of an upload or a launch: a stream that may take work now
+ * (uploading or launching into a capture is refused) and an executable. */
+static CUresult run_args(CUgraphExec exec, CUstream h, int pt, struct sim_stream **s, struct sim_exec **x)
+{
+    CUresult r = stream_arg(h, pt, s);
+    if (r)
+        return r;
+    if (!(*x = as_exec(exec)))
+        return CUDA_ERROR_INVALID_VALUE;
+    return sim_capture_refuse(*s);
+}
+
 static CUresult upload(CUgraphExec exec, CUstream h, int pt)
 {
     struct sim_stream *s;
-    CUresult r = stream_arg(h, pt, &s);
+    struct sim_exec *x;
+    CUresult r = run_args(exec, h, pt, &s, &x);
     if (r)
-        return r;
-    struct sim_exec *x = as_exec(exec);
-    if (!x)
-        return CUDA_ERROR_INVALID_VALUE;
-    if ((r = sim_capture_refuse(s)) != CUDA_SUCCESS)
         return r;
     pthread_mutex_lock(&sim_mem_lock);
     r = reserve(x, 0);
@@ -793,13 +801,9 @@ static CUresult run_memory(struct sim_exec *x, struct sim_ctx *ctx)
 static CUresult launch(CUgraphExec exec, CUstream h, int pt)
 {
     struct sim_stream *s;
-    CUresult r = stream_arg(h, pt, &s);
+    struct sim_exec *x;
+    CUresult r = run_args(exec, h, pt, &s, &x);
     if (r)
-        return r;
-    struct sim_exec *x = as_exec(exec);
-    if (!x)
-        return CUDA_ERROR_INVALID_VALUE;
-    if ((r = sim_capture_refuse(s)) != CUDA_SUCCESS)
         return r;
     if (x->mem) {
         pthread_mutex_lock(&sim_mem_lock);
