@@ -31,10 +31,12 @@ const (
 )
 
 // held is the set of tenants the daemon holds. It is a member of each, so
-// none is removed while it runs, and it records them in its registry so
-// that the next daemon re-adopts those still there: a tenant outlives a
-// daemon killed at any point as long as one of its runs does, the member
-// locks being the kernel's as for every CLI.
+// none is removed while it runs, and it records them with their quotas in
+// its registry: the next daemon re-adopts those still there (a run kept
+// them while no daemon ran) and creates again, with the same quotas, those
+// that went with their last member in between. A tenant the daemon holds
+// therefore outlives any stop, crash or restart of the daemon, until
+// DeleteTenant.
 type held struct {
 	mu       sync.Mutex
 	dir      string
@@ -45,12 +47,15 @@ type held struct {
 type heldTenant struct {
 	*tenant.Tenant
 	created time.Time // which file of that name: names are reused
+	spec    tenant.Spec
 }
 
 // record is one registry entry.
 type record struct {
-	Name    string `json:"name"`
-	Created int64  `json:"created_unix_nano"`
+	Name     string               `json:"name"`
+	Created  int64                `json:"created_unix_nano"`
+	Devices  []tenant.DeviceQuota `json:"devices"`
+	CtxBytes uint64               `json:"context_bytes"`
 }
 
 // lockState takes the state folder's daemon lock, which the kernel drops
@@ -92,20 +97,23 @@ func adopt(dir string) (*held, []string, error) {
 		return nil, nil, err
 	}
 	for _, r := range recs {
-		i := slices.IndexFunc(infos, func(in tenant.Info) bool { return in.Name == r.Name && in.Created.UnixNano() == r.Created })
-		if i < 0 {
+		spec := tenant.Spec{Name: r.Name, Devices: r.Devices, CtxBytes: r.CtxBytes}
+		if slices.ContainsFunc(infos, func(in tenant.Info) bool { return in.Name == r.Name }) {
+			spec.Devices = nil // there: join it, if it is still the file recorded
+		} else if len(r.Devices) == 0 {
 			continue
 		}
-		t, err := tenant.Acquire(dir, tenant.Spec{Name: r.Name})
+		t, err := tenant.Acquire(dir, spec)
 		if err != nil {
-			continue // gone since: its last member left
+			continue // gone since, or made again by someone else
 		}
-		// Joined by name: it must still be the file recorded.
-		if info, err := tenant.Read(t.Path); err != nil || info.Created.UnixNano() != r.Created {
-			t.Release()
+		info, err := tenant.Read(t.Path)
+		if err != nil || (!t.Created && info.Created.UnixNano() != r.Created) {
+			t.Release() // a file of that name the daemon did not make
 			continue
 		}
-		h.tenants[r.Name] = heldTenant{t, infos[i].Created}
+		spec.Devices = r.Devices
+		h.tenants[r.Name] = heldTenant{t, info.Created, spec}
 	}
 	if err := h.save(); err != nil {
 		h.releaseAll()
@@ -148,7 +156,8 @@ func (h *held) load() ([]record, error) {
 func (h *held) save() error {
 	recs := []record{}
 	for _, n := range h.names() {
-		recs = append(recs, record{n, h.tenants[n].created.UnixNano()})
+		t := h.tenants[n]
+		recs = append(recs, record{n, t.created.UnixNano(), t.spec.Devices, t.spec.CtxBytes})
 	}
 	data, _ := json.Marshal(recs)
 	f, err := os.CreateTemp(h.dir, registryTmp+"*")
@@ -190,7 +199,7 @@ func (h *held) create(spec tenant.Spec) (tenant.Info, bool, error) {
 		t.Release() // a member already
 		return info, false, nil
 	}
-	h.tenants[spec.Name] = heldTenant{t, info.Created}
+	h.tenants[spec.Name] = heldTenant{t, info.Created, spec}
 	if err := h.save(); err != nil {
 		if had {
 			h.tenants[spec.Name] = old
@@ -257,7 +266,7 @@ func (h *held) count() int {
 
 // releaseAll ends the daemon's membership of every tenant, which removes
 // those no run holds. The registry stays: a daemon started later re-adopts
-// those that are left.
+// those that are left and creates the others again.
 func (h *held) releaseAll() {
 	h.mu.Lock()
 	defer h.mu.Unlock()

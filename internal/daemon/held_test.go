@@ -12,9 +12,10 @@ import (
 var oneGiB = []tenant.DeviceQuota{{UUID: uuid0, Quota: 1 << 30}}
 
 // A daemon that dies (its member locks dropped, nothing released) leaves
-// its tenants to their runs; the next one re-adopts those still there and
-// holds them after their runs leave. One that went in between, or whose
-// name now belongs to another file, is not adopted.
+// its tenants to their runs; the next one re-adopts those still there,
+// creates again with the same quotas those that went with their last run,
+// and holds them after their runs leave. A name that now belongs to a
+// tenant someone else made is not taken over.
 func TestReadoptAfterADaemonDies(t *testing.T) {
 	dir := t.TempDir()
 	first, _, err := adopt(dir)
@@ -36,6 +37,9 @@ func TestReadoptAfterADaemonDies(t *testing.T) {
 	first.releaseAll()
 	runs[1].Release()
 	runs[2].Release()
+	if _, err := os.Stat(filepath.Join(dir, "tenant-gone")); !os.IsNotExist(err) {
+		t.Fatalf("a tenant no member holds: %v", err)
+	}
 	other, err := tenant.Acquire(dir, tenant.Spec{Name: "replaced", Devices: oneGiB})
 	if err != nil || !other.Created {
 		t.Fatalf("a new tenant of the same name: %+v %v", other, err)
@@ -43,16 +47,19 @@ func TestReadoptAfterADaemonDies(t *testing.T) {
 	defer other.Release()
 
 	second, adopted, err := adopt(dir)
-	if err != nil || strings.Join(adopted, ",") != "kept" {
-		t.Fatalf("re-adopted %v (%v), want kept", adopted, err)
+	if err != nil || strings.Join(adopted, ",") != "gone,kept" {
+		t.Fatalf("re-adopted %v (%v), want gone,kept", adopted, err)
 	}
 	defer second.releaseAll()
 	runs[0].Release()
-	if _, err := os.Stat(filepath.Join(dir, "tenant-kept")); err != nil {
-		t.Fatalf("re-adopted tenant removed when its run left: %v", err)
+	for _, name := range []string{"kept", "gone"} {
+		info, err := tenant.Read(filepath.Join(dir, "tenant-"+name))
+		if err != nil || len(info.Devices) != 1 || info.Devices[0].Quota != 1<<30 {
+			t.Fatalf("%s held by the second daemon: %+v %v", name, info, err)
+		}
 	}
 	data, err := os.ReadFile(filepath.Join(dir, registryName))
-	if err != nil || strings.Count(string(data), `"name"`) != 1 || !strings.Contains(string(data), `"kept"`) {
+	if err != nil || strings.Count(string(data), `"name"`) != 2 || strings.Contains(string(data), `"replaced"`) {
 		t.Fatalf("registry %s %v", data, err)
 	}
 }

@@ -344,3 +344,30 @@ func TestRmRemovesAGroupTheDaemonHolds(t *testing.T) {
 		t.Errorf("a group that is gone: %+v", r)
 	}
 }
+
+// A group the daemon holds outlives a restart of the daemon even when no
+// run was in it meanwhile: the next daemon makes it again, same quota.
+func TestIdleGroupOutlivesADaemonRestart(t *testing.T) {
+	e := quotaEnv(t)
+	d := e.startDaemon(t)
+	if r := e.run("flexgv", "run", "--group", "idle", "--mem", "1GiB", "--", "true"); r.code != 0 {
+		t.Fatalf("run: %+v", r)
+	}
+	if code := d.stop(t, syscall.SIGTERM); code != 0 {
+		t.Fatalf("exit %d after SIGTERM: %s", code, d.logText())
+	}
+	if left := leftovers(t, e.stateDir()); len(left) != 0 {
+		t.Fatalf("while no daemon runs, a group no run is in is gone: %v", left)
+	}
+	d = e.startDaemon(t)
+	if !strings.Contains(d.logText(), "re-adopted tenants idle\n") {
+		t.Errorf("restarted daemon: %s", d.logText())
+	}
+	r := e.run("flexgv", "run", "--group", "idle", "--", bin("memclient"), "info")
+	if want := fmt.Sprintf("free %d total %d device_total %d\n", (1024-64)*mib, 1024*mib, 1024*mib); r.code != 0 || r.stdout != want {
+		t.Fatalf("joining the group after the restart: %+v, want %q", r, want)
+	}
+	if r := e.run("flexgv", "rm", "idle"); r.code != 0 || r.stdout != "removed idle\n" {
+		t.Errorf("rm: %+v", r)
+	}
+}
