@@ -20,11 +20,7 @@ type quotaFlags struct {
 }
 
 // Bounds of what a tenant can work with.
-const (
-	minQuota        = 1 << 20  // below this no CUDA program runs
-	minCtx          = 16 << 20 // no CUDA context takes less
-	maxCtxNoDevices = 64 << 30 // the bound for --ctx-mem when NVML cannot say the devices' sizes
-)
+const maxCtxNoDevices = 64 << 30 // the bound for --ctx-mem when NVML cannot say the devices' sizes
 
 func (q *quotaFlags) register(c *cobra.Command) {
 	c.Flags().StringVar(&q.mem, "mem", "", "GPU memory quota: SIZE or PCT% for every device, or DEV=SIZE|PCT%,... (sizes in B, KiB, MiB, GiB, KB, MB, GB)")
@@ -51,8 +47,8 @@ func (q *quotaFlags) check() (uint64, error) {
 	if !q.changed("ctx-mem") {
 		return ctx, nil
 	}
-	if ctx < minCtx {
-		return 0, fmt.Errorf("--ctx-mem %s: below %s; no CUDA context takes less", q.ctxMem, tenant.FormatSize(minCtx))
+	if ctx < tenant.MinCtx {
+		return 0, fmt.Errorf("--ctx-mem %s: below %s; no CUDA context takes less", q.ctxMem, tenant.FormatSize(tenant.MinCtx))
 	}
 	gpus, err := gpuinfo.GPUs()
 	if err != nil || len(gpus) == 0 {
@@ -68,14 +64,9 @@ func (q *quotaFlags) check() (uint64, error) {
 	return ctx, nil
 }
 
-// checkQuota refuses quotas too small for any CUDA program, and warns about
-// those smaller than one CUDA context, which no program could then create.
-func checkQuota(spec string, devs []tenant.DeviceQuota, ctx uint64) error {
-	for _, dev := range devs {
-		if dev.Quota != 0 && dev.Quota < minQuota {
-			return fmt.Errorf("--mem %s: %s is below %s: too small for a CUDA program", spec, tenant.FormatSize(dev.Quota), tenant.FormatSize(minQuota))
-		}
-	}
+// warnQuota warns about quotas smaller than one CUDA context, which no
+// program could then create.
+func warnQuota(devs []tenant.DeviceQuota, ctx uint64) {
 	warn := func(who string, b uint64) {
 		fmt.Fprintf(os.Stderr, "flexgv: warning: %s: quota %s is below what one CUDA context takes (about %s, --ctx-mem); "+
 			"CUDA programs in this tenant will fail to create a context\n", who, tenant.FormatSize(b), tenant.FormatSize(ctx))
@@ -90,14 +81,13 @@ func checkQuota(spec string, devs []tenant.DeviceQuota, ctx uint64) error {
 		if devs[0].Quota < ctx {
 			warn("every device", devs[0].Quota)
 		}
-		return nil
+		return
 	}
 	for d, dev := range devs {
 		if dev.Quota != 0 && dev.Quota < ctx {
 			warn(fmt.Sprintf("device %d", d), dev.Quota)
 		}
 	}
-	return nil
 }
 
 // setup creates or joins the tenant and returns the environment for the
@@ -120,9 +110,7 @@ func (q *quotaFlags) setup() ([]string, func(), error) {
 			fmt.Fprintf(os.Stderr, "flexgv: warning: cannot read the devices' sizes (%v); --mem %s is not checked against them\n", nvmlErr, q.mem)
 		}
 	}
-	if err := checkQuota(q.mem, devices, ctx); err != nil {
-		return nil, nil, err
-	}
+	warnQuota(devices, ctx)
 	name := q.group
 	if name == "" {
 		name = fmt.Sprintf("run-%d", os.Getpid())

@@ -66,12 +66,6 @@ func (a *api) CreateTenant(_ context.Context, r *flexgvv1.CreateTenantRequest) (
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	for _, d := range devs {
-		if d.Quota != 0 && d.Quota < tenant.MinQuota {
-			return nil, status.Errorf(codes.InvalidArgument, "--mem %s: %s is below %s: too small for a CUDA program",
-				r.Memory, tenant.FormatSize(d.Quota), tenant.FormatSize(tenant.MinQuota))
-		}
-	}
 	info, created, err := a.held.create(tenant.Spec{Name: r.Name, Devices: devs, CtxBytes: r.ContextBytes})
 	if err != nil {
 		return nil, err

@@ -138,6 +138,9 @@ func (m memParser) size(d int, v string) (uint64, error) {
 	if b == 0 {
 		return 0, m.errorf("a quota of zero bytes leaves nothing to run with")
 	}
+	if b < MinQuota {
+		return 0, m.errorf("%s is below %s: too small for a CUDA program", FormatSize(b), FormatSize(MinQuota))
+	}
 	if m.gpus != nil && b > m.gpus[d].Total {
 		return 0, m.errorf("%s is more than device %d has (%s)", FormatSize(b), d, FormatSize(m.gpus[d].Total))
 	}
