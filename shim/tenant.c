@@ -53,6 +53,7 @@ static struct {
 static struct fg_tenant_header *hdr;
 static struct fg_tenant_slot *slots;
 static size_t map_size;
+static struct stat mapped; /* the file the mapping is of */
 
 enum { NONE, BUSY, READY, FAILED };
 static int attach_state, claim_state;
@@ -188,6 +189,9 @@ static int do_attach(void)
         return 0;
     }
     void *m = mmap(NULL, slot_off(h.nslots), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    /* Raw system call: glibc's fstat carries a newer symbol version. */
+    if (syscall(SYS_fstat, fd, &mapped) != 0)
+        memset(&mapped, 0, sizeof mapped);
     close(fd);
     if (m == MAP_FAILED) {
         setup_failed("cannot map tenant %s: %s", tenant_path, strerror(errno));
@@ -267,12 +271,14 @@ static int claim_slot(void)
     return 0;
 }
 
-/* Raw system calls: glibc's stat wrappers carry newer symbol versions. */
-static int same_file(const char *path, int fd)
+/* Whether the path and our lock's descriptor are still the file we
+ * mapped (raw system calls: glibc's stat wrappers carry newer symbol
+ * versions). */
+static int still_mapped_file(const char *path, int fd)
 {
     struct stat a, b;
-    return syscall(SYS_stat, path, &a) == 0 && syscall(SYS_fstat, fd, &b) == 0 && a.st_ino == b.st_ino &&
-           a.st_dev == b.st_dev;
+    return syscall(SYS_stat, path, &a) == 0 && syscall(SYS_fstat, fd, &b) == 0 && a.st_ino == mapped.st_ino &&
+           a.st_dev == mapped.st_dev && b.st_ino == mapped.st_ino && b.st_dev == mapped.st_dev;
 }
 
 /* Our liveness locks go through an open file description of our own that
@@ -302,10 +308,10 @@ static int do_claim(void)
         reap_slots();
         ok = claim_slot();
     });
-    if (ok && !same_file(tenant_path, lock_fd)) {
-        /* Removed while nobody held it (its CLI was killed before this
-         * process took its slot): the tenant's other processes, if any,
-         * are not in this file. */
+    if (ok && !still_mapped_file(tenant_path, lock_fd)) {
+        /* Removed (or replaced) while nobody held it, e.g. its CLI was
+         * killed before this process took its slot: the tenant's other
+         * processes, if any, are not in the file we use. */
         setup_failed("tenant file %s was removed%s", tenant_path, "");
         return 0;
     }
