@@ -39,6 +39,8 @@ static void after_fork_child(void)
     fg_census_after_fork();
     if (fg_quota_on)
         fg_memquota_after_fork();
+    if (fg_policy_on[FG_POLICY_COMPUTE])
+        fg_compute_after_fork();
 }
 
 /* Idempotent and lock-free: another library's constructor may call dlsym
@@ -56,6 +58,10 @@ void fg_boot(void)
     const char *tenant = getenv("FLEXGV_TENANT");
     if (tenant && *tenant) {
         fg_tenant_init(tenant);
+        /* Only a capped tenant's launches leave the pass-through path. */
+        const char *compute = getenv("FLEXGV_COMPUTE");
+        if (compute && strcmp(compute, "1") == 0)
+            fg_policy_enable(FG_POLICY_COMPUTE);
     }
     const char *log = getenv("FLEXGV_LOG");
     const char *trace = getenv("FLEXGV_TRACE");

@@ -515,10 +515,11 @@ unsigned char fg_policy_on[FG_NUM_POLICIES] = {
 static const unsigned short hooks_procaddr[] = {FG_API_cuGetProcAddress, FG_API_cuGetProcAddress_v2, 0xffff};
 static const unsigned short hooks_census[] = {FG_API_cuGetExportTable, 0xffff};
 static const unsigned short hooks_mem[] = {FG_API_cuInit, FG_API_cuDeviceTotalMem_v2, FG_API_cuDevicePrimaryCtxRetain, FG_API_cuDevicePrimaryCtxRelease_v2, FG_API_cuDevicePrimaryCtxReset_v2, FG_API_cuCtxCreate_v2, FG_API_cuCtxCreate_v4, FG_API_cuCtxDestroy_v2, FG_API_cuCtxSynchronize, FG_API_cuMemGetInfo_v2, FG_API_cuMemAlloc_v2, FG_API_cuMemAllocPitch_v2, FG_API_cuMemFree_v2, FG_API_cuMemAllocManaged, FG_API_cuMemAllocAsync, FG_API_cuMemAllocAsync_ptsz, FG_API_cuMemAllocFromPoolAsync, FG_API_cuMemAllocFromPoolAsync_ptsz, FG_API_cuMemPoolCreate, FG_API_cuMemPoolDestroy, FG_API_cuMemPoolTrimTo, FG_API_cuMemCreate, FG_API_cuMemRelease, FG_API_cuMemMap, FG_API_cuMemUnmap, FG_API_cuArrayCreate_v2, FG_API_cuArray3DCreate_v2, FG_API_cuArrayDestroy, FG_API_cuMipmappedArrayCreate, FG_API_cuMipmappedArrayDestroy, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuDeviceGraphMemTrim, FG_API_cuGraphInstantiateWithFlags, FG_API_cuGraphInstantiateWithParams, FG_API_cuGraphInstantiateWithParams_ptsz, FG_API_cuGraphUpload, FG_API_cuGraphUpload_ptsz, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, FG_API_cuGraphExecDestroy, FG_API_nvmlDeviceGetMemoryInfo, FG_API_nvmlDeviceGetMemoryInfo_v2, 0xffff};
+static const unsigned short hooks_compute[] = {FG_API_cuLaunchKernel, FG_API_cuLaunchKernel_ptsz, FG_API_cuLaunchKernelEx, FG_API_cuLaunchKernelEx_ptsz, FG_API_cuLaunchCooperativeKernel, FG_API_cuLaunchCooperativeKernel_ptsz, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, 0xffff};
 
 void fg_policy_enable(enum fg_policy p)
 {
-    static const unsigned short *const hooks[FG_NUM_POLICIES] = {hooks_procaddr, hooks_census, hooks_mem, };
+    static const unsigned short *const hooks[FG_NUM_POLICIES] = {hooks_procaddr, hooks_census, hooks_mem, hooks_compute, };
     fg_policy_on[p] = 1;
     for (const unsigned short *h = hooks[p]; *h != 0xffff; h++)
         fg_divert[*h] = 1;
@@ -2294,9 +2295,9 @@ FG_SLOW CUresult fg_slow_cuLaunchKernel(CUfunction f, unsigned int gridDimX, uns
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLaunchKernel);
     if (!fg_tracing)
-        return real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchKernel(real, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) : real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchKernel(real, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) : real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuLaunchKernel, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -2312,9 +2313,9 @@ FG_SLOW CUresult fg_slow_cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLaunchKernel_ptsz);
     if (!fg_tracing)
-        return real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchKernel_ptsz(real, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) : real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchKernel_ptsz(real, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) : real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuLaunchKernel_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -2330,9 +2331,9 @@ FG_SLOW CUresult fg_slow_cuLaunchKernelEx(const CUlaunchConfig *config, CUfuncti
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLaunchKernelEx);
     if (!fg_tracing)
-        return real(config, f, kernelParams, extra);
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchKernelEx(real, config, f, kernelParams, extra) : real(config, f, kernelParams, extra));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(config, f, kernelParams, extra);
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchKernelEx(real, config, f, kernelParams, extra) : real(config, f, kernelParams, extra));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuLaunchKernelEx, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -2348,9 +2349,9 @@ FG_SLOW CUresult fg_slow_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUf
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLaunchKernelEx_ptsz);
     if (!fg_tracing)
-        return real(config, f, kernelParams, extra);
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchKernelEx_ptsz(real, config, f, kernelParams, extra) : real(config, f, kernelParams, extra));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(config, f, kernelParams, extra);
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchKernelEx_ptsz(real, config, f, kernelParams, extra) : real(config, f, kernelParams, extra));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuLaunchKernelEx_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -2366,9 +2367,9 @@ FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel(CUfunction f, unsigned int gr
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLaunchCooperativeKernel);
     if (!fg_tracing)
-        return real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchCooperativeKernel(real, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) : real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchCooperativeKernel(real, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) : real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuLaunchCooperativeKernel, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -2384,9 +2385,9 @@ FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned i
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLaunchCooperativeKernel_ptsz);
     if (!fg_tracing)
-        return real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchCooperativeKernel_ptsz(real, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) : real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchCooperativeKernel_ptsz(real, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) : real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuLaunchCooperativeKernel_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -3224,15 +3225,21 @@ FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hSt
 
 FG_FAST_PATH(cuGraphUpload_ptsz, 149)
 
+static CUresult fg_layer1_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
+{
+    fg_real_cuGraphLaunch real = (fg_real_cuGraphLaunch)fg_real_fn(FG_API_cuGraphLaunch);
+    return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuGraphLaunch(real, hGraphExec, hStream) : real(hGraphExec, hStream));
+}
+
 FG_SLOW CUresult fg_slow_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
     fg_real_cuGraphLaunch real = (fg_real_cuGraphLaunch)fg_real_fn(FG_API_cuGraphLaunch);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuGraphLaunch);
     if (!fg_tracing)
-        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGraphLaunch(real, hGraphExec, hStream) : real(hGraphExec, hStream));
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGraphLaunch(fg_layer1_cuGraphLaunch, hGraphExec, hStream) : fg_layer1_cuGraphLaunch(hGraphExec, hStream));
     uint64_t t0 = fg_now_ns();
-    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGraphLaunch(real, hGraphExec, hStream) : real(hGraphExec, hStream));
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGraphLaunch(fg_layer1_cuGraphLaunch, hGraphExec, hStream) : fg_layer1_cuGraphLaunch(hGraphExec, hStream));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuGraphLaunch, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -3242,15 +3249,21 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 
 FG_FAST_PATH(cuGraphLaunch, 150)
 
+static CUresult fg_layer1_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
+{
+    fg_real_cuGraphLaunch_ptsz real = (fg_real_cuGraphLaunch_ptsz)fg_real_fn(FG_API_cuGraphLaunch_ptsz);
+    return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuGraphLaunch_ptsz(real, hGraphExec, hStream) : real(hGraphExec, hStream));
+}
+
 FG_SLOW CUresult fg_slow_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
     fg_real_cuGraphLaunch_ptsz real = (fg_real_cuGraphLaunch_ptsz)fg_real_fn(FG_API_cuGraphLaunch_ptsz);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuGraphLaunch_ptsz);
     if (!fg_tracing)
-        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGraphLaunch_ptsz(real, hGraphExec, hStream) : real(hGraphExec, hStream));
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGraphLaunch_ptsz(fg_layer1_cuGraphLaunch_ptsz, hGraphExec, hStream) : fg_layer1_cuGraphLaunch_ptsz(hGraphExec, hStream));
     uint64_t t0 = fg_now_ns();
-    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGraphLaunch_ptsz(real, hGraphExec, hStream) : real(hGraphExec, hStream));
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGraphLaunch_ptsz(fg_layer1_cuGraphLaunch_ptsz, hGraphExec, hStream) : fg_layer1_cuGraphLaunch_ptsz(hGraphExec, hStream));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuGraphLaunch_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)

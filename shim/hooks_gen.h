@@ -171,6 +171,7 @@ enum fg_policy {
     FG_POLICY_PROCADDR, /* cuGetProcAddress answers mapped to the wrapper of exactly their variant */
     FG_POLICY_CENSUS, /* export tables patched with counting trampolines (FLEXGV_CENSUS) */
     FG_POLICY_MEM, /* memory quotas (FLEXGV_TENANT) */
+    FG_POLICY_COMPUTE, /* compute caps (FLEXGV_COMPUTE with FLEXGV_TENANT) */
     FG_NUM_POLICIES
 };
 
@@ -207,6 +208,12 @@ CUresult fg_mem_cuArray3DCreate_v2(fg_real_cuArray3DCreate_v2 next, CUarray *pHa
 CUresult fg_mem_cuArrayDestroy(fg_real_cuArrayDestroy next, CUarray hArray);
 CUresult fg_mem_cuMipmappedArrayCreate(fg_real_cuMipmappedArrayCreate next, CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc, unsigned int numMipmapLevels);
 CUresult fg_mem_cuMipmappedArrayDestroy(fg_real_cuMipmappedArrayDestroy next, CUmipmappedArray hMipmappedArray);
+CUresult fg_compute_cuLaunchKernel(fg_real_cuLaunchKernel next, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
+CUresult fg_compute_cuLaunchKernel_ptsz(fg_real_cuLaunchKernel_ptsz next, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
+CUresult fg_compute_cuLaunchKernelEx(fg_real_cuLaunchKernelEx next, const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra);
+CUresult fg_compute_cuLaunchKernelEx_ptsz(fg_real_cuLaunchKernelEx_ptsz next, const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra);
+CUresult fg_compute_cuLaunchCooperativeKernel(fg_real_cuLaunchCooperativeKernel next, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams);
+CUresult fg_compute_cuLaunchCooperativeKernel_ptsz(fg_real_cuLaunchCooperativeKernel_ptsz next, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams);
 CUresult fg_mem_cuStreamSynchronize(fg_real_cuStreamSynchronize next, CUstream hStream);
 CUresult fg_mem_cuStreamSynchronize_ptsz(fg_real_cuStreamSynchronize_ptsz next, CUstream hStream);
 CUresult fg_mem_cuEventSynchronize(fg_real_cuEventSynchronize next, CUevent hEvent);
@@ -217,7 +224,9 @@ CUresult fg_mem_cuGraphInstantiateWithParams_ptsz(fg_real_cuGraphInstantiateWith
 CUresult fg_mem_cuGraphUpload(fg_real_cuGraphUpload next, CUgraphExec hGraphExec, CUstream hStream);
 CUresult fg_mem_cuGraphUpload_ptsz(fg_real_cuGraphUpload_ptsz next, CUgraphExec hGraphExec, CUstream hStream);
 CUresult fg_mem_cuGraphLaunch(fg_real_cuGraphLaunch next, CUgraphExec hGraphExec, CUstream hStream);
+CUresult fg_compute_cuGraphLaunch(fg_real_cuGraphLaunch next, CUgraphExec hGraphExec, CUstream hStream);
 CUresult fg_mem_cuGraphLaunch_ptsz(fg_real_cuGraphLaunch_ptsz next, CUgraphExec hGraphExec, CUstream hStream);
+CUresult fg_compute_cuGraphLaunch_ptsz(fg_real_cuGraphLaunch_ptsz next, CUgraphExec hGraphExec, CUstream hStream);
 CUresult fg_mem_cuGraphExecDestroy(fg_real_cuGraphExecDestroy next, CUgraphExec hGraphExec);
 nvmlReturn_t fg_mem_nvmlDeviceGetMemoryInfo(fg_real_nvmlDeviceGetMemoryInfo next, nvmlDevice_t device, nvmlMemory_t *memory);
 nvmlReturn_t fg_mem_nvmlDeviceGetMemoryInfo_v2(fg_real_nvmlDeviceGetMemoryInfo_v2 next, nvmlDevice_t device, nvmlMemory_v2_t *memory);

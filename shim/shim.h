@@ -109,6 +109,10 @@ void fg_uncharge(int dev, uint64_t bytes);
 void fg_memquota_after_fork(void);
 void fg_graph_after_fork(void);
 
+/* Compute caps (compute.c): hundredths of a percent of dev's time, 0: none. */
+uint32_t fg_compute_max_of(int dev);
+void fg_compute_after_fork(void);
+
 static inline const char *fg_str(const char *s) { return s ? s : "(null)"; }
 
 static inline uint64_t fg_now_ns(void)

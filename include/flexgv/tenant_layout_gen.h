@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 #define FG_TENANT_MAGIC 0x544e4e5447584c46ULL
-#define FG_TENANT_VERSION 0x2ULL
+#define FG_TENANT_VERSION 0x3ULL
 #define FG_MAX_DEVICES 0x10ULL
 #define FG_TENANT_SLOT_FREE 0x0ULL
 #define FG_TENANT_SLOT_CLAIMED 0x1ULL
@@ -17,6 +17,8 @@ struct fg_tenant_device {
     char uuid[48];
     uint64_t quota;
     uint64_t ctx_measured;
+    uint32_t compute_max;
+    uint32_t reserved;
 };
 
 /* starts a tenant file; written once by the CLI that creates it */

@@ -15,8 +15,8 @@ import (
 
 // quotaFlags are the tenant options of flexgv run.
 type quotaFlags struct {
-	mem, group, ctxMem string
-	changed            func(name string) bool // whether the flag was given
+	mem, compute, group, ctxMem string
+	changed                     func(name string) bool // whether the flag was given
 }
 
 // Bounds of what a tenant can work with.
@@ -24,7 +24,8 @@ const maxCtxNoDevices = 64 << 30 // the bound for --ctx-mem when NVML cannot say
 
 func (q *quotaFlags) register(c *cobra.Command) {
 	c.Flags().StringVar(&q.mem, "mem", "", "GPU memory quota: SIZE or PCT% for every device, or DEV=SIZE|PCT%,... (sizes in B, KiB, MiB, GiB, KB, MB, GB)")
-	c.Flags().StringVar(&q.group, "group", "", "tenant name shared by several runs (created by the first, with --mem)")
+	c.Flags().StringVar(&q.compute, "compute-max", "", "cap on the share of a GPU's time the program's kernels take, even when it is idle: PCT% for every device, or DEV=PCT%,...")
+	c.Flags().StringVar(&q.group, "group", "", "tenant name shared by several runs (created by the first, with --mem or --compute-max)")
 	c.Flags().StringVar(&q.ctxMem, "ctx-mem", "512MiB", "device memory charged per CUDA context when it cannot be measured through NVML")
 	q.changed = c.Flags().Changed
 }
@@ -34,6 +35,9 @@ func (q *quotaFlags) register(c *cobra.Command) {
 func (q *quotaFlags) check() (uint64, error) {
 	if q.changed("mem") && q.mem == "" {
 		return 0, errors.New("--mem is empty; give a size (8GiB), a percentage (25%) or DEVICE=SIZE,...")
+	}
+	if q.changed("compute-max") && q.compute == "" {
+		return 0, errors.New("--compute-max is empty; give a percentage (30%) or DEVICE=PCT,...")
 	}
 	if q.changed("group") && q.group == "" {
 		return 0, errors.New("--group is empty; give the tenant's name")
@@ -97,28 +101,45 @@ func (q *quotaFlags) setup() ([]string, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if q.mem == "" && q.group == "" {
+	if q.mem == "" && q.compute == "" && q.group == "" {
 		return nil, func() {}, nil
 	}
 	var devices []tenant.DeviceQuota
+	var gpus []gpuinfo.GPU
+	var nvmlErr error
+	if q.mem != "" || q.compute != "" {
+		gpus, nvmlErr = gpuinfo.GPUs()
+	}
 	if q.mem != "" {
-		gpus, nvmlErr := gpuinfo.GPUs()
 		if devices, err = tenant.ParseMem(q.mem, gpus); err != nil {
 			return nil, nil, err
 		}
 		if nvmlErr != nil {
 			fmt.Fprintf(os.Stderr, "flexgv: warning: cannot read the devices' sizes (%v); --mem %s is not checked against them\n", nvmlErr, q.mem)
 		}
+		warnQuota(devices, ctx)
 	}
-	warnQuota(devices, ctx)
+	if q.compute != "" {
+		caps, err := tenant.ParseCompute(q.compute, gpus)
+		if err != nil {
+			return nil, nil, err
+		}
+		if devices == nil {
+			devices = caps
+		}
+		for i := range devices { // both are laid out by the same GPU list
+			devices[i].ComputeMax = caps[i].ComputeMax
+		}
+	}
 	name := q.group
 	if name == "" {
 		name = fmt.Sprintf("run-%d", os.Getpid())
 	}
 	dir, spec := tenant.Dir(), tenant.Spec{Name: name, Devices: devices, CtxBytes: ctx}
 	// A group created with --mem belongs to the node daemon if one runs; a
-	// run's own tenant, and a group joined by name, need none.
-	if q.group != "" && q.mem != "" {
+	// run's own tenant, and a group joined by name, need none. The daemon
+	// does not hold compute caps yet: a capped group is made here.
+	if q.group != "" && q.mem != "" && q.compute == "" {
 		if spec.Devices, err = groupViaDaemon(dir, spec, q.mem); err != nil {
 			return nil, nil, err
 		}
@@ -132,5 +153,10 @@ func (q *quotaFlags) setup() ([]string, func(), error) {
 			fmt.Fprintf(os.Stderr, "flexgv: warning: leaving tenant %s: %v\n", name, err)
 		}
 	}
-	return []string{"FLEXGV_TENANT=" + t.Path}, release, nil
+	// The shim diverts launches only when the tenant caps a device.
+	env := []string{"FLEXGV_TENANT=" + t.Path}
+	if slices.ContainsFunc(t.Devices, func(d tenant.DeviceQuota) bool { return d.ComputeMax > 0 }) {
+		env = append(env, "FLEXGV_COMPUTE=1")
+	}
+	return env, release, nil
 }

@@ -5,7 +5,7 @@ package tenant
 // Constants of the region shared with the shim.
 const (
 	TenantMagic   = 0x544e4e5447584c46
-	TenantVersion = 0x2
+	TenantVersion = 0x3
 	MaxDevices    = 0x10
 	SlotFree      = 0x0
 	SlotClaimed   = 0x1
@@ -18,6 +18,8 @@ type Device struct {
 	UUID        [48]byte `c:"uuid"`
 	Quota       uint64   `c:"quota"`
 	CtxMeasured uint64   `c:"ctx_measured"`
+	ComputeMax  uint32   `c:"compute_max"`
+	Reserved    uint32   `c:"reserved"`
 }
 
 // Header mirrors struct fg_tenant_header: starts a tenant file; written once by the CLI that creates it.

@@ -10,8 +10,9 @@ import (
 
 // DeviceQuota is one device entry of a tenant.
 type DeviceQuota struct {
-	UUID  string // the GPU's UUID; empty: the CUDA device of the entry's index
-	Quota uint64 // bytes; 0 means no limit
+	UUID       string // the GPU's UUID; empty: the CUDA device of the entry's index
+	Quota      uint64 // bytes; 0 means no limit
+	ComputeMax uint32 // hundredths of a percent of the device's time; 0 means no cap
 }
 
 // ParseMem reads a --mem value into one entry per device:
@@ -25,16 +26,10 @@ type DeviceQuota struct {
 // up to MaxDevices), UUID keys and percentages are refused, and sizes are
 // not checked against the devices.
 func ParseMem(spec string, gpus []gpuinfo.GPU) ([]DeviceQuota, error) {
-	m := memParser{spec: spec, gpus: gpus}
-	devs := make([]DeviceQuota, MaxDevices)
-	if gpus != nil {
-		if len(gpus) == 0 {
-			return nil, m.errorf("NVML lists no GPU on this node")
-		}
-		devs = devs[:min(len(gpus), MaxDevices)]
-		for i := range devs {
-			devs[i].UUID = gpus[i].UUID
-		}
+	m := memParser{flag: "--mem", spec: spec, gpus: gpus}
+	devs, err := m.entries()
+	if err != nil {
+		return nil, err
 	}
 	if !strings.Contains(spec, "=") {
 		if strings.Contains(spec, ",") {
@@ -77,13 +72,95 @@ func ParseMem(spec string, gpus []gpuinfo.GPU) ([]DeviceQuota, error) {
 	return devs, nil
 }
 
+// ParseCompute reads a --compute-max value into one entry per device, laid
+// out as ParseMem's (so that the two merge entry by entry):
+//
+//	30%                 every device
+//	0=30%,GPU-…=50%     per device, by NVML index or UUID; others get no cap
+//
+// A percentage is in (0, 100], its sign optional, kept to 0.01 %.
+func ParseCompute(spec string, gpus []gpuinfo.GPU) ([]DeviceQuota, error) {
+	m := memParser{flag: "--compute-max", spec: spec, gpus: gpus}
+	if strings.TrimSpace(spec) == "" {
+		return nil, m.errorf("empty; give a percentage (30%%) or DEVICE=PCT,...")
+	}
+	devs, err := m.entries()
+	if err != nil {
+		return nil, err
+	}
+	if !strings.Contains(spec, "=") {
+		if strings.Contains(spec, ",") {
+			return nil, m.errorf("list caps per device as DEVICE=PCT,...")
+		}
+		if len(gpus) > MaxDevices {
+			return nil, m.errorf("this node has %d GPUs and a tenant holds at most %d: give DEVICE=PCT for each", len(gpus), MaxDevices)
+		}
+		c, err := m.percent(spec)
+		if err != nil {
+			return nil, err
+		}
+		for d := range devs {
+			devs[d].ComputeMax = c
+		}
+		return devs, nil
+	}
+	named := map[int]bool{}
+	for _, part := range strings.Split(spec, ",") {
+		k, v, ok := strings.Cut(part, "=")
+		if !ok {
+			return nil, m.errorf("%q is not DEVICE=PCT", part)
+		}
+		d, err := m.device(strings.TrimSpace(k), len(devs))
+		if err != nil {
+			return nil, err
+		}
+		if named[d] {
+			return nil, m.errorf("device %d is given twice", d)
+		}
+		named[d] = true
+		if devs[d].ComputeMax, err = m.percent(v); err != nil {
+			return nil, err
+		}
+	}
+	return devs, nil
+}
+
 type memParser struct {
-	spec string
-	gpus []gpuinfo.GPU
+	flag, spec string
+	gpus       []gpuinfo.GPU
 }
 
 func (m memParser) errorf(format string, args ...any) error {
-	return fmt.Errorf("--mem %s: %s", m.spec, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%s %s: %s", m.flag, m.spec, fmt.Sprintf(format, args...))
+}
+
+// entries are a tenant's device entries, without limits: one per GPU NVML
+// lists, or MaxDevices standing for CUDA ordinals when NVML is not available.
+func (m memParser) entries() ([]DeviceQuota, error) {
+	devs := make([]DeviceQuota, MaxDevices)
+	if m.gpus != nil {
+		if len(m.gpus) == 0 {
+			return nil, m.errorf("NVML lists no GPU on this node")
+		}
+		devs = devs[:min(len(m.gpus), MaxDevices)]
+		for i := range devs {
+			devs[i].UUID = m.gpus[i].UUID
+		}
+	}
+	return devs, nil
+}
+
+// percent reads one device's compute cap, in hundredths of a percent.
+func (m memParser) percent(v string) (uint32, error) {
+	p := strings.TrimSuffix(strings.TrimSpace(v), "%")
+	pct, err := strconv.ParseFloat(p, 64)
+	if err != nil || !(pct > 0 && pct <= 100) {
+		return 0, m.errorf("%q is not a percentage above 0 and at most 100", v)
+	}
+	if pct < 0.01 {
+		return 0, m.errorf("%q is below 0.01%%", v)
+	}
+	return uint32(pct*100 + 0.5), nil
 }
 
 // device finds the entry a key names: an NVML index or a GPU UUID.
@@ -149,14 +226,21 @@ func (m memParser) size(d int, v string) (uint64, error) {
 
 // formatQuota prints a tenant's quotas by device index.
 func formatQuota(devs []DeviceQuota) string {
-	var parts []string
+	var mem, compute []string
 	for d, dev := range devs {
 		if dev.Quota > 0 {
-			parts = append(parts, fmt.Sprintf("%d=%s", d, FormatSize(dev.Quota)))
+			mem = append(mem, fmt.Sprintf("%d=%s", d, FormatSize(dev.Quota)))
+		}
+		if dev.ComputeMax > 0 {
+			compute = append(compute, fmt.Sprintf("%d=%g%%", d, float64(dev.ComputeMax)/100))
 		}
 	}
-	if len(parts) == 0 {
-		return "none"
+	s := "none"
+	if len(mem) > 0 {
+		s = strings.Join(mem, ",")
 	}
-	return strings.Join(parts, ",")
+	if len(compute) > 0 {
+		s += " and compute cap " + strings.Join(compute, ",")
+	}
+	return s
 }

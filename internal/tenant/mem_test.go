@@ -122,3 +122,54 @@ func TestParseMemMoreGPUsThanATenantHolds(t *testing.T) {
 		}
 	}
 }
+
+func caps(devs []DeviceQuota) []uint32 {
+	var c []uint32
+	for _, d := range devs {
+		c = append(c, d.ComputeMax)
+	}
+	return c
+}
+
+// Compute caps are kept in hundredths of a percent, in the entries ParseMem
+// makes, so that the two flags merge entry by entry.
+func TestParseCompute(t *testing.T) {
+	for _, c := range []struct {
+		spec string
+		want []uint32
+	}{
+		{"30%", []uint32{3000, 3000}},
+		{"30", []uint32{3000, 3000}},
+		{"100%", []uint32{10000, 10000}},
+		{"12.345%", []uint32{1235, 1235}},
+		{"1=50%", []uint32{0, 5000}},
+		{uuidA + "=25%, 1=0.5%", []uint32{2500, 50}},
+	} {
+		got, err := ParseCompute(c.spec, twoGPUs)
+		if err != nil || !reflect.DeepEqual(caps(got), c.want) || got[0].UUID != uuidA || got[1].UUID != uuidB {
+			t.Errorf("ParseCompute(%q) = %+v, %v; want caps %v keyed by UUID", c.spec, got, err, c.want)
+		}
+	}
+	for _, c := range []struct{ spec, msg string }{
+		{"", "--compute-max : empty"},
+		{" ", "empty"},
+		{"0", `"0" is not a percentage above 0 and at most 100`},
+		{"0%", "is not a percentage above 0"},
+		{"150%", `"150%" is not a percentage above 0 and at most 100`},
+		{"-5%", "is not a percentage"},
+		{"abc", `"abc" is not a percentage`},
+		{"0.001%", "below 0.01%"},
+		{"30%,40%", "list caps per device as DEVICE=PCT"},
+		{"5=30%", "there is no device 5 (2 devices)"},
+		{"GPU-ffffffff=30%", "no GPU has the UUID"},
+		{"0=30%,0=40%", "device 0 is given twice"},
+		{"0=30%,1", `"1" is not DEVICE=PCT`},
+	} {
+		if _, err := ParseCompute(c.spec, twoGPUs); err == nil || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("ParseCompute(%q) = %v; want an error with %q", c.spec, err, c.msg)
+		}
+	}
+	if q, err := ParseCompute("2=30%", nil); err != nil || len(q) != MaxDevices || q[2].ComputeMax != 3000 || q[0] != (DeviceQuota{}) {
+		t.Errorf("ParseCompute(2=30%%) without NVML = %v, %v", q, err)
+	}
+}

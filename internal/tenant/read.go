@@ -200,7 +200,7 @@ func readHeader(f *os.File, p string) (header, error) {
 		if !ok || strings.ContainsFunc(uuid, func(c rune) bool { return c <= ' ' || c > '~' }) {
 			return bad("damaged: device %d has no valid UUID", d)
 		}
-		h.devices = append(h.devices, DeviceQuota{UUID: uuid, Quota: r.Devices[d].Quota})
+		h.devices = append(h.devices, DeviceQuota{UUID: uuid, Quota: r.Devices[d].Quota, ComputeMax: r.Devices[d].ComputeMax})
 	}
 	h.slots = int(min(r.SlotHWM, r.NSlots))
 	return h, nil

@@ -75,6 +75,7 @@ type Tenant struct {
 	Path    string
 	Name    string
 	Created bool
+	Devices []DeviceQuota // the tenant's entries, as its file has them
 	dir     string
 	member  *os.File // holds the member lock
 }
@@ -104,13 +105,13 @@ func Acquire(dir string, spec Spec) (*Tenant, error) {
 	defer unlock()
 	sweep(dir)
 	t := &Tenant{Path: path(dir, spec.Name), Name: spec.Name, dir: dir}
-	t.member, err = join(t.Path, spec)
+	t.member, t.Devices, err = join(t.Path, spec)
 	if errors.Is(err, os.ErrNotExist) {
 		if spec.Devices == nil {
 			return nil, fmt.Errorf("group %s does not exist; give --mem to create it", spec.Name)
 		}
 		t.member, err = create(dir, t.Path, spec)
-		t.Created = true
+		t.Created, t.Devices = true, spec.Devices
 	}
 	if err != nil {
 		return nil, err
@@ -128,21 +129,21 @@ func CheckName(name string) error {
 
 // join opens the tenant at p and takes the member lock, before the folder
 // lock is let go: a last member leaving cannot remove it in between.
-func join(p string, spec Spec) (*os.File, error) {
+func join(p string, spec Spec) (*os.File, []DeviceQuota, error) {
 	st, err := os.Lstat(p)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := checkOwner(spec.Name, st); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	f, err := openTenant(p)
 	if err != nil {
-		return nil, fmt.Errorf("group %s: %w", spec.Name, err)
+		return nil, nil, fmt.Errorf("group %s: %w", spec.Name, err)
 	}
 	h, err := readHeader(f, p)
 	if err == nil && spec.Devices != nil && !slices.Equal(h.devices, spec.Devices) {
-		err = fmt.Errorf("group %s already exists with quota %s; give the same --mem or none to join it",
+		err = fmt.Errorf("group %s already exists with quota %s; give the same --mem and --compute-max, or neither, to join it",
 			spec.Name, formatQuota(h.devices))
 	}
 	if err == nil {
@@ -150,9 +151,9 @@ func join(p string, spec Spec) (*os.File, error) {
 	}
 	if err != nil {
 		f.Close()
-		return nil, err
+		return nil, nil, err
 	}
-	return f, nil
+	return f, h.devices, nil
 }
 
 // checkOwner refuses another user's tenant (root may join any): its
@@ -208,6 +209,7 @@ func newFile(spec Spec) []byte {
 	for i, d := range spec.Devices {
 		copy(h.Devices[i].UUID[:], d.UUID)
 		h.Devices[i].Quota = d.Quota
+		h.Devices[i].ComputeMax = d.ComputeMax
 	}
 	buf := make([]byte, headerSize+Slots*slotSize)
 	copy(buf, unsafe.Slice((*byte)(unsafe.Pointer(&h)), headerSize))

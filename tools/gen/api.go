@@ -48,6 +48,7 @@ var policies = []struct {
 	{"procaddr", "cuGetProcAddress answers mapped to the wrapper of exactly their variant", true},
 	{"census", "export tables patched with counting trampolines (FLEXGV_CENSUS)", false},
 	{"mem", "memory quotas (FLEXGV_TENANT)", false},
+	{"compute", "compute caps (FLEXGV_COMPUTE with FLEXGV_TENANT)", false},
 }
 
 // policyIndex is the position of a policy in policies, or -1.

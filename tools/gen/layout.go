@@ -95,6 +95,8 @@ var tenantLayout = []structSpec{
 		{"uuid", "UUID", "byte", 48, "NVML UUID text (GPU-...); empty: the CUDA device of this entry's index"},
 		{"quota", "Quota", "uint64", 0, "bytes; 0 means no limit"},
 		{"ctx_measured", "CtxMeasured", "uint64", 0, "bytes one context took here, as last measured by a process (atomic)"},
+		{"compute_max", "ComputeMax", "uint32", 0, "cap on the device time the tenant's kernels occupy, in hundredths of a percent; 0 means no cap"},
+		{"reserved", "Reserved", "uint32", 0, ""},
 	}},
 	{"fg_tenant_header", "Header", "starts a tenant file; written once by the CLI that creates it", []field{
 		{"magic", "Magic", "uint64", 0, "TenantMagic"},
@@ -119,7 +121,7 @@ var tenantLayout = []structSpec{
 
 var tenantConsts = []constSpec{
 	{"FG_TENANT_MAGIC", "TenantMagic", 0x544e4e5447584c46}, // "FLXGTNNT" little-endian
-	{"FG_TENANT_VERSION", "TenantVersion", 2},
+	{"FG_TENANT_VERSION", "TenantVersion", 3},
 	{"FG_MAX_DEVICES", "MaxDevices", maxDevices},
 	{"FG_TENANT_SLOT_FREE", "SlotFree", 0},
 	{"FG_TENANT_SLOT_CLAIMED", "SlotClaimed", 1},

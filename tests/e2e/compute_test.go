@@ -1,0 +1,92 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+)
+
+// capSpin runs a spinner of 1 ms kernels, 16 in flight, for a second under
+// flexgv run with flags, and returns what it reported.
+func (e *env) capSpin(flags ...string) spin {
+	e.t.Helper()
+	args := append(append([]string{"run"}, flags...), "--", bin("spinner"), "1000", "1", "16")
+	r := e.run("flexgv", args...)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	var s spin
+	if r.code != 0 || len(lines) != 2 || lines[0] != "ready" || !parseSpin(e.t, lines[1], &s) {
+		e.t.Fatalf("flexgv %s: %+v", strings.Join(args, " "), r)
+	}
+	return s
+}
+
+// A capped program alone gets its cap of the device, though the rest of it
+// is idle; uncapped, it gets all of it. Shares are device time (events), so
+// a loaded machine only makes the program launch less, not measure wrong.
+func TestComputeMaxCapsAnIdleDevice(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		flags []string
+		want  float64
+	}{
+		{[]string{"--compute-max", "30%"}, 30},
+		{[]string{"--compute-max", "0=50"}, 50},
+		{nil, 100},
+	} {
+		s := newEnv(t).capSpin(c.flags...)
+		t.Logf("%v: %.1f%% of the device (%d kernels)", c.flags, s.share, s.kernels)
+		if s.share < c.want-5 || s.share > c.want+5 {
+			t.Errorf("a lone spinner under %v got %.1f%% of the device (%d kernels), want %.0f%% ± 5",
+				c.flags, s.share, s.kernels, c.want)
+		}
+	}
+}
+
+func TestBadComputeFlagsStopBeforeTheProgram(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, c := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"--compute-max", ""}, "--compute-max is empty"},
+		{[]string{"--compute-max", "0"}, `--compute-max 0: "0" is not a percentage above 0 and at most 100`},
+		{[]string{"--compute-max", "150%"}, `"150%" is not a percentage above 0 and at most 100`},
+		{[]string{"--compute-max", "5=30%"}, "--compute-max 5=30%: there is no device 5 (1 devices)"},
+		{[]string{"--compute-max", "abc"}, `"abc" is not a percentage`},
+	} {
+		args := append(append([]string{"run"}, c.args...), "--", "sh", "-c", "echo started")
+		r := e.run("flexgv", args...)
+		if r.code != 2 || r.stdout != "" || !strings.Contains(r.stderr, c.msg) {
+			t.Errorf("flexgv %q: exit %d, stdout %q, stderr %q; want exit 2 before the program and %q",
+				args, r.code, r.stdout, r.stderr, c.msg)
+		}
+	}
+}
+
+// A program that never launches sees nothing of a cap.
+func TestComputeMaxWithoutLaunches(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	plain := e.run("flexgv", "run", "--", bin("memclient"), "info")
+	capped := e.run("flexgv", "run", "--compute-max", "30%", "--", bin("memclient"), "info")
+	if plain.code != 0 || capped.code != 0 || capped.stdout != plain.stdout || capped.stderr != plain.stderr {
+		t.Errorf("memclient info without a cap: %+v; with --compute-max 30%%: %+v", plain, capped)
+	}
+}
+
+// A group keeps the cap it was made with: joining with another is refused,
+// joining by name alone takes it.
+func TestComputeMaxGroups(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	stop := e.start(t, "flexgv", "run", "--group", "g", "--compute-max", "30%", "--", bin("holder"), "10")
+	defer stop()
+	r := e.run("flexgv", "run", "--group", "g", "--compute-max", "50%", "--", "true")
+	if r.code != 2 || !strings.Contains(r.stderr, "group g already exists with quota none and compute cap 0=30%") {
+		t.Errorf("joining with another cap: %+v", r)
+	}
+	r = e.run("flexgv", "run", "--group", "g", "--", "sh", "-c", "echo $FLEXGV_COMPUTE")
+	if r.code != 0 || strings.TrimSpace(r.stdout) != "1" {
+		t.Errorf("joining by name: %+v; want the group's cap applied (FLEXGV_COMPUTE=1)", r)
+	}
+}
