@@ -2,7 +2,7 @@
 # End-to-end truth on a real GPU, in one run. From the repository root on a
 # machine with an NVIDIA driver, nvcc and PyTorch, with build/ made by `make`:
 #     scripts/gpu-e2e.sh OUTDIR [SECTION...]
-# Sections (default: all): decl counts hookmap torch bench quota isolation quotabench
+# Sections (default: all): decl counts hookmap torch bench quota isolation computecap quotabench
 # Checks our driver declarations against the real headers, traces CUDA
 # programs built with nvcc (static and shared cudart), checks every hooked
 # variant against the real driver's resolver, runs PyTorch natively and under
@@ -11,7 +11,7 @@
 set -u -o pipefail
 OUT=$(mkdir -p "${1:-gpu-out}" && cd "${1:-gpu-out}" && pwd)
 shift || true
-SECTIONS=${*:-decl counts hookmap torch bench quota isolation quotabench}
+SECTIONS=${*:-decl counts hookmap torch bench quota isolation computecap quotabench}
 ROUNDS=${ROUNDS:-7} # rounds of the throughput benchmarks
 want() { [[ " $SECTIONS " == *" $1 "* ]]; }
 ROOT=$(pwd)
@@ -202,6 +202,21 @@ fi
 if want isolation; then
 echo "== memory isolation: graph memory, capture, PyTorch graphs, devices by UUID (scripts/gpu-isolation.sh)"
 source scripts/gpu-isolation.sh "$OUT"
+fi
+
+if want computecap; then
+echo "== compute cap: matrix products per second, native vs --compute-max 30% and 50% (2 rounds)"
+for round in 1 2; do
+    n=$(python3 scripts/gpu/matmul_rate.py)
+    c30=$("$FLEXGV" run --compute-max 30% -- python3 scripts/gpu/matmul_rate.py)
+    c50=$("$FLEXGV" run --compute-max 50% -- python3 scripts/gpu/matmul_rate.py)
+    echo "round $round: native $n, --compute-max 30% $c30 ($(python3 -c "print(f'{$c30/$n:.3f}')")), 50% $c50 ($(python3 -c "print(f'{$c50/$n:.3f}')"))"
+    if python3 -c "import sys; sys.exit(0 if abs($c30/$n-0.30) <= 0.05 and abs($c50/$n-0.50) <= 0.05 else 1)"; then
+        pass "compute cap within 5 pp (round $round)"
+    else
+        fail "compute cap off by more than 5 pp (round $round)"
+    fi
+done
 fi
 
 if want quotabench; then
