@@ -1,5 +1,5 @@
 /* Keeps the GPU busy with back-to-back kernels and reports what it got:
- *     spinner KERNEL_US SECONDS [DEPTH [WINDOW_MS]]
+ *     spinner KERNEL_US SECONDS [DEPTH [WINDOW_MS [API]]]
  * Prints "ready" once set up, then starts at the first line (or the end) of
  * stdin, so that several can start together. It launches for SECONDS with
  * DEPTH kernels (default 16) in flight on one stream, each between two
@@ -10,7 +10,9 @@
  * share: its kernels' time over the time from the start to the last
  * completion; latency: between the events around a kernel, which is from
  * its launch to its completion with DEPTH 1 (otherwise from when its
- * stream reached it). */
+ * stream reached it). API is how each kernel is launched: launch
+ * (cuLaunchKernel, the default), ex (cuLaunchKernelEx), ptsz
+ * (cuLaunchKernel_ptsz) or graph (cuGraphLaunch of a captured kernel). */
 #include "common.h"
 
 #include <time.h>
@@ -34,12 +36,13 @@ static int by_value(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: spinner KERNEL_US SECONDS [DEPTH [WINDOW_MS]]\n");
+        fprintf(stderr, "usage: spinner KERNEL_US SECONDS [DEPTH [WINDOW_MS [launch|ex|ptsz|graph]]]\n");
         return 2;
     }
     double kernel_us = atof(argv[1]), seconds = atof(argv[2]);
     int depth = argc > 3 ? atoi(argv[3]) : 16;
     double window_ms = argc > 4 ? atof(argv[4]) : 0;
+    const char *api = argc > 5 ? argv[5] : "launch";
     if (depth < 1 || depth > MAX_DEPTH)
         depth = 16;
     char module[128];
@@ -59,6 +62,20 @@ int main(int argc, char **argv)
     for (int i = 0; i < depth; i++) {
         CHECK(cuEventCreate(&before[i], 0));
         CHECK(cuEventCreate(&after[i], 0));
+    }
+    CUlaunchConfig cfg = {1, 1, 1, 1, 1, 1, 0, s, NULL, 0};
+    CUgraph g;
+    CUgraphExec x = NULL;
+    if (!strcmp(api, "graph")) {
+        CUstream cs;
+        CHECK(cuStreamCreate(&cs, CU_STREAM_NON_BLOCKING));
+        CHECK(cuStreamBeginCapture_v2(cs, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+        CHECK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, cs, NULL, NULL));
+        CHECK(cuStreamEndCapture(cs, &g));
+        CHECK(cuGraphInstantiateWithFlags(&x, g, 0));
+    } else if (strcmp(api, "launch") && strcmp(api, "ex") && strcmp(api, "ptsz")) {
+        fprintf(stderr, "spinner: unknown API %s\n", api);
+        return 2;
     }
     size_t cap = 1024;
     double *lat = malloc(cap * sizeof *lat);
@@ -101,7 +118,14 @@ int main(int argc, char **argv)
             break;
         int k = (int)(launched % depth);
         CHECK(cuEventRecord(before[k], s));
-        CHECK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL));
+        if (x)
+            CHECK(cuGraphLaunch(x, s));
+        else if (!strcmp(api, "ex"))
+            CHECK(cuLaunchKernelEx(&cfg, f, NULL, NULL));
+        else if (!strcmp(api, "ptsz"))
+            CHECK(cuLaunchKernel_ptsz(f, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL));
+        else
+            CHECK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL));
         CHECK(cuEventRecord(after[k], s));
         launched++;
     }

@@ -9,7 +9,13 @@ import (
 // flexgv run with flags, and returns what it reported.
 func (e *env) capSpin(flags ...string) spin {
 	e.t.Helper()
-	args := append(append([]string{"run"}, flags...), "--", bin("spinner"), "1000", "1", "16")
+	return e.capSpinWith("launch", flags...)
+}
+
+// capSpinWith is capSpin launching through api (see spinner.c).
+func (e *env) capSpinWith(api string, flags ...string) spin {
+	e.t.Helper()
+	args := append(append([]string{"run"}, flags...), "--", bin("spinner"), "1000", "1", "16", "0", api)
 	r := e.run("flexgv", args...)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	var s spin
@@ -37,6 +43,20 @@ func TestComputeMaxCapsAnIdleDevice(t *testing.T) {
 		if s.share < c.want-5 || s.share > c.want+5 {
 			t.Errorf("a lone spinner under %v got %.1f%% of the device (%d kernels), want %.0f%% ± 5",
 				c.flags, s.share, s.kernels, c.want)
+		}
+	}
+}
+
+// Every launch path is capped: cuLaunchKernelEx, the per-thread-stream
+// variant, and graph launches.
+func TestComputeMaxCapsEveryLaunchPath(t *testing.T) {
+	t.Parallel()
+	for _, api := range []string{"ex", "ptsz", "graph"} {
+		s := newEnv(t).capSpinWith(api, "--compute-max", "30%")
+		t.Logf("%s: %.1f%% of the device (%d kernels)", api, s.share, s.kernels)
+		if s.share < 25 || s.share > 35 {
+			t.Errorf("a lone spinner launching with %s under --compute-max 30%% got %.1f%% (%d kernels), want 30%% ± 5",
+				api, s.share, s.kernels)
 		}
 	}
 }
