@@ -110,37 +110,24 @@ func (q *quotaFlags) setup() ([]string, func(), error) {
 	if q.mem != "" || q.compute != "" {
 		gpus, nvmlErr = gpuinfo.GPUs()
 	}
+	if devices, err = tenant.ParseLimits(q.mem, q.compute, gpus); err != nil {
+		return nil, nil, err
+	}
 	if q.mem != "" {
-		if devices, err = tenant.ParseMem(q.mem, gpus); err != nil {
-			return nil, nil, err
-		}
 		if nvmlErr != nil {
 			fmt.Fprintf(os.Stderr, "flexgv: warning: cannot read the devices' sizes (%v); --mem %s is not checked against them\n", nvmlErr, q.mem)
 		}
 		warnQuota(devices, ctx)
-	}
-	if q.compute != "" {
-		caps, err := tenant.ParseCompute(q.compute, gpus)
-		if err != nil {
-			return nil, nil, err
-		}
-		if devices == nil {
-			devices = caps
-		}
-		for i := range devices { // both are laid out by the same GPU list
-			devices[i].ComputeMax = caps[i].ComputeMax
-		}
 	}
 	name := q.group
 	if name == "" {
 		name = fmt.Sprintf("run-%d", os.Getpid())
 	}
 	dir, spec := tenant.Dir(), tenant.Spec{Name: name, Devices: devices, CtxBytes: ctx}
-	// A group created with --mem belongs to the node daemon if one runs; a
-	// run's own tenant, and a group joined by name, need none. The daemon
-	// does not hold compute caps yet: a capped group is made here.
-	if q.group != "" && q.mem != "" && q.compute == "" {
-		if spec.Devices, err = groupViaDaemon(dir, spec, q.mem); err != nil {
+	// A group created with limits belongs to the node daemon if one runs; a
+	// run's own tenant, and a group joined by name, need none.
+	if q.group != "" && (q.mem != "" || q.compute != "") {
+		if spec.Devices, err = groupViaDaemon(dir, spec, q.mem, q.compute); err != nil {
 			return nil, nil, err
 		}
 	}

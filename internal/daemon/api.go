@@ -51,8 +51,8 @@ func (a *api) CreateTenant(_ context.Context, r *flexgvv1.CreateTenantRequest) (
 	if err := tenant.CheckName(r.Name); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if r.Memory == "" {
-		return nil, status.Error(codes.InvalidArgument, "memory is empty; give quotas as flexgv run --mem takes them (8GiB, 25%, 0=8GiB,...)")
+	if r.Memory == "" && r.ComputeMax == "" {
+		return nil, status.Error(codes.InvalidArgument, "memory and compute_max are empty; give quotas as flexgv run --mem takes them (8GiB, 25%, 0=8GiB,...), caps as --compute-max does, or both")
 	}
 	if r.ContextBytes < tenant.MinCtx {
 		return nil, status.Errorf(codes.InvalidArgument, "context_bytes %d: below %s; no CUDA context takes less", r.ContextBytes, tenant.FormatSize(tenant.MinCtx))
@@ -62,7 +62,7 @@ func (a *api) CreateTenant(_ context.Context, r *flexgvv1.CreateTenantRequest) (
 	if err != nil {
 		gpus = nil
 	}
-	devs, err := tenant.ParseMem(r.Memory, gpus)
+	devs, err := tenant.ParseLimits(r.Memory, r.ComputeMax, gpus)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -71,7 +71,7 @@ func (a *api) CreateTenant(_ context.Context, r *flexgvv1.CreateTenantRequest) (
 		return nil, err
 	}
 	if created {
-		a.log.Printf("created tenant %s (--mem %s)", r.Name, r.Memory)
+		a.log.Printf("created tenant %s (--mem %q --compute-max %q)", r.Name, r.Memory, r.ComputeMax)
 	}
 	return &flexgvv1.CreateTenantResponse{Tenant: a.toProto(info, true), Created: created}, nil
 }
@@ -143,6 +143,7 @@ func (a *api) toProto(info tenant.Info, held bool) *flexgvv1.Tenant {
 	for _, d := range info.Devices {
 		t.Devices = append(t.Devices, &flexgvv1.TenantDevice{
 			Index: uint32(d.Index), Uuid: d.UUID, QuotaBytes: d.Quota, UsedBytes: d.Used, ContextBytes: d.CtxMeasured,
+			ComputeMax: d.ComputeMax,
 		})
 	}
 	for _, p := range info.Procs {

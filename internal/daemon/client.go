@@ -70,7 +70,8 @@ func Info(t *flexgvv1.Tenant) tenant.Info {
 		Devices: make([]tenant.DeviceUse, len(t.Devices)), Procs: make([]tenant.Proc, len(t.Processes)),
 	}
 	for i, d := range t.Devices {
-		info.Devices[i] = tenant.DeviceUse{Index: int(d.Index), UUID: d.Uuid, Quota: d.QuotaBytes, Used: d.UsedBytes, CtxMeasured: d.ContextBytes}
+		info.Devices[i] = tenant.DeviceUse{Index: int(d.Index), UUID: d.Uuid, Quota: d.QuotaBytes, Used: d.UsedBytes,
+			CtxMeasured: d.ContextBytes, ComputeMax: d.ComputeMax}
 	}
 	for i, p := range t.Processes {
 		info.Procs[i] = tenant.Proc{Pid: int(p.Pid), Used: p.UsedBytes}
@@ -82,7 +83,7 @@ func Info(t *flexgvv1.Tenant) tenant.Info {
 func Quotas(t *flexgvv1.Tenant) []tenant.DeviceQuota {
 	devs := make([]tenant.DeviceQuota, len(t.Devices))
 	for i, d := range t.Devices {
-		devs[i] = tenant.DeviceQuota{UUID: d.Uuid, Quota: d.QuotaBytes}
+		devs[i] = tenant.DeviceQuota{UUID: d.Uuid, Quota: d.QuotaBytes, ComputeMax: d.ComputeMax}
 	}
 	return devs
 }

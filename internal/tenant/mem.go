@@ -72,6 +72,31 @@ func ParseMem(spec string, gpus []gpuinfo.GPU) ([]DeviceQuota, error) {
 	return devs, nil
 }
 
+// ParseLimits reads --mem and --compute-max together (either may be empty)
+// into one entry per device.
+func ParseLimits(mem, compute string, gpus []gpuinfo.GPU) ([]DeviceQuota, error) {
+	var devs []DeviceQuota
+	var err error
+	if mem != "" {
+		if devs, err = ParseMem(mem, gpus); err != nil {
+			return nil, err
+		}
+	}
+	if compute != "" {
+		caps, err := ParseCompute(compute, gpus)
+		if err != nil {
+			return nil, err
+		}
+		if devs == nil {
+			return caps, nil
+		}
+		for i := range devs { // both are laid out by the same GPU list
+			devs[i].ComputeMax = caps[i].ComputeMax
+		}
+	}
+	return devs, nil
+}
+
 // ParseCompute reads a --compute-max value into one entry per device, laid
 // out as ParseMem's (so that the two merge entry by entry):
 //

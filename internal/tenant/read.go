@@ -40,6 +40,7 @@ type DeviceUse struct {
 	Quota       uint64 `json:"quota"` // 0: no limit
 	Used        uint64 `json:"used"`
 	CtxMeasured uint64 `json:"ctx_measured"` // what one context took, as last measured
+	ComputeMax  uint32 `json:"compute_max"`  // cap on the device's time, hundredths of a percent; 0: none
 }
 
 // Proc is one live process of a tenant.
@@ -102,7 +103,8 @@ func Read(p string) (Info, error) {
 	}
 	info := Info{Name: h.name, OwnerUID: h.raw.OwnerUID, Created: time.Unix(0, int64(h.raw.CreatedNs)), Devices: make([]DeviceUse, len(h.devices)), Procs: []Proc{}}
 	for d, dev := range h.devices {
-		info.Devices[d] = DeviceUse{Index: d, UUID: dev.UUID, Quota: dev.Quota, CtxMeasured: h.raw.Devices[d].CtxMeasured}
+		info.Devices[d] = DeviceUse{Index: d, UUID: dev.UUID, Quota: dev.Quota, CtxMeasured: h.raw.Devices[d].CtxMeasured,
+			ComputeMax: dev.ComputeMax}
 	}
 	for i, s := range slots {
 		if s.State != SlotClaimed {

@@ -371,3 +371,26 @@ func TestIdleGroupOutlivesADaemonRestart(t *testing.T) {
 		t.Errorf("rm: %+v", r)
 	}
 }
+
+// A group with a compute cap is held by the daemon like one with a memory
+// quota, and a run that joins it by name gets the cap.
+func TestDaemonHoldsComputeCaps(t *testing.T) {
+	e := quotaEnv(t)
+	e.startDaemon(t)
+	if r := e.run("flexgv", "run", "--group", "c", "--compute-max", "30%", "--", "true"); r.code != 0 {
+		t.Fatalf("run: %+v", r)
+	}
+	infos := e.ps(t)
+	if len(infos) != 1 || infos[0].Name != "c" || infos[0].Devices[0].ComputeMax != 3000 || infos[0].Devices[0].Quota != 0 {
+		t.Fatalf("the group after its run, through the daemon: %+v", infos)
+	}
+	r := e.run("flexgv", "run", "--group", "c", "--", bin("spinner"), "1000", "1", "16")
+	var s spin
+	if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); r.code != 0 || len(lines) != 2 || !parseSpin(t, lines[1], &s) ||
+		s.share < 25 || s.share > 35 {
+		t.Errorf("a run joining the capped group by name: %+v (share %.1f%%)", r, s.share)
+	}
+	if r := e.run("flexgv", "rm", "c"); r.code != 0 {
+		t.Errorf("rm: %+v", r)
+	}
+}

@@ -32,7 +32,10 @@ type CreateTenantRequest struct {
 	Memory string `protobuf:"bytes,2,opt,name=memory,proto3" json:"memory,omitempty"`
 	// Device memory charged per CUDA context when the shim cannot measure it
 	// (flexgv run --ctx-mem); at least 16MiB.
-	ContextBytes  uint64 `protobuf:"varint,3,opt,name=context_bytes,json=contextBytes,proto3" json:"context_bytes,omitempty"`
+	ContextBytes uint64 `protobuf:"varint,3,opt,name=context_bytes,json=contextBytes,proto3" json:"context_bytes,omitempty"`
+	// Caps on each device's time as flexgv run --compute-max takes them:
+	// "30%" for every device, or "0=30%,GPU-8f2c...=50%". Empty: no cap.
+	ComputeMax    string `protobuf:"bytes,4,opt,name=compute_max,json=computeMax,proto3" json:"compute_max,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -86,6 +89,13 @@ func (x *CreateTenantRequest) GetContextBytes() uint64 {
 		return x.ContextBytes
 	}
 	return 0
+}
+
+func (x *CreateTenantRequest) GetComputeMax() string {
+	if x != nil {
+		return x.ComputeMax
+	}
+	return ""
 }
 
 type CreateTenantResponse struct {
@@ -479,7 +489,9 @@ type TenantDevice struct {
 	QuotaBytes uint64 `protobuf:"varint,3,opt,name=quota_bytes,json=quotaBytes,proto3" json:"quota_bytes,omitempty"`
 	UsedBytes  uint64 `protobuf:"varint,4,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
 	// What one CUDA context took there, as last measured; zero until then.
-	ContextBytes  uint64 `protobuf:"varint,5,opt,name=context_bytes,json=contextBytes,proto3" json:"context_bytes,omitempty"`
+	ContextBytes uint64 `protobuf:"varint,5,opt,name=context_bytes,json=contextBytes,proto3" json:"context_bytes,omitempty"`
+	// Cap on the device's time, hundredths of a percent; zero: no cap.
+	ComputeMax    uint32 `protobuf:"varint,6,opt,name=compute_max,json=computeMax,proto3" json:"compute_max,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -545,6 +557,13 @@ func (x *TenantDevice) GetUsedBytes() uint64 {
 func (x *TenantDevice) GetContextBytes() uint64 {
 	if x != nil {
 		return x.ContextBytes
+	}
+	return 0
+}
+
+func (x *TenantDevice) GetComputeMax() uint32 {
+	if x != nil {
+		return x.ComputeMax
 	}
 	return 0
 }
@@ -789,11 +808,13 @@ var File_flexgv_v1_daemon_proto protoreflect.FileDescriptor
 
 const file_flexgv_v1_daemon_proto_rawDesc = "" +
 	"\n" +
-	"\x16flexgv/v1/daemon.proto\x12\tflexgv.v1\"f\n" +
+	"\x16flexgv/v1/daemon.proto\x12\tflexgv.v1\"\x87\x01\n" +
 	"\x13CreateTenantRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06memory\x18\x02 \x01(\tR\x06memory\x12#\n" +
-	"\rcontext_bytes\x18\x03 \x01(\x04R\fcontextBytes\"[\n" +
+	"\rcontext_bytes\x18\x03 \x01(\x04R\fcontextBytes\x12\x1f\n" +
+	"\vcompute_max\x18\x04 \x01(\tR\n" +
+	"computeMax\"[\n" +
 	"\x14CreateTenantResponse\x12)\n" +
 	"\x06tenant\x18\x01 \x01(\v2\x11.flexgv.v1.TenantR\x06tenant\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\bR\acreated\"&\n" +
@@ -815,7 +836,7 @@ const file_flexgv_v1_daemon_proto_rawDesc = "" +
 	"\x11created_unix_nano\x18\x04 \x01(\x03R\x0fcreatedUnixNano\x12\x12\n" +
 	"\x04held\x18\x05 \x01(\bR\x04held\x121\n" +
 	"\adevices\x18\x06 \x03(\v2\x17.flexgv.v1.TenantDeviceR\adevices\x126\n" +
-	"\tprocesses\x18\a \x03(\v2\x18.flexgv.v1.TenantProcessR\tprocesses\"\x9d\x01\n" +
+	"\tprocesses\x18\a \x03(\v2\x18.flexgv.v1.TenantProcessR\tprocesses\"\xbe\x01\n" +
 	"\fTenantDevice\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x1f\n" +
@@ -823,7 +844,9 @@ const file_flexgv_v1_daemon_proto_rawDesc = "" +
 	"quotaBytes\x12\x1d\n" +
 	"\n" +
 	"used_bytes\x18\x04 \x01(\x04R\tusedBytes\x12#\n" +
-	"\rcontext_bytes\x18\x05 \x01(\x04R\fcontextBytes\"@\n" +
+	"\rcontext_bytes\x18\x05 \x01(\x04R\fcontextBytes\x12\x1f\n" +
+	"\vcompute_max\x18\x06 \x01(\rR\n" +
+	"computeMax\"@\n" +
 	"\rTenantProcess\x12\x10\n" +
 	"\x03pid\x18\x01 \x01(\x05R\x03pid\x12\x1d\n" +
 	"\n" +
