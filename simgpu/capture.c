@@ -346,20 +346,10 @@ void sim_capture_stream_gone(struct sim_stream *s)
 
 /* ---- entry points ---- */
 
-static CUresult stream_arg(CUstream h, int pt, struct sim_stream **out)
-{
-    struct sim_ctx *ctx;
-    CUresult r = sim_check_ctx(&ctx);
-    if (r)
-        return r;
-    *out = sim_stream_of(ctx, h, pt);
-    return *out ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
-}
-
 static CUresult begin_capture(CUstream h, CUstreamCaptureMode mode, int pt)
 {
     struct sim_stream *s;
-    CUresult r = stream_arg(h, pt, &s);
+    CUresult r = sim_stream_arg(h, pt, &s);
     if (r)
         return r;
     if ((unsigned)mode > CU_STREAM_CAPTURE_MODE_RELAXED)
@@ -407,7 +397,7 @@ SIM_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream h, CUstreamCaptureMode
 static CUresult end_capture(CUstream h, CUgraph *out, int pt)
 {
     struct sim_stream *s;
-    CUresult r = stream_arg(h, pt, &s);
+    CUresult r = sim_stream_arg(h, pt, &s);
     if (r)
         return r;
     if (!out)
@@ -450,7 +440,7 @@ SIM_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream h, CUgraph *g) { return end
 static CUresult is_capturing(CUstream h, CUstreamCaptureStatus *status, int pt)
 {
     struct sim_stream *s;
-    CUresult r = stream_arg(h, pt, &s);
+    CUresult r = sim_stream_arg(h, pt, &s);
     if (r)
         return r;
     if (!status)

@@ -268,7 +268,8 @@ void sim_ctx_sync(struct sim_ctx *ctx)
     sim_pools_trim_after_sync(ctx->dev);
 }
 
-static CUresult stream_arg(CUstream h, int pt, struct sim_stream **out)
+/* The stream a call names, in the current context. */
+CUresult sim_stream_arg(CUstream h, int pt, struct sim_stream **out)
 {
     struct sim_ctx *c;
     CUresult r = sim_check_ctx(&c);
@@ -315,7 +316,7 @@ SIM_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
 SIM_EXPORT CUresult cuStreamGetDevice(CUstream hStream, CUdevice *device)
 {
     struct sim_stream *s;
-    CUresult r = stream_arg(hStream, 0, &s);
+    CUresult r = sim_stream_arg(hStream, 0, &s);
     if (r)
         return r;
     if (!device)
@@ -327,7 +328,7 @@ SIM_EXPORT CUresult cuStreamGetDevice(CUstream hStream, CUdevice *device)
 static CUresult stream_sync(CUstream h, int pt)
 {
     struct sim_stream *s;
-    CUresult r = stream_arg(h, pt, &s);
+    CUresult r = sim_stream_arg(h, pt, &s);
     if (r || (r = sim_capture_check(s)) != CUDA_SUCCESS)
         return r;
     return sim_stream_wait(s);
@@ -338,7 +339,7 @@ SIM_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream h) { return stream_sync(h,
 static CUresult stream_query(CUstream h, int pt)
 {
     struct sim_stream *s;
-    CUresult r = stream_arg(h, pt, &s);
+    CUresult r = sim_stream_arg(h, pt, &s);
     if (r || (r = sim_capture_check(s)) != CUDA_SUCCESS)
         return r;
     return sim_finished(s->lane, s->last) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
@@ -354,7 +355,7 @@ static struct sim_event *as_event(CUevent e)
 static CUresult stream_wait_event(CUstream h, CUevent e, int pt)
 {
     struct sim_stream *s;
-    CUresult r = stream_arg(h, pt, &s);
+    CUresult r = sim_stream_arg(h, pt, &s);
     if (r)
         return r;
     struct sim_event *ev = as_event(e);
@@ -420,7 +421,7 @@ static CUresult launch(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, uns
                        CUstream h, void **params, int pt)
 {
     struct sim_stream *s;
-    CUresult r = stream_arg(h, pt, &s);
+    CUresult r = sim_stream_arg(h, pt, &s);
     if (r)
         return r;
     struct sim_func *f = as_func(fn);
@@ -507,7 +508,7 @@ void sim_host_run(struct sim_stream *s, CUhostFn fn, void *data)
 static CUresult host_func(CUstream h, CUhostFn fn, void *data, int pt)
 {
     struct sim_stream *s;
-    CUresult r = stream_arg(h, pt, &s);
+    CUresult r = sim_stream_arg(h, pt, &s);
     if (r)
         return r;
     if (!fn)
@@ -547,7 +548,7 @@ SIM_EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 static CUresult record(CUevent ev, CUstream h, int pt)
 {
     struct sim_stream *s;
-    CUresult r = stream_arg(h, pt, &s);
+    CUresult r = sim_stream_arg(h, pt, &s);
     if (r)
         return r;
     struct sim_event *e = as_event(ev);

@@ -660,16 +660,6 @@ static CUresult reserve(const struct sim_exec *x, int auto_free)
     return CUDA_SUCCESS;
 }
 
-static CUresult stream_arg(CUstream h, int pt, struct sim_stream **out)
-{
-    struct sim_ctx *c;
-    CUresult r = sim_check_ctx(&c);
-    if (r)
-        return r;
-    *out = sim_stream_of(c, h, pt);
-    return *out ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
-}
-
 static struct sim_exec *as_exec(CUgraphExec h)
 {
     struct sim_exec *x = (struct sim_exec *)h;
@@ -680,7 +670,7 @@ static struct sim_exec *as_exec(CUgraphExec h)
  * (uploading or launching into a capture is refused) and an executable. */
 static CUresult run_args(CUgraphExec exec, CUstream h, int pt, struct sim_stream **s, struct sim_exec **x)
 {
-    CUresult r = stream_arg(h, pt, s);
+    CUresult r = sim_stream_arg(h, pt, s);
     if (r)
         return r;
     if (!(*x = as_exec(exec)))

@@ -232,6 +232,7 @@ const char *sim_result_name(CUresult r);
 
 /* exec.c */
 struct sim_stream *sim_stream_of(struct sim_ctx *ctx, CUstream h, int per_thread);
+CUresult sim_stream_arg(CUstream h, int per_thread, struct sim_stream **out);
 CUresult sim_stream_wait(struct sim_stream *s);
 void sim_ctx_sync(struct sim_ctx *ctx);
 void sim_kernel_run(struct sim_stream *s, struct sim_func *f, const struct sim_kargs *a);
