@@ -79,7 +79,7 @@ func checkDaemonFlags(c *cobra.Command, socket, metricsAddr string) error {
 // this run; the run then joins it as without a daemon. It returns the
 // devices to join with: the daemon's parse of --mem and --compute-max,
 // which is the tenant's.
-func groupViaDaemon(dir string, spec tenant.Spec, mem, compute string) ([]tenant.DeviceQuota, error) {
+func groupViaDaemon(dir string, spec tenant.Spec, l tenant.Limits, priority string) ([]tenant.DeviceQuota, error) {
 	c, err := daemon.Connect(daemon.Socket(dir))
 	if c == nil || err != nil {
 		return spec.Devices, nil
@@ -87,7 +87,7 @@ func groupViaDaemon(dir string, spec tenant.Spec, mem, compute string) ([]tenant
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), daemon.CallTimeout)
 	defer cancel()
-	resp, err := c.CreateTenant(ctx, &flexgvv1.CreateTenantRequest{Name: spec.Name, Memory: mem, ComputeMax: compute, ContextBytes: spec.CtxBytes})
+	resp, err := c.CreateTenant(ctx, &flexgvv1.CreateTenantRequest{Name: spec.Name, Memory: l.Mem, ComputeMax: l.ComputeMax, Compute: l.Compute, Priority: priority, ContextBytes: spec.CtxBytes})
 	switch {
 	case daemon.Absent(err):
 		return spec.Devices, nil

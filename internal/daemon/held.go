@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/flexgv/flexgv/internal/sched"
 	"github.com/flexgv/flexgv/internal/tenant"
 )
 
@@ -97,7 +98,7 @@ func adopt(dir string) (*held, []string, error) {
 		return nil, nil, err
 	}
 	for _, r := range recs {
-		spec := tenant.Spec{Name: r.Name, Devices: r.Devices, CtxBytes: r.CtxBytes}
+		spec := tenant.Spec{Name: r.Name, Devices: r.Devices, CtxBytes: r.CtxBytes, Priority: sched.PriorityNormal}
 		if slices.ContainsFunc(infos, func(in tenant.Info) bool { return in.Name == r.Name }) {
 			spec.Devices = nil // there: join it, if it is still the file recorded
 		} else if len(r.Devices) == 0 {

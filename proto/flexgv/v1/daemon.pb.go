@@ -35,7 +35,13 @@ type CreateTenantRequest struct {
 	ContextBytes uint64 `protobuf:"varint,3,opt,name=context_bytes,json=contextBytes,proto3" json:"context_bytes,omitempty"`
 	// Caps on each device's time as flexgv run --compute-max takes them:
 	// "30%" for every device, or "0=30%,GPU-8f2c...=50%". Empty: no cap.
-	ComputeMax    string `protobuf:"bytes,4,opt,name=compute_max,json=computeMax,proto3" json:"compute_max,omitempty"`
+	ComputeMax string `protobuf:"bytes,4,opt,name=compute_max,json=computeMax,proto3" json:"compute_max,omitempty"`
+	// Guaranteed shares of each device's time while tenants contend, as flexgv
+	// run --compute takes them. Empty: none.
+	Compute string `protobuf:"bytes,5,opt,name=compute,proto3" json:"compute,omitempty"`
+	// As flexgv run --priority takes it: low, normal, high or 0 to 9. Empty:
+	// normal.
+	Priority      string `protobuf:"bytes,6,opt,name=priority,proto3" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -94,6 +100,20 @@ func (x *CreateTenantRequest) GetContextBytes() uint64 {
 func (x *CreateTenantRequest) GetComputeMax() string {
 	if x != nil {
 		return x.ComputeMax
+	}
+	return ""
+}
+
+func (x *CreateTenantRequest) GetCompute() string {
+	if x != nil {
+		return x.Compute
+	}
+	return ""
+}
+
+func (x *CreateTenantRequest) GetPriority() string {
+	if x != nil {
+		return x.Priority
 	}
 	return ""
 }
@@ -392,9 +412,11 @@ type Tenant struct {
 	OwnerUid        uint32 `protobuf:"varint,3,opt,name=owner_uid,json=ownerUid,proto3" json:"owner_uid,omitempty"`
 	CreatedUnixNano int64  `protobuf:"varint,4,opt,name=created_unix_nano,json=createdUnixNano,proto3" json:"created_unix_nano,omitempty"`
 	// Whether the daemon holds it (created or taken over by CreateTenant).
-	Held          bool             `protobuf:"varint,5,opt,name=held,proto3" json:"held,omitempty"`
-	Devices       []*TenantDevice  `protobuf:"bytes,6,rep,name=devices,proto3" json:"devices,omitempty"`
-	Processes     []*TenantProcess `protobuf:"bytes,7,rep,name=processes,proto3" json:"processes,omitempty"`
+	Held      bool             `protobuf:"varint,5,opt,name=held,proto3" json:"held,omitempty"`
+	Devices   []*TenantDevice  `protobuf:"bytes,6,rep,name=devices,proto3" json:"devices,omitempty"`
+	Processes []*TenantProcess `protobuf:"bytes,7,rep,name=processes,proto3" json:"processes,omitempty"`
+	// 0 to 9, higher first (low 1, normal 4, high 7).
+	Priority      uint32 `protobuf:"varint,8,opt,name=priority,proto3" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -478,6 +500,13 @@ func (x *Tenant) GetProcesses() []*TenantProcess {
 	return nil
 }
 
+func (x *Tenant) GetPriority() uint32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
 // TenantDevice is one device entry of a tenant.
 type TenantDevice struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -491,7 +520,9 @@ type TenantDevice struct {
 	// What one CUDA context took there, as last measured; zero until then.
 	ContextBytes uint64 `protobuf:"varint,5,opt,name=context_bytes,json=contextBytes,proto3" json:"context_bytes,omitempty"`
 	// Cap on the device's time, hundredths of a percent; zero: no cap.
-	ComputeMax    uint32 `protobuf:"varint,6,opt,name=compute_max,json=computeMax,proto3" json:"compute_max,omitempty"`
+	ComputeMax uint32 `protobuf:"varint,6,opt,name=compute_max,json=computeMax,proto3" json:"compute_max,omitempty"`
+	// Guaranteed share of the device's time, hundredths of a percent; zero: none.
+	ComputeShare  uint32 `protobuf:"varint,7,opt,name=compute_share,json=computeShare,proto3" json:"compute_share,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -564,6 +595,13 @@ func (x *TenantDevice) GetContextBytes() uint64 {
 func (x *TenantDevice) GetComputeMax() uint32 {
 	if x != nil {
 		return x.ComputeMax
+	}
+	return 0
+}
+
+func (x *TenantDevice) GetComputeShare() uint32 {
+	if x != nil {
+		return x.ComputeShare
 	}
 	return 0
 }
@@ -808,13 +846,15 @@ var File_flexgv_v1_daemon_proto protoreflect.FileDescriptor
 
 const file_flexgv_v1_daemon_proto_rawDesc = "" +
 	"\n" +
-	"\x16flexgv/v1/daemon.proto\x12\tflexgv.v1\"\x87\x01\n" +
+	"\x16flexgv/v1/daemon.proto\x12\tflexgv.v1\"\xbd\x01\n" +
 	"\x13CreateTenantRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06memory\x18\x02 \x01(\tR\x06memory\x12#\n" +
 	"\rcontext_bytes\x18\x03 \x01(\x04R\fcontextBytes\x12\x1f\n" +
 	"\vcompute_max\x18\x04 \x01(\tR\n" +
-	"computeMax\"[\n" +
+	"computeMax\x12\x18\n" +
+	"\acompute\x18\x05 \x01(\tR\acompute\x12\x1a\n" +
+	"\bpriority\x18\x06 \x01(\tR\bpriority\"[\n" +
 	"\x14CreateTenantResponse\x12)\n" +
 	"\x06tenant\x18\x01 \x01(\v2\x11.flexgv.v1.TenantR\x06tenant\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\bR\acreated\"&\n" +
@@ -828,7 +868,7 @@ const file_flexgv_v1_daemon_proto_rawDesc = "" +
 	"\x13DeleteTenantRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"0\n" +
 	"\x14DeleteTenantResponse\x12\x18\n" +
-	"\aremoved\x18\x01 \x01(\bR\aremoved\"\xf8\x01\n" +
+	"\aremoved\x18\x01 \x01(\bR\aremoved\"\x94\x02\n" +
 	"\x06Tenant\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1b\n" +
@@ -836,7 +876,8 @@ const file_flexgv_v1_daemon_proto_rawDesc = "" +
 	"\x11created_unix_nano\x18\x04 \x01(\x03R\x0fcreatedUnixNano\x12\x12\n" +
 	"\x04held\x18\x05 \x01(\bR\x04held\x121\n" +
 	"\adevices\x18\x06 \x03(\v2\x17.flexgv.v1.TenantDeviceR\adevices\x126\n" +
-	"\tprocesses\x18\a \x03(\v2\x18.flexgv.v1.TenantProcessR\tprocesses\"\xbe\x01\n" +
+	"\tprocesses\x18\a \x03(\v2\x18.flexgv.v1.TenantProcessR\tprocesses\x12\x1a\n" +
+	"\bpriority\x18\b \x01(\rR\bpriority\"\xe3\x01\n" +
 	"\fTenantDevice\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x1f\n" +
@@ -846,7 +887,8 @@ const file_flexgv_v1_daemon_proto_rawDesc = "" +
 	"used_bytes\x18\x04 \x01(\x04R\tusedBytes\x12#\n" +
 	"\rcontext_bytes\x18\x05 \x01(\x04R\fcontextBytes\x12\x1f\n" +
 	"\vcompute_max\x18\x06 \x01(\rR\n" +
-	"computeMax\"@\n" +
+	"computeMax\x12#\n" +
+	"\rcompute_share\x18\a \x01(\rR\fcomputeShare\"@\n" +
 	"\rTenantProcess\x12\x10\n" +
 	"\x03pid\x18\x01 \x01(\x05R\x03pid\x12\x1d\n" +
 	"\n" +
