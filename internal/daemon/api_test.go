@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/flexgv/flexgv/internal/gpuinfo"
+	"github.com/flexgv/flexgv/internal/sched"
 	"github.com/flexgv/flexgv/internal/tenant"
 	flexgvv1 "github.com/flexgv/flexgv/proto/flexgv/v1"
 )
@@ -248,7 +249,7 @@ func TestDeleteRefusedWhileProcessesUseIt(t *testing.T) {
 func TestDeleteOfATenantNotHeld(t *testing.T) {
 	dir := t.TempDir()
 	a := newTestAPI(t, dir, fakeNVML(twoGPUs, nil))
-	run, err := tenant.Acquire(dir, tenant.Spec{Name: "g", Devices: []tenant.DeviceQuota{{UUID: uuid0, Quota: 1 << 30}, {UUID: uuid1}}})
+	run, err := tenant.Acquire(dir, tenant.Spec{Name: "g", Devices: []tenant.DeviceQuota{{UUID: uuid0, Quota: 1 << 30}, {UUID: uuid1}}, Priority: sched.PriorityNormal})
 	if err != nil {
 		t.Fatal(err)
 	}
