@@ -38,6 +38,7 @@ struct fg_sched_header {
     uint32_t quantum_us;
     char uuid[48];
     uint64_t created_ns;
+    uint64_t present;
     uint64_t waiting;
     uint32_t holder;
     uint32_t gen;

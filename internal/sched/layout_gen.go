@@ -39,6 +39,7 @@ type Header struct {
 	QuantumUs uint32     `c:"quantum_us"`
 	UUID      [48]byte   `c:"uuid"`
 	CreatedNs uint64     `c:"created_ns"`
+	Present   uint64     `c:"present"`
 	Waiting   uint64     `c:"waiting"`
 	Holder    uint32     `c:"holder"`
 	Gen       uint32     `c:"gen"`

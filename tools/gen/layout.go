@@ -160,6 +160,7 @@ var schedLayout = []structSpec{
 		{"quantum_us", "QuantumUs", "uint32", 0, "a holder's quantum under contention"},
 		{"uuid", "UUID", "byte", 48, "the GPU"},
 		{"created_ns", "CreatedNs", "uint64", 0, "CLOCK_REALTIME at creation"},
+		{"present", "Present", "uint64", 0, "bit i: slot i is claimed (atomic; a dead process's bit lingers until someone sees its lock gone)"},
 		{"waiting", "Waiting", "uint64", 0, "bit i: slot i waits for the GPU (atomic)"},
 		{"holder", "Holder", "uint32", 0, "slot index + 1 of the holder; 0: none (atomic)"},
 		{"gen", "Gen", "uint32", 0, "bumped at every hand-over; waiters sleep on it (futex)"},
