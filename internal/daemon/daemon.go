@@ -74,13 +74,16 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		defer metricsLis.Close()
 	}
-	h, adopted, err := adopt(cfg.StateDir)
+	h, adopted, problems, err := adopt(cfg.StateDir)
 	if err != nil {
 		return err
 	}
 	defer h.releaseAll()
 	if len(adopted) > 0 {
 		logger.Printf("re-adopted tenants %s", strings.Join(adopted, ", "))
+	}
+	for _, p := range problems {
+		logger.Printf("warning: %v", p)
 	}
 	lis, err := listen(socket)
 	if err != nil {
