@@ -27,6 +27,7 @@ import (
 
 	"github.com/flexgv/flexgv/internal/gpuinfo"
 	"github.com/flexgv/flexgv/internal/metrics"
+	"github.com/flexgv/flexgv/internal/sched"
 	"github.com/flexgv/flexgv/internal/tenant"
 	flexgvv1 "github.com/flexgv/flexgv/proto/flexgv/v1"
 )
@@ -134,6 +135,7 @@ func metricsHandler(dir string, h *held, n *nvml, logger *log.Logger) http.Handl
 			Tenants: func() ([]tenant.Info, []error, error) { return tenant.List(dir) },
 			Devices: n.Devices,
 			Held:    h.count,
+			Sched:   func() ([]*sched.GPU, error) { return sched.List(dir) },
 		}),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
