@@ -55,7 +55,7 @@ func newRoot(stderr io.Writer) *cobra.Command {
 		}
 		return nil
 	}
-	root.AddCommand(newRun(g, stderr), newTrace(g, stderr), newCensus(g, stderr), newPs(), newRm(), newUpdate(), newNode(), newDaemon(), newVersion())
+	root.AddCommand(newRun(g, stderr), newTrace(g, stderr), newCensus(g, stderr), newPs(), newRm(), newUpdate(), newTop(), newNode(), newDaemon(), newVersion())
 	return root
 }
 
