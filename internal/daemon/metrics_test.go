@@ -77,17 +77,17 @@ func TestMetricsOfTheSchedulers(t *testing.T) {
 	values, types := scrape(t, srv)
 	series := func(tenant string) string { return "{gpu_index=0,gpu_uuid=" + uuid0 + ",tenant=" + tenant + "}" }
 	for k, want := range map[string]float64{
-		"flexgv_tenant_compute_share_ratio" + series("infer"):     0.3,
-		"flexgv_tenant_compute_share_ratio" + series("train"):     0.5,
-		"flexgv_tenant_priority" + series("infer"):                7,
-		"flexgv_tenant_priority" + series("train"):                4,
-		"flexgv_tenant_gpu_time_seconds_total" + series("infer"):  3,
-		"flexgv_tenant_gpu_time_seconds_total" + series("train"):  7,
-		"flexgv_tenant_throttled_seconds_total" + series("infer"): 1,
-		"flexgv_tenant_throttled_seconds_total" + series("train"): 0.5,
-		"flexgv_tenant_preemptions_total" + series("infer"):       2,
-		"flexgv_tenant_scheduled_processes" + series("infer"):     1,
-		"flexgv_tenant_scheduled_processes" + series("train"):     2,
+		"flexgv_tenant_compute_share_ratio" + series("infer"):                     0.3,
+		"flexgv_tenant_compute_share_ratio" + series("train"):                     0.5,
+		"flexgv_tenant_priority" + series("infer"):                                7,
+		"flexgv_tenant_priority" + series("train"):                                4,
+		"flexgv_tenant_gpu_time_seconds_total" + series("infer"):                  3,
+		"flexgv_tenant_gpu_time_seconds_total" + series("train"):                  7,
+		"flexgv_tenant_throttled_seconds_total" + series("infer"):                 1,
+		"flexgv_tenant_throttled_seconds_total" + series("train"):                 0.5,
+		"flexgv_tenant_preemptions_total" + series("infer"):                       2,
+		"flexgv_tenant_scheduled_processes" + series("infer"):                     1,
+		"flexgv_tenant_scheduled_processes" + series("train"):                     2,
 		"flexgv_gpu_scheduler_switches_total{gpu_index=0,gpu_uuid=" + uuid0 + "}": 40,
 	} {
 		if got, ok := values[k]; !ok || got != want {
