@@ -221,3 +221,29 @@ func TestReadoptionKeepsPolicies(t *testing.T) {
 		t.Errorf("GPU 1's scheduler after the restart: %q", got)
 	}
 }
+
+// A GPU that refuses the update (its region counts a share no tenant file
+// shows) leaves every GPU as it was, and the file.
+func TestUpdateRefusedByAGPUChangesNothing(t *testing.T) {
+	dir := t.TempDir()
+	a := newTestAPI(t, dir, fakeNVML(twoGPUs, nil))
+	if _, err := createCompute(a, "g", "0=30%,1=10%", ""); err != nil {
+		t.Fatal(err)
+	}
+	ghost, err := sched.Join(dir, uuid1, "ghost", sched.Policy{Share: 8000, Priority: sched.PriorityNormal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ghost.Close()
+	_, err = update(a, "g", "0=50%,1=30%", "", "high")
+	wantCode(t, err, codes.FailedPrecondition, "GPU "+uuid1+": shares would add up to 110%")
+	if got := policies(t, dir, uuid0); got != "g=30%/0%/normal" {
+		t.Errorf("GPU 0's scheduler after the refusal: %q", got)
+	}
+	if got := policies(t, dir, uuid1); got != "g=10%/0%/normal ghost=80%/0%/normal" {
+		t.Errorf("GPU 1's scheduler after the refusal: %q", got)
+	}
+	if info, _ := tenant.Read(tenant.Path(dir, "g")); info.Devices[0].Share != 3000 || info.Priority != sched.PriorityNormal {
+		t.Errorf("g's file after the refusal: %+v", info)
+	}
+}
