@@ -38,7 +38,9 @@ const (
 type DaemonClient interface {
 	// CreateTenant creates a tenant, or takes over one that exists with the
 	// same quotas. The daemon holds it, across its own restarts, until
-	// DeleteTenant.
+	// DeleteTenant, and with it its entry in the scheduler of each GPU where
+	// it has a compute policy; shares that would make a GPU's add up to more
+	// than 100 % are refused with FAILED_PRECONDITION.
 	CreateTenant(ctx context.Context, in *CreateTenantRequest, opts ...grpc.CallOption) (*CreateTenantResponse, error)
 	// GetTenant reports one tenant of the node (NOT_FOUND if there is none).
 	GetTenant(ctx context.Context, in *GetTenantRequest, opts ...grpc.CallOption) (*Tenant, error)
@@ -132,7 +134,9 @@ func (c *daemonClient) ListDevices(ctx context.Context, in *ListDevicesRequest, 
 type DaemonServer interface {
 	// CreateTenant creates a tenant, or takes over one that exists with the
 	// same quotas. The daemon holds it, across its own restarts, until
-	// DeleteTenant.
+	// DeleteTenant, and with it its entry in the scheduler of each GPU where
+	// it has a compute policy; shares that would make a GPU's add up to more
+	// than 100 % are refused with FAILED_PRECONDITION.
 	CreateTenant(context.Context, *CreateTenantRequest) (*CreateTenantResponse, error)
 	// GetTenant reports one tenant of the node (NOT_FOUND if there is none).
 	GetTenant(context.Context, *GetTenantRequest) (*Tenant, error)
