@@ -247,3 +247,32 @@ func TestUpdateRefusedByAGPUChangesNothing(t *testing.T) {
 		t.Errorf("g's file after the refusal: %+v", info)
 	}
 }
+
+// A share taken by another tenant while no daemon ran is not taken back:
+// the group is re-adopted without its place in that GPU's scheduler, and
+// the daemon says so.
+func TestReadoptionWhereTheShareWasTaken(t *testing.T) {
+	dir := t.TempDir()
+	first, _, _, err := adopt(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := createCompute(newAPI(dir, first, fakeNVML(twoGPUs, nil), io.Discard), "g", "0=60%", ""); err != nil {
+		t.Fatal(err)
+	}
+	first.releaseAll()
+	other, err := sched.Join(dir, uuid0, "other", sched.Policy{Share: 5000, Priority: sched.PriorityNormal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	second, adopted, problems, err := adopt(dir)
+	if err != nil || strings.Join(adopted, ",") != "g" || len(problems) != 1 ||
+		!strings.Contains(problems[0].Error(), "tenant g: GPU "+uuid0+": shares would add up to 110% (other 50%, and g asks 60%)") {
+		t.Fatalf("re-adopted %v: %v %v", adopted, problems, err)
+	}
+	defer second.releaseAll()
+	if got := policies(t, dir, uuid0); got != "other=50%/0%/normal" {
+		t.Errorf("GPU 0's scheduler: %q", got)
+	}
+}
