@@ -46,6 +46,18 @@ func TestUpdateChangesSharesLive(t *testing.T) {
 	if got := schedPolicy(t, e, "g"); got != "40%/60%/high" {
 		t.Errorf("g in the scheduler after the update: %q", got)
 	}
+	series := `{gpu_index=0,gpu_uuid=` + simUUID0 + `,tenant=g}`
+	m := d.scrape(t)
+	for name, want := range map[string]float64{
+		"flexgv_tenant_compute_share_ratio" + series: 0.4,
+		"flexgv_tenant_compute_max_ratio" + series:   0.6,
+		"flexgv_tenant_priority" + series:            7,
+		"flexgv_tenant_scheduled_processes" + series: 0,
+	} {
+		if got, ok := m[name]; !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v", name, got, ok, want)
+		}
+	}
 	if ps := e.run("flexgv", "ps"); !strings.Contains(ps.stdout, r.stdout[strings.Index(r.stdout, "\n")+1:]) {
 		t.Errorf("flexgv ps:\n%s\nflexgv update:\n%s", ps.stdout, r.stdout)
 	}
