@@ -28,8 +28,9 @@ func newDaemon() *cobra.Command {
 		Long: "Runs until SIGTERM or SIGINT. Serves the local API (gRPC, proto/flexgv/v1) on a unix socket\n" +
 			"next to the tenant files, for this user and root, and Prometheus metrics on /metrics.\n" +
 			"flexgv run --group --mem creates its group through the daemon when one answers: the daemon\n" +
-			"then holds it until DeleteTenant, across its own restarts. When it stops, the tenants no run\n" +
-			"holds are removed.",
+			"then holds it until DeleteTenant, across its own restarts, with its share, cap and priority on\n" +
+			"each GPU in force; flexgv update changes those live. When it stops, the tenants no run holds are\n" +
+			"removed.",
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if err := checkDaemonFlags(c, socket, metricsAddr); err != nil {

@@ -82,7 +82,7 @@ func (a *api) CreateTenant(_ context.Context, r *flexgvv1.CreateTenantRequest) (
 		return nil, err
 	}
 	if created {
-		a.log.Printf("created tenant %s (--mem %q --compute-max %q)", r.Name, r.Memory, r.ComputeMax)
+		a.log.Printf("created tenant %s (--mem %q --compute %q --compute-max %q --priority %q)", r.Name, r.Memory, r.Compute, r.ComputeMax, r.Priority)
 	}
 	return &flexgvv1.CreateTenantResponse{Tenant: a.toProto(info, true), Created: created}, nil
 }

@@ -47,7 +47,7 @@ func fakeNVML(devs []gpuinfo.Device, err error) *nvml {
 // released when the test ends.
 func newTestAPI(t *testing.T, dir string, n *nvml) *api {
 	t.Helper()
-	h, _, err := adopt(dir)
+	h, _, _, err := adopt(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -171,6 +171,125 @@ func (x *CreateTenantResponse) GetCreated() bool {
 	return false
 }
 
+type UpdateTenantRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// New guaranteed shares, as flexgv run --compute takes them, for the
+	// devices named ("0=40%,GPU-8f2c...=10%"; the others keep theirs) or for
+	// every device ("40%"); "none" in place of a percentage removes a share.
+	// Empty: unchanged.
+	Compute string `protobuf:"bytes,2,opt,name=compute,proto3" json:"compute,omitempty"`
+	// New caps, as compute takes shares. Empty: unchanged.
+	ComputeMax string `protobuf:"bytes,3,opt,name=compute_max,json=computeMax,proto3" json:"compute_max,omitempty"`
+	// New priority: low, normal, high or 0 to 9. Empty: unchanged.
+	Priority      string `protobuf:"bytes,4,opt,name=priority,proto3" json:"priority,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateTenantRequest) Reset() {
+	*x = UpdateTenantRequest{}
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTenantRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTenantRequest) ProtoMessage() {}
+
+func (x *UpdateTenantRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTenantRequest.ProtoReflect.Descriptor instead.
+func (*UpdateTenantRequest) Descriptor() ([]byte, []int) {
+	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *UpdateTenantRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UpdateTenantRequest) GetCompute() string {
+	if x != nil {
+		return x.Compute
+	}
+	return ""
+}
+
+func (x *UpdateTenantRequest) GetComputeMax() string {
+	if x != nil {
+		return x.ComputeMax
+	}
+	return ""
+}
+
+func (x *UpdateTenantRequest) GetPriority() string {
+	if x != nil {
+		return x.Priority
+	}
+	return ""
+}
+
+type UpdateTenantResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tenant as it is now.
+	Tenant        *Tenant `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateTenantResponse) Reset() {
+	*x = UpdateTenantResponse{}
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTenantResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTenantResponse) ProtoMessage() {}
+
+func (x *UpdateTenantResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTenantResponse.ProtoReflect.Descriptor instead.
+func (*UpdateTenantResponse) Descriptor() ([]byte, []int) {
+	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *UpdateTenantResponse) GetTenant() *Tenant {
+	if x != nil {
+		return x.Tenant
+	}
+	return nil
+}
+
 type GetTenantRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -180,7 +299,7 @@ type GetTenantRequest struct {
 
 func (x *GetTenantRequest) Reset() {
 	*x = GetTenantRequest{}
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[2]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -192,7 +311,7 @@ func (x *GetTenantRequest) String() string {
 func (*GetTenantRequest) ProtoMessage() {}
 
 func (x *GetTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[2]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -205,7 +324,7 @@ func (x *GetTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTenantRequest.ProtoReflect.Descriptor instead.
 func (*GetTenantRequest) Descriptor() ([]byte, []int) {
-	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{2}
+	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GetTenantRequest) GetName() string {
@@ -223,7 +342,7 @@ type ListTenantsRequest struct {
 
 func (x *ListTenantsRequest) Reset() {
 	*x = ListTenantsRequest{}
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[3]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -235,7 +354,7 @@ func (x *ListTenantsRequest) String() string {
 func (*ListTenantsRequest) ProtoMessage() {}
 
 func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[3]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -248,7 +367,7 @@ func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsRequest.ProtoReflect.Descriptor instead.
 func (*ListTenantsRequest) Descriptor() ([]byte, []int) {
-	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{3}
+	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{5}
 }
 
 type ListTenantsResponse struct {
@@ -264,7 +383,7 @@ type ListTenantsResponse struct {
 
 func (x *ListTenantsResponse) Reset() {
 	*x = ListTenantsResponse{}
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[4]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -276,7 +395,7 @@ func (x *ListTenantsResponse) String() string {
 func (*ListTenantsResponse) ProtoMessage() {}
 
 func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[4]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -289,7 +408,7 @@ func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsResponse.ProtoReflect.Descriptor instead.
 func (*ListTenantsResponse) Descriptor() ([]byte, []int) {
-	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{4}
+	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListTenantsResponse) GetTenants() []*Tenant {
@@ -322,7 +441,7 @@ type DeleteTenantRequest struct {
 
 func (x *DeleteTenantRequest) Reset() {
 	*x = DeleteTenantRequest{}
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[5]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -334,7 +453,7 @@ func (x *DeleteTenantRequest) String() string {
 func (*DeleteTenantRequest) ProtoMessage() {}
 
 func (x *DeleteTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[5]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -347,7 +466,7 @@ func (x *DeleteTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTenantRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTenantRequest) Descriptor() ([]byte, []int) {
-	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{5}
+	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DeleteTenantRequest) GetName() string {
@@ -368,7 +487,7 @@ type DeleteTenantResponse struct {
 
 func (x *DeleteTenantResponse) Reset() {
 	*x = DeleteTenantResponse{}
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[6]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -380,7 +499,7 @@ func (x *DeleteTenantResponse) String() string {
 func (*DeleteTenantResponse) ProtoMessage() {}
 
 func (x *DeleteTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[6]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -393,7 +512,7 @@ func (x *DeleteTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTenantResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTenantResponse) Descriptor() ([]byte, []int) {
-	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{6}
+	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DeleteTenantResponse) GetRemoved() bool {
@@ -423,7 +542,7 @@ type Tenant struct {
 
 func (x *Tenant) Reset() {
 	*x = Tenant{}
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[7]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -435,7 +554,7 @@ func (x *Tenant) String() string {
 func (*Tenant) ProtoMessage() {}
 
 func (x *Tenant) ProtoReflect() protoreflect.Message {
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[7]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -448,7 +567,7 @@ func (x *Tenant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tenant.ProtoReflect.Descriptor instead.
 func (*Tenant) Descriptor() ([]byte, []int) {
-	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{7}
+	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Tenant) GetName() string {
@@ -529,7 +648,7 @@ type TenantDevice struct {
 
 func (x *TenantDevice) Reset() {
 	*x = TenantDevice{}
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[8]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -541,7 +660,7 @@ func (x *TenantDevice) String() string {
 func (*TenantDevice) ProtoMessage() {}
 
 func (x *TenantDevice) ProtoReflect() protoreflect.Message {
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[8]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -554,7 +673,7 @@ func (x *TenantDevice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantDevice.ProtoReflect.Descriptor instead.
 func (*TenantDevice) Descriptor() ([]byte, []int) {
-	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{8}
+	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TenantDevice) GetIndex() uint32 {
@@ -618,7 +737,7 @@ type TenantProcess struct {
 
 func (x *TenantProcess) Reset() {
 	*x = TenantProcess{}
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[9]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -630,7 +749,7 @@ func (x *TenantProcess) String() string {
 func (*TenantProcess) ProtoMessage() {}
 
 func (x *TenantProcess) ProtoReflect() protoreflect.Message {
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[9]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -643,7 +762,7 @@ func (x *TenantProcess) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantProcess.ProtoReflect.Descriptor instead.
 func (*TenantProcess) Descriptor() ([]byte, []int) {
-	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{9}
+	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TenantProcess) GetPid() int32 {
@@ -668,7 +787,7 @@ type ListDevicesRequest struct {
 
 func (x *ListDevicesRequest) Reset() {
 	*x = ListDevicesRequest{}
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[10]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -680,7 +799,7 @@ func (x *ListDevicesRequest) String() string {
 func (*ListDevicesRequest) ProtoMessage() {}
 
 func (x *ListDevicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[10]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -693,7 +812,7 @@ func (x *ListDevicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDevicesRequest.ProtoReflect.Descriptor instead.
 func (*ListDevicesRequest) Descriptor() ([]byte, []int) {
-	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{10}
+	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{12}
 }
 
 type ListDevicesResponse struct {
@@ -707,7 +826,7 @@ type ListDevicesResponse struct {
 
 func (x *ListDevicesResponse) Reset() {
 	*x = ListDevicesResponse{}
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[11]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -719,7 +838,7 @@ func (x *ListDevicesResponse) String() string {
 func (*ListDevicesResponse) ProtoMessage() {}
 
 func (x *ListDevicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[11]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -732,7 +851,7 @@ func (x *ListDevicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDevicesResponse.ProtoReflect.Descriptor instead.
 func (*ListDevicesResponse) Descriptor() ([]byte, []int) {
-	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{11}
+	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListDevicesResponse) GetDevices() []*Device {
@@ -765,7 +884,7 @@ type Device struct {
 
 func (x *Device) Reset() {
 	*x = Device{}
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[12]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -777,7 +896,7 @@ func (x *Device) String() string {
 func (*Device) ProtoMessage() {}
 
 func (x *Device) ProtoReflect() protoreflect.Message {
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[12]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -790,7 +909,7 @@ func (x *Device) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Device.ProtoReflect.Descriptor instead.
 func (*Device) Descriptor() ([]byte, []int) {
-	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{12}
+	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Device) GetIndex() uint32 {
@@ -857,7 +976,15 @@ const file_flexgv_v1_daemon_proto_rawDesc = "" +
 	"\bpriority\x18\x06 \x01(\tR\bpriority\"[\n" +
 	"\x14CreateTenantResponse\x12)\n" +
 	"\x06tenant\x18\x01 \x01(\v2\x11.flexgv.v1.TenantR\x06tenant\x12\x18\n" +
-	"\acreated\x18\x02 \x01(\bR\acreated\"&\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"\x80\x01\n" +
+	"\x13UpdateTenantRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\acompute\x18\x02 \x01(\tR\acompute\x12\x1f\n" +
+	"\vcompute_max\x18\x03 \x01(\tR\n" +
+	"computeMax\x12\x1a\n" +
+	"\bpriority\x18\x04 \x01(\tR\bpriority\"A\n" +
+	"\x14UpdateTenantResponse\x12)\n" +
+	"\x06tenant\x18\x01 \x01(\v2\x11.flexgv.v1.TenantR\x06tenant\"&\n" +
 	"\x10GetTenantRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x14\n" +
 	"\x12ListTenantsRequest\"y\n" +
@@ -905,11 +1032,12 @@ const file_flexgv_v1_daemon_proto_rawDesc = "" +
 	"\x12memory_total_bytes\x18\x04 \x01(\x04R\x10memoryTotalBytes\x12*\n" +
 	"\x11memory_used_bytes\x18\x05 \x01(\x04R\x0fmemoryUsedBytes\x12/\n" +
 	"\x13utilization_percent\x18\x06 \x01(\rR\x12utilizationPercent\x12\x1c\n" +
-	"\tprocesses\x18\a \x01(\rR\tprocesses2\x83\x03\n" +
+	"\tprocesses\x18\a \x01(\rR\tprocesses2\xd4\x03\n" +
 	"\x06Daemon\x12O\n" +
 	"\fCreateTenant\x12\x1e.flexgv.v1.CreateTenantRequest\x1a\x1f.flexgv.v1.CreateTenantResponse\x12;\n" +
 	"\tGetTenant\x12\x1b.flexgv.v1.GetTenantRequest\x1a\x11.flexgv.v1.Tenant\x12L\n" +
 	"\vListTenants\x12\x1d.flexgv.v1.ListTenantsRequest\x1a\x1e.flexgv.v1.ListTenantsResponse\x12O\n" +
+	"\fUpdateTenant\x12\x1e.flexgv.v1.UpdateTenantRequest\x1a\x1f.flexgv.v1.UpdateTenantResponse\x12O\n" +
 	"\fDeleteTenant\x12\x1e.flexgv.v1.DeleteTenantRequest\x1a\x1f.flexgv.v1.DeleteTenantResponse\x12L\n" +
 	"\vListDevices\x12\x1d.flexgv.v1.ListDevicesRequest\x1a\x1e.flexgv.v1.ListDevicesResponseB3Z1github.com/flexgv/flexgv/proto/flexgv/v1;flexgvv1b\x06proto3"
 
@@ -925,43 +1053,48 @@ func file_flexgv_v1_daemon_proto_rawDescGZIP() []byte {
 	return file_flexgv_v1_daemon_proto_rawDescData
 }
 
-var file_flexgv_v1_daemon_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_flexgv_v1_daemon_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_flexgv_v1_daemon_proto_goTypes = []any{
 	(*CreateTenantRequest)(nil),  // 0: flexgv.v1.CreateTenantRequest
 	(*CreateTenantResponse)(nil), // 1: flexgv.v1.CreateTenantResponse
-	(*GetTenantRequest)(nil),     // 2: flexgv.v1.GetTenantRequest
-	(*ListTenantsRequest)(nil),   // 3: flexgv.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),  // 4: flexgv.v1.ListTenantsResponse
-	(*DeleteTenantRequest)(nil),  // 5: flexgv.v1.DeleteTenantRequest
-	(*DeleteTenantResponse)(nil), // 6: flexgv.v1.DeleteTenantResponse
-	(*Tenant)(nil),               // 7: flexgv.v1.Tenant
-	(*TenantDevice)(nil),         // 8: flexgv.v1.TenantDevice
-	(*TenantProcess)(nil),        // 9: flexgv.v1.TenantProcess
-	(*ListDevicesRequest)(nil),   // 10: flexgv.v1.ListDevicesRequest
-	(*ListDevicesResponse)(nil),  // 11: flexgv.v1.ListDevicesResponse
-	(*Device)(nil),               // 12: flexgv.v1.Device
+	(*UpdateTenantRequest)(nil),  // 2: flexgv.v1.UpdateTenantRequest
+	(*UpdateTenantResponse)(nil), // 3: flexgv.v1.UpdateTenantResponse
+	(*GetTenantRequest)(nil),     // 4: flexgv.v1.GetTenantRequest
+	(*ListTenantsRequest)(nil),   // 5: flexgv.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),  // 6: flexgv.v1.ListTenantsResponse
+	(*DeleteTenantRequest)(nil),  // 7: flexgv.v1.DeleteTenantRequest
+	(*DeleteTenantResponse)(nil), // 8: flexgv.v1.DeleteTenantResponse
+	(*Tenant)(nil),               // 9: flexgv.v1.Tenant
+	(*TenantDevice)(nil),         // 10: flexgv.v1.TenantDevice
+	(*TenantProcess)(nil),        // 11: flexgv.v1.TenantProcess
+	(*ListDevicesRequest)(nil),   // 12: flexgv.v1.ListDevicesRequest
+	(*ListDevicesResponse)(nil),  // 13: flexgv.v1.ListDevicesResponse
+	(*Device)(nil),               // 14: flexgv.v1.Device
 }
 var file_flexgv_v1_daemon_proto_depIdxs = []int32{
-	7,  // 0: flexgv.v1.CreateTenantResponse.tenant:type_name -> flexgv.v1.Tenant
-	7,  // 1: flexgv.v1.ListTenantsResponse.tenants:type_name -> flexgv.v1.Tenant
-	8,  // 2: flexgv.v1.Tenant.devices:type_name -> flexgv.v1.TenantDevice
-	9,  // 3: flexgv.v1.Tenant.processes:type_name -> flexgv.v1.TenantProcess
-	12, // 4: flexgv.v1.ListDevicesResponse.devices:type_name -> flexgv.v1.Device
-	0,  // 5: flexgv.v1.Daemon.CreateTenant:input_type -> flexgv.v1.CreateTenantRequest
-	2,  // 6: flexgv.v1.Daemon.GetTenant:input_type -> flexgv.v1.GetTenantRequest
-	3,  // 7: flexgv.v1.Daemon.ListTenants:input_type -> flexgv.v1.ListTenantsRequest
-	5,  // 8: flexgv.v1.Daemon.DeleteTenant:input_type -> flexgv.v1.DeleteTenantRequest
-	10, // 9: flexgv.v1.Daemon.ListDevices:input_type -> flexgv.v1.ListDevicesRequest
-	1,  // 10: flexgv.v1.Daemon.CreateTenant:output_type -> flexgv.v1.CreateTenantResponse
-	7,  // 11: flexgv.v1.Daemon.GetTenant:output_type -> flexgv.v1.Tenant
-	4,  // 12: flexgv.v1.Daemon.ListTenants:output_type -> flexgv.v1.ListTenantsResponse
-	6,  // 13: flexgv.v1.Daemon.DeleteTenant:output_type -> flexgv.v1.DeleteTenantResponse
-	11, // 14: flexgv.v1.Daemon.ListDevices:output_type -> flexgv.v1.ListDevicesResponse
-	10, // [10:15] is the sub-list for method output_type
-	5,  // [5:10] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	9,  // 0: flexgv.v1.CreateTenantResponse.tenant:type_name -> flexgv.v1.Tenant
+	9,  // 1: flexgv.v1.UpdateTenantResponse.tenant:type_name -> flexgv.v1.Tenant
+	9,  // 2: flexgv.v1.ListTenantsResponse.tenants:type_name -> flexgv.v1.Tenant
+	10, // 3: flexgv.v1.Tenant.devices:type_name -> flexgv.v1.TenantDevice
+	11, // 4: flexgv.v1.Tenant.processes:type_name -> flexgv.v1.TenantProcess
+	14, // 5: flexgv.v1.ListDevicesResponse.devices:type_name -> flexgv.v1.Device
+	0,  // 6: flexgv.v1.Daemon.CreateTenant:input_type -> flexgv.v1.CreateTenantRequest
+	4,  // 7: flexgv.v1.Daemon.GetTenant:input_type -> flexgv.v1.GetTenantRequest
+	5,  // 8: flexgv.v1.Daemon.ListTenants:input_type -> flexgv.v1.ListTenantsRequest
+	2,  // 9: flexgv.v1.Daemon.UpdateTenant:input_type -> flexgv.v1.UpdateTenantRequest
+	7,  // 10: flexgv.v1.Daemon.DeleteTenant:input_type -> flexgv.v1.DeleteTenantRequest
+	12, // 11: flexgv.v1.Daemon.ListDevices:input_type -> flexgv.v1.ListDevicesRequest
+	1,  // 12: flexgv.v1.Daemon.CreateTenant:output_type -> flexgv.v1.CreateTenantResponse
+	9,  // 13: flexgv.v1.Daemon.GetTenant:output_type -> flexgv.v1.Tenant
+	6,  // 14: flexgv.v1.Daemon.ListTenants:output_type -> flexgv.v1.ListTenantsResponse
+	3,  // 15: flexgv.v1.Daemon.UpdateTenant:output_type -> flexgv.v1.UpdateTenantResponse
+	8,  // 16: flexgv.v1.Daemon.DeleteTenant:output_type -> flexgv.v1.DeleteTenantResponse
+	13, // 17: flexgv.v1.Daemon.ListDevices:output_type -> flexgv.v1.ListDevicesResponse
+	12, // [12:18] is the sub-list for method output_type
+	6,  // [6:12] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_flexgv_v1_daemon_proto_init() }
@@ -975,7 +1108,7 @@ func file_flexgv_v1_daemon_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flexgv_v1_daemon_proto_rawDesc), len(file_flexgv_v1_daemon_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
