@@ -189,6 +189,8 @@ static void attach(struct gpu *g, int dev)
         return not_scheduled(uuid, t == FG_SCHED_TENANTS ? "the tenant is not a member of its scheduler"
                                                          : "its scheduler has no free process slot");
     }
+    /* Our tenant's entry lives while we do, whoever started us. */
+    fg_lock_byte(g->fd, tenant_off(t), F_RDLCK);
     struct fg_sched_slot *me = (struct fg_sched_slot *)(h + 1) + s;
     __atomic_fetch_and(&h->waiting, ~(1ull << s), __ATOMIC_SEQ_CST); /* a dead process's, if any */
     __atomic_fetch_or(&h->present, 1ull << s, __ATOMIC_SEQ_CST);

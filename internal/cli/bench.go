@@ -140,7 +140,7 @@ func pickGPU(dir, spec string) (string, error) {
 		}
 		return gpus[i].UUID, nil
 	}
-	gs, err := sched.List(dir)
+	gs, _, err := sched.List(dir)
 	if err != nil {
 		return "", err
 	}

@@ -135,7 +135,13 @@ func metricsHandler(dir string, h *held, n *nvml, logger *log.Logger) http.Handl
 			Tenants: func() ([]tenant.Info, []error, error) { return tenant.List(dir) },
 			Devices: n.Devices,
 			Held:    h.count,
-			Sched:   func() ([]*sched.GPU, error) { return sched.List(dir) },
+			Sched: func() ([]*sched.GPU, error) {
+				gpus, bad, err := sched.List(dir)
+				for _, b := range bad {
+					logger.Printf("metrics: skipping %v", b)
+				}
+				return gpus, err
+			},
 		}),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

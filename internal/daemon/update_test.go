@@ -214,10 +214,10 @@ func TestReadoptionKeepsPolicies(t *testing.T) {
 		t.Fatalf("re-adopted %v (%v %v)", adopted, problems, err)
 	}
 	defer second.releaseAll()
-	if got := policies(t, dir, uuid0); got != "gone=20%/0%/high kept=20%/0%/high" {
+	if got := policies(t, dir, uuid0); got != "kept=20%/0%/high gone=20%/0%/high" {
 		t.Errorf("GPU 0's scheduler after the restart: %q", got)
 	}
-	if got := policies(t, dir, uuid1); got != "gone=0%/50%/high kept=0%/50%/high" {
+	if got := policies(t, dir, uuid1); got != "kept=0%/50%/high gone=0%/50%/high" {
 		t.Errorf("GPU 1's scheduler after the restart: %q", got)
 	}
 }

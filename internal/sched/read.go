@@ -84,22 +84,23 @@ func Read(dir, uuid string) (*GPU, error) {
 	return g, nil
 }
 
-// List reads every GPU scheduler in dir, in UUID order.
-func List(dir string) ([]*GPU, error) {
+// List reads every GPU scheduler in dir, in UUID order; files it cannot
+// read (another version's, one being replaced) are skipped and returned in
+// bad.
+func List(dir string) (gpus []*GPU, bad []error, err error) {
 	m, err := filepath.Glob(filepath.Join(dir, filePrefix+"*"))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	sort.Strings(m)
-	var out []*GPU
 	for _, p := range m {
 		g, err := Read(dir, strings.TrimPrefix(filepath.Base(p), filePrefix))
-		if err != nil {
-			return nil, err
-		}
-		if g != nil {
-			out = append(out, g)
+		switch {
+		case err != nil:
+			bad = append(bad, err)
+		case g != nil:
+			gpus = append(gpus, g)
 		}
 	}
-	return out, nil
+	return gpus, bad, nil
 }

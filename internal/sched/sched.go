@@ -230,7 +230,7 @@ func Join(dir, uuid, name string, p Policy) (*Member, error) {
 		return nil, err
 	}
 	defer r.close()
-	idx, free := -1, -1
+	idx, free, again := -1, -1, -1
 	var sum uint32
 	var others []string
 	for i := range r.hdr.Tenants {
@@ -238,6 +238,9 @@ func Join(dir, uuid, name string, p Policy) (*Member, error) {
 		if !r.live(i) {
 			if free < 0 {
 				free = i
+			}
+			if again < 0 && cstr(t.Name[:]) == name {
+				again = i
 			}
 			continue
 		}
@@ -259,12 +262,18 @@ func Join(dir, uuid, name string, p Policy) (*Member, error) {
 			return nil, fmt.Errorf("GPU %s: shares would add up to %s (%s, and %s asks %s); the most is 100%%",
 				uuid, Percent(sum+p.Share), strings.Join(others, ", "), name, Percent(p.Share))
 		}
-		idx = free
-		t := &r.hdr.Tenants[idx]
-		*t = Tenant{}
-		copy(t.Name[:], name)
-		atomic.StoreUint64(&t.VTime, atomic.LoadUint64(&r.hdr.VClock))
-		set(t, p)
+		if again >= 0 {
+			// Back after a while without members (a restarted daemon): the
+			// same entry, its counters going on.
+			idx = again
+		} else {
+			idx = free
+			t := &r.hdr.Tenants[idx]
+			*t = Tenant{}
+			copy(t.Name[:], name)
+			atomic.StoreUint64(&t.VTime, atomic.LoadUint64(&r.hdr.VClock))
+		}
+		set(&r.hdr.Tenants[idx], p)
 	}
 	f, err := os.OpenFile(r.f.Name(), os.O_RDWR|unix.O_NOFOLLOW, 0)
 	if err == nil {

@@ -3,10 +3,30 @@ package sched
 import (
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 const gpu = "GPU-11111111-2222-3333-4444-555555555555"
+
+// heldNs maps GPU gpu's region in dir and returns tenant entry i.
+func heldNs(t *testing.T, dir string, i int) *Tenant {
+	t.Helper()
+	f, err := os.OpenFile(Path(dir, gpu), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	mem, err := unix.Mmap(int(f.Fd()), 0, int(regionSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(mem) })
+	return &(*Header)(unsafe.Pointer(&mem[0])).Tenants[i]
+}
 
 func names(t *testing.T, dir string) []string {
 	t.Helper()
@@ -62,7 +82,14 @@ func TestJoinSharesAndLeaves(t *testing.T) {
 	} else {
 		c.Close()
 	}
+	// b back after a time without members: its entry, counters and all.
+	atomic.StoreUint64(&heldNs(t, dir, b.Index).HeldNs, 12345)
 	b.Close()
+	b2, err := Join(dir, gpu, "b", Policy{Share: 2000, Priority: PriorityHigh})
+	if err != nil || b2.Index != b.Index || heldNs(t, dir, b2.Index).HeldNs != 12345 {
+		t.Errorf("b joined again: %+v, %v; want its entry %d with its counters", b2, err, b.Index)
+	}
+	b2.Close()
 }
 
 func TestUpdate(t *testing.T) {

@@ -60,7 +60,7 @@ func (s Source) Read() (Snapshot, error) {
 	snap := Snapshot{At: time.Now()}
 	devs, err := s.Devices()
 	snap.NVMLErr = err
-	scheds, err := sched.List(s.Dir)
+	scheds, _, err := sched.List(s.Dir)
 	if err != nil {
 		return Snapshot{}, err
 	}
