@@ -83,6 +83,11 @@ struct gpu {
 };
 
 static struct gpu gpus[FG_NDEV] = {[0 ... FG_NDEV - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1}};
+/* The GPUs this process is scheduled on, all attached at its first launch:
+ * while it holds each alone, no launch needs to know its device. */
+static struct gpu *mine_list[FG_NDEV];
+static int nmine, enumerated;
+static pthread_mutex_t enum_lock = PTHREAD_MUTEX_INITIALIZER;
 static const size_t region_size = sizeof(struct fg_sched_header) + FG_SCHED_SLOTS * sizeof(struct fg_sched_slot);
 static int warned_region, warned_broken, broken; /* broken: a region was truncated, to be said */
 
@@ -216,6 +221,9 @@ static void attach(struct gpu *g, int dev)
  * claims its own slot at its first launch (the parent's mapping is left). */
 void fg_compute_after_fork(void)
 {
+    nmine = 0;
+    enumerated = 0;
+    enum_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     for (int i = 0; i < FG_NDEV; i++) {
         struct gpu *g = &gpus[i];
         if (g->fd >= 0)
@@ -568,19 +576,61 @@ static void track(struct gpu *g, CUstream s, uint64_t at)
     }
 }
 
-/* dev's state if it is scheduled, attaching at its first launch. */
+static void attach_once(struct gpu *g, int dev)
+{
+    pthread_mutex_lock(&g->lock);
+    if (g->state == G_NONE) {
+        attach(g, dev);
+        if (g->state == G_READY)
+            mine_list[__atomic_load_n(&nmine, __ATOMIC_RELAXED)] = g, __atomic_fetch_add(&nmine, 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&g->lock);
+}
+
+/* Attaches every GPU the tenant is scheduled on, once. */
+static void enumerate(void)
+{
+    if (__atomic_load_n(&enumerated, __ATOMIC_ACQUIRE))
+        return;
+    pthread_mutex_lock(&enum_lock);
+    if (!enumerated) {
+        int n = 0;
+        fg_real_cuDeviceGetCount count = REAL(cuDeviceGetCount);
+        if (count && count(&n) == CUDA_SUCCESS)
+            for (int d = 0; d < n && d < FG_NDEV; d++)
+                attach_once(&gpus[d], d);
+        __atomic_store_n(&enumerated, 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&enum_lock);
+}
+
+/* Whether this process holds every GPU it is scheduled on, alone there and
+ * uncapped: then its launches go straight through, counted. */
+static inline int alone_everywhere(void)
+{
+    int n = __atomic_load_n(&nmine, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n; i++) {
+        struct gpu *g = mine_list[i];
+        if (__atomic_load_n(&g->state, __ATOMIC_RELAXED) != G_READY || LOAD(&g->hdr->holder) != g->mine + 1 ||
+            (LOAD(&g->hdr->present) & ~g->bit) || LOAD(&g->t->cap))
+            return 0;
+    }
+    for (int i = 0; i < n; i++)
+        __atomic_store_n(&mine_list[i]->me->launches, mine_list[i]->me->launches + 1, __ATOMIC_RELAXED);
+    return n > 0;
+}
+
+/* dev's state if it is scheduled. */
 static struct gpu *scheduled(int dev)
 {
+    enumerate();
     if (dev < 0 || dev >= FG_NDEV)
         return NULL;
     struct gpu *g = &gpus[dev];
     int st = __atomic_load_n(&g->state, __ATOMIC_ACQUIRE);
     if (FG_UNLIKELY(st == G_NONE)) {
-        pthread_mutex_lock(&g->lock);
-        if (g->state == G_NONE)
-            attach(g, dev);
-        st = g->state;
-        pthread_mutex_unlock(&g->lock);
+        attach_once(g, dev); /* a device that appeared since */
+        st = __atomic_load_n(&g->state, __ATOMIC_ACQUIRE);
     }
     if (FG_UNLIKELY(__atomic_load_n(&broken, __ATOMIC_RELAXED)))
         fg_warn_once(&warned_broken, "a GPU scheduler file was truncated by another process; that GPU is no longer "
@@ -589,18 +639,15 @@ static struct gpu *scheduled(int dev)
 }
 
 /* Launch through the policy: LAUNCH is the program's call on stream s. A
- * holder alone and uncapped goes straight through. */
+ * process alone on its GPUs, holding them uncapped, goes straight through. */
 #define SCHEDULED(s, per_thread, LAUNCH)                                                             \
     do {                                                                                             \
+        if (FG_LIKELY(alone_everywhere()))                                                           \
+            return LAUNCH;                                                                           \
         CUstream s_ = (per_thread) && (s) == NULL ? CU_STREAM_PER_THREAD : (s);                      \
         struct gpu *g_ = fg_stream_capturing(s_, 0) == 1 ? NULL : scheduled(fg_current_device());   \
         if (!g_)                                                                                     \
             return LAUNCH;                                                                           \
-        if (FG_LIKELY(LOAD(&g_->hdr->holder) == g_->mine + 1 && !(LOAD(&g_->hdr->present) & ~g_->bit) && \
-                      !LOAD(&g_->t->cap))) {                                                         \
-            __atomic_store_n(&g_->me->launches, g_->me->launches + 1, __ATOMIC_RELAXED);             \
-            return LAUNCH;                                                                           \
-        }                                                                                            \
         pthread_mutex_lock(&g_->lock);                                                               \
         gate(g_);                                                                                    \
         __atomic_store_n(&g_->me->launches, g_->me->launches + 1, __ATOMIC_RELAXED);                 \
