@@ -161,3 +161,36 @@ func TestATruncatedSchedulerCrashesNobody(t *testing.T) {
 		}
 	}
 }
+
+// A share changed through the daemon moves what running tenants get.
+func TestAShareChangedLiveMovesTheDevice(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startDaemon(t)
+	a := e.spinnerUnder([]string{"--group", "a", "--compute", "20%"}, "1000", "3", "16", "250")
+	b := e.spinnerUnder([]string{"--group", "b", "--compute", "80%"}, "1000", "3", "16", "250")
+	a.start()
+	b.start()
+	time.Sleep(1200 * time.Millisecond)
+	for _, u := range [][]string{{"b", "--compute", "20%"}, {"a", "--compute", "80%"}} {
+		if r := e.run("flexgv", append([]string{"update"}, u...)...); r.code != 0 {
+			t.Fatalf("flexgv update %v: %+v", u, r)
+		}
+	}
+	ra, rb := a.result(), b.result()
+	mean := func(w []float64) float64 {
+		s := 0.0
+		for _, x := range w {
+			s += x
+		}
+		return s / float64(len(w))
+	}
+	if len(ra.windows) < 11 || len(rb.windows) < 11 {
+		t.Fatalf("windows: %v %v", ra.windows, rb.windows)
+	}
+	before, after := mean(ra.windows[1:4]), mean(ra.windows[7:11])
+	t.Logf("a: %.1f%% before, %.1f%% after; b: %.1f%%, %.1f%%", before, after, mean(rb.windows[1:4]), mean(rb.windows[7:11]))
+	if before > 30 || after < 70 {
+		t.Errorf("a's share of the device went from %.1f%% to %.1f%% when changed from 20%% to 80%%: %v", before, after, ra.windows)
+	}
+}
