@@ -2,7 +2,7 @@
 # End-to-end truth on a real GPU, in one run. From the repository root on a
 # machine with an NVIDIA driver, nvcc and PyTorch, with build/ made by `make`:
 #     scripts/gpu-e2e.sh OUTDIR [SECTION...]
-# Sections (default: all): decl counts hookmap torch bench quota isolation computecap quotabench
+# Sections (default: all): decl counts hookmap torch bench quota isolation computecap quotabench shares sharetrain priority
 # Checks our driver declarations against the real headers, traces CUDA
 # programs built with nvcc (static and shared cudart), checks every hooked
 # variant against the real driver's resolver, runs PyTorch natively and under
@@ -11,7 +11,7 @@
 set -u -o pipefail
 OUT=$(mkdir -p "${1:-gpu-out}" && cd "${1:-gpu-out}" && pwd)
 shift || true
-SECTIONS=${*:-decl counts hookmap torch bench quota isolation computecap quotabench}
+SECTIONS=${*:-decl counts hookmap torch bench quota isolation computecap quotabench shares sharetrain priority}
 ROUNDS=${ROUNDS:-7} # rounds of the throughput benchmarks
 want() { [[ " $SECTIONS " == *" $1 "* ]]; }
 ROOT=$(pwd)
@@ -217,6 +217,93 @@ for round in 1 2; do
         fail "compute cap off by more than 5 pp (round $round)"
     fi
 done
+fi
+
+# Compute sharing: tenants' work from scripts/gpu/share_load.py, each run
+# bounded in time; figures from scripts/gpu/share_report.py.
+L=scripts/gpu/share_load.py
+S=$OUT/shares
+mkdir -p "$S"
+at() { echo $(($(date +%s) + $1)); } # a start time S seconds from now
+sleep_until() { sleep "$(python3 -c "import time; print(max(0, $1 - time.time()))")"; }
+bounded() { timeout -k 5 90 "$@" || echo "exit $? after at most 90 s: $*" >>"$S/timeouts.txt"; }
+if want shares || want sharetrain || want priority; then
+    export FLEXGV_STATE_DIR=$WORK/share-state
+    bounded python3 $L matmul 5 >"$S/mm_alone.txt"
+    bounded python3 $L train 5 >"$S/tr_alone.txt"
+fi
+
+if want shares; then
+echo "== compute shares: a lone tenant, 50/50 changed live to 30/70 ($(date +%T))"
+# (c) a lone tenant under a share: the whole GPU, nothing lost
+bounded "$FLEXGV" run --compute 30% -- python3 $L matmul 5 >"$S/mm_lone.txt"
+bounded "$FLEXGV" run --compute 30% -- python3 $L train 5 >"$S/tr_lone.txt"
+# (a) 50/50, changed live to 30/70 through the daemon halfway
+"$FLEXGV" daemon --metrics-addr "" 2>"$S/daemon.log" &
+dpid=$!
+sleep 1
+T=$(at 20)
+bounded "$FLEXGV" run --group a --compute 50% -- python3 $L matmul 24 "$T" >"$S/mm_a.txt" &
+pa=$!
+bounded "$FLEXGV" run --group b --compute 50% -- python3 $L matmul 24 "$T" >"$S/mm_b.txt" &
+pb=$!
+sleep_until "$T"
+"$FLEXGV" bench share --duration 24s --svg "$S/share.svg" --csv "$S/share.csv" --title "H200: 50/50, then 30/70 (live)" >"$S/bench.txt" 2>&1 &
+bpid=$!
+sleep_until $((T + 12))
+"$FLEXGV" update b --compute 20% >/dev/null && "$FLEXGV" update a --compute 30% >/dev/null && "$FLEXGV" update b --compute 70% >/dev/null ||
+    fail "flexgv update during the share run"
+echo "changed at $(date +%s.%N) (start $T)" >"$S/changed.txt"
+wait $pa $pb $bpid
+kill $dpid && wait $dpid
+fi
+
+if want sharetrain; then
+echo "== compute shares: training 30/70 ($(date +%T))"
+T=$(at 20)
+bounded "$FLEXGV" run --compute 30% -- python3 $L train 15 "$T" >"$S/tr_30.txt" &
+p30=$!
+bounded "$FLEXGV" run --compute 70% -- python3 $L train 15 "$T" >"$S/tr_70.txt" &
+wait $p30 $! # by pid: a bare wait would also wait for the log's tee
+fi
+
+if want priority; then
+echo "== priority: inference at half its peak rate next to training ($(date +%T))"
+bounded python3 $L peak 5 >"$S/peak.txt"
+rate=$(python3 -c "print(float(open('$S/peak.txt').read()) / 2)")
+bounded python3 $L infer "$rate" 15 >"$S/inf_alone.txt"
+pair() { # NAME INFER-PREFIX... :: TRAIN-PREFIX...
+    local name=$1 pre=() tpre=()
+    shift
+    while [ "$1" != :: ]; do pre+=("$1"); shift; done
+    shift
+    tpre=("$@")
+    local T=$(at 20)
+    echo "$name ($(date +%T))"
+    bounded "${tpre[@]}" python3 $L train 17 "$T" >"$S/tr_$name.txt" &
+    local tp=$!
+    bounded "${pre[@]}" python3 $L infer "$rate" 15 "$((T + 1))" >"$S/inf_$name.txt" &
+    wait $tp $!
+}
+pair timeslice env :: env
+export CUDA_MPS_PIPE_DIRECTORY=$WORK/mps CUDA_MPS_LOG_DIRECTORY=$WORK/mps-log
+mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+if nvidia-cuda-mps-control -d; then
+    pair mps env :: env
+    pair mps50 env :: env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50
+    echo quit | timeout 20 nvidia-cuda-mps-control
+    sleep 2
+else
+    fail "cannot start an MPS daemon"
+fi
+unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+pair flexgv "$FLEXGV" run --priority high -- :: "$FLEXGV" run --priority low --
+fi
+
+if want shares || want sharetrain || want priority; then
+    python3 scripts/gpu/share_report.py "$S" || fail "compute shares off target (above)"
+    [ -s "$S/timeouts.txt" ] && cat "$S/timeouts.txt" && fail "share runs timed out"
+    unset FLEXGV_STATE_DIR
 fi
 
 if want quotabench; then

@@ -44,9 +44,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-enum { RING = 64 };                   /* launches tracked in flight per GPU, at most */
+enum { RING = 256 };                  /* launches tracked in flight per GPU, at most */
 #define BURST_NS 5000000ll            /* cap credit an idle tenant may bank */
-#define AHEAD_NS 500000ll             /* tracked work let ahead of completions */
+#define AHEAD_NS 2000000ll            /* tracked work let ahead of completions... */
+#define AHEAD_SHORT_NS 500000ll       /* ...under a cap, or when a higher priority may come */
 #define POLL_NS 500000ull             /* a waiter looks at the holder this often */
 #define SWEEP_NS 100000000ull         /* dead processes' bits are looked for this often */
 #define FULL 10000u                   /* 100 % in hundredths */
@@ -319,6 +320,17 @@ static uint32_t priority_of(struct gpu *g, int slot)
     return t ? LOAD(&t->priority) : 0;
 }
 
+/* Whether a process of higher priority than ours is on the GPU. */
+static int higher_present(struct gpu *g)
+{
+    uint64_t p = LOAD(&g->hdr->present) & ~g->bit;
+    uint32_t mp = LOAD(&g->t->priority);
+    for (uint32_t i = 0; p; i++, p >>= 1)
+        if ((p & 1) && priority_of(g, (int)i) > mp)
+            return 1;
+    return 0;
+}
+
 /* Puts the GPU from holder `from` (slot + 1, 0: none) to us. */
 static int take(struct gpu *g, uint32_t from, uint64_t now)
 {
@@ -531,8 +543,11 @@ static void gate(struct gpu *g)
                     continue;
                 }
             }
-            /* In flight: one launch queued behind the running one, at least. */
-            if ((present || cap) && g->count >= 2 && (queued >= AHEAD_NS || g->count >= RING)) {
+            /* In flight: one launch queued behind the running one, at least;
+             * what drains at a hand-over (the GPU stays busy meanwhile), what
+             * a cap's debt may reach, or what a higher priority waits for. */
+            if ((present || cap) && g->count >= 2 &&
+                (queued >= (cap || higher_present(g) ? AHEAD_SHORT_NS : AHEAD_NS) || g->count >= RING)) {
                 wait_oldest(g);
                 continue;
             }

@@ -1,0 +1,141 @@
+"""One tenant's GPU work for the compute-sharing benchmark, on cuda:0.
+
+    share_load.py matmul SECONDS [START]     matrix products; prints "window T N"
+                                             every second (N products in it)
+    share_load.py train SECONDS [START]      a small transformer training loop;
+                                             prints "window T STEPS" every second
+    share_load.py infer RATE SECONDS [START] batch-1 inference of a small
+                                             transformer, requests every 1/RATE s;
+                                             prints "latency_ms P50 P99 N"
+    share_load.py peak SECONDS               inference requests back to back;
+                                             prints their rate
+
+START is a wall-clock time (epoch seconds) to wait for after warming up, so
+that tenants started one after another measure the same seconds.
+"""
+import sys
+import time
+
+import torch
+
+torch.manual_seed(0)
+dev = "cuda"
+
+
+def wait_start(start):
+    torch.cuda.synchronize()
+    if start:
+        time.sleep(max(0.0, start - time.time()))
+
+
+def windows(step, seconds, start):
+    """Runs step() (returns units of work done) for seconds, printing each
+    second's units."""
+    wait_start(start)
+    t0 = time.time()
+    w, n = 0, 0
+    while True:
+        n += step()
+        now = time.time()
+        if now - t0 >= (w + 1):
+            print(f"window {w} {n}", flush=True)
+            w, n = w + 1, 0
+            if w >= seconds:
+                return
+
+
+def matmul(seconds, start):
+    a = torch.randn(4096, 4096, device=dev)
+    b = torch.randn(4096, 4096, device=dev)
+    for _ in range(20):
+        a @ b
+
+    def step():
+        for _ in range(5):
+            a @ b
+        torch.cuda.synchronize()
+        return 5
+
+    windows(step, seconds, start)
+
+
+def model():
+    layer = torch.nn.TransformerEncoderLayer(d_model=512, nhead=8, dim_feedforward=2048, batch_first=True)
+    return torch.nn.TransformerEncoder(layer, num_layers=6).to(dev)
+
+
+def train(seconds, start):
+    m = model()
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    x = torch.randn(32, 256, 512, device=dev)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = m(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        loss.item()  # one synchronization per step, as training loops log
+        return 1
+
+    for _ in range(5):
+        step()
+    windows(step, seconds, start)
+
+
+def infer_setup():
+    m = model().eval()
+    x = torch.randn(1, 128, 512, device=dev)
+    with torch.inference_mode():
+        for _ in range(20):
+            m(x)
+    torch.cuda.synchronize()
+    return m, x
+
+
+def request(m, x):
+    with torch.inference_mode():
+        m(x)
+    torch.cuda.synchronize()
+
+
+def infer(rate, seconds, start):
+    m, x = infer_setup()
+    wait_start(start)
+    lat = []
+    t0 = time.time()
+    k = 0
+    while True:
+        due = t0 + k / rate
+        if due - t0 >= seconds:
+            break
+        now = time.time()
+        if now < due:
+            time.sleep(due - now)
+        request(m, x)
+        lat.append((time.time() - due) * 1000)  # from its arrival, queueing included
+        k += 1
+    lat.sort()
+    print(f"latency_ms {lat[len(lat) // 2]:.3f} {lat[int(len(lat) * 0.99)]:.3f} {len(lat)}", flush=True)
+
+
+def peak(seconds):
+    m, x = infer_setup()
+    t0, n = time.time(), 0
+    while time.time() - t0 < seconds:
+        request(m, x)
+        n += 1
+    print(f"{n / (time.time() - t0):.1f}")
+
+
+if __name__ == "__main__":
+    mode, args = sys.argv[1], [float(a) for a in sys.argv[2:]]
+    if mode == "matmul":
+        matmul(int(args[0]), args[1] if len(args) > 1 else 0)
+    elif mode == "train":
+        train(int(args[0]), args[1] if len(args) > 1 else 0)
+    elif mode == "infer":
+        infer(args[0], args[1], args[2] if len(args) > 2 else 0)
+    elif mode == "peak":
+        peak(args[0])
+    else:
+        sys.exit(f"unknown mode {mode}")

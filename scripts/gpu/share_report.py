@@ -1,0 +1,98 @@
+"""Reads what the shares section of scripts/gpu-e2e.sh wrote in DIR and
+prints the compute-sharing figures next to their targets, as a Markdown
+table for docs/MEASUREMENTS.md. Exits 1 if a share is off by more than
+5 pp on average (a broken scheduler, not a missed target).
+
+    share_report.py DIR
+"""
+import os
+import statistics
+import sys
+
+d = sys.argv[1]
+
+
+def windows(name):
+    out = []
+    for line in open(os.path.join(d, name)):
+        f = line.split()
+        if len(f) == 3 and f[0] == "window":
+            out.append(float(f[2]))
+    return out
+
+
+def rate(name):
+    w = windows(name)
+    return statistics.mean(w[1:] if len(w) > 2 else w)
+
+
+def latency(name):
+    f = open(os.path.join(d, name)).read().split()
+    return float(f[1]), float(f[2]), int(f[3])
+
+
+def p95(xs):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(0.95 * (len(xs) - 1))))]
+
+
+rows, bad = [], False
+mm, tr = rate("mm_alone.txt"), rate("tr_alone.txt")
+rows.append(("alone", f"{mm:.1f} products/s, {tr:.2f} training steps/s", ""))
+
+def have(*names):
+    return all(os.path.exists(os.path.join(d, n)) for n in names)
+
+
+# (c) a lone tenant under a share
+if have("mm_lone.txt", "tr_lone.txt"):
+    lm, lt = rate("mm_lone.txt") / mm, rate("tr_lone.txt") / tr
+    rows.append(("lone tenant under --compute 30% ÷ native", f"matmul {lm:.3f}, training {lt:.3f}", "≥ 0.995"))
+
+# (a) 50/50, then 30/70 from second 12
+a, b = (windows("mm_a.txt"), windows("mm_b.txt")) if have("mm_a.txt", "mm_b.txt") else ([], [])
+n = min(len(a), len(b))
+share_a = [100 * x / mm for x in a[:n]]
+share_b = [100 * x / mm for x in b[:n]]
+changed = 12
+phases = [("50/50", range(1, changed), 50, 50), ("30/70", range(changed + 2, n), 30, 70)] if n > changed + 3 else []
+for label, idx, ta, tb in phases:
+    errs = [abs(share_a[i] - ta) for i in idx] + [abs(share_b[i] - tb) for i in idx]
+    total = statistics.mean(share_a[i] + share_b[i] for i in idx)
+    mae = statistics.mean(errs)
+    bad |= mae > 5
+    rows.append((f"matmul {label}: share error over 1 s windows",
+                 f"MAE {mae:.2f} pp, p95 {p95(errs):.2f} pp; together {total:.1f}% of one alone", "MAE ≤ 2 pp, ≥ 97%"))
+if phases:
+    conv = next((i - changed for i in range(changed, n) if abs(share_a[i] - 30) <= 2 and abs(share_b[i] - 70) <= 2), None)
+    rows.append(("convergence after the live change 50/50 → 30/70",
+                 "never within 2 pp" if conv is None else f"within 2 pp from window {conv} after the change (1 s windows)", ""))
+    rows.append(("matmul shares per window (a / b)",
+                 " ".join(f"{x:.0f}/{y:.0f}" for x, y in zip(share_a, share_b)), ""))
+
+# (a) training at 30/70
+if have("tr_30.txt", "tr_70.txt"):
+    t30, t70 = rate("tr_30.txt") / tr * 100, rate("tr_70.txt") / tr * 100
+    bad |= abs(t30 - 30) > 5 or abs(t70 - 70) > 5
+    rows.append(("training 30/70", f"{t30:.1f}% / {t70:.1f}% of one alone (together {t30 + t70:.1f}%)", "± 2 pp, ≥ 97%"))
+
+# (b) priority
+p50 = p99 = None
+if have("inf_alone.txt"):
+    p50, p99, _ = latency("inf_alone.txt")
+    rows.append(("inference alone (half its peak rate)", f"p50 {p50:.2f} ms, p99 {p99:.2f} ms", ""))
+for mode, label in [] if p50 is None else [("timeslice", "time-slicing"), ("mps", "MPS"), ("mps50", "MPS, trainer at 50% threads"),
+                    ("flexgv", "flexgv --priority high/low")]:
+    if not have(f"inf_{mode}.txt", f"tr_{mode}.txt"):
+        continue
+    q50, q99, _ = latency(f"inf_{mode}.txt")
+    keep = rate(f"tr_{mode}.txt") / tr
+    rows.append((f"inference next to training: {label}",
+                 f"p50 {q50:.2f} ms ({q50 / p50:.2f}×), p99 {q99:.2f} ms ({q99 / p99:.2f}×); training keeps {keep:.2f}",
+                 "p99 ≤ 1.05× with training ≥ 0.50" if mode == "flexgv" else ""))
+
+print("| measure | result | target |")
+print("| --- | --- | --- |")
+for r in rows:
+    print(f"| {r[0]} | {r[1]} | {r[2]} |")
+sys.exit(1 if bad else 0)
