@@ -1,0 +1,426 @@
+/* flexgv-executor --fd N [--driver PATH] [--peer NAME]
+ * Serves one client connection (inherited as descriptor N) with the real
+ * driver: the handshake, then one call per frame until the client goes.
+ * A malformed frame ends the connection with a log line saying why; the
+ * process then exits, and the driver frees what the client held. */
+#include "executor.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void *fgr_real[FGR_NUM_OPS];
+
+static const char *peer = "client";
+static struct {
+    CUresult (*init)(unsigned);
+    CUresult (*version)(int *);
+    CUresult (*count)(int *);
+    CUresult (*name)(char *, int, CUdevice);
+    CUresult (*uuid)(CUuuid *, CUdevice);
+    CUresult (*attr)(int *, CUdevice_attribute, CUdevice);
+    CUresult (*errname)(CUresult, const char **);
+    CUresult (*errstr)(CUresult, const char **);
+    CUresult (*getcur)(CUcontext *);
+    CUresult (*setcur)(CUcontext);
+    CUresult (*sync)(CUstream);
+    CUresult (*sync_pt)(CUstream);
+    CUresult (*capturing)(CUstream, CUstreamCaptureStatus *);
+    CUresult (*capturing_pt)(CUstream, CUstreamCaptureStatus *);
+} drv;
+
+static void logf_(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "flexgv-executor[%d] %s: ", (int)getpid(), peer);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+/* Ends the connection because of what the client sent. */
+__attribute__((noreturn)) static void reject(const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    logf_("closing the connection: %s", msg);
+    exit(3);
+}
+
+/* ---- argument decoding helpers of the generated dispatch ---- */
+
+static void *own(struct fgr_req *q, void *p)
+{
+    if (!p) {
+        q->oom = 1;
+        return NULL;
+    }
+    if (q->nowned == q->capowned) {
+        int cap = q->capowned ? 2 * q->capowned : 16;
+        void **n = realloc(q->owned, (size_t)cap * sizeof *n);
+        if (!n) {
+            free(p);
+            q->oom = 1;
+            return NULL;
+        }
+        q->owned = n;
+        q->capowned = cap;
+    }
+    q->owned[q->nowned++] = p;
+    return p;
+}
+
+void *fgr_get_buf(struct fgr_rd *rd, struct fgr_req *q, uint64_t bytes, int aligned)
+{
+    if (!fgr_get_u8(rd))
+        return NULL;
+    uint64_t n = fgr_get_u64(rd);
+    if (n != bytes) {
+        rd->bad = 1;
+        return NULL;
+    }
+    const void *p = fgr_get_bytes(rd, n);
+    if (!p)
+        return NULL;
+    if (!aligned)
+        return (void *)p;
+    void *c = own(q, malloc(n ? (size_t)n : 1));
+    if (c)
+        memcpy(c, p, (size_t)n);
+    return c;
+}
+
+char *fgr_get_str(struct fgr_rd *rd)
+{
+    size_t left = rd->left;
+    int present = left > 0 && rd->p[0];
+    const char *s = fgr_get_cstr(rd);
+    if (present && !s)
+        rd->bad = 1;
+    return (char *)s;
+}
+
+void *fgr_get_image(struct fgr_rd *rd, struct fgr_req *q)
+{
+    static char empty[1];
+    if (!fgr_get_u8(rd))
+        return NULL;
+    uint64_t n = fgr_get_u64(rd);
+    const void *p = fgr_get_bytes(rd, n);
+    if (!p || n == 0)
+        return empty;
+    /* The driver reads the image by its own headers: they must say
+     * exactly what was sent, or it would read past it. */
+    if (fgr_image_size(p, n) != n)
+        return empty;
+    void *c = own(q, malloc((size_t)n));
+    if (c)
+        memcpy(c, p, (size_t)n);
+    return c;
+}
+
+void **fgr_get_kparams(struct fgr_rd *rd, struct fgr_req *q)
+{
+    if (!fgr_get_u8(rd))
+        return NULL;
+    uint32_t n = fgr_get_u32(rd);
+    if (n > FGR_MAX_KPARAMS) {
+        rd->bad = 1;
+        return NULL;
+    }
+    void **v = own(q, calloc(n ? n : 1, sizeof *v));
+    /* Each parameter 16-byte aligned, as the driver may read it in place. */
+    uint8_t *store = own(q, aligned_alloc(16, FGR_MAX_KPARAM_BYTES + 16 * (size_t)n + 16));
+    if (!v || !store)
+        return NULL;
+    size_t used = 0, total = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t sz = fgr_get_u32(rd);
+        total += sz;
+        if (total > FGR_MAX_KPARAM_BYTES) {
+            rd->bad = 1;
+            return NULL;
+        }
+        const void *p = fgr_get_bytes(rd, sz);
+        if (!p)
+            return NULL;
+        memcpy(store + used, p, sz);
+        v[i] = store + used;
+        used += ((size_t)sz + 15) & ~(size_t)15;
+    }
+    return v;
+}
+
+CUlaunchConfig *fgr_get_launchcfg(struct fgr_rd *rd, struct fgr_req *q)
+{
+    if (!fgr_get_u8(rd))
+        return NULL;
+    CUlaunchConfig *c = own(q, calloc(1, sizeof *c));
+    unsigned v[7];
+    for (int i = 0; i < 7; i++)
+        v[i] = fgr_get_u32(rd);
+    uint64_t s = fgr_get_u64(rd);
+    if (!c)
+        return NULL;
+    c->gridDimX = v[0], c->gridDimY = v[1], c->gridDimZ = v[2];
+    c->blockDimX = v[3], c->blockDimY = v[4], c->blockDimZ = v[5];
+    c->sharedMemBytes = v[6];
+    c->hStream = (CUstream)(uintptr_t)s;
+    return c;
+}
+
+void *fgr_out(struct fgr_req *q, uint64_t bytes)
+{
+    if (bytes > FGR_MAX_BUF) {
+        q->bad = 1; /* the client refuses such calls before sending them */
+        return NULL;
+    }
+    return own(q, calloc(1, bytes ? (size_t)bytes : 1));
+}
+
+CUresult fgr_out_failed(struct fgr_req *q) { return q->bad ? FGR_BAD_FRAME : CUDA_ERROR_OUT_OF_MEMORY; }
+
+void fgr_reply_out(struct fgr_req *q, const void *p, uint64_t bytes, int inout, CUresult r)
+{
+    if (!p)
+        return;
+    if (!inout && r != CUDA_SUCCESS) {
+        fgr_put_u8(q->reply, 0);
+        return;
+    }
+    fgr_put_buf(q->reply, p, bytes);
+}
+
+CUresult fgr_drain(CUstream s, int per_thread)
+{
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUresult (*capturing)(CUstream, CUstreamCaptureStatus *) = per_thread ? drv.capturing_pt : drv.capturing;
+    CUresult (*sync)(CUstream) = per_thread ? drv.sync_pt : drv.sync;
+    if (capturing && capturing(s, &st) == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE)
+        return CUDA_SUCCESS;
+    return sync ? sync(s) : CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* ---- the handshake ---- */
+
+static const int result_codes[] = {
+#define X(name, value) value,
+#include "flexgv/cuda_results.def"
+#undef X
+};
+
+static void refuse(struct fgr_buf *w, CUresult r, const char *msg)
+{
+    w->len = 0;
+    fgr_put_u32(w, 0);
+    fgr_put_u32(w, (uint32_t)r);
+    fgr_put_str(w, msg);
+}
+
+/* Writes the handshake's answer into w; nonzero when the client is refused. */
+static int hello(struct fgr_rd *rd, struct fgr_buf *w)
+{
+    uint32_t magic = fgr_get_u32(rd), proto = fgr_get_u32(rd);
+    uint64_t hash = fgr_get_u64(rd);
+    uint32_t ptr = fgr_get_u32(rd);
+    if (!fgr_rd_done(rd) || magic != FGR_MAGIC)
+        reject("the first frame is not a FlexGV handshake");
+    char msg[200];
+    if (proto != FGR_PROTO_VERSION || hash != FGR_OPS_HASH || ptr != sizeof(void *)) {
+        snprintf(msg, sizeof msg,
+                 "client protocol %u (operations %016llx, %u-byte pointers), server protocol %u (operations %016llx, "
+                 "%zu-byte pointers): use a client and server of the same FlexGV build",
+                 proto, (unsigned long long)hash, ptr, FGR_PROTO_VERSION, (unsigned long long)FGR_OPS_HASH,
+                 sizeof(void *));
+        logf_("refusing the client: %s", msg);
+        refuse(w, CUDA_ERROR_NOT_SUPPORTED, msg);
+        return 1;
+    }
+    CUresult r = drv.init ? drv.init(0) : CUDA_ERROR_NOT_SUPPORTED;
+    int version = 0, ndev = 0;
+    if (r == CUDA_SUCCESS)
+        r = drv.version(&version);
+    if (r == CUDA_SUCCESS)
+        r = drv.count(&ndev);
+    if (r != CUDA_SUCCESS) {
+        snprintf(msg, sizeof msg, "the server's driver does not start: error %d", (int)r);
+        logf_("%s", msg);
+        refuse(w, r, msg);
+        return 1;
+    }
+    fgr_put_u32(w, CUDA_SUCCESS);
+    fgr_put_u32(w, FGR_PROTO_VERSION);
+    fgr_put_u32(w, (uint32_t)version);
+    fgr_put_u32(w, (uint32_t)ndev);
+    for (int d = 0; d < ndev; d++) {
+        char name[256] = "";
+        CUuuid u;
+        memset(&u, 0, sizeof u);
+        drv.name(name, sizeof name, d);
+        drv.uuid(&u, d);
+        fgr_put_str(w, name);
+        fgr_put_bytes(w, &u, sizeof u);
+        for (int a = 1; a < FGR_NATTR; a++) {
+            int v = 0;
+            CUresult ar = drv.attr(&v, (CUdevice_attribute)a, d);
+            fgr_put_u32(w, (uint32_t)ar);
+            fgr_put_u32(w, (uint32_t)v);
+        }
+    }
+    int n = (int)(sizeof result_codes / sizeof result_codes[0]);
+    fgr_put_u32(w, (uint32_t)n);
+    for (int i = 0; i < n; i++) {
+        const char *nm = NULL, *ds = NULL;
+        if (drv.errname)
+            drv.errname((CUresult)result_codes[i], &nm);
+        if (drv.errstr)
+            drv.errstr((CUresult)result_codes[i], &ds);
+        fgr_put_u32(w, (uint32_t)result_codes[i]);
+        fgr_put_str(w, nm);
+        fgr_put_str(w, ds);
+    }
+    return 0;
+}
+
+/* ---- the loop ---- */
+
+static CUresult make_current(CUcontext want)
+{
+    CUcontext cur = NULL;
+    if (drv.getcur(&cur) == CUDA_SUCCESS && cur == want)
+        return CUDA_SUCCESS;
+    return drv.setcur(want);
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: flexgv-executor --fd N [--driver PATH] [--peer NAME]\n");
+    exit(2);
+}
+
+int main(int argc, char **argv)
+{
+    int fd = -1;
+    const char *driver = "libcuda.so.1";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--fd") && i + 1 < argc)
+            fd = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--driver") && i + 1 < argc)
+            driver = argv[++i];
+        else if (!strcmp(argv[i], "--peer") && i + 1 < argc)
+            peer = argv[++i];
+        else
+            usage();
+    }
+    if (fd < 0 || fcntl(fd, F_GETFD) < 0)
+        usage();
+    /* The supervisor's copy of the socket may have been non-blocking. */
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+    void *h = dlopen(driver, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        logf_("cannot load the CUDA driver %s: %s", driver, dlerror());
+        return 1;
+    }
+#define SYM(field, name) *(void **)&drv.field = dlsym(h, name)
+    SYM(init, "cuInit");
+    SYM(version, "cuDriverGetVersion");
+    SYM(count, "cuDeviceGetCount");
+    SYM(name, "cuDeviceGetName");
+    SYM(uuid, "cuDeviceGetUuid");
+    SYM(attr, "cuDeviceGetAttribute");
+    SYM(errname, "cuGetErrorName");
+    SYM(errstr, "cuGetErrorString");
+    SYM(getcur, "cuCtxGetCurrent");
+    SYM(setcur, "cuCtxSetCurrent");
+    SYM(sync, "cuStreamSynchronize");
+    SYM(sync_pt, "cuStreamSynchronize_ptsz");
+    SYM(capturing, "cuStreamIsCapturing");
+    SYM(capturing_pt, "cuStreamIsCapturing_ptsz");
+#undef SYM
+    if (!drv.init || !drv.version || !drv.count || !drv.name || !drv.uuid || !drv.attr || !drv.getcur || !drv.setcur) {
+        logf_("%s is not a CUDA driver (entry points missing)", driver);
+        return 1;
+    }
+    for (int op = 1; op < FGR_NUM_OPS; op++)
+        fgr_real[op] = dlsym(h, fgr_ops[op].name);
+
+    struct fgr_buf w = {0};
+    uint8_t *body = NULL;
+    size_t cap = 0;
+    int greeted = 0;
+    for (;;) {
+        uint8_t lenb[4];
+        if (fgr_read_all(fd, lenb, 4)) {
+            if (errno)
+                logf_("connection ended: %s", strerror(errno));
+            return 0; /* the client is gone */
+        }
+        uint32_t n = (uint32_t)lenb[0] | (uint32_t)lenb[1] << 8 | (uint32_t)lenb[2] << 16 | (uint32_t)lenb[3] << 24;
+        if (n < FGR_REQ_HDR || n > FGR_MAX_FRAME)
+            reject("a frame of %u bytes (a request has %u to %u)", n, FGR_REQ_HDR, FGR_MAX_FRAME);
+        if (n > cap) {
+            free(body);
+            body = malloc(n);
+            cap = body ? n : 0;
+            if (!body)
+                reject("no memory for a frame of %u bytes", n);
+        }
+        if (fgr_read_all(fd, body, n))
+            reject("the frame was cut short (%u bytes announced): %s", n, errno ? strerror(errno) : "end of stream");
+        struct fgr_rd rd = {body, n, 0};
+        unsigned op = fgr_get_u16(&rd), flags = fgr_get_u16(&rd), reserved = fgr_get_u32(&rd);
+        CUcontext ctx = (CUcontext)(uintptr_t)fgr_get_u64(&rd);
+        if (flags || reserved)
+            reject("unknown header flags %#x %#x", flags, reserved);
+        w.len = 0;
+        w.oom = 0;
+        fgr_put_u32(&w, 0);
+        if (!greeted) {
+            if (op != FGR_OP_HELLO)
+                reject("the first frame is operation %u, not the handshake", op);
+            int refused = hello(&rd, &w);
+            if (w.oom)
+                reject("no memory for the handshake's answer");
+            fgr_finish_frame(&w);
+            if (fgr_write_all(fd, w.p, w.len) || refused)
+                return refused ? 3 : 0;
+            greeted = 1;
+            continue;
+        }
+        if (op == FGR_OP_HELLO || op >= FGR_NUM_OPS)
+            reject("unknown operation %u", op);
+        struct fgr_req q = {.reply = &w};
+        fgr_put_u32(&w, 0);
+        CUresult r;
+        if (!fgr_real[op])
+            r = CUDA_ERROR_NOT_SUPPORTED; /* this driver lacks the entry point */
+        else if ((r = make_current(ctx)) == CUDA_SUCCESS)
+            r = fgr_ops[op].fn(&rd, &q);
+        if (r == FGR_BAD_FRAME || q.bad || rd.bad)
+            reject("a malformed %s request (%u bytes)", fgr_ops[op].name, n);
+        if (q.oom || w.oom) {
+            w.len = 4;
+            w.oom = 0;
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+            fgr_put_u32(&w, 0);
+        }
+        for (int i = 0; i < 4; i++)
+            w.p[4 + i] = (uint8_t)((uint32_t)r >> (8 * i));
+        fgr_finish_frame(&w);
+        for (int i = 0; i < q.nowned; i++)
+            free(q.owned[i]);
+        free(q.owned);
+        if (fgr_write_all(fd, w.p, w.len))
+            return 0;
+    }
+}

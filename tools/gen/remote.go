@@ -1,0 +1,494 @@
+package main
+
+// The remoting protocol, generated from api/remote.api joined with
+// api/cuda.api: the client stubs of the remoting libcuda.so.1, the
+// executor's dispatch, the operation numbers both share and the support
+// list in the docs. Wire format and helpers: remote/wire.h.
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Disposition says where a call is answered.
+type Disposition string
+
+const (
+	DispLocal Disposition = "local" // by the client alone, hand-written
+	DispSync  Disposition = "sync"  // forwarded, answer awaited
+	DispWrap  Disposition = "wrap"  // forwarded, with hand-written client bookkeeping
+)
+
+// Kind says how a pointer parameter travels.
+type Kind struct {
+	Name  string // in, out, inout, str, image, kparams, launchcfg, null
+	Count string // C expression: number of pointed-to objects, "" for one
+}
+
+// RemoteEntry is one entry point as the remoting client exports it.
+type RemoteEntry struct {
+	Entry
+	Disp   Disposition // "" when not supported remotely
+	Kinds  map[string]Kind
+	Drain  string // stream the executor waits for before answering
+	Extra  bool   // given with its prototype in api/remote.api (not hooked by the shim)
+	Op     int    // operation number on the wire (forwarded entries), from 1
+	Source string // file:line of the annotation
+}
+
+var remoteKinds = map[string]bool{"in": true, "out": true, "inout": true, "str": true, "image": true,
+	"kparams": true, "launchcfg": true, "null": true}
+
+var kindRE = regexp.MustCompile(`^([a-z]+)(?:\[(.+)\])?$`)
+
+// parseRemote reads api/remote.api and joins it with the CUDA entries:
+// every CUDA entry comes back, annotated or not, followed by the extra ones.
+func parseRemote(path string, cuda []Entry) ([]RemoteEntry, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	byName := map[string]int{}
+	out := make([]RemoteEntry, 0, len(cuda))
+	for _, e := range cuda {
+		byName[e.Name] = len(out)
+		out = append(out, RemoteEntry{Entry: e})
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for ln := 1; sc.Scan(); ln++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		where := fmt.Sprintf("%s:%d", path, ln)
+		var re *RemoteEntry
+		var attrs []string
+		if m := lineRE.FindStringSubmatch(line); m != nil {
+			v, _ := strconv.Atoi(m[1])
+			e := Entry{Lib: LibCUDA, Version: v, Name: m[2]}
+			if p := strings.TrimSpace(m[3]); p != "void" && p != "" {
+				for _, part := range strings.Split(p, ",") {
+					param, err := parseParam(strings.TrimSpace(part))
+					if err != nil {
+						return nil, fmt.Errorf("%s: %v", where, err)
+					}
+					e.Params = append(e.Params, param)
+				}
+			}
+			if _, dup := byName[e.Name]; dup {
+				return nil, fmt.Errorf("%s: %s is in api/cuda.api; annotate it by name", where, e.Name)
+			}
+			byName[e.Name] = len(out)
+			out = append(out, RemoteEntry{Entry: e, Extra: true})
+			re = &out[len(out)-1]
+			attrs = strings.Fields(m[4])
+		} else {
+			f := strings.Fields(line)
+			i, ok := byName[f[0]]
+			if !ok {
+				return nil, fmt.Errorf("%s: %s is not in api/cuda.api (give an unhooked entry with its prototype)", where, f[0])
+			}
+			re = &out[i]
+			if re.Disp != "" || re.Extra {
+				return nil, fmt.Errorf("%s: %s is annotated twice", where, f[0])
+			}
+			attrs = f[1:]
+		}
+		re.Source = where
+		if len(attrs) == 0 {
+			return nil, fmt.Errorf("%s: %s has no disposition (local, sync or wrap)", where, re.Name)
+		}
+		switch d := Disposition(attrs[0]); d {
+		case DispLocal, DispSync, DispWrap:
+			re.Disp = d
+		default:
+			return nil, fmt.Errorf("%s: %s: unknown disposition %q", where, re.Name, attrs[0])
+		}
+		re.Kinds = map[string]Kind{}
+		for _, a := range attrs[1:] {
+			name, val, ok := strings.Cut(a, "=")
+			if !ok {
+				return nil, fmt.Errorf("%s: %s: %q is not PARAM=KIND", where, re.Name, a)
+			}
+			if name == "drain" {
+				re.Drain = val
+				continue
+			}
+			p := re.param(name)
+			if p == nil {
+				return nil, fmt.Errorf("%s: %s has no parameter %s", where, re.Name, name)
+			}
+			m := kindRE.FindStringSubmatch(val)
+			if m == nil || !remoteKinds[m[1]] {
+				return nil, fmt.Errorf("%s: %s: unknown kind %q", where, re.Name, val)
+			}
+			if m[2] != "" && m[1] != "in" && m[1] != "out" && m[1] != "inout" {
+				return nil, fmt.Errorf("%s: %s: only in, out and inout take a count", where, re.Name)
+			}
+			if !strings.HasSuffix(p.Type, "*") {
+				return nil, fmt.Errorf("%s: %s: %s is passed by value and needs no kind", where, re.Name, name)
+			}
+			re.Kinds[name] = Kind{Name: m[1], Count: m[2]}
+		}
+		if re.Disp != DispLocal {
+			for _, p := range re.Params {
+				if _, ok := re.Kinds[p.Name]; !ok && strings.HasSuffix(p.Type, "*") {
+					return nil, fmt.Errorf("%s: %s: pointer parameter %s needs a kind", where, re.Name, p.Name)
+				}
+				if k := re.Kinds[p.Name]; (k.Name == "in" || k.Name == "out" || k.Name == "inout") && pointee(p.Type) == "void" && k.Count == "" {
+					return nil, fmt.Errorf("%s: %s: %s points to void: give its size in bytes", where, re.Name, p.Name)
+				}
+				if k := re.Kinds[p.Name]; k.Name == "kparams" && re.param("f") == nil {
+					return nil, fmt.Errorf("%s: %s: kparams needs a function parameter f", where, re.Name)
+				}
+			}
+			if re.Drain != "" && re.param(re.Drain) == nil {
+				return nil, fmt.Errorf("%s: %s: drain names no parameter", where, re.Name)
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	op := 1
+	for i := range out {
+		if out[i].Forwarded() {
+			out[i].Op = op
+			op++
+		}
+	}
+	return out, nil
+}
+
+func (r *RemoteEntry) param(name string) *Param {
+	for i := range r.Params {
+		if r.Params[i].Name == name {
+			return &r.Params[i]
+		}
+	}
+	return nil
+}
+
+// Forwarded reports whether the entry has an operation on the wire.
+func (r RemoteEntry) Forwarded() bool { return r.Disp == DispSync || r.Disp == DispWrap }
+
+// pointee is the type a pointer parameter points to, without const.
+func pointee(t string) string {
+	t = strings.TrimSpace(strings.TrimSuffix(t, "*"))
+	return strings.TrimSpace(strings.TrimPrefix(t, "const "))
+}
+
+// elemSize is the C expression for the size of one pointed-to object.
+func elemSize(t string) string {
+	if p := pointee(t); p != "void" {
+		return "sizeof(" + p + ")"
+	}
+	return "1"
+}
+
+// bytesExpr is the C expression for a buffer's size in bytes.
+func bytesExpr(p Param, k Kind) string {
+	if k.Count == "" {
+		return elemSize(p.Type)
+	}
+	return fmt.Sprintf("(uint64_t)(%s) * %s", k.Count, elemSize(p.Type))
+}
+
+// byteBuffer: the executor can hand the frame's bytes to the driver
+// without copying them into aligned memory.
+func byteBuffer(t string) bool {
+	p := pointee(t)
+	return p == "void" || p == "char" || p == "unsigned char"
+}
+
+// opsHash identifies the operation table; client and executor built from
+// different tables refuse each other at the handshake.
+func opsHash(entries []RemoteEntry) uint64 {
+	h := fnv.New64a()
+	for _, e := range entries {
+		if e.Forwarded() {
+			fmt.Fprintf(h, "%d %s(%s)", e.Op, e.Name, e.ParamList())
+			var names []string
+			for n, k := range e.Kinds {
+				names = append(names, n+"="+k.Name+"["+k.Count+"]")
+			}
+			sort.Strings(names)
+			fmt.Fprintf(h, "%s drain=%s\n", strings.Join(names, " "), e.Drain)
+		}
+	}
+	return h.Sum64()
+}
+
+// scalarGet is the executor's expression decoding a by-value parameter.
+func scalarGet(t string) string {
+	if handleTypes[t] || strings.Contains(t, "*") {
+		return fmt.Sprintf("(%s)(uintptr_t)fgr_get_u64(rd)", t)
+	}
+	return fmt.Sprintf("(%s)fgr_get_u64(rd)", t)
+}
+
+// scalarPut is the client's expression encoding a by-value parameter.
+func scalarPut(p Param) string {
+	if handleTypes[p.Type] || strings.Contains(p.Type, "*") {
+		return fmt.Sprintf("(uint64_t)(uintptr_t)%s", p.Name)
+	}
+	if p.Type == "int" || p.Type == "CUdevice" {
+		return fmt.Sprintf("(uint64_t)(int64_t)%s", p.Name)
+	}
+	return fmt.Sprintf("(uint64_t)%s", p.Name)
+}
+
+const remoteHeader = "/* Code generated by tools/gen from api/remote.api and api/cuda.api. DO NOT EDIT. */\n"
+
+// emitRemoteProto writes the operation numbers and the prototypes of the
+// entries only the remoting client exports.
+func emitRemoteProto(entries []RemoteEntry) string {
+	var b strings.Builder
+	b.WriteString(remoteHeader)
+	b.WriteString("#ifndef FLEXGV_REMOTE_PROTO_GEN_H\n#define FLEXGV_REMOTE_PROTO_GEN_H\n\n#include \"flexgv/cuda_api_gen.h\"\n\n")
+	b.WriteString("/* Operations on the wire; 0 is the handshake. */\nenum fgr_op {\n    FGR_OP_HELLO = 0,\n")
+	n := 0
+	for _, e := range entries {
+		if e.Forwarded() {
+			fmt.Fprintf(&b, "    FGR_OP_%s = %d,\n", e.Name, e.Op)
+			n = e.Op
+		}
+	}
+	fmt.Fprintf(&b, "    FGR_NUM_OPS = %d\n};\n\n", n+1)
+	fmt.Fprintf(&b, "#define FGR_OPS_HASH 0x%016xULL\n\n", opsHash(entries))
+	b.WriteString("/* Entry points the shim does not hook, exported by the remoting client. */\n")
+	for _, e := range entries {
+		if e.Extra {
+			fmt.Fprintf(&b, "CUresult %s(%s);\n", e.Name, e.ParamList())
+		}
+	}
+	b.WriteString("\n/* Forwarders of the wrap entries, called by their hand-written exports. */\n")
+	for _, e := range entries {
+		if e.Disp == DispWrap {
+			fmt.Fprintf(&b, "CUresult fgr_fwd_%s(%s);\n", e.Name, e.ParamList())
+		}
+	}
+	b.WriteString("\n#endif\n")
+	return b.String()
+}
+
+// emitRemoteClient writes the client's stubs and its entry point table.
+func emitRemoteClient(entries []RemoteEntry) string {
+	var b strings.Builder
+	b.WriteString(remoteHeader)
+	b.WriteString("#include \"client.h\"\n\n")
+	var unsupported []string
+	for _, e := range entries {
+		switch e.Disp {
+		case DispLocal:
+			continue // remote/client/*.c
+		case "":
+			unsupported = append(unsupported, e.Name)
+			fmt.Fprintf(&b, "FGR_EXPORT CUresult %s(%s)\n{\n", e.Name, e.ParamList())
+			for _, p := range e.Params {
+				fmt.Fprintf(&b, "    (void)%s;\n", p.Name)
+			}
+			fmt.Fprintf(&b, "    return fgr_unsupported(%d, \"%s\", NULL);\n}\n\n", len(unsupported)-1, e.Name)
+			continue
+		}
+		name := e.Name
+		if e.Disp == DispWrap {
+			fmt.Fprintf(&b, "CUresult fgr_fwd_%s(%s)\n{\n", name, e.ParamList())
+		} else {
+			fmt.Fprintf(&b, "FGR_EXPORT CUresult %s(%s)\n{\n", name, e.ParamList())
+		}
+		b.WriteString("    CUresult r;\n")
+		// What the protocol cannot carry is refused before anything is sent.
+		for _, p := range e.Params {
+			switch k := e.Kinds[p.Name]; k.Name {
+			case "null":
+				fmt.Fprintf(&b, "    if (%s != NULL)\n        return fgr_unsupported(-1, \"%s\", \"%s\");\n", p.Name, name, p.Name)
+			case "launchcfg":
+				fmt.Fprintf(&b, "    if (%s != NULL && %s->numAttrs != 0)\n        return fgr_unsupported(-1, \"%s\", \"launch attributes\");\n", p.Name, p.Name, name)
+			case "in", "out", "inout":
+				fmt.Fprintf(&b, "    uint64_t n_%s = %s ? %s : 0;\n", p.Name, p.Name, bytesExpr(p, k))
+				if k.Count == "" {
+					break
+				}
+				fmt.Fprintf(&b, "    if (n_%s > FGR_MAX_BUF)\n        return fgr_unsupported(-1, \"%s\", \"a buffer over the frame limit\");\n", p.Name, name)
+			case "kparams":
+				fmt.Fprintf(&b, "    struct fgr_kparams kp;\n    if ((r = fgr_kparams_layout(f, %s, &kp)) != CUDA_SUCCESS)\n        return r;\n", p.Name)
+			}
+		}
+		b.WriteString("    struct fgr_call c;\n")
+		fmt.Fprintf(&b, "    if ((r = fgr_begin(&c, FGR_OP_%s)) != CUDA_SUCCESS)\n        return r;\n", name)
+		for _, p := range e.Params {
+			if _, ptr := e.Kinds[p.Name]; !ptr {
+				fmt.Fprintf(&b, "    fgr_put_u64(&c.w, %s);\n", scalarPut(p))
+			}
+		}
+		for _, p := range e.Params {
+			switch k := e.Kinds[p.Name]; k.Name {
+			case "in", "inout":
+				fmt.Fprintf(&b, "    fgr_put_buf(&c.w, %s, n_%s);\n", p.Name, p.Name)
+			case "out":
+				fmt.Fprintf(&b, "    fgr_put_u8(&c.w, %s != NULL);\n", p.Name)
+			case "str":
+				fmt.Fprintf(&b, "    fgr_put_str(&c.w, %s);\n", p.Name)
+			case "image":
+				fmt.Fprintf(&b, "    fgr_put_image(&c.w, %s);\n", p.Name)
+			case "kparams":
+				fmt.Fprintf(&b, "    fgr_put_kparams(&c.w, &kp, %s);\n", p.Name)
+			case "launchcfg":
+				fmt.Fprintf(&b, "    fgr_put_launchcfg(&c.w, %s);\n", p.Name)
+			}
+		}
+		b.WriteString("    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)\n        return r;\n")
+		for _, p := range e.Params {
+			switch k := e.Kinds[p.Name]; k.Name {
+			case "inout":
+				fmt.Fprintf(&b, "    fgr_get_out(&c, %s, n_%s, 1);\n", p.Name, p.Name)
+			case "out":
+				fmt.Fprintf(&b, "    fgr_get_out(&c, %s, n_%s, 0);\n", p.Name, p.Name)
+			}
+		}
+		b.WriteString("    return fgr_end(&c);\n}\n\n")
+	}
+	fmt.Fprintf(&b, "const int fgr_nunsupported = %d;\n", len(unsupported))
+	b.WriteString("\n/* What cuGetProcAddress hands out: every exported entry point. */\n")
+	b.WriteString("const struct fgr_proc fgr_procs[] = {\n")
+	for _, e := range entries {
+		pt := 0
+		if e.PerThread() != "" {
+			pt = 1
+		}
+		fmt.Fprintf(&b, "    {\"%s\", \"%s\", %d, %d, (void *)%s},\n", e.Base(), e.Name, e.Version, pt, e.Name)
+	}
+	b.WriteString("};\n\nconst int fgr_nprocs = sizeof(fgr_procs) / sizeof(fgr_procs[0]);\n")
+	return b.String()
+}
+
+// emitRemoteServer writes the executor's decoders and dispatch table.
+func emitRemoteServer(entries []RemoteEntry) string {
+	var b strings.Builder
+	b.WriteString(remoteHeader)
+	b.WriteString("#include \"executor.h\"\n\n")
+	for _, e := range entries {
+		if e.Forwarded() {
+			fmt.Fprintf(&b, "typedef CUresult (*pfn_%s)(%s);\n", e.Name, e.ParamList())
+		}
+	}
+	b.WriteString("\n")
+	for _, e := range entries {
+		if !e.Forwarded() {
+			continue
+		}
+		fmt.Fprintf(&b, "static CUresult op_%s(struct fgr_rd *rd, struct fgr_req *q)\n{\n    (void)q;\n", e.Name)
+		// By-value parameters first, then pointers: sizes may use the former.
+		for _, p := range e.Params {
+			if _, ptr := e.Kinds[p.Name]; !ptr {
+				fmt.Fprintf(&b, "    %s = %s;\n", joinDecl(p.Type, p.Name), scalarGet(p.Type))
+			}
+		}
+		for _, p := range e.Params {
+			k, ptr := e.Kinds[p.Name]
+			if !ptr {
+				continue
+			}
+			t := pointee(p.Type)
+			switch k.Name {
+			case "in", "inout":
+				fmt.Fprintf(&b, "    %s *%s = fgr_get_buf(rd, q, %s, %d);\n", t, p.Name, bytesExpr(p, k), b2i(!byteBuffer(p.Type)))
+			case "out":
+				fmt.Fprintf(&b, "    int has_%s = fgr_get_u8(rd);\n", p.Name)
+			case "str":
+				fmt.Fprintf(&b, "    char *%s = fgr_get_str(rd);\n", p.Name)
+			case "image":
+				fmt.Fprintf(&b, "    void *%s = fgr_get_image(rd, q);\n", p.Name)
+			case "kparams":
+				fmt.Fprintf(&b, "    void **%s = fgr_get_kparams(rd, q);\n", p.Name)
+			case "launchcfg":
+				fmt.Fprintf(&b, "    CUlaunchConfig *%s = fgr_get_launchcfg(rd, q);\n", p.Name)
+			case "null":
+				fmt.Fprintf(&b, "    %s = NULL;\n", joinDecl(p.Type, p.Name))
+			}
+		}
+		b.WriteString("    if (!fgr_rd_done(rd))\n        return FGR_BAD_FRAME;\n")
+		for _, p := range e.Params {
+			if k := e.Kinds[p.Name]; k.Name == "out" {
+				fmt.Fprintf(&b, "    %s *%s = NULL;\n", pointee(p.Type), p.Name)
+				fmt.Fprintf(&b, "    if (has_%s && !(%s = fgr_out(q, %s)))\n        return fgr_out_failed(q);\n", p.Name, p.Name, bytesExpr(p, k))
+			}
+		}
+		fmt.Fprintf(&b, "    CUresult r = ((pfn_%s)fgr_real[FGR_OP_%s])(%s);\n", e.Name, e.Name, e.ArgList())
+		if e.Drain != "" {
+			fmt.Fprintf(&b, "    if (r == CUDA_SUCCESS)\n        r = fgr_drain(%s, %d);\n", e.Drain, b2i(e.PerThread() != ""))
+		}
+		for _, p := range e.Params {
+			switch k := e.Kinds[p.Name]; k.Name {
+			case "inout":
+				fmt.Fprintf(&b, "    fgr_reply_out(q, %s, %s, 1, r);\n", p.Name, bytesExpr(p, k))
+			case "out":
+				fmt.Fprintf(&b, "    fgr_reply_out(q, %s, %s, 0, r);\n", p.Name, bytesExpr(p, k))
+			}
+		}
+		b.WriteString("    return r;\n}\n\n")
+	}
+	b.WriteString("const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {\n")
+	for _, e := range entries {
+		if e.Forwarded() {
+			fmt.Fprintf(&b, "    [FGR_OP_%s] = {\"%s\", op_%s},\n", e.Name, e.Name, e.Name)
+		}
+	}
+	b.WriteString("};\n")
+	return b.String()
+}
+
+func b2i(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// emitRemoteDoc writes the support list of the remoting client.
+func emitRemoteDoc(entries []RemoteEntry) string {
+	var b strings.Builder
+	b.WriteString("<!-- Code generated by tools/gen from api/remote.api and api/cuda.api. DO NOT EDIT. -->\n")
+	b.WriteString("# What the remoting client supports\n\n")
+	b.WriteString("Every entry point the remoting `libcuda.so.1` exports and how it is\n" +
+		"answered: *local* on the client, *sync* forwarded with the caller waiting,\n" +
+		"*wrap* forwarded with client-side bookkeeping. Entries marked\n" +
+		"*unsupported* answer `CUDA_ERROR_NOT_SUPPORTED`, say so once on stderr\n" +
+		"and count as failed calls under `flexgv trace`. Source: `api/remote.api`.\n\n")
+	count := map[Disposition]int{}
+	for _, e := range entries {
+		count[e.Disp]++
+	}
+	fmt.Fprintf(&b, "%d entry points: %d local, %d sync, %d wrap, %d unsupported.\n\n",
+		len(entries), count[DispLocal], count[DispSync], count[DispWrap], count[""])
+	b.WriteString("| entry point | answered | pointer parameters |\n| --- | --- | --- |\n")
+	for _, e := range entries {
+		d := string(e.Disp)
+		if d == "" {
+			d = "**unsupported**"
+		}
+		var ks []string
+		for _, p := range e.Params {
+			if k, ok := e.Kinds[p.Name]; ok {
+				s := p.Name + ": " + k.Name
+				if k.Count != "" {
+					s += "[" + k.Count + "]"
+				}
+				ks = append(ks, "`"+strings.ReplaceAll(s, "|", "\\|")+"`")
+			}
+		}
+		if e.Drain != "" {
+			ks = append(ks, "waits for `"+e.Drain+"`")
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", e.Name, d, strings.Join(ks, ", "))
+	}
+	return b.String()
+}
