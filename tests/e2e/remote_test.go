@@ -344,3 +344,37 @@ print("cuDeviceGet", cu.cuDeviceGet(ctypes.byref(dev), 0))
 		}
 	}
 }
+
+// A forked child makes calls of its own while its parent goes on: it gets a
+// connection (and an executor) of its own instead of sharing its parent's.
+func TestRemoteForkedChildCalls(t *testing.T) {
+	prog := `
+import ctypes, os, sys
+cu = ctypes.CDLL("libcuda.so.1")
+def work(n):
+    ctx, p = ctypes.c_void_p(), ctypes.c_uint64()
+    assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+    assert cu.cuCtxSetCurrent(ctx) == 0
+    for i in range(n):
+        assert cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(4096)) == 0
+        assert cu.cuMemFree_v2(p) == 0
+assert cu.cuInit(0) == 0
+work(10)
+pid = os.fork()
+if pid == 0:
+    work(300)
+    os._exit(0)
+work(300)
+_, st = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(st))
+`
+	e := newEnv(t)
+	s := e.serve("unix")
+	r := e.remote(s, "python3", "-c", prog)
+	if r.code != 0 || r.stdout != "child 0\n" {
+		t.Fatalf("exit %d, %q\n%s", r.code, r.stdout, r.stderr)
+	}
+	if n := strings.Count(s.Log(), "connected: executor pid"); n != 2 {
+		t.Errorf("%d connections for a parent and its child:\n%s", n, s.Log())
+	}
+}
