@@ -155,10 +155,17 @@ enum fgr_op {
     FGR_OP_cuStreamGetCtx = 146,
     FGR_OP_cuStreamGetCtx_ptsz = 147,
     FGR_OP_cuGraphAddChildGraphNode = 148,
-    FGR_NUM_OPS = 149
+    FGR_OP_xt_simA = 149,
+    FGR_OP_xt_simA_1 = 150,
+    FGR_OP_xt_simA_2 = 151,
+    FGR_OP_xt_simA_7 = 152,
+    FGR_OP_xt_simB = 153,
+    FGR_OP_xt_simB_1 = 154,
+    FGR_OP_xt_simB_2 = 155,
+    FGR_NUM_OPS = 156
 };
 
-#define FGR_OPS_HASH 0x61b11fb31f18da0eULL
+#define FGR_OPS_HASH 0x378f99c6b997bb63ULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);

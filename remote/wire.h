@@ -74,6 +74,32 @@ static inline int fgr_rd_done(const struct fgr_rd *r) { return !r->bad && r->lef
 int fgr_write_all(int fd, const void *p, size_t n);
 int fgr_read_all(int fd, void *p, size_t n);
 
+/* Floating-point arguments travel as their bits. */
+static inline uint64_t fgr_f64_bits(double v)
+{
+    uint64_t u;
+    __builtin_memcpy(&u, &v, sizeof u);
+    return u;
+}
+static inline double fgr_bits_f64(uint64_t u)
+{
+    double v;
+    __builtin_memcpy(&v, &u, sizeof v);
+    return v;
+}
+static inline uint32_t fgr_f32_bits(float v)
+{
+    uint32_t u;
+    __builtin_memcpy(&u, &v, sizeof u);
+    return u;
+}
+static inline float fgr_bits_f32(uint32_t u)
+{
+    float v;
+    __builtin_memcpy(&v, &u, sizeof v);
+    return v;
+}
+
 /* Bytes of a module image (fatbinary, 64-bit ELF, or NUL-terminated text)
  * read from at most max bytes, or 0 when that is not enough to tell. */
 uint64_t fgr_image_size(const void *image, uint64_t max);

@@ -81,4 +81,14 @@ struct fgr_proc {
 extern const struct fgr_proc fgr_procs[];
 extern const int fgr_nprocs;
 
+/* The export tables the client answers: their words, filled by fetch. */
+struct fgr_table {
+    CUuuid uuid;
+    const void **words;
+    size_t bytes; /* whole pages */
+    CUresult (*fetch)(void);
+};
+extern const struct fgr_table fgr_tables[];
+extern const int fgr_ntables;
+
 #endif

@@ -3,115 +3,115 @@
 
 CUresult fgr_fwd_cuInit(unsigned int Flags)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuInit)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)Flags);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuInit)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)Flags);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_bytes = bytes ? sizeof(size_t) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuDeviceTotalMem_v2)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(int64_t)dev);
-    fgr_put_u8(&c.w, bytes != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, bytes, n_bytes, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceTotalMem_v2)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
+    fgr_put_u8(&fgr_c.w, bytes != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, bytes, n_bytes, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_pctx = pctx ? sizeof(CUcontext) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuDevicePrimaryCtxRetain)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(int64_t)dev);
-    fgr_put_u8(&c.w, pctx != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, pctx, n_pctx, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDevicePrimaryCtxRetain)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
+    fgr_put_u8(&fgr_c.w, pctx != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pctx, n_pctx, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuDevicePrimaryCtxRelease_v2)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(int64_t)dev);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDevicePrimaryCtxRelease_v2)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuDevicePrimaryCtxReset_v2)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(int64_t)dev);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDevicePrimaryCtxReset_v2)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuDevicePrimaryCtxSetFlags_v2)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(int64_t)dev);
-    fgr_put_u64(&c.w, (uint64_t)flags);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDevicePrimaryCtxSetFlags_v2)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_flags = flags ? sizeof(unsigned int) : 0;
     uint64_t n_active = active ? sizeof(int) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuDevicePrimaryCtxGetState)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(int64_t)dev);
-    fgr_put_u8(&c.w, flags != NULL);
-    fgr_put_u8(&c.w, active != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, flags, n_flags, 0);
-    fgr_get_out(&c, active, n_active, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDevicePrimaryCtxGetState)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
+    fgr_put_u8(&fgr_c.w, flags != NULL);
+    fgr_put_u8(&fgr_c.w, active != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, flags, n_flags, 0);
+    fgr_get_out(&fgr_c, active, n_active, 0);
+    return fgr_end(&fgr_c);
 }
 
 CUresult fgr_fwd_cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_pctx = pctx ? sizeof(CUcontext) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuCtxCreate_v2)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)flags);
-    fgr_put_u64(&c.w, (uint64_t)(int64_t)dev);
-    fgr_put_u8(&c.w, pctx != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, pctx, n_pctx, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxCreate_v2)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
+    fgr_put_u8(&fgr_c.w, pctx != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pctx, n_pctx, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev)
@@ -125,408 +125,408 @@ FGR_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreate
 
 CUresult fgr_fwd_cuCtxDestroy_v2(CUcontext ctx)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuCtxDestroy_v2)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)ctx);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxDestroy_v2)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)ctx);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuCtxGetDevice(CUdevice *device)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_device = device ? sizeof(CUdevice) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuCtxGetDevice)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u8(&c.w, device != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, device, n_device, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxGetDevice)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u8(&fgr_c.w, device != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, device, n_device, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuCtxSynchronize(void)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuCtxSynchronize)) != CUDA_SUCCESS)
-        return r;
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxSynchronize)) != CUDA_SUCCESS)
+        return fgr_r;
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_free = free ? sizeof(size_t) : 0;
     uint64_t n_total = total ? sizeof(size_t) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemGetInfo_v2)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u8(&c.w, free != NULL);
-    fgr_put_u8(&c.w, total != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, free, n_free, 0);
-    fgr_get_out(&c, total, n_total, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemGetInfo_v2)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u8(&fgr_c.w, free != NULL);
+    fgr_put_u8(&fgr_c.w, total != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, free, n_free, 0);
+    fgr_get_out(&fgr_c, total, n_total, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_dptr = dptr ? sizeof(CUdeviceptr) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemAlloc_v2)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)bytesize);
-    fgr_put_u8(&c.w, dptr != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, dptr, n_dptr, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemAlloc_v2)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)bytesize);
+    fgr_put_u8(&fgr_c.w, dptr != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dptr, n_dptr, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_dptr = dptr ? sizeof(CUdeviceptr) : 0;
     uint64_t n_pPitch = pPitch ? sizeof(size_t) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemAllocPitch_v2)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)WidthInBytes);
-    fgr_put_u64(&c.w, (uint64_t)Height);
-    fgr_put_u64(&c.w, (uint64_t)ElementSizeBytes);
-    fgr_put_u8(&c.w, dptr != NULL);
-    fgr_put_u8(&c.w, pPitch != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, dptr, n_dptr, 0);
-    fgr_get_out(&c, pPitch, n_pPitch, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemAllocPitch_v2)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)WidthInBytes);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ElementSizeBytes);
+    fgr_put_u8(&fgr_c.w, dptr != NULL);
+    fgr_put_u8(&fgr_c.w, pPitch != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dptr, n_dptr, 0);
+    fgr_get_out(&fgr_c, pPitch, n_pPitch, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemFree_v2)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)dptr);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemFree_v2)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dptr);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_dptr = dptr ? sizeof(CUdeviceptr) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemAllocManaged)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)bytesize);
-    fgr_put_u64(&c.w, (uint64_t)flags);
-    fgr_put_u8(&c.w, dptr != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, dptr, n_dptr, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemAllocManaged)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)bytesize);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    fgr_put_u8(&fgr_c.w, dptr != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dptr, n_dptr, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_pbase = pbase ? sizeof(CUdeviceptr) : 0;
     uint64_t n_psize = psize ? sizeof(size_t) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemGetAddressRange_v2)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)dptr);
-    fgr_put_u8(&c.w, pbase != NULL);
-    fgr_put_u8(&c.w, psize != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, pbase, n_pbase, 0);
-    fgr_get_out(&c, psize, n_psize, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemGetAddressRange_v2)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dptr);
+    fgr_put_u8(&fgr_c.w, pbase != NULL);
+    fgr_put_u8(&fgr_c.w, psize != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pbase, n_pbase, 0);
+    fgr_get_out(&fgr_c, psize, n_psize, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_dptr = dptr ? sizeof(CUdeviceptr) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemAllocAsync)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)bytesize);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_u8(&c.w, dptr != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, dptr, n_dptr, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemAllocAsync)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)bytesize);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u8(&fgr_c.w, dptr != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dptr, n_dptr, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_dptr = dptr ? sizeof(CUdeviceptr) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemAllocAsync_ptsz)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)bytesize);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_u8(&c.w, dptr != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, dptr, n_dptr, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemAllocAsync_ptsz)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)bytesize);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u8(&fgr_c.w, dptr != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dptr, n_dptr, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemFreeAsync)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)dptr);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemFreeAsync)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dptr);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemFreeAsync_ptsz)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)dptr);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemFreeAsync_ptsz)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dptr);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_dptr = dptr ? sizeof(CUdeviceptr) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemAllocFromPoolAsync)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)bytesize);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)pool);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_u8(&c.w, dptr != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, dptr, n_dptr, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemAllocFromPoolAsync)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)bytesize);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)pool);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u8(&fgr_c.w, dptr != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dptr, n_dptr, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_dptr = dptr ? sizeof(CUdeviceptr) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemAllocFromPoolAsync_ptsz)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)bytesize);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)pool);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_u8(&c.w, dptr != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, dptr, n_dptr, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemAllocFromPoolAsync_ptsz)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)bytesize);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)pool);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u8(&fgr_c.w, dptr != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dptr, n_dptr, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_pool = pool ? sizeof(CUmemoryPool) : 0;
     uint64_t n_poolProps = poolProps ? sizeof(CUmemPoolProps) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemPoolCreate)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u8(&c.w, pool != NULL);
-    fgr_put_buf(&c.w, poolProps, n_poolProps);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, pool, n_pool, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemPoolCreate)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u8(&fgr_c.w, pool != NULL);
+    fgr_put_buf(&fgr_c.w, poolProps, n_poolProps);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pool, n_pool, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemPoolDestroy)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)pool);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemPoolDestroy)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)pool);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemPoolTrimTo)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)pool);
-    fgr_put_u64(&c.w, (uint64_t)minBytesToKeep);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemPoolTrimTo)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)pool);
+    fgr_put_u64(&fgr_c.w, (uint64_t)minBytesToKeep);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_value = value ? (uint64_t)(fgr_mempool_attr_bytes(attr)) * 1 : 0;
     if (n_value > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemPoolGetAttribute", "a buffer over the frame limit");
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemPoolGetAttribute)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)pool);
-    fgr_put_u64(&c.w, (uint64_t)attr);
-    fgr_put_u8(&c.w, value != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, value, n_value, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemPoolGetAttribute)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)pool);
+    fgr_put_u64(&fgr_c.w, (uint64_t)attr);
+    fgr_put_u8(&fgr_c.w, value != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, value, n_value, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_pool = pool ? sizeof(CUmemoryPool) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuDeviceGetMemPool)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(int64_t)dev);
-    fgr_put_u8(&c.w, pool != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, pool, n_pool, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceGetMemPool)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
+    fgr_put_u8(&fgr_c.w, pool != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pool, n_pool, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_pool_out = pool_out ? sizeof(CUmemoryPool) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuDeviceGetDefaultMemPool)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(int64_t)dev);
-    fgr_put_u8(&c.w, pool_out != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, pool_out, n_pool_out, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceGetDefaultMemPool)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
+    fgr_put_u8(&fgr_c.w, pool_out != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pool_out, n_pool_out, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_handle = handle ? sizeof(CUmemGenericAllocationHandle) : 0;
     uint64_t n_prop = prop ? sizeof(CUmemAllocationProp) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemCreate)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)size);
-    fgr_put_u64(&c.w, (uint64_t)flags);
-    fgr_put_u8(&c.w, handle != NULL);
-    fgr_put_buf(&c.w, prop, n_prop);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, handle, n_handle, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemCreate)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)size);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    fgr_put_u8(&fgr_c.w, handle != NULL);
+    fgr_put_buf(&fgr_c.w, prop, n_prop);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, handle, n_handle, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemRelease)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)handle);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemRelease)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)handle);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_ptr = ptr ? sizeof(CUdeviceptr) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemAddressReserve)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)size);
-    fgr_put_u64(&c.w, (uint64_t)alignment);
-    fgr_put_u64(&c.w, (uint64_t)addr);
-    fgr_put_u64(&c.w, (uint64_t)flags);
-    fgr_put_u8(&c.w, ptr != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, ptr, n_ptr, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemAddressReserve)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)size);
+    fgr_put_u64(&fgr_c.w, (uint64_t)alignment);
+    fgr_put_u64(&fgr_c.w, (uint64_t)addr);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    fgr_put_u8(&fgr_c.w, ptr != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, ptr, n_ptr, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemAddressFree)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)ptr);
-    fgr_put_u64(&c.w, (uint64_t)size);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemAddressFree)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)ptr);
+    fgr_put_u64(&fgr_c.w, (uint64_t)size);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemMap)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)ptr);
-    fgr_put_u64(&c.w, (uint64_t)size);
-    fgr_put_u64(&c.w, (uint64_t)offset);
-    fgr_put_u64(&c.w, (uint64_t)handle);
-    fgr_put_u64(&c.w, (uint64_t)flags);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemMap)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)ptr);
+    fgr_put_u64(&fgr_c.w, (uint64_t)size);
+    fgr_put_u64(&fgr_c.w, (uint64_t)offset);
+    fgr_put_u64(&fgr_c.w, (uint64_t)handle);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemUnmap)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)ptr);
-    fgr_put_u64(&c.w, (uint64_t)size);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemUnmap)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)ptr);
+    fgr_put_u64(&fgr_c.w, (uint64_t)size);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
@@ -540,551 +540,551 @@ FGR_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAcce
 
 FGR_EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_granularity = granularity ? sizeof(size_t) : 0;
     uint64_t n_prop = prop ? sizeof(CUmemAllocationProp) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemGetAllocationGranularity)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)option);
-    fgr_put_u8(&c.w, granularity != NULL);
-    fgr_put_buf(&c.w, prop, n_prop);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, granularity, n_granularity, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemGetAllocationGranularity)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)option);
+    fgr_put_u8(&fgr_c.w, granularity != NULL);
+    fgr_put_buf(&fgr_c.w, prop, n_prop);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, granularity, n_granularity, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_pHandle = pHandle ? sizeof(CUarray) : 0;
     uint64_t n_pAllocateArray = pAllocateArray ? sizeof(CUDA_ARRAY_DESCRIPTOR) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuArrayCreate_v2)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u8(&c.w, pHandle != NULL);
-    fgr_put_buf(&c.w, pAllocateArray, n_pAllocateArray);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, pHandle, n_pHandle, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuArrayCreate_v2)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u8(&fgr_c.w, pHandle != NULL);
+    fgr_put_buf(&fgr_c.w, pAllocateArray, n_pAllocateArray);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pHandle, n_pHandle, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_pHandle = pHandle ? sizeof(CUarray) : 0;
     uint64_t n_pAllocateArray = pAllocateArray ? sizeof(CUDA_ARRAY3D_DESCRIPTOR) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuArray3DCreate_v2)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u8(&c.w, pHandle != NULL);
-    fgr_put_buf(&c.w, pAllocateArray, n_pAllocateArray);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, pHandle, n_pHandle, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuArray3DCreate_v2)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u8(&fgr_c.w, pHandle != NULL);
+    fgr_put_buf(&fgr_c.w, pAllocateArray, n_pAllocateArray);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pHandle, n_pHandle, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuArrayDestroy(CUarray hArray)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuArrayDestroy)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hArray);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuArrayDestroy)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hArray);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc, unsigned int numMipmapLevels)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_pHandle = pHandle ? sizeof(CUmipmappedArray) : 0;
     uint64_t n_pMipmappedArrayDesc = pMipmappedArrayDesc ? sizeof(CUDA_ARRAY3D_DESCRIPTOR) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMipmappedArrayCreate)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)numMipmapLevels);
-    fgr_put_u8(&c.w, pHandle != NULL);
-    fgr_put_buf(&c.w, pMipmappedArrayDesc, n_pMipmappedArrayDesc);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, pHandle, n_pHandle, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMipmappedArrayCreate)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)numMipmapLevels);
+    fgr_put_u8(&fgr_c.w, pHandle != NULL);
+    fgr_put_buf(&fgr_c.w, pMipmappedArrayDesc, n_pMipmappedArrayDesc);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pHandle, n_pHandle, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMipmappedArrayDestroy)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hMipmappedArray);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMipmappedArrayDestroy)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hMipmappedArray);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_srcHost = srcHost ? (uint64_t)(ByteCount) * 1 : 0;
     if (n_srcHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyHtoD_v2", "a buffer over the frame limit");
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemcpyHtoD_v2)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&c.w, (uint64_t)ByteCount);
-    fgr_put_buf(&c.w, srcHost, n_srcHost);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyHtoD_v2)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
+    fgr_put_buf(&fgr_c.w, srcHost, n_srcHost);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_srcHost = srcHost ? (uint64_t)(ByteCount) * 1 : 0;
     if (n_srcHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyHtoD_v2_ptds", "a buffer over the frame limit");
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemcpyHtoD_v2_ptds)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&c.w, (uint64_t)ByteCount);
-    fgr_put_buf(&c.w, srcHost, n_srcHost);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyHtoD_v2_ptds)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
+    fgr_put_buf(&fgr_c.w, srcHost, n_srcHost);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_dstHost = dstHost ? (uint64_t)(ByteCount) * 1 : 0;
     if (n_dstHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyDtoH_v2", "a buffer over the frame limit");
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemcpyDtoH_v2)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)srcDevice);
-    fgr_put_u64(&c.w, (uint64_t)ByteCount);
-    fgr_put_u8(&c.w, dstHost != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, dstHost, n_dstHost, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyDtoH_v2)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)srcDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
+    fgr_put_u8(&fgr_c.w, dstHost != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dstHost, n_dstHost, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_dstHost = dstHost ? (uint64_t)(ByteCount) * 1 : 0;
     if (n_dstHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyDtoH_v2_ptds", "a buffer over the frame limit");
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemcpyDtoH_v2_ptds)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)srcDevice);
-    fgr_put_u64(&c.w, (uint64_t)ByteCount);
-    fgr_put_u8(&c.w, dstHost != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, dstHost, n_dstHost, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyDtoH_v2_ptds)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)srcDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
+    fgr_put_u8(&fgr_c.w, dstHost != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dstHost, n_dstHost, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemcpyDtoD_v2)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&c.w, (uint64_t)srcDevice);
-    fgr_put_u64(&c.w, (uint64_t)ByteCount);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyDtoD_v2)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)srcDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemcpyDtoD_v2_ptds)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&c.w, (uint64_t)srcDevice);
-    fgr_put_u64(&c.w, (uint64_t)ByteCount);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyDtoD_v2_ptds)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)srcDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemcpy)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)dst);
-    fgr_put_u64(&c.w, (uint64_t)src);
-    fgr_put_u64(&c.w, (uint64_t)ByteCount);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpy)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dst);
+    fgr_put_u64(&fgr_c.w, (uint64_t)src);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemcpy_ptds)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)dst);
-    fgr_put_u64(&c.w, (uint64_t)src);
-    fgr_put_u64(&c.w, (uint64_t)ByteCount);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpy_ptds)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dst);
+    fgr_put_u64(&fgr_c.w, (uint64_t)src);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_srcHost = srcHost ? (uint64_t)(ByteCount) * 1 : 0;
     if (n_srcHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyHtoDAsync_v2", "a buffer over the frame limit");
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemcpyHtoDAsync_v2)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&c.w, (uint64_t)ByteCount);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_buf(&c.w, srcHost, n_srcHost);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyHtoDAsync_v2)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_buf(&fgr_c.w, srcHost, n_srcHost);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_srcHost = srcHost ? (uint64_t)(ByteCount) * 1 : 0;
     if (n_srcHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyHtoDAsync_v2_ptsz", "a buffer over the frame limit");
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemcpyHtoDAsync_v2_ptsz)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&c.w, (uint64_t)ByteCount);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_buf(&c.w, srcHost, n_srcHost);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyHtoDAsync_v2_ptsz)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_buf(&fgr_c.w, srcHost, n_srcHost);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_dstHost = dstHost ? (uint64_t)(ByteCount) * 1 : 0;
     if (n_dstHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyDtoHAsync_v2", "a buffer over the frame limit");
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemcpyDtoHAsync_v2)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)srcDevice);
-    fgr_put_u64(&c.w, (uint64_t)ByteCount);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_u8(&c.w, dstHost != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, dstHost, n_dstHost, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyDtoHAsync_v2)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)srcDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u8(&fgr_c.w, dstHost != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dstHost, n_dstHost, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_dstHost = dstHost ? (uint64_t)(ByteCount) * 1 : 0;
     if (n_dstHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyDtoHAsync_v2_ptsz", "a buffer over the frame limit");
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemcpyDtoHAsync_v2_ptsz)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)srcDevice);
-    fgr_put_u64(&c.w, (uint64_t)ByteCount);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_u8(&c.w, dstHost != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, dstHost, n_dstHost, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyDtoHAsync_v2_ptsz)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)srcDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u8(&fgr_c.w, dstHost != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dstHost, n_dstHost, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemcpyDtoDAsync_v2)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&c.w, (uint64_t)srcDevice);
-    fgr_put_u64(&c.w, (uint64_t)ByteCount);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyDtoDAsync_v2)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)srcDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemcpyDtoDAsync_v2_ptsz)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&c.w, (uint64_t)srcDevice);
-    fgr_put_u64(&c.w, (uint64_t)ByteCount);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyDtoDAsync_v2_ptsz)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)srcDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemcpyAsync)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)dst);
-    fgr_put_u64(&c.w, (uint64_t)src);
-    fgr_put_u64(&c.w, (uint64_t)ByteCount);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyAsync)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dst);
+    fgr_put_u64(&fgr_c.w, (uint64_t)src);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemcpyAsync_ptsz)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)dst);
-    fgr_put_u64(&c.w, (uint64_t)src);
-    fgr_put_u64(&c.w, (uint64_t)ByteCount);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyAsync_ptsz)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dst);
+    fgr_put_u64(&fgr_c.w, (uint64_t)src);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemsetD8_v2)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&c.w, (uint64_t)uc);
-    fgr_put_u64(&c.w, (uint64_t)N);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD8_v2)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)uc);
+    fgr_put_u64(&fgr_c.w, (uint64_t)N);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemsetD8_v2_ptds)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&c.w, (uint64_t)uc);
-    fgr_put_u64(&c.w, (uint64_t)N);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD8_v2_ptds)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)uc);
+    fgr_put_u64(&fgr_c.w, (uint64_t)N);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemsetD32_v2)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&c.w, (uint64_t)ui);
-    fgr_put_u64(&c.w, (uint64_t)N);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD32_v2)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ui);
+    fgr_put_u64(&fgr_c.w, (uint64_t)N);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemsetD32_v2_ptds)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&c.w, (uint64_t)ui);
-    fgr_put_u64(&c.w, (uint64_t)N);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD32_v2_ptds)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ui);
+    fgr_put_u64(&fgr_c.w, (uint64_t)N);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemsetD8Async)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&c.w, (uint64_t)uc);
-    fgr_put_u64(&c.w, (uint64_t)N);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD8Async)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)uc);
+    fgr_put_u64(&fgr_c.w, (uint64_t)N);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemsetD8Async_ptsz)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&c.w, (uint64_t)uc);
-    fgr_put_u64(&c.w, (uint64_t)N);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD8Async_ptsz)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)uc);
+    fgr_put_u64(&fgr_c.w, (uint64_t)N);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemsetD32Async)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&c.w, (uint64_t)ui);
-    fgr_put_u64(&c.w, (uint64_t)N);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD32Async)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ui);
+    fgr_put_u64(&fgr_c.w, (uint64_t)N);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemsetD32Async_ptsz)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&c.w, (uint64_t)ui);
-    fgr_put_u64(&c.w, (uint64_t)N);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD32Async_ptsz)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ui);
+    fgr_put_u64(&fgr_c.w, (uint64_t)N);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_module = module ? sizeof(CUmodule) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuModuleLoadData)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u8(&c.w, module != NULL);
-    fgr_put_image(&c.w, image);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, module, n_module, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuModuleLoadData)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u8(&fgr_c.w, module != NULL);
+    fgr_put_image(&fgr_c.w, image);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, module, n_module, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_module = module ? sizeof(CUmodule) : 0;
     if (options != NULL)
         return fgr_unsupported(-1, "cuModuleLoadDataEx", "options");
     if (optionValues != NULL)
         return fgr_unsupported(-1, "cuModuleLoadDataEx", "optionValues");
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuModuleLoadDataEx)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)numOptions);
-    fgr_put_u8(&c.w, module != NULL);
-    fgr_put_image(&c.w, image);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, module, n_module, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuModuleLoadDataEx)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)numOptions);
+    fgr_put_u8(&fgr_c.w, module != NULL);
+    fgr_put_image(&fgr_c.w, image);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, module, n_module, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_module = module ? sizeof(CUmodule) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuModuleLoadFatBinary)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u8(&c.w, module != NULL);
-    fgr_put_image(&c.w, fatCubin);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, module, n_module, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuModuleLoadFatBinary)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u8(&fgr_c.w, module != NULL);
+    fgr_put_image(&fgr_c.w, fatCubin);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, module, n_module, 0);
+    return fgr_end(&fgr_c);
 }
 
 CUresult fgr_fwd_cuModuleUnload(CUmodule hmod)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuModuleUnload)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hmod);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuModuleUnload)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hmod);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_hfunc = hfunc ? sizeof(CUfunction) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuModuleGetFunction)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hmod);
-    fgr_put_u8(&c.w, hfunc != NULL);
-    fgr_put_str(&c.w, name);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, hfunc, n_hfunc, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuModuleGetFunction)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hmod);
+    fgr_put_u8(&fgr_c.w, hfunc != NULL);
+    fgr_put_str(&fgr_c.w, name);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, hfunc, n_hfunc, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_library = library ? sizeof(CUlibrary) : 0;
     if (jitOptions != NULL)
         return fgr_unsupported(-1, "cuLibraryLoadData", "jitOptions");
@@ -1094,232 +1094,232 @@ FGR_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUji
         return fgr_unsupported(-1, "cuLibraryLoadData", "libraryOptions");
     if (libraryOptionValues != NULL)
         return fgr_unsupported(-1, "cuLibraryLoadData", "libraryOptionValues");
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuLibraryLoadData)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)numJitOptions);
-    fgr_put_u64(&c.w, (uint64_t)numLibraryOptions);
-    fgr_put_u8(&c.w, library != NULL);
-    fgr_put_image(&c.w, code);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, library, n_library, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLibraryLoadData)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)numJitOptions);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numLibraryOptions);
+    fgr_put_u8(&fgr_c.w, library != NULL);
+    fgr_put_image(&fgr_c.w, code);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, library, n_library, 0);
+    return fgr_end(&fgr_c);
 }
 
 CUresult fgr_fwd_cuLibraryUnload(CUlibrary library)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuLibraryUnload)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)library);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLibraryUnload)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)library);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_pKernel = pKernel ? sizeof(CUkernel) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuLibraryGetKernel)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)library);
-    fgr_put_u8(&c.w, pKernel != NULL);
-    fgr_put_str(&c.w, name);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, pKernel, n_pKernel, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLibraryGetKernel)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)library);
+    fgr_put_u8(&fgr_c.w, pKernel != NULL);
+    fgr_put_str(&fgr_c.w, name);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pKernel, n_pKernel, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_pFunc = pFunc ? sizeof(CUfunction) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuKernelGetFunction)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)kernel);
-    fgr_put_u8(&c.w, pFunc != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, pFunc, n_pFunc, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuKernelGetFunction)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)kernel);
+    fgr_put_u8(&fgr_c.w, pFunc != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pFunc, n_pFunc, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_pi = pi ? sizeof(int) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuFuncGetAttribute)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)attrib);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hfunc);
-    fgr_put_u8(&c.w, pi != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, pi, n_pi, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuFuncGetAttribute)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)attrib);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hfunc);
+    fgr_put_u8(&fgr_c.w, pi != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pi, n_pi, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuFuncSetAttribute)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hfunc);
-    fgr_put_u64(&c.w, (uint64_t)attrib);
-    fgr_put_u64(&c.w, (uint64_t)(int64_t)value);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuFuncSetAttribute)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hfunc);
+    fgr_put_u64(&fgr_c.w, (uint64_t)attrib);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)value);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
-    CUresult r;
-    struct fgr_kparams kp;
-    if ((r = fgr_kparams_layout(f, kernelParams, &kp)) != CUDA_SUCCESS)
-        return r;
+    CUresult fgr_r;
+    struct fgr_kparams fgr_kp;
+    if ((fgr_r = fgr_kparams_layout(f, kernelParams, &fgr_kp)) != CUDA_SUCCESS)
+        return fgr_r;
     if (extra != NULL)
         return fgr_unsupported(-1, "cuLaunchKernel", "extra");
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuLaunchKernel)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)f);
-    fgr_put_u64(&c.w, (uint64_t)gridDimX);
-    fgr_put_u64(&c.w, (uint64_t)gridDimY);
-    fgr_put_u64(&c.w, (uint64_t)gridDimZ);
-    fgr_put_u64(&c.w, (uint64_t)blockDimX);
-    fgr_put_u64(&c.w, (uint64_t)blockDimY);
-    fgr_put_u64(&c.w, (uint64_t)blockDimZ);
-    fgr_put_u64(&c.w, (uint64_t)sharedMemBytes);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_kparams(&c.w, &kp, kernelParams);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLaunchKernel)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)f);
+    fgr_put_u64(&fgr_c.w, (uint64_t)gridDimX);
+    fgr_put_u64(&fgr_c.w, (uint64_t)gridDimY);
+    fgr_put_u64(&fgr_c.w, (uint64_t)gridDimZ);
+    fgr_put_u64(&fgr_c.w, (uint64_t)blockDimX);
+    fgr_put_u64(&fgr_c.w, (uint64_t)blockDimY);
+    fgr_put_u64(&fgr_c.w, (uint64_t)blockDimZ);
+    fgr_put_u64(&fgr_c.w, (uint64_t)sharedMemBytes);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_kparams(&fgr_c.w, &fgr_kp, kernelParams);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
-    CUresult r;
-    struct fgr_kparams kp;
-    if ((r = fgr_kparams_layout(f, kernelParams, &kp)) != CUDA_SUCCESS)
-        return r;
+    CUresult fgr_r;
+    struct fgr_kparams fgr_kp;
+    if ((fgr_r = fgr_kparams_layout(f, kernelParams, &fgr_kp)) != CUDA_SUCCESS)
+        return fgr_r;
     if (extra != NULL)
         return fgr_unsupported(-1, "cuLaunchKernel_ptsz", "extra");
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuLaunchKernel_ptsz)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)f);
-    fgr_put_u64(&c.w, (uint64_t)gridDimX);
-    fgr_put_u64(&c.w, (uint64_t)gridDimY);
-    fgr_put_u64(&c.w, (uint64_t)gridDimZ);
-    fgr_put_u64(&c.w, (uint64_t)blockDimX);
-    fgr_put_u64(&c.w, (uint64_t)blockDimY);
-    fgr_put_u64(&c.w, (uint64_t)blockDimZ);
-    fgr_put_u64(&c.w, (uint64_t)sharedMemBytes);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_kparams(&c.w, &kp, kernelParams);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLaunchKernel_ptsz)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)f);
+    fgr_put_u64(&fgr_c.w, (uint64_t)gridDimX);
+    fgr_put_u64(&fgr_c.w, (uint64_t)gridDimY);
+    fgr_put_u64(&fgr_c.w, (uint64_t)gridDimZ);
+    fgr_put_u64(&fgr_c.w, (uint64_t)blockDimX);
+    fgr_put_u64(&fgr_c.w, (uint64_t)blockDimY);
+    fgr_put_u64(&fgr_c.w, (uint64_t)blockDimZ);
+    fgr_put_u64(&fgr_c.w, (uint64_t)sharedMemBytes);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_kparams(&fgr_c.w, &fgr_kp, kernelParams);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
-    CUresult r;
+    CUresult fgr_r;
     if (config != NULL && config->numAttrs != 0)
         return fgr_unsupported(-1, "cuLaunchKernelEx", "launch attributes");
-    struct fgr_kparams kp;
-    if ((r = fgr_kparams_layout(f, kernelParams, &kp)) != CUDA_SUCCESS)
-        return r;
+    struct fgr_kparams fgr_kp;
+    if ((fgr_r = fgr_kparams_layout(f, kernelParams, &fgr_kp)) != CUDA_SUCCESS)
+        return fgr_r;
     if (extra != NULL)
         return fgr_unsupported(-1, "cuLaunchKernelEx", "extra");
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuLaunchKernelEx)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)f);
-    fgr_put_launchcfg(&c.w, config);
-    fgr_put_kparams(&c.w, &kp, kernelParams);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLaunchKernelEx)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)f);
+    fgr_put_launchcfg(&fgr_c.w, config);
+    fgr_put_kparams(&fgr_c.w, &fgr_kp, kernelParams);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
-    CUresult r;
+    CUresult fgr_r;
     if (config != NULL && config->numAttrs != 0)
         return fgr_unsupported(-1, "cuLaunchKernelEx_ptsz", "launch attributes");
-    struct fgr_kparams kp;
-    if ((r = fgr_kparams_layout(f, kernelParams, &kp)) != CUDA_SUCCESS)
-        return r;
+    struct fgr_kparams fgr_kp;
+    if ((fgr_r = fgr_kparams_layout(f, kernelParams, &fgr_kp)) != CUDA_SUCCESS)
+        return fgr_r;
     if (extra != NULL)
         return fgr_unsupported(-1, "cuLaunchKernelEx_ptsz", "extra");
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuLaunchKernelEx_ptsz)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)f);
-    fgr_put_launchcfg(&c.w, config);
-    fgr_put_kparams(&c.w, &kp, kernelParams);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLaunchKernelEx_ptsz)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)f);
+    fgr_put_launchcfg(&fgr_c.w, config);
+    fgr_put_kparams(&fgr_c.w, &fgr_kp, kernelParams);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
-    CUresult r;
-    struct fgr_kparams kp;
-    if ((r = fgr_kparams_layout(f, kernelParams, &kp)) != CUDA_SUCCESS)
-        return r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuLaunchCooperativeKernel)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)f);
-    fgr_put_u64(&c.w, (uint64_t)gridDimX);
-    fgr_put_u64(&c.w, (uint64_t)gridDimY);
-    fgr_put_u64(&c.w, (uint64_t)gridDimZ);
-    fgr_put_u64(&c.w, (uint64_t)blockDimX);
-    fgr_put_u64(&c.w, (uint64_t)blockDimY);
-    fgr_put_u64(&c.w, (uint64_t)blockDimZ);
-    fgr_put_u64(&c.w, (uint64_t)sharedMemBytes);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_kparams(&c.w, &kp, kernelParams);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_kparams fgr_kp;
+    if ((fgr_r = fgr_kparams_layout(f, kernelParams, &fgr_kp)) != CUDA_SUCCESS)
+        return fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLaunchCooperativeKernel)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)f);
+    fgr_put_u64(&fgr_c.w, (uint64_t)gridDimX);
+    fgr_put_u64(&fgr_c.w, (uint64_t)gridDimY);
+    fgr_put_u64(&fgr_c.w, (uint64_t)gridDimZ);
+    fgr_put_u64(&fgr_c.w, (uint64_t)blockDimX);
+    fgr_put_u64(&fgr_c.w, (uint64_t)blockDimY);
+    fgr_put_u64(&fgr_c.w, (uint64_t)blockDimZ);
+    fgr_put_u64(&fgr_c.w, (uint64_t)sharedMemBytes);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_kparams(&fgr_c.w, &fgr_kp, kernelParams);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
-    CUresult r;
-    struct fgr_kparams kp;
-    if ((r = fgr_kparams_layout(f, kernelParams, &kp)) != CUDA_SUCCESS)
-        return r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuLaunchCooperativeKernel_ptsz)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)f);
-    fgr_put_u64(&c.w, (uint64_t)gridDimX);
-    fgr_put_u64(&c.w, (uint64_t)gridDimY);
-    fgr_put_u64(&c.w, (uint64_t)gridDimZ);
-    fgr_put_u64(&c.w, (uint64_t)blockDimX);
-    fgr_put_u64(&c.w, (uint64_t)blockDimY);
-    fgr_put_u64(&c.w, (uint64_t)blockDimZ);
-    fgr_put_u64(&c.w, (uint64_t)sharedMemBytes);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_kparams(&c.w, &kp, kernelParams);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_kparams fgr_kp;
+    if ((fgr_r = fgr_kparams_layout(f, kernelParams, &fgr_kp)) != CUDA_SUCCESS)
+        return fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLaunchCooperativeKernel_ptsz)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)f);
+    fgr_put_u64(&fgr_c.w, (uint64_t)gridDimX);
+    fgr_put_u64(&fgr_c.w, (uint64_t)gridDimY);
+    fgr_put_u64(&fgr_c.w, (uint64_t)gridDimZ);
+    fgr_put_u64(&fgr_c.w, (uint64_t)blockDimX);
+    fgr_put_u64(&fgr_c.w, (uint64_t)blockDimY);
+    fgr_put_u64(&fgr_c.w, (uint64_t)blockDimZ);
+    fgr_put_u64(&fgr_c.w, (uint64_t)sharedMemBytes);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_kparams(&fgr_c.w, &fgr_kp, kernelParams);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
@@ -1340,462 +1340,462 @@ FGR_EXPORT CUresult cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *u
 
 FGR_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_phStream = phStream ? sizeof(CUstream) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuStreamCreate)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)Flags);
-    fgr_put_u8(&c.w, phStream != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, phStream, n_phStream, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamCreate)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)Flags);
+    fgr_put_u8(&fgr_c.w, phStream != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phStream, n_phStream, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_phStream = phStream ? sizeof(CUstream) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuStreamCreateWithPriority)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)flags);
-    fgr_put_u64(&c.w, (uint64_t)(int64_t)priority);
-    fgr_put_u8(&c.w, phStream != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, phStream, n_phStream, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamCreateWithPriority)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)priority);
+    fgr_put_u8(&fgr_c.w, phStream != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phStream, n_phStream, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuStreamDestroy_v2)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamDestroy_v2)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuStreamSynchronize(CUstream hStream)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuStreamSynchronize)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamSynchronize)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hStream)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuStreamSynchronize_ptsz)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamSynchronize_ptsz)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuStreamQuery(CUstream hStream)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuStreamQuery)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamQuery)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuStreamQuery_ptsz(CUstream hStream)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuStreamQuery_ptsz)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamQuery_ptsz)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuStreamWaitEvent)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hEvent);
-    fgr_put_u64(&c.w, (uint64_t)Flags);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamWaitEvent)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hEvent);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Flags);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuStreamWaitEvent_ptsz)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hEvent);
-    fgr_put_u64(&c.w, (uint64_t)Flags);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamWaitEvent_ptsz)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hEvent);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Flags);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuStreamBeginCapture(CUstream hStream)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuStreamBeginCapture)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamBeginCapture)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuStreamBeginCapture_ptsz(CUstream hStream)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuStreamBeginCapture_ptsz)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamBeginCapture_ptsz)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuStreamBeginCapture_v2)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_u64(&c.w, (uint64_t)mode);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamBeginCapture_v2)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)mode);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuStreamBeginCapture_v2_ptsz)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_u64(&c.w, (uint64_t)mode);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamBeginCapture_v2_ptsz)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)mode);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_phGraph = phGraph ? sizeof(CUgraph) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuStreamEndCapture)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_u8(&c.w, phGraph != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, phGraph, n_phGraph, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamEndCapture)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u8(&fgr_c.w, phGraph != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phGraph, n_phGraph, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_phGraph = phGraph ? sizeof(CUgraph) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuStreamEndCapture_ptsz)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_u8(&c.w, phGraph != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, phGraph, n_phGraph, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamEndCapture_ptsz)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u8(&fgr_c.w, phGraph != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phGraph, n_phGraph, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_captureStatus = captureStatus ? sizeof(CUstreamCaptureStatus) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuStreamIsCapturing)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_u8(&c.w, captureStatus != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, captureStatus, n_captureStatus, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamIsCapturing)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u8(&fgr_c.w, captureStatus != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, captureStatus, n_captureStatus, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_captureStatus = captureStatus ? sizeof(CUstreamCaptureStatus) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuStreamIsCapturing_ptsz)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_u8(&c.w, captureStatus != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, captureStatus, n_captureStatus, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamIsCapturing_ptsz)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u8(&fgr_c.w, captureStatus != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, captureStatus, n_captureStatus, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_mode = mode ? sizeof(CUstreamCaptureMode) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuThreadExchangeStreamCaptureMode)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_buf(&c.w, mode, n_mode);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, mode, n_mode, 1);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuThreadExchangeStreamCaptureMode)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_buf(&fgr_c.w, mode, n_mode);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, mode, n_mode, 1);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuStreamGetDevice(CUstream hStream, CUdevice *device)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_device = device ? sizeof(CUdevice) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuStreamGetDevice)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_u8(&c.w, device != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, device, n_device, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetDevice)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u8(&fgr_c.w, device != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, device, n_device, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_phEvent = phEvent ? sizeof(CUevent) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuEventCreate)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)Flags);
-    fgr_put_u8(&c.w, phEvent != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, phEvent, n_phEvent, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventCreate)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)Flags);
+    fgr_put_u8(&fgr_c.w, phEvent != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phEvent, n_phEvent, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuEventRecord)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hEvent);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventRecord)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hEvent);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuEventRecord_ptsz)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hEvent);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventRecord_ptsz)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hEvent);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuEventRecordWithFlags)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hEvent);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_u64(&c.w, (uint64_t)flags);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventRecordWithFlags)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hEvent);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuEventRecordWithFlags_ptsz)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hEvent);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_u64(&c.w, (uint64_t)flags);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventRecordWithFlags_ptsz)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hEvent);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuEventQuery(CUevent hEvent)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuEventQuery)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hEvent);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventQuery)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hEvent);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuEventSynchronize(CUevent hEvent)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuEventSynchronize)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hEvent);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventSynchronize)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hEvent);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_pMilliseconds = pMilliseconds ? sizeof(float) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuEventElapsedTime)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStart);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hEnd);
-    fgr_put_u8(&c.w, pMilliseconds != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, pMilliseconds, n_pMilliseconds, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventElapsedTime)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStart);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hEnd);
+    fgr_put_u8(&fgr_c.w, pMilliseconds != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pMilliseconds, n_pMilliseconds, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_pMilliseconds = pMilliseconds ? sizeof(float) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuEventElapsedTime_v2)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStart);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hEnd);
-    fgr_put_u8(&c.w, pMilliseconds != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, pMilliseconds, n_pMilliseconds, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventElapsedTime_v2)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStart);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hEnd);
+    fgr_put_u8(&fgr_c.w, pMilliseconds != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pMilliseconds, n_pMilliseconds, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuEventDestroy_v2(CUevent hEvent)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuEventDestroy_v2)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hEvent);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventDestroy_v2)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hEvent);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_phGraph = phGraph ? sizeof(CUgraph) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuGraphCreate)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)flags);
-    fgr_put_u8(&c.w, phGraph != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, phGraph, n_phGraph, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphCreate)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    fgr_put_u8(&fgr_c.w, phGraph != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phGraph, n_phGraph, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_nodes = nodes ? (uint64_t)(numNodes?*numNodes:0) * sizeof(CUgraphNode) : 0;
     if (n_nodes > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuGraphGetNodes", "a buffer over the frame limit");
     uint64_t n_numNodes = numNodes ? sizeof(size_t) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuGraphGetNodes)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hGraph);
-    fgr_put_u8(&c.w, nodes != NULL);
-    fgr_put_buf(&c.w, numNodes, n_numNodes);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, nodes, n_nodes, 0);
-    fgr_get_out(&c, numNodes, n_numNodes, 1);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphGetNodes)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u8(&fgr_c.w, nodes != NULL);
+    fgr_put_buf(&fgr_c.w, numNodes, n_numNodes);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, nodes, n_nodes, 0);
+    fgr_get_out(&fgr_c, numNodes, n_numNodes, 1);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_type = type ? sizeof(CUgraphNodeType) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuGraphNodeGetType)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hNode);
-    fgr_put_u8(&c.w, type != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, type, n_type, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphNodeGetType)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u8(&fgr_c.w, type != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, type, n_type, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_phGraph = phGraph ? sizeof(CUgraph) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuGraphChildGraphNodeGetGraph)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hNode);
-    fgr_put_u8(&c.w, phGraph != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, phGraph, n_phGraph, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphChildGraphNodeGetGraph)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u8(&fgr_c.w, phGraph != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phGraph, n_phGraph, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
@@ -1810,23 +1810,23 @@ FGR_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGr
 
 FGR_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_phGraphNode = phGraphNode ? sizeof(CUgraphNode) : 0;
     uint64_t n_dependencies = dependencies ? (uint64_t)(numDependencies) * sizeof(CUgraphNode) : 0;
     if (n_dependencies > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuGraphAddMemFreeNode", "a buffer over the frame limit");
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuGraphAddMemFreeNode)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hGraph);
-    fgr_put_u64(&c.w, (uint64_t)numDependencies);
-    fgr_put_u64(&c.w, (uint64_t)dptr);
-    fgr_put_u8(&c.w, phGraphNode != NULL);
-    fgr_put_buf(&c.w, dependencies, n_dependencies);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, phGraphNode, n_phGraphNode, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphAddMemFreeNode)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u64(&fgr_c.w, (uint64_t)dptr);
+    fgr_put_u8(&fgr_c.w, phGraphNode != NULL);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phGraphNode, n_phGraphNode, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
@@ -1838,494 +1838,494 @@ FGR_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALL
 
 FGR_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_value = value ? (uint64_t)(8) * 1 : 0;
     if (n_value > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuDeviceGetGraphMemAttribute", "a buffer over the frame limit");
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuDeviceGetGraphMemAttribute)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(int64_t)device);
-    fgr_put_u64(&c.w, (uint64_t)attr);
-    fgr_put_u8(&c.w, value != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, value, n_value, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceGetGraphMemAttribute)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)device);
+    fgr_put_u64(&fgr_c.w, (uint64_t)attr);
+    fgr_put_u8(&fgr_c.w, value != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, value, n_value, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_value = value ? (uint64_t)(8) * 1 : 0;
     if (n_value > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuDeviceSetGraphMemAttribute", "a buffer over the frame limit");
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuDeviceSetGraphMemAttribute)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(int64_t)device);
-    fgr_put_u64(&c.w, (uint64_t)attr);
-    fgr_put_buf(&c.w, value, n_value);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceSetGraphMemAttribute)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)device);
+    fgr_put_u64(&fgr_c.w, (uint64_t)attr);
+    fgr_put_buf(&fgr_c.w, value, n_value);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuDeviceGraphMemTrim)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(int64_t)device);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceGraphMemTrim)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)device);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_phGraphExec = phGraphExec ? sizeof(CUgraphExec) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuGraphInstantiateWithFlags)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hGraph);
-    fgr_put_u64(&c.w, (uint64_t)flags);
-    fgr_put_u8(&c.w, phGraphExec != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, phGraphExec, n_phGraphExec, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphInstantiateWithFlags)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    fgr_put_u8(&fgr_c.w, phGraphExec != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phGraphExec, n_phGraphExec, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_phGraphExec = phGraphExec ? sizeof(CUgraphExec) : 0;
     uint64_t n_instantiateParams = instantiateParams ? sizeof(CUDA_GRAPH_INSTANTIATE_PARAMS) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuGraphInstantiateWithParams)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hGraph);
-    fgr_put_u8(&c.w, phGraphExec != NULL);
-    fgr_put_buf(&c.w, instantiateParams, n_instantiateParams);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, phGraphExec, n_phGraphExec, 0);
-    fgr_get_out(&c, instantiateParams, n_instantiateParams, 1);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphInstantiateWithParams)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u8(&fgr_c.w, phGraphExec != NULL);
+    fgr_put_buf(&fgr_c.w, instantiateParams, n_instantiateParams);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phGraphExec, n_phGraphExec, 0);
+    fgr_get_out(&fgr_c, instantiateParams, n_instantiateParams, 1);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_phGraphExec = phGraphExec ? sizeof(CUgraphExec) : 0;
     uint64_t n_instantiateParams = instantiateParams ? sizeof(CUDA_GRAPH_INSTANTIATE_PARAMS) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuGraphInstantiateWithParams_ptsz)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hGraph);
-    fgr_put_u8(&c.w, phGraphExec != NULL);
-    fgr_put_buf(&c.w, instantiateParams, n_instantiateParams);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, phGraphExec, n_phGraphExec, 0);
-    fgr_get_out(&c, instantiateParams, n_instantiateParams, 1);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphInstantiateWithParams_ptsz)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u8(&fgr_c.w, phGraphExec != NULL);
+    fgr_put_buf(&fgr_c.w, instantiateParams, n_instantiateParams);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phGraphExec, n_phGraphExec, 0);
+    fgr_get_out(&fgr_c, instantiateParams, n_instantiateParams, 1);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuGraphUpload)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hGraphExec);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphUpload)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraphExec);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuGraphUpload_ptsz)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hGraphExec);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphUpload_ptsz)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraphExec);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuGraphLaunch)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hGraphExec);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphLaunch)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraphExec);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuGraphLaunch_ptsz)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hGraphExec);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphLaunch_ptsz)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraphExec);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuGraphExecDestroy)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hGraphExec);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphExecDestroy)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraphExec);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuGraphDestroy)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hGraph);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphDestroy)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_pciBusId = pciBusId ? (uint64_t)(len) * sizeof(char) : 0;
     if (n_pciBusId > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuDeviceGetPCIBusId", "a buffer over the frame limit");
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuDeviceGetPCIBusId)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(int64_t)len);
-    fgr_put_u64(&c.w, (uint64_t)(int64_t)dev);
-    fgr_put_u8(&c.w, pciBusId != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, pciBusId, n_pciBusId, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceGetPCIBusId)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)len);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
+    fgr_put_u8(&fgr_c.w, pciBusId != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pciBusId, n_pciBusId, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_dev = dev ? sizeof(CUdevice) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuDeviceGetByPCIBusId)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u8(&c.w, dev != NULL);
-    fgr_put_str(&c.w, pciBusId);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, dev, n_dev, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceGetByPCIBusId)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u8(&fgr_c.w, dev != NULL);
+    fgr_put_str(&fgr_c.w, pciBusId);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dev, n_dev, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_canAccessPeer = canAccessPeer ? sizeof(int) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuDeviceCanAccessPeer)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(int64_t)dev);
-    fgr_put_u64(&c.w, (uint64_t)(int64_t)peerDev);
-    fgr_put_u8(&c.w, canAccessPeer != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, canAccessPeer, n_canAccessPeer, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceCanAccessPeer)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)peerDev);
+    fgr_put_u8(&fgr_c.w, canAccessPeer != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, canAccessPeer, n_canAccessPeer, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_version = version ? sizeof(unsigned int) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuCtxGetApiVersion)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)ctx);
-    fgr_put_u8(&c.w, version != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, version, n_version, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxGetApiVersion)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)ctx);
+    fgr_put_u8(&fgr_c.w, version != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, version, n_version, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuCtxGetFlags(unsigned int *flags)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_flags = flags ? sizeof(unsigned int) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuCtxGetFlags)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u8(&c.w, flags != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, flags, n_flags, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxGetFlags)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u8(&fgr_c.w, flags != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, flags, n_flags, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_leastPriority = leastPriority ? sizeof(int) : 0;
     uint64_t n_greatestPriority = greatestPriority ? sizeof(int) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuCtxGetStreamPriorityRange)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u8(&c.w, leastPriority != NULL);
-    fgr_put_u8(&c.w, greatestPriority != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, leastPriority, n_leastPriority, 0);
-    fgr_get_out(&c, greatestPriority, n_greatestPriority, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxGetStreamPriorityRange)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u8(&fgr_c.w, leastPriority != NULL);
+    fgr_put_u8(&fgr_c.w, greatestPriority != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, leastPriority, n_leastPriority, 0);
+    fgr_get_out(&fgr_c, greatestPriority, n_greatestPriority, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemsetD16_v2)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&c.w, (uint64_t)us);
-    fgr_put_u64(&c.w, (uint64_t)N);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD16_v2)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)us);
+    fgr_put_u64(&fgr_c.w, (uint64_t)N);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemsetD16_v2_ptds)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&c.w, (uint64_t)us);
-    fgr_put_u64(&c.w, (uint64_t)N);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD16_v2_ptds)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)us);
+    fgr_put_u64(&fgr_c.w, (uint64_t)N);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemsetD16Async)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&c.w, (uint64_t)us);
-    fgr_put_u64(&c.w, (uint64_t)N);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD16Async)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)us);
+    fgr_put_u64(&fgr_c.w, (uint64_t)N);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
 {
-    CUresult r;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuMemsetD16Async_ptsz)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&c.w, (uint64_t)us);
-    fgr_put_u64(&c.w, (uint64_t)N);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    return fgr_end(&c);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD16Async_ptsz)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)us);
+    fgr_put_u64(&fgr_c.w, (uint64_t)N);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_dptr = dptr ? sizeof(CUdeviceptr) : 0;
     uint64_t n_bytes = bytes ? sizeof(size_t) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuModuleGetGlobal_v2)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hmod);
-    fgr_put_u8(&c.w, dptr != NULL);
-    fgr_put_u8(&c.w, bytes != NULL);
-    fgr_put_str(&c.w, name);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, dptr, n_dptr, 0);
-    fgr_get_out(&c, bytes, n_bytes, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuModuleGetGlobal_v2)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hmod);
+    fgr_put_u8(&fgr_c.w, dptr != NULL);
+    fgr_put_u8(&fgr_c.w, bytes != NULL);
+    fgr_put_str(&fgr_c.w, name);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dptr, n_dptr, 0);
+    fgr_get_out(&fgr_c, bytes, n_bytes, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuLibraryGetModule(CUmodule *pMod, CUlibrary library)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_pMod = pMod ? sizeof(CUmodule) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuLibraryGetModule)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)library);
-    fgr_put_u8(&c.w, pMod != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, pMod, n_pMod, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLibraryGetModule)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)library);
+    fgr_put_u8(&fgr_c.w, pMod != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pMod, n_pMod, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_paramOffset = paramOffset ? sizeof(size_t) : 0;
     uint64_t n_paramSize = paramSize ? sizeof(size_t) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuFuncGetParamInfo)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)func);
-    fgr_put_u64(&c.w, (uint64_t)paramIndex);
-    fgr_put_u8(&c.w, paramOffset != NULL);
-    fgr_put_u8(&c.w, paramSize != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, paramOffset, n_paramOffset, 0);
-    fgr_get_out(&c, paramSize, n_paramSize, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuFuncGetParamInfo)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)func);
+    fgr_put_u64(&fgr_c.w, (uint64_t)paramIndex);
+    fgr_put_u8(&fgr_c.w, paramOffset != NULL);
+    fgr_put_u8(&fgr_c.w, paramSize != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, paramOffset, n_paramOffset, 0);
+    fgr_get_out(&fgr_c, paramSize, n_paramSize, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuStreamGetPriority(CUstream hStream, int *priority)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_priority = priority ? sizeof(int) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuStreamGetPriority)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_u8(&c.w, priority != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, priority, n_priority, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetPriority)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u8(&fgr_c.w, priority != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, priority, n_priority, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuStreamGetPriority_ptsz(CUstream hStream, int *priority)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_priority = priority ? sizeof(int) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuStreamGetPriority_ptsz)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_u8(&c.w, priority != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, priority, n_priority, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetPriority_ptsz)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u8(&fgr_c.w, priority != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, priority, n_priority, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuStreamGetFlags(CUstream hStream, unsigned int *flags)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_flags = flags ? sizeof(unsigned int) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuStreamGetFlags)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_u8(&c.w, flags != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, flags, n_flags, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetFlags)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u8(&fgr_c.w, flags != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, flags, n_flags, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuStreamGetFlags_ptsz(CUstream hStream, unsigned int *flags)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_flags = flags ? sizeof(unsigned int) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuStreamGetFlags_ptsz)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_u8(&c.w, flags != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, flags, n_flags, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetFlags_ptsz)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u8(&fgr_c.w, flags != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, flags, n_flags, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_pctx = pctx ? sizeof(CUcontext) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuStreamGetCtx)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_u8(&c.w, pctx != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, pctx, n_pctx, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetCtx)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u8(&fgr_c.w, pctx != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pctx, n_pctx, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_pctx = pctx ? sizeof(CUcontext) : 0;
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuStreamGetCtx_ptsz)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_u8(&c.w, pctx != NULL);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, pctx, n_pctx, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetCtx_ptsz)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u8(&fgr_c.w, pctx != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pctx, n_pctx, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph)
 {
-    CUresult r;
+    CUresult fgr_r;
     uint64_t n_phGraphNode = phGraphNode ? sizeof(CUgraphNode) : 0;
     uint64_t n_dependencies = dependencies ? (uint64_t)(numDependencies) * sizeof(CUgraphNode) : 0;
     if (n_dependencies > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuGraphAddChildGraphNode", "a buffer over the frame limit");
-    struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_cuGraphAddChildGraphNode)) != CUDA_SUCCESS)
-        return r;
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)hGraph);
-    fgr_put_u64(&c.w, (uint64_t)numDependencies);
-    fgr_put_u64(&c.w, (uint64_t)(uintptr_t)childGraph);
-    fgr_put_u8(&c.w, phGraphNode != NULL);
-    fgr_put_buf(&c.w, dependencies, n_dependencies);
-    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
-        return r;
-    fgr_get_out(&c, phGraphNode, n_phGraphNode, 0);
-    return fgr_end(&c);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphAddChildGraphNode)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)childGraph);
+    fgr_put_u8(&fgr_c.w, phGraphNode != NULL);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phGraphNode, n_phGraphNode, 0);
+    return fgr_end(&fgr_c);
 }
 
 const int fgr_nunsupported = 6;
@@ -2509,3 +2509,145 @@ const struct fgr_proc fgr_procs[] = {
 };
 
 const int fgr_nprocs = sizeof(fgr_procs) / sizeof(fgr_procs[0]);
+
+/* Export table simA, in pages of its own. */
+static const void *xt_simA_words[512] __attribute__((aligned(4096)));
+static uint64_t xt_simA_1(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64_t e, uint64_t f, uint64_t g, uint64_t h, uint64_t i, uint64_t j)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_xt_simA_1)) != CUDA_SUCCESS)
+        return 0;
+    fgr_put_u64(&fgr_c.w, (uint64_t)a);
+    fgr_put_u64(&fgr_c.w, (uint64_t)b);
+    fgr_put_u64(&fgr_c.w, (uint64_t)c);
+    fgr_put_u64(&fgr_c.w, (uint64_t)d);
+    fgr_put_u64(&fgr_c.w, (uint64_t)e);
+    fgr_put_u64(&fgr_c.w, (uint64_t)f);
+    fgr_put_u64(&fgr_c.w, (uint64_t)g);
+    fgr_put_u64(&fgr_c.w, (uint64_t)h);
+    fgr_put_u64(&fgr_c.w, (uint64_t)i);
+    fgr_put_u64(&fgr_c.w, (uint64_t)j);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return 0;
+    uint64_t fgr_v = fgr_c.result == CUDA_SUCCESS ? fgr_get_u64(&fgr_c.r) : 0;
+    fgr_end(&fgr_c);
+    return (uint64_t)fgr_v;
+}
+
+static double xt_simA_2(double x, float y, int n)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_xt_simA_2)) != CUDA_SUCCESS)
+        return 0;
+    fgr_put_u64(&fgr_c.w, fgr_f64_bits(x));
+    fgr_put_u64(&fgr_c.w, (uint64_t)fgr_f32_bits(y));
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)n);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return 0;
+    uint64_t fgr_v = fgr_c.result == CUDA_SUCCESS ? fgr_get_u64(&fgr_c.r) : 0;
+    fgr_end(&fgr_c);
+    return fgr_bits_f64(fgr_v);
+}
+
+static const void *xt_simA_self(void) { return xt_simA_words; }
+static unsigned char xt_simA_data5[20];
+static const void *xt_simA_ret6(void) { return xt_simA_words[5]; }
+static CUresult xt_simA_7(int *out, int x)
+{
+    CUresult fgr_r;
+    uint64_t n_out = out ? sizeof(int) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_xt_simA_7)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)x);
+    fgr_put_u8(&fgr_c.w, out != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, out, n_out, 0);
+    return fgr_end(&fgr_c);
+}
+
+static CUresult xt_simA_fetch(void)
+{
+    CUresult r;
+    struct fgr_call c;
+    if ((r = fgr_begin(&c, FGR_OP_xt_simA)) != CUDA_SUCCESS)
+        return r;
+    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
+        return r;
+    fgr_get_out(&c, xt_simA_data5, 20, 0);
+    if ((r = fgr_end(&c)) != CUDA_SUCCESS)
+        return r;
+    xt_simA_words[0] = (const void *)(8 * sizeof(void *));
+    xt_simA_words[1] = (const void *)xt_simA_1;
+    xt_simA_words[2] = (const void *)xt_simA_2;
+    xt_simA_words[4] = (const void *)xt_simA_self;
+    xt_simA_words[5] = xt_simA_data5;
+    xt_simA_words[6] = (const void *)xt_simA_ret6;
+    xt_simA_words[7] = (const void *)xt_simA_7;
+    return CUDA_SUCCESS;
+}
+
+/* Export table simB, in pages of its own. */
+static const void *xt_simB_words[512] __attribute__((aligned(4096)));
+static const void *xt_simB_self(void) { return xt_simB_words; }
+static float xt_simB_1(float a, float b, float c, float d, float e, float f, float g, float h, float i)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_xt_simB_1)) != CUDA_SUCCESS)
+        return 0;
+    fgr_put_u64(&fgr_c.w, (uint64_t)fgr_f32_bits(a));
+    fgr_put_u64(&fgr_c.w, (uint64_t)fgr_f32_bits(b));
+    fgr_put_u64(&fgr_c.w, (uint64_t)fgr_f32_bits(c));
+    fgr_put_u64(&fgr_c.w, (uint64_t)fgr_f32_bits(d));
+    fgr_put_u64(&fgr_c.w, (uint64_t)fgr_f32_bits(e));
+    fgr_put_u64(&fgr_c.w, (uint64_t)fgr_f32_bits(f));
+    fgr_put_u64(&fgr_c.w, (uint64_t)fgr_f32_bits(g));
+    fgr_put_u64(&fgr_c.w, (uint64_t)fgr_f32_bits(h));
+    fgr_put_u64(&fgr_c.w, (uint64_t)fgr_f32_bits(i));
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return 0;
+    uint64_t fgr_v = fgr_c.result == CUDA_SUCCESS ? fgr_get_u64(&fgr_c.r) : 0;
+    fgr_end(&fgr_c);
+    return fgr_bits_f32((uint32_t)fgr_v);
+}
+
+static CUresult xt_simB_2(CUuuid *out)
+{
+    CUresult fgr_r;
+    uint64_t n_out = out ? sizeof(CUuuid) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_xt_simB_2)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u8(&fgr_c.w, out != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, out, n_out, 0);
+    return fgr_end(&fgr_c);
+}
+
+static CUresult xt_simB_fetch(void)
+{
+    CUresult r;
+    struct fgr_call c;
+    if ((r = fgr_begin(&c, FGR_OP_xt_simB)) != CUDA_SUCCESS)
+        return r;
+    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
+        return r;
+    if ((r = fgr_end(&c)) != CUDA_SUCCESS)
+        return r;
+    xt_simB_words[0] = (const void *)xt_simB_self;
+    xt_simB_words[1] = (const void *)xt_simB_1;
+    xt_simB_words[2] = (const void *)xt_simB_2;
+    return CUDA_SUCCESS;
+}
+
+const struct fgr_table fgr_tables[] = {
+    {{{102, 108, 101, 120, 103, 118, 45, 115, 105, 109, 45, 116, 97, 98, 45, 65}}, xt_simA_words, sizeof xt_simA_words, xt_simA_fetch},
+    {{{102, 108, 101, 120, 103, 118, 45, 115, 105, 109, 45, 116, 97, 98, 45, 66}}, xt_simB_words, sizeof xt_simB_words, xt_simB_fetch},
+};
+
+const int fgr_ntables = 2;

@@ -149,6 +149,11 @@ typedef CUresult (*pfn_cuStreamGetFlags_ptsz)(CUstream hStream, unsigned int *fl
 typedef CUresult (*pfn_cuStreamGetCtx)(CUstream hStream, CUcontext *pctx);
 typedef CUresult (*pfn_cuStreamGetCtx_ptsz)(CUstream hStream, CUcontext *pctx);
 typedef CUresult (*pfn_cuGraphAddChildGraphNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph);
+typedef uint64_t (*pfn_xt_simA_1)(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64_t e, uint64_t f, uint64_t g, uint64_t h, uint64_t i, uint64_t j);
+typedef double (*pfn_xt_simA_2)(double x, float y, int n);
+typedef CUresult (*pfn_xt_simA_7)(int *out, int x);
+typedef float (*pfn_xt_simB_1)(float a, float b, float c, float d, float e, float f, float g, float h, float i);
+typedef CUresult (*pfn_xt_simB_2)(CUuuid *out);
 
 static CUresult op_cuInit(struct fgr_rd *rd, struct fgr_req *q)
 {
@@ -156,8 +161,8 @@ static CUresult op_cuInit(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int Flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuInit)fgr_real[FGR_OP_cuInit])(Flags);
-    return r;
+    CUresult fgr_r = ((pfn_cuInit)fgr_real[FGR_OP_cuInit])(Flags);
+    return fgr_r;
 }
 
 static CUresult op_cuDeviceTotalMem_v2(struct fgr_rd *rd, struct fgr_req *q)
@@ -170,9 +175,9 @@ static CUresult op_cuDeviceTotalMem_v2(struct fgr_rd *rd, struct fgr_req *q)
     size_t *bytes = NULL;
     if (has_bytes && !(bytes = fgr_out(q, sizeof(size_t))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuDeviceTotalMem_v2)fgr_real[FGR_OP_cuDeviceTotalMem_v2])(bytes, dev);
-    fgr_reply_out(q, bytes, sizeof(size_t), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuDeviceTotalMem_v2)fgr_real[FGR_OP_cuDeviceTotalMem_v2])(bytes, dev);
+    fgr_reply_out(q, bytes, sizeof(size_t), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuDevicePrimaryCtxRetain(struct fgr_rd *rd, struct fgr_req *q)
@@ -185,9 +190,9 @@ static CUresult op_cuDevicePrimaryCtxRetain(struct fgr_rd *rd, struct fgr_req *q
     CUcontext *pctx = NULL;
     if (has_pctx && !(pctx = fgr_out(q, sizeof(CUcontext))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuDevicePrimaryCtxRetain)fgr_real[FGR_OP_cuDevicePrimaryCtxRetain])(pctx, dev);
-    fgr_reply_out(q, pctx, sizeof(CUcontext), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuDevicePrimaryCtxRetain)fgr_real[FGR_OP_cuDevicePrimaryCtxRetain])(pctx, dev);
+    fgr_reply_out(q, pctx, sizeof(CUcontext), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuDevicePrimaryCtxRelease_v2(struct fgr_rd *rd, struct fgr_req *q)
@@ -196,8 +201,8 @@ static CUresult op_cuDevicePrimaryCtxRelease_v2(struct fgr_rd *rd, struct fgr_re
     CUdevice dev = (CUdevice)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuDevicePrimaryCtxRelease_v2)fgr_real[FGR_OP_cuDevicePrimaryCtxRelease_v2])(dev);
-    return r;
+    CUresult fgr_r = ((pfn_cuDevicePrimaryCtxRelease_v2)fgr_real[FGR_OP_cuDevicePrimaryCtxRelease_v2])(dev);
+    return fgr_r;
 }
 
 static CUresult op_cuDevicePrimaryCtxReset_v2(struct fgr_rd *rd, struct fgr_req *q)
@@ -206,8 +211,8 @@ static CUresult op_cuDevicePrimaryCtxReset_v2(struct fgr_rd *rd, struct fgr_req 
     CUdevice dev = (CUdevice)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuDevicePrimaryCtxReset_v2)fgr_real[FGR_OP_cuDevicePrimaryCtxReset_v2])(dev);
-    return r;
+    CUresult fgr_r = ((pfn_cuDevicePrimaryCtxReset_v2)fgr_real[FGR_OP_cuDevicePrimaryCtxReset_v2])(dev);
+    return fgr_r;
 }
 
 static CUresult op_cuDevicePrimaryCtxSetFlags_v2(struct fgr_rd *rd, struct fgr_req *q)
@@ -217,8 +222,8 @@ static CUresult op_cuDevicePrimaryCtxSetFlags_v2(struct fgr_rd *rd, struct fgr_r
     unsigned int flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuDevicePrimaryCtxSetFlags_v2)fgr_real[FGR_OP_cuDevicePrimaryCtxSetFlags_v2])(dev, flags);
-    return r;
+    CUresult fgr_r = ((pfn_cuDevicePrimaryCtxSetFlags_v2)fgr_real[FGR_OP_cuDevicePrimaryCtxSetFlags_v2])(dev, flags);
+    return fgr_r;
 }
 
 static CUresult op_cuDevicePrimaryCtxGetState(struct fgr_rd *rd, struct fgr_req *q)
@@ -235,10 +240,10 @@ static CUresult op_cuDevicePrimaryCtxGetState(struct fgr_rd *rd, struct fgr_req 
     int *active = NULL;
     if (has_active && !(active = fgr_out(q, sizeof(int))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuDevicePrimaryCtxGetState)fgr_real[FGR_OP_cuDevicePrimaryCtxGetState])(dev, flags, active);
-    fgr_reply_out(q, flags, sizeof(unsigned int), 0, r);
-    fgr_reply_out(q, active, sizeof(int), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuDevicePrimaryCtxGetState)fgr_real[FGR_OP_cuDevicePrimaryCtxGetState])(dev, flags, active);
+    fgr_reply_out(q, flags, sizeof(unsigned int), 0, fgr_r);
+    fgr_reply_out(q, active, sizeof(int), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuCtxCreate_v2(struct fgr_rd *rd, struct fgr_req *q)
@@ -252,9 +257,9 @@ static CUresult op_cuCtxCreate_v2(struct fgr_rd *rd, struct fgr_req *q)
     CUcontext *pctx = NULL;
     if (has_pctx && !(pctx = fgr_out(q, sizeof(CUcontext))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuCtxCreate_v2)fgr_real[FGR_OP_cuCtxCreate_v2])(pctx, flags, dev);
-    fgr_reply_out(q, pctx, sizeof(CUcontext), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuCtxCreate_v2)fgr_real[FGR_OP_cuCtxCreate_v2])(pctx, flags, dev);
+    fgr_reply_out(q, pctx, sizeof(CUcontext), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuCtxDestroy_v2(struct fgr_rd *rd, struct fgr_req *q)
@@ -263,8 +268,8 @@ static CUresult op_cuCtxDestroy_v2(struct fgr_rd *rd, struct fgr_req *q)
     CUcontext ctx = (CUcontext)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuCtxDestroy_v2)fgr_real[FGR_OP_cuCtxDestroy_v2])(ctx);
-    return r;
+    CUresult fgr_r = ((pfn_cuCtxDestroy_v2)fgr_real[FGR_OP_cuCtxDestroy_v2])(ctx);
+    return fgr_r;
 }
 
 static CUresult op_cuCtxGetDevice(struct fgr_rd *rd, struct fgr_req *q)
@@ -276,9 +281,9 @@ static CUresult op_cuCtxGetDevice(struct fgr_rd *rd, struct fgr_req *q)
     CUdevice *device = NULL;
     if (has_device && !(device = fgr_out(q, sizeof(CUdevice))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuCtxGetDevice)fgr_real[FGR_OP_cuCtxGetDevice])(device);
-    fgr_reply_out(q, device, sizeof(CUdevice), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuCtxGetDevice)fgr_real[FGR_OP_cuCtxGetDevice])(device);
+    fgr_reply_out(q, device, sizeof(CUdevice), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuCtxSynchronize(struct fgr_rd *rd, struct fgr_req *q)
@@ -286,8 +291,8 @@ static CUresult op_cuCtxSynchronize(struct fgr_rd *rd, struct fgr_req *q)
     (void)q;
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuCtxSynchronize)fgr_real[FGR_OP_cuCtxSynchronize])();
-    return r;
+    CUresult fgr_r = ((pfn_cuCtxSynchronize)fgr_real[FGR_OP_cuCtxSynchronize])();
+    return fgr_r;
 }
 
 static CUresult op_cuMemGetInfo_v2(struct fgr_rd *rd, struct fgr_req *q)
@@ -303,10 +308,10 @@ static CUresult op_cuMemGetInfo_v2(struct fgr_rd *rd, struct fgr_req *q)
     size_t *total = NULL;
     if (has_total && !(total = fgr_out(q, sizeof(size_t))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuMemGetInfo_v2)fgr_real[FGR_OP_cuMemGetInfo_v2])(free, total);
-    fgr_reply_out(q, free, sizeof(size_t), 0, r);
-    fgr_reply_out(q, total, sizeof(size_t), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemGetInfo_v2)fgr_real[FGR_OP_cuMemGetInfo_v2])(free, total);
+    fgr_reply_out(q, free, sizeof(size_t), 0, fgr_r);
+    fgr_reply_out(q, total, sizeof(size_t), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuMemAlloc_v2(struct fgr_rd *rd, struct fgr_req *q)
@@ -319,9 +324,9 @@ static CUresult op_cuMemAlloc_v2(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr *dptr = NULL;
     if (has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuMemAlloc_v2)fgr_real[FGR_OP_cuMemAlloc_v2])(dptr, bytesize);
-    fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemAlloc_v2)fgr_real[FGR_OP_cuMemAlloc_v2])(dptr, bytesize);
+    fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuMemAllocPitch_v2(struct fgr_rd *rd, struct fgr_req *q)
@@ -340,10 +345,10 @@ static CUresult op_cuMemAllocPitch_v2(struct fgr_rd *rd, struct fgr_req *q)
     size_t *pPitch = NULL;
     if (has_pPitch && !(pPitch = fgr_out(q, sizeof(size_t))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuMemAllocPitch_v2)fgr_real[FGR_OP_cuMemAllocPitch_v2])(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
-    fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, r);
-    fgr_reply_out(q, pPitch, sizeof(size_t), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemAllocPitch_v2)fgr_real[FGR_OP_cuMemAllocPitch_v2])(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
+    fgr_reply_out(q, pPitch, sizeof(size_t), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuMemFree_v2(struct fgr_rd *rd, struct fgr_req *q)
@@ -352,8 +357,8 @@ static CUresult op_cuMemFree_v2(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr dptr = (CUdeviceptr)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemFree_v2)fgr_real[FGR_OP_cuMemFree_v2])(dptr);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemFree_v2)fgr_real[FGR_OP_cuMemFree_v2])(dptr);
+    return fgr_r;
 }
 
 static CUresult op_cuMemAllocManaged(struct fgr_rd *rd, struct fgr_req *q)
@@ -367,9 +372,9 @@ static CUresult op_cuMemAllocManaged(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr *dptr = NULL;
     if (has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuMemAllocManaged)fgr_real[FGR_OP_cuMemAllocManaged])(dptr, bytesize, flags);
-    fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemAllocManaged)fgr_real[FGR_OP_cuMemAllocManaged])(dptr, bytesize, flags);
+    fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuMemGetAddressRange_v2(struct fgr_rd *rd, struct fgr_req *q)
@@ -386,10 +391,10 @@ static CUresult op_cuMemGetAddressRange_v2(struct fgr_rd *rd, struct fgr_req *q)
     size_t *psize = NULL;
     if (has_psize && !(psize = fgr_out(q, sizeof(size_t))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuMemGetAddressRange_v2)fgr_real[FGR_OP_cuMemGetAddressRange_v2])(pbase, psize, dptr);
-    fgr_reply_out(q, pbase, sizeof(CUdeviceptr), 0, r);
-    fgr_reply_out(q, psize, sizeof(size_t), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemGetAddressRange_v2)fgr_real[FGR_OP_cuMemGetAddressRange_v2])(pbase, psize, dptr);
+    fgr_reply_out(q, pbase, sizeof(CUdeviceptr), 0, fgr_r);
+    fgr_reply_out(q, psize, sizeof(size_t), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuMemAllocAsync(struct fgr_rd *rd, struct fgr_req *q)
@@ -403,9 +408,9 @@ static CUresult op_cuMemAllocAsync(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr *dptr = NULL;
     if (has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuMemAllocAsync)fgr_real[FGR_OP_cuMemAllocAsync])(dptr, bytesize, hStream);
-    fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemAllocAsync)fgr_real[FGR_OP_cuMemAllocAsync])(dptr, bytesize, hStream);
+    fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuMemAllocAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
@@ -419,9 +424,9 @@ static CUresult op_cuMemAllocAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr *dptr = NULL;
     if (has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuMemAllocAsync_ptsz)fgr_real[FGR_OP_cuMemAllocAsync_ptsz])(dptr, bytesize, hStream);
-    fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemAllocAsync_ptsz)fgr_real[FGR_OP_cuMemAllocAsync_ptsz])(dptr, bytesize, hStream);
+    fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuMemFreeAsync(struct fgr_rd *rd, struct fgr_req *q)
@@ -431,8 +436,8 @@ static CUresult op_cuMemFreeAsync(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemFreeAsync)fgr_real[FGR_OP_cuMemFreeAsync])(dptr, hStream);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemFreeAsync)fgr_real[FGR_OP_cuMemFreeAsync])(dptr, hStream);
+    return fgr_r;
 }
 
 static CUresult op_cuMemFreeAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
@@ -442,8 +447,8 @@ static CUresult op_cuMemFreeAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemFreeAsync_ptsz)fgr_real[FGR_OP_cuMemFreeAsync_ptsz])(dptr, hStream);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemFreeAsync_ptsz)fgr_real[FGR_OP_cuMemFreeAsync_ptsz])(dptr, hStream);
+    return fgr_r;
 }
 
 static CUresult op_cuMemAllocFromPoolAsync(struct fgr_rd *rd, struct fgr_req *q)
@@ -458,9 +463,9 @@ static CUresult op_cuMemAllocFromPoolAsync(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr *dptr = NULL;
     if (has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuMemAllocFromPoolAsync)fgr_real[FGR_OP_cuMemAllocFromPoolAsync])(dptr, bytesize, pool, hStream);
-    fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemAllocFromPoolAsync)fgr_real[FGR_OP_cuMemAllocFromPoolAsync])(dptr, bytesize, pool, hStream);
+    fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuMemAllocFromPoolAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
@@ -475,9 +480,9 @@ static CUresult op_cuMemAllocFromPoolAsync_ptsz(struct fgr_rd *rd, struct fgr_re
     CUdeviceptr *dptr = NULL;
     if (has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuMemAllocFromPoolAsync_ptsz)fgr_real[FGR_OP_cuMemAllocFromPoolAsync_ptsz])(dptr, bytesize, pool, hStream);
-    fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemAllocFromPoolAsync_ptsz)fgr_real[FGR_OP_cuMemAllocFromPoolAsync_ptsz])(dptr, bytesize, pool, hStream);
+    fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuMemPoolCreate(struct fgr_rd *rd, struct fgr_req *q)
@@ -490,9 +495,9 @@ static CUresult op_cuMemPoolCreate(struct fgr_rd *rd, struct fgr_req *q)
     CUmemoryPool *pool = NULL;
     if (has_pool && !(pool = fgr_out(q, sizeof(CUmemoryPool))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuMemPoolCreate)fgr_real[FGR_OP_cuMemPoolCreate])(pool, poolProps);
-    fgr_reply_out(q, pool, sizeof(CUmemoryPool), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemPoolCreate)fgr_real[FGR_OP_cuMemPoolCreate])(pool, poolProps);
+    fgr_reply_out(q, pool, sizeof(CUmemoryPool), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuMemPoolDestroy(struct fgr_rd *rd, struct fgr_req *q)
@@ -501,8 +506,8 @@ static CUresult op_cuMemPoolDestroy(struct fgr_rd *rd, struct fgr_req *q)
     CUmemoryPool pool = (CUmemoryPool)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemPoolDestroy)fgr_real[FGR_OP_cuMemPoolDestroy])(pool);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemPoolDestroy)fgr_real[FGR_OP_cuMemPoolDestroy])(pool);
+    return fgr_r;
 }
 
 static CUresult op_cuMemPoolTrimTo(struct fgr_rd *rd, struct fgr_req *q)
@@ -512,8 +517,8 @@ static CUresult op_cuMemPoolTrimTo(struct fgr_rd *rd, struct fgr_req *q)
     size_t minBytesToKeep = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemPoolTrimTo)fgr_real[FGR_OP_cuMemPoolTrimTo])(pool, minBytesToKeep);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemPoolTrimTo)fgr_real[FGR_OP_cuMemPoolTrimTo])(pool, minBytesToKeep);
+    return fgr_r;
 }
 
 static CUresult op_cuMemPoolGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
@@ -527,9 +532,9 @@ static CUresult op_cuMemPoolGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
     void *value = NULL;
     if (has_value && !(value = fgr_out(q, (uint64_t)(fgr_mempool_attr_bytes(attr)) * 1)))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuMemPoolGetAttribute)fgr_real[FGR_OP_cuMemPoolGetAttribute])(pool, attr, value);
-    fgr_reply_out(q, value, (uint64_t)(fgr_mempool_attr_bytes(attr)) * 1, 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemPoolGetAttribute)fgr_real[FGR_OP_cuMemPoolGetAttribute])(pool, attr, value);
+    fgr_reply_out(q, value, (uint64_t)(fgr_mempool_attr_bytes(attr)) * 1, 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuDeviceGetMemPool(struct fgr_rd *rd, struct fgr_req *q)
@@ -542,9 +547,9 @@ static CUresult op_cuDeviceGetMemPool(struct fgr_rd *rd, struct fgr_req *q)
     CUmemoryPool *pool = NULL;
     if (has_pool && !(pool = fgr_out(q, sizeof(CUmemoryPool))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuDeviceGetMemPool)fgr_real[FGR_OP_cuDeviceGetMemPool])(pool, dev);
-    fgr_reply_out(q, pool, sizeof(CUmemoryPool), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuDeviceGetMemPool)fgr_real[FGR_OP_cuDeviceGetMemPool])(pool, dev);
+    fgr_reply_out(q, pool, sizeof(CUmemoryPool), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuDeviceGetDefaultMemPool(struct fgr_rd *rd, struct fgr_req *q)
@@ -557,9 +562,9 @@ static CUresult op_cuDeviceGetDefaultMemPool(struct fgr_rd *rd, struct fgr_req *
     CUmemoryPool *pool_out = NULL;
     if (has_pool_out && !(pool_out = fgr_out(q, sizeof(CUmemoryPool))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuDeviceGetDefaultMemPool)fgr_real[FGR_OP_cuDeviceGetDefaultMemPool])(pool_out, dev);
-    fgr_reply_out(q, pool_out, sizeof(CUmemoryPool), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuDeviceGetDefaultMemPool)fgr_real[FGR_OP_cuDeviceGetDefaultMemPool])(pool_out, dev);
+    fgr_reply_out(q, pool_out, sizeof(CUmemoryPool), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuMemCreate(struct fgr_rd *rd, struct fgr_req *q)
@@ -574,9 +579,9 @@ static CUresult op_cuMemCreate(struct fgr_rd *rd, struct fgr_req *q)
     CUmemGenericAllocationHandle *handle = NULL;
     if (has_handle && !(handle = fgr_out(q, sizeof(CUmemGenericAllocationHandle))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuMemCreate)fgr_real[FGR_OP_cuMemCreate])(handle, size, prop, flags);
-    fgr_reply_out(q, handle, sizeof(CUmemGenericAllocationHandle), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemCreate)fgr_real[FGR_OP_cuMemCreate])(handle, size, prop, flags);
+    fgr_reply_out(q, handle, sizeof(CUmemGenericAllocationHandle), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuMemRelease(struct fgr_rd *rd, struct fgr_req *q)
@@ -585,8 +590,8 @@ static CUresult op_cuMemRelease(struct fgr_rd *rd, struct fgr_req *q)
     CUmemGenericAllocationHandle handle = (CUmemGenericAllocationHandle)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemRelease)fgr_real[FGR_OP_cuMemRelease])(handle);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemRelease)fgr_real[FGR_OP_cuMemRelease])(handle);
+    return fgr_r;
 }
 
 static CUresult op_cuMemAddressReserve(struct fgr_rd *rd, struct fgr_req *q)
@@ -602,9 +607,9 @@ static CUresult op_cuMemAddressReserve(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr *ptr = NULL;
     if (has_ptr && !(ptr = fgr_out(q, sizeof(CUdeviceptr))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuMemAddressReserve)fgr_real[FGR_OP_cuMemAddressReserve])(ptr, size, alignment, addr, flags);
-    fgr_reply_out(q, ptr, sizeof(CUdeviceptr), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemAddressReserve)fgr_real[FGR_OP_cuMemAddressReserve])(ptr, size, alignment, addr, flags);
+    fgr_reply_out(q, ptr, sizeof(CUdeviceptr), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuMemAddressFree(struct fgr_rd *rd, struct fgr_req *q)
@@ -614,8 +619,8 @@ static CUresult op_cuMemAddressFree(struct fgr_rd *rd, struct fgr_req *q)
     size_t size = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemAddressFree)fgr_real[FGR_OP_cuMemAddressFree])(ptr, size);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemAddressFree)fgr_real[FGR_OP_cuMemAddressFree])(ptr, size);
+    return fgr_r;
 }
 
 static CUresult op_cuMemMap(struct fgr_rd *rd, struct fgr_req *q)
@@ -628,8 +633,8 @@ static CUresult op_cuMemMap(struct fgr_rd *rd, struct fgr_req *q)
     unsigned long long flags = (unsigned long long)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemMap)fgr_real[FGR_OP_cuMemMap])(ptr, size, offset, handle, flags);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemMap)fgr_real[FGR_OP_cuMemMap])(ptr, size, offset, handle, flags);
+    return fgr_r;
 }
 
 static CUresult op_cuMemUnmap(struct fgr_rd *rd, struct fgr_req *q)
@@ -639,8 +644,8 @@ static CUresult op_cuMemUnmap(struct fgr_rd *rd, struct fgr_req *q)
     size_t size = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemUnmap)fgr_real[FGR_OP_cuMemUnmap])(ptr, size);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemUnmap)fgr_real[FGR_OP_cuMemUnmap])(ptr, size);
+    return fgr_r;
 }
 
 static CUresult op_cuMemGetAllocationGranularity(struct fgr_rd *rd, struct fgr_req *q)
@@ -654,9 +659,9 @@ static CUresult op_cuMemGetAllocationGranularity(struct fgr_rd *rd, struct fgr_r
     size_t *granularity = NULL;
     if (has_granularity && !(granularity = fgr_out(q, sizeof(size_t))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuMemGetAllocationGranularity)fgr_real[FGR_OP_cuMemGetAllocationGranularity])(granularity, prop, option);
-    fgr_reply_out(q, granularity, sizeof(size_t), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemGetAllocationGranularity)fgr_real[FGR_OP_cuMemGetAllocationGranularity])(granularity, prop, option);
+    fgr_reply_out(q, granularity, sizeof(size_t), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuArrayCreate_v2(struct fgr_rd *rd, struct fgr_req *q)
@@ -669,9 +674,9 @@ static CUresult op_cuArrayCreate_v2(struct fgr_rd *rd, struct fgr_req *q)
     CUarray *pHandle = NULL;
     if (has_pHandle && !(pHandle = fgr_out(q, sizeof(CUarray))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuArrayCreate_v2)fgr_real[FGR_OP_cuArrayCreate_v2])(pHandle, pAllocateArray);
-    fgr_reply_out(q, pHandle, sizeof(CUarray), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuArrayCreate_v2)fgr_real[FGR_OP_cuArrayCreate_v2])(pHandle, pAllocateArray);
+    fgr_reply_out(q, pHandle, sizeof(CUarray), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuArray3DCreate_v2(struct fgr_rd *rd, struct fgr_req *q)
@@ -684,9 +689,9 @@ static CUresult op_cuArray3DCreate_v2(struct fgr_rd *rd, struct fgr_req *q)
     CUarray *pHandle = NULL;
     if (has_pHandle && !(pHandle = fgr_out(q, sizeof(CUarray))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuArray3DCreate_v2)fgr_real[FGR_OP_cuArray3DCreate_v2])(pHandle, pAllocateArray);
-    fgr_reply_out(q, pHandle, sizeof(CUarray), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuArray3DCreate_v2)fgr_real[FGR_OP_cuArray3DCreate_v2])(pHandle, pAllocateArray);
+    fgr_reply_out(q, pHandle, sizeof(CUarray), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuArrayDestroy(struct fgr_rd *rd, struct fgr_req *q)
@@ -695,8 +700,8 @@ static CUresult op_cuArrayDestroy(struct fgr_rd *rd, struct fgr_req *q)
     CUarray hArray = (CUarray)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuArrayDestroy)fgr_real[FGR_OP_cuArrayDestroy])(hArray);
-    return r;
+    CUresult fgr_r = ((pfn_cuArrayDestroy)fgr_real[FGR_OP_cuArrayDestroy])(hArray);
+    return fgr_r;
 }
 
 static CUresult op_cuMipmappedArrayCreate(struct fgr_rd *rd, struct fgr_req *q)
@@ -710,9 +715,9 @@ static CUresult op_cuMipmappedArrayCreate(struct fgr_rd *rd, struct fgr_req *q)
     CUmipmappedArray *pHandle = NULL;
     if (has_pHandle && !(pHandle = fgr_out(q, sizeof(CUmipmappedArray))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuMipmappedArrayCreate)fgr_real[FGR_OP_cuMipmappedArrayCreate])(pHandle, pMipmappedArrayDesc, numMipmapLevels);
-    fgr_reply_out(q, pHandle, sizeof(CUmipmappedArray), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuMipmappedArrayCreate)fgr_real[FGR_OP_cuMipmappedArrayCreate])(pHandle, pMipmappedArrayDesc, numMipmapLevels);
+    fgr_reply_out(q, pHandle, sizeof(CUmipmappedArray), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuMipmappedArrayDestroy(struct fgr_rd *rd, struct fgr_req *q)
@@ -721,8 +726,8 @@ static CUresult op_cuMipmappedArrayDestroy(struct fgr_rd *rd, struct fgr_req *q)
     CUmipmappedArray hMipmappedArray = (CUmipmappedArray)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMipmappedArrayDestroy)fgr_real[FGR_OP_cuMipmappedArrayDestroy])(hMipmappedArray);
-    return r;
+    CUresult fgr_r = ((pfn_cuMipmappedArrayDestroy)fgr_real[FGR_OP_cuMipmappedArrayDestroy])(hMipmappedArray);
+    return fgr_r;
 }
 
 static CUresult op_cuMemcpyHtoD_v2(struct fgr_rd *rd, struct fgr_req *q)
@@ -733,8 +738,8 @@ static CUresult op_cuMemcpyHtoD_v2(struct fgr_rd *rd, struct fgr_req *q)
     void *srcHost = fgr_get_buf(rd, q, (uint64_t)(ByteCount) * 1, 0);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemcpyHtoD_v2)fgr_real[FGR_OP_cuMemcpyHtoD_v2])(dstDevice, srcHost, ByteCount);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemcpyHtoD_v2)fgr_real[FGR_OP_cuMemcpyHtoD_v2])(dstDevice, srcHost, ByteCount);
+    return fgr_r;
 }
 
 static CUresult op_cuMemcpyHtoD_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
@@ -745,8 +750,8 @@ static CUresult op_cuMemcpyHtoD_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     void *srcHost = fgr_get_buf(rd, q, (uint64_t)(ByteCount) * 1, 0);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemcpyHtoD_v2_ptds)fgr_real[FGR_OP_cuMemcpyHtoD_v2_ptds])(dstDevice, srcHost, ByteCount);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemcpyHtoD_v2_ptds)fgr_real[FGR_OP_cuMemcpyHtoD_v2_ptds])(dstDevice, srcHost, ByteCount);
+    return fgr_r;
 }
 
 static CUresult op_cuMemcpyDtoH_v2(struct fgr_rd *rd, struct fgr_req *q)
@@ -760,9 +765,9 @@ static CUresult op_cuMemcpyDtoH_v2(struct fgr_rd *rd, struct fgr_req *q)
     void *dstHost = NULL;
     if (has_dstHost && !(dstHost = fgr_out(q, (uint64_t)(ByteCount) * 1)))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuMemcpyDtoH_v2)fgr_real[FGR_OP_cuMemcpyDtoH_v2])(dstHost, srcDevice, ByteCount);
-    fgr_reply_out(q, dstHost, (uint64_t)(ByteCount) * 1, 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemcpyDtoH_v2)fgr_real[FGR_OP_cuMemcpyDtoH_v2])(dstHost, srcDevice, ByteCount);
+    fgr_reply_out(q, dstHost, (uint64_t)(ByteCount) * 1, 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuMemcpyDtoH_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
@@ -776,9 +781,9 @@ static CUresult op_cuMemcpyDtoH_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     void *dstHost = NULL;
     if (has_dstHost && !(dstHost = fgr_out(q, (uint64_t)(ByteCount) * 1)))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuMemcpyDtoH_v2_ptds)fgr_real[FGR_OP_cuMemcpyDtoH_v2_ptds])(dstHost, srcDevice, ByteCount);
-    fgr_reply_out(q, dstHost, (uint64_t)(ByteCount) * 1, 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemcpyDtoH_v2_ptds)fgr_real[FGR_OP_cuMemcpyDtoH_v2_ptds])(dstHost, srcDevice, ByteCount);
+    fgr_reply_out(q, dstHost, (uint64_t)(ByteCount) * 1, 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuMemcpyDtoD_v2(struct fgr_rd *rd, struct fgr_req *q)
@@ -789,8 +794,8 @@ static CUresult op_cuMemcpyDtoD_v2(struct fgr_rd *rd, struct fgr_req *q)
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemcpyDtoD_v2)fgr_real[FGR_OP_cuMemcpyDtoD_v2])(dstDevice, srcDevice, ByteCount);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemcpyDtoD_v2)fgr_real[FGR_OP_cuMemcpyDtoD_v2])(dstDevice, srcDevice, ByteCount);
+    return fgr_r;
 }
 
 static CUresult op_cuMemcpyDtoD_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
@@ -801,8 +806,8 @@ static CUresult op_cuMemcpyDtoD_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemcpyDtoD_v2_ptds)fgr_real[FGR_OP_cuMemcpyDtoD_v2_ptds])(dstDevice, srcDevice, ByteCount);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemcpyDtoD_v2_ptds)fgr_real[FGR_OP_cuMemcpyDtoD_v2_ptds])(dstDevice, srcDevice, ByteCount);
+    return fgr_r;
 }
 
 static CUresult op_cuMemcpy(struct fgr_rd *rd, struct fgr_req *q)
@@ -813,8 +818,8 @@ static CUresult op_cuMemcpy(struct fgr_rd *rd, struct fgr_req *q)
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemcpy)fgr_real[FGR_OP_cuMemcpy])(dst, src, ByteCount);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemcpy)fgr_real[FGR_OP_cuMemcpy])(dst, src, ByteCount);
+    return fgr_r;
 }
 
 static CUresult op_cuMemcpy_ptds(struct fgr_rd *rd, struct fgr_req *q)
@@ -825,8 +830,8 @@ static CUresult op_cuMemcpy_ptds(struct fgr_rd *rd, struct fgr_req *q)
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemcpy_ptds)fgr_real[FGR_OP_cuMemcpy_ptds])(dst, src, ByteCount);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemcpy_ptds)fgr_real[FGR_OP_cuMemcpy_ptds])(dst, src, ByteCount);
+    return fgr_r;
 }
 
 static CUresult op_cuMemcpyHtoDAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
@@ -838,10 +843,10 @@ static CUresult op_cuMemcpyHtoDAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
     void *srcHost = fgr_get_buf(rd, q, (uint64_t)(ByteCount) * 1, 0);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemcpyHtoDAsync_v2)fgr_real[FGR_OP_cuMemcpyHtoDAsync_v2])(dstDevice, srcHost, ByteCount, hStream);
-    if (r == CUDA_SUCCESS)
-        r = fgr_drain(hStream, 0);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemcpyHtoDAsync_v2)fgr_real[FGR_OP_cuMemcpyHtoDAsync_v2])(dstDevice, srcHost, ByteCount, hStream);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = fgr_drain(hStream, 0);
+    return fgr_r;
 }
 
 static CUresult op_cuMemcpyHtoDAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *q)
@@ -853,10 +858,10 @@ static CUresult op_cuMemcpyHtoDAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *
     void *srcHost = fgr_get_buf(rd, q, (uint64_t)(ByteCount) * 1, 0);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemcpyHtoDAsync_v2_ptsz)fgr_real[FGR_OP_cuMemcpyHtoDAsync_v2_ptsz])(dstDevice, srcHost, ByteCount, hStream);
-    if (r == CUDA_SUCCESS)
-        r = fgr_drain(hStream, 1);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemcpyHtoDAsync_v2_ptsz)fgr_real[FGR_OP_cuMemcpyHtoDAsync_v2_ptsz])(dstDevice, srcHost, ByteCount, hStream);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = fgr_drain(hStream, 1);
+    return fgr_r;
 }
 
 static CUresult op_cuMemcpyDtoHAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
@@ -871,11 +876,11 @@ static CUresult op_cuMemcpyDtoHAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
     void *dstHost = NULL;
     if (has_dstHost && !(dstHost = fgr_out(q, (uint64_t)(ByteCount) * 1)))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuMemcpyDtoHAsync_v2)fgr_real[FGR_OP_cuMemcpyDtoHAsync_v2])(dstHost, srcDevice, ByteCount, hStream);
-    if (r == CUDA_SUCCESS)
-        r = fgr_drain(hStream, 0);
-    fgr_reply_out(q, dstHost, (uint64_t)(ByteCount) * 1, 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemcpyDtoHAsync_v2)fgr_real[FGR_OP_cuMemcpyDtoHAsync_v2])(dstHost, srcDevice, ByteCount, hStream);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = fgr_drain(hStream, 0);
+    fgr_reply_out(q, dstHost, (uint64_t)(ByteCount) * 1, 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuMemcpyDtoHAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *q)
@@ -890,11 +895,11 @@ static CUresult op_cuMemcpyDtoHAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *
     void *dstHost = NULL;
     if (has_dstHost && !(dstHost = fgr_out(q, (uint64_t)(ByteCount) * 1)))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuMemcpyDtoHAsync_v2_ptsz)fgr_real[FGR_OP_cuMemcpyDtoHAsync_v2_ptsz])(dstHost, srcDevice, ByteCount, hStream);
-    if (r == CUDA_SUCCESS)
-        r = fgr_drain(hStream, 1);
-    fgr_reply_out(q, dstHost, (uint64_t)(ByteCount) * 1, 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemcpyDtoHAsync_v2_ptsz)fgr_real[FGR_OP_cuMemcpyDtoHAsync_v2_ptsz])(dstHost, srcDevice, ByteCount, hStream);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = fgr_drain(hStream, 1);
+    fgr_reply_out(q, dstHost, (uint64_t)(ByteCount) * 1, 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuMemcpyDtoDAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
@@ -906,8 +911,8 @@ static CUresult op_cuMemcpyDtoDAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemcpyDtoDAsync_v2)fgr_real[FGR_OP_cuMemcpyDtoDAsync_v2])(dstDevice, srcDevice, ByteCount, hStream);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemcpyDtoDAsync_v2)fgr_real[FGR_OP_cuMemcpyDtoDAsync_v2])(dstDevice, srcDevice, ByteCount, hStream);
+    return fgr_r;
 }
 
 static CUresult op_cuMemcpyDtoDAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *q)
@@ -919,8 +924,8 @@ static CUresult op_cuMemcpyDtoDAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemcpyDtoDAsync_v2_ptsz)fgr_real[FGR_OP_cuMemcpyDtoDAsync_v2_ptsz])(dstDevice, srcDevice, ByteCount, hStream);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemcpyDtoDAsync_v2_ptsz)fgr_real[FGR_OP_cuMemcpyDtoDAsync_v2_ptsz])(dstDevice, srcDevice, ByteCount, hStream);
+    return fgr_r;
 }
 
 static CUresult op_cuMemcpyAsync(struct fgr_rd *rd, struct fgr_req *q)
@@ -932,8 +937,8 @@ static CUresult op_cuMemcpyAsync(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemcpyAsync)fgr_real[FGR_OP_cuMemcpyAsync])(dst, src, ByteCount, hStream);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemcpyAsync)fgr_real[FGR_OP_cuMemcpyAsync])(dst, src, ByteCount, hStream);
+    return fgr_r;
 }
 
 static CUresult op_cuMemcpyAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
@@ -945,8 +950,8 @@ static CUresult op_cuMemcpyAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemcpyAsync_ptsz)fgr_real[FGR_OP_cuMemcpyAsync_ptsz])(dst, src, ByteCount, hStream);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemcpyAsync_ptsz)fgr_real[FGR_OP_cuMemcpyAsync_ptsz])(dst, src, ByteCount, hStream);
+    return fgr_r;
 }
 
 static CUresult op_cuMemsetD8_v2(struct fgr_rd *rd, struct fgr_req *q)
@@ -957,8 +962,8 @@ static CUresult op_cuMemsetD8_v2(struct fgr_rd *rd, struct fgr_req *q)
     size_t N = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemsetD8_v2)fgr_real[FGR_OP_cuMemsetD8_v2])(dstDevice, uc, N);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemsetD8_v2)fgr_real[FGR_OP_cuMemsetD8_v2])(dstDevice, uc, N);
+    return fgr_r;
 }
 
 static CUresult op_cuMemsetD8_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
@@ -969,8 +974,8 @@ static CUresult op_cuMemsetD8_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     size_t N = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemsetD8_v2_ptds)fgr_real[FGR_OP_cuMemsetD8_v2_ptds])(dstDevice, uc, N);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemsetD8_v2_ptds)fgr_real[FGR_OP_cuMemsetD8_v2_ptds])(dstDevice, uc, N);
+    return fgr_r;
 }
 
 static CUresult op_cuMemsetD32_v2(struct fgr_rd *rd, struct fgr_req *q)
@@ -981,8 +986,8 @@ static CUresult op_cuMemsetD32_v2(struct fgr_rd *rd, struct fgr_req *q)
     size_t N = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemsetD32_v2)fgr_real[FGR_OP_cuMemsetD32_v2])(dstDevice, ui, N);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemsetD32_v2)fgr_real[FGR_OP_cuMemsetD32_v2])(dstDevice, ui, N);
+    return fgr_r;
 }
 
 static CUresult op_cuMemsetD32_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
@@ -993,8 +998,8 @@ static CUresult op_cuMemsetD32_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     size_t N = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemsetD32_v2_ptds)fgr_real[FGR_OP_cuMemsetD32_v2_ptds])(dstDevice, ui, N);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemsetD32_v2_ptds)fgr_real[FGR_OP_cuMemsetD32_v2_ptds])(dstDevice, ui, N);
+    return fgr_r;
 }
 
 static CUresult op_cuMemsetD8Async(struct fgr_rd *rd, struct fgr_req *q)
@@ -1006,8 +1011,8 @@ static CUresult op_cuMemsetD8Async(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemsetD8Async)fgr_real[FGR_OP_cuMemsetD8Async])(dstDevice, uc, N, hStream);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemsetD8Async)fgr_real[FGR_OP_cuMemsetD8Async])(dstDevice, uc, N, hStream);
+    return fgr_r;
 }
 
 static CUresult op_cuMemsetD8Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
@@ -1019,8 +1024,8 @@ static CUresult op_cuMemsetD8Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemsetD8Async_ptsz)fgr_real[FGR_OP_cuMemsetD8Async_ptsz])(dstDevice, uc, N, hStream);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemsetD8Async_ptsz)fgr_real[FGR_OP_cuMemsetD8Async_ptsz])(dstDevice, uc, N, hStream);
+    return fgr_r;
 }
 
 static CUresult op_cuMemsetD32Async(struct fgr_rd *rd, struct fgr_req *q)
@@ -1032,8 +1037,8 @@ static CUresult op_cuMemsetD32Async(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemsetD32Async)fgr_real[FGR_OP_cuMemsetD32Async])(dstDevice, ui, N, hStream);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemsetD32Async)fgr_real[FGR_OP_cuMemsetD32Async])(dstDevice, ui, N, hStream);
+    return fgr_r;
 }
 
 static CUresult op_cuMemsetD32Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
@@ -1045,8 +1050,8 @@ static CUresult op_cuMemsetD32Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemsetD32Async_ptsz)fgr_real[FGR_OP_cuMemsetD32Async_ptsz])(dstDevice, ui, N, hStream);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemsetD32Async_ptsz)fgr_real[FGR_OP_cuMemsetD32Async_ptsz])(dstDevice, ui, N, hStream);
+    return fgr_r;
 }
 
 static CUresult op_cuModuleLoadData(struct fgr_rd *rd, struct fgr_req *q)
@@ -1059,9 +1064,9 @@ static CUresult op_cuModuleLoadData(struct fgr_rd *rd, struct fgr_req *q)
     CUmodule *module = NULL;
     if (has_module && !(module = fgr_out(q, sizeof(CUmodule))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuModuleLoadData)fgr_real[FGR_OP_cuModuleLoadData])(module, image);
-    fgr_reply_out(q, module, sizeof(CUmodule), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuModuleLoadData)fgr_real[FGR_OP_cuModuleLoadData])(module, image);
+    fgr_reply_out(q, module, sizeof(CUmodule), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuModuleLoadDataEx(struct fgr_rd *rd, struct fgr_req *q)
@@ -1077,9 +1082,9 @@ static CUresult op_cuModuleLoadDataEx(struct fgr_rd *rd, struct fgr_req *q)
     CUmodule *module = NULL;
     if (has_module && !(module = fgr_out(q, sizeof(CUmodule))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuModuleLoadDataEx)fgr_real[FGR_OP_cuModuleLoadDataEx])(module, image, numOptions, options, optionValues);
-    fgr_reply_out(q, module, sizeof(CUmodule), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuModuleLoadDataEx)fgr_real[FGR_OP_cuModuleLoadDataEx])(module, image, numOptions, options, optionValues);
+    fgr_reply_out(q, module, sizeof(CUmodule), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuModuleLoadFatBinary(struct fgr_rd *rd, struct fgr_req *q)
@@ -1092,9 +1097,9 @@ static CUresult op_cuModuleLoadFatBinary(struct fgr_rd *rd, struct fgr_req *q)
     CUmodule *module = NULL;
     if (has_module && !(module = fgr_out(q, sizeof(CUmodule))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuModuleLoadFatBinary)fgr_real[FGR_OP_cuModuleLoadFatBinary])(module, fatCubin);
-    fgr_reply_out(q, module, sizeof(CUmodule), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuModuleLoadFatBinary)fgr_real[FGR_OP_cuModuleLoadFatBinary])(module, fatCubin);
+    fgr_reply_out(q, module, sizeof(CUmodule), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuModuleUnload(struct fgr_rd *rd, struct fgr_req *q)
@@ -1103,8 +1108,8 @@ static CUresult op_cuModuleUnload(struct fgr_rd *rd, struct fgr_req *q)
     CUmodule hmod = (CUmodule)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuModuleUnload)fgr_real[FGR_OP_cuModuleUnload])(hmod);
-    return r;
+    CUresult fgr_r = ((pfn_cuModuleUnload)fgr_real[FGR_OP_cuModuleUnload])(hmod);
+    return fgr_r;
 }
 
 static CUresult op_cuModuleGetFunction(struct fgr_rd *rd, struct fgr_req *q)
@@ -1118,9 +1123,9 @@ static CUresult op_cuModuleGetFunction(struct fgr_rd *rd, struct fgr_req *q)
     CUfunction *hfunc = NULL;
     if (has_hfunc && !(hfunc = fgr_out(q, sizeof(CUfunction))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuModuleGetFunction)fgr_real[FGR_OP_cuModuleGetFunction])(hfunc, hmod, name);
-    fgr_reply_out(q, hfunc, sizeof(CUfunction), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuModuleGetFunction)fgr_real[FGR_OP_cuModuleGetFunction])(hfunc, hmod, name);
+    fgr_reply_out(q, hfunc, sizeof(CUfunction), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuLibraryLoadData(struct fgr_rd *rd, struct fgr_req *q)
@@ -1139,9 +1144,9 @@ static CUresult op_cuLibraryLoadData(struct fgr_rd *rd, struct fgr_req *q)
     CUlibrary *library = NULL;
     if (has_library && !(library = fgr_out(q, sizeof(CUlibrary))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuLibraryLoadData)fgr_real[FGR_OP_cuLibraryLoadData])(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
-    fgr_reply_out(q, library, sizeof(CUlibrary), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuLibraryLoadData)fgr_real[FGR_OP_cuLibraryLoadData])(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
+    fgr_reply_out(q, library, sizeof(CUlibrary), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuLibraryUnload(struct fgr_rd *rd, struct fgr_req *q)
@@ -1150,8 +1155,8 @@ static CUresult op_cuLibraryUnload(struct fgr_rd *rd, struct fgr_req *q)
     CUlibrary library = (CUlibrary)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuLibraryUnload)fgr_real[FGR_OP_cuLibraryUnload])(library);
-    return r;
+    CUresult fgr_r = ((pfn_cuLibraryUnload)fgr_real[FGR_OP_cuLibraryUnload])(library);
+    return fgr_r;
 }
 
 static CUresult op_cuLibraryGetKernel(struct fgr_rd *rd, struct fgr_req *q)
@@ -1165,9 +1170,9 @@ static CUresult op_cuLibraryGetKernel(struct fgr_rd *rd, struct fgr_req *q)
     CUkernel *pKernel = NULL;
     if (has_pKernel && !(pKernel = fgr_out(q, sizeof(CUkernel))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuLibraryGetKernel)fgr_real[FGR_OP_cuLibraryGetKernel])(pKernel, library, name);
-    fgr_reply_out(q, pKernel, sizeof(CUkernel), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuLibraryGetKernel)fgr_real[FGR_OP_cuLibraryGetKernel])(pKernel, library, name);
+    fgr_reply_out(q, pKernel, sizeof(CUkernel), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuKernelGetFunction(struct fgr_rd *rd, struct fgr_req *q)
@@ -1180,9 +1185,9 @@ static CUresult op_cuKernelGetFunction(struct fgr_rd *rd, struct fgr_req *q)
     CUfunction *pFunc = NULL;
     if (has_pFunc && !(pFunc = fgr_out(q, sizeof(CUfunction))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuKernelGetFunction)fgr_real[FGR_OP_cuKernelGetFunction])(pFunc, kernel);
-    fgr_reply_out(q, pFunc, sizeof(CUfunction), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuKernelGetFunction)fgr_real[FGR_OP_cuKernelGetFunction])(pFunc, kernel);
+    fgr_reply_out(q, pFunc, sizeof(CUfunction), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuFuncGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
@@ -1196,9 +1201,9 @@ static CUresult op_cuFuncGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
     int *pi = NULL;
     if (has_pi && !(pi = fgr_out(q, sizeof(int))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuFuncGetAttribute)fgr_real[FGR_OP_cuFuncGetAttribute])(pi, attrib, hfunc);
-    fgr_reply_out(q, pi, sizeof(int), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuFuncGetAttribute)fgr_real[FGR_OP_cuFuncGetAttribute])(pi, attrib, hfunc);
+    fgr_reply_out(q, pi, sizeof(int), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuFuncSetAttribute(struct fgr_rd *rd, struct fgr_req *q)
@@ -1209,8 +1214,8 @@ static CUresult op_cuFuncSetAttribute(struct fgr_rd *rd, struct fgr_req *q)
     int value = (int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuFuncSetAttribute)fgr_real[FGR_OP_cuFuncSetAttribute])(hfunc, attrib, value);
-    return r;
+    CUresult fgr_r = ((pfn_cuFuncSetAttribute)fgr_real[FGR_OP_cuFuncSetAttribute])(hfunc, attrib, value);
+    return fgr_r;
 }
 
 static CUresult op_cuLaunchKernel(struct fgr_rd *rd, struct fgr_req *q)
@@ -1229,8 +1234,8 @@ static CUresult op_cuLaunchKernel(struct fgr_rd *rd, struct fgr_req *q)
     void **extra = NULL;
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuLaunchKernel)fgr_real[FGR_OP_cuLaunchKernel])(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
-    return r;
+    CUresult fgr_r = ((pfn_cuLaunchKernel)fgr_real[FGR_OP_cuLaunchKernel])(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
+    return fgr_r;
 }
 
 static CUresult op_cuLaunchKernel_ptsz(struct fgr_rd *rd, struct fgr_req *q)
@@ -1249,8 +1254,8 @@ static CUresult op_cuLaunchKernel_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     void **extra = NULL;
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuLaunchKernel_ptsz)fgr_real[FGR_OP_cuLaunchKernel_ptsz])(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
-    return r;
+    CUresult fgr_r = ((pfn_cuLaunchKernel_ptsz)fgr_real[FGR_OP_cuLaunchKernel_ptsz])(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
+    return fgr_r;
 }
 
 static CUresult op_cuLaunchKernelEx(struct fgr_rd *rd, struct fgr_req *q)
@@ -1262,8 +1267,8 @@ static CUresult op_cuLaunchKernelEx(struct fgr_rd *rd, struct fgr_req *q)
     void **extra = NULL;
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuLaunchKernelEx)fgr_real[FGR_OP_cuLaunchKernelEx])(config, f, kernelParams, extra);
-    return r;
+    CUresult fgr_r = ((pfn_cuLaunchKernelEx)fgr_real[FGR_OP_cuLaunchKernelEx])(config, f, kernelParams, extra);
+    return fgr_r;
 }
 
 static CUresult op_cuLaunchKernelEx_ptsz(struct fgr_rd *rd, struct fgr_req *q)
@@ -1275,8 +1280,8 @@ static CUresult op_cuLaunchKernelEx_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     void **extra = NULL;
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuLaunchKernelEx_ptsz)fgr_real[FGR_OP_cuLaunchKernelEx_ptsz])(config, f, kernelParams, extra);
-    return r;
+    CUresult fgr_r = ((pfn_cuLaunchKernelEx_ptsz)fgr_real[FGR_OP_cuLaunchKernelEx_ptsz])(config, f, kernelParams, extra);
+    return fgr_r;
 }
 
 static CUresult op_cuLaunchCooperativeKernel(struct fgr_rd *rd, struct fgr_req *q)
@@ -1294,8 +1299,8 @@ static CUresult op_cuLaunchCooperativeKernel(struct fgr_rd *rd, struct fgr_req *
     void **kernelParams = fgr_get_kparams(rd, q);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuLaunchCooperativeKernel)fgr_real[FGR_OP_cuLaunchCooperativeKernel])(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
-    return r;
+    CUresult fgr_r = ((pfn_cuLaunchCooperativeKernel)fgr_real[FGR_OP_cuLaunchCooperativeKernel])(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
+    return fgr_r;
 }
 
 static CUresult op_cuLaunchCooperativeKernel_ptsz(struct fgr_rd *rd, struct fgr_req *q)
@@ -1313,8 +1318,8 @@ static CUresult op_cuLaunchCooperativeKernel_ptsz(struct fgr_rd *rd, struct fgr_
     void **kernelParams = fgr_get_kparams(rd, q);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuLaunchCooperativeKernel_ptsz)fgr_real[FGR_OP_cuLaunchCooperativeKernel_ptsz])(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
-    return r;
+    CUresult fgr_r = ((pfn_cuLaunchCooperativeKernel_ptsz)fgr_real[FGR_OP_cuLaunchCooperativeKernel_ptsz])(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
+    return fgr_r;
 }
 
 static CUresult op_cuStreamCreate(struct fgr_rd *rd, struct fgr_req *q)
@@ -1327,9 +1332,9 @@ static CUresult op_cuStreamCreate(struct fgr_rd *rd, struct fgr_req *q)
     CUstream *phStream = NULL;
     if (has_phStream && !(phStream = fgr_out(q, sizeof(CUstream))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuStreamCreate)fgr_real[FGR_OP_cuStreamCreate])(phStream, Flags);
-    fgr_reply_out(q, phStream, sizeof(CUstream), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuStreamCreate)fgr_real[FGR_OP_cuStreamCreate])(phStream, Flags);
+    fgr_reply_out(q, phStream, sizeof(CUstream), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuStreamCreateWithPriority(struct fgr_rd *rd, struct fgr_req *q)
@@ -1343,9 +1348,9 @@ static CUresult op_cuStreamCreateWithPriority(struct fgr_rd *rd, struct fgr_req 
     CUstream *phStream = NULL;
     if (has_phStream && !(phStream = fgr_out(q, sizeof(CUstream))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuStreamCreateWithPriority)fgr_real[FGR_OP_cuStreamCreateWithPriority])(phStream, flags, priority);
-    fgr_reply_out(q, phStream, sizeof(CUstream), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuStreamCreateWithPriority)fgr_real[FGR_OP_cuStreamCreateWithPriority])(phStream, flags, priority);
+    fgr_reply_out(q, phStream, sizeof(CUstream), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuStreamDestroy_v2(struct fgr_rd *rd, struct fgr_req *q)
@@ -1354,8 +1359,8 @@ static CUresult op_cuStreamDestroy_v2(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuStreamDestroy_v2)fgr_real[FGR_OP_cuStreamDestroy_v2])(hStream);
-    return r;
+    CUresult fgr_r = ((pfn_cuStreamDestroy_v2)fgr_real[FGR_OP_cuStreamDestroy_v2])(hStream);
+    return fgr_r;
 }
 
 static CUresult op_cuStreamSynchronize(struct fgr_rd *rd, struct fgr_req *q)
@@ -1364,8 +1369,8 @@ static CUresult op_cuStreamSynchronize(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuStreamSynchronize)fgr_real[FGR_OP_cuStreamSynchronize])(hStream);
-    return r;
+    CUresult fgr_r = ((pfn_cuStreamSynchronize)fgr_real[FGR_OP_cuStreamSynchronize])(hStream);
+    return fgr_r;
 }
 
 static CUresult op_cuStreamSynchronize_ptsz(struct fgr_rd *rd, struct fgr_req *q)
@@ -1374,8 +1379,8 @@ static CUresult op_cuStreamSynchronize_ptsz(struct fgr_rd *rd, struct fgr_req *q
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuStreamSynchronize_ptsz)fgr_real[FGR_OP_cuStreamSynchronize_ptsz])(hStream);
-    return r;
+    CUresult fgr_r = ((pfn_cuStreamSynchronize_ptsz)fgr_real[FGR_OP_cuStreamSynchronize_ptsz])(hStream);
+    return fgr_r;
 }
 
 static CUresult op_cuStreamQuery(struct fgr_rd *rd, struct fgr_req *q)
@@ -1384,8 +1389,8 @@ static CUresult op_cuStreamQuery(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuStreamQuery)fgr_real[FGR_OP_cuStreamQuery])(hStream);
-    return r;
+    CUresult fgr_r = ((pfn_cuStreamQuery)fgr_real[FGR_OP_cuStreamQuery])(hStream);
+    return fgr_r;
 }
 
 static CUresult op_cuStreamQuery_ptsz(struct fgr_rd *rd, struct fgr_req *q)
@@ -1394,8 +1399,8 @@ static CUresult op_cuStreamQuery_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuStreamQuery_ptsz)fgr_real[FGR_OP_cuStreamQuery_ptsz])(hStream);
-    return r;
+    CUresult fgr_r = ((pfn_cuStreamQuery_ptsz)fgr_real[FGR_OP_cuStreamQuery_ptsz])(hStream);
+    return fgr_r;
 }
 
 static CUresult op_cuStreamWaitEvent(struct fgr_rd *rd, struct fgr_req *q)
@@ -1406,8 +1411,8 @@ static CUresult op_cuStreamWaitEvent(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int Flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuStreamWaitEvent)fgr_real[FGR_OP_cuStreamWaitEvent])(hStream, hEvent, Flags);
-    return r;
+    CUresult fgr_r = ((pfn_cuStreamWaitEvent)fgr_real[FGR_OP_cuStreamWaitEvent])(hStream, hEvent, Flags);
+    return fgr_r;
 }
 
 static CUresult op_cuStreamWaitEvent_ptsz(struct fgr_rd *rd, struct fgr_req *q)
@@ -1418,8 +1423,8 @@ static CUresult op_cuStreamWaitEvent_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int Flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuStreamWaitEvent_ptsz)fgr_real[FGR_OP_cuStreamWaitEvent_ptsz])(hStream, hEvent, Flags);
-    return r;
+    CUresult fgr_r = ((pfn_cuStreamWaitEvent_ptsz)fgr_real[FGR_OP_cuStreamWaitEvent_ptsz])(hStream, hEvent, Flags);
+    return fgr_r;
 }
 
 static CUresult op_cuStreamBeginCapture(struct fgr_rd *rd, struct fgr_req *q)
@@ -1428,8 +1433,8 @@ static CUresult op_cuStreamBeginCapture(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuStreamBeginCapture)fgr_real[FGR_OP_cuStreamBeginCapture])(hStream);
-    return r;
+    CUresult fgr_r = ((pfn_cuStreamBeginCapture)fgr_real[FGR_OP_cuStreamBeginCapture])(hStream);
+    return fgr_r;
 }
 
 static CUresult op_cuStreamBeginCapture_ptsz(struct fgr_rd *rd, struct fgr_req *q)
@@ -1438,8 +1443,8 @@ static CUresult op_cuStreamBeginCapture_ptsz(struct fgr_rd *rd, struct fgr_req *
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuStreamBeginCapture_ptsz)fgr_real[FGR_OP_cuStreamBeginCapture_ptsz])(hStream);
-    return r;
+    CUresult fgr_r = ((pfn_cuStreamBeginCapture_ptsz)fgr_real[FGR_OP_cuStreamBeginCapture_ptsz])(hStream);
+    return fgr_r;
 }
 
 static CUresult op_cuStreamBeginCapture_v2(struct fgr_rd *rd, struct fgr_req *q)
@@ -1449,8 +1454,8 @@ static CUresult op_cuStreamBeginCapture_v2(struct fgr_rd *rd, struct fgr_req *q)
     CUstreamCaptureMode mode = (CUstreamCaptureMode)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuStreamBeginCapture_v2)fgr_real[FGR_OP_cuStreamBeginCapture_v2])(hStream, mode);
-    return r;
+    CUresult fgr_r = ((pfn_cuStreamBeginCapture_v2)fgr_real[FGR_OP_cuStreamBeginCapture_v2])(hStream, mode);
+    return fgr_r;
 }
 
 static CUresult op_cuStreamBeginCapture_v2_ptsz(struct fgr_rd *rd, struct fgr_req *q)
@@ -1460,8 +1465,8 @@ static CUresult op_cuStreamBeginCapture_v2_ptsz(struct fgr_rd *rd, struct fgr_re
     CUstreamCaptureMode mode = (CUstreamCaptureMode)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuStreamBeginCapture_v2_ptsz)fgr_real[FGR_OP_cuStreamBeginCapture_v2_ptsz])(hStream, mode);
-    return r;
+    CUresult fgr_r = ((pfn_cuStreamBeginCapture_v2_ptsz)fgr_real[FGR_OP_cuStreamBeginCapture_v2_ptsz])(hStream, mode);
+    return fgr_r;
 }
 
 static CUresult op_cuStreamEndCapture(struct fgr_rd *rd, struct fgr_req *q)
@@ -1474,9 +1479,9 @@ static CUresult op_cuStreamEndCapture(struct fgr_rd *rd, struct fgr_req *q)
     CUgraph *phGraph = NULL;
     if (has_phGraph && !(phGraph = fgr_out(q, sizeof(CUgraph))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuStreamEndCapture)fgr_real[FGR_OP_cuStreamEndCapture])(hStream, phGraph);
-    fgr_reply_out(q, phGraph, sizeof(CUgraph), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuStreamEndCapture)fgr_real[FGR_OP_cuStreamEndCapture])(hStream, phGraph);
+    fgr_reply_out(q, phGraph, sizeof(CUgraph), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuStreamEndCapture_ptsz(struct fgr_rd *rd, struct fgr_req *q)
@@ -1489,9 +1494,9 @@ static CUresult op_cuStreamEndCapture_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUgraph *phGraph = NULL;
     if (has_phGraph && !(phGraph = fgr_out(q, sizeof(CUgraph))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuStreamEndCapture_ptsz)fgr_real[FGR_OP_cuStreamEndCapture_ptsz])(hStream, phGraph);
-    fgr_reply_out(q, phGraph, sizeof(CUgraph), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuStreamEndCapture_ptsz)fgr_real[FGR_OP_cuStreamEndCapture_ptsz])(hStream, phGraph);
+    fgr_reply_out(q, phGraph, sizeof(CUgraph), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuStreamIsCapturing(struct fgr_rd *rd, struct fgr_req *q)
@@ -1504,9 +1509,9 @@ static CUresult op_cuStreamIsCapturing(struct fgr_rd *rd, struct fgr_req *q)
     CUstreamCaptureStatus *captureStatus = NULL;
     if (has_captureStatus && !(captureStatus = fgr_out(q, sizeof(CUstreamCaptureStatus))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuStreamIsCapturing)fgr_real[FGR_OP_cuStreamIsCapturing])(hStream, captureStatus);
-    fgr_reply_out(q, captureStatus, sizeof(CUstreamCaptureStatus), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuStreamIsCapturing)fgr_real[FGR_OP_cuStreamIsCapturing])(hStream, captureStatus);
+    fgr_reply_out(q, captureStatus, sizeof(CUstreamCaptureStatus), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuStreamIsCapturing_ptsz(struct fgr_rd *rd, struct fgr_req *q)
@@ -1519,9 +1524,9 @@ static CUresult op_cuStreamIsCapturing_ptsz(struct fgr_rd *rd, struct fgr_req *q
     CUstreamCaptureStatus *captureStatus = NULL;
     if (has_captureStatus && !(captureStatus = fgr_out(q, sizeof(CUstreamCaptureStatus))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuStreamIsCapturing_ptsz)fgr_real[FGR_OP_cuStreamIsCapturing_ptsz])(hStream, captureStatus);
-    fgr_reply_out(q, captureStatus, sizeof(CUstreamCaptureStatus), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuStreamIsCapturing_ptsz)fgr_real[FGR_OP_cuStreamIsCapturing_ptsz])(hStream, captureStatus);
+    fgr_reply_out(q, captureStatus, sizeof(CUstreamCaptureStatus), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuThreadExchangeStreamCaptureMode(struct fgr_rd *rd, struct fgr_req *q)
@@ -1530,9 +1535,9 @@ static CUresult op_cuThreadExchangeStreamCaptureMode(struct fgr_rd *rd, struct f
     CUstreamCaptureMode *mode = fgr_get_buf(rd, q, sizeof(CUstreamCaptureMode), 1);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuThreadExchangeStreamCaptureMode)fgr_real[FGR_OP_cuThreadExchangeStreamCaptureMode])(mode);
-    fgr_reply_out(q, mode, sizeof(CUstreamCaptureMode), 1, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuThreadExchangeStreamCaptureMode)fgr_real[FGR_OP_cuThreadExchangeStreamCaptureMode])(mode);
+    fgr_reply_out(q, mode, sizeof(CUstreamCaptureMode), 1, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuStreamGetDevice(struct fgr_rd *rd, struct fgr_req *q)
@@ -1545,9 +1550,9 @@ static CUresult op_cuStreamGetDevice(struct fgr_rd *rd, struct fgr_req *q)
     CUdevice *device = NULL;
     if (has_device && !(device = fgr_out(q, sizeof(CUdevice))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuStreamGetDevice)fgr_real[FGR_OP_cuStreamGetDevice])(hStream, device);
-    fgr_reply_out(q, device, sizeof(CUdevice), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuStreamGetDevice)fgr_real[FGR_OP_cuStreamGetDevice])(hStream, device);
+    fgr_reply_out(q, device, sizeof(CUdevice), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuEventCreate(struct fgr_rd *rd, struct fgr_req *q)
@@ -1560,9 +1565,9 @@ static CUresult op_cuEventCreate(struct fgr_rd *rd, struct fgr_req *q)
     CUevent *phEvent = NULL;
     if (has_phEvent && !(phEvent = fgr_out(q, sizeof(CUevent))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuEventCreate)fgr_real[FGR_OP_cuEventCreate])(phEvent, Flags);
-    fgr_reply_out(q, phEvent, sizeof(CUevent), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuEventCreate)fgr_real[FGR_OP_cuEventCreate])(phEvent, Flags);
+    fgr_reply_out(q, phEvent, sizeof(CUevent), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuEventRecord(struct fgr_rd *rd, struct fgr_req *q)
@@ -1572,8 +1577,8 @@ static CUresult op_cuEventRecord(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuEventRecord)fgr_real[FGR_OP_cuEventRecord])(hEvent, hStream);
-    return r;
+    CUresult fgr_r = ((pfn_cuEventRecord)fgr_real[FGR_OP_cuEventRecord])(hEvent, hStream);
+    return fgr_r;
 }
 
 static CUresult op_cuEventRecord_ptsz(struct fgr_rd *rd, struct fgr_req *q)
@@ -1583,8 +1588,8 @@ static CUresult op_cuEventRecord_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuEventRecord_ptsz)fgr_real[FGR_OP_cuEventRecord_ptsz])(hEvent, hStream);
-    return r;
+    CUresult fgr_r = ((pfn_cuEventRecord_ptsz)fgr_real[FGR_OP_cuEventRecord_ptsz])(hEvent, hStream);
+    return fgr_r;
 }
 
 static CUresult op_cuEventRecordWithFlags(struct fgr_rd *rd, struct fgr_req *q)
@@ -1595,8 +1600,8 @@ static CUresult op_cuEventRecordWithFlags(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuEventRecordWithFlags)fgr_real[FGR_OP_cuEventRecordWithFlags])(hEvent, hStream, flags);
-    return r;
+    CUresult fgr_r = ((pfn_cuEventRecordWithFlags)fgr_real[FGR_OP_cuEventRecordWithFlags])(hEvent, hStream, flags);
+    return fgr_r;
 }
 
 static CUresult op_cuEventRecordWithFlags_ptsz(struct fgr_rd *rd, struct fgr_req *q)
@@ -1607,8 +1612,8 @@ static CUresult op_cuEventRecordWithFlags_ptsz(struct fgr_rd *rd, struct fgr_req
     unsigned int flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuEventRecordWithFlags_ptsz)fgr_real[FGR_OP_cuEventRecordWithFlags_ptsz])(hEvent, hStream, flags);
-    return r;
+    CUresult fgr_r = ((pfn_cuEventRecordWithFlags_ptsz)fgr_real[FGR_OP_cuEventRecordWithFlags_ptsz])(hEvent, hStream, flags);
+    return fgr_r;
 }
 
 static CUresult op_cuEventQuery(struct fgr_rd *rd, struct fgr_req *q)
@@ -1617,8 +1622,8 @@ static CUresult op_cuEventQuery(struct fgr_rd *rd, struct fgr_req *q)
     CUevent hEvent = (CUevent)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuEventQuery)fgr_real[FGR_OP_cuEventQuery])(hEvent);
-    return r;
+    CUresult fgr_r = ((pfn_cuEventQuery)fgr_real[FGR_OP_cuEventQuery])(hEvent);
+    return fgr_r;
 }
 
 static CUresult op_cuEventSynchronize(struct fgr_rd *rd, struct fgr_req *q)
@@ -1627,8 +1632,8 @@ static CUresult op_cuEventSynchronize(struct fgr_rd *rd, struct fgr_req *q)
     CUevent hEvent = (CUevent)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuEventSynchronize)fgr_real[FGR_OP_cuEventSynchronize])(hEvent);
-    return r;
+    CUresult fgr_r = ((pfn_cuEventSynchronize)fgr_real[FGR_OP_cuEventSynchronize])(hEvent);
+    return fgr_r;
 }
 
 static CUresult op_cuEventElapsedTime(struct fgr_rd *rd, struct fgr_req *q)
@@ -1642,9 +1647,9 @@ static CUresult op_cuEventElapsedTime(struct fgr_rd *rd, struct fgr_req *q)
     float *pMilliseconds = NULL;
     if (has_pMilliseconds && !(pMilliseconds = fgr_out(q, sizeof(float))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuEventElapsedTime)fgr_real[FGR_OP_cuEventElapsedTime])(pMilliseconds, hStart, hEnd);
-    fgr_reply_out(q, pMilliseconds, sizeof(float), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuEventElapsedTime)fgr_real[FGR_OP_cuEventElapsedTime])(pMilliseconds, hStart, hEnd);
+    fgr_reply_out(q, pMilliseconds, sizeof(float), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuEventElapsedTime_v2(struct fgr_rd *rd, struct fgr_req *q)
@@ -1658,9 +1663,9 @@ static CUresult op_cuEventElapsedTime_v2(struct fgr_rd *rd, struct fgr_req *q)
     float *pMilliseconds = NULL;
     if (has_pMilliseconds && !(pMilliseconds = fgr_out(q, sizeof(float))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuEventElapsedTime_v2)fgr_real[FGR_OP_cuEventElapsedTime_v2])(pMilliseconds, hStart, hEnd);
-    fgr_reply_out(q, pMilliseconds, sizeof(float), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuEventElapsedTime_v2)fgr_real[FGR_OP_cuEventElapsedTime_v2])(pMilliseconds, hStart, hEnd);
+    fgr_reply_out(q, pMilliseconds, sizeof(float), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuEventDestroy_v2(struct fgr_rd *rd, struct fgr_req *q)
@@ -1669,8 +1674,8 @@ static CUresult op_cuEventDestroy_v2(struct fgr_rd *rd, struct fgr_req *q)
     CUevent hEvent = (CUevent)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuEventDestroy_v2)fgr_real[FGR_OP_cuEventDestroy_v2])(hEvent);
-    return r;
+    CUresult fgr_r = ((pfn_cuEventDestroy_v2)fgr_real[FGR_OP_cuEventDestroy_v2])(hEvent);
+    return fgr_r;
 }
 
 static CUresult op_cuGraphCreate(struct fgr_rd *rd, struct fgr_req *q)
@@ -1683,9 +1688,9 @@ static CUresult op_cuGraphCreate(struct fgr_rd *rd, struct fgr_req *q)
     CUgraph *phGraph = NULL;
     if (has_phGraph && !(phGraph = fgr_out(q, sizeof(CUgraph))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuGraphCreate)fgr_real[FGR_OP_cuGraphCreate])(phGraph, flags);
-    fgr_reply_out(q, phGraph, sizeof(CUgraph), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuGraphCreate)fgr_real[FGR_OP_cuGraphCreate])(phGraph, flags);
+    fgr_reply_out(q, phGraph, sizeof(CUgraph), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuGraphGetNodes(struct fgr_rd *rd, struct fgr_req *q)
@@ -1699,10 +1704,10 @@ static CUresult op_cuGraphGetNodes(struct fgr_rd *rd, struct fgr_req *q)
     CUgraphNode *nodes = NULL;
     if (has_nodes && !(nodes = fgr_out(q, (uint64_t)(numNodes?*numNodes:0) * sizeof(CUgraphNode))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuGraphGetNodes)fgr_real[FGR_OP_cuGraphGetNodes])(hGraph, nodes, numNodes);
-    fgr_reply_out(q, nodes, (uint64_t)(numNodes?*numNodes:0) * sizeof(CUgraphNode), 0, r);
-    fgr_reply_out(q, numNodes, sizeof(size_t), 1, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuGraphGetNodes)fgr_real[FGR_OP_cuGraphGetNodes])(hGraph, nodes, numNodes);
+    fgr_reply_out(q, nodes, (uint64_t)(numNodes?*numNodes:0) * sizeof(CUgraphNode), 0, fgr_r);
+    fgr_reply_out(q, numNodes, sizeof(size_t), 1, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuGraphNodeGetType(struct fgr_rd *rd, struct fgr_req *q)
@@ -1715,9 +1720,9 @@ static CUresult op_cuGraphNodeGetType(struct fgr_rd *rd, struct fgr_req *q)
     CUgraphNodeType *type = NULL;
     if (has_type && !(type = fgr_out(q, sizeof(CUgraphNodeType))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuGraphNodeGetType)fgr_real[FGR_OP_cuGraphNodeGetType])(hNode, type);
-    fgr_reply_out(q, type, sizeof(CUgraphNodeType), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuGraphNodeGetType)fgr_real[FGR_OP_cuGraphNodeGetType])(hNode, type);
+    fgr_reply_out(q, type, sizeof(CUgraphNodeType), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuGraphChildGraphNodeGetGraph(struct fgr_rd *rd, struct fgr_req *q)
@@ -1730,9 +1735,9 @@ static CUresult op_cuGraphChildGraphNodeGetGraph(struct fgr_rd *rd, struct fgr_r
     CUgraph *phGraph = NULL;
     if (has_phGraph && !(phGraph = fgr_out(q, sizeof(CUgraph))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuGraphChildGraphNodeGetGraph)fgr_real[FGR_OP_cuGraphChildGraphNodeGetGraph])(hNode, phGraph);
-    fgr_reply_out(q, phGraph, sizeof(CUgraph), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuGraphChildGraphNodeGetGraph)fgr_real[FGR_OP_cuGraphChildGraphNodeGetGraph])(hNode, phGraph);
+    fgr_reply_out(q, phGraph, sizeof(CUgraph), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuGraphAddMemFreeNode(struct fgr_rd *rd, struct fgr_req *q)
@@ -1748,9 +1753,9 @@ static CUresult op_cuGraphAddMemFreeNode(struct fgr_rd *rd, struct fgr_req *q)
     CUgraphNode *phGraphNode = NULL;
     if (has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuGraphAddMemFreeNode)fgr_real[FGR_OP_cuGraphAddMemFreeNode])(phGraphNode, hGraph, dependencies, numDependencies, dptr);
-    fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuGraphAddMemFreeNode)fgr_real[FGR_OP_cuGraphAddMemFreeNode])(phGraphNode, hGraph, dependencies, numDependencies, dptr);
+    fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuDeviceGetGraphMemAttribute(struct fgr_rd *rd, struct fgr_req *q)
@@ -1764,9 +1769,9 @@ static CUresult op_cuDeviceGetGraphMemAttribute(struct fgr_rd *rd, struct fgr_re
     void *value = NULL;
     if (has_value && !(value = fgr_out(q, (uint64_t)(8) * 1)))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuDeviceGetGraphMemAttribute)fgr_real[FGR_OP_cuDeviceGetGraphMemAttribute])(device, attr, value);
-    fgr_reply_out(q, value, (uint64_t)(8) * 1, 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuDeviceGetGraphMemAttribute)fgr_real[FGR_OP_cuDeviceGetGraphMemAttribute])(device, attr, value);
+    fgr_reply_out(q, value, (uint64_t)(8) * 1, 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuDeviceSetGraphMemAttribute(struct fgr_rd *rd, struct fgr_req *q)
@@ -1777,8 +1782,8 @@ static CUresult op_cuDeviceSetGraphMemAttribute(struct fgr_rd *rd, struct fgr_re
     void *value = fgr_get_buf(rd, q, (uint64_t)(8) * 1, 0);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuDeviceSetGraphMemAttribute)fgr_real[FGR_OP_cuDeviceSetGraphMemAttribute])(device, attr, value);
-    return r;
+    CUresult fgr_r = ((pfn_cuDeviceSetGraphMemAttribute)fgr_real[FGR_OP_cuDeviceSetGraphMemAttribute])(device, attr, value);
+    return fgr_r;
 }
 
 static CUresult op_cuDeviceGraphMemTrim(struct fgr_rd *rd, struct fgr_req *q)
@@ -1787,8 +1792,8 @@ static CUresult op_cuDeviceGraphMemTrim(struct fgr_rd *rd, struct fgr_req *q)
     CUdevice device = (CUdevice)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuDeviceGraphMemTrim)fgr_real[FGR_OP_cuDeviceGraphMemTrim])(device);
-    return r;
+    CUresult fgr_r = ((pfn_cuDeviceGraphMemTrim)fgr_real[FGR_OP_cuDeviceGraphMemTrim])(device);
+    return fgr_r;
 }
 
 static CUresult op_cuGraphInstantiateWithFlags(struct fgr_rd *rd, struct fgr_req *q)
@@ -1802,9 +1807,9 @@ static CUresult op_cuGraphInstantiateWithFlags(struct fgr_rd *rd, struct fgr_req
     CUgraphExec *phGraphExec = NULL;
     if (has_phGraphExec && !(phGraphExec = fgr_out(q, sizeof(CUgraphExec))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuGraphInstantiateWithFlags)fgr_real[FGR_OP_cuGraphInstantiateWithFlags])(phGraphExec, hGraph, flags);
-    fgr_reply_out(q, phGraphExec, sizeof(CUgraphExec), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuGraphInstantiateWithFlags)fgr_real[FGR_OP_cuGraphInstantiateWithFlags])(phGraphExec, hGraph, flags);
+    fgr_reply_out(q, phGraphExec, sizeof(CUgraphExec), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuGraphInstantiateWithParams(struct fgr_rd *rd, struct fgr_req *q)
@@ -1818,10 +1823,10 @@ static CUresult op_cuGraphInstantiateWithParams(struct fgr_rd *rd, struct fgr_re
     CUgraphExec *phGraphExec = NULL;
     if (has_phGraphExec && !(phGraphExec = fgr_out(q, sizeof(CUgraphExec))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuGraphInstantiateWithParams)fgr_real[FGR_OP_cuGraphInstantiateWithParams])(phGraphExec, hGraph, instantiateParams);
-    fgr_reply_out(q, phGraphExec, sizeof(CUgraphExec), 0, r);
-    fgr_reply_out(q, instantiateParams, sizeof(CUDA_GRAPH_INSTANTIATE_PARAMS), 1, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuGraphInstantiateWithParams)fgr_real[FGR_OP_cuGraphInstantiateWithParams])(phGraphExec, hGraph, instantiateParams);
+    fgr_reply_out(q, phGraphExec, sizeof(CUgraphExec), 0, fgr_r);
+    fgr_reply_out(q, instantiateParams, sizeof(CUDA_GRAPH_INSTANTIATE_PARAMS), 1, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuGraphInstantiateWithParams_ptsz(struct fgr_rd *rd, struct fgr_req *q)
@@ -1835,10 +1840,10 @@ static CUresult op_cuGraphInstantiateWithParams_ptsz(struct fgr_rd *rd, struct f
     CUgraphExec *phGraphExec = NULL;
     if (has_phGraphExec && !(phGraphExec = fgr_out(q, sizeof(CUgraphExec))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuGraphInstantiateWithParams_ptsz)fgr_real[FGR_OP_cuGraphInstantiateWithParams_ptsz])(phGraphExec, hGraph, instantiateParams);
-    fgr_reply_out(q, phGraphExec, sizeof(CUgraphExec), 0, r);
-    fgr_reply_out(q, instantiateParams, sizeof(CUDA_GRAPH_INSTANTIATE_PARAMS), 1, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuGraphInstantiateWithParams_ptsz)fgr_real[FGR_OP_cuGraphInstantiateWithParams_ptsz])(phGraphExec, hGraph, instantiateParams);
+    fgr_reply_out(q, phGraphExec, sizeof(CUgraphExec), 0, fgr_r);
+    fgr_reply_out(q, instantiateParams, sizeof(CUDA_GRAPH_INSTANTIATE_PARAMS), 1, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuGraphUpload(struct fgr_rd *rd, struct fgr_req *q)
@@ -1848,8 +1853,8 @@ static CUresult op_cuGraphUpload(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuGraphUpload)fgr_real[FGR_OP_cuGraphUpload])(hGraphExec, hStream);
-    return r;
+    CUresult fgr_r = ((pfn_cuGraphUpload)fgr_real[FGR_OP_cuGraphUpload])(hGraphExec, hStream);
+    return fgr_r;
 }
 
 static CUresult op_cuGraphUpload_ptsz(struct fgr_rd *rd, struct fgr_req *q)
@@ -1859,8 +1864,8 @@ static CUresult op_cuGraphUpload_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuGraphUpload_ptsz)fgr_real[FGR_OP_cuGraphUpload_ptsz])(hGraphExec, hStream);
-    return r;
+    CUresult fgr_r = ((pfn_cuGraphUpload_ptsz)fgr_real[FGR_OP_cuGraphUpload_ptsz])(hGraphExec, hStream);
+    return fgr_r;
 }
 
 static CUresult op_cuGraphLaunch(struct fgr_rd *rd, struct fgr_req *q)
@@ -1870,8 +1875,8 @@ static CUresult op_cuGraphLaunch(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuGraphLaunch)fgr_real[FGR_OP_cuGraphLaunch])(hGraphExec, hStream);
-    return r;
+    CUresult fgr_r = ((pfn_cuGraphLaunch)fgr_real[FGR_OP_cuGraphLaunch])(hGraphExec, hStream);
+    return fgr_r;
 }
 
 static CUresult op_cuGraphLaunch_ptsz(struct fgr_rd *rd, struct fgr_req *q)
@@ -1881,8 +1886,8 @@ static CUresult op_cuGraphLaunch_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuGraphLaunch_ptsz)fgr_real[FGR_OP_cuGraphLaunch_ptsz])(hGraphExec, hStream);
-    return r;
+    CUresult fgr_r = ((pfn_cuGraphLaunch_ptsz)fgr_real[FGR_OP_cuGraphLaunch_ptsz])(hGraphExec, hStream);
+    return fgr_r;
 }
 
 static CUresult op_cuGraphExecDestroy(struct fgr_rd *rd, struct fgr_req *q)
@@ -1891,8 +1896,8 @@ static CUresult op_cuGraphExecDestroy(struct fgr_rd *rd, struct fgr_req *q)
     CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuGraphExecDestroy)fgr_real[FGR_OP_cuGraphExecDestroy])(hGraphExec);
-    return r;
+    CUresult fgr_r = ((pfn_cuGraphExecDestroy)fgr_real[FGR_OP_cuGraphExecDestroy])(hGraphExec);
+    return fgr_r;
 }
 
 static CUresult op_cuGraphDestroy(struct fgr_rd *rd, struct fgr_req *q)
@@ -1901,8 +1906,8 @@ static CUresult op_cuGraphDestroy(struct fgr_rd *rd, struct fgr_req *q)
     CUgraph hGraph = (CUgraph)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuGraphDestroy)fgr_real[FGR_OP_cuGraphDestroy])(hGraph);
-    return r;
+    CUresult fgr_r = ((pfn_cuGraphDestroy)fgr_real[FGR_OP_cuGraphDestroy])(hGraph);
+    return fgr_r;
 }
 
 static CUresult op_cuDeviceGetPCIBusId(struct fgr_rd *rd, struct fgr_req *q)
@@ -1916,9 +1921,9 @@ static CUresult op_cuDeviceGetPCIBusId(struct fgr_rd *rd, struct fgr_req *q)
     char *pciBusId = NULL;
     if (has_pciBusId && !(pciBusId = fgr_out(q, (uint64_t)(len) * sizeof(char))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuDeviceGetPCIBusId)fgr_real[FGR_OP_cuDeviceGetPCIBusId])(pciBusId, len, dev);
-    fgr_reply_out(q, pciBusId, (uint64_t)(len) * sizeof(char), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuDeviceGetPCIBusId)fgr_real[FGR_OP_cuDeviceGetPCIBusId])(pciBusId, len, dev);
+    fgr_reply_out(q, pciBusId, (uint64_t)(len) * sizeof(char), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuDeviceGetByPCIBusId(struct fgr_rd *rd, struct fgr_req *q)
@@ -1931,9 +1936,9 @@ static CUresult op_cuDeviceGetByPCIBusId(struct fgr_rd *rd, struct fgr_req *q)
     CUdevice *dev = NULL;
     if (has_dev && !(dev = fgr_out(q, sizeof(CUdevice))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuDeviceGetByPCIBusId)fgr_real[FGR_OP_cuDeviceGetByPCIBusId])(dev, pciBusId);
-    fgr_reply_out(q, dev, sizeof(CUdevice), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuDeviceGetByPCIBusId)fgr_real[FGR_OP_cuDeviceGetByPCIBusId])(dev, pciBusId);
+    fgr_reply_out(q, dev, sizeof(CUdevice), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuDeviceCanAccessPeer(struct fgr_rd *rd, struct fgr_req *q)
@@ -1947,9 +1952,9 @@ static CUresult op_cuDeviceCanAccessPeer(struct fgr_rd *rd, struct fgr_req *q)
     int *canAccessPeer = NULL;
     if (has_canAccessPeer && !(canAccessPeer = fgr_out(q, sizeof(int))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuDeviceCanAccessPeer)fgr_real[FGR_OP_cuDeviceCanAccessPeer])(canAccessPeer, dev, peerDev);
-    fgr_reply_out(q, canAccessPeer, sizeof(int), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuDeviceCanAccessPeer)fgr_real[FGR_OP_cuDeviceCanAccessPeer])(canAccessPeer, dev, peerDev);
+    fgr_reply_out(q, canAccessPeer, sizeof(int), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuCtxGetApiVersion(struct fgr_rd *rd, struct fgr_req *q)
@@ -1962,9 +1967,9 @@ static CUresult op_cuCtxGetApiVersion(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int *version = NULL;
     if (has_version && !(version = fgr_out(q, sizeof(unsigned int))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuCtxGetApiVersion)fgr_real[FGR_OP_cuCtxGetApiVersion])(ctx, version);
-    fgr_reply_out(q, version, sizeof(unsigned int), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuCtxGetApiVersion)fgr_real[FGR_OP_cuCtxGetApiVersion])(ctx, version);
+    fgr_reply_out(q, version, sizeof(unsigned int), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuCtxGetFlags(struct fgr_rd *rd, struct fgr_req *q)
@@ -1976,9 +1981,9 @@ static CUresult op_cuCtxGetFlags(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int *flags = NULL;
     if (has_flags && !(flags = fgr_out(q, sizeof(unsigned int))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuCtxGetFlags)fgr_real[FGR_OP_cuCtxGetFlags])(flags);
-    fgr_reply_out(q, flags, sizeof(unsigned int), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuCtxGetFlags)fgr_real[FGR_OP_cuCtxGetFlags])(flags);
+    fgr_reply_out(q, flags, sizeof(unsigned int), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuCtxGetStreamPriorityRange(struct fgr_rd *rd, struct fgr_req *q)
@@ -1994,10 +1999,10 @@ static CUresult op_cuCtxGetStreamPriorityRange(struct fgr_rd *rd, struct fgr_req
     int *greatestPriority = NULL;
     if (has_greatestPriority && !(greatestPriority = fgr_out(q, sizeof(int))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuCtxGetStreamPriorityRange)fgr_real[FGR_OP_cuCtxGetStreamPriorityRange])(leastPriority, greatestPriority);
-    fgr_reply_out(q, leastPriority, sizeof(int), 0, r);
-    fgr_reply_out(q, greatestPriority, sizeof(int), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuCtxGetStreamPriorityRange)fgr_real[FGR_OP_cuCtxGetStreamPriorityRange])(leastPriority, greatestPriority);
+    fgr_reply_out(q, leastPriority, sizeof(int), 0, fgr_r);
+    fgr_reply_out(q, greatestPriority, sizeof(int), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuMemsetD16_v2(struct fgr_rd *rd, struct fgr_req *q)
@@ -2008,8 +2013,8 @@ static CUresult op_cuMemsetD16_v2(struct fgr_rd *rd, struct fgr_req *q)
     size_t N = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemsetD16_v2)fgr_real[FGR_OP_cuMemsetD16_v2])(dstDevice, us, N);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemsetD16_v2)fgr_real[FGR_OP_cuMemsetD16_v2])(dstDevice, us, N);
+    return fgr_r;
 }
 
 static CUresult op_cuMemsetD16_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
@@ -2020,8 +2025,8 @@ static CUresult op_cuMemsetD16_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     size_t N = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemsetD16_v2_ptds)fgr_real[FGR_OP_cuMemsetD16_v2_ptds])(dstDevice, us, N);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemsetD16_v2_ptds)fgr_real[FGR_OP_cuMemsetD16_v2_ptds])(dstDevice, us, N);
+    return fgr_r;
 }
 
 static CUresult op_cuMemsetD16Async(struct fgr_rd *rd, struct fgr_req *q)
@@ -2033,8 +2038,8 @@ static CUresult op_cuMemsetD16Async(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemsetD16Async)fgr_real[FGR_OP_cuMemsetD16Async])(dstDevice, us, N, hStream);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemsetD16Async)fgr_real[FGR_OP_cuMemsetD16Async])(dstDevice, us, N, hStream);
+    return fgr_r;
 }
 
 static CUresult op_cuMemsetD16Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
@@ -2046,8 +2051,8 @@ static CUresult op_cuMemsetD16Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult r = ((pfn_cuMemsetD16Async_ptsz)fgr_real[FGR_OP_cuMemsetD16Async_ptsz])(dstDevice, us, N, hStream);
-    return r;
+    CUresult fgr_r = ((pfn_cuMemsetD16Async_ptsz)fgr_real[FGR_OP_cuMemsetD16Async_ptsz])(dstDevice, us, N, hStream);
+    return fgr_r;
 }
 
 static CUresult op_cuModuleGetGlobal_v2(struct fgr_rd *rd, struct fgr_req *q)
@@ -2065,10 +2070,10 @@ static CUresult op_cuModuleGetGlobal_v2(struct fgr_rd *rd, struct fgr_req *q)
     size_t *bytes = NULL;
     if (has_bytes && !(bytes = fgr_out(q, sizeof(size_t))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuModuleGetGlobal_v2)fgr_real[FGR_OP_cuModuleGetGlobal_v2])(dptr, bytes, hmod, name);
-    fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, r);
-    fgr_reply_out(q, bytes, sizeof(size_t), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuModuleGetGlobal_v2)fgr_real[FGR_OP_cuModuleGetGlobal_v2])(dptr, bytes, hmod, name);
+    fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
+    fgr_reply_out(q, bytes, sizeof(size_t), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuLibraryGetModule(struct fgr_rd *rd, struct fgr_req *q)
@@ -2081,9 +2086,9 @@ static CUresult op_cuLibraryGetModule(struct fgr_rd *rd, struct fgr_req *q)
     CUmodule *pMod = NULL;
     if (has_pMod && !(pMod = fgr_out(q, sizeof(CUmodule))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuLibraryGetModule)fgr_real[FGR_OP_cuLibraryGetModule])(pMod, library);
-    fgr_reply_out(q, pMod, sizeof(CUmodule), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuLibraryGetModule)fgr_real[FGR_OP_cuLibraryGetModule])(pMod, library);
+    fgr_reply_out(q, pMod, sizeof(CUmodule), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuFuncGetParamInfo(struct fgr_rd *rd, struct fgr_req *q)
@@ -2101,10 +2106,10 @@ static CUresult op_cuFuncGetParamInfo(struct fgr_rd *rd, struct fgr_req *q)
     size_t *paramSize = NULL;
     if (has_paramSize && !(paramSize = fgr_out(q, sizeof(size_t))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuFuncGetParamInfo)fgr_real[FGR_OP_cuFuncGetParamInfo])(func, paramIndex, paramOffset, paramSize);
-    fgr_reply_out(q, paramOffset, sizeof(size_t), 0, r);
-    fgr_reply_out(q, paramSize, sizeof(size_t), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuFuncGetParamInfo)fgr_real[FGR_OP_cuFuncGetParamInfo])(func, paramIndex, paramOffset, paramSize);
+    fgr_reply_out(q, paramOffset, sizeof(size_t), 0, fgr_r);
+    fgr_reply_out(q, paramSize, sizeof(size_t), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuStreamGetPriority(struct fgr_rd *rd, struct fgr_req *q)
@@ -2117,9 +2122,9 @@ static CUresult op_cuStreamGetPriority(struct fgr_rd *rd, struct fgr_req *q)
     int *priority = NULL;
     if (has_priority && !(priority = fgr_out(q, sizeof(int))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuStreamGetPriority)fgr_real[FGR_OP_cuStreamGetPriority])(hStream, priority);
-    fgr_reply_out(q, priority, sizeof(int), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuStreamGetPriority)fgr_real[FGR_OP_cuStreamGetPriority])(hStream, priority);
+    fgr_reply_out(q, priority, sizeof(int), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuStreamGetPriority_ptsz(struct fgr_rd *rd, struct fgr_req *q)
@@ -2132,9 +2137,9 @@ static CUresult op_cuStreamGetPriority_ptsz(struct fgr_rd *rd, struct fgr_req *q
     int *priority = NULL;
     if (has_priority && !(priority = fgr_out(q, sizeof(int))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuStreamGetPriority_ptsz)fgr_real[FGR_OP_cuStreamGetPriority_ptsz])(hStream, priority);
-    fgr_reply_out(q, priority, sizeof(int), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuStreamGetPriority_ptsz)fgr_real[FGR_OP_cuStreamGetPriority_ptsz])(hStream, priority);
+    fgr_reply_out(q, priority, sizeof(int), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuStreamGetFlags(struct fgr_rd *rd, struct fgr_req *q)
@@ -2147,9 +2152,9 @@ static CUresult op_cuStreamGetFlags(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int *flags = NULL;
     if (has_flags && !(flags = fgr_out(q, sizeof(unsigned int))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuStreamGetFlags)fgr_real[FGR_OP_cuStreamGetFlags])(hStream, flags);
-    fgr_reply_out(q, flags, sizeof(unsigned int), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuStreamGetFlags)fgr_real[FGR_OP_cuStreamGetFlags])(hStream, flags);
+    fgr_reply_out(q, flags, sizeof(unsigned int), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuStreamGetFlags_ptsz(struct fgr_rd *rd, struct fgr_req *q)
@@ -2162,9 +2167,9 @@ static CUresult op_cuStreamGetFlags_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int *flags = NULL;
     if (has_flags && !(flags = fgr_out(q, sizeof(unsigned int))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuStreamGetFlags_ptsz)fgr_real[FGR_OP_cuStreamGetFlags_ptsz])(hStream, flags);
-    fgr_reply_out(q, flags, sizeof(unsigned int), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuStreamGetFlags_ptsz)fgr_real[FGR_OP_cuStreamGetFlags_ptsz])(hStream, flags);
+    fgr_reply_out(q, flags, sizeof(unsigned int), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuStreamGetCtx(struct fgr_rd *rd, struct fgr_req *q)
@@ -2177,9 +2182,9 @@ static CUresult op_cuStreamGetCtx(struct fgr_rd *rd, struct fgr_req *q)
     CUcontext *pctx = NULL;
     if (has_pctx && !(pctx = fgr_out(q, sizeof(CUcontext))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuStreamGetCtx)fgr_real[FGR_OP_cuStreamGetCtx])(hStream, pctx);
-    fgr_reply_out(q, pctx, sizeof(CUcontext), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuStreamGetCtx)fgr_real[FGR_OP_cuStreamGetCtx])(hStream, pctx);
+    fgr_reply_out(q, pctx, sizeof(CUcontext), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuStreamGetCtx_ptsz(struct fgr_rd *rd, struct fgr_req *q)
@@ -2192,9 +2197,9 @@ static CUresult op_cuStreamGetCtx_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUcontext *pctx = NULL;
     if (has_pctx && !(pctx = fgr_out(q, sizeof(CUcontext))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuStreamGetCtx_ptsz)fgr_real[FGR_OP_cuStreamGetCtx_ptsz])(hStream, pctx);
-    fgr_reply_out(q, pctx, sizeof(CUcontext), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuStreamGetCtx_ptsz)fgr_real[FGR_OP_cuStreamGetCtx_ptsz])(hStream, pctx);
+    fgr_reply_out(q, pctx, sizeof(CUcontext), 0, fgr_r);
+    return fgr_r;
 }
 
 static CUresult op_cuGraphAddChildGraphNode(struct fgr_rd *rd, struct fgr_req *q)
@@ -2210,9 +2215,108 @@ static CUresult op_cuGraphAddChildGraphNode(struct fgr_rd *rd, struct fgr_req *q
     CUgraphNode *phGraphNode = NULL;
     if (has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
         return fgr_out_failed(q);
-    CUresult r = ((pfn_cuGraphAddChildGraphNode)fgr_real[FGR_OP_cuGraphAddChildGraphNode])(phGraphNode, hGraph, dependencies, numDependencies, childGraph);
-    fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, r);
-    return r;
+    CUresult fgr_r = ((pfn_cuGraphAddChildGraphNode)fgr_real[FGR_OP_cuGraphAddChildGraphNode])(phGraphNode, hGraph, dependencies, numDependencies, childGraph);
+    fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_xt_simA(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    const void *const *fgr_t = fgr_real[FGR_OP_xt_simA];
+    (void)fgr_t;
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    fgr_reply_out(q, fgr_t[5], 20, 0, CUDA_SUCCESS);
+    return CUDA_SUCCESS;
+}
+
+static CUresult op_xt_simA_1(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    uint64_t a = (uint64_t)fgr_get_u64(rd);
+    uint64_t b = (uint64_t)fgr_get_u64(rd);
+    uint64_t c = (uint64_t)fgr_get_u64(rd);
+    uint64_t d = (uint64_t)fgr_get_u64(rd);
+    uint64_t e = (uint64_t)fgr_get_u64(rd);
+    uint64_t f = (uint64_t)fgr_get_u64(rd);
+    uint64_t g = (uint64_t)fgr_get_u64(rd);
+    uint64_t h = (uint64_t)fgr_get_u64(rd);
+    uint64_t i = (uint64_t)fgr_get_u64(rd);
+    uint64_t j = (uint64_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    fgr_put_u64(q->reply, (uint64_t)((pfn_xt_simA_1)fgr_real[FGR_OP_xt_simA_1])(a, b, c, d, e, f, g, h, i, j));
+    return CUDA_SUCCESS;
+}
+
+static CUresult op_xt_simA_2(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    double x = fgr_bits_f64(fgr_get_u64(rd));
+    float y = fgr_bits_f32((uint32_t)fgr_get_u64(rd));
+    int n = (int)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    fgr_put_u64(q->reply, fgr_f64_bits(((pfn_xt_simA_2)fgr_real[FGR_OP_xt_simA_2])(x, y, n)));
+    return CUDA_SUCCESS;
+}
+
+static CUresult op_xt_simA_7(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    int x = (int)fgr_get_u64(rd);
+    int has_out = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    int *out = NULL;
+    if (has_out && !(out = fgr_out(q, sizeof(int))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_xt_simA_7)fgr_real[FGR_OP_xt_simA_7])(out, x);
+    fgr_reply_out(q, out, sizeof(int), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_xt_simB(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    const void *const *fgr_t = fgr_real[FGR_OP_xt_simB];
+    (void)fgr_t;
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    return CUDA_SUCCESS;
+}
+
+static CUresult op_xt_simB_1(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    float a = fgr_bits_f32((uint32_t)fgr_get_u64(rd));
+    float b = fgr_bits_f32((uint32_t)fgr_get_u64(rd));
+    float c = fgr_bits_f32((uint32_t)fgr_get_u64(rd));
+    float d = fgr_bits_f32((uint32_t)fgr_get_u64(rd));
+    float e = fgr_bits_f32((uint32_t)fgr_get_u64(rd));
+    float f = fgr_bits_f32((uint32_t)fgr_get_u64(rd));
+    float g = fgr_bits_f32((uint32_t)fgr_get_u64(rd));
+    float h = fgr_bits_f32((uint32_t)fgr_get_u64(rd));
+    float i = fgr_bits_f32((uint32_t)fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    fgr_put_u64(q->reply, (uint64_t)fgr_f32_bits(((pfn_xt_simB_1)fgr_real[FGR_OP_xt_simB_1])(a, b, c, d, e, f, g, h, i)));
+    return CUDA_SUCCESS;
+}
+
+static CUresult op_xt_simB_2(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    int has_out = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUuuid *out = NULL;
+    if (has_out && !(out = fgr_out(q, sizeof(CUuuid))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_xt_simB_2)fgr_real[FGR_OP_xt_simB_2])(out);
+    fgr_reply_out(q, out, sizeof(CUuuid), 0, fgr_r);
+    return fgr_r;
 }
 
 const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
@@ -2364,4 +2468,19 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamGetCtx] = {"cuStreamGetCtx", op_cuStreamGetCtx},
     [FGR_OP_cuStreamGetCtx_ptsz] = {"cuStreamGetCtx_ptsz", op_cuStreamGetCtx_ptsz},
     [FGR_OP_cuGraphAddChildGraphNode] = {"cuGraphAddChildGraphNode", op_cuGraphAddChildGraphNode},
+    [FGR_OP_xt_simA] = {"xt_simA", op_xt_simA},
+    [FGR_OP_xt_simA_1] = {"xt_simA_1", op_xt_simA_1},
+    [FGR_OP_xt_simA_2] = {"xt_simA_2", op_xt_simA_2},
+    [FGR_OP_xt_simA_7] = {"xt_simA_7", op_xt_simA_7},
+    [FGR_OP_xt_simB] = {"xt_simB", op_xt_simB},
+    [FGR_OP_xt_simB_1] = {"xt_simB_1", op_xt_simB_1},
+    [FGR_OP_xt_simB_2] = {"xt_simB_2", op_xt_simB_2},
 };
+
+/* The export tables the client answers: the functions it forwards. */
+const struct fgr_xtable fgr_xtables[] = {
+    {{{102, 108, 101, 120, 103, 118, 45, 115, 105, 109, 45, 116, 97, 98, 45, 65}}, FGR_OP_xt_simA, {{FGR_OP_xt_simA_1, 1}, {FGR_OP_xt_simA_2, 2}, {FGR_OP_xt_simA_7, 7}, {0, 0}}},
+    {{{102, 108, 101, 120, 103, 118, 45, 115, 105, 109, 45, 116, 97, 98, 45, 66}}, FGR_OP_xt_simB, {{FGR_OP_xt_simB_1, 1}, {FGR_OP_xt_simB_2, 2}, {0, 0}}},
+};
+
+const int fgr_nxtables = 2;

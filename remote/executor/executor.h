@@ -28,6 +28,18 @@ struct fgr_op_desc {
     CUresult (*fn)(struct fgr_rd *rd, struct fgr_req *q);
 };
 extern const struct fgr_op_desc fgr_ops[FGR_NUM_OPS];
+
+/* An export table the client answers: its fetch, and which operation calls
+ * which of the driver's words (a {0, 0} entry ends the list). */
+struct fgr_xtable {
+    CUuuid uuid;
+    int fetch_op;
+    struct {
+        int op, slot;
+    } fns[32];
+};
+extern const struct fgr_xtable fgr_xtables[];
+extern const int fgr_nxtables;
 extern void *fgr_real[FGR_NUM_OPS];
 
 /* A buffer of exactly `bytes` (u8 present, u64 n, bytes): into the frame, or

@@ -32,6 +32,7 @@ static struct {
     CUresult (*sync_pt)(CUstream);
     CUresult (*capturing)(CUstream, CUstreamCaptureStatus *);
     CUresult (*capturing_pt)(CUstream, CUstreamCaptureStatus *);
+    CUresult (*export_table)(const void **, const CUuuid *);
 } drv;
 
 static void logf_(const char *fmt, ...)
@@ -346,6 +347,7 @@ int main(int argc, char **argv)
     SYM(sync_pt, "cuStreamSynchronize_ptsz");
     SYM(capturing, "cuStreamIsCapturing");
     SYM(capturing_pt, "cuStreamIsCapturing_ptsz");
+    SYM(export_table, "cuGetExportTable");
 #undef SYM
     if (!drv.init || !drv.version || !drv.count || !drv.name || !drv.uuid || !drv.attr || !drv.getcur || !drv.setcur) {
         logf_("%s is not a CUDA driver (entry points missing)", driver);
@@ -353,6 +355,16 @@ int main(int argc, char **argv)
     }
     for (int op = 1; op < FGR_NUM_OPS; op++)
         fgr_real[op] = dlsym(h, fgr_ops[op].name);
+    /* The export tables' functions are the driver's words; a table the
+     * driver does not have leaves its operations unsupported. */
+    for (int i = 0; i < fgr_nxtables; i++) {
+        const void *t = NULL;
+        if (!drv.export_table || drv.export_table(&t, &fgr_xtables[i].uuid) != CUDA_SUCCESS || !t)
+            continue;
+        fgr_real[fgr_xtables[i].fetch_op] = (void *)t;
+        for (int k = 0; fgr_xtables[i].fns[k].op; k++)
+            fgr_real[fgr_xtables[i].fns[k].op] = (void *)((const void *const *)t)[fgr_xtables[i].fns[k].slot];
+    }
 
     struct fgr_buf w = {0};
     uint8_t *body = NULL;

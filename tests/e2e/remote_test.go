@@ -338,7 +338,7 @@ print("cuDeviceGet", cu.cuDeviceGet(ctypes.byref(dev), 0))
 		t.Fatalf("exit %d, printed\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
 	}
 	for _, name := range []string{"cuCtxCreate_v4 is not supported remotely", "cuLaunchHostFunc is not supported remotely",
-		"export table"} {
+		"table 6e6f2d73-7563-682d-7461-626c652d2121 is not emulated"} {
 		if !strings.Contains(r.stderr, name) {
 			t.Errorf("stderr does not say %q:\n%s", name, r.stderr)
 		}
@@ -376,5 +376,37 @@ print("child", os.waitstatus_to_exitcode(st))
 	}
 	if n := strings.Count(s.Log(), "connected: executor pid"); n != 2 {
 		t.Errorf("%d connections for a parent and its child:\n%s", n, s.Log())
+	}
+}
+
+// The simulated GPU's export tables are answered by the client: every
+// slot's result (stack and floating-point arguments, pointers out, the
+// table's own address, its data) is what the driver gives locally, from
+// threads, a forked child and an exec'd one; the tables' pages are
+// read-only. A table the client does not know is refused with
+// CUDA_ERROR_NOT_SUPPORTED where the simulated driver says
+// CUDA_ERROR_INVALID_VALUE: that is the one difference.
+func TestRemoteExportTables(t *testing.T) {
+	e := newEnv(t)
+	s := e.serve("unix")
+	local := e.run("exportclient")
+	if local.code != 0 {
+		t.Fatalf("locally: exit %d\n%s", local.code, local.stderr)
+	}
+	r := e.remote(s, "exportclient")
+	if r.stdout != local.stdout {
+		t.Errorf("remotely printed\n%s\nlocally\n%s", r.stdout, local.stdout)
+	}
+	var failed []string
+	for _, l := range strings.Split(strings.TrimSpace(r.stderr), "\n") {
+		if strings.HasPrefix(l, "exportclient: ") {
+			failed = append(failed, strings.TrimPrefix(l, "exportclient: "))
+		}
+	}
+	// The forked child inherits the parent's failure count, hence its line.
+	want := "unknown table: got 801, want 1,unknown table: got 801, want 1,unknown table: got 801, want 1," +
+		"unknown table: got 801, want 1,forked child: got 1, want 0"
+	if r.code != 1 || strings.Join(failed, ",") != want {
+		t.Errorf("exit %d, checks failed: %q\n%s", r.code, failed, r.stderr)
 	}
 }

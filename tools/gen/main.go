@@ -57,14 +57,14 @@ func generate(root string) (map[string][]byte, error) {
 		"tests/clients/variants_gen.h":       []byte(emitVariants(all)),
 		"scripts/gpu/typecheck_gen.c":        []byte(emitTypeCheck(string(header), string(results))),
 	}
-	remote, err := parseRemote(filepath.Join(root, "api/remote.api"), cudaOnly(cuda))
+	remote, tables, err := parseRemote(filepath.Join(root, "api/remote.api"), cudaOnly(cuda))
 	if err != nil {
 		return nil, err
 	}
 	files["remote/proto_gen.h"] = []byte(emitRemoteProto(remote))
-	files["remote/client/stubs_gen.c"] = []byte(emitRemoteClient(remote))
-	files["remote/executor/dispatch_gen.c"] = []byte(emitRemoteServer(remote))
-	files["docs/REMOTE-SUPPORT.md"] = []byte(emitRemoteDoc(remote))
+	files["remote/client/stubs_gen.c"] = []byte(emitRemoteClient(remote, tables))
+	files["remote/executor/dispatch_gen.c"] = []byte(emitRemoteServer(remote, tables))
+	files["docs/REMOTE-SUPPORT.md"] = []byte(emitRemoteDoc(remote, tables))
 	for _, l := range layouts {
 		files[l.CHeader] = []byte(emitLayoutC(l))
 		files[l.GoFile] = []byte(emitLayoutGo(l))
