@@ -74,6 +74,14 @@ static inline int fgr_rd_done(const struct fgr_rd *r) { return !r->bad && r->lef
 int fgr_write_all(int fd, const void *p, size_t n);
 int fgr_read_all(int fd, void *p, size_t n);
 
+/* A buffer's size: count times element size, saturated (the limit checks
+ * then refuse it) where the product would wrap. */
+static inline uint64_t fgr_mul(uint64_t n, uint64_t size)
+{
+    uint64_t r;
+    return __builtin_mul_overflow(n, size, &r) ? UINT64_MAX : r;
+}
+
 /* Floating-point arguments travel as their bits. */
 static inline uint64_t fgr_f64_bits(double v)
 {

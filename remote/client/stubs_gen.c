@@ -394,7 +394,7 @@ FGR_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 FGR_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
     CUresult fgr_r;
-    uint64_t n_value = value ? (uint64_t)(fgr_mempool_attr_bytes(attr)) * 1 : 0;
+    uint64_t n_value = value ? fgr_mul((uint64_t)(fgr_mempool_attr_bytes(attr)), 1) : 0;
     if (n_value > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemPoolGetAttribute", "a buffer over the frame limit");
     struct fgr_call fgr_c;
@@ -631,7 +631,7 @@ FGR_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 FGR_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
     CUresult fgr_r;
-    uint64_t n_srcHost = srcHost ? (uint64_t)(ByteCount) * 1 : 0;
+    uint64_t n_srcHost = srcHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_srcHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyHtoD_v2", "a buffer over the frame limit");
     struct fgr_call fgr_c;
@@ -648,7 +648,7 @@ FGR_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, 
 FGR_EXPORT CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
     CUresult fgr_r;
-    uint64_t n_srcHost = srcHost ? (uint64_t)(ByteCount) * 1 : 0;
+    uint64_t n_srcHost = srcHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_srcHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyHtoD_v2_ptds", "a buffer over the frame limit");
     struct fgr_call fgr_c;
@@ -665,7 +665,7 @@ FGR_EXPORT CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcH
 FGR_EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
     CUresult fgr_r;
-    uint64_t n_dstHost = dstHost ? (uint64_t)(ByteCount) * 1 : 0;
+    uint64_t n_dstHost = dstHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_dstHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyDtoH_v2", "a buffer over the frame limit");
     struct fgr_call fgr_c;
@@ -683,7 +683,7 @@ FGR_EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t
 FGR_EXPORT CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
     CUresult fgr_r;
-    uint64_t n_dstHost = dstHost ? (uint64_t)(ByteCount) * 1 : 0;
+    uint64_t n_dstHost = dstHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_dstHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyDtoH_v2_ptds", "a buffer over the frame limit");
     struct fgr_call fgr_c;
@@ -757,7 +757,7 @@ FGR_EXPORT CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteC
 FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
     CUresult fgr_r;
-    uint64_t n_srcHost = srcHost ? (uint64_t)(ByteCount) * 1 : 0;
+    uint64_t n_srcHost = srcHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_srcHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyHtoDAsync_v2", "a buffer over the frame limit");
     struct fgr_call fgr_c;
@@ -775,7 +775,7 @@ FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcH
 FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
     CUresult fgr_r;
-    uint64_t n_srcHost = srcHost ? (uint64_t)(ByteCount) * 1 : 0;
+    uint64_t n_srcHost = srcHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_srcHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyHtoDAsync_v2_ptsz", "a buffer over the frame limit");
     struct fgr_call fgr_c;
@@ -793,7 +793,7 @@ FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void 
 FGR_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
     CUresult fgr_r;
-    uint64_t n_dstHost = dstHost ? (uint64_t)(ByteCount) * 1 : 0;
+    uint64_t n_dstHost = dstHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_dstHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyDtoHAsync_v2", "a buffer over the frame limit");
     struct fgr_call fgr_c;
@@ -812,7 +812,7 @@ FGR_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, s
 FGR_EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
     CUresult fgr_r;
-    uint64_t n_dstHost = dstHost ? (uint64_t)(ByteCount) * 1 : 0;
+    uint64_t n_dstHost = dstHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_dstHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyDtoHAsync_v2_ptsz", "a buffer over the frame limit");
     struct fgr_call fgr_c;
@@ -1751,7 +1751,7 @@ FGR_EXPORT CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 FGR_EXPORT CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
 {
     CUresult fgr_r;
-    uint64_t n_nodes = nodes ? (uint64_t)(numNodes?*numNodes:0) * sizeof(CUgraphNode) : 0;
+    uint64_t n_nodes = nodes ? fgr_mul((uint64_t)(numNodes?*numNodes:0), sizeof(CUgraphNode)) : 0;
     if (n_nodes > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuGraphGetNodes", "a buffer over the frame limit");
     uint64_t n_numNodes = numNodes ? sizeof(size_t) : 0;
@@ -1812,7 +1812,7 @@ FGR_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGra
 {
     CUresult fgr_r;
     uint64_t n_phGraphNode = phGraphNode ? sizeof(CUgraphNode) : 0;
-    uint64_t n_dependencies = dependencies ? (uint64_t)(numDependencies) * sizeof(CUgraphNode) : 0;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
     if (n_dependencies > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuGraphAddMemFreeNode", "a buffer over the frame limit");
     struct fgr_call fgr_c;
@@ -1839,7 +1839,7 @@ FGR_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALL
 FGR_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
     CUresult fgr_r;
-    uint64_t n_value = value ? (uint64_t)(8) * 1 : 0;
+    uint64_t n_value = value ? fgr_mul((uint64_t)(8), 1) : 0;
     if (n_value > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuDeviceGetGraphMemAttribute", "a buffer over the frame limit");
     struct fgr_call fgr_c;
@@ -1857,7 +1857,7 @@ FGR_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_att
 FGR_EXPORT CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
     CUresult fgr_r;
-    uint64_t n_value = value ? (uint64_t)(8) * 1 : 0;
+    uint64_t n_value = value ? fgr_mul((uint64_t)(8), 1) : 0;
     if (n_value > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuDeviceSetGraphMemAttribute", "a buffer over the frame limit");
     struct fgr_call fgr_c;
@@ -2014,7 +2014,7 @@ FGR_EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
 FGR_EXPORT CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
 {
     CUresult fgr_r;
-    uint64_t n_pciBusId = pciBusId ? (uint64_t)(len) * sizeof(char) : 0;
+    uint64_t n_pciBusId = pciBusId ? fgr_mul((uint64_t)(len), sizeof(char)) : 0;
     if (n_pciBusId > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuDeviceGetPCIBusId", "a buffer over the frame limit");
     struct fgr_call fgr_c;
@@ -2311,7 +2311,7 @@ FGR_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph h
 {
     CUresult fgr_r;
     uint64_t n_phGraphNode = phGraphNode ? sizeof(CUgraphNode) : 0;
-    uint64_t n_dependencies = dependencies ? (uint64_t)(numDependencies) * sizeof(CUgraphNode) : 0;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
     if (n_dependencies > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuGraphAddChildGraphNode", "a buffer over the frame limit");
     struct fgr_call fgr_c;

@@ -530,10 +530,10 @@ static CUresult op_cuMemPoolGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *value = NULL;
-    if (has_value && !(value = fgr_out(q, (uint64_t)(fgr_mempool_attr_bytes(attr)) * 1)))
+    if (has_value && !(value = fgr_out(q, fgr_mul((uint64_t)(fgr_mempool_attr_bytes(attr)), 1))))
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_cuMemPoolGetAttribute)fgr_real[FGR_OP_cuMemPoolGetAttribute])(pool, attr, value);
-    fgr_reply_out(q, value, (uint64_t)(fgr_mempool_attr_bytes(attr)) * 1, 0, fgr_r);
+    fgr_reply_out(q, value, fgr_mul((uint64_t)(fgr_mempool_attr_bytes(attr)), 1), 0, fgr_r);
     return fgr_r;
 }
 
@@ -735,7 +735,7 @@ static CUresult op_cuMemcpyHtoD_v2(struct fgr_rd *rd, struct fgr_req *q)
     (void)q;
     CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
     size_t ByteCount = (size_t)fgr_get_u64(rd);
-    void *srcHost = fgr_get_buf(rd, q, (uint64_t)(ByteCount) * 1, 0);
+    void *srcHost = fgr_get_buf(rd, q, fgr_mul((uint64_t)(ByteCount), 1), 0);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = ((pfn_cuMemcpyHtoD_v2)fgr_real[FGR_OP_cuMemcpyHtoD_v2])(dstDevice, srcHost, ByteCount);
@@ -747,7 +747,7 @@ static CUresult op_cuMemcpyHtoD_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     (void)q;
     CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
     size_t ByteCount = (size_t)fgr_get_u64(rd);
-    void *srcHost = fgr_get_buf(rd, q, (uint64_t)(ByteCount) * 1, 0);
+    void *srcHost = fgr_get_buf(rd, q, fgr_mul((uint64_t)(ByteCount), 1), 0);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = ((pfn_cuMemcpyHtoD_v2_ptds)fgr_real[FGR_OP_cuMemcpyHtoD_v2_ptds])(dstDevice, srcHost, ByteCount);
@@ -763,10 +763,10 @@ static CUresult op_cuMemcpyDtoH_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *dstHost = NULL;
-    if (has_dstHost && !(dstHost = fgr_out(q, (uint64_t)(ByteCount) * 1)))
+    if (has_dstHost && !(dstHost = fgr_out(q, fgr_mul((uint64_t)(ByteCount), 1))))
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_cuMemcpyDtoH_v2)fgr_real[FGR_OP_cuMemcpyDtoH_v2])(dstHost, srcDevice, ByteCount);
-    fgr_reply_out(q, dstHost, (uint64_t)(ByteCount) * 1, 0, fgr_r);
+    fgr_reply_out(q, dstHost, fgr_mul((uint64_t)(ByteCount), 1), 0, fgr_r);
     return fgr_r;
 }
 
@@ -779,10 +779,10 @@ static CUresult op_cuMemcpyDtoH_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *dstHost = NULL;
-    if (has_dstHost && !(dstHost = fgr_out(q, (uint64_t)(ByteCount) * 1)))
+    if (has_dstHost && !(dstHost = fgr_out(q, fgr_mul((uint64_t)(ByteCount), 1))))
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_cuMemcpyDtoH_v2_ptds)fgr_real[FGR_OP_cuMemcpyDtoH_v2_ptds])(dstHost, srcDevice, ByteCount);
-    fgr_reply_out(q, dstHost, (uint64_t)(ByteCount) * 1, 0, fgr_r);
+    fgr_reply_out(q, dstHost, fgr_mul((uint64_t)(ByteCount), 1), 0, fgr_r);
     return fgr_r;
 }
 
@@ -840,7 +840,7 @@ static CUresult op_cuMemcpyHtoDAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
-    void *srcHost = fgr_get_buf(rd, q, (uint64_t)(ByteCount) * 1, 0);
+    void *srcHost = fgr_get_buf(rd, q, fgr_mul((uint64_t)(ByteCount), 1), 0);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = ((pfn_cuMemcpyHtoDAsync_v2)fgr_real[FGR_OP_cuMemcpyHtoDAsync_v2])(dstDevice, srcHost, ByteCount, hStream);
@@ -855,7 +855,7 @@ static CUresult op_cuMemcpyHtoDAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *
     CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
-    void *srcHost = fgr_get_buf(rd, q, (uint64_t)(ByteCount) * 1, 0);
+    void *srcHost = fgr_get_buf(rd, q, fgr_mul((uint64_t)(ByteCount), 1), 0);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = ((pfn_cuMemcpyHtoDAsync_v2_ptsz)fgr_real[FGR_OP_cuMemcpyHtoDAsync_v2_ptsz])(dstDevice, srcHost, ByteCount, hStream);
@@ -874,12 +874,12 @@ static CUresult op_cuMemcpyDtoHAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *dstHost = NULL;
-    if (has_dstHost && !(dstHost = fgr_out(q, (uint64_t)(ByteCount) * 1)))
+    if (has_dstHost && !(dstHost = fgr_out(q, fgr_mul((uint64_t)(ByteCount), 1))))
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_cuMemcpyDtoHAsync_v2)fgr_real[FGR_OP_cuMemcpyDtoHAsync_v2])(dstHost, srcDevice, ByteCount, hStream);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = fgr_drain(hStream, 0);
-    fgr_reply_out(q, dstHost, (uint64_t)(ByteCount) * 1, 0, fgr_r);
+    fgr_reply_out(q, dstHost, fgr_mul((uint64_t)(ByteCount), 1), 0, fgr_r);
     return fgr_r;
 }
 
@@ -893,12 +893,12 @@ static CUresult op_cuMemcpyDtoHAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *dstHost = NULL;
-    if (has_dstHost && !(dstHost = fgr_out(q, (uint64_t)(ByteCount) * 1)))
+    if (has_dstHost && !(dstHost = fgr_out(q, fgr_mul((uint64_t)(ByteCount), 1))))
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_cuMemcpyDtoHAsync_v2_ptsz)fgr_real[FGR_OP_cuMemcpyDtoHAsync_v2_ptsz])(dstHost, srcDevice, ByteCount, hStream);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = fgr_drain(hStream, 1);
-    fgr_reply_out(q, dstHost, (uint64_t)(ByteCount) * 1, 0, fgr_r);
+    fgr_reply_out(q, dstHost, fgr_mul((uint64_t)(ByteCount), 1), 0, fgr_r);
     return fgr_r;
 }
 
@@ -1702,10 +1702,10 @@ static CUresult op_cuGraphGetNodes(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraphNode *nodes = NULL;
-    if (has_nodes && !(nodes = fgr_out(q, (uint64_t)(numNodes?*numNodes:0) * sizeof(CUgraphNode))))
+    if (has_nodes && !(nodes = fgr_out(q, fgr_mul((uint64_t)(numNodes?*numNodes:0), sizeof(CUgraphNode)))))
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_cuGraphGetNodes)fgr_real[FGR_OP_cuGraphGetNodes])(hGraph, nodes, numNodes);
-    fgr_reply_out(q, nodes, (uint64_t)(numNodes?*numNodes:0) * sizeof(CUgraphNode), 0, fgr_r);
+    fgr_reply_out(q, nodes, fgr_mul((uint64_t)(numNodes?*numNodes:0), sizeof(CUgraphNode)), 0, fgr_r);
     fgr_reply_out(q, numNodes, sizeof(size_t), 1, fgr_r);
     return fgr_r;
 }
@@ -1747,7 +1747,7 @@ static CUresult op_cuGraphAddMemFreeNode(struct fgr_rd *rd, struct fgr_req *q)
     size_t numDependencies = (size_t)fgr_get_u64(rd);
     CUdeviceptr dptr = (CUdeviceptr)fgr_get_u64(rd);
     int has_phGraphNode = fgr_get_u8(rd);
-    CUgraphNode *dependencies = fgr_get_buf(rd, q, (uint64_t)(numDependencies) * sizeof(CUgraphNode), 1);
+    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraphNode *phGraphNode = NULL;
@@ -1767,10 +1767,10 @@ static CUresult op_cuDeviceGetGraphMemAttribute(struct fgr_rd *rd, struct fgr_re
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *value = NULL;
-    if (has_value && !(value = fgr_out(q, (uint64_t)(8) * 1)))
+    if (has_value && !(value = fgr_out(q, fgr_mul((uint64_t)(8), 1))))
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_cuDeviceGetGraphMemAttribute)fgr_real[FGR_OP_cuDeviceGetGraphMemAttribute])(device, attr, value);
-    fgr_reply_out(q, value, (uint64_t)(8) * 1, 0, fgr_r);
+    fgr_reply_out(q, value, fgr_mul((uint64_t)(8), 1), 0, fgr_r);
     return fgr_r;
 }
 
@@ -1779,7 +1779,7 @@ static CUresult op_cuDeviceSetGraphMemAttribute(struct fgr_rd *rd, struct fgr_re
     (void)q;
     CUdevice device = (CUdevice)fgr_get_u64(rd);
     CUgraphMem_attribute attr = (CUgraphMem_attribute)fgr_get_u64(rd);
-    void *value = fgr_get_buf(rd, q, (uint64_t)(8) * 1, 0);
+    void *value = fgr_get_buf(rd, q, fgr_mul((uint64_t)(8), 1), 0);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = ((pfn_cuDeviceSetGraphMemAttribute)fgr_real[FGR_OP_cuDeviceSetGraphMemAttribute])(device, attr, value);
@@ -1919,10 +1919,10 @@ static CUresult op_cuDeviceGetPCIBusId(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     char *pciBusId = NULL;
-    if (has_pciBusId && !(pciBusId = fgr_out(q, (uint64_t)(len) * sizeof(char))))
+    if (has_pciBusId && !(pciBusId = fgr_out(q, fgr_mul((uint64_t)(len), sizeof(char)))))
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_cuDeviceGetPCIBusId)fgr_real[FGR_OP_cuDeviceGetPCIBusId])(pciBusId, len, dev);
-    fgr_reply_out(q, pciBusId, (uint64_t)(len) * sizeof(char), 0, fgr_r);
+    fgr_reply_out(q, pciBusId, fgr_mul((uint64_t)(len), sizeof(char)), 0, fgr_r);
     return fgr_r;
 }
 
@@ -2209,7 +2209,7 @@ static CUresult op_cuGraphAddChildGraphNode(struct fgr_rd *rd, struct fgr_req *q
     size_t numDependencies = (size_t)fgr_get_u64(rd);
     CUgraph childGraph = (CUgraph)(uintptr_t)fgr_get_u64(rd);
     int has_phGraphNode = fgr_get_u8(rd);
-    CUgraphNode *dependencies = fgr_get_buf(rd, q, (uint64_t)(numDependencies) * sizeof(CUgraphNode), 1);
+    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraphNode *phGraphNode = NULL;

@@ -56,4 +56,18 @@ void fgr_reply_out(struct fgr_req *q, const void *p, uint64_t bytes, int inout, 
 /* Waits for a stream, unless it is being captured. */
 CUresult fgr_drain(CUstream s, int per_thread);
 
+/* The driver's functions the executor needs besides the operations. */
+struct fgr_drv {
+    CUresult (*sync)(CUstream);
+    CUresult (*sync_pt)(CUstream);
+    CUresult (*capturing)(CUstream, CUstreamCaptureStatus *);
+    CUresult (*capturing_pt)(CUstream, CUstreamCaptureStatus *);
+};
+extern struct fgr_drv fgr_drv;
+
+/* Serves one request (its header read, rd at its arguments) into w, a whole
+ * reply frame. before: an error that answers the call without running it
+ * (the arguments are then not read). NULL, or why the frame is malformed. */
+const char *fgr_serve(unsigned op, struct fgr_rd *rd, struct fgr_buf *w, CUresult before);
+
 #endif

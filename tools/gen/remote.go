@@ -366,7 +366,7 @@ func bytesExpr(p Param, k Kind) string {
 	if k.Count == "" {
 		return elemSize(p.Type)
 	}
-	return fmt.Sprintf("(uint64_t)(%s) * %s", k.Count, elemSize(p.Type))
+	return fmt.Sprintf("fgr_mul((uint64_t)(%s), %s)", k.Count, elemSize(p.Type))
 }
 
 // byteBuffer: the executor can hand the frame's bytes to the driver
