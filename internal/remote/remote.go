@@ -59,14 +59,13 @@ func ParseAddr(s string) (Addr, error) {
 		if err != nil || u.Path != "" || u.User != nil || u.RawQuery != "" {
 			return bad("not HOST:PORT")
 		}
-		host, port, err := net.SplitHostPort(rest)
+		_, port, err := net.SplitHostPort(rest)
 		if err != nil {
 			return bad(err.Error())
 		}
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 			return bad("the port must be 1 to 65535")
 		}
-		_ = host
 		return Addr{"tcp", rest}, nil
 	}
 	return bad("unknown scheme " + scheme)

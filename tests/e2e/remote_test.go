@@ -173,6 +173,9 @@ func TestRemoteNoServer(t *testing.T) {
 			t.Errorf("serve --listen %s: exit %d, %q", bad, r.code, r.stderr)
 		}
 	}
+	if r := e.runIn("", "flexgv", "run", "--driver", "/dev/null", "--remote", "unix:///x.sock", "--", "true"); r.code != 2 || !strings.Contains(r.stderr, "give one") {
+		t.Errorf("--driver with --remote: exit %d, %q", r.code, r.stderr)
+	}
 	for _, bad := range []string{"0,0", "x", "-1", "0,,1"} {
 		r := e.runIn("", "flexgv", "serve", "--listen", "unix://"+filepath.Join(e.dir, "s.sock"), "--gpus", bad)
 		if r.code != 2 || !strings.Contains(r.stderr, "--gpus") {
@@ -408,5 +411,73 @@ func TestRemoteExportTables(t *testing.T) {
 		"unknown table: got 801, want 1,forked child: got 1, want 0"
 	if r.code != 1 || strings.Join(failed, ",") != want {
 		t.Errorf("exit %d, checks failed: %q\n%s", r.code, failed, r.stderr)
+	}
+}
+
+// Under flexgv trace, calls the remoting client refuses are counted as the
+// failed calls they are.
+func TestRemoteUnsupportedTraced(t *testing.T) {
+	e := newEnv(t)
+	s := e.serve("unix")
+	e.extra = append(e.extra, "FLEXGV_REMOTE="+s.addr)
+	prog := `
+import ctypes
+cu = ctypes.CDLL("libcuda.so.1")
+ctx = ctypes.c_void_p()
+assert cu.cuInit(0) == 0
+for i in range(3):
+    assert cu.cuCtxCreate_v4(ctypes.byref(ctx), None, 0, 0) == 801
+`
+	out := filepath.Join(e.dir, "summary.json")
+	r := e.runIn(filepath.Join(build, "remote"), "flexgv", "trace", "--json", "-o", out,
+		"--driver", filepath.Join(build, "remote", "libcuda.so.1"), "--", "python3", "-c", prog)
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"name": "cuCtxCreate_v4"`, `"calls": 3`, `"errors": 3`} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("summary lacks %s:\n%s", want, data)
+		}
+	}
+}
+
+// SIGTERM stops the server: its executors end (their programs get the
+// error), its socket goes; a second server on a live socket is refused,
+// and one left behind by a killed server is replaced.
+func TestRemoteServeLifecycle(t *testing.T) {
+	e := newEnv(t)
+	s := e.serve("unix")
+	path := strings.TrimPrefix(s.addr, "unix://")
+	if r := e.runIn("", "flexgv", "serve", "--listen", s.addr); r.code != 1 || !strings.Contains(r.stderr, "already listening") {
+		t.Errorf("a second server: exit %d, %q", r.code, r.stderr)
+	}
+	cmd, _, errb, pid := startRemote(t, e, s, "spinner", "200", "60")
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	if err := s.cmd.Wait(); err != nil {
+		t.Errorf("serve after SIGTERM: %v\n%s", err, s.Log())
+	}
+	if err := cmd.Wait(); err == nil || !strings.Contains(errb.String(), "lost the GPU server") {
+		t.Errorf("the program after its server stopped: %v\n%s", err, errb.String())
+	}
+	if alive(pid) {
+		t.Errorf("executor %d outlived its server", pid)
+	}
+	if fileExists(path) {
+		t.Errorf("%s is still there", path)
+	}
+	// A socket file nobody listens on is replaced.
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	l.Close()
+	s2 := e.serve("unix")
+	if r := e.remote(s2, "rtlike", "1"); r.code != 0 {
+		t.Errorf("over a replaced socket: exit %d\n%s", r.code, r.stderr)
 	}
 }
