@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Cost of a forwarded call: kernel launches (synchronous, one round trip
-# each in this version of the protocol) locally and through flexgv serve
-# over a unix socket and loopback TCP, on the simulated GPU with zero-length
-# kernels. Runs N and 2N launches so that start-up cancels out, and prints
-# microseconds per launch.
+# Cost of remote calls on the simulated GPU with zero-length kernels,
+# locally and through flexgv serve over a unix socket and loopback TCP:
+#   launch      a queued call (cuLaunchKernel): sent without waiting
+#   round trip  a synchronous call (cuMemAlloc or cuMemFree): one round trip
+# Each runs N and 2N times so that start-up cancels out; prints microseconds
+# per call.
 #     bench/remote-roundtrip.sh [N]        (after make)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,16 +28,22 @@ secs() { # secs ENV... CMD...: wall seconds of one run
     t1=$(date +%s.%N)
     awk "BEGIN { print $t1 - $t0 }"
 }
-# per_launch N ENV...: launches N and 2N, so that start-up cancels out.
-per_launch() {
-    local n=$1 a b
-    shift
-    a=$(secs "$@" "$B/tests/launchloop" "$n")
-    b=$(secs "$@" "$B/tests/launchloop" $((2 * n)))
-    awk "BEGIN { printf \"%.2f\", ($b - $a) * 1000000 / $n }"
+# per_call N CALLS_PER_ITERATION "CLIENT [ARGS]" ENV...: microseconds per call
+per_call() {
+    local n=$1 k=$2 cmd a b
+    read -ra cmd <<<"$3"
+    shift 3
+    a=$(secs "$@" "$B/tests/${cmd[0]}" "${cmd[@]:1}" "$n")
+    b=$(secs "$@" "$B/tests/${cmd[0]}" "${cmd[@]:1}" $((2 * n)))
+    awk "BEGIN { printf \"%.2f\", ($b - $a) * 1000000 / ($n * $k) }"
 }
-# Local launches take well under a microsecond: more of them.
-local_us=$(per_launch $((50 * N)) LD_LIBRARY_PATH="$B/sim")
-unix_us=$(per_launch "$N" LD_LIBRARY_PATH="$B/remote" FLEXGV_REMOTE="unix://$tmp/gpu.sock")
-tcp_us=$(per_launch "$N" LD_LIBRARY_PATH="$B/remote" FLEXGV_REMOTE="tcp://127.0.0.1:$port")
-echo "launch: local $local_us us, unix socket $unix_us us, loopback TCP $tcp_us us"
+local_env=(LD_LIBRARY_PATH="$B/sim")
+unix_env=(LD_LIBRARY_PATH="$B/remote" FLEXGV_REMOTE="unix://$tmp/gpu.sock")
+tcp_env=(LD_LIBRARY_PATH="$B/remote" FLEXGV_REMOTE="tcp://127.0.0.1:$port")
+# Local calls take well under a microsecond: more of them.
+echo "launch (queued): local $(per_call $((50 * N)) 1 launchloop "${local_env[@]}") us," \
+    "unix socket $(per_call $((10 * N)) 1 launchloop "${unix_env[@]}") us," \
+    "loopback TCP $(per_call $((10 * N)) 1 launchloop "${tcp_env[@]}") us"
+echo "round trip (cuMemAlloc/cuMemFree): local $(per_call $((5 * N)) 2 "memclient allocloop" "${local_env[@]}") us," \
+    "unix socket $(per_call "$N" 2 "memclient allocloop" "${unix_env[@]}") us," \
+    "loopback TCP $(per_call "$N" 2 "memclient allocloop" "${tcp_env[@]}") us"

@@ -165,7 +165,7 @@ enum fgr_op {
     FGR_NUM_OPS = 156
 };
 
-#define FGR_OPS_HASH 0x378f99c6b997bb63ULL
+#define FGR_OPS_HASH 0x97fd6ff7007ff44dULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);

@@ -2,13 +2,15 @@
  * libcuda.so.1) and the executor (the server process that calls the real
  * driver). Every frame is a little-endian u32 length followed by that many
  * bytes:
- *     request  u16 op, u16 flags (0), u32 reserved (0), u64 context, arguments
+ *     request  u16 op, u16 flags, u32 reserved (0), u64 context, arguments
  *     reply    u32 CUresult, results
  * Arguments (tools/gen/remote.go): first every by-value parameter as a u64,
  * then each pointer parameter in order: u8 present, then for buffers and
  * strings a u64 byte count and the bytes. Results: for each out or in-out
  * pointer the client passed, u8 sent, then u64 byte count and the bytes;
- * out buffers are sent only when the call succeeded. Readers check every
+ * out buffers are sent only when the call succeeded. A request flagged
+ * FGR_FLAG_QUEUED gets no reply: its error, if any, is answered by the next
+ * syncpoint (api/remote.api). Readers check every
  * length against what is left of the frame and against the size the
  * parameters imply, and never trust the peer. */
 #ifndef FLEXGV_REMOTE_WIRE_H
@@ -29,6 +31,7 @@
 #define FGR_MAX_KPARAM_BYTES 32768u
 #define FGR_MAX_KPARAMS 4096u
 #define FGR_REQ_HDR 16u
+#define FGR_FLAG_QUEUED 1u
 #define FGR_REP_HDR 4u
 /* Device attributes cached at the handshake: 1 .. FGR_NATTR-1. */
 #define FGR_NATTR 256

@@ -19,7 +19,10 @@ struct fgr_call {
     CUresult result;
 };
 
-CUresult fgr_begin(struct fgr_call *c, int op);
+CUresult fgr_begin(struct fgr_call *c, int op, int queued);
+/* Sends a queued request and releases the connection: CUDA_SUCCESS unless
+ * the connection is lost (the call's own error comes at a syncpoint). */
+CUresult fgr_send(struct fgr_call *c);
 /* Sends the request and reads the reply up to its results; on failure the
  * connection is released and the error is the call's answer. */
 CUresult fgr_roundtrip(struct fgr_call *c);

@@ -284,7 +284,7 @@ CUresult fgr_connect(void)
     return r;
 }
 
-CUresult fgr_begin(struct fgr_call *c, int op)
+CUresult fgr_begin(struct fgr_call *c, int op, int queued)
 {
     CUcontext ctx = fgr_current();
     pthread_mutex_lock(&conn_lock);
@@ -298,7 +298,7 @@ CUresult fgr_begin(struct fgr_call *c, int op)
     c->w.oom = 0;
     fgr_put_u32(&c->w, 0);
     fgr_put_u16(&c->w, (uint16_t)op);
-    fgr_put_u16(&c->w, 0);
+    fgr_put_u16(&c->w, queued ? FGR_FLAG_QUEUED : 0);
     fgr_put_u32(&c->w, 0);
     fgr_put_u64(&c->w, (uint64_t)(uintptr_t)ctx);
     c->result = CUDA_ERROR_UNKNOWN;
@@ -309,6 +309,20 @@ static void release(struct fgr_call *c)
 {
     conn_w = c->w;
     pthread_mutex_unlock(&conn_lock);
+}
+
+CUresult fgr_send(struct fgr_call *c)
+{
+    CUresult r = CUDA_SUCCESS;
+    if (c->w.oom) {
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    } else {
+        fgr_finish_frame(&c->w);
+        if (fgr_write_all(conn_fd, c->w.p, c->w.len))
+            r = lost("sending a call", errno);
+    }
+    release(c);
+    return r;
 }
 
 CUresult fgr_roundtrip(struct fgr_call *c)

@@ -5,7 +5,7 @@ CUresult fgr_fwd_cuInit(unsigned int Flags)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuInit)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuInit, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)Flags);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
@@ -18,7 +18,7 @@ FGR_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
     CUresult fgr_r;
     uint64_t n_bytes = bytes ? sizeof(size_t) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceTotalMem_v2)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceTotalMem_v2, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
     fgr_put_u8(&fgr_c.w, bytes != NULL);
@@ -33,7 +33,7 @@ FGR_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     CUresult fgr_r;
     uint64_t n_pctx = pctx ? sizeof(CUcontext) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDevicePrimaryCtxRetain)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDevicePrimaryCtxRetain, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
     fgr_put_u8(&fgr_c.w, pctx != NULL);
@@ -47,7 +47,7 @@ FGR_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDevicePrimaryCtxRelease_v2)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDevicePrimaryCtxRelease_v2, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
@@ -59,7 +59,7 @@ FGR_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDevicePrimaryCtxReset_v2)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDevicePrimaryCtxReset_v2, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
@@ -71,7 +71,7 @@ FGR_EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int fla
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDevicePrimaryCtxSetFlags_v2)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDevicePrimaryCtxSetFlags_v2, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
     fgr_put_u64(&fgr_c.w, (uint64_t)flags);
@@ -86,7 +86,7 @@ FGR_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags
     uint64_t n_flags = flags ? sizeof(unsigned int) : 0;
     uint64_t n_active = active ? sizeof(int) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDevicePrimaryCtxGetState)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDevicePrimaryCtxGetState, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
     fgr_put_u8(&fgr_c.w, flags != NULL);
@@ -103,7 +103,7 @@ CUresult fgr_fwd_cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice de
     CUresult fgr_r;
     uint64_t n_pctx = pctx ? sizeof(CUcontext) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxCreate_v2)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxCreate_v2, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)flags);
     fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
@@ -127,7 +127,7 @@ CUresult fgr_fwd_cuCtxDestroy_v2(CUcontext ctx)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxDestroy_v2)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxDestroy_v2, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)ctx);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
@@ -140,7 +140,7 @@ FGR_EXPORT CUresult cuCtxGetDevice(CUdevice *device)
     CUresult fgr_r;
     uint64_t n_device = device ? sizeof(CUdevice) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxGetDevice)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxGetDevice, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u8(&fgr_c.w, device != NULL);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
@@ -153,7 +153,7 @@ FGR_EXPORT CUresult cuCtxSynchronize(void)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxSynchronize)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxSynchronize, 0)) != CUDA_SUCCESS)
         return fgr_r;
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
@@ -166,7 +166,7 @@ FGR_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
     uint64_t n_free = free ? sizeof(size_t) : 0;
     uint64_t n_total = total ? sizeof(size_t) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemGetInfo_v2)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemGetInfo_v2, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u8(&fgr_c.w, free != NULL);
     fgr_put_u8(&fgr_c.w, total != NULL);
@@ -182,7 +182,7 @@ FGR_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     CUresult fgr_r;
     uint64_t n_dptr = dptr ? sizeof(CUdeviceptr) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemAlloc_v2)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemAlloc_v2, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)bytesize);
     fgr_put_u8(&fgr_c.w, dptr != NULL);
@@ -198,7 +198,7 @@ FGR_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t
     uint64_t n_dptr = dptr ? sizeof(CUdeviceptr) : 0;
     uint64_t n_pPitch = pPitch ? sizeof(size_t) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemAllocPitch_v2)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemAllocPitch_v2, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)WidthInBytes);
     fgr_put_u64(&fgr_c.w, (uint64_t)Height);
@@ -216,7 +216,7 @@ FGR_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemFree_v2)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemFree_v2, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)dptr);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
@@ -229,7 +229,7 @@ FGR_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsign
     CUresult fgr_r;
     uint64_t n_dptr = dptr ? sizeof(CUdeviceptr) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemAllocManaged)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemAllocManaged, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)bytesize);
     fgr_put_u64(&fgr_c.w, (uint64_t)flags);
@@ -246,7 +246,7 @@ FGR_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, C
     uint64_t n_pbase = pbase ? sizeof(CUdeviceptr) : 0;
     uint64_t n_psize = psize ? sizeof(size_t) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemGetAddressRange_v2)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemGetAddressRange_v2, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)dptr);
     fgr_put_u8(&fgr_c.w, pbase != NULL);
@@ -263,7 +263,7 @@ FGR_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream
     CUresult fgr_r;
     uint64_t n_dptr = dptr ? sizeof(CUdeviceptr) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemAllocAsync)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemAllocAsync, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)bytesize);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
@@ -279,7 +279,7 @@ FGR_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUs
     CUresult fgr_r;
     uint64_t n_dptr = dptr ? sizeof(CUdeviceptr) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemAllocAsync_ptsz)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemAllocAsync_ptsz, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)bytesize);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
@@ -294,26 +294,22 @@ FGR_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemFreeAsync)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemFreeAsync, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)dptr);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemFreeAsync_ptsz)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemFreeAsync_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)dptr);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
@@ -321,7 +317,7 @@ FGR_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, 
     CUresult fgr_r;
     uint64_t n_dptr = dptr ? sizeof(CUdeviceptr) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemAllocFromPoolAsync)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemAllocFromPoolAsync, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)bytesize);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)pool);
@@ -338,7 +334,7 @@ FGR_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytes
     CUresult fgr_r;
     uint64_t n_dptr = dptr ? sizeof(CUdeviceptr) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemAllocFromPoolAsync_ptsz)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemAllocFromPoolAsync_ptsz, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)bytesize);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)pool);
@@ -356,7 +352,7 @@ FGR_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *po
     uint64_t n_pool = pool ? sizeof(CUmemoryPool) : 0;
     uint64_t n_poolProps = poolProps ? sizeof(CUmemPoolProps) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemPoolCreate)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemPoolCreate, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u8(&fgr_c.w, pool != NULL);
     fgr_put_buf(&fgr_c.w, poolProps, n_poolProps);
@@ -370,7 +366,7 @@ FGR_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemPoolDestroy)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemPoolDestroy, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)pool);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
@@ -382,7 +378,7 @@ FGR_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemPoolTrimTo)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemPoolTrimTo, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)pool);
     fgr_put_u64(&fgr_c.w, (uint64_t)minBytesToKeep);
@@ -398,7 +394,7 @@ FGR_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute
     if (n_value > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemPoolGetAttribute", "a buffer over the frame limit");
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemPoolGetAttribute)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemPoolGetAttribute, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)pool);
     fgr_put_u64(&fgr_c.w, (uint64_t)attr);
@@ -414,7 +410,7 @@ FGR_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
     CUresult fgr_r;
     uint64_t n_pool = pool ? sizeof(CUmemoryPool) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceGetMemPool)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceGetMemPool, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
     fgr_put_u8(&fgr_c.w, pool != NULL);
@@ -429,7 +425,7 @@ FGR_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice d
     CUresult fgr_r;
     uint64_t n_pool_out = pool_out ? sizeof(CUmemoryPool) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceGetDefaultMemPool)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceGetDefaultMemPool, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
     fgr_put_u8(&fgr_c.w, pool_out != NULL);
@@ -445,7 +441,7 @@ FGR_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t siz
     uint64_t n_handle = handle ? sizeof(CUmemGenericAllocationHandle) : 0;
     uint64_t n_prop = prop ? sizeof(CUmemAllocationProp) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemCreate)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemCreate, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)size);
     fgr_put_u64(&fgr_c.w, (uint64_t)flags);
@@ -461,7 +457,7 @@ FGR_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemRelease)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemRelease, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)handle);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
@@ -474,7 +470,7 @@ FGR_EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t al
     CUresult fgr_r;
     uint64_t n_ptr = ptr ? sizeof(CUdeviceptr) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemAddressReserve)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemAddressReserve, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)size);
     fgr_put_u64(&fgr_c.w, (uint64_t)alignment);
@@ -491,7 +487,7 @@ FGR_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemAddressFree)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemAddressFree, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)ptr);
     fgr_put_u64(&fgr_c.w, (uint64_t)size);
@@ -504,7 +500,7 @@ FGR_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemG
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemMap)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemMap, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)ptr);
     fgr_put_u64(&fgr_c.w, (uint64_t)size);
@@ -520,7 +516,7 @@ FGR_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemUnmap)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemUnmap, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)ptr);
     fgr_put_u64(&fgr_c.w, (uint64_t)size);
@@ -544,7 +540,7 @@ FGR_EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUm
     uint64_t n_granularity = granularity ? sizeof(size_t) : 0;
     uint64_t n_prop = prop ? sizeof(CUmemAllocationProp) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemGetAllocationGranularity)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemGetAllocationGranularity, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)option);
     fgr_put_u8(&fgr_c.w, granularity != NULL);
@@ -561,7 +557,7 @@ FGR_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPT
     uint64_t n_pHandle = pHandle ? sizeof(CUarray) : 0;
     uint64_t n_pAllocateArray = pAllocateArray ? sizeof(CUDA_ARRAY_DESCRIPTOR) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuArrayCreate_v2)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuArrayCreate_v2, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u8(&fgr_c.w, pHandle != NULL);
     fgr_put_buf(&fgr_c.w, pAllocateArray, n_pAllocateArray);
@@ -577,7 +573,7 @@ FGR_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESC
     uint64_t n_pHandle = pHandle ? sizeof(CUarray) : 0;
     uint64_t n_pAllocateArray = pAllocateArray ? sizeof(CUDA_ARRAY3D_DESCRIPTOR) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuArray3DCreate_v2)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuArray3DCreate_v2, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u8(&fgr_c.w, pHandle != NULL);
     fgr_put_buf(&fgr_c.w, pAllocateArray, n_pAllocateArray);
@@ -591,7 +587,7 @@ FGR_EXPORT CUresult cuArrayDestroy(CUarray hArray)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuArrayDestroy)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuArrayDestroy, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hArray);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
@@ -605,7 +601,7 @@ FGR_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA
     uint64_t n_pHandle = pHandle ? sizeof(CUmipmappedArray) : 0;
     uint64_t n_pMipmappedArrayDesc = pMipmappedArrayDesc ? sizeof(CUDA_ARRAY3D_DESCRIPTOR) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMipmappedArrayCreate)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMipmappedArrayCreate, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)numMipmapLevels);
     fgr_put_u8(&fgr_c.w, pHandle != NULL);
@@ -620,7 +616,7 @@ FGR_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMipmappedArrayDestroy)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMipmappedArrayDestroy, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hMipmappedArray);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
@@ -635,7 +631,7 @@ FGR_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, 
     if (n_srcHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyHtoD_v2", "a buffer over the frame limit");
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyHtoD_v2)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyHtoD_v2, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
@@ -652,7 +648,7 @@ FGR_EXPORT CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcH
     if (n_srcHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyHtoD_v2_ptds", "a buffer over the frame limit");
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyHtoD_v2_ptds)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyHtoD_v2_ptds, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
@@ -669,7 +665,7 @@ FGR_EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t
     if (n_dstHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyDtoH_v2", "a buffer over the frame limit");
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyDtoH_v2)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyDtoH_v2, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)srcDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
@@ -687,7 +683,7 @@ FGR_EXPORT CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, s
     if (n_dstHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyDtoH_v2_ptds", "a buffer over the frame limit");
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyDtoH_v2_ptds)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyDtoH_v2_ptds, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)srcDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
@@ -702,7 +698,7 @@ FGR_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyDtoD_v2)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyDtoD_v2, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)srcDevice);
@@ -716,7 +712,7 @@ FGR_EXPORT CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcD
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyDtoD_v2_ptds)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyDtoD_v2_ptds, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)srcDevice);
@@ -730,7 +726,7 @@ FGR_EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpy)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpy, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)dst);
     fgr_put_u64(&fgr_c.w, (uint64_t)src);
@@ -744,7 +740,7 @@ FGR_EXPORT CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteC
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpy_ptds)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpy_ptds, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)dst);
     fgr_put_u64(&fgr_c.w, (uint64_t)src);
@@ -761,7 +757,7 @@ FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcH
     if (n_srcHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyHtoDAsync_v2", "a buffer over the frame limit");
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyHtoDAsync_v2)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyHtoDAsync_v2, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
@@ -779,7 +775,7 @@ FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void 
     if (n_srcHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyHtoDAsync_v2_ptsz", "a buffer over the frame limit");
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyHtoDAsync_v2_ptsz)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyHtoDAsync_v2_ptsz, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
@@ -797,7 +793,7 @@ FGR_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, s
     if (n_dstHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyDtoHAsync_v2", "a buffer over the frame limit");
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyDtoHAsync_v2)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyDtoHAsync_v2, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)srcDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
@@ -816,7 +812,7 @@ FGR_EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevi
     if (n_dstHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyDtoHAsync_v2_ptsz", "a buffer over the frame limit");
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyDtoHAsync_v2_ptsz)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyDtoHAsync_v2_ptsz, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)srcDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
@@ -832,176 +828,152 @@ FGR_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcD
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyDtoDAsync_v2)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyDtoDAsync_v2, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)srcDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyDtoDAsync_v2_ptsz)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyDtoDAsync_v2_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)srcDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyAsync)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyAsync, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)dst);
     fgr_put_u64(&fgr_c.w, (uint64_t)src);
     fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyAsync_ptsz)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyAsync_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)dst);
     fgr_put_u64(&fgr_c.w, (uint64_t)src);
     fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD8_v2)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD8_v2, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)uc);
     fgr_put_u64(&fgr_c.w, (uint64_t)N);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD8_v2_ptds)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD8_v2_ptds, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)uc);
     fgr_put_u64(&fgr_c.w, (uint64_t)N);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD32_v2)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD32_v2, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)ui);
     fgr_put_u64(&fgr_c.w, (uint64_t)N);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD32_v2_ptds)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD32_v2_ptds, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)ui);
     fgr_put_u64(&fgr_c.w, (uint64_t)N);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD8Async)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD8Async, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)uc);
     fgr_put_u64(&fgr_c.w, (uint64_t)N);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD8Async_ptsz)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD8Async_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)uc);
     fgr_put_u64(&fgr_c.w, (uint64_t)N);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD32Async)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD32Async, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)ui);
     fgr_put_u64(&fgr_c.w, (uint64_t)N);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD32Async_ptsz)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD32Async_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)ui);
     fgr_put_u64(&fgr_c.w, (uint64_t)N);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
@@ -1009,7 +981,7 @@ FGR_EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
     CUresult fgr_r;
     uint64_t n_module = module ? sizeof(CUmodule) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuModuleLoadData)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuModuleLoadData, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u8(&fgr_c.w, module != NULL);
     fgr_put_image(&fgr_c.w, image);
@@ -1028,7 +1000,7 @@ FGR_EXPORT CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsi
     if (optionValues != NULL)
         return fgr_unsupported(-1, "cuModuleLoadDataEx", "optionValues");
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuModuleLoadDataEx)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuModuleLoadDataEx, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)numOptions);
     fgr_put_u8(&fgr_c.w, module != NULL);
@@ -1044,7 +1016,7 @@ FGR_EXPORT CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin
     CUresult fgr_r;
     uint64_t n_module = module ? sizeof(CUmodule) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuModuleLoadFatBinary)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuModuleLoadFatBinary, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u8(&fgr_c.w, module != NULL);
     fgr_put_image(&fgr_c.w, fatCubin);
@@ -1058,7 +1030,7 @@ CUresult fgr_fwd_cuModuleUnload(CUmodule hmod)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuModuleUnload)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuModuleUnload, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hmod);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
@@ -1071,7 +1043,7 @@ FGR_EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const 
     CUresult fgr_r;
     uint64_t n_hfunc = hfunc ? sizeof(CUfunction) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuModuleGetFunction)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuModuleGetFunction, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hmod);
     fgr_put_u8(&fgr_c.w, hfunc != NULL);
@@ -1095,7 +1067,7 @@ FGR_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUji
     if (libraryOptionValues != NULL)
         return fgr_unsupported(-1, "cuLibraryLoadData", "libraryOptionValues");
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLibraryLoadData)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLibraryLoadData, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)numJitOptions);
     fgr_put_u64(&fgr_c.w, (uint64_t)numLibraryOptions);
@@ -1111,7 +1083,7 @@ CUresult fgr_fwd_cuLibraryUnload(CUlibrary library)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLibraryUnload)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLibraryUnload, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)library);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
@@ -1124,7 +1096,7 @@ FGR_EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, con
     CUresult fgr_r;
     uint64_t n_pKernel = pKernel ? sizeof(CUkernel) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLibraryGetKernel)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLibraryGetKernel, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)library);
     fgr_put_u8(&fgr_c.w, pKernel != NULL);
@@ -1140,7 +1112,7 @@ FGR_EXPORT CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
     CUresult fgr_r;
     uint64_t n_pFunc = pFunc ? sizeof(CUfunction) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuKernelGetFunction)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuKernelGetFunction, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)kernel);
     fgr_put_u8(&fgr_c.w, pFunc != NULL);
@@ -1155,7 +1127,7 @@ FGR_EXPORT CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUf
     CUresult fgr_r;
     uint64_t n_pi = pi ? sizeof(int) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuFuncGetAttribute)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuFuncGetAttribute, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)attrib);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hfunc);
@@ -1170,7 +1142,7 @@ FGR_EXPORT CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute at
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuFuncSetAttribute)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuFuncSetAttribute, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hfunc);
     fgr_put_u64(&fgr_c.w, (uint64_t)attrib);
@@ -1189,7 +1161,7 @@ FGR_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned
     if (extra != NULL)
         return fgr_unsupported(-1, "cuLaunchKernel", "extra");
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLaunchKernel)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLaunchKernel, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)f);
     fgr_put_u64(&fgr_c.w, (uint64_t)gridDimX);
@@ -1201,9 +1173,7 @@ FGR_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned
     fgr_put_u64(&fgr_c.w, (uint64_t)sharedMemBytes);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     fgr_put_kparams(&fgr_c.w, &fgr_kp, kernelParams);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
@@ -1215,7 +1185,7 @@ FGR_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, uns
     if (extra != NULL)
         return fgr_unsupported(-1, "cuLaunchKernel_ptsz", "extra");
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLaunchKernel_ptsz)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLaunchKernel_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)f);
     fgr_put_u64(&fgr_c.w, (uint64_t)gridDimX);
@@ -1227,9 +1197,7 @@ FGR_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, uns
     fgr_put_u64(&fgr_c.w, (uint64_t)sharedMemBytes);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     fgr_put_kparams(&fgr_c.w, &fgr_kp, kernelParams);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
@@ -1243,14 +1211,12 @@ FGR_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f,
     if (extra != NULL)
         return fgr_unsupported(-1, "cuLaunchKernelEx", "extra");
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLaunchKernelEx)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLaunchKernelEx, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)f);
     fgr_put_launchcfg(&fgr_c.w, config);
     fgr_put_kparams(&fgr_c.w, &fgr_kp, kernelParams);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
@@ -1264,14 +1230,12 @@ FGR_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfuncti
     if (extra != NULL)
         return fgr_unsupported(-1, "cuLaunchKernelEx_ptsz", "extra");
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLaunchKernelEx_ptsz)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLaunchKernelEx_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)f);
     fgr_put_launchcfg(&fgr_c.w, config);
     fgr_put_kparams(&fgr_c.w, &fgr_kp, kernelParams);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
@@ -1281,7 +1245,7 @@ FGR_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDim
     if ((fgr_r = fgr_kparams_layout(f, kernelParams, &fgr_kp)) != CUDA_SUCCESS)
         return fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLaunchCooperativeKernel)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLaunchCooperativeKernel, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)f);
     fgr_put_u64(&fgr_c.w, (uint64_t)gridDimX);
@@ -1293,9 +1257,7 @@ FGR_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDim
     fgr_put_u64(&fgr_c.w, (uint64_t)sharedMemBytes);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     fgr_put_kparams(&fgr_c.w, &fgr_kp, kernelParams);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
@@ -1305,7 +1267,7 @@ FGR_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gr
     if ((fgr_r = fgr_kparams_layout(f, kernelParams, &fgr_kp)) != CUDA_SUCCESS)
         return fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLaunchCooperativeKernel_ptsz)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLaunchCooperativeKernel_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)f);
     fgr_put_u64(&fgr_c.w, (uint64_t)gridDimX);
@@ -1317,9 +1279,7 @@ FGR_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gr
     fgr_put_u64(&fgr_c.w, (uint64_t)sharedMemBytes);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     fgr_put_kparams(&fgr_c.w, &fgr_kp, kernelParams);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
@@ -1343,7 +1303,7 @@ FGR_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
     CUresult fgr_r;
     uint64_t n_phStream = phStream ? sizeof(CUstream) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamCreate)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamCreate, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)Flags);
     fgr_put_u8(&fgr_c.w, phStream != NULL);
@@ -1358,7 +1318,7 @@ FGR_EXPORT CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int 
     CUresult fgr_r;
     uint64_t n_phStream = phStream ? sizeof(CUstream) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamCreateWithPriority)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamCreateWithPriority, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)flags);
     fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)priority);
@@ -1373,7 +1333,7 @@ FGR_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamDestroy_v2)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamDestroy_v2, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
@@ -1385,7 +1345,7 @@ FGR_EXPORT CUresult cuStreamSynchronize(CUstream hStream)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamSynchronize)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamSynchronize, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
@@ -1397,7 +1357,7 @@ FGR_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hStream)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamSynchronize_ptsz)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamSynchronize_ptsz, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
@@ -1409,7 +1369,7 @@ FGR_EXPORT CUresult cuStreamQuery(CUstream hStream)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamQuery)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamQuery, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
@@ -1421,7 +1381,7 @@ FGR_EXPORT CUresult cuStreamQuery_ptsz(CUstream hStream)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamQuery_ptsz)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamQuery_ptsz, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
@@ -1433,35 +1393,31 @@ FGR_EXPORT CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamWaitEvent)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamWaitEvent, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hEvent);
     fgr_put_u64(&fgr_c.w, (uint64_t)Flags);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamWaitEvent_ptsz)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamWaitEvent_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hEvent);
     fgr_put_u64(&fgr_c.w, (uint64_t)Flags);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuStreamBeginCapture(CUstream hStream)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamBeginCapture)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamBeginCapture, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
@@ -1473,7 +1429,7 @@ FGR_EXPORT CUresult cuStreamBeginCapture_ptsz(CUstream hStream)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamBeginCapture_ptsz)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamBeginCapture_ptsz, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
@@ -1485,7 +1441,7 @@ FGR_EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMod
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamBeginCapture_v2)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamBeginCapture_v2, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     fgr_put_u64(&fgr_c.w, (uint64_t)mode);
@@ -1498,7 +1454,7 @@ FGR_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptu
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamBeginCapture_v2_ptsz)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamBeginCapture_v2_ptsz, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     fgr_put_u64(&fgr_c.w, (uint64_t)mode);
@@ -1512,7 +1468,7 @@ FGR_EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
     CUresult fgr_r;
     uint64_t n_phGraph = phGraph ? sizeof(CUgraph) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamEndCapture)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamEndCapture, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     fgr_put_u8(&fgr_c.w, phGraph != NULL);
@@ -1527,7 +1483,7 @@ FGR_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
     CUresult fgr_r;
     uint64_t n_phGraph = phGraph ? sizeof(CUgraph) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamEndCapture_ptsz)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamEndCapture_ptsz, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     fgr_put_u8(&fgr_c.w, phGraph != NULL);
@@ -1542,7 +1498,7 @@ FGR_EXPORT CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus 
     CUresult fgr_r;
     uint64_t n_captureStatus = captureStatus ? sizeof(CUstreamCaptureStatus) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamIsCapturing)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamIsCapturing, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     fgr_put_u8(&fgr_c.w, captureStatus != NULL);
@@ -1557,7 +1513,7 @@ FGR_EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureSt
     CUresult fgr_r;
     uint64_t n_captureStatus = captureStatus ? sizeof(CUstreamCaptureStatus) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamIsCapturing_ptsz)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamIsCapturing_ptsz, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     fgr_put_u8(&fgr_c.w, captureStatus != NULL);
@@ -1572,7 +1528,7 @@ FGR_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
     CUresult fgr_r;
     uint64_t n_mode = mode ? sizeof(CUstreamCaptureMode) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuThreadExchangeStreamCaptureMode)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuThreadExchangeStreamCaptureMode, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_buf(&fgr_c.w, mode, n_mode);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
@@ -1586,7 +1542,7 @@ FGR_EXPORT CUresult cuStreamGetDevice(CUstream hStream, CUdevice *device)
     CUresult fgr_r;
     uint64_t n_device = device ? sizeof(CUdevice) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetDevice)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetDevice, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     fgr_put_u8(&fgr_c.w, device != NULL);
@@ -1601,7 +1557,7 @@ FGR_EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
     CUresult fgr_r;
     uint64_t n_phEvent = phEvent ? sizeof(CUevent) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventCreate)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventCreate, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)Flags);
     fgr_put_u8(&fgr_c.w, phEvent != NULL);
@@ -1615,61 +1571,53 @@ FGR_EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventRecord)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventRecord, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hEvent);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventRecord_ptsz)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventRecord_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hEvent);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventRecordWithFlags)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventRecordWithFlags, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hEvent);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     fgr_put_u64(&fgr_c.w, (uint64_t)flags);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventRecordWithFlags_ptsz)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventRecordWithFlags_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hEvent);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     fgr_put_u64(&fgr_c.w, (uint64_t)flags);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuEventQuery(CUevent hEvent)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventQuery)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventQuery, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hEvent);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
@@ -1681,7 +1629,7 @@ FGR_EXPORT CUresult cuEventSynchronize(CUevent hEvent)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventSynchronize)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventSynchronize, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hEvent);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
@@ -1694,7 +1642,7 @@ FGR_EXPORT CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUe
     CUresult fgr_r;
     uint64_t n_pMilliseconds = pMilliseconds ? sizeof(float) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventElapsedTime)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventElapsedTime, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStart);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hEnd);
@@ -1710,7 +1658,7 @@ FGR_EXPORT CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, 
     CUresult fgr_r;
     uint64_t n_pMilliseconds = pMilliseconds ? sizeof(float) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventElapsedTime_v2)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventElapsedTime_v2, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStart);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hEnd);
@@ -1725,7 +1673,7 @@ FGR_EXPORT CUresult cuEventDestroy_v2(CUevent hEvent)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventDestroy_v2)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventDestroy_v2, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hEvent);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
@@ -1738,7 +1686,7 @@ FGR_EXPORT CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
     CUresult fgr_r;
     uint64_t n_phGraph = phGraph ? sizeof(CUgraph) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphCreate)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphCreate, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)flags);
     fgr_put_u8(&fgr_c.w, phGraph != NULL);
@@ -1756,7 +1704,7 @@ FGR_EXPORT CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *
         return fgr_unsupported(-1, "cuGraphGetNodes", "a buffer over the frame limit");
     uint64_t n_numNodes = numNodes ? sizeof(size_t) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphGetNodes)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphGetNodes, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
     fgr_put_u8(&fgr_c.w, nodes != NULL);
@@ -1773,7 +1721,7 @@ FGR_EXPORT CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
     CUresult fgr_r;
     uint64_t n_type = type ? sizeof(CUgraphNodeType) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphNodeGetType)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphNodeGetType, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
     fgr_put_u8(&fgr_c.w, type != NULL);
@@ -1788,7 +1736,7 @@ FGR_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *ph
     CUresult fgr_r;
     uint64_t n_phGraph = phGraph ? sizeof(CUgraph) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphChildGraphNodeGetGraph)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphChildGraphNodeGetGraph, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
     fgr_put_u8(&fgr_c.w, phGraph != NULL);
@@ -1816,7 +1764,7 @@ FGR_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGra
     if (n_dependencies > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuGraphAddMemFreeNode", "a buffer over the frame limit");
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphAddMemFreeNode)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphAddMemFreeNode, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
     fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
@@ -1843,7 +1791,7 @@ FGR_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_att
     if (n_value > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuDeviceGetGraphMemAttribute", "a buffer over the frame limit");
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceGetGraphMemAttribute)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceGetGraphMemAttribute, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)device);
     fgr_put_u64(&fgr_c.w, (uint64_t)attr);
@@ -1861,7 +1809,7 @@ FGR_EXPORT CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_att
     if (n_value > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuDeviceSetGraphMemAttribute", "a buffer over the frame limit");
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceSetGraphMemAttribute)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceSetGraphMemAttribute, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)device);
     fgr_put_u64(&fgr_c.w, (uint64_t)attr);
@@ -1875,7 +1823,7 @@ FGR_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceGraphMemTrim)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceGraphMemTrim, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)device);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
@@ -1888,7 +1836,7 @@ FGR_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgrap
     CUresult fgr_r;
     uint64_t n_phGraphExec = phGraphExec ? sizeof(CUgraphExec) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphInstantiateWithFlags)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphInstantiateWithFlags, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
     fgr_put_u64(&fgr_c.w, (uint64_t)flags);
@@ -1905,7 +1853,7 @@ FGR_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgra
     uint64_t n_phGraphExec = phGraphExec ? sizeof(CUgraphExec) : 0;
     uint64_t n_instantiateParams = instantiateParams ? sizeof(CUDA_GRAPH_INSTANTIATE_PARAMS) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphInstantiateWithParams)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphInstantiateWithParams, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
     fgr_put_u8(&fgr_c.w, phGraphExec != NULL);
@@ -1923,7 +1871,7 @@ FGR_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, 
     uint64_t n_phGraphExec = phGraphExec ? sizeof(CUgraphExec) : 0;
     uint64_t n_instantiateParams = instantiateParams ? sizeof(CUDA_GRAPH_INSTANTIATE_PARAMS) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphInstantiateWithParams_ptsz)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphInstantiateWithParams_ptsz, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
     fgr_put_u8(&fgr_c.w, phGraphExec != NULL);
@@ -1939,7 +1887,7 @@ FGR_EXPORT CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphUpload)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphUpload, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraphExec);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
@@ -1952,7 +1900,7 @@ FGR_EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphUpload_ptsz)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphUpload_ptsz, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraphExec);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
@@ -1965,33 +1913,29 @@ FGR_EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphLaunch)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphLaunch, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraphExec);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphLaunch_ptsz)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphLaunch_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraphExec);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphExecDestroy)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphExecDestroy, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraphExec);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
@@ -2003,7 +1947,7 @@ FGR_EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphDestroy)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphDestroy, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
@@ -2018,7 +1962,7 @@ FGR_EXPORT CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
     if (n_pciBusId > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuDeviceGetPCIBusId", "a buffer over the frame limit");
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceGetPCIBusId)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceGetPCIBusId, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)len);
     fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
@@ -2034,7 +1978,7 @@ FGR_EXPORT CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId)
     CUresult fgr_r;
     uint64_t n_dev = dev ? sizeof(CUdevice) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceGetByPCIBusId)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceGetByPCIBusId, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u8(&fgr_c.w, dev != NULL);
     fgr_put_str(&fgr_c.w, pciBusId);
@@ -2049,7 +1993,7 @@ FGR_EXPORT CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUde
     CUresult fgr_r;
     uint64_t n_canAccessPeer = canAccessPeer ? sizeof(int) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceCanAccessPeer)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceCanAccessPeer, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
     fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)peerDev);
@@ -2065,7 +2009,7 @@ FGR_EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
     CUresult fgr_r;
     uint64_t n_version = version ? sizeof(unsigned int) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxGetApiVersion)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxGetApiVersion, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)ctx);
     fgr_put_u8(&fgr_c.w, version != NULL);
@@ -2080,7 +2024,7 @@ FGR_EXPORT CUresult cuCtxGetFlags(unsigned int *flags)
     CUresult fgr_r;
     uint64_t n_flags = flags ? sizeof(unsigned int) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxGetFlags)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxGetFlags, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u8(&fgr_c.w, flags != NULL);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
@@ -2095,7 +2039,7 @@ FGR_EXPORT CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greates
     uint64_t n_leastPriority = leastPriority ? sizeof(int) : 0;
     uint64_t n_greatestPriority = greatestPriority ? sizeof(int) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxGetStreamPriorityRange)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxGetStreamPriorityRange, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u8(&fgr_c.w, leastPriority != NULL);
     fgr_put_u8(&fgr_c.w, greatestPriority != NULL);
@@ -2110,58 +2054,50 @@ FGR_EXPORT CUresult cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, siz
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD16_v2)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD16_v2, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)us);
     fgr_put_u64(&fgr_c.w, (uint64_t)N);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD16_v2_ptds)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD16_v2_ptds, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)us);
     fgr_put_u64(&fgr_c.w, (uint64_t)N);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD16Async)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD16Async, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)us);
     fgr_put_u64(&fgr_c.w, (uint64_t)N);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD16Async_ptsz)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD16Async_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)us);
     fgr_put_u64(&fgr_c.w, (uint64_t)N);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name)
@@ -2170,7 +2106,7 @@ FGR_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmod
     uint64_t n_dptr = dptr ? sizeof(CUdeviceptr) : 0;
     uint64_t n_bytes = bytes ? sizeof(size_t) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuModuleGetGlobal_v2)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuModuleGetGlobal_v2, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hmod);
     fgr_put_u8(&fgr_c.w, dptr != NULL);
@@ -2188,7 +2124,7 @@ FGR_EXPORT CUresult cuLibraryGetModule(CUmodule *pMod, CUlibrary library)
     CUresult fgr_r;
     uint64_t n_pMod = pMod ? sizeof(CUmodule) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLibraryGetModule)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLibraryGetModule, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)library);
     fgr_put_u8(&fgr_c.w, pMod != NULL);
@@ -2204,7 +2140,7 @@ FGR_EXPORT CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_
     uint64_t n_paramOffset = paramOffset ? sizeof(size_t) : 0;
     uint64_t n_paramSize = paramSize ? sizeof(size_t) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuFuncGetParamInfo)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuFuncGetParamInfo, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)func);
     fgr_put_u64(&fgr_c.w, (uint64_t)paramIndex);
@@ -2222,7 +2158,7 @@ FGR_EXPORT CUresult cuStreamGetPriority(CUstream hStream, int *priority)
     CUresult fgr_r;
     uint64_t n_priority = priority ? sizeof(int) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetPriority)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetPriority, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     fgr_put_u8(&fgr_c.w, priority != NULL);
@@ -2237,7 +2173,7 @@ FGR_EXPORT CUresult cuStreamGetPriority_ptsz(CUstream hStream, int *priority)
     CUresult fgr_r;
     uint64_t n_priority = priority ? sizeof(int) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetPriority_ptsz)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetPriority_ptsz, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     fgr_put_u8(&fgr_c.w, priority != NULL);
@@ -2252,7 +2188,7 @@ FGR_EXPORT CUresult cuStreamGetFlags(CUstream hStream, unsigned int *flags)
     CUresult fgr_r;
     uint64_t n_flags = flags ? sizeof(unsigned int) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetFlags)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetFlags, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     fgr_put_u8(&fgr_c.w, flags != NULL);
@@ -2267,7 +2203,7 @@ FGR_EXPORT CUresult cuStreamGetFlags_ptsz(CUstream hStream, unsigned int *flags)
     CUresult fgr_r;
     uint64_t n_flags = flags ? sizeof(unsigned int) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetFlags_ptsz)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetFlags_ptsz, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     fgr_put_u8(&fgr_c.w, flags != NULL);
@@ -2282,7 +2218,7 @@ FGR_EXPORT CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
     CUresult fgr_r;
     uint64_t n_pctx = pctx ? sizeof(CUcontext) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetCtx)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetCtx, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     fgr_put_u8(&fgr_c.w, pctx != NULL);
@@ -2297,7 +2233,7 @@ FGR_EXPORT CUresult cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx)
     CUresult fgr_r;
     uint64_t n_pctx = pctx ? sizeof(CUcontext) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetCtx_ptsz)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetCtx_ptsz, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     fgr_put_u8(&fgr_c.w, pctx != NULL);
@@ -2315,7 +2251,7 @@ FGR_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph h
     if (n_dependencies > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuGraphAddChildGraphNode", "a buffer over the frame limit");
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphAddChildGraphNode)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphAddChildGraphNode, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
     fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
@@ -2516,7 +2452,7 @@ static uint64_t xt_simA_1(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_xt_simA_1)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_xt_simA_1, 0)) != CUDA_SUCCESS)
         return 0;
     fgr_put_u64(&fgr_c.w, (uint64_t)a);
     fgr_put_u64(&fgr_c.w, (uint64_t)b);
@@ -2539,7 +2475,7 @@ static double xt_simA_2(double x, float y, int n)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_xt_simA_2)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_xt_simA_2, 0)) != CUDA_SUCCESS)
         return 0;
     fgr_put_u64(&fgr_c.w, fgr_f64_bits(x));
     fgr_put_u64(&fgr_c.w, (uint64_t)fgr_f32_bits(y));
@@ -2559,7 +2495,7 @@ static CUresult xt_simA_7(int *out, int x)
     CUresult fgr_r;
     uint64_t n_out = out ? sizeof(int) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_xt_simA_7)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_xt_simA_7, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)x);
     fgr_put_u8(&fgr_c.w, out != NULL);
@@ -2573,7 +2509,7 @@ static CUresult xt_simA_fetch(void)
 {
     CUresult r;
     struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_xt_simA)) != CUDA_SUCCESS)
+    if ((r = fgr_begin(&c, FGR_OP_xt_simA, 0)) != CUDA_SUCCESS)
         return r;
     if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
         return r;
@@ -2597,7 +2533,7 @@ static float xt_simB_1(float a, float b, float c, float d, float e, float f, flo
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_xt_simB_1)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_xt_simB_1, 0)) != CUDA_SUCCESS)
         return 0;
     fgr_put_u64(&fgr_c.w, (uint64_t)fgr_f32_bits(a));
     fgr_put_u64(&fgr_c.w, (uint64_t)fgr_f32_bits(b));
@@ -2620,7 +2556,7 @@ static CUresult xt_simB_2(CUuuid *out)
     CUresult fgr_r;
     uint64_t n_out = out ? sizeof(CUuuid) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_xt_simB_2)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_xt_simB_2, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u8(&fgr_c.w, out != NULL);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
@@ -2633,7 +2569,7 @@ static CUresult xt_simB_fetch(void)
 {
     CUresult r;
     struct fgr_call c;
-    if ((r = fgr_begin(&c, FGR_OP_xt_simB)) != CUDA_SUCCESS)
+    if ((r = fgr_begin(&c, FGR_OP_xt_simB, 0)) != CUDA_SUCCESS)
         return r;
     if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)
         return r;

@@ -26,6 +26,7 @@ struct fgr_req {
 struct fgr_op_desc {
     const char *name;
     CUresult (*fn)(struct fgr_rd *rd, struct fgr_req *q);
+    int syncpoint; /* queued calls' errors surface here */
 };
 extern const struct fgr_op_desc fgr_ops[FGR_NUM_OPS];
 

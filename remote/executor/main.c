@@ -210,6 +210,7 @@ int main(int argc, char **argv)
     uint8_t *body = NULL;
     size_t cap = 0;
     int greeted = 0;
+    CUresult deferred = CUDA_SUCCESS; /* the first error of a queued call */
     for (;;) {
         uint8_t lenb[4];
         if (fgr_read_all(fd, lenb, 4)) {
@@ -232,7 +233,7 @@ int main(int argc, char **argv)
         struct fgr_rd rd = {body, n, 0};
         unsigned op = fgr_get_u16(&rd), flags = fgr_get_u16(&rd), reserved = fgr_get_u32(&rd);
         CUcontext ctx = (CUcontext)(uintptr_t)fgr_get_u64(&rd);
-        if (flags || reserved)
+        if ((flags & ~FGR_FLAG_QUEUED) || reserved || (!greeted && flags))
             reject("unknown header flags %#x %#x", flags, reserved);
         w.len = 0;
         w.oom = 0;
@@ -255,6 +256,18 @@ int main(int argc, char **argv)
         const char *bad = fgr_serve(op, &rd, &w, r);
         if (bad)
             reject("%s (%s, %u bytes)", bad, fgr_ops[op].name, n);
+        r = (CUresult)((uint32_t)w.p[4] | (uint32_t)w.p[5] << 8 | (uint32_t)w.p[6] << 16 | (uint32_t)w.p[7] << 24);
+        if (flags & FGR_FLAG_QUEUED) {
+            /* No answer: the first error waits for the next syncpoint. */
+            if (r != CUDA_SUCCESS && deferred == CUDA_SUCCESS)
+                deferred = r;
+            continue;
+        }
+        if (fgr_ops[op].syncpoint && deferred != CUDA_SUCCESS) {
+            for (int i = 0; i < 4; i++)
+                w.p[4 + i] = (uint8_t)((uint32_t)deferred >> (8 * i));
+            deferred = CUDA_SUCCESS;
+        }
         if (fgr_write_all(fd, w.p, w.len))
             return 0;
     }

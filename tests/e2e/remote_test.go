@@ -481,3 +481,38 @@ func TestRemoteServeLifecycle(t *testing.T) {
 		t.Errorf("over a replaced socket: exit %d\n%s", r.code, r.stderr)
 	}
 }
+
+// Queued calls (launches, memsets, event records, ...) return at once; an
+// error of theirs is answered by the next call that waits for the device,
+// once, as a GPU's asynchronous errors are. Locally the simulated driver
+// answers it at the call itself.
+func TestRemoteQueuedErrorsSurfaceAtSync(t *testing.T) {
+	prog := `
+import ctypes
+cu = ctypes.CDLL("libcuda.so.1")
+ctx, p = ctypes.c_void_p(), ctypes.c_uint64()
+assert cu.cuInit(0) == 0
+assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+assert cu.cuCtxSetCurrent(ctx) == 0
+assert cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(4096)) == 0
+print("good memset", cu.cuMemsetD8Async(p, 7, ctypes.c_size_t(4096), None))
+print("bad memset", cu.cuMemsetD8Async(ctypes.c_uint64(16), 7, ctypes.c_size_t(4096), None))
+print("alloc", cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(4096)))
+print("sync", cu.cuCtxSynchronize())
+print("sync again", cu.cuCtxSynchronize())
+buf = (ctypes.c_ubyte * 4096)()
+print("copy", cu.cuMemcpyDtoH_v2(buf, p, ctypes.c_size_t(4096)))
+`
+	e := newEnv(t)
+	s := e.serve("unix")
+	local := e.runIn(filepath.Join(build, "sim"), "python3", "-c", prog)
+	want := "good memset 0\nbad memset 1\nalloc 0\nsync 0\nsync again 0\ncopy 0\n"
+	if local.code != 0 || local.stdout != want {
+		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
+	}
+	r := e.remote(s, "python3", "-c", prog)
+	want = "good memset 0\nbad memset 0\nalloc 0\nsync 1\nsync again 0\ncopy 0\n"
+	if r.code != 0 || r.stdout != want {
+		t.Errorf("remotely: exit %d\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
+	}
+}

@@ -21,9 +21,10 @@ import (
 type Disposition string
 
 const (
-	DispLocal Disposition = "local" // by the client alone, hand-written
-	DispSync  Disposition = "sync"  // forwarded, answer awaited
-	DispWrap  Disposition = "wrap"  // forwarded, with hand-written client bookkeeping
+	DispLocal Disposition = "local"  // by the client alone, hand-written
+	DispSync  Disposition = "sync"   // forwarded, answer awaited
+	DispWrap  Disposition = "wrap"   // forwarded, with hand-written client bookkeeping
+	DispQueue Disposition = "queued" // forwarded without waiting; errors surface at the next syncpoint
 )
 
 // Kind says how a pointer parameter travels.
@@ -38,6 +39,7 @@ type RemoteEntry struct {
 	Disp   Disposition // "" when not supported remotely
 	Kinds  map[string]Kind
 	Drain  string // stream the executor waits for before answering
+	Sync   bool   // a syncpoint: errors of earlier queued calls surface here
 	Extra  bool   // given with its prototype in api/remote.api (not hooked by the shim)
 	Op     int    // operation number on the wire (forwarded entries), from 1
 	Source string // file:line of the annotation
@@ -133,13 +135,17 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 			return nil, nil, fmt.Errorf("%s: %s has no disposition (local, sync or wrap)", where, re.Name)
 		}
 		switch d := Disposition(attrs[0]); d {
-		case DispLocal, DispSync, DispWrap:
+		case DispLocal, DispSync, DispWrap, DispQueue:
 			re.Disp = d
 		default:
 			return nil, nil, fmt.Errorf("%s: %s: unknown disposition %q", where, re.Name, attrs[0])
 		}
 		re.Kinds = map[string]Kind{}
 		for _, a := range attrs[1:] {
+			if a == "syncpoint" {
+				re.Sync = true
+				continue
+			}
 			name, val, ok := strings.Cut(a, "=")
 			if !ok {
 				return nil, nil, fmt.Errorf("%s: %s: %q is not PARAM=KIND", where, re.Name, a)
@@ -178,6 +184,16 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 			}
 			if re.Drain != "" && re.param(re.Drain) == nil {
 				return nil, nil, fmt.Errorf("%s: %s: drain names no parameter", where, re.Name)
+			}
+			if re.Disp == DispQueue {
+				for n, k := range re.Kinds {
+					if k.Name == "out" || k.Name == "inout" {
+						return nil, nil, fmt.Errorf("%s: %s: a queued call has no results, but %s is %s", where, re.Name, n, k.Name)
+					}
+				}
+				if re.Sync || re.Drain != "" {
+					return nil, nil, fmt.Errorf("%s: %s: a queued call cannot wait", where, re.Name)
+				}
 			}
 		}
 	}
@@ -345,7 +361,9 @@ func (r *RemoteEntry) param(name string) *Param {
 }
 
 // Forwarded reports whether the entry has an operation on the wire.
-func (r RemoteEntry) Forwarded() bool { return r.Disp == DispSync || r.Disp == DispWrap }
+func (r RemoteEntry) Forwarded() bool {
+	return r.Disp == DispSync || r.Disp == DispWrap || r.Disp == DispQueue
+}
 
 // pointee is the type a pointer parameter points to, without const.
 func pointee(t string) string {
@@ -388,7 +406,7 @@ func opsHash(entries []RemoteEntry) uint64 {
 				names = append(names, n+"="+k.Name+"["+k.Count+"]")
 			}
 			sort.Strings(names)
-			fmt.Fprintf(h, "%s drain=%s\n", strings.Join(names, " "), e.Drain)
+			fmt.Fprintf(h, "%s drain=%s %s sync=%v\n", strings.Join(names, " "), e.Drain, e.Disp, e.Sync)
 		}
 	}
 	return h.Sum64()
@@ -529,7 +547,11 @@ func clientStub(b *strings.Builder, e RemoteEntry, decl string) {
 		}
 	}
 	b.WriteString("    struct fgr_call fgr_c;\n")
-	fmt.Fprintf(b, "    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_%s)) != CUDA_SUCCESS)\n        return %s;\n", name, fail)
+	queued := 0
+	if e.Disp == DispQueue {
+		queued = 1
+	}
+	fmt.Fprintf(b, "    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_%s, %d)) != CUDA_SUCCESS)\n        return %s;\n", name, queued, fail)
 	for _, p := range e.Params {
 		if _, ptr := e.Kinds[p.Name]; !ptr {
 			fmt.Fprintf(b, "    fgr_put_u64(&fgr_c.w, %s);\n", bitsPut(p.Type, p.Name))
@@ -550,6 +572,10 @@ func clientStub(b *strings.Builder, e RemoteEntry, decl string) {
 		case "launchcfg":
 			fmt.Fprintf(b, "    fgr_put_launchcfg(&fgr_c.w, %s);\n", p.Name)
 		}
+	}
+	if e.Disp == DispQueue {
+		b.WriteString("    return fgr_send(&fgr_c);\n}\n\n")
+		return
 	}
 	fmt.Fprintf(b, "    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)\n        return %s;\n", fail)
 	if e.Ret != "" {
@@ -593,7 +619,7 @@ func emitClientTable(b *strings.Builder, t *Table) {
 		}
 	}
 	fmt.Fprintf(b, "static CUresult xt_%s_fetch(void)\n{\n    CUresult r;\n    struct fgr_call c;\n", t.Name)
-	fmt.Fprintf(b, "    if ((r = fgr_begin(&c, FGR_OP_xt_%s)) != CUDA_SUCCESS)\n        return r;\n", t.Name)
+	fmt.Fprintf(b, "    if ((r = fgr_begin(&c, FGR_OP_xt_%s, 0)) != CUDA_SUCCESS)\n        return r;\n", t.Name)
 	b.WriteString("    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)\n        return r;\n")
 	for _, sl := range t.Slots {
 		if sl.Kind == "data" {
@@ -709,7 +735,7 @@ func emitRemoteServer(entries []RemoteEntry, tables []*Table) string {
 	b.WriteString("const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {\n")
 	for _, e := range entries {
 		if e.Forwarded() {
-			fmt.Fprintf(&b, "    [FGR_OP_%s] = {\"%s\", op_%s},\n", e.Name, e.Name, e.Name)
+			fmt.Fprintf(&b, "    [FGR_OP_%s] = {\"%s\", op_%s, %d},\n", e.Name, e.Name, e.Name, b2i(e.Sync))
 		}
 	}
 	b.WriteString("};\n\n/* The export tables the client answers: the functions it forwards. */\n")
@@ -748,7 +774,9 @@ func emitRemoteDoc(entries []RemoteEntry, tables []*Table) string {
 	b.WriteString("# What the remoting client supports\n\n")
 	b.WriteString("Every entry point the remoting `libcuda.so.1` exports and how it is\n" +
 		"answered: *local* on the client, *sync* forwarded with the caller waiting,\n" +
-		"*wrap* forwarded with client-side bookkeeping. Entries marked\n" +
+		"*wrap* forwarded with client-side bookkeeping, *queued* forwarded without\n" +
+		"waiting (an error surfaces at the next call marked as where queued calls'\n" +
+		"errors surface, as a GPU's asynchronous errors do). Entries marked\n" +
 		"*unsupported* answer `CUDA_ERROR_NOT_SUPPORTED`, say so once on stderr\n" +
 		"and count as failed calls under `flexgv trace`. Source: `api/remote.api`.\n\n")
 	count := map[Disposition]int{}
@@ -760,8 +788,8 @@ func emitRemoteDoc(entries []RemoteEntry, tables []*Table) string {
 		}
 	}
 	entries = api
-	fmt.Fprintf(&b, "%d entry points: %d local, %d sync, %d wrap, %d unsupported.\n\n",
-		len(entries), count[DispLocal], count[DispSync], count[DispWrap], count[""])
+	fmt.Fprintf(&b, "%d entry points: %d local, %d forwarded (%d of them queued), %d wrap, %d unsupported.\n\n",
+		len(entries), count[DispLocal], count[DispSync]+count[DispQueue], count[DispQueue], count[DispWrap], count[""])
 	b.WriteString("| entry point | answered | pointer parameters |\n| --- | --- | --- |\n")
 	for _, e := range entries {
 		d := string(e.Disp)
@@ -780,6 +808,9 @@ func emitRemoteDoc(entries []RemoteEntry, tables []*Table) string {
 		}
 		if e.Drain != "" {
 			ks = append(ks, "waits for `"+e.Drain+"`")
+		}
+		if e.Sync {
+			ks = append(ks, "queued calls' errors surface here")
 		}
 		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", e.Name, d, strings.Join(ks, ", "))
 	}
