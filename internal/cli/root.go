@@ -86,6 +86,9 @@ func newRun(g *globals, stderr io.Writer) *cobra.Command {
 			"  flexgv run --group team-a --mem 10GiB -- ./worker   # later runs: --group team-a",
 		Args: needCommand,
 		RunE: func(c *cobra.Command, args []string) error {
+			if err := remoteAlone(c, remoteAddr); err != nil {
+				return err
+			}
 			env, done, err := q.setup()
 			if err != nil {
 				return usageError{fmt.Errorf("flexgv run: %w", err)}

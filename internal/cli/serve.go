@@ -87,6 +87,22 @@ func executorEnv(gpus bool) []string {
 	return out
 }
 
+// remoteAlone refuses flags that would act in the program's process on a
+// remote GPU: a tenant's quotas there would be neither measured right nor
+// enforceable; they belong on the server.
+func remoteAlone(c *cobra.Command, addr string) error {
+	if addr == "" {
+		return nil
+	}
+	for _, name := range []string{"mem", "compute-max", "group", "ctx-mem"} {
+		if f := c.Flags().Lookup(name); f != nil && f.Changed {
+			return usageError{fmt.Errorf("flexgv run: --%s with --remote: quotas of remote programs are not supported yet "+
+				"(they will be set on the server)", name)}
+		}
+	}
+	return nil
+}
+
 // remoteRun prepares flexgv run --remote ADDR: the remoting libcuda.so.1
 // first on the library path and as the shim's driver.
 func remoteRun(addr string, o *launch.Options) error {

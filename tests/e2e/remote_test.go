@@ -176,6 +176,12 @@ func TestRemoteNoServer(t *testing.T) {
 	if r := e.runIn("", "flexgv", "run", "--driver", "/dev/null", "--remote", "unix:///x.sock", "--", "true"); r.code != 2 || !strings.Contains(r.stderr, "give one") {
 		t.Errorf("--driver with --remote: exit %d, %q", r.code, r.stderr)
 	}
+	for _, flag := range []string{"--mem=1GiB", "--compute-max=50%", "--group=a"} {
+		r := e.runIn("", "flexgv", "run", flag, "--remote", "unix:///x.sock", "--", "true")
+		if r.code != 2 || !strings.Contains(r.stderr, "with --remote") {
+			t.Errorf("%s with --remote: exit %d, %q", flag, r.code, r.stderr)
+		}
+	}
 	for _, bad := range []string{"0,0", "x", "-1", "0,,1"} {
 		r := e.runIn("", "flexgv", "serve", "--listen", "unix://"+filepath.Join(e.dir, "s.sock"), "--gpus", bad)
 		if r.code != 2 || !strings.Contains(r.stderr, "--gpus") {
