@@ -12,9 +12,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 static const char *peer = "client";
+
+/* How long a new connection has to send its handshake. */
+#define HELLO_TIMEOUT_S 10
 static struct {
     CUresult (*init)(unsigned);
     CUresult (*version)(int *);
@@ -167,6 +172,9 @@ int main(int argc, char **argv)
     /* The supervisor's copy of the socket may have been non-blocking. */
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     fcntl(fd, F_SETFD, FD_CLOEXEC);
+    /* A peer that connects and says nothing does not hold an executor. */
+    struct timeval hello_wait = {HELLO_TIMEOUT_S, 0}, forever = {0, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &hello_wait, sizeof hello_wait);
     void *h = dlopen(driver, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         logf_("cannot load the CUDA driver %s: %s", driver, dlerror());
@@ -214,6 +222,8 @@ int main(int argc, char **argv)
     for (;;) {
         uint8_t lenb[4];
         if (fgr_read_all(fd, lenb, 4)) {
+            if (!greeted && (errno == EAGAIN || errno == EWOULDBLOCK))
+                reject("no handshake within %d s", HELLO_TIMEOUT_S);
             if (errno)
                 logf_("connection ended: %s", strerror(errno));
             return 0; /* the client is gone */
@@ -228,8 +238,11 @@ int main(int argc, char **argv)
             if (!body)
                 reject("no memory for a frame of %u bytes", n);
         }
-        if (fgr_read_all(fd, body, n))
+        if (fgr_read_all(fd, body, n)) {
+            if (!greeted && (errno == EAGAIN || errno == EWOULDBLOCK))
+                reject("no handshake within %d s", HELLO_TIMEOUT_S);
             reject("the frame was cut short (%u bytes announced): %s", n, errno ? strerror(errno) : "end of stream");
+        }
         struct fgr_rd rd = {body, n, 0};
         unsigned op = fgr_get_u16(&rd), flags = fgr_get_u16(&rd), reserved = fgr_get_u32(&rd);
         CUcontext ctx = (CUcontext)(uintptr_t)fgr_get_u64(&rd);
@@ -248,6 +261,7 @@ int main(int argc, char **argv)
             if (fgr_write_all(fd, w.p, w.len) || refused)
                 return refused ? 3 : 0;
             greeted = 1;
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &forever, sizeof forever);
             continue;
         }
         if (op == FGR_OP_HELLO || op >= FGR_NUM_OPS)

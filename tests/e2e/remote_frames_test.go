@@ -181,3 +181,37 @@ func TestRemoteHandshakeRefused(t *testing.T) {
 	}
 	s.waitLog("refusing the client: .*same FlexGV build", 10*time.Second)
 }
+
+// A peer that connects and sends no handshake, or part of one, loses its
+// connection after 10 s instead of holding an executor.
+func TestRemoteSilentPeer(t *testing.T) {
+	t.Parallel() // it mostly waits
+	e := newEnv(t)
+	s := e.serve("unix")
+	path := strings.TrimPrefix(s.addr, "unix://")
+	var conns []net.Conn
+	sent := [][]byte{nil, w{}.u32(100).raw("0123")}
+	start := time.Now()
+	for _, b := range sent {
+		conn, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		conn.Write(b)
+		conn.SetReadDeadline(start.Add(60 * time.Second))
+		conns = append(conns, conn)
+	}
+	for i, conn := range conns {
+		if _, err := io.Copy(io.Discard, conn); err != nil {
+			t.Errorf("after %d bytes: still open after 60 s: %v", len(sent[i]), err)
+		}
+		if d := time.Since(start); d < 9*time.Second {
+			t.Errorf("after %d bytes: closed after %v, before the handshake's 10 s", len(sent[i]), d)
+		}
+	}
+	s.quiesce()
+	if n := strings.Count(s.Log(), "closing the connection: no handshake within 10 s"); n != 2 {
+		t.Errorf("%d silent peers said, want 2:\n%s", n, s.Log())
+	}
+}
