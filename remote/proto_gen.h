@@ -141,31 +141,64 @@ enum fgr_op {
     FGR_OP_cuCtxGetApiVersion = 132,
     FGR_OP_cuCtxGetFlags = 133,
     FGR_OP_cuCtxGetStreamPriorityRange = 134,
-    FGR_OP_cuMemsetD16_v2 = 135,
-    FGR_OP_cuMemsetD16_v2_ptds = 136,
-    FGR_OP_cuMemsetD16Async = 137,
-    FGR_OP_cuMemsetD16Async_ptsz = 138,
-    FGR_OP_cuModuleGetGlobal_v2 = 139,
-    FGR_OP_cuLibraryGetModule = 140,
-    FGR_OP_cuFuncGetParamInfo = 141,
-    FGR_OP_cuStreamGetPriority = 142,
-    FGR_OP_cuStreamGetPriority_ptsz = 143,
-    FGR_OP_cuStreamGetFlags = 144,
-    FGR_OP_cuStreamGetFlags_ptsz = 145,
-    FGR_OP_cuStreamGetCtx = 146,
-    FGR_OP_cuStreamGetCtx_ptsz = 147,
-    FGR_OP_cuGraphAddChildGraphNode = 148,
-    FGR_OP_xt_simA = 149,
-    FGR_OP_xt_simA_1 = 150,
-    FGR_OP_xt_simA_2 = 151,
-    FGR_OP_xt_simA_7 = 152,
-    FGR_OP_xt_simB = 153,
-    FGR_OP_xt_simB_1 = 154,
-    FGR_OP_xt_simB_2 = 155,
-    FGR_NUM_OPS = 156
+    FGR_OP_cuCtxGetId = 135,
+    FGR_OP_cuCtxEnablePeerAccess = 136,
+    FGR_OP_cuCtxDisablePeerAccess = 137,
+    FGR_OP_cuCtxResetPersistingL2Cache = 138,
+    FGR_OP_cuMemPoolSetAttribute = 139,
+    FGR_OP_cuDeviceSetMemPool = 140,
+    FGR_OP_cuMemGetAllocationPropertiesFromHandle = 141,
+    FGR_OP_cuMemcpyPeer = 142,
+    FGR_OP_cuMemcpyPeer_ptds = 143,
+    FGR_OP_cuMemcpyPeerAsync = 144,
+    FGR_OP_cuMemcpyPeerAsync_ptsz = 145,
+    FGR_OP_cuMemsetD16_v2 = 146,
+    FGR_OP_cuMemsetD16_v2_ptds = 147,
+    FGR_OP_cuMemsetD16Async = 148,
+    FGR_OP_cuMemsetD16Async_ptsz = 149,
+    FGR_OP_cuModuleGetGlobal_v2 = 150,
+    FGR_OP_cuLibraryGetModule = 151,
+    FGR_OP_cuFuncGetParamInfo = 152,
+    FGR_OP_cuFuncGetModule = 153,
+    FGR_OP_cuKernelGetAttribute = 154,
+    FGR_OP_cuKernelSetAttribute = 155,
+    FGR_OP_cuLibraryGetGlobal = 156,
+    FGR_OP_cuLibraryGetKernelCount = 157,
+    FGR_OP_cuLibraryEnumerateKernels = 158,
+    FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessor = 159,
+    FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags = 160,
+    FGR_OP_cuOccupancyAvailableDynamicSMemPerBlock = 161,
+    FGR_OP_cuStreamGetPriority = 162,
+    FGR_OP_cuStreamGetPriority_ptsz = 163,
+    FGR_OP_cuStreamGetFlags = 164,
+    FGR_OP_cuStreamGetFlags_ptsz = 165,
+    FGR_OP_cuStreamGetCtx = 166,
+    FGR_OP_cuStreamGetCtx_ptsz = 167,
+    FGR_OP_cuStreamGetId = 168,
+    FGR_OP_cuStreamGetId_ptsz = 169,
+    FGR_OP_cuStreamCopyAttributes = 170,
+    FGR_OP_cuStreamCopyAttributes_ptsz = 171,
+    FGR_OP_cuStreamAttachMemAsync = 172,
+    FGR_OP_cuStreamAttachMemAsync_ptsz = 173,
+    FGR_OP_cuGraphClone = 174,
+    FGR_OP_cuGraphDestroyNode = 175,
+    FGR_OP_cuGraphAddEmptyNode = 176,
+    FGR_OP_cuGraphAddEventRecordNode = 177,
+    FGR_OP_cuGraphAddEventWaitNode = 178,
+    FGR_OP_cuGraphGetRootNodes = 179,
+    FGR_OP_cuGraphExecGetFlags = 180,
+    FGR_OP_cuGraphAddChildGraphNode = 181,
+    FGR_OP_xt_simA = 182,
+    FGR_OP_xt_simA_1 = 183,
+    FGR_OP_xt_simA_2 = 184,
+    FGR_OP_xt_simA_7 = 185,
+    FGR_OP_xt_simB = 186,
+    FGR_OP_xt_simB_1 = 187,
+    FGR_OP_xt_simB_2 = 188,
+    FGR_NUM_OPS = 189
 };
 
-#define FGR_OPS_HASH 0x97fd6ff7007ff44dULL
+#define FGR_OPS_HASH 0x47fa83229c389e53ULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
@@ -174,6 +207,19 @@ CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDe
 CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version);
 CUresult cuCtxGetFlags(unsigned int *flags);
 CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority);
+CUresult cuCtxGetId(CUcontext ctx, unsigned long long *ctxId);
+CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags);
+CUresult cuCtxDisablePeerAccess(CUcontext peerContext);
+CUresult cuCtxResetPersistingL2Cache(void);
+CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags);
+CUresult cuMemHostUnregister(void *p);
+CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
+CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool);
+CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle);
+CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount);
+CUresult cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount);
+CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream);
+CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream);
 CUresult cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N);
 CUresult cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N);
 CUresult cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream);
@@ -181,12 +227,34 @@ CUresult cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t 
 CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name);
 CUresult cuLibraryGetModule(CUmodule *pMod, CUlibrary library);
 CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize);
+CUresult cuFuncGetModule(CUmodule *hmod, CUfunction hfunc);
+CUresult cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev);
+CUresult cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev);
+CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name);
+CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib);
+CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int numKernels, CUlibrary lib);
+CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize);
+CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags);
+CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize);
 CUresult cuStreamGetPriority(CUstream hStream, int *priority);
 CUresult cuStreamGetPriority_ptsz(CUstream hStream, int *priority);
 CUresult cuStreamGetFlags(CUstream hStream, unsigned int *flags);
 CUresult cuStreamGetFlags_ptsz(CUstream hStream, unsigned int *flags);
 CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx);
 CUresult cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx);
+CUresult cuStreamGetId(CUstream hStream, unsigned long long *streamId);
+CUresult cuStreamGetId_ptsz(CUstream hStream, unsigned long long *streamId);
+CUresult cuStreamCopyAttributes(CUstream dst, CUstream src);
+CUresult cuStreamCopyAttributes_ptsz(CUstream dst, CUstream src);
+CUresult cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
+CUresult cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
+CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph);
+CUresult cuGraphDestroyNode(CUgraphNode hNode);
+CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies);
+CUresult cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);
+CUresult cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);
+CUresult cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes);
+CUresult cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t *flags);
 CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph);
 
 /* Forwarders of the wrap entries, called by their hand-written exports. */

@@ -243,6 +243,20 @@ FGR_EXPORT CUresult cuMemFreeHost(void *p)
     return CUDA_SUCCESS;
 }
 
+/* Client memory needs no pinning: copies carry its bytes. */
+FGR_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
+{
+    (void)Flags;
+    NEED_INIT();
+    return p && bytesize ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+FGR_EXPORT CUresult cuMemHostUnregister(void *p)
+{
+    NEED_INIT();
+    return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
 /* ---- modules: files are read here, images go over whole ---- */
 
 FGR_EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)

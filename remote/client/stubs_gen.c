@@ -2050,6 +2050,164 @@ FGR_EXPORT CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greates
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
+{
+    CUresult fgr_r;
+    uint64_t n_ctxId = ctxId ? sizeof(unsigned long long) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxGetId, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)ctx);
+    fgr_put_u8(&fgr_c.w, ctxId != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, ctxId, n_ctxId, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxEnablePeerAccess, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)peerContext);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Flags);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peerContext)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxDisablePeerAccess, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)peerContext);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuCtxResetPersistingL2Cache(void)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxResetPersistingL2Cache, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    CUresult fgr_r;
+    uint64_t n_value = value ? fgr_mul((uint64_t)(fgr_mempool_attr_bytes(attr)), 1) : 0;
+    if (n_value > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuMemPoolSetAttribute", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemPoolSetAttribute, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)pool);
+    fgr_put_u64(&fgr_c.w, (uint64_t)attr);
+    fgr_put_buf(&fgr_c.w, value, n_value);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceSetMemPool, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)pool);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle)
+{
+    CUresult fgr_r;
+    uint64_t n_prop = prop ? sizeof(CUmemAllocationProp) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemGetAllocationPropertiesFromHandle, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)handle);
+    fgr_put_u8(&fgr_c.w, prop != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, prop, n_prop, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyPeer, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)dstContext);
+    fgr_put_u64(&fgr_c.w, (uint64_t)srcDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)srcContext);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyPeer_ptds, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)dstContext);
+    fgr_put_u64(&fgr_c.w, (uint64_t)srcDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)srcContext);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyPeerAsync, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)dstContext);
+    fgr_put_u64(&fgr_c.w, (uint64_t)srcDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)srcContext);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyPeerAsync_ptsz, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)dstContext);
+    fgr_put_u64(&fgr_c.w, (uint64_t)srcDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)srcContext);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    return fgr_send(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N)
 {
     CUresult fgr_r;
@@ -2153,6 +2311,157 @@ FGR_EXPORT CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuFuncGetModule(CUmodule *hmod, CUfunction hfunc)
+{
+    CUresult fgr_r;
+    uint64_t n_hmod = hmod ? sizeof(CUmodule) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuFuncGetModule, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hfunc);
+    fgr_put_u8(&fgr_c.w, hmod != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, hmod, n_hmod, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev)
+{
+    CUresult fgr_r;
+    uint64_t n_pi = pi ? sizeof(int) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuKernelGetAttribute, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)attrib);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)kernel);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
+    fgr_put_u8(&fgr_c.w, pi != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pi, n_pi, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuKernelSetAttribute, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)attrib);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)val);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)kernel);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
+{
+    CUresult fgr_r;
+    uint64_t n_dptr = dptr ? sizeof(CUdeviceptr) : 0;
+    uint64_t n_bytes = bytes ? sizeof(size_t) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLibraryGetGlobal, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)library);
+    fgr_put_u8(&fgr_c.w, dptr != NULL);
+    fgr_put_u8(&fgr_c.w, bytes != NULL);
+    fgr_put_str(&fgr_c.w, name);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dptr, n_dptr, 0);
+    fgr_get_out(&fgr_c, bytes, n_bytes, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib)
+{
+    CUresult fgr_r;
+    uint64_t n_count = count ? sizeof(unsigned int) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLibraryGetKernelCount, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)lib);
+    fgr_put_u8(&fgr_c.w, count != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, count, n_count, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int numKernels, CUlibrary lib)
+{
+    CUresult fgr_r;
+    uint64_t n_kernels = kernels ? fgr_mul((uint64_t)(numKernels), sizeof(CUkernel)) : 0;
+    if (n_kernels > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuLibraryEnumerateKernels", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLibraryEnumerateKernels, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)numKernels);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)lib);
+    fgr_put_u8(&fgr_c.w, kernels != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, kernels, n_kernels, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize)
+{
+    CUresult fgr_r;
+    uint64_t n_numBlocks = numBlocks ? sizeof(int) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessor, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)func);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)blockSize);
+    fgr_put_u64(&fgr_c.w, (uint64_t)dynamicSMemSize);
+    fgr_put_u8(&fgr_c.w, numBlocks != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, numBlocks, n_numBlocks, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags)
+{
+    CUresult fgr_r;
+    uint64_t n_numBlocks = numBlocks ? sizeof(int) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)func);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)blockSize);
+    fgr_put_u64(&fgr_c.w, (uint64_t)dynamicSMemSize);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    fgr_put_u8(&fgr_c.w, numBlocks != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, numBlocks, n_numBlocks, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize)
+{
+    CUresult fgr_r;
+    uint64_t n_dynamicSmemSize = dynamicSmemSize ? sizeof(size_t) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuOccupancyAvailableDynamicSMemPerBlock, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)func);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)numBlocks);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)blockSize);
+    fgr_put_u8(&fgr_c.w, dynamicSmemSize != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dynamicSmemSize, n_dynamicSmemSize, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuStreamGetPriority(CUstream hStream, int *priority)
 {
     CUresult fgr_r;
@@ -2240,6 +2549,212 @@ FGR_EXPORT CUresult cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx)
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, pctx, n_pctx, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuStreamGetId(CUstream hStream, unsigned long long *streamId)
+{
+    CUresult fgr_r;
+    uint64_t n_streamId = streamId ? sizeof(unsigned long long) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetId, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u8(&fgr_c.w, streamId != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, streamId, n_streamId, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuStreamGetId_ptsz(CUstream hStream, unsigned long long *streamId)
+{
+    CUresult fgr_r;
+    uint64_t n_streamId = streamId ? sizeof(unsigned long long) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetId_ptsz, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u8(&fgr_c.w, streamId != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, streamId, n_streamId, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuStreamCopyAttributes(CUstream dst, CUstream src)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamCopyAttributes, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)dst);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)src);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuStreamCopyAttributes_ptsz(CUstream dst, CUstream src)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamCopyAttributes_ptsz, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)dst);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)src);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamAttachMemAsync, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)dptr);
+    fgr_put_u64(&fgr_c.w, (uint64_t)length);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamAttachMemAsync_ptsz, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)dptr);
+    fgr_put_u64(&fgr_c.w, (uint64_t)length);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
+{
+    CUresult fgr_r;
+    uint64_t n_phGraphClone = phGraphClone ? sizeof(CUgraph) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphClone, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)originalGraph);
+    fgr_put_u8(&fgr_c.w, phGraphClone != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phGraphClone, n_phGraphClone, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphDestroyNode(CUgraphNode hNode)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphDestroyNode, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies)
+{
+    CUresult fgr_r;
+    uint64_t n_phGraphNode = phGraphNode ? sizeof(CUgraphNode) : 0;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphAddEmptyNode", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphAddEmptyNode, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u8(&fgr_c.w, phGraphNode != NULL);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phGraphNode, n_phGraphNode, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event)
+{
+    CUresult fgr_r;
+    uint64_t n_phGraphNode = phGraphNode ? sizeof(CUgraphNode) : 0;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphAddEventRecordNode", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphAddEventRecordNode, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)event);
+    fgr_put_u8(&fgr_c.w, phGraphNode != NULL);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phGraphNode, n_phGraphNode, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event)
+{
+    CUresult fgr_r;
+    uint64_t n_phGraphNode = phGraphNode ? sizeof(CUgraphNode) : 0;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphAddEventWaitNode", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphAddEventWaitNode, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)event);
+    fgr_put_u8(&fgr_c.w, phGraphNode != NULL);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phGraphNode, n_phGraphNode, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes)
+{
+    CUresult fgr_r;
+    uint64_t n_rootNodes = rootNodes ? fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)) : 0;
+    if (n_rootNodes > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphGetRootNodes", "a buffer over the frame limit");
+    uint64_t n_numRootNodes = numRootNodes ? sizeof(size_t) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphGetRootNodes, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u8(&fgr_c.w, rootNodes != NULL);
+    fgr_put_buf(&fgr_c.w, numRootNodes, n_numRootNodes);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, rootNodes, n_rootNodes, 0);
+    fgr_get_out(&fgr_c, numRootNodes, n_numRootNodes, 1);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t *flags)
+{
+    CUresult fgr_r;
+    uint64_t n_flags = flags ? sizeof(cuuint64_t) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphExecGetFlags, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraphExec);
+    fgr_put_u8(&fgr_c.w, flags != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, flags, n_flags, 0);
     return fgr_end(&fgr_c);
 }
 
@@ -2428,6 +2943,19 @@ const struct fgr_proc fgr_procs[] = {
     {"cuCtxGetApiVersion", "cuCtxGetApiVersion", 3020, 0, (void *)cuCtxGetApiVersion},
     {"cuCtxGetFlags", "cuCtxGetFlags", 7000, 0, (void *)cuCtxGetFlags},
     {"cuCtxGetStreamPriorityRange", "cuCtxGetStreamPriorityRange", 5050, 0, (void *)cuCtxGetStreamPriorityRange},
+    {"cuCtxGetId", "cuCtxGetId", 12000, 0, (void *)cuCtxGetId},
+    {"cuCtxEnablePeerAccess", "cuCtxEnablePeerAccess", 4000, 0, (void *)cuCtxEnablePeerAccess},
+    {"cuCtxDisablePeerAccess", "cuCtxDisablePeerAccess", 4000, 0, (void *)cuCtxDisablePeerAccess},
+    {"cuCtxResetPersistingL2Cache", "cuCtxResetPersistingL2Cache", 11000, 0, (void *)cuCtxResetPersistingL2Cache},
+    {"cuMemHostRegister", "cuMemHostRegister_v2", 6050, 0, (void *)cuMemHostRegister_v2},
+    {"cuMemHostUnregister", "cuMemHostUnregister", 4000, 0, (void *)cuMemHostUnregister},
+    {"cuMemPoolSetAttribute", "cuMemPoolSetAttribute", 11020, 0, (void *)cuMemPoolSetAttribute},
+    {"cuDeviceSetMemPool", "cuDeviceSetMemPool", 11020, 0, (void *)cuDeviceSetMemPool},
+    {"cuMemGetAllocationPropertiesFromHandle", "cuMemGetAllocationPropertiesFromHandle", 10020, 0, (void *)cuMemGetAllocationPropertiesFromHandle},
+    {"cuMemcpyPeer", "cuMemcpyPeer", 4000, 0, (void *)cuMemcpyPeer},
+    {"cuMemcpyPeer", "cuMemcpyPeer_ptds", 7000, 1, (void *)cuMemcpyPeer_ptds},
+    {"cuMemcpyPeerAsync", "cuMemcpyPeerAsync", 4000, 0, (void *)cuMemcpyPeerAsync},
+    {"cuMemcpyPeerAsync", "cuMemcpyPeerAsync_ptsz", 7000, 1, (void *)cuMemcpyPeerAsync_ptsz},
     {"cuMemsetD16", "cuMemsetD16_v2", 3020, 0, (void *)cuMemsetD16_v2},
     {"cuMemsetD16", "cuMemsetD16_v2_ptds", 7000, 1, (void *)cuMemsetD16_v2_ptds},
     {"cuMemsetD16Async", "cuMemsetD16Async", 3020, 0, (void *)cuMemsetD16Async},
@@ -2435,12 +2963,34 @@ const struct fgr_proc fgr_procs[] = {
     {"cuModuleGetGlobal", "cuModuleGetGlobal_v2", 3020, 0, (void *)cuModuleGetGlobal_v2},
     {"cuLibraryGetModule", "cuLibraryGetModule", 12000, 0, (void *)cuLibraryGetModule},
     {"cuFuncGetParamInfo", "cuFuncGetParamInfo", 12040, 0, (void *)cuFuncGetParamInfo},
+    {"cuFuncGetModule", "cuFuncGetModule", 11000, 0, (void *)cuFuncGetModule},
+    {"cuKernelGetAttribute", "cuKernelGetAttribute", 12000, 0, (void *)cuKernelGetAttribute},
+    {"cuKernelSetAttribute", "cuKernelSetAttribute", 12000, 0, (void *)cuKernelSetAttribute},
+    {"cuLibraryGetGlobal", "cuLibraryGetGlobal", 12000, 0, (void *)cuLibraryGetGlobal},
+    {"cuLibraryGetKernelCount", "cuLibraryGetKernelCount", 12040, 0, (void *)cuLibraryGetKernelCount},
+    {"cuLibraryEnumerateKernels", "cuLibraryEnumerateKernels", 12040, 0, (void *)cuLibraryEnumerateKernels},
+    {"cuOccupancyMaxActiveBlocksPerMultiprocessor", "cuOccupancyMaxActiveBlocksPerMultiprocessor", 6050, 0, (void *)cuOccupancyMaxActiveBlocksPerMultiprocessor},
+    {"cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", 7000, 0, (void *)cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags},
+    {"cuOccupancyAvailableDynamicSMemPerBlock", "cuOccupancyAvailableDynamicSMemPerBlock", 11000, 0, (void *)cuOccupancyAvailableDynamicSMemPerBlock},
     {"cuStreamGetPriority", "cuStreamGetPriority", 5050, 0, (void *)cuStreamGetPriority},
     {"cuStreamGetPriority", "cuStreamGetPriority_ptsz", 7000, 1, (void *)cuStreamGetPriority_ptsz},
     {"cuStreamGetFlags", "cuStreamGetFlags", 5050, 0, (void *)cuStreamGetFlags},
     {"cuStreamGetFlags", "cuStreamGetFlags_ptsz", 7000, 1, (void *)cuStreamGetFlags_ptsz},
     {"cuStreamGetCtx", "cuStreamGetCtx", 9020, 0, (void *)cuStreamGetCtx},
     {"cuStreamGetCtx", "cuStreamGetCtx_ptsz", 9020, 1, (void *)cuStreamGetCtx_ptsz},
+    {"cuStreamGetId", "cuStreamGetId", 12000, 0, (void *)cuStreamGetId},
+    {"cuStreamGetId", "cuStreamGetId_ptsz", 12000, 1, (void *)cuStreamGetId_ptsz},
+    {"cuStreamCopyAttributes", "cuStreamCopyAttributes", 11000, 0, (void *)cuStreamCopyAttributes},
+    {"cuStreamCopyAttributes", "cuStreamCopyAttributes_ptsz", 11000, 1, (void *)cuStreamCopyAttributes_ptsz},
+    {"cuStreamAttachMemAsync", "cuStreamAttachMemAsync", 6000, 0, (void *)cuStreamAttachMemAsync},
+    {"cuStreamAttachMemAsync", "cuStreamAttachMemAsync_ptsz", 7000, 1, (void *)cuStreamAttachMemAsync_ptsz},
+    {"cuGraphClone", "cuGraphClone", 10000, 0, (void *)cuGraphClone},
+    {"cuGraphDestroyNode", "cuGraphDestroyNode", 10000, 0, (void *)cuGraphDestroyNode},
+    {"cuGraphAddEmptyNode", "cuGraphAddEmptyNode", 10000, 0, (void *)cuGraphAddEmptyNode},
+    {"cuGraphAddEventRecordNode", "cuGraphAddEventRecordNode", 11010, 0, (void *)cuGraphAddEventRecordNode},
+    {"cuGraphAddEventWaitNode", "cuGraphAddEventWaitNode", 11010, 0, (void *)cuGraphAddEventWaitNode},
+    {"cuGraphGetRootNodes", "cuGraphGetRootNodes", 10000, 0, (void *)cuGraphGetRootNodes},
+    {"cuGraphExecGetFlags", "cuGraphExecGetFlags", 12000, 0, (void *)cuGraphExecGetFlags},
     {"cuGraphAddChildGraphNode", "cuGraphAddChildGraphNode", 10000, 0, (void *)cuGraphAddChildGraphNode},
 };
 

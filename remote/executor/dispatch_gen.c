@@ -135,6 +135,17 @@ typedef CUresult (*pfn_cuDeviceCanAccessPeer)(int *canAccessPeer, CUdevice dev, 
 typedef CUresult (*pfn_cuCtxGetApiVersion)(CUcontext ctx, unsigned int *version);
 typedef CUresult (*pfn_cuCtxGetFlags)(unsigned int *flags);
 typedef CUresult (*pfn_cuCtxGetStreamPriorityRange)(int *leastPriority, int *greatestPriority);
+typedef CUresult (*pfn_cuCtxGetId)(CUcontext ctx, unsigned long long *ctxId);
+typedef CUresult (*pfn_cuCtxEnablePeerAccess)(CUcontext peerContext, unsigned int Flags);
+typedef CUresult (*pfn_cuCtxDisablePeerAccess)(CUcontext peerContext);
+typedef CUresult (*pfn_cuCtxResetPersistingL2Cache)(void);
+typedef CUresult (*pfn_cuMemPoolSetAttribute)(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
+typedef CUresult (*pfn_cuDeviceSetMemPool)(CUdevice dev, CUmemoryPool pool);
+typedef CUresult (*pfn_cuMemGetAllocationPropertiesFromHandle)(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle);
+typedef CUresult (*pfn_cuMemcpyPeer)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount);
+typedef CUresult (*pfn_cuMemcpyPeer_ptds)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount);
+typedef CUresult (*pfn_cuMemcpyPeerAsync)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream);
+typedef CUresult (*pfn_cuMemcpyPeerAsync_ptsz)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream);
 typedef CUresult (*pfn_cuMemsetD16_v2)(CUdeviceptr dstDevice, unsigned short us, size_t N);
 typedef CUresult (*pfn_cuMemsetD16_v2_ptds)(CUdeviceptr dstDevice, unsigned short us, size_t N);
 typedef CUresult (*pfn_cuMemsetD16Async)(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream);
@@ -142,12 +153,34 @@ typedef CUresult (*pfn_cuMemsetD16Async_ptsz)(CUdeviceptr dstDevice, unsigned sh
 typedef CUresult (*pfn_cuModuleGetGlobal_v2)(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name);
 typedef CUresult (*pfn_cuLibraryGetModule)(CUmodule *pMod, CUlibrary library);
 typedef CUresult (*pfn_cuFuncGetParamInfo)(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize);
+typedef CUresult (*pfn_cuFuncGetModule)(CUmodule *hmod, CUfunction hfunc);
+typedef CUresult (*pfn_cuKernelGetAttribute)(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev);
+typedef CUresult (*pfn_cuKernelSetAttribute)(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev);
+typedef CUresult (*pfn_cuLibraryGetGlobal)(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name);
+typedef CUresult (*pfn_cuLibraryGetKernelCount)(unsigned int *count, CUlibrary lib);
+typedef CUresult (*pfn_cuLibraryEnumerateKernels)(CUkernel *kernels, unsigned int numKernels, CUlibrary lib);
+typedef CUresult (*pfn_cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize);
+typedef CUresult (*pfn_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags)(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags);
+typedef CUresult (*pfn_cuOccupancyAvailableDynamicSMemPerBlock)(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize);
 typedef CUresult (*pfn_cuStreamGetPriority)(CUstream hStream, int *priority);
 typedef CUresult (*pfn_cuStreamGetPriority_ptsz)(CUstream hStream, int *priority);
 typedef CUresult (*pfn_cuStreamGetFlags)(CUstream hStream, unsigned int *flags);
 typedef CUresult (*pfn_cuStreamGetFlags_ptsz)(CUstream hStream, unsigned int *flags);
 typedef CUresult (*pfn_cuStreamGetCtx)(CUstream hStream, CUcontext *pctx);
 typedef CUresult (*pfn_cuStreamGetCtx_ptsz)(CUstream hStream, CUcontext *pctx);
+typedef CUresult (*pfn_cuStreamGetId)(CUstream hStream, unsigned long long *streamId);
+typedef CUresult (*pfn_cuStreamGetId_ptsz)(CUstream hStream, unsigned long long *streamId);
+typedef CUresult (*pfn_cuStreamCopyAttributes)(CUstream dst, CUstream src);
+typedef CUresult (*pfn_cuStreamCopyAttributes_ptsz)(CUstream dst, CUstream src);
+typedef CUresult (*pfn_cuStreamAttachMemAsync)(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
+typedef CUresult (*pfn_cuStreamAttachMemAsync_ptsz)(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
+typedef CUresult (*pfn_cuGraphClone)(CUgraph *phGraphClone, CUgraph originalGraph);
+typedef CUresult (*pfn_cuGraphDestroyNode)(CUgraphNode hNode);
+typedef CUresult (*pfn_cuGraphAddEmptyNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies);
+typedef CUresult (*pfn_cuGraphAddEventRecordNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);
+typedef CUresult (*pfn_cuGraphAddEventWaitNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);
+typedef CUresult (*pfn_cuGraphGetRootNodes)(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes);
+typedef CUresult (*pfn_cuGraphExecGetFlags)(CUgraphExec hGraphExec, cuuint64_t *flags);
 typedef CUresult (*pfn_cuGraphAddChildGraphNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph);
 typedef uint64_t (*pfn_xt_simA_1)(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64_t e, uint64_t f, uint64_t g, uint64_t h, uint64_t i, uint64_t j);
 typedef double (*pfn_xt_simA_2)(double x, float y, int n);
@@ -2005,6 +2038,147 @@ static CUresult op_cuCtxGetStreamPriorityRange(struct fgr_rd *rd, struct fgr_req
     return fgr_r;
 }
 
+static CUresult op_cuCtxGetId(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUcontext ctx = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    int has_ctxId = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    unsigned long long *ctxId = NULL;
+    if (has_ctxId && !(ctxId = fgr_out(q, sizeof(unsigned long long))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_cuCtxGetId)fgr_real[FGR_OP_cuCtxGetId])(ctx, ctxId);
+    fgr_reply_out(q, ctxId, sizeof(unsigned long long), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuCtxEnablePeerAccess(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUcontext peerContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    unsigned int Flags = (unsigned int)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = ((pfn_cuCtxEnablePeerAccess)fgr_real[FGR_OP_cuCtxEnablePeerAccess])(peerContext, Flags);
+    return fgr_r;
+}
+
+static CUresult op_cuCtxDisablePeerAccess(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUcontext peerContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = ((pfn_cuCtxDisablePeerAccess)fgr_real[FGR_OP_cuCtxDisablePeerAccess])(peerContext);
+    return fgr_r;
+}
+
+static CUresult op_cuCtxResetPersistingL2Cache(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = ((pfn_cuCtxResetPersistingL2Cache)fgr_real[FGR_OP_cuCtxResetPersistingL2Cache])();
+    return fgr_r;
+}
+
+static CUresult op_cuMemPoolSetAttribute(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUmemoryPool pool = (CUmemoryPool)(uintptr_t)fgr_get_u64(rd);
+    CUmemPool_attribute attr = (CUmemPool_attribute)fgr_get_u64(rd);
+    void *value = fgr_get_buf(rd, q, fgr_mul((uint64_t)(fgr_mempool_attr_bytes(attr)), 1), 0);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = ((pfn_cuMemPoolSetAttribute)fgr_real[FGR_OP_cuMemPoolSetAttribute])(pool, attr, value);
+    return fgr_r;
+}
+
+static CUresult op_cuDeviceSetMemPool(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdevice dev = (CUdevice)fgr_get_u64(rd);
+    CUmemoryPool pool = (CUmemoryPool)(uintptr_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = ((pfn_cuDeviceSetMemPool)fgr_real[FGR_OP_cuDeviceSetMemPool])(dev, pool);
+    return fgr_r;
+}
+
+static CUresult op_cuMemGetAllocationPropertiesFromHandle(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUmemGenericAllocationHandle handle = (CUmemGenericAllocationHandle)fgr_get_u64(rd);
+    int has_prop = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUmemAllocationProp *prop = NULL;
+    if (has_prop && !(prop = fgr_out(q, sizeof(CUmemAllocationProp))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_cuMemGetAllocationPropertiesFromHandle)fgr_real[FGR_OP_cuMemGetAllocationPropertiesFromHandle])(prop, handle);
+    fgr_reply_out(q, prop, sizeof(CUmemAllocationProp), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuMemcpyPeer(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUcontext dstContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUcontext srcContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    size_t ByteCount = (size_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = ((pfn_cuMemcpyPeer)fgr_real[FGR_OP_cuMemcpyPeer])(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
+    return fgr_r;
+}
+
+static CUresult op_cuMemcpyPeer_ptds(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUcontext dstContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUcontext srcContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    size_t ByteCount = (size_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = ((pfn_cuMemcpyPeer_ptds)fgr_real[FGR_OP_cuMemcpyPeer_ptds])(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
+    return fgr_r;
+}
+
+static CUresult op_cuMemcpyPeerAsync(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUcontext dstContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUcontext srcContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    size_t ByteCount = (size_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = ((pfn_cuMemcpyPeerAsync)fgr_real[FGR_OP_cuMemcpyPeerAsync])(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);
+    return fgr_r;
+}
+
+static CUresult op_cuMemcpyPeerAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUcontext dstContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUcontext srcContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    size_t ByteCount = (size_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = ((pfn_cuMemcpyPeerAsync_ptsz)fgr_real[FGR_OP_cuMemcpyPeerAsync_ptsz])(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);
+    return fgr_r;
+}
+
 static CUresult op_cuMemsetD16_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -2112,6 +2286,155 @@ static CUresult op_cuFuncGetParamInfo(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_cuFuncGetModule(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUfunction hfunc = (CUfunction)(uintptr_t)fgr_get_u64(rd);
+    int has_hmod = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUmodule *hmod = NULL;
+    if (has_hmod && !(hmod = fgr_out(q, sizeof(CUmodule))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_cuFuncGetModule)fgr_real[FGR_OP_cuFuncGetModule])(hmod, hfunc);
+    fgr_reply_out(q, hmod, sizeof(CUmodule), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuKernelGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUfunction_attribute attrib = (CUfunction_attribute)fgr_get_u64(rd);
+    CUkernel kernel = (CUkernel)(uintptr_t)fgr_get_u64(rd);
+    CUdevice dev = (CUdevice)fgr_get_u64(rd);
+    int has_pi = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    int *pi = NULL;
+    if (has_pi && !(pi = fgr_out(q, sizeof(int))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_cuKernelGetAttribute)fgr_real[FGR_OP_cuKernelGetAttribute])(pi, attrib, kernel, dev);
+    fgr_reply_out(q, pi, sizeof(int), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuKernelSetAttribute(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUfunction_attribute attrib = (CUfunction_attribute)fgr_get_u64(rd);
+    int val = (int)fgr_get_u64(rd);
+    CUkernel kernel = (CUkernel)(uintptr_t)fgr_get_u64(rd);
+    CUdevice dev = (CUdevice)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = ((pfn_cuKernelSetAttribute)fgr_real[FGR_OP_cuKernelSetAttribute])(attrib, val, kernel, dev);
+    return fgr_r;
+}
+
+static CUresult op_cuLibraryGetGlobal(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUlibrary library = (CUlibrary)(uintptr_t)fgr_get_u64(rd);
+    int has_dptr = fgr_get_u8(rd);
+    int has_bytes = fgr_get_u8(rd);
+    char *name = fgr_get_str(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUdeviceptr *dptr = NULL;
+    if (has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
+        return fgr_out_failed(q);
+    size_t *bytes = NULL;
+    if (has_bytes && !(bytes = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_cuLibraryGetGlobal)fgr_real[FGR_OP_cuLibraryGetGlobal])(dptr, bytes, library, name);
+    fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
+    fgr_reply_out(q, bytes, sizeof(size_t), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuLibraryGetKernelCount(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUlibrary lib = (CUlibrary)(uintptr_t)fgr_get_u64(rd);
+    int has_count = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    unsigned int *count = NULL;
+    if (has_count && !(count = fgr_out(q, sizeof(unsigned int))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_cuLibraryGetKernelCount)fgr_real[FGR_OP_cuLibraryGetKernelCount])(count, lib);
+    fgr_reply_out(q, count, sizeof(unsigned int), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuLibraryEnumerateKernels(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    unsigned int numKernels = (unsigned int)fgr_get_u64(rd);
+    CUlibrary lib = (CUlibrary)(uintptr_t)fgr_get_u64(rd);
+    int has_kernels = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUkernel *kernels = NULL;
+    if (has_kernels && !(kernels = fgr_out(q, fgr_mul((uint64_t)(numKernels), sizeof(CUkernel)))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_cuLibraryEnumerateKernels)fgr_real[FGR_OP_cuLibraryEnumerateKernels])(kernels, numKernels, lib);
+    fgr_reply_out(q, kernels, fgr_mul((uint64_t)(numKernels), sizeof(CUkernel)), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuOccupancyMaxActiveBlocksPerMultiprocessor(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUfunction func = (CUfunction)(uintptr_t)fgr_get_u64(rd);
+    int blockSize = (int)fgr_get_u64(rd);
+    size_t dynamicSMemSize = (size_t)fgr_get_u64(rd);
+    int has_numBlocks = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    int *numBlocks = NULL;
+    if (has_numBlocks && !(numBlocks = fgr_out(q, sizeof(int))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_cuOccupancyMaxActiveBlocksPerMultiprocessor)fgr_real[FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessor])(numBlocks, func, blockSize, dynamicSMemSize);
+    fgr_reply_out(q, numBlocks, sizeof(int), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUfunction func = (CUfunction)(uintptr_t)fgr_get_u64(rd);
+    int blockSize = (int)fgr_get_u64(rd);
+    size_t dynamicSMemSize = (size_t)fgr_get_u64(rd);
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    int has_numBlocks = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    int *numBlocks = NULL;
+    if (has_numBlocks && !(numBlocks = fgr_out(q, sizeof(int))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags)fgr_real[FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags])(numBlocks, func, blockSize, dynamicSMemSize, flags);
+    fgr_reply_out(q, numBlocks, sizeof(int), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuOccupancyAvailableDynamicSMemPerBlock(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUfunction func = (CUfunction)(uintptr_t)fgr_get_u64(rd);
+    int numBlocks = (int)fgr_get_u64(rd);
+    int blockSize = (int)fgr_get_u64(rd);
+    int has_dynamicSmemSize = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    size_t *dynamicSmemSize = NULL;
+    if (has_dynamicSmemSize && !(dynamicSmemSize = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_cuOccupancyAvailableDynamicSMemPerBlock)fgr_real[FGR_OP_cuOccupancyAvailableDynamicSMemPerBlock])(dynamicSmemSize, func, numBlocks, blockSize);
+    fgr_reply_out(q, dynamicSmemSize, sizeof(size_t), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_cuStreamGetPriority(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -2199,6 +2522,194 @@ static CUresult op_cuStreamGetCtx_ptsz(struct fgr_rd *rd, struct fgr_req *q)
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_cuStreamGetCtx_ptsz)fgr_real[FGR_OP_cuStreamGetCtx_ptsz])(hStream, pctx);
     fgr_reply_out(q, pctx, sizeof(CUcontext), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamGetId(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    int has_streamId = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    unsigned long long *streamId = NULL;
+    if (has_streamId && !(streamId = fgr_out(q, sizeof(unsigned long long))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_cuStreamGetId)fgr_real[FGR_OP_cuStreamGetId])(hStream, streamId);
+    fgr_reply_out(q, streamId, sizeof(unsigned long long), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamGetId_ptsz(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    int has_streamId = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    unsigned long long *streamId = NULL;
+    if (has_streamId && !(streamId = fgr_out(q, sizeof(unsigned long long))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_cuStreamGetId_ptsz)fgr_real[FGR_OP_cuStreamGetId_ptsz])(hStream, streamId);
+    fgr_reply_out(q, streamId, sizeof(unsigned long long), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamCopyAttributes(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream dst = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream src = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = ((pfn_cuStreamCopyAttributes)fgr_real[FGR_OP_cuStreamCopyAttributes])(dst, src);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamCopyAttributes_ptsz(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream dst = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream src = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = ((pfn_cuStreamCopyAttributes_ptsz)fgr_real[FGR_OP_cuStreamCopyAttributes_ptsz])(dst, src);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamAttachMemAsync(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUdeviceptr dptr = (CUdeviceptr)fgr_get_u64(rd);
+    size_t length = (size_t)fgr_get_u64(rd);
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = ((pfn_cuStreamAttachMemAsync)fgr_real[FGR_OP_cuStreamAttachMemAsync])(hStream, dptr, length, flags);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamAttachMemAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUdeviceptr dptr = (CUdeviceptr)fgr_get_u64(rd);
+    size_t length = (size_t)fgr_get_u64(rd);
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = ((pfn_cuStreamAttachMemAsync_ptsz)fgr_real[FGR_OP_cuStreamAttachMemAsync_ptsz])(hStream, dptr, length, flags);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphClone(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph originalGraph = (CUgraph)(uintptr_t)fgr_get_u64(rd);
+    int has_phGraphClone = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraph *phGraphClone = NULL;
+    if (has_phGraphClone && !(phGraphClone = fgr_out(q, sizeof(CUgraph))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_cuGraphClone)fgr_real[FGR_OP_cuGraphClone])(phGraphClone, originalGraph);
+    fgr_reply_out(q, phGraphClone, sizeof(CUgraph), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphDestroyNode(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = ((pfn_cuGraphDestroyNode)fgr_real[FGR_OP_cuGraphDestroyNode])(hNode);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphAddEmptyNode(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_get_u64(rd);
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    int has_phGraphNode = fgr_get_u8(rd);
+    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraphNode *phGraphNode = NULL;
+    if (has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_cuGraphAddEmptyNode)fgr_real[FGR_OP_cuGraphAddEmptyNode])(phGraphNode, hGraph, dependencies, numDependencies);
+    fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphAddEventRecordNode(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_get_u64(rd);
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    CUevent event = (CUevent)(uintptr_t)fgr_get_u64(rd);
+    int has_phGraphNode = fgr_get_u8(rd);
+    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraphNode *phGraphNode = NULL;
+    if (has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_cuGraphAddEventRecordNode)fgr_real[FGR_OP_cuGraphAddEventRecordNode])(phGraphNode, hGraph, dependencies, numDependencies, event);
+    fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphAddEventWaitNode(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_get_u64(rd);
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    CUevent event = (CUevent)(uintptr_t)fgr_get_u64(rd);
+    int has_phGraphNode = fgr_get_u8(rd);
+    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraphNode *phGraphNode = NULL;
+    if (has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_cuGraphAddEventWaitNode)fgr_real[FGR_OP_cuGraphAddEventWaitNode])(phGraphNode, hGraph, dependencies, numDependencies, event);
+    fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphGetRootNodes(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_get_u64(rd);
+    int has_rootNodes = fgr_get_u8(rd);
+    size_t *numRootNodes = fgr_get_buf(rd, q, sizeof(size_t), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraphNode *rootNodes = NULL;
+    if (has_rootNodes && !(rootNodes = fgr_out(q, fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_cuGraphGetRootNodes)fgr_real[FGR_OP_cuGraphGetRootNodes])(hGraph, rootNodes, numRootNodes);
+    fgr_reply_out(q, rootNodes, fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)), 0, fgr_r);
+    fgr_reply_out(q, numRootNodes, sizeof(size_t), 1, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphExecGetFlags(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_get_u64(rd);
+    int has_flags = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    cuuint64_t *flags = NULL;
+    if (has_flags && !(flags = fgr_out(q, sizeof(cuuint64_t))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_cuGraphExecGetFlags)fgr_real[FGR_OP_cuGraphExecGetFlags])(hGraphExec, flags);
+    fgr_reply_out(q, flags, sizeof(cuuint64_t), 0, fgr_r);
     return fgr_r;
 }
 
@@ -2454,6 +2965,17 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuCtxGetApiVersion] = {"cuCtxGetApiVersion", op_cuCtxGetApiVersion, 0},
     [FGR_OP_cuCtxGetFlags] = {"cuCtxGetFlags", op_cuCtxGetFlags, 0},
     [FGR_OP_cuCtxGetStreamPriorityRange] = {"cuCtxGetStreamPriorityRange", op_cuCtxGetStreamPriorityRange, 0},
+    [FGR_OP_cuCtxGetId] = {"cuCtxGetId", op_cuCtxGetId, 0},
+    [FGR_OP_cuCtxEnablePeerAccess] = {"cuCtxEnablePeerAccess", op_cuCtxEnablePeerAccess, 0},
+    [FGR_OP_cuCtxDisablePeerAccess] = {"cuCtxDisablePeerAccess", op_cuCtxDisablePeerAccess, 0},
+    [FGR_OP_cuCtxResetPersistingL2Cache] = {"cuCtxResetPersistingL2Cache", op_cuCtxResetPersistingL2Cache, 0},
+    [FGR_OP_cuMemPoolSetAttribute] = {"cuMemPoolSetAttribute", op_cuMemPoolSetAttribute, 0},
+    [FGR_OP_cuDeviceSetMemPool] = {"cuDeviceSetMemPool", op_cuDeviceSetMemPool, 0},
+    [FGR_OP_cuMemGetAllocationPropertiesFromHandle] = {"cuMemGetAllocationPropertiesFromHandle", op_cuMemGetAllocationPropertiesFromHandle, 0},
+    [FGR_OP_cuMemcpyPeer] = {"cuMemcpyPeer", op_cuMemcpyPeer, 1},
+    [FGR_OP_cuMemcpyPeer_ptds] = {"cuMemcpyPeer_ptds", op_cuMemcpyPeer_ptds, 1},
+    [FGR_OP_cuMemcpyPeerAsync] = {"cuMemcpyPeerAsync", op_cuMemcpyPeerAsync, 0},
+    [FGR_OP_cuMemcpyPeerAsync_ptsz] = {"cuMemcpyPeerAsync_ptsz", op_cuMemcpyPeerAsync_ptsz, 0},
     [FGR_OP_cuMemsetD16_v2] = {"cuMemsetD16_v2", op_cuMemsetD16_v2, 0},
     [FGR_OP_cuMemsetD16_v2_ptds] = {"cuMemsetD16_v2_ptds", op_cuMemsetD16_v2_ptds, 0},
     [FGR_OP_cuMemsetD16Async] = {"cuMemsetD16Async", op_cuMemsetD16Async, 0},
@@ -2461,12 +2983,34 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuModuleGetGlobal_v2] = {"cuModuleGetGlobal_v2", op_cuModuleGetGlobal_v2, 0},
     [FGR_OP_cuLibraryGetModule] = {"cuLibraryGetModule", op_cuLibraryGetModule, 0},
     [FGR_OP_cuFuncGetParamInfo] = {"cuFuncGetParamInfo", op_cuFuncGetParamInfo, 0},
+    [FGR_OP_cuFuncGetModule] = {"cuFuncGetModule", op_cuFuncGetModule, 0},
+    [FGR_OP_cuKernelGetAttribute] = {"cuKernelGetAttribute", op_cuKernelGetAttribute, 0},
+    [FGR_OP_cuKernelSetAttribute] = {"cuKernelSetAttribute", op_cuKernelSetAttribute, 0},
+    [FGR_OP_cuLibraryGetGlobal] = {"cuLibraryGetGlobal", op_cuLibraryGetGlobal, 0},
+    [FGR_OP_cuLibraryGetKernelCount] = {"cuLibraryGetKernelCount", op_cuLibraryGetKernelCount, 0},
+    [FGR_OP_cuLibraryEnumerateKernels] = {"cuLibraryEnumerateKernels", op_cuLibraryEnumerateKernels, 0},
+    [FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessor] = {"cuOccupancyMaxActiveBlocksPerMultiprocessor", op_cuOccupancyMaxActiveBlocksPerMultiprocessor, 0},
+    [FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags] = {"cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", op_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, 0},
+    [FGR_OP_cuOccupancyAvailableDynamicSMemPerBlock] = {"cuOccupancyAvailableDynamicSMemPerBlock", op_cuOccupancyAvailableDynamicSMemPerBlock, 0},
     [FGR_OP_cuStreamGetPriority] = {"cuStreamGetPriority", op_cuStreamGetPriority, 0},
     [FGR_OP_cuStreamGetPriority_ptsz] = {"cuStreamGetPriority_ptsz", op_cuStreamGetPriority_ptsz, 0},
     [FGR_OP_cuStreamGetFlags] = {"cuStreamGetFlags", op_cuStreamGetFlags, 0},
     [FGR_OP_cuStreamGetFlags_ptsz] = {"cuStreamGetFlags_ptsz", op_cuStreamGetFlags_ptsz, 0},
     [FGR_OP_cuStreamGetCtx] = {"cuStreamGetCtx", op_cuStreamGetCtx, 0},
     [FGR_OP_cuStreamGetCtx_ptsz] = {"cuStreamGetCtx_ptsz", op_cuStreamGetCtx_ptsz, 0},
+    [FGR_OP_cuStreamGetId] = {"cuStreamGetId", op_cuStreamGetId, 0},
+    [FGR_OP_cuStreamGetId_ptsz] = {"cuStreamGetId_ptsz", op_cuStreamGetId_ptsz, 0},
+    [FGR_OP_cuStreamCopyAttributes] = {"cuStreamCopyAttributes", op_cuStreamCopyAttributes, 0},
+    [FGR_OP_cuStreamCopyAttributes_ptsz] = {"cuStreamCopyAttributes_ptsz", op_cuStreamCopyAttributes_ptsz, 0},
+    [FGR_OP_cuStreamAttachMemAsync] = {"cuStreamAttachMemAsync", op_cuStreamAttachMemAsync, 0},
+    [FGR_OP_cuStreamAttachMemAsync_ptsz] = {"cuStreamAttachMemAsync_ptsz", op_cuStreamAttachMemAsync_ptsz, 0},
+    [FGR_OP_cuGraphClone] = {"cuGraphClone", op_cuGraphClone, 0},
+    [FGR_OP_cuGraphDestroyNode] = {"cuGraphDestroyNode", op_cuGraphDestroyNode, 0},
+    [FGR_OP_cuGraphAddEmptyNode] = {"cuGraphAddEmptyNode", op_cuGraphAddEmptyNode, 0},
+    [FGR_OP_cuGraphAddEventRecordNode] = {"cuGraphAddEventRecordNode", op_cuGraphAddEventRecordNode, 0},
+    [FGR_OP_cuGraphAddEventWaitNode] = {"cuGraphAddEventWaitNode", op_cuGraphAddEventWaitNode, 0},
+    [FGR_OP_cuGraphGetRootNodes] = {"cuGraphGetRootNodes", op_cuGraphGetRootNodes, 0},
+    [FGR_OP_cuGraphExecGetFlags] = {"cuGraphExecGetFlags", op_cuGraphExecGetFlags, 0},
     [FGR_OP_cuGraphAddChildGraphNode] = {"cuGraphAddChildGraphNode", op_cuGraphAddChildGraphNode, 0},
     [FGR_OP_xt_simA] = {"xt_simA", op_xt_simA, 0},
     [FGR_OP_xt_simA_1] = {"xt_simA_1", op_xt_simA_1, 0},

@@ -99,7 +99,7 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 		}
 		var re *RemoteEntry
 		var attrs []string
-		if m := lineRE.FindStringSubmatch(line); m != nil {
+		if m := splitPrototype(line); m != nil {
 			v, _ := strconv.Atoi(m[1])
 			e := Entry{Lib: LibCUDA, Version: v, Name: m[2]}
 			if p := strings.TrimSpace(m[3]); p != "void" && p != "" {
@@ -227,6 +227,28 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 		}
 	}
 	return out, tables, nil
+}
+
+// splitPrototype reads "VERSION NAME(PARAMS) REST" with the parameter list
+// ended by its matching parenthesis (REST may hold parentheses of its own):
+// the same submatches as lineRE, or nil.
+func splitPrototype(line string) []string {
+	m := regexp.MustCompile(`^(\d+)\s+([A-Za-z_][A-Za-z0-9_]*)\(`).FindStringSubmatch(line)
+	if m == nil {
+		return nil
+	}
+	depth := 1
+	for i := len(m[0]); i < len(line); i++ {
+		switch line[i] {
+		case '(':
+			depth++
+		case ')':
+			if depth--; depth == 0 {
+				return []string{line, m[1], m[2], line[len(m[0]):i], strings.TrimSpace(line[i+1:])}
+			}
+		}
+	}
+	return nil
 }
 
 var protoRE = regexp.MustCompile(`^(.*?)\b([A-Za-z_][A-Za-z0-9_]*)\((.*)\)$`)
