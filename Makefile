@@ -21,8 +21,8 @@ HDRS     := $(wildcard include/flexgv/*.h include/flexgv/*.def shim/*.h simgpu/*
 CLIENTS  := rtlike direct dlsymclient threads forker nvmlclient nocuda launchloop nextlib_user hookmap holder memclient captureclient exportclient spinner procutil
 GO_SRC   := $(shell find cmd internal proto -name '*.go') go.mod go.sum
 
-.PHONY: all shim sim cli clients test demo clean gen-check
-all: shim sim cli clients
+.PHONY: all shim sim cli clients remote test demo clean gen-check
+all: shim sim cli clients remote
 
 shim: $(BUILD)/lib/libflexgv.so
 sim: $(BUILD)/sim/libcuda.so.1 $(BUILD)/sim/libnvidia-ml.so.1
@@ -49,6 +49,23 @@ $(BUILD)/sim/libnvidia-ml.so.1: simgpu/nvml.c simgpu/state.c $(HDRS)
 $(BUILD)/bin/flexgv: $(GO_SRC)
 	@mkdir -p $(@D)
 	CGO_CFLAGS="-O2 -Wno-deprecated-declarations" $(GO) build -o $@ ./cmd/flexgv
+
+# Remote GPUs: the client libcuda.so.1 a program loads instead of the
+# driver, and the executor flexgv serve starts per connection.
+REMOTE_HDRS   := $(wildcard remote/*.h remote/client/*.h remote/executor/*.h) $(HDRS)
+REMOTE_CLIENT := remote/wire.c $(wildcard remote/client/*.c)
+REMOTE_EXEC   := remote/wire.c $(wildcard remote/executor/*.c)
+remote: $(BUILD)/remote/libcuda.so.1 $(BUILD)/remote/flexgv-executor
+
+$(BUILD)/remote/libcuda.so.1: $(REMOTE_CLIENT) $(REMOTE_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(WARN) -fPIC -shared -fvisibility=hidden $(INCS) -Wl,-soname,libcuda.so.1 \
+		-Wl,-Bsymbolic-functions -Wl,-z,now -o $@ $(REMOTE_CLIENT) -lpthread
+	ln -sf libcuda.so.1 $(BUILD)/remote/libcuda.so
+
+$(BUILD)/remote/flexgv-executor: $(REMOTE_EXEC) $(REMOTE_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(WARN) $(INCS) -o $@ $(REMOTE_EXEC) -ldl
 
 $(BUILD)/tests/%: tests/clients/%.c tests/clients/common.h tests/clients/variants_gen.h $(HDRS)
 	@mkdir -p $(@D)

@@ -218,6 +218,26 @@ SIM_EXPORT CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute at
     return value < 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
+/* The parameter layout a builtin reads (builtin_args): vecadd(float *x,
+ * float *y, float *z, int n), fill(unsigned *p, unsigned v, int n); other
+ * kernels take none. Not in api/cuda.api: the shim need not hook it. */
+SIM_EXPORT CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
+{
+    static const size_t vecadd[][2] = {{0, 8}, {8, 8}, {16, 8}, {24, 4}}, fill[][2] = {{0, 8}, {8, 4}, {12, 4}};
+    struct sim_func *f = as_func(func);
+    if (!f)
+        return CUDA_ERROR_INVALID_HANDLE;
+    const size_t(*layout)[2] = f->builtin == B_VECADD ? vecadd : f->builtin == B_FILL ? fill : NULL;
+    size_t n = f->builtin == B_VECADD ? 4 : f->builtin == B_FILL ? 3 : 0;
+    if (paramIndex >= n || (!paramOffset && !paramSize))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (paramOffset)
+        *paramOffset = layout[paramIndex][0];
+    if (paramSize)
+        *paramSize = layout[paramIndex][1];
+    return CUDA_SUCCESS;
+}
+
 /* ---- streams ---- */
 
 static __thread struct sim_stream per_thread_stream;

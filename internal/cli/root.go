@@ -56,6 +56,7 @@ func newRoot(stderr io.Writer) *cobra.Command {
 		return nil
 	}
 	root.AddCommand(newRun(g, stderr), newTrace(g, stderr), newCensus(g, stderr), newPs(), newRm(), newUpdate(), newTop(), newBench(), newNode(), newDaemon(), newVersion())
+	root.AddCommand(newServe(g, stderr))
 	return root
 }
 
@@ -73,6 +74,7 @@ func (g *globals) options(stderr io.Writer, env ...string) launch.Options {
 
 func newRun(g *globals, stderr io.Writer) *cobra.Command {
 	var q quotaFlags
+	var remoteAddr string
 	c := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARGS...]",
 		Short: "Run a program under the shim, optionally as a tenant with memory quotas",
@@ -84,12 +86,21 @@ func newRun(g *globals, stderr io.Writer) *cobra.Command {
 			"  flexgv run --group team-a --mem 10GiB -- ./worker   # later runs: --group team-a",
 		Args: needCommand,
 		RunE: func(c *cobra.Command, args []string) error {
+			if err := remoteAlone(c, remoteAddr); err != nil {
+				return err
+			}
 			env, done, err := q.setup()
 			if err != nil {
 				return usageError{fmt.Errorf("flexgv run: %w", err)}
 			}
 			defer done()
-			code, err := launch.Run(args, g.options(stderr, env...))
+			o := g.options(stderr, env...)
+			if remoteAddr != "" {
+				if err := remoteRun(remoteAddr, &o); err != nil {
+					return err
+				}
+			}
+			code, err := launch.Run(args, o)
 			if err != nil {
 				return exitError{code, "flexgv run: " + err.Error()}
 			}
@@ -98,6 +109,7 @@ func newRun(g *globals, stderr io.Writer) *cobra.Command {
 	}
 	c.Flags().SetInterspersed(false)
 	q.register(c)
+	c.Flags().StringVar(&remoteAddr, "remote", "", "run on the GPUs of flexgv serve at ADDR (unix:///PATH or tcp://HOST:PORT)")
 	return c
 }
 

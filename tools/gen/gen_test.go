@@ -108,3 +108,67 @@ func TestPolicyChainOrder(t *testing.T) {
 		}
 	}
 }
+
+func TestRemoteAnnotationsRejected(t *testing.T) {
+	cuda := []Entry{{Lib: LibCUDA, Version: 2000, Name: "cuFoo", Params: []Param{{"int *", "out"}, {"const void *", "src"}, {"size_t", "n"}}}}
+	for _, line := range []string{
+		"cuBar sync",                            // not in cuda.api
+		"cuFoo",                                 // no disposition
+		"cuFoo later out=out src=in[n]",         // unknown disposition
+		"cuFoo sync out=out",                    // pointer without a kind
+		"cuFoo sync out=out src=in",             // void buffer without a size
+		"cuFoo sync out=out src=in[n] n=in",     // kind on a by-value parameter
+		"cuFoo sync out=str[n] src=in[n]",       // count on a string
+		"cuFoo sync out=wild src=in[n]",         // unknown kind
+		"cuFoo sync out=out src=in[n] nope=out", // no such parameter
+		"cuFoo sync out=out src=in[n] drain=s",  // drain names no parameter
+		"2000 cuFoo(int *out) sync out=out",     // prototype of a cuda.api entry
+		"3000 cuBaz(CUresult *q) sync q=out",    // reserved name
+		"table 00 x 2",                          // bad UUID
+		"slot 0 null",                           // slot before a table
+		"table 00000000-0000-0000-0000-000000000000 t 2\nslot 0 null",                        // fewer words described
+		"table 00000000-0000-0000-0000-000000000000 t 1\nslot 0 sync double f(int *p) p=out", // pointers with a non-CUresult
+	} {
+		p := filepath.Join(t.TempDir(), "remote.api")
+		os.WriteFile(p, []byte(line+"\n"), 0o644)
+		_, _, err := parseRemote(p, cuda)
+		if err == nil {
+			t.Errorf("%q: parsed without error", line)
+		}
+	}
+}
+
+// Every CUDA entry of the shim's list is exported by the remoting client,
+// once, and forwarded entries get consecutive operation numbers.
+func TestRemoteCoversCUDA(t *testing.T) {
+	cuda, err := parseAPI(filepath.Join("..", "..", "api", "cuda.api"), LibCUDA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, tables, err := parseRemote(filepath.Join("..", "..", "api", "remote.api"), cuda)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tables) == 0 {
+		t.Error("no export tables")
+	}
+	seen := map[string]bool{}
+	op := 1
+	for _, e := range entries {
+		if seen[e.Name] {
+			t.Errorf("%s twice", e.Name)
+		}
+		seen[e.Name] = true
+		if e.Forwarded() {
+			if e.Op != op {
+				t.Errorf("%s: operation %d, want %d", e.Name, e.Op, op)
+			}
+			op++
+		}
+	}
+	for _, e := range cuda {
+		if !seen[e.Name] {
+			t.Errorf("%s is not exported by the remoting client", e.Name)
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 )
 
 // generate returns every generated file, keyed by its path from the root.
@@ -57,6 +58,22 @@ func generate(root string) (map[string][]byte, error) {
 		"tests/clients/variants_gen.h":       []byte(emitVariants(all)),
 		"scripts/gpu/typecheck_gen.c":        []byte(emitTypeCheck(string(header), string(results))),
 	}
+	remote, tables, err := parseRemote(filepath.Join(root, "api/remote.api"), cudaOnly(cuda))
+	if err != nil {
+		return nil, err
+	}
+	files["remote/proto_gen.h"] = []byte(emitRemoteProto(remote))
+	files["remote/client/stubs_gen.c"] = []byte(emitRemoteClient(remote, tables))
+	files["remote/executor/dispatch_gen.c"] = []byte(emitRemoteServer(remote, tables))
+	files["docs/REMOTE-SUPPORT.md"] = []byte(emitRemoteDoc(remote, tables))
+	var extras []Entry
+	for _, e := range remote {
+		if e.Extra {
+			extras = append(extras, e.Entry)
+		}
+	}
+	files["scripts/gpu/declcheck_remote_gen.c"] = []byte(strings.Replace(emitDeclCheck(extras, false),
+		"a hooked\n * signature or version in api/cuda.api", "a\n * signature or version in api/remote.api", 1))
 	for _, l := range layouts {
 		files[l.CHeader] = []byte(emitLayoutC(l))
 		files[l.GoFile] = []byte(emitLayoutGo(l))

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Cost of remote calls on the simulated GPU with zero-length kernels,
+# locally and through flexgv serve over a unix socket and loopback TCP:
+#   launch      a queued call (cuLaunchKernel): sent without waiting
+#   round trip  a synchronous call (cuMemAlloc or cuMemFree): one round trip
+# Each runs N and 2N times so that start-up cancels out; prints microseconds
+# per call.
+#     bench/remote-roundtrip.sh [N]        (after make)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${1:-20000}
+B=$PWD/build
+[ -x "$B/remote/flexgv-executor" ] || { echo "run make first" >&2; exit 2; }
+tmp=$(mktemp -d)
+export FLEXGV_SIM_STATE=$tmp/gpu.state FLEXGV_SIM_KERNEL_US=0 FLEXGV_STATE_DIR=$tmp/tenants
+port=$((20000 + RANDOM % 20000))
+LD_LIBRARY_PATH=$B/sim "$B/bin/flexgv" serve --listen "unix://$tmp/gpu.sock" 2>/dev/null &
+s1=$!
+LD_LIBRARY_PATH=$B/sim "$B/bin/flexgv" serve --listen "tcp://127.0.0.1:$port" 2>/dev/null &
+s2=$!
+trap 'kill $s1 $s2 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
+sleep 0.5
+
+secs() { # secs ENV... CMD...: wall seconds of one run
+    local t0 t1
+    t0=$(date +%s.%N)
+    env "$@" >/dev/null
+    t1=$(date +%s.%N)
+    awk "BEGIN { print $t1 - $t0 }"
+}
+# per_call N CALLS_PER_ITERATION "CLIENT [ARGS]" ENV...: microseconds per call
+per_call() {
+    local n=$1 k=$2 cmd a b
+    read -ra cmd <<<"$3"
+    shift 3
+    a=$(secs "$@" "$B/tests/${cmd[0]}" "${cmd[@]:1}" "$n")
+    b=$(secs "$@" "$B/tests/${cmd[0]}" "${cmd[@]:1}" $((2 * n)))
+    awk "BEGIN { printf \"%.2f\", ($b - $a) * 1000000 / ($n * $k) }"
+}
+local_env=(LD_LIBRARY_PATH="$B/sim")
+unix_env=(LD_LIBRARY_PATH="$B/remote" FLEXGV_REMOTE="unix://$tmp/gpu.sock")
+tcp_env=(LD_LIBRARY_PATH="$B/remote" FLEXGV_REMOTE="tcp://127.0.0.1:$port")
+# Local calls take well under a microsecond: more of them.
+echo "launch (queued): local $(per_call $((50 * N)) 1 launchloop "${local_env[@]}") us," \
+    "unix socket $(per_call $((10 * N)) 1 launchloop "${unix_env[@]}") us," \
+    "loopback TCP $(per_call $((10 * N)) 1 launchloop "${tcp_env[@]}") us"
+echo "round trip (cuMemAlloc/cuMemFree): local $(per_call $((5 * N)) 2 "memclient allocloop" "${local_env[@]}") us," \
+    "unix socket $(per_call "$N" 2 "memclient allocloop" "${unix_env[@]}") us," \
+    "loopback TCP $(per_call "$N" 2 "memclient allocloop" "${tcp_env[@]}") us"

@@ -1,0 +1,246 @@
+// Package remote serves GPUs to programs on other machines or in other
+// processes: it accepts connections from the remoting libcuda.so.1
+// (remote/client) and hands each to an executor process of its own
+// (remote/executor) that calls the real driver for that client alone. When
+// a client goes, its executor exits and the driver frees what it held;
+// when the server goes, so do its executors.
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Addr is where a server listens and clients connect.
+type Addr struct {
+	Network string // "unix" or "tcp"
+	Address string // socket path, or host:port
+}
+
+func (a Addr) String() string {
+	if a.Network == "unix" {
+		return "unix://" + a.Address
+	}
+	return "tcp://" + a.Address
+}
+
+// ParseAddr reads unix:///PATH or tcp://HOST:PORT.
+func ParseAddr(s string) (Addr, error) {
+	bad := func(why string) (Addr, error) {
+		return Addr{}, fmt.Errorf("address %q: %s (want unix:///PATH or tcp://HOST:PORT)", s, why)
+	}
+	scheme, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		return bad("no scheme")
+	}
+	switch scheme {
+	case "unix":
+		if !strings.HasPrefix(rest, "/") {
+			return bad("the socket path must be absolute")
+		}
+		if len(rest) > 107 {
+			return bad("the socket path is longer than 107 bytes")
+		}
+		return Addr{"unix", rest}, nil
+	case "tcp":
+		u, err := url.Parse("tcp://" + rest)
+		if err != nil || u.Path != "" || u.User != nil || u.RawQuery != "" {
+			return bad("not HOST:PORT")
+		}
+		_, port, err := net.SplitHostPort(rest)
+		if err != nil {
+			return bad(err.Error())
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return bad("the port must be 1 to 65535")
+		}
+		return Addr{"tcp", rest}, nil
+	}
+	return bad("unknown scheme " + scheme)
+}
+
+// ParseGPUs checks a --gpus list (device indexes or UUIDs, comma-separated)
+// and returns it as CUDA_VISIBLE_DEVICES takes it.
+func ParseGPUs(s string) (string, error) {
+	if s == "" {
+		return "", nil
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if n, err := strconv.Atoi(f); err == nil && n >= 0 {
+			f = strconv.Itoa(n)
+		} else if !strings.HasPrefix(f, "GPU-") || len(f) < 8 {
+			return "", fmt.Errorf("--gpus %q: %q is neither a device index nor a GPU-UUID", s, f)
+		}
+		if seen[f] {
+			return "", fmt.Errorf("--gpus %q: %s is listed twice", s, f)
+		}
+		seen[f] = true
+		out = append(out, f)
+	}
+	return strings.Join(out, ","), nil
+}
+
+// Built finds a file of the build layout next to the flexgv executable:
+// name under ../remote/ (the build tree) or in the executable's folder.
+func Built(name string) (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Dir(exe)
+	for _, c := range []string{filepath.Join(dir, "..", "remote", name), filepath.Join(dir, name)} {
+		if _, err := os.Stat(c); err == nil {
+			return filepath.Clean(c), nil
+		}
+	}
+	return "", fmt.Errorf("cannot find %s next to %s (build it with make)", name, exe)
+}
+
+// Listen opens the server's socket. A unix socket left behind by a server
+// that is gone is replaced; one a live server answers on is refused.
+func Listen(a Addr) (net.Listener, error) {
+	if a.Network == "unix" {
+		if fi, err := os.Lstat(a.Address); err == nil {
+			if fi.Mode()&os.ModeSocket == 0 {
+				return nil, fmt.Errorf("%s exists and is not a socket", a.Address)
+			}
+			if c, err := net.DialTimeout("unix", a.Address, time.Second); err == nil {
+				c.Close()
+				return nil, fmt.Errorf("%s: a server is already listening there", a.Address)
+			}
+			if err := os.Remove(a.Address); err != nil {
+				return nil, err
+			}
+		}
+	}
+	l, err := net.Listen(a.Network, a.Address)
+	if err != nil {
+		return nil, err
+	}
+	if ul, ok := l.(*net.UnixListener); ok {
+		ul.SetUnlinkOnClose(true)
+	}
+	return l, nil
+}
+
+// Server hands connections to executors.
+type Server struct {
+	Executor string   // path of flexgv-executor
+	Driver   string   // CUDA driver the executors load ("" for libcuda.so.1)
+	GPUs     string   // CUDA_VISIBLE_DEVICES for the executors ("" for all)
+	Env      []string // the executors' environment
+	Log      io.Writer
+
+	mu    sync.Mutex
+	execs map[int]*os.Process
+	wg    sync.WaitGroup
+}
+
+func (s *Server) logf(format string, args ...any) {
+	fmt.Fprintf(s.Log, "flexgv serve: "+format+"\n", args...)
+}
+
+// Serve accepts connections on l until ctx ends, then ends the executors
+// it started and returns.
+func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	stop := context.AfterFunc(ctx, func() { l.Close() })
+	defer stop()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				s.shutdown()
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			s.shutdown()
+			return err
+		}
+		s.start(c)
+	}
+}
+
+func (s *Server) start(c net.Conn) {
+	peer := c.RemoteAddr().String()
+	if peer == "" || peer == "@" {
+		peer = "local"
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		// A client whose machine or network vanished ends its executor too.
+		tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: 2 * time.Second, Count: 5})
+		tc.SetNoDelay(true)
+	}
+	f, err := c.(interface{ File() (*os.File, error) }).File()
+	c.Close()
+	if err != nil {
+		s.logf("%s: %v", peer, err)
+		return
+	}
+	defer f.Close()
+	args := []string{"--fd", "3", "--peer", peer}
+	if s.Driver != "" {
+		args = append(args, "--driver", s.Driver)
+	}
+	cmd := exec.Command(s.Executor, args...)
+	cmd.ExtraFiles = []*os.File{f}
+	cmd.Env = s.Env
+	if s.GPUs != "" {
+		cmd.Env = append(cmd.Env, "CUDA_VISIBLE_DEVICES="+s.GPUs)
+	}
+	cmd.Stdout, cmd.Stderr = s.Log, s.Log
+	// Executors do not outlive the server, even one killed with SIGKILL.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		s.logf("%s: cannot start the executor: %v", peer, err)
+		return
+	}
+	pid := cmd.Process.Pid
+	s.logf("%s connected: executor pid %d", peer, pid)
+	s.mu.Lock()
+	if s.execs == nil {
+		s.execs = map[int]*os.Process{}
+	}
+	s.execs[pid] = cmd.Process
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		err := cmd.Wait()
+		s.mu.Lock()
+		delete(s.execs, pid)
+		s.mu.Unlock()
+		how := "exited"
+		if err != nil {
+			how = err.Error()
+		}
+		s.logf("%s: executor pid %d ended (%s)", peer, pid, how)
+	}()
+}
+
+// shutdown ends every executor: their clients see the server go.
+func (s *Server) shutdown() {
+	s.mu.Lock()
+	for _, p := range s.execs {
+		p.Signal(syscall.SIGTERM)
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}

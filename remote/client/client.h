@@ -1,0 +1,97 @@
+/* The remoting client: a libcuda.so.1 whose entry points are answered
+ * locally or forwarded to an executor over one connection per process. */
+#ifndef FLEXGV_REMOTE_CLIENT_H
+#define FLEXGV_REMOTE_CLIENT_H
+
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+
+#include "../proto_gen.h"
+#include "../wire.h"
+
+#define FGR_EXPORT __attribute__((visibility("default")))
+
+/* One forwarded call: it holds the connection from fgr_begin to fgr_end. */
+struct fgr_call {
+    struct fgr_buf w;
+    struct fgr_rd r;
+    CUresult result;
+};
+
+CUresult fgr_begin(struct fgr_call *c, int op, int queued);
+/* Sends a queued request and releases the connection: CUDA_SUCCESS unless
+ * the connection is lost (the call's own error comes at a syncpoint). */
+CUresult fgr_send(struct fgr_call *c);
+/* Sends the request and reads the reply up to its results; on failure the
+ * connection is released and the error is the call's answer. */
+CUresult fgr_roundtrip(struct fgr_call *c);
+/* Copies one out (or in-out) result of n bytes into p, if one came back. */
+void fgr_get_out(struct fgr_call *c, void *p, uint64_t n, int inout);
+/* Releases the connection; the driver's answer, or an error when the reply
+ * was malformed. */
+CUresult fgr_end(struct fgr_call *c);
+
+/* CUDA_ERROR_NOT_SUPPORTED for an entry point (unsupported index, or -1)
+ * or one of its arguments (what), said once on stderr. */
+CUresult fgr_unsupported(int idx, const char *name, const char *what);
+extern const int fgr_nunsupported;
+
+/* What the handshake cached: the driver and its devices. */
+struct fgr_device {
+    char name[256];
+    CUuuid uuid;
+    int attr_result[FGR_NATTR], attr[FGR_NATTR];
+};
+struct fgr_server {
+    int driver_version, ndev;
+    struct fgr_device *dev;
+    int nerr;
+    struct fgr_errstr {
+        int code;
+        char *name, *desc;
+    } *err;
+};
+/* Connects and shakes hands once per process (again in a forked child). */
+CUresult fgr_connect(void);
+extern struct fgr_server fgr_srv;
+extern int fgr_initialized;
+
+/* The calling thread's current context (top of its stack), or NULL. */
+CUcontext fgr_current(void);
+void fgr_ctx_forget(CUcontext ctx);
+CUresult fgr_ctx_push(CUcontext ctx);
+/* In a forked child: the forking thread's stack named the parent's contexts. */
+void fgr_ctx_forked(void);
+/* Forgets cached kernel parameter layouts (their functions may be gone). */
+void fgr_kparams_flush(void);
+
+/* Kernel parameter layout of a function, from cuFuncGetParamInfo. */
+struct fgr_kparams {
+    uint32_t n;
+    const uint32_t *size;
+};
+CUresult fgr_kparams_layout(CUfunction f, void **params, struct fgr_kparams *kp);
+void fgr_put_kparams(struct fgr_buf *w, const struct fgr_kparams *kp, void **params);
+void fgr_put_image(struct fgr_buf *w, const void *image);
+void fgr_put_launchcfg(struct fgr_buf *w, const CUlaunchConfig *cfg);
+
+struct fgr_proc {
+    const char *base, *name;
+    int version, per_thread;
+    void *fn;
+};
+extern const struct fgr_proc fgr_procs[];
+extern const int fgr_nprocs;
+
+/* The export tables the client answers: their words, filled by fetch. */
+struct fgr_table {
+    CUuuid uuid;
+    const void **words;
+    size_t bytes; /* whole pages */
+    CUresult (*fetch)(void);
+};
+extern const struct fgr_table fgr_tables[];
+extern const int fgr_ntables;
+
+#endif

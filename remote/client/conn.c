@@ -1,0 +1,432 @@
+/* The client's one connection to its executor: connecting, the handshake,
+ * forwarded calls and what happens when the server goes away. Calls from
+ * all threads take turns on the connection; each request carries the
+ * calling thread's current context, which the executor makes current. */
+#include "client.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+static pthread_mutex_t conn_lock = PTHREAD_MUTEX_INITIALIZER;
+static int conn_fd = -1;
+static int conn_broken; /* lost or refused: every forwarded call fails */
+static struct fgr_buf conn_w;
+static uint8_t *conn_r;
+static size_t conn_rcap;
+
+struct fgr_server fgr_srv;
+int fgr_initialized;
+
+/* What programs get once the server is gone: the device is unavailable. */
+#define LOST CUDA_ERROR_DEVICE_UNAVAILABLE
+
+static void say(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("flexgv remote: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+static const char *address(void)
+{
+    const char *a = getenv("FLEXGV_REMOTE");
+    return a && *a ? a : NULL;
+}
+
+/* Marks the connection lost and says why, once. Called with conn_lock held. */
+static CUresult lost(const char *why, int err)
+{
+    if (!conn_broken) {
+        if (err)
+            say("lost the GPU server %s: %s: %s; CUDA calls now fail with CUDA_ERROR_DEVICE_UNAVAILABLE", address(), why,
+                strerror(err));
+        else
+            say("lost the GPU server %s: %s; CUDA calls now fail with CUDA_ERROR_DEVICE_UNAVAILABLE", address(), why);
+    }
+    conn_broken = 1;
+    if (conn_fd >= 0)
+        close(conn_fd);
+    conn_fd = -1;
+    return LOST;
+}
+
+static int dial_unix(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof sa.sun_path) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    strcpy(sa.sun_path, path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+/* A dead peer or a dropped network ends a blocked call within about
+ * FGR_TCP_TIMEOUT_S seconds: keepalive probes while waiting for an answer,
+ * a user timeout while data is unacknowledged. */
+#define FGR_TCP_TIMEOUT_S 15
+
+static int dial_tcp(const char *hostport)
+{
+    char host[256];
+    const char *colon = strrchr(hostport, ':');
+    if (!colon || colon == hostport || (size_t)(colon - hostport) >= sizeof host) {
+        errno = EINVAL;
+        return -1;
+    }
+    memcpy(host, hostport, (size_t)(colon - hostport));
+    host[colon - hostport] = '\0';
+    if (host[0] == '[' && host[strlen(host) - 1] == ']') {
+        memmove(host, host + 1, strlen(host));
+        host[strlen(host) - 1] = '\0';
+    }
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai;
+    int gai = getaddrinfo(host, colon + 1, &hints, &ai);
+    if (gai) {
+        say("cannot resolve %s: %s", hostport, gai_strerror(gai));
+        errno = EHOSTUNREACH;
+        return -1;
+    }
+    int fd = -1, err = ECONNREFUSED;
+    for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
+        fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+            continue;
+        if (connect(fd, a->ai_addr, a->ai_addrlen) != 0 && errno == EINPROGRESS) {
+            struct pollfd p = {.fd = fd, .events = POLLOUT};
+            socklen_t l = sizeof err;
+            if (poll(&p, 1, FGR_TCP_TIMEOUT_S * 1000) != 1)
+                err = ETIMEDOUT;
+            else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &l) != 0)
+                err = errno;
+            if (err == 0)
+                break;
+        } else if (errno == 0 || errno == EISCONN) {
+            break;
+        } else {
+            err = errno;
+        }
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(ai);
+    if (fd < 0) {
+        errno = err;
+        return -1;
+    }
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &(int){1}, sizeof(int));
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &(int){1}, sizeof(int));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &(int){5}, sizeof(int));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &(int){2}, sizeof(int));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &(int){5}, sizeof(int));
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &(unsigned){FGR_TCP_TIMEOUT_S * 1000}, sizeof(unsigned));
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    return fd;
+}
+
+/* The reply to the handshake: the server's protocol, driver, devices and
+ * error strings, cached for the process. */
+static CUresult hello(int fd)
+{
+    struct fgr_buf *w = &conn_w;
+    w->len = 0;
+    w->oom = 0;
+    fgr_put_u32(w, 0);
+    fgr_put_u16(w, FGR_OP_HELLO);
+    fgr_put_u16(w, 0);
+    fgr_put_u32(w, 0);
+    fgr_put_u64(w, 0);
+    fgr_put_u32(w, FGR_MAGIC);
+    fgr_put_u32(w, FGR_PROTO_VERSION);
+    fgr_put_u64(w, FGR_OPS_HASH);
+    fgr_put_u32(w, (uint32_t)sizeof(void *));
+    if (w->oom)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    fgr_finish_frame(w);
+    uint8_t lenb[4];
+    if (fgr_write_all(fd, w->p, w->len) || fgr_read_all(fd, lenb, 4)) {
+        say("no handshake with %s: %s", address(), errno ? strerror(errno) : "the server closed the connection");
+        return LOST;
+    }
+    uint32_t n = (uint32_t)lenb[0] | (uint32_t)lenb[1] << 8 | (uint32_t)lenb[2] << 16 | (uint32_t)lenb[3] << 24;
+    uint8_t *body = n >= 4 && n <= (1u << 24) ? malloc(n) : NULL;
+    if (!body || fgr_read_all(fd, body, n)) {
+        free(body);
+        say("bad handshake reply from %s", address());
+        return LOST;
+    }
+    struct fgr_rd r = {body, n, 0};
+    CUresult res = (CUresult)fgr_get_u32(&r);
+    if (res != CUDA_SUCCESS) {
+        const char *msg = fgr_get_cstr(&r);
+        say("the server %s refused the connection: %s", address(), msg ? msg : "(no reason given)");
+        free(body);
+        return res;
+    }
+    struct fgr_server s = {0};
+    fgr_get_u32(&r); /* the server's protocol version, equal to ours (it checked) */
+    s.driver_version = (int)fgr_get_u32(&r);
+    uint32_t ndev = fgr_get_u32(&r);
+    if (ndev > 1024)
+        r.bad = 1;
+    s.ndev = r.bad ? 0 : (int)ndev;
+    s.dev = calloc(s.ndev ? (size_t)s.ndev : 1, sizeof *s.dev);
+    for (int d = 0; s.dev && d < s.ndev && !r.bad; d++) {
+        const char *name = fgr_get_cstr(&r);
+        snprintf(s.dev[d].name, sizeof s.dev[d].name, "%s", name ? name : "");
+        const void *u = fgr_get_bytes(&r, sizeof(CUuuid));
+        if (u)
+            memcpy(&s.dev[d].uuid, u, sizeof(CUuuid));
+        for (int a = 1; a < FGR_NATTR; a++) {
+            s.dev[d].attr_result[a] = (int)fgr_get_u32(&r);
+            s.dev[d].attr[a] = (int)fgr_get_u32(&r);
+        }
+    }
+    uint32_t nerr = fgr_get_u32(&r);
+    if (nerr > 4096)
+        r.bad = 1;
+    s.nerr = r.bad ? 0 : (int)nerr;
+    s.err = calloc(s.nerr ? (size_t)s.nerr : 1, sizeof *s.err);
+    for (int i = 0; s.err && i < s.nerr && !r.bad; i++) {
+        s.err[i].code = (int)fgr_get_u32(&r);
+        const char *nm = fgr_get_cstr(&r), *ds = fgr_get_cstr(&r);
+        s.err[i].name = nm ? strdup(nm) : NULL;
+        s.err[i].desc = ds ? strdup(ds) : NULL;
+    }
+    int ok = s.dev && s.err && fgr_rd_done(&r);
+    free(body);
+    if (!ok) {
+        say("malformed handshake reply from %s", address());
+        free(s.dev);
+        for (int i = 0; s.err && i < s.nerr; i++) {
+            free(s.err[i].name);
+            free(s.err[i].desc);
+        }
+        free(s.err);
+        return LOST;
+    }
+    free(fgr_srv.dev);
+    for (int i = 0; i < fgr_srv.nerr; i++) {
+        free(fgr_srv.err[i].name);
+        free(fgr_srv.err[i].desc);
+    }
+    free(fgr_srv.err);
+    fgr_srv = s;
+    return CUDA_SUCCESS;
+}
+
+/* Called with conn_lock held. */
+static CUresult connect_locked(void)
+{
+    if (conn_fd >= 0)
+        return CUDA_SUCCESS;
+    if (conn_broken)
+        return LOST;
+    const char *a = address();
+    int fd = -1;
+    if (!a) {
+        say("FLEXGV_REMOTE is not set: no GPU server to use (run the program with flexgv run --remote ADDR)");
+        conn_broken = 1;
+        return LOST;
+    }
+    if (!strncmp(a, "unix://", 7)) {
+        fd = dial_unix(a + 7);
+    } else if (!strncmp(a, "tcp://", 6)) {
+        fd = dial_tcp(a + 6);
+    } else {
+        say("FLEXGV_REMOTE=%s: want unix:///PATH or tcp://HOST:PORT", a);
+        conn_broken = 1;
+        return LOST;
+    }
+    if (fd < 0) {
+        say("cannot reach the GPU server %s: %s", a, strerror(errno));
+        conn_broken = 1;
+        return LOST;
+    }
+    CUresult r = hello(fd);
+    if (r != CUDA_SUCCESS) {
+        close(fd);
+        conn_broken = 1;
+        return r;
+    }
+    conn_fd = fd;
+    return CUDA_SUCCESS;
+}
+
+CUresult fgr_connect(void)
+{
+    pthread_mutex_lock(&conn_lock);
+    CUresult r = connect_locked();
+    pthread_mutex_unlock(&conn_lock);
+    return r;
+}
+
+CUresult fgr_begin(struct fgr_call *c, int op, int queued)
+{
+    CUcontext ctx = fgr_current();
+    pthread_mutex_lock(&conn_lock);
+    CUresult r = connect_locked();
+    if (r != CUDA_SUCCESS) {
+        pthread_mutex_unlock(&conn_lock);
+        return r;
+    }
+    c->w = conn_w;
+    c->w.len = 0;
+    c->w.oom = 0;
+    fgr_put_u32(&c->w, 0);
+    fgr_put_u16(&c->w, (uint16_t)op);
+    fgr_put_u16(&c->w, queued ? FGR_FLAG_QUEUED : 0);
+    fgr_put_u32(&c->w, 0);
+    fgr_put_u64(&c->w, (uint64_t)(uintptr_t)ctx);
+    c->result = CUDA_ERROR_UNKNOWN;
+    return CUDA_SUCCESS;
+}
+
+static void release(struct fgr_call *c)
+{
+    conn_w = c->w;
+    pthread_mutex_unlock(&conn_lock);
+}
+
+CUresult fgr_send(struct fgr_call *c)
+{
+    CUresult r = CUDA_SUCCESS;
+    if (c->w.oom) {
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    } else {
+        fgr_finish_frame(&c->w);
+        if (fgr_write_all(conn_fd, c->w.p, c->w.len))
+            r = lost("sending a call", errno);
+    }
+    release(c);
+    return r;
+}
+
+CUresult fgr_roundtrip(struct fgr_call *c)
+{
+    CUresult r;
+    if (c->w.oom) {
+        release(c);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    fgr_finish_frame(&c->w);
+    if (fgr_write_all(conn_fd, c->w.p, c->w.len)) {
+        r = lost("sending a call", errno);
+        release(c);
+        return r;
+    }
+    uint8_t lenb[4];
+    if (fgr_read_all(conn_fd, lenb, 4)) {
+        r = errno ? lost("waiting for an answer", errno) : lost("the server closed the connection", 0);
+        release(c);
+        return r;
+    }
+    uint32_t n = (uint32_t)lenb[0] | (uint32_t)lenb[1] << 8 | (uint32_t)lenb[2] << 16 | (uint32_t)lenb[3] << 24;
+    if (n < FGR_REP_HDR || n > FGR_MAX_FRAME) {
+        r = lost("an answer of impossible length", 0);
+        release(c);
+        return r;
+    }
+    if (n > conn_rcap) {
+        uint8_t *p = realloc(conn_r, n);
+        if (!p) {
+            /* The answer cannot be read past: the stream is out of step. */
+            r = lost("no memory for an answer", ENOMEM);
+            release(c);
+            return r;
+        }
+        conn_r = p;
+        conn_rcap = n;
+    }
+    if (fgr_read_all(conn_fd, conn_r, n)) {
+        r = lost("reading an answer", errno);
+        release(c);
+        return r;
+    }
+    c->r = (struct fgr_rd){conn_r, n, 0};
+    c->result = (CUresult)fgr_get_u32(&c->r);
+    return CUDA_SUCCESS;
+}
+
+void fgr_get_out(struct fgr_call *c, void *p, uint64_t n, int inout)
+{
+    (void)inout;
+    /* An answer without results: the call failed before it was decoded. */
+    if (!p || c->r.left == 0 || !fgr_get_u8(&c->r))
+        return;
+    if (fgr_get_u64(&c->r) != n) {
+        c->r.bad = 1;
+        return;
+    }
+    const void *b = fgr_get_bytes(&c->r, n);
+    if (b && n)
+        memcpy(p, b, (size_t)n);
+}
+
+CUresult fgr_end(struct fgr_call *c)
+{
+    CUresult r = c->result;
+    if (!fgr_rd_done(&c->r))
+        r = lost("a malformed answer", 0);
+    release(c);
+    return r;
+}
+
+static unsigned char *said; /* per unsupported entry point: said once */
+
+CUresult fgr_unsupported(int idx, const char *name, const char *what)
+{
+    static int said_arg;
+    if (idx >= 0) {
+        if (said && !__atomic_exchange_n(&said[idx], 1, __ATOMIC_RELAXED))
+            say("%s is not supported remotely (CUDA_ERROR_NOT_SUPPORTED)", name);
+    } else if (!__atomic_exchange_n(&said_arg, 1, __ATOMIC_RELAXED)) {
+        say("%s: %s cannot be sent to the server yet (CUDA_ERROR_NOT_SUPPORTED)", name, what);
+    }
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* A forked child must not talk on its parent's connection: it drops its
+ * copy and connects afresh (its own executor) when it makes a call. */
+static void forked_child(void)
+{
+    pthread_mutex_init(&conn_lock, NULL);
+    if (conn_fd >= 0)
+        close(conn_fd);
+    conn_fd = -1;
+    conn_broken = 0;
+    /* A thread of the parent may have been mid-call: its buffers are not ours. */
+    conn_w = (struct fgr_buf){0};
+    conn_r = NULL;
+    conn_rcap = 0;
+    fgr_ctx_forked();
+}
+
+__attribute__((constructor)) static void client_init(void)
+{
+    said = calloc((size_t)fgr_nunsupported + 1, 1);
+    pthread_atfork(NULL, NULL, forked_child);
+}

@@ -1,0 +1,478 @@
+/* Entry points the client answers itself (api/remote.api: local), the
+ * bookkeeping around the wrap ones, and the argument encoders that need
+ * client state. */
+#include "client.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the context stack: per thread, on the client ---- */
+
+#define STACK_MAX 128
+static __thread CUcontext stack[STACK_MAX];
+static __thread int depth;
+
+CUcontext fgr_current(void) { return depth ? stack[depth - 1] : NULL; }
+
+CUresult fgr_ctx_push(CUcontext ctx)
+{
+    if (depth == STACK_MAX)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    stack[depth++] = ctx;
+    return CUDA_SUCCESS;
+}
+
+void fgr_ctx_forget(CUcontext ctx)
+{
+    if (depth && stack[depth - 1] == ctx)
+        depth--;
+}
+
+void fgr_ctx_forked(void) { depth = 0; }
+
+#define NEED_INIT()                          \
+    do {                                     \
+        if (!fgr_initialized)                \
+            return CUDA_ERROR_NOT_INITIALIZED; \
+    } while (0)
+
+FGR_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx)
+{
+    NEED_INIT();
+    if (!ctx)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    return fgr_ctx_push(ctx);
+}
+
+FGR_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
+{
+    NEED_INIT();
+    if (!depth)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    CUcontext c = stack[--depth];
+    if (pctx)
+        *pctx = c;
+    return CUDA_SUCCESS;
+}
+
+FGR_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
+{
+    NEED_INIT();
+    if (!ctx) {
+        if (depth)
+            depth--;
+        return CUDA_SUCCESS;
+    }
+    if (!depth)
+        return fgr_ctx_push(ctx);
+    stack[depth - 1] = ctx;
+    return CUDA_SUCCESS;
+}
+
+FGR_EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
+{
+    NEED_INIT();
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pctx = fgr_current();
+    return CUDA_SUCCESS;
+}
+
+FGR_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    CUresult r = fgr_fwd_cuCtxCreate_v2(pctx, flags, dev);
+    if (r == CUDA_SUCCESS)
+        r = fgr_ctx_push(*pctx);
+    return r;
+}
+
+FGR_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+    CUresult r = fgr_fwd_cuCtxDestroy_v2(ctx);
+    if (r == CUDA_SUCCESS)
+        fgr_ctx_forget(ctx);
+    return r;
+}
+
+/* ---- initialization and what the handshake cached ---- */
+
+FGR_EXPORT CUresult cuInit(unsigned int Flags)
+{
+    CUresult r = fgr_connect();
+    if (r == CUDA_SUCCESS)
+        r = fgr_fwd_cuInit(Flags);
+    if (r == CUDA_SUCCESS)
+        fgr_initialized = 1;
+    return r;
+}
+
+FGR_EXPORT CUresult cuDriverGetVersion(int *driverVersion)
+{
+    if (!driverVersion)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = fgr_connect();
+    if (r == CUDA_SUCCESS)
+        *driverVersion = fgr_srv.driver_version;
+    return r;
+}
+
+static struct fgr_device *device(CUdevice d)
+{
+    return d >= 0 && d < fgr_srv.ndev ? &fgr_srv.dev[d] : NULL;
+}
+
+FGR_EXPORT CUresult cuDeviceGetCount(int *count)
+{
+    NEED_INIT();
+    if (!count)
+        return CUDA_ERROR_INVALID_VALUE;
+    *count = fgr_srv.ndev;
+    return CUDA_SUCCESS;
+}
+
+FGR_EXPORT CUresult cuDeviceGet(CUdevice *dev, int ordinal)
+{
+    NEED_INIT();
+    if (!dev)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!device(ordinal))
+        return CUDA_ERROR_INVALID_DEVICE;
+    *dev = ordinal;
+    return CUDA_SUCCESS;
+}
+
+FGR_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
+{
+    NEED_INIT();
+    if (!name || len <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fgr_device *d = device(dev);
+    if (!d)
+        return CUDA_ERROR_INVALID_DEVICE;
+    snprintf(name, (size_t)len, "%s", d->name);
+    return CUDA_SUCCESS;
+}
+
+static CUresult uuid(CUuuid *u, CUdevice dev)
+{
+    NEED_INIT();
+    if (!u)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fgr_device *d = device(dev);
+    if (!d)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *u = d->uuid;
+    return CUDA_SUCCESS;
+}
+
+FGR_EXPORT CUresult cuDeviceGetUuid(CUuuid *u, CUdevice dev) { return uuid(u, dev); }
+FGR_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *u, CUdevice dev) { return uuid(u, dev); }
+
+FGR_EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
+{
+    NEED_INIT();
+    if (!pi || (int)attrib <= 0 || (int)attrib >= FGR_NATTR)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fgr_device *d = device(dev);
+    if (!d)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (d->attr_result[attrib] != CUDA_SUCCESS)
+        return (CUresult)d->attr_result[attrib];
+    *pi = d->attr[attrib];
+    return CUDA_SUCCESS;
+}
+
+/* The server's driver's strings (from the handshake); before a connection,
+ * the names this build knows. */
+static const char *builtin_name(CUresult e)
+{
+    switch (e) {
+#define X(name, value) \
+    case value:        \
+        return #name;
+#include "flexgv/cuda_results.def"
+#undef X
+    }
+    return NULL;
+}
+
+static CUresult error_text(CUresult e, const char **p, int desc)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!fgr_srv.nerr)
+        fgr_connect();
+    for (int i = 0; i < fgr_srv.nerr; i++)
+        if (fgr_srv.err[i].code == (int)e) {
+            *p = desc ? fgr_srv.err[i].desc : fgr_srv.err[i].name;
+            return *p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+        }
+    *p = builtin_name(e);
+    return *p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+FGR_EXPORT CUresult cuGetErrorName(CUresult error, const char **pStr) { return error_text(error, pStr, 0); }
+FGR_EXPORT CUresult cuGetErrorString(CUresult error, const char **pStr) { return error_text(error, pStr, 1); }
+
+/* ---- host memory is the client's own ---- */
+
+static CUresult host_alloc(void **pp, size_t bytes)
+{
+    NEED_INIT();
+    if (!pp || !bytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (posix_memalign(pp, 4096, bytes))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    return CUDA_SUCCESS;
+}
+
+FGR_EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t bytesize) { return host_alloc(pp, bytesize); }
+
+FGR_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+{
+    (void)Flags;
+    return host_alloc(pp, bytesize);
+}
+
+FGR_EXPORT CUresult cuMemFreeHost(void *p)
+{
+    NEED_INIT();
+    free(p);
+    return CUDA_SUCCESS;
+}
+
+/* Client memory needs no pinning: copies carry its bytes. */
+FGR_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
+{
+    (void)Flags;
+    NEED_INIT();
+    return p && bytesize ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+FGR_EXPORT CUresult cuMemHostUnregister(void *p)
+{
+    NEED_INIT();
+    return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ---- modules: files are read here, images go over whole ---- */
+
+FGR_EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
+{
+    if (!module || !fname)
+        return CUDA_ERROR_INVALID_VALUE;
+    FILE *f = fopen(fname, "rb");
+    if (!f)
+        return CUDA_ERROR_FILE_NOT_FOUND;
+    char *img = NULL;
+    size_t n = 0, cap = 0;
+    CUresult r = CUDA_SUCCESS;
+    for (;;) {
+        if (n + 65536 + 1 > cap) {
+            cap = cap ? 2 * cap : 1 << 20;
+            char *p = cap <= FGR_MAX_BUF ? realloc(img, cap) : NULL;
+            if (!p) {
+                r = CUDA_ERROR_OUT_OF_MEMORY;
+                break;
+            }
+            img = p;
+        }
+        size_t got = fread(img + n, 1, 65536, f);
+        n += got;
+        if (got < 65536)
+            break;
+    }
+    fclose(f);
+    if (r == CUDA_SUCCESS) {
+        img[n] = '\0'; /* text images end with their NUL */
+        r = cuModuleLoadData(module, img);
+    }
+    free(img);
+    return r;
+}
+
+FGR_EXPORT CUresult cuModuleUnload(CUmodule hmod)
+{
+    CUresult r = fgr_fwd_cuModuleUnload(hmod);
+    fgr_kparams_flush();
+    return r;
+}
+
+FGR_EXPORT CUresult cuLibraryUnload(CUlibrary library)
+{
+    CUresult r = fgr_fwd_cuLibraryUnload(library);
+    fgr_kparams_flush();
+    return r;
+}
+
+/* The runtime's registration wrapper around a fatbinary. */
+struct fatbin_wrapper {
+    int magic, version;
+    const void *data;
+    void *filename_or_fatbins;
+};
+#define FATBIN_WRAPPER_MAGIC 0x466243b1
+
+void fgr_put_image(struct fgr_buf *w, const void *image)
+{
+    if (image && ((const struct fatbin_wrapper *)image)->magic == FATBIN_WRAPPER_MAGIC)
+        image = ((const struct fatbin_wrapper *)image)->data;
+    /* An image whose size cannot be told goes as an empty one: the
+     * executor answers CUDA_ERROR_INVALID_IMAGE. */
+    uint64_t n = fgr_image_size(image, FGR_MAX_BUF);
+    fgr_put_buf(w, image ? (n ? image : "") : NULL, n);
+}
+
+void fgr_put_launchcfg(struct fgr_buf *w, const CUlaunchConfig *c)
+{
+    fgr_put_u8(w, c != NULL);
+    if (!c)
+        return;
+    const unsigned v[7] = {c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ,
+                           c->sharedMemBytes};
+    for (int i = 0; i < 7; i++)
+        fgr_put_u32(w, v[i]);
+    fgr_put_u64(w, (uint64_t)(uintptr_t)c->hStream);
+}
+
+/* ---- kernel parameters: layouts by function, from the server ---- */
+
+struct layout {
+    CUfunction f;
+    uint32_t n;
+    uint32_t *size;
+    struct layout *next;
+};
+static struct layout *layouts[256];
+static pthread_mutex_t layout_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static unsigned bucket(CUfunction f) { return (unsigned)(((uintptr_t)f >> 4) * 2654435761u) % 256; }
+
+void fgr_kparams_flush(void)
+{
+    pthread_mutex_lock(&layout_lock);
+    for (int i = 0; i < 256; i++)
+        while (layouts[i]) {
+            struct layout *l = layouts[i];
+            layouts[i] = l->next;
+            free(l->size);
+            free(l);
+        }
+    pthread_mutex_unlock(&layout_lock);
+}
+
+CUresult fgr_kparams_layout(CUfunction f, void **params, struct fgr_kparams *kp)
+{
+    kp->n = 0;
+    kp->size = NULL;
+    if (!params)
+        return CUDA_SUCCESS;
+    pthread_mutex_lock(&layout_lock);
+    for (struct layout *l = layouts[bucket(f)]; l; l = l->next)
+        if (l->f == f) {
+            kp->n = l->n;
+            kp->size = l->size;
+            pthread_mutex_unlock(&layout_lock);
+            return CUDA_SUCCESS;
+        }
+    pthread_mutex_unlock(&layout_lock);
+    /* Not under the lock: each query is a call to the server. */
+    uint32_t *size = NULL, total = 0, n = 0;
+    for (;; n++) {
+        size_t off, sz;
+        CUresult r = cuFuncGetParamInfo(f, n, &off, &sz);
+        if (r == CUDA_ERROR_INVALID_VALUE)
+            break;
+        if (r == CUDA_ERROR_NOT_SUPPORTED) {
+            free(size);
+            return fgr_unsupported(-1, "kernel parameters", "a launch whose layout the server cannot tell");
+        }
+        if (r != CUDA_SUCCESS) {
+            free(size);
+            return r;
+        }
+        total += (uint32_t)sz;
+        uint32_t *s = n < FGR_MAX_KPARAMS && sz <= FGR_MAX_KPARAM_BYTES && total <= FGR_MAX_KPARAM_BYTES
+                          ? realloc(size, (n + 1) * sizeof *size)
+                          : NULL;
+        if (!s) {
+            free(size);
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        size = s;
+        size[n] = (uint32_t)sz;
+    }
+    struct layout *l = malloc(sizeof *l);
+    if (!l) {
+        free(size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *l = (struct layout){f, n, size, NULL};
+    pthread_mutex_lock(&layout_lock);
+    l->next = layouts[bucket(f)];
+    layouts[bucket(f)] = l;
+    pthread_mutex_unlock(&layout_lock);
+    kp->n = n;
+    kp->size = size;
+    return CUDA_SUCCESS;
+}
+
+void fgr_put_kparams(struct fgr_buf *w, const struct fgr_kparams *kp, void **params)
+{
+    fgr_put_u8(w, params != NULL);
+    if (!params)
+        return;
+    fgr_put_u32(w, kp->n);
+    for (uint32_t i = 0; i < kp->n; i++) {
+        fgr_put_u32(w, kp->size[i]);
+        fgr_put_bytes(w, params[i], kp->size[i]);
+    }
+}
+
+/* ---- entry point resolution from the client's own table ---- */
+
+static CUresult resolve(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                        CUdriverProcAddressQueryResult *status)
+{
+    if (!symbol || !pfn)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pfn = NULL;
+    int want_pt = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+    const struct fgr_proc *best = NULL, *best_pt = NULL;
+    int known = 0;
+    for (int i = 0; i < fgr_nprocs; i++) {
+        const struct fgr_proc *p = &fgr_procs[i];
+        if (strcmp(p->base, symbol) != 0)
+            continue;
+        known = 1;
+        if (p->version > cudaVersion)
+            continue;
+        const struct fgr_proc **slot = p->per_thread ? &best_pt : &best;
+        if (!*slot || p->version > (*slot)->version)
+            *slot = p;
+    }
+    if (want_pt && best_pt)
+        best = best_pt;
+    if (!best) {
+        if (status)
+            *status = known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+        return CUDA_ERROR_NOT_FOUND;
+    }
+    *pfn = best->fn;
+    if (status)
+        *status = CU_GET_PROC_ADDRESS_SUCCESS;
+    return CUDA_SUCCESS;
+}
+
+FGR_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+{
+    return resolve(symbol, pfn, cudaVersion, flags, NULL);
+}
+
+FGR_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                                        CUdriverProcAddressQueryResult *symbolStatus)
+{
+    return resolve(symbol, pfn, cudaVersion, flags, symbolStatus);
+}

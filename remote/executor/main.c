@@ -1,0 +1,288 @@
+/* flexgv-executor --fd N [--driver PATH] [--peer NAME]
+ * Serves one client connection (inherited as descriptor N) with the real
+ * driver: the handshake, then one call per frame until the client goes.
+ * A malformed frame ends the connection with a log line saying why; the
+ * process then exits, and the driver frees what the client held. */
+#include "executor.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+static const char *peer = "client";
+
+/* How long a new connection has to send its handshake. */
+#define HELLO_TIMEOUT_S 10
+static struct {
+    CUresult (*init)(unsigned);
+    CUresult (*version)(int *);
+    CUresult (*count)(int *);
+    CUresult (*name)(char *, int, CUdevice);
+    CUresult (*uuid)(CUuuid *, CUdevice);
+    CUresult (*attr)(int *, CUdevice_attribute, CUdevice);
+    CUresult (*errname)(CUresult, const char **);
+    CUresult (*errstr)(CUresult, const char **);
+    CUresult (*getcur)(CUcontext *);
+    CUresult (*setcur)(CUcontext);
+    CUresult (*export_table)(const void **, const CUuuid *);
+} drv;
+
+static void logf_(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "flexgv-executor[%d] %s: ", (int)getpid(), peer);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+/* Ends the connection because of what the client sent. */
+__attribute__((noreturn)) static void reject(const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    logf_("closing the connection: %s", msg);
+    exit(3);
+}
+
+/* ---- the handshake ---- */
+
+static const int result_codes[] = {
+#define X(name, value) value,
+#include "flexgv/cuda_results.def"
+#undef X
+};
+
+static void refuse(struct fgr_buf *w, CUresult r, const char *msg)
+{
+    w->len = 0;
+    fgr_put_u32(w, 0);
+    fgr_put_u32(w, (uint32_t)r);
+    fgr_put_str(w, msg);
+}
+
+/* Writes the handshake's answer into w; nonzero when the client is refused. */
+static int hello(struct fgr_rd *rd, struct fgr_buf *w)
+{
+    uint32_t magic = fgr_get_u32(rd), proto = fgr_get_u32(rd);
+    uint64_t hash = fgr_get_u64(rd);
+    uint32_t ptr = fgr_get_u32(rd);
+    if (!fgr_rd_done(rd) || magic != FGR_MAGIC)
+        reject("the first frame is not a FlexGV handshake");
+    char msg[200];
+    if (proto != FGR_PROTO_VERSION || hash != FGR_OPS_HASH || ptr != sizeof(void *)) {
+        snprintf(msg, sizeof msg,
+                 "client protocol %u (operations %016llx, %u-byte pointers), server protocol %u (operations %016llx, "
+                 "%zu-byte pointers): use a client and server of the same FlexGV build",
+                 proto, (unsigned long long)hash, ptr, FGR_PROTO_VERSION, (unsigned long long)FGR_OPS_HASH,
+                 sizeof(void *));
+        logf_("refusing the client: %s", msg);
+        refuse(w, CUDA_ERROR_NOT_SUPPORTED, msg);
+        return 1;
+    }
+    CUresult r = drv.init ? drv.init(0) : CUDA_ERROR_NOT_SUPPORTED;
+    int version = 0, ndev = 0;
+    if (r == CUDA_SUCCESS)
+        r = drv.version(&version);
+    if (r == CUDA_SUCCESS)
+        r = drv.count(&ndev);
+    if (r != CUDA_SUCCESS) {
+        snprintf(msg, sizeof msg, "the server's driver does not start: error %d", (int)r);
+        logf_("%s", msg);
+        refuse(w, r, msg);
+        return 1;
+    }
+    fgr_put_u32(w, CUDA_SUCCESS);
+    fgr_put_u32(w, FGR_PROTO_VERSION);
+    fgr_put_u32(w, (uint32_t)version);
+    fgr_put_u32(w, (uint32_t)ndev);
+    for (int d = 0; d < ndev; d++) {
+        char name[256] = "";
+        CUuuid u;
+        memset(&u, 0, sizeof u);
+        drv.name(name, sizeof name, d);
+        drv.uuid(&u, d);
+        fgr_put_str(w, name);
+        fgr_put_bytes(w, &u, sizeof u);
+        for (int a = 1; a < FGR_NATTR; a++) {
+            int v = 0;
+            CUresult ar = drv.attr(&v, (CUdevice_attribute)a, d);
+            fgr_put_u32(w, (uint32_t)ar);
+            fgr_put_u32(w, (uint32_t)v);
+        }
+    }
+    int n = (int)(sizeof result_codes / sizeof result_codes[0]);
+    fgr_put_u32(w, (uint32_t)n);
+    for (int i = 0; i < n; i++) {
+        const char *nm = NULL, *ds = NULL;
+        if (drv.errname)
+            drv.errname((CUresult)result_codes[i], &nm);
+        if (drv.errstr)
+            drv.errstr((CUresult)result_codes[i], &ds);
+        fgr_put_u32(w, (uint32_t)result_codes[i]);
+        fgr_put_str(w, nm);
+        fgr_put_str(w, ds);
+    }
+    return 0;
+}
+
+/* ---- the loop ---- */
+
+static CUresult make_current(CUcontext want)
+{
+    CUcontext cur = NULL;
+    if (drv.getcur(&cur) == CUDA_SUCCESS && cur == want)
+        return CUDA_SUCCESS;
+    return drv.setcur(want);
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: flexgv-executor --fd N [--driver PATH] [--peer NAME]\n");
+    exit(2);
+}
+
+int main(int argc, char **argv)
+{
+    int fd = -1;
+    const char *driver = "libcuda.so.1";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--fd") && i + 1 < argc)
+            fd = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--driver") && i + 1 < argc)
+            driver = argv[++i];
+        else if (!strcmp(argv[i], "--peer") && i + 1 < argc)
+            peer = argv[++i];
+        else
+            usage();
+    }
+    if (fd < 0 || fcntl(fd, F_GETFD) < 0)
+        usage();
+    /* The supervisor's copy of the socket may have been non-blocking. */
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+    /* A peer that connects and says nothing does not hold an executor. */
+    struct timeval hello_wait = {HELLO_TIMEOUT_S, 0}, forever = {0, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &hello_wait, sizeof hello_wait);
+    void *h = dlopen(driver, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        logf_("cannot load the CUDA driver %s: %s", driver, dlerror());
+        return 1;
+    }
+#define SYM(field, name) *(void **)&drv.field = dlsym(h, name)
+    SYM(init, "cuInit");
+    SYM(version, "cuDriverGetVersion");
+    SYM(count, "cuDeviceGetCount");
+    SYM(name, "cuDeviceGetName");
+    SYM(uuid, "cuDeviceGetUuid");
+    SYM(attr, "cuDeviceGetAttribute");
+    SYM(errname, "cuGetErrorName");
+    SYM(errstr, "cuGetErrorString");
+    SYM(getcur, "cuCtxGetCurrent");
+    SYM(setcur, "cuCtxSetCurrent");
+    *(void **)&fgr_drv.sync = dlsym(h, "cuStreamSynchronize");
+    *(void **)&fgr_drv.sync_pt = dlsym(h, "cuStreamSynchronize_ptsz");
+    *(void **)&fgr_drv.capturing = dlsym(h, "cuStreamIsCapturing");
+    *(void **)&fgr_drv.capturing_pt = dlsym(h, "cuStreamIsCapturing_ptsz");
+    SYM(export_table, "cuGetExportTable");
+#undef SYM
+    if (!drv.init || !drv.version || !drv.count || !drv.name || !drv.uuid || !drv.attr || !drv.getcur || !drv.setcur) {
+        logf_("%s is not a CUDA driver (entry points missing)", driver);
+        return 1;
+    }
+    for (int op = 1; op < FGR_NUM_OPS; op++)
+        fgr_real[op] = dlsym(h, fgr_ops[op].name);
+    /* The export tables' functions are the driver's words; a table the
+     * driver does not have leaves its operations unsupported. */
+    for (int i = 0; i < fgr_nxtables; i++) {
+        const void *t = NULL;
+        if (!drv.export_table || drv.export_table(&t, &fgr_xtables[i].uuid) != CUDA_SUCCESS || !t)
+            continue;
+        fgr_real[fgr_xtables[i].fetch_op] = (void *)t;
+        for (int k = 0; fgr_xtables[i].fns[k].op; k++)
+            fgr_real[fgr_xtables[i].fns[k].op] = (void *)((const void *const *)t)[fgr_xtables[i].fns[k].slot];
+    }
+
+    struct fgr_buf w = {0};
+    uint8_t *body = NULL;
+    size_t cap = 0;
+    int greeted = 0;
+    CUresult deferred = CUDA_SUCCESS; /* the first error of a queued call */
+    for (;;) {
+        uint8_t lenb[4];
+        if (fgr_read_all(fd, lenb, 4)) {
+            if (!greeted && (errno == EAGAIN || errno == EWOULDBLOCK))
+                reject("no handshake within %d s", HELLO_TIMEOUT_S);
+            if (errno)
+                logf_("connection ended: %s", strerror(errno));
+            return 0; /* the client is gone */
+        }
+        uint32_t n = (uint32_t)lenb[0] | (uint32_t)lenb[1] << 8 | (uint32_t)lenb[2] << 16 | (uint32_t)lenb[3] << 24;
+        if (n < FGR_REQ_HDR || n > FGR_MAX_FRAME)
+            reject("a frame of %u bytes (a request has %u to %u)", n, FGR_REQ_HDR, FGR_MAX_FRAME);
+        if (n > cap) {
+            free(body);
+            body = malloc(n);
+            cap = body ? n : 0;
+            if (!body)
+                reject("no memory for a frame of %u bytes", n);
+        }
+        if (fgr_read_all(fd, body, n)) {
+            if (!greeted && (errno == EAGAIN || errno == EWOULDBLOCK))
+                reject("no handshake within %d s", HELLO_TIMEOUT_S);
+            reject("the frame was cut short (%u bytes announced): %s", n, errno ? strerror(errno) : "end of stream");
+        }
+        struct fgr_rd rd = {body, n, 0};
+        unsigned op = fgr_get_u16(&rd), flags = fgr_get_u16(&rd), reserved = fgr_get_u32(&rd);
+        CUcontext ctx = (CUcontext)(uintptr_t)fgr_get_u64(&rd);
+        if ((flags & ~FGR_FLAG_QUEUED) || reserved || (!greeted && flags))
+            reject("unknown header flags %#x %#x", flags, reserved);
+        w.len = 0;
+        w.oom = 0;
+        fgr_put_u32(&w, 0);
+        if (!greeted) {
+            if (op != FGR_OP_HELLO)
+                reject("the first frame is operation %u, not the handshake", op);
+            int refused = hello(&rd, &w);
+            if (w.oom)
+                reject("no memory for the handshake's answer");
+            fgr_finish_frame(&w);
+            if (fgr_write_all(fd, w.p, w.len) || refused)
+                return refused ? 3 : 0;
+            greeted = 1;
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &forever, sizeof forever);
+            continue;
+        }
+        if (op == FGR_OP_HELLO || op >= FGR_NUM_OPS)
+            reject("unknown operation %u", op);
+        CUresult r = fgr_real[op] ? make_current(ctx) : CUDA_SUCCESS;
+        const char *bad = fgr_serve(op, &rd, &w, r);
+        if (bad)
+            reject("%s (%s, %u bytes)", bad, fgr_ops[op].name, n);
+        r = (CUresult)((uint32_t)w.p[4] | (uint32_t)w.p[5] << 8 | (uint32_t)w.p[6] << 16 | (uint32_t)w.p[7] << 24);
+        if (flags & FGR_FLAG_QUEUED) {
+            /* No answer: the first error waits for the next syncpoint. */
+            if (r != CUDA_SUCCESS && deferred == CUDA_SUCCESS)
+                deferred = r;
+            continue;
+        }
+        if (fgr_ops[op].syncpoint && deferred != CUDA_SUCCESS) {
+            for (int i = 0; i < 4; i++)
+                w.p[4 + i] = (uint8_t)((uint32_t)deferred >> (8 * i));
+            deferred = CUDA_SUCCESS;
+        }
+        if (fgr_write_all(fd, w.p, w.len))
+            return 0;
+    }
+}

@@ -1,0 +1,197 @@
+/* Serving one request: the argument decoders the generated dispatch uses,
+ * and the call itself. Nothing here trusts the frame: every count and
+ * length is checked against what is left of it and what the parameters
+ * imply; what does not add up makes the frame malformed. */
+#include "executor.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void *fgr_real[FGR_NUM_OPS];
+struct fgr_drv fgr_drv;
+
+static void *own(struct fgr_req *q, void *p)
+{
+    if (!p) {
+        q->oom = 1;
+        return NULL;
+    }
+    if (q->nowned == q->capowned) {
+        int cap = q->capowned ? 2 * q->capowned : 16;
+        void **n = realloc(q->owned, (size_t)cap * sizeof *n);
+        if (!n) {
+            free(p);
+            q->oom = 1;
+            return NULL;
+        }
+        q->owned = n;
+        q->capowned = cap;
+    }
+    q->owned[q->nowned++] = p;
+    return p;
+}
+
+void *fgr_get_buf(struct fgr_rd *rd, struct fgr_req *q, uint64_t bytes, int aligned)
+{
+    if (!fgr_get_u8(rd))
+        return NULL;
+    uint64_t n = fgr_get_u64(rd);
+    if (n != bytes) {
+        rd->bad = 1;
+        return NULL;
+    }
+    const void *p = fgr_get_bytes(rd, n);
+    if (!p)
+        return NULL;
+    if (!aligned)
+        return (void *)p;
+    void *c = own(q, malloc(n ? (size_t)n : 1));
+    if (c)
+        memcpy(c, p, (size_t)n);
+    return c;
+}
+
+char *fgr_get_str(struct fgr_rd *rd)
+{
+    size_t left = rd->left;
+    int present = left > 0 && rd->p[0];
+    const char *s = fgr_get_cstr(rd);
+    if (present && !s)
+        rd->bad = 1;
+    return (char *)s;
+}
+
+void *fgr_get_image(struct fgr_rd *rd, struct fgr_req *q)
+{
+    static char empty[1];
+    if (!fgr_get_u8(rd))
+        return NULL;
+    uint64_t n = fgr_get_u64(rd);
+    const void *p = fgr_get_bytes(rd, n);
+    if (!p || n == 0)
+        return empty;
+    /* The driver reads the image by its own headers: they must say
+     * exactly what was sent, or it would read past it. */
+    if (fgr_image_size(p, n) != n)
+        return empty;
+    void *c = own(q, malloc((size_t)n));
+    if (c)
+        memcpy(c, p, (size_t)n);
+    return c;
+}
+
+void **fgr_get_kparams(struct fgr_rd *rd, struct fgr_req *q)
+{
+    if (!fgr_get_u8(rd))
+        return NULL;
+    uint32_t n = fgr_get_u32(rd);
+    if (n > FGR_MAX_KPARAMS) {
+        rd->bad = 1;
+        return NULL;
+    }
+    void **v = own(q, calloc(n ? n : 1, sizeof *v));
+    /* Each parameter 16-byte aligned, as the driver may read it in place. */
+    uint8_t *store = own(q, aligned_alloc(16, FGR_MAX_KPARAM_BYTES + 16 * (size_t)n + 16));
+    if (!v || !store)
+        return NULL;
+    size_t used = 0, total = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t sz = fgr_get_u32(rd);
+        total += sz;
+        if (total > FGR_MAX_KPARAM_BYTES) {
+            rd->bad = 1;
+            return NULL;
+        }
+        const void *p = fgr_get_bytes(rd, sz);
+        if (!p)
+            return NULL;
+        memcpy(store + used, p, sz);
+        v[i] = store + used;
+        used += ((size_t)sz + 15) & ~(size_t)15;
+    }
+    return v;
+}
+
+CUlaunchConfig *fgr_get_launchcfg(struct fgr_rd *rd, struct fgr_req *q)
+{
+    if (!fgr_get_u8(rd))
+        return NULL;
+    CUlaunchConfig *c = own(q, calloc(1, sizeof *c));
+    unsigned v[7];
+    for (int i = 0; i < 7; i++)
+        v[i] = fgr_get_u32(rd);
+    uint64_t s = fgr_get_u64(rd);
+    if (!c)
+        return NULL;
+    c->gridDimX = v[0], c->gridDimY = v[1], c->gridDimZ = v[2];
+    c->blockDimX = v[3], c->blockDimY = v[4], c->blockDimZ = v[5];
+    c->sharedMemBytes = v[6];
+    c->hStream = (CUstream)(uintptr_t)s;
+    return c;
+}
+
+void *fgr_out(struct fgr_req *q, uint64_t bytes)
+{
+    if (bytes > FGR_MAX_BUF) {
+        q->bad = 1; /* the client refuses such calls before sending them */
+        return NULL;
+    }
+    return own(q, calloc(1, bytes ? (size_t)bytes : 1));
+}
+
+CUresult fgr_out_failed(struct fgr_req *q) { return q->bad ? FGR_BAD_FRAME : CUDA_ERROR_OUT_OF_MEMORY; }
+
+void fgr_reply_out(struct fgr_req *q, const void *p, uint64_t bytes, int inout, CUresult r)
+{
+    if (!p)
+        return;
+    if (!inout && r != CUDA_SUCCESS) {
+        fgr_put_u8(q->reply, 0);
+        return;
+    }
+    fgr_put_buf(q->reply, p, bytes);
+}
+
+CUresult fgr_drain(CUstream s, int per_thread)
+{
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUresult (*capturing)(CUstream, CUstreamCaptureStatus *) = per_thread ? fgr_drv.capturing_pt : fgr_drv.capturing;
+    CUresult (*sync)(CUstream) = per_thread ? fgr_drv.sync_pt : fgr_drv.sync;
+    if (capturing && capturing(s, &st) == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE)
+        return CUDA_SUCCESS;
+    return sync ? sync(s) : CUDA_ERROR_NOT_SUPPORTED;
+}
+
+const char *fgr_serve(unsigned op, struct fgr_rd *rd, struct fgr_buf *w, CUresult before)
+{
+    if (op == FGR_OP_HELLO || op >= FGR_NUM_OPS)
+        return "an unknown operation";
+    struct fgr_req q = {.reply = w};
+    w->len = 0;
+    w->oom = 0;
+    fgr_put_u32(w, 0);
+    fgr_put_u32(w, 0);
+    CUresult r = before;
+    if (!fgr_real[op])
+        r = CUDA_ERROR_NOT_SUPPORTED; /* this driver lacks the entry point */
+    else if (r == CUDA_SUCCESS)
+        r = fgr_ops[op].fn(rd, &q);
+    for (int i = 0; i < q.nowned; i++)
+        free(q.owned[i]);
+    free(q.owned);
+    if (r == FGR_BAD_FRAME || q.bad || rd->bad)
+        return "a malformed request";
+    if (q.oom || w->oom) {
+        /* Not the client's fault: it gets the error, without results. */
+        w->len = 4;
+        w->oom = 0;
+        fgr_put_u32(w, 0);
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (w->oom)
+        return "no memory for an answer";
+    for (int i = 0; i < 4; i++)
+        w->p[4 + i] = (uint8_t)((uint32_t)r >> (8 * i));
+    fgr_finish_frame(w);
+    return NULL;
+}

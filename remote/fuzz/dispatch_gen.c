@@ -1,0 +1,1 @@
+../executor/dispatch_gen.c

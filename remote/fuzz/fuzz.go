@@ -1,0 +1,69 @@
+// Package fuzz runs the executor's request decoders (remote/executor, linked
+// here as the files of this folder so that the build sees their changes) on
+// arbitrary bytes in this process, over a driver that answers every call
+// with CUDA_SUCCESS and touches nothing: what is exercised is the decoding
+// of what a client sent, which must never trust it.
+package fuzz
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/../../include -I${SRCDIR}/../../include/flexgv -std=gnu11
+#include <stdlib.h>
+#include "executor.h"
+
+static CUresult fake_call(void) { return CUDA_SUCCESS; }
+static unsigned char fake_data[4096];
+static const void *fake_table[1024];
+
+static void fake_driver(void)
+{
+    for (int i = 0; i < 1024; i++)
+        fake_table[i] = fake_data;
+    for (int op = 1; op < FGR_NUM_OPS; op++)
+        fgr_real[op] = (void *)fake_call;
+    for (int i = 0; i < fgr_nxtables; i++)
+        fgr_real[fgr_xtables[i].fetch_op] = (void *)fake_table;
+}
+
+// serve_one: 1 when the request is malformed, else 0 with the reply in *out.
+static int serve_one(unsigned op, const void *p, size_t n, struct fgr_buf *out)
+{
+    struct fgr_rd rd = {p, n, 0};
+    return fgr_serve(op, &rd, out, CUDA_SUCCESS) != NULL;
+}
+*/
+import "C"
+
+import (
+	"sync"
+	"unsafe"
+)
+
+var (
+	mu    sync.Mutex
+	reply C.struct_fgr_buf
+	once  sync.Once
+)
+
+// Serve decodes and runs one request's arguments for operation op. It
+// reports whether they were malformed and, when not, the reply frame.
+func Serve(op uint16, args []byte) (malformed bool, out []byte) {
+	once.Do(func() { C.fake_driver() })
+	mu.Lock()
+	defer mu.Unlock()
+	// The C side keeps no pointer to args past the call.
+	p := C.CBytes(args)
+	defer C.free(p)
+	if C.serve_one(C.unsigned(op), p, C.size_t(len(args)), &reply) != 0 {
+		return true, nil
+	}
+	return false, C.GoBytes(unsafe.Pointer(reply.p), C.int(reply.len))
+}
+
+// Ops are the operation numbers, by name.
+func Ops() map[string]uint16 {
+	m := map[string]uint16{}
+	for op := 1; op < C.FGR_NUM_OPS; op++ {
+		m[C.GoString(C.fgr_ops[op].name)] = uint16(op)
+	}
+	return m
+}

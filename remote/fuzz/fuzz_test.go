@@ -1,0 +1,139 @@
+package fuzz
+
+import (
+	"encoding/binary"
+	"testing"
+)
+
+type w []byte
+
+func (b w) u8(v uint8) w   { return append(b, v) }
+func (b w) u32(v uint32) w { return binary.LittleEndian.AppendUint32(b, v) }
+func (b w) u64(v uint64) w { return binary.LittleEndian.AppendUint64(b, v) }
+func (b w) raw(s string) w { return append(b, s...) }
+
+// request is a well-formed request: its operation, its arguments as the
+// client encodes them (remote/wire.h), and the reply's length.
+type request struct {
+	op    string
+	args  w
+	reply int
+}
+
+// valid covers every kind of argument: by value, in and out buffers, an
+// out buffer sized by an in-out one, strings, images, kernel parameters,
+// launch configurations, a table function and a table's data.
+func valid() []request {
+	const res = 8 // length word and result
+	return []request{
+		{"cuMemcpyHtoD_v2", w{}.u64(0x1000).u64(8).u8(1).u64(8).raw("abcdefgh"), res},
+		{"cuMemcpyDtoH_v2", w{}.u64(0x1000).u64(16).u8(1), res + 1 + 8 + 16},
+		{"cuModuleGetFunction", w{}.u64(7).u8(1).u8(1).u64(4).raw("abc\x00"), res + 1 + 8 + 8},
+		{"cuModuleLoadData", w{}.u8(1).u8(1).u64(19).raw("FLEXGV-SIM-MODULE\n\x00"), res + 1 + 8 + 8},
+		{"cuLaunchKernel", w{}.u64(1).u64(1).u64(1).u64(1).u64(32).u64(1).u64(1).u64(0).u64(0).
+			u8(1).u32(2).u32(8).raw("pointer!").u32(4).raw("int!"), res},
+		{"cuLaunchKernelEx", w{}.u64(1).u8(1).u32(1).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0).u8(0), res},
+		{"cuGraphGetNodes", w{}.u64(9).u8(1).u8(1).u64(8).u64(3), res + (1 + 8 + 24) + (1 + 8 + 8)},
+		{"cuMemPoolGetAttribute", w{}.u64(5).u64(7).u8(1), res + 1 + 8 + 8},
+		{"cuDeviceGetPCIBusId", w{}.u64(32).u64(0).u8(1), res + 1 + 8 + 32},
+		{"xt_simA_2", w{}.u64(0x3ff8000000000000).u64(0x40100000).u64(3), res + 8},
+		{"xt_simA", w{}, res + 1 + 8 + 20},
+	}
+}
+
+func opOf(t testing.TB, name string) uint16 {
+	op, ok := Ops()[name]
+	if !ok {
+		t.Fatalf("no operation %s", name)
+	}
+	return op
+}
+
+func checkReply(t *testing.T, what string, out []byte) {
+	t.Helper()
+	if len(out) < 8 || int(binary.LittleEndian.Uint32(out)) != len(out)-4 {
+		t.Fatalf("%s: reply of %d bytes says %d", what, len(out), binary.LittleEndian.Uint32(out))
+	}
+}
+
+// The client's exact encodings are accepted and answered with every result.
+func TestValidRequests(t *testing.T) {
+	for _, r := range valid() {
+		bad, out := Serve(opOf(t, r.op), r.args)
+		if bad {
+			t.Errorf("%s: a well-formed request is called malformed", r.op)
+			continue
+		}
+		checkReply(t, r.op, out)
+		if len(out) != r.reply {
+			t.Errorf("%s: reply of %d bytes, want %d", r.op, len(out), r.reply)
+		}
+	}
+}
+
+// Every field is required: any request cut short, or with a byte more, is
+// malformed.
+func TestCutAndPaddedRequests(t *testing.T) {
+	for _, r := range valid() {
+		op := opOf(t, r.op)
+		for n := 0; n < len(r.args); n++ {
+			if bad, _ := Serve(op, r.args[:n]); !bad {
+				t.Errorf("%s cut to %d of %d bytes: accepted", r.op, n, len(r.args))
+			}
+		}
+		if bad, _ := Serve(op, append(append(w{}, r.args...), 0)); !bad {
+			t.Errorf("%s with a byte more: accepted", r.op)
+		}
+	}
+}
+
+// What the decoders must refuse although every byte is there.
+func TestInconsistentRequests(t *testing.T) {
+	for _, c := range []struct {
+		name, op string
+		args     w
+	}{
+		{"buffer length other than its count", "cuMemcpyHtoD_v2", w{}.u64(0x1000).u64(16).u8(1).u64(8).raw("abcdefgh")},
+		{"string without its NUL", "cuModuleGetFunction", w{}.u64(7).u8(1).u8(1).u64(3).raw("abc")},
+		{"string with a NUL inside", "cuModuleGetFunction", w{}.u64(7).u8(1).u8(1).u64(4).raw("a\x00c\x00")},
+		{"empty string", "cuModuleGetFunction", w{}.u64(7).u8(1).u8(1).u64(0)},
+		{"out buffer over the limit", "cuMemcpyDtoH_v2", w{}.u64(0x1000).u64(1 << 31).u8(1)},
+		{"an attribute whose size is unknown", "cuMemPoolGetAttribute", w{}.u64(5).u64(99).u8(1)},
+		{"too many kernel parameters", "cuLaunchKernel", w{}.u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(0).u64(0).u8(1).u32(4097)},
+		{"kernel parameters over 32 KiB", "cuLaunchKernel", w{}.u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(0).u64(0).u8(1).u32(2).u32(30000).raw(string(make([]byte, 30000))).u32(4000).raw(string(make([]byte, 4000)))},
+		{"an out buffer sized by a huge in-out count", "cuGraphGetNodes", w{}.u64(9).u8(1).u8(1).u64(8).u64(1 << 60)},
+		{"a count whose size wraps to zero", "cuGraphGetNodes", w{}.u64(9).u8(1).u8(1).u64(8).u64(1 << 61)},
+	} {
+		if bad, _ := Serve(opOf(t, c.op), c.args); !bad {
+			t.Errorf("%s (%s): accepted", c.name, c.op)
+		}
+	}
+}
+
+// Any byte of a well-formed request changed gives a refusal or an answer,
+// never a crash.
+func TestChangedBytes(t *testing.T) {
+	for _, r := range valid() {
+		op := opOf(t, r.op)
+		for i := range r.args {
+			for _, v := range []byte{0, 1, 0x7f, 0x80, 0xff, r.args[i] ^ 0x20} {
+				a := append(w{}, r.args...)
+				a[i] = v
+				if bad, out := Serve(op, a); !bad {
+					checkReply(t, r.op, out)
+				}
+			}
+		}
+	}
+}
+
+func FuzzServe(f *testing.F) {
+	for _, r := range valid() {
+		f.Add(opOf(f, r.op), []byte(r.args))
+	}
+	f.Fuzz(func(t *testing.T, op uint16, args []byte) {
+		if bad, out := Serve(op, args); !bad {
+			checkReply(t, "fuzzed", out)
+		}
+	})
+}

@@ -1,0 +1,1 @@
+../proto_gen.h

@@ -1,0 +1,122 @@
+/* The remoting protocol's wire format, shared by the client (the remoting
+ * libcuda.so.1) and the executor (the server process that calls the real
+ * driver). Every frame is a little-endian u32 length followed by that many
+ * bytes:
+ *     request  u16 op, u16 flags, u32 reserved (0), u64 context, arguments
+ *     reply    u32 CUresult, results
+ * Arguments (tools/gen/remote.go): first every by-value parameter as a u64,
+ * then each pointer parameter in order: u8 present, then for buffers and
+ * strings a u64 byte count and the bytes. Results: for each out or in-out
+ * pointer the client passed, u8 sent, then u64 byte count and the bytes;
+ * out buffers are sent only when the call succeeded. A request flagged
+ * FGR_FLAG_QUEUED gets no reply: its error, if any, is answered by the next
+ * syncpoint (api/remote.api). Readers check every
+ * length against what is left of the frame and against the size the
+ * parameters imply, and never trust the peer. */
+#ifndef FLEXGV_REMOTE_WIRE_H
+#define FLEXGV_REMOTE_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "flexgv/cuda_types.h"
+
+#define FGR_PROTO_VERSION 1u
+#define FGR_MAGIC 0x4d524746u /* "FGRM" */
+/* The largest buffer one argument carries, and the largest frame. */
+#define FGR_MAX_BUF (1ull << 30)
+#define FGR_MAX_FRAME ((uint32_t)(FGR_MAX_BUF + (1u << 20)))
+#define FGR_MAX_STR 65536u
+/* Kernel parameters: the driver's limit is 32764 bytes in all. */
+#define FGR_MAX_KPARAM_BYTES 32768u
+#define FGR_MAX_KPARAMS 4096u
+#define FGR_REQ_HDR 16u
+#define FGR_FLAG_QUEUED 1u
+#define FGR_REP_HDR 4u
+/* Device attributes cached at the handshake: 1 .. FGR_NATTR-1. */
+#define FGR_NATTR 256
+
+/* A growing frame being written. */
+struct fgr_buf {
+    uint8_t *p;
+    size_t len, cap;
+    int oom;
+};
+
+int fgr_reserve(struct fgr_buf *b, size_t n);
+void fgr_put_bytes(struct fgr_buf *b, const void *p, size_t n);
+void fgr_put_u8(struct fgr_buf *b, uint8_t v);
+void fgr_put_u16(struct fgr_buf *b, uint16_t v);
+void fgr_put_u32(struct fgr_buf *b, uint32_t v);
+void fgr_put_u64(struct fgr_buf *b, uint64_t v);
+/* u8 present; when present, u64 n and n bytes. */
+void fgr_put_buf(struct fgr_buf *b, const void *p, uint64_t n);
+/* A string with its NUL, as a buffer. */
+void fgr_put_str(struct fgr_buf *b, const char *s);
+/* Patches the frame's leading length word. */
+void fgr_finish_frame(struct fgr_buf *b);
+
+/* A frame being read: any read past its end marks it bad and yields zeros. */
+struct fgr_rd {
+    const uint8_t *p;
+    size_t left;
+    int bad;
+};
+
+uint8_t fgr_get_u8(struct fgr_rd *r);
+uint16_t fgr_get_u16(struct fgr_rd *r);
+uint32_t fgr_get_u32(struct fgr_rd *r);
+uint64_t fgr_get_u64(struct fgr_rd *r);
+const void *fgr_get_bytes(struct fgr_rd *r, uint64_t n);
+/* A string written by fgr_put_str (NULL when absent or bad). */
+const char *fgr_get_cstr(struct fgr_rd *r);
+static inline int fgr_rd_done(const struct fgr_rd *r) { return !r->bad && r->left == 0; }
+
+/* Whole-buffer socket I/O, restarted on EINTR, never raising SIGPIPE:
+ * 0, or -1 with errno (0 for the peer's orderly close). */
+int fgr_write_all(int fd, const void *p, size_t n);
+int fgr_read_all(int fd, void *p, size_t n);
+
+/* A buffer's size: count times element size, saturated (the limit checks
+ * then refuse it) where the product would wrap. */
+static inline uint64_t fgr_mul(uint64_t n, uint64_t size)
+{
+    uint64_t r;
+    return __builtin_mul_overflow(n, size, &r) ? UINT64_MAX : r;
+}
+
+/* Floating-point arguments travel as their bits. */
+static inline uint64_t fgr_f64_bits(double v)
+{
+    uint64_t u;
+    __builtin_memcpy(&u, &v, sizeof u);
+    return u;
+}
+static inline double fgr_bits_f64(uint64_t u)
+{
+    double v;
+    __builtin_memcpy(&v, &u, sizeof v);
+    return v;
+}
+static inline uint32_t fgr_f32_bits(float v)
+{
+    uint32_t u;
+    __builtin_memcpy(&u, &v, sizeof u);
+    return u;
+}
+static inline float fgr_bits_f32(uint32_t u)
+{
+    float v;
+    __builtin_memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+/* Bytes of a module image (fatbinary, 64-bit ELF, or NUL-terminated text)
+ * read from at most max bytes, or 0 when that is not enough to tell. */
+uint64_t fgr_image_size(const void *image, uint64_t max);
+
+/* Bytes cuMemPoolGetAttribute writes for attr; more than FGR_MAX_BUF when
+ * the attribute is unknown here (the client refuses it). */
+uint64_t fgr_mempool_attr_bytes(int attr);
+
+#endif

@@ -1,0 +1,217 @@
+package e2e
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// protocol is what the generated protocol header says: the operation
+// numbers and the hash a client's handshake must carry.
+type protocol struct {
+	ops  map[string]uint16
+	hash uint64
+}
+
+func readProtocol(t *testing.T) protocol {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "remote", "proto_gen.h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := protocol{ops: map[string]uint16{}}
+	for _, m := range regexp.MustCompile(`FGR_OP_(\w+) = (\d+)`).FindAllStringSubmatch(string(data), -1) {
+		n, _ := strconv.Atoi(m[2])
+		p.ops[m[1]] = uint16(n)
+	}
+	m := regexp.MustCompile(`FGR_OPS_HASH 0x([0-9a-f]+)ULL`).FindStringSubmatch(string(data))
+	if m == nil || len(p.ops) < 10 {
+		t.Fatal("remote/proto_gen.h has no operations or hash")
+	}
+	p.hash, _ = strconv.ParseUint(m[1], 16, 64)
+	return p
+}
+
+// w builds frames: little-endian, as remote/wire.h says.
+type w []byte
+
+func (b w) u8(v uint8) w   { return append(b, v) }
+func (b w) u16(v uint16) w { return binary.LittleEndian.AppendUint16(b, v) }
+func (b w) u32(v uint32) w { return binary.LittleEndian.AppendUint32(b, v) }
+func (b w) u64(v uint64) w { return binary.LittleEndian.AppendUint64(b, v) }
+func (b w) raw(s string) w { return append(b, s...) }
+
+// request is a whole frame: length, header, arguments.
+func request(op uint16, args w) []byte {
+	body := w{}.u16(op).u16(0).u32(0).u64(0)
+	body = append(body, args...)
+	return append(w{}.u32(uint32(len(body))), body...)
+}
+
+func (p protocol) hello(hash uint64) []byte {
+	return request(0, w{}.u32(0x4d524746).u32(1).u64(hash).u32(8))
+}
+
+// The corpus of bad frames: each must close its connection with a log line
+// saying why, and leave the server serving.
+func TestRemoteMalformedFrames(t *testing.T) {
+	p := readProtocol(t)
+	op := func(name string) uint16 {
+		o, ok := p.ops[name]
+		if !ok {
+			t.Fatalf("no operation %s", name)
+		}
+		return o
+	}
+	hello := p.hello(p.hash)
+	cases := []struct {
+		name    string
+		frames  [][]byte
+		closeWr bool   // the client stops sending half-way
+		log     string // what the executor says
+	}{
+		{"a call before the handshake", [][]byte{request(op("cuMemAlloc_v2"), w{}.u64(16).u8(1))}, false,
+			"the first frame is operation"},
+		{"a handshake of something else", [][]byte{request(0, w{}.raw("GET / HTTP/1.1\r\n"))}, false,
+			"not a FlexGV handshake"},
+		{"a length over the limit", [][]byte{w{}.u32(0xffffffff).raw("xxxx")}, false, "a frame of 4294967295 bytes"},
+		{"a length under the header", [][]byte{w{}.u32(3).raw("abc")}, false, "a frame of 3 bytes"},
+		{"a frame cut short", [][]byte{w{}.u32(100).raw("0123456789")}, true, "cut short"},
+		{"unknown header flags", [][]byte{hello, w{}.u32(16).u16(op("cuCtxSynchronize")).u16(2).u32(0).u64(0)}, false,
+			"unknown header flags 0x2"},
+		{"an unknown operation", [][]byte{hello, request(65000, nil)}, false, "unknown operation 65000"},
+		{"arguments missing", [][]byte{hello, request(op("cuMemAlloc_v2"), w{}.u8(1))}, false,
+			"a malformed request (cuMemAlloc_v2,"},
+		{"bytes left over", [][]byte{hello, request(op("cuCtxSynchronize"), w{}.u8(0))}, false,
+			"a malformed request (cuCtxSynchronize,"},
+		{"a buffer whose length disagrees with its count",
+			[][]byte{hello, request(op("cuMemcpyHtoD_v2"), w{}.u64(0x1000).u64(16).u8(1).u64(8).raw("01234567"))}, false,
+			"a malformed request (cuMemcpyHtoD_v2,"},
+		{"a buffer past the end of the frame",
+			[][]byte{hello, request(op("cuMemcpyHtoD_v2"), w{}.u64(0x1000).u64(1<<20).u8(1).u64(1<<20).raw("0123"))}, false,
+			"a malformed request (cuMemcpyHtoD_v2,"},
+		{"a string without its NUL",
+			[][]byte{hello, request(op("cuModuleGetFunction"), w{}.u64(1).u8(1).u8(1).u64(3).raw("abc"))}, false,
+			"a malformed request (cuModuleGetFunction,"},
+		{"a result larger than any frame",
+			[][]byte{hello, request(op("cuMemcpyDtoH_v2"), w{}.u64(0x1000).u64(1<<40).u8(1))}, false,
+			"a malformed request (cuMemcpyDtoH_v2,"},
+		{"too many kernel parameters",
+			[][]byte{hello, request(op("cuLaunchKernel"), w{}.u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(0).u64(0).u8(1).u32(5000))},
+			false, "a malformed request (cuLaunchKernel,"},
+		{"kernel parameters over the driver's limit",
+			[][]byte{hello, request(op("cuLaunchKernel"), w{}.u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(0).u64(0).u8(1).u32(1).u32(40000))},
+			false, "a malformed request (cuLaunchKernel,"},
+	}
+	e := newEnv(t)
+	s := e.serve("unix")
+	path := strings.TrimPrefix(s.addr, "unix://")
+	closing := regexp.MustCompile(`closing the connection: (.*)`)
+	for i, c := range cases {
+		conn, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		for _, f := range c.frames {
+			conn.Write(f)
+		}
+		if c.closeWr {
+			conn.(*net.UnixConn).CloseWrite()
+		}
+		// The connection closes: what was answered (the handshake) then EOF,
+		// or a reset where the executor left bytes unread.
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.Copy(io.Discard, conn); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+			t.Errorf("%s: the connection stays open: %v", c.name, err)
+		}
+		conn.Close()
+		// This connection's line, the (i+1)th, says why.
+		s.waitLog(fmt.Sprintf(`(?s)(?:closing the connection.*){%d}`, i+1), 10*time.Second)
+		if m := closing.FindAllStringSubmatch(s.Log(), -1); len(m) != i+1 || !strings.Contains(m[i][1], c.log) {
+			t.Errorf("%s: want the executor to say %q, it said:\n%s", c.name, c.log, s.Log())
+		}
+	}
+	s.quiesce()
+	if strings.Contains(s.Log(), "signal:") {
+		t.Errorf("an executor crashed:\n%s", s.Log())
+	}
+	if n := strings.Count(s.Log(), "closing the connection"); n != len(cases) {
+		t.Errorf("%d connections closed with a reason, %d bad clients:\n%s", n, len(cases), s.Log())
+	}
+	// The server still serves.
+	if r := e.remote(s, "rtlike", "1"); r.code != 0 {
+		t.Errorf("after the bad frames: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+// A client of another build is refused at the handshake with the reason.
+func TestRemoteHandshakeRefused(t *testing.T) {
+	p := readProtocol(t)
+	e := newEnv(t)
+	s := e.serve("unix")
+	conn, err := net.Dial("unix", strings.TrimPrefix(s.addr, "unix://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.Write(p.hello(p.hash + 1))
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	reply, err := io.ReadAll(conn)
+	if err != nil || len(reply) < 8 {
+		t.Fatalf("reply %q: %v", reply, err)
+	}
+	if n := binary.LittleEndian.Uint32(reply); int(n) != len(reply)-4 {
+		t.Errorf("reply length word %d for %d bytes", n, len(reply)-4)
+	}
+	if r := binary.LittleEndian.Uint32(reply[4:]); r != 801 {
+		t.Errorf("handshake answered %d, want CUDA_ERROR_NOT_SUPPORTED", r)
+	}
+	if !strings.Contains(string(reply), "same FlexGV build") {
+		t.Errorf("no reason in %q", reply)
+	}
+	s.waitLog("refusing the client: .*same FlexGV build", 10*time.Second)
+}
+
+// A peer that connects and sends no handshake, or part of one, loses its
+// connection after 10 s instead of holding an executor.
+func TestRemoteSilentPeer(t *testing.T) {
+	t.Parallel() // it mostly waits
+	e := newEnv(t)
+	s := e.serve("unix")
+	path := strings.TrimPrefix(s.addr, "unix://")
+	var conns []net.Conn
+	sent := [][]byte{nil, w{}.u32(100).raw("0123")}
+	start := time.Now()
+	for _, b := range sent {
+		conn, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		conn.Write(b)
+		conn.SetReadDeadline(start.Add(60 * time.Second))
+		conns = append(conns, conn)
+	}
+	for i, conn := range conns {
+		if _, err := io.Copy(io.Discard, conn); err != nil {
+			t.Errorf("after %d bytes: still open after 60 s: %v", len(sent[i]), err)
+		}
+		if d := time.Since(start); d < 9*time.Second {
+			t.Errorf("after %d bytes: closed after %v, before the handshake's 10 s", len(sent[i]), d)
+		}
+	}
+	s.quiesce()
+	if n := strings.Count(s.Log(), "closing the connection: no handshake within 10 s"); n != 2 {
+		t.Errorf("%d silent peers said, want 2:\n%s", n, s.Log())
+	}
+}

@@ -1,0 +1,524 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// server is a flexgv serve on the simulated GPU, with what it logged.
+type server struct {
+	t    *testing.T
+	addr string
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	log  bytes.Buffer
+}
+
+func (s *server) Log() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.log.String()
+}
+
+// waitLog waits for a line of the server's log matching re and returns its
+// submatches.
+func (s *server) waitLog(re string, within time.Duration) []string {
+	s.t.Helper()
+	rx := regexp.MustCompile(re)
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if m := rx.FindStringSubmatch(s.Log()); m != nil {
+			return m
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.t.Fatalf("the server did not log %q within %v:\n%s", re, within, s.Log())
+	return nil
+}
+
+// serve starts flexgv serve on a unix socket ("unix") or a free loopback
+// TCP port ("tcp"), with the simulated GPU as the driver.
+func (e *env) serve(transport string, extra ...string) *server {
+	e.t.Helper()
+	var addr string
+	switch transport {
+	case "unix":
+		addr = "unix://" + filepath.Join(e.dir, "gpu.sock")
+	case "tcp":
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		addr = "tcp://" + l.Addr().String()
+		l.Close()
+	}
+	s := &server{t: e.t, addr: addr}
+	s.cmd = exec.Command(bin("flexgv"), append([]string{"serve", "--listen", addr}, extra...)...)
+	s.cmd.Env = e.environ(filepath.Join(build, "sim"))
+	pr, pw := io.Pipe()
+	s.cmd.Stderr = pw
+	if err := s.cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			s.mu.Lock()
+			s.log.WriteString(sc.Text() + "\n")
+			s.mu.Unlock()
+		}
+	}()
+	e.t.Cleanup(func() {
+		s.cmd.Process.Kill()
+		s.cmd.Wait()
+		pw.Close()
+	})
+	s.waitLog(`listening on `+regexp.QuoteMeta(addr), 10*time.Second)
+	return s
+}
+
+// remote runs a client under flexgv run --remote: no simulated GPU on its
+// library path, so everything it gets comes from the server.
+func (e *env) remote(s *server, name string, args ...string) result {
+	e.t.Helper()
+	return e.runIn("", "flexgv", append([]string{"run", "--remote", s.addr, "--", bin(name)}, args...)...)
+}
+
+// The same programs print the same over either transport as they do with
+// the GPU in their own process.
+func TestRemoteClientsMatchLocal(t *testing.T) {
+	clients := [][]string{
+		{"rtlike", "3"}, {"direct", "2"}, {"dlsymclient"}, {"threads", "8", "200"},
+		{"forker"}, {"memclient", "paths"},
+	}
+	pids := regexp.MustCompile(`pids( \d+)+`)
+	for _, transport := range []string{"unix", "tcp"} {
+		t.Run(transport, func(t *testing.T) {
+			e := newEnv(t)
+			s := e.serve(transport)
+			for _, c := range clients {
+				local := e.run(c[0], c[1:]...)
+				if local.code != 0 {
+					t.Fatalf("%v locally: exit %d\n%s", c, local.code, local.stderr)
+				}
+				got := e.remote(s, c[0], c[1:]...)
+				if got.code != 0 {
+					t.Errorf("%v remotely: exit %d\n%s", c, got.code, got.stderr)
+					continue
+				}
+				want := pids.ReplaceAllString(local.stdout, "pids")
+				if g := pids.ReplaceAllString(got.stdout, "pids"); g != want {
+					t.Errorf("%v remotely printed\n%s\nlocally\n%s", c, g, want)
+				}
+			}
+			// Each process had an executor of its own: forker's fork and
+			// exec children connected by themselves.
+			if n := strings.Count(s.Log(), "connected: executor pid"); n < len(clients)+2 {
+				t.Errorf("%d connections for %d programs (forker makes 3):\n%s", n, len(clients), s.Log())
+			}
+		})
+	}
+}
+
+// The library alone, without flexgv run or the shim, is a driver.
+func TestRemoteLibraryAlone(t *testing.T) {
+	e := newEnv(t)
+	s := e.serve("unix")
+	e.extra = append(e.extra, "FLEXGV_REMOTE="+s.addr)
+	r := e.runIn(filepath.Join(build, "remote"), "rtlike", "2")
+	if r.code != 0 || !strings.Contains(r.stdout, "rtlike: ok") {
+		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	// Every variant, by dlsym and by cuGetProcAddress, is the client's own
+	// function of exactly that name (NVML still comes from the simulator).
+	r = e.runIn(filepath.Join(build, "remote")+":"+filepath.Join(build, "sim"), "hookmap")
+	if r.code != 0 || !strings.Contains(r.stdout, " 0 mismatches") {
+		t.Fatalf("hookmap: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	// Spinner keeps kernels in flight on a stream of its own between events.
+	r = e.runIn(filepath.Join(build, "remote"), "spinner", "200", "0.3")
+	if m := regexp.MustCompile(`kernels (\d+) `).FindStringSubmatch(r.stdout); r.code != 0 || m == nil || m[1] == "0" {
+		t.Fatalf("spinner: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// Without a server, or with a bad address, the program gets a CUDA error
+// and a message saying why, not a hang or a crash.
+func TestRemoteNoServer(t *testing.T) {
+	e := newEnv(t)
+	r := e.runIn("", "flexgv", "run", "--remote", "unix://"+filepath.Join(e.dir, "none.sock"), "--", bin("direct"))
+	if r.code != 1 || !strings.Contains(r.stderr, "cannot reach the GPU server") || !strings.Contains(r.stderr, "failed: 46") {
+		t.Errorf("no server: exit %d\n%s", r.code, r.stderr)
+	}
+	for _, bad := range []string{"unix://relative.sock", "tcp://host", "tcp://host:0", "http://x:1", "/tmp/x"} {
+		r := e.runIn("", "flexgv", "run", "--remote", bad, "--", "true")
+		if r.code != 2 || !strings.Contains(r.stderr, "--remote") {
+			t.Errorf("--remote %s: exit %d, %q", bad, r.code, r.stderr)
+		}
+		r = e.runIn("", "flexgv", "serve", "--listen", bad)
+		if r.code != 2 || !strings.Contains(r.stderr, "--listen") {
+			t.Errorf("serve --listen %s: exit %d, %q", bad, r.code, r.stderr)
+		}
+	}
+	if r := e.runIn("", "flexgv", "run", "--driver", "/dev/null", "--remote", "unix:///x.sock", "--", "true"); r.code != 2 || !strings.Contains(r.stderr, "give one") {
+		t.Errorf("--driver with --remote: exit %d, %q", r.code, r.stderr)
+	}
+	for _, flag := range []string{"--mem=1GiB", "--compute-max=50%", "--group=a"} {
+		r := e.runIn("", "flexgv", "run", flag, "--remote", "unix:///x.sock", "--", "true")
+		if r.code != 2 || !strings.Contains(r.stderr, "with --remote") {
+			t.Errorf("%s with --remote: exit %d, %q", flag, r.code, r.stderr)
+		}
+	}
+	for _, bad := range []string{"0,0", "x", "-1", "0,,1"} {
+		r := e.runIn("", "flexgv", "serve", "--listen", "unix://"+filepath.Join(e.dir, "s.sock"), "--gpus", bad)
+		if r.code != 2 || !strings.Contains(r.stderr, "--gpus") {
+			t.Errorf("serve --gpus %s: exit %d, %q", bad, r.code, r.stderr)
+		}
+	}
+}
+
+// --gpus decides which devices clients see, and the handshake's cached
+// device list says so.
+func TestRemoteServeGPUs(t *testing.T) {
+	prog := `
+import ctypes
+cu = ctypes.CDLL("libcuda.so.1")
+n, bus = ctypes.c_int(), ctypes.create_string_buffer(32)
+assert cu.cuInit(0) == 0 and cu.cuDeviceGetCount(ctypes.byref(n)) == 0
+assert cu.cuDeviceGetPCIBusId(bus, 32, 0) == 0
+print(n.value, bus.value.decode())
+`
+	e := newEnv(t, "FLEXGV_SIM_DEVICES=3")
+	for _, c := range []struct{ gpus, want string }{{"", "3 00000000:01:00.0\n"}, {"2", "1 00000000:03:00.0\n"},
+		{"2,0", "2 00000000:03:00.0\n"}} {
+		var s *server
+		if c.gpus == "" {
+			s = e.serve("unix")
+		} else {
+			s = e.serve("unix", "--gpus", c.gpus)
+		}
+		r := e.remote(s, "python3", "-c", prog)
+		if r.code != 0 || r.stdout != c.want {
+			t.Errorf("--gpus %q: exit %d, %q, want %q\n%s", c.gpus, r.code, r.stdout, c.want, r.stderr)
+		}
+		s.cmd.Process.Kill()
+		s.cmd.Wait()
+	}
+}
+
+// startRemote starts a client that prints a first line, then waits for a
+// line on stdin; it returns once the server has given the client an
+// executor, with the client's stdout to read on.
+func startRemote(t *testing.T, e *env, s *server, name string, args ...string) (*exec.Cmd, *bufio.Reader, *bytes.Buffer, int) {
+	t.Helper()
+	before := strings.Count(s.Log(), "connected: executor pid")
+	cmd := exec.Command(bin(name), args...)
+	cmd.Env = append(e.environ(filepath.Join(build, "remote")), "FLEXGV_REMOTE="+s.addr)
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	stdin, _ := cmd.StdinPipe()
+	pipe, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	stdout := bufio.NewReader(pipe)
+	if line, _ := stdout.ReadString('\n'); line == "" {
+		t.Fatalf("%s printed nothing\n%s", name, errb.String())
+	}
+	stdin.Write([]byte("\n"))
+	m := s.waitLog(fmt.Sprintf(`(?s)(?:connected: executor pid \d+.*){%d}connected: executor pid (\d+)`, before), 10*time.Second)
+	pid, _ := strconv.Atoi(m[1])
+	return cmd, stdout, &errb, pid
+}
+
+// quiesce waits until every executor the server started has ended.
+func (s *server) quiesce() {
+	s.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		l := s.Log()
+		if strings.Count(l, "connected: executor pid") == strings.Count(l, "ended (") {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.t.Fatalf("executors still running 10 s after their clients ended:\n%s", s.Log())
+}
+
+// A server killed in the middle of a run gives the program a CUDA error
+// and a message within a bounded time, never a hang.
+func TestRemoteServerKilled(t *testing.T) {
+	for _, transport := range []string{"unix", "tcp"} {
+		t.Run(transport, func(t *testing.T) {
+			e := newEnv(t)
+			s := e.serve(transport)
+			cmd, _, errb, _ := startRemote(t, e, s, "spinner", "200", "60")
+			s.cmd.Process.Signal(syscall.SIGKILL)
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("the program still runs 30 s after its server was killed\n%s", errb.String())
+			}
+			if cmd.ProcessState.ExitCode() != 1 || !strings.Contains(errb.String(), "lost the GPU server") ||
+				!strings.Contains(errb.String(), "failed: 46") {
+				t.Errorf("exit %d\n%s", cmd.ProcessState.ExitCode(), errb.String())
+			}
+		})
+	}
+}
+
+func alive(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	// A zombie is gone as far as the GPU is concerned.
+	return err == nil && !strings.Contains(string(data), ") Z ")
+}
+
+// A client that dies frees everything it held: its executor exits, and the
+// memory it filled the GPU with is there for the next program.
+func TestRemoteClientKilled(t *testing.T) {
+	e := newEnv(t)
+	s := e.serve("unix")
+	first := e.remote(s, "memclient", "exact")
+	if first.code != 0 {
+		t.Fatalf("exit %d\n%s", first.code, first.stderr)
+	}
+	s.quiesce()
+	cmd, stdout, errb, pid := startRemote(t, e, s, "memclient", "fill", "256")
+	// fill prints its total once the GPU is full.
+	if line, _ := stdout.ReadString('\n'); line == "" {
+		t.Fatalf("fill printed no total\n%s", errb.String())
+	}
+	if !alive(pid) {
+		t.Fatalf("executor %d is gone before its client", pid)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	s.waitLog(fmt.Sprintf(`executor pid %d ended`, pid), 10*time.Second)
+	if alive(pid) {
+		t.Errorf("executor %d outlived its client", pid)
+	}
+	again := e.remote(s, "memclient", "exact")
+	if strings.Contains(first.stdout, "one byte more -> other") {
+		t.Fatalf("exact: %s", first.stdout)
+	}
+	if again.stdout != first.stdout {
+		t.Errorf("after the killed client, the GPU shows\n%s\nbefore\n%s", again.stdout, first.stdout)
+	}
+}
+
+// An entry point the protocol does not carry answers
+// CUDA_ERROR_NOT_SUPPORTED and says so, and the program goes on.
+func TestRemoteUnsupported(t *testing.T) {
+	e := newEnv(t)
+	s := e.serve("unix")
+	prog := `
+import ctypes, sys
+cu = ctypes.CDLL("libcuda.so.1")
+ok = cu.cuInit(0) == 0
+ctx = ctypes.c_void_p()
+print("cuInit", cu.cuInit(0))
+print("cuCtxCreate_v4", cu.cuCtxCreate_v4(ctypes.byref(ctx), None, 0, 0))
+print("cuLaunchHostFunc", cu.cuLaunchHostFunc(None, None, None))
+table = ctypes.c_void_p()
+uuid = (ctypes.c_ubyte * 16)(*b"no-such-table-!!")
+print("cuGetExportTable", cu.cuGetExportTable(ctypes.byref(table), uuid))
+dev = ctypes.c_int()
+print("cuDeviceGet", cu.cuDeviceGet(ctypes.byref(dev), 0))
+`
+	r := e.remote(s, "python3", "-c", prog)
+	want := "cuInit 0\ncuCtxCreate_v4 801\ncuLaunchHostFunc 801\ncuGetExportTable 801\ncuDeviceGet 0\n"
+	if r.code != 0 || r.stdout != want {
+		t.Fatalf("exit %d, printed\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
+	}
+	for _, name := range []string{"cuCtxCreate_v4 is not supported remotely", "cuLaunchHostFunc is not supported remotely",
+		"table 6e6f2d73-7563-682d-7461-626c652d2121 is not emulated"} {
+		if !strings.Contains(r.stderr, name) {
+			t.Errorf("stderr does not say %q:\n%s", name, r.stderr)
+		}
+	}
+}
+
+// A forked child makes calls of its own while its parent goes on: it gets a
+// connection (and an executor) of its own instead of sharing its parent's.
+func TestRemoteForkedChildCalls(t *testing.T) {
+	prog := `
+import ctypes, os, sys
+cu = ctypes.CDLL("libcuda.so.1")
+def work(n):
+    ctx, p = ctypes.c_void_p(), ctypes.c_uint64()
+    assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+    assert cu.cuCtxSetCurrent(ctx) == 0
+    for i in range(n):
+        assert cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(4096)) == 0
+        assert cu.cuMemFree_v2(p) == 0
+assert cu.cuInit(0) == 0
+work(10)
+pid = os.fork()
+if pid == 0:
+    work(300)
+    os._exit(0)
+work(300)
+_, st = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(st))
+`
+	e := newEnv(t)
+	s := e.serve("unix")
+	r := e.remote(s, "python3", "-c", prog)
+	if r.code != 0 || r.stdout != "child 0\n" {
+		t.Fatalf("exit %d, %q\n%s", r.code, r.stdout, r.stderr)
+	}
+	if n := strings.Count(s.Log(), "connected: executor pid"); n != 2 {
+		t.Errorf("%d connections for a parent and its child:\n%s", n, s.Log())
+	}
+}
+
+// The simulated GPU's export tables are answered by the client: every
+// slot's result (stack and floating-point arguments, pointers out, the
+// table's own address, its data) is what the driver gives locally, from
+// threads, a forked child and an exec'd one; the tables' pages are
+// read-only. A table the client does not know is refused with
+// CUDA_ERROR_NOT_SUPPORTED where the simulated driver says
+// CUDA_ERROR_INVALID_VALUE: that is the one difference.
+func TestRemoteExportTables(t *testing.T) {
+	e := newEnv(t)
+	s := e.serve("unix")
+	local := e.run("exportclient")
+	if local.code != 0 {
+		t.Fatalf("locally: exit %d\n%s", local.code, local.stderr)
+	}
+	r := e.remote(s, "exportclient")
+	if r.stdout != local.stdout {
+		t.Errorf("remotely printed\n%s\nlocally\n%s", r.stdout, local.stdout)
+	}
+	var failed []string
+	for _, l := range strings.Split(strings.TrimSpace(r.stderr), "\n") {
+		if strings.HasPrefix(l, "exportclient: ") {
+			failed = append(failed, strings.TrimPrefix(l, "exportclient: "))
+		}
+	}
+	// The forked child inherits the parent's failure count, hence its line.
+	want := "unknown table: got 801, want 1,unknown table: got 801, want 1,unknown table: got 801, want 1," +
+		"unknown table: got 801, want 1,forked child: got 1, want 0"
+	if r.code != 1 || strings.Join(failed, ",") != want {
+		t.Errorf("exit %d, checks failed: %q\n%s", r.code, failed, r.stderr)
+	}
+}
+
+// Under flexgv trace, calls the remoting client refuses are counted as the
+// failed calls they are.
+func TestRemoteUnsupportedTraced(t *testing.T) {
+	e := newEnv(t)
+	s := e.serve("unix")
+	e.extra = append(e.extra, "FLEXGV_REMOTE="+s.addr)
+	prog := `
+import ctypes
+cu = ctypes.CDLL("libcuda.so.1")
+ctx = ctypes.c_void_p()
+assert cu.cuInit(0) == 0
+for i in range(3):
+    assert cu.cuCtxCreate_v4(ctypes.byref(ctx), None, 0, 0) == 801
+`
+	out := filepath.Join(e.dir, "summary.json")
+	r := e.runIn(filepath.Join(build, "remote"), "flexgv", "trace", "--json", "-o", out,
+		"--driver", filepath.Join(build, "remote", "libcuda.so.1"), "--", "python3", "-c", prog)
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"name": "cuCtxCreate_v4"`, `"calls": 3`, `"errors": 3`} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("summary lacks %s:\n%s", want, data)
+		}
+	}
+}
+
+// SIGTERM stops the server: its executors end (their programs get the
+// error), its socket goes; a second server on a live socket is refused,
+// and one left behind by a killed server is replaced.
+func TestRemoteServeLifecycle(t *testing.T) {
+	e := newEnv(t)
+	s := e.serve("unix")
+	path := strings.TrimPrefix(s.addr, "unix://")
+	if r := e.runIn("", "flexgv", "serve", "--listen", s.addr); r.code != 1 || !strings.Contains(r.stderr, "already listening") {
+		t.Errorf("a second server: exit %d, %q", r.code, r.stderr)
+	}
+	cmd, _, errb, pid := startRemote(t, e, s, "spinner", "200", "60")
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	if err := s.cmd.Wait(); err != nil {
+		t.Errorf("serve after SIGTERM: %v\n%s", err, s.Log())
+	}
+	if err := cmd.Wait(); err == nil || !strings.Contains(errb.String(), "lost the GPU server") {
+		t.Errorf("the program after its server stopped: %v\n%s", err, errb.String())
+	}
+	if alive(pid) {
+		t.Errorf("executor %d outlived its server", pid)
+	}
+	if fileExists(path) {
+		t.Errorf("%s is still there", path)
+	}
+	// A socket file nobody listens on is replaced.
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	l.Close()
+	s2 := e.serve("unix")
+	if r := e.remote(s2, "rtlike", "1"); r.code != 0 {
+		t.Errorf("over a replaced socket: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+// Queued calls (launches, memsets, event records, ...) return at once; an
+// error of theirs is answered by the next call that waits for the device,
+// once, as a GPU's asynchronous errors are. Locally the simulated driver
+// answers it at the call itself.
+func TestRemoteQueuedErrorsSurfaceAtSync(t *testing.T) {
+	prog := `
+import ctypes
+cu = ctypes.CDLL("libcuda.so.1")
+ctx, p = ctypes.c_void_p(), ctypes.c_uint64()
+assert cu.cuInit(0) == 0
+assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+assert cu.cuCtxSetCurrent(ctx) == 0
+assert cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(4096)) == 0
+print("good memset", cu.cuMemsetD8Async(p, 7, ctypes.c_size_t(4096), None))
+print("bad memset", cu.cuMemsetD8Async(ctypes.c_uint64(16), 7, ctypes.c_size_t(4096), None))
+print("alloc", cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(4096)))
+print("sync", cu.cuCtxSynchronize())
+print("sync again", cu.cuCtxSynchronize())
+buf = (ctypes.c_ubyte * 4096)()
+print("copy", cu.cuMemcpyDtoH_v2(buf, p, ctypes.c_size_t(4096)))
+`
+	e := newEnv(t)
+	s := e.serve("unix")
+	local := e.runIn(filepath.Join(build, "sim"), "python3", "-c", prog)
+	want := "good memset 0\nbad memset 1\nalloc 0\nsync 0\nsync again 0\ncopy 0\n"
+	if local.code != 0 || local.stdout != want {
+		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
+	}
+	r := e.remote(s, "python3", "-c", prog)
+	want = "good memset 0\nbad memset 0\nalloc 0\nsync 1\nsync again 0\ncopy 0\n"
+	if r.code != 0 || r.stdout != want {
+		t.Errorf("remotely: exit %d\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
+	}
+}

@@ -1,0 +1,862 @@
+package main
+
+// The remoting protocol, generated from api/remote.api joined with
+// api/cuda.api: the client stubs of the remoting libcuda.so.1, the
+// executor's dispatch, the operation numbers both share and the support
+// list in the docs. Wire format and helpers: remote/wire.h.
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Disposition says where a call is answered.
+type Disposition string
+
+const (
+	DispLocal Disposition = "local"  // by the client alone, hand-written
+	DispSync  Disposition = "sync"   // forwarded, answer awaited
+	DispWrap  Disposition = "wrap"   // forwarded, with hand-written client bookkeeping
+	DispQueue Disposition = "queued" // forwarded without waiting; errors surface at the next syncpoint
+)
+
+// Kind says how a pointer parameter travels.
+type Kind struct {
+	Name  string // in, out, inout, str, image, kparams, launchcfg, null
+	Count string // C expression: number of pointed-to objects, "" for one
+}
+
+// RemoteEntry is one entry point as the remoting client exports it.
+type RemoteEntry struct {
+	Entry
+	Disp   Disposition // "" when not supported remotely
+	Kinds  map[string]Kind
+	Drain  string // stream the executor waits for before answering
+	Sync   bool   // a syncpoint: errors of earlier queued calls surface here
+	Extra  bool   // given with its prototype in api/remote.api (not hooked by the shim)
+	Op     int    // operation number on the wire (forwarded entries), from 1
+	Source string // file:line of the annotation
+	Table  *Table // export table this is a function (or the fetch) of
+	Slot   int    // its word in the table
+	Fetch  bool   // the table's fetch: its data words
+	Ret    string // C return type of a table function ("" for CUresult)
+}
+
+// Table is a private export table the client answers (cuGetExportTable).
+type Table struct {
+	UUID  [16]byte
+	Name  string
+	Words int
+	Slots []Slot
+}
+
+// Slot is one word of a table.
+type Slot struct {
+	Index int
+	Kind  string // size, null, self, data, returns, sync
+	N     int    // data: bytes; returns: the word returned
+	Fn    *RemoteEntry
+}
+
+var remoteKinds = map[string]bool{"in": true, "out": true, "inout": true, "str": true, "image": true,
+	"kparams": true, "launchcfg": true, "null": true}
+
+var kindRE = regexp.MustCompile(`^([a-z]+)(?:\[(.+)\])?$`)
+
+// parseRemote reads api/remote.api and joins it with the CUDA entries:
+// every CUDA entry comes back, annotated or not, followed by the extra ones.
+func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
+	var tables []*Table
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	byName := map[string]int{}
+	out := make([]RemoteEntry, 0, len(cuda))
+	for _, e := range cuda {
+		byName[e.Name] = len(out)
+		out = append(out, RemoteEntry{Entry: e})
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for ln := 1; sc.Scan(); ln++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		where := fmt.Sprintf("%s:%d", path, ln)
+		if f := strings.Fields(line); f[0] == "table" || f[0] == "slot" {
+			if err := parseTableLine(f, line, &tables); err != nil {
+				return nil, nil, fmt.Errorf("%s: %v", where, err)
+			}
+			continue
+		}
+		var re *RemoteEntry
+		var attrs []string
+		if m := splitPrototype(line); m != nil {
+			v, _ := strconv.Atoi(m[1])
+			e := Entry{Lib: LibCUDA, Version: v, Name: m[2]}
+			if p := strings.TrimSpace(m[3]); p != "void" && p != "" {
+				for _, part := range strings.Split(p, ",") {
+					param, err := parseParam(strings.TrimSpace(part))
+					if err != nil {
+						return nil, nil, fmt.Errorf("%s: %v", where, err)
+					}
+					e.Params = append(e.Params, param)
+				}
+			}
+			if _, dup := byName[e.Name]; dup {
+				return nil, nil, fmt.Errorf("%s: %s is in api/cuda.api; annotate it by name", where, e.Name)
+			}
+			byName[e.Name] = len(out)
+			out = append(out, RemoteEntry{Entry: e, Extra: true})
+			re = &out[len(out)-1]
+			attrs = strings.Fields(m[4])
+		} else {
+			f := strings.Fields(line)
+			i, ok := byName[f[0]]
+			if !ok {
+				return nil, nil, fmt.Errorf("%s: %s is not in api/cuda.api (give an unhooked entry with its prototype)", where, f[0])
+			}
+			re = &out[i]
+			if re.Disp != "" || re.Extra {
+				return nil, nil, fmt.Errorf("%s: %s is annotated twice", where, f[0])
+			}
+			attrs = f[1:]
+		}
+		re.Source = where
+		if len(attrs) == 0 {
+			return nil, nil, fmt.Errorf("%s: %s has no disposition (local, sync or wrap)", where, re.Name)
+		}
+		switch d := Disposition(attrs[0]); d {
+		case DispLocal, DispSync, DispWrap, DispQueue:
+			re.Disp = d
+		default:
+			return nil, nil, fmt.Errorf("%s: %s: unknown disposition %q", where, re.Name, attrs[0])
+		}
+		re.Kinds = map[string]Kind{}
+		for _, a := range attrs[1:] {
+			if a == "syncpoint" {
+				re.Sync = true
+				continue
+			}
+			name, val, ok := strings.Cut(a, "=")
+			if !ok {
+				return nil, nil, fmt.Errorf("%s: %s: %q is not PARAM=KIND", where, re.Name, a)
+			}
+			if name == "drain" {
+				re.Drain = val
+				continue
+			}
+			p := re.param(name)
+			if p == nil {
+				return nil, nil, fmt.Errorf("%s: %s has no parameter %s", where, re.Name, name)
+			}
+			m := kindRE.FindStringSubmatch(val)
+			if m == nil || !remoteKinds[m[1]] {
+				return nil, nil, fmt.Errorf("%s: %s: unknown kind %q", where, re.Name, val)
+			}
+			if m[2] != "" && m[1] != "in" && m[1] != "out" && m[1] != "inout" {
+				return nil, nil, fmt.Errorf("%s: %s: only in, out and inout take a count", where, re.Name)
+			}
+			if !strings.HasSuffix(p.Type, "*") {
+				return nil, nil, fmt.Errorf("%s: %s: %s is passed by value and needs no kind", where, re.Name, name)
+			}
+			re.Kinds[name] = Kind{Name: m[1], Count: m[2]}
+		}
+		if re.Disp != DispLocal {
+			for _, p := range re.Params {
+				if _, ok := re.Kinds[p.Name]; !ok && strings.HasSuffix(p.Type, "*") {
+					return nil, nil, fmt.Errorf("%s: %s: pointer parameter %s needs a kind", where, re.Name, p.Name)
+				}
+				if k := re.Kinds[p.Name]; (k.Name == "in" || k.Name == "out" || k.Name == "inout") && pointee(p.Type) == "void" && k.Count == "" {
+					return nil, nil, fmt.Errorf("%s: %s: %s points to void: give its size in bytes", where, re.Name, p.Name)
+				}
+				if k := re.Kinds[p.Name]; k.Name == "kparams" && re.param("f") == nil {
+					return nil, nil, fmt.Errorf("%s: %s: kparams needs a function parameter f", where, re.Name)
+				}
+			}
+			if re.Drain != "" && re.param(re.Drain) == nil {
+				return nil, nil, fmt.Errorf("%s: %s: drain names no parameter", where, re.Name)
+			}
+			if re.Disp == DispQueue {
+				for n, k := range re.Kinds {
+					if k.Name == "out" || k.Name == "inout" {
+						return nil, nil, fmt.Errorf("%s: %s: a queued call has no results, but %s is %s", where, re.Name, n, k.Name)
+					}
+				}
+				if re.Sync || re.Drain != "" {
+					return nil, nil, fmt.Errorf("%s: %s: a queued call cannot wait", where, re.Name)
+				}
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, nil, err
+	}
+	for _, t := range tables {
+		if len(t.Slots) != t.Words {
+			return nil, nil, fmt.Errorf("%s: table %s has %d words, %d described", path, t.Name, t.Words, len(t.Slots))
+		}
+		out = append(out, RemoteEntry{Entry: Entry{Lib: LibCUDA, Name: "xt_" + t.Name}, Disp: DispSync, Table: t, Fetch: true})
+		for i := range t.Slots {
+			if fn := t.Slots[i].Fn; fn != nil {
+				out = append(out, *fn)
+				t.Slots[i].Fn = &out[len(out)-1]
+			}
+		}
+	}
+	for _, e := range out {
+		for _, p := range e.Params {
+			if p.Name == "rd" || p.Name == "q" || strings.HasPrefix(p.Name, "fgr_") || strings.HasPrefix(p.Name, "n_") || strings.HasPrefix(p.Name, "has_") {
+				return nil, nil, fmt.Errorf("%s: parameter name %s is reserved for the generated code", e.Name, p.Name)
+			}
+		}
+	}
+	op := 1
+	for i := range out {
+		if out[i].Forwarded() {
+			out[i].Op = op
+			op++
+		}
+	}
+	return out, tables, nil
+}
+
+// splitPrototype reads "VERSION NAME(PARAMS) REST" with the parameter list
+// ended by its matching parenthesis (REST may hold parentheses of its own):
+// the same submatches as lineRE, or nil.
+func splitPrototype(line string) []string {
+	m := regexp.MustCompile(`^(\d+)\s+([A-Za-z_][A-Za-z0-9_]*)\(`).FindStringSubmatch(line)
+	if m == nil {
+		return nil
+	}
+	depth := 1
+	for i := len(m[0]); i < len(line); i++ {
+		switch line[i] {
+		case '(':
+			depth++
+		case ')':
+			if depth--; depth == 0 {
+				return []string{line, m[1], m[2], line[len(m[0]):i], strings.TrimSpace(line[i+1:])}
+			}
+		}
+	}
+	return nil
+}
+
+var protoRE = regexp.MustCompile(`^(.*?)\b([A-Za-z_][A-Za-z0-9_]*)\((.*)\)$`)
+
+// parseTableLine reads a table or slot line of api/remote.api.
+func parseTableLine(f []string, line string, tables *[]*Table) error {
+	if f[0] == "table" {
+		if len(f) != 4 {
+			return fmt.Errorf("want: table UUID NAME WORDS")
+		}
+		hex := strings.ReplaceAll(f[1], "-", "")
+		var t Table
+		if len(hex) != 32 {
+			return fmt.Errorf("bad UUID %s", f[1])
+		}
+		for i := 0; i < 16; i++ {
+			v, err := strconv.ParseUint(hex[2*i:2*i+2], 16, 8)
+			if err != nil {
+				return fmt.Errorf("bad UUID %s", f[1])
+			}
+			t.UUID[i] = byte(v)
+		}
+		t.Name = f[2]
+		n, err := strconv.Atoi(f[3])
+		if err != nil || n < 1 || n > 1024 {
+			return fmt.Errorf("bad word count %s", f[3])
+		}
+		t.Words = n
+		*tables = append(*tables, &t)
+		return nil
+	}
+	if len(*tables) == 0 || len(f) < 3 {
+		return fmt.Errorf("want: slot N KIND ... after a table line")
+	}
+	t := (*tables)[len(*tables)-1]
+	idx, err := strconv.Atoi(f[1])
+	if err != nil || idx != len(t.Slots) || idx >= t.Words {
+		return fmt.Errorf("slot %s out of order (want %d)", f[1], len(t.Slots))
+	}
+	sl := Slot{Index: idx, Kind: f[2]}
+	switch sl.Kind {
+	case "size", "null", "self":
+		if len(f) != 3 {
+			return fmt.Errorf("slot %d %s takes nothing more", idx, sl.Kind)
+		}
+	case "data", "returns":
+		if len(f) != 4 {
+			return fmt.Errorf("slot %d %s takes one number", idx, sl.Kind)
+		}
+		if sl.N, err = strconv.Atoi(f[3]); err != nil || sl.N < 0 || sl.N > 1<<16 {
+			return fmt.Errorf("slot %d: bad number %s", idx, f[3])
+		}
+	case "sync":
+		rest := strings.TrimSpace(line[strings.Index(line, "sync")+4:])
+		closeAt := strings.LastIndex(rest, ")")
+		if closeAt < 0 {
+			return fmt.Errorf("slot %d: no prototype", idx)
+		}
+		m := protoRE.FindStringSubmatch(rest[:closeAt+1])
+		if m == nil {
+			return fmt.Errorf("slot %d: cannot read the prototype", idx)
+		}
+		fn := &RemoteEntry{Entry: Entry{Lib: LibCUDA, Name: fmt.Sprintf("xt_%s_%d", t.Name, idx)}, Disp: DispSync,
+			Table: t, Slot: idx, Kinds: map[string]Kind{}}
+		if ret := strings.TrimSpace(m[1]); ret != "CUresult" {
+			fn.Ret = ret
+		}
+		if p := strings.TrimSpace(m[3]); p != "void" && p != "" {
+			for _, part := range strings.Split(p, ",") {
+				param, err := parseParam(strings.TrimSpace(part))
+				if err != nil {
+					return fmt.Errorf("slot %d: %v", idx, err)
+				}
+				fn.Params = append(fn.Params, param)
+			}
+		}
+		for _, a := range strings.Fields(rest[closeAt+1:]) {
+			name, val, _ := strings.Cut(a, "=")
+			if fn.param(name) == nil || (val != "out" && val != "in" && val != "inout") {
+				return fmt.Errorf("slot %d: bad annotation %q", idx, a)
+			}
+			fn.Kinds[name] = Kind{Name: val}
+		}
+		for _, p := range fn.Params {
+			if _, ok := fn.Kinds[p.Name]; strings.HasSuffix(p.Type, "*") && !ok {
+				return fmt.Errorf("slot %d: pointer parameter %s needs a kind", idx, p.Name)
+			}
+		}
+		if fn.Ret != "" && len(fn.Kinds) > 0 {
+			return fmt.Errorf("slot %d: only functions returning CUresult may have pointer parameters", idx)
+		}
+		sl.Fn = fn
+	default:
+		return fmt.Errorf("slot %d: unknown kind %s", idx, sl.Kind)
+	}
+	t.Slots = append(t.Slots, sl)
+	return nil
+}
+
+// bitsPut and bitsGet carry a by-value table function argument or result
+// of type t as a u64.
+func bitsPut(t, v string) string {
+	switch t {
+	case "double":
+		return fmt.Sprintf("fgr_f64_bits(%s)", v)
+	case "float":
+		return fmt.Sprintf("(uint64_t)fgr_f32_bits(%s)", v)
+	}
+	return scalarPut(Param{Type: t, Name: v})
+}
+
+func bitsGet(t, v string) string {
+	switch t {
+	case "double":
+		return fmt.Sprintf("fgr_bits_f64(%s)", v)
+	case "float":
+		return fmt.Sprintf("fgr_bits_f32((uint32_t)%s)", v)
+	}
+	if handleTypes[t] || strings.Contains(t, "*") {
+		return fmt.Sprintf("(%s)(uintptr_t)%s", t, v)
+	}
+	return fmt.Sprintf("(%s)%s", t, v)
+}
+
+func (r *RemoteEntry) param(name string) *Param {
+	for i := range r.Params {
+		if r.Params[i].Name == name {
+			return &r.Params[i]
+		}
+	}
+	return nil
+}
+
+// Forwarded reports whether the entry has an operation on the wire.
+func (r RemoteEntry) Forwarded() bool {
+	return r.Disp == DispSync || r.Disp == DispWrap || r.Disp == DispQueue
+}
+
+// pointee is the type a pointer parameter points to, without const.
+func pointee(t string) string {
+	t = strings.TrimSpace(strings.TrimSuffix(t, "*"))
+	return strings.TrimSpace(strings.TrimPrefix(t, "const "))
+}
+
+// elemSize is the C expression for the size of one pointed-to object.
+func elemSize(t string) string {
+	if p := pointee(t); p != "void" {
+		return "sizeof(" + p + ")"
+	}
+	return "1"
+}
+
+// bytesExpr is the C expression for a buffer's size in bytes.
+func bytesExpr(p Param, k Kind) string {
+	if k.Count == "" {
+		return elemSize(p.Type)
+	}
+	return fmt.Sprintf("fgr_mul((uint64_t)(%s), %s)", k.Count, elemSize(p.Type))
+}
+
+// byteBuffer: the executor can hand the frame's bytes to the driver
+// without copying them into aligned memory.
+func byteBuffer(t string) bool {
+	p := pointee(t)
+	return p == "void" || p == "char" || p == "unsigned char"
+}
+
+// opsHash identifies the operation table; client and executor built from
+// different tables refuse each other at the handshake.
+func opsHash(entries []RemoteEntry) uint64 {
+	h := fnv.New64a()
+	for _, e := range entries {
+		if e.Forwarded() {
+			fmt.Fprintf(h, "%d %s(%s)", e.Op, e.Name, e.ParamList())
+			var names []string
+			for n, k := range e.Kinds {
+				names = append(names, n+"="+k.Name+"["+k.Count+"]")
+			}
+			sort.Strings(names)
+			fmt.Fprintf(h, "%s drain=%s %s sync=%v\n", strings.Join(names, " "), e.Drain, e.Disp, e.Sync)
+		}
+	}
+	return h.Sum64()
+}
+
+// scalarGet is the executor's expression decoding a by-value parameter.
+func scalarGet(t string) string {
+	if handleTypes[t] || strings.Contains(t, "*") {
+		return fmt.Sprintf("(%s)(uintptr_t)fgr_get_u64(rd)", t)
+	}
+	return fmt.Sprintf("(%s)fgr_get_u64(rd)", t)
+}
+
+// scalarPut is the client's expression encoding a by-value parameter.
+func scalarPut(p Param) string {
+	if handleTypes[p.Type] || strings.Contains(p.Type, "*") {
+		return fmt.Sprintf("(uint64_t)(uintptr_t)%s", p.Name)
+	}
+	if p.Type == "int" || p.Type == "CUdevice" {
+		return fmt.Sprintf("(uint64_t)(int64_t)%s", p.Name)
+	}
+	return fmt.Sprintf("(uint64_t)%s", p.Name)
+}
+
+const remoteHeader = "/* Code generated by tools/gen from api/remote.api and api/cuda.api. DO NOT EDIT. */\n"
+
+// emitRemoteProto writes the operation numbers and the prototypes of the
+// entries only the remoting client exports.
+func emitRemoteProto(entries []RemoteEntry) string {
+	var b strings.Builder
+	b.WriteString(remoteHeader)
+	b.WriteString("#ifndef FLEXGV_REMOTE_PROTO_GEN_H\n#define FLEXGV_REMOTE_PROTO_GEN_H\n\n#include \"flexgv/cuda_api_gen.h\"\n\n")
+	b.WriteString("/* Operations on the wire; 0 is the handshake. */\nenum fgr_op {\n    FGR_OP_HELLO = 0,\n")
+	n := 0
+	for _, e := range entries {
+		if e.Forwarded() {
+			fmt.Fprintf(&b, "    FGR_OP_%s = %d,\n", e.Name, e.Op)
+			n = e.Op
+		}
+	}
+	fmt.Fprintf(&b, "    FGR_NUM_OPS = %d\n};\n\n", n+1)
+	fmt.Fprintf(&b, "#define FGR_OPS_HASH 0x%016xULL\n\n", opsHash(entries))
+	b.WriteString("/* Entry points the shim does not hook, exported by the remoting client. */\n")
+	for _, e := range entries {
+		if e.Extra {
+			fmt.Fprintf(&b, "CUresult %s(%s);\n", e.Name, e.ParamList())
+		}
+	}
+	b.WriteString("\n/* Forwarders of the wrap entries, called by their hand-written exports. */\n")
+	for _, e := range entries {
+		if e.Disp == DispWrap {
+			fmt.Fprintf(&b, "CUresult fgr_fwd_%s(%s);\n", e.Name, e.ParamList())
+		}
+	}
+	b.WriteString("\n#endif\n")
+	return b.String()
+}
+
+// emitRemoteClient writes the client's stubs, its entry point table and
+// its export tables.
+func emitRemoteClient(entries []RemoteEntry, tables []*Table) string {
+	var b strings.Builder
+	b.WriteString(remoteHeader)
+	b.WriteString("#include \"client.h\"\n\n")
+	var unsupported []string
+	for _, e := range entries {
+		switch {
+		case e.Table != nil || e.Disp == DispLocal:
+			continue // below; remote/client/*.c
+		case e.Disp == "":
+			unsupported = append(unsupported, e.Name)
+			fmt.Fprintf(&b, "FGR_EXPORT CUresult %s(%s)\n{\n", e.Name, e.ParamList())
+			for _, p := range e.Params {
+				fmt.Fprintf(&b, "    (void)%s;\n", p.Name)
+			}
+			fmt.Fprintf(&b, "    return fgr_unsupported(%d, \"%s\", NULL);\n}\n\n", len(unsupported)-1, e.Name)
+		case e.Disp == DispWrap:
+			clientStub(&b, e, fmt.Sprintf("CUresult fgr_fwd_%s(%s)", e.Name, e.ParamList()))
+		default:
+			clientStub(&b, e, fmt.Sprintf("FGR_EXPORT CUresult %s(%s)", e.Name, e.ParamList()))
+		}
+	}
+	fmt.Fprintf(&b, "const int fgr_nunsupported = %d;\n", len(unsupported))
+	b.WriteString("\n/* What cuGetProcAddress hands out: every exported entry point. */\n")
+	b.WriteString("const struct fgr_proc fgr_procs[] = {\n")
+	for _, e := range entries {
+		if e.Table != nil {
+			continue
+		}
+		pt := 0
+		if e.PerThread() != "" {
+			pt = 1
+		}
+		fmt.Fprintf(&b, "    {\"%s\", \"%s\", %d, %d, (void *)%s},\n", e.Base(), e.Name, e.Version, pt, e.Name)
+	}
+	b.WriteString("};\n\nconst int fgr_nprocs = sizeof(fgr_procs) / sizeof(fgr_procs[0]);\n")
+	for _, t := range tables {
+		emitClientTable(&b, t)
+	}
+	b.WriteString("\nconst struct fgr_table fgr_tables[] = {\n")
+	for _, t := range tables {
+		fmt.Fprintf(&b, "    {{{")
+		for i, c := range t.UUID {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "%d", c)
+		}
+		fmt.Fprintf(&b, "}}, xt_%s_words, sizeof xt_%s_words, xt_%s_fetch},\n", t.Name, t.Name, t.Name)
+	}
+	fmt.Fprintf(&b, "};\n\nconst int fgr_ntables = %d;\n", len(tables))
+	return b.String()
+}
+
+// clientStub writes one forwarder: encode, round trip, decode.
+func clientStub(b *strings.Builder, e RemoteEntry, decl string) {
+	name := e.Name
+	fail := "fgr_r"
+	if e.Ret != "" {
+		fail = "0"
+	}
+	fmt.Fprintf(b, "%s\n{\n", decl)
+	b.WriteString("    CUresult fgr_r;\n")
+	// What the protocol cannot carry is refused before anything is sent.
+	for _, p := range e.Params {
+		switch k := e.Kinds[p.Name]; k.Name {
+		case "null":
+			fmt.Fprintf(b, "    if (%s != NULL)\n        return fgr_unsupported(-1, \"%s\", \"%s\");\n", p.Name, name, p.Name)
+		case "launchcfg":
+			fmt.Fprintf(b, "    if (%s != NULL && %s->numAttrs != 0)\n        return fgr_unsupported(-1, \"%s\", \"launch attributes\");\n", p.Name, p.Name, name)
+		case "in", "out", "inout":
+			fmt.Fprintf(b, "    uint64_t n_%s = %s ? %s : 0;\n", p.Name, p.Name, bytesExpr(p, k))
+			if k.Count != "" {
+				fmt.Fprintf(b, "    if (n_%s > FGR_MAX_BUF)\n        return fgr_unsupported(-1, \"%s\", \"a buffer over the frame limit\");\n", p.Name, name)
+			}
+		case "kparams":
+			fmt.Fprintf(b, "    struct fgr_kparams fgr_kp;\n    if ((fgr_r = fgr_kparams_layout(f, %s, &fgr_kp)) != CUDA_SUCCESS)\n        return fgr_r;\n", p.Name)
+		}
+	}
+	b.WriteString("    struct fgr_call fgr_c;\n")
+	queued := 0
+	if e.Disp == DispQueue {
+		queued = 1
+	}
+	fmt.Fprintf(b, "    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_%s, %d)) != CUDA_SUCCESS)\n        return %s;\n", name, queued, fail)
+	for _, p := range e.Params {
+		if _, ptr := e.Kinds[p.Name]; !ptr {
+			fmt.Fprintf(b, "    fgr_put_u64(&fgr_c.w, %s);\n", bitsPut(p.Type, p.Name))
+		}
+	}
+	for _, p := range e.Params {
+		switch k := e.Kinds[p.Name]; k.Name {
+		case "in", "inout":
+			fmt.Fprintf(b, "    fgr_put_buf(&fgr_c.w, %s, n_%s);\n", p.Name, p.Name)
+		case "out":
+			fmt.Fprintf(b, "    fgr_put_u8(&fgr_c.w, %s != NULL);\n", p.Name)
+		case "str":
+			fmt.Fprintf(b, "    fgr_put_str(&fgr_c.w, %s);\n", p.Name)
+		case "image":
+			fmt.Fprintf(b, "    fgr_put_image(&fgr_c.w, %s);\n", p.Name)
+		case "kparams":
+			fmt.Fprintf(b, "    fgr_put_kparams(&fgr_c.w, &fgr_kp, %s);\n", p.Name)
+		case "launchcfg":
+			fmt.Fprintf(b, "    fgr_put_launchcfg(&fgr_c.w, %s);\n", p.Name)
+		}
+	}
+	if e.Disp == DispQueue {
+		b.WriteString("    return fgr_send(&fgr_c);\n}\n\n")
+		return
+	}
+	fmt.Fprintf(b, "    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)\n        return %s;\n", fail)
+	if e.Ret != "" {
+		// The driver's function answers a value, not a CUresult.
+		b.WriteString("    uint64_t fgr_v = fgr_c.result == CUDA_SUCCESS ? fgr_get_u64(&fgr_c.r) : 0;\n")
+		fmt.Fprintf(b, "    fgr_end(&fgr_c);\n    return %s;\n}\n\n", bitsGet(e.Ret, "fgr_v"))
+		return
+	}
+	for _, p := range e.Params {
+		switch k := e.Kinds[p.Name]; k.Name {
+		case "inout":
+			fmt.Fprintf(b, "    fgr_get_out(&fgr_c, %s, n_%s, 1);\n", p.Name, p.Name)
+		case "out":
+			fmt.Fprintf(b, "    fgr_get_out(&fgr_c, %s, n_%s, 0);\n", p.Name, p.Name)
+		}
+	}
+	b.WriteString("    return fgr_end(&fgr_c);\n}\n\n")
+}
+
+// emitClientTable writes a table's words, its functions and its fetch,
+// which asks the driver for the table (and its data) once per process.
+func emitClientTable(b *strings.Builder, t *Table) {
+	// A page of its own, made read-only once filled, as the driver's are.
+	page := (t.Words*8 + 4095) / 4096 * 4096
+	fmt.Fprintf(b, "\n/* Export table %s, in pages of its own. */\nstatic const void *xt_%s_words[%d] __attribute__((aligned(4096)));\n", t.Name, t.Name, page/8)
+	for _, sl := range t.Slots {
+		switch sl.Kind {
+		case "data":
+			fmt.Fprintf(b, "static unsigned char xt_%s_data%d[%d];\n", t.Name, sl.Index, sl.N)
+		case "self":
+			fmt.Fprintf(b, "static const void *xt_%s_self(void) { return xt_%s_words; }\n", t.Name, t.Name)
+		case "returns":
+			fmt.Fprintf(b, "static const void *xt_%s_ret%d(void) { return xt_%s_words[%d]; }\n", t.Name, sl.Index, t.Name, sl.N)
+		case "sync":
+			fn := sl.Fn
+			ret := fn.Ret
+			if ret == "" {
+				ret = "CUresult"
+			}
+			clientStub(b, *fn, fmt.Sprintf("static %s %s(%s)", ret, fn.Name, fn.ParamList()))
+		}
+	}
+	fmt.Fprintf(b, "static CUresult xt_%s_fetch(void)\n{\n    CUresult r;\n    struct fgr_call c;\n", t.Name)
+	fmt.Fprintf(b, "    if ((r = fgr_begin(&c, FGR_OP_xt_%s, 0)) != CUDA_SUCCESS)\n        return r;\n", t.Name)
+	b.WriteString("    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)\n        return r;\n")
+	for _, sl := range t.Slots {
+		if sl.Kind == "data" {
+			fmt.Fprintf(b, "    fgr_get_out(&c, xt_%s_data%d, %d, 0);\n", t.Name, sl.Index, sl.N)
+		}
+	}
+	b.WriteString("    if ((r = fgr_end(&c)) != CUDA_SUCCESS)\n        return r;\n")
+	for _, sl := range t.Slots {
+		w := fmt.Sprintf("    xt_%s_words[%d] = ", t.Name, sl.Index)
+		switch sl.Kind {
+		case "size":
+			fmt.Fprintf(b, "%s(const void *)(%d * sizeof(void *));\n", w, t.Words)
+		case "data":
+			fmt.Fprintf(b, "%sxt_%s_data%d;\n", w, t.Name, sl.Index)
+		case "self":
+			fmt.Fprintf(b, "%s(const void *)xt_%s_self;\n", w, t.Name)
+		case "returns":
+			fmt.Fprintf(b, "%s(const void *)xt_%s_ret%d;\n", w, t.Name, sl.Index)
+		case "sync":
+			fmt.Fprintf(b, "%s(const void *)%s;\n", w, sl.Fn.Name)
+		}
+	}
+	b.WriteString("    return CUDA_SUCCESS;\n}\n")
+}
+
+// emitRemoteServer writes the executor's decoders and dispatch table.
+func emitRemoteServer(entries []RemoteEntry, tables []*Table) string {
+	var b strings.Builder
+	b.WriteString(remoteHeader)
+	b.WriteString("#include \"executor.h\"\n\n")
+	for _, e := range entries {
+		if e.Forwarded() && !e.Fetch {
+			ret := e.Ret
+			if ret == "" {
+				ret = "CUresult"
+			}
+			fmt.Fprintf(&b, "typedef %s (*pfn_%s)(%s);\n", ret, e.Name, e.ParamList())
+		}
+	}
+	b.WriteString("\n")
+	for _, e := range entries {
+		if !e.Forwarded() {
+			continue
+		}
+		fmt.Fprintf(&b, "static CUresult op_%s(struct fgr_rd *rd, struct fgr_req *q)\n{\n    (void)q;\n", e.Name)
+		if e.Fetch {
+			// The table's data words, read where the driver's table points.
+			fmt.Fprintf(&b, "    const void *const *fgr_t = fgr_real[FGR_OP_%s];\n    (void)fgr_t;\n", e.Name)
+			b.WriteString("    if (!fgr_rd_done(rd))\n        return FGR_BAD_FRAME;\n")
+			for _, sl := range e.Table.Slots {
+				if sl.Kind == "data" {
+					fmt.Fprintf(&b, "    fgr_reply_out(q, fgr_t[%d], %d, 0, CUDA_SUCCESS);\n", sl.Index, sl.N)
+				}
+			}
+			b.WriteString("    return CUDA_SUCCESS;\n}\n\n")
+			continue
+		}
+		// By-value parameters first, then pointers: sizes may use the former.
+		for _, p := range e.Params {
+			if _, ptr := e.Kinds[p.Name]; !ptr {
+				fmt.Fprintf(&b, "    %s = %s;\n", joinDecl(p.Type, p.Name), bitsGet(p.Type, "fgr_get_u64(rd)"))
+			}
+		}
+		for _, p := range e.Params {
+			k, ptr := e.Kinds[p.Name]
+			if !ptr {
+				continue
+			}
+			t := pointee(p.Type)
+			switch k.Name {
+			case "in", "inout":
+				fmt.Fprintf(&b, "    %s *%s = fgr_get_buf(rd, q, %s, %d);\n", t, p.Name, bytesExpr(p, k), b2i(!byteBuffer(p.Type)))
+			case "out":
+				fmt.Fprintf(&b, "    int has_%s = fgr_get_u8(rd);\n", p.Name)
+			case "str":
+				fmt.Fprintf(&b, "    char *%s = fgr_get_str(rd);\n", p.Name)
+			case "image":
+				fmt.Fprintf(&b, "    void *%s = fgr_get_image(rd, q);\n", p.Name)
+			case "kparams":
+				fmt.Fprintf(&b, "    void **%s = fgr_get_kparams(rd, q);\n", p.Name)
+			case "launchcfg":
+				fmt.Fprintf(&b, "    CUlaunchConfig *%s = fgr_get_launchcfg(rd, q);\n", p.Name)
+			case "null":
+				fmt.Fprintf(&b, "    %s = NULL;\n", joinDecl(p.Type, p.Name))
+			}
+		}
+		b.WriteString("    if (!fgr_rd_done(rd))\n        return FGR_BAD_FRAME;\n")
+		for _, p := range e.Params {
+			if k := e.Kinds[p.Name]; k.Name == "out" {
+				fmt.Fprintf(&b, "    %s *%s = NULL;\n", pointee(p.Type), p.Name)
+				fmt.Fprintf(&b, "    if (has_%s && !(%s = fgr_out(q, %s)))\n        return fgr_out_failed(q);\n", p.Name, p.Name, bytesExpr(p, k))
+			}
+		}
+		call := fmt.Sprintf("((pfn_%s)fgr_real[FGR_OP_%s])(%s)", e.Name, e.Name, e.ArgList())
+		if e.Ret != "" {
+			fmt.Fprintf(&b, "    fgr_put_u64(q->reply, %s);\n    return CUDA_SUCCESS;\n}\n\n", bitsPut(e.Ret, call))
+			continue
+		}
+		fmt.Fprintf(&b, "    CUresult fgr_r = %s;\n", call)
+		if e.Drain != "" {
+			fmt.Fprintf(&b, "    if (fgr_r == CUDA_SUCCESS)\n        fgr_r = fgr_drain(%s, %d);\n", e.Drain, b2i(e.PerThread() != ""))
+		}
+		for _, p := range e.Params {
+			switch k := e.Kinds[p.Name]; k.Name {
+			case "inout":
+				fmt.Fprintf(&b, "    fgr_reply_out(q, %s, %s, 1, fgr_r);\n", p.Name, bytesExpr(p, k))
+			case "out":
+				fmt.Fprintf(&b, "    fgr_reply_out(q, %s, %s, 0, fgr_r);\n", p.Name, bytesExpr(p, k))
+			}
+		}
+		b.WriteString("    return fgr_r;\n}\n\n")
+	}
+	b.WriteString("const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {\n")
+	for _, e := range entries {
+		if e.Forwarded() {
+			fmt.Fprintf(&b, "    [FGR_OP_%s] = {\"%s\", op_%s, %d},\n", e.Name, e.Name, e.Name, b2i(e.Sync))
+		}
+	}
+	b.WriteString("};\n\n/* The export tables the client answers: the functions it forwards. */\n")
+	b.WriteString("const struct fgr_xtable fgr_xtables[] = {\n")
+	for _, t := range tables {
+		b.WriteString("    {{{")
+		for i, c := range t.UUID {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "%d", c)
+		}
+		fmt.Fprintf(&b, "}}, FGR_OP_xt_%s, {", t.Name)
+		for _, sl := range t.Slots {
+			if sl.Fn != nil {
+				fmt.Fprintf(&b, "{FGR_OP_%s, %d}, ", sl.Fn.Name, sl.Index)
+			}
+		}
+		b.WriteString("{0, 0}}},\n")
+	}
+	fmt.Fprintf(&b, "};\n\nconst int fgr_nxtables = %d;\n", len(tables))
+	return b.String()
+}
+
+func b2i(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// emitRemoteDoc writes the support list of the remoting client.
+func emitRemoteDoc(entries []RemoteEntry, tables []*Table) string {
+	var b strings.Builder
+	b.WriteString("<!-- Code generated by tools/gen from api/remote.api and api/cuda.api. DO NOT EDIT. -->\n")
+	b.WriteString("# What the remoting client supports\n\n")
+	b.WriteString("Every entry point the remoting `libcuda.so.1` exports and how it is\n" +
+		"answered: *local* on the client, *sync* forwarded with the caller waiting,\n" +
+		"*wrap* forwarded with client-side bookkeeping, *queued* forwarded without\n" +
+		"waiting (an error surfaces at the next call marked as where queued calls'\n" +
+		"errors surface, as a GPU's asynchronous errors do). Entries marked\n" +
+		"*unsupported* answer `CUDA_ERROR_NOT_SUPPORTED`, say so once on stderr\n" +
+		"and count as failed calls under `flexgv trace`. Source: `api/remote.api`.\n\n")
+	count := map[Disposition]int{}
+	var api []RemoteEntry
+	for _, e := range entries {
+		if e.Table == nil {
+			count[e.Disp]++
+			api = append(api, e)
+		}
+	}
+	entries = api
+	fmt.Fprintf(&b, "%d entry points: %d local, %d forwarded (%d of them queued), %d wrap, %d unsupported.\n\n",
+		len(entries), count[DispLocal], count[DispSync]+count[DispQueue], count[DispQueue], count[DispWrap], count[""])
+	b.WriteString("| entry point | answered | pointer parameters |\n| --- | --- | --- |\n")
+	for _, e := range entries {
+		d := string(e.Disp)
+		if d == "" {
+			d = "**unsupported**"
+		}
+		var ks []string
+		for _, p := range e.Params {
+			if k, ok := e.Kinds[p.Name]; ok {
+				s := p.Name + ": " + k.Name
+				if k.Count != "" {
+					s += "[" + k.Count + "]"
+				}
+				ks = append(ks, "`"+strings.ReplaceAll(s, "|", "\\|")+"`")
+			}
+		}
+		if e.Drain != "" {
+			ks = append(ks, "waits for `"+e.Drain+"`")
+		}
+		if e.Sync {
+			ks = append(ks, "queued calls' errors surface here")
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", e.Name, d, strings.Join(ks, ", "))
+	}
+	b.WriteString("\n## Export tables\n\n`cuGetExportTable` answers these tables from the client (any other is refused\n" +
+		"with `CUDA_ERROR_NOT_SUPPORTED`):\n\n| table | word | answered |\n| --- | ---: | --- |\n")
+	for _, t := range tables {
+		for _, sl := range t.Slots {
+			what := sl.Kind
+			switch sl.Kind {
+			case "data":
+				what = fmt.Sprintf("copy of %d bytes of the driver's data", sl.N)
+			case "returns":
+				what = fmt.Sprintf("local: returns word %d", sl.N)
+			case "self":
+				what = "local: returns the table"
+			case "sync":
+				ret := sl.Fn.Ret
+				if ret == "" {
+					ret = "CUresult"
+				}
+				what = fmt.Sprintf("sync `%s (%s)`", ret, sl.Fn.ParamList())
+			}
+			fmt.Fprintf(&b, "| %s `%x` | %d | %s |\n", t.Name, t.UUID, sl.Index, what)
+		}
+	}
+	return b.String()
+}
