@@ -16,6 +16,17 @@ void *(*fg_real_dlsym)(void *, const char *);
 
 static int booted;
 
+void fg_sigbus_chain(const struct sigaction *old, int sig, siginfo_t *si, void *uc)
+{
+    if (old->sa_flags & SA_SIGINFO) {
+        old->sa_sigaction(sig, si, uc);
+    } else if (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN) {
+        old->sa_handler(sig);
+    } else {
+        signal(SIGBUS, SIG_DFL); /* the faulting access repeats and ends the process */
+    }
+}
+
 void fg_warn_once(int *flag, const char *fmt, ...)
 {
     if (__atomic_exchange_n(flag, 1, __ATOMIC_RELAXED))

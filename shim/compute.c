@@ -120,13 +120,7 @@ static void on_bus(int sig, siginfo_t *si, void *uc)
             return;
         }
     }
-    if (old_bus.sa_flags & SA_SIGINFO) {
-        old_bus.sa_sigaction(sig, si, uc);
-    } else if (old_bus.sa_handler != SIG_DFL && old_bus.sa_handler != SIG_IGN) {
-        old_bus.sa_handler(sig);
-    } else {
-        signal(SIGBUS, SIG_DFL); /* the faulting access repeats and ends the process */
-    }
+    fg_sigbus_chain(&old_bus, sig, si, uc); /* not ours */
 }
 
 static void install_bus_handler(void)

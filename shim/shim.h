@@ -4,6 +4,7 @@
 
 #define _GNU_SOURCE
 #include <stdint.h>
+#include <signal.h>
 #include <stddef.h>
 #include <time.h>
 
@@ -108,6 +109,10 @@ void fg_force_charge(int dev, uint64_t bytes);
 void fg_uncharge(int dev, uint64_t bytes);
 void fg_memquota_after_fork(void);
 void fg_graph_after_fork(void);
+
+/* Passes a SIGBUS that is not ours to the handler we displaced, as if we
+ * were never installed (boot.c). */
+void fg_sigbus_chain(const struct sigaction *old, int sig, siginfo_t *si, void *uc);
 
 /* The tenant as attach read it (NULL before, or when there is none). */
 const char *fg_tenant_name(void);

@@ -104,14 +104,7 @@ static void on_bus(int sig, siginfo_t *si, void *uc)
     char *a = si->si_addr;
     if (bus_jmp && a >= (char *)hdr && a < (char *)hdr + map_size)
         siglongjmp(*bus_jmp, 1);
-    /* Not ours: behave as if we were never installed. */
-    if (old_bus.sa_flags & SA_SIGINFO) {
-        old_bus.sa_sigaction(sig, si, uc);
-    } else if (old_bus.sa_handler != SIG_DFL && old_bus.sa_handler != SIG_IGN) {
-        old_bus.sa_handler(sig);
-    } else {
-        signal(SIGBUS, SIG_DFL); /* the faulting access repeats and ends the process */
-    }
+    fg_sigbus_chain(&old_bus, sig, si, uc); /* not ours */
 }
 
 static void mark_broken(void)

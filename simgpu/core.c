@@ -521,44 +521,17 @@ SIM_EXPORT CUresult cuGetErrorString(CUresult error, const char **pStr)
 /* ---- entry point resolution ---- */
 
 /* Entry points the shim does not hook; resolvable like the rest. */
-static const struct sim_proc unhooked_procs[] = {
+static const struct fg_proc unhooked_procs[] = {
     {"cuDeviceGetPCIBusId", "cuDeviceGetPCIBusId", 4000, 0, (void *)cuDeviceGetPCIBusId},
     {"cuGraphAddChildGraphNode", "cuGraphAddChildGraphNode", 10000, 0, (void *)cuGraphAddChildGraphNode},
 };
 
-/* Among the exported variants of a base name, the newest whose version is at
- * most cudaVersion; per-thread-default-stream variants when asked for. */
 static CUresult resolve(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                         CUdriverProcAddressQueryResult *status)
 {
-    if (!symbol || !pfn)
-        return CUDA_ERROR_INVALID_VALUE;
-    *pfn = NULL;
-    int want_pt = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
-    const struct sim_proc *best = NULL, *best_pt = NULL;
-    int known = 0, nunhooked = (int)(sizeof unhooked_procs / sizeof unhooked_procs[0]);
-    for (int i = 0; i < sim_nprocs + nunhooked; i++) {
-        const struct sim_proc *p = i < sim_nprocs ? &sim_procs[i] : &unhooked_procs[i - sim_nprocs];
-        if (strcmp(p->base, symbol) != 0)
-            continue;
-        known = 1;
-        if (p->version > cudaVersion)
-            continue;
-        const struct sim_proc **slot = p->per_thread ? &best_pt : &best;
-        if (!*slot || p->version > (*slot)->version)
-            *slot = p;
-    }
-    if (want_pt && best_pt)
-        best = best_pt;
-    if (!best) {
-        if (status)
-            *status = known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-        return CUDA_ERROR_NOT_FOUND;
-    }
-    *pfn = best->fn;
-    if (status)
-        *status = CU_GET_PROC_ADDRESS_SUCCESS;
-    return CUDA_SUCCESS;
+    static const struct fg_proc *const tables[] = {sim_procs, unhooked_procs};
+    const int sizes[] = {sim_nprocs, (int)(sizeof unhooked_procs / sizeof unhooked_procs[0])};
+    return fg_proc_resolve(tables, sizes, 2, symbol, pfn, cudaVersion, flags, status);
 }
 
 SIM_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)

@@ -1191,7 +1191,7 @@ __attribute__((weak)) SIM_EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
-const struct sim_proc sim_procs[] = {
+const struct fg_proc sim_procs[] = {
     {"cuInit", "cuInit", 2000, 0, (void *)cuInit},
     {"cuDriverGetVersion", "cuDriverGetVersion", 2020, 0, (void *)cuDriverGetVersion},
     {"cuDeviceGet", "cuDeviceGet", 2000, 0, (void *)cuDeviceGet},

@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include "flexgv/cuda_api_gen.h"
+#include "flexgv/proc_table.h"
 
 #define SIM_EXPORT __attribute__((visibility("default")))
 #define SIM_MAX_DEVICES 8
@@ -156,14 +157,7 @@ struct sim_proc_util {
 int sim_proc_utilization(int dev, uint64_t since_ns, struct sim_proc_util *out, int n, uint64_t *now_ns);
 
 /* cuGetProcAddress table (procs_gen.c). */
-struct sim_proc {
-    const char *base;
-    const char *name;
-    int version;
-    int per_thread;
-    void *fn;
-};
-extern const struct sim_proc sim_procs[];
+extern const struct fg_proc sim_procs[];
 extern const int sim_nprocs;
 
 /* ---- per-process driver objects ---- */

@@ -7,6 +7,8 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "flexgv/proc_table.h"
+
 #include "../proto_gen.h"
 #include "../wire.h"
 
@@ -76,12 +78,7 @@ void fgr_put_kparams(struct fgr_buf *w, const struct fgr_kparams *kp, void **par
 void fgr_put_image(struct fgr_buf *w, const void *image);
 void fgr_put_launchcfg(struct fgr_buf *w, const CUlaunchConfig *cfg);
 
-struct fgr_proc {
-    const char *base, *name;
-    int version, per_thread;
-    void *fn;
-};
-extern const struct fgr_proc fgr_procs[];
+extern const struct fg_proc fgr_procs[];
 extern const int fgr_nprocs;
 
 /* The export tables the client answers: their words, filled by fetch. */

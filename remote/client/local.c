@@ -436,34 +436,8 @@ void fgr_put_kparams(struct fgr_buf *w, const struct fgr_kparams *kp, void **par
 static CUresult resolve(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                         CUdriverProcAddressQueryResult *status)
 {
-    if (!symbol || !pfn)
-        return CUDA_ERROR_INVALID_VALUE;
-    *pfn = NULL;
-    int want_pt = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
-    const struct fgr_proc *best = NULL, *best_pt = NULL;
-    int known = 0;
-    for (int i = 0; i < fgr_nprocs; i++) {
-        const struct fgr_proc *p = &fgr_procs[i];
-        if (strcmp(p->base, symbol) != 0)
-            continue;
-        known = 1;
-        if (p->version > cudaVersion)
-            continue;
-        const struct fgr_proc **slot = p->per_thread ? &best_pt : &best;
-        if (!*slot || p->version > (*slot)->version)
-            *slot = p;
-    }
-    if (want_pt && best_pt)
-        best = best_pt;
-    if (!best) {
-        if (status)
-            *status = known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-        return CUDA_ERROR_NOT_FOUND;
-    }
-    *pfn = best->fn;
-    if (status)
-        *status = CU_GET_PROC_ADDRESS_SUCCESS;
-    return CUDA_SUCCESS;
+    static const struct fg_proc *const tables[] = {fgr_procs};
+    return fg_proc_resolve(tables, &fgr_nprocs, 1, symbol, pfn, cudaVersion, flags, status);
 }
 
 FGR_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)

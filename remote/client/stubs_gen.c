@@ -2782,7 +2782,7 @@ FGR_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph h
 const int fgr_nunsupported = 6;
 
 /* What cuGetProcAddress hands out: every exported entry point. */
-const struct fgr_proc fgr_procs[] = {
+const struct fg_proc fgr_procs[] = {
     {"cuInit", "cuInit", 2000, 0, (void *)cuInit},
     {"cuDriverGetVersion", "cuDriverGetVersion", 2020, 0, (void *)cuDriverGetVersion},
     {"cuDeviceGet", "cuDeviceGet", 2000, 0, (void *)cuDeviceGet},

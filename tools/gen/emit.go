@@ -234,7 +234,7 @@ func emitSimTable(all []Entry) string {
 		}
 		b.WriteString("    return CUDA_ERROR_NOT_SUPPORTED;\n}\n\n")
 	}
-	b.WriteString("const struct sim_proc sim_procs[] = {\n")
+	b.WriteString("const struct fg_proc sim_procs[] = {\n")
 	for _, e := range cudaOnly(all) {
 		pt := "0"
 		if e.PerThread() != "" {

@@ -513,7 +513,7 @@ func emitRemoteClient(entries []RemoteEntry, tables []*Table) string {
 	}
 	fmt.Fprintf(&b, "const int fgr_nunsupported = %d;\n", len(unsupported))
 	b.WriteString("\n/* What cuGetProcAddress hands out: every exported entry point. */\n")
-	b.WriteString("const struct fgr_proc fgr_procs[] = {\n")
+	b.WriteString("const struct fg_proc fgr_procs[] = {\n")
 	for _, e := range entries {
 		if e.Table != nil {
 			continue
