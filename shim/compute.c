@@ -748,3 +748,76 @@ CUresult fg_compute_cuStreamSynchronize_ptsz(fg_real_cuStreamSynchronize_ptsz ne
 }
 
 CUresult fg_compute_cuEventSynchronize(fg_real_cuEventSynchronize next, CUevent e) { return synced(next(e)); }
+
+/* Copies and memsets occupy the GPU's engines as kernels do its SMs: they
+ * take turns too. */
+CUresult fg_compute_cuMemcpyHtoDAsync_v2(fg_real_cuMemcpyHtoDAsync_v2 next, CUdeviceptr dst, const void *src, size_t n,
+                                         CUstream s)
+{
+    SCHEDULED(s, 0, next(dst, src, n, s));
+}
+
+CUresult fg_compute_cuMemcpyHtoDAsync_v2_ptsz(fg_real_cuMemcpyHtoDAsync_v2_ptsz next, CUdeviceptr dst, const void *src,
+                                              size_t n, CUstream s)
+{
+    SCHEDULED(s, 1, next(dst, src, n, s));
+}
+
+CUresult fg_compute_cuMemcpyDtoHAsync_v2(fg_real_cuMemcpyDtoHAsync_v2 next, void *dst, CUdeviceptr src, size_t n,
+                                         CUstream s)
+{
+    SCHEDULED(s, 0, next(dst, src, n, s));
+}
+
+CUresult fg_compute_cuMemcpyDtoHAsync_v2_ptsz(fg_real_cuMemcpyDtoHAsync_v2_ptsz next, void *dst, CUdeviceptr src,
+                                              size_t n, CUstream s)
+{
+    SCHEDULED(s, 1, next(dst, src, n, s));
+}
+
+CUresult fg_compute_cuMemcpyDtoDAsync_v2(fg_real_cuMemcpyDtoDAsync_v2 next, CUdeviceptr dst, CUdeviceptr src, size_t n,
+                                         CUstream s)
+{
+    SCHEDULED(s, 0, next(dst, src, n, s));
+}
+
+CUresult fg_compute_cuMemcpyDtoDAsync_v2_ptsz(fg_real_cuMemcpyDtoDAsync_v2_ptsz next, CUdeviceptr dst, CUdeviceptr src,
+                                              size_t n, CUstream s)
+{
+    SCHEDULED(s, 1, next(dst, src, n, s));
+}
+
+CUresult fg_compute_cuMemcpyAsync(fg_real_cuMemcpyAsync next, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    SCHEDULED(s, 0, next(dst, src, n, s));
+}
+
+CUresult fg_compute_cuMemcpyAsync_ptsz(fg_real_cuMemcpyAsync_ptsz next, CUdeviceptr dst, CUdeviceptr src, size_t n,
+                                       CUstream s)
+{
+    SCHEDULED(s, 1, next(dst, src, n, s));
+}
+
+CUresult fg_compute_cuMemsetD8Async(fg_real_cuMemsetD8Async next, CUdeviceptr dst, unsigned char v, size_t n,
+                                    CUstream s)
+{
+    SCHEDULED(s, 0, next(dst, v, n, s));
+}
+
+CUresult fg_compute_cuMemsetD8Async_ptsz(fg_real_cuMemsetD8Async_ptsz next, CUdeviceptr dst, unsigned char v,
+                                         size_t n, CUstream s)
+{
+    SCHEDULED(s, 1, next(dst, v, n, s));
+}
+
+CUresult fg_compute_cuMemsetD32Async(fg_real_cuMemsetD32Async next, CUdeviceptr dst, unsigned int v, size_t n,
+                                     CUstream s)
+{
+    SCHEDULED(s, 0, next(dst, v, n, s));
+}
+
+CUresult fg_compute_cuMemsetD32Async_ptsz(fg_real_cuMemsetD32Async_ptsz next, CUdeviceptr dst, unsigned int v,
+                                          size_t n, CUstream s)
+{
+    SCHEDULED(s, 1, next(dst, v, n, s));
+}

@@ -515,7 +515,7 @@ unsigned char fg_policy_on[FG_NUM_POLICIES] = {
 static const unsigned short hooks_procaddr[] = {FG_API_cuGetProcAddress, FG_API_cuGetProcAddress_v2, 0xffff};
 static const unsigned short hooks_census[] = {FG_API_cuGetExportTable, 0xffff};
 static const unsigned short hooks_mem[] = {FG_API_cuInit, FG_API_cuDeviceTotalMem_v2, FG_API_cuDevicePrimaryCtxRetain, FG_API_cuDevicePrimaryCtxRelease_v2, FG_API_cuDevicePrimaryCtxReset_v2, FG_API_cuCtxCreate_v2, FG_API_cuCtxCreate_v4, FG_API_cuCtxDestroy_v2, FG_API_cuCtxSynchronize, FG_API_cuMemGetInfo_v2, FG_API_cuMemAlloc_v2, FG_API_cuMemAllocPitch_v2, FG_API_cuMemFree_v2, FG_API_cuMemAllocManaged, FG_API_cuMemAllocAsync, FG_API_cuMemAllocAsync_ptsz, FG_API_cuMemAllocFromPoolAsync, FG_API_cuMemAllocFromPoolAsync_ptsz, FG_API_cuMemPoolCreate, FG_API_cuMemPoolDestroy, FG_API_cuMemPoolTrimTo, FG_API_cuMemCreate, FG_API_cuMemRelease, FG_API_cuMemMap, FG_API_cuMemUnmap, FG_API_cuArrayCreate_v2, FG_API_cuArray3DCreate_v2, FG_API_cuArrayDestroy, FG_API_cuMipmappedArrayCreate, FG_API_cuMipmappedArrayDestroy, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuDeviceGraphMemTrim, FG_API_cuGraphInstantiateWithFlags, FG_API_cuGraphInstantiateWithParams, FG_API_cuGraphInstantiateWithParams_ptsz, FG_API_cuGraphUpload, FG_API_cuGraphUpload_ptsz, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, FG_API_cuGraphExecDestroy, FG_API_nvmlDeviceGetMemoryInfo, FG_API_nvmlDeviceGetMemoryInfo_v2, 0xffff};
-static const unsigned short hooks_compute[] = {FG_API_cuCtxSynchronize, FG_API_cuLaunchKernel, FG_API_cuLaunchKernel_ptsz, FG_API_cuLaunchKernelEx, FG_API_cuLaunchKernelEx_ptsz, FG_API_cuLaunchCooperativeKernel, FG_API_cuLaunchCooperativeKernel_ptsz, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, 0xffff};
+static const unsigned short hooks_compute[] = {FG_API_cuCtxSynchronize, FG_API_cuMemcpyHtoDAsync_v2, FG_API_cuMemcpyHtoDAsync_v2_ptsz, FG_API_cuMemcpyDtoHAsync_v2, FG_API_cuMemcpyDtoHAsync_v2_ptsz, FG_API_cuMemcpyDtoDAsync_v2, FG_API_cuMemcpyDtoDAsync_v2_ptsz, FG_API_cuMemcpyAsync, FG_API_cuMemcpyAsync_ptsz, FG_API_cuMemsetD8Async, FG_API_cuMemsetD8Async_ptsz, FG_API_cuMemsetD32Async, FG_API_cuMemsetD32Async_ptsz, FG_API_cuLaunchKernel, FG_API_cuLaunchKernel_ptsz, FG_API_cuLaunchKernelEx, FG_API_cuLaunchKernelEx_ptsz, FG_API_cuLaunchCooperativeKernel, FG_API_cuLaunchCooperativeKernel_ptsz, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, 0xffff};
 
 void fg_policy_enable(enum fg_policy p)
 {
@@ -1797,9 +1797,9 @@ FG_SLOW CUresult fg_slow_cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void 
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemcpyHtoDAsync_v2);
     if (!fg_tracing)
-        return real(dstDevice, srcHost, ByteCount, hStream);
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyHtoDAsync_v2(real, dstDevice, srcHost, ByteCount, hStream) : real(dstDevice, srcHost, ByteCount, hStream));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dstDevice, srcHost, ByteCount, hStream);
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyHtoDAsync_v2(real, dstDevice, srcHost, ByteCount, hStream) : real(dstDevice, srcHost, ByteCount, hStream));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemcpyHtoDAsync_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(ByteCount));
     if (fg_logging)
@@ -1815,9 +1815,9 @@ FG_SLOW CUresult fg_slow_cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const 
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemcpyHtoDAsync_v2_ptsz);
     if (!fg_tracing)
-        return real(dstDevice, srcHost, ByteCount, hStream);
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyHtoDAsync_v2_ptsz(real, dstDevice, srcHost, ByteCount, hStream) : real(dstDevice, srcHost, ByteCount, hStream));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dstDevice, srcHost, ByteCount, hStream);
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyHtoDAsync_v2_ptsz(real, dstDevice, srcHost, ByteCount, hStream) : real(dstDevice, srcHost, ByteCount, hStream));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemcpyHtoDAsync_v2_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(ByteCount));
     if (fg_logging)
@@ -1833,9 +1833,9 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevi
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemcpyDtoHAsync_v2);
     if (!fg_tracing)
-        return real(dstHost, srcDevice, ByteCount, hStream);
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyDtoHAsync_v2(real, dstHost, srcDevice, ByteCount, hStream) : real(dstHost, srcDevice, ByteCount, hStream));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dstHost, srcDevice, ByteCount, hStream);
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyDtoHAsync_v2(real, dstHost, srcDevice, ByteCount, hStream) : real(dstHost, srcDevice, ByteCount, hStream));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemcpyDtoHAsync_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(ByteCount));
     if (fg_logging)
@@ -1851,9 +1851,9 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr sr
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemcpyDtoHAsync_v2_ptsz);
     if (!fg_tracing)
-        return real(dstHost, srcDevice, ByteCount, hStream);
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyDtoHAsync_v2_ptsz(real, dstHost, srcDevice, ByteCount, hStream) : real(dstHost, srcDevice, ByteCount, hStream));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dstHost, srcDevice, ByteCount, hStream);
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyDtoHAsync_v2_ptsz(real, dstHost, srcDevice, ByteCount, hStream) : real(dstHost, srcDevice, ByteCount, hStream));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemcpyDtoHAsync_v2_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(ByteCount));
     if (fg_logging)
@@ -1869,9 +1869,9 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemcpyDtoDAsync_v2);
     if (!fg_tracing)
-        return real(dstDevice, srcDevice, ByteCount, hStream);
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyDtoDAsync_v2(real, dstDevice, srcDevice, ByteCount, hStream) : real(dstDevice, srcDevice, ByteCount, hStream));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dstDevice, srcDevice, ByteCount, hStream);
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyDtoDAsync_v2(real, dstDevice, srcDevice, ByteCount, hStream) : real(dstDevice, srcDevice, ByteCount, hStream));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemcpyDtoDAsync_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(ByteCount));
     if (fg_logging)
@@ -1887,9 +1887,9 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdevi
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemcpyDtoDAsync_v2_ptsz);
     if (!fg_tracing)
-        return real(dstDevice, srcDevice, ByteCount, hStream);
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyDtoDAsync_v2_ptsz(real, dstDevice, srcDevice, ByteCount, hStream) : real(dstDevice, srcDevice, ByteCount, hStream));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dstDevice, srcDevice, ByteCount, hStream);
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyDtoDAsync_v2_ptsz(real, dstDevice, srcDevice, ByteCount, hStream) : real(dstDevice, srcDevice, ByteCount, hStream));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemcpyDtoDAsync_v2_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(ByteCount));
     if (fg_logging)
@@ -1905,9 +1905,9 @@ FG_SLOW CUresult fg_slow_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t 
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemcpyAsync);
     if (!fg_tracing)
-        return real(dst, src, ByteCount, hStream);
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyAsync(real, dst, src, ByteCount, hStream) : real(dst, src, ByteCount, hStream));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dst, src, ByteCount, hStream);
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyAsync(real, dst, src, ByteCount, hStream) : real(dst, src, ByteCount, hStream));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemcpyAsync, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(ByteCount));
     if (fg_logging)
@@ -1923,9 +1923,9 @@ FG_SLOW CUresult fg_slow_cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, si
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemcpyAsync_ptsz);
     if (!fg_tracing)
-        return real(dst, src, ByteCount, hStream);
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyAsync_ptsz(real, dst, src, ByteCount, hStream) : real(dst, src, ByteCount, hStream));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dst, src, ByteCount, hStream);
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyAsync_ptsz(real, dst, src, ByteCount, hStream) : real(dst, src, ByteCount, hStream));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemcpyAsync_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(ByteCount));
     if (fg_logging)
@@ -2013,9 +2013,9 @@ FG_SLOW CUresult fg_slow_cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemsetD8Async);
     if (!fg_tracing)
-        return real(dstDevice, uc, N, hStream);
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD8Async(real, dstDevice, uc, N, hStream) : real(dstDevice, uc, N, hStream));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dstDevice, uc, N, hStream);
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD8Async(real, dstDevice, uc, N, hStream) : real(dstDevice, uc, N, hStream));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemsetD8Async, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(N));
     if (fg_logging)
@@ -2031,9 +2031,9 @@ FG_SLOW CUresult fg_slow_cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned ch
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemsetD8Async_ptsz);
     if (!fg_tracing)
-        return real(dstDevice, uc, N, hStream);
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD8Async_ptsz(real, dstDevice, uc, N, hStream) : real(dstDevice, uc, N, hStream));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dstDevice, uc, N, hStream);
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD8Async_ptsz(real, dstDevice, uc, N, hStream) : real(dstDevice, uc, N, hStream));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemsetD8Async_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(N));
     if (fg_logging)
@@ -2049,9 +2049,9 @@ FG_SLOW CUresult fg_slow_cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemsetD32Async);
     if (!fg_tracing)
-        return real(dstDevice, ui, N, hStream);
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD32Async(real, dstDevice, ui, N, hStream) : real(dstDevice, ui, N, hStream));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dstDevice, ui, N, hStream);
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD32Async(real, dstDevice, ui, N, hStream) : real(dstDevice, ui, N, hStream));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemsetD32Async, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(4*N));
     if (fg_logging)
@@ -2067,9 +2067,9 @@ FG_SLOW CUresult fg_slow_cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned i
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemsetD32Async_ptsz);
     if (!fg_tracing)
-        return real(dstDevice, ui, N, hStream);
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD32Async_ptsz(real, dstDevice, ui, N, hStream) : real(dstDevice, ui, N, hStream));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dstDevice, ui, N, hStream);
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD32Async_ptsz(real, dstDevice, ui, N, hStream) : real(dstDevice, ui, N, hStream));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemsetD32Async_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(4*N));
     if (fg_logging)

@@ -209,6 +209,18 @@ CUresult fg_mem_cuArray3DCreate_v2(fg_real_cuArray3DCreate_v2 next, CUarray *pHa
 CUresult fg_mem_cuArrayDestroy(fg_real_cuArrayDestroy next, CUarray hArray);
 CUresult fg_mem_cuMipmappedArrayCreate(fg_real_cuMipmappedArrayCreate next, CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc, unsigned int numMipmapLevels);
 CUresult fg_mem_cuMipmappedArrayDestroy(fg_real_cuMipmappedArrayDestroy next, CUmipmappedArray hMipmappedArray);
+CUresult fg_compute_cuMemcpyHtoDAsync_v2(fg_real_cuMemcpyHtoDAsync_v2 next, CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream);
+CUresult fg_compute_cuMemcpyHtoDAsync_v2_ptsz(fg_real_cuMemcpyHtoDAsync_v2_ptsz next, CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream);
+CUresult fg_compute_cuMemcpyDtoHAsync_v2(fg_real_cuMemcpyDtoHAsync_v2 next, void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
+CUresult fg_compute_cuMemcpyDtoHAsync_v2_ptsz(fg_real_cuMemcpyDtoHAsync_v2_ptsz next, void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
+CUresult fg_compute_cuMemcpyDtoDAsync_v2(fg_real_cuMemcpyDtoDAsync_v2 next, CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
+CUresult fg_compute_cuMemcpyDtoDAsync_v2_ptsz(fg_real_cuMemcpyDtoDAsync_v2_ptsz next, CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
+CUresult fg_compute_cuMemcpyAsync(fg_real_cuMemcpyAsync next, CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream);
+CUresult fg_compute_cuMemcpyAsync_ptsz(fg_real_cuMemcpyAsync_ptsz next, CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream);
+CUresult fg_compute_cuMemsetD8Async(fg_real_cuMemsetD8Async next, CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream);
+CUresult fg_compute_cuMemsetD8Async_ptsz(fg_real_cuMemsetD8Async_ptsz next, CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream);
+CUresult fg_compute_cuMemsetD32Async(fg_real_cuMemsetD32Async next, CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream);
+CUresult fg_compute_cuMemsetD32Async_ptsz(fg_real_cuMemsetD32Async_ptsz next, CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream);
 CUresult fg_compute_cuLaunchKernel(fg_real_cuLaunchKernel next, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
 CUresult fg_compute_cuLaunchKernel_ptsz(fg_real_cuLaunchKernel_ptsz next, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
 CUresult fg_compute_cuLaunchKernelEx(fg_real_cuLaunchKernelEx next, const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra);

@@ -194,3 +194,22 @@ func TestAShareChangedLiveMovesTheDevice(t *testing.T) {
 		t.Errorf("a's share of the device went from %.1f%% to %.1f%% when changed from 20%% to 80%%: %v", before, after, ra.windows)
 	}
 }
+
+// Under a compute policy, with another tenant on the GPU so that every
+// launch, copy and memset takes its turn and is tracked, programs see
+// exactly what they see without flexgv: stream capture in every mode, and
+// a program that copies, sets and launches on its streams.
+func TestComputePolicyChangesNoResult(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	other := e.spinnerUnder([]string{"--compute", "50%"}, "200", "30", "4")
+	other.start()
+	for _, args := range [][]string{{"captureclient", "modes"}, {"captureclient", "rules"}, {"captureclient", "threads", "8"}, {"direct", "3"}} {
+		native := e.run(args[0], args[1:]...)
+		shimmed := e.run("flexgv", append([]string{"run", "--compute", "50%", "--", bin(args[0])}, args[1:]...)...)
+		if native.code != 0 || shimmed != native {
+			t.Errorf("%v:\nnative (exit %d):\n%s%s\nunder --compute 50%% (exit %d):\n%s%s", args,
+				native.code, native.stdout, native.stderr, shimmed.code, shimmed.stdout, shimmed.stderr)
+		}
+	}
+}
