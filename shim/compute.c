@@ -50,6 +50,7 @@ enum { RING = 256 };                  /* launches tracked in flight per GPU, at 
 #define AHEAD_SHORT_NS 500000ll       /* ...under a cap, or when a higher priority may come */
 #define POLL_NS 500000ull             /* a waiter looks at the holder this often */
 #define SWEEP_NS 100000000ull         /* dead processes' bits are looked for this often */
+#define LEND_NS 1000000ull            /* pauses this long are lent to lower priorities at once */
 #define FULL 10000u                   /* 100 % in hundredths */
 
 enum { G_NONE, G_READY, G_OFF };
@@ -81,6 +82,7 @@ struct gpu {
     uint64_t avg;       /* moving average of one launch's busy time (ns); 0: none measured */
     uint64_t wdefault, wdefault_at; /* weight of a tenant without a share, and when computed */
     uint64_t swept_at;
+    uint64_t idle_at, gap_avg; /* when a sync left nothing in flight; how long such pauses last */
 };
 
 static struct gpu gpus[FG_NDEV] = {[0 ... FG_NDEV - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1}};
@@ -489,6 +491,11 @@ static void catch_up(struct gpu *g, uint64_t now)
 static void gate(struct gpu *g)
 {
     uint64_t waited_from = 0;
+    if (g->idle_at) { /* the pause since the last synchronization ends */
+        uint64_t gap = fg_now_ns() - g->idle_at;
+        g->gap_avg = g->gap_avg ? (3 * g->gap_avg + gap) / 4 : gap;
+        g->idle_at = 0;
+    }
     for (;;) {
         if (__atomic_load_n(&g->state, __ATOMIC_ACQUIRE) != G_READY)
             break; /* the region was lost under us */
@@ -537,11 +544,13 @@ static void gate(struct gpu *g)
                     continue;
                 }
             }
-            /* In flight: one launch queued behind the running one, at least;
-             * what drains at a hand-over (the GPU stays busy meanwhile), what
-             * a cap's debt may reach, or what a higher priority waits for. */
-            if ((present || cap) && g->count >= 2 &&
-                (queued >= (cap || higher_present(g) ? AHEAD_SHORT_NS : AHEAD_NS) || g->count >= RING)) {
+            /* In flight: what drains at a hand-over (the GPU stays busy
+             * meanwhile), or what a cap's debt may reach, with one launch
+             * queued behind the running one at least; below a higher
+             * priority, what it may find running when it comes. */
+            int below = present && higher_present(g);
+            if ((present || cap) && g->count >= (below ? 1u : 2u) &&
+                (queued >= (cap || below ? AHEAD_SHORT_NS : AHEAD_NS) || g->count >= RING)) {
                 wait_oldest(g);
                 continue;
             }
@@ -725,16 +734,29 @@ CUresult fg_compute_cuGraphLaunch_ptsz(fg_real_cuGraphLaunch_ptsz next, CUgraphE
 }
 
 /* After a synchronization, what completed is said at once: waiters then
- * see an idle holder without waiting for its next launch. */
+ * see an idle holder without waiting for its next launch; and a holder of
+ * higher priority than those waiting, whose pauses after a synchronization
+ * tend to be long (a server between requests, not a loop), lends them the
+ * GPU at once (it takes it back at its next launch). */
 static CUresult synced(CUresult r)
 {
     struct gpu *g = r == CUDA_SUCCESS ? scheduled(fg_current_device()) : NULL;
-    if (g && __atomic_load_n(&g->count, __ATOMIC_RELAXED)) {
-        pthread_mutex_lock(&g->lock);
-        if (g->state == G_READY)
-            reap(g, fg_now_ns());
-        pthread_mutex_unlock(&g->lock);
+    if (!g || (!__atomic_load_n(&g->count, __ATOMIC_RELAXED) &&
+               (LOAD(&g->hdr->holder) != g->mine + 1 || !(LOAD(&g->hdr->waiting) & ~g->bit))))
+        return r;
+    pthread_mutex_lock(&g->lock);
+    if (g->state == G_READY) {
+        uint64_t now = fg_now_ns();
+        reap(g, now);
+        if (!g->count)
+            g->idle_at = now;
+        int next = g->count || g->gap_avg < LEND_NS || LOAD(&g->hdr->holder) != g->mine + 1
+                       ? -1
+                       : best_waiter(g, (int)g->mine);
+        if (next >= 0 && priority_of(g, next) < LOAD(&g->t->priority))
+            hand_over(g, 0);
     }
+    pthread_mutex_unlock(&g->lock);
     return r;
 }
 

@@ -1,5 +1,5 @@
 /* Keeps the GPU busy with back-to-back kernels and reports what it got:
- *     spinner KERNEL_US SECONDS [DEPTH [WINDOW_MS [API]]]
+ *     spinner KERNEL_US SECONDS [DEPTH [WINDOW_MS [API [GAP_US]]]]
  * Prints "ready" once set up, then starts at the first line (or the end) of
  * stdin, so that several can start together. It launches for SECONDS with
  * DEPTH kernels (default 16) in flight on one stream, each between two
@@ -12,7 +12,9 @@
  * its launch to its completion with DEPTH 1 (otherwise from when its
  * stream reached it). API is how each kernel is launched: launch
  * (cuLaunchKernel, the default), ex (cuLaunchKernelEx), ptsz
- * (cuLaunchKernel_ptsz) or graph (cuGraphLaunch of a captured kernel). */
+ * (cuLaunchKernel_ptsz) or graph (cuGraphLaunch of a captured kernel).
+ * GAP_US: idle time after each completion before the next launch, as a
+ * server between requests (with DEPTH 1). */
 #include "common.h"
 
 #include <time.h>
@@ -36,13 +38,14 @@ static int by_value(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: spinner KERNEL_US SECONDS [DEPTH [WINDOW_MS [launch|ex|ptsz|graph]]]\n");
+        fprintf(stderr, "usage: spinner KERNEL_US SECONDS [DEPTH [WINDOW_MS [launch|ex|ptsz|graph [GAP_US]]]]\n");
         return 2;
     }
     double kernel_us = atof(argv[1]), seconds = atof(argv[2]);
     int depth = argc > 3 ? atoi(argv[3]) : 16;
     double window_ms = argc > 4 ? atof(argv[4]) : 0;
     const char *api = argc > 5 ? argv[5] : "launch";
+    double gap_us = argc > 6 ? atof(argv[6]) : 0;
     if (depth < 1 || depth > MAX_DEPTH)
         depth = 16;
     char module[128];
@@ -112,6 +115,10 @@ int main(int argc, char **argv)
                 fflush(stdout);
             }
             in_window++;
+            if (gap_us > 0) {
+                struct timespec ts = {(time_t)(gap_us / 1e6), (long)((gap_us - (double)(time_t)(gap_us / 1e6) * 1e6) * 1e3)};
+                nanosleep(&ts, NULL);
+            }
             continue;
         }
         if (!more)
