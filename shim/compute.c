@@ -66,7 +66,7 @@ struct gpu {
     struct fg_sched_header *hdr;
     struct fg_sched_slot *slots, *me;
     struct fg_sched_tenant *t; /* our tenant's entry */
-    uint32_t mine;             /* our slot */
+    uint32_t mine, tenant;     /* our slot, our tenant entry */
     uint64_t bit;              /* our bit in the waiting mask */
     int fd;                    /* never mapped: holds our slot's lock */
     uint64_t quantum;
@@ -206,6 +206,7 @@ static void attach(struct gpu *g, int dev)
     g->slots = (struct fg_sched_slot *)(h + 1);
     g->me = me;
     g->t = &h->tenants[t];
+    g->tenant = t;
     g->mine = s;
     g->bit = 1ull << s;
     g->quantum = (uint64_t)(h->quantum_us ? h->quantum_us : 10000) * 1000;
@@ -274,6 +275,8 @@ static uint64_t weight(struct gpu *g, struct fg_sched_tenant *t, uint64_t now)
 
 static struct fg_sched_tenant *tenant_of(struct gpu *g, uint32_t slot)
 {
+    if (slot >= FG_SCHED_SLOTS)
+        return NULL; /* a holder number nobody wrote */
     uint32_t t = LOAD(&g->slots[slot].tenant);
     return t < FG_SCHED_TENANTS ? &g->hdr->tenants[t] : NULL;
 }
@@ -314,6 +317,19 @@ static uint32_t priority_of(struct gpu *g, int slot)
 {
     struct fg_sched_tenant *t = slot < 0 ? NULL : tenant_of(g, (uint32_t)slot);
     return t ? LOAD(&t->priority) : 0;
+}
+
+/* Our tenant's cap (hundredths of a percent; 0: none). A value no CLI
+ * writes is no cap; a debt larger than any launch can run up is dropped. */
+static uint32_t cap_of(struct gpu *g)
+{
+    uint32_t cap = LOAD(&g->t->cap);
+    if (cap > FULL)
+        return 0;
+    int64_t c = LOAD(&g->t->cap_credit);
+    if (cap && (c < -100 * BURST_NS || c > BURST_NS))
+        __atomic_compare_exchange_n(&g->t->cap_credit, &c, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    return cap;
 }
 
 /* Whether a process of higher priority than ours is on the GPU. */
@@ -376,7 +392,7 @@ static void reap(struct gpu *g, uint64_t now)
         uint64_t start = l->at > g->last_done ? l->at : g->last_done;
         if (now > start) {
             uint64_t busy = now - start;
-            if (LOAD(&g->t->cap))
+            if (cap_of(g))
                 __atomic_fetch_sub(&g->t->cap_credit, (int64_t)busy, __ATOMIC_SEQ_CST);
             g->avg = g->avg ? (7 * g->avg + busy) / 8 : busy;
             g->last_done = now;
@@ -439,10 +455,15 @@ static void hand_over(struct gpu *g, int preempted)
     wake_all(g);
 }
 
-/* Clears the bits of processes that died. */
+/* Clears the bits of processes that died, and writes our own slot again:
+ * the region is writable by every tenant's processes, and what they
+ * scribble must not make us invisible for good. */
 static void sweep(struct gpu *g, uint64_t now)
 {
     g->swept_at = now;
+    STORE(&g->me->tenant, g->tenant);
+    STORE(&g->me->state, (uint32_t)FG_SCHED_SLOT_CLAIMED);
+    __atomic_fetch_or(&g->hdr->present, g->bit, __ATOMIC_SEQ_CST);
     uint64_t p = LOAD(&g->hdr->present) & ~g->bit;
     for (uint32_t i = 0; p; i++, p >>= 1)
         if ((p & 1) && !fg_byte_held(g->fd, slot_off(i))) {
@@ -527,7 +548,7 @@ static void gate(struct gpu *g)
                     }
                 }
             }
-            uint32_t cap = LOAD(&g->t->cap);
+            uint32_t cap = cap_of(g);
             int64_t queued = ahead(g, now);
             if (cap) {
                 earn(g, cap, now);
@@ -630,7 +651,7 @@ static inline int alone_everywhere(void)
     for (int i = 0; i < n; i++) {
         struct gpu *g = mine_list[i];
         if (__atomic_load_n(&g->state, __ATOMIC_RELAXED) != G_READY || LOAD(&g->hdr->holder) != g->mine + 1 ||
-            (LOAD(&g->hdr->present) & ~g->bit) || LOAD(&g->t->cap))
+            (LOAD(&g->hdr->present) & ~g->bit) || cap_of(g))
             return 0;
     }
     for (int i = 0; i < n; i++)

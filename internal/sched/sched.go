@@ -231,7 +231,7 @@ func Join(dir, uuid, name string, p Policy) (*Member, error) {
 	}
 	defer r.close()
 	idx, free, again := -1, -1, -1
-	var sum uint32
+	var sum uint64 // of other tenants' words: wide enough for any garbage
 	var others []string
 	for i := range r.hdr.Tenants {
 		t := &r.hdr.Tenants[i]
@@ -249,7 +249,7 @@ func Join(dir, uuid, name string, p Policy) (*Member, error) {
 			continue
 		}
 		share := atomic.LoadUint32(&t.Share)
-		sum += share
+		sum += uint64(share)
 		if share > 0 {
 			others = append(others, fmt.Sprintf("%s %s", cstr(t.Name[:]), Percent(share)))
 		}
@@ -258,9 +258,9 @@ func Join(dir, uuid, name string, p Policy) (*Member, error) {
 		if free < 0 {
 			return nil, fmt.Errorf("GPU %s already schedules %d tenants, the most it can", uuid, MaxTenants)
 		}
-		if p.Share > 0 && sum+p.Share > 10000 {
+		if p.Share > 0 && sum+uint64(p.Share) > 10000 {
 			return nil, fmt.Errorf("GPU %s: shares would add up to %s (%s, and %s asks %s); the most is 100%%",
-				uuid, Percent(sum+p.Share), strings.Join(others, ", "), name, Percent(p.Share))
+				uuid, Percent64(sum+uint64(p.Share)), strings.Join(others, ", "), name, Percent(p.Share))
 		}
 		if again >= 0 {
 			// Back after a while without members (a restarted daemon): the
@@ -303,7 +303,7 @@ func Update(dir, uuid, name string, p Policy) error {
 	}
 	defer r.close()
 	idx := -1
-	var sum uint32
+	var sum uint64 // of other tenants' words: wide enough for any garbage
 	for i := range r.hdr.Tenants {
 		if !r.live(i) {
 			continue
@@ -312,21 +312,24 @@ func Update(dir, uuid, name string, p Policy) error {
 		if cstr(t.Name[:]) == name {
 			idx = i
 		} else {
-			sum += atomic.LoadUint32(&t.Share)
+			sum += uint64(atomic.LoadUint32(&t.Share))
 		}
 	}
 	if idx < 0 {
 		return fmt.Errorf("tenant %s is not scheduled on GPU %s", name, uuid)
 	}
-	if p.Share > 0 && sum+p.Share > 10000 {
-		return fmt.Errorf("GPU %s: shares would add up to %s; the most is 100%%", uuid, Percent(sum+p.Share))
+	if p.Share > 0 && sum+uint64(p.Share) > 10000 {
+		return fmt.Errorf("GPU %s: shares would add up to %s; the most is 100%%", uuid, Percent64(sum+uint64(p.Share)))
 	}
 	set(&r.hdr.Tenants[idx], p)
 	return nil
 }
 
 // Percent shows hundredths of a percent.
-func Percent(h uint32) string {
+func Percent(h uint32) string { return Percent64(uint64(h)) }
+
+// Percent64 is Percent of a sum.
+func Percent64(h uint64) string {
 	if h%100 == 0 {
 		return fmt.Sprintf("%d%%", h/100)
 	}

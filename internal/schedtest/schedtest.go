@@ -5,6 +5,7 @@
 package schedtest
 
 import (
+	"math/rand/v2"
 	"os"
 	"sync/atomic"
 	"testing"
@@ -74,4 +75,31 @@ func (r *Region) Process(s, i int, pid int32, holder bool) *os.File {
 	}
 	r.t.Cleanup(func() { f.Close() })
 	return f
+}
+
+// Scribble writes random values over every field a shim reads while it
+// runs (all but the magic, version and UUID it checked at attach), as a
+// hostile or broken process could.
+func (r *Region) Scribble(rng *rand.Rand) {
+	h := r.hdr
+	atomic.StoreUint32(&h.Holder, rng.Uint32())
+	atomic.StoreUint64(&h.Waiting, rng.Uint64())
+	atomic.StoreUint64(&h.Present, rng.Uint64())
+	atomic.StoreUint64(&h.SinceNs, rng.Uint64())
+	atomic.StoreUint64(&h.VClock, rng.Uint64())
+	for i := range h.Tenants {
+		t := &h.Tenants[i]
+		atomic.StoreUint32(&t.Share, rng.Uint32())
+		atomic.StoreUint32(&t.Cap, rng.Uint32())
+		atomic.StoreUint32(&t.Priority, rng.Uint32())
+		atomic.StoreUint64(&t.VTime, rng.Uint64())
+		atomic.StoreInt64(&t.CapCredit, int64(rng.Uint64()))
+		atomic.StoreUint64(&t.CapRefilled, rng.Uint64())
+	}
+	for s := 0; s < sched.MaxSlots; s++ {
+		slot := (*sched.Slot)(unsafe.Pointer(&r.mem[sched.SlotLock(s)]))
+		atomic.StoreUint32(&slot.Tenant, rng.Uint32())
+		atomic.StoreUint32(&slot.Inflight, rng.Uint32())
+		atomic.StoreUint64(&slot.Launches, rng.Uint64())
+	}
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -10,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flexgv/flexgv/internal/schedtest"
 )
 
 // spinAll starts spinners of 1 ms kernels for seconds under each set of
@@ -240,5 +243,28 @@ func TestPriorityLendsIdleTime(t *testing.T) {
 	// (bounds for a loaded 2-core machine).
 	if h.p50 > a.p50+1100 || h.p99 > a.p99+2500 {
 		t.Errorf("requests next to the low tenant: p50 %.0f p99 %.0f µs; alone %.0f / %.0f µs", h.p50, h.p99, a.p50, a.p99)
+	}
+}
+
+// Garbage written over a GPU's scheduler while tenants run (it is writable
+// by every user on the GPU) may cost them their shares, never their run:
+// they go on launching and end.
+func TestSchedulerGarbageHangsNobody(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a := e.spinnerUnder([]string{"--compute", "30%"}, "1000", "1.5", "16")
+	b := e.spinnerUnder([]string{"--compute", "70%", "--priority", "high"}, "1000", "1.5", "16")
+	a.start()
+	b.start()
+	r := schedtest.Open(t, e.stateDir(), simUUID0)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 20; i++ {
+		time.Sleep(50 * time.Millisecond)
+		r.Scribble(rng)
+	}
+	for _, s := range []*spinner{a, b} {
+		if res := s.resultWithin(30 * time.Second); res.kernels == 0 {
+			t.Errorf("a tenant ran no kernel: %+v", res)
+		}
 	}
 }
