@@ -1,0 +1,204 @@
+// Package k8s tests FlexGV on Kubernetes against a real control plane:
+// etcd, kube-apiserver and kube-scheduler built from the released modules
+// this module pins (see controlplane), with flexgv scheduler as the
+// scheduler's extender and nodes whose GPUs are the simulated GPU.
+package k8s
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/flexgv/flexgv/tests/k8s/controlplane"
+)
+
+var (
+	cp *controlplane.ControlPlane
+	// build is the FlexGV build folder (make's build/): bin/flexgv, the
+	// shim, the simulated GPU and the test clients.
+	build string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "k8s: "+format+"\n", args...) }
+	build = os.Getenv("FLEXGV_BUILD")
+	if build == "" {
+		build, _ = filepath.Abs("../../build")
+	}
+	if _, err := os.Stat(filepath.Join(build, "bin", "flexgv")); err != nil {
+		logf("no flexgv in %s/bin (run make, or set FLEXGV_BUILD): %v", build, err)
+		return 1
+	}
+	wd, _ := os.Getwd()
+	bins, err := controlplane.Build(filepath.Join(wd, "controlplane", "programs"), logf)
+	if err != nil {
+		logf("%v", err)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "flexgv-k8s-")
+	if err != nil {
+		logf("%v", err)
+		return 1
+	}
+	cp, err = controlplane.Start(bins, dir)
+	if err != nil {
+		logf("starting the control plane: %v", err)
+		return 1
+	}
+	logf("etcd and kube-apiserver (k8s.io/kubernetes %s) ready in %s", bins.Version, cp.Started.Round(time.Millisecond))
+	stopExtender, took, err := startScheduling()
+	if err != nil {
+		logf("%v", err)
+		cp.Stop()
+		return 1
+	}
+	logf("flexgv scheduler and kube-scheduler ready in %s", took.Round(time.Millisecond))
+	code := m.Run()
+	stopExtender()
+	cp.Stop()
+	if code == 0 {
+		os.RemoveAll(dir)
+	} else {
+		logf("control plane logs kept in %s", dir)
+	}
+	return code
+}
+
+// startScheduling starts flexgv scheduler, and kube-scheduler with it as
+// its extender, for every test.
+func startScheduling() (stop func(), took time.Duration, err error) {
+	start := time.Now()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, 0, err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	logPath := filepath.Join(cp.Dir, "flexgv-scheduler.log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Close()
+	cmd := exec.Command(filepath.Join(build, "bin", "flexgv"), "scheduler", "--listen", addr, "--kubeconfig", cp.Kubeconfig, "--policy", "binpack")
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, 0, err
+	}
+	stop = func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }
+	ready := false
+	for range 200 {
+		if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
+			resp.Body.Close()
+			ready = true
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !ready {
+		stop()
+		b, _ := os.ReadFile(logPath)
+		return nil, 0, fmt.Errorf("flexgv scheduler did not answer on %s:\n%s", addr, b)
+	}
+	if _, err := cp.StartScheduler(fmt.Sprintf(extenderConfig, addr)); err != nil {
+		stop()
+		return nil, 0, err
+	}
+	return stop, time.Since(start), nil
+}
+
+// extenderConfig is how deploy/ configures kube-scheduler, for the
+// extender at %s.
+const extenderConfig = `extenders:
+- urlPrefix: http://%s
+  filterVerb: filter
+  prioritizeVerb: prioritize
+  bindVerb: bind
+  weight: 5
+  nodeCacheCapable: true
+  managedResources:
+  - name: flexgv.io/vgpu
+`
+
+// startFlexGV runs build/bin/flexgv with args until the test ends, its
+// output in a log file the test shows if it fails.
+func startFlexGV(t *testing.T, env []string, args ...string) *exec.Cmd {
+	t.Helper()
+	logPath := filepath.Join(cp.Dir, strings.ReplaceAll(t.Name(), "/", "_")+"-flexgv-"+args[0]+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cmd := exec.Command(filepath.Join(build, "bin", "flexgv"), args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("flexgv %s log:\n%s", args[0], b)
+		}
+	})
+	return cmd
+}
+
+// namespace creates a namespace for one test, removed with its pods at
+// the end (at once: no kubelet runs them).
+func namespace(t *testing.T, name string) string {
+	t.Helper()
+	ctx := context.Background()
+	_, err := cp.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		zero := int64(0)
+		cp.Client.CoreV1().Pods(name).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
+	})
+	return name
+}
+
+// eventually polls cond every 50 ms until it holds or limit passes.
+func eventually(t *testing.T, limit time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		ok, err := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %s (last error: %v)", limit, what, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
