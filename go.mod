@@ -14,6 +14,7 @@ require (
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2
 	k8s.io/kube-scheduler v0.37.2
+	k8s.io/kubelet v0.37.2
 )
 
 require (

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -34,8 +35,56 @@ func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
+// mountNS marks the test binary run again in a mount namespace of its own.
+const mountNS = "FLEXGV_K8S_TEST_MOUNTNS"
+
+// kubeletDir is where a kubelet's device manager and its plugins meet;
+// a test may use it when privateKubelet, a tmpfs of this process's own.
+const kubeletDir = "/var/lib/kubelet/device-plugins"
+
+var privateKubelet bool
+
+func logf(format string, args ...any) { fmt.Fprintf(os.Stderr, "k8s: "+format+"\n", args...) }
+
+// inMountNS runs the tests again in a mount namespace where kubeletDir is
+// a private tmpfs, and returns their exit status; ok is false where that
+// cannot be (not root), and the tests run here without it.
+func inMountNS() (code int, ok bool) {
+	if os.Geteuid() != 0 {
+		logf("not root: no mount namespace for the kubelet's device manager; its tests are skipped")
+		return 0, false
+	}
+	if err := os.MkdirAll(kubeletDir, 0o755); err != nil {
+		logf("%v; the kubelet's device manager tests are skipped", err)
+		return 0, false
+	}
+	cmd := exec.Command("/proc/self/exe", os.Args[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(), mountNS+"=1")
+	// Go makes the new namespace's mounts private.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Run(); err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode(), true
+		}
+		logf("%v; the kubelet's device manager tests are skipped", err)
+		return 0, false
+	}
+	return 0, true
+}
+
 func run(m *testing.M) int {
-	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "k8s: "+format+"\n", args...) }
+	if os.Getenv(mountNS) == "" {
+		if code, ok := inMountNS(); ok {
+			return code
+		}
+	} else {
+		if err := unix.Mount("tmpfs", kubeletDir, "tmpfs", 0, "mode=0750"); err != nil {
+			logf("tmpfs on %s: %v", kubeletDir, err)
+			return 1
+		}
+		privateKubelet = true
+	}
 	build = os.Getenv("FLEXGV_BUILD")
 	if build == "" {
 		build, _ = filepath.Abs("../../build")

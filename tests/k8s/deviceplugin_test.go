@@ -1,0 +1,398 @@
+package k8s
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
+	kubecontainer "k8s.io/kubernetes/pkg/kubelet/container"
+
+	"github.com/flexgv/flexgv/internal/daemon"
+	"github.com/flexgv/flexgv/internal/k8s/deviceplugin"
+	"github.com/flexgv/flexgv/internal/k8s/vgpu"
+	"github.com/flexgv/flexgv/tests/k8s/kubelet"
+)
+
+// gpuNode is one node of simulated GPUs: its node daemon (flexgv daemon),
+// the kubelet's device manager, and the FlexGV device plugin between them.
+type gpuNode struct {
+	t        *testing.T
+	name     string
+	dir      string   // the simulated machine: GPU state, tenant files
+	env      []string // of every process on the node
+	daemon   *exec.Cmd
+	daemonWG sync.WaitGroup
+	kubelet  *kubelet.Node
+	health   *healthGate
+	cancel   context.CancelFunc
+	done     chan struct{}
+}
+
+// healthGate passes the daemon's GPU list on, less the GPUs a test has
+// failed: the plugin then sees them as NVML stopped listing them.
+type healthGate struct {
+	deviceplugin.Daemon
+	mu     sync.Mutex
+	failed map[string]bool
+}
+
+func (h *healthGate) Devices(ctx context.Context) ([]deviceplugin.Device, error) {
+	devs, err := h.Daemon.Devices(ctx)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.DeleteFunc(devs, func(d deviceplugin.Device) bool { return h.failed[d.UUID] }), err
+}
+
+func (h *healthGate) fail(uuid string) {
+	h.mu.Lock()
+	h.failed[uuid] = true
+	h.mu.Unlock()
+}
+
+const (
+	nodeGPUs   = 2
+	nodeGPUMiB = 16384
+	nodeCtxMiB = 512
+)
+
+func startGPUNode(t *testing.T, name string) *gpuNode {
+	t.Helper()
+	if !privateKubelet {
+		t.Skip("the kubelet's device manager needs a mount namespace of its own (root)")
+	}
+	n := &gpuNode{t: t, name: name, dir: t.TempDir(), done: make(chan struct{})}
+	n.env = []string{
+		"FLEXGV_SIM_STATE=" + filepath.Join(n.dir, "gpu.state"),
+		"FLEXGV_STATE_DIR=" + filepath.Join(n.dir, "tenants"),
+		fmt.Sprintf("FLEXGV_SIM_DEVICES=%d", nodeGPUs),
+		fmt.Sprintf("FLEXGV_SIM_MEM=%dMiB", nodeGPUMiB),
+		"LD_LIBRARY_PATH=" + filepath.Join(build, "sim"),
+	}
+	n.startDaemon()
+	ctx := context.Background()
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": name}}}
+	node, err := cp.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Spec.Taints = nil
+	if node, err = cp.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	node.Status = corev1.NodeStatus{Capacity: corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("256Gi"), corev1.ResourcePods: resource.MustParse("100"),
+	}}
+	node.Status.Allocatable = node.Status.Capacity
+	if _, err := cp.Client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cp.Client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}) })
+	n.startKubelet()
+	t.Cleanup(func() { n.kubelet.Stop() })
+
+	// The GPUs' device nodes, as the plugin finds them under /dev.
+	devRoot := filepath.Join(n.dir, "dev")
+	os.MkdirAll(devRoot, 0o755)
+	for _, f := range []string{"nvidia0", "nvidia1", "nvidiactl"} {
+		os.WriteFile(filepath.Join(devRoot, f), nil, 0o644)
+	}
+	client, err := daemon.Connect(daemon.Socket(filepath.Join(n.dir, "tenants")))
+	if err != nil || client == nil {
+		t.Fatalf("connecting to the node daemon: %v", err)
+	}
+	t.Cleanup(func() { client.Close() })
+	n.health = &healthGate{Daemon: deviceplugin.DaemonAPI{Client: client}, failed: map[string]bool{}}
+	logw := &testWriter{t: t}
+	p := deviceplugin.New(deviceplugin.Config{
+		NodeName: name, PluginDir: kubeletDir, Slots: slots, ContextMiB: nodeCtxMiB,
+		Shim: filepath.Join(build, "lib", "libflexgv.so"), DevRoot: devRoot,
+		HealthEvery: 100 * time.Millisecond, SyncEvery: 100 * time.Millisecond, Log: logw,
+	}, n.health, cp.Client)
+	pctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	go func() { p.Run(pctx); close(n.done) }()
+	t.Cleanup(func() { cancel(); <-n.done; logw.stop() })
+	n.waitCapacity(int64(nodeGPUs * slots))
+	return n
+}
+
+// testWriter logs to the test while it runs.
+type testWriter struct {
+	t    *testing.T
+	mu   sync.Mutex
+	done bool
+}
+
+func (w *testWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimSpace(string(b)))
+	}
+	return len(b), nil
+}
+
+func (w *testWriter) stop() {
+	w.mu.Lock()
+	w.done = true
+	w.mu.Unlock()
+}
+
+func (n *gpuNode) startDaemon() {
+	n.t.Helper()
+	logPath := filepath.Join(n.dir, "daemon.log")
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	defer f.Close()
+	cmd := exec.Command(filepath.Join(build, "bin", "flexgv"), "daemon", "--metrics-addr", "")
+	cmd.Env = append(os.Environ(), n.env...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	n.daemon = cmd
+	n.daemonWG.Add(1)
+	go func() { cmd.Wait(); n.daemonWG.Done() }()
+	n.t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		n.daemonWG.Wait()
+		if n.t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			n.t.Logf("flexgv daemon log:\n%s", b)
+		}
+	})
+	sock := daemon.Socket(filepath.Join(n.dir, "tenants"))
+	eventually(n.t, 10*time.Second, "flexgv daemon serving on "+sock, func() (bool, error) {
+		c, err := net.Dial("unix", sock)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil, err
+	})
+}
+
+// killDaemon kills the node daemon as a crash would.
+func (n *gpuNode) killDaemon() {
+	n.daemon.Process.Kill()
+	n.daemonWG.Wait()
+}
+
+func (n *gpuNode) startKubelet() {
+	k, err := kubelet.Start(cp.Client, n.name, n.runContainer)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	n.kubelet = k
+}
+
+// runContainer runs the container's command, a test client of build/tests,
+// as a container runtime would with the device plugin's settings: its
+// environment, its mounts (a path the container would see at a mount's
+// container path is the mount's host path here) and the node's own
+// settings (the simulated GPU's state and libraries).
+// Its stdin stays open until the pod is deleted.
+func (n *gpuNode) runContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, opts *devicemanager.DeviceRunContainerOptions) (int, string) {
+	env := slices.Clone(n.env)
+	for _, e := range opts.Envs {
+		v := e.Value
+		for _, m := range opts.Mounts {
+			if v == m.ContainerPath {
+				v = m.HostPath
+			}
+		}
+		env = append(env, e.Name+"="+v)
+	}
+	args := slices.Concat(c.Command, c.Args)
+	cmd := exec.Command(filepath.Join(build, "tests", args[0]), args[1:]...)
+	cmd.Env = env
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return 127, err.Error()
+	}
+	go func() { <-ctx.Done(); stdin.Close() }()
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), string(out)
+	}
+	if err != nil {
+		return 127, err.Error()
+	}
+	return 0, string(out)
+}
+
+// waitCapacity waits for the kubelet to report vgpus healthy vGPUs.
+func (n *gpuNode) waitCapacity(vgpus int64) {
+	n.t.Helper()
+	eventually(n.t, 20*time.Second, fmt.Sprintf("node %s with %d allocatable %s", n.name, vgpus, vgpu.ResourceVGPU), func() (bool, error) {
+		node, err := cp.Client.CoreV1().Nodes().Get(context.Background(), n.name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		q := node.Status.Allocatable[vgpu.ResourceVGPU]
+		return q.Value() == vgpus, fmt.Errorf("allocatable %s", q.String())
+	})
+}
+
+func (n *gpuNode) tenants() []string {
+	n.t.Helper()
+	names, err := n.health.Tenants(context.Background())
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return names
+}
+
+// clientPod is a pod of the node running a test client with one vGPU.
+func clientPod(ns, name, pool string, memMiB, computePct int64, command ...string) *corev1.Pod {
+	p := vgpuPod(ns, name, pool, memMiB, computePct)
+	p.Spec.RestartPolicy = corev1.RestartPolicyNever
+	p.Spec.Containers[0].Command = command
+	return p
+}
+
+// finished waits for pod name to end and returns it.
+func finished(t *testing.T, ns, name string) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	eventually(t, 60*time.Second, "pod "+name+" finished", func() (bool, error) {
+		var err error
+		pod, err = cp.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed, fmt.Errorf("phase %s", pod.Status.Phase)
+	})
+	return pod
+}
+
+// running waits for pod name to run and returns it.
+func running(t *testing.T, ns, name string) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	eventually(t, 60*time.Second, "pod "+name+" running", func() (bool, error) {
+		var err error
+		pod, err = cp.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return pod.Status.Phase == corev1.PodRunning, fmt.Errorf("phase %s", pod.Status.Phase)
+	})
+	return pod
+}
+
+func TestDevicePluginGivesThePodItsLimits(t *testing.T) {
+	n := startGPUNode(t, "gpu-a")
+	ns := namespace(t, "dp-limits")
+	ctx := context.Background()
+
+	// The node as the plugin published it.
+	node, err := cp.Client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, ok, err := vgpu.NodeInventory(node)
+	if err != nil || !ok || len(inv.GPUs) != nodeGPUs || inv.Slots != slots || inv.ContextMiB != nodeCtxMiB {
+		t.Fatalf("inventory %+v, %v %v", inv, ok, err)
+	}
+	for _, g := range inv.GPUs {
+		if g.MemoryMiB != nodeGPUMiB || !g.Healthy {
+			t.Errorf("GPU %+v", g)
+		}
+	}
+	if q := node.Status.Allocatable[vgpu.ResourceMemory]; q.Value() != nodeGPUs*nodeGPUMiB {
+		t.Errorf("allocatable %s: %s", vgpu.ResourceMemory, q.String())
+	}
+
+	// What the program sees: the quota (its memory and one context) as the
+	// device's size, and not a byte more to allocate.
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, clientPod(ns, "info", n.name, 2048, 30, "memclient", "info"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := finished(t, ns, "info")
+	out, _ := n.kubelet.Output("info")
+	if pod.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("pod info %s: %s %s\n%s", pod.Status.Phase, pod.Status.Reason, pod.Status.Message, out)
+	}
+	quota := uint64(2048+nodeCtxMiB) << 20
+	if !strings.Contains(out, fmt.Sprintf(" total %d ", quota)) {
+		t.Errorf("memclient info under the pod's allocation: %q, want total %d", out, quota)
+	}
+	gpus := vgpu.PodGPUs(pod)
+	alloc := n.kubelet.Allocation("info")
+	env := map[string]string{}
+	for _, e := range alloc.Envs {
+		env[e.Name] = e.Value
+	}
+	want := map[string]string{
+		"FLEXGV_TENANT": deviceplugin.ContainerTenant, "LD_PRELOAD": deviceplugin.ContainerShim,
+		"CUDA_VISIBLE_DEVICES": gpus[0], "NVIDIA_VISIBLE_DEVICES": gpus[0], "FLEXGV_COMPUTE": "1",
+	}
+	for k, v := range want {
+		if env[k] != v {
+			t.Errorf("container env %s=%q, want %q", k, env[k], v)
+		}
+	}
+	idx := slices.IndexFunc(inv.GPUs, func(g vgpu.GPU) bool { return g.UUID == gpus[0] })
+	var devs []string
+	for _, d := range alloc.Devices {
+		devs = append(devs, d.PathInContainer)
+	}
+	if wantDevs := []string{fmt.Sprintf("/dev/nvidia%d", idx), "/dev/nvidiactl"}; !slices.Equal(devs, wantDevs) {
+		t.Errorf("container devices %v, want %v", devs, wantDevs)
+	}
+
+	// One byte over what is left fails, exactly what is left succeeds.
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, clientPod(ns, "exact", n.name, 1024, 0, "memclient", "exact"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	finished(t, ns, "exact")
+	out, _ = n.kubelet.Output("exact")
+	var room uint64
+	if _, after, ok := strings.Cut(out, "room "); ok {
+		fmt.Sscanf(after, "%d", &room)
+	}
+	if room == 0 || room > (1024+nodeCtxMiB)<<20 || !strings.Contains(out, "one byte more -> CUDA_ERROR_OUT_OF_MEMORY, exactly -> CUDA_SUCCESS") {
+		t.Errorf("memclient exact in a pod of 1024 MiB (+%d MiB context): %q", nodeCtxMiB, out)
+	}
+	if env := n.kubelet.Allocation("exact").Envs; slices.ContainsFunc(env, func(e kubecontainer.EnvVar) bool { return e.Name == "FLEXGV_COMPUTE" }) {
+		t.Errorf("FLEXGV_COMPUTE set for a pod without a compute share: %v", env)
+	}
+
+	// Pods finished, tenants gone; a running pod's goes when it is deleted.
+	eventually(t, 10*time.Second, "tenants of finished pods removed", func() (bool, error) {
+		got := n.tenants()
+		return len(got) == 0, fmt.Errorf("tenants %v", got)
+	})
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, clientPod(ns, "holder", n.name, 1024, 0, "holder", "256"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	running(t, ns, "holder")
+	eventually(t, 10*time.Second, "the holder's tenant", func() (bool, error) {
+		got := n.tenants()
+		return len(got) == 1, fmt.Errorf("tenants %v", got)
+	})
+	zero := int64(0)
+	if err := cp.Client.CoreV1().Pods(ns).Delete(ctx, "holder", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "tenants of deleted pods removed", func() (bool, error) {
+		got := n.tenants()
+		return len(got) == 0, fmt.Errorf("tenants %v", got)
+	})
+}
