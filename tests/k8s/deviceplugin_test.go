@@ -23,6 +23,7 @@ import (
 	"github.com/flexgv/flexgv/internal/daemon"
 	"github.com/flexgv/flexgv/internal/k8s/deviceplugin"
 	"github.com/flexgv/flexgv/internal/k8s/vgpu"
+	flexgvv1 "github.com/flexgv/flexgv/proto/flexgv/v1"
 	"github.com/flexgv/flexgv/tests/k8s/kubelet"
 )
 
@@ -395,4 +396,117 @@ func TestDevicePluginGivesThePodItsLimits(t *testing.T) {
 		got := n.tenants()
 		return len(got) == 0, fmt.Errorf("tenants %v", got)
 	})
+}
+
+// heldTenant is the daemon's view of tenant name: held, and its quotas.
+func (n *gpuNode) heldTenant(name string) (held bool, quotas []uint64) {
+	n.t.Helper()
+	c, err := daemon.Connect(daemon.Socket(filepath.Join(n.dir, "tenants")))
+	if err != nil || c == nil {
+		n.t.Fatalf("connecting to the node daemon: %v", err)
+	}
+	defer c.Close()
+	tn, err := c.GetTenant(context.Background(), &flexgvv1.GetTenantRequest{Name: name})
+	if err != nil {
+		return false, nil
+	}
+	for _, d := range tn.Devices {
+		quotas = append(quotas, d.QuotaBytes)
+	}
+	return tn.Held, quotas
+}
+
+func TestDaemonAndKubeletRestartsLoseNoTenant(t *testing.T) {
+	n := startGPUNode(t, "gpu-b")
+	ns := namespace(t, "dp-restart")
+	ctx := context.Background()
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, clientPod(ns, "holder", n.name, 1024, 0, "holder", "256"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := running(t, ns, "holder")
+	tenant := deviceplugin.TenantPrefix + string(pod.UID)
+	held, before := n.heldTenant(tenant)
+	if !held || len(before) == 0 {
+		t.Fatalf("tenant %s: held %v, quotas %v", tenant, held, before)
+	}
+
+	// The daemon dies mid-way and comes back: it holds the tenant again
+	// with the same quotas, and the plugin goes on through it.
+	n.killDaemon()
+	n.startDaemon()
+	held, after := n.heldTenant(tenant)
+	if !held || !slices.Equal(before, after) {
+		t.Errorf("after the daemon's restart, tenant %s: held %v, quotas %v, were %v", tenant, held, after, before)
+	}
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, clientPod(ns, "after-daemon", n.name, 1024, 0, "memclient", "info"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if p := finished(t, ns, "after-daemon"); p.Status.Phase != corev1.PodSucceeded {
+		out, _ := n.kubelet.Output("after-daemon")
+		t.Errorf("a pod after the daemon's restart: %s %s\n%s", p.Status.Phase, p.Status.Message, out)
+	}
+
+	// The kubelet restarts (removing the plugins' sockets): the plugin
+	// registers again and its vGPUs are allocatable again.
+	n.kubelet.Stop()
+	n.startKubelet()
+	n.waitCapacity(int64(nodeGPUs * slots))
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, clientPod(ns, "after-kubelet", n.name, 1024, 0, "memclient", "info"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if p := finished(t, ns, "after-kubelet"); p.Status.Phase != corev1.PodSucceeded {
+		out, _ := n.kubelet.Output("after-kubelet")
+		t.Errorf("a pod after the kubelet's restart: %s %s\n%s", p.Status.Phase, p.Status.Message, out)
+	}
+	if held, _ := n.heldTenant(tenant); !held {
+		t.Errorf("tenant %s lost across the restarts", tenant)
+	}
+}
+
+func TestUnhealthyGPUGetsNoNewPods(t *testing.T) {
+	n := startGPUNode(t, "gpu-c")
+	ns := namespace(t, "dp-health")
+	ctx := context.Background()
+	node, err := cp.Client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, _, _ := vgpu.NodeInventory(node)
+	bad, good := inv.GPUs[0].UUID, inv.GPUs[1].UUID
+	n.health.fail(bad)
+	// The kubelet counts the bad GPU's slots out, the scheduler its memory.
+	n.waitCapacity(slots)
+	eventually(t, 10*time.Second, "the node's inventory marking "+bad+" unhealthy", func() (bool, error) {
+		node, err := cp.Client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		inv, _, err := vgpu.NodeInventory(node)
+		return err == nil && !inv.GPUs[0].Healthy && inv.GPUs[1].Healthy, err
+	})
+	// Pods fit on either GPU; each goes to the healthy one until it is full.
+	for i := range 3 {
+		name := fmt.Sprintf("p-%d", i)
+		if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, clientPod(ns, name, n.name, 6000, 0, "holder", "64"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if i < 2 {
+			if p := running(t, ns, name); !slices.Equal(vgpu.PodGPUs(p), []string{good}) {
+				t.Errorf("pod %s placed on %v, want the healthy %s", name, vgpu.PodGPUs(p), good)
+			}
+		}
+	}
+	eventually(t, 20*time.Second, "p-2 reported unschedulable", func() (bool, error) {
+		p, err := cp.Client.CoreV1().Pods(ns).Get(ctx, "p-2", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonUnschedulable {
+				return p.Spec.NodeName == "", fmt.Errorf("node %q", p.Spec.NodeName)
+			}
+		}
+		return false, nil
+	})
+	n.kubelet.StopContainers()
 }
