@@ -55,7 +55,7 @@ func newRoot(stderr io.Writer) *cobra.Command {
 		}
 		return nil
 	}
-	root.AddCommand(newRun(g, stderr), newTrace(g, stderr), newCensus(g, stderr), newPs(), newRm(), newNode(), newDaemon(), newScheduler(), newDevicePlugin(g), newVersion())
+	root.AddCommand(newRun(g, stderr), newTrace(g, stderr), newCensus(g, stderr), newPs(), newRm(), newNode(), newDaemon(), newScheduler(), newDevicePlugin(g), newWebhook(), newVersion())
 	return root
 }
 
