@@ -1,0 +1,35 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The cluster commands refuse what they cannot run with before touching
+// anything, with a message and exit status 2.
+func TestK8sCommandsRefuseBadFlags(t *testing.T) {
+	e := newEnv(t)
+	kubeconfig := filepath.Join(e.dir, "kubeconfig")
+	os.WriteFile(kubeconfig, []byte("apiVersion: v1\nkind: Config\n"), 0o600)
+	for _, c := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"scheduler", "--policy", "pack"}, `flexgv scheduler: --policy: placement policy "pack": use binpack or spread`},
+		{[]string{"scheduler", "--listen", "8888"}, "flexgv scheduler: --listen 8888: not HOST:PORT"},
+		{[]string{"scheduler", "--kubeconfig", filepath.Join(e.dir, "none")}, "flexgv scheduler: --kubeconfig " + filepath.Join(e.dir, "none")},
+		{[]string{"webhook", "--tls-cert", "c.pem"}, "flexgv webhook: --tls-cert and --tls-key are required"},
+		{[]string{"webhook", "--tls-cert", "c.pem", "--tls-key", "k.pem"}, "flexgv webhook: --tls-cert/--tls-key: open c.pem: no such file or directory"},
+		{[]string{"device-plugin", "--node-name", ""}, "flexgv device-plugin: no node name; give --node-name or set NODE_NAME"},
+		{[]string{"device-plugin", "--node-name", "n", "--slots", "0"}, "flexgv device-plugin: --slots 0: a GPU holds at least one vGPU"},
+		{[]string{"device-plugin", "--node-name", "n", "--ctx-mem", "8MiB"}, "flexgv device-plugin: --ctx-mem 8 MiB: below 16 MiB"},
+		{[]string{"device-plugin", "--node-name", "n", "--plugin-dir", filepath.Join(e.dir, "none")}, "flexgv device-plugin: --plugin-dir " + filepath.Join(e.dir, "none") + ": not a folder"},
+	} {
+		r := e.run("flexgv", c.args...)
+		if r.code != 2 || !strings.Contains(r.stderr, c.msg) {
+			t.Errorf("flexgv %s: exit %d, stderr %q; want exit 2 and %q", strings.Join(c.args, " "), r.code, r.stderr, c.msg)
+		}
+	}
+}
