@@ -129,7 +129,7 @@ func run(m *testing.M) int {
 }
 
 // startScheduling starts flexgv scheduler, and kube-scheduler with it as
-// its extender, for every test.
+// its extender configured as deploy/ configures it, for every test.
 func startScheduling() (stop func(), took time.Duration, err error) {
 	start := time.Now()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -165,25 +165,17 @@ func startScheduling() (stop func(), took time.Duration, err error) {
 		b, _ := os.ReadFile(logPath)
 		return nil, 0, fmt.Errorf("flexgv scheduler did not answer on %s:\n%s", addr, b)
 	}
-	if _, err := cp.StartScheduler(fmt.Sprintf(extenderConfig, addr)); err != nil {
+	extenders, err := chartExtenders("http://" + addr)
+	if err != nil {
+		stop()
+		return nil, 0, fmt.Errorf("the chart's scheduler configuration: %w", err)
+	}
+	if _, err := cp.StartScheduler(extenders); err != nil {
 		stop()
 		return nil, 0, err
 	}
 	return stop, time.Since(start), nil
 }
-
-// extenderConfig is how deploy/ configures kube-scheduler, for the
-// extender at %s.
-const extenderConfig = `extenders:
-- urlPrefix: http://%s
-  filterVerb: filter
-  prioritizeVerb: prioritize
-  bindVerb: bind
-  weight: 5
-  nodeCacheCapable: true
-  managedResources:
-  - name: flexgv.io/vgpu
-`
 
 // startFlexGV runs build/bin/flexgv with args until the test ends, its
 // output in a log file the test shows if it fails.
