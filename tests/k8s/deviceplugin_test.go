@@ -450,6 +450,9 @@ func TestDaemonAndKubeletRestartsLoseNoTenant(t *testing.T) {
 	// registers again and its vGPUs are allocatable again.
 	n.kubelet.Stop()
 	n.startKubelet()
+	eventually(t, 10*time.Second, "the plugin registered with the new kubelet", func() (bool, error) {
+		return n.kubelet.Allocatable(vgpu.ResourceVGPU) == nodeGPUs*slots, nil
+	})
 	n.waitCapacity(int64(nodeGPUs * slots))
 	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, clientPod(ns, "after-kubelet", n.name, 1024, 0, "memclient", "info"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -508,5 +511,88 @@ func TestUnhealthyGPUGetsNoNewPods(t *testing.T) {
 		}
 		return false, nil
 	})
+	n.kubelet.StopContainers()
+}
+
+// Pods asking for what the node daemon cannot honour fail at admission with
+// the reason; two vGPUs land on two GPUs.
+func TestDevicePluginTwoGPUsAndRefusals(t *testing.T) {
+	n := startGPUNode(t, "gpu-d")
+	ns := namespace(t, "dp-two")
+	ctx := context.Background()
+	two := clientPod(ns, "two", n.name, 1024, 0, "memclient", "info")
+	two.Spec.Containers[0].Resources.Limits[vgpu.ResourceVGPU] = resource.MustParse("2")
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, two, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := finished(t, ns, "two")
+	gpus := vgpu.PodGPUs(pod)
+	if pod.Status.Phase != corev1.PodSucceeded || len(gpus) != 2 || gpus[0] == gpus[1] {
+		t.Fatalf("pod two: %s on %v: %s", pod.Status.Phase, gpus, pod.Status.Message)
+	}
+	var devs []string
+	for _, d := range n.kubelet.Allocation("two").Devices {
+		devs = append(devs, d.PathInContainer)
+	}
+	if !slices.Equal(devs, []string{"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl"}) && !slices.Equal(devs, []string{"/dev/nvidia1", "/dev/nvidia0", "/dev/nvidiactl"}) {
+		t.Errorf("devices of a pod with two vGPUs: %v", devs)
+	}
+
+	high := clientPod(ns, "high", n.name, 1024, 0, "memclient", "info")
+	high.Annotations = map[string]string{vgpu.AnnotationPriority: "high"}
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, high, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod = finished(t, ns, "high")
+	want := "priority high: the node daemon does not order tenants by priority yet; only normal can be honoured"
+	if pod.Status.Phase != corev1.PodFailed || pod.Status.Reason != "UnexpectedAdmissionError" || !strings.Contains(pod.Status.Message, want) {
+		t.Errorf("pod high: %s %s %q, want the message %q", pod.Status.Phase, pod.Status.Reason, pod.Status.Message, want)
+	}
+}
+
+// Records the time from creating pods to their containers running with
+// their vGPUs: scheduling, binding, the kubelet's admission (polled every
+// 100 ms here) and Allocate, which creates the tenant.
+func TestAllocationLatency(t *testing.T) {
+	n := startGPUNode(t, "gpu-e")
+	ns := namespace(t, "dp-latency")
+	ctx := context.Background()
+	w, err := cp.Client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	const pods = nodeGPUs * slots
+	created := map[string]time.Time{}
+	start := time.Now()
+	for i := range pods {
+		name := fmt.Sprintf("p-%d", i)
+		created[name] = time.Now()
+		if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, clientPod(ns, name, n.name, 1024, 10, "holder", "16"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var lat []time.Duration
+	timeout := time.After(60 * time.Second)
+	for len(lat) < pods {
+		select {
+		case ev := <-w.ResultChan():
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok || p.Status.Phase != corev1.PodRunning || created[p.Name].IsZero() {
+				continue
+			}
+			lat = append(lat, time.Since(created[p.Name]))
+			delete(created, p.Name)
+		case <-timeout:
+			t.Fatalf("%d of %d pods running after 60s", len(lat), pods)
+		}
+	}
+	all := time.Since(start)
+	slices.Sort(lat)
+	t.Logf("%d pods created at once, all running with their vGPUs in %s; creation to running: median %s, max %s",
+		pods, all.Round(time.Millisecond), lat[len(lat)/2].Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond))
+	if got := len(n.tenants()); got != pods {
+		t.Errorf("%d tenants for %d running pods", got, pods)
+	}
 	n.kubelet.StopContainers()
 }

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 
 	"github.com/flexgv/flexgv/tests/k8s/controlplane"
 )
@@ -110,6 +111,13 @@ func run(m *testing.M) int {
 		return 1
 	}
 	logf("etcd and kube-apiserver (k8s.io/kubernetes %s) ready in %s", bins.Version, cp.Started.Round(time.Millisecond))
+	// The kubelet's device manager logs through klog: to a file, kept with
+	// the control plane's logs.
+	if f, err := os.Create(filepath.Join(dir, "kubelet.log")); err == nil {
+		klog.LogToStderr(false)
+		klog.SetOutput(f)
+		defer f.Close()
+	}
 	stopExtender, took, err := startScheduling()
 	if err != nil {
 		logf("%v", err)

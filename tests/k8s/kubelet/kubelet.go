@@ -106,6 +106,14 @@ func (n *Node) StopContainers() {
 	}
 }
 
+// Allocatable is how many healthy devices of resource the device manager
+// has from its plugins.
+func (n *Node) Allocatable(resource corev1.ResourceName) int64 {
+	_, allocatable, _ := n.dm.GetCapacity(klog.Background())
+	q := allocatable[resource]
+	return q.Value()
+}
+
 // Output is what the container of pod name printed, once it has exited.
 func (n *Node) Output(name string) (string, bool) {
 	n.mu.Lock()
