@@ -497,6 +497,12 @@ func TestUnhealthyGPUGetsNoNewPods(t *testing.T) {
 			if p := running(t, ns, name); !slices.Equal(vgpu.PodGPUs(p), []string{good}) {
 				t.Errorf("pod %s placed on %v, want the healthy %s", name, vgpu.PodGPUs(p), good)
 			}
+			// The container gets the GPU it was placed on, not the first.
+			alloc := n.kubelet.Allocation(name)
+			if !slices.ContainsFunc(alloc.Envs, func(e kubecontainer.EnvVar) bool { return e.Name == "CUDA_VISIBLE_DEVICES" && e.Value == good }) ||
+				alloc.Devices[0].PathInContainer != "/dev/nvidia1" {
+				t.Errorf("pod %s on %s got %v and devices %v", name, good, alloc.Envs, alloc.Devices)
+			}
 		}
 	}
 	eventually(t, 20*time.Second, "p-2 reported unschedulable", func() (bool, error) {

@@ -190,8 +190,8 @@ func (p *Plugin) register(ctx context.Context) error {
 	return err
 }
 
-// refresh reads the GPUs; when they or their health changed it tells the
-// kubelet's streams and republishes the node's inventory. A GPU the daemon
+// refresh reads the GPUs and publishes them on the node; when they or
+// their health changed it tells the kubelet's streams. A GPU the daemon
 // no longer lists, or all of them when NVML cannot be read, is unhealthy.
 func (p *Plugin) refresh(ctx context.Context) error {
 	devs, err := p.daemon.Devices(ctx)
@@ -221,10 +221,10 @@ func (p *Plugin) refresh(ctx context.Context) error {
 	if err != nil {
 		p.log.Printf("reading the GPUs: %v; all marked unhealthy", err)
 	}
-	if !same {
-		if err := p.publish(ctx, gpus); err != nil {
-			p.log.Printf("publishing the GPUs on node %s: %v", p.cfg.NodeName, err)
-		}
+	// Published every time, not only on change: a Node recreated, or its
+	// annotation edited, is put right within one period.
+	if err := p.publish(ctx, gpus); err != nil {
+		p.log.Printf("publishing the GPUs on node %s: %v", p.cfg.NodeName, err)
 	}
 	return nil
 }

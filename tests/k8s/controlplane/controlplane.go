@@ -115,8 +115,8 @@ func Start(bins Binaries, dir string) (cp *ControlPlane, err error) {
 	return cp, nil
 }
 
-// SchedulerConfig is the kube-scheduler's configuration file's text; the
-// caller's extenders go in it. The kubeconfig is filled in by StartScheduler.
+// schedulerConfig is kube-scheduler's configuration file, with its
+// kubeconfig and the caller's extra top-level settings to fill in.
 const schedulerConfig = `apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 clientConnection:
