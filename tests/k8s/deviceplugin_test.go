@@ -207,7 +207,8 @@ func (n *gpuNode) startKubelet() {
 // environment, its mounts (a path the container would see at a mount's
 // container path is the mount's host path here) and the node's own
 // settings (the simulated GPU's state and libraries).
-// Its stdin stays open until the pod is deleted.
+// A container with stdin: true has it open until the pod is deleted; others
+// read an empty one, as in a pod.
 func (n *gpuNode) runContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, opts *devicemanager.DeviceRunContainerOptions) (int, string) {
 	env := slices.Clone(n.env)
 	for _, e := range opts.Envs {
@@ -222,11 +223,13 @@ func (n *gpuNode) runContainer(ctx context.Context, pod *corev1.Pod, c *corev1.C
 	args := slices.Concat(c.Command, c.Args)
 	cmd := exec.Command(filepath.Join(build, "tests", args[0]), args[1:]...)
 	cmd.Env = env
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return 127, err.Error()
+	if c.Stdin {
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			return 127, err.Error()
+		}
+		go func() { <-ctx.Done(); stdin.Close() }()
 	}
-	go func() { <-ctx.Done(); stdin.Close() }()
 	out, err := cmd.CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); ok {
 		return ee.ExitCode(), string(out)
@@ -264,6 +267,14 @@ func clientPod(ns, name, pool string, memMiB, computePct int64, command ...strin
 	p := vgpuPod(ns, name, pool, memMiB, computePct)
 	p.Spec.RestartPolicy = corev1.RestartPolicyNever
 	p.Spec.Containers[0].Command = command
+	return p
+}
+
+// holderPod is a pod whose holder runs until the pod is deleted (its
+// stdin, kept open, closes then).
+func holderPod(ns, name, pool string, memMiB, computePct int64, holdMiB string) *corev1.Pod {
+	p := clientPod(ns, name, pool, memMiB, computePct, "holder", holdMiB)
+	p.Spec.Containers[0].Stdin = true
 	return p
 }
 
@@ -375,12 +386,27 @@ func TestDevicePluginGivesThePodItsLimits(t *testing.T) {
 		t.Errorf("FLEXGV_COMPUTE set for a pod without a compute share: %v", env)
 	}
 
+	// The compute share holds too: a lone spinner of a 30 % pod gets 30 %
+	// of the GPU's time (± 5, as flexgv run --compute-max is checked).
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, clientPod(ns, "spin", n.name, 256, 30, "spinner", "1000", "1", "16"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	finished(t, ns, "spin")
+	out, _ = n.kubelet.Output("spin")
+	var share float64
+	if _, after, ok := strings.Cut(out, " share "); ok {
+		fmt.Sscanf(after, "%f", &share)
+	}
+	if share < 25 || share > 35 {
+		t.Errorf("a spinner in a pod of flexgv.io/gpu-compute 30 got %.1f%% of the GPU, want 30 ± 5:\n%s", share, out)
+	}
+
 	// Pods finished, tenants gone; a running pod's goes when it is deleted.
 	eventually(t, 10*time.Second, "tenants of finished pods removed", func() (bool, error) {
 		got := n.tenants()
 		return len(got) == 0, fmt.Errorf("tenants %v", got)
 	})
-	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, clientPod(ns, "holder", n.name, 1024, 0, "holder", "256"), metav1.CreateOptions{}); err != nil {
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, holderPod(ns, "holder", n.name, 1024, 0, "256"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	running(t, ns, "holder")
@@ -420,7 +446,7 @@ func TestDaemonAndKubeletRestartsLoseNoTenant(t *testing.T) {
 	n := startGPUNode(t, "gpu-b")
 	ns := namespace(t, "dp-restart")
 	ctx := context.Background()
-	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, clientPod(ns, "holder", n.name, 1024, 0, "holder", "256"), metav1.CreateOptions{}); err != nil {
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, holderPod(ns, "holder", n.name, 1024, 0, "256"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	pod := running(t, ns, "holder")
@@ -490,7 +516,7 @@ func TestUnhealthyGPUGetsNoNewPods(t *testing.T) {
 	// Pods fit on either GPU; each goes to the healthy one until it is full.
 	for i := range 3 {
 		name := fmt.Sprintf("p-%d", i)
-		if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, clientPod(ns, name, n.name, 6000, 0, "holder", "64"), metav1.CreateOptions{}); err != nil {
+		if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, holderPod(ns, name, n.name, 6000, 0, "64"), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		if i < 2 {
@@ -574,7 +600,7 @@ func TestAllocationLatency(t *testing.T) {
 	for i := range pods {
 		name := fmt.Sprintf("p-%d", i)
 		created[name] = time.Now()
-		if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, clientPod(ns, name, n.name, 1024, 10, "holder", "16"), metav1.CreateOptions{}); err != nil {
+		if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, holderPod(ns, name, n.name, 1024, 10, "16"), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
