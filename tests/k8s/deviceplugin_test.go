@@ -628,3 +628,45 @@ func TestAllocationLatency(t *testing.T) {
 	}
 	n.kubelet.StopContainers()
 }
+
+// A pod created first but bound second is admitted second: each
+// allocation goes to the pod the kubelet is admitting, by binding order,
+// and each container gets its own pod's limits.
+func TestAllocationFollowsBindingOrder(t *testing.T) {
+	n := startGPUNode(t, "gpu-f")
+	ns := namespace(t, "dp-order")
+	ctx := context.Background()
+	resume := n.kubelet.Pause()
+	first := clientPod(ns, "created-first", n.name, 2048, 0, "memclient", "info")
+	first.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "flexgv.io/test"}}
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, first, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, clientPod(ns, "created-second", n.name, 1024, 0, "memclient", "info"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bound := func(name string) {
+		eventually(t, 20*time.Second, name+" bound", func() (bool, error) {
+			p, err := cp.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			return err == nil && p.Spec.NodeName != "", err
+		})
+	}
+	bound("created-second")
+	p, err := cp.Client.CoreV1().Pods(ns).Get(ctx, "created-first", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Spec.SchedulingGates = nil
+	if _, err := cp.Client.CoreV1().Pods(ns).Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bound("created-first")
+	resume()
+	for name, mib := range map[string]uint64{"created-first": 2048, "created-second": 1024} {
+		pod := finished(t, ns, name)
+		out, _ := n.kubelet.Output(name)
+		if want := fmt.Sprintf(" total %d ", (mib+nodeCtxMiB)<<20); pod.Status.Phase != corev1.PodSucceeded || !strings.Contains(out, want) {
+			t.Errorf("pod %s of %d MiB: %s %q, want%s", name, mib, pod.Status.Phase, out, want)
+		}
+	}
+}

@@ -306,9 +306,9 @@ func (p *Plugin) PreStartContainer(context.Context, *pluginapi.PreStartContainer
 }
 
 // Allocate implements the device-plugin API. The kubelet does not say
-// which pod a call is for: it admits a node's pods one at a time, oldest
-// first, so the call is for the oldest pod placed here by the extender
-// that asks for as many vGPUs and has no tenant yet.
+// which pod a call is for: it admits a node's pods one at a time, as their
+// bindings reach it, so the call is for the pod bound here first by the
+// extender that asks for as many vGPUs and has no tenant yet.
 func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	p.allocating.Lock()
 	defer p.allocating.Unlock()
@@ -351,8 +351,7 @@ func (p *Plugin) pendingPod(ctx context.Context, n int, taken map[types.UID]bool
 		if err != nil || !ok || r.Count != n {
 			continue
 		}
-		if best == nil || pod.CreationTimestamp.Before(&best.CreationTimestamp) ||
-			pod.CreationTimestamp.Equal(&best.CreationTimestamp) && pod.Name < best.Name {
+		if best == nil || boundBefore(pod, best) {
 			best, bestReq = pod, r
 		}
 	}
@@ -360,6 +359,22 @@ func (p *Plugin) pendingPod(ctx context.Context, n int, taken map[types.UID]bool
 		return nil, vgpu.Request{}, fmt.Errorf("no pending pod on node %s placed by the flexgv scheduler asks for %d %s (is kube-scheduler configured with the flexgv extender?)", p.cfg.NodeName, n, vgpu.ResourceVGPU)
 	}
 	return best, bestReq, nil
+}
+
+// boundBefore reports whether the extender bound a before b; pods it did
+// not stamp come after, by creation.
+func boundBefore(a, b *corev1.Pod) bool {
+	ta, errA := time.Parse(time.RFC3339Nano, a.Annotations[vgpu.AnnotationBoundAt])
+	tb, errB := time.Parse(time.RFC3339Nano, b.Annotations[vgpu.AnnotationBoundAt])
+	switch {
+	case errA == nil && errB == nil && !ta.Equal(tb):
+		return ta.Before(tb)
+	case (errA == nil) != (errB == nil):
+		return errA == nil
+	case !a.CreationTimestamp.Equal(&b.CreationTimestamp):
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
 }
 
 func (p *Plugin) nodePods(ctx context.Context) ([]corev1.Pod, error) {

@@ -248,6 +248,7 @@ func (e *Extender) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs
 			return err
 		}
 		annotations[vgpu.AnnotationGPUs] = strings.Join(gpus, ",")
+		annotations[vgpu.AnnotationBoundAt] = time.Now().UTC().Format(time.RFC3339Nano)
 	}
 	b := &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Name: args.PodName, Namespace: args.PodNamespace, UID: args.PodUID, Annotations: annotations},

@@ -35,6 +35,10 @@ const (
 	// AnnotationGPUs on a pod: the UUIDs of the GPUs it was placed on,
 	// comma-separated, written with its binding by the scheduler extender.
 	AnnotationGPUs = "flexgv.io/gpus"
+	// AnnotationBoundAt on a pod: when the extender bound it (RFC 3339,
+	// nanoseconds). A kubelet admits pods in the order their bindings reach
+	// it; the device plugin tells which pod an allocation is for by it.
+	AnnotationBoundAt = "flexgv.io/bound-at"
 	// AnnotationInventory on a node: its GPUs as JSON (Inventory), written
 	// by its device plugin.
 	AnnotationInventory = "flexgv.io/inventory"

@@ -2,9 +2,10 @@
 // tests: the kubelet's own device manager (k8s.io/kubernetes
 // pkg/kubelet/cm/devicemanager) serving the registration socket, with
 // around it what the kubelet does with it — node capacity from the
-// plugins' devices, pods bound to the node admitted one at a time, oldest
-// first, devices allocated per container, and the container started with
-// the runtime settings the plugins returned (by a Runtime the test gives).
+// plugins' devices, pods bound to the node admitted one at a time as their
+// bindings arrive, devices allocated per container, and the container
+// started with the runtime settings the plugins returned (by a Runtime the
+// test gives).
 //
 // The device manager's socket folder is fixed
 // (/var/lib/kubelet/device-plugins), as in a kubelet: run it in a mount
@@ -24,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
@@ -46,6 +48,9 @@ type Node struct {
 	runtime Runtime
 	cancel  context.CancelFunc
 	done    chan struct{}
+
+	// gate is held while admission is paused (Pause).
+	gate sync.Mutex
 
 	mu       sync.Mutex
 	admitted map[types.UID]*corev1.Pod // not yet finished
@@ -131,14 +136,14 @@ func (n *Node) Allocation(name string) *devicemanager.DeviceRunContainerOptions 
 
 func (n *Node) loop(ctx context.Context) {
 	defer close(n.done)
-	for {
-		n.syncStatus(ctx)
-		n.admitPods(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(100 * time.Millisecond):
+	go func() {
+		for ctx.Err() == nil {
+			n.syncStatus(ctx)
+			time.Sleep(100 * time.Millisecond)
 		}
+	}()
+	for ctx.Err() == nil {
+		n.watchPods(ctx)
 	}
 }
 
@@ -153,37 +158,79 @@ func (n *Node) syncStatus(ctx context.Context) {
 	n.client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 }
 
-// admitPods admits the node's new pods, oldest first, as the kubelet's
-// HandlePodAdditions does.
-func (n *Node) admitPods(ctx context.Context) {
-	list, err := n.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", n.Name).String()})
+// watchPods admits the node's pods as the kubelet's pod source delivers
+// them: those there at the start oldest first (HandlePodAdditions sorts a
+// batch by creation), then each as its binding arrives.
+func (n *Node) watchPods(ctx context.Context) {
+	sel := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", n.Name).String()}
+	list, err := n.client.CoreV1().Pods("").List(ctx, sel)
 	if err != nil {
+		time.Sleep(100 * time.Millisecond)
 		return
 	}
 	pods := list.Items
 	slices.SortStableFunc(pods, func(a, b corev1.Pod) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
 	for i := range pods {
-		pod := &pods[i]
-		n.mu.Lock()
-		seen := n.seen[pod.UID]
-		n.seen[pod.UID] = true
-		n.mu.Unlock()
-		if seen || pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodPending {
-			continue
-		}
-		n.admit(ctx, pod)
+		n.consider(ctx, &pods[i])
 	}
-	// Pods deleted have their containers stopped and release their devices.
+	// Pods deleted meanwhile have their containers stopped.
 	n.mu.Lock()
 	for uid := range n.admitted {
 		if !slices.ContainsFunc(pods, func(p corev1.Pod) bool { return p.UID == uid }) {
-			delete(n.admitted, uid)
-			if stop := n.stop[uid]; stop != nil {
-				stop()
-			}
+			n.forget(uid)
 		}
 	}
 	n.mu.Unlock()
+	sel.ResourceVersion = list.ResourceVersion
+	w, err := n.client.CoreV1().Pods("").Watch(ctx, sel)
+	if err != nil {
+		return
+	}
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		pod, ok := ev.Object.(*corev1.Pod)
+		if !ok {
+			return
+		}
+		switch ev.Type {
+		case watch.Added, watch.Modified:
+			n.consider(ctx, pod)
+		case watch.Deleted:
+			n.mu.Lock()
+			n.forget(pod.UID)
+			n.mu.Unlock()
+		}
+	}
+}
+
+// forget stops a deleted pod's container and releases its devices; the
+// caller holds n.mu.
+func (n *Node) forget(uid types.UID) {
+	delete(n.admitted, uid)
+	if stop := n.stop[uid]; stop != nil {
+		stop()
+	}
+}
+
+// Pause holds admission, as a busy kubelet would, until the returned
+// function is called; pods bound meanwhile are then admitted in the order
+// their bindings arrived.
+func (n *Node) Pause() (resume func()) {
+	n.gate.Lock()
+	return n.gate.Unlock
+}
+
+// consider admits pod if it is new to the node and pending.
+func (n *Node) consider(ctx context.Context, pod *corev1.Pod) {
+	n.gate.Lock()
+	defer n.gate.Unlock()
+	n.mu.Lock()
+	seen := n.seen[pod.UID]
+	n.seen[pod.UID] = true
+	n.mu.Unlock()
+	if !seen && pod.DeletionTimestamp == nil && pod.Status.Phase == corev1.PodPending {
+		n.admit(ctx, pod)
+	}
 }
 
 func (n *Node) admit(ctx context.Context, pod *corev1.Pod) {
