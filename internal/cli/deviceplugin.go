@@ -67,5 +67,7 @@ func newDevicePlugin(g *globals) *cobra.Command {
 	c.Flags().StringVar(&ctxMem, "ctx-mem", "512MiB", "device memory one CUDA context takes, charged to every pod on top of its flexgv.io/gpu-memory")
 	c.Flags().StringVar(&socket, "socket", "", "the node daemon's socket (default $FLEXGV_STATE_DIR/daemon.sock)")
 	c.Flags().StringVar(&cfg.DevRoot, "dev-root", "/dev", "where the GPUs' device nodes are")
+	c.Flags().StringVar(&cfg.PodResources, "pod-resources", "/var/lib/kubelet/pod-resources/kubelet.sock",
+		`the kubelet's pod-resources socket, to check that a container starts in the pod its vGPUs were set up for ("" turns the check off)`)
 	return c
 }

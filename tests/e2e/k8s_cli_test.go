@@ -26,6 +26,7 @@ func TestK8sCommandsRefuseBadFlags(t *testing.T) {
 		{[]string{"device-plugin", "--node-name", "n", "--slots", "0"}, "flexgv device-plugin: --slots 0: a GPU holds at least one vGPU"},
 		{[]string{"device-plugin", "--node-name", "n", "--ctx-mem", "8MiB"}, "flexgv device-plugin: --ctx-mem 8 MiB: below 16 MiB"},
 		{[]string{"device-plugin", "--node-name", "n", "--plugin-dir", filepath.Join(e.dir, "none")}, "flexgv device-plugin: --plugin-dir " + filepath.Join(e.dir, "none") + ": not a folder"},
+		{[]string{"device-plugin", "--node-name", "n", "--plugin-dir", e.dir, "--pod-resources", kubeconfig}, "flexgv device-plugin: --pod-resources " + kubeconfig + `: not the kubelet's socket ("" turns the check`},
 	} {
 		r := e.run("flexgv", c.args...)
 		if r.code != 2 || !strings.Contains(r.stderr, c.msg) {

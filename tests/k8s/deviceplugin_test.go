@@ -119,7 +119,7 @@ func startGPUNode(t *testing.T, name string) *gpuNode {
 	logw := &testWriter{t: t}
 	p := deviceplugin.New(deviceplugin.Config{
 		NodeName: name, PluginDir: kubeletDir, Slots: slots, ContextMiB: nodeCtxMiB,
-		Shim: filepath.Join(build, "lib", "libflexgv.so"), DevRoot: devRoot,
+		Shim: filepath.Join(build, "lib", "libflexgv.so"), DevRoot: devRoot, PodResources: n.podResources(),
 		HealthEvery: 100 * time.Millisecond, SyncEvery: 100 * time.Millisecond, Log: logw,
 	}, n.health, cp.Client)
 	pctx, cancel := context.WithCancel(context.Background())
@@ -194,8 +194,11 @@ func (n *gpuNode) killDaemon() {
 	n.daemonWG.Wait()
 }
 
+// podResources is the kubelet's pod-resources socket.
+func (n *gpuNode) podResources() string { return filepath.Join(n.dir, "pod-resources.sock") }
+
 func (n *gpuNode) startKubelet() {
-	k, err := kubelet.Start(cp.Client, n.name, n.runContainer)
+	k, err := kubelet.Start(cp.Client, n.name, n.podResources(), n.runContainer)
 	if err != nil {
 		n.t.Fatal(err)
 	}
@@ -616,6 +619,10 @@ func TestAllocationLatency(t *testing.T) {
 			lat = append(lat, time.Since(created[p.Name]))
 			delete(created, p.Name)
 		case <-timeout:
+			list, _ := cp.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+			for _, p := range list.Items {
+				t.Logf("%s: %s %s %s", p.Name, p.Status.Phase, p.Status.Reason, p.Status.Message)
+			}
 			t.Fatalf("%d of %d pods running after 60s", len(lat), pods)
 		}
 	}

@@ -33,6 +33,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/flexgv/flexgv/internal/k8s/vgpu"
 )
@@ -58,6 +59,10 @@ type Config struct {
 	ContextMiB int64  // what one CUDA context takes, charged per pod per GPU
 	Shim       string // libflexgv.so on the node
 	DevRoot    string // where the GPUs' device nodes are: /dev
+	// PodResources is the kubelet's pod-resources socket, through which a
+	// container's start is checked to be the allocated pod's; "": not
+	// checked.
+	PodResources string
 	// HealthEvery is how often the GPUs are read; SyncEvery how often the
 	// tenants are matched to the pods and the socket checked.
 	HealthEvery, SyncEvery time.Duration
@@ -82,6 +87,9 @@ func (c Config) Check() error {
 	if _, err := os.Stat(c.Shim); err != nil {
 		return fmt.Errorf("shim %s: %w", c.Shim, err)
 	}
+	if st, err := os.Stat(c.PodResources); c.PodResources != "" && (err != nil || st.Mode()&os.ModeSocket == 0) {
+		return fmt.Errorf("--pod-resources %s: not the kubelet's socket (\"\" turns the check that a container starts in the allocated pod off)", c.PodResources)
+	}
 	return nil
 }
 
@@ -99,11 +107,15 @@ type Plugin struct {
 	// allocating serializes Allocate: which pod a call is for is decided
 	// by which pods have no tenant yet.
 	allocating sync.Mutex
+	// allocated is the pod (namespace/name) each allocation was made for,
+	// by its devices, until its container starts.
+	allocated map[string]string
 }
 
 // New returns a plugin; Run runs it.
 func New(cfg Config, d Daemon, client kubernetes.Interface) *Plugin {
-	return &Plugin{cfg: cfg, daemon: d, client: client, log: log.New(cfg.Log, "flexgv device plugin: ", 0), changed: make(chan struct{})}
+	return &Plugin{cfg: cfg, daemon: d, client: client, log: log.New(cfg.Log, "flexgv device plugin: ", 0),
+		changed: make(chan struct{}), allocated: map[string]string{}}
 }
 
 // Socket is the plugin's socket.
@@ -185,7 +197,7 @@ func (p *Plugin) register(ctx context.Context) error {
 	defer cancel()
 	_, err = pluginapi.NewRegistrationClient(conn).Register(rctx, &pluginapi.RegisterRequest{
 		Version: pluginapi.Version, Endpoint: socketName, ResourceName: string(vgpu.ResourceVGPU),
-		Options: &pluginapi.DevicePluginOptions{},
+		Options: p.options(),
 	})
 	return err
 }
@@ -257,9 +269,13 @@ func (p *Plugin) publish(ctx context.Context, gpus []vgpu.GPU) error {
 	return err
 }
 
+func (p *Plugin) options() *pluginapi.DevicePluginOptions {
+	return &pluginapi.DevicePluginOptions{PreStartRequired: p.cfg.PodResources != ""}
+}
+
 // GetDevicePluginOptions implements the device-plugin API.
 func (p *Plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
-	return &pluginapi.DevicePluginOptions{}, nil
+	return p.options(), nil
 }
 
 // slotID names vGPU slot i of a GPU.
@@ -300,15 +316,101 @@ func (p *Plugin) GetPreferredAllocation(context.Context, *pluginapi.PreferredAll
 	return &pluginapi.PreferredAllocationResponse{}, nil
 }
 
-// PreStartContainer implements the device-plugin API; not asked for.
-func (p *Plugin) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+// PreStartContainer implements the device-plugin API. The kubelet calls it
+// before starting a container, once it has recorded which pod got which
+// devices: a container whose devices went to another pod than Allocate
+// inferred would run with that pod's limits, so it is not started.
+func (p *Plugin) PreStartContainer(ctx context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	key := devicesKey(req.DevicesIds)
+	p.mu.Lock()
+	want, ok := p.allocated[key]
+	p.mu.Unlock()
+	if !ok {
+		// Allocated before this plugin started: nothing to compare with.
+		return &pluginapi.PreStartContainerResponse{}, nil
+	}
+	got, err := p.devicesOwner(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("flexgv: checking which pod got vGPUs %s: %w", key, err)
+	}
+	if got != want {
+		return nil, fmt.Errorf("flexgv: vGPUs %s were set up for pod %s but the kubelet gave them to pod %s, which would run with the other's limits; delete pod %s to have it placed again", key, want, got, got)
+	}
+	p.mu.Lock()
+	delete(p.allocated, key)
+	p.mu.Unlock()
 	return &pluginapi.PreStartContainerResponse{}, nil
 }
 
+// devicesKey names a set of device IDs.
+func devicesKey(ids []string) string {
+	ids = slices.Clone(ids)
+	slices.Sort(ids)
+	return strings.Join(ids, ",")
+}
+
+// podResources lists what the kubelet has allocated to its pods.
+func (p *Plugin) podResources(ctx context.Context) ([]*podresourcesv1.PodResources, error) {
+	conn, err := grpc.NewClient("unix://"+p.cfg.PodResources, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := podresourcesv1.NewPodResourcesListerClient(conn).List(lctx, &podresourcesv1.ListPodResourcesRequest{})
+	if err != nil {
+		return nil, err
+	}
+	return resp.PodResources, nil
+}
+
+// withoutVGPUs names (namespace/name) the pods the kubelet lists with no
+// vGPUs allocated.
+func (p *Plugin) withoutVGPUs(ctx context.Context) (map[string]bool, error) {
+	pods, err := p.podResources(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, pod := range pods {
+		if !slices.ContainsFunc(pod.Containers, func(c *podresourcesv1.ContainerResources) bool {
+			return slices.ContainsFunc(c.Devices, func(d *podresourcesv1.ContainerDevices) bool {
+				return d.ResourceName == string(vgpu.ResourceVGPU) && len(d.DeviceIds) > 0
+			})
+		}) {
+			out[pod.Namespace+"/"+pod.Name] = true
+		}
+	}
+	return out, nil
+}
+
+// devicesOwner asks the kubelet which pod (namespace/name) has the vGPUs
+// key.
+func (p *Plugin) devicesOwner(ctx context.Context, key string) (string, error) {
+	pods, err := p.podResources(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, pod := range pods {
+		for _, c := range pod.Containers {
+			for _, d := range c.Devices {
+				if d.ResourceName == string(vgpu.ResourceVGPU) && devicesKey(d.DeviceIds) == key {
+					return pod.Namespace + "/" + pod.Name, nil
+				}
+			}
+		}
+	}
+	return "", errors.New("the kubelet lists no container with them")
+}
+
 // Allocate implements the device-plugin API. The kubelet does not say
-// which pod a call is for: it admits a node's pods one at a time, as their
-// bindings reach it, so the call is for the pod bound here first by the
-// extender that asks for as many vGPUs and has no tenant yet.
+// which pod a call is for. It admits a node's pods one at a time, each
+// known to it (and listed by its pod-resources API) from just before its
+// admission, so the call is for the pod placed here by the extender that
+// asks for as many vGPUs, has no tenant yet and to which the kubelet has
+// allocated no vGPUs; of several, the one bound first, as the kubelet
+// receives pods in the order they are bound.
 func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	p.allocating.Lock()
 	defer p.allocating.Unlock()
@@ -324,6 +426,9 @@ func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 		if err != nil {
 			return nil, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
+		p.mu.Lock()
+		p.allocated[devicesKey(creq.DevicesIds)] = pod.Namespace + "/" + pod.Name
+		p.mu.Unlock()
 		resp.ContainerResponses = append(resp.ContainerResponses, cresp)
 	}
 	return resp, nil
@@ -339,12 +444,22 @@ func (p *Plugin) pendingPod(ctx context.Context, n int, taken map[types.UID]bool
 	if err != nil {
 		return nil, vgpu.Request{}, fmt.Errorf("listing the node daemon's tenants: %w", err)
 	}
+	// The kubelet knows a pod before it admits it, and lists the devices of
+	// the pods it has admitted: the pod being admitted is the one it
+	// knows without vGPUs.
+	var admitting map[string]bool
+	if p.cfg.PodResources != "" {
+		if admitting, err = p.withoutVGPUs(ctx); err != nil {
+			return nil, vgpu.Request{}, fmt.Errorf("asking the kubelet which pod is being admitted: %w", err)
+		}
+	}
 	var best *corev1.Pod
 	var bestReq vgpu.Request
 	for i := range pods {
 		pod := &pods[i]
 		if taken[pod.UID] || pod.Status.Phase != corev1.PodPending || len(vgpu.PodGPUs(pod)) == 0 ||
-			slices.Contains(have, TenantPrefix+string(pod.UID)) {
+			slices.Contains(have, TenantPrefix+string(pod.UID)) ||
+			admitting != nil && !admitting[pod.Namespace+"/"+pod.Name] {
 			continue
 		}
 		r, ok, err := vgpu.PodRequest(pod)
@@ -453,12 +568,20 @@ func (p *Plugin) syncTenants(ctx context.Context) {
 		p.log.Printf("listing the node daemon's tenants: %v", err)
 		return
 	}
-	live := map[string]bool{}
+	live, present := map[string]bool{}, map[string]bool{}
 	for _, pod := range pods {
+		present[pod.Namespace+"/"+pod.Name] = true
 		if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
 			live[TenantPrefix+string(pod.UID)] = true
 		}
 	}
+	p.mu.Lock()
+	for key, pod := range p.allocated {
+		if !present[pod] {
+			delete(p.allocated, key)
+		}
+	}
+	p.mu.Unlock()
 	for _, name := range have {
 		if !strings.HasPrefix(name, TenantPrefix) || live[name] {
 			continue

@@ -16,10 +16,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
+	"os"
 	"slices"
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -28,6 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
@@ -48,6 +52,8 @@ type Node struct {
 	runtime Runtime
 	cancel  context.CancelFunc
 	done    chan struct{}
+	// podResources serves the pod-resources API.
+	podResources *grpc.Server
 
 	// gate is held while admission is paused (Pause).
 	gate sync.Mutex
@@ -63,8 +69,9 @@ type Node struct {
 }
 
 // Start starts the device manager, as a kubelet starting up does (it
-// removes the plugin sockets it finds), and the node's pod loop.
-func Start(client kubernetes.Interface, name string, runtime Runtime) (*Node, error) {
+// removes the plugin sockets it finds), the pod-resources API on the
+// socket podResources, and the node's pod loop.
+func Start(client kubernetes.Interface, name, podResources string, runtime Runtime) (*Node, error) {
 	logger := klog.Background()
 	dm, err := devicemanager.NewManagerImpl(logger, nil, topologymanager.NewFakeManager(logger))
 	if err != nil {
@@ -88,10 +95,48 @@ func Start(client kubernetes.Interface, name string, runtime Runtime) (*Node, er
 	if err := dm.Start(logger, active, ready, containermap.NewContainerMap(), sets.New[string]()); err != nil {
 		return nil, err
 	}
+	os.Remove(podResources)
+	lis, err := net.Listen("unix", podResources)
+	if err != nil {
+		dm.Stop(logger)
+		return nil, err
+	}
+	n.podResources = grpc.NewServer()
+	podresourcesv1.RegisterPodResourcesListerServer(n.podResources, podResourcesServer{n: n})
+	go n.podResources.Serve(lis)
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	go n.loop(ctx)
 	return n, nil
+}
+
+// podResourcesServer is the kubelet's pod-resources List: the devices the
+// device manager allocated to each container of the pods it admitted.
+type podResourcesServer struct {
+	podresourcesv1.UnimplementedPodResourcesListerServer
+	n *Node
+}
+
+func (s podResourcesServer) List(context.Context, *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
+	s.n.mu.Lock()
+	defer s.n.mu.Unlock()
+	resp := &podresourcesv1.ListPodResourcesResponse{}
+	for _, pod := range s.n.admitted {
+		pr := &podresourcesv1.PodResources{Name: pod.Name, Namespace: pod.Namespace}
+		for _, c := range pod.Spec.Containers {
+			cr := &podresourcesv1.ContainerResources{Name: c.Name}
+			for resource, devs := range s.n.dm.GetDevices(string(pod.UID), c.Name) {
+				ids := make([]string, 0, len(devs))
+				for id := range devs {
+					ids = append(ids, id)
+				}
+				cr.Devices = append(cr.Devices, &podresourcesv1.ContainerDevices{ResourceName: resource, DeviceIds: ids})
+			}
+			pr.Containers = append(pr.Containers, cr)
+		}
+		resp.PodResources = append(resp.PodResources, pr)
+	}
+	return resp, nil
 }
 
 // Stop stops the pod loop and the device manager, as a kubelet going down
@@ -99,6 +144,7 @@ func Start(client kubernetes.Interface, name string, runtime Runtime) (*Node, er
 func (n *Node) Stop() {
 	n.cancel()
 	<-n.done
+	n.podResources.Stop()
 	n.dm.Stop(klog.Background())
 }
 
