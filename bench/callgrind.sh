@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Instructions the shim adds, counted with callgrind on the simulated GPU
-# (repeatable, unlike wall time): per kernel launch (pass-through and
-# tracing) and per cuMemAlloc/cuMemFree pair (pass-through and under a
+# (repeatable, unlike wall time): per kernel launch (pass-through, tracing,
+# and a tenant with a compute share alone on its GPU) and per cuMemAlloc/cuMemFree pair (pass-through and under a
 # quota). Each case runs N and 2N iterations; the difference divided by N is
 # the cost of one iteration with startup and teardown cancelled out.
 # Reported: the whole program's instructions, and those inside libflexgv.so.
@@ -21,14 +21,15 @@ export LD_LIBRARY_PATH=$B/sim FLEXGV_SIM_STATE=$tmp/gpu.state FLEXGV_SIM_KERNEL_
 
 # count MODE ITERATIONS CLIENT ARGS... -> "TOTAL SHIM" instructions
 count() {
-    local mode=$1 n=$2 env=()
+    local mode=$1 n=$2 env=() pre=()
     shift 2
     case $mode in
+    share) pre=("$B/bin/flexgv" run --compute 50% --) ;;
     run) env=(LD_PRELOAD="$B/lib/libflexgv.so") ;;
     trace) env=(LD_PRELOAD="$B/lib/libflexgv.so" FLEXGV_TRACE="$tmp/region") ;;
     quota) env=(LD_PRELOAD="$B/lib/libflexgv.so" FLEXGV_TENANT="$tmp/tenant") ;;
     esac
-    env "${env[@]}" valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.out" "$@" "$n" 2>/dev/null
+    "${pre[@]}" env "${env[@]}" valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.out" "$@" "$n" 2>/dev/null
     callgrind_annotate --inclusive=no --threshold=100 "$tmp/cg.out" 2>/dev/null | awk '
         /PROGRAM TOTALS/ { gsub(",", "", $1); total = $1 }
         /libflexgv\.so\]/ { gsub(",", "", $1); shim += $1 }
@@ -50,5 +51,5 @@ measure() {
     done
 }
 
-measure "launch" native run trace -- "$B/tests/launchloop"
+measure "launch" native run trace share -- "$B/tests/launchloop"
 measure "alloc/free pair" native run quota -- "$B/tests/memclient" allocloop

@@ -1,199 +1,676 @@
-/* Compute caps: the share of a device's time this process's kernels may
- * occupy, even when the device is idle (the tenant's compute_max; enforced
- * per process, in the process).
+/* Compute policy: shares, priorities and caps of a GPU's time between
+ * tenants, through the GPU's scheduler region (include/flexgv/
+ * sched_layout_gen.h, created and joined by the control plane; the protocol
+ * is described in tools/gen/layout.go).
  *
- * GPU time is measured from completions: after each launch an event without
- * timing is recorded on its stream, and the launch counts as busy from when
- * it was made (or the previous completion, if later) until its event is
- * seen complete. A token bucket per device earns cap x elapsed time, up to
- * a small burst, and pays for each completion; a launch waits while the
- * bucket cannot pay for what is already in flight: on the oldest event when
- * something is in flight, asleep otherwise. In-flight work is kept short so
- * that the debt a completion brings stays small; it is carried, so the
- * long-run share tends to the cap. Nothing is locked while waiting, and the
- * shim's own event calls never change what a launch returns. */
+ * One process at a time, the holder, launches on a GPU. A holder alone on
+ * the GPU launches straight through (a few loads and a counter). With other
+ * processes present it keeps the work it has in flight short (completion
+ * events, no timing), so that the GPU changes hands fast; when they wait, it
+ * hands the GPU over, drained, at the end of its quantum to the waiting
+ * process of highest priority whose tenant has the smallest virtual time
+ * (GPU time held over its share: weighted fair queueing), and at once when a
+ * higher priority waits. A waiter takes the GPU itself when the holder is
+ * free, dead (its slot's lock is gone), idle (no launch over a poll and
+ * nothing in flight), of lower priority, or past its quantum: a holder that
+ * stops launching or is killed stalls nobody. Waiters sleep on a futex in
+ * the region, holding no lock.
+ *
+ * A cap (--compute-max) is a token bucket in the tenant's entry, shared by
+ * its processes: it earns cap x elapsed time up to a small burst and pays
+ * for each launch's busy time, from its launch (or the previous completion)
+ * until its event is seen complete; a capped holder waits, or hands over,
+ * while the bucket cannot pay for what it has in flight.
+ *
+ * The shim's own event calls never change what a launch returns; launches
+ * on capturing streams only add graph nodes and pass. If the region cannot
+ * be used, the GPU is not scheduled (said once). The region is shared with
+ * other users' tenants: a truncation under us is caught (SIGBUS on the
+ * region only) and replaces the mapping with private memory, which turns
+ * scheduling off on that GPU instead of crashing the program. */
 #include "memquota.h"
+#include "flexgv/liveness.h"
+#include "flexgv/sched_layout_gen.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
-enum { RING = 64 };                   /* launches in flight per device, at most */
-#define BURST_NS 5000000ll            /* credit an idle device may bank */
-#define AHEAD_NS 2000000ll            /* expected work let ahead of completions */
+enum { RING = 64 };                   /* launches tracked in flight per GPU, at most */
+#define BURST_NS 5000000ll            /* cap credit an idle tenant may bank */
+#define AHEAD_NS 500000ll             /* tracked work let ahead of completions */
+#define POLL_NS 500000ull             /* a waiter looks at the holder this often */
+#define SWEEP_NS 100000000ull         /* dead processes' bits are looked for this often */
+#define FULL 10000u                   /* 100 % in hundredths */
+
+enum { G_NONE, G_READY, G_OFF };
 
 struct launch {
     CUevent ev;
     uint64_t at; /* host time of the launch */
 };
 
-struct dev {
-    pthread_mutex_t lock;
-    int known;    /* cap read from the tenant */
-    uint32_t cap; /* hundredths of a percent; 0: none */
+struct gpu {
+    pthread_mutex_t lock; /* this process's threads on this GPU (slow path only) */
+    int state;
+    struct fg_sched_header *hdr;
+    struct fg_sched_slot *slots, *me;
+    struct fg_sched_tenant *t; /* our tenant's entry */
+    uint32_t mine;             /* our slot */
+    uint64_t bit;              /* our bit in the waiting mask */
+    int fd;                    /* never mapped: holds our slot's lock */
+    uint64_t quantum;
+    /* what we last saw of the holder, to tell it idle */
+    uint32_t seen_holder;
+    uint64_t seen_launches, seen_at;
+    /* our launches in flight, oldest first */
     struct launch ring[RING];
     unsigned head, count;
     CUevent pool[RING]; /* completed events, to be recorded again */
     unsigned npool;
-    int64_t credit;     /* ns of device time still allowed */
-    uint64_t refilled;  /* when credit was last earned */
     uint64_t last_done; /* host time of the last completion */
     uint64_t avg;       /* moving average of one launch's busy time (ns); 0: none measured */
+    uint64_t wdefault, wdefault_at; /* weight of a tenant without a share, and when computed */
+    uint64_t swept_at;
 };
 
-static struct dev devs[FG_NDEV] = {[0 ... FG_NDEV - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER}};
+static struct gpu gpus[FG_NDEV] = {[0 ... FG_NDEV - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1}};
+/* The GPUs this process is scheduled on, all attached at its first launch:
+ * while it holds each alone, no launch needs to know its device. */
+static struct gpu *mine_list[FG_NDEV];
+static int nmine, enumerated;
+static pthread_mutex_t enum_lock = PTHREAD_MUTEX_INITIALIZER;
+static const size_t region_size = sizeof(struct fg_sched_header) + FG_SCHED_SLOTS * sizeof(struct fg_sched_slot);
+static int warned_region, warned_broken, broken; /* broken: a region was truncated, to be said */
 
-/* Async-signal-safe: a forked child has nothing in flight (and no thread
- * that could hold a lock). */
+#define LOAD(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
+#define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
+#define ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_SEQ_CST)
+
+static off_t slot_off(uint32_t i) { return (off_t)(sizeof(struct fg_sched_header) + i * sizeof(struct fg_sched_slot)); }
+
+static off_t tenant_off(uint32_t i)
+{
+    return (off_t)(offsetof(struct fg_sched_header, tenants) + i * sizeof(struct fg_sched_tenant));
+}
+
+/* ---- the region ---- */
+
+static struct sigaction old_bus;
+
+/* A truncated region: private zeroes in its place, and scheduling off. */
+static void on_bus(int sig, siginfo_t *si, void *uc)
+{
+    char *a = si->si_addr;
+    for (int i = 0; i < FG_NDEV; i++) {
+        char *h = (char *)__atomic_load_n(&gpus[i].hdr, __ATOMIC_ACQUIRE);
+        if (h && a >= h && a < h + region_size) {
+            mmap(h, region_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+            __atomic_store_n(&gpus[i].state, G_OFF, __ATOMIC_RELEASE);
+            __atomic_store_n(&broken, 1, __ATOMIC_RELEASE); /* said at the next launch */
+            return;
+        }
+    }
+    if (old_bus.sa_flags & SA_SIGINFO) {
+        old_bus.sa_sigaction(sig, si, uc);
+    } else if (old_bus.sa_handler != SIG_DFL && old_bus.sa_handler != SIG_IGN) {
+        old_bus.sa_handler(sig);
+    } else {
+        signal(SIGBUS, SIG_DFL); /* the faulting access repeats and ends the process */
+    }
+}
+
+static void install_bus_handler(void)
+{
+    static int installed;
+    if (__atomic_exchange_n(&installed, 1, __ATOMIC_ACQ_REL))
+        return;
+    struct sigaction sa = {.sa_sigaction = on_bus, .sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, &old_bus);
+}
+
+static void not_scheduled(const char *uuid, const char *why)
+{
+    fg_warn_once(&warned_region, "GPU %s: %s; its launches are not scheduled (no share, priority or cap applies there)",
+                 uuid, why);
+}
+
+/* Maps dev's region, finds our tenant there and claims a slot; g locked. */
+static void attach(struct gpu *g, int dev)
+{
+    g->state = G_OFF;
+    const char *uuid = fg_entry_uuid(fg_entry_of(dev)), *name = fg_tenant_name(), *tp = fg_tenant_path();
+    if (!uuid || !uuid[0] || !name || !tp)
+        return; /* a device the tenant does not hold */
+    char path[4096];
+    const char *slash = strrchr(tp, '/');
+    int n = slash ? snprintf(path, sizeof path, "%.*s/gpu-%s", (int)(slash - tp), tp, uuid)
+                  : snprintf(path, sizeof path, "gpu-%s", uuid);
+    if (n < 0 || (size_t)n >= sizeof path)
+        return not_scheduled(uuid, "the scheduler's path is too long");
+    int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0)
+        return not_scheduled(uuid, "the tenant has no scheduler there (its policy does not apply to this GPU)");
+    off_t size = lseek(fd, 0, SEEK_END);
+    void *m = size >= (off_t)region_size ? mmap(NULL, region_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                                         : MAP_FAILED;
+    close(fd);
+    if (m == MAP_FAILED)
+        return not_scheduled(uuid, "its scheduler file is damaged");
+    struct fg_sched_header *h = m;
+    if (h->magic != FG_SCHED_MAGIC || h->version != FG_SCHED_VERSION || strncmp(h->uuid, uuid, sizeof h->uuid) != 0) {
+        munmap(m, region_size);
+        return not_scheduled(uuid, "its scheduler file is not of this flexgv version");
+    }
+    /* The lock descriptor is never mapped: a mapping would keep it, and
+     * our slot, alive in forked children. */
+    g->fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    uint32_t t = FG_SCHED_TENANTS;
+    for (uint32_t i = 0; g->fd >= 0 && i < FG_SCHED_TENANTS; i++)
+        if (strncmp(h->tenants[i].name, name, sizeof h->tenants[i].name) == 0 && fg_byte_held(g->fd, tenant_off(i))) {
+            t = i;
+            break;
+        }
+    uint32_t s = FG_SCHED_SLOTS;
+    for (uint32_t i = 0; t < FG_SCHED_TENANTS && i < FG_SCHED_SLOTS; i++)
+        if (fg_lock_byte(g->fd, slot_off(i), F_WRLCK) == 0) {
+            s = i;
+            break;
+        }
+    if (s == FG_SCHED_SLOTS) {
+        if (g->fd >= 0)
+            close(g->fd);
+        g->fd = -1;
+        munmap(m, region_size);
+        return not_scheduled(uuid, t == FG_SCHED_TENANTS ? "the tenant is not a member of its scheduler"
+                                                         : "its scheduler has no free process slot");
+    }
+    /* Our tenant's entry lives while we do, whoever started us. */
+    fg_lock_byte(g->fd, tenant_off(t), F_RDLCK);
+    struct fg_sched_slot *me = (struct fg_sched_slot *)(h + 1) + s;
+    __atomic_fetch_and(&h->waiting, ~(1ull << s), __ATOMIC_SEQ_CST); /* a dead process's, if any */
+    __atomic_fetch_or(&h->present, 1ull << s, __ATOMIC_SEQ_CST);
+    STORE(&me->tenant, t);
+    STORE(&me->pid, (int32_t)getpid());
+    STORE(&me->inflight, 0);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    STORE(&me->claimed_ns, (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec);
+    STORE(&me->state, (uint32_t)FG_SCHED_SLOT_CLAIMED);
+    g->slots = (struct fg_sched_slot *)(h + 1);
+    g->me = me;
+    g->t = &h->tenants[t];
+    g->mine = s;
+    g->bit = 1ull << s;
+    g->quantum = (uint64_t)(h->quantum_us ? h->quantum_us : 10000) * 1000;
+    install_bus_handler();
+    __atomic_store_n(&g->hdr, h, __ATOMIC_RELEASE);
+    __atomic_store_n(&g->state, G_READY, __ATOMIC_RELEASE);
+}
+
+/* Async-signal-safe: a forked child has no slot and nothing in flight; it
+ * claims its own slot at its first launch (the parent's mapping is left). */
 void fg_compute_after_fork(void)
 {
-    memset(devs, 0, sizeof devs);
-    for (int i = 0; i < FG_NDEV; i++)
-        devs[i].lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    nmine = 0;
+    enumerated = 0;
+    enum_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    for (int i = 0; i < FG_NDEV; i++) {
+        struct gpu *g = &gpus[i];
+        if (g->fd >= 0)
+            close(g->fd); /* the parent's open file description stays the parent's */
+        memset(g, 0, sizeof *g);
+        g->lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+        g->fd = -1;
+    }
 }
 
-static void earn(struct dev *d, uint64_t now)
+/* ---- sleeping on the region ---- */
+
+static void wake_all(struct gpu *g)
 {
-    if (now > d->refilled)
-        d->credit += (int64_t)((now - d->refilled) * d->cap / 10000);
-    if (d->credit > BURST_NS)
-        d->credit = BURST_NS;
-    d->refilled = now;
+    ADD(&g->hdr->gen, 1);
+    syscall(SYS_futex, &g->hdr->gen, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-/* Pays for the in-flight launches that have completed, oldest first. */
-static void reap(struct dev *d, uint64_t now)
+static void sleep_on(struct gpu *g, uint32_t gen, uint64_t ns)
+{
+    struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+    pthread_mutex_unlock(&g->lock);
+    syscall(SYS_futex, &g->hdr->gen, FUTEX_WAIT, gen, &ts, NULL, 0);
+    pthread_mutex_lock(&g->lock);
+}
+
+/* ---- fair shares ---- */
+
+/* A tenant's weight: its share, else an even part of what no share claims
+ * (at least 1 %). */
+static uint64_t weight(struct gpu *g, struct fg_sched_tenant *t, uint64_t now)
+{
+    uint32_t share = LOAD(&t->share);
+    if (share)
+        return share;
+    if (!g->wdefault || now - g->wdefault_at > 100000000ull) {
+        uint32_t sum = 0, none = 0;
+        for (uint32_t i = 0; i < FG_SCHED_TENANTS; i++) {
+            if (!g->hdr->tenants[i].name[0] || !fg_byte_held(g->fd, tenant_off(i)))
+                continue;
+            uint32_t s = LOAD(&g->hdr->tenants[i].share);
+            sum += s;
+            none += !s;
+        }
+        uint32_t left = sum < FULL ? FULL - sum : 0;
+        g->wdefault = (left < 100 ? 100 : left) / (none ? none : 1);
+        g->wdefault_at = now;
+    }
+    return g->wdefault ? g->wdefault : 1;
+}
+
+static struct fg_sched_tenant *tenant_of(struct gpu *g, uint32_t slot)
+{
+    uint32_t t = LOAD(&g->slots[slot].tenant);
+    return t < FG_SCHED_TENANTS ? &g->hdr->tenants[t] : NULL;
+}
+
+/* Charges t for ns of GPU time held. */
+static void charge(struct gpu *g, struct fg_sched_tenant *t, uint64_t ns, uint64_t now)
+{
+    ADD(&t->held_ns, ns);
+    ADD(&t->vtime, ns * FULL / weight(g, t, now));
+}
+
+/* The waiting slot to run next: highest priority, then least virtual time,
+ * round robin from the holder among equals; -1 if none. */
+static int best_waiter(struct gpu *g, int except)
+{
+    uint64_t w = LOAD(&g->hdr->waiting);
+    uint32_t from = LOAD(&g->hdr->holder);
+    int best = -1;
+    uint32_t bp = 0;
+    uint64_t bv = 0;
+    for (uint32_t k = 0; k < FG_SCHED_SLOTS; k++) {
+        uint32_t i = (from + k) % FG_SCHED_SLOTS;
+        struct fg_sched_tenant *t;
+        if (!(w >> i & 1) || (int)i == except || !(t = tenant_of(g, i)))
+            continue;
+        uint32_t p = LOAD(&t->priority);
+        uint64_t v = LOAD(&t->vtime);
+        if (best < 0 || p > bp || (p == bp && v < bv)) {
+            best = (int)i;
+            bp = p;
+            bv = v;
+        }
+    }
+    return best;
+}
+
+static uint32_t priority_of(struct gpu *g, int slot)
+{
+    struct fg_sched_tenant *t = slot < 0 ? NULL : tenant_of(g, (uint32_t)slot);
+    return t ? LOAD(&t->priority) : 0;
+}
+
+/* Puts the GPU from holder `from` (slot + 1, 0: none) to us. */
+static int take(struct gpu *g, uint32_t from, uint64_t now)
+{
+    uint32_t expect = from;
+    if (!__atomic_compare_exchange_n(&g->hdr->holder, &expect, g->mine + 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+        return 0;
+    if (from) {
+        struct fg_sched_tenant *old = tenant_of(g, from - 1);
+        uint64_t held = now - LOAD(&g->hdr->since_ns);
+        if (old && held < (1ull << 62)) {
+            charge(g, old, held < g->quantum ? held : g->quantum, now);
+            if (LOAD(&old->priority) < LOAD(&g->t->priority))
+                ADD(&old->preemptions, 1);
+        }
+    }
+    STORE(&g->hdr->since_ns, now);
+    STORE(&g->hdr->vclock, LOAD(&g->t->vtime));
+    ADD(&g->hdr->switches, 1);
+    wake_all(g);
+    return 1;
+}
+
+/* ---- what we have in flight ---- */
+
+static void earn(struct gpu *g, uint32_t cap, uint64_t now)
+{
+    uint64_t last = LOAD(&g->t->cap_refilled);
+    if (now <= last || !__atomic_compare_exchange_n(&g->t->cap_refilled, &last, now, 0, __ATOMIC_SEQ_CST,
+                                                    __ATOMIC_SEQ_CST))
+        return; /* another process of the tenant earned it */
+    uint64_t dt = now - last;
+    int64_t add = dt > (uint64_t)BURST_NS * 100 ? BURST_NS : (int64_t)(dt * cap / FULL);
+    int64_t c = LOAD(&g->t->cap_credit), next;
+    do {
+        next = c + add > BURST_NS ? BURST_NS : c + add;
+    } while (!__atomic_compare_exchange_n(&g->t->cap_credit, &c, next, 1, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+}
+
+/* Accounts for the launches in flight that have completed, oldest first. */
+static void reap(struct gpu *g, uint64_t now)
 {
     fg_real_cuEventQuery query = REAL(cuEventQuery);
-    while (d->count) {
-        struct launch *l = &d->ring[d->head];
+    while (g->count) {
+        struct launch *l = &g->ring[g->head];
         if (query && query(l->ev) == CUDA_ERROR_NOT_READY)
             break;
-        uint64_t start = l->at > d->last_done ? l->at : d->last_done;
+        uint64_t start = l->at > g->last_done ? l->at : g->last_done;
         if (now > start) {
             uint64_t busy = now - start;
-            d->credit -= (int64_t)busy;
-            d->avg = d->avg ? (7 * d->avg + busy) / 8 : busy;
-            d->last_done = now;
+            if (LOAD(&g->t->cap))
+                __atomic_fetch_sub(&g->t->cap_credit, (int64_t)busy, __ATOMIC_SEQ_CST);
+            g->avg = g->avg ? (7 * g->avg + busy) / 8 : busy;
+            g->last_done = now;
         }
-        d->pool[d->npool++] = l->ev;
-        d->head = (d->head + 1) % RING;
-        d->count--;
+        g->pool[g->npool++] = l->ev;
+        g->head = (g->head + 1) % RING;
+        g->count--;
     }
+    STORE(&g->me->inflight, g->count);
 }
 
 /* Work still queued: at least what the oldest launch has been running. */
-static int64_t ahead(const struct dev *d, uint64_t now)
+static int64_t ahead(const struct gpu *g, uint64_t now)
 {
-    if (!d->count)
+    if (!g->count)
         return 0;
-    uint64_t since = d->ring[d->head].at > d->last_done ? d->ring[d->head].at : d->last_done;
+    uint64_t since = g->ring[g->head].at > g->last_done ? g->ring[g->head].at : g->last_done;
     int64_t running = now > since ? (int64_t)(now - since) : 0;
-    int64_t expected = (int64_t)(d->count * d->avg);
+    int64_t expected = (int64_t)(g->count * g->avg);
     return expected > running ? expected : running;
 }
 
-/* The device's state if the tenant caps it, locked. */
-static struct dev *capped(int dev)
+/* Waits, unlocked, for the oldest launch in flight. */
+static void wait_oldest(struct gpu *g)
 {
-    if (dev < 0 || dev >= FG_NDEV)
-        return NULL;
-    struct dev *d = &devs[dev];
-    pthread_mutex_lock(&d->lock);
-    if (!d->known) {
-        d->cap = fg_compute_max_of(dev);
-        d->credit = BURST_NS;
-        d->refilled = fg_now_ns();
-        d->known = 1;
-    }
-    if (!d->cap) {
-        pthread_mutex_unlock(&d->lock);
-        return NULL;
-    }
-    return d;
+    CUevent ev = g->ring[g->head].ev;
+    pthread_mutex_unlock(&g->lock);
+    fg_real_cuEventSynchronize sync = REAL(cuEventSynchronize);
+    CUstreamCaptureMode m = fg_relaxed_begin();
+    if (sync)
+        sync(ev);
+    fg_relaxed_end(m);
+    pthread_mutex_lock(&g->lock);
 }
 
-/* Waits until the cap allows one more launch; returns d locked. Until one
- * launch has been measured, launches go one at a time. */
-static void gate(struct dev *d)
+/* Hands the GPU, drained, to the best waiter, if any may have it. */
+static void hand_over(struct gpu *g, int preempted)
 {
-    for (;;) {
-        uint64_t now = fg_now_ns();
-        earn(d, now);
-        reap(d, now);
-        int64_t queued = ahead(d, now);
-        if (d->count < RING && queued < AHEAD_NS && d->credit > queued && (d->avg || !d->count))
-            return;
-        if (d->count) {
-            CUevent ev = d->ring[d->head].ev;
-            pthread_mutex_unlock(&d->lock);
-            fg_real_cuEventSynchronize sync = REAL(cuEventSynchronize);
-            CUstreamCaptureMode m = fg_relaxed_begin();
-            if (sync)
-                sync(ev);
-            fg_relaxed_end(m);
-        } else {
-            /* Asleep until the bucket has earned back its debt. */
-            uint64_t ns = (uint64_t)(-d->credit + 1) * 10000 / d->cap + 1;
-            pthread_mutex_unlock(&d->lock);
-            struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
-            nanosleep(&ts, NULL);
+    while (g->count) {
+        wait_oldest(g);
+        reap(g, fg_now_ns());
+    }
+    uint64_t now = fg_now_ns();
+    int next = best_waiter(g, (int)g->mine);
+    if (next < 0 || LOAD(&g->hdr->holder) != g->mine + 1)
+        return;
+    uint64_t held = now - LOAD(&g->hdr->since_ns);
+    uint32_t expect = g->mine + 1;
+    if (!__atomic_compare_exchange_n(&g->hdr->holder, &expect, (uint32_t)next + 1, 0, __ATOMIC_SEQ_CST,
+                                     __ATOMIC_SEQ_CST))
+        return;
+    /* Time held alone before anyone waited is not charged beyond two quanta. */
+    charge(g, g->t, held < 2 * g->quantum ? held : 2 * g->quantum, now);
+    if (preempted)
+        ADD(&g->t->preemptions, 1);
+    struct fg_sched_tenant *nt = tenant_of(g, (uint32_t)next);
+    STORE(&g->hdr->since_ns, now);
+    STORE(&g->hdr->vclock, nt ? LOAD(&nt->vtime) : 0);
+    ADD(&g->hdr->switches, 1);
+    wake_all(g);
+}
+
+/* Clears the bits of processes that died. */
+static void sweep(struct gpu *g, uint64_t now)
+{
+    g->swept_at = now;
+    uint64_t p = LOAD(&g->hdr->present) & ~g->bit;
+    for (uint32_t i = 0; p; i++, p >>= 1)
+        if ((p & 1) && !fg_byte_held(g->fd, slot_off(i))) {
+            __atomic_fetch_and(&g->hdr->present, ~(1ull << i), __ATOMIC_SEQ_CST);
+            __atomic_fetch_and(&g->hdr->waiting, ~(1ull << i), __ATOMIC_SEQ_CST);
         }
-        pthread_mutex_lock(&d->lock);
-    }
 }
 
-/* Puts a launch on s in flight; d is locked and unlocked here. */
-static void track(struct dev *d, CUstream s, uint64_t at)
+/* Whether a waiter may take the GPU from holder h (slot + 1). */
+static int may_take(struct gpu *g, uint32_t h, uint64_t now)
+{
+    if (!h)
+        return 1;
+    uint32_t i = h - 1;
+    if (i >= FG_SCHED_SLOTS || !fg_byte_held(g->fd, slot_off(i))) {
+        __atomic_fetch_and(&g->hdr->waiting, ~(1ull << (i % FG_SCHED_SLOTS)), __ATOMIC_SEQ_CST);
+        return 1; /* its holder died */
+    }
+    /* Idle: seen with nothing in flight and no launch over a poll. */
+    uint64_t launches = LOAD(&g->slots[i].launches);
+    if (h != g->seen_holder || launches != g->seen_launches || LOAD(&g->slots[i].inflight)) {
+        g->seen_holder = h;
+        g->seen_launches = launches;
+        g->seen_at = now;
+    }
+    uint32_t hp = priority_of(g, (int)i), mp = LOAD(&g->t->priority);
+    if (mp > hp || now - g->seen_at >= (hp > mp ? 4 * POLL_NS : POLL_NS))
+        return 1; /* a higher priority is given longer to come back */
+    /* Past its quantum and more: a holder blocked in a long wait. */
+    return mp == hp && now - LOAD(&g->hdr->since_ns) >= g->quantum + g->quantum / 2;
+}
+
+/* A newcomer to the queue starts no further back than one quantum behind
+ * the last holder: shares are of contended time, not banked idle time. */
+static void catch_up(struct gpu *g, uint64_t now)
+{
+    uint64_t lag = g->quantum * FULL / weight(g, g->t, now), floor = LOAD(&g->hdr->vclock);
+    floor = floor > lag ? floor - lag : 0;
+    uint64_t v = LOAD(&g->t->vtime);
+    while (v < floor && !__atomic_compare_exchange_n(&g->t->vtime, &v, floor, 1, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+        ;
+}
+
+/* Waits until this process may launch one more piece of work on g (g
+ * locked throughout, but for waits). */
+static void gate(struct gpu *g)
+{
+    uint64_t waited_from = 0;
+    for (;;) {
+        if (__atomic_load_n(&g->state, __ATOMIC_ACQUIRE) != G_READY)
+            break; /* the region was lost under us */
+        uint64_t now = fg_now_ns();
+        if (now - g->swept_at >= SWEEP_NS)
+            sweep(g, now);
+        reap(g, now);
+        uint32_t h = LOAD(&g->hdr->holder);
+        if (h == g->mine + 1) {
+            uint64_t others = LOAD(&g->hdr->waiting) & ~g->bit;
+            uint64_t present = LOAD(&g->hdr->present) & ~g->bit;
+            if (others) {
+                int next = best_waiter(g, (int)g->mine);
+                uint32_t np = priority_of(g, next), mp = LOAD(&g->t->priority);
+                if (next >= 0 && np > mp) {
+                    hand_over(g, 1);
+                    continue;
+                }
+                uint64_t since = LOAD(&g->hdr->since_ns);
+                if (next >= 0 && np == mp && now - since >= g->quantum) {
+                    /* A quantum is over: pay for it, then run on only while
+                     * we are still the one furthest behind. */
+                    charge(g, g->t, now - since < 2 * g->quantum ? now - since : 2 * g->quantum, now);
+                    STORE(&g->hdr->since_ns, now);
+                    struct fg_sched_tenant *nt = tenant_of(g, (uint32_t)next);
+                    if (nt && LOAD(&nt->vtime) < LOAD(&g->t->vtime)) {
+                        hand_over(g, 0);
+                        continue;
+                    }
+                }
+            }
+            uint32_t cap = LOAD(&g->t->cap);
+            int64_t queued = ahead(g, now);
+            if (cap) {
+                earn(g, cap, now);
+                if (LOAD(&g->t->cap_credit) <= queued || (g->count && !g->avg)) {
+                    if (g->count) {
+                        wait_oldest(g);
+                    } else {
+                        if (others)
+                            hand_over(g, 0); /* our idle time is theirs */
+                        /* Asleep until the bucket has earned its debt back. */
+                        uint64_t ns = (uint64_t)(-LOAD(&g->t->cap_credit) + 1) * FULL / cap + 1;
+                        sleep_on(g, LOAD(&g->hdr->gen), ns < POLL_NS ? ns : POLL_NS);
+                    }
+                    continue;
+                }
+            }
+            /* In flight: one launch queued behind the running one, at least. */
+            if ((present || cap) && g->count >= 2 && (queued >= AHEAD_NS || g->count >= RING)) {
+                wait_oldest(g);
+                continue;
+            }
+            break;
+        }
+        if (!(LOAD(&g->hdr->waiting) & g->bit)) {
+            __atomic_fetch_or(&g->hdr->waiting, g->bit, __ATOMIC_SEQ_CST);
+            catch_up(g, now);
+            waited_from = waited_from ? waited_from : now;
+        }
+        if (may_take(g, h, now) && best_waiter(g, -1) == (int)g->mine && take(g, h, now))
+            continue;
+        sleep_on(g, LOAD(&g->hdr->gen), POLL_NS);
+    }
+    if (g->hdr && (LOAD(&g->hdr->waiting) & g->bit))
+        __atomic_fetch_and(&g->hdr->waiting, ~g->bit, __ATOMIC_SEQ_CST);
+    if (waited_from && g->t)
+        ADD(&g->t->waited_ns, fg_now_ns() - waited_from);
+}
+
+/* Puts a launch on s in flight; g is locked. */
+static void track(struct gpu *g, CUstream s, uint64_t at)
 {
     CUevent ev = NULL;
-    if (d->npool) {
-        ev = d->pool[--d->npool];
+    if (g->npool) {
+        ev = g->pool[--g->npool];
     } else {
         fg_real_cuEventCreate create = REAL(cuEventCreate);
         if (!create || create(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
             ev = NULL;
     }
     fg_real_cuEventRecord record = REAL(cuEventRecord);
-    if (ev && record && record(ev, s) == CUDA_SUCCESS && d->count < RING) {
-        d->ring[(d->head + d->count) % RING] = (struct launch){ev, at};
-        d->count++;
+    if (ev && record && record(ev, s) == CUDA_SUCCESS && g->count < RING) {
+        g->ring[(g->head + g->count) % RING] = (struct launch){ev, at};
+        g->count++;
+        STORE(&g->me->inflight, g->count);
     } else if (ev) {
         fg_real_cuEventDestroy_v2 destroy = REAL(cuEventDestroy_v2);
         if (destroy)
             destroy(ev);
     }
-    pthread_mutex_unlock(&d->lock);
 }
 
-/* Launch through the cap: LAUNCH is the program's call on stream s. */
-#define CAPPED(s, per_thread, LAUNCH)                                               \
-    do {                                                                            \
-        CUstream s_ = (per_thread) && (s) == NULL ? CU_STREAM_PER_THREAD : (s);     \
-        struct dev *d_ = fg_stream_capturing(s_, 0) == 1 ? NULL : capped(fg_current_device()); \
-        if (!d_)                                                                    \
-            return LAUNCH;                                                          \
-        gate(d_);                                                                   \
-        pthread_mutex_unlock(&d_->lock);                                            \
-        CUresult r_ = LAUNCH;                                                       \
-        if (r_ != CUDA_SUCCESS)                                                     \
-            return r_;                                                              \
-        pthread_mutex_lock(&d_->lock);                                              \
-        track(d_, s_, fg_now_ns());                                                 \
-        return r_;                                                                  \
+static void attach_once(struct gpu *g, int dev)
+{
+    pthread_mutex_lock(&g->lock);
+    if (g->state == G_NONE) {
+        attach(g, dev);
+        if (g->state == G_READY)
+            mine_list[__atomic_load_n(&nmine, __ATOMIC_RELAXED)] = g, __atomic_fetch_add(&nmine, 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&g->lock);
+}
+
+/* Attaches every GPU the tenant is scheduled on, once. */
+static void enumerate(void)
+{
+    if (__atomic_load_n(&enumerated, __ATOMIC_ACQUIRE))
+        return;
+    pthread_mutex_lock(&enum_lock);
+    if (!enumerated) {
+        int n = 0;
+        fg_real_cuDeviceGetCount count = REAL(cuDeviceGetCount);
+        if (count && count(&n) == CUDA_SUCCESS)
+            for (int d = 0; d < n && d < FG_NDEV; d++)
+                attach_once(&gpus[d], d);
+        __atomic_store_n(&enumerated, 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&enum_lock);
+}
+
+/* Whether this process holds every GPU it is scheduled on, alone there and
+ * uncapped: then its launches go straight through, counted. */
+static inline int alone_everywhere(void)
+{
+    int n = __atomic_load_n(&nmine, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n; i++) {
+        struct gpu *g = mine_list[i];
+        if (__atomic_load_n(&g->state, __ATOMIC_RELAXED) != G_READY || LOAD(&g->hdr->holder) != g->mine + 1 ||
+            (LOAD(&g->hdr->present) & ~g->bit) || LOAD(&g->t->cap))
+            return 0;
+    }
+    for (int i = 0; i < n; i++)
+        __atomic_store_n(&mine_list[i]->me->launches, mine_list[i]->me->launches + 1, __ATOMIC_RELAXED);
+    return n > 0;
+}
+
+/* dev's state if it is scheduled. */
+static struct gpu *scheduled(int dev)
+{
+    enumerate();
+    if (dev < 0 || dev >= FG_NDEV)
+        return NULL;
+    struct gpu *g = &gpus[dev];
+    int st = __atomic_load_n(&g->state, __ATOMIC_ACQUIRE);
+    if (FG_UNLIKELY(st == G_NONE)) {
+        attach_once(g, dev); /* a device that appeared since */
+        st = __atomic_load_n(&g->state, __ATOMIC_ACQUIRE);
+    }
+    if (FG_UNLIKELY(__atomic_load_n(&broken, __ATOMIC_RELAXED)))
+        fg_warn_once(&warned_broken, "a GPU scheduler file was truncated by another process; that GPU is no longer "
+                                     "scheduled");
+    return st == G_READY ? g : NULL;
+}
+
+/* Launch through the policy: LAUNCH is the program's call on stream s. A
+ * process alone on its GPUs, holding them uncapped, goes straight through. */
+#define SCHEDULED(s, per_thread, LAUNCH)                                                             \
+    do {                                                                                             \
+        if (FG_LIKELY(alone_everywhere()))                                                           \
+            return LAUNCH;                                                                           \
+        CUstream s_ = (per_thread) && (s) == NULL ? CU_STREAM_PER_THREAD : (s);                      \
+        struct gpu *g_ = fg_stream_capturing(s_, 0) == 1 ? NULL : scheduled(fg_current_device());   \
+        if (!g_)                                                                                     \
+            return LAUNCH;                                                                           \
+        pthread_mutex_lock(&g_->lock);                                                               \
+        gate(g_);                                                                                    \
+        __atomic_store_n(&g_->me->launches, g_->me->launches + 1, __ATOMIC_RELAXED);                 \
+        uint64_t at_ = fg_now_ns();                                                                  \
+        CUresult r_ = LAUNCH;                                                                        \
+        if (r_ == CUDA_SUCCESS && g_->state == G_READY)                                              \
+            track(g_, s_, at_);                                                                      \
+        pthread_mutex_unlock(&g_->lock);                                                             \
+        return r_;                                                                                   \
     } while (0)
 
 CUresult fg_compute_cuLaunchKernel(fg_real_cuLaunchKernel next, CUfunction f, unsigned int gx, unsigned int gy,
                                    unsigned int gz, unsigned int bx, unsigned int by, unsigned int bz,
                                    unsigned int shared, CUstream s, void **params, void **extra)
 {
-    CAPPED(s, 0, next(f, gx, gy, gz, bx, by, bz, shared, s, params, extra));
+    SCHEDULED(s, 0, next(f, gx, gy, gz, bx, by, bz, shared, s, params, extra));
 }
 
 CUresult fg_compute_cuLaunchKernel_ptsz(fg_real_cuLaunchKernel_ptsz next, CUfunction f, unsigned int gx,
                                         unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
                                         unsigned int bz, unsigned int shared, CUstream s, void **params, void **extra)
 {
-    CAPPED(s, 1, next(f, gx, gy, gz, bx, by, bz, shared, s, params, extra));
+    SCHEDULED(s, 1, next(f, gx, gy, gz, bx, by, bz, shared, s, params, extra));
 }
 
 CUresult fg_compute_cuLaunchKernelEx(fg_real_cuLaunchKernelEx next, const CUlaunchConfig *config, CUfunction f,
@@ -201,7 +678,7 @@ CUresult fg_compute_cuLaunchKernelEx(fg_real_cuLaunchKernelEx next, const CUlaun
 {
     if (!config)
         return next(config, f, params, extra);
-    CAPPED(config->hStream, 0, next(config, f, params, extra));
+    SCHEDULED(config->hStream, 0, next(config, f, params, extra));
 }
 
 CUresult fg_compute_cuLaunchKernelEx_ptsz(fg_real_cuLaunchKernelEx_ptsz next, const CUlaunchConfig *config,
@@ -209,14 +686,14 @@ CUresult fg_compute_cuLaunchKernelEx_ptsz(fg_real_cuLaunchKernelEx_ptsz next, co
 {
     if (!config)
         return next(config, f, params, extra);
-    CAPPED(config->hStream, 1, next(config, f, params, extra));
+    SCHEDULED(config->hStream, 1, next(config, f, params, extra));
 }
 
 CUresult fg_compute_cuLaunchCooperativeKernel(fg_real_cuLaunchCooperativeKernel next, CUfunction f, unsigned int gx,
                                               unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
                                               unsigned int bz, unsigned int shared, CUstream s, void **params)
 {
-    CAPPED(s, 0, next(f, gx, gy, gz, bx, by, bz, shared, s, params));
+    SCHEDULED(s, 0, next(f, gx, gy, gz, bx, by, bz, shared, s, params));
 }
 
 CUresult fg_compute_cuLaunchCooperativeKernel_ptsz(fg_real_cuLaunchCooperativeKernel_ptsz next, CUfunction f,
@@ -224,16 +701,41 @@ CUresult fg_compute_cuLaunchCooperativeKernel_ptsz(fg_real_cuLaunchCooperativeKe
                                                    unsigned int by, unsigned int bz, unsigned int shared, CUstream s,
                                                    void **params)
 {
-    CAPPED(s, 1, next(f, gx, gy, gz, bx, by, bz, shared, s, params));
+    SCHEDULED(s, 1, next(f, gx, gy, gz, bx, by, bz, shared, s, params));
 }
 
 /* A graph launch is bracketed as a whole. */
 CUresult fg_compute_cuGraphLaunch(fg_real_cuGraphLaunch next, CUgraphExec exec, CUstream s)
 {
-    CAPPED(s, 0, next(exec, s));
+    SCHEDULED(s, 0, next(exec, s));
 }
 
 CUresult fg_compute_cuGraphLaunch_ptsz(fg_real_cuGraphLaunch_ptsz next, CUgraphExec exec, CUstream s)
 {
-    CAPPED(s, 1, next(exec, s));
+    SCHEDULED(s, 1, next(exec, s));
 }
+
+/* After a synchronization, what completed is said at once: waiters then
+ * see an idle holder without waiting for its next launch. */
+static CUresult synced(CUresult r)
+{
+    struct gpu *g = r == CUDA_SUCCESS ? scheduled(fg_current_device()) : NULL;
+    if (g && __atomic_load_n(&g->count, __ATOMIC_RELAXED)) {
+        pthread_mutex_lock(&g->lock);
+        if (g->state == G_READY)
+            reap(g, fg_now_ns());
+        pthread_mutex_unlock(&g->lock);
+    }
+    return r;
+}
+
+CUresult fg_compute_cuCtxSynchronize(fg_real_cuCtxSynchronize next) { return synced(next()); }
+
+CUresult fg_compute_cuStreamSynchronize(fg_real_cuStreamSynchronize next, CUstream s) { return synced(next(s)); }
+
+CUresult fg_compute_cuStreamSynchronize_ptsz(fg_real_cuStreamSynchronize_ptsz next, CUstream s)
+{
+    return synced(next(s));
+}
+
+CUresult fg_compute_cuEventSynchronize(fg_real_cuEventSynchronize next, CUevent e) { return synced(next(e)); }

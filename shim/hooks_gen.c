@@ -515,7 +515,7 @@ unsigned char fg_policy_on[FG_NUM_POLICIES] = {
 static const unsigned short hooks_procaddr[] = {FG_API_cuGetProcAddress, FG_API_cuGetProcAddress_v2, 0xffff};
 static const unsigned short hooks_census[] = {FG_API_cuGetExportTable, 0xffff};
 static const unsigned short hooks_mem[] = {FG_API_cuInit, FG_API_cuDeviceTotalMem_v2, FG_API_cuDevicePrimaryCtxRetain, FG_API_cuDevicePrimaryCtxRelease_v2, FG_API_cuDevicePrimaryCtxReset_v2, FG_API_cuCtxCreate_v2, FG_API_cuCtxCreate_v4, FG_API_cuCtxDestroy_v2, FG_API_cuCtxSynchronize, FG_API_cuMemGetInfo_v2, FG_API_cuMemAlloc_v2, FG_API_cuMemAllocPitch_v2, FG_API_cuMemFree_v2, FG_API_cuMemAllocManaged, FG_API_cuMemAllocAsync, FG_API_cuMemAllocAsync_ptsz, FG_API_cuMemAllocFromPoolAsync, FG_API_cuMemAllocFromPoolAsync_ptsz, FG_API_cuMemPoolCreate, FG_API_cuMemPoolDestroy, FG_API_cuMemPoolTrimTo, FG_API_cuMemCreate, FG_API_cuMemRelease, FG_API_cuMemMap, FG_API_cuMemUnmap, FG_API_cuArrayCreate_v2, FG_API_cuArray3DCreate_v2, FG_API_cuArrayDestroy, FG_API_cuMipmappedArrayCreate, FG_API_cuMipmappedArrayDestroy, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuDeviceGraphMemTrim, FG_API_cuGraphInstantiateWithFlags, FG_API_cuGraphInstantiateWithParams, FG_API_cuGraphInstantiateWithParams_ptsz, FG_API_cuGraphUpload, FG_API_cuGraphUpload_ptsz, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, FG_API_cuGraphExecDestroy, FG_API_nvmlDeviceGetMemoryInfo, FG_API_nvmlDeviceGetMemoryInfo_v2, 0xffff};
-static const unsigned short hooks_compute[] = {FG_API_cuLaunchKernel, FG_API_cuLaunchKernel_ptsz, FG_API_cuLaunchKernelEx, FG_API_cuLaunchKernelEx_ptsz, FG_API_cuLaunchCooperativeKernel, FG_API_cuLaunchCooperativeKernel_ptsz, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, 0xffff};
+static const unsigned short hooks_compute[] = {FG_API_cuCtxSynchronize, FG_API_cuLaunchKernel, FG_API_cuLaunchKernel_ptsz, FG_API_cuLaunchKernelEx, FG_API_cuLaunchKernelEx_ptsz, FG_API_cuLaunchCooperativeKernel, FG_API_cuLaunchCooperativeKernel_ptsz, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, 0xffff};
 
 void fg_policy_enable(enum fg_policy p)
 {
@@ -1011,15 +1011,21 @@ FG_SLOW CUresult fg_slow_cuCtxGetDevice(CUdevice *device)
 
 FG_FAST_PATH(cuCtxGetDevice, 26)
 
+static CUresult fg_layer1_cuCtxSynchronize(void)
+{
+    fg_real_cuCtxSynchronize real = (fg_real_cuCtxSynchronize)fg_real_fn(FG_API_cuCtxSynchronize);
+    return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuCtxSynchronize(real) : real());
+}
+
 FG_SLOW CUresult fg_slow_cuCtxSynchronize(void)
 {
     fg_real_cuCtxSynchronize real = (fg_real_cuCtxSynchronize)fg_real_fn(FG_API_cuCtxSynchronize);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuCtxSynchronize);
     if (!fg_tracing)
-        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuCtxSynchronize(real) : real());
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuCtxSynchronize(fg_layer1_cuCtxSynchronize) : fg_layer1_cuCtxSynchronize());
     uint64_t t0 = fg_now_ns();
-    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuCtxSynchronize(real) : real());
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuCtxSynchronize(fg_layer1_cuCtxSynchronize) : fg_layer1_cuCtxSynchronize());
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuCtxSynchronize, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -2487,15 +2493,21 @@ FG_SLOW CUresult fg_slow_cuStreamDestroy_v2(CUstream hStream)
 
 FG_FAST_PATH(cuStreamDestroy_v2, 108)
 
+static CUresult fg_layer1_cuStreamSynchronize(CUstream hStream)
+{
+    fg_real_cuStreamSynchronize real = (fg_real_cuStreamSynchronize)fg_real_fn(FG_API_cuStreamSynchronize);
+    return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuStreamSynchronize(real, hStream) : real(hStream));
+}
+
 FG_SLOW CUresult fg_slow_cuStreamSynchronize(CUstream hStream)
 {
     fg_real_cuStreamSynchronize real = (fg_real_cuStreamSynchronize)fg_real_fn(FG_API_cuStreamSynchronize);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuStreamSynchronize);
     if (!fg_tracing)
-        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuStreamSynchronize(real, hStream) : real(hStream));
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuStreamSynchronize(fg_layer1_cuStreamSynchronize, hStream) : fg_layer1_cuStreamSynchronize(hStream));
     uint64_t t0 = fg_now_ns();
-    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuStreamSynchronize(real, hStream) : real(hStream));
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuStreamSynchronize(fg_layer1_cuStreamSynchronize, hStream) : fg_layer1_cuStreamSynchronize(hStream));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuStreamSynchronize, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -2505,15 +2517,21 @@ FG_SLOW CUresult fg_slow_cuStreamSynchronize(CUstream hStream)
 
 FG_FAST_PATH(cuStreamSynchronize, 109)
 
+static CUresult fg_layer1_cuStreamSynchronize_ptsz(CUstream hStream)
+{
+    fg_real_cuStreamSynchronize_ptsz real = (fg_real_cuStreamSynchronize_ptsz)fg_real_fn(FG_API_cuStreamSynchronize_ptsz);
+    return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuStreamSynchronize_ptsz(real, hStream) : real(hStream));
+}
+
 FG_SLOW CUresult fg_slow_cuStreamSynchronize_ptsz(CUstream hStream)
 {
     fg_real_cuStreamSynchronize_ptsz real = (fg_real_cuStreamSynchronize_ptsz)fg_real_fn(FG_API_cuStreamSynchronize_ptsz);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuStreamSynchronize_ptsz);
     if (!fg_tracing)
-        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuStreamSynchronize_ptsz(real, hStream) : real(hStream));
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuStreamSynchronize_ptsz(fg_layer1_cuStreamSynchronize_ptsz, hStream) : fg_layer1_cuStreamSynchronize_ptsz(hStream));
     uint64_t t0 = fg_now_ns();
-    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuStreamSynchronize_ptsz(real, hStream) : real(hStream));
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuStreamSynchronize_ptsz(fg_layer1_cuStreamSynchronize_ptsz, hStream) : fg_layer1_cuStreamSynchronize_ptsz(hStream));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuStreamSynchronize_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -2883,15 +2901,21 @@ FG_SLOW CUresult fg_slow_cuEventQuery(CUevent hEvent)
 
 FG_FAST_PATH(cuEventQuery, 130)
 
+static CUresult fg_layer1_cuEventSynchronize(CUevent hEvent)
+{
+    fg_real_cuEventSynchronize real = (fg_real_cuEventSynchronize)fg_real_fn(FG_API_cuEventSynchronize);
+    return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuEventSynchronize(real, hEvent) : real(hEvent));
+}
+
 FG_SLOW CUresult fg_slow_cuEventSynchronize(CUevent hEvent)
 {
     fg_real_cuEventSynchronize real = (fg_real_cuEventSynchronize)fg_real_fn(FG_API_cuEventSynchronize);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuEventSynchronize);
     if (!fg_tracing)
-        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuEventSynchronize(real, hEvent) : real(hEvent));
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuEventSynchronize(fg_layer1_cuEventSynchronize, hEvent) : fg_layer1_cuEventSynchronize(hEvent));
     uint64_t t0 = fg_now_ns();
-    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuEventSynchronize(real, hEvent) : real(hEvent));
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuEventSynchronize(fg_layer1_cuEventSynchronize, hEvent) : fg_layer1_cuEventSynchronize(hEvent));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuEventSynchronize, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)

@@ -187,6 +187,7 @@ CUresult fg_mem_cuCtxCreate_v2(fg_real_cuCtxCreate_v2 next, CUcontext *pctx, uns
 CUresult fg_mem_cuCtxCreate_v4(fg_real_cuCtxCreate_v4 next, CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev);
 CUresult fg_mem_cuCtxDestroy_v2(fg_real_cuCtxDestroy_v2 next, CUcontext ctx);
 CUresult fg_mem_cuCtxSynchronize(fg_real_cuCtxSynchronize next);
+CUresult fg_compute_cuCtxSynchronize(fg_real_cuCtxSynchronize next);
 CUresult fg_mem_cuMemGetInfo_v2(fg_real_cuMemGetInfo_v2 next, size_t *free, size_t *total);
 CUresult fg_mem_cuMemAlloc_v2(fg_real_cuMemAlloc_v2 next, CUdeviceptr *dptr, size_t bytesize);
 CUresult fg_mem_cuMemAllocPitch_v2(fg_real_cuMemAllocPitch_v2 next, CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes);
@@ -215,8 +216,11 @@ CUresult fg_compute_cuLaunchKernelEx_ptsz(fg_real_cuLaunchKernelEx_ptsz next, co
 CUresult fg_compute_cuLaunchCooperativeKernel(fg_real_cuLaunchCooperativeKernel next, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams);
 CUresult fg_compute_cuLaunchCooperativeKernel_ptsz(fg_real_cuLaunchCooperativeKernel_ptsz next, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams);
 CUresult fg_mem_cuStreamSynchronize(fg_real_cuStreamSynchronize next, CUstream hStream);
+CUresult fg_compute_cuStreamSynchronize(fg_real_cuStreamSynchronize next, CUstream hStream);
 CUresult fg_mem_cuStreamSynchronize_ptsz(fg_real_cuStreamSynchronize_ptsz next, CUstream hStream);
+CUresult fg_compute_cuStreamSynchronize_ptsz(fg_real_cuStreamSynchronize_ptsz next, CUstream hStream);
 CUresult fg_mem_cuEventSynchronize(fg_real_cuEventSynchronize next, CUevent hEvent);
+CUresult fg_compute_cuEventSynchronize(fg_real_cuEventSynchronize next, CUevent hEvent);
 CUresult fg_mem_cuDeviceGraphMemTrim(fg_real_cuDeviceGraphMemTrim next, CUdevice device);
 CUresult fg_mem_cuGraphInstantiateWithFlags(fg_real_cuGraphInstantiateWithFlags next, CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags);
 CUresult fg_mem_cuGraphInstantiateWithParams(fg_real_cuGraphInstantiateWithParams next, CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams);

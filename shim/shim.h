@@ -109,8 +109,12 @@ void fg_uncharge(int dev, uint64_t bytes);
 void fg_memquota_after_fork(void);
 void fg_graph_after_fork(void);
 
-/* Compute caps (compute.c): hundredths of a percent of dev's time, 0: none. */
-uint32_t fg_compute_max_of(int dev);
+/* The tenant as attach read it (NULL before, or when there is none). */
+const char *fg_tenant_name(void);
+const char *fg_tenant_path(void);
+const char *fg_entry_uuid(int entry);
+
+/* Compute shares, priorities and caps (compute.c). */
 void fg_compute_after_fork(void);
 
 static inline const char *fg_str(const char *s) { return s ? s : "(null)"; }

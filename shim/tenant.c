@@ -45,7 +45,6 @@ static struct {
     char name[64];
     uint32_t nslots, ndev;
     uint64_t quota[FG_NDEV];
-    uint32_t compute_max[FG_NDEV];
     char uuid[FG_NDEV][48];
     uint64_t ctx_bytes;
     int keyed_by_uuid;
@@ -204,7 +203,6 @@ static int do_attach(void)
     geo.ctx_bytes = h.ctx_bytes;
     for (uint32_t d = 0; d < h.ndevices; d++) {
         geo.quota[d] = h.devices[d].quota;
-        geo.compute_max[d] = h.devices[d].compute_max > 10000 ? 10000 : h.devices[d].compute_max;
         memcpy(geo.uuid[d], h.devices[d].uuid, sizeof geo.uuid[d] - 1);
         geo.keyed_by_uuid |= geo.uuid[d][0] != 0;
     }
@@ -527,11 +525,11 @@ uint64_t fg_quota_of(int dev)
     return e < 0 ? 0 : geo.quota[e];
 }
 
-uint32_t fg_compute_max_of(int dev)
-{
-    int e = fg_entry_of(dev);
-    return e < 0 ? 0 : geo.compute_max[e];
-}
+const char *fg_tenant_name(void) { return attached() ? geo.name : NULL; }
+
+const char *fg_tenant_path(void) { return tenant_path; }
+
+const char *fg_entry_uuid(int e) { return e >= 0 && attached() && (uint32_t)e < geo.ndev ? geo.uuid[e] : NULL; }
 
 /* What a context on dev will take: as last measured there by a process of
  * the tenant (another process's word: only trusted up to the quota), else

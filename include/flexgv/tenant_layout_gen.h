@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 #define FG_TENANT_MAGIC 0x544e4e5447584c46ULL
-#define FG_TENANT_VERSION 0x3ULL
+#define FG_TENANT_VERSION 0x4ULL
 #define FG_MAX_DEVICES 0x10ULL
 #define FG_TENANT_SLOT_FREE 0x0ULL
 #define FG_TENANT_SLOT_CLAIMED 0x1ULL
@@ -18,7 +18,7 @@ struct fg_tenant_device {
     uint64_t quota;
     uint64_t ctx_measured;
     uint32_t compute_max;
-    uint32_t reserved;
+    uint32_t compute_share;
 };
 
 /* starts a tenant file; written once by the CLI that creates it */
@@ -31,7 +31,7 @@ struct fg_tenant_header {
     uint64_t created_ns;
     uint64_t ctx_bytes;
     uint32_t owner_uid;
-    uint32_t reserved;
+    uint32_t priority;
     char name[64];
     struct fg_tenant_device devices[16];
 };

@@ -28,8 +28,9 @@ func newDaemon() *cobra.Command {
 		Long: "Runs until SIGTERM or SIGINT. Serves the local API (gRPC, proto/flexgv/v1) on a unix socket\n" +
 			"next to the tenant files, for this user and root, and Prometheus metrics on /metrics.\n" +
 			"flexgv run --group --mem creates its group through the daemon when one answers: the daemon\n" +
-			"then holds it until DeleteTenant, across its own restarts. When it stops, the tenants no run\n" +
-			"holds are removed.",
+			"then holds it until DeleteTenant, across its own restarts, with its share, cap and priority on\n" +
+			"each GPU in force; flexgv update changes those live. When it stops, the tenants no run holds are\n" +
+			"removed.",
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if err := checkDaemonFlags(c, socket, metricsAddr); err != nil {
@@ -79,7 +80,7 @@ func checkDaemonFlags(c *cobra.Command, socket, metricsAddr string) error {
 // this run; the run then joins it as without a daemon. It returns the
 // devices to join with: the daemon's parse of --mem and --compute-max,
 // which is the tenant's.
-func groupViaDaemon(dir string, spec tenant.Spec, mem, compute string) ([]tenant.DeviceQuota, error) {
+func groupViaDaemon(dir string, spec tenant.Spec, l tenant.Limits, priority string) ([]tenant.DeviceQuota, error) {
 	c, err := daemon.Connect(daemon.Socket(dir))
 	if c == nil || err != nil {
 		return spec.Devices, nil
@@ -87,7 +88,7 @@ func groupViaDaemon(dir string, spec tenant.Spec, mem, compute string) ([]tenant
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), daemon.CallTimeout)
 	defer cancel()
-	resp, err := c.CreateTenant(ctx, &flexgvv1.CreateTenantRequest{Name: spec.Name, Memory: mem, ComputeMax: compute, ContextBytes: spec.CtxBytes})
+	resp, err := c.CreateTenant(ctx, &flexgvv1.CreateTenantRequest{Name: spec.Name, Memory: l.Mem, ComputeMax: l.ComputeMax, Compute: l.Compute, Priority: priority, ContextBytes: spec.CtxBytes})
 	switch {
 	case daemon.Absent(err):
 		return spec.Devices, nil

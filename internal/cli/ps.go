@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/flexgv/flexgv/internal/sched"
 	"github.com/flexgv/flexgv/internal/tenant"
 )
 
@@ -16,7 +17,7 @@ func newPs() *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{
 		Use:   "ps",
-		Short: "List the tenants on this machine: quotas, memory in use, processes",
+		Short: "List the tenants on this machine: quotas, memory in use, GPU time shares, caps, priority, processes",
 		Long: "Asks the node daemon when one answers, else reads the tenants' shared state directly; the two\n" +
 			"show the same. Dead processes are not counted. Tenants no process is left in are removed; files\n" +
 			"that are not tenants are reported and skipped.",
@@ -48,18 +49,25 @@ func newPs() *cobra.Command {
 	return c
 }
 
-// printTenants prints one row per device a tenant limits or uses.
+// printTenants prints one row per device a tenant limits or uses: memory
+// quota and use, GPU time share and cap, the tenant's priority, processes.
 func printTenants(w io.Writer, infos []tenant.Info) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENANT\tDEVICE\tQUOTA\tUSED\tPROCESSES")
+	fmt.Fprintln(tw, "TENANT\tDEVICE\tQUOTA\tUSED\tSHARE\tCAP\tPRIORITY\tPROCESSES")
 	for _, t := range infos {
 		for _, d := range t.Devices {
-			if d.Quota == 0 && d.Used == 0 {
+			if d.Quota == 0 && d.Used == 0 && d.Share == 0 && d.ComputeMax == 0 && t.Priority == sched.PriorityNormal {
 				continue
 			}
-			quota := "-"
+			quota, share, limit := "-", "-", "-"
 			if d.Quota > 0 {
 				quota = tenant.FormatSize(d.Quota)
+			}
+			if d.Share > 0 {
+				share = sched.Percent(d.Share)
+			}
+			if d.ComputeMax > 0 {
+				limit = sched.Percent(d.ComputeMax)
 			}
 			var pids []string
 			for _, p := range t.Procs {
@@ -67,7 +75,8 @@ func printTenants(w io.Writer, infos []tenant.Info) error {
 					pids = append(pids, fmt.Sprintf("%d(%s)", p.Pid, tenant.FormatSize(p.Used[d.Index])))
 				}
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, deviceLabel(d), quota, tenant.FormatSize(d.Used), strings.Join(pids, " "))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, deviceLabel(d), quota, tenant.FormatSize(d.Used),
+				share, limit, sched.PriorityName(t.Priority), strings.Join(pids, " "))
 		}
 	}
 	return tw.Flush()

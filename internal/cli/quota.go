@@ -10,13 +10,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flexgv/flexgv/internal/gpuinfo"
+	"github.com/flexgv/flexgv/internal/sched"
 	"github.com/flexgv/flexgv/internal/tenant"
 )
 
 // quotaFlags are the tenant options of flexgv run.
 type quotaFlags struct {
-	mem, compute, group, ctxMem string
-	changed                     func(name string) bool // whether the flag was given
+	mem, computeMax, compute, priority, group, ctxMem string
+	changed                                           func(name string) bool // whether the flag was given
 }
 
 // Bounds of what a tenant can work with.
@@ -24,8 +25,10 @@ const maxCtxNoDevices = 64 << 30 // the bound for --ctx-mem when NVML cannot say
 
 func (q *quotaFlags) register(c *cobra.Command) {
 	c.Flags().StringVar(&q.mem, "mem", "", "GPU memory quota: SIZE or PCT% for every device, or DEV=SIZE|PCT%,... (sizes in B, KiB, MiB, GiB, KB, MB, GB)")
-	c.Flags().StringVar(&q.compute, "compute-max", "", "cap on the share of a GPU's time the program's kernels take, even when it is idle: PCT% for every device, or DEV=PCT%,...")
-	c.Flags().StringVar(&q.group, "group", "", "tenant name shared by several runs (created by the first, with --mem or --compute-max)")
+	c.Flags().StringVar(&q.computeMax, "compute-max", "", "cap on the share of a GPU's time the program's kernels take, even when it is idle: PCT% for every device, or DEV=PCT%,...")
+	c.Flags().StringVar(&q.compute, "compute", "", "share of a GPU's time guaranteed while tenants contend (idle time is lent to whoever has work): PCT% for every device, or DEV=PCT%,...")
+	c.Flags().StringVar(&q.priority, "priority", "", "low, normal (the default), high, or 0 to 9: while a tenant of higher priority has work, lower ones wait")
+	c.Flags().StringVar(&q.group, "group", "", "tenant name shared by several runs (created by the first, with its limits)")
 	c.Flags().StringVar(&q.ctxMem, "ctx-mem", "512MiB", "device memory charged per CUDA context when it cannot be measured through NVML")
 	q.changed = c.Flags().Changed
 }
@@ -36,8 +39,15 @@ func (q *quotaFlags) check() (uint64, error) {
 	if q.changed("mem") && q.mem == "" {
 		return 0, errors.New("--mem is empty; give a size (8GiB), a percentage (25%) or DEVICE=SIZE,...")
 	}
-	if q.changed("compute-max") && q.compute == "" {
-		return 0, errors.New("--compute-max is empty; give a percentage (30%) or DEVICE=PCT,...")
+	for _, f := range []struct{ name, v string }{{"compute-max", q.computeMax}, {"compute", q.compute}} {
+		if q.changed(f.name) && f.v == "" {
+			return 0, fmt.Errorf("--%s is empty; give a percentage (30%%) or DEVICE=PCT,...", f.name)
+		}
+	}
+	if q.changed("priority") {
+		if _, err := sched.ParsePriority(q.priority); err != nil || q.priority == "" {
+			return 0, fmt.Errorf("--priority %q: use low, normal, high or a number from 0 to %d (higher runs first)", q.priority, sched.PriorityMax)
+		}
 	}
 	if q.changed("group") && q.group == "" {
 		return 0, errors.New("--group is empty; give the tenant's name")
@@ -101,17 +111,27 @@ func (q *quotaFlags) setup() ([]string, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if q.mem == "" && q.compute == "" && q.group == "" {
+	limits := tenant.Limits{Mem: q.mem, ComputeMax: q.computeMax, Compute: q.compute}
+	prio, _ := sched.ParsePriority(q.priority)
+	limited := limits != tenant.Limits{} || q.priority != ""
+	if !limited && q.group == "" {
 		return nil, func() {}, nil
 	}
 	var devices []tenant.DeviceQuota
 	var gpus []gpuinfo.GPU
 	var nvmlErr error
-	if q.mem != "" || q.compute != "" {
+	if limited {
 		gpus, nvmlErr = gpuinfo.GPUs()
 	}
-	if devices, err = tenant.ParseLimits(q.mem, q.compute, gpus); err != nil {
+	if (q.computeMax != "" || q.compute != "" || q.priority != "") && nvmlErr != nil {
+		// Scheduling is by GPU, shared with other tenants: it needs UUIDs.
+		return nil, nil, fmt.Errorf("--compute, --compute-max and --priority need NVML to identify the GPUs: %v", nvmlErr)
+	}
+	if devices, err = tenant.ParseLimits(limits, gpus); err != nil {
 		return nil, nil, err
+	}
+	if devices == nil && q.priority != "" {
+		devices = tenant.Entries(gpus)
 	}
 	if q.mem != "" {
 		if nvmlErr != nil {
@@ -123,11 +143,11 @@ func (q *quotaFlags) setup() ([]string, func(), error) {
 	if name == "" {
 		name = fmt.Sprintf("run-%d", os.Getpid())
 	}
-	dir, spec := tenant.Dir(), tenant.Spec{Name: name, Devices: devices, CtxBytes: ctx}
+	dir, spec := tenant.Dir(), tenant.Spec{Name: name, Devices: devices, CtxBytes: ctx, Priority: prio}
 	// A group created with limits belongs to the node daemon if one runs; a
 	// run's own tenant, and a group joined by name, need none.
-	if q.group != "" && (q.mem != "" || q.compute != "") {
-		if spec.Devices, err = groupViaDaemon(dir, spec, q.mem, q.compute); err != nil {
+	if q.group != "" && limited {
+		if spec.Devices, err = groupViaDaemon(dir, spec, limits, q.priority); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -135,15 +155,44 @@ func (q *quotaFlags) setup() ([]string, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	members, err := joinSchedulers(dir, t)
 	release := func() {
+		for _, m := range members {
+			m.Close()
+		}
 		if err := t.Release(); err != nil {
 			fmt.Fprintf(os.Stderr, "flexgv: warning: leaving tenant %s: %v\n", name, err)
 		}
 	}
-	// The shim diverts launches only when the tenant caps a device.
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	// The shim diverts launches only when the tenant has a compute policy.
 	env := []string{"FLEXGV_TENANT=" + t.Path}
-	if slices.ContainsFunc(t.Devices, func(d tenant.DeviceQuota) bool { return d.ComputeMax > 0 }) {
+	if len(members) > 0 {
 		env = append(env, "FLEXGV_COMPUTE=1")
 	}
 	return env, release, nil
+}
+
+// joinSchedulers makes the tenant a member of the scheduler of every GPU
+// it has a compute policy on, for as long as the run lasts.
+func joinSchedulers(dir string, t *tenant.Tenant) ([]*sched.Member, error) {
+	var members []*sched.Member
+	for d, dev := range t.Devices {
+		p := sched.Policy{Share: dev.ComputeShare, Cap: dev.ComputeMax, Priority: t.Priority}
+		if !p.Active() {
+			continue
+		}
+		if dev.UUID == "" {
+			return members, fmt.Errorf("device %d of tenant %s has no GPU UUID: compute policies need NVML", d, t.Name)
+		}
+		m, err := sched.Join(dir, dev.UUID, t.Name, p)
+		if err != nil {
+			return members, err
+		}
+		members = append(members, m)
+	}
+	return members, nil
 }

@@ -55,7 +55,8 @@ func newRoot(stderr io.Writer) *cobra.Command {
 		}
 		return nil
 	}
-	root.AddCommand(newRun(g, stderr), newTrace(g, stderr), newCensus(g, stderr), newPs(), newRm(), newNode(), newDaemon(), newScheduler(), newDevicePlugin(g), newWebhook(), newVersion())
+	root.AddCommand(newRun(g, stderr), newTrace(g, stderr), newCensus(g, stderr), newPs(), newRm(), newUpdate(), newTop(), newBench(), newNode(), newDaemon(),
+		newScheduler(), newDevicePlugin(g), newWebhook(), newVersion())
 	return root
 }
 

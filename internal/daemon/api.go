@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/flexgv/flexgv/internal/gpuinfo"
+	"github.com/flexgv/flexgv/internal/sched"
 	"github.com/flexgv/flexgv/internal/tenant"
 	flexgvv1 "github.com/flexgv/flexgv/proto/flexgv/v1"
 )
@@ -51,8 +52,12 @@ func (a *api) CreateTenant(_ context.Context, r *flexgvv1.CreateTenantRequest) (
 	if err := tenant.CheckName(r.Name); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if r.Memory == "" && r.ComputeMax == "" {
-		return nil, status.Error(codes.InvalidArgument, "memory and compute_max are empty; give quotas as flexgv run --mem takes them (8GiB, 25%, 0=8GiB,...), caps as --compute-max does, or both")
+	if r.Memory == "" && r.ComputeMax == "" && r.Compute == "" && r.Priority == "" {
+		return nil, status.Error(codes.InvalidArgument, "memory, compute, compute_max and priority are empty; give quotas as flexgv run --mem takes them (8GiB, 25%, 0=8GiB,...), shares and caps as --compute and --compute-max do, a priority, or several")
+	}
+	prio, err := sched.ParsePriority(r.Priority)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	if r.ContextBytes < tenant.MinCtx {
 		return nil, status.Errorf(codes.InvalidArgument, "context_bytes %d: below %s; no CUDA context takes less", r.ContextBytes, tenant.FormatSize(tenant.MinCtx))
@@ -62,16 +67,22 @@ func (a *api) CreateTenant(_ context.Context, r *flexgvv1.CreateTenantRequest) (
 	if err != nil {
 		gpus = nil
 	}
-	devs, err := tenant.ParseLimits(r.Memory, r.ComputeMax, gpus)
+	if gpus == nil && (r.Compute != "" || r.ComputeMax != "" || r.Priority != "") {
+		return nil, status.Error(codes.FailedPrecondition, "compute, compute_max and priority need NVML to identify the GPUs, and the daemon has none")
+	}
+	devs, err := tenant.ParseLimits(tenant.Limits{Mem: r.Memory, ComputeMax: r.ComputeMax, Compute: r.Compute}, gpus)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	info, created, err := a.held.create(tenant.Spec{Name: r.Name, Devices: devs, CtxBytes: r.ContextBytes})
+	if devs == nil {
+		devs = tenant.Entries(gpus)
+	}
+	info, created, err := a.held.create(tenant.Spec{Name: r.Name, Devices: devs, CtxBytes: r.ContextBytes, Priority: prio})
 	if err != nil {
 		return nil, err
 	}
 	if created {
-		a.log.Printf("created tenant %s (--mem %q --compute-max %q)", r.Name, r.Memory, r.ComputeMax)
+		a.log.Printf("created tenant %s (--mem %q --compute %q --compute-max %q --priority %q)", r.Name, r.Memory, r.Compute, r.ComputeMax, r.Priority)
 	}
 	return &flexgvv1.CreateTenantResponse{Tenant: a.toProto(info, true), Created: created}, nil
 }
@@ -138,12 +149,12 @@ func (a *api) ListDevices(context.Context, *flexgvv1.ListDevicesRequest) (*flexg
 func (a *api) toProto(info tenant.Info, held bool) *flexgvv1.Tenant {
 	t := &flexgvv1.Tenant{
 		Name: info.Name, Path: tenant.Path(a.dir, info.Name), OwnerUid: info.OwnerUID,
-		CreatedUnixNano: info.Created.UnixNano(), Held: held,
+		CreatedUnixNano: info.Created.UnixNano(), Held: held, Priority: info.Priority,
 	}
 	for _, d := range info.Devices {
 		t.Devices = append(t.Devices, &flexgvv1.TenantDevice{
 			Index: uint32(d.Index), Uuid: d.UUID, QuotaBytes: d.Quota, UsedBytes: d.Used, ContextBytes: d.CtxMeasured,
-			ComputeMax: d.ComputeMax,
+			ComputeMax: d.ComputeMax, ComputeShare: d.Share,
 		})
 	}
 	for _, p := range info.Procs {

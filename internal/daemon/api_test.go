@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/flexgv/flexgv/internal/gpuinfo"
+	"github.com/flexgv/flexgv/internal/sched"
 	"github.com/flexgv/flexgv/internal/tenant"
 	flexgvv1 "github.com/flexgv/flexgv/proto/flexgv/v1"
 )
@@ -46,7 +47,7 @@ func fakeNVML(devs []gpuinfo.Device, err error) *nvml {
 // released when the test ends.
 func newTestAPI(t *testing.T, dir string, n *nvml) *api {
 	t.Helper()
-	h, _, err := adopt(dir)
+	h, _, _, err := adopt(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +150,7 @@ func TestCreateRefusals(t *testing.T) {
 	}{
 		{"a/b", "1GiB", 512 << 20, `tenant name "a/b"`},
 		{"", "1GiB", 512 << 20, `tenant name ""`},
-		{"g", "", 512 << 20, "memory and compute_max are empty"},
+		{"g", "", 512 << 20, "memory, compute, compute_max and priority are empty"},
 		{"g", "1GiB", 0, "context_bytes 0: below 16MiB"},
 		{"g", "512KiB", 512 << 20, "512KiB is below 1MiB"},
 		{"g", "2=1GiB", 512 << 20, "there is no device 2"},
@@ -248,7 +249,7 @@ func TestDeleteRefusedWhileProcessesUseIt(t *testing.T) {
 func TestDeleteOfATenantNotHeld(t *testing.T) {
 	dir := t.TempDir()
 	a := newTestAPI(t, dir, fakeNVML(twoGPUs, nil))
-	run, err := tenant.Acquire(dir, tenant.Spec{Name: "g", Devices: []tenant.DeviceQuota{{UUID: uuid0, Quota: 1 << 30}, {UUID: uuid1}}})
+	run, err := tenant.Acquire(dir, tenant.Spec{Name: "g", Devices: []tenant.DeviceQuota{{UUID: uuid0, Quota: 1 << 30}, {UUID: uuid1}}, Priority: sched.PriorityNormal})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,12 +66,12 @@ func Message(err error) string { return status.Convert(err).Message() }
 // Info is a tenant as the API reports it, in the form flexgv ps shows.
 func Info(t *flexgvv1.Tenant) tenant.Info {
 	info := tenant.Info{
-		Name: t.Name, OwnerUID: t.OwnerUid, Created: time.Unix(0, t.CreatedUnixNano),
+		Name: t.Name, OwnerUID: t.OwnerUid, Created: time.Unix(0, t.CreatedUnixNano), Priority: t.Priority,
 		Devices: make([]tenant.DeviceUse, len(t.Devices)), Procs: make([]tenant.Proc, len(t.Processes)),
 	}
 	for i, d := range t.Devices {
 		info.Devices[i] = tenant.DeviceUse{Index: int(d.Index), UUID: d.Uuid, Quota: d.QuotaBytes, Used: d.UsedBytes,
-			CtxMeasured: d.ContextBytes, ComputeMax: d.ComputeMax}
+			CtxMeasured: d.ContextBytes, ComputeMax: d.ComputeMax, Share: d.ComputeShare}
 	}
 	for i, p := range t.Processes {
 		info.Procs[i] = tenant.Proc{Pid: int(p.Pid), Used: p.UsedBytes}
@@ -83,7 +83,7 @@ func Info(t *flexgvv1.Tenant) tenant.Info {
 func Quotas(t *flexgvv1.Tenant) []tenant.DeviceQuota {
 	devs := make([]tenant.DeviceQuota, len(t.Devices))
 	for i, d := range t.Devices {
-		devs[i] = tenant.DeviceQuota{UUID: d.Uuid, Quota: d.QuotaBytes, ComputeMax: d.ComputeMax}
+		devs[i] = tenant.DeviceQuota{UUID: d.Uuid, Quota: d.QuotaBytes, ComputeMax: d.ComputeMax, ComputeShare: d.ComputeShare}
 	}
 	return devs
 }

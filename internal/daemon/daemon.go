@@ -27,6 +27,7 @@ import (
 
 	"github.com/flexgv/flexgv/internal/gpuinfo"
 	"github.com/flexgv/flexgv/internal/metrics"
+	"github.com/flexgv/flexgv/internal/sched"
 	"github.com/flexgv/flexgv/internal/tenant"
 	flexgvv1 "github.com/flexgv/flexgv/proto/flexgv/v1"
 )
@@ -74,13 +75,16 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		defer metricsLis.Close()
 	}
-	h, adopted, err := adopt(cfg.StateDir)
+	h, adopted, problems, err := adopt(cfg.StateDir)
 	if err != nil {
 		return err
 	}
 	defer h.releaseAll()
 	if len(adopted) > 0 {
 		logger.Printf("re-adopted tenants %s", strings.Join(adopted, ", "))
+	}
+	for _, p := range problems {
+		logger.Printf("warning: %v", p)
 	}
 	lis, err := listen(socket)
 	if err != nil {
@@ -131,6 +135,13 @@ func metricsHandler(dir string, h *held, n *nvml, logger *log.Logger) http.Handl
 			Tenants: func() ([]tenant.Info, []error, error) { return tenant.List(dir) },
 			Devices: n.Devices,
 			Held:    h.count,
+			Sched: func() ([]*sched.GPU, error) {
+				gpus, bad, err := sched.List(dir)
+				for _, b := range bad {
+					logger.Printf("metrics: skipping %v", b)
+				}
+				return gpus, err
+			},
 		}),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

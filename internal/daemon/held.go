@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/flexgv/flexgv/internal/sched"
 	"github.com/flexgv/flexgv/internal/tenant"
 )
 
@@ -31,12 +32,14 @@ const (
 )
 
 // held is the set of tenants the daemon holds. It is a member of each, so
-// none is removed while it runs, and it records them with their quotas in
-// its registry: the next daemon re-adopts those still there (a run kept
-// them while no daemon ran) and creates again, with the same quotas, those
-// that went with their last member in between. A tenant the daemon holds
-// therefore outlives any stop, crash or restart of the daemon, until
-// DeleteTenant.
+// none is removed while it runs, and of the scheduler of every GPU where
+// the tenant has a compute policy, so that its share, cap and priority
+// stay in force while none of its runs is; it records them with their
+// quotas and policies in its registry: the next daemon re-adopts those
+// still there (a run kept them while no daemon ran) and creates again, with
+// the same quotas, those that went with their last member in between. A
+// tenant the daemon holds therefore outlives any stop, crash or restart of
+// the daemon, until DeleteTenant.
 type held struct {
 	mu       sync.Mutex
 	dir      string
@@ -48,6 +51,7 @@ type heldTenant struct {
 	*tenant.Tenant
 	created time.Time // which file of that name: names are reused
 	spec    tenant.Spec
+	sched   map[string]*sched.Member // by GPU UUID, where its policy is active
 }
 
 // record is one registry entry.
@@ -56,6 +60,7 @@ type record struct {
 	Created  int64                `json:"created_unix_nano"`
 	Devices  []tenant.DeviceQuota `json:"devices"`
 	CtxBytes uint64               `json:"context_bytes"`
+	Priority *uint32              `json:"priority,omitempty"` // absent in registries of older daemons: normal
 }
 
 // lockState takes the state folder's daemon lock, which the kernel drops
@@ -79,12 +84,14 @@ func lockState(dir string) (*os.File, error) {
 var errBusy = errors.New("another flexgv daemon runs")
 
 // adopt reads the registry and joins every tenant in it that is still
-// the file it recorded. It returns the names it holds now.
-func adopt(dir string) (*held, []string, error) {
+// the file it recorded, and the schedulers of the GPUs where it has a
+// compute policy. It returns the names it holds now, and the schedulers it
+// could not join again (their shares are then not enforced by the daemon).
+func adopt(dir string) (*held, []string, []error, error) {
 	h := &held{dir: dir, registry: filepath.Join(dir, registryName), tenants: map[string]heldTenant{}}
 	recs, err := h.load()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	// What a daemon killed while writing its registry left aside.
 	if old, err := filepath.Glob(filepath.Join(dir, registryTmp+"*")); err == nil {
@@ -94,10 +101,15 @@ func adopt(dir string) (*held, []string, error) {
 	}
 	infos, _, err := tenant.List(dir)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
+	var problems []error
 	for _, r := range recs {
-		spec := tenant.Spec{Name: r.Name, Devices: r.Devices, CtxBytes: r.CtxBytes}
+		prio := uint32(sched.PriorityNormal)
+		if r.Priority != nil {
+			prio = *r.Priority
+		}
+		spec := tenant.Spec{Name: r.Name, Devices: r.Devices, CtxBytes: r.CtxBytes, Priority: prio}
 		if slices.ContainsFunc(infos, func(in tenant.Info) bool { return in.Name == r.Name }) {
 			spec.Devices = nil // there: join it, if it is still the file recorded
 		} else if len(r.Devices) == 0 {
@@ -112,14 +124,58 @@ func adopt(dir string) (*held, []string, error) {
 			t.Release() // a file of that name the daemon did not make
 			continue
 		}
-		spec.Devices = r.Devices
-		h.tenants[r.Name] = heldTenant{t, info.Created, spec}
+		// The file is what the shims enforce: an update the daemon died
+		// before recording is in it.
+		spec.Devices, spec.Priority = t.Devices, t.Priority
+		ht := heldTenant{t, info.Created, spec, map[string]*sched.Member{}}
+		if err := h.joinScheds(ht); err != nil {
+			problems = append(problems, err)
+		}
+		h.tenants[r.Name] = ht
 	}
 	if err := h.save(); err != nil {
 		h.releaseAll()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return h, h.names(), nil
+	return h, h.names(), problems, nil
+}
+
+// policy is what the tenant asks of the GPU of its entry d.
+func policy(spec tenant.Spec, d int) sched.Policy {
+	return sched.Policy{Share: spec.Devices[d].ComputeShare, Cap: spec.Devices[d].ComputeMax, Priority: spec.Priority}
+}
+
+// joinScheds makes the daemon a member of the scheduler of every GPU where
+// t's policy is active and it is not one yet. It joins what it can and
+// returns why it could not join the others.
+func (h *held) joinScheds(t heldTenant) error {
+	var errs []error
+	for d, dev := range t.spec.Devices {
+		p := policy(t.spec, d)
+		if !p.Active() || t.sched[dev.UUID] != nil {
+			continue
+		}
+		if dev.UUID == "" {
+			errs = append(errs, fmt.Errorf("tenant %s: device %d has no GPU UUID: compute policies need NVML", t.spec.Name, d))
+			continue
+		}
+		m, err := sched.Join(h.dir, dev.UUID, t.spec.Name, p)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("tenant %s: %w", t.spec.Name, err))
+			continue
+		}
+		t.sched[dev.UUID] = m
+	}
+	return errors.Join(errs...)
+}
+
+// leaveScheds ends the daemon's membership of t's schedulers; an entry
+// lives on while a run of the tenant is a member.
+func leaveScheds(t heldTenant) {
+	for u, m := range t.sched {
+		m.Close()
+		delete(t.sched, u)
+	}
 }
 
 // load reads the registry. Anyone may create files in the state folder:
@@ -157,7 +213,8 @@ func (h *held) save() error {
 	recs := []record{}
 	for _, n := range h.names() {
 		t := h.tenants[n]
-		recs = append(recs, record{n, t.created.UnixNano(), t.spec.Devices, t.spec.CtxBytes})
+		prio := t.spec.Priority
+		recs = append(recs, record{n, t.created.UnixNano(), t.spec.Devices, t.spec.CtxBytes, &prio})
 	}
 	data, _ := json.Marshal(recs)
 	f, err := os.CreateTemp(h.dir, registryTmp+"*")
@@ -199,17 +256,26 @@ func (h *held) create(spec tenant.Spec) (tenant.Info, bool, error) {
 		t.Release() // a member already
 		return info, false, nil
 	}
-	h.tenants[spec.Name] = heldTenant{t, info.Created, spec}
+	spec.Devices, spec.Priority = t.Devices, t.Priority
+	ht := heldTenant{t, info.Created, spec, map[string]*sched.Member{}}
+	if err := h.joinScheds(ht); err != nil {
+		leaveScheds(ht)
+		t.Release()
+		return tenant.Info{}, false, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	h.tenants[spec.Name] = ht
 	if err := h.save(); err != nil {
 		if had {
 			h.tenants[spec.Name] = old
 		} else {
 			delete(h.tenants, spec.Name)
 		}
+		leaveScheds(ht)
 		t.Release()
 		return tenant.Info{}, false, status.Error(codes.Internal, err.Error())
 	}
 	if had { // the file it held was replaced
+		leaveScheds(old)
 		old.Release()
 	}
 	return info, t.Created, nil
@@ -243,6 +309,7 @@ func (h *held) remove(name string) (bool, error) {
 		h.tenants[name] = t
 		return false, status.Error(codes.Internal, err.Error())
 	}
+	leaveScheds(t)
 	if err := t.Release(); err != nil {
 		return false, status.Error(codes.Internal, err.Error())
 	}
@@ -271,7 +338,84 @@ func (h *held) releaseAll() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for n, t := range h.tenants {
+		leaveScheds(t)
 		t.Release()
 		delete(h.tenants, n)
 	}
+}
+
+// update gives tenant info the compute policies devs and priority prio:
+// first the schedulers of its GPUs, so that its running processes follow
+// (a GPU's scheduler refuses shares above 100 %), then its file, for
+// processes that start later and flexgv ps, then the registry if the
+// daemon holds it. A tenant the daemon holds gets its membership of the
+// schedulers where its policy becomes active, and leaves those where it
+// no longer is. On failure the schedulers are put back as they were.
+func (h *held) update(info tenant.Info, devs []tenant.DeviceQuota, prio uint32) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ht, isHeld := h.tenants[info.Name]
+	isHeld = isHeld && ht.created.Equal(info.Created)
+	old := tenant.Spec{Name: info.Name, Devices: quotas(info), Priority: info.Priority}
+	next := tenant.Spec{Name: info.Name, Devices: devs, Priority: prio}
+	var changed []int
+	var joined []string
+	undo := func() {
+		for _, d := range changed {
+			sched.Update(h.dir, devs[d].UUID, info.Name, policy(old, d))
+		}
+		for _, u := range joined {
+			ht.sched[u].Close()
+			delete(ht.sched, u)
+		}
+	}
+	for d, dev := range devs {
+		p := policy(next, d)
+		if dev.UUID == "" || p == policy(old, d) && !(isHeld && p.Active() && ht.sched[dev.UUID] == nil) {
+			continue
+		}
+		if isHeld && p.Active() && ht.sched[dev.UUID] == nil {
+			m, err := sched.Join(h.dir, dev.UUID, info.Name, p)
+			if err != nil {
+				undo()
+				return status.Error(codes.FailedPrecondition, err.Error())
+			}
+			ht.sched[dev.UUID] = m
+			joined = append(joined, dev.UUID)
+		}
+		// A GPU where no member of the tenant is has nothing to change: its
+		// runs join with what the file says.
+		g, err := sched.Read(h.dir, dev.UUID)
+		if err != nil {
+			undo()
+			return status.Error(codes.Internal, err.Error())
+		}
+		if g == nil || !slices.ContainsFunc(g.Tenants, func(t sched.TenantStat) bool { return t.Name == info.Name }) {
+			continue
+		}
+		if err := sched.Update(h.dir, dev.UUID, info.Name, p); err != nil {
+			undo()
+			return status.Error(codes.FailedPrecondition, err.Error())
+		}
+		changed = append(changed, d)
+	}
+	if err := tenant.SetCompute(h.dir, info.Name, devs, prio); err != nil {
+		undo()
+		return status.Error(codes.FailedPrecondition, err.Error())
+	}
+	if !isHeld {
+		return nil
+	}
+	for d, dev := range devs {
+		if m := ht.sched[dev.UUID]; m != nil && !policy(next, d).Active() {
+			m.Close()
+			delete(ht.sched, dev.UUID)
+		}
+	}
+	ht.spec.Devices, ht.spec.Priority = devs, prio
+	h.tenants[info.Name] = ht
+	if err := h.save(); err != nil {
+		return status.Errorf(codes.Internal, "tenant %s is updated, but not the daemon's record of it (a restarted daemon re-adopts it as its file says): %v", info.Name, err)
+	}
+	return nil
 }

@@ -18,7 +18,7 @@ var oneGiB = []tenant.DeviceQuota{{UUID: uuid0, Quota: 1 << 30}}
 // tenant someone else made is not taken over.
 func TestReadoptAfterADaemonDies(t *testing.T) {
 	dir := t.TempDir()
-	first, _, err := adopt(dir)
+	first, _, _, err := adopt(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestReadoptAfterADaemonDies(t *testing.T) {
 	}
 	defer other.Release()
 
-	second, adopted, err := adopt(dir)
+	second, adopted, _, err := adopt(dir)
 	if err != nil || strings.Join(adopted, ",") != "gone,kept" {
 		t.Fatalf("re-adopted %v (%v), want gone,kept", adopted, err)
 	}
@@ -72,14 +72,14 @@ func TestRegistryRefusals(t *testing.T) {
 	if err := os.WriteFile(p, []byte("{not json"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := adopt(dir); err == nil || !strings.Contains(err.Error(), "is damaged; remove it") {
+	if _, _, _, err := adopt(dir); err == nil || !strings.Contains(err.Error(), "is damaged; remove it") {
 		t.Fatalf("damaged registry: %v", err)
 	}
 	os.Remove(p)
 	if err := os.Symlink("/etc/passwd", p); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := adopt(dir); err == nil {
+	if _, _, _, err := adopt(dir); err == nil {
 		t.Fatal("a registry that is a symbolic link was read")
 	}
 	if os.Geteuid() == 0 {
@@ -87,7 +87,7 @@ func TestRegistryRefusals(t *testing.T) {
 		if err := os.WriteFile(p, []byte("[]"), 0o600); err != nil || os.Chown(p, 65534, 65534) != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := adopt(dir); err == nil || !strings.Contains(err.Error(), "not a registry this user wrote (owner uid 65534)") {
+		if _, _, _, err := adopt(dir); err == nil || !strings.Contains(err.Error(), "not a registry this user wrote (owner uid 65534)") {
 			t.Fatalf("another user's registry: %v", err)
 		}
 	}

@@ -1,5 +1,6 @@
 // Package metrics is the node's Prometheus view: tenants' quotas and usage
-// per device from their files, and the GPUs from NVML, read when scraped.
+// per device from their files, what the GPUs' schedulers gave each tenant
+// from their regions, and the GPUs from NVML, read when scraped.
 package metrics
 
 import (
@@ -8,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flexgv/flexgv/internal/gpuinfo"
+	"github.com/flexgv/flexgv/internal/sched"
 	"github.com/flexgv/flexgv/internal/tenant"
 )
 
@@ -16,6 +18,7 @@ type Source struct {
 	Tenants func() ([]tenant.Info, []error, error) // tenant.List of the state folder
 	Devices func() ([]gpuinfo.Device, error)       // NVML; an error leaves the GPU metrics out
 	Held    func() int                             // tenants the daemon holds
+	Sched   func() ([]*sched.GPU, error)           // sched.List of the state folder
 }
 
 var (
@@ -36,6 +39,22 @@ var (
 		"Memory in use on a GPU, all processes, from NVML.", gpuLabels, nil)
 	gpuUtilDesc = prometheus.NewDesc("flexgv_gpu_utilization_ratio",
 		"Fraction of the last sample period in which a kernel ran on a GPU, from NVML.", gpuLabels, nil)
+	shareDesc = prometheus.NewDesc("flexgv_tenant_compute_share_ratio",
+		"Share of a GPU's time guaranteed to a tenant while tenants contend; 0: none.", tenantLabels, nil)
+	capDesc = prometheus.NewDesc("flexgv_tenant_compute_max_ratio",
+		"Cap on the share of a GPU's time a tenant takes, even when it is idle; absent where it has none.", tenantLabels, nil)
+	prioDesc = prometheus.NewDesc("flexgv_tenant_priority",
+		"A tenant's priority on a GPU, 0 to 9, higher first (low 1, normal 4, high 7).", tenantLabels, nil)
+	gpuTimeDesc = prometheus.NewDesc("flexgv_tenant_gpu_time_seconds_total",
+		"GPU time a tenant's processes held on a GPU; its rate is the share achieved.", tenantLabels, nil)
+	throttledDesc = prometheus.NewDesc("flexgv_tenant_throttled_seconds_total",
+		"Time a tenant's processes waited to launch on a GPU: for their turn, under their cap or behind a higher priority.", tenantLabels, nil)
+	preemptDesc = prometheus.NewDesc("flexgv_tenant_preemptions_total",
+		"Turns of a tenant on a GPU cut short for a tenant of higher priority.", tenantLabels, nil)
+	schedProcsDesc = prometheus.NewDesc("flexgv_tenant_scheduled_processes",
+		"Live processes of a tenant that take turns on a GPU.", tenantLabels, nil)
+	switchesDesc = prometheus.NewDesc("flexgv_gpu_scheduler_switches_total",
+		"Hand-overs of a GPU from one tenant to another by its scheduler.", gpuLabels, nil)
 	heldDesc = prometheus.NewDesc("flexgv_daemon_tenants",
 		"Tenants the daemon holds (created through it).", nil, nil)
 )
@@ -48,7 +67,8 @@ func New(src Source) *Collector { return &Collector{src} }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{quotaDesc, usedDesc, procsDesc, ctxDesc, gpuTotalDesc, gpuUsedDesc, gpuUtilDesc, heldDesc} {
+	for _, d := range []*prometheus.Desc{quotaDesc, usedDesc, procsDesc, ctxDesc, gpuTotalDesc, gpuUsedDesc, gpuUtilDesc, heldDesc,
+		shareDesc, capDesc, prioDesc, gpuTimeDesc, throttledDesc, preemptDesc, schedProcsDesc, switchesDesc} {
 		ch <- d
 	}
 }
@@ -68,6 +88,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(gpuUtilDesc, float64(d.Util)/100, d.UUID, i)
 	}
 	gauge(heldDesc, float64(c.src.Held()))
+	c.collectSched(ch, index)
 	infos, _, err := c.src.Tenants()
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(usedDesc, err)
@@ -99,6 +120,36 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			if d.CtxMeasured > 0 {
 				gauge(ctxDesc, float64(d.CtxMeasured), labels...)
 			}
+		}
+	}
+}
+
+// collectSched reports what each GPU's scheduler did: per tenant its
+// policy and counters, per GPU its hand-overs. index is NVML's index by
+// UUID.
+func (c *Collector) collectSched(ch chan<- prometheus.Metric, index map[string]string) {
+	gpus, err := c.src.Sched()
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(gpuTimeDesc, err)
+		return
+	}
+	metric := func(d *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, t, v, labels...)
+	}
+	for _, g := range gpus {
+		i := index[g.UUID]
+		metric(switchesDesc, prometheus.CounterValue, float64(g.Switches), g.UUID, i)
+		for _, t := range g.Tenants {
+			labels := []string{t.Name, g.UUID, i}
+			metric(shareDesc, prometheus.GaugeValue, float64(t.Policy.Share)/10000, labels...)
+			if t.Policy.Cap > 0 {
+				metric(capDesc, prometheus.GaugeValue, float64(t.Policy.Cap)/10000, labels...)
+			}
+			metric(prioDesc, prometheus.GaugeValue, float64(t.Policy.Priority), labels...)
+			metric(gpuTimeDesc, prometheus.CounterValue, float64(t.HeldNs)/1e9, labels...)
+			metric(throttledDesc, prometheus.CounterValue, float64(t.WaitedNs)/1e9, labels...)
+			metric(preemptDesc, prometheus.CounterValue, float64(t.Preemptions), labels...)
+			metric(schedProcsDesc, prometheus.GaugeValue, float64(len(t.Pids)), labels...)
 		}
 	}
 }

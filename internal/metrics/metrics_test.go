@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flexgv/flexgv/internal/gpuinfo"
+	"github.com/flexgv/flexgv/internal/sched"
 	"github.com/flexgv/flexgv/internal/tenant"
 )
 
@@ -42,6 +43,14 @@ var (
 	}
 )
 
+// A GPU's scheduler with a tenant holding it and one with no process left.
+var schedGPUs = []*sched.GPU{
+	{UUID: uuidA, Switches: 12, Tenants: []sched.TenantStat{
+		{Name: "a", Policy: sched.Policy{Share: 3000, Cap: 5000, Priority: sched.PriorityHigh}, HeldNs: 1_500_000_000, WaitedNs: 250_000_000, Preemptions: 3, Pids: []int32{10, 11}, Holder: true},
+		{Name: "c", Policy: sched.Policy{Priority: sched.PriorityLow}, HeldNs: 2_000_000_000, WaitedNs: 4_000_000_000},
+	}},
+}
+
 func source(devErr, tenErr error) Source {
 	return Source{
 		Tenants: func() ([]tenant.Info, []error, error) { return tenants, nil, tenErr },
@@ -51,7 +60,8 @@ func source(devErr, tenErr error) Source {
 			}
 			return gpus, nil
 		},
-		Held: func() int { return 1 },
+		Held:  func() int { return 1 },
+		Sched: func() ([]*sched.GPU, error) { return schedGPUs, nil },
 	}
 }
 
@@ -78,6 +88,39 @@ flexgv_tenant_context_bytes{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="a"} 6
 flexgv_daemon_tenants 1
 `
 
+const schedText = `
+# HELP flexgv_gpu_scheduler_switches_total Hand-overs of a GPU from one tenant to another by its scheduler.
+# TYPE flexgv_gpu_scheduler_switches_total counter
+flexgv_gpu_scheduler_switches_total{gpu_index="1",gpu_uuid="` + uuidA + `"} 12
+# HELP flexgv_tenant_compute_share_ratio Share of a GPU's time guaranteed to a tenant while tenants contend; 0: none.
+# TYPE flexgv_tenant_compute_share_ratio gauge
+flexgv_tenant_compute_share_ratio{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="a"} 0.3
+flexgv_tenant_compute_share_ratio{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="c"} 0
+# HELP flexgv_tenant_compute_max_ratio Cap on the share of a GPU's time a tenant takes, even when it is idle; absent where it has none.
+# TYPE flexgv_tenant_compute_max_ratio gauge
+flexgv_tenant_compute_max_ratio{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="a"} 0.5
+# HELP flexgv_tenant_priority A tenant's priority on a GPU, 0 to 9, higher first (low 1, normal 4, high 7).
+# TYPE flexgv_tenant_priority gauge
+flexgv_tenant_priority{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="a"} 7
+flexgv_tenant_priority{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="c"} 1
+# HELP flexgv_tenant_gpu_time_seconds_total GPU time a tenant's processes held on a GPU; its rate is the share achieved.
+# TYPE flexgv_tenant_gpu_time_seconds_total counter
+flexgv_tenant_gpu_time_seconds_total{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="a"} 1.5
+flexgv_tenant_gpu_time_seconds_total{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="c"} 2
+# HELP flexgv_tenant_throttled_seconds_total Time a tenant's processes waited to launch on a GPU: for their turn, under their cap or behind a higher priority.
+# TYPE flexgv_tenant_throttled_seconds_total counter
+flexgv_tenant_throttled_seconds_total{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="a"} 0.25
+flexgv_tenant_throttled_seconds_total{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="c"} 4
+# HELP flexgv_tenant_preemptions_total Turns of a tenant on a GPU cut short for a tenant of higher priority.
+# TYPE flexgv_tenant_preemptions_total counter
+flexgv_tenant_preemptions_total{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="a"} 3
+flexgv_tenant_preemptions_total{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="c"} 0
+# HELP flexgv_tenant_scheduled_processes Live processes of a tenant that take turns on a GPU.
+# TYPE flexgv_tenant_scheduled_processes gauge
+flexgv_tenant_scheduled_processes{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="a"} 2
+flexgv_tenant_scheduled_processes{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="c"} 0
+`
+
 const gpuText = `
 # HELP flexgv_gpu_memory_total_bytes Memory of a GPU, from NVML.
 # TYPE flexgv_gpu_memory_total_bytes gauge
@@ -96,7 +139,7 @@ flexgv_gpu_utilization_ratio{gpu_index="1",gpu_uuid="` + uuidA + `"} 0
 // Tenants' devices are labelled with the NVML index of their UUID, which
 // need not be the entry's position.
 func TestTenantsAndGPUs(t *testing.T) {
-	if err := testutil.CollectAndCompare(New(source(nil, nil)), strings.NewReader(tenantText+gpuText)); err != nil {
+	if err := testutil.CollectAndCompare(New(source(nil, nil)), strings.NewReader(tenantText+schedText+gpuText)); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := testutil.CollectAndLint(New(source(nil, nil))); err != nil || len(n) != 0 {
@@ -107,7 +150,7 @@ func TestTenantsAndGPUs(t *testing.T) {
 // Without NVML the GPU metrics are left out and a tenant's UUID has no
 // index to show.
 func TestWithoutNVML(t *testing.T) {
-	want := strings.ReplaceAll(tenantText, `gpu_index="1",gpu_uuid="`+uuidA, `gpu_index="",gpu_uuid="`+uuidA)
+	want := strings.ReplaceAll(tenantText+schedText, `gpu_index="1",gpu_uuid="`+uuidA, `gpu_index="",gpu_uuid="`+uuidA)
 	if err := testutil.CollectAndCompare(New(source(errors.New("no NVML"), nil)), strings.NewReader(want)); err != nil {
 		t.Fatal(err)
 	}
@@ -118,6 +161,18 @@ func TestTenantsUnreadable(t *testing.T) {
 	err := testutil.CollectAndCompare(New(source(nil, errors.New("state folder: permission denied"))), strings.NewReader(gpuText),
 		"flexgv_gpu_memory_total_bytes", "flexgv_gpu_memory_used_bytes", "flexgv_gpu_utilization_ratio")
 	if err == nil || !strings.Contains(err.Error(), "state folder: permission denied") {
+		t.Fatalf("collect: %v", err)
+	}
+}
+
+// A scheduler region that cannot be read fails the scheduler metrics, not
+// the tenants' memory.
+func TestSchedulersUnreadable(t *testing.T) {
+	src := source(nil, nil)
+	src.Sched = func() ([]*sched.GPU, error) { return nil, errors.New("gpu-X: not a scheduler region of this flexgv") }
+	err := testutil.CollectAndCompare(New(src), strings.NewReader(tenantText), "flexgv_tenant_memory_quota_bytes",
+		"flexgv_tenant_memory_used_bytes", "flexgv_tenant_processes", "flexgv_tenant_context_bytes", "flexgv_daemon_tenants")
+	if err == nil || !strings.Contains(err.Error(), "gpu-X: not a scheduler region of this flexgv") {
 		t.Fatalf("collect: %v", err)
 	}
 }

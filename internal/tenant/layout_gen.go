@@ -5,7 +5,7 @@ package tenant
 // Constants of the region shared with the shim.
 const (
 	TenantMagic   = 0x544e4e5447584c46
-	TenantVersion = 0x3
+	TenantVersion = 0x4
 	MaxDevices    = 0x10
 	SlotFree      = 0x0
 	SlotClaimed   = 0x1
@@ -15,11 +15,11 @@ const (
 
 // Device mirrors struct fg_tenant_device: one device of the tenant, keyed by GPU UUID.
 type Device struct {
-	UUID        [48]byte `c:"uuid"`
-	Quota       uint64   `c:"quota"`
-	CtxMeasured uint64   `c:"ctx_measured"`
-	ComputeMax  uint32   `c:"compute_max"`
-	Reserved    uint32   `c:"reserved"`
+	UUID         [48]byte `c:"uuid"`
+	Quota        uint64   `c:"quota"`
+	CtxMeasured  uint64   `c:"ctx_measured"`
+	ComputeMax   uint32   `c:"compute_max"`
+	ComputeShare uint32   `c:"compute_share"`
 }
 
 // Header mirrors struct fg_tenant_header: starts a tenant file; written once by the CLI that creates it.
@@ -32,7 +32,7 @@ type Header struct {
 	CreatedNs uint64     `c:"created_ns"`
 	CtxBytes  uint64     `c:"ctx_bytes"`
 	OwnerUID  uint32     `c:"owner_uid"`
-	Reserved  uint32     `c:"reserved"`
+	Priority  uint32     `c:"priority"`
 	Name      [64]byte   `c:"name"`
 	Devices   [16]Device `c:"devices"`
 }

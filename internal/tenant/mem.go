@@ -13,6 +13,8 @@ type DeviceQuota struct {
 	UUID       string // the GPU's UUID; empty: the CUDA device of the entry's index
 	Quota      uint64 // bytes; 0 means no limit
 	ComputeMax uint32 // hundredths of a percent of the device's time; 0 means no cap
+
+	ComputeShare uint32 // hundredths of a percent guaranteed under contention; 0 means none
 }
 
 // ParseMem reads a --mem value into one entry per device:
@@ -72,40 +74,79 @@ func ParseMem(spec string, gpus []gpuinfo.GPU) ([]DeviceQuota, error) {
 	return devs, nil
 }
 
-// ParseLimits reads --mem and --compute-max together (either may be empty)
-// into one entry per device.
-func ParseLimits(mem, compute string, gpus []gpuinfo.GPU) ([]DeviceQuota, error) {
+// Limits are a tenant's per-device limits as the flags give them (each may
+// be empty).
+type Limits struct {
+	Mem        string // --mem
+	ComputeMax string // --compute-max: hard caps
+	Compute    string // --compute: guaranteed shares
+}
+
+// ParseLimits reads a tenant's limits into one entry per device. Shares of
+// one device above its cap are refused.
+func ParseLimits(l Limits, gpus []gpuinfo.GPU) ([]DeviceQuota, error) {
 	var devs []DeviceQuota
 	var err error
-	if mem != "" {
-		if devs, err = ParseMem(mem, gpus); err != nil {
+	if l.Mem != "" {
+		if devs, err = ParseMem(l.Mem, gpus); err != nil {
 			return nil, err
 		}
 	}
-	if compute != "" {
-		caps, err := ParseCompute(compute, gpus)
+	for _, c := range []struct {
+		flag, spec string
+		set        func(*DeviceQuota, uint32)
+	}{
+		{"--compute-max", l.ComputeMax, func(d *DeviceQuota, v uint32) { d.ComputeMax = v }},
+		{"--compute", l.Compute, func(d *DeviceQuota, v uint32) { d.ComputeShare = v }},
+	} {
+		if c.spec == "" {
+			continue
+		}
+		pcts, err := ParseCompute(c.flag, c.spec, gpus)
 		if err != nil {
 			return nil, err
 		}
-		if devs == nil {
-			return caps, nil
+		if devs == nil { // all are laid out by the same GPU list
+			devs = make([]DeviceQuota, len(pcts))
+			for i := range devs {
+				if gpus != nil {
+					devs[i].UUID = gpus[i].UUID
+				}
+			}
 		}
-		for i := range devs { // both are laid out by the same GPU list
-			devs[i].ComputeMax = caps[i].ComputeMax
+		for i := range devs {
+			c.set(&devs[i], pcts[i])
+		}
+	}
+	for d, dev := range devs {
+		if dev.ComputeMax > 0 && dev.ComputeShare > dev.ComputeMax {
+			return nil, fmt.Errorf("device %d: --compute %g%% is above its --compute-max %g%%",
+				d, float64(dev.ComputeShare)/100, float64(dev.ComputeMax)/100)
 		}
 	}
 	return devs, nil
 }
 
-// ParseCompute reads a --compute-max value into one entry per device, laid
-// out as ParseMem's (so that the two merge entry by entry):
+// Entries are a tenant's device entries without limits, one per GPU (as
+// many as a tenant holds): for a tenant that has only a priority.
+func Entries(gpus []gpuinfo.GPU) []DeviceQuota {
+	devs := make([]DeviceQuota, min(len(gpus), MaxDevices))
+	for i := range devs {
+		devs[i].UUID = gpus[i].UUID
+	}
+	return devs
+}
+
+// ParseCompute reads a --compute or --compute-max value into one
+// percentage per device entry (hundredths of a percent, 0 for none), laid
+// out as ParseMem's entries:
 //
 //	30%                 every device
-//	0=30%,GPU-…=50%     per device, by NVML index or UUID; others get no cap
+//	0=30%,GPU-…=50%     per device, by NVML index or UUID; others get none
 //
 // A percentage is in (0, 100], its sign optional, kept to 0.01 %.
-func ParseCompute(spec string, gpus []gpuinfo.GPU) ([]DeviceQuota, error) {
-	m := memParser{flag: "--compute-max", spec: spec, gpus: gpus}
+func ParseCompute(flag, spec string, gpus []gpuinfo.GPU) ([]uint32, error) {
+	m := memParser{flag: flag, spec: spec, gpus: gpus}
 	if strings.TrimSpace(spec) == "" {
 		return nil, m.errorf("empty; give a percentage (30%%) or DEVICE=PCT,...")
 	}
@@ -113,9 +154,10 @@ func ParseCompute(spec string, gpus []gpuinfo.GPU) ([]DeviceQuota, error) {
 	if err != nil {
 		return nil, err
 	}
+	pcts := make([]uint32, len(devs))
 	if !strings.Contains(spec, "=") {
 		if strings.Contains(spec, ",") {
-			return nil, m.errorf("list caps per device as DEVICE=PCT,...")
+			return nil, m.errorf("list percentages per device as DEVICE=PCT,...")
 		}
 		if len(gpus) > MaxDevices {
 			return nil, m.errorf("this node has %d GPUs and a tenant holds at most %d: give DEVICE=PCT for each", len(gpus), MaxDevices)
@@ -124,10 +166,10 @@ func ParseCompute(spec string, gpus []gpuinfo.GPU) ([]DeviceQuota, error) {
 		if err != nil {
 			return nil, err
 		}
-		for d := range devs {
-			devs[d].ComputeMax = c
+		for d := range pcts {
+			pcts[d] = c
 		}
-		return devs, nil
+		return pcts, nil
 	}
 	named := map[int]bool{}
 	for _, part := range strings.Split(spec, ",") {
@@ -143,11 +185,11 @@ func ParseCompute(spec string, gpus []gpuinfo.GPU) ([]DeviceQuota, error) {
 			return nil, m.errorf("device %d is given twice", d)
 		}
 		named[d] = true
-		if devs[d].ComputeMax, err = m.percent(v); err != nil {
+		if pcts[d], err = m.percent(v); err != nil {
 			return nil, err
 		}
 	}
-	return devs, nil
+	return pcts, nil
 }
 
 type memParser struct {
@@ -251,13 +293,16 @@ func (m memParser) size(d int, v string) (uint64, error) {
 
 // formatQuota prints a tenant's quotas by device index.
 func formatQuota(devs []DeviceQuota) string {
-	var mem, compute []string
+	var mem, compute, share []string
 	for d, dev := range devs {
 		if dev.Quota > 0 {
 			mem = append(mem, fmt.Sprintf("%d=%s", d, FormatSize(dev.Quota)))
 		}
 		if dev.ComputeMax > 0 {
 			compute = append(compute, fmt.Sprintf("%d=%g%%", d, float64(dev.ComputeMax)/100))
+		}
+		if dev.ComputeShare > 0 {
+			share = append(share, fmt.Sprintf("%d=%g%%", d, float64(dev.ComputeShare)/100))
 		}
 	}
 	s := "none"
@@ -266,6 +311,9 @@ func formatQuota(devs []DeviceQuota) string {
 	}
 	if len(compute) > 0 {
 		s += " and compute cap " + strings.Join(compute, ",")
+	}
+	if len(share) > 0 {
+		s += " and compute share " + strings.Join(share, ",")
 	}
 	return s
 }

@@ -123,16 +123,8 @@ func TestParseMemMoreGPUsThanATenantHolds(t *testing.T) {
 	}
 }
 
-func caps(devs []DeviceQuota) []uint32 {
-	var c []uint32
-	for _, d := range devs {
-		c = append(c, d.ComputeMax)
-	}
-	return c
-}
-
-// Compute caps are kept in hundredths of a percent, in the entries ParseMem
-// makes, so that the two flags merge entry by entry.
+// Percentages are kept in hundredths, one per entry ParseMem makes, so that
+// the flags merge entry by entry.
 func TestParseCompute(t *testing.T) {
 	for _, c := range []struct {
 		spec string
@@ -145,9 +137,9 @@ func TestParseCompute(t *testing.T) {
 		{"1=50%", []uint32{0, 5000}},
 		{uuidA + "=25%, 1=0.5%", []uint32{2500, 50}},
 	} {
-		got, err := ParseCompute(c.spec, twoGPUs)
-		if err != nil || !reflect.DeepEqual(caps(got), c.want) || got[0].UUID != uuidA || got[1].UUID != uuidB {
-			t.Errorf("ParseCompute(%q) = %+v, %v; want caps %v keyed by UUID", c.spec, got, err, c.want)
+		got, err := ParseCompute("--compute-max", c.spec, twoGPUs)
+		if err != nil || !reflect.DeepEqual(got, c.want) {
+			t.Errorf("ParseCompute(%q) = %+v, %v; want %v", c.spec, got, err, c.want)
 		}
 	}
 	for _, c := range []struct{ spec, msg string }{
@@ -159,17 +151,36 @@ func TestParseCompute(t *testing.T) {
 		{"-5%", "is not a percentage"},
 		{"abc", `"abc" is not a percentage`},
 		{"0.001%", "below 0.01%"},
-		{"30%,40%", "list caps per device as DEVICE=PCT"},
+		{"30%,40%", "list percentages per device as DEVICE=PCT"},
 		{"5=30%", "there is no device 5 (2 devices)"},
 		{"GPU-ffffffff=30%", "no GPU has the UUID"},
 		{"0=30%,0=40%", "device 0 is given twice"},
 		{"0=30%,1", `"1" is not DEVICE=PCT`},
 	} {
-		if _, err := ParseCompute(c.spec, twoGPUs); err == nil || !strings.Contains(err.Error(), c.msg) {
+		if _, err := ParseCompute("--compute-max", c.spec, twoGPUs); err == nil || !strings.Contains(err.Error(), c.msg) {
 			t.Errorf("ParseCompute(%q) = %v; want an error with %q", c.spec, err, c.msg)
 		}
 	}
-	if q, err := ParseCompute("2=30%", nil); err != nil || len(q) != MaxDevices || q[2].ComputeMax != 3000 || q[0] != (DeviceQuota{}) {
+	if q, err := ParseCompute("--compute", "2=30%", nil); err != nil || len(q) != MaxDevices || q[2] != 3000 || q[0] != 0 {
 		t.Errorf("ParseCompute(2=30%%) without NVML = %v, %v", q, err)
+	}
+}
+
+// The three flags merge into one entry per device, keyed by UUID; a share
+// above the same device's cap is refused.
+func TestParseLimits(t *testing.T) {
+	devs, err := ParseLimits(Limits{Mem: "1=1GiB", ComputeMax: "0=60%", Compute: "30%"}, twoGPUs)
+	want := []DeviceQuota{{UUID: uuidA, ComputeMax: 6000, ComputeShare: 3000}, {UUID: uuidB, Quota: 1 << 30, ComputeShare: 3000}}
+	if err != nil || !reflect.DeepEqual(devs, want) {
+		t.Errorf("ParseLimits = %+v, %v; want %+v", devs, err, want)
+	}
+	devs, err = ParseLimits(Limits{Compute: "1=20%"}, twoGPUs)
+	want = []DeviceQuota{{UUID: uuidA}, {UUID: uuidB, ComputeShare: 2000}}
+	if err != nil || !reflect.DeepEqual(devs, want) {
+		t.Errorf("ParseLimits(--compute 1=20%%) = %+v, %v; want %+v", devs, err, want)
+	}
+	if _, err := ParseLimits(Limits{ComputeMax: "30%", Compute: "0=40%"}, twoGPUs); err == nil ||
+		!strings.Contains(err.Error(), "device 0: --compute 40% is above its --compute-max 30%") {
+		t.Errorf("a share above its cap: %v", err)
 	}
 }

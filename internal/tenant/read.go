@@ -28,6 +28,7 @@ type Info struct {
 	Name     string      `json:"name"`
 	OwnerUID uint32      `json:"owner_uid"`
 	Created  time.Time   `json:"created"`
+	Priority uint32      `json:"priority"` // as flexgv run --priority takes it, a number
 	Devices  []DeviceUse `json:"devices"`
 	Procs    []Proc      `json:"processes"`
 }
@@ -39,8 +40,9 @@ type DeviceUse struct {
 	UUID        string `json:"uuid"`  // empty: the CUDA device of this index
 	Quota       uint64 `json:"quota"` // 0: no limit
 	Used        uint64 `json:"used"`
-	CtxMeasured uint64 `json:"ctx_measured"` // what one context took, as last measured
-	ComputeMax  uint32 `json:"compute_max"`  // cap on the device's time, hundredths of a percent; 0: none
+	CtxMeasured uint64 `json:"ctx_measured"`  // what one context took, as last measured
+	ComputeMax  uint32 `json:"compute_max"`   // cap on the device's time, hundredths of a percent; 0: none
+	Share       uint32 `json:"compute_share"` // share of the device's time under contention, hundredths of a percent; 0: none
 }
 
 // Proc is one live process of a tenant.
@@ -101,10 +103,10 @@ func Read(p string) (Info, error) {
 			return Info{}, fmt.Errorf("%s: %w", p, err)
 		}
 	}
-	info := Info{Name: h.name, OwnerUID: h.raw.OwnerUID, Created: time.Unix(0, int64(h.raw.CreatedNs)), Devices: make([]DeviceUse, len(h.devices)), Procs: []Proc{}}
+	info := Info{Name: h.name, OwnerUID: h.raw.OwnerUID, Created: time.Unix(0, int64(h.raw.CreatedNs)), Priority: h.raw.Priority, Devices: make([]DeviceUse, len(h.devices)), Procs: []Proc{}}
 	for d, dev := range h.devices {
 		info.Devices[d] = DeviceUse{Index: d, UUID: dev.UUID, Quota: dev.Quota, CtxMeasured: h.raw.Devices[d].CtxMeasured,
-			ComputeMax: dev.ComputeMax}
+			ComputeMax: dev.ComputeMax, Share: dev.ComputeShare}
 	}
 	for i, s := range slots {
 		if s.State != SlotClaimed {
@@ -202,7 +204,8 @@ func readHeader(f *os.File, p string) (header, error) {
 		if !ok || strings.ContainsFunc(uuid, func(c rune) bool { return c <= ' ' || c > '~' }) {
 			return bad("damaged: device %d has no valid UUID", d)
 		}
-		h.devices = append(h.devices, DeviceQuota{UUID: uuid, Quota: r.Devices[d].Quota, ComputeMax: r.Devices[d].ComputeMax})
+		h.devices = append(h.devices, DeviceQuota{UUID: uuid, Quota: r.Devices[d].Quota, ComputeMax: r.Devices[d].ComputeMax,
+			ComputeShare: r.Devices[d].ComputeShare})
 	}
 	h.slots = int(min(r.SlotHWM, r.NSlots))
 	return h, nil

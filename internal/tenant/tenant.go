@@ -68,16 +68,18 @@ type Spec struct {
 	Name     string
 	Devices  []DeviceQuota // nil: join an existing tenant, whatever its quotas
 	CtxBytes uint64        // charge per context when the shim cannot measure it
+	Priority uint32        // 0 to sched.PriorityMax; with Devices nil, ignored
 }
 
 // Tenant is this run's membership of a tenant, from Acquire to Release.
 type Tenant struct {
-	Path    string
-	Name    string
-	Created bool
-	Devices []DeviceQuota // the tenant's entries, as its file has them
-	dir     string
-	member  *os.File // holds the member lock
+	Path     string
+	Name     string
+	Created  bool
+	Devices  []DeviceQuota // the tenant's entries, as its file has them
+	Priority uint32        // as its file has it
+	dir      string
+	member   *os.File // holds the member lock
 }
 
 // Acquire creates the tenant spec.Name, or joins it if it exists, and makes
@@ -105,13 +107,13 @@ func Acquire(dir string, spec Spec) (*Tenant, error) {
 	defer unlock()
 	sweep(dir)
 	t := &Tenant{Path: path(dir, spec.Name), Name: spec.Name, dir: dir}
-	t.member, t.Devices, err = join(t.Path, spec)
+	t.member, t.Devices, t.Priority, err = join(t.Path, spec)
 	if errors.Is(err, os.ErrNotExist) {
 		if spec.Devices == nil {
 			return nil, fmt.Errorf("group %s does not exist; give --mem to create it", spec.Name)
 		}
 		t.member, err = create(dir, t.Path, spec)
-		t.Created, t.Devices = true, spec.Devices
+		t.Created, t.Devices, t.Priority = true, spec.Devices, spec.Priority
 	}
 	if err != nil {
 		return nil, err
@@ -129,31 +131,31 @@ func CheckName(name string) error {
 
 // join opens the tenant at p and takes the member lock, before the folder
 // lock is let go: a last member leaving cannot remove it in between.
-func join(p string, spec Spec) (*os.File, []DeviceQuota, error) {
+func join(p string, spec Spec) (*os.File, []DeviceQuota, uint32, error) {
 	st, err := os.Lstat(p)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
 	if err := checkOwner(spec.Name, st); err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
 	f, err := openTenant(p)
 	if err != nil {
-		return nil, nil, fmt.Errorf("group %s: %w", spec.Name, err)
+		return nil, nil, 0, fmt.Errorf("group %s: %w", spec.Name, err)
 	}
 	h, err := readHeader(f, p)
-	if err == nil && spec.Devices != nil && !slices.Equal(h.devices, spec.Devices) {
-		err = fmt.Errorf("group %s already exists with quota %s; give the same --mem and --compute-max, or neither, to join it",
-			spec.Name, formatQuota(h.devices))
+	if err == nil && spec.Devices != nil && (!slices.Equal(h.devices, spec.Devices) || h.raw.Priority != spec.Priority) {
+		err = fmt.Errorf("group %s already exists with quota %s and priority %d; give the same --mem, --compute, --compute-max and --priority, or none of them, to join it",
+			spec.Name, formatQuota(h.devices), h.raw.Priority)
 	}
 	if err == nil {
 		err = liveness.Share(f, MemberLock)
 	}
 	if err != nil {
 		f.Close()
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
-	return f, h.devices, nil
+	return f, h.devices, h.raw.Priority, nil
 }
 
 // checkOwner refuses another user's tenant (root may join any): its
@@ -203,13 +205,14 @@ func newFile(spec Spec) []byte {
 		Magic: TenantMagic, Version: TenantVersion,
 		NDevices: uint32(len(spec.Devices)), NSlots: Slots,
 		CreatedNs: uint64(time.Now().UnixNano()), CtxBytes: spec.CtxBytes,
-		OwnerUID: uint32(os.Geteuid()),
+		OwnerUID: uint32(os.Geteuid()), Priority: spec.Priority,
 	}
 	copy(h.Name[:], spec.Name)
 	for i, d := range spec.Devices {
 		copy(h.Devices[i].UUID[:], d.UUID)
 		h.Devices[i].Quota = d.Quota
 		h.Devices[i].ComputeMax = d.ComputeMax
+		h.Devices[i].ComputeShare = d.ComputeShare
 	}
 	buf := make([]byte, headerSize+Slots*slotSize)
 	copy(buf, unsafe.Slice((*byte)(unsafe.Pointer(&h)), headerSize))

@@ -215,7 +215,7 @@ func TestReadRefusesDamagedFiles(t *testing.T) {
 		edit func(*Header)
 	}{
 		{"not a tenant file", func(h *Header) { h.Magic++ }},
-		{"version 4", func(h *Header) { h.Version = 4 }},
+		{"version 5", func(h *Header) { h.Version = TenantVersion + 1 }},
 		{"4097 slots", func(h *Header) { h.NSlots = MaxSlots + 1 }},
 		{"truncated", func(h *Header) { h.NSlots = MaxSlots }},
 		{"17 devices", func(h *Header) { h.NDevices = MaxDevices + 1 }},

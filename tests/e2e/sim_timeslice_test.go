@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"os/exec"
@@ -25,20 +26,37 @@ type spinner struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	lines chan string
+	err   *bytes.Buffer
 }
+
+// stderr is what the spinner wrote there; read it after result.
+func (s *spinner) stderr() string { return s.err.String() }
 
 // spinner starts `spinner ARGS`, set up and waiting for start.
 func (e *env) spinner(args ...string) *spinner {
 	e.t.Helper()
-	cmd := exec.Command(bin("spinner"), args...)
+	return e.spinnerUnder(nil, args...)
+}
+
+// spinnerUnder is spinner run by `flexgv run FLAGS --` (nil: directly).
+func (e *env) spinnerUnder(flags []string, args ...string) *spinner {
+	e.t.Helper()
+	argv := append([]string{bin("spinner")}, args...)
+	if flags != nil {
+		argv = append(append(append([]string{bin("flexgv"), "run"}, flags...), "--"), argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // killed as a group, flexgv run and all
 	cmd.Env = e.environ(filepath.Join(build, "sim"))
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
+	errBuf := &bytes.Buffer{}
+	cmd.Stderr = errBuf
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}
-	e.t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	s := &spinner{t: e.t, cmd: cmd, stdin: stdin, lines: make(chan string, 1024)}
+	e.t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() })
+	s := &spinner{t: e.t, cmd: cmd, stdin: stdin, lines: make(chan string, 1024), err: errBuf}
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
@@ -84,18 +102,41 @@ func parseSpin(t *testing.T, line string, into *spin) bool {
 	return false
 }
 
+// resultWithin is result, or a failure if the spinner has not ended
+// within d (it is then killed).
+func (s *spinner) resultWithin(d time.Duration) spin {
+	s.t.Helper()
+	timer := time.AfterFunc(d, func() { syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL) })
+	defer timer.Stop()
+	r, err := s.report()
+	if err != nil {
+		s.t.Fatalf("spinner stalled or failed (given %v): %v, report %+v", d, err, r)
+	}
+	return r
+}
+
 // result waits for the spinner's end and returns its report.
 func (s *spinner) result() spin {
+	s.t.Helper()
+	r, err := s.report()
+	if err != nil {
+		s.t.Fatalf("spinner: %v, report %+v", err, r)
+	}
+	return r
+}
+
+func (s *spinner) report() (spin, error) {
 	s.t.Helper()
 	var r spin
 	done := false
 	for line := range s.lines {
 		done = parseSpin(s.t, line, &r) || done
 	}
-	if err := s.cmd.Wait(); err != nil || !done {
-		s.t.Fatalf("spinner: %v, report %+v", err, r)
+	err := s.cmd.Wait()
+	if err == nil && !done {
+		err = fmt.Errorf("no report")
 	}
-	return r
+	return r, err
 }
 
 // nvmlUse is what NVML reports of device 0 over the last second.

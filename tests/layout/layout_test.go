@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flexgv/flexgv/internal/sched"
 	"github.com/flexgv/flexgv/internal/tenant"
 	"github.com/flexgv/flexgv/internal/trace"
 )
@@ -90,4 +91,16 @@ func TestTenantLayoutsAgree(t *testing.T) {
 			{"FG_MAX_DEVICES", tenant.MaxDevices}, {"FG_TENANT_SLOT_FREE", tenant.SlotFree},
 			{"FG_TENANT_SLOT_CLAIMED", tenant.SlotClaimed}, {"FG_TENANT_MEMBER_LOCK", tenant.MemberLock},
 			{"FG_TENANT_MAX_SLOTS", tenant.MaxSlots}})
+}
+
+func TestSchedLayoutsAgree(t *testing.T) {
+	checkLayout(t, "sched_layout_gen.h",
+		[]mirror{{"fg_sched_tenant", reflect.TypeOf(sched.Tenant{})}, {"fg_sched_header", reflect.TypeOf(sched.Header{})},
+			{"fg_sched_slot", reflect.TypeOf(sched.Slot{})}},
+		[]constant{{"FG_SCHED_MAGIC", sched.SchedMagic}, {"FG_SCHED_VERSION", sched.SchedVersion},
+			{"FG_SCHED_TENANTS", sched.MaxTenants}, {"FG_SCHED_SLOTS", sched.MaxSlots},
+			{"FG_SCHED_SLOT_FREE", sched.SlotFree}, {"FG_SCHED_SLOT_CLAIMED", sched.SlotClaimed},
+			{"FG_SCHED_ADMIN_LOCK", sched.AdminLock}, {"FG_PRIORITY_LOW", sched.PriorityLow},
+			{"FG_PRIORITY_NORMAL", sched.PriorityNormal}, {"FG_PRIORITY_HIGH", sched.PriorityHigh},
+			{"FG_PRIORITY_MAX", sched.PriorityMax}})
 }

@@ -33,10 +33,11 @@ type constSpec struct {
 var layouts = []layout{
 	{"include/flexgv/trace_layout_gen.h", "internal/trace/layout_gen.go", "trace", "FLEXGV_TRACE_LAYOUT_GEN_H", traceLayout, traceConsts},
 	{"include/flexgv/tenant_layout_gen.h", "internal/tenant/layout_gen.go", "tenant", "FLEXGV_TENANT_LAYOUT_GEN_H", tenantLayout, tenantConsts},
+	{"include/flexgv/sched_layout_gen.h", "internal/sched/layout_gen.go", "sched", "FLEXGV_SCHED_LAYOUT_GEN_H", schedLayout, schedConsts},
 }
 
 var cTypes = map[string]string{
-	"uint64": "uint64_t", "uint32": "uint32_t", "int32": "int32_t", "byte": "char",
+	"uint64": "uint64_t", "int64": "int64_t", "uint32": "uint32_t", "int32": "int32_t", "byte": "char",
 }
 
 // traceLayout is the per-run trace region: a header, then nslots slots of
@@ -96,7 +97,7 @@ var tenantLayout = []structSpec{
 		{"quota", "Quota", "uint64", 0, "bytes; 0 means no limit"},
 		{"ctx_measured", "CtxMeasured", "uint64", 0, "bytes one context took here, as last measured by a process (atomic)"},
 		{"compute_max", "ComputeMax", "uint32", 0, "cap on the device time the tenant's kernels occupy, in hundredths of a percent; 0 means no cap"},
-		{"reserved", "Reserved", "uint32", 0, ""},
+		{"compute_share", "ComputeShare", "uint32", 0, "share of the device's time guaranteed under contention, in hundredths of a percent; 0 means none"},
 	}},
 	{"fg_tenant_header", "Header", "starts a tenant file; written once by the CLI that creates it", []field{
 		{"magic", "Magic", "uint64", 0, "TenantMagic"},
@@ -107,7 +108,7 @@ var tenantLayout = []structSpec{
 		{"created_ns", "CreatedNs", "uint64", 0, "CLOCK_REALTIME at creation"},
 		{"ctx_bytes", "CtxBytes", "uint64", 0, "device memory charged per context when it cannot be measured"},
 		{"owner_uid", "OwnerUID", "uint32", 0, "user that created the tenant"},
-		{"reserved", "Reserved", "uint32", 0, ""},
+		{"priority", "Priority", "uint32", 0, "PriorityLow to PriorityHigh; higher runs first"},
 		{"name", "Name", "byte", 64, "tenant name"},
 		{"devices", "Devices", "Device", maxDevices, ""},
 	}},
@@ -121,12 +122,82 @@ var tenantLayout = []structSpec{
 
 var tenantConsts = []constSpec{
 	{"FG_TENANT_MAGIC", "TenantMagic", 0x544e4e5447584c46}, // "FLXGTNNT" little-endian
-	{"FG_TENANT_VERSION", "TenantVersion", 3},
+	{"FG_TENANT_VERSION", "TenantVersion", 4},
 	{"FG_MAX_DEVICES", "MaxDevices", maxDevices},
 	{"FG_TENANT_SLOT_FREE", "SlotFree", 0},
 	{"FG_TENANT_SLOT_CLAIMED", "SlotClaimed", 1},
 	{"FG_TENANT_MEMBER_LOCK", "MemberLock", 0},
 	{"FG_TENANT_MAX_SLOTS", "MaxSlots", 4096},
+}
+
+// schedLayout is one GPU's scheduler region (file gpu-UUID in the state
+// folder), shared by every process of every tenant with a compute policy
+// on that GPU. One process at a time, the holder, may launch work; it
+// hands the GPU over at the end of its quantum to the waiting process of
+// highest priority whose tenant has the smallest virtual time (GPU time
+// held over its share), at once to a higher priority. Liveness: the CLI
+// runs (or the daemon) of a tenant hold a read lock on the first byte of
+// its tenant entry, and a process holds a write lock on the first byte of
+// its slot; FG_SCHED_ADMIN_LOCK is taken (write, blocking) to create the
+// region and to add or remove tenant entries. Times are CLOCK_MONOTONIC.
+var schedLayout = []structSpec{
+	{"fg_sched_tenant", "Tenant", "one tenant on the GPU", []field{
+		{"name", "Name", "byte", 64, "tenant name; empty: free"},
+		{"share", "Share", "uint32", 0, "guaranteed share, hundredths of a percent; 0: an even part of what no share claims"},
+		{"cap", "Cap", "uint32", 0, "hard cap, hundredths of a percent; 0: none"},
+		{"priority", "Priority", "uint32", 0, "as the tenant file's"},
+		{"reserved", "Reserved", "uint32", 0, ""},
+		{"vtime", "VTime", "uint64", 0, "GPU time held over the share's weight, ns (atomic)"},
+		{"held_ns", "HeldNs", "uint64", 0, "GPU time held since the entry was made, ns (atomic)"},
+		{"waited_ns", "WaitedNs", "uint64", 0, "time its processes waited to launch, ns (atomic)"},
+		{"preemptions", "Preemptions", "uint64", 0, "times it gave the GPU up early to a higher priority (atomic)"},
+		{"cap_credit", "CapCredit", "int64", 0, "GPU time the cap still allows, ns (atomic)"},
+		{"cap_refilled", "CapRefilled", "uint64", 0, "when cap_credit was last earned"},
+	}},
+	{"fg_sched_header", "Header", "starts a GPU's scheduler region; written once by whoever creates it", []field{
+		{"magic", "Magic", "uint64", 0, "SchedMagic"},
+		{"version", "Version", "uint32", 0, "SchedVersion"},
+		{"quantum_us", "QuantumUs", "uint32", 0, "a holder's quantum under contention"},
+		{"uuid", "UUID", "byte", 48, "the GPU"},
+		{"created_ns", "CreatedNs", "uint64", 0, "CLOCK_REALTIME at creation"},
+		{"present", "Present", "uint64", 0, "bit i: slot i is claimed (atomic; a dead process's bit lingers until someone sees its lock gone)"},
+		{"waiting", "Waiting", "uint64", 0, "bit i: slot i waits for the GPU (atomic)"},
+		{"holder", "Holder", "uint32", 0, "slot index + 1 of the holder; 0: none (atomic)"},
+		{"gen", "Gen", "uint32", 0, "bumped at every hand-over; waiters sleep on it (futex)"},
+		{"since_ns", "SinceNs", "uint64", 0, "when the holder took the GPU"},
+		{"vclock", "VClock", "uint64", 0, "virtual time of the last hand-over: newcomers start there"},
+		{"switches", "Switches", "uint64", 0, "hand-overs so far (atomic)"},
+		{"tenants", "Tenants", "Tenant", schedTenants, ""},
+	}},
+	{"fg_sched_slot", "Slot", "one process on the GPU", []field{
+		{"state", "State", "uint32", 0, "SlotFree or SlotClaimed (atomic)"},
+		{"pid", "Pid", "int32", 0, "the claimer's pid in its own PID namespace (display only)"},
+		{"tenant", "Tenant", "uint32", 0, "index of its tenant entry"},
+		{"inflight", "Inflight", "uint32", 0, "launches it has seen in flight and not complete (atomic)"},
+		{"launches", "Launches", "uint64", 0, "launches so far, written by its process only"},
+		{"claimed_ns", "ClaimedNs", "uint64", 0, "CLOCK_REALTIME at claim"},
+	}},
+}
+
+// schedTenants and schedSlots bound one GPU's scheduled tenants and
+// processes (a bit per slot in the header's waiting mask).
+const (
+	schedTenants = 32
+	schedSlots   = 64
+)
+
+var schedConsts = []constSpec{
+	{"FG_SCHED_MAGIC", "SchedMagic", 0x444843535847584c}, // "LXGVSCHD" little-endian
+	{"FG_SCHED_VERSION", "SchedVersion", 1},
+	{"FG_SCHED_TENANTS", "MaxTenants", schedTenants},
+	{"FG_SCHED_SLOTS", "MaxSlots", schedSlots},
+	{"FG_SCHED_SLOT_FREE", "SlotFree", 0},
+	{"FG_SCHED_SLOT_CLAIMED", "SlotClaimed", 1},
+	{"FG_SCHED_ADMIN_LOCK", "AdminLock", 0},
+	{"FG_PRIORITY_LOW", "PriorityLow", 1},
+	{"FG_PRIORITY_NORMAL", "PriorityNormal", 4},
+	{"FG_PRIORITY_HIGH", "PriorityHigh", 7},
+	{"FG_PRIORITY_MAX", "PriorityMax", 9},
 }
 
 func emitLayoutC(l layout) string {

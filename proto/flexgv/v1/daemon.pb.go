@@ -35,7 +35,13 @@ type CreateTenantRequest struct {
 	ContextBytes uint64 `protobuf:"varint,3,opt,name=context_bytes,json=contextBytes,proto3" json:"context_bytes,omitempty"`
 	// Caps on each device's time as flexgv run --compute-max takes them:
 	// "30%" for every device, or "0=30%,GPU-8f2c...=50%". Empty: no cap.
-	ComputeMax    string `protobuf:"bytes,4,opt,name=compute_max,json=computeMax,proto3" json:"compute_max,omitempty"`
+	ComputeMax string `protobuf:"bytes,4,opt,name=compute_max,json=computeMax,proto3" json:"compute_max,omitempty"`
+	// Guaranteed shares of each device's time while tenants contend, as flexgv
+	// run --compute takes them. Empty: none.
+	Compute string `protobuf:"bytes,5,opt,name=compute,proto3" json:"compute,omitempty"`
+	// As flexgv run --priority takes it: low, normal, high or 0 to 9. Empty:
+	// normal.
+	Priority      string `protobuf:"bytes,6,opt,name=priority,proto3" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -98,6 +104,20 @@ func (x *CreateTenantRequest) GetComputeMax() string {
 	return ""
 }
 
+func (x *CreateTenantRequest) GetCompute() string {
+	if x != nil {
+		return x.Compute
+	}
+	return ""
+}
+
+func (x *CreateTenantRequest) GetPriority() string {
+	if x != nil {
+		return x.Priority
+	}
+	return ""
+}
+
 type CreateTenantResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Tenant *Tenant                `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
@@ -151,6 +171,125 @@ func (x *CreateTenantResponse) GetCreated() bool {
 	return false
 }
 
+type UpdateTenantRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// New guaranteed shares, as flexgv run --compute takes them, for the
+	// devices named ("0=40%,GPU-8f2c...=10%"; the others keep theirs) or for
+	// every device ("40%"); "none" in place of a percentage removes a share.
+	// Empty: unchanged.
+	Compute string `protobuf:"bytes,2,opt,name=compute,proto3" json:"compute,omitempty"`
+	// New caps, as compute takes shares. Empty: unchanged.
+	ComputeMax string `protobuf:"bytes,3,opt,name=compute_max,json=computeMax,proto3" json:"compute_max,omitempty"`
+	// New priority: low, normal, high or 0 to 9. Empty: unchanged.
+	Priority      string `protobuf:"bytes,4,opt,name=priority,proto3" json:"priority,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateTenantRequest) Reset() {
+	*x = UpdateTenantRequest{}
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTenantRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTenantRequest) ProtoMessage() {}
+
+func (x *UpdateTenantRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTenantRequest.ProtoReflect.Descriptor instead.
+func (*UpdateTenantRequest) Descriptor() ([]byte, []int) {
+	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *UpdateTenantRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UpdateTenantRequest) GetCompute() string {
+	if x != nil {
+		return x.Compute
+	}
+	return ""
+}
+
+func (x *UpdateTenantRequest) GetComputeMax() string {
+	if x != nil {
+		return x.ComputeMax
+	}
+	return ""
+}
+
+func (x *UpdateTenantRequest) GetPriority() string {
+	if x != nil {
+		return x.Priority
+	}
+	return ""
+}
+
+type UpdateTenantResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tenant as it is now.
+	Tenant        *Tenant `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateTenantResponse) Reset() {
+	*x = UpdateTenantResponse{}
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTenantResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTenantResponse) ProtoMessage() {}
+
+func (x *UpdateTenantResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTenantResponse.ProtoReflect.Descriptor instead.
+func (*UpdateTenantResponse) Descriptor() ([]byte, []int) {
+	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *UpdateTenantResponse) GetTenant() *Tenant {
+	if x != nil {
+		return x.Tenant
+	}
+	return nil
+}
+
 type GetTenantRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -160,7 +299,7 @@ type GetTenantRequest struct {
 
 func (x *GetTenantRequest) Reset() {
 	*x = GetTenantRequest{}
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[2]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -172,7 +311,7 @@ func (x *GetTenantRequest) String() string {
 func (*GetTenantRequest) ProtoMessage() {}
 
 func (x *GetTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[2]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -185,7 +324,7 @@ func (x *GetTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTenantRequest.ProtoReflect.Descriptor instead.
 func (*GetTenantRequest) Descriptor() ([]byte, []int) {
-	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{2}
+	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GetTenantRequest) GetName() string {
@@ -203,7 +342,7 @@ type ListTenantsRequest struct {
 
 func (x *ListTenantsRequest) Reset() {
 	*x = ListTenantsRequest{}
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[3]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -215,7 +354,7 @@ func (x *ListTenantsRequest) String() string {
 func (*ListTenantsRequest) ProtoMessage() {}
 
 func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[3]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -228,7 +367,7 @@ func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsRequest.ProtoReflect.Descriptor instead.
 func (*ListTenantsRequest) Descriptor() ([]byte, []int) {
-	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{3}
+	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{5}
 }
 
 type ListTenantsResponse struct {
@@ -244,7 +383,7 @@ type ListTenantsResponse struct {
 
 func (x *ListTenantsResponse) Reset() {
 	*x = ListTenantsResponse{}
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[4]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -256,7 +395,7 @@ func (x *ListTenantsResponse) String() string {
 func (*ListTenantsResponse) ProtoMessage() {}
 
 func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[4]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -269,7 +408,7 @@ func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsResponse.ProtoReflect.Descriptor instead.
 func (*ListTenantsResponse) Descriptor() ([]byte, []int) {
-	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{4}
+	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListTenantsResponse) GetTenants() []*Tenant {
@@ -302,7 +441,7 @@ type DeleteTenantRequest struct {
 
 func (x *DeleteTenantRequest) Reset() {
 	*x = DeleteTenantRequest{}
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[5]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -314,7 +453,7 @@ func (x *DeleteTenantRequest) String() string {
 func (*DeleteTenantRequest) ProtoMessage() {}
 
 func (x *DeleteTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[5]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -327,7 +466,7 @@ func (x *DeleteTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTenantRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTenantRequest) Descriptor() ([]byte, []int) {
-	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{5}
+	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DeleteTenantRequest) GetName() string {
@@ -348,7 +487,7 @@ type DeleteTenantResponse struct {
 
 func (x *DeleteTenantResponse) Reset() {
 	*x = DeleteTenantResponse{}
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[6]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -360,7 +499,7 @@ func (x *DeleteTenantResponse) String() string {
 func (*DeleteTenantResponse) ProtoMessage() {}
 
 func (x *DeleteTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[6]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -373,7 +512,7 @@ func (x *DeleteTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTenantResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTenantResponse) Descriptor() ([]byte, []int) {
-	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{6}
+	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DeleteTenantResponse) GetRemoved() bool {
@@ -392,16 +531,18 @@ type Tenant struct {
 	OwnerUid        uint32 `protobuf:"varint,3,opt,name=owner_uid,json=ownerUid,proto3" json:"owner_uid,omitempty"`
 	CreatedUnixNano int64  `protobuf:"varint,4,opt,name=created_unix_nano,json=createdUnixNano,proto3" json:"created_unix_nano,omitempty"`
 	// Whether the daemon holds it (created or taken over by CreateTenant).
-	Held          bool             `protobuf:"varint,5,opt,name=held,proto3" json:"held,omitempty"`
-	Devices       []*TenantDevice  `protobuf:"bytes,6,rep,name=devices,proto3" json:"devices,omitempty"`
-	Processes     []*TenantProcess `protobuf:"bytes,7,rep,name=processes,proto3" json:"processes,omitempty"`
+	Held      bool             `protobuf:"varint,5,opt,name=held,proto3" json:"held,omitempty"`
+	Devices   []*TenantDevice  `protobuf:"bytes,6,rep,name=devices,proto3" json:"devices,omitempty"`
+	Processes []*TenantProcess `protobuf:"bytes,7,rep,name=processes,proto3" json:"processes,omitempty"`
+	// 0 to 9, higher first (low 1, normal 4, high 7).
+	Priority      uint32 `protobuf:"varint,8,opt,name=priority,proto3" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Tenant) Reset() {
 	*x = Tenant{}
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[7]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -413,7 +554,7 @@ func (x *Tenant) String() string {
 func (*Tenant) ProtoMessage() {}
 
 func (x *Tenant) ProtoReflect() protoreflect.Message {
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[7]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -426,7 +567,7 @@ func (x *Tenant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tenant.ProtoReflect.Descriptor instead.
 func (*Tenant) Descriptor() ([]byte, []int) {
-	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{7}
+	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Tenant) GetName() string {
@@ -478,6 +619,13 @@ func (x *Tenant) GetProcesses() []*TenantProcess {
 	return nil
 }
 
+func (x *Tenant) GetPriority() uint32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
 // TenantDevice is one device entry of a tenant.
 type TenantDevice struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -491,14 +639,16 @@ type TenantDevice struct {
 	// What one CUDA context took there, as last measured; zero until then.
 	ContextBytes uint64 `protobuf:"varint,5,opt,name=context_bytes,json=contextBytes,proto3" json:"context_bytes,omitempty"`
 	// Cap on the device's time, hundredths of a percent; zero: no cap.
-	ComputeMax    uint32 `protobuf:"varint,6,opt,name=compute_max,json=computeMax,proto3" json:"compute_max,omitempty"`
+	ComputeMax uint32 `protobuf:"varint,6,opt,name=compute_max,json=computeMax,proto3" json:"compute_max,omitempty"`
+	// Guaranteed share of the device's time, hundredths of a percent; zero: none.
+	ComputeShare  uint32 `protobuf:"varint,7,opt,name=compute_share,json=computeShare,proto3" json:"compute_share,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TenantDevice) Reset() {
 	*x = TenantDevice{}
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[8]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -510,7 +660,7 @@ func (x *TenantDevice) String() string {
 func (*TenantDevice) ProtoMessage() {}
 
 func (x *TenantDevice) ProtoReflect() protoreflect.Message {
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[8]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -523,7 +673,7 @@ func (x *TenantDevice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantDevice.ProtoReflect.Descriptor instead.
 func (*TenantDevice) Descriptor() ([]byte, []int) {
-	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{8}
+	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TenantDevice) GetIndex() uint32 {
@@ -568,6 +718,13 @@ func (x *TenantDevice) GetComputeMax() uint32 {
 	return 0
 }
 
+func (x *TenantDevice) GetComputeShare() uint32 {
+	if x != nil {
+		return x.ComputeShare
+	}
+	return 0
+}
+
 type TenantProcess struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// In the process's own PID namespace.
@@ -580,7 +737,7 @@ type TenantProcess struct {
 
 func (x *TenantProcess) Reset() {
 	*x = TenantProcess{}
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[9]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -592,7 +749,7 @@ func (x *TenantProcess) String() string {
 func (*TenantProcess) ProtoMessage() {}
 
 func (x *TenantProcess) ProtoReflect() protoreflect.Message {
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[9]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -605,7 +762,7 @@ func (x *TenantProcess) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantProcess.ProtoReflect.Descriptor instead.
 func (*TenantProcess) Descriptor() ([]byte, []int) {
-	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{9}
+	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TenantProcess) GetPid() int32 {
@@ -630,7 +787,7 @@ type ListDevicesRequest struct {
 
 func (x *ListDevicesRequest) Reset() {
 	*x = ListDevicesRequest{}
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[10]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -642,7 +799,7 @@ func (x *ListDevicesRequest) String() string {
 func (*ListDevicesRequest) ProtoMessage() {}
 
 func (x *ListDevicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[10]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -655,7 +812,7 @@ func (x *ListDevicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDevicesRequest.ProtoReflect.Descriptor instead.
 func (*ListDevicesRequest) Descriptor() ([]byte, []int) {
-	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{10}
+	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{12}
 }
 
 type ListDevicesResponse struct {
@@ -669,7 +826,7 @@ type ListDevicesResponse struct {
 
 func (x *ListDevicesResponse) Reset() {
 	*x = ListDevicesResponse{}
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[11]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -681,7 +838,7 @@ func (x *ListDevicesResponse) String() string {
 func (*ListDevicesResponse) ProtoMessage() {}
 
 func (x *ListDevicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[11]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -694,7 +851,7 @@ func (x *ListDevicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDevicesResponse.ProtoReflect.Descriptor instead.
 func (*ListDevicesResponse) Descriptor() ([]byte, []int) {
-	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{11}
+	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListDevicesResponse) GetDevices() []*Device {
@@ -727,7 +884,7 @@ type Device struct {
 
 func (x *Device) Reset() {
 	*x = Device{}
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[12]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -739,7 +896,7 @@ func (x *Device) String() string {
 func (*Device) ProtoMessage() {}
 
 func (x *Device) ProtoReflect() protoreflect.Message {
-	mi := &file_flexgv_v1_daemon_proto_msgTypes[12]
+	mi := &file_flexgv_v1_daemon_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -752,7 +909,7 @@ func (x *Device) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Device.ProtoReflect.Descriptor instead.
 func (*Device) Descriptor() ([]byte, []int) {
-	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{12}
+	return file_flexgv_v1_daemon_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Device) GetIndex() uint32 {
@@ -808,16 +965,26 @@ var File_flexgv_v1_daemon_proto protoreflect.FileDescriptor
 
 const file_flexgv_v1_daemon_proto_rawDesc = "" +
 	"\n" +
-	"\x16flexgv/v1/daemon.proto\x12\tflexgv.v1\"\x87\x01\n" +
+	"\x16flexgv/v1/daemon.proto\x12\tflexgv.v1\"\xbd\x01\n" +
 	"\x13CreateTenantRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06memory\x18\x02 \x01(\tR\x06memory\x12#\n" +
 	"\rcontext_bytes\x18\x03 \x01(\x04R\fcontextBytes\x12\x1f\n" +
 	"\vcompute_max\x18\x04 \x01(\tR\n" +
-	"computeMax\"[\n" +
+	"computeMax\x12\x18\n" +
+	"\acompute\x18\x05 \x01(\tR\acompute\x12\x1a\n" +
+	"\bpriority\x18\x06 \x01(\tR\bpriority\"[\n" +
 	"\x14CreateTenantResponse\x12)\n" +
 	"\x06tenant\x18\x01 \x01(\v2\x11.flexgv.v1.TenantR\x06tenant\x12\x18\n" +
-	"\acreated\x18\x02 \x01(\bR\acreated\"&\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"\x80\x01\n" +
+	"\x13UpdateTenantRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\acompute\x18\x02 \x01(\tR\acompute\x12\x1f\n" +
+	"\vcompute_max\x18\x03 \x01(\tR\n" +
+	"computeMax\x12\x1a\n" +
+	"\bpriority\x18\x04 \x01(\tR\bpriority\"A\n" +
+	"\x14UpdateTenantResponse\x12)\n" +
+	"\x06tenant\x18\x01 \x01(\v2\x11.flexgv.v1.TenantR\x06tenant\"&\n" +
 	"\x10GetTenantRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x14\n" +
 	"\x12ListTenantsRequest\"y\n" +
@@ -828,7 +995,7 @@ const file_flexgv_v1_daemon_proto_rawDesc = "" +
 	"\x13DeleteTenantRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"0\n" +
 	"\x14DeleteTenantResponse\x12\x18\n" +
-	"\aremoved\x18\x01 \x01(\bR\aremoved\"\xf8\x01\n" +
+	"\aremoved\x18\x01 \x01(\bR\aremoved\"\x94\x02\n" +
 	"\x06Tenant\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1b\n" +
@@ -836,7 +1003,8 @@ const file_flexgv_v1_daemon_proto_rawDesc = "" +
 	"\x11created_unix_nano\x18\x04 \x01(\x03R\x0fcreatedUnixNano\x12\x12\n" +
 	"\x04held\x18\x05 \x01(\bR\x04held\x121\n" +
 	"\adevices\x18\x06 \x03(\v2\x17.flexgv.v1.TenantDeviceR\adevices\x126\n" +
-	"\tprocesses\x18\a \x03(\v2\x18.flexgv.v1.TenantProcessR\tprocesses\"\xbe\x01\n" +
+	"\tprocesses\x18\a \x03(\v2\x18.flexgv.v1.TenantProcessR\tprocesses\x12\x1a\n" +
+	"\bpriority\x18\b \x01(\rR\bpriority\"\xe3\x01\n" +
 	"\fTenantDevice\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x1f\n" +
@@ -846,7 +1014,8 @@ const file_flexgv_v1_daemon_proto_rawDesc = "" +
 	"used_bytes\x18\x04 \x01(\x04R\tusedBytes\x12#\n" +
 	"\rcontext_bytes\x18\x05 \x01(\x04R\fcontextBytes\x12\x1f\n" +
 	"\vcompute_max\x18\x06 \x01(\rR\n" +
-	"computeMax\"@\n" +
+	"computeMax\x12#\n" +
+	"\rcompute_share\x18\a \x01(\rR\fcomputeShare\"@\n" +
 	"\rTenantProcess\x12\x10\n" +
 	"\x03pid\x18\x01 \x01(\x05R\x03pid\x12\x1d\n" +
 	"\n" +
@@ -863,11 +1032,12 @@ const file_flexgv_v1_daemon_proto_rawDesc = "" +
 	"\x12memory_total_bytes\x18\x04 \x01(\x04R\x10memoryTotalBytes\x12*\n" +
 	"\x11memory_used_bytes\x18\x05 \x01(\x04R\x0fmemoryUsedBytes\x12/\n" +
 	"\x13utilization_percent\x18\x06 \x01(\rR\x12utilizationPercent\x12\x1c\n" +
-	"\tprocesses\x18\a \x01(\rR\tprocesses2\x83\x03\n" +
+	"\tprocesses\x18\a \x01(\rR\tprocesses2\xd4\x03\n" +
 	"\x06Daemon\x12O\n" +
 	"\fCreateTenant\x12\x1e.flexgv.v1.CreateTenantRequest\x1a\x1f.flexgv.v1.CreateTenantResponse\x12;\n" +
 	"\tGetTenant\x12\x1b.flexgv.v1.GetTenantRequest\x1a\x11.flexgv.v1.Tenant\x12L\n" +
 	"\vListTenants\x12\x1d.flexgv.v1.ListTenantsRequest\x1a\x1e.flexgv.v1.ListTenantsResponse\x12O\n" +
+	"\fUpdateTenant\x12\x1e.flexgv.v1.UpdateTenantRequest\x1a\x1f.flexgv.v1.UpdateTenantResponse\x12O\n" +
 	"\fDeleteTenant\x12\x1e.flexgv.v1.DeleteTenantRequest\x1a\x1f.flexgv.v1.DeleteTenantResponse\x12L\n" +
 	"\vListDevices\x12\x1d.flexgv.v1.ListDevicesRequest\x1a\x1e.flexgv.v1.ListDevicesResponseB3Z1github.com/flexgv/flexgv/proto/flexgv/v1;flexgvv1b\x06proto3"
 
@@ -883,43 +1053,48 @@ func file_flexgv_v1_daemon_proto_rawDescGZIP() []byte {
 	return file_flexgv_v1_daemon_proto_rawDescData
 }
 
-var file_flexgv_v1_daemon_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_flexgv_v1_daemon_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_flexgv_v1_daemon_proto_goTypes = []any{
 	(*CreateTenantRequest)(nil),  // 0: flexgv.v1.CreateTenantRequest
 	(*CreateTenantResponse)(nil), // 1: flexgv.v1.CreateTenantResponse
-	(*GetTenantRequest)(nil),     // 2: flexgv.v1.GetTenantRequest
-	(*ListTenantsRequest)(nil),   // 3: flexgv.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),  // 4: flexgv.v1.ListTenantsResponse
-	(*DeleteTenantRequest)(nil),  // 5: flexgv.v1.DeleteTenantRequest
-	(*DeleteTenantResponse)(nil), // 6: flexgv.v1.DeleteTenantResponse
-	(*Tenant)(nil),               // 7: flexgv.v1.Tenant
-	(*TenantDevice)(nil),         // 8: flexgv.v1.TenantDevice
-	(*TenantProcess)(nil),        // 9: flexgv.v1.TenantProcess
-	(*ListDevicesRequest)(nil),   // 10: flexgv.v1.ListDevicesRequest
-	(*ListDevicesResponse)(nil),  // 11: flexgv.v1.ListDevicesResponse
-	(*Device)(nil),               // 12: flexgv.v1.Device
+	(*UpdateTenantRequest)(nil),  // 2: flexgv.v1.UpdateTenantRequest
+	(*UpdateTenantResponse)(nil), // 3: flexgv.v1.UpdateTenantResponse
+	(*GetTenantRequest)(nil),     // 4: flexgv.v1.GetTenantRequest
+	(*ListTenantsRequest)(nil),   // 5: flexgv.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),  // 6: flexgv.v1.ListTenantsResponse
+	(*DeleteTenantRequest)(nil),  // 7: flexgv.v1.DeleteTenantRequest
+	(*DeleteTenantResponse)(nil), // 8: flexgv.v1.DeleteTenantResponse
+	(*Tenant)(nil),               // 9: flexgv.v1.Tenant
+	(*TenantDevice)(nil),         // 10: flexgv.v1.TenantDevice
+	(*TenantProcess)(nil),        // 11: flexgv.v1.TenantProcess
+	(*ListDevicesRequest)(nil),   // 12: flexgv.v1.ListDevicesRequest
+	(*ListDevicesResponse)(nil),  // 13: flexgv.v1.ListDevicesResponse
+	(*Device)(nil),               // 14: flexgv.v1.Device
 }
 var file_flexgv_v1_daemon_proto_depIdxs = []int32{
-	7,  // 0: flexgv.v1.CreateTenantResponse.tenant:type_name -> flexgv.v1.Tenant
-	7,  // 1: flexgv.v1.ListTenantsResponse.tenants:type_name -> flexgv.v1.Tenant
-	8,  // 2: flexgv.v1.Tenant.devices:type_name -> flexgv.v1.TenantDevice
-	9,  // 3: flexgv.v1.Tenant.processes:type_name -> flexgv.v1.TenantProcess
-	12, // 4: flexgv.v1.ListDevicesResponse.devices:type_name -> flexgv.v1.Device
-	0,  // 5: flexgv.v1.Daemon.CreateTenant:input_type -> flexgv.v1.CreateTenantRequest
-	2,  // 6: flexgv.v1.Daemon.GetTenant:input_type -> flexgv.v1.GetTenantRequest
-	3,  // 7: flexgv.v1.Daemon.ListTenants:input_type -> flexgv.v1.ListTenantsRequest
-	5,  // 8: flexgv.v1.Daemon.DeleteTenant:input_type -> flexgv.v1.DeleteTenantRequest
-	10, // 9: flexgv.v1.Daemon.ListDevices:input_type -> flexgv.v1.ListDevicesRequest
-	1,  // 10: flexgv.v1.Daemon.CreateTenant:output_type -> flexgv.v1.CreateTenantResponse
-	7,  // 11: flexgv.v1.Daemon.GetTenant:output_type -> flexgv.v1.Tenant
-	4,  // 12: flexgv.v1.Daemon.ListTenants:output_type -> flexgv.v1.ListTenantsResponse
-	6,  // 13: flexgv.v1.Daemon.DeleteTenant:output_type -> flexgv.v1.DeleteTenantResponse
-	11, // 14: flexgv.v1.Daemon.ListDevices:output_type -> flexgv.v1.ListDevicesResponse
-	10, // [10:15] is the sub-list for method output_type
-	5,  // [5:10] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	9,  // 0: flexgv.v1.CreateTenantResponse.tenant:type_name -> flexgv.v1.Tenant
+	9,  // 1: flexgv.v1.UpdateTenantResponse.tenant:type_name -> flexgv.v1.Tenant
+	9,  // 2: flexgv.v1.ListTenantsResponse.tenants:type_name -> flexgv.v1.Tenant
+	10, // 3: flexgv.v1.Tenant.devices:type_name -> flexgv.v1.TenantDevice
+	11, // 4: flexgv.v1.Tenant.processes:type_name -> flexgv.v1.TenantProcess
+	14, // 5: flexgv.v1.ListDevicesResponse.devices:type_name -> flexgv.v1.Device
+	0,  // 6: flexgv.v1.Daemon.CreateTenant:input_type -> flexgv.v1.CreateTenantRequest
+	4,  // 7: flexgv.v1.Daemon.GetTenant:input_type -> flexgv.v1.GetTenantRequest
+	5,  // 8: flexgv.v1.Daemon.ListTenants:input_type -> flexgv.v1.ListTenantsRequest
+	2,  // 9: flexgv.v1.Daemon.UpdateTenant:input_type -> flexgv.v1.UpdateTenantRequest
+	7,  // 10: flexgv.v1.Daemon.DeleteTenant:input_type -> flexgv.v1.DeleteTenantRequest
+	12, // 11: flexgv.v1.Daemon.ListDevices:input_type -> flexgv.v1.ListDevicesRequest
+	1,  // 12: flexgv.v1.Daemon.CreateTenant:output_type -> flexgv.v1.CreateTenantResponse
+	9,  // 13: flexgv.v1.Daemon.GetTenant:output_type -> flexgv.v1.Tenant
+	6,  // 14: flexgv.v1.Daemon.ListTenants:output_type -> flexgv.v1.ListTenantsResponse
+	3,  // 15: flexgv.v1.Daemon.UpdateTenant:output_type -> flexgv.v1.UpdateTenantResponse
+	8,  // 16: flexgv.v1.Daemon.DeleteTenant:output_type -> flexgv.v1.DeleteTenantResponse
+	13, // 17: flexgv.v1.Daemon.ListDevices:output_type -> flexgv.v1.ListDevicesResponse
+	12, // [12:18] is the sub-list for method output_type
+	6,  // [6:12] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_flexgv_v1_daemon_proto_init() }
@@ -933,7 +1108,7 @@ func file_flexgv_v1_daemon_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flexgv_v1_daemon_proto_rawDesc), len(file_flexgv_v1_daemon_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,7 @@ const (
 	Daemon_CreateTenant_FullMethodName = "/flexgv.v1.Daemon/CreateTenant"
 	Daemon_GetTenant_FullMethodName    = "/flexgv.v1.Daemon/GetTenant"
 	Daemon_ListTenants_FullMethodName  = "/flexgv.v1.Daemon/ListTenants"
+	Daemon_UpdateTenant_FullMethodName = "/flexgv.v1.Daemon/UpdateTenant"
 	Daemon_DeleteTenant_FullMethodName = "/flexgv.v1.Daemon/DeleteTenant"
 	Daemon_ListDevices_FullMethodName  = "/flexgv.v1.Daemon/ListDevices"
 )
@@ -37,12 +38,19 @@ const (
 type DaemonClient interface {
 	// CreateTenant creates a tenant, or takes over one that exists with the
 	// same quotas. The daemon holds it, across its own restarts, until
-	// DeleteTenant.
+	// DeleteTenant, and with it its entry in the scheduler of each GPU where
+	// it has a compute policy; shares that would make a GPU's add up to more
+	// than 100 % are refused with FAILED_PRECONDITION.
 	CreateTenant(ctx context.Context, in *CreateTenantRequest, opts ...grpc.CallOption) (*CreateTenantResponse, error)
 	// GetTenant reports one tenant of the node (NOT_FOUND if there is none).
 	GetTenant(ctx context.Context, in *GetTenantRequest, opts ...grpc.CallOption) (*Tenant, error)
 	// ListTenants reports every tenant of the node, as flexgv ps does.
 	ListTenants(ctx context.Context, in *ListTenantsRequest, opts ...grpc.CallOption) (*ListTenantsResponse, error)
+	// UpdateTenant changes a live tenant's compute policy: its shares, caps
+	// and priority. Its running processes follow at their next hand-over or
+	// launch, later ones start with it. Memory quotas cannot change: each
+	// process's shim reads them once, at its start.
+	UpdateTenant(ctx context.Context, in *UpdateTenantRequest, opts ...grpc.CallOption) (*UpdateTenantResponse, error)
 	// DeleteTenant lets go of a tenant the daemon holds; refused with
 	// FAILED_PRECONDITION while processes use it.
 	DeleteTenant(ctx context.Context, in *DeleteTenantRequest, opts ...grpc.CallOption) (*DeleteTenantResponse, error)
@@ -88,6 +96,16 @@ func (c *daemonClient) ListTenants(ctx context.Context, in *ListTenantsRequest, 
 	return out, nil
 }
 
+func (c *daemonClient) UpdateTenant(ctx context.Context, in *UpdateTenantRequest, opts ...grpc.CallOption) (*UpdateTenantResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateTenantResponse)
+	err := c.cc.Invoke(ctx, Daemon_UpdateTenant_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *daemonClient) DeleteTenant(ctx context.Context, in *DeleteTenantRequest, opts ...grpc.CallOption) (*DeleteTenantResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(DeleteTenantResponse)
@@ -116,12 +134,19 @@ func (c *daemonClient) ListDevices(ctx context.Context, in *ListDevicesRequest, 
 type DaemonServer interface {
 	// CreateTenant creates a tenant, or takes over one that exists with the
 	// same quotas. The daemon holds it, across its own restarts, until
-	// DeleteTenant.
+	// DeleteTenant, and with it its entry in the scheduler of each GPU where
+	// it has a compute policy; shares that would make a GPU's add up to more
+	// than 100 % are refused with FAILED_PRECONDITION.
 	CreateTenant(context.Context, *CreateTenantRequest) (*CreateTenantResponse, error)
 	// GetTenant reports one tenant of the node (NOT_FOUND if there is none).
 	GetTenant(context.Context, *GetTenantRequest) (*Tenant, error)
 	// ListTenants reports every tenant of the node, as flexgv ps does.
 	ListTenants(context.Context, *ListTenantsRequest) (*ListTenantsResponse, error)
+	// UpdateTenant changes a live tenant's compute policy: its shares, caps
+	// and priority. Its running processes follow at their next hand-over or
+	// launch, later ones start with it. Memory quotas cannot change: each
+	// process's shim reads them once, at its start.
+	UpdateTenant(context.Context, *UpdateTenantRequest) (*UpdateTenantResponse, error)
 	// DeleteTenant lets go of a tenant the daemon holds; refused with
 	// FAILED_PRECONDITION while processes use it.
 	DeleteTenant(context.Context, *DeleteTenantRequest) (*DeleteTenantResponse, error)
@@ -145,6 +170,9 @@ func (UnimplementedDaemonServer) GetTenant(context.Context, *GetTenantRequest) (
 }
 func (UnimplementedDaemonServer) ListTenants(context.Context, *ListTenantsRequest) (*ListTenantsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListTenants not implemented")
+}
+func (UnimplementedDaemonServer) UpdateTenant(context.Context, *UpdateTenantRequest) (*UpdateTenantResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateTenant not implemented")
 }
 func (UnimplementedDaemonServer) DeleteTenant(context.Context, *DeleteTenantRequest) (*DeleteTenantResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteTenant not implemented")
@@ -227,6 +255,24 @@ func _Daemon_ListTenants_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Daemon_UpdateTenant_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateTenantRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DaemonServer).UpdateTenant(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Daemon_UpdateTenant_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DaemonServer).UpdateTenant(ctx, req.(*UpdateTenantRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Daemon_DeleteTenant_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(DeleteTenantRequest)
 	if err := dec(in); err != nil {
@@ -281,6 +327,10 @@ var Daemon_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListTenants",
 			Handler:    _Daemon_ListTenants_Handler,
+		},
+		{
+			MethodName: "UpdateTenant",
+			Handler:    _Daemon_UpdateTenant_Handler,
 		},
 		{
 			MethodName: "DeleteTenant",

@@ -1,0 +1,106 @@
+package sched
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/flexgv/flexgv/internal/liveness"
+)
+
+// TenantStat is what a GPU's scheduler holds of one live tenant.
+type TenantStat struct {
+	Name        string  `json:"name"`
+	Policy      Policy  `json:"policy"`
+	HeldNs      uint64  `json:"held_ns"`     // GPU time it held
+	WaitedNs    uint64  `json:"waited_ns"`   // time its processes waited to launch
+	Preemptions uint64  `json:"preemptions"` // turns cut short for a higher priority
+	Pids        []int32 `json:"pids"`        // its processes on the GPU (their own PID namespace's numbers)
+	Holder      bool    `json:"holder"`      // one of its processes holds the GPU
+}
+
+// GPU is a snapshot of one GPU's scheduler.
+type GPU struct {
+	UUID     string       `json:"uuid"`
+	Switches uint64       `json:"switches"` // hand-overs so far
+	Tenants  []TenantStat `json:"tenants"`
+}
+
+// Read takes a snapshot of GPU uuid's scheduler in dir; nil, nil if it has
+// none.
+func Read(dir, uuid string) (*GPU, error) {
+	f, err := os.OpenFile(Path(dir, uuid), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	buf := make([]byte, regionSize)
+	if _, err := io.ReadFull(io.NewSectionReader(f, 0, regionSize), buf); err != nil {
+		return nil, fmt.Errorf("%s: %w", f.Name(), err)
+	}
+	h := (*Header)(unsafe.Pointer(&buf[0]))
+	if h.Magic != SchedMagic || h.Version != SchedVersion {
+		return nil, fmt.Errorf("%s: not a scheduler region of this flexgv", f.Name())
+	}
+	g := &GPU{UUID: cstr(h.UUID[:]), Switches: h.Switches}
+	byIndex := map[int]int{}
+	for i := range h.Tenants {
+		held, err := liveness.Held(f, TenantLock(i), 1)
+		if err != nil {
+			return nil, err
+		}
+		if !held {
+			continue
+		}
+		t := &h.Tenants[i]
+		byIndex[i] = len(g.Tenants)
+		g.Tenants = append(g.Tenants, TenantStat{Name: cstr(t.Name[:]),
+			Policy: Policy{Share: t.Share, Cap: t.Cap, Priority: t.Priority},
+			HeldNs: t.HeldNs, WaitedNs: t.WaitedNs, Preemptions: t.Preemptions})
+	}
+	for i := 0; i < MaxSlots; i++ {
+		s := (*Slot)(unsafe.Pointer(&buf[SlotLock(i)]))
+		if s.State != SlotClaimed {
+			continue
+		}
+		k, ok := byIndex[int(s.Tenant)]
+		if held, err := liveness.Held(f, SlotLock(i), 1); err != nil || !held || !ok {
+			continue
+		}
+		g.Tenants[k].Pids = append(g.Tenants[k].Pids, s.Pid)
+		if h.Holder == uint32(i)+1 {
+			g.Tenants[k].Holder = true
+		}
+	}
+	return g, nil
+}
+
+// List reads every GPU scheduler in dir, in UUID order; files it cannot
+// read (another version's, one being replaced) are skipped and returned in
+// bad.
+func List(dir string) (gpus []*GPU, bad []error, err error) {
+	m, err := filepath.Glob(filepath.Join(dir, filePrefix+"*"))
+	if err != nil {
+		return nil, nil, err
+	}
+	sort.Strings(m)
+	for _, p := range m {
+		g, err := Read(dir, strings.TrimPrefix(filepath.Base(p), filePrefix))
+		switch {
+		case err != nil:
+			bad = append(bad, err)
+		case g != nil:
+			gpus = append(gpus, g)
+		}
+	}
+	return gpus, bad, nil
+}

@@ -1,0 +1,141 @@
+package sched
+
+import (
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+const gpu = "GPU-11111111-2222-3333-4444-555555555555"
+
+// heldNs maps GPU gpu's region in dir and returns tenant entry i.
+func heldNs(t *testing.T, dir string, i int) *Tenant {
+	t.Helper()
+	f, err := os.OpenFile(Path(dir, gpu), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	mem, err := unix.Mmap(int(f.Fd()), 0, int(regionSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(mem) })
+	return &(*Header)(unsafe.Pointer(&mem[0])).Tenants[i]
+}
+
+func names(t *testing.T, dir string) []string {
+	t.Helper()
+	g, err := Read(dir, gpu)
+	if err != nil || g == nil {
+		t.Fatalf("Read: %v, %v", g, err)
+	}
+	var n []string
+	for _, x := range g.Tenants {
+		n = append(n, x.Name+"="+Percent(x.Policy.Share)+"/"+PriorityName(x.Policy.Priority))
+	}
+	return n
+}
+
+// Shares on one GPU add up to at most 100 %; members of one tenant share
+// its entry, which goes with its last member.
+func TestJoinSharesAndLeaves(t *testing.T) {
+	dir := t.TempDir()
+	a, err := Join(dir, gpu, "a", Policy{Share: 7000, Priority: PriorityNormal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(Path(dir, gpu)); err != nil || st.Mode().Perm() != 0o666 {
+		t.Errorf("region %v, %v; want mode 0666 whatever the umask", st, err)
+	}
+	_, err = Join(dir, gpu, "b", Policy{Share: 4000, Priority: PriorityNormal})
+	if err == nil || !strings.Contains(err.Error(), "shares would add up to 110% (a 70%, and b asks 40%); the most is 100%") {
+		t.Errorf("a share over what is left: %v", err)
+	}
+	b, err := Join(dir, gpu, "b", Policy{Share: 3000, Priority: PriorityHigh})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2, err := Join(dir, gpu, "a", Policy{Share: 100})
+	if err != nil || a2.Index != a.Index {
+		t.Fatalf("a second member of a: %+v, %v; want entry %d", a2, err, a.Index)
+	}
+	if got := strings.Join(names(t, dir), " "); got != "a=70%/normal b=30%/high" {
+		t.Errorf("tenants %q", got)
+	}
+	a.Close()
+	if got := strings.Join(names(t, dir), " "); got != "a=70%/normal b=30%/high" {
+		t.Errorf("with a member of a left: %q", got)
+	}
+	a2.Close()
+	if got := strings.Join(names(t, dir), " "); got != "b=30%/high" {
+		t.Errorf("with a gone: %q", got)
+	}
+	// What a left is free again.
+	c, err := Join(dir, gpu, "c", Policy{Share: 7000})
+	if err != nil {
+		t.Errorf("a share of what a left: %v", err)
+	} else {
+		c.Close()
+	}
+	// b back after a time without members: its entry, counters and all.
+	atomic.StoreUint64(&heldNs(t, dir, b.Index).HeldNs, 12345)
+	b.Close()
+	b2, err := Join(dir, gpu, "b", Policy{Share: 2000, Priority: PriorityHigh})
+	if err != nil || b2.Index != b.Index || heldNs(t, dir, b2.Index).HeldNs != 12345 {
+		t.Errorf("b joined again: %+v, %v; want its entry %d with its counters", b2, err, b.Index)
+	}
+	b2.Close()
+}
+
+func TestUpdate(t *testing.T) {
+	dir := t.TempDir()
+	a, _ := Join(dir, gpu, "a", Policy{Share: 5000, Priority: PriorityNormal})
+	b, _ := Join(dir, gpu, "b", Policy{Share: 5000, Priority: PriorityNormal})
+	defer a.Close()
+	defer b.Close()
+	if err := Update(dir, gpu, "a", Policy{Share: 6000}); err == nil || !strings.Contains(err.Error(), "shares would add up to 110%") {
+		t.Errorf("raising a over what is left: %v", err)
+	}
+	if err := Update(dir, gpu, "a", Policy{Share: 2000, Priority: PriorityLow}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(names(t, dir), " "); got != "a=20%/low b=50%/normal" {
+		t.Errorf("after the update: %q", got)
+	}
+	if err := Update(dir, gpu, "z", Policy{}); err == nil || !strings.Contains(err.Error(), "tenant z is not scheduled on GPU") {
+		t.Errorf("updating a stranger: %v", err)
+	}
+}
+
+func TestRegionsOfAnotherKindAreLeftOrReplaced(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(Path(dir, gpu), []byte("not a region"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Join(dir, gpu, "a", Policy{Share: 1000})
+	if err != nil {
+		t.Fatalf("an unused file of another kind is replaced: %v", err)
+	}
+	m.Close()
+	if _, err := Join(dir, "GPU-"+strings.Repeat("x", 60), "a", Policy{}); err == nil || !strings.Contains(err.Error(), "not a GPU UUID") {
+		t.Errorf("an overlong UUID: %v", err)
+	}
+}
+
+func TestParsePriority(t *testing.T) {
+	for in, want := range map[string]uint32{"low": PriorityLow, "NORMAL": PriorityNormal, "high": PriorityHigh, "0": 0, "9": 9} {
+		if got, err := ParsePriority(in); err != nil || got != want {
+			t.Errorf("ParsePriority(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"10", "-1", "urgent", "1.5", " 3", "03"} {
+		if _, err := ParsePriority(in); err == nil || !strings.Contains(err.Error(), "use low, normal, high or a number from 0 to 9") {
+			t.Errorf("ParsePriority(%q): %v", in, err)
+		}
+	}
+}

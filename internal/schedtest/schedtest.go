@@ -1,0 +1,77 @@
+// Package schedtest plays, for tests of the readers of GPU scheduler
+// regions (metrics, flexgv top, share plots), the part the shims play in a
+// region: counting GPU time, waits and preemptions, and processes taking
+// slots. It writes through the mapped region, as the shims do.
+package schedtest
+
+import (
+	"os"
+	"sync/atomic"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/flexgv/flexgv/internal/sched"
+)
+
+// Region is GPU uuid's scheduler region in dir, mapped.
+type Region struct {
+	t   testing.TB
+	f   *os.File
+	mem []byte
+	hdr *sched.Header
+}
+
+// Open maps GPU uuid's region in dir, which sched.Join created.
+func Open(t testing.TB, dir, uuid string) *Region {
+	t.Helper()
+	f, err := os.OpenFile(sched.Path(dir, uuid), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := int(unsafe.Sizeof(sched.Header{})) + sched.MaxSlots*int(unsafe.Sizeof(sched.Slot{}))
+	mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Region{t: t, f: f, mem: mem, hdr: (*sched.Header)(unsafe.Pointer(&mem[0]))}
+	t.Cleanup(func() { unix.Munmap(mem); f.Close() })
+	return r
+}
+
+// Run adds to tenant entry i's counters: GPU time held, time waited,
+// turns lost to a higher priority.
+func (r *Region) Run(i int, heldNs, waitedNs, preemptions uint64) {
+	e := &r.hdr.Tenants[i]
+	atomic.AddUint64(&e.HeldNs, heldNs)
+	atomic.AddUint64(&e.WaitedNs, waitedNs)
+	atomic.AddUint64(&e.Preemptions, preemptions)
+}
+
+// Switch counts n hand-overs of the GPU.
+func (r *Region) Switch(n uint64) { atomic.AddUint64(&r.hdr.Switches, n) }
+
+// Process makes pid a live process of tenant entry i in slot s, holding
+// the GPU if holder; it lives until the test ends or the returned file is
+// closed.
+func (r *Region) Process(s, i int, pid int32, holder bool) *os.File {
+	r.t.Helper()
+	slot := (*sched.Slot)(unsafe.Pointer(&r.mem[sched.SlotLock(s)]))
+	atomic.StoreInt32(&slot.Pid, pid)
+	atomic.StoreUint32(&slot.Tenant, uint32(i))
+	atomic.StoreUint32(&slot.State, sched.SlotClaimed)
+	if holder {
+		atomic.StoreUint32(&r.hdr.Holder, uint32(s)+1)
+	}
+	f, err := os.OpenFile(r.f.Name(), os.O_RDWR, 0)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Start: sched.SlotLock(s), Len: 1}
+	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk); err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { f.Close() })
+	return f
+}

@@ -1,0 +1,68 @@
+package tenant
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// SetCompute changes the compute part of tenant name in dir, live: each
+// entry's share and cap, and the tenant's priority. devs must be the
+// tenant's entries (same GPUs, same memory quotas) with the new values:
+// memory quotas cannot change, each process's shim reads them once, at its
+// start. Processes that start later, and flexgv ps, see the new values;
+// those running follow the GPU's scheduler region, which the caller
+// updates.
+func SetCompute(dir, name string, devs []DeviceQuota, priority uint32) error {
+	if err := CheckName(name); err != nil {
+		return err
+	}
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	p := path(dir, name)
+	st, err := os.Lstat(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("no tenant %s", name)
+	}
+	if err != nil {
+		return err
+	}
+	if err := checkOwner(name, st); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(p, os.O_RDWR|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return fmt.Errorf("tenant %s: %w", name, err)
+	}
+	defer f.Close()
+	h, err := readHeader(f, p)
+	if err != nil {
+		return err
+	}
+	same := func(a, b DeviceQuota) bool { return a.UUID == b.UUID && a.Quota == b.Quota }
+	if !slices.EqualFunc(h.devices, devs, same) {
+		return fmt.Errorf("tenant %s: its devices or memory quotas are not the ones given (it has %s)", name, formatQuota(h.devices))
+	}
+	// Mapped, not written with pwrite: the shims that map the file read
+	// these words with atomic loads, and must see each whole.
+	mem, err := unix.Mmap(int(f.Fd()), 0, int(headerSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("tenant %s: %w", name, err)
+	}
+	defer unix.Munmap(mem)
+	hdr := (*Header)(unsafe.Pointer(&mem[0]))
+	for d, dev := range devs {
+		atomic.StoreUint32(&hdr.Devices[d].ComputeShare, dev.ComputeShare)
+		atomic.StoreUint32(&hdr.Devices[d].ComputeMax, dev.ComputeMax)
+	}
+	atomic.StoreUint32(&hdr.Priority, priority)
+	return nil
+}
