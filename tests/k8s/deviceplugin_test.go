@@ -3,6 +3,7 @@ package k8s
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -23,6 +24,7 @@ import (
 	"github.com/flexgv/flexgv/internal/daemon"
 	"github.com/flexgv/flexgv/internal/k8s/deviceplugin"
 	"github.com/flexgv/flexgv/internal/k8s/vgpu"
+	"github.com/flexgv/flexgv/internal/sched"
 	flexgvv1 "github.com/flexgv/flexgv/proto/flexgv/v1"
 	"github.com/flexgv/flexgv/tests/k8s/kubelet"
 )
@@ -38,6 +40,8 @@ type gpuNode struct {
 	daemonWG sync.WaitGroup
 	kubelet  *kubelet.Node
 	health   *healthGate
+	stdinMu  sync.Mutex
+	stdin    map[string]io.WriteCloser // of running containers with stdin: true, by pod name
 	cancel   context.CancelFunc
 	done     chan struct{}
 }
@@ -74,7 +78,7 @@ func startGPUNode(t *testing.T, name string) *gpuNode {
 	if !privateKubelet {
 		t.Skip("the kubelet's device manager needs a mount namespace of its own (root)")
 	}
-	n := &gpuNode{t: t, name: name, dir: t.TempDir(), done: make(chan struct{})}
+	n := &gpuNode{t: t, name: name, dir: t.TempDir(), done: make(chan struct{}), stdin: map[string]io.WriteCloser{}}
 	n.env = []string{
 		"FLEXGV_SIM_STATE=" + filepath.Join(n.dir, "gpu.state"),
 		"FLEXGV_STATE_DIR=" + filepath.Join(n.dir, "tenants"),
@@ -231,6 +235,9 @@ func (n *gpuNode) runContainer(ctx context.Context, pod *corev1.Pod, c *corev1.C
 		if err != nil {
 			return 127, err.Error()
 		}
+		n.stdinMu.Lock()
+		n.stdin[pod.Name] = stdin
+		n.stdinMu.Unlock()
 		go func() { <-ctx.Done(); stdin.Close() }()
 	}
 	out, err := cmd.CombinedOutput()
@@ -241,6 +248,21 @@ func (n *gpuNode) runContainer(ctx context.Context, pod *corev1.Pod, c *corev1.C
 		return 127, err.Error()
 	}
 	return 0, string(out)
+}
+
+// writeStdin writes line to the stdin of pod name's container.
+func (n *gpuNode) writeStdin(name, line string) {
+	n.t.Helper()
+	var w io.WriteCloser
+	eventually(n.t, 10*time.Second, "the container of "+name+" started", func() (bool, error) {
+		n.stdinMu.Lock()
+		defer n.stdinMu.Unlock()
+		w = n.stdin[name]
+		return w != nil, nil
+	})
+	if _, err := io.WriteString(w, line); err != nil {
+		n.t.Fatal(err)
+	}
 }
 
 // waitCapacity waits for the kubelet to report vgpus healthy vGPUs.
@@ -389,19 +411,42 @@ func TestDevicePluginGivesThePodItsLimits(t *testing.T) {
 		t.Errorf("FLEXGV_COMPUTE set for a pod without a compute share: %v", env)
 	}
 
-	// The compute share holds too: a lone spinner of a 30 % pod gets 30 %
-	// of the GPU's time (± 5, as flexgv run --compute-max is checked).
-	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, clientPod(ns, "spin", n.name, 256, 30, "spinner", "1000", "1", "16"), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	// The compute shares hold too: spinners of a 30 % and a 70 % pod on one
+	// GPU, started together, divide it 30:70 (± 5, as flexgv run --compute
+	// is checked).
+	shares := map[string]int64{"spin-30": 30, "spin-70": 70}
+	for name, pct := range shares {
+		p := clientPod(ns, name, n.name, 256, pct, "spinner", "1000", "3", "16")
+		p.Spec.Containers[0].Stdin = true
+		if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	finished(t, ns, "spin")
-	out, _ = n.kubelet.Output("spin")
-	var share float64
-	if _, after, ok := strings.Cut(out, " share "); ok {
-		fmt.Sscanf(after, "%f", &share)
+	var placed []string
+	for name := range shares {
+		placed = append(placed, vgpu.PodGPUs(running(t, ns, name))...)
 	}
-	if share < 25 || share > 35 {
-		t.Errorf("a spinner in a pod of flexgv.io/gpu-compute 30 got %.1f%% of the GPU, want 30 ± 5:\n%s", share, out)
+	if len(placed) != 2 || placed[0] != placed[1] {
+		t.Fatalf("the spinners were placed on %v, not together", placed)
+	}
+	for name := range shares {
+		n.writeStdin(name, "go\n")
+	}
+	got, total := map[string]float64{}, 0.0
+	for name := range shares {
+		finished(t, ns, name)
+		out, _ := n.kubelet.Output(name)
+		if _, after, ok := strings.Cut(out, " share "); ok {
+			var share float64
+			fmt.Sscanf(after, "%f", &share)
+			got[name] = share
+		}
+	}
+	total = got["spin-30"] + got["spin-70"]
+	for name, pct := range shares {
+		if share := got[name] * 100 / total; total == 0 || share < float64(pct)-5 || share > float64(pct)+5 {
+			t.Errorf("the spinner of %s got %.1f%% of the busy GPU, want %d ± 5 (all: %v)", name, share, pct, got)
+		}
 	}
 
 	// Pods finished, tenants gone; a running pod's goes when it is deleted.
@@ -549,9 +594,8 @@ func TestUnhealthyGPUGetsNoNewPods(t *testing.T) {
 	n.kubelet.StopContainers()
 }
 
-// Pods asking for what the node daemon cannot honour fail at admission with
-// the reason; two vGPUs land on two GPUs.
-func TestDevicePluginTwoGPUsAndRefusals(t *testing.T) {
+// Two vGPUs land on two GPUs; a priority reaches the tenant.
+func TestDevicePluginTwoGPUsAndPriority(t *testing.T) {
 	n := startGPUNode(t, "gpu-d")
 	ns := namespace(t, "dp-two")
 	ctx := context.Background()
@@ -573,16 +617,29 @@ func TestDevicePluginTwoGPUsAndRefusals(t *testing.T) {
 		t.Errorf("devices of a pod with two vGPUs: %v", devs)
 	}
 
-	high := clientPod(ns, "high", n.name, 1024, 0, "memclient", "info")
+	// A priority reaches the pod's tenant, and its container joins the
+	// GPU's scheduler.
+	high := holderPod(ns, "high", n.name, 1024, 0, "64")
 	high.Annotations = map[string]string{vgpu.AnnotationPriority: "high"}
 	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, high, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pod = finished(t, ns, "high")
-	want := "priority high: the node daemon does not order tenants by priority yet; only normal can be honoured"
-	if pod.Status.Phase != corev1.PodFailed || pod.Status.Reason != "UnexpectedAdmissionError" || !strings.Contains(pod.Status.Message, want) {
-		t.Errorf("pod high: %s %s %q, want the message %q", pod.Status.Phase, pod.Status.Reason, pod.Status.Message, want)
+	pod = running(t, ns, "high")
+	c, err := daemon.Connect(daemon.Socket(filepath.Join(n.dir, "tenants")))
+	if err != nil || c == nil {
+		t.Fatalf("connecting to the node daemon: %v", err)
 	}
+	defer c.Close()
+	tn, err := c.GetTenant(ctx, &flexgvv1.GetTenantRequest{Name: deviceplugin.TenantPrefix + string(pod.UID)})
+	if err != nil || tn.Priority != sched.PriorityHigh {
+		t.Errorf("tenant of a high priority pod: %v, %v", tn, err)
+	}
+	alloc := n.kubelet.Allocation("high")
+	if !slices.ContainsFunc(alloc.Envs, func(e kubecontainer.EnvVar) bool { return e.Name == "FLEXGV_COMPUTE" && e.Value == "1" }) ||
+		!slices.ContainsFunc(alloc.Mounts, func(m kubecontainer.Mount) bool { return m.ContainerPath == "/run/flexgv/gpu-"+vgpu.PodGPUs(pod)[0] }) {
+		t.Errorf("a high priority pod's container: env %v, mounts %v", alloc.Envs, alloc.Mounts)
+	}
+	n.kubelet.StopContainers()
 }
 
 // Records the time from creating pods to their containers running with

@@ -130,8 +130,8 @@ func TestWebhookRefusesBadRequests(t *testing.T) {
 		want string
 	}{
 		{memOnly, `admission webhook "validate.flexgv.io" denied the request: container app asks for flexgv.io/gpu-memory without flexgv.io/vgpu; add flexgv.io/vgpu: 1`},
-		{tooMuch, `admission webhook "validate.flexgv.io" denied the request: container app: flexgv.io/gpu-compute 150 is not a share of one GPU; give a percentage from 1 to 100 (per vGPU), or none for no cap`},
-		{urgent, `admission webhook "validate.flexgv.io" denied the request: flexgv.io/priority "urgent" is not a priority; use low, normal or high`},
+		{tooMuch, `admission webhook "validate.flexgv.io" denied the request: container app: flexgv.io/gpu-compute 150 is not a share of one GPU; give a percentage from 1 to 100 (per vGPU), or none`},
+		{urgent, `admission webhook "validate.flexgv.io" denied the request: flexgv.io/priority "urgent" is not a priority; use low, normal, high or a number from 0 to 9 (higher runs first)`},
 	} {
 		// The API server takes up new webhook configurations within moments.
 		var err error

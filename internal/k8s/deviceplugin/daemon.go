@@ -51,7 +51,7 @@ type Tenant struct {
 type TenantDevice struct {
 	UUID       string
 	QuotaBytes uint64
-	ComputePct int64 // 0: no cap
+	ComputePct int64 // guaranteed share; 0: none
 }
 
 // DaemonAPI is a Daemon over the node daemon's local API (its unix socket).
@@ -74,11 +74,8 @@ func (d DaemonAPI) Devices(ctx context.Context) ([]Device, error) {
 }
 
 // CreateTenant implements Daemon: the limits are given per GPU UUID, as
-// flexgv run --mem and --compute-max take them.
+// flexgv run --mem and --compute take them.
 func (d DaemonAPI) CreateTenant(ctx context.Context, t Tenant) (string, error) {
-	if t.Priority != vgpu.Normal {
-		return "", fmt.Errorf("tenant %s: priority %s: the node daemon does not order tenants by priority yet; only normal can be honoured", t.Name, t.Priority)
-	}
 	var mem, compute []string
 	for _, dev := range t.Devices {
 		mem = append(mem, fmt.Sprintf("%s=%dB", dev.UUID, dev.QuotaBytes))
@@ -87,7 +84,8 @@ func (d DaemonAPI) CreateTenant(ctx context.Context, t Tenant) (string, error) {
 		}
 	}
 	resp, err := d.Client.CreateTenant(ctx, &flexgvv1.CreateTenantRequest{
-		Name: t.Name, Memory: strings.Join(mem, ","), ComputeMax: strings.Join(compute, ","), ContextBytes: t.ContextBytes,
+		Name: t.Name, Memory: strings.Join(mem, ","), Compute: strings.Join(compute, ","),
+		Priority: string(t.Priority), ContextBytes: t.ContextBytes,
 	})
 	if err != nil {
 		return "", fmt.Errorf("tenant %s: %s", t.Name, status.Convert(err).Message())

@@ -36,6 +36,7 @@ import (
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/flexgv/flexgv/internal/k8s/vgpu"
+	"github.com/flexgv/flexgv/internal/sched"
 )
 
 // Where a container finds what Allocate gives it.
@@ -534,15 +535,24 @@ func (p *Plugin) allocate(ctx context.Context, pod *corev1.Pod, r vgpu.Request) 
 		"CUDA_VISIBLE_DEVICES":   visible,
 		"NVIDIA_VISIBLE_DEVICES": visible,
 	}
-	if r.ComputePct > 0 {
-		resp.Envs["FLEXGV_COMPUTE"] = "1"
-	}
 	resp.Mounts = []*pluginapi.Mount{
 		{ContainerPath: ContainerShim, HostPath: p.cfg.Shim, ReadOnly: true},
 		// The tenant's file alone: the pod sees no other tenant.
 		{ContainerPath: ContainerTenant, HostPath: path},
 	}
-	p.log.Printf("pod %s/%s: tenant %s on %s, %d MiB (+%d MiB context) and %d%% compute each", pod.Namespace, pod.Name, t.Name, visible, r.MemoryMiB, p.cfg.ContextMiB, r.ComputePct)
+	// A share or a priority other than normal: the daemon made the tenant a
+	// member of each GPU's scheduler, whose file the shim finds next to the
+	// tenant's.
+	if prio, _ := sched.ParsePriority(string(r.Priority)); r.ComputePct > 0 || prio != sched.PriorityNormal {
+		resp.Envs["FLEXGV_COMPUTE"] = "1"
+		for _, u := range uuids {
+			resp.Mounts = append(resp.Mounts, &pluginapi.Mount{
+				ContainerPath: sched.Path(filepath.Dir(ContainerTenant), u), HostPath: sched.Path(filepath.Dir(path), u),
+			})
+		}
+	}
+	p.log.Printf("pod %s/%s: tenant %s on %s, %d MiB (+%d MiB context), %d%% compute share, priority %s each",
+		pod.Namespace, pod.Name, t.Name, visible, r.MemoryMiB, p.cfg.ContextMiB, r.ComputePct, r.Priority)
 	return resp, nil
 }
 

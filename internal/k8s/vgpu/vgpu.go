@@ -14,6 +14,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/flexgv/flexgv/internal/sched"
 )
 
 // What a pod asks for, per container, as extended resources (limits).
@@ -23,8 +25,9 @@ const (
 	// ResourceMemory is the device memory each vGPU may use, in MiB; the
 	// CUDA context it creates comes on top.
 	ResourceMemory corev1.ResourceName = "flexgv.io/gpu-memory"
-	// ResourceCompute is the share of its GPU's time each vGPU may take, in
-	// percent; absent: no cap, and none reserved.
+	// ResourceCompute is the share of its GPU's time guaranteed to each
+	// vGPU while others contend, in percent (flexgv run --compute); time
+	// others leave idle is lent. Absent: none reserved.
 	ResourceCompute corev1.ResourceName = "flexgv.io/gpu-compute"
 )
 
@@ -44,10 +47,12 @@ const (
 	AnnotationInventory = "flexgv.io/inventory"
 )
 
-// Priority is how a tenant's work is ordered against others' on a GPU.
+// Priority is how a tenant's work is ordered against others' on a GPU:
+// low, normal, high, or 0 to 9 (higher runs first), as flexgv run
+// --priority takes it.
 type Priority string
 
-// The priorities a pod can ask for.
+// The named priorities.
 const (
 	Low    Priority = "low"
 	Normal Priority = "normal"
@@ -56,13 +61,13 @@ const (
 
 // ParsePriority reads a pod's priority annotation; empty is Normal.
 func ParsePriority(s string) (Priority, error) {
-	switch p := Priority(s); p {
-	case "":
+	if s == "" {
 		return Normal, nil
-	case Low, Normal, High:
-		return p, nil
 	}
-	return "", fmt.Errorf("%s %q is not a priority; use low, normal or high", AnnotationPriority, s)
+	if _, err := sched.ParsePriority(s); err != nil || s != strings.ToLower(s) {
+		return "", fmt.Errorf("%s %q is not a priority; use low, normal, high or a number from 0 to %d (higher runs first)", AnnotationPriority, s, sched.PriorityMax)
+	}
+	return Priority(s), nil
 }
 
 // Request is what one pod asks of FlexGV.
@@ -70,7 +75,7 @@ type Request struct {
 	Container  string   // the container that gets the vGPUs
 	Count      int      // vGPUs, each on a different GPU
 	MemoryMiB  int64    // per vGPU
-	ComputePct int64    // per vGPU; 0: no cap
+	ComputePct int64    // guaranteed share per vGPU; 0: none
 	Priority   Priority // of its tenant
 }
 
@@ -160,7 +165,7 @@ func containerRequest(c corev1.Container) (Request, error) {
 	case !hasMem || mem <= 0:
 		return r, fmt.Errorf("container %s asks for %s without %s; give the MiB of device memory each vGPU may use", c.Name, ResourceVGPU, ResourceMemory)
 	case hasCompute && (compute <= 0 || compute > 100):
-		return r, fmt.Errorf("container %s: %s %d is not a share of one GPU; give a percentage from 1 to 100 (per vGPU), or none for no cap", c.Name, ResourceCompute, compute)
+		return r, fmt.Errorf("container %s: %s %d is not a share of one GPU; give a percentage from 1 to 100 (per vGPU), or none", c.Name, ResourceCompute, compute)
 	}
 	r.Count, r.MemoryMiB, r.ComputePct = int(count), mem, compute
 	return r, nil

@@ -37,6 +37,9 @@ func TestPodRequest(t *testing.T) {
 	if _, ok, err := PodRequest(pod(nil, map[corev1.ResourceName]string{corev1.ResourceCPU: "1"})); ok || err != nil {
 		t.Errorf("a pod without vGPUs: ok %v err %v", ok, err)
 	}
+	if r, _, err := PodRequest(pod(map[string]string{AnnotationPriority: "7"}, map[corev1.ResourceName]string{ResourceVGPU: "1", ResourceMemory: "1"})); err != nil || r.Priority != "7" {
+		t.Errorf("priority 7: %+v %v", r, err)
+	}
 	r, _, _ = PodRequest(pod(nil, map[corev1.ResourceName]string{ResourceVGPU: "2", ResourceMemory: "100"}))
 	if r.Priority != Normal || r.ComputePct != 0 || r.Count != 2 {
 		t.Errorf("defaults: %+v", r)
@@ -59,7 +62,9 @@ func TestPodRequestRefuses(t *testing.T) {
 		{pod(nil, map[corev1.ResourceName]string{ResourceVGPU: "1", ResourceMemory: "1024", ResourceCompute: "0"}),
 			"flexgv.io/gpu-compute 0 is not a share"},
 		{pod(map[string]string{AnnotationPriority: "urgent"}, map[corev1.ResourceName]string{ResourceVGPU: "1", ResourceMemory: "1"}),
-			`flexgv.io/priority "urgent" is not a priority; use low, normal or high`},
+			`flexgv.io/priority "urgent" is not a priority; use low, normal, high or a number from 0 to 9 (higher runs first)`},
+		{pod(map[string]string{AnnotationPriority: "10"}, map[corev1.ResourceName]string{ResourceVGPU: "1", ResourceMemory: "1"}),
+			`flexgv.io/priority "10" is not a priority`},
 		{pod(map[string]string{AnnotationPriority: "high"}, map[corev1.ResourceName]string{corev1.ResourceCPU: "1"}),
 			"flexgv.io/priority is set but no container asks for flexgv.io/vgpu"},
 		{pod(nil, map[corev1.ResourceName]string{ResourceVGPU: "1", ResourceMemory: "1"}, map[corev1.ResourceName]string{ResourceVGPU: "1", ResourceMemory: "1"}),
