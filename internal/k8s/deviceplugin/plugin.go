@@ -415,6 +415,9 @@ func (p *Plugin) devicesOwner(ctx context.Context, key string) (string, error) {
 func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	p.allocating.Lock()
 	defer p.allocating.Unlock()
+	// The extender counts a finished pod's GPUs free at once: its tenant
+	// must be gone before a new one takes its share.
+	p.syncTenants(ctx)
 	resp := &pluginapi.AllocateResponse{}
 	taken := map[types.UID]bool{}
 	for _, creq := range req.ContainerRequests {
