@@ -50,14 +50,18 @@ func newDevicePlugin(g *globals) *cobra.Command {
 				socket = daemon.Socket(tenant.Dir())
 			}
 			d, err := daemon.Connect(socket)
-			if err != nil || d == nil {
-				return fmt.Errorf("flexgv device-plugin: no node daemon on %s (start flexgv daemon, or give --socket): %v", socket, err)
+			if err != nil {
+				return fmt.Errorf("flexgv device-plugin: the node daemon on %s: %w", socket, err)
+			}
+			if d == nil {
+				return fmt.Errorf("flexgv device-plugin: no node daemon on %s (start flexgv daemon, or give --socket)", socket)
 			}
 			defer d.Close()
 			cfg.Log = c.ErrOrStderr()
 			sctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			return deviceplugin.New(cfg, deviceplugin.DaemonAPI{Client: d}, client).Run(sctx)
+			deviceplugin.New(cfg, deviceplugin.DaemonAPI{Client: d}, client).Run(sctx)
+			return nil
 		},
 	}
 	c.Flags().StringVar(&cfg.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name in the cluster (default $NODE_NAME)")

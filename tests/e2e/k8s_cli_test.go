@@ -12,7 +12,9 @@ import (
 func TestK8sCommandsRefuseBadFlags(t *testing.T) {
 	e := newEnv(t)
 	kubeconfig := filepath.Join(e.dir, "kubeconfig")
-	os.WriteFile(kubeconfig, []byte("apiVersion: v1\nkind: Config\n"), 0o600)
+	// A cluster nothing asks: every case stops before calling it.
+	os.WriteFile(kubeconfig, []byte("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:1\n"+
+		"contexts:\n- name: c\n  context:\n    cluster: c\ncurrent-context: c\n"), 0o600)
 	for _, c := range []struct {
 		args []string
 		msg  string
@@ -32,5 +34,10 @@ func TestK8sCommandsRefuseBadFlags(t *testing.T) {
 		if r.code != 2 || !strings.Contains(r.stderr, c.msg) {
 			t.Errorf("flexgv %s: exit %d, stderr %q; want exit 2 and %q", strings.Join(c.args, " "), r.code, r.stderr, c.msg)
 		}
+	}
+	// Without its node daemon the plugin says so, before registering.
+	r := e.run("flexgv", "device-plugin", "--node-name", "n", "--plugin-dir", e.dir, "--pod-resources", "", "--kubeconfig", kubeconfig)
+	if want := "flexgv device-plugin: no node daemon on " + filepath.Join(e.dir, "tenants", "daemon.sock") + " (start flexgv daemon, or give --socket)"; r.code != 1 || !strings.Contains(r.stderr, want) {
+		t.Errorf("flexgv device-plugin without a daemon: exit %d, stderr %q; want exit 1 and %q", r.code, r.stderr, want)
 	}
 }

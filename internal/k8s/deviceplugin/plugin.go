@@ -7,7 +7,8 @@
 // node daemon create the pod's tenant with the pod's limits on the GPUs the
 // extender chose, and hands the container the shim, its tenant file, the
 // GPUs' device nodes and the settings that make the shim enforce them.
-// Tenants of pods that are gone are deleted.
+// Which pod that is, the kubelet's pod-resources API tells. Tenants of pods
+// that are gone are deleted.
 package deviceplugin
 
 import (
@@ -60,9 +61,10 @@ type Config struct {
 	ContextMiB int64  // what one CUDA context takes, charged per pod per GPU
 	Shim       string // libflexgv.so on the node
 	DevRoot    string // where the GPUs' device nodes are: /dev
-	// PodResources is the kubelet's pod-resources socket, through which a
-	// container's start is checked to be the allocated pod's; "": not
-	// checked.
+	// PodResources is the kubelet's pod-resources socket, through which
+	// Allocate finds the pod being admitted and a container's start is
+	// checked to be in the pod it was set up for; "": neither, the pod is
+	// told by binding order alone.
 	PodResources string
 	// HealthEvery is how often the GPUs are read; SyncEvery how often the
 	// tenants are matched to the pods and the socket checked.
@@ -109,7 +111,7 @@ type Plugin struct {
 	// by which pods have no tenant yet.
 	allocating sync.Mutex
 	// allocated is the pod (namespace/name) each allocation was made for,
-	// by its devices, until its container starts.
+	// by its devices, until its container starts; under mu.
 	allocated map[string]string
 }
 
@@ -124,13 +126,13 @@ func (p *Plugin) Socket() string { return filepath.Join(p.cfg.PluginDir, socketN
 
 // Run serves until ctx ends: it registers with the kubelet, and again
 // whenever the kubelet restarts (which removes the plugin's socket).
-func (p *Plugin) Run(ctx context.Context) error {
+func (p *Plugin) Run(ctx context.Context) {
 	for ctx.Err() == nil {
-		if err := p.refresh(ctx); err == nil {
+		err := p.refresh(ctx)
+		if err == nil {
 			break
-		} else {
-			p.log.Printf("reading the GPUs from the node daemon: %v; retrying", err)
 		}
+		p.log.Printf("reading the GPUs from the node daemon: %v; retrying", err)
 		sleep(ctx, time.Second)
 	}
 	go p.watchHealth(ctx)
@@ -142,7 +144,6 @@ func (p *Plugin) Run(ctx context.Context) error {
 		p.log.Printf("%v; starting again", err)
 		sleep(ctx, time.Second)
 	}
-	return nil
 }
 
 func sleep(ctx context.Context, d time.Duration) {
