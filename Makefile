@@ -1,6 +1,8 @@
 # FlexGV build: Go and a C compiler only (no CUDA toolkit).
 #   make          shim, simulated GPU, CLI and test clients into build/
 #   make test     everything above, then every test
+#   make test-k8s the Kubernetes tests alone (tests/k8s: a control plane built
+#                 once from the pinned k8s.io/kubernetes release, then cached)
 #   make proto    regenerate the local API's Go code from proto/ (needs protoc)
 #   make demo     a sample workload on the simulated GPU under flexgv trace --log
 #                 (REAL_GPU=1 targets the machine's real driver instead)
@@ -119,6 +121,13 @@ endif
 test: all gen-check proto-check
 	$(GO) vet ./...
 	FLEXGV_BUILD=$(CURDIR)/$(BUILD) $(GO) test -count=1 ./...
+	$(MAKE) --no-print-directory test-k8s
+
+# tests/k8s is a module of its own: only it depends on k8s.io/kubernetes.
+.PHONY: test-k8s
+test-k8s: all
+	cd tests/k8s && $(GO) vet ./...
+	cd tests/k8s && FLEXGV_BUILD=$(CURDIR)/$(BUILD) $(GO) test -count=1 -timeout 30m ./...
 
 demo: all
 	./scripts/demo.sh

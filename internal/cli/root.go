@@ -55,8 +55,8 @@ func newRoot(stderr io.Writer) *cobra.Command {
 		}
 		return nil
 	}
-	root.AddCommand(newRun(g, stderr), newTrace(g, stderr), newCensus(g, stderr), newPs(), newRm(), newUpdate(), newTop(), newBench(), newNode(), newDaemon(), newVersion())
-	root.AddCommand(newServe(g, stderr))
+	root.AddCommand(newRun(g, stderr), newTrace(g, stderr), newCensus(g, stderr), newPs(), newRm(), newUpdate(), newTop(), newBench(), newNode(), newDaemon(),
+		newServe(g, stderr), newScheduler(), newDevicePlugin(g), newWebhook(), newVersion())
 	return root
 }
 

@@ -1,0 +1,123 @@
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/flexgv/flexgv/internal/k8s/vgpu"
+	flexgvv1 "github.com/flexgv/flexgv/proto/flexgv/v1"
+)
+
+// Daemon is what the device plugin needs of the node daemon: the node's
+// GPUs, and the tenants it keeps for pods.
+type Daemon interface {
+	// Devices lists the node's GPUs as NVML reports them; an error means
+	// NVML could not be read at all.
+	Devices(ctx context.Context) ([]Device, error)
+	// CreateTenant creates the tenant, or takes over the one of that name
+	// with the same limits, and returns its file's path on the node. The
+	// daemon holds it, across its own restarts, until DeleteTenant.
+	CreateTenant(ctx context.Context, t Tenant) (path string, err error)
+	// DeleteTenant lets go of a tenant; removed is false while processes
+	// still use it (it goes when the last one exits).
+	DeleteTenant(ctx context.Context, name string) (removed bool, err error)
+	// Tenants names the tenants the daemon holds.
+	Tenants(ctx context.Context) ([]string, error)
+}
+
+// Device is one GPU of the node.
+type Device struct {
+	Index       int
+	UUID        string
+	MemoryBytes uint64
+}
+
+// Tenant is what a pod's container is limited to.
+type Tenant struct {
+	Name     string
+	Devices  []TenantDevice
+	Priority vgpu.Priority
+	// ContextBytes is charged per CUDA context where the shim cannot
+	// measure one.
+	ContextBytes uint64
+}
+
+// TenantDevice is a tenant's limits on one GPU.
+type TenantDevice struct {
+	UUID       string
+	QuotaBytes uint64
+	ComputePct int64 // guaranteed share; 0: none
+}
+
+// DaemonAPI is a Daemon over the node daemon's local API (its unix socket).
+type DaemonAPI struct{ Client flexgvv1.DaemonClient }
+
+// Devices implements Daemon.
+func (d DaemonAPI) Devices(ctx context.Context) ([]Device, error) {
+	resp, err := d.Client.ListDevices(ctx, &flexgvv1.ListDevicesRequest{})
+	if err != nil {
+		return nil, err
+	}
+	if resp.NvmlError != "" {
+		return nil, errors.New(resp.NvmlError)
+	}
+	out := make([]Device, len(resp.Devices))
+	for i, dev := range resp.Devices {
+		out[i] = Device{Index: int(dev.Index), UUID: dev.Uuid, MemoryBytes: dev.MemoryTotalBytes}
+	}
+	return out, nil
+}
+
+// CreateTenant implements Daemon: the limits are given per GPU UUID, as
+// flexgv run --mem and --compute take them.
+func (d DaemonAPI) CreateTenant(ctx context.Context, t Tenant) (string, error) {
+	var mem, compute []string
+	for _, dev := range t.Devices {
+		mem = append(mem, fmt.Sprintf("%s=%dB", dev.UUID, dev.QuotaBytes))
+		if dev.ComputePct > 0 {
+			compute = append(compute, fmt.Sprintf("%s=%d%%", dev.UUID, dev.ComputePct))
+		}
+	}
+	resp, err := d.Client.CreateTenant(ctx, &flexgvv1.CreateTenantRequest{
+		Name: t.Name, Memory: strings.Join(mem, ","), Compute: strings.Join(compute, ","),
+		Priority: string(t.Priority), ContextBytes: t.ContextBytes,
+	})
+	if err != nil {
+		return "", fmt.Errorf("tenant %s: %s", t.Name, status.Convert(err).Message())
+	}
+	return resp.Tenant.Path, nil
+}
+
+// DeleteTenant implements Daemon.
+func (d DaemonAPI) DeleteTenant(ctx context.Context, name string) (bool, error) {
+	resp, err := d.Client.DeleteTenant(ctx, &flexgvv1.DeleteTenantRequest{Name: name})
+	switch status.Code(err) {
+	case codes.OK:
+		return resp.Removed, nil
+	case codes.FailedPrecondition:
+		return false, nil
+	case codes.NotFound:
+		return true, nil
+	}
+	return false, err
+}
+
+// Tenants implements Daemon.
+func (d DaemonAPI) Tenants(ctx context.Context) ([]string, error) {
+	resp, err := d.Client.ListTenants(ctx, &flexgvv1.ListTenantsRequest{})
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, t := range resp.Tenants {
+		if t.Held {
+			names = append(names, t.Name)
+		}
+	}
+	return names, nil
+}

@@ -1,0 +1,611 @@
+// Package deviceplugin is FlexGV's kubelet device plugin (API v1beta1 over
+// a unix socket in the kubelet's device-plugin folder). It advertises
+// flexgv.io/vgpu, a number of slots per healthy GPU, and publishes the
+// node's GPUs on its Node object (the flexgv.io/inventory annotation, and
+// flexgv.io/gpu-memory and gpu-compute capacity) for the scheduler
+// extender. When the kubelet allocates vGPUs to a container, it has the
+// node daemon create the pod's tenant with the pod's limits on the GPUs the
+// extender chose, and hands the container the shim, its tenant file, the
+// GPUs' device nodes and the settings that make the shim enforce them.
+// Which pod that is, the kubelet's pod-resources API tells. Tenants of pods
+// that are gone are deleted.
+package deviceplugin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/flexgv/flexgv/internal/k8s/vgpu"
+	"github.com/flexgv/flexgv/internal/sched"
+)
+
+// Where a container finds what Allocate gives it.
+const (
+	ContainerShim   = "/usr/local/flexgv/lib/libflexgv.so"
+	ContainerTenant = "/run/flexgv/tenant"
+)
+
+// TenantPrefix starts the name of every tenant the plugin creates; the
+// pod's UID follows.
+const TenantPrefix = "pod-"
+
+// socketName is the plugin's socket in the kubelet's folder.
+const socketName = "flexgv.sock"
+
+// Config is how a device plugin runs.
+type Config struct {
+	NodeName   string
+	PluginDir  string // the kubelet's device-plugin folder, with kubelet.sock
+	Slots      int    // vGPUs per GPU
+	ContextMiB int64  // what one CUDA context takes, charged per pod per GPU
+	Shim       string // libflexgv.so on the node
+	DevRoot    string // where the GPUs' device nodes are: /dev
+	// PodResources is the kubelet's pod-resources socket, through which
+	// Allocate finds the pod being admitted and a container's start is
+	// checked to be in the pod it was set up for; "": neither, the pod is
+	// told by binding order alone.
+	PodResources string
+	// HealthEvery is how often the GPUs are read; SyncEvery how often the
+	// tenants are matched to the pods and the socket checked.
+	HealthEvery, SyncEvery time.Duration
+	Log                    io.Writer
+}
+
+// Check refuses a configuration the plugin cannot work with.
+func (c Config) Check() error {
+	switch {
+	case c.NodeName == "":
+		return errors.New("no node name; give --node-name or set NODE_NAME (the downward API's spec.nodeName)")
+	case c.Slots < 1:
+		return fmt.Errorf("--slots %d: a GPU holds at least one vGPU", c.Slots)
+	case c.ContextMiB < 16:
+		return fmt.Errorf("--ctx-mem %d MiB: below 16 MiB; no CUDA context takes less", c.ContextMiB)
+	case c.HealthEvery <= 0 || c.SyncEvery <= 0:
+		return errors.New("health and sync intervals must be positive")
+	}
+	if st, err := os.Stat(c.PluginDir); err != nil || !st.IsDir() {
+		return fmt.Errorf("--plugin-dir %s: not a folder (the kubelet's is %s)", c.PluginDir, pluginapi.DevicePluginPath)
+	}
+	if _, err := os.Stat(c.Shim); err != nil {
+		return fmt.Errorf("shim %s: %w", c.Shim, err)
+	}
+	if st, err := os.Stat(c.PodResources); c.PodResources != "" && (err != nil || st.Mode()&os.ModeSocket == 0) {
+		return fmt.Errorf("--pod-resources %s: not the kubelet's socket (\"\" turns the check that a container starts in the allocated pod off)", c.PodResources)
+	}
+	return nil
+}
+
+// Plugin serves the device-plugin API for one node.
+type Plugin struct {
+	pluginapi.UnimplementedDevicePluginServer
+	cfg    Config
+	daemon Daemon
+	client kubernetes.Interface
+	log    *log.Logger
+
+	mu      sync.Mutex
+	gpus    []vgpu.GPU    // as last read
+	changed chan struct{} // closed and replaced when gpus change
+	// allocating serializes Allocate: which pod a call is for is decided
+	// by which pods have no tenant yet.
+	allocating sync.Mutex
+	// allocated is the pod (namespace/name) each allocation was made for,
+	// by its devices, until its container starts; under mu.
+	allocated map[string]string
+}
+
+// New returns a plugin; Run runs it.
+func New(cfg Config, d Daemon, client kubernetes.Interface) *Plugin {
+	return &Plugin{cfg: cfg, daemon: d, client: client, log: log.New(cfg.Log, "flexgv device plugin: ", 0),
+		changed: make(chan struct{}), allocated: map[string]string{}}
+}
+
+// Socket is the plugin's socket.
+func (p *Plugin) Socket() string { return filepath.Join(p.cfg.PluginDir, socketName) }
+
+// Run serves until ctx ends: it registers with the kubelet, and again
+// whenever the kubelet restarts (which removes the plugin's socket).
+func (p *Plugin) Run(ctx context.Context) {
+	for ctx.Err() == nil {
+		err := p.refresh(ctx)
+		if err == nil {
+			break
+		}
+		p.log.Printf("reading the GPUs from the node daemon: %v; retrying", err)
+		sleep(ctx, time.Second)
+	}
+	go p.watchHealth(ctx)
+	for ctx.Err() == nil {
+		err := p.serve(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		p.log.Printf("%v; starting again", err)
+		sleep(ctx, time.Second)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// serve serves on the socket and registers, until the socket is removed
+// or ctx ends.
+func (p *Plugin) serve(ctx context.Context) error {
+	sock := p.Socket()
+	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		return err
+	}
+	srv := grpc.NewServer()
+	pluginapi.RegisterDevicePluginServer(srv, p)
+	go srv.Serve(lis)
+	defer srv.Stop()
+	if err := p.register(ctx); err != nil {
+		return fmt.Errorf("registering with the kubelet: %w", err)
+	}
+	p.log.Printf("registered %s with the kubelet (%s)", vgpu.ResourceVGPU, sock)
+	tick := time.NewTicker(p.cfg.SyncEvery)
+	defer tick.Stop()
+	for {
+		p.syncTenants(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		// The kubelet removes every plugin socket when it starts.
+		if _, err := os.Stat(sock); err != nil {
+			return fmt.Errorf("socket %s is gone (kubelet restarted?)", sock)
+		}
+	}
+}
+
+func (p *Plugin) register(ctx context.Context) error {
+	conn, err := grpc.NewClient("unix://"+filepath.Join(p.cfg.PluginDir, filepath.Base(pluginapi.KubeletSocket)),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = pluginapi.NewRegistrationClient(conn).Register(rctx, &pluginapi.RegisterRequest{
+		Version: pluginapi.Version, Endpoint: socketName, ResourceName: string(vgpu.ResourceVGPU),
+		Options: p.options(),
+	})
+	return err
+}
+
+// refresh reads the GPUs and publishes them on the node; when they or
+// their health changed it tells the kubelet's streams. A GPU the daemon
+// no longer lists, or all of them when NVML cannot be read, is unhealthy.
+func (p *Plugin) refresh(ctx context.Context) error {
+	devs, err := p.daemon.Devices(ctx)
+	p.mu.Lock()
+	if err != nil && p.gpus == nil {
+		p.mu.Unlock()
+		return err
+	}
+	var gpus []vgpu.GPU
+	for _, d := range devs {
+		gpus = append(gpus, vgpu.GPU{UUID: d.UUID, Index: d.Index, MemoryMiB: int64(d.MemoryBytes >> 20), Healthy: true})
+	}
+	for _, old := range p.gpus {
+		if !slices.ContainsFunc(gpus, func(g vgpu.GPU) bool { return g.UUID == old.UUID }) {
+			old.Healthy = false
+			gpus = append(gpus, old)
+		}
+	}
+	slices.SortFunc(gpus, func(a, b vgpu.GPU) int { return a.Index - b.Index })
+	same := slices.Equal(gpus, p.gpus)
+	if !same {
+		p.gpus = gpus
+		close(p.changed)
+		p.changed = make(chan struct{})
+	}
+	p.mu.Unlock()
+	if err != nil {
+		p.log.Printf("reading the GPUs: %v; all marked unhealthy", err)
+	}
+	// Published every time, not only on change: a Node recreated, or its
+	// annotation edited, is put right within one period.
+	if err := p.publish(ctx, gpus); err != nil {
+		p.log.Printf("publishing the GPUs on node %s: %v", p.cfg.NodeName, err)
+	}
+	return nil
+}
+
+func (p *Plugin) watchHealth(ctx context.Context) {
+	tick := time.NewTicker(p.cfg.HealthEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			p.refresh(ctx)
+		}
+	}
+}
+
+// publish writes the inventory on the node, and its memory and compute as
+// extended resources of its status.
+func (p *Plugin) publish(ctx context.Context, gpus []vgpu.GPU) error {
+	inv := vgpu.Inventory{Slots: p.cfg.Slots, ContextMiB: p.cfg.ContextMiB, GPUs: gpus}
+	meta, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{vgpu.AnnotationInventory: inv.Encode()}}})
+	nodes := p.client.CoreV1().Nodes()
+	if _, err := nodes.Patch(ctx, p.cfg.NodeName, types.MergePatchType, meta, metav1.PatchOptions{}); err != nil {
+		return err
+	}
+	c := inv.Capacity()
+	st, _ := json.Marshal(map[string]any{"status": map[string]any{"capacity": c, "allocatable": c}})
+	_, err := nodes.Patch(ctx, p.cfg.NodeName, types.MergePatchType, st, metav1.PatchOptions{}, "status")
+	return err
+}
+
+func (p *Plugin) options() *pluginapi.DevicePluginOptions {
+	return &pluginapi.DevicePluginOptions{PreStartRequired: p.cfg.PodResources != ""}
+}
+
+// GetDevicePluginOptions implements the device-plugin API.
+func (p *Plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return p.options(), nil
+}
+
+// slotID names vGPU slot i of a GPU.
+func slotID(uuid string, i int) string { return fmt.Sprintf("%s-vgpu-%d", uuid, i) }
+
+// ListAndWatch implements the device-plugin API: every slot of every GPU,
+// healthy as its GPU is, sent again whenever that changes.
+func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+	for {
+		p.mu.Lock()
+		gpus, changed := p.gpus, p.changed
+		p.mu.Unlock()
+		resp := &pluginapi.ListAndWatchResponse{}
+		for _, g := range gpus {
+			health := pluginapi.Healthy
+			if !g.Healthy {
+				health = pluginapi.Unhealthy
+			}
+			for i := range p.cfg.Slots {
+				resp.Devices = append(resp.Devices, &pluginapi.Device{ID: slotID(g.UUID, i), Health: health})
+			}
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case <-changed:
+		}
+	}
+}
+
+// GetPreferredAllocation implements the device-plugin API; the plugin
+// states no preference (the slots are counters: the GPUs come from the
+// pod's placement).
+func (p *Plugin) GetPreferredAllocation(context.Context, *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	return &pluginapi.PreferredAllocationResponse{}, nil
+}
+
+// PreStartContainer implements the device-plugin API. The kubelet calls it
+// before starting a container, once it has recorded which pod got which
+// devices: a container whose devices went to another pod than Allocate
+// inferred would run with that pod's limits, so it is not started.
+func (p *Plugin) PreStartContainer(ctx context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	key := devicesKey(req.DevicesIds)
+	p.mu.Lock()
+	want, ok := p.allocated[key]
+	p.mu.Unlock()
+	if !ok {
+		// Allocated before this plugin started: nothing to compare with.
+		return &pluginapi.PreStartContainerResponse{}, nil
+	}
+	got, err := p.devicesOwner(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("flexgv: checking which pod got vGPUs %s: %w", key, err)
+	}
+	if got != want {
+		return nil, fmt.Errorf("flexgv: vGPUs %s were set up for pod %s but the kubelet gave them to pod %s, which would run with the other's limits; delete pod %s to have it placed again", key, want, got, got)
+	}
+	p.mu.Lock()
+	delete(p.allocated, key)
+	p.mu.Unlock()
+	return &pluginapi.PreStartContainerResponse{}, nil
+}
+
+// devicesKey names a set of device IDs.
+func devicesKey(ids []string) string {
+	ids = slices.Clone(ids)
+	slices.Sort(ids)
+	return strings.Join(ids, ",")
+}
+
+// podResources lists what the kubelet has allocated to its pods.
+func (p *Plugin) podResources(ctx context.Context) ([]*podresourcesv1.PodResources, error) {
+	conn, err := grpc.NewClient("unix://"+p.cfg.PodResources, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := podresourcesv1.NewPodResourcesListerClient(conn).List(lctx, &podresourcesv1.ListPodResourcesRequest{})
+	if err != nil {
+		return nil, err
+	}
+	return resp.PodResources, nil
+}
+
+// withoutVGPUs names (namespace/name) the pods the kubelet lists with no
+// vGPUs allocated.
+func (p *Plugin) withoutVGPUs(ctx context.Context) (map[string]bool, error) {
+	pods, err := p.podResources(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, pod := range pods {
+		if !slices.ContainsFunc(pod.Containers, func(c *podresourcesv1.ContainerResources) bool {
+			return slices.ContainsFunc(c.Devices, func(d *podresourcesv1.ContainerDevices) bool {
+				return d.ResourceName == string(vgpu.ResourceVGPU) && len(d.DeviceIds) > 0
+			})
+		}) {
+			out[pod.Namespace+"/"+pod.Name] = true
+		}
+	}
+	return out, nil
+}
+
+// devicesOwner asks the kubelet which pod (namespace/name) has the vGPUs
+// key.
+func (p *Plugin) devicesOwner(ctx context.Context, key string) (string, error) {
+	pods, err := p.podResources(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, pod := range pods {
+		for _, c := range pod.Containers {
+			for _, d := range c.Devices {
+				if d.ResourceName == string(vgpu.ResourceVGPU) && devicesKey(d.DeviceIds) == key {
+					return pod.Namespace + "/" + pod.Name, nil
+				}
+			}
+		}
+	}
+	return "", errors.New("the kubelet lists no container with them")
+}
+
+// Allocate implements the device-plugin API. The kubelet does not say
+// which pod a call is for. It admits a node's pods one at a time, each
+// known to it (and listed by its pod-resources API) from just before its
+// admission, so the call is for the pod placed here by the extender that
+// asks for as many vGPUs, has no tenant yet and to which the kubelet has
+// allocated no vGPUs; of several, the one bound first, as the kubelet
+// receives pods in the order they are bound.
+func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	p.allocating.Lock()
+	defer p.allocating.Unlock()
+	// The extender counts a finished pod's GPUs free at once: its tenant
+	// must be gone before a new one takes its share.
+	p.syncTenants(ctx)
+	resp := &pluginapi.AllocateResponse{}
+	taken := map[types.UID]bool{}
+	for _, creq := range req.ContainerRequests {
+		pod, r, err := p.pendingPod(ctx, len(creq.DevicesIds), taken)
+		if err != nil {
+			return nil, err
+		}
+		taken[pod.UID] = true
+		cresp, err := p.allocate(ctx, pod, r)
+		if err != nil {
+			return nil, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+		p.mu.Lock()
+		p.allocated[devicesKey(creq.DevicesIds)] = pod.Namespace + "/" + pod.Name
+		p.mu.Unlock()
+		resp.ContainerResponses = append(resp.ContainerResponses, cresp)
+	}
+	return resp, nil
+}
+
+// pendingPod finds the pod an allocation of n vGPUs is for.
+func (p *Plugin) pendingPod(ctx context.Context, n int, taken map[types.UID]bool) (*corev1.Pod, vgpu.Request, error) {
+	pods, err := p.nodePods(ctx)
+	if err != nil {
+		return nil, vgpu.Request{}, err
+	}
+	have, err := p.daemon.Tenants(ctx)
+	if err != nil {
+		return nil, vgpu.Request{}, fmt.Errorf("listing the node daemon's tenants: %w", err)
+	}
+	// The kubelet knows a pod before it admits it, and lists the devices of
+	// the pods it has admitted: the pod being admitted is the one it
+	// knows without vGPUs.
+	var admitting map[string]bool
+	if p.cfg.PodResources != "" {
+		if admitting, err = p.withoutVGPUs(ctx); err != nil {
+			return nil, vgpu.Request{}, fmt.Errorf("asking the kubelet which pod is being admitted: %w", err)
+		}
+	}
+	var best *corev1.Pod
+	var bestReq vgpu.Request
+	for i := range pods {
+		pod := &pods[i]
+		if taken[pod.UID] || pod.Status.Phase != corev1.PodPending || len(vgpu.PodGPUs(pod)) == 0 ||
+			slices.Contains(have, TenantPrefix+string(pod.UID)) ||
+			admitting != nil && !admitting[pod.Namespace+"/"+pod.Name] {
+			continue
+		}
+		r, ok, err := vgpu.PodRequest(pod)
+		if err != nil || !ok || r.Count != n {
+			continue
+		}
+		if best == nil || boundBefore(pod, best) {
+			best, bestReq = pod, r
+		}
+	}
+	if best == nil {
+		return nil, vgpu.Request{}, fmt.Errorf("no pending pod on node %s placed by the flexgv scheduler asks for %d %s (is kube-scheduler configured with the flexgv extender?)", p.cfg.NodeName, n, vgpu.ResourceVGPU)
+	}
+	return best, bestReq, nil
+}
+
+// boundBefore reports whether the extender bound a before b; pods it did
+// not stamp come after, by creation.
+func boundBefore(a, b *corev1.Pod) bool {
+	ta, errA := time.Parse(time.RFC3339Nano, a.Annotations[vgpu.AnnotationBoundAt])
+	tb, errB := time.Parse(time.RFC3339Nano, b.Annotations[vgpu.AnnotationBoundAt])
+	switch {
+	case errA == nil && errB == nil && !ta.Equal(tb):
+		return ta.Before(tb)
+	case (errA == nil) != (errB == nil):
+		return errA == nil
+	case !a.CreationTimestamp.Equal(&b.CreationTimestamp):
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
+}
+
+func (p *Plugin) nodePods(ctx context.Context) ([]corev1.Pod, error) {
+	list, err := p.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", p.cfg.NodeName).String()})
+	if err != nil {
+		return nil, fmt.Errorf("listing the pods of node %s: %w", p.cfg.NodeName, err)
+	}
+	return list.Items, nil
+}
+
+// allocate creates pod's tenant on its GPUs and says how its container
+// joins it.
+func (p *Plugin) allocate(ctx context.Context, pod *corev1.Pod, r vgpu.Request) (*pluginapi.ContainerAllocateResponse, error) {
+	uuids := vgpu.PodGPUs(pod)
+	p.mu.Lock()
+	gpus := p.gpus
+	p.mu.Unlock()
+	t := Tenant{Name: TenantPrefix + string(pod.UID), Priority: r.Priority, ContextBytes: uint64(p.cfg.ContextMiB) << 20}
+	resp := &pluginapi.ContainerAllocateResponse{}
+	for _, u := range uuids {
+		i := slices.IndexFunc(gpus, func(g vgpu.GPU) bool { return g.UUID == u })
+		if i < 0 {
+			return nil, fmt.Errorf("placed on GPU %s, which node %s does not have", u, p.cfg.NodeName)
+		}
+		if !gpus[i].Healthy {
+			return nil, fmt.Errorf("placed on GPU %s, which is unhealthy", u)
+		}
+		t.Devices = append(t.Devices, TenantDevice{UUID: u, QuotaBytes: uint64(r.MemoryMiB+p.cfg.ContextMiB) << 20, ComputePct: r.ComputePct})
+		resp.Devices = append(resp.Devices, p.deviceNode(fmt.Sprintf("nvidia%d", gpus[i].Index))...)
+	}
+	for _, ctl := range []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"} {
+		resp.Devices = append(resp.Devices, p.deviceNode(ctl)...)
+	}
+	path, err := p.daemon.CreateTenant(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	visible := strings.Join(uuids, ",")
+	resp.Envs = map[string]string{
+		"FLEXGV_TENANT":          ContainerTenant,
+		"LD_PRELOAD":             ContainerShim,
+		"CUDA_VISIBLE_DEVICES":   visible,
+		"NVIDIA_VISIBLE_DEVICES": visible,
+	}
+	resp.Mounts = []*pluginapi.Mount{
+		{ContainerPath: ContainerShim, HostPath: p.cfg.Shim, ReadOnly: true},
+		// The tenant's file alone: the pod sees no other tenant.
+		{ContainerPath: ContainerTenant, HostPath: path},
+	}
+	// A share or a priority other than normal: the daemon made the tenant a
+	// member of each GPU's scheduler, whose file the shim finds next to the
+	// tenant's.
+	if prio, _ := sched.ParsePriority(string(r.Priority)); r.ComputePct > 0 || prio != sched.PriorityNormal {
+		resp.Envs["FLEXGV_COMPUTE"] = "1"
+		for _, u := range uuids {
+			resp.Mounts = append(resp.Mounts, &pluginapi.Mount{
+				ContainerPath: sched.Path(filepath.Dir(ContainerTenant), u), HostPath: sched.Path(filepath.Dir(path), u),
+			})
+		}
+	}
+	p.log.Printf("pod %s/%s: tenant %s on %s, %d MiB (+%d MiB context), %d%% compute share, priority %s each",
+		pod.Namespace, pod.Name, t.Name, visible, r.MemoryMiB, p.cfg.ContextMiB, r.ComputePct, r.Priority)
+	return resp, nil
+}
+
+// deviceNode is the device node name under DevRoot, if the node has it.
+func (p *Plugin) deviceNode(name string) []*pluginapi.DeviceSpec {
+	host := filepath.Join(p.cfg.DevRoot, name)
+	if _, err := os.Stat(host); err != nil {
+		return nil
+	}
+	return []*pluginapi.DeviceSpec{{ContainerPath: "/dev/" + name, HostPath: host, Permissions: "rw"}}
+}
+
+// syncTenants deletes the tenants of pods that are gone or finished; a
+// tenant still in use goes once its last process exits.
+func (p *Plugin) syncTenants(ctx context.Context) {
+	pods, err := p.nodePods(ctx)
+	if err != nil {
+		p.log.Print(err)
+		return
+	}
+	have, err := p.daemon.Tenants(ctx)
+	if err != nil {
+		p.log.Printf("listing the node daemon's tenants: %v", err)
+		return
+	}
+	live, present := map[string]bool{}, map[string]bool{}
+	for _, pod := range pods {
+		present[pod.Namespace+"/"+pod.Name] = true
+		if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
+			live[TenantPrefix+string(pod.UID)] = true
+		}
+	}
+	p.mu.Lock()
+	for key, pod := range p.allocated {
+		if !present[pod] {
+			delete(p.allocated, key)
+		}
+	}
+	p.mu.Unlock()
+	for _, name := range have {
+		if !strings.HasPrefix(name, TenantPrefix) || live[name] {
+			continue
+		}
+		removed, err := p.daemon.DeleteTenant(ctx, name)
+		switch {
+		case err != nil:
+			p.log.Printf("deleting tenant %s: %v", name, err)
+		case removed:
+			p.log.Printf("deleted tenant %s: its pod is gone", name)
+		}
+	}
+}

@@ -1,0 +1,179 @@
+package deviceplugin
+
+import (
+	"context"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/flexgv/flexgv/internal/k8s/vgpu"
+)
+
+// fakeDaemon keeps tenants in memory.
+type fakeDaemon struct {
+	mu      sync.Mutex
+	tenants map[string]Tenant
+}
+
+func (d *fakeDaemon) Devices(context.Context) ([]Device, error) {
+	return []Device{{Index: 0, UUID: "GPU-0", MemoryBytes: 16 << 30}}, nil
+}
+
+func (d *fakeDaemon) CreateTenant(_ context.Context, t Tenant) (string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.tenants[t.Name] = t
+	return "/state/tenant-" + t.Name, nil
+}
+
+func (d *fakeDaemon) DeleteTenant(_ context.Context, name string) (bool, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.tenants, name)
+	return true, nil
+}
+
+func (d *fakeDaemon) Tenants(context.Context) ([]string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var names []string
+	for n := range d.tenants {
+		names = append(names, n)
+	}
+	return names, nil
+}
+
+// fakeKubelet answers pod-resources List with what the test sets.
+type fakeKubelet struct {
+	podresourcesv1.UnimplementedPodResourcesListerServer
+	mu   sync.Mutex
+	pods []*podresourcesv1.PodResources
+}
+
+func (k *fakeKubelet) List(context.Context, *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return &podresourcesv1.ListPodResourcesResponse{PodResources: k.pods}, nil
+}
+
+func (k *fakeKubelet) set(pods ...*podresourcesv1.PodResources) {
+	k.mu.Lock()
+	k.pods = pods
+	k.mu.Unlock()
+}
+
+func listed(name string, devices ...string) *podresourcesv1.PodResources {
+	c := &podresourcesv1.ContainerResources{Name: "app"}
+	if len(devices) > 0 {
+		c.Devices = []*podresourcesv1.ContainerDevices{{ResourceName: string(vgpu.ResourceVGPU), DeviceIds: devices}}
+	}
+	return &podresourcesv1.PodResources{Name: name, Namespace: "ns", Containers: []*podresourcesv1.ContainerResources{c}}
+}
+
+func placedPod(name string, mib int64, boundAt time.Time) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name), Annotations: map[string]string{
+			vgpu.AnnotationGPUs: "GPU-0", vgpu.AnnotationBoundAt: boundAt.Format(time.RFC3339Nano),
+		}},
+		Spec: corev1.PodSpec{NodeName: "node", Containers: []corev1.Container{{Name: "app", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
+			vgpu.ResourceVGPU: resource.MustParse("1"), vgpu.ResourceMemory: *resource.NewQuantity(mib, resource.DecimalSI),
+		}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending},
+	}
+}
+
+func startPlugin(t *testing.T, pods ...*corev1.Pod) (*Plugin, *fakeKubelet, *fakeDaemon) {
+	t.Helper()
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "pod-resources.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &fakeKubelet{}
+	srv := grpc.NewServer()
+	podresourcesv1.RegisterPodResourcesListerServer(srv, k)
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	client := fake.NewClientset()
+	for _, p := range pods {
+		if _, err := client.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shim := filepath.Join(dir, "libflexgv.so")
+	os.WriteFile(shim, nil, 0o644)
+	d := &fakeDaemon{tenants: map[string]Tenant{}}
+	p := New(Config{NodeName: "node", PluginDir: dir, Slots: 4, ContextMiB: 512, Shim: shim, DevRoot: dir,
+		PodResources: sock, HealthEvery: time.Second, SyncEvery: time.Second, Log: io.Discard}, d, client)
+	if err := p.refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return p, k, d
+}
+
+func allocate(t *testing.T, p *Plugin, ids ...string) (*pluginapi.AllocateResponse, error) {
+	t.Helper()
+	return p.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}})
+}
+
+// The pod the kubelet is admitting is the one it lists without vGPUs,
+// whatever the binding order.
+func TestAllocateTakesThePodTheKubeletAdmits(t *testing.T) {
+	now := time.Now()
+	p, k, d := startPlugin(t, placedPod("a", 1000, now.Add(time.Second)), placedPod("b", 2000, now))
+	k.set(listed("a"))
+	resp, err := allocate(t, p, "GPU-0-vgpu-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.tenants["pod-uid-a"].Devices; len(got) != 1 || got[0].QuotaBytes != (1000+512)<<20 {
+		t.Errorf("tenant of a: %+v (tenants %v)", got, d.tenants)
+	}
+	if env := resp.ContainerResponses[0].Envs; env["CUDA_VISIBLE_DEVICES"] != "GPU-0" || env["FLEXGV_TENANT"] != ContainerTenant {
+		t.Errorf("env %v", env)
+	}
+	k.set(listed("a", "GPU-0-vgpu-0"))
+	if _, err := p.PreStartContainer(context.Background(), &pluginapi.PreStartContainerRequest{DevicesIds: []string{"GPU-0-vgpu-0"}}); err != nil {
+		t.Errorf("PreStartContainer of a's own devices: %v", err)
+	}
+	// No pod left that the kubelet admits without vGPUs.
+	if _, err := allocate(t, p, "GPU-0-vgpu-1"); err == nil || !strings.Contains(err.Error(), "no pending pod on node node") {
+		t.Errorf("allocation without a pod being admitted: %v", err)
+	}
+}
+
+// Where the kubelet lists two pods without vGPUs, the one bound first is
+// taken; if the kubelet gave the devices to the other, its container is
+// not started with the wrong limits.
+func TestPreStartRefusesAnotherPodsAllocation(t *testing.T) {
+	now := time.Now()
+	p, k, _ := startPlugin(t, placedPod("a", 1000, now.Add(time.Second)), placedPod("b", 2000, now))
+	k.set(listed("a"), listed("b"))
+	if _, err := allocate(t, p, "GPU-0-vgpu-0"); err != nil {
+		t.Fatal(err)
+	}
+	k.set(listed("a", "GPU-0-vgpu-0"), listed("b"))
+	_, err := p.PreStartContainer(context.Background(), &pluginapi.PreStartContainerRequest{DevicesIds: []string{"GPU-0-vgpu-0"}})
+	want := "flexgv: vGPUs GPU-0-vgpu-0 were set up for pod ns/b but the kubelet gave them to pod ns/a, which would run with the other's limits; delete pod ns/a"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("PreStartContainer: %v, want %q", err, want)
+	}
+	if opts, _ := p.GetDevicePluginOptions(context.Background(), nil); !opts.PreStartRequired {
+		t.Error("PreStartContainer not asked for")
+	}
+}

@@ -1,0 +1,353 @@
+// Package extender is FlexGV's kube-scheduler extender (flexgv scheduler):
+// over HTTP it filters out nodes with no GPU that has room for a pod's
+// vGPUs, scores the rest by placement policy, and binds the pod itself,
+// recording the GPUs it chose on the pod with the binding, so that the
+// node's device plugin hands the container exactly those.
+//
+// What a GPU holds is what the pods placed on it ask for, read from the
+// API server, plus the placements this extender made that the API server
+// has not yet reported back; binds reserve under one lock, so concurrent
+// bindings never oversubscribe a GPU.
+package extender
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"math"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	listersv1 "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/flexgv/flexgv/internal/k8s/vgpu"
+)
+
+// byNode indexes pods by the node they are on.
+const byNode = "node"
+
+// Extender decides placements; Handler serves it to kube-scheduler.
+type Extender struct {
+	client  kubernetes.Interface
+	policy  vgpu.Policy
+	pods    cache.Indexer
+	nodes   listersv1.NodeLister
+	factory informers.SharedInformerFactory
+	log     *log.Logger
+
+	mu sync.Mutex
+	// reserved are placements bound (or being bound) here that the pod
+	// informer has not shown yet, by pod UID.
+	reserved map[types.UID]placement
+}
+
+type placement struct {
+	node string
+	gpus []string
+	req  vgpu.Request
+}
+
+// New returns an extender over client's pods and nodes; Start runs it.
+func New(client kubernetes.Interface, policy vgpu.Policy, w io.Writer) *Extender {
+	f := informers.NewSharedInformerFactory(client, 0)
+	podInf := f.Core().V1().Pods().Informer()
+	e := &Extender{
+		client: client, policy: policy, factory: f,
+		pods:     podInf.GetIndexer(),
+		nodes:    f.Core().V1().Nodes().Lister(),
+		log:      log.New(w, "flexgv scheduler: ", 0),
+		reserved: map[types.UID]placement{},
+	}
+	podInf.AddIndexers(cache.Indexers{byNode: func(obj any) ([]string, error) {
+		if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+			return []string{p.Spec.NodeName}, nil
+		}
+		return nil, nil
+	}})
+	// Once the informer shows a placement, or the pod is gone, the
+	// reservation has done its work.
+	podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { e.seen(obj) },
+		UpdateFunc: func(_, obj any) { e.seen(obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if p, ok := obj.(*corev1.Pod); ok {
+				e.mu.Lock()
+				delete(e.reserved, p.UID)
+				e.mu.Unlock()
+			}
+		},
+	})
+	return e
+}
+
+func (e *Extender) seen(obj any) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok || p.Spec.NodeName == "" || len(vgpu.PodGPUs(p)) == 0 {
+		return
+	}
+	e.mu.Lock()
+	delete(e.reserved, p.UID)
+	e.mu.Unlock()
+}
+
+// Start watches pods and nodes until ctx ends, and returns once it has
+// listed them all.
+func (e *Extender) Start(ctx context.Context) error {
+	e.factory.Start(ctx.Done())
+	for typ, ok := range e.factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("listing %v from the API server failed", typ)
+		}
+	}
+	return nil
+}
+
+// used is what the pods on node hold of each GPU, reservations included.
+// The caller holds e.mu.
+func (e *Extender) used(node string, ctxMiB int64) (map[string]vgpu.Use, error) {
+	objs, err := e.pods.ByIndex(byNode, node)
+	if err != nil {
+		return nil, err
+	}
+	use := map[string]vgpu.Use{}
+	add := func(gpus []string, r vgpu.Request) {
+		for _, g := range gpus {
+			u := use[g]
+			u.Add(r, ctxMiB)
+			use[g] = u
+		}
+	}
+	counted := map[types.UID]bool{}
+	for _, obj := range objs {
+		p := obj.(*corev1.Pod)
+		gpus := vgpu.PodGPUs(p)
+		if len(gpus) == 0 || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		r, ok, err := vgpu.PodRequest(p)
+		if err != nil || !ok {
+			// Admitted before the webhook, or edited since: it may still
+			// hold its GPUs, so it counts for what it can be read as.
+			e.log.Printf("pod %s/%s on %s: %v; counting it as holding nothing", p.Namespace, p.Name, node, err)
+			continue
+		}
+		counted[p.UID] = true
+		add(gpus, r)
+	}
+	for uid, pl := range e.reserved {
+		if pl.node == node && !counted[uid] {
+			add(pl.gpus, pl.req)
+		}
+	}
+	return use, nil
+}
+
+// choose picks GPUs of node for r. The caller holds e.mu.
+func (e *Extender) choose(node string, r vgpu.Request) ([]string, float64, error) {
+	n, err := e.nodes.Get(node)
+	if err != nil {
+		return nil, 0, fmt.Errorf("flexgv: node %s: %w", node, err)
+	}
+	inv, ok, err := vgpu.NodeInventory(n)
+	if err != nil {
+		return nil, 0, err
+	}
+	if !ok {
+		return nil, 0, fmt.Errorf("%w: flexgv: node %s has no FlexGV device plugin (no %s annotation)", vgpu.ErrNoRoom, node, vgpu.AnnotationInventory)
+	}
+	use, err := e.used(node, inv.ContextMiB)
+	if err != nil {
+		return nil, 0, err
+	}
+	return vgpu.Choose(inv, use, r, e.policy)
+}
+
+// Filter keeps the nodes with room for the pod.
+func (e *Extender) Filter(args extenderv1.ExtenderArgs) extenderv1.ExtenderFilterResult {
+	if args.Pod == nil || args.NodeNames == nil {
+		return extenderv1.ExtenderFilterResult{Error: "flexgv scheduler: expects a pod and node names (nodeCacheCapable: true)"}
+	}
+	r, ok, err := vgpu.PodRequest(args.Pod)
+	if err != nil {
+		return extenderv1.ExtenderFilterResult{Error: fmt.Sprintf("flexgv: pod %s/%s: %v", args.Pod.Namespace, args.Pod.Name, err)}
+	}
+	if !ok {
+		return extenderv1.ExtenderFilterResult{NodeNames: args.NodeNames}
+	}
+	fits, failed := []string{}, extenderv1.FailedNodesMap{}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, node := range *args.NodeNames {
+		if _, _, err := e.choose(node, r); err != nil {
+			failed[node] = strings.TrimPrefix(err.Error(), vgpu.ErrNoRoom.Error()+": ")
+			continue
+		}
+		fits = append(fits, node)
+	}
+	return extenderv1.ExtenderFilterResult{NodeNames: &fits, FailedNodes: failed}
+}
+
+// Prioritize scores nodes 0..MaxExtenderPriority by placement policy.
+func (e *Extender) Prioritize(args extenderv1.ExtenderArgs) (extenderv1.HostPriorityList, error) {
+	if args.Pod == nil || args.NodeNames == nil {
+		return nil, errors.New("expects a pod and node names (nodeCacheCapable: true)")
+	}
+	r, ok, err := vgpu.PodRequest(args.Pod)
+	if err != nil {
+		return nil, err
+	}
+	out := extenderv1.HostPriorityList{}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, node := range *args.NodeNames {
+		var score float64
+		if ok {
+			_, score, _ = e.choose(node, r)
+		}
+		out = append(out, extenderv1.HostPriority{Host: node, Score: int64(math.Round(score * float64(extenderv1.MaxExtenderPriority)))})
+	}
+	return out, nil
+}
+
+// Bind places the pod on GPUs of the node the scheduler chose and binds it
+// there, the GPUs recorded on the pod by the same call.
+func (e *Extender) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs) error {
+	pod, err := e.pod(ctx, args.PodNamespace, args.PodName, args.PodUID)
+	if err != nil {
+		return err
+	}
+	r, ok, err := vgpu.PodRequest(pod)
+	if err != nil {
+		return err
+	}
+	annotations := map[string]string{}
+	if ok {
+		e.mu.Lock()
+		gpus, _, err := e.choose(args.Node, r)
+		if err == nil {
+			e.reserved[args.PodUID] = placement{node: args.Node, gpus: gpus, req: r}
+		}
+		e.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		annotations[vgpu.AnnotationGPUs] = strings.Join(gpus, ",")
+		annotations[vgpu.AnnotationBoundAt] = time.Now().UTC().Format(time.RFC3339Nano)
+	}
+	b := &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Name: args.PodName, Namespace: args.PodNamespace, UID: args.PodUID, Annotations: annotations},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: args.Node},
+	}
+	if err := e.client.CoreV1().Pods(args.PodNamespace).Bind(ctx, b, metav1.CreateOptions{}); err != nil {
+		e.mu.Lock()
+		delete(e.reserved, args.PodUID)
+		e.mu.Unlock()
+		return err
+	}
+	if ok {
+		e.log.Printf("bound %s/%s to %s, GPUs %s", args.PodNamespace, args.PodName, args.Node, annotations[vgpu.AnnotationGPUs])
+	}
+	return nil
+}
+
+// pod is the pod being bound, from the informer if it has it yet.
+func (e *Extender) pod(ctx context.Context, ns, name string, uid types.UID) (*corev1.Pod, error) {
+	if obj, ok, _ := e.pods.GetByKey(ns + "/" + name); ok {
+		if p := obj.(*corev1.Pod); p.UID == uid {
+			return p, nil
+		}
+	}
+	p, err := e.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if p.UID != uid {
+		return nil, apierrors.NewConflict(corev1.Resource("pods"), name, fmt.Errorf("pod %s/%s is another pod now (UID %s, not %s)", ns, name, p.UID, uid))
+	}
+	return p, nil
+}
+
+// maxBody bounds a request from the scheduler: a pod and node names.
+const maxBody = 16 << 20
+
+// Handler serves the extender verbs /filter, /prioritize and /bind.
+func (e *Extender) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /filter", func(w http.ResponseWriter, r *http.Request) {
+		var args extenderv1.ExtenderArgs
+		if !decode(w, r, &args) {
+			return
+		}
+		reply(w, e.Filter(args))
+	})
+	mux.HandleFunc("POST /prioritize", func(w http.ResponseWriter, r *http.Request) {
+		var args extenderv1.ExtenderArgs
+		if !decode(w, r, &args) {
+			return
+		}
+		list, err := e.Prioritize(args)
+		if err != nil {
+			http.Error(w, "flexgv scheduler: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		reply(w, list)
+	})
+	mux.HandleFunc("POST /bind", func(w http.ResponseWriter, r *http.Request) {
+		var args extenderv1.ExtenderBindingArgs
+		if !decode(w, r, &args) {
+			return
+		}
+		var res extenderv1.ExtenderBindingResult
+		if err := e.Bind(r.Context(), args); err != nil {
+			res.Error = err.Error()
+			e.log.Printf("binding %s/%s to %s: %v", args.PodNamespace, args.PodName, args.Node, err)
+		}
+		reply(w, res)
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	return mux
+}
+
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody)).Decode(v); err != nil {
+		http.Error(w, "flexgv scheduler: bad request: "+err.Error(), http.StatusBadRequest)
+		return false
+	}
+	return true
+}
+
+func reply(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(v)
+}
+
+// Serve runs the extender on addr (HOST:PORT) until ctx ends.
+func Serve(ctx context.Context, e *Extender, addr string) error {
+	srv := &http.Server{Addr: addr, Handler: e.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return srv.Shutdown(sctx)
+}

@@ -1,0 +1,145 @@
+package extender
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/flexgv/flexgv/internal/k8s/vgpu"
+)
+
+func node(name string, gpus ...int64) *corev1.Node {
+	inv := vgpu.Inventory{Slots: 2, ContextMiB: 100}
+	for i, mib := range gpus {
+		inv.GPUs = append(inv.GPUs, vgpu.GPU{UUID: name + "-gpu" + string(rune('0'+i)), Index: i, MemoryMiB: mib, Healthy: true})
+	}
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{vgpu.AnnotationInventory: inv.Encode()}}}
+}
+
+func pod(name string, mem string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name)},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
+			vgpu.ResourceVGPU: resource.MustParse("1"), vgpu.ResourceMemory: resource.MustParse(mem),
+		}}}}},
+	}
+}
+
+func post(t *testing.T, srv *httptest.Server, path string, body any) (int, []byte) {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	resp, err := http.Post(srv.URL+path, "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, out
+}
+
+func start(t *testing.T, objs ...any) (*Extender, *httptest.Server) {
+	t.Helper()
+	client := fake.NewClientset()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	for _, o := range objs {
+		var err error
+		switch o := o.(type) {
+		case *corev1.Node:
+			_, err = client.CoreV1().Nodes().Create(ctx, o, metav1.CreateOptions{})
+		case *corev1.Pod:
+			_, err = client.CoreV1().Pods(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := New(client, vgpu.Binpack, io.Discard)
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(e.Handler())
+	t.Cleanup(srv.Close)
+	return e, srv
+}
+
+func TestFilterCountsPlacedPods(t *testing.T) {
+	// small's GPU has 1000 MiB; 600 MiB are held by a pod placed there.
+	held := pod("held", "500")
+	held.Spec.NodeName = "small"
+	held.Annotations = map[string]string{vgpu.AnnotationGPUs: "small-gpu0"}
+	plain := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "plain"}}
+	_, srv := start(t, node("small", 1000), node("big", 4000), plain, held)
+	names := []string{"small", "big", "plain"}
+	code, body := post(t, srv, "/filter", extenderv1.ExtenderArgs{Pod: pod("p", "400"), NodeNames: &names})
+	var res extenderv1.ExtenderFilterResult
+	if err := json.Unmarshal(body, &res); code != http.StatusOK || err != nil {
+		t.Fatalf("filter: %d %s", code, body)
+	}
+	if res.NodeNames == nil || strings.Join(*res.NodeNames, ",") != "big" {
+		t.Errorf("filter kept %v, want big", res.NodeNames)
+	}
+	if want := "flexgv: no GPU with 400 MiB (+100 MiB context) free (small-gpu0 has 400 MiB, 100 percent compute)"; res.FailedNodes["small"] != want {
+		t.Errorf("small: %q, want %q", res.FailedNodes["small"], want)
+	}
+	if !strings.Contains(res.FailedNodes["plain"], "node plain has no FlexGV device plugin") {
+		t.Errorf("plain: %q", res.FailedNodes["plain"])
+	}
+}
+
+func TestFilterPassesOtherPodsAndRefusesBadOnes(t *testing.T) {
+	_, srv := start(t, node("n", 1000))
+	names := []string{"n"}
+	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}}}}
+	_, body := post(t, srv, "/filter", extenderv1.ExtenderArgs{Pod: plain, NodeNames: &names})
+	var res extenderv1.ExtenderFilterResult
+	json.Unmarshal(body, &res)
+	if res.NodeNames == nil || len(*res.NodeNames) != 1 || res.Error != "" {
+		t.Errorf("a pod without vGPUs: %s", body)
+	}
+	bad := pod("bad", "100")
+	delete(bad.Spec.Containers[0].Resources.Limits, vgpu.ResourceVGPU)
+	_, body = post(t, srv, "/filter", extenderv1.ExtenderArgs{Pod: bad, NodeNames: &names})
+	res = extenderv1.ExtenderFilterResult{}
+	json.Unmarshal(body, &res)
+	if !strings.Contains(res.Error, "asks for flexgv.io/gpu-memory without flexgv.io/vgpu") {
+		t.Errorf("a bad pod: %s", body)
+	}
+	if code, body := post(t, srv, "/filter", extenderv1.ExtenderArgs{Pod: pod("p", "1")}); !strings.Contains(string(body), "nodeCacheCapable: true") || code != http.StatusOK {
+		t.Errorf("filter without node names: %d %s", code, body)
+	}
+	resp, err := http.Post(srv.URL+"/bind", "application/json", strings.NewReader("{"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("bind of bad JSON: %s", resp.Status)
+	}
+}
+
+// Binding reserves: a second pod bound before the API server reports the
+// first finds its GPU taken.
+func TestBindReserves(t *testing.T) {
+	a, b := pod("a", "600"), pod("b", "600")
+	e, _ := start(t, node("n", 1000), a, b)
+	if err := e.Bind(context.Background(), extenderv1.ExtenderBindingArgs{PodName: "a", PodNamespace: "default", PodUID: a.UID, Node: "n"}); err != nil {
+		t.Fatal(err)
+	}
+	err := e.Bind(context.Background(), extenderv1.ExtenderBindingArgs{PodName: "b", PodNamespace: "default", PodUID: b.UID, Node: "n"})
+	if err == nil || !strings.Contains(err.Error(), "n-gpu0 has 300 MiB") {
+		t.Errorf("binding b onto a's GPU: %v", err)
+	}
+}

@@ -1,0 +1,154 @@
+package k8s
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
+	"sigs.k8s.io/yaml"
+)
+
+const chartNamespace = "flexgv-system"
+
+// renderChart renders deploy/helm/flexgv as helm install would, with the
+// API versions extra (e.g. monitoring.coreos.com/v1) present, and returns
+// its objects.
+func renderChart(extra ...string) ([]*unstructured.Unstructured, error) {
+	ch, err := loader.Load(filepath.Join("..", "..", "deploy", "helm", "flexgv"))
+	if err != nil {
+		return nil, err
+	}
+	caps := chartutil.DefaultCapabilities.Copy()
+	caps.APIVersions = append(caps.APIVersions, extra...)
+	vals, err := chartutil.ToRenderValues(ch, ch.Values, chartutil.ReleaseOptions{Name: "flexgv", Namespace: chartNamespace, IsInstall: true}, caps)
+	if err != nil {
+		return nil, err
+	}
+	files, err := engine.Render(ch, vals)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var objs []*unstructured.Unstructured
+	for _, n := range names {
+		if !strings.HasSuffix(n, ".yaml") {
+			continue
+		}
+		for _, doc := range strings.Split(files[n], "\n---") {
+			var m map[string]any
+			if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+				return nil, fmt.Errorf("%s: %w\n%s", n, err, doc)
+			}
+			if len(m) > 0 {
+				objs = append(objs, &unstructured.Unstructured{Object: m})
+			}
+		}
+	}
+	return objs, nil
+}
+
+// chartExtenders is the extenders section of the chart's kube-scheduler
+// configuration, with urlPrefix pointed at url: the tests' kube-scheduler
+// runs the extender as deployed.
+func chartExtenders(url string) (string, error) {
+	objs, err := renderChart()
+	if err != nil {
+		return "", err
+	}
+	for _, o := range objs {
+		if o.GetKind() != "ConfigMap" || !strings.HasSuffix(o.GetName(), "-scheduler") {
+			continue
+		}
+		text, _, _ := unstructured.NestedString(o.Object, "data", "config.yaml")
+		var cfg map[string]any
+		if err := yaml.Unmarshal([]byte(text), &cfg); err != nil {
+			return "", err
+		}
+		exts, _ := cfg["extenders"].([]any)
+		if len(exts) != 1 {
+			return "", fmt.Errorf("the chart's scheduler configuration has %d extenders, want 1", len(exts))
+		}
+		exts[0].(map[string]any)["urlPrefix"] = url
+		b, err := yaml.Marshal(map[string]any{"extenders": exts})
+		return string(b), err
+	}
+	return "", fmt.Errorf("the chart has no scheduler ConfigMap")
+}
+
+// The chart's objects are what the API server accepts (server-side dry run:
+// schema, defaults, validation), and it has what the README promises.
+func TestChartInstalls(t *testing.T) {
+	objs, err := renderChart()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := cp.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chartNamespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	kinds := map[string]int{}
+	for _, o := range objs {
+		gvk := o.GroupVersionKind()
+		kinds[gvk.Kind]++
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			t.Errorf("%s %s: %v", gvk.Kind, o.GetName(), err)
+			continue
+		}
+		ri := dyn.Resource(m.Resource)
+		var c dynamic.ResourceInterface = ri
+		if o.GetNamespace() != "" {
+			c = ri.Namespace(o.GetNamespace())
+		}
+		if _, err := c.Create(ctx, o, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"}); err != nil {
+			t.Errorf("%s %s: %v", gvk.Kind, o.GetName(), err)
+		}
+	}
+	for kind, n := range map[string]int{"DaemonSet": 1, "Deployment": 2, "ValidatingWebhookConfiguration": 1, "MutatingWebhookConfiguration": 1, "ConfigMap": 1} {
+		if kinds[kind] != n {
+			t.Errorf("the chart has %d %s, want %d (all: %v)", kinds[kind], kind, n, kinds)
+		}
+	}
+	if kinds["ServiceMonitor"] != 0 {
+		t.Errorf("a ServiceMonitor without the Prometheus operator's API")
+	}
+	withOperator, err := renderChart("monitoring.coreos.com/v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	monitors := 0
+	for _, o := range withOperator {
+		if o.GetKind() == "ServiceMonitor" {
+			monitors++
+		}
+	}
+	if monitors != 1 {
+		t.Errorf("%d ServiceMonitors with the Prometheus operator's API, want 1", monitors)
+	}
+}

@@ -1,0 +1,736 @@
+package k8s
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
+	kubecontainer "k8s.io/kubernetes/pkg/kubelet/container"
+
+	"github.com/flexgv/flexgv/internal/daemon"
+	"github.com/flexgv/flexgv/internal/k8s/deviceplugin"
+	"github.com/flexgv/flexgv/internal/k8s/vgpu"
+	"github.com/flexgv/flexgv/internal/sched"
+	flexgvv1 "github.com/flexgv/flexgv/proto/flexgv/v1"
+	"github.com/flexgv/flexgv/tests/k8s/kubelet"
+)
+
+// gpuNode is one node of simulated GPUs: its node daemon (flexgv daemon),
+// the kubelet's device manager, and the FlexGV device plugin between them.
+type gpuNode struct {
+	t        *testing.T
+	name     string
+	dir      string   // the simulated machine: GPU state, tenant files
+	env      []string // of every process on the node
+	daemon   *exec.Cmd
+	daemonWG sync.WaitGroup
+	kubelet  *kubelet.Node
+	health   *healthGate
+	stdinMu  sync.Mutex
+	stdin    map[string]io.WriteCloser // of running containers with stdin: true, by pod name
+	cancel   context.CancelFunc
+	done     chan struct{}
+}
+
+// healthGate passes the daemon's GPU list on, less the GPUs a test has
+// failed: the plugin then sees them as NVML stopped listing them.
+type healthGate struct {
+	deviceplugin.Daemon
+	mu     sync.Mutex
+	failed map[string]bool
+}
+
+func (h *healthGate) Devices(ctx context.Context) ([]deviceplugin.Device, error) {
+	devs, err := h.Daemon.Devices(ctx)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.DeleteFunc(devs, func(d deviceplugin.Device) bool { return h.failed[d.UUID] }), err
+}
+
+func (h *healthGate) fail(uuid string) {
+	h.mu.Lock()
+	h.failed[uuid] = true
+	h.mu.Unlock()
+}
+
+const (
+	nodeGPUs   = 2
+	nodeGPUMiB = 16384
+	nodeCtxMiB = 512
+)
+
+func startGPUNode(t *testing.T, name string) *gpuNode {
+	t.Helper()
+	if !privateKubelet {
+		t.Skip("the kubelet's device manager needs a mount namespace of its own (root)")
+	}
+	n := &gpuNode{t: t, name: name, dir: t.TempDir(), done: make(chan struct{}), stdin: map[string]io.WriteCloser{}}
+	n.env = []string{
+		"FLEXGV_SIM_STATE=" + filepath.Join(n.dir, "gpu.state"),
+		"FLEXGV_STATE_DIR=" + filepath.Join(n.dir, "tenants"),
+		fmt.Sprintf("FLEXGV_SIM_DEVICES=%d", nodeGPUs),
+		fmt.Sprintf("FLEXGV_SIM_MEM=%dMiB", nodeGPUMiB),
+		"LD_LIBRARY_PATH=" + filepath.Join(build, "sim"),
+	}
+	n.startDaemon()
+	ctx := context.Background()
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": name}}}
+	node, err := cp.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Spec.Taints = nil
+	if node, err = cp.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	node.Status = corev1.NodeStatus{Capacity: corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("256Gi"), corev1.ResourcePods: resource.MustParse("100"),
+	}}
+	node.Status.Allocatable = node.Status.Capacity
+	if _, err := cp.Client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cp.Client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}) })
+	n.startKubelet()
+	t.Cleanup(func() { n.kubelet.Stop() })
+
+	// The GPUs' device nodes, as the plugin finds them under /dev.
+	devRoot := filepath.Join(n.dir, "dev")
+	os.MkdirAll(devRoot, 0o755)
+	for _, f := range []string{"nvidia0", "nvidia1", "nvidiactl"} {
+		os.WriteFile(filepath.Join(devRoot, f), nil, 0o644)
+	}
+	client, err := daemon.Connect(daemon.Socket(filepath.Join(n.dir, "tenants")))
+	if err != nil || client == nil {
+		t.Fatalf("connecting to the node daemon: %v", err)
+	}
+	t.Cleanup(func() { client.Close() })
+	n.health = &healthGate{Daemon: deviceplugin.DaemonAPI{Client: client}, failed: map[string]bool{}}
+	logw := &testWriter{t: t}
+	p := deviceplugin.New(deviceplugin.Config{
+		NodeName: name, PluginDir: kubeletDir, Slots: slots, ContextMiB: nodeCtxMiB,
+		Shim: filepath.Join(build, "lib", "libflexgv.so"), DevRoot: devRoot, PodResources: n.podResources(),
+		HealthEvery: 100 * time.Millisecond, SyncEvery: 100 * time.Millisecond, Log: logw,
+	}, n.health, cp.Client)
+	pctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	go func() { p.Run(pctx); close(n.done) }()
+	t.Cleanup(func() { cancel(); <-n.done; logw.stop() })
+	n.waitCapacity(int64(nodeGPUs * slots))
+	return n
+}
+
+// testWriter logs to the test while it runs.
+type testWriter struct {
+	t    *testing.T
+	mu   sync.Mutex
+	done bool
+}
+
+func (w *testWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimSpace(string(b)))
+	}
+	return len(b), nil
+}
+
+func (w *testWriter) stop() {
+	w.mu.Lock()
+	w.done = true
+	w.mu.Unlock()
+}
+
+func (n *gpuNode) startDaemon() {
+	n.t.Helper()
+	logPath := filepath.Join(n.dir, "daemon.log")
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	defer f.Close()
+	cmd := exec.Command(filepath.Join(build, "bin", "flexgv"), "daemon", "--metrics-addr", "")
+	cmd.Env = append(os.Environ(), n.env...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	n.daemon = cmd
+	n.daemonWG.Add(1)
+	go func() { cmd.Wait(); n.daemonWG.Done() }()
+	n.t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		n.daemonWG.Wait()
+		if n.t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			n.t.Logf("flexgv daemon log:\n%s", b)
+		}
+	})
+	sock := daemon.Socket(filepath.Join(n.dir, "tenants"))
+	eventually(n.t, 10*time.Second, "flexgv daemon serving on "+sock, func() (bool, error) {
+		c, err := net.Dial("unix", sock)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil, err
+	})
+}
+
+// killDaemon kills the node daemon as a crash would.
+func (n *gpuNode) killDaemon() {
+	n.daemon.Process.Kill()
+	n.daemonWG.Wait()
+}
+
+// podResources is the kubelet's pod-resources socket.
+func (n *gpuNode) podResources() string { return filepath.Join(n.dir, "pod-resources.sock") }
+
+func (n *gpuNode) startKubelet() {
+	k, err := kubelet.Start(cp.Client, n.name, n.podResources(), n.runContainer)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	n.kubelet = k
+}
+
+// runContainer runs the container's command, a test client of build/tests,
+// as a container runtime would with the device plugin's settings: its
+// environment, its mounts (a path the container would see at a mount's
+// container path is the mount's host path here) and the node's own
+// settings (the simulated GPU's state and libraries).
+// A container with stdin: true has it open until the pod is deleted; others
+// read an empty one, as in a pod.
+func (n *gpuNode) runContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, opts *devicemanager.DeviceRunContainerOptions) (int, string) {
+	env := slices.Clone(n.env)
+	for _, e := range opts.Envs {
+		v := e.Value
+		for _, m := range opts.Mounts {
+			if v == m.ContainerPath {
+				v = m.HostPath
+			}
+		}
+		env = append(env, e.Name+"="+v)
+	}
+	args := slices.Concat(c.Command, c.Args)
+	cmd := exec.Command(filepath.Join(build, "tests", args[0]), args[1:]...)
+	cmd.Env = env
+	if c.Stdin {
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			return 127, err.Error()
+		}
+		n.stdinMu.Lock()
+		n.stdin[pod.Name] = stdin
+		n.stdinMu.Unlock()
+		go func() { <-ctx.Done(); stdin.Close() }()
+	}
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), string(out)
+	}
+	if err != nil {
+		return 127, err.Error()
+	}
+	return 0, string(out)
+}
+
+// writeStdin writes line to the stdin of pod name's container.
+func (n *gpuNode) writeStdin(name, line string) {
+	n.t.Helper()
+	var w io.WriteCloser
+	eventually(n.t, 10*time.Second, "the container of "+name+" started", func() (bool, error) {
+		n.stdinMu.Lock()
+		defer n.stdinMu.Unlock()
+		w = n.stdin[name]
+		return w != nil, nil
+	})
+	if _, err := io.WriteString(w, line); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+// waitCapacity waits for the kubelet to report vgpus healthy vGPUs.
+func (n *gpuNode) waitCapacity(vgpus int64) {
+	n.t.Helper()
+	eventually(n.t, 20*time.Second, fmt.Sprintf("node %s with %d allocatable %s", n.name, vgpus, vgpu.ResourceVGPU), func() (bool, error) {
+		node, err := cp.Client.CoreV1().Nodes().Get(context.Background(), n.name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		q := node.Status.Allocatable[vgpu.ResourceVGPU]
+		return q.Value() == vgpus, fmt.Errorf("allocatable %s", q.String())
+	})
+}
+
+func (n *gpuNode) tenants() []string {
+	n.t.Helper()
+	names, err := n.health.Tenants(context.Background())
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return names
+}
+
+// clientPod is a pod of the node running a test client with one vGPU.
+func clientPod(ns, name, pool string, memMiB, computePct int64, command ...string) *corev1.Pod {
+	p := vgpuPod(ns, name, pool, memMiB, computePct)
+	p.Spec.RestartPolicy = corev1.RestartPolicyNever
+	p.Spec.Containers[0].Command = command
+	return p
+}
+
+// holderPod is a pod whose holder runs until the pod is deleted (its
+// stdin, kept open, closes then).
+func holderPod(ns, name, pool string, memMiB, computePct int64, holdMiB string) *corev1.Pod {
+	p := clientPod(ns, name, pool, memMiB, computePct, "holder", holdMiB)
+	p.Spec.Containers[0].Stdin = true
+	return p
+}
+
+// finished waits for pod name to end and returns it.
+func finished(t *testing.T, ns, name string) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	eventually(t, 60*time.Second, "pod "+name+" finished", func() (bool, error) {
+		var err error
+		pod, err = cp.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed, fmt.Errorf("phase %s", pod.Status.Phase)
+	})
+	return pod
+}
+
+// running waits for pod name to run and returns it.
+func running(t *testing.T, ns, name string) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	eventually(t, 60*time.Second, "pod "+name+" running", func() (bool, error) {
+		var err error
+		pod, err = cp.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return pod.Status.Phase == corev1.PodRunning, fmt.Errorf("phase %s", pod.Status.Phase)
+	})
+	return pod
+}
+
+func TestDevicePluginGivesThePodItsLimits(t *testing.T) {
+	n := startGPUNode(t, "gpu-a")
+	ns := namespace(t, "dp-limits")
+	ctx := context.Background()
+
+	// The node as the plugin published it.
+	node, err := cp.Client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, ok, err := vgpu.NodeInventory(node)
+	if err != nil || !ok || len(inv.GPUs) != nodeGPUs || inv.Slots != slots || inv.ContextMiB != nodeCtxMiB {
+		t.Fatalf("inventory %+v, %v %v", inv, ok, err)
+	}
+	for _, g := range inv.GPUs {
+		if g.MemoryMiB != nodeGPUMiB || !g.Healthy {
+			t.Errorf("GPU %+v", g)
+		}
+	}
+	if q := node.Status.Allocatable[vgpu.ResourceMemory]; q.Value() != nodeGPUs*nodeGPUMiB {
+		t.Errorf("allocatable %s: %s", vgpu.ResourceMemory, q.String())
+	}
+
+	// What the program sees: the quota (its memory and one context) as the
+	// device's size, and not a byte more to allocate.
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, clientPod(ns, "info", n.name, 2048, 30, "memclient", "info"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := finished(t, ns, "info")
+	out, _ := n.kubelet.Output("info")
+	if pod.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("pod info %s: %s %s\n%s", pod.Status.Phase, pod.Status.Reason, pod.Status.Message, out)
+	}
+	quota := uint64(2048+nodeCtxMiB) << 20
+	if !strings.Contains(out, fmt.Sprintf(" total %d ", quota)) {
+		t.Errorf("memclient info under the pod's allocation: %q, want total %d", out, quota)
+	}
+	gpus := vgpu.PodGPUs(pod)
+	alloc := n.kubelet.Allocation("info")
+	env := map[string]string{}
+	for _, e := range alloc.Envs {
+		env[e.Name] = e.Value
+	}
+	want := map[string]string{
+		"FLEXGV_TENANT": deviceplugin.ContainerTenant, "LD_PRELOAD": deviceplugin.ContainerShim,
+		"CUDA_VISIBLE_DEVICES": gpus[0], "NVIDIA_VISIBLE_DEVICES": gpus[0], "FLEXGV_COMPUTE": "1",
+	}
+	for k, v := range want {
+		if env[k] != v {
+			t.Errorf("container env %s=%q, want %q", k, env[k], v)
+		}
+	}
+	idx := slices.IndexFunc(inv.GPUs, func(g vgpu.GPU) bool { return g.UUID == gpus[0] })
+	var devs []string
+	for _, d := range alloc.Devices {
+		devs = append(devs, d.PathInContainer)
+	}
+	if wantDevs := []string{fmt.Sprintf("/dev/nvidia%d", idx), "/dev/nvidiactl"}; !slices.Equal(devs, wantDevs) {
+		t.Errorf("container devices %v, want %v", devs, wantDevs)
+	}
+
+	// One byte over what is left fails, exactly what is left succeeds.
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, clientPod(ns, "exact", n.name, 1024, 0, "memclient", "exact"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	finished(t, ns, "exact")
+	out, _ = n.kubelet.Output("exact")
+	var room uint64
+	if _, after, ok := strings.Cut(out, "room "); ok {
+		fmt.Sscanf(after, "%d", &room)
+	}
+	if room == 0 || room > (1024+nodeCtxMiB)<<20 || !strings.Contains(out, "one byte more -> CUDA_ERROR_OUT_OF_MEMORY, exactly -> CUDA_SUCCESS") {
+		t.Errorf("memclient exact in a pod of 1024 MiB (+%d MiB context): %q", nodeCtxMiB, out)
+	}
+	if env := n.kubelet.Allocation("exact").Envs; slices.ContainsFunc(env, func(e kubecontainer.EnvVar) bool { return e.Name == "FLEXGV_COMPUTE" }) {
+		t.Errorf("FLEXGV_COMPUTE set for a pod without a compute share: %v", env)
+	}
+
+	// The compute shares hold too: spinners of a 30 % and a 70 % pod on one
+	// GPU, started together, divide it 30:70 (± 5, as flexgv run --compute
+	// is checked).
+	shares := map[string]int64{"spin-30": 30, "spin-70": 70}
+	for name, pct := range shares {
+		p := clientPod(ns, name, n.name, 256, pct, "spinner", "1000", "3", "16")
+		p.Spec.Containers[0].Stdin = true
+		if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var placed []string
+	for name := range shares {
+		placed = append(placed, vgpu.PodGPUs(running(t, ns, name))...)
+	}
+	if len(placed) != 2 || placed[0] != placed[1] {
+		t.Fatalf("the spinners were placed on %v, not together", placed)
+	}
+	for name := range shares {
+		n.writeStdin(name, "go\n")
+	}
+	got, total := map[string]float64{}, 0.0
+	for name := range shares {
+		finished(t, ns, name)
+		out, _ := n.kubelet.Output(name)
+		if _, after, ok := strings.Cut(out, " share "); ok {
+			var share float64
+			fmt.Sscanf(after, "%f", &share)
+			got[name] = share
+		}
+	}
+	total = got["spin-30"] + got["spin-70"]
+	for name, pct := range shares {
+		if share := got[name] * 100 / total; total == 0 || share < float64(pct)-5 || share > float64(pct)+5 {
+			t.Errorf("the spinner of %s got %.1f%% of the busy GPU, want %d ± 5 (all: %v)", name, share, pct, got)
+		}
+	}
+
+	// Pods finished, tenants gone; a running pod's goes when it is deleted.
+	eventually(t, 10*time.Second, "tenants of finished pods removed", func() (bool, error) {
+		got := n.tenants()
+		return len(got) == 0, fmt.Errorf("tenants %v", got)
+	})
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, holderPod(ns, "holder", n.name, 1024, 0, "256"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	running(t, ns, "holder")
+	eventually(t, 10*time.Second, "the holder's tenant", func() (bool, error) {
+		got := n.tenants()
+		return len(got) == 1, fmt.Errorf("tenants %v", got)
+	})
+	zero := int64(0)
+	if err := cp.Client.CoreV1().Pods(ns).Delete(ctx, "holder", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "tenants of deleted pods removed", func() (bool, error) {
+		got := n.tenants()
+		return len(got) == 0, fmt.Errorf("tenants %v", got)
+	})
+}
+
+// heldTenant is the daemon's view of tenant name: held, and its quotas.
+func (n *gpuNode) heldTenant(name string) (held bool, quotas []uint64) {
+	n.t.Helper()
+	c, err := daemon.Connect(daemon.Socket(filepath.Join(n.dir, "tenants")))
+	if err != nil || c == nil {
+		n.t.Fatalf("connecting to the node daemon: %v", err)
+	}
+	defer c.Close()
+	tn, err := c.GetTenant(context.Background(), &flexgvv1.GetTenantRequest{Name: name})
+	if err != nil {
+		return false, nil
+	}
+	for _, d := range tn.Devices {
+		quotas = append(quotas, d.QuotaBytes)
+	}
+	return tn.Held, quotas
+}
+
+func TestDaemonAndKubeletRestartsLoseNoTenant(t *testing.T) {
+	n := startGPUNode(t, "gpu-b")
+	ns := namespace(t, "dp-restart")
+	ctx := context.Background()
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, holderPod(ns, "holder", n.name, 1024, 0, "256"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := running(t, ns, "holder")
+	tenant := deviceplugin.TenantPrefix + string(pod.UID)
+	held, before := n.heldTenant(tenant)
+	if !held || len(before) == 0 {
+		t.Fatalf("tenant %s: held %v, quotas %v", tenant, held, before)
+	}
+
+	// The daemon dies mid-way and comes back: it holds the tenant again
+	// with the same quotas, and the plugin goes on through it.
+	n.killDaemon()
+	n.startDaemon()
+	held, after := n.heldTenant(tenant)
+	if !held || !slices.Equal(before, after) {
+		t.Errorf("after the daemon's restart, tenant %s: held %v, quotas %v, were %v", tenant, held, after, before)
+	}
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, clientPod(ns, "after-daemon", n.name, 1024, 0, "memclient", "info"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if p := finished(t, ns, "after-daemon"); p.Status.Phase != corev1.PodSucceeded {
+		out, _ := n.kubelet.Output("after-daemon")
+		t.Errorf("a pod after the daemon's restart: %s %s\n%s", p.Status.Phase, p.Status.Message, out)
+	}
+
+	// The kubelet restarts (removing the plugins' sockets): the plugin
+	// registers again and its vGPUs are allocatable again.
+	n.kubelet.Stop()
+	n.startKubelet()
+	eventually(t, 10*time.Second, "the plugin registered with the new kubelet", func() (bool, error) {
+		return n.kubelet.Allocatable(vgpu.ResourceVGPU) == nodeGPUs*slots, nil
+	})
+	n.waitCapacity(int64(nodeGPUs * slots))
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, clientPod(ns, "after-kubelet", n.name, 1024, 0, "memclient", "info"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if p := finished(t, ns, "after-kubelet"); p.Status.Phase != corev1.PodSucceeded {
+		out, _ := n.kubelet.Output("after-kubelet")
+		t.Errorf("a pod after the kubelet's restart: %s %s\n%s", p.Status.Phase, p.Status.Message, out)
+	}
+	if held, _ := n.heldTenant(tenant); !held {
+		t.Errorf("tenant %s lost across the restarts", tenant)
+	}
+}
+
+func TestUnhealthyGPUGetsNoNewPods(t *testing.T) {
+	n := startGPUNode(t, "gpu-c")
+	ns := namespace(t, "dp-health")
+	ctx := context.Background()
+	node, err := cp.Client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, _, _ := vgpu.NodeInventory(node)
+	bad, good := inv.GPUs[0].UUID, inv.GPUs[1].UUID
+	n.health.fail(bad)
+	// The kubelet counts the bad GPU's slots out, the scheduler its memory.
+	n.waitCapacity(slots)
+	eventually(t, 10*time.Second, "the node's inventory marking "+bad+" unhealthy", func() (bool, error) {
+		node, err := cp.Client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		inv, _, err := vgpu.NodeInventory(node)
+		return err == nil && !inv.GPUs[0].Healthy && inv.GPUs[1].Healthy, err
+	})
+	// Pods fit on either GPU; each goes to the healthy one until it is full.
+	for i := range 3 {
+		name := fmt.Sprintf("p-%d", i)
+		if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, holderPod(ns, name, n.name, 6000, 0, "64"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if i < 2 {
+			if p := running(t, ns, name); !slices.Equal(vgpu.PodGPUs(p), []string{good}) {
+				t.Errorf("pod %s placed on %v, want the healthy %s", name, vgpu.PodGPUs(p), good)
+			}
+			// The container gets the GPU it was placed on, not the first.
+			alloc := n.kubelet.Allocation(name)
+			if !slices.ContainsFunc(alloc.Envs, func(e kubecontainer.EnvVar) bool { return e.Name == "CUDA_VISIBLE_DEVICES" && e.Value == good }) ||
+				alloc.Devices[0].PathInContainer != "/dev/nvidia1" {
+				t.Errorf("pod %s on %s got %v and devices %v", name, good, alloc.Envs, alloc.Devices)
+			}
+		}
+	}
+	eventually(t, 20*time.Second, "p-2 reported unschedulable", func() (bool, error) {
+		p, err := cp.Client.CoreV1().Pods(ns).Get(ctx, "p-2", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonUnschedulable {
+				return p.Spec.NodeName == "", fmt.Errorf("node %q", p.Spec.NodeName)
+			}
+		}
+		return false, nil
+	})
+	n.kubelet.StopContainers()
+}
+
+// Two vGPUs land on two GPUs; a priority reaches the tenant.
+func TestDevicePluginTwoGPUsAndPriority(t *testing.T) {
+	n := startGPUNode(t, "gpu-d")
+	ns := namespace(t, "dp-two")
+	ctx := context.Background()
+	two := clientPod(ns, "two", n.name, 1024, 0, "memclient", "info")
+	two.Spec.Containers[0].Resources.Limits[vgpu.ResourceVGPU] = resource.MustParse("2")
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, two, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := finished(t, ns, "two")
+	gpus := vgpu.PodGPUs(pod)
+	if pod.Status.Phase != corev1.PodSucceeded || len(gpus) != 2 || gpus[0] == gpus[1] {
+		t.Fatalf("pod two: %s on %v: %s", pod.Status.Phase, gpus, pod.Status.Message)
+	}
+	var devs []string
+	for _, d := range n.kubelet.Allocation("two").Devices {
+		devs = append(devs, d.PathInContainer)
+	}
+	if !slices.Equal(devs, []string{"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl"}) && !slices.Equal(devs, []string{"/dev/nvidia1", "/dev/nvidia0", "/dev/nvidiactl"}) {
+		t.Errorf("devices of a pod with two vGPUs: %v", devs)
+	}
+
+	// A priority reaches the pod's tenant, and its container joins the
+	// GPU's scheduler.
+	high := holderPod(ns, "high", n.name, 1024, 0, "64")
+	high.Annotations = map[string]string{vgpu.AnnotationPriority: "high"}
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, high, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod = running(t, ns, "high")
+	c, err := daemon.Connect(daemon.Socket(filepath.Join(n.dir, "tenants")))
+	if err != nil || c == nil {
+		t.Fatalf("connecting to the node daemon: %v", err)
+	}
+	defer c.Close()
+	tn, err := c.GetTenant(ctx, &flexgvv1.GetTenantRequest{Name: deviceplugin.TenantPrefix + string(pod.UID)})
+	if err != nil || tn.Priority != sched.PriorityHigh {
+		t.Errorf("tenant of a high priority pod: %v, %v", tn, err)
+	}
+	alloc := n.kubelet.Allocation("high")
+	if !slices.ContainsFunc(alloc.Envs, func(e kubecontainer.EnvVar) bool { return e.Name == "FLEXGV_COMPUTE" && e.Value == "1" }) ||
+		!slices.ContainsFunc(alloc.Mounts, func(m kubecontainer.Mount) bool { return m.ContainerPath == "/run/flexgv/gpu-"+vgpu.PodGPUs(pod)[0] }) {
+		t.Errorf("a high priority pod's container: env %v, mounts %v", alloc.Envs, alloc.Mounts)
+	}
+	n.kubelet.StopContainers()
+}
+
+// Records the time from creating pods to their containers running with
+// their vGPUs: scheduling, binding, the kubelet's admission (polled every
+// 100 ms here) and Allocate, which creates the tenant.
+func TestAllocationLatency(t *testing.T) {
+	n := startGPUNode(t, "gpu-e")
+	ns := namespace(t, "dp-latency")
+	ctx := context.Background()
+	w, err := cp.Client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	const pods = nodeGPUs * slots
+	created := map[string]time.Time{}
+	start := time.Now()
+	for i := range pods {
+		name := fmt.Sprintf("p-%d", i)
+		created[name] = time.Now()
+		if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, holderPod(ns, name, n.name, 1024, 10, "16"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var lat []time.Duration
+	timeout := time.After(60 * time.Second)
+	for len(lat) < pods {
+		select {
+		case ev := <-w.ResultChan():
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok || p.Status.Phase != corev1.PodRunning || created[p.Name].IsZero() {
+				continue
+			}
+			lat = append(lat, time.Since(created[p.Name]))
+			delete(created, p.Name)
+		case <-timeout:
+			list, _ := cp.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+			for _, p := range list.Items {
+				t.Logf("%s: %s %s %s", p.Name, p.Status.Phase, p.Status.Reason, p.Status.Message)
+			}
+			t.Fatalf("%d of %d pods running after 60s", len(lat), pods)
+		}
+	}
+	all := time.Since(start)
+	slices.Sort(lat)
+	t.Logf("%d pods created at once, all running with their vGPUs in %s; creation to running: median %s, max %s",
+		pods, all.Round(time.Millisecond), lat[len(lat)/2].Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond))
+	if got := len(n.tenants()); got != pods {
+		t.Errorf("%d tenants for %d running pods", got, pods)
+	}
+	n.kubelet.StopContainers()
+}
+
+// A pod created first but bound second is admitted second: each
+// allocation goes to the pod the kubelet is admitting, by binding order,
+// and each container gets its own pod's limits.
+func TestAllocationFollowsBindingOrder(t *testing.T) {
+	n := startGPUNode(t, "gpu-f")
+	ns := namespace(t, "dp-order")
+	ctx := context.Background()
+	resume := n.kubelet.Pause()
+	first := clientPod(ns, "created-first", n.name, 2048, 0, "memclient", "info")
+	first.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "flexgv.io/test"}}
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, first, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, clientPod(ns, "created-second", n.name, 1024, 0, "memclient", "info"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bound := func(name string) {
+		eventually(t, 20*time.Second, name+" bound", func() (bool, error) {
+			p, err := cp.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			return err == nil && p.Spec.NodeName != "", err
+		})
+	}
+	bound("created-second")
+	p, err := cp.Client.CoreV1().Pods(ns).Get(ctx, "created-first", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Spec.SchedulingGates = nil
+	if _, err := cp.Client.CoreV1().Pods(ns).Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bound("created-first")
+	resume()
+	for name, mib := range map[string]uint64{"created-first": 2048, "created-second": 1024} {
+		pod := finished(t, ns, name)
+		out, _ := n.kubelet.Output(name)
+		if want := fmt.Sprintf(" total %d ", (mib+nodeCtxMiB)<<20); pod.Status.Phase != corev1.PodSucceeded || !strings.Contains(out, want) {
+			t.Errorf("pod %s of %d MiB: %s %q, want%s", name, mib, pod.Status.Phase, out, want)
+		}
+	}
+}

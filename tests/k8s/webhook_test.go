@@ -1,0 +1,168 @@
+package k8s
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/flexgv/flexgv/internal/k8s/vgpu"
+)
+
+// servingCert makes a CA and a certificate it signs for 127.0.0.1, and
+// returns the CA (PEM) and the certificate's and key's files.
+func servingCert(t *testing.T) (caPEM []byte, certFile, keyFile string) {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "flexgv test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	leaf := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "flexgv webhook"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage:    x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	der, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, _ := x509.MarshalECPrivateKey(key)
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), certFile, keyFile
+}
+
+func TestWebhookRefusesBadRequests(t *testing.T) {
+	ctx := context.Background()
+	caPEM, certFile, keyFile := servingCert(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	startFlexGV(t, nil, "webhook", "--listen", addr, "--tls-cert", certFile, "--tls-key", keyFile, "--scheduler-name", "flexgv-test")
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	eventually(t, 10*time.Second, "flexgv webhook serving", func() (bool, error) {
+		resp, err := hc.Get("https://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil, err
+	})
+
+	// Only for this test's namespace: other tests' pods do not go through it.
+	selector := &metav1.LabelSelector{MatchLabels: map[string]string{"flexgv-webhook-test": "on"}}
+	rules := []admissionregv1.RuleWithOperations{{
+		Operations: []admissionregv1.OperationType{admissionregv1.Create},
+		Rule:       admissionregv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
+	}}
+	none, fail := admissionregv1.SideEffectClassNone, admissionregv1.Fail
+	url := func(path string) *string { u := "https://" + addr + path; return &u }
+	reg := cp.Client.AdmissionregistrationV1()
+	if _, err := reg.ValidatingWebhookConfigurations().Create(ctx, &admissionregv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "flexgv-test"},
+		Webhooks: []admissionregv1.ValidatingWebhook{{
+			Name: "validate.flexgv.io", ClientConfig: admissionregv1.WebhookClientConfig{URL: url("/validate"), CABundle: caPEM},
+			Rules: rules, NamespaceSelector: selector, SideEffects: &none, FailurePolicy: &fail, AdmissionReviewVersions: []string{"v1"},
+		}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.ValidatingWebhookConfigurations().Delete(ctx, "flexgv-test", metav1.DeleteOptions{}) })
+	if _, err := reg.MutatingWebhookConfigurations().Create(ctx, &admissionregv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "flexgv-test"},
+		Webhooks: []admissionregv1.MutatingWebhook{{
+			Name: "mutate.flexgv.io", ClientConfig: admissionregv1.WebhookClientConfig{URL: url("/mutate"), CABundle: caPEM},
+			Rules: rules, NamespaceSelector: selector, SideEffects: &none, FailurePolicy: &fail, AdmissionReviewVersions: []string{"v1"},
+		}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.MutatingWebhookConfigurations().Delete(ctx, "flexgv-test", metav1.DeleteOptions{}) })
+	ns := namespace(t, "webhook")
+	nsObj, err := cp.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsObj.Labels["flexgv-webhook-test"] = "on"
+	if _, err := cp.Client.CoreV1().Namespaces().Update(ctx, nsObj, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	memOnly := vgpuPod(ns, "mem-only", "none", 1024, 0)
+	delete(memOnly.Spec.Containers[0].Resources.Limits, vgpu.ResourceVGPU)
+	tooMuch := vgpuPod(ns, "too-much", "none", 1024, 150)
+	urgent := vgpuPod(ns, "urgent", "none", 1024, 0)
+	urgent.Annotations = map[string]string{vgpu.AnnotationPriority: "urgent"}
+	for _, tc := range []struct {
+		pod  *corev1.Pod
+		want string
+	}{
+		{memOnly, `admission webhook "validate.flexgv.io" denied the request: container app asks for flexgv.io/gpu-memory without flexgv.io/vgpu; add flexgv.io/vgpu: 1`},
+		{tooMuch, `admission webhook "validate.flexgv.io" denied the request: container app: flexgv.io/gpu-compute 150 is not a share of one GPU; give a percentage from 1 to 100 (per vGPU), or none`},
+		{urgent, `admission webhook "validate.flexgv.io" denied the request: flexgv.io/priority "urgent" is not a priority; use low, normal, high or a number from 0 to 9 (higher runs first)`},
+	} {
+		// The API server takes up new webhook configurations within moments.
+		var err error
+		eventually(t, 10*time.Second, "pod "+tc.pod.Name+" refused", func() (bool, error) {
+			_, err = cp.Client.CoreV1().Pods(ns).Create(ctx, tc.pod, metav1.CreateOptions{})
+			if err == nil {
+				zero := int64(0)
+				cp.Client.CoreV1().Pods(ns).Delete(ctx, tc.pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+			}
+			return err != nil, nil
+		})
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("creating pod %s: %v\nwant: %s", tc.pod.Name, err, tc.want)
+		}
+	}
+
+	// A good pod goes to the extender's scheduler, its priority spelled out;
+	// pods without vGPUs are left alone.
+	good, err := cp.Client.CoreV1().Pods(ns).Create(ctx, vgpuPod(ns, "good", "none", 1024, 30), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if good.Spec.SchedulerName != "flexgv-test" || good.Annotations[vgpu.AnnotationPriority] != "normal" {
+		t.Errorf("good pod: scheduler %q, annotations %v", good.Spec.SchedulerName, good.Annotations)
+	}
+	plain := vgpuPod(ns, "plain", "none", 0, 0)
+	plain.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
+	if plain, err = cp.Client.CoreV1().Pods(ns).Create(ctx, plain, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if plain.Spec.SchedulerName != corev1.DefaultSchedulerName || len(plain.Annotations) != 0 {
+		t.Errorf("plain pod: scheduler %q, annotations %v", plain.Spec.SchedulerName, plain.Annotations)
+	}
+}
