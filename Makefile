@@ -10,6 +10,9 @@
 BUILD    ?= build
 CC       ?= cc
 GO       ?= go
+# GOTAGS=nok8s: a CLI without the Kubernetes commands, a third the size (for
+# GPU machines, where build/ travels).
+GOTAGS   ?=
 CFLAGS   ?= -O2 -g
 WARN     := -Wall -Wextra -Werror -std=gnu11
 # NVIDIA's nvml.h as shipped in the go-nvml module (fetched if needed).
@@ -23,7 +26,8 @@ HDRS     := $(wildcard include/flexgv/*.h include/flexgv/*.def shim/*.h simgpu/*
 CLIENTS  := rtlike direct dlsymclient threads forker nvmlclient nocuda launchloop nextlib_user hookmap holder memclient captureclient exportclient spinner procutil
 GO_SRC   := $(shell find cmd internal proto -name '*.go') go.mod go.sum
 
-.PHONY: all shim sim cli clients remote test demo clean gen-check
+.PHONY: all shim sim cli clients remote test demo clean gen-check FORCE
+FORCE:
 all: shim sim cli clients remote
 
 shim: $(BUILD)/lib/libflexgv.so
@@ -48,9 +52,10 @@ $(BUILD)/sim/libnvidia-ml.so.1: simgpu/nvml.c simgpu/state.c $(HDRS)
 		-Wl,-Bsymbolic-functions -o $@ simgpu/nvml.c simgpu/state.c -lpthread
 	ln -sf libnvidia-ml.so.1 $(BUILD)/sim/libnvidia-ml.so
 
-$(BUILD)/bin/flexgv: $(GO_SRC)
+# Always asked of go build (its cache decides), so that GOTAGS changes are seen.
+$(BUILD)/bin/flexgv: $(GO_SRC) FORCE
 	@mkdir -p $(@D)
-	CGO_CFLAGS="-O2 -Wno-deprecated-declarations" $(GO) build -o $@ ./cmd/flexgv
+	CGO_CFLAGS="-O2 -Wno-deprecated-declarations" $(GO) build -tags "$(GOTAGS)" -o $@ ./cmd/flexgv
 
 # Remote GPUs: the client libcuda.so.1 a program loads instead of the
 # driver, and the executor flexgv serve starts per connection.

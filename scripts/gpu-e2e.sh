@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end truth on a real GPU, in one run. From the repository root on a
-# machine with an NVIDIA driver, nvcc and PyTorch, with build/ made by `make`:
+# machine with an NVIDIA driver, nvcc and PyTorch, with build/ made by `make`
+# (`make GOTAGS=nok8s` keeps the CLI small where build/ is copied over):
 #     scripts/gpu-e2e.sh OUTDIR [SECTION...]
 # Sections (default: all): decl counts hookmap torch bench quota isolation computecap quotabench shares sharetrain priority
 # Checks our driver declarations against the real headers, traces CUDA

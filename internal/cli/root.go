@@ -56,7 +56,8 @@ func newRoot(stderr io.Writer) *cobra.Command {
 		return nil
 	}
 	root.AddCommand(newRun(g, stderr), newTrace(g, stderr), newCensus(g, stderr), newPs(), newRm(), newUpdate(), newTop(), newBench(), newNode(), newDaemon(),
-		newServe(g, stderr), newScheduler(), newDevicePlugin(g), newWebhook(), newVersion())
+		newServe(g, stderr), newVersion())
+	root.AddCommand(kubernetesCommands(g)...)
 	return root
 }
 

@@ -1,0 +1,12 @@
+//go:build !nok8s
+
+package cli
+
+import "github.com/spf13/cobra"
+
+// kubernetesCommands are the Kubernetes parts; a build with the nok8s tag
+// leaves them out (a binary a third the size, for GPU machines that run no
+// cluster).
+func kubernetesCommands(g *globals) []*cobra.Command {
+	return []*cobra.Command{newScheduler(), newDevicePlugin(g), newWebhook()}
+}
