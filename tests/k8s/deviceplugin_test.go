@@ -654,6 +654,7 @@ func TestAllocationLatency(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
+	events := drain(w)
 	const pods = nodeGPUs * slots
 	created := map[string]time.Time{}
 	start := time.Now()
@@ -668,7 +669,10 @@ func TestAllocationLatency(t *testing.T) {
 	timeout := time.After(60 * time.Second)
 	for len(lat) < pods {
 		select {
-		case ev := <-w.ResultChan():
+		case ev, open := <-events:
+			if !open {
+				t.Fatalf("the API server ended the pods watch after %d pods ran", len(lat))
+			}
 			p, ok := ev.Object.(*corev1.Pod)
 			if !ok || p.Status.Phase != corev1.PodRunning || created[p.Name].IsZero() {
 				continue

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/klog/v2"
 
 	"github.com/flexgv/flexgv/tests/k8s/controlplane"
@@ -250,4 +251,18 @@ func eventually(t *testing.T, limit time.Duration, what string, cond func() (boo
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// drain reads w's events from now on into a channel of its own, closed when
+// the watch ends: the API server closes a watch whose reader falls behind
+// (as a test's would while it creates pods), so events are taken at once.
+func drain(w watch.Interface) <-chan watch.Event {
+	out := make(chan watch.Event, 4096)
+	go func() {
+		defer close(out)
+		for ev := range w.ResultChan() {
+			out <- ev
+		}
+	}()
+	return out
 }

@@ -202,6 +202,7 @@ func TestConcurrentPodsNeverOversubscribe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
+	events := drain(w)
 	created := make([]time.Time, total)
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -220,7 +221,10 @@ func TestConcurrentPodsNeverOversubscribe(t *testing.T) {
 	timeout := time.After(90 * time.Second)
 	for len(latencies) < fit {
 		select {
-		case ev := <-w.ResultChan():
+		case ev, open := <-events:
+			if !open {
+				t.Fatalf("the API server ended the pods watch after %d bindings", len(latencies))
+			}
 			p, ok := ev.Object.(*corev1.Pod)
 			if !ok || ev.Type != watch.Modified || p.Spec.NodeName == "" {
 				continue
