@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -138,17 +139,19 @@ func Listen(a Addr) (net.Listener, error) {
 	return l, nil
 }
 
-// Server hands connections to executors.
+// Server authenticates connections and hands them to executors.
 type Server struct {
-	Executor string   // path of flexgv-executor
-	Driver   string   // CUDA driver the executors load ("" for libcuda.so.1)
-	GPUs     string   // CUDA_VISIBLE_DEVICES for the executors ("" for all)
-	Env      []string // the executors' environment
+	Executor string    // path of flexgv-executor
+	Driver   string    // CUDA driver the executors load ("" for libcuda.so.1)
+	GPUs     string    // CUDA_VISIBLE_DEVICES for the executors ("" for all)
+	Env      []string  // the executors' environment
+	Tenants  []*Tenant // who may connect; none: anyone who can reach the socket
 	Log      io.Writer
 
-	mu    sync.Mutex
-	execs map[int]*os.Process
-	wg    sync.WaitGroup
+	mu      sync.Mutex
+	execs   map[int]*os.Process
+	closing bool // shutting down: an executor started now ends at once
+	wg      sync.WaitGroup
 }
 
 func (s *Server) logf(format string, args ...any) {
@@ -174,11 +177,19 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 			s.shutdown()
 			return err
 		}
-		s.start(c)
+		// Authentication waits on the peer: not in the accepting loop.
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.start(ctx, c)
+		}()
 	}
 }
 
-func (s *Server) start(c net.Conn) {
+// start authenticates a connection and gives it an executor of its own,
+// in its tenant when the server has tenants. A refused peer never reaches
+// an executor.
+func (s *Server) start(ctx context.Context, c net.Conn) {
 	peer := c.RemoteAddr().String()
 	if peer == "" || peer == "@" {
 		peer = "local"
@@ -187,6 +198,15 @@ func (s *Server) start(c net.Conn) {
 		// A client whose machine or network vanished ends its executor too.
 		tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: 2 * time.Second, Count: 5})
 		tc.SetNoDelay(true)
+	}
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	t, err := s.authenticate(c)
+	if !stop() || err != nil {
+		if err != nil {
+			s.logf("%s: refused: %v", peer, err)
+		}
+		c.Close()
+		return
 	}
 	f, err := c.(interface{ File() (*os.File, error) }).File()
 	c.Close()
@@ -201,9 +221,14 @@ func (s *Server) start(c net.Conn) {
 	}
 	cmd := exec.Command(s.Executor, args...)
 	cmd.ExtraFiles = []*os.File{f}
-	cmd.Env = s.Env
+	cmd.Env = slices.Clone(s.Env)
 	if s.GPUs != "" {
 		cmd.Env = append(cmd.Env, "CUDA_VISIBLE_DEVICES="+s.GPUs)
+	}
+	who := peer
+	if t != nil {
+		cmd.Env = append(cmd.Env, t.Env...)
+		who += " (tenant " + t.Name + ")"
 	}
 	cmd.Stdout, cmd.Stderr = s.Log, s.Log
 	// Executors do not outlive the server, even one killed with SIGKILL.
@@ -213,31 +238,31 @@ func (s *Server) start(c net.Conn) {
 		return
 	}
 	pid := cmd.Process.Pid
-	s.logf("%s connected: executor pid %d", peer, pid)
+	s.logf("%s connected: executor pid %d", who, pid)
 	s.mu.Lock()
 	if s.execs == nil {
 		s.execs = map[int]*os.Process{}
 	}
 	s.execs[pid] = cmd.Process
+	if s.closing {
+		cmd.Process.Signal(syscall.SIGTERM)
+	}
 	s.mu.Unlock()
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		err := cmd.Wait()
-		s.mu.Lock()
-		delete(s.execs, pid)
-		s.mu.Unlock()
-		how := "exited"
-		if err != nil {
-			how = err.Error()
-		}
-		s.logf("%s: executor pid %d ended (%s)", peer, pid, how)
-	}()
+	err = cmd.Wait()
+	s.mu.Lock()
+	delete(s.execs, pid)
+	s.mu.Unlock()
+	how := "exited"
+	if err != nil {
+		how = err.Error()
+	}
+	s.logf("%s: executor pid %d ended (%s)", who, pid, how)
 }
 
 // shutdown ends every executor: their clients see the server go.
 func (s *Server) shutdown() {
 	s.mu.Lock()
+	s.closing = true
 	for _, p := range s.execs {
 		p.Signal(syscall.SIGTERM)
 	}

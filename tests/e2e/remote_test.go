@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,6 +66,10 @@ func (e *env) serve(transport string, extra ...string) *server {
 		addr = "tcp://" + l.Addr().String()
 		l.Close()
 	}
+	// Without tenants, TCP is served only when asked to serve anyone.
+	if transport == "tcp" && !slices.Contains(extra, "--tenant") {
+		extra = append(extra, "--open")
+	}
 	s := &server{t: e.t, addr: addr}
 	s.cmd = exec.Command(bin("flexgv"), append([]string{"serve", "--listen", addr}, extra...)...)
 	s.cmd.Env = e.environ(filepath.Join(build, "sim"))
@@ -86,7 +91,7 @@ func (e *env) serve(transport string, extra ...string) *server {
 		s.cmd.Wait()
 		pw.Close()
 	})
-	s.waitLog(`listening on `+regexp.QuoteMeta(addr), 10*time.Second)
+	s.waitLog(`listening on `+regexp.QuoteMeta(addr)+`[ ,]`, 10*time.Second)
 	return s
 }
 

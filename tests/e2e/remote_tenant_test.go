@@ -1,0 +1,293 @@
+package e2e
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flexgv/flexgv/internal/sched"
+	"github.com/flexgv/flexgv/internal/tenant"
+)
+
+// token writes a fresh token file for a tenant and returns its path.
+func (e *env) token(name string) string {
+	e.t.Helper()
+	b := make([]byte, 32)
+	rand.Read(b)
+	p := filepath.Join(e.dir, name+".token")
+	if err := os.WriteFile(p, []byte(hex.EncodeToString(b)+"\n"), 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+	return p
+}
+
+// remoteAs runs a client under flexgv run --remote with a token file.
+func (e *env) remoteAs(s *server, token, name string, args ...string) result {
+	e.t.Helper()
+	return e.runIn("", "flexgv", append([]string{"run", "--remote", s.addr, "--token-file", token, "--", bin(name)}, args...)...)
+}
+
+// A remote tenant's memory quota is enforced on the server: its program
+// sees exactly what a local tenant with that quota sees, over either
+// transport.
+func TestRemoteTenantQuota(t *testing.T) {
+	e := quotaEnv(t)
+	for _, transport := range []string{"unix", "tcp"} {
+		t.Run(transport, func(t *testing.T) {
+			tok := e.token("a-" + transport)
+			s := e.serve(transport, "--tenant", "a:"+tok, "--mem", "256MiB", "--ctx-mem", "64MiB")
+			for _, mode := range []string{"exact", "info"} {
+				local := e.run("flexgv", "run", "--mem", "256MiB", "--ctx-mem", "64MiB", "--", bin("memclient"), mode)
+				got := e.remoteAs(s, tok, "memclient", mode)
+				if local.code != 0 || got.code != 0 || got.stdout != local.stdout {
+					t.Errorf("memclient %s remotely: exit %d %q\n%s\nlocally: exit %d %q", mode, got.code, got.stdout, got.stderr,
+						local.code, local.stdout)
+				}
+			}
+			want := fmt.Sprintf("room %d: one byte more -> CUDA_ERROR_OUT_OF_MEMORY", (256-64)*mib)
+			if r := e.remoteAs(s, tok, "memclient", "exact"); !strings.Contains(r.stdout, want) {
+				t.Errorf("memclient exact: %q, want %q", r.stdout, want)
+			}
+			// The refusal is the server's shim's, in the tenant's executor.
+			s.waitLog(`tenant a: device 0 .*quota 256MiB.*refused with CUDA_ERROR_OUT_OF_MEMORY`, 10*time.Second)
+		})
+	}
+}
+
+// Two tokens are two tenants, each with its own quota; each token reaches
+// only its own tenant.
+func TestRemoteTwoTenants(t *testing.T) {
+	e := quotaEnv(t)
+	ta, tb := e.token("a"), e.token("b")
+	s := e.serve("unix", "--tenant", "a:"+ta, "--mem", "256MiB", "--ctx-mem", "64MiB",
+		"--tenant", "b:"+tb, "--mem", "1GiB", "--ctx-mem", "64MiB")
+	for _, c := range []struct {
+		token string
+		room  int
+	}{{ta, 256 - 64}, {tb, 1024 - 64}, {ta, 256 - 64}} {
+		r := e.remoteAs(s, c.token, "memclient", "exact")
+		want := fmt.Sprintf("room %d: one byte more -> CUDA_ERROR_OUT_OF_MEMORY, exactly -> CUDA_SUCCESS, then free 0\n", c.room*mib)
+		if r.code != 0 || r.stdout != want {
+			t.Errorf("%s: exit %d %q, want %q\n%s", filepath.Base(c.token), r.code, r.stdout, want, r.stderr)
+		}
+	}
+	if m := regexp.MustCompile(`\(tenant (\w)\) connected`).FindAllStringSubmatch(s.Log(), -1); len(m) != 3 ||
+		m[0][1] != "a" || m[1][1] != "b" || m[2][1] != "a" {
+		t.Errorf("connections not in tenants a, b, a:\n%s", s.Log())
+	}
+	// Both tenants are on the server, each with its quota.
+	r := e.run("flexgv", "ps")
+	for _, row := range []string{`(?m)^a\s+0 GPU-f1e96000\s+256MiB\s`, `(?m)^b\s+0 GPU-f1e96000\s+1GiB\s`} {
+		if !regexp.MustCompile(row).MatchString(r.stdout) {
+			t.Errorf("flexgv ps has no row %s:\n%s", row, r.stdout)
+		}
+	}
+}
+
+// A client without the right token is refused, says why, and never gets
+// an executor; the peer of a raw connection is told why as well.
+func TestRemoteTokenRefused(t *testing.T) {
+	e := quotaEnv(t)
+	ta := e.token("a")
+	s := e.serve("unix", "--tenant", "a:"+ta, "--mem", "1GiB")
+	wrong := e.token("wrong")
+	for _, c := range []struct {
+		name   string
+		run    func() result
+		client string // what the program's stderr says
+		server string // what the server logs
+	}{
+		{"no token", func() result { return e.remote(s, "direct") }, "refused the connection: no token", "refused: no token"},
+		{"a wrong token", func() result { return e.remoteAs(s, wrong, "direct") }, "refused the connection: wrong token",
+			"refused: wrong token"},
+	} {
+		before := strings.Count(s.Log(), "refused: ")
+		r := c.run()
+		if r.code != 1 || !strings.Contains(r.stderr, "flexgv remote: the server "+s.addr+" "+c.client) || !strings.Contains(r.stderr, "failed: 800") {
+			t.Errorf("%s: exit %d\n%s", c.name, r.code, r.stderr)
+		}
+		s.waitLog(fmt.Sprintf(`(?s)(?:refused: .*){%d}`, before+1), 10*time.Second)
+		if !strings.Contains(s.Log(), c.server) {
+			t.Errorf("%s: the server did not log %q:\n%s", c.name, c.server, s.Log())
+		}
+	}
+	// A token file the client cannot use is refused before the program runs.
+	short := filepath.Join(e.dir, "short.token")
+	os.WriteFile(short, []byte("abc\n"), 0o600)
+	if r := e.remoteAs(s, short, "direct"); r.code != 2 || !strings.Contains(r.stderr, "--token-file: token file "+short+": 3 bytes of token, want at least 16") {
+		t.Errorf("short token: exit %d %q", r.code, r.stderr)
+	}
+	if r := e.remoteAs(s, filepath.Join(e.dir, "none"), "direct"); r.code != 2 || !strings.Contains(r.stderr, "no such file") {
+		t.Errorf("missing token file: exit %d %q", r.code, r.stderr)
+	}
+	// Without flexgv run, the library says the same of the variable.
+	e.extra = append(e.extra, "FLEXGV_REMOTE="+s.addr, "FLEXGV_REMOTE_TOKEN_FILE="+short)
+	if r := e.runIn(filepath.Join(build, "remote"), "direct"); r.code != 1 ||
+		!strings.Contains(r.stderr, "the token file "+short+" holds 3 bytes of token, want 16 to 1024") || !strings.Contains(r.stderr, "failed: 800") {
+		t.Errorf("short token in the environment: exit %d %q", r.code, r.stderr)
+	}
+	e.extra = e.extra[:len(e.extra)-2]
+
+	// Raw connections: each is answered with its refusal, then closed.
+	tok, _ := os.ReadFile(ta)
+	good := strings.TrimSpace(string(tok))
+	frame := func(body w) []byte { return append(w{}.u32(uint32(len(body))), body...) }
+	p := readProtocol(t)
+	for _, c := range []struct {
+		name   string
+		frame  []byte
+		result uint32
+		why    string
+	}{
+		{"no token", auth(""), 800, "no token"},
+		{"the token cut by one byte", auth(good[:len(good)-1]), 800, "wrong token"},
+		{"the token and one byte more", auth(good + "x"), 800, "wrong token"},
+		{"a client of the previous protocol", p.hello(p.hash), 801, "not a FlexGV authentication frame"},
+		{"another protocol version", frame(w{}.u32(0x41524746).u32(1).u8(0)), 801, "not a FlexGV authentication frame of protocol 2"},
+		{"a token longer than its frame", frame(w{}.u32(0x41524746).u32(2).u8(1).u64(100).raw(good)), 801, "a malformed authentication frame"},
+		{"an empty token", frame(w{}.u32(0x41524746).u32(2).u8(1).u64(0)), 801, "a malformed authentication frame"},
+		{"a frame over the limit", w{}.u32(1 << 20), 801, "(1048576 bytes) is not a FlexGV authentication frame"},
+	} {
+		conn, err := net.Dial("unix", strings.TrimPrefix(s.addr, "unix://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.Write(c.frame)
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		reply, err := io.ReadAll(conn)
+		conn.Close()
+		if err != nil || len(reply) < 8 || int(binary.LittleEndian.Uint32(reply)) != len(reply)-4 {
+			t.Errorf("%s: reply %q, %v", c.name, reply, err)
+			continue
+		}
+		if r := binary.LittleEndian.Uint32(reply[4:]); r != c.result || !strings.Contains(string(reply), c.why) {
+			t.Errorf("%s: answered %d %q, want %d and %q", c.name, r, reply[8:], c.result, c.why)
+		}
+	}
+	s.waitLog(`(?s)(?:refused: .*){10}`, 10*time.Second)
+	if n := strings.Count(s.Log(), "connected: executor pid"); n != 0 {
+		t.Errorf("%d executors started for refused peers:\n%s", n, s.Log())
+	}
+	if r := e.remoteAs(s, ta, "direct"); r.code != 0 {
+		t.Errorf("the right token after the refusals: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+// flexgv ps on the server lists the remote tenant with its executor, and
+// the memory the program holds through it.
+func TestRemoteTenantPs(t *testing.T) {
+	e := quotaEnv(t)
+	tok := e.token("a")
+	s := e.serve("unix", "--tenant", "a:"+tok, "--mem", "256MiB", "--ctx-mem", "64MiB")
+	e.extra = append(e.extra, "FLEXGV_REMOTE_TOKEN_FILE="+tok)
+	_, stdout, errb, pid := startRemote(t, e, s, "memclient", "fill", "16")
+	line, _ := stdout.ReadString('\n')
+	if line != fmt.Sprintf("allocated 12 chunks, tenant uses %d\n", 256*mib) {
+		t.Fatalf("fill: %q\n%s", line, errb.String())
+	}
+	r := e.run("flexgv", "ps")
+	row := fmt.Sprintf(`(?m)^a\s+0 GPU-f1e96000\s+256MiB\s+256MiB\s.*\s%d\(256MiB\)$`, pid)
+	if !regexp.MustCompile(row).MatchString(r.stdout) {
+		t.Errorf("flexgv ps does not show executor %d holding the tenant's 256MiB:\n%s%s", pid, r.stdout, r.stderr)
+	}
+	r = e.run("flexgv", "ps", "--json")
+	var infos []tenant.Info
+	if err := json.Unmarshal([]byte(r.stdout), &infos); err != nil || len(infos) != 1 || len(infos[0].Procs) != 1 ||
+		infos[0].Procs[0].Pid != pid || infos[0].Procs[0].Used[0] != 256*mib {
+		t.Errorf("flexgv ps --json: %v\n%s", err, r.stdout)
+	}
+}
+
+// A remote tenant's compute share is the server's: the tenant is in the
+// GPU's scheduler with it, and its executor takes turns there.
+func TestRemoteTenantComputeShare(t *testing.T) {
+	e := quotaEnv(t)
+	tok := e.token("c")
+	s := e.serve("unix", "--tenant", "c:"+tok, "--compute", "30%", "--priority", "high")
+	if got := schedPolicy(t, e, "c"); got != "30%/0%/high" {
+		t.Fatalf("tenant c in the scheduler: %q", got)
+	}
+	e.extra = append(e.extra, "FLEXGV_REMOTE_TOKEN_FILE="+tok)
+	_, _, errb, pid := startRemote(t, e, s, "spinner", "200", "30")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		g, err := sched.Read(e.stateDir(), simUUID0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pids []int32
+		for _, x := range g.Tenants {
+			if x.Name == "c" {
+				pids = x.Pids
+			}
+		}
+		if len(pids) == 1 && int(pids[0]) == pid {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the scheduler has %v for tenant c, not executor %d\n%s%s", pids, pid, errb.String(), s.Log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Bad tenant flags are refused before the server listens, with a message.
+func TestRemoteServeTenantFlags(t *testing.T) {
+	e := quotaEnv(t)
+	ta, tb := e.token("a"), e.token("b")
+	short := filepath.Join(e.dir, "short.token")
+	os.WriteFile(short, []byte("abc"), 0o600)
+	sock := "unix://" + filepath.Join(e.dir, "s.sock")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--mem", "1GiB", "--tenant", "a:" + ta}, "limits apply to the --tenant NAME:TOKEN_FILE before them"},
+		{[]string{"--tenant", "a"}, "want NAME:TOKEN_FILE"},
+		{[]string{"--tenant", "a b:" + ta}, "tenant name \"a b\""},
+		{[]string{"--tenant", "a:" + ta, "--tenant", "a:" + tb}, "tenant a is given twice"},
+		{[]string{"--tenant", "a:" + ta, "--mem", "1GiB", "--mem", "2GiB"}, "given twice for tenant a"},
+		{[]string{"--tenant", "a:" + ta, "--mem", "1GiB", "--tenant", "b:" + ta, "--mem", "1GiB"}, "tenants a and b have the same token"},
+		{[]string{"--tenant", "a:" + short}, "--tenant a: token file " + short + ": 3 bytes of token"},
+		{[]string{"--tenant", "a:" + filepath.Join(e.dir, "none")}, "--tenant a: token file open"},
+		{[]string{"--tenant", "a:" + ta, "--mem", "lots"}, "--tenant a: "},
+		{[]string{"--tenant", "a:" + ta, "--priority", "urgent"}, "--priority \"urgent\""},
+		{[]string{"--tenant", "a:" + ta}, "group a does not exist"},
+		{[]string{"--open", "--tenant", "a:" + ta, "--mem", "1GiB"}, "--open and --tenant: give one"},
+	} {
+		r := e.run("flexgv", append([]string{"serve", "--listen", sock}, c.args...)...)
+		if r.code != 2 || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("%v: exit %d %q, want %q", c.args, r.code, r.stderr, c.want)
+		}
+	}
+	if r := e.run("flexgv", "serve", "--listen", "tcp://127.0.0.1:1"); r.code != 2 || !strings.Contains(r.stderr, "give --tenant NAME:TOKEN_FILE") {
+		t.Errorf("TCP without tenants: exit %d %q", r.code, r.stderr)
+	}
+	// Nothing was left behind by the refused servers.
+	if infos, _, err := tenant.List(e.stateDir()); err != nil || len(infos) != 0 {
+		t.Errorf("tenants left: %v %v", infos, err)
+	}
+	for _, c := range []struct{ args, want string }{
+		{"--token-file " + ta, "--token-file is for --remote ADDR"},
+		{"--remote " + sock + " --compute 30%", "--compute with --remote: a remote program's limits are set on the server"},
+		{"--remote " + sock + " --priority high", "--priority with --remote"},
+	} {
+		r := e.run("flexgv", append(append([]string{"run"}, strings.Fields(c.args)...), "--", "true")...)
+		if r.code != 2 || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("run %s: exit %d %q, want %q", c.args, r.code, r.stderr, c.want)
+		}
+	}
+	if r := e.run("flexgv", "run", "--remote", sock, "--token-file=", "--", "true"); r.code != 2 || !strings.Contains(r.stderr, "--token-file is empty") {
+		t.Errorf("empty --token-file: exit %d %q", r.code, r.stderr)
+	}
+}
