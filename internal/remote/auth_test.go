@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"context"
 	"encoding/binary"
 	"io"
 	"net"
@@ -9,7 +10,9 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // The Go and C views of the authentication frame agree.
@@ -127,4 +130,89 @@ func TestAuthenticateFindsTheTokensTenant(t *testing.T) {
 			t.Errorf("open server, token %q: %v %v %d", tok, got, err, result)
 		}
 	}
+}
+
+// syncBuf is a log several goroutines write.
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Peers that connect and say nothing hold at most maxPending
+// authentications; more are closed at once, and their room is given back.
+func TestPendingAuthenticationsAreBounded(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	l, err := Listen(Addr{"unix", sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &syncBuf{}
+	s := &Server{Executor: "/nonexistent", Log: log, maxPending: 2}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- s.Serve(ctx, l) }()
+	defer func() { cancel(); <-done }()
+	dial := func() net.Conn {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	waitLog := func(n int) {
+		deadline := time.Now().Add(5 * time.Second)
+		for strings.Count(log.String(), "refused: 2 connections are authenticating already") < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("want %d refusals, the log has:\n%s", n, log.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	a, b := dial(), dial()
+	time.Sleep(100 * time.Millisecond) // both accepted before the third
+	c := dial()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadAll(c); err != nil {
+		t.Errorf("the third silent peer is not closed at once: %v", err)
+	}
+	waitLog(1)
+	// A peer that leaves gives its room back to the next.
+	a.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for s.pending.Load() != 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	d := dial()
+	_, _, result, msg := authOverConn(d, authFrame(AuthMagic, ProtoVersion+1, ""))
+	if result != cudaNotSupported || !strings.Contains(msg, "same FlexGV build") {
+		t.Errorf("the peer after one left: answered %d %q\n%s", result, msg, log.String())
+	}
+	b.Close()
+	if strings.Count(log.String(), "authenticating already") != 1 {
+		t.Errorf("more refusals than the one peer over the bound:\n%s", log.String())
+	}
+}
+
+// authOverConn sends a frame on a client connection and reads the answer.
+func authOverConn(c net.Conn, frame []byte) (int, error, uint32, string) {
+	defer c.Close()
+	c.Write(frame)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	reply, err := io.ReadAll(c)
+	if len(reply) < 8 {
+		return len(reply), err, 0xffffffff, ""
+	}
+	return len(reply), err, binary.LittleEndian.Uint32(reply[4:]), strings.TrimRight(string(reply[17:]), "\x00")
 }

@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -139,6 +140,16 @@ func Listen(a Addr) (net.Listener, error) {
 	return l, nil
 }
 
+// DefaultMaxPending is how many connections may be authenticating at once.
+const DefaultMaxPending = 256
+
+func peerName(c net.Conn) string {
+	if p := c.RemoteAddr().String(); p != "" && p != "@" {
+		return p
+	}
+	return "local"
+}
+
 // Server authenticates connections and hands them to executors.
 type Server struct {
 	Executor string    // path of flexgv-executor
@@ -147,6 +158,12 @@ type Server struct {
 	Env      []string  // the executors' environment
 	Tenants  []*Tenant // who may connect; none: anyone who can reach the socket
 	Log      io.Writer
+
+	// maxPending bounds the connections authenticating at once (0:
+	// DefaultMaxPending): peers that connect and say nothing cannot take
+	// every descriptor for AuthTimeout.
+	maxPending int
+	pending    atomic.Int32
 
 	mu      sync.Mutex
 	execs   map[int]*os.Process
@@ -177,6 +194,16 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 			s.shutdown()
 			return err
 		}
+		max := s.maxPending
+		if max == 0 {
+			max = DefaultMaxPending
+		}
+		if int(s.pending.Add(1)) > max {
+			s.pending.Add(-1)
+			s.logf("%s: refused: %d connections are authenticating already", peerName(c), max)
+			c.Close()
+			continue
+		}
 		// Authentication waits on the peer: not in the accepting loop.
 		s.wg.Add(1)
 		go func() {
@@ -190,10 +217,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 // in its tenant when the server has tenants. A refused peer never reaches
 // an executor.
 func (s *Server) start(ctx context.Context, c net.Conn) {
-	peer := c.RemoteAddr().String()
-	if peer == "" || peer == "@" {
-		peer = "local"
-	}
+	peer := peerName(c)
 	if tc, ok := c.(*net.TCPConn); ok {
 		// A client whose machine or network vanished ends its executor too.
 		tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: 2 * time.Second, Count: 5})
@@ -201,6 +225,7 @@ func (s *Server) start(ctx context.Context, c net.Conn) {
 	}
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	t, err := s.authenticate(c)
+	s.pending.Add(-1)
 	if !stop() || err != nil {
 		if err != nil {
 			s.logf("%s: refused: %v", peer, err)

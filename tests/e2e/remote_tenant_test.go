@@ -38,7 +38,8 @@ func (e *env) remoteAs(s *server, token, name string, args ...string) result {
 }
 
 // A remote tenant's memory quota is enforced on the server: its program
-// sees exactly what a local tenant with that quota sees, over either
+// sees exactly what a local tenant with that quota sees (the boundary, the
+// memory views, every allocation path charged and released), over either
 // transport.
 func TestRemoteTenantQuota(t *testing.T) {
 	e := quotaEnv(t)
@@ -46,7 +47,7 @@ func TestRemoteTenantQuota(t *testing.T) {
 		t.Run(transport, func(t *testing.T) {
 			tok := e.token("a-" + transport)
 			s := e.serve(transport, "--tenant", "a:"+tok, "--mem", "256MiB", "--ctx-mem", "64MiB")
-			for _, mode := range []string{"exact", "info"} {
+			for _, mode := range []string{"exact", "info", "paths"} {
 				local := e.run("flexgv", "run", "--mem", "256MiB", "--ctx-mem", "64MiB", "--", bin("memclient"), mode)
 				got := e.remoteAs(s, tok, "memclient", mode)
 				if local.code != 0 || got.code != 0 || got.stdout != local.stdout {
