@@ -109,7 +109,7 @@ func newRun(g *globals, stderr io.Writer) *cobra.Command {
 	}
 	c.Flags().SetInterspersed(false)
 	q.register(c)
-	c.Flags().StringVar(&remoteAddr, "remote", "", "run on the GPUs of flexgv serve at ADDR (unix:///PATH or tcp://HOST:PORT)")
+	c.Flags().StringVar(&remoteAddr, "remote", "", "run on the GPUs of flexgv serve at ADDR (unix:///PATH, tcp://HOST:PORT or tls://HOST:PORT)")
 	c.Flags().StringVar(&tokenFile, "token-file", "", "with --remote: the file holding the tenant's token the server gave (default: $FLEXGV_REMOTE_TOKEN_FILE)")
 	return c
 }

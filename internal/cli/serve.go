@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"os"
@@ -19,24 +20,25 @@ import (
 )
 
 func newServe(g *globals, stderr io.Writer) *cobra.Command {
-	var listen, gpus string
+	var listen, gpus, tlsCert, tlsKey string
 	var open bool
 	var tenants serveTenants
 	c := &cobra.Command{
-		Use:   "serve --listen ADDR [--gpus LIST] [--tenant NAME:TOKEN_FILE [LIMITS]]...",
+		Use:   "serve --listen ADDR [--gpus LIST] [--tls-cert FILE --tls-key FILE] [--tenant NAME:TOKEN_FILE [LIMITS]]...",
 		Short: "Serve this machine's GPUs to programs run with flexgv run --remote",
-		Long: "Listens on ADDR (unix:///PATH or tcp://HOST:PORT) and gives every connection an executor process\n" +
-			"of its own that calls the CUDA driver for that program alone. When the program ends or its\n" +
-			"connection drops, its executor exits and the driver frees everything it held.\n\n" +
+		Long: "Listens on ADDR (unix:///PATH, tcp://HOST:PORT, or tls://HOST:PORT: TCP with TLS 1.3 and the\n" +
+			"certificate of --tls-cert and --tls-key) and gives every connection an executor process of its own\n" +
+			"that calls the CUDA driver for that program alone. When the program ends or its connection drops,\n" +
+			"its executor exits and the driver frees everything it held.\n\n" +
 			"With --tenant, a client must present one tenant's token (flexgv run --remote ADDR --token-file FILE)\n" +
 			"and its executor runs in that tenant, under the shim: the limits given after the --tenant (--mem,\n" +
 			"--compute, --compute-max, --priority, --ctx-mem, as for flexgv run) are enforced on the server, where\n" +
 			"the client cannot reach them, and flexgv ps here lists the tenant and its executors. A --tenant without\n" +
 			"limits joins the existing group of that name (flexgv run --group, the node daemon). Without --tenant,\n" +
 			"anyone who can connect is served without limits: a unix socket is then left to its owner (umask),\n" +
-			"and TCP needs --open. Connections are not encrypted: use TCP inside a trusted network.",
+			"and TCP needs --open. tcp:// is not encrypted: use it inside a trusted network, else tls://.",
 		Example: "  flexgv serve --listen unix:///run/flexgv.sock\n" +
-			"  flexgv serve --listen tcp://0.0.0.0:7070 --gpus 0,1 \\\n" +
+			"  flexgv serve --listen tls://0.0.0.0:7070 --tls-cert server.pem --tls-key server.key --gpus 0,1 \\\n" +
 			"      --tenant team-a:/etc/flexgv/team-a.token --mem 8GiB --compute 30% --priority high \\\n" +
 			"      --tenant team-b:/etc/flexgv/team-b.token --mem 16GiB",
 		Args: cobra.NoArgs,
@@ -51,9 +53,21 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 			switch {
 			case open && len(tenants) > 0:
 				return usageError{fmt.Errorf("flexgv serve: --open and --tenant: give one (--open serves anyone, --tenant only token holders)")}
-			case addr.Network == "tcp" && !open && len(tenants) == 0:
+			case addr.Network != "unix" && !open && len(tenants) == 0:
 				return usageError{fmt.Errorf("flexgv serve: --listen %s: give --tenant NAME:TOKEN_FILE (clients authenticate), "+
 					"or --open to serve anyone who can reach the port, without limits", addr)}
+			case addr.Network == "tls" && (tlsCert == "" || tlsKey == ""):
+				return usageError{fmt.Errorf("flexgv serve: --listen %s needs --tls-cert and --tls-key", addr)}
+			case addr.Network != "tls" && (tlsCert != "" || tlsKey != ""):
+				return usageError{fmt.Errorf("flexgv serve: --tls-cert and --tls-key are for --listen tls://HOST:PORT")}
+			}
+			var tlsConfig *tls.Config
+			if addr.Network == "tls" {
+				cert, err := tls.LoadX509KeyPair(tlsCert, tlsKey)
+				if err != nil {
+					return usageError{fmt.Errorf("flexgv serve: --tls-cert %s --tls-key %s: %w", tlsCert, tlsKey, err)}
+				}
+				tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}
 			}
 			visible, err := remote.ParseGPUs(gpus)
 			if err != nil {
@@ -72,7 +86,7 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 					return usageError{fmt.Errorf("flexgv serve: --driver %s: no such file", g.driver)}
 				}
 			}
-			s := &remote.Server{Executor: exe, Driver: driver, GPUs: visible, Env: executorEnv(visible != ""), Log: stderr}
+			s := &remote.Server{Executor: exe, Driver: driver, GPUs: visible, Env: executorEnv(visible != ""), TLS: tlsConfig, Log: stderr}
 			if len(tenants) > 0 {
 				release, err := tenants.acquire(g.shim, driver, s)
 				if err != nil {
@@ -109,8 +123,10 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 			return nil
 		},
 	}
-	c.Flags().StringVar(&listen, "listen", "", "where to listen: unix:///PATH or tcp://HOST:PORT")
+	c.Flags().StringVar(&listen, "listen", "", "where to listen: unix:///PATH, tcp://HOST:PORT or tls://HOST:PORT")
 	c.Flags().StringVar(&gpus, "gpus", "", "the GPUs to serve, as indexes or UUIDs (default: all)")
+	c.Flags().StringVar(&tlsCert, "tls-cert", "", "with --listen tls://: the server's certificate chain (PEM)")
+	c.Flags().StringVar(&tlsKey, "tls-key", "", "with --listen tls://: the certificate's private key (PEM)")
 	c.Flags().BoolVar(&open, "open", false, "serve anyone who can connect, without tenants or limits (needed for TCP without --tenant)")
 	tenants.register(c)
 	return c

@@ -8,6 +8,7 @@ package remote
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -23,25 +24,22 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Addr is where a server listens and clients connect.
 type Addr struct {
-	Network string // "unix" or "tcp"
+	Network string // "unix", "tcp", or "tls" (TCP with TLS)
 	Address string // socket path, or host:port
 }
 
-func (a Addr) String() string {
-	if a.Network == "unix" {
-		return "unix://" + a.Address
-	}
-	return "tcp://" + a.Address
-}
+func (a Addr) String() string { return a.Network + "://" + a.Address }
 
-// ParseAddr reads unix:///PATH or tcp://HOST:PORT.
+// ParseAddr reads unix:///PATH, tcp://HOST:PORT or tls://HOST:PORT.
 func ParseAddr(s string) (Addr, error) {
 	bad := func(why string) (Addr, error) {
-		return Addr{}, fmt.Errorf("address %q: %s (want unix:///PATH or tcp://HOST:PORT)", s, why)
+		return Addr{}, fmt.Errorf("address %q: %s (want unix:///PATH, tcp://HOST:PORT or tls://HOST:PORT)", s, why)
 	}
 	scheme, rest, ok := strings.Cut(s, "://")
 	if !ok {
@@ -56,7 +54,7 @@ func ParseAddr(s string) (Addr, error) {
 			return bad("the socket path is longer than 107 bytes")
 		}
 		return Addr{"unix", rest}, nil
-	case "tcp":
+	case "tcp", "tls":
 		u, err := url.Parse("tcp://" + rest)
 		if err != nil || u.Path != "" || u.User != nil || u.RawQuery != "" {
 			return bad("not HOST:PORT")
@@ -68,7 +66,7 @@ func ParseAddr(s string) (Addr, error) {
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 			return bad("the port must be 1 to 65535")
 		}
-		return Addr{"tcp", rest}, nil
+		return Addr{scheme, rest}, nil
 	}
 	return bad("unknown scheme " + scheme)
 }
@@ -130,7 +128,11 @@ func Listen(a Addr) (net.Listener, error) {
 			}
 		}
 	}
-	l, err := net.Listen(a.Network, a.Address)
+	network := a.Network
+	if network == "tls" {
+		network = "tcp"
+	}
+	l, err := net.Listen(network, a.Address)
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +159,10 @@ type Server struct {
 	GPUs     string    // CUDA_VISIBLE_DEVICES for the executors ("" for all)
 	Env      []string  // the executors' environment
 	Tenants  []*Tenant // who may connect; none: anyone who can reach the socket
-	Log      io.Writer
+	// TLS, when set, is spoken on every connection: the server ends it and
+	// relays the calls to the executor over a socket pair.
+	TLS *tls.Config
+	Log io.Writer
 
 	// maxPending bounds the connections authenticating at once (0:
 	// DefaultMaxPending): peers that connect and say nothing cannot take
@@ -224,7 +229,7 @@ func (s *Server) start(ctx context.Context, c net.Conn) {
 		tc.SetNoDelay(true)
 	}
 	stop := context.AfterFunc(ctx, func() { c.Close() })
-	t, err := s.authenticate(c)
+	t, err := s.handshake(&c)
 	s.pending.Add(-1)
 	if !stop() || err != nil {
 		if err != nil {
@@ -233,8 +238,13 @@ func (s *Server) start(ctx context.Context, c net.Conn) {
 		c.Close()
 		return
 	}
-	f, err := c.(interface{ File() (*os.File, error) }).File()
-	c.Close()
+	var f *os.File
+	if tc, ok := c.(*tls.Conn); ok {
+		f, err = s.relay(tc)
+	} else {
+		f, err = c.(interface{ File() (*os.File, error) }).File()
+		c.Close()
+	}
 	if err != nil {
 		s.logf("%s: %v", peer, err)
 		return
@@ -282,6 +292,54 @@ func (s *Server) start(ctx context.Context, c net.Conn) {
 		how = err.Error()
 	}
 	s.logf("%s: executor pid %d ended (%s)", who, pid, how)
+}
+
+// handshake authenticates c, in TLS when the server speaks it (then *c
+// becomes the TLS connection).
+func (s *Server) handshake(c *net.Conn) (*Tenant, error) {
+	if s.TLS == nil {
+		return s.authenticate(*c)
+	}
+	tc := tls.Server(*c, s.TLS)
+	*c = tc
+	tc.SetDeadline(time.Now().Add(AuthTimeout))
+	if err := tc.Handshake(); err != nil {
+		return nil, fmt.Errorf("TLS handshake: %w", err)
+	}
+	return s.authenticate(tc)
+}
+
+// relay ends TLS here: it returns one end of a socket pair for the
+// executor and copies between the other end and c until either side ends.
+// The client's end of stream reaches the executor as its own; the
+// executor's exit closes the connection.
+func (s *Server) relay(c *tls.Conn) (*os.File, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("socket pair for the executor: %w", err)
+	}
+	ours := os.NewFile(uintptr(fds[1]), "relay")
+	pc, err := net.FileConn(ours)
+	ours.Close()
+	if err != nil {
+		unix.Close(fds[0])
+		c.Close()
+		return nil, err
+	}
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		io.Copy(pc, c)
+		pc.(*net.UnixConn).CloseWrite()
+	}()
+	go func() {
+		defer s.wg.Done()
+		io.Copy(c, pc)
+		c.Close()
+		pc.Close()
+	}()
+	return os.NewFile(uintptr(fds[0]), "executor"), nil
 }
 
 // shutdown ends every executor: their clients see the server go.

@@ -20,6 +20,7 @@
 
 static pthread_mutex_t conn_lock = PTHREAD_MUTEX_INITIALIZER;
 static int conn_fd = -1;
+static void *conn_tls; /* the TLS session over conn_fd (tls://), or NULL */
 static int conn_broken;       /* lost or refused: every forwarded call fails */
 static CUresult conn_refused; /* refused: what every call then answers */
 static struct fgr_buf conn_w;
@@ -48,6 +49,27 @@ static const char *address(void)
     return a && *a ? a : NULL;
 }
 
+/* Whole-buffer I/O on the connection, in TLS for tls:// (fgr_read_all's
+ * and fgr_write_all's answers). */
+static int conn_write(int fd, const void *p, size_t n)
+{
+    return conn_tls ? fgr_tls_write_all(conn_tls, p, n) : fgr_write_all(fd, p, n);
+}
+
+static int conn_read(int fd, void *p, size_t n)
+{
+    return conn_tls ? fgr_tls_read_all(conn_tls, p, n) : fgr_read_all(fd, p, n);
+}
+
+/* Ends the connection (not in a forked child: the session is the parent's). */
+static void conn_close(int fd)
+{
+    if (conn_tls)
+        fgr_tls_free(conn_tls);
+    conn_tls = NULL;
+    close(fd);
+}
+
 /* Marks the connection lost and says why, once. Called with conn_lock held. */
 static CUresult lost(const char *why, int err)
 {
@@ -60,7 +82,7 @@ static CUresult lost(const char *why, int err)
     }
     conn_broken = 1;
     if (conn_fd >= 0)
-        close(conn_fd);
+        conn_close(conn_fd);
     conn_fd = -1;
     return LOST;
 }
@@ -90,11 +112,12 @@ static int dial_unix(const char *path)
  * a user timeout while data is unacknowledged. */
 #define FGR_TCP_TIMEOUT_S 15
 
-static int dial_tcp(const char *hostport)
+/* Connects to HOST:PORT; host receives HOST (without an IPv6 address's
+ * brackets). */
+static int dial_tcp(const char *hostport, char host[256])
 {
-    char host[256];
     const char *colon = strrchr(hostport, ':');
-    if (!colon || colon == hostport || (size_t)(colon - hostport) >= sizeof host) {
+    if (!colon || colon == hostport || (size_t)(colon - hostport) >= 256) {
         errno = EINVAL;
         return -1;
     }
@@ -153,13 +176,13 @@ static int dial_tcp(const char *hostport)
 static uint8_t *read_frame(int fd, uint32_t max, uint32_t *n, const char *what)
 {
     uint8_t lenb[4];
-    if (fgr_read_all(fd, lenb, 4)) {
+    if (conn_read(fd, lenb, 4)) {
         say("no %s from %s: %s", what, address(), errno ? strerror(errno) : "the server closed the connection");
         return NULL;
     }
     *n = (uint32_t)lenb[0] | (uint32_t)lenb[1] << 8 | (uint32_t)lenb[2] << 16 | (uint32_t)lenb[3] << 24;
     uint8_t *body = *n >= 4 && *n <= max ? malloc(*n) : NULL;
-    if (!body || fgr_read_all(fd, body, *n)) {
+    if (!body || conn_read(fd, body, *n)) {
         free(body);
         say("bad %s from %s", what, address());
         return NULL;
@@ -219,7 +242,7 @@ static CUresult authenticate(int fd, char *tok, size_t cap, long n)
     if (w->oom)
         return CUDA_ERROR_OUT_OF_MEMORY;
     fgr_finish_frame(w);
-    int failed = fgr_write_all(fd, w->p, w->len);
+    int failed = conn_write(fd, w->p, w->len);
     explicit_bzero(w->p, w->len);
     if (failed) {
         say("cannot authenticate with %s: %s", address(), strerror(errno));
@@ -259,7 +282,7 @@ static CUresult hello(int fd)
     if (w->oom)
         return CUDA_ERROR_OUT_OF_MEMORY;
     fgr_finish_frame(w);
-    if (fgr_write_all(fd, w->p, w->len)) {
+    if (conn_write(fd, w->p, w->len)) {
         say("no handshake with %s: %s", address(), strerror(errno));
         return LOST;
     }
@@ -349,13 +372,15 @@ static CUresult connect_locked(void)
         conn_refused = CUDA_ERROR_NOT_PERMITTED;
         return conn_refused;
     }
+    char host[256];
+    int tls = !strncmp(a, "tls://", 6);
     if (!strncmp(a, "unix://", 7)) {
         fd = dial_unix(a + 7);
-    } else if (!strncmp(a, "tcp://", 6)) {
-        fd = dial_tcp(a + 6);
+    } else if (!strncmp(a, "tcp://", 6) || tls) {
+        fd = dial_tcp(a + 6, host);
     } else {
         explicit_bzero(tok, sizeof tok);
-        say("FLEXGV_REMOTE=%s: want unix:///PATH or tcp://HOST:PORT", a);
+        say("FLEXGV_REMOTE=%s: want unix:///PATH, tcp://HOST:PORT or tls://HOST:PORT", a);
         conn_broken = 1;
         return LOST;
     }
@@ -365,11 +390,17 @@ static CUresult connect_locked(void)
         conn_broken = 1;
         return LOST;
     }
+    if (tls && !(conn_tls = fgr_tls_connect(fd, host, a))) {
+        explicit_bzero(tok, sizeof tok);
+        close(fd);
+        conn_broken = 1;
+        return LOST;
+    }
     CUresult r = authenticate(fd, tok, sizeof tok, ntok);
     if (r == CUDA_SUCCESS)
         r = hello(fd);
     if (r != CUDA_SUCCESS) {
-        close(fd);
+        conn_close(fd);
         conn_broken = 1;
         conn_refused = r == LOST ? CUDA_SUCCESS : r;
         return r;
@@ -420,7 +451,7 @@ CUresult fgr_send(struct fgr_call *c)
         r = CUDA_ERROR_OUT_OF_MEMORY;
     } else {
         fgr_finish_frame(&c->w);
-        if (fgr_write_all(conn_fd, c->w.p, c->w.len))
+        if (conn_write(conn_fd, c->w.p, c->w.len))
             r = lost("sending a call", errno);
     }
     release(c);
@@ -435,13 +466,13 @@ CUresult fgr_roundtrip(struct fgr_call *c)
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     fgr_finish_frame(&c->w);
-    if (fgr_write_all(conn_fd, c->w.p, c->w.len)) {
+    if (conn_write(conn_fd, c->w.p, c->w.len)) {
         r = lost("sending a call", errno);
         release(c);
         return r;
     }
     uint8_t lenb[4];
-    if (fgr_read_all(conn_fd, lenb, 4)) {
+    if (conn_read(conn_fd, lenb, 4)) {
         r = errno ? lost("waiting for an answer", errno) : lost("the server closed the connection", 0);
         release(c);
         return r;
@@ -463,7 +494,7 @@ CUresult fgr_roundtrip(struct fgr_call *c)
         conn_r = p;
         conn_rcap = n;
     }
-    if (fgr_read_all(conn_fd, conn_r, n)) {
+    if (conn_read(conn_fd, conn_r, n)) {
         r = lost("reading an answer", errno);
         release(c);
         return r;
@@ -519,6 +550,7 @@ static void forked_child(void)
     if (conn_fd >= 0)
         close(conn_fd);
     conn_fd = -1;
+    conn_tls = NULL; /* the parent's session: not freed here, where a lock of it may be held */
     conn_broken = 0;
     conn_refused = CUDA_SUCCESS;
     /* A thread of the parent may have been mid-call: its buffers are not ours. */

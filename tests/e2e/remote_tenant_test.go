@@ -1,23 +1,64 @@
 package e2e
 
 import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/flexgv/flexgv/internal/sched"
 	"github.com/flexgv/flexgv/internal/tenant"
 )
+
+// cert writes a self-signed certificate for hosts (IP addresses or names)
+// and its key, and returns their paths.
+func (e *env) cert(name string, hosts ...string) (string, string) {
+	e.t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, IsCA: true, BasicConstraintsValid: true,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	kb, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cert, keyFile := filepath.Join(e.dir, name+".pem"), filepath.Join(e.dir, name+".key")
+	os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), 0o600)
+	return cert, keyFile
+}
 
 // token writes a fresh token file for a tenant and returns its path.
 func (e *env) token(name string) string {
@@ -43,7 +84,7 @@ func (e *env) remoteAs(s *server, token, name string, args ...string) result {
 // transport.
 func TestRemoteTenantQuota(t *testing.T) {
 	e := quotaEnv(t)
-	for _, transport := range []string{"unix", "tcp"} {
+	for _, transport := range []string{"unix", "tcp", "tls"} {
 		t.Run(transport, func(t *testing.T) {
 			tok := e.token("a-" + transport)
 			s := e.serve(transport, "--tenant", "a:"+tok, "--mem", "256MiB", "--ctx-mem", "64MiB")
@@ -291,4 +332,116 @@ func TestRemoteServeTenantFlags(t *testing.T) {
 	if r := e.run("flexgv", "run", "--remote", sock, "--token-file=", "--", "true"); r.code != 2 || !strings.Contains(r.stderr, "--token-file is empty") {
 		t.Errorf("empty --token-file: exit %d %q", r.code, r.stderr)
 	}
+}
+
+// Over tls:// the client trusts only the server its CA file names, for the
+// address it connects to; a peer that does not speak TLS, or does not
+// trust the server, gets no executor.
+func TestRemoteTLS(t *testing.T) {
+	e := newEnv(t)
+	tok := e.token("a")
+	cert, key := e.cert("local", "localhost") // a name, not 127.0.0.1
+	other, _ := e.cert("other", "127.0.0.1", "localhost")
+	s := e.serve("tls", "--tls-cert", cert, "--tls-key", key, "--tenant", "a:"+tok, "--mem", "1GiB")
+	byName := "tls://localhost:" + strings.TrimPrefix(s.addr, "tls://127.0.0.1:")
+	run := func(addr, ca string) result {
+		e.extra = []string{"FLEXGV_REMOTE_CA_FILE=" + ca}
+		return e.runIn("", "flexgv", "run", "--remote", addr, "--token-file", tok, "--", bin("rtlike"), "1")
+	}
+	if r := run(byName, cert); r.code != 0 || !strings.Contains(r.stdout, "rtlike: ok") {
+		t.Fatalf("the certificate's name: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, c := range []struct{ name, addr, ca, want string }{
+		{"an address the certificate does not name", s.addr, cert, "is not trusted: IP address mismatch"},
+		{"another CA", byName, other, "is not trusted: self-signed certificate"},
+		{"plain TCP to a TLS server", "tcp://" + strings.TrimPrefix(s.addr, "tls://"), cert, "no answer to the authentication"},
+	} {
+		r := run(c.addr, c.ca)
+		if r.code != 1 || !strings.Contains(r.stderr, c.want) || !strings.Contains(r.stderr, "failed: 46") {
+			t.Errorf("%s: exit %d %q, want %q", c.name, r.code, r.stderr, c.want)
+		}
+	}
+	s.waitLog(`(?s)(?:refused: TLS handshake: .*){3}`, 10*time.Second)
+	if n := strings.Count(s.Log(), "connected: executor pid"); n != 1 {
+		t.Errorf("%d executors for 1 trusted client:\n%s", n, s.Log())
+	}
+	// The token is on the wire in clear over tcp://, never over tls://.
+	secret, _ := os.ReadFile(tok)
+	secret = []byte(strings.TrimSpace(string(secret)))
+	plain := e.serve("tcp", "--tenant", "a:"+tok, "--mem", "1GiB")
+	for _, c := range []struct {
+		srv   *server
+		clear bool
+	}{{s, false}, {plain, true}} {
+		scheme, target, _ := strings.Cut(c.srv.addr, "://")
+		wire, addr := tap(t, target)
+		if r := run(scheme+"://localhost:"+addr[strings.LastIndex(addr, ":")+1:], cert); r.code != 0 {
+			t.Fatalf("%s through the tap: exit %d\n%s", scheme, r.code, r.stderr)
+		}
+		if got := wire(); len(got) < 100 || bytes.Contains(got, secret) != c.clear {
+			t.Errorf("%s: %d bytes on the wire, the token in clear: %v", scheme, len(got), bytes.Contains(got, secret))
+		}
+	}
+	// A TLS client of a plain TCP server is told nothing it could trust.
+	if r := run("tls://"+strings.TrimPrefix(plain.addr, "tcp://"), cert); r.code != 1 || !strings.Contains(r.stderr, "no TLS with tls://") {
+		t.Errorf("TLS to a plain server: exit %d %q", r.code, r.stderr)
+	}
+	// The flags go together, with tls:// only.
+	sock := "tls://127.0.0.1:1"
+	for _, c := range []struct{ args, want string }{
+		{"--listen " + sock + " --open", "needs --tls-cert and --tls-key"},
+		{"--listen " + sock + " --open --tls-cert " + cert, "needs --tls-cert and --tls-key"},
+		{"--listen tcp://127.0.0.1:1 --open --tls-cert " + cert + " --tls-key " + key, "are for --listen tls://"},
+		{"--listen " + sock + " --open --tls-cert " + key + " --tls-key " + cert, "--tls-cert " + key},
+	} {
+		r := e.run("flexgv", append([]string{"serve"}, strings.Fields(c.args)...)...)
+		if r.code != 2 || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("serve %s: exit %d %q, want %q", c.args, r.code, r.stderr, c.want)
+		}
+	}
+}
+
+// tap forwards connections on a loopback port to target and records what
+// the client sent; it returns the record so far and the port's address.
+func tap(t *testing.T, target string) (func() []byte, string) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	var mu sync.Mutex
+	var got bytes.Buffer
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			go func() { io.Copy(c, u); c.Close() }()
+			go func() {
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := c.Read(buf)
+					mu.Lock()
+					got.Write(buf[:n])
+					mu.Unlock()
+					if _, werr := u.Write(buf[:n]); err != nil || werr != nil {
+						u.Close()
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return func() []byte {
+		mu.Lock()
+		defer mu.Unlock()
+		return bytes.Clone(got.Bytes())
+	}, l.Addr().String()
 }
