@@ -445,3 +445,29 @@ func tap(t *testing.T, target string) (func() []byte, string) {
 		return bytes.Clone(got.Bytes())
 	}, l.Addr().String()
 }
+
+// A --tenant without limits joins the group of that name: a local run and
+// the remote program share its quota.
+func TestRemoteTenantJoinsLocalGroup(t *testing.T) {
+	e := quotaEnv(t)
+	stop := e.start(t, "flexgv", "run", "--group", "g", "--mem", "1GiB", "--ctx-mem", "64MiB", "--", bin("holder"), "300")
+	defer stop()
+	tok := e.token("g")
+	s := e.serve("unix", "--tenant", "g:"+tok)
+	want := fmt.Sprintf("room %d: one byte more -> CUDA_ERROR_OUT_OF_MEMORY, exactly -> CUDA_SUCCESS, then free 0\n", (1024-64-300-64)*mib)
+	if r := e.remoteAs(s, tok, "memclient", "exact"); r.code != 0 || r.stdout != want {
+		t.Errorf("beside a local holder of 300MiB: exit %d %q, want %q\n%s", r.code, r.stdout, want, r.stderr)
+	}
+}
+
+// Limits name the server's GPUs: with --gpus 1 the client's device 0 is
+// the server's 1, and the quota of the server's 1 is the one it meets.
+func TestRemoteTenantQuotaFollowsTheGPU(t *testing.T) {
+	e := quotaEnv(t, "FLEXGV_SIM_DEVICES=2")
+	tok := e.token("a")
+	s := e.serve("unix", "--gpus", "1", "--tenant", "a:"+tok, "--mem", "0=1GiB,1=256MiB", "--ctx-mem", "64MiB")
+	want := fmt.Sprintf("room %d: one byte more -> CUDA_ERROR_OUT_OF_MEMORY", (256-64)*mib)
+	if r := e.remoteAs(s, tok, "memclient", "exact"); r.code != 0 || !strings.HasPrefix(r.stdout, want) {
+		t.Errorf("device 0 of the client, 1 of the server: exit %d %q, want %q\n%s", r.code, r.stdout, want, r.stderr)
+	}
+}
