@@ -123,6 +123,10 @@ func TestRemoteTwoTenants(t *testing.T) {
 			t.Errorf("%s: exit %d %q, want %q\n%s", filepath.Base(c.token), r.code, r.stdout, want, r.stderr)
 		}
 	}
+	// The tokens decide who is served: any local user may open the socket.
+	if st, err := os.Stat(strings.TrimPrefix(s.addr, "unix://")); err != nil || st.Mode().Perm() != 0o666 {
+		t.Errorf("the socket of a server with tenants: %v %v, want mode 0666", st.Mode(), err)
+	}
 	if m := regexp.MustCompile(`\(tenant (\w)\) connected`).FindAllStringSubmatch(s.Log(), -1); len(m) != 3 ||
 		m[0][1] != "a" || m[1][1] != "b" || m[2][1] != "a" {
 		t.Errorf("connections not in tenants a, b, a:\n%s", s.Log())
