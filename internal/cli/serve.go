@@ -245,14 +245,17 @@ func (ts serveTenants) acquire(shimFlag, driver string, s *remote.Server) (func(
 }
 
 // executorEnv is the server's environment without what would make an
-// executor a client of itself or put it in a tenant not its own, and
-// without CUDA_VISIBLE_DEVICES when --gpus replaces it.
+// executor a client of itself or put it in a tenant not its own, without
+// FLEXGV_ON_ERROR (a tenant's executor whose tenant file cannot be used is
+// refused CUDA: remote limits never fail open), and without
+// CUDA_VISIBLE_DEVICES when --gpus replaces it.
 func executorEnv(gpus bool) []string {
 	var out []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
-		case "FLEXGV_REMOTE", "FLEXGV_REMOTE_TOKEN_FILE", "LD_PRELOAD", "FLEXGV_TENANT", "FLEXGV_COMPUTE", "FLEXGV_DRIVER":
+		case "FLEXGV_REMOTE", "FLEXGV_REMOTE_TOKEN_FILE", "FLEXGV_REMOTE_CA_FILE", "LD_PRELOAD", "FLEXGV_TENANT", "FLEXGV_COMPUTE",
+			"FLEXGV_DRIVER", "FLEXGV_ON_ERROR":
 			continue
 		}
 		if gpus && k == "CUDA_VISIBLE_DEVICES" {

@@ -475,3 +475,18 @@ func TestRemoteTenantQuotaFollowsTheGPU(t *testing.T) {
 		t.Errorf("device 0 of the client, 1 of the server: exit %d %q, want %q\n%s", r.code, r.stdout, want, r.stderr)
 	}
 }
+
+// A tenant's executor that cannot use its tenant file is refused CUDA,
+// even where the server's environment asks local runs to pass through.
+func TestRemoteTenantFailsClosed(t *testing.T) {
+	e := quotaEnv(t, "FLEXGV_ON_ERROR=passthrough")
+	tok := e.token("a")
+	s := e.serve("unix", "--tenant", "a:"+tok, "--mem", "256MiB", "--ctx-mem", "64MiB")
+	if err := os.Remove(tenant.Path(e.stateDir(), "a")); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.remoteAs(s, tok, "memclient", "exact"); r.code != 1 || !strings.Contains(r.stderr, "cuInit(0) failed: 800") {
+		t.Errorf("without its tenant file: exit %d %q%q", r.code, r.stdout, r.stderr)
+	}
+	s.waitLog(`cannot open tenant .*CUDA is refused`, 10*time.Second)
+}
