@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Cost of remote calls on the simulated GPU with zero-length kernels,
-# locally and through flexgv serve over a unix socket and loopback TCP:
+# locally and through flexgv serve over a unix socket, the same in a tenant
+# (the shim in the executor, --mem), loopback TCP and loopback TLS (with a
+# certificate made by the openssl command):
 #   launch      a queued call (cuLaunchKernel): sent without waiting
 #   round trip  a synchronous call (cuMemAlloc or cuMemFree): one round trip
 # Each runs N and 2N times so that start-up cancels out; prints microseconds
@@ -14,11 +16,19 @@ B=$PWD/build
 tmp=$(mktemp -d)
 export FLEXGV_SIM_STATE=$tmp/gpu.state FLEXGV_SIM_KERNEL_US=0 FLEXGV_STATE_DIR=$tmp/tenants
 port=$((20000 + RANDOM % 20000))
+openssl rand -hex 32 >"$tmp/token"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=bench \
+    -addext subjectAltName=IP:127.0.0.1 -keyout "$tmp/key.pem" -out "$tmp/cert.pem" 2>/dev/null
 LD_LIBRARY_PATH=$B/sim "$B/bin/flexgv" serve --listen "unix://$tmp/gpu.sock" 2>/dev/null &
 s1=$!
-LD_LIBRARY_PATH=$B/sim "$B/bin/flexgv" serve --listen "tcp://127.0.0.1:$port" 2>/dev/null &
+LD_LIBRARY_PATH=$B/sim "$B/bin/flexgv" serve --listen "tcp://127.0.0.1:$port" --open 2>/dev/null &
 s2=$!
-trap 'kill $s1 $s2 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
+LD_LIBRARY_PATH=$B/sim "$B/bin/flexgv" serve --listen "tls://127.0.0.1:$((port + 1))" --open \
+    --tls-cert "$tmp/cert.pem" --tls-key "$tmp/key.pem" 2>/dev/null &
+s3=$!
+LD_LIBRARY_PATH=$B/sim "$B/bin/flexgv" serve --listen "unix://$tmp/tenant.sock" --tenant "bench:$tmp/token" --mem 8GiB 2>/dev/null &
+s4=$!
+trap 'kill $s1 $s2 $s3 $s4 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
 sleep 0.5
 
 secs() { # secs ENV... CMD...: wall seconds of one run
@@ -40,10 +50,16 @@ per_call() {
 local_env=(LD_LIBRARY_PATH="$B/sim")
 unix_env=(LD_LIBRARY_PATH="$B/remote" FLEXGV_REMOTE="unix://$tmp/gpu.sock")
 tcp_env=(LD_LIBRARY_PATH="$B/remote" FLEXGV_REMOTE="tcp://127.0.0.1:$port")
+tls_env=(LD_LIBRARY_PATH="$B/remote" FLEXGV_REMOTE="tls://127.0.0.1:$((port + 1))" FLEXGV_REMOTE_CA_FILE="$tmp/cert.pem")
+tenant_env=(LD_LIBRARY_PATH="$B/remote" FLEXGV_REMOTE="unix://$tmp/tenant.sock" FLEXGV_REMOTE_TOKEN_FILE="$tmp/token")
 # Local calls take well under a microsecond: more of them.
 echo "launch (queued): local $(per_call $((50 * N)) 1 launchloop "${local_env[@]}") us," \
     "unix socket $(per_call $((10 * N)) 1 launchloop "${unix_env[@]}") us," \
-    "loopback TCP $(per_call $((10 * N)) 1 launchloop "${tcp_env[@]}") us"
+    "unix socket in a tenant $(per_call $((10 * N)) 1 launchloop "${tenant_env[@]}") us," \
+    "loopback TCP $(per_call $((10 * N)) 1 launchloop "${tcp_env[@]}") us," \
+    "loopback TLS $(per_call $((10 * N)) 1 launchloop "${tls_env[@]}") us"
 echo "round trip (cuMemAlloc/cuMemFree): local $(per_call $((5 * N)) 2 "memclient allocloop" "${local_env[@]}") us," \
     "unix socket $(per_call "$N" 2 "memclient allocloop" "${unix_env[@]}") us," \
-    "loopback TCP $(per_call "$N" 2 "memclient allocloop" "${tcp_env[@]}") us"
+    "unix socket in a tenant $(per_call "$N" 2 "memclient allocloop" "${tenant_env[@]}") us," \
+    "loopback TCP $(per_call "$N" 2 "memclient allocloop" "${tcp_env[@]}") us," \
+    "loopback TLS $(per_call "$N" 2 "memclient allocloop" "${tls_env[@]}") us"

@@ -1,7 +1,14 @@
 /* The remoting protocol's wire format, shared by the client (the remoting
  * libcuda.so.1) and the executor (the server process that calls the real
  * driver). Every frame is a little-endian u32 length followed by that many
- * bytes:
+ * bytes. The first frame of a connection authenticates it, and is answered
+ * by the server (flexgv serve, internal/remote/auth.go) before any executor
+ * runs:
+ *     request  u32 FGR_AUTH_MAGIC, u32 FGR_PROTO_VERSION, token (u8 present,
+ *              u64 n, n bytes; absent when the client has none)
+ *     reply    u32 CUresult (0: accepted), string: the tenant's name, or why
+ *              the connection is refused (then closed)
+ * Then the executor's handshake (FGR_OP_HELLO), then calls:
  *     request  u16 op, u16 flags, u32 reserved (0), u64 context, arguments
  *     reply    u32 CUresult, results
  * Arguments (tools/gen/remote.go): first every by-value parameter as a u64,
@@ -21,8 +28,12 @@
 
 #include "flexgv/cuda_types.h"
 
-#define FGR_PROTO_VERSION 1u
-#define FGR_MAGIC 0x4d524746u /* "FGRM" */
+#define FGR_PROTO_VERSION 2u
+#define FGR_MAGIC 0x4d524746u      /* "FGRM" */
+#define FGR_AUTH_MAGIC 0x41524746u /* "FGRA" */
+/* A token's length in bytes. */
+#define FGR_MIN_TOKEN 16u
+#define FGR_MAX_TOKEN 1024u
 /* The largest buffer one argument carries, and the largest frame. */
 #define FGR_MAX_BUF (1ull << 30)
 #define FGR_MAX_FRAME ((uint32_t)(FGR_MAX_BUF + (1u << 20)))

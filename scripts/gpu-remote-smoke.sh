@@ -16,7 +16,7 @@ gcc -std=gnu11 -O2 -Wall -Werror -Iinclude -o "$tmp/smoke" scripts/gpu/remote_sm
 echo "== native"
 env -u LD_LIBRARY_PATH "$tmp/smoke"
 env -u LD_LIBRARY_PATH "$B/bin/flexgv" serve --listen "unix://$tmp/gpu.sock" &
-env -u LD_LIBRARY_PATH "$B/bin/flexgv" serve --listen tcp://127.0.0.1:7071 &
+env -u LD_LIBRARY_PATH "$B/bin/flexgv" serve --listen tcp://127.0.0.1:7071 --open &
 sleep 1
 for addr in "unix://$tmp/gpu.sock" tcp://127.0.0.1:7071; do
     echo "== remote $addr"

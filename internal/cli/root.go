@@ -75,7 +75,7 @@ func (g *globals) options(stderr io.Writer, env ...string) launch.Options {
 
 func newRun(g *globals, stderr io.Writer) *cobra.Command {
 	var q quotaFlags
-	var remoteAddr string
+	var remoteAddr, tokenFile string
 	c := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARGS...]",
 		Short: "Run a program under the shim, optionally as a tenant with memory quotas",
@@ -97,7 +97,7 @@ func newRun(g *globals, stderr io.Writer) *cobra.Command {
 			defer done()
 			o := g.options(stderr, env...)
 			if remoteAddr != "" {
-				if err := remoteRun(remoteAddr, &o); err != nil {
+				if err := remoteRun(remoteAddr, tokenFile, &o); err != nil {
 					return err
 				}
 			}
@@ -110,7 +110,8 @@ func newRun(g *globals, stderr io.Writer) *cobra.Command {
 	}
 	c.Flags().SetInterspersed(false)
 	q.register(c)
-	c.Flags().StringVar(&remoteAddr, "remote", "", "run on the GPUs of flexgv serve at ADDR (unix:///PATH or tcp://HOST:PORT)")
+	c.Flags().StringVar(&remoteAddr, "remote", "", "run on the GPUs of flexgv serve at ADDR (unix:///PATH, tcp://HOST:PORT or tls://HOST:PORT)")
+	c.Flags().StringVar(&tokenFile, "token-file", "", "with --remote: the file holding the tenant's token the server gave (default: $FLEXGV_REMOTE_TOKEN_FILE)")
 	return c
 }
 

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"os"
@@ -14,19 +16,31 @@ import (
 
 	"github.com/flexgv/flexgv/internal/launch"
 	"github.com/flexgv/flexgv/internal/remote"
+	"github.com/flexgv/flexgv/internal/tenant"
 )
 
 func newServe(g *globals, stderr io.Writer) *cobra.Command {
-	var listen, gpus string
+	var listen, gpus, tlsCert, tlsKey string
+	var open bool
+	var tenants serveTenants
 	c := &cobra.Command{
-		Use:   "serve --listen ADDR [--gpus LIST]",
+		Use:   "serve --listen ADDR [--gpus LIST] [--tls-cert FILE --tls-key FILE] [--tenant NAME:TOKEN_FILE [LIMITS]]...",
 		Short: "Serve this machine's GPUs to programs run with flexgv run --remote",
-		Long: "Listens on ADDR (unix:///PATH or tcp://HOST:PORT) and gives every connection an executor process\n" +
-			"of its own that calls the CUDA driver for that program alone. When the program ends or its\n" +
-			"connection drops, its executor exits and the driver frees everything it held. The connection is\n" +
-			"not authenticated or encrypted yet: listen on a unix socket, or on TCP only inside a trusted network.",
+		Long: "Listens on ADDR (unix:///PATH, tcp://HOST:PORT, or tls://HOST:PORT: TCP with TLS 1.3 and the\n" +
+			"certificate of --tls-cert and --tls-key) and gives every connection an executor process of its own\n" +
+			"that calls the CUDA driver for that program alone. When the program ends or its connection drops,\n" +
+			"its executor exits and the driver frees everything it held.\n\n" +
+			"With --tenant, a client must present one tenant's token (flexgv run --remote ADDR --token-file FILE)\n" +
+			"and its executor runs in that tenant, under the shim: the limits given after the --tenant (--mem,\n" +
+			"--compute, --compute-max, --priority, --ctx-mem, as for flexgv run) are enforced on the server, where\n" +
+			"the client cannot reach them, and flexgv ps here lists the tenant and its executors. A --tenant without\n" +
+			"limits joins the existing group of that name (flexgv run --group, the node daemon). Without --tenant,\n" +
+			"anyone who can connect is served without limits: a unix socket is then left to its owner (umask),\n" +
+			"and TCP needs --open. tcp:// is not encrypted: use it inside a trusted network, else tls://.",
 		Example: "  flexgv serve --listen unix:///run/flexgv.sock\n" +
-			"  flexgv serve --listen tcp://0.0.0.0:7070 --gpus 0,1",
+			"  flexgv serve --listen tls://0.0.0.0:7070 --tls-cert server.pem --tls-key server.key --gpus 0,1 \\\n" +
+			"      --tenant team-a:/etc/flexgv/team-a.token --mem 8GiB --compute 30% --priority high \\\n" +
+			"      --tenant team-b:/etc/flexgv/team-b.token --mem 16GiB",
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if listen == "" {
@@ -35,6 +49,25 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 			addr, err := remote.ParseAddr(listen)
 			if err != nil {
 				return usageError{fmt.Errorf("flexgv serve: --listen %w", err)}
+			}
+			switch {
+			case open && len(tenants) > 0:
+				return usageError{fmt.Errorf("flexgv serve: --open and --tenant: give one (--open serves anyone, --tenant only token holders)")}
+			case addr.Network != "unix" && !open && len(tenants) == 0:
+				return usageError{fmt.Errorf("flexgv serve: --listen %s: give --tenant NAME:TOKEN_FILE (clients authenticate), "+
+					"or --open to serve anyone who can reach the port, without limits", addr)}
+			case addr.Network == "tls" && (tlsCert == "" || tlsKey == ""):
+				return usageError{fmt.Errorf("flexgv serve: --listen %s needs --tls-cert and --tls-key", addr)}
+			case addr.Network != "tls" && (tlsCert != "" || tlsKey != ""):
+				return usageError{fmt.Errorf("flexgv serve: --tls-cert and --tls-key are for --listen tls://HOST:PORT")}
+			}
+			var tlsConfig *tls.Config
+			if addr.Network == "tls" {
+				cert, err := tls.LoadX509KeyPair(tlsCert, tlsKey)
+				if err != nil {
+					return usageError{fmt.Errorf("flexgv serve: --tls-cert %s --tls-key %s: %w", tlsCert, tlsKey, err)}
+				}
+				tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}
 			}
 			visible, err := remote.ParseGPUs(gpus)
 			if err != nil {
@@ -53,33 +86,179 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 					return usageError{fmt.Errorf("flexgv serve: --driver %s: no such file", g.driver)}
 				}
 			}
+			s := &remote.Server{Executor: exe, Driver: driver, GPUs: visible, Env: executorEnv(visible != ""), TLS: tlsConfig, Log: stderr}
+			if len(tenants) > 0 {
+				release, err := tenants.acquire(g.shim, driver, s)
+				if err != nil {
+					return err
+				}
+				defer release()
+			}
 			l, err := remote.Listen(addr)
 			if err != nil {
 				return exitError{1, "flexgv serve: " + err.Error()}
 			}
+			// With tenants, the tokens decide who is served: any local user
+			// may connect to the socket.
+			if addr.Network == "unix" && len(tenants) > 0 {
+				if err := os.Chmod(addr.Address, 0o666); err != nil {
+					l.Close()
+					return exitError{1, "flexgv serve: " + err.Error()}
+				}
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			s := &remote.Server{Executor: exe, Driver: driver, GPUs: visible, Env: executorEnv(visible != ""), Log: stderr}
-			fmt.Fprintf(stderr, "flexgv serve: listening on %s\n", addr)
+			names := make([]string, len(s.Tenants))
+			for i, t := range s.Tenants {
+				names[i] = t.Name
+			}
+			if len(names) > 0 {
+				fmt.Fprintf(stderr, "flexgv serve: listening on %s for tenants %s\n", addr, strings.Join(names, ", "))
+			} else {
+				fmt.Fprintf(stderr, "flexgv serve: listening on %s, open to anyone who can connect, without limits\n", addr)
+			}
 			if err := s.Serve(ctx, l); err != nil {
 				return exitError{1, "flexgv serve: " + err.Error()}
 			}
 			return nil
 		},
 	}
-	c.Flags().StringVar(&listen, "listen", "", "where to listen: unix:///PATH or tcp://HOST:PORT")
+	c.Flags().StringVar(&listen, "listen", "", "where to listen: unix:///PATH, tcp://HOST:PORT or tls://HOST:PORT")
 	c.Flags().StringVar(&gpus, "gpus", "", "the GPUs to serve, as indexes or UUIDs (default: all)")
+	c.Flags().StringVar(&tlsCert, "tls-cert", "", "with --listen tls://: the server's certificate chain (PEM)")
+	c.Flags().StringVar(&tlsKey, "tls-key", "", "with --listen tls://: the certificate's private key (PEM)")
+	c.Flags().BoolVar(&open, "open", false, "serve anyone who can connect, without tenants or limits (needed for TCP without --tenant)")
+	tenants.register(c)
 	return c
 }
 
+// serveTenants are the --tenant flags of flexgv serve, in order, each with
+// the limit flags that follow it.
+type serveTenants []*serveTenant
+
+type serveTenant struct {
+	name, tokenFile string
+	q               quotaFlags
+	given           map[string]bool
+}
+
+// tenantFlag is --tenant NAME:TOKEN_FILE: it starts a tenant.
+type tenantFlag struct{ ts *serveTenants }
+
+func (f tenantFlag) String() string { return "" }
+func (f tenantFlag) Type() string   { return "NAME:TOKEN_FILE" }
+func (f tenantFlag) Set(v string) error {
+	name, file, ok := strings.Cut(v, ":")
+	if !ok || file == "" {
+		return fmt.Errorf("want NAME:TOKEN_FILE")
+	}
+	if err := tenant.CheckName(name); err != nil {
+		return err
+	}
+	for _, t := range *f.ts {
+		if t.name == name {
+			return fmt.Errorf("tenant %s is given twice", name)
+		}
+	}
+	t := &serveTenant{name: name, tokenFile: file, given: map[string]bool{}}
+	t.q = quotaFlags{ctxMem: "512MiB", group: name, changed: func(n string) bool { return t.given[n] }}
+	*f.ts = append(*f.ts, t)
+	return nil
+}
+
+// limitFlag is one of the limits of the --tenant before it.
+type limitFlag struct {
+	ts   *serveTenants
+	name string
+}
+
+func (f limitFlag) String() string { return "" }
+func (f limitFlag) Type() string   { return "LIMIT" }
+func (f limitFlag) Set(v string) error {
+	if len(*f.ts) == 0 {
+		return fmt.Errorf("limits apply to the --tenant NAME:TOKEN_FILE before them; give one first")
+	}
+	t := (*f.ts)[len(*f.ts)-1]
+	if t.given[f.name] {
+		return fmt.Errorf("given twice for tenant %s", t.name)
+	}
+	t.given[f.name] = true
+	*map[string]*string{"mem": &t.q.mem, "compute": &t.q.compute, "compute-max": &t.q.computeMax,
+		"priority": &t.q.priority, "ctx-mem": &t.q.ctxMem}[f.name] = v
+	return nil
+}
+
+func (ts *serveTenants) register(c *cobra.Command) {
+	c.Flags().Var(tenantFlag{ts}, "tenant", "a tenant: clients presenting the token in TOKEN_FILE; the limit flags after it are its own (repeatable)")
+	for _, l := range []struct{ name, usage string }{
+		{"mem", "the tenant's GPU memory quota, as flexgv run --mem"},
+		{"compute", "the tenant's guaranteed share of GPU time, as flexgv run --compute"},
+		{"compute-max", "the tenant's cap on GPU time, as flexgv run --compute-max"},
+		{"priority", "the tenant's priority, as flexgv run --priority"},
+		{"ctx-mem", "memory charged per CUDA context when it cannot be measured, as flexgv run --ctx-mem (default 512MiB)"},
+	} {
+		c.Flags().Var(limitFlag{ts, l.name}, l.name, l.usage)
+	}
+}
+
+// acquire reads the tenants' tokens, creates or joins every tenant as
+// flexgv run does (the node daemon's groups, the GPUs' schedulers) for as
+// long as the server runs, and gives s each tenant's executor environment:
+// the shim preloaded, in the tenant.
+func (ts serveTenants) acquire(shimFlag, driver string, s *remote.Server) (func(), error) {
+	shim, err := launch.FindShim(shimFlag)
+	if err != nil {
+		return nil, exitError{1, "flexgv serve: " + err.Error()}
+	}
+	tokens := make([][]byte, len(ts))
+	seen := map[[32]byte]string{}
+	for i, t := range ts {
+		token, err := remote.ReadToken(t.tokenFile)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("flexgv serve: --tenant %s: %w", t.name, err)}
+		}
+		h := sha256.Sum256(token)
+		if other, ok := seen[h]; ok {
+			return nil, usageError{fmt.Errorf("flexgv serve: tenants %s and %s have the same token: each needs its own", other, t.name)}
+		}
+		seen[h], tokens[i] = t.name, token
+	}
+	var releases []func()
+	release := func() {
+		for _, r := range releases {
+			r()
+		}
+	}
+	for i, t := range ts {
+		env, done, err := t.q.setup()
+		if err != nil {
+			release()
+			return nil, usageError{fmt.Errorf("flexgv serve: --tenant %s: %w", t.name, err)}
+		}
+		releases = append(releases, done)
+		// The executor's environment has no LD_PRELOAD or FLEXGV_DRIVER of
+		// the server's (executorEnv): Environ adds exactly ours.
+		env = launch.Environ(nil, shim, launch.Options{Driver: driver, Env: env})
+		s.Tenants = append(s.Tenants, remote.NewTenant(t.name, tokens[i], env))
+	}
+	return release, nil
+}
+
 // executorEnv is the server's environment without what would make an
-// executor a client of itself, and without CUDA_VISIBLE_DEVICES when
-// --gpus replaces it.
+// executor a client of itself or put it in a tenant not its own, without
+// FLEXGV_ON_ERROR (a tenant's executor whose tenant file cannot be used is
+// refused CUDA: remote limits never fail open), and without
+// CUDA_VISIBLE_DEVICES when --gpus replaces it.
 func executorEnv(gpus bool) []string {
 	var out []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
-		if k == "FLEXGV_REMOTE" || k == "LD_PRELOAD" || (gpus && k == "CUDA_VISIBLE_DEVICES") {
+		switch k {
+		case "FLEXGV_REMOTE", "FLEXGV_REMOTE_TOKEN_FILE", "FLEXGV_REMOTE_CA_FILE", "LD_PRELOAD", "FLEXGV_TENANT", "FLEXGV_COMPUTE",
+			"FLEXGV_DRIVER", "FLEXGV_ON_ERROR":
+			continue
+		}
+		if gpus && k == "CUDA_VISIBLE_DEVICES" {
 			continue
 		}
 		out = append(out, kv)
@@ -88,30 +267,49 @@ func executorEnv(gpus bool) []string {
 }
 
 // remoteAlone refuses flags that would act in the program's process on a
-// remote GPU: a tenant's quotas there would be neither measured right nor
-// enforceable; they belong on the server.
+// remote GPU: a tenant's limits there would be neither measured right nor
+// enforceable; they belong on the server. --token-file needs --remote.
 func remoteAlone(c *cobra.Command, addr string) error {
+	if f := c.Flags().Lookup("token-file"); f.Changed && f.Value.String() == "" {
+		return usageError{fmt.Errorf("flexgv run: --token-file is empty; give the token's file")}
+	}
 	if addr == "" {
+		if c.Flags().Changed("token-file") {
+			return usageError{fmt.Errorf("flexgv run: --token-file is for --remote ADDR")}
+		}
 		return nil
 	}
-	for _, name := range []string{"mem", "compute-max", "group", "ctx-mem"} {
+	for _, name := range []string{"mem", "compute", "compute-max", "priority", "group", "ctx-mem"} {
 		if f := c.Flags().Lookup(name); f != nil && f.Changed {
-			return usageError{fmt.Errorf("flexgv run: --%s with --remote: quotas of remote programs are not supported yet "+
-				"(they will be set on the server)", name)}
+			return usageError{fmt.Errorf("flexgv run: --%s with --remote: a remote program's limits are set on the server "+
+				"(flexgv serve --tenant NAME:TOKEN_FILE --%s ...), not by the client", name, name)}
 		}
 	}
 	return nil
 }
 
 // remoteRun prepares flexgv run --remote ADDR: the remoting libcuda.so.1
-// first on the library path and as the shim's driver.
-func remoteRun(addr string, o *launch.Options) error {
+// first on the library path and as the shim's driver, and the token the
+// program's connections present.
+func remoteRun(addr, tokenFile string, o *launch.Options) error {
 	a, err := remote.ParseAddr(addr)
 	if err != nil {
 		return usageError{fmt.Errorf("flexgv run: --remote %w", err)}
 	}
 	if o.Driver != "" {
 		return usageError{fmt.Errorf("flexgv run: --driver and --remote both say which driver the program gets; give one")}
+	}
+	if tokenFile != "" {
+		// Checked here so that a bad file is a clear error before the
+		// program starts; the program's library reads it again.
+		if _, err := remote.ReadToken(tokenFile); err != nil {
+			return usageError{fmt.Errorf("flexgv run: --token-file: %w", err)}
+		}
+		abs, err := filepath.Abs(tokenFile)
+		if err != nil {
+			return usageError{fmt.Errorf("flexgv run: --token-file: %w", err)}
+		}
+		o.Env = append(o.Env, "FLEXGV_REMOTE_TOKEN_FILE="+abs)
 	}
 	lib, err := remote.Built("libcuda.so.1")
 	if err != nil {

@@ -8,6 +8,7 @@ package remote
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -16,30 +17,29 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Addr is where a server listens and clients connect.
 type Addr struct {
-	Network string // "unix" or "tcp"
+	Network string // "unix", "tcp", or "tls" (TCP with TLS)
 	Address string // socket path, or host:port
 }
 
-func (a Addr) String() string {
-	if a.Network == "unix" {
-		return "unix://" + a.Address
-	}
-	return "tcp://" + a.Address
-}
+func (a Addr) String() string { return a.Network + "://" + a.Address }
 
-// ParseAddr reads unix:///PATH or tcp://HOST:PORT.
+// ParseAddr reads unix:///PATH, tcp://HOST:PORT or tls://HOST:PORT.
 func ParseAddr(s string) (Addr, error) {
 	bad := func(why string) (Addr, error) {
-		return Addr{}, fmt.Errorf("address %q: %s (want unix:///PATH or tcp://HOST:PORT)", s, why)
+		return Addr{}, fmt.Errorf("address %q: %s (want unix:///PATH, tcp://HOST:PORT or tls://HOST:PORT)", s, why)
 	}
 	scheme, rest, ok := strings.Cut(s, "://")
 	if !ok {
@@ -54,7 +54,7 @@ func ParseAddr(s string) (Addr, error) {
 			return bad("the socket path is longer than 107 bytes")
 		}
 		return Addr{"unix", rest}, nil
-	case "tcp":
+	case "tcp", "tls":
 		u, err := url.Parse("tcp://" + rest)
 		if err != nil || u.Path != "" || u.User != nil || u.RawQuery != "" {
 			return bad("not HOST:PORT")
@@ -66,7 +66,7 @@ func ParseAddr(s string) (Addr, error) {
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 			return bad("the port must be 1 to 65535")
 		}
-		return Addr{"tcp", rest}, nil
+		return Addr{scheme, rest}, nil
 	}
 	return bad("unknown scheme " + scheme)
 }
@@ -128,7 +128,11 @@ func Listen(a Addr) (net.Listener, error) {
 			}
 		}
 	}
-	l, err := net.Listen(a.Network, a.Address)
+	network := a.Network
+	if network == "tls" {
+		network = "tcp"
+	}
+	l, err := net.Listen(network, a.Address)
 	if err != nil {
 		return nil, err
 	}
@@ -138,17 +142,38 @@ func Listen(a Addr) (net.Listener, error) {
 	return l, nil
 }
 
-// Server hands connections to executors.
-type Server struct {
-	Executor string   // path of flexgv-executor
-	Driver   string   // CUDA driver the executors load ("" for libcuda.so.1)
-	GPUs     string   // CUDA_VISIBLE_DEVICES for the executors ("" for all)
-	Env      []string // the executors' environment
-	Log      io.Writer
+// DefaultMaxPending is how many connections may be authenticating at once.
+const DefaultMaxPending = 256
 
-	mu    sync.Mutex
-	execs map[int]*os.Process
-	wg    sync.WaitGroup
+func peerName(c net.Conn) string {
+	if p := c.RemoteAddr().String(); p != "" && p != "@" {
+		return p
+	}
+	return "local"
+}
+
+// Server authenticates connections and hands them to executors.
+type Server struct {
+	Executor string    // path of flexgv-executor
+	Driver   string    // CUDA driver the executors load ("" for libcuda.so.1)
+	GPUs     string    // CUDA_VISIBLE_DEVICES for the executors ("" for all)
+	Env      []string  // the executors' environment
+	Tenants  []*Tenant // who may connect; none: anyone who can reach the socket
+	// TLS, when set, is spoken on every connection: the server ends it and
+	// relays the calls to the executor over a socket pair.
+	TLS *tls.Config
+	Log io.Writer
+
+	// maxPending bounds the connections authenticating at once (0:
+	// DefaultMaxPending): peers that connect and say nothing cannot take
+	// every descriptor for AuthTimeout.
+	maxPending int
+	pending    atomic.Int32
+
+	mu      sync.Mutex
+	execs   map[int]*os.Process
+	closing bool // shutting down: an executor started now ends at once
+	wg      sync.WaitGroup
 }
 
 func (s *Server) logf(format string, args ...any) {
@@ -174,22 +199,52 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 			s.shutdown()
 			return err
 		}
-		s.start(c)
+		max := s.maxPending
+		if max == 0 {
+			max = DefaultMaxPending
+		}
+		if int(s.pending.Add(1)) > max {
+			s.pending.Add(-1)
+			s.logf("%s: refused: %d connections are authenticating already", peerName(c), max)
+			c.Close()
+			continue
+		}
+		// Authentication waits on the peer: not in the accepting loop.
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.start(ctx, c)
+		}()
 	}
 }
 
-func (s *Server) start(c net.Conn) {
-	peer := c.RemoteAddr().String()
-	if peer == "" || peer == "@" {
-		peer = "local"
-	}
+// start authenticates a connection and gives it an executor of its own,
+// in its tenant when the server has tenants. A refused peer never reaches
+// an executor.
+func (s *Server) start(ctx context.Context, c net.Conn) {
+	peer := peerName(c)
 	if tc, ok := c.(*net.TCPConn); ok {
 		// A client whose machine or network vanished ends its executor too.
 		tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: 2 * time.Second, Count: 5})
 		tc.SetNoDelay(true)
 	}
-	f, err := c.(interface{ File() (*os.File, error) }).File()
-	c.Close()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	t, err := s.handshake(&c)
+	s.pending.Add(-1)
+	if !stop() || err != nil {
+		if err != nil {
+			s.logf("%s: refused: %v", peer, err)
+		}
+		c.Close()
+		return
+	}
+	var f *os.File
+	if tc, ok := c.(*tls.Conn); ok {
+		f, err = s.relay(tc)
+	} else {
+		f, err = c.(interface{ File() (*os.File, error) }).File()
+		c.Close()
+	}
 	if err != nil {
 		s.logf("%s: %v", peer, err)
 		return
@@ -201,9 +256,14 @@ func (s *Server) start(c net.Conn) {
 	}
 	cmd := exec.Command(s.Executor, args...)
 	cmd.ExtraFiles = []*os.File{f}
-	cmd.Env = s.Env
+	cmd.Env = slices.Clone(s.Env)
 	if s.GPUs != "" {
 		cmd.Env = append(cmd.Env, "CUDA_VISIBLE_DEVICES="+s.GPUs)
+	}
+	who := peer
+	if t != nil {
+		cmd.Env = append(cmd.Env, t.Env...)
+		who += " (tenant " + t.Name + ")"
 	}
 	cmd.Stdout, cmd.Stderr = s.Log, s.Log
 	// Executors do not outlive the server, even one killed with SIGKILL.
@@ -213,31 +273,79 @@ func (s *Server) start(c net.Conn) {
 		return
 	}
 	pid := cmd.Process.Pid
-	s.logf("%s connected: executor pid %d", peer, pid)
+	s.logf("%s connected: executor pid %d", who, pid)
 	s.mu.Lock()
 	if s.execs == nil {
 		s.execs = map[int]*os.Process{}
 	}
 	s.execs[pid] = cmd.Process
+	if s.closing {
+		cmd.Process.Signal(syscall.SIGTERM)
+	}
 	s.mu.Unlock()
-	s.wg.Add(1)
+	err = cmd.Wait()
+	s.mu.Lock()
+	delete(s.execs, pid)
+	s.mu.Unlock()
+	how := "exited"
+	if err != nil {
+		how = err.Error()
+	}
+	s.logf("%s: executor pid %d ended (%s)", who, pid, how)
+}
+
+// handshake authenticates c, in TLS when the server speaks it (then *c
+// becomes the TLS connection).
+func (s *Server) handshake(c *net.Conn) (*Tenant, error) {
+	if s.TLS == nil {
+		return s.authenticate(*c)
+	}
+	tc := tls.Server(*c, s.TLS)
+	*c = tc
+	tc.SetDeadline(time.Now().Add(AuthTimeout))
+	if err := tc.Handshake(); err != nil {
+		return nil, fmt.Errorf("TLS handshake: %w", err)
+	}
+	return s.authenticate(tc)
+}
+
+// relay ends TLS here: it returns one end of a socket pair for the
+// executor and copies between the other end and c until either side ends.
+// The client's end of stream reaches the executor as its own; the
+// executor's exit closes the connection.
+func (s *Server) relay(c *tls.Conn) (*os.File, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("socket pair for the executor: %w", err)
+	}
+	ours := os.NewFile(uintptr(fds[1]), "relay")
+	pc, err := net.FileConn(ours)
+	ours.Close()
+	if err != nil {
+		unix.Close(fds[0])
+		c.Close()
+		return nil, err
+	}
+	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
-		err := cmd.Wait()
-		s.mu.Lock()
-		delete(s.execs, pid)
-		s.mu.Unlock()
-		how := "exited"
-		if err != nil {
-			how = err.Error()
-		}
-		s.logf("%s: executor pid %d ended (%s)", peer, pid, how)
+		io.Copy(pc, c)
+		pc.(*net.UnixConn).CloseWrite()
 	}()
+	go func() {
+		defer s.wg.Done()
+		io.Copy(c, pc)
+		c.Close()
+		pc.Close()
+	}()
+	return os.NewFile(uintptr(fds[0]), "executor"), nil
 }
 
 // shutdown ends every executor: their clients see the server go.
 func (s *Server) shutdown() {
 	s.mu.Lock()
+	s.closing = true
 	for _, p := range s.execs {
 		p.Signal(syscall.SIGTERM)
 	}

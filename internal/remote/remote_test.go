@@ -8,6 +8,7 @@ func TestParseAddr(t *testing.T) {
 		"tcp://0.0.0.0:7070":      {"tcp", "0.0.0.0:7070"},
 		"tcp://[::1]:7070":        {"tcp", "[::1]:7070"},
 		"tcp://gpu-host:1":        {"tcp", "gpu-host:1"},
+		"tls://gpu-host:7070":     {"tls", "gpu-host:7070"},
 	} {
 		got, err := ParseAddr(in)
 		if err != nil || got != want || got.String() != in {
@@ -15,7 +16,7 @@ func TestParseAddr(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "/run/x.sock", "unix://run/x.sock", "unix://", "tcp://host", "tcp://host:0",
-		"tcp://host:65536", "tcp://host:http", "tcp://host:1/path", "http://host:1", "unix:///" + string(make([]byte, 120))} {
+		"tcp://host:65536", "tcp://host:http", "tcp://host:1/path", "http://host:1", "tls://host", "tls://host:0", "unix:///" + string(make([]byte, 120))} {
 		if a, err := ParseAddr(bad); err == nil {
 			t.Errorf("%q: accepted as %+v", bad, a)
 		}

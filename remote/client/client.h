@@ -54,6 +54,14 @@ struct fgr_server {
         char *name, *desc;
     } *err;
 };
+/* TLS over a connected socket to host (tls.c): the session, or NULL having
+ * said why (addr names the server). Whole-buffer I/O as fgr_read_all and
+ * fgr_write_all answer it. */
+void *fgr_tls_connect(int fd, const char *host, const char *addr);
+int fgr_tls_write_all(void *s, const void *p, size_t n);
+int fgr_tls_read_all(void *s, void *p, size_t n);
+void fgr_tls_free(void *s);
+
 /* Connects and shakes hands once per process (again in a forked child). */
 CUresult fgr_connect(void);
 extern struct fgr_server fgr_srv;

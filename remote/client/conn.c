@@ -20,7 +20,9 @@
 
 static pthread_mutex_t conn_lock = PTHREAD_MUTEX_INITIALIZER;
 static int conn_fd = -1;
-static int conn_broken; /* lost or refused: every forwarded call fails */
+static void *conn_tls; /* the TLS session over conn_fd (tls://), or NULL */
+static int conn_broken;       /* lost or refused: every forwarded call fails */
+static CUresult conn_refused; /* refused: what every call then answers */
 static struct fgr_buf conn_w;
 static uint8_t *conn_r;
 static size_t conn_rcap;
@@ -47,6 +49,27 @@ static const char *address(void)
     return a && *a ? a : NULL;
 }
 
+/* Whole-buffer I/O on the connection, in TLS for tls:// (fgr_read_all's
+ * and fgr_write_all's answers). */
+static int conn_write(int fd, const void *p, size_t n)
+{
+    return conn_tls ? fgr_tls_write_all(conn_tls, p, n) : fgr_write_all(fd, p, n);
+}
+
+static int conn_read(int fd, void *p, size_t n)
+{
+    return conn_tls ? fgr_tls_read_all(conn_tls, p, n) : fgr_read_all(fd, p, n);
+}
+
+/* Ends the connection (not in a forked child: the session is the parent's). */
+static void conn_close(int fd)
+{
+    if (conn_tls)
+        fgr_tls_free(conn_tls);
+    conn_tls = NULL;
+    close(fd);
+}
+
 /* Marks the connection lost and says why, once. Called with conn_lock held. */
 static CUresult lost(const char *why, int err)
 {
@@ -59,7 +82,7 @@ static CUresult lost(const char *why, int err)
     }
     conn_broken = 1;
     if (conn_fd >= 0)
-        close(conn_fd);
+        conn_close(conn_fd);
     conn_fd = -1;
     return LOST;
 }
@@ -89,11 +112,12 @@ static int dial_unix(const char *path)
  * a user timeout while data is unacknowledged. */
 #define FGR_TCP_TIMEOUT_S 15
 
-static int dial_tcp(const char *hostport)
+/* Connects to HOST:PORT; host receives HOST (without an IPv6 address's
+ * brackets). */
+static int dial_tcp(const char *hostport, char host[256])
 {
-    char host[256];
     const char *colon = strrchr(hostport, ':');
-    if (!colon || colon == hostport || (size_t)(colon - hostport) >= sizeof host) {
+    if (!colon || colon == hostport || (size_t)(colon - hostport) >= 256) {
         errno = EINVAL;
         return -1;
     }
@@ -147,6 +171,98 @@ static int dial_tcp(const char *hostport)
     return fd;
 }
 
+/* Reads one frame's body (at most max bytes) into a new buffer; NULL, having
+ * said why, when there is none. */
+static uint8_t *read_frame(int fd, uint32_t max, uint32_t *n, const char *what)
+{
+    uint8_t lenb[4];
+    if (conn_read(fd, lenb, 4)) {
+        say("no %s from %s: %s", what, address(), errno ? strerror(errno) : "the server closed the connection");
+        return NULL;
+    }
+    *n = (uint32_t)lenb[0] | (uint32_t)lenb[1] << 8 | (uint32_t)lenb[2] << 16 | (uint32_t)lenb[3] << 24;
+    uint8_t *body = *n >= 4 && *n <= max ? malloc(*n) : NULL;
+    if (!body || conn_read(fd, body, *n)) {
+        free(body);
+        say("bad %s from %s", what, address());
+        return NULL;
+    }
+    return body;
+}
+
+/* The token in FLEXGV_REMOTE_TOKEN_FILE, without trailing white space:
+ * its length (0 when the variable is unset), or -1 having said why not. */
+static long read_token(char *tok, size_t cap)
+{
+    const char *path = getenv("FLEXGV_REMOTE_TOKEN_FILE");
+    if (!path || !*path)
+        return 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        say("cannot read the token file %s (FLEXGV_REMOTE_TOKEN_FILE): %s", path, strerror(errno));
+        return -1;
+    }
+    size_t n = 0;
+    for (;;) {
+        ssize_t k = read(fd, tok + n, cap - n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0) {
+            say("cannot read the token file %s: %s", path, strerror(errno));
+            close(fd);
+            return -1;
+        }
+        n += (size_t)k;
+        if (k == 0 || n == cap)
+            break;
+    }
+    close(fd);
+    while (n && (tok[n - 1] == ' ' || tok[n - 1] == '\t' || tok[n - 1] == '\r' || tok[n - 1] == '\n'))
+        n--;
+    if (n < FGR_MIN_TOKEN || n > FGR_MAX_TOKEN) {
+        say("the token file %s holds %zu bytes of token%s, want %u to %u", path, n, n == cap ? " or more" : "",
+            FGR_MIN_TOKEN, FGR_MAX_TOKEN);
+        return -1;
+    }
+    return (long)n;
+}
+
+/* Authentication: the token, answered by the server before an executor
+ * is started for this connection. */
+static CUresult authenticate(int fd, char *tok, size_t cap, long n)
+{
+    struct fgr_buf *w = &conn_w;
+    w->len = 0;
+    w->oom = 0;
+    fgr_put_u32(w, 0);
+    fgr_put_u32(w, FGR_AUTH_MAGIC);
+    fgr_put_u32(w, FGR_PROTO_VERSION);
+    fgr_put_buf(w, n ? tok : NULL, (uint64_t)n);
+    explicit_bzero(tok, cap);
+    if (w->oom)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    fgr_finish_frame(w);
+    int failed = conn_write(fd, w->p, w->len);
+    explicit_bzero(w->p, w->len);
+    if (failed) {
+        say("cannot authenticate with %s: %s", address(), strerror(errno));
+        return LOST;
+    }
+    uint32_t len;
+    uint8_t *body = read_frame(fd, 1u << 16, &len, "answer to the authentication");
+    if (!body)
+        return LOST;
+    struct fgr_rd r = {body, len, 0};
+    CUresult res = (CUresult)fgr_get_u32(&r);
+    const char *msg = fgr_get_cstr(&r);
+    if (!fgr_rd_done(&r))
+        res = LOST, msg = "a malformed answer to the authentication";
+    if (res != CUDA_SUCCESS)
+        say("the server %s refused the connection: %s", address(), msg ? msg : "(no reason given)");
+    free(body);
+    return res;
+}
+
 /* The reply to the handshake: the server's protocol, driver, devices and
  * error strings, cached for the process. */
 static CUresult hello(int fd)
@@ -166,18 +282,14 @@ static CUresult hello(int fd)
     if (w->oom)
         return CUDA_ERROR_OUT_OF_MEMORY;
     fgr_finish_frame(w);
-    uint8_t lenb[4];
-    if (fgr_write_all(fd, w->p, w->len) || fgr_read_all(fd, lenb, 4)) {
-        say("no handshake with %s: %s", address(), errno ? strerror(errno) : "the server closed the connection");
+    if (conn_write(fd, w->p, w->len)) {
+        say("no handshake with %s: %s", address(), strerror(errno));
         return LOST;
     }
-    uint32_t n = (uint32_t)lenb[0] | (uint32_t)lenb[1] << 8 | (uint32_t)lenb[2] << 16 | (uint32_t)lenb[3] << 24;
-    uint8_t *body = n >= 4 && n <= (1u << 24) ? malloc(n) : NULL;
-    if (!body || fgr_read_all(fd, body, n)) {
-        free(body);
-        say("bad handshake reply from %s", address());
+    uint32_t n;
+    uint8_t *body = read_frame(fd, 1u << 24, &n, "handshake reply");
+    if (!body)
         return LOST;
-    }
     struct fgr_rd r = {body, n, 0};
     CUresult res = (CUresult)fgr_get_u32(&r);
     if (res != CUDA_SUCCESS) {
@@ -244,7 +356,7 @@ static CUresult connect_locked(void)
     if (conn_fd >= 0)
         return CUDA_SUCCESS;
     if (conn_broken)
-        return LOST;
+        return conn_refused ? conn_refused : LOST;
     const char *a = address();
     int fd = -1;
     if (!a) {
@@ -252,24 +364,45 @@ static CUresult connect_locked(void)
         conn_broken = 1;
         return LOST;
     }
+    /* The token first: a client that has none to give does not connect. */
+    char tok[FGR_MAX_TOKEN + 64];
+    long ntok = read_token(tok, sizeof tok);
+    if (ntok < 0) {
+        conn_broken = 1;
+        conn_refused = CUDA_ERROR_NOT_PERMITTED;
+        return conn_refused;
+    }
+    char host[256];
+    int tls = !strncmp(a, "tls://", 6);
     if (!strncmp(a, "unix://", 7)) {
         fd = dial_unix(a + 7);
-    } else if (!strncmp(a, "tcp://", 6)) {
-        fd = dial_tcp(a + 6);
+    } else if (!strncmp(a, "tcp://", 6) || tls) {
+        fd = dial_tcp(a + 6, host);
     } else {
-        say("FLEXGV_REMOTE=%s: want unix:///PATH or tcp://HOST:PORT", a);
+        explicit_bzero(tok, sizeof tok);
+        say("FLEXGV_REMOTE=%s: want unix:///PATH, tcp://HOST:PORT or tls://HOST:PORT", a);
         conn_broken = 1;
         return LOST;
     }
     if (fd < 0) {
+        explicit_bzero(tok, sizeof tok);
         say("cannot reach the GPU server %s: %s", a, strerror(errno));
         conn_broken = 1;
         return LOST;
     }
-    CUresult r = hello(fd);
-    if (r != CUDA_SUCCESS) {
+    if (tls && !(conn_tls = fgr_tls_connect(fd, host, a))) {
+        explicit_bzero(tok, sizeof tok);
         close(fd);
         conn_broken = 1;
+        return LOST;
+    }
+    CUresult r = authenticate(fd, tok, sizeof tok, ntok);
+    if (r == CUDA_SUCCESS)
+        r = hello(fd);
+    if (r != CUDA_SUCCESS) {
+        conn_close(fd);
+        conn_broken = 1;
+        conn_refused = r == LOST ? CUDA_SUCCESS : r;
         return r;
     }
     conn_fd = fd;
@@ -318,7 +451,7 @@ CUresult fgr_send(struct fgr_call *c)
         r = CUDA_ERROR_OUT_OF_MEMORY;
     } else {
         fgr_finish_frame(&c->w);
-        if (fgr_write_all(conn_fd, c->w.p, c->w.len))
+        if (conn_write(conn_fd, c->w.p, c->w.len))
             r = lost("sending a call", errno);
     }
     release(c);
@@ -333,13 +466,13 @@ CUresult fgr_roundtrip(struct fgr_call *c)
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     fgr_finish_frame(&c->w);
-    if (fgr_write_all(conn_fd, c->w.p, c->w.len)) {
+    if (conn_write(conn_fd, c->w.p, c->w.len)) {
         r = lost("sending a call", errno);
         release(c);
         return r;
     }
     uint8_t lenb[4];
-    if (fgr_read_all(conn_fd, lenb, 4)) {
+    if (conn_read(conn_fd, lenb, 4)) {
         r = errno ? lost("waiting for an answer", errno) : lost("the server closed the connection", 0);
         release(c);
         return r;
@@ -361,7 +494,7 @@ CUresult fgr_roundtrip(struct fgr_call *c)
         conn_r = p;
         conn_rcap = n;
     }
-    if (fgr_read_all(conn_fd, conn_r, n)) {
+    if (conn_read(conn_fd, conn_r, n)) {
         r = lost("reading an answer", errno);
         release(c);
         return r;
@@ -417,7 +550,9 @@ static void forked_child(void)
     if (conn_fd >= 0)
         close(conn_fd);
     conn_fd = -1;
+    conn_tls = NULL; /* the parent's session: not freed here, where a lock of it may be held */
     conn_broken = 0;
+    conn_refused = CUDA_SUCCESS;
     /* A thread of the parent may have been mid-call: its buffers are not ours. */
     conn_w = (struct fgr_buf){0};
     conn_r = NULL;

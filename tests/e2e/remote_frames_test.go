@@ -58,12 +58,25 @@ func request(op uint16, args w) []byte {
 	return append(w{}.u32(uint32(len(body))), body...)
 }
 
-func (p protocol) hello(hash uint64) []byte {
-	return request(0, w{}.u32(0x4d524746).u32(1).u64(hash).u32(8))
+// auth is the authentication frame that starts every connection: with
+// token, or none ("").
+func auth(token string) []byte {
+	body := w{}.u32(0x41524746).u32(2)
+	if token == "" {
+		body = body.u8(0)
+	} else {
+		body = body.u8(1).u64(uint64(len(token))).raw(token)
+	}
+	return append(w{}.u32(uint32(len(body))), body...)
 }
 
-// The corpus of bad frames: each must close its connection with a log line
-// saying why, and leave the server serving.
+func (p protocol) hello(hash uint64) []byte {
+	return request(0, w{}.u32(0x4d524746).u32(2).u64(hash).u32(8))
+}
+
+// The corpus of bad frames, each after an accepted authentication: each
+// must close its connection with a log line saying why, and leave the
+// server serving.
 func TestRemoteMalformedFrames(t *testing.T) {
 	p := readProtocol(t)
 	op := func(name string) uint16 {
@@ -122,6 +135,7 @@ func TestRemoteMalformedFrames(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
+		conn.Write(auth(""))
 		for _, f := range c.frames {
 			conn.Write(f)
 		}
@@ -164,12 +178,19 @@ func TestRemoteHandshakeRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
+	conn.Write(auth(""))
 	conn.Write(p.hello(p.hash + 1))
 	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	reply, err := io.ReadAll(conn)
 	if err != nil || len(reply) < 8 {
 		t.Fatalf("reply %q: %v", reply, err)
 	}
+	// First the server's answer to the authentication: accepted (an open
+	// server), then the executor's to the handshake.
+	if r := binary.LittleEndian.Uint32(reply[4:]); r != 0 {
+		t.Fatalf("authentication answered %d: %q", r, reply)
+	}
+	reply = reply[4+binary.LittleEndian.Uint32(reply):]
 	if n := binary.LittleEndian.Uint32(reply); int(n) != len(reply)-4 {
 		t.Errorf("reply length word %d for %d bytes", n, len(reply)-4)
 	}
@@ -182,15 +203,17 @@ func TestRemoteHandshakeRefused(t *testing.T) {
 	s.waitLog("refusing the client: .*same FlexGV build", 10*time.Second)
 }
 
-// A peer that connects and sends no handshake, or part of one, loses its
-// connection after 10 s instead of holding an executor.
+// A peer that connects and sends no authentication, or part of one, is
+// refused by the server after 10 s without an executor; one that sends no
+// handshake after it, or part of one, loses its executor after 10 s.
 func TestRemoteSilentPeer(t *testing.T) {
 	t.Parallel() // it mostly waits
 	e := newEnv(t)
 	s := e.serve("unix")
 	path := strings.TrimPrefix(s.addr, "unix://")
 	var conns []net.Conn
-	sent := [][]byte{nil, w{}.u32(100).raw("0123")}
+	partial := w{}.u32(100).raw("0123")
+	sent := [][]byte{nil, partial, auth(""), append(auth(""), partial...)}
 	start := time.Now()
 	for _, b := range sent {
 		conn, err := net.Dial("unix", path)
@@ -207,11 +230,17 @@ func TestRemoteSilentPeer(t *testing.T) {
 			t.Errorf("after %d bytes: still open after 60 s: %v", len(sent[i]), err)
 		}
 		if d := time.Since(start); d < 9*time.Second {
-			t.Errorf("after %d bytes: closed after %v, before the handshake's 10 s", len(sent[i]), d)
+			t.Errorf("after %d bytes: closed after %v, before the 10 s allowed", len(sent[i]), d)
 		}
 	}
 	s.quiesce()
+	if n := strings.Count(s.Log(), "refused: no authentication within 10s"); n != 2 {
+		t.Errorf("%d peers silent before authenticating said, want 2:\n%s", n, s.Log())
+	}
 	if n := strings.Count(s.Log(), "closing the connection: no handshake within 10 s"); n != 2 {
-		t.Errorf("%d silent peers said, want 2:\n%s", n, s.Log())
+		t.Errorf("%d peers silent after authenticating said, want 2:\n%s", n, s.Log())
+	}
+	if n := strings.Count(s.Log(), "connected: executor pid"); n != 2 {
+		t.Errorf("%d executors for 2 authenticated peers:\n%s", n, s.Log())
 	}
 }

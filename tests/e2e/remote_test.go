@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,20 +51,33 @@ func (s *server) waitLog(re string, within time.Duration) []string {
 }
 
 // serve starts flexgv serve on a unix socket ("unix") or a free loopback
-// TCP port ("tcp"), with the simulated GPU as the driver.
+// TCP port ("tcp", or "tls" with a certificate the clients are given), with
+// the simulated GPU as the driver.
 func (e *env) serve(transport string, extra ...string) *server {
 	e.t.Helper()
 	var addr string
 	switch transport {
 	case "unix":
 		addr = "unix://" + filepath.Join(e.dir, "gpu.sock")
-	case "tcp":
+	case "tcp", "tls":
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		addr = "tcp://" + l.Addr().String()
+		addr = transport + "://" + l.Addr().String()
 		l.Close()
+	}
+	// Without tenants, TCP is served only when asked to serve anyone.
+	if transport != "unix" && !slices.Contains(extra, "--tenant") {
+		extra = append(extra, "--open")
+	}
+	// TLS with a certificate for 127.0.0.1 that the clients trust.
+	if transport == "tls" && !slices.Contains(extra, "--tls-cert") {
+		cert, key := e.cert("server", "127.0.0.1", "localhost")
+		extra = append(extra, "--tls-cert", cert, "--tls-key", key)
+		if !slices.Contains(e.extra, "FLEXGV_REMOTE_CA_FILE="+cert) {
+			e.extra = append(e.extra, "FLEXGV_REMOTE_CA_FILE="+cert)
+		}
 	}
 	s := &server{t: e.t, addr: addr}
 	s.cmd = exec.Command(bin("flexgv"), append([]string{"serve", "--listen", addr}, extra...)...)
@@ -86,7 +100,7 @@ func (e *env) serve(transport string, extra ...string) *server {
 		s.cmd.Wait()
 		pw.Close()
 	})
-	s.waitLog(`listening on `+regexp.QuoteMeta(addr), 10*time.Second)
+	s.waitLog(`listening on `+regexp.QuoteMeta(addr)+`[ ,]`, 10*time.Second)
 	return s
 }
 
@@ -105,7 +119,7 @@ func TestRemoteClientsMatchLocal(t *testing.T) {
 		{"forker"}, {"memclient", "paths"},
 	}
 	pids := regexp.MustCompile(`pids( \d+)+`)
-	for _, transport := range []string{"unix", "tcp"} {
+	for _, transport := range []string{"unix", "tcp", "tls"} {
 		t.Run(transport, func(t *testing.T) {
 			e := newEnv(t)
 			s := e.serve(transport)
@@ -262,7 +276,7 @@ func (s *server) quiesce() {
 // A server killed in the middle of a run gives the program a CUDA error
 // and a message within a bounded time, never a hang.
 func TestRemoteServerKilled(t *testing.T) {
-	for _, transport := range []string{"unix", "tcp"} {
+	for _, transport := range []string{"unix", "tcp", "tls"} {
 		t.Run(transport, func(t *testing.T) {
 			e := newEnv(t)
 			s := e.serve(transport)

@@ -1,0 +1,188 @@
+package remote
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"time"
+)
+
+// The authentication frame, the first of every connection (remote/wire.h
+// says the same; a test checks that the two agree):
+//
+//	request  u32 AuthMagic, u32 ProtoVersion, u8 present, u64 n, n bytes of token
+//	reply    u32 CUresult (0: accepted), u8 1, u64 n, n bytes: the tenant's name or why not, with its NUL
+const (
+	AuthMagic    = 0x41524746 // "FGRA"
+	ProtoVersion = 2
+	// AuthTimeout is how long a new connection has to authenticate.
+	AuthTimeout = 10 * time.Second
+	// MinToken and MaxToken bound a token's length in bytes.
+	MinToken = 16
+	MaxToken = 1024
+	// maxAuthFrame is the longest authentication frame there can be.
+	maxAuthFrame = 4 + 4 + 1 + 8 + MaxToken
+)
+
+// CUresult values the refusals carry.
+const (
+	cudaNotSupported = 801 // another build's client
+	cudaNotPermitted = 800 // no token, or a wrong one
+)
+
+// ReadToken reads a token file: its content without trailing white space
+// (the newline an editor or echo leaves), MinToken to MaxToken bytes.
+func ReadToken(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("token file %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxToken+4096))
+	if err != nil {
+		return nil, fmt.Errorf("token file %s: %w", path, err)
+	}
+	tok := bytes.TrimRight(data, " \t\r\n")
+	switch {
+	case len(tok) < MinToken:
+		return nil, fmt.Errorf("token file %s: %d bytes of token, want at least %d (e.g. openssl rand -hex 32 > %s)", path, len(tok), MinToken, path)
+	case len(tok) > MaxToken:
+		return nil, fmt.Errorf("token file %s: longer than %d bytes", path, MaxToken)
+	}
+	return tok, nil
+}
+
+// Tenant is who may connect: the clients that present its token, whose
+// executors run with Env added (the shim, preloaded, enforcing the
+// tenant's limits).
+type Tenant struct {
+	Name string
+	Env  []string
+	hash [sha256.Size]byte
+}
+
+// NewTenant is the tenant name whose clients present token.
+func NewTenant(name string, token []byte, env []string) *Tenant {
+	return &Tenant{Name: name, Env: env, hash: sha256.Sum256(token)}
+}
+
+// refusal is why a connection was refused, as the server logs it and the
+// client is told it.
+type refusal struct {
+	result uint32
+	why    string
+}
+
+func (r *refusal) Error() string { return r.why }
+
+// authenticate reads the connection's authentication frame and answers it:
+// the tenant whose token it carries (nil when the server has none), or
+// why it is refused, said to the peer as well where it can be.
+func (s *Server) authenticate(c net.Conn) (*Tenant, error) {
+	c.SetDeadline(time.Now().Add(AuthTimeout))
+	defer c.SetDeadline(time.Time{})
+	t, err := s.match(c)
+	var r *refusal
+	if errors.As(err, &r) {
+		c.Write(authReply(r.result, r.why))
+		return nil, err
+	}
+	if err != nil {
+		return nil, err
+	}
+	name := ""
+	if t != nil {
+		name = t.Name
+	}
+	if _, err := c.Write(authReply(0, name)); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func (s *Server) match(c net.Conn) (*Tenant, error) {
+	var lenb [4]byte
+	if _, err := io.ReadFull(c, lenb[:]); err != nil {
+		return nil, readError(err)
+	}
+	n := binary.LittleEndian.Uint32(lenb[:])
+	if n < 8 || n > maxAuthFrame {
+		return nil, &refusal{cudaNotSupported, fmt.Sprintf("the first frame (%d bytes) is not a FlexGV authentication frame: "+
+			"use a client and server of the same FlexGV build", n)}
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(c, body); err != nil {
+		return nil, readError(err)
+	}
+	magic, proto := binary.LittleEndian.Uint32(body), binary.LittleEndian.Uint32(body[4:])
+	if magic != AuthMagic || proto != ProtoVersion {
+		return nil, &refusal{cudaNotSupported, fmt.Sprintf("the first frame is not a FlexGV authentication frame of protocol %d: "+
+			"use a client and server of the same FlexGV build", ProtoVersion)}
+	}
+	token, ok := tokenOf(body[8:])
+	if !ok {
+		return nil, &refusal{cudaNotSupported, "a malformed authentication frame"}
+	}
+	if len(s.Tenants) == 0 {
+		return nil, nil
+	}
+	if token == nil {
+		return nil, &refusal{cudaNotPermitted, "no token: this server serves tenants with a token each " +
+			"(flexgv run --remote ADDR --token-file FILE, or FLEXGV_REMOTE_TOKEN_FILE)"}
+	}
+	// Every tenant's token is compared, in constant time, as hashes of
+	// one length: neither timing nor length says which tenant came close.
+	h := sha256.Sum256(token)
+	var found *Tenant
+	for _, t := range s.Tenants {
+		if subtle.ConstantTimeCompare(h[:], t.hash[:]) == 1 {
+			found = t
+		}
+	}
+	if found == nil {
+		return nil, &refusal{cudaNotPermitted, "wrong token: no tenant of this server has it"}
+	}
+	return found, nil
+}
+
+// tokenOf reads u8 present, u64 n, n bytes, which must end the frame.
+func tokenOf(b []byte) ([]byte, bool) {
+	if len(b) == 1 && b[0] == 0 {
+		return nil, true
+	}
+	if len(b) < 9 || b[0] != 1 {
+		return nil, false
+	}
+	n := binary.LittleEndian.Uint64(b[1:])
+	if n == 0 || n > MaxToken || n != uint64(len(b)-9) {
+		return nil, false
+	}
+	return b[9:], true
+}
+
+func readError(err error) error {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return fmt.Errorf("no authentication within %v", AuthTimeout)
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return errors.New("the connection closed during authentication")
+	}
+	return err
+}
+
+func authReply(result uint32, msg string) []byte {
+	b := binary.LittleEndian.AppendUint32(nil, 0)
+	b = binary.LittleEndian.AppendUint32(b, result)
+	b = append(b, 1)
+	b = binary.LittleEndian.AppendUint64(b, uint64(len(msg)+1))
+	b = append(append(b, msg...), 0)
+	binary.LittleEndian.PutUint32(b, uint32(len(b)-4))
+	return b
+}

@@ -1,0 +1,218 @@
+package remote
+
+import (
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The Go and C views of the authentication frame agree.
+func TestWireConstantsMatchC(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "remote", "wire.h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]uint64{"FGR_PROTO_VERSION": ProtoVersion, "FGR_AUTH_MAGIC": AuthMagic,
+		"FGR_MIN_TOKEN": MinToken, "FGR_MAX_TOKEN": MaxToken} {
+		m := regexp.MustCompile(`#define ` + name + ` (0x[0-9a-f]+|\d+)u`).FindStringSubmatch(string(data))
+		if m == nil {
+			t.Errorf("remote/wire.h does not define %s", name)
+			continue
+		}
+		if got, _ := strconv.ParseUint(m[1], 0, 64); got != want {
+			t.Errorf("%s is %d in C, %d in Go", name, got, want)
+		}
+	}
+}
+
+func TestReadToken(t *testing.T) {
+	dir := t.TempDir()
+	write := func(s string) string {
+		p := filepath.Join(dir, "t")
+		os.WriteFile(p, []byte(s), 0o600)
+		return p
+	}
+	if tok, err := ReadToken(write("0123456789abcdef \r\n\n")); err != nil || string(tok) != "0123456789abcdef" {
+		t.Errorf("%q %v", tok, err)
+	}
+	for _, bad := range []string{"", "short\n", "0123456789abcde\n", strings.Repeat("x", MaxToken+1)} {
+		if tok, err := ReadToken(write(bad)); err == nil {
+			t.Errorf("%q: accepted as %q", bad, tok)
+		}
+	}
+	if _, err := ReadToken(filepath.Join(dir, "none")); err == nil {
+		t.Error("a missing file accepted")
+	}
+}
+
+// authFrame is what a client sends; token "" sends none.
+func authFrame(magic, proto uint32, token string) []byte {
+	b := binary.LittleEndian.AppendUint32(nil, 0)
+	b = binary.LittleEndian.AppendUint32(b, magic)
+	b = binary.LittleEndian.AppendUint32(b, proto)
+	if token == "" {
+		b = append(b, 0)
+	} else {
+		b = append(b, 1)
+		b = binary.LittleEndian.AppendUint64(b, uint64(len(token)))
+		b = append(b, token...)
+	}
+	binary.LittleEndian.PutUint32(b, uint32(len(b)-4))
+	return b
+}
+
+// authenticate over a pipe: the tenant found, and the answer the peer read
+// (none when the peer hangs up after sending a frame cut short).
+func authOver(s *Server, frame []byte, hangup bool) (*Tenant, error, uint32, string) {
+	a, b := net.Pipe()
+	defer a.Close()
+	go func() {
+		b.Write(frame)
+		if hangup {
+			b.Close()
+		}
+	}()
+	type res struct {
+		t   *Tenant
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		t, err := s.authenticate(a)
+		a.Close()
+		done <- res{t, err}
+	}()
+	reply, _ := io.ReadAll(b)
+	r := <-done
+	if len(reply) < 8 {
+		return r.t, r.err, 0xffffffff, ""
+	}
+	return r.t, r.err, binary.LittleEndian.Uint32(reply[4:]), strings.TrimRight(string(reply[17:]), "\x00")
+}
+
+func TestAuthenticateFindsTheTokensTenant(t *testing.T) {
+	s := &Server{Tenants: []*Tenant{NewTenant("a", []byte("token-of-tenant-a"), nil), NewTenant("b", []byte("token-of-tenant-b"), nil)}}
+	for tok, want := range map[string]string{"token-of-tenant-a": "a", "token-of-tenant-b": "b"} {
+		got, err, result, msg := authOver(s, authFrame(AuthMagic, ProtoVersion, tok), false)
+		if err != nil || got == nil || got.Name != want || result != 0 || msg != want {
+			t.Errorf("%s: tenant %v, %v, answered %d %q", tok, got, err, result, msg)
+		}
+	}
+	for _, c := range []struct {
+		frame  []byte
+		result uint32
+	}{
+		{authFrame(AuthMagic, ProtoVersion, ""), cudaNotPermitted},
+		{authFrame(AuthMagic, ProtoVersion, "token-of-tenant-"), cudaNotPermitted},
+		{authFrame(AuthMagic, ProtoVersion, "token-of-tenant-c"), cudaNotPermitted},
+		{authFrame(AuthMagic, ProtoVersion+1, "token-of-tenant-a"), cudaNotSupported},
+		{authFrame(AuthMagic+1, ProtoVersion, "token-of-tenant-a"), cudaNotSupported},
+		{authFrame(AuthMagic, ProtoVersion, "token-of-tenant-a")[:20], 0xffffffff}, // cut short: no answer
+	} {
+		got, err, result, msg := authOver(s, c.frame, c.result == 0xffffffff)
+		if got != nil || err == nil || result != c.result || (result != 0xffffffff && msg != err.Error()) {
+			t.Errorf("%q: tenant %v, %v, answered %d %q", c.frame, got, err, result, msg)
+		}
+	}
+	// A server without tenants serves anyone, with or without a token.
+	open := &Server{}
+	for _, tok := range []string{"", "any-token-at-all"} {
+		if got, err, result, _ := authOver(open, authFrame(AuthMagic, ProtoVersion, tok), false); got != nil || err != nil || result != 0 {
+			t.Errorf("open server, token %q: %v %v %d", tok, got, err, result)
+		}
+	}
+}
+
+// syncBuf is a log several goroutines write.
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Peers that connect and say nothing hold at most maxPending
+// authentications; more are closed at once, and their room is given back.
+func TestPendingAuthenticationsAreBounded(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	l, err := Listen(Addr{"unix", sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &syncBuf{}
+	s := &Server{Executor: "/nonexistent", Log: log, maxPending: 2}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- s.Serve(ctx, l) }()
+	defer func() { cancel(); <-done }()
+	dial := func() net.Conn {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	waitLog := func(n int) {
+		deadline := time.Now().Add(5 * time.Second)
+		for strings.Count(log.String(), "refused: 2 connections are authenticating already") < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("want %d refusals, the log has:\n%s", n, log.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	a, b := dial(), dial()
+	time.Sleep(100 * time.Millisecond) // both accepted before the third
+	c := dial()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadAll(c); err != nil {
+		t.Errorf("the third silent peer is not closed at once: %v", err)
+	}
+	waitLog(1)
+	// A peer that leaves gives its room back to the next.
+	a.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for s.pending.Load() != 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	d := dial()
+	_, _, result, msg := authOverConn(d, authFrame(AuthMagic, ProtoVersion+1, ""))
+	if result != cudaNotSupported || !strings.Contains(msg, "same FlexGV build") {
+		t.Errorf("the peer after one left: answered %d %q\n%s", result, msg, log.String())
+	}
+	b.Close()
+	if strings.Count(log.String(), "authenticating already") != 1 {
+		t.Errorf("more refusals than the one peer over the bound:\n%s", log.String())
+	}
+}
+
+// authOverConn sends a frame on a client connection and reads the answer.
+func authOverConn(c net.Conn, frame []byte) (int, error, uint32, string) {
+	defer c.Close()
+	c.Write(frame)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	reply, err := io.ReadAll(c)
+	if len(reply) < 8 {
+		return len(reply), err, 0xffffffff, ""
+	}
+	return len(reply), err, binary.LittleEndian.Uint32(reply[4:]), strings.TrimRight(string(reply[17:]), "\x00")
+}
