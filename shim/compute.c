@@ -282,10 +282,14 @@ static struct fg_sched_tenant *tenant_of(struct gpu *g, uint32_t slot)
 }
 
 /* Charges t for ns of GPU time held. */
-static void charge(struct gpu *g, struct fg_sched_tenant *t, uint64_t ns, uint64_t now)
+/* Charges t for holding the GPU ns: all of it in its counter (readers add
+ * the current holder's time since since_ns, so the counter only grows), at
+ * most `fair` in its virtual time (time held alone, or idle before it was
+ * taken, is not contended time). */
+static void charge(struct gpu *g, struct fg_sched_tenant *t, uint64_t ns, uint64_t fair, uint64_t now)
 {
     ADD(&t->held_ns, ns);
-    ADD(&t->vtime, ns * FULL / weight(g, t, now));
+    ADD(&t->vtime, (ns < fair ? ns : fair) * FULL / weight(g, t, now));
 }
 
 /* The waiting slot to run next: highest priority, then least virtual time,
@@ -353,7 +357,7 @@ static int take(struct gpu *g, uint32_t from, uint64_t now)
         struct fg_sched_tenant *old = tenant_of(g, from - 1);
         uint64_t held = now - LOAD(&g->hdr->since_ns);
         if (old && held < (1ull << 62)) {
-            charge(g, old, held < g->quantum ? held : g->quantum, now);
+            charge(g, old, held, g->quantum, now);
             if (LOAD(&old->priority) < LOAD(&g->t->priority))
                 ADD(&old->preemptions, 1);
         }
@@ -445,7 +449,7 @@ static void hand_over(struct gpu *g, int preempted)
                                      __ATOMIC_SEQ_CST))
         return;
     /* Time held alone before anyone waited is not charged beyond two quanta. */
-    charge(g, g->t, held < 2 * g->quantum ? held : 2 * g->quantum, now);
+    charge(g, g->t, held, 2 * g->quantum, now);
     if (preempted)
         ADD(&g->t->preemptions, 1);
     struct fg_sched_tenant *nt = tenant_of(g, (uint32_t)next);
@@ -528,24 +532,22 @@ static void gate(struct gpu *g)
         if (h == g->mine + 1) {
             uint64_t others = LOAD(&g->hdr->waiting) & ~g->bit;
             uint64_t present = LOAD(&g->hdr->present) & ~g->bit;
-            if (others) {
-                int next = best_waiter(g, (int)g->mine);
-                uint32_t np = priority_of(g, next), mp = LOAD(&g->t->priority);
-                if (next >= 0 && np > mp) {
-                    hand_over(g, 1);
+            int next = others ? best_waiter(g, (int)g->mine) : -1;
+            uint32_t np = priority_of(g, next), mp = LOAD(&g->t->priority);
+            if (next >= 0 && np > mp) {
+                hand_over(g, 1);
+                continue;
+            }
+            uint64_t since = LOAD(&g->hdr->since_ns);
+            if (now - since >= g->quantum) {
+                /* A quantum is over: pay for it, then run on only while we
+                 * are still the one furthest behind among our equals. */
+                charge(g, g->t, now - since, 2 * g->quantum, now);
+                STORE(&g->hdr->since_ns, now);
+                struct fg_sched_tenant *nt = next >= 0 && np == mp ? tenant_of(g, (uint32_t)next) : NULL;
+                if (nt && LOAD(&nt->vtime) < LOAD(&g->t->vtime)) {
+                    hand_over(g, 0);
                     continue;
-                }
-                uint64_t since = LOAD(&g->hdr->since_ns);
-                if (next >= 0 && np == mp && now - since >= g->quantum) {
-                    /* A quantum is over: pay for it, then run on only while
-                     * we are still the one furthest behind. */
-                    charge(g, g->t, now - since < 2 * g->quantum ? now - since : 2 * g->quantum, now);
-                    STORE(&g->hdr->since_ns, now);
-                    struct fg_sched_tenant *nt = tenant_of(g, (uint32_t)next);
-                    if (nt && LOAD(&nt->vtime) < LOAD(&g->t->vtime)) {
-                        hand_over(g, 0);
-                        continue;
-                    }
                 }
             }
             uint32_t cap = cap_of(g);
@@ -562,6 +564,7 @@ static void gate(struct gpu *g)
                         uint64_t ns = (uint64_t)(-LOAD(&g->t->cap_credit) + 1) * FULL / cap + 1;
                         sleep_on(g, LOAD(&g->hdr->gen), ns < POLL_NS ? ns : POLL_NS);
                     }
+                    ADD(&g->t->waited_ns, fg_now_ns() - now); /* throttled by the cap */
                     continue;
                 }
             }
@@ -577,14 +580,19 @@ static void gate(struct gpu *g)
             }
             break;
         }
+        if (!waited_from)
+            waited_from = now;
         if (!(LOAD(&g->hdr->waiting) & g->bit)) {
             __atomic_fetch_or(&g->hdr->waiting, g->bit, __ATOMIC_SEQ_CST);
             catch_up(g, now);
-            waited_from = waited_from ? waited_from : now;
         }
         if (may_take(g, h, now) && best_waiter(g, -1) == (int)g->mine && take(g, h, now))
             continue;
         sleep_on(g, LOAD(&g->hdr->gen), POLL_NS);
+        /* Waited time is counted as it passes, for readers of the region. */
+        uint64_t after = fg_now_ns();
+        ADD(&g->t->waited_ns, after - waited_from);
+        waited_from = after;
     }
     if (g->hdr && (LOAD(&g->hdr->waiting) & g->bit))
         __atomic_fetch_and(&g->hdr->waiting, ~g->bit, __ATOMIC_SEQ_CST);

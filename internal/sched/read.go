@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -79,9 +80,27 @@ func Read(dir, uuid string) (*GPU, error) {
 		g.Tenants[k].Pids = append(g.Tenants[k].Pids, s.Pid)
 		if h.Holder == uint32(i)+1 {
 			g.Tenants[k].Holder = true
+			// The holder is charged at the end of each quantum or turn:
+			// what it has held since then counts too.
+			g.Tenants[k].HeldNs += sinceMonotonic(h.SinceNs)
 		}
 	}
 	return g, nil
+}
+
+// sinceMonotonic is how long ago a CLOCK_MONOTONIC time the shims wrote
+// was; 0 for none, or a time in the future or over a day back (not one
+// they wrote).
+func sinceMonotonic(ns uint64) uint64 {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) != nil {
+		return 0
+	}
+	now := uint64(ts.Nano())
+	if ns == 0 || ns > now || now-ns > uint64(24*time.Hour) {
+		return 0
+	}
+	return now - ns
 }
 
 // List reads every GPU scheduler in dir, in UUID order; files it cannot

@@ -139,3 +139,44 @@ func TestParsePriority(t *testing.T) {
 		}
 	}
 }
+
+// The holder is charged at the end of each quantum or turn; a snapshot
+// counts what it has held since, so GPU time held only grows.
+func TestReadCountsTheHoldersTurnSoFar(t *testing.T) {
+	dir := t.TempDir()
+	m, err := Join(dir, gpu, "a", Policy{Share: 5000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	f, err := os.OpenFile(Path(dir, gpu), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	mem, err := unix.Mmap(int(f.Fd()), 0, int(regionSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	h := (*Header)(unsafe.Pointer(&mem[0]))
+	slot := (*Slot)(unsafe.Pointer(&mem[SlotLock(3)]))
+	slot.Tenant, slot.Pid, slot.State = uint32(m.Index), 42, SlotClaimed
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Start: SlotLock(3), Len: 1}
+	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk); err != nil {
+		t.Fatal(err)
+	}
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	h.Tenants[m.Index].HeldNs = 1e9
+	h.SinceNs = uint64(ts.Nano()) - 2e9
+	h.Holder = 4
+	g, err := Read(dir, gpu)
+	if err != nil || len(g.Tenants) != 1 || !g.Tenants[0].Holder || g.Tenants[0].HeldNs < 3e9 || g.Tenants[0].HeldNs > 4e9 {
+		t.Fatalf("a holder that took the GPU 2 s ago after holding it 1 s: %+v, %v", g, err)
+	}
+	h.SinceNs = 0 // never written: nothing to add
+	if g, err := Read(dir, gpu); err != nil || g.Tenants[0].HeldNs != 1e9 {
+		t.Errorf("a holder with no start time: %+v, %v", g, err)
+	}
+}

@@ -28,6 +28,9 @@ func (e *env) capSpinWith(api string, flags ...string) spin {
 // A capped program alone gets its cap of the device, though the rest of it
 // is idle; uncapped, it gets all of it. Shares are device time (events), so
 // a loaded machine only makes the program launch less, not measure wrong.
+// The simulated GPU's host wakes late after each kernel and that delay is
+// charged as busy time, so caps land a few points low here (on the H200:
+// within 0.3 pp): the band is 7 below to 3 above.
 func TestComputeMaxCapsAnIdleDevice(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -40,8 +43,8 @@ func TestComputeMaxCapsAnIdleDevice(t *testing.T) {
 	} {
 		s := newEnv(t).capSpin(c.flags...)
 		t.Logf("%v: %.1f%% of the device (%d kernels)", c.flags, s.share, s.kernels)
-		if s.share < c.want-5 || s.share > c.want+5 {
-			t.Errorf("a lone spinner under %v got %.1f%% of the device (%d kernels), want %.0f%% ± 5",
+		if s.share < c.want-7 || s.share > c.want+3 {
+			t.Errorf("a lone spinner under %v got %.1f%% of the device (%d kernels), want %.0f%% -7/+3",
 				c.flags, s.share, s.kernels, c.want)
 		}
 	}
