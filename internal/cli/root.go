@@ -55,7 +55,7 @@ func newRoot(stderr io.Writer) *cobra.Command {
 		}
 		return nil
 	}
-	root.AddCommand(newRun(g, stderr), newTrace(g, stderr), newCensus(g, stderr), newPs(), newRm(), newUpdate(), newTop(), newBench(), newNode(), newDaemon(),
+	root.AddCommand(newRun(g, stderr), newTrace(g, stderr), newCensus(g, stderr), newPs(), newRm(), newUpdate(), newTop(), newBench(), newNode(), newDaemon(g),
 		newServe(g, stderr), newVersion())
 	root.AddCommand(kubernetesCommands(g)...)
 	return root
