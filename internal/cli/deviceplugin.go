@@ -4,7 +4,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -29,7 +28,7 @@ func devicePluginFlags(c *cobra.Command, g *globals) func(log io.Writer) (func(c
 	var kubeconfig, ctxMem string
 	cfg := deviceplugin.Config{}
 	f := c.Flags()
-	f.BoolVar(&on, "kubernetes", false, "also be this node's kubelet device plugin of flexgv.io/vgpu (the flags below)")
+	f.BoolVar(&on, "kubernetes", false, "also be this node's kubelet device plugin of flexgv.io/vgpu (set up by the flags that say \"with --kubernetes\")")
 	f.StringVar(&cfg.NodeName, "node-name", os.Getenv("NODE_NAME"), "with --kubernetes: this node's name in the cluster (default $NODE_NAME)")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "with --kubernetes: kubeconfig of the cluster (default: the pod's service account)")
 	f.StringVar(&cfg.PluginDir, "plugin-dir", pluginapi.DevicePluginPath, "with --kubernetes: the kubelet's device-plugin folder")
@@ -55,9 +54,6 @@ func devicePluginFlags(c *cobra.Command, g *globals) func(log io.Writer) (func(c
 			return nil, fmt.Errorf("--ctx-mem: %w", err)
 		}
 		cfg.ContextMiB = int64(ctx >> 20)
-		if cfg.HealthEvery <= 0 || cfg.SyncEvery <= 0 {
-			return nil, errors.New("--health-interval and --sync-interval must be positive")
-		}
 		if cfg.Shim, err = launch.FindShim(g.shim); err != nil {
 			return nil, err
 		}
