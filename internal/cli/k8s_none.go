@@ -12,7 +12,7 @@ import (
 	flexgvv1 "github.com/flexgv/flexgv/proto/flexgv/v1"
 )
 
-func kubernetesCommands(*globals) []*cobra.Command { return nil }
+func kubernetesCommands() []*cobra.Command { return nil }
 
 // devicePluginFlags keeps --kubernetes, to say why it cannot be had.
 func devicePluginFlags(c *cobra.Command, _ *globals) func(io.Writer) (func(context.Context, flexgvv1.DaemonServer), error) {

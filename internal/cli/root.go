@@ -57,7 +57,7 @@ func newRoot(stderr io.Writer) *cobra.Command {
 	}
 	root.AddCommand(newRun(g, stderr), newTrace(g, stderr), newCensus(g, stderr), newPs(), newRm(), newUpdate(), newTop(), newBench(), newNode(), newDaemon(g),
 		newServe(g, stderr), newVersion())
-	root.AddCommand(kubernetesCommands(g)...)
+	root.AddCommand(kubernetesCommands()...)
 	return root
 }
 
