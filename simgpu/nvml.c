@@ -7,13 +7,16 @@
 #define NVML_NO_UNVERSIONED_FUNC_DEFS
 #include <nvml.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 static int nvml_refs;
+/* NVML's devices in its order: devs[i] is the simulated device index. */
 static struct nvml_dev {
     int index;
 } devs[SIM_MAX_DEVICES];
+static int nvml_count;
 
 #define REQUIRE_NVML()                         \
     do {                                       \
@@ -21,12 +24,34 @@ static struct nvml_dev {
             return NVML_ERROR_UNINITIALIZED;   \
     } while (0)
 
+/* A GPU that fell off the bus: while the file FLEXGV_SIM_NVML_LOST names
+ * exists, the device indices it lists are not enumerated by an nvmlInit
+ * that finds NVML uninitialized (the others keep their order), so a node
+ * daemon sees them gone while CUDA programs keep running. */
+static void enumerate(void)
+{
+    int lost[SIM_MAX_DEVICES] = {0};
+    const char *path = getenv("FLEXGV_SIM_NVML_LOST");
+    FILE *f = path && *path ? fopen(path, "r") : NULL;
+    if (f) {
+        int i;
+        while (fscanf(f, " %d", &i) == 1)
+            if (i >= 0 && i < SIM_MAX_DEVICES)
+                lost[i] = 1;
+        fclose(f);
+    }
+    nvml_count = 0;
+    for (int i = 0; i < sim->cfg.devices; i++)
+        if (!lost[i])
+            devs[nvml_count++].index = i;
+}
+
 static nvmlReturn_t init(void)
 {
     if (sim_attach() != 0)
         return NVML_ERROR_DRIVER_NOT_LOADED;
-    for (int i = 0; i < SIM_MAX_DEVICES; i++)
-        devs[i].index = i;
+    if (!__atomic_load_n(&nvml_refs, __ATOMIC_ACQUIRE))
+        enumerate();
     __atomic_fetch_add(&nvml_refs, 1, __ATOMIC_ACQ_REL);
     return NVML_SUCCESS;
 }
@@ -85,14 +110,14 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count)
     REQUIRE_NVML();
     if (!count)
         return NVML_ERROR_INVALID_ARGUMENT;
-    *count = (unsigned)sim->cfg.devices;
+    *count = (unsigned)nvml_count;
     return NVML_SUCCESS;
 }
 
 static int dev_of(nvmlDevice_t d)
 {
     struct nvml_dev *p = (struct nvml_dev *)d;
-    if (p < devs || p >= devs + SIM_MAX_DEVICES || p->index >= sim->cfg.devices)
+    if (p < devs || p >= devs + nvml_count)
         return -1;
     return p->index;
 }
@@ -106,7 +131,7 @@ static int dev_of(nvmlDevice_t d)
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
 {
     REQUIRE_NVML();
-    if (!device || index >= (unsigned)sim->cfg.devices)
+    if (!device || index >= (unsigned)nvml_count)
         return NVML_ERROR_INVALID_ARGUMENT;
     *device = (nvmlDevice_t)&devs[index];
     return NVML_SUCCESS;
@@ -115,9 +140,10 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDe
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
 {
     DEVICE_ARG(device, d);
+    (void)d;
     if (!index)
         return NVML_ERROR_INVALID_ARGUMENT;
-    *index = (unsigned)d;
+    *index = (unsigned)((struct nvml_dev *)device - devs);
     return NVML_SUCCESS;
 }
 
@@ -152,7 +178,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t
     REQUIRE_NVML();
     if (!uuid || !device)
         return NVML_ERROR_INVALID_ARGUMENT;
-    for (int i = 0; i < sim->cfg.devices; i++) {
+    for (int i = 0; i < nvml_count; i++) {
         char buf[NVML_DEVICE_UUID_BUFFER_SIZE];
         nvmlDeviceGetUUID((nvmlDevice_t)&devs[i], buf, sizeof buf);
         if (!strcmp(buf, uuid)) {

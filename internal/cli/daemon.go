@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -20,8 +21,9 @@ import (
 	flexgvv1 "github.com/flexgv/flexgv/proto/flexgv/v1"
 )
 
-func newDaemon() *cobra.Command {
+func newDaemon(g *globals) *cobra.Command {
 	var socket, metricsAddr string
+	var kubernetes func(io.Writer) (func(context.Context, flexgvv1.DaemonServer), error)
 	c := &cobra.Command{
 		Use:   "daemon",
 		Short: "Run the node daemon: the owner of this node's tenants, its local API and metrics",
@@ -30,15 +32,24 @@ func newDaemon() *cobra.Command {
 			"flexgv run --group --mem creates its group through the daemon when one answers: the daemon\n" +
 			"then holds it until DeleteTenant, across its own restarts, with its share, cap and priority on\n" +
 			"each GPU in force; flexgv update changes those live. When it stops, the tenants no run holds are\n" +
-			"removed.",
+			"removed.\n\n" +
+			"With --kubernetes it is also the node's kubelet device plugin: it registers flexgv.io/vgpu with\n" +
+			"the kubelet (--slots per GPU) and publishes the node's GPUs on its Node for flexgv scheduler. For\n" +
+			"each container given vGPUs it creates the pod's tenant with the pod's limits on the GPUs the\n" +
+			"scheduler chose, and gives the container the shim, its tenant file and the GPUs. Tenants of pods\n" +
+			"that are gone are deleted.",
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
+			with, err := kubernetes(c.ErrOrStderr())
+			if err != nil {
+				return usageError{fmt.Errorf("flexgv daemon: %w", err)}
+			}
 			if err := checkDaemonFlags(c, socket, metricsAddr); err != nil {
 				return usageError{fmt.Errorf("flexgv daemon: %w", err)}
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			err := daemon.Run(ctx, daemon.Config{StateDir: tenant.Dir(), Socket: socket, MetricsAddr: metricsAddr, Log: c.ErrOrStderr()})
+			err = daemon.Run(ctx, daemon.Config{StateDir: tenant.Dir(), Socket: socket, MetricsAddr: metricsAddr, Log: c.ErrOrStderr(), With: with})
 			if err != nil {
 				return fmt.Errorf("flexgv daemon: %w", err)
 			}
@@ -47,6 +58,7 @@ func newDaemon() *cobra.Command {
 	}
 	c.Flags().StringVar(&socket, "socket", "", "unix socket of the local API (default $FLEXGV_STATE_DIR/daemon.sock, where flexgv run and ps look)")
 	c.Flags().StringVar(&metricsAddr, "metrics-addr", "127.0.0.1:9400", `HOST:PORT of the Prometheus endpoint /metrics ("" turns it off)`)
+	kubernetes = devicePluginFlags(c, g)
 	return c
 }
 

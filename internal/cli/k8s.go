@@ -7,6 +7,6 @@ import "github.com/spf13/cobra"
 // kubernetesCommands are the Kubernetes parts; a build with the nok8s tag
 // leaves them out (a binary a third the size, for GPU machines that run no
 // cluster).
-func kubernetesCommands(g *globals) []*cobra.Command {
-	return []*cobra.Command{newScheduler(), newDevicePlugin(g), newWebhook()}
+func kubernetesCommands() []*cobra.Command {
+	return []*cobra.Command{newScheduler(), newWebhook()}
 }

@@ -55,9 +55,9 @@ func newRoot(stderr io.Writer) *cobra.Command {
 		}
 		return nil
 	}
-	root.AddCommand(newRun(g, stderr), newTrace(g, stderr), newCensus(g, stderr), newPs(), newRm(), newUpdate(), newTop(), newBench(), newNode(), newDaemon(),
+	root.AddCommand(newRun(g, stderr), newTrace(g, stderr), newCensus(g, stderr), newPs(), newRm(), newUpdate(), newTop(), newBench(), newNode(), newDaemon(g),
 		newServe(g, stderr), newVersion())
-	root.AddCommand(kubernetesCommands(g)...)
+	root.AddCommand(kubernetesCommands()...)
 	return root
 }
 

@@ -38,6 +38,10 @@ type Config struct {
 	Socket      string    // the API's unix socket; "": Socket(StateDir)
 	MetricsAddr string    // HOST:PORT of /metrics; "": none
 	Log         io.Writer // what it does, line by line
+	// With, if set, runs in the daemon's process beside the API, calling
+	// it directly (no socket between), until its context ends: when the
+	// daemon stops, which waits for it before letting go of the tenants.
+	With func(ctx context.Context, api flexgvv1.DaemonServer)
 }
 
 // stopGrace is how long calls in progress may take to finish on shutdown.
@@ -92,9 +96,17 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	n := &nvml{gpus: gpuinfo.GPUs, devices: gpuinfo.Devices}
 	srv := grpc.NewServer(grpc.Creds(local.NewCredentials()))
-	flexgvv1.RegisterDaemonServer(srv, newAPI(cfg.StateDir, h, n, cfg.Log))
+	a := newAPI(cfg.StateDir, h, n, cfg.Log)
+	flexgvv1.RegisterDaemonServer(srv, a)
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(lis) }()
+	withDone := make(chan struct{})
+	wctx, stopWith := context.WithCancel(ctx)
+	if cfg.With != nil {
+		go func() { cfg.With(wctx, a); close(withDone) }()
+	} else {
+		close(withDone)
+	}
 	var hs *http.Server
 	where := "serving on " + socket
 	if metricsLis != nil {
@@ -108,6 +120,8 @@ func Run(ctx context.Context, cfg Config) error {
 		err = nil
 	case err = <-errc:
 	}
+	stopWith()
+	<-withDone
 	if hs != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), stopGrace)
 		hs.Shutdown(sctx)

@@ -3,6 +3,7 @@ package e2e
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -24,20 +25,26 @@ func TestK8sCommandsRefuseBadFlags(t *testing.T) {
 		{[]string{"scheduler", "--kubeconfig", filepath.Join(e.dir, "none")}, "flexgv scheduler: --kubeconfig " + filepath.Join(e.dir, "none")},
 		{[]string{"webhook", "--tls-cert", "c.pem"}, "flexgv webhook: --tls-cert and --tls-key are required"},
 		{[]string{"webhook", "--tls-cert", "c.pem", "--tls-key", "k.pem"}, "flexgv webhook: --tls-cert/--tls-key: open c.pem: no such file or directory"},
-		{[]string{"device-plugin", "--node-name", ""}, "flexgv device-plugin: no node name; give --node-name or set NODE_NAME"},
-		{[]string{"device-plugin", "--node-name", "n", "--slots", "0"}, "flexgv device-plugin: --slots 0: a GPU holds at least one vGPU"},
-		{[]string{"device-plugin", "--node-name", "n", "--ctx-mem", "8MiB"}, "flexgv device-plugin: --ctx-mem 8 MiB: below 16 MiB"},
-		{[]string{"device-plugin", "--node-name", "n", "--plugin-dir", filepath.Join(e.dir, "none")}, "flexgv device-plugin: --plugin-dir " + filepath.Join(e.dir, "none") + ": not a folder"},
-		{[]string{"device-plugin", "--node-name", "n", "--plugin-dir", e.dir, "--pod-resources", kubeconfig}, "flexgv device-plugin: --pod-resources " + kubeconfig + `: not the kubelet's socket ("" turns the check`},
+		{[]string{"daemon", "--kubernetes", "--node-name", ""}, "flexgv daemon: no node name; give --node-name or set NODE_NAME"},
+		{[]string{"daemon", "--kubernetes", "--node-name", "n", "--slots", "0"}, "flexgv daemon: --slots 0: a GPU holds at least one vGPU"},
+		{[]string{"daemon", "--kubernetes", "--node-name", "n", "--ctx-mem", "8MiB"}, "flexgv daemon: --ctx-mem 8 MiB: below 16 MiB"},
+		{[]string{"daemon", "--kubernetes", "--node-name", "n", "--health-interval", "0s"}, "flexgv daemon: --health-interval and --sync-interval must be positive"},
+		{[]string{"daemon", "--kubernetes", "--node-name", "n", "--plugin-dir", filepath.Join(e.dir, "none")}, "flexgv daemon: --plugin-dir " + filepath.Join(e.dir, "none") + ": not a folder"},
+		{[]string{"daemon", "--kubernetes", "--node-name", "n", "--plugin-dir", e.dir, "--pod-resources", kubeconfig}, "flexgv daemon: --pod-resources " + kubeconfig + `: not the kubelet's socket ("" turns the check`},
+		{[]string{"daemon", "--kubernetes", "--node-name", "n", "--plugin-dir", e.dir, "--pod-resources", "", "--kubeconfig", filepath.Join(e.dir, "none")}, "flexgv daemon: --kubeconfig " + filepath.Join(e.dir, "none")},
+		// The plugin's settings without the plugin are refused, not ignored.
+		{[]string{"daemon", "--slots", "2"}, "flexgv daemon: --slots is a setting of the device plugin; give --kubernetes too"},
+		{[]string{"daemon", "--node-name", "n"}, "flexgv daemon: --node-name is a setting of the device plugin; give --kubernetes too"},
 	} {
-		r := e.run("flexgv", c.args...)
-		if r.code != 2 || !strings.Contains(r.stderr, c.msg) {
-			t.Errorf("flexgv %s: exit %d, stderr %q; want exit 2 and %q", strings.Join(c.args, " "), r.code, r.stderr, c.msg)
+		args := c.args
+		if args[0] == "daemon" {
+			// Checked after the plugin's flags: a daemon that let a bad
+			// one through stops here rather than run.
+			args = append(slices.Clone(args), "--metrics-addr", "x")
 		}
-	}
-	// Without its node daemon the plugin says so, before registering.
-	r := e.run("flexgv", "device-plugin", "--node-name", "n", "--plugin-dir", e.dir, "--pod-resources", "", "--kubeconfig", kubeconfig)
-	if want := "flexgv device-plugin: no node daemon on " + filepath.Join(e.dir, "tenants", "daemon.sock") + " (start flexgv daemon, or give --socket)"; r.code != 1 || !strings.Contains(r.stderr, want) {
-		t.Errorf("flexgv device-plugin without a daemon: exit %d, stderr %q; want exit 1 and %q", r.code, r.stderr, want)
+		r := e.run("flexgv", args...)
+		if r.code != 2 || !strings.Contains(r.stderr, c.msg) {
+			t.Errorf("flexgv %s: exit %d, stderr %q; want exit 2 and %q", strings.Join(args, " "), r.code, r.stderr, c.msg)
+		}
 	}
 }

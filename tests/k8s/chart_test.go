@@ -3,7 +3,9 @@ package k8s
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -135,6 +137,7 @@ func TestChartInstalls(t *testing.T) {
 			t.Errorf("the chart has %d %s, want %d (all: %v)", kinds[kind], kind, n, kinds)
 		}
 	}
+	checkNodeDaemonArgs(t, objs)
 	if kinds["ServiceMonitor"] != 0 {
 		t.Errorf("a ServiceMonitor without the Prometheus operator's API")
 	}
@@ -150,5 +153,33 @@ func TestChartInstalls(t *testing.T) {
 	}
 	if monitors != 1 {
 		t.Errorf("%d ServiceMonitors with the Prometheus operator's API, want 1", monitors)
+	}
+}
+
+// checkNodeDaemonArgs: the node DaemonSet runs one container, the node
+// daemon with its device plugin, whose command line the built flexgv
+// parses (every flag exists, every value reads).
+func checkNodeDaemonArgs(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() != "DaemonSet" {
+			continue
+		}
+		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		if len(containers) != 1 {
+			t.Fatalf("DaemonSet %s has %d containers, want 1 (flexgv daemon --kubernetes)", o.GetName(), len(containers))
+		}
+		args, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+		if len(args) == 0 || args[0] != "daemon" || !slices.Contains(args, "--kubernetes") {
+			t.Fatalf("DaemonSet %s runs flexgv %v, want daemon --kubernetes", o.GetName(), args)
+		}
+		// $(NODE_NAME) is the kubelet's to expand; --help stops after parsing.
+		args = append(slices.Clone(args), "--help")
+		for i, a := range args {
+			args[i] = strings.ReplaceAll(a, "$(NODE_NAME)", "node-1")
+		}
+		if out, err := exec.Command(filepath.Join(build, "bin", "flexgv"), args...).CombinedOutput(); err != nil {
+			t.Errorf("flexgv %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
 	}
 }

@@ -29,8 +29,9 @@ import (
 	"github.com/flexgv/flexgv/tests/k8s/kubelet"
 )
 
-// gpuNode is one node of simulated GPUs: its node daemon (flexgv daemon),
-// the kubelet's device manager, and the FlexGV device plugin between them.
+// gpuNode is one node of simulated GPUs: its node daemon, which is also
+// its device plugin (flexgv daemon --kubernetes), and the kubelet's device
+// manager.
 type gpuNode struct {
 	t        *testing.T
 	name     string
@@ -39,32 +40,17 @@ type gpuNode struct {
 	daemon   *exec.Cmd
 	daemonWG sync.WaitGroup
 	kubelet  *kubelet.Node
-	health   *healthGate
 	stdinMu  sync.Mutex
 	stdin    map[string]io.WriteCloser // of running containers with stdin: true, by pod name
-	cancel   context.CancelFunc
-	done     chan struct{}
 }
 
-// healthGate passes the daemon's GPU list on, less the GPUs a test has
-// failed: the plugin then sees them as NVML stopped listing them.
-type healthGate struct {
-	deviceplugin.Daemon
-	mu     sync.Mutex
-	failed map[string]bool
-}
-
-func (h *healthGate) Devices(ctx context.Context) ([]deviceplugin.Device, error) {
-	devs, err := h.Daemon.Devices(ctx)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return slices.DeleteFunc(devs, func(d deviceplugin.Device) bool { return h.failed[d.UUID] }), err
-}
-
-func (h *healthGate) fail(uuid string) {
-	h.mu.Lock()
-	h.failed[uuid] = true
-	h.mu.Unlock()
+// loseGPU makes the node's NVML stop listing GPU index, as when a GPU
+// falls off the bus; CUDA programs on it are left alone.
+func (n *gpuNode) loseGPU(index int) {
+	n.t.Helper()
+	if err := os.WriteFile(filepath.Join(n.dir, "nvml-lost"), []byte(fmt.Sprintf("%d\n", index)), 0o644); err != nil {
+		n.t.Fatal(err)
+	}
 }
 
 const (
@@ -78,15 +64,15 @@ func startGPUNode(t *testing.T, name string) *gpuNode {
 	if !privateKubelet {
 		t.Skip("the kubelet's device manager needs a mount namespace of its own (root)")
 	}
-	n := &gpuNode{t: t, name: name, dir: t.TempDir(), done: make(chan struct{}), stdin: map[string]io.WriteCloser{}}
+	n := &gpuNode{t: t, name: name, dir: t.TempDir(), stdin: map[string]io.WriteCloser{}}
 	n.env = []string{
 		"FLEXGV_SIM_STATE=" + filepath.Join(n.dir, "gpu.state"),
 		"FLEXGV_STATE_DIR=" + filepath.Join(n.dir, "tenants"),
 		fmt.Sprintf("FLEXGV_SIM_DEVICES=%d", nodeGPUs),
 		fmt.Sprintf("FLEXGV_SIM_MEM=%dMiB", nodeGPUMiB),
+		"FLEXGV_SIM_NVML_LOST=" + filepath.Join(n.dir, "nvml-lost"),
 		"LD_LIBRARY_PATH=" + filepath.Join(build, "sim"),
 	}
-	n.startDaemon()
 	ctx := context.Background()
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": name}}}
 	node, err := cp.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
@@ -114,46 +100,9 @@ func startGPUNode(t *testing.T, name string) *gpuNode {
 	for _, f := range []string{"nvidia0", "nvidia1", "nvidiactl"} {
 		os.WriteFile(filepath.Join(devRoot, f), nil, 0o644)
 	}
-	client, err := daemon.Connect(daemon.Socket(filepath.Join(n.dir, "tenants")))
-	if err != nil || client == nil {
-		t.Fatalf("connecting to the node daemon: %v", err)
-	}
-	t.Cleanup(func() { client.Close() })
-	n.health = &healthGate{Daemon: deviceplugin.DaemonAPI{Client: client}, failed: map[string]bool{}}
-	logw := &testWriter{t: t}
-	p := deviceplugin.New(deviceplugin.Config{
-		NodeName: name, PluginDir: kubeletDir, Slots: slots, ContextMiB: nodeCtxMiB,
-		Shim: filepath.Join(build, "lib", "libflexgv.so"), DevRoot: devRoot, PodResources: n.podResources(),
-		HealthEvery: 100 * time.Millisecond, SyncEvery: 100 * time.Millisecond, Log: logw,
-	}, n.health, cp.Client)
-	pctx, cancel := context.WithCancel(context.Background())
-	n.cancel = cancel
-	go func() { p.Run(pctx); close(n.done) }()
-	t.Cleanup(func() { cancel(); <-n.done; logw.stop() })
+	n.startDaemon()
 	n.waitCapacity(int64(nodeGPUs * slots))
 	return n
-}
-
-// testWriter logs to the test while it runs.
-type testWriter struct {
-	t    *testing.T
-	mu   sync.Mutex
-	done bool
-}
-
-func (w *testWriter) Write(b []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.done {
-		w.t.Log(strings.TrimSpace(string(b)))
-	}
-	return len(b), nil
-}
-
-func (w *testWriter) stop() {
-	w.mu.Lock()
-	w.done = true
-	w.mu.Unlock()
 }
 
 func (n *gpuNode) startDaemon() {
@@ -164,7 +113,11 @@ func (n *gpuNode) startDaemon() {
 		n.t.Fatal(err)
 	}
 	defer f.Close()
-	cmd := exec.Command(filepath.Join(build, "bin", "flexgv"), "daemon", "--metrics-addr", "")
+	cmd := exec.Command(filepath.Join(build, "bin", "flexgv"), "daemon", "--metrics-addr", "",
+		"--kubernetes", "--node-name", n.name, "--kubeconfig", cp.Kubeconfig, "--shim", filepath.Join(build, "lib", "libflexgv.so"),
+		"--plugin-dir", kubeletDir, fmt.Sprintf("--slots=%d", slots), fmt.Sprintf("--ctx-mem=%dMiB", nodeCtxMiB),
+		"--dev-root", filepath.Join(n.dir, "dev"), "--pod-resources", n.podResources(),
+		"--health-interval", "100ms", "--sync-interval", "100ms")
 	cmd.Env = append(os.Environ(), n.env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -278,11 +231,23 @@ func (n *gpuNode) waitCapacity(vgpus int64) {
 	})
 }
 
+// tenants names the tenants the node daemon holds.
 func (n *gpuNode) tenants() []string {
 	n.t.Helper()
-	names, err := n.health.Tenants(context.Background())
+	c, err := daemon.Connect(daemon.Socket(filepath.Join(n.dir, "tenants")))
+	if err != nil || c == nil {
+		n.t.Fatalf("connecting to the node daemon: %v", err)
+	}
+	defer c.Close()
+	resp, err := c.ListTenants(context.Background(), &flexgvv1.ListTenantsRequest{})
 	if err != nil {
 		n.t.Fatal(err)
+	}
+	var names []string
+	for _, t := range resp.Tenants {
+		if t.Held {
+			names = append(names, t.Name)
+		}
 	}
 	return names
 }
@@ -549,8 +514,8 @@ func TestUnhealthyGPUGetsNoNewPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	inv, _, _ := vgpu.NodeInventory(node)
-	bad, good := inv.GPUs[0].UUID, inv.GPUs[1].UUID
-	n.health.fail(bad)
+	bad, good := inv.GPUs[1].UUID, inv.GPUs[0].UUID
+	n.loseGPU(1)
 	// The kubelet counts the bad GPU's slots out, the scheduler its memory.
 	n.waitCapacity(slots)
 	eventually(t, 10*time.Second, "the node's inventory marking "+bad+" unhealthy", func() (bool, error) {
@@ -559,7 +524,7 @@ func TestUnhealthyGPUGetsNoNewPods(t *testing.T) {
 			return false, err
 		}
 		inv, _, err := vgpu.NodeInventory(node)
-		return err == nil && !inv.GPUs[0].Healthy && inv.GPUs[1].Healthy, err
+		return err == nil && inv.GPUs[0].Healthy && !inv.GPUs[1].Healthy, err
 	})
 	// Pods fit on either GPU; each goes to the healthy one until it is full.
 	for i := range 3 {
@@ -571,10 +536,10 @@ func TestUnhealthyGPUGetsNoNewPods(t *testing.T) {
 			if p := running(t, ns, name); !slices.Equal(vgpu.PodGPUs(p), []string{good}) {
 				t.Errorf("pod %s placed on %v, want the healthy %s", name, vgpu.PodGPUs(p), good)
 			}
-			// The container gets the GPU it was placed on, not the first.
+			// The container gets the GPU it was placed on.
 			alloc := n.kubelet.Allocation(name)
 			if !slices.ContainsFunc(alloc.Envs, func(e kubecontainer.EnvVar) bool { return e.Name == "CUDA_VISIBLE_DEVICES" && e.Value == good }) ||
-				alloc.Devices[0].PathInContainer != "/dev/nvidia1" {
+				alloc.Devices[0].PathInContainer != "/dev/nvidia0" {
 				t.Errorf("pod %s on %s got %v and devices %v", name, good, alloc.Envs, alloc.Devices)
 			}
 		}

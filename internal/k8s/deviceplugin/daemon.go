@@ -54,12 +54,13 @@ type TenantDevice struct {
 	ComputePct int64 // guaranteed share; 0: none
 }
 
-// DaemonAPI is a Daemon over the node daemon's local API (its unix socket).
-type DaemonAPI struct{ Client flexgvv1.DaemonClient }
+// DaemonAPI is a Daemon over the node daemon's API, called in the
+// daemon's own process (flexgv daemon --kubernetes): no socket between.
+type DaemonAPI struct{ API flexgvv1.DaemonServer }
 
 // Devices implements Daemon.
 func (d DaemonAPI) Devices(ctx context.Context) ([]Device, error) {
-	resp, err := d.Client.ListDevices(ctx, &flexgvv1.ListDevicesRequest{})
+	resp, err := d.API.ListDevices(ctx, &flexgvv1.ListDevicesRequest{})
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +84,7 @@ func (d DaemonAPI) CreateTenant(ctx context.Context, t Tenant) (string, error) {
 			compute = append(compute, fmt.Sprintf("%s=%d%%", dev.UUID, dev.ComputePct))
 		}
 	}
-	resp, err := d.Client.CreateTenant(ctx, &flexgvv1.CreateTenantRequest{
+	resp, err := d.API.CreateTenant(ctx, &flexgvv1.CreateTenantRequest{
 		Name: t.Name, Memory: strings.Join(mem, ","), Compute: strings.Join(compute, ","),
 		Priority: string(t.Priority), ContextBytes: t.ContextBytes,
 	})
@@ -95,7 +96,7 @@ func (d DaemonAPI) CreateTenant(ctx context.Context, t Tenant) (string, error) {
 
 // DeleteTenant implements Daemon.
 func (d DaemonAPI) DeleteTenant(ctx context.Context, name string) (bool, error) {
-	resp, err := d.Client.DeleteTenant(ctx, &flexgvv1.DeleteTenantRequest{Name: name})
+	resp, err := d.API.DeleteTenant(ctx, &flexgvv1.DeleteTenantRequest{Name: name})
 	switch status.Code(err) {
 	case codes.OK:
 		return resp.Removed, nil
@@ -109,7 +110,7 @@ func (d DaemonAPI) DeleteTenant(ctx context.Context, name string) (bool, error) 
 
 // Tenants implements Daemon.
 func (d DaemonAPI) Tenants(ctx context.Context) ([]string, error) {
-	resp, err := d.Client.ListTenants(ctx, &flexgvv1.ListTenantsRequest{})
+	resp, err := d.API.ListTenants(ctx, &flexgvv1.ListTenantsRequest{})
 	if err != nil {
 		return nil, err
 	}

@@ -82,7 +82,7 @@ func (c Config) Check() error {
 	case c.ContextMiB < 16:
 		return fmt.Errorf("--ctx-mem %d MiB: below 16 MiB; no CUDA context takes less", c.ContextMiB)
 	case c.HealthEvery <= 0 || c.SyncEvery <= 0:
-		return errors.New("health and sync intervals must be positive")
+		return errors.New("--health-interval and --sync-interval must be positive")
 	}
 	if st, err := os.Stat(c.PluginDir); err != nil || !st.IsDir() {
 		return fmt.Errorf("--plugin-dir %s: not a folder (the kubelet's is %s)", c.PluginDir, pluginapi.DevicePluginPath)
