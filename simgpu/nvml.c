@@ -147,6 +147,17 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *in
     return NVML_SUCCESS;
 }
 
+/* The device node's number (/dev/nvidiaN): the device's own, whatever
+ * NVML's enumeration order (a lost GPU renumbers indices, not nodes). */
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minor)
+{
+    DEVICE_ARG(device, d);
+    if (!minor)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *minor = (unsigned)d;
+    return NVML_SUCCESS;
+}
+
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
 {
     DEVICE_ARG(device, d);

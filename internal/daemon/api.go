@@ -140,7 +140,7 @@ func (a *api) ListDevices(context.Context, *flexgvv1.ListDevicesRequest) (*flexg
 		resp.Devices = append(resp.Devices, &flexgvv1.Device{
 			Index: uint32(d.Index), Uuid: d.UUID, Name: d.Name,
 			MemoryTotalBytes: d.Total, MemoryUsedBytes: d.Used,
-			UtilizationPercent: d.Util, Processes: uint32(d.Processes),
+			UtilizationPercent: d.Util, Processes: uint32(d.Processes), MinorNumber: int32(d.Minor),
 		})
 	}
 	return resp, nil

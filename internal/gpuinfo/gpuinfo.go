@@ -5,6 +5,7 @@ package gpuinfo
 // Device is one GPU as NVML reports it.
 type Device struct {
 	Index     int
+	Minor     int // its device node is /dev/nvidiaMinor; -1: NVML does not say
 	Name      string
 	UUID      string
 	Total     uint64

@@ -43,7 +43,10 @@ func Devices() ([]Device, error) {
 		if r != nvml.SUCCESS {
 			return nvmlErr(fmt.Sprintf("device %d memory", i), r)
 		}
-		dev := Device{Index: i, Total: mem.Total, Used: mem.Used}
+		dev := Device{Index: i, Minor: -1, Total: mem.Total, Used: mem.Used}
+		if m, r := d.GetMinorNumber(); r == nvml.SUCCESS {
+			dev.Minor = m
+		}
 		dev.Name, _ = d.GetName()
 		dev.UUID, _ = d.GetUUID()
 		if u, r := d.GetUtilizationRates(); r == nvml.SUCCESS {

@@ -514,8 +514,10 @@ func TestUnhealthyGPUGetsNoNewPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	inv, _, _ := vgpu.NodeInventory(node)
-	bad, good := inv.GPUs[1].UUID, inv.GPUs[0].UUID
-	n.loseGPU(1)
+	// The first GPU goes: NVML renumbers the other to index 0, but its
+	// device node stays /dev/nvidia1.
+	bad, good := inv.GPUs[0].UUID, inv.GPUs[1].UUID
+	n.loseGPU(0)
 	// The kubelet counts the bad GPU's slots out, the scheduler its memory.
 	n.waitCapacity(slots)
 	eventually(t, 10*time.Second, "the node's inventory marking "+bad+" unhealthy", func() (bool, error) {
@@ -524,7 +526,7 @@ func TestUnhealthyGPUGetsNoNewPods(t *testing.T) {
 			return false, err
 		}
 		inv, _, err := vgpu.NodeInventory(node)
-		return err == nil && inv.GPUs[0].Healthy && !inv.GPUs[1].Healthy, err
+		return err == nil && !inv.GPUs[0].Healthy && inv.GPUs[1].Healthy, err
 	})
 	// Pods fit on either GPU; each goes to the healthy one until it is full.
 	for i := range 3 {
@@ -539,7 +541,7 @@ func TestUnhealthyGPUGetsNoNewPods(t *testing.T) {
 			// The container gets the GPU it was placed on.
 			alloc := n.kubelet.Allocation(name)
 			if !slices.ContainsFunc(alloc.Envs, func(e kubecontainer.EnvVar) bool { return e.Name == "CUDA_VISIBLE_DEVICES" && e.Value == good }) ||
-				alloc.Devices[0].PathInContainer != "/dev/nvidia0" {
+				alloc.Devices[0].PathInContainer != "/dev/nvidia1" {
 				t.Errorf("pod %s on %s got %v and devices %v", name, good, alloc.Envs, alloc.Devices)
 			}
 		}

@@ -33,6 +33,7 @@ type Daemon interface {
 // Device is one GPU of the node.
 type Device struct {
 	Index       int
+	Minor       int // its device node is /dev/nvidiaMinor; -1: unknown, the index is used
 	UUID        string
 	MemoryBytes uint64
 }
@@ -69,7 +70,7 @@ func (d DaemonAPI) Devices(ctx context.Context) ([]Device, error) {
 	}
 	out := make([]Device, len(resp.Devices))
 	for i, dev := range resp.Devices {
-		out[i] = Device{Index: int(dev.Index), UUID: dev.Uuid, MemoryBytes: dev.MemoryTotalBytes}
+		out[i] = Device{Index: int(dev.Index), Minor: int(dev.MinorNumber), UUID: dev.Uuid, MemoryBytes: dev.MemoryTotalBytes}
 	}
 	return out, nil
 }

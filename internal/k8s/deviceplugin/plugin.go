@@ -216,7 +216,11 @@ func (p *Plugin) refresh(ctx context.Context) error {
 	}
 	var gpus []vgpu.GPU
 	for _, d := range devs {
-		gpus = append(gpus, vgpu.GPU{UUID: d.UUID, Index: d.Index, MemoryMiB: int64(d.MemoryBytes >> 20), Healthy: true})
+		minor := d.Minor
+		if minor < 0 { // NVML does not say: the index is the node on most machines
+			minor = d.Index
+		}
+		gpus = append(gpus, vgpu.GPU{UUID: d.UUID, Index: d.Index, Minor: minor, MemoryMiB: int64(d.MemoryBytes >> 20), Healthy: true})
 	}
 	for _, old := range p.gpus {
 		if !slices.ContainsFunc(gpus, func(g vgpu.GPU) bool { return g.UUID == old.UUID }) {
@@ -224,7 +228,8 @@ func (p *Plugin) refresh(ctx context.Context) error {
 			gpus = append(gpus, old)
 		}
 	}
-	slices.SortFunc(gpus, func(a, b vgpu.GPU) int { return a.Index - b.Index })
+	// By device node: NVML renumbers its indices when a GPU is lost.
+	slices.SortFunc(gpus, func(a, b vgpu.GPU) int { return a.Minor - b.Minor })
 	same := slices.Equal(gpus, p.gpus)
 	if !same {
 		p.gpus = gpus
@@ -523,7 +528,7 @@ func (p *Plugin) allocate(ctx context.Context, pod *corev1.Pod, r vgpu.Request) 
 			return nil, fmt.Errorf("placed on GPU %s, which is unhealthy", u)
 		}
 		t.Devices = append(t.Devices, TenantDevice{UUID: u, QuotaBytes: uint64(r.MemoryMiB+p.cfg.ContextMiB) << 20, ComputePct: r.ComputePct})
-		resp.Devices = append(resp.Devices, p.deviceNode(fmt.Sprintf("nvidia%d", gpus[i].Index))...)
+		resp.Devices = append(resp.Devices, p.deviceNode(fmt.Sprintf("nvidia%d", gpus[i].Minor))...)
 	}
 	for _, ctl := range []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"} {
 		resp.Devices = append(resp.Devices, p.deviceNode(ctl)...)

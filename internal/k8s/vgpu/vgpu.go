@@ -185,6 +185,7 @@ type Inventory struct {
 type GPU struct {
 	UUID      string `json:"uuid"`
 	Index     int    `json:"index"`
+	Minor     int    `json:"minor"` // device node /dev/nvidiaMinor
 	MemoryMiB int64  `json:"memoryMiB"`
 	Healthy   bool   `json:"healthy"`
 }

@@ -878,8 +878,10 @@ type Device struct {
 	MemoryUsedBytes    uint64                 `protobuf:"varint,5,opt,name=memory_used_bytes,json=memoryUsedBytes,proto3" json:"memory_used_bytes,omitempty"`
 	UtilizationPercent uint32                 `protobuf:"varint,6,opt,name=utilization_percent,json=utilizationPercent,proto3" json:"utilization_percent,omitempty"`
 	Processes          uint32                 `protobuf:"varint,7,opt,name=processes,proto3" json:"processes,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Its device node is /dev/nvidiaN for this N; -1: NVML does not say.
+	MinorNumber   int32 `protobuf:"varint,8,opt,name=minor_number,json=minorNumber,proto3" json:"minor_number,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Device) Reset() {
@@ -961,6 +963,13 @@ func (x *Device) GetProcesses() uint32 {
 	return 0
 }
 
+func (x *Device) GetMinorNumber() int32 {
+	if x != nil {
+		return x.MinorNumber
+	}
+	return 0
+}
+
 var File_flexgv_v1_daemon_proto protoreflect.FileDescriptor
 
 const file_flexgv_v1_daemon_proto_rawDesc = "" +
@@ -1024,7 +1033,7 @@ const file_flexgv_v1_daemon_proto_rawDesc = "" +
 	"\x13ListDevicesResponse\x12+\n" +
 	"\adevices\x18\x01 \x03(\v2\x11.flexgv.v1.DeviceR\adevices\x12\x1d\n" +
 	"\n" +
-	"nvml_error\x18\x02 \x01(\tR\tnvmlError\"\xef\x01\n" +
+	"nvml_error\x18\x02 \x01(\tR\tnvmlError\"\x92\x02\n" +
 	"\x06Device\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x12\n" +
@@ -1032,7 +1041,8 @@ const file_flexgv_v1_daemon_proto_rawDesc = "" +
 	"\x12memory_total_bytes\x18\x04 \x01(\x04R\x10memoryTotalBytes\x12*\n" +
 	"\x11memory_used_bytes\x18\x05 \x01(\x04R\x0fmemoryUsedBytes\x12/\n" +
 	"\x13utilization_percent\x18\x06 \x01(\rR\x12utilizationPercent\x12\x1c\n" +
-	"\tprocesses\x18\a \x01(\rR\tprocesses2\xd4\x03\n" +
+	"\tprocesses\x18\a \x01(\rR\tprocesses\x12!\n" +
+	"\fminor_number\x18\b \x01(\x05R\vminorNumber2\xd4\x03\n" +
 	"\x06Daemon\x12O\n" +
 	"\fCreateTenant\x12\x1e.flexgv.v1.CreateTenantRequest\x1a\x1f.flexgv.v1.CreateTenantResponse\x12;\n" +
 	"\tGetTenant\x12\x1b.flexgv.v1.GetTenantRequest\x1a\x11.flexgv.v1.Tenant\x12L\n" +
