@@ -890,7 +890,10 @@ func emitRemoteDoc(entries []RemoteEntry, tables []*Table) string {
 		"waiting (an error surfaces at the next call marked as where queued calls'\n" +
 		"errors surface, as a GPU's asynchronous errors do). Entries marked\n" +
 		"*unsupported* answer `CUDA_ERROR_NOT_SUPPORTED`, say so once on stderr\n" +
-		"and count as failed calls under `flexgv trace`. Source: `api/remote.api`.\n\n")
+		"and count as failed calls under `flexgv trace`. A device address marked\n" +
+		"`dev[N]` must hold N bytes of memory the connection allocated, one marked\n" +
+		"`base` must start such an allocation; the executor checks every handle.\n" +
+		"Source: `api/remote.api`.\n\n")
 	count := map[Disposition]int{}
 	var api []RemoteEntry
 	for _, e := range entries {
@@ -917,6 +920,21 @@ func emitRemoteDoc(entries []RemoteEntry, tables []*Table) string {
 				}
 				ks = append(ks, "`"+strings.ReplaceAll(s, "|", "\\|")+"`")
 			}
+		}
+		for _, p := range e.Params {
+			if k, ok := e.Dev[p.Name]; ok && k.Name != "any" {
+				s := p.Name + ": " + k.Name
+				if k.Count != "" {
+					s += "[" + k.Count + "]"
+				}
+				ks = append(ks, "`"+strings.ReplaceAll(s, "|", "\\|")+"`")
+			}
+			if _, ok := e.Alloc[p.Name]; ok {
+				ks = append(ks, fmt.Sprintf("`%s` is the connection's memory from then on", p.Name))
+			}
+		}
+		if e.Destroys != "" {
+			ks = append(ks, "destroys `"+e.Destroys+"`")
 		}
 		if e.Drain != "" {
 			ks = append(ks, "waits for `"+e.Drain+"`")
