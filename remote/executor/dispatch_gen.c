@@ -2344,7 +2344,7 @@ static CUresult op_cuGraphChildGraphNodeGetGraph(struct fgr_rd *rd, struct fgr_r
         fgr_r = ((pfn_cuGraphChildGraphNodeGetGraph)fgr_real[FGR_OP_cuGraphChildGraphNodeGetGraph])(hNode, phGraph);
     if (fgr_r == CUDA_SUCCESS) {
         if (phGraph)
-            fgr_add(FGR_H_CUgraph, (uint64_t)(uintptr_t)*phGraph, FGR_H_CUcontext, fgr_ctx);
+            fgr_add(FGR_H_CUgraph, (uint64_t)(uintptr_t)*phGraph, FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode);
     }
     fgr_reply_out(q, phGraph, sizeof(CUgraph), 0, fgr_r);
     return fgr_r;

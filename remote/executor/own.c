@@ -49,9 +49,15 @@ static struct ent *find(int kind, uint64_t v)
     }
 }
 
+/* Rehashes without the removed entries: twice as large when at least half
+ * of what is used is live, else the same size (a client that creates and
+ * destroys events in a loop does not grow the table). */
 static int grow(void)
 {
-    size_t ncap = cap ? cap * 2 : 256, live = 0;
+    size_t live = 0;
+    for (size_t i = 0; i < cap; i++)
+        live += tab[i].kind && tab[i].kind != FGR_H_DEAD;
+    size_t ncap = !cap ? 256 : live * 2 >= used ? cap * 2 : cap;
     struct ent *n = calloc(ncap, sizeof *n), *old = tab;
     if (!n)
         return -1;
@@ -65,7 +71,6 @@ static int grow(void)
         while (tab[j].kind)
             j = (j + 1) & (cap - 1);
         tab[j] = old[i];
-        live++;
     }
     used = live;
     free(old);
