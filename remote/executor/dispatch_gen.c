@@ -224,6 +224,10 @@ static CUresult op_cuDevicePrimaryCtxRetain(struct fgr_rd *rd, struct fgr_req *q
     if (has_pctx && !(pctx = fgr_out(q, sizeof(CUcontext))))
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_cuDevicePrimaryCtxRetain)fgr_real[FGR_OP_cuDevicePrimaryCtxRetain])(pctx, dev);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (pctx)
+            fgr_add(FGR_H_CUcontext, (uint64_t)(uintptr_t)*pctx, 0, 0);
+    }
     fgr_reply_out(q, pctx, sizeof(CUcontext), 0, fgr_r);
     return fgr_r;
 }
@@ -291,6 +295,10 @@ static CUresult op_cuCtxCreate_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (has_pctx && !(pctx = fgr_out(q, sizeof(CUcontext))))
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_cuCtxCreate_v2)fgr_real[FGR_OP_cuCtxCreate_v2])(pctx, flags, dev);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (pctx)
+            fgr_add(FGR_H_CUcontext, (uint64_t)(uintptr_t)*pctx, 0, 0);
+    }
     fgr_reply_out(q, pctx, sizeof(CUcontext), 0, fgr_r);
     return fgr_r;
 }
@@ -301,7 +309,14 @@ static CUresult op_cuCtxDestroy_v2(struct fgr_rd *rd, struct fgr_req *q)
     CUcontext ctx = (CUcontext)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuCtxDestroy_v2)fgr_real[FGR_OP_cuCtxDestroy_v2])(ctx);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
+        fgr_r = fgr_refuse("cuCtxDestroy_v2", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuCtxDestroy_v2)fgr_real[FGR_OP_cuCtxDestroy_v2])(ctx);
+    if (fgr_r == CUDA_SUCCESS) {
+        fgr_drop(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx);
+    }
     return fgr_r;
 }
 
@@ -358,6 +373,10 @@ static CUresult op_cuMemAlloc_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_cuMemAlloc_v2)fgr_real[FGR_OP_cuMemAlloc_v2])(dptr, bytesize);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (dptr)
+            fgr_mem_add(*dptr, bytesize, FGR_H_CUcontext, fgr_ctx);
+    }
     fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
     return fgr_r;
 }
@@ -379,6 +398,10 @@ static CUresult op_cuMemAllocPitch_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (has_pPitch && !(pPitch = fgr_out(q, sizeof(size_t))))
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_cuMemAllocPitch_v2)fgr_real[FGR_OP_cuMemAllocPitch_v2])(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (dptr)
+            fgr_mem_add_found(*dptr, FGR_H_CUcontext, fgr_ctx);
+    }
     fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
     fgr_reply_out(q, pPitch, sizeof(size_t), 0, fgr_r);
     return fgr_r;
@@ -390,7 +413,14 @@ static CUresult op_cuMemFree_v2(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr dptr = (CUdeviceptr)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemFree_v2)fgr_real[FGR_OP_cuMemFree_v2])(dptr);
+    CUresult fgr_r;
+    if (!(fgr_mem_base((uint64_t)dptr)))
+        fgr_r = fgr_refuse("cuMemFree_v2", "dptr", (uint64_t)dptr, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemFree_v2)fgr_real[FGR_OP_cuMemFree_v2])(dptr);
+    if (fgr_r == CUDA_SUCCESS) {
+        fgr_drop(FGR_H_MEM, (uint64_t)dptr);
+    }
     return fgr_r;
 }
 
@@ -406,6 +436,10 @@ static CUresult op_cuMemAllocManaged(struct fgr_rd *rd, struct fgr_req *q)
     if (has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_cuMemAllocManaged)fgr_real[FGR_OP_cuMemAllocManaged])(dptr, bytesize, flags);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (dptr)
+            fgr_mem_add(*dptr, bytesize, FGR_H_CUcontext, fgr_ctx);
+    }
     fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
     return fgr_r;
 }
@@ -424,7 +458,11 @@ static CUresult op_cuMemGetAddressRange_v2(struct fgr_rd *rd, struct fgr_req *q)
     size_t *psize = NULL;
     if (has_psize && !(psize = fgr_out(q, sizeof(size_t))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuMemGetAddressRange_v2)fgr_real[FGR_OP_cuMemGetAddressRange_v2])(pbase, psize, dptr);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dptr, 1)))
+        fgr_r = fgr_refuse("cuMemGetAddressRange_v2", "dptr", (uint64_t)dptr, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemGetAddressRange_v2)fgr_real[FGR_OP_cuMemGetAddressRange_v2])(pbase, psize, dptr);
     fgr_reply_out(q, pbase, sizeof(CUdeviceptr), 0, fgr_r);
     fgr_reply_out(q, psize, sizeof(size_t), 0, fgr_r);
     return fgr_r;
@@ -441,7 +479,15 @@ static CUresult op_cuMemAllocAsync(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr *dptr = NULL;
     if (has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuMemAllocAsync)fgr_real[FGR_OP_cuMemAllocAsync])(dptr, bytesize, hStream);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemAllocAsync", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemAllocAsync)fgr_real[FGR_OP_cuMemAllocAsync])(dptr, bytesize, hStream);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (dptr)
+            fgr_mem_add(*dptr, bytesize, FGR_H_CUcontext, fgr_ctx);
+    }
     fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
     return fgr_r;
 }
@@ -457,7 +503,15 @@ static CUresult op_cuMemAllocAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr *dptr = NULL;
     if (has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuMemAllocAsync_ptsz)fgr_real[FGR_OP_cuMemAllocAsync_ptsz])(dptr, bytesize, hStream);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemAllocAsync_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemAllocAsync_ptsz)fgr_real[FGR_OP_cuMemAllocAsync_ptsz])(dptr, bytesize, hStream);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (dptr)
+            fgr_mem_add(*dptr, bytesize, FGR_H_CUcontext, fgr_ctx);
+    }
     fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
     return fgr_r;
 }
@@ -469,7 +523,16 @@ static CUresult op_cuMemFreeAsync(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemFreeAsync)fgr_real[FGR_OP_cuMemFreeAsync])(dptr, hStream);
+    CUresult fgr_r;
+    if (!(fgr_mem_base((uint64_t)dptr)))
+        fgr_r = fgr_refuse("cuMemFreeAsync", "dptr", (uint64_t)dptr, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemFreeAsync", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemFreeAsync)fgr_real[FGR_OP_cuMemFreeAsync])(dptr, hStream);
+    if (fgr_r == CUDA_SUCCESS) {
+        fgr_drop(FGR_H_MEM, (uint64_t)dptr);
+    }
     return fgr_r;
 }
 
@@ -480,7 +543,16 @@ static CUresult op_cuMemFreeAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemFreeAsync_ptsz)fgr_real[FGR_OP_cuMemFreeAsync_ptsz])(dptr, hStream);
+    CUresult fgr_r;
+    if (!(fgr_mem_base((uint64_t)dptr)))
+        fgr_r = fgr_refuse("cuMemFreeAsync_ptsz", "dptr", (uint64_t)dptr, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemFreeAsync_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemFreeAsync_ptsz)fgr_real[FGR_OP_cuMemFreeAsync_ptsz])(dptr, hStream);
+    if (fgr_r == CUDA_SUCCESS) {
+        fgr_drop(FGR_H_MEM, (uint64_t)dptr);
+    }
     return fgr_r;
 }
 
@@ -496,7 +568,17 @@ static CUresult op_cuMemAllocFromPoolAsync(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr *dptr = NULL;
     if (has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuMemAllocFromPoolAsync)fgr_real[FGR_OP_cuMemAllocFromPoolAsync])(dptr, bytesize, pool, hStream);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)pool)))
+        fgr_r = fgr_refuse("cuMemAllocFromPoolAsync", "pool", (uint64_t)(uintptr_t)pool, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemAllocFromPoolAsync", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemAllocFromPoolAsync)fgr_real[FGR_OP_cuMemAllocFromPoolAsync])(dptr, bytesize, pool, hStream);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (dptr)
+            fgr_mem_add(*dptr, bytesize, FGR_H_CUcontext, fgr_ctx);
+    }
     fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
     return fgr_r;
 }
@@ -513,7 +595,17 @@ static CUresult op_cuMemAllocFromPoolAsync_ptsz(struct fgr_rd *rd, struct fgr_re
     CUdeviceptr *dptr = NULL;
     if (has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuMemAllocFromPoolAsync_ptsz)fgr_real[FGR_OP_cuMemAllocFromPoolAsync_ptsz])(dptr, bytesize, pool, hStream);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)pool)))
+        fgr_r = fgr_refuse("cuMemAllocFromPoolAsync_ptsz", "pool", (uint64_t)(uintptr_t)pool, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemAllocFromPoolAsync_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemAllocFromPoolAsync_ptsz)fgr_real[FGR_OP_cuMemAllocFromPoolAsync_ptsz])(dptr, bytesize, pool, hStream);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (dptr)
+            fgr_mem_add(*dptr, bytesize, FGR_H_CUcontext, fgr_ctx);
+    }
     fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
     return fgr_r;
 }
@@ -529,6 +621,10 @@ static CUresult op_cuMemPoolCreate(struct fgr_rd *rd, struct fgr_req *q)
     if (has_pool && !(pool = fgr_out(q, sizeof(CUmemoryPool))))
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_cuMemPoolCreate)fgr_real[FGR_OP_cuMemPoolCreate])(pool, poolProps);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (pool)
+            fgr_add(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)*pool, 0, 0);
+    }
     fgr_reply_out(q, pool, sizeof(CUmemoryPool), 0, fgr_r);
     return fgr_r;
 }
@@ -539,7 +635,14 @@ static CUresult op_cuMemPoolDestroy(struct fgr_rd *rd, struct fgr_req *q)
     CUmemoryPool pool = (CUmemoryPool)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemPoolDestroy)fgr_real[FGR_OP_cuMemPoolDestroy])(pool);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)pool)))
+        fgr_r = fgr_refuse("cuMemPoolDestroy", "pool", (uint64_t)(uintptr_t)pool, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemPoolDestroy)fgr_real[FGR_OP_cuMemPoolDestroy])(pool);
+    if (fgr_r == CUDA_SUCCESS) {
+        fgr_drop(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)pool);
+    }
     return fgr_r;
 }
 
@@ -550,7 +653,11 @@ static CUresult op_cuMemPoolTrimTo(struct fgr_rd *rd, struct fgr_req *q)
     size_t minBytesToKeep = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemPoolTrimTo)fgr_real[FGR_OP_cuMemPoolTrimTo])(pool, minBytesToKeep);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)pool)))
+        fgr_r = fgr_refuse("cuMemPoolTrimTo", "pool", (uint64_t)(uintptr_t)pool, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemPoolTrimTo)fgr_real[FGR_OP_cuMemPoolTrimTo])(pool, minBytesToKeep);
     return fgr_r;
 }
 
@@ -565,7 +672,11 @@ static CUresult op_cuMemPoolGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
     void *value = NULL;
     if (has_value && !(value = fgr_out(q, fgr_mul((uint64_t)(fgr_mempool_attr_bytes(attr)), 1))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuMemPoolGetAttribute)fgr_real[FGR_OP_cuMemPoolGetAttribute])(pool, attr, value);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)pool)))
+        fgr_r = fgr_refuse("cuMemPoolGetAttribute", "pool", (uint64_t)(uintptr_t)pool, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemPoolGetAttribute)fgr_real[FGR_OP_cuMemPoolGetAttribute])(pool, attr, value);
     fgr_reply_out(q, value, fgr_mul((uint64_t)(fgr_mempool_attr_bytes(attr)), 1), 0, fgr_r);
     return fgr_r;
 }
@@ -581,6 +692,10 @@ static CUresult op_cuDeviceGetMemPool(struct fgr_rd *rd, struct fgr_req *q)
     if (has_pool && !(pool = fgr_out(q, sizeof(CUmemoryPool))))
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_cuDeviceGetMemPool)fgr_real[FGR_OP_cuDeviceGetMemPool])(pool, dev);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (pool)
+            fgr_add(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)*pool, 0, 0);
+    }
     fgr_reply_out(q, pool, sizeof(CUmemoryPool), 0, fgr_r);
     return fgr_r;
 }
@@ -596,6 +711,10 @@ static CUresult op_cuDeviceGetDefaultMemPool(struct fgr_rd *rd, struct fgr_req *
     if (has_pool_out && !(pool_out = fgr_out(q, sizeof(CUmemoryPool))))
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_cuDeviceGetDefaultMemPool)fgr_real[FGR_OP_cuDeviceGetDefaultMemPool])(pool_out, dev);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (pool_out)
+            fgr_add(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)*pool_out, 0, 0);
+    }
     fgr_reply_out(q, pool_out, sizeof(CUmemoryPool), 0, fgr_r);
     return fgr_r;
 }
@@ -613,6 +732,10 @@ static CUresult op_cuMemCreate(struct fgr_rd *rd, struct fgr_req *q)
     if (has_handle && !(handle = fgr_out(q, sizeof(CUmemGenericAllocationHandle))))
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_cuMemCreate)fgr_real[FGR_OP_cuMemCreate])(handle, size, prop, flags);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (handle)
+            fgr_add(FGR_H_CUmemGenericAllocationHandle, (uint64_t)*handle, 0, 0);
+    }
     fgr_reply_out(q, handle, sizeof(CUmemGenericAllocationHandle), 0, fgr_r);
     return fgr_r;
 }
@@ -623,7 +746,14 @@ static CUresult op_cuMemRelease(struct fgr_rd *rd, struct fgr_req *q)
     CUmemGenericAllocationHandle handle = (CUmemGenericAllocationHandle)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemRelease)fgr_real[FGR_OP_cuMemRelease])(handle);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUmemGenericAllocationHandle, (uint64_t)handle)))
+        fgr_r = fgr_refuse("cuMemRelease", "handle", (uint64_t)handle, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemRelease)fgr_real[FGR_OP_cuMemRelease])(handle);
+    if (fgr_r == CUDA_SUCCESS) {
+        fgr_drop(FGR_H_CUmemGenericAllocationHandle, (uint64_t)handle);
+    }
     return fgr_r;
 }
 
@@ -641,6 +771,10 @@ static CUresult op_cuMemAddressReserve(struct fgr_rd *rd, struct fgr_req *q)
     if (has_ptr && !(ptr = fgr_out(q, sizeof(CUdeviceptr))))
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_cuMemAddressReserve)fgr_real[FGR_OP_cuMemAddressReserve])(ptr, size, alignment, addr, flags);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (ptr)
+            fgr_mem_add(*ptr, size, 0, 0);
+    }
     fgr_reply_out(q, ptr, sizeof(CUdeviceptr), 0, fgr_r);
     return fgr_r;
 }
@@ -652,7 +786,14 @@ static CUresult op_cuMemAddressFree(struct fgr_rd *rd, struct fgr_req *q)
     size_t size = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemAddressFree)fgr_real[FGR_OP_cuMemAddressFree])(ptr, size);
+    CUresult fgr_r;
+    if (!(fgr_mem_base((uint64_t)ptr)))
+        fgr_r = fgr_refuse("cuMemAddressFree", "ptr", (uint64_t)ptr, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemAddressFree)fgr_real[FGR_OP_cuMemAddressFree])(ptr, size);
+    if (fgr_r == CUDA_SUCCESS) {
+        fgr_drop(FGR_H_MEM, (uint64_t)ptr);
+    }
     return fgr_r;
 }
 
@@ -666,7 +807,13 @@ static CUresult op_cuMemMap(struct fgr_rd *rd, struct fgr_req *q)
     unsigned long long flags = (unsigned long long)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemMap)fgr_real[FGR_OP_cuMemMap])(ptr, size, offset, handle, flags);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)ptr, size)))
+        fgr_r = fgr_refuse("cuMemMap", "ptr", (uint64_t)ptr, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUmemGenericAllocationHandle, (uint64_t)handle)))
+        fgr_r = fgr_refuse("cuMemMap", "handle", (uint64_t)handle, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemMap)fgr_real[FGR_OP_cuMemMap])(ptr, size, offset, handle, flags);
     return fgr_r;
 }
 
@@ -677,7 +824,11 @@ static CUresult op_cuMemUnmap(struct fgr_rd *rd, struct fgr_req *q)
     size_t size = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemUnmap)fgr_real[FGR_OP_cuMemUnmap])(ptr, size);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)ptr, size)))
+        fgr_r = fgr_refuse("cuMemUnmap", "ptr", (uint64_t)ptr, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemUnmap)fgr_real[FGR_OP_cuMemUnmap])(ptr, size);
     return fgr_r;
 }
 
@@ -708,6 +859,10 @@ static CUresult op_cuArrayCreate_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (has_pHandle && !(pHandle = fgr_out(q, sizeof(CUarray))))
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_cuArrayCreate_v2)fgr_real[FGR_OP_cuArrayCreate_v2])(pHandle, pAllocateArray);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (pHandle)
+            fgr_add(FGR_H_CUarray, (uint64_t)(uintptr_t)*pHandle, FGR_H_CUcontext, fgr_ctx);
+    }
     fgr_reply_out(q, pHandle, sizeof(CUarray), 0, fgr_r);
     return fgr_r;
 }
@@ -723,6 +878,10 @@ static CUresult op_cuArray3DCreate_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (has_pHandle && !(pHandle = fgr_out(q, sizeof(CUarray))))
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_cuArray3DCreate_v2)fgr_real[FGR_OP_cuArray3DCreate_v2])(pHandle, pAllocateArray);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (pHandle)
+            fgr_add(FGR_H_CUarray, (uint64_t)(uintptr_t)*pHandle, FGR_H_CUcontext, fgr_ctx);
+    }
     fgr_reply_out(q, pHandle, sizeof(CUarray), 0, fgr_r);
     return fgr_r;
 }
@@ -733,7 +892,14 @@ static CUresult op_cuArrayDestroy(struct fgr_rd *rd, struct fgr_req *q)
     CUarray hArray = (CUarray)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuArrayDestroy)fgr_real[FGR_OP_cuArrayDestroy])(hArray);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUarray, (uint64_t)(uintptr_t)hArray)))
+        fgr_r = fgr_refuse("cuArrayDestroy", "hArray", (uint64_t)(uintptr_t)hArray, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuArrayDestroy)fgr_real[FGR_OP_cuArrayDestroy])(hArray);
+    if (fgr_r == CUDA_SUCCESS) {
+        fgr_drop(FGR_H_CUarray, (uint64_t)(uintptr_t)hArray);
+    }
     return fgr_r;
 }
 
@@ -749,6 +915,10 @@ static CUresult op_cuMipmappedArrayCreate(struct fgr_rd *rd, struct fgr_req *q)
     if (has_pHandle && !(pHandle = fgr_out(q, sizeof(CUmipmappedArray))))
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_cuMipmappedArrayCreate)fgr_real[FGR_OP_cuMipmappedArrayCreate])(pHandle, pMipmappedArrayDesc, numMipmapLevels);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (pHandle)
+            fgr_add(FGR_H_CUmipmappedArray, (uint64_t)(uintptr_t)*pHandle, FGR_H_CUcontext, fgr_ctx);
+    }
     fgr_reply_out(q, pHandle, sizeof(CUmipmappedArray), 0, fgr_r);
     return fgr_r;
 }
@@ -759,7 +929,14 @@ static CUresult op_cuMipmappedArrayDestroy(struct fgr_rd *rd, struct fgr_req *q)
     CUmipmappedArray hMipmappedArray = (CUmipmappedArray)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMipmappedArrayDestroy)fgr_real[FGR_OP_cuMipmappedArrayDestroy])(hMipmappedArray);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUmipmappedArray, (uint64_t)(uintptr_t)hMipmappedArray)))
+        fgr_r = fgr_refuse("cuMipmappedArrayDestroy", "hMipmappedArray", (uint64_t)(uintptr_t)hMipmappedArray, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMipmappedArrayDestroy)fgr_real[FGR_OP_cuMipmappedArrayDestroy])(hMipmappedArray);
+    if (fgr_r == CUDA_SUCCESS) {
+        fgr_drop(FGR_H_CUmipmappedArray, (uint64_t)(uintptr_t)hMipmappedArray);
+    }
     return fgr_r;
 }
 
@@ -771,7 +948,11 @@ static CUresult op_cuMemcpyHtoD_v2(struct fgr_rd *rd, struct fgr_req *q)
     void *srcHost = fgr_get_buf(rd, q, fgr_mul((uint64_t)(ByteCount), 1), 0);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemcpyHtoD_v2)fgr_real[FGR_OP_cuMemcpyHtoD_v2])(dstDevice, srcHost, ByteCount);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyHtoD_v2", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemcpyHtoD_v2)fgr_real[FGR_OP_cuMemcpyHtoD_v2])(dstDevice, srcHost, ByteCount);
     return fgr_r;
 }
 
@@ -783,7 +964,11 @@ static CUresult op_cuMemcpyHtoD_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     void *srcHost = fgr_get_buf(rd, q, fgr_mul((uint64_t)(ByteCount), 1), 0);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemcpyHtoD_v2_ptds)fgr_real[FGR_OP_cuMemcpyHtoD_v2_ptds])(dstDevice, srcHost, ByteCount);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyHtoD_v2_ptds", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemcpyHtoD_v2_ptds)fgr_real[FGR_OP_cuMemcpyHtoD_v2_ptds])(dstDevice, srcHost, ByteCount);
     return fgr_r;
 }
 
@@ -798,7 +983,11 @@ static CUresult op_cuMemcpyDtoH_v2(struct fgr_rd *rd, struct fgr_req *q)
     void *dstHost = NULL;
     if (has_dstHost && !(dstHost = fgr_out(q, fgr_mul((uint64_t)(ByteCount), 1))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuMemcpyDtoH_v2)fgr_real[FGR_OP_cuMemcpyDtoH_v2])(dstHost, srcDevice, ByteCount);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyDtoH_v2", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemcpyDtoH_v2)fgr_real[FGR_OP_cuMemcpyDtoH_v2])(dstHost, srcDevice, ByteCount);
     fgr_reply_out(q, dstHost, fgr_mul((uint64_t)(ByteCount), 1), 0, fgr_r);
     return fgr_r;
 }
@@ -814,7 +1003,11 @@ static CUresult op_cuMemcpyDtoH_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     void *dstHost = NULL;
     if (has_dstHost && !(dstHost = fgr_out(q, fgr_mul((uint64_t)(ByteCount), 1))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuMemcpyDtoH_v2_ptds)fgr_real[FGR_OP_cuMemcpyDtoH_v2_ptds])(dstHost, srcDevice, ByteCount);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyDtoH_v2_ptds", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemcpyDtoH_v2_ptds)fgr_real[FGR_OP_cuMemcpyDtoH_v2_ptds])(dstHost, srcDevice, ByteCount);
     fgr_reply_out(q, dstHost, fgr_mul((uint64_t)(ByteCount), 1), 0, fgr_r);
     return fgr_r;
 }
@@ -827,7 +1020,13 @@ static CUresult op_cuMemcpyDtoD_v2(struct fgr_rd *rd, struct fgr_req *q)
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemcpyDtoD_v2)fgr_real[FGR_OP_cuMemcpyDtoD_v2])(dstDevice, srcDevice, ByteCount);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyDtoD_v2", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyDtoD_v2", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemcpyDtoD_v2)fgr_real[FGR_OP_cuMemcpyDtoD_v2])(dstDevice, srcDevice, ByteCount);
     return fgr_r;
 }
 
@@ -839,7 +1038,13 @@ static CUresult op_cuMemcpyDtoD_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemcpyDtoD_v2_ptds)fgr_real[FGR_OP_cuMemcpyDtoD_v2_ptds])(dstDevice, srcDevice, ByteCount);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyDtoD_v2_ptds", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyDtoD_v2_ptds", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemcpyDtoD_v2_ptds)fgr_real[FGR_OP_cuMemcpyDtoD_v2_ptds])(dstDevice, srcDevice, ByteCount);
     return fgr_r;
 }
 
@@ -851,7 +1056,13 @@ static CUresult op_cuMemcpy(struct fgr_rd *rd, struct fgr_req *q)
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemcpy)fgr_real[FGR_OP_cuMemcpy])(dst, src, ByteCount);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dst, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpy", "dst", (uint64_t)dst, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_mem_in((uint64_t)src, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpy", "src", (uint64_t)src, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemcpy)fgr_real[FGR_OP_cuMemcpy])(dst, src, ByteCount);
     return fgr_r;
 }
 
@@ -863,7 +1074,13 @@ static CUresult op_cuMemcpy_ptds(struct fgr_rd *rd, struct fgr_req *q)
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemcpy_ptds)fgr_real[FGR_OP_cuMemcpy_ptds])(dst, src, ByteCount);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dst, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpy_ptds", "dst", (uint64_t)dst, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_mem_in((uint64_t)src, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpy_ptds", "src", (uint64_t)src, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemcpy_ptds)fgr_real[FGR_OP_cuMemcpy_ptds])(dst, src, ByteCount);
     return fgr_r;
 }
 
@@ -876,7 +1093,13 @@ static CUresult op_cuMemcpyHtoDAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
     void *srcHost = fgr_get_buf(rd, q, fgr_mul((uint64_t)(ByteCount), 1), 0);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemcpyHtoDAsync_v2)fgr_real[FGR_OP_cuMemcpyHtoDAsync_v2])(dstDevice, srcHost, ByteCount, hStream);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyHtoDAsync_v2", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemcpyHtoDAsync_v2", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemcpyHtoDAsync_v2)fgr_real[FGR_OP_cuMemcpyHtoDAsync_v2])(dstDevice, srcHost, ByteCount, hStream);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = fgr_drain(hStream, 0);
     return fgr_r;
@@ -891,7 +1114,13 @@ static CUresult op_cuMemcpyHtoDAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *
     void *srcHost = fgr_get_buf(rd, q, fgr_mul((uint64_t)(ByteCount), 1), 0);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemcpyHtoDAsync_v2_ptsz)fgr_real[FGR_OP_cuMemcpyHtoDAsync_v2_ptsz])(dstDevice, srcHost, ByteCount, hStream);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyHtoDAsync_v2_ptsz", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemcpyHtoDAsync_v2_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemcpyHtoDAsync_v2_ptsz)fgr_real[FGR_OP_cuMemcpyHtoDAsync_v2_ptsz])(dstDevice, srcHost, ByteCount, hStream);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = fgr_drain(hStream, 1);
     return fgr_r;
@@ -909,7 +1138,13 @@ static CUresult op_cuMemcpyDtoHAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
     void *dstHost = NULL;
     if (has_dstHost && !(dstHost = fgr_out(q, fgr_mul((uint64_t)(ByteCount), 1))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuMemcpyDtoHAsync_v2)fgr_real[FGR_OP_cuMemcpyDtoHAsync_v2])(dstHost, srcDevice, ByteCount, hStream);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyDtoHAsync_v2", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemcpyDtoHAsync_v2", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemcpyDtoHAsync_v2)fgr_real[FGR_OP_cuMemcpyDtoHAsync_v2])(dstHost, srcDevice, ByteCount, hStream);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = fgr_drain(hStream, 0);
     fgr_reply_out(q, dstHost, fgr_mul((uint64_t)(ByteCount), 1), 0, fgr_r);
@@ -928,7 +1163,13 @@ static CUresult op_cuMemcpyDtoHAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *
     void *dstHost = NULL;
     if (has_dstHost && !(dstHost = fgr_out(q, fgr_mul((uint64_t)(ByteCount), 1))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuMemcpyDtoHAsync_v2_ptsz)fgr_real[FGR_OP_cuMemcpyDtoHAsync_v2_ptsz])(dstHost, srcDevice, ByteCount, hStream);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyDtoHAsync_v2_ptsz", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemcpyDtoHAsync_v2_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemcpyDtoHAsync_v2_ptsz)fgr_real[FGR_OP_cuMemcpyDtoHAsync_v2_ptsz])(dstHost, srcDevice, ByteCount, hStream);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = fgr_drain(hStream, 1);
     fgr_reply_out(q, dstHost, fgr_mul((uint64_t)(ByteCount), 1), 0, fgr_r);
@@ -944,7 +1185,15 @@ static CUresult op_cuMemcpyDtoDAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemcpyDtoDAsync_v2)fgr_real[FGR_OP_cuMemcpyDtoDAsync_v2])(dstDevice, srcDevice, ByteCount, hStream);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyDtoDAsync_v2", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyDtoDAsync_v2", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemcpyDtoDAsync_v2", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemcpyDtoDAsync_v2)fgr_real[FGR_OP_cuMemcpyDtoDAsync_v2])(dstDevice, srcDevice, ByteCount, hStream);
     return fgr_r;
 }
 
@@ -957,7 +1206,15 @@ static CUresult op_cuMemcpyDtoDAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemcpyDtoDAsync_v2_ptsz)fgr_real[FGR_OP_cuMemcpyDtoDAsync_v2_ptsz])(dstDevice, srcDevice, ByteCount, hStream);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyDtoDAsync_v2_ptsz", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyDtoDAsync_v2_ptsz", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemcpyDtoDAsync_v2_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemcpyDtoDAsync_v2_ptsz)fgr_real[FGR_OP_cuMemcpyDtoDAsync_v2_ptsz])(dstDevice, srcDevice, ByteCount, hStream);
     return fgr_r;
 }
 
@@ -970,7 +1227,15 @@ static CUresult op_cuMemcpyAsync(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemcpyAsync)fgr_real[FGR_OP_cuMemcpyAsync])(dst, src, ByteCount, hStream);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dst, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyAsync", "dst", (uint64_t)dst, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_mem_in((uint64_t)src, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyAsync", "src", (uint64_t)src, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemcpyAsync", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemcpyAsync)fgr_real[FGR_OP_cuMemcpyAsync])(dst, src, ByteCount, hStream);
     return fgr_r;
 }
 
@@ -983,7 +1248,15 @@ static CUresult op_cuMemcpyAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemcpyAsync_ptsz)fgr_real[FGR_OP_cuMemcpyAsync_ptsz])(dst, src, ByteCount, hStream);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dst, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyAsync_ptsz", "dst", (uint64_t)dst, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_mem_in((uint64_t)src, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyAsync_ptsz", "src", (uint64_t)src, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemcpyAsync_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemcpyAsync_ptsz)fgr_real[FGR_OP_cuMemcpyAsync_ptsz])(dst, src, ByteCount, hStream);
     return fgr_r;
 }
 
@@ -995,7 +1268,11 @@ static CUresult op_cuMemsetD8_v2(struct fgr_rd *rd, struct fgr_req *q)
     size_t N = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemsetD8_v2)fgr_real[FGR_OP_cuMemsetD8_v2])(dstDevice, uc, N);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, N)))
+        fgr_r = fgr_refuse("cuMemsetD8_v2", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemsetD8_v2)fgr_real[FGR_OP_cuMemsetD8_v2])(dstDevice, uc, N);
     return fgr_r;
 }
 
@@ -1007,7 +1284,11 @@ static CUresult op_cuMemsetD8_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     size_t N = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemsetD8_v2_ptds)fgr_real[FGR_OP_cuMemsetD8_v2_ptds])(dstDevice, uc, N);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, N)))
+        fgr_r = fgr_refuse("cuMemsetD8_v2_ptds", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemsetD8_v2_ptds)fgr_real[FGR_OP_cuMemsetD8_v2_ptds])(dstDevice, uc, N);
     return fgr_r;
 }
 
@@ -1019,7 +1300,11 @@ static CUresult op_cuMemsetD32_v2(struct fgr_rd *rd, struct fgr_req *q)
     size_t N = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemsetD32_v2)fgr_real[FGR_OP_cuMemsetD32_v2])(dstDevice, ui, N);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_mul(N,4))))
+        fgr_r = fgr_refuse("cuMemsetD32_v2", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemsetD32_v2)fgr_real[FGR_OP_cuMemsetD32_v2])(dstDevice, ui, N);
     return fgr_r;
 }
 
@@ -1031,7 +1316,11 @@ static CUresult op_cuMemsetD32_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     size_t N = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemsetD32_v2_ptds)fgr_real[FGR_OP_cuMemsetD32_v2_ptds])(dstDevice, ui, N);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_mul(N,4))))
+        fgr_r = fgr_refuse("cuMemsetD32_v2_ptds", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemsetD32_v2_ptds)fgr_real[FGR_OP_cuMemsetD32_v2_ptds])(dstDevice, ui, N);
     return fgr_r;
 }
 
@@ -1044,7 +1333,13 @@ static CUresult op_cuMemsetD8Async(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemsetD8Async)fgr_real[FGR_OP_cuMemsetD8Async])(dstDevice, uc, N, hStream);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, N)))
+        fgr_r = fgr_refuse("cuMemsetD8Async", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemsetD8Async", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemsetD8Async)fgr_real[FGR_OP_cuMemsetD8Async])(dstDevice, uc, N, hStream);
     return fgr_r;
 }
 
@@ -1057,7 +1352,13 @@ static CUresult op_cuMemsetD8Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemsetD8Async_ptsz)fgr_real[FGR_OP_cuMemsetD8Async_ptsz])(dstDevice, uc, N, hStream);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, N)))
+        fgr_r = fgr_refuse("cuMemsetD8Async_ptsz", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemsetD8Async_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemsetD8Async_ptsz)fgr_real[FGR_OP_cuMemsetD8Async_ptsz])(dstDevice, uc, N, hStream);
     return fgr_r;
 }
 
@@ -1070,7 +1371,13 @@ static CUresult op_cuMemsetD32Async(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemsetD32Async)fgr_real[FGR_OP_cuMemsetD32Async])(dstDevice, ui, N, hStream);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_mul(N,4))))
+        fgr_r = fgr_refuse("cuMemsetD32Async", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemsetD32Async", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemsetD32Async)fgr_real[FGR_OP_cuMemsetD32Async])(dstDevice, ui, N, hStream);
     return fgr_r;
 }
 
@@ -1083,7 +1390,13 @@ static CUresult op_cuMemsetD32Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemsetD32Async_ptsz)fgr_real[FGR_OP_cuMemsetD32Async_ptsz])(dstDevice, ui, N, hStream);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_mul(N,4))))
+        fgr_r = fgr_refuse("cuMemsetD32Async_ptsz", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemsetD32Async_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemsetD32Async_ptsz)fgr_real[FGR_OP_cuMemsetD32Async_ptsz])(dstDevice, ui, N, hStream);
     return fgr_r;
 }
 
@@ -1098,6 +1411,10 @@ static CUresult op_cuModuleLoadData(struct fgr_rd *rd, struct fgr_req *q)
     if (has_module && !(module = fgr_out(q, sizeof(CUmodule))))
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_cuModuleLoadData)fgr_real[FGR_OP_cuModuleLoadData])(module, image);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (module)
+            fgr_add(FGR_H_CUmodule, (uint64_t)(uintptr_t)*module, FGR_H_CUcontext, fgr_ctx);
+    }
     fgr_reply_out(q, module, sizeof(CUmodule), 0, fgr_r);
     return fgr_r;
 }
@@ -1116,6 +1433,10 @@ static CUresult op_cuModuleLoadDataEx(struct fgr_rd *rd, struct fgr_req *q)
     if (has_module && !(module = fgr_out(q, sizeof(CUmodule))))
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_cuModuleLoadDataEx)fgr_real[FGR_OP_cuModuleLoadDataEx])(module, image, numOptions, options, optionValues);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (module)
+            fgr_add(FGR_H_CUmodule, (uint64_t)(uintptr_t)*module, FGR_H_CUcontext, fgr_ctx);
+    }
     fgr_reply_out(q, module, sizeof(CUmodule), 0, fgr_r);
     return fgr_r;
 }
@@ -1131,6 +1452,10 @@ static CUresult op_cuModuleLoadFatBinary(struct fgr_rd *rd, struct fgr_req *q)
     if (has_module && !(module = fgr_out(q, sizeof(CUmodule))))
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_cuModuleLoadFatBinary)fgr_real[FGR_OP_cuModuleLoadFatBinary])(module, fatCubin);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (module)
+            fgr_add(FGR_H_CUmodule, (uint64_t)(uintptr_t)*module, FGR_H_CUcontext, fgr_ctx);
+    }
     fgr_reply_out(q, module, sizeof(CUmodule), 0, fgr_r);
     return fgr_r;
 }
@@ -1141,7 +1466,14 @@ static CUresult op_cuModuleUnload(struct fgr_rd *rd, struct fgr_req *q)
     CUmodule hmod = (CUmodule)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuModuleUnload)fgr_real[FGR_OP_cuModuleUnload])(hmod);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUmodule, (uint64_t)(uintptr_t)hmod)))
+        fgr_r = fgr_refuse("cuModuleUnload", "hmod", (uint64_t)(uintptr_t)hmod, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuModuleUnload)fgr_real[FGR_OP_cuModuleUnload])(hmod);
+    if (fgr_r == CUDA_SUCCESS) {
+        fgr_drop(FGR_H_CUmodule, (uint64_t)(uintptr_t)hmod);
+    }
     return fgr_r;
 }
 
@@ -1156,7 +1488,15 @@ static CUresult op_cuModuleGetFunction(struct fgr_rd *rd, struct fgr_req *q)
     CUfunction *hfunc = NULL;
     if (has_hfunc && !(hfunc = fgr_out(q, sizeof(CUfunction))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuModuleGetFunction)fgr_real[FGR_OP_cuModuleGetFunction])(hfunc, hmod, name);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUmodule, (uint64_t)(uintptr_t)hmod)))
+        fgr_r = fgr_refuse("cuModuleGetFunction", "hmod", (uint64_t)(uintptr_t)hmod, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuModuleGetFunction)fgr_real[FGR_OP_cuModuleGetFunction])(hfunc, hmod, name);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (hfunc)
+            fgr_add(FGR_H_CUfunction, (uint64_t)(uintptr_t)*hfunc, FGR_H_CUmodule, (uint64_t)(uintptr_t)hmod);
+    }
     fgr_reply_out(q, hfunc, sizeof(CUfunction), 0, fgr_r);
     return fgr_r;
 }
@@ -1178,6 +1518,10 @@ static CUresult op_cuLibraryLoadData(struct fgr_rd *rd, struct fgr_req *q)
     if (has_library && !(library = fgr_out(q, sizeof(CUlibrary))))
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_cuLibraryLoadData)fgr_real[FGR_OP_cuLibraryLoadData])(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (library)
+            fgr_add(FGR_H_CUlibrary, (uint64_t)(uintptr_t)*library, FGR_H_CUcontext, fgr_ctx);
+    }
     fgr_reply_out(q, library, sizeof(CUlibrary), 0, fgr_r);
     return fgr_r;
 }
@@ -1188,7 +1532,14 @@ static CUresult op_cuLibraryUnload(struct fgr_rd *rd, struct fgr_req *q)
     CUlibrary library = (CUlibrary)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuLibraryUnload)fgr_real[FGR_OP_cuLibraryUnload])(library);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUlibrary, (uint64_t)(uintptr_t)library)))
+        fgr_r = fgr_refuse("cuLibraryUnload", "library", (uint64_t)(uintptr_t)library, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuLibraryUnload)fgr_real[FGR_OP_cuLibraryUnload])(library);
+    if (fgr_r == CUDA_SUCCESS) {
+        fgr_drop(FGR_H_CUlibrary, (uint64_t)(uintptr_t)library);
+    }
     return fgr_r;
 }
 
@@ -1203,7 +1554,15 @@ static CUresult op_cuLibraryGetKernel(struct fgr_rd *rd, struct fgr_req *q)
     CUkernel *pKernel = NULL;
     if (has_pKernel && !(pKernel = fgr_out(q, sizeof(CUkernel))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuLibraryGetKernel)fgr_real[FGR_OP_cuLibraryGetKernel])(pKernel, library, name);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUlibrary, (uint64_t)(uintptr_t)library)))
+        fgr_r = fgr_refuse("cuLibraryGetKernel", "library", (uint64_t)(uintptr_t)library, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuLibraryGetKernel)fgr_real[FGR_OP_cuLibraryGetKernel])(pKernel, library, name);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (pKernel)
+            fgr_add(FGR_H_CUkernel, (uint64_t)(uintptr_t)*pKernel, FGR_H_CUlibrary, (uint64_t)(uintptr_t)library);
+    }
     fgr_reply_out(q, pKernel, sizeof(CUkernel), 0, fgr_r);
     return fgr_r;
 }
@@ -1218,7 +1577,15 @@ static CUresult op_cuKernelGetFunction(struct fgr_rd *rd, struct fgr_req *q)
     CUfunction *pFunc = NULL;
     if (has_pFunc && !(pFunc = fgr_out(q, sizeof(CUfunction))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuKernelGetFunction)fgr_real[FGR_OP_cuKernelGetFunction])(pFunc, kernel);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUkernel, (uint64_t)(uintptr_t)kernel)))
+        fgr_r = fgr_refuse("cuKernelGetFunction", "kernel", (uint64_t)(uintptr_t)kernel, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuKernelGetFunction)fgr_real[FGR_OP_cuKernelGetFunction])(pFunc, kernel);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (pFunc)
+            fgr_add(FGR_H_CUfunction, (uint64_t)(uintptr_t)*pFunc, FGR_H_CUkernel, (uint64_t)(uintptr_t)kernel);
+    }
     fgr_reply_out(q, pFunc, sizeof(CUfunction), 0, fgr_r);
     return fgr_r;
 }
@@ -1234,7 +1601,11 @@ static CUresult op_cuFuncGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
     int *pi = NULL;
     if (has_pi && !(pi = fgr_out(q, sizeof(int))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuFuncGetAttribute)fgr_real[FGR_OP_cuFuncGetAttribute])(pi, attrib, hfunc);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)hfunc)))
+        fgr_r = fgr_refuse("cuFuncGetAttribute", "hfunc", (uint64_t)(uintptr_t)hfunc, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuFuncGetAttribute)fgr_real[FGR_OP_cuFuncGetAttribute])(pi, attrib, hfunc);
     fgr_reply_out(q, pi, sizeof(int), 0, fgr_r);
     return fgr_r;
 }
@@ -1247,7 +1618,11 @@ static CUresult op_cuFuncSetAttribute(struct fgr_rd *rd, struct fgr_req *q)
     int value = (int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuFuncSetAttribute)fgr_real[FGR_OP_cuFuncSetAttribute])(hfunc, attrib, value);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)hfunc)))
+        fgr_r = fgr_refuse("cuFuncSetAttribute", "hfunc", (uint64_t)(uintptr_t)hfunc, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuFuncSetAttribute)fgr_real[FGR_OP_cuFuncSetAttribute])(hfunc, attrib, value);
     return fgr_r;
 }
 
@@ -1267,7 +1642,13 @@ static CUresult op_cuLaunchKernel(struct fgr_rd *rd, struct fgr_req *q)
     void **extra = NULL;
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuLaunchKernel)fgr_real[FGR_OP_cuLaunchKernel])(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)f)))
+        fgr_r = fgr_refuse("cuLaunchKernel", "f", (uint64_t)(uintptr_t)f, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuLaunchKernel", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuLaunchKernel)fgr_real[FGR_OP_cuLaunchKernel])(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
     return fgr_r;
 }
 
@@ -1287,7 +1668,13 @@ static CUresult op_cuLaunchKernel_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     void **extra = NULL;
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuLaunchKernel_ptsz)fgr_real[FGR_OP_cuLaunchKernel_ptsz])(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)f)))
+        fgr_r = fgr_refuse("cuLaunchKernel_ptsz", "f", (uint64_t)(uintptr_t)f, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuLaunchKernel_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuLaunchKernel_ptsz)fgr_real[FGR_OP_cuLaunchKernel_ptsz])(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
     return fgr_r;
 }
 
@@ -1300,7 +1687,13 @@ static CUresult op_cuLaunchKernelEx(struct fgr_rd *rd, struct fgr_req *q)
     void **extra = NULL;
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuLaunchKernelEx)fgr_real[FGR_OP_cuLaunchKernelEx])(config, f, kernelParams, extra);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (config ? (uint64_t)(uintptr_t)config->hStream : 0))))
+        fgr_r = fgr_refuse("cuLaunchKernelEx", "config->hStream", (config ? (uint64_t)(uintptr_t)config->hStream : 0), CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)f)))
+        fgr_r = fgr_refuse("cuLaunchKernelEx", "f", (uint64_t)(uintptr_t)f, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuLaunchKernelEx)fgr_real[FGR_OP_cuLaunchKernelEx])(config, f, kernelParams, extra);
     return fgr_r;
 }
 
@@ -1313,7 +1706,13 @@ static CUresult op_cuLaunchKernelEx_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     void **extra = NULL;
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuLaunchKernelEx_ptsz)fgr_real[FGR_OP_cuLaunchKernelEx_ptsz])(config, f, kernelParams, extra);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (config ? (uint64_t)(uintptr_t)config->hStream : 0))))
+        fgr_r = fgr_refuse("cuLaunchKernelEx_ptsz", "config->hStream", (config ? (uint64_t)(uintptr_t)config->hStream : 0), CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)f)))
+        fgr_r = fgr_refuse("cuLaunchKernelEx_ptsz", "f", (uint64_t)(uintptr_t)f, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuLaunchKernelEx_ptsz)fgr_real[FGR_OP_cuLaunchKernelEx_ptsz])(config, f, kernelParams, extra);
     return fgr_r;
 }
 
@@ -1332,7 +1731,13 @@ static CUresult op_cuLaunchCooperativeKernel(struct fgr_rd *rd, struct fgr_req *
     void **kernelParams = fgr_get_kparams(rd, q);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuLaunchCooperativeKernel)fgr_real[FGR_OP_cuLaunchCooperativeKernel])(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)f)))
+        fgr_r = fgr_refuse("cuLaunchCooperativeKernel", "f", (uint64_t)(uintptr_t)f, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuLaunchCooperativeKernel", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuLaunchCooperativeKernel)fgr_real[FGR_OP_cuLaunchCooperativeKernel])(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
     return fgr_r;
 }
 
@@ -1351,7 +1756,13 @@ static CUresult op_cuLaunchCooperativeKernel_ptsz(struct fgr_rd *rd, struct fgr_
     void **kernelParams = fgr_get_kparams(rd, q);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuLaunchCooperativeKernel_ptsz)fgr_real[FGR_OP_cuLaunchCooperativeKernel_ptsz])(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)f)))
+        fgr_r = fgr_refuse("cuLaunchCooperativeKernel_ptsz", "f", (uint64_t)(uintptr_t)f, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuLaunchCooperativeKernel_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuLaunchCooperativeKernel_ptsz)fgr_real[FGR_OP_cuLaunchCooperativeKernel_ptsz])(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
     return fgr_r;
 }
 
@@ -1366,6 +1777,10 @@ static CUresult op_cuStreamCreate(struct fgr_rd *rd, struct fgr_req *q)
     if (has_phStream && !(phStream = fgr_out(q, sizeof(CUstream))))
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_cuStreamCreate)fgr_real[FGR_OP_cuStreamCreate])(phStream, Flags);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phStream)
+            fgr_add(FGR_H_CUstream, (uint64_t)(uintptr_t)*phStream, FGR_H_CUcontext, fgr_ctx);
+    }
     fgr_reply_out(q, phStream, sizeof(CUstream), 0, fgr_r);
     return fgr_r;
 }
@@ -1382,6 +1797,10 @@ static CUresult op_cuStreamCreateWithPriority(struct fgr_rd *rd, struct fgr_req 
     if (has_phStream && !(phStream = fgr_out(q, sizeof(CUstream))))
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_cuStreamCreateWithPriority)fgr_real[FGR_OP_cuStreamCreateWithPriority])(phStream, flags, priority);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phStream)
+            fgr_add(FGR_H_CUstream, (uint64_t)(uintptr_t)*phStream, FGR_H_CUcontext, fgr_ctx);
+    }
     fgr_reply_out(q, phStream, sizeof(CUstream), 0, fgr_r);
     return fgr_r;
 }
@@ -1392,7 +1811,14 @@ static CUresult op_cuStreamDestroy_v2(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuStreamDestroy_v2)fgr_real[FGR_OP_cuStreamDestroy_v2])(hStream);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamDestroy_v2", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamDestroy_v2)fgr_real[FGR_OP_cuStreamDestroy_v2])(hStream);
+    if (fgr_r == CUDA_SUCCESS) {
+        fgr_drop(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream);
+    }
     return fgr_r;
 }
 
@@ -1402,7 +1828,11 @@ static CUresult op_cuStreamSynchronize(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuStreamSynchronize)fgr_real[FGR_OP_cuStreamSynchronize])(hStream);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamSynchronize", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamSynchronize)fgr_real[FGR_OP_cuStreamSynchronize])(hStream);
     return fgr_r;
 }
 
@@ -1412,7 +1842,11 @@ static CUresult op_cuStreamSynchronize_ptsz(struct fgr_rd *rd, struct fgr_req *q
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuStreamSynchronize_ptsz)fgr_real[FGR_OP_cuStreamSynchronize_ptsz])(hStream);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamSynchronize_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamSynchronize_ptsz)fgr_real[FGR_OP_cuStreamSynchronize_ptsz])(hStream);
     return fgr_r;
 }
 
@@ -1422,7 +1856,11 @@ static CUresult op_cuStreamQuery(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuStreamQuery)fgr_real[FGR_OP_cuStreamQuery])(hStream);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamQuery", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamQuery)fgr_real[FGR_OP_cuStreamQuery])(hStream);
     return fgr_r;
 }
 
@@ -1432,7 +1870,11 @@ static CUresult op_cuStreamQuery_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuStreamQuery_ptsz)fgr_real[FGR_OP_cuStreamQuery_ptsz])(hStream);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamQuery_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamQuery_ptsz)fgr_real[FGR_OP_cuStreamQuery_ptsz])(hStream);
     return fgr_r;
 }
 
@@ -1444,7 +1886,13 @@ static CUresult op_cuStreamWaitEvent(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int Flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuStreamWaitEvent)fgr_real[FGR_OP_cuStreamWaitEvent])(hStream, hEvent, Flags);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamWaitEvent", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)hEvent)))
+        fgr_r = fgr_refuse("cuStreamWaitEvent", "hEvent", (uint64_t)(uintptr_t)hEvent, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamWaitEvent)fgr_real[FGR_OP_cuStreamWaitEvent])(hStream, hEvent, Flags);
     return fgr_r;
 }
 
@@ -1456,7 +1904,13 @@ static CUresult op_cuStreamWaitEvent_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int Flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuStreamWaitEvent_ptsz)fgr_real[FGR_OP_cuStreamWaitEvent_ptsz])(hStream, hEvent, Flags);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamWaitEvent_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)hEvent)))
+        fgr_r = fgr_refuse("cuStreamWaitEvent_ptsz", "hEvent", (uint64_t)(uintptr_t)hEvent, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamWaitEvent_ptsz)fgr_real[FGR_OP_cuStreamWaitEvent_ptsz])(hStream, hEvent, Flags);
     return fgr_r;
 }
 
@@ -1466,7 +1920,11 @@ static CUresult op_cuStreamBeginCapture(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuStreamBeginCapture)fgr_real[FGR_OP_cuStreamBeginCapture])(hStream);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamBeginCapture", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamBeginCapture)fgr_real[FGR_OP_cuStreamBeginCapture])(hStream);
     return fgr_r;
 }
 
@@ -1476,7 +1934,11 @@ static CUresult op_cuStreamBeginCapture_ptsz(struct fgr_rd *rd, struct fgr_req *
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuStreamBeginCapture_ptsz)fgr_real[FGR_OP_cuStreamBeginCapture_ptsz])(hStream);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamBeginCapture_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamBeginCapture_ptsz)fgr_real[FGR_OP_cuStreamBeginCapture_ptsz])(hStream);
     return fgr_r;
 }
 
@@ -1487,7 +1949,11 @@ static CUresult op_cuStreamBeginCapture_v2(struct fgr_rd *rd, struct fgr_req *q)
     CUstreamCaptureMode mode = (CUstreamCaptureMode)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuStreamBeginCapture_v2)fgr_real[FGR_OP_cuStreamBeginCapture_v2])(hStream, mode);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamBeginCapture_v2", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamBeginCapture_v2)fgr_real[FGR_OP_cuStreamBeginCapture_v2])(hStream, mode);
     return fgr_r;
 }
 
@@ -1498,7 +1964,11 @@ static CUresult op_cuStreamBeginCapture_v2_ptsz(struct fgr_rd *rd, struct fgr_re
     CUstreamCaptureMode mode = (CUstreamCaptureMode)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuStreamBeginCapture_v2_ptsz)fgr_real[FGR_OP_cuStreamBeginCapture_v2_ptsz])(hStream, mode);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamBeginCapture_v2_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamBeginCapture_v2_ptsz)fgr_real[FGR_OP_cuStreamBeginCapture_v2_ptsz])(hStream, mode);
     return fgr_r;
 }
 
@@ -1512,7 +1982,15 @@ static CUresult op_cuStreamEndCapture(struct fgr_rd *rd, struct fgr_req *q)
     CUgraph *phGraph = NULL;
     if (has_phGraph && !(phGraph = fgr_out(q, sizeof(CUgraph))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuStreamEndCapture)fgr_real[FGR_OP_cuStreamEndCapture])(hStream, phGraph);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamEndCapture", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamEndCapture)fgr_real[FGR_OP_cuStreamEndCapture])(hStream, phGraph);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phGraph)
+            fgr_add(FGR_H_CUgraph, (uint64_t)(uintptr_t)*phGraph, FGR_H_CUcontext, fgr_ctx);
+    }
     fgr_reply_out(q, phGraph, sizeof(CUgraph), 0, fgr_r);
     return fgr_r;
 }
@@ -1527,7 +2005,15 @@ static CUresult op_cuStreamEndCapture_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUgraph *phGraph = NULL;
     if (has_phGraph && !(phGraph = fgr_out(q, sizeof(CUgraph))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuStreamEndCapture_ptsz)fgr_real[FGR_OP_cuStreamEndCapture_ptsz])(hStream, phGraph);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamEndCapture_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamEndCapture_ptsz)fgr_real[FGR_OP_cuStreamEndCapture_ptsz])(hStream, phGraph);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phGraph)
+            fgr_add(FGR_H_CUgraph, (uint64_t)(uintptr_t)*phGraph, FGR_H_CUcontext, fgr_ctx);
+    }
     fgr_reply_out(q, phGraph, sizeof(CUgraph), 0, fgr_r);
     return fgr_r;
 }
@@ -1542,7 +2028,11 @@ static CUresult op_cuStreamIsCapturing(struct fgr_rd *rd, struct fgr_req *q)
     CUstreamCaptureStatus *captureStatus = NULL;
     if (has_captureStatus && !(captureStatus = fgr_out(q, sizeof(CUstreamCaptureStatus))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuStreamIsCapturing)fgr_real[FGR_OP_cuStreamIsCapturing])(hStream, captureStatus);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamIsCapturing", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamIsCapturing)fgr_real[FGR_OP_cuStreamIsCapturing])(hStream, captureStatus);
     fgr_reply_out(q, captureStatus, sizeof(CUstreamCaptureStatus), 0, fgr_r);
     return fgr_r;
 }
@@ -1557,7 +2047,11 @@ static CUresult op_cuStreamIsCapturing_ptsz(struct fgr_rd *rd, struct fgr_req *q
     CUstreamCaptureStatus *captureStatus = NULL;
     if (has_captureStatus && !(captureStatus = fgr_out(q, sizeof(CUstreamCaptureStatus))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuStreamIsCapturing_ptsz)fgr_real[FGR_OP_cuStreamIsCapturing_ptsz])(hStream, captureStatus);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamIsCapturing_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamIsCapturing_ptsz)fgr_real[FGR_OP_cuStreamIsCapturing_ptsz])(hStream, captureStatus);
     fgr_reply_out(q, captureStatus, sizeof(CUstreamCaptureStatus), 0, fgr_r);
     return fgr_r;
 }
@@ -1583,7 +2077,11 @@ static CUresult op_cuStreamGetDevice(struct fgr_rd *rd, struct fgr_req *q)
     CUdevice *device = NULL;
     if (has_device && !(device = fgr_out(q, sizeof(CUdevice))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuStreamGetDevice)fgr_real[FGR_OP_cuStreamGetDevice])(hStream, device);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamGetDevice", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamGetDevice)fgr_real[FGR_OP_cuStreamGetDevice])(hStream, device);
     fgr_reply_out(q, device, sizeof(CUdevice), 0, fgr_r);
     return fgr_r;
 }
@@ -1599,6 +2097,10 @@ static CUresult op_cuEventCreate(struct fgr_rd *rd, struct fgr_req *q)
     if (has_phEvent && !(phEvent = fgr_out(q, sizeof(CUevent))))
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_cuEventCreate)fgr_real[FGR_OP_cuEventCreate])(phEvent, Flags);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phEvent)
+            fgr_add(FGR_H_CUevent, (uint64_t)(uintptr_t)*phEvent, FGR_H_CUcontext, fgr_ctx);
+    }
     fgr_reply_out(q, phEvent, sizeof(CUevent), 0, fgr_r);
     return fgr_r;
 }
@@ -1610,7 +2112,13 @@ static CUresult op_cuEventRecord(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuEventRecord)fgr_real[FGR_OP_cuEventRecord])(hEvent, hStream);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)hEvent)))
+        fgr_r = fgr_refuse("cuEventRecord", "hEvent", (uint64_t)(uintptr_t)hEvent, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuEventRecord", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuEventRecord)fgr_real[FGR_OP_cuEventRecord])(hEvent, hStream);
     return fgr_r;
 }
 
@@ -1621,7 +2129,13 @@ static CUresult op_cuEventRecord_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuEventRecord_ptsz)fgr_real[FGR_OP_cuEventRecord_ptsz])(hEvent, hStream);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)hEvent)))
+        fgr_r = fgr_refuse("cuEventRecord_ptsz", "hEvent", (uint64_t)(uintptr_t)hEvent, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuEventRecord_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuEventRecord_ptsz)fgr_real[FGR_OP_cuEventRecord_ptsz])(hEvent, hStream);
     return fgr_r;
 }
 
@@ -1633,7 +2147,13 @@ static CUresult op_cuEventRecordWithFlags(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuEventRecordWithFlags)fgr_real[FGR_OP_cuEventRecordWithFlags])(hEvent, hStream, flags);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)hEvent)))
+        fgr_r = fgr_refuse("cuEventRecordWithFlags", "hEvent", (uint64_t)(uintptr_t)hEvent, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuEventRecordWithFlags", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuEventRecordWithFlags)fgr_real[FGR_OP_cuEventRecordWithFlags])(hEvent, hStream, flags);
     return fgr_r;
 }
 
@@ -1645,7 +2165,13 @@ static CUresult op_cuEventRecordWithFlags_ptsz(struct fgr_rd *rd, struct fgr_req
     unsigned int flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuEventRecordWithFlags_ptsz)fgr_real[FGR_OP_cuEventRecordWithFlags_ptsz])(hEvent, hStream, flags);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)hEvent)))
+        fgr_r = fgr_refuse("cuEventRecordWithFlags_ptsz", "hEvent", (uint64_t)(uintptr_t)hEvent, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuEventRecordWithFlags_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuEventRecordWithFlags_ptsz)fgr_real[FGR_OP_cuEventRecordWithFlags_ptsz])(hEvent, hStream, flags);
     return fgr_r;
 }
 
@@ -1655,7 +2181,11 @@ static CUresult op_cuEventQuery(struct fgr_rd *rd, struct fgr_req *q)
     CUevent hEvent = (CUevent)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuEventQuery)fgr_real[FGR_OP_cuEventQuery])(hEvent);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)hEvent)))
+        fgr_r = fgr_refuse("cuEventQuery", "hEvent", (uint64_t)(uintptr_t)hEvent, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuEventQuery)fgr_real[FGR_OP_cuEventQuery])(hEvent);
     return fgr_r;
 }
 
@@ -1665,7 +2195,11 @@ static CUresult op_cuEventSynchronize(struct fgr_rd *rd, struct fgr_req *q)
     CUevent hEvent = (CUevent)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuEventSynchronize)fgr_real[FGR_OP_cuEventSynchronize])(hEvent);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)hEvent)))
+        fgr_r = fgr_refuse("cuEventSynchronize", "hEvent", (uint64_t)(uintptr_t)hEvent, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuEventSynchronize)fgr_real[FGR_OP_cuEventSynchronize])(hEvent);
     return fgr_r;
 }
 
@@ -1680,7 +2214,13 @@ static CUresult op_cuEventElapsedTime(struct fgr_rd *rd, struct fgr_req *q)
     float *pMilliseconds = NULL;
     if (has_pMilliseconds && !(pMilliseconds = fgr_out(q, sizeof(float))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuEventElapsedTime)fgr_real[FGR_OP_cuEventElapsedTime])(pMilliseconds, hStart, hEnd);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)hStart)))
+        fgr_r = fgr_refuse("cuEventElapsedTime", "hStart", (uint64_t)(uintptr_t)hStart, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)hEnd)))
+        fgr_r = fgr_refuse("cuEventElapsedTime", "hEnd", (uint64_t)(uintptr_t)hEnd, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuEventElapsedTime)fgr_real[FGR_OP_cuEventElapsedTime])(pMilliseconds, hStart, hEnd);
     fgr_reply_out(q, pMilliseconds, sizeof(float), 0, fgr_r);
     return fgr_r;
 }
@@ -1696,7 +2236,13 @@ static CUresult op_cuEventElapsedTime_v2(struct fgr_rd *rd, struct fgr_req *q)
     float *pMilliseconds = NULL;
     if (has_pMilliseconds && !(pMilliseconds = fgr_out(q, sizeof(float))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuEventElapsedTime_v2)fgr_real[FGR_OP_cuEventElapsedTime_v2])(pMilliseconds, hStart, hEnd);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)hStart)))
+        fgr_r = fgr_refuse("cuEventElapsedTime_v2", "hStart", (uint64_t)(uintptr_t)hStart, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)hEnd)))
+        fgr_r = fgr_refuse("cuEventElapsedTime_v2", "hEnd", (uint64_t)(uintptr_t)hEnd, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuEventElapsedTime_v2)fgr_real[FGR_OP_cuEventElapsedTime_v2])(pMilliseconds, hStart, hEnd);
     fgr_reply_out(q, pMilliseconds, sizeof(float), 0, fgr_r);
     return fgr_r;
 }
@@ -1707,7 +2253,14 @@ static CUresult op_cuEventDestroy_v2(struct fgr_rd *rd, struct fgr_req *q)
     CUevent hEvent = (CUevent)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuEventDestroy_v2)fgr_real[FGR_OP_cuEventDestroy_v2])(hEvent);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)hEvent)))
+        fgr_r = fgr_refuse("cuEventDestroy_v2", "hEvent", (uint64_t)(uintptr_t)hEvent, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuEventDestroy_v2)fgr_real[FGR_OP_cuEventDestroy_v2])(hEvent);
+    if (fgr_r == CUDA_SUCCESS) {
+        fgr_drop(FGR_H_CUevent, (uint64_t)(uintptr_t)hEvent);
+    }
     return fgr_r;
 }
 
@@ -1722,6 +2275,10 @@ static CUresult op_cuGraphCreate(struct fgr_rd *rd, struct fgr_req *q)
     if (has_phGraph && !(phGraph = fgr_out(q, sizeof(CUgraph))))
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_cuGraphCreate)fgr_real[FGR_OP_cuGraphCreate])(phGraph, flags);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phGraph)
+            fgr_add(FGR_H_CUgraph, (uint64_t)(uintptr_t)*phGraph, FGR_H_CUcontext, fgr_ctx);
+    }
     fgr_reply_out(q, phGraph, sizeof(CUgraph), 0, fgr_r);
     return fgr_r;
 }
@@ -1737,7 +2294,15 @@ static CUresult op_cuGraphGetNodes(struct fgr_rd *rd, struct fgr_req *q)
     CUgraphNode *nodes = NULL;
     if (has_nodes && !(nodes = fgr_out(q, fgr_mul((uint64_t)(numNodes?*numNodes:0), sizeof(CUgraphNode)))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuGraphGetNodes)fgr_real[FGR_OP_cuGraphGetNodes])(hGraph, nodes, numNodes);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphGetNodes", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuGraphGetNodes)fgr_real[FGR_OP_cuGraphGetNodes])(hGraph, nodes, numNodes);
+    if (fgr_r == CUDA_SUCCESS) {
+        for (uint64_t fgr_i = 0; nodes && fgr_i < fgr_mul((uint64_t)(numNodes?*numNodes:0), sizeof(CUgraphNode)) / sizeof(CUgraphNode); fgr_i++)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)nodes[fgr_i], FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+    }
     fgr_reply_out(q, nodes, fgr_mul((uint64_t)(numNodes?*numNodes:0), sizeof(CUgraphNode)), 0, fgr_r);
     fgr_reply_out(q, numNodes, sizeof(size_t), 1, fgr_r);
     return fgr_r;
@@ -1753,7 +2318,11 @@ static CUresult op_cuGraphNodeGetType(struct fgr_rd *rd, struct fgr_req *q)
     CUgraphNodeType *type = NULL;
     if (has_type && !(type = fgr_out(q, sizeof(CUgraphNodeType))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuGraphNodeGetType)fgr_real[FGR_OP_cuGraphNodeGetType])(hNode, type);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("cuGraphNodeGetType", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuGraphNodeGetType)fgr_real[FGR_OP_cuGraphNodeGetType])(hNode, type);
     fgr_reply_out(q, type, sizeof(CUgraphNodeType), 0, fgr_r);
     return fgr_r;
 }
@@ -1768,7 +2337,15 @@ static CUresult op_cuGraphChildGraphNodeGetGraph(struct fgr_rd *rd, struct fgr_r
     CUgraph *phGraph = NULL;
     if (has_phGraph && !(phGraph = fgr_out(q, sizeof(CUgraph))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuGraphChildGraphNodeGetGraph)fgr_real[FGR_OP_cuGraphChildGraphNodeGetGraph])(hNode, phGraph);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("cuGraphChildGraphNodeGetGraph", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuGraphChildGraphNodeGetGraph)fgr_real[FGR_OP_cuGraphChildGraphNodeGetGraph])(hNode, phGraph);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phGraph)
+            fgr_add(FGR_H_CUgraph, (uint64_t)(uintptr_t)*phGraph, FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode);
+    }
     fgr_reply_out(q, phGraph, sizeof(CUgraph), 0, fgr_r);
     return fgr_r;
 }
@@ -1786,7 +2363,19 @@ static CUresult op_cuGraphAddMemFreeNode(struct fgr_rd *rd, struct fgr_req *q)
     CUgraphNode *phGraphNode = NULL;
     if (has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuGraphAddMemFreeNode)fgr_real[FGR_OP_cuGraphAddMemFreeNode])(phGraphNode, hGraph, dependencies, numDependencies, dptr);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphAddMemFreeNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuGraphAddMemFreeNode", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_mem_in((uint64_t)dptr, 1)))
+        fgr_r = fgr_refuse("cuGraphAddMemFreeNode", "dptr", (uint64_t)dptr, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuGraphAddMemFreeNode)fgr_real[FGR_OP_cuGraphAddMemFreeNode])(phGraphNode, hGraph, dependencies, numDependencies, dptr);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phGraphNode)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+    }
     fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
     return fgr_r;
 }
@@ -1840,7 +2429,15 @@ static CUresult op_cuGraphInstantiateWithFlags(struct fgr_rd *rd, struct fgr_req
     CUgraphExec *phGraphExec = NULL;
     if (has_phGraphExec && !(phGraphExec = fgr_out(q, sizeof(CUgraphExec))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuGraphInstantiateWithFlags)fgr_real[FGR_OP_cuGraphInstantiateWithFlags])(phGraphExec, hGraph, flags);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphInstantiateWithFlags", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuGraphInstantiateWithFlags)fgr_real[FGR_OP_cuGraphInstantiateWithFlags])(phGraphExec, hGraph, flags);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phGraphExec)
+            fgr_add(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)*phGraphExec, FGR_H_CUcontext, fgr_ctx);
+    }
     fgr_reply_out(q, phGraphExec, sizeof(CUgraphExec), 0, fgr_r);
     return fgr_r;
 }
@@ -1856,7 +2453,17 @@ static CUresult op_cuGraphInstantiateWithParams(struct fgr_rd *rd, struct fgr_re
     CUgraphExec *phGraphExec = NULL;
     if (has_phGraphExec && !(phGraphExec = fgr_out(q, sizeof(CUgraphExec))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuGraphInstantiateWithParams)fgr_real[FGR_OP_cuGraphInstantiateWithParams])(phGraphExec, hGraph, instantiateParams);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphInstantiateWithParams", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUstream, (instantiateParams ? (uint64_t)(uintptr_t)instantiateParams->hUploadStream : 0))))
+        fgr_r = fgr_refuse("cuGraphInstantiateWithParams", "instantiateParams->hUploadStream", (instantiateParams ? (uint64_t)(uintptr_t)instantiateParams->hUploadStream : 0), CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuGraphInstantiateWithParams)fgr_real[FGR_OP_cuGraphInstantiateWithParams])(phGraphExec, hGraph, instantiateParams);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phGraphExec)
+            fgr_add(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)*phGraphExec, FGR_H_CUcontext, fgr_ctx);
+    }
     fgr_reply_out(q, phGraphExec, sizeof(CUgraphExec), 0, fgr_r);
     fgr_reply_out(q, instantiateParams, sizeof(CUDA_GRAPH_INSTANTIATE_PARAMS), 1, fgr_r);
     return fgr_r;
@@ -1873,7 +2480,17 @@ static CUresult op_cuGraphInstantiateWithParams_ptsz(struct fgr_rd *rd, struct f
     CUgraphExec *phGraphExec = NULL;
     if (has_phGraphExec && !(phGraphExec = fgr_out(q, sizeof(CUgraphExec))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuGraphInstantiateWithParams_ptsz)fgr_real[FGR_OP_cuGraphInstantiateWithParams_ptsz])(phGraphExec, hGraph, instantiateParams);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphInstantiateWithParams_ptsz", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUstream, (instantiateParams ? (uint64_t)(uintptr_t)instantiateParams->hUploadStream : 0))))
+        fgr_r = fgr_refuse("cuGraphInstantiateWithParams_ptsz", "instantiateParams->hUploadStream", (instantiateParams ? (uint64_t)(uintptr_t)instantiateParams->hUploadStream : 0), CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuGraphInstantiateWithParams_ptsz)fgr_real[FGR_OP_cuGraphInstantiateWithParams_ptsz])(phGraphExec, hGraph, instantiateParams);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phGraphExec)
+            fgr_add(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)*phGraphExec, FGR_H_CUcontext, fgr_ctx);
+    }
     fgr_reply_out(q, phGraphExec, sizeof(CUgraphExec), 0, fgr_r);
     fgr_reply_out(q, instantiateParams, sizeof(CUDA_GRAPH_INSTANTIATE_PARAMS), 1, fgr_r);
     return fgr_r;
@@ -1886,7 +2503,13 @@ static CUresult op_cuGraphUpload(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuGraphUpload)fgr_real[FGR_OP_cuGraphUpload])(hGraphExec, hStream);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec)))
+        fgr_r = fgr_refuse("cuGraphUpload", "hGraphExec", (uint64_t)(uintptr_t)hGraphExec, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuGraphUpload", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuGraphUpload)fgr_real[FGR_OP_cuGraphUpload])(hGraphExec, hStream);
     return fgr_r;
 }
 
@@ -1897,7 +2520,13 @@ static CUresult op_cuGraphUpload_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuGraphUpload_ptsz)fgr_real[FGR_OP_cuGraphUpload_ptsz])(hGraphExec, hStream);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec)))
+        fgr_r = fgr_refuse("cuGraphUpload_ptsz", "hGraphExec", (uint64_t)(uintptr_t)hGraphExec, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuGraphUpload_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuGraphUpload_ptsz)fgr_real[FGR_OP_cuGraphUpload_ptsz])(hGraphExec, hStream);
     return fgr_r;
 }
 
@@ -1908,7 +2537,13 @@ static CUresult op_cuGraphLaunch(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuGraphLaunch)fgr_real[FGR_OP_cuGraphLaunch])(hGraphExec, hStream);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec)))
+        fgr_r = fgr_refuse("cuGraphLaunch", "hGraphExec", (uint64_t)(uintptr_t)hGraphExec, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuGraphLaunch", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuGraphLaunch)fgr_real[FGR_OP_cuGraphLaunch])(hGraphExec, hStream);
     return fgr_r;
 }
 
@@ -1919,7 +2554,13 @@ static CUresult op_cuGraphLaunch_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuGraphLaunch_ptsz)fgr_real[FGR_OP_cuGraphLaunch_ptsz])(hGraphExec, hStream);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec)))
+        fgr_r = fgr_refuse("cuGraphLaunch_ptsz", "hGraphExec", (uint64_t)(uintptr_t)hGraphExec, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuGraphLaunch_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuGraphLaunch_ptsz)fgr_real[FGR_OP_cuGraphLaunch_ptsz])(hGraphExec, hStream);
     return fgr_r;
 }
 
@@ -1929,7 +2570,14 @@ static CUresult op_cuGraphExecDestroy(struct fgr_rd *rd, struct fgr_req *q)
     CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuGraphExecDestroy)fgr_real[FGR_OP_cuGraphExecDestroy])(hGraphExec);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec)))
+        fgr_r = fgr_refuse("cuGraphExecDestroy", "hGraphExec", (uint64_t)(uintptr_t)hGraphExec, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuGraphExecDestroy)fgr_real[FGR_OP_cuGraphExecDestroy])(hGraphExec);
+    if (fgr_r == CUDA_SUCCESS) {
+        fgr_drop(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec);
+    }
     return fgr_r;
 }
 
@@ -1939,7 +2587,14 @@ static CUresult op_cuGraphDestroy(struct fgr_rd *rd, struct fgr_req *q)
     CUgraph hGraph = (CUgraph)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuGraphDestroy)fgr_real[FGR_OP_cuGraphDestroy])(hGraph);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphDestroy", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuGraphDestroy)fgr_real[FGR_OP_cuGraphDestroy])(hGraph);
+    if (fgr_r == CUDA_SUCCESS) {
+        fgr_drop(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+    }
     return fgr_r;
 }
 
@@ -2000,7 +2655,11 @@ static CUresult op_cuCtxGetApiVersion(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int *version = NULL;
     if (has_version && !(version = fgr_out(q, sizeof(unsigned int))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuCtxGetApiVersion)fgr_real[FGR_OP_cuCtxGetApiVersion])(ctx, version);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
+        fgr_r = fgr_refuse("cuCtxGetApiVersion", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuCtxGetApiVersion)fgr_real[FGR_OP_cuCtxGetApiVersion])(ctx, version);
     fgr_reply_out(q, version, sizeof(unsigned int), 0, fgr_r);
     return fgr_r;
 }
@@ -2048,7 +2707,11 @@ static CUresult op_cuCtxGetId(struct fgr_rd *rd, struct fgr_req *q)
     unsigned long long *ctxId = NULL;
     if (has_ctxId && !(ctxId = fgr_out(q, sizeof(unsigned long long))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuCtxGetId)fgr_real[FGR_OP_cuCtxGetId])(ctx, ctxId);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
+        fgr_r = fgr_refuse("cuCtxGetId", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuCtxGetId)fgr_real[FGR_OP_cuCtxGetId])(ctx, ctxId);
     fgr_reply_out(q, ctxId, sizeof(unsigned long long), 0, fgr_r);
     return fgr_r;
 }
@@ -2060,7 +2723,11 @@ static CUresult op_cuCtxEnablePeerAccess(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int Flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuCtxEnablePeerAccess)fgr_real[FGR_OP_cuCtxEnablePeerAccess])(peerContext, Flags);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)peerContext)))
+        fgr_r = fgr_refuse("cuCtxEnablePeerAccess", "peerContext", (uint64_t)(uintptr_t)peerContext, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuCtxEnablePeerAccess)fgr_real[FGR_OP_cuCtxEnablePeerAccess])(peerContext, Flags);
     return fgr_r;
 }
 
@@ -2070,7 +2737,11 @@ static CUresult op_cuCtxDisablePeerAccess(struct fgr_rd *rd, struct fgr_req *q)
     CUcontext peerContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuCtxDisablePeerAccess)fgr_real[FGR_OP_cuCtxDisablePeerAccess])(peerContext);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)peerContext)))
+        fgr_r = fgr_refuse("cuCtxDisablePeerAccess", "peerContext", (uint64_t)(uintptr_t)peerContext, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuCtxDisablePeerAccess)fgr_real[FGR_OP_cuCtxDisablePeerAccess])(peerContext);
     return fgr_r;
 }
 
@@ -2091,7 +2762,11 @@ static CUresult op_cuMemPoolSetAttribute(struct fgr_rd *rd, struct fgr_req *q)
     void *value = fgr_get_buf(rd, q, fgr_mul((uint64_t)(fgr_mempool_attr_bytes(attr)), 1), 0);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemPoolSetAttribute)fgr_real[FGR_OP_cuMemPoolSetAttribute])(pool, attr, value);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)pool)))
+        fgr_r = fgr_refuse("cuMemPoolSetAttribute", "pool", (uint64_t)(uintptr_t)pool, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemPoolSetAttribute)fgr_real[FGR_OP_cuMemPoolSetAttribute])(pool, attr, value);
     return fgr_r;
 }
 
@@ -2102,7 +2777,11 @@ static CUresult op_cuDeviceSetMemPool(struct fgr_rd *rd, struct fgr_req *q)
     CUmemoryPool pool = (CUmemoryPool)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuDeviceSetMemPool)fgr_real[FGR_OP_cuDeviceSetMemPool])(dev, pool);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)pool)))
+        fgr_r = fgr_refuse("cuDeviceSetMemPool", "pool", (uint64_t)(uintptr_t)pool, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuDeviceSetMemPool)fgr_real[FGR_OP_cuDeviceSetMemPool])(dev, pool);
     return fgr_r;
 }
 
@@ -2116,7 +2795,11 @@ static CUresult op_cuMemGetAllocationPropertiesFromHandle(struct fgr_rd *rd, str
     CUmemAllocationProp *prop = NULL;
     if (has_prop && !(prop = fgr_out(q, sizeof(CUmemAllocationProp))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuMemGetAllocationPropertiesFromHandle)fgr_real[FGR_OP_cuMemGetAllocationPropertiesFromHandle])(prop, handle);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUmemGenericAllocationHandle, (uint64_t)handle)))
+        fgr_r = fgr_refuse("cuMemGetAllocationPropertiesFromHandle", "handle", (uint64_t)handle, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemGetAllocationPropertiesFromHandle)fgr_real[FGR_OP_cuMemGetAllocationPropertiesFromHandle])(prop, handle);
     fgr_reply_out(q, prop, sizeof(CUmemAllocationProp), 0, fgr_r);
     return fgr_r;
 }
@@ -2131,7 +2814,17 @@ static CUresult op_cuMemcpyPeer(struct fgr_rd *rd, struct fgr_req *q)
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemcpyPeer)fgr_real[FGR_OP_cuMemcpyPeer])(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyPeer", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)dstContext)))
+        fgr_r = fgr_refuse("cuMemcpyPeer", "dstContext", (uint64_t)(uintptr_t)dstContext, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyPeer", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)srcContext)))
+        fgr_r = fgr_refuse("cuMemcpyPeer", "srcContext", (uint64_t)(uintptr_t)srcContext, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemcpyPeer)fgr_real[FGR_OP_cuMemcpyPeer])(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
     return fgr_r;
 }
 
@@ -2145,7 +2838,17 @@ static CUresult op_cuMemcpyPeer_ptds(struct fgr_rd *rd, struct fgr_req *q)
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemcpyPeer_ptds)fgr_real[FGR_OP_cuMemcpyPeer_ptds])(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyPeer_ptds", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)dstContext)))
+        fgr_r = fgr_refuse("cuMemcpyPeer_ptds", "dstContext", (uint64_t)(uintptr_t)dstContext, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyPeer_ptds", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)srcContext)))
+        fgr_r = fgr_refuse("cuMemcpyPeer_ptds", "srcContext", (uint64_t)(uintptr_t)srcContext, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemcpyPeer_ptds)fgr_real[FGR_OP_cuMemcpyPeer_ptds])(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
     return fgr_r;
 }
 
@@ -2160,7 +2863,19 @@ static CUresult op_cuMemcpyPeerAsync(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemcpyPeerAsync)fgr_real[FGR_OP_cuMemcpyPeerAsync])(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyPeerAsync", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)dstContext)))
+        fgr_r = fgr_refuse("cuMemcpyPeerAsync", "dstContext", (uint64_t)(uintptr_t)dstContext, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyPeerAsync", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)srcContext)))
+        fgr_r = fgr_refuse("cuMemcpyPeerAsync", "srcContext", (uint64_t)(uintptr_t)srcContext, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemcpyPeerAsync", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemcpyPeerAsync)fgr_real[FGR_OP_cuMemcpyPeerAsync])(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);
     return fgr_r;
 }
 
@@ -2175,7 +2890,19 @@ static CUresult op_cuMemcpyPeerAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemcpyPeerAsync_ptsz)fgr_real[FGR_OP_cuMemcpyPeerAsync_ptsz])(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyPeerAsync_ptsz", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)dstContext)))
+        fgr_r = fgr_refuse("cuMemcpyPeerAsync_ptsz", "dstContext", (uint64_t)(uintptr_t)dstContext, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyPeerAsync_ptsz", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)srcContext)))
+        fgr_r = fgr_refuse("cuMemcpyPeerAsync_ptsz", "srcContext", (uint64_t)(uintptr_t)srcContext, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemcpyPeerAsync_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemcpyPeerAsync_ptsz)fgr_real[FGR_OP_cuMemcpyPeerAsync_ptsz])(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);
     return fgr_r;
 }
 
@@ -2187,7 +2914,11 @@ static CUresult op_cuMemsetD16_v2(struct fgr_rd *rd, struct fgr_req *q)
     size_t N = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemsetD16_v2)fgr_real[FGR_OP_cuMemsetD16_v2])(dstDevice, us, N);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_mul(N,2))))
+        fgr_r = fgr_refuse("cuMemsetD16_v2", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemsetD16_v2)fgr_real[FGR_OP_cuMemsetD16_v2])(dstDevice, us, N);
     return fgr_r;
 }
 
@@ -2199,7 +2930,11 @@ static CUresult op_cuMemsetD16_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     size_t N = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemsetD16_v2_ptds)fgr_real[FGR_OP_cuMemsetD16_v2_ptds])(dstDevice, us, N);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_mul(N,2))))
+        fgr_r = fgr_refuse("cuMemsetD16_v2_ptds", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemsetD16_v2_ptds)fgr_real[FGR_OP_cuMemsetD16_v2_ptds])(dstDevice, us, N);
     return fgr_r;
 }
 
@@ -2212,7 +2947,13 @@ static CUresult op_cuMemsetD16Async(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemsetD16Async)fgr_real[FGR_OP_cuMemsetD16Async])(dstDevice, us, N, hStream);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_mul(N,2))))
+        fgr_r = fgr_refuse("cuMemsetD16Async", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemsetD16Async", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemsetD16Async)fgr_real[FGR_OP_cuMemsetD16Async])(dstDevice, us, N, hStream);
     return fgr_r;
 }
 
@@ -2225,7 +2966,13 @@ static CUresult op_cuMemsetD16Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuMemsetD16Async_ptsz)fgr_real[FGR_OP_cuMemsetD16Async_ptsz])(dstDevice, us, N, hStream);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_mul(N,2))))
+        fgr_r = fgr_refuse("cuMemsetD16Async_ptsz", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemsetD16Async_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemsetD16Async_ptsz)fgr_real[FGR_OP_cuMemsetD16Async_ptsz])(dstDevice, us, N, hStream);
     return fgr_r;
 }
 
@@ -2244,7 +2991,15 @@ static CUresult op_cuModuleGetGlobal_v2(struct fgr_rd *rd, struct fgr_req *q)
     size_t *bytes = NULL;
     if (has_bytes && !(bytes = fgr_out(q, sizeof(size_t))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuModuleGetGlobal_v2)fgr_real[FGR_OP_cuModuleGetGlobal_v2])(dptr, bytes, hmod, name);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUmodule, (uint64_t)(uintptr_t)hmod)))
+        fgr_r = fgr_refuse("cuModuleGetGlobal_v2", "hmod", (uint64_t)(uintptr_t)hmod, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuModuleGetGlobal_v2)fgr_real[FGR_OP_cuModuleGetGlobal_v2])(dptr, bytes, hmod, name);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (dptr)
+            fgr_mem_add_found(*dptr, FGR_H_CUmodule, (uint64_t)(uintptr_t)hmod);
+    }
     fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
     fgr_reply_out(q, bytes, sizeof(size_t), 0, fgr_r);
     return fgr_r;
@@ -2260,7 +3015,15 @@ static CUresult op_cuLibraryGetModule(struct fgr_rd *rd, struct fgr_req *q)
     CUmodule *pMod = NULL;
     if (has_pMod && !(pMod = fgr_out(q, sizeof(CUmodule))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuLibraryGetModule)fgr_real[FGR_OP_cuLibraryGetModule])(pMod, library);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUlibrary, (uint64_t)(uintptr_t)library)))
+        fgr_r = fgr_refuse("cuLibraryGetModule", "library", (uint64_t)(uintptr_t)library, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuLibraryGetModule)fgr_real[FGR_OP_cuLibraryGetModule])(pMod, library);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (pMod)
+            fgr_add(FGR_H_CUmodule, (uint64_t)(uintptr_t)*pMod, FGR_H_CUlibrary, (uint64_t)(uintptr_t)library);
+    }
     fgr_reply_out(q, pMod, sizeof(CUmodule), 0, fgr_r);
     return fgr_r;
 }
@@ -2280,7 +3043,11 @@ static CUresult op_cuFuncGetParamInfo(struct fgr_rd *rd, struct fgr_req *q)
     size_t *paramSize = NULL;
     if (has_paramSize && !(paramSize = fgr_out(q, sizeof(size_t))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuFuncGetParamInfo)fgr_real[FGR_OP_cuFuncGetParamInfo])(func, paramIndex, paramOffset, paramSize);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)func)))
+        fgr_r = fgr_refuse("cuFuncGetParamInfo", "func", (uint64_t)(uintptr_t)func, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuFuncGetParamInfo)fgr_real[FGR_OP_cuFuncGetParamInfo])(func, paramIndex, paramOffset, paramSize);
     fgr_reply_out(q, paramOffset, sizeof(size_t), 0, fgr_r);
     fgr_reply_out(q, paramSize, sizeof(size_t), 0, fgr_r);
     return fgr_r;
@@ -2296,7 +3063,15 @@ static CUresult op_cuFuncGetModule(struct fgr_rd *rd, struct fgr_req *q)
     CUmodule *hmod = NULL;
     if (has_hmod && !(hmod = fgr_out(q, sizeof(CUmodule))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuFuncGetModule)fgr_real[FGR_OP_cuFuncGetModule])(hmod, hfunc);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)hfunc)))
+        fgr_r = fgr_refuse("cuFuncGetModule", "hfunc", (uint64_t)(uintptr_t)hfunc, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuFuncGetModule)fgr_real[FGR_OP_cuFuncGetModule])(hmod, hfunc);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (hmod)
+            fgr_add(FGR_H_CUmodule, (uint64_t)(uintptr_t)*hmod, FGR_H_CUcontext, fgr_ctx);
+    }
     fgr_reply_out(q, hmod, sizeof(CUmodule), 0, fgr_r);
     return fgr_r;
 }
@@ -2313,7 +3088,11 @@ static CUresult op_cuKernelGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
     int *pi = NULL;
     if (has_pi && !(pi = fgr_out(q, sizeof(int))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuKernelGetAttribute)fgr_real[FGR_OP_cuKernelGetAttribute])(pi, attrib, kernel, dev);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUkernel, (uint64_t)(uintptr_t)kernel)))
+        fgr_r = fgr_refuse("cuKernelGetAttribute", "kernel", (uint64_t)(uintptr_t)kernel, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuKernelGetAttribute)fgr_real[FGR_OP_cuKernelGetAttribute])(pi, attrib, kernel, dev);
     fgr_reply_out(q, pi, sizeof(int), 0, fgr_r);
     return fgr_r;
 }
@@ -2327,7 +3106,11 @@ static CUresult op_cuKernelSetAttribute(struct fgr_rd *rd, struct fgr_req *q)
     CUdevice dev = (CUdevice)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuKernelSetAttribute)fgr_real[FGR_OP_cuKernelSetAttribute])(attrib, val, kernel, dev);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUkernel, (uint64_t)(uintptr_t)kernel)))
+        fgr_r = fgr_refuse("cuKernelSetAttribute", "kernel", (uint64_t)(uintptr_t)kernel, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuKernelSetAttribute)fgr_real[FGR_OP_cuKernelSetAttribute])(attrib, val, kernel, dev);
     return fgr_r;
 }
 
@@ -2346,7 +3129,15 @@ static CUresult op_cuLibraryGetGlobal(struct fgr_rd *rd, struct fgr_req *q)
     size_t *bytes = NULL;
     if (has_bytes && !(bytes = fgr_out(q, sizeof(size_t))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuLibraryGetGlobal)fgr_real[FGR_OP_cuLibraryGetGlobal])(dptr, bytes, library, name);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUlibrary, (uint64_t)(uintptr_t)library)))
+        fgr_r = fgr_refuse("cuLibraryGetGlobal", "library", (uint64_t)(uintptr_t)library, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuLibraryGetGlobal)fgr_real[FGR_OP_cuLibraryGetGlobal])(dptr, bytes, library, name);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (dptr)
+            fgr_mem_add_found(*dptr, FGR_H_CUlibrary, (uint64_t)(uintptr_t)library);
+    }
     fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
     fgr_reply_out(q, bytes, sizeof(size_t), 0, fgr_r);
     return fgr_r;
@@ -2362,7 +3153,11 @@ static CUresult op_cuLibraryGetKernelCount(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int *count = NULL;
     if (has_count && !(count = fgr_out(q, sizeof(unsigned int))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuLibraryGetKernelCount)fgr_real[FGR_OP_cuLibraryGetKernelCount])(count, lib);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUlibrary, (uint64_t)(uintptr_t)lib)))
+        fgr_r = fgr_refuse("cuLibraryGetKernelCount", "lib", (uint64_t)(uintptr_t)lib, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuLibraryGetKernelCount)fgr_real[FGR_OP_cuLibraryGetKernelCount])(count, lib);
     fgr_reply_out(q, count, sizeof(unsigned int), 0, fgr_r);
     return fgr_r;
 }
@@ -2378,7 +3173,15 @@ static CUresult op_cuLibraryEnumerateKernels(struct fgr_rd *rd, struct fgr_req *
     CUkernel *kernels = NULL;
     if (has_kernels && !(kernels = fgr_out(q, fgr_mul((uint64_t)(numKernels), sizeof(CUkernel)))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuLibraryEnumerateKernels)fgr_real[FGR_OP_cuLibraryEnumerateKernels])(kernels, numKernels, lib);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUlibrary, (uint64_t)(uintptr_t)lib)))
+        fgr_r = fgr_refuse("cuLibraryEnumerateKernels", "lib", (uint64_t)(uintptr_t)lib, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuLibraryEnumerateKernels)fgr_real[FGR_OP_cuLibraryEnumerateKernels])(kernels, numKernels, lib);
+    if (fgr_r == CUDA_SUCCESS) {
+        for (uint64_t fgr_i = 0; kernels && fgr_i < fgr_mul((uint64_t)(numKernels), sizeof(CUkernel)) / sizeof(CUkernel); fgr_i++)
+            fgr_add(FGR_H_CUkernel, (uint64_t)(uintptr_t)kernels[fgr_i], FGR_H_CUlibrary, (uint64_t)(uintptr_t)lib);
+    }
     fgr_reply_out(q, kernels, fgr_mul((uint64_t)(numKernels), sizeof(CUkernel)), 0, fgr_r);
     return fgr_r;
 }
@@ -2395,7 +3198,11 @@ static CUresult op_cuOccupancyMaxActiveBlocksPerMultiprocessor(struct fgr_rd *rd
     int *numBlocks = NULL;
     if (has_numBlocks && !(numBlocks = fgr_out(q, sizeof(int))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuOccupancyMaxActiveBlocksPerMultiprocessor)fgr_real[FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessor])(numBlocks, func, blockSize, dynamicSMemSize);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)func)))
+        fgr_r = fgr_refuse("cuOccupancyMaxActiveBlocksPerMultiprocessor", "func", (uint64_t)(uintptr_t)func, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuOccupancyMaxActiveBlocksPerMultiprocessor)fgr_real[FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessor])(numBlocks, func, blockSize, dynamicSMemSize);
     fgr_reply_out(q, numBlocks, sizeof(int), 0, fgr_r);
     return fgr_r;
 }
@@ -2413,7 +3220,11 @@ static CUresult op_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(struct f
     int *numBlocks = NULL;
     if (has_numBlocks && !(numBlocks = fgr_out(q, sizeof(int))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags)fgr_real[FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags])(numBlocks, func, blockSize, dynamicSMemSize, flags);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)func)))
+        fgr_r = fgr_refuse("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", "func", (uint64_t)(uintptr_t)func, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags)fgr_real[FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags])(numBlocks, func, blockSize, dynamicSMemSize, flags);
     fgr_reply_out(q, numBlocks, sizeof(int), 0, fgr_r);
     return fgr_r;
 }
@@ -2430,7 +3241,11 @@ static CUresult op_cuOccupancyAvailableDynamicSMemPerBlock(struct fgr_rd *rd, st
     size_t *dynamicSmemSize = NULL;
     if (has_dynamicSmemSize && !(dynamicSmemSize = fgr_out(q, sizeof(size_t))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuOccupancyAvailableDynamicSMemPerBlock)fgr_real[FGR_OP_cuOccupancyAvailableDynamicSMemPerBlock])(dynamicSmemSize, func, numBlocks, blockSize);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)func)))
+        fgr_r = fgr_refuse("cuOccupancyAvailableDynamicSMemPerBlock", "func", (uint64_t)(uintptr_t)func, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuOccupancyAvailableDynamicSMemPerBlock)fgr_real[FGR_OP_cuOccupancyAvailableDynamicSMemPerBlock])(dynamicSmemSize, func, numBlocks, blockSize);
     fgr_reply_out(q, dynamicSmemSize, sizeof(size_t), 0, fgr_r);
     return fgr_r;
 }
@@ -2445,7 +3260,11 @@ static CUresult op_cuStreamGetPriority(struct fgr_rd *rd, struct fgr_req *q)
     int *priority = NULL;
     if (has_priority && !(priority = fgr_out(q, sizeof(int))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuStreamGetPriority)fgr_real[FGR_OP_cuStreamGetPriority])(hStream, priority);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamGetPriority", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamGetPriority)fgr_real[FGR_OP_cuStreamGetPriority])(hStream, priority);
     fgr_reply_out(q, priority, sizeof(int), 0, fgr_r);
     return fgr_r;
 }
@@ -2460,7 +3279,11 @@ static CUresult op_cuStreamGetPriority_ptsz(struct fgr_rd *rd, struct fgr_req *q
     int *priority = NULL;
     if (has_priority && !(priority = fgr_out(q, sizeof(int))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuStreamGetPriority_ptsz)fgr_real[FGR_OP_cuStreamGetPriority_ptsz])(hStream, priority);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamGetPriority_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamGetPriority_ptsz)fgr_real[FGR_OP_cuStreamGetPriority_ptsz])(hStream, priority);
     fgr_reply_out(q, priority, sizeof(int), 0, fgr_r);
     return fgr_r;
 }
@@ -2475,7 +3298,11 @@ static CUresult op_cuStreamGetFlags(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int *flags = NULL;
     if (has_flags && !(flags = fgr_out(q, sizeof(unsigned int))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuStreamGetFlags)fgr_real[FGR_OP_cuStreamGetFlags])(hStream, flags);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamGetFlags", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamGetFlags)fgr_real[FGR_OP_cuStreamGetFlags])(hStream, flags);
     fgr_reply_out(q, flags, sizeof(unsigned int), 0, fgr_r);
     return fgr_r;
 }
@@ -2490,7 +3317,11 @@ static CUresult op_cuStreamGetFlags_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int *flags = NULL;
     if (has_flags && !(flags = fgr_out(q, sizeof(unsigned int))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuStreamGetFlags_ptsz)fgr_real[FGR_OP_cuStreamGetFlags_ptsz])(hStream, flags);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamGetFlags_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamGetFlags_ptsz)fgr_real[FGR_OP_cuStreamGetFlags_ptsz])(hStream, flags);
     fgr_reply_out(q, flags, sizeof(unsigned int), 0, fgr_r);
     return fgr_r;
 }
@@ -2505,7 +3336,15 @@ static CUresult op_cuStreamGetCtx(struct fgr_rd *rd, struct fgr_req *q)
     CUcontext *pctx = NULL;
     if (has_pctx && !(pctx = fgr_out(q, sizeof(CUcontext))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuStreamGetCtx)fgr_real[FGR_OP_cuStreamGetCtx])(hStream, pctx);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamGetCtx", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamGetCtx)fgr_real[FGR_OP_cuStreamGetCtx])(hStream, pctx);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (pctx)
+            fgr_add(FGR_H_CUcontext, (uint64_t)(uintptr_t)*pctx, 0, 0);
+    }
     fgr_reply_out(q, pctx, sizeof(CUcontext), 0, fgr_r);
     return fgr_r;
 }
@@ -2520,7 +3359,15 @@ static CUresult op_cuStreamGetCtx_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUcontext *pctx = NULL;
     if (has_pctx && !(pctx = fgr_out(q, sizeof(CUcontext))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuStreamGetCtx_ptsz)fgr_real[FGR_OP_cuStreamGetCtx_ptsz])(hStream, pctx);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamGetCtx_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamGetCtx_ptsz)fgr_real[FGR_OP_cuStreamGetCtx_ptsz])(hStream, pctx);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (pctx)
+            fgr_add(FGR_H_CUcontext, (uint64_t)(uintptr_t)*pctx, 0, 0);
+    }
     fgr_reply_out(q, pctx, sizeof(CUcontext), 0, fgr_r);
     return fgr_r;
 }
@@ -2535,7 +3382,11 @@ static CUresult op_cuStreamGetId(struct fgr_rd *rd, struct fgr_req *q)
     unsigned long long *streamId = NULL;
     if (has_streamId && !(streamId = fgr_out(q, sizeof(unsigned long long))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuStreamGetId)fgr_real[FGR_OP_cuStreamGetId])(hStream, streamId);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamGetId", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamGetId)fgr_real[FGR_OP_cuStreamGetId])(hStream, streamId);
     fgr_reply_out(q, streamId, sizeof(unsigned long long), 0, fgr_r);
     return fgr_r;
 }
@@ -2550,7 +3401,11 @@ static CUresult op_cuStreamGetId_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     unsigned long long *streamId = NULL;
     if (has_streamId && !(streamId = fgr_out(q, sizeof(unsigned long long))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuStreamGetId_ptsz)fgr_real[FGR_OP_cuStreamGetId_ptsz])(hStream, streamId);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamGetId_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamGetId_ptsz)fgr_real[FGR_OP_cuStreamGetId_ptsz])(hStream, streamId);
     fgr_reply_out(q, streamId, sizeof(unsigned long long), 0, fgr_r);
     return fgr_r;
 }
@@ -2562,7 +3417,13 @@ static CUresult op_cuStreamCopyAttributes(struct fgr_rd *rd, struct fgr_req *q)
     CUstream src = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuStreamCopyAttributes)fgr_real[FGR_OP_cuStreamCopyAttributes])(dst, src);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)dst)))
+        fgr_r = fgr_refuse("cuStreamCopyAttributes", "dst", (uint64_t)(uintptr_t)dst, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)src)))
+        fgr_r = fgr_refuse("cuStreamCopyAttributes", "src", (uint64_t)(uintptr_t)src, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamCopyAttributes)fgr_real[FGR_OP_cuStreamCopyAttributes])(dst, src);
     return fgr_r;
 }
 
@@ -2573,7 +3434,13 @@ static CUresult op_cuStreamCopyAttributes_ptsz(struct fgr_rd *rd, struct fgr_req
     CUstream src = (CUstream)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuStreamCopyAttributes_ptsz)fgr_real[FGR_OP_cuStreamCopyAttributes_ptsz])(dst, src);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)dst)))
+        fgr_r = fgr_refuse("cuStreamCopyAttributes_ptsz", "dst", (uint64_t)(uintptr_t)dst, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)src)))
+        fgr_r = fgr_refuse("cuStreamCopyAttributes_ptsz", "src", (uint64_t)(uintptr_t)src, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamCopyAttributes_ptsz)fgr_real[FGR_OP_cuStreamCopyAttributes_ptsz])(dst, src);
     return fgr_r;
 }
 
@@ -2586,7 +3453,13 @@ static CUresult op_cuStreamAttachMemAsync(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuStreamAttachMemAsync)fgr_real[FGR_OP_cuStreamAttachMemAsync])(hStream, dptr, length, flags);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamAttachMemAsync", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_mem_in((uint64_t)dptr, length?length:1)))
+        fgr_r = fgr_refuse("cuStreamAttachMemAsync", "dptr", (uint64_t)dptr, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuStreamAttachMemAsync)fgr_real[FGR_OP_cuStreamAttachMemAsync])(hStream, dptr, length, flags);
     return fgr_r;
 }
 
@@ -2599,7 +3472,13 @@ static CUresult op_cuStreamAttachMemAsync_ptsz(struct fgr_rd *rd, struct fgr_req
     unsigned int flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuStreamAttachMemAsync_ptsz)fgr_real[FGR_OP_cuStreamAttachMemAsync_ptsz])(hStream, dptr, length, flags);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamAttachMemAsync_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_mem_in((uint64_t)dptr, length?length:1)))
+        fgr_r = fgr_refuse("cuStreamAttachMemAsync_ptsz", "dptr", (uint64_t)dptr, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuStreamAttachMemAsync_ptsz)fgr_real[FGR_OP_cuStreamAttachMemAsync_ptsz])(hStream, dptr, length, flags);
     return fgr_r;
 }
 
@@ -2613,7 +3492,15 @@ static CUresult op_cuGraphClone(struct fgr_rd *rd, struct fgr_req *q)
     CUgraph *phGraphClone = NULL;
     if (has_phGraphClone && !(phGraphClone = fgr_out(q, sizeof(CUgraph))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuGraphClone)fgr_real[FGR_OP_cuGraphClone])(phGraphClone, originalGraph);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)originalGraph)))
+        fgr_r = fgr_refuse("cuGraphClone", "originalGraph", (uint64_t)(uintptr_t)originalGraph, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuGraphClone)fgr_real[FGR_OP_cuGraphClone])(phGraphClone, originalGraph);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phGraphClone)
+            fgr_add(FGR_H_CUgraph, (uint64_t)(uintptr_t)*phGraphClone, FGR_H_CUcontext, fgr_ctx);
+    }
     fgr_reply_out(q, phGraphClone, sizeof(CUgraph), 0, fgr_r);
     return fgr_r;
 }
@@ -2624,7 +3511,14 @@ static CUresult op_cuGraphDestroyNode(struct fgr_rd *rd, struct fgr_req *q)
     CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuGraphDestroyNode)fgr_real[FGR_OP_cuGraphDestroyNode])(hNode);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("cuGraphDestroyNode", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuGraphDestroyNode)fgr_real[FGR_OP_cuGraphDestroyNode])(hNode);
+    if (fgr_r == CUDA_SUCCESS) {
+        fgr_drop(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode);
+    }
     return fgr_r;
 }
 
@@ -2640,7 +3534,17 @@ static CUresult op_cuGraphAddEmptyNode(struct fgr_rd *rd, struct fgr_req *q)
     CUgraphNode *phGraphNode = NULL;
     if (has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuGraphAddEmptyNode)fgr_real[FGR_OP_cuGraphAddEmptyNode])(phGraphNode, hGraph, dependencies, numDependencies);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphAddEmptyNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuGraphAddEmptyNode", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuGraphAddEmptyNode)fgr_real[FGR_OP_cuGraphAddEmptyNode])(phGraphNode, hGraph, dependencies, numDependencies);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phGraphNode)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+    }
     fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
     return fgr_r;
 }
@@ -2658,7 +3562,19 @@ static CUresult op_cuGraphAddEventRecordNode(struct fgr_rd *rd, struct fgr_req *
     CUgraphNode *phGraphNode = NULL;
     if (has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuGraphAddEventRecordNode)fgr_real[FGR_OP_cuGraphAddEventRecordNode])(phGraphNode, hGraph, dependencies, numDependencies, event);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphAddEventRecordNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuGraphAddEventRecordNode", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)event)))
+        fgr_r = fgr_refuse("cuGraphAddEventRecordNode", "event", (uint64_t)(uintptr_t)event, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuGraphAddEventRecordNode)fgr_real[FGR_OP_cuGraphAddEventRecordNode])(phGraphNode, hGraph, dependencies, numDependencies, event);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phGraphNode)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+    }
     fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
     return fgr_r;
 }
@@ -2676,7 +3592,19 @@ static CUresult op_cuGraphAddEventWaitNode(struct fgr_rd *rd, struct fgr_req *q)
     CUgraphNode *phGraphNode = NULL;
     if (has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuGraphAddEventWaitNode)fgr_real[FGR_OP_cuGraphAddEventWaitNode])(phGraphNode, hGraph, dependencies, numDependencies, event);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphAddEventWaitNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuGraphAddEventWaitNode", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)event)))
+        fgr_r = fgr_refuse("cuGraphAddEventWaitNode", "event", (uint64_t)(uintptr_t)event, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuGraphAddEventWaitNode)fgr_real[FGR_OP_cuGraphAddEventWaitNode])(phGraphNode, hGraph, dependencies, numDependencies, event);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phGraphNode)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+    }
     fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
     return fgr_r;
 }
@@ -2692,7 +3620,15 @@ static CUresult op_cuGraphGetRootNodes(struct fgr_rd *rd, struct fgr_req *q)
     CUgraphNode *rootNodes = NULL;
     if (has_rootNodes && !(rootNodes = fgr_out(q, fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuGraphGetRootNodes)fgr_real[FGR_OP_cuGraphGetRootNodes])(hGraph, rootNodes, numRootNodes);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphGetRootNodes", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuGraphGetRootNodes)fgr_real[FGR_OP_cuGraphGetRootNodes])(hGraph, rootNodes, numRootNodes);
+    if (fgr_r == CUDA_SUCCESS) {
+        for (uint64_t fgr_i = 0; rootNodes && fgr_i < fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)) / sizeof(CUgraphNode); fgr_i++)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)rootNodes[fgr_i], FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+    }
     fgr_reply_out(q, rootNodes, fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)), 0, fgr_r);
     fgr_reply_out(q, numRootNodes, sizeof(size_t), 1, fgr_r);
     return fgr_r;
@@ -2708,7 +3644,11 @@ static CUresult op_cuGraphExecGetFlags(struct fgr_rd *rd, struct fgr_req *q)
     cuuint64_t *flags = NULL;
     if (has_flags && !(flags = fgr_out(q, sizeof(cuuint64_t))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuGraphExecGetFlags)fgr_real[FGR_OP_cuGraphExecGetFlags])(hGraphExec, flags);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec)))
+        fgr_r = fgr_refuse("cuGraphExecGetFlags", "hGraphExec", (uint64_t)(uintptr_t)hGraphExec, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuGraphExecGetFlags)fgr_real[FGR_OP_cuGraphExecGetFlags])(hGraphExec, flags);
     fgr_reply_out(q, flags, sizeof(cuuint64_t), 0, fgr_r);
     return fgr_r;
 }
@@ -2726,7 +3666,19 @@ static CUresult op_cuGraphAddChildGraphNode(struct fgr_rd *rd, struct fgr_req *q
     CUgraphNode *phGraphNode = NULL;
     if (has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuGraphAddChildGraphNode)fgr_real[FGR_OP_cuGraphAddChildGraphNode])(phGraphNode, hGraph, dependencies, numDependencies, childGraph);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphAddChildGraphNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuGraphAddChildGraphNode", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)childGraph)))
+        fgr_r = fgr_refuse("cuGraphAddChildGraphNode", "childGraph", (uint64_t)(uintptr_t)childGraph, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuGraphAddChildGraphNode)fgr_real[FGR_OP_cuGraphAddChildGraphNode])(phGraphNode, hGraph, dependencies, numDependencies, childGraph);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phGraphNode)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+    }
     fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
     return fgr_r;
 }

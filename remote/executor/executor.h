@@ -63,8 +63,47 @@ struct fgr_drv {
     CUresult (*sync_pt)(CUstream);
     CUresult (*capturing)(CUstream, CUstreamCaptureStatus *);
     CUresult (*capturing_pt)(CUstream, CUstreamCaptureStatus *);
+    CUresult (*range)(CUdeviceptr *, size_t *, CUdeviceptr);
 };
 extern struct fgr_drv fgr_drv;
+
+/* What this connection may name (own.c): handles by kind, and device
+ * memory ranges. The generated dispatch checks every handle and device
+ * pointer a request carries, and records what a call returns. */
+enum fgr_handle_kind {
+    FGR_H_CUcontext = 1,
+    FGR_H_CUmodule,
+    FGR_H_CUfunction,
+    FGR_H_CUlibrary,
+    FGR_H_CUkernel,
+    FGR_H_CUstream,
+    FGR_H_CUevent,
+    FGR_H_CUgraph,
+    FGR_H_CUgraphExec,
+    FGR_H_CUgraphNode,
+    FGR_H_CUarray,
+    FGR_H_CUmipmappedArray,
+    FGR_H_CUmemoryPool,
+    FGR_H_CUmemGenericAllocationHandle,
+    FGR_H_MEM /* a device range, by its base */
+};
+extern uint64_t fgr_ctx; /* the request's context: the owner of what it creates */
+extern const char *fgr_peer;
+int fgr_has(int kind, uint64_t v);
+/* Each of n handles (pointer-sized) in arr; NULL: none. */
+int fgr_has_n(int kind, const void *arr, uint64_t n);
+void fgr_add(int kind, uint64_t v, int okind, uint64_t owner);
+/* Forgets v and everything it owns. */
+void fgr_drop(int kind, uint64_t v);
+/* [p, p+n) lies in one range this connection allocated. */
+int fgr_mem_in(uint64_t p, uint64_t n);
+/* p starts such a range (or is NULL). */
+int fgr_mem_base(uint64_t p);
+void fgr_mem_add(uint64_t base, uint64_t size, int okind, uint64_t owner);
+/* Records the range the driver says holds p. */
+void fgr_mem_add_found(uint64_t p, int okind, uint64_t owner);
+/* Says the first refusal of the connection, and answers r. */
+CUresult fgr_refuse(const char *call, const char *param, uint64_t v, CUresult r);
 
 /* Serves one request (its header read, rd at its arguments) into w, a whole
  * reply frame. before: an error that answers the call without running it

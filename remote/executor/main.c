@@ -16,8 +16,6 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-static const char *peer = "client";
-
 /* How long a new connection has to send its handshake. */
 #define HELLO_TIMEOUT_S 10
 static struct {
@@ -38,7 +36,7 @@ static void logf_(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "flexgv-executor[%d] %s: ", (int)getpid(), peer);
+    fprintf(stderr, "flexgv-executor[%d] %s: ", (int)getpid(), fgr_peer);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
@@ -163,7 +161,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--driver") && i + 1 < argc)
             driver = argv[++i];
         else if (!strcmp(argv[i], "--peer") && i + 1 < argc)
-            peer = argv[++i];
+            fgr_peer = argv[++i];
         else
             usage();
     }
@@ -195,6 +193,7 @@ int main(int argc, char **argv)
     *(void **)&fgr_drv.sync_pt = dlsym(h, "cuStreamSynchronize_ptsz");
     *(void **)&fgr_drv.capturing = dlsym(h, "cuStreamIsCapturing");
     *(void **)&fgr_drv.capturing_pt = dlsym(h, "cuStreamIsCapturing_ptsz");
+    *(void **)&fgr_drv.range = dlsym(h, "cuMemGetAddressRange_v2");
     SYM(export_table, "cuGetExportTable");
 #undef SYM
     if (!drv.init || !drv.version || !drv.count || !drv.name || !drv.uuid || !drv.attr || !drv.getcur || !drv.setcur) {
@@ -266,7 +265,13 @@ int main(int argc, char **argv)
         }
         if (op == FGR_OP_HELLO || op >= FGR_NUM_OPS)
             reject("unknown operation %u", op);
-        CUresult r = fgr_real[op] ? make_current(ctx) : CUDA_SUCCESS;
+        /* The context named must be one this connection was given. */
+        CUresult r = CUDA_SUCCESS;
+        if (!fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx))
+            r = fgr_refuse(fgr_ops[op].name, "context", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
+        else if (fgr_real[op])
+            r = make_current(ctx);
+        fgr_ctx = (uint64_t)(uintptr_t)ctx;
         const char *bad = fgr_serve(op, &rd, &w, r);
         if (bad)
             reject("%s (%s, %u bytes)", bad, fgr_ops[op].name, n);

@@ -10,7 +10,9 @@ package fuzz
 #include <stdlib.h>
 #include "executor.h"
 
-static CUresult fake_call(void) { return CUDA_SUCCESS; }
+static unsigned long calls;
+static CUresult fake_call(void) { calls++; return CUDA_SUCCESS; }
+static unsigned long fake_calls(void) { return calls; }
 static unsigned char fake_data[4096];
 static const void *fake_table[1024];
 
@@ -22,6 +24,12 @@ static void fake_driver(void)
         fgr_real[op] = (void *)fake_call;
     for (int i = 0; i < fgr_nxtables; i++)
         fgr_real[fgr_xtables[i].fetch_op] = (void *)fake_table;
+    // What the test requests name: this connection's, as if returned.
+    fgr_mem_add(0x1000, 0x10000, 0, 0);
+    fgr_add(FGR_H_CUmodule, 7, 0, 0);
+    fgr_add(FGR_H_CUfunction, 1, 0, 0);
+    fgr_add(FGR_H_CUgraph, 9, 0, 0);
+    fgr_add(FGR_H_CUmemoryPool, 5, 0, 0);
 }
 
 // serve_one: 1 when the request is malformed, else 0 with the reply in *out.
@@ -57,6 +65,13 @@ func Serve(op uint16, args []byte) (malformed bool, out []byte) {
 		return true, nil
 	}
 	return false, C.GoBytes(unsafe.Pointer(reply.p), C.int(reply.len))
+}
+
+// Calls is how many times the driver has been called.
+func Calls() uint64 {
+	mu.Lock()
+	defer mu.Unlock()
+	return uint64(C.fake_calls())
 }
 
 // Ops are the operation numbers, by name.

@@ -137,3 +137,47 @@ func FuzzServe(f *testing.F) {
 		}
 	})
 }
+
+// A handle or device address this connection was not given is refused
+// before the driver is called: a forged stream, event, function or
+// context, an address outside its allocations (or one running past the
+// end of one), handles inside structures and arrays.
+func TestForeignHandlesAndAddressesRefused(t *testing.T) {
+	const invalidValue, invalidHandle = 1, 400
+	for _, c := range []struct {
+		name, op string
+		args     w
+		want     uint32
+	}{
+		{"an unknown stream", "cuStreamSynchronize", w{}.u64(0x7f0000001000), invalidHandle},
+		{"an unknown event", "cuEventRecord", w{}.u64(0x7f0000002000).u64(0), invalidHandle},
+		{"an unknown function", "cuLaunchKernel", w{}.u64(0x7f0000003000).u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(0).u64(0).u8(1).u32(0), invalidHandle},
+		{"an unknown stream in a launch configuration", "cuLaunchKernelEx", w{}.u64(1).u8(1).u32(1).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0x7f0000001000).u8(0), invalidHandle},
+		{"an unknown node among dependencies", "cuGraphAddEmptyNode", w{}.u64(9).u64(1).u8(1).u8(1).u64(8).u64(0x7f0000004000), invalidHandle},
+		{"an unknown module", "cuModuleGetFunction", w{}.u64(8).u8(1).u8(1).u64(4).raw("abc\x00"), invalidHandle},
+		{"an address outside every allocation", "cuMemcpyDtoH_v2", w{}.u64(0x7f0000005000).u64(16).u8(1), invalidValue},
+		{"a copy running past its allocation", "cuMemcpyHtoD_v2", w{}.u64(0x10ff8).u64(16).u8(1).u64(16).raw("0123456789abcdef"), invalidValue},
+		{"a memset running past its allocation", "cuMemsetD32_v2", w{}.u64(0x10ff0).u64(0).u64(8), invalidValue},
+		{"a host address as a copy's source", "cuMemcpy", w{}.u64(0x1000).u64(0x7ffd00000000).u64(8), invalidValue},
+		{"a free inside an allocation", "cuMemFree_v2", w{}.u64(0x1008), invalidValue},
+	} {
+		before := Calls()
+		bad, out := Serve(opOf(t, c.op), c.args)
+		if bad {
+			t.Errorf("%s: called malformed", c.name)
+			continue
+		}
+		checkReply(t, c.name, out)
+		if r := binary.LittleEndian.Uint32(out[4:]); r != c.want {
+			t.Errorf("%s (%s): answered %d, want %d", c.name, c.op, r, c.want)
+		}
+		if Calls() != before {
+			t.Errorf("%s (%s): the driver was called", c.name, c.op)
+		}
+	}
+	// What the connection owns goes through.
+	before := Calls()
+	if _, out := Serve(opOf(t, "cuMemcpyDtoH_v2"), w{}.u64(0x10ff0).u64(16).u8(1)); binary.LittleEndian.Uint32(out[4:]) != 0 || Calls() != before+1 {
+		t.Errorf("a copy inside the allocation: %x", out)
+	}
+}

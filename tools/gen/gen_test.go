@@ -128,6 +128,16 @@ func TestRemoteAnnotationsRejected(t *testing.T) {
 		"slot 0 null",                           // slot before a table
 		"table 00000000-0000-0000-0000-000000000000 t 2\nslot 0 null",                        // fewer words described
 		"table 00000000-0000-0000-0000-000000000000 t 1\nslot 0 sync double f(int *p) p=out", // pointers with a non-CUresult
+		"table 00000000-0000-0000-0000-000000000000 t 1\nslot 0 sync CUresult f(CUstream s)", // a handle the executor would not check
+		"3000 cuD(CUdeviceptr d, size_t n) sync",                                             // a device address without a kind
+		"3000 cuD(CUdeviceptr d, size_t n) sync d=dev",                                       // dev without its size
+		"3000 cuD(CUdeviceptr d, size_t n) sync d=base[n]",                                   // base with a size
+		"3000 cuD(CUdeviceptr d, size_t n) sync d=dev[n] n=dev[1]",                           // dev on a size
+		"3000 cuD(CUdeviceptr *d, size_t n) sync d=dev[n]",                                   // dev on a result
+		"3000 cuD(int *d, size_t n) sync d=alloc[n]",                                         // alloc on other than CUdeviceptr *
+		"3000 cuD(CUdeviceptr d, size_t n) sync d=dev[n] destroys=d",                         // destroys needs base
+		"3000 cuD(CUdeviceptr d, size_t n) sync d=dev[n] destroys=n",                         // destroys names no handle
+		"3000 cuD(CUstream *s, size_t n) sync s=out owner=n",                                 // owner names no handle
 	} {
 		p := filepath.Join(t.TempDir(), "remote.api")
 		os.WriteFile(p, []byte(line+"\n"), 0o644)

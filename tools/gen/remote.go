@@ -47,6 +47,33 @@ type RemoteEntry struct {
 	Slot   int    // its word in the table
 	Fetch  bool   // the table's fetch: its data words
 	Ret    string // C return type of a table function ("" for CUresult)
+	// What the executor checks and records (milestone 7): the device
+	// range each by-value CUdeviceptr must lie in, the out CUdeviceptr
+	// parameters that return this connection's memory (with the size, ""
+	// to ask the driver), the handle or range a successful call destroys,
+	// and the parameter whose handle owns what the call returns.
+	Dev      map[string]Kind
+	Alloc    map[string]string
+	Destroys string
+	Owner    string
+}
+
+// remoteHandles are the handle kinds the executor tracks per connection:
+// every by-value one a request carries must be one the connection was
+// given, and every one a call returns is recorded.
+var remoteHandles = map[string]bool{
+	"CUcontext": true, "CUmodule": true, "CUfunction": true, "CUlibrary": true, "CUkernel": true,
+	"CUstream": true, "CUevent": true, "CUgraph": true, "CUgraphExec": true, "CUgraphNode": true,
+	"CUarray": true, "CUmipmappedArray": true, "CUmemoryPool": true, "CUmemGenericAllocationHandle": true,
+}
+
+// deviceWide handles outlive the context they were made in.
+var deviceWide = map[string]bool{"CUcontext": true, "CUmemoryPool": true, "CUmemGenericAllocationHandle": true}
+
+// structHandles are the handles inside structures a request carries.
+var structHandles = map[string][][2]string{
+	"CUDA_GRAPH_INSTANTIATE_PARAMS": {{"hUploadStream", "CUstream"}},
+	"CUlaunchConfig":                {{"hStream", "CUstream"}},
 }
 
 // Table is a private export table the client answers (cuGetExportTable).
@@ -141,6 +168,8 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 			return nil, nil, fmt.Errorf("%s: %s: unknown disposition %q", where, re.Name, attrs[0])
 		}
 		re.Kinds = map[string]Kind{}
+		re.Dev = map[string]Kind{}
+		re.Alloc = map[string]string{}
 		for _, a := range attrs[1:] {
 			if a == "syncpoint" {
 				re.Sync = true
@@ -154,9 +183,44 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 				re.Drain = val
 				continue
 			}
+			if name == "owner" && val == "none" {
+				re.Owner = val
+				continue
+			}
+			if name == "destroys" || name == "owner" {
+				p := re.param(val)
+				if p == nil || (!remoteHandles[p.Type] && p.Type != "CUdeviceptr") || (name == "owner" && !remoteHandles[p.Type]) {
+					return nil, nil, fmt.Errorf("%s: %s: %s=%s names no handle parameter", where, re.Name, name, val)
+				}
+				if name == "destroys" {
+					re.Destroys = val
+				} else {
+					re.Owner = val
+				}
+				continue
+			}
 			p := re.param(name)
 			if p == nil {
 				return nil, nil, fmt.Errorf("%s: %s has no parameter %s", where, re.Name, name)
+			}
+			// Device addresses: dev[N] (N bytes in this connection's memory),
+			// base (the start of its allocation), any (not dereferenced);
+			// alloc[SIZE] an out address of SIZE bytes it now owns.
+			if dk, cnt, _ := strings.Cut(strings.TrimSuffix(val, "]"), "["); dk == "dev" || dk == "base" || dk == "any" || dk == "alloc" {
+				switch {
+				case dk == "alloc" && p.Type != "CUdeviceptr *":
+					return nil, nil, fmt.Errorf("%s: %s: alloc is for a CUdeviceptr * result, not %s", where, re.Name, name)
+				case dk == "alloc":
+					re.Kinds[name] = Kind{Name: "out"}
+					re.Alloc[name] = cnt
+				case p.Type != "CUdeviceptr":
+					return nil, nil, fmt.Errorf("%s: %s: %s is for a CUdeviceptr, not %s", where, re.Name, dk, name)
+				case (dk == "dev") != (cnt != ""):
+					return nil, nil, fmt.Errorf("%s: %s: %s: only dev takes (and needs) a size", where, re.Name, name)
+				default:
+					re.Dev[name] = Kind{Name: dk, Count: cnt}
+				}
+				continue
 			}
 			m := kindRE.FindStringSubmatch(val)
 			if m == nil || !remoteKinds[m[1]] {
@@ -181,6 +245,12 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 				if k := re.Kinds[p.Name]; k.Name == "kparams" && re.param("f") == nil {
 					return nil, nil, fmt.Errorf("%s: %s: kparams needs a function parameter f", where, re.Name)
 				}
+				if _, ok := re.Dev[p.Name]; !ok && p.Type == "CUdeviceptr" {
+					return nil, nil, fmt.Errorf("%s: %s: device address %s needs dev[N], base or any", where, re.Name, p.Name)
+				}
+			}
+			if d := re.Destroys; d != "" && re.param(d).Type == "CUdeviceptr" && re.Dev[d].Name != "base" {
+				return nil, nil, fmt.Errorf("%s: %s: destroys=%s needs %s=base", where, re.Name, d, d)
 			}
 			if re.Drain != "" && re.param(re.Drain) == nil {
 				return nil, nil, fmt.Errorf("%s: %s: drain names no parameter", where, re.Name)
@@ -333,6 +403,9 @@ func parseTableLine(f []string, line string, tables *[]*Table) error {
 			fn.Kinds[name] = Kind{Name: val}
 		}
 		for _, p := range fn.Params {
+			if remoteHandles[p.Type] || p.Type == "CUdeviceptr" {
+				return fmt.Errorf("slot %d: %s: handles and device addresses are not checked in table functions", idx, p.Name)
+			}
 			if _, ok := fn.Kinds[p.Name]; strings.HasSuffix(p.Type, "*") && !ok {
 				return fmt.Errorf("slot %d: pointer parameter %s needs a kind", idx, p.Name)
 			}
@@ -740,7 +813,24 @@ func emitRemoteServer(entries []RemoteEntry, tables []*Table) string {
 			fmt.Fprintf(&b, "    fgr_put_u64(q->reply, %s);\n    return CUDA_SUCCESS;\n}\n\n", bitsPut(e.Ret, call))
 			continue
 		}
-		fmt.Fprintf(&b, "    CUresult fgr_r = %s;\n", call)
+		checks := serverChecks(e)
+		if len(checks) == 0 {
+			fmt.Fprintf(&b, "    CUresult fgr_r = %s;\n", call)
+		} else {
+			b.WriteString("    CUresult fgr_r;\n")
+			for i, c := range checks {
+				if i > 0 {
+					b.WriteString("    else ")
+				} else {
+					b.WriteString("    ")
+				}
+				fmt.Fprintf(&b, "if (!(%s))\n        fgr_r = fgr_refuse(\"%s\", \"%s\", %s, %s);\n", c.cond, e.Name, c.what, c.val, c.err)
+			}
+			fmt.Fprintf(&b, "    else\n        fgr_r = %s;\n", call)
+		}
+		if rec := serverRecords(e); rec != "" {
+			fmt.Fprintf(&b, "    if (fgr_r == CUDA_SUCCESS) {\n%s    }\n", rec)
+		}
 		if e.Drain != "" {
 			fmt.Fprintf(&b, "    if (fgr_r == CUDA_SUCCESS)\n        fgr_r = fgr_drain(%s, %d);\n", e.Drain, b2i(e.PerThread() != ""))
 		}
@@ -800,7 +890,10 @@ func emitRemoteDoc(entries []RemoteEntry, tables []*Table) string {
 		"waiting (an error surfaces at the next call marked as where queued calls'\n" +
 		"errors surface, as a GPU's asynchronous errors do). Entries marked\n" +
 		"*unsupported* answer `CUDA_ERROR_NOT_SUPPORTED`, say so once on stderr\n" +
-		"and count as failed calls under `flexgv trace`. Source: `api/remote.api`.\n\n")
+		"and count as failed calls under `flexgv trace`. A device address marked\n" +
+		"`dev[N]` must hold N bytes of memory the connection allocated, one marked\n" +
+		"`base` must start such an allocation; the executor checks every handle.\n" +
+		"Source: `api/remote.api`.\n\n")
 	count := map[Disposition]int{}
 	var api []RemoteEntry
 	for _, e := range entries {
@@ -827,6 +920,21 @@ func emitRemoteDoc(entries []RemoteEntry, tables []*Table) string {
 				}
 				ks = append(ks, "`"+strings.ReplaceAll(s, "|", "\\|")+"`")
 			}
+		}
+		for _, p := range e.Params {
+			if k, ok := e.Dev[p.Name]; ok && k.Name != "any" {
+				s := p.Name + ": " + k.Name
+				if k.Count != "" {
+					s += "[" + k.Count + "]"
+				}
+				ks = append(ks, "`"+strings.ReplaceAll(s, "|", "\\|")+"`")
+			}
+			if _, ok := e.Alloc[p.Name]; ok {
+				ks = append(ks, fmt.Sprintf("`%s` is the connection's memory from then on", p.Name))
+			}
+		}
+		if e.Destroys != "" {
+			ks = append(ks, "destroys `"+e.Destroys+"`")
 		}
 		if e.Drain != "" {
 			ks = append(ks, "waits for `"+e.Drain+"`")
@@ -856,6 +964,106 @@ func emitRemoteDoc(entries []RemoteEntry, tables []*Table) string {
 				what = fmt.Sprintf("sync `%s (%s)`", ret, sl.Fn.ParamList())
 			}
 			fmt.Fprintf(&b, "| %s `%x` | %d | %s |\n", t.Name, t.UUID, sl.Index, what)
+		}
+	}
+	return b.String()
+}
+
+// handleVal is the u64 the executor's tables hold for a handle.
+func handleVal(t, v string) string {
+	if t == "CUmemGenericAllocationHandle" {
+		return "(uint64_t)" + v
+	}
+	return "(uint64_t)(uintptr_t)" + v
+}
+
+type check struct{ cond, what, val, err string }
+
+// serverChecks are the conditions a request must meet before the driver
+// sees it: every handle it names is this connection's, every device
+// address lies in this connection's memory.
+func serverChecks(e RemoteEntry) []check {
+	var cs []check
+	for _, p := range e.Params {
+		_, ptr := e.Kinds[p.Name]
+		switch {
+		case !ptr && remoteHandles[p.Type]:
+			v := handleVal(p.Type, p.Name)
+			cs = append(cs, check{fmt.Sprintf("fgr_has(FGR_H_%s, %s)", p.Type, v), p.Name, v, "CUDA_ERROR_INVALID_HANDLE"})
+		case !ptr && p.Type == "CUdeviceptr":
+			v := "(uint64_t)" + p.Name
+			switch k := e.Dev[p.Name]; k.Name {
+			case "dev":
+				cs = append(cs, check{fmt.Sprintf("fgr_mem_in(%s, %s)", v, k.Count), p.Name, v, "CUDA_ERROR_INVALID_VALUE"})
+			case "base":
+				cs = append(cs, check{fmt.Sprintf("fgr_mem_base(%s)", v), p.Name, v, "CUDA_ERROR_INVALID_VALUE"})
+			}
+		case ptr:
+			k := e.Kinds[p.Name]
+			t := pointee(p.Type)
+			if (k.Name == "in" || k.Name == "inout") && remoteHandles[t] {
+				cs = append(cs, check{fmt.Sprintf("fgr_has_n(FGR_H_%s, %s, %s / sizeof(%s))", t, p.Name, bytesExpr(p, k), t), p.Name, "(uint64_t)0", "CUDA_ERROR_INVALID_HANDLE"})
+			}
+			if k.Name == "launchcfg" {
+				t = "CUlaunchConfig"
+			}
+			if k.Name == "in" || k.Name == "inout" || k.Name == "launchcfg" {
+				for _, f := range structHandles[t] {
+					v := fmt.Sprintf("(%s ? %s : 0)", p.Name, handleVal(f[1], p.Name+"->"+f[0]))
+					cs = append(cs, check{fmt.Sprintf("fgr_has(FGR_H_%s, %s)", f[1], v), p.Name + "->" + f[0], v, "CUDA_ERROR_INVALID_HANDLE"})
+				}
+			}
+		}
+	}
+	return cs
+}
+
+// serverRecords is what a successful call changes in the connection's
+// tables: what it destroyed is forgotten, with all it owned; the handles
+// and memory it returned are the connection's, owned by the Owner
+// parameter's handle, else by the request's context.
+func serverRecords(e RemoteEntry) string {
+	var b strings.Builder
+	if d := e.Destroys; d != "" {
+		p := e.param(d)
+		if p.Type == "CUdeviceptr" {
+			fmt.Fprintf(&b, "        fgr_drop(FGR_H_MEM, (uint64_t)%s);\n", d)
+		} else {
+			fmt.Fprintf(&b, "        fgr_drop(FGR_H_%s, %s);\n", p.Type, handleVal(p.Type, d))
+		}
+	}
+	owner := func(kind string) string {
+		if e.Owner == "none" || deviceWide[kind] {
+			return "0, 0"
+		}
+		if e.Owner != "" {
+			p := e.param(e.Owner)
+			return fmt.Sprintf("FGR_H_%s, %s", p.Type, handleVal(p.Type, e.Owner))
+		}
+		return "FGR_H_CUcontext, fgr_ctx"
+	}
+	for _, p := range e.Params {
+		k, ok := e.Kinds[p.Name]
+		if !ok || k.Name != "out" {
+			continue
+		}
+		t := pointee(p.Type)
+		if size, ok := e.Alloc[p.Name]; ok {
+			if size == "" {
+				fmt.Fprintf(&b, "        if (%s)\n            fgr_mem_add_found(*%s, %s);\n", p.Name, p.Name, owner(""))
+			} else {
+				fmt.Fprintf(&b, "        if (%s)\n            fgr_mem_add(*%s, %s, %s);\n", p.Name, p.Name, size, owner(""))
+			}
+			continue
+		}
+		if !remoteHandles[t] {
+			continue
+		}
+		if k.Count == "" {
+			fmt.Fprintf(&b, "        if (%s)\n            fgr_add(FGR_H_%s, %s, %s);\n", p.Name, t, handleVal(t, "*"+p.Name), owner(t))
+		} else {
+			fmt.Fprintf(&b, "        for (uint64_t fgr_i = 0; %s && fgr_i < %s / sizeof(%s); fgr_i++)\n            fgr_add(FGR_H_%s, %s, %s);\n",
+				p.Name, bytesExpr(p, k), t, t, handleVal(t, p.Name+"[fgr_i]"), owner(t))
 		}
 	}
 	return b.String()
