@@ -262,6 +262,13 @@ func TestSchedulerGarbageHangsNobody(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 		r.Scribble(rng)
 	}
+	// Its readers show what garbage there is, without failing.
+	if top := e.run("flexgv", "top", "--once", "--interval", "200ms"); top.code != 0 || strings.Contains(top.stderr, "panic") {
+		t.Errorf("flexgv top over a scribbled scheduler: %+v", top)
+	}
+	if ps := e.run("flexgv", "ps"); ps.code != 0 {
+		t.Errorf("flexgv ps over a scribbled scheduler: %+v", ps)
+	}
 	for _, s := range []*spinner{a, b} {
 		if res := s.resultWithin(30 * time.Second); res.kernels == 0 {
 			t.Errorf("a tenant ran no kernel: %+v", res)
