@@ -205,8 +205,23 @@ func NodeInventory(node *corev1.Node) (inv Inventory, ok bool, err error) {
 	if err := json.Unmarshal([]byte(s), &inv); err != nil {
 		return Inventory{}, true, fmt.Errorf("node %s: annotation %s: %w", node.Name, AnnotationInventory, err)
 	}
+	bad := func(format string, a ...any) (Inventory, bool, error) {
+		return Inventory{}, true, fmt.Errorf("node %s: annotation %s: %s", node.Name, AnnotationInventory, fmt.Sprintf(format, a...))
+	}
 	if inv.Slots < 1 {
-		return Inventory{}, true, fmt.Errorf("node %s: annotation %s: slots %d", node.Name, AnnotationInventory, inv.Slots)
+		return bad("slots %d", inv.Slots)
+	}
+	if inv.ContextMiB < 0 {
+		return bad("context %d MiB", inv.ContextMiB)
+	}
+	seen := map[string]bool{}
+	for _, g := range inv.GPUs {
+		// A GPU counted twice, or one of no size, would let pods in that
+		// do not fit.
+		if g.UUID == "" || seen[g.UUID] || g.MemoryMiB <= 0 {
+			return bad("GPU %q of %d MiB (listed before: %v)", g.UUID, g.MemoryMiB, seen[g.UUID])
+		}
+		seen[g.UUID] = true
 	}
 	return inv, true, nil
 }

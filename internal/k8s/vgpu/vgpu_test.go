@@ -170,9 +170,17 @@ func TestNodeInventory(t *testing.T) {
 	if err != nil || !ok || len(inv.GPUs) != 2 || inv.ContextMiB != 500 {
 		t.Fatalf("NodeInventory: %+v %v %v", inv, ok, err)
 	}
-	n.Annotations[AnnotationInventory] = "{"
-	if _, _, err := NodeInventory(n); err == nil {
-		t.Error("bad JSON read")
+	for _, bad := range []string{"{",
+		`{"slots":4,"contextMiB":500,"gpus":[{"uuid":"GPU-a","memoryMiB":100},{"uuid":"GPU-a","memoryMiB":100}]}`,
+		`{"slots":4,"contextMiB":500,"gpus":[{"uuid":"GPU-a","memoryMiB":-5}]}`,
+		`{"slots":4,"contextMiB":500,"gpus":[{"uuid":"","memoryMiB":100}]}`,
+		`{"slots":4,"contextMiB":-1,"gpus":[]}`,
+		`{"slots":0,"gpus":[]}`,
+	} {
+		n.Annotations[AnnotationInventory] = bad
+		if _, _, err := NodeInventory(n); err == nil {
+			t.Errorf("inventory %s read", bad)
+		}
 	}
 	if _, err := ParsePolicy("pack"); err == nil {
 		t.Error("policy pack accepted")
