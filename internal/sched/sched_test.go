@@ -12,8 +12,9 @@ import (
 
 const gpu = "GPU-11111111-2222-3333-4444-555555555555"
 
-// heldNs maps GPU gpu's region in dir and returns tenant entry i.
-func heldNs(t *testing.T, dir string, i int) *Tenant {
+// mapped maps GPU gpu's region in dir, as a shim does, for the test's
+// length.
+func mapped(t *testing.T, dir string) []byte {
 	t.Helper()
 	f, err := os.OpenFile(Path(dir, gpu), os.O_RDWR, 0)
 	if err != nil {
@@ -25,7 +26,12 @@ func heldNs(t *testing.T, dir string, i int) *Tenant {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { unix.Munmap(mem) })
-	return &(*Header)(unsafe.Pointer(&mem[0])).Tenants[i]
+	return mem
+}
+
+// heldNs is tenant entry i of GPU gpu's region in dir.
+func heldNs(t *testing.T, dir string, i int) *Tenant {
+	return &(*Header)(unsafe.Pointer(&mapped(t, dir)[0])).Tenants[i]
 }
 
 func names(t *testing.T, dir string) []string {
@@ -149,16 +155,12 @@ func TestReadCountsTheHoldersTurnSoFar(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	f, err := os.OpenFile(Path(dir, gpu), os.O_RDWR, 0)
+	mem := mapped(t, dir)
+	f, err := os.OpenFile(Path(dir, gpu), os.O_RDWR, 0) // holds the slot's lock, as its process would
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	mem, err := unix.Mmap(int(f.Fd()), 0, int(regionSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(mem)
 	h := (*Header)(unsafe.Pointer(&mem[0]))
 	slot := (*Slot)(unsafe.Pointer(&mem[SlotLock(3)]))
 	slot.Tenant, slot.Pid, slot.State = uint32(m.Index), 42, SlotClaimed
