@@ -182,3 +182,18 @@ func TestReadCountsTheHoldersTurnSoFar(t *testing.T) {
 		t.Errorf("a holder with no start time: %+v, %v", g, err)
 	}
 }
+
+// Another tenant's share is read as written, however large: sums cannot
+// wrap into room that is not there.
+func TestJoinWithGarbageShares(t *testing.T) {
+	dir := t.TempDir()
+	a, err := Join(dir, gpu, "a", Policy{Share: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	heldNs(t, dir, a.Index).Share = 0xffffffff
+	if _, err := Join(dir, gpu, "b", Policy{Share: 1000}); err == nil || !strings.Contains(err.Error(), "shares would add up to") {
+		t.Errorf("a share next to one of 0xffffffff: %v", err)
+	}
+}
