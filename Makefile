@@ -27,8 +27,8 @@ CLIENTS  := rtlike direct dlsymclient threads forker nvmlclient nocuda launchloo
 GO_SRC   := $(shell find cmd internal proto -name '*.go') go.mod go.sum
 
 .PHONY: all shim sim cli clients remote test demo clean gen-check FORCE
-FORCE:
 all: shim sim cli clients remote
+FORCE:
 
 shim: $(BUILD)/lib/libflexgv.so
 sim: $(BUILD)/sim/libcuda.so.1 $(BUILD)/sim/libnvidia-ml.so.1
