@@ -95,7 +95,8 @@ static void load(void)
         ossl.client_method = NULL;
 }
 
-/* OpenSSL writes to the socket with write(2): a peer that is gone would
+/* OpenSSL writes to the socket with write(2), in reads and frees too (an
+ * alert to a peer that sent garbage or reset): a peer that is gone would
  * raise SIGPIPE in the program. The calling thread blocks it for the call
  * and takes back a SIGPIPE the call raised. */
 struct nopipe {
@@ -223,6 +224,8 @@ int fgr_tls_write_all(void *s, const void *p, size_t n)
 int fgr_tls_read_all(void *s, void *p, size_t n)
 {
     char *c = p;
+    struct nopipe np;
+    nopipe_begin(&np);
     while (n) {
         int chunk = n > (1u << 30) ? 1 << 30 : (int)n;
         errno = 0;
@@ -236,12 +239,20 @@ int fgr_tls_read_all(void *s, void *p, size_t n)
                 errno = EPROTO;
             while (ossl.err_get())
                 ;
+            nopipe_end(&np);
             return -1;
         }
         c += k;
         n -= (size_t)k;
     }
+    nopipe_end(&np);
     return 0;
 }
 
-void fgr_tls_free(void *s) { ossl.ssl_free(s); }
+void fgr_tls_free(void *s)
+{
+    struct nopipe np;
+    nopipe_begin(&np);
+    ossl.ssl_free(s);
+    nopipe_end(&np);
+}
