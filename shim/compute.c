@@ -83,6 +83,8 @@ struct gpu {
     uint64_t wdefault, wdefault_at; /* weight of a tenant without a share, and when computed */
     uint64_t swept_at;
     uint64_t idle_at, gap_avg; /* when a sync left nothing in flight; how long such pauses last */
+    int holding;               /* we held the GPU at our last look, in a turn begun at turn_at */
+    uint64_t turn_at;
 };
 
 static struct gpu gpus[FG_NDEV] = {[0 ... FG_NDEV - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1}};
@@ -281,7 +283,6 @@ static struct fg_sched_tenant *tenant_of(struct gpu *g, uint32_t slot)
     return t < FG_SCHED_TENANTS ? &g->hdr->tenants[t] : NULL;
 }
 
-/* Charges t for ns of GPU time held. */
 /* Charges t for holding the GPU ns: all of it in its counter (readers add
  * the current holder's time since since_ns, so the counter only grows), at
  * most `fair` in its virtual time (time held alone, or idle before it was
@@ -290,6 +291,16 @@ static void charge(struct gpu *g, struct fg_sched_tenant *t, uint64_t ns, uint64
 {
     ADD(&t->held_ns, ns);
     ADD(&t->vtime, (ns < fair ? ns : fair) * FULL / weight(g, t, now));
+}
+
+/* Charges t, the holder, for its time not yet paid for (since since_ns),
+ * at most `fair` of it: each interval is paid once, whether by the holder
+ * or by a process that takes the GPU from it at the same moment. */
+static void pay(struct gpu *g, struct fg_sched_tenant *t, uint64_t fair, uint64_t now)
+{
+    uint64_t since = __atomic_exchange_n(&g->hdr->since_ns, now, __ATOMIC_SEQ_CST);
+    if (t && now > since && now - since < (1ull << 62))
+        charge(g, t, now - since, fair, now);
 }
 
 /* The waiting slot to run next: highest priority, then least virtual time,
@@ -353,16 +364,10 @@ static int take(struct gpu *g, uint32_t from, uint64_t now)
     uint32_t expect = from;
     if (!__atomic_compare_exchange_n(&g->hdr->holder, &expect, g->mine + 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
         return 0;
-    if (from) {
-        struct fg_sched_tenant *old = tenant_of(g, from - 1);
-        uint64_t held = now - LOAD(&g->hdr->since_ns);
-        if (old && held < (1ull << 62)) {
-            charge(g, old, held, g->quantum, now);
-            if (LOAD(&old->priority) < LOAD(&g->t->priority))
-                ADD(&old->preemptions, 1);
-        }
-    }
-    STORE(&g->hdr->since_ns, now);
+    struct fg_sched_tenant *old = from ? tenant_of(g, from - 1) : NULL;
+    pay(g, old, g->quantum, now); /* idle before it was taken is not contended */
+    if (old && LOAD(&old->priority) < LOAD(&g->t->priority))
+        ADD(&old->preemptions, 1);
     STORE(&g->hdr->vclock, LOAD(&g->t->vtime));
     ADD(&g->hdr->switches, 1);
     wake_all(g);
@@ -443,17 +448,16 @@ static void hand_over(struct gpu *g, int preempted)
     int next = best_waiter(g, (int)g->mine);
     if (next < 0 || LOAD(&g->hdr->holder) != g->mine + 1)
         return;
-    uint64_t held = now - LOAD(&g->hdr->since_ns);
     uint32_t expect = g->mine + 1;
     if (!__atomic_compare_exchange_n(&g->hdr->holder, &expect, (uint32_t)next + 1, 0, __ATOMIC_SEQ_CST,
                                      __ATOMIC_SEQ_CST))
         return;
+    g->holding = 0;
     /* Time held alone before anyone waited is not charged beyond two quanta. */
-    charge(g, g->t, held, 2 * g->quantum, now);
+    pay(g, g->t, 2 * g->quantum, now);
     if (preempted)
         ADD(&g->t->preemptions, 1);
     struct fg_sched_tenant *nt = tenant_of(g, (uint32_t)next);
-    STORE(&g->hdr->since_ns, now);
     STORE(&g->hdr->vclock, nt ? LOAD(&nt->vtime) : 0);
     ADD(&g->hdr->switches, 1);
     wake_all(g);
@@ -530,6 +534,10 @@ static void gate(struct gpu *g)
         reap(g, now);
         uint32_t h = LOAD(&g->hdr->holder);
         if (h == g->mine + 1) {
+            if (!g->holding) { /* our turn starts */
+                g->holding = 1;
+                g->turn_at = LOAD(&g->hdr->since_ns);
+            }
             uint64_t others = LOAD(&g->hdr->waiting) & ~g->bit;
             uint64_t present = LOAD(&g->hdr->present) & ~g->bit;
             int next = others ? best_waiter(g, (int)g->mine) : -1;
@@ -538,12 +546,11 @@ static void gate(struct gpu *g)
                 hand_over(g, 1);
                 continue;
             }
-            uint64_t since = LOAD(&g->hdr->since_ns);
-            if (now - since >= g->quantum) {
+            if (now - g->turn_at >= g->quantum) {
                 /* A quantum is over: pay for it, then run on only while we
                  * are still the one furthest behind among our equals. */
-                charge(g, g->t, now - since, 2 * g->quantum, now);
-                STORE(&g->hdr->since_ns, now);
+                pay(g, g->t, 2 * g->quantum, now);
+                g->turn_at = now;
                 struct fg_sched_tenant *nt = next >= 0 && np == mp ? tenant_of(g, (uint32_t)next) : NULL;
                 if (nt && LOAD(&nt->vtime) < LOAD(&g->t->vtime)) {
                     hand_over(g, 0);
@@ -580,6 +587,7 @@ static void gate(struct gpu *g)
             }
             break;
         }
+        g->holding = 0;
         if (!waited_from)
             waited_from = now;
         if (!(LOAD(&g->hdr->waiting) & g->bit)) {
@@ -767,9 +775,9 @@ CUresult fg_compute_cuGraphLaunch_ptsz(fg_real_cuGraphLaunch_ptsz next, CUgraphE
  * higher priority than those waiting, whose pauses after a synchronization
  * tend to be long (a server between requests, not a loop), lends them the
  * GPU at once (it takes it back at its next launch). */
-static CUresult synced(CUresult r)
+static CUresult synced_on(CUresult r, int dev)
 {
-    struct gpu *g = r == CUDA_SUCCESS ? scheduled(fg_current_device()) : NULL;
+    struct gpu *g = r == CUDA_SUCCESS ? scheduled(dev) : NULL;
     if (!g || (!__atomic_load_n(&g->count, __ATOMIC_RELAXED) &&
                (LOAD(&g->hdr->holder) != g->mine + 1 || !(LOAD(&g->hdr->waiting) & ~g->bit))))
         return r;
@@ -779,6 +787,10 @@ static CUresult synced(CUresult r)
         reap(g, now);
         if (!g->count)
             g->idle_at = now;
+        /* What the GPU did for us until now is paid at once: taken from
+         * while idle after this, we are charged only the idle time. */
+        if (LOAD(&g->hdr->holder) == g->mine + 1 && (LOAD(&g->hdr->waiting) & ~g->bit))
+            pay(g, g->t, 2 * g->quantum, now);
         int next = g->count || g->gap_avg < LEND_NS || LOAD(&g->hdr->holder) != g->mine + 1
                        ? -1
                        : best_waiter(g, (int)g->mine);
@@ -789,7 +801,21 @@ static CUresult synced(CUresult r)
     return r;
 }
 
+static CUresult synced(CUresult r) { return synced_on(r, fg_current_device()); }
+
 CUresult fg_compute_cuCtxSynchronize(fg_real_cuCtxSynchronize next) { return synced(next()); }
+
+/* CUDA 13 runtimes synchronize a device through this one; it names the
+ * context (NULL: the current one), whose GPU is the one now idle. */
+CUresult fg_compute_cuCtxSynchronize_v2(fg_real_cuCtxSynchronize_v2 next, CUcontext ctx)
+{
+    CUresult r = next(ctx);
+    fg_real_cuCtxGetDevice_v2 dev_of = REAL(cuCtxGetDevice_v2);
+    CUdevice dev;
+    if (!ctx || r != CUDA_SUCCESS || !dev_of || dev_of(&dev, ctx) != CUDA_SUCCESS)
+        return synced(r);
+    return synced_on(r, dev);
+}
 
 CUresult fg_compute_cuStreamSynchronize(fg_real_cuStreamSynchronize next, CUstream s) { return synced(next(s)); }
 

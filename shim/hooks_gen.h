@@ -29,7 +29,9 @@ typedef CUresult (*fg_real_cuCtxPopCurrent_v2)(CUcontext *pctx);
 typedef CUresult (*fg_real_cuCtxSetCurrent)(CUcontext ctx);
 typedef CUresult (*fg_real_cuCtxGetCurrent)(CUcontext *pctx);
 typedef CUresult (*fg_real_cuCtxGetDevice)(CUdevice *device);
+typedef CUresult (*fg_real_cuCtxGetDevice_v2)(CUdevice *device, CUcontext ctx);
 typedef CUresult (*fg_real_cuCtxSynchronize)(void);
+typedef CUresult (*fg_real_cuCtxSynchronize_v2)(CUcontext ctx);
 typedef CUresult (*fg_real_cuMemGetInfo_v2)(size_t *free, size_t *total);
 typedef CUresult (*fg_real_cuMemAlloc_v2)(CUdeviceptr *dptr, size_t bytesize);
 typedef CUresult (*fg_real_cuMemAllocPitch_v2)(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes);
@@ -188,6 +190,8 @@ CUresult fg_mem_cuCtxCreate_v4(fg_real_cuCtxCreate_v4 next, CUcontext *pctx, CUc
 CUresult fg_mem_cuCtxDestroy_v2(fg_real_cuCtxDestroy_v2 next, CUcontext ctx);
 CUresult fg_mem_cuCtxSynchronize(fg_real_cuCtxSynchronize next);
 CUresult fg_compute_cuCtxSynchronize(fg_real_cuCtxSynchronize next);
+CUresult fg_mem_cuCtxSynchronize_v2(fg_real_cuCtxSynchronize_v2 next, CUcontext ctx);
+CUresult fg_compute_cuCtxSynchronize_v2(fg_real_cuCtxSynchronize_v2 next, CUcontext ctx);
 CUresult fg_mem_cuMemGetInfo_v2(fg_real_cuMemGetInfo_v2 next, size_t *free, size_t *total);
 CUresult fg_mem_cuMemAlloc_v2(fg_real_cuMemAlloc_v2 next, CUdeviceptr *dptr, size_t bytesize);
 CUresult fg_mem_cuMemAllocPitch_v2(fg_real_cuMemAllocPitch_v2 next, CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes);

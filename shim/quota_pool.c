@@ -244,4 +244,6 @@ CUresult fg_mem_cuStreamSynchronize_ptsz(fg_real_cuStreamSynchronize_ptsz next, 
 
 CUresult fg_mem_cuCtxSynchronize(fg_real_cuCtxSynchronize next) { SYNC_SETTLES(next()); }
 
+CUresult fg_mem_cuCtxSynchronize_v2(fg_real_cuCtxSynchronize_v2 next, CUcontext ctx) { SYNC_SETTLES(next(ctx)); }
+
 CUresult fg_mem_cuEventSynchronize(fg_real_cuEventSynchronize next, CUevent e) { SYNC_SETTLES(next(e)); }

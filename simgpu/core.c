@@ -450,10 +450,23 @@ SIM_EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
     return CUDA_SUCCESS;
 }
 
-SIM_EXPORT CUresult cuCtxGetDevice(CUdevice *device)
+
+/* CUDA 13's variants name a context; NULL means the current one. */
+static CUresult ctx_named(CUcontext ctx, struct sim_ctx **out)
+{
+    if (!ctx)
+        return sim_check_ctx(out);
+    REQUIRE_INIT();
+    if (!valid_ctx((struct sim_ctx *)ctx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *out = (struct sim_ctx *)ctx;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
 {
     struct sim_ctx *c;
-    CUresult r = sim_check_ctx(&c);
+    CUresult r = ctx_named(ctx, &c);
     if (r)
         return r;
     if (!device)
@@ -462,15 +475,19 @@ SIM_EXPORT CUresult cuCtxGetDevice(CUdevice *device)
     return CUDA_SUCCESS;
 }
 
-SIM_EXPORT CUresult cuCtxSynchronize(void)
+SIM_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
 {
     struct sim_ctx *c;
-    CUresult r = sim_check_ctx(&c);
+    CUresult r = ctx_named(ctx, &c);
     if (r || (r = sim_capture_check_ctx(c)) != CUDA_SUCCESS)
         return r;
     sim_ctx_sync(c);
     return CUDA_SUCCESS;
 }
+
+SIM_EXPORT CUresult cuCtxSynchronize(void) { return cuCtxSynchronize_v2(NULL); }
+
+SIM_EXPORT CUresult cuCtxGetDevice(CUdevice *device) { return cuCtxGetDevice_v2(device, NULL); }
 
 /* ---- errors ---- */
 

@@ -193,8 +193,21 @@ __attribute__((weak)) SIM_EXPORT CUresult cuCtxGetDevice(CUdevice *device)
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+__attribute__((weak)) SIM_EXPORT CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
+{
+    (void)device;
+    (void)ctx;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 __attribute__((weak)) SIM_EXPORT CUresult cuCtxSynchronize(void)
 {
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
+{
+    (void)ctx;
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
@@ -1219,7 +1232,9 @@ const struct fg_proc sim_procs[] = {
     {"cuCtxSetCurrent", "cuCtxSetCurrent", 4000, 0, (void *)cuCtxSetCurrent},
     {"cuCtxGetCurrent", "cuCtxGetCurrent", 4000, 0, (void *)cuCtxGetCurrent},
     {"cuCtxGetDevice", "cuCtxGetDevice", 2000, 0, (void *)cuCtxGetDevice},
+    {"cuCtxGetDevice", "cuCtxGetDevice_v2", 13000, 0, (void *)cuCtxGetDevice_v2},
     {"cuCtxSynchronize", "cuCtxSynchronize", 2000, 0, (void *)cuCtxSynchronize},
+    {"cuCtxSynchronize", "cuCtxSynchronize_v2", 13000, 0, (void *)cuCtxSynchronize_v2},
     {"cuMemGetInfo", "cuMemGetInfo_v2", 3020, 0, (void *)cuMemGetInfo_v2},
     {"cuMemAlloc", "cuMemAlloc_v2", 3020, 0, (void *)cuMemAlloc_v2},
     {"cuMemAllocPitch", "cuMemAllocPitch_v2", 3020, 0, (void *)cuMemAllocPitch_v2},

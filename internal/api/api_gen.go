@@ -3,7 +3,7 @@
 package api
 
 // Hash identifies this ordered list; trace regions carry it.
-const Hash uint64 = 0xc7596c1db481901b
+const Hash uint64 = 0xf2530f79c5e93c4b
 
 // Names lists every hooked entry point, in hook-id order.
 var Names = []string{
@@ -34,7 +34,9 @@ var Names = []string{
 	"cuCtxSetCurrent",
 	"cuCtxGetCurrent",
 	"cuCtxGetDevice",
+	"cuCtxGetDevice_v2",
 	"cuCtxSynchronize",
+	"cuCtxSynchronize_v2",
 	"cuMemGetInfo_v2",
 	"cuMemAlloc_v2",
 	"cuMemAllocPitch_v2",

@@ -80,7 +80,8 @@ func Read(dir, uuid string) (*GPU, error) {
 		g.Tenants[k].Pids = append(g.Tenants[k].Pids, s.Pid)
 		if h.Holder == uint32(i)+1 {
 			g.Tenants[k].Holder = true
-			// The holder is charged at the end of each quantum or turn:
+			// The holder is charged at the end of each quantum, turn or
+			// synchronization while others wait:
 			// what it has held since then counts too.
 			g.Tenants[k].HeldNs += sinceMonotonic(h.SinceNs)
 		}

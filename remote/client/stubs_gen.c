@@ -149,12 +149,39 @@ FGR_EXPORT CUresult cuCtxGetDevice(CUdevice *device)
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
+{
+    CUresult fgr_r;
+    uint64_t n_device = device ? sizeof(CUdevice) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxGetDevice_v2, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)ctx);
+    fgr_put_u8(&fgr_c.w, device != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, device, n_device, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuCtxSynchronize(void)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxSynchronize, 0)) != CUDA_SUCCESS)
         return fgr_r;
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxSynchronize_v2, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)ctx);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     return fgr_end(&fgr_c);
@@ -2552,6 +2579,42 @@ FGR_EXPORT CUresult cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx)
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx)
+{
+    CUresult fgr_r;
+    uint64_t n_pCtx = pCtx ? sizeof(CUcontext) : 0;
+    uint64_t n_pGreenCtx = pGreenCtx ? sizeof(CUgreenCtx) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetCtx_v2, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u8(&fgr_c.w, pCtx != NULL);
+    fgr_put_u8(&fgr_c.w, pGreenCtx != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pCtx, n_pCtx, 0);
+    fgr_get_out(&fgr_c, pGreenCtx, n_pGreenCtx, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx)
+{
+    CUresult fgr_r;
+    uint64_t n_pCtx = pCtx ? sizeof(CUcontext) : 0;
+    uint64_t n_pGreenCtx = pGreenCtx ? sizeof(CUgreenCtx) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetCtx_v2_ptsz, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u8(&fgr_c.w, pCtx != NULL);
+    fgr_put_u8(&fgr_c.w, pGreenCtx != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pCtx, n_pCtx, 0);
+    fgr_get_out(&fgr_c, pGreenCtx, n_pGreenCtx, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuStreamGetId(CUstream hStream, unsigned long long *streamId)
 {
     CUresult fgr_r;
@@ -2810,7 +2873,9 @@ const struct fg_proc fgr_procs[] = {
     {"cuCtxSetCurrent", "cuCtxSetCurrent", 4000, 0, (void *)cuCtxSetCurrent},
     {"cuCtxGetCurrent", "cuCtxGetCurrent", 4000, 0, (void *)cuCtxGetCurrent},
     {"cuCtxGetDevice", "cuCtxGetDevice", 2000, 0, (void *)cuCtxGetDevice},
+    {"cuCtxGetDevice", "cuCtxGetDevice_v2", 13000, 0, (void *)cuCtxGetDevice_v2},
     {"cuCtxSynchronize", "cuCtxSynchronize", 2000, 0, (void *)cuCtxSynchronize},
+    {"cuCtxSynchronize", "cuCtxSynchronize_v2", 13000, 0, (void *)cuCtxSynchronize_v2},
     {"cuMemGetInfo", "cuMemGetInfo_v2", 3020, 0, (void *)cuMemGetInfo_v2},
     {"cuMemAlloc", "cuMemAlloc_v2", 3020, 0, (void *)cuMemAlloc_v2},
     {"cuMemAllocPitch", "cuMemAllocPitch_v2", 3020, 0, (void *)cuMemAllocPitch_v2},
@@ -2978,6 +3043,8 @@ const struct fg_proc fgr_procs[] = {
     {"cuStreamGetFlags", "cuStreamGetFlags_ptsz", 7000, 1, (void *)cuStreamGetFlags_ptsz},
     {"cuStreamGetCtx", "cuStreamGetCtx", 9020, 0, (void *)cuStreamGetCtx},
     {"cuStreamGetCtx", "cuStreamGetCtx_ptsz", 9020, 1, (void *)cuStreamGetCtx_ptsz},
+    {"cuStreamGetCtx", "cuStreamGetCtx_v2", 12050, 0, (void *)cuStreamGetCtx_v2},
+    {"cuStreamGetCtx", "cuStreamGetCtx_v2_ptsz", 12050, 1, (void *)cuStreamGetCtx_v2_ptsz},
     {"cuStreamGetId", "cuStreamGetId", 12000, 0, (void *)cuStreamGetId},
     {"cuStreamGetId", "cuStreamGetId_ptsz", 12000, 1, (void *)cuStreamGetId_ptsz},
     {"cuStreamCopyAttributes", "cuStreamCopyAttributes", 11000, 0, (void *)cuStreamCopyAttributes},

@@ -11,7 +11,9 @@ typedef CUresult (*pfn_cuDevicePrimaryCtxGetState)(CUdevice dev, unsigned int *f
 typedef CUresult (*pfn_cuCtxCreate_v2)(CUcontext *pctx, unsigned int flags, CUdevice dev);
 typedef CUresult (*pfn_cuCtxDestroy_v2)(CUcontext ctx);
 typedef CUresult (*pfn_cuCtxGetDevice)(CUdevice *device);
+typedef CUresult (*pfn_cuCtxGetDevice_v2)(CUdevice *device, CUcontext ctx);
 typedef CUresult (*pfn_cuCtxSynchronize)(void);
+typedef CUresult (*pfn_cuCtxSynchronize_v2)(CUcontext ctx);
 typedef CUresult (*pfn_cuMemGetInfo_v2)(size_t *free, size_t *total);
 typedef CUresult (*pfn_cuMemAlloc_v2)(CUdeviceptr *dptr, size_t bytesize);
 typedef CUresult (*pfn_cuMemAllocPitch_v2)(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes);
@@ -168,6 +170,8 @@ typedef CUresult (*pfn_cuStreamGetFlags)(CUstream hStream, unsigned int *flags);
 typedef CUresult (*pfn_cuStreamGetFlags_ptsz)(CUstream hStream, unsigned int *flags);
 typedef CUresult (*pfn_cuStreamGetCtx)(CUstream hStream, CUcontext *pctx);
 typedef CUresult (*pfn_cuStreamGetCtx_ptsz)(CUstream hStream, CUcontext *pctx);
+typedef CUresult (*pfn_cuStreamGetCtx_v2)(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx);
+typedef CUresult (*pfn_cuStreamGetCtx_v2_ptsz)(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx);
 typedef CUresult (*pfn_cuStreamGetId)(CUstream hStream, unsigned long long *streamId);
 typedef CUresult (*pfn_cuStreamGetId_ptsz)(CUstream hStream, unsigned long long *streamId);
 typedef CUresult (*pfn_cuStreamCopyAttributes)(CUstream dst, CUstream src);
@@ -334,12 +338,45 @@ static CUresult op_cuCtxGetDevice(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_cuCtxGetDevice_v2(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUcontext ctx = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    int has_device = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUdevice *device = NULL;
+    if (has_device && !(device = fgr_out(q, sizeof(CUdevice))))
+        return fgr_out_failed(q);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
+        fgr_r = fgr_refuse("cuCtxGetDevice_v2", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuCtxGetDevice_v2)fgr_real[FGR_OP_cuCtxGetDevice_v2])(device, ctx);
+    fgr_reply_out(q, device, sizeof(CUdevice), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_cuCtxSynchronize(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = ((pfn_cuCtxSynchronize)fgr_real[FGR_OP_cuCtxSynchronize])();
+    return fgr_r;
+}
+
+static CUresult op_cuCtxSynchronize_v2(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUcontext ctx = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
+        fgr_r = fgr_refuse("cuCtxSynchronize_v2", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuCtxSynchronize_v2)fgr_real[FGR_OP_cuCtxSynchronize_v2])(ctx);
     return fgr_r;
 }
 
@@ -3372,6 +3409,66 @@ static CUresult op_cuStreamGetCtx_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_cuStreamGetCtx_v2(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    int has_pCtx = fgr_get_u8(rd);
+    int has_pGreenCtx = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUcontext *pCtx = NULL;
+    if (has_pCtx && !(pCtx = fgr_out(q, sizeof(CUcontext))))
+        return fgr_out_failed(q);
+    CUgreenCtx *pGreenCtx = NULL;
+    if (has_pGreenCtx && !(pGreenCtx = fgr_out(q, sizeof(CUgreenCtx))))
+        return fgr_out_failed(q);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamGetCtx_v2", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamGetCtx_v2)fgr_real[FGR_OP_cuStreamGetCtx_v2])(hStream, pCtx, pGreenCtx);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (pCtx)
+            fgr_add(FGR_H_CUcontext, (uint64_t)(uintptr_t)*pCtx, 0, 0);
+        if (pGreenCtx)
+            fgr_add(FGR_H_CUgreenCtx, (uint64_t)(uintptr_t)*pGreenCtx, FGR_H_CUcontext, fgr_ctx);
+    }
+    fgr_reply_out(q, pCtx, sizeof(CUcontext), 0, fgr_r);
+    fgr_reply_out(q, pGreenCtx, sizeof(CUgreenCtx), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamGetCtx_v2_ptsz(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    int has_pCtx = fgr_get_u8(rd);
+    int has_pGreenCtx = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUcontext *pCtx = NULL;
+    if (has_pCtx && !(pCtx = fgr_out(q, sizeof(CUcontext))))
+        return fgr_out_failed(q);
+    CUgreenCtx *pGreenCtx = NULL;
+    if (has_pGreenCtx && !(pGreenCtx = fgr_out(q, sizeof(CUgreenCtx))))
+        return fgr_out_failed(q);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamGetCtx_v2_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamGetCtx_v2_ptsz)fgr_real[FGR_OP_cuStreamGetCtx_v2_ptsz])(hStream, pCtx, pGreenCtx);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (pCtx)
+            fgr_add(FGR_H_CUcontext, (uint64_t)(uintptr_t)*pCtx, 0, 0);
+        if (pGreenCtx)
+            fgr_add(FGR_H_CUgreenCtx, (uint64_t)(uintptr_t)*pGreenCtx, FGR_H_CUcontext, fgr_ctx);
+    }
+    fgr_reply_out(q, pCtx, sizeof(CUcontext), 0, fgr_r);
+    fgr_reply_out(q, pGreenCtx, sizeof(CUgreenCtx), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_cuStreamGetId(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -3793,7 +3890,9 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuCtxCreate_v2] = {"cuCtxCreate_v2", op_cuCtxCreate_v2, 0},
     [FGR_OP_cuCtxDestroy_v2] = {"cuCtxDestroy_v2", op_cuCtxDestroy_v2, 0},
     [FGR_OP_cuCtxGetDevice] = {"cuCtxGetDevice", op_cuCtxGetDevice, 0},
+    [FGR_OP_cuCtxGetDevice_v2] = {"cuCtxGetDevice_v2", op_cuCtxGetDevice_v2, 0},
     [FGR_OP_cuCtxSynchronize] = {"cuCtxSynchronize", op_cuCtxSynchronize, 1},
+    [FGR_OP_cuCtxSynchronize_v2] = {"cuCtxSynchronize_v2", op_cuCtxSynchronize_v2, 1},
     [FGR_OP_cuMemGetInfo_v2] = {"cuMemGetInfo_v2", op_cuMemGetInfo_v2, 0},
     [FGR_OP_cuMemAlloc_v2] = {"cuMemAlloc_v2", op_cuMemAlloc_v2, 0},
     [FGR_OP_cuMemAllocPitch_v2] = {"cuMemAllocPitch_v2", op_cuMemAllocPitch_v2, 0},
@@ -3950,6 +4049,8 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamGetFlags_ptsz] = {"cuStreamGetFlags_ptsz", op_cuStreamGetFlags_ptsz, 0},
     [FGR_OP_cuStreamGetCtx] = {"cuStreamGetCtx", op_cuStreamGetCtx, 0},
     [FGR_OP_cuStreamGetCtx_ptsz] = {"cuStreamGetCtx_ptsz", op_cuStreamGetCtx_ptsz, 0},
+    [FGR_OP_cuStreamGetCtx_v2] = {"cuStreamGetCtx_v2", op_cuStreamGetCtx_v2, 0},
+    [FGR_OP_cuStreamGetCtx_v2_ptsz] = {"cuStreamGetCtx_v2_ptsz", op_cuStreamGetCtx_v2_ptsz, 0},
     [FGR_OP_cuStreamGetId] = {"cuStreamGetId", op_cuStreamGetId, 0},
     [FGR_OP_cuStreamGetId_ptsz] = {"cuStreamGetId_ptsz", op_cuStreamGetId_ptsz, 0},
     [FGR_OP_cuStreamCopyAttributes] = {"cuStreamCopyAttributes", op_cuStreamCopyAttributes, 0},

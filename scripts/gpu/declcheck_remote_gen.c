@@ -88,6 +88,10 @@ typedef CUresult (CUDAAPI *fg_sig_cuStreamGetCtx)(CUstream hStream, CUcontext *p
 SAME(fg_sig_cuStreamGetCtx, PFN_cuStreamGetCtx_v9020);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamGetCtx_ptsz)(CUstream hStream, CUcontext *pctx);
 SAME(fg_sig_cuStreamGetCtx_ptsz, PFN_cuStreamGetCtx_v9020_ptsz);
+typedef CUresult (CUDAAPI *fg_sig_cuStreamGetCtx_v2)(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx);
+SAME(fg_sig_cuStreamGetCtx_v2, PFN_cuStreamGetCtx_v12050);
+typedef CUresult (CUDAAPI *fg_sig_cuStreamGetCtx_v2_ptsz)(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx);
+SAME(fg_sig_cuStreamGetCtx_v2_ptsz, PFN_cuStreamGetCtx_v12050_ptsz);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamGetId)(CUstream hStream, unsigned long long *streamId);
 SAME(fg_sig_cuStreamGetId, PFN_cuStreamGetId_v12000);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamGetId_ptsz)(CUstream hStream, unsigned long long *streamId);

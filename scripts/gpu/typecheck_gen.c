@@ -169,6 +169,7 @@ int main(void)
     SIZE(CUdeviceptr);
     SIZE(CUmemGenericAllocationHandle);
     SIZE(CUcontext);
+    SIZE(CUgreenCtx);
     SIZE(CUmodule);
     SIZE(CUfunction);
     SIZE(CUlibrary);

@@ -12,7 +12,9 @@
  * its launch to its completion with DEPTH 1 (otherwise from when its
  * stream reached it). API is how each kernel is launched: launch
  * (cuLaunchKernel, the default), ex (cuLaunchKernelEx), ptsz
- * (cuLaunchKernel_ptsz) or graph (cuGraphLaunch of a captured kernel).
+ * (cuLaunchKernel_ptsz), graph (cuGraphLaunch of a captured kernel) or
+ * sync13 (cuLaunchKernel, each completion waited for with the context
+ * synchronization a CUDA 13 runtime resolves: cuCtxSynchronize_v2).
  * GAP_US: idle time after each completion before the next launch, as a
  * server between requests (with DEPTH 1). */
 #include "common.h"
@@ -38,7 +40,7 @@ static int by_value(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: spinner KERNEL_US SECONDS [DEPTH [WINDOW_MS [launch|ex|ptsz|graph [GAP_US]]]]\n");
+        fprintf(stderr, "usage: spinner KERNEL_US SECONDS [DEPTH [WINDOW_MS [launch|ex|ptsz|graph|sync13 [GAP_US]]]]\n");
         return 2;
     }
     double kernel_us = atof(argv[1]), seconds = atof(argv[2]);
@@ -69,6 +71,7 @@ int main(int argc, char **argv)
     CUlaunchConfig cfg = {1, 1, 1, 1, 1, 1, 0, s, NULL, 0};
     CUgraph g;
     CUgraphExec x = NULL;
+    fg_pfn_cuCtxSynchronize_v2 ctxsync = NULL;
     if (!strcmp(api, "graph")) {
         CUstream cs;
         CHECK(cuStreamCreate(&cs, CU_STREAM_NON_BLOCKING));
@@ -76,6 +79,12 @@ int main(int argc, char **argv)
         CHECK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, cs, NULL, NULL));
         CHECK(cuStreamEndCapture(cs, &g));
         CHECK(cuGraphInstantiateWithFlags(&x, g, 0));
+    } else if (!strcmp(api, "sync13")) {
+        fg_pfn_cuGetProcAddress_v2 gpa = (fg_pfn_cuGetProcAddress_v2)dlsym(RTLD_DEFAULT, "cuGetProcAddress_v2");
+        if (!gpa || gpa("cuCtxSynchronize", (void **)&ctxsync, 13000, 0, NULL) != CUDA_SUCCESS) {
+            fprintf(stderr, "spinner: cannot resolve cuCtxSynchronize for CUDA 13\n");
+            return 1;
+        }
     } else if (strcmp(api, "launch") && strcmp(api, "ex") && strcmp(api, "ptsz")) {
         fprintf(stderr, "spinner: unknown API %s\n", api);
         return 2;
@@ -99,7 +108,10 @@ int main(int argc, char **argv)
         if (launched > completed && (!more || launched - completed == depth)) {
             int k = (int)(completed % depth);
             float ms;
-            CHECK(cuEventSynchronize(after[k]));
+            if (ctxsync)
+                CHECK(ctxsync(NULL));
+            else
+                CHECK(cuEventSynchronize(after[k]));
             CHECK(cuEventElapsedTime(&ms, before[k], after[k]));
             if ((size_t)completed == cap) {
                 double *n = realloc(lat, 2 * cap * sizeof *lat);

@@ -246,6 +246,24 @@ func TestPriorityLendsIdleTime(t *testing.T) {
 	}
 }
 
+// A CUDA 13 runtime synchronizes a device through cuCtxSynchronize_v2,
+// resolved at version 13000: a server waiting that way lends its pauses
+// too. Its 1.5 ms pauses are shorter than what the low tenant waits before
+// taking an idle GPU itself, so only the lending gives it the GPU.
+func TestPriorityLendsAfterCUDA13ContextSync(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	hi := e.spinnerUnder([]string{"--priority", "high"}, "500", "2", "1", "0", "sync13", "1500")
+	lo := e.spinnerUnder([]string{"--priority", "low"}, "1000", "2", "16")
+	lo.start()
+	hi.start()
+	h, l := hi.result(), lo.result()
+	t.Logf("high, 500 µs every 2 ms, synchronized by cuCtxSynchronize_v2: p50 %.0f p99 %.0f µs; low got %.1f%%", h.p50, h.p99, l.share)
+	if l.share < 25 {
+		t.Errorf("the low-priority tenant got %.1f%% of the device next to a server busy ~25%% of the time, want ≥ 25%%", l.share)
+	}
+}
+
 // Garbage written over a GPU's scheduler while tenants run (it is writable
 // by every user on the GPU) may cost them their shares, never their run:
 // they go on launching and end.

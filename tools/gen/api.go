@@ -200,7 +200,7 @@ var handleTypes = map[string]bool{
 	"CUcontext": true, "CUmodule": true, "CUfunction": true, "CUlibrary": true,
 	"CUkernel": true, "CUstream": true, "CUevent": true, "CUgraph": true,
 	"CUgraphExec": true, "CUarray": true, "CUmipmappedArray": true,
-	"CUmemoryPool": true, "CUhostFn": true, "nvmlDevice_t": true, "CUgraphNode": true,
+	"CUmemoryPool": true, "CUhostFn": true, "nvmlDevice_t": true, "CUgraphNode": true, "CUgreenCtx": true,
 }
 
 // logFormat returns the printf conversion and argument expression for p.

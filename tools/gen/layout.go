@@ -164,7 +164,7 @@ var schedLayout = []structSpec{
 		{"waiting", "Waiting", "uint64", 0, "bit i: slot i waits for the GPU (atomic)"},
 		{"holder", "Holder", "uint32", 0, "slot index + 1 of the holder; 0: none (atomic)"},
 		{"gen", "Gen", "uint32", 0, "bumped at every hand-over; waiters sleep on it (futex)"},
-		{"since_ns", "SinceNs", "uint64", 0, "when the holder took the GPU"},
+		{"since_ns", "SinceNs", "uint64", 0, "CLOCK_MONOTONIC from which the holder's time is not yet charged (exchanged: each interval paid once)"},
 		{"vclock", "VClock", "uint64", 0, "virtual time of the last hand-over: newcomers start there"},
 		{"switches", "Switches", "uint64", 0, "hand-overs so far (atomic)"},
 		{"tenants", "Tenants", "Tenant", schedTenants, ""},
