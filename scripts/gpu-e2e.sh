@@ -3,7 +3,7 @@
 # machine with an NVIDIA driver, nvcc and PyTorch, with build/ made by `make`
 # (`make GOTAGS=nok8s` keeps the CLI small where build/ is copied over):
 #     scripts/gpu-e2e.sh OUTDIR [SECTION...]
-# Sections (default: all): decl counts hookmap torch bench quota isolation computecap quotabench shares sharetrain priority
+# Sections (default: all): decl counts hookmap torch bench quota isolation computecap quotabench shares sharetrain priority prioritygraph
 # Checks our driver declarations against the real headers, traces CUDA
 # programs built with nvcc (static and shared cudart), checks every hooked
 # variant against the real driver's resolver, runs PyTorch natively and under
@@ -12,7 +12,7 @@
 set -u -o pipefail
 OUT=$(mkdir -p "${1:-gpu-out}" && cd "${1:-gpu-out}" && pwd)
 shift || true
-SECTIONS=${*:-decl counts hookmap torch bench quota isolation computecap quotabench shares sharetrain priority}
+SECTIONS=${*:-decl counts hookmap torch bench quota isolation computecap quotabench shares sharetrain priority prioritygraph}
 ROUNDS=${ROUNDS:-7} # rounds of the throughput benchmarks
 want() { [[ " $SECTIONS " == *" $1 "* ]]; }
 ROOT=$(pwd)
@@ -48,6 +48,27 @@ fi
 gcc -std=gnu11 -Iinclude -o "$WORK/types_ours" scripts/gpu/typecheck_gen.c &&
     gcc -std=gnu11 -DREAL_CUDA_H -I"$CUDA/include" -o "$WORK/types_real" scripts/gpu/typecheck_gen.c &&
     "$WORK/types_ours" >"$WORK/ours.txt" && "$WORK/types_real" >"$WORK/real.txt"
+# A runtime asks for the newest ABI of a name at its own version: a newer
+# typedef of a hooked name, with other parameters than the variant we hook,
+# would bypass the shim.
+newer=$(python3 - "$CUDA/include/cudaTypedefs.h" scripts/gpu/declcheck*_gen.c <<'PY'
+import re, sys
+ours = {}
+for f in sys.argv[2:]:
+    for b, v, t in re.findall(r"PFN_(\w+?)_v(\d+)(_pt[sd][sz])?\b", open(f).read()):
+        ours[b + t] = max(ours.get(b + t, 0), int(v))
+params = {}
+for b, v, t, p in re.findall(r"\*\s*PFN_(\w+?)_v(\d+)(_pt[sd][sz])?\s*\)\s*\((.*?)\)\s*;", open(sys.argv[1]).read(), re.S):
+    # CUdevice_v1 and CUdevice are one type: compare types, not their aliases
+    params[b + t, int(v)] = " ".join(re.sub(r"\b(CU\w+?)_v\d+\b", r"\1", p).split())
+print(" ".join(sorted(f"{k}@{v}" for k, v in params if k in ours and v > ours[k] and params[k, v] != params.get((k, ours[k])))))
+PY
+)
+if [ -z "$newer" ]; then
+    pass "no hooked entry point has a newer ABI in cudaTypedefs.h"
+else
+    fail "newer ABIs of hooked entry points, not hooked (a runtime would bypass the shim): $newer"
+fi
 if diff "$WORK/real.txt" "$WORK/ours.txt"; then
     pass "enumerators, constants, sizes and field offsets match ($(wc -l <"$WORK/ours.txt") checked)"
 else
@@ -228,7 +249,7 @@ mkdir -p "$S"
 at() { echo $(($(date +%s) + $1)); } # a start time S seconds from now
 sleep_until() { sleep "$(python3 -c "import time; print(max(0, $1 - time.time()))")"; }
 bounded() { timeout -k 5 90 "$@" || echo "exit $? after at most 90 s: $*" >>"$S/timeouts.txt"; }
-if want shares || want sharetrain || want priority; then
+if want shares || want sharetrain || want priority || want prioritygraph; then
     export FLEXGV_STATE_DIR=$WORK/share-state
     bounded python3 $L matmul 5 >"$S/mm_alone.txt"
     bounded python3 $L train 5 >"$S/tr_alone.txt"
@@ -265,43 +286,58 @@ T=$(at 20)
 bounded "$FLEXGV" run --compute 30% -- python3 $L train 15 "$T" >"$S/tr_30.txt" &
 p30=$!
 bounded "$FLEXGV" run --compute 70% -- python3 $L train 15 "$T" >"$S/tr_70.txt" &
-wait $p30 $! # by pid: a bare wait would also wait for the log's tee
+p70=$!
+# hand-overs and GPU time held, 10 s apart: where time goes
+sleep_until $((T + 3)) && "$FLEXGV" top --once >"$S/top_train.txt"
+sleep_until $((T + 13)) && "$FLEXGV" top --once >>"$S/top_train.txt"
+wait $p30 $p70 # by pid: a bare wait would also wait for the log's tee
 fi
 
-if want priority; then
-echo "== priority: inference at half its peak rate next to training ($(date +%T))"
-bounded python3 $L peak 5 >"$S/peak.txt"
-rate=$(python3 -c "print(float(open('$S/peak.txt').read()) / 2)")
-bounded python3 $L infer "$rate" 15 >"$S/inf_alone.txt"
-pair() { # NAME INFER-PREFIX... :: TRAIN-PREFIX...
-    local name=$1 pre=() tpre=()
-    shift
-    while [ "$1" != :: ]; do pre+=("$1"); shift; done
-    shift
-    tpre=("$@")
-    local T=$(at 20)
-    echo "$name ($(date +%T))"
-    bounded "${tpre[@]}" python3 $L train 17 "$T" >"$S/tr_$name.txt" &
-    local tp=$!
-    bounded "${pre[@]}" python3 $L infer "$rate" 15 "$((T + 1))" >"$S/inf_$name.txt" &
-    wait $tp $!
+# (b) priority: inference KIND (infer or infer-graph) at half its peak rate
+# next to training, under time-slicing, MPS, MPS with the trainer at 50 %
+# of the threads, and flexgv priorities; files inf_P*/tr_P* with prefix P.
+priority_bench() { # KIND PREFIX
+    local kind=$1 p=$2
+    bounded python3 $L "${kind/infer/peak}" 5 >"$S/${p}peak.txt"
+    local rate=$(python3 -c "print(float(open('$S/${p}peak.txt').read()) / 2)")
+    bounded python3 $L "$kind" "$rate" 15 >"$S/inf_${p}alone.txt"
+    pair() { # NAME INFER-PREFIX... :: TRAIN-PREFIX...
+        local name=$p$1 pre=() tpre=()
+        shift
+        while [ "$1" != :: ]; do pre+=("$1"); shift; done
+        shift
+        tpre=("$@")
+        local T=$(at 20)
+        echo "$name ($(date +%T))"
+        bounded "${tpre[@]}" python3 $L train 17 "$T" >"$S/tr_$name.txt" &
+        local tp=$!
+        bounded "${pre[@]}" python3 $L "$kind" "$rate" 15 "$((T + 1))" >"$S/inf_$name.txt" &
+        wait $tp $!
+    }
+    pair timeslice env :: env
+    export CUDA_MPS_PIPE_DIRECTORY=$WORK/mps CUDA_MPS_LOG_DIRECTORY=$WORK/mps-log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    if nvidia-cuda-mps-control -d; then
+        pair mps env :: env
+        pair mps50 env :: env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50
+        echo quit | timeout 20 nvidia-cuda-mps-control
+        sleep 2
+    else
+        fail "cannot start an MPS daemon"
+    fi
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    pair flexgv "$FLEXGV" run --priority high -- :: "$FLEXGV" run --priority low --
 }
-pair timeslice env :: env
-export CUDA_MPS_PIPE_DIRECTORY=$WORK/mps CUDA_MPS_LOG_DIRECTORY=$WORK/mps-log
-mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-if nvidia-cuda-mps-control -d; then
-    pair mps env :: env
-    pair mps50 env :: env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50
-    echo quit | timeout 20 nvidia-cuda-mps-control
-    sleep 2
-else
-    fail "cannot start an MPS daemon"
+if want priority; then
+    echo "== priority: eager inference at half its peak rate next to training ($(date +%T))"
+    priority_bench infer ""
 fi
-unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-pair flexgv "$FLEXGV" run --priority high -- :: "$FLEXGV" run --priority low --
+if want prioritygraph; then
+    echo "== priority: CUDA-graph inference at half its peak rate next to training ($(date +%T))"
+    priority_bench infer-graph g_
 fi
 
-if want shares || want sharetrain || want priority; then
+if want shares || want sharetrain || want priority || want prioritygraph; then
     python3 scripts/gpu/share_report.py "$S" || fail "compute shares off target (above)"
     [ -s "$S/timeouts.txt" ] && cat "$S/timeouts.txt" && fail "share runs timed out"
     unset FLEXGV_STATE_DIR

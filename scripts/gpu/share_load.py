@@ -9,6 +9,9 @@
                                              prints "latency_ms P50 P99 N"
     share_load.py peak SECONDS               inference requests back to back;
                                              prints their rate
+    infer-graph, peak-graph                  the same, each request one CUDA graph
+                                             replay of a longer input, as servers
+                                             do: GPU time, not Python, is its cost
 
 START is a wall-clock time (epoch seconds) to wait for after warming up, so
 that tenants started one after another measure the same seconds.
@@ -82,24 +85,41 @@ def train(seconds, start):
     windows(step, seconds, start)
 
 
-def infer_setup():
+def infer_setup(graph):
+    """Returns one request: the model's forward pass, synchronized."""
     m = model().eval()
-    x = torch.randn(1, 128, 512, device=dev)
+    x = torch.randn(1, 512 if graph else 128, 512, device=dev)
     with torch.inference_mode():
         for _ in range(20):
             m(x)
     torch.cuda.synchronize()
-    return m, x
-
-
-def request(m, x):
+    if not graph:
+        def request():
+            with torch.inference_mode():
+                m(x)
+            torch.cuda.synchronize()
+        return request
+    g = torch.cuda.CUDAGraph()
     with torch.inference_mode():
-        m(x)
-    torch.cuda.synchronize()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                m(x)
+        torch.cuda.current_stream().wait_stream(s)
+        with torch.cuda.graph(g):
+            m(x)
+
+    def replay():
+        g.replay()
+        torch.cuda.synchronize()
+    for _ in range(20):
+        replay()
+    return replay
 
 
-def infer(rate, seconds, start):
-    m, x = infer_setup()
+def infer(rate, seconds, start, graph):
+    request = infer_setup(graph)
     wait_start(start)
     lat = []
     t0 = time.time()
@@ -111,18 +131,18 @@ def infer(rate, seconds, start):
         now = time.time()
         if now < due:
             time.sleep(due - now)
-        request(m, x)
+        request()
         lat.append((time.time() - due) * 1000)  # from its arrival, queueing included
         k += 1
     lat.sort()
     print(f"latency_ms {lat[len(lat) // 2]:.3f} {lat[int(len(lat) * 0.99)]:.3f} {len(lat)}", flush=True)
 
 
-def peak(seconds):
-    m, x = infer_setup()
+def peak(seconds, graph):
+    request = infer_setup(graph)
     t0, n = time.time(), 0
     while time.time() - t0 < seconds:
-        request(m, x)
+        request()
         n += 1
     print(f"{n / (time.time() - t0):.1f}")
 
@@ -133,9 +153,9 @@ if __name__ == "__main__":
         matmul(int(args[0]), args[1] if len(args) > 1 else 0)
     elif mode == "train":
         train(int(args[0]), args[1] if len(args) > 1 else 0)
-    elif mode == "infer":
-        infer(args[0], args[1], args[2] if len(args) > 2 else 0)
-    elif mode == "peak":
-        peak(args[0])
+    elif mode in ("infer", "infer-graph"):
+        infer(args[0], args[1], args[2] if len(args) > 2 else 0, mode == "infer-graph")
+    elif mode in ("peak", "peak-graph"):
+        peak(args[0], mode == "peak-graph")
     else:
         sys.exit(f"unknown mode {mode}")

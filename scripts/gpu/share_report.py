@@ -76,20 +76,21 @@ if have("tr_30.txt", "tr_70.txt"):
     bad |= abs(t30 - 30) > 5 or abs(t70 - 70) > 5
     rows.append(("training 30/70", f"{t30:.1f}% / {t70:.1f}% of one alone (together {t30 + t70:.1f}%)", "± 2 pp, ≥ 97%"))
 
-# (b) priority
-p50 = p99 = None
-if have("inf_alone.txt"):
-    p50, p99, _ = latency("inf_alone.txt")
-    rows.append(("inference alone (half its peak rate)", f"p50 {p50:.2f} ms, p99 {p99:.2f} ms", ""))
-for mode, label in [] if p50 is None else [("timeslice", "time-slicing"), ("mps", "MPS"), ("mps50", "MPS, trainer at 50% threads"),
-                    ("flexgv", "flexgv --priority high/low")]:
-    if not have(f"inf_{mode}.txt", f"tr_{mode}.txt"):
+# (b) priority, for eager and CUDA-graph inference
+for prefix, kind in [("", "eager inference"), ("g_", "CUDA-graph inference")]:
+    if not have(f"inf_{prefix}alone.txt"):
         continue
-    q50, q99, _ = latency(f"inf_{mode}.txt")
-    keep = rate(f"tr_{mode}.txt") / tr
-    rows.append((f"inference next to training: {label}",
-                 f"p50 {q50:.2f} ms ({q50 / p50:.2f}×), p99 {q99:.2f} ms ({q99 / p99:.2f}×); training keeps {keep:.2f}",
-                 "p99 ≤ 1.05× with training ≥ 0.50" if mode == "flexgv" else ""))
+    p50, p99, _ = latency(f"inf_{prefix}alone.txt")
+    rows.append((f"{kind} alone (half its peak rate)", f"p50 {p50:.2f} ms, p99 {p99:.2f} ms", ""))
+    for mode, label in [("timeslice", "time-slicing"), ("mps", "MPS"), ("mps50", "MPS, trainer at 50% threads"),
+                        ("flexgv", "flexgv --priority high/low")]:
+        if not have(f"inf_{prefix}{mode}.txt", f"tr_{prefix}{mode}.txt"):
+            continue
+        q50, q99, _ = latency(f"inf_{prefix}{mode}.txt")
+        keep = rate(f"tr_{prefix}{mode}.txt") / tr
+        rows.append((f"{kind} next to training: {label}",
+                     f"p50 {q50:.2f} ms ({q50 / p50:.2f}×), p99 {q99:.2f} ms ({q99 / p99:.2f}×); training keeps {keep:.2f}",
+                     "p99 ≤ 1.05× with training ≥ 0.50" if mode == "flexgv" else ""))
 
 print("| measure | result | target |")
 print("| --- | --- | --- |")
