@@ -5,6 +5,7 @@
 # certificate made by the openssl command):
 #   launch      a queued call (cuLaunchKernel): sent without waiting
 #   round trip  a synchronous call (cuMemAlloc or cuMemFree): one round trip
+#   upload      cuMemcpyHtoDAsync of 4 KiB: queued with its bytes
 # Each runs N and 2N times so that start-up cancels out; prints microseconds
 # per call.
 #     bench/remote-roundtrip.sh [N]        (after make)
@@ -63,3 +64,7 @@ echo "round trip (cuMemAlloc/cuMemFree): local $(per_call $((5 * N)) 2 "memclien
     "unix socket in a tenant $(per_call "$N" 2 "memclient allocloop" "${tenant_env[@]}") us," \
     "loopback TCP $(per_call "$N" 2 "memclient allocloop" "${tcp_env[@]}") us," \
     "loopback TLS $(per_call "$N" 2 "memclient allocloop" "${tls_env[@]}") us"
+echo "upload (cuMemcpyHtoDAsync, 4 KiB, queued): local $(per_call $((5 * N)) 1 "memclient uploadloop" "${local_env[@]}") us," \
+    "unix socket $(per_call "$N" 1 "memclient uploadloop" "${unix_env[@]}") us," \
+    "loopback TCP $(per_call "$N" 1 "memclient uploadloop" "${tcp_env[@]}") us," \
+    "loopback TLS $(per_call "$N" 1 "memclient uploadloop" "${tls_env[@]}") us"

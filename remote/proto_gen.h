@@ -202,7 +202,7 @@ enum fgr_op {
     FGR_NUM_OPS = 193
 };
 
-#define FGR_OPS_HASH 0x0e0faec887a753b0ULL
+#define FGR_OPS_HASH 0x0532d7e9868a580aULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);

@@ -784,15 +784,13 @@ FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcH
     if (n_srcHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyHtoDAsync_v2", "a buffer over the frame limit");
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyHtoDAsync_v2, 0)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyHtoDAsync_v2, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     fgr_put_buf(&fgr_c.w, srcHost, n_srcHost);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
@@ -802,15 +800,13 @@ FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void 
     if (n_srcHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyHtoDAsync_v2_ptsz", "a buffer over the frame limit");
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyHtoDAsync_v2_ptsz, 0)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyHtoDAsync_v2_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     fgr_put_buf(&fgr_c.w, srcHost, n_srcHost);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)

@@ -1137,8 +1137,6 @@ static CUresult op_cuMemcpyHtoDAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
         fgr_r = fgr_refuse("cuMemcpyHtoDAsync_v2", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else
         fgr_r = ((pfn_cuMemcpyHtoDAsync_v2)fgr_real[FGR_OP_cuMemcpyHtoDAsync_v2])(dstDevice, srcHost, ByteCount, hStream);
-    if (fgr_r == CUDA_SUCCESS)
-        fgr_r = fgr_drain(hStream, 0);
     return fgr_r;
 }
 
@@ -1158,8 +1156,6 @@ static CUresult op_cuMemcpyHtoDAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *
         fgr_r = fgr_refuse("cuMemcpyHtoDAsync_v2_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else
         fgr_r = ((pfn_cuMemcpyHtoDAsync_v2_ptsz)fgr_real[FGR_OP_cuMemcpyHtoDAsync_v2_ptsz])(dstDevice, srcHost, ByteCount, hStream);
-    if (fgr_r == CUDA_SUCCESS)
-        fgr_r = fgr_drain(hStream, 1);
     return fgr_r;
 }
 
@@ -3931,8 +3927,8 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuMemcpyDtoD_v2_ptds] = {"cuMemcpyDtoD_v2_ptds", op_cuMemcpyDtoD_v2_ptds, 1},
     [FGR_OP_cuMemcpy] = {"cuMemcpy", op_cuMemcpy, 1},
     [FGR_OP_cuMemcpy_ptds] = {"cuMemcpy_ptds", op_cuMemcpy_ptds, 1},
-    [FGR_OP_cuMemcpyHtoDAsync_v2] = {"cuMemcpyHtoDAsync_v2", op_cuMemcpyHtoDAsync_v2, 1},
-    [FGR_OP_cuMemcpyHtoDAsync_v2_ptsz] = {"cuMemcpyHtoDAsync_v2_ptsz", op_cuMemcpyHtoDAsync_v2_ptsz, 1},
+    [FGR_OP_cuMemcpyHtoDAsync_v2] = {"cuMemcpyHtoDAsync_v2", op_cuMemcpyHtoDAsync_v2, 0},
+    [FGR_OP_cuMemcpyHtoDAsync_v2_ptsz] = {"cuMemcpyHtoDAsync_v2_ptsz", op_cuMemcpyHtoDAsync_v2_ptsz, 0},
     [FGR_OP_cuMemcpyDtoHAsync_v2] = {"cuMemcpyDtoHAsync_v2", op_cuMemcpyDtoHAsync_v2, 1},
     [FGR_OP_cuMemcpyDtoHAsync_v2_ptsz] = {"cuMemcpyDtoHAsync_v2_ptsz", op_cuMemcpyDtoHAsync_v2_ptsz, 1},
     [FGR_OP_cuMemcpyDtoDAsync_v2] = {"cuMemcpyDtoDAsync_v2", op_cuMemcpyDtoDAsync_v2, 0},

@@ -8,6 +8,7 @@
  *     memclient churn            allocate and free 1 MiB in a loop (prints ready first)
  *     memclient info             cuMemGetInfo and cuDeviceTotalMem
  *     memclient allocloop N      N pairs of cuMemAlloc/cuMemFree of 1 MiB (benchmarks)
+ *     memclient uploadloop N     N cuMemcpyHtoDAsync of 4 KiB, then a synchronize (benchmarks)
  *     memclient execinfo         hold 100 MiB, then exec "memclient info"
  *     memclient overflow         hold 600 MiB, then sizes that wrap a 64-bit sum or product
  *     memclient ctxrace N        N threads retain the first primary context at once
@@ -345,6 +346,16 @@ int main(int argc, char **argv)
             CHECK(cuMemAlloc_v2(&p, MiB));
             CHECK(cuMemFree_v2(p));
         }
+        return 0;
+    }
+    if (!strcmp(mode, "uploadloop")) {
+        long n = argc > 2 ? atol(argv[2]) : 10000;
+        static char src[4096];
+        CUdeviceptr p;
+        CHECK(cuMemAlloc_v2(&p, sizeof src));
+        for (long i = 0; i < n; i++)
+            CHECK(cuMemcpyHtoDAsync_v2(p, src, sizeof src, NULL));
+        CHECK(cuCtxSynchronize());
         return 0;
     }
     if (!strcmp(mode, "churn")) {

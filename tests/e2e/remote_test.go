@@ -502,7 +502,8 @@ func TestRemoteServeLifecycle(t *testing.T) {
 	}
 }
 
-// Queued calls (launches, memsets, event records, ...) return at once; an
+// Queued calls (launches, memsets, uploads, event records, ...) return at
+// once (an upload has taken the program's bytes when it returns); an
 // error of theirs is answered by the next call that waits for the device,
 // once, as a GPU's asynchronous errors are. Locally the simulated driver
 // answers it at the call itself.
@@ -522,16 +523,24 @@ print("sync", cu.cuCtxSynchronize())
 print("sync again", cu.cuCtxSynchronize())
 buf = (ctypes.c_ubyte * 4096)()
 print("copy", cu.cuMemcpyDtoH_v2(buf, p, ctypes.c_size_t(4096)))
+src = (ctypes.c_ubyte * 4096)(*([5] * 4096))
+print("good upload", cu.cuMemcpyHtoDAsync_v2(p, src, ctypes.c_size_t(4096), None))
+ctypes.memset(src, 9, 4096)  # pageable memory: the program may reuse it at once
+print("bad upload", cu.cuMemcpyHtoDAsync_v2(ctypes.c_uint64(16), src, ctypes.c_size_t(4096), None))
+print("sync", cu.cuCtxSynchronize())
+print("copy", cu.cuMemcpyDtoH_v2(buf, p, ctypes.c_size_t(4096)), buf[0], buf[4095])
 `
 	e := newEnv(t)
 	s := e.serve("unix")
 	local := e.runIn(filepath.Join(build, "sim"), "python3", "-c", prog)
-	want := "good memset 0\nbad memset 1\nalloc 0\nsync 0\nsync again 0\ncopy 0\n"
+	want := "good memset 0\nbad memset 1\nalloc 0\nsync 0\nsync again 0\ncopy 0\n" +
+		"good upload 0\nbad upload 1\nsync 0\ncopy 0 5 5\n"
 	if local.code != 0 || local.stdout != want {
 		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
 	}
 	r := e.remote(s, "python3", "-c", prog)
-	want = "good memset 0\nbad memset 0\nalloc 0\nsync 1\nsync again 0\ncopy 0\n"
+	want = "good memset 0\nbad memset 0\nalloc 0\nsync 1\nsync again 0\ncopy 0\n" +
+		"good upload 0\nbad upload 0\nsync 1\ncopy 0 5 5\n"
 	if r.code != 0 || r.stdout != want {
 		t.Errorf("remotely: exit %d\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
 	}
