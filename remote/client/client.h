@@ -37,6 +37,8 @@ CUresult fgr_end(struct fgr_call *c);
 /* CUDA_ERROR_NOT_SUPPORTED for an entry point (unsupported index, or -1)
  * or one of its arguments (what), said once on stderr. */
 CUresult fgr_unsupported(int idx, const char *name, const char *what);
+/* Copies over this many bytes go as several calls (FLEXGV_REMOTE_CHUNK). */
+extern size_t fgr_chunk_bytes;
 extern const int fgr_nunsupported;
 
 /* What the handshake cached: the driver and its devices. */

@@ -351,6 +351,27 @@ static CUresult hello(int fd)
 }
 
 /* Called with conn_lock held. */
+size_t fgr_chunk_bytes = 64u << 20;
+
+/* FLEXGV_REMOTE_CHUNK: the most bytes one copy call sends or receives in
+ * one frame (4096 to the frame limit; default 64 MiB). 0 having said why
+ * not. */
+static int chunk_from_env(void)
+{
+    const char *v = getenv("FLEXGV_REMOTE_CHUNK");
+    if (!v || !*v)
+        return 1;
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (errno || *end || *v == '-' || n < 4096 || n > FGR_MAX_BUF) {
+        say("FLEXGV_REMOTE_CHUNK=%s: want a number of bytes from 4096 to %llu", v, (unsigned long long)FGR_MAX_BUF);
+        return 0;
+    }
+    fgr_chunk_bytes = (size_t)n;
+    return 1;
+}
+
 static CUresult connect_locked(void)
 {
     if (conn_fd >= 0)
@@ -359,6 +380,10 @@ static CUresult connect_locked(void)
         return conn_refused ? conn_refused : LOST;
     const char *a = address();
     int fd = -1;
+    if (!chunk_from_env()) {
+        conn_broken = 1;
+        return LOST;
+    }
     if (!a) {
         say("FLEXGV_REMOTE is not set: no GPU server to use (run the program with flexgv run --remote ADDR)");
         conn_broken = 1;

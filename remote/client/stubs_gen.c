@@ -654,6 +654,14 @@ FGR_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 FGR_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
     CUresult fgr_r;
+    if (ByteCount > fgr_chunk_bytes) {
+        for (size_t fgr_off = 0; fgr_off < ByteCount; fgr_off += fgr_chunk_bytes) {
+            size_t fgr_n = ByteCount - fgr_off < fgr_chunk_bytes ? ByteCount - fgr_off : fgr_chunk_bytes;
+            if ((fgr_r = cuMemcpyHtoD_v2(dstDevice + fgr_off, (const char *)srcHost + fgr_off, fgr_n)) != CUDA_SUCCESS)
+                return fgr_r;
+        }
+        return CUDA_SUCCESS;
+    }
     uint64_t n_srcHost = srcHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_srcHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyHtoD_v2", "a buffer over the frame limit");
@@ -671,6 +679,14 @@ FGR_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, 
 FGR_EXPORT CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
     CUresult fgr_r;
+    if (ByteCount > fgr_chunk_bytes) {
+        for (size_t fgr_off = 0; fgr_off < ByteCount; fgr_off += fgr_chunk_bytes) {
+            size_t fgr_n = ByteCount - fgr_off < fgr_chunk_bytes ? ByteCount - fgr_off : fgr_chunk_bytes;
+            if ((fgr_r = cuMemcpyHtoD_v2_ptds(dstDevice + fgr_off, (const char *)srcHost + fgr_off, fgr_n)) != CUDA_SUCCESS)
+                return fgr_r;
+        }
+        return CUDA_SUCCESS;
+    }
     uint64_t n_srcHost = srcHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_srcHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyHtoD_v2_ptds", "a buffer over the frame limit");
@@ -688,6 +704,14 @@ FGR_EXPORT CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcH
 FGR_EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
     CUresult fgr_r;
+    if (ByteCount > fgr_chunk_bytes) {
+        for (size_t fgr_off = 0; fgr_off < ByteCount; fgr_off += fgr_chunk_bytes) {
+            size_t fgr_n = ByteCount - fgr_off < fgr_chunk_bytes ? ByteCount - fgr_off : fgr_chunk_bytes;
+            if ((fgr_r = cuMemcpyDtoH_v2((char *)dstHost + fgr_off, srcDevice + fgr_off, fgr_n)) != CUDA_SUCCESS)
+                return fgr_r;
+        }
+        return CUDA_SUCCESS;
+    }
     uint64_t n_dstHost = dstHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_dstHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyDtoH_v2", "a buffer over the frame limit");
@@ -706,6 +730,14 @@ FGR_EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t
 FGR_EXPORT CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
     CUresult fgr_r;
+    if (ByteCount > fgr_chunk_bytes) {
+        for (size_t fgr_off = 0; fgr_off < ByteCount; fgr_off += fgr_chunk_bytes) {
+            size_t fgr_n = ByteCount - fgr_off < fgr_chunk_bytes ? ByteCount - fgr_off : fgr_chunk_bytes;
+            if ((fgr_r = cuMemcpyDtoH_v2_ptds((char *)dstHost + fgr_off, srcDevice + fgr_off, fgr_n)) != CUDA_SUCCESS)
+                return fgr_r;
+        }
+        return CUDA_SUCCESS;
+    }
     uint64_t n_dstHost = dstHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_dstHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyDtoH_v2_ptds", "a buffer over the frame limit");
@@ -780,6 +812,14 @@ FGR_EXPORT CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteC
 FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
     CUresult fgr_r;
+    if (ByteCount > fgr_chunk_bytes) {
+        for (size_t fgr_off = 0; fgr_off < ByteCount; fgr_off += fgr_chunk_bytes) {
+            size_t fgr_n = ByteCount - fgr_off < fgr_chunk_bytes ? ByteCount - fgr_off : fgr_chunk_bytes;
+            if ((fgr_r = cuMemcpyHtoDAsync_v2(dstDevice + fgr_off, (const char *)srcHost + fgr_off, fgr_n, hStream)) != CUDA_SUCCESS)
+                return fgr_r;
+        }
+        return CUDA_SUCCESS;
+    }
     uint64_t n_srcHost = srcHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_srcHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyHtoDAsync_v2", "a buffer over the frame limit");
@@ -796,6 +836,14 @@ FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcH
 FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
     CUresult fgr_r;
+    if (ByteCount > fgr_chunk_bytes) {
+        for (size_t fgr_off = 0; fgr_off < ByteCount; fgr_off += fgr_chunk_bytes) {
+            size_t fgr_n = ByteCount - fgr_off < fgr_chunk_bytes ? ByteCount - fgr_off : fgr_chunk_bytes;
+            if ((fgr_r = cuMemcpyHtoDAsync_v2_ptsz(dstDevice + fgr_off, (const char *)srcHost + fgr_off, fgr_n, hStream)) != CUDA_SUCCESS)
+                return fgr_r;
+        }
+        return CUDA_SUCCESS;
+    }
     uint64_t n_srcHost = srcHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_srcHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyHtoDAsync_v2_ptsz", "a buffer over the frame limit");
@@ -812,6 +860,14 @@ FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void 
 FGR_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
     CUresult fgr_r;
+    if (ByteCount > fgr_chunk_bytes) {
+        for (size_t fgr_off = 0; fgr_off < ByteCount; fgr_off += fgr_chunk_bytes) {
+            size_t fgr_n = ByteCount - fgr_off < fgr_chunk_bytes ? ByteCount - fgr_off : fgr_chunk_bytes;
+            if ((fgr_r = cuMemcpyDtoHAsync_v2((char *)dstHost + fgr_off, srcDevice + fgr_off, fgr_n, hStream)) != CUDA_SUCCESS)
+                return fgr_r;
+        }
+        return CUDA_SUCCESS;
+    }
     uint64_t n_dstHost = dstHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_dstHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyDtoHAsync_v2", "a buffer over the frame limit");
@@ -831,6 +887,14 @@ FGR_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, s
 FGR_EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
     CUresult fgr_r;
+    if (ByteCount > fgr_chunk_bytes) {
+        for (size_t fgr_off = 0; fgr_off < ByteCount; fgr_off += fgr_chunk_bytes) {
+            size_t fgr_n = ByteCount - fgr_off < fgr_chunk_bytes ? ByteCount - fgr_off : fgr_chunk_bytes;
+            if ((fgr_r = cuMemcpyDtoHAsync_v2_ptsz((char *)dstHost + fgr_off, srcDevice + fgr_off, fgr_n, hStream)) != CUDA_SUCCESS)
+                return fgr_r;
+        }
+        return CUDA_SUCCESS;
+    }
     uint64_t n_dstHost = dstHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_dstHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyDtoHAsync_v2_ptsz", "a buffer over the frame limit");

@@ -545,3 +545,51 @@ print("copy", cu.cuMemcpyDtoH_v2(buf, p, ctypes.c_size_t(4096)), buf[0], buf[409
 		t.Errorf("remotely: exit %d\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
 	}
 }
+
+// Copies over FLEXGV_REMOTE_CHUNK bytes go as several calls, each piece
+// its own frame: a copy of any size arrives whole and in place, and the
+// pieces are separate calls (a copy running past its allocation lands up
+// to the piece that leaves it).
+func TestRemoteCopiesInPieces(t *testing.T) {
+	prog := `
+import ctypes
+cu = ctypes.CDLL("libcuda.so.1")
+ctx, p, small = ctypes.c_void_p(), ctypes.c_uint64(), ctypes.c_uint64()
+n = (1 << 20) + 123
+assert cu.cuInit(0) == 0
+assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+assert cu.cuCtxSetCurrent(ctx) == 0
+assert cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(n)) == 0
+assert cu.cuMemAlloc_v2(ctypes.byref(small), ctypes.c_size_t(8192)) == 0
+src = (ctypes.c_ubyte * n)(*[(i * 7 + i // 4096) % 251 for i in range(n)])
+for up, down in [("cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2"), ("cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2")]:
+    a = (None,) if up.endswith("Async_v2") else ()
+    dst = (ctypes.c_ubyte * n)()
+    assert cu.cuMemsetD8_v2(p, 0, ctypes.c_size_t(n)) == 0
+    print(up, getattr(cu, up)(p, src, ctypes.c_size_t(n), *a), down, getattr(cu, down)(dst, p, ctypes.c_size_t(n), *a),
+          "same" if bytes(dst) == bytes(src) else "differ")
+print("past the end", cu.cuMemcpyHtoD_v2(small, src, ctypes.c_size_t(12288)))
+got = (ctypes.c_ubyte * 8192)()
+assert cu.cuMemcpyDtoH_v2(got, small, ctypes.c_size_t(8192)) == 0
+print("landed", "8192" if bytes(got) == bytes(src)[:8192] else "none" if not any(got) else "other")
+`
+	e := newEnv(t)
+	s := e.serve("unix")
+	e.extra = append(e.extra, "FLEXGV_REMOTE_CHUNK=4096")
+	r := e.remote(s, "python3", "-c", prog)
+	want := "cuMemcpyHtoD_v2 0 cuMemcpyDtoH_v2 0 same\ncuMemcpyHtoDAsync_v2 0 cuMemcpyDtoHAsync_v2 0 same\n" +
+		"past the end 1\nlanded 8192\n"
+	if r.code != 0 || r.stdout != want {
+		t.Errorf("exit %d\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
+	}
+	// Whole, a copy past the end is refused before anything lands.
+	e.extra = e.extra[:len(e.extra)-1]
+	if r := e.remote(s, "python3", "-c", prog); r.code != 0 || !strings.HasSuffix(r.stdout, "past the end 1\nlanded none\n") {
+		t.Errorf("in one piece: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	e.extra = append(e.extra, "FLEXGV_REMOTE_CHUNK=100")
+	r = e.remote(s, "python3", "-c", "import ctypes; print(ctypes.CDLL('libcuda.so.1').cuInit(0))")
+	if r.stdout != "46\n" || !strings.Contains(r.stderr, "FLEXGV_REMOTE_CHUNK=100: want a number of bytes from 4096") {
+		t.Errorf("a chunk of 100 bytes: %q\n%s", r.stdout, r.stderr)
+	}
+}

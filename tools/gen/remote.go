@@ -39,6 +39,7 @@ type RemoteEntry struct {
 	Disp   Disposition // "" when not supported remotely
 	Kinds  map[string]Kind
 	Drain  string // stream the executor waits for before answering
+	Chunk  string // byte count by which the client splits a large call into several
 	Sync   bool   // a syncpoint: errors of earlier queued calls surface here
 	Extra  bool   // given with its prototype in api/remote.api (not hooked by the shim)
 	Op     int    // operation number on the wire (forwarded entries), from 1
@@ -184,6 +185,10 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 				re.Drain = val
 				continue
 			}
+			if name == "chunk" {
+				re.Chunk = val
+				continue
+			}
 			if name == "owner" && val == "none" {
 				re.Owner = val
 				continue
@@ -255,6 +260,17 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 			}
 			if re.Drain != "" && re.param(re.Drain) == nil {
 				return nil, nil, fmt.Errorf("%s: %s: drain names no parameter", where, re.Name)
+			}
+			if c := re.Chunk; c != "" {
+				if p := re.param(c); p == nil || p.Type != "size_t" {
+					return nil, nil, fmt.Errorf("%s: %s: chunk=%s names no size_t parameter", where, re.Name, c)
+				}
+				for _, p := range re.Params {
+					k, buf := re.Kinds[p.Name]
+					if d, dev := re.Dev[p.Name]; (buf && k.Count != c) || (dev && d.Count != c) {
+						return nil, nil, fmt.Errorf("%s: %s: chunk=%s, but %s is not %s bytes", where, re.Name, c, p.Name, c)
+					}
+				}
 			}
 			if re.Disp == DispQueue {
 				for n, k := range re.Kinds {
@@ -626,6 +642,30 @@ func clientStub(b *strings.Builder, e RemoteEntry, decl string) {
 	}
 	fmt.Fprintf(b, "%s\n{\n", decl)
 	b.WriteString("    CUresult fgr_r;\n")
+	if c := e.Chunk; c != "" {
+		// Large copies go as several calls of at most fgr_chunk_bytes, each
+		// its own frame: no size limit, bounded buffers on both sides.
+		var args []string
+		for _, p := range e.Params {
+			switch {
+			case p.Name == c:
+				args = append(args, "fgr_n")
+			case e.Dev[p.Name].Name == "dev":
+				args = append(args, p.Name+" + fgr_off")
+			case strings.HasPrefix(p.Type, "const "):
+				args = append(args, "(const char *)"+p.Name+" + fgr_off")
+			case strings.HasSuffix(p.Type, "*"):
+				args = append(args, "(char *)"+p.Name+" + fgr_off")
+			default:
+				args = append(args, p.Name)
+			}
+		}
+		fmt.Fprintf(b, "    if (%s > fgr_chunk_bytes) {\n", c)
+		fmt.Fprintf(b, "        for (size_t fgr_off = 0; fgr_off < %s; fgr_off += fgr_chunk_bytes) {\n", c)
+		fmt.Fprintf(b, "            size_t fgr_n = %s - fgr_off < fgr_chunk_bytes ? %s - fgr_off : fgr_chunk_bytes;\n", c, c)
+		fmt.Fprintf(b, "            if ((fgr_r = %s(%s)) != CUDA_SUCCESS)\n                return fgr_r;\n", name, strings.Join(args, ", "))
+		b.WriteString("        }\n        return CUDA_SUCCESS;\n    }\n")
+	}
 	// What the protocol cannot carry is refused before anything is sent.
 	for _, p := range e.Params {
 		switch k := e.Kinds[p.Name]; k.Name {
@@ -933,6 +973,9 @@ func emitRemoteDoc(entries []RemoteEntry, tables []*Table) string {
 			if _, ok := e.Alloc[p.Name]; ok {
 				ks = append(ks, fmt.Sprintf("`%s` is the connection's memory from then on", p.Name))
 			}
+		}
+		if e.Chunk != "" {
+			ks = append(ks, "over `FLEXGV_REMOTE_CHUNK` bytes (64 MiB) sent as several calls")
 		}
 		if e.Destroys != "" {
 			ks = append(ks, "destroys `"+e.Destroys+"`")
