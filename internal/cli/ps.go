@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -50,10 +51,16 @@ func newPs() *cobra.Command {
 }
 
 // printTenants prints one row per device a tenant limits or uses: memory
-// quota and use, GPU time share and cap, the tenant's priority, processes.
+// quota and use, GPU time share and cap, the tenant's priority, processes,
+// and whom it is for where the daemon was told (a pod: NAMESPACE/POD/CONTAINER).
 func printTenants(w io.Writer, infos []tenant.Info) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENANT\tDEVICE\tQUOTA\tUSED\tSHARE\tCAP\tPRIORITY\tPROCESSES")
+	labelled := slices.ContainsFunc(infos, func(t tenant.Info) bool { return len(t.Labels) > 0 })
+	head := "TENANT\tDEVICE\tQUOTA\tUSED\tSHARE\tCAP\tPRIORITY\tPROCESSES"
+	if labelled {
+		head += "\tFOR"
+	}
+	fmt.Fprintln(tw, head)
 	for _, t := range infos {
 		for _, d := range t.Devices {
 			if d.Quota == 0 && d.Used == 0 && d.Share == 0 && d.ComputeMax == 0 && t.Priority == sched.PriorityNormal {
@@ -75,11 +82,29 @@ func printTenants(w io.Writer, infos []tenant.Info) error {
 					pids = append(pids, fmt.Sprintf("%d(%s)", p.Pid, tenant.FormatSize(p.Used[d.Index])))
 				}
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Name, deviceLabel(d), quota, tenant.FormatSize(d.Used),
+			row := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", t.Name, deviceLabel(d), quota, tenant.FormatSize(d.Used),
 				share, limit, sched.PriorityName(t.Priority), strings.Join(pids, " "))
+			if labelled {
+				row += "\t" + forLabel(t.Labels)
+			}
+			fmt.Fprintln(tw, row)
 		}
 	}
 	return tw.Flush()
+}
+
+// forLabel is whom a tenant is for: NAMESPACE/POD/CONTAINER, "-" if unknown.
+func forLabel(l map[string]string) string {
+	var parts []string
+	for _, k := range []string{"namespace", "pod", "container"} {
+		if v := l[k]; v != "" {
+			parts = append(parts, v)
+		}
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, "/")
 }
 
 // deviceLabel is the entry's index and the start of its UUID, to keep rows

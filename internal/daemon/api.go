@@ -2,10 +2,13 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log"
 	"slices"
+	"strings"
 	"sync"
+	"unicode"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -77,7 +80,10 @@ func (a *api) CreateTenant(_ context.Context, r *flexgvv1.CreateTenantRequest) (
 	if devs == nil {
 		devs = tenant.Entries(gpus)
 	}
-	info, created, err := a.held.create(tenant.Spec{Name: r.Name, Devices: devs, CtxBytes: r.ContextBytes, Priority: prio})
+	if err := checkLabels(r.Labels); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	info, created, err := a.held.create(tenant.Spec{Name: r.Name, Devices: devs, CtxBytes: r.ContextBytes, Priority: prio}, r.Labels)
 	if err != nil {
 		return nil, err
 	}
@@ -85,6 +91,23 @@ func (a *api) CreateTenant(_ context.Context, r *flexgvv1.CreateTenantRequest) (
 		a.log.Printf("created tenant %s (--mem %q --compute %q --compute-max %q --priority %q)", r.Name, r.Memory, r.Compute, r.ComputeMax, r.Priority)
 	}
 	return &flexgvv1.CreateTenantResponse{Tenant: a.toProto(info, true), Created: created}, nil
+}
+
+// LabelKeys are the labels a tenant may carry (CreateTenantRequest.labels).
+var LabelKeys = []string{"namespace", "pod", "container"}
+
+// checkLabels refuses labels other than LabelKeys, and values that are
+// empty, over 253 bytes (a Kubernetes name's limit) or not printable.
+func checkLabels(l map[string]string) error {
+	for k, v := range l {
+		if !slices.Contains(LabelKeys, k) {
+			return fmt.Errorf("label %q: want one of %s", k, strings.Join(LabelKeys, ", "))
+		}
+		if v == "" || len(v) > 253 || strings.IndexFunc(v, func(r rune) bool { return !unicode.IsPrint(r) || r == ' ' }) >= 0 {
+			return fmt.Errorf("label %s=%q: want 1 to 253 printable characters without spaces", k, v)
+		}
+	}
+	return nil
 }
 
 func (a *api) GetTenant(_ context.Context, r *flexgvv1.GetTenantRequest) (*flexgvv1.Tenant, error) {
@@ -150,6 +173,9 @@ func (a *api) toProto(info tenant.Info, held bool) *flexgvv1.Tenant {
 	t := &flexgvv1.Tenant{
 		Name: info.Name, Path: tenant.Path(a.dir, info.Name), OwnerUid: info.OwnerUID,
 		CreatedUnixNano: info.Created.UnixNano(), Held: held, Priority: info.Priority,
+	}
+	if held {
+		t.Labels = a.held.labelsOf(info)
 	}
 	for _, d := range info.Devices {
 		t.Devices = append(t.Devices, &flexgvv1.TenantDevice{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -263,4 +264,48 @@ func TestDeleteOfATenantNotHeld(t *testing.T) {
 	if _, err := os.Stat(run.Path); err != nil {
 		t.Fatalf("the run left and the group held by the daemon went: %v", err)
 	}
+}
+
+// A tenant's labels (whom it is for) are shown with it, replaced by a later
+// call that gives some, kept by one that gives none and by the next daemon;
+// unknown keys and unprintable values are refused.
+func TestTenantLabels(t *testing.T) {
+	dir := t.TempDir()
+	h, _, _, err := adopt(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newAPI(dir, h, fakeNVML(twoGPUs, nil), io.Discard)
+	ctx := context.Background()
+	req := func(l map[string]string) *flexgvv1.CreateTenantRequest {
+		return &flexgvv1.CreateTenantRequest{Name: "pod-1", Memory: "1GiB", ContextBytes: 512 << 20, Labels: l}
+	}
+	pod := map[string]string{"namespace": "ml", "pod": "train-0", "container": "main"}
+	if r, err := a.CreateTenant(ctx, req(pod)); err != nil || !maps.Equal(r.Tenant.Labels, pod) {
+		t.Fatalf("created: %v %v", r, err)
+	}
+	again := map[string]string{"namespace": "ml", "pod": "train-0", "container": "side"}
+	if r, err := a.CreateTenant(ctx, req(again)); err != nil || r.Created || !maps.Equal(r.Tenant.Labels, again) {
+		t.Fatalf("again with other labels: %v %v", r, err)
+	}
+	if r, err := a.CreateTenant(ctx, req(nil)); err != nil || !maps.Equal(r.Tenant.Labels, again) {
+		t.Fatalf("again without labels: %v %v", r, err)
+	}
+	h.releaseAll()
+	h2, _, _, err := adopt(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h2.releaseAll)
+	a2 := newAPI(dir, h2, fakeNVML(twoGPUs, nil), io.Discard)
+	if got, err := a2.GetTenant(ctx, &flexgvv1.GetTenantRequest{Name: "pod-1"}); err != nil || !maps.Equal(got.Labels, again) {
+		t.Fatalf("after a restart: %v %v", got, err)
+	}
+	if l := h2.allLabels(); !maps.Equal(l["pod-1"], again) || len(l) != 1 {
+		t.Fatalf("allLabels: %v", l)
+	}
+	_, err = a2.CreateTenant(ctx, &flexgvv1.CreateTenantRequest{Name: "pod-2", Memory: "1GiB", ContextBytes: 512 << 20, Labels: map[string]string{"team": "x"}})
+	wantCode(t, err, codes.InvalidArgument, `label "team": want one of namespace, pod, container`)
+	_, err = a2.CreateTenant(ctx, &flexgvv1.CreateTenantRequest{Name: "pod-2", Memory: "1GiB", ContextBytes: 512 << 20, Labels: map[string]string{"pod": "a\nb"}})
+	wantCode(t, err, codes.InvalidArgument, "want 1 to 253 printable characters")
 }

@@ -68,6 +68,7 @@ func Info(t *flexgvv1.Tenant) tenant.Info {
 	info := tenant.Info{
 		Name: t.Name, OwnerUID: t.OwnerUid, Created: time.Unix(0, t.CreatedUnixNano), Priority: t.Priority,
 		Devices: make([]tenant.DeviceUse, len(t.Devices)), Procs: make([]tenant.Proc, len(t.Processes)),
+		Labels: t.Labels,
 	}
 	for i, d := range t.Devices {
 		info.Devices[i] = tenant.DeviceUse{Index: int(d.Index), UUID: d.Uuid, Quota: d.QuotaBytes, Used: d.UsedBytes,

@@ -149,6 +149,7 @@ func metricsHandler(dir string, h *held, n *nvml, logger *log.Logger) http.Handl
 			Tenants: func() ([]tenant.Info, []error, error) { return tenant.List(dir) },
 			Devices: n.Devices,
 			Held:    h.count,
+			Labels:  h.allLabels,
 			Sched: func() ([]*sched.GPU, error) {
 				gpus, bad, err := sched.List(dir)
 				for _, b := range bad {

@@ -52,6 +52,7 @@ type heldTenant struct {
 	created time.Time // which file of that name: names are reused
 	spec    tenant.Spec
 	sched   map[string]*sched.Member // by GPU UUID, where its policy is active
+	labels  map[string]string        // whom it is for (CreateTenantRequest.labels)
 }
 
 // record is one registry entry.
@@ -61,6 +62,7 @@ type record struct {
 	Devices  []tenant.DeviceQuota `json:"devices"`
 	CtxBytes uint64               `json:"context_bytes"`
 	Priority *uint32              `json:"priority,omitempty"` // absent in registries of older daemons: normal
+	Labels   map[string]string    `json:"labels,omitempty"`
 }
 
 // lockState takes the state folder's daemon lock, which the kernel drops
@@ -127,7 +129,7 @@ func adopt(dir string) (*held, []string, []error, error) {
 		// The file is what the shims enforce: an update the daemon died
 		// before recording is in it.
 		spec.Devices, spec.Priority = t.Devices, t.Priority
-		ht := heldTenant{t, info.Created, spec, map[string]*sched.Member{}}
+		ht := heldTenant{t, info.Created, spec, map[string]*sched.Member{}, r.Labels}
 		if err := h.joinScheds(ht); err != nil {
 			problems = append(problems, err)
 		}
@@ -214,7 +216,7 @@ func (h *held) save() error {
 	for _, n := range h.names() {
 		t := h.tenants[n]
 		prio := t.spec.Priority
-		recs = append(recs, record{n, t.created.UnixNano(), t.spec.Devices, t.spec.CtxBytes, &prio})
+		recs = append(recs, record{n, t.created.UnixNano(), t.spec.Devices, t.spec.CtxBytes, &prio, t.labels})
 	}
 	data, _ := json.Marshal(recs)
 	f, err := os.CreateTemp(h.dir, registryTmp+"*")
@@ -238,8 +240,8 @@ func (h *held) save() error {
 func (h *held) names() []string { return slices.Sorted(maps.Keys(h.tenants)) }
 
 // create creates the tenant spec.Name, or joins one with the same quotas,
-// and holds it.
-func (h *held) create(spec tenant.Spec) (tenant.Info, bool, error) {
+// and holds it, for whom labels say (nil: as before).
+func (h *held) create(spec tenant.Spec, labels map[string]string) (tenant.Info, bool, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	t, err := tenant.Acquire(h.dir, spec)
@@ -254,10 +256,22 @@ func (h *held) create(spec tenant.Spec) (tenant.Info, bool, error) {
 	old, had := h.tenants[spec.Name]
 	if had && old.created.Equal(info.Created) {
 		t.Release() // a member already
+		if labels != nil && !maps.Equal(labels, old.labels) {
+			ht := old
+			ht.labels = labels
+			h.tenants[spec.Name] = ht
+			if err := h.save(); err != nil {
+				h.tenants[spec.Name] = old
+				return tenant.Info{}, false, status.Error(codes.Internal, err.Error())
+			}
+		}
 		return info, false, nil
 	}
+	if labels == nil && had {
+		labels = old.labels
+	}
 	spec.Devices, spec.Priority = t.Devices, t.Priority
-	ht := heldTenant{t, info.Created, spec, map[string]*sched.Member{}}
+	ht := heldTenant{t, info.Created, spec, map[string]*sched.Member{}, labels}
 	if err := h.joinScheds(ht); err != nil {
 		leaveScheds(ht)
 		t.Release()
@@ -323,6 +337,30 @@ func (h *held) holds(info tenant.Info) bool {
 	defer h.mu.Unlock()
 	t, ok := h.tenants[info.Name]
 	return ok && t.created.Equal(info.Created)
+}
+
+// labelsOf is what the held tenant info was created for; nil if the daemon
+// does not hold that file.
+func (h *held) labelsOf(info tenant.Info) map[string]string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if t, ok := h.tenants[info.Name]; ok && t.created.Equal(info.Created) {
+		return t.labels
+	}
+	return nil
+}
+
+// allLabels is the labels of every held tenant that has some, by name.
+func (h *held) allLabels() map[string]map[string]string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[string]map[string]string{}
+	for n, t := range h.tenants {
+		if len(t.labels) > 0 {
+			out[n] = t.labels
+		}
+	}
+	return out
 }
 
 func (h *held) count() int {

@@ -24,7 +24,7 @@ func TestReadoptAfterADaemonDies(t *testing.T) {
 	}
 	var runs []*tenant.Tenant
 	for _, name := range []string{"kept", "gone", "replaced"} {
-		if _, _, err := first.create(tenant.Spec{Name: name, Devices: oneGiB}); err != nil {
+		if _, _, err := first.create(tenant.Spec{Name: name, Devices: oneGiB}, nil); err != nil {
 			t.Fatal(err)
 		}
 		run, err := tenant.Acquire(dir, tenant.Spec{Name: name})

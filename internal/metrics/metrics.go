@@ -19,6 +19,9 @@ type Source struct {
 	Devices func() ([]gpuinfo.Device, error)       // NVML; an error leaves the GPU metrics out
 	Held    func() int                             // tenants the daemon holds
 	Sched   func() ([]*sched.GPU, error)           // sched.List of the state folder
+	// Labels of the tenants the daemon holds, by name: namespace, pod and
+	// container (daemon LabelKeys). Nil: none.
+	Labels func() map[string]map[string]string
 }
 
 var (
@@ -55,6 +58,9 @@ var (
 		"Live processes of a tenant that take turns on a GPU.", tenantLabels, nil)
 	switchesDesc = prometheus.NewDesc("flexgv_gpu_scheduler_switches_total",
 		"Hand-overs of a GPU from one tenant to another by its scheduler.", gpuLabels, nil)
+	infoDesc = prometheus.NewDesc("flexgv_tenant_info",
+		"Whom a tenant the daemon holds is for (a Kubernetes pod's container): 1, labelled; join on tenant.",
+		[]string{"tenant", "namespace", "pod", "container"}, nil)
 	heldDesc = prometheus.NewDesc("flexgv_daemon_tenants",
 		"Tenants the daemon holds (created through it).", nil, nil)
 )
@@ -67,7 +73,7 @@ func New(src Source) *Collector { return &Collector{src} }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{quotaDesc, usedDesc, procsDesc, ctxDesc, gpuTotalDesc, gpuUsedDesc, gpuUtilDesc, heldDesc,
+	for _, d := range []*prometheus.Desc{quotaDesc, usedDesc, procsDesc, ctxDesc, gpuTotalDesc, gpuUsedDesc, gpuUtilDesc, heldDesc, infoDesc,
 		shareDesc, capDesc, prioDesc, gpuTimeDesc, throttledDesc, preemptDesc, schedProcsDesc, switchesDesc} {
 		ch <- d
 	}
@@ -88,6 +94,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(gpuUtilDesc, float64(d.Util)/100, d.UUID, i)
 	}
 	gauge(heldDesc, float64(c.src.Held()))
+	if c.src.Labels != nil {
+		for name, l := range c.src.Labels() {
+			gauge(infoDesc, 1, name, l["namespace"], l["pod"], l["container"])
+		}
+	}
 	c.collectSched(ch, index)
 	infos, _, err := c.src.Tenants()
 	if err != nil {

@@ -62,6 +62,9 @@ func source(devErr, tenErr error) Source {
 		},
 		Held:  func() int { return 1 },
 		Sched: func() ([]*sched.GPU, error) { return schedGPUs, nil },
+		Labels: func() map[string]map[string]string {
+			return map[string]map[string]string{"a": {"namespace": "ml", "pod": "train-0", "container": "main"}}
+		},
 	}
 }
 
@@ -86,6 +89,9 @@ flexgv_tenant_context_bytes{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="a"} 6
 # HELP flexgv_daemon_tenants Tenants the daemon holds (created through it).
 # TYPE flexgv_daemon_tenants gauge
 flexgv_daemon_tenants 1
+# HELP flexgv_tenant_info Whom a tenant the daemon holds is for (a Kubernetes pod's container): 1, labelled; join on tenant.
+# TYPE flexgv_tenant_info gauge
+flexgv_tenant_info{container="main",namespace="ml",pod="train-0",tenant="a"} 1
 `
 
 const schedText = `

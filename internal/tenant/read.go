@@ -31,6 +31,9 @@ type Info struct {
 	Priority uint32      `json:"priority"` // as flexgv run --priority takes it, a number
 	Devices  []DeviceUse `json:"devices"`
 	Procs    []Proc      `json:"processes"`
+	// Whom it is for (namespace, pod, container), as the daemon holding it
+	// was told; not in the tenant's file.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // DeviceUse is one device entry of a tenant and what its live processes

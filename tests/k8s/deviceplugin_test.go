@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -455,6 +456,18 @@ func (n *gpuNode) heldTenant(name string) (held bool, quotas []uint64) {
 	return tn.Held, quotas
 }
 
+// ps is what flexgv ps prints on the node.
+func (n *gpuNode) ps() string {
+	n.t.Helper()
+	cmd := exec.Command(filepath.Join(build, "bin", "flexgv"), "ps")
+	cmd.Env = append(os.Environ(), "FLEXGV_STATE_DIR="+filepath.Join(n.dir, "tenants"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		n.t.Fatalf("flexgv ps: %v\n%s", err, out)
+	}
+	return string(out)
+}
+
 func TestDaemonAndKubeletRestartsLoseNoTenant(t *testing.T) {
 	n := startGPUNode(t, "gpu-b")
 	ns := namespace(t, "dp-restart")
@@ -468,6 +481,11 @@ func TestDaemonAndKubeletRestartsLoseNoTenant(t *testing.T) {
 	if !held || len(before) == 0 {
 		t.Fatalf("tenant %s: held %v, quotas %v", tenant, held, before)
 	}
+	// flexgv ps on the node says which pod's container a tenant is for.
+	podRow := regexp.MustCompile(`(?m)^` + tenant + ` .* ` + ns + `/holder/app$`)
+	if out := n.ps(); !podRow.MatchString(out) {
+		t.Errorf("flexgv ps does not show tenant %s for %s/holder/app:\n%s", tenant, ns, out)
+	}
 
 	// The daemon dies mid-way and comes back: it holds the tenant again
 	// with the same quotas, and the plugin goes on through it.
@@ -476,6 +494,9 @@ func TestDaemonAndKubeletRestartsLoseNoTenant(t *testing.T) {
 	held, after := n.heldTenant(tenant)
 	if !held || !slices.Equal(before, after) {
 		t.Errorf("after the daemon's restart, tenant %s: held %v, quotas %v, were %v", tenant, held, after, before)
+	}
+	if out := n.ps(); !podRow.MatchString(out) {
+		t.Errorf("after the daemon's restart, flexgv ps does not show tenant %s for %s/holder/app:\n%s", tenant, ns, out)
 	}
 	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, clientPod(ns, "after-daemon", n.name, 1024, 0, "memclient", "info"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -46,6 +46,8 @@ type Tenant struct {
 	// ContextBytes is charged per CUDA context where the shim cannot
 	// measure one.
 	ContextBytes uint64
+	// Pod and Container it is for, in metrics and flexgv ps.
+	Namespace, Pod, Container string
 }
 
 // TenantDevice is a tenant's limits on one GPU.
@@ -85,9 +87,16 @@ func (d DaemonAPI) CreateTenant(ctx context.Context, t Tenant) (string, error) {
 			compute = append(compute, fmt.Sprintf("%s=%d%%", dev.UUID, dev.ComputePct))
 		}
 	}
+	labels := map[string]string{}
+	for k, v := range map[string]string{"namespace": t.Namespace, "pod": t.Pod, "container": t.Container} {
+		if v != "" {
+			labels[k] = v
+		}
+	}
 	resp, err := d.API.CreateTenant(ctx, &flexgvv1.CreateTenantRequest{
 		Name: t.Name, Memory: strings.Join(mem, ","), Compute: strings.Join(compute, ","),
 		Priority: string(t.Priority), ContextBytes: t.ContextBytes,
+		Labels: labels,
 	})
 	if err != nil {
 		return "", fmt.Errorf("tenant %s: %s", t.Name, status.Convert(err).Message())

@@ -517,7 +517,8 @@ func (p *Plugin) allocate(ctx context.Context, pod *corev1.Pod, r vgpu.Request) 
 	p.mu.Lock()
 	gpus := p.gpus
 	p.mu.Unlock()
-	t := Tenant{Name: TenantPrefix + string(pod.UID), Priority: r.Priority, ContextBytes: uint64(p.cfg.ContextMiB) << 20}
+	t := Tenant{Name: TenantPrefix + string(pod.UID), Priority: r.Priority, ContextBytes: uint64(p.cfg.ContextMiB) << 20,
+		Namespace: pod.Namespace, Pod: pod.Name, Container: r.Container}
 	resp := &pluginapi.ContainerAllocateResponse{}
 	for _, u := range uuids {
 		i := slices.IndexFunc(gpus, func(g vgpu.GPU) bool { return g.UUID == u })

@@ -144,6 +144,9 @@ func TestAllocateTakesThePodTheKubeletAdmits(t *testing.T) {
 	if got := d.tenants["pod-uid-a"].Devices; len(got) != 1 || got[0].QuotaBytes != (1000+512)<<20 {
 		t.Errorf("tenant of a: %+v (tenants %v)", got, d.tenants)
 	}
+	if got := d.tenants["pod-uid-a"]; got.Namespace != "ns" || got.Pod != "a" || got.Container != "app" {
+		t.Errorf("tenant of a is for %s/%s container %s", got.Namespace, got.Pod, got.Container)
+	}
 	if env := resp.ContainerResponses[0].Envs; env["CUDA_VISIBLE_DEVICES"] != "GPU-0" || env["FLEXGV_TENANT"] != ContainerTenant {
 		t.Errorf("env %v", env)
 	}

@@ -41,7 +41,12 @@ type CreateTenantRequest struct {
 	Compute string `protobuf:"bytes,5,opt,name=compute,proto3" json:"compute,omitempty"`
 	// As flexgv run --priority takes it: low, normal, high or 0 to 9. Empty:
 	// normal.
-	Priority      string `protobuf:"bytes,6,opt,name=priority,proto3" json:"priority,omitempty"`
+	Priority string `protobuf:"bytes,6,opt,name=priority,proto3" json:"priority,omitempty"`
+	// Whom the tenant is for, shown by flexgv ps and in the metric
+	// flexgv_tenant_info: the keys namespace, pod and container (as the
+	// Kubernetes device plugin gives them). Kept across daemon restarts; a
+	// call for an existing tenant replaces them when it gives any.
+	Labels        map[string]string `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -116,6 +121,13 @@ func (x *CreateTenantRequest) GetPriority() string {
 		return x.Priority
 	}
 	return ""
+}
+
+func (x *CreateTenantRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
 }
 
 type CreateTenantResponse struct {
@@ -535,7 +547,10 @@ type Tenant struct {
 	Devices   []*TenantDevice  `protobuf:"bytes,6,rep,name=devices,proto3" json:"devices,omitempty"`
 	Processes []*TenantProcess `protobuf:"bytes,7,rep,name=processes,proto3" json:"processes,omitempty"`
 	// 0 to 9, higher first (low 1, normal 4, high 7).
-	Priority      uint32 `protobuf:"varint,8,opt,name=priority,proto3" json:"priority,omitempty"`
+	Priority uint32 `protobuf:"varint,8,opt,name=priority,proto3" json:"priority,omitempty"`
+	// What it was created with (CreateTenantRequest.labels), if the daemon
+	// holds it.
+	Labels        map[string]string `protobuf:"bytes,9,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -624,6 +639,13 @@ func (x *Tenant) GetPriority() uint32 {
 		return x.Priority
 	}
 	return 0
+}
+
+func (x *Tenant) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
 }
 
 // TenantDevice is one device entry of a tenant.
@@ -974,7 +996,7 @@ var File_flexgv_v1_daemon_proto protoreflect.FileDescriptor
 
 const file_flexgv_v1_daemon_proto_rawDesc = "" +
 	"\n" +
-	"\x16flexgv/v1/daemon.proto\x12\tflexgv.v1\"\xbd\x01\n" +
+	"\x16flexgv/v1/daemon.proto\x12\tflexgv.v1\"\xbc\x02\n" +
 	"\x13CreateTenantRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06memory\x18\x02 \x01(\tR\x06memory\x12#\n" +
@@ -982,7 +1004,11 @@ const file_flexgv_v1_daemon_proto_rawDesc = "" +
 	"\vcompute_max\x18\x04 \x01(\tR\n" +
 	"computeMax\x12\x18\n" +
 	"\acompute\x18\x05 \x01(\tR\acompute\x12\x1a\n" +
-	"\bpriority\x18\x06 \x01(\tR\bpriority\"[\n" +
+	"\bpriority\x18\x06 \x01(\tR\bpriority\x12B\n" +
+	"\x06labels\x18\a \x03(\v2*.flexgv.v1.CreateTenantRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"[\n" +
 	"\x14CreateTenantResponse\x12)\n" +
 	"\x06tenant\x18\x01 \x01(\v2\x11.flexgv.v1.TenantR\x06tenant\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\bR\acreated\"\x80\x01\n" +
@@ -1004,7 +1030,7 @@ const file_flexgv_v1_daemon_proto_rawDesc = "" +
 	"\x13DeleteTenantRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"0\n" +
 	"\x14DeleteTenantResponse\x12\x18\n" +
-	"\aremoved\x18\x01 \x01(\bR\aremoved\"\x94\x02\n" +
+	"\aremoved\x18\x01 \x01(\bR\aremoved\"\x86\x03\n" +
 	"\x06Tenant\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1b\n" +
@@ -1013,7 +1039,11 @@ const file_flexgv_v1_daemon_proto_rawDesc = "" +
 	"\x04held\x18\x05 \x01(\bR\x04held\x121\n" +
 	"\adevices\x18\x06 \x03(\v2\x17.flexgv.v1.TenantDeviceR\adevices\x126\n" +
 	"\tprocesses\x18\a \x03(\v2\x18.flexgv.v1.TenantProcessR\tprocesses\x12\x1a\n" +
-	"\bpriority\x18\b \x01(\rR\bpriority\"\xe3\x01\n" +
+	"\bpriority\x18\b \x01(\rR\bpriority\x125\n" +
+	"\x06labels\x18\t \x03(\v2\x1d.flexgv.v1.Tenant.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe3\x01\n" +
 	"\fTenantDevice\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x1f\n" +
@@ -1063,7 +1093,7 @@ func file_flexgv_v1_daemon_proto_rawDescGZIP() []byte {
 	return file_flexgv_v1_daemon_proto_rawDescData
 }
 
-var file_flexgv_v1_daemon_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_flexgv_v1_daemon_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_flexgv_v1_daemon_proto_goTypes = []any{
 	(*CreateTenantRequest)(nil),  // 0: flexgv.v1.CreateTenantRequest
 	(*CreateTenantResponse)(nil), // 1: flexgv.v1.CreateTenantResponse
@@ -1080,31 +1110,35 @@ var file_flexgv_v1_daemon_proto_goTypes = []any{
 	(*ListDevicesRequest)(nil),   // 12: flexgv.v1.ListDevicesRequest
 	(*ListDevicesResponse)(nil),  // 13: flexgv.v1.ListDevicesResponse
 	(*Device)(nil),               // 14: flexgv.v1.Device
+	nil,                          // 15: flexgv.v1.CreateTenantRequest.LabelsEntry
+	nil,                          // 16: flexgv.v1.Tenant.LabelsEntry
 }
 var file_flexgv_v1_daemon_proto_depIdxs = []int32{
-	9,  // 0: flexgv.v1.CreateTenantResponse.tenant:type_name -> flexgv.v1.Tenant
-	9,  // 1: flexgv.v1.UpdateTenantResponse.tenant:type_name -> flexgv.v1.Tenant
-	9,  // 2: flexgv.v1.ListTenantsResponse.tenants:type_name -> flexgv.v1.Tenant
-	10, // 3: flexgv.v1.Tenant.devices:type_name -> flexgv.v1.TenantDevice
-	11, // 4: flexgv.v1.Tenant.processes:type_name -> flexgv.v1.TenantProcess
-	14, // 5: flexgv.v1.ListDevicesResponse.devices:type_name -> flexgv.v1.Device
-	0,  // 6: flexgv.v1.Daemon.CreateTenant:input_type -> flexgv.v1.CreateTenantRequest
-	4,  // 7: flexgv.v1.Daemon.GetTenant:input_type -> flexgv.v1.GetTenantRequest
-	5,  // 8: flexgv.v1.Daemon.ListTenants:input_type -> flexgv.v1.ListTenantsRequest
-	2,  // 9: flexgv.v1.Daemon.UpdateTenant:input_type -> flexgv.v1.UpdateTenantRequest
-	7,  // 10: flexgv.v1.Daemon.DeleteTenant:input_type -> flexgv.v1.DeleteTenantRequest
-	12, // 11: flexgv.v1.Daemon.ListDevices:input_type -> flexgv.v1.ListDevicesRequest
-	1,  // 12: flexgv.v1.Daemon.CreateTenant:output_type -> flexgv.v1.CreateTenantResponse
-	9,  // 13: flexgv.v1.Daemon.GetTenant:output_type -> flexgv.v1.Tenant
-	6,  // 14: flexgv.v1.Daemon.ListTenants:output_type -> flexgv.v1.ListTenantsResponse
-	3,  // 15: flexgv.v1.Daemon.UpdateTenant:output_type -> flexgv.v1.UpdateTenantResponse
-	8,  // 16: flexgv.v1.Daemon.DeleteTenant:output_type -> flexgv.v1.DeleteTenantResponse
-	13, // 17: flexgv.v1.Daemon.ListDevices:output_type -> flexgv.v1.ListDevicesResponse
-	12, // [12:18] is the sub-list for method output_type
-	6,  // [6:12] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	15, // 0: flexgv.v1.CreateTenantRequest.labels:type_name -> flexgv.v1.CreateTenantRequest.LabelsEntry
+	9,  // 1: flexgv.v1.CreateTenantResponse.tenant:type_name -> flexgv.v1.Tenant
+	9,  // 2: flexgv.v1.UpdateTenantResponse.tenant:type_name -> flexgv.v1.Tenant
+	9,  // 3: flexgv.v1.ListTenantsResponse.tenants:type_name -> flexgv.v1.Tenant
+	10, // 4: flexgv.v1.Tenant.devices:type_name -> flexgv.v1.TenantDevice
+	11, // 5: flexgv.v1.Tenant.processes:type_name -> flexgv.v1.TenantProcess
+	16, // 6: flexgv.v1.Tenant.labels:type_name -> flexgv.v1.Tenant.LabelsEntry
+	14, // 7: flexgv.v1.ListDevicesResponse.devices:type_name -> flexgv.v1.Device
+	0,  // 8: flexgv.v1.Daemon.CreateTenant:input_type -> flexgv.v1.CreateTenantRequest
+	4,  // 9: flexgv.v1.Daemon.GetTenant:input_type -> flexgv.v1.GetTenantRequest
+	5,  // 10: flexgv.v1.Daemon.ListTenants:input_type -> flexgv.v1.ListTenantsRequest
+	2,  // 11: flexgv.v1.Daemon.UpdateTenant:input_type -> flexgv.v1.UpdateTenantRequest
+	7,  // 12: flexgv.v1.Daemon.DeleteTenant:input_type -> flexgv.v1.DeleteTenantRequest
+	12, // 13: flexgv.v1.Daemon.ListDevices:input_type -> flexgv.v1.ListDevicesRequest
+	1,  // 14: flexgv.v1.Daemon.CreateTenant:output_type -> flexgv.v1.CreateTenantResponse
+	9,  // 15: flexgv.v1.Daemon.GetTenant:output_type -> flexgv.v1.Tenant
+	6,  // 16: flexgv.v1.Daemon.ListTenants:output_type -> flexgv.v1.ListTenantsResponse
+	3,  // 17: flexgv.v1.Daemon.UpdateTenant:output_type -> flexgv.v1.UpdateTenantResponse
+	8,  // 18: flexgv.v1.Daemon.DeleteTenant:output_type -> flexgv.v1.DeleteTenantResponse
+	13, // 19: flexgv.v1.Daemon.ListDevices:output_type -> flexgv.v1.ListDevicesResponse
+	14, // [14:20] is the sub-list for method output_type
+	8,  // [8:14] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_flexgv_v1_daemon_proto_init() }
@@ -1118,7 +1152,7 @@ func file_flexgv_v1_daemon_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flexgv_v1_daemon_proto_rawDesc), len(file_flexgv_v1_daemon_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
