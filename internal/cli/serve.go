@@ -20,11 +20,11 @@ import (
 )
 
 func newServe(g *globals, stderr io.Writer) *cobra.Command {
-	var listen, gpus, tlsCert, tlsKey string
+	var listen, gpus, tlsCert, tlsKey, tenantDir string
 	var open bool
 	var tenants serveTenants
 	c := &cobra.Command{
-		Use:   "serve --listen ADDR [--gpus LIST] [--tls-cert FILE --tls-key FILE] [--tenant NAME:TOKEN_FILE [LIMITS]]...",
+		Use:   "serve --listen ADDR [--gpus LIST] [--tls-cert FILE --tls-key FILE] [--tenant NAME:TOKEN_FILE [LIMITS]]... [--tenant-dir DIR]",
 		Short: "Serve this machine's GPUs to programs run with flexgv run --remote",
 		Long: "Listens on ADDR (unix:///PATH, tcp://HOST:PORT, or tls://HOST:PORT: TCP with TLS 1.3 and the\n" +
 			"certificate of --tls-cert and --tls-key) and gives every connection an executor process of its own\n" +
@@ -34,7 +34,10 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 			"and its executor runs in that tenant, under the shim: the limits given after the --tenant (--mem,\n" +
 			"--compute, --compute-max, --priority, --ctx-mem, as for flexgv run) are enforced on the server, where\n" +
 			"the client cannot reach them, and flexgv ps here lists the tenant and its executors. A --tenant without\n" +
-			"limits joins the existing group of that name (flexgv run --group, the node daemon). Without --tenant,\n" +
+			"limits joins the existing group of that name (flexgv run --group, the node daemon). --tenant-dir DIR\n" +
+			"admits the tenants whose token files NAME.token are in DIR when a client connects (files of the\n" +
+			"server's user, mode 0600): a tenant is added or revoked by writing or removing its file, without a\n" +
+			"restart; tenant NAME must exist with its limits (the node daemon holds it). Without either,\n" +
 			"anyone who can connect is served without limits: a unix socket is then left to its owner (umask),\n" +
 			"and TCP needs --open. tcp:// is not encrypted: use it inside a trusted network, else tls://.",
 		Example: "  flexgv serve --listen unix:///run/flexgv.sock\n" +
@@ -50,11 +53,14 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return usageError{fmt.Errorf("flexgv serve: --listen %w", err)}
 			}
+			authed := len(tenants) > 0 || tenantDir != ""
 			switch {
 			case open && len(tenants) > 0:
 				return usageError{fmt.Errorf("flexgv serve: --open and --tenant: give one (--open serves anyone, --tenant only token holders)")}
-			case addr.Network != "unix" && !open && len(tenants) == 0:
-				return usageError{fmt.Errorf("flexgv serve: --listen %s: give --tenant NAME:TOKEN_FILE (clients authenticate), "+
+			case open && tenantDir != "":
+				return usageError{fmt.Errorf("flexgv serve: --open and --tenant-dir: give one (--open serves anyone, --tenant-dir only token holders)")}
+			case addr.Network != "unix" && !open && !authed:
+				return usageError{fmt.Errorf("flexgv serve: --listen %s: give --tenant NAME:TOKEN_FILE or --tenant-dir DIR (clients authenticate), "+
 					"or --open to serve anyone who can reach the port, without limits", addr)}
 			case addr.Network == "tls" && (tlsCert == "" || tlsKey == ""):
 				return usageError{fmt.Errorf("flexgv serve: --listen %s needs --tls-cert and --tls-key", addr)}
@@ -94,13 +100,29 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 				}
 				defer release()
 			}
+			if tenantDir != "" {
+				if err := remote.CheckTenantDir(tenantDir); err != nil {
+					return usageError{fmt.Errorf("flexgv serve: --tenant-dir: %w", err)}
+				}
+				shim, err := launch.FindShim(g.shim)
+				if err != nil {
+					return exitError{1, "flexgv serve: " + err.Error()}
+				}
+				s.Lookup = remote.TenantDir{Dir: tenantDir, StateDir: tenant.Dir(), Env: func(path string, compute bool) []string {
+					env := []string{"FLEXGV_TENANT=" + path}
+					if compute {
+						env = append(env, "FLEXGV_COMPUTE=1")
+					}
+					return launch.Environ(nil, shim, launch.Options{Driver: driver, Env: env})
+				}}.Lookup
+			}
 			l, err := remote.Listen(addr)
 			if err != nil {
 				return exitError{1, "flexgv serve: " + err.Error()}
 			}
 			// With tenants, the tokens decide who is served: any local user
 			// may connect to the socket.
-			if addr.Network == "unix" && len(tenants) > 0 {
+			if addr.Network == "unix" && authed {
 				if err := os.Chmod(addr.Address, 0o666); err != nil {
 					l.Close()
 					return exitError{1, "flexgv serve: " + err.Error()}
@@ -111,6 +133,9 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 			names := make([]string, len(s.Tenants))
 			for i, t := range s.Tenants {
 				names[i] = t.Name
+			}
+			if tenantDir != "" {
+				names = append(names, "those of "+tenantDir)
 			}
 			if len(names) > 0 {
 				fmt.Fprintf(stderr, "flexgv serve: listening on %s for tenants %s\n", addr, strings.Join(names, ", "))
@@ -127,6 +152,7 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 	c.Flags().StringVar(&gpus, "gpus", "", "the GPUs to serve, as indexes or UUIDs (default: all)")
 	c.Flags().StringVar(&tlsCert, "tls-cert", "", "with --listen tls://: the server's certificate chain (PEM)")
 	c.Flags().StringVar(&tlsKey, "tls-key", "", "with --listen tls://: the certificate's private key (PEM)")
+	c.Flags().StringVar(&tenantDir, "tenant-dir", "", "admit the tenants whose token files NAME.token are in this folder when a client connects (tenant NAME must exist)")
 	c.Flags().BoolVar(&open, "open", false, "serve anyone who can connect, without tenants or limits (needed for TCP without --tenant)")
 	tenants.register(c)
 	return c

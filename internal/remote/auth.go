@@ -129,7 +129,7 @@ func (s *Server) match(c net.Conn) (*Tenant, error) {
 	if !ok {
 		return nil, &refusal{cudaNotSupported, "a malformed authentication frame"}
 	}
-	if len(s.Tenants) == 0 {
+	if len(s.Tenants) == 0 && s.Lookup == nil {
 		return nil, nil
 	}
 	if token == nil {
@@ -144,6 +144,13 @@ func (s *Server) match(c net.Conn) (*Tenant, error) {
 		if subtle.ConstantTimeCompare(h[:], t.hash[:]) == 1 {
 			found = t
 		}
+	}
+	if found == nil && s.Lookup != nil {
+		t, err := s.Lookup(h)
+		if err != nil {
+			return nil, &refusal{cudaNotPermitted, err.Error()}
+		}
+		found = t
 	}
 	if found == nil {
 		return nil, &refusal{cudaNotPermitted, "wrong token: no tenant of this server has it"}

@@ -158,7 +158,10 @@ type Server struct {
 	Driver   string    // CUDA driver the executors load ("" for libcuda.so.1)
 	GPUs     string    // CUDA_VISIBLE_DEVICES for the executors ("" for all)
 	Env      []string  // the executors' environment
-	Tenants  []*Tenant // who may connect; none: anyone who can reach the socket
+	Tenants  []*Tenant // who may connect; none (and no Lookup): anyone who can reach the socket
+	// Lookup, when set, finds the tenant of a token hash none of Tenants
+	// has (TenantDir.Lookup): nil if none; an error refuses the client.
+	Lookup func(h [32]byte) (*Tenant, error)
 	// TLS, when set, is spoken on every connection: the server ends it and
 	// relays the calls to the executor over a socket pair.
 	TLS *tls.Config

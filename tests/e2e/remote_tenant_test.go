@@ -490,3 +490,52 @@ func TestRemoteTenantFailsClosed(t *testing.T) {
 	}
 	s.waitLog(`cannot open tenant .*CUDA is refused`, 10*time.Second)
 }
+
+// --tenant-dir admits a tenant while its token file is in the folder (the
+// server's own, mode 0600), into the tenant that exists with its limits;
+// files added or removed count from the next connection; a token without
+// its tenant, and a folder others could write to, are refused.
+func TestRemoteTenantDir(t *testing.T) {
+	e := quotaEnv(t)
+	stop := e.start(t, "flexgv", "run", "--group", "g", "--mem", "1GiB", "--ctx-mem", "64MiB", "--", bin("holder"), "300")
+	defer stop()
+	dir := filepath.Join(e.dir, "tokens")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s := e.serve("unix", "--tenant-dir", dir)
+	tok := e.token("g")
+	refused := func(what, why string) {
+		t.Helper()
+		if r := e.remoteAs(s, tok, "direct"); r.code != 1 || !strings.Contains(r.stderr, why) {
+			t.Errorf("%s: exit %d\n%s", what, r.code, r.stderr)
+		}
+	}
+	refused("no file yet", "refused the connection: wrong token")
+	data, _ := os.ReadFile(tok)
+	mine := filepath.Join(dir, "g.token")
+	if err := os.WriteFile(mine, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("room %d: one byte more -> CUDA_ERROR_OUT_OF_MEMORY, exactly -> CUDA_SUCCESS, then free 0\n", (1024-64-300-64)*mib)
+	if r := e.remoteAs(s, tok, "memclient", "exact"); r.code != 0 || r.stdout != want {
+		t.Errorf("admitted into g beside its holder of 300MiB: exit %d %q, want %q\n%s", r.code, r.stdout, want, r.stderr)
+	}
+	os.Chmod(mine, 0o644)
+	refused("a file others can read", "refused the connection: wrong token")
+	os.Rename(mine, filepath.Join(dir, "nobody.token"))
+	os.Chmod(filepath.Join(dir, "nobody.token"), 0o600)
+	refused("a token without its tenant", "tenant nobody has a token but no tenant on the server")
+	os.Remove(filepath.Join(dir, "nobody.token"))
+	refused("revoked", "refused the connection: wrong token")
+
+	os.Chmod(dir, 0o777)
+	r := e.run("flexgv", "serve", "--listen", "unix://"+filepath.Join(e.dir, "s2.sock"), "--tenant-dir", dir)
+	if r.code != 2 || !strings.Contains(r.stderr, "--tenant-dir: "+dir+" is writable by others") {
+		t.Errorf("a folder others can write to: exit %d %q", r.code, r.stderr)
+	}
+	if r := e.run("flexgv", "serve", "--listen", "tcp://127.0.0.1:1", "--open", "--tenant-dir", dir); r.code != 2 ||
+		!strings.Contains(r.stderr, "--open and --tenant-dir: give one") {
+		t.Errorf("--open with --tenant-dir: exit %d %q", r.code, r.stderr)
+	}
+}
