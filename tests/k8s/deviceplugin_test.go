@@ -627,6 +627,35 @@ func TestDevicePluginTwoGPUsAndPriority(t *testing.T) {
 		!slices.ContainsFunc(alloc.Mounts, func(m kubecontainer.Mount) bool { return m.ContainerPath == "/run/flexgv/gpu-"+vgpu.PodGPUs(pod)[0] }) {
 		t.Errorf("a high priority pod's container: env %v, mounts %v", alloc.Envs, alloc.Mounts)
 	}
+
+	// A cap (an annotation: it reserves nothing) reaches the pod's tenant
+	// on its GPU, its container joins the GPU's scheduler, and a spinner
+	// there gets 30 % of the GPU, alone on it (the band of flexgv run
+	// --compute-max on the simulated GPU).
+	capped := clientPod(ns, "capped", n.name, 256, 0, "spinner", "1000", "2", "16")
+	capped.Spec.Containers[0].Stdin = true
+	capped.Annotations = map[string]string{vgpu.AnnotationComputeMax: "30"}
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, capped, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod = running(t, ns, "capped")
+	tn, err = c.GetTenant(ctx, &flexgvv1.GetTenantRequest{Name: deviceplugin.TenantPrefix + string(pod.UID)})
+	if err != nil || !slices.ContainsFunc(tn.Devices, func(d *flexgvv1.TenantDevice) bool {
+		return d.Uuid == vgpu.PodGPUs(pod)[0] && d.ComputeMax == 3000
+	}) {
+		t.Errorf("tenant of a pod capped at 30%%: %v, %v", tn, err)
+	}
+	alloc = n.kubelet.Allocation("capped")
+	if !slices.ContainsFunc(alloc.Envs, func(e kubecontainer.EnvVar) bool { return e.Name == "FLEXGV_COMPUTE" && e.Value == "1" }) {
+		t.Errorf("a capped pod's container: env %v", alloc.Envs)
+	}
+	n.writeStdin("capped", "go\n")
+	finished(t, ns, "capped")
+	out, _ := n.kubelet.Output("capped")
+	var share float64
+	if _, after, ok := strings.Cut(out, " share "); !ok || func() bool { fmt.Sscanf(after, "%f", &share); return share < 23 || share > 33 }() {
+		t.Errorf("a spinner capped at 30%% got %q", out)
+	}
 	n.kubelet.StopContainers()
 }
 

@@ -125,6 +125,8 @@ func TestWebhookRefusesBadRequests(t *testing.T) {
 	tooMuch := vgpuPod(ns, "too-much", "none", 1024, 150)
 	urgent := vgpuPod(ns, "urgent", "none", 1024, 0)
 	urgent.Annotations = map[string]string{vgpu.AnnotationPriority: "urgent"}
+	capped := vgpuPod(ns, "capped", "none", 1024, 50)
+	capped.Annotations = map[string]string{vgpu.AnnotationComputeMax: "40"}
 	for _, tc := range []struct {
 		pod  *corev1.Pod
 		want string
@@ -132,6 +134,7 @@ func TestWebhookRefusesBadRequests(t *testing.T) {
 		{memOnly, `admission webhook "validate.flexgv.io" denied the request: container app asks for flexgv.io/gpu-memory without flexgv.io/vgpu; add flexgv.io/vgpu: 1`},
 		{tooMuch, `admission webhook "validate.flexgv.io" denied the request: container app: flexgv.io/gpu-compute 150 is not a share of one GPU; give a percentage from 1 to 100 (per vGPU), or none`},
 		{urgent, `admission webhook "validate.flexgv.io" denied the request: flexgv.io/priority "urgent" is not a priority; use low, normal, high or a number from 0 to 9 (higher runs first)`},
+		{capped, `admission webhook "validate.flexgv.io" denied the request: container app: flexgv.io/gpu-compute 50 is above the cap flexgv.io/gpu-compute-max 40`},
 	} {
 		// The API server takes up new webhook configurations within moments.
 		var err error

@@ -55,6 +55,7 @@ type TenantDevice struct {
 	UUID       string
 	QuotaBytes uint64
 	ComputePct int64 // guaranteed share; 0: none
+	ComputeMax int64 // cap, percent; 0: none
 }
 
 // DaemonAPI is a Daemon over the node daemon's API, called in the
@@ -80,11 +81,14 @@ func (d DaemonAPI) Devices(ctx context.Context) ([]Device, error) {
 // CreateTenant implements Daemon: the limits are given per GPU UUID, as
 // flexgv run --mem and --compute take them.
 func (d DaemonAPI) CreateTenant(ctx context.Context, t Tenant) (string, error) {
-	var mem, compute []string
+	var mem, compute, limit []string
 	for _, dev := range t.Devices {
 		mem = append(mem, fmt.Sprintf("%s=%dB", dev.UUID, dev.QuotaBytes))
 		if dev.ComputePct > 0 {
 			compute = append(compute, fmt.Sprintf("%s=%d%%", dev.UUID, dev.ComputePct))
+		}
+		if dev.ComputeMax > 0 {
+			limit = append(limit, fmt.Sprintf("%s=%d%%", dev.UUID, dev.ComputeMax))
 		}
 	}
 	labels := map[string]string{}
@@ -94,7 +98,7 @@ func (d DaemonAPI) CreateTenant(ctx context.Context, t Tenant) (string, error) {
 		}
 	}
 	resp, err := d.API.CreateTenant(ctx, &flexgvv1.CreateTenantRequest{
-		Name: t.Name, Memory: strings.Join(mem, ","), Compute: strings.Join(compute, ","),
+		Name: t.Name, Memory: strings.Join(mem, ","), Compute: strings.Join(compute, ","), ComputeMax: strings.Join(limit, ","),
 		Priority: string(t.Priority), ContextBytes: t.ContextBytes,
 		Labels: labels,
 	})

@@ -528,7 +528,8 @@ func (p *Plugin) allocate(ctx context.Context, pod *corev1.Pod, r vgpu.Request) 
 		if !gpus[i].Healthy {
 			return nil, fmt.Errorf("placed on GPU %s, which is unhealthy", u)
 		}
-		t.Devices = append(t.Devices, TenantDevice{UUID: u, QuotaBytes: uint64(r.MemoryMiB+p.cfg.ContextMiB) << 20, ComputePct: r.ComputePct})
+		t.Devices = append(t.Devices, TenantDevice{UUID: u, QuotaBytes: uint64(r.MemoryMiB+p.cfg.ContextMiB) << 20, ComputePct: r.ComputePct,
+			ComputeMax: r.ComputeMax})
 		resp.Devices = append(resp.Devices, p.deviceNode(fmt.Sprintf("nvidia%d", gpus[i].Minor))...)
 	}
 	for _, ctl := range []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"} {
@@ -550,10 +551,10 @@ func (p *Plugin) allocate(ctx context.Context, pod *corev1.Pod, r vgpu.Request) 
 		// The tenant's file alone: the pod sees no other tenant.
 		{ContainerPath: ContainerTenant, HostPath: path},
 	}
-	// A share or a priority other than normal: the daemon made the tenant a
+	// A share, a cap or a priority other than normal: the daemon made the tenant a
 	// member of each GPU's scheduler, whose file the shim finds next to the
 	// tenant's.
-	if prio, _ := sched.ParsePriority(string(r.Priority)); r.ComputePct > 0 || prio != sched.PriorityNormal {
+	if prio, _ := sched.ParsePriority(string(r.Priority)); r.ComputePct > 0 || r.ComputeMax > 0 || prio != sched.PriorityNormal {
 		resp.Envs["FLEXGV_COMPUTE"] = "1"
 		for _, u := range uuids {
 			resp.Mounts = append(resp.Mounts, &pluginapi.Mount{
@@ -561,8 +562,12 @@ func (p *Plugin) allocate(ctx context.Context, pod *corev1.Pod, r vgpu.Request) 
 			})
 		}
 	}
-	p.log.Printf("pod %s/%s: tenant %s on %s, %d MiB (+%d MiB context), %d%% compute share, priority %s each",
-		pod.Namespace, pod.Name, t.Name, visible, r.MemoryMiB, p.cfg.ContextMiB, r.ComputePct, r.Priority)
+	capped := "no cap"
+	if r.ComputeMax > 0 {
+		capped = fmt.Sprintf("capped at %d%%", r.ComputeMax)
+	}
+	p.log.Printf("pod %s/%s: tenant %s on %s, %d MiB (+%d MiB context), %d%% compute share, %s, priority %s each",
+		pod.Namespace, pod.Name, t.Name, visible, r.MemoryMiB, p.cfg.ContextMiB, r.ComputePct, capped, r.Priority)
 	return resp, nil
 }
 

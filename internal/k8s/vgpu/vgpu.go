@@ -35,6 +35,10 @@ const (
 const (
 	// AnnotationPriority on a pod: low, normal (the default) or high.
 	AnnotationPriority = "flexgv.io/priority"
+	// AnnotationComputeMax on a pod: a cap on the share of its GPU's time
+	// each vGPU takes, even when the GPU is idle, in percent (flexgv run
+	// --compute-max). An annotation, not a resource: a cap reserves nothing.
+	AnnotationComputeMax = "flexgv.io/gpu-compute-max"
 	// AnnotationGPUs on a pod: the UUIDs of the GPUs it was placed on,
 	// comma-separated, written with its binding by the scheduler extender.
 	AnnotationGPUs = "flexgv.io/gpus"
@@ -76,6 +80,7 @@ type Request struct {
 	Count      int      // vGPUs, each on a different GPU
 	MemoryMiB  int64    // per vGPU
 	ComputePct int64    // guaranteed share per vGPU; 0: none
+	ComputeMax int64    // cap per vGPU, percent; 0: none
 	Priority   Priority // of its tenant
 }
 
@@ -86,6 +91,12 @@ func PodRequest(pod *corev1.Pod) (r Request, ok bool, err error) {
 	prio, err := ParsePriority(pod.Annotations[AnnotationPriority])
 	if err != nil {
 		return Request{}, false, err
+	}
+	var capPct int64
+	if v, set := pod.Annotations[AnnotationComputeMax]; set {
+		if _, err := fmt.Sscanf(v, "%d", &capPct); err != nil || fmt.Sprint(capPct) != v || capPct < 1 || capPct > 100 {
+			return Request{}, false, fmt.Errorf("%s %q: give a percentage from 1 to 100 (per vGPU)", AnnotationComputeMax, v)
+		}
 	}
 	for _, c := range pod.Spec.InitContainers {
 		if asks(c) {
@@ -102,10 +113,16 @@ func PodRequest(pod *corev1.Pod) (r Request, ok bool, err error) {
 		if r, err = containerRequest(c); err != nil {
 			return Request{}, false, err
 		}
-		r.Priority, ok = prio, true
+		r.Priority, r.ComputeMax, ok = prio, capPct, true
 	}
-	if !ok && pod.Annotations[AnnotationPriority] != "" {
-		return Request{}, false, fmt.Errorf("%s is set but no container asks for %s", AnnotationPriority, ResourceVGPU)
+	for _, a := range []string{AnnotationPriority, AnnotationComputeMax} {
+		if !ok && pod.Annotations[a] != "" {
+			return Request{}, false, fmt.Errorf("%s is set but no container asks for %s", a, ResourceVGPU)
+		}
+	}
+	if ok && r.ComputeMax > 0 && r.ComputePct > r.ComputeMax {
+		return Request{}, false, fmt.Errorf("container %s: %s %d is above the cap %s %d: a share cannot be guaranteed past its cap",
+			r.Container, ResourceCompute, r.ComputePct, AnnotationComputeMax, r.ComputeMax)
 	}
 	return r, ok, nil
 }

@@ -41,8 +41,12 @@ func TestPodRequest(t *testing.T) {
 		t.Errorf("priority 7: %+v %v", r, err)
 	}
 	r, _, _ = PodRequest(pod(nil, map[corev1.ResourceName]string{ResourceVGPU: "2", ResourceMemory: "100"}))
-	if r.Priority != Normal || r.ComputePct != 0 || r.Count != 2 {
+	if r.Priority != Normal || r.ComputePct != 0 || r.ComputeMax != 0 || r.Count != 2 {
 		t.Errorf("defaults: %+v", r)
+	}
+	r, _, err = PodRequest(pod(map[string]string{AnnotationComputeMax: "40"}, map[corev1.ResourceName]string{ResourceVGPU: "1", ResourceMemory: "1", ResourceCompute: "40"}))
+	if err != nil || r.ComputeMax != 40 || r.ComputePct != 40 {
+		t.Errorf("a cap of 40%% over a share of 40%%: %+v %v", r, err)
 	}
 }
 
@@ -71,6 +75,16 @@ func TestPodRequestRefuses(t *testing.T) {
 			"containers c0 and c1 both ask"},
 		{pod(nil, map[corev1.ResourceName]string{ResourceVGPU: "1", ResourceMemory: "1500m"}),
 			"flexgv.io/gpu-memory 1500m is not a whole number"},
+		{pod(map[string]string{AnnotationComputeMax: "0"}, map[corev1.ResourceName]string{ResourceVGPU: "1", ResourceMemory: "1"}),
+			`flexgv.io/gpu-compute-max "0": give a percentage from 1 to 100 (per vGPU)`},
+		{pod(map[string]string{AnnotationComputeMax: "30%"}, map[corev1.ResourceName]string{ResourceVGPU: "1", ResourceMemory: "1"}),
+			`flexgv.io/gpu-compute-max "30%": give a percentage`},
+		{pod(map[string]string{AnnotationComputeMax: "101"}, map[corev1.ResourceName]string{ResourceVGPU: "1", ResourceMemory: "1"}),
+			`flexgv.io/gpu-compute-max "101"`},
+		{pod(map[string]string{AnnotationComputeMax: "30"}, map[corev1.ResourceName]string{corev1.ResourceCPU: "1"}),
+			"flexgv.io/gpu-compute-max is set but no container asks for flexgv.io/vgpu"},
+		{pod(map[string]string{AnnotationComputeMax: "20"}, map[corev1.ResourceName]string{ResourceVGPU: "1", ResourceMemory: "1", ResourceCompute: "30"}),
+			"flexgv.io/gpu-compute 30 is above the cap flexgv.io/gpu-compute-max 20"},
 	} {
 		_, _, err := PodRequest(tc.pod)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
