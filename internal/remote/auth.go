@@ -132,7 +132,15 @@ func (s *Server) match(c net.Conn) (*Tenant, error) {
 	if len(s.Tenants) == 0 && s.Lookup == nil {
 		return nil, nil
 	}
+	now, peer := time.Now(), peerKey(c.RemoteAddr())
+	if s.now != nil {
+		now = s.now()
+	}
+	if !s.guesses.allowed(peer, now) {
+		return nil, &refusal{cudaNotPermitted, fmt.Sprintf("too many wrong tokens from %s: one more is looked at every %v", peer, guessEvery)}
+	}
 	if token == nil {
+		s.guesses.wrong(peer, now)
 		return nil, &refusal{cudaNotPermitted, "no token: this server serves tenants with a token each " +
 			"(flexgv run --remote ADDR --token-file FILE, or FLEXGV_REMOTE_TOKEN_FILE)"}
 	}
@@ -153,6 +161,7 @@ func (s *Server) match(c net.Conn) (*Tenant, error) {
 		found = t
 	}
 	if found == nil {
+		s.guesses.wrong(peer, now)
 		return nil, &refusal{cudaNotPermitted, "wrong token: no tenant of this server has it"}
 	}
 	return found, nil

@@ -3,6 +3,7 @@ package remote
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -215,4 +216,81 @@ func authOverConn(c net.Conn, frame []byte) (int, error, uint32, string) {
 		return len(reply), err, 0xffffffff, ""
 	}
 	return len(reply), err, binary.LittleEndian.Uint32(reply[4:]), strings.TrimRight(string(reply[17:]), "\x00")
+}
+
+// addrConn is a connection from a given peer address.
+type addrConn struct {
+	net.Conn
+	addr net.Addr
+}
+
+func (c addrConn) RemoteAddr() net.Addr { return c.addr }
+
+// authFrom authenticates frame as sent from addr; it returns the answer.
+func authFrom(s *Server, frame []byte, addr string) (uint32, string) {
+	a, b := net.Pipe()
+	go func() { b.Write(frame) }()
+	go func() {
+		tcp, _ := net.ResolveTCPAddr("tcp", addr)
+		s.authenticate(addrConn{a, tcp})
+		a.Close()
+	}()
+	reply, _ := io.ReadAll(b)
+	if len(reply) < 17 {
+		return 0xffffffff, ""
+	}
+	return binary.LittleEndian.Uint32(reply[4:]), strings.TrimRight(string(reply[17:]), "\x00")
+}
+
+// A peer gets guessBurst wrong tokens, then one per guessEvery: past that
+// even the right token is not looked at, until time has passed; other
+// addresses are not held up, and a right token costs nothing.
+func TestWrongTokensAreRationed(t *testing.T) {
+	now := time.Unix(1000, 0)
+	s := &Server{Tenants: []*Tenant{NewTenant("a", []byte("token-of-tenant-a"), nil)}, now: func() time.Time { return now }}
+	right, wrong := authFrame(AuthMagic, ProtoVersion, "token-of-tenant-a"), authFrame(AuthMagic, ProtoVersion, "token-of-tenant-x")
+	for i := 0; i < guessBurst; i++ {
+		if r, msg := authFrom(s, wrong, "10.0.0.1:4000"); r != cudaNotPermitted || !strings.Contains(msg, "wrong token") {
+			t.Fatalf("wrong token %d: %d %q", i+1, r, msg)
+		}
+		if r, _ := authFrom(s, right, "10.0.0.2:4000"); r != 0 {
+			t.Fatalf("another peer's right token after %d wrong ones: %d", i+1, r)
+		}
+	}
+	for _, f := range [][]byte{right, authFrame(AuthMagic, ProtoVersion, "")} {
+		if r, msg := authFrom(s, f, "10.0.0.1:5000"); r != cudaNotPermitted || !strings.Contains(msg, "too many wrong tokens from 10.0.0.1") {
+			t.Errorf("after %d wrong tokens: %d %q", guessBurst, r, msg)
+		}
+	}
+	if r, _ := authFrom(s, right, "10.0.0.2:4001"); r != 0 {
+		t.Errorf("another address is held up: %d", r)
+	}
+	now = now.Add(guessEvery)
+	if r, _ := authFrom(s, right, "10.0.0.1:5001"); r != 0 {
+		t.Errorf("the right token once time has passed: %d", r)
+	}
+	if r, msg := authFrom(s, wrong, "10.0.0.1:5002"); r != cudaNotPermitted || !strings.Contains(msg, "wrong token") {
+		t.Errorf("one more guess once time has passed: %d %q", r, msg)
+	}
+	if r, msg := authFrom(s, wrong, "10.0.0.1:5003"); !strings.Contains(msg, "too many wrong tokens") {
+		t.Errorf("and only one: %d %q", r, msg)
+	}
+	// Long after, the address is forgotten: a full bucket again.
+	now = now.Add(guessBurst * guessEvery)
+	if s.guesses.allowed("10.0.0.1", now); len(s.guesses.peers) != 0 {
+		t.Errorf("buckets kept after they refilled: %v", s.guesses.peers)
+	}
+}
+
+// The addresses remembered are bounded: a flood of peers forgets the one
+// that guessed least lately.
+func TestGuessesAreBounded(t *testing.T) {
+	var g guesses
+	now := time.Unix(1000, 0)
+	for i := 0; i < maxPeers+10; i++ {
+		g.wrong(fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255), now)
+	}
+	if len(g.peers) != maxPeers {
+		t.Errorf("%d peers remembered, want %d", len(g.peers), maxPeers)
+	}
 }

@@ -172,6 +172,8 @@ type Server struct {
 	// every descriptor for AuthTimeout.
 	maxPending int
 	pending    atomic.Int32
+	guesses    guesses // wrong tokens per peer address
+	now        func() time.Time
 
 	mu      sync.Mutex
 	execs   map[int]*os.Process
