@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -65,6 +66,8 @@ func devicePluginFlags(c *cobra.Command, g *globals) func(log io.Writer) (func(c
 			return nil, err
 		}
 		cfg.Log = log
+		// Beside the daemon's registry: one daemon per state folder.
+		cfg.Allocations = filepath.Join(tenant.Dir(), "deviceplugin.allocations")
 		return func(ctx context.Context, api flexgvv1.DaemonServer) {
 			deviceplugin.New(cfg, deviceplugin.DaemonAPI{API: api}, client).Run(ctx)
 		}, nil

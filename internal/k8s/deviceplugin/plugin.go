@@ -66,6 +66,10 @@ type Config struct {
 	// checked to be in the pod it was set up for; "": neither, the pod is
 	// told by binding order alone.
 	PodResources string
+	// Allocations is the file where allocations whose containers have not
+	// started yet are kept, so that a plugin restarted in between (with
+	// its daemon) still checks them; "": in memory only.
+	Allocations string
 	// HealthEvery is how often the GPUs are read; SyncEvery how often the
 	// tenants are matched to the pods and the socket checked.
 	HealthEvery, SyncEvery time.Duration
@@ -110,15 +114,37 @@ type Plugin struct {
 	// allocating serializes Allocate: which pod a call is for is decided
 	// by which pods have no tenant yet.
 	allocating sync.Mutex
-	// allocated is the pod (namespace/name) each allocation was made for,
-	// by its devices, until its container starts; under mu.
-	allocated map[string]string
+	// allocated is the pod each allocation was made for, by its devices,
+	// until its container starts (kept in cfg.Allocations); under mu.
+	allocated map[string]allocation
 }
 
 // New returns a plugin; Run runs it.
 func New(cfg Config, d Daemon, client kubernetes.Interface) *Plugin {
-	return &Plugin{cfg: cfg, daemon: d, client: client, log: log.New(cfg.Log, "flexgv device plugin: ", 0),
-		changed: make(chan struct{}), allocated: map[string]string{}}
+	p := &Plugin{cfg: cfg, daemon: d, client: client, log: log.New(cfg.Log, "flexgv device plugin: ", 0), changed: make(chan struct{})}
+	p.allocated = loadAllocations(cfg.Allocations, time.Now(), p.log.Printf)
+	return p
+}
+
+// setAllocated records (pod != "") or forgets the allocation of key, in
+// memory and in cfg.Allocations.
+func (p *Plugin) setAllocated(key, pod string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	for k, a := range p.allocated {
+		if now.Sub(a.At) > allocTTL {
+			delete(p.allocated, k)
+		}
+	}
+	if pod == "" {
+		delete(p.allocated, key)
+	} else {
+		p.allocated[key] = allocation{pod, now}
+	}
+	if err := saveAllocations(p.cfg.Allocations, p.allocated); err != nil {
+		p.log.Printf("%v (a restart before the container starts would skip its check)", err)
+	}
 }
 
 // Socket is the plugin's socket.
@@ -330,10 +356,11 @@ func (p *Plugin) GetPreferredAllocation(context.Context, *pluginapi.PreferredAll
 func (p *Plugin) PreStartContainer(ctx context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
 	key := devicesKey(req.DevicesIds)
 	p.mu.Lock()
-	want, ok := p.allocated[key]
+	a, ok := p.allocated[key]
 	p.mu.Unlock()
+	want := a.Pod
 	if !ok {
-		// Allocated before this plugin started: nothing to compare with.
+		// Allocated before this plugin's state was kept: nothing to compare with.
 		return &pluginapi.PreStartContainerResponse{}, nil
 	}
 	got, err := p.devicesOwner(ctx, key)
@@ -343,9 +370,7 @@ func (p *Plugin) PreStartContainer(ctx context.Context, req *pluginapi.PreStartC
 	if got != want {
 		return nil, fmt.Errorf("flexgv: vGPUs %s were set up for pod %s but the kubelet gave them to pod %s, which would run with the other's limits; delete pod %s to have it placed again", key, want, got, got)
 	}
-	p.mu.Lock()
-	delete(p.allocated, key)
-	p.mu.Unlock()
+	p.setAllocated(key, "")
 	return &pluginapi.PreStartContainerResponse{}, nil
 }
 
@@ -436,9 +461,7 @@ func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 		if err != nil {
 			return nil, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
-		p.mu.Lock()
-		p.allocated[devicesKey(creq.DevicesIds)] = pod.Namespace + "/" + pod.Name
-		p.mu.Unlock()
+		p.setAllocated(devicesKey(creq.DevicesIds), pod.Namespace+"/"+pod.Name)
 		resp.ContainerResponses = append(resp.ContainerResponses, cresp)
 	}
 	return resp, nil
@@ -601,12 +624,16 @@ func (p *Plugin) syncTenants(ctx context.Context) {
 		}
 	}
 	p.mu.Lock()
-	for key, pod := range p.allocated {
-		if !present[pod] {
-			delete(p.allocated, key)
+	var gone []string
+	for key, a := range p.allocated {
+		if !present[a.Pod] {
+			gone = append(gone, key)
 		}
 	}
 	p.mu.Unlock()
+	for _, key := range gone {
+		p.setAllocated(key, "")
+	}
 	for _, name := range have {
 		if !strings.HasPrefix(name, TenantPrefix) || live[name] {
 			continue

@@ -180,3 +180,38 @@ func TestPreStartRefusesAnotherPodsAllocation(t *testing.T) {
 		t.Error("PreStartContainer not asked for")
 	}
 }
+
+// A plugin restarted (with its daemon) between an allocation and its
+// container's start still refuses a container whose devices went to
+// another pod: allocations are kept in a file; one another user made, or
+// a damaged one, is not believed.
+func TestAllocationsOutliveARestart(t *testing.T) {
+	now := time.Now()
+	p, k, d := startPlugin(t, placedPod("a", 1000, now.Add(time.Second)), placedPod("b", 2000, now))
+	p.cfg.Allocations = filepath.Join(t.TempDir(), "deviceplugin.allocations")
+	k.set(listed("a"), listed("b"))
+	if _, err := allocate(t, p, "GPU-0-vgpu-0"); err != nil {
+		t.Fatal(err)
+	}
+	restarted := New(p.cfg, d, p.client)
+	k.set(listed("a", "GPU-0-vgpu-0"), listed("b"))
+	_, err := restarted.PreStartContainer(context.Background(), &pluginapi.PreStartContainerRequest{DevicesIds: []string{"GPU-0-vgpu-0"}})
+	if want := "were set up for pod ns/b but the kubelet gave them to pod ns/a"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("PreStartContainer after a restart: %v, want %q", err, want)
+	}
+	// The right pod's start is let through, and forgotten from the file.
+	k.set(listed("a"), listed("b", "GPU-0-vgpu-0"))
+	if _, err := restarted.PreStartContainer(context.Background(), &pluginapi.PreStartContainerRequest{DevicesIds: []string{"GPU-0-vgpu-0"}}); err != nil {
+		t.Errorf("PreStartContainer of b after a restart: %v", err)
+	}
+	if again := New(p.cfg, d, p.client); len(again.allocated) != 0 {
+		t.Errorf("a started container's allocation is still kept: %v", again.allocated)
+	}
+	os.WriteFile(p.cfg.Allocations, []byte("{not json"), 0o600)
+	var logged strings.Builder
+	cfg := p.cfg
+	cfg.Log = &logged
+	if n := New(cfg, d, p.client); len(n.allocated) != 0 || !strings.Contains(logged.String(), "damaged; their containers start unchecked") {
+		t.Errorf("a damaged file: %v, log %q", n.allocated, logged.String())
+	}
+}
