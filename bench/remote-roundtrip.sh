@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Cost of remote calls on the simulated GPU with zero-length kernels,
 # locally and through flexgv serve over a unix socket, the same in a tenant
-# (the shim in the executor, --mem), loopback TCP and loopback TLS (with a
+# (the shim in the executor, --mem), the same socket dialled as shm://
+# (calls through shared memory), loopback TCP and loopback TLS (with a
 # certificate made by the openssl command):
 #   launch      a queued call (cuLaunchKernel): sent without waiting
 #   round trip  a synchronous call (cuMemAlloc or cuMemFree): one round trip
@@ -50,21 +51,25 @@ per_call() {
 }
 local_env=(LD_LIBRARY_PATH="$B/sim")
 unix_env=(LD_LIBRARY_PATH="$B/remote" FLEXGV_REMOTE="unix://$tmp/gpu.sock")
+shm_env=(LD_LIBRARY_PATH="$B/remote" FLEXGV_REMOTE="shm://$tmp/gpu.sock")
 tcp_env=(LD_LIBRARY_PATH="$B/remote" FLEXGV_REMOTE="tcp://127.0.0.1:$port")
 tls_env=(LD_LIBRARY_PATH="$B/remote" FLEXGV_REMOTE="tls://127.0.0.1:$((port + 1))" FLEXGV_REMOTE_CA_FILE="$tmp/cert.pem")
 tenant_env=(LD_LIBRARY_PATH="$B/remote" FLEXGV_REMOTE="unix://$tmp/tenant.sock" FLEXGV_REMOTE_TOKEN_FILE="$tmp/token")
 # Local calls take well under a microsecond: more of them.
 echo "launch (queued): local $(per_call $((50 * N)) 1 launchloop "${local_env[@]}") us," \
     "unix socket $(per_call $((10 * N)) 1 launchloop "${unix_env[@]}") us," \
+    "shared memory $(per_call $((10 * N)) 1 launchloop "${shm_env[@]}") us," \
     "unix socket in a tenant $(per_call $((10 * N)) 1 launchloop "${tenant_env[@]}") us," \
     "loopback TCP $(per_call $((10 * N)) 1 launchloop "${tcp_env[@]}") us," \
     "loopback TLS $(per_call $((10 * N)) 1 launchloop "${tls_env[@]}") us"
 echo "round trip (cuMemAlloc/cuMemFree): local $(per_call $((5 * N)) 2 "memclient allocloop" "${local_env[@]}") us," \
     "unix socket $(per_call "$N" 2 "memclient allocloop" "${unix_env[@]}") us," \
+    "shared memory $(per_call "$N" 2 "memclient allocloop" "${shm_env[@]}") us," \
     "unix socket in a tenant $(per_call "$N" 2 "memclient allocloop" "${tenant_env[@]}") us," \
     "loopback TCP $(per_call "$N" 2 "memclient allocloop" "${tcp_env[@]}") us," \
     "loopback TLS $(per_call "$N" 2 "memclient allocloop" "${tls_env[@]}") us"
 echo "upload (cuMemcpyHtoDAsync, 4 KiB, queued): local $(per_call $((5 * N)) 1 "memclient uploadloop" "${local_env[@]}") us," \
     "unix socket $(per_call "$N" 1 "memclient uploadloop" "${unix_env[@]}") us," \
+    "shared memory $(per_call "$N" 1 "memclient uploadloop" "${shm_env[@]}") us," \
     "loopback TCP $(per_call "$N" 1 "memclient uploadloop" "${tcp_env[@]}") us," \
     "loopback TLS $(per_call "$N" 1 "memclient uploadloop" "${tls_env[@]}") us"

@@ -8,7 +8,9 @@
  *              u64 n, n bytes; absent when the client has none)
  *     reply    u32 CUresult (0: accepted), string: the tenant's name, or why
  *              the connection is refused (then closed)
- * Then the executor's handshake (FGR_OP_HELLO), then calls:
+ * Then the executor's handshake (FGR_OP_HELLO: magic, protocol, operations
+ * hash, pointer size, transport; answered with the devices), for shm:// the
+ * rings' memfd (ring.h), then calls:
  *     request  u16 op, u16 flags, u32 reserved (0), u64 context, arguments
  *     reply    u32 CUresult, results
  * Arguments (tools/gen/remote.go): first every by-value parameter as a u64,
@@ -28,7 +30,7 @@
 
 #include "flexgv/cuda_types.h"
 
-#define FGR_PROTO_VERSION 2u
+#define FGR_PROTO_VERSION 3u
 #define FGR_MAGIC 0x4d524746u      /* "FGRM" */
 #define FGR_AUTH_MAGIC 0x41524746u /* "FGRA" */
 /* A token's length in bytes. */
@@ -44,6 +46,10 @@
 #define FGR_REQ_HDR 16u
 #define FGR_FLAG_QUEUED 1u
 #define FGR_REP_HDR 4u
+/* What the handshake's last field asks to talk over after it: the socket,
+ * or shared-memory rings (ring.h) whose memfd the client sends next. */
+#define FGR_TRANSPORT_SOCKET 0u
+#define FGR_TRANSPORT_SHM 1u
 /* Device attributes cached at the handshake: 1 .. FGR_NATTR-1. */
 #define FGR_NATTR 256
 

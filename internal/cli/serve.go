@@ -26,7 +26,8 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "serve --listen ADDR [--gpus LIST] [--tls-cert FILE --tls-key FILE] [--tenant NAME:TOKEN_FILE [LIMITS]]... [--tenant-dir DIR]",
 		Short: "Serve this machine's GPUs to programs run with flexgv run --remote",
-		Long: "Listens on ADDR (unix:///PATH, tcp://HOST:PORT, or tls://HOST:PORT: TCP with TLS 1.3 and the\n" +
+		Long: "Listens on ADDR (unix:///PATH, which clients on this host may also dial as shm:///PATH to pass their\n" +
+			"calls through shared memory; tcp://HOST:PORT; or tls://HOST:PORT: TCP with TLS 1.3 and the\n" +
 			"certificate of --tls-cert and --tls-key) and gives every connection an executor process of its own\n" +
 			"that calls the CUDA driver for that program alone. When the program ends or its connection drops,\n" +
 			"its executor exits and the driver frees everything it held.\n\n" +
@@ -55,6 +56,8 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 			}
 			authed := len(tenants) > 0 || tenantDir != ""
 			switch {
+			case addr.Network == "shm":
+				return usageError{fmt.Errorf("flexgv serve: --listen %s: listen on unix://%s; clients on this host may dial it as shm://%s (shared memory)", addr, addr.Address, addr.Address)}
 			case open && len(tenants) > 0:
 				return usageError{fmt.Errorf("flexgv serve: --open and --tenant: give one (--open serves anyone, --tenant only token holders)")}
 			case open && tenantDir != "":

@@ -39,21 +39,21 @@ func (a Addr) String() string { return a.Network + "://" + a.Address }
 // ParseAddr reads unix:///PATH, tcp://HOST:PORT or tls://HOST:PORT.
 func ParseAddr(s string) (Addr, error) {
 	bad := func(why string) (Addr, error) {
-		return Addr{}, fmt.Errorf("address %q: %s (want unix:///PATH, tcp://HOST:PORT or tls://HOST:PORT)", s, why)
+		return Addr{}, fmt.Errorf("address %q: %s (want unix:///PATH, shm:///PATH, tcp://HOST:PORT or tls://HOST:PORT)", s, why)
 	}
 	scheme, rest, ok := strings.Cut(s, "://")
 	if !ok {
 		return bad("no scheme")
 	}
 	switch scheme {
-	case "unix":
+	case "unix", "shm": // shm: the unix socket, then rings in shared memory
 		if !strings.HasPrefix(rest, "/") {
 			return bad("the socket path must be absolute")
 		}
 		if len(rest) > 107 {
 			return bad("the socket path is longer than 107 bytes")
 		}
-		return Addr{"unix", rest}, nil
+		return Addr{scheme, rest}, nil
 	case "tcp", "tls":
 		u, err := url.Parse("tcp://" + rest)
 		if err != nil || u.Path != "" || u.User != nil || u.RawQuery != "" {

@@ -5,6 +5,7 @@ import "testing"
 func TestParseAddr(t *testing.T) {
 	for in, want := range map[string]Addr{
 		"unix:///run/flexgv.sock": {"unix", "/run/flexgv.sock"},
+		"shm:///run/flexgv.sock":  {"shm", "/run/flexgv.sock"},
 		"tcp://0.0.0.0:7070":      {"tcp", "0.0.0.0:7070"},
 		"tcp://[::1]:7070":        {"tcp", "[::1]:7070"},
 		"tcp://gpu-host:1":        {"tcp", "gpu-host:1"},
@@ -16,7 +17,7 @@ func TestParseAddr(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "/run/x.sock", "unix://run/x.sock", "unix://", "tcp://host", "tcp://host:0",
-		"tcp://host:65536", "tcp://host:http", "tcp://host:1/path", "http://host:1", "tls://host", "tls://host:0", "unix:///" + string(make([]byte, 120))} {
+		"tcp://host:65536", "tcp://host:http", "tcp://host:1/path", "http://host:1", "tls://host", "tls://host:0", "shm://run/x.sock", "unix:///" + string(make([]byte, 120))} {
 		if a, err := ParseAddr(bad); err == nil {
 			t.Errorf("%q: accepted as %+v", bad, a)
 		}

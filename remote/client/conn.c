@@ -3,6 +3,7 @@
  * all threads take turns on the connection; each request carries the
  * calling thread's current context, which the executor makes current. */
 #include "client.h"
+#include "../ring.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -21,6 +22,7 @@
 static pthread_mutex_t conn_lock = PTHREAD_MUTEX_INITIALIZER;
 static int conn_fd = -1;
 static void *conn_tls; /* the TLS session over conn_fd (tls://), or NULL */
+static struct fgr_ring conn_ring; /* the rings after an shm:// handshake (mapped: conn_ring.m) */
 static int conn_broken;       /* lost or refused: every forwarded call fails */
 static CUresult conn_refused; /* refused: what every call then answers */
 static struct fgr_buf conn_w;
@@ -53,11 +55,15 @@ static const char *address(void)
  * and fgr_write_all's answers). */
 static int conn_write(int fd, const void *p, size_t n)
 {
+    if (conn_ring.m)
+        return fgr_ring_write(&conn_ring, p, n);
     return conn_tls ? fgr_tls_write_all(conn_tls, p, n) : fgr_write_all(fd, p, n);
 }
 
 static int conn_read(int fd, void *p, size_t n)
 {
+    if (conn_ring.m)
+        return fgr_ring_read(&conn_ring, p, n);
     return conn_tls ? fgr_tls_read_all(conn_tls, p, n) : fgr_read_all(fd, p, n);
 }
 
@@ -67,6 +73,7 @@ static void conn_close(int fd)
     if (conn_tls)
         fgr_tls_free(conn_tls);
     conn_tls = NULL;
+    fgr_ring_close(&conn_ring);
     close(fd);
 }
 
@@ -265,7 +272,7 @@ static CUresult authenticate(int fd, char *tok, size_t cap, long n)
 
 /* The reply to the handshake: the server's protocol, driver, devices and
  * error strings, cached for the process. */
-static CUresult hello(int fd)
+static CUresult hello(int fd, uint32_t transport)
 {
     struct fgr_buf *w = &conn_w;
     w->len = 0;
@@ -279,6 +286,7 @@ static CUresult hello(int fd)
     fgr_put_u32(w, FGR_PROTO_VERSION);
     fgr_put_u64(w, FGR_OPS_HASH);
     fgr_put_u32(w, (uint32_t)sizeof(void *));
+    fgr_put_u32(w, transport);
     if (w->oom)
         return CUDA_ERROR_OUT_OF_MEMORY;
     fgr_finish_frame(w);
@@ -398,14 +406,16 @@ static CUresult connect_locked(void)
         return conn_refused;
     }
     char host[256];
-    int tls = !strncmp(a, "tls://", 6);
+    int tls = !strncmp(a, "tls://", 6), shm = !strncmp(a, "shm://", 6);
     if (!strncmp(a, "unix://", 7)) {
         fd = dial_unix(a + 7);
+    } else if (shm) {
+        fd = dial_unix(a + 6);
     } else if (!strncmp(a, "tcp://", 6) || tls) {
         fd = dial_tcp(a + 6, host);
     } else {
         explicit_bzero(tok, sizeof tok);
-        say("FLEXGV_REMOTE=%s: want unix:///PATH, tcp://HOST:PORT or tls://HOST:PORT", a);
+        say("FLEXGV_REMOTE=%s: want unix:///PATH, shm:///PATH, tcp://HOST:PORT or tls://HOST:PORT", a);
         conn_broken = 1;
         return LOST;
     }
@@ -423,7 +433,21 @@ static CUresult connect_locked(void)
     }
     CUresult r = authenticate(fd, tok, sizeof tok, ntok);
     if (r == CUDA_SUCCESS)
-        r = hello(fd);
+        r = hello(fd, shm ? FGR_TRANSPORT_SHM : FGR_TRANSPORT_SOCKET);
+    if (r == CUDA_SUCCESS && shm) {
+        /* The calls go through rings in memory shared with the executor. */
+        int mfd;
+        if (fgr_ring_create(&conn_ring, fd, &mfd) != 0) {
+            say("cannot make the shared memory for %s: %s", a, strerror(errno));
+            r = LOST;
+        } else {
+            if (fgr_send_fd(fd, mfd) != 0) {
+                say("cannot hand the shared memory to %s: %s", a, strerror(errno));
+                r = LOST;
+            }
+            close(mfd);
+        }
+    }
     if (r != CUDA_SUCCESS) {
         conn_close(fd);
         conn_broken = 1;
@@ -576,6 +600,7 @@ static void forked_child(void)
         close(conn_fd);
     conn_fd = -1;
     conn_tls = NULL; /* the parent's session: not freed here, where a lock of it may be held */
+    fgr_ring_close(&conn_ring); /* our view of the parent's rings */
     conn_broken = 0;
     conn_refused = CUDA_SUCCESS;
     /* A thread of the parent may have been mid-call: its buffers are not ours. */

@@ -4,6 +4,7 @@
  * A malformed frame ends the connection with a log line saying why; the
  * process then exits, and the driver frees what the client held. */
 #include "executor.h"
+#include "../ring.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -54,6 +55,14 @@ __attribute__((noreturn)) static void reject(const char *fmt, ...)
     exit(3);
 }
 
+/* The connection: the socket, or after an shm handshake the rings. */
+static int conn_fd = -1;
+static struct fgr_ring ring;
+
+static int conn_read(void *p, size_t n) { return ring.m ? fgr_ring_read(&ring, p, n) : fgr_read_all(conn_fd, p, n); }
+
+static int conn_write(const void *p, size_t n) { return ring.m ? fgr_ring_write(&ring, p, n) : fgr_write_all(conn_fd, p, n); }
+
 /* ---- the handshake ---- */
 
 static const int result_codes[] = {
@@ -70,13 +79,15 @@ static void refuse(struct fgr_buf *w, CUresult r, const char *msg)
     fgr_put_str(w, msg);
 }
 
-/* Writes the handshake's answer into w; nonzero when the client is refused. */
-static int hello(struct fgr_rd *rd, struct fgr_buf *w)
+/* Writes the handshake's answer into w; nonzero when the client is refused.
+ * *transport is what the client asks to talk over next (FGR_TRANSPORT_*). */
+static int hello(struct fgr_rd *rd, struct fgr_buf *w, uint32_t *transport)
 {
     uint32_t magic = fgr_get_u32(rd), proto = fgr_get_u32(rd);
     uint64_t hash = fgr_get_u64(rd);
     uint32_t ptr = fgr_get_u32(rd);
-    if (!fgr_rd_done(rd) || magic != FGR_MAGIC)
+    *transport = fgr_get_u32(rd);
+    if (!fgr_rd_done(rd) || magic != FGR_MAGIC || *transport > FGR_TRANSPORT_SHM)
         reject("the first frame is not a FlexGV handshake");
     char msg[200];
     if (proto != FGR_PROTO_VERSION || hash != FGR_OPS_HASH || ptr != sizeof(void *)) {
@@ -213,6 +224,7 @@ int main(int argc, char **argv)
             fgr_real[fgr_xtables[i].fns[k].op] = (void *)((const void *const *)t)[fgr_xtables[i].fns[k].slot];
     }
 
+    conn_fd = fd;
     struct fgr_buf w = {0};
     uint8_t *body = NULL;
     size_t cap = 0;
@@ -220,9 +232,11 @@ int main(int argc, char **argv)
     CUresult deferred = CUDA_SUCCESS; /* the first error of a queued call */
     for (;;) {
         uint8_t lenb[4];
-        if (fgr_read_all(fd, lenb, 4)) {
+        if (conn_read(lenb, 4)) {
             if (!greeted && (errno == EAGAIN || errno == EWOULDBLOCK))
                 reject("no handshake within %d s", HELLO_TIMEOUT_S);
+            if (ring.m && errno == EPROTO)
+                reject("the shared memory's ring indices are impossible");
             if (errno)
                 logf_("connection ended: %s", strerror(errno));
             return 0; /* the client is gone */
@@ -237,7 +251,7 @@ int main(int argc, char **argv)
             if (!body)
                 reject("no memory for a frame of %u bytes", n);
         }
-        if (fgr_read_all(fd, body, n)) {
+        if (conn_read(body, n)) {
             if (!greeted && (errno == EAGAIN || errno == EWOULDBLOCK))
                 reject("no handshake within %d s", HELLO_TIMEOUT_S);
             reject("the frame was cut short (%u bytes announced): %s", n, errno ? strerror(errno) : "end of stream");
@@ -253,7 +267,8 @@ int main(int argc, char **argv)
         if (!greeted) {
             if (op != FGR_OP_HELLO)
                 reject("the first frame is operation %u, not the handshake", op);
-            int refused = hello(&rd, &w);
+            uint32_t transport;
+            int refused = hello(&rd, &w, &transport);
             if (w.oom)
                 reject("no memory for the handshake's answer");
             fgr_finish_frame(&w);
@@ -261,6 +276,17 @@ int main(int argc, char **argv)
                 return refused ? 3 : 0;
             greeted = 1;
             setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &forever, sizeof forever);
+            if (transport == FGR_TRANSPORT_SHM) {
+                /* The rings come next, over the socket (a unix one). */
+                int mfd = fgr_recv_fd(fd);
+                if (mfd < 0)
+                    reject("no shared memory after an shm handshake: %s", strerror(errno));
+                int bad = fgr_ring_attach(&ring, fd, mfd);
+                int e = errno;
+                close(mfd);
+                if (bad)
+                    reject("the shared memory is not two rings of ours (%s)", strerror(e));
+            }
             continue;
         }
         if (op == FGR_OP_HELLO || op >= FGR_NUM_OPS)
@@ -287,7 +313,10 @@ int main(int argc, char **argv)
                 w.p[4 + i] = (uint8_t)((uint32_t)deferred >> (8 * i));
             deferred = CUDA_SUCCESS;
         }
-        if (fgr_write_all(fd, w.p, w.len))
+        if (conn_write(w.p, w.len)) {
+            if (errno)
+                reject("answering: %s", strerror(errno));
             return 0;
+        }
     }
 }

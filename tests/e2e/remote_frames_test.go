@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // protocol is what the generated protocol header says: the operation
@@ -58,10 +60,13 @@ func request(op uint16, args w) []byte {
 	return append(w{}.u32(uint32(len(body))), body...)
 }
 
+// protoVersion is the protocol's version (remote/wire.h).
+const protoVersion = 3
+
 // auth is the authentication frame that starts every connection: with
 // token, or none ("").
 func auth(token string) []byte {
-	body := w{}.u32(0x41524746).u32(2)
+	body := w{}.u32(0x41524746).u32(protoVersion)
 	if token == "" {
 		body = body.u8(0)
 	} else {
@@ -71,7 +76,7 @@ func auth(token string) []byte {
 }
 
 func (p protocol) hello(hash uint64) []byte {
-	return request(0, w{}.u32(0x4d524746).u32(2).u64(hash).u32(8))
+	return request(0, w{}.u32(0x4d524746).u32(protoVersion).u64(hash).u32(8).u32(0)) // over the socket
 }
 
 // The corpus of bad frames, each after an accepted authentication: each
@@ -102,6 +107,8 @@ func TestRemoteMalformedFrames(t *testing.T) {
 		{"a frame cut short", [][]byte{w{}.u32(100).raw("0123456789")}, true, "cut short"},
 		{"unknown header flags", [][]byte{hello, w{}.u32(16).u16(op("cuCtxSynchronize")).u16(2).u32(0).u64(0)}, false,
 			"unknown header flags 0x2"},
+		{"an unknown transport", [][]byte{request(0, w{}.u32(0x4d524746).u32(protoVersion).u64(p.hash).u32(8).u32(7))}, false,
+			"not a FlexGV handshake"},
 		{"an unknown operation", [][]byte{hello, request(65000, nil)}, false, "unknown operation 65000"},
 		{"arguments missing", [][]byte{hello, request(op("cuMemAlloc_v2"), w{}.u8(1))}, false,
 			"a malformed request (cuMemAlloc_v2,"},
@@ -242,5 +249,90 @@ func TestRemoteSilentPeer(t *testing.T) {
 	}
 	if n := strings.Count(s.Log(), "connected: executor pid"); n != 2 {
 		t.Errorf("%d executors for 2 authenticated peers:\n%s", n, s.Log())
+	}
+}
+
+// The shared memory of an shm:// connection is the client's too: memory
+// that is missing, could shrink, or holds impossible indices ends the
+// connection with the reason, and the server serves on.
+func TestRemoteSharedMemoryRefused(t *testing.T) {
+	p := readProtocol(t)
+	e := newEnv(t)
+	s := e.serve("unix")
+	path := strings.TrimPrefix(s.addr, "unix://")
+	// remote/ring.h: a 64-byte header, then per direction head (u64),
+	// head_seq, consumer_sleeps (u32), 48 bytes, tail, tail_seq,
+	// producer_sleeps, 48 bytes; then each direction's 4 MiB.
+	const ringBytes, c2sHead, c2sHeadSeq = 4 << 20, 64, 72
+	size := 64 + 2*128 + 2*ringBytes
+	memory := func(seal bool) int {
+		fd, err := unix.MemfdCreate("ring", unix.MFD_ALLOW_SEALING)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unix.Ftruncate(fd, int64(size))
+		if seal {
+			unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL)
+		}
+		return fd
+	}
+	for i, c := range []struct {
+		name string
+		send func(conn *net.UnixConn)
+		log  string
+	}{
+		{"no memory, a byte", func(conn *net.UnixConn) { conn.Write([]byte("R")) }, "no shared memory after an shm handshake"},
+		{"memory that can shrink", func(conn *net.UnixConn) {
+			fd := memory(false)
+			defer unix.Close(fd)
+			conn.WriteMsgUnix([]byte("R"), unix.UnixRights(fd), nil)
+		}, "the shared memory is not two rings of ours"},
+		{"a head past the ring", func(conn *net.UnixConn) {
+			fd := memory(true)
+			defer unix.Close(fd)
+			m, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Munmap(m)
+			binary.LittleEndian.PutUint32(m[0:], 0x47524746)
+			binary.LittleEndian.PutUint32(m[4:], ringBytes)
+			conn.WriteMsgUnix([]byte("R"), unix.UnixRights(fd), nil)
+			binary.LittleEndian.PutUint64(m[c2sHead:], 2*ringBytes)
+			binary.LittleEndian.PutUint32(m[c2sHeadSeq:], 1)
+			time.Sleep(200 * time.Millisecond) // it looks again within its 20 ms naps
+		}, "the shared memory's ring indices are impossible"},
+	} {
+		raw, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn := raw.(*net.UnixConn)
+		conn.Write(auth(""))
+		conn.Write(request(0, w{}.u32(0x4d524746).u32(protoVersion).u64(p.hash).u32(8).u32(1)))
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		var lenb [4]byte
+		for range 2 { // the authentication's answer, then the handshake's
+			if _, err := io.ReadFull(conn, lenb[:]); err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			if _, err := io.CopyN(io.Discard, conn, int64(binary.LittleEndian.Uint32(lenb[:]))); err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+		}
+		c.send(conn)
+		if _, err := io.Copy(io.Discard, conn); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+			t.Errorf("%s: the connection stays open: %v", c.name, err)
+		}
+		conn.Close()
+		s.waitLog(fmt.Sprintf(`(?s)(?:closing the connection.*){%d}`, i+1), 10*time.Second)
+		if !strings.Contains(s.Log(), c.log) {
+			t.Errorf("%s: want the executor to say %q, it said:\n%s", c.name, c.log, s.Log())
+		}
+	}
+	// And it serves on, through shared memory too.
+	s.addr = "shm://" + path
+	if r := e.remote(s, "direct", "1"); r.code != 0 {
+		t.Errorf("after the refusals: exit %d\n%s", r.code, r.stderr)
 	}
 }

@@ -199,9 +199,9 @@ func TestRemoteTokenRefused(t *testing.T) {
 		{"the token cut by one byte", auth(good[:len(good)-1]), 800, "wrong token"},
 		{"the token and one byte more", auth(good + "x"), 800, "wrong token"},
 		{"a client of the previous protocol", p.hello(p.hash), 801, "not a FlexGV authentication frame"},
-		{"another protocol version", frame(w{}.u32(0x41524746).u32(1).u8(0)), 801, "not a FlexGV authentication frame of protocol 2"},
-		{"a token longer than its frame", frame(w{}.u32(0x41524746).u32(2).u8(1).u64(100).raw(good)), 801, "a malformed authentication frame"},
-		{"an empty token", frame(w{}.u32(0x41524746).u32(2).u8(1).u64(0)), 801, "a malformed authentication frame"},
+		{"another protocol version", frame(w{}.u32(0x41524746).u32(1).u8(0)), 801, fmt.Sprintf("not a FlexGV authentication frame of protocol %d", protoVersion)},
+		{"a token longer than its frame", frame(w{}.u32(0x41524746).u32(protoVersion).u8(1).u64(100).raw(good)), 801, "a malformed authentication frame"},
+		{"an empty token", frame(w{}.u32(0x41524746).u32(protoVersion).u8(1).u64(0)), 801, "a malformed authentication frame"},
 		{"a frame over the limit", w{}.u32(1 << 20), 801, "(1048576 bytes) is not a FlexGV authentication frame"},
 	} {
 		conn, err := net.Dial("unix", strings.TrimPrefix(s.addr, "unix://"))

@@ -57,7 +57,7 @@ func (e *env) serve(transport string, extra ...string) *server {
 	e.t.Helper()
 	var addr string
 	switch transport {
-	case "unix":
+	case "unix", "shm": // shm: the same socket, dialled as shm://
 		addr = "unix://" + filepath.Join(e.dir, "gpu.sock")
 	case "tcp", "tls":
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -68,7 +68,7 @@ func (e *env) serve(transport string, extra ...string) *server {
 		l.Close()
 	}
 	// Without tenants, TCP is served only when asked to serve anyone.
-	if transport != "unix" && !slices.Contains(extra, "--tenant") {
+	if transport != "unix" && transport != "shm" && !slices.Contains(extra, "--tenant") {
 		extra = append(extra, "--open")
 	}
 	// TLS with a certificate for 127.0.0.1 that the clients trust.
@@ -101,6 +101,9 @@ func (e *env) serve(transport string, extra ...string) *server {
 		pw.Close()
 	})
 	s.waitLog(`listening on `+regexp.QuoteMeta(addr)+`[ ,]`, 10*time.Second)
+	if transport == "shm" {
+		s.addr = strings.Replace(addr, "unix://", "shm://", 1)
+	}
 	return s
 }
 
@@ -119,7 +122,7 @@ func TestRemoteClientsMatchLocal(t *testing.T) {
 		{"forker"}, {"memclient", "paths"},
 	}
 	pids := regexp.MustCompile(`pids( \d+)+`)
-	for _, transport := range []string{"unix", "tcp", "tls"} {
+	for _, transport := range []string{"unix", "shm", "tcp", "tls"} {
 		t.Run(transport, func(t *testing.T) {
 			e := newEnv(t)
 			s := e.serve(transport)
@@ -276,7 +279,7 @@ func (s *server) quiesce() {
 // A server killed in the middle of a run gives the program a CUDA error
 // and a message within a bounded time, never a hang.
 func TestRemoteServerKilled(t *testing.T) {
-	for _, transport := range []string{"unix", "tcp", "tls"} {
+	for _, transport := range []string{"unix", "shm", "tcp", "tls"} {
 		t.Run(transport, func(t *testing.T) {
 			e := newEnv(t)
 			s := e.serve(transport)
@@ -306,33 +309,38 @@ func alive(pid int) bool {
 // A client that dies frees everything it held: its executor exits, and the
 // memory it filled the GPU with is there for the next program.
 func TestRemoteClientKilled(t *testing.T) {
-	e := newEnv(t)
-	s := e.serve("unix")
-	first := e.remote(s, "memclient", "exact")
-	if first.code != 0 {
-		t.Fatalf("exit %d\n%s", first.code, first.stderr)
-	}
-	s.quiesce()
-	cmd, stdout, errb, pid := startRemote(t, e, s, "memclient", "fill", "256")
-	// fill prints its total once the GPU is full.
-	if line, _ := stdout.ReadString('\n'); line == "" {
-		t.Fatalf("fill printed no total\n%s", errb.String())
-	}
-	if !alive(pid) {
-		t.Fatalf("executor %d is gone before its client", pid)
-	}
-	cmd.Process.Signal(syscall.SIGKILL)
-	cmd.Wait()
-	s.waitLog(fmt.Sprintf(`executor pid %d ended`, pid), 10*time.Second)
-	if alive(pid) {
-		t.Errorf("executor %d outlived its client", pid)
-	}
-	again := e.remote(s, "memclient", "exact")
-	if strings.Contains(first.stdout, "one byte more -> other") {
-		t.Fatalf("exact: %s", first.stdout)
-	}
-	if again.stdout != first.stdout {
-		t.Errorf("after the killed client, the GPU shows\n%s\nbefore\n%s", again.stdout, first.stdout)
+	for _, transport := range []string{"unix", "shm"} {
+		t.Run(transport, func(t *testing.T) {
+			e := newEnv(t)
+			s := e.serve(transport)
+			first := e.remote(s, "memclient", "exact")
+			if first.code != 0 {
+				t.Fatalf("exit %d\n%s", first.code, first.stderr)
+			}
+			s.quiesce()
+			cmd, stdout, errb, pid := startRemote(t, e, s, "memclient", "fill", "256")
+			// fill prints its total once the GPU is full.
+			if line, _ := stdout.ReadString('\n'); line == "" {
+				t.Fatalf("fill printed no total\n%s", errb.String())
+			}
+			if !alive(pid) {
+				t.Fatalf("executor %d is gone before its client", pid)
+			}
+			cmd.Process.Signal(syscall.SIGKILL)
+			cmd.Wait()
+			s.waitLog(fmt.Sprintf(`executor pid %d ended`, pid), 10*time.Second)
+			if alive(pid) {
+				t.Errorf("executor %d outlived its client", pid)
+			}
+			again := e.remote(s, "memclient", "exact")
+			if strings.Contains(first.stdout, "one byte more -> other") {
+				t.Fatalf("exact: %s", first.stdout)
+			}
+			if again.stdout != first.stdout {
+				t.Errorf("after the killed client, the GPU shows\n%s\nbefore\n%s", again.stdout, first.stdout)
+			}
+
+		})
 	}
 }
 
@@ -591,5 +599,31 @@ print("landed", "8192" if bytes(got) == bytes(src)[:8192] else "none" if not any
 	r = e.remote(s, "python3", "-c", "import ctypes; print(ctypes.CDLL('libcuda.so.1').cuInit(0))")
 	if r.stdout != "46\n" || !strings.Contains(r.stderr, "FLEXGV_REMOTE_CHUNK=100: want a number of bytes from 4096") {
 		t.Errorf("a chunk of 100 bytes: %q\n%s", r.stdout, r.stderr)
+	}
+}
+
+// Over shm://, a frame larger than a ring (4 MiB each way) streams through
+// it, wrapping around, and arrives whole.
+func TestRemoteSharedMemoryLargeFrames(t *testing.T) {
+	prog := `
+import ctypes
+cu = ctypes.CDLL("libcuda.so.1")
+ctx, p = ctypes.c_void_p(), ctypes.c_uint64()
+n = (9 << 20) + 5
+assert cu.cuInit(0) == 0
+assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+assert cu.cuCtxSetCurrent(ctx) == 0
+assert cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(n)) == 0
+src = (ctypes.c_ubyte * n).from_buffer(bytearray((i * 13 + i // 65536) % 256 for i in range(n)))
+dst = (ctypes.c_ubyte * n)()
+for _ in range(3):
+    assert cu.cuMemcpyHtoD_v2(p, src, ctypes.c_size_t(n)) == 0
+    assert cu.cuMemcpyDtoH_v2(dst, p, ctypes.c_size_t(n)) == 0
+print("same" if bytes(dst) == bytes(src) else "differ")
+`
+	e := newEnv(t)
+	s := e.serve("shm")
+	if r := e.remote(s, "python3", "-c", prog); r.code != 0 || r.stdout != "same\n" {
+		t.Errorf("exit %d %q\n%s", r.code, r.stdout, r.stderr)
 	}
 }

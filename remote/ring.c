@@ -1,0 +1,272 @@
+#define _GNU_SOURCE
+#include "ring.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LOAD(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
+#define ACQ(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define REL(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+
+#define SPIN_NS 30000L        /* a wait spins this long before it sleeps... */
+#define NAP_NS 20000000L      /* ...in naps this long, between looks at the socket */
+#define SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+
+static inline void relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+}
+
+size_t fgr_ring_bytes(uint32_t size) { return sizeof(struct fgr_ring_shm) + 2 * (size_t)size; }
+
+static void sides(struct fgr_ring *r, int client)
+{
+    uint8_t *data = (uint8_t *)(r->m + 1);
+    r->out = client ? &r->m->c2s : &r->m->s2c;
+    r->in = client ? &r->m->s2c : &r->m->c2s;
+    r->out_data = client ? data : data + r->size;
+    r->in_data = client ? data + r->size : data;
+    r->out_head = r->in_tail = 0;
+}
+
+int fgr_ring_create(struct fgr_ring *r, int sock, int *fdp)
+{
+    size_t n = fgr_ring_bytes(FGR_RING_BYTES);
+    int fd = memfd_create("flexgv-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0)
+        return -1;
+    /* Sealed at its size: the executor maps it without fear of SIGBUS. */
+    void *m = MAP_FAILED;
+    if (ftruncate(fd, (off_t)n) == 0 && fcntl(fd, F_ADD_SEALS, SEALS) == 0)
+        m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    r->m = m;
+    r->size = FGR_RING_BYTES;
+    r->sock = sock;
+    r->m->magic = FGR_RING_MAGIC;
+    r->m->size = FGR_RING_BYTES;
+    sides(r, 1);
+    *fdp = fd;
+    return 0;
+}
+
+int fgr_ring_attach(struct fgr_ring *r, int sock, int fd)
+{
+    size_t n = fgr_ring_bytes(FGR_RING_BYTES);
+    struct stat st;
+    /* Only memory that can neither shrink nor grow under us. */
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size != n || seals < 0 ||
+        (seals & SEALS) != SEALS) {
+        errno = EPROTO;
+        return -1;
+    }
+    void *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED)
+        return -1;
+    r->m = m;
+    r->size = FGR_RING_BYTES;
+    r->sock = sock;
+    if (LOAD(&r->m->magic) != FGR_RING_MAGIC || LOAD(&r->m->size) != FGR_RING_BYTES) {
+        munmap(m, n);
+        r->m = NULL;
+        errno = EPROTO;
+        return -1;
+    }
+    sides(r, 0);
+    return 0;
+}
+
+void fgr_ring_close(struct fgr_ring *r)
+{
+    if (r->m)
+        munmap(r->m, fgr_ring_bytes(r->size));
+    r->m = NULL;
+}
+
+/* Whether the peer closed the socket (or wrote on it, which it must not). */
+static int peer_gone(int sock)
+{
+    struct pollfd p = {.fd = sock, .events = POLLIN};
+    if (poll(&p, 1, 0) <= 0)
+        return 0;
+    if (p.revents & (POLLHUP | POLLERR))
+        return 1;
+    char c;
+    ssize_t k = recv(sock, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return k >= 0 || (errno != EAGAIN && errno != EINTR);
+}
+
+static long elapsed_ns(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (t.tv_sec - t0->tv_sec) * 1000000000L + (t.tv_nsec - t0->tv_nsec);
+}
+
+/* Waits for *seq to leave seen: 0, or -1 (errno 0) once the peer is gone. */
+static int wait_seq(struct fgr_ring *r, uint32_t *seq, uint32_t seen, uint32_t *sleeps)
+{
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0;; i++) {
+        if (ACQ(seq) != seen)
+            return 0;
+        relax();
+        if ((i & 63) == 63 && elapsed_ns(&t0) > SPIN_NS)
+            break;
+    }
+    __atomic_store_n(sleeps, 1, __ATOMIC_SEQ_CST);
+    int gone = 0;
+    while (LOAD(seq) == seen) {
+        struct timespec nap = {0, NAP_NS};
+        syscall(SYS_futex, seq, FUTEX_WAIT, seen, &nap, NULL, 0);
+        if (LOAD(seq) == seen && peer_gone(r->sock)) {
+            gone = 1;
+            break;
+        }
+    }
+    __atomic_store_n(sleeps, 0, __ATOMIC_SEQ_CST);
+    errno = 0;
+    return gone ? -1 : 0;
+}
+
+static void bump(uint32_t *seq, uint32_t *sleeps)
+{
+    __atomic_fetch_add(seq, 1, __ATOMIC_SEQ_CST);
+    if (LOAD(sleeps))
+        syscall(SYS_futex, seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+int fgr_ring_write(struct fgr_ring *r, const void *p, size_t n)
+{
+    const uint8_t *s = p;
+    while (n) {
+        uint32_t seen = LOAD(&r->out->tail_seq);
+        uint64_t used = r->out_head - ACQ(&r->out->tail);
+        if (used > r->size) { /* a tail the reader cannot have written */
+            errno = EPROTO;
+            return -1;
+        }
+        if (used == r->size) {
+            if (wait_seq(r, &r->out->tail_seq, seen, &r->out->producer_sleeps))
+                return -1;
+            continue;
+        }
+        size_t k = r->size - used < n ? (size_t)(r->size - used) : n;
+        size_t off = (size_t)(r->out_head % r->size), first = r->size - off < k ? r->size - off : k;
+        memcpy(r->out_data + off, s, first);
+        memcpy(r->out_data, s + first, k - first);
+        r->out_head += k;
+        REL(&r->out->head, r->out_head);
+        bump(&r->out->head_seq, &r->out->consumer_sleeps);
+        s += k;
+        n -= k;
+    }
+    return 0;
+}
+
+int fgr_ring_read(struct fgr_ring *r, void *p, size_t n)
+{
+    uint8_t *d = p;
+    while (n) {
+        uint32_t seen = LOAD(&r->in->head_seq);
+        uint64_t avail = ACQ(&r->in->head) - r->in_tail;
+        if (avail > r->size) { /* a head the writer cannot have written */
+            errno = EPROTO;
+            return -1;
+        }
+        if (avail == 0) {
+            if (wait_seq(r, &r->in->head_seq, seen, &r->in->consumer_sleeps))
+                return -1;
+            continue;
+        }
+        size_t k = avail < n ? (size_t)avail : n;
+        size_t off = (size_t)(r->in_tail % r->size), first = r->size - off < k ? r->size - off : k;
+        memcpy(d, r->in_data + off, first);
+        memcpy(d + first, r->in_data, k - first);
+        r->in_tail += k;
+        REL(&r->in->tail, r->in_tail);
+        bump(&r->in->tail_seq, &r->in->producer_sleeps);
+        d += k;
+        n -= k;
+    }
+    return 0;
+}
+
+int fgr_send_fd(int sock, int fd)
+{
+    char byte = 'R';
+    struct iovec iov = {&byte, 1};
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } u;
+    memset(&u, 0, sizeof u);
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    ssize_t k;
+    do
+        k = sendmsg(sock, &msg, MSG_NOSIGNAL);
+    while (k < 0 && errno == EINTR);
+    return k == 1 ? 0 : -1;
+}
+
+int fgr_recv_fd(int sock)
+{
+    char byte;
+    struct iovec iov = {&byte, 1};
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(4 * sizeof(int))];
+    } u;
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+    ssize_t k;
+    do
+        k = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+    while (k < 0 && errno == EINTR);
+    int fd = -1;
+    for (struct cmsghdr *c = k == 1 ? CMSG_FIRSTHDR(&msg) : NULL; c; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < nfd; i++) {
+            int got;
+            memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+            if (fd < 0)
+                fd = got;
+            else
+                close(got); /* one was asked for */
+        }
+    }
+    if (fd < 0 || (msg.msg_flags & MSG_CTRUNC) || byte != 'R') {
+        if (fd >= 0)
+            close(fd);
+        errno = EPROTO;
+        return -1;
+    }
+    return fd;
+}

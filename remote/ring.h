@@ -1,0 +1,67 @@
+/* The shared-memory transport (shm:///PATH): after the handshake over the
+ * unix socket PATH, the client hands the executor a memfd (SCM_RIGHTS)
+ * holding two byte rings, one per direction, and the frames go through
+ * them instead of the socket. The socket stays open: its end tells each
+ * side that the other is gone. Each side waits for the other by spinning a
+ * little, then on a futex in the memory with a timeout, after which it
+ * looks at the socket.
+ *
+ * The memory is the client's too: the executor reads every index from it
+ * once, checks it, and copies a frame out before decoding it, as it does
+ * from a socket; an impossible index ends the connection. */
+#ifndef FLEXGV_REMOTE_RING_H
+#define FLEXGV_REMOTE_RING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FGR_RING_MAGIC 0x47524746u /* "FGRG" */
+#define FGR_RING_BYTES (4u << 20)  /* each direction */
+
+/* One direction. head: bytes written, by its producer; tail: bytes read,
+ * by its consumer; each bumps its seq after moving and wakes the other side
+ * when it says it sleeps. */
+struct fgr_ring_dir {
+    uint64_t head;
+    uint32_t head_seq, consumer_sleeps;
+    uint8_t pad0[48];
+    uint64_t tail;
+    uint32_t tail_seq, producer_sleeps;
+    uint8_t pad1[48];
+};
+
+struct fgr_ring_shm {
+    uint32_t magic, size; /* size: bytes of each direction's data */
+    uint8_t pad[56];
+    struct fgr_ring_dir c2s, s2c;
+    /* then c2s's data, then s2c's */
+};
+
+/* One side's view. */
+struct fgr_ring {
+    struct fgr_ring_shm *m;
+    struct fgr_ring_dir *out, *in;
+    uint8_t *out_data, *in_data;
+    uint32_t size;
+    int sock;                 /* the connection's socket: its end is the peer's */
+    uint64_t out_head, in_tail; /* ours, kept here: the shared copies are only told */
+};
+
+/* Bytes of the shared memory for rings of size bytes each way. */
+size_t fgr_ring_bytes(uint32_t size);
+/* The client's side: a new memfd of two rings (its descriptor in *fd, to be
+ * sent to the executor). 0, or -1 with errno. */
+int fgr_ring_create(struct fgr_ring *r, int sock, int *fd);
+/* The executor's side, of the memfd fd the client sent: checked, mapped.
+ * 0, or -1 with errno (EPROTO: not two rings of ours). */
+int fgr_ring_attach(struct fgr_ring *r, int sock, int fd);
+void fgr_ring_close(struct fgr_ring *r);
+/* As fgr_write_all and fgr_read_all: 0, or -1 with errno (0: the peer is
+ * gone; EPROTO: an impossible index). */
+int fgr_ring_write(struct fgr_ring *r, const void *p, size_t n);
+int fgr_ring_read(struct fgr_ring *r, void *p, size_t n);
+/* Sends fd over the unix socket sock with one byte; receives it. */
+int fgr_send_fd(int sock, int fd);
+int fgr_recv_fd(int sock);
+
+#endif
