@@ -3,14 +3,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
-#include <linux/futex.h>
 #include <poll.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -18,8 +15,7 @@
 #define ACQ(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define REL(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 
-#define SPIN_NS 30000L        /* a wait spins this long before it sleeps... */
-#define NAP_NS 20000000L      /* ...in naps this long, between looks at the socket */
+#define SPIN_NS 30000L /* a wait spins this long before it sleeps on the socket */
 #define SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 
 static inline void relax(void)
@@ -103,17 +99,18 @@ void fgr_ring_close(struct fgr_ring *r)
     r->m = NULL;
 }
 
-/* Whether the peer closed the socket (or wrote on it, which it must not). */
-static int peer_gone(int sock)
+/* Sleeps until the socket has something: a doorbell (drained) or its end.
+ * 0, or -1 once the peer is gone. */
+static int sleep_on_socket(int sock)
 {
     struct pollfd p = {.fd = sock, .events = POLLIN};
-    if (poll(&p, 1, 0) <= 0)
+    if (poll(&p, 1, -1) < 0)
+        return errno == EINTR ? 0 : -1;
+    char bells[256];
+    ssize_t k = recv(sock, bells, sizeof bells, MSG_DONTWAIT);
+    if (k > 0 || (k < 0 && (errno == EAGAIN || errno == EINTR)))
         return 0;
-    if (p.revents & (POLLHUP | POLLERR))
-        return 1;
-    char c;
-    ssize_t k = recv(sock, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    return k >= 0 || (errno != EAGAIN && errno != EINTR);
+    return -1;
 }
 
 static long elapsed_ns(const struct timespec *t0)
@@ -123,7 +120,10 @@ static long elapsed_ns(const struct timespec *t0)
     return (t.tv_sec - t0->tv_sec) * 1000000000L + (t.tv_nsec - t0->tv_nsec);
 }
 
-/* Waits for *seq to leave seen: 0, or -1 (errno 0) once the peer is gone. */
+/* Waits for *seq to leave seen: 0, or -1 (errno 0) once the peer is gone.
+ * Past a short spin it says it sleeps and sleeps on the socket, where the
+ * other side rings once it moved *seq and saw it sleep (both in one total
+ * order: no wake-up is lost), and where the other side's end shows. */
 static int wait_seq(struct fgr_ring *r, uint32_t *seq, uint32_t seen, uint32_t *sleeps)
 {
     struct timespec t0;
@@ -137,24 +137,23 @@ static int wait_seq(struct fgr_ring *r, uint32_t *seq, uint32_t seen, uint32_t *
     }
     __atomic_store_n(sleeps, 1, __ATOMIC_SEQ_CST);
     int gone = 0;
-    while (LOAD(seq) == seen) {
-        struct timespec nap = {0, NAP_NS};
-        syscall(SYS_futex, seq, FUTEX_WAIT, seen, &nap, NULL, 0);
-        if (LOAD(seq) == seen && peer_gone(r->sock)) {
+    while (LOAD(seq) == seen)
+        if (sleep_on_socket(r->sock) != 0) {
             gone = 1;
             break;
         }
-    }
     __atomic_store_n(sleeps, 0, __ATOMIC_SEQ_CST);
     errno = 0;
     return gone ? -1 : 0;
 }
 
-static void bump(uint32_t *seq, uint32_t *sleeps)
+/* Moves *seq on, and rings the other side's socket if it sleeps (a full
+ * socket buffer has rung enough). */
+static void bump(struct fgr_ring *r, uint32_t *seq, uint32_t *sleeps)
 {
     __atomic_fetch_add(seq, 1, __ATOMIC_SEQ_CST);
     if (LOAD(sleeps))
-        syscall(SYS_futex, seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+        send(r->sock, "b", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
 int fgr_ring_write(struct fgr_ring *r, const void *p, size_t n)
@@ -178,7 +177,7 @@ int fgr_ring_write(struct fgr_ring *r, const void *p, size_t n)
         memcpy(r->out_data, s + first, k - first);
         r->out_head += k;
         REL(&r->out->head, r->out_head);
-        bump(&r->out->head_seq, &r->out->consumer_sleeps);
+        bump(r, &r->out->head_seq, &r->out->consumer_sleeps);
         s += k;
         n -= k;
     }
@@ -206,7 +205,7 @@ int fgr_ring_read(struct fgr_ring *r, void *p, size_t n)
         memcpy(d + first, r->in_data, k - first);
         r->in_tail += k;
         REL(&r->in->tail, r->in_tail);
-        bump(&r->in->tail_seq, &r->in->producer_sleeps);
+        bump(r, &r->in->tail_seq, &r->in->producer_sleeps);
         d += k;
         n -= k;
     }

@@ -1,10 +1,10 @@
 /* The shared-memory transport (shm:///PATH): after the handshake over the
  * unix socket PATH, the client hands the executor a memfd (SCM_RIGHTS)
  * holding two byte rings, one per direction, and the frames go through
- * them instead of the socket. The socket stays open: its end tells each
- * side that the other is gone. Each side waits for the other by spinning a
- * little, then on a futex in the memory with a timeout, after which it
- * looks at the socket.
+ * them instead of the socket. The socket stays open as a doorbell: a side
+ * that waits for the other spins a little, then sleeps on the socket, rung
+ * by the other side when it moves on; the socket's end there tells it at
+ * once that the other side is gone.
  *
  * The memory is the client's too: the executor reads every index from it
  * once, checks it, and copies a frame out before decoding it, as it does
@@ -19,8 +19,8 @@
 #define FGR_RING_BYTES (4u << 20)  /* each direction */
 
 /* One direction. head: bytes written, by its producer; tail: bytes read,
- * by its consumer; each bumps its seq after moving and wakes the other side
- * when it says it sleeps. */
+ * by its consumer; each bumps its seq after moving and rings the other
+ * side when it says it sleeps. */
 struct fgr_ring_dir {
     uint64_t head;
     uint32_t head_seq, consumer_sleeps;
