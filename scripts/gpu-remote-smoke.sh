@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Remote GPUs on a real GPU (after make): the remoting client's extra
 # declarations against the real headers, then scripts/gpu/remote_smoke.c
-# natively and through flexgv serve over a unix socket and loopback TCP.
+# natively and through flexgv serve over a unix socket, the same socket with
+# shared memory (shm://) and loopback TCP.
 #     scripts/gpu-remote-smoke.sh [CUDA_HOME]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +19,7 @@ env -u LD_LIBRARY_PATH "$tmp/smoke"
 env -u LD_LIBRARY_PATH "$B/bin/flexgv" serve --listen "unix://$tmp/gpu.sock" &
 env -u LD_LIBRARY_PATH "$B/bin/flexgv" serve --listen tcp://127.0.0.1:7071 --open &
 sleep 1
-for addr in "unix://$tmp/gpu.sock" tcp://127.0.0.1:7071; do
+for addr in "unix://$tmp/gpu.sock" "shm://$tmp/gpu.sock" tcp://127.0.0.1:7071; do
     echo "== remote $addr"
     FLEXGV_REMOTE=$addr LD_LIBRARY_PATH="$B/remote" "$tmp/smoke"
 done
