@@ -17,6 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
@@ -753,5 +754,54 @@ func TestAllocationFollowsBindingOrder(t *testing.T) {
 		if want := fmt.Sprintf(" total %d ", (mib+nodeCtxMiB)<<20); pod.Status.Phase != corev1.PodSucceeded || !strings.Contains(out, want) {
 			t.Errorf("pod %s of %d MiB: %s %q, want%s", name, mib, pod.Status.Phase, out, want)
 		}
+	}
+}
+
+// A pod of higher priority that no GPU has room for evicts pods of lower
+// priority from one GPU, as many as that GPU needs: kube-scheduler would
+// propose victims by the node's totals (one pod here), which frees no GPU
+// enough; the extender's preempt verb names both pods of one GPU, and
+// only those go.
+func TestPreemptionFreesOneGPU(t *testing.T) {
+	n := startGPUNode(t, "gpu-p")
+	ns := namespace(t, "preempt")
+	ctx := context.Background()
+	sched := cp.Client.SchedulingV1().PriorityClasses()
+	for name, v := range map[string]int32{"flexgv-test-low": 100, "flexgv-test-high": 1000} {
+		if _, err := sched.Create(ctx, &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: v}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sched.Delete(ctx, name, metav1.DeleteOptions{}) })
+	}
+	// Two pods of 7 GiB on each GPU: 1 GiB left on each, 4 GiB on the node.
+	var low []string
+	for i := range 2 * nodeGPUs {
+		p := holderPod(ns, fmt.Sprintf("low-%d", i), n.name, 7168, 0, "64")
+		p.Spec.PriorityClassName = "flexgv-test-low"
+		if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		low = append(low, p.Name)
+	}
+	lowGPU := map[string]string{}
+	for _, name := range low {
+		lowGPU[name] = vgpu.PodGPUs(running(t, ns, name))[0]
+	}
+	high := holderPod(ns, "high", n.name, 10240, 0, "64")
+	high.Spec.PriorityClassName = "flexgv-test-high"
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, high, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	gpu := vgpu.PodGPUs(running(t, ns, "high"))[0]
+	var gone, left []string
+	for _, name := range low {
+		if _, err := cp.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
+			gone = append(gone, name)
+		} else {
+			left = append(left, name)
+		}
+	}
+	if len(gone) != 2 || lowGPU[gone[0]] != gpu || lowGPU[gone[1]] != gpu {
+		t.Errorf("evicted %v (GPUs %v) for a pod placed on %s; left %v", gone, lowGPU, gpu, left)
 	}
 }

@@ -11,6 +11,7 @@
 package extender
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,6 +20,7 @@ import (
 	"log"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -121,6 +123,11 @@ func (e *Extender) Start(ctx context.Context) error {
 // used is what the pods on node hold of each GPU, reservations included.
 // The caller holds e.mu.
 func (e *Extender) used(node string, ctxMiB int64) (map[string]vgpu.Use, error) {
+	return e.usedWithout(node, ctxMiB, nil)
+}
+
+// usedWithout is used without the pods in gone (victims of a preemption).
+func (e *Extender) usedWithout(node string, ctxMiB int64, gone map[types.UID]bool) (map[string]vgpu.Use, error) {
 	objs, err := e.pods.ByIndex(byNode, node)
 	if err != nil {
 		return nil, err
@@ -137,7 +144,7 @@ func (e *Extender) used(node string, ctxMiB int64) (map[string]vgpu.Use, error) 
 	for _, obj := range objs {
 		p := obj.(*corev1.Pod)
 		gpus := vgpu.PodGPUs(p)
-		if len(gpus) == 0 || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if len(gpus) == 0 || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || gone[p.UID] {
 			continue
 		}
 		r, ok, err := vgpu.PodRequest(p)
@@ -266,6 +273,139 @@ func (e *Extender) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs
 	return nil
 }
 
+// ProcessPreemption answers which pods to evict, per candidate node, for
+// pod to fit on a GPU there: kube-scheduler proposes victims by the node's
+// totals, which may free memory on the wrong GPUs. For each node the
+// extender takes, GPU by GPU, the fewest pods of lower priority than pod
+// placed there (the lowest priority first, then the largest) whose
+// eviction makes room, uses the cheapest GPUs, and drops nodes where no
+// eviction makes room. Victims may be pods kube-scheduler did not propose:
+// only the extender knows which GPU holds what.
+func (e *Extender) ProcessPreemption(args extenderv1.ExtenderPreemptionArgs) (*extenderv1.ExtenderPreemptionResult, error) {
+	if args.Pod == nil {
+		return nil, errors.New("expects a pod")
+	}
+	r, ok, err := vgpu.PodRequest(args.Pod)
+	if err != nil {
+		return nil, err
+	}
+	out := &extenderv1.ExtenderPreemptionResult{NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{}}
+	if !ok { // not ours to judge: as proposed
+		out.NodeNameToMetaVictims = args.NodeNameToMetaVictims
+		return out, nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for node := range args.NodeNameToMetaVictims {
+		victims, err := e.victims(node, args.Pod, r)
+		if err != nil {
+			e.log.Printf("preemption for %s/%s on %s: %v", args.Pod.Namespace, args.Pod.Name, node, err)
+			continue
+		}
+		if len(victims) == 0 {
+			continue // room without evicting: no preemption needed there
+		}
+		mv := &extenderv1.MetaVictims{}
+		for _, v := range victims {
+			mv.Pods = append(mv.Pods, &extenderv1.MetaPod{UID: string(v.UID)})
+		}
+		out.NodeNameToMetaVictims[node] = mv
+	}
+	return out, nil
+}
+
+// victims are the pods of node to evict for pod (request r) to fit; an
+// error when no eviction makes room. The caller holds e.mu.
+func (e *Extender) victims(node string, pod *corev1.Pod, r vgpu.Request) ([]*corev1.Pod, error) {
+	n, err := e.nodes.Get(node)
+	if err != nil {
+		return nil, err
+	}
+	inv, ok, err := vgpu.NodeInventory(n)
+	if err != nil || !ok {
+		return nil, fmt.Errorf("no inventory: %v", err)
+	}
+	objs, err := e.pods.ByIndex(byNode, node)
+	if err != nil {
+		return nil, err
+	}
+	prio := podPriority(pod)
+	// Per GPU: the fewest evictions that leave room for one vGPU of r.
+	one := r
+	one.Count = 1
+	type option struct {
+		gpu  vgpu.GPU
+		pods []*corev1.Pod
+	}
+	var options []option
+	for _, g := range inv.GPUs {
+		if !g.Healthy {
+			continue
+		}
+		var cands []*corev1.Pod
+		for _, obj := range objs {
+			p := obj.(*corev1.Pod)
+			if p.DeletionTimestamp == nil && podPriority(p) < prio && slices.Contains(vgpu.PodGPUs(p), g.UUID) &&
+				p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+				cands = append(cands, p)
+			}
+		}
+		slices.SortStableFunc(cands, func(a, b *corev1.Pod) int {
+			if c := cmp.Compare(podPriority(a), podPriority(b)); c != 0 {
+				return c
+			}
+			ra, _, _ := vgpu.PodRequest(a)
+			rb, _, _ := vgpu.PodRequest(b)
+			return cmp.Compare(rb.MemoryMiB, ra.MemoryMiB)
+		})
+		// Pods already on their way out (evicted before) are counted gone.
+		gone := map[types.UID]bool{}
+		for _, obj := range objs {
+			if p := obj.(*corev1.Pod); p.DeletionTimestamp != nil && podPriority(p) < prio {
+				gone[p.UID] = true
+			}
+		}
+		single := vgpu.Inventory{Slots: inv.Slots, ContextMiB: inv.ContextMiB, GPUs: []vgpu.GPU{g}}
+		var picked []*corev1.Pod
+		for {
+			use, err := e.usedWithout(node, inv.ContextMiB, gone)
+			if err != nil {
+				return nil, err
+			}
+			if _, _, err := vgpu.Choose(single, use, one, e.policy); err == nil {
+				options = append(options, option{g, picked})
+				break
+			}
+			if len(picked) == len(cands) {
+				break // no eviction makes room on this GPU
+			}
+			next := cands[len(picked)]
+			picked = append(picked, next)
+			gone[next.UID] = true
+		}
+	}
+	if len(options) < r.Count {
+		return nil, fmt.Errorf("no eviction of pods of lower priority makes room for %d vGPU(s) of %d MiB", r.Count, r.MemoryMiB)
+	}
+	slices.SortStableFunc(options, func(a, b option) int { return len(a.pods) - len(b.pods) })
+	var out []*corev1.Pod
+	for _, o := range options[:r.Count] {
+		for _, p := range o.pods {
+			if !slices.Contains(out, p) {
+				out = append(out, p)
+			}
+		}
+	}
+	return out, nil
+}
+
+func podPriority(p *corev1.Pod) int32 {
+	if p.Spec.Priority != nil {
+		return *p.Spec.Priority
+	}
+	return 0
+}
+
 // pod is the pod being bound, from the informer if it has it yet.
 func (e *Extender) pod(ctx context.Context, ns, name string, uid types.UID) (*corev1.Pod, error) {
 	if obj, ok, _ := e.pods.GetByKey(ns + "/" + name); ok {
@@ -317,6 +457,18 @@ func (e *Extender) Handler() http.Handler {
 		if err := e.Bind(r.Context(), args); err != nil {
 			res.Error = err.Error()
 			e.log.Printf("binding %s/%s to %s: %v", args.PodNamespace, args.PodName, args.Node, err)
+		}
+		reply(w, res)
+	})
+	mux.HandleFunc("POST /preempt", func(w http.ResponseWriter, r *http.Request) {
+		var args extenderv1.ExtenderPreemptionArgs
+		if !decode(w, r, &args) {
+			return
+		}
+		res, err := e.ProcessPreemption(args)
+		if err != nil {
+			http.Error(w, "flexgv scheduler: "+err.Error(), http.StatusBadRequest)
+			return
 		}
 		reply(w, res)
 	})

@@ -143,3 +143,56 @@ func TestBindReserves(t *testing.T) {
 		t.Errorf("binding b onto a's GPU: %v", err)
 	}
 }
+
+func placed(name, mem, gpu string, prio int32) *corev1.Pod {
+	p := pod(name, mem)
+	p.Spec.NodeName = "n"
+	p.Spec.Priority = &prio
+	p.Annotations = map[string]string{vgpu.AnnotationGPUs: gpu}
+	p.Status.Phase = corev1.PodRunning
+	return p
+}
+
+// Preemption evicts, on the GPU that needs the fewest evictions, pods of
+// lower priority only, the lowest and largest first, whatever
+// kube-scheduler proposed by the node's totals; a node where no eviction
+// makes room is dropped.
+func TestPreemptionPicksVictimsByGPU(t *testing.T) {
+	// GPUs of 1000 MiB, contexts of 100: n-gpu0 holds a (400) and b (300),
+	// 100 MiB free; n-gpu1 holds c (700) and d (100, of higher priority).
+	_, srv := start(t, node("n", 1000, 1000), node("full", 1000),
+		placed("a", "400", "n-gpu0", 1), placed("b", "300", "n-gpu0", 1), placed("c", "700", "n-gpu1", 1), placed("d", "100", "n-gpu1", 50))
+	high := pod("high", "600")
+	prio := int32(10)
+	high.Spec.Priority = &prio
+	args := extenderv1.ExtenderPreemptionArgs{Pod: high, NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{
+		"n":    {Pods: []*extenderv1.MetaPod{{UID: "uid-a"}}},
+		"full": {Pods: []*extenderv1.MetaPod{{UID: "uid-x"}}},
+	}}
+	code, body := post(t, srv, "/preempt", args)
+	var res extenderv1.ExtenderPreemptionResult
+	if code != http.StatusOK || json.Unmarshal(body, &res) != nil {
+		t.Fatalf("preempt: %d %s", code, body)
+	}
+	got := res.NodeNameToMetaVictims
+	if len(got) != 1 || got["n"] == nil || len(got["n"].Pods) != 1 || got["n"].Pods[0].UID != "uid-c" {
+		t.Errorf("victims %s, want c alone on n", body)
+	}
+	// Above d's priority nothing is evicted for a pod that needs d's room too.
+	big := pod("big", "850")
+	big.Spec.Priority = &prio
+	args.Pod = big
+	res = extenderv1.ExtenderPreemptionResult{}
+	if code, body = post(t, srv, "/preempt", args); code != http.StatusOK || json.Unmarshal(body, &res) != nil || len(res.NodeNameToMetaVictims) != 1 {
+		t.Fatalf("preempt for 850 MiB: %d %s", code, body)
+	}
+	if v := res.NodeNameToMetaVictims["n"]; v == nil || len(v.Pods) != 2 || v.Pods[0].UID != "uid-a" || v.Pods[1].UID != "uid-b" {
+		t.Errorf("victims for 850 MiB %s, want a then b (n-gpu1 keeps d, of higher priority)", body)
+	}
+	low := pod("low", "600")
+	args.Pod = low
+	res = extenderv1.ExtenderPreemptionResult{}
+	if code, body = post(t, srv, "/preempt", args); code != http.StatusOK || json.Unmarshal(body, &res) != nil || len(res.NodeNameToMetaVictims) != 0 {
+		t.Errorf("a pod of priority 0 evicts nobody: %d %s", code, body)
+	}
+}

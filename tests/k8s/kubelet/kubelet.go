@@ -240,6 +240,17 @@ func (n *Node) watchPods(ctx context.Context) {
 		}
 		switch ev.Type {
 		case watch.Added, watch.Modified:
+			if pod.DeletionTimestamp != nil {
+				// Deleted with a grace period (an eviction): the kubelet
+				// stops the containers, then removes the pod.
+				n.mu.Lock()
+				n.forget(pod.UID)
+				n.mu.Unlock()
+				zero, uid := int64(0), pod.UID
+				n.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name,
+					metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &uid}})
+				continue
+			}
 			n.consider(ctx, pod)
 		case watch.Deleted:
 			n.mu.Lock()
