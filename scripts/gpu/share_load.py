@@ -6,7 +6,8 @@
                                              prints "window T STEPS" every second
     share_load.py infer RATE SECONDS [START] batch-1 inference of a small
                                              transformer, requests every 1/RATE s;
-                                             prints "latency_ms P50 P99 N"
+                                             prints "latency_ms P50 P99 N", then
+                                             "slow T MS" for requests over 5x p50
     share_load.py peak SECONDS               inference requests back to back;
                                              prints their rate
     infer-graph, peak-graph                  the same, each request one CUDA graph
@@ -134,8 +135,14 @@ def infer(rate, seconds, start, graph):
         request()
         lat.append((time.time() - due) * 1000)  # from its arrival, queueing included
         k += 1
+    by_time = list(lat)
     lat.sort()
-    print(f"latency_ms {lat[len(lat) // 2]:.3f} {lat[int(len(lat) * 0.99)]:.3f} {len(lat)}", flush=True)
+    p50 = lat[len(lat) // 2]
+    print(f"latency_ms {p50:.3f} {lat[int(len(lat) * 0.99)]:.3f} {len(lat)}", flush=True)
+    # The slow requests, by arrival (seconds from the start): where a stall is.
+    slow = [(i / rate, ms) for i, ms in enumerate(by_time) if ms > 5 * p50]
+    for at, ms in slow[:50]:
+        print(f"slow {at:.3f} {ms:.3f}")
 
 
 def peak(seconds, graph):
