@@ -16,6 +16,7 @@ import (
 	"github.com/flexgv/flexgv/internal/k8s/deviceplugin"
 	"github.com/flexgv/flexgv/internal/k8s/kubeclient"
 	"github.com/flexgv/flexgv/internal/launch"
+	"github.com/flexgv/flexgv/internal/remote"
 	"github.com/flexgv/flexgv/internal/tenant"
 	flexgvv1 "github.com/flexgv/flexgv/proto/flexgv/v1"
 )
@@ -40,7 +41,11 @@ func devicePluginFlags(c *cobra.Command, g *globals) func(log io.Writer) (func(c
 		`with --kubernetes: the kubelet's pod-resources socket, to check that a container starts in the pod its vGPUs were set up for ("" turns the check off)`)
 	f.DurationVar(&cfg.HealthEvery, "health-interval", 10*time.Second, "with --kubernetes: how often the GPUs' health is read from NVML")
 	f.DurationVar(&cfg.SyncEvery, "sync-interval", 5*time.Second, "with --kubernetes: how often tenants of pods that are gone are deleted and the registration with the kubelet checked")
-	names := []string{"node-name", "kubeconfig", "plugin-dir", "slots", "ctx-mem", "dev-root", "pod-resources", "health-interval", "sync-interval"}
+	f.StringVar(&cfg.RemoteAddr, "remote-addr", "", "with --kubernetes: serve this node's GPUs to remote vGPUs of pods elsewhere at this address (where flexgv serve --tenant-dir listens; give --tenant-dir)")
+	f.StringVar(&cfg.TenantDir, "tenant-dir", "", "with --remote-addr: the folder of flexgv serve --tenant-dir, where remote pods' tokens are written")
+	f.IntVar(&cfg.RemoteSlots, "remote-slots", 0, "with --kubernetes: remote vGPUs (flexgv.io/remote-vgpu) this node runs; 0: none")
+	names := []string{"node-name", "kubeconfig", "plugin-dir", "slots", "ctx-mem", "dev-root", "pod-resources", "health-interval", "sync-interval",
+		"remote-addr", "tenant-dir", "remote-slots"}
 	return func(log io.Writer) (func(context.Context, flexgvv1.DaemonServer), error) {
 		if !on {
 			for _, n := range names {
@@ -58,6 +63,17 @@ func devicePluginFlags(c *cobra.Command, g *globals) func(log io.Writer) (func(c
 		if cfg.Shim, err = launch.FindShim(g.shim); err != nil {
 			return nil, err
 		}
+		if cfg.RemoteSlots > 0 {
+			lib, err := remote.Built("libcuda.so.1")
+			if err != nil {
+				return nil, err
+			}
+			cfg.RemoteLib = filepath.Dir(lib)
+			cfg.RemoteTokens = filepath.Join(tenant.Dir(), "remote-tokens")
+			if err := os.MkdirAll(cfg.RemoteTokens, 0o700); err != nil {
+				return nil, err
+			}
+		}
 		if err := cfg.Check(); err != nil {
 			return nil, err
 		}
@@ -69,7 +85,14 @@ func devicePluginFlags(c *cobra.Command, g *globals) func(log io.Writer) (func(c
 		// Beside the daemon's registry: one daemon per state folder.
 		cfg.Allocations = filepath.Join(tenant.Dir(), "deviceplugin.allocations")
 		return func(ctx context.Context, api flexgvv1.DaemonServer) {
-			deviceplugin.New(cfg, deviceplugin.DaemonAPI{API: api}, client).Run(ctx)
+			p := deviceplugin.New(cfg, deviceplugin.DaemonAPI{API: api}, client)
+			if cfg.RemoteSlots > 0 {
+				go p.Remote().Run(ctx)
+			}
+			if cfg.RemoteAddr != "" {
+				go p.WatchRemote(ctx)
+			}
+			p.Run(ctx)
 		}, nil
 	}
 }

@@ -1,6 +1,7 @@
 package k8s
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -44,6 +45,7 @@ type gpuNode struct {
 	kubelet  *kubelet.Node
 	stdinMu  sync.Mutex
 	stdin    map[string]io.WriteCloser // of running containers with stdin: true, by pod name
+	extra    []string                  // more flags of its daemon
 }
 
 // loseGPU makes the node's NVML stop listing GPU index, as when a GPU
@@ -61,12 +63,12 @@ const (
 	nodeCtxMiB = 512
 )
 
-func startGPUNode(t *testing.T, name string) *gpuNode {
+func startGPUNode(t *testing.T, name string, daemonFlags ...string) *gpuNode {
 	t.Helper()
 	if !privateKubelet {
 		t.Skip("the kubelet's device manager needs a mount namespace of its own (root)")
 	}
-	n := &gpuNode{t: t, name: name, dir: t.TempDir(), stdin: map[string]io.WriteCloser{}}
+	n := &gpuNode{t: t, name: name, dir: t.TempDir(), stdin: map[string]io.WriteCloser{}, extra: daemonFlags}
 	n.env = []string{
 		"FLEXGV_SIM_STATE=" + filepath.Join(n.dir, "gpu.state"),
 		"FLEXGV_STATE_DIR=" + filepath.Join(n.dir, "tenants"),
@@ -120,6 +122,7 @@ func (n *gpuNode) startDaemon() {
 		"--plugin-dir", kubeletDir, fmt.Sprintf("--slots=%d", slots), fmt.Sprintf("--ctx-mem=%dMiB", nodeCtxMiB),
 		"--dev-root", filepath.Join(n.dir, "dev"), "--pod-resources", n.podResources(),
 		"--health-interval", "100ms", "--sync-interval", "100ms")
+	cmd.Args = append(cmd.Args, n.extra...)
 	cmd.Env = append(os.Environ(), n.env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -804,4 +807,60 @@ func TestPreemptionFreesOneGPU(t *testing.T) {
 	if len(gone) != 2 || lowGPU[gone[0]] != gpu || lowGPU[gone[1]] != gpu {
 		t.Errorf("evicted %v (GPUs %v) for a pod placed on %s; left %v", gone, lowGPU, gpu, left)
 	}
+}
+
+// A pod asking for a remote vGPU runs its CUDA program on a GPU server's
+// GPU through flexgv serve, under the memory it asked for: the extender
+// places it on a server's GPU, the server's daemon makes its tenant, token
+// and Secret, and the node's remote plugin gives the container the
+// remoting libcuda.so.1, the address and the token (here the node is its
+// own server: a pod without device nodes, its GPU work in the server's
+// executor). When it ends, its token, Secret and tenant go.
+func TestRemoteVGPUPod(t *testing.T) {
+	dir := t.TempDir()
+	tokens, sock := filepath.Join(dir, "tokens"), filepath.Join(dir, "gpu.sock")
+	os.Mkdir(tokens, 0o700)
+	n := startGPUNode(t, "gpu-r", "--remote-addr", "unix://"+sock, "--tenant-dir", tokens, "--remote-slots", "2")
+	serve := exec.Command(filepath.Join(build, "bin", "flexgv"), "serve", "--listen", "unix://"+sock, "--tenant-dir", tokens)
+	serve.Env = append(os.Environ(), n.env...)
+	var log bytes.Buffer
+	serve.Stdout, serve.Stderr = &log, &log
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { serve.Process.Kill(); serve.Wait() })
+	eventually(t, 10*time.Second, "remote vGPUs allocatable", func() (bool, error) {
+		return n.kubelet.Allocatable(vgpu.ResourceRemoteVGPU) == 2, nil
+	})
+	ns := namespace(t, "remote-pod")
+	ctx := context.Background()
+	p := clientPod(ns, "remote", n.name, 0, 0, "memclient", "info")
+	p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{vgpu.ResourceRemoteVGPU: resource.MustParse("1")}
+	p.Annotations = map[string]string{vgpu.AnnotationRemoteMemory: "1024"}
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := finished(t, ns, "remote")
+	out, _ := n.kubelet.Output("remote")
+	quota := uint64(1024+nodeCtxMiB) << 20
+	if pod.Status.Phase != corev1.PodSucceeded || !strings.Contains(out, fmt.Sprintf(" total %d ", quota)) {
+		t.Fatalf("pod remote %s: %s\n%s\nserver:\n%s", pod.Status.Phase, pod.Status.Message, out, log.String())
+	}
+	server, uuid, ok := vgpu.PodRemoteGPU(pod)
+	if !ok || server != n.name || !strings.HasPrefix(uuid, "GPU-") {
+		t.Errorf("placed on %q", pod.Annotations[vgpu.AnnotationRemoteGPU])
+	}
+	env := map[string]string{}
+	for _, e := range n.kubelet.Allocation("remote").Envs {
+		env[e.Name] = e.Value
+	}
+	if env["FLEXGV_REMOTE"] != "unix://"+sock || env["LD_PRELOAD"] != "" || len(n.kubelet.Allocation("remote").Devices) != 0 {
+		t.Errorf("the container's env %v, devices %v", env, n.kubelet.Allocation("remote").Devices)
+	}
+	tenant := deviceplugin.TenantPrefix + string(pod.UID)
+	eventually(t, 10*time.Second, "the remote pod's token, Secret and tenant gone", func() (bool, error) {
+		_, ferr := os.Stat(filepath.Join(tokens, tenant+".token"))
+		_, serr := cp.Client.CoreV1().Secrets(ns).Get(ctx, deviceplugin.RemoteSecretPrefix+string(pod.UID), metav1.GetOptions{})
+		return os.IsNotExist(ferr) && serr != nil && !slices.Contains(n.tenants(), tenant), fmt.Errorf("file %v, secret %v, tenants %v", ferr, serr, n.tenants())
+	})
 }

@@ -66,6 +66,16 @@ type Config struct {
 	// checked to be in the pod it was set up for; "": neither, the pod is
 	// told by binding order alone.
 	PodResources string
+	// RemoteAddr, on a GPU server node: the address (flexgv serve) where it
+	// serves its GPUs to remote vGPUs, published for the extender; its
+	// tenants are admitted by token files in TenantDir (flexgv serve
+	// --tenant-dir). "": it serves none.
+	RemoteAddr, TenantDir string
+	// RemoteSlots: remote vGPUs this node runs (flexgv.io/remote-vgpu); 0:
+	// none. RemoteLib is the folder of the remoting libcuda.so.1 on the
+	// node, RemoteTokens where their tokens are kept for the containers.
+	RemoteSlots             int
+	RemoteLib, RemoteTokens string
 	// Allocations is the file where allocations whose containers have not
 	// started yet are kept, so that a plugin restarted in between (with
 	// its daemon) still checks them; "": in memory only.
@@ -94,6 +104,22 @@ func (c Config) Check() error {
 	if _, err := os.Stat(c.Shim); err != nil {
 		return fmt.Errorf("shim %s: %w", c.Shim, err)
 	}
+	if (c.RemoteAddr == "") != (c.TenantDir == "") {
+		return errors.New("--remote-addr and --tenant-dir go together: the address flexgv serve --tenant-dir DIR listens on, and DIR")
+	}
+	if c.TenantDir != "" {
+		if st, err := os.Stat(c.TenantDir); err != nil || !st.IsDir() {
+			return fmt.Errorf("--tenant-dir %s: not a folder", c.TenantDir)
+		}
+	}
+	if c.RemoteSlots < 0 {
+		return fmt.Errorf("--remote-slots %d: negative", c.RemoteSlots)
+	}
+	if c.RemoteSlots > 0 {
+		if _, err := os.Stat(filepath.Join(c.RemoteLib, "libcuda.so.1")); err != nil {
+			return fmt.Errorf("remote vGPUs need the remoting libcuda.so.1: %w", err)
+		}
+	}
 	if st, err := os.Stat(c.PodResources); c.PodResources != "" && (err != nil || st.Mode()&os.ModeSocket == 0) {
 		return fmt.Errorf("--pod-resources %s: not the kubelet's socket (\"\" turns the check that a container starts in the allocated pod off)", c.PodResources)
 	}
@@ -117,6 +143,8 @@ type Plugin struct {
 	// allocated is the pod each allocation was made for, by its devices,
 	// until its container starts (kept in cfg.Allocations); under mu.
 	allocated map[string]allocation
+	// remoteMu serializes the making of remote pods' tenants and tokens.
+	remoteMu sync.Mutex
 }
 
 // New returns a plugin; Run runs it.
@@ -215,6 +243,12 @@ func (p *Plugin) serve(ctx context.Context) error {
 }
 
 func (p *Plugin) register(ctx context.Context) error {
+	return p.registerAs(ctx, socketName, vgpu.ResourceVGPU, p.options())
+}
+
+// registerAs registers the plugin at socket (in the kubelet's folder) for
+// resource.
+func (p *Plugin) registerAs(ctx context.Context, socket string, resource corev1.ResourceName, opts *pluginapi.DevicePluginOptions) error {
 	conn, err := grpc.NewClient("unix://"+filepath.Join(p.cfg.PluginDir, filepath.Base(pluginapi.KubeletSocket)),
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -224,8 +258,7 @@ func (p *Plugin) register(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	_, err = pluginapi.NewRegistrationClient(conn).Register(rctx, &pluginapi.RegisterRequest{
-		Version: pluginapi.Version, Endpoint: socketName, ResourceName: string(vgpu.ResourceVGPU),
-		Options: p.options(),
+		Version: pluginapi.Version, Endpoint: socket, ResourceName: string(resource), Options: opts,
 	})
 	return err
 }
@@ -290,7 +323,7 @@ func (p *Plugin) watchHealth(ctx context.Context) {
 // publish writes the inventory on the node, and its memory and compute as
 // extended resources of its status.
 func (p *Plugin) publish(ctx context.Context, gpus []vgpu.GPU) error {
-	inv := vgpu.Inventory{Slots: p.cfg.Slots, ContextMiB: p.cfg.ContextMiB, GPUs: gpus}
+	inv := vgpu.Inventory{Slots: p.cfg.Slots, ContextMiB: p.cfg.ContextMiB, GPUs: gpus, Remote: p.cfg.RemoteAddr}
 	meta, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{vgpu.AnnotationInventory: inv.Encode()}}})
 	nodes := p.client.CoreV1().Nodes()
 	if _, err := nodes.Patch(ctx, p.cfg.NodeName, types.MergePatchType, meta, metav1.PatchOptions{}); err != nil {
@@ -617,6 +650,16 @@ func (p *Plugin) syncTenants(ctx context.Context) {
 		return
 	}
 	live, present := map[string]bool{}, map[string]bool{}
+	if p.cfg.RemoteAddr != "" {
+		remote, err := p.syncRemote(ctx)
+		if err != nil {
+			p.log.Printf("remote pods: %v", err)
+			return // tenants of remote pods cannot be told from those that are gone
+		}
+		for name := range remote {
+			live[name] = true
+		}
+	}
 	for _, pod := range pods {
 		present[pod.Namespace+"/"+pod.Name] = true
 		if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {

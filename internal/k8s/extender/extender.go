@@ -28,6 +28,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -73,8 +74,17 @@ func New(client kubernetes.Interface, policy vgpu.Policy, w io.Writer) *Extender
 		log:      log.New(w, "flexgv scheduler: ", 0),
 		reserved: map[types.UID]placement{},
 	}
+	// A pod is indexed by the node whose GPU it holds: a remote vGPU's is
+	// its server's, not the node that runs the pod.
 	podInf.AddIndexers(cache.Indexers{byNode: func(obj any) ([]string, error) {
-		if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+		p, ok := obj.(*corev1.Pod)
+		if !ok {
+			return nil, nil
+		}
+		if server, _, ok := vgpu.PodRemoteGPU(p); ok {
+			return []string{server}, nil
+		}
+		if p.Spec.NodeName != "" {
 			return []string{p.Spec.NodeName}, nil
 		}
 		return nil, nil
@@ -100,7 +110,7 @@ func New(client kubernetes.Interface, policy vgpu.Policy, w io.Writer) *Extender
 
 func (e *Extender) seen(obj any) {
 	p, ok := obj.(*corev1.Pod)
-	if !ok || p.Spec.NodeName == "" || len(vgpu.PodGPUs(p)) == 0 {
+	if !ok || p.Spec.NodeName == "" || (len(podGPUs(p)) == 0) {
 		return
 	}
 	e.mu.Lock()
@@ -143,7 +153,7 @@ func (e *Extender) usedWithout(node string, ctxMiB int64, gone map[types.UID]boo
 	counted := map[types.UID]bool{}
 	for _, obj := range objs {
 		p := obj.(*corev1.Pod)
-		gpus := vgpu.PodGPUs(p)
+		gpus := podGPUs(p)
 		if len(gpus) == 0 || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || gone[p.UID] {
 			continue
 		}
@@ -163,6 +173,42 @@ func (e *Extender) usedWithout(node string, ctxMiB int64, gone map[types.UID]boo
 		}
 	}
 	return use, nil
+}
+
+// podGPUs are the GPUs a pod holds: its node's, or its remote vGPU's on
+// its server.
+func podGPUs(p *corev1.Pod) []string {
+	if _, uuid, ok := vgpu.PodRemoteGPU(p); ok {
+		return []string{uuid}
+	}
+	return vgpu.PodGPUs(p)
+}
+
+// chooseRemote picks, for a remote vGPU, the GPU server node (one whose
+// inventory has an address) and the GPU with room that the policy likes
+// best. The caller holds e.mu.
+func (e *Extender) chooseRemote(r vgpu.Request) (server, uuid string, err error) {
+	nodes, err := e.nodes.List(labels.Everything())
+	if err != nil {
+		return "", "", err
+	}
+	slices.SortFunc(nodes, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+	best, servers := -1.0, 0
+	for _, n := range nodes {
+		if inv, ok, err := vgpu.NodeInventory(n); err != nil || !ok || inv.Remote == "" {
+			continue
+		}
+		servers++
+		gpus, score, err := e.choose(n.Name, r)
+		if err == nil && score > best {
+			best, server, uuid = score, n.Name, gpus[0]
+		}
+	}
+	if server == "" {
+		return "", "", fmt.Errorf("%w: flexgv: none of %d GPU servers has a GPU with %d MiB (+context) and %d%% free for a remote vGPU",
+			vgpu.ErrNoRoom, servers, r.MemoryMiB, r.ComputePct)
+	}
+	return server, uuid, nil
 }
 
 // choose picks GPUs of node for r. The caller holds e.mu.
@@ -200,6 +246,16 @@ func (e *Extender) Filter(args extenderv1.ExtenderArgs) extenderv1.ExtenderFilte
 	fits, failed := []string{}, extenderv1.FailedNodesMap{}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if r.Remote {
+		// Any node runs it (kube-scheduler counts its slots) if a server has room.
+		if _, _, err := e.chooseRemote(r); err != nil {
+			for _, node := range *args.NodeNames {
+				failed[node] = strings.TrimPrefix(err.Error(), vgpu.ErrNoRoom.Error()+": ")
+			}
+			return extenderv1.ExtenderFilterResult{NodeNames: &fits, FailedNodes: failed}
+		}
+		return extenderv1.ExtenderFilterResult{NodeNames: args.NodeNames}
+	}
 	for _, node := range *args.NodeNames {
 		if _, _, err := e.choose(node, r); err != nil {
 			failed[node] = strings.TrimPrefix(err.Error(), vgpu.ErrNoRoom.Error()+": ")
@@ -224,7 +280,7 @@ func (e *Extender) Prioritize(args extenderv1.ExtenderArgs) (extenderv1.HostPrio
 	defer e.mu.Unlock()
 	for _, node := range *args.NodeNames {
 		var score float64
-		if ok {
+		if ok && !r.Remote {
 			_, score, _ = e.choose(node, r)
 		}
 		out = append(out, extenderv1.HostPriority{Host: node, Score: int64(math.Round(score * float64(extenderv1.MaxExtenderPriority)))})
@@ -244,7 +300,21 @@ func (e *Extender) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs
 		return err
 	}
 	annotations := map[string]string{}
-	if ok {
+	where := ""
+	if ok && r.Remote {
+		e.mu.Lock()
+		server, uuid, err := e.chooseRemote(r)
+		if err == nil {
+			e.reserved[args.PodUID] = placement{node: server, gpus: []string{uuid}, req: r}
+		}
+		e.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		annotations[vgpu.AnnotationRemoteGPU] = server + "/" + uuid
+		annotations[vgpu.AnnotationBoundAt] = time.Now().UTC().Format(time.RFC3339Nano)
+		where = "remote GPU " + server + "/" + uuid
+	} else if ok {
 		e.mu.Lock()
 		gpus, _, err := e.choose(args.Node, r)
 		if err == nil {
@@ -256,6 +326,7 @@ func (e *Extender) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs
 		}
 		annotations[vgpu.AnnotationGPUs] = strings.Join(gpus, ",")
 		annotations[vgpu.AnnotationBoundAt] = time.Now().UTC().Format(time.RFC3339Nano)
+		where = "GPUs " + annotations[vgpu.AnnotationGPUs]
 	}
 	b := &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Name: args.PodName, Namespace: args.PodNamespace, UID: args.PodUID, Annotations: annotations},
@@ -268,7 +339,7 @@ func (e *Extender) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs
 		return err
 	}
 	if ok {
-		e.log.Printf("bound %s/%s to %s, GPUs %s", args.PodNamespace, args.PodName, args.Node, annotations[vgpu.AnnotationGPUs])
+		e.log.Printf("bound %s/%s to %s, %s", args.PodNamespace, args.PodName, args.Node, where)
 	}
 	return nil
 }
@@ -290,6 +361,9 @@ func (e *Extender) ProcessPreemption(args extenderv1.ExtenderPreemptionArgs) (*e
 		return nil, err
 	}
 	out := &extenderv1.ExtenderPreemptionResult{NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{}}
+	if ok && r.Remote {
+		return out, nil // evicting pods of the node that runs it frees nothing on a server
+	}
 	if !ok { // not ours to judge: as proposed
 		out.NodeNameToMetaVictims = args.NodeNameToMetaVictims
 		return out, nil
@@ -345,7 +419,7 @@ func (e *Extender) victims(node string, pod *corev1.Pod, r vgpu.Request) ([]*cor
 		var cands []*corev1.Pod
 		for _, obj := range objs {
 			p := obj.(*corev1.Pod)
-			if p.DeletionTimestamp == nil && podPriority(p) < prio && slices.Contains(vgpu.PodGPUs(p), g.UUID) &&
+			if p.DeletionTimestamp == nil && podPriority(p) < prio && slices.Contains(podGPUs(p), g.UUID) &&
 				p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
 				cands = append(cands, p)
 			}

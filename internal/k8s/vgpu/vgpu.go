@@ -29,6 +29,11 @@ const (
 	// vGPU while others contend, in percent (flexgv run --compute); time
 	// others leave idle is lent. Absent: none reserved.
 	ResourceCompute corev1.ResourceName = "flexgv.io/gpu-compute"
+	// ResourceRemoteVGPU is a virtual GPU on a GPU server node, reached
+	// over the network (flexgv serve): any node with slots of it runs the
+	// pod. Its memory and share are annotations (AnnotationRemoteMemory,
+	// AnnotationRemoteCompute): they are the server's, not the node's.
+	ResourceRemoteVGPU corev1.ResourceName = "flexgv.io/remote-vgpu"
 )
 
 // Annotations.
@@ -49,6 +54,13 @@ const (
 	// AnnotationInventory on a node: its GPUs as JSON (Inventory), written
 	// by its device plugin.
 	AnnotationInventory = "flexgv.io/inventory"
+	// AnnotationRemoteMemory and AnnotationRemoteCompute on a pod with a
+	// remote vGPU: its device memory (MiB) and guaranteed share (percent).
+	AnnotationRemoteMemory  = "flexgv.io/remote-gpu-memory"
+	AnnotationRemoteCompute = "flexgv.io/remote-gpu-compute"
+	// AnnotationRemoteGPU on a pod: NODE/UUID, the server node and GPU the
+	// extender placed its remote vGPU on, written with its binding.
+	AnnotationRemoteGPU = "flexgv.io/remote-gpu"
 )
 
 // Priority is how a tenant's work is ordered against others' on a GPU:
@@ -82,6 +94,7 @@ type Request struct {
 	ComputePct int64    // guaranteed share per vGPU; 0: none
 	ComputeMax int64    // cap per vGPU, percent; 0: none
 	Priority   Priority // of its tenant
+	Remote     bool     // a remote vGPU (Count 1), on a GPU server node
 }
 
 // PodRequest reads what pod asks for; ok is false when it asks for no
@@ -110,7 +123,7 @@ func PodRequest(pod *corev1.Pod) (r Request, ok bool, err error) {
 		if ok {
 			return Request{}, false, fmt.Errorf("containers %s and %s both ask for flexgv.io resources; give vGPUs to one container per pod", r.Container, c.Name)
 		}
-		if r, err = containerRequest(c); err != nil {
+		if r, err = containerRequest(c, pod.Annotations); err != nil {
 			return Request{}, false, err
 		}
 		r.Priority, r.ComputeMax, ok = prio, capPct, true
@@ -128,7 +141,7 @@ func PodRequest(pod *corev1.Pod) (r Request, ok bool, err error) {
 }
 
 func asks(c corev1.Container) bool {
-	for _, n := range []corev1.ResourceName{ResourceVGPU, ResourceMemory, ResourceCompute} {
+	for _, n := range []corev1.ResourceName{ResourceVGPU, ResourceMemory, ResourceCompute, ResourceRemoteVGPU} {
 		if _, ok := c.Resources.Limits[n]; ok {
 			return true
 		}
@@ -139,7 +152,7 @@ func asks(c corev1.Container) bool {
 	return false
 }
 
-func containerRequest(c corev1.Container) (Request, error) {
+func containerRequest(c corev1.Container, annotations map[string]string) (Request, error) {
 	r := Request{Container: c.Name}
 	get := func(n corev1.ResourceName) (int64, bool, error) {
 		q, ok := c.Resources.Limits[n]
@@ -155,6 +168,13 @@ func containerRequest(c corev1.Container) (Request, error) {
 			return 0, true, fmt.Errorf("container %s: %s %s is not a whole number", c.Name, n, q.String())
 		}
 		return v, true, nil
+	}
+	remote, hasRemote, err := get(ResourceRemoteVGPU)
+	if err != nil {
+		return r, err
+	}
+	if hasRemote {
+		return remoteRequest(c, r, remote, annotations)
 	}
 	count, hasCount, err := get(ResourceVGPU)
 	if err != nil {
@@ -188,6 +208,51 @@ func containerRequest(c corev1.Container) (Request, error) {
 	return r, nil
 }
 
+// remoteRequest reads a container's remote vGPU: one, with its memory and
+// share in the pod's annotations, and no local vGPU resources beside it.
+func remoteRequest(c corev1.Container, r Request, count int64, annotations map[string]string) (Request, error) {
+	for _, n := range []corev1.ResourceName{ResourceVGPU, ResourceMemory, ResourceCompute} {
+		if _, ok := c.Resources.Limits[n]; ok {
+			return r, fmt.Errorf("container %s asks for %s and %s: a remote vGPU's memory and share are the annotations %s and %s",
+				c.Name, ResourceRemoteVGPU, n, AnnotationRemoteMemory, AnnotationRemoteCompute)
+		}
+	}
+	if count != 1 {
+		return r, fmt.Errorf("container %s: %s %d: one remote vGPU per container", c.Name, ResourceRemoteVGPU, count)
+	}
+	num := func(a string, lo, hi int64) (int64, bool, error) {
+		v, set := annotations[a]
+		if !set {
+			return 0, false, nil
+		}
+		var n int64
+		if _, err := fmt.Sscanf(v, "%d", &n); err != nil || fmt.Sprint(n) != v || n < lo || n > hi {
+			return 0, true, fmt.Errorf("%s %q: want a whole number from %d to %d", a, v, lo, hi)
+		}
+		return n, true, nil
+	}
+	mem, ok, err := num(AnnotationRemoteMemory, 1, 1<<40)
+	if err != nil {
+		return r, err
+	}
+	if !ok {
+		return r, fmt.Errorf("container %s asks for %s without %s: give the MiB of device memory it may use", c.Name, ResourceRemoteVGPU, AnnotationRemoteMemory)
+	}
+	compute, _, err := num(AnnotationRemoteCompute, 1, 100)
+	if err != nil {
+		return r, err
+	}
+	r.Count, r.MemoryMiB, r.ComputePct, r.Remote = 1, mem, compute, true
+	return r, nil
+}
+
+// PodRemoteGPU reads where a pod's remote vGPU was placed: the server
+// node and the GPU's UUID; ok is false when it has none.
+func PodRemoteGPU(pod *corev1.Pod) (node, uuid string, ok bool) {
+	node, uuid, ok = strings.Cut(pod.Annotations[AnnotationRemoteGPU], "/")
+	return node, uuid, ok && node != "" && uuid != ""
+}
+
 // Inventory is a node's GPUs as its device plugin publishes them.
 type Inventory struct {
 	// Slots is how many vGPUs one GPU can hold at most.
@@ -196,6 +261,9 @@ type Inventory struct {
 	// is charged one per GPU on top of its memory.
 	ContextMiB int64 `json:"contextMiB"`
 	GPUs       []GPU `json:"gpus"`
+	// Remote is the address (flexgv serve) where this node serves its GPUs
+	// to remote vGPUs; "": it does not.
+	Remote string `json:"remote,omitempty"`
 }
 
 // GPU is one physical GPU of a node.

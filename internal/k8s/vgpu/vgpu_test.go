@@ -200,3 +200,32 @@ func TestNodeInventory(t *testing.T) {
 		t.Error("policy pack accepted")
 	}
 }
+
+// A remote vGPU: one per container, its memory (and share) in annotations,
+// no local vGPU resources beside it.
+func TestRemoteRequest(t *testing.T) {
+	r, ok, err := PodRequest(pod(map[string]string{AnnotationRemoteMemory: "1024", AnnotationRemoteCompute: "30", AnnotationPriority: "high"},
+		map[corev1.ResourceName]string{ResourceRemoteVGPU: "1"}))
+	want := Request{Container: "c0", Count: 1, MemoryMiB: 1024, ComputePct: 30, Priority: High, Remote: true}
+	if err != nil || !ok || r != want {
+		t.Errorf("PodRequest = %+v %v %v, want %+v", r, ok, err, want)
+	}
+	for _, c := range []struct {
+		pod  *corev1.Pod
+		want string
+	}{
+		{pod(nil, map[corev1.ResourceName]string{ResourceRemoteVGPU: "1"}), "without flexgv.io/remote-gpu-memory"},
+		{pod(map[string]string{AnnotationRemoteMemory: "1024"}, map[corev1.ResourceName]string{ResourceRemoteVGPU: "2"}),
+			"flexgv.io/remote-vgpu 2: one remote vGPU per container"},
+		{pod(map[string]string{AnnotationRemoteMemory: "1024"}, map[corev1.ResourceName]string{ResourceRemoteVGPU: "1", ResourceMemory: "1024"}),
+			"a remote vGPU's memory and share are the annotations"},
+		{pod(map[string]string{AnnotationRemoteMemory: "lots"}, map[corev1.ResourceName]string{ResourceRemoteVGPU: "1"}),
+			`flexgv.io/remote-gpu-memory "lots": want a whole number`},
+		{pod(map[string]string{AnnotationRemoteMemory: "1024", AnnotationRemoteCompute: "150"}, map[corev1.ResourceName]string{ResourceRemoteVGPU: "1"}),
+			`flexgv.io/remote-gpu-compute "150": want a whole number from 1 to 100`},
+	} {
+		if _, _, err := PodRequest(c.pod); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want %q", c.pod.Annotations, err, c.want)
+		}
+	}
+}

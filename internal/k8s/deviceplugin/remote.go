@@ -1,0 +1,329 @@
+package deviceplugin
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/flexgv/flexgv/internal/k8s/vgpu"
+)
+
+// Remote vGPUs. On a GPU server node (Config.RemoteAddr, with flexgv serve
+// --tenant-dir Config.TenantDir beside the daemon) the plugin creates, for
+// every pod the extender placed on one of its GPUs, the pod's tenant there
+// with its limits, a token file that admits it, and a Secret holding the
+// token and the address in the pod's namespace. On a node that runs such
+// pods (Config.RemoteSlots) a second plugin advertises flexgv.io/remote-vgpu
+// and gives the container the remoting libcuda.so.1, the address and the
+// token: the container needs no GPU and no driver.
+const (
+	// RemoteSecretPrefix starts the name of a remote pod's Secret; its UID follows.
+	RemoteSecretPrefix = "flexgv-remote-"
+	// LabelRemoteServer on a remote pod's Secret: the server node that made it.
+	LabelRemoteServer = "flexgv.io/remote-server"
+	// Where the container finds what the remote plugin gives it.
+	ContainerRemoteLib   = "/usr/local/flexgv/remote"
+	ContainerRemoteToken = "/run/flexgv/remote.token"
+	remoteSocketName     = "flexgv-remote.sock"
+	// secretWait bounds how long Allocate waits for the server's Secret.
+	secretWait = 15 * time.Second
+)
+
+// syncRemote, on a GPU server node, makes the tenant, token file and Secret
+// of every live pod placed on its GPUs, and removes those of the others. It
+// returns the tenants that must stay.
+func (p *Plugin) syncRemote(ctx context.Context) (map[string]bool, error) {
+	p.remoteMu.Lock()
+	defer p.remoteMu.Unlock()
+	list, err := p.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	live := map[string]bool{}
+	for i := range list.Items {
+		pod := &list.Items[i]
+		server, uuid, ok := vgpu.PodRemoteGPU(pod)
+		if !ok || server != p.cfg.NodeName || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		name := TenantPrefix + string(pod.UID)
+		live[name] = true
+		if err := p.serveRemote(ctx, pod, uuid); err != nil {
+			p.log.Printf("remote pod %s/%s: %v", pod.Namespace, pod.Name, err)
+		}
+	}
+	// Tokens and Secrets of pods that are gone.
+	files, _ := filepath.Glob(filepath.Join(p.cfg.TenantDir, TenantPrefix+"*.token"))
+	for _, f := range files {
+		if !live[strings.TrimSuffix(filepath.Base(f), ".token")] {
+			os.Remove(f)
+		}
+	}
+	secrets, err := p.client.CoreV1().Secrets("").List(ctx, metav1.ListOptions{LabelSelector: LabelRemoteServer + "=" + p.cfg.NodeName})
+	if err == nil {
+		for _, s := range secrets.Items {
+			if !live[TenantPrefix+strings.TrimPrefix(s.Name, RemoteSecretPrefix)] {
+				p.client.CoreV1().Secrets(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{})
+			}
+		}
+	}
+	return live, nil
+}
+
+// WatchRemote, on a GPU server node, serves the remote pods placed on it
+// within moments of their binding (their containers wait for the Secret).
+func (p *Plugin) WatchRemote(ctx context.Context) {
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, err := p.syncRemote(ctx); err != nil && ctx.Err() == nil {
+			p.log.Printf("remote pods: %v", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// serveRemote makes pod's tenant on GPU uuid, its token file and Secret.
+func (p *Plugin) serveRemote(ctx context.Context, pod *corev1.Pod, uuid string) error {
+	r, ok, err := vgpu.PodRequest(pod)
+	if err != nil || !ok || !r.Remote {
+		return fmt.Errorf("not a remote vGPU request: %v", err)
+	}
+	name := TenantPrefix + string(pod.UID)
+	t := Tenant{Name: name, Priority: r.Priority, ContextBytes: uint64(p.cfg.ContextMiB) << 20,
+		Namespace: pod.Namespace, Pod: pod.Name, Container: r.Container,
+		Devices: []TenantDevice{{UUID: uuid, QuotaBytes: uint64(r.MemoryMiB+p.cfg.ContextMiB) << 20, ComputePct: r.ComputePct, ComputeMax: r.ComputeMax}}}
+	if _, err := p.daemon.CreateTenant(ctx, t); err != nil {
+		return err
+	}
+	file := filepath.Join(p.cfg.TenantDir, name+".token")
+	token, err := os.ReadFile(file)
+	if err != nil {
+		b := make([]byte, 32)
+		rand.Read(b)
+		token = []byte(hex.EncodeToString(b))
+		// Written aside and renamed: flexgv serve never reads half a token.
+		tmp := file + ".tmp"
+		if err := os.WriteFile(tmp, token, 0o600); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, file); err != nil {
+			return err
+		}
+		p.log.Printf("remote pod %s/%s: tenant %s on %s, %d MiB (+%d MiB context), %d%% compute share",
+			pod.Namespace, pod.Name, name, uuid, r.MemoryMiB, p.cfg.ContextMiB, r.ComputePct)
+	}
+	secrets := p.client.CoreV1().Secrets(pod.Namespace)
+	sname := RemoteSecretPrefix + string(pod.UID)
+	if _, err := secrets.Get(ctx, sname, metav1.GetOptions{}); err == nil || !apierrors.IsNotFound(err) {
+		return err
+	}
+	_, err = secrets.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: sname, Labels: map[string]string{LabelRemoteServer: p.cfg.NodeName}},
+		Data:       map[string][]byte{"token": token, "address": []byte(p.cfg.RemoteAddr)},
+	}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+// RemotePlugin advertises flexgv.io/remote-vgpu on a node and hands each
+// container its remote vGPU's address and token.
+type RemotePlugin struct {
+	pluginapi.UnimplementedDevicePluginServer
+	p *Plugin
+
+	mu    sync.Mutex
+	given map[types.UID]bool // pods allocated
+}
+
+// Remote returns the node's remote-vGPU plugin; Run runs it.
+func (p *Plugin) Remote() *RemotePlugin { return &RemotePlugin{p: p, given: map[types.UID]bool{}} }
+
+// Run serves until ctx ends, registering again after kubelet restarts.
+func (rp *RemotePlugin) Run(ctx context.Context) {
+	for ctx.Err() == nil {
+		err := rp.serve(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		rp.p.log.Printf("remote vGPUs: %v; starting again", err)
+		sleep(ctx, time.Second)
+	}
+}
+
+func (rp *RemotePlugin) serve(ctx context.Context) error {
+	sock := filepath.Join(rp.p.cfg.PluginDir, remoteSocketName)
+	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		return err
+	}
+	srv := grpc.NewServer()
+	pluginapi.RegisterDevicePluginServer(srv, rp)
+	go srv.Serve(lis)
+	defer srv.Stop()
+	if err := rp.p.registerAs(ctx, remoteSocketName, vgpu.ResourceRemoteVGPU, &pluginapi.DevicePluginOptions{}); err != nil {
+		return fmt.Errorf("registering with the kubelet: %w", err)
+	}
+	rp.p.log.Printf("registered %s with the kubelet (%s)", vgpu.ResourceRemoteVGPU, sock)
+	tick := time.NewTicker(rp.p.cfg.SyncEvery)
+	defer tick.Stop()
+	for {
+		rp.forget(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		if _, err := os.Stat(sock); err != nil {
+			return fmt.Errorf("socket %s is gone (kubelet restarted?)", sock)
+		}
+	}
+}
+
+// GetDevicePluginOptions implements the device-plugin API.
+func (rp *RemotePlugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return &pluginapi.DevicePluginOptions{}, nil
+}
+
+// ListAndWatch implements the device-plugin API: the node's slots, always
+// healthy (the GPUs are elsewhere).
+func (rp *RemotePlugin) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+	resp := &pluginapi.ListAndWatchResponse{}
+	for i := range rp.p.cfg.RemoteSlots {
+		resp.Devices = append(resp.Devices, &pluginapi.Device{ID: fmt.Sprintf("remote-vgpu-%d", i), Health: pluginapi.Healthy})
+	}
+	if err := stream.Send(resp); err != nil {
+		return err
+	}
+	<-stream.Context().Done()
+	return nil
+}
+
+// Allocate implements the device-plugin API: for the node's pending pod
+// with a remote vGPU not yet given one (the one bound first), it waits
+// for the server's Secret, keeps the token in a file of the node's, and
+// gives the container the remoting library, the address and the token.
+func (rp *RemotePlugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	resp := &pluginapi.AllocateResponse{}
+	for range req.ContainerRequests {
+		pods, err := rp.p.nodePods(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var pod *corev1.Pod
+		for i := range pods {
+			c := &pods[i]
+			if _, _, ok := vgpu.PodRemoteGPU(c); ok && c.Status.Phase == corev1.PodPending && !rp.given[c.UID] &&
+				(pod == nil || boundBefore(c, pod)) {
+				pod = c
+			}
+		}
+		if pod == nil {
+			return nil, fmt.Errorf("flexgv: no pending pod with a remote vGPU on node %s", rp.p.cfg.NodeName)
+		}
+		cresp, err := rp.allocate(ctx, pod)
+		if err != nil {
+			return nil, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+		rp.given[pod.UID] = true
+		resp.ContainerResponses = append(resp.ContainerResponses, cresp)
+	}
+	return resp, nil
+}
+
+func (rp *RemotePlugin) allocate(ctx context.Context, pod *corev1.Pod) (*pluginapi.ContainerAllocateResponse, error) {
+	name := RemoteSecretPrefix + string(pod.UID)
+	var secret *corev1.Secret
+	deadline := time.Now().Add(secretWait)
+	for {
+		s, err := rp.p.client.CoreV1().Secrets(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			secret = s
+			break
+		}
+		if !apierrors.IsNotFound(err) || time.Now().After(deadline) {
+			return nil, fmt.Errorf("no Secret %s from its GPU server within %v: %v", name, secretWait, err)
+		}
+		sleep(ctx, 100*time.Millisecond)
+	}
+	token, addr := secret.Data["token"], string(secret.Data["address"])
+	if len(token) == 0 || addr == "" {
+		return nil, fmt.Errorf("Secret %s has no token or address", name)
+	}
+	file := rp.tokenFile(pod.UID)
+	if err := os.WriteFile(file, token, 0o600); err != nil {
+		return nil, err
+	}
+	_, uuid, _ := vgpu.PodRemoteGPU(pod)
+	rp.p.log.Printf("pod %s/%s: remote vGPU %s at %s", pod.Namespace, pod.Name, uuid, addr)
+	return &pluginapi.ContainerAllocateResponse{
+		Envs: map[string]string{
+			"FLEXGV_REMOTE":            addr,
+			"FLEXGV_REMOTE_TOKEN_FILE": ContainerRemoteToken,
+			"LD_LIBRARY_PATH":          ContainerRemoteLib,
+		},
+		Mounts: []*pluginapi.Mount{
+			{ContainerPath: ContainerRemoteLib, HostPath: rp.p.cfg.RemoteLib, ReadOnly: true},
+			{ContainerPath: ContainerRemoteToken, HostPath: file, ReadOnly: true},
+		},
+	}, nil
+}
+
+func (rp *RemotePlugin) tokenFile(uid types.UID) string {
+	return filepath.Join(rp.p.cfg.RemoteTokens, string(uid)+".token")
+}
+
+// forget removes the token files of pods that are gone or finished.
+func (rp *RemotePlugin) forget(ctx context.Context) {
+	pods, err := rp.p.nodePods(ctx)
+	if err != nil {
+		return
+	}
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	for uid := range rp.given {
+		if !slices.ContainsFunc(pods, func(p corev1.Pod) bool {
+			return p.UID == uid && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
+		}) {
+			os.Remove(rp.tokenFile(uid))
+			delete(rp.given, uid)
+		}
+	}
+}
+
+// GetPreferredAllocation implements the device-plugin API: no preference.
+func (rp *RemotePlugin) GetPreferredAllocation(context.Context, *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	return &pluginapi.PreferredAllocationResponse{}, nil
+}
+
+// PreStartContainer implements the device-plugin API; not asked for.
+func (rp *RemotePlugin) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	return &pluginapi.PreStartContainerResponse{}, nil
+}
