@@ -44,8 +44,9 @@ func devicePluginFlags(c *cobra.Command, g *globals) func(log io.Writer) (func(c
 	f.StringVar(&cfg.RemoteAddr, "remote-addr", "", "with --kubernetes: serve this node's GPUs to remote vGPUs of pods elsewhere at this address (where flexgv serve --tenant-dir listens; give --tenant-dir)")
 	f.StringVar(&cfg.TenantDir, "tenant-dir", "", "with --remote-addr: the folder of flexgv serve --tenant-dir, where remote pods' tokens are written")
 	f.IntVar(&cfg.RemoteSlots, "remote-slots", 0, "with --kubernetes: remote vGPUs (flexgv.io/remote-vgpu) this node runs; 0: none")
+	f.StringVar(&cfg.RemoteLib, "remote-lib", "", "with --remote-slots: the folder on the node holding the remoting libcuda.so.1 for containers (default: next to flexgv)")
 	names := []string{"node-name", "kubeconfig", "plugin-dir", "slots", "ctx-mem", "dev-root", "pod-resources", "health-interval", "sync-interval",
-		"remote-addr", "tenant-dir", "remote-slots"}
+		"remote-addr", "tenant-dir", "remote-slots", "remote-lib"}
 	return func(log io.Writer) (func(context.Context, flexgvv1.DaemonServer), error) {
 		if !on {
 			for _, n := range names {
@@ -64,11 +65,13 @@ func devicePluginFlags(c *cobra.Command, g *globals) func(log io.Writer) (func(c
 			return nil, err
 		}
 		if cfg.RemoteSlots > 0 {
-			lib, err := remote.Built("libcuda.so.1")
-			if err != nil {
-				return nil, err
+			if cfg.RemoteLib == "" {
+				lib, err := remote.Built("libcuda.so.1")
+				if err != nil {
+					return nil, err
+				}
+				cfg.RemoteLib = filepath.Dir(lib)
 			}
-			cfg.RemoteLib = filepath.Dir(lib)
 			cfg.RemoteTokens = filepath.Join(tenant.Dir(), "remote-tokens")
 			if err := os.MkdirAll(cfg.RemoteTokens, 0o700); err != nil {
 				return nil, err

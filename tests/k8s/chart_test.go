@@ -25,17 +25,21 @@ import (
 
 const chartNamespace = "flexgv-system"
 
-// renderChart renders deploy/helm/flexgv as helm install would, with the
-// API versions extra (e.g. monitoring.coreos.com/v1) present, and returns
-// its objects.
-func renderChart(extra ...string) ([]*unstructured.Unstructured, error) {
+// renderChart renders deploy/helm/flexgv as helm install would, with
+// values over the chart's and the API versions extra (e.g.
+// monitoring.coreos.com/v1) present, and returns its objects.
+func renderChart(values map[string]any, extra ...string) ([]*unstructured.Unstructured, error) {
 	ch, err := loader.Load(filepath.Join("..", "..", "deploy", "helm", "flexgv"))
 	if err != nil {
 		return nil, err
 	}
 	caps := chartutil.DefaultCapabilities.Copy()
 	caps.APIVersions = append(caps.APIVersions, extra...)
-	vals, err := chartutil.ToRenderValues(ch, ch.Values, chartutil.ReleaseOptions{Name: "flexgv", Namespace: chartNamespace, IsInstall: true}, caps)
+	merged, err := chartutil.CoalesceValues(ch, values)
+	if err != nil {
+		return nil, err
+	}
+	vals, err := chartutil.ToRenderValues(ch, merged, chartutil.ReleaseOptions{Name: "flexgv", Namespace: chartNamespace, IsInstall: true}, caps)
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +74,7 @@ func renderChart(extra ...string) ([]*unstructured.Unstructured, error) {
 // configuration, with urlPrefix pointed at url: the tests' kube-scheduler
 // runs the extender as deployed.
 func chartExtenders(url string) (string, error) {
-	objs, err := renderChart()
+	objs, err := renderChart(nil)
 	if err != nil {
 		return "", err
 	}
@@ -97,7 +101,7 @@ func chartExtenders(url string) (string, error) {
 // The chart's objects are what the API server accepts (server-side dry run:
 // schema, defaults, validation), and it has what the README promises.
 func TestChartInstalls(t *testing.T) {
-	objs, err := renderChart()
+	objs, err := renderChart(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,6 +109,54 @@ func TestChartInstalls(t *testing.T) {
 	if _, err := cp.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chartNamespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	kinds := dryRun(t, objs)
+	for kind, n := range map[string]int{"DaemonSet": 1, "Deployment": 2, "ValidatingWebhookConfiguration": 1, "MutatingWebhookConfiguration": 1, "ConfigMap": 1} {
+		if kinds[kind] != n {
+			t.Errorf("the chart has %d %s, want %d (all: %v)", kinds[kind], kind, n, kinds)
+		}
+	}
+	checkNodeDaemonArgs(t, objs, false)
+	if kinds["ServiceMonitor"] != 0 {
+		t.Errorf("a ServiceMonitor without the Prometheus operator's API")
+	}
+	withOperator, err := renderChart(nil, "monitoring.coreos.com/v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	monitors := 0
+	for _, o := range withOperator {
+		if o.GetKind() == "ServiceMonitor" {
+			monitors++
+		}
+	}
+	if monitors != 1 {
+		t.Errorf("%d ServiceMonitors with the Prometheus operator's API, want 1", monitors)
+	}
+	// Remote vGPUs on: flexgv serve beside the daemon, its flags, Secrets.
+	remote, err := renderChart(map[string]any{"remote": map[string]any{"port": 7070, "slots": 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dryRun(t, remote)
+	checkNodeDaemonArgs(t, remote, true)
+	secrets := false
+	for _, o := range remote {
+		rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+		for _, r := range rules {
+			res, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "resources")
+			secrets = secrets || (o.GetKind() == "ClusterRole" && slices.Contains(res, "secrets"))
+		}
+	}
+	if !secrets {
+		t.Error("with remote vGPUs the node daemon may not handle Secrets")
+	}
+}
+
+// dryRun creates objs in a server-side dry run (schema, defaults,
+// validation) and counts them by kind.
+func dryRun(t *testing.T, objs []*unstructured.Unstructured) map[string]int {
+	t.Helper()
+	ctx := context.Background()
 	dyn, err := dynamic.NewForConfig(cp.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -132,54 +184,41 @@ func TestChartInstalls(t *testing.T) {
 			t.Errorf("%s %s: %v", gvk.Kind, o.GetName(), err)
 		}
 	}
-	for kind, n := range map[string]int{"DaemonSet": 1, "Deployment": 2, "ValidatingWebhookConfiguration": 1, "MutatingWebhookConfiguration": 1, "ConfigMap": 1} {
-		if kinds[kind] != n {
-			t.Errorf("the chart has %d %s, want %d (all: %v)", kinds[kind], kind, n, kinds)
-		}
-	}
-	checkNodeDaemonArgs(t, objs)
-	if kinds["ServiceMonitor"] != 0 {
-		t.Errorf("a ServiceMonitor without the Prometheus operator's API")
-	}
-	withOperator, err := renderChart("monitoring.coreos.com/v1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	monitors := 0
-	for _, o := range withOperator {
-		if o.GetKind() == "ServiceMonitor" {
-			monitors++
-		}
-	}
-	if monitors != 1 {
-		t.Errorf("%d ServiceMonitors with the Prometheus operator's API, want 1", monitors)
-	}
+	return kinds
 }
 
-// checkNodeDaemonArgs: the node DaemonSet runs one container, the node
-// daemon with its device plugin, whose command line the built flexgv
-// parses (every flag exists, every value reads).
-func checkNodeDaemonArgs(t *testing.T, objs []*unstructured.Unstructured) {
+// checkNodeDaemonArgs: the node DaemonSet runs the node daemon with its
+// device plugin and, with remote vGPUs served, flexgv serve beside it,
+// whose command lines the built flexgv parses (every flag exists, every
+// value reads).
+func checkNodeDaemonArgs(t *testing.T, objs []*unstructured.Unstructured, serve bool) {
 	t.Helper()
+	want := []string{"daemon"}
+	if serve {
+		want = append(want, "serve")
+	}
 	for _, o := range objs {
 		if o.GetKind() != "DaemonSet" {
 			continue
 		}
 		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
-		if len(containers) != 1 {
-			t.Fatalf("DaemonSet %s has %d containers, want 1 (flexgv daemon --kubernetes)", o.GetName(), len(containers))
+		if len(containers) != len(want) {
+			t.Fatalf("DaemonSet %s has %d containers, want %v", o.GetName(), len(containers), want)
 		}
-		args, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
-		if len(args) == 0 || args[0] != "daemon" || !slices.Contains(args, "--kubernetes") {
-			t.Fatalf("DaemonSet %s runs flexgv %v, want daemon --kubernetes", o.GetName(), args)
-		}
-		// $(NODE_NAME) is the kubelet's to expand; --help stops after parsing.
-		args = append(slices.Clone(args), "--help")
-		for i, a := range args {
-			args[i] = strings.ReplaceAll(a, "$(NODE_NAME)", "node-1")
-		}
-		if out, err := exec.Command(filepath.Join(build, "bin", "flexgv"), args...).CombinedOutput(); err != nil {
-			t.Errorf("flexgv %s: %v\n%s", strings.Join(args, " "), err, out)
+		for i, c := range containers {
+			args, _, _ := unstructured.NestedStringSlice(c.(map[string]any), "args")
+			if len(args) == 0 || args[0] != want[i] || (i == 0 && !slices.Contains(args, "--kubernetes")) {
+				t.Fatalf("DaemonSet %s container %d runs flexgv %v, want %s", o.GetName(), i, args, want[i])
+			}
+			// $(NODE_NAME) and $(NODE_IP) are the kubelet's to expand; --help
+			// stops after parsing.
+			args = append(slices.Clone(args), "--help")
+			for i, a := range args {
+				args[i] = strings.NewReplacer("$(NODE_NAME)", "node-1", "$(NODE_IP)", "10.0.0.1").Replace(a)
+			}
+			if out, err := exec.Command(filepath.Join(build, "bin", "flexgv"), args...).CombinedOutput(); err != nil {
+				t.Errorf("flexgv %s: %v\n%s", strings.Join(args, " "), err, out)
+			}
 		}
 	}
 }

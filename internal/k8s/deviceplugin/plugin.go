@@ -115,6 +115,9 @@ func (c Config) Check() error {
 	if c.RemoteSlots < 0 {
 		return fmt.Errorf("--remote-slots %d: negative", c.RemoteSlots)
 	}
+	if c.RemoteSlots == 0 && c.RemoteLib != "" {
+		return errors.New("--remote-lib is for --remote-slots: the library of the remote vGPUs this node runs")
+	}
 	if c.RemoteSlots > 0 {
 		if _, err := os.Stat(filepath.Join(c.RemoteLib, "libcuda.so.1")); err != nil {
 			return fmt.Errorf("remote vGPUs need the remoting libcuda.so.1: %w", err)
