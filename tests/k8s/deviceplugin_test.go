@@ -837,10 +837,12 @@ func TestRemoteVGPUPod(t *testing.T) {
 	p := clientPod(ns, "remote", n.name, 0, 0, "memclient", "info")
 	p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{vgpu.ResourceRemoteVGPU: resource.MustParse("1")}
 	p.Annotations = map[string]string{vgpu.AnnotationRemoteMemory: "1024"}
+	created := time.Now()
 	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	pod := finished(t, ns, "remote")
+	t.Logf("created to finished (placed, served, allocated, run remotely): %v", time.Since(created).Round(time.Millisecond))
 	out, _ := n.kubelet.Output("remote")
 	quota := uint64(1024+nodeCtxMiB) << 20
 	if pod.Status.Phase != corev1.PodSucceeded || !strings.Contains(out, fmt.Sprintf(" total %d ", quota)) {
