@@ -33,6 +33,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
@@ -146,8 +147,11 @@ type Plugin struct {
 	// allocated is the pod each allocation was made for, by its devices,
 	// until its container starts (kept in cfg.Allocations); under mu.
 	allocated map[string]allocation
-	// remoteMu serializes the making of remote pods' tenants and tokens.
-	remoteMu sync.Mutex
+	// remoteMu serializes the making of remote pods' tenants and tokens;
+	// remotePods, under it, is the watch of the cluster's pods (nil until
+	// WatchRemote has listed them).
+	remoteMu   sync.Mutex
+	remotePods cache.Indexer
 }
 
 // New returns a plugin; Run runs it.

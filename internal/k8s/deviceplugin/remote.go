@@ -19,6 +19,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/flexgv/flexgv/internal/k8s/vgpu"
@@ -51,13 +53,12 @@ const (
 func (p *Plugin) syncRemote(ctx context.Context) (map[string]bool, error) {
 	p.remoteMu.Lock()
 	defer p.remoteMu.Unlock()
-	list, err := p.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	pods, err := p.placedHere(ctx)
 	if err != nil {
 		return nil, err
 	}
 	live := map[string]bool{}
-	for i := range list.Items {
-		pod := &list.Items[i]
+	for _, pod := range pods {
 		server, uuid, ok := vgpu.PodRemoteGPU(pod)
 		if !ok || server != p.cfg.NodeName || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue
@@ -86,11 +87,65 @@ func (p *Plugin) syncRemote(ctx context.Context) (map[string]bool, error) {
 	return live, nil
 }
 
-// WatchRemote, on a GPU server node, serves the remote pods placed on it
-// within moments of their binding (their containers wait for the Secret).
+// byServer indexes pods by the server node of their remote vGPU.
+const byServer = "remote-server"
+
+// placedHere are the pods whose remote vGPU is on this node: from the
+// watch of WatchRemote once it runs, else listed. The caller holds remoteMu.
+func (p *Plugin) placedHere(ctx context.Context) ([]*corev1.Pod, error) {
+	if p.remotePods != nil {
+		objs, err := p.remotePods.ByIndex(byServer, p.cfg.NodeName)
+		out := make([]*corev1.Pod, len(objs))
+		for i, o := range objs {
+			out[i] = o.(*corev1.Pod)
+		}
+		return out, err
+	}
+	list, err := p.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var out []*corev1.Pod
+	for i := range list.Items {
+		if server, _, ok := vgpu.PodRemoteGPU(&list.Items[i]); ok && server == p.cfg.NodeName {
+			out = append(out, &list.Items[i])
+		}
+	}
+	return out, nil
+}
+
+// WatchRemote, on a GPU server node, watches the cluster's pods and serves
+// those placed on its GPUs as their bindings arrive (their containers wait
+// for the Secret); once in a while it also sweeps, for what a missed event
+// or a failed call left.
 func (p *Plugin) WatchRemote(ctx context.Context) {
-	tick := time.NewTicker(500 * time.Millisecond)
-	defer tick.Stop()
+	f := informers.NewSharedInformerFactory(p.client, 0)
+	inf := f.Core().V1().Pods().Informer()
+	inf.AddIndexers(cache.Indexers{byServer: func(obj any) ([]string, error) {
+		if pod, ok := obj.(*corev1.Pod); ok {
+			if server, _, ok := vgpu.PodRemoteGPU(pod); ok {
+				return []string{server}, nil
+			}
+		}
+		return nil, nil
+	}})
+	kick := make(chan struct{}, 1)
+	poke := func(any) {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: poke, UpdateFunc: func(_, o any) { poke(o) }, DeleteFunc: poke})
+	f.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return
+	}
+	p.remoteMu.Lock()
+	p.remotePods = inf.GetIndexer()
+	p.remoteMu.Unlock()
+	sweep := time.NewTicker(10 * time.Second)
+	defer sweep.Stop()
 	for {
 		if _, err := p.syncRemote(ctx); err != nil && ctx.Err() == nil {
 			p.log.Printf("remote pods: %v", err)
@@ -98,7 +153,8 @@ func (p *Plugin) WatchRemote(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-kick:
+		case <-sweep.C:
 		}
 	}
 }
