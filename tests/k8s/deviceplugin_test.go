@@ -860,9 +860,20 @@ func TestRemoteVGPUPod(t *testing.T) {
 		t.Errorf("the container's env %v, devices %v", env, n.kubelet.Allocation("remote").Devices)
 	}
 	tenant := deviceplugin.TenantPrefix + string(pod.UID)
-	eventually(t, 10*time.Second, "the remote pod's token, Secret and tenant gone", func() (bool, error) {
+	var given string // the node's copy of the token, mounted into the container
+	for _, m := range n.kubelet.Allocation("remote").Mounts {
+		if m.ContainerPath == deviceplugin.ContainerRemoteToken {
+			given = m.HostPath
+		}
+	}
+	if given == "" {
+		t.Fatalf("no token mounted: %v", n.kubelet.Allocation("remote").Mounts)
+	}
+	eventually(t, 10*time.Second, "the remote pod's tokens, Secret and tenant gone", func() (bool, error) {
 		_, ferr := os.Stat(filepath.Join(tokens, tenant+".token"))
+		_, gerr := os.Stat(given)
 		_, serr := cp.Client.CoreV1().Secrets(ns).Get(ctx, deviceplugin.RemoteSecretPrefix+string(pod.UID), metav1.GetOptions{})
-		return os.IsNotExist(ferr) && serr != nil && !slices.Contains(n.tenants(), tenant), fmt.Errorf("file %v, secret %v, tenants %v", ferr, serr, n.tenants())
+		return os.IsNotExist(ferr) && os.IsNotExist(gerr) && serr != nil && !slices.Contains(n.tenants(), tenant),
+			fmt.Errorf("files %v %v, secret %v, tenants %v", ferr, gerr, serr, n.tenants())
 	})
 }

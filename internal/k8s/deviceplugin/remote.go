@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -356,20 +355,31 @@ func (rp *RemotePlugin) tokenFile(uid types.UID) string {
 	return filepath.Join(rp.p.cfg.RemoteTokens, string(uid)+".token")
 }
 
-// forget removes the token files of pods that are gone or finished.
+// forget removes the token files of pods that are gone or finished, also
+// those a previous run of the daemon gave.
 func (rp *RemotePlugin) forget(ctx context.Context) {
+	// Under the lock: a pod given its token after the listing would lose it.
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
 	pods, err := rp.p.nodePods(ctx)
 	if err != nil {
 		return
 	}
-	rp.mu.Lock()
-	defer rp.mu.Unlock()
+	live := map[types.UID]bool{}
+	for _, p := range pods {
+		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			live[p.UID] = true
+		}
+	}
 	for uid := range rp.given {
-		if !slices.ContainsFunc(pods, func(p corev1.Pod) bool {
-			return p.UID == uid && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
-		}) {
-			os.Remove(rp.tokenFile(uid))
+		if !live[uid] {
 			delete(rp.given, uid)
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(rp.p.cfg.RemoteTokens, "*.token"))
+	for _, f := range files {
+		if uid := types.UID(strings.TrimSuffix(filepath.Base(f), ".token")); !live[uid] {
+			os.Remove(f)
 		}
 	}
 }
