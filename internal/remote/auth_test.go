@@ -294,3 +294,20 @@ func TestGuessesAreBounded(t *testing.T) {
 		t.Errorf("%d peers remembered, want %d", len(g.peers), maxPeers)
 	}
 }
+
+// Guesses count against a peer's IP whatever its port, and against all
+// local users of a unix socket together.
+func TestPeerKey(t *testing.T) {
+	tcp, _ := net.ResolveTCPAddr("tcp", "10.1.2.3:4567")
+	tcp6, _ := net.ResolveTCPAddr("tcp", "[fd00::1]:80")
+	for addr, want := range map[net.Addr]string{
+		tcp: "10.1.2.3", tcp6: "fd00::1", &net.UnixAddr{Name: "@", Net: "unix"}: "local", &net.UnixAddr{Name: "", Net: "unix"}: "local",
+	} {
+		if got := peerKey(addr); got != want {
+			t.Errorf("peerKey(%v) = %q, want %q", addr, got, want)
+		}
+	}
+	if got := peerKey(nil); got != "local" {
+		t.Errorf("peerKey(nil) = %q", got)
+	}
+}

@@ -316,6 +316,10 @@ func TestRemoteServeTenantFlags(t *testing.T) {
 			t.Errorf("%v: exit %d %q, want %q", c.args, r.code, r.stderr, c.want)
 		}
 	}
+	if r := e.run("flexgv", "serve", "--listen", "shm://"+filepath.Join(e.dir, "s.sock")); r.code != 2 ||
+		!strings.Contains(r.stderr, "listen on unix://"+filepath.Join(e.dir, "s.sock")+"; clients on this host may dial it as shm://") {
+		t.Errorf("--listen shm://: exit %d %q", r.code, r.stderr)
+	}
 	if r := e.run("flexgv", "serve", "--listen", "tcp://127.0.0.1:1"); r.code != 2 || !strings.Contains(r.stderr, "give --tenant NAME:TOKEN_FILE") {
 		t.Errorf("TCP without tenants: exit %d %q", r.code, r.stderr)
 	}
