@@ -7,6 +7,7 @@
 #   launch      a queued call (cuLaunchKernel): sent without waiting
 #   round trip  a synchronous call (cuMemAlloc or cuMemFree): one round trip
 #   upload      cuMemcpyHtoDAsync of 4 KiB: queued with its bytes
+#   event       cuEventCreate and cuEventDestroy: queued, a shadow handle
 # Each runs N and 2N times so that start-up cancels out; prints microseconds
 # per call.
 #     bench/remote-roundtrip.sh [N]        (after make)
@@ -73,3 +74,7 @@ echo "upload (cuMemcpyHtoDAsync, 4 KiB, queued): local $(per_call $((5 * N)) 1 "
     "shared memory $(per_call "$N" 1 "memclient uploadloop" "${shm_env[@]}") us," \
     "loopback TCP $(per_call "$N" 1 "memclient uploadloop" "${tcp_env[@]}") us," \
     "loopback TLS $(per_call "$N" 1 "memclient uploadloop" "${tls_env[@]}") us"
+echo "event (cuEventCreate/cuEventDestroy, queued): local $(per_call $((5 * N)) 2 "memclient eventloop" "${local_env[@]}") us," \
+    "unix socket $(per_call "$N" 2 "memclient eventloop" "${unix_env[@]}") us," \
+    "shared memory $(per_call "$N" 2 "memclient eventloop" "${shm_env[@]}") us," \
+    "loopback TCP $(per_call "$N" 2 "memclient eventloop" "${tcp_env[@]}") us"

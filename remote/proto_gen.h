@@ -202,7 +202,7 @@ enum fgr_op {
     FGR_NUM_OPS = 193
 };
 
-#define FGR_OPS_HASH 0x0532d7e9868a580aULL
+#define FGR_OPS_HASH 0x9b5ac8d12038b5d0ULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);

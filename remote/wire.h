@@ -46,6 +46,11 @@
 #define FGR_REQ_HDR 16u
 #define FGR_FLAG_QUEUED 1u
 #define FGR_REP_HDR 4u
+/* Streams and events the client names before the server made them carry
+ * this in their top 16 bits (no user-space pointer does). */
+#define FGR_SHADOW_TAG 0xf5ad000000000000ull
+#define FGR_SHADOW_MASK 0xffff000000000000ull
+static inline int fgr_is_shadow(uint64_t v) { return (v & FGR_SHADOW_MASK) == FGR_SHADOW_TAG; }
 /* What the handshake's last field asks to talk over after it: the socket,
  * or shared-memory rings (ring.h) whose memfd the client sends next. */
 #define FGR_TRANSPORT_SOCKET 0u

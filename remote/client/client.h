@@ -37,6 +37,9 @@ CUresult fgr_end(struct fgr_call *c);
 /* CUDA_ERROR_NOT_SUPPORTED for an entry point (unsupported index, or -1)
  * or one of its arguments (what), said once on stderr. */
 CUresult fgr_unsupported(int idx, const char *name, const char *what);
+/* A new shadow handle: the name of a stream or event the server makes when
+ * the queued call creating it arrives. */
+uint64_t fgr_shadow_new(void);
 /* Copies over this many bytes go as several calls (FLEXGV_REMOTE_CHUNK). */
 extern size_t fgr_chunk_bytes;
 extern const int fgr_nunsupported;

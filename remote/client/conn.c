@@ -577,6 +577,12 @@ CUresult fgr_end(struct fgr_call *c)
     return r;
 }
 
+uint64_t fgr_shadow_new(void)
+{
+    static uint64_t n;
+    return FGR_SHADOW_TAG | (__atomic_add_fetch(&n, 1, __ATOMIC_RELAXED) & ~FGR_SHADOW_MASK);
+}
+
 static unsigned char *said; /* per unsupported entry point: said once */
 
 CUresult fgr_unsupported(int idx, const char *name, const char *what)

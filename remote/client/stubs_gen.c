@@ -1388,44 +1388,40 @@ FGR_EXPORT CUresult cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *u
 FGR_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
     CUresult fgr_r;
-    uint64_t n_phStream = phStream ? sizeof(CUstream) : 0;
+    if (phStream == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamCreate, 0)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamCreate, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)Flags);
-    fgr_put_u8(&fgr_c.w, phStream != NULL);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_get_out(&fgr_c, phStream, n_phStream, 0);
-    return fgr_end(&fgr_c);
+    *phStream = (CUstream)(uintptr_t)fgr_shadow_new();
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)*phStream);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
     CUresult fgr_r;
-    uint64_t n_phStream = phStream ? sizeof(CUstream) : 0;
+    if (phStream == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamCreateWithPriority, 0)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamCreateWithPriority, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)flags);
     fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)priority);
-    fgr_put_u8(&fgr_c.w, phStream != NULL);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_get_out(&fgr_c, phStream, n_phStream, 0);
-    return fgr_end(&fgr_c);
+    *phStream = (CUstream)(uintptr_t)fgr_shadow_new();
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)*phStream);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamDestroy_v2, 0)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamDestroy_v2, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuStreamSynchronize(CUstream hStream)
@@ -1642,16 +1638,15 @@ FGR_EXPORT CUresult cuStreamGetDevice(CUstream hStream, CUdevice *device)
 FGR_EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
     CUresult fgr_r;
-    uint64_t n_phEvent = phEvent ? sizeof(CUevent) : 0;
+    if (phEvent == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventCreate, 0)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventCreate, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)Flags);
-    fgr_put_u8(&fgr_c.w, phEvent != NULL);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_get_out(&fgr_c, phEvent, n_phEvent, 0);
-    return fgr_end(&fgr_c);
+    *phEvent = (CUevent)(uintptr_t)fgr_shadow_new();
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)*phEvent);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
@@ -1760,12 +1755,10 @@ FGR_EXPORT CUresult cuEventDestroy_v2(CUevent hEvent)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventDestroy_v2, 0)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventDestroy_v2, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hEvent);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_send(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)

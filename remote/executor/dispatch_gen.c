@@ -509,7 +509,7 @@ static CUresult op_cuMemAllocAsync(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     size_t bytesize = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     int has_dptr = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -533,7 +533,7 @@ static CUresult op_cuMemAllocAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     size_t bytesize = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     int has_dptr = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -557,7 +557,7 @@ static CUresult op_cuMemFreeAsync(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     CUdeviceptr dptr = (CUdeviceptr)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -577,7 +577,7 @@ static CUresult op_cuMemFreeAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     CUdeviceptr dptr = (CUdeviceptr)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -598,7 +598,7 @@ static CUresult op_cuMemAllocFromPoolAsync(struct fgr_rd *rd, struct fgr_req *q)
     (void)q;
     size_t bytesize = (size_t)fgr_get_u64(rd);
     CUmemoryPool pool = (CUmemoryPool)(uintptr_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     int has_dptr = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -625,7 +625,7 @@ static CUresult op_cuMemAllocFromPoolAsync_ptsz(struct fgr_rd *rd, struct fgr_re
     (void)q;
     size_t bytesize = (size_t)fgr_get_u64(rd);
     CUmemoryPool pool = (CUmemoryPool)(uintptr_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     int has_dptr = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -1126,7 +1126,7 @@ static CUresult op_cuMemcpyHtoDAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
     (void)q;
     CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
     size_t ByteCount = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     void *srcHost = fgr_get_buf(rd, q, fgr_mul((uint64_t)(ByteCount), 1), 0);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -1145,7 +1145,7 @@ static CUresult op_cuMemcpyHtoDAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *
     (void)q;
     CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
     size_t ByteCount = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     void *srcHost = fgr_get_buf(rd, q, fgr_mul((uint64_t)(ByteCount), 1), 0);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -1164,7 +1164,7 @@ static CUresult op_cuMemcpyDtoHAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
     (void)q;
     CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
     size_t ByteCount = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     int has_dstHost = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -1189,7 +1189,7 @@ static CUresult op_cuMemcpyDtoHAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *
     (void)q;
     CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
     size_t ByteCount = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     int has_dstHost = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -1215,7 +1215,7 @@ static CUresult op_cuMemcpyDtoDAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
     CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
     size_t ByteCount = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -1236,7 +1236,7 @@ static CUresult op_cuMemcpyDtoDAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *
     CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
     CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
     size_t ByteCount = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -1257,7 +1257,7 @@ static CUresult op_cuMemcpyAsync(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr dst = (CUdeviceptr)fgr_get_u64(rd);
     CUdeviceptr src = (CUdeviceptr)fgr_get_u64(rd);
     size_t ByteCount = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -1278,7 +1278,7 @@ static CUresult op_cuMemcpyAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr dst = (CUdeviceptr)fgr_get_u64(rd);
     CUdeviceptr src = (CUdeviceptr)fgr_get_u64(rd);
     size_t ByteCount = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -1363,7 +1363,7 @@ static CUresult op_cuMemsetD8Async(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
     unsigned char uc = (unsigned char)fgr_get_u64(rd);
     size_t N = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -1382,7 +1382,7 @@ static CUresult op_cuMemsetD8Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
     unsigned char uc = (unsigned char)fgr_get_u64(rd);
     size_t N = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -1401,7 +1401,7 @@ static CUresult op_cuMemsetD32Async(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
     unsigned int ui = (unsigned int)fgr_get_u64(rd);
     size_t N = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -1420,7 +1420,7 @@ static CUresult op_cuMemsetD32Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
     unsigned int ui = (unsigned int)fgr_get_u64(rd);
     size_t N = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -1670,7 +1670,7 @@ static CUresult op_cuLaunchKernel(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int blockDimY = (unsigned int)fgr_get_u64(rd);
     unsigned int blockDimZ = (unsigned int)fgr_get_u64(rd);
     unsigned int sharedMemBytes = (unsigned int)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     void **kernelParams = fgr_get_kparams(rd, q);
     void **extra = NULL;
     if (!fgr_rd_done(rd))
@@ -1696,7 +1696,7 @@ static CUresult op_cuLaunchKernel_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int blockDimY = (unsigned int)fgr_get_u64(rd);
     unsigned int blockDimZ = (unsigned int)fgr_get_u64(rd);
     unsigned int sharedMemBytes = (unsigned int)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     void **kernelParams = fgr_get_kparams(rd, q);
     void **extra = NULL;
     if (!fgr_rd_done(rd))
@@ -1760,7 +1760,7 @@ static CUresult op_cuLaunchCooperativeKernel(struct fgr_rd *rd, struct fgr_req *
     unsigned int blockDimY = (unsigned int)fgr_get_u64(rd);
     unsigned int blockDimZ = (unsigned int)fgr_get_u64(rd);
     unsigned int sharedMemBytes = (unsigned int)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     void **kernelParams = fgr_get_kparams(rd, q);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -1785,7 +1785,7 @@ static CUresult op_cuLaunchCooperativeKernel_ptsz(struct fgr_rd *rd, struct fgr_
     unsigned int blockDimY = (unsigned int)fgr_get_u64(rd);
     unsigned int blockDimZ = (unsigned int)fgr_get_u64(rd);
     unsigned int sharedMemBytes = (unsigned int)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     void **kernelParams = fgr_get_kparams(rd, q);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -1803,18 +1803,17 @@ static CUresult op_cuStreamCreate(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     unsigned int Flags = (unsigned int)fgr_get_u64(rd);
-    int has_phStream = fgr_get_u8(rd);
+    uint64_t fgr_id_phStream = fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUstream *phStream = NULL;
-    if (has_phStream && !(phStream = fgr_out(q, sizeof(CUstream))))
-        return fgr_out_failed(q);
+    if (!fgr_is_shadow(fgr_id_phStream))
+        return FGR_BAD_FRAME;
+    CUstream fgr_v_phStream = NULL, *phStream = &fgr_v_phStream;
     CUresult fgr_r = ((pfn_cuStreamCreate)fgr_real[FGR_OP_cuStreamCreate])(phStream, Flags);
     if (fgr_r == CUDA_SUCCESS) {
-        if (phStream)
-            fgr_add(FGR_H_CUstream, (uint64_t)(uintptr_t)*phStream, FGR_H_CUcontext, fgr_ctx);
+        fgr_add(FGR_H_CUstream, (uint64_t)(uintptr_t)*phStream, FGR_H_CUcontext, fgr_ctx);
+        fgr_shadow_add(FGR_H_CUstream, fgr_id_phStream, (uint64_t)(uintptr_t)*phStream);
     }
-    fgr_reply_out(q, phStream, sizeof(CUstream), 0, fgr_r);
     return fgr_r;
 }
 
@@ -1823,25 +1822,24 @@ static CUresult op_cuStreamCreateWithPriority(struct fgr_rd *rd, struct fgr_req 
     (void)q;
     unsigned int flags = (unsigned int)fgr_get_u64(rd);
     int priority = (int)fgr_get_u64(rd);
-    int has_phStream = fgr_get_u8(rd);
+    uint64_t fgr_id_phStream = fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUstream *phStream = NULL;
-    if (has_phStream && !(phStream = fgr_out(q, sizeof(CUstream))))
-        return fgr_out_failed(q);
+    if (!fgr_is_shadow(fgr_id_phStream))
+        return FGR_BAD_FRAME;
+    CUstream fgr_v_phStream = NULL, *phStream = &fgr_v_phStream;
     CUresult fgr_r = ((pfn_cuStreamCreateWithPriority)fgr_real[FGR_OP_cuStreamCreateWithPriority])(phStream, flags, priority);
     if (fgr_r == CUDA_SUCCESS) {
-        if (phStream)
-            fgr_add(FGR_H_CUstream, (uint64_t)(uintptr_t)*phStream, FGR_H_CUcontext, fgr_ctx);
+        fgr_add(FGR_H_CUstream, (uint64_t)(uintptr_t)*phStream, FGR_H_CUcontext, fgr_ctx);
+        fgr_shadow_add(FGR_H_CUstream, fgr_id_phStream, (uint64_t)(uintptr_t)*phStream);
     }
-    fgr_reply_out(q, phStream, sizeof(CUstream), 0, fgr_r);
     return fgr_r;
 }
 
 static CUresult op_cuStreamDestroy_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -1858,7 +1856,7 @@ static CUresult op_cuStreamDestroy_v2(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamSynchronize(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -1872,7 +1870,7 @@ static CUresult op_cuStreamSynchronize(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamSynchronize_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -1886,7 +1884,7 @@ static CUresult op_cuStreamSynchronize_ptsz(struct fgr_rd *rd, struct fgr_req *q
 static CUresult op_cuStreamQuery(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -1900,7 +1898,7 @@ static CUresult op_cuStreamQuery(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamQuery_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -1914,8 +1912,8 @@ static CUresult op_cuStreamQuery_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamWaitEvent(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
-    CUevent hEvent = (CUevent)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUevent hEvent = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
     unsigned int Flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -1932,8 +1930,8 @@ static CUresult op_cuStreamWaitEvent(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamWaitEvent_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
-    CUevent hEvent = (CUevent)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUevent hEvent = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
     unsigned int Flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -1950,7 +1948,7 @@ static CUresult op_cuStreamWaitEvent_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamBeginCapture(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -1964,7 +1962,7 @@ static CUresult op_cuStreamBeginCapture(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamBeginCapture_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -1978,7 +1976,7 @@ static CUresult op_cuStreamBeginCapture_ptsz(struct fgr_rd *rd, struct fgr_req *
 static CUresult op_cuStreamBeginCapture_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     CUstreamCaptureMode mode = (CUstreamCaptureMode)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -1993,7 +1991,7 @@ static CUresult op_cuStreamBeginCapture_v2(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamBeginCapture_v2_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     CUstreamCaptureMode mode = (CUstreamCaptureMode)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -2008,7 +2006,7 @@ static CUresult op_cuStreamBeginCapture_v2_ptsz(struct fgr_rd *rd, struct fgr_re
 static CUresult op_cuStreamEndCapture(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     int has_phGraph = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -2031,7 +2029,7 @@ static CUresult op_cuStreamEndCapture(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamEndCapture_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     int has_phGraph = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -2054,7 +2052,7 @@ static CUresult op_cuStreamEndCapture_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamIsCapturing(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     int has_captureStatus = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -2073,7 +2071,7 @@ static CUresult op_cuStreamIsCapturing(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamIsCapturing_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     int has_captureStatus = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -2103,7 +2101,7 @@ static CUresult op_cuThreadExchangeStreamCaptureMode(struct fgr_rd *rd, struct f
 static CUresult op_cuStreamGetDevice(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     int has_device = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -2123,26 +2121,25 @@ static CUresult op_cuEventCreate(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     unsigned int Flags = (unsigned int)fgr_get_u64(rd);
-    int has_phEvent = fgr_get_u8(rd);
+    uint64_t fgr_id_phEvent = fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUevent *phEvent = NULL;
-    if (has_phEvent && !(phEvent = fgr_out(q, sizeof(CUevent))))
-        return fgr_out_failed(q);
+    if (!fgr_is_shadow(fgr_id_phEvent))
+        return FGR_BAD_FRAME;
+    CUevent fgr_v_phEvent = NULL, *phEvent = &fgr_v_phEvent;
     CUresult fgr_r = ((pfn_cuEventCreate)fgr_real[FGR_OP_cuEventCreate])(phEvent, Flags);
     if (fgr_r == CUDA_SUCCESS) {
-        if (phEvent)
-            fgr_add(FGR_H_CUevent, (uint64_t)(uintptr_t)*phEvent, FGR_H_CUcontext, fgr_ctx);
+        fgr_add(FGR_H_CUevent, (uint64_t)(uintptr_t)*phEvent, FGR_H_CUcontext, fgr_ctx);
+        fgr_shadow_add(FGR_H_CUevent, fgr_id_phEvent, (uint64_t)(uintptr_t)*phEvent);
     }
-    fgr_reply_out(q, phEvent, sizeof(CUevent), 0, fgr_r);
     return fgr_r;
 }
 
 static CUresult op_cuEventRecord(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUevent hEvent = (CUevent)(uintptr_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUevent hEvent = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -2158,8 +2155,8 @@ static CUresult op_cuEventRecord(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuEventRecord_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUevent hEvent = (CUevent)(uintptr_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUevent hEvent = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -2175,8 +2172,8 @@ static CUresult op_cuEventRecord_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuEventRecordWithFlags(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUevent hEvent = (CUevent)(uintptr_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUevent hEvent = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     unsigned int flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -2193,8 +2190,8 @@ static CUresult op_cuEventRecordWithFlags(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuEventRecordWithFlags_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUevent hEvent = (CUevent)(uintptr_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUevent hEvent = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     unsigned int flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -2211,7 +2208,7 @@ static CUresult op_cuEventRecordWithFlags_ptsz(struct fgr_rd *rd, struct fgr_req
 static CUresult op_cuEventQuery(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUevent hEvent = (CUevent)(uintptr_t)fgr_get_u64(rd);
+    CUevent hEvent = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -2225,7 +2222,7 @@ static CUresult op_cuEventQuery(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuEventSynchronize(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUevent hEvent = (CUevent)(uintptr_t)fgr_get_u64(rd);
+    CUevent hEvent = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -2239,8 +2236,8 @@ static CUresult op_cuEventSynchronize(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuEventElapsedTime(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUevent hStart = (CUevent)(uintptr_t)fgr_get_u64(rd);
-    CUevent hEnd = (CUevent)(uintptr_t)fgr_get_u64(rd);
+    CUevent hStart = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
+    CUevent hEnd = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
     int has_pMilliseconds = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -2261,8 +2258,8 @@ static CUresult op_cuEventElapsedTime(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuEventElapsedTime_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUevent hStart = (CUevent)(uintptr_t)fgr_get_u64(rd);
-    CUevent hEnd = (CUevent)(uintptr_t)fgr_get_u64(rd);
+    CUevent hStart = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
+    CUevent hEnd = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
     int has_pMilliseconds = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -2283,7 +2280,7 @@ static CUresult op_cuEventElapsedTime_v2(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuEventDestroy_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUevent hEvent = (CUevent)(uintptr_t)fgr_get_u64(rd);
+    CUevent hEvent = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -2481,6 +2478,8 @@ static CUresult op_cuGraphInstantiateWithParams(struct fgr_rd *rd, struct fgr_re
     CUgraph hGraph = (CUgraph)(uintptr_t)fgr_get_u64(rd);
     int has_phGraphExec = fgr_get_u8(rd);
     CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams = fgr_get_buf(rd, q, sizeof(CUDA_GRAPH_INSTANTIATE_PARAMS), 1);
+    if (instantiateParams)
+        instantiateParams->hUploadStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, (uint64_t)(uintptr_t)instantiateParams->hUploadStream);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraphExec *phGraphExec = NULL;
@@ -2508,6 +2507,8 @@ static CUresult op_cuGraphInstantiateWithParams_ptsz(struct fgr_rd *rd, struct f
     CUgraph hGraph = (CUgraph)(uintptr_t)fgr_get_u64(rd);
     int has_phGraphExec = fgr_get_u8(rd);
     CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams = fgr_get_buf(rd, q, sizeof(CUDA_GRAPH_INSTANTIATE_PARAMS), 1);
+    if (instantiateParams)
+        instantiateParams->hUploadStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, (uint64_t)(uintptr_t)instantiateParams->hUploadStream);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraphExec *phGraphExec = NULL;
@@ -2533,7 +2534,7 @@ static CUresult op_cuGraphUpload(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -2550,7 +2551,7 @@ static CUresult op_cuGraphUpload_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -2567,7 +2568,7 @@ static CUresult op_cuGraphLaunch(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -2584,7 +2585,7 @@ static CUresult op_cuGraphLaunch_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -2893,7 +2894,7 @@ static CUresult op_cuMemcpyPeerAsync(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
     CUcontext srcContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
     size_t ByteCount = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -2920,7 +2921,7 @@ static CUresult op_cuMemcpyPeerAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
     CUcontext srcContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
     size_t ByteCount = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -2977,7 +2978,7 @@ static CUresult op_cuMemsetD16Async(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
     unsigned short us = (unsigned short)fgr_get_u64(rd);
     size_t N = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -2996,7 +2997,7 @@ static CUresult op_cuMemsetD16Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
     unsigned short us = (unsigned short)fgr_get_u64(rd);
     size_t N = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -3286,7 +3287,7 @@ static CUresult op_cuOccupancyAvailableDynamicSMemPerBlock(struct fgr_rd *rd, st
 static CUresult op_cuStreamGetPriority(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     int has_priority = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -3305,7 +3306,7 @@ static CUresult op_cuStreamGetPriority(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamGetPriority_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     int has_priority = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -3324,7 +3325,7 @@ static CUresult op_cuStreamGetPriority_ptsz(struct fgr_rd *rd, struct fgr_req *q
 static CUresult op_cuStreamGetFlags(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     int has_flags = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -3343,7 +3344,7 @@ static CUresult op_cuStreamGetFlags(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamGetFlags_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     int has_flags = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -3362,7 +3363,7 @@ static CUresult op_cuStreamGetFlags_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamGetCtx(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     int has_pctx = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -3385,7 +3386,7 @@ static CUresult op_cuStreamGetCtx(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamGetCtx_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     int has_pctx = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -3408,7 +3409,7 @@ static CUresult op_cuStreamGetCtx_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamGetCtx_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     int has_pCtx = fgr_get_u8(rd);
     int has_pGreenCtx = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
@@ -3438,7 +3439,7 @@ static CUresult op_cuStreamGetCtx_v2(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamGetCtx_v2_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     int has_pCtx = fgr_get_u8(rd);
     int has_pGreenCtx = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
@@ -3468,7 +3469,7 @@ static CUresult op_cuStreamGetCtx_v2_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamGetId(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     int has_streamId = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -3487,7 +3488,7 @@ static CUresult op_cuStreamGetId(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamGetId_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     int has_streamId = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -3506,8 +3507,8 @@ static CUresult op_cuStreamGetId_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamCopyAttributes(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream dst = (CUstream)(uintptr_t)fgr_get_u64(rd);
-    CUstream src = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream dst = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream src = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -3523,8 +3524,8 @@ static CUresult op_cuStreamCopyAttributes(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamCopyAttributes_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream dst = (CUstream)(uintptr_t)fgr_get_u64(rd);
-    CUstream src = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream dst = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream src = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -3540,7 +3541,7 @@ static CUresult op_cuStreamCopyAttributes_ptsz(struct fgr_rd *rd, struct fgr_req
 static CUresult op_cuStreamAttachMemAsync(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     CUdeviceptr dptr = (CUdeviceptr)fgr_get_u64(rd);
     size_t length = (size_t)fgr_get_u64(rd);
     unsigned int flags = (unsigned int)fgr_get_u64(rd);
@@ -3559,7 +3560,7 @@ static CUresult op_cuStreamAttachMemAsync(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamAttachMemAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     CUdeviceptr dptr = (CUdeviceptr)fgr_get_u64(rd);
     size_t length = (size_t)fgr_get_u64(rd);
     unsigned int flags = (unsigned int)fgr_get_u64(rd);
@@ -3647,7 +3648,7 @@ static CUresult op_cuGraphAddEventRecordNode(struct fgr_rd *rd, struct fgr_req *
     (void)q;
     CUgraph hGraph = (CUgraph)(uintptr_t)fgr_get_u64(rd);
     size_t numDependencies = (size_t)fgr_get_u64(rd);
-    CUevent event = (CUevent)(uintptr_t)fgr_get_u64(rd);
+    CUevent event = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
     int has_phGraphNode = fgr_get_u8(rd);
     CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
     if (!fgr_rd_done(rd))
@@ -3677,7 +3678,7 @@ static CUresult op_cuGraphAddEventWaitNode(struct fgr_rd *rd, struct fgr_req *q)
     (void)q;
     CUgraph hGraph = (CUgraph)(uintptr_t)fgr_get_u64(rd);
     size_t numDependencies = (size_t)fgr_get_u64(rd);
-    CUevent event = (CUevent)(uintptr_t)fgr_get_u64(rd);
+    CUevent event = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
     int has_phGraphNode = fgr_get_u8(rd);
     CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
     if (!fgr_rd_done(rd))

@@ -94,6 +94,11 @@ int fgr_has(int kind, uint64_t v);
 /* Each of n handles (pointer-sized) in arr; NULL: none. */
 int fgr_has_n(int kind, const void *arr, uint64_t n);
 void fgr_add(int kind, uint64_t v, int okind, uint64_t owner);
+/* Shadow handles: id (a value the client named, fgr_is_shadow) stands for
+ * the driver's handle real of kind, until real is forgotten; fgr_unshadow
+ * is the driver's handle of v (v itself when it names none). */
+void fgr_shadow_add(int kind, uint64_t id, uint64_t real);
+uint64_t fgr_unshadow(int kind, uint64_t v);
 /* Forgets v and everything it owns. */
 void fgr_drop(int kind, uint64_t v);
 /* [p, p+n) lies in one range this connection allocated. */

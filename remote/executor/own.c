@@ -103,6 +103,20 @@ void fgr_add(int kind, uint64_t v, int okind, uint64_t owner)
 
 static void drop_owned(int kind, uint64_t v);
 
+/* A shadow entry is of kind | SHADOWED, owned by its real handle: it goes
+ * when the handle does. */
+#define SHADOWED 0x40
+
+void fgr_shadow_add(int kind, uint64_t id, uint64_t real) { fgr_add(kind | SHADOWED, id, kind, real); }
+
+uint64_t fgr_unshadow(int kind, uint64_t v)
+{
+    if (!fgr_is_shadow(v))
+        return v;
+    struct ent *e = find(kind | SHADOWED, v);
+    return e ? e->owner : v;
+}
+
 void fgr_drop(int kind, uint64_t v)
 {
     struct ent *e = find(kind, v);

@@ -126,7 +126,7 @@ CUlaunchConfig *fgr_get_launchcfg(struct fgr_rd *rd, struct fgr_req *q)
     c->gridDimX = v[0], c->gridDimY = v[1], c->gridDimZ = v[2];
     c->blockDimX = v[3], c->blockDimY = v[4], c->blockDimZ = v[5];
     c->sharedMemBytes = v[6];
-    c->hStream = (CUstream)(uintptr_t)s;
+    c->hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, s);
     return c;
 }
 

@@ -9,6 +9,7 @@
  *     memclient info             cuMemGetInfo and cuDeviceTotalMem
  *     memclient allocloop N      N pairs of cuMemAlloc/cuMemFree of 1 MiB (benchmarks)
  *     memclient uploadloop N     N cuMemcpyHtoDAsync of 4 KiB, then a synchronize (benchmarks)
+ *     memclient eventloop N      N pairs of cuEventCreate/cuEventDestroy, then a synchronize (benchmarks)
  *     memclient execinfo         hold 100 MiB, then exec "memclient info"
  *     memclient overflow         hold 600 MiB, then sizes that wrap a 64-bit sum or product
  *     memclient ctxrace N        N threads retain the first primary context at once
@@ -346,6 +347,16 @@ int main(int argc, char **argv)
             CHECK(cuMemAlloc_v2(&p, MiB));
             CHECK(cuMemFree_v2(p));
         }
+        return 0;
+    }
+    if (!strcmp(mode, "eventloop")) {
+        long n = argc > 2 ? atol(argv[2]) : 10000;
+        for (long i = 0; i < n; i++) {
+            CUevent e;
+            CHECK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+            CHECK(cuEventDestroy_v2(e));
+        }
+        CHECK(cuCtxSynchronize());
         return 0;
     }
     if (!strcmp(mode, "uploadloop")) {

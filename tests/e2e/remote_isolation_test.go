@@ -69,6 +69,19 @@ func (c *wire) call(op string, args w) (uint32, []byte) {
 	return binary.LittleEndian.Uint32(r), r[4:]
 }
 
+// queue sends a queued call (no answer; its error waits for the next
+// synchronization).
+func (c *wire) queue(op string, args w) {
+	c.t.Helper()
+	o, ok := c.p.ops[op]
+	if !ok {
+		c.t.Fatalf("no operation %s", op)
+	}
+	body := w{}.u16(o).u16(1).u32(0).u64(c.ctx)
+	body = append(body, args...)
+	c.conn.Write(append(w{}.u32(uint32(len(body))), body...))
+}
+
 // out is the first out buffer of a reply.
 func out(t *testing.T, res []byte) []byte {
 	t.Helper()
@@ -125,7 +138,11 @@ func TestRemoteForeignHandlesRefused(t *testing.T) {
 	a := dialWire(t, p, s)
 	aMem := a.setup(1 << 20)
 	aMem2 := a.handle("cuMemAlloc_v2", w{}.u64(4096).u8(1))
-	aStream := a.handle("cuStreamCreate", w{}.u64(0).u8(1))
+	// Streams are named by the client (shadow handles); A's context is a
+	// value of the driver's, an address in A's executor.
+	const aStream = 0xf5ad000000000001
+	a.queue("cuStreamCreate", w{}.u64(0).u64(aStream))
+	aHeap := a.own
 	if r := a.put(aMem2, "tenant A's secret"); r != 0 {
 		t.Fatalf("A's copy: error %d", r)
 	}
@@ -143,12 +160,12 @@ func TestRemoteForeignHandlesRefused(t *testing.T) {
 		{"another connection's stream", "cuStreamSynchronize", w{}.u64(aStream), 0, invalidHandle},
 		{"another connection's stream, queried", "cuStreamQuery", w{}.u64(aStream), 0, invalidHandle},
 		{"another connection's memory", "cuMemcpyDtoH_v2", w{}.u64(aMem2).u64(16).u8(1), 0, invalidValue},
-		{"the executor's heap (a handle's value)", "cuMemcpyDtoH_v2", w{}.u64(aStream).u64(64).u8(1), 0, invalidValue},
-		{"the executor's heap as a generic copy's source", "cuMemcpy", w{}.u64(bMem).u64(aStream).u64(64), 0, invalidValue},
-		{"a write into the executor's heap", "cuMemsetD8_v2", w{}.u64(aStream).u64(0).u64(64), 0, invalidValue},
+		{"the executor's heap (a handle's value)", "cuMemcpyDtoH_v2", w{}.u64(aHeap).u64(64).u8(1), 0, invalidValue},
+		{"the executor's heap as a generic copy's source", "cuMemcpy", w{}.u64(bMem).u64(aHeap).u64(64), 0, invalidValue},
+		{"a write into the executor's heap", "cuMemsetD8_v2", w{}.u64(aHeap).u64(0).u64(64), 0, invalidValue},
 		{"a copy past the end of its allocation", "cuMemcpyDtoH_v2", w{}.u64(bMem + 4088).u64(16).u8(1), 0, invalidValue},
 		{"a free of memory it does not own", "cuMemFree_v2", w{}.u64(aMem), 0, invalidValue},
-		{"a context it was not given", "cuCtxSynchronize", w{}, aStream, invalidContext},
+		{"a context it was not given", "cuCtxSynchronize", w{}, aHeap, invalidContext},
 	}
 	for _, c := range cases {
 		b.ctx = b.own

@@ -627,3 +627,38 @@ print("same" if bytes(dst) == bytes(src) else "differ")
 		t.Errorf("exit %d %q\n%s", r.code, r.stdout, r.stderr)
 	}
 }
+
+// Streams and events are named by the client (shadow handles): creating
+// one is queued, used at once it works, and a creation the driver refuses
+// answers at the next synchronization, as a queued call's error does; the
+// name it was given then names nothing (locally the stream is left NULL).
+func TestRemoteShadowHandles(t *testing.T) {
+	prog := `
+import ctypes
+cu = ctypes.CDLL("libcuda.so.1")
+ctx, p, s, bad, ev = ctypes.c_void_p(), ctypes.c_uint64(), ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+assert cu.cuInit(0) == 0
+assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+assert cu.cuCtxSetCurrent(ctx) == 0
+assert cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(4096)) == 0
+print("stream", cu.cuStreamCreate(ctypes.byref(s), 1), "event", cu.cuEventCreate(ctypes.byref(ev), 0))
+print("memset", cu.cuMemsetD8Async(p, 7, ctypes.c_size_t(4096), s), "record", cu.cuEventRecord(ev, s))
+print("sync", cu.cuStreamSynchronize(s), cu.cuEventSynchronize(ev))
+print("bad stream", cu.cuStreamCreate(ctypes.byref(bad), 0xff))
+print("sync", cu.cuCtxSynchronize())
+print("on it", cu.cuStreamQuery(bad))
+print("destroy", cu.cuEventDestroy_v2(ev), cu.cuStreamDestroy_v2(s), cu.cuCtxSynchronize())
+`
+	e := newEnv(t)
+	s := e.serve("unix")
+	local := e.runIn(filepath.Join(build, "sim"), "python3", "-c", prog)
+	want := "stream 0 event 0\nmemset 0 record 0\nsync 0 0\nbad stream 1\nsync 0\non it 0\ndestroy 0 0 0\n" // a NULL stream is left
+	if local.code != 0 || local.stdout != want {
+		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
+	}
+	r := e.remote(s, "python3", "-c", prog)
+	want = "stream 0 event 0\nmemset 0 record 0\nsync 0 0\nbad stream 0\nsync 1\non it 400\ndestroy 0 0 0\n"
+	if r.code != 0 || r.stdout != want {
+		t.Errorf("remotely: exit %d\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
+	}
+}

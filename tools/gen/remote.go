@@ -95,7 +95,13 @@ type Slot struct {
 }
 
 var remoteKinds = map[string]bool{"in": true, "out": true, "inout": true, "str": true, "image": true,
-	"kparams": true, "launchcfg": true, "null": true}
+	"kparams": true, "launchcfg": true, "null": true, "shadow": true}
+
+// shadowed are the handle kinds a client may name before the server made
+// them: it picks the value (a shadow handle, FGR_SHADOW_TAG in its top
+// bits), the creating call is queued, and the executor maps the value to
+// the driver's handle wherever a request carries one.
+var shadowed = map[string]bool{"CUstream": true, "CUevent": true}
 
 var kindRE = regexp.MustCompile(`^([a-z]+)(?:\[(.+)\])?$`)
 
@@ -238,6 +244,9 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 			if !strings.HasSuffix(p.Type, "*") {
 				return nil, nil, fmt.Errorf("%s: %s: %s is passed by value and needs no kind", where, re.Name, name)
 			}
+			if m[1] == "shadow" && (!shadowed[pointee(p.Type)] || m[2] != "") {
+				return nil, nil, fmt.Errorf("%s: %s: shadow is for an out handle of a kind the executor maps (%s is %s)", where, re.Name, name, p.Type)
+			}
 			re.Kinds[name] = Kind{Name: m[1], Count: m[2]}
 		}
 		if re.Disp != DispLocal {
@@ -270,6 +279,11 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 					if d, dev := re.Dev[p.Name]; (buf && k.Count != c) || (dev && d.Count != c) {
 						return nil, nil, fmt.Errorf("%s: %s: chunk=%s, but %s is not %s bytes", where, re.Name, c, p.Name, c)
 					}
+				}
+			}
+			for n, k := range re.Kinds {
+				if k.Name == "shadow" && re.Disp != DispQueue {
+					return nil, nil, fmt.Errorf("%s: %s: %s=shadow makes no round trip: the call must be queued", where, re.Name, n)
 				}
 			}
 			if re.Disp == DispQueue {
@@ -680,6 +694,8 @@ func clientStub(b *strings.Builder, e RemoteEntry, decl string) {
 			}
 		case "kparams":
 			fmt.Fprintf(b, "    struct fgr_kparams fgr_kp;\n    if ((fgr_r = fgr_kparams_layout(f, %s, &fgr_kp)) != CUDA_SUCCESS)\n        return fgr_r;\n", p.Name)
+		case "shadow":
+			fmt.Fprintf(b, "    if (%s == NULL)\n        return CUDA_ERROR_INVALID_VALUE;\n", p.Name)
 		}
 	}
 	b.WriteString("    struct fgr_call fgr_c;\n")
@@ -707,6 +723,9 @@ func clientStub(b *strings.Builder, e RemoteEntry, decl string) {
 			fmt.Fprintf(b, "    fgr_put_kparams(&fgr_c.w, &fgr_kp, %s);\n", p.Name)
 		case "launchcfg":
 			fmt.Fprintf(b, "    fgr_put_launchcfg(&fgr_c.w, %s);\n", p.Name)
+		case "shadow":
+			// The handle is ours to name: the server makes it when the call comes.
+			fmt.Fprintf(b, "    *%s = (%s)(uintptr_t)fgr_shadow_new();\n    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)*%s);\n", p.Name, pointee(p.Type), p.Name)
 		}
 	}
 	if e.Disp == DispQueue {
@@ -816,7 +835,11 @@ func emitRemoteServer(entries []RemoteEntry, tables []*Table) string {
 		// By-value parameters first, then pointers: sizes may use the former.
 		for _, p := range e.Params {
 			if _, ptr := e.Kinds[p.Name]; !ptr {
-				fmt.Fprintf(&b, "    %s = %s;\n", joinDecl(p.Type, p.Name), bitsGet(p.Type, "fgr_get_u64(rd)"))
+				get := "fgr_get_u64(rd)"
+				if shadowed[p.Type] {
+					get = fmt.Sprintf("fgr_unshadow(FGR_H_%s, fgr_get_u64(rd))", p.Type)
+				}
+				fmt.Fprintf(&b, "    %s = %s;\n", joinDecl(p.Type, p.Name), bitsGet(p.Type, get))
 			}
 		}
 		for _, p := range e.Params {
@@ -828,6 +851,14 @@ func emitRemoteServer(entries []RemoteEntry, tables []*Table) string {
 			switch k.Name {
 			case "in", "inout":
 				fmt.Fprintf(&b, "    %s *%s = fgr_get_buf(rd, q, %s, %d);\n", t, p.Name, bytesExpr(p, k), b2i(!byteBuffer(p.Type)))
+				for _, f := range structHandles[t] {
+					if shadowed[f[1]] { // our copy: the driver is given its own handle
+						fmt.Fprintf(&b, "    if (%s)\n        %s->%s = (%s)(uintptr_t)fgr_unshadow(FGR_H_%s, (uint64_t)(uintptr_t)%s->%s);\n",
+							p.Name, p.Name, f[0], f[1], f[1], p.Name, f[0])
+					}
+				}
+			case "shadow":
+				fmt.Fprintf(&b, "    uint64_t fgr_id_%s = fgr_get_u64(rd);\n", p.Name)
 			case "out":
 				fmt.Fprintf(&b, "    int has_%s = fgr_get_u8(rd);\n", p.Name)
 			case "str":
@@ -844,6 +875,10 @@ func emitRemoteServer(entries []RemoteEntry, tables []*Table) string {
 		}
 		b.WriteString("    if (!fgr_rd_done(rd))\n        return FGR_BAD_FRAME;\n")
 		for _, p := range e.Params {
+			if k := e.Kinds[p.Name]; k.Name == "shadow" {
+				fmt.Fprintf(&b, "    if (!fgr_is_shadow(fgr_id_%s))\n        return FGR_BAD_FRAME;\n", p.Name)
+				fmt.Fprintf(&b, "    %s fgr_v_%s = NULL, *%s = &fgr_v_%s;\n", pointee(p.Type), p.Name, p.Name, p.Name)
+			}
 			if k := e.Kinds[p.Name]; k.Name == "out" {
 				fmt.Fprintf(&b, "    %s *%s = NULL;\n", pointee(p.Type), p.Name)
 				fmt.Fprintf(&b, "    if (has_%s && !(%s = fgr_out(q, %s)))\n        return fgr_out_failed(q);\n", p.Name, p.Name, bytesExpr(p, k))
@@ -1088,6 +1123,12 @@ func serverRecords(e RemoteEntry) string {
 	}
 	for _, p := range e.Params {
 		k, ok := e.Kinds[p.Name]
+		if ok && k.Name == "shadow" {
+			t := pointee(p.Type)
+			fmt.Fprintf(&b, "        fgr_add(FGR_H_%s, %s, %s);\n        fgr_shadow_add(FGR_H_%s, fgr_id_%s, %s);\n",
+				t, handleVal(t, "*"+p.Name), owner(t), t, p.Name, handleVal(t, "*"+p.Name))
+			continue
+		}
 		if !ok || k.Name != "out" {
 			continue
 		}
