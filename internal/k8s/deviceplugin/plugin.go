@@ -182,9 +182,6 @@ func (p *Plugin) setAllocated(key, pod string) {
 	}
 }
 
-// Socket is the plugin's socket.
-func (p *Plugin) Socket() string { return filepath.Join(p.cfg.PluginDir, socketName) }
-
 // Run serves until ctx ends: it registers with the kubelet, and again
 // whenever the kubelet restarts (which removes the plugin's socket).
 func (p *Plugin) Run(ctx context.Context) {
@@ -214,10 +211,18 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// serve serves on the socket and registers, until the socket is removed
-// or ctx ends.
+// serve serves the vGPU plugin and registers it, until its socket is
+// removed or ctx ends.
 func (p *Plugin) serve(ctx context.Context) error {
-	sock := p.Socket()
+	return p.endpoint(ctx, socketName, vgpu.ResourceVGPU, p, p.options(), p.syncTenants)
+}
+
+// endpoint serves impl on socket (in the kubelet's folder), registers it
+// for resource, and calls sync every SyncEvery, until the socket is removed
+// (the kubelet removes every plugin socket when it starts) or ctx ends.
+func (p *Plugin) endpoint(ctx context.Context, socket string, resource corev1.ResourceName, impl pluginapi.DevicePluginServer,
+	opts *pluginapi.DevicePluginOptions, sync func(context.Context)) error {
+	sock := filepath.Join(p.cfg.PluginDir, socket)
 	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
@@ -226,31 +231,26 @@ func (p *Plugin) serve(ctx context.Context) error {
 		return err
 	}
 	srv := grpc.NewServer()
-	pluginapi.RegisterDevicePluginServer(srv, p)
+	pluginapi.RegisterDevicePluginServer(srv, impl)
 	go srv.Serve(lis)
 	defer srv.Stop()
-	if err := p.register(ctx); err != nil {
+	if err := p.registerAs(ctx, socket, resource, opts); err != nil {
 		return fmt.Errorf("registering with the kubelet: %w", err)
 	}
-	p.log.Printf("registered %s with the kubelet (%s)", vgpu.ResourceVGPU, sock)
+	p.log.Printf("registered %s with the kubelet (%s)", resource, sock)
 	tick := time.NewTicker(p.cfg.SyncEvery)
 	defer tick.Stop()
 	for {
-		p.syncTenants(ctx)
+		sync(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
 		}
-		// The kubelet removes every plugin socket when it starts.
 		if _, err := os.Stat(sock); err != nil {
 			return fmt.Errorf("socket %s is gone (kubelet restarted?)", sock)
 		}
 	}
-}
-
-func (p *Plugin) register(ctx context.Context) error {
-	return p.registerAs(ctx, socketName, vgpu.ResourceVGPU, p.options())
 }
 
 // registerAs registers the plugin at socket (in the kubelet's folder) for

@@ -4,9 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -229,35 +227,7 @@ func (rp *RemotePlugin) Run(ctx context.Context) {
 }
 
 func (rp *RemotePlugin) serve(ctx context.Context) error {
-	sock := filepath.Join(rp.p.cfg.PluginDir, remoteSocketName)
-	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	lis, err := net.Listen("unix", sock)
-	if err != nil {
-		return err
-	}
-	srv := grpc.NewServer()
-	pluginapi.RegisterDevicePluginServer(srv, rp)
-	go srv.Serve(lis)
-	defer srv.Stop()
-	if err := rp.p.registerAs(ctx, remoteSocketName, vgpu.ResourceRemoteVGPU, &pluginapi.DevicePluginOptions{}); err != nil {
-		return fmt.Errorf("registering with the kubelet: %w", err)
-	}
-	rp.p.log.Printf("registered %s with the kubelet (%s)", vgpu.ResourceRemoteVGPU, sock)
-	tick := time.NewTicker(rp.p.cfg.SyncEvery)
-	defer tick.Stop()
-	for {
-		rp.forget(ctx)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
-		if _, err := os.Stat(sock); err != nil {
-			return fmt.Errorf("socket %s is gone (kubelet restarted?)", sock)
-		}
-	}
+	return rp.p.endpoint(ctx, remoteSocketName, vgpu.ResourceRemoteVGPU, rp, &pluginapi.DevicePluginOptions{}, rp.forget)
 }
 
 // GetDevicePluginOptions implements the device-plugin API.
