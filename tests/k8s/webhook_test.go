@@ -87,6 +87,11 @@ func TestWebhookRefusesBadRequests(t *testing.T) {
 		Operations: []admissionregv1.OperationType{admissionregv1.Create},
 		Rule:       admissionregv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
 	}}
+	// As the chart has them: updates are validated too.
+	validateRules := []admissionregv1.RuleWithOperations{{
+		Operations: []admissionregv1.OperationType{admissionregv1.Create, admissionregv1.Update},
+		Rule:       rules[0].Rule,
+	}}
 	none, fail := admissionregv1.SideEffectClassNone, admissionregv1.Fail
 	url := func(path string) *string { u := "https://" + addr + path; return &u }
 	reg := cp.Client.AdmissionregistrationV1()
@@ -94,7 +99,7 @@ func TestWebhookRefusesBadRequests(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "flexgv-test"},
 		Webhooks: []admissionregv1.ValidatingWebhook{{
 			Name: "validate.flexgv.io", ClientConfig: admissionregv1.WebhookClientConfig{URL: url("/validate"), CABundle: caPEM},
-			Rules: rules, NamespaceSelector: selector, SideEffects: &none, FailurePolicy: &fail, AdmissionReviewVersions: []string{"v1"},
+			Rules: validateRules, NamespaceSelector: selector, SideEffects: &none, FailurePolicy: &fail, AdmissionReviewVersions: []string{"v1"},
 		}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -127,6 +132,8 @@ func TestWebhookRefusesBadRequests(t *testing.T) {
 	urgent.Annotations = map[string]string{vgpu.AnnotationPriority: "urgent"}
 	capped := vgpuPod(ns, "capped", "none", 1024, 50)
 	capped.Annotations = map[string]string{vgpu.AnnotationComputeMax: "40"}
+	placed := vgpuPod(ns, "placed", "none", 1024, 0)
+	placed.Annotations = map[string]string{vgpu.AnnotationRemoteGPU: "gpu-server/GPU-1"}
 	for _, tc := range []struct {
 		pod  *corev1.Pod
 		want string
@@ -135,6 +142,7 @@ func TestWebhookRefusesBadRequests(t *testing.T) {
 		{tooMuch, `admission webhook "validate.flexgv.io" denied the request: container app: flexgv.io/gpu-compute 150 is not a share of one GPU; give a percentage from 1 to 100 (per vGPU), or none`},
 		{urgent, `admission webhook "validate.flexgv.io" denied the request: flexgv.io/priority "urgent" is not a priority; use low, normal, high or a number from 0 to 9 (higher runs first)`},
 		{capped, `admission webhook "validate.flexgv.io" denied the request: container app: flexgv.io/gpu-compute 50 is above the cap flexgv.io/gpu-compute-max 40`},
+		{placed, `admission webhook "validate.flexgv.io" denied the request: annotation flexgv.io/remote-gpu is written by the flexgv scheduler when it binds the pod`},
 	} {
 		// The API server takes up new webhook configurations within moments.
 		var err error
@@ -159,6 +167,17 @@ func TestWebhookRefusesBadRequests(t *testing.T) {
 	}
 	if good.Spec.SchedulerName != "flexgv-test" || good.Annotations[vgpu.AnnotationPriority] != "normal" {
 		t.Errorf("good pod: scheduler %q, annotations %v", good.Spec.SchedulerName, good.Annotations)
+	}
+	// Nor can it name its GPUs later; other annotations it may change.
+	good.Annotations[vgpu.AnnotationGPUs] = "GPU-1"
+	if _, err := cp.Client.CoreV1().Pods(ns).Update(ctx, good, metav1.UpdateOptions{}); err == nil ||
+		!strings.Contains(err.Error(), "annotation flexgv.io/gpus is written by the flexgv scheduler") {
+		t.Errorf("a pod naming its own GPUs by an update: %v", err)
+	}
+	delete(good.Annotations, vgpu.AnnotationGPUs)
+	good.Annotations["team"] = "a"
+	if _, err := cp.Client.CoreV1().Pods(ns).Update(ctx, good, metav1.UpdateOptions{}); err != nil {
+		t.Errorf("an update of another annotation: %v", err)
 	}
 	plain := vgpuPod(ns, "plain", "none", 0, 0)
 	plain.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}

@@ -39,7 +39,7 @@ func (w *Webhook) Handler() http.Handler {
 	return mux
 }
 
-func (w *Webhook) serve(rw http.ResponseWriter, r *http.Request, review func(*corev1.Pod, *admissionv1.AdmissionResponse)) {
+func (w *Webhook) serve(rw http.ResponseWriter, r *http.Request, review func(*admissionv1.AdmissionRequest, *corev1.Pod, *admissionv1.AdmissionResponse)) {
 	var ar admissionv1.AdmissionReview
 	if err := json.NewDecoder(http.MaxBytesReader(rw, r.Body, maxBody)).Decode(&ar); err != nil || ar.Request == nil {
 		http.Error(rw, fmt.Sprintf("flexgv webhook: not an AdmissionReview: %v", err), http.StatusBadRequest)
@@ -52,22 +52,47 @@ func (w *Webhook) serve(rw http.ResponseWriter, r *http.Request, review func(*co
 	} else if err := json.Unmarshal(ar.Request.Object.Raw, &pod); err != nil {
 		resp.Allowed, resp.Result = false, &metav1.Status{Message: "flexgv webhook: " + err.Error(), Code: http.StatusBadRequest}
 	} else {
-		review(&pod, resp)
+		review(ar.Request, &pod, resp)
 	}
 	out := admissionv1.AdmissionReview{TypeMeta: ar.TypeMeta, Response: resp}
 	rw.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(rw).Encode(out)
 }
 
-// validate refuses a pod whose request cannot be honoured.
-func (w *Webhook) validate(pod *corev1.Pod, resp *admissionv1.AdmissionResponse) {
-	if _, _, err := vgpu.PodRequest(pod); err != nil {
+// placement are the annotations the extender writes with a pod's binding:
+// where its vGPUs are. A pod that set them itself would be given GPUs no
+// scheduler counted, a remote one on any server.
+var placement = []string{vgpu.AnnotationGPUs, vgpu.AnnotationRemoteGPU, vgpu.AnnotationBoundAt}
+
+// validate refuses a pod whose request cannot be honoured, and one that
+// names its own placement (created with it, or changing it later).
+func (w *Webhook) validate(req *admissionv1.AdmissionRequest, pod *corev1.Pod, resp *admissionv1.AdmissionResponse) {
+	err := placedByItself(req, pod)
+	if err == nil {
+		_, _, err = vgpu.PodRequest(pod)
+	}
+	if err != nil {
 		resp.Allowed = false
 		resp.Result = &metav1.Status{Status: metav1.StatusFailure, Reason: metav1.StatusReasonInvalid, Code: http.StatusUnprocessableEntity, Message: err.Error()}
 		if w.Log != nil {
 			w.Log.Printf("refused pod %s/%s: %v", pod.Namespace, podName(pod), err)
 		}
 	}
+}
+
+func placedByItself(req *admissionv1.AdmissionRequest, pod *corev1.Pod) error {
+	var old corev1.Pod
+	if req.Operation == admissionv1.Update {
+		if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
+			return fmt.Errorf("the pod before the update cannot be read: %v", err)
+		}
+	}
+	for _, a := range placement {
+		if pod.Annotations[a] != old.Annotations[a] {
+			return fmt.Errorf("annotation %s is written by the flexgv scheduler when it binds the pod; a pod may not set or change it", a)
+		}
+	}
+	return nil
 }
 
 func podName(pod *corev1.Pod) string {
@@ -79,7 +104,7 @@ func podName(pod *corev1.Pod) string {
 
 // mutate sends a pod asking for vGPUs to SchedulerName and spells out its
 // priority; a pod it cannot read is left to validate.
-func (w *Webhook) mutate(pod *corev1.Pod, resp *admissionv1.AdmissionResponse) {
+func (w *Webhook) mutate(_ *admissionv1.AdmissionRequest, pod *corev1.Pod, resp *admissionv1.AdmissionResponse) {
 	r, ok, err := vgpu.PodRequest(pod)
 	if err != nil || !ok {
 		return
