@@ -7,7 +7,7 @@
 #define SAME(a, b) _Static_assert(__builtin_types_compatible_p(a, b), #a " differs from " #b)
 
 typedef CUresult (CUDAAPI *fg_sig_cuDeviceGetPCIBusId)(char *pciBusId, int len, CUdevice dev);
-SAME(fg_sig_cuDeviceGetPCIBusId, PFN_cuDeviceGetPCIBusId_v4000);
+SAME(fg_sig_cuDeviceGetPCIBusId, PFN_cuDeviceGetPCIBusId_v4010);
 typedef CUresult (CUDAAPI *fg_sig_cuDeviceGetByPCIBusId)(CUdevice *dev, const char *pciBusId);
 SAME(fg_sig_cuDeviceGetByPCIBusId, PFN_cuDeviceGetByPCIBusId_v4010);
 typedef CUresult (CUDAAPI *fg_sig_cuDeviceCanAccessPeer)(int *canAccessPeer, CUdevice dev, CUdevice peerDev);
@@ -75,7 +75,7 @@ SAME(fg_sig_cuOccupancyMaxActiveBlocksPerMultiprocessor, PFN_cuOccupancyMaxActiv
 typedef CUresult (CUDAAPI *fg_sig_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags)(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags);
 SAME(fg_sig_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, PFN_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_v7000);
 typedef CUresult (CUDAAPI *fg_sig_cuOccupancyAvailableDynamicSMemPerBlock)(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize);
-SAME(fg_sig_cuOccupancyAvailableDynamicSMemPerBlock, PFN_cuOccupancyAvailableDynamicSMemPerBlock_v11000);
+SAME(fg_sig_cuOccupancyAvailableDynamicSMemPerBlock, PFN_cuOccupancyAvailableDynamicSMemPerBlock_v10020);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamGetPriority)(CUstream hStream, int *priority);
 SAME(fg_sig_cuStreamGetPriority, PFN_cuStreamGetPriority_v5050);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamGetPriority_ptsz)(CUstream hStream, int *priority);
