@@ -4,6 +4,7 @@
 # (`make GOTAGS=nok8s` keeps the CLI small where build/ is copied over):
 #     scripts/gpu-e2e.sh OUTDIR [SECTION...]
 # Sections (default: all): decl counts hookmap torch bench quota isolation computecap quotabench shares sharetrain priority prioritygraph
+# (PAIRS="flexgv" runs only some of the priority sections' ways of sharing)
 # Checks our driver declarations against the real headers, traces CUDA
 # programs built with nvcc (static and shared cudart), checks every hooked
 # variant against the real driver's resolver, runs PyTorch natively and under
@@ -14,6 +15,7 @@ OUT=$(mkdir -p "${1:-gpu-out}" && cd "${1:-gpu-out}" && pwd)
 shift || true
 SECTIONS=${*:-decl counts hookmap torch bench quota isolation computecap quotabench shares sharetrain priority prioritygraph}
 ROUNDS=${ROUNDS:-7} # rounds of the throughput benchmarks
+PAIRS=${PAIRS:-timeslice mps mps50 mpsflexgv flexgv} # how the priority sections share the GPU
 want() { [[ " $SECTIONS " == *" $1 "* ]]; }
 ROOT=$(pwd)
 CUDA=${CUDA_HOME:-/usr/local/cuda}
@@ -303,6 +305,7 @@ priority_bench() { # KIND PREFIX
     bounded python3 $L "$kind" "$rate" 15 >"$S/inf_${p}alone.txt"
     pair() { # NAME INFER-PREFIX... :: TRAIN-PREFIX...
         local name=$p$1 pre=() tpre=()
+        [[ " $PAIRS " == *" $1 "* ]] || return 0
         shift
         while [ "$1" != :: ]; do pre+=("$1"); shift; done
         shift
@@ -312,14 +315,23 @@ priority_bench() { # KIND PREFIX
         bounded "${tpre[@]}" python3 $L train 17 "$T" >"$S/tr_$name.txt" &
         local tp=$!
         bounded "${pre[@]}" python3 $L "$kind" "$rate" 15 "$((T + 1))" >"$S/inf_$name.txt" &
-        wait $tp $!
+        local ip=$!
+        # the regions' view, twice, when flexgv schedules: hand-overs, waits
+        if [[ $name == *flexgv ]]; then
+            sleep_until $((T + 5)) && "$FLEXGV" top --once >"$S/top_$name.txt"
+            sleep_until $((T + 12)) && "$FLEXGV" top --once >>"$S/top_$name.txt"
+        fi
+        wait $tp $ip
     }
     pair timeslice env :: env
     export CUDA_MPS_PIPE_DIRECTORY=$WORK/mps CUDA_MPS_LOG_DIRECTORY=$WORK/mps-log
     mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-    if nvidia-cuda-mps-control -d; then
+    if [[ " $PAIRS " != *" mps"* ]]; then
+        : # no MPS pair asked for
+    elif nvidia-cuda-mps-control -d; then
         pair mps env :: env
         pair mps50 env :: env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50
+        pair mpsflexgv "$FLEXGV" run --priority high -- :: "$FLEXGV" run --priority low --
         echo quit | timeout 20 nvidia-cuda-mps-control
         sleep 2
     else

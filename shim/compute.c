@@ -46,11 +46,21 @@
 
 enum { RING = 256 };                  /* launches tracked in flight per GPU, at most */
 #define BURST_NS 5000000ll            /* cap credit an idle tenant may bank */
-#define AHEAD_NS 2000000ll            /* tracked work let ahead of completions... */
-#define AHEAD_SHORT_NS 500000ll       /* ...under a cap, or when a higher priority may come */
-#define POLL_NS 500000ull             /* a waiter looks at the holder this often */
 #define SWEEP_NS 100000000ull         /* dead processes' bits are looked for this often */
+/* Timing constants; a build may set them (-D) to measure another choice
+ * (scripts/gpu-e2e.sh's shim variants). */
+#ifndef AHEAD_NS
+#define AHEAD_NS 2000000ll            /* tracked work let ahead of completions... */
+#endif
+#ifndef AHEAD_SHORT_NS
+#define AHEAD_SHORT_NS 500000ll       /* ...under a cap, or when a higher priority may come */
+#endif
+#ifndef POLL_NS
+#define POLL_NS 500000ull             /* a waiter looks at the holder this often */
+#endif
+#ifndef LEND_NS
 #define LEND_NS 1000000ull            /* pauses this long are lent to lower priorities at once */
+#endif
 #define FULL 10000u                   /* 100 % in hundredths */
 
 enum { G_NONE, G_READY, G_OFF };

@@ -3,11 +3,15 @@
     share_load.py matmul SECONDS [START]     matrix products; prints "window T N"
                                              every second (N products in it)
     share_load.py train SECONDS [START]      a small transformer training loop;
-                                             prints "window T STEPS" every second
+                                             prints "window T STEPS" every second,
+                                             then "slowstep END MS" for steps over
+                                             3x the median
     share_load.py infer RATE SECONDS [START] batch-1 inference of a small
                                              transformer, requests every 1/RATE s;
                                              prints "latency_ms P50 P99 N", then
-                                             "slow T MS" for requests over 5x p50
+                                             "slow T MS at EPOCH ..." for requests
+                                             over 5x p50 (graphs: where it waited,
+                                             and "split" with the p50/p99 of each part)
     share_load.py peak SECONDS               inference requests back to back;
                                              prints their rate
     infer-graph, peak-graph                  the same, each request one CUDA graph
@@ -83,7 +87,21 @@ def train(seconds, start):
 
     for _ in range(5):
         step()
-    windows(step, seconds, start)
+    ends = []
+
+    def timed():
+        step()
+        ends.append(time.time())
+        return 1
+    windows(timed, seconds, start)
+    # Steps over 3x the median, by their end (epoch seconds): what the
+    # trainer was doing when another tenant stalled.
+    d = sorted(b - a for a, b in zip(ends, ends[1:]))
+    if d:
+        med = d[len(d) // 2]
+        for a, b in zip(ends, ends[1:]):
+            if b - a > 3 * med:
+                print(f"slowstep {b:.3f} {(b - a) * 1000:.1f}")
 
 
 def infer_setup(graph):
@@ -116,14 +134,24 @@ def infer_setup(graph):
         torch.cuda.synchronize()
     for _ in range(20):
         replay()
+    replay.graph = g
     return replay
 
 
 def infer(rate, seconds, start, graph):
     request = infer_setup(graph)
     wait_start(start)
+    # Where a slow request's time went: each graph replay is split into
+    # launching (the host call, where a scheduler would hold it), waiting
+    # for the GPU to start it, and running on the GPU, from timing events
+    # around it read against one recorded at the start.
+    g = getattr(request, "graph", None)
+    base = torch.cuda.Event(enable_timing=True)
+    marks = []
     lat = []
-    t0 = time.time()
+    base.record()
+    base.synchronize()
+    t_base = t0 = time.time()
     k = 0
     while True:
         due = t0 + k / rate
@@ -132,17 +160,46 @@ def infer(rate, seconds, start, graph):
         now = time.time()
         if now < due:
             time.sleep(due - now)
-        request()
+        if g is None:
+            request()
+        else:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begun = time.time()
+            a.record()
+            g.replay()
+            launched = time.time()
+            b.record()
+            torch.cuda.synchronize()
+            marks.append((begun, launched, a, b))
         lat.append((time.time() - due) * 1000)  # from its arrival, queueing included
         k += 1
     by_time = list(lat)
     lat.sort()
     p50 = lat[len(lat) // 2]
     print(f"latency_ms {p50:.3f} {lat[int(len(lat) * 0.99)]:.3f} {len(lat)}", flush=True)
-    # The slow requests, by arrival (seconds from the start): where a stall is.
-    slow = [(i / rate, ms) for i, ms in enumerate(by_time) if ms > 5 * p50]
-    for at, ms in slow[:50]:
-        print(f"slow {at:.3f} {ms:.3f}")
+    if marks:  # each part's p50 and p99 over all requests
+        parts = {"launch": [], "queued": [], "gpu": []}
+        for begun, launched, a, b in marks:
+            parts["launch"].append((launched - begun) * 1000)
+            parts["queued"].append((t_base + base.elapsed_time(a) / 1000 - launched) * 1000)
+            parts["gpu"].append(a.elapsed_time(b))
+        line = "split"
+        for name, xs in parts.items():
+            xs.sort()
+            line += f" {name} {xs[len(xs) // 2]:.3f} {xs[int(len(xs) * 0.99)]:.3f}"
+        print(line, flush=True)
+    # The slow requests, by arrival (seconds from the start): where a stall
+    # is; with graphs, also ms to launch, from launch to the GPU starting it,
+    # and on the GPU.
+    slow = [i for i, ms in enumerate(by_time) if ms > 5 * p50]
+    for i in slow[:50]:
+        line = f"slow {i / rate:.3f} {by_time[i]:.3f} at {t0 + i / rate:.3f}"
+        if marks:
+            begun, launched, a, b = marks[i]
+            started = t_base + base.elapsed_time(a) / 1000
+            line += (f" launch {(launched - begun) * 1000:.3f} queued {(started - launched) * 1000:.3f}"
+                     f" gpu {a.elapsed_time(b):.3f}")
+        print(line)
 
 
 def peak(seconds, graph):

@@ -36,9 +36,18 @@ def slow(name):
     out = []
     for line in open(os.path.join(d, name)):
         f = line.split()
-        if len(f) == 3 and f[0] == "slow":
+        if len(f) >= 3 and f[0] == "slow":
             out.append((float(f[1]), float(f[2])))
     return out
+
+
+def split(name):
+    """A graph request's parts (launch, queued, gpu) as p50/p99 text, or ""."""
+    for line in open(os.path.join(d, name)):
+        f = line.split()
+        if len(f) == 10 and f[0] == "split":
+            return "; " + ", ".join(f"{f[i]} {f[i + 1]}/{f[i + 2]}" for i in (1, 4, 7)) + " ms p50/p99"
+    return ""
 
 
 def p95(xs):
@@ -91,9 +100,11 @@ for prefix, kind in [("", "eager inference"), ("g_", "CUDA-graph inference")]:
     if not have(f"inf_{prefix}alone.txt"):
         continue
     p50, p99, _ = latency(f"inf_{prefix}alone.txt")
-    rows.append((f"{kind} alone (half its peak rate)", f"p50 {p50:.2f} ms, p99 {p99:.2f} ms", ""))
+    rows.append((f"{kind} alone (half its peak rate)",
+                 f"p50 {p50:.2f} ms, p99 {p99:.2f} ms{split(f'inf_{prefix}alone.txt')}", ""))
     for mode, label in [("timeslice", "time-slicing"), ("mps", "MPS"), ("mps50", "MPS, trainer at 50% threads"),
-                        ("flexgv", "flexgv --priority high/low")]:
+                        ("flexgv", "flexgv --priority high/low"),
+                        ("mpsflexgv", "flexgv --priority high/low under MPS")]:
         if not have(f"inf_{prefix}{mode}.txt", f"tr_{prefix}{mode}.txt"):
             continue
         q50, q99, _ = latency(f"inf_{prefix}{mode}.txt")
@@ -101,8 +112,9 @@ for prefix, kind in [("", "eager inference"), ("g_", "CUDA-graph inference")]:
         stalls = slow(f"inf_{prefix}{mode}.txt")
         where = f"; {len(stalls)}{'+' if len(stalls) == 50 else ''} over 5× p50, the worst {max(ms for _, ms in stalls):.1f} ms" if stalls else ""
         rows.append((f"{kind} next to training: {label}",
-                     f"p50 {q50:.2f} ms ({q50 / p50:.2f}×), p99 {q99:.2f} ms ({q99 / p99:.2f}×); training keeps {keep:.2f}{where}",
-                     "p99 ≤ 1.05× with training ≥ 0.50" if mode == "flexgv" else ""))
+                     f"p50 {q50:.2f} ms ({q50 / p50:.2f}×), p99 {q99:.2f} ms ({q99 / p99:.2f}×); training keeps {keep:.2f}{where}"
+                     f"{split(f'inf_{prefix}{mode}.txt')}",
+                     "p99 ≤ 1.05× with training ≥ 0.50" if "flexgv" in mode else ""))
 
 print("| measure | result | target |")
 print("| --- | --- | --- |")
