@@ -539,7 +539,7 @@ SIM_EXPORT CUresult cuGetErrorString(CUresult error, const char **pStr)
 
 /* Entry points the shim does not hook; resolvable like the rest. */
 static const struct fg_proc unhooked_procs[] = {
-    {"cuDeviceGetPCIBusId", "cuDeviceGetPCIBusId", 4000, 0, (void *)cuDeviceGetPCIBusId},
+    {"cuDeviceGetPCIBusId", "cuDeviceGetPCIBusId", 4010, 0, (void *)cuDeviceGetPCIBusId},
     {"cuGraphAddChildGraphNode", "cuGraphAddChildGraphNode", 10000, 0, (void *)cuGraphAddChildGraphNode},
 };
 

@@ -65,7 +65,7 @@ int main(int argc, char **argv)
     fg_pfn_cuMemAllocAsync_ptsz alloc_async = resolve("cuMemAllocAsync", 11020, PTDS);
     fg_pfn_cuMemFreeAsync_ptsz free_async = resolve("cuMemFreeAsync", 11020, PTDS);
     /* Not hooked: must come back as the driver's own function. */
-    CUresult (*busid)(char *, int, CUdevice) = resolve("cuDeviceGetPCIBusId", 4000, LEGACY);
+    CUresult (*busid)(char *, int, CUdevice) = resolve("cuDeviceGetPCIBusId", 4010, LEGACY);
 
     CUcontext ctx;
     CUdevice dev;
