@@ -86,6 +86,7 @@ struct gpu {
     /* our launches in flight, oldest first */
     struct launch ring[RING];
     unsigned head, count;
+    unsigned blocked;   /* our threads inside a synchronous copy or memset */
     CUevent pool[RING]; /* completed events, to be recorded again */
     unsigned npool;
     uint64_t last_done; /* host time of the last completion */
@@ -420,7 +421,7 @@ static void reap(struct gpu *g, uint64_t now)
         g->head = (g->head + 1) % RING;
         g->count--;
     }
-    STORE(&g->me->inflight, g->count);
+    STORE(&g->me->inflight, g->count + g->blocked);
 }
 
 /* Work still queued: at least what the oldest launch has been running. */
@@ -633,7 +634,7 @@ static void track(struct gpu *g, CUstream s, uint64_t at)
     if (ev && record && record(ev, s) == CUDA_SUCCESS && g->count < RING) {
         g->ring[(g->head + g->count) % RING] = (struct launch){ev, at};
         g->count++;
-        STORE(&g->me->inflight, g->count);
+        STORE(&g->me->inflight, g->count + g->blocked);
     } else if (ev) {
         fg_real_cuEventDestroy_v2 destroy = REAL(cuEventDestroy_v2);
         if (destroy)
@@ -703,25 +704,75 @@ static struct gpu *scheduled(int dev)
     return st == G_READY ? g : NULL;
 }
 
+/* The GPU a launch on s is scheduled on, locked, once this process may
+ * launch there; NULL: the launch goes straight through. */
+static struct gpu *enter(CUstream s)
+{
+    struct gpu *g = fg_stream_capturing(s, 0) == 1 ? NULL : scheduled(fg_current_device());
+    if (!g)
+        return NULL;
+    pthread_mutex_lock(&g->lock);
+    gate(g);
+    __atomic_store_n(&g->me->launches, g->me->launches + 1, __ATOMIC_RELAXED);
+    return g;
+}
+
+/* Tracks what a launch at `at` left running on s, and unlocks g. */
+static CUresult leave(struct gpu *g, CUstream s, uint64_t at, CUresult r)
+{
+    if (r == CUDA_SUCCESS && g->state == G_READY)
+        track(g, s, at);
+    pthread_mutex_unlock(&g->lock);
+    return r;
+}
+
+/* A call that may block for as long as it copies runs with g unlocked (the
+ * process's other threads launch meanwhile) and counted in flight (waiters
+ * must not see us idle). */
+static void block(struct gpu *g)
+{
+    g->blocked++;
+    STORE(&g->me->inflight, g->count + g->blocked);
+    pthread_mutex_unlock(&g->lock);
+}
+
+static void unblock(struct gpu *g)
+{
+    pthread_mutex_lock(&g->lock);
+    g->blocked--;
+    STORE(&g->me->inflight, g->count + g->blocked);
+}
+
 /* Launch through the policy: LAUNCH is the program's call on stream s. A
  * process alone on its GPUs, holding them uncapped, goes straight through. */
-#define SCHEDULED(s, per_thread, LAUNCH)                                                             \
-    do {                                                                                             \
-        if (FG_LIKELY(alone_everywhere()))                                                           \
-            return LAUNCH;                                                                           \
-        CUstream s_ = (per_thread) && (s) == NULL ? CU_STREAM_PER_THREAD : (s);                      \
-        struct gpu *g_ = fg_stream_capturing(s_, 0) == 1 ? NULL : scheduled(fg_current_device());   \
-        if (!g_)                                                                                     \
-            return LAUNCH;                                                                           \
-        pthread_mutex_lock(&g_->lock);                                                               \
-        gate(g_);                                                                                    \
-        __atomic_store_n(&g_->me->launches, g_->me->launches + 1, __ATOMIC_RELAXED);                 \
-        uint64_t at_ = fg_now_ns();                                                                  \
-        CUresult r_ = LAUNCH;                                                                        \
-        if (r_ == CUDA_SUCCESS && g_->state == G_READY)                                              \
-            track(g_, s_, at_);                                                                      \
-        pthread_mutex_unlock(&g_->lock);                                                             \
-        return r_;                                                                                   \
+#define SCHEDULED(s, per_thread, LAUNCH)                                                                    \
+    do {                                                                                                    \
+        if (FG_LIKELY(alone_everywhere()))                                                                  \
+            return LAUNCH;                                                                                  \
+        CUstream s_ = (per_thread) && (s) == NULL ? CU_STREAM_PER_THREAD : (s);                             \
+        struct gpu *g_ = enter(s_);                                                                         \
+        if (!g_)                                                                                            \
+            return LAUNCH;                                                                                  \
+        uint64_t at_ = fg_now_ns();                                                                         \
+        return leave(g_, s_, at_, LAUNCH);                                                                  \
+    } while (0)
+
+/* A synchronous copy or memset, on the default stream: it takes its turn
+ * as a launch does, and what it leaves running (a memset or a device copy
+ * returns before it completes) is tracked after it. */
+#define SCHEDULED_BLOCKING(per_thread, CALL)                                                                \
+    do {                                                                                                    \
+        if (FG_LIKELY(alone_everywhere()))                                                                  \
+            return CALL;                                                                                    \
+        CUstream s_ = (per_thread) ? CU_STREAM_PER_THREAD : NULL;                                           \
+        struct gpu *g_ = enter(s_);                                                                         \
+        if (!g_)                                                                                            \
+            return CALL;                                                                                    \
+        block(g_);                                                                                          \
+        uint64_t at_ = fg_now_ns();                                                                         \
+        CUresult r_ = CALL;                                                                                 \
+        unblock(g_);                                                                                        \
+        return leave(g_, s_, at_, r_);                                                                      \
     } while (0)
 
 CUresult fg_compute_cuLaunchKernel(fg_real_cuLaunchKernel next, CUfunction f, unsigned int gx, unsigned int gy,
@@ -907,4 +958,66 @@ CUresult fg_compute_cuMemsetD32Async_ptsz(fg_real_cuMemsetD32Async_ptsz next, CU
                                           size_t n, CUstream s)
 {
     SCHEDULED(s, 1, next(dst, v, n, s));
+}
+
+/* The synchronous ones (copies from pageable memory, memsets, device
+ * copies: some return before the GPU is done, some block until it is). */
+CUresult fg_compute_cuMemcpyHtoD_v2(fg_real_cuMemcpyHtoD_v2 next, CUdeviceptr dst, const void *src, size_t n)
+{
+    SCHEDULED_BLOCKING(0, next(dst, src, n));
+}
+
+CUresult fg_compute_cuMemcpyHtoD_v2_ptds(fg_real_cuMemcpyHtoD_v2_ptds next, CUdeviceptr dst, const void *src, size_t n)
+{
+    SCHEDULED_BLOCKING(1, next(dst, src, n));
+}
+
+CUresult fg_compute_cuMemcpyDtoH_v2(fg_real_cuMemcpyDtoH_v2 next, void *dst, CUdeviceptr src, size_t n)
+{
+    SCHEDULED_BLOCKING(0, next(dst, src, n));
+}
+
+CUresult fg_compute_cuMemcpyDtoH_v2_ptds(fg_real_cuMemcpyDtoH_v2_ptds next, void *dst, CUdeviceptr src, size_t n)
+{
+    SCHEDULED_BLOCKING(1, next(dst, src, n));
+}
+
+CUresult fg_compute_cuMemcpyDtoD_v2(fg_real_cuMemcpyDtoD_v2 next, CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    SCHEDULED_BLOCKING(0, next(dst, src, n));
+}
+
+CUresult fg_compute_cuMemcpyDtoD_v2_ptds(fg_real_cuMemcpyDtoD_v2_ptds next, CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    SCHEDULED_BLOCKING(1, next(dst, src, n));
+}
+
+CUresult fg_compute_cuMemcpy(fg_real_cuMemcpy next, CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    SCHEDULED_BLOCKING(0, next(dst, src, n));
+}
+
+CUresult fg_compute_cuMemcpy_ptds(fg_real_cuMemcpy_ptds next, CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    SCHEDULED_BLOCKING(1, next(dst, src, n));
+}
+
+CUresult fg_compute_cuMemsetD8_v2(fg_real_cuMemsetD8_v2 next, CUdeviceptr dst, unsigned char v, size_t n)
+{
+    SCHEDULED_BLOCKING(0, next(dst, v, n));
+}
+
+CUresult fg_compute_cuMemsetD8_v2_ptds(fg_real_cuMemsetD8_v2_ptds next, CUdeviceptr dst, unsigned char v, size_t n)
+{
+    SCHEDULED_BLOCKING(1, next(dst, v, n));
+}
+
+CUresult fg_compute_cuMemsetD32_v2(fg_real_cuMemsetD32_v2 next, CUdeviceptr dst, unsigned int v, size_t n)
+{
+    SCHEDULED_BLOCKING(0, next(dst, v, n));
+}
+
+CUresult fg_compute_cuMemsetD32_v2_ptds(fg_real_cuMemsetD32_v2_ptds next, CUdeviceptr dst, unsigned int v, size_t n)
+{
+    SCHEDULED_BLOCKING(1, next(dst, v, n));
 }

@@ -521,7 +521,7 @@ unsigned char fg_policy_on[FG_NUM_POLICIES] = {
 static const unsigned short hooks_procaddr[] = {FG_API_cuGetProcAddress, FG_API_cuGetProcAddress_v2, 0xffff};
 static const unsigned short hooks_census[] = {FG_API_cuGetExportTable, 0xffff};
 static const unsigned short hooks_mem[] = {FG_API_cuInit, FG_API_cuDeviceTotalMem_v2, FG_API_cuDevicePrimaryCtxRetain, FG_API_cuDevicePrimaryCtxRelease_v2, FG_API_cuDevicePrimaryCtxReset_v2, FG_API_cuCtxCreate_v2, FG_API_cuCtxCreate_v4, FG_API_cuCtxDestroy_v2, FG_API_cuCtxSynchronize, FG_API_cuCtxSynchronize_v2, FG_API_cuMemGetInfo_v2, FG_API_cuMemAlloc_v2, FG_API_cuMemAllocPitch_v2, FG_API_cuMemFree_v2, FG_API_cuMemAllocManaged, FG_API_cuMemAllocAsync, FG_API_cuMemAllocAsync_ptsz, FG_API_cuMemAllocFromPoolAsync, FG_API_cuMemAllocFromPoolAsync_ptsz, FG_API_cuMemPoolCreate, FG_API_cuMemPoolDestroy, FG_API_cuMemPoolTrimTo, FG_API_cuMemCreate, FG_API_cuMemRelease, FG_API_cuMemMap, FG_API_cuMemUnmap, FG_API_cuArrayCreate_v2, FG_API_cuArray3DCreate_v2, FG_API_cuArrayDestroy, FG_API_cuMipmappedArrayCreate, FG_API_cuMipmappedArrayDestroy, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuDeviceGraphMemTrim, FG_API_cuGraphInstantiateWithFlags, FG_API_cuGraphInstantiateWithParams, FG_API_cuGraphInstantiateWithParams_ptsz, FG_API_cuGraphUpload, FG_API_cuGraphUpload_ptsz, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, FG_API_cuGraphExecDestroy, FG_API_nvmlDeviceGetMemoryInfo, FG_API_nvmlDeviceGetMemoryInfo_v2, 0xffff};
-static const unsigned short hooks_compute[] = {FG_API_cuCtxSynchronize, FG_API_cuCtxSynchronize_v2, FG_API_cuMemcpyHtoDAsync_v2, FG_API_cuMemcpyHtoDAsync_v2_ptsz, FG_API_cuMemcpyDtoHAsync_v2, FG_API_cuMemcpyDtoHAsync_v2_ptsz, FG_API_cuMemcpyDtoDAsync_v2, FG_API_cuMemcpyDtoDAsync_v2_ptsz, FG_API_cuMemcpyAsync, FG_API_cuMemcpyAsync_ptsz, FG_API_cuMemsetD8Async, FG_API_cuMemsetD8Async_ptsz, FG_API_cuMemsetD32Async, FG_API_cuMemsetD32Async_ptsz, FG_API_cuLaunchKernel, FG_API_cuLaunchKernel_ptsz, FG_API_cuLaunchKernelEx, FG_API_cuLaunchKernelEx_ptsz, FG_API_cuLaunchCooperativeKernel, FG_API_cuLaunchCooperativeKernel_ptsz, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, 0xffff};
+static const unsigned short hooks_compute[] = {FG_API_cuCtxSynchronize, FG_API_cuCtxSynchronize_v2, FG_API_cuMemcpyHtoD_v2, FG_API_cuMemcpyHtoD_v2_ptds, FG_API_cuMemcpyDtoH_v2, FG_API_cuMemcpyDtoH_v2_ptds, FG_API_cuMemcpyDtoD_v2, FG_API_cuMemcpyDtoD_v2_ptds, FG_API_cuMemcpy, FG_API_cuMemcpy_ptds, FG_API_cuMemcpyHtoDAsync_v2, FG_API_cuMemcpyHtoDAsync_v2_ptsz, FG_API_cuMemcpyDtoHAsync_v2, FG_API_cuMemcpyDtoHAsync_v2_ptsz, FG_API_cuMemcpyDtoDAsync_v2, FG_API_cuMemcpyDtoDAsync_v2_ptsz, FG_API_cuMemcpyAsync, FG_API_cuMemcpyAsync_ptsz, FG_API_cuMemsetD8_v2, FG_API_cuMemsetD8_v2_ptds, FG_API_cuMemsetD32_v2, FG_API_cuMemsetD32_v2_ptds, FG_API_cuMemsetD8Async, FG_API_cuMemsetD8Async_ptsz, FG_API_cuMemsetD32Async, FG_API_cuMemsetD32Async_ptsz, FG_API_cuLaunchKernel, FG_API_cuLaunchKernel_ptsz, FG_API_cuLaunchKernelEx, FG_API_cuLaunchKernelEx_ptsz, FG_API_cuLaunchCooperativeKernel, FG_API_cuLaunchCooperativeKernel_ptsz, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, 0xffff};
 
 void fg_policy_enable(enum fg_policy p)
 {
@@ -1701,9 +1701,9 @@ FG_SLOW CUresult fg_slow_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcH
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemcpyHtoD_v2);
     if (!fg_tracing)
-        return real(dstDevice, srcHost, ByteCount);
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyHtoD_v2(real, dstDevice, srcHost, ByteCount) : real(dstDevice, srcHost, ByteCount));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dstDevice, srcHost, ByteCount);
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyHtoD_v2(real, dstDevice, srcHost, ByteCount) : real(dstDevice, srcHost, ByteCount));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemcpyHtoD_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(ByteCount));
     if (fg_logging)
@@ -1719,9 +1719,9 @@ FG_SLOW CUresult fg_slow_cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void 
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemcpyHtoD_v2_ptds);
     if (!fg_tracing)
-        return real(dstDevice, srcHost, ByteCount);
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyHtoD_v2_ptds(real, dstDevice, srcHost, ByteCount) : real(dstDevice, srcHost, ByteCount));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dstDevice, srcHost, ByteCount);
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyHtoD_v2_ptds(real, dstDevice, srcHost, ByteCount) : real(dstDevice, srcHost, ByteCount));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemcpyHtoD_v2_ptds, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(ByteCount));
     if (fg_logging)
@@ -1737,9 +1737,9 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, s
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemcpyDtoH_v2);
     if (!fg_tracing)
-        return real(dstHost, srcDevice, ByteCount);
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyDtoH_v2(real, dstHost, srcDevice, ByteCount) : real(dstHost, srcDevice, ByteCount));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dstHost, srcDevice, ByteCount);
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyDtoH_v2(real, dstHost, srcDevice, ByteCount) : real(dstHost, srcDevice, ByteCount));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemcpyDtoH_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(ByteCount));
     if (fg_logging)
@@ -1755,9 +1755,9 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevi
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemcpyDtoH_v2_ptds);
     if (!fg_tracing)
-        return real(dstHost, srcDevice, ByteCount);
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyDtoH_v2_ptds(real, dstHost, srcDevice, ByteCount) : real(dstHost, srcDevice, ByteCount));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dstHost, srcDevice, ByteCount);
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyDtoH_v2_ptds(real, dstHost, srcDevice, ByteCount) : real(dstHost, srcDevice, ByteCount));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemcpyDtoH_v2_ptds, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(ByteCount));
     if (fg_logging)
@@ -1773,9 +1773,9 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcD
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemcpyDtoD_v2);
     if (!fg_tracing)
-        return real(dstDevice, srcDevice, ByteCount);
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyDtoD_v2(real, dstDevice, srcDevice, ByteCount) : real(dstDevice, srcDevice, ByteCount));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dstDevice, srcDevice, ByteCount);
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyDtoD_v2(real, dstDevice, srcDevice, ByteCount) : real(dstDevice, srcDevice, ByteCount));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemcpyDtoD_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(ByteCount));
     if (fg_logging)
@@ -1791,9 +1791,9 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemcpyDtoD_v2_ptds);
     if (!fg_tracing)
-        return real(dstDevice, srcDevice, ByteCount);
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyDtoD_v2_ptds(real, dstDevice, srcDevice, ByteCount) : real(dstDevice, srcDevice, ByteCount));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dstDevice, srcDevice, ByteCount);
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyDtoD_v2_ptds(real, dstDevice, srcDevice, ByteCount) : real(dstDevice, srcDevice, ByteCount));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemcpyDtoD_v2_ptds, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(ByteCount));
     if (fg_logging)
@@ -1809,9 +1809,9 @@ FG_SLOW CUresult fg_slow_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteC
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemcpy);
     if (!fg_tracing)
-        return real(dst, src, ByteCount);
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpy(real, dst, src, ByteCount) : real(dst, src, ByteCount));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dst, src, ByteCount);
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpy(real, dst, src, ByteCount) : real(dst, src, ByteCount));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemcpy, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(ByteCount));
     if (fg_logging)
@@ -1827,9 +1827,9 @@ FG_SLOW CUresult fg_slow_cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t 
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemcpy_ptds);
     if (!fg_tracing)
-        return real(dst, src, ByteCount);
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpy_ptds(real, dst, src, ByteCount) : real(dst, src, ByteCount));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dst, src, ByteCount);
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpy_ptds(real, dst, src, ByteCount) : real(dst, src, ByteCount));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemcpy_ptds, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(ByteCount));
     if (fg_logging)
@@ -1989,9 +1989,9 @@ FG_SLOW CUresult fg_slow_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, 
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemsetD8_v2);
     if (!fg_tracing)
-        return real(dstDevice, uc, N);
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD8_v2(real, dstDevice, uc, N) : real(dstDevice, uc, N));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dstDevice, uc, N);
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD8_v2(real, dstDevice, uc, N) : real(dstDevice, uc, N));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemsetD8_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(N));
     if (fg_logging)
@@ -2007,9 +2007,9 @@ FG_SLOW CUresult fg_slow_cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemsetD8_v2_ptds);
     if (!fg_tracing)
-        return real(dstDevice, uc, N);
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD8_v2_ptds(real, dstDevice, uc, N) : real(dstDevice, uc, N));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dstDevice, uc, N);
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD8_v2_ptds(real, dstDevice, uc, N) : real(dstDevice, uc, N));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemsetD8_v2_ptds, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(N));
     if (fg_logging)
@@ -2025,9 +2025,9 @@ FG_SLOW CUresult fg_slow_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, 
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemsetD32_v2);
     if (!fg_tracing)
-        return real(dstDevice, ui, N);
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD32_v2(real, dstDevice, ui, N) : real(dstDevice, ui, N));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dstDevice, ui, N);
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD32_v2(real, dstDevice, ui, N) : real(dstDevice, ui, N));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemsetD32_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(4*N));
     if (fg_logging)
@@ -2043,9 +2043,9 @@ FG_SLOW CUresult fg_slow_cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuMemsetD32_v2_ptds);
     if (!fg_tracing)
-        return real(dstDevice, ui, N);
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD32_v2_ptds(real, dstDevice, ui, N) : real(dstDevice, ui, N));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(dstDevice, ui, N);
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD32_v2_ptds(real, dstDevice, ui, N) : real(dstDevice, ui, N));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemsetD32_v2_ptds, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(4*N));
     if (fg_logging)

@@ -213,6 +213,14 @@ CUresult fg_mem_cuArray3DCreate_v2(fg_real_cuArray3DCreate_v2 next, CUarray *pHa
 CUresult fg_mem_cuArrayDestroy(fg_real_cuArrayDestroy next, CUarray hArray);
 CUresult fg_mem_cuMipmappedArrayCreate(fg_real_cuMipmappedArrayCreate next, CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc, unsigned int numMipmapLevels);
 CUresult fg_mem_cuMipmappedArrayDestroy(fg_real_cuMipmappedArrayDestroy next, CUmipmappedArray hMipmappedArray);
+CUresult fg_compute_cuMemcpyHtoD_v2(fg_real_cuMemcpyHtoD_v2 next, CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount);
+CUresult fg_compute_cuMemcpyHtoD_v2_ptds(fg_real_cuMemcpyHtoD_v2_ptds next, CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount);
+CUresult fg_compute_cuMemcpyDtoH_v2(fg_real_cuMemcpyDtoH_v2 next, void *dstHost, CUdeviceptr srcDevice, size_t ByteCount);
+CUresult fg_compute_cuMemcpyDtoH_v2_ptds(fg_real_cuMemcpyDtoH_v2_ptds next, void *dstHost, CUdeviceptr srcDevice, size_t ByteCount);
+CUresult fg_compute_cuMemcpyDtoD_v2(fg_real_cuMemcpyDtoD_v2 next, CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount);
+CUresult fg_compute_cuMemcpyDtoD_v2_ptds(fg_real_cuMemcpyDtoD_v2_ptds next, CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount);
+CUresult fg_compute_cuMemcpy(fg_real_cuMemcpy next, CUdeviceptr dst, CUdeviceptr src, size_t ByteCount);
+CUresult fg_compute_cuMemcpy_ptds(fg_real_cuMemcpy_ptds next, CUdeviceptr dst, CUdeviceptr src, size_t ByteCount);
 CUresult fg_compute_cuMemcpyHtoDAsync_v2(fg_real_cuMemcpyHtoDAsync_v2 next, CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream);
 CUresult fg_compute_cuMemcpyHtoDAsync_v2_ptsz(fg_real_cuMemcpyHtoDAsync_v2_ptsz next, CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream);
 CUresult fg_compute_cuMemcpyDtoHAsync_v2(fg_real_cuMemcpyDtoHAsync_v2 next, void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
@@ -221,6 +229,10 @@ CUresult fg_compute_cuMemcpyDtoDAsync_v2(fg_real_cuMemcpyDtoDAsync_v2 next, CUde
 CUresult fg_compute_cuMemcpyDtoDAsync_v2_ptsz(fg_real_cuMemcpyDtoDAsync_v2_ptsz next, CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
 CUresult fg_compute_cuMemcpyAsync(fg_real_cuMemcpyAsync next, CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream);
 CUresult fg_compute_cuMemcpyAsync_ptsz(fg_real_cuMemcpyAsync_ptsz next, CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream);
+CUresult fg_compute_cuMemsetD8_v2(fg_real_cuMemsetD8_v2 next, CUdeviceptr dstDevice, unsigned char uc, size_t N);
+CUresult fg_compute_cuMemsetD8_v2_ptds(fg_real_cuMemsetD8_v2_ptds next, CUdeviceptr dstDevice, unsigned char uc, size_t N);
+CUresult fg_compute_cuMemsetD32_v2(fg_real_cuMemsetD32_v2 next, CUdeviceptr dstDevice, unsigned int ui, size_t N);
+CUresult fg_compute_cuMemsetD32_v2_ptds(fg_real_cuMemsetD32_v2_ptds next, CUdeviceptr dstDevice, unsigned int ui, size_t N);
 CUresult fg_compute_cuMemsetD8Async(fg_real_cuMemsetD8Async next, CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream);
 CUresult fg_compute_cuMemsetD8Async_ptsz(fg_real_cuMemsetD8Async_ptsz next, CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream);
 CUresult fg_compute_cuMemsetD32Async(fg_real_cuMemsetD32Async next, CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream);

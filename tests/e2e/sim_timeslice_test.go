@@ -41,7 +41,14 @@ func (e *env) spinner(args ...string) *spinner {
 // spinnerUnder is spinner run by `flexgv run FLAGS --` (nil: directly).
 func (e *env) spinnerUnder(flags []string, args ...string) *spinner {
 	e.t.Helper()
-	argv := append([]string{bin("spinner")}, args...)
+	return e.clientUnder("spinner", flags, args...)
+}
+
+// clientUnder is spinnerUnder for another client of the same protocol
+// ("ready", then a line on stdin to start, then a report).
+func (e *env) clientUnder(name string, flags []string, args ...string) *spinner {
+	e.t.Helper()
+	argv := append([]string{bin(name)}, args...)
 	if flags != nil {
 		argv = append(append(append([]string{bin("flexgv"), "run"}, flags...), "--"), argv...)
 	}
@@ -78,6 +85,9 @@ type spin struct {
 	share    float64
 	p50, p99 float64
 	windows  []float64
+	// copier: calls made, and the longest one (ms)
+	ops     int
+	longest float64
 }
 
 func parseSpin(t *testing.T, line string, into *spin) bool {
@@ -93,6 +103,9 @@ func parseSpin(t *testing.T, line string, into *spin) bool {
 	switch {
 	case len(f) == 4 && f[0] == "window":
 		into.windows = append(into.windows, num(3))
+	case len(f) == 4 && f[0] == "ops":
+		into.ops, into.longest = int(num(1)), num(3)
+		return true
 	case len(f) == 10 && f[0] == "kernels":
 		into.kernels, into.share, into.p50, into.p99 = int(num(1)), num(5), num(7), num(9)
 		return true

@@ -1,0 +1,74 @@
+/* Synchronous copies or memsets in a loop, as a tenant that moves data and
+ * launches nothing:
+ *     copier SECONDS OP
+ * OP: htod, dtoh, dtod, memcpy, memset8 or memset32, each optionally with
+ * _ptds (the per-thread default stream ABI). Prints "ready", starts at the
+ * first line of stdin, calls OP for SECONDS and prints
+ *     ops N longest_ms L
+ * L: the longest single call, which is how long it waited for its turn. */
+#include "common.h"
+
+#include <time.h>
+#include <unistd.h>
+
+static double wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+enum { N = 4096 };
+
+int main(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "usage: copier SECONDS htod|dtoh|dtod|memcpy|memset8|memset32[_ptds]\n");
+        return 2;
+    }
+    double seconds = atof(argv[1]);
+    char op[32];
+    snprintf(op, sizeof op, "%s", argv[2]);
+    char *suffix = strstr(op, "_ptds");
+    int pt = suffix && !suffix[5];
+    if (pt)
+        *suffix = 0;
+    CUcontext ctx;
+    CUdeviceptr a, b;
+    static char host[N];
+    CHECK(cuInit(0));
+    CHECK(cuDevicePrimaryCtxRetain(&ctx, 0));
+    CHECK(cuCtxSetCurrent(ctx));
+    CHECK(cuMemAlloc_v2(&a, N));
+    CHECK(cuMemAlloc_v2(&b, N));
+#define CALL(plain, ptds, ...) (pt ? ptds(__VA_ARGS__) : plain(__VA_ARGS__))
+    int k = !strcmp(op, "htod") ? 0 : !strcmp(op, "dtoh") ? 1 : !strcmp(op, "dtod") ? 2 : !strcmp(op, "memcpy") ? 3
+          : !strcmp(op, "memset8") ? 4 : !strcmp(op, "memset32") ? 5 : -1;
+    if (k < 0) {
+        fprintf(stderr, "copier: unknown op %s\n", argv[2]);
+        return 2;
+    }
+    printf("ready\n");
+    fflush(stdout);
+    char c;
+    while (read(0, &c, 1) == 1 && c != '\n')
+        ;
+    long ops = 0;
+    double longest = 0, stop = wall_ms() + seconds * 1e3;
+    for (double now = wall_ms(); now < stop; ops++) {
+        switch (k) {
+        case 0: CHECK(CALL(cuMemcpyHtoD_v2, cuMemcpyHtoD_v2_ptds, a, host, N)); break;
+        case 1: CHECK(CALL(cuMemcpyDtoH_v2, cuMemcpyDtoH_v2_ptds, host, a, N)); break;
+        case 2: CHECK(CALL(cuMemcpyDtoD_v2, cuMemcpyDtoD_v2_ptds, b, a, N)); break;
+        case 3: CHECK(CALL(cuMemcpy, cuMemcpy_ptds, b, a, N)); break;
+        case 4: CHECK(CALL(cuMemsetD8_v2, cuMemsetD8_v2_ptds, a, 1, N)); break;
+        default: CHECK(CALL(cuMemsetD32_v2, cuMemsetD32_v2_ptds, a, 1, N / 4)); break;
+        }
+        double after = wall_ms();
+        if (after - now > longest)
+            longest = after - now;
+        now = after;
+    }
+    printf("ops %ld longest_ms %.1f\n", ops, longest);
+    return 0;
+}
