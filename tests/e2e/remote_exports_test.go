@@ -53,8 +53,8 @@ func TestRemoteCudartTablesCensus(t *testing.T) {
 	}
 	for slot, want := range map[string]uint64{
 		"69a28e9f-2449-8b47-b030-c5da330ea4e9/19": 2, // not emulated
-		"6bd5fb6c-5bf4-e74a-8987-d93912fd9df9/2": 2, // the primary context
-		"c693336e-1121-df11-a8c3-68f355d89593/1": 1, // one delete
+		"6bd5fb6c-5bf4-e74a-8987-d93912fd9df9/2":  2, // the primary context
+		"c693336e-1121-df11-a8c3-68f355d89593/1":  1, // one delete
 	} {
 		if calls[slot] != want {
 			t.Errorf("%s: %d calls, want %d", slot, calls[slot], want)
