@@ -85,7 +85,7 @@ $(BUILD)/tests/direct $(BUILD)/tests/forker $(BUILD)/tests/holder $(BUILD)/tests
 
 # With the remoting client's integrity hash, to recompute its answer as the
 # runtime does.
-$(BUILD)/tests/cudartclient: tests/clients/cudartclient.c tests/clients/common.h remote/client/integrity.c remote/client/integrity.h $(HDRS) $(BUILD)/sim/libcuda.so.1
+$(BUILD)/tests/cudartclient: tests/clients/cudartclient.c tests/clients/common.h remote/client/integrity.c remote/client/integrity.h remote/client/integrity_devices.h $(HDRS) $(BUILD)/sim/libcuda.so.1
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) $(INCS) -Iremote/client -o $@ $< remote/client/integrity.c -L$(BUILD)/sim -lcuda -ldl -lpthread
 

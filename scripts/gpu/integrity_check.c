@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "integrity.h"
+#include "integrity_devices.h"
 
 static const CUuuid integrity_id = {{(char)0xd4, 0x08, 0x20, 0x55, (char)0xbd, (char)0xe6, 0x70, 0x4b, (char)0x8d, 0x34,
                                      (char)0xba, 0x12, 0x3c, 0x66, (char)0xe1, (char)0xf2}};
@@ -39,15 +39,9 @@ int main(void)
     CHECK(cuDriverGetVersion(&dv));
     CHECK(cuDeviceGetCount(&n));
     struct fgr_integrity_dev devs[64];
-    memset(devs, 0, sizeof devs);
-    for (int i = 0; i < n && i < 64; i++) {
-        CUuuid u;
-        CHECK(cuDeviceGetUuid(&u, i));
-        memcpy(devs[i].uuid, u.bytes, 16);
-        CHECK(cuDeviceGetAttribute(&devs[i].pci_domain, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, i));
-        CHECK(cuDeviceGetAttribute(&devs[i].pci_bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, i));
-        CHECK(cuDeviceGetAttribute(&devs[i].pci_device, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, i));
-    }
+    if (n > 64)
+        n = 64;
+    CHECK(fgr_integrity_devices(devs, n));
     typedef CUresult (*check_fn)(unsigned int, uint64_t, uint64_t[2]);
     check_fn real = (check_fn)(uintptr_t)it[1];
     /* Versions a runtime of CUDA 12 and 13 passes, and the fixed answers. */

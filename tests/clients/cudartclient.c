@@ -11,7 +11,7 @@
  * not emulate, called twice. Prints one line per table; exit status 0 when
  * every check passed, failures on stderr as "cudartclient: WHAT". */
 #include "common.h"
-#include "integrity.h"
+#include "integrity_devices.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -191,15 +191,7 @@ static void integrity_expect(unsigned version, uint64_t secs, int ndev, uint64_t
                                   (uintptr_t)tab[INTEGRITY][1],
                                   secs};
     struct fgr_integrity_dev devs[16];
-    memset(devs, 0, sizeof devs);
-    for (int i = 0; i < ndev && i < 16; i++) {
-        CUuuid u;
-        CHECK(cuDeviceGetUuid(&u, i));
-        memcpy(devs[i].uuid, u.bytes, 16);
-        CHECK(cuDeviceGetAttribute(&devs[i].pci_domain, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, i));
-        CHECK(cuDeviceGetAttribute(&devs[i].pci_bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, i));
-        CHECK(cuDeviceGetAttribute(&devs[i].pci_device, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, i));
-    }
+    CHECK(fgr_integrity_devices(devs, ndev < 16 ? ndev : 16));
     fgr_integrity(&in, devs, ndev, out);
 }
 
