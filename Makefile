@@ -23,7 +23,7 @@ INCS     := -Iinclude -Iinclude/flexgv -I$(NVML_INC)
 SHIM_SRC := $(wildcard shim/*.c)
 SIM_SRC  := simgpu/state.c simgpu/core.c simgpu/memory.c simgpu/exec.c simgpu/capture.c simgpu/graph.c simgpu/exports.c simgpu/procs_gen.c
 HDRS     := $(wildcard include/flexgv/*.h include/flexgv/*.def shim/*.h simgpu/*.h)
-CLIENTS  := rtlike direct dlsymclient threads forker nvmlclient nocuda launchloop nextlib_user hookmap holder memclient captureclient exportclient spinner copier procutil
+CLIENTS  := rtlike direct dlsymclient threads forker nvmlclient nocuda launchloop nextlib_user hookmap holder memclient captureclient exportclient cudartclient spinner copier procutil
 GO_SRC   := $(shell find cmd internal proto -name '*.go') go.mod go.sum
 
 .PHONY: all shim sim cli clients remote test demo clean gen-check FORCE
@@ -82,6 +82,12 @@ $(BUILD)/tests/%: tests/clients/%.c tests/clients/common.h tests/clients/variant
 $(BUILD)/tests/direct $(BUILD)/tests/forker $(BUILD)/tests/holder $(BUILD)/tests/memclient $(BUILD)/tests/captureclient $(BUILD)/tests/spinner $(BUILD)/tests/copier: $(BUILD)/tests/%: tests/clients/%.c tests/clients/common.h $(HDRS) $(BUILD)/sim/libcuda.so.1
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) $(INCS) -o $@ $< -L$(BUILD)/sim -lcuda -ldl -lpthread
+
+# With the remoting client's integrity hash, to recompute its answer as the
+# runtime does.
+$(BUILD)/tests/cudartclient: tests/clients/cudartclient.c tests/clients/common.h remote/client/integrity.c remote/client/integrity.h remote/client/integrity_devices.h $(HDRS) $(BUILD)/sim/libcuda.so.1
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(WARN) $(INCS) -Iremote/client -o $@ $< remote/client/integrity.c -L$(BUILD)/sim -lcuda -ldl -lpthread
 
 $(BUILD)/tests/nvmlclient: tests/clients/nvmlclient.c $(HDRS) $(BUILD)/sim/libnvidia-ml.so.1
 	@mkdir -p $(@D)

@@ -202,7 +202,7 @@ enum fgr_op {
     FGR_NUM_OPS = 193
 };
 
-#define FGR_OPS_HASH 0x9b5ac8d12038b5d0ULL
+#define FGR_OPS_HASH 0x449b565fb5e1b2afULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
@@ -265,6 +265,9 @@ CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, cons
 
 /* Forwarders of the wrap entries, called by their hand-written exports. */
 CUresult fgr_fwd_cuInit(unsigned int Flags);
+CUresult fgr_fwd_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
+CUresult fgr_fwd_cuDevicePrimaryCtxRelease_v2(CUdevice dev);
+CUresult fgr_fwd_cuDevicePrimaryCtxReset_v2(CUdevice dev);
 CUresult fgr_fwd_cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
 CUresult fgr_fwd_cuCtxDestroy_v2(CUcontext ctx);
 CUresult fgr_fwd_cuModuleUnload(CUmodule hmod);

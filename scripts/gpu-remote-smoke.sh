@@ -2,7 +2,8 @@
 # Remote GPUs on a real GPU (after make): the remoting client's extra
 # declarations against the real headers, then scripts/gpu/remote_smoke.c
 # natively and through flexgv serve over a unix socket, the same socket with
-# shared memory (shm://) and loopback TCP.
+# shared memory (shm://) and loopback TCP; then CUDA runtime programs
+# (scripts/gpu-remote-cudart.sh).
 #     scripts/gpu-remote-smoke.sh [CUDA_HOME]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,3 +24,5 @@ for addr in "unix://$tmp/gpu.sock" "shm://$tmp/gpu.sock" tcp://127.0.0.1:7071; d
     echo "== remote $addr"
     FLEXGV_REMOTE=$addr LD_LIBRARY_PATH="$B/remote" "$tmp/smoke"
 done
+echo "== CUDA runtime programs"
+bash scripts/gpu-remote-cudart.sh "$CUDA"

@@ -246,10 +246,12 @@ static struct sim_ctx *new_ctx(int dev, int is_primary, unsigned flags)
     struct sim_ctx *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
+    static unsigned long long next_id;
     c->magic = CTX_MAGIC;
     c->dev = dev;
     c->primary = is_primary;
     c->flags = flags;
+    c->id = __atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED);
     /* A context takes device memory of its own, as on real GPUs. */
     if (sim->cfg.ctx_mem_bytes && sim_mem_reserve(dev, sim->cfg.ctx_mem_bytes) != 0) {
         free(c);
@@ -326,6 +328,19 @@ static CUresult primary_drop(CUdevice ordinal, int reset)
         free_ctx(c);
     }
     pthread_mutex_unlock(&ctx_lock);
+    return CUDA_SUCCESS;
+}
+
+/* Not in api/cuda.api (the shim does not hook it): found by dlsym only. */
+SIM_EXPORT CUresult cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
+{
+    REQUIRE_INIT();
+    if (!ctxId)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_ctx *c = ctx ? (struct sim_ctx *)ctx : sim_current_ctx();
+    if (!valid_ctx(c))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *ctxId = c->id;
     return CUDA_SUCCESS;
 }
 

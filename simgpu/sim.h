@@ -174,6 +174,7 @@ struct sim_ctx {
     uint64_t charged_bytes;
     struct sim_stream *legacy;
     int blocking_captures; /* streams of this context in capture that sync with the legacy stream */
+    unsigned long long id; /* unique in the process, as cuCtxGetId answers */
 };
 
 #define SIM_CAP_DEPS 8

@@ -11,6 +11,7 @@
 
 #include "../proto_gen.h"
 #include "../wire.h"
+#include "exports_gen.h"
 
 #define FGR_EXPORT __attribute__((visibility("default")))
 
@@ -103,5 +104,16 @@ struct fgr_table {
 };
 extern const struct fgr_table fgr_tables[];
 extern const int fgr_ntables;
+/* An export table's word the client does not emulate (index k of them all,
+ * said once): CUDA_ERROR_NOT_SUPPORTED. */
+CUresult fgr_xt_unsupported(int k, const char *table, int word);
+extern unsigned char fgr_xt_said[];
+/* A context is going (destroyed, or a primary context reset or released
+ * for the last time): its context-local storage's destructors run, what was
+ * cached about it is dropped. */
+void fgr_ctx_gone(CUcontext ctx);
+/* The primary context of a device, as the driver named it. */
+void fgr_primary_seen(CUdevice dev, CUcontext ctx);
+void fgr_primary_gone(CUdevice dev);
 
 #endif

@@ -90,9 +90,37 @@ FGR_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice
 
 FGR_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
+    /* The driver runs the destructors while the context still exists. */
+    fgr_ctx_gone(ctx);
     CUresult r = fgr_fwd_cuCtxDestroy_v2(ctx);
     if (r == CUDA_SUCCESS)
         fgr_ctx_forget(ctx);
+    return r;
+}
+
+FGR_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    CUresult r = fgr_fwd_cuDevicePrimaryCtxRetain(pctx, dev);
+    if (r == CUDA_SUCCESS)
+        fgr_primary_seen(dev, *pctx);
+    return r;
+}
+
+FGR_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+    fgr_primary_gone(dev);
+    return fgr_fwd_cuDevicePrimaryCtxReset_v2(dev);
+}
+
+/* The last release destroys the primary context's state: only the server
+ * knows whether this one was the last. */
+FGR_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+    CUresult r = fgr_fwd_cuDevicePrimaryCtxRelease_v2(dev);
+    unsigned int flags;
+    int active;
+    if (r == CUDA_SUCCESS && cuDevicePrimaryCtxGetState(dev, &flags, &active) == CUDA_SUCCESS && !active)
+        fgr_primary_gone(dev);
     return r;
 }
 

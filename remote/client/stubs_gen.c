@@ -28,7 +28,7 @@ FGR_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+CUresult fgr_fwd_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
     CUresult fgr_r;
     uint64_t n_pctx = pctx ? sizeof(CUcontext) : 0;
@@ -43,7 +43,7 @@ FGR_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+CUresult fgr_fwd_cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
@@ -55,7 +55,7 @@ FGR_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+CUresult fgr_fwd_cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
@@ -3116,6 +3116,393 @@ const struct fg_proc fgr_procs[] = {
 
 const int fgr_nprocs = sizeof(fgr_procs) / sizeof(fgr_procs[0]);
 
+/* Export table cudart, in pages of its own. */
+static const void *xt_cudart_words[512] __attribute__((aligned(4096)));
+static CUresult xt_cudart_no1(void) { return fgr_xt_unsupported(0, "cudart 6bd5fb6c-5bf4-e74a-8987-d93912fd9df9", 1); }
+static CUresult xt_cudart_no3(void) { return fgr_xt_unsupported(1, "cudart 6bd5fb6c-5bf4-e74a-8987-d93912fd9df9", 3); }
+static CUresult xt_cudart_no4(void) { return fgr_xt_unsupported(2, "cudart 6bd5fb6c-5bf4-e74a-8987-d93912fd9df9", 4); }
+static CUresult xt_cudart_no5(void) { return fgr_xt_unsupported(3, "cudart 6bd5fb6c-5bf4-e74a-8987-d93912fd9df9", 5); }
+static CUresult xt_cudart_no6(void) { return fgr_xt_unsupported(4, "cudart 6bd5fb6c-5bf4-e74a-8987-d93912fd9df9", 6); }
+static CUresult xt_cudart_no7(void) { return fgr_xt_unsupported(5, "cudart 6bd5fb6c-5bf4-e74a-8987-d93912fd9df9", 7); }
+static CUresult xt_cudart_no8(void) { return fgr_xt_unsupported(6, "cudart 6bd5fb6c-5bf4-e74a-8987-d93912fd9df9", 8); }
+static CUresult xt_cudart_no9(void) { return fgr_xt_unsupported(7, "cudart 6bd5fb6c-5bf4-e74a-8987-d93912fd9df9", 9); }
+static CUresult xt_cudart_no11(void) { return fgr_xt_unsupported(8, "cudart 6bd5fb6c-5bf4-e74a-8987-d93912fd9df9", 11); }
+static CUresult xt_cudart_no12(void) { return fgr_xt_unsupported(9, "cudart 6bd5fb6c-5bf4-e74a-8987-d93912fd9df9", 12); }
+static CUresult xt_cudart_fetch(void)
+{
+    xt_cudart_words[0] = (const void *)(13 * sizeof(void *));
+    xt_cudart_words[1] = (const void *)xt_cudart_no1;
+    xt_cudart_words[2] = (const void *)fgr_xt_primary_ctx;
+    xt_cudart_words[3] = (const void *)xt_cudart_no3;
+    xt_cudart_words[4] = (const void *)xt_cudart_no4;
+    xt_cudart_words[5] = (const void *)xt_cudart_no5;
+    xt_cudart_words[6] = (const void *)xt_cudart_no6;
+    xt_cudart_words[7] = (const void *)xt_cudart_no7;
+    xt_cudart_words[8] = (const void *)xt_cudart_no8;
+    xt_cudart_words[9] = (const void *)xt_cudart_no9;
+    xt_cudart_words[11] = (const void *)xt_cudart_no11;
+    xt_cudart_words[12] = (const void *)xt_cudart_no12;
+    return CUDA_SUCCESS;
+}
+
+/* Export table cls, in pages of its own. */
+static const void *xt_cls_words[512] __attribute__((aligned(4096)));
+static CUresult xt_cls_fetch(void)
+{
+    xt_cls_words[0] = (const void *)fgr_xt_cls_put;
+    xt_cls_words[1] = (const void *)fgr_xt_cls_delete;
+    xt_cls_words[2] = (const void *)fgr_xt_cls_get;
+    return CUDA_SUCCESS;
+}
+
+/* Export table toolstls, in pages of its own. */
+static const void *xt_toolstls_words[512] __attribute__((aligned(4096)));
+static CUresult xt_toolstls_no1(void) { return fgr_xt_unsupported(10, "toolstls 42d85a81-23f6-cb47-8298-f6e78a3aecdc", 1); }
+static CUresult xt_toolstls_fetch(void)
+{
+    xt_toolstls_words[0] = (const void *)(3 * sizeof(void *));
+    xt_toolstls_words[1] = (const void *)xt_toolstls_no1;
+    xt_toolstls_words[2] = (const void *)fgr_xt_tools_ctx;
+    return CUDA_SUCCESS;
+}
+
+/* Export table hooks, in pages of its own. */
+static const void *xt_hooks_words[512] __attribute__((aligned(4096)));
+static CUresult xt_hooks_no1(void) { return fgr_xt_unsupported(11, "hooks a094798c-2e74-2e74-93f2-0800200c0a66", 1); }
+static CUresult xt_hooks_no3(void) { return fgr_xt_unsupported(12, "hooks a094798c-2e74-2e74-93f2-0800200c0a66", 3); }
+static CUresult xt_hooks_no4(void) { return fgr_xt_unsupported(13, "hooks a094798c-2e74-2e74-93f2-0800200c0a66", 4); }
+static CUresult xt_hooks_no5(void) { return fgr_xt_unsupported(14, "hooks a094798c-2e74-2e74-93f2-0800200c0a66", 5); }
+static CUresult xt_hooks_fetch(void)
+{
+    xt_hooks_words[0] = (const void *)(7 * sizeof(void *));
+    xt_hooks_words[1] = (const void *)xt_hooks_no1;
+    xt_hooks_words[2] = (const void *)fgr_xt_hooks_buffer1;
+    xt_hooks_words[3] = (const void *)xt_hooks_no3;
+    xt_hooks_words[4] = (const void *)xt_hooks_no4;
+    xt_hooks_words[5] = (const void *)xt_hooks_no5;
+    xt_hooks_words[6] = (const void *)fgr_xt_hooks_buffer2;
+    return CUDA_SUCCESS;
+}
+
+/* Export table ctxchecks, in pages of its own. */
+static const void *xt_ctxchecks_words[512] __attribute__((aligned(4096)));
+static CUresult xt_ctxchecks_no1(void) { return fgr_xt_unsupported(15, "ctxchecks 263e8860-7cd2-6143-92f6-bbd5006dfa7e", 1); }
+static CUresult xt_ctxchecks_no4(void) { return fgr_xt_unsupported(16, "ctxchecks 263e8860-7cd2-6143-92f6-bbd5006dfa7e", 4); }
+static CUresult xt_ctxchecks_no5(void) { return fgr_xt_unsupported(17, "ctxchecks 263e8860-7cd2-6143-92f6-bbd5006dfa7e", 5); }
+static CUresult xt_ctxchecks_no6(void) { return fgr_xt_unsupported(18, "ctxchecks 263e8860-7cd2-6143-92f6-bbd5006dfa7e", 6); }
+static CUresult xt_ctxchecks_no7(void) { return fgr_xt_unsupported(19, "ctxchecks 263e8860-7cd2-6143-92f6-bbd5006dfa7e", 7); }
+static CUresult xt_ctxchecks_no8(void) { return fgr_xt_unsupported(20, "ctxchecks 263e8860-7cd2-6143-92f6-bbd5006dfa7e", 8); }
+static CUresult xt_ctxchecks_no9(void) { return fgr_xt_unsupported(21, "ctxchecks 263e8860-7cd2-6143-92f6-bbd5006dfa7e", 9); }
+static CUresult xt_ctxchecks_no10(void) { return fgr_xt_unsupported(22, "ctxchecks 263e8860-7cd2-6143-92f6-bbd5006dfa7e", 10); }
+static CUresult xt_ctxchecks_no11(void) { return fgr_xt_unsupported(23, "ctxchecks 263e8860-7cd2-6143-92f6-bbd5006dfa7e", 11); }
+static CUresult xt_ctxchecks_no12(void) { return fgr_xt_unsupported(24, "ctxchecks 263e8860-7cd2-6143-92f6-bbd5006dfa7e", 12); }
+static CUresult xt_ctxchecks_no13(void) { return fgr_xt_unsupported(25, "ctxchecks 263e8860-7cd2-6143-92f6-bbd5006dfa7e", 13); }
+static CUresult xt_ctxchecks_no14(void) { return fgr_xt_unsupported(26, "ctxchecks 263e8860-7cd2-6143-92f6-bbd5006dfa7e", 14); }
+static CUresult xt_ctxchecks_fetch(void)
+{
+    xt_ctxchecks_words[0] = (const void *)(15 * sizeof(void *));
+    xt_ctxchecks_words[1] = (const void *)xt_ctxchecks_no1;
+    xt_ctxchecks_words[2] = (const void *)fgr_xt_ctx_unwrap;
+    xt_ctxchecks_words[3] = (const void *)fgr_xt_ctx_flag;
+    xt_ctxchecks_words[4] = (const void *)xt_ctxchecks_no4;
+    xt_ctxchecks_words[5] = (const void *)xt_ctxchecks_no5;
+    xt_ctxchecks_words[6] = (const void *)xt_ctxchecks_no6;
+    xt_ctxchecks_words[7] = (const void *)xt_ctxchecks_no7;
+    xt_ctxchecks_words[8] = (const void *)xt_ctxchecks_no8;
+    xt_ctxchecks_words[9] = (const void *)xt_ctxchecks_no9;
+    xt_ctxchecks_words[10] = (const void *)xt_ctxchecks_no10;
+    xt_ctxchecks_words[11] = (const void *)xt_ctxchecks_no11;
+    xt_ctxchecks_words[12] = (const void *)xt_ctxchecks_no12;
+    xt_ctxchecks_words[13] = (const void *)xt_ctxchecks_no13;
+    xt_ctxchecks_words[14] = (const void *)xt_ctxchecks_no14;
+    return CUDA_SUCCESS;
+}
+
+/* Export table ctx, in pages of its own. */
+static const void *xt_ctx_words[512] __attribute__((aligned(4096)));
+static CUresult xt_ctx_no1(void) { return fgr_xt_unsupported(27, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 1); }
+static CUresult xt_ctx_no2(void) { return fgr_xt_unsupported(28, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 2); }
+static CUresult xt_ctx_no3(void) { return fgr_xt_unsupported(29, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 3); }
+static CUresult xt_ctx_no5(void) { return fgr_xt_unsupported(30, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 5); }
+static CUresult xt_ctx_no6(void) { return fgr_xt_unsupported(31, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 6); }
+static CUresult xt_ctx_no7(void) { return fgr_xt_unsupported(32, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 7); }
+static CUresult xt_ctx_no8(void) { return fgr_xt_unsupported(33, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 8); }
+static CUresult xt_ctx_no9(void) { return fgr_xt_unsupported(34, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 9); }
+static CUresult xt_ctx_no10(void) { return fgr_xt_unsupported(35, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 10); }
+static CUresult xt_ctx_no11(void) { return fgr_xt_unsupported(36, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 11); }
+static CUresult xt_ctx_no12(void) { return fgr_xt_unsupported(37, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 12); }
+static CUresult xt_ctx_no13(void) { return fgr_xt_unsupported(38, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 13); }
+static CUresult xt_ctx_no14(void) { return fgr_xt_unsupported(39, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 14); }
+static CUresult xt_ctx_no15(void) { return fgr_xt_unsupported(40, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 15); }
+static CUresult xt_ctx_no16(void) { return fgr_xt_unsupported(41, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 16); }
+static CUresult xt_ctx_no17(void) { return fgr_xt_unsupported(42, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 17); }
+static CUresult xt_ctx_no18(void) { return fgr_xt_unsupported(43, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 18); }
+static CUresult xt_ctx_no19(void) { return fgr_xt_unsupported(44, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 19); }
+static CUresult xt_ctx_no20(void) { return fgr_xt_unsupported(45, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 20); }
+static CUresult xt_ctx_no21(void) { return fgr_xt_unsupported(46, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 21); }
+static CUresult xt_ctx_no22(void) { return fgr_xt_unsupported(47, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 22); }
+static CUresult xt_ctx_no23(void) { return fgr_xt_unsupported(48, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 23); }
+static CUresult xt_ctx_no24(void) { return fgr_xt_unsupported(49, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 24); }
+static CUresult xt_ctx_no25(void) { return fgr_xt_unsupported(50, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 25); }
+static CUresult xt_ctx_no26(void) { return fgr_xt_unsupported(51, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 26); }
+static CUresult xt_ctx_no27(void) { return fgr_xt_unsupported(52, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 27); }
+static CUresult xt_ctx_no28(void) { return fgr_xt_unsupported(53, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 28); }
+static CUresult xt_ctx_no29(void) { return fgr_xt_unsupported(54, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 29); }
+static CUresult xt_ctx_no30(void) { return fgr_xt_unsupported(55, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 30); }
+static CUresult xt_ctx_no31(void) { return fgr_xt_unsupported(56, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 31); }
+static CUresult xt_ctx_no32(void) { return fgr_xt_unsupported(57, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 32); }
+static CUresult xt_ctx_no33(void) { return fgr_xt_unsupported(58, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 33); }
+static CUresult xt_ctx_no34(void) { return fgr_xt_unsupported(59, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 34); }
+static CUresult xt_ctx_no35(void) { return fgr_xt_unsupported(60, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 35); }
+static CUresult xt_ctx_no36(void) { return fgr_xt_unsupported(61, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 36); }
+static CUresult xt_ctx_no37(void) { return fgr_xt_unsupported(62, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 37); }
+static CUresult xt_ctx_no38(void) { return fgr_xt_unsupported(63, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 38); }
+static CUresult xt_ctx_no39(void) { return fgr_xt_unsupported(64, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 39); }
+static CUresult xt_ctx_no40(void) { return fgr_xt_unsupported(65, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 40); }
+static CUresult xt_ctx_no41(void) { return fgr_xt_unsupported(66, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 41); }
+static CUresult xt_ctx_no42(void) { return fgr_xt_unsupported(67, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 42); }
+static CUresult xt_ctx_no43(void) { return fgr_xt_unsupported(68, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 43); }
+static CUresult xt_ctx_no44(void) { return fgr_xt_unsupported(69, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 44); }
+static CUresult xt_ctx_no45(void) { return fgr_xt_unsupported(70, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 45); }
+static CUresult xt_ctx_no46(void) { return fgr_xt_unsupported(71, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 46); }
+static CUresult xt_ctx_no47(void) { return fgr_xt_unsupported(72, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 47); }
+static CUresult xt_ctx_no48(void) { return fgr_xt_unsupported(73, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 48); }
+static CUresult xt_ctx_no49(void) { return fgr_xt_unsupported(74, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 49); }
+static CUresult xt_ctx_no50(void) { return fgr_xt_unsupported(75, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 50); }
+static CUresult xt_ctx_no51(void) { return fgr_xt_unsupported(76, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 51); }
+static CUresult xt_ctx_no52(void) { return fgr_xt_unsupported(77, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 52); }
+static CUresult xt_ctx_no53(void) { return fgr_xt_unsupported(78, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 53); }
+static CUresult xt_ctx_no54(void) { return fgr_xt_unsupported(79, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 54); }
+static CUresult xt_ctx_no55(void) { return fgr_xt_unsupported(80, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 55); }
+static CUresult xt_ctx_no56(void) { return fgr_xt_unsupported(81, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 56); }
+static CUresult xt_ctx_no57(void) { return fgr_xt_unsupported(82, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 57); }
+static CUresult xt_ctx_no58(void) { return fgr_xt_unsupported(83, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 58); }
+static CUresult xt_ctx_no59(void) { return fgr_xt_unsupported(84, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 59); }
+static CUresult xt_ctx_no60(void) { return fgr_xt_unsupported(85, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 60); }
+static CUresult xt_ctx_no61(void) { return fgr_xt_unsupported(86, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 61); }
+static CUresult xt_ctx_no62(void) { return fgr_xt_unsupported(87, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 62); }
+static CUresult xt_ctx_no63(void) { return fgr_xt_unsupported(88, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 63); }
+static CUresult xt_ctx_no64(void) { return fgr_xt_unsupported(89, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 64); }
+static CUresult xt_ctx_no65(void) { return fgr_xt_unsupported(90, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 65); }
+static CUresult xt_ctx_no66(void) { return fgr_xt_unsupported(91, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 66); }
+static CUresult xt_ctx_no67(void) { return fgr_xt_unsupported(92, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 67); }
+static CUresult xt_ctx_no68(void) { return fgr_xt_unsupported(93, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 68); }
+static CUresult xt_ctx_no69(void) { return fgr_xt_unsupported(94, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 69); }
+static CUresult xt_ctx_no70(void) { return fgr_xt_unsupported(95, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 70); }
+static CUresult xt_ctx_no71(void) { return fgr_xt_unsupported(96, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 71); }
+static CUresult xt_ctx_no72(void) { return fgr_xt_unsupported(97, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 72); }
+static CUresult xt_ctx_no73(void) { return fgr_xt_unsupported(98, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 73); }
+static CUresult xt_ctx_no74(void) { return fgr_xt_unsupported(99, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 74); }
+static CUresult xt_ctx_no75(void) { return fgr_xt_unsupported(100, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 75); }
+static CUresult xt_ctx_no76(void) { return fgr_xt_unsupported(101, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 76); }
+static CUresult xt_ctx_no77(void) { return fgr_xt_unsupported(102, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 77); }
+static CUresult xt_ctx_no78(void) { return fgr_xt_unsupported(103, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 78); }
+static CUresult xt_ctx_no79(void) { return fgr_xt_unsupported(104, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 79); }
+static CUresult xt_ctx_no80(void) { return fgr_xt_unsupported(105, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 80); }
+static CUresult xt_ctx_no81(void) { return fgr_xt_unsupported(106, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 81); }
+static CUresult xt_ctx_no82(void) { return fgr_xt_unsupported(107, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 82); }
+static CUresult xt_ctx_no83(void) { return fgr_xt_unsupported(108, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 83); }
+static CUresult xt_ctx_no84(void) { return fgr_xt_unsupported(109, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 84); }
+static CUresult xt_ctx_no85(void) { return fgr_xt_unsupported(110, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 85); }
+static CUresult xt_ctx_no86(void) { return fgr_xt_unsupported(111, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 86); }
+static CUresult xt_ctx_no87(void) { return fgr_xt_unsupported(112, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 87); }
+static CUresult xt_ctx_no88(void) { return fgr_xt_unsupported(113, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 88); }
+static CUresult xt_ctx_no89(void) { return fgr_xt_unsupported(114, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 89); }
+static CUresult xt_ctx_no90(void) { return fgr_xt_unsupported(115, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 90); }
+static CUresult xt_ctx_no92(void) { return fgr_xt_unsupported(116, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 92); }
+static CUresult xt_ctx_fetch(void)
+{
+    xt_ctx_words[0] = (const void *)(93 * sizeof(void *));
+    xt_ctx_words[1] = (const void *)xt_ctx_no1;
+    xt_ctx_words[2] = (const void *)xt_ctx_no2;
+    xt_ctx_words[3] = (const void *)xt_ctx_no3;
+    xt_ctx_words[4] = (const void *)fgr_xt_ctx_id;
+    xt_ctx_words[5] = (const void *)xt_ctx_no5;
+    xt_ctx_words[6] = (const void *)xt_ctx_no6;
+    xt_ctx_words[7] = (const void *)xt_ctx_no7;
+    xt_ctx_words[8] = (const void *)xt_ctx_no8;
+    xt_ctx_words[9] = (const void *)xt_ctx_no9;
+    xt_ctx_words[10] = (const void *)xt_ctx_no10;
+    xt_ctx_words[11] = (const void *)xt_ctx_no11;
+    xt_ctx_words[12] = (const void *)xt_ctx_no12;
+    xt_ctx_words[13] = (const void *)xt_ctx_no13;
+    xt_ctx_words[14] = (const void *)xt_ctx_no14;
+    xt_ctx_words[15] = (const void *)xt_ctx_no15;
+    xt_ctx_words[16] = (const void *)xt_ctx_no16;
+    xt_ctx_words[17] = (const void *)xt_ctx_no17;
+    xt_ctx_words[18] = (const void *)xt_ctx_no18;
+    xt_ctx_words[19] = (const void *)xt_ctx_no19;
+    xt_ctx_words[20] = (const void *)xt_ctx_no20;
+    xt_ctx_words[21] = (const void *)xt_ctx_no21;
+    xt_ctx_words[22] = (const void *)xt_ctx_no22;
+    xt_ctx_words[23] = (const void *)xt_ctx_no23;
+    xt_ctx_words[24] = (const void *)xt_ctx_no24;
+    xt_ctx_words[25] = (const void *)xt_ctx_no25;
+    xt_ctx_words[26] = (const void *)xt_ctx_no26;
+    xt_ctx_words[27] = (const void *)xt_ctx_no27;
+    xt_ctx_words[28] = (const void *)xt_ctx_no28;
+    xt_ctx_words[29] = (const void *)xt_ctx_no29;
+    xt_ctx_words[30] = (const void *)xt_ctx_no30;
+    xt_ctx_words[31] = (const void *)xt_ctx_no31;
+    xt_ctx_words[32] = (const void *)xt_ctx_no32;
+    xt_ctx_words[33] = (const void *)xt_ctx_no33;
+    xt_ctx_words[34] = (const void *)xt_ctx_no34;
+    xt_ctx_words[35] = (const void *)xt_ctx_no35;
+    xt_ctx_words[36] = (const void *)xt_ctx_no36;
+    xt_ctx_words[37] = (const void *)xt_ctx_no37;
+    xt_ctx_words[38] = (const void *)xt_ctx_no38;
+    xt_ctx_words[39] = (const void *)xt_ctx_no39;
+    xt_ctx_words[40] = (const void *)xt_ctx_no40;
+    xt_ctx_words[41] = (const void *)xt_ctx_no41;
+    xt_ctx_words[42] = (const void *)xt_ctx_no42;
+    xt_ctx_words[43] = (const void *)xt_ctx_no43;
+    xt_ctx_words[44] = (const void *)xt_ctx_no44;
+    xt_ctx_words[45] = (const void *)xt_ctx_no45;
+    xt_ctx_words[46] = (const void *)xt_ctx_no46;
+    xt_ctx_words[47] = (const void *)xt_ctx_no47;
+    xt_ctx_words[48] = (const void *)xt_ctx_no48;
+    xt_ctx_words[49] = (const void *)xt_ctx_no49;
+    xt_ctx_words[50] = (const void *)xt_ctx_no50;
+    xt_ctx_words[51] = (const void *)xt_ctx_no51;
+    xt_ctx_words[52] = (const void *)xt_ctx_no52;
+    xt_ctx_words[53] = (const void *)xt_ctx_no53;
+    xt_ctx_words[54] = (const void *)xt_ctx_no54;
+    xt_ctx_words[55] = (const void *)xt_ctx_no55;
+    xt_ctx_words[56] = (const void *)xt_ctx_no56;
+    xt_ctx_words[57] = (const void *)xt_ctx_no57;
+    xt_ctx_words[58] = (const void *)xt_ctx_no58;
+    xt_ctx_words[59] = (const void *)xt_ctx_no59;
+    xt_ctx_words[60] = (const void *)xt_ctx_no60;
+    xt_ctx_words[61] = (const void *)xt_ctx_no61;
+    xt_ctx_words[62] = (const void *)xt_ctx_no62;
+    xt_ctx_words[63] = (const void *)xt_ctx_no63;
+    xt_ctx_words[64] = (const void *)xt_ctx_no64;
+    xt_ctx_words[65] = (const void *)xt_ctx_no65;
+    xt_ctx_words[66] = (const void *)xt_ctx_no66;
+    xt_ctx_words[67] = (const void *)xt_ctx_no67;
+    xt_ctx_words[68] = (const void *)xt_ctx_no68;
+    xt_ctx_words[69] = (const void *)xt_ctx_no69;
+    xt_ctx_words[70] = (const void *)xt_ctx_no70;
+    xt_ctx_words[71] = (const void *)xt_ctx_no71;
+    xt_ctx_words[72] = (const void *)xt_ctx_no72;
+    xt_ctx_words[73] = (const void *)xt_ctx_no73;
+    xt_ctx_words[74] = (const void *)xt_ctx_no74;
+    xt_ctx_words[75] = (const void *)xt_ctx_no75;
+    xt_ctx_words[76] = (const void *)xt_ctx_no76;
+    xt_ctx_words[77] = (const void *)xt_ctx_no77;
+    xt_ctx_words[78] = (const void *)xt_ctx_no78;
+    xt_ctx_words[79] = (const void *)xt_ctx_no79;
+    xt_ctx_words[80] = (const void *)xt_ctx_no80;
+    xt_ctx_words[81] = (const void *)xt_ctx_no81;
+    xt_ctx_words[82] = (const void *)xt_ctx_no82;
+    xt_ctx_words[83] = (const void *)xt_ctx_no83;
+    xt_ctx_words[84] = (const void *)xt_ctx_no84;
+    xt_ctx_words[85] = (const void *)xt_ctx_no85;
+    xt_ctx_words[86] = (const void *)xt_ctx_no86;
+    xt_ctx_words[87] = (const void *)xt_ctx_no87;
+    xt_ctx_words[88] = (const void *)xt_ctx_no88;
+    xt_ctx_words[89] = (const void *)xt_ctx_no89;
+    xt_ctx_words[90] = (const void *)xt_ctx_no90;
+    xt_ctx_words[92] = (const void *)xt_ctx_no92;
+    return CUDA_SUCCESS;
+}
+
+/* Export table t69a2, in pages of its own. */
+static const void *xt_t69a2_words[512] __attribute__((aligned(4096)));
+static CUresult xt_t69a2_no1(void) { return fgr_xt_unsupported(117, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 1); }
+static CUresult xt_t69a2_no2(void) { return fgr_xt_unsupported(118, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 2); }
+static CUresult xt_t69a2_no3(void) { return fgr_xt_unsupported(119, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 3); }
+static CUresult xt_t69a2_no4(void) { return fgr_xt_unsupported(120, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 4); }
+static CUresult xt_t69a2_no5(void) { return fgr_xt_unsupported(121, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 5); }
+static CUresult xt_t69a2_no6(void) { return fgr_xt_unsupported(122, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 6); }
+static CUresult xt_t69a2_no7(void) { return fgr_xt_unsupported(123, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 7); }
+static CUresult xt_t69a2_no8(void) { return fgr_xt_unsupported(124, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 8); }
+static CUresult xt_t69a2_no9(void) { return fgr_xt_unsupported(125, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 9); }
+static CUresult xt_t69a2_no10(void) { return fgr_xt_unsupported(126, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 10); }
+static CUresult xt_t69a2_no11(void) { return fgr_xt_unsupported(127, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 11); }
+static CUresult xt_t69a2_no12(void) { return fgr_xt_unsupported(128, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 12); }
+static CUresult xt_t69a2_no13(void) { return fgr_xt_unsupported(129, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 13); }
+static CUresult xt_t69a2_no14(void) { return fgr_xt_unsupported(130, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 14); }
+static CUresult xt_t69a2_no15(void) { return fgr_xt_unsupported(131, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 15); }
+static CUresult xt_t69a2_no16(void) { return fgr_xt_unsupported(132, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 16); }
+static CUresult xt_t69a2_no17(void) { return fgr_xt_unsupported(133, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 17); }
+static CUresult xt_t69a2_no18(void) { return fgr_xt_unsupported(134, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 18); }
+static CUresult xt_t69a2_no19(void) { return fgr_xt_unsupported(135, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 19); }
+static CUresult xt_t69a2_no20(void) { return fgr_xt_unsupported(136, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 20); }
+static CUresult xt_t69a2_no21(void) { return fgr_xt_unsupported(137, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 21); }
+static CUresult xt_t69a2_no22(void) { return fgr_xt_unsupported(138, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 22); }
+static CUresult xt_t69a2_no23(void) { return fgr_xt_unsupported(139, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 23); }
+static CUresult xt_t69a2_no24(void) { return fgr_xt_unsupported(140, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 24); }
+static CUresult xt_t69a2_no25(void) { return fgr_xt_unsupported(141, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 25); }
+static CUresult xt_t69a2_no26(void) { return fgr_xt_unsupported(142, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 26); }
+static CUresult xt_t69a2_no27(void) { return fgr_xt_unsupported(143, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 27); }
+static CUresult xt_t69a2_no28(void) { return fgr_xt_unsupported(144, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 28); }
+static CUresult xt_t69a2_no29(void) { return fgr_xt_unsupported(145, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 29); }
+static CUresult xt_t69a2_no30(void) { return fgr_xt_unsupported(146, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 30); }
+static CUresult xt_t69a2_no31(void) { return fgr_xt_unsupported(147, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 31); }
+static CUresult xt_t69a2_no32(void) { return fgr_xt_unsupported(148, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 32); }
+static CUresult xt_t69a2_no33(void) { return fgr_xt_unsupported(149, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 33); }
+static CUresult xt_t69a2_fetch(void)
+{
+    xt_t69a2_words[0] = (const void *)(34 * sizeof(void *));
+    xt_t69a2_words[1] = (const void *)xt_t69a2_no1;
+    xt_t69a2_words[2] = (const void *)xt_t69a2_no2;
+    xt_t69a2_words[3] = (const void *)xt_t69a2_no3;
+    xt_t69a2_words[4] = (const void *)xt_t69a2_no4;
+    xt_t69a2_words[5] = (const void *)xt_t69a2_no5;
+    xt_t69a2_words[6] = (const void *)xt_t69a2_no6;
+    xt_t69a2_words[7] = (const void *)xt_t69a2_no7;
+    xt_t69a2_words[8] = (const void *)xt_t69a2_no8;
+    xt_t69a2_words[9] = (const void *)xt_t69a2_no9;
+    xt_t69a2_words[10] = (const void *)xt_t69a2_no10;
+    xt_t69a2_words[11] = (const void *)xt_t69a2_no11;
+    xt_t69a2_words[12] = (const void *)xt_t69a2_no12;
+    xt_t69a2_words[13] = (const void *)xt_t69a2_no13;
+    xt_t69a2_words[14] = (const void *)xt_t69a2_no14;
+    xt_t69a2_words[15] = (const void *)xt_t69a2_no15;
+    xt_t69a2_words[16] = (const void *)xt_t69a2_no16;
+    xt_t69a2_words[17] = (const void *)xt_t69a2_no17;
+    xt_t69a2_words[18] = (const void *)xt_t69a2_no18;
+    xt_t69a2_words[19] = (const void *)xt_t69a2_no19;
+    xt_t69a2_words[20] = (const void *)xt_t69a2_no20;
+    xt_t69a2_words[21] = (const void *)xt_t69a2_no21;
+    xt_t69a2_words[22] = (const void *)xt_t69a2_no22;
+    xt_t69a2_words[23] = (const void *)xt_t69a2_no23;
+    xt_t69a2_words[24] = (const void *)xt_t69a2_no24;
+    xt_t69a2_words[25] = (const void *)xt_t69a2_no25;
+    xt_t69a2_words[26] = (const void *)xt_t69a2_no26;
+    xt_t69a2_words[27] = (const void *)xt_t69a2_no27;
+    xt_t69a2_words[28] = (const void *)xt_t69a2_no28;
+    xt_t69a2_words[29] = (const void *)xt_t69a2_no29;
+    xt_t69a2_words[30] = (const void *)xt_t69a2_no30;
+    xt_t69a2_words[31] = (const void *)xt_t69a2_no31;
+    xt_t69a2_words[32] = (const void *)xt_t69a2_no32;
+    xt_t69a2_words[33] = (const void *)xt_t69a2_no33;
+    return CUDA_SUCCESS;
+}
+
+/* Export table log, in pages of its own. */
+static const void *xt_log_words[512] __attribute__((aligned(4096)));
+static CUresult xt_log_no2(void) { return fgr_xt_unsupported(150, "log f8cff951-2146-8b4e-b9e2-fb469e7c0dd9", 2); }
+static CUresult xt_log_fetch(void)
+{
+    xt_log_words[0] = (const void *)(3 * sizeof(void *));
+    xt_log_words[1] = (const void *)fgr_xt_log;
+    xt_log_words[2] = (const void *)xt_log_no2;
+    return CUDA_SUCCESS;
+}
+
+/* Export table integrity, in pages of its own. */
+static const void *xt_integrity_words[512] __attribute__((aligned(4096)));
+static CUresult xt_integrity_no2(void) { return fgr_xt_unsupported(151, "integrity d4082055-bde6-704b-8d34-ba123c66e1f2", 2); }
+static CUresult xt_integrity_fetch(void)
+{
+    xt_integrity_words[0] = (const void *)(3 * sizeof(void *));
+    xt_integrity_words[1] = (const void *)fgr_xt_integrity;
+    xt_integrity_words[2] = (const void *)xt_integrity_no2;
+    return CUDA_SUCCESS;
+}
+
 /* Export table simA, in pages of its own. */
 static const void *xt_simA_words[512] __attribute__((aligned(4096)));
 static uint64_t xt_simA_1(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64_t e, uint64_t f, uint64_t g, uint64_t h, uint64_t i, uint64_t j)
@@ -3252,8 +3639,18 @@ static CUresult xt_simB_fetch(void)
 }
 
 const struct fgr_table fgr_tables[] = {
+    {{{107, 213, 251, 108, 91, 244, 231, 74, 137, 135, 217, 57, 18, 253, 157, 249}}, xt_cudart_words, sizeof xt_cudart_words, xt_cudart_fetch},
+    {{{198, 147, 51, 110, 17, 33, 223, 17, 168, 195, 104, 243, 85, 216, 149, 147}}, xt_cls_words, sizeof xt_cls_words, xt_cls_fetch},
+    {{{66, 216, 90, 129, 35, 246, 203, 71, 130, 152, 246, 231, 138, 58, 236, 220}}, xt_toolstls_words, sizeof xt_toolstls_words, xt_toolstls_fetch},
+    {{{160, 148, 121, 140, 46, 116, 46, 116, 147, 242, 8, 0, 32, 12, 10, 102}}, xt_hooks_words, sizeof xt_hooks_words, xt_hooks_fetch},
+    {{{38, 62, 136, 96, 124, 210, 97, 67, 146, 246, 187, 213, 0, 109, 250, 126}}, xt_ctxchecks_words, sizeof xt_ctxchecks_words, xt_ctxchecks_fetch},
+    {{{33, 49, 140, 96, 151, 20, 50, 72, 140, 166, 65, 255, 115, 36, 200, 242}}, xt_ctx_words, sizeof xt_ctx_words, xt_ctx_fetch},
+    {{{105, 162, 142, 159, 36, 73, 139, 71, 176, 48, 197, 218, 51, 14, 164, 233}}, xt_t69a2_words, sizeof xt_t69a2_words, xt_t69a2_fetch},
+    {{{248, 207, 249, 81, 33, 70, 139, 78, 185, 226, 251, 70, 158, 124, 13, 217}}, xt_log_words, sizeof xt_log_words, xt_log_fetch},
+    {{{212, 8, 32, 85, 189, 230, 112, 75, 141, 52, 186, 18, 60, 102, 225, 242}}, xt_integrity_words, sizeof xt_integrity_words, xt_integrity_fetch},
     {{{102, 108, 101, 120, 103, 118, 45, 115, 105, 109, 45, 116, 97, 98, 45, 65}}, xt_simA_words, sizeof xt_simA_words, xt_simA_fetch},
     {{{102, 108, 101, 120, 103, 118, 45, 115, 105, 109, 45, 116, 97, 98, 45, 66}}, xt_simB_words, sizeof xt_simB_words, xt_simB_fetch},
 };
 
-const int fgr_ntables = 2;
+const int fgr_ntables = 11;
+unsigned char fgr_xt_said[153];

@@ -129,6 +129,11 @@ func TestRemoteAnnotationsRejected(t *testing.T) {
 		"table 00000000-0000-0000-0000-000000000000 t 2\nslot 0 null",                        // fewer words described
 		"table 00000000-0000-0000-0000-000000000000 t 1\nslot 0 sync double f(int *p) p=out", // pointers with a non-CUresult
 		"table 00000000-0000-0000-0000-000000000000 t 1\nslot 0 sync CUresult f(CUstream s)", // a handle the executor would not check
+		"table 00000000-0000-0000-0000-000000000000 t 1\nslot 0 local CUresult f(void)",      // a local function not named fgr_
+		"table 00000000-0000-0000-0000-000000000000 t 1\nslot 0 local fgr_f",                 // a local function without a prototype
+		"table 00000000-0000-0000-0000-000000000000 t 2\nslot 0-1 null",                      // a range of other than unsupported
+		"table 00000000-0000-0000-0000-000000000000 t 2\nslot 0-2 unsupported",               // a range past the table
+		"table 00000000-0000-0000-0000-000000000000 t 1\nslot 0 unsupported x",               // unsupported takes nothing more
 		"3000 cuD(CUdeviceptr d, size_t n) sync",                                             // a device address without a kind
 		"3000 cuD(CUdeviceptr d, size_t n) sync d=dev",                                       // dev without its size
 		"3000 cuD(CUdeviceptr d, size_t n) sync d=base[n]",                                   // base with a size

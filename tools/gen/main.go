@@ -64,6 +64,7 @@ func generate(root string) (map[string][]byte, error) {
 	}
 	files["remote/proto_gen.h"] = []byte(emitRemoteProto(remote))
 	files["remote/client/stubs_gen.c"] = []byte(emitRemoteClient(remote, tables))
+	files["remote/client/exports_gen.h"] = []byte(emitClientExports(tables))
 	files["remote/executor/dispatch_gen.c"] = []byte(emitRemoteServer(remote, tables))
 	files["docs/REMOTE-SUPPORT.md"] = []byte(emitRemoteDoc(remote, tables))
 	var extras []Entry

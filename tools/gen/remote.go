@@ -86,12 +86,25 @@ type Table struct {
 	Slots []Slot
 }
 
+// Local says the client answers the whole table without the driver: no
+// word is forwarded or copied, so fetching it needs no round trip.
+func (t *Table) Local() bool {
+	for _, sl := range t.Slots {
+		if sl.Kind == "sync" || sl.Kind == "data" {
+			return false
+		}
+	}
+	return true
+}
+
 // Slot is one word of a table.
 type Slot struct {
 	Index int
-	Kind  string // size, null, self, data, returns, sync
+	Kind  string // size, null, self, data, returns, sync, local, unsupported
 	N     int    // data: bytes; returns: the word returned
 	Fn    *RemoteEntry
+	Proto string // local: the C prototype of the client's function
+	Func  string // local: its name
 }
 
 var remoteKinds = map[string]bool{"in": true, "out": true, "inout": true, "str": true, "image": true,
@@ -305,6 +318,9 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 		if len(t.Slots) != t.Words {
 			return nil, nil, fmt.Errorf("%s: table %s has %d words, %d described", path, t.Name, t.Words, len(t.Slots))
 		}
+		if t.Local() {
+			continue
+		}
 		out = append(out, RemoteEntry{Entry: Entry{Lib: LibCUDA, Name: "xt_" + t.Name}, Disp: DispSync, Table: t, Fetch: true})
 		for i := range t.Slots {
 			if fn := t.Slots[i].Fn; fn != nil {
@@ -385,12 +401,37 @@ func parseTableLine(f []string, line string, tables *[]*Table) error {
 		return fmt.Errorf("want: slot N KIND ... after a table line")
 	}
 	t := (*tables)[len(*tables)-1]
-	idx, err := strconv.Atoi(f[1])
+	first, last, isRange := strings.Cut(f[1], "-")
+	idx, err := strconv.Atoi(first)
 	if err != nil || idx != len(t.Slots) || idx >= t.Words {
 		return fmt.Errorf("slot %s out of order (want %d)", f[1], len(t.Slots))
 	}
+	if isRange {
+		// A run of words no program is known to call.
+		end, err := strconv.Atoi(last)
+		if err != nil || end < idx || end >= t.Words || f[2] != "unsupported" || len(f) != 3 {
+			return fmt.Errorf("slot %s: a range takes unsupported, within the table", f[1])
+		}
+		for i := idx; i <= end; i++ {
+			t.Slots = append(t.Slots, Slot{Index: i, Kind: "unsupported"})
+		}
+		return nil
+	}
 	sl := Slot{Index: idx, Kind: f[2]}
 	switch sl.Kind {
+	case "unsupported":
+		if len(f) != 3 {
+			return fmt.Errorf("slot %d %s takes nothing more", idx, sl.Kind)
+		}
+	case "local":
+		// Written by hand in remote/client/; the prototype is declared for
+		// it in exports_gen.h, so a definition that differs does not build.
+		sl.Proto = strings.TrimSpace(line[strings.Index(line, "local")+5:])
+		m := protoRE.FindStringSubmatch(sl.Proto)
+		if m == nil || strings.TrimSpace(m[1]) == "" || !strings.HasPrefix(m[2], "fgr_") {
+			return fmt.Errorf("slot %d: want local RET fgr_NAME(PARAMS)", idx)
+		}
+		sl.Func = m[2]
 	case "size", "null", "self":
 		if len(f) != 3 {
 			return fmt.Errorf("slot %d %s takes nothing more", idx, sl.Kind)
@@ -629,8 +670,9 @@ func emitRemoteClient(entries []RemoteEntry, tables []*Table) string {
 		fmt.Fprintf(&b, "    {\"%s\", \"%s\", %d, %d, (void *)%s},\n", e.Base(), e.Name, e.Version, pt, e.Name)
 	}
 	b.WriteString("};\n\nconst int fgr_nprocs = sizeof(fgr_procs) / sizeof(fgr_procs[0]);\n")
+	nxt := 0
 	for _, t := range tables {
-		emitClientTable(&b, t)
+		emitClientTable(&b, t, &nxt)
 	}
 	b.WriteString("\nconst struct fgr_table fgr_tables[] = {\n")
 	for _, t := range tables {
@@ -643,7 +685,7 @@ func emitRemoteClient(entries []RemoteEntry, tables []*Table) string {
 		}
 		fmt.Fprintf(&b, "}}, xt_%s_words, sizeof xt_%s_words, xt_%s_fetch},\n", t.Name, t.Name, t.Name)
 	}
-	fmt.Fprintf(&b, "};\n\nconst int fgr_ntables = %d;\n", len(tables))
+	fmt.Fprintf(&b, "};\n\nconst int fgr_ntables = %d;\nunsigned char fgr_xt_said[%d];\n", len(tables), nxt+1)
 	return b.String()
 }
 
@@ -751,8 +793,9 @@ func clientStub(b *strings.Builder, e RemoteEntry, decl string) {
 }
 
 // emitClientTable writes a table's words, its functions and its fetch,
-// which asks the driver for the table (and its data) once per process.
-func emitClientTable(b *strings.Builder, t *Table) {
+// which fills the words once per process: asking the driver for the table
+// (and its data) when a word is forwarded or copied, locally otherwise.
+func emitClientTable(b *strings.Builder, t *Table, unsupported *int) {
 	// A page of its own, made read-only once filled, as the driver's are.
 	page := (t.Words*8 + 4095) / 4096 * 4096
 	fmt.Fprintf(b, "\n/* Export table %s, in pages of its own. */\nstatic const void *xt_%s_words[%d] __attribute__((aligned(4096)));\n", t.Name, t.Name, page/8)
@@ -764,6 +807,12 @@ func emitClientTable(b *strings.Builder, t *Table) {
 			fmt.Fprintf(b, "static const void *xt_%s_self(void) { return xt_%s_words; }\n", t.Name, t.Name)
 		case "returns":
 			fmt.Fprintf(b, "static const void *xt_%s_ret%d(void) { return xt_%s_words[%d]; }\n", t.Name, sl.Index, t.Name, sl.N)
+		case "unsupported":
+			// Its own function, so that each word can be told apart (said once,
+			// counted by flexgv census).
+			fmt.Fprintf(b, "static CUresult xt_%s_no%d(void) { return fgr_xt_unsupported(%d, \"%s %s\", %d); }\n",
+				t.Name, sl.Index, *unsupported, t.Name, uuidString(t.UUID), sl.Index)
+			*unsupported++
 		case "sync":
 			fn := sl.Fn
 			ret := fn.Ret
@@ -773,15 +822,18 @@ func emitClientTable(b *strings.Builder, t *Table) {
 			clientStub(b, *fn, fmt.Sprintf("static %s %s(%s)", ret, fn.Name, fn.ParamList()))
 		}
 	}
-	fmt.Fprintf(b, "static CUresult xt_%s_fetch(void)\n{\n    CUresult r;\n    struct fgr_call c;\n", t.Name)
-	fmt.Fprintf(b, "    if ((r = fgr_begin(&c, FGR_OP_xt_%s, 0)) != CUDA_SUCCESS)\n        return r;\n", t.Name)
-	b.WriteString("    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)\n        return r;\n")
-	for _, sl := range t.Slots {
-		if sl.Kind == "data" {
-			fmt.Fprintf(b, "    fgr_get_out(&c, xt_%s_data%d, %d, 0);\n", t.Name, sl.Index, sl.N)
+	fmt.Fprintf(b, "static CUresult xt_%s_fetch(void)\n{\n", t.Name)
+	if !t.Local() {
+		b.WriteString("    CUresult r;\n    struct fgr_call c;\n")
+		fmt.Fprintf(b, "    if ((r = fgr_begin(&c, FGR_OP_xt_%s, 0)) != CUDA_SUCCESS)\n        return r;\n", t.Name)
+		b.WriteString("    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)\n        return r;\n")
+		for _, sl := range t.Slots {
+			if sl.Kind == "data" {
+				fmt.Fprintf(b, "    fgr_get_out(&c, xt_%s_data%d, %d, 0);\n", t.Name, sl.Index, sl.N)
+			}
 		}
+		b.WriteString("    if ((r = fgr_end(&c)) != CUDA_SUCCESS)\n        return r;\n")
 	}
-	b.WriteString("    if ((r = fgr_end(&c)) != CUDA_SUCCESS)\n        return r;\n")
 	for _, sl := range t.Slots {
 		w := fmt.Sprintf("    xt_%s_words[%d] = ", t.Name, sl.Index)
 		switch sl.Kind {
@@ -795,9 +847,42 @@ func emitClientTable(b *strings.Builder, t *Table) {
 			fmt.Fprintf(b, "%s(const void *)xt_%s_ret%d;\n", w, t.Name, sl.Index)
 		case "sync":
 			fmt.Fprintf(b, "%s(const void *)%s;\n", w, sl.Fn.Name)
+		case "local":
+			fmt.Fprintf(b, "%s(const void *)%s;\n", w, sl.Func)
+		case "unsupported":
+			fmt.Fprintf(b, "%s(const void *)xt_%s_no%d;\n", w, t.Name, sl.Index)
 		}
 	}
 	b.WriteString("    return CUDA_SUCCESS;\n}\n")
+}
+
+// uuidString writes a table's UUID as the census does: its bytes in memory
+// order, grouped 8-4-4-4-12.
+func uuidString(u [16]byte) string {
+	h := fmt.Sprintf("%x", u)
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// emitClientExports declares the hand-written functions of the tables'
+// local words, for their definitions and for the tables.
+func emitClientExports(tables []*Table) string {
+	var b strings.Builder
+	b.WriteString(remoteHeader)
+	b.WriteString("#ifndef FLEXGV_REMOTE_EXPORTS_GEN_H\n#define FLEXGV_REMOTE_EXPORTS_GEN_H\n\n#include <stdarg.h>\n\n")
+	b.WriteString("/* Each table's index in fgr_tables. */\nenum {\n")
+	for i, t := range tables {
+		fmt.Fprintf(&b, "    FGR_XT_%s = %d,\n", t.Name, i)
+	}
+	b.WriteString("};\n\n")
+	for _, t := range tables {
+		for _, sl := range t.Slots {
+			if sl.Kind == "local" {
+				fmt.Fprintf(&b, "/* %s word %d */\n%s;\n", t.Name, sl.Index, sl.Proto)
+			}
+		}
+	}
+	b.WriteString("\n#endif\n")
+	return b.String()
 }
 
 // emitRemoteServer writes the executor's decoders and dispatch table.
@@ -928,7 +1013,12 @@ func emitRemoteServer(entries []RemoteEntry, tables []*Table) string {
 	}
 	b.WriteString("};\n\n/* The export tables the client answers: the functions it forwards. */\n")
 	b.WriteString("const struct fgr_xtable fgr_xtables[] = {\n")
+	forwarded := 0
 	for _, t := range tables {
+		if t.Local() {
+			continue
+		}
+		forwarded++
 		b.WriteString("    {{{")
 		for i, c := range t.UUID {
 			if i > 0 {
@@ -944,7 +1034,7 @@ func emitRemoteServer(entries []RemoteEntry, tables []*Table) string {
 		}
 		b.WriteString("{0, 0}}},\n")
 	}
-	fmt.Fprintf(&b, "};\n\nconst int fgr_nxtables = %d;\n", len(tables))
+	fmt.Fprintf(&b, "};\n\nconst int fgr_nxtables = %d;\n", forwarded)
 	return b.String()
 }
 
@@ -1024,9 +1114,12 @@ func emitRemoteDoc(entries []RemoteEntry, tables []*Table) string {
 		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", e.Name, d, strings.Join(ks, ", "))
 	}
 	b.WriteString("\n## Export tables\n\n`cuGetExportTable` answers these tables from the client (any other is refused\n" +
-		"with `CUDA_ERROR_NOT_SUPPORTED`):\n\n| table | word | answered |\n| --- | ---: | --- |\n")
+		"with `CUDA_ERROR_NOT_SUPPORTED`). An *unsupported* word is a function that\n" +
+		"answers `CUDA_ERROR_NOT_SUPPORTED` and says its table and word once on stderr.\n\n" +
+		"| table | word | answered |\n| --- | ---: | --- |\n")
 	for _, t := range tables {
-		for _, sl := range t.Slots {
+		for i := 0; i < len(t.Slots); i++ {
+			sl := t.Slots[i]
 			what := sl.Kind
 			switch sl.Kind {
 			case "data":
@@ -1035,6 +1128,10 @@ func emitRemoteDoc(entries []RemoteEntry, tables []*Table) string {
 				what = fmt.Sprintf("local: returns word %d", sl.N)
 			case "self":
 				what = "local: returns the table"
+			case "size":
+				what = fmt.Sprintf("size: %d bytes", t.Words*8)
+			case "local":
+				what = "local `" + strings.ReplaceAll(sl.Proto, "|", "\\|") + "`"
 			case "sync":
 				ret := sl.Fn.Ret
 				if ret == "" {
@@ -1042,7 +1139,18 @@ func emitRemoteDoc(entries []RemoteEntry, tables []*Table) string {
 				}
 				what = fmt.Sprintf("sync `%s (%s)`", ret, sl.Fn.ParamList())
 			}
-			fmt.Fprintf(&b, "| %s `%x` | %d | %s |\n", t.Name, t.UUID, sl.Index, what)
+			word := fmt.Sprint(sl.Index)
+			if sl.Kind == "unsupported" {
+				end := i
+				for end+1 < len(t.Slots) && t.Slots[end+1].Kind == "unsupported" {
+					end++
+				}
+				if end > i {
+					word = fmt.Sprintf("%d–%d", sl.Index, t.Slots[end].Index)
+				}
+				i = end
+			}
+			fmt.Fprintf(&b, "| %s `%x` | %s | %s |\n", t.Name, t.UUID, word, what)
 		}
 	}
 	return b.String()
