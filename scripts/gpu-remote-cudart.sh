@@ -10,7 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 CUDA=${1:-${CUDA_HOME:-/usr/local/cuda}}
 B=$PWD/build
-LIMIT=120
+LIMIT=${LIMIT:-120} # seconds per program
 tmp=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
 failed=0
@@ -39,20 +39,25 @@ sleep 1
 for kind in static shared; do
     prog=$tmp/vectoradd_$kind
     # The shared runtime comes from the toolkit, the driver from the path.
+    t0=$(date +%s.%N)
     if ! LD_LIBRARY_PATH="$CUDA/lib64" timeout "$LIMIT" "$prog" 25 >"$tmp/native.out" 2>&1; then
         fail "vectoradd-$kind natively: exit $?"
         cat "$tmp/native.out"
         continue
     fi
+    native=$(python3 -c "import time; print(f'{time.time() - $t0:.2f}')")
     for addr in "unix://$tmp/gpu.sock" "shm://$tmp/gpu.sock" tcp://127.0.0.1:7072; do
         name="vectoradd-$kind over ${addr%%://*}://"
+        t0=$(date +%s.%N)
         FLEXGV_REMOTE=$addr LD_LIBRARY_PATH="$B/remote:$CUDA/lib64" timeout "$LIMIT" "$prog" 25 >"$tmp/remote.out" 2>&1
         rc=$?
+        took=$(python3 -c "import time; print(f'{time.time() - $t0:.2f}')")
         if [ $rc = 0 ] && cmp -s "$tmp/native.out" "$tmp/remote.out"; then
-            pass "$name: the same output as natively"
+            pass "$name: the same output as natively (whole run ${took} s, natively ${native} s)"
         else
             fail "$name: exit $rc (124: over ${LIMIT}s)"
             diff "$tmp/native.out" "$tmp/remote.out" | head -20
+            tail -n 5 "$tmp"/serve-*.log
         fi
     done
 done
