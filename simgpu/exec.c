@@ -102,13 +102,32 @@ static CUresult load(void **out, const void *image)
 
 SIM_EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image) { return load((void **)module, image); }
 
+/* JIT options as a driver checks and answers them: an optimization level
+ * past 4 is refused; an info log buffer gets a line, its size option the
+ * bytes written (with the NUL). */
+static CUresult jit_options(unsigned n, const CUjit_option *o, void **v)
+{
+    if (n && (!o || !v))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < n; i++) {
+        if (o[i] == 7 && (uintptr_t)v[i] > 4) /* CU_JIT_OPTIMIZATION_LEVEL */
+            return CUDA_ERROR_INVALID_VALUE;
+        if (o[i] != 3) /* CU_JIT_INFO_LOG_BUFFER, its size the option after it */
+            continue;
+        for (unsigned j = 0; j < n; j++)
+            if (o[j] == 4 && v[i] && (uintptr_t)v[j] > 0) {
+                int k = snprintf(v[i], (uintptr_t)v[j], "simulated GPU: module loaded");
+                v[j] = (void *)(uintptr_t)((size_t)k + 1 < (uintptr_t)v[j] ? (size_t)k + 1 : (uintptr_t)v[j]);
+            }
+    }
+    return CUDA_SUCCESS;
+}
+
 SIM_EXPORT CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
                                        CUjit_option *options, void **optionValues)
 {
-    (void)numOptions;
-    (void)options;
-    (void)optionValues;
-    return load((void **)module, image);
+    CUresult r = jit_options(numOptions, options, optionValues);
+    return r ? r : load((void **)module, image);
 }
 
 SIM_EXPORT CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin) { return load((void **)module, fatCubin); }
@@ -167,16 +186,13 @@ SIM_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUji
                                       CUlibraryOption *libraryOptions, void **libraryOptionValues,
                                       unsigned int numLibraryOptions)
 {
-    (void)jitOptions;
-    (void)jitOptionsValues;
-    (void)numJitOptions;
-    (void)libraryOptions;
-    (void)libraryOptionValues;
-    (void)numLibraryOptions;
     if (!sim_initialized)
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (!library)
+    if (!library || (numLibraryOptions && (!libraryOptions || !libraryOptionValues)))
         return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = jit_options(numJitOptions, jitOptions, jitOptionsValues);
+    if (r)
+        return r;
     return parse_module(code, (struct sim_module **)library);
 }
 

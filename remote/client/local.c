@@ -365,6 +365,51 @@ void fgr_put_launchcfg(struct fgr_buf *w, const CUlaunchConfig *c)
     fgr_put_u64(w, (uint64_t)(uintptr_t)c->hStream);
 }
 
+/* ---- module and library options (remote/options.h) ---- */
+
+CUresult fgr_opts_check(int kind, const void *opts, void *const *values, unsigned n, const char *name)
+{
+    const unsigned *o = opts;
+    if (n && (!o || !values))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (n > FGR_MAX_OPTS)
+        return fgr_unsupported(-1, name, "more than 64 options");
+    for (unsigned i = 0; i < n; i++)
+        if (fgr_option_fate(kind, o[i]) == FGR_OPT_UNKNOWN) {
+            char what[48];
+            snprintf(what, sizeof what, "%s option %u", kind == FGR_OPTS_JIT ? "JIT" : "library", o[i]);
+            return fgr_unsupported(-1, name, what);
+        }
+    return CUDA_SUCCESS;
+}
+
+/* The options that travel, as (option, value) pairs; of those kept back,
+ * log buffers come back empty (their sizes say nothing was written). */
+void fgr_put_opts(struct fgr_buf *w, int kind, const void *opts, void **values, unsigned n)
+{
+    const unsigned *o = opts;
+    uint32_t m = 0;
+    for (unsigned i = 0; i < n; i++)
+        m += fgr_option_fate(kind, o[i]) == FGR_OPT_SEND;
+    fgr_put_u32(w, m);
+    for (unsigned i = 0; i < n; i++)
+        if (fgr_option_fate(kind, o[i]) == FGR_OPT_SEND) {
+            fgr_put_u32(w, o[i]);
+            fgr_put_u64(w, (uint64_t)(uintptr_t)values[i]);
+        }
+    if (kind != FGR_OPTS_JIT)
+        return;
+    for (unsigned i = 0; i < n; i++) {
+        if (o[i] != FGR_JIT_INFO_LOG_BUFFER && o[i] != FGR_JIT_ERROR_LOG_BUFFER)
+            continue;
+        for (unsigned j = 0; j < n; j++)
+            if (o[j] == o[i] + 1 && (uintptr_t)values[j] > 0 && values[i]) { /* its size follows it */
+                *(char *)values[i] = 0;
+                values[j] = NULL;
+            }
+    }
+}
+
 /* ---- kernel parameters: layouts by function, from the server ---- */
 
 struct layout {

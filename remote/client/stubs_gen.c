@@ -1082,16 +1082,15 @@ FGR_EXPORT CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsi
 {
     CUresult fgr_r;
     uint64_t n_module = module ? sizeof(CUmodule) : 0;
-    if (options != NULL)
-        return fgr_unsupported(-1, "cuModuleLoadDataEx", "options");
-    if (optionValues != NULL)
-        return fgr_unsupported(-1, "cuModuleLoadDataEx", "optionValues");
+    if ((fgr_r = fgr_opts_check(FGR_OPTS_JIT, options, optionValues, numOptions, "cuModuleLoadDataEx")) != CUDA_SUCCESS)
+        return fgr_r;
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuModuleLoadDataEx, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)numOptions);
     fgr_put_u8(&fgr_c.w, module != NULL);
     fgr_put_image(&fgr_c.w, image);
+    fgr_put_opts(&fgr_c.w, FGR_OPTS_JIT, options, optionValues, numOptions);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, module, n_module, 0);
@@ -1145,14 +1144,10 @@ FGR_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUji
 {
     CUresult fgr_r;
     uint64_t n_library = library ? sizeof(CUlibrary) : 0;
-    if (jitOptions != NULL)
-        return fgr_unsupported(-1, "cuLibraryLoadData", "jitOptions");
-    if (jitOptionsValues != NULL)
-        return fgr_unsupported(-1, "cuLibraryLoadData", "jitOptionsValues");
-    if (libraryOptions != NULL)
-        return fgr_unsupported(-1, "cuLibraryLoadData", "libraryOptions");
-    if (libraryOptionValues != NULL)
-        return fgr_unsupported(-1, "cuLibraryLoadData", "libraryOptionValues");
+    if ((fgr_r = fgr_opts_check(FGR_OPTS_JIT, jitOptions, jitOptionsValues, numJitOptions, "cuLibraryLoadData")) != CUDA_SUCCESS)
+        return fgr_r;
+    if ((fgr_r = fgr_opts_check(FGR_OPTS_LIBRARY, libraryOptions, libraryOptionValues, numLibraryOptions, "cuLibraryLoadData")) != CUDA_SUCCESS)
+        return fgr_r;
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLibraryLoadData, 0)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1160,6 +1155,8 @@ FGR_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUji
     fgr_put_u64(&fgr_c.w, (uint64_t)numLibraryOptions);
     fgr_put_u8(&fgr_c.w, library != NULL);
     fgr_put_image(&fgr_c.w, code);
+    fgr_put_opts(&fgr_c.w, FGR_OPTS_JIT, jitOptions, jitOptionsValues, numJitOptions);
+    fgr_put_opts(&fgr_c.w, FGR_OPTS_LIBRARY, libraryOptions, libraryOptionValues, numLibraryOptions);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, library, n_library, 0);

@@ -1458,8 +1458,8 @@ static CUresult op_cuModuleLoadDataEx(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int numOptions = (unsigned int)fgr_get_u64(rd);
     int has_module = fgr_get_u8(rd);
     void *image = fgr_get_image(rd, q);
-    CUjit_option *options = NULL;
     void **optionValues = NULL;
+    CUjit_option *options = fgr_get_opts(rd, q, FGR_OPTS_JIT, &optionValues, &numOptions);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUmodule *module = NULL;
@@ -1541,10 +1541,10 @@ static CUresult op_cuLibraryLoadData(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int numLibraryOptions = (unsigned int)fgr_get_u64(rd);
     int has_library = fgr_get_u8(rd);
     void *code = fgr_get_image(rd, q);
-    CUjit_option *jitOptions = NULL;
     void **jitOptionsValues = NULL;
-    CUlibraryOption *libraryOptions = NULL;
+    CUjit_option *jitOptions = fgr_get_opts(rd, q, FGR_OPTS_JIT, &jitOptionsValues, &numJitOptions);
     void **libraryOptionValues = NULL;
+    CUlibraryOption *libraryOptions = fgr_get_opts(rd, q, FGR_OPTS_LIBRARY, &libraryOptionValues, &numLibraryOptions);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUlibrary *library = NULL;

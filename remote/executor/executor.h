@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "../proto_gen.h"
+#include "../options.h"
 #include "../wire.h"
 
 /* An operation's answer when its frame is malformed: the connection closes. */
@@ -50,6 +51,7 @@ char *fgr_get_str(struct fgr_rd *rd);
 void *fgr_get_image(struct fgr_rd *rd, struct fgr_req *q);
 void **fgr_get_kparams(struct fgr_rd *rd, struct fgr_req *q);
 CUlaunchConfig *fgr_get_launchcfg(struct fgr_rd *rd, struct fgr_req *q);
+void *fgr_get_opts(struct fgr_rd *rd, struct fgr_req *q, int kind, void ***values, unsigned *n);
 /* Zeroed memory for an out result, NULL on failure (see fgr_out_failed). */
 void *fgr_out(struct fgr_req *q, uint64_t bytes);
 CUresult fgr_out_failed(struct fgr_req *q);

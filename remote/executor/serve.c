@@ -130,6 +130,32 @@ CUlaunchConfig *fgr_get_launchcfg(struct fgr_rd *rd, struct fgr_req *q)
     return c;
 }
 
+/* Options as (option, value) pairs: n becomes their number, and an option
+ * whose value would point into the executor is a bad frame. */
+void *fgr_get_opts(struct fgr_rd *rd, struct fgr_req *q, int kind, void ***values, unsigned *n)
+{
+    uint32_t m = fgr_get_u32(rd);
+    *n = 0;
+    *values = NULL;
+    if (m > FGR_MAX_OPTS) {
+        rd->bad = 1;
+        return NULL;
+    }
+    unsigned *o = own(q, calloc(m ? m : 1, sizeof *o));
+    void **v = own(q, calloc(m ? m : 1, sizeof *v));
+    if (!o || !v)
+        return NULL;
+    for (uint32_t i = 0; i < m; i++) {
+        o[i] = fgr_get_u32(rd);
+        v[i] = (void *)(uintptr_t)fgr_get_u64(rd);
+        if (fgr_option_fate(kind, o[i]) != FGR_OPT_SEND)
+            rd->bad = 1;
+    }
+    *n = m;
+    *values = m ? v : NULL;
+    return m ? o : NULL;
+}
+
 void *fgr_out(struct fgr_req *q, uint64_t bytes)
 {
     if (bytes > FGR_MAX_BUF) {

@@ -662,3 +662,30 @@ print("destroy", cu.cuEventDestroy_v2(ev), cu.cuStreamDestroy_v2(s), cu.cuCtxSyn
 		t.Errorf("remotely: exit %d\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
 	}
 }
+
+// Module and library options: those whose value is the word itself reach
+// the server's driver (an optimization level it refuses is refused),
+// those pointing into the program stay behind (its log comes back empty,
+// not written into the executor's memory), an unknown one is refused.
+func TestRemoteModuleOptions(t *testing.T) {
+	e := newEnv(t)
+	local := e.run("optclient")
+	if local.code != 0 || !strings.Contains(local.stdout, `log: "simulated GPU: module loaded", 29 bytes`) {
+		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
+	}
+	s := e.serve("unix")
+	got := e.remote(s, "optclient")
+	want := `level 3: CUDA_SUCCESS
+level 9: CUDA_ERROR_INVALID_VALUE
+with a log: CUDA_SUCCESS
+log: "", 0 bytes
+option 999: CUDA_ERROR_NOT_SUPPORTED
+library: CUDA_SUCCESS
+`
+	if got.code != 0 || got.stdout != want {
+		t.Errorf("remotely: exit %d\n%s\nwant\n%s", got.code, got.stdout, want)
+	}
+	if !strings.Contains(got.stderr, "cuModuleLoadDataEx: JIT option 999 cannot be sent") {
+		t.Errorf("the unknown option was not said:\n%s", got.stderr)
+	}
+}

@@ -143,6 +143,10 @@ func TestRemoteAnnotationsRejected(t *testing.T) {
 		"3000 cuD(CUdeviceptr d, size_t n) sync d=dev[n] destroys=d",                         // destroys needs base
 		"3000 cuD(CUdeviceptr d, size_t n) sync d=dev[n] destroys=n",                         // destroys names no handle
 		"3000 cuD(CUstream *s, size_t n) sync s=out owner=n",                                 // owner names no handle
+		"3000 cuO(CUjit_option *o, void **v, unsigned int n) sync o=jitopts v=optvalues",     // options without their count
+		"3000 cuO(CUjit_option *o, void **v, unsigned int n) sync o=jitopts[v] v=optvalues",  // a count that is a pointer
+		"3000 cuO(CUjit_option *o, void **v, unsigned int n) sync o=jitopts[n] v=in[n]",      // values not optvalues
+		"3000 cuO(void **v, CUjit_option *o, unsigned int n) sync o=jitopts[n] v=optvalues",  // values before the options
 	} {
 		p := filepath.Join(t.TempDir(), "remote.api")
 		os.WriteFile(p, []byte(line+"\n"), 0o644)

@@ -108,7 +108,14 @@ type Slot struct {
 }
 
 var remoteKinds = map[string]bool{"in": true, "out": true, "inout": true, "str": true, "image": true,
-	"kparams": true, "launchcfg": true, "null": true, "shadow": true}
+	"kparams": true, "launchcfg": true, "null": true, "shadow": true, "jitopts": true, "libopts": true,
+	"optvalues": true}
+
+// optionKinds are option arrays (jitopts[COUNT], libopts[COUNT]): their
+// values are the next parameter (kind optvalues), COUNT the by-value count,
+// which the executor sets to what it decoded (only options whose value is
+// the word itself travel: remote/options.h).
+var optionKinds = map[string]string{"jitopts": "FGR_OPTS_JIT", "libopts": "FGR_OPTS_LIBRARY"}
 
 // shadowed are the handle kinds a client may name before the server made
 // them: it picks the value (a shadow handle, FGR_SHADOW_TAG in its top
@@ -251,8 +258,14 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 			if m == nil || !remoteKinds[m[1]] {
 				return nil, nil, fmt.Errorf("%s: %s: unknown kind %q", where, re.Name, val)
 			}
-			if m[2] != "" && m[1] != "in" && m[1] != "out" && m[1] != "inout" {
-				return nil, nil, fmt.Errorf("%s: %s: only in, out and inout take a count", where, re.Name)
+			if _, opts := optionKinds[m[1]]; m[2] != "" && m[1] != "in" && m[1] != "out" && m[1] != "inout" && !opts {
+				return nil, nil, fmt.Errorf("%s: %s: only in, out, inout and option arrays take a count", where, re.Name)
+			}
+			if _, opts := optionKinds[m[1]]; opts {
+				next := re.paramAfter(name)
+				if c := re.param(m[2]); m[2] == "" || c == nil || strings.HasSuffix(c.Type, "*") || next == nil {
+					return nil, nil, fmt.Errorf("%s: %s: %s[COUNT] needs a by-value count and its values as the next parameter", where, re.Name, m[1])
+				}
 			}
 			if !strings.HasSuffix(p.Type, "*") {
 				return nil, nil, fmt.Errorf("%s: %s: %s is passed by value and needs no kind", where, re.Name, name)
@@ -269,6 +282,12 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 				}
 				if k := re.Kinds[p.Name]; (k.Name == "in" || k.Name == "out" || k.Name == "inout") && pointee(p.Type) == "void" && k.Count == "" {
 					return nil, nil, fmt.Errorf("%s: %s: %s points to void: give its size in bytes", where, re.Name, p.Name)
+				}
+				if k := re.Kinds[p.Name]; k.Name == "optvalues" && (re.paramBefore(p.Name) == nil || optionKinds[re.Kinds[re.paramBefore(p.Name).Name].Name] == "") {
+					return nil, nil, fmt.Errorf("%s: %s: %s=optvalues must follow an option array", where, re.Name, p.Name)
+				}
+				if k := re.Kinds[p.Name]; optionKinds[k.Name] != "" && re.Kinds[re.paramAfter(p.Name).Name].Name != "optvalues" {
+					return nil, nil, fmt.Errorf("%s: %s: the values of %s need optvalues", where, re.Name, p.Name)
 				}
 				if k := re.Kinds[p.Name]; k.Name == "kparams" && re.param("f") == nil {
 					return nil, nil, fmt.Errorf("%s: %s: kparams needs a function parameter f", where, re.Name)
@@ -527,6 +546,25 @@ func (r *RemoteEntry) param(name string) *Param {
 	return nil
 }
 
+// paramAfter and paramBefore are the parameters next to name, or nil.
+func (r *RemoteEntry) paramAfter(name string) *Param {
+	for i := 0; i+1 < len(r.Params); i++ {
+		if r.Params[i].Name == name {
+			return &r.Params[i+1]
+		}
+	}
+	return nil
+}
+
+func (r *RemoteEntry) paramBefore(name string) *Param {
+	for i := 1; i < len(r.Params); i++ {
+		if r.Params[i].Name == name {
+			return &r.Params[i-1]
+		}
+	}
+	return nil
+}
+
 // Forwarded reports whether the entry has an operation on the wire.
 func (r RemoteEntry) Forwarded() bool {
 	return r.Disp == DispSync || r.Disp == DispWrap || r.Disp == DispQueue
@@ -734,6 +772,9 @@ func clientStub(b *strings.Builder, e RemoteEntry, decl string) {
 			if k.Count != "" {
 				fmt.Fprintf(b, "    if (n_%s > FGR_MAX_BUF)\n        return fgr_unsupported(-1, \"%s\", \"a buffer over the frame limit\");\n", p.Name, name)
 			}
+		case "jitopts", "libopts":
+			fmt.Fprintf(b, "    if ((fgr_r = fgr_opts_check(%s, %s, %s, %s, \"%s\")) != CUDA_SUCCESS)\n        return fgr_r;\n",
+				optionKinds[k.Name], p.Name, e.paramAfter(p.Name).Name, k.Count, name)
 		case "kparams":
 			fmt.Fprintf(b, "    struct fgr_kparams fgr_kp;\n    if ((fgr_r = fgr_kparams_layout(f, %s, &fgr_kp)) != CUDA_SUCCESS)\n        return fgr_r;\n", p.Name)
 		case "shadow":
@@ -765,6 +806,8 @@ func clientStub(b *strings.Builder, e RemoteEntry, decl string) {
 			fmt.Fprintf(b, "    fgr_put_kparams(&fgr_c.w, &fgr_kp, %s);\n", p.Name)
 		case "launchcfg":
 			fmt.Fprintf(b, "    fgr_put_launchcfg(&fgr_c.w, %s);\n", p.Name)
+		case "jitopts", "libopts":
+			fmt.Fprintf(b, "    fgr_put_opts(&fgr_c.w, %s, %s, %s, %s);\n", optionKinds[k.Name], p.Name, e.paramAfter(p.Name).Name, k.Count)
 		case "shadow":
 			// The handle is ours to name: the server makes it when the call comes.
 			fmt.Fprintf(b, "    *%s = (%s)(uintptr_t)fgr_shadow_new();\n    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)*%s);\n", p.Name, pointee(p.Type), p.Name)
@@ -954,6 +997,9 @@ func emitRemoteServer(entries []RemoteEntry, tables []*Table) string {
 				fmt.Fprintf(&b, "    void **%s = fgr_get_kparams(rd, q);\n", p.Name)
 			case "launchcfg":
 				fmt.Fprintf(&b, "    CUlaunchConfig *%s = fgr_get_launchcfg(rd, q);\n", p.Name)
+			case "jitopts", "libopts":
+				v := e.paramAfter(p.Name).Name
+				fmt.Fprintf(&b, "    void **%s = NULL;\n    %s *%s = fgr_get_opts(rd, q, %s, &%s, &%s);\n", v, pointee(p.Type), p.Name, optionKinds[k.Name], v, k.Count)
 			case "null":
 				fmt.Fprintf(&b, "    %s = NULL;\n", joinDecl(p.Type, p.Name))
 			}

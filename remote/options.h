@@ -1,0 +1,39 @@
+/* Module and library options over the wire (cuModuleLoadDataEx,
+ * cuLibraryLoadData, cuLinkCreate). An option's value is a word: for most
+ * it is the value itself (an int, a float, an enum), and those travel. For
+ * the others it points into the caller's memory (log buffers and their
+ * sizes, which the driver writes back, the wall time it writes back, symbol
+ * and name tables), which the server's driver would read or write in the
+ * executor's memory instead: the client keeps them back (a log comes back
+ * empty) and the executor refuses any that arrive. An option neither list
+ * knows is refused, so that a new pointer-valued one is never sent. */
+#ifndef FGR_OPTIONS_H
+#define FGR_OPTIONS_H
+
+#include <stdint.h>
+
+#define FGR_OPTS_JIT 0
+#define FGR_OPTS_LIBRARY 1
+#define FGR_MAX_OPTS 64u
+
+enum { FGR_OPT_SEND, FGR_OPT_KEEP, FGR_OPT_UNKNOWN };
+/* The log buffers; each one's size is the next option number. */
+enum { FGR_JIT_INFO_LOG_BUFFER = 3, FGR_JIT_ERROR_LOG_BUFFER = 5 };
+
+/* What becomes of option o of a kind (CUjit_option values from the
+ * driver API reference: 0-1, 7-16, 20-24 and 29-33 are values; 2-6, 17-19
+ * and 25-28 point into the caller). A library's options both concern the
+ * caller's memory: its host function table, and whether the image may be
+ * kept in place (the executor's copy of it is not kept). */
+static inline int fgr_option_fate(int kind, uint64_t o)
+{
+    if (kind == FGR_OPTS_LIBRARY)
+        return o <= 1 ? FGR_OPT_KEEP : FGR_OPT_UNKNOWN;
+    if (o <= 1 || (o >= 7 && o <= 16) || (o >= 20 && o <= 24) || (o >= 29 && o <= 33))
+        return FGR_OPT_SEND;
+    if ((o >= 2 && o <= 6) || (o >= 17 && o <= 19) || (o >= 25 && o <= 28))
+        return FGR_OPT_KEEP;
+    return FGR_OPT_UNKNOWN;
+}
+
+#endif

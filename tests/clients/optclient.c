@@ -1,0 +1,46 @@
+/* Module and library options as a program passes them, one load each:
+ * prints each load's result (and the info log it got back), so that a
+ * test can compare a remote run with a local one. */
+#include "common.h"
+
+#include <stdint.h>
+
+static void load_ex(const char *what, unsigned n, CUjit_option *o, void **v)
+{
+    CUmodule m;
+    CUresult r = cuModuleLoadDataEx(&m, SIM_MODULE, n, o, v);
+    printf("%s: %s\n", what, result_name(r));
+    if (r == CUDA_SUCCESS)
+        CHECK(cuModuleUnload(m));
+}
+
+int main(void)
+{
+    CUcontext ctx;
+    CHECK(cuInit(0));
+    CHECK(cuDevicePrimaryCtxRetain(&ctx, 0));
+    CHECK(cuCtxSetCurrent(ctx));
+    /* CUjit_option numbers: 0 max registers, 3/4 info log and its size,
+     * 7 optimization level, 2 wall time (written back). */
+    CUjit_option level[] = {(CUjit_option)0, (CUjit_option)7};
+    void *good[] = {(void *)32, (void *)3}, *bad[] = {(void *)32, (void *)9};
+    load_ex("level 3", 2, level, good);
+    load_ex("level 9", 2, level, bad);
+    char log[64];
+    memset(log, 'x', sizeof log);
+    CUjit_option logged[] = {(CUjit_option)3, (CUjit_option)4, (CUjit_option)2};
+    void *lv[] = {log, (void *)(uintptr_t)sizeof log, NULL};
+    load_ex("with a log", 3, logged, lv);
+    printf("log: \"%.*s\", %u bytes\n", (int)strnlen(log, sizeof log), log, (unsigned)(uintptr_t)lv[1]);
+    CUjit_option unknown[] = {(CUjit_option)999};
+    void *uv[] = {NULL};
+    load_ex("option 999", 1, unknown, uv);
+    CUlibrary lib;
+    CUlibraryOption lo[] = {(CUlibraryOption)1}; /* binary is preserved */
+    void *lov[] = {(void *)1};
+    CUresult r = cuLibraryLoadData(&lib, SIM_MODULE, level, good, 2, lo, lov, 1);
+    printf("library: %s\n", result_name(r));
+    if (r == CUDA_SUCCESS)
+        CHECK(cuLibraryUnload(lib));
+    return 0;
+}
