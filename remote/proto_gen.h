@@ -161,48 +161,53 @@ enum fgr_op {
     FGR_OP_cuModuleGetGlobal_v2 = 152,
     FGR_OP_cuLibraryGetModule = 153,
     FGR_OP_cuFuncGetParamInfo = 154,
-    FGR_OP_cuFuncGetModule = 155,
-    FGR_OP_cuKernelGetAttribute = 156,
-    FGR_OP_cuKernelSetAttribute = 157,
-    FGR_OP_cuLibraryGetGlobal = 158,
-    FGR_OP_cuLibraryGetKernelCount = 159,
-    FGR_OP_cuLibraryEnumerateKernels = 160,
-    FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessor = 161,
-    FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags = 162,
-    FGR_OP_cuOccupancyAvailableDynamicSMemPerBlock = 163,
-    FGR_OP_cuStreamGetPriority = 164,
-    FGR_OP_cuStreamGetPriority_ptsz = 165,
-    FGR_OP_cuStreamGetFlags = 166,
-    FGR_OP_cuStreamGetFlags_ptsz = 167,
-    FGR_OP_cuStreamGetCtx = 168,
-    FGR_OP_cuStreamGetCtx_ptsz = 169,
-    FGR_OP_cuStreamGetCtx_v2 = 170,
-    FGR_OP_cuStreamGetCtx_v2_ptsz = 171,
-    FGR_OP_cuStreamGetId = 172,
-    FGR_OP_cuStreamGetId_ptsz = 173,
-    FGR_OP_cuStreamCopyAttributes = 174,
-    FGR_OP_cuStreamCopyAttributes_ptsz = 175,
-    FGR_OP_cuStreamAttachMemAsync = 176,
-    FGR_OP_cuStreamAttachMemAsync_ptsz = 177,
-    FGR_OP_cuGraphClone = 178,
-    FGR_OP_cuGraphDestroyNode = 179,
-    FGR_OP_cuGraphAddEmptyNode = 180,
-    FGR_OP_cuGraphAddEventRecordNode = 181,
-    FGR_OP_cuGraphAddEventWaitNode = 182,
-    FGR_OP_cuGraphGetRootNodes = 183,
-    FGR_OP_cuGraphExecGetFlags = 184,
-    FGR_OP_cuGraphAddChildGraphNode = 185,
-    FGR_OP_xt_simA = 186,
-    FGR_OP_xt_simA_1 = 187,
-    FGR_OP_xt_simA_2 = 188,
-    FGR_OP_xt_simA_7 = 189,
-    FGR_OP_xt_simB = 190,
-    FGR_OP_xt_simB_1 = 191,
-    FGR_OP_xt_simB_2 = 192,
-    FGR_NUM_OPS = 193
+    FGR_OP_cuKernelGetParamInfo = 155,
+    FGR_OP_cuFuncGetModule = 156,
+    FGR_OP_cuKernelGetAttribute = 157,
+    FGR_OP_cuKernelSetAttribute = 158,
+    FGR_OP_cuLibraryGetGlobal = 159,
+    FGR_OP_cuLibraryGetKernelCount = 160,
+    FGR_OP_cuLibraryEnumerateKernels = 161,
+    FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessor = 162,
+    FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags = 163,
+    FGR_OP_cuOccupancyAvailableDynamicSMemPerBlock = 164,
+    FGR_OP_cuStreamGetCaptureInfo_v2 = 165,
+    FGR_OP_cuStreamGetCaptureInfo_v2_ptsz = 166,
+    FGR_OP_cuStreamGetCaptureInfo_v3 = 167,
+    FGR_OP_cuStreamGetCaptureInfo_v3_ptsz = 168,
+    FGR_OP_cuStreamGetPriority = 169,
+    FGR_OP_cuStreamGetPriority_ptsz = 170,
+    FGR_OP_cuStreamGetFlags = 171,
+    FGR_OP_cuStreamGetFlags_ptsz = 172,
+    FGR_OP_cuStreamGetCtx = 173,
+    FGR_OP_cuStreamGetCtx_ptsz = 174,
+    FGR_OP_cuStreamGetCtx_v2 = 175,
+    FGR_OP_cuStreamGetCtx_v2_ptsz = 176,
+    FGR_OP_cuStreamGetId = 177,
+    FGR_OP_cuStreamGetId_ptsz = 178,
+    FGR_OP_cuStreamCopyAttributes = 179,
+    FGR_OP_cuStreamCopyAttributes_ptsz = 180,
+    FGR_OP_cuStreamAttachMemAsync = 181,
+    FGR_OP_cuStreamAttachMemAsync_ptsz = 182,
+    FGR_OP_cuGraphClone = 183,
+    FGR_OP_cuGraphDestroyNode = 184,
+    FGR_OP_cuGraphAddEmptyNode = 185,
+    FGR_OP_cuGraphAddEventRecordNode = 186,
+    FGR_OP_cuGraphAddEventWaitNode = 187,
+    FGR_OP_cuGraphGetRootNodes = 188,
+    FGR_OP_cuGraphExecGetFlags = 189,
+    FGR_OP_cuGraphAddChildGraphNode = 190,
+    FGR_OP_xt_simA = 191,
+    FGR_OP_xt_simA_1 = 192,
+    FGR_OP_xt_simA_2 = 193,
+    FGR_OP_xt_simA_7 = 194,
+    FGR_OP_xt_simB = 195,
+    FGR_OP_xt_simB_1 = 196,
+    FGR_OP_xt_simB_2 = 197,
+    FGR_NUM_OPS = 198
 };
 
-#define FGR_OPS_HASH 0xf202f4b7e83caa75ULL
+#define FGR_OPS_HASH 0xaa511a2ff320e205ULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
@@ -231,6 +236,7 @@ CUresult cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t 
 CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name);
 CUresult cuLibraryGetModule(CUmodule *pMod, CUlibrary library);
 CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize);
+CUresult cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t *paramOffset, size_t *paramSize);
 CUresult cuFuncGetModule(CUmodule *hmod, CUfunction hfunc);
 CUresult cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev);
 CUresult cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev);
@@ -240,6 +246,10 @@ CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int numKernels, C
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize);
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags);
 CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize);
+CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out);
+CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out);
+CUresult cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out);
+CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out);
 CUresult cuStreamGetPriority(CUstream hStream, int *priority);
 CUresult cuStreamGetPriority_ptsz(CUstream hStream, int *priority);
 CUresult cuStreamGetFlags(CUstream hStream, unsigned int *flags);

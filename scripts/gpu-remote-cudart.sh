@@ -2,8 +2,10 @@
 # CUDA runtime programs on a real GPU through the remoting client (after
 # make; nvcc 13 needed, Go not): the client's integrity hash against the
 # real driver's answer, then examples/vectoradd built with static and with
-# shared cudart, run natively and through flexgv serve over unix://, shm://
-# and loopback tcp://, each with a time limit; the outputs must be the same.
+# shared cudart, a cuBLAS program (with stream capture) and PyTorch training
+# (scripts/gpu/torch_train.py: losses bit for bit, and its throughput over
+# native), each natively and through flexgv serve over unix://, shm:// and
+# loopback tcp://, with a time limit; the outputs must be the same.
 # A PASS or FAIL line per check; exit status 1 if any failed.
 #     scripts/gpu-remote-cudart.sh [CUDA_HOME]
 set -uo pipefail
@@ -36,30 +38,65 @@ env -u LD_LIBRARY_PATH "$B/bin/flexgv" serve --listen "unix://$tmp/gpu.sock" 2>"
 env -u LD_LIBRARY_PATH "$B/bin/flexgv" serve --listen tcp://127.0.0.1:7072 --open 2>"$tmp/serve-tcp.log" &
 sleep 1
 
-for kind in static shared; do
-    prog=$tmp/vectoradd_$kind
-    # The shared runtime comes from the toolkit, the driver from the path.
+elapsed() { python3 -c "import time; print(f'{time.time() - $1:.2f}')"; }
+# same NAME FILTER CMD...: CMD natively, then remotely over each transport;
+# FILTER (a command over its output) must print the same. A program whose
+# output has "steps_per_s" also gets its remote throughput over native.
+same() {
+    local name=$1 filter=$2 t0 native rc took
+    shift 2
     t0=$(date +%s.%N)
-    if ! LD_LIBRARY_PATH="$CUDA/lib64" timeout "$LIMIT" "$prog" 25 >"$tmp/native.out" 2>&1; then
-        fail "vectoradd-$kind natively: exit $?"
-        cat "$tmp/native.out"
-        continue
+    # The toolkit's runtime libraries from the path, and the driver.
+    if ! LD_LIBRARY_PATH="$CUDA/lib64" timeout "$LIMIT" "$@" >"$tmp/native.out" 2>&1; then
+        fail "$name natively: exit $?"
+        tail -n 20 "$tmp/native.out"
+        return
     fi
-    native=$(python3 -c "import time; print(f'{time.time() - $t0:.2f}')")
+    native=$(elapsed "$t0")
     for addr in "unix://$tmp/gpu.sock" "shm://$tmp/gpu.sock" tcp://127.0.0.1:7072; do
-        name="vectoradd-$kind over ${addr%%://*}://"
+        local label="$name over ${addr%%://*}://"
         t0=$(date +%s.%N)
-        FLEXGV_REMOTE=$addr LD_LIBRARY_PATH="$B/remote:$CUDA/lib64" timeout "$LIMIT" "$prog" 25 >"$tmp/remote.out" 2>&1
+        FLEXGV_REMOTE=$addr LD_LIBRARY_PATH="$B/remote:$CUDA/lib64" timeout "$LIMIT" "$@" >"$tmp/remote.out" 2>&1
         rc=$?
-        took=$(python3 -c "import time; print(f'{time.time() - $t0:.2f}')")
-        if [ $rc = 0 ] && cmp -s "$tmp/native.out" "$tmp/remote.out"; then
-            pass "$name: the same output as natively (whole run ${took} s, natively ${native} s)"
+        took=$(elapsed "$t0")
+        if [ $rc = 0 ] && cmp -s <($filter "$tmp/native.out") <($filter "$tmp/remote.out"); then
+            pass "$label: the same output as natively (whole run ${took} s, natively ${native} s)$(rate)"
         else
-            fail "$name: exit $rc (124: over ${LIMIT}s)"
-            diff "$tmp/native.out" "$tmp/remote.out" | head -20
-            tail -n 5 "$tmp"/serve-*.log
+            fail "$label: exit $rc (124: over ${LIMIT}s)"
+            diff <($filter "$tmp/native.out") <($filter "$tmp/remote.out") | cut -c1-200 | head -8
+            echo "its last lines:"
+            tail -n 8 "$tmp/remote.out" | cut -c1-300
+            tail -n 3 "$tmp"/serve-*.log
         fi
     done
-done
+}
+# Throughput remote / native, from the programs' JSON lines.
+rate() {
+    python3 - "$tmp/native.out" "$tmp/remote.out" <<'PY' 2>/dev/null
+import json, sys
+def sps(f):
+    for line in open(f):
+        if line.startswith("{"):
+            return json.loads(line)["steps_per_s"]
+n, r = sps(sys.argv[1]), sps(sys.argv[2])
+print(f"; {r:.1f} steps/s against {n:.1f} natively: {r / n:.3f}", end="")
+PY
+}
+# What must match: everything, or a training run's losses (bit for bit).
+whole() { cat "$1"; }
+losses() { python3 -c 'import json,sys; print([json.loads(l)["losses"] for l in open(sys.argv[1]) if l.startswith("{")])' "$1"; }
+
+same vectoradd-static whole "$tmp/vectoradd_static" 25
+same vectoradd-shared whole "$tmp/vectoradd_shared" 25
+if "$CUDA/bin/nvcc" -O2 -o "$tmp/cublas_capture" scripts/gpu/cublas_capture.cu -lcublas; then
+    same cublas whole "$tmp/cublas_capture"
+else
+    fail "cublas: nvcc build"
+fi
+if python3 -c 'import torch' 2>/dev/null; then
+    same torch-train losses python3 scripts/gpu/torch_train.py 300 20
+else
+    echo "SKIP torch-train: no PyTorch here"
+fi
 [ $failed = 0 ] && echo "PASS remote cudart: all checks" || echo "FAIL remote cudart: see the FAIL lines above"
 exit $failed

@@ -254,6 +254,11 @@ SIM_EXPORT CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_
     return CUDA_SUCCESS;
 }
 
+SIM_EXPORT CUresult cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
+{
+    return cuFuncGetParamInfo((CUfunction)kernel, paramIndex, paramOffset, paramSize);
+}
+
 /* ---- streams ---- */
 
 static __thread struct sim_stream per_thread_stream;

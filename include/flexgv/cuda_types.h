@@ -40,6 +40,7 @@ typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef struct CUctxCreateParams_st CUctxCreateParams;
 typedef struct CUlaunchAttribute_st CUlaunchAttribute;
 typedef struct CUmemAccessDesc_st CUmemAccessDesc;
+typedef struct CUgraphEdgeData_st CUgraphEdgeData;
 typedef void (*CUhostFn)(void *userData);
 
 #define CU_STREAM_LEGACY ((CUstream)0x1)

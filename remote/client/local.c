@@ -453,9 +453,14 @@ CUresult fgr_kparams_layout(CUfunction f, void **params, struct fgr_kparams *kp)
     pthread_mutex_unlock(&layout_lock);
     /* Not under the lock: each query is a call to the server. */
     uint32_t *size = NULL, total = 0, n = 0;
+    int kernel = 0; /* a library's kernel stands in for a function (CUDA 12+ runtimes launch those) */
     for (;; n++) {
         size_t off, sz;
-        CUresult r = cuFuncGetParamInfo(f, n, &off, &sz);
+        CUresult r = kernel ? cuKernelGetParamInfo((CUkernel)f, n, &off, &sz) : cuFuncGetParamInfo(f, n, &off, &sz);
+        if (r == CUDA_ERROR_INVALID_HANDLE && n == 0 && !kernel) {
+            kernel = 1;
+            r = cuKernelGetParamInfo((CUkernel)f, n, &off, &sz);
+        }
         if (r == CUDA_ERROR_INVALID_VALUE)
             break;
         if (r == CUDA_ERROR_NOT_SUPPORTED) {

@@ -2388,6 +2388,25 @@ FGR_EXPORT CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
+{
+    CUresult fgr_r;
+    uint64_t n_paramOffset = paramOffset ? sizeof(size_t) : 0;
+    uint64_t n_paramSize = paramSize ? sizeof(size_t) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuKernelGetParamInfo, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)kernel);
+    fgr_put_u64(&fgr_c.w, (uint64_t)paramIndex);
+    fgr_put_u8(&fgr_c.w, paramOffset != NULL);
+    fgr_put_u8(&fgr_c.w, paramSize != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, paramOffset, n_paramOffset, 0);
+    fgr_get_out(&fgr_c, paramSize, n_paramSize, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuFuncGetModule(CUmodule *hmod, CUfunction hfunc)
 {
     CUresult fgr_r;
@@ -2536,6 +2555,110 @@ FGR_EXPORT CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemS
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, dynamicSmemSize, n_dynamicSmemSize, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out)
+{
+    CUresult fgr_r;
+    uint64_t n_captureStatus_out = captureStatus_out ? sizeof(CUstreamCaptureStatus) : 0;
+    uint64_t n_id_out = id_out ? sizeof(cuuint64_t) : 0;
+    if (graph_out != NULL)
+        return fgr_unsupported(-1, "cuStreamGetCaptureInfo_v2", "graph_out");
+    if (dependencies_out != NULL)
+        return fgr_unsupported(-1, "cuStreamGetCaptureInfo_v2", "dependencies_out");
+    uint64_t n_numDependencies_out = numDependencies_out ? sizeof(size_t) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetCaptureInfo_v2, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u8(&fgr_c.w, captureStatus_out != NULL);
+    fgr_put_u8(&fgr_c.w, id_out != NULL);
+    fgr_put_u8(&fgr_c.w, numDependencies_out != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, captureStatus_out, n_captureStatus_out, 0);
+    fgr_get_out(&fgr_c, id_out, n_id_out, 0);
+    fgr_get_out(&fgr_c, numDependencies_out, n_numDependencies_out, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out)
+{
+    CUresult fgr_r;
+    uint64_t n_captureStatus_out = captureStatus_out ? sizeof(CUstreamCaptureStatus) : 0;
+    uint64_t n_id_out = id_out ? sizeof(cuuint64_t) : 0;
+    if (graph_out != NULL)
+        return fgr_unsupported(-1, "cuStreamGetCaptureInfo_v2_ptsz", "graph_out");
+    if (dependencies_out != NULL)
+        return fgr_unsupported(-1, "cuStreamGetCaptureInfo_v2_ptsz", "dependencies_out");
+    uint64_t n_numDependencies_out = numDependencies_out ? sizeof(size_t) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetCaptureInfo_v2_ptsz, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u8(&fgr_c.w, captureStatus_out != NULL);
+    fgr_put_u8(&fgr_c.w, id_out != NULL);
+    fgr_put_u8(&fgr_c.w, numDependencies_out != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, captureStatus_out, n_captureStatus_out, 0);
+    fgr_get_out(&fgr_c, id_out, n_id_out, 0);
+    fgr_get_out(&fgr_c, numDependencies_out, n_numDependencies_out, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out)
+{
+    CUresult fgr_r;
+    uint64_t n_captureStatus_out = captureStatus_out ? sizeof(CUstreamCaptureStatus) : 0;
+    uint64_t n_id_out = id_out ? sizeof(cuuint64_t) : 0;
+    if (graph_out != NULL)
+        return fgr_unsupported(-1, "cuStreamGetCaptureInfo_v3", "graph_out");
+    if (dependencies_out != NULL)
+        return fgr_unsupported(-1, "cuStreamGetCaptureInfo_v3", "dependencies_out");
+    if (edgeData_out != NULL)
+        return fgr_unsupported(-1, "cuStreamGetCaptureInfo_v3", "edgeData_out");
+    uint64_t n_numDependencies_out = numDependencies_out ? sizeof(size_t) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetCaptureInfo_v3, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u8(&fgr_c.w, captureStatus_out != NULL);
+    fgr_put_u8(&fgr_c.w, id_out != NULL);
+    fgr_put_u8(&fgr_c.w, numDependencies_out != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, captureStatus_out, n_captureStatus_out, 0);
+    fgr_get_out(&fgr_c, id_out, n_id_out, 0);
+    fgr_get_out(&fgr_c, numDependencies_out, n_numDependencies_out, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out)
+{
+    CUresult fgr_r;
+    uint64_t n_captureStatus_out = captureStatus_out ? sizeof(CUstreamCaptureStatus) : 0;
+    uint64_t n_id_out = id_out ? sizeof(cuuint64_t) : 0;
+    if (graph_out != NULL)
+        return fgr_unsupported(-1, "cuStreamGetCaptureInfo_v3_ptsz", "graph_out");
+    if (dependencies_out != NULL)
+        return fgr_unsupported(-1, "cuStreamGetCaptureInfo_v3_ptsz", "dependencies_out");
+    if (edgeData_out != NULL)
+        return fgr_unsupported(-1, "cuStreamGetCaptureInfo_v3_ptsz", "edgeData_out");
+    uint64_t n_numDependencies_out = numDependencies_out ? sizeof(size_t) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetCaptureInfo_v3_ptsz, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u8(&fgr_c.w, captureStatus_out != NULL);
+    fgr_put_u8(&fgr_c.w, id_out != NULL);
+    fgr_put_u8(&fgr_c.w, numDependencies_out != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, captureStatus_out, n_captureStatus_out, 0);
+    fgr_get_out(&fgr_c, id_out, n_id_out, 0);
+    fgr_get_out(&fgr_c, numDependencies_out, n_numDependencies_out, 0);
     return fgr_end(&fgr_c);
 }
 
@@ -3078,6 +3201,7 @@ const struct fg_proc fgr_procs[] = {
     {"cuModuleGetGlobal", "cuModuleGetGlobal_v2", 3020, 0, (void *)cuModuleGetGlobal_v2},
     {"cuLibraryGetModule", "cuLibraryGetModule", 12000, 0, (void *)cuLibraryGetModule},
     {"cuFuncGetParamInfo", "cuFuncGetParamInfo", 12040, 0, (void *)cuFuncGetParamInfo},
+    {"cuKernelGetParamInfo", "cuKernelGetParamInfo", 12040, 0, (void *)cuKernelGetParamInfo},
     {"cuFuncGetModule", "cuFuncGetModule", 11000, 0, (void *)cuFuncGetModule},
     {"cuKernelGetAttribute", "cuKernelGetAttribute", 12000, 0, (void *)cuKernelGetAttribute},
     {"cuKernelSetAttribute", "cuKernelSetAttribute", 12000, 0, (void *)cuKernelSetAttribute},
@@ -3087,6 +3211,10 @@ const struct fg_proc fgr_procs[] = {
     {"cuOccupancyMaxActiveBlocksPerMultiprocessor", "cuOccupancyMaxActiveBlocksPerMultiprocessor", 6050, 0, (void *)cuOccupancyMaxActiveBlocksPerMultiprocessor},
     {"cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", 7000, 0, (void *)cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags},
     {"cuOccupancyAvailableDynamicSMemPerBlock", "cuOccupancyAvailableDynamicSMemPerBlock", 10020, 0, (void *)cuOccupancyAvailableDynamicSMemPerBlock},
+    {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v2", 11030, 0, (void *)cuStreamGetCaptureInfo_v2},
+    {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v2_ptsz", 11030, 1, (void *)cuStreamGetCaptureInfo_v2_ptsz},
+    {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v3", 12030, 0, (void *)cuStreamGetCaptureInfo_v3},
+    {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v3_ptsz", 12030, 1, (void *)cuStreamGetCaptureInfo_v3_ptsz},
     {"cuStreamGetPriority", "cuStreamGetPriority", 5050, 0, (void *)cuStreamGetPriority},
     {"cuStreamGetPriority", "cuStreamGetPriority_ptsz", 7000, 1, (void *)cuStreamGetPriority_ptsz},
     {"cuStreamGetFlags", "cuStreamGetFlags", 5050, 0, (void *)cuStreamGetFlags},

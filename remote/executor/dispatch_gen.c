@@ -155,6 +155,7 @@ typedef CUresult (*pfn_cuMemsetD16Async_ptsz)(CUdeviceptr dstDevice, unsigned sh
 typedef CUresult (*pfn_cuModuleGetGlobal_v2)(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name);
 typedef CUresult (*pfn_cuLibraryGetModule)(CUmodule *pMod, CUlibrary library);
 typedef CUresult (*pfn_cuFuncGetParamInfo)(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize);
+typedef CUresult (*pfn_cuKernelGetParamInfo)(CUkernel kernel, size_t paramIndex, size_t *paramOffset, size_t *paramSize);
 typedef CUresult (*pfn_cuFuncGetModule)(CUmodule *hmod, CUfunction hfunc);
 typedef CUresult (*pfn_cuKernelGetAttribute)(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev);
 typedef CUresult (*pfn_cuKernelSetAttribute)(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev);
@@ -164,6 +165,10 @@ typedef CUresult (*pfn_cuLibraryEnumerateKernels)(CUkernel *kernels, unsigned in
 typedef CUresult (*pfn_cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize);
 typedef CUresult (*pfn_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags)(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags);
 typedef CUresult (*pfn_cuOccupancyAvailableDynamicSMemPerBlock)(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize);
+typedef CUresult (*pfn_cuStreamGetCaptureInfo_v2)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out);
+typedef CUresult (*pfn_cuStreamGetCaptureInfo_v2_ptsz)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out);
+typedef CUresult (*pfn_cuStreamGetCaptureInfo_v3)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out);
+typedef CUresult (*pfn_cuStreamGetCaptureInfo_v3_ptsz)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out);
 typedef CUresult (*pfn_cuStreamGetPriority)(CUstream hStream, int *priority);
 typedef CUresult (*pfn_cuStreamGetPriority_ptsz)(CUstream hStream, int *priority);
 typedef CUresult (*pfn_cuStreamGetFlags)(CUstream hStream, unsigned int *flags);
@@ -3087,6 +3092,31 @@ static CUresult op_cuFuncGetParamInfo(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_cuKernelGetParamInfo(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUkernel kernel = (CUkernel)(uintptr_t)fgr_get_u64(rd);
+    size_t paramIndex = (size_t)fgr_get_u64(rd);
+    int has_paramOffset = fgr_get_u8(rd);
+    int has_paramSize = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    size_t *paramOffset = NULL;
+    if (has_paramOffset && !(paramOffset = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    size_t *paramSize = NULL;
+    if (has_paramSize && !(paramSize = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUkernel, (uint64_t)(uintptr_t)kernel)))
+        fgr_r = fgr_refuse("cuKernelGetParamInfo", "kernel", (uint64_t)(uintptr_t)kernel, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuKernelGetParamInfo)fgr_real[FGR_OP_cuKernelGetParamInfo])(kernel, paramIndex, paramOffset, paramSize);
+    fgr_reply_out(q, paramOffset, sizeof(size_t), 0, fgr_r);
+    fgr_reply_out(q, paramSize, sizeof(size_t), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_cuFuncGetModule(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -3281,6 +3311,132 @@ static CUresult op_cuOccupancyAvailableDynamicSMemPerBlock(struct fgr_rd *rd, st
     else
         fgr_r = ((pfn_cuOccupancyAvailableDynamicSMemPerBlock)fgr_real[FGR_OP_cuOccupancyAvailableDynamicSMemPerBlock])(dynamicSmemSize, func, numBlocks, blockSize);
     fgr_reply_out(q, dynamicSmemSize, sizeof(size_t), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamGetCaptureInfo_v2(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    int has_captureStatus_out = fgr_get_u8(rd);
+    int has_id_out = fgr_get_u8(rd);
+    CUgraph *graph_out = NULL;
+    const CUgraphNode **dependencies_out = NULL;
+    int has_numDependencies_out = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUstreamCaptureStatus *captureStatus_out = NULL;
+    if (has_captureStatus_out && !(captureStatus_out = fgr_out(q, sizeof(CUstreamCaptureStatus))))
+        return fgr_out_failed(q);
+    cuuint64_t *id_out = NULL;
+    if (has_id_out && !(id_out = fgr_out(q, sizeof(cuuint64_t))))
+        return fgr_out_failed(q);
+    size_t *numDependencies_out = NULL;
+    if (has_numDependencies_out && !(numDependencies_out = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamGetCaptureInfo_v2", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamGetCaptureInfo_v2)fgr_real[FGR_OP_cuStreamGetCaptureInfo_v2])(hStream, captureStatus_out, id_out, graph_out, dependencies_out, numDependencies_out);
+    fgr_reply_out(q, captureStatus_out, sizeof(CUstreamCaptureStatus), 0, fgr_r);
+    fgr_reply_out(q, id_out, sizeof(cuuint64_t), 0, fgr_r);
+    fgr_reply_out(q, numDependencies_out, sizeof(size_t), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamGetCaptureInfo_v2_ptsz(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    int has_captureStatus_out = fgr_get_u8(rd);
+    int has_id_out = fgr_get_u8(rd);
+    CUgraph *graph_out = NULL;
+    const CUgraphNode **dependencies_out = NULL;
+    int has_numDependencies_out = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUstreamCaptureStatus *captureStatus_out = NULL;
+    if (has_captureStatus_out && !(captureStatus_out = fgr_out(q, sizeof(CUstreamCaptureStatus))))
+        return fgr_out_failed(q);
+    cuuint64_t *id_out = NULL;
+    if (has_id_out && !(id_out = fgr_out(q, sizeof(cuuint64_t))))
+        return fgr_out_failed(q);
+    size_t *numDependencies_out = NULL;
+    if (has_numDependencies_out && !(numDependencies_out = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamGetCaptureInfo_v2_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamGetCaptureInfo_v2_ptsz)fgr_real[FGR_OP_cuStreamGetCaptureInfo_v2_ptsz])(hStream, captureStatus_out, id_out, graph_out, dependencies_out, numDependencies_out);
+    fgr_reply_out(q, captureStatus_out, sizeof(CUstreamCaptureStatus), 0, fgr_r);
+    fgr_reply_out(q, id_out, sizeof(cuuint64_t), 0, fgr_r);
+    fgr_reply_out(q, numDependencies_out, sizeof(size_t), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamGetCaptureInfo_v3(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    int has_captureStatus_out = fgr_get_u8(rd);
+    int has_id_out = fgr_get_u8(rd);
+    CUgraph *graph_out = NULL;
+    const CUgraphNode **dependencies_out = NULL;
+    const CUgraphEdgeData **edgeData_out = NULL;
+    int has_numDependencies_out = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUstreamCaptureStatus *captureStatus_out = NULL;
+    if (has_captureStatus_out && !(captureStatus_out = fgr_out(q, sizeof(CUstreamCaptureStatus))))
+        return fgr_out_failed(q);
+    cuuint64_t *id_out = NULL;
+    if (has_id_out && !(id_out = fgr_out(q, sizeof(cuuint64_t))))
+        return fgr_out_failed(q);
+    size_t *numDependencies_out = NULL;
+    if (has_numDependencies_out && !(numDependencies_out = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamGetCaptureInfo_v3", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamGetCaptureInfo_v3)fgr_real[FGR_OP_cuStreamGetCaptureInfo_v3])(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
+    fgr_reply_out(q, captureStatus_out, sizeof(CUstreamCaptureStatus), 0, fgr_r);
+    fgr_reply_out(q, id_out, sizeof(cuuint64_t), 0, fgr_r);
+    fgr_reply_out(q, numDependencies_out, sizeof(size_t), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamGetCaptureInfo_v3_ptsz(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    int has_captureStatus_out = fgr_get_u8(rd);
+    int has_id_out = fgr_get_u8(rd);
+    CUgraph *graph_out = NULL;
+    const CUgraphNode **dependencies_out = NULL;
+    const CUgraphEdgeData **edgeData_out = NULL;
+    int has_numDependencies_out = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUstreamCaptureStatus *captureStatus_out = NULL;
+    if (has_captureStatus_out && !(captureStatus_out = fgr_out(q, sizeof(CUstreamCaptureStatus))))
+        return fgr_out_failed(q);
+    cuuint64_t *id_out = NULL;
+    if (has_id_out && !(id_out = fgr_out(q, sizeof(cuuint64_t))))
+        return fgr_out_failed(q);
+    size_t *numDependencies_out = NULL;
+    if (has_numDependencies_out && !(numDependencies_out = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamGetCaptureInfo_v3_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamGetCaptureInfo_v3_ptsz)fgr_real[FGR_OP_cuStreamGetCaptureInfo_v3_ptsz])(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
+    fgr_reply_out(q, captureStatus_out, sizeof(CUstreamCaptureStatus), 0, fgr_r);
+    fgr_reply_out(q, id_out, sizeof(cuuint64_t), 0, fgr_r);
+    fgr_reply_out(q, numDependencies_out, sizeof(size_t), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4031,6 +4187,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuModuleGetGlobal_v2] = {"cuModuleGetGlobal_v2", op_cuModuleGetGlobal_v2, 0},
     [FGR_OP_cuLibraryGetModule] = {"cuLibraryGetModule", op_cuLibraryGetModule, 0},
     [FGR_OP_cuFuncGetParamInfo] = {"cuFuncGetParamInfo", op_cuFuncGetParamInfo, 0},
+    [FGR_OP_cuKernelGetParamInfo] = {"cuKernelGetParamInfo", op_cuKernelGetParamInfo, 0},
     [FGR_OP_cuFuncGetModule] = {"cuFuncGetModule", op_cuFuncGetModule, 0},
     [FGR_OP_cuKernelGetAttribute] = {"cuKernelGetAttribute", op_cuKernelGetAttribute, 0},
     [FGR_OP_cuKernelSetAttribute] = {"cuKernelSetAttribute", op_cuKernelSetAttribute, 0},
@@ -4040,6 +4197,10 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessor] = {"cuOccupancyMaxActiveBlocksPerMultiprocessor", op_cuOccupancyMaxActiveBlocksPerMultiprocessor, 0},
     [FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags] = {"cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", op_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, 0},
     [FGR_OP_cuOccupancyAvailableDynamicSMemPerBlock] = {"cuOccupancyAvailableDynamicSMemPerBlock", op_cuOccupancyAvailableDynamicSMemPerBlock, 0},
+    [FGR_OP_cuStreamGetCaptureInfo_v2] = {"cuStreamGetCaptureInfo_v2", op_cuStreamGetCaptureInfo_v2, 0},
+    [FGR_OP_cuStreamGetCaptureInfo_v2_ptsz] = {"cuStreamGetCaptureInfo_v2_ptsz", op_cuStreamGetCaptureInfo_v2_ptsz, 0},
+    [FGR_OP_cuStreamGetCaptureInfo_v3] = {"cuStreamGetCaptureInfo_v3", op_cuStreamGetCaptureInfo_v3, 0},
+    [FGR_OP_cuStreamGetCaptureInfo_v3_ptsz] = {"cuStreamGetCaptureInfo_v3_ptsz", op_cuStreamGetCaptureInfo_v3_ptsz, 0},
     [FGR_OP_cuStreamGetPriority] = {"cuStreamGetPriority", op_cuStreamGetPriority, 0},
     [FGR_OP_cuStreamGetPriority_ptsz] = {"cuStreamGetPriority_ptsz", op_cuStreamGetPriority_ptsz, 0},
     [FGR_OP_cuStreamGetFlags] = {"cuStreamGetFlags", op_cuStreamGetFlags, 0},

@@ -58,6 +58,8 @@ typedef CUresult (CUDAAPI *fg_sig_cuLibraryGetModule)(CUmodule *pMod, CUlibrary 
 SAME(fg_sig_cuLibraryGetModule, PFN_cuLibraryGetModule_v12000);
 typedef CUresult (CUDAAPI *fg_sig_cuFuncGetParamInfo)(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize);
 SAME(fg_sig_cuFuncGetParamInfo, PFN_cuFuncGetParamInfo_v12040);
+typedef CUresult (CUDAAPI *fg_sig_cuKernelGetParamInfo)(CUkernel kernel, size_t paramIndex, size_t *paramOffset, size_t *paramSize);
+SAME(fg_sig_cuKernelGetParamInfo, PFN_cuKernelGetParamInfo_v12040);
 typedef CUresult (CUDAAPI *fg_sig_cuFuncGetModule)(CUmodule *hmod, CUfunction hfunc);
 SAME(fg_sig_cuFuncGetModule, PFN_cuFuncGetModule_v11000);
 typedef CUresult (CUDAAPI *fg_sig_cuKernelGetAttribute)(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev);
@@ -76,6 +78,14 @@ typedef CUresult (CUDAAPI *fg_sig_cuOccupancyMaxActiveBlocksPerMultiprocessorWit
 SAME(fg_sig_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, PFN_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_v7000);
 typedef CUresult (CUDAAPI *fg_sig_cuOccupancyAvailableDynamicSMemPerBlock)(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize);
 SAME(fg_sig_cuOccupancyAvailableDynamicSMemPerBlock, PFN_cuOccupancyAvailableDynamicSMemPerBlock_v10020);
+typedef CUresult (CUDAAPI *fg_sig_cuStreamGetCaptureInfo_v2)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out);
+SAME(fg_sig_cuStreamGetCaptureInfo_v2, PFN_cuStreamGetCaptureInfo_v11030);
+typedef CUresult (CUDAAPI *fg_sig_cuStreamGetCaptureInfo_v2_ptsz)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out);
+SAME(fg_sig_cuStreamGetCaptureInfo_v2_ptsz, PFN_cuStreamGetCaptureInfo_v11030_ptsz);
+typedef CUresult (CUDAAPI *fg_sig_cuStreamGetCaptureInfo_v3)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out);
+SAME(fg_sig_cuStreamGetCaptureInfo_v3, PFN_cuStreamGetCaptureInfo_v12030);
+typedef CUresult (CUDAAPI *fg_sig_cuStreamGetCaptureInfo_v3_ptsz)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out);
+SAME(fg_sig_cuStreamGetCaptureInfo_v3_ptsz, PFN_cuStreamGetCaptureInfo_v12030_ptsz);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamGetPriority)(CUstream hStream, int *priority);
 SAME(fg_sig_cuStreamGetPriority, PFN_cuStreamGetPriority_v5050);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamGetPriority_ptsz)(CUstream hStream, int *priority);
