@@ -171,43 +171,44 @@ enum fgr_op {
     FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessor = 162,
     FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags = 163,
     FGR_OP_cuOccupancyAvailableDynamicSMemPerBlock = 164,
-    FGR_OP_cuStreamGetCaptureInfo_v2 = 165,
-    FGR_OP_cuStreamGetCaptureInfo_v2_ptsz = 166,
-    FGR_OP_cuStreamGetCaptureInfo_v3 = 167,
-    FGR_OP_cuStreamGetCaptureInfo_v3_ptsz = 168,
-    FGR_OP_cuStreamGetPriority = 169,
-    FGR_OP_cuStreamGetPriority_ptsz = 170,
-    FGR_OP_cuStreamGetFlags = 171,
-    FGR_OP_cuStreamGetFlags_ptsz = 172,
-    FGR_OP_cuStreamGetCtx = 173,
-    FGR_OP_cuStreamGetCtx_ptsz = 174,
-    FGR_OP_cuStreamGetCtx_v2 = 175,
-    FGR_OP_cuStreamGetCtx_v2_ptsz = 176,
-    FGR_OP_cuStreamGetId = 177,
-    FGR_OP_cuStreamGetId_ptsz = 178,
-    FGR_OP_cuStreamCopyAttributes = 179,
-    FGR_OP_cuStreamCopyAttributes_ptsz = 180,
-    FGR_OP_cuStreamAttachMemAsync = 181,
-    FGR_OP_cuStreamAttachMemAsync_ptsz = 182,
-    FGR_OP_cuGraphClone = 183,
-    FGR_OP_cuGraphDestroyNode = 184,
-    FGR_OP_cuGraphAddEmptyNode = 185,
-    FGR_OP_cuGraphAddEventRecordNode = 186,
-    FGR_OP_cuGraphAddEventWaitNode = 187,
-    FGR_OP_cuGraphGetRootNodes = 188,
-    FGR_OP_cuGraphExecGetFlags = 189,
-    FGR_OP_cuGraphAddChildGraphNode = 190,
-    FGR_OP_xt_simA = 191,
-    FGR_OP_xt_simA_1 = 192,
-    FGR_OP_xt_simA_2 = 193,
-    FGR_OP_xt_simA_7 = 194,
-    FGR_OP_xt_simB = 195,
-    FGR_OP_xt_simB_1 = 196,
-    FGR_OP_xt_simB_2 = 197,
-    FGR_NUM_OPS = 198
+    FGR_OP_cuCtxGetLimit = 165,
+    FGR_OP_cuStreamGetCaptureInfo_v2 = 166,
+    FGR_OP_cuStreamGetCaptureInfo_v2_ptsz = 167,
+    FGR_OP_cuStreamGetCaptureInfo_v3 = 168,
+    FGR_OP_cuStreamGetCaptureInfo_v3_ptsz = 169,
+    FGR_OP_cuStreamGetPriority = 170,
+    FGR_OP_cuStreamGetPriority_ptsz = 171,
+    FGR_OP_cuStreamGetFlags = 172,
+    FGR_OP_cuStreamGetFlags_ptsz = 173,
+    FGR_OP_cuStreamGetCtx = 174,
+    FGR_OP_cuStreamGetCtx_ptsz = 175,
+    FGR_OP_cuStreamGetCtx_v2 = 176,
+    FGR_OP_cuStreamGetCtx_v2_ptsz = 177,
+    FGR_OP_cuStreamGetId = 178,
+    FGR_OP_cuStreamGetId_ptsz = 179,
+    FGR_OP_cuStreamCopyAttributes = 180,
+    FGR_OP_cuStreamCopyAttributes_ptsz = 181,
+    FGR_OP_cuStreamAttachMemAsync = 182,
+    FGR_OP_cuStreamAttachMemAsync_ptsz = 183,
+    FGR_OP_cuGraphClone = 184,
+    FGR_OP_cuGraphDestroyNode = 185,
+    FGR_OP_cuGraphAddEmptyNode = 186,
+    FGR_OP_cuGraphAddEventRecordNode = 187,
+    FGR_OP_cuGraphAddEventWaitNode = 188,
+    FGR_OP_cuGraphGetRootNodes = 189,
+    FGR_OP_cuGraphExecGetFlags = 190,
+    FGR_OP_cuGraphAddChildGraphNode = 191,
+    FGR_OP_xt_simA = 192,
+    FGR_OP_xt_simA_1 = 193,
+    FGR_OP_xt_simA_2 = 194,
+    FGR_OP_xt_simA_7 = 195,
+    FGR_OP_xt_simB = 196,
+    FGR_OP_xt_simB_1 = 197,
+    FGR_OP_xt_simB_2 = 198,
+    FGR_NUM_OPS = 199
 };
 
-#define FGR_OPS_HASH 0xaa511a2ff320e205ULL
+#define FGR_OPS_HASH 0x20546c6fc4c0233aULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
@@ -246,6 +247,13 @@ CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int numKernels, C
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize);
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags);
 CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize);
+CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit);
+CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *options, void **optionValues, CUlinkState *stateOut);
+CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues);
+CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char *path, unsigned int numOptions, CUjit_option *options, void **optionValues);
+CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut);
+CUresult cuLinkDestroy(CUlinkState state);
+CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill);
 CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out);
 CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out);
 CUresult cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out);

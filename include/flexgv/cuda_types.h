@@ -19,6 +19,7 @@ typedef enum cudaError_enum {
 #undef X
 } CUresult;
 
+typedef unsigned int cuuint32_t;
 typedef unsigned long long cuuint64_t;
 typedef int CUdevice;
 typedef unsigned long long CUdeviceptr;
@@ -41,6 +42,7 @@ typedef struct CUctxCreateParams_st CUctxCreateParams;
 typedef struct CUlaunchAttribute_st CUlaunchAttribute;
 typedef struct CUmemAccessDesc_st CUmemAccessDesc;
 typedef struct CUgraphEdgeData_st CUgraphEdgeData;
+typedef struct CUlinkState_st *CUlinkState;
 typedef void (*CUhostFn)(void *userData);
 
 #define CU_STREAM_LEGACY ((CUstream)0x1)
@@ -105,6 +107,34 @@ typedef enum CUfunction_attribute_enum {
 typedef enum CUjit_option_enum {
     CU_JIT_MAX_REGISTERS = 0
 } CUjit_option;
+
+typedef enum CUjitInputType_enum {
+    CU_JIT_INPUT_CUBIN = 0
+} CUjitInputType;
+
+typedef enum CUlimit_enum {
+    CU_LIMIT_STACK_SIZE = 0
+} CUlimit;
+
+/* Tensor memory access descriptors (Hopper and later): 128 opaque bytes. */
+typedef struct CUtensorMap_st {
+    _Alignas(64) cuuint64_t opaque[16];
+} CUtensorMap;
+typedef enum CUtensorMapDataType_enum {
+    CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0
+} CUtensorMapDataType;
+typedef enum CUtensorMapInterleave_enum {
+    CU_TENSOR_MAP_INTERLEAVE_NONE = 0
+} CUtensorMapInterleave;
+typedef enum CUtensorMapSwizzle_enum {
+    CU_TENSOR_MAP_SWIZZLE_NONE = 0
+} CUtensorMapSwizzle;
+typedef enum CUtensorMapL2promotion_enum {
+    CU_TENSOR_MAP_L2_PROMOTION_NONE = 0
+} CUtensorMapL2promotion;
+typedef enum CUtensorMapFloatOOBfill_enum {
+    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0
+} CUtensorMapFloatOOBfill;
 
 typedef enum CUlibraryOption_enum {
     CU_LIBRARY_HOST_UNIVERSAL_FUNCTION_AND_DATA_TABLE = 0

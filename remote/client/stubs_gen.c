@@ -2558,6 +2558,85 @@ FGR_EXPORT CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemS
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
+{
+    CUresult fgr_r;
+    uint64_t n_pvalue = pvalue ? sizeof(size_t) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxGetLimit, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)limit);
+    fgr_put_u8(&fgr_c.w, pvalue != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pvalue, n_pvalue, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *options, void **optionValues, CUlinkState *stateOut)
+{
+    (void)numOptions;
+    (void)options;
+    (void)optionValues;
+    (void)stateOut;
+    return fgr_unsupported(6, "cuLinkCreate_v2", NULL);
+}
+
+FGR_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues)
+{
+    (void)state;
+    (void)type;
+    (void)data;
+    (void)size;
+    (void)name;
+    (void)numOptions;
+    (void)options;
+    (void)optionValues;
+    return fgr_unsupported(7, "cuLinkAddData_v2", NULL);
+}
+
+FGR_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char *path, unsigned int numOptions, CUjit_option *options, void **optionValues)
+{
+    (void)state;
+    (void)type;
+    (void)path;
+    (void)numOptions;
+    (void)options;
+    (void)optionValues;
+    return fgr_unsupported(8, "cuLinkAddFile_v2", NULL);
+}
+
+FGR_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut)
+{
+    (void)state;
+    (void)cubinOut;
+    (void)sizeOut;
+    return fgr_unsupported(9, "cuLinkComplete", NULL);
+}
+
+FGR_EXPORT CUresult cuLinkDestroy(CUlinkState state)
+{
+    (void)state;
+    return fgr_unsupported(10, "cuLinkDestroy", NULL);
+}
+
+FGR_EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
+{
+    (void)tensorMap;
+    (void)tensorDataType;
+    (void)tensorRank;
+    (void)globalAddress;
+    (void)globalDim;
+    (void)globalStrides;
+    (void)boxDim;
+    (void)elementStrides;
+    (void)interleave;
+    (void)swizzle;
+    (void)l2Promotion;
+    (void)oobFill;
+    return fgr_unsupported(11, "cuTensorMapEncodeTiled", NULL);
+}
+
 FGR_EXPORT CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out)
 {
     CUresult fgr_r;
@@ -3015,7 +3094,7 @@ FGR_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph h
     return fgr_end(&fgr_c);
 }
 
-const int fgr_nunsupported = 6;
+const int fgr_nunsupported = 12;
 
 /* What cuGetProcAddress hands out: every exported entry point. */
 const struct fg_proc fgr_procs[] = {
@@ -3211,6 +3290,13 @@ const struct fg_proc fgr_procs[] = {
     {"cuOccupancyMaxActiveBlocksPerMultiprocessor", "cuOccupancyMaxActiveBlocksPerMultiprocessor", 6050, 0, (void *)cuOccupancyMaxActiveBlocksPerMultiprocessor},
     {"cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", 7000, 0, (void *)cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags},
     {"cuOccupancyAvailableDynamicSMemPerBlock", "cuOccupancyAvailableDynamicSMemPerBlock", 10020, 0, (void *)cuOccupancyAvailableDynamicSMemPerBlock},
+    {"cuCtxGetLimit", "cuCtxGetLimit", 3010, 0, (void *)cuCtxGetLimit},
+    {"cuLinkCreate", "cuLinkCreate_v2", 6050, 0, (void *)cuLinkCreate_v2},
+    {"cuLinkAddData", "cuLinkAddData_v2", 6050, 0, (void *)cuLinkAddData_v2},
+    {"cuLinkAddFile", "cuLinkAddFile_v2", 6050, 0, (void *)cuLinkAddFile_v2},
+    {"cuLinkComplete", "cuLinkComplete", 5050, 0, (void *)cuLinkComplete},
+    {"cuLinkDestroy", "cuLinkDestroy", 5050, 0, (void *)cuLinkDestroy},
+    {"cuTensorMapEncodeTiled", "cuTensorMapEncodeTiled", 12000, 0, (void *)cuTensorMapEncodeTiled},
     {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v2", 11030, 0, (void *)cuStreamGetCaptureInfo_v2},
     {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v2_ptsz", 11030, 1, (void *)cuStreamGetCaptureInfo_v2_ptsz},
     {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v3", 12030, 0, (void *)cuStreamGetCaptureInfo_v3},

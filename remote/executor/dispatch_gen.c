@@ -165,6 +165,7 @@ typedef CUresult (*pfn_cuLibraryEnumerateKernels)(CUkernel *kernels, unsigned in
 typedef CUresult (*pfn_cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize);
 typedef CUresult (*pfn_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags)(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags);
 typedef CUresult (*pfn_cuOccupancyAvailableDynamicSMemPerBlock)(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize);
+typedef CUresult (*pfn_cuCtxGetLimit)(size_t *pvalue, CUlimit limit);
 typedef CUresult (*pfn_cuStreamGetCaptureInfo_v2)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out);
 typedef CUresult (*pfn_cuStreamGetCaptureInfo_v2_ptsz)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out);
 typedef CUresult (*pfn_cuStreamGetCaptureInfo_v3)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out);
@@ -3314,6 +3315,21 @@ static CUresult op_cuOccupancyAvailableDynamicSMemPerBlock(struct fgr_rd *rd, st
     return fgr_r;
 }
 
+static CUresult op_cuCtxGetLimit(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUlimit limit = (CUlimit)fgr_get_u64(rd);
+    int has_pvalue = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    size_t *pvalue = NULL;
+    if (has_pvalue && !(pvalue = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_cuCtxGetLimit)fgr_real[FGR_OP_cuCtxGetLimit])(pvalue, limit);
+    fgr_reply_out(q, pvalue, sizeof(size_t), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_cuStreamGetCaptureInfo_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -4197,6 +4213,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessor] = {"cuOccupancyMaxActiveBlocksPerMultiprocessor", op_cuOccupancyMaxActiveBlocksPerMultiprocessor, 0},
     [FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags] = {"cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", op_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, 0},
     [FGR_OP_cuOccupancyAvailableDynamicSMemPerBlock] = {"cuOccupancyAvailableDynamicSMemPerBlock", op_cuOccupancyAvailableDynamicSMemPerBlock, 0},
+    [FGR_OP_cuCtxGetLimit] = {"cuCtxGetLimit", op_cuCtxGetLimit, 0},
     [FGR_OP_cuStreamGetCaptureInfo_v2] = {"cuStreamGetCaptureInfo_v2", op_cuStreamGetCaptureInfo_v2, 0},
     [FGR_OP_cuStreamGetCaptureInfo_v2_ptsz] = {"cuStreamGetCaptureInfo_v2_ptsz", op_cuStreamGetCaptureInfo_v2_ptsz, 0},
     [FGR_OP_cuStreamGetCaptureInfo_v3] = {"cuStreamGetCaptureInfo_v3", op_cuStreamGetCaptureInfo_v3, 0},

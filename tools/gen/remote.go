@@ -192,6 +192,17 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 		switch d := Disposition(attrs[0]); d {
 		case DispLocal, DispSync, DispWrap, DispQueue:
 			re.Disp = d
+		case "unsupported":
+			// Exported, so that a library that looks it up finds it; a
+			// call answers CUDA_ERROR_NOT_SUPPORTED, as for an entry of
+			// api/cuda.api left without a disposition.
+			if !re.Extra || len(attrs) > 1 {
+				return nil, nil, fmt.Errorf("%s: %s: unsupported is for an entry given with its prototype, alone", where, re.Name)
+			}
+			re.Kinds = map[string]Kind{}
+			re.Dev = map[string]Kind{}
+			re.Alloc = map[string]string{}
+			continue
 		default:
 			return nil, nil, fmt.Errorf("%s: %s: unknown disposition %q", where, re.Name, attrs[0])
 		}
