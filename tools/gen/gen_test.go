@@ -147,8 +147,8 @@ func TestRemoteAnnotationsRejected(t *testing.T) {
 		"3000 cuO(CUjit_option *o, void **v, unsigned int n) sync o=jitopts[v] v=optvalues",  // a count that is a pointer
 		"3000 cuO(CUjit_option *o, void **v, unsigned int n) sync o=jitopts[n] v=in[n]",      // values not optvalues
 		"3000 cuO(void **v, CUjit_option *o, unsigned int n) sync o=jitopts[n] v=optvalues",  // values before the options
-		"cuFoo unsupported",                                                                   // unsupported on a cuda.api entry (left bare instead)
-		"3000 cuU(int *p) unsupported p=out",                                                  // unsupported with kinds
+		"cuFoo unsupported",                  // unsupported on a cuda.api entry (left bare instead)
+		"3000 cuU(int *p) unsupported p=out", // unsupported with kinds
 	} {
 		p := filepath.Join(t.TempDir(), "remote.api")
 		os.WriteFile(p, []byte(line+"\n"), 0o644)
