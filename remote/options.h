@@ -1,5 +1,5 @@
-/* Module and library options over the wire (cuModuleLoadDataEx,
- * cuLibraryLoadData, cuLinkCreate). An option's value is a word: for most
+/* Module and library options, and launch attributes, over the wire
+ * (cuModuleLoadDataEx, cuLibraryLoadData, cuLaunchKernelEx, ...). An option's value is a word: for most
  * it is the value itself (an int, a float, an enum), and those travel. For
  * the others it points into the caller's memory (log buffers and their
  * sizes, which the driver writes back, the wall time it writes back, symbol
@@ -35,5 +35,14 @@ static inline int fgr_option_fate(int kind, uint64_t o)
         return FGR_OPT_KEEP;
     return FGR_OPT_UNKNOWN;
 }
+
+/* Launch attributes (CUlaunchAttributeID) travel when their value is plain
+ * numbers: cooperative (2), synchronization policy (3), cluster dimension
+ * (4) and scheduling (5), programmatic stream serialization (6), priority
+ * (8), memory synchronization domains (9, 10); and ignore (0). The others
+ * name events or addresses the executor would have to translate. */
+#define FGR_MAX_LAUNCH_ATTRS 32u
+
+static inline int fgr_launch_attr_sendable(uint64_t id) { return id == 0 || (id >= 2 && id <= 6) || (id >= 8 && id <= 10); }
 
 #endif

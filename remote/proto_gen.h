@@ -171,44 +171,46 @@ enum fgr_op {
     FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessor = 162,
     FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags = 163,
     FGR_OP_cuOccupancyAvailableDynamicSMemPerBlock = 164,
-    FGR_OP_cuCtxGetLimit = 165,
-    FGR_OP_cuStreamGetCaptureInfo_v2 = 166,
-    FGR_OP_cuStreamGetCaptureInfo_v2_ptsz = 167,
-    FGR_OP_cuStreamGetCaptureInfo_v3 = 168,
-    FGR_OP_cuStreamGetCaptureInfo_v3_ptsz = 169,
-    FGR_OP_cuStreamGetPriority = 170,
-    FGR_OP_cuStreamGetPriority_ptsz = 171,
-    FGR_OP_cuStreamGetFlags = 172,
-    FGR_OP_cuStreamGetFlags_ptsz = 173,
-    FGR_OP_cuStreamGetCtx = 174,
-    FGR_OP_cuStreamGetCtx_ptsz = 175,
-    FGR_OP_cuStreamGetCtx_v2 = 176,
-    FGR_OP_cuStreamGetCtx_v2_ptsz = 177,
-    FGR_OP_cuStreamGetId = 178,
-    FGR_OP_cuStreamGetId_ptsz = 179,
-    FGR_OP_cuStreamCopyAttributes = 180,
-    FGR_OP_cuStreamCopyAttributes_ptsz = 181,
-    FGR_OP_cuStreamAttachMemAsync = 182,
-    FGR_OP_cuStreamAttachMemAsync_ptsz = 183,
-    FGR_OP_cuGraphClone = 184,
-    FGR_OP_cuGraphDestroyNode = 185,
-    FGR_OP_cuGraphAddEmptyNode = 186,
-    FGR_OP_cuGraphAddEventRecordNode = 187,
-    FGR_OP_cuGraphAddEventWaitNode = 188,
-    FGR_OP_cuGraphGetRootNodes = 189,
-    FGR_OP_cuGraphExecGetFlags = 190,
-    FGR_OP_cuGraphAddChildGraphNode = 191,
-    FGR_OP_xt_simA = 192,
-    FGR_OP_xt_simA_1 = 193,
-    FGR_OP_xt_simA_2 = 194,
-    FGR_OP_xt_simA_7 = 195,
-    FGR_OP_xt_simB = 196,
-    FGR_OP_xt_simB_1 = 197,
-    FGR_OP_xt_simB_2 = 198,
-    FGR_NUM_OPS = 199
+    FGR_OP_cuOccupancyMaxActiveClusters = 165,
+    FGR_OP_cuOccupancyMaxPotentialClusterSize = 166,
+    FGR_OP_cuCtxGetLimit = 167,
+    FGR_OP_cuStreamGetCaptureInfo_v2 = 168,
+    FGR_OP_cuStreamGetCaptureInfo_v2_ptsz = 169,
+    FGR_OP_cuStreamGetCaptureInfo_v3 = 170,
+    FGR_OP_cuStreamGetCaptureInfo_v3_ptsz = 171,
+    FGR_OP_cuStreamGetPriority = 172,
+    FGR_OP_cuStreamGetPriority_ptsz = 173,
+    FGR_OP_cuStreamGetFlags = 174,
+    FGR_OP_cuStreamGetFlags_ptsz = 175,
+    FGR_OP_cuStreamGetCtx = 176,
+    FGR_OP_cuStreamGetCtx_ptsz = 177,
+    FGR_OP_cuStreamGetCtx_v2 = 178,
+    FGR_OP_cuStreamGetCtx_v2_ptsz = 179,
+    FGR_OP_cuStreamGetId = 180,
+    FGR_OP_cuStreamGetId_ptsz = 181,
+    FGR_OP_cuStreamCopyAttributes = 182,
+    FGR_OP_cuStreamCopyAttributes_ptsz = 183,
+    FGR_OP_cuStreamAttachMemAsync = 184,
+    FGR_OP_cuStreamAttachMemAsync_ptsz = 185,
+    FGR_OP_cuGraphClone = 186,
+    FGR_OP_cuGraphDestroyNode = 187,
+    FGR_OP_cuGraphAddEmptyNode = 188,
+    FGR_OP_cuGraphAddEventRecordNode = 189,
+    FGR_OP_cuGraphAddEventWaitNode = 190,
+    FGR_OP_cuGraphGetRootNodes = 191,
+    FGR_OP_cuGraphExecGetFlags = 192,
+    FGR_OP_cuGraphAddChildGraphNode = 193,
+    FGR_OP_xt_simA = 194,
+    FGR_OP_xt_simA_1 = 195,
+    FGR_OP_xt_simA_2 = 196,
+    FGR_OP_xt_simA_7 = 197,
+    FGR_OP_xt_simB = 198,
+    FGR_OP_xt_simB_1 = 199,
+    FGR_OP_xt_simB_2 = 200,
+    FGR_NUM_OPS = 201
 };
 
-#define FGR_OPS_HASH 0x20546c6fc4c0233aULL
+#define FGR_OPS_HASH 0x5397392f1f824625ULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
@@ -247,6 +249,8 @@ CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int numKernels, C
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize);
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags);
 CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize);
+CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config);
+CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func, const CUlaunchConfig *config);
 CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit);
 CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *options, void **optionValues, CUlinkState *stateOut);
 CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues);

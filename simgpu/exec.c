@@ -502,10 +502,52 @@ SIM_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned 
     return launch(f, gx, gy, gz, bx, by, bz, h, params, 1);
 }
 
+/* The cluster a configuration asks for (1x1x1 without the attribute);
+ * INVALID_VALUE if its attributes are unreadable or it does not divide the
+ * grid, as a driver refuses such a launch. */
+static CUresult cluster_of(const CUlaunchConfig *c, unsigned dim[3])
+{
+    dim[0] = dim[1] = dim[2] = 1;
+    if (c->numAttrs && !c->attrs)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < c->numAttrs; i++)
+        if (c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+            dim[0] = c->attrs[i].value.clusterDim.x;
+            dim[1] = c->attrs[i].value.clusterDim.y;
+            dim[2] = c->attrs[i].value.clusterDim.z;
+        }
+    if (!dim[0] || !dim[1] || !dim[2] || c->gridDimX % dim[0] || c->gridDimY % dim[1] || c->gridDimZ % dim[2])
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+/* At most 8 blocks per cluster, as a portable cluster on a GPU that has
+ * them; as many clusters at once as the SMs hold, one block each. */
+SIM_EXPORT CUresult cuOccupancyMaxPotentialClusterSize(int *size, CUfunction f, const CUlaunchConfig *c)
+{
+    if (!size || !c || !as_func(f))
+        return CUDA_ERROR_INVALID_VALUE;
+    *size = 8;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuOccupancyMaxActiveClusters(int *n, CUfunction f, const CUlaunchConfig *c)
+{
+    unsigned dim[3];
+    if (!n || !c || !as_func(f) || cluster_of(c, dim) != CUDA_SUCCESS || dim[0] * dim[1] * dim[2] > 8)
+        return CUDA_ERROR_INVALID_VALUE;
+    *n = sim->cfg.sms / (int)(dim[0] * dim[1] * dim[2]);
+    return CUDA_SUCCESS;
+}
+
 static CUresult launch_ex(const CUlaunchConfig *c, CUfunction f, void **params, int pt)
 {
+    unsigned dim[3];
     if (!c)
         return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = cluster_of(c, dim);
+    if (r != CUDA_SUCCESS)
+        return r;
     return launch(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ, c->hStream,
                   params, pt);
 }

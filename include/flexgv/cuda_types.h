@@ -39,7 +39,6 @@ typedef struct CUarray_st *CUarray;
 typedef struct CUmipmappedArray_st *CUmipmappedArray;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef struct CUctxCreateParams_st CUctxCreateParams;
-typedef struct CUlaunchAttribute_st CUlaunchAttribute;
 typedef struct CUmemAccessDesc_st CUmemAccessDesc;
 typedef struct CUgraphEdgeData_st CUgraphEdgeData;
 typedef struct CUlinkState_st *CUlinkState;
@@ -286,6 +285,23 @@ typedef struct CUDA_GRAPH_INSTANTIATE_PARAMS_st {
     CUgraphNode hErrNode_out;
     CUgraphInstantiateResult result_out;
 } CUDA_GRAPH_INSTANTIATE_PARAMS;
+
+/* A launch attribute: an id and a 64-byte value (what the id says). */
+typedef enum CUlaunchAttributeID_enum {
+    CU_LAUNCH_ATTRIBUTE_IGNORE = 0,
+    CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
+} CUlaunchAttributeID;
+typedef union CUlaunchAttributeValue_union {
+    char pad[64];
+    struct {
+        unsigned int x, y, z;
+    } clusterDim;
+} CUlaunchAttributeValue;
+typedef struct CUlaunchAttribute_st {
+    CUlaunchAttributeID id;
+    char pad[8 - sizeof(CUlaunchAttributeID)];
+    CUlaunchAttributeValue value;
+} CUlaunchAttribute;
 
 typedef struct CUlaunchConfig_st {
     unsigned int gridDimX;

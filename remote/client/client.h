@@ -92,6 +92,7 @@ CUresult fgr_kparams_layout(CUfunction f, void **params, struct fgr_kparams *kp)
 void fgr_put_kparams(struct fgr_buf *w, const struct fgr_kparams *kp, void **params);
 void fgr_put_image(struct fgr_buf *w, const void *image);
 void fgr_put_launchcfg(struct fgr_buf *w, const CUlaunchConfig *cfg);
+CUresult fgr_launchcfg_check(const CUlaunchConfig *cfg, const char *name);
 CUresult fgr_opts_check(int kind, const void *opts, void *const *values, unsigned n, const char *name);
 void fgr_put_opts(struct fgr_buf *w, int kind, const void *opts, void **values, unsigned n);
 

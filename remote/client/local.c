@@ -360,6 +360,23 @@ void fgr_put_image(struct fgr_buf *w, const void *image)
     fgr_put_buf(w, image ? (n ? image : "") : NULL, n);
 }
 
+CUresult fgr_launchcfg_check(const CUlaunchConfig *c, const char *name)
+{
+    if (!c || !c->numAttrs)
+        return CUDA_SUCCESS;
+    if (!c->attrs)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (c->numAttrs > FGR_MAX_LAUNCH_ATTRS)
+        return fgr_unsupported(-1, name, "more than 32 launch attributes");
+    for (unsigned i = 0; i < c->numAttrs; i++)
+        if (!fgr_launch_attr_sendable(c->attrs[i].id)) {
+            char what[40];
+            snprintf(what, sizeof what, "launch attribute %u", (unsigned)c->attrs[i].id);
+            return fgr_unsupported(-1, name, what);
+        }
+    return CUDA_SUCCESS;
+}
+
 void fgr_put_launchcfg(struct fgr_buf *w, const CUlaunchConfig *c)
 {
     fgr_put_u8(w, c != NULL);
@@ -370,6 +387,11 @@ void fgr_put_launchcfg(struct fgr_buf *w, const CUlaunchConfig *c)
     for (int i = 0; i < 7; i++)
         fgr_put_u32(w, v[i]);
     fgr_put_u64(w, (uint64_t)(uintptr_t)c->hStream);
+    fgr_put_u32(w, c->numAttrs);
+    for (unsigned i = 0; i < c->numAttrs; i++) {
+        fgr_put_u32(w, (uint32_t)c->attrs[i].id);
+        fgr_put_bytes(w, &c->attrs[i].value, sizeof c->attrs[i].value);
+    }
 }
 
 /* ---- module and library options (remote/options.h) ---- */

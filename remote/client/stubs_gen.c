@@ -1287,8 +1287,8 @@ FGR_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, uns
 FGR_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
     CUresult fgr_r;
-    if (config != NULL && config->numAttrs != 0)
-        return fgr_unsupported(-1, "cuLaunchKernelEx", "launch attributes");
+    if ((fgr_r = fgr_launchcfg_check(config, "cuLaunchKernelEx")) != CUDA_SUCCESS)
+        return fgr_r;
     struct fgr_kparams fgr_kp;
     if ((fgr_r = fgr_kparams_layout(f, kernelParams, &fgr_kp)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1306,8 +1306,8 @@ FGR_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f,
 FGR_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
     CUresult fgr_r;
-    if (config != NULL && config->numAttrs != 0)
-        return fgr_unsupported(-1, "cuLaunchKernelEx_ptsz", "launch attributes");
+    if ((fgr_r = fgr_launchcfg_check(config, "cuLaunchKernelEx_ptsz")) != CUDA_SUCCESS)
+        return fgr_r;
     struct fgr_kparams fgr_kp;
     if ((fgr_r = fgr_kparams_layout(f, kernelParams, &fgr_kp)) != CUDA_SUCCESS)
         return fgr_r;
@@ -2558,6 +2558,42 @@ FGR_EXPORT CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemS
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config)
+{
+    CUresult fgr_r;
+    uint64_t n_numClusters = numClusters ? sizeof(int) : 0;
+    if ((fgr_r = fgr_launchcfg_check(config, "cuOccupancyMaxActiveClusters")) != CUDA_SUCCESS)
+        return fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuOccupancyMaxActiveClusters, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)func);
+    fgr_put_u8(&fgr_c.w, numClusters != NULL);
+    fgr_put_launchcfg(&fgr_c.w, config);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, numClusters, n_numClusters, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func, const CUlaunchConfig *config)
+{
+    CUresult fgr_r;
+    uint64_t n_clusterSize = clusterSize ? sizeof(int) : 0;
+    if ((fgr_r = fgr_launchcfg_check(config, "cuOccupancyMaxPotentialClusterSize")) != CUDA_SUCCESS)
+        return fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuOccupancyMaxPotentialClusterSize, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)func);
+    fgr_put_u8(&fgr_c.w, clusterSize != NULL);
+    fgr_put_launchcfg(&fgr_c.w, config);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, clusterSize, n_clusterSize, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
 {
     CUresult fgr_r;
@@ -3290,6 +3326,8 @@ const struct fg_proc fgr_procs[] = {
     {"cuOccupancyMaxActiveBlocksPerMultiprocessor", "cuOccupancyMaxActiveBlocksPerMultiprocessor", 6050, 0, (void *)cuOccupancyMaxActiveBlocksPerMultiprocessor},
     {"cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", 7000, 0, (void *)cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags},
     {"cuOccupancyAvailableDynamicSMemPerBlock", "cuOccupancyAvailableDynamicSMemPerBlock", 10020, 0, (void *)cuOccupancyAvailableDynamicSMemPerBlock},
+    {"cuOccupancyMaxActiveClusters", "cuOccupancyMaxActiveClusters", 11070, 0, (void *)cuOccupancyMaxActiveClusters},
+    {"cuOccupancyMaxPotentialClusterSize", "cuOccupancyMaxPotentialClusterSize", 11070, 0, (void *)cuOccupancyMaxPotentialClusterSize},
     {"cuCtxGetLimit", "cuCtxGetLimit", 3010, 0, (void *)cuCtxGetLimit},
     {"cuLinkCreate", "cuLinkCreate_v2", 6050, 0, (void *)cuLinkCreate_v2},
     {"cuLinkAddData", "cuLinkAddData_v2", 6050, 0, (void *)cuLinkAddData_v2},

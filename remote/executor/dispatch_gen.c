@@ -165,6 +165,8 @@ typedef CUresult (*pfn_cuLibraryEnumerateKernels)(CUkernel *kernels, unsigned in
 typedef CUresult (*pfn_cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize);
 typedef CUresult (*pfn_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags)(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags);
 typedef CUresult (*pfn_cuOccupancyAvailableDynamicSMemPerBlock)(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize);
+typedef CUresult (*pfn_cuOccupancyMaxActiveClusters)(int *numClusters, CUfunction func, const CUlaunchConfig *config);
+typedef CUresult (*pfn_cuOccupancyMaxPotentialClusterSize)(int *clusterSize, CUfunction func, const CUlaunchConfig *config);
 typedef CUresult (*pfn_cuCtxGetLimit)(size_t *pvalue, CUlimit limit);
 typedef CUresult (*pfn_cuStreamGetCaptureInfo_v2)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out);
 typedef CUresult (*pfn_cuStreamGetCaptureInfo_v2_ptsz)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out);
@@ -3315,6 +3317,50 @@ static CUresult op_cuOccupancyAvailableDynamicSMemPerBlock(struct fgr_rd *rd, st
     return fgr_r;
 }
 
+static CUresult op_cuOccupancyMaxActiveClusters(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUfunction func = (CUfunction)(uintptr_t)fgr_get_u64(rd);
+    int has_numClusters = fgr_get_u8(rd);
+    CUlaunchConfig *config = fgr_get_launchcfg(rd, q);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    int *numClusters = NULL;
+    if (has_numClusters && !(numClusters = fgr_out(q, sizeof(int))))
+        return fgr_out_failed(q);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)func)))
+        fgr_r = fgr_refuse("cuOccupancyMaxActiveClusters", "func", (uint64_t)(uintptr_t)func, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUstream, (config ? (uint64_t)(uintptr_t)config->hStream : 0))))
+        fgr_r = fgr_refuse("cuOccupancyMaxActiveClusters", "config->hStream", (config ? (uint64_t)(uintptr_t)config->hStream : 0), CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuOccupancyMaxActiveClusters)fgr_real[FGR_OP_cuOccupancyMaxActiveClusters])(numClusters, func, config);
+    fgr_reply_out(q, numClusters, sizeof(int), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuOccupancyMaxPotentialClusterSize(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUfunction func = (CUfunction)(uintptr_t)fgr_get_u64(rd);
+    int has_clusterSize = fgr_get_u8(rd);
+    CUlaunchConfig *config = fgr_get_launchcfg(rd, q);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    int *clusterSize = NULL;
+    if (has_clusterSize && !(clusterSize = fgr_out(q, sizeof(int))))
+        return fgr_out_failed(q);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)func)))
+        fgr_r = fgr_refuse("cuOccupancyMaxPotentialClusterSize", "func", (uint64_t)(uintptr_t)func, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUstream, (config ? (uint64_t)(uintptr_t)config->hStream : 0))))
+        fgr_r = fgr_refuse("cuOccupancyMaxPotentialClusterSize", "config->hStream", (config ? (uint64_t)(uintptr_t)config->hStream : 0), CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuOccupancyMaxPotentialClusterSize)fgr_real[FGR_OP_cuOccupancyMaxPotentialClusterSize])(clusterSize, func, config);
+    fgr_reply_out(q, clusterSize, sizeof(int), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_cuCtxGetLimit(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -4213,6 +4259,8 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessor] = {"cuOccupancyMaxActiveBlocksPerMultiprocessor", op_cuOccupancyMaxActiveBlocksPerMultiprocessor, 0},
     [FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags] = {"cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", op_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, 0},
     [FGR_OP_cuOccupancyAvailableDynamicSMemPerBlock] = {"cuOccupancyAvailableDynamicSMemPerBlock", op_cuOccupancyAvailableDynamicSMemPerBlock, 0},
+    [FGR_OP_cuOccupancyMaxActiveClusters] = {"cuOccupancyMaxActiveClusters", op_cuOccupancyMaxActiveClusters, 0},
+    [FGR_OP_cuOccupancyMaxPotentialClusterSize] = {"cuOccupancyMaxPotentialClusterSize", op_cuOccupancyMaxPotentialClusterSize, 0},
     [FGR_OP_cuCtxGetLimit] = {"cuCtxGetLimit", op_cuCtxGetLimit, 0},
     [FGR_OP_cuStreamGetCaptureInfo_v2] = {"cuStreamGetCaptureInfo_v2", op_cuStreamGetCaptureInfo_v2, 0},
     [FGR_OP_cuStreamGetCaptureInfo_v2_ptsz] = {"cuStreamGetCaptureInfo_v2_ptsz", op_cuStreamGetCaptureInfo_v2_ptsz, 0},

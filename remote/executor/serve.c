@@ -127,6 +127,28 @@ CUlaunchConfig *fgr_get_launchcfg(struct fgr_rd *rd, struct fgr_req *q)
     c->blockDimX = v[3], c->blockDimY = v[4], c->blockDimZ = v[5];
     c->sharedMemBytes = v[6];
     c->hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, s);
+    /* Attributes with plain values only: one naming an event or an address
+     * would need translating, and the client never sends those. */
+    uint32_t n = fgr_get_u32(rd);
+    if (n > FGR_MAX_LAUNCH_ATTRS) {
+        rd->bad = 1;
+        return NULL;
+    }
+    CUlaunchAttribute *a = n ? own(q, calloc(n, sizeof *a)) : NULL;
+    if (n && !a)
+        return NULL;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t id = fgr_get_u32(rd);
+        const void *v64 = fgr_get_bytes(rd, sizeof a[i].value);
+        if (!v64 || !fgr_launch_attr_sendable(id)) {
+            rd->bad = 1;
+            return NULL;
+        }
+        a[i].id = (CUlaunchAttributeID)id;
+        memcpy(&a[i].value, v64, sizeof a[i].value);
+    }
+    c->attrs = a;
+    c->numAttrs = n;
     return c;
 }
 

@@ -78,6 +78,10 @@ typedef CUresult (CUDAAPI *fg_sig_cuOccupancyMaxActiveBlocksPerMultiprocessorWit
 SAME(fg_sig_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, PFN_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_v7000);
 typedef CUresult (CUDAAPI *fg_sig_cuOccupancyAvailableDynamicSMemPerBlock)(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize);
 SAME(fg_sig_cuOccupancyAvailableDynamicSMemPerBlock, PFN_cuOccupancyAvailableDynamicSMemPerBlock_v10020);
+typedef CUresult (CUDAAPI *fg_sig_cuOccupancyMaxActiveClusters)(int *numClusters, CUfunction func, const CUlaunchConfig *config);
+SAME(fg_sig_cuOccupancyMaxActiveClusters, PFN_cuOccupancyMaxActiveClusters_v11070);
+typedef CUresult (CUDAAPI *fg_sig_cuOccupancyMaxPotentialClusterSize)(int *clusterSize, CUfunction func, const CUlaunchConfig *config);
+SAME(fg_sig_cuOccupancyMaxPotentialClusterSize, PFN_cuOccupancyMaxPotentialClusterSize_v11070);
 typedef CUresult (CUDAAPI *fg_sig_cuCtxGetLimit)(size_t *pvalue, CUlimit limit);
 SAME(fg_sig_cuCtxGetLimit, PFN_cuCtxGetLimit_v3010);
 typedef CUresult (CUDAAPI *fg_sig_cuLinkCreate_v2)(unsigned int numOptions, CUjit_option *options, void **optionValues, CUlinkState *stateOut);

@@ -164,6 +164,8 @@ int main(void)
     VAL(CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH);
     VAL(CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
     VAL(CU_MEMPOOL_ATTR_USED_MEM_HIGH);
+    VAL(CU_LAUNCH_ATTRIBUTE_IGNORE);
+    VAL(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION);
     PTR(CU_STREAM_LEGACY);
     PTR(CU_STREAM_PER_THREAD);
     VAL(CU_EVENT_DEFAULT);
@@ -234,6 +236,9 @@ int main(void)
     FIELD(CUDA_GRAPH_INSTANTIATE_PARAMS, hUploadStream);
     FIELD(CUDA_GRAPH_INSTANTIATE_PARAMS, hErrNode_out);
     FIELD(CUDA_GRAPH_INSTANTIATE_PARAMS, result_out);
+    SIZE(CUlaunchAttribute);
+    FIELD(CUlaunchAttribute, id);
+    FIELD(CUlaunchAttribute, value);
     SIZE(CUlaunchConfig);
     FIELD(CUlaunchConfig, gridDimX);
     FIELD(CUlaunchConfig, gridDimY);

@@ -1,9 +1,13 @@
-/* Module and library options as a program passes them, one load each:
- * prints each load's result (and the info log it got back), so that a
- * test can compare a remote run with a local one. */
+/* Module and library options, and launch attributes, as a program passes
+ * them: prints each call's result (and the info log it got back), so that
+ * a test can compare a remote run with a local one. */
 #include "common.h"
 
 #include <stdint.h>
+
+/* Not among the shim's hooks (include/), so declared here. */
+CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config);
+CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func, const CUlaunchConfig *config);
 
 static void load_ex(const char *what, unsigned n, CUjit_option *o, void **v)
 {
@@ -42,5 +46,28 @@ int main(void)
     printf("library: %s\n", result_name(r));
     if (r == CUDA_SUCCESS)
         CHECK(cuLibraryUnload(lib));
+    /* Launch attributes: a cluster (4) that divides the grid, one that
+     * does not, and a completion event (12), then the cluster queries. */
+    CUmodule m;
+    CUfunction f;
+    CHECK(cuModuleLoadData(&m, SIM_MODULE));
+    CHECK(cuModuleGetFunction(&f, m, "empty"));
+    CUlaunchAttribute attr;
+    memset(&attr, 0, sizeof attr);
+    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim.x = 2, attr.value.clusterDim.y = 1, attr.value.clusterDim.z = 1;
+    CUlaunchConfig cfg = {4, 1, 1, 1, 1, 1, 0, NULL, &attr, 1};
+    printf("cluster 2 of 4 blocks: %s\n", result_name(cuLaunchKernelEx(&cfg, f, NULL, NULL)));
+    int n = -1;
+    printf("active clusters: %s", result_name(cuOccupancyMaxActiveClusters(&n, f, &cfg)));
+    printf(" %d\n", n);
+    printf("potential cluster size: %s", result_name(cuOccupancyMaxPotentialClusterSize(&n, f, &cfg)));
+    printf(" %d\n", n);
+    /* Refused at the launch or, queued remotely, at the next synchronization. */
+    cfg.gridDimX = 3;
+    CUresult launched = cuLaunchKernelEx(&cfg, f, NULL, NULL), synced = cuCtxSynchronize();
+    printf("cluster 2 of 3 blocks: %s\n", launched != CUDA_SUCCESS ? result_name(launched) : result_name(synced));
+    attr.id = (CUlaunchAttributeID)12;
+    printf("completion event: %s\n", result_name(cuLaunchKernelEx(&cfg, f, NULL, NULL)));
     return 0;
 }

@@ -667,6 +667,9 @@ print("destroy", cu.cuEventDestroy_v2(ev), cu.cuStreamDestroy_v2(s), cu.cuCtxSyn
 // the server's driver (an optimization level it refuses is refused),
 // those pointing into the program stay behind (its log comes back empty,
 // not written into the executor's memory), an unknown one is refused.
+// Launch attributes with plain values travel (a cluster that does not
+// divide the grid is refused by the server's driver), one naming an event
+// is refused on the client.
 func TestRemoteModuleOptions(t *testing.T) {
 	e := newEnv(t)
 	local := e.run("optclient")
@@ -681,6 +684,11 @@ with a log: CUDA_SUCCESS
 log: "", 0 bytes
 option 999: CUDA_ERROR_NOT_SUPPORTED
 library: CUDA_SUCCESS
+cluster 2 of 4 blocks: CUDA_SUCCESS
+active clusters: CUDA_SUCCESS 20
+potential cluster size: CUDA_SUCCESS 8
+cluster 2 of 3 blocks: CUDA_ERROR_INVALID_VALUE
+completion event: CUDA_ERROR_NOT_SUPPORTED
 `
 	if got.code != 0 || got.stdout != want {
 		t.Errorf("remotely: exit %d\n%s\nwant\n%s", got.code, got.stdout, want)

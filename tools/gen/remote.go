@@ -777,7 +777,7 @@ func clientStub(b *strings.Builder, e RemoteEntry, decl string) {
 		case "null":
 			fmt.Fprintf(b, "    if (%s != NULL)\n        return fgr_unsupported(-1, \"%s\", \"%s\");\n", p.Name, name, p.Name)
 		case "launchcfg":
-			fmt.Fprintf(b, "    if (%s != NULL && %s->numAttrs != 0)\n        return fgr_unsupported(-1, \"%s\", \"launch attributes\");\n", p.Name, p.Name, name)
+			fmt.Fprintf(b, "    if ((fgr_r = fgr_launchcfg_check(%s, \"%s\")) != CUDA_SUCCESS)\n        return fgr_r;\n", p.Name, name)
 		case "in", "out", "inout":
 			fmt.Fprintf(b, "    uint64_t n_%s = %s ? %s : 0;\n", p.Name, p.Name, bytesExpr(p, k))
 			if k.Count != "" {
