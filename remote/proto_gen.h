@@ -171,46 +171,48 @@ enum fgr_op {
     FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessor = 162,
     FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags = 163,
     FGR_OP_cuOccupancyAvailableDynamicSMemPerBlock = 164,
-    FGR_OP_cuOccupancyMaxActiveClusters = 165,
-    FGR_OP_cuOccupancyMaxPotentialClusterSize = 166,
-    FGR_OP_cuCtxGetLimit = 167,
-    FGR_OP_cuStreamGetCaptureInfo_v2 = 168,
-    FGR_OP_cuStreamGetCaptureInfo_v2_ptsz = 169,
-    FGR_OP_cuStreamGetCaptureInfo_v3 = 170,
-    FGR_OP_cuStreamGetCaptureInfo_v3_ptsz = 171,
-    FGR_OP_cuStreamGetPriority = 172,
-    FGR_OP_cuStreamGetPriority_ptsz = 173,
-    FGR_OP_cuStreamGetFlags = 174,
-    FGR_OP_cuStreamGetFlags_ptsz = 175,
-    FGR_OP_cuStreamGetCtx = 176,
-    FGR_OP_cuStreamGetCtx_ptsz = 177,
-    FGR_OP_cuStreamGetCtx_v2 = 178,
-    FGR_OP_cuStreamGetCtx_v2_ptsz = 179,
-    FGR_OP_cuStreamGetId = 180,
-    FGR_OP_cuStreamGetId_ptsz = 181,
-    FGR_OP_cuStreamCopyAttributes = 182,
-    FGR_OP_cuStreamCopyAttributes_ptsz = 183,
-    FGR_OP_cuStreamAttachMemAsync = 184,
-    FGR_OP_cuStreamAttachMemAsync_ptsz = 185,
-    FGR_OP_cuGraphClone = 186,
-    FGR_OP_cuGraphDestroyNode = 187,
-    FGR_OP_cuGraphAddEmptyNode = 188,
-    FGR_OP_cuGraphAddEventRecordNode = 189,
-    FGR_OP_cuGraphAddEventWaitNode = 190,
-    FGR_OP_cuGraphGetRootNodes = 191,
-    FGR_OP_cuGraphExecGetFlags = 192,
-    FGR_OP_cuGraphAddChildGraphNode = 193,
-    FGR_OP_xt_simA = 194,
-    FGR_OP_xt_simA_1 = 195,
-    FGR_OP_xt_simA_2 = 196,
-    FGR_OP_xt_simA_7 = 197,
-    FGR_OP_xt_simB = 198,
-    FGR_OP_xt_simB_1 = 199,
-    FGR_OP_xt_simB_2 = 200,
-    FGR_NUM_OPS = 201
+    FGR_OP_cuPointerGetAttribute = 165,
+    FGR_OP_cuModuleGetLoadingMode = 166,
+    FGR_OP_cuOccupancyMaxActiveClusters = 167,
+    FGR_OP_cuOccupancyMaxPotentialClusterSize = 168,
+    FGR_OP_cuCtxGetLimit = 169,
+    FGR_OP_cuStreamGetCaptureInfo_v2 = 170,
+    FGR_OP_cuStreamGetCaptureInfo_v2_ptsz = 171,
+    FGR_OP_cuStreamGetCaptureInfo_v3 = 172,
+    FGR_OP_cuStreamGetCaptureInfo_v3_ptsz = 173,
+    FGR_OP_cuStreamGetPriority = 174,
+    FGR_OP_cuStreamGetPriority_ptsz = 175,
+    FGR_OP_cuStreamGetFlags = 176,
+    FGR_OP_cuStreamGetFlags_ptsz = 177,
+    FGR_OP_cuStreamGetCtx = 178,
+    FGR_OP_cuStreamGetCtx_ptsz = 179,
+    FGR_OP_cuStreamGetCtx_v2 = 180,
+    FGR_OP_cuStreamGetCtx_v2_ptsz = 181,
+    FGR_OP_cuStreamGetId = 182,
+    FGR_OP_cuStreamGetId_ptsz = 183,
+    FGR_OP_cuStreamCopyAttributes = 184,
+    FGR_OP_cuStreamCopyAttributes_ptsz = 185,
+    FGR_OP_cuStreamAttachMemAsync = 186,
+    FGR_OP_cuStreamAttachMemAsync_ptsz = 187,
+    FGR_OP_cuGraphClone = 188,
+    FGR_OP_cuGraphDestroyNode = 189,
+    FGR_OP_cuGraphAddEmptyNode = 190,
+    FGR_OP_cuGraphAddEventRecordNode = 191,
+    FGR_OP_cuGraphAddEventWaitNode = 192,
+    FGR_OP_cuGraphGetRootNodes = 193,
+    FGR_OP_cuGraphExecGetFlags = 194,
+    FGR_OP_cuGraphAddChildGraphNode = 195,
+    FGR_OP_xt_simA = 196,
+    FGR_OP_xt_simA_1 = 197,
+    FGR_OP_xt_simA_2 = 198,
+    FGR_OP_xt_simA_7 = 199,
+    FGR_OP_xt_simB = 200,
+    FGR_OP_xt_simB_1 = 201,
+    FGR_OP_xt_simB_2 = 202,
+    FGR_NUM_OPS = 203
 };
 
-#define FGR_OPS_HASH 0x5397392f1f824625ULL
+#define FGR_OPS_HASH 0x3a67122f1f9eb545ULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
@@ -249,6 +251,9 @@ CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int numKernels, C
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize);
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags);
 CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize);
+CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr);
+CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes, void **data, CUdeviceptr ptr);
+CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode);
 CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config);
 CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func, const CUlaunchConfig *config);
 CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit);

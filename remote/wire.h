@@ -140,5 +140,6 @@ uint64_t fgr_image_size(const void *image, uint64_t max);
 /* Bytes cuMemPoolGetAttribute writes for attr; more than FGR_MAX_BUF when
  * the attribute is unknown here (the client refuses it). */
 uint64_t fgr_mempool_attr_bytes(int attr);
+uint64_t fgr_pointer_attr_bytes(int attr);
 
 #endif

@@ -883,3 +883,58 @@ SIM_EXPORT CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char uc, size_t n, C
 SIM_EXPORT CUresult cuMemsetD8Async_ptsz(CUdeviceptr d, unsigned char uc, size_t n, CUstream s) { return set(d, uc, n, 1, s, ASYNC, 1); }
 SIM_EXPORT CUresult cuMemsetD32Async(CUdeviceptr d, unsigned int ui, size_t n, CUstream s) { return set(d, ui, n, 4, s, ASYNC, 0); }
 SIM_EXPORT CUresult cuMemsetD32Async_ptsz(CUdeviceptr d, unsigned int ui, size_t n, CUstream s) { return set(d, ui, n, 4, s, ASYNC, 1); }
+
+/* ---- pointer attributes ---- */
+
+/* What a driver says of memory it allocated; INVALID_VALUE for memory it
+ * does not know, NOT_SUPPORTED for what the simulated GPU does not model. */
+SIM_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+    if (!data)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sim_mem_lock);
+    struct alloc *a = registry_find((uintptr_t)ptr);
+    struct alloc found = a ? *a : (struct alloc){0};
+    pthread_mutex_unlock(&sim_mem_lock);
+    if (!a || found.kind == K_ARRAY)
+        return CUDA_ERROR_INVALID_VALUE;
+    switch ((int)attribute) {
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        *(unsigned *)data = found.kind == K_HOST ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+        *(CUdeviceptr *)data = ptr;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+        *(unsigned *)data = found.kind == K_MANAGED;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+        *(int *)data = found.dev;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+        *(CUdeviceptr *)data = found.base;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+        *(size_t *)data = found.size;
+        return CUDA_SUCCESS;
+    }
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+SIM_EXPORT CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute *attributes, void **data, CUdeviceptr ptr)
+{
+    if (n && (!attributes || !data))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < n; i++) {
+        CUresult r = cuPointerGetAttribute(data[i], attributes[i], ptr);
+        if (r == CUDA_ERROR_INVALID_VALUE && data[i]) /* memory it does not know: zeroes */
+            memset(data[i], 0, attributes[i] == CU_POINTER_ATTRIBUTE_MEMORY_TYPE ||
+                                       attributes[i] == CU_POINTER_ATTRIBUTE_IS_MANAGED ||
+                                       attributes[i] == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+                                   ? sizeof(int)
+                                   : sizeof(uint64_t));
+        else if (r != CUDA_SUCCESS)
+            return r;
+    }
+    return CUDA_SUCCESS;
+}

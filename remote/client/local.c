@@ -394,6 +394,29 @@ void fgr_put_launchcfg(struct fgr_buf *w, const CUlaunchConfig *c)
     }
 }
 
+/* ---- pointer attributes ---- */
+
+/* Each attribute in turn; one the server cannot answer for this pointer
+ * reads as zeroes, as the driver's plural call does for memory it does
+ * not know. */
+FGR_EXPORT CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes, void **data,
+                                           CUdeviceptr ptr)
+{
+    if (numAttributes && (!attributes || !data))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < numAttributes; i++) {
+        uint64_t n = fgr_pointer_attr_bytes(attributes[i]);
+        if (n > FGR_MAX_BUF || !data[i])
+            return CUDA_ERROR_INVALID_VALUE;
+        CUresult r = cuPointerGetAttribute(data[i], attributes[i], ptr);
+        if (r == CUDA_ERROR_INVALID_VALUE)
+            memset(data[i], 0, (size_t)n);
+        else if (r != CUDA_SUCCESS)
+            return r;
+    }
+    return CUDA_SUCCESS;
+}
+
 /* ---- module and library options (remote/options.h) ---- */
 
 CUresult fgr_opts_check(int kind, const void *opts, void *const *values, unsigned n, const char *name)

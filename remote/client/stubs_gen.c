@@ -2558,6 +2558,38 @@ FGR_EXPORT CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemS
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+    CUresult fgr_r;
+    uint64_t n_data = data ? fgr_mul((uint64_t)(fgr_pointer_attr_bytes(attribute)), 1) : 0;
+    if (n_data > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuPointerGetAttribute", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuPointerGetAttribute, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)attribute);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ptr);
+    fgr_put_u8(&fgr_c.w, data != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, data, n_data, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
+{
+    CUresult fgr_r;
+    uint64_t n_mode = mode ? sizeof(CUmoduleLoadingMode) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuModuleGetLoadingMode, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u8(&fgr_c.w, mode != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, mode, n_mode, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config)
 {
     CUresult fgr_r;
@@ -3326,6 +3358,9 @@ const struct fg_proc fgr_procs[] = {
     {"cuOccupancyMaxActiveBlocksPerMultiprocessor", "cuOccupancyMaxActiveBlocksPerMultiprocessor", 6050, 0, (void *)cuOccupancyMaxActiveBlocksPerMultiprocessor},
     {"cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", 7000, 0, (void *)cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags},
     {"cuOccupancyAvailableDynamicSMemPerBlock", "cuOccupancyAvailableDynamicSMemPerBlock", 10020, 0, (void *)cuOccupancyAvailableDynamicSMemPerBlock},
+    {"cuPointerGetAttribute", "cuPointerGetAttribute", 4000, 0, (void *)cuPointerGetAttribute},
+    {"cuPointerGetAttributes", "cuPointerGetAttributes", 7000, 0, (void *)cuPointerGetAttributes},
+    {"cuModuleGetLoadingMode", "cuModuleGetLoadingMode", 11070, 0, (void *)cuModuleGetLoadingMode},
     {"cuOccupancyMaxActiveClusters", "cuOccupancyMaxActiveClusters", 11070, 0, (void *)cuOccupancyMaxActiveClusters},
     {"cuOccupancyMaxPotentialClusterSize", "cuOccupancyMaxPotentialClusterSize", 11070, 0, (void *)cuOccupancyMaxPotentialClusterSize},
     {"cuCtxGetLimit", "cuCtxGetLimit", 3010, 0, (void *)cuCtxGetLimit},

@@ -165,6 +165,8 @@ typedef CUresult (*pfn_cuLibraryEnumerateKernels)(CUkernel *kernels, unsigned in
 typedef CUresult (*pfn_cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize);
 typedef CUresult (*pfn_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags)(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags);
 typedef CUresult (*pfn_cuOccupancyAvailableDynamicSMemPerBlock)(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize);
+typedef CUresult (*pfn_cuPointerGetAttribute)(void *data, CUpointer_attribute attribute, CUdeviceptr ptr);
+typedef CUresult (*pfn_cuModuleGetLoadingMode)(CUmoduleLoadingMode *mode);
 typedef CUresult (*pfn_cuOccupancyMaxActiveClusters)(int *numClusters, CUfunction func, const CUlaunchConfig *config);
 typedef CUresult (*pfn_cuOccupancyMaxPotentialClusterSize)(int *clusterSize, CUfunction func, const CUlaunchConfig *config);
 typedef CUresult (*pfn_cuCtxGetLimit)(size_t *pvalue, CUlimit limit);
@@ -3317,6 +3319,36 @@ static CUresult op_cuOccupancyAvailableDynamicSMemPerBlock(struct fgr_rd *rd, st
     return fgr_r;
 }
 
+static CUresult op_cuPointerGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUpointer_attribute attribute = (CUpointer_attribute)fgr_get_u64(rd);
+    CUdeviceptr ptr = (CUdeviceptr)fgr_get_u64(rd);
+    int has_data = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    void *data = NULL;
+    if (has_data && !(data = fgr_out(q, fgr_mul((uint64_t)(fgr_pointer_attr_bytes(attribute)), 1))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_cuPointerGetAttribute)fgr_real[FGR_OP_cuPointerGetAttribute])(data, attribute, ptr);
+    fgr_reply_out(q, data, fgr_mul((uint64_t)(fgr_pointer_attr_bytes(attribute)), 1), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuModuleGetLoadingMode(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    int has_mode = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUmoduleLoadingMode *mode = NULL;
+    if (has_mode && !(mode = fgr_out(q, sizeof(CUmoduleLoadingMode))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_cuModuleGetLoadingMode)fgr_real[FGR_OP_cuModuleGetLoadingMode])(mode);
+    fgr_reply_out(q, mode, sizeof(CUmoduleLoadingMode), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_cuOccupancyMaxActiveClusters(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -4259,6 +4291,8 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessor] = {"cuOccupancyMaxActiveBlocksPerMultiprocessor", op_cuOccupancyMaxActiveBlocksPerMultiprocessor, 0},
     [FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags] = {"cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", op_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, 0},
     [FGR_OP_cuOccupancyAvailableDynamicSMemPerBlock] = {"cuOccupancyAvailableDynamicSMemPerBlock", op_cuOccupancyAvailableDynamicSMemPerBlock, 0},
+    [FGR_OP_cuPointerGetAttribute] = {"cuPointerGetAttribute", op_cuPointerGetAttribute, 0},
+    [FGR_OP_cuModuleGetLoadingMode] = {"cuModuleGetLoadingMode", op_cuModuleGetLoadingMode, 0},
     [FGR_OP_cuOccupancyMaxActiveClusters] = {"cuOccupancyMaxActiveClusters", op_cuOccupancyMaxActiveClusters, 0},
     [FGR_OP_cuOccupancyMaxPotentialClusterSize] = {"cuOccupancyMaxPotentialClusterSize", op_cuOccupancyMaxPotentialClusterSize, 0},
     [FGR_OP_cuCtxGetLimit] = {"cuCtxGetLimit", op_cuCtxGetLimit, 0},

@@ -78,6 +78,12 @@ typedef CUresult (CUDAAPI *fg_sig_cuOccupancyMaxActiveBlocksPerMultiprocessorWit
 SAME(fg_sig_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, PFN_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_v7000);
 typedef CUresult (CUDAAPI *fg_sig_cuOccupancyAvailableDynamicSMemPerBlock)(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize);
 SAME(fg_sig_cuOccupancyAvailableDynamicSMemPerBlock, PFN_cuOccupancyAvailableDynamicSMemPerBlock_v10020);
+typedef CUresult (CUDAAPI *fg_sig_cuPointerGetAttribute)(void *data, CUpointer_attribute attribute, CUdeviceptr ptr);
+SAME(fg_sig_cuPointerGetAttribute, PFN_cuPointerGetAttribute_v4000);
+typedef CUresult (CUDAAPI *fg_sig_cuPointerGetAttributes)(unsigned int numAttributes, CUpointer_attribute *attributes, void **data, CUdeviceptr ptr);
+SAME(fg_sig_cuPointerGetAttributes, PFN_cuPointerGetAttributes_v7000);
+typedef CUresult (CUDAAPI *fg_sig_cuModuleGetLoadingMode)(CUmoduleLoadingMode *mode);
+SAME(fg_sig_cuModuleGetLoadingMode, PFN_cuModuleGetLoadingMode_v11070);
 typedef CUresult (CUDAAPI *fg_sig_cuOccupancyMaxActiveClusters)(int *numClusters, CUfunction func, const CUlaunchConfig *config);
 SAME(fg_sig_cuOccupancyMaxActiveClusters, PFN_cuOccupancyMaxActiveClusters_v11070);
 typedef CUresult (CUDAAPI *fg_sig_cuOccupancyMaxPotentialClusterSize)(int *clusterSize, CUfunction func, const CUlaunchConfig *config);

@@ -8,6 +8,8 @@
 /* Not among the shim's hooks (include/), so declared here. */
 CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config);
 CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func, const CUlaunchConfig *config);
+CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr);
+CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes, void **data, CUdeviceptr ptr);
 
 static void load_ex(const char *what, unsigned n, CUjit_option *o, void **v)
 {
@@ -69,5 +71,24 @@ int main(void)
     printf("cluster 2 of 3 blocks: %s\n", launched != CUDA_SUCCESS ? result_name(launched) : result_name(synced));
     attr.id = (CUlaunchAttributeID)12;
     printf("completion event: %s\n", result_name(cuLaunchKernelEx(&cfg, f, NULL, NULL)));
+    /* Pointer attributes: inside an allocation, and of host memory. */
+    CUdeviceptr d;
+    CHECK(cuMemAlloc_v2(&d, 4096));
+    unsigned type = 0;
+    CUdeviceptr start = 0;
+    size_t size = 0;
+    CUresult r1 = cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, d + 100);
+    CUresult r2 = cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, d + 100);
+    CUresult r3 = cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, d + 100);
+    printf("device memory: %s %s %s, type %u, starts %s, %zu bytes\n", result_name(r1), result_name(r2),
+           result_name(r3), type, start == d ? "at the allocation" : "elsewhere", size);
+    printf("host memory: %s\n",
+           result_name(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)log)));
+    CUpointer_attribute both[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+    type = 7, size = 7;
+    void *out[] = {&type, &size};
+    r1 = cuPointerGetAttributes(2, both, out, (CUdeviceptr)(uintptr_t)log);
+    printf("host memory, both: %s, type %u, %zu bytes\n", result_name(r1), type, size);
+    CHECK(cuMemFree_v2(d));
     return 0;
 }

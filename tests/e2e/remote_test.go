@@ -669,7 +669,7 @@ print("destroy", cu.cuEventDestroy_v2(ev), cu.cuStreamDestroy_v2(s), cu.cuCtxSyn
 // not written into the executor's memory), an unknown one is refused.
 // Launch attributes with plain values travel (a cluster that does not
 // divide the grid is refused by the server's driver), one naming an event
-// is refused on the client.
+// is refused on the client. Pointer attributes come from the server.
 func TestRemoteModuleOptions(t *testing.T) {
 	e := newEnv(t)
 	local := e.run("optclient")
@@ -689,6 +689,9 @@ active clusters: CUDA_SUCCESS 20
 potential cluster size: CUDA_SUCCESS 8
 cluster 2 of 3 blocks: CUDA_ERROR_INVALID_VALUE
 completion event: CUDA_ERROR_NOT_SUPPORTED
+device memory: CUDA_SUCCESS CUDA_SUCCESS CUDA_SUCCESS, type 2, starts at the allocation, 4096 bytes
+host memory: CUDA_ERROR_INVALID_VALUE
+host memory, both: CUDA_SUCCESS, type 0, 0 bytes
 `
 	if got.code != 0 || got.stdout != want {
 		t.Errorf("remotely: exit %d\n%s\nwant\n%s", got.code, got.stdout, want)
