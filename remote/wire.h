@@ -30,7 +30,7 @@
 
 #include "flexgv/cuda_types.h"
 
-#define FGR_PROTO_VERSION 3u
+#define FGR_PROTO_VERSION 4u /* 4: launch configurations carry their attributes */
 #define FGR_MAGIC 0x4d524746u      /* "FGRM" */
 #define FGR_AUTH_MAGIC 0x41524746u /* "FGRA" */
 /* A token's length in bytes. */

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/flexgv/flexgv/internal/remote"
 )
 
 // protocol is what the generated protocol header says: the operation
@@ -60,8 +62,8 @@ func request(op uint16, args w) []byte {
 	return append(w{}.u32(uint32(len(body))), body...)
 }
 
-// protoVersion is the protocol's version (remote/wire.h).
-const protoVersion = 3
+// protoVersion is the protocol's version (remote/wire.h, mirrored in Go).
+const protoVersion = remote.ProtoVersion
 
 // auth is the authentication frame that starts every connection: with
 // token, or none ("").
