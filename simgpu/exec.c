@@ -15,6 +15,7 @@
 
 #define MOD_MAGIC 0x4d4f4455u
 #define FUNC_MAGIC 0x46554e43u
+#define KERNEL_MAGIC 0x4b45524eu
 #define STREAM_MAGIC 0x5354524du
 #define EVENT_MAGIC 0x45564e54u
 #define DEFAULT_DURATION UINT64_MAX
@@ -26,6 +27,7 @@ struct sim_func {
     char name[96];
     uint64_t duration_ns;
     enum builtin builtin;
+    uint32_t kernel; /* KERNEL_MAGIC: its address is the library kernel's handle */
 };
 
 struct sim_module {
@@ -61,6 +63,7 @@ static CUresult parse_module(const char *image, struct sim_module **out)
             return CUDA_ERROR_INVALID_IMAGE;
         }
         f->magic = FUNC_MAGIC;
+        f->kernel = KERNEL_MAGIC;
         snprintf(f->name, sizeof f->name, "%s", name);
         f->duration_ns = DEFAULT_DURATION;
         const char *opts[2] = {opt1, opt2};
@@ -180,7 +183,9 @@ SIM_EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const 
     return get_func((void **)hfunc, hmod, name);
 }
 
-/* Libraries are context-independent modules; kernels double as functions. */
+/* Libraries are context-independent modules. A library's kernel has a
+ * handle of its own, which launches and the kernel calls take where a
+ * function is asked for, as a driver's do; cuFuncGetParamInfo does not. */
 SIM_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
                                       void **jitOptionsValues, unsigned int numJitOptions,
                                       CUlibraryOption *libraryOptions, void **libraryOptionValues,
@@ -200,18 +205,33 @@ SIM_EXPORT CUresult cuLibraryUnload(CUlibrary library) { return unload(library);
 
 SIM_EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
 {
-    return get_func((void **)pKernel, library, name);
+    struct sim_func *f;
+    CUresult r = get_func((void **)&f, library, name);
+    if (r == CUDA_SUCCESS)
+        *pKernel = (CUkernel)&f->kernel;
+    return r;
 }
 
-static struct sim_func *as_func(void *h) { return h && ((struct sim_func *)h)->magic == FUNC_MAGIC ? h : NULL; }
+static struct sim_func *as_kernel(void *h)
+{
+    return h && *(uint32_t *)h == KERNEL_MAGIC ? (struct sim_func *)((char *)h - offsetof(struct sim_func, kernel))
+                                               : NULL;
+}
+
+/* A function, or a library's kernel standing in for one. */
+static struct sim_func *as_func(void *h)
+{
+    return h && ((struct sim_func *)h)->magic == FUNC_MAGIC ? h : as_kernel(h);
+}
 
 SIM_EXPORT CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 {
     if (!pFunc)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!as_func(kernel))
+    struct sim_func *f = as_kernel(kernel);
+    if (!f)
         return CUDA_ERROR_INVALID_HANDLE;
-    *pFunc = (CUfunction)kernel;
+    *pFunc = (CUfunction)f;
     return CUDA_SUCCESS;
 }
 
@@ -237,10 +257,9 @@ SIM_EXPORT CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute at
 /* The parameter layout a builtin reads (builtin_args): vecadd(float *x,
  * float *y, float *z, int n), fill(unsigned *p, unsigned v, int n); other
  * kernels take none. Not in api/cuda.api: the shim need not hook it. */
-SIM_EXPORT CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
+static CUresult param_info(struct sim_func *f, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
 {
     static const size_t vecadd[][2] = {{0, 8}, {8, 8}, {16, 8}, {24, 4}}, fill[][2] = {{0, 8}, {8, 4}, {12, 4}};
-    struct sim_func *f = as_func(func);
     if (!f)
         return CUDA_ERROR_INVALID_HANDLE;
     const size_t(*layout)[2] = f->builtin == B_VECADD ? vecadd : f->builtin == B_FILL ? fill : NULL;
@@ -254,9 +273,16 @@ SIM_EXPORT CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_
     return CUDA_SUCCESS;
 }
 
+/* A function only: a library's kernel is refused here, as by a driver. */
+SIM_EXPORT CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
+{
+    struct sim_func *f = (struct sim_func *)func;
+    return param_info(f && f->magic == FUNC_MAGIC ? f : NULL, paramIndex, paramOffset, paramSize);
+}
+
 SIM_EXPORT CUresult cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
 {
-    return cuFuncGetParamInfo((CUfunction)kernel, paramIndex, paramOffset, paramSize);
+    return param_info(as_kernel(kernel), paramIndex, paramOffset, paramSize);
 }
 
 /* ---- streams ---- */

@@ -10,6 +10,7 @@ CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const C
 CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func, const CUlaunchConfig *config);
 CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr);
 CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes, void **data, CUdeviceptr ptr);
+CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize);
 
 static void load_ex(const char *what, unsigned n, CUjit_option *o, void **v)
 {
@@ -90,5 +91,26 @@ int main(void)
     r1 = cuPointerGetAttributes(2, both, out, (CUdeviceptr)(uintptr_t)log);
     printf("host memory, both: %s, type %u, %zu bytes\n", result_name(r1), type, size);
     CHECK(cuMemFree_v2(d));
+    /* A library's kernel launched where a function is asked for, as CUDA
+     * 12+ runtimes do: its parameters are laid out by the kernel's own
+     * info, which cuFuncGetParamInfo does not give. */
+    CUkernel k;
+    CHECK(cuLibraryLoadData(&lib, SIM_MODULE, NULL, NULL, 0, NULL, NULL, 0));
+    CHECK(cuLibraryGetKernel(&k, lib, "vecadd"));
+    size_t off, sz;
+    printf("kernel's layout asked of it as a function: %s\n", result_name(cuFuncGetParamInfo((CUfunction)k, 0, &off, &sz)));
+    float a[4] = {1, 2, 3, 4}, b[4] = {10, 20, 30, 40}, c[4] = {0};
+    CUdeviceptr da, db, dc;
+    CHECK(cuMemAlloc_v2(&da, sizeof a));
+    CHECK(cuMemAlloc_v2(&db, sizeof b));
+    CHECK(cuMemAlloc_v2(&dc, sizeof c));
+    CHECK(cuMemcpyHtoD_v2(da, a, sizeof a));
+    CHECK(cuMemcpyHtoD_v2(db, b, sizeof b));
+    int count = 4;
+    void *args[] = {&da, &db, &dc, &count};
+    CHECK(cuLaunchKernel((CUfunction)k, 1, 1, 1, 4, 1, 1, 0, NULL, args, NULL));
+    CHECK(cuMemcpyDtoH_v2(c, dc, sizeof c));
+    printf("library kernel: %g %g %g %g\n", c[0], c[1], c[2], c[3]);
+    CHECK(cuLibraryUnload(lib));
     return 0;
 }

@@ -669,7 +669,8 @@ print("destroy", cu.cuEventDestroy_v2(ev), cu.cuStreamDestroy_v2(s), cu.cuCtxSyn
 // not written into the executor's memory), an unknown one is refused.
 // Launch attributes with plain values travel (a cluster that does not
 // divide the grid is refused by the server's driver), one naming an event
-// is refused on the client. Pointer attributes come from the server.
+// is refused on the client. Pointer attributes come from the server. A
+// library's kernel launched as a function gets its parameters.
 func TestRemoteModuleOptions(t *testing.T) {
 	e := newEnv(t)
 	local := e.run("optclient")
@@ -692,6 +693,8 @@ completion event: CUDA_ERROR_NOT_SUPPORTED
 device memory: CUDA_SUCCESS CUDA_SUCCESS CUDA_SUCCESS, type 2, starts at the allocation, 4096 bytes
 host memory: CUDA_ERROR_INVALID_VALUE
 host memory, both: CUDA_SUCCESS, type 0, 0 bytes
+kernel's layout asked of it as a function: CUDA_ERROR_INVALID_HANDLE
+library kernel: 11 22 33 44
 `
 	if got.code != 0 || got.stdout != want {
 		t.Errorf("remotely: exit %d\n%s\nwant\n%s", got.code, got.stdout, want)
