@@ -8,6 +8,8 @@
 #   round trip  a synchronous call (cuMemAlloc or cuMemFree): one round trip
 #   upload      cuMemcpyHtoDAsync of 4 KiB: queued with its bytes
 #   event       cuEventCreate and cuEventDestroy: queued, a shadow handle
+#   latency     the round trip with 10 and 50 us added (FLEXGV_REMOTE_DELAY_US)
+#   bandwidth   synchronous 64 MiB uploads
 # Each runs N and 2N times so that start-up cancels out; prints microseconds
 # per call.
 #     bench/remote-roundtrip.sh [N]        (after make)
@@ -78,3 +80,16 @@ echo "event (cuEventCreate/cuEventDestroy, queued): local $(per_call $((5 * N)) 
     "unix socket $(per_call "$N" 2 "memclient eventloop" "${unix_env[@]}") us," \
     "shared memory $(per_call "$N" 2 "memclient eventloop" "${shm_env[@]}") us," \
     "loopback TCP $(per_call "$N" 2 "memclient eventloop" "${tcp_env[@]}") us"
+# What latency on the path costs: FLEXGV_REMOTE_DELAY_US adds to every
+# round trip (queued calls are not held up).
+echo "round trip with latency added: unix socket +0 $(per_call "$N" 2 "memclient allocloop" "${unix_env[@]}") us," \
+    "+10 $(per_call "$N" 2 "memclient allocloop" "${unix_env[@]}" FLEXGV_REMOTE_DELAY_US=10) us," \
+    "+50 $(per_call "$N" 2 "memclient allocloop" "${unix_env[@]}" FLEXGV_REMOTE_DELAY_US=50) us;" \
+    "launch (queued) +50: $(per_call $((10 * N)) 1 launchloop "${unix_env[@]}" FLEXGV_REMOTE_DELAY_US=50) us"
+# Bandwidth of synchronous 64 MiB uploads (the simulated GPU's copy is a memmove).
+gbps() { awk "BEGIN { printf \"%.2f\", 64 * 1048576 / ($1 * 1000) }"; }
+echo "upload 64 MiB (cuMemcpyHtoD): local $(gbps "$(per_call 8 1 "memclient copyloop" "${local_env[@]}")") GB/s," \
+    "unix socket $(gbps "$(per_call 8 1 "memclient copyloop" "${unix_env[@]}")") GB/s," \
+    "shared memory $(gbps "$(per_call 8 1 "memclient copyloop" "${shm_env[@]}")") GB/s," \
+    "loopback TCP $(gbps "$(per_call 8 1 "memclient copyloop" "${tcp_env[@]}")") GB/s," \
+    "shared memory +50 us $(gbps "$(per_call 8 1 "memclient copyloop" "${shm_env[@]}" FLEXGV_REMOTE_DELAY_US=50)") GB/s"

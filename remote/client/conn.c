@@ -380,6 +380,40 @@ static int chunk_from_env(void)
     return 1;
 }
 
+/* FLEXGV_REMOTE_DELAY_US: microseconds added to every round trip, as a
+ * longer network path would (0 to 1000000; benchmarks: what latency costs
+ * a program). Queued calls are not held up, as on a real path. */
+static uint64_t delay_ns;
+
+static int delay_from_env(void)
+{
+    const char *v = getenv("FLEXGV_REMOTE_DELAY_US");
+    if (!v || !*v)
+        return 1;
+    char *end;
+    errno = 0;
+    unsigned long long us = strtoull(v, &end, 10);
+    if (errno || *end || *v == '-' || us > 1000000) {
+        say("FLEXGV_REMOTE_DELAY_US=%s: want microseconds from 0 to 1000000", v);
+        return 0;
+    }
+    delay_ns = us * 1000;
+    return 1;
+}
+
+/* The answer arrives delay_ns later (a spin: a sleep this short would
+ * oversleep by tens of microseconds). */
+static void delay_added(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t t0 = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec, t;
+    do {
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        t = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    } while (t - t0 < delay_ns);
+}
+
 static CUresult connect_locked(void)
 {
     if (conn_fd >= 0)
@@ -388,7 +422,7 @@ static CUresult connect_locked(void)
         return conn_refused ? conn_refused : LOST;
     const char *a = address();
     int fd = -1;
-    if (!chunk_from_env()) {
+    if (!chunk_from_env() || !delay_from_env()) {
         conn_broken = 1;
         return LOST;
     }
@@ -548,6 +582,8 @@ CUresult fgr_roundtrip(struct fgr_call *c)
         release(c);
         return r;
     }
+    if (delay_ns)
+        delay_added();
     c->r = (struct fgr_rd){conn_r, n, 0};
     c->result = (CUresult)fgr_get_u32(&c->r);
     return CUDA_SUCCESS;

@@ -369,6 +369,19 @@ int main(int argc, char **argv)
         CHECK(cuCtxSynchronize());
         return 0;
     }
+    if (!strcmp(mode, "copyloop")) { /* synchronous 64 MiB uploads: bandwidth */
+        long n = argc > 2 ? atol(argv[2]) : 10;
+        size_t size = 64 * MiB;
+        char *src = malloc(size);
+        CUdeviceptr p;
+        if (!src)
+            return 1;
+        memset(src, 1, size);
+        CHECK(cuMemAlloc_v2(&p, size));
+        for (long i = 0; i < n; i++)
+            CHECK(cuMemcpyHtoD_v2(p, src, size));
+        return 0;
+    }
     if (!strcmp(mode, "churn")) {
         printf("ready\n");
         fflush(stdout);

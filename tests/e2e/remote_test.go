@@ -600,6 +600,16 @@ print("landed", "8192" if bytes(got) == bytes(src)[:8192] else "none" if not any
 	if r.stdout != "46\n" || !strings.Contains(r.stderr, "FLEXGV_REMOTE_CHUNK=100: want a number of bytes from 4096") {
 		t.Errorf("a chunk of 100 bytes: %q\n%s", r.stdout, r.stderr)
 	}
+	// The benchmarks' added latency: a bad value refuses the connection too.
+	e.extra = append(e.extra[:len(e.extra)-1], "FLEXGV_REMOTE_DELAY_US=2000000")
+	r = e.remote(s, "python3", "-c", "import ctypes; print(ctypes.CDLL('libcuda.so.1').cuInit(0))")
+	if r.stdout != "46\n" || !strings.Contains(r.stderr, "FLEXGV_REMOTE_DELAY_US=2000000: want microseconds from 0 to 1000000") {
+		t.Errorf("a delay of 2 s: %q\n%s", r.stdout, r.stderr)
+	}
+	e.extra = append(e.extra[:len(e.extra)-1], "FLEXGV_REMOTE_DELAY_US=50")
+	if r = e.remote(s, "python3", "-c", "import ctypes; print(ctypes.CDLL('libcuda.so.1').cuInit(0))"); r.stdout != "0\n" {
+		t.Errorf("a delay of 50 us: %q\n%s", r.stdout, r.stderr)
+	}
 }
 
 // Over shm://, a frame larger than a ring (4 MiB each way) streams through
