@@ -173,46 +173,56 @@ enum fgr_op {
     FGR_OP_cuOccupancyAvailableDynamicSMemPerBlock = 164,
     FGR_OP_cuPointerGetAttribute = 165,
     FGR_OP_cuModuleGetLoadingMode = 166,
-    FGR_OP_cuOccupancyMaxActiveClusters = 167,
-    FGR_OP_cuOccupancyMaxPotentialClusterSize = 168,
-    FGR_OP_cuCtxGetLimit = 169,
-    FGR_OP_cuStreamGetCaptureInfo_v2 = 170,
-    FGR_OP_cuStreamGetCaptureInfo_v2_ptsz = 171,
-    FGR_OP_cuStreamGetCaptureInfo_v3 = 172,
-    FGR_OP_cuStreamGetCaptureInfo_v3_ptsz = 173,
-    FGR_OP_cuStreamGetPriority = 174,
-    FGR_OP_cuStreamGetPriority_ptsz = 175,
-    FGR_OP_cuStreamGetFlags = 176,
-    FGR_OP_cuStreamGetFlags_ptsz = 177,
-    FGR_OP_cuStreamGetCtx = 178,
-    FGR_OP_cuStreamGetCtx_ptsz = 179,
-    FGR_OP_cuStreamGetCtx_v2 = 180,
-    FGR_OP_cuStreamGetCtx_v2_ptsz = 181,
-    FGR_OP_cuStreamGetId = 182,
-    FGR_OP_cuStreamGetId_ptsz = 183,
-    FGR_OP_cuStreamCopyAttributes = 184,
-    FGR_OP_cuStreamCopyAttributes_ptsz = 185,
-    FGR_OP_cuStreamAttachMemAsync = 186,
-    FGR_OP_cuStreamAttachMemAsync_ptsz = 187,
-    FGR_OP_cuGraphClone = 188,
-    FGR_OP_cuGraphDestroyNode = 189,
-    FGR_OP_cuGraphAddEmptyNode = 190,
-    FGR_OP_cuGraphAddEventRecordNode = 191,
-    FGR_OP_cuGraphAddEventWaitNode = 192,
-    FGR_OP_cuGraphGetRootNodes = 193,
-    FGR_OP_cuGraphExecGetFlags = 194,
-    FGR_OP_cuGraphAddChildGraphNode = 195,
-    FGR_OP_xt_simA = 196,
-    FGR_OP_xt_simA_1 = 197,
-    FGR_OP_xt_simA_2 = 198,
-    FGR_OP_xt_simA_7 = 199,
-    FGR_OP_xt_simB = 200,
-    FGR_OP_xt_simB_1 = 201,
-    FGR_OP_xt_simB_2 = 202,
-    FGR_NUM_OPS = 203
+    FGR_OP_cuFuncSetCacheConfig = 167,
+    FGR_OP_cuKernelSetCacheConfig = 168,
+    FGR_OP_cuCtxGetCacheConfig = 169,
+    FGR_OP_cuCtxSetCacheConfig = 170,
+    FGR_OP_cuFuncSetSharedMemConfig = 171,
+    FGR_OP_cuCtxGetSharedMemConfig = 172,
+    FGR_OP_cuCtxSetSharedMemConfig = 173,
+    FGR_OP_cuCtxSetLimit = 174,
+    FGR_OP_cuDeviceGetP2PAttribute = 175,
+    FGR_OP_cuDeviceGetTexture1DLinearMaxWidth = 176,
+    FGR_OP_cuOccupancyMaxActiveClusters = 177,
+    FGR_OP_cuOccupancyMaxPotentialClusterSize = 178,
+    FGR_OP_cuCtxGetLimit = 179,
+    FGR_OP_cuStreamGetCaptureInfo_v2 = 180,
+    FGR_OP_cuStreamGetCaptureInfo_v2_ptsz = 181,
+    FGR_OP_cuStreamGetCaptureInfo_v3 = 182,
+    FGR_OP_cuStreamGetCaptureInfo_v3_ptsz = 183,
+    FGR_OP_cuStreamGetPriority = 184,
+    FGR_OP_cuStreamGetPriority_ptsz = 185,
+    FGR_OP_cuStreamGetFlags = 186,
+    FGR_OP_cuStreamGetFlags_ptsz = 187,
+    FGR_OP_cuStreamGetCtx = 188,
+    FGR_OP_cuStreamGetCtx_ptsz = 189,
+    FGR_OP_cuStreamGetCtx_v2 = 190,
+    FGR_OP_cuStreamGetCtx_v2_ptsz = 191,
+    FGR_OP_cuStreamGetId = 192,
+    FGR_OP_cuStreamGetId_ptsz = 193,
+    FGR_OP_cuStreamCopyAttributes = 194,
+    FGR_OP_cuStreamCopyAttributes_ptsz = 195,
+    FGR_OP_cuStreamAttachMemAsync = 196,
+    FGR_OP_cuStreamAttachMemAsync_ptsz = 197,
+    FGR_OP_cuGraphClone = 198,
+    FGR_OP_cuGraphDestroyNode = 199,
+    FGR_OP_cuGraphAddEmptyNode = 200,
+    FGR_OP_cuGraphAddEventRecordNode = 201,
+    FGR_OP_cuGraphAddEventWaitNode = 202,
+    FGR_OP_cuGraphGetRootNodes = 203,
+    FGR_OP_cuGraphExecGetFlags = 204,
+    FGR_OP_cuGraphAddChildGraphNode = 205,
+    FGR_OP_xt_simA = 206,
+    FGR_OP_xt_simA_1 = 207,
+    FGR_OP_xt_simA_2 = 208,
+    FGR_OP_xt_simA_7 = 209,
+    FGR_OP_xt_simB = 210,
+    FGR_OP_xt_simB_1 = 211,
+    FGR_OP_xt_simB_2 = 212,
+    FGR_NUM_OPS = 213
 };
 
-#define FGR_OPS_HASH 0x3a67122f1f9eb545ULL
+#define FGR_OPS_HASH 0x39543151b5e7073fULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
@@ -254,6 +264,16 @@ CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunc
 CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr);
 CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes, void **data, CUdeviceptr ptr);
 CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode);
+CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config);
+CUresult cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev);
+CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig);
+CUresult cuCtxSetCacheConfig(CUfunc_cache config);
+CUresult cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig config);
+CUresult cuCtxGetSharedMemConfig(CUsharedconfig *pConfig);
+CUresult cuCtxSetSharedMemConfig(CUsharedconfig config);
+CUresult cuCtxSetLimit(CUlimit limit, size_t value);
+CUresult cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice, CUdevice dstDevice);
+CUresult cuDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthInElements, CUarray_format format, unsigned numChannels, CUdevice dev);
 CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config);
 CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func, const CUlaunchConfig *config);
 CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit);

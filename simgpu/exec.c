@@ -273,6 +273,46 @@ static CUresult param_info(struct sim_func *f, size_t paramIndex, size_t *paramO
     return CUDA_SUCCESS;
 }
 
+/* Cache preferences: checked and kept (per context), not simulated. */
+SIM_EXPORT CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config)
+{
+    if (!as_func(hfunc))
+        return CUDA_ERROR_INVALID_HANDLE;
+    return (unsigned)config > CU_FUNC_CACHE_PREFER_EQUAL ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev)
+{
+    (void)dev;
+    if (!as_kernel(kernel))
+        return CUDA_ERROR_INVALID_HANDLE;
+    return (unsigned)config > CU_FUNC_CACHE_PREFER_EQUAL ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuCtxSetCacheConfig(CUfunc_cache config)
+{
+    struct sim_ctx *c;
+    CUresult r = sim_check_ctx(&c);
+    if (r)
+        return r;
+    if ((unsigned)config > CU_FUNC_CACHE_PREFER_EQUAL)
+        return CUDA_ERROR_INVALID_VALUE;
+    c->cache = config;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig)
+{
+    struct sim_ctx *c;
+    CUresult r = sim_check_ctx(&c);
+    if (r)
+        return r;
+    if (!pconfig)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pconfig = c->cache;
+    return CUDA_SUCCESS;
+}
+
 /* A function only: a library's kernel is refused here, as by a driver. */
 SIM_EXPORT CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
 {

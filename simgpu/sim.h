@@ -175,6 +175,7 @@ struct sim_ctx {
     struct sim_stream *legacy;
     int blocking_captures; /* streams of this context in capture that sync with the legacy stream */
     unsigned long long id; /* unique in the process, as cuCtxGetId answers */
+    CUfunc_cache cache;    /* its cache preference (cuCtxSetCacheConfig) */
 };
 
 #define SIM_CAP_DEPS 8

@@ -135,6 +135,21 @@ typedef enum CUtensorMapFloatOOBfill_enum {
     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0
 } CUtensorMapFloatOOBfill;
 
+typedef enum CUfunc_cache_enum {
+    CU_FUNC_CACHE_PREFER_NONE = 0,
+    CU_FUNC_CACHE_PREFER_SHARED = 1,
+    CU_FUNC_CACHE_PREFER_L1 = 2,
+    CU_FUNC_CACHE_PREFER_EQUAL = 3
+} CUfunc_cache;
+
+typedef enum CUsharedconfig_enum {
+    CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE = 0
+} CUsharedconfig;
+
+typedef enum CUdevice_P2PAttribute_enum {
+    CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK = 1
+} CUdevice_P2PAttribute;
+
 typedef enum CUpointer_attribute_enum {
     CU_POINTER_ATTRIBUTE_CONTEXT = 1,
     CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,

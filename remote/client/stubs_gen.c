@@ -2590,6 +2590,145 @@ FGR_EXPORT CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuFuncSetCacheConfig, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hfunc);
+    fgr_put_u64(&fgr_c.w, (uint64_t)config);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuKernelSetCacheConfig, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)kernel);
+    fgr_put_u64(&fgr_c.w, (uint64_t)config);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig)
+{
+    CUresult fgr_r;
+    uint64_t n_pconfig = pconfig ? sizeof(CUfunc_cache) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxGetCacheConfig, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u8(&fgr_c.w, pconfig != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pconfig, n_pconfig, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuCtxSetCacheConfig(CUfunc_cache config)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxSetCacheConfig, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)config);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig config)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuFuncSetSharedMemConfig, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hfunc);
+    fgr_put_u64(&fgr_c.w, (uint64_t)config);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuCtxGetSharedMemConfig(CUsharedconfig *pConfig)
+{
+    CUresult fgr_r;
+    uint64_t n_pConfig = pConfig ? sizeof(CUsharedconfig) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxGetSharedMemConfig, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u8(&fgr_c.w, pConfig != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pConfig, n_pConfig, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuCtxSetSharedMemConfig(CUsharedconfig config)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxSetSharedMemConfig, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)config);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxSetLimit, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)limit);
+    fgr_put_u64(&fgr_c.w, (uint64_t)value);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice, CUdevice dstDevice)
+{
+    CUresult fgr_r;
+    uint64_t n_value = value ? sizeof(int) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceGetP2PAttribute, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)attrib);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)srcDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dstDevice);
+    fgr_put_u8(&fgr_c.w, value != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, value, n_value, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthInElements, CUarray_format format, unsigned numChannels, CUdevice dev)
+{
+    CUresult fgr_r;
+    uint64_t n_maxWidthInElements = maxWidthInElements ? sizeof(size_t) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceGetTexture1DLinearMaxWidth, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)format);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numChannels);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
+    fgr_put_u8(&fgr_c.w, maxWidthInElements != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, maxWidthInElements, n_maxWidthInElements, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config)
 {
     CUresult fgr_r;
@@ -3361,6 +3500,16 @@ const struct fg_proc fgr_procs[] = {
     {"cuPointerGetAttribute", "cuPointerGetAttribute", 4000, 0, (void *)cuPointerGetAttribute},
     {"cuPointerGetAttributes", "cuPointerGetAttributes", 7000, 0, (void *)cuPointerGetAttributes},
     {"cuModuleGetLoadingMode", "cuModuleGetLoadingMode", 11070, 0, (void *)cuModuleGetLoadingMode},
+    {"cuFuncSetCacheConfig", "cuFuncSetCacheConfig", 3000, 0, (void *)cuFuncSetCacheConfig},
+    {"cuKernelSetCacheConfig", "cuKernelSetCacheConfig", 12000, 0, (void *)cuKernelSetCacheConfig},
+    {"cuCtxGetCacheConfig", "cuCtxGetCacheConfig", 3020, 0, (void *)cuCtxGetCacheConfig},
+    {"cuCtxSetCacheConfig", "cuCtxSetCacheConfig", 3020, 0, (void *)cuCtxSetCacheConfig},
+    {"cuFuncSetSharedMemConfig", "cuFuncSetSharedMemConfig", 4020, 0, (void *)cuFuncSetSharedMemConfig},
+    {"cuCtxGetSharedMemConfig", "cuCtxGetSharedMemConfig", 4020, 0, (void *)cuCtxGetSharedMemConfig},
+    {"cuCtxSetSharedMemConfig", "cuCtxSetSharedMemConfig", 4020, 0, (void *)cuCtxSetSharedMemConfig},
+    {"cuCtxSetLimit", "cuCtxSetLimit", 3010, 0, (void *)cuCtxSetLimit},
+    {"cuDeviceGetP2PAttribute", "cuDeviceGetP2PAttribute", 8000, 0, (void *)cuDeviceGetP2PAttribute},
+    {"cuDeviceGetTexture1DLinearMaxWidth", "cuDeviceGetTexture1DLinearMaxWidth", 11010, 0, (void *)cuDeviceGetTexture1DLinearMaxWidth},
     {"cuOccupancyMaxActiveClusters", "cuOccupancyMaxActiveClusters", 11070, 0, (void *)cuOccupancyMaxActiveClusters},
     {"cuOccupancyMaxPotentialClusterSize", "cuOccupancyMaxPotentialClusterSize", 11070, 0, (void *)cuOccupancyMaxPotentialClusterSize},
     {"cuCtxGetLimit", "cuCtxGetLimit", 3010, 0, (void *)cuCtxGetLimit},

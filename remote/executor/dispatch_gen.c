@@ -167,6 +167,16 @@ typedef CUresult (*pfn_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags)(int
 typedef CUresult (*pfn_cuOccupancyAvailableDynamicSMemPerBlock)(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize);
 typedef CUresult (*pfn_cuPointerGetAttribute)(void *data, CUpointer_attribute attribute, CUdeviceptr ptr);
 typedef CUresult (*pfn_cuModuleGetLoadingMode)(CUmoduleLoadingMode *mode);
+typedef CUresult (*pfn_cuFuncSetCacheConfig)(CUfunction hfunc, CUfunc_cache config);
+typedef CUresult (*pfn_cuKernelSetCacheConfig)(CUkernel kernel, CUfunc_cache config, CUdevice dev);
+typedef CUresult (*pfn_cuCtxGetCacheConfig)(CUfunc_cache *pconfig);
+typedef CUresult (*pfn_cuCtxSetCacheConfig)(CUfunc_cache config);
+typedef CUresult (*pfn_cuFuncSetSharedMemConfig)(CUfunction hfunc, CUsharedconfig config);
+typedef CUresult (*pfn_cuCtxGetSharedMemConfig)(CUsharedconfig *pConfig);
+typedef CUresult (*pfn_cuCtxSetSharedMemConfig)(CUsharedconfig config);
+typedef CUresult (*pfn_cuCtxSetLimit)(CUlimit limit, size_t value);
+typedef CUresult (*pfn_cuDeviceGetP2PAttribute)(int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice, CUdevice dstDevice);
+typedef CUresult (*pfn_cuDeviceGetTexture1DLinearMaxWidth)(size_t *maxWidthInElements, CUarray_format format, unsigned numChannels, CUdevice dev);
 typedef CUresult (*pfn_cuOccupancyMaxActiveClusters)(int *numClusters, CUfunction func, const CUlaunchConfig *config);
 typedef CUresult (*pfn_cuOccupancyMaxPotentialClusterSize)(int *clusterSize, CUfunction func, const CUlaunchConfig *config);
 typedef CUresult (*pfn_cuCtxGetLimit)(size_t *pvalue, CUlimit limit);
@@ -3349,6 +3359,145 @@ static CUresult op_cuModuleGetLoadingMode(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_cuFuncSetCacheConfig(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUfunction hfunc = (CUfunction)(uintptr_t)fgr_get_u64(rd);
+    CUfunc_cache config = (CUfunc_cache)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)hfunc)))
+        fgr_r = fgr_refuse("cuFuncSetCacheConfig", "hfunc", (uint64_t)(uintptr_t)hfunc, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuFuncSetCacheConfig)fgr_real[FGR_OP_cuFuncSetCacheConfig])(hfunc, config);
+    return fgr_r;
+}
+
+static CUresult op_cuKernelSetCacheConfig(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUkernel kernel = (CUkernel)(uintptr_t)fgr_get_u64(rd);
+    CUfunc_cache config = (CUfunc_cache)fgr_get_u64(rd);
+    CUdevice dev = (CUdevice)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUkernel, (uint64_t)(uintptr_t)kernel)))
+        fgr_r = fgr_refuse("cuKernelSetCacheConfig", "kernel", (uint64_t)(uintptr_t)kernel, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuKernelSetCacheConfig)fgr_real[FGR_OP_cuKernelSetCacheConfig])(kernel, config, dev);
+    return fgr_r;
+}
+
+static CUresult op_cuCtxGetCacheConfig(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    int has_pconfig = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUfunc_cache *pconfig = NULL;
+    if (has_pconfig && !(pconfig = fgr_out(q, sizeof(CUfunc_cache))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_cuCtxGetCacheConfig)fgr_real[FGR_OP_cuCtxGetCacheConfig])(pconfig);
+    fgr_reply_out(q, pconfig, sizeof(CUfunc_cache), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuCtxSetCacheConfig(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUfunc_cache config = (CUfunc_cache)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = ((pfn_cuCtxSetCacheConfig)fgr_real[FGR_OP_cuCtxSetCacheConfig])(config);
+    return fgr_r;
+}
+
+static CUresult op_cuFuncSetSharedMemConfig(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUfunction hfunc = (CUfunction)(uintptr_t)fgr_get_u64(rd);
+    CUsharedconfig config = (CUsharedconfig)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)hfunc)))
+        fgr_r = fgr_refuse("cuFuncSetSharedMemConfig", "hfunc", (uint64_t)(uintptr_t)hfunc, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuFuncSetSharedMemConfig)fgr_real[FGR_OP_cuFuncSetSharedMemConfig])(hfunc, config);
+    return fgr_r;
+}
+
+static CUresult op_cuCtxGetSharedMemConfig(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    int has_pConfig = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUsharedconfig *pConfig = NULL;
+    if (has_pConfig && !(pConfig = fgr_out(q, sizeof(CUsharedconfig))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_cuCtxGetSharedMemConfig)fgr_real[FGR_OP_cuCtxGetSharedMemConfig])(pConfig);
+    fgr_reply_out(q, pConfig, sizeof(CUsharedconfig), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuCtxSetSharedMemConfig(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUsharedconfig config = (CUsharedconfig)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = ((pfn_cuCtxSetSharedMemConfig)fgr_real[FGR_OP_cuCtxSetSharedMemConfig])(config);
+    return fgr_r;
+}
+
+static CUresult op_cuCtxSetLimit(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUlimit limit = (CUlimit)fgr_get_u64(rd);
+    size_t value = (size_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = ((pfn_cuCtxSetLimit)fgr_real[FGR_OP_cuCtxSetLimit])(limit, value);
+    return fgr_r;
+}
+
+static CUresult op_cuDeviceGetP2PAttribute(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdevice_P2PAttribute attrib = (CUdevice_P2PAttribute)fgr_get_u64(rd);
+    CUdevice srcDevice = (CUdevice)fgr_get_u64(rd);
+    CUdevice dstDevice = (CUdevice)fgr_get_u64(rd);
+    int has_value = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    int *value = NULL;
+    if (has_value && !(value = fgr_out(q, sizeof(int))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_cuDeviceGetP2PAttribute)fgr_real[FGR_OP_cuDeviceGetP2PAttribute])(value, attrib, srcDevice, dstDevice);
+    fgr_reply_out(q, value, sizeof(int), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuDeviceGetTexture1DLinearMaxWidth(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUarray_format format = (CUarray_format)fgr_get_u64(rd);
+    unsigned numChannels = (unsigned)fgr_get_u64(rd);
+    CUdevice dev = (CUdevice)fgr_get_u64(rd);
+    int has_maxWidthInElements = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    size_t *maxWidthInElements = NULL;
+    if (has_maxWidthInElements && !(maxWidthInElements = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_cuDeviceGetTexture1DLinearMaxWidth)fgr_real[FGR_OP_cuDeviceGetTexture1DLinearMaxWidth])(maxWidthInElements, format, numChannels, dev);
+    fgr_reply_out(q, maxWidthInElements, sizeof(size_t), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_cuOccupancyMaxActiveClusters(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -4293,6 +4442,16 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuOccupancyAvailableDynamicSMemPerBlock] = {"cuOccupancyAvailableDynamicSMemPerBlock", op_cuOccupancyAvailableDynamicSMemPerBlock, 0},
     [FGR_OP_cuPointerGetAttribute] = {"cuPointerGetAttribute", op_cuPointerGetAttribute, 0},
     [FGR_OP_cuModuleGetLoadingMode] = {"cuModuleGetLoadingMode", op_cuModuleGetLoadingMode, 0},
+    [FGR_OP_cuFuncSetCacheConfig] = {"cuFuncSetCacheConfig", op_cuFuncSetCacheConfig, 0},
+    [FGR_OP_cuKernelSetCacheConfig] = {"cuKernelSetCacheConfig", op_cuKernelSetCacheConfig, 0},
+    [FGR_OP_cuCtxGetCacheConfig] = {"cuCtxGetCacheConfig", op_cuCtxGetCacheConfig, 0},
+    [FGR_OP_cuCtxSetCacheConfig] = {"cuCtxSetCacheConfig", op_cuCtxSetCacheConfig, 0},
+    [FGR_OP_cuFuncSetSharedMemConfig] = {"cuFuncSetSharedMemConfig", op_cuFuncSetSharedMemConfig, 0},
+    [FGR_OP_cuCtxGetSharedMemConfig] = {"cuCtxGetSharedMemConfig", op_cuCtxGetSharedMemConfig, 0},
+    [FGR_OP_cuCtxSetSharedMemConfig] = {"cuCtxSetSharedMemConfig", op_cuCtxSetSharedMemConfig, 0},
+    [FGR_OP_cuCtxSetLimit] = {"cuCtxSetLimit", op_cuCtxSetLimit, 0},
+    [FGR_OP_cuDeviceGetP2PAttribute] = {"cuDeviceGetP2PAttribute", op_cuDeviceGetP2PAttribute, 0},
+    [FGR_OP_cuDeviceGetTexture1DLinearMaxWidth] = {"cuDeviceGetTexture1DLinearMaxWidth", op_cuDeviceGetTexture1DLinearMaxWidth, 0},
     [FGR_OP_cuOccupancyMaxActiveClusters] = {"cuOccupancyMaxActiveClusters", op_cuOccupancyMaxActiveClusters, 0},
     [FGR_OP_cuOccupancyMaxPotentialClusterSize] = {"cuOccupancyMaxPotentialClusterSize", op_cuOccupancyMaxPotentialClusterSize, 0},
     [FGR_OP_cuCtxGetLimit] = {"cuCtxGetLimit", op_cuCtxGetLimit, 0},

@@ -11,6 +11,10 @@ CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func, c
 CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr);
 CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes, void **data, CUdeviceptr ptr);
 CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize);
+CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config);
+CUresult cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev);
+CUresult cuCtxSetCacheConfig(CUfunc_cache config);
+CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig);
 
 static void load_ex(const char *what, unsigned n, CUjit_option *o, void **v)
 {
@@ -111,6 +115,13 @@ int main(void)
     CHECK(cuLaunchKernel((CUfunction)k, 1, 1, 1, 4, 1, 1, 0, NULL, args, NULL));
     CHECK(cuMemcpyDtoH_v2(c, dc, sizeof c));
     printf("library kernel: %g %g %g %g\n", c[0], c[1], c[2], c[3]);
+    /* Cache preferences, as libraries set them on their kernels. */
+    CUfunc_cache pref = CU_FUNC_CACHE_PREFER_NONE;
+    printf("cache: kernel %s, function %s, a preference of 7 %s", result_name(cuKernelSetCacheConfig(k, CU_FUNC_CACHE_PREFER_SHARED, 0)),
+           result_name(cuFuncSetCacheConfig(f, CU_FUNC_CACHE_PREFER_L1)),
+           result_name(cuFuncSetCacheConfig(f, (CUfunc_cache)7)));
+    CUresult set = cuCtxSetCacheConfig(CU_FUNC_CACHE_PREFER_EQUAL), got = cuCtxGetCacheConfig(&pref);
+    printf(", context %s %s %d\n", result_name(set), result_name(got), (int)pref);
     CHECK(cuLibraryUnload(lib));
     return 0;
 }

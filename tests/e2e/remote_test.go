@@ -705,6 +705,7 @@ host memory: CUDA_ERROR_INVALID_VALUE
 host memory, both: CUDA_SUCCESS, type 0, 0 bytes
 kernel's layout asked of it as a function: CUDA_ERROR_INVALID_HANDLE
 library kernel: 11 22 33 44
+cache: kernel CUDA_SUCCESS, function CUDA_SUCCESS, a preference of 7 CUDA_ERROR_INVALID_VALUE, context CUDA_SUCCESS CUDA_SUCCESS 3
 `
 	if got.code != 0 || got.stdout != want {
 		t.Errorf("remotely: exit %d\n%s\nwant\n%s", got.code, got.stdout, want)
