@@ -67,6 +67,15 @@ same() {
             echo "its last lines:"
             tail -n 8 "$tmp/remote.out" | cut -c1-300
             tail -n 3 "$tmp"/serve-*.log
+            # Again, saying what the server refused and which lookups found nothing.
+            FLEXGV_REMOTE_LOG=errors FLEXGV_REMOTE=$addr LD_LIBRARY_PATH="$B/remote:$CUDA/lib64" timeout "$LIMIT" "$@" \
+                >"$tmp/logged.out" 2>&1
+            echo "errors said: $(grep -c '^flexgv remote: cu' "$tmp/logged.out"), of which lookups that found" \
+                "nothing: $(grep -c '^flexgv remote: cuGetProcAddress' "$tmp/logged.out"); the other last ones, then the names looked up:"
+            grep '^flexgv remote: ' "$tmp/logged.out" | grep -v cuGetProcAddress | tail -n 10
+            grep '^flexgv remote: cuGetProcAddress' "$tmp/logged.out" | sed 's/.*cuGetProcAddress("\([^"]*\)".*/\1/' |
+                sort -u | tr '\n' ' ' | cut -c1-2000
+            echo
         fi
     done
 }

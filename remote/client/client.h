@@ -21,7 +21,15 @@ struct fgr_call {
     struct fgr_buf w;
     struct fgr_rd r;
     CUresult result;
+    int op;
 };
+
+/* FLEXGV_REMOTE_LOG=errors: every forwarded call the server answered with
+ * an error, and every entry point a lookup did not find, said on stderr
+ * (what a program asked that remote GPUs do not give). */
+int fgr_log_errors(void);
+void fgr_log_error(const char *what, CUresult r);
+extern const char *const fgr_op_names[];
 
 CUresult fgr_begin(struct fgr_call *c, int op, int queued);
 /* Sends a queued request and releases the connection: CUDA_SUCCESS unless

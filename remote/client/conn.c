@@ -414,6 +414,32 @@ static void delay_added(void)
     } while (t - t0 < delay_ns);
 }
 
+/* FLEXGV_REMOTE_LOG: 1 for errors, 0 for none, -1 for a value it does not
+ * know (said; the connection is then refused, as for the other settings). */
+static int log_setting(void)
+{
+    static int mode = -2;
+    int m = __atomic_load_n(&mode, __ATOMIC_ACQUIRE);
+    if (m != -2)
+        return m;
+    const char *v = getenv("FLEXGV_REMOTE_LOG");
+    m = !v || !*v ? 0 : !strcmp(v, "errors") ? 1 : -1;
+    if (m < 0 && __atomic_exchange_n(&mode, m, __ATOMIC_ACQ_REL) != m)
+        say("FLEXGV_REMOTE_LOG=%s: the only setting is errors", v);
+    __atomic_store_n(&mode, m, __ATOMIC_RELEASE);
+    return m;
+}
+
+int fgr_log_errors(void) { return log_setting() > 0; }
+
+void fgr_log_error(const char *what, CUresult r)
+{
+    const char *name = NULL;
+    if (cuGetErrorName(r, &name) != CUDA_SUCCESS || !name)
+        name = "an unknown error";
+    say("%s: %s", what, name);
+}
+
 static CUresult connect_locked(void)
 {
     if (conn_fd >= 0)
@@ -422,7 +448,7 @@ static CUresult connect_locked(void)
         return conn_refused ? conn_refused : LOST;
     const char *a = address();
     int fd = -1;
-    if (!chunk_from_env() || !delay_from_env()) {
+    if (!chunk_from_env() || !delay_from_env() || log_setting() < 0) {
         conn_broken = 1;
         return LOST;
     }
@@ -518,6 +544,7 @@ CUresult fgr_begin(struct fgr_call *c, int op, int queued)
     fgr_put_u32(&c->w, 0);
     fgr_put_u64(&c->w, (uint64_t)(uintptr_t)ctx);
     c->result = CUDA_ERROR_UNKNOWN;
+    c->op = op;
     return CUDA_SUCCESS;
 }
 
@@ -609,7 +636,10 @@ CUresult fgr_end(struct fgr_call *c)
     CUresult r = c->result;
     if (!fgr_rd_done(&c->r))
         r = lost("a malformed answer", 0);
+    int op = c->op;
     release(c);
+    if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY && fgr_log_errors() && fgr_op_names[op])
+        fgr_log_error(fgr_op_names[op], r);
     return r;
 }
 

@@ -567,7 +567,13 @@ static CUresult resolve(const char *symbol, void **pfn, int cudaVersion, cuuint6
                         CUdriverProcAddressQueryResult *status)
 {
     static const struct fg_proc *const tables[] = {fgr_procs};
-    return fg_proc_resolve(tables, &fgr_nprocs, 1, symbol, pfn, cudaVersion, flags, status);
+    CUresult r = fg_proc_resolve(tables, &fgr_nprocs, 1, symbol, pfn, cudaVersion, flags, status);
+    if (r != CUDA_SUCCESS && symbol && fgr_log_errors()) {
+        char what[160];
+        snprintf(what, sizeof what, "cuGetProcAddress(\"%.100s\", %d)", symbol, cudaVersion);
+        fgr_log_error(what, r);
+    }
+    return r;
 }
 
 FGR_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)

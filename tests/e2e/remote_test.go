@@ -713,4 +713,29 @@ cache: kernel CUDA_SUCCESS, function CUDA_SUCCESS, a preference of 7 CUDA_ERROR_
 	if !strings.Contains(got.stderr, "cuModuleLoadDataEx: JIT option 999 cannot be sent") {
 		t.Errorf("the unknown option was not said:\n%s", got.stderr)
 	}
+	if strings.Contains(got.stderr, "CUDA_ERROR_INVALID_VALUE") {
+		t.Errorf("errors said without FLEXGV_REMOTE_LOG:\n%s", got.stderr)
+	}
+	// FLEXGV_REMOTE_LOG=errors says every call the server refused and every
+	// entry point a lookup did not find; another value is refused.
+	e.extra = append(e.extra, "FLEXGV_REMOTE_LOG=errors")
+	logged := e.remote(s, "optclient")
+	for _, want := range []string{"flexgv remote: cuModuleLoadDataEx: CUDA_ERROR_INVALID_VALUE\n",
+		"flexgv remote: cuCtxSynchronize: CUDA_ERROR_INVALID_VALUE\n"} {
+		if !strings.Contains(logged.stderr, want) {
+			t.Errorf("FLEXGV_REMOTE_LOG=errors: no %q in\n%s", want, logged.stderr)
+		}
+	}
+	lookup := e.remote(s, "python3", "-c", `import ctypes
+cu = ctypes.CDLL("libcuda.so.1")
+p = ctypes.c_void_p()
+print(cu.cuInit(0), cu.cuGetProcAddress_v2(b"cuNoSuchCall", ctypes.byref(p), 13000, 0, None))`)
+	if lookup.stdout != "0 500\n" || !strings.Contains(lookup.stderr, `cuGetProcAddress("cuNoSuchCall", 13000): CUDA_ERROR_NOT_FOUND`) {
+		t.Errorf("a lookup that found nothing: %q\n%s", lookup.stdout, lookup.stderr)
+	}
+	e.extra[len(e.extra)-1] = "FLEXGV_REMOTE_LOG=all"
+	bad := e.remote(s, "python3", "-c", "import ctypes; print(ctypes.CDLL('libcuda.so.1').cuInit(0))")
+	if bad.stdout != "46\n" || !strings.Contains(bad.stderr, "FLEXGV_REMOTE_LOG=all: the only setting is errors") {
+		t.Errorf("FLEXGV_REMOTE_LOG=all: %q\n%s", bad.stdout, bad.stderr)
+	}
 }

@@ -706,6 +706,13 @@ func emitRemoteClient(entries []RemoteEntry, tables []*Table) string {
 		}
 	}
 	fmt.Fprintf(&b, "const int fgr_nunsupported = %d;\n", len(unsupported))
+	b.WriteString("\n/* Each operation's entry point, for FLEXGV_REMOTE_LOG. */\nconst char *const fgr_op_names[FGR_NUM_OPS] = {\n")
+	for _, e := range entries {
+		if e.Forwarded() {
+			fmt.Fprintf(&b, "    [FGR_OP_%s] = \"%s\",\n", e.Name, e.Name)
+		}
+	}
+	b.WriteString("};\n")
 	b.WriteString("\n/* What cuGetProcAddress hands out: every exported entry point. */\n")
 	b.WriteString("const struct fg_proc fgr_procs[] = {\n")
 	for _, e := range entries {
