@@ -107,5 +107,13 @@ if python3 -c 'import torch' 2>/dev/null; then
 else
     echo "SKIP torch-train: no PyTorch here"
 fi
+# What the words the client does not emulate yet do on the real driver
+# (informational: PyTorch, Triton and JAX call these).
+if gcc -std=gnu11 -O2 -Wall -Werror -I"$CUDA/include" -o "$tmp/xt_probe" scripts/gpu/xt_probe.c \
+    -L"$CUDA/lib64/stubs" -lcuda; then
+    for w in 19 21 24 25; do
+        env -u LD_LIBRARY_PATH timeout 30 "$tmp/xt_probe" 69a28e9f-2449-8b47-b030-c5da330ea4e9 "$w"
+    done
+fi
 [ $failed = 0 ] && echo "PASS remote cudart: all checks" || echo "FAIL remote cudart: see the FAIL lines above"
 exit $failed
