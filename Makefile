@@ -103,12 +103,12 @@ $(BUILD)/tests/cudartclient: tests/clients/cudartclient.c tests/clients/common.h
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) $(INCS) -Iremote/client -o $@ $< remote/client/integrity.c -L$(BUILD)/sim -lcuda -ldl -lpthread
 
-$(BUILD)/tests/nvmlclient: tests/clients/nvmlclient.c $(HDRS) $(BUILD)/sim/libnvidia-ml.so.1
+$(BUILD)/tests/nvmlclient: tests/clients/nvmlclient.c tests/clients/nvmlcheck.h $(HDRS) $(BUILD)/sim/libnvidia-ml.so.1
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) $(INCS) -o $@ $< -L$(BUILD)/sim -lnvidia-ml
 
 # Linked with the remoting client's NVML and libcuda, for what only it answers.
-$(BUILD)/tests/nvmlremote: tests/clients/nvmlremote.c $(HDRS) $(BUILD)/remote/libnvidia-ml.so.1
+$(BUILD)/tests/nvmlremote: tests/clients/nvmlremote.c tests/clients/nvmlcheck.h $(HDRS) $(BUILD)/remote/libnvidia-ml.so.1
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) $(INCS) -o $@ $< -L$(BUILD)/remote -lnvidia-ml -lcuda
 

@@ -15,6 +15,7 @@
 
 #define NVML_NO_UNVERSIONED_FUNC_DEFS
 #include <nvml.h>
+#include "flexgv/nvml_util.h"
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -108,31 +109,9 @@ FGN_EXPORT nvmlReturn_t nvmlShutdown(void)
     return n > 0 ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED;
 }
 
-FGN_EXPORT const char *nvmlErrorString(nvmlReturn_t result)
-{
-    switch (result) {
-    case NVML_SUCCESS: return "Success";
-    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
-    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
-    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
-    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
-    case NVML_ERROR_NOT_FOUND: return "Not Found";
-    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
-    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
-    case NVML_ERROR_LIBRARY_NOT_FOUND: return "NVML Shared Library Not Found";
-    case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
-    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
-    case NVML_ERROR_MEMORY: return "Insufficient Memory";
-    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument version mismatch";
-    default: return "Unknown Error";
-    }
-}
+FGN_EXPORT const char *nvmlErrorString(nvmlReturn_t result) { return fg_nvml_error_string(result); }
 
-#define REQUIRE_NVML()                                       \
-    do {                                                     \
-        if (!__atomic_load_n(&refs, __ATOMIC_ACQUIRE))       \
-            return NVML_ERROR_UNINITIALIZED;                 \
-    } while (0)
+#define REQUIRE_NVML() FG_NVML_REQUIRE(refs)
 
 /* snprintf into an NVML buffer: too short is INSUFFICIENT_SIZE. */
 static nvmlReturn_t put_text(char *buf, unsigned int length, const char *text)

@@ -2,21 +2,11 @@
  * NVML answers (linked against it), and what it says of those it does not.
  * With "ctx": a context of the program's own is current throughout, and
  * must still be after the NVML calls. */
-#define NVML_NO_UNVERSIONED_FUNC_DEFS
-#include <nvml.h>
-#include <stdio.h>
 #include <string.h>
 
-#include "flexgv/cuda_api_gen.h"
+#include "nvmlcheck.h"
 
-#define NCHECK(call)                                                          \
-    do {                                                                      \
-        nvmlReturn_t r_ = (call);                                             \
-        if (r_ != NVML_SUCCESS) {                                             \
-            fprintf(stderr, "%s failed: %s\n", #call, nvmlErrorString(r_));   \
-            return 1;                                                         \
-        }                                                                     \
-    } while (0)
+#include "flexgv/cuda_api_gen.h"
 
 int main(int argc, char **argv)
 {
