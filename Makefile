@@ -23,7 +23,7 @@ INCS     := -Iinclude -Iinclude/flexgv -I$(NVML_INC)
 SHIM_SRC := $(wildcard shim/*.c)
 SIM_SRC  := simgpu/state.c simgpu/core.c simgpu/memory.c simgpu/exec.c simgpu/capture.c simgpu/graph.c simgpu/exports.c simgpu/procs_gen.c
 HDRS     := $(wildcard include/flexgv/*.h include/flexgv/*.def shim/*.h simgpu/*.h)
-CLIENTS  := rtlike direct dlsymclient threads forker nvmlclient nocuda launchloop nextlib_user hookmap holder memclient captureclient exportclient cudartclient optclient spinner copier procutil
+CLIENTS  := rtlike direct dlsymclient threads forker nvmlclient nvmlremote nocuda launchloop nextlib_user hookmap holder memclient captureclient exportclient cudartclient optclient spinner copier procutil
 GO_SRC   := $(shell find cmd internal proto -name '*.go') go.mod go.sum
 
 .PHONY: all shim sim cli clients remote test demo clean gen-check FORCE
@@ -62,13 +62,27 @@ $(BUILD)/bin/flexgv: $(GO_SRC) FORCE
 REMOTE_HDRS   := $(wildcard remote/*.h remote/client/*.h remote/executor/*.h) $(HDRS)
 REMOTE_CLIENT := remote/wire.c remote/ring.c $(wildcard remote/client/*.c)
 REMOTE_EXEC   := remote/wire.c remote/ring.c $(wildcard remote/executor/*.c)
-remote: $(BUILD)/remote/libcuda.so.1 $(BUILD)/remote/flexgv-executor
+remote: $(BUILD)/remote/libcuda.so.1 $(BUILD)/remote/libnvidia-ml.so.1 $(BUILD)/remote/flexgv-executor
 
 $(BUILD)/remote/libcuda.so.1: $(REMOTE_CLIENT) $(REMOTE_HDRS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) -fPIC -shared -fvisibility=hidden $(INCS) -Wl,-soname,libcuda.so.1 \
 		-Wl,-Bsymbolic-functions -Wl,-z,now -o $@ $(REMOTE_CLIENT) -lpthread
 	ln -sf libcuda.so.1 $(BUILD)/remote/libcuda.so
+
+# Its NVML: answers through the client libcuda.so.1 beside it (rpath
+# $ORIGIN); the entry points of nvml.h it does not answer are stubs, listed
+# from the header.
+REMOTE_NVML := remote/nvml/nvml.c remote/nvml/stubs.c
+$(BUILD)/gen/nvml_names.def: $(NVML_INC)/nvml.h
+	@mkdir -p $(@D)
+	sed -nE 's/^(DEPRECATED\([^)]*\)[[:space:]]+)?nvmlReturn_t[[:space:]]+DECLDIR[[:space:]]+(nvml[A-Za-z0-9_]+)[[:space:]]*\(.*/X(\2)/p' $< | sort -u >$@
+
+$(BUILD)/remote/libnvidia-ml.so.1: $(REMOTE_NVML) $(BUILD)/gen/nvml_names.def $(BUILD)/remote/libcuda.so.1 remote/client/integrity_devices.h $(HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(WARN) -fPIC -shared -fvisibility=hidden $(INCS) -I$(BUILD)/gen -Wl,-soname,libnvidia-ml.so.1 \
+		-Wl,-Bsymbolic-functions -Wl,-rpath,'$$ORIGIN' -o $@ $(REMOTE_NVML) -L$(BUILD)/remote -lcuda -lpthread
+	ln -sf libnvidia-ml.so.1 $(BUILD)/remote/libnvidia-ml.so
 
 $(BUILD)/remote/flexgv-executor: $(REMOTE_EXEC) $(REMOTE_HDRS)
 	@mkdir -p $(@D)
@@ -89,9 +103,14 @@ $(BUILD)/tests/cudartclient: tests/clients/cudartclient.c tests/clients/common.h
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) $(INCS) -Iremote/client -o $@ $< remote/client/integrity.c -L$(BUILD)/sim -lcuda -ldl -lpthread
 
-$(BUILD)/tests/nvmlclient: tests/clients/nvmlclient.c $(HDRS) $(BUILD)/sim/libnvidia-ml.so.1
+$(BUILD)/tests/nvmlclient: tests/clients/nvmlclient.c tests/clients/nvmlcheck.h $(HDRS) $(BUILD)/sim/libnvidia-ml.so.1
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) $(INCS) -o $@ $< -L$(BUILD)/sim -lnvidia-ml
+
+# Linked with the remoting client's NVML and libcuda, for what only it answers.
+$(BUILD)/tests/nvmlremote: tests/clients/nvmlremote.c tests/clients/nvmlcheck.h $(HDRS) $(BUILD)/remote/libnvidia-ml.so.1
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(WARN) $(INCS) -o $@ $< -L$(BUILD)/remote -lnvidia-ml -lcuda
 
 # A second interposer preloaded after the shim: its dlsym(RTLD_NEXT) must
 # still find the definition after itself.

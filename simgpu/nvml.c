@@ -6,6 +6,7 @@
 
 #define NVML_NO_UNVERSIONED_FUNC_DEFS
 #include <nvml.h>
+#include "flexgv/nvml_util.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,11 +19,7 @@ static struct nvml_dev {
 } devs[SIM_MAX_DEVICES];
 static int nvml_count;
 
-#define REQUIRE_NVML()                         \
-    do {                                       \
-        if (!__atomic_load_n(&nvml_refs, __ATOMIC_ACQUIRE)) \
-            return NVML_ERROR_UNINITIALIZED;   \
-    } while (0)
+#define REQUIRE_NVML() FG_NVML_REQUIRE(nvml_refs)
 
 /* A GPU that fell off the bus: while the file FLEXGV_SIM_NVML_LOST names
  * exists, the device indices it lists are not enumerated by an nvmlInit
@@ -72,19 +69,7 @@ SIM_EXPORT nvmlReturn_t nvmlShutdown(void)
     return n > 0 ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED;
 }
 
-SIM_EXPORT const char *nvmlErrorString(nvmlReturn_t result)
-{
-    switch (result) {
-    case NVML_SUCCESS: return "Success";
-    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
-    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
-    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
-    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
-    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
-    case NVML_ERROR_NOT_FOUND: return "Not Found";
-    default: return "Unknown Error";
-    }
-}
+SIM_EXPORT const char *nvmlErrorString(nvmlReturn_t result) { return fg_nvml_error_string(result); }
 
 SIM_EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
 {

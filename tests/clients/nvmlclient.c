@@ -1,16 +1,5 @@
 /* A small nvidia-smi: what NVML reports for every device. */
-#define NVML_NO_UNVERSIONED_FUNC_DEFS
-#include <nvml.h>
-#include <stdio.h>
-
-#define NCHECK(call)                                                          \
-    do {                                                                      \
-        nvmlReturn_t r_ = (call);                                             \
-        if (r_ != NVML_SUCCESS) {                                             \
-            fprintf(stderr, "%s failed: %s\n", #call, nvmlErrorString(r_));   \
-            return 1;                                                         \
-        }                                                                     \
-    } while (0)
+#include "nvmlcheck.h"
 
 int main(void)
 {

@@ -160,7 +160,7 @@ func TestRemoteLibraryAlone(t *testing.T) {
 		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	// Every variant, by dlsym and by cuGetProcAddress, is the client's own
-	// function of exactly that name (NVML still comes from the simulator).
+	// function of exactly that name (NVML too: the client's own, beside it).
 	r = e.runIn(filepath.Join(build, "remote")+":"+filepath.Join(build, "sim"), "hookmap")
 	if r.code != 0 || !strings.Contains(r.stdout, " 0 mismatches") {
 		t.Fatalf("hookmap: exit %d\n%s%s", r.code, r.stdout, r.stderr)

@@ -1,0 +1,399 @@
+/* The remoting client's NVML (libnvidia-ml.so.1): the common queries about
+ * the remote devices, answered with public driver calls to the client's
+ * libcuda.so.1 (its DT_NEEDED, found beside it through the rpath $ORIGIN),
+ * so that NVML says what the program's CUDA calls say. Identity comes from
+ * what the client cached at its handshake and is read once per nvmlInit;
+ * memory is asked of the server at every query. Every other entry point
+ * answers NVML_ERROR_NOT_SUPPORTED (stubs.c).
+ *
+ * Under the shim (flexgv run --remote) these driver calls go through its
+ * hooks like the program's own, and are traced with them. */
+#include "flexgv/cuda_api_gen.h"
+#include "flexgv/cuda_util.h"
+
+#include "../client/integrity_devices.h"
+
+#define NVML_NO_UNVERSIONED_FUNC_DEFS
+#include <nvml.h>
+#include "flexgv/nvml_util.h"
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#define FGN_EXPORT __attribute__((visibility("default")))
+#define MAX_DEVS 64
+
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+static int refs;
+static int driver_version, ndev;
+/* NVML's devices are CUDA's, in CUDA's order: devs[i] is ordinal i. */
+static struct nvml_dev {
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+    char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+    struct fgr_integrity_dev id; /* UUID bytes and PCI location */
+    int cc_major, cc_minor;
+} devs[MAX_DEVS];
+
+static nvmlReturn_t nvml_result(CUresult r)
+{
+    switch (r) {
+    case CUDA_SUCCESS: return NVML_SUCCESS;
+    case CUDA_ERROR_NOT_INITIALIZED:
+    case CUDA_ERROR_DEINITIALIZED: return NVML_ERROR_UNINITIALIZED;
+    case CUDA_ERROR_INVALID_DEVICE: return NVML_ERROR_INVALID_ARGUMENT;
+    case CUDA_ERROR_OUT_OF_MEMORY: return NVML_ERROR_MEMORY;
+    case CUDA_ERROR_NOT_SUPPORTED: return NVML_ERROR_NOT_SUPPORTED;
+    case CUDA_ERROR_DEVICE_UNAVAILABLE: return NVML_ERROR_GPU_IS_LOST;
+    default: return NVML_ERROR_UNKNOWN;
+    }
+}
+
+/* The server's devices as the client's libcuda.so.1 names them. cuInit
+ * connects (the client says on stderr why it cannot); a client that
+ * reaches no server has no driver to speak of. */
+static nvmlReturn_t enumerate(void)
+{
+    int n;
+    CUresult r = cuInit(0);
+    if (r != CUDA_SUCCESS)
+        return NVML_ERROR_DRIVER_NOT_LOADED;
+    if ((r = cuDriverGetVersion(&driver_version)) != CUDA_SUCCESS || (r = cuDeviceGetCount(&n)) != CUDA_SUCCESS)
+        return nvml_result(r);
+    if (n > MAX_DEVS)
+        n = MAX_DEVS;
+    struct fgr_integrity_dev ids[MAX_DEVS];
+    if ((r = fgr_integrity_devices(ids, n)) != CUDA_SUCCESS)
+        return nvml_result(r);
+    for (int i = 0; i < n; i++) {
+        struct nvml_dev *d = &devs[i];
+        d->id = ids[i];
+        CUuuid u;
+        memcpy(u.bytes, ids[i].uuid, sizeof u.bytes);
+        fg_uuid_text(&u, d->uuid, sizeof d->uuid);
+        if ((r = cuDeviceGetName(d->name, sizeof d->name, i)) != CUDA_SUCCESS ||
+            (r = cuDeviceGetAttribute(&d->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, i)) != CUDA_SUCCESS ||
+            (r = cuDeviceGetAttribute(&d->cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, i)) != CUDA_SUCCESS)
+            return nvml_result(r);
+    }
+    ndev = n;
+    return NVML_SUCCESS;
+}
+
+/* Reference counted: the devices are read again by an nvmlInit that finds
+ * NVML shut down. */
+static nvmlReturn_t init(void)
+{
+    pthread_mutex_lock(&init_lock);
+    nvmlReturn_t r = refs ? NVML_SUCCESS : enumerate();
+    if (r == NVML_SUCCESS)
+        __atomic_fetch_add(&refs, 1, __ATOMIC_ACQ_REL);
+    pthread_mutex_unlock(&init_lock);
+    return r;
+}
+
+FGN_EXPORT nvmlReturn_t nvmlInit_v2(void) { return init(); }
+FGN_EXPORT nvmlReturn_t nvmlInit(void) { return init(); }
+FGN_EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
+{
+    (void)flags;
+    return init();
+}
+
+FGN_EXPORT nvmlReturn_t nvmlShutdown(void)
+{
+    pthread_mutex_lock(&init_lock);
+    int n = refs;
+    if (n > 0)
+        __atomic_store_n(&refs, n - 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&init_lock);
+    return n > 0 ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED;
+}
+
+FGN_EXPORT const char *nvmlErrorString(nvmlReturn_t result) { return fg_nvml_error_string(result); }
+
+#define REQUIRE_NVML() FG_NVML_REQUIRE(refs)
+
+/* snprintf into an NVML buffer: too short is INSUFFICIENT_SIZE. */
+static nvmlReturn_t put_text(char *buf, unsigned int length, const char *text)
+{
+    if (!buf)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (strlen(text) >= length)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    strcpy(buf, text);
+    return NVML_SUCCESS;
+}
+
+/* The server's driver's version string is not part of the handshake: the
+ * CUDA version it supports stands in, marked remote ("12.2.remote"). */
+static void version_text(char *buf, size_t n)
+{
+    snprintf(buf, n, "%d.%d.remote", driver_version / 1000, driver_version % 1000 / 10);
+}
+
+FGN_EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
+{
+    REQUIRE_NVML();
+    char text[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE];
+    version_text(text, sizeof text);
+    return put_text(version, length, text);
+}
+
+/* NVML's API version, then the driver's. */
+FGN_EXPORT nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
+{
+    char text[NVML_SYSTEM_NVML_VERSION_BUFFER_SIZE], drv[32];
+    REQUIRE_NVML();
+    version_text(drv, sizeof drv);
+    snprintf(text, sizeof text, "%s.%s", NVML_API_VERSION_STR, drv);
+    return put_text(version, length, text);
+}
+
+FGN_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v)
+{
+    REQUIRE_NVML();
+    if (!v)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *v = driver_version;
+    return NVML_SUCCESS;
+}
+
+FGN_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *v) { return nvmlSystemGetCudaDriverVersion_v2(v); }
+
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count)
+{
+    REQUIRE_NVML();
+    if (!count)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *count = (unsigned)ndev;
+    return NVML_SUCCESS;
+}
+
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int *count) { return nvmlDeviceGetCount_v2(count); }
+
+static int ordinal(nvmlDevice_t d)
+{
+    struct nvml_dev *p = (struct nvml_dev *)d;
+    return p >= devs && p < devs + ndev ? (int)(p - devs) : -1;
+}
+
+#define DEVICE_ARG(d, var)      \
+    REQUIRE_NVML();             \
+    int var = ordinal(d);       \
+    if (var < 0)                \
+        return NVML_ERROR_INVALID_ARGUMENT
+
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
+{
+    REQUIRE_NVML();
+    if (!device || index >= (unsigned)ndev)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *device = (nvmlDevice_t)&devs[index];
+    return NVML_SUCCESS;
+}
+
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device)
+{
+    return nvmlDeviceGetHandleByIndex_v2(index, device);
+}
+
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
+{
+    REQUIRE_NVML();
+    if (!uuid || !device)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (int i = 0; i < ndev; i++)
+        if (!strcmp(devs[i].uuid, uuid)) {
+            *device = (nvmlDevice_t)&devs[i];
+            return NVML_SUCCESS;
+        }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+/* "domain:bus:device.function" or "bus:device.function", in hex. */
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *busId, nvmlDevice_t *device)
+{
+    REQUIRE_NVML();
+    unsigned dom = 0, bus, dv, fn;
+    if (!busId || !device ||
+        (sscanf(busId, "%x:%x:%x.%x", &dom, &bus, &dv, &fn) != 4 &&
+         (dom = 0, sscanf(busId, "%x:%x.%x", &bus, &dv, &fn) != 3)))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (int i = 0; i < ndev; i++) {
+        const struct fgr_integrity_dev *id = &devs[i].id;
+        if ((unsigned)id->pci_domain == dom && (unsigned)id->pci_bus == bus && (unsigned)id->pci_device == dv &&
+            fn == 0) {
+            *device = (nvmlDevice_t)&devs[i];
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *busId, nvmlDevice_t *device)
+{
+    return nvmlDeviceGetHandleByPciBusId_v2(busId, device);
+}
+
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
+{
+    DEVICE_ARG(device, d);
+    if (!index)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *index = (unsigned)d;
+    return NVML_SUCCESS;
+}
+
+/* The device nodes are the server's: the client has none. */
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minor)
+{
+    DEVICE_ARG(device, d);
+    (void)d;
+    (void)minor;
+    return NVML_ERROR_NOT_SUPPORTED;
+}
+
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
+{
+    DEVICE_ARG(device, d);
+    return put_text(name, length, devs[d].name);
+}
+
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
+{
+    DEVICE_ARG(device, d);
+    return put_text(uuid, length, devs[d].uuid);
+}
+
+/* The fields every version of nvmlPciInfo_t has, in the layout of the
+ * first (the later ones appended busId). CUDA does not say the PCI
+ * device and subsystem ids: they are 0. */
+static void pci_prefix(int d, nvmlPciInfo_t *pci)
+{
+    const struct fgr_integrity_dev *id = &devs[d].id;
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, NVML_DEVICE_PCI_BUS_ID_LEGACY_FMT, (unsigned)id->pci_domain,
+             (unsigned)id->pci_bus, (unsigned)id->pci_device);
+    pci->domain = (unsigned)id->pci_domain;
+    pci->bus = (unsigned)id->pci_bus;
+    pci->device = (unsigned)id->pci_device;
+    pci->pciDeviceId = 0;
+    pci->pciSubSystemId = 0;
+}
+
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
+{
+    DEVICE_ARG(device, d);
+    if (!pci)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    pci_prefix(d, pci);
+    snprintf(pci->busId, sizeof pci->busId, NVML_DEVICE_PCI_BUS_ID_FMT, pci->domain, pci->bus, pci->device);
+    return NVML_SUCCESS;
+}
+
+/* The older versions' structures end where busId starts. */
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_t *pci)
+{
+    DEVICE_ARG(device, d);
+    if (!pci)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    pci_prefix(d, pci);
+    return NVML_SUCCESS;
+}
+
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t device, nvmlPciInfo_t *pci)
+{
+    return nvmlDeviceGetPciInfo_v2(device, pci);
+}
+
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor)
+{
+    DEVICE_ARG(device, d);
+    if (!major || !minor)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *major = devs[d].cc_major;
+    *minor = devs[d].cc_minor;
+    return NVML_SUCCESS;
+}
+
+/* cuMemGetInfo, as the server answers it: a tenant's quota shows, as the
+ * shim's NVML view shows it locally. It answers for the current context's
+ * device, so the query runs in the device's primary context pushed on this
+ * thread and popped after (retain, push, query, pop, release): the
+ * caller's current context is as it was. Where the process has no primary
+ * context yet, retaining creates one on the server and the release
+ * destroys it, so its memory counts as used meanwhile, as in a program
+ * that has one. */
+static nvmlReturn_t mem(int d, unsigned long long *total, unsigned long long *free_b, unsigned long long *used)
+{
+    CUcontext ctx;
+    size_t f = 0, t = 0;
+    CUresult r = cuDevicePrimaryCtxRetain(&ctx, d);
+    if (r != CUDA_SUCCESS)
+        return nvml_result(r);
+    if ((r = cuCtxPushCurrent_v2(ctx)) == CUDA_SUCCESS) {
+        r = cuMemGetInfo_v2(&f, &t);
+        cuCtxPopCurrent_v2(NULL);
+    }
+    cuDevicePrimaryCtxRelease_v2(d);
+    if (r != CUDA_SUCCESS)
+        return nvml_result(r);
+    *total = t;
+    *free_b = f;
+    *used = t >= f ? t - f : 0;
+    return NVML_SUCCESS;
+}
+
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+    DEVICE_ARG(device, d);
+    if (!memory)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return mem(d, &memory->total, &memory->free, &memory->used);
+}
+
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
+{
+    DEVICE_ARG(device, d);
+    if (!memory)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (memory->version != nvmlMemory_v2)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    memory->reserved = 0;
+    return mem(d, &memory->total, &memory->free, &memory->used);
+}
+
+/* An empty list: the memory is held by the client's executor, a process
+ * of the server whose pid means nothing here, and the client cannot tell
+ * what its own process holds there (the server's flexgv ps can). An entry
+ * for this process without its memory would be a guess that tools (and
+ * the shim's context measurement) would take for a fact. */
+static nvmlReturn_t no_processes(nvmlDevice_t device, unsigned int *infoCount)
+{
+    DEVICE_ARG(device, d);
+    (void)d;
+    if (!infoCount)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *infoCount = 0;
+    return NVML_SUCCESS;
+}
+
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                                nvmlProcessInfo_t *infos)
+{
+    (void)infos;
+    return no_processes(device, infoCount);
+}
+
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
+                                                                nvmlProcessInfo_v2_t *infos)
+{
+    (void)infos;
+    return no_processes(device, infoCount);
+}
+
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
+                                                             nvmlProcessInfo_v1_t *infos)
+{
+    (void)infos;
+    return no_processes(device, infoCount);
+}

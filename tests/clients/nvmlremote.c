@@ -1,0 +1,76 @@
+/* What NVML says of every device, with the calls the remoting client's
+ * NVML answers (linked against it), and what it says of those it does not.
+ * With "ctx": a context of the program's own is current throughout, and
+ * must still be after the NVML calls. */
+#include <string.h>
+
+#include "nvmlcheck.h"
+
+#include "flexgv/cuda_api_gen.h"
+
+int main(int argc, char **argv)
+{
+    CUcontext mine = NULL, cur = NULL;
+    if (argc > 1 && !strcmp(argv[1], "ctx") && (cuInit(0) != CUDA_SUCCESS || cuCtxCreate_v2(&mine, 0, 0) != CUDA_SUCCESS)) {
+        fprintf(stderr, "no context of its own\n");
+        return 1;
+    }
+    char drv[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE], ver[NVML_SYSTEM_NVML_VERSION_BUFFER_SIZE];
+    int cuda;
+    unsigned n;
+    printf("before init: %s\n", nvmlErrorString(nvmlDeviceGetCount_v2(&n)));
+    NCHECK(nvmlInit_v2());
+    NCHECK(nvmlInitWithFlags(0));
+    NCHECK(nvmlSystemGetDriverVersion(drv, sizeof drv));
+    NCHECK(nvmlSystemGetNVMLVersion(ver, sizeof ver));
+    NCHECK(nvmlSystemGetCudaDriverVersion_v2(&cuda));
+    NCHECK(nvmlDeviceGetCount_v2(&n));
+    printf("driver %s nvml %s cuda %d\ndevices %u\n", drv, ver, cuda, n);
+    for (unsigned i = 0; i < n; i++) {
+        nvmlDevice_t d, byuuid, bypci;
+        char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE], uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+        nvmlPciInfo_t pci;
+        nvmlMemory_t m;
+        nvmlMemory_v2_t m2 = {.version = nvmlMemory_v2};
+        nvmlProcessInfo_t procs[8];
+        unsigned np = 8, idx, minor, iu, ip;
+        int major, cminor;
+        NCHECK(nvmlDeviceGetHandleByIndex_v2(i, &d));
+        NCHECK(nvmlDeviceGetIndex(d, &idx));
+        NCHECK(nvmlDeviceGetName(d, name, sizeof name));
+        NCHECK(nvmlDeviceGetUUID(d, uuid, sizeof uuid));
+        NCHECK(nvmlDeviceGetPciInfo_v3(d, &pci));
+        NCHECK(nvmlDeviceGetCudaComputeCapability(d, &major, &cminor));
+        NCHECK(nvmlDeviceGetMemoryInfo(d, &m));
+        NCHECK(nvmlDeviceGetMemoryInfo_v2(d, &m2));
+        NCHECK(nvmlDeviceGetComputeRunningProcesses_v3(d, &np, procs));
+        NCHECK(nvmlDeviceGetHandleByUUID(uuid, &byuuid));
+        NCHECK(nvmlDeviceGetHandleByPciBusId_v2(pci.busId, &bypci));
+        NCHECK(nvmlDeviceGetIndex(byuuid, &iu));
+        NCHECK(nvmlDeviceGetIndex(bypci, &ip));
+        printf("device %u index=%u name=%s uuid=%s pci=%s cc=%d.%d total=%llu used=%llu free=%llu total_v2=%llu "
+               "procs=%u byuuid=%u bypci=%u minor=%s\n",
+               i, idx, name, uuid, pci.busId, major, cminor, m.total, m.used, m.free, m2.total, np, iu, ip,
+               nvmlErrorString(nvmlDeviceGetMinorNumber(d, &minor)));
+    }
+    nvmlDevice_t d0;
+    nvmlUtilization_t u;
+    unsigned mw;
+    if (n && nvmlDeviceGetHandleByIndex_v2(0, &d0) == NVML_SUCCESS) {
+        printf("utilization: %s\n", nvmlErrorString(nvmlDeviceGetUtilizationRates(d0, &u)));
+        printf("utilization again: %s\n", nvmlErrorString(nvmlDeviceGetUtilizationRates(d0, &u)));
+        printf("power: %s\n", nvmlErrorString(nvmlDeviceGetPowerUsage(d0, &mw)));
+    }
+    printf("unknown uuid: %s\n", nvmlErrorString(nvmlDeviceGetHandleByUUID("GPU-none", &d0)));
+    /* Two inits, two shutdowns: NVML answers until the second. */
+    NCHECK(nvmlShutdown());
+    printf("after one shutdown: %s\n", nvmlErrorString(nvmlDeviceGetCount_v2(&n)));
+    NCHECK(nvmlShutdown());
+    printf("after two: %s\n", nvmlErrorString(nvmlDeviceGetCount_v2(&n)));
+    printf("a third: %s\n", nvmlErrorString(nvmlShutdown()));
+    if (mine) {
+        cuCtxGetCurrent(&cur);
+        printf("own context %s\n", cur == mine ? "still current" : "lost");
+    }
+    return 0;
+}

@@ -1,0 +1,82 @@
+package e2e
+
+import (
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// A remote program's NVML is the client's: it names the server's devices
+// as the server's simulated GPU does, answers the calls it does not carry
+// with NVML_ERROR_NOT_SUPPORTED said once, and leaves the program's own
+// context current.
+func TestRemoteNVML(t *testing.T) {
+	e := newEnv(t, "FLEXGV_SIM_DEVICES=2")
+	s := e.serve("unix")
+	local := e.run("nvmlclient")
+	devs := regexp.MustCompile(`device (\d+) name=(.*) uuid=(\S+) total=(\d+) `).FindAllStringSubmatch(local.stdout, -1)
+	if local.code != 0 || len(devs) != 2 {
+		t.Fatalf("the server's GPU locally: %+v", local)
+	}
+	r := e.remote(s, "nvmlremote", "ctx")
+	if r.code != 0 || !strings.Contains(r.stdout, "\ndevices 2\n") {
+		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, d := range devs {
+		i, name, uuid, total := d[1], d[2], d[3], d[4]
+		want := regexp.MustCompile(fmt.Sprintf(`(?m)^device %s index=%s name=%s uuid=%s pci=[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.0 `+
+			`cc=\d+\.\d+ total=%s used=\d+ free=\d+ total_v2=%s procs=0 byuuid=%s bypci=%s minor=Not Supported$`,
+			i, i, regexp.QuoteMeta(name), uuid, total, total, i, i))
+		if !want.MatchString(r.stdout) {
+			t.Errorf("device %s: want %s in\n%s", i, want, r.stdout)
+		}
+	}
+	for _, want := range []string{
+		"before init: Uninitialized\n",
+		"utilization: Not Supported\nutilization again: Not Supported\npower: Not Supported\nunknown uuid: Not Found\n",
+		"after one shutdown: Success\nafter two: Uninitialized\na third: Uninitialized\n",
+		"own context still current\n",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("want %q in\n%s", want, r.stdout)
+		}
+	}
+	for _, name := range []string{"nvmlDeviceGetUtilizationRates", "nvmlDeviceGetPowerUsage"} {
+		if n := strings.Count(r.stderr, "flexgv remote: "+name+" is not supported remotely (NVML_ERROR_NOT_SUPPORTED)\n"); n != 1 {
+			t.Errorf("%s said %d times:\n%s", name, n, r.stderr)
+		}
+	}
+	// The library alone, without flexgv run or the shim, says the same.
+	withShim := e.remote(s, "nvmlremote")
+	e.extra = append(e.extra, "FLEXGV_REMOTE="+s.addr)
+	alone := e.runIn(filepath.Join(build, "remote"), "nvmlremote")
+	if alone.code != 0 || withShim.code != 0 || alone.stdout != withShim.stdout {
+		t.Errorf("alone: exit %d\n%s%s\nunder flexgv run: exit %d\n%s", alone.code, alone.stdout, alone.stderr,
+			withShim.code, withShim.stdout)
+	}
+	// A tool built on go-nvml (flexgv node) lists the server's GPUs.
+	node := e.runIn("", "flexgv", "run", "--remote", s.addr, "--", bin("flexgv"), "node")
+	if node.code != 0 || !strings.Contains(node.stdout, devs[0][3]) || !strings.Contains(node.stdout, devs[1][3]) {
+		t.Errorf("flexgv node remotely: exit %d\n%s%s", node.code, node.stdout, node.stderr)
+	}
+}
+
+// A remote tenant's NVML shows its quota as its CUDA calls do: the memory
+// a program with one context sees.
+func TestRemoteTenantNVML(t *testing.T) {
+	e := quotaEnv(t)
+	tok := e.token("a")
+	s := e.serve("unix", "--tenant", "a:"+tok, "--mem", "256MiB", "--ctx-mem", "64MiB")
+	info := e.remoteAs(s, tok, "memclient", "info")
+	var free, total uint64
+	if _, err := fmt.Sscanf(info.stdout, "free %d total %d", &free, &total); err != nil || total != 256*mib {
+		t.Fatalf("memclient info remotely: %+v", info)
+	}
+	r := e.remoteAs(s, tok, "nvmlremote")
+	want := fmt.Sprintf(" total=%d used=%d free=%d total_v2=%d ", total, total-free, free, total)
+	if r.code != 0 || !strings.Contains(r.stdout, "device 0 ") || !strings.Contains(r.stdout, want) {
+		t.Fatalf("want %q in\nexit %d\n%s%s", want, r.code, r.stdout, r.stderr)
+	}
+}
