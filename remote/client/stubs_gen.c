@@ -2684,15 +2684,9 @@ FGR_EXPORT CUresult cuCtxSetSharedMemConfig(CUsharedconfig config)
 
 FGR_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
 {
-    CUresult fgr_r;
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxSetLimit, 0)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)limit);
-    fgr_put_u64(&fgr_c.w, (uint64_t)value);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    (void)limit;
+    (void)value;
+    return fgr_unsupported(6, "cuCtxSetLimit", NULL);
 }
 
 FGR_EXPORT CUresult cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice, CUdevice dstDevice)
@@ -2786,7 +2780,7 @@ FGR_EXPORT CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *optio
     (void)options;
     (void)optionValues;
     (void)stateOut;
-    return fgr_unsupported(6, "cuLinkCreate_v2", NULL);
+    return fgr_unsupported(7, "cuLinkCreate_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues)
@@ -2799,7 +2793,7 @@ FGR_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, voi
     (void)numOptions;
     (void)options;
     (void)optionValues;
-    return fgr_unsupported(7, "cuLinkAddData_v2", NULL);
+    return fgr_unsupported(8, "cuLinkAddData_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char *path, unsigned int numOptions, CUjit_option *options, void **optionValues)
@@ -2810,7 +2804,7 @@ FGR_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, con
     (void)numOptions;
     (void)options;
     (void)optionValues;
-    return fgr_unsupported(8, "cuLinkAddFile_v2", NULL);
+    return fgr_unsupported(9, "cuLinkAddFile_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut)
@@ -2818,13 +2812,13 @@ FGR_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *s
     (void)state;
     (void)cubinOut;
     (void)sizeOut;
-    return fgr_unsupported(9, "cuLinkComplete", NULL);
+    return fgr_unsupported(10, "cuLinkComplete", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkDestroy(CUlinkState state)
 {
     (void)state;
-    return fgr_unsupported(10, "cuLinkDestroy", NULL);
+    return fgr_unsupported(11, "cuLinkDestroy", NULL);
 }
 
 FGR_EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
@@ -2841,7 +2835,7 @@ FGR_EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDa
     (void)swizzle;
     (void)l2Promotion;
     (void)oobFill;
-    return fgr_unsupported(11, "cuTensorMapEncodeTiled", NULL);
+    return fgr_unsupported(12, "cuTensorMapEncodeTiled", NULL);
 }
 
 FGR_EXPORT CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out)
@@ -3301,7 +3295,7 @@ FGR_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph h
     return fgr_end(&fgr_c);
 }
 
-const int fgr_nunsupported = 12;
+const int fgr_nunsupported = 13;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -3478,7 +3472,6 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuFuncSetSharedMemConfig] = "cuFuncSetSharedMemConfig",
     [FGR_OP_cuCtxGetSharedMemConfig] = "cuCtxGetSharedMemConfig",
     [FGR_OP_cuCtxSetSharedMemConfig] = "cuCtxSetSharedMemConfig",
-    [FGR_OP_cuCtxSetLimit] = "cuCtxSetLimit",
     [FGR_OP_cuDeviceGetP2PAttribute] = "cuDeviceGetP2PAttribute",
     [FGR_OP_cuDeviceGetTexture1DLinearMaxWidth] = "cuDeviceGetTexture1DLinearMaxWidth",
     [FGR_OP_cuOccupancyMaxActiveClusters] = "cuOccupancyMaxActiveClusters",

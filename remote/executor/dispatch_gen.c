@@ -174,7 +174,6 @@ typedef CUresult (*pfn_cuCtxSetCacheConfig)(CUfunc_cache config);
 typedef CUresult (*pfn_cuFuncSetSharedMemConfig)(CUfunction hfunc, CUsharedconfig config);
 typedef CUresult (*pfn_cuCtxGetSharedMemConfig)(CUsharedconfig *pConfig);
 typedef CUresult (*pfn_cuCtxSetSharedMemConfig)(CUsharedconfig config);
-typedef CUresult (*pfn_cuCtxSetLimit)(CUlimit limit, size_t value);
 typedef CUresult (*pfn_cuDeviceGetP2PAttribute)(int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice, CUdevice dstDevice);
 typedef CUresult (*pfn_cuDeviceGetTexture1DLinearMaxWidth)(size_t *maxWidthInElements, CUarray_format format, unsigned numChannels, CUdevice dev);
 typedef CUresult (*pfn_cuOccupancyMaxActiveClusters)(int *numClusters, CUfunction func, const CUlaunchConfig *config);
@@ -3453,17 +3452,6 @@ static CUresult op_cuCtxSetSharedMemConfig(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
-static CUresult op_cuCtxSetLimit(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUlimit limit = (CUlimit)fgr_get_u64(rd);
-    size_t value = (size_t)fgr_get_u64(rd);
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuCtxSetLimit)fgr_real[FGR_OP_cuCtxSetLimit])(limit, value);
-    return fgr_r;
-}
-
 static CUresult op_cuDeviceGetP2PAttribute(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -4449,7 +4437,6 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuFuncSetSharedMemConfig] = {"cuFuncSetSharedMemConfig", op_cuFuncSetSharedMemConfig, 0},
     [FGR_OP_cuCtxGetSharedMemConfig] = {"cuCtxGetSharedMemConfig", op_cuCtxGetSharedMemConfig, 0},
     [FGR_OP_cuCtxSetSharedMemConfig] = {"cuCtxSetSharedMemConfig", op_cuCtxSetSharedMemConfig, 0},
-    [FGR_OP_cuCtxSetLimit] = {"cuCtxSetLimit", op_cuCtxSetLimit, 0},
     [FGR_OP_cuDeviceGetP2PAttribute] = {"cuDeviceGetP2PAttribute", op_cuDeviceGetP2PAttribute, 0},
     [FGR_OP_cuDeviceGetTexture1DLinearMaxWidth] = {"cuDeviceGetTexture1DLinearMaxWidth", op_cuDeviceGetTexture1DLinearMaxWidth, 0},
     [FGR_OP_cuOccupancyMaxActiveClusters] = {"cuOccupancyMaxActiveClusters", op_cuOccupancyMaxActiveClusters, 0},
