@@ -32,6 +32,7 @@ const char *const fg_api_names[FG_NUM_APIS] = {
     "cuCtxGetDevice_v2",
     "cuCtxSynchronize",
     "cuCtxSynchronize_v2",
+    "cuCtxSetLimit",
     "cuMemGetInfo_v2",
     "cuMemAlloc_v2",
     "cuMemAllocPitch_v2",
@@ -200,6 +201,7 @@ const char *const fg_api_bases[FG_NUM_APIS] = {
     "cuCtxGetDevice",
     "cuCtxSynchronize",
     "cuCtxSynchronize",
+    "cuCtxSetLimit",
     "cuMemGetInfo",
     "cuMemAlloc",
     "cuMemAllocPitch",
@@ -351,6 +353,7 @@ const unsigned short fg_api_by_name[FG_NUM_APIS] = {
     FG_API_cuCtxPopCurrent_v2,
     FG_API_cuCtxPushCurrent_v2,
     FG_API_cuCtxSetCurrent,
+    FG_API_cuCtxSetLimit,
     FG_API_cuCtxSynchronize,
     FG_API_cuCtxSynchronize_v2,
     FG_API_cuDeviceGet,
@@ -520,7 +523,7 @@ unsigned char fg_policy_on[FG_NUM_POLICIES] = {
 /* The hooks each policy acts on, diverted when it is enabled. */
 static const unsigned short hooks_procaddr[] = {FG_API_cuGetProcAddress, FG_API_cuGetProcAddress_v2, 0xffff};
 static const unsigned short hooks_census[] = {FG_API_cuGetExportTable, 0xffff};
-static const unsigned short hooks_mem[] = {FG_API_cuInit, FG_API_cuDeviceTotalMem_v2, FG_API_cuDevicePrimaryCtxRetain, FG_API_cuDevicePrimaryCtxRelease_v2, FG_API_cuDevicePrimaryCtxReset_v2, FG_API_cuCtxCreate_v2, FG_API_cuCtxCreate_v4, FG_API_cuCtxDestroy_v2, FG_API_cuCtxSynchronize, FG_API_cuCtxSynchronize_v2, FG_API_cuMemGetInfo_v2, FG_API_cuMemAlloc_v2, FG_API_cuMemAllocPitch_v2, FG_API_cuMemFree_v2, FG_API_cuMemAllocManaged, FG_API_cuMemAllocAsync, FG_API_cuMemAllocAsync_ptsz, FG_API_cuMemAllocFromPoolAsync, FG_API_cuMemAllocFromPoolAsync_ptsz, FG_API_cuMemPoolCreate, FG_API_cuMemPoolDestroy, FG_API_cuMemPoolTrimTo, FG_API_cuMemCreate, FG_API_cuMemRelease, FG_API_cuMemMap, FG_API_cuMemUnmap, FG_API_cuArrayCreate_v2, FG_API_cuArray3DCreate_v2, FG_API_cuArrayDestroy, FG_API_cuMipmappedArrayCreate, FG_API_cuMipmappedArrayDestroy, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuDeviceGraphMemTrim, FG_API_cuGraphInstantiateWithFlags, FG_API_cuGraphInstantiateWithParams, FG_API_cuGraphInstantiateWithParams_ptsz, FG_API_cuGraphUpload, FG_API_cuGraphUpload_ptsz, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, FG_API_cuGraphExecDestroy, FG_API_nvmlDeviceGetMemoryInfo, FG_API_nvmlDeviceGetMemoryInfo_v2, 0xffff};
+static const unsigned short hooks_mem[] = {FG_API_cuInit, FG_API_cuDeviceTotalMem_v2, FG_API_cuDevicePrimaryCtxRetain, FG_API_cuDevicePrimaryCtxRelease_v2, FG_API_cuDevicePrimaryCtxReset_v2, FG_API_cuCtxCreate_v2, FG_API_cuCtxCreate_v4, FG_API_cuCtxDestroy_v2, FG_API_cuCtxSynchronize, FG_API_cuCtxSynchronize_v2, FG_API_cuCtxSetLimit, FG_API_cuMemGetInfo_v2, FG_API_cuMemAlloc_v2, FG_API_cuMemAllocPitch_v2, FG_API_cuMemFree_v2, FG_API_cuMemAllocManaged, FG_API_cuMemAllocAsync, FG_API_cuMemAllocAsync_ptsz, FG_API_cuMemAllocFromPoolAsync, FG_API_cuMemAllocFromPoolAsync_ptsz, FG_API_cuMemPoolCreate, FG_API_cuMemPoolDestroy, FG_API_cuMemPoolTrimTo, FG_API_cuMemCreate, FG_API_cuMemRelease, FG_API_cuMemMap, FG_API_cuMemUnmap, FG_API_cuArrayCreate_v2, FG_API_cuArray3DCreate_v2, FG_API_cuArrayDestroy, FG_API_cuMipmappedArrayCreate, FG_API_cuMipmappedArrayDestroy, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuDeviceGraphMemTrim, FG_API_cuGraphInstantiateWithFlags, FG_API_cuGraphInstantiateWithParams, FG_API_cuGraphInstantiateWithParams_ptsz, FG_API_cuGraphUpload, FG_API_cuGraphUpload_ptsz, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, FG_API_cuGraphExecDestroy, FG_API_nvmlDeviceGetMemoryInfo, FG_API_nvmlDeviceGetMemoryInfo_v2, 0xffff};
 static const unsigned short hooks_compute[] = {FG_API_cuCtxSynchronize, FG_API_cuCtxSynchronize_v2, FG_API_cuMemcpyHtoD_v2, FG_API_cuMemcpyHtoD_v2_ptds, FG_API_cuMemcpyDtoH_v2, FG_API_cuMemcpyDtoH_v2_ptds, FG_API_cuMemcpyDtoD_v2, FG_API_cuMemcpyDtoD_v2_ptds, FG_API_cuMemcpy, FG_API_cuMemcpy_ptds, FG_API_cuMemcpyHtoDAsync_v2, FG_API_cuMemcpyHtoDAsync_v2_ptsz, FG_API_cuMemcpyDtoHAsync_v2, FG_API_cuMemcpyDtoHAsync_v2_ptsz, FG_API_cuMemcpyDtoDAsync_v2, FG_API_cuMemcpyDtoDAsync_v2_ptsz, FG_API_cuMemcpyAsync, FG_API_cuMemcpyAsync_ptsz, FG_API_cuMemsetD8_v2, FG_API_cuMemsetD8_v2_ptds, FG_API_cuMemsetD32_v2, FG_API_cuMemsetD32_v2_ptds, FG_API_cuMemsetD8Async, FG_API_cuMemsetD8Async_ptsz, FG_API_cuMemsetD32Async, FG_API_cuMemsetD32Async_ptsz, FG_API_cuLaunchKernel, FG_API_cuLaunchKernel_ptsz, FG_API_cuLaunchKernelEx, FG_API_cuLaunchKernelEx_ptsz, FG_API_cuLaunchCooperativeKernel, FG_API_cuLaunchCooperativeKernel_ptsz, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, 0xffff};
 
 void fg_policy_enable(enum fg_policy p)
@@ -1083,6 +1086,24 @@ FG_SLOW CUresult fg_slow_cuCtxSynchronize_v2(CUcontext ctx)
 
 FG_FAST_PATH(cuCtxSynchronize_v2, 29)
 
+FG_SLOW CUresult fg_slow_cuCtxSetLimit(CUlimit limit, size_t value)
+{
+    fg_real_cuCtxSetLimit real = (fg_real_cuCtxSetLimit)fg_real_fn(FG_API_cuCtxSetLimit);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuCtxSetLimit);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuCtxSetLimit(real, limit, value) : real(limit, value));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuCtxSetLimit(real, limit, value) : real(limit, value));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuCtxSetLimit, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuCtxSetLimit, (int)r, dt, "limit=%d, value=%zu", (int)limit, value);
+    return r;
+}
+
+FG_FAST_PATH(cuCtxSetLimit, 30)
+
 FG_SLOW CUresult fg_slow_cuMemGetInfo_v2(size_t *free, size_t *total)
 {
     fg_real_cuMemGetInfo_v2 real = (fg_real_cuMemGetInfo_v2)fg_real_fn(FG_API_cuMemGetInfo_v2);
@@ -1099,7 +1120,7 @@ FG_SLOW CUresult fg_slow_cuMemGetInfo_v2(size_t *free, size_t *total)
     return r;
 }
 
-FG_FAST_PATH(cuMemGetInfo_v2, 30)
+FG_FAST_PATH(cuMemGetInfo_v2, 31)
 
 FG_SLOW CUresult fg_slow_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
@@ -1117,7 +1138,7 @@ FG_SLOW CUresult fg_slow_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     return r;
 }
 
-FG_FAST_PATH(cuMemAlloc_v2, 31)
+FG_FAST_PATH(cuMemAlloc_v2, 32)
 
 FG_SLOW CUresult fg_slow_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes)
 {
@@ -1135,7 +1156,7 @@ FG_SLOW CUresult fg_slow_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, s
     return r;
 }
 
-FG_FAST_PATH(cuMemAllocPitch_v2, 32)
+FG_FAST_PATH(cuMemAllocPitch_v2, 33)
 
 FG_SLOW CUresult fg_slow_cuMemFree_v2(CUdeviceptr dptr)
 {
@@ -1153,7 +1174,7 @@ FG_SLOW CUresult fg_slow_cuMemFree_v2(CUdeviceptr dptr)
     return r;
 }
 
-FG_FAST_PATH(cuMemFree_v2, 33)
+FG_FAST_PATH(cuMemFree_v2, 34)
 
 FG_SLOW CUresult fg_slow_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
@@ -1171,7 +1192,7 @@ FG_SLOW CUresult fg_slow_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, u
     return r;
 }
 
-FG_FAST_PATH(cuMemAllocManaged, 34)
+FG_FAST_PATH(cuMemAllocManaged, 35)
 
 FG_SLOW CUresult fg_slow_cuMemAllocHost_v2(void **pp, size_t bytesize)
 {
@@ -1189,7 +1210,7 @@ FG_SLOW CUresult fg_slow_cuMemAllocHost_v2(void **pp, size_t bytesize)
     return r;
 }
 
-FG_FAST_PATH(cuMemAllocHost_v2, 35)
+FG_FAST_PATH(cuMemAllocHost_v2, 36)
 
 FG_SLOW CUresult fg_slow_cuMemFreeHost(void *p)
 {
@@ -1207,7 +1228,7 @@ FG_SLOW CUresult fg_slow_cuMemFreeHost(void *p)
     return r;
 }
 
-FG_FAST_PATH(cuMemFreeHost, 36)
+FG_FAST_PATH(cuMemFreeHost, 37)
 
 FG_SLOW CUresult fg_slow_cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
@@ -1225,7 +1246,7 @@ FG_SLOW CUresult fg_slow_cuMemHostAlloc(void **pp, size_t bytesize, unsigned int
     return r;
 }
 
-FG_FAST_PATH(cuMemHostAlloc, 37)
+FG_FAST_PATH(cuMemHostAlloc, 38)
 
 FG_SLOW CUresult fg_slow_cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
@@ -1243,7 +1264,7 @@ FG_SLOW CUresult fg_slow_cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psi
     return r;
 }
 
-FG_FAST_PATH(cuMemGetAddressRange_v2, 38)
+FG_FAST_PATH(cuMemGetAddressRange_v2, 39)
 
 FG_SLOW CUresult fg_slow_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
@@ -1261,7 +1282,7 @@ FG_SLOW CUresult fg_slow_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUs
     return r;
 }
 
-FG_FAST_PATH(cuMemAllocAsync, 39)
+FG_FAST_PATH(cuMemAllocAsync, 40)
 
 FG_SLOW CUresult fg_slow_cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
@@ -1279,7 +1300,7 @@ FG_SLOW CUresult fg_slow_cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize
     return r;
 }
 
-FG_FAST_PATH(cuMemAllocAsync_ptsz, 40)
+FG_FAST_PATH(cuMemAllocAsync_ptsz, 41)
 
 FG_SLOW CUresult fg_slow_cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
@@ -1297,7 +1318,7 @@ FG_SLOW CUresult fg_slow_cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuMemFreeAsync, 41)
+FG_FAST_PATH(cuMemFreeAsync, 42)
 
 FG_SLOW CUresult fg_slow_cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
@@ -1315,7 +1336,7 @@ FG_SLOW CUresult fg_slow_cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuMemFreeAsync_ptsz, 42)
+FG_FAST_PATH(cuMemFreeAsync_ptsz, 43)
 
 FG_SLOW CUresult fg_slow_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
@@ -1333,7 +1354,7 @@ FG_SLOW CUresult fg_slow_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes
     return r;
 }
 
-FG_FAST_PATH(cuMemAllocFromPoolAsync, 43)
+FG_FAST_PATH(cuMemAllocFromPoolAsync, 44)
 
 FG_SLOW CUresult fg_slow_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
@@ -1351,7 +1372,7 @@ FG_SLOW CUresult fg_slow_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t 
     return r;
 }
 
-FG_FAST_PATH(cuMemAllocFromPoolAsync_ptsz, 44)
+FG_FAST_PATH(cuMemAllocFromPoolAsync_ptsz, 45)
 
 FG_SLOW CUresult fg_slow_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
 {
@@ -1369,7 +1390,7 @@ FG_SLOW CUresult fg_slow_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProp
     return r;
 }
 
-FG_FAST_PATH(cuMemPoolCreate, 45)
+FG_FAST_PATH(cuMemPoolCreate, 46)
 
 FG_SLOW CUresult fg_slow_cuMemPoolDestroy(CUmemoryPool pool)
 {
@@ -1387,7 +1408,7 @@ FG_SLOW CUresult fg_slow_cuMemPoolDestroy(CUmemoryPool pool)
     return r;
 }
 
-FG_FAST_PATH(cuMemPoolDestroy, 46)
+FG_FAST_PATH(cuMemPoolDestroy, 47)
 
 FG_SLOW CUresult fg_slow_cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 {
@@ -1405,7 +1426,7 @@ FG_SLOW CUresult fg_slow_cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKee
     return r;
 }
 
-FG_FAST_PATH(cuMemPoolTrimTo, 47)
+FG_FAST_PATH(cuMemPoolTrimTo, 48)
 
 FG_SLOW CUresult fg_slow_cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
@@ -1423,7 +1444,7 @@ FG_SLOW CUresult fg_slow_cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attr
     return r;
 }
 
-FG_FAST_PATH(cuMemPoolGetAttribute, 48)
+FG_FAST_PATH(cuMemPoolGetAttribute, 49)
 
 FG_SLOW CUresult fg_slow_cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 {
@@ -1441,7 +1462,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGetMemPool, 49)
+FG_FAST_PATH(cuDeviceGetMemPool, 50)
 
 FG_SLOW CUresult fg_slow_cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
 {
@@ -1459,7 +1480,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdev
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGetDefaultMemPool, 50)
+FG_FAST_PATH(cuDeviceGetDefaultMemPool, 51)
 
 FG_SLOW CUresult fg_slow_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags)
 {
@@ -1477,7 +1498,7 @@ FG_SLOW CUresult fg_slow_cuMemCreate(CUmemGenericAllocationHandle *handle, size_
     return r;
 }
 
-FG_FAST_PATH(cuMemCreate, 51)
+FG_FAST_PATH(cuMemCreate, 52)
 
 FG_SLOW CUresult fg_slow_cuMemRelease(CUmemGenericAllocationHandle handle)
 {
@@ -1495,7 +1516,7 @@ FG_SLOW CUresult fg_slow_cuMemRelease(CUmemGenericAllocationHandle handle)
     return r;
 }
 
-FG_FAST_PATH(cuMemRelease, 52)
+FG_FAST_PATH(cuMemRelease, 53)
 
 FG_SLOW CUresult fg_slow_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags)
 {
@@ -1513,7 +1534,7 @@ FG_SLOW CUresult fg_slow_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size
     return r;
 }
 
-FG_FAST_PATH(cuMemAddressReserve, 53)
+FG_FAST_PATH(cuMemAddressReserve, 54)
 
 FG_SLOW CUresult fg_slow_cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
@@ -1531,7 +1552,7 @@ FG_SLOW CUresult fg_slow_cuMemAddressFree(CUdeviceptr ptr, size_t size)
     return r;
 }
 
-FG_FAST_PATH(cuMemAddressFree, 54)
+FG_FAST_PATH(cuMemAddressFree, 55)
 
 FG_SLOW CUresult fg_slow_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
@@ -1549,7 +1570,7 @@ FG_SLOW CUresult fg_slow_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, C
     return r;
 }
 
-FG_FAST_PATH(cuMemMap, 55)
+FG_FAST_PATH(cuMemMap, 56)
 
 FG_SLOW CUresult fg_slow_cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
@@ -1567,7 +1588,7 @@ FG_SLOW CUresult fg_slow_cuMemUnmap(CUdeviceptr ptr, size_t size)
     return r;
 }
 
-FG_FAST_PATH(cuMemUnmap, 56)
+FG_FAST_PATH(cuMemUnmap, 57)
 
 FG_SLOW CUresult fg_slow_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
@@ -1585,7 +1606,7 @@ FG_SLOW CUresult fg_slow_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUme
     return r;
 }
 
-FG_FAST_PATH(cuMemSetAccess, 57)
+FG_FAST_PATH(cuMemSetAccess, 58)
 
 FG_SLOW CUresult fg_slow_cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option)
 {
@@ -1603,7 +1624,7 @@ FG_SLOW CUresult fg_slow_cuMemGetAllocationGranularity(size_t *granularity, cons
     return r;
 }
 
-FG_FAST_PATH(cuMemGetAllocationGranularity, 58)
+FG_FAST_PATH(cuMemGetAllocationGranularity, 59)
 
 FG_SLOW CUresult fg_slow_cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray)
 {
@@ -1621,7 +1642,7 @@ FG_SLOW CUresult fg_slow_cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DES
     return r;
 }
 
-FG_FAST_PATH(cuArrayCreate_v2, 59)
+FG_FAST_PATH(cuArrayCreate_v2, 60)
 
 FG_SLOW CUresult fg_slow_cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray)
 {
@@ -1639,7 +1660,7 @@ FG_SLOW CUresult fg_slow_cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D
     return r;
 }
 
-FG_FAST_PATH(cuArray3DCreate_v2, 60)
+FG_FAST_PATH(cuArray3DCreate_v2, 61)
 
 FG_SLOW CUresult fg_slow_cuArrayDestroy(CUarray hArray)
 {
@@ -1657,7 +1678,7 @@ FG_SLOW CUresult fg_slow_cuArrayDestroy(CUarray hArray)
     return r;
 }
 
-FG_FAST_PATH(cuArrayDestroy, 61)
+FG_FAST_PATH(cuArrayDestroy, 62)
 
 FG_SLOW CUresult fg_slow_cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc, unsigned int numMipmapLevels)
 {
@@ -1675,7 +1696,7 @@ FG_SLOW CUresult fg_slow_cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const
     return r;
 }
 
-FG_FAST_PATH(cuMipmappedArrayCreate, 62)
+FG_FAST_PATH(cuMipmappedArrayCreate, 63)
 
 FG_SLOW CUresult fg_slow_cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 {
@@ -1693,7 +1714,7 @@ FG_SLOW CUresult fg_slow_cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArra
     return r;
 }
 
-FG_FAST_PATH(cuMipmappedArrayDestroy, 63)
+FG_FAST_PATH(cuMipmappedArrayDestroy, 64)
 
 FG_SLOW CUresult fg_slow_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
@@ -1711,7 +1732,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcH
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyHtoD_v2, 64)
+FG_FAST_PATH(cuMemcpyHtoD_v2, 65)
 
 FG_SLOW CUresult fg_slow_cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
@@ -1729,7 +1750,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void 
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyHtoD_v2_ptds, 65)
+FG_FAST_PATH(cuMemcpyHtoD_v2_ptds, 66)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
@@ -1747,7 +1768,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, s
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoH_v2, 66)
+FG_FAST_PATH(cuMemcpyDtoH_v2, 67)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
@@ -1765,7 +1786,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevi
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoH_v2_ptds, 67)
+FG_FAST_PATH(cuMemcpyDtoH_v2_ptds, 68)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
@@ -1783,7 +1804,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcD
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoD_v2, 68)
+FG_FAST_PATH(cuMemcpyDtoD_v2, 69)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
@@ -1801,7 +1822,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoD_v2_ptds, 69)
+FG_FAST_PATH(cuMemcpyDtoD_v2_ptds, 70)
 
 FG_SLOW CUresult fg_slow_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
@@ -1819,7 +1840,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteC
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy, 70)
+FG_FAST_PATH(cuMemcpy, 71)
 
 FG_SLOW CUresult fg_slow_cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
@@ -1837,7 +1858,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t 
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy_ptds, 71)
+FG_FAST_PATH(cuMemcpy_ptds, 72)
 
 FG_SLOW CUresult fg_slow_cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
@@ -1855,7 +1876,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void 
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyHtoDAsync_v2, 72)
+FG_FAST_PATH(cuMemcpyHtoDAsync_v2, 73)
 
 FG_SLOW CUresult fg_slow_cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
@@ -1873,7 +1894,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const 
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyHtoDAsync_v2_ptsz, 73)
+FG_FAST_PATH(cuMemcpyHtoDAsync_v2_ptsz, 74)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
@@ -1891,7 +1912,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevi
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoHAsync_v2, 74)
+FG_FAST_PATH(cuMemcpyDtoHAsync_v2, 75)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
@@ -1909,7 +1930,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr sr
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoHAsync_v2_ptsz, 75)
+FG_FAST_PATH(cuMemcpyDtoHAsync_v2_ptsz, 76)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
@@ -1927,7 +1948,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoDAsync_v2, 76)
+FG_FAST_PATH(cuMemcpyDtoDAsync_v2, 77)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
@@ -1945,7 +1966,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdevi
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoDAsync_v2_ptsz, 77)
+FG_FAST_PATH(cuMemcpyDtoDAsync_v2_ptsz, 78)
 
 FG_SLOW CUresult fg_slow_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
@@ -1963,7 +1984,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t 
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyAsync, 78)
+FG_FAST_PATH(cuMemcpyAsync, 79)
 
 FG_SLOW CUresult fg_slow_cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
@@ -1981,7 +2002,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, si
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyAsync_ptsz, 79)
+FG_FAST_PATH(cuMemcpyAsync_ptsz, 80)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
@@ -1999,7 +2020,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, 
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8_v2, 80)
+FG_FAST_PATH(cuMemsetD8_v2, 81)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
@@ -2017,7 +2038,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8_v2_ptds, 81)
+FG_FAST_PATH(cuMemsetD8_v2_ptds, 82)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
@@ -2035,7 +2056,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, 
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32_v2, 82)
+FG_FAST_PATH(cuMemsetD32_v2, 83)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
@@ -2053,7 +2074,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32_v2_ptds, 83)
+FG_FAST_PATH(cuMemsetD32_v2_ptds, 84)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
@@ -2071,7 +2092,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8Async, 84)
+FG_FAST_PATH(cuMemsetD8Async, 85)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
@@ -2089,7 +2110,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned ch
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8Async_ptsz, 85)
+FG_FAST_PATH(cuMemsetD8Async_ptsz, 86)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
@@ -2107,7 +2128,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32Async, 86)
+FG_FAST_PATH(cuMemsetD32Async, 87)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
@@ -2125,7 +2146,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned i
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32Async_ptsz, 87)
+FG_FAST_PATH(cuMemsetD32Async_ptsz, 88)
 
 FG_SLOW CUresult fg_slow_cuModuleLoad(CUmodule *module, const char *fname)
 {
@@ -2143,7 +2164,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoad(CUmodule *module, const char *fname)
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoad, 88)
+FG_FAST_PATH(cuModuleLoad, 89)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadData(CUmodule *module, const void *image)
 {
@@ -2161,7 +2182,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoadData(CUmodule *module, const void *image)
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoadData, 89)
+FG_FAST_PATH(cuModuleLoadData, 90)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
@@ -2179,7 +2200,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoadDataEx(CUmodule *module, const void *image,
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoadDataEx, 90)
+FG_FAST_PATH(cuModuleLoadDataEx, 91)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
 {
@@ -2197,7 +2218,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoadFatBinary(CUmodule *module, const void *fat
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoadFatBinary, 91)
+FG_FAST_PATH(cuModuleLoadFatBinary, 92)
 
 FG_SLOW CUresult fg_slow_cuModuleUnload(CUmodule hmod)
 {
@@ -2215,7 +2236,7 @@ FG_SLOW CUresult fg_slow_cuModuleUnload(CUmodule hmod)
     return r;
 }
 
-FG_FAST_PATH(cuModuleUnload, 92)
+FG_FAST_PATH(cuModuleUnload, 93)
 
 FG_SLOW CUresult fg_slow_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
 {
@@ -2233,7 +2254,7 @@ FG_SLOW CUresult fg_slow_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, c
     return r;
 }
 
-FG_FAST_PATH(cuModuleGetFunction, 93)
+FG_FAST_PATH(cuModuleGetFunction, 94)
 
 FG_SLOW CUresult fg_slow_cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
@@ -2251,7 +2272,7 @@ FG_SLOW CUresult fg_slow_cuLibraryLoadData(CUlibrary *library, const void *code,
     return r;
 }
 
-FG_FAST_PATH(cuLibraryLoadData, 94)
+FG_FAST_PATH(cuLibraryLoadData, 95)
 
 FG_SLOW CUresult fg_slow_cuLibraryUnload(CUlibrary library)
 {
@@ -2269,7 +2290,7 @@ FG_SLOW CUresult fg_slow_cuLibraryUnload(CUlibrary library)
     return r;
 }
 
-FG_FAST_PATH(cuLibraryUnload, 95)
+FG_FAST_PATH(cuLibraryUnload, 96)
 
 FG_SLOW CUresult fg_slow_cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
 {
@@ -2287,7 +2308,7 @@ FG_SLOW CUresult fg_slow_cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library
     return r;
 }
 
-FG_FAST_PATH(cuLibraryGetKernel, 96)
+FG_FAST_PATH(cuLibraryGetKernel, 97)
 
 FG_SLOW CUresult fg_slow_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 {
@@ -2305,7 +2326,7 @@ FG_SLOW CUresult fg_slow_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
     return r;
 }
 
-FG_FAST_PATH(cuKernelGetFunction, 97)
+FG_FAST_PATH(cuKernelGetFunction, 98)
 
 FG_SLOW CUresult fg_slow_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
 {
@@ -2323,7 +2344,7 @@ FG_SLOW CUresult fg_slow_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib
     return r;
 }
 
-FG_FAST_PATH(cuFuncGetAttribute, 98)
+FG_FAST_PATH(cuFuncGetAttribute, 99)
 
 FG_SLOW CUresult fg_slow_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
 {
@@ -2341,7 +2362,7 @@ FG_SLOW CUresult fg_slow_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribu
     return r;
 }
 
-FG_FAST_PATH(cuFuncSetAttribute, 99)
+FG_FAST_PATH(cuFuncSetAttribute, 100)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
@@ -2359,7 +2380,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernel(CUfunction f, unsigned int gridDimX, uns
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernel, 100)
+FG_FAST_PATH(cuLaunchKernel, 101)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
@@ -2377,7 +2398,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernel_ptsz, 101)
+FG_FAST_PATH(cuLaunchKernel_ptsz, 102)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
@@ -2395,7 +2416,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernelEx(const CUlaunchConfig *config, CUfuncti
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernelEx, 102)
+FG_FAST_PATH(cuLaunchKernelEx, 103)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
@@ -2413,7 +2434,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUf
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernelEx_ptsz, 103)
+FG_FAST_PATH(cuLaunchKernelEx_ptsz, 104)
 
 FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
@@ -2431,7 +2452,7 @@ FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel(CUfunction f, unsigned int gr
     return r;
 }
 
-FG_FAST_PATH(cuLaunchCooperativeKernel, 104)
+FG_FAST_PATH(cuLaunchCooperativeKernel, 105)
 
 FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
@@ -2449,7 +2470,7 @@ FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned i
     return r;
 }
 
-FG_FAST_PATH(cuLaunchCooperativeKernel_ptsz, 105)
+FG_FAST_PATH(cuLaunchCooperativeKernel_ptsz, 106)
 
 FG_SLOW CUresult fg_slow_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
 {
@@ -2467,7 +2488,7 @@ FG_SLOW CUresult fg_slow_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *u
     return r;
 }
 
-FG_FAST_PATH(cuLaunchHostFunc, 106)
+FG_FAST_PATH(cuLaunchHostFunc, 107)
 
 FG_SLOW CUresult fg_slow_cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData)
 {
@@ -2485,7 +2506,7 @@ FG_SLOW CUresult fg_slow_cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, vo
     return r;
 }
 
-FG_FAST_PATH(cuLaunchHostFunc_ptsz, 107)
+FG_FAST_PATH(cuLaunchHostFunc_ptsz, 108)
 
 FG_SLOW CUresult fg_slow_cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
@@ -2503,7 +2524,7 @@ FG_SLOW CUresult fg_slow_cuStreamCreate(CUstream *phStream, unsigned int Flags)
     return r;
 }
 
-FG_FAST_PATH(cuStreamCreate, 108)
+FG_FAST_PATH(cuStreamCreate, 109)
 
 FG_SLOW CUresult fg_slow_cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
@@ -2521,7 +2542,7 @@ FG_SLOW CUresult fg_slow_cuStreamCreateWithPriority(CUstream *phStream, unsigned
     return r;
 }
 
-FG_FAST_PATH(cuStreamCreateWithPriority, 109)
+FG_FAST_PATH(cuStreamCreateWithPriority, 110)
 
 FG_SLOW CUresult fg_slow_cuStreamDestroy_v2(CUstream hStream)
 {
@@ -2539,7 +2560,7 @@ FG_SLOW CUresult fg_slow_cuStreamDestroy_v2(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamDestroy_v2, 110)
+FG_FAST_PATH(cuStreamDestroy_v2, 111)
 
 static CUresult fg_layer1_cuStreamSynchronize(CUstream hStream)
 {
@@ -2563,7 +2584,7 @@ FG_SLOW CUresult fg_slow_cuStreamSynchronize(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamSynchronize, 111)
+FG_FAST_PATH(cuStreamSynchronize, 112)
 
 static CUresult fg_layer1_cuStreamSynchronize_ptsz(CUstream hStream)
 {
@@ -2587,7 +2608,7 @@ FG_SLOW CUresult fg_slow_cuStreamSynchronize_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamSynchronize_ptsz, 112)
+FG_FAST_PATH(cuStreamSynchronize_ptsz, 113)
 
 FG_SLOW CUresult fg_slow_cuStreamQuery(CUstream hStream)
 {
@@ -2605,7 +2626,7 @@ FG_SLOW CUresult fg_slow_cuStreamQuery(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamQuery, 113)
+FG_FAST_PATH(cuStreamQuery, 114)
 
 FG_SLOW CUresult fg_slow_cuStreamQuery_ptsz(CUstream hStream)
 {
@@ -2623,7 +2644,7 @@ FG_SLOW CUresult fg_slow_cuStreamQuery_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamQuery_ptsz, 114)
+FG_FAST_PATH(cuStreamQuery_ptsz, 115)
 
 FG_SLOW CUresult fg_slow_cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
@@ -2641,7 +2662,7 @@ FG_SLOW CUresult fg_slow_cuStreamWaitEvent(CUstream hStream, CUevent hEvent, uns
     return r;
 }
 
-FG_FAST_PATH(cuStreamWaitEvent, 115)
+FG_FAST_PATH(cuStreamWaitEvent, 116)
 
 FG_SLOW CUresult fg_slow_cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
@@ -2659,7 +2680,7 @@ FG_SLOW CUresult fg_slow_cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent
     return r;
 }
 
-FG_FAST_PATH(cuStreamWaitEvent_ptsz, 116)
+FG_FAST_PATH(cuStreamWaitEvent_ptsz, 117)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture(CUstream hStream)
 {
@@ -2677,7 +2698,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture, 117)
+FG_FAST_PATH(cuStreamBeginCapture, 118)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_ptsz(CUstream hStream)
 {
@@ -2695,7 +2716,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_ptsz, 118)
+FG_FAST_PATH(cuStreamBeginCapture_ptsz, 119)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
@@ -2713,7 +2734,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptu
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_v2, 119)
+FG_FAST_PATH(cuStreamBeginCapture_v2, 120)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
 {
@@ -2731,7 +2752,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstream
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_v2_ptsz, 120)
+FG_FAST_PATH(cuStreamBeginCapture_v2_ptsz, 121)
 
 FG_SLOW CUresult fg_slow_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
@@ -2749,7 +2770,7 @@ FG_SLOW CUresult fg_slow_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
     return r;
 }
 
-FG_FAST_PATH(cuStreamEndCapture, 121)
+FG_FAST_PATH(cuStreamEndCapture, 122)
 
 FG_SLOW CUresult fg_slow_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
 {
@@ -2767,7 +2788,7 @@ FG_SLOW CUresult fg_slow_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGr
     return r;
 }
 
-FG_FAST_PATH(cuStreamEndCapture_ptsz, 122)
+FG_FAST_PATH(cuStreamEndCapture_ptsz, 123)
 
 FG_SLOW CUresult fg_slow_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
@@ -2785,7 +2806,7 @@ FG_SLOW CUresult fg_slow_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureSt
     return r;
 }
 
-FG_FAST_PATH(cuStreamIsCapturing, 123)
+FG_FAST_PATH(cuStreamIsCapturing, 124)
 
 FG_SLOW CUresult fg_slow_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
@@ -2803,7 +2824,7 @@ FG_SLOW CUresult fg_slow_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCapt
     return r;
 }
 
-FG_FAST_PATH(cuStreamIsCapturing_ptsz, 124)
+FG_FAST_PATH(cuStreamIsCapturing_ptsz, 125)
 
 FG_SLOW CUresult fg_slow_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
 {
@@ -2821,7 +2842,7 @@ FG_SLOW CUresult fg_slow_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *
     return r;
 }
 
-FG_FAST_PATH(cuThreadExchangeStreamCaptureMode, 125)
+FG_FAST_PATH(cuThreadExchangeStreamCaptureMode, 126)
 
 FG_SLOW CUresult fg_slow_cuStreamGetDevice(CUstream hStream, CUdevice *device)
 {
@@ -2839,7 +2860,7 @@ FG_SLOW CUresult fg_slow_cuStreamGetDevice(CUstream hStream, CUdevice *device)
     return r;
 }
 
-FG_FAST_PATH(cuStreamGetDevice, 126)
+FG_FAST_PATH(cuStreamGetDevice, 127)
 
 FG_SLOW CUresult fg_slow_cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
@@ -2857,7 +2878,7 @@ FG_SLOW CUresult fg_slow_cuEventCreate(CUevent *phEvent, unsigned int Flags)
     return r;
 }
 
-FG_FAST_PATH(cuEventCreate, 127)
+FG_FAST_PATH(cuEventCreate, 128)
 
 FG_SLOW CUresult fg_slow_cuEventRecord(CUevent hEvent, CUstream hStream)
 {
@@ -2875,7 +2896,7 @@ FG_SLOW CUresult fg_slow_cuEventRecord(CUevent hEvent, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuEventRecord, 128)
+FG_FAST_PATH(cuEventRecord, 129)
 
 FG_SLOW CUresult fg_slow_cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
 {
@@ -2893,7 +2914,7 @@ FG_SLOW CUresult fg_slow_cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuEventRecord_ptsz, 129)
+FG_FAST_PATH(cuEventRecord_ptsz, 130)
 
 FG_SLOW CUresult fg_slow_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
@@ -2911,7 +2932,7 @@ FG_SLOW CUresult fg_slow_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream
     return r;
 }
 
-FG_FAST_PATH(cuEventRecordWithFlags, 130)
+FG_FAST_PATH(cuEventRecordWithFlags, 131)
 
 FG_SLOW CUresult fg_slow_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
@@ -2929,7 +2950,7 @@ FG_SLOW CUresult fg_slow_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hS
     return r;
 }
 
-FG_FAST_PATH(cuEventRecordWithFlags_ptsz, 131)
+FG_FAST_PATH(cuEventRecordWithFlags_ptsz, 132)
 
 FG_SLOW CUresult fg_slow_cuEventQuery(CUevent hEvent)
 {
@@ -2947,7 +2968,7 @@ FG_SLOW CUresult fg_slow_cuEventQuery(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventQuery, 132)
+FG_FAST_PATH(cuEventQuery, 133)
 
 static CUresult fg_layer1_cuEventSynchronize(CUevent hEvent)
 {
@@ -2971,7 +2992,7 @@ FG_SLOW CUresult fg_slow_cuEventSynchronize(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventSynchronize, 133)
+FG_FAST_PATH(cuEventSynchronize, 134)
 
 FG_SLOW CUresult fg_slow_cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
@@ -2989,7 +3010,7 @@ FG_SLOW CUresult fg_slow_cuEventElapsedTime(float *pMilliseconds, CUevent hStart
     return r;
 }
 
-FG_FAST_PATH(cuEventElapsedTime, 134)
+FG_FAST_PATH(cuEventElapsedTime, 135)
 
 FG_SLOW CUresult fg_slow_cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
@@ -3007,7 +3028,7 @@ FG_SLOW CUresult fg_slow_cuEventElapsedTime_v2(float *pMilliseconds, CUevent hSt
     return r;
 }
 
-FG_FAST_PATH(cuEventElapsedTime_v2, 135)
+FG_FAST_PATH(cuEventElapsedTime_v2, 136)
 
 FG_SLOW CUresult fg_slow_cuEventDestroy_v2(CUevent hEvent)
 {
@@ -3025,7 +3046,7 @@ FG_SLOW CUresult fg_slow_cuEventDestroy_v2(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventDestroy_v2, 136)
+FG_FAST_PATH(cuEventDestroy_v2, 137)
 
 FG_SLOW CUresult fg_slow_cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 {
@@ -3043,7 +3064,7 @@ FG_SLOW CUresult fg_slow_cuGraphCreate(CUgraph *phGraph, unsigned int flags)
     return r;
 }
 
-FG_FAST_PATH(cuGraphCreate, 137)
+FG_FAST_PATH(cuGraphCreate, 138)
 
 FG_SLOW CUresult fg_slow_cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
 {
@@ -3061,7 +3082,7 @@ FG_SLOW CUresult fg_slow_cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, siz
     return r;
 }
 
-FG_FAST_PATH(cuGraphGetNodes, 138)
+FG_FAST_PATH(cuGraphGetNodes, 139)
 
 FG_SLOW CUresult fg_slow_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
 {
@@ -3079,7 +3100,7 @@ FG_SLOW CUresult fg_slow_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *
     return r;
 }
 
-FG_FAST_PATH(cuGraphNodeGetType, 139)
+FG_FAST_PATH(cuGraphNodeGetType, 140)
 
 FG_SLOW CUresult fg_slow_cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
 {
@@ -3097,7 +3118,7 @@ FG_SLOW CUresult fg_slow_cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgrap
     return r;
 }
 
-FG_FAST_PATH(cuGraphChildGraphNodeGetGraph, 140)
+FG_FAST_PATH(cuGraphChildGraphNodeGetGraph, 141)
 
 FG_SLOW CUresult fg_slow_cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
 {
@@ -3115,7 +3136,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgrap
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddMemAllocNode, 141)
+FG_FAST_PATH(cuGraphAddMemAllocNode, 142)
 
 FG_SLOW CUresult fg_slow_cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr)
 {
@@ -3133,7 +3154,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddMemFreeNode, 142)
+FG_FAST_PATH(cuGraphAddMemFreeNode, 143)
 
 FG_SLOW CUresult fg_slow_cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
 {
@@ -3151,7 +3172,7 @@ FG_SLOW CUresult fg_slow_cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_ME
     return r;
 }
 
-FG_FAST_PATH(cuGraphMemAllocNodeGetParams, 143)
+FG_FAST_PATH(cuGraphMemAllocNodeGetParams, 144)
 
 FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -3169,7 +3190,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMe
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 144)
+FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 145)
 
 FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -3187,7 +3208,7 @@ FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMe
     return r;
 }
 
-FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 145)
+FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 146)
 
 FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
 {
@@ -3205,7 +3226,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGraphMemTrim, 146)
+FG_FAST_PATH(cuDeviceGraphMemTrim, 147)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
@@ -3223,7 +3244,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, C
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithFlags, 147)
+FG_FAST_PATH(cuGraphInstantiateWithFlags, 148)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -3241,7 +3262,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, 
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithParams, 148)
+FG_FAST_PATH(cuGraphInstantiateWithParams, 149)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -3259,7 +3280,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphE
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 149)
+FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 150)
 
 FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -3277,7 +3298,7 @@ FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphUpload, 150)
+FG_FAST_PATH(cuGraphUpload, 151)
 
 FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -3295,7 +3316,7 @@ FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphUpload_ptsz, 151)
+FG_FAST_PATH(cuGraphUpload_ptsz, 152)
 
 static CUresult fg_layer1_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -3319,7 +3340,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch, 152)
+FG_FAST_PATH(cuGraphLaunch, 153)
 
 static CUresult fg_layer1_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -3343,7 +3364,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch_ptsz, 153)
+FG_FAST_PATH(cuGraphLaunch_ptsz, 154)
 
 FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
@@ -3361,7 +3382,7 @@ FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
     return r;
 }
 
-FG_FAST_PATH(cuGraphExecDestroy, 154)
+FG_FAST_PATH(cuGraphExecDestroy, 155)
 
 FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
 {
@@ -3379,7 +3400,7 @@ FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
     return r;
 }
 
-FG_FAST_PATH(cuGraphDestroy, 155)
+FG_FAST_PATH(cuGraphDestroy, 156)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
 {
@@ -3397,7 +3418,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlInit_v2, 156)
+FG_FAST_PATH(nvmlInit_v2, 157)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
 {
@@ -3415,7 +3436,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
     return r;
 }
 
-FG_FAST_PATH(nvmlInitWithFlags, 157)
+FG_FAST_PATH(nvmlInitWithFlags, 158)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
 {
@@ -3433,7 +3454,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlShutdown, 158)
+FG_FAST_PATH(nvmlShutdown, 159)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
 {
@@ -3451,7 +3472,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetCount_v2, 159)
+FG_FAST_PATH(nvmlDeviceGetCount_v2, 160)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
 {
@@ -3469,7 +3490,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, n
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 160)
+FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 161)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
@@ -3487,7 +3508,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMe
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 161)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 162)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
@@ -3505,7 +3526,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvm
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 162)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 163)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
 {
@@ -3523,7 +3544,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, 
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 163)
+FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 164)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -3541,7 +3562,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 164)
+FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 165)
 
 void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuInit,
@@ -3574,6 +3595,7 @@ void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuCtxGetDevice_v2,
     (void *)cuCtxSynchronize,
     (void *)cuCtxSynchronize_v2,
+    (void *)cuCtxSetLimit,
     (void *)cuMemGetInfo_v2,
     (void *)cuMemAlloc_v2,
     (void *)cuMemAllocPitch_v2,

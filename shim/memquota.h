@@ -14,7 +14,7 @@
 
 /* ---- per-process records of what was charged (records.c) ---- */
 
-enum rec_kind { R_MEM, R_ARRAY, R_VMM, R_MAP, R_POOL, R_CTX, R_EXEC };
+enum rec_kind { R_MEM, R_ARRAY, R_VMM, R_MAP, R_POOL, R_CTX, R_EXEC, R_HEAP, R_NKINDS };
 
 struct rec {
     uintptr_t key; /* 0: empty */
@@ -23,7 +23,8 @@ struct rec {
     int16_t dev;      /* CUDA ordinal charged */
     int32_t maps;     /* R_VMM: live mappings */
     uint64_t bytes;
-    uintptr_t owner; /* R_MEM/R_ARRAY: context; R_MAP: VMM handle; R_EXEC: its sizes per device */
+    uintptr_t owner; /* R_MEM/R_ARRAY: context; R_MAP: VMM handle; R_EXEC: its sizes per device;
+                        R_HEAP (keyed by context): none */
     uint64_t span;   /* R_MAP: bytes mapped */
 };
 

@@ -179,6 +179,8 @@ static void ctx_gone(uintptr_t ctx)
     struct rec *r = fg_rec_find(ctx, R_CTX);
     if (r)
         fg_rec_drop(r);
+    if ((r = fg_rec_find(ctx, R_HEAP)))
+        fg_rec_drop(r);
     fg_rec_each(R_MEM, drop_owned, (void *)ctx);
     fg_rec_each(R_ARRAY, drop_owned, (void *)ctx);
     fg_rec_unlock();
@@ -311,4 +313,55 @@ void fg_ctx_after_fork(void)
     for (int i = 0; i < MAX_PRIMARY; i++)
         pstate[i] = prefs[i] = 0;
     nvml_pid = 0;
+}
+
+/* The device heap kernels malloc from: the driver reserves it on the
+ * device, so what a program asks beyond the default (part of what its
+ * context was charged) is charged to the context's device, replaced when
+ * the limit changes and given back with the context. Other limits pass. */
+#define DEFAULT_HEAP (8ull << 20)
+
+CUresult fg_mem_cuCtxSetLimit(fg_real_cuCtxSetLimit next, CUlimit limit, size_t value)
+{
+    uintptr_t ctx = fg_current_ctx();
+    if (limit != CU_LIMIT_MALLOC_HEAP_SIZE || !ctx)
+        return next(limit, value);
+    int dev = fg_current_device();
+    uint64_t extra = value > DEFAULT_HEAP ? value - DEFAULT_HEAP : 0;
+    fg_rec_lock();
+    struct rec *old = fg_rec_find(ctx, R_HEAP);
+    uint64_t had = old ? old->bytes : 0;
+    fg_rec_unlock();
+    /* Only the growth is charged before the driver is asked, so that a
+     * heap resized within the quota is never refused for its old size. */
+    int fresh = !had && extra;
+    if (fresh && !fg_rec_reserve())
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (extra > had && !fg_charge(dev, extra - had, "a device heap (cuCtxSetLimit)")) {
+        if (fresh)
+            fg_rec_unreserve();
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    CUresult r = next(limit, value);
+    if (r != CUDA_SUCCESS) {
+        if (extra > had)
+            fg_uncharge(dev, extra - had);
+        if (fresh)
+            fg_rec_unreserve();
+        return r;
+    }
+    if (had > extra)
+        fg_uncharge(dev, had - extra);
+    fg_rec_lock();
+    if ((old = fg_rec_find(ctx, R_HEAP))) {
+        old->bytes = extra; /* charged as it now stands */
+        if (!extra)
+            fg_rec_drop(old);
+        if (fresh)
+            fg_rec_unreserve(); /* another thread recorded it meanwhile */
+    } else if (extra) {
+        fg_rec_put(ctx, R_HEAP, dev, extra, 0);
+    }
+    fg_rec_unlock();
+    return r;
 }

@@ -15,7 +15,7 @@
 
 static struct rec *table;
 static int taken; /* live records + reservations, never above MAX_LIVE */
-static int counts[R_EXEC + 1];
+static int counts[R_NKINDS];
 static int spin;
 
 void fg_rec_lock(void)

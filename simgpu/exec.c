@@ -313,6 +313,33 @@ SIM_EXPORT CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig)
     return CUDA_SUCCESS;
 }
 
+/* Limits: the device heap is kept (the default 8 MiB until set); the
+ * others are accepted and not modelled. */
+SIM_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
+{
+    struct sim_ctx *c;
+    CUresult r = sim_check_ctx(&c);
+    if (r)
+        return r;
+    if ((unsigned)limit > 6)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (limit == CU_LIMIT_MALLOC_HEAP_SIZE)
+        c->heap = value;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
+{
+    struct sim_ctx *c;
+    CUresult r = sim_check_ctx(&c);
+    if (r)
+        return r;
+    if (!pvalue || (unsigned)limit > 6)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pvalue = limit == CU_LIMIT_MALLOC_HEAP_SIZE ? (c->heap ? c->heap : 8u << 20) : 0;
+    return CUDA_SUCCESS;
+}
+
 /* A function only: a library's kernel is refused here, as by a driver. */
 SIM_EXPORT CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
 {

@@ -211,6 +211,13 @@ __attribute__((weak)) SIM_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+__attribute__((weak)) SIM_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
+{
+    (void)limit;
+    (void)value;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 __attribute__((weak)) SIM_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 {
     (void)free;
@@ -1235,6 +1242,7 @@ const struct fg_proc sim_procs[] = {
     {"cuCtxGetDevice", "cuCtxGetDevice_v2", 13000, 0, (void *)cuCtxGetDevice_v2},
     {"cuCtxSynchronize", "cuCtxSynchronize", 2000, 0, (void *)cuCtxSynchronize},
     {"cuCtxSynchronize", "cuCtxSynchronize_v2", 13000, 0, (void *)cuCtxSynchronize_v2},
+    {"cuCtxSetLimit", "cuCtxSetLimit", 3010, 0, (void *)cuCtxSetLimit},
     {"cuMemGetInfo", "cuMemGetInfo_v2", 3020, 0, (void *)cuMemGetInfo_v2},
     {"cuMemAlloc", "cuMemAlloc_v2", 3020, 0, (void *)cuMemAlloc_v2},
     {"cuMemAllocPitch", "cuMemAllocPitch_v2", 3020, 0, (void *)cuMemAllocPitch_v2},

@@ -176,6 +176,7 @@ struct sim_ctx {
     int blocking_captures; /* streams of this context in capture that sync with the legacy stream */
     unsigned long long id; /* unique in the process, as cuCtxGetId answers */
     CUfunc_cache cache;    /* its cache preference (cuCtxSetCacheConfig) */
+    size_t heap;           /* its device heap (cuCtxSetLimit), 0 for the default */
 };
 
 #define SIM_CAP_DEPS 8

@@ -68,6 +68,8 @@ CUresult cuCtxSynchronize(void);
 typedef CUresult (*fg_pfn_cuCtxSynchronize)(void);
 CUresult cuCtxSynchronize_v2(CUcontext ctx);
 typedef CUresult (*fg_pfn_cuCtxSynchronize_v2)(CUcontext ctx);
+CUresult cuCtxSetLimit(CUlimit limit, size_t value);
+typedef CUresult (*fg_pfn_cuCtxSetLimit)(CUlimit limit, size_t value);
 CUresult cuMemGetInfo_v2(size_t *free, size_t *total);
 typedef CUresult (*fg_pfn_cuMemGetInfo_v2)(size_t *free, size_t *total);
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);

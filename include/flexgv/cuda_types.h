@@ -112,7 +112,8 @@ typedef enum CUjitInputType_enum {
 } CUjitInputType;
 
 typedef enum CUlimit_enum {
-    CU_LIMIT_STACK_SIZE = 0
+    CU_LIMIT_STACK_SIZE = 0,
+    CU_LIMIT_MALLOC_HEAP_SIZE = 2
 } CUlimit;
 
 /* Tensor memory access descriptors (Hopper and later): 128 opaque bytes. */

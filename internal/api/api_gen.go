@@ -3,7 +3,7 @@
 package api
 
 // Hash identifies this ordered list; trace regions carry it.
-const Hash uint64 = 0xf2530f79c5e93c4b
+const Hash uint64 = 0x21902cca7659a1c3
 
 // Names lists every hooked entry point, in hook-id order.
 var Names = []string{
@@ -37,6 +37,7 @@ var Names = []string{
 	"cuCtxGetDevice_v2",
 	"cuCtxSynchronize",
 	"cuCtxSynchronize_v2",
+	"cuCtxSetLimit",
 	"cuMemGetInfo_v2",
 	"cuMemAlloc_v2",
 	"cuMemAllocPitch_v2",

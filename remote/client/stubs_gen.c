@@ -187,6 +187,13 @@ FGR_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
+{
+    (void)limit;
+    (void)value;
+    return fgr_unsupported(1, "cuCtxSetLimit", NULL);
+}
+
 FGR_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 {
     CUresult fgr_r;
@@ -558,7 +565,7 @@ FGR_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAcce
     (void)size;
     (void)desc;
     (void)count;
-    return fgr_unsupported(1, "cuMemSetAccess", NULL);
+    return fgr_unsupported(2, "cuMemSetAccess", NULL);
 }
 
 FGR_EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option)
@@ -1371,7 +1378,7 @@ FGR_EXPORT CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userDa
     (void)hStream;
     (void)fn;
     (void)userData;
-    return fgr_unsupported(2, "cuLaunchHostFunc", NULL);
+    return fgr_unsupported(3, "cuLaunchHostFunc", NULL);
 }
 
 FGR_EXPORT CUresult cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData)
@@ -1379,7 +1386,7 @@ FGR_EXPORT CUresult cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *u
     (void)hStream;
     (void)fn;
     (void)userData;
-    return fgr_unsupported(3, "cuLaunchHostFunc_ptsz", NULL);
+    return fgr_unsupported(4, "cuLaunchHostFunc_ptsz", NULL);
 }
 
 FGR_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
@@ -1830,7 +1837,7 @@ FGR_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGr
     (void)dependencies;
     (void)numDependencies;
     (void)nodeParams;
-    return fgr_unsupported(4, "cuGraphAddMemAllocNode", NULL);
+    return fgr_unsupported(5, "cuGraphAddMemAllocNode", NULL);
 }
 
 FGR_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr)
@@ -1858,7 +1865,7 @@ FGR_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALL
 {
     (void)hNode;
     (void)params_out;
-    return fgr_unsupported(5, "cuGraphMemAllocNodeGetParams", NULL);
+    return fgr_unsupported(6, "cuGraphMemAllocNodeGetParams", NULL);
 }
 
 FGR_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
@@ -2680,13 +2687,6 @@ FGR_EXPORT CUresult cuCtxSetSharedMemConfig(CUsharedconfig config)
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     return fgr_end(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
-{
-    (void)limit;
-    (void)value;
-    return fgr_unsupported(6, "cuCtxSetLimit", NULL);
 }
 
 FGR_EXPORT CUresult cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice, CUdevice dstDevice)
@@ -3544,6 +3544,7 @@ const struct fg_proc fgr_procs[] = {
     {"cuCtxGetDevice", "cuCtxGetDevice_v2", 13000, 0, (void *)cuCtxGetDevice_v2},
     {"cuCtxSynchronize", "cuCtxSynchronize", 2000, 0, (void *)cuCtxSynchronize},
     {"cuCtxSynchronize", "cuCtxSynchronize_v2", 13000, 0, (void *)cuCtxSynchronize_v2},
+    {"cuCtxSetLimit", "cuCtxSetLimit", 3010, 0, (void *)cuCtxSetLimit},
     {"cuMemGetInfo", "cuMemGetInfo_v2", 3020, 0, (void *)cuMemGetInfo_v2},
     {"cuMemAlloc", "cuMemAlloc_v2", 3020, 0, (void *)cuMemAlloc_v2},
     {"cuMemAllocPitch", "cuMemAllocPitch_v2", 3020, 0, (void *)cuMemAllocPitch_v2},
@@ -3716,7 +3717,6 @@ const struct fg_proc fgr_procs[] = {
     {"cuFuncSetSharedMemConfig", "cuFuncSetSharedMemConfig", 4020, 0, (void *)cuFuncSetSharedMemConfig},
     {"cuCtxGetSharedMemConfig", "cuCtxGetSharedMemConfig", 4020, 0, (void *)cuCtxGetSharedMemConfig},
     {"cuCtxSetSharedMemConfig", "cuCtxSetSharedMemConfig", 4020, 0, (void *)cuCtxSetSharedMemConfig},
-    {"cuCtxSetLimit", "cuCtxSetLimit", 3010, 0, (void *)cuCtxSetLimit},
     {"cuDeviceGetP2PAttribute", "cuDeviceGetP2PAttribute", 8000, 0, (void *)cuDeviceGetP2PAttribute},
     {"cuDeviceGetTexture1DLinearMaxWidth", "cuDeviceGetTexture1DLinearMaxWidth", 11010, 0, (void *)cuDeviceGetTexture1DLinearMaxWidth},
     {"cuOccupancyMaxActiveClusters", "cuOccupancyMaxActiveClusters", 11070, 0, (void *)cuOccupancyMaxActiveClusters},

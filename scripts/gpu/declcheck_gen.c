@@ -66,6 +66,8 @@ typedef CUresult (CUDAAPI *fg_sig_cuCtxSynchronize)(void);
 SAME(fg_sig_cuCtxSynchronize, PFN_cuCtxSynchronize_v2000);
 typedef CUresult (CUDAAPI *fg_sig_cuCtxSynchronize_v2)(CUcontext ctx);
 SAME(fg_sig_cuCtxSynchronize_v2, PFN_cuCtxSynchronize_v13000);
+typedef CUresult (CUDAAPI *fg_sig_cuCtxSetLimit)(CUlimit limit, size_t value);
+SAME(fg_sig_cuCtxSetLimit, PFN_cuCtxSetLimit_v3010);
 typedef CUresult (CUDAAPI *fg_sig_cuMemGetInfo_v2)(size_t *free, size_t *total);
 SAME(fg_sig_cuMemGetInfo_v2, PFN_cuMemGetInfo_v3020);
 typedef CUresult (CUDAAPI *fg_sig_cuMemAlloc_v2)(CUdeviceptr *dptr, size_t bytesize);

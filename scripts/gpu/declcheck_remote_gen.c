@@ -98,8 +98,6 @@ typedef CUresult (CUDAAPI *fg_sig_cuCtxGetSharedMemConfig)(CUsharedconfig *pConf
 SAME(fg_sig_cuCtxGetSharedMemConfig, PFN_cuCtxGetSharedMemConfig_v4020);
 typedef CUresult (CUDAAPI *fg_sig_cuCtxSetSharedMemConfig)(CUsharedconfig config);
 SAME(fg_sig_cuCtxSetSharedMemConfig, PFN_cuCtxSetSharedMemConfig_v4020);
-typedef CUresult (CUDAAPI *fg_sig_cuCtxSetLimit)(CUlimit limit, size_t value);
-SAME(fg_sig_cuCtxSetLimit, PFN_cuCtxSetLimit_v3010);
 typedef CUresult (CUDAAPI *fg_sig_cuDeviceGetP2PAttribute)(int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice, CUdevice dstDevice);
 SAME(fg_sig_cuDeviceGetP2PAttribute, PFN_cuDeviceGetP2PAttribute_v8000);
 typedef CUresult (CUDAAPI *fg_sig_cuDeviceGetTexture1DLinearMaxWidth)(size_t *maxWidthInElements, CUarray_format format, unsigned numChannels, CUdevice dev);

@@ -369,6 +369,27 @@ int main(int argc, char **argv)
         CHECK(cuCtxSynchronize());
         return 0;
     }
+    if (!strcmp(mode, "heap")) { /* the device heap against a quota */
+        CUcontext ctx;
+        CUdeviceptr p;
+        size_t f0, f, t;
+        CHECK(cuDevicePrimaryCtxRetain(&ctx, 0));
+        CHECK(cuCtxSetCurrent(ctx));
+        CHECK(cuMemGetInfo_v2(&f0, &t));
+        printf("heap 2 GiB: %s\n", result_name(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 2048 * MiB)));
+        printf("heap 512 MiB: %s", result_name(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 512 * MiB)));
+        CHECK(cuMemGetInfo_v2(&f, &t));
+        printf(", %zu MiB more in use\n", (size_t)((f0 - f) / MiB));
+        CUresult r = cuMemAlloc_v2(&p, 600 * MiB);
+        printf("600 MiB beside it: %s\n", result_name(r));
+        printf("heap 520 MiB: %s\n", result_name(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 520 * MiB)));
+        printf("heap back to 8 MiB: %s", result_name(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 8 * MiB)));
+        CHECK(cuMemGetInfo_v2(&f, &t));
+        printf(", %zu MiB more in use\n", (size_t)((f0 - f) / MiB));
+        r = cuMemAlloc_v2(&p, 600 * MiB);
+        printf("600 MiB then: %s\n", result_name(r));
+        return 0;
+    }
     if (!strcmp(mode, "copyloop")) { /* synchronous 64 MiB uploads: bandwidth */
         long n = argc > 2 ? atol(argv[2]) : 10;
         size_t size = 64 * MiB;

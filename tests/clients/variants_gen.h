@@ -35,6 +35,7 @@ static const struct fg_variant fg_variants[] = {
     {"cuCtxGetDevice_v2", "cuCtxGetDevice", 13000, 0, 0},
     {"cuCtxSynchronize", "cuCtxSynchronize", 2000, 0, 0},
     {"cuCtxSynchronize_v2", "cuCtxSynchronize", 13000, 0, 0},
+    {"cuCtxSetLimit", "cuCtxSetLimit", 3010, 0, 0},
     {"cuMemGetInfo_v2", "cuMemGetInfo", 3020, 0, 0},
     {"cuMemAlloc_v2", "cuMemAlloc", 3020, 0, 0},
     {"cuMemAllocPitch_v2", "cuMemAllocPitch", 3020, 0, 0},

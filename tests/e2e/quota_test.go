@@ -47,6 +47,26 @@ func TestQuotaBoundaryIsExact(t *testing.T) {
 	}
 }
 
+// The device heap kernels malloc from is device memory: what a program
+// asks beyond the default is charged to its quota while it holds it.
+func TestQuotaChargesTheDeviceHeap(t *testing.T) {
+	e := quotaEnv(t)
+	r := e.run("flexgv", "run", "--mem", "1GiB", "--", bin("memclient"), "heap")
+	want := `heap 2 GiB: CUDA_ERROR_OUT_OF_MEMORY
+heap 512 MiB: CUDA_SUCCESS, 504 MiB more in use
+600 MiB beside it: CUDA_ERROR_OUT_OF_MEMORY
+heap 520 MiB: CUDA_SUCCESS
+heap back to 8 MiB: CUDA_SUCCESS, 0 MiB more in use
+600 MiB then: CUDA_SUCCESS
+`
+	if r.code != 0 || r.stdout != want {
+		t.Fatalf("exit %d\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "a device heap (cuCtxSetLimit)") {
+		t.Errorf("the refusal does not say what asked:\n%s", r.stderr)
+	}
+}
+
 func TestMemoryViewsShowTheQuota(t *testing.T) {
 	e := quotaEnv(t)
 	r := e.run("flexgv", "run", "--mem", "1GiB", "--", bin("memclient"), "info")
