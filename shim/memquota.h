@@ -14,7 +14,7 @@
 
 /* ---- per-process records of what was charged (records.c) ---- */
 
-enum rec_kind { R_MEM, R_ARRAY, R_VMM, R_MAP, R_POOL, R_CTX, R_EXEC, R_HEAP, R_NKINDS };
+enum rec_kind { R_MEM, R_ARRAY, R_VMM, R_MAP, R_POOL, R_CTX, R_EXEC, R_HEAP, R_STACK, R_NKINDS };
 
 struct rec {
     uintptr_t key; /* 0: empty */
@@ -24,7 +24,7 @@ struct rec {
     int32_t maps;     /* R_VMM: live mappings */
     uint64_t bytes;
     uintptr_t owner; /* R_MEM/R_ARRAY: context; R_MAP: VMM handle; R_EXEC: its sizes per device;
-                        R_HEAP (keyed by context): none */
+                        R_HEAP, R_STACK (keyed by context): none */
     uint64_t span;   /* R_MAP: bytes mapped */
 };
 

@@ -181,6 +181,8 @@ static void ctx_gone(uintptr_t ctx)
         fg_rec_drop(r);
     if ((r = fg_rec_find(ctx, R_HEAP)))
         fg_rec_drop(r);
+    if ((r = fg_rec_find(ctx, R_STACK)))
+        fg_rec_drop(r);
     fg_rec_each(R_MEM, drop_owned, (void *)ctx);
     fg_rec_each(R_ARRAY, drop_owned, (void *)ctx);
     fg_rec_unlock();
@@ -315,29 +317,48 @@ void fg_ctx_after_fork(void)
     nvml_pid = 0;
 }
 
-/* The device heap kernels malloc from: the driver reserves it on the
- * device, so what a program asks beyond the default (part of what its
+/* Limits that reserve device memory: the heap kernels malloc from, and
+ * each thread's stack, reserved for every thread the device holds at once.
+ * What a program asks beyond the driver's defaults (part of what its
  * context was charged) is charged to the context's device, replaced when
  * the limit changes and given back with the context. Other limits pass. */
 #define DEFAULT_HEAP (8ull << 20)
+#define DEFAULT_STACK 1024ull
+
+static uint64_t limit_extra(CUlimit limit, size_t value, int dev)
+{
+    if (limit == CU_LIMIT_MALLOC_HEAP_SIZE)
+        return value > DEFAULT_HEAP ? value - DEFAULT_HEAP : 0;
+    if (value <= DEFAULT_STACK)
+        return 0;
+    int sms = 0, per_sm = 0;
+    fg_real_cuDeviceGetAttribute attr = REAL(cuDeviceGetAttribute);
+    if (!attr || attr(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) != CUDA_SUCCESS ||
+        attr(&per_sm, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, dev) != CUDA_SUCCESS)
+        return 0;
+    uint64_t threads = (uint64_t)sms * (uint64_t)per_sm, grow = (uint64_t)value - DEFAULT_STACK;
+    return threads && grow > UINT64_MAX / threads ? UINT64_MAX / 2 : grow * threads; /* too much for any quota */
+}
 
 CUresult fg_mem_cuCtxSetLimit(fg_real_cuCtxSetLimit next, CUlimit limit, size_t value)
 {
     uintptr_t ctx = fg_current_ctx();
-    if (limit != CU_LIMIT_MALLOC_HEAP_SIZE || !ctx)
+    if ((limit != CU_LIMIT_MALLOC_HEAP_SIZE && limit != CU_LIMIT_STACK_SIZE) || !ctx)
         return next(limit, value);
+    enum rec_kind kind = limit == CU_LIMIT_MALLOC_HEAP_SIZE ? R_HEAP : R_STACK;
+    const char *what = kind == R_HEAP ? "a device heap (cuCtxSetLimit)" : "thread stacks (cuCtxSetLimit)";
     int dev = fg_current_device();
-    uint64_t extra = value > DEFAULT_HEAP ? value - DEFAULT_HEAP : 0;
+    uint64_t extra = limit_extra(limit, value, dev);
     fg_rec_lock();
-    struct rec *old = fg_rec_find(ctx, R_HEAP);
+    struct rec *old = fg_rec_find(ctx, kind);
     uint64_t had = old ? old->bytes : 0;
     fg_rec_unlock();
     /* Only the growth is charged before the driver is asked, so that a
-     * heap resized within the quota is never refused for its old size. */
+     * limit changed within the quota is never refused for its old size. */
     int fresh = !had && extra;
     if (fresh && !fg_rec_reserve())
         return CUDA_ERROR_OUT_OF_MEMORY;
-    if (extra > had && !fg_charge(dev, extra - had, "a device heap (cuCtxSetLimit)")) {
+    if (extra > had && !fg_charge(dev, extra - had, what)) {
         if (fresh)
             fg_rec_unreserve();
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -353,14 +374,14 @@ CUresult fg_mem_cuCtxSetLimit(fg_real_cuCtxSetLimit next, CUlimit limit, size_t 
     if (had > extra)
         fg_uncharge(dev, had - extra);
     fg_rec_lock();
-    if ((old = fg_rec_find(ctx, R_HEAP))) {
+    if ((old = fg_rec_find(ctx, kind))) {
         old->bytes = extra; /* charged as it now stands */
         if (!extra)
             fg_rec_drop(old);
         if (fresh)
             fg_rec_unreserve(); /* another thread recorded it meanwhile */
     } else if (extra) {
-        fg_rec_put(ctx, R_HEAP, dev, extra, 0);
+        fg_rec_put(ctx, kind, dev, extra, 0);
     }
     fg_rec_unlock();
     return r;

@@ -189,9 +189,15 @@ FGR_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
 
 FGR_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
 {
-    (void)limit;
-    (void)value;
-    return fgr_unsupported(1, "cuCtxSetLimit", NULL);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxSetLimit, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)limit);
+    fgr_put_u64(&fgr_c.w, (uint64_t)value);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
@@ -565,7 +571,7 @@ FGR_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAcce
     (void)size;
     (void)desc;
     (void)count;
-    return fgr_unsupported(2, "cuMemSetAccess", NULL);
+    return fgr_unsupported(1, "cuMemSetAccess", NULL);
 }
 
 FGR_EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option)
@@ -1378,7 +1384,7 @@ FGR_EXPORT CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userDa
     (void)hStream;
     (void)fn;
     (void)userData;
-    return fgr_unsupported(3, "cuLaunchHostFunc", NULL);
+    return fgr_unsupported(2, "cuLaunchHostFunc", NULL);
 }
 
 FGR_EXPORT CUresult cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData)
@@ -1386,7 +1392,7 @@ FGR_EXPORT CUresult cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *u
     (void)hStream;
     (void)fn;
     (void)userData;
-    return fgr_unsupported(4, "cuLaunchHostFunc_ptsz", NULL);
+    return fgr_unsupported(3, "cuLaunchHostFunc_ptsz", NULL);
 }
 
 FGR_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
@@ -1837,7 +1843,7 @@ FGR_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGr
     (void)dependencies;
     (void)numDependencies;
     (void)nodeParams;
-    return fgr_unsupported(5, "cuGraphAddMemAllocNode", NULL);
+    return fgr_unsupported(4, "cuGraphAddMemAllocNode", NULL);
 }
 
 FGR_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr)
@@ -1865,7 +1871,7 @@ FGR_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALL
 {
     (void)hNode;
     (void)params_out;
-    return fgr_unsupported(6, "cuGraphMemAllocNodeGetParams", NULL);
+    return fgr_unsupported(5, "cuGraphMemAllocNodeGetParams", NULL);
 }
 
 FGR_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
@@ -2780,7 +2786,7 @@ FGR_EXPORT CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *optio
     (void)options;
     (void)optionValues;
     (void)stateOut;
-    return fgr_unsupported(7, "cuLinkCreate_v2", NULL);
+    return fgr_unsupported(6, "cuLinkCreate_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues)
@@ -2793,7 +2799,7 @@ FGR_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, voi
     (void)numOptions;
     (void)options;
     (void)optionValues;
-    return fgr_unsupported(8, "cuLinkAddData_v2", NULL);
+    return fgr_unsupported(7, "cuLinkAddData_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char *path, unsigned int numOptions, CUjit_option *options, void **optionValues)
@@ -2804,7 +2810,7 @@ FGR_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, con
     (void)numOptions;
     (void)options;
     (void)optionValues;
-    return fgr_unsupported(9, "cuLinkAddFile_v2", NULL);
+    return fgr_unsupported(8, "cuLinkAddFile_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut)
@@ -2812,13 +2818,13 @@ FGR_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *s
     (void)state;
     (void)cubinOut;
     (void)sizeOut;
-    return fgr_unsupported(10, "cuLinkComplete", NULL);
+    return fgr_unsupported(9, "cuLinkComplete", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkDestroy(CUlinkState state)
 {
     (void)state;
-    return fgr_unsupported(11, "cuLinkDestroy", NULL);
+    return fgr_unsupported(10, "cuLinkDestroy", NULL);
 }
 
 FGR_EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
@@ -2835,7 +2841,7 @@ FGR_EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDa
     (void)swizzle;
     (void)l2Promotion;
     (void)oobFill;
-    return fgr_unsupported(12, "cuTensorMapEncodeTiled", NULL);
+    return fgr_unsupported(11, "cuTensorMapEncodeTiled", NULL);
 }
 
 FGR_EXPORT CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out)
@@ -3295,7 +3301,7 @@ FGR_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph h
     return fgr_end(&fgr_c);
 }
 
-const int fgr_nunsupported = 13;
+const int fgr_nunsupported = 12;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -3312,6 +3318,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuCtxGetDevice_v2] = "cuCtxGetDevice_v2",
     [FGR_OP_cuCtxSynchronize] = "cuCtxSynchronize",
     [FGR_OP_cuCtxSynchronize_v2] = "cuCtxSynchronize_v2",
+    [FGR_OP_cuCtxSetLimit] = "cuCtxSetLimit",
     [FGR_OP_cuMemGetInfo_v2] = "cuMemGetInfo_v2",
     [FGR_OP_cuMemAlloc_v2] = "cuMemAlloc_v2",
     [FGR_OP_cuMemAllocPitch_v2] = "cuMemAllocPitch_v2",

@@ -14,6 +14,7 @@ typedef CUresult (*pfn_cuCtxGetDevice)(CUdevice *device);
 typedef CUresult (*pfn_cuCtxGetDevice_v2)(CUdevice *device, CUcontext ctx);
 typedef CUresult (*pfn_cuCtxSynchronize)(void);
 typedef CUresult (*pfn_cuCtxSynchronize_v2)(CUcontext ctx);
+typedef CUresult (*pfn_cuCtxSetLimit)(CUlimit limit, size_t value);
 typedef CUresult (*pfn_cuMemGetInfo_v2)(size_t *free, size_t *total);
 typedef CUresult (*pfn_cuMemAlloc_v2)(CUdeviceptr *dptr, size_t bytesize);
 typedef CUresult (*pfn_cuMemAllocPitch_v2)(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes);
@@ -396,6 +397,17 @@ static CUresult op_cuCtxSynchronize_v2(struct fgr_rd *rd, struct fgr_req *q)
         fgr_r = fgr_refuse("cuCtxSynchronize_v2", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_HANDLE);
     else
         fgr_r = ((pfn_cuCtxSynchronize_v2)fgr_real[FGR_OP_cuCtxSynchronize_v2])(ctx);
+    return fgr_r;
+}
+
+static CUresult op_cuCtxSetLimit(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUlimit limit = (CUlimit)fgr_get_u64(rd);
+    size_t value = (size_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = ((pfn_cuCtxSetLimit)fgr_real[FGR_OP_cuCtxSetLimit])(limit, value);
     return fgr_r;
 }
 
@@ -4277,6 +4289,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuCtxGetDevice_v2] = {"cuCtxGetDevice_v2", op_cuCtxGetDevice_v2, 0},
     [FGR_OP_cuCtxSynchronize] = {"cuCtxSynchronize", op_cuCtxSynchronize, 1},
     [FGR_OP_cuCtxSynchronize_v2] = {"cuCtxSynchronize_v2", op_cuCtxSynchronize_v2, 1},
+    [FGR_OP_cuCtxSetLimit] = {"cuCtxSetLimit", op_cuCtxSetLimit, 0},
     [FGR_OP_cuMemGetInfo_v2] = {"cuMemGetInfo_v2", op_cuMemGetInfo_v2, 0},
     [FGR_OP_cuMemAlloc_v2] = {"cuMemAlloc_v2", op_cuMemAlloc_v2, 0},
     [FGR_OP_cuMemAllocPitch_v2] = {"cuMemAllocPitch_v2", op_cuMemAllocPitch_v2, 0},

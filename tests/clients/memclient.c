@@ -388,6 +388,16 @@ int main(int argc, char **argv)
         printf(", %zu MiB more in use\n", (size_t)((f0 - f) / MiB));
         r = cuMemAlloc_v2(&p, 600 * MiB);
         printf("600 MiB then: %s\n", result_name(r));
+        if (r == CUDA_SUCCESS)
+            CHECK(cuMemFree_v2(p));
+        /* Stacks: reserved for every thread the device holds at once. */
+        printf("stack 16 KiB: %s\n", result_name(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 16 << 10)));
+        printf("stack 8 KiB: %s", result_name(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 8 << 10)));
+        CHECK(cuMemGetInfo_v2(&f, &t));
+        printf(", %zu MiB more in use\n", (size_t)((f0 - f) / MiB));
+        printf("stack back to 1 KiB: %s", result_name(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 1 << 10)));
+        CHECK(cuMemGetInfo_v2(&f, &t));
+        printf(", %zu MiB more in use\n", (size_t)((f0 - f) / MiB));
         return 0;
     }
     if (!strcmp(mode, "copyloop")) { /* synchronous 64 MiB uploads: bandwidth */

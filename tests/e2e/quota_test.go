@@ -47,9 +47,11 @@ func TestQuotaBoundaryIsExact(t *testing.T) {
 	}
 }
 
-// The device heap kernels malloc from is device memory: what a program
-// asks beyond the default is charged to its quota while it holds it.
-func TestQuotaChargesTheDeviceHeap(t *testing.T) {
+// The device heap kernels malloc from, and thread stacks (reserved for
+// every thread the device holds at once: 40 SMs x 2048 on the simulated
+// GPU), are device memory: what a program asks beyond the defaults is
+// charged to its quota while it holds it.
+func TestQuotaChargesDeviceHeapAndStacks(t *testing.T) {
 	e := quotaEnv(t)
 	r := e.run("flexgv", "run", "--mem", "1GiB", "--", bin("memclient"), "heap")
 	want := `heap 2 GiB: CUDA_ERROR_OUT_OF_MEMORY
@@ -58,12 +60,22 @@ heap 512 MiB: CUDA_SUCCESS, 504 MiB more in use
 heap 520 MiB: CUDA_SUCCESS
 heap back to 8 MiB: CUDA_SUCCESS, 0 MiB more in use
 600 MiB then: CUDA_SUCCESS
+stack 16 KiB: CUDA_ERROR_OUT_OF_MEMORY
+stack 8 KiB: CUDA_SUCCESS, 560 MiB more in use
+stack back to 1 KiB: CUDA_SUCCESS, 0 MiB more in use
 `
 	if r.code != 0 || r.stdout != want {
 		t.Fatalf("exit %d\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
 	}
 	if !strings.Contains(r.stderr, "a device heap (cuCtxSetLimit)") {
 		t.Errorf("the refusal does not say what asked:\n%s", r.stderr)
+	}
+	// A remote tenant's limits are charged on the server, where it cannot
+	// reach them.
+	tok := e.token("heap")
+	s := e.serve("unix", "--tenant", "a:"+tok, "--mem", "1GiB")
+	if got := e.remoteAs(s, tok, "memclient", "heap"); got.code != 0 || got.stdout != want {
+		t.Errorf("remotely: exit %d\n%s\nwant\n%s\n%s", got.code, got.stdout, want, got.stderr)
 	}
 }
 
