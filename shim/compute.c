@@ -759,8 +759,9 @@ static void unblock(struct gpu *g)
 
 /* A synchronous copy or memset, on the default stream: it takes its turn
  * as a launch does, and what it leaves running (a memset or a device copy
- * returns before it completes) is tracked after it. */
-#define SCHEDULED_BLOCKING(per_thread, CALL)                                                                \
+ * returns before it completes) is tracked after it. AFTER is applied to
+ * its result: a copy back to the host is also a synchronization. */
+#define SCHEDULED_BLOCKING(per_thread, AFTER, CALL)                                                         \
     do {                                                                                                    \
         if (FG_LIKELY(alone_everywhere()))                                                                  \
             return CALL;                                                                                    \
@@ -772,8 +773,9 @@ static void unblock(struct gpu *g)
         uint64_t at_ = fg_now_ns();                                                                         \
         CUresult r_ = CALL;                                                                                 \
         unblock(g_);                                                                                        \
-        return leave(g_, s_, at_, r_);                                                                      \
+        return AFTER(leave(g_, s_, at_, r_));                                                               \
     } while (0)
+#define AS_IS(r) (r)
 
 CUresult fg_compute_cuLaunchKernel(fg_real_cuLaunchKernel next, CUfunction f, unsigned int gx, unsigned int gy,
                                    unsigned int gz, unsigned int bx, unsigned int by, unsigned int bz,
@@ -964,60 +966,60 @@ CUresult fg_compute_cuMemsetD32Async_ptsz(fg_real_cuMemsetD32Async_ptsz next, CU
  * copies: some return before the GPU is done, some block until it is). */
 CUresult fg_compute_cuMemcpyHtoD_v2(fg_real_cuMemcpyHtoD_v2 next, CUdeviceptr dst, const void *src, size_t n)
 {
-    SCHEDULED_BLOCKING(0, next(dst, src, n));
+    SCHEDULED_BLOCKING(0, AS_IS, next(dst, src, n));
 }
 
 CUresult fg_compute_cuMemcpyHtoD_v2_ptds(fg_real_cuMemcpyHtoD_v2_ptds next, CUdeviceptr dst, const void *src, size_t n)
 {
-    SCHEDULED_BLOCKING(1, next(dst, src, n));
+    SCHEDULED_BLOCKING(1, AS_IS, next(dst, src, n));
 }
 
 CUresult fg_compute_cuMemcpyDtoH_v2(fg_real_cuMemcpyDtoH_v2 next, void *dst, CUdeviceptr src, size_t n)
 {
-    SCHEDULED_BLOCKING(0, next(dst, src, n));
+    SCHEDULED_BLOCKING(0, synced, next(dst, src, n));
 }
 
 CUresult fg_compute_cuMemcpyDtoH_v2_ptds(fg_real_cuMemcpyDtoH_v2_ptds next, void *dst, CUdeviceptr src, size_t n)
 {
-    SCHEDULED_BLOCKING(1, next(dst, src, n));
+    SCHEDULED_BLOCKING(1, synced, next(dst, src, n));
 }
 
 CUresult fg_compute_cuMemcpyDtoD_v2(fg_real_cuMemcpyDtoD_v2 next, CUdeviceptr dst, CUdeviceptr src, size_t n)
 {
-    SCHEDULED_BLOCKING(0, next(dst, src, n));
+    SCHEDULED_BLOCKING(0, AS_IS, next(dst, src, n));
 }
 
 CUresult fg_compute_cuMemcpyDtoD_v2_ptds(fg_real_cuMemcpyDtoD_v2_ptds next, CUdeviceptr dst, CUdeviceptr src, size_t n)
 {
-    SCHEDULED_BLOCKING(1, next(dst, src, n));
+    SCHEDULED_BLOCKING(1, AS_IS, next(dst, src, n));
 }
 
 CUresult fg_compute_cuMemcpy(fg_real_cuMemcpy next, CUdeviceptr dst, CUdeviceptr src, size_t n)
 {
-    SCHEDULED_BLOCKING(0, next(dst, src, n));
+    SCHEDULED_BLOCKING(0, AS_IS, next(dst, src, n));
 }
 
 CUresult fg_compute_cuMemcpy_ptds(fg_real_cuMemcpy_ptds next, CUdeviceptr dst, CUdeviceptr src, size_t n)
 {
-    SCHEDULED_BLOCKING(1, next(dst, src, n));
+    SCHEDULED_BLOCKING(1, AS_IS, next(dst, src, n));
 }
 
 CUresult fg_compute_cuMemsetD8_v2(fg_real_cuMemsetD8_v2 next, CUdeviceptr dst, unsigned char v, size_t n)
 {
-    SCHEDULED_BLOCKING(0, next(dst, v, n));
+    SCHEDULED_BLOCKING(0, AS_IS, next(dst, v, n));
 }
 
 CUresult fg_compute_cuMemsetD8_v2_ptds(fg_real_cuMemsetD8_v2_ptds next, CUdeviceptr dst, unsigned char v, size_t n)
 {
-    SCHEDULED_BLOCKING(1, next(dst, v, n));
+    SCHEDULED_BLOCKING(1, AS_IS, next(dst, v, n));
 }
 
 CUresult fg_compute_cuMemsetD32_v2(fg_real_cuMemsetD32_v2 next, CUdeviceptr dst, unsigned int v, size_t n)
 {
-    SCHEDULED_BLOCKING(0, next(dst, v, n));
+    SCHEDULED_BLOCKING(0, AS_IS, next(dst, v, n));
 }
 
 CUresult fg_compute_cuMemsetD32_v2_ptds(fg_real_cuMemsetD32_v2_ptds next, CUdeviceptr dst, unsigned int v, size_t n)
 {
-    SCHEDULED_BLOCKING(1, next(dst, v, n));
+    SCHEDULED_BLOCKING(1, AS_IS, next(dst, v, n));
 }

@@ -14,7 +14,9 @@
  * (cuLaunchKernel, the default), ex (cuLaunchKernelEx), ptsz
  * (cuLaunchKernel_ptsz), graph (cuGraphLaunch of a captured kernel) or
  * sync13 (cuLaunchKernel, each completion waited for with the context
- * synchronization a CUDA 13 runtime resolves: cuCtxSynchronize_v2).
+ * synchronization a CUDA 13 runtime resolves: cuCtxSynchronize_v2) or
+ * copysync (cuLaunchKernel on the legacy stream, each completion waited
+ * for by a synchronous cuMemcpyDtoH of a word).
  * GAP_US: idle time after each completion before the next launch, as a
  * server between requests (with DEPTH 1). */
 #include "common.h"
@@ -40,7 +42,7 @@ static int by_value(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: spinner KERNEL_US SECONDS [DEPTH [WINDOW_MS [launch|ex|ptsz|graph|sync13 [GAP_US]]]]\n");
+        fprintf(stderr, "usage: spinner KERNEL_US SECONDS [DEPTH [WINDOW_MS [launch|ex|ptsz|graph|sync13|copysync [GAP_US]]]]\n");
         return 2;
     }
     double kernel_us = atof(argv[1]), seconds = atof(argv[2]);
@@ -63,6 +65,14 @@ int main(int argc, char **argv)
     CHECK(cuModuleLoadData(&mod, module));
     CHECK(cuModuleGetFunction(&f, mod, "spin"));
     CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    /* copysync: on the legacy stream, each completion waited for by a
+     * synchronous copy of a word, as programs that read a result back do. */
+    int copysync = !strcmp(api, "copysync");
+    CUdeviceptr word = 0;
+    if (copysync) {
+        s = NULL;
+        CHECK(cuMemAlloc_v2(&word, 4));
+    }
     CHECK(cuEventCreate(&start, 0));
     for (int i = 0; i < depth; i++) {
         CHECK(cuEventCreate(&before[i], 0));
@@ -85,7 +95,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "spinner: cannot resolve cuCtxSynchronize for CUDA 13\n");
             return 1;
         }
-    } else if (strcmp(api, "launch") && strcmp(api, "ex") && strcmp(api, "ptsz")) {
+    } else if (strcmp(api, "launch") && strcmp(api, "ex") && strcmp(api, "ptsz") && !copysync) {
         fprintf(stderr, "spinner: unknown API %s\n", api);
         return 2;
     }
@@ -108,8 +118,11 @@ int main(int argc, char **argv)
         if (launched > completed && (!more || launched - completed == depth)) {
             int k = (int)(completed % depth);
             float ms;
+            unsigned got;
             if (ctxsync)
                 CHECK(ctxsync(NULL));
+            else if (copysync)
+                CHECK(cuMemcpyDtoH_v2(&got, word, sizeof got));
             else
                 CHECK(cuEventSynchronize(after[k]));
             CHECK(cuEventElapsedTime(&ms, before[k], after[k]));

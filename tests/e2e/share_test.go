@@ -296,6 +296,22 @@ func TestPriorityHoldsSynchronousCopies(t *testing.T) {
 	}
 }
 
+// A server that reads each result back with a synchronous copy (no
+// synchronization call at all) lends its pauses as well.
+func TestPriorityLendsAfterSynchronousCopy(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	hi := e.spinnerUnder([]string{"--priority", "high"}, "500", "2", "1", "0", "copysync", "1500")
+	lo := e.spinnerUnder([]string{"--priority", "low"}, "1000", "2", "16")
+	lo.start()
+	hi.start()
+	h, l := hi.result(), lo.result()
+	t.Logf("high, 500 µs every 2 ms, read back by cuMemcpyDtoH: p50 %.0f p99 %.0f µs; low got %.1f%%", h.p50, h.p99, l.share)
+	if l.share < 25 {
+		t.Errorf("the low-priority tenant got %.1f%% of the device next to a server busy ~25%% of the time, want ≥ 25%%", l.share)
+	}
+}
+
 // Garbage written over a GPU's scheduler while tenants run (it is writable
 // by every user on the GPU) may cost them their shares, never their run:
 // they go on launching and end.
