@@ -4,7 +4,8 @@
 # (`make GOTAGS=nok8s` keeps the CLI small where build/ is copied over):
 #     scripts/gpu-e2e.sh OUTDIR [SECTION...]
 # Sections (default: all): decl counts hookmap torch bench quota isolation computecap quotabench shares sharetrain priority prioritygraph
-# (PAIRS="flexgv" runs only some of the priority sections' ways of sharing)
+# (PAIRS="flexgv" runs only some of the priority sections' ways of sharing;
+# SHARE_S=60 TRAIN_S=60 make the share runs last a minute each)
 # Checks our driver declarations against the real headers, traces CUDA
 # programs built with nvcc (static and shared cudart), checks every hooked
 # variant against the real driver's resolver, runs PyTorch natively and under
@@ -16,6 +17,8 @@ shift || true
 SECTIONS=${*:-decl counts hookmap torch bench quota isolation computecap quotabench shares sharetrain priority prioritygraph}
 ROUNDS=${ROUNDS:-7} # rounds of the throughput benchmarks
 PAIRS=${PAIRS:-timeslice mps mps50 mpsflexgv flexgv} # how the priority sections share the GPU
+SHARE_S=${SHARE_S:-24} # seconds of the matmul share run (the change comes halfway)
+TRAIN_S=${TRAIN_S:-15} # seconds of the training share run
 want() { [[ " $SECTIONS " == *" $1 "* ]]; }
 ROOT=$(pwd)
 CUDA=${CUDA_HOME:-/usr/local/cuda}
@@ -250,7 +253,7 @@ S=$OUT/shares
 mkdir -p "$S"
 at() { echo $(($(date +%s) + $1)); } # a start time S seconds from now
 sleep_until() { sleep "$(python3 -c "import time; print(max(0, $1 - time.time()))")"; }
-bounded() { timeout -k 5 90 "$@" || echo "exit $? after at most 90 s: $*" >>"$S/timeouts.txt"; }
+bounded() { timeout -k 5 $((90 + SHARE_S + TRAIN_S)) "$@" || echo "exit $? after at most $((90 + SHARE_S + TRAIN_S)) s: $*" >>"$S/timeouts.txt"; }
 if want shares || want sharetrain || want priority || want prioritygraph; then
     export FLEXGV_STATE_DIR=$WORK/share-state
     bounded python3 $L matmul 5 >"$S/mm_alone.txt"
@@ -267,14 +270,14 @@ bounded "$FLEXGV" run --compute 30% -- python3 $L train 5 >"$S/tr_lone.txt"
 dpid=$!
 sleep 1
 T=$(at 20)
-bounded "$FLEXGV" run --group a --compute 50% -- python3 $L matmul 24 "$T" >"$S/mm_a.txt" &
+bounded "$FLEXGV" run --group a --compute 50% -- python3 $L matmul "$SHARE_S" "$T" >"$S/mm_a.txt" &
 pa=$!
-bounded "$FLEXGV" run --group b --compute 50% -- python3 $L matmul 24 "$T" >"$S/mm_b.txt" &
+bounded "$FLEXGV" run --group b --compute 50% -- python3 $L matmul "$SHARE_S" "$T" >"$S/mm_b.txt" &
 pb=$!
 sleep_until "$T"
-"$FLEXGV" bench share --duration 24s --svg "$S/share.svg" --csv "$S/share.csv" --title "H200: 50/50, then 30/70 (live)" >"$S/bench.txt" 2>&1 &
+"$FLEXGV" bench share --duration "${SHARE_S}s" --svg "$S/share.svg" --csv "$S/share.csv" --title "H200: 50/50, then 30/70 (live)" >"$S/bench.txt" 2>&1 &
 bpid=$!
-sleep_until $((T + 12))
+sleep_until $((T + SHARE_S / 2))
 "$FLEXGV" update b --compute 20% >/dev/null && "$FLEXGV" update a --compute 30% >/dev/null && "$FLEXGV" update b --compute 70% >/dev/null ||
     fail "flexgv update during the share run"
 echo "changed at $(date +%s.%N) (start $T)" >"$S/changed.txt"
@@ -285,9 +288,9 @@ fi
 if want sharetrain; then
 echo "== compute shares: training 30/70 ($(date +%T))"
 T=$(at 20)
-bounded "$FLEXGV" run --compute 30% -- python3 $L train 15 "$T" >"$S/tr_30.txt" &
+bounded "$FLEXGV" run --compute 30% -- python3 $L train "$TRAIN_S" "$T" >"$S/tr_30.txt" &
 p30=$!
-bounded "$FLEXGV" run --compute 70% -- python3 $L train 15 "$T" >"$S/tr_70.txt" &
+bounded "$FLEXGV" run --compute 70% -- python3 $L train "$TRAIN_S" "$T" >"$S/tr_70.txt" &
 p70=$!
 # hand-overs and GPU time held, 10 s apart: where time goes
 sleep_until $((T + 3)) && "$FLEXGV" top --once >"$S/top_train.txt"

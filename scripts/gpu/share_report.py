@@ -73,7 +73,11 @@ a, b = (windows("mm_a.txt"), windows("mm_b.txt")) if have("mm_a.txt", "mm_b.txt"
 n = min(len(a), len(b))
 share_a = [100 * x / mm for x in a[:n]]
 share_b = [100 * x / mm for x in b[:n]]
+# The live change: its second from the start (changed.txt), 12 by default.
 changed = 12
+if have("changed.txt"):
+    f = open(os.path.join(d, "changed.txt")).read().split()
+    changed = round(float(f[2]) - float(f[4].rstrip(")")))
 phases = [("50/50", range(1, changed), 50, 50), ("30/70", range(changed + 2, n), 30, 70)] if n > changed + 3 else []
 for label, idx, ta, tb in phases:
     errs = [abs(share_a[i] - ta) for i in idx] + [abs(share_b[i] - tb) for i in idx]
