@@ -39,10 +39,17 @@ static inline int fgr_option_fate(int kind, uint64_t o)
 /* Launch attributes (CUlaunchAttributeID) travel when their value is plain
  * numbers: cooperative (2), synchronization policy (3), cluster dimension
  * (4) and scheduling (5), programmatic stream serialization (6), priority
- * (8), memory synchronization domains (9, 10); and ignore (0). The others
- * name events or addresses the executor would have to translate. */
+ * (8), memory synchronization domains (9, 10); and ignore (0); and those
+ * whose value starts with an event (programmatic 7, launch completion 12),
+ * which the executor translates and checks like any event it is given.
+ * The others name addresses. */
 #define FGR_MAX_LAUNCH_ATTRS 32u
 
-static inline int fgr_launch_attr_sendable(uint64_t id) { return id == 0 || (id >= 2 && id <= 6) || (id >= 8 && id <= 10); }
+static inline int fgr_launch_attr_has_event(uint64_t id) { return id == 7 || id == 12; }
+
+static inline int fgr_launch_attr_sendable(uint64_t id)
+{
+    return id == 0 || (id >= 2 && id <= 6) || (id >= 8 && id <= 10) || fgr_launch_attr_has_event(id);
+}
 
 #endif

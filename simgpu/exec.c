@@ -633,6 +633,10 @@ SIM_EXPORT CUresult cuOccupancyMaxActiveClusters(int *n, CUfunction f, const CUl
     return CUDA_SUCCESS;
 }
 
+static CUresult record(CUevent ev, CUstream h, int pt);
+
+/* A launch whose attributes name events: they are recorded behind it (a
+ * completion event when it is done; a programmatic one no earlier). */
 static CUresult launch_ex(const CUlaunchConfig *c, CUfunction f, void **params, int pt)
 {
     unsigned dim[3];
@@ -641,8 +645,18 @@ static CUresult launch_ex(const CUlaunchConfig *c, CUfunction f, void **params, 
     CUresult r = cluster_of(c, dim);
     if (r != CUDA_SUCCESS)
         return r;
-    return launch(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ, c->hStream,
-                  params, pt);
+    for (unsigned i = 0; i < c->numAttrs; i++)
+        if ((c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT ||
+             c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT) &&
+            !as_event(c->attrs[i].value.launchCompletionEvent.event))
+            return CUDA_ERROR_INVALID_HANDLE;
+    r = launch(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ, c->hStream,
+               params, pt);
+    for (unsigned i = 0; r == CUDA_SUCCESS && i < c->numAttrs; i++)
+        if (c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT ||
+            c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT)
+            r = record(c->attrs[i].value.launchCompletionEvent.event, c->hStream, pt);
+    return r;
 }
 
 SIM_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)

@@ -326,13 +326,24 @@ typedef struct CUDA_GRAPH_INSTANTIATE_PARAMS_st {
 /* A launch attribute: an id and a 64-byte value (what the id says). */
 typedef enum CUlaunchAttributeID_enum {
     CU_LAUNCH_ATTRIBUTE_IGNORE = 0,
-    CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
+    CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4,
+    CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT = 7,
+    CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT = 12
 } CUlaunchAttributeID;
 typedef union CUlaunchAttributeValue_union {
     char pad[64];
     struct {
         unsigned int x, y, z;
     } clusterDim;
+    struct {
+        CUevent event;
+        int flags;
+        int triggerAtBlockStart;
+    } programmaticEvent;
+    struct {
+        CUevent event;
+        int flags;
+    } launchCompletionEvent;
 } CUlaunchAttributeValue;
 typedef struct CUlaunchAttribute_st {
     CUlaunchAttributeID id;

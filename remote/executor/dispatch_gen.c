@@ -1754,6 +1754,8 @@ static CUresult op_cuLaunchKernelEx(struct fgr_rd *rd, struct fgr_req *q)
     CUresult fgr_r;
     if (!(fgr_has(FGR_H_CUstream, (config ? (uint64_t)(uintptr_t)config->hStream : 0))))
         fgr_r = fgr_refuse("cuLaunchKernelEx", "config->hStream", (config ? (uint64_t)(uintptr_t)config->hStream : 0), CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_launchcfg_events_ok(config)))
+        fgr_r = fgr_refuse("cuLaunchKernelEx", "config->attrs", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)f)))
         fgr_r = fgr_refuse("cuLaunchKernelEx", "f", (uint64_t)(uintptr_t)f, CUDA_ERROR_INVALID_HANDLE);
     else
@@ -1773,6 +1775,8 @@ static CUresult op_cuLaunchKernelEx_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUresult fgr_r;
     if (!(fgr_has(FGR_H_CUstream, (config ? (uint64_t)(uintptr_t)config->hStream : 0))))
         fgr_r = fgr_refuse("cuLaunchKernelEx_ptsz", "config->hStream", (config ? (uint64_t)(uintptr_t)config->hStream : 0), CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_launchcfg_events_ok(config)))
+        fgr_r = fgr_refuse("cuLaunchKernelEx_ptsz", "config->attrs", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)f)))
         fgr_r = fgr_refuse("cuLaunchKernelEx_ptsz", "f", (uint64_t)(uintptr_t)f, CUDA_ERROR_INVALID_HANDLE);
     else
@@ -3514,6 +3518,8 @@ static CUresult op_cuOccupancyMaxActiveClusters(struct fgr_rd *rd, struct fgr_re
         fgr_r = fgr_refuse("cuOccupancyMaxActiveClusters", "func", (uint64_t)(uintptr_t)func, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUstream, (config ? (uint64_t)(uintptr_t)config->hStream : 0))))
         fgr_r = fgr_refuse("cuOccupancyMaxActiveClusters", "config->hStream", (config ? (uint64_t)(uintptr_t)config->hStream : 0), CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_launchcfg_events_ok(config)))
+        fgr_r = fgr_refuse("cuOccupancyMaxActiveClusters", "config->attrs", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
     else
         fgr_r = ((pfn_cuOccupancyMaxActiveClusters)fgr_real[FGR_OP_cuOccupancyMaxActiveClusters])(numClusters, func, config);
     fgr_reply_out(q, numClusters, sizeof(int), 0, fgr_r);
@@ -3536,6 +3542,8 @@ static CUresult op_cuOccupancyMaxPotentialClusterSize(struct fgr_rd *rd, struct 
         fgr_r = fgr_refuse("cuOccupancyMaxPotentialClusterSize", "func", (uint64_t)(uintptr_t)func, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUstream, (config ? (uint64_t)(uintptr_t)config->hStream : 0))))
         fgr_r = fgr_refuse("cuOccupancyMaxPotentialClusterSize", "config->hStream", (config ? (uint64_t)(uintptr_t)config->hStream : 0), CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_launchcfg_events_ok(config)))
+        fgr_r = fgr_refuse("cuOccupancyMaxPotentialClusterSize", "config->attrs", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
     else
         fgr_r = ((pfn_cuOccupancyMaxPotentialClusterSize)fgr_real[FGR_OP_cuOccupancyMaxPotentialClusterSize])(clusterSize, func, config);
     fgr_reply_out(q, clusterSize, sizeof(int), 0, fgr_r);

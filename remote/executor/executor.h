@@ -51,6 +51,8 @@ char *fgr_get_str(struct fgr_rd *rd);
 void *fgr_get_image(struct fgr_rd *rd, struct fgr_req *q);
 void **fgr_get_kparams(struct fgr_rd *rd, struct fgr_req *q);
 CUlaunchConfig *fgr_get_launchcfg(struct fgr_rd *rd, struct fgr_req *q);
+/* Whether every event a launch configuration's attributes name is the connection's. */
+int fgr_launchcfg_events_ok(const CUlaunchConfig *c);
 void *fgr_get_opts(struct fgr_rd *rd, struct fgr_req *q, int kind, void ***values, unsigned *n);
 /* Zeroed memory for an out result, NULL on failure (see fgr_out_failed). */
 void *fgr_out(struct fgr_req *q, uint64_t bytes);

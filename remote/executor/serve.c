@@ -146,10 +146,22 @@ CUlaunchConfig *fgr_get_launchcfg(struct fgr_rd *rd, struct fgr_req *q)
         }
         a[i].id = (CUlaunchAttributeID)id;
         memcpy(&a[i].value, v64, sizeof a[i].value);
+        if (fgr_launch_attr_has_event(id)) /* the client's name for it; checked before the call */
+            a[i].value.launchCompletionEvent.event = (CUevent)(uintptr_t)fgr_unshadow(
+                FGR_H_CUevent, (uint64_t)(uintptr_t)a[i].value.launchCompletionEvent.event);
     }
     c->attrs = a;
     c->numAttrs = n;
     return c;
+}
+
+int fgr_launchcfg_events_ok(const CUlaunchConfig *c)
+{
+    for (unsigned i = 0; c && i < c->numAttrs; i++)
+        if (fgr_launch_attr_has_event(c->attrs[i].id) &&
+            !fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)c->attrs[i].value.launchCompletionEvent.event))
+            return 0;
+    return 1;
 }
 
 /* Options as (option, value) pairs: n becomes their number, and an option

@@ -107,7 +107,7 @@ func TestInconsistentRequests(t *testing.T) {
 		{"an out buffer sized by a huge in-out count", "cuGraphGetNodes", w{}.u64(9).u8(1).u8(1).u64(8).u64(1 << 60)},
 		{"a count whose size wraps to zero", "cuGraphGetNodes", w{}.u64(9).u8(1).u8(1).u64(8).u64(1 << 61)},
 		// Values that would be addresses in the executor.
-		{"a launch attribute naming an event", "cuLaunchKernelEx", w{}.u64(1).u8(1).u32(1).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0).u32(1).u32(12).raw(string(make([]byte, 64))).u8(0)},
+		{"a launch attribute naming an address", "cuLaunchKernelEx", w{}.u64(1).u8(1).u32(1).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0).u32(1).u32(1).raw(string(make([]byte, 64))).u8(0)},
 		{"too many launch attributes", "cuLaunchKernelEx", w{}.u64(1).u8(1).u32(1).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0).u32(33).u8(0)},
 		{"a JIT info log buffer", "cuModuleLoadDataEx", w{}.u64(1).u8(1).u8(1).u64(0).u32(1).u32(3).u64(0x7f0000001000)},
 		{"too many JIT options", "cuModuleLoadDataEx", w{}.u64(1).u8(1).u8(1).u64(0).u32(65)},
@@ -160,6 +160,7 @@ func TestForeignHandlesAndAddressesRefused(t *testing.T) {
 		{"an unknown stream", "cuStreamSynchronize", w{}.u64(0x7f0000001000), invalidHandle},
 		{"an unknown event", "cuEventRecord", w{}.u64(0x7f0000002000).u64(0), invalidHandle},
 		{"an unknown function", "cuLaunchKernel", w{}.u64(0x7f0000003000).u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(0).u64(0).u8(1).u32(0), invalidHandle},
+		{"an unknown event in a launch attribute", "cuLaunchKernelEx", w{}.u64(1).u8(1).u32(1).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0).u32(1).u32(12).raw("\x00\x20\x00\x00\x00\x7f\x00\x00" + string(make([]byte, 56))).u8(0), invalidHandle},
 		{"an unknown stream in a launch configuration", "cuLaunchKernelEx", w{}.u64(1).u8(1).u32(1).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0x7f0000001000).u32(0).u8(0), invalidHandle},
 		{"an unknown node among dependencies", "cuGraphAddEmptyNode", w{}.u64(9).u64(1).u8(1).u8(1).u64(8).u64(0x7f0000004000), invalidHandle},
 		{"an unknown module", "cuModuleGetFunction", w{}.u64(8).u8(1).u8(1).u64(4).raw("abc\x00"), invalidHandle},

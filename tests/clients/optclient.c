@@ -74,8 +74,18 @@ int main(void)
     cfg.gridDimX = 3;
     CUresult launched = cuLaunchKernelEx(&cfg, f, NULL, NULL), synced = cuCtxSynchronize();
     printf("cluster 2 of 3 blocks: %s\n", launched != CUDA_SUCCESS ? result_name(launched) : result_name(synced));
-    attr.id = (CUlaunchAttributeID)12;
-    printf("completion event: %s\n", result_name(cuLaunchKernelEx(&cfg, f, NULL, NULL)));
+    /* A completion event, named by the attribute: recorded behind the
+     * launch (one the connection was never given: remote/fuzz). */
+    CUevent done;
+    CHECK(cuEventCreate(&done, CU_EVENT_DISABLE_TIMING));
+    cfg.gridDimX = 4;
+    attr.id = CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT;
+    attr.value.launchCompletionEvent.event = done;
+    attr.value.launchCompletionEvent.flags = 0;
+    launched = cuLaunchKernelEx(&cfg, f, NULL, NULL);
+    synced = cuCtxSynchronize();
+    printf("completion event: %s %s, then %s\n", result_name(launched), result_name(synced), result_name(cuEventQuery(done)));
+
     /* Pointer attributes: inside an allocation, and of host memory. */
     CUdeviceptr d;
     CHECK(cuMemAlloc_v2(&d, 4096));

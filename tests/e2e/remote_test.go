@@ -677,9 +677,9 @@ print("destroy", cu.cuEventDestroy_v2(ev), cu.cuStreamDestroy_v2(s), cu.cuCtxSyn
 // the server's driver (an optimization level it refuses is refused),
 // those pointing into the program stay behind (its log comes back empty,
 // not written into the executor's memory), an unknown one is refused.
-// Launch attributes with plain values travel (a cluster that does not
-// divide the grid is refused by the server's driver), one naming an event
-// is refused on the client. Pointer attributes come from the server. A
+// Launch attributes travel (a cluster that does not divide the grid is
+// refused by the server's driver; a completion event is the server's own
+// for the client's name of it). Pointer attributes come from the server. A
 // library's kernel launched as a function gets its parameters.
 func TestRemoteModuleOptions(t *testing.T) {
 	e := newEnv(t)
@@ -699,7 +699,7 @@ cluster 2 of 4 blocks: CUDA_SUCCESS
 active clusters: CUDA_SUCCESS 20
 potential cluster size: CUDA_SUCCESS 8
 cluster 2 of 3 blocks: CUDA_ERROR_INVALID_VALUE
-completion event: CUDA_ERROR_NOT_SUPPORTED
+completion event: CUDA_SUCCESS CUDA_SUCCESS, then CUDA_SUCCESS
 device memory: CUDA_SUCCESS CUDA_SUCCESS CUDA_SUCCESS, type 2, starts at the allocation, 4096 bytes
 host memory: CUDA_ERROR_INVALID_VALUE
 host memory, both: CUDA_SUCCESS, type 0, 0 bytes

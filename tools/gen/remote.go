@@ -1264,6 +1264,9 @@ func serverChecks(e RemoteEntry) []check {
 					cs = append(cs, check{fmt.Sprintf("fgr_has(FGR_H_%s, %s)", f[1], v), p.Name + "->" + f[0], v, "CUDA_ERROR_INVALID_HANDLE"})
 				}
 			}
+			if k.Name == "launchcfg" { // events named by its attributes
+				cs = append(cs, check{fmt.Sprintf("fgr_launchcfg_events_ok(%s)", p.Name), p.Name + "->attrs", "(uint64_t)0", "CUDA_ERROR_INVALID_HANDLE"})
+			}
 		}
 	}
 	return cs
