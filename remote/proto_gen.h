@@ -183,46 +183,51 @@ enum fgr_op {
     FGR_OP_cuCtxSetSharedMemConfig = 174,
     FGR_OP_cuDeviceGetP2PAttribute = 175,
     FGR_OP_cuDeviceGetTexture1DLinearMaxWidth = 176,
-    FGR_OP_cuOccupancyMaxActiveClusters = 177,
-    FGR_OP_cuOccupancyMaxPotentialClusterSize = 178,
-    FGR_OP_cuCtxGetLimit = 179,
-    FGR_OP_cuStreamGetCaptureInfo_v2 = 180,
-    FGR_OP_cuStreamGetCaptureInfo_v2_ptsz = 181,
-    FGR_OP_cuStreamGetCaptureInfo_v3 = 182,
-    FGR_OP_cuStreamGetCaptureInfo_v3_ptsz = 183,
-    FGR_OP_cuStreamGetPriority = 184,
-    FGR_OP_cuStreamGetPriority_ptsz = 185,
-    FGR_OP_cuStreamGetFlags = 186,
-    FGR_OP_cuStreamGetFlags_ptsz = 187,
-    FGR_OP_cuStreamGetCtx = 188,
-    FGR_OP_cuStreamGetCtx_ptsz = 189,
-    FGR_OP_cuStreamGetCtx_v2 = 190,
-    FGR_OP_cuStreamGetCtx_v2_ptsz = 191,
-    FGR_OP_cuStreamGetId = 192,
-    FGR_OP_cuStreamGetId_ptsz = 193,
-    FGR_OP_cuStreamCopyAttributes = 194,
-    FGR_OP_cuStreamCopyAttributes_ptsz = 195,
-    FGR_OP_cuStreamAttachMemAsync = 196,
-    FGR_OP_cuStreamAttachMemAsync_ptsz = 197,
-    FGR_OP_cuGraphClone = 198,
-    FGR_OP_cuGraphDestroyNode = 199,
-    FGR_OP_cuGraphAddEmptyNode = 200,
-    FGR_OP_cuGraphAddEventRecordNode = 201,
-    FGR_OP_cuGraphAddEventWaitNode = 202,
-    FGR_OP_cuGraphGetRootNodes = 203,
-    FGR_OP_cuGraphExecGetFlags = 204,
-    FGR_OP_cuGraphAddChildGraphNode = 205,
-    FGR_OP_xt_simA = 206,
-    FGR_OP_xt_simA_1 = 207,
-    FGR_OP_xt_simA_2 = 208,
-    FGR_OP_xt_simA_7 = 209,
-    FGR_OP_xt_simB = 210,
-    FGR_OP_xt_simB_1 = 211,
-    FGR_OP_xt_simB_2 = 212,
-    FGR_NUM_OPS = 213
+    FGR_OP_cuLibraryGetManaged = 177,
+    FGR_OP_cuMemGetDefaultMemPool = 178,
+    FGR_OP_cuMemGetMemPool = 179,
+    FGR_OP_cuStreamGetAttribute = 180,
+    FGR_OP_cuStreamGetAttribute_ptsz = 181,
+    FGR_OP_cuOccupancyMaxActiveClusters = 182,
+    FGR_OP_cuOccupancyMaxPotentialClusterSize = 183,
+    FGR_OP_cuCtxGetLimit = 184,
+    FGR_OP_cuStreamGetCaptureInfo_v2 = 185,
+    FGR_OP_cuStreamGetCaptureInfo_v2_ptsz = 186,
+    FGR_OP_cuStreamGetCaptureInfo_v3 = 187,
+    FGR_OP_cuStreamGetCaptureInfo_v3_ptsz = 188,
+    FGR_OP_cuStreamGetPriority = 189,
+    FGR_OP_cuStreamGetPriority_ptsz = 190,
+    FGR_OP_cuStreamGetFlags = 191,
+    FGR_OP_cuStreamGetFlags_ptsz = 192,
+    FGR_OP_cuStreamGetCtx = 193,
+    FGR_OP_cuStreamGetCtx_ptsz = 194,
+    FGR_OP_cuStreamGetCtx_v2 = 195,
+    FGR_OP_cuStreamGetCtx_v2_ptsz = 196,
+    FGR_OP_cuStreamGetId = 197,
+    FGR_OP_cuStreamGetId_ptsz = 198,
+    FGR_OP_cuStreamCopyAttributes = 199,
+    FGR_OP_cuStreamCopyAttributes_ptsz = 200,
+    FGR_OP_cuStreamAttachMemAsync = 201,
+    FGR_OP_cuStreamAttachMemAsync_ptsz = 202,
+    FGR_OP_cuGraphClone = 203,
+    FGR_OP_cuGraphDestroyNode = 204,
+    FGR_OP_cuGraphAddEmptyNode = 205,
+    FGR_OP_cuGraphAddEventRecordNode = 206,
+    FGR_OP_cuGraphAddEventWaitNode = 207,
+    FGR_OP_cuGraphGetRootNodes = 208,
+    FGR_OP_cuGraphExecGetFlags = 209,
+    FGR_OP_cuGraphAddChildGraphNode = 210,
+    FGR_OP_xt_simA = 211,
+    FGR_OP_xt_simA_1 = 212,
+    FGR_OP_xt_simA_2 = 213,
+    FGR_OP_xt_simA_7 = 214,
+    FGR_OP_xt_simB = 215,
+    FGR_OP_xt_simB_1 = 216,
+    FGR_OP_xt_simB_2 = 217,
+    FGR_NUM_OPS = 218
 };
 
-#define FGR_OPS_HASH 0x9b5ca6a7093f5fb5ULL
+#define FGR_OPS_HASH 0x0fb0409e16518609ULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
@@ -273,6 +278,11 @@ CUresult cuCtxGetSharedMemConfig(CUsharedconfig *pConfig);
 CUresult cuCtxSetSharedMemConfig(CUsharedconfig config);
 CUresult cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice, CUdevice dstDevice);
 CUresult cuDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthInElements, CUarray_format format, unsigned numChannels, CUdevice dev);
+CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name);
+CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type);
+CUresult cuMemGetMemPool(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type);
+CUresult cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out);
+CUresult cuStreamGetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out);
 CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config);
 CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func, const CUlaunchConfig *config);
 CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit);

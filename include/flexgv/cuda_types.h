@@ -345,6 +345,9 @@ typedef union CUlaunchAttributeValue_union {
         int flags;
     } launchCompletionEvent;
 } CUlaunchAttributeValue;
+/* Streams take the same attributes as launches. */
+typedef CUlaunchAttributeID CUstreamAttrID;
+typedef CUlaunchAttributeValue CUstreamAttrValue;
 typedef struct CUlaunchAttribute_st {
     CUlaunchAttributeID id;
     char pad[8 - sizeof(CUlaunchAttributeID)];

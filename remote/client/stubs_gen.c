@@ -2729,6 +2729,91 @@ FGR_EXPORT CUresult cuDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthInElement
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
+{
+    CUresult fgr_r;
+    uint64_t n_dptr = dptr ? sizeof(CUdeviceptr) : 0;
+    uint64_t n_bytes = bytes ? sizeof(size_t) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLibraryGetManaged, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)library);
+    fgr_put_u8(&fgr_c.w, dptr != NULL);
+    fgr_put_u8(&fgr_c.w, bytes != NULL);
+    fgr_put_str(&fgr_c.w, name);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dptr, n_dptr, 0);
+    fgr_get_out(&fgr_c, bytes, n_bytes, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type)
+{
+    CUresult fgr_r;
+    uint64_t n_pool_out = pool_out ? sizeof(CUmemoryPool) : 0;
+    uint64_t n_location = location ? sizeof(CUmemLocation) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemGetDefaultMemPool, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)type);
+    fgr_put_u8(&fgr_c.w, pool_out != NULL);
+    fgr_put_buf(&fgr_c.w, location, n_location);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pool_out, n_pool_out, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemGetMemPool(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type)
+{
+    CUresult fgr_r;
+    uint64_t n_pool = pool ? sizeof(CUmemoryPool) : 0;
+    uint64_t n_location = location ? sizeof(CUmemLocation) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemGetMemPool, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)type);
+    fgr_put_u8(&fgr_c.w, pool != NULL);
+    fgr_put_buf(&fgr_c.w, location, n_location);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pool, n_pool, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out)
+{
+    CUresult fgr_r;
+    uint64_t n_value_out = value_out ? sizeof(CUstreamAttrValue) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetAttribute, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)attr);
+    fgr_put_u8(&fgr_c.w, value_out != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, value_out, n_value_out, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuStreamGetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out)
+{
+    CUresult fgr_r;
+    uint64_t n_value_out = value_out ? sizeof(CUstreamAttrValue) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetAttribute_ptsz, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)attr);
+    fgr_put_u8(&fgr_c.w, value_out != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, value_out, n_value_out, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config)
 {
     CUresult fgr_r;
@@ -3481,6 +3566,11 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuCtxSetSharedMemConfig] = "cuCtxSetSharedMemConfig",
     [FGR_OP_cuDeviceGetP2PAttribute] = "cuDeviceGetP2PAttribute",
     [FGR_OP_cuDeviceGetTexture1DLinearMaxWidth] = "cuDeviceGetTexture1DLinearMaxWidth",
+    [FGR_OP_cuLibraryGetManaged] = "cuLibraryGetManaged",
+    [FGR_OP_cuMemGetDefaultMemPool] = "cuMemGetDefaultMemPool",
+    [FGR_OP_cuMemGetMemPool] = "cuMemGetMemPool",
+    [FGR_OP_cuStreamGetAttribute] = "cuStreamGetAttribute",
+    [FGR_OP_cuStreamGetAttribute_ptsz] = "cuStreamGetAttribute_ptsz",
     [FGR_OP_cuOccupancyMaxActiveClusters] = "cuOccupancyMaxActiveClusters",
     [FGR_OP_cuOccupancyMaxPotentialClusterSize] = "cuOccupancyMaxPotentialClusterSize",
     [FGR_OP_cuCtxGetLimit] = "cuCtxGetLimit",
@@ -3726,6 +3816,11 @@ const struct fg_proc fgr_procs[] = {
     {"cuCtxSetSharedMemConfig", "cuCtxSetSharedMemConfig", 4020, 0, (void *)cuCtxSetSharedMemConfig},
     {"cuDeviceGetP2PAttribute", "cuDeviceGetP2PAttribute", 8000, 0, (void *)cuDeviceGetP2PAttribute},
     {"cuDeviceGetTexture1DLinearMaxWidth", "cuDeviceGetTexture1DLinearMaxWidth", 11010, 0, (void *)cuDeviceGetTexture1DLinearMaxWidth},
+    {"cuLibraryGetManaged", "cuLibraryGetManaged", 12000, 0, (void *)cuLibraryGetManaged},
+    {"cuMemGetDefaultMemPool", "cuMemGetDefaultMemPool", 13000, 0, (void *)cuMemGetDefaultMemPool},
+    {"cuMemGetMemPool", "cuMemGetMemPool", 13000, 0, (void *)cuMemGetMemPool},
+    {"cuStreamGetAttribute", "cuStreamGetAttribute", 11000, 0, (void *)cuStreamGetAttribute},
+    {"cuStreamGetAttribute", "cuStreamGetAttribute_ptsz", 11000, 1, (void *)cuStreamGetAttribute_ptsz},
     {"cuOccupancyMaxActiveClusters", "cuOccupancyMaxActiveClusters", 11070, 0, (void *)cuOccupancyMaxActiveClusters},
     {"cuOccupancyMaxPotentialClusterSize", "cuOccupancyMaxPotentialClusterSize", 11070, 0, (void *)cuOccupancyMaxPotentialClusterSize},
     {"cuCtxGetLimit", "cuCtxGetLimit", 3010, 0, (void *)cuCtxGetLimit},

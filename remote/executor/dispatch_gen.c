@@ -177,6 +177,11 @@ typedef CUresult (*pfn_cuCtxGetSharedMemConfig)(CUsharedconfig *pConfig);
 typedef CUresult (*pfn_cuCtxSetSharedMemConfig)(CUsharedconfig config);
 typedef CUresult (*pfn_cuDeviceGetP2PAttribute)(int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice, CUdevice dstDevice);
 typedef CUresult (*pfn_cuDeviceGetTexture1DLinearMaxWidth)(size_t *maxWidthInElements, CUarray_format format, unsigned numChannels, CUdevice dev);
+typedef CUresult (*pfn_cuLibraryGetManaged)(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name);
+typedef CUresult (*pfn_cuMemGetDefaultMemPool)(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type);
+typedef CUresult (*pfn_cuMemGetMemPool)(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type);
+typedef CUresult (*pfn_cuStreamGetAttribute)(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out);
+typedef CUresult (*pfn_cuStreamGetAttribute_ptsz)(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out);
 typedef CUresult (*pfn_cuOccupancyMaxActiveClusters)(int *numClusters, CUfunction func, const CUlaunchConfig *config);
 typedef CUresult (*pfn_cuOccupancyMaxPotentialClusterSize)(int *clusterSize, CUfunction func, const CUlaunchConfig *config);
 typedef CUresult (*pfn_cuCtxGetLimit)(size_t *pvalue, CUlimit limit);
@@ -3502,6 +3507,115 @@ static CUresult op_cuDeviceGetTexture1DLinearMaxWidth(struct fgr_rd *rd, struct 
     return fgr_r;
 }
 
+static CUresult op_cuLibraryGetManaged(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUlibrary library = (CUlibrary)(uintptr_t)fgr_get_u64(rd);
+    int has_dptr = fgr_get_u8(rd);
+    int has_bytes = fgr_get_u8(rd);
+    char *name = fgr_get_str(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUdeviceptr *dptr = NULL;
+    if (has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
+        return fgr_out_failed(q);
+    size_t *bytes = NULL;
+    if (has_bytes && !(bytes = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUlibrary, (uint64_t)(uintptr_t)library)))
+        fgr_r = fgr_refuse("cuLibraryGetManaged", "library", (uint64_t)(uintptr_t)library, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuLibraryGetManaged)fgr_real[FGR_OP_cuLibraryGetManaged])(dptr, bytes, library, name);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (dptr)
+            fgr_mem_add_found(*dptr, FGR_H_CUlibrary, (uint64_t)(uintptr_t)library);
+    }
+    fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
+    fgr_reply_out(q, bytes, sizeof(size_t), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuMemGetDefaultMemPool(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUmemAllocationType type = (CUmemAllocationType)fgr_get_u64(rd);
+    int has_pool_out = fgr_get_u8(rd);
+    CUmemLocation *location = fgr_get_buf(rd, q, sizeof(CUmemLocation), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUmemoryPool *pool_out = NULL;
+    if (has_pool_out && !(pool_out = fgr_out(q, sizeof(CUmemoryPool))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_cuMemGetDefaultMemPool)fgr_real[FGR_OP_cuMemGetDefaultMemPool])(pool_out, location, type);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (pool_out)
+            fgr_add(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)*pool_out, 0, 0);
+    }
+    fgr_reply_out(q, pool_out, sizeof(CUmemoryPool), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuMemGetMemPool(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUmemAllocationType type = (CUmemAllocationType)fgr_get_u64(rd);
+    int has_pool = fgr_get_u8(rd);
+    CUmemLocation *location = fgr_get_buf(rd, q, sizeof(CUmemLocation), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUmemoryPool *pool = NULL;
+    if (has_pool && !(pool = fgr_out(q, sizeof(CUmemoryPool))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_cuMemGetMemPool)fgr_real[FGR_OP_cuMemGetMemPool])(pool, location, type);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (pool)
+            fgr_add(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)*pool, 0, 0);
+    }
+    fgr_reply_out(q, pool, sizeof(CUmemoryPool), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstreamAttrID attr = (CUstreamAttrID)fgr_get_u64(rd);
+    int has_value_out = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUstreamAttrValue *value_out = NULL;
+    if (has_value_out && !(value_out = fgr_out(q, sizeof(CUstreamAttrValue))))
+        return fgr_out_failed(q);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamGetAttribute", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamGetAttribute)fgr_real[FGR_OP_cuStreamGetAttribute])(hStream, attr, value_out);
+    fgr_reply_out(q, value_out, sizeof(CUstreamAttrValue), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamGetAttribute_ptsz(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstreamAttrID attr = (CUstreamAttrID)fgr_get_u64(rd);
+    int has_value_out = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUstreamAttrValue *value_out = NULL;
+    if (has_value_out && !(value_out = fgr_out(q, sizeof(CUstreamAttrValue))))
+        return fgr_out_failed(q);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamGetAttribute_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuStreamGetAttribute_ptsz)fgr_real[FGR_OP_cuStreamGetAttribute_ptsz])(hStream, attr, value_out);
+    fgr_reply_out(q, value_out, sizeof(CUstreamAttrValue), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_cuOccupancyMaxActiveClusters(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -4460,6 +4574,11 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuCtxSetSharedMemConfig] = {"cuCtxSetSharedMemConfig", op_cuCtxSetSharedMemConfig, 0},
     [FGR_OP_cuDeviceGetP2PAttribute] = {"cuDeviceGetP2PAttribute", op_cuDeviceGetP2PAttribute, 0},
     [FGR_OP_cuDeviceGetTexture1DLinearMaxWidth] = {"cuDeviceGetTexture1DLinearMaxWidth", op_cuDeviceGetTexture1DLinearMaxWidth, 0},
+    [FGR_OP_cuLibraryGetManaged] = {"cuLibraryGetManaged", op_cuLibraryGetManaged, 0},
+    [FGR_OP_cuMemGetDefaultMemPool] = {"cuMemGetDefaultMemPool", op_cuMemGetDefaultMemPool, 0},
+    [FGR_OP_cuMemGetMemPool] = {"cuMemGetMemPool", op_cuMemGetMemPool, 0},
+    [FGR_OP_cuStreamGetAttribute] = {"cuStreamGetAttribute", op_cuStreamGetAttribute, 0},
+    [FGR_OP_cuStreamGetAttribute_ptsz] = {"cuStreamGetAttribute_ptsz", op_cuStreamGetAttribute_ptsz, 0},
     [FGR_OP_cuOccupancyMaxActiveClusters] = {"cuOccupancyMaxActiveClusters", op_cuOccupancyMaxActiveClusters, 0},
     [FGR_OP_cuOccupancyMaxPotentialClusterSize] = {"cuOccupancyMaxPotentialClusterSize", op_cuOccupancyMaxPotentialClusterSize, 0},
     [FGR_OP_cuCtxGetLimit] = {"cuCtxGetLimit", op_cuCtxGetLimit, 0},

@@ -214,6 +214,8 @@ int main(void)
     SIZE(CUmipmappedArray);
     SIZE(CUmemoryPool);
     SIZE(CUlinkState);
+    SIZE(CUstreamAttrID);
+    SIZE(CUstreamAttrValue);
     SIZE(CUuuid);
     FIELD(CUuuid, bytes);
     SIZE(CUtensorMap);
