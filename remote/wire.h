@@ -107,6 +107,9 @@ static inline uint64_t fgr_mul(uint64_t n, uint64_t size)
     return __builtin_mul_overflow(n, size, &r) ? UINT64_MAX : r;
 }
 
+/* n - k, or 0 below k: how many strides a tensor of n dimensions has. */
+static inline uint64_t fgr_less(uint64_t n, uint64_t k) { return n > k ? n - k : 0; }
+
 /* Floating-point arguments travel as their bits. */
 static inline uint64_t fgr_f64_bits(double v)
 {

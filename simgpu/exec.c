@@ -28,6 +28,8 @@ struct sim_func {
     uint64_t duration_ns;
     enum builtin builtin;
     uint32_t kernel; /* KERNEL_MAGIC: its address is the library kernel's handle */
+    void *module;    /* the module or library it belongs to */
+    int dyn_smem;    /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, as set */
 };
 
 struct sim_module {
@@ -64,6 +66,7 @@ static CUresult parse_module(const char *image, struct sim_module **out)
         }
         f->magic = FUNC_MAGIC;
         f->kernel = KERNEL_MAGIC;
+        f->module = m;
         snprintf(f->name, sizeof f->name, "%s", name);
         f->duration_ns = DEFAULT_DURATION;
         const char *opts[2] = {opt1, opt2};
@@ -193,7 +196,8 @@ SIM_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUji
 {
     if (!sim_initialized)
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (!library || (numLibraryOptions && (!libraryOptions || !libraryOptionValues)))
+    (void)libraryOptionValues; /* neither option has a value to read */
+    if (!library || (numLibraryOptions && !libraryOptions))
         return CUDA_ERROR_INVALID_VALUE;
     CUresult r = jit_options(numJitOptions, jitOptions, jitOptionsValues);
     if (r)
@@ -235,23 +239,82 @@ SIM_EXPORT CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
     return CUDA_SUCCESS;
 }
 
-SIM_EXPORT CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
+static CUresult get_attr(int *pi, CUfunction_attribute attrib, struct sim_func *f)
 {
     if (!pi)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!as_func(hfunc))
+    if (!f)
         return CUDA_ERROR_INVALID_HANDLE;
     *pi = attrib == CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK ? 1024 : attrib == CU_FUNC_ATTRIBUTE_NUM_REGS ? 32
-        : attrib == CU_FUNC_ATTRIBUTE_PTX_VERSION || attrib == CU_FUNC_ATTRIBUTE_BINARY_VERSION ? 90 : 0;
+        : attrib == CU_FUNC_ATTRIBUTE_PTX_VERSION || attrib == CU_FUNC_ATTRIBUTE_BINARY_VERSION ? 90
+        : attrib == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES ? f->dyn_smem : 0;
     return CUDA_SUCCESS;
+}
+
+/* Only the dynamic shared memory limit is kept (up to a device's 227 KiB). */
+static CUresult set_attr(CUfunction_attribute attrib, int value, struct sim_func *f)
+{
+    if (!f)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (value < 0 || (attrib == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES && value > 227 * 1024))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (attrib == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
+        f->dyn_smem = value;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
+{
+    return get_attr(pi, attrib, as_func(hfunc));
 }
 
 SIM_EXPORT CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
 {
-    (void)attrib;
-    if (!as_func(hfunc))
+    return set_attr(attrib, value, as_func(hfunc));
+}
+
+/* A kernel's attributes are the same on every simulated device. */
+SIM_EXPORT CUresult cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev)
+{
+    (void)dev;
+    return get_attr(pi, attrib, as_kernel(kernel));
+}
+
+SIM_EXPORT CUresult cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev)
+{
+    (void)dev;
+    return set_attr(attrib, val, as_kernel(kernel));
+}
+
+/* Blocks per SM: 2048 threads, 32 blocks and 228 KiB of shared memory,
+ * each block taking 1 KiB besides its dynamic share. */
+SIM_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize,
+                                                                         size_t dynamicSMemSize, unsigned int flags)
+{
+    if (!numBlocks || blockSize <= 0 || blockSize > 1024 || flags > 1)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!as_func(func))
         return CUDA_ERROR_INVALID_HANDLE;
-    return value < 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+    size_t by_threads = 2048 / (size_t)blockSize, by_smem = (228u << 10) / (dynamicSMemSize + 1024);
+    *numBlocks = (int)(by_threads < by_smem ? (by_threads < 32 ? by_threads : 32) : (by_smem < 32 ? by_smem : 32));
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int blockSize,
+                                                                size_t dynamicSMemSize)
+{
+    return cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize, 0);
+}
+
+SIM_EXPORT CUresult cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel)
+{
+    struct sim_func *f = as_kernel(kernel);
+    if (!pLib)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!f)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *pLib = (CUlibrary)f->module;
+    return CUDA_SUCCESS;
 }
 
 /* The parameter layout a builtin reads (builtin_args): vecadd(float *x,

@@ -842,6 +842,48 @@ SIM_EXPORT CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr d, CUdeviceptr s, size
 SIM_EXPORT CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return copy(P(d), P(s), n, 0, 0, st, ASYNC, 0); }
 SIM_EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return copy(P(d), P(s), n, 0, 0, st, ASYNC, 1); }
 
+/* A pitched 2D copy, row by row. The simulated GPU has no arrays; a
+ * unified address is checked as neither side, as cuMemcpy's are. */
+static int copy2d_side(CUmemorytype t, const void *host, CUdeviceptr dev, size_t x, size_t y, size_t pitch, char **p,
+                       int *device)
+{
+    size_t off = y * pitch + x;
+    switch (t) {
+    case CU_MEMORYTYPE_HOST:
+        *p = (char *)host + off, *device = 0;
+        return host != NULL;
+    case CU_MEMORYTYPE_DEVICE:
+    case CU_MEMORYTYPE_UNIFIED:
+        *p = (char *)P(dev) + off, *device = t == CU_MEMORYTYPE_DEVICE;
+        return dev != 0;
+    default:
+        return 0;
+    }
+}
+
+static CUresult copy2d(const CUDA_MEMCPY2D *c, CUstream s, int async, int pt)
+{
+    char *src, *dst;
+    int dsrc, ddst;
+    if (!c || (c->Height > 1 && (c->srcPitch < c->WidthInBytes || c->dstPitch < c->WidthInBytes)) ||
+        !copy2d_side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes, c->srcY, c->srcPitch, &src, &dsrc) ||
+        !copy2d_side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstXInBytes, c->dstY, c->dstPitch, &dst, &ddst))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < c->Height && c->WidthInBytes; i++) {
+        CUresult r = copy(dst + i * c->dstPitch, src + i * c->srcPitch, c->WidthInBytes, ddst, dsrc, s, async, pt);
+        if (r)
+            return r;
+    }
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *c) { return copy2d(c, NULL, SYNC, 0); }
+SIM_EXPORT CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *c) { return copy2d(c, NULL, SYNC, 1); }
+SIM_EXPORT CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *c) { return copy2d(c, NULL, SYNC, 0); }
+SIM_EXPORT CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *c) { return copy2d(c, NULL, SYNC, 1); }
+SIM_EXPORT CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *c, CUstream s) { return copy2d(c, s, ASYNC, 0); }
+SIM_EXPORT CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *c, CUstream s) { return copy2d(c, s, ASYNC, 1); }
+
 static CUresult set(CUdeviceptr d, unsigned v, size_t n, size_t width, CUstream s, int async, int pt)
 {
     struct sim_ctx *c;

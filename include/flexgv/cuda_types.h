@@ -39,7 +39,6 @@ typedef struct CUarray_st *CUarray;
 typedef struct CUmipmappedArray_st *CUmipmappedArray;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef struct CUctxCreateParams_st CUctxCreateParams;
-typedef struct CUmemAccessDesc_st CUmemAccessDesc;
 typedef struct CUgraphEdgeData_st CUgraphEdgeData;
 typedef struct CUlinkState_st *CUlinkState;
 typedef void (*CUhostFn)(void *userData);
@@ -164,8 +163,30 @@ typedef enum CUpointer_attribute_enum {
 
 typedef enum CUmemorytype_enum {
     CU_MEMORYTYPE_HOST = 1,
-    CU_MEMORYTYPE_DEVICE = 2
+    CU_MEMORYTYPE_DEVICE = 2,
+    CU_MEMORYTYPE_ARRAY = 3,
+    CU_MEMORYTYPE_UNIFIED = 4
 } CUmemorytype;
+
+/* A pitched 2D copy: each side a host pointer, a device address or an array. */
+typedef struct CUDA_MEMCPY2D_st {
+    size_t srcXInBytes;
+    size_t srcY;
+    CUmemorytype srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    CUarray srcArray;
+    size_t srcPitch;
+    size_t dstXInBytes;
+    size_t dstY;
+    CUmemorytype dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    CUarray dstArray;
+    size_t dstPitch;
+    size_t WidthInBytes;
+    size_t Height;
+} CUDA_MEMCPY2D;
 
 typedef enum CUmoduleLoadingMode_enum {
     CU_MODULE_EAGER_LOADING = 1,
@@ -276,6 +297,18 @@ typedef struct CUmemLocation_st {
     CUmemLocationType type;
     int id;
 } CUmemLocation;
+
+typedef enum CUmemAccess_flags_enum {
+    CU_MEM_ACCESS_FLAGS_PROT_NONE = 0,
+    CU_MEM_ACCESS_FLAGS_PROT_READ = 1,
+    CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3
+} CUmemAccess_flags;
+
+/* Who may access a mapped range (cuMemSetAccess). */
+typedef struct CUmemAccessDesc_st {
+    CUmemLocation location;
+    CUmemAccess_flags flags;
+} CUmemAccessDesc;
 
 typedef struct CUmemAllocationProp_st {
     CUmemAllocationType type;

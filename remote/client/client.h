@@ -47,6 +47,11 @@ CUresult fgr_end(struct fgr_call *c);
 /* CUDA_ERROR_NOT_SUPPORTED for an entry point (unsupported index, or -1)
  * or one of its arguments (what), said once on stderr. */
 CUresult fgr_unsupported(int idx, const char *name, const char *what);
+/* r, said under FLEXGV_REMOTE_LOG=errors as NAME's refusal on the client
+ * (nothing was sent). */
+CUresult fgr_refused_here(const char *name, CUresult r);
+/* A line on stderr, "flexgv remote: " first. */
+void fgr_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* A new shadow handle: the name of a stream or event the server makes when
  * the queued call creating it arrives. */
 uint64_t fgr_shadow_new(void);
@@ -127,5 +132,11 @@ void fgr_ctx_gone(CUcontext ctx);
 /* The primary context of a device, as the driver named it. */
 void fgr_primary_seen(CUdevice dev, CUcontext ctx);
 void fgr_primary_gone(CUdevice dev);
+/* Answers kept on the client (answers.c): what the calls that make a
+ * context or change one tell, and forgetting. */
+void fgr_answers_ctx_device(CUcontext ctx, CUdevice dev);
+void fgr_answers_primary_changed(CUdevice dev);
+void fgr_answers_forget_all(void);
+void fgr_answers_forked(void);
 
 #endif

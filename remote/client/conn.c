@@ -35,7 +35,7 @@ int fgr_initialized;
 /* What programs get once the server is gone: the device is unavailable. */
 #define LOST CUDA_ERROR_DEVICE_UNAVAILABLE
 
-static void say(const char *fmt, ...)
+void fgr_say(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -82,10 +82,10 @@ static CUresult lost(const char *why, int err)
 {
     if (!conn_broken) {
         if (err)
-            say("lost the GPU server %s: %s: %s; CUDA calls now fail with CUDA_ERROR_DEVICE_UNAVAILABLE", address(), why,
+            fgr_say("lost the GPU server %s: %s: %s; CUDA calls now fail with CUDA_ERROR_DEVICE_UNAVAILABLE", address(), why,
                 strerror(err));
         else
-            say("lost the GPU server %s: %s; CUDA calls now fail with CUDA_ERROR_DEVICE_UNAVAILABLE", address(), why);
+            fgr_say("lost the GPU server %s: %s; CUDA calls now fail with CUDA_ERROR_DEVICE_UNAVAILABLE", address(), why);
     }
     conn_broken = 1;
     if (conn_fd >= 0)
@@ -137,7 +137,7 @@ static int dial_tcp(const char *hostport, char host[256])
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai;
     int gai = getaddrinfo(host, colon + 1, &hints, &ai);
     if (gai) {
-        say("cannot resolve %s: %s", hostport, gai_strerror(gai));
+        fgr_say("cannot resolve %s: %s", hostport, gai_strerror(gai));
         errno = EHOSTUNREACH;
         return -1;
     }
@@ -184,14 +184,14 @@ static uint8_t *read_frame(int fd, uint32_t max, uint32_t *n, const char *what)
 {
     uint8_t lenb[4];
     if (conn_read(fd, lenb, 4)) {
-        say("no %s from %s: %s", what, address(), errno ? strerror(errno) : "the server closed the connection");
+        fgr_say("no %s from %s: %s", what, address(), errno ? strerror(errno) : "the server closed the connection");
         return NULL;
     }
     *n = (uint32_t)lenb[0] | (uint32_t)lenb[1] << 8 | (uint32_t)lenb[2] << 16 | (uint32_t)lenb[3] << 24;
     uint8_t *body = *n >= 4 && *n <= max ? malloc(*n) : NULL;
     if (!body || conn_read(fd, body, *n)) {
         free(body);
-        say("bad %s from %s", what, address());
+        fgr_say("bad %s from %s", what, address());
         return NULL;
     }
     return body;
@@ -206,7 +206,7 @@ static long read_token(char *tok, size_t cap)
         return 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        say("cannot read the token file %s (FLEXGV_REMOTE_TOKEN_FILE): %s", path, strerror(errno));
+        fgr_say("cannot read the token file %s (FLEXGV_REMOTE_TOKEN_FILE): %s", path, strerror(errno));
         return -1;
     }
     size_t n = 0;
@@ -215,7 +215,7 @@ static long read_token(char *tok, size_t cap)
         if (k < 0 && errno == EINTR)
             continue;
         if (k < 0) {
-            say("cannot read the token file %s: %s", path, strerror(errno));
+            fgr_say("cannot read the token file %s: %s", path, strerror(errno));
             close(fd);
             return -1;
         }
@@ -227,7 +227,7 @@ static long read_token(char *tok, size_t cap)
     while (n && (tok[n - 1] == ' ' || tok[n - 1] == '\t' || tok[n - 1] == '\r' || tok[n - 1] == '\n'))
         n--;
     if (n < FGR_MIN_TOKEN || n > FGR_MAX_TOKEN) {
-        say("the token file %s holds %zu bytes of token%s, want %u to %u", path, n, n == cap ? " or more" : "",
+        fgr_say("the token file %s holds %zu bytes of token%s, want %u to %u", path, n, n == cap ? " or more" : "",
             FGR_MIN_TOKEN, FGR_MAX_TOKEN);
         return -1;
     }
@@ -252,7 +252,7 @@ static CUresult authenticate(int fd, char *tok, size_t cap, long n)
     int failed = conn_write(fd, w->p, w->len);
     explicit_bzero(w->p, w->len);
     if (failed) {
-        say("cannot authenticate with %s: %s", address(), strerror(errno));
+        fgr_say("cannot authenticate with %s: %s", address(), strerror(errno));
         return LOST;
     }
     uint32_t len;
@@ -265,7 +265,7 @@ static CUresult authenticate(int fd, char *tok, size_t cap, long n)
     if (!fgr_rd_done(&r))
         res = LOST, msg = "a malformed answer to the authentication";
     if (res != CUDA_SUCCESS)
-        say("the server %s refused the connection: %s", address(), msg ? msg : "(no reason given)");
+        fgr_say("the server %s refused the connection: %s", address(), msg ? msg : "(no reason given)");
     free(body);
     return res;
 }
@@ -291,7 +291,7 @@ static CUresult hello(int fd, uint32_t transport)
         return CUDA_ERROR_OUT_OF_MEMORY;
     fgr_finish_frame(w);
     if (conn_write(fd, w->p, w->len)) {
-        say("no handshake with %s: %s", address(), strerror(errno));
+        fgr_say("no handshake with %s: %s", address(), strerror(errno));
         return LOST;
     }
     uint32_t n;
@@ -302,7 +302,7 @@ static CUresult hello(int fd, uint32_t transport)
     CUresult res = (CUresult)fgr_get_u32(&r);
     if (res != CUDA_SUCCESS) {
         const char *msg = fgr_get_cstr(&r);
-        say("the server %s refused the connection: %s", address(), msg ? msg : "(no reason given)");
+        fgr_say("the server %s refused the connection: %s", address(), msg ? msg : "(no reason given)");
         free(body);
         return res;
     }
@@ -339,7 +339,7 @@ static CUresult hello(int fd, uint32_t transport)
     int ok = s.dev && s.err && fgr_rd_done(&r);
     free(body);
     if (!ok) {
-        say("malformed handshake reply from %s", address());
+        fgr_say("malformed handshake reply from %s", address());
         free(s.dev);
         for (int i = 0; s.err && i < s.nerr; i++) {
             free(s.err[i].name);
@@ -373,7 +373,7 @@ static int chunk_from_env(void)
     errno = 0;
     unsigned long long n = strtoull(v, &end, 10);
     if (errno || *end || *v == '-' || n < 4096 || n > FGR_MAX_BUF) {
-        say("FLEXGV_REMOTE_CHUNK=%s: want a number of bytes from 4096 to %llu", v, (unsigned long long)FGR_MAX_BUF);
+        fgr_say("FLEXGV_REMOTE_CHUNK=%s: want a number of bytes from 4096 to %llu", v, (unsigned long long)FGR_MAX_BUF);
         return 0;
     }
     fgr_chunk_bytes = (size_t)n;
@@ -394,7 +394,7 @@ static int delay_from_env(void)
     errno = 0;
     unsigned long long us = strtoull(v, &end, 10);
     if (errno || *end || *v == '-' || us > 1000000) {
-        say("FLEXGV_REMOTE_DELAY_US=%s: want microseconds from 0 to 1000000", v);
+        fgr_say("FLEXGV_REMOTE_DELAY_US=%s: want microseconds from 0 to 1000000", v);
         return 0;
     }
     delay_ns = us * 1000;
@@ -414,8 +414,11 @@ static void delay_added(void)
     } while (t - t0 < delay_ns);
 }
 
-/* FLEXGV_REMOTE_LOG: 1 for errors, 0 for none, -1 for a value it does not
- * know (said; the connection is then refused, as for the other settings). */
+/* FLEXGV_REMOTE_LOG: 1 for errors, 2 for calls, 0 for none, -1 for a value
+ * it does not know (said; the connection is then refused, as for the other
+ * settings). */
+enum { LOG_ERRORS = 1, LOG_CALLS = 2 };
+static void say_calls(void);
 static int log_setting(void)
 {
     static int mode = -2;
@@ -423,21 +426,67 @@ static int log_setting(void)
     if (m != -2)
         return m;
     const char *v = getenv("FLEXGV_REMOTE_LOG");
-    m = !v || !*v ? 0 : !strcmp(v, "errors") ? 1 : -1;
-    if (m < 0 && __atomic_exchange_n(&mode, m, __ATOMIC_ACQ_REL) != m)
-        say("FLEXGV_REMOTE_LOG=%s: the only setting is errors", v);
-    __atomic_store_n(&mode, m, __ATOMIC_RELEASE);
+    m = !v || !*v ? 0 : !strcmp(v, "errors") ? LOG_ERRORS : !strcmp(v, "calls") ? LOG_CALLS : -1;
+    int was = __atomic_exchange_n(&mode, m, __ATOMIC_ACQ_REL);
+    if (m < 0 && was != m)
+        fgr_say("FLEXGV_REMOTE_LOG=%s: the settings are errors and calls", v);
+    if (m == LOG_CALLS && was != m)
+        atexit(say_calls);
     return m;
 }
 
-int fgr_log_errors(void) { return log_setting() > 0; }
+int fgr_log_errors(void) { return log_setting() == LOG_ERRORS; }
+
+/* FLEXGV_REMOTE_LOG=calls: how many calls of each kind waited for the
+ * server (round trips) and how many were queued, said at exit; counted
+ * under the connection's lock. */
+static uint64_t calls_waited[FGR_NUM_OPS], calls_queued[FGR_NUM_OPS];
+
+static void count_call(int op, int waited)
+{
+    if (log_setting() == LOG_CALLS && op >= 0 && op < FGR_NUM_OPS)
+        (waited ? calls_waited : calls_queued)[op]++;
+}
+
+static void say_calls(void)
+{
+    uint64_t w = 0, q = 0;
+    for (int i = 0; i < FGR_NUM_OPS; i++) {
+        w += calls_waited[i];
+        q += calls_queued[i];
+    }
+    fgr_say("pid %d: %llu round trips, %llu calls queued; by call (round trips, queued):", (int)getpid(),
+            (unsigned long long)w, (unsigned long long)q);
+    for (;;) { /* most first */
+        int top = -1;
+        for (int i = 0; i < FGR_NUM_OPS; i++)
+            if (calls_waited[i] + calls_queued[i] &&
+                (top < 0 || calls_waited[i] + calls_queued[i] > calls_waited[top] + calls_queued[top]))
+                top = i;
+        if (top < 0)
+            break;
+        fgr_say("  %-40s %10llu %10llu", fgr_op_names[top] ? fgr_op_names[top] : "(handshake)",
+                (unsigned long long)calls_waited[top], (unsigned long long)calls_queued[top]);
+        calls_waited[top] = calls_queued[top] = 0;
+    }
+}
 
 void fgr_log_error(const char *what, CUresult r)
 {
     const char *name = NULL;
     if (cuGetErrorName(r, &name) != CUDA_SUCCESS || !name)
         name = "an unknown error";
-    say("%s: %s", what, name);
+    fgr_say("%s: %s", what, name);
+}
+
+CUresult fgr_refused_here(const char *name, CUresult r)
+{
+    if (r != CUDA_SUCCESS && fgr_log_errors()) {
+        char what[128];
+        snprintf(what, sizeof what, "%s (refused on the client)", name);
+        fgr_log_error(what, r);
+    }
+    return r;
 }
 
 static CUresult connect_locked(void)
@@ -453,7 +502,7 @@ static CUresult connect_locked(void)
         return LOST;
     }
     if (!a) {
-        say("FLEXGV_REMOTE is not set: no GPU server to use (run the program with flexgv run --remote ADDR)");
+        fgr_say("FLEXGV_REMOTE is not set: no GPU server to use (run the program with flexgv run --remote ADDR)");
         conn_broken = 1;
         return LOST;
     }
@@ -475,13 +524,13 @@ static CUresult connect_locked(void)
         fd = dial_tcp(a + 6, host);
     } else {
         explicit_bzero(tok, sizeof tok);
-        say("FLEXGV_REMOTE=%s: want unix:///PATH, shm:///PATH, tcp://HOST:PORT or tls://HOST:PORT", a);
+        fgr_say("FLEXGV_REMOTE=%s: want unix:///PATH, shm:///PATH, tcp://HOST:PORT or tls://HOST:PORT", a);
         conn_broken = 1;
         return LOST;
     }
     if (fd < 0) {
         explicit_bzero(tok, sizeof tok);
-        say("cannot reach the GPU server %s: %s", a, strerror(errno));
+        fgr_say("cannot reach the GPU server %s: %s", a, strerror(errno));
         conn_broken = 1;
         return LOST;
     }
@@ -498,11 +547,11 @@ static CUresult connect_locked(void)
         /* The calls go through rings in memory shared with the executor. */
         int mfd;
         if (fgr_ring_create(&conn_ring, fd, &mfd) != 0) {
-            say("cannot make the shared memory for %s: %s", a, strerror(errno));
+            fgr_say("cannot make the shared memory for %s: %s", a, strerror(errno));
             r = LOST;
         } else {
             if (fgr_send_fd(fd, mfd) != 0) {
-                say("cannot hand the shared memory to %s: %s", a, strerror(errno));
+                fgr_say("cannot hand the shared memory to %s: %s", a, strerror(errno));
                 r = LOST;
             }
             close(mfd);
@@ -563,6 +612,7 @@ CUresult fgr_send(struct fgr_call *c)
         fgr_finish_frame(&c->w);
         if (conn_write(conn_fd, c->w.p, c->w.len))
             r = lost("sending a call", errno);
+        count_call(c->op, 0);
     }
     release(c);
     return r;
@@ -576,6 +626,7 @@ CUresult fgr_roundtrip(struct fgr_call *c)
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     fgr_finish_frame(&c->w);
+    count_call(c->op, 1);
     if (conn_write(conn_fd, c->w.p, c->w.len)) {
         r = lost("sending a call", errno);
         release(c);
@@ -656,9 +707,9 @@ CUresult fgr_unsupported(int idx, const char *name, const char *what)
     static int said_arg;
     if (idx >= 0) {
         if (said && !__atomic_exchange_n(&said[idx], 1, __ATOMIC_RELAXED))
-            say("%s is not supported remotely (CUDA_ERROR_NOT_SUPPORTED)", name);
-    } else if (!__atomic_exchange_n(&said_arg, 1, __ATOMIC_RELAXED)) {
-        say("%s: %s cannot be sent to the server yet (CUDA_ERROR_NOT_SUPPORTED)", name, what);
+            fgr_say("%s is not supported remotely (CUDA_ERROR_NOT_SUPPORTED)", name);
+    } else if (fgr_log_errors() || !__atomic_exchange_n(&said_arg, 1, __ATOMIC_RELAXED)) {
+        fgr_say("%s: %s cannot be sent to the server yet (CUDA_ERROR_NOT_SUPPORTED)", name, what);
     }
     return CUDA_ERROR_NOT_SUPPORTED;
 }
@@ -680,6 +731,7 @@ static void forked_child(void)
     conn_r = NULL;
     conn_rcap = 0;
     fgr_ctx_forked();
+    fgr_answers_forked();
 }
 
 __attribute__((constructor)) static void client_init(void)

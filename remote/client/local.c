@@ -63,6 +63,33 @@ FGR_EXPORT CUresult cuCtxPushCurrent(CUcontext ctx) { return cuCtxPushCurrent_v2
 FGR_EXPORT CUresult cuCtxPopCurrent(CUcontext *pctx) { return cuCtxPopCurrent_v2(pctx); }
 FGR_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
 FGR_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return cuDevicePrimaryCtxReset_v2(dev); }
+/* (the old instantiation: no error node, an empty log) */
+FGR_EXPORT CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode,
+                                       char *logBuffer, size_t bufferSize)
+{
+    if (phErrorNode)
+        *phErrorNode = NULL;
+    if (logBuffer && bufferSize)
+        logBuffer[0] = 0;
+    return cuGraphInstantiateWithFlags(phGraphExec, hGraph, 0);
+}
+
+/* Old ABIs cuBLASLt looks up by name (dlsym) and needs to find when it
+ * starts, whose calls are not carried: CUDA_ERROR_NOT_SUPPORTED, said once
+ * each. Their arguments are never read. */
+#define OLD_ABI_UNSUPPORTED(name)                                                     \
+    FGR_EXPORT CUresult name(void)                                                    \
+    {                                                                                 \
+        static int said;                                                              \
+        if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))                         \
+            fgr_say(#name " (the old ABI) is not supported remotely (CUDA_ERROR_NOT_SUPPORTED)"); \
+        return CUDA_ERROR_NOT_SUPPORTED;                                              \
+    }
+OLD_ABI_UNSUPPORTED(cuGraphKernelNodeGetParams)
+OLD_ABI_UNSUPPORTED(cuGraphExecKernelNodeSetParams)
+OLD_ABI_UNSUPPORTED(cuMemPrefetchAsync)
+OLD_ABI_UNSUPPORTED(cuStreamBatchMemOp)
+OLD_ABI_UNSUPPORTED(cuStreamWaitValue32)
 
 FGR_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
 {
@@ -90,8 +117,10 @@ FGR_EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
 FGR_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
     CUresult r = fgr_fwd_cuCtxCreate_v2(pctx, flags, dev);
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS) {
+        fgr_answers_ctx_device(*pctx, dev);
         r = fgr_ctx_push(*pctx);
+    }
     return r;
 }
 
@@ -100,22 +129,29 @@ FGR_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
     /* The driver runs the destructors while the context still exists. */
     fgr_ctx_gone(ctx);
     CUresult r = fgr_fwd_cuCtxDestroy_v2(ctx);
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS) {
         fgr_ctx_forget(ctx);
+        fgr_answers_forget_all();
+    }
     return r;
 }
 
 FGR_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
+    fgr_answers_primary_changed(dev);
     CUresult r = fgr_fwd_cuDevicePrimaryCtxRetain(pctx, dev);
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS) {
         fgr_primary_seen(dev, *pctx);
+        fgr_answers_ctx_device(*pctx, dev);
+    }
     return r;
 }
 
 FGR_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
     fgr_primary_gone(dev);
+    fgr_answers_primary_changed(dev);
+    fgr_answers_forget_all();
     return fgr_fwd_cuDevicePrimaryCtxReset_v2(dev);
 }
 
@@ -123,11 +159,14 @@ FGR_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
  * knows whether this one was the last. */
 FGR_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
+    fgr_answers_primary_changed(dev);
     CUresult r = fgr_fwd_cuDevicePrimaryCtxRelease_v2(dev);
     unsigned int flags;
     int active;
-    if (r == CUDA_SUCCESS && cuDevicePrimaryCtxGetState(dev, &flags, &active) == CUDA_SUCCESS && !active)
+    if (r == CUDA_SUCCESS && cuDevicePrimaryCtxGetState(dev, &flags, &active) == CUDA_SUCCESS && !active) {
         fgr_primary_gone(dev);
+        fgr_answers_forget_all();
+    }
     return r;
 }
 
@@ -332,6 +371,7 @@ FGR_EXPORT CUresult cuModuleUnload(CUmodule hmod)
 {
     CUresult r = fgr_fwd_cuModuleUnload(hmod);
     fgr_kparams_flush();
+    fgr_answers_forget_all();
     return r;
 }
 
@@ -339,6 +379,7 @@ FGR_EXPORT CUresult cuLibraryUnload(CUlibrary library)
 {
     CUresult r = fgr_fwd_cuLibraryUnload(library);
     fgr_kparams_flush();
+    fgr_answers_forget_all();
     return r;
 }
 
@@ -422,7 +463,9 @@ FGR_EXPORT CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer
 CUresult fgr_opts_check(int kind, const void *opts, void *const *values, unsigned n, const char *name)
 {
     const unsigned *o = opts;
-    if (n && (!o || !values))
+    /* (library options may come without their values: neither option's
+     * value is read) */
+    if (n && (!o || (!values && kind == FGR_OPTS_JIT)))
         return CUDA_ERROR_INVALID_VALUE;
     if (n > FGR_MAX_OPTS)
         return fgr_unsupported(-1, name, "more than 64 options");

@@ -67,7 +67,7 @@ CUresult fgr_fwd_cuDevicePrimaryCtxReset_v2(CUdevice dev)
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
+CUresult fgr_fwd_cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
@@ -80,7 +80,7 @@ FGR_EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int fla
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+CUresult fgr_fwd_cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
 {
     CUresult fgr_r;
     uint64_t n_flags = flags ? sizeof(unsigned int) : 0;
@@ -135,7 +135,7 @@ CUresult fgr_fwd_cuCtxDestroy_v2(CUcontext ctx)
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuCtxGetDevice(CUdevice *device)
+CUresult fgr_fwd_cuCtxGetDevice(CUdevice *device)
 {
     CUresult fgr_r;
     uint64_t n_device = device ? sizeof(CUdevice) : 0;
@@ -149,7 +149,7 @@ FGR_EXPORT CUresult cuCtxGetDevice(CUdevice *device)
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
+CUresult fgr_fwd_cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
 {
     CUresult fgr_r;
     uint64_t n_device = device ? sizeof(CUdevice) : 0;
@@ -567,11 +567,20 @@ FGR_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 
 FGR_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
-    (void)ptr;
-    (void)size;
-    (void)desc;
-    (void)count;
-    return fgr_unsupported(1, "cuMemSetAccess", NULL);
+    CUresult fgr_r;
+    uint64_t n_desc = desc ? fgr_mul((uint64_t)(count), sizeof(CUmemAccessDesc)) : 0;
+    if (n_desc > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuMemSetAccess", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemSetAccess, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)ptr);
+    fgr_put_u64(&fgr_c.w, (uint64_t)size);
+    fgr_put_u64(&fgr_c.w, (uint64_t)count);
+    fgr_put_buf(&fgr_c.w, desc, n_desc);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option)
@@ -1096,7 +1105,7 @@ FGR_EXPORT CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsi
     CUresult fgr_r;
     uint64_t n_module = module ? sizeof(CUmodule) : 0;
     if ((fgr_r = fgr_opts_check(FGR_OPTS_JIT, options, optionValues, numOptions, "cuModuleLoadDataEx")) != CUDA_SUCCESS)
-        return fgr_r;
+        return fgr_refused_here("cuModuleLoadDataEx", fgr_r);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuModuleLoadDataEx, 0)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1158,9 +1167,9 @@ FGR_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUji
     CUresult fgr_r;
     uint64_t n_library = library ? sizeof(CUlibrary) : 0;
     if ((fgr_r = fgr_opts_check(FGR_OPTS_JIT, jitOptions, jitOptionsValues, numJitOptions, "cuLibraryLoadData")) != CUDA_SUCCESS)
-        return fgr_r;
+        return fgr_refused_here("cuLibraryLoadData", fgr_r);
     if ((fgr_r = fgr_opts_check(FGR_OPTS_LIBRARY, libraryOptions, libraryOptionValues, numLibraryOptions, "cuLibraryLoadData")) != CUDA_SUCCESS)
-        return fgr_r;
+        return fgr_refused_here("cuLibraryLoadData", fgr_r);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLibraryLoadData, 0)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1204,7 +1213,7 @@ FGR_EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, con
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
+CUresult fgr_fwd_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 {
     CUresult fgr_r;
     uint64_t n_pFunc = pFunc ? sizeof(CUfunction) : 0;
@@ -1235,7 +1244,7 @@ FGR_EXPORT CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUf
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
+CUresult fgr_fwd_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
@@ -1254,7 +1263,7 @@ FGR_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned
     CUresult fgr_r;
     struct fgr_kparams fgr_kp;
     if ((fgr_r = fgr_kparams_layout(f, kernelParams, &fgr_kp)) != CUDA_SUCCESS)
-        return fgr_r;
+        return fgr_refused_here("cuLaunchKernel", fgr_r);
     if (extra != NULL)
         return fgr_unsupported(-1, "cuLaunchKernel", "extra");
     struct fgr_call fgr_c;
@@ -1278,7 +1287,7 @@ FGR_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, uns
     CUresult fgr_r;
     struct fgr_kparams fgr_kp;
     if ((fgr_r = fgr_kparams_layout(f, kernelParams, &fgr_kp)) != CUDA_SUCCESS)
-        return fgr_r;
+        return fgr_refused_here("cuLaunchKernel_ptsz", fgr_r);
     if (extra != NULL)
         return fgr_unsupported(-1, "cuLaunchKernel_ptsz", "extra");
     struct fgr_call fgr_c;
@@ -1301,10 +1310,10 @@ FGR_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f,
 {
     CUresult fgr_r;
     if ((fgr_r = fgr_launchcfg_check(config, "cuLaunchKernelEx")) != CUDA_SUCCESS)
-        return fgr_r;
+        return fgr_refused_here("cuLaunchKernelEx", fgr_r);
     struct fgr_kparams fgr_kp;
     if ((fgr_r = fgr_kparams_layout(f, kernelParams, &fgr_kp)) != CUDA_SUCCESS)
-        return fgr_r;
+        return fgr_refused_here("cuLaunchKernelEx", fgr_r);
     if (extra != NULL)
         return fgr_unsupported(-1, "cuLaunchKernelEx", "extra");
     struct fgr_call fgr_c;
@@ -1320,10 +1329,10 @@ FGR_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfuncti
 {
     CUresult fgr_r;
     if ((fgr_r = fgr_launchcfg_check(config, "cuLaunchKernelEx_ptsz")) != CUDA_SUCCESS)
-        return fgr_r;
+        return fgr_refused_here("cuLaunchKernelEx_ptsz", fgr_r);
     struct fgr_kparams fgr_kp;
     if ((fgr_r = fgr_kparams_layout(f, kernelParams, &fgr_kp)) != CUDA_SUCCESS)
-        return fgr_r;
+        return fgr_refused_here("cuLaunchKernelEx_ptsz", fgr_r);
     if (extra != NULL)
         return fgr_unsupported(-1, "cuLaunchKernelEx_ptsz", "extra");
     struct fgr_call fgr_c;
@@ -1340,7 +1349,7 @@ FGR_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDim
     CUresult fgr_r;
     struct fgr_kparams fgr_kp;
     if ((fgr_r = fgr_kparams_layout(f, kernelParams, &fgr_kp)) != CUDA_SUCCESS)
-        return fgr_r;
+        return fgr_refused_here("cuLaunchCooperativeKernel", fgr_r);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLaunchCooperativeKernel, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1362,7 +1371,7 @@ FGR_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gr
     CUresult fgr_r;
     struct fgr_kparams fgr_kp;
     if ((fgr_r = fgr_kparams_layout(f, kernelParams, &fgr_kp)) != CUDA_SUCCESS)
-        return fgr_r;
+        return fgr_refused_here("cuLaunchCooperativeKernel_ptsz", fgr_r);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLaunchCooperativeKernel_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1384,7 +1393,7 @@ FGR_EXPORT CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userDa
     (void)hStream;
     (void)fn;
     (void)userData;
-    return fgr_unsupported(2, "cuLaunchHostFunc", NULL);
+    return fgr_unsupported(1, "cuLaunchHostFunc", NULL);
 }
 
 FGR_EXPORT CUresult cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData)
@@ -1392,7 +1401,7 @@ FGR_EXPORT CUresult cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *u
     (void)hStream;
     (void)fn;
     (void)userData;
-    return fgr_unsupported(3, "cuLaunchHostFunc_ptsz", NULL);
+    return fgr_unsupported(2, "cuLaunchHostFunc_ptsz", NULL);
 }
 
 FGR_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
@@ -1843,7 +1852,7 @@ FGR_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGr
     (void)dependencies;
     (void)numDependencies;
     (void)nodeParams;
-    return fgr_unsupported(4, "cuGraphAddMemAllocNode", NULL);
+    return fgr_unsupported(3, "cuGraphAddMemAllocNode", NULL);
 }
 
 FGR_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr)
@@ -1871,7 +1880,7 @@ FGR_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALL
 {
     (void)hNode;
     (void)params_out;
-    return fgr_unsupported(5, "cuGraphMemAllocNodeGetParams", NULL);
+    return fgr_unsupported(4, "cuGraphMemAllocNodeGetParams", NULL);
 }
 
 FGR_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
@@ -2191,6 +2200,23 @@ FGR_EXPORT CUresult cuCtxResetPersistingL2Cache(void)
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr)
+{
+    CUresult fgr_r;
+    uint64_t n_flags = flags ? sizeof(unsigned long long) : 0;
+    uint64_t n_location = location ? sizeof(CUmemLocation) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemGetAccess, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)ptr);
+    fgr_put_u8(&fgr_c.w, flags != NULL);
+    fgr_put_buf(&fgr_c.w, location, n_location);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, flags, n_flags, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
     CUresult fgr_r;
@@ -2435,7 +2461,7 @@ FGR_EXPORT CUresult cuFuncGetModule(CUmodule *hmod, CUfunction hfunc)
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev)
+CUresult fgr_fwd_cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev)
 {
     CUresult fgr_r;
     uint64_t n_pi = pi ? sizeof(int) : 0;
@@ -2452,7 +2478,7 @@ FGR_EXPORT CUresult cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, C
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev)
+CUresult fgr_fwd_cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
@@ -2519,7 +2545,7 @@ FGR_EXPORT CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int nu
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize)
+CUresult fgr_fwd_cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize)
 {
     CUresult fgr_r;
     uint64_t n_numBlocks = numBlocks ? sizeof(int) : 0;
@@ -2536,7 +2562,7 @@ FGR_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, 
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags)
+CUresult fgr_fwd_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags)
 {
     CUresult fgr_r;
     uint64_t n_numBlocks = numBlocks ? sizeof(int) : 0;
@@ -2603,7 +2629,7 @@ FGR_EXPORT CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config)
+CUresult fgr_fwd_cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
@@ -2616,7 +2642,7 @@ FGR_EXPORT CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config)
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev)
+CUresult fgr_fwd_cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
@@ -2644,7 +2670,7 @@ FGR_EXPORT CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig)
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuCtxSetCacheConfig(CUfunc_cache config)
+CUresult fgr_fwd_cuCtxSetCacheConfig(CUfunc_cache config)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
@@ -2656,7 +2682,7 @@ FGR_EXPORT CUresult cuCtxSetCacheConfig(CUfunc_cache config)
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig config)
+CUresult fgr_fwd_cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig config)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
@@ -2683,7 +2709,7 @@ FGR_EXPORT CUresult cuCtxGetSharedMemConfig(CUsharedconfig *pConfig)
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuCtxSetSharedMemConfig(CUsharedconfig config)
+CUresult fgr_fwd_cuCtxSetSharedMemConfig(CUsharedconfig config)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
@@ -2819,7 +2845,7 @@ FGR_EXPORT CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction fu
     CUresult fgr_r;
     uint64_t n_numClusters = numClusters ? sizeof(int) : 0;
     if ((fgr_r = fgr_launchcfg_check(config, "cuOccupancyMaxActiveClusters")) != CUDA_SUCCESS)
-        return fgr_r;
+        return fgr_refused_here("cuOccupancyMaxActiveClusters", fgr_r);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuOccupancyMaxActiveClusters, 0)) != CUDA_SUCCESS)
         return fgr_r;
@@ -2837,7 +2863,7 @@ FGR_EXPORT CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunct
     CUresult fgr_r;
     uint64_t n_clusterSize = clusterSize ? sizeof(int) : 0;
     if ((fgr_r = fgr_launchcfg_check(config, "cuOccupancyMaxPotentialClusterSize")) != CUDA_SUCCESS)
-        return fgr_r;
+        return fgr_refused_here("cuOccupancyMaxPotentialClusterSize", fgr_r);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuOccupancyMaxPotentialClusterSize, 0)) != CUDA_SUCCESS)
         return fgr_r;
@@ -2871,7 +2897,7 @@ FGR_EXPORT CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *optio
     (void)options;
     (void)optionValues;
     (void)stateOut;
-    return fgr_unsupported(6, "cuLinkCreate_v2", NULL);
+    return fgr_unsupported(5, "cuLinkCreate_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues)
@@ -2884,7 +2910,7 @@ FGR_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, voi
     (void)numOptions;
     (void)options;
     (void)optionValues;
-    return fgr_unsupported(7, "cuLinkAddData_v2", NULL);
+    return fgr_unsupported(6, "cuLinkAddData_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char *path, unsigned int numOptions, CUjit_option *options, void **optionValues)
@@ -2895,7 +2921,7 @@ FGR_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, con
     (void)numOptions;
     (void)options;
     (void)optionValues;
-    return fgr_unsupported(8, "cuLinkAddFile_v2", NULL);
+    return fgr_unsupported(7, "cuLinkAddFile_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut)
@@ -2903,30 +2929,123 @@ FGR_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *s
     (void)state;
     (void)cubinOut;
     (void)sizeOut;
-    return fgr_unsupported(9, "cuLinkComplete", NULL);
+    return fgr_unsupported(8, "cuLinkComplete", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkDestroy(CUlinkState state)
 {
     (void)state;
-    return fgr_unsupported(10, "cuLinkDestroy", NULL);
+    return fgr_unsupported(9, "cuLinkDestroy", NULL);
 }
 
 FGR_EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
 {
-    (void)tensorMap;
-    (void)tensorDataType;
-    (void)tensorRank;
-    (void)globalAddress;
-    (void)globalDim;
-    (void)globalStrides;
-    (void)boxDim;
-    (void)elementStrides;
-    (void)interleave;
-    (void)swizzle;
-    (void)l2Promotion;
-    (void)oobFill;
-    return fgr_unsupported(11, "cuTensorMapEncodeTiled", NULL);
+    CUresult fgr_r;
+    uint64_t n_tensorMap = tensorMap ? sizeof(CUtensorMap) : 0;
+    uint64_t n_globalDim = globalDim ? fgr_mul((uint64_t)(tensorRank), sizeof(cuuint64_t)) : 0;
+    if (n_globalDim > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuTensorMapEncodeTiled", "a buffer over the frame limit");
+    uint64_t n_globalStrides = globalStrides ? fgr_mul((uint64_t)(fgr_less(tensorRank,1)), sizeof(cuuint64_t)) : 0;
+    if (n_globalStrides > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuTensorMapEncodeTiled", "a buffer over the frame limit");
+    uint64_t n_boxDim = boxDim ? fgr_mul((uint64_t)(tensorRank), sizeof(cuuint32_t)) : 0;
+    if (n_boxDim > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuTensorMapEncodeTiled", "a buffer over the frame limit");
+    uint64_t n_elementStrides = elementStrides ? fgr_mul((uint64_t)(tensorRank), sizeof(cuuint32_t)) : 0;
+    if (n_elementStrides > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuTensorMapEncodeTiled", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuTensorMapEncodeTiled, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)tensorDataType);
+    fgr_put_u64(&fgr_c.w, (uint64_t)tensorRank);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)globalAddress);
+    fgr_put_u64(&fgr_c.w, (uint64_t)interleave);
+    fgr_put_u64(&fgr_c.w, (uint64_t)swizzle);
+    fgr_put_u64(&fgr_c.w, (uint64_t)l2Promotion);
+    fgr_put_u64(&fgr_c.w, (uint64_t)oobFill);
+    fgr_put_u8(&fgr_c.w, tensorMap != NULL);
+    fgr_put_buf(&fgr_c.w, globalDim, n_globalDim);
+    fgr_put_buf(&fgr_c.w, globalStrides, n_globalStrides);
+    fgr_put_buf(&fgr_c.w, boxDim, n_boxDim);
+    fgr_put_buf(&fgr_c.w, elementStrides, n_elementStrides);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, tensorMap, n_tensorMap, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuTensorMapEncodeIm2col(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const int *pixelBoxLowerCorner, const int *pixelBoxUpperCorner, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
+{
+    CUresult fgr_r;
+    uint64_t n_tensorMap = tensorMap ? sizeof(CUtensorMap) : 0;
+    uint64_t n_globalDim = globalDim ? fgr_mul((uint64_t)(tensorRank), sizeof(cuuint64_t)) : 0;
+    if (n_globalDim > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuTensorMapEncodeIm2col", "a buffer over the frame limit");
+    uint64_t n_globalStrides = globalStrides ? fgr_mul((uint64_t)(fgr_less(tensorRank,1)), sizeof(cuuint64_t)) : 0;
+    if (n_globalStrides > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuTensorMapEncodeIm2col", "a buffer over the frame limit");
+    uint64_t n_pixelBoxLowerCorner = pixelBoxLowerCorner ? fgr_mul((uint64_t)(fgr_less(tensorRank,2)), sizeof(int)) : 0;
+    if (n_pixelBoxLowerCorner > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuTensorMapEncodeIm2col", "a buffer over the frame limit");
+    uint64_t n_pixelBoxUpperCorner = pixelBoxUpperCorner ? fgr_mul((uint64_t)(fgr_less(tensorRank,2)), sizeof(int)) : 0;
+    if (n_pixelBoxUpperCorner > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuTensorMapEncodeIm2col", "a buffer over the frame limit");
+    uint64_t n_elementStrides = elementStrides ? fgr_mul((uint64_t)(tensorRank), sizeof(cuuint32_t)) : 0;
+    if (n_elementStrides > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuTensorMapEncodeIm2col", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuTensorMapEncodeIm2col, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)tensorDataType);
+    fgr_put_u64(&fgr_c.w, (uint64_t)tensorRank);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)globalAddress);
+    fgr_put_u64(&fgr_c.w, (uint64_t)channelsPerPixel);
+    fgr_put_u64(&fgr_c.w, (uint64_t)pixelsPerColumn);
+    fgr_put_u64(&fgr_c.w, (uint64_t)interleave);
+    fgr_put_u64(&fgr_c.w, (uint64_t)swizzle);
+    fgr_put_u64(&fgr_c.w, (uint64_t)l2Promotion);
+    fgr_put_u64(&fgr_c.w, (uint64_t)oobFill);
+    fgr_put_u8(&fgr_c.w, tensorMap != NULL);
+    fgr_put_buf(&fgr_c.w, globalDim, n_globalDim);
+    fgr_put_buf(&fgr_c.w, globalStrides, n_globalStrides);
+    fgr_put_buf(&fgr_c.w, pixelBoxLowerCorner, n_pixelBoxLowerCorner);
+    fgr_put_buf(&fgr_c.w, pixelBoxUpperCorner, n_pixelBoxUpperCorner);
+    fgr_put_buf(&fgr_c.w, elementStrides, n_elementStrides);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, tensorMap, n_tensorMap, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuTensorMapReplaceAddress(CUtensorMap *tensorMap, void *globalAddress)
+{
+    CUresult fgr_r;
+    uint64_t n_tensorMap = tensorMap ? sizeof(CUtensorMap) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuTensorMapReplaceAddress, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)globalAddress);
+    fgr_put_buf(&fgr_c.w, tensorMap, n_tensorMap);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, tensorMap, n_tensorMap, 1);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel)
+{
+    CUresult fgr_r;
+    uint64_t n_pLib = pLib ? sizeof(CUlibrary) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuKernelGetLibrary, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)kernel);
+    fgr_put_u8(&fgr_c.w, pLib != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pLib, n_pLib, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out)
@@ -3386,7 +3505,7 @@ FGR_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph h
     return fgr_end(&fgr_c);
 }
 
-const int fgr_nunsupported = 12;
+const int fgr_nunsupported = 10;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -3428,6 +3547,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuMemAddressFree] = "cuMemAddressFree",
     [FGR_OP_cuMemMap] = "cuMemMap",
     [FGR_OP_cuMemUnmap] = "cuMemUnmap",
+    [FGR_OP_cuMemSetAccess] = "cuMemSetAccess",
     [FGR_OP_cuMemGetAllocationGranularity] = "cuMemGetAllocationGranularity",
     [FGR_OP_cuArrayCreate_v2] = "cuArrayCreate_v2",
     [FGR_OP_cuArray3DCreate_v2] = "cuArray3DCreate_v2",
@@ -3531,6 +3651,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuCtxEnablePeerAccess] = "cuCtxEnablePeerAccess",
     [FGR_OP_cuCtxDisablePeerAccess] = "cuCtxDisablePeerAccess",
     [FGR_OP_cuCtxResetPersistingL2Cache] = "cuCtxResetPersistingL2Cache",
+    [FGR_OP_cuMemGetAccess] = "cuMemGetAccess",
     [FGR_OP_cuMemPoolSetAttribute] = "cuMemPoolSetAttribute",
     [FGR_OP_cuDeviceSetMemPool] = "cuDeviceSetMemPool",
     [FGR_OP_cuMemGetAllocationPropertiesFromHandle] = "cuMemGetAllocationPropertiesFromHandle",
@@ -3574,6 +3695,10 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuOccupancyMaxActiveClusters] = "cuOccupancyMaxActiveClusters",
     [FGR_OP_cuOccupancyMaxPotentialClusterSize] = "cuOccupancyMaxPotentialClusterSize",
     [FGR_OP_cuCtxGetLimit] = "cuCtxGetLimit",
+    [FGR_OP_cuTensorMapEncodeTiled] = "cuTensorMapEncodeTiled",
+    [FGR_OP_cuTensorMapEncodeIm2col] = "cuTensorMapEncodeIm2col",
+    [FGR_OP_cuTensorMapReplaceAddress] = "cuTensorMapReplaceAddress",
+    [FGR_OP_cuKernelGetLibrary] = "cuKernelGetLibrary",
     [FGR_OP_cuStreamGetCaptureInfo_v2] = "cuStreamGetCaptureInfo_v2",
     [FGR_OP_cuStreamGetCaptureInfo_v2_ptsz] = "cuStreamGetCaptureInfo_v2_ptsz",
     [FGR_OP_cuStreamGetCaptureInfo_v3] = "cuStreamGetCaptureInfo_v3",
@@ -3778,6 +3903,7 @@ const struct fg_proc fgr_procs[] = {
     {"cuCtxEnablePeerAccess", "cuCtxEnablePeerAccess", 4000, 0, (void *)cuCtxEnablePeerAccess},
     {"cuCtxDisablePeerAccess", "cuCtxDisablePeerAccess", 4000, 0, (void *)cuCtxDisablePeerAccess},
     {"cuCtxResetPersistingL2Cache", "cuCtxResetPersistingL2Cache", 11000, 0, (void *)cuCtxResetPersistingL2Cache},
+    {"cuMemGetAccess", "cuMemGetAccess", 10020, 0, (void *)cuMemGetAccess},
     {"cuMemHostRegister", "cuMemHostRegister_v2", 6050, 0, (void *)cuMemHostRegister_v2},
     {"cuMemHostUnregister", "cuMemHostUnregister", 4000, 0, (void *)cuMemHostUnregister},
     {"cuMemPoolSetAttribute", "cuMemPoolSetAttribute", 11020, 0, (void *)cuMemPoolSetAttribute},
@@ -3830,6 +3956,15 @@ const struct fg_proc fgr_procs[] = {
     {"cuLinkComplete", "cuLinkComplete", 5050, 0, (void *)cuLinkComplete},
     {"cuLinkDestroy", "cuLinkDestroy", 5050, 0, (void *)cuLinkDestroy},
     {"cuTensorMapEncodeTiled", "cuTensorMapEncodeTiled", 12000, 0, (void *)cuTensorMapEncodeTiled},
+    {"cuTensorMapEncodeIm2col", "cuTensorMapEncodeIm2col", 12000, 0, (void *)cuTensorMapEncodeIm2col},
+    {"cuTensorMapReplaceAddress", "cuTensorMapReplaceAddress", 12000, 0, (void *)cuTensorMapReplaceAddress},
+    {"cuKernelGetLibrary", "cuKernelGetLibrary", 12050, 0, (void *)cuKernelGetLibrary},
+    {"cuMemcpy2D", "cuMemcpy2D_v2", 3020, 0, (void *)cuMemcpy2D_v2},
+    {"cuMemcpy2D", "cuMemcpy2D_v2_ptds", 7000, 1, (void *)cuMemcpy2D_v2_ptds},
+    {"cuMemcpy2DUnaligned", "cuMemcpy2DUnaligned_v2", 3020, 0, (void *)cuMemcpy2DUnaligned_v2},
+    {"cuMemcpy2DUnaligned", "cuMemcpy2DUnaligned_v2_ptds", 7000, 1, (void *)cuMemcpy2DUnaligned_v2_ptds},
+    {"cuMemcpy2DAsync", "cuMemcpy2DAsync_v2", 3020, 0, (void *)cuMemcpy2DAsync_v2},
+    {"cuMemcpy2DAsync", "cuMemcpy2DAsync_v2_ptsz", 7000, 1, (void *)cuMemcpy2DAsync_v2_ptsz},
     {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v2", 11030, 0, (void *)cuStreamGetCaptureInfo_v2},
     {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v2_ptsz", 11030, 1, (void *)cuStreamGetCaptureInfo_v2_ptsz},
     {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v3", 12030, 0, (void *)cuStreamGetCaptureInfo_v3},

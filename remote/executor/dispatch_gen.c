@@ -39,6 +39,7 @@ typedef CUresult (*pfn_cuMemAddressReserve)(CUdeviceptr *ptr, size_t size, size_
 typedef CUresult (*pfn_cuMemAddressFree)(CUdeviceptr ptr, size_t size);
 typedef CUresult (*pfn_cuMemMap)(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags);
 typedef CUresult (*pfn_cuMemUnmap)(CUdeviceptr ptr, size_t size);
+typedef CUresult (*pfn_cuMemSetAccess)(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
 typedef CUresult (*pfn_cuMemGetAllocationGranularity)(size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option);
 typedef CUresult (*pfn_cuArrayCreate_v2)(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray);
 typedef CUresult (*pfn_cuArray3DCreate_v2)(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray);
@@ -142,6 +143,7 @@ typedef CUresult (*pfn_cuCtxGetId)(CUcontext ctx, unsigned long long *ctxId);
 typedef CUresult (*pfn_cuCtxEnablePeerAccess)(CUcontext peerContext, unsigned int Flags);
 typedef CUresult (*pfn_cuCtxDisablePeerAccess)(CUcontext peerContext);
 typedef CUresult (*pfn_cuCtxResetPersistingL2Cache)(void);
+typedef CUresult (*pfn_cuMemGetAccess)(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr);
 typedef CUresult (*pfn_cuMemPoolSetAttribute)(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
 typedef CUresult (*pfn_cuDeviceSetMemPool)(CUdevice dev, CUmemoryPool pool);
 typedef CUresult (*pfn_cuMemGetAllocationPropertiesFromHandle)(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle);
@@ -185,6 +187,10 @@ typedef CUresult (*pfn_cuStreamGetAttribute_ptsz)(CUstream hStream, CUstreamAttr
 typedef CUresult (*pfn_cuOccupancyMaxActiveClusters)(int *numClusters, CUfunction func, const CUlaunchConfig *config);
 typedef CUresult (*pfn_cuOccupancyMaxPotentialClusterSize)(int *clusterSize, CUfunction func, const CUlaunchConfig *config);
 typedef CUresult (*pfn_cuCtxGetLimit)(size_t *pvalue, CUlimit limit);
+typedef CUresult (*pfn_cuTensorMapEncodeTiled)(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill);
+typedef CUresult (*pfn_cuTensorMapEncodeIm2col)(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const int *pixelBoxLowerCorner, const int *pixelBoxUpperCorner, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill);
+typedef CUresult (*pfn_cuTensorMapReplaceAddress)(CUtensorMap *tensorMap, void *globalAddress);
+typedef CUresult (*pfn_cuKernelGetLibrary)(CUlibrary *pLib, CUkernel kernel);
 typedef CUresult (*pfn_cuStreamGetCaptureInfo_v2)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out);
 typedef CUresult (*pfn_cuStreamGetCaptureInfo_v2_ptsz)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out);
 typedef CUresult (*pfn_cuStreamGetCaptureInfo_v3)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out);
@@ -340,7 +346,7 @@ static CUresult op_cuCtxDestroy_v2(struct fgr_rd *rd, struct fgr_req *q)
         return FGR_BAD_FRAME;
     CUresult fgr_r;
     if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
-        fgr_r = fgr_refuse("cuCtxDestroy_v2", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_HANDLE);
+        fgr_r = fgr_refuse("cuCtxDestroy_v2", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
     else
         fgr_r = ((pfn_cuCtxDestroy_v2)fgr_real[FGR_OP_cuCtxDestroy_v2])(ctx);
     if (fgr_r == CUDA_SUCCESS) {
@@ -375,7 +381,7 @@ static CUresult op_cuCtxGetDevice_v2(struct fgr_rd *rd, struct fgr_req *q)
         return fgr_out_failed(q);
     CUresult fgr_r;
     if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
-        fgr_r = fgr_refuse("cuCtxGetDevice_v2", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_HANDLE);
+        fgr_r = fgr_refuse("cuCtxGetDevice_v2", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
     else
         fgr_r = ((pfn_cuCtxGetDevice_v2)fgr_real[FGR_OP_cuCtxGetDevice_v2])(device, ctx);
     fgr_reply_out(q, device, sizeof(CUdevice), 0, fgr_r);
@@ -399,7 +405,7 @@ static CUresult op_cuCtxSynchronize_v2(struct fgr_rd *rd, struct fgr_req *q)
         return FGR_BAD_FRAME;
     CUresult fgr_r;
     if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
-        fgr_r = fgr_refuse("cuCtxSynchronize_v2", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_HANDLE);
+        fgr_r = fgr_refuse("cuCtxSynchronize_v2", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
     else
         fgr_r = ((pfn_cuCtxSynchronize_v2)fgr_real[FGR_OP_cuCtxSynchronize_v2])(ctx);
     return fgr_r;
@@ -902,6 +908,23 @@ static CUresult op_cuMemUnmap(struct fgr_rd *rd, struct fgr_req *q)
         fgr_r = fgr_refuse("cuMemUnmap", "ptr", (uint64_t)ptr, CUDA_ERROR_INVALID_VALUE);
     else
         fgr_r = ((pfn_cuMemUnmap)fgr_real[FGR_OP_cuMemUnmap])(ptr, size);
+    return fgr_r;
+}
+
+static CUresult op_cuMemSetAccess(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr ptr = (CUdeviceptr)fgr_get_u64(rd);
+    size_t size = (size_t)fgr_get_u64(rd);
+    size_t count = (size_t)fgr_get_u64(rd);
+    CUmemAccessDesc *desc = fgr_get_buf(rd, q, fgr_mul((uint64_t)(count), sizeof(CUmemAccessDesc)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)ptr, size)))
+        fgr_r = fgr_refuse("cuMemSetAccess", "ptr", (uint64_t)ptr, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemSetAccess)fgr_real[FGR_OP_cuMemSetAccess])(ptr, size, desc, count);
     return fgr_r;
 }
 
@@ -2731,7 +2754,7 @@ static CUresult op_cuCtxGetApiVersion(struct fgr_rd *rd, struct fgr_req *q)
         return fgr_out_failed(q);
     CUresult fgr_r;
     if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
-        fgr_r = fgr_refuse("cuCtxGetApiVersion", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_HANDLE);
+        fgr_r = fgr_refuse("cuCtxGetApiVersion", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
     else
         fgr_r = ((pfn_cuCtxGetApiVersion)fgr_real[FGR_OP_cuCtxGetApiVersion])(ctx, version);
     fgr_reply_out(q, version, sizeof(unsigned int), 0, fgr_r);
@@ -2783,7 +2806,7 @@ static CUresult op_cuCtxGetId(struct fgr_rd *rd, struct fgr_req *q)
         return fgr_out_failed(q);
     CUresult fgr_r;
     if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
-        fgr_r = fgr_refuse("cuCtxGetId", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_HANDLE);
+        fgr_r = fgr_refuse("cuCtxGetId", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
     else
         fgr_r = ((pfn_cuCtxGetId)fgr_real[FGR_OP_cuCtxGetId])(ctx, ctxId);
     fgr_reply_out(q, ctxId, sizeof(unsigned long long), 0, fgr_r);
@@ -2799,7 +2822,7 @@ static CUresult op_cuCtxEnablePeerAccess(struct fgr_rd *rd, struct fgr_req *q)
         return FGR_BAD_FRAME;
     CUresult fgr_r;
     if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)peerContext)))
-        fgr_r = fgr_refuse("cuCtxEnablePeerAccess", "peerContext", (uint64_t)(uintptr_t)peerContext, CUDA_ERROR_INVALID_HANDLE);
+        fgr_r = fgr_refuse("cuCtxEnablePeerAccess", "peerContext", (uint64_t)(uintptr_t)peerContext, CUDA_ERROR_INVALID_CONTEXT);
     else
         fgr_r = ((pfn_cuCtxEnablePeerAccess)fgr_real[FGR_OP_cuCtxEnablePeerAccess])(peerContext, Flags);
     return fgr_r;
@@ -2813,7 +2836,7 @@ static CUresult op_cuCtxDisablePeerAccess(struct fgr_rd *rd, struct fgr_req *q)
         return FGR_BAD_FRAME;
     CUresult fgr_r;
     if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)peerContext)))
-        fgr_r = fgr_refuse("cuCtxDisablePeerAccess", "peerContext", (uint64_t)(uintptr_t)peerContext, CUDA_ERROR_INVALID_HANDLE);
+        fgr_r = fgr_refuse("cuCtxDisablePeerAccess", "peerContext", (uint64_t)(uintptr_t)peerContext, CUDA_ERROR_INVALID_CONTEXT);
     else
         fgr_r = ((pfn_cuCtxDisablePeerAccess)fgr_real[FGR_OP_cuCtxDisablePeerAccess])(peerContext);
     return fgr_r;
@@ -2825,6 +2848,26 @@ static CUresult op_cuCtxResetPersistingL2Cache(struct fgr_rd *rd, struct fgr_req
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = ((pfn_cuCtxResetPersistingL2Cache)fgr_real[FGR_OP_cuCtxResetPersistingL2Cache])();
+    return fgr_r;
+}
+
+static CUresult op_cuMemGetAccess(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr ptr = (CUdeviceptr)fgr_get_u64(rd);
+    int has_flags = fgr_get_u8(rd);
+    CUmemLocation *location = fgr_get_buf(rd, q, sizeof(CUmemLocation), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    unsigned long long *flags = NULL;
+    if (has_flags && !(flags = fgr_out(q, sizeof(unsigned long long))))
+        return fgr_out_failed(q);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)ptr, 1)))
+        fgr_r = fgr_refuse("cuMemGetAccess", "ptr", (uint64_t)ptr, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemGetAccess)fgr_real[FGR_OP_cuMemGetAccess])(flags, location, ptr);
+    fgr_reply_out(q, flags, sizeof(unsigned long long), 0, fgr_r);
     return fgr_r;
 }
 
@@ -2892,11 +2935,11 @@ static CUresult op_cuMemcpyPeer(struct fgr_rd *rd, struct fgr_req *q)
     if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyPeer", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)dstContext)))
-        fgr_r = fgr_refuse("cuMemcpyPeer", "dstContext", (uint64_t)(uintptr_t)dstContext, CUDA_ERROR_INVALID_HANDLE);
+        fgr_r = fgr_refuse("cuMemcpyPeer", "dstContext", (uint64_t)(uintptr_t)dstContext, CUDA_ERROR_INVALID_CONTEXT);
     else if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyPeer", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)srcContext)))
-        fgr_r = fgr_refuse("cuMemcpyPeer", "srcContext", (uint64_t)(uintptr_t)srcContext, CUDA_ERROR_INVALID_HANDLE);
+        fgr_r = fgr_refuse("cuMemcpyPeer", "srcContext", (uint64_t)(uintptr_t)srcContext, CUDA_ERROR_INVALID_CONTEXT);
     else
         fgr_r = ((pfn_cuMemcpyPeer)fgr_real[FGR_OP_cuMemcpyPeer])(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
     return fgr_r;
@@ -2916,11 +2959,11 @@ static CUresult op_cuMemcpyPeer_ptds(struct fgr_rd *rd, struct fgr_req *q)
     if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyPeer_ptds", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)dstContext)))
-        fgr_r = fgr_refuse("cuMemcpyPeer_ptds", "dstContext", (uint64_t)(uintptr_t)dstContext, CUDA_ERROR_INVALID_HANDLE);
+        fgr_r = fgr_refuse("cuMemcpyPeer_ptds", "dstContext", (uint64_t)(uintptr_t)dstContext, CUDA_ERROR_INVALID_CONTEXT);
     else if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyPeer_ptds", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)srcContext)))
-        fgr_r = fgr_refuse("cuMemcpyPeer_ptds", "srcContext", (uint64_t)(uintptr_t)srcContext, CUDA_ERROR_INVALID_HANDLE);
+        fgr_r = fgr_refuse("cuMemcpyPeer_ptds", "srcContext", (uint64_t)(uintptr_t)srcContext, CUDA_ERROR_INVALID_CONTEXT);
     else
         fgr_r = ((pfn_cuMemcpyPeer_ptds)fgr_real[FGR_OP_cuMemcpyPeer_ptds])(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
     return fgr_r;
@@ -2941,11 +2984,11 @@ static CUresult op_cuMemcpyPeerAsync(struct fgr_rd *rd, struct fgr_req *q)
     if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyPeerAsync", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)dstContext)))
-        fgr_r = fgr_refuse("cuMemcpyPeerAsync", "dstContext", (uint64_t)(uintptr_t)dstContext, CUDA_ERROR_INVALID_HANDLE);
+        fgr_r = fgr_refuse("cuMemcpyPeerAsync", "dstContext", (uint64_t)(uintptr_t)dstContext, CUDA_ERROR_INVALID_CONTEXT);
     else if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyPeerAsync", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)srcContext)))
-        fgr_r = fgr_refuse("cuMemcpyPeerAsync", "srcContext", (uint64_t)(uintptr_t)srcContext, CUDA_ERROR_INVALID_HANDLE);
+        fgr_r = fgr_refuse("cuMemcpyPeerAsync", "srcContext", (uint64_t)(uintptr_t)srcContext, CUDA_ERROR_INVALID_CONTEXT);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemcpyPeerAsync", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else
@@ -2968,11 +3011,11 @@ static CUresult op_cuMemcpyPeerAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyPeerAsync_ptsz", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)dstContext)))
-        fgr_r = fgr_refuse("cuMemcpyPeerAsync_ptsz", "dstContext", (uint64_t)(uintptr_t)dstContext, CUDA_ERROR_INVALID_HANDLE);
+        fgr_r = fgr_refuse("cuMemcpyPeerAsync_ptsz", "dstContext", (uint64_t)(uintptr_t)dstContext, CUDA_ERROR_INVALID_CONTEXT);
     else if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyPeerAsync_ptsz", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)srcContext)))
-        fgr_r = fgr_refuse("cuMemcpyPeerAsync_ptsz", "srcContext", (uint64_t)(uintptr_t)srcContext, CUDA_ERROR_INVALID_HANDLE);
+        fgr_r = fgr_refuse("cuMemcpyPeerAsync_ptsz", "srcContext", (uint64_t)(uintptr_t)srcContext, CUDA_ERROR_INVALID_CONTEXT);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemcpyPeerAsync_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else
@@ -3676,6 +3719,94 @@ static CUresult op_cuCtxGetLimit(struct fgr_rd *rd, struct fgr_req *q)
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_cuCtxGetLimit)fgr_real[FGR_OP_cuCtxGetLimit])(pvalue, limit);
     fgr_reply_out(q, pvalue, sizeof(size_t), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuTensorMapEncodeTiled(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUtensorMapDataType tensorDataType = (CUtensorMapDataType)fgr_get_u64(rd);
+    cuuint32_t tensorRank = (cuuint32_t)fgr_get_u64(rd);
+    void *globalAddress = (void *)(uintptr_t)fgr_get_u64(rd);
+    CUtensorMapInterleave interleave = (CUtensorMapInterleave)fgr_get_u64(rd);
+    CUtensorMapSwizzle swizzle = (CUtensorMapSwizzle)fgr_get_u64(rd);
+    CUtensorMapL2promotion l2Promotion = (CUtensorMapL2promotion)fgr_get_u64(rd);
+    CUtensorMapFloatOOBfill oobFill = (CUtensorMapFloatOOBfill)fgr_get_u64(rd);
+    int has_tensorMap = fgr_get_u8(rd);
+    cuuint64_t *globalDim = fgr_get_buf(rd, q, fgr_mul((uint64_t)(tensorRank), sizeof(cuuint64_t)), 1);
+    cuuint64_t *globalStrides = fgr_get_buf(rd, q, fgr_mul((uint64_t)(fgr_less(tensorRank,1)), sizeof(cuuint64_t)), 1);
+    cuuint32_t *boxDim = fgr_get_buf(rd, q, fgr_mul((uint64_t)(tensorRank), sizeof(cuuint32_t)), 1);
+    cuuint32_t *elementStrides = fgr_get_buf(rd, q, fgr_mul((uint64_t)(tensorRank), sizeof(cuuint32_t)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUtensorMap *tensorMap = NULL;
+    if (has_tensorMap && !(tensorMap = fgr_out(q, sizeof(CUtensorMap))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_cuTensorMapEncodeTiled)fgr_real[FGR_OP_cuTensorMapEncodeTiled])(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, boxDim, elementStrides, interleave, swizzle, l2Promotion, oobFill);
+    fgr_reply_out(q, tensorMap, sizeof(CUtensorMap), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuTensorMapEncodeIm2col(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUtensorMapDataType tensorDataType = (CUtensorMapDataType)fgr_get_u64(rd);
+    cuuint32_t tensorRank = (cuuint32_t)fgr_get_u64(rd);
+    void *globalAddress = (void *)(uintptr_t)fgr_get_u64(rd);
+    cuuint32_t channelsPerPixel = (cuuint32_t)fgr_get_u64(rd);
+    cuuint32_t pixelsPerColumn = (cuuint32_t)fgr_get_u64(rd);
+    CUtensorMapInterleave interleave = (CUtensorMapInterleave)fgr_get_u64(rd);
+    CUtensorMapSwizzle swizzle = (CUtensorMapSwizzle)fgr_get_u64(rd);
+    CUtensorMapL2promotion l2Promotion = (CUtensorMapL2promotion)fgr_get_u64(rd);
+    CUtensorMapFloatOOBfill oobFill = (CUtensorMapFloatOOBfill)fgr_get_u64(rd);
+    int has_tensorMap = fgr_get_u8(rd);
+    cuuint64_t *globalDim = fgr_get_buf(rd, q, fgr_mul((uint64_t)(tensorRank), sizeof(cuuint64_t)), 1);
+    cuuint64_t *globalStrides = fgr_get_buf(rd, q, fgr_mul((uint64_t)(fgr_less(tensorRank,1)), sizeof(cuuint64_t)), 1);
+    int *pixelBoxLowerCorner = fgr_get_buf(rd, q, fgr_mul((uint64_t)(fgr_less(tensorRank,2)), sizeof(int)), 1);
+    int *pixelBoxUpperCorner = fgr_get_buf(rd, q, fgr_mul((uint64_t)(fgr_less(tensorRank,2)), sizeof(int)), 1);
+    cuuint32_t *elementStrides = fgr_get_buf(rd, q, fgr_mul((uint64_t)(tensorRank), sizeof(cuuint32_t)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUtensorMap *tensorMap = NULL;
+    if (has_tensorMap && !(tensorMap = fgr_out(q, sizeof(CUtensorMap))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_cuTensorMapEncodeIm2col)fgr_real[FGR_OP_cuTensorMapEncodeIm2col])(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, pixelBoxLowerCorner, pixelBoxUpperCorner, channelsPerPixel, pixelsPerColumn, elementStrides, interleave, swizzle, l2Promotion, oobFill);
+    fgr_reply_out(q, tensorMap, sizeof(CUtensorMap), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuTensorMapReplaceAddress(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    void *globalAddress = (void *)(uintptr_t)fgr_get_u64(rd);
+    CUtensorMap *tensorMap = fgr_get_buf(rd, q, sizeof(CUtensorMap), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = ((pfn_cuTensorMapReplaceAddress)fgr_real[FGR_OP_cuTensorMapReplaceAddress])(tensorMap, globalAddress);
+    fgr_reply_out(q, tensorMap, sizeof(CUtensorMap), 1, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuKernelGetLibrary(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUkernel kernel = (CUkernel)(uintptr_t)fgr_get_u64(rd);
+    int has_pLib = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUlibrary *pLib = NULL;
+    if (has_pLib && !(pLib = fgr_out(q, sizeof(CUlibrary))))
+        return fgr_out_failed(q);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUkernel, (uint64_t)(uintptr_t)kernel)))
+        fgr_r = fgr_refuse("cuKernelGetLibrary", "kernel", (uint64_t)(uintptr_t)kernel, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuKernelGetLibrary)fgr_real[FGR_OP_cuKernelGetLibrary])(pLib, kernel);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (pLib)
+            fgr_add(FGR_H_CUlibrary, (uint64_t)(uintptr_t)*pLib, FGR_H_CUcontext, fgr_ctx);
+    }
+    fgr_reply_out(q, pLib, sizeof(CUlibrary), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4436,6 +4567,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuMemAddressFree] = {"cuMemAddressFree", op_cuMemAddressFree, 0},
     [FGR_OP_cuMemMap] = {"cuMemMap", op_cuMemMap, 0},
     [FGR_OP_cuMemUnmap] = {"cuMemUnmap", op_cuMemUnmap, 0},
+    [FGR_OP_cuMemSetAccess] = {"cuMemSetAccess", op_cuMemSetAccess, 0},
     [FGR_OP_cuMemGetAllocationGranularity] = {"cuMemGetAllocationGranularity", op_cuMemGetAllocationGranularity, 0},
     [FGR_OP_cuArrayCreate_v2] = {"cuArrayCreate_v2", op_cuArrayCreate_v2, 0},
     [FGR_OP_cuArray3DCreate_v2] = {"cuArray3DCreate_v2", op_cuArray3DCreate_v2, 0},
@@ -4539,6 +4671,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuCtxEnablePeerAccess] = {"cuCtxEnablePeerAccess", op_cuCtxEnablePeerAccess, 0},
     [FGR_OP_cuCtxDisablePeerAccess] = {"cuCtxDisablePeerAccess", op_cuCtxDisablePeerAccess, 0},
     [FGR_OP_cuCtxResetPersistingL2Cache] = {"cuCtxResetPersistingL2Cache", op_cuCtxResetPersistingL2Cache, 0},
+    [FGR_OP_cuMemGetAccess] = {"cuMemGetAccess", op_cuMemGetAccess, 0},
     [FGR_OP_cuMemPoolSetAttribute] = {"cuMemPoolSetAttribute", op_cuMemPoolSetAttribute, 0},
     [FGR_OP_cuDeviceSetMemPool] = {"cuDeviceSetMemPool", op_cuDeviceSetMemPool, 0},
     [FGR_OP_cuMemGetAllocationPropertiesFromHandle] = {"cuMemGetAllocationPropertiesFromHandle", op_cuMemGetAllocationPropertiesFromHandle, 0},
@@ -4582,6 +4715,10 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuOccupancyMaxActiveClusters] = {"cuOccupancyMaxActiveClusters", op_cuOccupancyMaxActiveClusters, 0},
     [FGR_OP_cuOccupancyMaxPotentialClusterSize] = {"cuOccupancyMaxPotentialClusterSize", op_cuOccupancyMaxPotentialClusterSize, 0},
     [FGR_OP_cuCtxGetLimit] = {"cuCtxGetLimit", op_cuCtxGetLimit, 0},
+    [FGR_OP_cuTensorMapEncodeTiled] = {"cuTensorMapEncodeTiled", op_cuTensorMapEncodeTiled, 0},
+    [FGR_OP_cuTensorMapEncodeIm2col] = {"cuTensorMapEncodeIm2col", op_cuTensorMapEncodeIm2col, 0},
+    [FGR_OP_cuTensorMapReplaceAddress] = {"cuTensorMapReplaceAddress", op_cuTensorMapReplaceAddress, 0},
+    [FGR_OP_cuKernelGetLibrary] = {"cuKernelGetLibrary", op_cuKernelGetLibrary, 0},
     [FGR_OP_cuStreamGetCaptureInfo_v2] = {"cuStreamGetCaptureInfo_v2", op_cuStreamGetCaptureInfo_v2, 0},
     [FGR_OP_cuStreamGetCaptureInfo_v2_ptsz] = {"cuStreamGetCaptureInfo_v2_ptsz", op_cuStreamGetCaptureInfo_v2_ptsz, 0},
     [FGR_OP_cuStreamGetCaptureInfo_v3] = {"cuStreamGetCaptureInfo_v3", op_cuStreamGetCaptureInfo_v3, 0},

@@ -31,6 +31,13 @@ static void *own(struct fgr_req *q, void *p)
     return p;
 }
 
+/* A copy of a caller's object, aligned as the most demanding one the driver
+ * takes (a tensor map: 64 bytes). */
+static void *fgr_alloc64(uint64_t n)
+{
+    return aligned_alloc(64, ((size_t)n + 63) / 64 * 64 + (n == 0) * 64);
+}
+
 void *fgr_get_buf(struct fgr_rd *rd, struct fgr_req *q, uint64_t bytes, int aligned)
 {
     if (!fgr_get_u8(rd))
@@ -45,7 +52,7 @@ void *fgr_get_buf(struct fgr_rd *rd, struct fgr_req *q, uint64_t bytes, int alig
         return NULL;
     if (!aligned)
         return (void *)p;
-    void *c = own(q, malloc(n ? (size_t)n : 1));
+    void *c = own(q, fgr_alloc64(n));
     if (c)
         memcpy(c, p, (size_t)n);
     return c;
@@ -196,7 +203,10 @@ void *fgr_out(struct fgr_req *q, uint64_t bytes)
         q->bad = 1; /* the client refuses such calls before sending them */
         return NULL;
     }
-    return own(q, calloc(1, bytes ? (size_t)bytes : 1));
+    void *p = fgr_alloc64(bytes);
+    if (p)
+        memset(p, 0, (size_t)bytes);
+    return own(q, p);
 }
 
 CUresult fgr_out_failed(struct fgr_req *q) { return q->bad ? FGR_BAD_FRAME : CUDA_ERROR_OUT_OF_MEMORY; }

@@ -256,7 +256,8 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 				case dk == "alloc":
 					re.Kinds[name] = Kind{Name: "out"}
 					re.Alloc[name] = cnt
-				case p.Type != "CUdeviceptr":
+				case p.Type != "CUdeviceptr" && (dk != "any" || p.Type != "void *"):
+					// (any also takes a void *: a device address the call keeps, as a tensor map does)
 					return nil, nil, fmt.Errorf("%s: %s: %s is for a CUdeviceptr, not %s", where, re.Name, dk, name)
 				case (dk == "dev") != (cnt != ""):
 					return nil, nil, fmt.Errorf("%s: %s: %s: only dev takes (and needs) a size", where, re.Name, name)
@@ -288,7 +289,7 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 		}
 		if re.Disp != DispLocal {
 			for _, p := range re.Params {
-				if _, ok := re.Kinds[p.Name]; !ok && strings.HasSuffix(p.Type, "*") {
+				if _, ok := re.Kinds[p.Name]; !ok && re.Dev[p.Name].Name != "any" && strings.HasSuffix(p.Type, "*") {
 					return nil, nil, fmt.Errorf("%s: %s: pointer parameter %s needs a kind", where, re.Name, p.Name)
 				}
 				if k := re.Kinds[p.Name]; (k.Name == "in" || k.Name == "out" || k.Name == "inout") && pointee(p.Type) == "void" && k.Count == "" {
@@ -784,17 +785,17 @@ func clientStub(b *strings.Builder, e RemoteEntry, decl string) {
 		case "null":
 			fmt.Fprintf(b, "    if (%s != NULL)\n        return fgr_unsupported(-1, \"%s\", \"%s\");\n", p.Name, name, p.Name)
 		case "launchcfg":
-			fmt.Fprintf(b, "    if ((fgr_r = fgr_launchcfg_check(%s, \"%s\")) != CUDA_SUCCESS)\n        return fgr_r;\n", p.Name, name)
+			fmt.Fprintf(b, "    if ((fgr_r = fgr_launchcfg_check(%s, \"%s\")) != CUDA_SUCCESS)\n        return fgr_refused_here(\"%s\", fgr_r);\n", p.Name, name, name)
 		case "in", "out", "inout":
 			fmt.Fprintf(b, "    uint64_t n_%s = %s ? %s : 0;\n", p.Name, p.Name, bytesExpr(p, k))
 			if k.Count != "" {
 				fmt.Fprintf(b, "    if (n_%s > FGR_MAX_BUF)\n        return fgr_unsupported(-1, \"%s\", \"a buffer over the frame limit\");\n", p.Name, name)
 			}
 		case "jitopts", "libopts":
-			fmt.Fprintf(b, "    if ((fgr_r = fgr_opts_check(%s, %s, %s, %s, \"%s\")) != CUDA_SUCCESS)\n        return fgr_r;\n",
-				optionKinds[k.Name], p.Name, e.paramAfter(p.Name).Name, k.Count, name)
+			fmt.Fprintf(b, "    if ((fgr_r = fgr_opts_check(%s, %s, %s, %s, \"%s\")) != CUDA_SUCCESS)\n        return fgr_refused_here(\"%s\", fgr_r);\n",
+				optionKinds[k.Name], p.Name, e.paramAfter(p.Name).Name, k.Count, name, name)
 		case "kparams":
-			fmt.Fprintf(b, "    struct fgr_kparams fgr_kp;\n    if ((fgr_r = fgr_kparams_layout(f, %s, &fgr_kp)) != CUDA_SUCCESS)\n        return fgr_r;\n", p.Name)
+			fmt.Fprintf(b, "    struct fgr_kparams fgr_kp;\n    if ((fgr_r = fgr_kparams_layout(f, %s, &fgr_kp)) != CUDA_SUCCESS)\n        return fgr_refused_here(\"%s\", fgr_r);\n", p.Name, name)
 		case "shadow":
 			fmt.Fprintf(b, "    if (%s == NULL)\n        return CUDA_ERROR_INVALID_VALUE;\n", p.Name)
 		}
@@ -1240,7 +1241,11 @@ func serverChecks(e RemoteEntry) []check {
 		switch {
 		case !ptr && remoteHandles[p.Type]:
 			v := handleVal(p.Type, p.Name)
-			cs = append(cs, check{fmt.Sprintf("fgr_has(FGR_H_%s, %s)", p.Type, v), p.Name, v, "CUDA_ERROR_INVALID_HANDLE"})
+			bad := "CUDA_ERROR_INVALID_HANDLE"
+			if p.Type == "CUcontext" { // as the driver answers for a destroyed context
+				bad = "CUDA_ERROR_INVALID_CONTEXT"
+			}
+			cs = append(cs, check{fmt.Sprintf("fgr_has(FGR_H_%s, %s)", p.Type, v), p.Name, v, bad})
 		case !ptr && p.Type == "CUdeviceptr":
 			v := "(uint64_t)" + p.Name
 			switch k := e.Dev[p.Name]; k.Name {
