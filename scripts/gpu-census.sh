@@ -136,30 +136,7 @@ fi
 if [[ "$tritonv" == "not importable" || "$torchv" == "not importable" ]]; then
     skipped triton "Triton (with PyTorch) is not importable"
 else
-    # A fresh kernel cache for each run: both compile.
-    cat >"$WORK/triton_add.py" <<'PY'
-import os, sys, tempfile
-os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
-import torch
-import triton
-import triton.language as tl
-
-@triton.jit
-def add(x, y, out, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(out + offs, tl.load(x + offs, mask=mask) + tl.load(y + offs, mask=mask), mask=mask)
-
-n = 1 << 20
-x = torch.arange(n, device="cuda", dtype=torch.float32)
-out = torch.empty_like(x)
-add[(triton.cdiv(n, 1024),)](x, 2 * x, out, n, BLOCK=1024)
-torch.cuda.synchronize()
-ok = torch.equal(out, 3 * x)
-print("triton add:", "ok" if ok else "WRONG", float(out.sum().item()).hex())
-sys.exit(0 if ok else 1)
-PY
-    census triton 240 same_text "a Triton vector add (with PyTorch tensors), compiled afresh" python3 "$WORK/triton_add.py"
+    census triton 240 same_text "a Triton vector add (with PyTorch tensors), compiled afresh" python3 scripts/gpu/triton_add.py
 fi
 
 if [[ "$jaxv" == "not importable" ]]; then

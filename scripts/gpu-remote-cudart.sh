@@ -5,9 +5,10 @@
 # shared cudart, a cuBLAS program (with stream capture) and PyTorch training
 # (scripts/gpu/torch_train.py: losses bit for bit, and its throughput over
 # native), each natively and through flexgv serve over unix://, shm:// and
-# loopback tcp://, with a time limit; the outputs must be the same.
+# loopback tcp://, with a time limit; the outputs must be the same; then
+# Triton, torch.compile, CuPy and JAX programs the same way.
 # A PASS or FAIL line per check; exit status 1 if any failed.
-#     scripts/gpu-remote-cudart.sh [CUDA_HOME]
+#     [ONLY="NAME..."] [TRANSPORTS="unix shm tcp"] [LIMIT=SECONDS] scripts/gpu-remote-cudart.sh [CUDA_HOME]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 CUDA=${1:-${CUDA_HOME:-/usr/local/cuda}}
@@ -16,6 +17,7 @@ LIMIT=${LIMIT:-120} # seconds per program
 tmp=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
 failed=0
+wanted() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
 pass() { echo "PASS $*"; }
 fail() { echo "FAIL $*"; failed=1; }
 
@@ -38,6 +40,15 @@ env -u LD_LIBRARY_PATH "$B/bin/flexgv" serve --listen "unix://$tmp/gpu.sock" 2>"
 env -u LD_LIBRARY_PATH "$B/bin/flexgv" serve --listen tcp://127.0.0.1:7072 --open 2>"$tmp/serve-tcp.log" &
 sleep 1
 
+# The transports, all three unless TRANSPORTS names fewer.
+ADDRS=()
+for t in ${TRANSPORTS:-unix shm tcp}; do
+    case $t in
+    unix | shm) ADDRS+=("$t://$tmp/gpu.sock") ;;
+    tcp) ADDRS+=(tcp://127.0.0.1:7072) ;;
+    *) echo "TRANSPORTS: $t is none of unix, shm, tcp" >&2 && exit 2 ;;
+    esac
+done
 elapsed() { python3 -c "import time; print(f'{time.time() - $1:.2f}')"; }
 # same NAME FILTER CMD...: CMD natively, then remotely over each transport;
 # FILTER (a command over its output) must print the same. A program whose
@@ -45,6 +56,7 @@ elapsed() { python3 -c "import time; print(f'{time.time() - $1:.2f}')"; }
 same() {
     local name=$1 filter=$2 t0 native rc took
     shift 2
+    wanted "$name" || return 0
     t0=$(date +%s.%N)
     # The toolkit's runtime libraries from the path, and the driver.
     if ! LD_LIBRARY_PATH="$CUDA/lib64" timeout "$LIMIT" "$@" >"$tmp/native.out" 2>&1; then
@@ -53,7 +65,7 @@ same() {
         return
     fi
     native=$(elapsed "$t0")
-    for addr in "unix://$tmp/gpu.sock" "shm://$tmp/gpu.sock" tcp://127.0.0.1:7072; do
+    for addr in "${ADDRS[@]}"; do
         local label="$name over ${addr%%://*}://"
         t0=$(date +%s.%N)
         FLEXGV_REMOTE=$addr LD_LIBRARY_PATH="$B/remote:$CUDA/lib64" timeout "$LIMIT" "$@" >"$tmp/remote.out" 2>&1
@@ -68,11 +80,15 @@ same() {
             tail -n 8 "$tmp/remote.out" | cut -c1-300
             tail -n 3 "$tmp"/serve-*.log
             # Again, saying what the server refused and which lookups found nothing.
-            FLEXGV_REMOTE_LOG=errors FLEXGV_REMOTE=$addr LD_LIBRARY_PATH="$B/remote:$CUDA/lib64" timeout "$LIMIT" "$@" \
+            # (cuBLAS and cuBLASLt say their own failures too.)
+            CUBLAS_LOGINFO_DBG=1 CUBLAS_LOGDEST_DBG=stderr CUBLASLT_LOG_LEVEL=5 \
+                FLEXGV_REMOTE_LOG=errors FLEXGV_REMOTE=$addr LD_LIBRARY_PATH="$B/remote:$CUDA/lib64" timeout "$LIMIT" "$@" \
                 >"$tmp/logged.out" 2>&1
             echo "errors said: $(grep -c '^flexgv remote: cu' "$tmp/logged.out"), of which lookups that found" \
                 "nothing: $(grep -c '^flexgv remote: cuGetProcAddress' "$tmp/logged.out"); the other last ones, then the names looked up:"
             grep '^flexgv remote: ' "$tmp/logged.out" | grep -v cuGetProcAddress | tail -n 10
+            grep -i 'cublas' "$tmp/logged.out" | grep -iv 'api\]\|trace' | tail -n 12 | cut -c1-300
+            cp "$tmp/logged.out" "${LOGS:-$tmp}/$name-${addr%%://*}.log" 2>/dev/null
             grep '^flexgv remote: cuGetProcAddress' "$tmp/logged.out" | sed 's/.*cuGetProcAddress("\([^"]*\)".*/\1/' |
                 sort -u | tr '\n' ' ' | cut -c1-2000
             echo
@@ -102,17 +118,72 @@ if "$CUDA/bin/nvcc" -O2 -o "$tmp/cublas_capture" scripts/gpu/cublas_capture.cu -
 else
     fail "cublas: nvcc build"
 fi
-if python3 -c 'import torch' 2>/dev/null; then
+if ! wanted torch-train; then
+    :
+elif python3 -c 'import torch' 2>/dev/null; then
     same torch-train losses python3 scripts/gpu/torch_train.py 300 20
+    cp "$tmp/native.out" "$tmp/torch-native.out"
+    # The same over loopback TCP with latency added to every round trip.
+    for us in 10 50; do
+        FLEXGV_REMOTE_DELAY_US=$us FLEXGV_REMOTE=tcp://127.0.0.1:7072 LD_LIBRARY_PATH="$B/remote:$CUDA/lib64" \
+            timeout "$LIMIT" python3 scripts/gpu/torch_train.py 300 20 >"$tmp/delay.out" 2>&1
+        python3 - "$tmp/torch-native.out" "$tmp/delay.out" "$us" <<'PY'
+import json, sys
+def sps(f):
+    for line in open(f):
+        if line.startswith("{"):
+            return json.loads(line)["steps_per_s"]
+n, r = sps(sys.argv[1]), sps(sys.argv[2])
+print(f"torch-train over tcp:// with {sys.argv[3]} us added per round trip: " +
+      (f"{r:.1f} steps/s against {n:.1f} natively: {r / n:.3f}" if r else "FAILED"))
+PY
+    done
+    # Synchronous round trips per training step: two runs over shm:// that
+    # differ only in their number of steps, counted by the client.
+    for n in 100 300; do
+        FLEXGV_REMOTE_LOG=calls FLEXGV_REMOTE="shm://$tmp/gpu.sock" LD_LIBRARY_PATH="$B/remote:$CUDA/lib64" \
+            timeout "$LIMIT" python3 scripts/gpu/torch_train.py "$n" 20 >"$tmp/calls$n.out" 2>&1
+    done
+    python3 - "$tmp/calls100.out" "$tmp/calls300.out" <<'PY'
+import re, sys
+def calls(f):
+    total, by = None, {}
+    for line in open(f):
+        m = re.search(r"(\d+) round trips, (\d+) calls queued", line)
+        if m:
+            total = (int(m.group(1)), int(m.group(2)))
+        m = re.match(r"flexgv remote:\s+(\w+)\s+(\d+)\s+(\d+)$", line)
+        if m:
+            by[m.group(1)] = (int(m.group(2)), int(m.group(3)))
+    return total, by
+(a, ba), (b, bb) = calls(sys.argv[1]), calls(sys.argv[2])
+if a is None or b is None:
+    print("FAIL torch-train round trips: no count from the client")
+    sys.exit(0)
+print(f"torch-train per step over 200 more steps: {(b[0] - a[0]) / 200:.1f} round trips, {(b[1] - a[1]) / 200:.1f} calls queued")
+d = sorted(((bb[k][0] - ba.get(k, (0, 0))[0], k) for k in bb), reverse=True)
+print("  round trips per step by call: " + ", ".join(f"{k} {n / 200:.2f}" for n, k in d[:12] if n > 0))
+PY
 else
     echo "SKIP torch-train: no PyTorch here"
 fi
+# Triton, torch.compile (Inductor), CuPy and JAX: the same output.
+for prog in triton_add torch_compile cupy_check jax_check; do
+    mod=${prog%%_*}
+    [ "$mod" = torch ] && mod=torch._inductor
+    if python3 -c "import $mod" 2>/dev/null; then
+        same "$prog" whole python3 "scripts/gpu/$prog.py"
+    else
+        echo "SKIP $prog: $mod is not importable here"
+    fi
+done
 # What the words the client does not emulate yet do on the real driver
-# (informational: PyTorch, Triton and JAX call these).
+# (informational: PyTorch, Triton and JAX call the first four, CuPy's
+# cuBLAS the last).
 if gcc -std=gnu11 -O2 -Wall -Werror -I"$CUDA/include" -o "$tmp/xt_probe" scripts/gpu/xt_probe.c \
     -L"$CUDA/lib64/stubs" -lcuda; then
-    for w in 19 21 24 25; do
-        env -u LD_LIBRARY_PATH timeout 30 "$tmp/xt_probe" 69a28e9f-2449-8b47-b030-c5da330ea4e9 "$w"
+    for w in 69a28e9f-2449-8b47-b030-c5da330ea4e9:{19,21,24,25} 21318c60-9714-3248-8ca6-41ff7324c8f2:51; do
+        env -u LD_LIBRARY_PATH timeout 30 "$tmp/xt_probe" "${w%:*}" "${w#*:}"
     done
 fi
 [ $failed = 0 ] && echo "PASS remote cudart: all checks" || echo "FAIL remote cudart: see the FAIL lines above"
