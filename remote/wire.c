@@ -11,6 +11,15 @@ int fgr_reserve(struct fgr_buf *b, size_t n)
 {
     if (b->oom)
         return -1;
+    if (b->tail) { /* something follows the tail: it becomes part of p */
+        const void *t = b->tail;
+        size_t k = b->tail_len;
+        b->tail = NULL;
+        b->tail_len = 0;
+        fgr_put_bytes(b, t, k);
+        if (b->oom)
+            return -1;
+    }
     if (n > FGR_MAX_FRAME || b->len + n > (size_t)FGR_MAX_FRAME + 4) {
         b->oom = 1;
         return -1;
@@ -61,7 +70,23 @@ void fgr_put_buf(struct fgr_buf *b, const void *p, uint64_t n)
         b->oom = 1;
         return;
     }
+    if (b->by_ref && n >= FGR_BY_REF_MIN && !b->oom) {
+        if (b->len + n > (size_t)FGR_MAX_FRAME + 4) {
+            b->oom = 1;
+            return;
+        }
+        b->tail = p;
+        b->tail_len = (size_t)n;
+        return;
+    }
     fgr_put_bytes(b, p, (size_t)n);
+}
+
+int fgr_buf_write(const struct fgr_buf *b, int (*write)(const void *, size_t))
+{
+    if (write(b->p, b->len))
+        return -1;
+    return b->tail ? write(b->tail, b->tail_len) : 0;
 }
 
 void fgr_put_str(struct fgr_buf *b, const char *s)
@@ -71,7 +96,7 @@ void fgr_put_str(struct fgr_buf *b, const char *s)
 
 void fgr_finish_frame(struct fgr_buf *b)
 {
-    uint32_t n = (uint32_t)(b->len - 4);
+    uint32_t n = (uint32_t)(b->len - 4 + b->tail_len);
     for (int i = 0; i < 4; i++)
         b->p[i] = (uint8_t)(n >> (8 * i));
 }

@@ -58,12 +58,18 @@ static inline int fgr_is_shadow(uint64_t v) { return (v & FGR_SHADOW_MASK) == FG
 /* Device attributes cached at the handshake: 1 .. FGR_NATTR-1. */
 #define FGR_NATTR 256
 
-/* A growing frame being written. */
+/* A growing frame being written. With by_ref, the first large buffer put
+ * (FGR_BY_REF_MIN bytes or more) is not copied: it stays the caller's, as
+ * the frame's tail, written after p[0..len) (fgr_buf_write), and is copied
+ * in only if something is put after it. */
 struct fgr_buf {
     uint8_t *p;
     size_t len, cap;
-    int oom;
+    int oom, by_ref;
+    const void *tail;
+    size_t tail_len;
 };
+#define FGR_BY_REF_MIN (64u << 10)
 
 int fgr_reserve(struct fgr_buf *b, size_t n);
 void fgr_put_bytes(struct fgr_buf *b, const void *p, size_t n);
@@ -73,6 +79,8 @@ void fgr_put_u32(struct fgr_buf *b, uint32_t v);
 void fgr_put_u64(struct fgr_buf *b, uint64_t v);
 /* u8 present; when present, u64 n and n bytes. */
 void fgr_put_buf(struct fgr_buf *b, const void *p, uint64_t n);
+/* Writes a finished frame, its tail after it, with write (0, or -1). */
+int fgr_buf_write(const struct fgr_buf *b, int (*write)(const void *, size_t));
 /* A string with its NUL, as a buffer. */
 void fgr_put_str(struct fgr_buf *b, const char *s);
 /* Patches the frame's leading length word. */

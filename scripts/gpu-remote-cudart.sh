@@ -118,13 +118,27 @@ if "$CUDA/bin/nvcc" -O2 -o "$tmp/cublas_capture" scripts/gpu/cublas_capture.cu -
 else
     fail "cublas: nvcc build"
 fi
-if ! wanted torch-train; then
+if ! wanted torch-train && ! wanted torch-trips; then
     :
 elif python3 -c 'import torch' 2>/dev/null; then
     same torch-train losses python3 scripts/gpu/torch_train.py 300 20
-    cp "$tmp/native.out" "$tmp/torch-native.out"
-    # The same over loopback TCP with latency added to every round trip.
-    for us in 10 50; do
+    cp "$tmp/native.out" "$tmp/torch-native.out" 2>/dev/null
+    # Synchronous round trips per training step, from two runs that differ
+    # only in their number of steps: natively (flexgv trace), then over
+    # shm:// counted by the client (torch-trips).
+    wanted torch-trips && for n in 100 300; do
+        LD_LIBRARY_PATH="$CUDA/lib64" timeout "$LIMIT" "$B/bin/flexgv" trace --json -o "$tmp/native$n.json" -- \
+            python3 scripts/gpu/torch_train.py "$n" 20 >/dev/null 2>&1
+    done
+    wanted torch-trips && python3 - "$tmp/native100.json" "$tmp/native300.json" <<'PY'
+import json, sys
+a, b = ({x["name"]: x["calls"] for x in json.load(open(f))["apis"]} for f in sys.argv[1:])
+d = sorted(((b[k] - a.get(k, 0)) / 200, k) for k in b)
+syncs = [f"{k} {n:.2f}" for n, k in reversed(d) if n > 0 and ("Synchronize" in k or "DtoH" in k or "Query" in k)]
+print("torch-train natively, per step: " + (", ".join(syncs) or "no synchronizing call"))
+PY
+    # Training over loopback TCP with latency added to every round trip.
+    wanted torch-train && for us in 10 50; do
         FLEXGV_REMOTE_DELAY_US=$us FLEXGV_REMOTE=tcp://127.0.0.1:7072 LD_LIBRARY_PATH="$B/remote:$CUDA/lib64" \
             timeout "$LIMIT" python3 scripts/gpu/torch_train.py 300 20 >"$tmp/delay.out" 2>&1
         python3 - "$tmp/torch-native.out" "$tmp/delay.out" "$us" <<'PY'
@@ -138,13 +152,11 @@ print(f"torch-train over tcp:// with {sys.argv[3]} us added per round trip: " +
       (f"{r:.1f} steps/s against {n:.1f} natively: {r / n:.3f}" if r else "FAILED"))
 PY
     done
-    # Synchronous round trips per training step: two runs over shm:// that
-    # differ only in their number of steps, counted by the client.
-    for n in 100 300; do
+    wanted torch-trips && for n in 100 300; do
         FLEXGV_REMOTE_LOG=calls FLEXGV_REMOTE="shm://$tmp/gpu.sock" LD_LIBRARY_PATH="$B/remote:$CUDA/lib64" \
             timeout "$LIMIT" python3 scripts/gpu/torch_train.py "$n" 20 >"$tmp/calls$n.out" 2>&1
     done
-    python3 - "$tmp/calls100.out" "$tmp/calls300.out" <<'PY'
+    wanted torch-trips && python3 - "$tmp/calls100.out" "$tmp/calls300.out" <<'PY'
 import re, sys
 def calls(f):
     total, by = None, {}
@@ -166,6 +178,28 @@ print("  round trips per step by call: " + ", ".join(f"{k} {n / 200:.2f}" for n,
 PY
 else
     echo "SKIP torch-train: no PyTorch here"
+fi
+# Host-to-device bandwidth through PyTorch, remote over native.
+if wanted h2d && python3 -c 'import torch' 2>/dev/null; then
+    LD_LIBRARY_PATH="$CUDA/lib64" timeout "$LIMIT" python3 scripts/gpu/h2d_bandwidth.py >"$tmp/bw-native.out" 2>&1
+    for addr in "${ADDRS[@]}"; do
+        FLEXGV_REMOTE=$addr LD_LIBRARY_PATH="$B/remote:$CUDA/lib64" timeout "$LIMIT" \
+            python3 scripts/gpu/h2d_bandwidth.py >"$tmp/bw.out" 2>&1
+        python3 - "$tmp/bw-native.out" "$tmp/bw.out" "${addr%%://*}" <<'PY'
+import json, sys
+def bw(f):
+    for line in open(f):
+        if line.startswith("{"):
+            return json.loads(line)
+    return None
+n, r = bw(sys.argv[1]), bw(sys.argv[2])
+if not n or not r:
+    print(f"FAIL h2d over {sys.argv[3]}://: no figure (native {n}, remote {r})")
+else:
+    print(f"h2d over {sys.argv[3]}://: " + ", ".join(
+        f"{k[:-5]} {r[k]:.2f} GB/s against {n[k]:.2f} natively: {r[k] / n[k]:.3f}" for k in n))
+PY
+    done
 fi
 # Triton, torch.compile (Inductor), CuPy and JAX: the same output.
 for prog in triton_add torch_compile cupy_check jax_check; do

@@ -60,6 +60,8 @@ static int conn_write(int fd, const void *p, size_t n)
     return conn_tls ? fgr_tls_write_all(conn_tls, p, n) : fgr_write_all(fd, p, n);
 }
 
+static int write_conn(const void *p, size_t n) { return conn_write(conn_fd, p, n); }
+
 static int conn_read(int fd, void *p, size_t n)
 {
     if (conn_ring.m)
@@ -239,8 +241,7 @@ static long read_token(char *tok, size_t cap)
 static CUresult authenticate(int fd, char *tok, size_t cap, long n)
 {
     struct fgr_buf *w = &conn_w;
-    w->len = 0;
-    w->oom = 0;
+    *w = (struct fgr_buf){w->p, 0, w->cap, 0, 0, NULL, 0}; /* copied in: written with conn_write */
     fgr_put_u32(w, 0);
     fgr_put_u32(w, FGR_AUTH_MAGIC);
     fgr_put_u32(w, FGR_PROTO_VERSION);
@@ -275,8 +276,7 @@ static CUresult authenticate(int fd, char *tok, size_t cap, long n)
 static CUresult hello(int fd, uint32_t transport)
 {
     struct fgr_buf *w = &conn_w;
-    w->len = 0;
-    w->oom = 0;
+    *w = (struct fgr_buf){w->p, 0, w->cap, 0, 0, NULL, 0}; /* copied in: written with conn_write */
     fgr_put_u32(w, 0);
     fgr_put_u16(w, FGR_OP_HELLO);
     fgr_put_u16(w, 0);
@@ -587,6 +587,9 @@ CUresult fgr_begin(struct fgr_call *c, int op, int queued)
     c->w = conn_w;
     c->w.len = 0;
     c->w.oom = 0;
+    c->w.by_ref = 1; /* written before the call returns: the caller's bytes need no copy */
+    c->w.tail = NULL;
+    c->w.tail_len = 0;
     fgr_put_u32(&c->w, 0);
     fgr_put_u16(&c->w, (uint16_t)op);
     fgr_put_u16(&c->w, queued ? FGR_FLAG_QUEUED : 0);
@@ -610,7 +613,7 @@ CUresult fgr_send(struct fgr_call *c)
         r = CUDA_ERROR_OUT_OF_MEMORY;
     } else {
         fgr_finish_frame(&c->w);
-        if (conn_write(conn_fd, c->w.p, c->w.len))
+        if (fgr_buf_write(&c->w, write_conn))
             r = lost("sending a call", errno);
         count_call(c->op, 0);
     }
@@ -627,7 +630,7 @@ CUresult fgr_roundtrip(struct fgr_call *c)
     }
     fgr_finish_frame(&c->w);
     count_call(c->op, 1);
-    if (conn_write(conn_fd, c->w.p, c->w.len)) {
+    if (fgr_buf_write(&c->w, write_conn)) {
         r = lost("sending a call", errno);
         release(c);
         return r;

@@ -31,11 +31,18 @@ static void *own(struct fgr_req *q, void *p)
     return p;
 }
 
-/* A copy of a caller's object, aligned as the most demanding one the driver
- * takes (a tensor map: 64 bytes). */
-static void *fgr_alloc64(uint64_t n)
+/* Room for a caller's object, zeroed: small ones aligned as the most
+ * demanding object the driver takes (a tensor map: 64 bytes); large ones
+ * (copies' bytes) from calloc, whose fresh pages need no zeroing. */
+#define SMALL_OBJECT 4096
+static void *fgr_zalloc(uint64_t n)
 {
-    return aligned_alloc(64, ((size_t)n + 63) / 64 * 64 + (n == 0) * 64);
+    if (n > SMALL_OBJECT)
+        return calloc(1, (size_t)n);
+    void *p = aligned_alloc(64, SMALL_OBJECT);
+    if (p)
+        memset(p, 0, (size_t)n);
+    return p;
 }
 
 void *fgr_get_buf(struct fgr_rd *rd, struct fgr_req *q, uint64_t bytes, int aligned)
@@ -52,7 +59,7 @@ void *fgr_get_buf(struct fgr_rd *rd, struct fgr_req *q, uint64_t bytes, int alig
         return NULL;
     if (!aligned)
         return (void *)p;
-    void *c = own(q, fgr_alloc64(n));
+    void *c = own(q, n > SMALL_OBJECT ? malloc((size_t)n) : aligned_alloc(64, SMALL_OBJECT));
     if (c)
         memcpy(c, p, (size_t)n);
     return c;
@@ -203,10 +210,7 @@ void *fgr_out(struct fgr_req *q, uint64_t bytes)
         q->bad = 1; /* the client refuses such calls before sending them */
         return NULL;
     }
-    void *p = fgr_alloc64(bytes);
-    if (p)
-        memset(p, 0, (size_t)bytes);
-    return own(q, p);
+    return own(q, fgr_zalloc(bytes));
 }
 
 CUresult fgr_out_failed(struct fgr_req *q) { return q->bad ? FGR_BAD_FRAME : CUDA_ERROR_OUT_OF_MEMORY; }

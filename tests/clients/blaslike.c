@@ -146,6 +146,26 @@ static void kernels(void)
     printf("library with an option and no values: %s\n", result_name(r));
     if (r)
         exit(1);
+    /* A large image (its bytes travel by reference) with options after it. */
+    size_t big = 100 << 10;
+    char *image = malloc(big);
+    if (!image)
+        exit(1);
+    memset(image, '#', big);
+    memcpy(image, SIM_MODULE, strlen(SIM_MODULE));
+    image[strlen(SIM_MODULE)] = '#';
+    memcpy(image + big - 32, "\nkernel last 1\n", 16);
+    image[big - 16] = 0;
+    CUjit_option level[] = {(CUjit_option)7};
+    void *three[] = {(void *)3};
+    CUlibrary biglib;
+    CUkernel last;
+    r = cuLibraryLoadData(&biglib, image, level, three, 1, NULL, NULL, 0);
+    CUresult r2 = r ? r : cuLibraryGetKernel(&last, biglib, "last");
+    printf("a 100 KiB library with an option after it: %s %s\n", result_name(r), result_name(r2));
+    if (r == CUDA_SUCCESS)
+        CHECK(cuLibraryUnload(biglib));
+    free(image);
     CUkernel k;
     CHECK(cuLibraryGetKernel(&k, lib, "vecadd"));
     r = cuKernelGetLibrary(&owner, k);
