@@ -60,8 +60,8 @@ $(BUILD)/bin/flexgv: $(GO_SRC) FORCE
 # Remote GPUs: the client libcuda.so.1 a program loads instead of the
 # driver, and the executor flexgv serve starts per connection.
 REMOTE_HDRS   := $(wildcard remote/*.h remote/client/*.h remote/executor/*.h) $(HDRS)
-REMOTE_CLIENT := remote/wire.c remote/ring.c $(wildcard remote/client/*.c)
-REMOTE_EXEC   := remote/wire.c remote/ring.c $(wildcard remote/executor/*.c)
+REMOTE_CLIENT := remote/wire.c remote/ring.c remote/sha256.c $(wildcard remote/client/*.c)
+REMOTE_EXEC   := remote/wire.c remote/ring.c remote/sha256.c $(wildcard remote/executor/*.c)
 remote: $(BUILD)/remote/libcuda.so.1 $(BUILD)/remote/libnvidia-ml.so.1 $(BUILD)/remote/flexgv-executor
 
 $(BUILD)/remote/libcuda.so.1: $(REMOTE_CLIENT) $(REMOTE_HDRS)

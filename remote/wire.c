@@ -154,6 +154,8 @@ int fgr_write_all(int fd, const void *p, size_t n)
     const uint8_t *c = p;
     while (n > 0) {
         ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == ENOTSOCK) /* a file */
+            w = write(fd, c, n);
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)

@@ -30,7 +30,15 @@
 
 #include "flexgv/cuda_types.h"
 
-#define FGR_PROTO_VERSION 4u /* 4: launch configurations carry their attributes */
+#define FGR_PROTO_VERSION 5u /* 5: module images by hash; the handshake lists those kept */
+/* A module image on the wire: u8 form, then for INLINE and KEEP a buffer
+ * (u8 present, u64 n, n bytes), for BY_HASH its SHA-256 and u64 n. KEEP
+ * asks the server to keep it (a client across a network does, for images
+ * of FGR_KEEP_IMAGE_MIN bytes or more); BY_HASH names one the handshake
+ * listed as kept (at most FGR_MAX_KEPT_IMAGES are listed). */
+enum { FGR_IMAGE_ABSENT, FGR_IMAGE_INLINE, FGR_IMAGE_KEEP, FGR_IMAGE_BY_HASH };
+#define FGR_KEEP_IMAGE_MIN (64u << 10)
+#define FGR_MAX_KEPT_IMAGES 65536u
 #define FGR_MAGIC 0x4d524746u      /* "FGRM" */
 #define FGR_AUTH_MAGIC 0x41524746u /* "FGRA" */
 /* A token's length in bytes. */
@@ -102,8 +110,8 @@ const void *fgr_get_bytes(struct fgr_rd *r, uint64_t n);
 const char *fgr_get_cstr(struct fgr_rd *r);
 static inline int fgr_rd_done(const struct fgr_rd *r) { return !r->bad && r->left == 0; }
 
-/* Whole-buffer socket I/O, restarted on EINTR, never raising SIGPIPE:
- * 0, or -1 with errno (0 for the peer's orderly close). */
+/* Whole-buffer socket I/O (files too), restarted on EINTR, never raising
+ * SIGPIPE: 0, or -1 with errno (0 for the peer's orderly close). */
 int fgr_write_all(int fd, const void *p, size_t n);
 int fgr_read_all(int fd, void *p, size_t n);
 

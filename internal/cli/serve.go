@@ -20,7 +20,7 @@ import (
 )
 
 func newServe(g *globals, stderr io.Writer) *cobra.Command {
-	var listen, gpus, tlsCert, tlsKey, tenantDir string
+	var listen, gpus, tlsCert, tlsKey, tenantDir, moduleCache string
 	var open bool
 	var tenants serveTenants
 	c := &cobra.Command{
@@ -95,7 +95,12 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 					return usageError{fmt.Errorf("flexgv serve: --driver %s: no such file", g.driver)}
 				}
 			}
-			s := &remote.Server{Executor: exe, Driver: driver, GPUs: visible, Env: executorEnv(visible != ""), TLS: tlsConfig, Log: stderr}
+			cache, err := moduleCacheDir(moduleCache)
+			if err != nil {
+				return usageError{fmt.Errorf("flexgv serve: --module-cache: %w", err)}
+			}
+			s := &remote.Server{Executor: exe, Driver: driver, GPUs: visible, Env: executorEnv(visible != ""), TLS: tlsConfig, Log: stderr,
+				ModuleCache: cache}
 			if len(tenants) > 0 {
 				release, err := tenants.acquire(g.shim, driver, s)
 				if err != nil {
@@ -156,6 +161,7 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 	c.Flags().StringVar(&tlsCert, "tls-cert", "", "with --listen tls://: the server's certificate chain (PEM)")
 	c.Flags().StringVar(&tlsKey, "tls-key", "", "with --listen tls://: the certificate's private key (PEM)")
 	c.Flags().StringVar(&tenantDir, "tenant-dir", "", "admit the tenants whose token files NAME.token are in this folder when a client connects (tenant NAME must exist)")
+	c.Flags().StringVar(&moduleCache, "module-cache", "", "where to keep module images that clients across a network send, by SHA-256, a folder per tenant, so that they are sent once (default: the user's cache folder, flexgv/modules; off: keep none)")
 	c.Flags().BoolVar(&open, "open", false, "serve anyone who can connect, without tenants or limits (needed for TCP without --tenant)")
 	tenants.register(c)
 	return c
@@ -278,6 +284,26 @@ func (ts serveTenants) acquire(shimFlag, driver string, s *remote.Server) (func(
 // FLEXGV_ON_ERROR (a tenant's executor whose tenant file cannot be used is
 // refused CUDA: remote limits never fail open), and without
 // CUDA_VISIBLE_DEVICES when --gpus replaces it.
+// moduleCacheDir is the folder flag names, the user's cache folder's
+// flexgv/modules when it is empty, "" for off; made (mode 0700).
+func moduleCacheDir(flag string) (string, error) {
+	if flag == "off" {
+		return "", nil
+	}
+	dir := flag
+	if dir == "" {
+		base, err := os.UserCacheDir()
+		if err != nil {
+			return "", fmt.Errorf("%v (give a folder, or off)", err)
+		}
+		dir = filepath.Join(base, "flexgv", "modules")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	return filepath.Abs(dir)
+}
+
 func executorEnv(gpus bool) []string {
 	var out []string
 	for _, kv := range os.Environ() {

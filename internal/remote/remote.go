@@ -152,13 +152,33 @@ func peerName(c net.Conn) string {
 	return "local"
 }
 
+// moduleCache is the folder t's executors keep module images in, made
+// (mode 0700) if need be; "" when none is kept or it cannot be made (said).
+func (s *Server) moduleCache(t *Tenant) string {
+	if s.ModuleCache == "" {
+		return ""
+	}
+	dir := filepath.Join(s.ModuleCache, "open")
+	if t != nil {
+		dir = filepath.Join(s.ModuleCache, "tenant-"+t.Name)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		s.logf("module images are not kept: %v", err)
+		return ""
+	}
+	return dir
+}
+
 // Server authenticates connections and hands them to executors.
 type Server struct {
-	Executor string    // path of flexgv-executor
-	Driver   string    // CUDA driver the executors load ("" for libcuda.so.1)
-	GPUs     string    // CUDA_VISIBLE_DEVICES for the executors ("" for all)
-	Env      []string  // the executors' environment
-	Tenants  []*Tenant // who may connect; none (and no Lookup): anyone who can reach the socket
+	Executor string   // path of flexgv-executor
+	Driver   string   // CUDA driver the executors load ("" for libcuda.so.1)
+	GPUs     string   // CUDA_VISIBLE_DEVICES for the executors ("" for all)
+	Env      []string // the executors' environment
+	// ModuleCache, when set, is where executors keep module images by
+	// hash: a folder per tenant ("open" for clients without one).
+	ModuleCache string
+	Tenants     []*Tenant // who may connect; none (and no Lookup): anyone who can reach the socket
 	// Lookup, when set, finds the tenant of a token hash none of Tenants
 	// has (TenantDir.Lookup): nil if none; an error refuses the client.
 	Lookup func(h [32]byte) (*Tenant, error)
@@ -258,6 +278,9 @@ func (s *Server) start(ctx context.Context, c net.Conn) {
 	args := []string{"--fd", "3", "--peer", peer}
 	if s.Driver != "" {
 		args = append(args, "--driver", s.Driver)
+	}
+	if dir := s.moduleCache(t); dir != "" {
+		args = append(args, "--module-cache", dir)
 	}
 	cmd := exec.Command(s.Executor, args...)
 	cmd.ExtraFiles = []*os.File{f}

@@ -73,6 +73,8 @@ struct fgr_server {
         int code;
         char *name, *desc;
     } *err;
+    uint8_t (*kept)[32]; /* module images it keeps, by SHA-256, sorted */
+    uint32_t nkept;
 };
 /* TLS over a connected socket to host (tls.c): the session, or NULL having
  * said why (addr names the server). Whole-buffer I/O as fgr_read_all and
@@ -86,6 +88,10 @@ void fgr_tls_free(void *s);
 CUresult fgr_connect(void);
 extern struct fgr_server fgr_srv;
 extern int fgr_initialized;
+/* Whether large module images are sent to be kept by the server (a
+ * connection across a network), and whether it keeps one. */
+extern int fgr_keep_images;
+int fgr_image_is_kept(const uint8_t h[32]);
 
 /* The calling thread's current context (top of its stack), or NULL. */
 CUcontext fgr_current(void);

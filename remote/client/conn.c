@@ -31,6 +31,7 @@ static size_t conn_rcap;
 
 struct fgr_server fgr_srv;
 int fgr_initialized;
+int fgr_keep_images;
 
 /* What programs get once the server is gone: the device is unavailable. */
 #define LOST CUDA_ERROR_DEVICE_UNAVAILABLE
@@ -236,6 +237,8 @@ static long read_token(char *tok, size_t cap)
     return (long)n;
 }
 
+static int kept_cmp(const void *a, const void *b) { return memcmp(a, b, 32); }
+
 /* Authentication: the token, answered by the server before an executor
  * is started for this connection. */
 static CUresult authenticate(int fd, char *tok, size_t cap, long n)
@@ -336,11 +339,23 @@ static CUresult hello(int fd, uint32_t transport)
         s.err[i].name = nm ? strdup(nm) : NULL;
         s.err[i].desc = ds ? strdup(ds) : NULL;
     }
-    int ok = s.dev && s.err && fgr_rd_done(&r);
+    /* The module images the server keeps, by hash, sorted for lookups. */
+    uint32_t nkept = fgr_get_u32(&r);
+    if (nkept > FGR_MAX_KEPT_IMAGES)
+        r.bad = 1;
+    s.nkept = r.bad ? 0 : nkept;
+    s.kept = malloc(s.nkept ? (size_t)s.nkept * 32 : 1);
+    const void *kept = s.kept ? fgr_get_bytes(&r, (size_t)s.nkept * 32) : NULL;
+    if (kept) {
+        memcpy(s.kept, kept, (size_t)s.nkept * 32);
+        qsort(s.kept, s.nkept, 32, kept_cmp);
+    }
+    int ok = s.dev && s.err && s.kept && fgr_rd_done(&r);
     free(body);
     if (!ok) {
         fgr_say("malformed handshake reply from %s", address());
         free(s.dev);
+        free(s.kept);
         for (int i = 0; s.err && i < s.nerr; i++) {
             free(s.err[i].name);
             free(s.err[i].desc);
@@ -354,8 +369,16 @@ static CUresult hello(int fd, uint32_t transport)
         free(fgr_srv.err[i].desc);
     }
     free(fgr_srv.err);
+    free(fgr_srv.kept);
     fgr_srv = s;
     return CUDA_SUCCESS;
+}
+
+/* Whether the server listed the image of this hash as kept; called with
+ * conn_lock held (a call being encoded). */
+int fgr_image_is_kept(const uint8_t h[32])
+{
+    return fgr_srv.kept && bsearch(h, fgr_srv.kept, fgr_srv.nkept, 32, kept_cmp) != NULL;
 }
 
 /* Called with conn_lock held. */
@@ -516,6 +539,8 @@ static CUresult connect_locked(void)
     }
     char host[256];
     int tls = !strncmp(a, "tls://", 6), shm = !strncmp(a, "shm://", 6);
+    /* Across a network, large module images are kept by the server. */
+    fgr_keep_images = tls || !strncmp(a, "tcp://", 6);
     if (!strncmp(a, "unix://", 7)) {
         fd = dial_unix(a + 7);
     } else if (shm) {

@@ -2,6 +2,7 @@
  * bookkeeping around the wrap ones, and the argument encoders that need
  * client state. */
 #include "client.h"
+#include "../sha256.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -395,10 +396,27 @@ void fgr_put_image(struct fgr_buf *w, const void *image)
 {
     if (image && ((const struct fatbin_wrapper *)image)->magic == FATBIN_WRAPPER_MAGIC)
         image = ((const struct fatbin_wrapper *)image)->data;
+    if (!image) {
+        fgr_put_u8(w, FGR_IMAGE_ABSENT);
+        return;
+    }
     /* An image whose size cannot be told goes as an empty one: the
      * executor answers CUDA_ERROR_INVALID_IMAGE. */
     uint64_t n = fgr_image_size(image, FGR_MAX_BUF);
-    fgr_put_buf(w, image ? (n ? image : "") : NULL, n);
+    if (fgr_keep_images && n >= FGR_KEEP_IMAGE_MIN) {
+        uint8_t h[32];
+        fgr_sha256(image, (size_t)n, h);
+        if (fgr_image_is_kept(h)) {
+            fgr_put_u8(w, FGR_IMAGE_BY_HASH);
+            fgr_put_bytes(w, h, 32);
+            fgr_put_u64(w, n);
+            return;
+        }
+        fgr_put_u8(w, FGR_IMAGE_KEEP);
+    } else {
+        fgr_put_u8(w, FGR_IMAGE_INLINE);
+    }
+    fgr_put_buf(w, n ? image : "", n);
 }
 
 CUresult fgr_launchcfg_check(const CUlaunchConfig *c, const char *name)

@@ -49,6 +49,17 @@ extern void *fgr_real[FGR_NUM_OPS];
 void *fgr_get_buf(struct fgr_rd *rd, struct fgr_req *q, uint64_t bytes, int aligned);
 char *fgr_get_str(struct fgr_rd *rd);
 void *fgr_get_image(struct fgr_rd *rd, struct fgr_req *q);
+/* p, freed when the request is done (NULL stays NULL). */
+void *fgr_own(struct fgr_req *q, void *p);
+/* Module images kept by hash (images.c): where (NULL: none kept), the
+ * handshake's list, keeping one, and one the client named by its hash
+ * (NULL, said, when it is not kept). */
+void fgr_images_dir(const char *dir);
+void fgr_images_hello(struct fgr_buf *w);
+void fgr_image_keep(const void *p, uint64_t n);
+void *fgr_image_kept(const uint8_t h[32], uint64_t n, struct fgr_req *q);
+/* A line on stderr, naming the executor and its client. */
+void fgr_logf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void **fgr_get_kparams(struct fgr_rd *rd, struct fgr_req *q);
 CUlaunchConfig *fgr_get_launchcfg(struct fgr_rd *rd, struct fgr_req *q);
 /* Whether every event a launch configuration's attributes name is the connection's. */

@@ -1,4 +1,4 @@
-/* flexgv-executor --fd N [--driver PATH] [--peer NAME]
+/* flexgv-executor --fd N [--driver PATH] [--peer NAME] [--module-cache DIR]
  * Serves one client connection (inherited as descriptor N) with the real
  * driver: the handshake, then one call per frame until the client goes.
  * A malformed frame ends the connection with a log line saying why; the
@@ -33,16 +33,6 @@ static struct {
     CUresult (*export_table)(const void **, const CUuuid *);
 } drv;
 
-static void logf_(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "flexgv-executor[%d] %s: ", (int)getpid(), fgr_peer);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
-
 /* Ends the connection because of what the client sent. */
 __attribute__((noreturn)) static void reject(const char *fmt, ...)
 {
@@ -51,7 +41,7 @@ __attribute__((noreturn)) static void reject(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    logf_("closing the connection: %s", msg);
+    fgr_logf("closing the connection: %s", msg);
     exit(3);
 }
 
@@ -96,7 +86,7 @@ static int hello(struct fgr_rd *rd, struct fgr_buf *w, uint32_t *transport)
                  "%zu-byte pointers): use a client and server of the same FlexGV build",
                  proto, (unsigned long long)hash, ptr, FGR_PROTO_VERSION, (unsigned long long)FGR_OPS_HASH,
                  sizeof(void *));
-        logf_("refusing the client: %s", msg);
+        fgr_logf("refusing the client: %s", msg);
         refuse(w, CUDA_ERROR_NOT_SUPPORTED, msg);
         return 1;
     }
@@ -108,7 +98,7 @@ static int hello(struct fgr_rd *rd, struct fgr_buf *w, uint32_t *transport)
         r = drv.count(&ndev);
     if (r != CUDA_SUCCESS) {
         snprintf(msg, sizeof msg, "the server's driver does not start: error %d", (int)r);
-        logf_("%s", msg);
+        fgr_logf("%s", msg);
         refuse(w, r, msg);
         return 1;
     }
@@ -143,6 +133,7 @@ static int hello(struct fgr_rd *rd, struct fgr_buf *w, uint32_t *transport)
         fgr_put_str(w, nm);
         fgr_put_str(w, ds);
     }
+    fgr_images_hello(w);
     return 0;
 }
 
@@ -158,7 +149,7 @@ static CUresult make_current(CUcontext want)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: flexgv-executor --fd N [--driver PATH] [--peer NAME]\n");
+    fprintf(stderr, "usage: flexgv-executor --fd N [--driver PATH] [--peer NAME] [--module-cache DIR]\n");
     exit(2);
 }
 
@@ -173,6 +164,8 @@ int main(int argc, char **argv)
             driver = argv[++i];
         else if (!strcmp(argv[i], "--peer") && i + 1 < argc)
             fgr_peer = argv[++i];
+        else if (!strcmp(argv[i], "--module-cache") && i + 1 < argc)
+            fgr_images_dir(argv[++i]);
         else
             usage();
     }
@@ -186,7 +179,7 @@ int main(int argc, char **argv)
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &hello_wait, sizeof hello_wait);
     void *h = dlopen(driver, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
-        logf_("cannot load the CUDA driver %s: %s", driver, dlerror());
+        fgr_logf("cannot load the CUDA driver %s: %s", driver, dlerror());
         return 1;
     }
 #define SYM(field, name) *(void **)&drv.field = dlsym(h, name)
@@ -208,7 +201,7 @@ int main(int argc, char **argv)
     SYM(export_table, "cuGetExportTable");
 #undef SYM
     if (!drv.init || !drv.version || !drv.count || !drv.name || !drv.uuid || !drv.attr || !drv.getcur || !drv.setcur) {
-        logf_("%s is not a CUDA driver (entry points missing)", driver);
+        fgr_logf("%s is not a CUDA driver (entry points missing)", driver);
         return 1;
     }
     for (int op = 1; op < FGR_NUM_OPS; op++)
@@ -238,7 +231,7 @@ int main(int argc, char **argv)
             if (ring.m && errno == EPROTO)
                 reject("the shared memory's ring indices are impossible");
             if (errno)
-                logf_("connection ended: %s", strerror(errno));
+                fgr_logf("connection ended: %s", strerror(errno));
             return 0; /* the client is gone */
         }
         uint32_t n = (uint32_t)lenb[0] | (uint32_t)lenb[1] << 8 | (uint32_t)lenb[2] << 16 | (uint32_t)lenb[3] << 24;

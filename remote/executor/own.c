@@ -7,6 +7,7 @@
  * it too, as the driver frees it. */
 #include "executor.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,6 +205,16 @@ void fgr_mem_add_found(uint64_t p, int okind, uint64_t owner)
 }
 
 static int refusals;
+
+void fgr_logf(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "flexgv-executor[%d] %s: ", (int)getpid(), fgr_peer);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
 
 CUresult fgr_refuse(const char *call, const char *param, uint64_t v, CUresult r)
 {

@@ -10,7 +10,7 @@
 void *fgr_real[FGR_NUM_OPS];
 struct fgr_drv fgr_drv;
 
-static void *own(struct fgr_req *q, void *p)
+void *fgr_own(struct fgr_req *q, void *p)
 {
     if (!p) {
         q->oom = 1;
@@ -59,7 +59,7 @@ void *fgr_get_buf(struct fgr_rd *rd, struct fgr_req *q, uint64_t bytes, int alig
         return NULL;
     if (!aligned)
         return (void *)p;
-    void *c = own(q, n > SMALL_OBJECT ? malloc((size_t)n) : aligned_alloc(64, SMALL_OBJECT));
+    void *c = fgr_own(q, n > SMALL_OBJECT ? malloc((size_t)n) : aligned_alloc(64, SMALL_OBJECT));
     if (c)
         memcpy(c, p, (size_t)n);
     return c;
@@ -78,17 +78,42 @@ char *fgr_get_str(struct fgr_rd *rd)
 void *fgr_get_image(struct fgr_rd *rd, struct fgr_req *q)
 {
     static char empty[1];
-    if (!fgr_get_u8(rd))
+    unsigned form = fgr_get_u8(rd);
+    uint64_t n;
+    const void *p;
+    switch (form) {
+    case FGR_IMAGE_ABSENT:
         return NULL;
-    uint64_t n = fgr_get_u64(rd);
-    const void *p = fgr_get_bytes(rd, n);
+    case FGR_IMAGE_INLINE:
+    case FGR_IMAGE_KEEP:
+        if (!fgr_get_u8(rd)) {
+            rd->bad = 1;
+            return NULL;
+        }
+        n = fgr_get_u64(rd);
+        p = fgr_get_bytes(rd, n);
+        break;
+    case FGR_IMAGE_BY_HASH: {
+        const uint8_t *h = fgr_get_bytes(rd, 32);
+        n = fgr_get_u64(rd);
+        p = h && !rd->bad ? fgr_image_kept(h, n, q) : NULL;
+        break;
+    }
+    default:
+        rd->bad = 1;
+        return NULL;
+    }
     if (!p || n == 0)
         return empty;
     /* The driver reads the image by its own headers: they must say
      * exactly what was sent, or it would read past it. */
     if (fgr_image_size(p, n) != n)
         return empty;
-    void *c = own(q, malloc((size_t)n));
+    if (form == FGR_IMAGE_KEEP)
+        fgr_image_keep(p, n);
+    if (form == FGR_IMAGE_BY_HASH)
+        return (void *)p; /* already the request's */
+    void *c = fgr_own(q, malloc((size_t)n));
     if (c)
         memcpy(c, p, (size_t)n);
     return c;
@@ -103,9 +128,9 @@ void **fgr_get_kparams(struct fgr_rd *rd, struct fgr_req *q)
         rd->bad = 1;
         return NULL;
     }
-    void **v = own(q, calloc(n ? n : 1, sizeof *v));
+    void **v = fgr_own(q, calloc(n ? n : 1, sizeof *v));
     /* Each parameter 16-byte aligned, as the driver may read it in place. */
-    uint8_t *store = own(q, aligned_alloc(16, FGR_MAX_KPARAM_BYTES + 16 * (size_t)n + 16));
+    uint8_t *store = fgr_own(q, aligned_alloc(16, FGR_MAX_KPARAM_BYTES + 16 * (size_t)n + 16));
     if (!v || !store)
         return NULL;
     size_t used = 0, total = 0;
@@ -130,7 +155,7 @@ CUlaunchConfig *fgr_get_launchcfg(struct fgr_rd *rd, struct fgr_req *q)
 {
     if (!fgr_get_u8(rd))
         return NULL;
-    CUlaunchConfig *c = own(q, calloc(1, sizeof *c));
+    CUlaunchConfig *c = fgr_own(q, calloc(1, sizeof *c));
     unsigned v[7];
     for (int i = 0; i < 7; i++)
         v[i] = fgr_get_u32(rd);
@@ -148,7 +173,7 @@ CUlaunchConfig *fgr_get_launchcfg(struct fgr_rd *rd, struct fgr_req *q)
         rd->bad = 1;
         return NULL;
     }
-    CUlaunchAttribute *a = n ? own(q, calloc(n, sizeof *a)) : NULL;
+    CUlaunchAttribute *a = n ? fgr_own(q, calloc(n, sizeof *a)) : NULL;
     if (n && !a)
         return NULL;
     for (uint32_t i = 0; i < n; i++) {
@@ -189,8 +214,8 @@ void *fgr_get_opts(struct fgr_rd *rd, struct fgr_req *q, int kind, void ***value
         rd->bad = 1;
         return NULL;
     }
-    unsigned *o = own(q, calloc(m ? m : 1, sizeof *o));
-    void **v = own(q, calloc(m ? m : 1, sizeof *v));
+    unsigned *o = fgr_own(q, calloc(m ? m : 1, sizeof *o));
+    void **v = fgr_own(q, calloc(m ? m : 1, sizeof *v));
     if (!o || !v)
         return NULL;
     for (uint32_t i = 0; i < m; i++) {
@@ -210,7 +235,7 @@ void *fgr_out(struct fgr_req *q, uint64_t bytes)
         q->bad = 1; /* the client refuses such calls before sending them */
         return NULL;
     }
-    return own(q, fgr_zalloc(bytes));
+    return fgr_own(q, fgr_zalloc(bytes));
 }
 
 CUresult fgr_out_failed(struct fgr_req *q) { return q->bad ? FGR_BAD_FRAME : CUDA_ERROR_OUT_OF_MEMORY; }

@@ -29,13 +29,17 @@ func valid() []request {
 		{"cuMemcpyHtoD_v2", w{}.u64(0x1000).u64(8).u8(1).u64(8).raw("abcdefgh"), res},
 		{"cuMemcpyDtoH_v2", w{}.u64(0x1000).u64(16).u8(1), res + 1 + 8 + 16},
 		{"cuModuleGetFunction", w{}.u64(7).u8(1).u8(1).u64(4).raw("abc\x00"), res + 1 + 8 + 8},
-		{"cuModuleLoadData", w{}.u8(1).u8(1).u64(19).raw("FLEXGV-SIM-MODULE\n\x00"), res + 1 + 8 + 8},
+		{"cuModuleLoadData", w{}.u8(1).u8(1).u8(1).u64(19).raw("FLEXGV-SIM-MODULE\n\x00"), res + 1 + 8 + 8},
+		// An image to keep, and one named by a hash this executor does not
+		// keep (answered CUDA_ERROR_INVALID_IMAGE).
+		{"cuModuleLoadData", w{}.u8(1).u8(2).u8(1).u64(19).raw("FLEXGV-SIM-MODULE\n\x00"), res + 1 + 8 + 8},
+		{"cuModuleLoadData", w{}.u8(1).u8(3).raw(string(make([]byte, 32))).u64(19), res + 1 + 8 + 8},
 		{"cuLaunchKernel", w{}.u64(1).u64(1).u64(1).u64(1).u64(32).u64(1).u64(1).u64(0).u64(0).
 			u8(1).u32(2).u32(8).raw("pointer!").u32(4).raw("int!"), res},
 		{"cuLaunchKernelEx", w{}.u64(1).u8(1).u32(1).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0).u32(0).u8(0), res},
 		// With a cluster of two (attribute 4: three numbers in its 64 bytes).
 		{"cuLaunchKernelEx", w{}.u64(1).u8(1).u32(2).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0).u32(1).u32(4).raw("\x02\x00\x00\x00\x01\x00\x00\x00\x01" + string(make([]byte, 55))).u8(0), res},
-		{"cuModuleLoadDataEx", w{}.u64(1).u8(1).u8(1).u64(0).u32(1).u32(7).u64(3), res + 1 + 8 + 8},
+		{"cuModuleLoadDataEx", w{}.u64(1).u8(1).u8(1).u8(1).u64(0).u32(1).u32(7).u64(3), res + 1 + 8 + 8},
 		{"cuGraphGetNodes", w{}.u64(9).u8(1).u8(1).u64(8).u64(3), res + (1 + 8 + 24) + (1 + 8 + 8)},
 		{"cuMemPoolGetAttribute", w{}.u64(5).u64(7).u8(1), res + 1 + 8 + 8},
 		{"cuDeviceGetPCIBusId", w{}.u64(32).u64(0).u8(1), res + 1 + 8 + 32},
@@ -109,8 +113,11 @@ func TestInconsistentRequests(t *testing.T) {
 		// Values that would be addresses in the executor.
 		{"a launch attribute naming an address", "cuLaunchKernelEx", w{}.u64(1).u8(1).u32(1).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0).u32(1).u32(1).raw(string(make([]byte, 64))).u8(0)},
 		{"too many launch attributes", "cuLaunchKernelEx", w{}.u64(1).u8(1).u32(1).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0).u32(33).u8(0)},
-		{"a JIT info log buffer", "cuModuleLoadDataEx", w{}.u64(1).u8(1).u8(1).u64(0).u32(1).u32(3).u64(0x7f0000001000)},
-		{"too many JIT options", "cuModuleLoadDataEx", w{}.u64(1).u8(1).u8(1).u64(0).u32(65)},
+		{"a JIT info log buffer", "cuModuleLoadDataEx", w{}.u64(1).u8(1).u8(1).u8(1).u64(0).u32(1).u32(3).u64(0x7f0000001000)},
+		{"too many JIT options", "cuModuleLoadDataEx", w{}.u64(1).u8(1).u8(1).u8(1).u64(0).u32(65)},
+		{"an image of no known form", "cuModuleLoadData", w{}.u8(1).u8(9)},
+		{"an image sent inline without its bytes", "cuModuleLoadData", w{}.u8(1).u8(1).u8(0)},
+		{"an image's hash cut short", "cuModuleLoadData", w{}.u8(1).u8(3).raw("0123456789")},
 	} {
 		if bad, _ := Serve(opOf(t, c.op), c.args); !bad {
 			t.Errorf("%s (%s): accepted", c.name, c.op)

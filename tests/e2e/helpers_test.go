@@ -52,7 +52,8 @@ func (e *env) environ(libPath string) []string {
 		}
 		out = append(out, kv)
 	}
-	out = append(out, "FLEXGV_SIM_STATE="+filepath.Join(e.dir, "gpu.state"), "FLEXGV_STATE_DIR="+filepath.Join(e.dir, "tenants"))
+	out = append(out, "FLEXGV_SIM_STATE="+filepath.Join(e.dir, "gpu.state"), "FLEXGV_STATE_DIR="+filepath.Join(e.dir, "tenants"),
+		"XDG_CACHE_HOME="+filepath.Join(e.dir, "cache"))
 	if libPath != "" {
 		out = append(out, "LD_LIBRARY_PATH="+libPath)
 	}
