@@ -994,6 +994,44 @@ CUresult fg_compute_cuMemcpyDtoD_v2_ptds(fg_real_cuMemcpyDtoD_v2_ptds next, CUde
     SCHEDULED_BLOCKING(1, AS_IS, next(dst, src, n));
 }
 
+/* A 2D copy into host memory is a synchronization too. */
+#define COPY2D_BLOCKING(per_thread, c, CALL)                                                                \
+    do {                                                                                                    \
+        if ((c) && (c)->dstMemoryType == CU_MEMORYTYPE_HOST)                                                \
+            SCHEDULED_BLOCKING(per_thread, synced, CALL);                                                   \
+        SCHEDULED_BLOCKING(per_thread, AS_IS, CALL);                                                        \
+    } while (0)
+
+CUresult fg_compute_cuMemcpy2D_v2(fg_real_cuMemcpy2D_v2 next, const CUDA_MEMCPY2D *c)
+{
+    COPY2D_BLOCKING(0, c, next(c));
+}
+
+CUresult fg_compute_cuMemcpy2D_v2_ptds(fg_real_cuMemcpy2D_v2_ptds next, const CUDA_MEMCPY2D *c)
+{
+    COPY2D_BLOCKING(1, c, next(c));
+}
+
+CUresult fg_compute_cuMemcpy2DUnaligned_v2(fg_real_cuMemcpy2DUnaligned_v2 next, const CUDA_MEMCPY2D *c)
+{
+    COPY2D_BLOCKING(0, c, next(c));
+}
+
+CUresult fg_compute_cuMemcpy2DUnaligned_v2_ptds(fg_real_cuMemcpy2DUnaligned_v2_ptds next, const CUDA_MEMCPY2D *c)
+{
+    COPY2D_BLOCKING(1, c, next(c));
+}
+
+CUresult fg_compute_cuMemcpy2DAsync_v2(fg_real_cuMemcpy2DAsync_v2 next, const CUDA_MEMCPY2D *c, CUstream s)
+{
+    SCHEDULED(s, 0, next(c, s));
+}
+
+CUresult fg_compute_cuMemcpy2DAsync_v2_ptsz(fg_real_cuMemcpy2DAsync_v2_ptsz next, const CUDA_MEMCPY2D *c, CUstream s)
+{
+    SCHEDULED(s, 1, next(c, s));
+}
+
 CUresult fg_compute_cuMemcpy(fg_real_cuMemcpy next, CUdeviceptr dst, CUdeviceptr src, size_t n)
 {
     SCHEDULED_BLOCKING(0, AS_IS, next(dst, src, n));

@@ -83,6 +83,12 @@ const char *const fg_api_names[FG_NUM_APIS] = {
     "cuMemcpyDtoDAsync_v2_ptsz",
     "cuMemcpyAsync",
     "cuMemcpyAsync_ptsz",
+    "cuMemcpy2D_v2",
+    "cuMemcpy2D_v2_ptds",
+    "cuMemcpy2DUnaligned_v2",
+    "cuMemcpy2DUnaligned_v2_ptds",
+    "cuMemcpy2DAsync_v2",
+    "cuMemcpy2DAsync_v2_ptsz",
     "cuMemsetD8_v2",
     "cuMemsetD8_v2_ptds",
     "cuMemsetD32_v2",
@@ -252,6 +258,12 @@ const char *const fg_api_bases[FG_NUM_APIS] = {
     "cuMemcpyDtoDAsync",
     "cuMemcpyAsync",
     "cuMemcpyAsync",
+    "cuMemcpy2D",
+    "cuMemcpy2D",
+    "cuMemcpy2DUnaligned",
+    "cuMemcpy2DUnaligned",
+    "cuMemcpy2DAsync",
+    "cuMemcpy2DAsync",
     "cuMemsetD8",
     "cuMemsetD8",
     "cuMemsetD32",
@@ -448,6 +460,12 @@ const unsigned short fg_api_by_name[FG_NUM_APIS] = {
     FG_API_cuMemSetAccess,
     FG_API_cuMemUnmap,
     FG_API_cuMemcpy,
+    FG_API_cuMemcpy2DAsync_v2,
+    FG_API_cuMemcpy2DAsync_v2_ptsz,
+    FG_API_cuMemcpy2DUnaligned_v2,
+    FG_API_cuMemcpy2DUnaligned_v2_ptds,
+    FG_API_cuMemcpy2D_v2,
+    FG_API_cuMemcpy2D_v2_ptds,
     FG_API_cuMemcpyAsync,
     FG_API_cuMemcpyAsync_ptsz,
     FG_API_cuMemcpyDtoDAsync_v2,
@@ -524,7 +542,7 @@ unsigned char fg_policy_on[FG_NUM_POLICIES] = {
 static const unsigned short hooks_procaddr[] = {FG_API_cuGetProcAddress, FG_API_cuGetProcAddress_v2, 0xffff};
 static const unsigned short hooks_census[] = {FG_API_cuGetExportTable, 0xffff};
 static const unsigned short hooks_mem[] = {FG_API_cuInit, FG_API_cuDeviceTotalMem_v2, FG_API_cuDevicePrimaryCtxRetain, FG_API_cuDevicePrimaryCtxRelease_v2, FG_API_cuDevicePrimaryCtxReset_v2, FG_API_cuCtxCreate_v2, FG_API_cuCtxCreate_v4, FG_API_cuCtxDestroy_v2, FG_API_cuCtxSynchronize, FG_API_cuCtxSynchronize_v2, FG_API_cuCtxSetLimit, FG_API_cuMemGetInfo_v2, FG_API_cuMemAlloc_v2, FG_API_cuMemAllocPitch_v2, FG_API_cuMemFree_v2, FG_API_cuMemAllocManaged, FG_API_cuMemAllocAsync, FG_API_cuMemAllocAsync_ptsz, FG_API_cuMemAllocFromPoolAsync, FG_API_cuMemAllocFromPoolAsync_ptsz, FG_API_cuMemPoolCreate, FG_API_cuMemPoolDestroy, FG_API_cuMemPoolTrimTo, FG_API_cuMemCreate, FG_API_cuMemRelease, FG_API_cuMemMap, FG_API_cuMemUnmap, FG_API_cuArrayCreate_v2, FG_API_cuArray3DCreate_v2, FG_API_cuArrayDestroy, FG_API_cuMipmappedArrayCreate, FG_API_cuMipmappedArrayDestroy, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuDeviceGraphMemTrim, FG_API_cuGraphInstantiateWithFlags, FG_API_cuGraphInstantiateWithParams, FG_API_cuGraphInstantiateWithParams_ptsz, FG_API_cuGraphUpload, FG_API_cuGraphUpload_ptsz, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, FG_API_cuGraphExecDestroy, FG_API_nvmlDeviceGetMemoryInfo, FG_API_nvmlDeviceGetMemoryInfo_v2, 0xffff};
-static const unsigned short hooks_compute[] = {FG_API_cuCtxSynchronize, FG_API_cuCtxSynchronize_v2, FG_API_cuMemcpyHtoD_v2, FG_API_cuMemcpyHtoD_v2_ptds, FG_API_cuMemcpyDtoH_v2, FG_API_cuMemcpyDtoH_v2_ptds, FG_API_cuMemcpyDtoD_v2, FG_API_cuMemcpyDtoD_v2_ptds, FG_API_cuMemcpy, FG_API_cuMemcpy_ptds, FG_API_cuMemcpyHtoDAsync_v2, FG_API_cuMemcpyHtoDAsync_v2_ptsz, FG_API_cuMemcpyDtoHAsync_v2, FG_API_cuMemcpyDtoHAsync_v2_ptsz, FG_API_cuMemcpyDtoDAsync_v2, FG_API_cuMemcpyDtoDAsync_v2_ptsz, FG_API_cuMemcpyAsync, FG_API_cuMemcpyAsync_ptsz, FG_API_cuMemsetD8_v2, FG_API_cuMemsetD8_v2_ptds, FG_API_cuMemsetD32_v2, FG_API_cuMemsetD32_v2_ptds, FG_API_cuMemsetD8Async, FG_API_cuMemsetD8Async_ptsz, FG_API_cuMemsetD32Async, FG_API_cuMemsetD32Async_ptsz, FG_API_cuLaunchKernel, FG_API_cuLaunchKernel_ptsz, FG_API_cuLaunchKernelEx, FG_API_cuLaunchKernelEx_ptsz, FG_API_cuLaunchCooperativeKernel, FG_API_cuLaunchCooperativeKernel_ptsz, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, 0xffff};
+static const unsigned short hooks_compute[] = {FG_API_cuCtxSynchronize, FG_API_cuCtxSynchronize_v2, FG_API_cuMemcpyHtoD_v2, FG_API_cuMemcpyHtoD_v2_ptds, FG_API_cuMemcpyDtoH_v2, FG_API_cuMemcpyDtoH_v2_ptds, FG_API_cuMemcpyDtoD_v2, FG_API_cuMemcpyDtoD_v2_ptds, FG_API_cuMemcpy, FG_API_cuMemcpy_ptds, FG_API_cuMemcpyHtoDAsync_v2, FG_API_cuMemcpyHtoDAsync_v2_ptsz, FG_API_cuMemcpyDtoHAsync_v2, FG_API_cuMemcpyDtoHAsync_v2_ptsz, FG_API_cuMemcpyDtoDAsync_v2, FG_API_cuMemcpyDtoDAsync_v2_ptsz, FG_API_cuMemcpyAsync, FG_API_cuMemcpyAsync_ptsz, FG_API_cuMemcpy2D_v2, FG_API_cuMemcpy2D_v2_ptds, FG_API_cuMemcpy2DUnaligned_v2, FG_API_cuMemcpy2DUnaligned_v2_ptds, FG_API_cuMemcpy2DAsync_v2, FG_API_cuMemcpy2DAsync_v2_ptsz, FG_API_cuMemsetD8_v2, FG_API_cuMemsetD8_v2_ptds, FG_API_cuMemsetD32_v2, FG_API_cuMemsetD32_v2_ptds, FG_API_cuMemsetD8Async, FG_API_cuMemsetD8Async_ptsz, FG_API_cuMemsetD32Async, FG_API_cuMemsetD32Async_ptsz, FG_API_cuLaunchKernel, FG_API_cuLaunchKernel_ptsz, FG_API_cuLaunchKernelEx, FG_API_cuLaunchKernelEx_ptsz, FG_API_cuLaunchCooperativeKernel, FG_API_cuLaunchCooperativeKernel_ptsz, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, 0xffff};
 
 void fg_policy_enable(enum fg_policy p)
 {
@@ -2004,6 +2022,114 @@ FG_SLOW CUresult fg_slow_cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, si
 
 FG_FAST_PATH(cuMemcpyAsync_ptsz, 80)
 
+FG_SLOW CUresult fg_slow_cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
+{
+    fg_real_cuMemcpy2D_v2 real = (fg_real_cuMemcpy2D_v2)fg_real_fn(FG_API_cuMemcpy2D_v2);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemcpy2D_v2);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpy2D_v2(real, pCopy) : real(pCopy));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpy2D_v2(real, pCopy) : real(pCopy));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemcpy2D_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(pCopy?pCopy->WidthInBytes*pCopy->Height:0));
+    if (fg_logging)
+        fg_log(FG_API_cuMemcpy2D_v2, (int)r, dt, "pCopy=%p", (const void *)pCopy);
+    return r;
+}
+
+FG_FAST_PATH(cuMemcpy2D_v2, 81)
+
+FG_SLOW CUresult fg_slow_cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *pCopy)
+{
+    fg_real_cuMemcpy2D_v2_ptds real = (fg_real_cuMemcpy2D_v2_ptds)fg_real_fn(FG_API_cuMemcpy2D_v2_ptds);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemcpy2D_v2_ptds);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpy2D_v2_ptds(real, pCopy) : real(pCopy));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpy2D_v2_ptds(real, pCopy) : real(pCopy));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemcpy2D_v2_ptds, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(pCopy?pCopy->WidthInBytes*pCopy->Height:0));
+    if (fg_logging)
+        fg_log(FG_API_cuMemcpy2D_v2_ptds, (int)r, dt, "pCopy=%p", (const void *)pCopy);
+    return r;
+}
+
+FG_FAST_PATH(cuMemcpy2D_v2_ptds, 82)
+
+FG_SLOW CUresult fg_slow_cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy)
+{
+    fg_real_cuMemcpy2DUnaligned_v2 real = (fg_real_cuMemcpy2DUnaligned_v2)fg_real_fn(FG_API_cuMemcpy2DUnaligned_v2);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemcpy2DUnaligned_v2);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpy2DUnaligned_v2(real, pCopy) : real(pCopy));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpy2DUnaligned_v2(real, pCopy) : real(pCopy));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemcpy2DUnaligned_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(pCopy?pCopy->WidthInBytes*pCopy->Height:0));
+    if (fg_logging)
+        fg_log(FG_API_cuMemcpy2DUnaligned_v2, (int)r, dt, "pCopy=%p", (const void *)pCopy);
+    return r;
+}
+
+FG_FAST_PATH(cuMemcpy2DUnaligned_v2, 83)
+
+FG_SLOW CUresult fg_slow_cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *pCopy)
+{
+    fg_real_cuMemcpy2DUnaligned_v2_ptds real = (fg_real_cuMemcpy2DUnaligned_v2_ptds)fg_real_fn(FG_API_cuMemcpy2DUnaligned_v2_ptds);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemcpy2DUnaligned_v2_ptds);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpy2DUnaligned_v2_ptds(real, pCopy) : real(pCopy));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpy2DUnaligned_v2_ptds(real, pCopy) : real(pCopy));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemcpy2DUnaligned_v2_ptds, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(pCopy?pCopy->WidthInBytes*pCopy->Height:0));
+    if (fg_logging)
+        fg_log(FG_API_cuMemcpy2DUnaligned_v2_ptds, (int)r, dt, "pCopy=%p", (const void *)pCopy);
+    return r;
+}
+
+FG_FAST_PATH(cuMemcpy2DUnaligned_v2_ptds, 84)
+
+FG_SLOW CUresult fg_slow_cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
+{
+    fg_real_cuMemcpy2DAsync_v2 real = (fg_real_cuMemcpy2DAsync_v2)fg_real_fn(FG_API_cuMemcpy2DAsync_v2);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemcpy2DAsync_v2);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpy2DAsync_v2(real, pCopy, hStream) : real(pCopy, hStream));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpy2DAsync_v2(real, pCopy, hStream) : real(pCopy, hStream));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemcpy2DAsync_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(pCopy?pCopy->WidthInBytes*pCopy->Height:0));
+    if (fg_logging)
+        fg_log(FG_API_cuMemcpy2DAsync_v2, (int)r, dt, "pCopy=%p, hStream=%p", (const void *)pCopy, (const void *)hStream);
+    return r;
+}
+
+FG_FAST_PATH(cuMemcpy2DAsync_v2, 85)
+
+FG_SLOW CUresult fg_slow_cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
+{
+    fg_real_cuMemcpy2DAsync_v2_ptsz real = (fg_real_cuMemcpy2DAsync_v2_ptsz)fg_real_fn(FG_API_cuMemcpy2DAsync_v2_ptsz);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemcpy2DAsync_v2_ptsz);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpy2DAsync_v2_ptsz(real, pCopy, hStream) : real(pCopy, hStream));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpy2DAsync_v2_ptsz(real, pCopy, hStream) : real(pCopy, hStream));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemcpy2DAsync_v2_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(pCopy?pCopy->WidthInBytes*pCopy->Height:0));
+    if (fg_logging)
+        fg_log(FG_API_cuMemcpy2DAsync_v2_ptsz, (int)r, dt, "pCopy=%p, hStream=%p", (const void *)pCopy, (const void *)hStream);
+    return r;
+}
+
+FG_FAST_PATH(cuMemcpy2DAsync_v2_ptsz, 86)
+
 FG_SLOW CUresult fg_slow_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
     fg_real_cuMemsetD8_v2 real = (fg_real_cuMemsetD8_v2)fg_real_fn(FG_API_cuMemsetD8_v2);
@@ -2020,7 +2146,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, 
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8_v2, 81)
+FG_FAST_PATH(cuMemsetD8_v2, 87)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
@@ -2038,7 +2164,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8_v2_ptds, 82)
+FG_FAST_PATH(cuMemsetD8_v2_ptds, 88)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
@@ -2056,7 +2182,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, 
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32_v2, 83)
+FG_FAST_PATH(cuMemsetD32_v2, 89)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
@@ -2074,7 +2200,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32_v2_ptds, 84)
+FG_FAST_PATH(cuMemsetD32_v2_ptds, 90)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
@@ -2092,7 +2218,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8Async, 85)
+FG_FAST_PATH(cuMemsetD8Async, 91)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
@@ -2110,7 +2236,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned ch
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8Async_ptsz, 86)
+FG_FAST_PATH(cuMemsetD8Async_ptsz, 92)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
@@ -2128,7 +2254,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32Async, 87)
+FG_FAST_PATH(cuMemsetD32Async, 93)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
@@ -2146,7 +2272,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned i
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32Async_ptsz, 88)
+FG_FAST_PATH(cuMemsetD32Async_ptsz, 94)
 
 FG_SLOW CUresult fg_slow_cuModuleLoad(CUmodule *module, const char *fname)
 {
@@ -2164,7 +2290,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoad(CUmodule *module, const char *fname)
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoad, 89)
+FG_FAST_PATH(cuModuleLoad, 95)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadData(CUmodule *module, const void *image)
 {
@@ -2182,7 +2308,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoadData(CUmodule *module, const void *image)
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoadData, 90)
+FG_FAST_PATH(cuModuleLoadData, 96)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
@@ -2200,7 +2326,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoadDataEx(CUmodule *module, const void *image,
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoadDataEx, 91)
+FG_FAST_PATH(cuModuleLoadDataEx, 97)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
 {
@@ -2218,7 +2344,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoadFatBinary(CUmodule *module, const void *fat
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoadFatBinary, 92)
+FG_FAST_PATH(cuModuleLoadFatBinary, 98)
 
 FG_SLOW CUresult fg_slow_cuModuleUnload(CUmodule hmod)
 {
@@ -2236,7 +2362,7 @@ FG_SLOW CUresult fg_slow_cuModuleUnload(CUmodule hmod)
     return r;
 }
 
-FG_FAST_PATH(cuModuleUnload, 93)
+FG_FAST_PATH(cuModuleUnload, 99)
 
 FG_SLOW CUresult fg_slow_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
 {
@@ -2254,7 +2380,7 @@ FG_SLOW CUresult fg_slow_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, c
     return r;
 }
 
-FG_FAST_PATH(cuModuleGetFunction, 94)
+FG_FAST_PATH(cuModuleGetFunction, 100)
 
 FG_SLOW CUresult fg_slow_cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
@@ -2272,7 +2398,7 @@ FG_SLOW CUresult fg_slow_cuLibraryLoadData(CUlibrary *library, const void *code,
     return r;
 }
 
-FG_FAST_PATH(cuLibraryLoadData, 95)
+FG_FAST_PATH(cuLibraryLoadData, 101)
 
 FG_SLOW CUresult fg_slow_cuLibraryUnload(CUlibrary library)
 {
@@ -2290,7 +2416,7 @@ FG_SLOW CUresult fg_slow_cuLibraryUnload(CUlibrary library)
     return r;
 }
 
-FG_FAST_PATH(cuLibraryUnload, 96)
+FG_FAST_PATH(cuLibraryUnload, 102)
 
 FG_SLOW CUresult fg_slow_cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
 {
@@ -2308,7 +2434,7 @@ FG_SLOW CUresult fg_slow_cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library
     return r;
 }
 
-FG_FAST_PATH(cuLibraryGetKernel, 97)
+FG_FAST_PATH(cuLibraryGetKernel, 103)
 
 FG_SLOW CUresult fg_slow_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 {
@@ -2326,7 +2452,7 @@ FG_SLOW CUresult fg_slow_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
     return r;
 }
 
-FG_FAST_PATH(cuKernelGetFunction, 98)
+FG_FAST_PATH(cuKernelGetFunction, 104)
 
 FG_SLOW CUresult fg_slow_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
 {
@@ -2344,7 +2470,7 @@ FG_SLOW CUresult fg_slow_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib
     return r;
 }
 
-FG_FAST_PATH(cuFuncGetAttribute, 99)
+FG_FAST_PATH(cuFuncGetAttribute, 105)
 
 FG_SLOW CUresult fg_slow_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
 {
@@ -2362,7 +2488,7 @@ FG_SLOW CUresult fg_slow_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribu
     return r;
 }
 
-FG_FAST_PATH(cuFuncSetAttribute, 100)
+FG_FAST_PATH(cuFuncSetAttribute, 106)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
@@ -2380,7 +2506,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernel(CUfunction f, unsigned int gridDimX, uns
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernel, 101)
+FG_FAST_PATH(cuLaunchKernel, 107)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
@@ -2398,7 +2524,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernel_ptsz, 102)
+FG_FAST_PATH(cuLaunchKernel_ptsz, 108)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
@@ -2416,7 +2542,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernelEx(const CUlaunchConfig *config, CUfuncti
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernelEx, 103)
+FG_FAST_PATH(cuLaunchKernelEx, 109)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
@@ -2434,7 +2560,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUf
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernelEx_ptsz, 104)
+FG_FAST_PATH(cuLaunchKernelEx_ptsz, 110)
 
 FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
@@ -2452,7 +2578,7 @@ FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel(CUfunction f, unsigned int gr
     return r;
 }
 
-FG_FAST_PATH(cuLaunchCooperativeKernel, 105)
+FG_FAST_PATH(cuLaunchCooperativeKernel, 111)
 
 FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
@@ -2470,7 +2596,7 @@ FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned i
     return r;
 }
 
-FG_FAST_PATH(cuLaunchCooperativeKernel_ptsz, 106)
+FG_FAST_PATH(cuLaunchCooperativeKernel_ptsz, 112)
 
 FG_SLOW CUresult fg_slow_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
 {
@@ -2488,7 +2614,7 @@ FG_SLOW CUresult fg_slow_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *u
     return r;
 }
 
-FG_FAST_PATH(cuLaunchHostFunc, 107)
+FG_FAST_PATH(cuLaunchHostFunc, 113)
 
 FG_SLOW CUresult fg_slow_cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData)
 {
@@ -2506,7 +2632,7 @@ FG_SLOW CUresult fg_slow_cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, vo
     return r;
 }
 
-FG_FAST_PATH(cuLaunchHostFunc_ptsz, 108)
+FG_FAST_PATH(cuLaunchHostFunc_ptsz, 114)
 
 FG_SLOW CUresult fg_slow_cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
@@ -2524,7 +2650,7 @@ FG_SLOW CUresult fg_slow_cuStreamCreate(CUstream *phStream, unsigned int Flags)
     return r;
 }
 
-FG_FAST_PATH(cuStreamCreate, 109)
+FG_FAST_PATH(cuStreamCreate, 115)
 
 FG_SLOW CUresult fg_slow_cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
@@ -2542,7 +2668,7 @@ FG_SLOW CUresult fg_slow_cuStreamCreateWithPriority(CUstream *phStream, unsigned
     return r;
 }
 
-FG_FAST_PATH(cuStreamCreateWithPriority, 110)
+FG_FAST_PATH(cuStreamCreateWithPriority, 116)
 
 FG_SLOW CUresult fg_slow_cuStreamDestroy_v2(CUstream hStream)
 {
@@ -2560,7 +2686,7 @@ FG_SLOW CUresult fg_slow_cuStreamDestroy_v2(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamDestroy_v2, 111)
+FG_FAST_PATH(cuStreamDestroy_v2, 117)
 
 static CUresult fg_layer1_cuStreamSynchronize(CUstream hStream)
 {
@@ -2584,7 +2710,7 @@ FG_SLOW CUresult fg_slow_cuStreamSynchronize(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamSynchronize, 112)
+FG_FAST_PATH(cuStreamSynchronize, 118)
 
 static CUresult fg_layer1_cuStreamSynchronize_ptsz(CUstream hStream)
 {
@@ -2608,7 +2734,7 @@ FG_SLOW CUresult fg_slow_cuStreamSynchronize_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamSynchronize_ptsz, 113)
+FG_FAST_PATH(cuStreamSynchronize_ptsz, 119)
 
 FG_SLOW CUresult fg_slow_cuStreamQuery(CUstream hStream)
 {
@@ -2626,7 +2752,7 @@ FG_SLOW CUresult fg_slow_cuStreamQuery(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamQuery, 114)
+FG_FAST_PATH(cuStreamQuery, 120)
 
 FG_SLOW CUresult fg_slow_cuStreamQuery_ptsz(CUstream hStream)
 {
@@ -2644,7 +2770,7 @@ FG_SLOW CUresult fg_slow_cuStreamQuery_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamQuery_ptsz, 115)
+FG_FAST_PATH(cuStreamQuery_ptsz, 121)
 
 FG_SLOW CUresult fg_slow_cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
@@ -2662,7 +2788,7 @@ FG_SLOW CUresult fg_slow_cuStreamWaitEvent(CUstream hStream, CUevent hEvent, uns
     return r;
 }
 
-FG_FAST_PATH(cuStreamWaitEvent, 116)
+FG_FAST_PATH(cuStreamWaitEvent, 122)
 
 FG_SLOW CUresult fg_slow_cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
@@ -2680,7 +2806,7 @@ FG_SLOW CUresult fg_slow_cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent
     return r;
 }
 
-FG_FAST_PATH(cuStreamWaitEvent_ptsz, 117)
+FG_FAST_PATH(cuStreamWaitEvent_ptsz, 123)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture(CUstream hStream)
 {
@@ -2698,7 +2824,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture, 118)
+FG_FAST_PATH(cuStreamBeginCapture, 124)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_ptsz(CUstream hStream)
 {
@@ -2716,7 +2842,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_ptsz, 119)
+FG_FAST_PATH(cuStreamBeginCapture_ptsz, 125)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
@@ -2734,7 +2860,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptu
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_v2, 120)
+FG_FAST_PATH(cuStreamBeginCapture_v2, 126)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
 {
@@ -2752,7 +2878,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstream
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_v2_ptsz, 121)
+FG_FAST_PATH(cuStreamBeginCapture_v2_ptsz, 127)
 
 FG_SLOW CUresult fg_slow_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
@@ -2770,7 +2896,7 @@ FG_SLOW CUresult fg_slow_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
     return r;
 }
 
-FG_FAST_PATH(cuStreamEndCapture, 122)
+FG_FAST_PATH(cuStreamEndCapture, 128)
 
 FG_SLOW CUresult fg_slow_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
 {
@@ -2788,7 +2914,7 @@ FG_SLOW CUresult fg_slow_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGr
     return r;
 }
 
-FG_FAST_PATH(cuStreamEndCapture_ptsz, 123)
+FG_FAST_PATH(cuStreamEndCapture_ptsz, 129)
 
 FG_SLOW CUresult fg_slow_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
@@ -2806,7 +2932,7 @@ FG_SLOW CUresult fg_slow_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureSt
     return r;
 }
 
-FG_FAST_PATH(cuStreamIsCapturing, 124)
+FG_FAST_PATH(cuStreamIsCapturing, 130)
 
 FG_SLOW CUresult fg_slow_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
@@ -2824,7 +2950,7 @@ FG_SLOW CUresult fg_slow_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCapt
     return r;
 }
 
-FG_FAST_PATH(cuStreamIsCapturing_ptsz, 125)
+FG_FAST_PATH(cuStreamIsCapturing_ptsz, 131)
 
 FG_SLOW CUresult fg_slow_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
 {
@@ -2842,7 +2968,7 @@ FG_SLOW CUresult fg_slow_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *
     return r;
 }
 
-FG_FAST_PATH(cuThreadExchangeStreamCaptureMode, 126)
+FG_FAST_PATH(cuThreadExchangeStreamCaptureMode, 132)
 
 FG_SLOW CUresult fg_slow_cuStreamGetDevice(CUstream hStream, CUdevice *device)
 {
@@ -2860,7 +2986,7 @@ FG_SLOW CUresult fg_slow_cuStreamGetDevice(CUstream hStream, CUdevice *device)
     return r;
 }
 
-FG_FAST_PATH(cuStreamGetDevice, 127)
+FG_FAST_PATH(cuStreamGetDevice, 133)
 
 FG_SLOW CUresult fg_slow_cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
@@ -2878,7 +3004,7 @@ FG_SLOW CUresult fg_slow_cuEventCreate(CUevent *phEvent, unsigned int Flags)
     return r;
 }
 
-FG_FAST_PATH(cuEventCreate, 128)
+FG_FAST_PATH(cuEventCreate, 134)
 
 FG_SLOW CUresult fg_slow_cuEventRecord(CUevent hEvent, CUstream hStream)
 {
@@ -2896,7 +3022,7 @@ FG_SLOW CUresult fg_slow_cuEventRecord(CUevent hEvent, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuEventRecord, 129)
+FG_FAST_PATH(cuEventRecord, 135)
 
 FG_SLOW CUresult fg_slow_cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
 {
@@ -2914,7 +3040,7 @@ FG_SLOW CUresult fg_slow_cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuEventRecord_ptsz, 130)
+FG_FAST_PATH(cuEventRecord_ptsz, 136)
 
 FG_SLOW CUresult fg_slow_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
@@ -2932,7 +3058,7 @@ FG_SLOW CUresult fg_slow_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream
     return r;
 }
 
-FG_FAST_PATH(cuEventRecordWithFlags, 131)
+FG_FAST_PATH(cuEventRecordWithFlags, 137)
 
 FG_SLOW CUresult fg_slow_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
@@ -2950,7 +3076,7 @@ FG_SLOW CUresult fg_slow_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hS
     return r;
 }
 
-FG_FAST_PATH(cuEventRecordWithFlags_ptsz, 132)
+FG_FAST_PATH(cuEventRecordWithFlags_ptsz, 138)
 
 FG_SLOW CUresult fg_slow_cuEventQuery(CUevent hEvent)
 {
@@ -2968,7 +3094,7 @@ FG_SLOW CUresult fg_slow_cuEventQuery(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventQuery, 133)
+FG_FAST_PATH(cuEventQuery, 139)
 
 static CUresult fg_layer1_cuEventSynchronize(CUevent hEvent)
 {
@@ -2992,7 +3118,7 @@ FG_SLOW CUresult fg_slow_cuEventSynchronize(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventSynchronize, 134)
+FG_FAST_PATH(cuEventSynchronize, 140)
 
 FG_SLOW CUresult fg_slow_cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
@@ -3010,7 +3136,7 @@ FG_SLOW CUresult fg_slow_cuEventElapsedTime(float *pMilliseconds, CUevent hStart
     return r;
 }
 
-FG_FAST_PATH(cuEventElapsedTime, 135)
+FG_FAST_PATH(cuEventElapsedTime, 141)
 
 FG_SLOW CUresult fg_slow_cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
@@ -3028,7 +3154,7 @@ FG_SLOW CUresult fg_slow_cuEventElapsedTime_v2(float *pMilliseconds, CUevent hSt
     return r;
 }
 
-FG_FAST_PATH(cuEventElapsedTime_v2, 136)
+FG_FAST_PATH(cuEventElapsedTime_v2, 142)
 
 FG_SLOW CUresult fg_slow_cuEventDestroy_v2(CUevent hEvent)
 {
@@ -3046,7 +3172,7 @@ FG_SLOW CUresult fg_slow_cuEventDestroy_v2(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventDestroy_v2, 137)
+FG_FAST_PATH(cuEventDestroy_v2, 143)
 
 FG_SLOW CUresult fg_slow_cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 {
@@ -3064,7 +3190,7 @@ FG_SLOW CUresult fg_slow_cuGraphCreate(CUgraph *phGraph, unsigned int flags)
     return r;
 }
 
-FG_FAST_PATH(cuGraphCreate, 138)
+FG_FAST_PATH(cuGraphCreate, 144)
 
 FG_SLOW CUresult fg_slow_cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
 {
@@ -3082,7 +3208,7 @@ FG_SLOW CUresult fg_slow_cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, siz
     return r;
 }
 
-FG_FAST_PATH(cuGraphGetNodes, 139)
+FG_FAST_PATH(cuGraphGetNodes, 145)
 
 FG_SLOW CUresult fg_slow_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
 {
@@ -3100,7 +3226,7 @@ FG_SLOW CUresult fg_slow_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *
     return r;
 }
 
-FG_FAST_PATH(cuGraphNodeGetType, 140)
+FG_FAST_PATH(cuGraphNodeGetType, 146)
 
 FG_SLOW CUresult fg_slow_cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
 {
@@ -3118,7 +3244,7 @@ FG_SLOW CUresult fg_slow_cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgrap
     return r;
 }
 
-FG_FAST_PATH(cuGraphChildGraphNodeGetGraph, 141)
+FG_FAST_PATH(cuGraphChildGraphNodeGetGraph, 147)
 
 FG_SLOW CUresult fg_slow_cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
 {
@@ -3136,7 +3262,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgrap
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddMemAllocNode, 142)
+FG_FAST_PATH(cuGraphAddMemAllocNode, 148)
 
 FG_SLOW CUresult fg_slow_cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr)
 {
@@ -3154,7 +3280,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddMemFreeNode, 143)
+FG_FAST_PATH(cuGraphAddMemFreeNode, 149)
 
 FG_SLOW CUresult fg_slow_cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
 {
@@ -3172,7 +3298,7 @@ FG_SLOW CUresult fg_slow_cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_ME
     return r;
 }
 
-FG_FAST_PATH(cuGraphMemAllocNodeGetParams, 144)
+FG_FAST_PATH(cuGraphMemAllocNodeGetParams, 150)
 
 FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -3190,7 +3316,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMe
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 145)
+FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 151)
 
 FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -3208,7 +3334,7 @@ FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMe
     return r;
 }
 
-FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 146)
+FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 152)
 
 FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
 {
@@ -3226,7 +3352,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGraphMemTrim, 147)
+FG_FAST_PATH(cuDeviceGraphMemTrim, 153)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
@@ -3244,7 +3370,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, C
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithFlags, 148)
+FG_FAST_PATH(cuGraphInstantiateWithFlags, 154)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -3262,7 +3388,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, 
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithParams, 149)
+FG_FAST_PATH(cuGraphInstantiateWithParams, 155)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -3280,7 +3406,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphE
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 150)
+FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 156)
 
 FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -3298,7 +3424,7 @@ FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphUpload, 151)
+FG_FAST_PATH(cuGraphUpload, 157)
 
 FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -3316,7 +3442,7 @@ FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphUpload_ptsz, 152)
+FG_FAST_PATH(cuGraphUpload_ptsz, 158)
 
 static CUresult fg_layer1_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -3340,7 +3466,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch, 153)
+FG_FAST_PATH(cuGraphLaunch, 159)
 
 static CUresult fg_layer1_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -3364,7 +3490,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch_ptsz, 154)
+FG_FAST_PATH(cuGraphLaunch_ptsz, 160)
 
 FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
@@ -3382,7 +3508,7 @@ FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
     return r;
 }
 
-FG_FAST_PATH(cuGraphExecDestroy, 155)
+FG_FAST_PATH(cuGraphExecDestroy, 161)
 
 FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
 {
@@ -3400,7 +3526,7 @@ FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
     return r;
 }
 
-FG_FAST_PATH(cuGraphDestroy, 156)
+FG_FAST_PATH(cuGraphDestroy, 162)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
 {
@@ -3418,7 +3544,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlInit_v2, 157)
+FG_FAST_PATH(nvmlInit_v2, 163)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
 {
@@ -3436,7 +3562,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
     return r;
 }
 
-FG_FAST_PATH(nvmlInitWithFlags, 158)
+FG_FAST_PATH(nvmlInitWithFlags, 164)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
 {
@@ -3454,7 +3580,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlShutdown, 159)
+FG_FAST_PATH(nvmlShutdown, 165)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
 {
@@ -3472,7 +3598,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetCount_v2, 160)
+FG_FAST_PATH(nvmlDeviceGetCount_v2, 166)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
 {
@@ -3490,7 +3616,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, n
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 161)
+FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 167)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
@@ -3508,7 +3634,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMe
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 162)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 168)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
@@ -3526,7 +3652,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvm
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 163)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 169)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
 {
@@ -3544,7 +3670,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, 
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 164)
+FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 170)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -3562,7 +3688,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 165)
+FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 171)
 
 void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuInit,
@@ -3646,6 +3772,12 @@ void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuMemcpyDtoDAsync_v2_ptsz,
     (void *)cuMemcpyAsync,
     (void *)cuMemcpyAsync_ptsz,
+    (void *)cuMemcpy2D_v2,
+    (void *)cuMemcpy2D_v2_ptds,
+    (void *)cuMemcpy2DUnaligned_v2,
+    (void *)cuMemcpy2DUnaligned_v2_ptds,
+    (void *)cuMemcpy2DAsync_v2,
+    (void *)cuMemcpy2DAsync_v2_ptsz,
     (void *)cuMemsetD8_v2,
     (void *)cuMemsetD8_v2_ptds,
     (void *)cuMemsetD32_v2,

@@ -83,6 +83,12 @@ typedef CUresult (*fg_real_cuMemcpyDtoDAsync_v2)(CUdeviceptr dstDevice, CUdevice
 typedef CUresult (*fg_real_cuMemcpyDtoDAsync_v2_ptsz)(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
 typedef CUresult (*fg_real_cuMemcpyAsync)(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream);
 typedef CUresult (*fg_real_cuMemcpyAsync_ptsz)(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream);
+typedef CUresult (*fg_real_cuMemcpy2D_v2)(const CUDA_MEMCPY2D *pCopy);
+typedef CUresult (*fg_real_cuMemcpy2D_v2_ptds)(const CUDA_MEMCPY2D *pCopy);
+typedef CUresult (*fg_real_cuMemcpy2DUnaligned_v2)(const CUDA_MEMCPY2D *pCopy);
+typedef CUresult (*fg_real_cuMemcpy2DUnaligned_v2_ptds)(const CUDA_MEMCPY2D *pCopy);
+typedef CUresult (*fg_real_cuMemcpy2DAsync_v2)(const CUDA_MEMCPY2D *pCopy, CUstream hStream);
+typedef CUresult (*fg_real_cuMemcpy2DAsync_v2_ptsz)(const CUDA_MEMCPY2D *pCopy, CUstream hStream);
 typedef CUresult (*fg_real_cuMemsetD8_v2)(CUdeviceptr dstDevice, unsigned char uc, size_t N);
 typedef CUresult (*fg_real_cuMemsetD8_v2_ptds)(CUdeviceptr dstDevice, unsigned char uc, size_t N);
 typedef CUresult (*fg_real_cuMemsetD32_v2)(CUdeviceptr dstDevice, unsigned int ui, size_t N);
@@ -231,6 +237,12 @@ CUresult fg_compute_cuMemcpyDtoDAsync_v2(fg_real_cuMemcpyDtoDAsync_v2 next, CUde
 CUresult fg_compute_cuMemcpyDtoDAsync_v2_ptsz(fg_real_cuMemcpyDtoDAsync_v2_ptsz next, CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
 CUresult fg_compute_cuMemcpyAsync(fg_real_cuMemcpyAsync next, CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream);
 CUresult fg_compute_cuMemcpyAsync_ptsz(fg_real_cuMemcpyAsync_ptsz next, CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream);
+CUresult fg_compute_cuMemcpy2D_v2(fg_real_cuMemcpy2D_v2 next, const CUDA_MEMCPY2D *pCopy);
+CUresult fg_compute_cuMemcpy2D_v2_ptds(fg_real_cuMemcpy2D_v2_ptds next, const CUDA_MEMCPY2D *pCopy);
+CUresult fg_compute_cuMemcpy2DUnaligned_v2(fg_real_cuMemcpy2DUnaligned_v2 next, const CUDA_MEMCPY2D *pCopy);
+CUresult fg_compute_cuMemcpy2DUnaligned_v2_ptds(fg_real_cuMemcpy2DUnaligned_v2_ptds next, const CUDA_MEMCPY2D *pCopy);
+CUresult fg_compute_cuMemcpy2DAsync_v2(fg_real_cuMemcpy2DAsync_v2 next, const CUDA_MEMCPY2D *pCopy, CUstream hStream);
+CUresult fg_compute_cuMemcpy2DAsync_v2_ptsz(fg_real_cuMemcpy2DAsync_v2_ptsz next, const CUDA_MEMCPY2D *pCopy, CUstream hStream);
 CUresult fg_compute_cuMemsetD8_v2(fg_real_cuMemsetD8_v2 next, CUdeviceptr dstDevice, unsigned char uc, size_t N);
 CUresult fg_compute_cuMemsetD8_v2_ptds(fg_real_cuMemsetD8_v2_ptds next, CUdeviceptr dstDevice, unsigned char uc, size_t N);
 CUresult fg_compute_cuMemsetD32_v2(fg_real_cuMemsetD32_v2 next, CUdeviceptr dstDevice, unsigned int ui, size_t N);

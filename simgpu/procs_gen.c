@@ -611,6 +611,44 @@ __attribute__((weak)) SIM_EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CU
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
+{
+    (void)pCopy;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *pCopy)
+{
+    (void)pCopy;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy)
+{
+    (void)pCopy;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *pCopy)
+{
+    (void)pCopy;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
+{
+    (void)pCopy;
+    (void)hStream;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
+{
+    (void)pCopy;
+    (void)hStream;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 __attribute__((weak)) SIM_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
     (void)dstDevice;
@@ -1293,6 +1331,12 @@ const struct fg_proc sim_procs[] = {
     {"cuMemcpyDtoDAsync", "cuMemcpyDtoDAsync_v2_ptsz", 7000, 1, (void *)cuMemcpyDtoDAsync_v2_ptsz},
     {"cuMemcpyAsync", "cuMemcpyAsync", 4000, 0, (void *)cuMemcpyAsync},
     {"cuMemcpyAsync", "cuMemcpyAsync_ptsz", 7000, 1, (void *)cuMemcpyAsync_ptsz},
+    {"cuMemcpy2D", "cuMemcpy2D_v2", 3020, 0, (void *)cuMemcpy2D_v2},
+    {"cuMemcpy2D", "cuMemcpy2D_v2_ptds", 7000, 1, (void *)cuMemcpy2D_v2_ptds},
+    {"cuMemcpy2DUnaligned", "cuMemcpy2DUnaligned_v2", 3020, 0, (void *)cuMemcpy2DUnaligned_v2},
+    {"cuMemcpy2DUnaligned", "cuMemcpy2DUnaligned_v2_ptds", 7000, 1, (void *)cuMemcpy2DUnaligned_v2_ptds},
+    {"cuMemcpy2DAsync", "cuMemcpy2DAsync_v2", 3020, 0, (void *)cuMemcpy2DAsync_v2},
+    {"cuMemcpy2DAsync", "cuMemcpy2DAsync_v2_ptsz", 7000, 1, (void *)cuMemcpy2DAsync_v2_ptsz},
     {"cuMemsetD8", "cuMemsetD8_v2", 3020, 0, (void *)cuMemsetD8_v2},
     {"cuMemsetD8", "cuMemsetD8_v2_ptds", 7000, 1, (void *)cuMemsetD8_v2_ptds},
     {"cuMemsetD32", "cuMemsetD32_v2", 3020, 0, (void *)cuMemsetD32_v2},

@@ -170,6 +170,18 @@ CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstr
 typedef CUresult (*fg_pfn_cuMemcpyAsync)(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream);
 CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream);
 typedef CUresult (*fg_pfn_cuMemcpyAsync_ptsz)(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream);
+CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy);
+typedef CUresult (*fg_pfn_cuMemcpy2D_v2)(const CUDA_MEMCPY2D *pCopy);
+CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *pCopy);
+typedef CUresult (*fg_pfn_cuMemcpy2D_v2_ptds)(const CUDA_MEMCPY2D *pCopy);
+CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy);
+typedef CUresult (*fg_pfn_cuMemcpy2DUnaligned_v2)(const CUDA_MEMCPY2D *pCopy);
+CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *pCopy);
+typedef CUresult (*fg_pfn_cuMemcpy2DUnaligned_v2_ptds)(const CUDA_MEMCPY2D *pCopy);
+CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStream);
+typedef CUresult (*fg_pfn_cuMemcpy2DAsync_v2)(const CUDA_MEMCPY2D *pCopy, CUstream hStream);
+CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *pCopy, CUstream hStream);
+typedef CUresult (*fg_pfn_cuMemcpy2DAsync_v2_ptsz)(const CUDA_MEMCPY2D *pCopy, CUstream hStream);
 CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N);
 typedef CUresult (*fg_pfn_cuMemsetD8_v2)(CUdeviceptr dstDevice, unsigned char uc, size_t N);
 CUresult cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N);

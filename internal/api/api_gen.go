@@ -3,7 +3,7 @@
 package api
 
 // Hash identifies this ordered list; trace regions carry it.
-const Hash uint64 = 0x21902cca7659a1c3
+const Hash uint64 = 0xd1dd6071b8c48ebf
 
 // Names lists every hooked entry point, in hook-id order.
 var Names = []string{
@@ -88,6 +88,12 @@ var Names = []string{
 	"cuMemcpyDtoDAsync_v2_ptsz",
 	"cuMemcpyAsync",
 	"cuMemcpyAsync_ptsz",
+	"cuMemcpy2D_v2",
+	"cuMemcpy2D_v2_ptds",
+	"cuMemcpy2DUnaligned_v2",
+	"cuMemcpy2DUnaligned_v2_ptds",
+	"cuMemcpy2DAsync_v2",
+	"cuMemcpy2DAsync_v2_ptsz",
 	"cuMemsetD8_v2",
 	"cuMemsetD8_v2_ptds",
 	"cuMemsetD32_v2",
@@ -203,6 +209,12 @@ var Bytes = map[string]bool{
 	"cuMemcpyDtoDAsync_v2_ptsz":    true,
 	"cuMemcpyAsync":                true,
 	"cuMemcpyAsync_ptsz":           true,
+	"cuMemcpy2D_v2":                true,
+	"cuMemcpy2D_v2_ptds":           true,
+	"cuMemcpy2DUnaligned_v2":       true,
+	"cuMemcpy2DUnaligned_v2_ptds":  true,
+	"cuMemcpy2DAsync_v2":           true,
+	"cuMemcpy2DAsync_v2_ptsz":      true,
 	"cuMemsetD8_v2":                true,
 	"cuMemsetD8_v2_ptds":           true,
 	"cuMemsetD32_v2":               true,

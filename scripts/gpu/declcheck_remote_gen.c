@@ -138,18 +138,6 @@ typedef CUresult (CUDAAPI *fg_sig_cuTensorMapReplaceAddress)(CUtensorMap *tensor
 SAME(fg_sig_cuTensorMapReplaceAddress, PFN_cuTensorMapReplaceAddress_v12000);
 typedef CUresult (CUDAAPI *fg_sig_cuKernelGetLibrary)(CUlibrary *pLib, CUkernel kernel);
 SAME(fg_sig_cuKernelGetLibrary, PFN_cuKernelGetLibrary_v12050);
-typedef CUresult (CUDAAPI *fg_sig_cuMemcpy2D_v2)(const CUDA_MEMCPY2D *pCopy);
-SAME(fg_sig_cuMemcpy2D_v2, PFN_cuMemcpy2D_v3020);
-typedef CUresult (CUDAAPI *fg_sig_cuMemcpy2D_v2_ptds)(const CUDA_MEMCPY2D *pCopy);
-SAME(fg_sig_cuMemcpy2D_v2_ptds, PFN_cuMemcpy2D_v7000_ptds);
-typedef CUresult (CUDAAPI *fg_sig_cuMemcpy2DUnaligned_v2)(const CUDA_MEMCPY2D *pCopy);
-SAME(fg_sig_cuMemcpy2DUnaligned_v2, PFN_cuMemcpy2DUnaligned_v3020);
-typedef CUresult (CUDAAPI *fg_sig_cuMemcpy2DUnaligned_v2_ptds)(const CUDA_MEMCPY2D *pCopy);
-SAME(fg_sig_cuMemcpy2DUnaligned_v2_ptds, PFN_cuMemcpy2DUnaligned_v7000_ptds);
-typedef CUresult (CUDAAPI *fg_sig_cuMemcpy2DAsync_v2)(const CUDA_MEMCPY2D *pCopy, CUstream hStream);
-SAME(fg_sig_cuMemcpy2DAsync_v2, PFN_cuMemcpy2DAsync_v3020);
-typedef CUresult (CUDAAPI *fg_sig_cuMemcpy2DAsync_v2_ptsz)(const CUDA_MEMCPY2D *pCopy, CUstream hStream);
-SAME(fg_sig_cuMemcpy2DAsync_v2_ptsz, PFN_cuMemcpy2DAsync_v7000_ptsz);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamGetCaptureInfo_v2)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out);
 SAME(fg_sig_cuStreamGetCaptureInfo_v2, PFN_cuStreamGetCaptureInfo_v11030);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamGetCaptureInfo_v2_ptsz)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out);

@@ -29,8 +29,6 @@ CUresult cuTensorMapEncodeIm2col(CUtensorMap *tensorMap, CUtensorMapDataType ten
                                  CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion,
                                  CUtensorMapFloatOOBfill oobFill);
 CUresult cuTensorMapReplaceAddress(CUtensorMap *tensorMap, void *globalAddress);
-CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy);
-CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStream);
 
 static int repeat;
 

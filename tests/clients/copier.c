@@ -1,8 +1,9 @@
 /* Synchronous copies or memsets in a loop, as a tenant that moves data and
  * launches nothing:
  *     copier SECONDS OP
- * OP: htod, dtoh, dtod, memcpy, memset8 or memset32, each optionally with
- * _ptds (the per-thread default stream ABI). Prints "ready", starts at the
+ * OP: htod, dtoh, dtod, memcpy, memset8, memset32, htod2d or dtoh2d (16
+ * rows of 256 bytes), each optionally with _ptds (the per-thread default
+ * stream ABI). Prints "ready", starts at the
  * first line of stdin, calls OP for SECONDS and prints
  *     ops N longest_ms L
  * L: the longest single call, which is how long it waited for its turn. */
@@ -23,7 +24,7 @@ enum { N = 4096 };
 int main(int argc, char **argv)
 {
     if (argc != 3) {
-        fprintf(stderr, "usage: copier SECONDS htod|dtoh|dtod|memcpy|memset8|memset32[_ptds]\n");
+        fprintf(stderr, "usage: copier SECONDS htod|dtoh|dtod|memcpy|memset8|memset32|htod2d|dtoh2d[_ptds]\n");
         return 2;
     }
     double seconds = atof(argv[1]);
@@ -43,11 +44,20 @@ int main(int argc, char **argv)
     CHECK(cuMemAlloc_v2(&b, N));
 #define CALL(plain, ptds, ...) (pt ? ptds(__VA_ARGS__) : plain(__VA_ARGS__))
     int k = !strcmp(op, "htod") ? 0 : !strcmp(op, "dtoh") ? 1 : !strcmp(op, "dtod") ? 2 : !strcmp(op, "memcpy") ? 3
-          : !strcmp(op, "memset8") ? 4 : !strcmp(op, "memset32") ? 5 : -1;
+          : !strcmp(op, "memset8") ? 4 : !strcmp(op, "memset32") ? 5 : !strcmp(op, "htod2d") ? 6
+          : !strcmp(op, "dtoh2d") ? 7 : -1;
     if (k < 0) {
         fprintf(stderr, "copier: unknown op %s\n", argv[2]);
         return 2;
     }
+    CUDA_MEMCPY2D up, down;
+    memset(&up, 0, sizeof up);
+    up.srcMemoryType = CU_MEMORYTYPE_HOST, up.srcHost = host, up.srcPitch = 256;
+    up.dstMemoryType = CU_MEMORYTYPE_DEVICE, up.dstDevice = a, up.dstPitch = 256;
+    up.WidthInBytes = 256, up.Height = 16;
+    down = up;
+    down.srcMemoryType = CU_MEMORYTYPE_DEVICE, down.srcDevice = a, down.srcHost = NULL;
+    down.dstMemoryType = CU_MEMORYTYPE_HOST, down.dstHost = host, down.dstDevice = 0;
     printf("ready\n");
     fflush(stdout);
     char c;
@@ -62,7 +72,9 @@ int main(int argc, char **argv)
         case 2: CHECK(CALL(cuMemcpyDtoD_v2, cuMemcpyDtoD_v2_ptds, b, a, N)); break;
         case 3: CHECK(CALL(cuMemcpy, cuMemcpy_ptds, b, a, N)); break;
         case 4: CHECK(CALL(cuMemsetD8_v2, cuMemsetD8_v2_ptds, a, 1, N)); break;
-        default: CHECK(CALL(cuMemsetD32_v2, cuMemsetD32_v2_ptds, a, 1, N / 4)); break;
+        case 5: CHECK(CALL(cuMemsetD32_v2, cuMemsetD32_v2_ptds, a, 1, N / 4)); break;
+        case 6: CHECK(CALL(cuMemcpy2D_v2, cuMemcpy2D_v2_ptds, &up)); break;
+        default: CHECK(CALL(cuMemcpy2D_v2, cuMemcpy2D_v2_ptds, &down)); break;
         }
         double after = wall_ms();
         if (after - now > longest)

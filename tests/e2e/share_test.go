@@ -246,6 +246,39 @@ func TestPriorityLendsIdleTime(t *testing.T) {
 	}
 }
 
+// A tenant that only moves data (synchronous copies and memsets occupy the
+// GPU's engines too, 2D copies among them) takes turns as well: next to a
+// higher priority that has work, each of its calls waits until that work
+// is done.
+func TestPriorityHoldsSynchronousCopies(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, abi := range []string{"", "_ptds"} {
+		ops := []string{"htod", "dtoh", "dtod", "memcpy", "memset8", "memset32", "htod2d", "dtoh2d"}
+		var cs []*spinner
+		for _, op := range ops {
+			cs = append(cs, e.clientUnder("copier", []string{"--priority", "low"}, "2", op+abi))
+		}
+		hi := e.spinnerUnder([]string{"--priority", "high"}, "1000", "1", "16")
+		for _, c := range cs {
+			c.start()
+		}
+		time.Sleep(200 * time.Millisecond)
+		hi.start()
+		h := hi.result()
+		for i, c := range cs {
+			r := c.result()
+			t.Logf("%s%s next to 1 s of high-priority kernels (%.1f%% of the device): %d calls, the longest %.0f ms",
+				ops[i], abi, h.share, r.ops, r.longest)
+			// Sim copies take no time: only the scheduler makes one wait.
+			if r.longest < 600 {
+				t.Errorf("%s%s of a low-priority tenant went on while a high-priority one ran for 1 s (longest call %.0f ms, %d calls)",
+					ops[i], abi, r.longest, r.ops)
+			}
+		}
+	}
+}
+
 // A server lends its pauses whichever way it waits for its results: a
 // CUDA 13 runtime synchronizes a device through cuCtxSynchronize_v2,
 // resolved at version 13000 (a new ABI), and a program may instead read
