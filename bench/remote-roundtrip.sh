@@ -9,7 +9,7 @@
 #   upload      cuMemcpyHtoDAsync of 4 KiB: queued with its bytes
 #   event       cuEventCreate and cuEventDestroy: queued, a shadow handle
 #   latency     the round trip with 10 and 50 us added (FLEXGV_REMOTE_DELAY_US)
-#   bandwidth   synchronous 64 MiB uploads
+#   bandwidth   synchronous 64 MiB uploads and downloads
 # Each runs N and 2N times so that start-up cancels out; prints microseconds
 # per call.
 #     bench/remote-roundtrip.sh [N]        (after make)
@@ -93,3 +93,7 @@ echo "upload 64 MiB (cuMemcpyHtoD): local $(gbps "$(per_call 8 1 "memclient copy
     "shared memory $(gbps "$(per_call 8 1 "memclient copyloop" "${shm_env[@]}")") GB/s," \
     "loopback TCP $(gbps "$(per_call 8 1 "memclient copyloop" "${tcp_env[@]}")") GB/s," \
     "shared memory +50 us $(gbps "$(per_call 8 1 "memclient copyloop" "${shm_env[@]}" FLEXGV_REMOTE_DELAY_US=50)") GB/s"
+echo "download 64 MiB (cuMemcpyDtoH): local $(gbps "$(per_call 8 1 "memclient copybackloop" "${local_env[@]}")") GB/s," \
+    "unix socket $(gbps "$(per_call 8 1 "memclient copybackloop" "${unix_env[@]}")") GB/s," \
+    "shared memory $(gbps "$(per_call 8 1 "memclient copybackloop" "${shm_env[@]}")") GB/s," \
+    "loopback TCP $(gbps "$(per_call 8 1 "memclient copybackloop" "${tcp_env[@]}")") GB/s"

@@ -22,6 +22,7 @@ struct fgr_req {
     int nowned, capowned;
     int oom; /* an allocation failed: the answer is CUDA_ERROR_OUT_OF_MEMORY */
     int bad; /* a length in the frame did not add up */
+    int big_used; /* its first large result took the kept buffer (fgr_out) */
 };
 
 struct fgr_op_desc {
@@ -65,7 +66,9 @@ CUlaunchConfig *fgr_get_launchcfg(struct fgr_rd *rd, struct fgr_req *q);
 /* Whether every event a launch configuration's attributes name is the connection's. */
 int fgr_launchcfg_events_ok(const CUlaunchConfig *c);
 void *fgr_get_opts(struct fgr_rd *rd, struct fgr_req *q, int kind, void ***values, unsigned *n);
-/* Zeroed memory for an out result, NULL on failure (see fgr_out_failed). */
+/* Memory for an out result, NULL on failure (see fgr_out_failed): zeroed,
+ * but for a request's first large one (over 4 KiB), which holds what the
+ * connection's earlier results left. */
 void *fgr_out(struct fgr_req *q, uint64_t bytes);
 CUresult fgr_out_failed(struct fgr_req *q);
 void fgr_reply_out(struct fgr_req *q, const void *p, uint64_t bytes, int inout, CUresult r);
@@ -130,5 +133,7 @@ CUresult fgr_refuse(const char *call, const char *param, uint64_t v, CUresult r)
  * reply frame. before: an error that answers the call without running it
  * (the arguments are then not read). NULL, or why the frame is malformed. */
 const char *fgr_serve(unsigned op, struct fgr_rd *rd, struct fgr_buf *w, CUresult before);
+/* (w is written with fgr_buf_write; what it refers to lives until the next
+ * call of fgr_serve.) */
 
 #endif

@@ -306,7 +306,7 @@ int main(int argc, char **argv)
                 w.p[4 + i] = (uint8_t)((uint32_t)deferred >> (8 * i));
             deferred = CUDA_SUCCESS;
         }
-        if (conn_write(w.p, w.len)) {
+        if (fgr_buf_write(&w, conn_write)) {
             if (errno)
                 reject("answering: %s", strerror(errno));
             return 0;

@@ -235,6 +235,22 @@ void *fgr_out(struct fgr_req *q, uint64_t bytes)
         q->bad = 1; /* the client refuses such calls before sending them */
         return NULL;
     }
+    if (bytes > SMALL_OBJECT && !q->big_used) {
+        /* A large result (a copy's bytes) goes into one buffer kept from
+         * request to request: no fresh pages to fault in each time. What it
+         * held before is this connection's own earlier results. */
+        static void *big;
+        static size_t cap;
+        if (bytes > cap) {
+            void *p = realloc(big, (size_t)bytes);
+            if (!p)
+                return NULL;
+            big = p;
+            cap = (size_t)bytes;
+        }
+        q->big_used = 1;
+        return big;
+    }
     return fgr_own(q, fgr_zalloc(bytes));
 }
 
@@ -261,13 +277,30 @@ CUresult fgr_drain(CUstream s, int per_thread)
     return sync ? sync(s) : CUDA_ERROR_NOT_SUPPORTED;
 }
 
+/* What the last request owns: kept until its answer has been written, as
+ * large results are written from where the driver put them (the answer's
+ * tail, struct fgr_buf), not copied into the answer. */
+static struct fgr_req last;
+
+static void release_last(void)
+{
+    for (int i = 0; i < last.nowned; i++)
+        free(last.owned[i]);
+    free(last.owned);
+    last = (struct fgr_req){0};
+}
+
 const char *fgr_serve(unsigned op, struct fgr_rd *rd, struct fgr_buf *w, CUresult before)
 {
+    release_last();
     if (op == FGR_OP_HELLO || op >= FGR_NUM_OPS)
         return "an unknown operation";
     struct fgr_req q = {.reply = w};
     w->len = 0;
     w->oom = 0;
+    w->by_ref = 1;
+    w->tail = NULL;
+    w->tail_len = 0;
     fgr_put_u32(w, 0);
     fgr_put_u32(w, 0);
     CUresult r = before;
@@ -275,15 +308,15 @@ const char *fgr_serve(unsigned op, struct fgr_rd *rd, struct fgr_buf *w, CUresul
         r = CUDA_ERROR_NOT_SUPPORTED; /* this driver lacks the entry point */
     else if (r == CUDA_SUCCESS)
         r = fgr_ops[op].fn(rd, &q);
-    for (int i = 0; i < q.nowned; i++)
-        free(q.owned[i]);
-    free(q.owned);
+    last = q;
     if (r == FGR_BAD_FRAME || q.bad || rd->bad)
         return "a malformed request";
     if (q.oom || w->oom) {
         /* Not the client's fault: it gets the error, without results. */
         w->len = 4;
         w->oom = 0;
+        w->tail = NULL;
+        w->tail_len = 0;
         fgr_put_u32(w, 0);
         r = CUDA_ERROR_OUT_OF_MEMORY;
     }

@@ -28,6 +28,8 @@ func valid() []request {
 	return []request{
 		{"cuMemcpyHtoD_v2", w{}.u64(0x1000).u64(8).u8(1).u64(8).raw("abcdefgh"), res},
 		{"cuMemcpyDtoH_v2", w{}.u64(0x1000).u64(16).u8(1), res + 1 + 8 + 16},
+		// 64 KiB: written from the executor's copy, not into the answer.
+		{"cuMemcpyDtoH_v2", w{}.u64(0x1000).u64(0x10000).u8(1), res + 1 + 8 + 0x10000},
 		{"cuModuleGetFunction", w{}.u64(7).u8(1).u8(1).u64(4).raw("abc\x00"), res + 1 + 8 + 8},
 		{"cuModuleLoadData", w{}.u8(1).u8(1).u8(1).u64(19).raw("FLEXGV-SIM-MODULE\n\x00"), res + 1 + 8 + 8},
 		// An image to keep, and one named by a hash this executor does not

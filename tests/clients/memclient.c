@@ -10,6 +10,8 @@
  *     memclient allocloop N      N pairs of cuMemAlloc/cuMemFree of 1 MiB (benchmarks)
  *     memclient uploadloop N     N cuMemcpyHtoDAsync of 4 KiB, then a synchronize (benchmarks)
  *     memclient eventloop N      N pairs of cuEventCreate/cuEventDestroy, then a synchronize (benchmarks)
+ *     memclient copyloop N       N synchronous 64 MiB uploads (benchmarks)
+ *     memclient copybackloop N   N synchronous 64 MiB downloads (benchmarks)
  *     memclient execinfo         hold 100 MiB, then exec "memclient info"
  *     memclient overflow         hold 600 MiB, then sizes that wrap a 64-bit sum or product
  *     memclient ctxrace N        N threads retain the first primary context at once
@@ -412,6 +414,19 @@ int main(int argc, char **argv)
         for (long i = 0; i < n; i++)
             CHECK(cuMemcpyHtoD_v2(p, src, size));
         return 0;
+    }
+    if (!strcmp(mode, "copybackloop")) { /* synchronous 64 MiB downloads: bandwidth */
+        long n = argc > 2 ? atol(argv[2]) : 10;
+        size_t size = 64 * MiB;
+        char *dst = malloc(size);
+        CUdeviceptr p;
+        if (!dst)
+            return 1;
+        CHECK(cuMemAlloc_v2(&p, size));
+        CHECK(cuMemsetD8_v2(p, 1, size));
+        for (long i = 0; i < n; i++)
+            CHECK(cuMemcpyDtoH_v2(dst, p, size));
+        return dst[size - 1] == 1 ? 0 : 1;
     }
     if (!strcmp(mode, "churn")) {
         printf("ready\n");
