@@ -402,31 +402,20 @@ int main(int argc, char **argv)
         printf(", %zu MiB more in use\n", (size_t)((f0 - f) / MiB));
         return 0;
     }
-    if (!strcmp(mode, "copyloop")) { /* synchronous 64 MiB uploads: bandwidth */
+    if (!strcmp(mode, "copyloop") || !strcmp(mode, "copybackloop")) { /* synchronous 64 MiB copies: bandwidth */
+        int back = mode[4] == 'b';
         long n = argc > 2 ? atol(argv[2]) : 10;
         size_t size = 64 * MiB;
-        char *src = malloc(size);
+        char *host = malloc(size);
         CUdeviceptr p;
-        if (!src)
+        if (!host)
             return 1;
-        memset(src, 1, size);
-        CHECK(cuMemAlloc_v2(&p, size));
-        for (long i = 0; i < n; i++)
-            CHECK(cuMemcpyHtoD_v2(p, src, size));
-        return 0;
-    }
-    if (!strcmp(mode, "copybackloop")) { /* synchronous 64 MiB downloads: bandwidth */
-        long n = argc > 2 ? atol(argv[2]) : 10;
-        size_t size = 64 * MiB;
-        char *dst = malloc(size);
-        CUdeviceptr p;
-        if (!dst)
-            return 1;
+        memset(host, 1, size);
         CHECK(cuMemAlloc_v2(&p, size));
         CHECK(cuMemsetD8_v2(p, 1, size));
         for (long i = 0; i < n; i++)
-            CHECK(cuMemcpyDtoH_v2(dst, p, size));
-        return dst[size - 1] == 1 ? 0 : 1;
+            CHECK(back ? cuMemcpyDtoH_v2(host, p, size) : cuMemcpyHtoD_v2(p, host, size));
+        return 0;
     }
     if (!strcmp(mode, "churn")) {
         printf("ready\n");
