@@ -22,6 +22,12 @@ struct fgr_call {
     struct fgr_rd r;
     CUresult result;
     int op;
+    /* A call whose one result is a large buffer: the answer's bytes are
+     * read straight into it (direct_done) rather than copied out of the
+     * receive buffer. */
+    void *direct;
+    uint64_t direct_n;
+    int direct_done;
 };
 
 /* FLEXGV_REMOTE_LOG=errors: every forwarded call the server answered with

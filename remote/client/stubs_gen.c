@@ -439,6 +439,8 @@ FGR_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)pool);
     fgr_put_u64(&fgr_c.w, (uint64_t)attr);
     fgr_put_u8(&fgr_c.w, value != NULL);
+    fgr_c.direct = value;
+    fgr_c.direct_n = n_value;
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, value, n_value, 0);
@@ -743,6 +745,8 @@ FGR_EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t
     fgr_put_u64(&fgr_c.w, (uint64_t)srcDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
     fgr_put_u8(&fgr_c.w, dstHost != NULL);
+    fgr_c.direct = dstHost;
+    fgr_c.direct_n = n_dstHost;
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, dstHost, n_dstHost, 0);
@@ -769,6 +773,8 @@ FGR_EXPORT CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, s
     fgr_put_u64(&fgr_c.w, (uint64_t)srcDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
     fgr_put_u8(&fgr_c.w, dstHost != NULL);
+    fgr_c.direct = dstHost;
+    fgr_c.direct_n = n_dstHost;
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, dstHost, n_dstHost, 0);
@@ -900,6 +906,8 @@ FGR_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, s
     fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     fgr_put_u8(&fgr_c.w, dstHost != NULL);
+    fgr_c.direct = dstHost;
+    fgr_c.direct_n = n_dstHost;
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, dstHost, n_dstHost, 0);
@@ -927,6 +935,8 @@ FGR_EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevi
     fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     fgr_put_u8(&fgr_c.w, dstHost != NULL);
+    fgr_c.direct = dstHost;
+    fgr_c.direct_n = n_dstHost;
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, dstHost, n_dstHost, 0);
@@ -1895,6 +1905,8 @@ FGR_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_att
     fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)device);
     fgr_put_u64(&fgr_c.w, (uint64_t)attr);
     fgr_put_u8(&fgr_c.w, value != NULL);
+    fgr_c.direct = value;
+    fgr_c.direct_n = n_value;
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, value, n_value, 0);
@@ -2066,6 +2078,8 @@ FGR_EXPORT CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
     fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)len);
     fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
     fgr_put_u8(&fgr_c.w, pciBusId != NULL);
+    fgr_c.direct = pciBusId;
+    fgr_c.direct_n = n_pciBusId;
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, pciBusId, n_pciBusId, 0);
@@ -2539,6 +2553,8 @@ FGR_EXPORT CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int nu
     fgr_put_u64(&fgr_c.w, (uint64_t)numKernels);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)lib);
     fgr_put_u8(&fgr_c.w, kernels != NULL);
+    fgr_c.direct = kernels;
+    fgr_c.direct_n = n_kernels;
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, kernels, n_kernels, 0);
@@ -2609,6 +2625,8 @@ FGR_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attrib
     fgr_put_u64(&fgr_c.w, (uint64_t)attribute);
     fgr_put_u64(&fgr_c.w, (uint64_t)ptr);
     fgr_put_u8(&fgr_c.w, data != NULL);
+    fgr_c.direct = data;
+    fgr_c.direct_n = n_data;
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, data, n_data, 0);

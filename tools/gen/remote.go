@@ -836,6 +836,17 @@ func clientStub(b *strings.Builder, e RemoteEntry, decl string) {
 		b.WriteString("    return fgr_send(&fgr_c);\n}\n\n")
 		return
 	}
+	// A call whose one result is a buffer of a given size: the answer's
+	// bytes are read straight into it when large (fgr_roundtrip).
+	var outs []Param
+	for _, p := range e.Params {
+		if k := e.Kinds[p.Name]; k.Name == "out" || k.Name == "inout" {
+			outs = append(outs, p)
+		}
+	}
+	if len(outs) == 1 && e.Kinds[outs[0].Name].Name == "out" && e.Kinds[outs[0].Name].Count != "" {
+		fmt.Fprintf(b, "    fgr_c.direct = %s;\n    fgr_c.direct_n = n_%s;\n", outs[0].Name, outs[0].Name)
+	}
 	fmt.Fprintf(b, "    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)\n        return %s;\n", fail)
 	if e.Ret != "" {
 		// The driver's function answers a value, not a CUresult.
