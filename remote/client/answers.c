@@ -209,8 +209,12 @@ FGR_EXPORT CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute at
 static CUresult occupancy(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned flags,
                           int with_flags)
 {
-    uint64_t f = (uint64_t)(uintptr_t)func, shape = (uint64_t)(uint32_t)blockSize | (uint64_t)flags << 32, v;
-    if (numBlocks && recall(OCCUPANCY, f, shape, (uint64_t)dynamicSMemSize, &v)) {
+    /* by function, context (a kernel's function differs by device) and
+     * shape; shapes that do not fit the key are always asked */
+    uint64_t f = (uint64_t)(uintptr_t)func, ctx = (uint64_t)(uintptr_t)fgr_current(), v;
+    int keyed = blockSize >= 0 && blockSize < (1 << 20) && flags < 16 && (uint64_t)dynamicSMemSize < (1ull << 40);
+    uint64_t shape = (uint64_t)dynamicSMemSize | (uint64_t)blockSize << 40 | (uint64_t)flags << 60;
+    if (numBlocks && keyed && recall(OCCUPANCY, f, ctx, shape, &v)) {
         *numBlocks = (int)v;
         return CUDA_SUCCESS;
     }
@@ -218,8 +222,8 @@ static CUresult occupancy(int *numBlocks, CUfunction func, int blockSize, size_t
                                                                                        dynamicSMemSize, flags)
                             : fgr_fwd_cuOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks, func, blockSize,
                                                                                 dynamicSMemSize);
-    if (r == CUDA_SUCCESS)
-        keep(OCCUPANCY, f, shape, (uint64_t)dynamicSMemSize, (uint64_t)(int64_t)*numBlocks);
+    if (r == CUDA_SUCCESS && keyed)
+        keep(OCCUPANCY, f, ctx, shape, (uint64_t)(int64_t)*numBlocks);
     return r;
 }
 
