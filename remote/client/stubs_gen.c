@@ -2858,6 +2858,24 @@ FGR_EXPORT CUresult cuStreamGetAttribute_ptsz(CUstream hStream, CUstreamAttrID a
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult fgrNvmlUtilization(CUdevice dev, unsigned int *gpu, unsigned int *memory)
+{
+    CUresult fgr_r;
+    uint64_t n_gpu = gpu ? sizeof(unsigned int) : 0;
+    uint64_t n_memory = memory ? sizeof(unsigned int) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrNvmlUtilization, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
+    fgr_put_u8(&fgr_c.w, gpu != NULL);
+    fgr_put_u8(&fgr_c.w, memory != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, gpu, n_gpu, 0);
+    fgr_get_out(&fgr_c, memory, n_memory, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config)
 {
     CUresult fgr_r;
@@ -3710,6 +3728,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuMemGetMemPool] = "cuMemGetMemPool",
     [FGR_OP_cuStreamGetAttribute] = "cuStreamGetAttribute",
     [FGR_OP_cuStreamGetAttribute_ptsz] = "cuStreamGetAttribute_ptsz",
+    [FGR_OP_fgrNvmlUtilization] = "fgrNvmlUtilization",
     [FGR_OP_cuOccupancyMaxActiveClusters] = "cuOccupancyMaxActiveClusters",
     [FGR_OP_cuOccupancyMaxPotentialClusterSize] = "cuOccupancyMaxPotentialClusterSize",
     [FGR_OP_cuCtxGetLimit] = "cuCtxGetLimit",
@@ -3971,6 +3990,7 @@ const struct fg_proc fgr_procs[] = {
     {"cuMemGetMemPool", "cuMemGetMemPool", 13000, 0, (void *)cuMemGetMemPool},
     {"cuStreamGetAttribute", "cuStreamGetAttribute", 11000, 0, (void *)cuStreamGetAttribute},
     {"cuStreamGetAttribute", "cuStreamGetAttribute_ptsz", 11000, 1, (void *)cuStreamGetAttribute_ptsz},
+    {"fgrNvmlUtilization", "fgrNvmlUtilization", 0, 0, (void *)fgrNvmlUtilization},
     {"cuOccupancyMaxActiveClusters", "cuOccupancyMaxActiveClusters", 11070, 0, (void *)cuOccupancyMaxActiveClusters},
     {"cuOccupancyMaxPotentialClusterSize", "cuOccupancyMaxPotentialClusterSize", 11070, 0, (void *)cuOccupancyMaxPotentialClusterSize},
     {"cuCtxGetLimit", "cuCtxGetLimit", 3010, 0, (void *)cuCtxGetLimit},

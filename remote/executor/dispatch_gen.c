@@ -184,6 +184,7 @@ typedef CUresult (*pfn_cuMemGetDefaultMemPool)(CUmemoryPool *pool_out, CUmemLoca
 typedef CUresult (*pfn_cuMemGetMemPool)(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type);
 typedef CUresult (*pfn_cuStreamGetAttribute)(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out);
 typedef CUresult (*pfn_cuStreamGetAttribute_ptsz)(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out);
+typedef CUresult (*pfn_fgrNvmlUtilization)(CUdevice dev, unsigned int *gpu, unsigned int *memory);
 typedef CUresult (*pfn_cuOccupancyMaxActiveClusters)(int *numClusters, CUfunction func, const CUlaunchConfig *config);
 typedef CUresult (*pfn_cuOccupancyMaxPotentialClusterSize)(int *clusterSize, CUfunction func, const CUlaunchConfig *config);
 typedef CUresult (*pfn_cuCtxGetLimit)(size_t *pvalue, CUlimit limit);
@@ -3659,6 +3660,26 @@ static CUresult op_cuStreamGetAttribute_ptsz(struct fgr_rd *rd, struct fgr_req *
     return fgr_r;
 }
 
+static CUresult op_fgrNvmlUtilization(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdevice dev = (CUdevice)fgr_get_u64(rd);
+    int has_gpu = fgr_get_u8(rd);
+    int has_memory = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    unsigned int *gpu = NULL;
+    if (has_gpu && !(gpu = fgr_out(q, sizeof(unsigned int))))
+        return fgr_out_failed(q);
+    unsigned int *memory = NULL;
+    if (has_memory && !(memory = fgr_out(q, sizeof(unsigned int))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_fgrNvmlUtilization)fgr_real[FGR_OP_fgrNvmlUtilization])(dev, gpu, memory);
+    fgr_reply_out(q, gpu, sizeof(unsigned int), 0, fgr_r);
+    fgr_reply_out(q, memory, sizeof(unsigned int), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_cuOccupancyMaxActiveClusters(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -4712,6 +4733,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuMemGetMemPool] = {"cuMemGetMemPool", op_cuMemGetMemPool, 0},
     [FGR_OP_cuStreamGetAttribute] = {"cuStreamGetAttribute", op_cuStreamGetAttribute, 0},
     [FGR_OP_cuStreamGetAttribute_ptsz] = {"cuStreamGetAttribute_ptsz", op_cuStreamGetAttribute_ptsz, 0},
+    [FGR_OP_fgrNvmlUtilization] = {"fgrNvmlUtilization", op_fgrNvmlUtilization, 0},
     [FGR_OP_cuOccupancyMaxActiveClusters] = {"cuOccupancyMaxActiveClusters", op_cuOccupancyMaxActiveClusters, 0},
     [FGR_OP_cuOccupancyMaxPotentialClusterSize] = {"cuOccupancyMaxPotentialClusterSize", op_cuOccupancyMaxPotentialClusterSize, 0},
     [FGR_OP_cuCtxGetLimit] = {"cuCtxGetLimit", op_cuCtxGetLimit, 0},

@@ -5,6 +5,9 @@
  * process then exits, and the driver frees what the client held. */
 #include "executor.h"
 #include "../ring.h"
+#include "flexgv/cuda_util.h"
+
+#include <nvml.h>
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -137,6 +140,47 @@ static int hello(struct fgr_rd *rd, struct fgr_buf *w, uint32_t *transport)
     return 0;
 }
 
+/* ---- NVML, for the client's libnvidia-ml.so.1 ---- */
+
+/* A device's utilization from the server's NVML (loaded when first asked;
+ * CUDA_ERROR_NOT_SUPPORTED without one): over the whole GPU, as NVML
+ * measures it, the tenant's work and others'. */
+static CUresult nvml_utilization(CUdevice dev, unsigned int *gpu, unsigned int *memory)
+{
+    static int state; /* 0: not loaded yet, 1: ready, -1: none */
+    static nvmlReturn_t (*by_uuid)(const char *, nvmlDevice_t *);
+    static nvmlReturn_t (*util)(nvmlDevice_t, nvmlUtilization_t *);
+    if (!gpu || !memory)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (state == 0) {
+        void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+        nvmlReturn_t (*init)(void) = h ? (nvmlReturn_t(*)(void))dlsym(h, "nvmlInit_v2") : NULL;
+        *(void **)&by_uuid = h ? dlsym(h, "nvmlDeviceGetHandleByUUID") : NULL;
+        *(void **)&util = h ? dlsym(h, "nvmlDeviceGetUtilizationRates") : NULL;
+        state = init && by_uuid && util && init() == NVML_SUCCESS ? 1 : -1;
+        if (state < 0)
+            fgr_logf("no NVML here (%s): utilization is not answered", h ? "it does not start" : dlerror());
+    }
+    if (state < 0)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    CUuuid u;
+    CUresult r = drv.uuid(&u, dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    char text[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+    fg_uuid_text(&u, text, sizeof text);
+    nvmlDevice_t d;
+    nvmlUtilization_t v;
+    nvmlReturn_t nr = by_uuid(text, &d);
+    if (nr == NVML_SUCCESS)
+        nr = util(d, &v);
+    if (nr != NVML_SUCCESS)
+        return nr == NVML_ERROR_NOT_SUPPORTED ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_UNKNOWN;
+    *gpu = v.gpu;
+    *memory = v.memory;
+    return CUDA_SUCCESS;
+}
+
 /* ---- the loop ---- */
 
 static CUresult make_current(CUcontext want)
@@ -206,6 +250,7 @@ int main(int argc, char **argv)
     }
     for (int op = 1; op < FGR_NUM_OPS; op++)
         fgr_real[op] = dlsym(h, fgr_ops[op].name);
+    fgr_real[FGR_OP_fgrNvmlUtilization] = (void *)nvml_utilization;
     /* The export tables' functions are the driver's words; a table the
      * driver does not have leaves its operations unsupported. */
     for (int i = 0; i < fgr_nxtables; i++) {

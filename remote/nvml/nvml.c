@@ -3,7 +3,8 @@
  * libcuda.so.1 (its DT_NEEDED, found beside it through the rpath $ORIGIN),
  * so that NVML says what the program's CUDA calls say. Identity comes from
  * what the client cached at its handshake and is read once per nvmlInit;
- * memory is asked of the server at every query. Every other entry point
+ * memory is asked of the server at every query, and utilization of the
+ * server's NVML (through the client's own operation). Every other entry point
  * answers NVML_ERROR_NOT_SUPPORTED (stubs.c).
  *
  * Under the shim (flexgv run --remote) these driver calls go through its
@@ -360,6 +361,17 @@ FGN_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemo
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     memory->reserved = 0;
     return mem(d, &memory->total, &memory->free, &memory->used);
+}
+
+/* The server's NVML, through the client's own operation. */
+CUresult fgrNvmlUtilization(CUdevice dev, unsigned int *gpu, unsigned int *memory);
+
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
+{
+    DEVICE_ARG(device, d);
+    if (!utilization)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return nvml_result(fgrNvmlUtilization((CUdevice)d, &utilization->gpu, &utilization->memory));
 }
 
 /* An empty list: the memory is held by the client's executor, a process

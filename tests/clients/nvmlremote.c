@@ -57,8 +57,9 @@ int main(int argc, char **argv)
     nvmlUtilization_t u;
     unsigned mw;
     if (n && nvmlDeviceGetHandleByIndex_v2(0, &d0) == NVML_SUCCESS) {
-        printf("utilization: %s\n", nvmlErrorString(nvmlDeviceGetUtilizationRates(d0, &u)));
-        printf("utilization again: %s\n", nvmlErrorString(nvmlDeviceGetUtilizationRates(d0, &u)));
+        nvmlReturn_t ur = nvmlDeviceGetUtilizationRates(d0, &u);
+        printf("utilization: %s gpu=%u memory=%u\n", nvmlErrorString(ur), ur ? 0 : u.gpu, ur ? 0 : u.memory);
+        printf("utilization without a place for it: %s\n", nvmlErrorString(nvmlDeviceGetUtilizationRates(d0, NULL)));
         printf("power: %s\n", nvmlErrorString(nvmlDeviceGetPowerUsage(d0, &mw)));
     }
     printf("unknown uuid: %s\n", nvmlErrorString(nvmlDeviceGetHandleByUUID("GPU-none", &d0)));
