@@ -139,6 +139,13 @@ else
     census triton 240 same_text "a Triton vector add (with PyTorch tensors), compiled afresh" python3 scripts/gpu/triton_add.py
 fi
 
+# CuPy's cuBLAS calls a word the others do not (21318c60 word 51).
+if ! python3 -c 'import cupy' 2>/dev/null; then
+    skipped cupy "CuPy is not importable"
+else
+    census cupy 240 same_text "CuPy: elementwise, a matrix product (cuBLAS), a raw kernel (NVRTC)" python3 scripts/gpu/cupy_check.py
+fi
+
 if [[ "$jaxv" == "not importable" ]]; then
     skipped jax "JAX is not importable"
 elif [ "$(python3 -c 'import jax; print(jax.default_backend())' 2>/dev/null)" != gpu ]; then
