@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # CUDA runtime programs on a real GPU through the remoting client (after
 # make; nvcc 13 needed, Go not): the client's integrity hash against the
-# real driver's answer, then examples/vectoradd built with static and with
-# shared cudart, a cuBLAS program (with stream capture) and PyTorch training
-# (scripts/gpu/torch_train.py: losses bit for bit, and its throughput over
-# native), each natively and through flexgv serve over unix://, shm:// and
-# loopback tcp://, with a time limit; the outputs must be the same; then
-# Triton, torch.compile, CuPy and JAX programs the same way.
+# real driver's answer, then programs natively and through flexgv serve over
+# unix://, shm:// and loopback tcp://, with a time limit, whose outputs must
+# be the same (NAME for ONLY in brackets): examples/vectoradd built with
+# static and with shared cudart (vectoradd-static, vectoradd-shared), 2D
+# copies (memcpy2d), a cuBLAS program with stream capture (cublas), PyTorch
+# training (torch-train: losses bit for bit, throughput over native, and
+# with latency added), Triton, torch.compile, CuPy and JAX (triton_add,
+# torch_compile, cupy_check, jax_check); and measurements: round trips per
+# training step remotely and natively (torch-trips), host-to-device
+# bandwidth (h2d), the client's NVML (nvml), module images kept over TCP
+# (modules).
 # A PASS or FAIL line per check; exit status 1 if any failed.
 #     [ONLY="NAME..."] [TRANSPORTS="unix shm tcp"] [LIMIT=SECONDS] scripts/gpu-remote-cudart.sh [CUDA_HOME]
 set -uo pipefail
@@ -113,6 +118,11 @@ losses() { python3 -c 'import json,sys; print([json.loads(l)["losses"] for l in 
 
 same vectoradd-static whole "$tmp/vectoradd_static" 25
 same vectoradd-shared whole "$tmp/vectoradd_shared" 25
+if "$CUDA/bin/nvcc" -O2 -o "$tmp/memcpy2d" scripts/gpu/memcpy2d.cu; then
+    same memcpy2d whole "$tmp/memcpy2d"
+else
+    fail "memcpy2d: nvcc build"
+fi
 if "$CUDA/bin/nvcc" -O2 -o "$tmp/cublas_capture" scripts/gpu/cublas_capture.cu -lcublas; then
     same cublas whole "$tmp/cublas_capture"
 else
@@ -200,6 +210,38 @@ else:
         f"{k[:-5]} {r[k]:.2f} GB/s against {n[k]:.2f} natively: {r[k] / n[k]:.3f}" for k in n))
 PY
     done
+fi
+# The client's NVML against the server's: the GPU's utilization (any value
+# answered; what the server's NVML says of the same GPU printed beside it).
+if wanted nvml; then
+    for addr in "${ADDRS[@]}"; do
+        util=$(FLEXGV_REMOTE=$addr LD_LIBRARY_PATH="$B/remote" timeout "$LIMIT" "$B/tests/nvmlremote" 2>&1 | grep '^utilization: ')
+        native=$(nvidia-smi --query-gpu=utilization.gpu,utilization.memory --format=csv,noheader -i 0 2>/dev/null)
+        case $util in
+        "utilization: Success "*) pass "NVML over ${addr%%://*}://: $util (nvidia-smi: $native)" ;;
+        *) fail "NVML over ${addr%%://*}://: ${util:-no answer}" ;;
+        esac
+    done
+fi
+# Module images kept by the server over TCP: a second PyTorch run sends
+# hashes where the first sent images (the start-up times of both).
+if wanted modules && python3 -c 'import torch' 2>/dev/null; then
+    env -u LD_LIBRARY_PATH "$B/bin/flexgv" serve --listen tcp://127.0.0.1:7073 --open --module-cache "$tmp/modules" \
+        2>"$tmp/serve-modules.log" &
+    sleep 1
+    for run in first second; do
+        t0=$(date +%s.%N)
+        FLEXGV_REMOTE=tcp://127.0.0.1:7073 LD_LIBRARY_PATH="$B/remote:$CUDA/lib64" timeout "$LIMIT" \
+            python3 scripts/gpu/torch_train.py 20 5 >"$tmp/modules-$run.out" 2>&1
+        echo "modules kept, $run run over tcp://: exit $?, $(elapsed "$t0") s, $(ls "$tmp/modules/open" | wc -l) images" \
+            "($(du -sh "$tmp/modules/open" | cut -f1)) kept"
+    done
+    if cmp -s <(losses "$tmp/modules-first.out") <(losses "$tmp/modules-second.out") && [ -n "$(ls "$tmp/modules/open")" ]; then
+        pass "modules kept: the second run's losses are the first's"
+    else
+        fail "modules kept: the runs differ or nothing was kept"
+        tail -n 5 "$tmp/modules-second.out" "$tmp/serve-modules.log"
+    fi
 fi
 # Triton, torch.compile (Inductor), CuPy and JAX: the same output.
 for prog in triton_add torch_compile cupy_check jax_check; do
