@@ -69,6 +69,28 @@ func TestRemoteModuleImagesKept(t *testing.T) {
 	}
 	tcp.waitLog("is not kept here", 10e9)
 
+	// A folder holding as many images as a handshake lists keeps no more
+	// (the client is told of them all; its own image goes whole).
+	full := newEnv(t, "FLEXGV_SIM_DEVICES=2")
+	fullDir := filepath.Join(full.dir, "cache", "flexgv", "modules", "open")
+	if err := os.MkdirAll(fullDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 65536; i++ {
+		h := sha256.Sum256([]byte{byte(i), byte(i >> 8)})
+		if err := os.WriteFile(filepath.Join(fullDir, hex.EncodeToString(h[:])), []byte{1}, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fs := full.serve("tcp")
+	if r := full.remote(fs, "blaslike"); r.code != 0 || !strings.Contains(r.stdout, line+"CUDA_SUCCESS CUDA_SUCCESS\n") {
+		t.Fatalf("next to a full folder: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if names, _ := filepath.Glob(filepath.Join(fullDir, "*")); len(names) != 65536 {
+		t.Errorf("a full folder holds %d images after a client, want 65536", len(names))
+	}
+	fs.waitLog("no more are kept", 10e9)
+
 	off := newEnv(t, "FLEXGV_SIM_DEVICES=2")
 	s := off.serve("tcp", "--module-cache", "off")
 	if r := off.remote(s, "blaslike"); r.code != 0 {
