@@ -5,9 +5,10 @@
 # unix://, shm:// and loopback tcp://, with a time limit, whose outputs must
 # be the same (NAME for ONLY in brackets): examples/vectoradd built with
 # static and with shared cudart (vectoradd-static, vectoradd-shared), 2D
-# copies (memcpy2d), a cuBLAS program with stream capture (cublas), PyTorch
-# training (torch-train: losses bit for bit, throughput over native, and
-# with latency added), Triton, torch.compile, CuPy and JAX (triton_add,
+# copies (memcpy2d), host functions and stream callbacks (hostfunc), a
+# cuBLAS program with stream capture (cublas), PyTorch training
+# (torch-train: losses bit for bit, throughput over native, and with
+# latency added), Triton, torch.compile, CuPy and JAX (triton_add,
 # torch_compile, cupy_check, jax_check); and measurements: round trips per
 # training step remotely and natively (torch-trips), host-to-device
 # bandwidth (h2d), the client's NVML (nvml), module images kept over TCP
@@ -122,6 +123,11 @@ if "$CUDA/bin/nvcc" -O2 -o "$tmp/memcpy2d" scripts/gpu/memcpy2d.cu; then
     same memcpy2d whole "$tmp/memcpy2d"
 else
     fail "memcpy2d: nvcc build"
+fi
+if "$CUDA/bin/nvcc" -O2 -o "$tmp/hostfunc" scripts/gpu/hostfunc.cu; then
+    same hostfunc whole "$tmp/hostfunc"
+else
+    fail "hostfunc: nvcc build"
 fi
 if "$CUDA/bin/nvcc" -O2 -o "$tmp/cublas_capture" scripts/gpu/cublas_capture.cu -lcublas; then
     same cublas whole "$tmp/cublas_capture"
@@ -261,6 +267,12 @@ if gcc -std=gnu11 -O2 -Wall -Werror -I"$CUDA/include" -o "$tmp/xt_probe" scripts
     for w in 69a28e9f-2449-8b47-b030-c5da330ea4e9:{19,21,24,25} 21318c60-9714-3248-8ca6-41ff7324c8f2:51; do
         env -u LD_LIBRARY_PATH timeout 30 "$tmp/xt_probe" "${w%:*}" "${w#*:}"
     done
+fi
+# What CuPy's cuBLAS passes to the word it needs, and gets back (informational).
+if wanted cupy_check && python3 -c 'import cupy' 2>/dev/null &&
+    gcc -shared -fPIC -O1 -o "$tmp/xt_spy.so" scripts/gpu/xt_spy.c -ldl; then
+    XT_SPY=21318c60-9714-3248-8ca6-41ff7324c8f2/51 LD_PRELOAD="$tmp/xt_spy.so" LD_LIBRARY_PATH="$CUDA/lib64" \
+        timeout "$LIMIT" python3 scripts/gpu/cupy_check.py 2>&1 | grep '^xt_spy' | head -n 80
 fi
 [ $failed = 0 ] && echo "PASS remote cudart: all checks" || echo "FAIL remote cudart: see the FAIL lines above"
 exit $failed

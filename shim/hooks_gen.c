@@ -117,6 +117,8 @@ const char *const fg_api_names[FG_NUM_APIS] = {
     "cuLaunchCooperativeKernel_ptsz",
     "cuLaunchHostFunc",
     "cuLaunchHostFunc_ptsz",
+    "cuStreamAddCallback",
+    "cuStreamAddCallback_ptsz",
     "cuStreamCreate",
     "cuStreamCreateWithPriority",
     "cuStreamDestroy_v2",
@@ -292,6 +294,8 @@ const char *const fg_api_bases[FG_NUM_APIS] = {
     "cuLaunchCooperativeKernel",
     "cuLaunchHostFunc",
     "cuLaunchHostFunc",
+    "cuStreamAddCallback",
+    "cuStreamAddCallback",
     "cuStreamCreate",
     "cuStreamCreateWithPriority",
     "cuStreamDestroy",
@@ -497,6 +501,8 @@ const unsigned short fg_api_by_name[FG_NUM_APIS] = {
     FG_API_cuModuleLoadDataEx,
     FG_API_cuModuleLoadFatBinary,
     FG_API_cuModuleUnload,
+    FG_API_cuStreamAddCallback,
+    FG_API_cuStreamAddCallback_ptsz,
     FG_API_cuStreamBeginCapture,
     FG_API_cuStreamBeginCapture_ptsz,
     FG_API_cuStreamBeginCapture_v2,
@@ -1152,7 +1158,7 @@ FG_SLOW CUresult fg_slow_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemAlloc_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(bytesize));
     if (fg_logging)
-        fg_log(FG_API_cuMemAlloc_v2, (int)r, dt, "dptr=%p, bytesize=%zu", (const void *)dptr, bytesize);
+        fg_log(FG_API_cuMemAlloc_v2, (int)r, dt, "dptr=%p->0x%llx, bytesize=%zu", (const void *)dptr, (unsigned long long)(r == CUDA_SUCCESS && dptr ? *dptr : 0), bytesize);
     return r;
 }
 
@@ -1170,7 +1176,7 @@ FG_SLOW CUresult fg_slow_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, s
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemAllocPitch_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(WidthInBytes*Height));
     if (fg_logging)
-        fg_log(FG_API_cuMemAllocPitch_v2, (int)r, dt, "dptr=%p, pPitch=%p, WidthInBytes=%zu, Height=%zu, ElementSizeBytes=%u", (const void *)dptr, (const void *)pPitch, WidthInBytes, Height, (unsigned)ElementSizeBytes);
+        fg_log(FG_API_cuMemAllocPitch_v2, (int)r, dt, "dptr=%p->0x%llx, pPitch=%p, WidthInBytes=%zu, Height=%zu, ElementSizeBytes=%u", (const void *)dptr, (unsigned long long)(r == CUDA_SUCCESS && dptr ? *dptr : 0), (const void *)pPitch, WidthInBytes, Height, (unsigned)ElementSizeBytes);
     return r;
 }
 
@@ -1206,7 +1212,7 @@ FG_SLOW CUresult fg_slow_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, u
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemAllocManaged, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(bytesize));
     if (fg_logging)
-        fg_log(FG_API_cuMemAllocManaged, (int)r, dt, "dptr=%p, bytesize=%zu, flags=%u", (const void *)dptr, bytesize, (unsigned)flags);
+        fg_log(FG_API_cuMemAllocManaged, (int)r, dt, "dptr=%p->0x%llx, bytesize=%zu, flags=%u", (const void *)dptr, (unsigned long long)(r == CUDA_SUCCESS && dptr ? *dptr : 0), bytesize, (unsigned)flags);
     return r;
 }
 
@@ -1278,7 +1284,7 @@ FG_SLOW CUresult fg_slow_cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psi
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemGetAddressRange_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
-        fg_log(FG_API_cuMemGetAddressRange_v2, (int)r, dt, "pbase=%p, psize=%p, dptr=0x%llx", (const void *)pbase, (const void *)psize, (unsigned long long)dptr);
+        fg_log(FG_API_cuMemGetAddressRange_v2, (int)r, dt, "pbase=%p->0x%llx, psize=%p, dptr=0x%llx", (const void *)pbase, (unsigned long long)(r == CUDA_SUCCESS && pbase ? *pbase : 0), (const void *)psize, (unsigned long long)dptr);
     return r;
 }
 
@@ -1296,7 +1302,7 @@ FG_SLOW CUresult fg_slow_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUs
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemAllocAsync, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(bytesize));
     if (fg_logging)
-        fg_log(FG_API_cuMemAllocAsync, (int)r, dt, "dptr=%p, bytesize=%zu, hStream=%p", (const void *)dptr, bytesize, (const void *)hStream);
+        fg_log(FG_API_cuMemAllocAsync, (int)r, dt, "dptr=%p->0x%llx, bytesize=%zu, hStream=%p", (const void *)dptr, (unsigned long long)(r == CUDA_SUCCESS && dptr ? *dptr : 0), bytesize, (const void *)hStream);
     return r;
 }
 
@@ -1314,7 +1320,7 @@ FG_SLOW CUresult fg_slow_cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemAllocAsync_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(bytesize));
     if (fg_logging)
-        fg_log(FG_API_cuMemAllocAsync_ptsz, (int)r, dt, "dptr=%p, bytesize=%zu, hStream=%p", (const void *)dptr, bytesize, (const void *)hStream);
+        fg_log(FG_API_cuMemAllocAsync_ptsz, (int)r, dt, "dptr=%p->0x%llx, bytesize=%zu, hStream=%p", (const void *)dptr, (unsigned long long)(r == CUDA_SUCCESS && dptr ? *dptr : 0), bytesize, (const void *)hStream);
     return r;
 }
 
@@ -1368,7 +1374,7 @@ FG_SLOW CUresult fg_slow_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemAllocFromPoolAsync, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(bytesize));
     if (fg_logging)
-        fg_log(FG_API_cuMemAllocFromPoolAsync, (int)r, dt, "dptr=%p, bytesize=%zu, pool=%p, hStream=%p", (const void *)dptr, bytesize, (const void *)pool, (const void *)hStream);
+        fg_log(FG_API_cuMemAllocFromPoolAsync, (int)r, dt, "dptr=%p->0x%llx, bytesize=%zu, pool=%p, hStream=%p", (const void *)dptr, (unsigned long long)(r == CUDA_SUCCESS && dptr ? *dptr : 0), bytesize, (const void *)pool, (const void *)hStream);
     return r;
 }
 
@@ -1386,7 +1392,7 @@ FG_SLOW CUresult fg_slow_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t 
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemAllocFromPoolAsync_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(bytesize));
     if (fg_logging)
-        fg_log(FG_API_cuMemAllocFromPoolAsync_ptsz, (int)r, dt, "dptr=%p, bytesize=%zu, pool=%p, hStream=%p", (const void *)dptr, bytesize, (const void *)pool, (const void *)hStream);
+        fg_log(FG_API_cuMemAllocFromPoolAsync_ptsz, (int)r, dt, "dptr=%p->0x%llx, bytesize=%zu, pool=%p, hStream=%p", (const void *)dptr, (unsigned long long)(r == CUDA_SUCCESS && dptr ? *dptr : 0), bytesize, (const void *)pool, (const void *)hStream);
     return r;
 }
 
@@ -1548,7 +1554,7 @@ FG_SLOW CUresult fg_slow_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuMemAddressReserve, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
-        fg_log(FG_API_cuMemAddressReserve, (int)r, dt, "ptr=%p, size=%zu, alignment=%zu, addr=0x%llx, flags=0x%llx", (const void *)ptr, size, alignment, (unsigned long long)addr, (unsigned long long)flags);
+        fg_log(FG_API_cuMemAddressReserve, (int)r, dt, "ptr=%p->0x%llx, size=%zu, alignment=%zu, addr=0x%llx, flags=0x%llx", (const void *)ptr, (unsigned long long)(r == CUDA_SUCCESS && ptr ? *ptr : 0), size, alignment, (unsigned long long)addr, (unsigned long long)flags);
     return r;
 }
 
@@ -2634,6 +2640,42 @@ FG_SLOW CUresult fg_slow_cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, vo
 
 FG_FAST_PATH(cuLaunchHostFunc_ptsz, 114)
 
+FG_SLOW CUresult fg_slow_cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
+{
+    fg_real_cuStreamAddCallback real = (fg_real_cuStreamAddCallback)fg_real_fn(FG_API_cuStreamAddCallback);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuStreamAddCallback);
+    if (!fg_tracing)
+        return real(hStream, callback, userData, flags);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(hStream, callback, userData, flags);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuStreamAddCallback, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuStreamAddCallback, (int)r, dt, "hStream=%p, callback=%p, userData=%p, flags=%u", (const void *)hStream, (const void *)callback, (const void *)userData, (unsigned)flags);
+    return r;
+}
+
+FG_FAST_PATH(cuStreamAddCallback, 115)
+
+FG_SLOW CUresult fg_slow_cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
+{
+    fg_real_cuStreamAddCallback_ptsz real = (fg_real_cuStreamAddCallback_ptsz)fg_real_fn(FG_API_cuStreamAddCallback_ptsz);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuStreamAddCallback_ptsz);
+    if (!fg_tracing)
+        return real(hStream, callback, userData, flags);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(hStream, callback, userData, flags);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuStreamAddCallback_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuStreamAddCallback_ptsz, (int)r, dt, "hStream=%p, callback=%p, userData=%p, flags=%u", (const void *)hStream, (const void *)callback, (const void *)userData, (unsigned)flags);
+    return r;
+}
+
+FG_FAST_PATH(cuStreamAddCallback_ptsz, 116)
+
 FG_SLOW CUresult fg_slow_cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
     fg_real_cuStreamCreate real = (fg_real_cuStreamCreate)fg_real_fn(FG_API_cuStreamCreate);
@@ -2650,7 +2692,7 @@ FG_SLOW CUresult fg_slow_cuStreamCreate(CUstream *phStream, unsigned int Flags)
     return r;
 }
 
-FG_FAST_PATH(cuStreamCreate, 115)
+FG_FAST_PATH(cuStreamCreate, 117)
 
 FG_SLOW CUresult fg_slow_cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
@@ -2668,7 +2710,7 @@ FG_SLOW CUresult fg_slow_cuStreamCreateWithPriority(CUstream *phStream, unsigned
     return r;
 }
 
-FG_FAST_PATH(cuStreamCreateWithPriority, 116)
+FG_FAST_PATH(cuStreamCreateWithPriority, 118)
 
 FG_SLOW CUresult fg_slow_cuStreamDestroy_v2(CUstream hStream)
 {
@@ -2686,7 +2728,7 @@ FG_SLOW CUresult fg_slow_cuStreamDestroy_v2(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamDestroy_v2, 117)
+FG_FAST_PATH(cuStreamDestroy_v2, 119)
 
 static CUresult fg_layer1_cuStreamSynchronize(CUstream hStream)
 {
@@ -2710,7 +2752,7 @@ FG_SLOW CUresult fg_slow_cuStreamSynchronize(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamSynchronize, 118)
+FG_FAST_PATH(cuStreamSynchronize, 120)
 
 static CUresult fg_layer1_cuStreamSynchronize_ptsz(CUstream hStream)
 {
@@ -2734,7 +2776,7 @@ FG_SLOW CUresult fg_slow_cuStreamSynchronize_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamSynchronize_ptsz, 119)
+FG_FAST_PATH(cuStreamSynchronize_ptsz, 121)
 
 FG_SLOW CUresult fg_slow_cuStreamQuery(CUstream hStream)
 {
@@ -2752,7 +2794,7 @@ FG_SLOW CUresult fg_slow_cuStreamQuery(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamQuery, 120)
+FG_FAST_PATH(cuStreamQuery, 122)
 
 FG_SLOW CUresult fg_slow_cuStreamQuery_ptsz(CUstream hStream)
 {
@@ -2770,7 +2812,7 @@ FG_SLOW CUresult fg_slow_cuStreamQuery_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamQuery_ptsz, 121)
+FG_FAST_PATH(cuStreamQuery_ptsz, 123)
 
 FG_SLOW CUresult fg_slow_cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
@@ -2788,7 +2830,7 @@ FG_SLOW CUresult fg_slow_cuStreamWaitEvent(CUstream hStream, CUevent hEvent, uns
     return r;
 }
 
-FG_FAST_PATH(cuStreamWaitEvent, 122)
+FG_FAST_PATH(cuStreamWaitEvent, 124)
 
 FG_SLOW CUresult fg_slow_cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
@@ -2806,7 +2848,7 @@ FG_SLOW CUresult fg_slow_cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent
     return r;
 }
 
-FG_FAST_PATH(cuStreamWaitEvent_ptsz, 123)
+FG_FAST_PATH(cuStreamWaitEvent_ptsz, 125)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture(CUstream hStream)
 {
@@ -2824,7 +2866,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture, 124)
+FG_FAST_PATH(cuStreamBeginCapture, 126)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_ptsz(CUstream hStream)
 {
@@ -2842,7 +2884,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_ptsz, 125)
+FG_FAST_PATH(cuStreamBeginCapture_ptsz, 127)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
@@ -2860,7 +2902,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptu
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_v2, 126)
+FG_FAST_PATH(cuStreamBeginCapture_v2, 128)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
 {
@@ -2878,7 +2920,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstream
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_v2_ptsz, 127)
+FG_FAST_PATH(cuStreamBeginCapture_v2_ptsz, 129)
 
 FG_SLOW CUresult fg_slow_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
@@ -2896,7 +2938,7 @@ FG_SLOW CUresult fg_slow_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
     return r;
 }
 
-FG_FAST_PATH(cuStreamEndCapture, 128)
+FG_FAST_PATH(cuStreamEndCapture, 130)
 
 FG_SLOW CUresult fg_slow_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
 {
@@ -2914,7 +2956,7 @@ FG_SLOW CUresult fg_slow_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGr
     return r;
 }
 
-FG_FAST_PATH(cuStreamEndCapture_ptsz, 129)
+FG_FAST_PATH(cuStreamEndCapture_ptsz, 131)
 
 FG_SLOW CUresult fg_slow_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
@@ -2932,7 +2974,7 @@ FG_SLOW CUresult fg_slow_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureSt
     return r;
 }
 
-FG_FAST_PATH(cuStreamIsCapturing, 130)
+FG_FAST_PATH(cuStreamIsCapturing, 132)
 
 FG_SLOW CUresult fg_slow_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
@@ -2950,7 +2992,7 @@ FG_SLOW CUresult fg_slow_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCapt
     return r;
 }
 
-FG_FAST_PATH(cuStreamIsCapturing_ptsz, 131)
+FG_FAST_PATH(cuStreamIsCapturing_ptsz, 133)
 
 FG_SLOW CUresult fg_slow_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
 {
@@ -2968,7 +3010,7 @@ FG_SLOW CUresult fg_slow_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *
     return r;
 }
 
-FG_FAST_PATH(cuThreadExchangeStreamCaptureMode, 132)
+FG_FAST_PATH(cuThreadExchangeStreamCaptureMode, 134)
 
 FG_SLOW CUresult fg_slow_cuStreamGetDevice(CUstream hStream, CUdevice *device)
 {
@@ -2986,7 +3028,7 @@ FG_SLOW CUresult fg_slow_cuStreamGetDevice(CUstream hStream, CUdevice *device)
     return r;
 }
 
-FG_FAST_PATH(cuStreamGetDevice, 133)
+FG_FAST_PATH(cuStreamGetDevice, 135)
 
 FG_SLOW CUresult fg_slow_cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
@@ -3004,7 +3046,7 @@ FG_SLOW CUresult fg_slow_cuEventCreate(CUevent *phEvent, unsigned int Flags)
     return r;
 }
 
-FG_FAST_PATH(cuEventCreate, 134)
+FG_FAST_PATH(cuEventCreate, 136)
 
 FG_SLOW CUresult fg_slow_cuEventRecord(CUevent hEvent, CUstream hStream)
 {
@@ -3022,7 +3064,7 @@ FG_SLOW CUresult fg_slow_cuEventRecord(CUevent hEvent, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuEventRecord, 135)
+FG_FAST_PATH(cuEventRecord, 137)
 
 FG_SLOW CUresult fg_slow_cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
 {
@@ -3040,7 +3082,7 @@ FG_SLOW CUresult fg_slow_cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuEventRecord_ptsz, 136)
+FG_FAST_PATH(cuEventRecord_ptsz, 138)
 
 FG_SLOW CUresult fg_slow_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
@@ -3058,7 +3100,7 @@ FG_SLOW CUresult fg_slow_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream
     return r;
 }
 
-FG_FAST_PATH(cuEventRecordWithFlags, 137)
+FG_FAST_PATH(cuEventRecordWithFlags, 139)
 
 FG_SLOW CUresult fg_slow_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
@@ -3076,7 +3118,7 @@ FG_SLOW CUresult fg_slow_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hS
     return r;
 }
 
-FG_FAST_PATH(cuEventRecordWithFlags_ptsz, 138)
+FG_FAST_PATH(cuEventRecordWithFlags_ptsz, 140)
 
 FG_SLOW CUresult fg_slow_cuEventQuery(CUevent hEvent)
 {
@@ -3094,7 +3136,7 @@ FG_SLOW CUresult fg_slow_cuEventQuery(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventQuery, 139)
+FG_FAST_PATH(cuEventQuery, 141)
 
 static CUresult fg_layer1_cuEventSynchronize(CUevent hEvent)
 {
@@ -3118,7 +3160,7 @@ FG_SLOW CUresult fg_slow_cuEventSynchronize(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventSynchronize, 140)
+FG_FAST_PATH(cuEventSynchronize, 142)
 
 FG_SLOW CUresult fg_slow_cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
@@ -3136,7 +3178,7 @@ FG_SLOW CUresult fg_slow_cuEventElapsedTime(float *pMilliseconds, CUevent hStart
     return r;
 }
 
-FG_FAST_PATH(cuEventElapsedTime, 141)
+FG_FAST_PATH(cuEventElapsedTime, 143)
 
 FG_SLOW CUresult fg_slow_cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
@@ -3154,7 +3196,7 @@ FG_SLOW CUresult fg_slow_cuEventElapsedTime_v2(float *pMilliseconds, CUevent hSt
     return r;
 }
 
-FG_FAST_PATH(cuEventElapsedTime_v2, 142)
+FG_FAST_PATH(cuEventElapsedTime_v2, 144)
 
 FG_SLOW CUresult fg_slow_cuEventDestroy_v2(CUevent hEvent)
 {
@@ -3172,7 +3214,7 @@ FG_SLOW CUresult fg_slow_cuEventDestroy_v2(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventDestroy_v2, 143)
+FG_FAST_PATH(cuEventDestroy_v2, 145)
 
 FG_SLOW CUresult fg_slow_cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 {
@@ -3190,7 +3232,7 @@ FG_SLOW CUresult fg_slow_cuGraphCreate(CUgraph *phGraph, unsigned int flags)
     return r;
 }
 
-FG_FAST_PATH(cuGraphCreate, 144)
+FG_FAST_PATH(cuGraphCreate, 146)
 
 FG_SLOW CUresult fg_slow_cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
 {
@@ -3208,7 +3250,7 @@ FG_SLOW CUresult fg_slow_cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, siz
     return r;
 }
 
-FG_FAST_PATH(cuGraphGetNodes, 145)
+FG_FAST_PATH(cuGraphGetNodes, 147)
 
 FG_SLOW CUresult fg_slow_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
 {
@@ -3226,7 +3268,7 @@ FG_SLOW CUresult fg_slow_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *
     return r;
 }
 
-FG_FAST_PATH(cuGraphNodeGetType, 146)
+FG_FAST_PATH(cuGraphNodeGetType, 148)
 
 FG_SLOW CUresult fg_slow_cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
 {
@@ -3244,7 +3286,7 @@ FG_SLOW CUresult fg_slow_cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgrap
     return r;
 }
 
-FG_FAST_PATH(cuGraphChildGraphNodeGetGraph, 147)
+FG_FAST_PATH(cuGraphChildGraphNodeGetGraph, 149)
 
 FG_SLOW CUresult fg_slow_cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
 {
@@ -3262,7 +3304,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgrap
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddMemAllocNode, 148)
+FG_FAST_PATH(cuGraphAddMemAllocNode, 150)
 
 FG_SLOW CUresult fg_slow_cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr)
 {
@@ -3280,7 +3322,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddMemFreeNode, 149)
+FG_FAST_PATH(cuGraphAddMemFreeNode, 151)
 
 FG_SLOW CUresult fg_slow_cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
 {
@@ -3298,7 +3340,7 @@ FG_SLOW CUresult fg_slow_cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_ME
     return r;
 }
 
-FG_FAST_PATH(cuGraphMemAllocNodeGetParams, 150)
+FG_FAST_PATH(cuGraphMemAllocNodeGetParams, 152)
 
 FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -3316,7 +3358,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMe
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 151)
+FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 153)
 
 FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -3334,7 +3376,7 @@ FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMe
     return r;
 }
 
-FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 152)
+FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 154)
 
 FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
 {
@@ -3352,7 +3394,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGraphMemTrim, 153)
+FG_FAST_PATH(cuDeviceGraphMemTrim, 155)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
@@ -3370,7 +3412,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, C
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithFlags, 154)
+FG_FAST_PATH(cuGraphInstantiateWithFlags, 156)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -3388,7 +3430,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, 
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithParams, 155)
+FG_FAST_PATH(cuGraphInstantiateWithParams, 157)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -3406,7 +3448,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphE
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 156)
+FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 158)
 
 FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -3424,7 +3466,7 @@ FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphUpload, 157)
+FG_FAST_PATH(cuGraphUpload, 159)
 
 FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -3442,7 +3484,7 @@ FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphUpload_ptsz, 158)
+FG_FAST_PATH(cuGraphUpload_ptsz, 160)
 
 static CUresult fg_layer1_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -3466,7 +3508,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch, 159)
+FG_FAST_PATH(cuGraphLaunch, 161)
 
 static CUresult fg_layer1_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -3490,7 +3532,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch_ptsz, 160)
+FG_FAST_PATH(cuGraphLaunch_ptsz, 162)
 
 FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
@@ -3508,7 +3550,7 @@ FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
     return r;
 }
 
-FG_FAST_PATH(cuGraphExecDestroy, 161)
+FG_FAST_PATH(cuGraphExecDestroy, 163)
 
 FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
 {
@@ -3526,7 +3568,7 @@ FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
     return r;
 }
 
-FG_FAST_PATH(cuGraphDestroy, 162)
+FG_FAST_PATH(cuGraphDestroy, 164)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
 {
@@ -3544,7 +3586,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlInit_v2, 163)
+FG_FAST_PATH(nvmlInit_v2, 165)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
 {
@@ -3562,7 +3604,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
     return r;
 }
 
-FG_FAST_PATH(nvmlInitWithFlags, 164)
+FG_FAST_PATH(nvmlInitWithFlags, 166)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
 {
@@ -3580,7 +3622,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlShutdown, 165)
+FG_FAST_PATH(nvmlShutdown, 167)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
 {
@@ -3598,7 +3640,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetCount_v2, 166)
+FG_FAST_PATH(nvmlDeviceGetCount_v2, 168)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
 {
@@ -3616,7 +3658,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, n
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 167)
+FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 169)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
@@ -3634,7 +3676,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMe
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 168)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 170)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
@@ -3652,7 +3694,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvm
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 169)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 171)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
 {
@@ -3670,7 +3712,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, 
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 170)
+FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 172)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -3688,7 +3730,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 171)
+FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 173)
 
 void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuInit,
@@ -3806,6 +3848,8 @@ void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuLaunchCooperativeKernel_ptsz,
     (void *)cuLaunchHostFunc,
     (void *)cuLaunchHostFunc_ptsz,
+    (void *)cuStreamAddCallback,
+    (void *)cuStreamAddCallback_ptsz,
     (void *)cuStreamCreate,
     (void *)cuStreamCreateWithPriority,
     (void *)cuStreamDestroy_v2,

@@ -117,6 +117,8 @@ typedef CUresult (*fg_real_cuLaunchCooperativeKernel)(CUfunction f, unsigned int
 typedef CUresult (*fg_real_cuLaunchCooperativeKernel_ptsz)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams);
 typedef CUresult (*fg_real_cuLaunchHostFunc)(CUstream hStream, CUhostFn fn, void *userData);
 typedef CUresult (*fg_real_cuLaunchHostFunc_ptsz)(CUstream hStream, CUhostFn fn, void *userData);
+typedef CUresult (*fg_real_cuStreamAddCallback)(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags);
+typedef CUresult (*fg_real_cuStreamAddCallback_ptsz)(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags);
 typedef CUresult (*fg_real_cuStreamCreate)(CUstream *phStream, unsigned int Flags);
 typedef CUresult (*fg_real_cuStreamCreateWithPriority)(CUstream *phStream, unsigned int flags, int priority);
 typedef CUresult (*fg_real_cuStreamDestroy_v2)(CUstream hStream);

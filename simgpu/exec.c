@@ -780,6 +780,31 @@ static CUresult host_func(CUstream h, CUhostFn fn, void *data, int pt)
 SIM_EXPORT CUresult cuLaunchHostFunc(CUstream h, CUhostFn fn, void *data) { return host_func(h, fn, data, 0); }
 SIM_EXPORT CUresult cuLaunchHostFunc_ptsz(CUstream h, CUhostFn fn, void *data) { return host_func(h, fn, data, 1); }
 
+/* The older form: its callback is told the stream and its status, and a
+ * captured stream cannot take one (the driver refuses it too). */
+static CUresult add_callback(CUstream h, CUstreamCallback cb, void *data, unsigned int flags, int pt)
+{
+    struct sim_stream *s;
+    CUresult r = sim_stream_arg(h, pt, &s);
+    if (r)
+        return r;
+    if (!cb || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (sim_stream_captured(s))
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    sim_wait(s->lane, s->last);
+    cb(h, CUDA_SUCCESS, data);
+    return CUDA_SUCCESS;
+}
+SIM_EXPORT CUresult cuStreamAddCallback(CUstream h, CUstreamCallback cb, void *data, unsigned int flags)
+{
+    return add_callback(h, cb, data, flags, 0);
+}
+SIM_EXPORT CUresult cuStreamAddCallback_ptsz(CUstream h, CUstreamCallback cb, void *data, unsigned int flags)
+{
+    return add_callback(h, cb, data, flags, 1);
+}
+
 /* ---- events ---- */
 
 SIM_EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)

@@ -908,6 +908,24 @@ __attribute__((weak)) SIM_EXPORT CUresult cuLaunchHostFunc_ptsz(CUstream hStream
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
+{
+    (void)hStream;
+    (void)callback;
+    (void)userData;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
+{
+    (void)hStream;
+    (void)callback;
+    (void)userData;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 __attribute__((weak)) SIM_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
     (void)phStream;
@@ -1365,6 +1383,8 @@ const struct fg_proc sim_procs[] = {
     {"cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz", 9000, 1, (void *)cuLaunchCooperativeKernel_ptsz},
     {"cuLaunchHostFunc", "cuLaunchHostFunc", 10000, 0, (void *)cuLaunchHostFunc},
     {"cuLaunchHostFunc", "cuLaunchHostFunc_ptsz", 10000, 1, (void *)cuLaunchHostFunc_ptsz},
+    {"cuStreamAddCallback", "cuStreamAddCallback", 5000, 0, (void *)cuStreamAddCallback},
+    {"cuStreamAddCallback", "cuStreamAddCallback_ptsz", 7000, 1, (void *)cuStreamAddCallback_ptsz},
     {"cuStreamCreate", "cuStreamCreate", 2000, 0, (void *)cuStreamCreate},
     {"cuStreamCreateWithPriority", "cuStreamCreateWithPriority", 5050, 0, (void *)cuStreamCreateWithPriority},
     {"cuStreamDestroy", "cuStreamDestroy_v2", 4000, 0, (void *)cuStreamDestroy_v2},

@@ -42,6 +42,7 @@ typedef struct CUctxCreateParams_st CUctxCreateParams;
 typedef struct CUgraphEdgeData_st CUgraphEdgeData;
 typedef struct CUlinkState_st *CUlinkState;
 typedef void (*CUhostFn)(void *userData);
+typedef void (*CUstreamCallback)(CUstream hStream, CUresult status, void *userData);
 
 #define CU_STREAM_LEGACY ((CUstream)0x1)
 #define CU_STREAM_PER_THREAD ((CUstream)0x2)

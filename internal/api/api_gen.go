@@ -3,7 +3,7 @@
 package api
 
 // Hash identifies this ordered list; trace regions carry it.
-const Hash uint64 = 0xd1dd6071b8c48ebf
+const Hash uint64 = 0xe40a5319bc1f8af1
 
 // Names lists every hooked entry point, in hook-id order.
 var Names = []string{
@@ -122,6 +122,8 @@ var Names = []string{
 	"cuLaunchCooperativeKernel_ptsz",
 	"cuLaunchHostFunc",
 	"cuLaunchHostFunc_ptsz",
+	"cuStreamAddCallback",
+	"cuStreamAddCallback_ptsz",
 	"cuStreamCreate",
 	"cuStreamCreateWithPriority",
 	"cuStreamDestroy_v2",

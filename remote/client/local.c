@@ -332,6 +332,69 @@ FGR_EXPORT CUresult cuMemHostUnregister(void *p)
     return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+/* ---- host functions run on the client ---- */
+
+/* The program's function lives here, not on the server. The client waits
+ * for the stream's earlier work, then runs the function on the calling
+ * thread before returning, so work enqueued after it starts after it ended,
+ * as on a GPU. What differs: the caller waits (a function that waits for
+ * what its caller does next never returns), and a function cannot be
+ * captured into a graph (the stream's synchronization ends the capture). */
+static CUresult host_wait(const char *name, CUresult (*sync)(CUstream), CUstream s)
+{
+    NEED_INIT();
+    CUresult r = sync(s);
+    if (r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
+        return fgr_unsupported(-1, name, "a host function in a captured stream");
+    return r;
+}
+
+FGR_EXPORT CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
+{
+    if (!fn)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = host_wait("cuLaunchHostFunc", cuStreamSynchronize, hStream);
+    if (r == CUDA_SUCCESS)
+        fn(userData);
+    return r;
+}
+
+FGR_EXPORT CUresult cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData)
+{
+    if (!fn)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = host_wait("cuLaunchHostFunc", cuStreamSynchronize_ptsz, hStream);
+    if (r == CUDA_SUCCESS)
+        fn(userData);
+    return r;
+}
+
+/* A callback also runs after an error of the stream's work, and is told it. */
+static CUresult add_callback(CUresult (*sync)(CUstream), CUstream s, CUstreamCallback cb, void *data,
+                             unsigned int flags)
+{
+    if (!cb || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = host_wait("cuStreamAddCallback", sync, s);
+    if (r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_NOT_INITIALIZED || r == CUDA_ERROR_INVALID_HANDLE ||
+        r == CUDA_ERROR_INVALID_CONTEXT)
+        return r;
+    cb(s, r, data);
+    return r;
+}
+
+FGR_EXPORT CUresult cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData,
+                                        unsigned int flags)
+{
+    return add_callback(cuStreamSynchronize, hStream, callback, userData, flags);
+}
+
+FGR_EXPORT CUresult cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback, void *userData,
+                                             unsigned int flags)
+{
+    return add_callback(cuStreamSynchronize_ptsz, hStream, callback, userData, flags);
+}
+
 /* ---- modules: files are read here, images go over whole ---- */
 
 FGR_EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)

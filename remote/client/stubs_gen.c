@@ -1398,22 +1398,6 @@ FGR_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gr
     return fgr_send(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
-{
-    (void)hStream;
-    (void)fn;
-    (void)userData;
-    return fgr_unsupported(1, "cuLaunchHostFunc", NULL);
-}
-
-FGR_EXPORT CUresult cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData)
-{
-    (void)hStream;
-    (void)fn;
-    (void)userData;
-    return fgr_unsupported(2, "cuLaunchHostFunc_ptsz", NULL);
-}
-
 FGR_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
     CUresult fgr_r;
@@ -1862,7 +1846,7 @@ FGR_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGr
     (void)dependencies;
     (void)numDependencies;
     (void)nodeParams;
-    return fgr_unsupported(3, "cuGraphAddMemAllocNode", NULL);
+    return fgr_unsupported(1, "cuGraphAddMemAllocNode", NULL);
 }
 
 FGR_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr)
@@ -1890,7 +1874,7 @@ FGR_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALL
 {
     (void)hNode;
     (void)params_out;
-    return fgr_unsupported(4, "cuGraphMemAllocNodeGetParams", NULL);
+    return fgr_unsupported(2, "cuGraphMemAllocNodeGetParams", NULL);
 }
 
 FGR_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
@@ -2876,6 +2860,25 @@ FGR_EXPORT CUresult fgrNvmlUtilization(CUdevice dev, unsigned int *gpu, unsigned
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult fgrNvmlDriverVersion(char *version, unsigned int length)
+{
+    CUresult fgr_r;
+    uint64_t n_version = version ? fgr_mul((uint64_t)(length), sizeof(char)) : 0;
+    if (n_version > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrNvmlDriverVersion", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrNvmlDriverVersion, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)length);
+    fgr_put_u8(&fgr_c.w, version != NULL);
+    fgr_c.direct = version;
+    fgr_c.direct_n = n_version;
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, version, n_version, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config)
 {
     CUresult fgr_r;
@@ -2933,7 +2936,7 @@ FGR_EXPORT CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *optio
     (void)options;
     (void)optionValues;
     (void)stateOut;
-    return fgr_unsupported(5, "cuLinkCreate_v2", NULL);
+    return fgr_unsupported(3, "cuLinkCreate_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues)
@@ -2946,7 +2949,7 @@ FGR_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, voi
     (void)numOptions;
     (void)options;
     (void)optionValues;
-    return fgr_unsupported(6, "cuLinkAddData_v2", NULL);
+    return fgr_unsupported(4, "cuLinkAddData_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char *path, unsigned int numOptions, CUjit_option *options, void **optionValues)
@@ -2957,7 +2960,7 @@ FGR_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, con
     (void)numOptions;
     (void)options;
     (void)optionValues;
-    return fgr_unsupported(7, "cuLinkAddFile_v2", NULL);
+    return fgr_unsupported(5, "cuLinkAddFile_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut)
@@ -2965,13 +2968,13 @@ FGR_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *s
     (void)state;
     (void)cubinOut;
     (void)sizeOut;
-    return fgr_unsupported(8, "cuLinkComplete", NULL);
+    return fgr_unsupported(6, "cuLinkComplete", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkDestroy(CUlinkState state)
 {
     (void)state;
-    return fgr_unsupported(9, "cuLinkDestroy", NULL);
+    return fgr_unsupported(7, "cuLinkDestroy", NULL);
 }
 
 FGR_EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
@@ -3541,7 +3544,7 @@ FGR_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph h
     return fgr_end(&fgr_c);
 }
 
-const int fgr_nunsupported = 10;
+const int fgr_nunsupported = 8;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -3729,6 +3732,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamGetAttribute] = "cuStreamGetAttribute",
     [FGR_OP_cuStreamGetAttribute_ptsz] = "cuStreamGetAttribute_ptsz",
     [FGR_OP_fgrNvmlUtilization] = "fgrNvmlUtilization",
+    [FGR_OP_fgrNvmlDriverVersion] = "fgrNvmlDriverVersion",
     [FGR_OP_cuOccupancyMaxActiveClusters] = "cuOccupancyMaxActiveClusters",
     [FGR_OP_cuOccupancyMaxPotentialClusterSize] = "cuOccupancyMaxPotentialClusterSize",
     [FGR_OP_cuCtxGetLimit] = "cuCtxGetLimit",
@@ -3888,6 +3892,8 @@ const struct fg_proc fgr_procs[] = {
     {"cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz", 9000, 1, (void *)cuLaunchCooperativeKernel_ptsz},
     {"cuLaunchHostFunc", "cuLaunchHostFunc", 10000, 0, (void *)cuLaunchHostFunc},
     {"cuLaunchHostFunc", "cuLaunchHostFunc_ptsz", 10000, 1, (void *)cuLaunchHostFunc_ptsz},
+    {"cuStreamAddCallback", "cuStreamAddCallback", 5000, 0, (void *)cuStreamAddCallback},
+    {"cuStreamAddCallback", "cuStreamAddCallback_ptsz", 7000, 1, (void *)cuStreamAddCallback_ptsz},
     {"cuStreamCreate", "cuStreamCreate", 2000, 0, (void *)cuStreamCreate},
     {"cuStreamCreateWithPriority", "cuStreamCreateWithPriority", 5050, 0, (void *)cuStreamCreateWithPriority},
     {"cuStreamDestroy", "cuStreamDestroy_v2", 4000, 0, (void *)cuStreamDestroy_v2},
@@ -3991,6 +3997,7 @@ const struct fg_proc fgr_procs[] = {
     {"cuStreamGetAttribute", "cuStreamGetAttribute", 11000, 0, (void *)cuStreamGetAttribute},
     {"cuStreamGetAttribute", "cuStreamGetAttribute_ptsz", 11000, 1, (void *)cuStreamGetAttribute_ptsz},
     {"fgrNvmlUtilization", "fgrNvmlUtilization", 0, 0, (void *)fgrNvmlUtilization},
+    {"fgrNvmlDriverVersion", "fgrNvmlDriverVersion", 0, 0, (void *)fgrNvmlDriverVersion},
     {"cuOccupancyMaxActiveClusters", "cuOccupancyMaxActiveClusters", 11070, 0, (void *)cuOccupancyMaxActiveClusters},
     {"cuOccupancyMaxPotentialClusterSize", "cuOccupancyMaxPotentialClusterSize", 11070, 0, (void *)cuOccupancyMaxPotentialClusterSize},
     {"cuCtxGetLimit", "cuCtxGetLimit", 3010, 0, (void *)cuCtxGetLimit},

@@ -185,6 +185,7 @@ typedef CUresult (*pfn_cuMemGetMemPool)(CUmemoryPool *pool, CUmemLocation *locat
 typedef CUresult (*pfn_cuStreamGetAttribute)(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out);
 typedef CUresult (*pfn_cuStreamGetAttribute_ptsz)(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out);
 typedef CUresult (*pfn_fgrNvmlUtilization)(CUdevice dev, unsigned int *gpu, unsigned int *memory);
+typedef CUresult (*pfn_fgrNvmlDriverVersion)(char *version, unsigned int length);
 typedef CUresult (*pfn_cuOccupancyMaxActiveClusters)(int *numClusters, CUfunction func, const CUlaunchConfig *config);
 typedef CUresult (*pfn_cuOccupancyMaxPotentialClusterSize)(int *clusterSize, CUfunction func, const CUlaunchConfig *config);
 typedef CUresult (*pfn_cuCtxGetLimit)(size_t *pvalue, CUlimit limit);
@@ -3680,6 +3681,21 @@ static CUresult op_fgrNvmlUtilization(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_fgrNvmlDriverVersion(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    unsigned int length = (unsigned int)fgr_get_u64(rd);
+    int has_version = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    char *version = NULL;
+    if (has_version && !(version = fgr_out(q, fgr_mul((uint64_t)(length), sizeof(char)))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_fgrNvmlDriverVersion)fgr_real[FGR_OP_fgrNvmlDriverVersion])(version, length);
+    fgr_reply_out(q, version, fgr_mul((uint64_t)(length), sizeof(char)), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_cuOccupancyMaxActiveClusters(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -4734,6 +4750,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamGetAttribute] = {"cuStreamGetAttribute", op_cuStreamGetAttribute, 0},
     [FGR_OP_cuStreamGetAttribute_ptsz] = {"cuStreamGetAttribute_ptsz", op_cuStreamGetAttribute_ptsz, 0},
     [FGR_OP_fgrNvmlUtilization] = {"fgrNvmlUtilization", op_fgrNvmlUtilization, 0},
+    [FGR_OP_fgrNvmlDriverVersion] = {"fgrNvmlDriverVersion", op_fgrNvmlDriverVersion, 0},
     [FGR_OP_cuOccupancyMaxActiveClusters] = {"cuOccupancyMaxActiveClusters", op_cuOccupancyMaxActiveClusters, 0},
     [FGR_OP_cuOccupancyMaxPotentialClusterSize] = {"cuOccupancyMaxPotentialClusterSize", op_cuOccupancyMaxPotentialClusterSize, 0},
     [FGR_OP_cuCtxGetLimit] = {"cuCtxGetLimit", op_cuCtxGetLimit, 0},

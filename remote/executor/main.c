@@ -142,26 +142,46 @@ static int hello(struct fgr_rd *rd, struct fgr_buf *w, uint32_t *transport)
 
 /* ---- NVML, for the client's libnvidia-ml.so.1 ---- */
 
-/* A device's utilization from the server's NVML (loaded when first asked;
- * CUDA_ERROR_NOT_SUPPORTED without one): over the whole GPU, as NVML
- * measures it, the tenant's work and others'. */
-static CUresult nvml_utilization(CUdevice dev, unsigned int *gpu, unsigned int *memory)
+/* The server's NVML, loaded when first asked (NULL without one). */
+struct server_nvml {
+    nvmlReturn_t (*by_uuid)(const char *, nvmlDevice_t *);
+    nvmlReturn_t (*util)(nvmlDevice_t, nvmlUtilization_t *);
+    nvmlReturn_t (*version)(char *, unsigned int);
+};
+
+static const struct server_nvml *server_nvml(void)
 {
     static int state; /* 0: not loaded yet, 1: ready, -1: none */
-    static nvmlReturn_t (*by_uuid)(const char *, nvmlDevice_t *);
-    static nvmlReturn_t (*util)(nvmlDevice_t, nvmlUtilization_t *);
-    if (!gpu || !memory)
-        return CUDA_ERROR_INVALID_VALUE;
+    static struct server_nvml nv;
     if (state == 0) {
         void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
         nvmlReturn_t (*init)(void) = h ? (nvmlReturn_t(*)(void))dlsym(h, "nvmlInit_v2") : NULL;
-        *(void **)&by_uuid = h ? dlsym(h, "nvmlDeviceGetHandleByUUID") : NULL;
-        *(void **)&util = h ? dlsym(h, "nvmlDeviceGetUtilizationRates") : NULL;
-        state = init && by_uuid && util && init() == NVML_SUCCESS ? 1 : -1;
+        *(void **)&nv.by_uuid = h ? dlsym(h, "nvmlDeviceGetHandleByUUID") : NULL;
+        *(void **)&nv.util = h ? dlsym(h, "nvmlDeviceGetUtilizationRates") : NULL;
+        *(void **)&nv.version = h ? dlsym(h, "nvmlSystemGetDriverVersion") : NULL;
+        state = init && nv.by_uuid && nv.util && nv.version && init() == NVML_SUCCESS ? 1 : -1;
         if (state < 0)
-            fgr_logf("no NVML here (%s): utilization is not answered", h ? "it does not start" : dlerror());
+            fgr_logf("no NVML here (%s): utilization and the driver's version are not answered",
+                     h ? "it does not start" : dlerror());
     }
-    if (state < 0)
+    return state > 0 ? &nv : NULL;
+}
+
+static CUresult from_nvml(nvmlReturn_t r)
+{
+    if (r == NVML_SUCCESS)
+        return CUDA_SUCCESS;
+    return r == NVML_ERROR_NOT_SUPPORTED ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_UNKNOWN;
+}
+
+/* A device's utilization: over the whole GPU, as NVML measures it, the
+ * tenant's work and others'. */
+static CUresult nvml_utilization(CUdevice dev, unsigned int *gpu, unsigned int *memory)
+{
+    const struct server_nvml *nv = server_nvml();
+    if (!gpu || !memory)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!nv)
         return CUDA_ERROR_NOT_SUPPORTED;
     CUuuid u;
     CUresult r = drv.uuid(&u, dev);
@@ -171,14 +191,23 @@ static CUresult nvml_utilization(CUdevice dev, unsigned int *gpu, unsigned int *
     fg_uuid_text(&u, text, sizeof text);
     nvmlDevice_t d;
     nvmlUtilization_t v;
-    nvmlReturn_t nr = by_uuid(text, &d);
+    nvmlReturn_t nr = nv->by_uuid(text, &d);
     if (nr == NVML_SUCCESS)
-        nr = util(d, &v);
+        nr = nv->util(d, &v);
     if (nr != NVML_SUCCESS)
-        return nr == NVML_ERROR_NOT_SUPPORTED ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_UNKNOWN;
+        return from_nvml(nr);
     *gpu = v.gpu;
     *memory = v.memory;
     return CUDA_SUCCESS;
+}
+
+/* The kernel driver's version ("580.95.05"): libraries parse it. */
+static CUresult nvml_driver_version(char *version, unsigned int length)
+{
+    const struct server_nvml *nv = server_nvml();
+    if (!version || !length)
+        return CUDA_ERROR_INVALID_VALUE;
+    return nv ? from_nvml(nv->version(version, length)) : CUDA_ERROR_NOT_SUPPORTED;
 }
 
 /* ---- the loop ---- */
@@ -251,6 +280,7 @@ int main(int argc, char **argv)
     for (int op = 1; op < FGR_NUM_OPS; op++)
         fgr_real[op] = dlsym(h, fgr_ops[op].name);
     fgr_real[FGR_OP_fgrNvmlUtilization] = (void *)nvml_utilization;
+    fgr_real[FGR_OP_fgrNvmlDriverVersion] = (void *)nvml_driver_version;
     /* The export tables' functions are the driver's words; a table the
      * driver does not have leaves its operations unsupported. */
     for (int i = 0; i < fgr_nxtables; i++) {

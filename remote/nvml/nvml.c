@@ -125,28 +125,42 @@ static nvmlReturn_t put_text(char *buf, unsigned int length, const char *text)
     return NVML_SUCCESS;
 }
 
-/* The server's driver's version string is not part of the handshake: the
- * CUDA version it supports stands in, marked remote ("12.2.remote"). */
-static void version_text(char *buf, size_t n)
+CUresult fgrNvmlDriverVersion(char *version, unsigned int length);
+
+static char server_version[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE];
+
+static void ask_version(void)
 {
-    snprintf(buf, n, "%d.%d.remote", driver_version / 1000, driver_version % 1000 / 10);
+    char v[sizeof server_version] = "";
+    if (fgrNvmlDriverVersion(v, sizeof v) == CUDA_SUCCESS && memchr(v, 0, sizeof v) && v[0])
+        memcpy(server_version, v, sizeof v);
+    else
+        snprintf(server_version, sizeof server_version, "%d.%d.remote", driver_version / 1000,
+                 driver_version % 1000 / 10);
+}
+
+/* The server's kernel driver's version, asked once. A server without NVML
+ * cannot tell it: the CUDA version its driver supports stands in, marked
+ * remote ("13.0.remote"). */
+static const char *version_text(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, ask_version);
+    return server_version;
 }
 
 FGN_EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
 {
     REQUIRE_NVML();
-    char text[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE];
-    version_text(text, sizeof text);
-    return put_text(version, length, text);
+    return put_text(version, length, version_text());
 }
 
 /* NVML's API version, then the driver's. */
 FGN_EXPORT nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
 {
-    char text[NVML_SYSTEM_NVML_VERSION_BUFFER_SIZE], drv[32];
+    char text[2 * NVML_SYSTEM_NVML_VERSION_BUFFER_SIZE];
     REQUIRE_NVML();
-    version_text(drv, sizeof drv);
-    snprintf(text, sizeof text, "%s.%s", NVML_API_VERSION_STR, drv);
+    snprintf(text, sizeof text, "%s.%s", NVML_API_VERSION_STR, version_text());
     return put_text(version, length, text);
 }
 

@@ -236,6 +236,10 @@ typedef CUresult (CUDAAPI *fg_sig_cuLaunchHostFunc)(CUstream hStream, CUhostFn f
 SAME(fg_sig_cuLaunchHostFunc, PFN_cuLaunchHostFunc_v10000);
 typedef CUresult (CUDAAPI *fg_sig_cuLaunchHostFunc_ptsz)(CUstream hStream, CUhostFn fn, void *userData);
 SAME(fg_sig_cuLaunchHostFunc_ptsz, PFN_cuLaunchHostFunc_v10000_ptsz);
+typedef CUresult (CUDAAPI *fg_sig_cuStreamAddCallback)(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags);
+SAME(fg_sig_cuStreamAddCallback, PFN_cuStreamAddCallback_v5000);
+typedef CUresult (CUDAAPI *fg_sig_cuStreamAddCallback_ptsz)(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags);
+SAME(fg_sig_cuStreamAddCallback_ptsz, PFN_cuStreamAddCallback_v7000_ptsz);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamCreate)(CUstream *phStream, unsigned int Flags);
 SAME(fg_sig_cuStreamCreate, PFN_cuStreamCreate_v2000);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamCreateWithPriority)(CUstream *phStream, unsigned int flags, int priority);

@@ -120,6 +120,8 @@ static const struct fg_variant fg_variants[] = {
     {"cuLaunchCooperativeKernel_ptsz", "cuLaunchCooperativeKernel", 9000, 1, 0},
     {"cuLaunchHostFunc", "cuLaunchHostFunc", 10000, 0, 0},
     {"cuLaunchHostFunc_ptsz", "cuLaunchHostFunc", 10000, 1, 0},
+    {"cuStreamAddCallback", "cuStreamAddCallback", 5000, 0, 0},
+    {"cuStreamAddCallback_ptsz", "cuStreamAddCallback", 7000, 1, 0},
     {"cuStreamCreate", "cuStreamCreate", 2000, 0, 0},
     {"cuStreamCreateWithPriority", "cuStreamCreateWithPriority", 5050, 0, 0},
     {"cuStreamDestroy_v2", "cuStreamDestroy", 4000, 0, 0},

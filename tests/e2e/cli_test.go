@@ -53,15 +53,29 @@ func TestLogLines(t *testing.T) {
 	}
 	line := regexp.MustCompile(`^\[flexgv\] pid \d+ (\w+)\((.*)\) = (\w+) \d+\.\dus$`)
 	calls := map[string]uint64{}
+	allocated := map[string]bool{}
 	for _, l := range strings.Split(strings.TrimSpace(r.stderr), "\n") {
 		m := line.FindStringSubmatch(l)
 		if m == nil {
 			t.Fatalf("unexpected log line %q", l)
 		}
 		calls[m[1]]++
-		if m[1] == "cuMemAlloc_v2" && m[3] == "CUDA_SUCCESS" && !regexp.MustCompile(`^dptr=0x[0-9a-f]+, bytesize=1048576$`).MatchString(m[2]) {
-			t.Errorf("cuMemAlloc_v2 arguments logged as %q", m[2])
+		// An allocation shows the address it gave back, and its free names it.
+		for _, a := range regexp.MustCompile(`^dptr=0x[0-9a-f]+->(0x[0-9a-f]+),`).FindAllStringSubmatch(m[2], -1) {
+			allocated[a[1]] = true
 		}
+		if m[1] == "cuMemAlloc_v2" && m[3] == "CUDA_SUCCESS" {
+			a := regexp.MustCompile(`^dptr=0x[0-9a-f]+->(0x[0-9a-f]+), bytesize=1048576$`).FindStringSubmatch(m[2])
+			if a == nil || a[1] == "0x0" {
+				t.Errorf("cuMemAlloc_v2 arguments logged as %q", m[2])
+			}
+		}
+		if f := regexp.MustCompile(`^dptr=(0x[0-9a-f]+)$`).FindStringSubmatch(m[2]); m[1] == "cuMemFree_v2" && (f == nil || !allocated[f[1]]) {
+			t.Errorf("cuMemFree_v2 of an address no allocation logged: %q", m[2])
+		}
+	}
+	if len(allocated) == 0 {
+		t.Error("no allocation logged")
 	}
 	want := expects(t, r.stdout)
 	for name, n := range want {

@@ -25,6 +25,11 @@ func TestRemoteNVML(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "\ndevices 2\n") {
 		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
+	// The kernel driver's version is the server's NVML's (the simulated one
+	// ends in ".sim"): libraries parse it.
+	if !regexp.MustCompile(`(?m)^driver \d+\.\d+\.sim nvml \d+\.\d+\.\d+\.sim cuda \d+$`).MatchString(r.stdout) {
+		t.Errorf("the driver's version is not the server's:\n%s", r.stdout)
+	}
 	for _, d := range devs {
 		i, name, uuid, total := d[1], d[2], d[3], d[4]
 		want := regexp.MustCompile(fmt.Sprintf(`(?m)^device %s index=%s name=%s uuid=%s pci=[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.0 `+

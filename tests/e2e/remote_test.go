@@ -344,6 +344,36 @@ func TestRemoteClientKilled(t *testing.T) {
 	}
 }
 
+// Host functions and stream callbacks are the program's own code: they run
+// on the client, once each, after the stream's earlier work on the server,
+// as they do on a local GPU. One enqueued in a capture is refused, said.
+func TestRemoteHostFunctions(t *testing.T) {
+	e := newEnv(t)
+	local := e.run("hostfunc")
+	if local.code != 0 || !strings.Contains(local.stdout, "after the kernel: yes") {
+		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
+	}
+	for _, transport := range []string{"unix", "tcp"} {
+		t.Run(transport, func(t *testing.T) {
+			e := newEnv(t)
+			s := e.serve(transport)
+			got := e.remote(s, "hostfunc")
+			if got.code != 0 || got.stdout != local.stdout {
+				t.Errorf("remotely: exit %d, printed\n%s\nlocally\n%s\n%s", got.code, got.stdout, local.stdout, got.stderr)
+			}
+		})
+	}
+	s := e.serve("unix")
+	got := e.remote(s, "hostfunc", "capture")
+	want := "host function in a capture: CUDA_ERROR_NOT_SUPPORTED\nend of the capture: CUDA_ERROR_STREAM_CAPTURE_INVALIDATED\n"
+	if got.code != 0 || got.stdout != want {
+		t.Errorf("in a capture: exit %d, printed\n%s\nwant\n%s\n%s", got.code, got.stdout, want, got.stderr)
+	}
+	if !strings.Contains(got.stderr, "cuLaunchHostFunc: a host function in a captured stream cannot be sent to the server yet") {
+		t.Errorf("the refusal is not said:\n%s", got.stderr)
+	}
+}
+
 // An entry point the protocol does not carry answers
 // CUDA_ERROR_NOT_SUPPORTED and says so, and the program goes on.
 func TestRemoteUnsupported(t *testing.T) {
@@ -356,7 +386,7 @@ ok = cu.cuInit(0) == 0
 ctx = ctypes.c_void_p()
 print("cuInit", cu.cuInit(0))
 print("cuCtxCreate_v4", cu.cuCtxCreate_v4(ctypes.byref(ctx), None, 0, 0))
-print("cuLaunchHostFunc", cu.cuLaunchHostFunc(None, None, None))
+print("cuGraphAddMemAllocNode", cu.cuGraphAddMemAllocNode(None, None, None, 0, None))
 table = ctypes.c_void_p()
 uuid = (ctypes.c_ubyte * 16)(*b"no-such-table-!!")
 print("cuGetExportTable", cu.cuGetExportTable(ctypes.byref(table), uuid))
@@ -364,11 +394,11 @@ dev = ctypes.c_int()
 print("cuDeviceGet", cu.cuDeviceGet(ctypes.byref(dev), 0))
 `
 	r := e.remote(s, "python3", "-c", prog)
-	want := "cuInit 0\ncuCtxCreate_v4 801\ncuLaunchHostFunc 801\ncuGetExportTable 801\ncuDeviceGet 0\n"
+	want := "cuInit 0\ncuCtxCreate_v4 801\ncuGraphAddMemAllocNode 801\ncuGetExportTable 801\ncuDeviceGet 0\n"
 	if r.code != 0 || r.stdout != want {
 		t.Fatalf("exit %d, printed\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
 	}
-	for _, name := range []string{"cuCtxCreate_v4 is not supported remotely", "cuLaunchHostFunc is not supported remotely",
+	for _, name := range []string{"cuCtxCreate_v4 is not supported remotely", "cuGraphAddMemAllocNode is not supported remotely",
 		"table 6e6f2d73-7563-682d-7461-626c652d2121 is not emulated"} {
 		if !strings.Contains(r.stderr, name) {
 			t.Errorf("stderr does not say %q:\n%s", name, r.stderr)

@@ -200,7 +200,7 @@ var handleTypes = map[string]bool{
 	"CUcontext": true, "CUmodule": true, "CUfunction": true, "CUlibrary": true,
 	"CUkernel": true, "CUstream": true, "CUevent": true, "CUgraph": true,
 	"CUgraphExec": true, "CUarray": true, "CUmipmappedArray": true,
-	"CUmemoryPool": true, "CUhostFn": true, "nvmlDevice_t": true, "CUgraphNode": true, "CUgreenCtx": true,
+	"CUmemoryPool": true, "CUhostFn": true, "CUstreamCallback": true, "nvmlDevice_t": true, "CUgraphNode": true, "CUgreenCtx": true,
 }
 
 // logFormat returns the printf conversion and argument expression for p.
@@ -209,6 +209,9 @@ func logFormat(p Param) (string, string, error) {
 	switch {
 	case t == "const char *":
 		return "\\\"%s\\\"", fmt.Sprintf("fg_str(%s)", p.Name), nil
+	case t == "CUdeviceptr *":
+		// The address the call gave back, so that a log ties later uses to it.
+		return "%p->0x%llx", fmt.Sprintf("(const void *)%s, (unsigned long long)(r == CUDA_SUCCESS && %s ? *%s : 0)", p.Name, p.Name, p.Name), nil
 	case strings.Contains(t, "*") || handleTypes[t]:
 		return "%p", fmt.Sprintf("(const void *)%s", p.Name), nil
 	case t == "size_t":

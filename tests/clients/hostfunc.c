@@ -1,0 +1,90 @@
+/* Host functions and stream callbacks, as the CUDA runtime enqueues them
+ * (cudaLaunchHostFunc, cudaStreamAddCallback): each must run once, after the
+ * stream's earlier work has ended, with the caller's data. Prints what a
+ * program would see, so runs on a local and a remote GPU compare.
+ *   hostfunc          order, data, the per-thread variant and bad arguments
+ *   hostfunc capture  the result of a host function enqueued in a capture */
+#include "common.h"
+
+#include <time.h>
+
+enum { KERNEL_US = 200000 };
+static const char MODULE[] = "FLEXGV-SIM-MODULE\nkernel slow 200000\n";
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+struct seen {
+    int calls;
+    double at;
+    CUstream stream;
+    CUresult status;
+};
+
+static void host_fn(void *data)
+{
+    struct seen *s = data;
+    s->calls++;
+    s->at = now();
+}
+
+static void callback(CUstream stream, CUresult status, void *data)
+{
+    struct seen *s = data;
+    s->calls++;
+    s->at = now();
+    s->stream = stream;
+    s->status = status;
+}
+
+int main(int argc, char **argv)
+{
+    CUcontext ctx;
+    CUmodule mod;
+    CUfunction slow;
+    CUstream st;
+    CHECK(cuInit(0));
+    CHECK(cuDevicePrimaryCtxRetain(&ctx, 0));
+    CHECK(cuCtxSetCurrent(ctx));
+    CHECK(cuModuleLoadData(&mod, MODULE));
+    CHECK(cuModuleGetFunction(&slow, mod, "slow"));
+    CHECK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
+
+    if (argc > 1 && !strcmp(argv[1], "capture")) {
+        struct seen s = {0};
+        CUgraph g;
+        CHECK(cuStreamBeginCapture_v2(st, CU_STREAM_CAPTURE_MODE_RELAXED));
+        printf("host function in a capture: %s\n", result_name(cuLaunchHostFunc(st, host_fn, &s)));
+        printf("end of the capture: %s\n", result_name(cuStreamEndCapture(st, &g)));
+        return 0;
+    }
+
+    struct seen fn = {0}, cb = {0}, pt = {0};
+    double t0 = now();
+    CHECK(cuLaunchKernel(slow, 1, 1, 1, 32, 1, 1, 0, st, NULL, NULL));
+    CHECK(cuLaunchHostFunc(st, host_fn, &fn));
+    CHECK(cuStreamAddCallback(st, callback, &cb, 0));
+    CHECK(cuStreamSynchronize(st));
+    printf("host function: ran %d time(s), after the kernel: %s\n", fn.calls,
+           fn.at - t0 >= KERNEL_US / 1e6 ? "yes" : "no");
+    printf("callback: ran %d time(s), after the host function: %s, its stream: %s, status %s\n", cb.calls,
+           cb.at >= fn.at ? "yes" : "no", cb.stream == st ? "yes" : "no", result_name(cb.status));
+
+    /* The per-thread default stream, through its own ABI. */
+    t0 = now();
+    CHECK(cuLaunchKernel_ptsz(slow, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+    CHECK(cuLaunchHostFunc_ptsz(NULL, host_fn, &pt));
+    CHECK(cuCtxSynchronize());
+    printf("per-thread host function: ran %d time(s), after the kernel: %s\n", pt.calls,
+           pt.at - t0 >= KERNEL_US / 1e6 ? "yes" : "no");
+
+    printf("no function: %s\n", result_name(cuLaunchHostFunc(st, NULL, NULL)));
+    printf("callback with flags: %s\n", result_name(cuStreamAddCallback(st, callback, &cb, 1)));
+    printf("callbacks run: %d\n", cb.calls);
+    CHECK(cuStreamDestroy_v2(st));
+    return 0;
+}
