@@ -161,81 +161,97 @@ enum fgr_op {
     FGR_OP_cuMemsetD16_v2_ptds = 152,
     FGR_OP_cuMemsetD16Async = 153,
     FGR_OP_cuMemsetD16Async_ptsz = 154,
-    FGR_OP_cuModuleGetGlobal_v2 = 155,
-    FGR_OP_cuLibraryGetModule = 156,
-    FGR_OP_cuFuncGetParamInfo = 157,
-    FGR_OP_cuKernelGetParamInfo = 158,
-    FGR_OP_cuFuncGetModule = 159,
-    FGR_OP_cuKernelGetAttribute = 160,
-    FGR_OP_cuKernelSetAttribute = 161,
-    FGR_OP_cuLibraryGetGlobal = 162,
-    FGR_OP_cuLibraryGetKernelCount = 163,
-    FGR_OP_cuLibraryEnumerateKernels = 164,
-    FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessor = 165,
-    FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags = 166,
-    FGR_OP_cuOccupancyAvailableDynamicSMemPerBlock = 167,
-    FGR_OP_cuPointerGetAttribute = 168,
-    FGR_OP_cuModuleGetLoadingMode = 169,
-    FGR_OP_cuFuncSetCacheConfig = 170,
-    FGR_OP_cuKernelSetCacheConfig = 171,
-    FGR_OP_cuCtxGetCacheConfig = 172,
-    FGR_OP_cuCtxSetCacheConfig = 173,
-    FGR_OP_cuFuncSetSharedMemConfig = 174,
-    FGR_OP_cuCtxGetSharedMemConfig = 175,
-    FGR_OP_cuCtxSetSharedMemConfig = 176,
-    FGR_OP_cuDeviceGetP2PAttribute = 177,
-    FGR_OP_cuDeviceGetTexture1DLinearMaxWidth = 178,
-    FGR_OP_cuLibraryGetManaged = 179,
-    FGR_OP_cuMemGetDefaultMemPool = 180,
-    FGR_OP_cuMemGetMemPool = 181,
-    FGR_OP_cuStreamGetAttribute = 182,
-    FGR_OP_cuStreamGetAttribute_ptsz = 183,
-    FGR_OP_fgrNvmlUtilization = 184,
-    FGR_OP_fgrNvmlDriverVersion = 185,
-    FGR_OP_cuOccupancyMaxActiveClusters = 186,
-    FGR_OP_cuOccupancyMaxPotentialClusterSize = 187,
-    FGR_OP_cuCtxGetLimit = 188,
-    FGR_OP_cuTensorMapEncodeTiled = 189,
-    FGR_OP_cuTensorMapEncodeIm2col = 190,
-    FGR_OP_cuTensorMapReplaceAddress = 191,
-    FGR_OP_cuKernelGetLibrary = 192,
-    FGR_OP_cuStreamGetCaptureInfo_v2 = 193,
-    FGR_OP_cuStreamGetCaptureInfo_v2_ptsz = 194,
-    FGR_OP_cuStreamGetCaptureInfo_v3 = 195,
-    FGR_OP_cuStreamGetCaptureInfo_v3_ptsz = 196,
-    FGR_OP_cuStreamGetPriority = 197,
-    FGR_OP_cuStreamGetPriority_ptsz = 198,
-    FGR_OP_cuStreamGetFlags = 199,
-    FGR_OP_cuStreamGetFlags_ptsz = 200,
-    FGR_OP_cuStreamGetCtx = 201,
-    FGR_OP_cuStreamGetCtx_ptsz = 202,
-    FGR_OP_cuStreamGetCtx_v2 = 203,
-    FGR_OP_cuStreamGetCtx_v2_ptsz = 204,
-    FGR_OP_cuStreamGetId = 205,
-    FGR_OP_cuStreamGetId_ptsz = 206,
-    FGR_OP_cuStreamCopyAttributes = 207,
-    FGR_OP_cuStreamCopyAttributes_ptsz = 208,
-    FGR_OP_cuStreamAttachMemAsync = 209,
-    FGR_OP_cuStreamAttachMemAsync_ptsz = 210,
-    FGR_OP_cuGraphClone = 211,
-    FGR_OP_cuGraphDestroyNode = 212,
-    FGR_OP_cuGraphAddEmptyNode = 213,
-    FGR_OP_cuGraphAddEventRecordNode = 214,
-    FGR_OP_cuGraphAddEventWaitNode = 215,
-    FGR_OP_cuGraphGetRootNodes = 216,
-    FGR_OP_cuGraphExecGetFlags = 217,
-    FGR_OP_cuGraphAddChildGraphNode = 218,
-    FGR_OP_xt_simA = 219,
-    FGR_OP_xt_simA_1 = 220,
-    FGR_OP_xt_simA_2 = 221,
-    FGR_OP_xt_simA_7 = 222,
-    FGR_OP_xt_simB = 223,
-    FGR_OP_xt_simB_1 = 224,
-    FGR_OP_xt_simB_2 = 225,
-    FGR_NUM_OPS = 226
+    FGR_OP_cuMemsetD2D8_v2 = 155,
+    FGR_OP_cuMemsetD2D8_v2_ptds = 156,
+    FGR_OP_cuMemsetD2D8Async = 157,
+    FGR_OP_cuMemsetD2D8Async_ptsz = 158,
+    FGR_OP_cuMemsetD2D16_v2 = 159,
+    FGR_OP_cuMemsetD2D16_v2_ptds = 160,
+    FGR_OP_cuMemsetD2D16Async = 161,
+    FGR_OP_cuMemsetD2D16Async_ptsz = 162,
+    FGR_OP_cuMemsetD2D32_v2 = 163,
+    FGR_OP_cuMemsetD2D32_v2_ptds = 164,
+    FGR_OP_cuMemsetD2D32Async = 165,
+    FGR_OP_cuMemsetD2D32Async_ptsz = 166,
+    FGR_OP_cuModuleGetGlobal_v2 = 167,
+    FGR_OP_cuLibraryGetModule = 168,
+    FGR_OP_cuFuncGetParamInfo = 169,
+    FGR_OP_cuKernelGetParamInfo = 170,
+    FGR_OP_cuFuncGetModule = 171,
+    FGR_OP_cuKernelGetAttribute = 172,
+    FGR_OP_cuKernelSetAttribute = 173,
+    FGR_OP_cuLibraryGetGlobal = 174,
+    FGR_OP_cuLibraryGetKernelCount = 175,
+    FGR_OP_cuLibraryEnumerateKernels = 176,
+    FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessor = 177,
+    FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags = 178,
+    FGR_OP_cuOccupancyAvailableDynamicSMemPerBlock = 179,
+    FGR_OP_cuPointerGetAttribute = 180,
+    FGR_OP_cuModuleGetLoadingMode = 181,
+    FGR_OP_cuFuncSetCacheConfig = 182,
+    FGR_OP_cuKernelSetCacheConfig = 183,
+    FGR_OP_cuCtxGetCacheConfig = 184,
+    FGR_OP_cuCtxSetCacheConfig = 185,
+    FGR_OP_cuFuncSetSharedMemConfig = 186,
+    FGR_OP_cuCtxGetSharedMemConfig = 187,
+    FGR_OP_cuCtxSetSharedMemConfig = 188,
+    FGR_OP_cuDeviceGetP2PAttribute = 189,
+    FGR_OP_cuDeviceGetTexture1DLinearMaxWidth = 190,
+    FGR_OP_cuLibraryGetManaged = 191,
+    FGR_OP_cuMemGetDefaultMemPool = 192,
+    FGR_OP_cuMemGetMemPool = 193,
+    FGR_OP_cuStreamGetAttribute = 194,
+    FGR_OP_cuStreamGetAttribute_ptsz = 195,
+    FGR_OP_fgrNvmlUtilization = 196,
+    FGR_OP_fgrNvmlDriverVersion = 197,
+    FGR_OP_fgrHostMapped = 198,
+    FGR_OP_fgrHostMappedFree = 199,
+    FGR_OP_fgrHostWrite = 200,
+    FGR_OP_fgrHostReadMany = 201,
+    FGR_OP_cuOccupancyMaxActiveClusters = 202,
+    FGR_OP_cuOccupancyMaxPotentialClusterSize = 203,
+    FGR_OP_cuCtxGetLimit = 204,
+    FGR_OP_cuTensorMapEncodeTiled = 205,
+    FGR_OP_cuTensorMapEncodeIm2col = 206,
+    FGR_OP_cuTensorMapReplaceAddress = 207,
+    FGR_OP_cuKernelGetLibrary = 208,
+    FGR_OP_cuStreamGetCaptureInfo_v2 = 209,
+    FGR_OP_cuStreamGetCaptureInfo_v2_ptsz = 210,
+    FGR_OP_cuStreamGetCaptureInfo_v3 = 211,
+    FGR_OP_cuStreamGetCaptureInfo_v3_ptsz = 212,
+    FGR_OP_cuStreamGetPriority = 213,
+    FGR_OP_cuStreamGetPriority_ptsz = 214,
+    FGR_OP_cuStreamGetFlags = 215,
+    FGR_OP_cuStreamGetFlags_ptsz = 216,
+    FGR_OP_cuStreamGetCtx = 217,
+    FGR_OP_cuStreamGetCtx_ptsz = 218,
+    FGR_OP_cuStreamGetCtx_v2 = 219,
+    FGR_OP_cuStreamGetCtx_v2_ptsz = 220,
+    FGR_OP_cuStreamGetId = 221,
+    FGR_OP_cuStreamGetId_ptsz = 222,
+    FGR_OP_cuStreamCopyAttributes = 223,
+    FGR_OP_cuStreamCopyAttributes_ptsz = 224,
+    FGR_OP_cuStreamAttachMemAsync = 225,
+    FGR_OP_cuStreamAttachMemAsync_ptsz = 226,
+    FGR_OP_cuGraphClone = 227,
+    FGR_OP_cuGraphDestroyNode = 228,
+    FGR_OP_cuGraphAddEmptyNode = 229,
+    FGR_OP_cuGraphAddEventRecordNode = 230,
+    FGR_OP_cuGraphAddEventWaitNode = 231,
+    FGR_OP_cuGraphGetRootNodes = 232,
+    FGR_OP_cuGraphExecGetFlags = 233,
+    FGR_OP_cuGraphAddChildGraphNode = 234,
+    FGR_OP_xt_simA = 235,
+    FGR_OP_xt_simA_1 = 236,
+    FGR_OP_xt_simA_2 = 237,
+    FGR_OP_xt_simA_7 = 238,
+    FGR_OP_xt_simB = 239,
+    FGR_OP_xt_simB_1 = 240,
+    FGR_OP_xt_simB_2 = 241,
+    FGR_NUM_OPS = 242
 };
 
-#define FGR_OPS_HASH 0x43f824edb766d7a7ULL
+#define FGR_OPS_HASH 0xe6bede45dc8f77edULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
@@ -262,6 +278,18 @@ CUresult cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N);
 CUresult cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N);
 CUresult cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream);
 CUresult cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream);
+CUresult cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height);
+CUresult cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height);
+CUresult cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream);
+CUresult cuMemsetD2D8Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream);
+CUresult cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height);
+CUresult cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height);
+CUresult cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream);
+CUresult cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream);
+CUresult cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height);
+CUresult cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height);
+CUresult cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream);
+CUresult cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream);
 CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name);
 CUresult cuLibraryGetModule(CUmodule *pMod, CUlibrary library);
 CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize);
@@ -294,6 +322,10 @@ CUresult cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CUstreamAtt
 CUresult cuStreamGetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out);
 CUresult fgrNvmlUtilization(CUdevice dev, unsigned int *gpu, unsigned int *memory);
 CUresult fgrNvmlDriverVersion(char *version, unsigned int length);
+CUresult fgrHostMapped(CUdeviceptr *dptr, size_t bytes);
+CUresult fgrHostMappedFree(CUdeviceptr dptr);
+CUresult fgrHostWrite(CUdeviceptr dst, const void *src, size_t bytes);
+CUresult fgrHostReadMany(const CUdeviceptr *srcs, const size_t *sizes, unsigned int count, void *dst, size_t bytes);
 CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config);
 CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func, const CUlaunchConfig *config);
 CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit);

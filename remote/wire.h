@@ -38,6 +38,10 @@
  * listed as kept (at most FGR_MAX_KEPT_IMAGES are listed). */
 enum { FGR_IMAGE_ABSENT, FGR_IMAGE_INLINE, FGR_IMAGE_KEEP, FGR_IMAGE_BY_HASH };
 #define FGR_KEEP_IMAGE_MIN (64u << 10)
+/* Pinned host allocations kernels may use as device memory, kept alike on
+ * both sides: at most this large each, and this much per connection. */
+#define FGR_MAPPED_MAX (64u << 10)
+#define FGR_MAPPED_TOTAL (1u << 20)
 #define FGR_MAX_KEPT_IMAGES 65536u
 #define FGR_MAGIC 0x4d524746u      /* "FGRM" */
 #define FGR_AUTH_MAGIC 0x41524746u /* "FGRA" */
@@ -121,6 +125,16 @@ static inline uint64_t fgr_mul(uint64_t n, uint64_t size)
 {
     uint64_t r;
     return __builtin_mul_overflow(n, size, &r) ? UINT64_MAX : r;
+}
+
+/* The bytes a pitched region covers (height - 1 pitches, then a row of
+ * row bytes), saturated as fgr_mul. */
+static inline uint64_t fgr_span(uint64_t pitch, uint64_t row, uint64_t height)
+{
+    uint64_t r;
+    if (height == 0)
+        return 0;
+    return __builtin_mul_overflow(pitch, height - 1, &r) || __builtin_add_overflow(r, row, &r) ? UINT64_MAX : r;
 }
 
 /* n - k, or 0 below k: how many strides a tensor of n dimensions has. */

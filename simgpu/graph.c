@@ -808,13 +808,7 @@ static CUresult launch(CUgraphExec exec, CUstream h, int pt)
         case CU_GRAPH_NODE_TYPE_KERNEL: sim_kernel_run(s, n->u.kernel.f, &n->u.kernel.args); break;
         case CU_GRAPH_NODE_TYPE_MEMCPY: memmove(n->u.copy.dst, n->u.copy.src, n->u.copy.n); break;
         case CU_GRAPH_NODE_TYPE_MEMSET:
-            if (n->u.set.width == 1) {
-                memset(n->u.set.dst, (int)(n->u.set.v & 0xff), n->u.set.n);
-            } else {
-                uint32_t *p = n->u.set.dst;
-                for (size_t k = 0; k < n->u.set.n; k++)
-                    p[k] = n->u.set.v;
-            }
+            sim_fill(n->u.set.dst, n->u.set.v, n->u.set.n, n->u.set.width);
             break;
         case CU_GRAPH_NODE_TYPE_HOST: sim_host_run(s, n->u.host.fn, n->u.host.data); break;
         default: break;

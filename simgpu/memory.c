@@ -907,12 +907,35 @@ static CUresult set(CUdeviceptr d, unsigned v, size_t n, size_t width, CUstream 
             return r;
         sim_node_destroy(node);
     }
+    sim_fill(P(d), v, n, width);
+    return CUDA_SUCCESS;
+}
+
+void sim_fill(void *dst, unsigned v, size_t n, size_t width)
+{
     if (width == 1) {
-        memset(P(d), (int)(v & 0xff), n);
+        memset(dst, (int)(v & 0xff), n);
+    } else if (width == 2) {
+        uint16_t *p = dst;
+        for (size_t i = 0; i < n; i++)
+            p[i] = (uint16_t)v;
     } else {
-        uint32_t *p = P(d);
+        uint32_t *p = dst;
         for (size_t i = 0; i < n; i++)
             p[i] = v;
+    }
+}
+
+/* Row by row: each row is a memset of its own (a node each in a capture). */
+static CUresult set2d(CUdeviceptr d, size_t pitch, unsigned v, size_t w, size_t h, size_t width, CUstream s, int async,
+                      int pt)
+{
+    if (h > 1 && pitch < w * width)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t y = 0; y < h; y++) {
+        CUresult r = set(d + y * pitch, v, w, width, s, async, pt);
+        if (r)
+            return r;
     }
     return CUDA_SUCCESS;
 }
@@ -925,6 +948,33 @@ SIM_EXPORT CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char uc, size_t n, C
 SIM_EXPORT CUresult cuMemsetD8Async_ptsz(CUdeviceptr d, unsigned char uc, size_t n, CUstream s) { return set(d, uc, n, 1, s, ASYNC, 1); }
 SIM_EXPORT CUresult cuMemsetD32Async(CUdeviceptr d, unsigned int ui, size_t n, CUstream s) { return set(d, ui, n, 4, s, ASYNC, 0); }
 SIM_EXPORT CUresult cuMemsetD32Async_ptsz(CUdeviceptr d, unsigned int ui, size_t n, CUstream s) { return set(d, ui, n, 4, s, ASYNC, 1); }
+SIM_EXPORT CUresult cuMemsetD16_v2(CUdeviceptr d, unsigned short us, size_t n) { return set(d, us, n, 2, NULL, SYNC, 0); }
+SIM_EXPORT CUresult cuMemsetD16_v2_ptds(CUdeviceptr d, unsigned short us, size_t n) { return set(d, us, n, 2, NULL, SYNC, 1); }
+SIM_EXPORT CUresult cuMemsetD16Async(CUdeviceptr d, unsigned short us, size_t n, CUstream s) { return set(d, us, n, 2, s, ASYNC, 0); }
+SIM_EXPORT CUresult cuMemsetD16Async_ptsz(CUdeviceptr d, unsigned short us, size_t n, CUstream s) { return set(d, us, n, 2, s, ASYNC, 1); }
+
+#define SET2D(name, type, width, sync, pt)                                                                      \
+    SIM_EXPORT CUresult name(CUdeviceptr d, size_t pitch, type v, size_t w, size_t h)                           \
+    {                                                                                                           \
+        return set2d(d, pitch, v, w, h, width, NULL, sync, pt);                                                 \
+    }
+#define SET2D_ASYNC(name, type, width, pt)                                                                      \
+    SIM_EXPORT CUresult name(CUdeviceptr d, size_t pitch, type v, size_t w, size_t h, CUstream s)               \
+    {                                                                                                           \
+        return set2d(d, pitch, v, w, h, width, s, ASYNC, pt);                                                   \
+    }
+SET2D(cuMemsetD2D8_v2, unsigned char, 1, SYNC, 0)
+SET2D(cuMemsetD2D8_v2_ptds, unsigned char, 1, SYNC, 1)
+SET2D(cuMemsetD2D16_v2, unsigned short, 2, SYNC, 0)
+SET2D(cuMemsetD2D16_v2_ptds, unsigned short, 2, SYNC, 1)
+SET2D(cuMemsetD2D32_v2, unsigned int, 4, SYNC, 0)
+SET2D(cuMemsetD2D32_v2_ptds, unsigned int, 4, SYNC, 1)
+SET2D_ASYNC(cuMemsetD2D8Async, unsigned char, 1, 0)
+SET2D_ASYNC(cuMemsetD2D8Async_ptsz, unsigned char, 1, 1)
+SET2D_ASYNC(cuMemsetD2D16Async, unsigned short, 2, 0)
+SET2D_ASYNC(cuMemsetD2D16Async_ptsz, unsigned short, 2, 1)
+SET2D_ASYNC(cuMemsetD2D32Async, unsigned int, 4, 0)
+SET2D_ASYNC(cuMemsetD2D32Async_ptsz, unsigned int, 4, 1)
 
 /* ---- pointer attributes ---- */
 

@@ -268,6 +268,8 @@ struct sim_node *sim_node_kernel(struct sim_func *f, const struct sim_kargs *a);
 struct sim_node *sim_node_copy(void *dst, const void *src, size_t n);
 struct sim_node *sim_node_set(void *dst, unsigned v, size_t n, size_t width);
 struct sim_node *sim_node_host(CUhostFn fn, void *data);
+/* n elements of width 1, 2 or 4 bytes at dst set to v (a memset's effect). */
+void sim_fill(void *dst, unsigned v, size_t n, size_t width);
 struct sim_node *sim_node_alloc(int dev, size_t size, CUdeviceptr *dptr);
 struct sim_node *sim_node_free(CUdeviceptr p); /* NULL if p is no graph allocation */
 void sim_node_destroy(struct sim_node *n);

@@ -36,6 +36,27 @@ struct fgr_call {
 int fgr_log_errors(void);
 void fgr_log_error(const char *what, CUresult r);
 extern const char *const fgr_op_names[];
+extern const unsigned char fgr_op_syncs[];
+
+/* Pinned host memory kernels may use (mirror.c): an allocation of up to
+ * FGR_MAPPED_MAX bytes made on both sides at one address
+ * (CUDA_ERROR_NOT_SUPPORTED: make it here alone); freeing one (0: not
+ * one); the program's changes sent before a request, the server's bytes
+ * taken after a syncpoint; a forked child's copies are its own. */
+CUresult fgr_mirror_alloc(void **pp, size_t n);
+int fgr_mirror_free(void *p);
+void fgr_mirror_before(int op);
+void fgr_mirror_after(int op, CUresult r);
+void fgr_mirror_forked(void);
+/* A device address a call names: pinned memory kept on both sides is
+ * brought back at syncpoints from then on. */
+extern int fgr_nmirrors;
+void fgr_mirror_mark(uint64_t p);
+static inline void fgr_mirror_named(uint64_t p)
+{
+    if (__atomic_load_n(&fgr_nmirrors, __ATOMIC_RELAXED))
+        fgr_mirror_mark(p);
+}
 
 CUresult fgr_begin(struct fgr_call *c, int op, int queued);
 /* Sends a queued request and releases the connection: CUDA_SUCCESS unless

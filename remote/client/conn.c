@@ -602,6 +602,7 @@ CUresult fgr_connect(void)
 
 CUresult fgr_begin(struct fgr_call *c, int op, int queued)
 {
+    fgr_mirror_before(op);
     CUcontext ctx = fgr_current();
     pthread_mutex_lock(&conn_lock);
     CUresult r = connect_locked();
@@ -745,6 +746,7 @@ CUresult fgr_end(struct fgr_call *c)
     release(c);
     if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY && fgr_log_errors() && fgr_op_names[op])
         fgr_log_error(fgr_op_names[op], r);
+    fgr_mirror_after(op, r);
     return r;
 }
 
@@ -773,6 +775,7 @@ CUresult fgr_unsupported(int idx, const char *name, const char *what)
 static void forked_child(void)
 {
     pthread_mutex_init(&conn_lock, NULL);
+    fgr_mirror_forked();
     if (conn_fd >= 0)
         close(conn_fd);
     conn_fd = -1;

@@ -293,28 +293,36 @@ FGR_EXPORT CUresult cuGetErrorString(CUresult error, const char **pStr) { return
 
 /* ---- host memory is the client's own ---- */
 
-static CUresult host_alloc(void **pp, size_t bytes)
+/* Small allocations that ask to be mapped into the device's address space
+ * or shared by every context (DEVICEMAP, PORTABLE) are also the server's,
+ * at the same address, for kernels that use them as device memory
+ * (mirror.c); the rest are the client's alone, carried by copies: keeping
+ * both sides alike costs a round trip at every syncpoint, which libraries
+ * that pin memory as a copy's staging (PyTorch) would pay for nothing. */
+static CUresult host_alloc(void **pp, size_t bytes, unsigned int flags)
 {
     NEED_INIT();
     if (!pp || !bytes)
         return CUDA_ERROR_INVALID_VALUE;
+    if ((flags & (CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE)) && fgr_mirror_alloc(pp, bytes) == CUDA_SUCCESS)
+        return CUDA_SUCCESS;
     if (posix_memalign(pp, 4096, bytes))
         return CUDA_ERROR_OUT_OF_MEMORY;
     return CUDA_SUCCESS;
 }
 
-FGR_EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t bytesize) { return host_alloc(pp, bytesize); }
+FGR_EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t bytesize) { return host_alloc(pp, bytesize, 0); }
 
 FGR_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
-    (void)Flags;
-    return host_alloc(pp, bytesize);
+    return host_alloc(pp, bytesize, Flags);
 }
 
 FGR_EXPORT CUresult cuMemFreeHost(void *p)
 {
     NEED_INIT();
-    free(p);
+    if (!fgr_mirror_free(p))
+        free(p);
     return CUDA_SUCCESS;
 }
 
@@ -682,6 +690,11 @@ void fgr_put_kparams(struct fgr_buf *w, const struct fgr_kparams *kp, void **par
     for (uint32_t i = 0; i < kp->n; i++) {
         fgr_put_u32(w, kp->size[i]);
         fgr_put_bytes(w, params[i], kp->size[i]);
+        if (kp->size[i] == sizeof(uint64_t) && params[i]) {
+            uint64_t v;
+            memcpy(&v, params[i], sizeof v);
+            fgr_mirror_named(v);
+        }
     }
 }
 

@@ -255,6 +255,7 @@ FGR_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t
 FGR_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dptr);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemFree_v2, 0)) != CUDA_SUCCESS)
         return fgr_r;
@@ -283,6 +284,7 @@ FGR_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsign
 FGR_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dptr);
     uint64_t n_pbase = pbase ? sizeof(CUdeviceptr) : 0;
     uint64_t n_psize = psize ? sizeof(size_t) : 0;
     struct fgr_call fgr_c;
@@ -333,6 +335,7 @@ FGR_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUs
 FGR_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dptr);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemFreeAsync, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -344,6 +347,7 @@ FGR_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 FGR_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dptr);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemFreeAsync_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -528,6 +532,7 @@ FGR_EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t al
 FGR_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)ptr);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemAddressFree, 0)) != CUDA_SUCCESS)
         return fgr_r;
@@ -541,6 +546,7 @@ FGR_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 FGR_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)ptr);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemMap, 0)) != CUDA_SUCCESS)
         return fgr_r;
@@ -557,6 +563,7 @@ FGR_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemG
 FGR_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)ptr);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemUnmap, 0)) != CUDA_SUCCESS)
         return fgr_r;
@@ -570,6 +577,7 @@ FGR_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 FGR_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)ptr);
     uint64_t n_desc = desc ? fgr_mul((uint64_t)(count), sizeof(CUmemAccessDesc)) : 0;
     if (n_desc > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemSetAccess", "a buffer over the frame limit");
@@ -686,6 +694,7 @@ FGR_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, 
         }
         return CUDA_SUCCESS;
     }
+    fgr_mirror_named((uint64_t)dstDevice);
     uint64_t n_srcHost = srcHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_srcHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyHtoD_v2", "a buffer over the frame limit");
@@ -711,6 +720,7 @@ FGR_EXPORT CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcH
         }
         return CUDA_SUCCESS;
     }
+    fgr_mirror_named((uint64_t)dstDevice);
     uint64_t n_srcHost = srcHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_srcHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyHtoD_v2_ptds", "a buffer over the frame limit");
@@ -736,6 +746,7 @@ FGR_EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t
         }
         return CUDA_SUCCESS;
     }
+    fgr_mirror_named((uint64_t)srcDevice);
     uint64_t n_dstHost = dstHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_dstHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyDtoH_v2", "a buffer over the frame limit");
@@ -764,6 +775,7 @@ FGR_EXPORT CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, s
         }
         return CUDA_SUCCESS;
     }
+    fgr_mirror_named((uint64_t)srcDevice);
     uint64_t n_dstHost = dstHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_dstHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyDtoH_v2_ptds", "a buffer over the frame limit");
@@ -784,6 +796,8 @@ FGR_EXPORT CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, s
 FGR_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)srcDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyDtoD_v2, 0)) != CUDA_SUCCESS)
         return fgr_r;
@@ -798,6 +812,8 @@ FGR_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice
 FGR_EXPORT CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)srcDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyDtoD_v2_ptds, 0)) != CUDA_SUCCESS)
         return fgr_r;
@@ -812,6 +828,8 @@ FGR_EXPORT CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcD
 FGR_EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dst);
+    fgr_mirror_named((uint64_t)src);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpy, 0)) != CUDA_SUCCESS)
         return fgr_r;
@@ -826,6 +844,8 @@ FGR_EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 FGR_EXPORT CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dst);
+    fgr_mirror_named((uint64_t)src);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpy_ptds, 0)) != CUDA_SUCCESS)
         return fgr_r;
@@ -848,6 +868,7 @@ FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcH
         }
         return CUDA_SUCCESS;
     }
+    fgr_mirror_named((uint64_t)dstDevice);
     uint64_t n_srcHost = srcHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_srcHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyHtoDAsync_v2", "a buffer over the frame limit");
@@ -872,6 +893,7 @@ FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void 
         }
         return CUDA_SUCCESS;
     }
+    fgr_mirror_named((uint64_t)dstDevice);
     uint64_t n_srcHost = srcHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_srcHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyHtoDAsync_v2_ptsz", "a buffer over the frame limit");
@@ -896,6 +918,7 @@ FGR_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, s
         }
         return CUDA_SUCCESS;
     }
+    fgr_mirror_named((uint64_t)srcDevice);
     uint64_t n_dstHost = dstHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_dstHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyDtoHAsync_v2", "a buffer over the frame limit");
@@ -925,6 +948,7 @@ FGR_EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevi
         }
         return CUDA_SUCCESS;
     }
+    fgr_mirror_named((uint64_t)srcDevice);
     uint64_t n_dstHost = dstHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_dstHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyDtoHAsync_v2_ptsz", "a buffer over the frame limit");
@@ -946,6 +970,8 @@ FGR_EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevi
 FGR_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)srcDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyDtoDAsync_v2, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -959,6 +985,8 @@ FGR_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcD
 FGR_EXPORT CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)srcDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyDtoDAsync_v2_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -972,6 +1000,8 @@ FGR_EXPORT CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr
 FGR_EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dst);
+    fgr_mirror_named((uint64_t)src);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyAsync, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -985,6 +1015,8 @@ FGR_EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteC
 FGR_EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dst);
+    fgr_mirror_named((uint64_t)src);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyAsync_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -998,6 +1030,7 @@ FGR_EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t 
 FGR_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD8_v2, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1010,6 +1043,7 @@ FGR_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_
 FGR_EXPORT CUresult cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD8_v2_ptds, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1022,6 +1056,7 @@ FGR_EXPORT CUresult cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, 
 FGR_EXPORT CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD32_v2, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1034,6 +1069,7 @@ FGR_EXPORT CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_
 FGR_EXPORT CUresult cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD32_v2_ptds, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1046,6 +1082,7 @@ FGR_EXPORT CUresult cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, 
 FGR_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD8Async, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1059,6 +1096,7 @@ FGR_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, siz
 FGR_EXPORT CUresult cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD8Async_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1072,6 +1110,7 @@ FGR_EXPORT CUresult cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc
 FGR_EXPORT CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD32Async, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1085,6 +1124,7 @@ FGR_EXPORT CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, siz
 FGR_EXPORT CUresult cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD32Async_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1852,6 +1892,7 @@ FGR_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGr
 FGR_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dptr);
     uint64_t n_phGraphNode = phGraphNode ? sizeof(CUgraphNode) : 0;
     uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
     if (n_dependencies > FGR_MAX_BUF)
@@ -2201,6 +2242,7 @@ FGR_EXPORT CUresult cuCtxResetPersistingL2Cache(void)
 FGR_EXPORT CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)ptr);
     uint64_t n_flags = flags ? sizeof(unsigned long long) : 0;
     uint64_t n_location = location ? sizeof(CUmemLocation) : 0;
     struct fgr_call fgr_c;
@@ -2263,6 +2305,8 @@ FGR_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *
 FGR_EXPORT CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)srcDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyPeer, 0)) != CUDA_SUCCESS)
         return fgr_r;
@@ -2279,6 +2323,8 @@ FGR_EXPORT CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CU
 FGR_EXPORT CUresult cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)srcDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyPeer_ptds, 0)) != CUDA_SUCCESS)
         return fgr_r;
@@ -2295,6 +2341,8 @@ FGR_EXPORT CUresult cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContex
 FGR_EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)srcDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyPeerAsync, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -2310,6 +2358,8 @@ FGR_EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContex
 FGR_EXPORT CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)srcDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyPeerAsync_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -2325,6 +2375,7 @@ FGR_EXPORT CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstC
 FGR_EXPORT CUresult cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD16_v2, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -2337,6 +2388,7 @@ FGR_EXPORT CUresult cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, siz
 FGR_EXPORT CUresult cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD16_v2_ptds, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -2349,6 +2401,7 @@ FGR_EXPORT CUresult cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us
 FGR_EXPORT CUresult cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD16Async, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -2362,12 +2415,199 @@ FGR_EXPORT CUresult cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, s
 FGR_EXPORT CUresult cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD16Async_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)us);
     fgr_put_u64(&fgr_c.w, (uint64_t)N);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D8_v2, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
+    fgr_put_u64(&fgr_c.w, (uint64_t)uc);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D8_v2_ptds, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
+    fgr_put_u64(&fgr_c.w, (uint64_t)uc);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D8Async, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
+    fgr_put_u64(&fgr_c.w, (uint64_t)uc);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemsetD2D8Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D8Async_ptsz, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
+    fgr_put_u64(&fgr_c.w, (uint64_t)uc);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D16_v2, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
+    fgr_put_u64(&fgr_c.w, (uint64_t)us);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D16_v2_ptds, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
+    fgr_put_u64(&fgr_c.w, (uint64_t)us);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D16Async, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
+    fgr_put_u64(&fgr_c.w, (uint64_t)us);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D16Async_ptsz, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
+    fgr_put_u64(&fgr_c.w, (uint64_t)us);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D32_v2, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ui);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D32_v2_ptds, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ui);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D32Async, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ui);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D32Async_ptsz, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ui);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     return fgr_send(&fgr_c);
 }
@@ -2879,6 +3119,78 @@ FGR_EXPORT CUresult fgrNvmlDriverVersion(char *version, unsigned int length)
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult fgrHostMapped(CUdeviceptr *dptr, size_t bytes)
+{
+    CUresult fgr_r;
+    uint64_t n_dptr = dptr ? sizeof(CUdeviceptr) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrHostMapped, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)bytes);
+    fgr_put_u8(&fgr_c.w, dptr != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dptr, n_dptr, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrHostMappedFree(CUdeviceptr dptr)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dptr);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrHostMappedFree, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dptr);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrHostWrite(CUdeviceptr dst, const void *src, size_t bytes)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dst);
+    uint64_t n_src = src ? fgr_mul((uint64_t)(bytes), 1) : 0;
+    if (n_src > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrHostWrite", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrHostWrite, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dst);
+    fgr_put_u64(&fgr_c.w, (uint64_t)bytes);
+    fgr_put_buf(&fgr_c.w, src, n_src);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrHostReadMany(const CUdeviceptr *srcs, const size_t *sizes, unsigned int count, void *dst, size_t bytes)
+{
+    CUresult fgr_r;
+    uint64_t n_srcs = srcs ? fgr_mul((uint64_t)(count), sizeof(CUdeviceptr)) : 0;
+    if (n_srcs > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrHostReadMany", "a buffer over the frame limit");
+    uint64_t n_sizes = sizes ? fgr_mul((uint64_t)(count), sizeof(size_t)) : 0;
+    if (n_sizes > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrHostReadMany", "a buffer over the frame limit");
+    uint64_t n_dst = dst ? fgr_mul((uint64_t)(bytes), 1) : 0;
+    if (n_dst > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrHostReadMany", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrHostReadMany, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)count);
+    fgr_put_u64(&fgr_c.w, (uint64_t)bytes);
+    fgr_put_buf(&fgr_c.w, srcs, n_srcs);
+    fgr_put_buf(&fgr_c.w, sizes, n_sizes);
+    fgr_put_u8(&fgr_c.w, dst != NULL);
+    fgr_c.direct = dst;
+    fgr_c.direct_n = n_dst;
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dst, n_dst, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config)
 {
     CUresult fgr_r;
@@ -3376,6 +3688,7 @@ FGR_EXPORT CUresult cuStreamCopyAttributes_ptsz(CUstream dst, CUstream src)
 FGR_EXPORT CUresult cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dptr);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamAttachMemAsync, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -3389,6 +3702,7 @@ FGR_EXPORT CUresult cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, s
 FGR_EXPORT CUresult cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dptr);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamAttachMemAsync_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -3702,6 +4016,18 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuMemsetD16_v2_ptds] = "cuMemsetD16_v2_ptds",
     [FGR_OP_cuMemsetD16Async] = "cuMemsetD16Async",
     [FGR_OP_cuMemsetD16Async_ptsz] = "cuMemsetD16Async_ptsz",
+    [FGR_OP_cuMemsetD2D8_v2] = "cuMemsetD2D8_v2",
+    [FGR_OP_cuMemsetD2D8_v2_ptds] = "cuMemsetD2D8_v2_ptds",
+    [FGR_OP_cuMemsetD2D8Async] = "cuMemsetD2D8Async",
+    [FGR_OP_cuMemsetD2D8Async_ptsz] = "cuMemsetD2D8Async_ptsz",
+    [FGR_OP_cuMemsetD2D16_v2] = "cuMemsetD2D16_v2",
+    [FGR_OP_cuMemsetD2D16_v2_ptds] = "cuMemsetD2D16_v2_ptds",
+    [FGR_OP_cuMemsetD2D16Async] = "cuMemsetD2D16Async",
+    [FGR_OP_cuMemsetD2D16Async_ptsz] = "cuMemsetD2D16Async_ptsz",
+    [FGR_OP_cuMemsetD2D32_v2] = "cuMemsetD2D32_v2",
+    [FGR_OP_cuMemsetD2D32_v2_ptds] = "cuMemsetD2D32_v2_ptds",
+    [FGR_OP_cuMemsetD2D32Async] = "cuMemsetD2D32Async",
+    [FGR_OP_cuMemsetD2D32Async_ptsz] = "cuMemsetD2D32Async_ptsz",
     [FGR_OP_cuModuleGetGlobal_v2] = "cuModuleGetGlobal_v2",
     [FGR_OP_cuLibraryGetModule] = "cuLibraryGetModule",
     [FGR_OP_cuFuncGetParamInfo] = "cuFuncGetParamInfo",
@@ -3733,6 +4059,10 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamGetAttribute_ptsz] = "cuStreamGetAttribute_ptsz",
     [FGR_OP_fgrNvmlUtilization] = "fgrNvmlUtilization",
     [FGR_OP_fgrNvmlDriverVersion] = "fgrNvmlDriverVersion",
+    [FGR_OP_fgrHostMapped] = "fgrHostMapped",
+    [FGR_OP_fgrHostMappedFree] = "fgrHostMappedFree",
+    [FGR_OP_fgrHostWrite] = "fgrHostWrite",
+    [FGR_OP_fgrHostReadMany] = "fgrHostReadMany",
     [FGR_OP_cuOccupancyMaxActiveClusters] = "cuOccupancyMaxActiveClusters",
     [FGR_OP_cuOccupancyMaxPotentialClusterSize] = "cuOccupancyMaxPotentialClusterSize",
     [FGR_OP_cuCtxGetLimit] = "cuCtxGetLimit",
@@ -3773,6 +4103,30 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_xt_simB] = "xt_simB",
     [FGR_OP_xt_simB_1] = "xt_simB_1",
     [FGR_OP_xt_simB_2] = "xt_simB_2",
+};
+
+/* The operations that wait for the device (syncpoints). */
+const unsigned char fgr_op_syncs[FGR_NUM_OPS] = {
+    [FGR_OP_cuCtxSynchronize] = 1,
+    [FGR_OP_cuCtxSynchronize_v2] = 1,
+    [FGR_OP_cuMemcpyHtoD_v2] = 1,
+    [FGR_OP_cuMemcpyHtoD_v2_ptds] = 1,
+    [FGR_OP_cuMemcpyDtoH_v2] = 1,
+    [FGR_OP_cuMemcpyDtoH_v2_ptds] = 1,
+    [FGR_OP_cuMemcpyDtoD_v2] = 1,
+    [FGR_OP_cuMemcpyDtoD_v2_ptds] = 1,
+    [FGR_OP_cuMemcpy] = 1,
+    [FGR_OP_cuMemcpy_ptds] = 1,
+    [FGR_OP_cuMemcpyDtoHAsync_v2] = 1,
+    [FGR_OP_cuMemcpyDtoHAsync_v2_ptsz] = 1,
+    [FGR_OP_cuStreamSynchronize] = 1,
+    [FGR_OP_cuStreamSynchronize_ptsz] = 1,
+    [FGR_OP_cuStreamQuery] = 1,
+    [FGR_OP_cuStreamQuery_ptsz] = 1,
+    [FGR_OP_cuEventQuery] = 1,
+    [FGR_OP_cuEventSynchronize] = 1,
+    [FGR_OP_cuMemcpyPeer] = 1,
+    [FGR_OP_cuMemcpyPeer_ptds] = 1,
 };
 
 /* What cuGetProcAddress hands out: every exported entry point. */
@@ -3966,6 +4320,18 @@ const struct fg_proc fgr_procs[] = {
     {"cuMemsetD16", "cuMemsetD16_v2_ptds", 7000, 1, (void *)cuMemsetD16_v2_ptds},
     {"cuMemsetD16Async", "cuMemsetD16Async", 3020, 0, (void *)cuMemsetD16Async},
     {"cuMemsetD16Async", "cuMemsetD16Async_ptsz", 7000, 1, (void *)cuMemsetD16Async_ptsz},
+    {"cuMemsetD2D8", "cuMemsetD2D8_v2", 3020, 0, (void *)cuMemsetD2D8_v2},
+    {"cuMemsetD2D8", "cuMemsetD2D8_v2_ptds", 7000, 1, (void *)cuMemsetD2D8_v2_ptds},
+    {"cuMemsetD2D8Async", "cuMemsetD2D8Async", 3020, 0, (void *)cuMemsetD2D8Async},
+    {"cuMemsetD2D8Async", "cuMemsetD2D8Async_ptsz", 7000, 1, (void *)cuMemsetD2D8Async_ptsz},
+    {"cuMemsetD2D16", "cuMemsetD2D16_v2", 3020, 0, (void *)cuMemsetD2D16_v2},
+    {"cuMemsetD2D16", "cuMemsetD2D16_v2_ptds", 7000, 1, (void *)cuMemsetD2D16_v2_ptds},
+    {"cuMemsetD2D16Async", "cuMemsetD2D16Async", 3020, 0, (void *)cuMemsetD2D16Async},
+    {"cuMemsetD2D16Async", "cuMemsetD2D16Async_ptsz", 7000, 1, (void *)cuMemsetD2D16Async_ptsz},
+    {"cuMemsetD2D32", "cuMemsetD2D32_v2", 3020, 0, (void *)cuMemsetD2D32_v2},
+    {"cuMemsetD2D32", "cuMemsetD2D32_v2_ptds", 7000, 1, (void *)cuMemsetD2D32_v2_ptds},
+    {"cuMemsetD2D32Async", "cuMemsetD2D32Async", 3020, 0, (void *)cuMemsetD2D32Async},
+    {"cuMemsetD2D32Async", "cuMemsetD2D32Async_ptsz", 7000, 1, (void *)cuMemsetD2D32Async_ptsz},
     {"cuModuleGetGlobal", "cuModuleGetGlobal_v2", 3020, 0, (void *)cuModuleGetGlobal_v2},
     {"cuLibraryGetModule", "cuLibraryGetModule", 12000, 0, (void *)cuLibraryGetModule},
     {"cuFuncGetParamInfo", "cuFuncGetParamInfo", 12040, 0, (void *)cuFuncGetParamInfo},
@@ -3998,6 +4364,10 @@ const struct fg_proc fgr_procs[] = {
     {"cuStreamGetAttribute", "cuStreamGetAttribute_ptsz", 11000, 1, (void *)cuStreamGetAttribute_ptsz},
     {"fgrNvmlUtilization", "fgrNvmlUtilization", 0, 0, (void *)fgrNvmlUtilization},
     {"fgrNvmlDriverVersion", "fgrNvmlDriverVersion", 0, 0, (void *)fgrNvmlDriverVersion},
+    {"fgrHostMapped", "fgrHostMapped", 0, 0, (void *)fgrHostMapped},
+    {"fgrHostMappedFree", "fgrHostMappedFree", 0, 0, (void *)fgrHostMappedFree},
+    {"fgrHostWrite", "fgrHostWrite", 0, 0, (void *)fgrHostWrite},
+    {"fgrHostReadMany", "fgrHostReadMany", 0, 0, (void *)fgrHostReadMany},
     {"cuOccupancyMaxActiveClusters", "cuOccupancyMaxActiveClusters", 11070, 0, (void *)cuOccupancyMaxActiveClusters},
     {"cuOccupancyMaxPotentialClusterSize", "cuOccupancyMaxPotentialClusterSize", 11070, 0, (void *)cuOccupancyMaxPotentialClusterSize},
     {"cuCtxGetLimit", "cuCtxGetLimit", 3010, 0, (void *)cuCtxGetLimit},

@@ -155,6 +155,18 @@ typedef CUresult (*pfn_cuMemsetD16_v2)(CUdeviceptr dstDevice, unsigned short us,
 typedef CUresult (*pfn_cuMemsetD16_v2_ptds)(CUdeviceptr dstDevice, unsigned short us, size_t N);
 typedef CUresult (*pfn_cuMemsetD16Async)(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream);
 typedef CUresult (*pfn_cuMemsetD16Async_ptsz)(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream);
+typedef CUresult (*pfn_cuMemsetD2D8_v2)(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height);
+typedef CUresult (*pfn_cuMemsetD2D8_v2_ptds)(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height);
+typedef CUresult (*pfn_cuMemsetD2D8Async)(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream);
+typedef CUresult (*pfn_cuMemsetD2D8Async_ptsz)(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream);
+typedef CUresult (*pfn_cuMemsetD2D16_v2)(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height);
+typedef CUresult (*pfn_cuMemsetD2D16_v2_ptds)(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height);
+typedef CUresult (*pfn_cuMemsetD2D16Async)(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream);
+typedef CUresult (*pfn_cuMemsetD2D16Async_ptsz)(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream);
+typedef CUresult (*pfn_cuMemsetD2D32_v2)(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height);
+typedef CUresult (*pfn_cuMemsetD2D32_v2_ptds)(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height);
+typedef CUresult (*pfn_cuMemsetD2D32Async)(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream);
+typedef CUresult (*pfn_cuMemsetD2D32Async_ptsz)(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream);
 typedef CUresult (*pfn_cuModuleGetGlobal_v2)(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name);
 typedef CUresult (*pfn_cuLibraryGetModule)(CUmodule *pMod, CUlibrary library);
 typedef CUresult (*pfn_cuFuncGetParamInfo)(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize);
@@ -186,6 +198,10 @@ typedef CUresult (*pfn_cuStreamGetAttribute)(CUstream hStream, CUstreamAttrID at
 typedef CUresult (*pfn_cuStreamGetAttribute_ptsz)(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out);
 typedef CUresult (*pfn_fgrNvmlUtilization)(CUdevice dev, unsigned int *gpu, unsigned int *memory);
 typedef CUresult (*pfn_fgrNvmlDriverVersion)(char *version, unsigned int length);
+typedef CUresult (*pfn_fgrHostMapped)(CUdeviceptr *dptr, size_t bytes);
+typedef CUresult (*pfn_fgrHostMappedFree)(CUdeviceptr dptr);
+typedef CUresult (*pfn_fgrHostWrite)(CUdeviceptr dst, const void *src, size_t bytes);
+typedef CUresult (*pfn_fgrHostReadMany)(const CUdeviceptr *srcs, const size_t *sizes, unsigned int count, void *dst, size_t bytes);
 typedef CUresult (*pfn_cuOccupancyMaxActiveClusters)(int *numClusters, CUfunction func, const CUlaunchConfig *config);
 typedef CUresult (*pfn_cuOccupancyMaxPotentialClusterSize)(int *clusterSize, CUfunction func, const CUlaunchConfig *config);
 typedef CUresult (*pfn_cuCtxGetLimit)(size_t *pvalue, CUlimit limit);
@@ -3095,6 +3111,240 @@ static CUresult op_cuMemsetD16Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_cuMemsetD2D8_v2(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    size_t dstPitch = (size_t)fgr_get_u64(rd);
+    unsigned char uc = (unsigned char)fgr_get_u64(rd);
+    size_t Width = (size_t)fgr_get_u64(rd);
+    size_t Height = (size_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,1),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D8_v2", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemsetD2D8_v2)fgr_real[FGR_OP_cuMemsetD2D8_v2])(dstDevice, dstPitch, uc, Width, Height);
+    return fgr_r;
+}
+
+static CUresult op_cuMemsetD2D8_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    size_t dstPitch = (size_t)fgr_get_u64(rd);
+    unsigned char uc = (unsigned char)fgr_get_u64(rd);
+    size_t Width = (size_t)fgr_get_u64(rd);
+    size_t Height = (size_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,1),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D8_v2_ptds", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemsetD2D8_v2_ptds)fgr_real[FGR_OP_cuMemsetD2D8_v2_ptds])(dstDevice, dstPitch, uc, Width, Height);
+    return fgr_r;
+}
+
+static CUresult op_cuMemsetD2D8Async(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    size_t dstPitch = (size_t)fgr_get_u64(rd);
+    unsigned char uc = (unsigned char)fgr_get_u64(rd);
+    size_t Width = (size_t)fgr_get_u64(rd);
+    size_t Height = (size_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,1),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D8Async", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemsetD2D8Async", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemsetD2D8Async)fgr_real[FGR_OP_cuMemsetD2D8Async])(dstDevice, dstPitch, uc, Width, Height, hStream);
+    return fgr_r;
+}
+
+static CUresult op_cuMemsetD2D8Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    size_t dstPitch = (size_t)fgr_get_u64(rd);
+    unsigned char uc = (unsigned char)fgr_get_u64(rd);
+    size_t Width = (size_t)fgr_get_u64(rd);
+    size_t Height = (size_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,1),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D8Async_ptsz", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemsetD2D8Async_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemsetD2D8Async_ptsz)fgr_real[FGR_OP_cuMemsetD2D8Async_ptsz])(dstDevice, dstPitch, uc, Width, Height, hStream);
+    return fgr_r;
+}
+
+static CUresult op_cuMemsetD2D16_v2(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    size_t dstPitch = (size_t)fgr_get_u64(rd);
+    unsigned short us = (unsigned short)fgr_get_u64(rd);
+    size_t Width = (size_t)fgr_get_u64(rd);
+    size_t Height = (size_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,2),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D16_v2", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemsetD2D16_v2)fgr_real[FGR_OP_cuMemsetD2D16_v2])(dstDevice, dstPitch, us, Width, Height);
+    return fgr_r;
+}
+
+static CUresult op_cuMemsetD2D16_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    size_t dstPitch = (size_t)fgr_get_u64(rd);
+    unsigned short us = (unsigned short)fgr_get_u64(rd);
+    size_t Width = (size_t)fgr_get_u64(rd);
+    size_t Height = (size_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,2),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D16_v2_ptds", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemsetD2D16_v2_ptds)fgr_real[FGR_OP_cuMemsetD2D16_v2_ptds])(dstDevice, dstPitch, us, Width, Height);
+    return fgr_r;
+}
+
+static CUresult op_cuMemsetD2D16Async(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    size_t dstPitch = (size_t)fgr_get_u64(rd);
+    unsigned short us = (unsigned short)fgr_get_u64(rd);
+    size_t Width = (size_t)fgr_get_u64(rd);
+    size_t Height = (size_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,2),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D16Async", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemsetD2D16Async", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemsetD2D16Async)fgr_real[FGR_OP_cuMemsetD2D16Async])(dstDevice, dstPitch, us, Width, Height, hStream);
+    return fgr_r;
+}
+
+static CUresult op_cuMemsetD2D16Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    size_t dstPitch = (size_t)fgr_get_u64(rd);
+    unsigned short us = (unsigned short)fgr_get_u64(rd);
+    size_t Width = (size_t)fgr_get_u64(rd);
+    size_t Height = (size_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,2),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D16Async_ptsz", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemsetD2D16Async_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemsetD2D16Async_ptsz)fgr_real[FGR_OP_cuMemsetD2D16Async_ptsz])(dstDevice, dstPitch, us, Width, Height, hStream);
+    return fgr_r;
+}
+
+static CUresult op_cuMemsetD2D32_v2(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    size_t dstPitch = (size_t)fgr_get_u64(rd);
+    unsigned int ui = (unsigned int)fgr_get_u64(rd);
+    size_t Width = (size_t)fgr_get_u64(rd);
+    size_t Height = (size_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,4),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D32_v2", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemsetD2D32_v2)fgr_real[FGR_OP_cuMemsetD2D32_v2])(dstDevice, dstPitch, ui, Width, Height);
+    return fgr_r;
+}
+
+static CUresult op_cuMemsetD2D32_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    size_t dstPitch = (size_t)fgr_get_u64(rd);
+    unsigned int ui = (unsigned int)fgr_get_u64(rd);
+    size_t Width = (size_t)fgr_get_u64(rd);
+    size_t Height = (size_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,4),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D32_v2_ptds", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemsetD2D32_v2_ptds)fgr_real[FGR_OP_cuMemsetD2D32_v2_ptds])(dstDevice, dstPitch, ui, Width, Height);
+    return fgr_r;
+}
+
+static CUresult op_cuMemsetD2D32Async(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    size_t dstPitch = (size_t)fgr_get_u64(rd);
+    unsigned int ui = (unsigned int)fgr_get_u64(rd);
+    size_t Width = (size_t)fgr_get_u64(rd);
+    size_t Height = (size_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,4),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D32Async", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemsetD2D32Async", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemsetD2D32Async)fgr_real[FGR_OP_cuMemsetD2D32Async])(dstDevice, dstPitch, ui, Width, Height, hStream);
+    return fgr_r;
+}
+
+static CUresult op_cuMemsetD2D32Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    size_t dstPitch = (size_t)fgr_get_u64(rd);
+    unsigned int ui = (unsigned int)fgr_get_u64(rd);
+    size_t Width = (size_t)fgr_get_u64(rd);
+    size_t Height = (size_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,4),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D32Async_ptsz", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemsetD2D32Async_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemsetD2D32Async_ptsz)fgr_real[FGR_OP_cuMemsetD2D32Async_ptsz])(dstDevice, dstPitch, ui, Width, Height, hStream);
+    return fgr_r;
+}
+
 static CUresult op_cuModuleGetGlobal_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -3693,6 +3943,76 @@ static CUresult op_fgrNvmlDriverVersion(struct fgr_rd *rd, struct fgr_req *q)
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_fgrNvmlDriverVersion)fgr_real[FGR_OP_fgrNvmlDriverVersion])(version, length);
     fgr_reply_out(q, version, fgr_mul((uint64_t)(length), sizeof(char)), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrHostMapped(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    size_t bytes = (size_t)fgr_get_u64(rd);
+    int has_dptr = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUdeviceptr *dptr = NULL;
+    if (has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_fgrHostMapped)fgr_real[FGR_OP_fgrHostMapped])(dptr, bytes);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (dptr)
+            fgr_mem_add(*dptr, bytes, FGR_H_CUcontext, fgr_ctx);
+    }
+    fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrHostMappedFree(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dptr = (CUdeviceptr)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_base((uint64_t)dptr)))
+        fgr_r = fgr_refuse("fgrHostMappedFree", "dptr", (uint64_t)dptr, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_fgrHostMappedFree)fgr_real[FGR_OP_fgrHostMappedFree])(dptr);
+    if (fgr_r == CUDA_SUCCESS) {
+        fgr_drop(FGR_H_MEM, (uint64_t)dptr);
+    }
+    return fgr_r;
+}
+
+static CUresult op_fgrHostWrite(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dst = (CUdeviceptr)fgr_get_u64(rd);
+    size_t bytes = (size_t)fgr_get_u64(rd);
+    void *src = fgr_get_buf(rd, q, fgr_mul((uint64_t)(bytes), 1), 0);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dst, bytes)))
+        fgr_r = fgr_refuse("fgrHostWrite", "dst", (uint64_t)dst, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_fgrHostWrite)fgr_real[FGR_OP_fgrHostWrite])(dst, src, bytes);
+    return fgr_r;
+}
+
+static CUresult op_fgrHostReadMany(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    unsigned int count = (unsigned int)fgr_get_u64(rd);
+    size_t bytes = (size_t)fgr_get_u64(rd);
+    CUdeviceptr *srcs = fgr_get_buf(rd, q, fgr_mul((uint64_t)(count), sizeof(CUdeviceptr)), 1);
+    size_t *sizes = fgr_get_buf(rd, q, fgr_mul((uint64_t)(count), sizeof(size_t)), 1);
+    int has_dst = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    void *dst = NULL;
+    if (has_dst && !(dst = fgr_out(q, fgr_mul((uint64_t)(bytes), 1))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_fgrHostReadMany)fgr_real[FGR_OP_fgrHostReadMany])(srcs, sizes, count, dst, bytes);
+    fgr_reply_out(q, dst, fgr_mul((uint64_t)(bytes), 1), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4720,6 +5040,18 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuMemsetD16_v2_ptds] = {"cuMemsetD16_v2_ptds", op_cuMemsetD16_v2_ptds, 0},
     [FGR_OP_cuMemsetD16Async] = {"cuMemsetD16Async", op_cuMemsetD16Async, 0},
     [FGR_OP_cuMemsetD16Async_ptsz] = {"cuMemsetD16Async_ptsz", op_cuMemsetD16Async_ptsz, 0},
+    [FGR_OP_cuMemsetD2D8_v2] = {"cuMemsetD2D8_v2", op_cuMemsetD2D8_v2, 0},
+    [FGR_OP_cuMemsetD2D8_v2_ptds] = {"cuMemsetD2D8_v2_ptds", op_cuMemsetD2D8_v2_ptds, 0},
+    [FGR_OP_cuMemsetD2D8Async] = {"cuMemsetD2D8Async", op_cuMemsetD2D8Async, 0},
+    [FGR_OP_cuMemsetD2D8Async_ptsz] = {"cuMemsetD2D8Async_ptsz", op_cuMemsetD2D8Async_ptsz, 0},
+    [FGR_OP_cuMemsetD2D16_v2] = {"cuMemsetD2D16_v2", op_cuMemsetD2D16_v2, 0},
+    [FGR_OP_cuMemsetD2D16_v2_ptds] = {"cuMemsetD2D16_v2_ptds", op_cuMemsetD2D16_v2_ptds, 0},
+    [FGR_OP_cuMemsetD2D16Async] = {"cuMemsetD2D16Async", op_cuMemsetD2D16Async, 0},
+    [FGR_OP_cuMemsetD2D16Async_ptsz] = {"cuMemsetD2D16Async_ptsz", op_cuMemsetD2D16Async_ptsz, 0},
+    [FGR_OP_cuMemsetD2D32_v2] = {"cuMemsetD2D32_v2", op_cuMemsetD2D32_v2, 0},
+    [FGR_OP_cuMemsetD2D32_v2_ptds] = {"cuMemsetD2D32_v2_ptds", op_cuMemsetD2D32_v2_ptds, 0},
+    [FGR_OP_cuMemsetD2D32Async] = {"cuMemsetD2D32Async", op_cuMemsetD2D32Async, 0},
+    [FGR_OP_cuMemsetD2D32Async_ptsz] = {"cuMemsetD2D32Async_ptsz", op_cuMemsetD2D32Async_ptsz, 0},
     [FGR_OP_cuModuleGetGlobal_v2] = {"cuModuleGetGlobal_v2", op_cuModuleGetGlobal_v2, 0},
     [FGR_OP_cuLibraryGetModule] = {"cuLibraryGetModule", op_cuLibraryGetModule, 0},
     [FGR_OP_cuFuncGetParamInfo] = {"cuFuncGetParamInfo", op_cuFuncGetParamInfo, 0},
@@ -4751,6 +5083,10 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamGetAttribute_ptsz] = {"cuStreamGetAttribute_ptsz", op_cuStreamGetAttribute_ptsz, 0},
     [FGR_OP_fgrNvmlUtilization] = {"fgrNvmlUtilization", op_fgrNvmlUtilization, 0},
     [FGR_OP_fgrNvmlDriverVersion] = {"fgrNvmlDriverVersion", op_fgrNvmlDriverVersion, 0},
+    [FGR_OP_fgrHostMapped] = {"fgrHostMapped", op_fgrHostMapped, 0},
+    [FGR_OP_fgrHostMappedFree] = {"fgrHostMappedFree", op_fgrHostMappedFree, 0},
+    [FGR_OP_fgrHostWrite] = {"fgrHostWrite", op_fgrHostWrite, 0},
+    [FGR_OP_fgrHostReadMany] = {"fgrHostReadMany", op_fgrHostReadMany, 0},
     [FGR_OP_cuOccupancyMaxActiveClusters] = {"cuOccupancyMaxActiveClusters", op_cuOccupancyMaxActiveClusters, 0},
     [FGR_OP_cuOccupancyMaxPotentialClusterSize] = {"cuOccupancyMaxPotentialClusterSize", op_cuOccupancyMaxPotentialClusterSize, 0},
     [FGR_OP_cuCtxGetLimit] = {"cuCtxGetLimit", op_cuCtxGetLimit, 0},

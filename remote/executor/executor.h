@@ -59,6 +59,8 @@ void fgr_images_dir(const char *dir);
 void fgr_images_hello(struct fgr_buf *w);
 void fgr_image_keep(const void *p, uint64_t n);
 void *fgr_image_kept(const uint8_t h[32], uint64_t n, struct fgr_req *q);
+/* The mapped host memory operations (hostmem.c), from the driver's library. */
+void fgr_hostmem_init(void *driver);
 /* A line on stderr, naming the executor and its client. */
 void fgr_logf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void **fgr_get_kparams(struct fgr_rd *rd, struct fgr_req *q);

@@ -40,6 +40,17 @@ static const char SIM_MODULE[] = "FLEXGV-SIM-MODULE\n"
                                  "kernel fill 5 builtin=fill\n"
                                  "kernel empty 0\n";
 
+/* Initializes the driver and makes device 0's primary context current, as
+ * a program linked with -lcuda does. */
+__attribute__((unused)) static CUcontext primary_context(void)
+{
+    CUcontext ctx;
+    CHECK(cuInit(0));
+    CHECK(cuDevicePrimaryCtxRetain(&ctx, 0));
+    CHECK(cuCtxSetCurrent(ctx));
+    return ctx;
+}
+
 struct expect {
     const char *name;
     long n;

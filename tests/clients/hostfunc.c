@@ -43,13 +43,10 @@ static void callback(CUstream stream, CUresult status, void *data)
 
 int main(int argc, char **argv)
 {
-    CUcontext ctx;
     CUmodule mod;
     CUfunction slow;
     CUstream st;
-    CHECK(cuInit(0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, 0));
-    CHECK(cuCtxSetCurrent(ctx));
+    primary_context();
     CHECK(cuModuleLoadData(&mod, MODULE));
     CHECK(cuModuleGetFunction(&slow, mod, "slow"));
     CHECK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));

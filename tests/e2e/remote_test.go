@@ -119,7 +119,7 @@ func (e *env) remote(s *server, name string, args ...string) result {
 func TestRemoteClientsMatchLocal(t *testing.T) {
 	clients := [][]string{
 		{"rtlike", "3"}, {"direct", "2"}, {"dlsymclient"}, {"threads", "8", "200"},
-		{"forker"}, {"memclient", "paths"},
+		{"forker"}, {"memclient", "paths"}, {"memset2d"},
 	}
 	pids := regexp.MustCompile(`pids( \d+)+`)
 	for _, transport := range []string{"unix", "shm", "tcp", "tls"} {
@@ -371,6 +371,92 @@ func TestRemoteHostFunctions(t *testing.T) {
 	}
 	if !strings.Contains(got.stderr, "cuLaunchHostFunc: a host function in a captured stream cannot be sent to the server yet") {
 		t.Errorf("the refusal is not said:\n%s", got.stderr)
+	}
+}
+
+// Small pinned host memory is also device memory: a memset and a kernel
+// write it through its address, copies read it, the program reads the
+// kernel's writes after a synchronization and its own writes reach later
+// device work, over every transport as locally.
+func TestRemoteMappedHostMemory(t *testing.T) {
+	e := newEnv(t)
+	local := e.run("mapped")
+	if local.code != 0 || !strings.Contains(local.stdout, "read by the program: 42 42 42 42 7") {
+		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
+	}
+	for _, transport := range []string{"unix", "shm", "tcp"} {
+		t.Run(transport, func(t *testing.T) {
+			e := newEnv(t)
+			s := e.serve(transport)
+			got := e.remote(s, "mapped")
+			if got.code != 0 || got.stdout != local.stdout {
+				t.Errorf("remotely: exit %d, printed\n%s\nlocally\n%s\n%s", got.code, got.stdout, local.stdout, got.stderr)
+			}
+		})
+	}
+}
+
+// The mapped-memory programs' start: a current context, names for an
+// allocation (dev) and pinned memory (h).
+const mappedPrelude = `
+import ctypes, sys
+cu = ctypes.CDLL("libcuda.so.1")
+ctx, dev, h = ctypes.c_void_p(), ctypes.c_uint64(), ctypes.c_void_p()
+assert cu.cuInit(0) == 0
+assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+assert cu.cuCtxSetCurrent(ctx) == 0
+`
+
+// Pinned memory only ever named as a copy's host side costs no round trip;
+// once a call names it as a device address, it comes back at syncpoints.
+func TestRemoteMappedHostMemoryRoundTrips(t *testing.T) {
+	e := newEnv(t, "FLEXGV_REMOTE_LOG=calls")
+	s := e.serve("unix")
+	prog := mappedPrelude + `
+assert cu.cuMemAlloc_v2(ctypes.byref(dev), ctypes.c_size_t(64)) == 0
+assert cu.cuMemHostAlloc(ctypes.byref(h), ctypes.c_size_t(64), 2) == 0
+for i in range(10):
+    assert cu.cuMemcpyHtoDAsync_v2(dev, h, ctypes.c_size_t(64), None) == 0
+    assert cu.cuCtxSynchronize() == 0
+if sys.argv[1] == "named":
+    assert cu.cuMemsetD8Async(ctypes.c_uint64(h.value), 1, ctypes.c_size_t(64), None) == 0
+    for i in range(10):
+        assert cu.cuCtxSynchronize() == 0
+    print(ctypes.string_at(h, 4))
+`
+	pulls := regexp.MustCompile(`(?m)^flexgv remote:\s+fgrHostReadMany\s+(\d+)\s`)
+	staging := e.remote(s, "python3", "-c", prog, "staging")
+	if staging.code != 0 || pulls.MatchString(staging.stderr) {
+		t.Errorf("a staging buffer: exit %d, round trips for it:\n%s", staging.code, staging.stderr)
+	}
+	named := e.remote(s, "python3", "-c", prog, "named")
+	m := pulls.FindStringSubmatch(named.stderr)
+	if named.code != 0 || m == nil || m[1] != "10" || named.stdout != "b'\\x01\\x01\\x01\\x01'\n" {
+		t.Errorf("named by a memset: exit %d, printed %q, want 10 round trips for it:\n%s", named.code, named.stdout, named.stderr)
+	}
+}
+
+// The executor writes and reads for the client only inside pinned memory it
+// made for it: never device memory, never its own.
+func TestRemoteMappedHostMemoryBounds(t *testing.T) {
+	e := newEnv(t)
+	s := e.serve("unix")
+	prog := mappedPrelude + `
+assert cu.cuMemAlloc_v2(ctypes.byref(dev), ctypes.c_size_t(4096)) == 0
+assert cu.cuMemHostAlloc(ctypes.byref(h), ctypes.c_size_t(64), 2) == 0
+buf = ctypes.create_string_buffer(64)
+srcs, sizes = (ctypes.c_uint64 * 1)(dev.value), (ctypes.c_size_t * 1)(64)
+print("write into device memory", cu.fgrHostWrite(dev, buf, ctypes.c_size_t(64)), cu.cuCtxSynchronize())
+print("read device memory", cu.fgrHostReadMany(srcs, sizes, 1, buf, ctypes.c_size_t(64)))
+srcs[0], sizes[0] = h.value, 65
+print("read past the pinned memory", cu.fgrHostReadMany(srcs, sizes, 1, buf, ctypes.c_size_t(65)))
+sizes[0] = 64
+print("read the pinned memory", cu.fgrHostReadMany(srcs, sizes, 1, buf, ctypes.c_size_t(64)))
+`
+	r := e.remote(s, "python3", "-c", prog)
+	want := "write into device memory 0 1\nread device memory 1\nread past the pinned memory 1\nread the pinned memory 0\n"
+	if r.code != 0 || r.stdout != want {
+		t.Errorf("exit %d, printed\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
 	}
 }
 

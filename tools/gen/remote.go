@@ -714,6 +714,13 @@ func emitRemoteClient(entries []RemoteEntry, tables []*Table) string {
 		}
 	}
 	b.WriteString("};\n")
+	b.WriteString("\n/* The operations that wait for the device (syncpoints). */\nconst unsigned char fgr_op_syncs[FGR_NUM_OPS] = {\n")
+	for _, e := range entries {
+		if e.Forwarded() && e.Sync {
+			fmt.Fprintf(&b, "    [FGR_OP_%s] = 1,\n", e.Name)
+		}
+	}
+	b.WriteString("};\n")
 	b.WriteString("\n/* What cuGetProcAddress hands out: every exported entry point. */\n")
 	b.WriteString("const struct fg_proc fgr_procs[] = {\n")
 	for _, e := range entries {
@@ -778,6 +785,12 @@ func clientStub(b *strings.Builder, e RemoteEntry, decl string) {
 		fmt.Fprintf(b, "            size_t fgr_n = %s - fgr_off < fgr_chunk_bytes ? %s - fgr_off : fgr_chunk_bytes;\n", c, c)
 		fmt.Fprintf(b, "            if ((fgr_r = %s(%s)) != CUDA_SUCCESS)\n                return fgr_r;\n", name, strings.Join(args, ", "))
 		b.WriteString("        }\n        return CUDA_SUCCESS;\n    }\n")
+	}
+	// Pinned memory named as a device address is kept alike from then on.
+	for _, p := range e.Params {
+		if k := e.Dev[p.Name].Name; k == "dev" || k == "base" {
+			fmt.Fprintf(b, "    fgr_mirror_named((uint64_t)%s);\n", p.Name)
+		}
 	}
 	// What the protocol cannot carry is refused before anything is sent.
 	for _, p := range e.Params {

@@ -1,0 +1,107 @@
+/* Small pinned host memory that the client's kernels use as device memory
+ * (mapped, "zero-copy"): the driver allocates it here, where the GPU can
+ * reach it, and the client maps its own pages at the same address
+ * (remote/client/mirror.c). The client's writes arrive as fgrHostWrite, its
+ * reads as fgrHostReadMany; both are refused outside such an allocation, so a
+ * client cannot make the executor touch device memory or its own. */
+#include "executor.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+static CUresult (*host_alloc)(void **, size_t, unsigned int);
+static CUresult (*host_free)(void *);
+
+static struct mapped {
+    uint64_t base, end;
+} *maps;
+static size_t nmaps, capmaps, total;
+
+static struct mapped *mapped_holding(uint64_t p, uint64_t n)
+{
+    for (size_t i = 0; i < nmaps; i++)
+        if (p >= maps[i].base && p <= maps[i].end && n <= maps[i].end - p)
+            return &maps[i];
+    return NULL;
+}
+
+static CUresult mapped_alloc(CUdeviceptr *dptr, size_t bytes)
+{
+    if (!dptr || bytes == 0 || bytes > FGR_MAPPED_MAX)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (total + bytes > FGR_MAPPED_TOTAL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (nmaps == capmaps) {
+        size_t n = capmaps ? 2 * capmaps : 16;
+        struct mapped *m = realloc(maps, n * sizeof *m);
+        if (!m)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        maps = m;
+        capmaps = n;
+    }
+    void *p = NULL;
+    CUresult r = host_alloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
+    if (r != CUDA_SUCCESS)
+        return r;
+    memset(p, 0, bytes);
+    maps[nmaps++] = (struct mapped){(uintptr_t)p, (uintptr_t)p + bytes};
+    total += bytes;
+    *dptr = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+
+static CUresult mapped_free(CUdeviceptr dptr)
+{
+    for (size_t i = 0; i < nmaps; i++)
+        if (maps[i].base == dptr) {
+            CUresult r = host_free((void *)(uintptr_t)dptr);
+            total -= maps[i].end - maps[i].base;
+            maps[i] = maps[--nmaps];
+            return r;
+        }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult mapped_write(CUdeviceptr dst, const void *src, size_t bytes)
+{
+    if (!src || !mapped_holding(dst, bytes))
+        return CUDA_ERROR_INVALID_VALUE;
+    memcpy((void *)(uintptr_t)dst, src, bytes);
+    return CUDA_SUCCESS;
+}
+
+/* Several allocations' bytes, one after another (one round trip however
+ * many the client has). */
+static CUresult mapped_read(const CUdeviceptr *srcs, const size_t *sizes, unsigned int count, void *dst,
+                            size_t bytes)
+{
+    size_t at = 0;
+    if (!dst || (count && (!srcs || !sizes)))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < count; i++)
+        if (!mapped_holding(srcs[i], sizes[i]) || sizes[i] > bytes - at)
+            return CUDA_ERROR_INVALID_VALUE;
+        else
+            at += sizes[i];
+    if (at != bytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    at = 0;
+    for (unsigned i = 0; i < count; i++) {
+        memcpy((uint8_t *)dst + at, (const void *)(uintptr_t)srcs[i], sizes[i]);
+        at += sizes[i];
+    }
+    return CUDA_SUCCESS;
+}
+
+void fgr_hostmem_init(void *driver)
+{
+    *(void **)&host_alloc = dlsym(driver, "cuMemHostAlloc");
+    *(void **)&host_free = dlsym(driver, "cuMemFreeHost");
+    if (!host_alloc || !host_free)
+        return; /* the operations stay unsupported */
+    fgr_real[FGR_OP_fgrHostMapped] = (void *)mapped_alloc;
+    fgr_real[FGR_OP_fgrHostMappedFree] = (void *)mapped_free;
+    fgr_real[FGR_OP_fgrHostWrite] = (void *)mapped_write;
+    fgr_real[FGR_OP_fgrHostReadMany] = (void *)mapped_read;
+}
