@@ -6,14 +6,7 @@
 #include <cstring>
 #include <cuda_runtime.h>
 
-#define CHECK(x)                                                                       \
-    do {                                                                               \
-        cudaError_t e_ = (x);                                                          \
-        if (e_ != cudaSuccess) {                                                       \
-            std::printf("%s: %s\n", #x, cudaGetErrorString(e_));                       \
-            return 1;                                                                  \
-        }                                                                              \
-    } while (0)
+#include "runtime_check.h"
 
 __global__ void twice(float *p, size_t pitch, int w, int h)
 {
