@@ -10,9 +10,9 @@
 # (torch-train: losses bit for bit, throughput over native, and with
 # latency added), Triton, torch.compile, CuPy and JAX (triton_add,
 # torch_compile, cupy_check, jax_check); and measurements: round trips per
-# training step remotely and natively (torch-trips), host-to-device
-# bandwidth (h2d), the client's NVML (nvml), module images kept over TCP
-# (modules).
+# training step remotely and natively (torch-trips), host-to-device and
+# device-to-host bandwidth (h2d), the client's NVML (nvml), module images
+# kept over TCP (modules).
 # A PASS or FAIL line per check; exit status 1 if any failed.
 #     [ONLY="NAME..."] [TRANSPORTS="unix shm tcp"] [LIMIT=SECONDS] scripts/gpu-remote-cudart.sh [CUDA_HOME]
 set -uo pipefail

@@ -84,6 +84,8 @@ struct fgr_drv {
     CUresult (*capturing)(CUstream, CUstreamCaptureStatus *);
     CUresult (*capturing_pt)(CUstream, CUstreamCaptureStatus *);
     CUresult (*range)(CUdeviceptr *, size_t *, CUdeviceptr);
+    CUresult (*host_register)(void *, size_t, unsigned int);
+    CUresult (*host_unregister)(void *);
 };
 extern struct fgr_drv fgr_drv;
 

@@ -271,6 +271,8 @@ int main(int argc, char **argv)
     *(void **)&fgr_drv.capturing = dlsym(h, "cuStreamIsCapturing");
     *(void **)&fgr_drv.capturing_pt = dlsym(h, "cuStreamIsCapturing_ptsz");
     *(void **)&fgr_drv.range = dlsym(h, "cuMemGetAddressRange_v2");
+    *(void **)&fgr_drv.host_register = dlsym(h, "cuMemHostRegister_v2");
+    *(void **)&fgr_drv.host_unregister = dlsym(h, "cuMemHostUnregister");
     SYM(export_table, "cuGetExportTable");
 #undef SYM
     if (!drv.init || !drv.version || !drv.count || !drv.name || !drv.uuid || !drv.attr || !drv.getcur || !drv.setcur) {

@@ -6,6 +6,8 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 void *fgr_real[FGR_NUM_OPS];
 struct fgr_drv fgr_drv;
@@ -229,6 +231,39 @@ void *fgr_get_opts(struct fgr_rd *rd, struct fgr_req *q, int kind, void ***value
     return m ? o : NULL;
 }
 
+/* A large result (a copy's bytes) goes into one buffer kept from request to
+ * request: no fresh pages to fault in each time, and pinned once it is
+ * large (the driver then copies from the device straight into it instead
+ * of through its own staging; results are complete before they are sent,
+ * every such call waits for its stream). What it held before is this
+ * connection's own earlier results. */
+#define PIN_MIN (1u << 20) /* results this large are copied into pinned memory */
+
+static void *big_buffer(uint64_t bytes)
+{
+    static void *big;
+    static size_t cap;
+    static int pinned, unpinnable;
+    if (bytes > cap) {
+        if (pinned && fgr_drv.host_unregister(big) != CUDA_SUCCESS)
+            big = NULL; /* its pages stay the driver's: left, not reused */
+        else if (big)
+            munmap(big, cap);
+        pinned = 0;
+        size_t page = (size_t)sysconf(_SC_PAGESIZE), n = ((size_t)bytes + page - 1) / page * page;
+        void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        big = p == MAP_FAILED ? NULL : p;
+        cap = big ? n : 0;
+        if (!big)
+            return NULL;
+    }
+    if (!pinned && !unpinnable && cap >= PIN_MIN && fgr_drv.host_register && fgr_drv.host_unregister) {
+        pinned = fgr_drv.host_register(big, cap, CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS;
+        unpinnable = !pinned;
+    }
+    return big;
+}
+
 void *fgr_out(struct fgr_req *q, uint64_t bytes)
 {
     if (bytes > FGR_MAX_BUF) {
@@ -236,20 +271,11 @@ void *fgr_out(struct fgr_req *q, uint64_t bytes)
         return NULL;
     }
     if (bytes > SMALL_OBJECT && !q->big_used) {
-        /* A large result (a copy's bytes) goes into one buffer kept from
-         * request to request: no fresh pages to fault in each time. What it
-         * held before is this connection's own earlier results. */
-        static void *big;
-        static size_t cap;
-        if (bytes > cap) {
-            void *p = realloc(big, (size_t)bytes);
-            if (!p)
-                return NULL;
-            big = p;
-            cap = (size_t)bytes;
-        }
+        void *p = big_buffer(bytes);
+        if (!p)
+            return NULL;
         q->big_used = 1;
-        return big;
+        return p;
     }
     return fgr_own(q, fgr_zalloc(bytes));
 }

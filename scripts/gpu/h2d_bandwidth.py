@@ -1,5 +1,6 @@
-"""Host-to-device copy bandwidth through PyTorch: 256 MiB from pageable and
-from pinned host memory, best of 5; prints one JSON line (GB/s)."""
+"""Copy bandwidth through PyTorch: 256 MiB host to device from pageable and
+from pinned host memory, then device to host into each, best of 5; prints
+one JSON line (GB/s)."""
 import json
 import time
 
@@ -19,4 +20,16 @@ for kind in ("pageable", "pinned"):
         best = max(best, n / (time.perf_counter() - t0) / 1e9)
     out[kind + "_gbps"] = best
     assert int(dst.sum().item()) == n
+for kind in ("pageable", "pinned"):
+    src = torch.full((n,), 7, dtype=torch.uint8, device="cuda")
+    dst = torch.empty(n, dtype=torch.uint8, pin_memory=(kind == "pinned"))
+    best = 0.0
+    for _ in range(5):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        torch.cuda.synchronize()
+        best = max(best, n / (time.perf_counter() - t0) / 1e9)
+    out["d2h_" + kind + "_gbps"] = best
+    assert int(dst[:4096].sum()) == 7 * 4096 and int(dst[-1]) == 7
 print(json.dumps(out))
