@@ -95,6 +95,7 @@ struct gpu {
     uint64_t swept_at;
     uint64_t idle_at, gap_avg; /* when a sync left nothing in flight; how long such pauses last */
     int holding;               /* we held the GPU at our last look, in a turn begun at turn_at */
+    int lent;                  /* that turn was taken, ahead, from an idle holder: a loan */
     uint64_t turn_at;
 };
 
@@ -381,6 +382,7 @@ static int take(struct gpu *g, uint32_t from, uint64_t now)
         ADD(&old->preemptions, 1);
     STORE(&g->hdr->vclock, LOAD(&g->t->vtime));
     ADD(&g->hdr->switches, 1);
+    g->lent = old && LOAD(&old->vtime) < LOAD(&g->t->vtime);
     wake_all(g);
     return 1;
 }
@@ -516,10 +518,19 @@ static int may_take(struct gpu *g, uint32_t h, uint64_t now)
 }
 
 /* A newcomer to the queue starts no further back than one quantum behind
- * the last holder: shares are of contended time, not banked idle time. */
+ * the last holder: shares are of contended time, not banked idle time. One
+ * quantum of the smaller weight of the two: a tenant that paused for a
+ * moment (a synchronization) while it was behind a holder of a smaller
+ * share is that far behind by right, and clamping it closer would hand its
+ * time to the smaller share at every pause. */
 static void catch_up(struct gpu *g, uint64_t now)
 {
-    uint64_t lag = g->quantum * FULL / weight(g, g->t, now), floor = LOAD(&g->hdr->vclock);
+    uint64_t w = weight(g, g->t, now);
+    uint32_t h = LOAD(&g->hdr->holder);
+    struct fg_sched_tenant *ht = h ? tenant_of(g, h - 1) : NULL;
+    if (ht && weight(g, ht, now) < w)
+        w = weight(g, ht, now);
+    uint64_t lag = g->quantum * FULL / w, floor = LOAD(&g->hdr->vclock);
     floor = floor > lag ? floor - lag : 0;
     uint64_t v = LOAD(&g->t->vtime);
     while (v < floor && !__atomic_compare_exchange_n(&g->t->vtime, &v, floor, 1, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
@@ -556,6 +567,17 @@ static void gate(struct gpu *g)
             if (next >= 0 && np > mp) {
                 hand_over(g, 1);
                 continue;
+            }
+            /* A loan ends when one further behind wants the GPU back: held
+             * on to the end of a quantum, each pause of a tenant between its
+             * synchronizations would hand a whole quantum to one ahead of
+             * it, and shares would drift toward equal. */
+            if (g->lent && next >= 0 && np == mp) {
+                struct fg_sched_tenant *nt = tenant_of(g, (uint32_t)next);
+                if (nt && LOAD(&nt->vtime) < LOAD(&g->t->vtime)) {
+                    hand_over(g, 0);
+                    continue;
+                }
             }
             if (now - g->turn_at >= g->quantum) {
                 /* A quantum is over: pay for it, then run on only while we
@@ -599,6 +621,7 @@ static void gate(struct gpu *g)
             break;
         }
         g->holding = 0;
+        g->lent = 0; /* a turn handed to us is ours */
         if (!waited_from)
             waited_from = now;
         if (!(LOAD(&g->hdr->waiting) & g->bit)) {

@@ -16,7 +16,8 @@
  * sync13 (cuLaunchKernel, each completion waited for with the context
  * synchronization a CUDA 13 runtime resolves: cuCtxSynchronize_v2) or
  * copysync (cuLaunchKernel on the legacy stream, each completion waited
- * for by a synchronous cuMemcpyDtoH of a word).
+ * for by a synchronous cuMemcpyDtoH of a word) or batch (DEPTH launches,
+ * then one cuCtxSynchronize for all of them).
  * GAP_US: idle time after each completion before the next launch, as a
  * server between requests (with DEPTH 1). */
 #include "common.h"
@@ -42,7 +43,7 @@ static int by_value(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: spinner KERNEL_US SECONDS [DEPTH [WINDOW_MS [launch|ex|ptsz|graph|sync13|copysync [GAP_US]]]]\n");
+        fprintf(stderr, "usage: spinner KERNEL_US SECONDS [DEPTH [WINDOW_MS [launch|ex|ptsz|graph|sync13|copysync|batch [GAP_US]]]]\n");
         return 2;
     }
     double kernel_us = atof(argv[1]), seconds = atof(argv[2]);
@@ -68,6 +69,9 @@ int main(int argc, char **argv)
     /* copysync: on the legacy stream, each completion waited for by a
      * synchronous copy of a word, as programs that read a result back do. */
     int copysync = !strcmp(api, "copysync");
+    /* batch: DEPTH launches, then one context synchronization for them all,
+     * as a training loop that reads a loss back every few kernels does. */
+    int batch = !strcmp(api, "batch");
     CUdeviceptr word = 0;
     if (copysync) {
         s = NULL;
@@ -95,7 +99,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "spinner: cannot resolve cuCtxSynchronize for CUDA 13\n");
             return 1;
         }
-    } else if (strcmp(api, "launch") && strcmp(api, "ex") && strcmp(api, "ptsz") && !copysync) {
+    } else if (strcmp(api, "launch") && strcmp(api, "ex") && strcmp(api, "ptsz") && !copysync && !batch) {
         fprintf(stderr, "spinner: unknown API %s\n", api);
         return 2;
     }
@@ -115,7 +119,7 @@ int main(int argc, char **argv)
     CHECK(cuEventRecord(start, s));
     for (;;) {
         int more = wall_s() < stop;
-        if (launched > completed && (!more || launched - completed == depth)) {
+        if (launched > completed && (!more || launched - completed == depth || (batch && completed % depth))) {
             int k = (int)(completed % depth);
             float ms;
             unsigned got;
@@ -123,7 +127,9 @@ int main(int argc, char **argv)
                 CHECK(ctxsync(NULL));
             else if (copysync)
                 CHECK(cuMemcpyDtoH_v2(&got, word, sizeof got));
-            else
+            else if (batch && k == 0)
+                CHECK(cuCtxSynchronize());
+            else if (!batch)
                 CHECK(cuEventSynchronize(after[k]));
             CHECK(cuEventElapsedTime(&ms, before[k], after[k]));
             if ((size_t)completed == cap) {

@@ -67,6 +67,29 @@ func TestSharesDivideAContendedDevice(t *testing.T) {
 	}
 }
 
+// Tenants that pause after each few kernels (a training loop reading its
+// loss back) keep their shares: the device lent to the other during a
+// pause comes back when the pause ends, not a quantum later.
+func TestSharesHoldAcrossPauses(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	// 5 kernels of 2.7 ms, one synchronization, then 1 ms without work.
+	batches := []string{"2700", "4", "5", "0", "batch", "200"}
+	a := e.spinnerUnder([]string{"--compute", "30%"}, batches...)
+	b := e.spinnerUnder([]string{"--compute", "70%"}, batches...)
+	a.start()
+	b.start()
+	ra, rb := a.result(), b.result()
+	total := ra.share + rb.share
+	t.Logf("30%%: %.1f%% of the busy device, 70%%: %.1f%% (together %.1f%% of the device)", ra.share*100/total, rb.share*100/total, total)
+	if math.Abs(ra.share*100/total-30) > 3 {
+		t.Errorf("the 30%% tenant got %.1f%% of the busy device, the 70%% one %.1f%%: want 30 ± 3", ra.share*100/total, rb.share*100/total)
+	}
+	if total < 90 {
+		t.Errorf("together %.1f%% of the device, want ≥ 90%%", total)
+	}
+}
+
 // Idle time is lent: a tenant alone gets the whole device whatever its
 // share, but no more than its cap.
 func TestAShareIsWorkConserving(t *testing.T) {
