@@ -30,7 +30,7 @@
 
 #include "flexgv/cuda_types.h"
 
-#define FGR_PROTO_VERSION 6u /* 6: the server's NVML driver version (an operation of its own) */
+#define FGR_PROTO_VERSION 7u /* 7: parameter sizes in one answer */
 /* A module image on the wire: u8 form, then for INLINE and KEEP a buffer
  * (u8 present, u64 n, n bytes), for BY_HASH its SHA-256 and u64 n. KEEP
  * asks the server to keep it (a client across a network does, for images

@@ -2,11 +2,12 @@
  *
  * A simulated module image is text:
  *     FLEXGV-SIM-MODULE
- *     kernel NAME [DURATION_US] [builtin=vecadd|fill]
+ *     kernel NAME [DURATION_US] [builtin=vecadd|fill|params=N]
  * A kernel occupies the device for its duration (default: the configured
  * kernel_us). Builtin kernels also compute on the host-backed memory:
  *     vecadd(float *a, float *b, float *c, int n): c = a + b
- *     fill(unsigned *p, unsigned v, int n) */
+ *     fill(unsigned *p, unsigned v, int n)
+ * params=N: a kernel of N 8-byte parameters that it does not read. */
 #include "sim.h"
 
 #include <stdio.h>
@@ -27,6 +28,7 @@ struct sim_func {
     char name[96];
     uint64_t duration_ns;
     enum builtin builtin;
+    unsigned nparams; /* params=N */
     uint32_t kernel; /* KERNEL_MAGIC: its address is the library kernel's handle */
     void *module;    /* the module or library it belongs to */
     int dyn_smem;    /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, as set */
@@ -75,6 +77,8 @@ static CUresult parse_module(const char *image, struct sim_module **out)
                 f->builtin = B_VECADD;
             else if (!strcmp(opts[i], "builtin=fill"))
                 f->builtin = B_FILL;
+            else if (sscanf(opts[i], "params=%u", &f->nparams) == 1 && f->nparams <= 512)
+                continue;
             else {
                 char *end;
                 double us = strtod(opts[i], &end);
@@ -319,16 +323,23 @@ SIM_EXPORT CUresult cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel)
 
 /* The parameter layout a builtin reads (builtin_args): vecadd(float *x,
  * float *y, float *z, int n), fill(unsigned *p, unsigned v, int n); other
- * kernels take none. Not in api/cuda.api: the shim need not hook it. */
+ * kernels take their params=N words, or none. Not in api/cuda.api: the shim need not hook it. */
 static CUresult param_info(struct sim_func *f, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
 {
     static const size_t vecadd[][2] = {{0, 8}, {8, 8}, {16, 8}, {24, 4}}, fill[][2] = {{0, 8}, {8, 4}, {12, 4}};
     if (!f)
         return CUDA_ERROR_INVALID_HANDLE;
     const size_t(*layout)[2] = f->builtin == B_VECADD ? vecadd : f->builtin == B_FILL ? fill : NULL;
-    size_t n = f->builtin == B_VECADD ? 4 : f->builtin == B_FILL ? 3 : 0;
+    size_t n = f->builtin == B_VECADD ? 4 : f->builtin == B_FILL ? 3 : f->nparams;
     if (paramIndex >= n || (!paramOffset && !paramSize))
         return CUDA_ERROR_INVALID_VALUE;
+    if (!layout) {
+        if (paramOffset)
+            *paramOffset = 8 * paramIndex;
+        if (paramSize)
+            *paramSize = 8;
+        return CUDA_SUCCESS;
+    }
     if (paramOffset)
         *paramOffset = layout[paramIndex][0];
     if (paramSize)

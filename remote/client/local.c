@@ -620,6 +620,9 @@ void fgr_kparams_flush(void)
     pthread_mutex_unlock(&layout_lock);
 }
 
+CUresult fgrParamSizes(CUfunction f, unsigned int max, unsigned int *count, unsigned int *sizes);
+CUresult fgrKernelParamSizes(CUkernel k, unsigned int max, unsigned int *count, unsigned int *sizes);
+
 CUresult fgr_kparams_layout(CUfunction f, void **params, struct fgr_kparams *kp)
 {
     kp->n = 0;
@@ -635,18 +638,23 @@ CUresult fgr_kparams_layout(CUfunction f, void **params, struct fgr_kparams *kp)
             return CUDA_SUCCESS;
         }
     pthread_mutex_unlock(&layout_lock);
-    /* Not under the lock: each query is a call to the server. */
-    uint32_t *size = NULL, total = 0, n = 0;
-    int kernel = 0; /* a library's kernel stands in for a function (CUDA 12+ runtimes launch those) */
-    for (;; n++) {
-        size_t off, sz;
-        CUresult r = kernel ? cuKernelGetParamInfo((CUkernel)f, n, &off, &sz) : cuFuncGetParamInfo(f, n, &off, &sz);
-        if (r == CUDA_ERROR_INVALID_HANDLE && n == 0 && !kernel) {
-            kernel = 1;
-            r = cuKernelGetParamInfo((CUkernel)f, n, &off, &sz);
+    /* Not under the lock: a call to the server, one for all the sizes (a
+     * second when there are more than a first guess holds). A library's
+     * kernel stands in for a function (CUDA 12+ runtimes launch those). */
+    unsigned n = 0, guess = 32, *size = NULL;
+    int kernel = 0;
+    for (;;) {
+        unsigned *s = realloc(size, guess * sizeof *size);
+        if (!s) {
+            free(size);
+            return CUDA_ERROR_OUT_OF_MEMORY;
         }
-        if (r == CUDA_ERROR_INVALID_VALUE)
-            break;
+        size = s;
+        CUresult r = kernel ? fgrKernelParamSizes((CUkernel)f, guess, &n, size) : fgrParamSizes(f, guess, &n, size);
+        if (r == CUDA_ERROR_INVALID_HANDLE && !kernel) {
+            kernel = 1;
+            continue;
+        }
         if (r == CUDA_ERROR_NOT_SUPPORTED) {
             free(size);
             return fgr_unsupported(-1, "kernel parameters", "a launch whose layout the server cannot tell");
@@ -655,16 +663,16 @@ CUresult fgr_kparams_layout(CUfunction f, void **params, struct fgr_kparams *kp)
             free(size);
             return r;
         }
-        total += (uint32_t)sz;
-        uint32_t *s = n < FGR_MAX_KPARAMS && sz <= FGR_MAX_KPARAM_BYTES && total <= FGR_MAX_KPARAM_BYTES
-                          ? realloc(size, (n + 1) * sizeof *size)
-                          : NULL;
-        if (!s) {
-            free(size);
-            return CUDA_ERROR_INVALID_VALUE;
-        }
-        size = s;
-        size[n] = (uint32_t)sz;
+        if (n <= guess)
+            break;
+        guess = n;
+    }
+    uint32_t total = 0;
+    for (unsigned i = 0; i < n; i++)
+        total += size[i];
+    if (total > FGR_MAX_KPARAM_BYTES) {
+        free(size);
+        return CUDA_ERROR_INVALID_VALUE;
     }
     struct layout *l = malloc(sizeof *l);
     if (!l) {

@@ -61,6 +61,8 @@ void fgr_image_keep(const void *p, uint64_t n);
 void *fgr_image_kept(const uint8_t h[32], uint64_t n, struct fgr_req *q);
 /* The mapped host memory operations (hostmem.c), from the driver's library. */
 void fgr_hostmem_init(void *driver);
+/* The parameter-size operations (layout.c). */
+void fgr_layout_init(void *driver);
 /* A line on stderr, naming the executor and its client. */
 void fgr_logf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void **fgr_get_kparams(struct fgr_rd *rd, struct fgr_req *q);

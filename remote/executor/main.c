@@ -284,6 +284,7 @@ int main(int argc, char **argv)
     fgr_real[FGR_OP_fgrNvmlUtilization] = (void *)nvml_utilization;
     fgr_real[FGR_OP_fgrNvmlDriverVersion] = (void *)nvml_driver_version;
     fgr_hostmem_init(h);
+    fgr_layout_init(h);
     /* The export tables' functions are the driver's words; a table the
      * driver does not have leaves its operations unsupported. */
     for (int i = 0; i < fgr_nxtables; i++) {

@@ -460,6 +460,44 @@ print("read the pinned memory", cu.fgrHostReadMany(srcs, sizes, 1, buf, ctypes.c
 	}
 }
 
+// A function's parameter layout costs one round trip at its first launch,
+// not one per parameter, and none after.
+func TestRemoteLayoutInOneRoundTrip(t *testing.T) {
+	e := newEnv(t, "FLEXGV_REMOTE_LOG=calls")
+	s := e.serve("unix")
+	r := e.remote(s, "rtlike", "5")
+	trips := map[string]string{}
+	for _, l := range regexp.MustCompile(`(?m)^flexgv remote:\s+(\w+)\s+(\d+)\s+\d+$`).FindAllStringSubmatch(r.stderr, -1) {
+		trips[l[1]] = l[2]
+	}
+	// rtlike launches vecadd (4 parameters) 5 times; its other launches
+	// pass no parameters.
+	if r.code != 0 || trips["fgrParamSizes"] != "1" || trips["cuFuncGetParamInfo"] != "" {
+		t.Errorf("exit %d: parameter sizes %q round trips, cuFuncGetParamInfo %q; want 1 and none\n%s", r.code,
+			trips["fgrParamSizes"], trips["cuFuncGetParamInfo"], r.stderr)
+	}
+	// More parameters than the client's first guess (32): a second answer
+	// with room for them all, and the launch carries every one.
+	prog := mappedPrelude + `
+mod, f = ctypes.c_void_p(), ctypes.c_void_p()
+assert cu.cuModuleLoadData(ctypes.byref(mod), b"FLEXGV-SIM-MODULE\nkernel wide 10 params=40\n") == 0
+assert cu.cuModuleGetFunction(ctypes.byref(f), mod, b"wide") == 0
+words = [ctypes.c_uint64(i) for i in range(40)]
+params = (ctypes.c_void_p * 40)(*[ctypes.cast(ctypes.byref(w), ctypes.c_void_p) for w in words])
+for i in range(3):
+    print(cu.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, None, params, None), cu.cuCtxSynchronize())
+`
+	wide := e.remote(s, "python3", "-c", prog, "")
+	trips = map[string]string{}
+	for _, l := range regexp.MustCompile(`(?m)^flexgv remote:\s+(\w+)\s+(\d+)\s+\d+$`).FindAllStringSubmatch(wide.stderr, -1) {
+		trips[l[1]] = l[2]
+	}
+	if wide.code != 0 || wide.stdout != "0 0\n0 0\n0 0\n" || trips["fgrParamSizes"] != "2" {
+		t.Errorf("40 parameters: exit %d, printed %q, %q round trips for their sizes (want 2)\n%s", wide.code, wide.stdout,
+			trips["fgrParamSizes"], wide.stderr)
+	}
+}
+
 // An entry point the protocol does not carry answers
 // CUDA_ERROR_NOT_SUPPORTED and says so, and the program goes on.
 func TestRemoteUnsupported(t *testing.T) {
