@@ -45,6 +45,10 @@ func valid() []request {
 		{"cuGraphGetNodes", w{}.u64(9).u8(1).u8(1).u64(8).u64(3), res + (1 + 8 + 24) + (1 + 8 + 8)},
 		{"cuMemPoolGetAttribute", w{}.u64(5).u64(7).u8(1), res + 1 + 8 + 8},
 		{"cuDeviceGetPCIBusId", w{}.u64(32).u64(0).u8(1), res + 1 + 8 + 32},
+		// A function's parameter sizes; mapped pinned memory written and read.
+		{"fgrParamSizes", w{}.u64(1).u64(4).u8(1).u8(1), res + (1 + 8 + 4) + (1 + 8 + 16)},
+		{"fgrHostWrite", w{}.u64(0x1000).u64(8).u8(1).u64(8).raw("abcdefgh"), res},
+		{"fgrHostReadMany", w{}.u64(1).u64(8).u8(1).u64(8).u64(0x1000).u8(1).u64(8).u64(8).u8(1), res + 1 + 8 + 8},
 		{"xt_simA_2", w{}.u64(0x3ff8000000000000).u64(0x40100000).u64(3), res + 8},
 		{"xt_simA", w{}, res + 1 + 8 + 20},
 	}
