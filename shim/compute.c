@@ -800,20 +800,6 @@ static void unblock(struct gpu *g)
     } while (0)
 #define AS_IS(r) (r)
 
-CUresult fg_compute_cuLaunchKernel(fg_real_cuLaunchKernel next, CUfunction f, unsigned int gx, unsigned int gy,
-                                   unsigned int gz, unsigned int bx, unsigned int by, unsigned int bz,
-                                   unsigned int shared, CUstream s, void **params, void **extra)
-{
-    SCHEDULED(s, 0, next(f, gx, gy, gz, bx, by, bz, shared, s, params, extra));
-}
-
-CUresult fg_compute_cuLaunchKernel_ptsz(fg_real_cuLaunchKernel_ptsz next, CUfunction f, unsigned int gx,
-                                        unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
-                                        unsigned int bz, unsigned int shared, CUstream s, void **params, void **extra)
-{
-    SCHEDULED(s, 1, next(f, gx, gy, gz, bx, by, bz, shared, s, params, extra));
-}
-
 CUresult fg_compute_cuLaunchKernelEx(fg_real_cuLaunchKernelEx next, const CUlaunchConfig *config, CUfunction f,
                                      void **params, void **extra)
 {
@@ -828,21 +814,6 @@ CUresult fg_compute_cuLaunchKernelEx_ptsz(fg_real_cuLaunchKernelEx_ptsz next, co
     if (!config)
         return next(config, f, params, extra);
     SCHEDULED(config->hStream, 1, next(config, f, params, extra));
-}
-
-CUresult fg_compute_cuLaunchCooperativeKernel(fg_real_cuLaunchCooperativeKernel next, CUfunction f, unsigned int gx,
-                                              unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
-                                              unsigned int bz, unsigned int shared, CUstream s, void **params)
-{
-    SCHEDULED(s, 0, next(f, gx, gy, gz, bx, by, bz, shared, s, params));
-}
-
-CUresult fg_compute_cuLaunchCooperativeKernel_ptsz(fg_real_cuLaunchCooperativeKernel_ptsz next, CUfunction f,
-                                                   unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
-                                                   unsigned int by, unsigned int bz, unsigned int shared, CUstream s,
-                                                   void **params)
-{
-    SCHEDULED(s, 1, next(f, gx, gy, gz, bx, by, bz, shared, s, params));
 }
 
 /* A graph launch is bracketed as a whole. */
@@ -889,8 +860,6 @@ static CUresult synced_on(CUresult r, int dev)
 
 static CUresult synced(CUresult r) { return synced_on(r, fg_current_device()); }
 
-CUresult fg_compute_cuCtxSynchronize(fg_real_cuCtxSynchronize next) { return synced(next()); }
-
 /* CUDA 13 runtimes synchronize a device through this one; it names the
  * context (NULL: the current one), whose GPU is the one now idle. */
 CUresult fg_compute_cuCtxSynchronize_v2(fg_real_cuCtxSynchronize_v2 next, CUcontext ctx)
@@ -901,120 +870,6 @@ CUresult fg_compute_cuCtxSynchronize_v2(fg_real_cuCtxSynchronize_v2 next, CUcont
     if (!ctx || r != CUDA_SUCCESS || !dev_of || dev_of(&dev, ctx) != CUDA_SUCCESS)
         return synced(r);
     return synced_on(r, dev);
-}
-
-CUresult fg_compute_cuStreamSynchronize(fg_real_cuStreamSynchronize next, CUstream s) { return synced(next(s)); }
-
-CUresult fg_compute_cuStreamSynchronize_ptsz(fg_real_cuStreamSynchronize_ptsz next, CUstream s)
-{
-    return synced(next(s));
-}
-
-CUresult fg_compute_cuEventSynchronize(fg_real_cuEventSynchronize next, CUevent e) { return synced(next(e)); }
-
-/* Copies and memsets occupy the GPU's engines as kernels do its SMs: they
- * take turns too. */
-CUresult fg_compute_cuMemcpyHtoDAsync_v2(fg_real_cuMemcpyHtoDAsync_v2 next, CUdeviceptr dst, const void *src, size_t n,
-                                         CUstream s)
-{
-    SCHEDULED(s, 0, next(dst, src, n, s));
-}
-
-CUresult fg_compute_cuMemcpyHtoDAsync_v2_ptsz(fg_real_cuMemcpyHtoDAsync_v2_ptsz next, CUdeviceptr dst, const void *src,
-                                              size_t n, CUstream s)
-{
-    SCHEDULED(s, 1, next(dst, src, n, s));
-}
-
-CUresult fg_compute_cuMemcpyDtoHAsync_v2(fg_real_cuMemcpyDtoHAsync_v2 next, void *dst, CUdeviceptr src, size_t n,
-                                         CUstream s)
-{
-    SCHEDULED(s, 0, next(dst, src, n, s));
-}
-
-CUresult fg_compute_cuMemcpyDtoHAsync_v2_ptsz(fg_real_cuMemcpyDtoHAsync_v2_ptsz next, void *dst, CUdeviceptr src,
-                                              size_t n, CUstream s)
-{
-    SCHEDULED(s, 1, next(dst, src, n, s));
-}
-
-CUresult fg_compute_cuMemcpyDtoDAsync_v2(fg_real_cuMemcpyDtoDAsync_v2 next, CUdeviceptr dst, CUdeviceptr src, size_t n,
-                                         CUstream s)
-{
-    SCHEDULED(s, 0, next(dst, src, n, s));
-}
-
-CUresult fg_compute_cuMemcpyDtoDAsync_v2_ptsz(fg_real_cuMemcpyDtoDAsync_v2_ptsz next, CUdeviceptr dst, CUdeviceptr src,
-                                              size_t n, CUstream s)
-{
-    SCHEDULED(s, 1, next(dst, src, n, s));
-}
-
-CUresult fg_compute_cuMemcpyAsync(fg_real_cuMemcpyAsync next, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
-{
-    SCHEDULED(s, 0, next(dst, src, n, s));
-}
-
-CUresult fg_compute_cuMemcpyAsync_ptsz(fg_real_cuMemcpyAsync_ptsz next, CUdeviceptr dst, CUdeviceptr src, size_t n,
-                                       CUstream s)
-{
-    SCHEDULED(s, 1, next(dst, src, n, s));
-}
-
-CUresult fg_compute_cuMemsetD8Async(fg_real_cuMemsetD8Async next, CUdeviceptr dst, unsigned char v, size_t n,
-                                    CUstream s)
-{
-    SCHEDULED(s, 0, next(dst, v, n, s));
-}
-
-CUresult fg_compute_cuMemsetD8Async_ptsz(fg_real_cuMemsetD8Async_ptsz next, CUdeviceptr dst, unsigned char v,
-                                         size_t n, CUstream s)
-{
-    SCHEDULED(s, 1, next(dst, v, n, s));
-}
-
-CUresult fg_compute_cuMemsetD32Async(fg_real_cuMemsetD32Async next, CUdeviceptr dst, unsigned int v, size_t n,
-                                     CUstream s)
-{
-    SCHEDULED(s, 0, next(dst, v, n, s));
-}
-
-CUresult fg_compute_cuMemsetD32Async_ptsz(fg_real_cuMemsetD32Async_ptsz next, CUdeviceptr dst, unsigned int v,
-                                          size_t n, CUstream s)
-{
-    SCHEDULED(s, 1, next(dst, v, n, s));
-}
-
-/* The synchronous ones (copies from pageable memory, memsets, device
- * copies: some return before the GPU is done, some block until it is). */
-CUresult fg_compute_cuMemcpyHtoD_v2(fg_real_cuMemcpyHtoD_v2 next, CUdeviceptr dst, const void *src, size_t n)
-{
-    SCHEDULED_BLOCKING(0, AS_IS, next(dst, src, n));
-}
-
-CUresult fg_compute_cuMemcpyHtoD_v2_ptds(fg_real_cuMemcpyHtoD_v2_ptds next, CUdeviceptr dst, const void *src, size_t n)
-{
-    SCHEDULED_BLOCKING(1, AS_IS, next(dst, src, n));
-}
-
-CUresult fg_compute_cuMemcpyDtoH_v2(fg_real_cuMemcpyDtoH_v2 next, void *dst, CUdeviceptr src, size_t n)
-{
-    SCHEDULED_BLOCKING(0, synced, next(dst, src, n));
-}
-
-CUresult fg_compute_cuMemcpyDtoH_v2_ptds(fg_real_cuMemcpyDtoH_v2_ptds next, void *dst, CUdeviceptr src, size_t n)
-{
-    SCHEDULED_BLOCKING(1, synced, next(dst, src, n));
-}
-
-CUresult fg_compute_cuMemcpyDtoD_v2(fg_real_cuMemcpyDtoD_v2 next, CUdeviceptr dst, CUdeviceptr src, size_t n)
-{
-    SCHEDULED_BLOCKING(0, AS_IS, next(dst, src, n));
-}
-
-CUresult fg_compute_cuMemcpyDtoD_v2_ptds(fg_real_cuMemcpyDtoD_v2_ptds next, CUdeviceptr dst, CUdeviceptr src, size_t n)
-{
-    SCHEDULED_BLOCKING(1, AS_IS, next(dst, src, n));
 }
 
 /* A 2D copy into host memory is a synchronization too. */
@@ -1045,42 +900,7 @@ CUresult fg_compute_cuMemcpy2DUnaligned_v2_ptds(fg_real_cuMemcpy2DUnaligned_v2_p
     COPY2D_BLOCKING(1, c, next(c));
 }
 
-CUresult fg_compute_cuMemcpy2DAsync_v2(fg_real_cuMemcpy2DAsync_v2 next, const CUDA_MEMCPY2D *c, CUstream s)
-{
-    SCHEDULED(s, 0, next(c, s));
-}
-
-CUresult fg_compute_cuMemcpy2DAsync_v2_ptsz(fg_real_cuMemcpy2DAsync_v2_ptsz next, const CUDA_MEMCPY2D *c, CUstream s)
-{
-    SCHEDULED(s, 1, next(c, s));
-}
-
-CUresult fg_compute_cuMemcpy(fg_real_cuMemcpy next, CUdeviceptr dst, CUdeviceptr src, size_t n)
-{
-    SCHEDULED_BLOCKING(0, AS_IS, next(dst, src, n));
-}
-
-CUresult fg_compute_cuMemcpy_ptds(fg_real_cuMemcpy_ptds next, CUdeviceptr dst, CUdeviceptr src, size_t n)
-{
-    SCHEDULED_BLOCKING(1, AS_IS, next(dst, src, n));
-}
-
-CUresult fg_compute_cuMemsetD8_v2(fg_real_cuMemsetD8_v2 next, CUdeviceptr dst, unsigned char v, size_t n)
-{
-    SCHEDULED_BLOCKING(0, AS_IS, next(dst, v, n));
-}
-
-CUresult fg_compute_cuMemsetD8_v2_ptds(fg_real_cuMemsetD8_v2_ptds next, CUdeviceptr dst, unsigned char v, size_t n)
-{
-    SCHEDULED_BLOCKING(1, AS_IS, next(dst, v, n));
-}
-
-CUresult fg_compute_cuMemsetD32_v2(fg_real_cuMemsetD32_v2 next, CUdeviceptr dst, unsigned int v, size_t n)
-{
-    SCHEDULED_BLOCKING(0, AS_IS, next(dst, v, n));
-}
-
-CUresult fg_compute_cuMemsetD32_v2_ptds(fg_real_cuMemsetD32_v2_ptds next, CUdeviceptr dst, unsigned int v, size_t n)
-{
-    SCHEDULED_BLOCKING(1, AS_IS, next(dst, v, n));
-}
+/* The hooks of one of the usual forms (api/cuda.api's compute:FORM), written
+ * by the generator with the macros above: launches, copies and memsets
+ * occupy the GPU's engines as kernels do its SMs, and take turns too. */
+#include "compute_gen.inc"

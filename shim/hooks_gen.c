@@ -97,6 +97,22 @@ const char *const fg_api_names[FG_NUM_APIS] = {
     "cuMemsetD8Async_ptsz",
     "cuMemsetD32Async",
     "cuMemsetD32Async_ptsz",
+    "cuMemsetD16_v2",
+    "cuMemsetD16_v2_ptds",
+    "cuMemsetD16Async",
+    "cuMemsetD16Async_ptsz",
+    "cuMemsetD2D8_v2",
+    "cuMemsetD2D8_v2_ptds",
+    "cuMemsetD2D8Async",
+    "cuMemsetD2D8Async_ptsz",
+    "cuMemsetD2D16_v2",
+    "cuMemsetD2D16_v2_ptds",
+    "cuMemsetD2D16Async",
+    "cuMemsetD2D16Async_ptsz",
+    "cuMemsetD2D32_v2",
+    "cuMemsetD2D32_v2_ptds",
+    "cuMemsetD2D32Async",
+    "cuMemsetD2D32Async_ptsz",
     "cuModuleLoad",
     "cuModuleLoadData",
     "cuModuleLoadDataEx",
@@ -274,6 +290,22 @@ const char *const fg_api_bases[FG_NUM_APIS] = {
     "cuMemsetD8Async",
     "cuMemsetD32Async",
     "cuMemsetD32Async",
+    "cuMemsetD16",
+    "cuMemsetD16",
+    "cuMemsetD16Async",
+    "cuMemsetD16Async",
+    "cuMemsetD2D8",
+    "cuMemsetD2D8",
+    "cuMemsetD2D8Async",
+    "cuMemsetD2D8Async",
+    "cuMemsetD2D16",
+    "cuMemsetD2D16",
+    "cuMemsetD2D16Async",
+    "cuMemsetD2D16Async",
+    "cuMemsetD2D32",
+    "cuMemsetD2D32",
+    "cuMemsetD2D32Async",
+    "cuMemsetD2D32Async",
     "cuModuleLoad",
     "cuModuleLoadData",
     "cuModuleLoadDataEx",
@@ -485,6 +517,22 @@ const unsigned short fg_api_by_name[FG_NUM_APIS] = {
     FG_API_cuMemcpyHtoD_v2,
     FG_API_cuMemcpyHtoD_v2_ptds,
     FG_API_cuMemcpy_ptds,
+    FG_API_cuMemsetD16Async,
+    FG_API_cuMemsetD16Async_ptsz,
+    FG_API_cuMemsetD16_v2,
+    FG_API_cuMemsetD16_v2_ptds,
+    FG_API_cuMemsetD2D16Async,
+    FG_API_cuMemsetD2D16Async_ptsz,
+    FG_API_cuMemsetD2D16_v2,
+    FG_API_cuMemsetD2D16_v2_ptds,
+    FG_API_cuMemsetD2D32Async,
+    FG_API_cuMemsetD2D32Async_ptsz,
+    FG_API_cuMemsetD2D32_v2,
+    FG_API_cuMemsetD2D32_v2_ptds,
+    FG_API_cuMemsetD2D8Async,
+    FG_API_cuMemsetD2D8Async_ptsz,
+    FG_API_cuMemsetD2D8_v2,
+    FG_API_cuMemsetD2D8_v2_ptds,
     FG_API_cuMemsetD32Async,
     FG_API_cuMemsetD32Async_ptsz,
     FG_API_cuMemsetD32_v2,
@@ -548,7 +596,7 @@ unsigned char fg_policy_on[FG_NUM_POLICIES] = {
 static const unsigned short hooks_procaddr[] = {FG_API_cuGetProcAddress, FG_API_cuGetProcAddress_v2, 0xffff};
 static const unsigned short hooks_census[] = {FG_API_cuGetExportTable, 0xffff};
 static const unsigned short hooks_mem[] = {FG_API_cuInit, FG_API_cuDeviceTotalMem_v2, FG_API_cuDevicePrimaryCtxRetain, FG_API_cuDevicePrimaryCtxRelease_v2, FG_API_cuDevicePrimaryCtxReset_v2, FG_API_cuCtxCreate_v2, FG_API_cuCtxCreate_v4, FG_API_cuCtxDestroy_v2, FG_API_cuCtxSynchronize, FG_API_cuCtxSynchronize_v2, FG_API_cuCtxSetLimit, FG_API_cuMemGetInfo_v2, FG_API_cuMemAlloc_v2, FG_API_cuMemAllocPitch_v2, FG_API_cuMemFree_v2, FG_API_cuMemAllocManaged, FG_API_cuMemAllocAsync, FG_API_cuMemAllocAsync_ptsz, FG_API_cuMemAllocFromPoolAsync, FG_API_cuMemAllocFromPoolAsync_ptsz, FG_API_cuMemPoolCreate, FG_API_cuMemPoolDestroy, FG_API_cuMemPoolTrimTo, FG_API_cuMemCreate, FG_API_cuMemRelease, FG_API_cuMemMap, FG_API_cuMemUnmap, FG_API_cuArrayCreate_v2, FG_API_cuArray3DCreate_v2, FG_API_cuArrayDestroy, FG_API_cuMipmappedArrayCreate, FG_API_cuMipmappedArrayDestroy, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuDeviceGraphMemTrim, FG_API_cuGraphInstantiateWithFlags, FG_API_cuGraphInstantiateWithParams, FG_API_cuGraphInstantiateWithParams_ptsz, FG_API_cuGraphUpload, FG_API_cuGraphUpload_ptsz, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, FG_API_cuGraphExecDestroy, FG_API_nvmlDeviceGetMemoryInfo, FG_API_nvmlDeviceGetMemoryInfo_v2, 0xffff};
-static const unsigned short hooks_compute[] = {FG_API_cuCtxSynchronize, FG_API_cuCtxSynchronize_v2, FG_API_cuMemcpyHtoD_v2, FG_API_cuMemcpyHtoD_v2_ptds, FG_API_cuMemcpyDtoH_v2, FG_API_cuMemcpyDtoH_v2_ptds, FG_API_cuMemcpyDtoD_v2, FG_API_cuMemcpyDtoD_v2_ptds, FG_API_cuMemcpy, FG_API_cuMemcpy_ptds, FG_API_cuMemcpyHtoDAsync_v2, FG_API_cuMemcpyHtoDAsync_v2_ptsz, FG_API_cuMemcpyDtoHAsync_v2, FG_API_cuMemcpyDtoHAsync_v2_ptsz, FG_API_cuMemcpyDtoDAsync_v2, FG_API_cuMemcpyDtoDAsync_v2_ptsz, FG_API_cuMemcpyAsync, FG_API_cuMemcpyAsync_ptsz, FG_API_cuMemcpy2D_v2, FG_API_cuMemcpy2D_v2_ptds, FG_API_cuMemcpy2DUnaligned_v2, FG_API_cuMemcpy2DUnaligned_v2_ptds, FG_API_cuMemcpy2DAsync_v2, FG_API_cuMemcpy2DAsync_v2_ptsz, FG_API_cuMemsetD8_v2, FG_API_cuMemsetD8_v2_ptds, FG_API_cuMemsetD32_v2, FG_API_cuMemsetD32_v2_ptds, FG_API_cuMemsetD8Async, FG_API_cuMemsetD8Async_ptsz, FG_API_cuMemsetD32Async, FG_API_cuMemsetD32Async_ptsz, FG_API_cuLaunchKernel, FG_API_cuLaunchKernel_ptsz, FG_API_cuLaunchKernelEx, FG_API_cuLaunchKernelEx_ptsz, FG_API_cuLaunchCooperativeKernel, FG_API_cuLaunchCooperativeKernel_ptsz, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, 0xffff};
+static const unsigned short hooks_compute[] = {FG_API_cuCtxSynchronize, FG_API_cuCtxSynchronize_v2, FG_API_cuMemcpyHtoD_v2, FG_API_cuMemcpyHtoD_v2_ptds, FG_API_cuMemcpyDtoH_v2, FG_API_cuMemcpyDtoH_v2_ptds, FG_API_cuMemcpyDtoD_v2, FG_API_cuMemcpyDtoD_v2_ptds, FG_API_cuMemcpy, FG_API_cuMemcpy_ptds, FG_API_cuMemcpyHtoDAsync_v2, FG_API_cuMemcpyHtoDAsync_v2_ptsz, FG_API_cuMemcpyDtoHAsync_v2, FG_API_cuMemcpyDtoHAsync_v2_ptsz, FG_API_cuMemcpyDtoDAsync_v2, FG_API_cuMemcpyDtoDAsync_v2_ptsz, FG_API_cuMemcpyAsync, FG_API_cuMemcpyAsync_ptsz, FG_API_cuMemcpy2D_v2, FG_API_cuMemcpy2D_v2_ptds, FG_API_cuMemcpy2DUnaligned_v2, FG_API_cuMemcpy2DUnaligned_v2_ptds, FG_API_cuMemcpy2DAsync_v2, FG_API_cuMemcpy2DAsync_v2_ptsz, FG_API_cuMemsetD8_v2, FG_API_cuMemsetD8_v2_ptds, FG_API_cuMemsetD32_v2, FG_API_cuMemsetD32_v2_ptds, FG_API_cuMemsetD8Async, FG_API_cuMemsetD8Async_ptsz, FG_API_cuMemsetD32Async, FG_API_cuMemsetD32Async_ptsz, FG_API_cuMemsetD16_v2, FG_API_cuMemsetD16_v2_ptds, FG_API_cuMemsetD16Async, FG_API_cuMemsetD16Async_ptsz, FG_API_cuMemsetD2D8_v2, FG_API_cuMemsetD2D8_v2_ptds, FG_API_cuMemsetD2D8Async, FG_API_cuMemsetD2D8Async_ptsz, FG_API_cuMemsetD2D16_v2, FG_API_cuMemsetD2D16_v2_ptds, FG_API_cuMemsetD2D16Async, FG_API_cuMemsetD2D16Async_ptsz, FG_API_cuMemsetD2D32_v2, FG_API_cuMemsetD2D32_v2_ptds, FG_API_cuMemsetD2D32Async, FG_API_cuMemsetD2D32Async_ptsz, FG_API_cuLaunchKernel, FG_API_cuLaunchKernel_ptsz, FG_API_cuLaunchKernelEx, FG_API_cuLaunchKernelEx_ptsz, FG_API_cuLaunchCooperativeKernel, FG_API_cuLaunchCooperativeKernel_ptsz, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, 0xffff};
 
 void fg_policy_enable(enum fg_policy p)
 {
@@ -2280,6 +2328,294 @@ FG_SLOW CUresult fg_slow_cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned i
 
 FG_FAST_PATH(cuMemsetD32Async_ptsz, 94)
 
+FG_SLOW CUresult fg_slow_cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N)
+{
+    fg_real_cuMemsetD16_v2 real = (fg_real_cuMemsetD16_v2)fg_real_fn(FG_API_cuMemsetD16_v2);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemsetD16_v2);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD16_v2(real, dstDevice, us, N) : real(dstDevice, us, N));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD16_v2(real, dstDevice, us, N) : real(dstDevice, us, N));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemsetD16_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(2*N));
+    if (fg_logging)
+        fg_log(FG_API_cuMemsetD16_v2, (int)r, dt, "dstDevice=0x%llx, us=%u, N=%zu", (unsigned long long)dstDevice, (unsigned)us, N);
+    return r;
+}
+
+FG_FAST_PATH(cuMemsetD16_v2, 95)
+
+FG_SLOW CUresult fg_slow_cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N)
+{
+    fg_real_cuMemsetD16_v2_ptds real = (fg_real_cuMemsetD16_v2_ptds)fg_real_fn(FG_API_cuMemsetD16_v2_ptds);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemsetD16_v2_ptds);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD16_v2_ptds(real, dstDevice, us, N) : real(dstDevice, us, N));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD16_v2_ptds(real, dstDevice, us, N) : real(dstDevice, us, N));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemsetD16_v2_ptds, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(2*N));
+    if (fg_logging)
+        fg_log(FG_API_cuMemsetD16_v2_ptds, (int)r, dt, "dstDevice=0x%llx, us=%u, N=%zu", (unsigned long long)dstDevice, (unsigned)us, N);
+    return r;
+}
+
+FG_FAST_PATH(cuMemsetD16_v2_ptds, 96)
+
+FG_SLOW CUresult fg_slow_cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
+{
+    fg_real_cuMemsetD16Async real = (fg_real_cuMemsetD16Async)fg_real_fn(FG_API_cuMemsetD16Async);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemsetD16Async);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD16Async(real, dstDevice, us, N, hStream) : real(dstDevice, us, N, hStream));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD16Async(real, dstDevice, us, N, hStream) : real(dstDevice, us, N, hStream));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemsetD16Async, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(2*N));
+    if (fg_logging)
+        fg_log(FG_API_cuMemsetD16Async, (int)r, dt, "dstDevice=0x%llx, us=%u, N=%zu, hStream=%p", (unsigned long long)dstDevice, (unsigned)us, N, (const void *)hStream);
+    return r;
+}
+
+FG_FAST_PATH(cuMemsetD16Async, 97)
+
+FG_SLOW CUresult fg_slow_cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
+{
+    fg_real_cuMemsetD16Async_ptsz real = (fg_real_cuMemsetD16Async_ptsz)fg_real_fn(FG_API_cuMemsetD16Async_ptsz);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemsetD16Async_ptsz);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD16Async_ptsz(real, dstDevice, us, N, hStream) : real(dstDevice, us, N, hStream));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD16Async_ptsz(real, dstDevice, us, N, hStream) : real(dstDevice, us, N, hStream));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemsetD16Async_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(2*N));
+    if (fg_logging)
+        fg_log(FG_API_cuMemsetD16Async_ptsz, (int)r, dt, "dstDevice=0x%llx, us=%u, N=%zu, hStream=%p", (unsigned long long)dstDevice, (unsigned)us, N, (const void *)hStream);
+    return r;
+}
+
+FG_FAST_PATH(cuMemsetD16Async_ptsz, 98)
+
+FG_SLOW CUresult fg_slow_cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
+{
+    fg_real_cuMemsetD2D8_v2 real = (fg_real_cuMemsetD2D8_v2)fg_real_fn(FG_API_cuMemsetD2D8_v2);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemsetD2D8_v2);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD2D8_v2(real, dstDevice, dstPitch, uc, Width, Height) : real(dstDevice, dstPitch, uc, Width, Height));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD2D8_v2(real, dstDevice, dstPitch, uc, Width, Height) : real(dstDevice, dstPitch, uc, Width, Height));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemsetD2D8_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(Width*Height));
+    if (fg_logging)
+        fg_log(FG_API_cuMemsetD2D8_v2, (int)r, dt, "dstDevice=0x%llx, dstPitch=%zu, uc=%u, Width=%zu, Height=%zu", (unsigned long long)dstDevice, dstPitch, (unsigned)uc, Width, Height);
+    return r;
+}
+
+FG_FAST_PATH(cuMemsetD2D8_v2, 99)
+
+FG_SLOW CUresult fg_slow_cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
+{
+    fg_real_cuMemsetD2D8_v2_ptds real = (fg_real_cuMemsetD2D8_v2_ptds)fg_real_fn(FG_API_cuMemsetD2D8_v2_ptds);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemsetD2D8_v2_ptds);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD2D8_v2_ptds(real, dstDevice, dstPitch, uc, Width, Height) : real(dstDevice, dstPitch, uc, Width, Height));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD2D8_v2_ptds(real, dstDevice, dstPitch, uc, Width, Height) : real(dstDevice, dstPitch, uc, Width, Height));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemsetD2D8_v2_ptds, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(Width*Height));
+    if (fg_logging)
+        fg_log(FG_API_cuMemsetD2D8_v2_ptds, (int)r, dt, "dstDevice=0x%llx, dstPitch=%zu, uc=%u, Width=%zu, Height=%zu", (unsigned long long)dstDevice, dstPitch, (unsigned)uc, Width, Height);
+    return r;
+}
+
+FG_FAST_PATH(cuMemsetD2D8_v2_ptds, 100)
+
+FG_SLOW CUresult fg_slow_cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
+{
+    fg_real_cuMemsetD2D8Async real = (fg_real_cuMemsetD2D8Async)fg_real_fn(FG_API_cuMemsetD2D8Async);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemsetD2D8Async);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD2D8Async(real, dstDevice, dstPitch, uc, Width, Height, hStream) : real(dstDevice, dstPitch, uc, Width, Height, hStream));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD2D8Async(real, dstDevice, dstPitch, uc, Width, Height, hStream) : real(dstDevice, dstPitch, uc, Width, Height, hStream));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemsetD2D8Async, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(Width*Height));
+    if (fg_logging)
+        fg_log(FG_API_cuMemsetD2D8Async, (int)r, dt, "dstDevice=0x%llx, dstPitch=%zu, uc=%u, Width=%zu, Height=%zu, hStream=%p", (unsigned long long)dstDevice, dstPitch, (unsigned)uc, Width, Height, (const void *)hStream);
+    return r;
+}
+
+FG_FAST_PATH(cuMemsetD2D8Async, 101)
+
+FG_SLOW CUresult fg_slow_cuMemsetD2D8Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
+{
+    fg_real_cuMemsetD2D8Async_ptsz real = (fg_real_cuMemsetD2D8Async_ptsz)fg_real_fn(FG_API_cuMemsetD2D8Async_ptsz);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemsetD2D8Async_ptsz);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD2D8Async_ptsz(real, dstDevice, dstPitch, uc, Width, Height, hStream) : real(dstDevice, dstPitch, uc, Width, Height, hStream));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD2D8Async_ptsz(real, dstDevice, dstPitch, uc, Width, Height, hStream) : real(dstDevice, dstPitch, uc, Width, Height, hStream));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemsetD2D8Async_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(Width*Height));
+    if (fg_logging)
+        fg_log(FG_API_cuMemsetD2D8Async_ptsz, (int)r, dt, "dstDevice=0x%llx, dstPitch=%zu, uc=%u, Width=%zu, Height=%zu, hStream=%p", (unsigned long long)dstDevice, dstPitch, (unsigned)uc, Width, Height, (const void *)hStream);
+    return r;
+}
+
+FG_FAST_PATH(cuMemsetD2D8Async_ptsz, 102)
+
+FG_SLOW CUresult fg_slow_cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
+{
+    fg_real_cuMemsetD2D16_v2 real = (fg_real_cuMemsetD2D16_v2)fg_real_fn(FG_API_cuMemsetD2D16_v2);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemsetD2D16_v2);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD2D16_v2(real, dstDevice, dstPitch, us, Width, Height) : real(dstDevice, dstPitch, us, Width, Height));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD2D16_v2(real, dstDevice, dstPitch, us, Width, Height) : real(dstDevice, dstPitch, us, Width, Height));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemsetD2D16_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(2*Width*Height));
+    if (fg_logging)
+        fg_log(FG_API_cuMemsetD2D16_v2, (int)r, dt, "dstDevice=0x%llx, dstPitch=%zu, us=%u, Width=%zu, Height=%zu", (unsigned long long)dstDevice, dstPitch, (unsigned)us, Width, Height);
+    return r;
+}
+
+FG_FAST_PATH(cuMemsetD2D16_v2, 103)
+
+FG_SLOW CUresult fg_slow_cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
+{
+    fg_real_cuMemsetD2D16_v2_ptds real = (fg_real_cuMemsetD2D16_v2_ptds)fg_real_fn(FG_API_cuMemsetD2D16_v2_ptds);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemsetD2D16_v2_ptds);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD2D16_v2_ptds(real, dstDevice, dstPitch, us, Width, Height) : real(dstDevice, dstPitch, us, Width, Height));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD2D16_v2_ptds(real, dstDevice, dstPitch, us, Width, Height) : real(dstDevice, dstPitch, us, Width, Height));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemsetD2D16_v2_ptds, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(2*Width*Height));
+    if (fg_logging)
+        fg_log(FG_API_cuMemsetD2D16_v2_ptds, (int)r, dt, "dstDevice=0x%llx, dstPitch=%zu, us=%u, Width=%zu, Height=%zu", (unsigned long long)dstDevice, dstPitch, (unsigned)us, Width, Height);
+    return r;
+}
+
+FG_FAST_PATH(cuMemsetD2D16_v2_ptds, 104)
+
+FG_SLOW CUresult fg_slow_cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
+{
+    fg_real_cuMemsetD2D16Async real = (fg_real_cuMemsetD2D16Async)fg_real_fn(FG_API_cuMemsetD2D16Async);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemsetD2D16Async);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD2D16Async(real, dstDevice, dstPitch, us, Width, Height, hStream) : real(dstDevice, dstPitch, us, Width, Height, hStream));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD2D16Async(real, dstDevice, dstPitch, us, Width, Height, hStream) : real(dstDevice, dstPitch, us, Width, Height, hStream));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemsetD2D16Async, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(2*Width*Height));
+    if (fg_logging)
+        fg_log(FG_API_cuMemsetD2D16Async, (int)r, dt, "dstDevice=0x%llx, dstPitch=%zu, us=%u, Width=%zu, Height=%zu, hStream=%p", (unsigned long long)dstDevice, dstPitch, (unsigned)us, Width, Height, (const void *)hStream);
+    return r;
+}
+
+FG_FAST_PATH(cuMemsetD2D16Async, 105)
+
+FG_SLOW CUresult fg_slow_cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
+{
+    fg_real_cuMemsetD2D16Async_ptsz real = (fg_real_cuMemsetD2D16Async_ptsz)fg_real_fn(FG_API_cuMemsetD2D16Async_ptsz);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemsetD2D16Async_ptsz);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD2D16Async_ptsz(real, dstDevice, dstPitch, us, Width, Height, hStream) : real(dstDevice, dstPitch, us, Width, Height, hStream));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD2D16Async_ptsz(real, dstDevice, dstPitch, us, Width, Height, hStream) : real(dstDevice, dstPitch, us, Width, Height, hStream));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemsetD2D16Async_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(2*Width*Height));
+    if (fg_logging)
+        fg_log(FG_API_cuMemsetD2D16Async_ptsz, (int)r, dt, "dstDevice=0x%llx, dstPitch=%zu, us=%u, Width=%zu, Height=%zu, hStream=%p", (unsigned long long)dstDevice, dstPitch, (unsigned)us, Width, Height, (const void *)hStream);
+    return r;
+}
+
+FG_FAST_PATH(cuMemsetD2D16Async_ptsz, 106)
+
+FG_SLOW CUresult fg_slow_cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
+{
+    fg_real_cuMemsetD2D32_v2 real = (fg_real_cuMemsetD2D32_v2)fg_real_fn(FG_API_cuMemsetD2D32_v2);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemsetD2D32_v2);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD2D32_v2(real, dstDevice, dstPitch, ui, Width, Height) : real(dstDevice, dstPitch, ui, Width, Height));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD2D32_v2(real, dstDevice, dstPitch, ui, Width, Height) : real(dstDevice, dstPitch, ui, Width, Height));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemsetD2D32_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(4*Width*Height));
+    if (fg_logging)
+        fg_log(FG_API_cuMemsetD2D32_v2, (int)r, dt, "dstDevice=0x%llx, dstPitch=%zu, ui=%u, Width=%zu, Height=%zu", (unsigned long long)dstDevice, dstPitch, (unsigned)ui, Width, Height);
+    return r;
+}
+
+FG_FAST_PATH(cuMemsetD2D32_v2, 107)
+
+FG_SLOW CUresult fg_slow_cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
+{
+    fg_real_cuMemsetD2D32_v2_ptds real = (fg_real_cuMemsetD2D32_v2_ptds)fg_real_fn(FG_API_cuMemsetD2D32_v2_ptds);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemsetD2D32_v2_ptds);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD2D32_v2_ptds(real, dstDevice, dstPitch, ui, Width, Height) : real(dstDevice, dstPitch, ui, Width, Height));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD2D32_v2_ptds(real, dstDevice, dstPitch, ui, Width, Height) : real(dstDevice, dstPitch, ui, Width, Height));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemsetD2D32_v2_ptds, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(4*Width*Height));
+    if (fg_logging)
+        fg_log(FG_API_cuMemsetD2D32_v2_ptds, (int)r, dt, "dstDevice=0x%llx, dstPitch=%zu, ui=%u, Width=%zu, Height=%zu", (unsigned long long)dstDevice, dstPitch, (unsigned)ui, Width, Height);
+    return r;
+}
+
+FG_FAST_PATH(cuMemsetD2D32_v2_ptds, 108)
+
+FG_SLOW CUresult fg_slow_cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
+{
+    fg_real_cuMemsetD2D32Async real = (fg_real_cuMemsetD2D32Async)fg_real_fn(FG_API_cuMemsetD2D32Async);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemsetD2D32Async);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD2D32Async(real, dstDevice, dstPitch, ui, Width, Height, hStream) : real(dstDevice, dstPitch, ui, Width, Height, hStream));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD2D32Async(real, dstDevice, dstPitch, ui, Width, Height, hStream) : real(dstDevice, dstPitch, ui, Width, Height, hStream));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemsetD2D32Async, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(4*Width*Height));
+    if (fg_logging)
+        fg_log(FG_API_cuMemsetD2D32Async, (int)r, dt, "dstDevice=0x%llx, dstPitch=%zu, ui=%u, Width=%zu, Height=%zu, hStream=%p", (unsigned long long)dstDevice, dstPitch, (unsigned)ui, Width, Height, (const void *)hStream);
+    return r;
+}
+
+FG_FAST_PATH(cuMemsetD2D32Async, 109)
+
+FG_SLOW CUresult fg_slow_cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
+{
+    fg_real_cuMemsetD2D32Async_ptsz real = (fg_real_cuMemsetD2D32Async_ptsz)fg_real_fn(FG_API_cuMemsetD2D32Async_ptsz);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemsetD2D32Async_ptsz);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD2D32Async_ptsz(real, dstDevice, dstPitch, ui, Width, Height, hStream) : real(dstDevice, dstPitch, ui, Width, Height, hStream));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemsetD2D32Async_ptsz(real, dstDevice, dstPitch, ui, Width, Height, hStream) : real(dstDevice, dstPitch, ui, Width, Height, hStream));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemsetD2D32Async_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(4*Width*Height));
+    if (fg_logging)
+        fg_log(FG_API_cuMemsetD2D32Async_ptsz, (int)r, dt, "dstDevice=0x%llx, dstPitch=%zu, ui=%u, Width=%zu, Height=%zu, hStream=%p", (unsigned long long)dstDevice, dstPitch, (unsigned)ui, Width, Height, (const void *)hStream);
+    return r;
+}
+
+FG_FAST_PATH(cuMemsetD2D32Async_ptsz, 110)
+
 FG_SLOW CUresult fg_slow_cuModuleLoad(CUmodule *module, const char *fname)
 {
     fg_real_cuModuleLoad real = (fg_real_cuModuleLoad)fg_real_fn(FG_API_cuModuleLoad);
@@ -2296,7 +2632,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoad(CUmodule *module, const char *fname)
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoad, 95)
+FG_FAST_PATH(cuModuleLoad, 111)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadData(CUmodule *module, const void *image)
 {
@@ -2314,7 +2650,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoadData(CUmodule *module, const void *image)
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoadData, 96)
+FG_FAST_PATH(cuModuleLoadData, 112)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
@@ -2332,7 +2668,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoadDataEx(CUmodule *module, const void *image,
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoadDataEx, 97)
+FG_FAST_PATH(cuModuleLoadDataEx, 113)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
 {
@@ -2350,7 +2686,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoadFatBinary(CUmodule *module, const void *fat
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoadFatBinary, 98)
+FG_FAST_PATH(cuModuleLoadFatBinary, 114)
 
 FG_SLOW CUresult fg_slow_cuModuleUnload(CUmodule hmod)
 {
@@ -2368,7 +2704,7 @@ FG_SLOW CUresult fg_slow_cuModuleUnload(CUmodule hmod)
     return r;
 }
 
-FG_FAST_PATH(cuModuleUnload, 99)
+FG_FAST_PATH(cuModuleUnload, 115)
 
 FG_SLOW CUresult fg_slow_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
 {
@@ -2386,7 +2722,7 @@ FG_SLOW CUresult fg_slow_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, c
     return r;
 }
 
-FG_FAST_PATH(cuModuleGetFunction, 100)
+FG_FAST_PATH(cuModuleGetFunction, 116)
 
 FG_SLOW CUresult fg_slow_cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
@@ -2404,7 +2740,7 @@ FG_SLOW CUresult fg_slow_cuLibraryLoadData(CUlibrary *library, const void *code,
     return r;
 }
 
-FG_FAST_PATH(cuLibraryLoadData, 101)
+FG_FAST_PATH(cuLibraryLoadData, 117)
 
 FG_SLOW CUresult fg_slow_cuLibraryUnload(CUlibrary library)
 {
@@ -2422,7 +2758,7 @@ FG_SLOW CUresult fg_slow_cuLibraryUnload(CUlibrary library)
     return r;
 }
 
-FG_FAST_PATH(cuLibraryUnload, 102)
+FG_FAST_PATH(cuLibraryUnload, 118)
 
 FG_SLOW CUresult fg_slow_cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
 {
@@ -2440,7 +2776,7 @@ FG_SLOW CUresult fg_slow_cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library
     return r;
 }
 
-FG_FAST_PATH(cuLibraryGetKernel, 103)
+FG_FAST_PATH(cuLibraryGetKernel, 119)
 
 FG_SLOW CUresult fg_slow_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 {
@@ -2458,7 +2794,7 @@ FG_SLOW CUresult fg_slow_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
     return r;
 }
 
-FG_FAST_PATH(cuKernelGetFunction, 104)
+FG_FAST_PATH(cuKernelGetFunction, 120)
 
 FG_SLOW CUresult fg_slow_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
 {
@@ -2476,7 +2812,7 @@ FG_SLOW CUresult fg_slow_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib
     return r;
 }
 
-FG_FAST_PATH(cuFuncGetAttribute, 105)
+FG_FAST_PATH(cuFuncGetAttribute, 121)
 
 FG_SLOW CUresult fg_slow_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
 {
@@ -2494,7 +2830,7 @@ FG_SLOW CUresult fg_slow_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribu
     return r;
 }
 
-FG_FAST_PATH(cuFuncSetAttribute, 106)
+FG_FAST_PATH(cuFuncSetAttribute, 122)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
@@ -2512,7 +2848,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernel(CUfunction f, unsigned int gridDimX, uns
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernel, 107)
+FG_FAST_PATH(cuLaunchKernel, 123)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
@@ -2530,7 +2866,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernel_ptsz, 108)
+FG_FAST_PATH(cuLaunchKernel_ptsz, 124)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
@@ -2548,7 +2884,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernelEx(const CUlaunchConfig *config, CUfuncti
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernelEx, 109)
+FG_FAST_PATH(cuLaunchKernelEx, 125)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
@@ -2566,7 +2902,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUf
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernelEx_ptsz, 110)
+FG_FAST_PATH(cuLaunchKernelEx_ptsz, 126)
 
 FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
@@ -2584,7 +2920,7 @@ FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel(CUfunction f, unsigned int gr
     return r;
 }
 
-FG_FAST_PATH(cuLaunchCooperativeKernel, 111)
+FG_FAST_PATH(cuLaunchCooperativeKernel, 127)
 
 FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
@@ -2602,7 +2938,7 @@ FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned i
     return r;
 }
 
-FG_FAST_PATH(cuLaunchCooperativeKernel_ptsz, 112)
+FG_FAST_PATH(cuLaunchCooperativeKernel_ptsz, 128)
 
 FG_SLOW CUresult fg_slow_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
 {
@@ -2620,7 +2956,7 @@ FG_SLOW CUresult fg_slow_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *u
     return r;
 }
 
-FG_FAST_PATH(cuLaunchHostFunc, 113)
+FG_FAST_PATH(cuLaunchHostFunc, 129)
 
 FG_SLOW CUresult fg_slow_cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData)
 {
@@ -2638,7 +2974,7 @@ FG_SLOW CUresult fg_slow_cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, vo
     return r;
 }
 
-FG_FAST_PATH(cuLaunchHostFunc_ptsz, 114)
+FG_FAST_PATH(cuLaunchHostFunc_ptsz, 130)
 
 FG_SLOW CUresult fg_slow_cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
 {
@@ -2656,7 +2992,7 @@ FG_SLOW CUresult fg_slow_cuStreamAddCallback(CUstream hStream, CUstreamCallback 
     return r;
 }
 
-FG_FAST_PATH(cuStreamAddCallback, 115)
+FG_FAST_PATH(cuStreamAddCallback, 131)
 
 FG_SLOW CUresult fg_slow_cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
 {
@@ -2674,7 +3010,7 @@ FG_SLOW CUresult fg_slow_cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCall
     return r;
 }
 
-FG_FAST_PATH(cuStreamAddCallback_ptsz, 116)
+FG_FAST_PATH(cuStreamAddCallback_ptsz, 132)
 
 FG_SLOW CUresult fg_slow_cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
@@ -2692,7 +3028,7 @@ FG_SLOW CUresult fg_slow_cuStreamCreate(CUstream *phStream, unsigned int Flags)
     return r;
 }
 
-FG_FAST_PATH(cuStreamCreate, 117)
+FG_FAST_PATH(cuStreamCreate, 133)
 
 FG_SLOW CUresult fg_slow_cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
@@ -2710,7 +3046,7 @@ FG_SLOW CUresult fg_slow_cuStreamCreateWithPriority(CUstream *phStream, unsigned
     return r;
 }
 
-FG_FAST_PATH(cuStreamCreateWithPriority, 118)
+FG_FAST_PATH(cuStreamCreateWithPriority, 134)
 
 FG_SLOW CUresult fg_slow_cuStreamDestroy_v2(CUstream hStream)
 {
@@ -2728,7 +3064,7 @@ FG_SLOW CUresult fg_slow_cuStreamDestroy_v2(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamDestroy_v2, 119)
+FG_FAST_PATH(cuStreamDestroy_v2, 135)
 
 static CUresult fg_layer1_cuStreamSynchronize(CUstream hStream)
 {
@@ -2752,7 +3088,7 @@ FG_SLOW CUresult fg_slow_cuStreamSynchronize(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamSynchronize, 120)
+FG_FAST_PATH(cuStreamSynchronize, 136)
 
 static CUresult fg_layer1_cuStreamSynchronize_ptsz(CUstream hStream)
 {
@@ -2776,7 +3112,7 @@ FG_SLOW CUresult fg_slow_cuStreamSynchronize_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamSynchronize_ptsz, 121)
+FG_FAST_PATH(cuStreamSynchronize_ptsz, 137)
 
 FG_SLOW CUresult fg_slow_cuStreamQuery(CUstream hStream)
 {
@@ -2794,7 +3130,7 @@ FG_SLOW CUresult fg_slow_cuStreamQuery(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamQuery, 122)
+FG_FAST_PATH(cuStreamQuery, 138)
 
 FG_SLOW CUresult fg_slow_cuStreamQuery_ptsz(CUstream hStream)
 {
@@ -2812,7 +3148,7 @@ FG_SLOW CUresult fg_slow_cuStreamQuery_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamQuery_ptsz, 123)
+FG_FAST_PATH(cuStreamQuery_ptsz, 139)
 
 FG_SLOW CUresult fg_slow_cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
@@ -2830,7 +3166,7 @@ FG_SLOW CUresult fg_slow_cuStreamWaitEvent(CUstream hStream, CUevent hEvent, uns
     return r;
 }
 
-FG_FAST_PATH(cuStreamWaitEvent, 124)
+FG_FAST_PATH(cuStreamWaitEvent, 140)
 
 FG_SLOW CUresult fg_slow_cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
@@ -2848,7 +3184,7 @@ FG_SLOW CUresult fg_slow_cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent
     return r;
 }
 
-FG_FAST_PATH(cuStreamWaitEvent_ptsz, 125)
+FG_FAST_PATH(cuStreamWaitEvent_ptsz, 141)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture(CUstream hStream)
 {
@@ -2866,7 +3202,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture, 126)
+FG_FAST_PATH(cuStreamBeginCapture, 142)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_ptsz(CUstream hStream)
 {
@@ -2884,7 +3220,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_ptsz, 127)
+FG_FAST_PATH(cuStreamBeginCapture_ptsz, 143)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
@@ -2902,7 +3238,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptu
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_v2, 128)
+FG_FAST_PATH(cuStreamBeginCapture_v2, 144)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
 {
@@ -2920,7 +3256,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstream
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_v2_ptsz, 129)
+FG_FAST_PATH(cuStreamBeginCapture_v2_ptsz, 145)
 
 FG_SLOW CUresult fg_slow_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
@@ -2938,7 +3274,7 @@ FG_SLOW CUresult fg_slow_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
     return r;
 }
 
-FG_FAST_PATH(cuStreamEndCapture, 130)
+FG_FAST_PATH(cuStreamEndCapture, 146)
 
 FG_SLOW CUresult fg_slow_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
 {
@@ -2956,7 +3292,7 @@ FG_SLOW CUresult fg_slow_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGr
     return r;
 }
 
-FG_FAST_PATH(cuStreamEndCapture_ptsz, 131)
+FG_FAST_PATH(cuStreamEndCapture_ptsz, 147)
 
 FG_SLOW CUresult fg_slow_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
@@ -2974,7 +3310,7 @@ FG_SLOW CUresult fg_slow_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureSt
     return r;
 }
 
-FG_FAST_PATH(cuStreamIsCapturing, 132)
+FG_FAST_PATH(cuStreamIsCapturing, 148)
 
 FG_SLOW CUresult fg_slow_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
@@ -2992,7 +3328,7 @@ FG_SLOW CUresult fg_slow_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCapt
     return r;
 }
 
-FG_FAST_PATH(cuStreamIsCapturing_ptsz, 133)
+FG_FAST_PATH(cuStreamIsCapturing_ptsz, 149)
 
 FG_SLOW CUresult fg_slow_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
 {
@@ -3010,7 +3346,7 @@ FG_SLOW CUresult fg_slow_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *
     return r;
 }
 
-FG_FAST_PATH(cuThreadExchangeStreamCaptureMode, 134)
+FG_FAST_PATH(cuThreadExchangeStreamCaptureMode, 150)
 
 FG_SLOW CUresult fg_slow_cuStreamGetDevice(CUstream hStream, CUdevice *device)
 {
@@ -3028,7 +3364,7 @@ FG_SLOW CUresult fg_slow_cuStreamGetDevice(CUstream hStream, CUdevice *device)
     return r;
 }
 
-FG_FAST_PATH(cuStreamGetDevice, 135)
+FG_FAST_PATH(cuStreamGetDevice, 151)
 
 FG_SLOW CUresult fg_slow_cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
@@ -3046,7 +3382,7 @@ FG_SLOW CUresult fg_slow_cuEventCreate(CUevent *phEvent, unsigned int Flags)
     return r;
 }
 
-FG_FAST_PATH(cuEventCreate, 136)
+FG_FAST_PATH(cuEventCreate, 152)
 
 FG_SLOW CUresult fg_slow_cuEventRecord(CUevent hEvent, CUstream hStream)
 {
@@ -3064,7 +3400,7 @@ FG_SLOW CUresult fg_slow_cuEventRecord(CUevent hEvent, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuEventRecord, 137)
+FG_FAST_PATH(cuEventRecord, 153)
 
 FG_SLOW CUresult fg_slow_cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
 {
@@ -3082,7 +3418,7 @@ FG_SLOW CUresult fg_slow_cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuEventRecord_ptsz, 138)
+FG_FAST_PATH(cuEventRecord_ptsz, 154)
 
 FG_SLOW CUresult fg_slow_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
@@ -3100,7 +3436,7 @@ FG_SLOW CUresult fg_slow_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream
     return r;
 }
 
-FG_FAST_PATH(cuEventRecordWithFlags, 139)
+FG_FAST_PATH(cuEventRecordWithFlags, 155)
 
 FG_SLOW CUresult fg_slow_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
@@ -3118,7 +3454,7 @@ FG_SLOW CUresult fg_slow_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hS
     return r;
 }
 
-FG_FAST_PATH(cuEventRecordWithFlags_ptsz, 140)
+FG_FAST_PATH(cuEventRecordWithFlags_ptsz, 156)
 
 FG_SLOW CUresult fg_slow_cuEventQuery(CUevent hEvent)
 {
@@ -3136,7 +3472,7 @@ FG_SLOW CUresult fg_slow_cuEventQuery(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventQuery, 141)
+FG_FAST_PATH(cuEventQuery, 157)
 
 static CUresult fg_layer1_cuEventSynchronize(CUevent hEvent)
 {
@@ -3160,7 +3496,7 @@ FG_SLOW CUresult fg_slow_cuEventSynchronize(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventSynchronize, 142)
+FG_FAST_PATH(cuEventSynchronize, 158)
 
 FG_SLOW CUresult fg_slow_cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
@@ -3178,7 +3514,7 @@ FG_SLOW CUresult fg_slow_cuEventElapsedTime(float *pMilliseconds, CUevent hStart
     return r;
 }
 
-FG_FAST_PATH(cuEventElapsedTime, 143)
+FG_FAST_PATH(cuEventElapsedTime, 159)
 
 FG_SLOW CUresult fg_slow_cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
@@ -3196,7 +3532,7 @@ FG_SLOW CUresult fg_slow_cuEventElapsedTime_v2(float *pMilliseconds, CUevent hSt
     return r;
 }
 
-FG_FAST_PATH(cuEventElapsedTime_v2, 144)
+FG_FAST_PATH(cuEventElapsedTime_v2, 160)
 
 FG_SLOW CUresult fg_slow_cuEventDestroy_v2(CUevent hEvent)
 {
@@ -3214,7 +3550,7 @@ FG_SLOW CUresult fg_slow_cuEventDestroy_v2(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventDestroy_v2, 145)
+FG_FAST_PATH(cuEventDestroy_v2, 161)
 
 FG_SLOW CUresult fg_slow_cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 {
@@ -3232,7 +3568,7 @@ FG_SLOW CUresult fg_slow_cuGraphCreate(CUgraph *phGraph, unsigned int flags)
     return r;
 }
 
-FG_FAST_PATH(cuGraphCreate, 146)
+FG_FAST_PATH(cuGraphCreate, 162)
 
 FG_SLOW CUresult fg_slow_cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
 {
@@ -3250,7 +3586,7 @@ FG_SLOW CUresult fg_slow_cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, siz
     return r;
 }
 
-FG_FAST_PATH(cuGraphGetNodes, 147)
+FG_FAST_PATH(cuGraphGetNodes, 163)
 
 FG_SLOW CUresult fg_slow_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
 {
@@ -3268,7 +3604,7 @@ FG_SLOW CUresult fg_slow_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *
     return r;
 }
 
-FG_FAST_PATH(cuGraphNodeGetType, 148)
+FG_FAST_PATH(cuGraphNodeGetType, 164)
 
 FG_SLOW CUresult fg_slow_cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
 {
@@ -3286,7 +3622,7 @@ FG_SLOW CUresult fg_slow_cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgrap
     return r;
 }
 
-FG_FAST_PATH(cuGraphChildGraphNodeGetGraph, 149)
+FG_FAST_PATH(cuGraphChildGraphNodeGetGraph, 165)
 
 FG_SLOW CUresult fg_slow_cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
 {
@@ -3304,7 +3640,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgrap
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddMemAllocNode, 150)
+FG_FAST_PATH(cuGraphAddMemAllocNode, 166)
 
 FG_SLOW CUresult fg_slow_cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr)
 {
@@ -3322,7 +3658,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddMemFreeNode, 151)
+FG_FAST_PATH(cuGraphAddMemFreeNode, 167)
 
 FG_SLOW CUresult fg_slow_cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
 {
@@ -3340,7 +3676,7 @@ FG_SLOW CUresult fg_slow_cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_ME
     return r;
 }
 
-FG_FAST_PATH(cuGraphMemAllocNodeGetParams, 152)
+FG_FAST_PATH(cuGraphMemAllocNodeGetParams, 168)
 
 FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -3358,7 +3694,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMe
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 153)
+FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 169)
 
 FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -3376,7 +3712,7 @@ FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMe
     return r;
 }
 
-FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 154)
+FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 170)
 
 FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
 {
@@ -3394,7 +3730,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGraphMemTrim, 155)
+FG_FAST_PATH(cuDeviceGraphMemTrim, 171)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
@@ -3412,7 +3748,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, C
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithFlags, 156)
+FG_FAST_PATH(cuGraphInstantiateWithFlags, 172)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -3430,7 +3766,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, 
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithParams, 157)
+FG_FAST_PATH(cuGraphInstantiateWithParams, 173)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -3448,7 +3784,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphE
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 158)
+FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 174)
 
 FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -3466,7 +3802,7 @@ FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphUpload, 159)
+FG_FAST_PATH(cuGraphUpload, 175)
 
 FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -3484,7 +3820,7 @@ FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphUpload_ptsz, 160)
+FG_FAST_PATH(cuGraphUpload_ptsz, 176)
 
 static CUresult fg_layer1_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -3508,7 +3844,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch, 161)
+FG_FAST_PATH(cuGraphLaunch, 177)
 
 static CUresult fg_layer1_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -3532,7 +3868,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch_ptsz, 162)
+FG_FAST_PATH(cuGraphLaunch_ptsz, 178)
 
 FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
@@ -3550,7 +3886,7 @@ FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
     return r;
 }
 
-FG_FAST_PATH(cuGraphExecDestroy, 163)
+FG_FAST_PATH(cuGraphExecDestroy, 179)
 
 FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
 {
@@ -3568,7 +3904,7 @@ FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
     return r;
 }
 
-FG_FAST_PATH(cuGraphDestroy, 164)
+FG_FAST_PATH(cuGraphDestroy, 180)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
 {
@@ -3586,7 +3922,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlInit_v2, 165)
+FG_FAST_PATH(nvmlInit_v2, 181)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
 {
@@ -3604,7 +3940,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
     return r;
 }
 
-FG_FAST_PATH(nvmlInitWithFlags, 166)
+FG_FAST_PATH(nvmlInitWithFlags, 182)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
 {
@@ -3622,7 +3958,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlShutdown, 167)
+FG_FAST_PATH(nvmlShutdown, 183)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
 {
@@ -3640,7 +3976,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetCount_v2, 168)
+FG_FAST_PATH(nvmlDeviceGetCount_v2, 184)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
 {
@@ -3658,7 +3994,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, n
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 169)
+FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 185)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
@@ -3676,7 +4012,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMe
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 170)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 186)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
@@ -3694,7 +4030,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvm
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 171)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 187)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
 {
@@ -3712,7 +4048,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, 
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 172)
+FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 188)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -3730,7 +4066,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 173)
+FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 189)
 
 void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuInit,
@@ -3828,6 +4164,22 @@ void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuMemsetD8Async_ptsz,
     (void *)cuMemsetD32Async,
     (void *)cuMemsetD32Async_ptsz,
+    (void *)cuMemsetD16_v2,
+    (void *)cuMemsetD16_v2_ptds,
+    (void *)cuMemsetD16Async,
+    (void *)cuMemsetD16Async_ptsz,
+    (void *)cuMemsetD2D8_v2,
+    (void *)cuMemsetD2D8_v2_ptds,
+    (void *)cuMemsetD2D8Async,
+    (void *)cuMemsetD2D8Async_ptsz,
+    (void *)cuMemsetD2D16_v2,
+    (void *)cuMemsetD2D16_v2_ptds,
+    (void *)cuMemsetD2D16Async,
+    (void *)cuMemsetD2D16Async_ptsz,
+    (void *)cuMemsetD2D32_v2,
+    (void *)cuMemsetD2D32_v2_ptds,
+    (void *)cuMemsetD2D32Async,
+    (void *)cuMemsetD2D32Async_ptsz,
     (void *)cuModuleLoad,
     (void *)cuModuleLoadData,
     (void *)cuModuleLoadDataEx,

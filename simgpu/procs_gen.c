@@ -717,6 +717,166 @@ __attribute__((weak)) SIM_EXPORT CUresult cuMemsetD32Async_ptsz(CUdeviceptr dstD
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+__attribute__((weak)) SIM_EXPORT CUresult cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N)
+{
+    (void)dstDevice;
+    (void)us;
+    (void)N;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N)
+{
+    (void)dstDevice;
+    (void)us;
+    (void)N;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
+{
+    (void)dstDevice;
+    (void)us;
+    (void)N;
+    (void)hStream;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
+{
+    (void)dstDevice;
+    (void)us;
+    (void)N;
+    (void)hStream;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
+{
+    (void)dstDevice;
+    (void)dstPitch;
+    (void)uc;
+    (void)Width;
+    (void)Height;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
+{
+    (void)dstDevice;
+    (void)dstPitch;
+    (void)uc;
+    (void)Width;
+    (void)Height;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
+{
+    (void)dstDevice;
+    (void)dstPitch;
+    (void)uc;
+    (void)Width;
+    (void)Height;
+    (void)hStream;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemsetD2D8Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
+{
+    (void)dstDevice;
+    (void)dstPitch;
+    (void)uc;
+    (void)Width;
+    (void)Height;
+    (void)hStream;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
+{
+    (void)dstDevice;
+    (void)dstPitch;
+    (void)us;
+    (void)Width;
+    (void)Height;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
+{
+    (void)dstDevice;
+    (void)dstPitch;
+    (void)us;
+    (void)Width;
+    (void)Height;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
+{
+    (void)dstDevice;
+    (void)dstPitch;
+    (void)us;
+    (void)Width;
+    (void)Height;
+    (void)hStream;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
+{
+    (void)dstDevice;
+    (void)dstPitch;
+    (void)us;
+    (void)Width;
+    (void)Height;
+    (void)hStream;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
+{
+    (void)dstDevice;
+    (void)dstPitch;
+    (void)ui;
+    (void)Width;
+    (void)Height;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
+{
+    (void)dstDevice;
+    (void)dstPitch;
+    (void)ui;
+    (void)Width;
+    (void)Height;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
+{
+    (void)dstDevice;
+    (void)dstPitch;
+    (void)ui;
+    (void)Width;
+    (void)Height;
+    (void)hStream;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
+{
+    (void)dstDevice;
+    (void)dstPitch;
+    (void)ui;
+    (void)Width;
+    (void)Height;
+    (void)hStream;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 __attribute__((weak)) SIM_EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
 {
     (void)module;
@@ -1363,6 +1523,22 @@ const struct fg_proc sim_procs[] = {
     {"cuMemsetD8Async", "cuMemsetD8Async_ptsz", 7000, 1, (void *)cuMemsetD8Async_ptsz},
     {"cuMemsetD32Async", "cuMemsetD32Async", 3020, 0, (void *)cuMemsetD32Async},
     {"cuMemsetD32Async", "cuMemsetD32Async_ptsz", 7000, 1, (void *)cuMemsetD32Async_ptsz},
+    {"cuMemsetD16", "cuMemsetD16_v2", 3020, 0, (void *)cuMemsetD16_v2},
+    {"cuMemsetD16", "cuMemsetD16_v2_ptds", 7000, 1, (void *)cuMemsetD16_v2_ptds},
+    {"cuMemsetD16Async", "cuMemsetD16Async", 3020, 0, (void *)cuMemsetD16Async},
+    {"cuMemsetD16Async", "cuMemsetD16Async_ptsz", 7000, 1, (void *)cuMemsetD16Async_ptsz},
+    {"cuMemsetD2D8", "cuMemsetD2D8_v2", 3020, 0, (void *)cuMemsetD2D8_v2},
+    {"cuMemsetD2D8", "cuMemsetD2D8_v2_ptds", 7000, 1, (void *)cuMemsetD2D8_v2_ptds},
+    {"cuMemsetD2D8Async", "cuMemsetD2D8Async", 3020, 0, (void *)cuMemsetD2D8Async},
+    {"cuMemsetD2D8Async", "cuMemsetD2D8Async_ptsz", 7000, 1, (void *)cuMemsetD2D8Async_ptsz},
+    {"cuMemsetD2D16", "cuMemsetD2D16_v2", 3020, 0, (void *)cuMemsetD2D16_v2},
+    {"cuMemsetD2D16", "cuMemsetD2D16_v2_ptds", 7000, 1, (void *)cuMemsetD2D16_v2_ptds},
+    {"cuMemsetD2D16Async", "cuMemsetD2D16Async", 3020, 0, (void *)cuMemsetD2D16Async},
+    {"cuMemsetD2D16Async", "cuMemsetD2D16Async_ptsz", 7000, 1, (void *)cuMemsetD2D16Async_ptsz},
+    {"cuMemsetD2D32", "cuMemsetD2D32_v2", 3020, 0, (void *)cuMemsetD2D32_v2},
+    {"cuMemsetD2D32", "cuMemsetD2D32_v2_ptds", 7000, 1, (void *)cuMemsetD2D32_v2_ptds},
+    {"cuMemsetD2D32Async", "cuMemsetD2D32Async", 3020, 0, (void *)cuMemsetD2D32Async},
+    {"cuMemsetD2D32Async", "cuMemsetD2D32Async_ptsz", 7000, 1, (void *)cuMemsetD2D32Async_ptsz},
     {"cuModuleLoad", "cuModuleLoad", 2000, 0, (void *)cuModuleLoad},
     {"cuModuleLoadData", "cuModuleLoadData", 2000, 0, (void *)cuModuleLoadData},
     {"cuModuleLoadDataEx", "cuModuleLoadDataEx", 2010, 0, (void *)cuModuleLoadDataEx},

@@ -3,7 +3,7 @@
 package api
 
 // Hash identifies this ordered list; trace regions carry it.
-const Hash uint64 = 0xe40a5319bc1f8af1
+const Hash uint64 = 0x7fe52e6990156913
 
 // Names lists every hooked entry point, in hook-id order.
 var Names = []string{
@@ -102,6 +102,22 @@ var Names = []string{
 	"cuMemsetD8Async_ptsz",
 	"cuMemsetD32Async",
 	"cuMemsetD32Async_ptsz",
+	"cuMemsetD16_v2",
+	"cuMemsetD16_v2_ptds",
+	"cuMemsetD16Async",
+	"cuMemsetD16Async_ptsz",
+	"cuMemsetD2D8_v2",
+	"cuMemsetD2D8_v2_ptds",
+	"cuMemsetD2D8Async",
+	"cuMemsetD2D8Async_ptsz",
+	"cuMemsetD2D16_v2",
+	"cuMemsetD2D16_v2_ptds",
+	"cuMemsetD2D16Async",
+	"cuMemsetD2D16Async_ptsz",
+	"cuMemsetD2D32_v2",
+	"cuMemsetD2D32_v2_ptds",
+	"cuMemsetD2D32Async",
+	"cuMemsetD2D32Async_ptsz",
 	"cuModuleLoad",
 	"cuModuleLoadData",
 	"cuModuleLoadDataEx",
@@ -225,4 +241,20 @@ var Bytes = map[string]bool{
 	"cuMemsetD8Async_ptsz":         true,
 	"cuMemsetD32Async":             true,
 	"cuMemsetD32Async_ptsz":        true,
+	"cuMemsetD16_v2":               true,
+	"cuMemsetD16_v2_ptds":          true,
+	"cuMemsetD16Async":             true,
+	"cuMemsetD16Async_ptsz":        true,
+	"cuMemsetD2D8_v2":              true,
+	"cuMemsetD2D8_v2_ptds":         true,
+	"cuMemsetD2D8Async":            true,
+	"cuMemsetD2D8Async_ptsz":       true,
+	"cuMemsetD2D16_v2":             true,
+	"cuMemsetD2D16_v2_ptds":        true,
+	"cuMemsetD2D16Async":           true,
+	"cuMemsetD2D16Async_ptsz":      true,
+	"cuMemsetD2D32_v2":             true,
+	"cuMemsetD2D32_v2_ptds":        true,
+	"cuMemsetD2D32Async":           true,
+	"cuMemsetD2D32Async_ptsz":      true,
 }

@@ -1135,6 +1135,246 @@ FGR_EXPORT CUresult cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui
     return fgr_send(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD16_v2, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)us);
+    fgr_put_u64(&fgr_c.w, (uint64_t)N);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD16_v2_ptds, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)us);
+    fgr_put_u64(&fgr_c.w, (uint64_t)N);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD16Async, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)us);
+    fgr_put_u64(&fgr_c.w, (uint64_t)N);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD16Async_ptsz, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)us);
+    fgr_put_u64(&fgr_c.w, (uint64_t)N);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D8_v2, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
+    fgr_put_u64(&fgr_c.w, (uint64_t)uc);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D8_v2_ptds, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
+    fgr_put_u64(&fgr_c.w, (uint64_t)uc);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D8Async, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
+    fgr_put_u64(&fgr_c.w, (uint64_t)uc);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemsetD2D8Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D8Async_ptsz, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
+    fgr_put_u64(&fgr_c.w, (uint64_t)uc);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D16_v2, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
+    fgr_put_u64(&fgr_c.w, (uint64_t)us);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D16_v2_ptds, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
+    fgr_put_u64(&fgr_c.w, (uint64_t)us);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D16Async, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
+    fgr_put_u64(&fgr_c.w, (uint64_t)us);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D16Async_ptsz, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
+    fgr_put_u64(&fgr_c.w, (uint64_t)us);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D32_v2, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ui);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D32_v2_ptds, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ui);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D32Async, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ui);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D32Async_ptsz, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ui);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
+    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    return fgr_send(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
 {
     CUresult fgr_r;
@@ -2368,246 +2608,6 @@ FGR_EXPORT CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstC
     fgr_put_u64(&fgr_c.w, (uint64_t)srcDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)srcContext);
     fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    return fgr_send(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N)
-{
-    CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD16_v2, 1)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&fgr_c.w, (uint64_t)us);
-    fgr_put_u64(&fgr_c.w, (uint64_t)N);
-    return fgr_send(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N)
-{
-    CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD16_v2_ptds, 1)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&fgr_c.w, (uint64_t)us);
-    fgr_put_u64(&fgr_c.w, (uint64_t)N);
-    return fgr_send(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
-{
-    CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD16Async, 1)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&fgr_c.w, (uint64_t)us);
-    fgr_put_u64(&fgr_c.w, (uint64_t)N);
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    return fgr_send(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
-{
-    CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD16Async_ptsz, 1)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&fgr_c.w, (uint64_t)us);
-    fgr_put_u64(&fgr_c.w, (uint64_t)N);
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    return fgr_send(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
-{
-    CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D8_v2, 1)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
-    fgr_put_u64(&fgr_c.w, (uint64_t)uc);
-    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
-    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
-    return fgr_send(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
-{
-    CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D8_v2_ptds, 1)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
-    fgr_put_u64(&fgr_c.w, (uint64_t)uc);
-    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
-    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
-    return fgr_send(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
-{
-    CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D8Async, 1)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
-    fgr_put_u64(&fgr_c.w, (uint64_t)uc);
-    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
-    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    return fgr_send(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuMemsetD2D8Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
-{
-    CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D8Async_ptsz, 1)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
-    fgr_put_u64(&fgr_c.w, (uint64_t)uc);
-    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
-    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    return fgr_send(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
-{
-    CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D16_v2, 1)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
-    fgr_put_u64(&fgr_c.w, (uint64_t)us);
-    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
-    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
-    return fgr_send(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
-{
-    CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D16_v2_ptds, 1)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
-    fgr_put_u64(&fgr_c.w, (uint64_t)us);
-    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
-    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
-    return fgr_send(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
-{
-    CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D16Async, 1)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
-    fgr_put_u64(&fgr_c.w, (uint64_t)us);
-    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
-    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    return fgr_send(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
-{
-    CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D16Async_ptsz, 1)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
-    fgr_put_u64(&fgr_c.w, (uint64_t)us);
-    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
-    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    return fgr_send(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
-{
-    CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D32_v2, 1)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
-    fgr_put_u64(&fgr_c.w, (uint64_t)ui);
-    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
-    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
-    return fgr_send(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
-{
-    CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D32_v2_ptds, 1)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
-    fgr_put_u64(&fgr_c.w, (uint64_t)ui);
-    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
-    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
-    return fgr_send(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
-{
-    CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D32Async, 1)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
-    fgr_put_u64(&fgr_c.w, (uint64_t)ui);
-    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
-    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    return fgr_send(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
-{
-    CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D32Async_ptsz, 1)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstPitch);
-    fgr_put_u64(&fgr_c.w, (uint64_t)ui);
-    fgr_put_u64(&fgr_c.w, (uint64_t)Width);
-    fgr_put_u64(&fgr_c.w, (uint64_t)Height);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     return fgr_send(&fgr_c);
 }
@@ -3973,6 +3973,22 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuMemsetD8Async_ptsz] = "cuMemsetD8Async_ptsz",
     [FGR_OP_cuMemsetD32Async] = "cuMemsetD32Async",
     [FGR_OP_cuMemsetD32Async_ptsz] = "cuMemsetD32Async_ptsz",
+    [FGR_OP_cuMemsetD16_v2] = "cuMemsetD16_v2",
+    [FGR_OP_cuMemsetD16_v2_ptds] = "cuMemsetD16_v2_ptds",
+    [FGR_OP_cuMemsetD16Async] = "cuMemsetD16Async",
+    [FGR_OP_cuMemsetD16Async_ptsz] = "cuMemsetD16Async_ptsz",
+    [FGR_OP_cuMemsetD2D8_v2] = "cuMemsetD2D8_v2",
+    [FGR_OP_cuMemsetD2D8_v2_ptds] = "cuMemsetD2D8_v2_ptds",
+    [FGR_OP_cuMemsetD2D8Async] = "cuMemsetD2D8Async",
+    [FGR_OP_cuMemsetD2D8Async_ptsz] = "cuMemsetD2D8Async_ptsz",
+    [FGR_OP_cuMemsetD2D16_v2] = "cuMemsetD2D16_v2",
+    [FGR_OP_cuMemsetD2D16_v2_ptds] = "cuMemsetD2D16_v2_ptds",
+    [FGR_OP_cuMemsetD2D16Async] = "cuMemsetD2D16Async",
+    [FGR_OP_cuMemsetD2D16Async_ptsz] = "cuMemsetD2D16Async_ptsz",
+    [FGR_OP_cuMemsetD2D32_v2] = "cuMemsetD2D32_v2",
+    [FGR_OP_cuMemsetD2D32_v2_ptds] = "cuMemsetD2D32_v2_ptds",
+    [FGR_OP_cuMemsetD2D32Async] = "cuMemsetD2D32Async",
+    [FGR_OP_cuMemsetD2D32Async_ptsz] = "cuMemsetD2D32Async_ptsz",
     [FGR_OP_cuModuleLoadData] = "cuModuleLoadData",
     [FGR_OP_cuModuleLoadDataEx] = "cuModuleLoadDataEx",
     [FGR_OP_cuModuleLoadFatBinary] = "cuModuleLoadFatBinary",
@@ -4054,22 +4070,6 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuMemcpyPeer_ptds] = "cuMemcpyPeer_ptds",
     [FGR_OP_cuMemcpyPeerAsync] = "cuMemcpyPeerAsync",
     [FGR_OP_cuMemcpyPeerAsync_ptsz] = "cuMemcpyPeerAsync_ptsz",
-    [FGR_OP_cuMemsetD16_v2] = "cuMemsetD16_v2",
-    [FGR_OP_cuMemsetD16_v2_ptds] = "cuMemsetD16_v2_ptds",
-    [FGR_OP_cuMemsetD16Async] = "cuMemsetD16Async",
-    [FGR_OP_cuMemsetD16Async_ptsz] = "cuMemsetD16Async_ptsz",
-    [FGR_OP_cuMemsetD2D8_v2] = "cuMemsetD2D8_v2",
-    [FGR_OP_cuMemsetD2D8_v2_ptds] = "cuMemsetD2D8_v2_ptds",
-    [FGR_OP_cuMemsetD2D8Async] = "cuMemsetD2D8Async",
-    [FGR_OP_cuMemsetD2D8Async_ptsz] = "cuMemsetD2D8Async_ptsz",
-    [FGR_OP_cuMemsetD2D16_v2] = "cuMemsetD2D16_v2",
-    [FGR_OP_cuMemsetD2D16_v2_ptds] = "cuMemsetD2D16_v2_ptds",
-    [FGR_OP_cuMemsetD2D16Async] = "cuMemsetD2D16Async",
-    [FGR_OP_cuMemsetD2D16Async_ptsz] = "cuMemsetD2D16Async_ptsz",
-    [FGR_OP_cuMemsetD2D32_v2] = "cuMemsetD2D32_v2",
-    [FGR_OP_cuMemsetD2D32_v2_ptds] = "cuMemsetD2D32_v2_ptds",
-    [FGR_OP_cuMemsetD2D32Async] = "cuMemsetD2D32Async",
-    [FGR_OP_cuMemsetD2D32Async_ptsz] = "cuMemsetD2D32Async_ptsz",
     [FGR_OP_cuModuleGetGlobal_v2] = "cuModuleGetGlobal_v2",
     [FGR_OP_cuLibraryGetModule] = "cuLibraryGetModule",
     [FGR_OP_cuFuncGetParamInfo] = "cuFuncGetParamInfo",
@@ -4270,6 +4270,22 @@ const struct fg_proc fgr_procs[] = {
     {"cuMemsetD8Async", "cuMemsetD8Async_ptsz", 7000, 1, (void *)cuMemsetD8Async_ptsz},
     {"cuMemsetD32Async", "cuMemsetD32Async", 3020, 0, (void *)cuMemsetD32Async},
     {"cuMemsetD32Async", "cuMemsetD32Async_ptsz", 7000, 1, (void *)cuMemsetD32Async_ptsz},
+    {"cuMemsetD16", "cuMemsetD16_v2", 3020, 0, (void *)cuMemsetD16_v2},
+    {"cuMemsetD16", "cuMemsetD16_v2_ptds", 7000, 1, (void *)cuMemsetD16_v2_ptds},
+    {"cuMemsetD16Async", "cuMemsetD16Async", 3020, 0, (void *)cuMemsetD16Async},
+    {"cuMemsetD16Async", "cuMemsetD16Async_ptsz", 7000, 1, (void *)cuMemsetD16Async_ptsz},
+    {"cuMemsetD2D8", "cuMemsetD2D8_v2", 3020, 0, (void *)cuMemsetD2D8_v2},
+    {"cuMemsetD2D8", "cuMemsetD2D8_v2_ptds", 7000, 1, (void *)cuMemsetD2D8_v2_ptds},
+    {"cuMemsetD2D8Async", "cuMemsetD2D8Async", 3020, 0, (void *)cuMemsetD2D8Async},
+    {"cuMemsetD2D8Async", "cuMemsetD2D8Async_ptsz", 7000, 1, (void *)cuMemsetD2D8Async_ptsz},
+    {"cuMemsetD2D16", "cuMemsetD2D16_v2", 3020, 0, (void *)cuMemsetD2D16_v2},
+    {"cuMemsetD2D16", "cuMemsetD2D16_v2_ptds", 7000, 1, (void *)cuMemsetD2D16_v2_ptds},
+    {"cuMemsetD2D16Async", "cuMemsetD2D16Async", 3020, 0, (void *)cuMemsetD2D16Async},
+    {"cuMemsetD2D16Async", "cuMemsetD2D16Async_ptsz", 7000, 1, (void *)cuMemsetD2D16Async_ptsz},
+    {"cuMemsetD2D32", "cuMemsetD2D32_v2", 3020, 0, (void *)cuMemsetD2D32_v2},
+    {"cuMemsetD2D32", "cuMemsetD2D32_v2_ptds", 7000, 1, (void *)cuMemsetD2D32_v2_ptds},
+    {"cuMemsetD2D32Async", "cuMemsetD2D32Async", 3020, 0, (void *)cuMemsetD2D32Async},
+    {"cuMemsetD2D32Async", "cuMemsetD2D32Async_ptsz", 7000, 1, (void *)cuMemsetD2D32Async_ptsz},
     {"cuModuleLoad", "cuModuleLoad", 2000, 0, (void *)cuModuleLoad},
     {"cuModuleLoadData", "cuModuleLoadData", 2000, 0, (void *)cuModuleLoadData},
     {"cuModuleLoadDataEx", "cuModuleLoadDataEx", 2010, 0, (void *)cuModuleLoadDataEx},
@@ -4360,22 +4376,6 @@ const struct fg_proc fgr_procs[] = {
     {"cuMemcpyPeer", "cuMemcpyPeer_ptds", 7000, 1, (void *)cuMemcpyPeer_ptds},
     {"cuMemcpyPeerAsync", "cuMemcpyPeerAsync", 4000, 0, (void *)cuMemcpyPeerAsync},
     {"cuMemcpyPeerAsync", "cuMemcpyPeerAsync_ptsz", 7000, 1, (void *)cuMemcpyPeerAsync_ptsz},
-    {"cuMemsetD16", "cuMemsetD16_v2", 3020, 0, (void *)cuMemsetD16_v2},
-    {"cuMemsetD16", "cuMemsetD16_v2_ptds", 7000, 1, (void *)cuMemsetD16_v2_ptds},
-    {"cuMemsetD16Async", "cuMemsetD16Async", 3020, 0, (void *)cuMemsetD16Async},
-    {"cuMemsetD16Async", "cuMemsetD16Async_ptsz", 7000, 1, (void *)cuMemsetD16Async_ptsz},
-    {"cuMemsetD2D8", "cuMemsetD2D8_v2", 3020, 0, (void *)cuMemsetD2D8_v2},
-    {"cuMemsetD2D8", "cuMemsetD2D8_v2_ptds", 7000, 1, (void *)cuMemsetD2D8_v2_ptds},
-    {"cuMemsetD2D8Async", "cuMemsetD2D8Async", 3020, 0, (void *)cuMemsetD2D8Async},
-    {"cuMemsetD2D8Async", "cuMemsetD2D8Async_ptsz", 7000, 1, (void *)cuMemsetD2D8Async_ptsz},
-    {"cuMemsetD2D16", "cuMemsetD2D16_v2", 3020, 0, (void *)cuMemsetD2D16_v2},
-    {"cuMemsetD2D16", "cuMemsetD2D16_v2_ptds", 7000, 1, (void *)cuMemsetD2D16_v2_ptds},
-    {"cuMemsetD2D16Async", "cuMemsetD2D16Async", 3020, 0, (void *)cuMemsetD2D16Async},
-    {"cuMemsetD2D16Async", "cuMemsetD2D16Async_ptsz", 7000, 1, (void *)cuMemsetD2D16Async_ptsz},
-    {"cuMemsetD2D32", "cuMemsetD2D32_v2", 3020, 0, (void *)cuMemsetD2D32_v2},
-    {"cuMemsetD2D32", "cuMemsetD2D32_v2_ptds", 7000, 1, (void *)cuMemsetD2D32_v2_ptds},
-    {"cuMemsetD2D32Async", "cuMemsetD2D32Async", 3020, 0, (void *)cuMemsetD2D32Async},
-    {"cuMemsetD2D32Async", "cuMemsetD2D32Async_ptsz", 7000, 1, (void *)cuMemsetD2D32Async_ptsz},
     {"cuModuleGetGlobal", "cuModuleGetGlobal_v2", 3020, 0, (void *)cuModuleGetGlobal_v2},
     {"cuLibraryGetModule", "cuLibraryGetModule", 12000, 0, (void *)cuLibraryGetModule},
     {"cuFuncGetParamInfo", "cuFuncGetParamInfo", 12040, 0, (void *)cuFuncGetParamInfo},

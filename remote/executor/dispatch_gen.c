@@ -70,6 +70,22 @@ typedef CUresult (*pfn_cuMemsetD8Async)(CUdeviceptr dstDevice, unsigned char uc,
 typedef CUresult (*pfn_cuMemsetD8Async_ptsz)(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream);
 typedef CUresult (*pfn_cuMemsetD32Async)(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream);
 typedef CUresult (*pfn_cuMemsetD32Async_ptsz)(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream);
+typedef CUresult (*pfn_cuMemsetD16_v2)(CUdeviceptr dstDevice, unsigned short us, size_t N);
+typedef CUresult (*pfn_cuMemsetD16_v2_ptds)(CUdeviceptr dstDevice, unsigned short us, size_t N);
+typedef CUresult (*pfn_cuMemsetD16Async)(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream);
+typedef CUresult (*pfn_cuMemsetD16Async_ptsz)(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream);
+typedef CUresult (*pfn_cuMemsetD2D8_v2)(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height);
+typedef CUresult (*pfn_cuMemsetD2D8_v2_ptds)(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height);
+typedef CUresult (*pfn_cuMemsetD2D8Async)(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream);
+typedef CUresult (*pfn_cuMemsetD2D8Async_ptsz)(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream);
+typedef CUresult (*pfn_cuMemsetD2D16_v2)(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height);
+typedef CUresult (*pfn_cuMemsetD2D16_v2_ptds)(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height);
+typedef CUresult (*pfn_cuMemsetD2D16Async)(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream);
+typedef CUresult (*pfn_cuMemsetD2D16Async_ptsz)(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream);
+typedef CUresult (*pfn_cuMemsetD2D32_v2)(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height);
+typedef CUresult (*pfn_cuMemsetD2D32_v2_ptds)(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height);
+typedef CUresult (*pfn_cuMemsetD2D32Async)(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream);
+typedef CUresult (*pfn_cuMemsetD2D32Async_ptsz)(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream);
 typedef CUresult (*pfn_cuModuleLoadData)(CUmodule *module, const void *image);
 typedef CUresult (*pfn_cuModuleLoadDataEx)(CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options, void **optionValues);
 typedef CUresult (*pfn_cuModuleLoadFatBinary)(CUmodule *module, const void *fatCubin);
@@ -151,22 +167,6 @@ typedef CUresult (*pfn_cuMemcpyPeer)(CUdeviceptr dstDevice, CUcontext dstContext
 typedef CUresult (*pfn_cuMemcpyPeer_ptds)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount);
 typedef CUresult (*pfn_cuMemcpyPeerAsync)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream);
 typedef CUresult (*pfn_cuMemcpyPeerAsync_ptsz)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream);
-typedef CUresult (*pfn_cuMemsetD16_v2)(CUdeviceptr dstDevice, unsigned short us, size_t N);
-typedef CUresult (*pfn_cuMemsetD16_v2_ptds)(CUdeviceptr dstDevice, unsigned short us, size_t N);
-typedef CUresult (*pfn_cuMemsetD16Async)(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream);
-typedef CUresult (*pfn_cuMemsetD16Async_ptsz)(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream);
-typedef CUresult (*pfn_cuMemsetD2D8_v2)(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height);
-typedef CUresult (*pfn_cuMemsetD2D8_v2_ptds)(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height);
-typedef CUresult (*pfn_cuMemsetD2D8Async)(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream);
-typedef CUresult (*pfn_cuMemsetD2D8Async_ptsz)(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream);
-typedef CUresult (*pfn_cuMemsetD2D16_v2)(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height);
-typedef CUresult (*pfn_cuMemsetD2D16_v2_ptds)(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height);
-typedef CUresult (*pfn_cuMemsetD2D16Async)(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream);
-typedef CUresult (*pfn_cuMemsetD2D16Async_ptsz)(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream);
-typedef CUresult (*pfn_cuMemsetD2D32_v2)(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height);
-typedef CUresult (*pfn_cuMemsetD2D32_v2_ptds)(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height);
-typedef CUresult (*pfn_cuMemsetD2D32Async)(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream);
-typedef CUresult (*pfn_cuMemsetD2D32Async_ptsz)(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream);
 typedef CUresult (*pfn_cuModuleGetGlobal_v2)(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name);
 typedef CUresult (*pfn_cuLibraryGetModule)(CUmodule *pMod, CUlibrary library);
 typedef CUresult (*pfn_cuFuncGetParamInfo)(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize);
@@ -1509,6 +1509,310 @@ static CUresult op_cuMemsetD32Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
         fgr_r = fgr_refuse("cuMemsetD32Async_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else
         fgr_r = ((pfn_cuMemsetD32Async_ptsz)fgr_real[FGR_OP_cuMemsetD32Async_ptsz])(dstDevice, ui, N, hStream);
+    return fgr_r;
+}
+
+static CUresult op_cuMemsetD16_v2(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    unsigned short us = (unsigned short)fgr_get_u64(rd);
+    size_t N = (size_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_mul(N,2))))
+        fgr_r = fgr_refuse("cuMemsetD16_v2", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemsetD16_v2)fgr_real[FGR_OP_cuMemsetD16_v2])(dstDevice, us, N);
+    return fgr_r;
+}
+
+static CUresult op_cuMemsetD16_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    unsigned short us = (unsigned short)fgr_get_u64(rd);
+    size_t N = (size_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_mul(N,2))))
+        fgr_r = fgr_refuse("cuMemsetD16_v2_ptds", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemsetD16_v2_ptds)fgr_real[FGR_OP_cuMemsetD16_v2_ptds])(dstDevice, us, N);
+    return fgr_r;
+}
+
+static CUresult op_cuMemsetD16Async(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    unsigned short us = (unsigned short)fgr_get_u64(rd);
+    size_t N = (size_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_mul(N,2))))
+        fgr_r = fgr_refuse("cuMemsetD16Async", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemsetD16Async", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemsetD16Async)fgr_real[FGR_OP_cuMemsetD16Async])(dstDevice, us, N, hStream);
+    return fgr_r;
+}
+
+static CUresult op_cuMemsetD16Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    unsigned short us = (unsigned short)fgr_get_u64(rd);
+    size_t N = (size_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_mul(N,2))))
+        fgr_r = fgr_refuse("cuMemsetD16Async_ptsz", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemsetD16Async_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemsetD16Async_ptsz)fgr_real[FGR_OP_cuMemsetD16Async_ptsz])(dstDevice, us, N, hStream);
+    return fgr_r;
+}
+
+static CUresult op_cuMemsetD2D8_v2(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    size_t dstPitch = (size_t)fgr_get_u64(rd);
+    unsigned char uc = (unsigned char)fgr_get_u64(rd);
+    size_t Width = (size_t)fgr_get_u64(rd);
+    size_t Height = (size_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,1),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D8_v2", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemsetD2D8_v2)fgr_real[FGR_OP_cuMemsetD2D8_v2])(dstDevice, dstPitch, uc, Width, Height);
+    return fgr_r;
+}
+
+static CUresult op_cuMemsetD2D8_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    size_t dstPitch = (size_t)fgr_get_u64(rd);
+    unsigned char uc = (unsigned char)fgr_get_u64(rd);
+    size_t Width = (size_t)fgr_get_u64(rd);
+    size_t Height = (size_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,1),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D8_v2_ptds", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemsetD2D8_v2_ptds)fgr_real[FGR_OP_cuMemsetD2D8_v2_ptds])(dstDevice, dstPitch, uc, Width, Height);
+    return fgr_r;
+}
+
+static CUresult op_cuMemsetD2D8Async(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    size_t dstPitch = (size_t)fgr_get_u64(rd);
+    unsigned char uc = (unsigned char)fgr_get_u64(rd);
+    size_t Width = (size_t)fgr_get_u64(rd);
+    size_t Height = (size_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,1),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D8Async", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemsetD2D8Async", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemsetD2D8Async)fgr_real[FGR_OP_cuMemsetD2D8Async])(dstDevice, dstPitch, uc, Width, Height, hStream);
+    return fgr_r;
+}
+
+static CUresult op_cuMemsetD2D8Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    size_t dstPitch = (size_t)fgr_get_u64(rd);
+    unsigned char uc = (unsigned char)fgr_get_u64(rd);
+    size_t Width = (size_t)fgr_get_u64(rd);
+    size_t Height = (size_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,1),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D8Async_ptsz", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemsetD2D8Async_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemsetD2D8Async_ptsz)fgr_real[FGR_OP_cuMemsetD2D8Async_ptsz])(dstDevice, dstPitch, uc, Width, Height, hStream);
+    return fgr_r;
+}
+
+static CUresult op_cuMemsetD2D16_v2(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    size_t dstPitch = (size_t)fgr_get_u64(rd);
+    unsigned short us = (unsigned short)fgr_get_u64(rd);
+    size_t Width = (size_t)fgr_get_u64(rd);
+    size_t Height = (size_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,2),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D16_v2", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemsetD2D16_v2)fgr_real[FGR_OP_cuMemsetD2D16_v2])(dstDevice, dstPitch, us, Width, Height);
+    return fgr_r;
+}
+
+static CUresult op_cuMemsetD2D16_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    size_t dstPitch = (size_t)fgr_get_u64(rd);
+    unsigned short us = (unsigned short)fgr_get_u64(rd);
+    size_t Width = (size_t)fgr_get_u64(rd);
+    size_t Height = (size_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,2),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D16_v2_ptds", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemsetD2D16_v2_ptds)fgr_real[FGR_OP_cuMemsetD2D16_v2_ptds])(dstDevice, dstPitch, us, Width, Height);
+    return fgr_r;
+}
+
+static CUresult op_cuMemsetD2D16Async(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    size_t dstPitch = (size_t)fgr_get_u64(rd);
+    unsigned short us = (unsigned short)fgr_get_u64(rd);
+    size_t Width = (size_t)fgr_get_u64(rd);
+    size_t Height = (size_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,2),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D16Async", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemsetD2D16Async", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemsetD2D16Async)fgr_real[FGR_OP_cuMemsetD2D16Async])(dstDevice, dstPitch, us, Width, Height, hStream);
+    return fgr_r;
+}
+
+static CUresult op_cuMemsetD2D16Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    size_t dstPitch = (size_t)fgr_get_u64(rd);
+    unsigned short us = (unsigned short)fgr_get_u64(rd);
+    size_t Width = (size_t)fgr_get_u64(rd);
+    size_t Height = (size_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,2),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D16Async_ptsz", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemsetD2D16Async_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemsetD2D16Async_ptsz)fgr_real[FGR_OP_cuMemsetD2D16Async_ptsz])(dstDevice, dstPitch, us, Width, Height, hStream);
+    return fgr_r;
+}
+
+static CUresult op_cuMemsetD2D32_v2(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    size_t dstPitch = (size_t)fgr_get_u64(rd);
+    unsigned int ui = (unsigned int)fgr_get_u64(rd);
+    size_t Width = (size_t)fgr_get_u64(rd);
+    size_t Height = (size_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,4),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D32_v2", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemsetD2D32_v2)fgr_real[FGR_OP_cuMemsetD2D32_v2])(dstDevice, dstPitch, ui, Width, Height);
+    return fgr_r;
+}
+
+static CUresult op_cuMemsetD2D32_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    size_t dstPitch = (size_t)fgr_get_u64(rd);
+    unsigned int ui = (unsigned int)fgr_get_u64(rd);
+    size_t Width = (size_t)fgr_get_u64(rd);
+    size_t Height = (size_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,4),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D32_v2_ptds", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemsetD2D32_v2_ptds)fgr_real[FGR_OP_cuMemsetD2D32_v2_ptds])(dstDevice, dstPitch, ui, Width, Height);
+    return fgr_r;
+}
+
+static CUresult op_cuMemsetD2D32Async(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    size_t dstPitch = (size_t)fgr_get_u64(rd);
+    unsigned int ui = (unsigned int)fgr_get_u64(rd);
+    size_t Width = (size_t)fgr_get_u64(rd);
+    size_t Height = (size_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,4),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D32Async", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemsetD2D32Async", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemsetD2D32Async)fgr_real[FGR_OP_cuMemsetD2D32Async])(dstDevice, dstPitch, ui, Width, Height, hStream);
+    return fgr_r;
+}
+
+static CUresult op_cuMemsetD2D32Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    size_t dstPitch = (size_t)fgr_get_u64(rd);
+    unsigned int ui = (unsigned int)fgr_get_u64(rd);
+    size_t Width = (size_t)fgr_get_u64(rd);
+    size_t Height = (size_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,4),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D32Async_ptsz", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemsetD2D32Async_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemsetD2D32Async_ptsz)fgr_real[FGR_OP_cuMemsetD2D32Async_ptsz])(dstDevice, dstPitch, ui, Width, Height, hStream);
     return fgr_r;
 }
 
@@ -3040,310 +3344,6 @@ static CUresult op_cuMemcpyPeerAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
         fgr_r = fgr_refuse("cuMemcpyPeerAsync_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else
         fgr_r = ((pfn_cuMemcpyPeerAsync_ptsz)fgr_real[FGR_OP_cuMemcpyPeerAsync_ptsz])(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);
-    return fgr_r;
-}
-
-static CUresult op_cuMemsetD16_v2(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
-    unsigned short us = (unsigned short)fgr_get_u64(rd);
-    size_t N = (size_t)fgr_get_u64(rd);
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_mul(N,2))))
-        fgr_r = fgr_refuse("cuMemsetD16_v2", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else
-        fgr_r = ((pfn_cuMemsetD16_v2)fgr_real[FGR_OP_cuMemsetD16_v2])(dstDevice, us, N);
-    return fgr_r;
-}
-
-static CUresult op_cuMemsetD16_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
-    unsigned short us = (unsigned short)fgr_get_u64(rd);
-    size_t N = (size_t)fgr_get_u64(rd);
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_mul(N,2))))
-        fgr_r = fgr_refuse("cuMemsetD16_v2_ptds", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else
-        fgr_r = ((pfn_cuMemsetD16_v2_ptds)fgr_real[FGR_OP_cuMemsetD16_v2_ptds])(dstDevice, us, N);
-    return fgr_r;
-}
-
-static CUresult op_cuMemsetD16Async(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
-    unsigned short us = (unsigned short)fgr_get_u64(rd);
-    size_t N = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_mul(N,2))))
-        fgr_r = fgr_refuse("cuMemsetD16Async", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
-        fgr_r = fgr_refuse("cuMemsetD16Async", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
-        fgr_r = ((pfn_cuMemsetD16Async)fgr_real[FGR_OP_cuMemsetD16Async])(dstDevice, us, N, hStream);
-    return fgr_r;
-}
-
-static CUresult op_cuMemsetD16Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
-    unsigned short us = (unsigned short)fgr_get_u64(rd);
-    size_t N = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_mul(N,2))))
-        fgr_r = fgr_refuse("cuMemsetD16Async_ptsz", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
-        fgr_r = fgr_refuse("cuMemsetD16Async_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
-        fgr_r = ((pfn_cuMemsetD16Async_ptsz)fgr_real[FGR_OP_cuMemsetD16Async_ptsz])(dstDevice, us, N, hStream);
-    return fgr_r;
-}
-
-static CUresult op_cuMemsetD2D8_v2(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
-    size_t dstPitch = (size_t)fgr_get_u64(rd);
-    unsigned char uc = (unsigned char)fgr_get_u64(rd);
-    size_t Width = (size_t)fgr_get_u64(rd);
-    size_t Height = (size_t)fgr_get_u64(rd);
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,1),Height))))
-        fgr_r = fgr_refuse("cuMemsetD2D8_v2", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else
-        fgr_r = ((pfn_cuMemsetD2D8_v2)fgr_real[FGR_OP_cuMemsetD2D8_v2])(dstDevice, dstPitch, uc, Width, Height);
-    return fgr_r;
-}
-
-static CUresult op_cuMemsetD2D8_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
-    size_t dstPitch = (size_t)fgr_get_u64(rd);
-    unsigned char uc = (unsigned char)fgr_get_u64(rd);
-    size_t Width = (size_t)fgr_get_u64(rd);
-    size_t Height = (size_t)fgr_get_u64(rd);
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,1),Height))))
-        fgr_r = fgr_refuse("cuMemsetD2D8_v2_ptds", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else
-        fgr_r = ((pfn_cuMemsetD2D8_v2_ptds)fgr_real[FGR_OP_cuMemsetD2D8_v2_ptds])(dstDevice, dstPitch, uc, Width, Height);
-    return fgr_r;
-}
-
-static CUresult op_cuMemsetD2D8Async(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
-    size_t dstPitch = (size_t)fgr_get_u64(rd);
-    unsigned char uc = (unsigned char)fgr_get_u64(rd);
-    size_t Width = (size_t)fgr_get_u64(rd);
-    size_t Height = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,1),Height))))
-        fgr_r = fgr_refuse("cuMemsetD2D8Async", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
-        fgr_r = fgr_refuse("cuMemsetD2D8Async", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
-        fgr_r = ((pfn_cuMemsetD2D8Async)fgr_real[FGR_OP_cuMemsetD2D8Async])(dstDevice, dstPitch, uc, Width, Height, hStream);
-    return fgr_r;
-}
-
-static CUresult op_cuMemsetD2D8Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
-    size_t dstPitch = (size_t)fgr_get_u64(rd);
-    unsigned char uc = (unsigned char)fgr_get_u64(rd);
-    size_t Width = (size_t)fgr_get_u64(rd);
-    size_t Height = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,1),Height))))
-        fgr_r = fgr_refuse("cuMemsetD2D8Async_ptsz", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
-        fgr_r = fgr_refuse("cuMemsetD2D8Async_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
-        fgr_r = ((pfn_cuMemsetD2D8Async_ptsz)fgr_real[FGR_OP_cuMemsetD2D8Async_ptsz])(dstDevice, dstPitch, uc, Width, Height, hStream);
-    return fgr_r;
-}
-
-static CUresult op_cuMemsetD2D16_v2(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
-    size_t dstPitch = (size_t)fgr_get_u64(rd);
-    unsigned short us = (unsigned short)fgr_get_u64(rd);
-    size_t Width = (size_t)fgr_get_u64(rd);
-    size_t Height = (size_t)fgr_get_u64(rd);
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,2),Height))))
-        fgr_r = fgr_refuse("cuMemsetD2D16_v2", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else
-        fgr_r = ((pfn_cuMemsetD2D16_v2)fgr_real[FGR_OP_cuMemsetD2D16_v2])(dstDevice, dstPitch, us, Width, Height);
-    return fgr_r;
-}
-
-static CUresult op_cuMemsetD2D16_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
-    size_t dstPitch = (size_t)fgr_get_u64(rd);
-    unsigned short us = (unsigned short)fgr_get_u64(rd);
-    size_t Width = (size_t)fgr_get_u64(rd);
-    size_t Height = (size_t)fgr_get_u64(rd);
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,2),Height))))
-        fgr_r = fgr_refuse("cuMemsetD2D16_v2_ptds", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else
-        fgr_r = ((pfn_cuMemsetD2D16_v2_ptds)fgr_real[FGR_OP_cuMemsetD2D16_v2_ptds])(dstDevice, dstPitch, us, Width, Height);
-    return fgr_r;
-}
-
-static CUresult op_cuMemsetD2D16Async(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
-    size_t dstPitch = (size_t)fgr_get_u64(rd);
-    unsigned short us = (unsigned short)fgr_get_u64(rd);
-    size_t Width = (size_t)fgr_get_u64(rd);
-    size_t Height = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,2),Height))))
-        fgr_r = fgr_refuse("cuMemsetD2D16Async", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
-        fgr_r = fgr_refuse("cuMemsetD2D16Async", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
-        fgr_r = ((pfn_cuMemsetD2D16Async)fgr_real[FGR_OP_cuMemsetD2D16Async])(dstDevice, dstPitch, us, Width, Height, hStream);
-    return fgr_r;
-}
-
-static CUresult op_cuMemsetD2D16Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
-    size_t dstPitch = (size_t)fgr_get_u64(rd);
-    unsigned short us = (unsigned short)fgr_get_u64(rd);
-    size_t Width = (size_t)fgr_get_u64(rd);
-    size_t Height = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,2),Height))))
-        fgr_r = fgr_refuse("cuMemsetD2D16Async_ptsz", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
-        fgr_r = fgr_refuse("cuMemsetD2D16Async_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
-        fgr_r = ((pfn_cuMemsetD2D16Async_ptsz)fgr_real[FGR_OP_cuMemsetD2D16Async_ptsz])(dstDevice, dstPitch, us, Width, Height, hStream);
-    return fgr_r;
-}
-
-static CUresult op_cuMemsetD2D32_v2(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
-    size_t dstPitch = (size_t)fgr_get_u64(rd);
-    unsigned int ui = (unsigned int)fgr_get_u64(rd);
-    size_t Width = (size_t)fgr_get_u64(rd);
-    size_t Height = (size_t)fgr_get_u64(rd);
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,4),Height))))
-        fgr_r = fgr_refuse("cuMemsetD2D32_v2", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else
-        fgr_r = ((pfn_cuMemsetD2D32_v2)fgr_real[FGR_OP_cuMemsetD2D32_v2])(dstDevice, dstPitch, ui, Width, Height);
-    return fgr_r;
-}
-
-static CUresult op_cuMemsetD2D32_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
-    size_t dstPitch = (size_t)fgr_get_u64(rd);
-    unsigned int ui = (unsigned int)fgr_get_u64(rd);
-    size_t Width = (size_t)fgr_get_u64(rd);
-    size_t Height = (size_t)fgr_get_u64(rd);
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,4),Height))))
-        fgr_r = fgr_refuse("cuMemsetD2D32_v2_ptds", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else
-        fgr_r = ((pfn_cuMemsetD2D32_v2_ptds)fgr_real[FGR_OP_cuMemsetD2D32_v2_ptds])(dstDevice, dstPitch, ui, Width, Height);
-    return fgr_r;
-}
-
-static CUresult op_cuMemsetD2D32Async(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
-    size_t dstPitch = (size_t)fgr_get_u64(rd);
-    unsigned int ui = (unsigned int)fgr_get_u64(rd);
-    size_t Width = (size_t)fgr_get_u64(rd);
-    size_t Height = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,4),Height))))
-        fgr_r = fgr_refuse("cuMemsetD2D32Async", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
-        fgr_r = fgr_refuse("cuMemsetD2D32Async", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
-        fgr_r = ((pfn_cuMemsetD2D32Async)fgr_real[FGR_OP_cuMemsetD2D32Async])(dstDevice, dstPitch, ui, Width, Height, hStream);
-    return fgr_r;
-}
-
-static CUresult op_cuMemsetD2D32Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
-    size_t dstPitch = (size_t)fgr_get_u64(rd);
-    unsigned int ui = (unsigned int)fgr_get_u64(rd);
-    size_t Width = (size_t)fgr_get_u64(rd);
-    size_t Height = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,4),Height))))
-        fgr_r = fgr_refuse("cuMemsetD2D32Async_ptsz", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
-        fgr_r = fgr_refuse("cuMemsetD2D32Async_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
-        fgr_r = ((pfn_cuMemsetD2D32Async_ptsz)fgr_real[FGR_OP_cuMemsetD2D32Async_ptsz])(dstDevice, dstPitch, ui, Width, Height, hStream);
     return fgr_r;
 }
 
@@ -5007,6 +5007,22 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuMemsetD8Async_ptsz] = {"cuMemsetD8Async_ptsz", op_cuMemsetD8Async_ptsz, 0},
     [FGR_OP_cuMemsetD32Async] = {"cuMemsetD32Async", op_cuMemsetD32Async, 0},
     [FGR_OP_cuMemsetD32Async_ptsz] = {"cuMemsetD32Async_ptsz", op_cuMemsetD32Async_ptsz, 0},
+    [FGR_OP_cuMemsetD16_v2] = {"cuMemsetD16_v2", op_cuMemsetD16_v2, 0},
+    [FGR_OP_cuMemsetD16_v2_ptds] = {"cuMemsetD16_v2_ptds", op_cuMemsetD16_v2_ptds, 0},
+    [FGR_OP_cuMemsetD16Async] = {"cuMemsetD16Async", op_cuMemsetD16Async, 0},
+    [FGR_OP_cuMemsetD16Async_ptsz] = {"cuMemsetD16Async_ptsz", op_cuMemsetD16Async_ptsz, 0},
+    [FGR_OP_cuMemsetD2D8_v2] = {"cuMemsetD2D8_v2", op_cuMemsetD2D8_v2, 0},
+    [FGR_OP_cuMemsetD2D8_v2_ptds] = {"cuMemsetD2D8_v2_ptds", op_cuMemsetD2D8_v2_ptds, 0},
+    [FGR_OP_cuMemsetD2D8Async] = {"cuMemsetD2D8Async", op_cuMemsetD2D8Async, 0},
+    [FGR_OP_cuMemsetD2D8Async_ptsz] = {"cuMemsetD2D8Async_ptsz", op_cuMemsetD2D8Async_ptsz, 0},
+    [FGR_OP_cuMemsetD2D16_v2] = {"cuMemsetD2D16_v2", op_cuMemsetD2D16_v2, 0},
+    [FGR_OP_cuMemsetD2D16_v2_ptds] = {"cuMemsetD2D16_v2_ptds", op_cuMemsetD2D16_v2_ptds, 0},
+    [FGR_OP_cuMemsetD2D16Async] = {"cuMemsetD2D16Async", op_cuMemsetD2D16Async, 0},
+    [FGR_OP_cuMemsetD2D16Async_ptsz] = {"cuMemsetD2D16Async_ptsz", op_cuMemsetD2D16Async_ptsz, 0},
+    [FGR_OP_cuMemsetD2D32_v2] = {"cuMemsetD2D32_v2", op_cuMemsetD2D32_v2, 0},
+    [FGR_OP_cuMemsetD2D32_v2_ptds] = {"cuMemsetD2D32_v2_ptds", op_cuMemsetD2D32_v2_ptds, 0},
+    [FGR_OP_cuMemsetD2D32Async] = {"cuMemsetD2D32Async", op_cuMemsetD2D32Async, 0},
+    [FGR_OP_cuMemsetD2D32Async_ptsz] = {"cuMemsetD2D32Async_ptsz", op_cuMemsetD2D32Async_ptsz, 0},
     [FGR_OP_cuModuleLoadData] = {"cuModuleLoadData", op_cuModuleLoadData, 0},
     [FGR_OP_cuModuleLoadDataEx] = {"cuModuleLoadDataEx", op_cuModuleLoadDataEx, 0},
     [FGR_OP_cuModuleLoadFatBinary] = {"cuModuleLoadFatBinary", op_cuModuleLoadFatBinary, 0},
@@ -5088,22 +5104,6 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuMemcpyPeer_ptds] = {"cuMemcpyPeer_ptds", op_cuMemcpyPeer_ptds, 1},
     [FGR_OP_cuMemcpyPeerAsync] = {"cuMemcpyPeerAsync", op_cuMemcpyPeerAsync, 0},
     [FGR_OP_cuMemcpyPeerAsync_ptsz] = {"cuMemcpyPeerAsync_ptsz", op_cuMemcpyPeerAsync_ptsz, 0},
-    [FGR_OP_cuMemsetD16_v2] = {"cuMemsetD16_v2", op_cuMemsetD16_v2, 0},
-    [FGR_OP_cuMemsetD16_v2_ptds] = {"cuMemsetD16_v2_ptds", op_cuMemsetD16_v2_ptds, 0},
-    [FGR_OP_cuMemsetD16Async] = {"cuMemsetD16Async", op_cuMemsetD16Async, 0},
-    [FGR_OP_cuMemsetD16Async_ptsz] = {"cuMemsetD16Async_ptsz", op_cuMemsetD16Async_ptsz, 0},
-    [FGR_OP_cuMemsetD2D8_v2] = {"cuMemsetD2D8_v2", op_cuMemsetD2D8_v2, 0},
-    [FGR_OP_cuMemsetD2D8_v2_ptds] = {"cuMemsetD2D8_v2_ptds", op_cuMemsetD2D8_v2_ptds, 0},
-    [FGR_OP_cuMemsetD2D8Async] = {"cuMemsetD2D8Async", op_cuMemsetD2D8Async, 0},
-    [FGR_OP_cuMemsetD2D8Async_ptsz] = {"cuMemsetD2D8Async_ptsz", op_cuMemsetD2D8Async_ptsz, 0},
-    [FGR_OP_cuMemsetD2D16_v2] = {"cuMemsetD2D16_v2", op_cuMemsetD2D16_v2, 0},
-    [FGR_OP_cuMemsetD2D16_v2_ptds] = {"cuMemsetD2D16_v2_ptds", op_cuMemsetD2D16_v2_ptds, 0},
-    [FGR_OP_cuMemsetD2D16Async] = {"cuMemsetD2D16Async", op_cuMemsetD2D16Async, 0},
-    [FGR_OP_cuMemsetD2D16Async_ptsz] = {"cuMemsetD2D16Async_ptsz", op_cuMemsetD2D16Async_ptsz, 0},
-    [FGR_OP_cuMemsetD2D32_v2] = {"cuMemsetD2D32_v2", op_cuMemsetD2D32_v2, 0},
-    [FGR_OP_cuMemsetD2D32_v2_ptds] = {"cuMemsetD2D32_v2_ptds", op_cuMemsetD2D32_v2_ptds, 0},
-    [FGR_OP_cuMemsetD2D32Async] = {"cuMemsetD2D32Async", op_cuMemsetD2D32Async, 0},
-    [FGR_OP_cuMemsetD2D32Async_ptsz] = {"cuMemsetD2D32Async_ptsz", op_cuMemsetD2D32Async_ptsz, 0},
     [FGR_OP_cuModuleGetGlobal_v2] = {"cuModuleGetGlobal_v2", op_cuModuleGetGlobal_v2, 0},
     [FGR_OP_cuLibraryGetModule] = {"cuLibraryGetModule", op_cuLibraryGetModule, 0},
     [FGR_OP_cuFuncGetParamInfo] = {"cuFuncGetParamInfo", op_cuFuncGetParamInfo, 0},

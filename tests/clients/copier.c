@@ -1,10 +1,10 @@
 /* Synchronous copies or memsets in a loop, as a tenant that moves data and
  * launches nothing:
  *     copier SECONDS OP
- * OP: htod, dtoh, dtod, memcpy, memset8, memset32, htod2d or dtoh2d (16
- * rows of 256 bytes), each optionally with _ptds (the per-thread default
- * stream ABI). Prints "ready", starts at the
- * first line of stdin, calls OP for SECONDS and prints
+ * OP: htod, dtoh, dtod, memcpy, memset8, memset16, memset32, memset2d (a
+ * 32-bit one), htod2d or dtoh2d (16 rows of 256 bytes), each optionally
+ * with _ptds (the per-thread default stream ABI). Prints "ready", starts at
+ * the first line of stdin, calls OP for SECONDS and prints
  *     ops N longest_ms L
  * L: the longest single call, which is how long it waited for its turn. */
 #include "common.h"
@@ -24,7 +24,7 @@ enum { N = 4096 };
 int main(int argc, char **argv)
 {
     if (argc != 3) {
-        fprintf(stderr, "usage: copier SECONDS htod|dtoh|dtod|memcpy|memset8|memset32|htod2d|dtoh2d[_ptds]\n");
+        fprintf(stderr, "usage: copier SECONDS htod|dtoh|dtod|memcpy|memset8|memset16|memset32|memset2d|htod2d|dtoh2d[_ptds]\n");
         return 2;
     }
     double seconds = atof(argv[1]);
@@ -45,7 +45,7 @@ int main(int argc, char **argv)
 #define CALL(plain, ptds, ...) (pt ? ptds(__VA_ARGS__) : plain(__VA_ARGS__))
     int k = !strcmp(op, "htod") ? 0 : !strcmp(op, "dtoh") ? 1 : !strcmp(op, "dtod") ? 2 : !strcmp(op, "memcpy") ? 3
           : !strcmp(op, "memset8") ? 4 : !strcmp(op, "memset32") ? 5 : !strcmp(op, "htod2d") ? 6
-          : !strcmp(op, "dtoh2d") ? 7 : -1;
+          : !strcmp(op, "dtoh2d") ? 7 : !strcmp(op, "memset16") ? 8 : !strcmp(op, "memset2d") ? 9 : -1;
     if (k < 0) {
         fprintf(stderr, "copier: unknown op %s\n", argv[2]);
         return 2;
@@ -74,7 +74,9 @@ int main(int argc, char **argv)
         case 4: CHECK(CALL(cuMemsetD8_v2, cuMemsetD8_v2_ptds, a, 1, N)); break;
         case 5: CHECK(CALL(cuMemsetD32_v2, cuMemsetD32_v2_ptds, a, 1, N / 4)); break;
         case 6: CHECK(CALL(cuMemcpy2D_v2, cuMemcpy2D_v2_ptds, &up)); break;
-        default: CHECK(CALL(cuMemcpy2D_v2, cuMemcpy2D_v2_ptds, &down)); break;
+        case 7: CHECK(CALL(cuMemcpy2D_v2, cuMemcpy2D_v2_ptds, &down)); break;
+        case 8: CHECK(CALL(cuMemsetD16_v2, cuMemsetD16_v2_ptds, a, 1, N / 2)); break;
+        default: CHECK(CALL(cuMemsetD2D32_v2, cuMemsetD2D32_v2_ptds, a, 256, 7, 32, 16)); break;
         }
         double after = wall_ms();
         if (after - now > longest)

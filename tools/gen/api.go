@@ -34,7 +34,10 @@ type Entry struct {
 	Params   []Param
 	Bytes    string   // C expression counted as bytes, or ""
 	Policies []string // policies that act on this hook, outermost first (see policies)
-	Legacy   bool     // typedef only under __CUDA_API_VERSION_INTERNAL
+	// Compute is the form of a compute hook the generator writes (see
+	// computeForms); "" when fg_compute_<name> is written by hand.
+	Compute string
+	Legacy  bool // typedef only under __CUDA_API_VERSION_INTERNAL
 }
 
 // policies are the policies a hook can name in api/*.api, outermost first:
@@ -49,6 +52,16 @@ var policies = []struct {
 	{"census", "export tables patched with counting trampolines (FLEXGV_CENSUS)", false},
 	{"mem", "memory quotas (FLEXGV_TENANT)", false},
 	{"compute", "compute caps (FLEXGV_COMPUTE with FLEXGV_TENANT)", false},
+}
+
+// computeForms are the compute hooks the generator writes
+// (shim/compute_gen.inc, over the macros of shim/compute.c), by the kind of
+// call: the rest are written by hand.
+var computeForms = map[string]string{
+	"stream":   "work queued on its hStream, taking its turn as a launch does",
+	"blocking": "a synchronous copy or memset on the default stream",
+	"readback": "a synchronous copy into host memory: a synchronization too",
+	"sync":     "a synchronization: what completed is said at once",
 }
 
 // policyIndex is the position of a policy in policies, or -1.
@@ -159,6 +172,13 @@ func parseAPI(path string, lib Lib) ([]Entry, error) {
 				e.Bytes = strings.TrimPrefix(attr, "bytes=")
 			case policyIndex(attr) >= 0:
 				e.Policies = append(e.Policies, attr)
+			case strings.HasPrefix(attr, "compute:"):
+				form := strings.TrimPrefix(attr, "compute:")
+				if _, ok := computeForms[form]; !ok {
+					return nil, fmt.Errorf("%s:%d: unknown compute form %q", path, ln, form)
+				}
+				e.Policies = append(e.Policies, "compute")
+				e.Compute = form
 			case attr == "legacy":
 				e.Legacy = true
 			default:
@@ -216,7 +236,7 @@ func logFormat(p Param) (string, string, error) {
 		return "%p", fmt.Sprintf("(const void *)%s", p.Name), nil
 	case t == "size_t":
 		return "%zu", p.Name, nil
-	case t == "unsigned int" || t == "unsigned char":
+	case t == "unsigned int" || t == "unsigned char" || t == "unsigned short":
 		return "%u", fmt.Sprintf("(unsigned)%s", p.Name), nil
 	case t == "int" || t == "CUdevice":
 		return "%d", p.Name, nil

@@ -76,6 +76,53 @@ func emitShimHeader(all []Entry) string {
 	return b.String()
 }
 
+// emitComputeHooks writes the compute hooks of the forms in computeForms,
+// to be included at the end of shim/compute.c.
+func emitComputeHooks(all []Entry) (string, error) {
+	var b strings.Builder
+	b.WriteString(cHeader)
+	b.WriteString("/* Included by shim/compute.c, whose macros these are written with. */\n\n")
+	for _, e := range all {
+		if e.Compute == "" {
+			continue
+		}
+		var args []string
+		stream := ""
+		for _, p := range e.Params {
+			args = append(args, p.Name)
+			if p.Name == "hStream" && p.Type == "CUstream" {
+				stream = p.Name
+			}
+		}
+		pt := 0
+		if strings.HasSuffix(e.Name, "_ptsz") || strings.HasSuffix(e.Name, "_ptds") {
+			pt = 1
+		}
+		call := fmt.Sprintf("next(%s)", strings.Join(args, ", "))
+		var body string
+		switch e.Compute {
+		case "stream":
+			if stream == "" {
+				return "", fmt.Errorf("%s: compute:stream needs a CUstream hStream parameter", e.Name)
+			}
+			body = fmt.Sprintf("SCHEDULED(%s, %d, %s);", stream, pt, call)
+		case "blocking":
+			body = fmt.Sprintf("SCHEDULED_BLOCKING(%d, AS_IS, %s);", pt, call)
+		case "readback":
+			body = fmt.Sprintf("SCHEDULED_BLOCKING(%d, synced, %s);", pt, call)
+		case "sync":
+			body = fmt.Sprintf("return synced(%s);", call)
+		}
+		params := ""
+		if len(e.Params) > 0 {
+			params = ", " + e.ParamList()
+		}
+		fmt.Fprintf(&b, "/* %s */\nCUresult fg_compute_%s(fg_real_%s next%s)\n{\n    %s\n}\n\n", computeForms[e.Compute],
+			e.Name, e.Name, params, body)
+	}
+	return strings.TrimSuffix(b.String(), "\n"), nil
+}
+
 // emitWrappers writes the shim's exported wrappers and its lookup tables.
 func emitWrappers(all []Entry) (string, error) {
 	var b strings.Builder

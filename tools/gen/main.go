@@ -46,11 +46,16 @@ func generate(root string) (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	computeHooks, err := emitComputeHooks(all)
+	if err != nil {
+		return nil, err
+	}
 	files := map[string][]byte{
 		"include/flexgv/api_ids_gen.h":       []byte(emitIDs(all)),
 		"include/flexgv/cuda_api_gen.h":      []byte(emitCUDAProtos(all)),
 		"shim/hooks_gen.c":                   []byte(wrappers),
 		"shim/hooks_gen.h":                   []byte(emitShimHeader(all)),
+		"shim/compute_gen.inc":               []byte(computeHooks),
 		"simgpu/procs_gen.c":                 []byte(emitSimTable(all)),
 		"internal/api/api_gen.go":            []byte(emitGoAPI(all)),
 		"scripts/gpu/declcheck_gen.c":        []byte(emitDeclCheck(all, false)),
