@@ -83,6 +83,10 @@ const char *const fg_api_names[FG_NUM_APIS] = {
     "cuMemcpyDtoDAsync_v2_ptsz",
     "cuMemcpyAsync",
     "cuMemcpyAsync_ptsz",
+    "cuMemcpyPeer",
+    "cuMemcpyPeer_ptds",
+    "cuMemcpyPeerAsync",
+    "cuMemcpyPeerAsync_ptsz",
     "cuMemcpy2D_v2",
     "cuMemcpy2D_v2_ptds",
     "cuMemcpy2DUnaligned_v2",
@@ -276,6 +280,10 @@ const char *const fg_api_bases[FG_NUM_APIS] = {
     "cuMemcpyDtoDAsync",
     "cuMemcpyAsync",
     "cuMemcpyAsync",
+    "cuMemcpyPeer",
+    "cuMemcpyPeer",
+    "cuMemcpyPeerAsync",
+    "cuMemcpyPeerAsync",
     "cuMemcpy2D",
     "cuMemcpy2D",
     "cuMemcpy2DUnaligned",
@@ -516,6 +524,10 @@ const unsigned short fg_api_by_name[FG_NUM_APIS] = {
     FG_API_cuMemcpyHtoDAsync_v2_ptsz,
     FG_API_cuMemcpyHtoD_v2,
     FG_API_cuMemcpyHtoD_v2_ptds,
+    FG_API_cuMemcpyPeer,
+    FG_API_cuMemcpyPeerAsync,
+    FG_API_cuMemcpyPeerAsync_ptsz,
+    FG_API_cuMemcpyPeer_ptds,
     FG_API_cuMemcpy_ptds,
     FG_API_cuMemsetD16Async,
     FG_API_cuMemsetD16Async_ptsz,
@@ -596,7 +608,7 @@ unsigned char fg_policy_on[FG_NUM_POLICIES] = {
 static const unsigned short hooks_procaddr[] = {FG_API_cuGetProcAddress, FG_API_cuGetProcAddress_v2, 0xffff};
 static const unsigned short hooks_census[] = {FG_API_cuGetExportTable, 0xffff};
 static const unsigned short hooks_mem[] = {FG_API_cuInit, FG_API_cuDeviceTotalMem_v2, FG_API_cuDevicePrimaryCtxRetain, FG_API_cuDevicePrimaryCtxRelease_v2, FG_API_cuDevicePrimaryCtxReset_v2, FG_API_cuCtxCreate_v2, FG_API_cuCtxCreate_v4, FG_API_cuCtxDestroy_v2, FG_API_cuCtxSynchronize, FG_API_cuCtxSynchronize_v2, FG_API_cuCtxSetLimit, FG_API_cuMemGetInfo_v2, FG_API_cuMemAlloc_v2, FG_API_cuMemAllocPitch_v2, FG_API_cuMemFree_v2, FG_API_cuMemAllocManaged, FG_API_cuMemAllocAsync, FG_API_cuMemAllocAsync_ptsz, FG_API_cuMemAllocFromPoolAsync, FG_API_cuMemAllocFromPoolAsync_ptsz, FG_API_cuMemPoolCreate, FG_API_cuMemPoolDestroy, FG_API_cuMemPoolTrimTo, FG_API_cuMemCreate, FG_API_cuMemRelease, FG_API_cuMemMap, FG_API_cuMemUnmap, FG_API_cuArrayCreate_v2, FG_API_cuArray3DCreate_v2, FG_API_cuArrayDestroy, FG_API_cuMipmappedArrayCreate, FG_API_cuMipmappedArrayDestroy, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuDeviceGraphMemTrim, FG_API_cuGraphInstantiateWithFlags, FG_API_cuGraphInstantiateWithParams, FG_API_cuGraphInstantiateWithParams_ptsz, FG_API_cuGraphUpload, FG_API_cuGraphUpload_ptsz, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, FG_API_cuGraphExecDestroy, FG_API_nvmlDeviceGetMemoryInfo, FG_API_nvmlDeviceGetMemoryInfo_v2, 0xffff};
-static const unsigned short hooks_compute[] = {FG_API_cuCtxSynchronize, FG_API_cuCtxSynchronize_v2, FG_API_cuMemcpyHtoD_v2, FG_API_cuMemcpyHtoD_v2_ptds, FG_API_cuMemcpyDtoH_v2, FG_API_cuMemcpyDtoH_v2_ptds, FG_API_cuMemcpyDtoD_v2, FG_API_cuMemcpyDtoD_v2_ptds, FG_API_cuMemcpy, FG_API_cuMemcpy_ptds, FG_API_cuMemcpyHtoDAsync_v2, FG_API_cuMemcpyHtoDAsync_v2_ptsz, FG_API_cuMemcpyDtoHAsync_v2, FG_API_cuMemcpyDtoHAsync_v2_ptsz, FG_API_cuMemcpyDtoDAsync_v2, FG_API_cuMemcpyDtoDAsync_v2_ptsz, FG_API_cuMemcpyAsync, FG_API_cuMemcpyAsync_ptsz, FG_API_cuMemcpy2D_v2, FG_API_cuMemcpy2D_v2_ptds, FG_API_cuMemcpy2DUnaligned_v2, FG_API_cuMemcpy2DUnaligned_v2_ptds, FG_API_cuMemcpy2DAsync_v2, FG_API_cuMemcpy2DAsync_v2_ptsz, FG_API_cuMemsetD8_v2, FG_API_cuMemsetD8_v2_ptds, FG_API_cuMemsetD32_v2, FG_API_cuMemsetD32_v2_ptds, FG_API_cuMemsetD8Async, FG_API_cuMemsetD8Async_ptsz, FG_API_cuMemsetD32Async, FG_API_cuMemsetD32Async_ptsz, FG_API_cuMemsetD16_v2, FG_API_cuMemsetD16_v2_ptds, FG_API_cuMemsetD16Async, FG_API_cuMemsetD16Async_ptsz, FG_API_cuMemsetD2D8_v2, FG_API_cuMemsetD2D8_v2_ptds, FG_API_cuMemsetD2D8Async, FG_API_cuMemsetD2D8Async_ptsz, FG_API_cuMemsetD2D16_v2, FG_API_cuMemsetD2D16_v2_ptds, FG_API_cuMemsetD2D16Async, FG_API_cuMemsetD2D16Async_ptsz, FG_API_cuMemsetD2D32_v2, FG_API_cuMemsetD2D32_v2_ptds, FG_API_cuMemsetD2D32Async, FG_API_cuMemsetD2D32Async_ptsz, FG_API_cuLaunchKernel, FG_API_cuLaunchKernel_ptsz, FG_API_cuLaunchKernelEx, FG_API_cuLaunchKernelEx_ptsz, FG_API_cuLaunchCooperativeKernel, FG_API_cuLaunchCooperativeKernel_ptsz, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, 0xffff};
+static const unsigned short hooks_compute[] = {FG_API_cuCtxSynchronize, FG_API_cuCtxSynchronize_v2, FG_API_cuMemcpyHtoD_v2, FG_API_cuMemcpyHtoD_v2_ptds, FG_API_cuMemcpyDtoH_v2, FG_API_cuMemcpyDtoH_v2_ptds, FG_API_cuMemcpyDtoD_v2, FG_API_cuMemcpyDtoD_v2_ptds, FG_API_cuMemcpy, FG_API_cuMemcpy_ptds, FG_API_cuMemcpyHtoDAsync_v2, FG_API_cuMemcpyHtoDAsync_v2_ptsz, FG_API_cuMemcpyDtoHAsync_v2, FG_API_cuMemcpyDtoHAsync_v2_ptsz, FG_API_cuMemcpyDtoDAsync_v2, FG_API_cuMemcpyDtoDAsync_v2_ptsz, FG_API_cuMemcpyAsync, FG_API_cuMemcpyAsync_ptsz, FG_API_cuMemcpyPeer, FG_API_cuMemcpyPeer_ptds, FG_API_cuMemcpyPeerAsync, FG_API_cuMemcpyPeerAsync_ptsz, FG_API_cuMemcpy2D_v2, FG_API_cuMemcpy2D_v2_ptds, FG_API_cuMemcpy2DUnaligned_v2, FG_API_cuMemcpy2DUnaligned_v2_ptds, FG_API_cuMemcpy2DAsync_v2, FG_API_cuMemcpy2DAsync_v2_ptsz, FG_API_cuMemsetD8_v2, FG_API_cuMemsetD8_v2_ptds, FG_API_cuMemsetD32_v2, FG_API_cuMemsetD32_v2_ptds, FG_API_cuMemsetD8Async, FG_API_cuMemsetD8Async_ptsz, FG_API_cuMemsetD32Async, FG_API_cuMemsetD32Async_ptsz, FG_API_cuMemsetD16_v2, FG_API_cuMemsetD16_v2_ptds, FG_API_cuMemsetD16Async, FG_API_cuMemsetD16Async_ptsz, FG_API_cuMemsetD2D8_v2, FG_API_cuMemsetD2D8_v2_ptds, FG_API_cuMemsetD2D8Async, FG_API_cuMemsetD2D8Async_ptsz, FG_API_cuMemsetD2D16_v2, FG_API_cuMemsetD2D16_v2_ptds, FG_API_cuMemsetD2D16Async, FG_API_cuMemsetD2D16Async_ptsz, FG_API_cuMemsetD2D32_v2, FG_API_cuMemsetD2D32_v2_ptds, FG_API_cuMemsetD2D32Async, FG_API_cuMemsetD2D32Async_ptsz, FG_API_cuLaunchKernel, FG_API_cuLaunchKernel_ptsz, FG_API_cuLaunchKernelEx, FG_API_cuLaunchKernelEx_ptsz, FG_API_cuLaunchCooperativeKernel, FG_API_cuLaunchCooperativeKernel_ptsz, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, 0xffff};
 
 void fg_policy_enable(enum fg_policy p)
 {
@@ -2076,6 +2088,78 @@ FG_SLOW CUresult fg_slow_cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, si
 
 FG_FAST_PATH(cuMemcpyAsync_ptsz, 80)
 
+FG_SLOW CUresult fg_slow_cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
+{
+    fg_real_cuMemcpyPeer real = (fg_real_cuMemcpyPeer)fg_real_fn(FG_API_cuMemcpyPeer);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemcpyPeer);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyPeer(real, dstDevice, dstContext, srcDevice, srcContext, ByteCount) : real(dstDevice, dstContext, srcDevice, srcContext, ByteCount));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyPeer(real, dstDevice, dstContext, srcDevice, srcContext, ByteCount) : real(dstDevice, dstContext, srcDevice, srcContext, ByteCount));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemcpyPeer, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(ByteCount));
+    if (fg_logging)
+        fg_log(FG_API_cuMemcpyPeer, (int)r, dt, "dstDevice=0x%llx, dstContext=%p, srcDevice=0x%llx, srcContext=%p, ByteCount=%zu", (unsigned long long)dstDevice, (const void *)dstContext, (unsigned long long)srcDevice, (const void *)srcContext, ByteCount);
+    return r;
+}
+
+FG_FAST_PATH(cuMemcpyPeer, 81)
+
+FG_SLOW CUresult fg_slow_cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
+{
+    fg_real_cuMemcpyPeer_ptds real = (fg_real_cuMemcpyPeer_ptds)fg_real_fn(FG_API_cuMemcpyPeer_ptds);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemcpyPeer_ptds);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyPeer_ptds(real, dstDevice, dstContext, srcDevice, srcContext, ByteCount) : real(dstDevice, dstContext, srcDevice, srcContext, ByteCount));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyPeer_ptds(real, dstDevice, dstContext, srcDevice, srcContext, ByteCount) : real(dstDevice, dstContext, srcDevice, srcContext, ByteCount));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemcpyPeer_ptds, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(ByteCount));
+    if (fg_logging)
+        fg_log(FG_API_cuMemcpyPeer_ptds, (int)r, dt, "dstDevice=0x%llx, dstContext=%p, srcDevice=0x%llx, srcContext=%p, ByteCount=%zu", (unsigned long long)dstDevice, (const void *)dstContext, (unsigned long long)srcDevice, (const void *)srcContext, ByteCount);
+    return r;
+}
+
+FG_FAST_PATH(cuMemcpyPeer_ptds, 82)
+
+FG_SLOW CUresult fg_slow_cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
+{
+    fg_real_cuMemcpyPeerAsync real = (fg_real_cuMemcpyPeerAsync)fg_real_fn(FG_API_cuMemcpyPeerAsync);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemcpyPeerAsync);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyPeerAsync(real, dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream) : real(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyPeerAsync(real, dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream) : real(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemcpyPeerAsync, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(ByteCount));
+    if (fg_logging)
+        fg_log(FG_API_cuMemcpyPeerAsync, (int)r, dt, "dstDevice=0x%llx, dstContext=%p, srcDevice=0x%llx, srcContext=%p, ByteCount=%zu, hStream=%p", (unsigned long long)dstDevice, (const void *)dstContext, (unsigned long long)srcDevice, (const void *)srcContext, ByteCount, (const void *)hStream);
+    return r;
+}
+
+FG_FAST_PATH(cuMemcpyPeerAsync, 83)
+
+FG_SLOW CUresult fg_slow_cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
+{
+    fg_real_cuMemcpyPeerAsync_ptsz real = (fg_real_cuMemcpyPeerAsync_ptsz)fg_real_fn(FG_API_cuMemcpyPeerAsync_ptsz);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemcpyPeerAsync_ptsz);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyPeerAsync_ptsz(real, dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream) : real(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpyPeerAsync_ptsz(real, dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream) : real(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemcpyPeerAsync_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(ByteCount));
+    if (fg_logging)
+        fg_log(FG_API_cuMemcpyPeerAsync_ptsz, (int)r, dt, "dstDevice=0x%llx, dstContext=%p, srcDevice=0x%llx, srcContext=%p, ByteCount=%zu, hStream=%p", (unsigned long long)dstDevice, (const void *)dstContext, (unsigned long long)srcDevice, (const void *)srcContext, ByteCount, (const void *)hStream);
+    return r;
+}
+
+FG_FAST_PATH(cuMemcpyPeerAsync_ptsz, 84)
+
 FG_SLOW CUresult fg_slow_cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
 {
     fg_real_cuMemcpy2D_v2 real = (fg_real_cuMemcpy2D_v2)fg_real_fn(FG_API_cuMemcpy2D_v2);
@@ -2092,7 +2176,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy2D_v2, 81)
+FG_FAST_PATH(cuMemcpy2D_v2, 85)
 
 FG_SLOW CUresult fg_slow_cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *pCopy)
 {
@@ -2110,7 +2194,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *pCopy)
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy2D_v2_ptds, 82)
+FG_FAST_PATH(cuMemcpy2D_v2_ptds, 86)
 
 FG_SLOW CUresult fg_slow_cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy)
 {
@@ -2128,7 +2212,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy)
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy2DUnaligned_v2, 83)
+FG_FAST_PATH(cuMemcpy2DUnaligned_v2, 87)
 
 FG_SLOW CUresult fg_slow_cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *pCopy)
 {
@@ -2146,7 +2230,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *pCopy)
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy2DUnaligned_v2_ptds, 84)
+FG_FAST_PATH(cuMemcpy2DUnaligned_v2_ptds, 88)
 
 FG_SLOW CUresult fg_slow_cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
 {
@@ -2164,7 +2248,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy2DAsync_v2, 85)
+FG_FAST_PATH(cuMemcpy2DAsync_v2, 89)
 
 FG_SLOW CUresult fg_slow_cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
 {
@@ -2182,7 +2266,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *pCopy, CUs
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy2DAsync_v2_ptsz, 86)
+FG_FAST_PATH(cuMemcpy2DAsync_v2_ptsz, 90)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
@@ -2200,7 +2284,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, 
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8_v2, 87)
+FG_FAST_PATH(cuMemsetD8_v2, 91)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
@@ -2218,7 +2302,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8_v2_ptds, 88)
+FG_FAST_PATH(cuMemsetD8_v2_ptds, 92)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
@@ -2236,7 +2320,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, 
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32_v2, 89)
+FG_FAST_PATH(cuMemsetD32_v2, 93)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
@@ -2254,7 +2338,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32_v2_ptds, 90)
+FG_FAST_PATH(cuMemsetD32_v2_ptds, 94)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
@@ -2272,7 +2356,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8Async, 91)
+FG_FAST_PATH(cuMemsetD8Async, 95)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
@@ -2290,7 +2374,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned ch
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8Async_ptsz, 92)
+FG_FAST_PATH(cuMemsetD8Async_ptsz, 96)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
@@ -2308,7 +2392,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32Async, 93)
+FG_FAST_PATH(cuMemsetD32Async, 97)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
@@ -2326,7 +2410,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned i
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32Async_ptsz, 94)
+FG_FAST_PATH(cuMemsetD32Async_ptsz, 98)
 
 FG_SLOW CUresult fg_slow_cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N)
 {
@@ -2344,7 +2428,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD16_v2, 95)
+FG_FAST_PATH(cuMemsetD16_v2, 99)
 
 FG_SLOW CUresult fg_slow_cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N)
 {
@@ -2362,7 +2446,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned sho
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD16_v2_ptds, 96)
+FG_FAST_PATH(cuMemsetD16_v2_ptds, 100)
 
 FG_SLOW CUresult fg_slow_cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
 {
@@ -2380,7 +2464,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short 
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD16Async, 97)
+FG_FAST_PATH(cuMemsetD16Async, 101)
 
 FG_SLOW CUresult fg_slow_cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
 {
@@ -2398,7 +2482,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned s
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD16Async_ptsz, 98)
+FG_FAST_PATH(cuMemsetD16Async_ptsz, 102)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
 {
@@ -2416,7 +2500,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch,
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D8_v2, 99)
+FG_FAST_PATH(cuMemsetD2D8_v2, 103)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
 {
@@ -2434,7 +2518,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstP
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D8_v2_ptds, 100)
+FG_FAST_PATH(cuMemsetD2D8_v2_ptds, 104)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
 {
@@ -2452,7 +2536,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitc
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D8Async, 101)
+FG_FAST_PATH(cuMemsetD2D8Async, 105)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D8Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
 {
@@ -2470,7 +2554,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D8Async_ptsz(CUdeviceptr dstDevice, size_t ds
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D8Async_ptsz, 102)
+FG_FAST_PATH(cuMemsetD2D8Async_ptsz, 106)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
 {
@@ -2488,7 +2572,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D16_v2, 103)
+FG_FAST_PATH(cuMemsetD2D16_v2, 107)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
 {
@@ -2506,7 +2590,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dst
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D16_v2_ptds, 104)
+FG_FAST_PATH(cuMemsetD2D16_v2_ptds, 108)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
 {
@@ -2524,7 +2608,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPit
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D16Async, 105)
+FG_FAST_PATH(cuMemsetD2D16Async, 109)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
 {
@@ -2542,7 +2626,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t d
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D16Async_ptsz, 106)
+FG_FAST_PATH(cuMemsetD2D16Async_ptsz, 110)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
 {
@@ -2560,7 +2644,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D32_v2, 107)
+FG_FAST_PATH(cuMemsetD2D32_v2, 111)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
 {
@@ -2578,7 +2662,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dst
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D32_v2_ptds, 108)
+FG_FAST_PATH(cuMemsetD2D32_v2_ptds, 112)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
 {
@@ -2596,7 +2680,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPit
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D32Async, 109)
+FG_FAST_PATH(cuMemsetD2D32Async, 113)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
 {
@@ -2614,7 +2698,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t d
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D32Async_ptsz, 110)
+FG_FAST_PATH(cuMemsetD2D32Async_ptsz, 114)
 
 FG_SLOW CUresult fg_slow_cuModuleLoad(CUmodule *module, const char *fname)
 {
@@ -2632,7 +2716,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoad(CUmodule *module, const char *fname)
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoad, 111)
+FG_FAST_PATH(cuModuleLoad, 115)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadData(CUmodule *module, const void *image)
 {
@@ -2650,7 +2734,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoadData(CUmodule *module, const void *image)
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoadData, 112)
+FG_FAST_PATH(cuModuleLoadData, 116)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
@@ -2668,7 +2752,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoadDataEx(CUmodule *module, const void *image,
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoadDataEx, 113)
+FG_FAST_PATH(cuModuleLoadDataEx, 117)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
 {
@@ -2686,7 +2770,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoadFatBinary(CUmodule *module, const void *fat
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoadFatBinary, 114)
+FG_FAST_PATH(cuModuleLoadFatBinary, 118)
 
 FG_SLOW CUresult fg_slow_cuModuleUnload(CUmodule hmod)
 {
@@ -2704,7 +2788,7 @@ FG_SLOW CUresult fg_slow_cuModuleUnload(CUmodule hmod)
     return r;
 }
 
-FG_FAST_PATH(cuModuleUnload, 115)
+FG_FAST_PATH(cuModuleUnload, 119)
 
 FG_SLOW CUresult fg_slow_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
 {
@@ -2722,7 +2806,7 @@ FG_SLOW CUresult fg_slow_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, c
     return r;
 }
 
-FG_FAST_PATH(cuModuleGetFunction, 116)
+FG_FAST_PATH(cuModuleGetFunction, 120)
 
 FG_SLOW CUresult fg_slow_cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
@@ -2740,7 +2824,7 @@ FG_SLOW CUresult fg_slow_cuLibraryLoadData(CUlibrary *library, const void *code,
     return r;
 }
 
-FG_FAST_PATH(cuLibraryLoadData, 117)
+FG_FAST_PATH(cuLibraryLoadData, 121)
 
 FG_SLOW CUresult fg_slow_cuLibraryUnload(CUlibrary library)
 {
@@ -2758,7 +2842,7 @@ FG_SLOW CUresult fg_slow_cuLibraryUnload(CUlibrary library)
     return r;
 }
 
-FG_FAST_PATH(cuLibraryUnload, 118)
+FG_FAST_PATH(cuLibraryUnload, 122)
 
 FG_SLOW CUresult fg_slow_cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
 {
@@ -2776,7 +2860,7 @@ FG_SLOW CUresult fg_slow_cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library
     return r;
 }
 
-FG_FAST_PATH(cuLibraryGetKernel, 119)
+FG_FAST_PATH(cuLibraryGetKernel, 123)
 
 FG_SLOW CUresult fg_slow_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 {
@@ -2794,7 +2878,7 @@ FG_SLOW CUresult fg_slow_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
     return r;
 }
 
-FG_FAST_PATH(cuKernelGetFunction, 120)
+FG_FAST_PATH(cuKernelGetFunction, 124)
 
 FG_SLOW CUresult fg_slow_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
 {
@@ -2812,7 +2896,7 @@ FG_SLOW CUresult fg_slow_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib
     return r;
 }
 
-FG_FAST_PATH(cuFuncGetAttribute, 121)
+FG_FAST_PATH(cuFuncGetAttribute, 125)
 
 FG_SLOW CUresult fg_slow_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
 {
@@ -2830,7 +2914,7 @@ FG_SLOW CUresult fg_slow_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribu
     return r;
 }
 
-FG_FAST_PATH(cuFuncSetAttribute, 122)
+FG_FAST_PATH(cuFuncSetAttribute, 126)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
@@ -2848,7 +2932,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernel(CUfunction f, unsigned int gridDimX, uns
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernel, 123)
+FG_FAST_PATH(cuLaunchKernel, 127)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
@@ -2866,7 +2950,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernel_ptsz, 124)
+FG_FAST_PATH(cuLaunchKernel_ptsz, 128)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
@@ -2884,7 +2968,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernelEx(const CUlaunchConfig *config, CUfuncti
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernelEx, 125)
+FG_FAST_PATH(cuLaunchKernelEx, 129)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
@@ -2902,7 +2986,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUf
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernelEx_ptsz, 126)
+FG_FAST_PATH(cuLaunchKernelEx_ptsz, 130)
 
 FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
@@ -2920,7 +3004,7 @@ FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel(CUfunction f, unsigned int gr
     return r;
 }
 
-FG_FAST_PATH(cuLaunchCooperativeKernel, 127)
+FG_FAST_PATH(cuLaunchCooperativeKernel, 131)
 
 FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
@@ -2938,7 +3022,7 @@ FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned i
     return r;
 }
 
-FG_FAST_PATH(cuLaunchCooperativeKernel_ptsz, 128)
+FG_FAST_PATH(cuLaunchCooperativeKernel_ptsz, 132)
 
 FG_SLOW CUresult fg_slow_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
 {
@@ -2956,7 +3040,7 @@ FG_SLOW CUresult fg_slow_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *u
     return r;
 }
 
-FG_FAST_PATH(cuLaunchHostFunc, 129)
+FG_FAST_PATH(cuLaunchHostFunc, 133)
 
 FG_SLOW CUresult fg_slow_cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData)
 {
@@ -2974,7 +3058,7 @@ FG_SLOW CUresult fg_slow_cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, vo
     return r;
 }
 
-FG_FAST_PATH(cuLaunchHostFunc_ptsz, 130)
+FG_FAST_PATH(cuLaunchHostFunc_ptsz, 134)
 
 FG_SLOW CUresult fg_slow_cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
 {
@@ -2992,7 +3076,7 @@ FG_SLOW CUresult fg_slow_cuStreamAddCallback(CUstream hStream, CUstreamCallback 
     return r;
 }
 
-FG_FAST_PATH(cuStreamAddCallback, 131)
+FG_FAST_PATH(cuStreamAddCallback, 135)
 
 FG_SLOW CUresult fg_slow_cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
 {
@@ -3010,7 +3094,7 @@ FG_SLOW CUresult fg_slow_cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCall
     return r;
 }
 
-FG_FAST_PATH(cuStreamAddCallback_ptsz, 132)
+FG_FAST_PATH(cuStreamAddCallback_ptsz, 136)
 
 FG_SLOW CUresult fg_slow_cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
@@ -3028,7 +3112,7 @@ FG_SLOW CUresult fg_slow_cuStreamCreate(CUstream *phStream, unsigned int Flags)
     return r;
 }
 
-FG_FAST_PATH(cuStreamCreate, 133)
+FG_FAST_PATH(cuStreamCreate, 137)
 
 FG_SLOW CUresult fg_slow_cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
@@ -3046,7 +3130,7 @@ FG_SLOW CUresult fg_slow_cuStreamCreateWithPriority(CUstream *phStream, unsigned
     return r;
 }
 
-FG_FAST_PATH(cuStreamCreateWithPriority, 134)
+FG_FAST_PATH(cuStreamCreateWithPriority, 138)
 
 FG_SLOW CUresult fg_slow_cuStreamDestroy_v2(CUstream hStream)
 {
@@ -3064,7 +3148,7 @@ FG_SLOW CUresult fg_slow_cuStreamDestroy_v2(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamDestroy_v2, 135)
+FG_FAST_PATH(cuStreamDestroy_v2, 139)
 
 static CUresult fg_layer1_cuStreamSynchronize(CUstream hStream)
 {
@@ -3088,7 +3172,7 @@ FG_SLOW CUresult fg_slow_cuStreamSynchronize(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamSynchronize, 136)
+FG_FAST_PATH(cuStreamSynchronize, 140)
 
 static CUresult fg_layer1_cuStreamSynchronize_ptsz(CUstream hStream)
 {
@@ -3112,7 +3196,7 @@ FG_SLOW CUresult fg_slow_cuStreamSynchronize_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamSynchronize_ptsz, 137)
+FG_FAST_PATH(cuStreamSynchronize_ptsz, 141)
 
 FG_SLOW CUresult fg_slow_cuStreamQuery(CUstream hStream)
 {
@@ -3130,7 +3214,7 @@ FG_SLOW CUresult fg_slow_cuStreamQuery(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamQuery, 138)
+FG_FAST_PATH(cuStreamQuery, 142)
 
 FG_SLOW CUresult fg_slow_cuStreamQuery_ptsz(CUstream hStream)
 {
@@ -3148,7 +3232,7 @@ FG_SLOW CUresult fg_slow_cuStreamQuery_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamQuery_ptsz, 139)
+FG_FAST_PATH(cuStreamQuery_ptsz, 143)
 
 FG_SLOW CUresult fg_slow_cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
@@ -3166,7 +3250,7 @@ FG_SLOW CUresult fg_slow_cuStreamWaitEvent(CUstream hStream, CUevent hEvent, uns
     return r;
 }
 
-FG_FAST_PATH(cuStreamWaitEvent, 140)
+FG_FAST_PATH(cuStreamWaitEvent, 144)
 
 FG_SLOW CUresult fg_slow_cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
@@ -3184,7 +3268,7 @@ FG_SLOW CUresult fg_slow_cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent
     return r;
 }
 
-FG_FAST_PATH(cuStreamWaitEvent_ptsz, 141)
+FG_FAST_PATH(cuStreamWaitEvent_ptsz, 145)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture(CUstream hStream)
 {
@@ -3202,7 +3286,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture, 142)
+FG_FAST_PATH(cuStreamBeginCapture, 146)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_ptsz(CUstream hStream)
 {
@@ -3220,7 +3304,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_ptsz, 143)
+FG_FAST_PATH(cuStreamBeginCapture_ptsz, 147)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
@@ -3238,7 +3322,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptu
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_v2, 144)
+FG_FAST_PATH(cuStreamBeginCapture_v2, 148)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
 {
@@ -3256,7 +3340,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstream
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_v2_ptsz, 145)
+FG_FAST_PATH(cuStreamBeginCapture_v2_ptsz, 149)
 
 FG_SLOW CUresult fg_slow_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
@@ -3274,7 +3358,7 @@ FG_SLOW CUresult fg_slow_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
     return r;
 }
 
-FG_FAST_PATH(cuStreamEndCapture, 146)
+FG_FAST_PATH(cuStreamEndCapture, 150)
 
 FG_SLOW CUresult fg_slow_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
 {
@@ -3292,7 +3376,7 @@ FG_SLOW CUresult fg_slow_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGr
     return r;
 }
 
-FG_FAST_PATH(cuStreamEndCapture_ptsz, 147)
+FG_FAST_PATH(cuStreamEndCapture_ptsz, 151)
 
 FG_SLOW CUresult fg_slow_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
@@ -3310,7 +3394,7 @@ FG_SLOW CUresult fg_slow_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureSt
     return r;
 }
 
-FG_FAST_PATH(cuStreamIsCapturing, 148)
+FG_FAST_PATH(cuStreamIsCapturing, 152)
 
 FG_SLOW CUresult fg_slow_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
@@ -3328,7 +3412,7 @@ FG_SLOW CUresult fg_slow_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCapt
     return r;
 }
 
-FG_FAST_PATH(cuStreamIsCapturing_ptsz, 149)
+FG_FAST_PATH(cuStreamIsCapturing_ptsz, 153)
 
 FG_SLOW CUresult fg_slow_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
 {
@@ -3346,7 +3430,7 @@ FG_SLOW CUresult fg_slow_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *
     return r;
 }
 
-FG_FAST_PATH(cuThreadExchangeStreamCaptureMode, 150)
+FG_FAST_PATH(cuThreadExchangeStreamCaptureMode, 154)
 
 FG_SLOW CUresult fg_slow_cuStreamGetDevice(CUstream hStream, CUdevice *device)
 {
@@ -3364,7 +3448,7 @@ FG_SLOW CUresult fg_slow_cuStreamGetDevice(CUstream hStream, CUdevice *device)
     return r;
 }
 
-FG_FAST_PATH(cuStreamGetDevice, 151)
+FG_FAST_PATH(cuStreamGetDevice, 155)
 
 FG_SLOW CUresult fg_slow_cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
@@ -3382,7 +3466,7 @@ FG_SLOW CUresult fg_slow_cuEventCreate(CUevent *phEvent, unsigned int Flags)
     return r;
 }
 
-FG_FAST_PATH(cuEventCreate, 152)
+FG_FAST_PATH(cuEventCreate, 156)
 
 FG_SLOW CUresult fg_slow_cuEventRecord(CUevent hEvent, CUstream hStream)
 {
@@ -3400,7 +3484,7 @@ FG_SLOW CUresult fg_slow_cuEventRecord(CUevent hEvent, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuEventRecord, 153)
+FG_FAST_PATH(cuEventRecord, 157)
 
 FG_SLOW CUresult fg_slow_cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
 {
@@ -3418,7 +3502,7 @@ FG_SLOW CUresult fg_slow_cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuEventRecord_ptsz, 154)
+FG_FAST_PATH(cuEventRecord_ptsz, 158)
 
 FG_SLOW CUresult fg_slow_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
@@ -3436,7 +3520,7 @@ FG_SLOW CUresult fg_slow_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream
     return r;
 }
 
-FG_FAST_PATH(cuEventRecordWithFlags, 155)
+FG_FAST_PATH(cuEventRecordWithFlags, 159)
 
 FG_SLOW CUresult fg_slow_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
@@ -3454,7 +3538,7 @@ FG_SLOW CUresult fg_slow_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hS
     return r;
 }
 
-FG_FAST_PATH(cuEventRecordWithFlags_ptsz, 156)
+FG_FAST_PATH(cuEventRecordWithFlags_ptsz, 160)
 
 FG_SLOW CUresult fg_slow_cuEventQuery(CUevent hEvent)
 {
@@ -3472,7 +3556,7 @@ FG_SLOW CUresult fg_slow_cuEventQuery(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventQuery, 157)
+FG_FAST_PATH(cuEventQuery, 161)
 
 static CUresult fg_layer1_cuEventSynchronize(CUevent hEvent)
 {
@@ -3496,7 +3580,7 @@ FG_SLOW CUresult fg_slow_cuEventSynchronize(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventSynchronize, 158)
+FG_FAST_PATH(cuEventSynchronize, 162)
 
 FG_SLOW CUresult fg_slow_cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
@@ -3514,7 +3598,7 @@ FG_SLOW CUresult fg_slow_cuEventElapsedTime(float *pMilliseconds, CUevent hStart
     return r;
 }
 
-FG_FAST_PATH(cuEventElapsedTime, 159)
+FG_FAST_PATH(cuEventElapsedTime, 163)
 
 FG_SLOW CUresult fg_slow_cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
@@ -3532,7 +3616,7 @@ FG_SLOW CUresult fg_slow_cuEventElapsedTime_v2(float *pMilliseconds, CUevent hSt
     return r;
 }
 
-FG_FAST_PATH(cuEventElapsedTime_v2, 160)
+FG_FAST_PATH(cuEventElapsedTime_v2, 164)
 
 FG_SLOW CUresult fg_slow_cuEventDestroy_v2(CUevent hEvent)
 {
@@ -3550,7 +3634,7 @@ FG_SLOW CUresult fg_slow_cuEventDestroy_v2(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventDestroy_v2, 161)
+FG_FAST_PATH(cuEventDestroy_v2, 165)
 
 FG_SLOW CUresult fg_slow_cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 {
@@ -3568,7 +3652,7 @@ FG_SLOW CUresult fg_slow_cuGraphCreate(CUgraph *phGraph, unsigned int flags)
     return r;
 }
 
-FG_FAST_PATH(cuGraphCreate, 162)
+FG_FAST_PATH(cuGraphCreate, 166)
 
 FG_SLOW CUresult fg_slow_cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
 {
@@ -3586,7 +3670,7 @@ FG_SLOW CUresult fg_slow_cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, siz
     return r;
 }
 
-FG_FAST_PATH(cuGraphGetNodes, 163)
+FG_FAST_PATH(cuGraphGetNodes, 167)
 
 FG_SLOW CUresult fg_slow_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
 {
@@ -3604,7 +3688,7 @@ FG_SLOW CUresult fg_slow_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *
     return r;
 }
 
-FG_FAST_PATH(cuGraphNodeGetType, 164)
+FG_FAST_PATH(cuGraphNodeGetType, 168)
 
 FG_SLOW CUresult fg_slow_cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
 {
@@ -3622,7 +3706,7 @@ FG_SLOW CUresult fg_slow_cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgrap
     return r;
 }
 
-FG_FAST_PATH(cuGraphChildGraphNodeGetGraph, 165)
+FG_FAST_PATH(cuGraphChildGraphNodeGetGraph, 169)
 
 FG_SLOW CUresult fg_slow_cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
 {
@@ -3640,7 +3724,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgrap
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddMemAllocNode, 166)
+FG_FAST_PATH(cuGraphAddMemAllocNode, 170)
 
 FG_SLOW CUresult fg_slow_cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr)
 {
@@ -3658,7 +3742,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddMemFreeNode, 167)
+FG_FAST_PATH(cuGraphAddMemFreeNode, 171)
 
 FG_SLOW CUresult fg_slow_cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
 {
@@ -3676,7 +3760,7 @@ FG_SLOW CUresult fg_slow_cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_ME
     return r;
 }
 
-FG_FAST_PATH(cuGraphMemAllocNodeGetParams, 168)
+FG_FAST_PATH(cuGraphMemAllocNodeGetParams, 172)
 
 FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -3694,7 +3778,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMe
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 169)
+FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 173)
 
 FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -3712,7 +3796,7 @@ FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMe
     return r;
 }
 
-FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 170)
+FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 174)
 
 FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
 {
@@ -3730,7 +3814,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGraphMemTrim, 171)
+FG_FAST_PATH(cuDeviceGraphMemTrim, 175)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
@@ -3748,7 +3832,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, C
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithFlags, 172)
+FG_FAST_PATH(cuGraphInstantiateWithFlags, 176)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -3766,7 +3850,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, 
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithParams, 173)
+FG_FAST_PATH(cuGraphInstantiateWithParams, 177)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -3784,7 +3868,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphE
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 174)
+FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 178)
 
 FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -3802,7 +3886,7 @@ FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphUpload, 175)
+FG_FAST_PATH(cuGraphUpload, 179)
 
 FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -3820,7 +3904,7 @@ FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphUpload_ptsz, 176)
+FG_FAST_PATH(cuGraphUpload_ptsz, 180)
 
 static CUresult fg_layer1_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -3844,7 +3928,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch, 177)
+FG_FAST_PATH(cuGraphLaunch, 181)
 
 static CUresult fg_layer1_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -3868,7 +3952,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch_ptsz, 178)
+FG_FAST_PATH(cuGraphLaunch_ptsz, 182)
 
 FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
@@ -3886,7 +3970,7 @@ FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
     return r;
 }
 
-FG_FAST_PATH(cuGraphExecDestroy, 179)
+FG_FAST_PATH(cuGraphExecDestroy, 183)
 
 FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
 {
@@ -3904,7 +3988,7 @@ FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
     return r;
 }
 
-FG_FAST_PATH(cuGraphDestroy, 180)
+FG_FAST_PATH(cuGraphDestroy, 184)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
 {
@@ -3922,7 +4006,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlInit_v2, 181)
+FG_FAST_PATH(nvmlInit_v2, 185)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
 {
@@ -3940,7 +4024,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
     return r;
 }
 
-FG_FAST_PATH(nvmlInitWithFlags, 182)
+FG_FAST_PATH(nvmlInitWithFlags, 186)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
 {
@@ -3958,7 +4042,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlShutdown, 183)
+FG_FAST_PATH(nvmlShutdown, 187)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
 {
@@ -3976,7 +4060,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetCount_v2, 184)
+FG_FAST_PATH(nvmlDeviceGetCount_v2, 188)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
 {
@@ -3994,7 +4078,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, n
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 185)
+FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 189)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
@@ -4012,7 +4096,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMe
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 186)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 190)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
@@ -4030,7 +4114,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvm
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 187)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 191)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
 {
@@ -4048,7 +4132,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, 
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 188)
+FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 192)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -4066,7 +4150,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 189)
+FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 193)
 
 void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuInit,
@@ -4150,6 +4234,10 @@ void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuMemcpyDtoDAsync_v2_ptsz,
     (void *)cuMemcpyAsync,
     (void *)cuMemcpyAsync_ptsz,
+    (void *)cuMemcpyPeer,
+    (void *)cuMemcpyPeer_ptds,
+    (void *)cuMemcpyPeerAsync,
+    (void *)cuMemcpyPeerAsync_ptsz,
     (void *)cuMemcpy2D_v2,
     (void *)cuMemcpy2D_v2_ptds,
     (void *)cuMemcpy2DUnaligned_v2,

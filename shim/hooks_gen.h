@@ -83,6 +83,10 @@ typedef CUresult (*fg_real_cuMemcpyDtoDAsync_v2)(CUdeviceptr dstDevice, CUdevice
 typedef CUresult (*fg_real_cuMemcpyDtoDAsync_v2_ptsz)(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
 typedef CUresult (*fg_real_cuMemcpyAsync)(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream);
 typedef CUresult (*fg_real_cuMemcpyAsync_ptsz)(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream);
+typedef CUresult (*fg_real_cuMemcpyPeer)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount);
+typedef CUresult (*fg_real_cuMemcpyPeer_ptds)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount);
+typedef CUresult (*fg_real_cuMemcpyPeerAsync)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream);
+typedef CUresult (*fg_real_cuMemcpyPeerAsync_ptsz)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream);
 typedef CUresult (*fg_real_cuMemcpy2D_v2)(const CUDA_MEMCPY2D *pCopy);
 typedef CUresult (*fg_real_cuMemcpy2D_v2_ptds)(const CUDA_MEMCPY2D *pCopy);
 typedef CUresult (*fg_real_cuMemcpy2DUnaligned_v2)(const CUDA_MEMCPY2D *pCopy);
@@ -255,6 +259,10 @@ CUresult fg_compute_cuMemcpyDtoDAsync_v2(fg_real_cuMemcpyDtoDAsync_v2 next, CUde
 CUresult fg_compute_cuMemcpyDtoDAsync_v2_ptsz(fg_real_cuMemcpyDtoDAsync_v2_ptsz next, CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
 CUresult fg_compute_cuMemcpyAsync(fg_real_cuMemcpyAsync next, CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream);
 CUresult fg_compute_cuMemcpyAsync_ptsz(fg_real_cuMemcpyAsync_ptsz next, CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream);
+CUresult fg_compute_cuMemcpyPeer(fg_real_cuMemcpyPeer next, CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount);
+CUresult fg_compute_cuMemcpyPeer_ptds(fg_real_cuMemcpyPeer_ptds next, CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount);
+CUresult fg_compute_cuMemcpyPeerAsync(fg_real_cuMemcpyPeerAsync next, CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream);
+CUresult fg_compute_cuMemcpyPeerAsync_ptsz(fg_real_cuMemcpyPeerAsync_ptsz next, CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream);
 CUresult fg_compute_cuMemcpy2D_v2(fg_real_cuMemcpy2D_v2 next, const CUDA_MEMCPY2D *pCopy);
 CUresult fg_compute_cuMemcpy2D_v2_ptds(fg_real_cuMemcpy2D_v2_ptds next, const CUDA_MEMCPY2D *pCopy);
 CUresult fg_compute_cuMemcpy2DUnaligned_v2(fg_real_cuMemcpy2DUnaligned_v2 next, const CUDA_MEMCPY2D *pCopy);

@@ -286,6 +286,7 @@ CUresult sim_check_ctx(struct sim_ctx **out)
 }
 
 static int valid_ctx(struct sim_ctx *c) { return c && c->magic == CTX_MAGIC; }
+int sim_ctx_valid(CUcontext c) { return valid_ctx((struct sim_ctx *)c); }
 
 SIM_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {

@@ -839,6 +839,32 @@ SIM_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *h, CUdeviceptr d, size_t n, CUstr
 SIM_EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *h, CUdeviceptr d, size_t n, CUstream st) { return copy(h, P(d), n, 0, 1, st, ASYNC, 1); }
 SIM_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return copy(P(d), P(s), n, 1, 1, st, ASYNC, 0); }
 SIM_EXPORT CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return copy(P(d), P(s), n, 1, 1, st, ASYNC, 1); }
+
+/* Between contexts, of one device or two: the simulated devices' memory is
+ * the host's, so a device copy once both contexts are known. */
+static CUresult peer(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st, int async, int pt)
+{
+    if (!sim_ctx_valid(dc) || !sim_ctx_valid(sc))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    return copy(P(d), P(s), n, 1, 1, st, async, pt);
+}
+SIM_EXPORT CUresult cuMemcpyPeer(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n)
+{
+    return peer(d, dc, s, sc, n, NULL, SYNC, 0);
+}
+SIM_EXPORT CUresult cuMemcpyPeer_ptds(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n)
+{
+    return peer(d, dc, s, sc, n, NULL, SYNC, 1);
+}
+SIM_EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st)
+{
+    return peer(d, dc, s, sc, n, st, ASYNC, 0);
+}
+SIM_EXPORT CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n,
+                                           CUstream st)
+{
+    return peer(d, dc, s, sc, n, st, ASYNC, 1);
+}
 SIM_EXPORT CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return copy(P(d), P(s), n, 0, 0, st, ASYNC, 0); }
 SIM_EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return copy(P(d), P(s), n, 0, 0, st, ASYNC, 1); }
 

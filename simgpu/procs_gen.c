@@ -611,6 +611,48 @@ __attribute__((weak)) SIM_EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CU
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
+{
+    (void)dstDevice;
+    (void)dstContext;
+    (void)srcDevice;
+    (void)srcContext;
+    (void)ByteCount;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
+{
+    (void)dstDevice;
+    (void)dstContext;
+    (void)srcDevice;
+    (void)srcContext;
+    (void)ByteCount;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
+{
+    (void)dstDevice;
+    (void)dstContext;
+    (void)srcDevice;
+    (void)srcContext;
+    (void)ByteCount;
+    (void)hStream;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
+{
+    (void)dstDevice;
+    (void)dstContext;
+    (void)srcDevice;
+    (void)srcContext;
+    (void)ByteCount;
+    (void)hStream;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 __attribute__((weak)) SIM_EXPORT CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
 {
     (void)pCopy;
@@ -1509,6 +1551,10 @@ const struct fg_proc sim_procs[] = {
     {"cuMemcpyDtoDAsync", "cuMemcpyDtoDAsync_v2_ptsz", 7000, 1, (void *)cuMemcpyDtoDAsync_v2_ptsz},
     {"cuMemcpyAsync", "cuMemcpyAsync", 4000, 0, (void *)cuMemcpyAsync},
     {"cuMemcpyAsync", "cuMemcpyAsync_ptsz", 7000, 1, (void *)cuMemcpyAsync_ptsz},
+    {"cuMemcpyPeer", "cuMemcpyPeer", 4000, 0, (void *)cuMemcpyPeer},
+    {"cuMemcpyPeer", "cuMemcpyPeer_ptds", 7000, 1, (void *)cuMemcpyPeer_ptds},
+    {"cuMemcpyPeerAsync", "cuMemcpyPeerAsync", 4000, 0, (void *)cuMemcpyPeerAsync},
+    {"cuMemcpyPeerAsync", "cuMemcpyPeerAsync_ptsz", 7000, 1, (void *)cuMemcpyPeerAsync_ptsz},
     {"cuMemcpy2D", "cuMemcpy2D_v2", 3020, 0, (void *)cuMemcpy2D_v2},
     {"cuMemcpy2D", "cuMemcpy2D_v2_ptds", 7000, 1, (void *)cuMemcpy2D_v2_ptds},
     {"cuMemcpy2DUnaligned", "cuMemcpy2DUnaligned_v2", 3020, 0, (void *)cuMemcpy2DUnaligned_v2},

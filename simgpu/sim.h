@@ -225,6 +225,8 @@ int sim_phys(CUdevice ordinal);  /* its physical device, -1 if not visible */
 CUdevice sim_ordinal(int phys);  /* -1 if not visible */
 struct sim_ctx *sim_current_ctx(void);
 CUresult sim_check_ctx(struct sim_ctx **out);
+/* Whether c is a live context of ours. */
+int sim_ctx_valid(CUcontext c);
 const char *sim_result_name(CUresult r);
 
 /* exec.c */

@@ -3,7 +3,7 @@
 package api
 
 // Hash identifies this ordered list; trace regions carry it.
-const Hash uint64 = 0x7fe52e6990156913
+const Hash uint64 = 0xb8ef5045cfd3fe69
 
 // Names lists every hooked entry point, in hook-id order.
 var Names = []string{
@@ -88,6 +88,10 @@ var Names = []string{
 	"cuMemcpyDtoDAsync_v2_ptsz",
 	"cuMemcpyAsync",
 	"cuMemcpyAsync_ptsz",
+	"cuMemcpyPeer",
+	"cuMemcpyPeer_ptds",
+	"cuMemcpyPeerAsync",
+	"cuMemcpyPeerAsync_ptsz",
 	"cuMemcpy2D_v2",
 	"cuMemcpy2D_v2_ptds",
 	"cuMemcpy2DUnaligned_v2",
@@ -227,6 +231,10 @@ var Bytes = map[string]bool{
 	"cuMemcpyDtoDAsync_v2_ptsz":    true,
 	"cuMemcpyAsync":                true,
 	"cuMemcpyAsync_ptsz":           true,
+	"cuMemcpyPeer":                 true,
+	"cuMemcpyPeer_ptds":            true,
+	"cuMemcpyPeerAsync":            true,
+	"cuMemcpyPeerAsync_ptsz":       true,
 	"cuMemcpy2D_v2":                true,
 	"cuMemcpy2D_v2_ptds":           true,
 	"cuMemcpy2DUnaligned_v2":       true,

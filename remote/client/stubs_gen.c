@@ -1027,6 +1027,76 @@ FGR_EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t 
     return fgr_send(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)srcDevice);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyPeer, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)dstContext);
+    fgr_put_u64(&fgr_c.w, (uint64_t)srcDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)srcContext);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)srcDevice);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyPeer_ptds, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)dstContext);
+    fgr_put_u64(&fgr_c.w, (uint64_t)srcDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)srcContext);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)srcDevice);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyPeerAsync, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)dstContext);
+    fgr_put_u64(&fgr_c.w, (uint64_t)srcDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)srcContext);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)srcDevice);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyPeerAsync_ptsz, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)dstContext);
+    fgr_put_u64(&fgr_c.w, (uint64_t)srcDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)srcContext);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    return fgr_send(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
     CUresult fgr_r;
@@ -2542,76 +2612,6 @@ FGR_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
-{
-    CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
-    fgr_mirror_named((uint64_t)srcDevice);
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyPeer, 0)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)dstContext);
-    fgr_put_u64(&fgr_c.w, (uint64_t)srcDevice);
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)srcContext);
-    fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
-{
-    CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
-    fgr_mirror_named((uint64_t)srcDevice);
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyPeer_ptds, 0)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)dstContext);
-    fgr_put_u64(&fgr_c.w, (uint64_t)srcDevice);
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)srcContext);
-    fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
-{
-    CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
-    fgr_mirror_named((uint64_t)srcDevice);
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyPeerAsync, 1)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)dstContext);
-    fgr_put_u64(&fgr_c.w, (uint64_t)srcDevice);
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)srcContext);
-    fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    return fgr_send(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
-{
-    CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
-    fgr_mirror_named((uint64_t)srcDevice);
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyPeerAsync_ptsz, 1)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)dstContext);
-    fgr_put_u64(&fgr_c.w, (uint64_t)srcDevice);
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)srcContext);
-    fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    return fgr_send(&fgr_c);
-}
-
 FGR_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name)
 {
     CUresult fgr_r;
@@ -3965,6 +3965,10 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuMemcpyDtoDAsync_v2_ptsz] = "cuMemcpyDtoDAsync_v2_ptsz",
     [FGR_OP_cuMemcpyAsync] = "cuMemcpyAsync",
     [FGR_OP_cuMemcpyAsync_ptsz] = "cuMemcpyAsync_ptsz",
+    [FGR_OP_cuMemcpyPeer] = "cuMemcpyPeer",
+    [FGR_OP_cuMemcpyPeer_ptds] = "cuMemcpyPeer_ptds",
+    [FGR_OP_cuMemcpyPeerAsync] = "cuMemcpyPeerAsync",
+    [FGR_OP_cuMemcpyPeerAsync_ptsz] = "cuMemcpyPeerAsync_ptsz",
     [FGR_OP_cuMemsetD8_v2] = "cuMemsetD8_v2",
     [FGR_OP_cuMemsetD8_v2_ptds] = "cuMemsetD8_v2_ptds",
     [FGR_OP_cuMemsetD32_v2] = "cuMemsetD32_v2",
@@ -4066,10 +4070,6 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuMemPoolSetAttribute] = "cuMemPoolSetAttribute",
     [FGR_OP_cuDeviceSetMemPool] = "cuDeviceSetMemPool",
     [FGR_OP_cuMemGetAllocationPropertiesFromHandle] = "cuMemGetAllocationPropertiesFromHandle",
-    [FGR_OP_cuMemcpyPeer] = "cuMemcpyPeer",
-    [FGR_OP_cuMemcpyPeer_ptds] = "cuMemcpyPeer_ptds",
-    [FGR_OP_cuMemcpyPeerAsync] = "cuMemcpyPeerAsync",
-    [FGR_OP_cuMemcpyPeerAsync_ptsz] = "cuMemcpyPeerAsync_ptsz",
     [FGR_OP_cuModuleGetGlobal_v2] = "cuModuleGetGlobal_v2",
     [FGR_OP_cuLibraryGetModule] = "cuLibraryGetModule",
     [FGR_OP_cuFuncGetParamInfo] = "cuFuncGetParamInfo",
@@ -4163,14 +4163,14 @@ const unsigned char fgr_op_syncs[FGR_NUM_OPS] = {
     [FGR_OP_cuMemcpy_ptds] = 1,
     [FGR_OP_cuMemcpyDtoHAsync_v2] = 1,
     [FGR_OP_cuMemcpyDtoHAsync_v2_ptsz] = 1,
+    [FGR_OP_cuMemcpyPeer] = 1,
+    [FGR_OP_cuMemcpyPeer_ptds] = 1,
     [FGR_OP_cuStreamSynchronize] = 1,
     [FGR_OP_cuStreamSynchronize_ptsz] = 1,
     [FGR_OP_cuStreamQuery] = 1,
     [FGR_OP_cuStreamQuery_ptsz] = 1,
     [FGR_OP_cuEventQuery] = 1,
     [FGR_OP_cuEventSynchronize] = 1,
-    [FGR_OP_cuMemcpyPeer] = 1,
-    [FGR_OP_cuMemcpyPeer_ptds] = 1,
 };
 
 /* What cuGetProcAddress hands out: every exported entry point. */
@@ -4256,6 +4256,10 @@ const struct fg_proc fgr_procs[] = {
     {"cuMemcpyDtoDAsync", "cuMemcpyDtoDAsync_v2_ptsz", 7000, 1, (void *)cuMemcpyDtoDAsync_v2_ptsz},
     {"cuMemcpyAsync", "cuMemcpyAsync", 4000, 0, (void *)cuMemcpyAsync},
     {"cuMemcpyAsync", "cuMemcpyAsync_ptsz", 7000, 1, (void *)cuMemcpyAsync_ptsz},
+    {"cuMemcpyPeer", "cuMemcpyPeer", 4000, 0, (void *)cuMemcpyPeer},
+    {"cuMemcpyPeer", "cuMemcpyPeer_ptds", 7000, 1, (void *)cuMemcpyPeer_ptds},
+    {"cuMemcpyPeerAsync", "cuMemcpyPeerAsync", 4000, 0, (void *)cuMemcpyPeerAsync},
+    {"cuMemcpyPeerAsync", "cuMemcpyPeerAsync_ptsz", 7000, 1, (void *)cuMemcpyPeerAsync_ptsz},
     {"cuMemcpy2D", "cuMemcpy2D_v2", 3020, 0, (void *)cuMemcpy2D_v2},
     {"cuMemcpy2D", "cuMemcpy2D_v2_ptds", 7000, 1, (void *)cuMemcpy2D_v2_ptds},
     {"cuMemcpy2DUnaligned", "cuMemcpy2DUnaligned_v2", 3020, 0, (void *)cuMemcpy2DUnaligned_v2},
@@ -4372,10 +4376,6 @@ const struct fg_proc fgr_procs[] = {
     {"cuMemPoolSetAttribute", "cuMemPoolSetAttribute", 11020, 0, (void *)cuMemPoolSetAttribute},
     {"cuDeviceSetMemPool", "cuDeviceSetMemPool", 11020, 0, (void *)cuDeviceSetMemPool},
     {"cuMemGetAllocationPropertiesFromHandle", "cuMemGetAllocationPropertiesFromHandle", 10020, 0, (void *)cuMemGetAllocationPropertiesFromHandle},
-    {"cuMemcpyPeer", "cuMemcpyPeer", 4000, 0, (void *)cuMemcpyPeer},
-    {"cuMemcpyPeer", "cuMemcpyPeer_ptds", 7000, 1, (void *)cuMemcpyPeer_ptds},
-    {"cuMemcpyPeerAsync", "cuMemcpyPeerAsync", 4000, 0, (void *)cuMemcpyPeerAsync},
-    {"cuMemcpyPeerAsync", "cuMemcpyPeerAsync_ptsz", 7000, 1, (void *)cuMemcpyPeerAsync_ptsz},
     {"cuModuleGetGlobal", "cuModuleGetGlobal_v2", 3020, 0, (void *)cuModuleGetGlobal_v2},
     {"cuLibraryGetModule", "cuLibraryGetModule", 12000, 0, (void *)cuLibraryGetModule},
     {"cuFuncGetParamInfo", "cuFuncGetParamInfo", 12040, 0, (void *)cuFuncGetParamInfo},

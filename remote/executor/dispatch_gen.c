@@ -62,6 +62,10 @@ typedef CUresult (*pfn_cuMemcpyDtoDAsync_v2)(CUdeviceptr dstDevice, CUdeviceptr 
 typedef CUresult (*pfn_cuMemcpyDtoDAsync_v2_ptsz)(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream);
 typedef CUresult (*pfn_cuMemcpyAsync)(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream);
 typedef CUresult (*pfn_cuMemcpyAsync_ptsz)(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream);
+typedef CUresult (*pfn_cuMemcpyPeer)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount);
+typedef CUresult (*pfn_cuMemcpyPeer_ptds)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount);
+typedef CUresult (*pfn_cuMemcpyPeerAsync)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream);
+typedef CUresult (*pfn_cuMemcpyPeerAsync_ptsz)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream);
 typedef CUresult (*pfn_cuMemsetD8_v2)(CUdeviceptr dstDevice, unsigned char uc, size_t N);
 typedef CUresult (*pfn_cuMemsetD8_v2_ptds)(CUdeviceptr dstDevice, unsigned char uc, size_t N);
 typedef CUresult (*pfn_cuMemsetD32_v2)(CUdeviceptr dstDevice, unsigned int ui, size_t N);
@@ -163,10 +167,6 @@ typedef CUresult (*pfn_cuMemGetAccess)(unsigned long long *flags, const CUmemLoc
 typedef CUresult (*pfn_cuMemPoolSetAttribute)(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
 typedef CUresult (*pfn_cuDeviceSetMemPool)(CUdevice dev, CUmemoryPool pool);
 typedef CUresult (*pfn_cuMemGetAllocationPropertiesFromHandle)(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle);
-typedef CUresult (*pfn_cuMemcpyPeer)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount);
-typedef CUresult (*pfn_cuMemcpyPeer_ptds)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount);
-typedef CUresult (*pfn_cuMemcpyPeerAsync)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream);
-typedef CUresult (*pfn_cuMemcpyPeerAsync_ptsz)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream);
 typedef CUresult (*pfn_cuModuleGetGlobal_v2)(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name);
 typedef CUresult (*pfn_cuLibraryGetModule)(CUmodule *pMod, CUlibrary library);
 typedef CUresult (*pfn_cuFuncGetParamInfo)(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize);
@@ -1369,6 +1369,108 @@ static CUresult op_cuMemcpyAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
         fgr_r = fgr_refuse("cuMemcpyAsync_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else
         fgr_r = ((pfn_cuMemcpyAsync_ptsz)fgr_real[FGR_OP_cuMemcpyAsync_ptsz])(dst, src, ByteCount, hStream);
+    return fgr_r;
+}
+
+static CUresult op_cuMemcpyPeer(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUcontext dstContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUcontext srcContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    size_t ByteCount = (size_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyPeer", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)dstContext)))
+        fgr_r = fgr_refuse("cuMemcpyPeer", "dstContext", (uint64_t)(uintptr_t)dstContext, CUDA_ERROR_INVALID_CONTEXT);
+    else if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyPeer", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)srcContext)))
+        fgr_r = fgr_refuse("cuMemcpyPeer", "srcContext", (uint64_t)(uintptr_t)srcContext, CUDA_ERROR_INVALID_CONTEXT);
+    else
+        fgr_r = ((pfn_cuMemcpyPeer)fgr_real[FGR_OP_cuMemcpyPeer])(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
+    return fgr_r;
+}
+
+static CUresult op_cuMemcpyPeer_ptds(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUcontext dstContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUcontext srcContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    size_t ByteCount = (size_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyPeer_ptds", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)dstContext)))
+        fgr_r = fgr_refuse("cuMemcpyPeer_ptds", "dstContext", (uint64_t)(uintptr_t)dstContext, CUDA_ERROR_INVALID_CONTEXT);
+    else if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyPeer_ptds", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)srcContext)))
+        fgr_r = fgr_refuse("cuMemcpyPeer_ptds", "srcContext", (uint64_t)(uintptr_t)srcContext, CUDA_ERROR_INVALID_CONTEXT);
+    else
+        fgr_r = ((pfn_cuMemcpyPeer_ptds)fgr_real[FGR_OP_cuMemcpyPeer_ptds])(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
+    return fgr_r;
+}
+
+static CUresult op_cuMemcpyPeerAsync(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUcontext dstContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUcontext srcContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    size_t ByteCount = (size_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyPeerAsync", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)dstContext)))
+        fgr_r = fgr_refuse("cuMemcpyPeerAsync", "dstContext", (uint64_t)(uintptr_t)dstContext, CUDA_ERROR_INVALID_CONTEXT);
+    else if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyPeerAsync", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)srcContext)))
+        fgr_r = fgr_refuse("cuMemcpyPeerAsync", "srcContext", (uint64_t)(uintptr_t)srcContext, CUDA_ERROR_INVALID_CONTEXT);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemcpyPeerAsync", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemcpyPeerAsync)fgr_real[FGR_OP_cuMemcpyPeerAsync])(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);
+    return fgr_r;
+}
+
+static CUresult op_cuMemcpyPeerAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUcontext dstContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUcontext srcContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    size_t ByteCount = (size_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyPeerAsync_ptsz", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)dstContext)))
+        fgr_r = fgr_refuse("cuMemcpyPeerAsync_ptsz", "dstContext", (uint64_t)(uintptr_t)dstContext, CUDA_ERROR_INVALID_CONTEXT);
+    else if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyPeerAsync_ptsz", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)srcContext)))
+        fgr_r = fgr_refuse("cuMemcpyPeerAsync_ptsz", "srcContext", (uint64_t)(uintptr_t)srcContext, CUDA_ERROR_INVALID_CONTEXT);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemcpyPeerAsync_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_cuMemcpyPeerAsync_ptsz)fgr_real[FGR_OP_cuMemcpyPeerAsync_ptsz])(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);
     return fgr_r;
 }
 
@@ -3245,108 +3347,6 @@ static CUresult op_cuMemGetAllocationPropertiesFromHandle(struct fgr_rd *rd, str
     return fgr_r;
 }
 
-static CUresult op_cuMemcpyPeer(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
-    CUcontext dstContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
-    CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
-    CUcontext srcContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
-    size_t ByteCount = (size_t)fgr_get_u64(rd);
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyPeer", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)dstContext)))
-        fgr_r = fgr_refuse("cuMemcpyPeer", "dstContext", (uint64_t)(uintptr_t)dstContext, CUDA_ERROR_INVALID_CONTEXT);
-    else if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyPeer", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
-    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)srcContext)))
-        fgr_r = fgr_refuse("cuMemcpyPeer", "srcContext", (uint64_t)(uintptr_t)srcContext, CUDA_ERROR_INVALID_CONTEXT);
-    else
-        fgr_r = ((pfn_cuMemcpyPeer)fgr_real[FGR_OP_cuMemcpyPeer])(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
-    return fgr_r;
-}
-
-static CUresult op_cuMemcpyPeer_ptds(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
-    CUcontext dstContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
-    CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
-    CUcontext srcContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
-    size_t ByteCount = (size_t)fgr_get_u64(rd);
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyPeer_ptds", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)dstContext)))
-        fgr_r = fgr_refuse("cuMemcpyPeer_ptds", "dstContext", (uint64_t)(uintptr_t)dstContext, CUDA_ERROR_INVALID_CONTEXT);
-    else if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyPeer_ptds", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
-    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)srcContext)))
-        fgr_r = fgr_refuse("cuMemcpyPeer_ptds", "srcContext", (uint64_t)(uintptr_t)srcContext, CUDA_ERROR_INVALID_CONTEXT);
-    else
-        fgr_r = ((pfn_cuMemcpyPeer_ptds)fgr_real[FGR_OP_cuMemcpyPeer_ptds])(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
-    return fgr_r;
-}
-
-static CUresult op_cuMemcpyPeerAsync(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
-    CUcontext dstContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
-    CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
-    CUcontext srcContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
-    size_t ByteCount = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyPeerAsync", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)dstContext)))
-        fgr_r = fgr_refuse("cuMemcpyPeerAsync", "dstContext", (uint64_t)(uintptr_t)dstContext, CUDA_ERROR_INVALID_CONTEXT);
-    else if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyPeerAsync", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
-    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)srcContext)))
-        fgr_r = fgr_refuse("cuMemcpyPeerAsync", "srcContext", (uint64_t)(uintptr_t)srcContext, CUDA_ERROR_INVALID_CONTEXT);
-    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
-        fgr_r = fgr_refuse("cuMemcpyPeerAsync", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
-        fgr_r = ((pfn_cuMemcpyPeerAsync)fgr_real[FGR_OP_cuMemcpyPeerAsync])(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);
-    return fgr_r;
-}
-
-static CUresult op_cuMemcpyPeerAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
-    CUcontext dstContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
-    CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
-    CUcontext srcContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
-    size_t ByteCount = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyPeerAsync_ptsz", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)dstContext)))
-        fgr_r = fgr_refuse("cuMemcpyPeerAsync_ptsz", "dstContext", (uint64_t)(uintptr_t)dstContext, CUDA_ERROR_INVALID_CONTEXT);
-    else if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyPeerAsync_ptsz", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
-    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)srcContext)))
-        fgr_r = fgr_refuse("cuMemcpyPeerAsync_ptsz", "srcContext", (uint64_t)(uintptr_t)srcContext, CUDA_ERROR_INVALID_CONTEXT);
-    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
-        fgr_r = fgr_refuse("cuMemcpyPeerAsync_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
-        fgr_r = ((pfn_cuMemcpyPeerAsync_ptsz)fgr_real[FGR_OP_cuMemcpyPeerAsync_ptsz])(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);
-    return fgr_r;
-}
-
 static CUresult op_cuModuleGetGlobal_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -4999,6 +4999,10 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuMemcpyDtoDAsync_v2_ptsz] = {"cuMemcpyDtoDAsync_v2_ptsz", op_cuMemcpyDtoDAsync_v2_ptsz, 0},
     [FGR_OP_cuMemcpyAsync] = {"cuMemcpyAsync", op_cuMemcpyAsync, 0},
     [FGR_OP_cuMemcpyAsync_ptsz] = {"cuMemcpyAsync_ptsz", op_cuMemcpyAsync_ptsz, 0},
+    [FGR_OP_cuMemcpyPeer] = {"cuMemcpyPeer", op_cuMemcpyPeer, 1},
+    [FGR_OP_cuMemcpyPeer_ptds] = {"cuMemcpyPeer_ptds", op_cuMemcpyPeer_ptds, 1},
+    [FGR_OP_cuMemcpyPeerAsync] = {"cuMemcpyPeerAsync", op_cuMemcpyPeerAsync, 0},
+    [FGR_OP_cuMemcpyPeerAsync_ptsz] = {"cuMemcpyPeerAsync_ptsz", op_cuMemcpyPeerAsync_ptsz, 0},
     [FGR_OP_cuMemsetD8_v2] = {"cuMemsetD8_v2", op_cuMemsetD8_v2, 0},
     [FGR_OP_cuMemsetD8_v2_ptds] = {"cuMemsetD8_v2_ptds", op_cuMemsetD8_v2_ptds, 0},
     [FGR_OP_cuMemsetD32_v2] = {"cuMemsetD32_v2", op_cuMemsetD32_v2, 0},
@@ -5100,10 +5104,6 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuMemPoolSetAttribute] = {"cuMemPoolSetAttribute", op_cuMemPoolSetAttribute, 0},
     [FGR_OP_cuDeviceSetMemPool] = {"cuDeviceSetMemPool", op_cuDeviceSetMemPool, 0},
     [FGR_OP_cuMemGetAllocationPropertiesFromHandle] = {"cuMemGetAllocationPropertiesFromHandle", op_cuMemGetAllocationPropertiesFromHandle, 0},
-    [FGR_OP_cuMemcpyPeer] = {"cuMemcpyPeer", op_cuMemcpyPeer, 1},
-    [FGR_OP_cuMemcpyPeer_ptds] = {"cuMemcpyPeer_ptds", op_cuMemcpyPeer_ptds, 1},
-    [FGR_OP_cuMemcpyPeerAsync] = {"cuMemcpyPeerAsync", op_cuMemcpyPeerAsync, 0},
-    [FGR_OP_cuMemcpyPeerAsync_ptsz] = {"cuMemcpyPeerAsync_ptsz", op_cuMemcpyPeerAsync_ptsz, 0},
     [FGR_OP_cuModuleGetGlobal_v2] = {"cuModuleGetGlobal_v2", op_cuModuleGetGlobal_v2, 0},
     [FGR_OP_cuLibraryGetModule] = {"cuLibraryGetModule", op_cuLibraryGetModule, 0},
     [FGR_OP_cuFuncGetParamInfo] = {"cuFuncGetParamInfo", op_cuFuncGetParamInfo, 0},

@@ -168,6 +168,14 @@ typedef CUresult (CUDAAPI *fg_sig_cuMemcpyAsync)(CUdeviceptr dst, CUdeviceptr sr
 SAME(fg_sig_cuMemcpyAsync, PFN_cuMemcpyAsync_v4000);
 typedef CUresult (CUDAAPI *fg_sig_cuMemcpyAsync_ptsz)(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream);
 SAME(fg_sig_cuMemcpyAsync_ptsz, PFN_cuMemcpyAsync_v7000_ptsz);
+typedef CUresult (CUDAAPI *fg_sig_cuMemcpyPeer)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount);
+SAME(fg_sig_cuMemcpyPeer, PFN_cuMemcpyPeer_v4000);
+typedef CUresult (CUDAAPI *fg_sig_cuMemcpyPeer_ptds)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount);
+SAME(fg_sig_cuMemcpyPeer_ptds, PFN_cuMemcpyPeer_v7000_ptds);
+typedef CUresult (CUDAAPI *fg_sig_cuMemcpyPeerAsync)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream);
+SAME(fg_sig_cuMemcpyPeerAsync, PFN_cuMemcpyPeerAsync_v4000);
+typedef CUresult (CUDAAPI *fg_sig_cuMemcpyPeerAsync_ptsz)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream);
+SAME(fg_sig_cuMemcpyPeerAsync_ptsz, PFN_cuMemcpyPeerAsync_v7000_ptsz);
 typedef CUresult (CUDAAPI *fg_sig_cuMemcpy2D_v2)(const CUDA_MEMCPY2D *pCopy);
 SAME(fg_sig_cuMemcpy2D_v2, PFN_cuMemcpy2D_v3020);
 typedef CUresult (CUDAAPI *fg_sig_cuMemcpy2D_v2_ptds)(const CUDA_MEMCPY2D *pCopy);

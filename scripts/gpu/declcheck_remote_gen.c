@@ -38,14 +38,6 @@ typedef CUresult (CUDAAPI *fg_sig_cuDeviceSetMemPool)(CUdevice dev, CUmemoryPool
 SAME(fg_sig_cuDeviceSetMemPool, PFN_cuDeviceSetMemPool_v11020);
 typedef CUresult (CUDAAPI *fg_sig_cuMemGetAllocationPropertiesFromHandle)(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle);
 SAME(fg_sig_cuMemGetAllocationPropertiesFromHandle, PFN_cuMemGetAllocationPropertiesFromHandle_v10020);
-typedef CUresult (CUDAAPI *fg_sig_cuMemcpyPeer)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount);
-SAME(fg_sig_cuMemcpyPeer, PFN_cuMemcpyPeer_v4000);
-typedef CUresult (CUDAAPI *fg_sig_cuMemcpyPeer_ptds)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount);
-SAME(fg_sig_cuMemcpyPeer_ptds, PFN_cuMemcpyPeer_v7000_ptds);
-typedef CUresult (CUDAAPI *fg_sig_cuMemcpyPeerAsync)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream);
-SAME(fg_sig_cuMemcpyPeerAsync, PFN_cuMemcpyPeerAsync_v4000);
-typedef CUresult (CUDAAPI *fg_sig_cuMemcpyPeerAsync_ptsz)(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream);
-SAME(fg_sig_cuMemcpyPeerAsync_ptsz, PFN_cuMemcpyPeerAsync_v7000_ptsz);
 typedef CUresult (CUDAAPI *fg_sig_cuModuleGetGlobal_v2)(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name);
 SAME(fg_sig_cuModuleGetGlobal_v2, PFN_cuModuleGetGlobal_v3020);
 typedef CUresult (CUDAAPI *fg_sig_cuLibraryGetModule)(CUmodule *pMod, CUlibrary library);

@@ -2,7 +2,8 @@
  * launches nothing:
  *     copier SECONDS OP
  * OP: htod, dtoh, dtod, memcpy, memset8, memset16, memset32, memset2d (a
- * 32-bit one), htod2d or dtoh2d (16 rows of 256 bytes), each optionally
+ * 32-bit one), htod2d or dtoh2d (16 rows of 256 bytes) or peer (between
+ * two allocations of one context), each optionally
  * with _ptds (the per-thread default stream ABI). Prints "ready", starts at
  * the first line of stdin, calls OP for SECONDS and prints
  *     ops N longest_ms L
@@ -24,7 +25,7 @@ enum { N = 4096 };
 int main(int argc, char **argv)
 {
     if (argc != 3) {
-        fprintf(stderr, "usage: copier SECONDS htod|dtoh|dtod|memcpy|memset8|memset16|memset32|memset2d|htod2d|dtoh2d[_ptds]\n");
+        fprintf(stderr, "usage: copier SECONDS htod|dtoh|dtod|memcpy|memset8|memset16|memset32|memset2d|htod2d|dtoh2d|peer[_ptds]\n");
         return 2;
     }
     double seconds = atof(argv[1]);
@@ -45,7 +46,8 @@ int main(int argc, char **argv)
 #define CALL(plain, ptds, ...) (pt ? ptds(__VA_ARGS__) : plain(__VA_ARGS__))
     int k = !strcmp(op, "htod") ? 0 : !strcmp(op, "dtoh") ? 1 : !strcmp(op, "dtod") ? 2 : !strcmp(op, "memcpy") ? 3
           : !strcmp(op, "memset8") ? 4 : !strcmp(op, "memset32") ? 5 : !strcmp(op, "htod2d") ? 6
-          : !strcmp(op, "dtoh2d") ? 7 : !strcmp(op, "memset16") ? 8 : !strcmp(op, "memset2d") ? 9 : -1;
+          : !strcmp(op, "dtoh2d") ? 7 : !strcmp(op, "memset16") ? 8 : !strcmp(op, "memset2d") ? 9
+          : !strcmp(op, "peer") ? 10 : -1;
     if (k < 0) {
         fprintf(stderr, "copier: unknown op %s\n", argv[2]);
         return 2;
@@ -76,7 +78,8 @@ int main(int argc, char **argv)
         case 6: CHECK(CALL(cuMemcpy2D_v2, cuMemcpy2D_v2_ptds, &up)); break;
         case 7: CHECK(CALL(cuMemcpy2D_v2, cuMemcpy2D_v2_ptds, &down)); break;
         case 8: CHECK(CALL(cuMemsetD16_v2, cuMemsetD16_v2_ptds, a, 1, N / 2)); break;
-        default: CHECK(CALL(cuMemsetD2D32_v2, cuMemsetD2D32_v2_ptds, a, 256, 7, 32, 16)); break;
+        case 9: CHECK(CALL(cuMemsetD2D32_v2, cuMemsetD2D32_v2_ptds, a, 256, 7, 32, 16)); break;
+        default: CHECK(CALL(cuMemcpyPeer, cuMemcpyPeer_ptds, b, ctx, a, ctx, N)); break;
         }
         double after = wall_ms();
         if (after - now > longest)
