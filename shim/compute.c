@@ -872,7 +872,7 @@ CUresult fg_compute_cuCtxSynchronize_v2(fg_real_cuCtxSynchronize_v2 next, CUcont
     return synced_on(r, dev);
 }
 
-/* A 2D copy into host memory is a synchronization too. */
+/* A 2D or 3D copy into host memory is a synchronization too. */
 #define COPY2D_BLOCKING(per_thread, c, CALL)                                                                \
     do {                                                                                                    \
         if ((c) && (c)->dstMemoryType == CU_MEMORYTYPE_HOST)                                                \
@@ -896,6 +896,16 @@ CUresult fg_compute_cuMemcpy2DUnaligned_v2(fg_real_cuMemcpy2DUnaligned_v2 next, 
 }
 
 CUresult fg_compute_cuMemcpy2DUnaligned_v2_ptds(fg_real_cuMemcpy2DUnaligned_v2_ptds next, const CUDA_MEMCPY2D *c)
+{
+    COPY2D_BLOCKING(1, c, next(c));
+}
+
+CUresult fg_compute_cuMemcpy3D_v2(fg_real_cuMemcpy3D_v2 next, const CUDA_MEMCPY3D *c)
+{
+    COPY2D_BLOCKING(0, c, next(c));
+}
+
+CUresult fg_compute_cuMemcpy3D_v2_ptds(fg_real_cuMemcpy3D_v2_ptds next, const CUDA_MEMCPY3D *c)
 {
     COPY2D_BLOCKING(1, c, next(c));
 }

@@ -93,6 +93,10 @@ const char *const fg_api_names[FG_NUM_APIS] = {
     "cuMemcpy2DUnaligned_v2_ptds",
     "cuMemcpy2DAsync_v2",
     "cuMemcpy2DAsync_v2_ptsz",
+    "cuMemcpy3D_v2",
+    "cuMemcpy3D_v2_ptds",
+    "cuMemcpy3DAsync_v2",
+    "cuMemcpy3DAsync_v2_ptsz",
     "cuMemsetD8_v2",
     "cuMemsetD8_v2_ptds",
     "cuMemsetD32_v2",
@@ -290,6 +294,10 @@ const char *const fg_api_bases[FG_NUM_APIS] = {
     "cuMemcpy2DUnaligned",
     "cuMemcpy2DAsync",
     "cuMemcpy2DAsync",
+    "cuMemcpy3D",
+    "cuMemcpy3D",
+    "cuMemcpy3DAsync",
+    "cuMemcpy3DAsync",
     "cuMemsetD8",
     "cuMemsetD8",
     "cuMemsetD32",
@@ -510,6 +518,10 @@ const unsigned short fg_api_by_name[FG_NUM_APIS] = {
     FG_API_cuMemcpy2DUnaligned_v2_ptds,
     FG_API_cuMemcpy2D_v2,
     FG_API_cuMemcpy2D_v2_ptds,
+    FG_API_cuMemcpy3DAsync_v2,
+    FG_API_cuMemcpy3DAsync_v2_ptsz,
+    FG_API_cuMemcpy3D_v2,
+    FG_API_cuMemcpy3D_v2_ptds,
     FG_API_cuMemcpyAsync,
     FG_API_cuMemcpyAsync_ptsz,
     FG_API_cuMemcpyDtoDAsync_v2,
@@ -608,7 +620,7 @@ unsigned char fg_policy_on[FG_NUM_POLICIES] = {
 static const unsigned short hooks_procaddr[] = {FG_API_cuGetProcAddress, FG_API_cuGetProcAddress_v2, 0xffff};
 static const unsigned short hooks_census[] = {FG_API_cuGetExportTable, 0xffff};
 static const unsigned short hooks_mem[] = {FG_API_cuInit, FG_API_cuDeviceTotalMem_v2, FG_API_cuDevicePrimaryCtxRetain, FG_API_cuDevicePrimaryCtxRelease_v2, FG_API_cuDevicePrimaryCtxReset_v2, FG_API_cuCtxCreate_v2, FG_API_cuCtxCreate_v4, FG_API_cuCtxDestroy_v2, FG_API_cuCtxSynchronize, FG_API_cuCtxSynchronize_v2, FG_API_cuCtxSetLimit, FG_API_cuMemGetInfo_v2, FG_API_cuMemAlloc_v2, FG_API_cuMemAllocPitch_v2, FG_API_cuMemFree_v2, FG_API_cuMemAllocManaged, FG_API_cuMemAllocAsync, FG_API_cuMemAllocAsync_ptsz, FG_API_cuMemAllocFromPoolAsync, FG_API_cuMemAllocFromPoolAsync_ptsz, FG_API_cuMemPoolCreate, FG_API_cuMemPoolDestroy, FG_API_cuMemPoolTrimTo, FG_API_cuMemCreate, FG_API_cuMemRelease, FG_API_cuMemMap, FG_API_cuMemUnmap, FG_API_cuArrayCreate_v2, FG_API_cuArray3DCreate_v2, FG_API_cuArrayDestroy, FG_API_cuMipmappedArrayCreate, FG_API_cuMipmappedArrayDestroy, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuDeviceGraphMemTrim, FG_API_cuGraphInstantiateWithFlags, FG_API_cuGraphInstantiateWithParams, FG_API_cuGraphInstantiateWithParams_ptsz, FG_API_cuGraphUpload, FG_API_cuGraphUpload_ptsz, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, FG_API_cuGraphExecDestroy, FG_API_nvmlDeviceGetMemoryInfo, FG_API_nvmlDeviceGetMemoryInfo_v2, 0xffff};
-static const unsigned short hooks_compute[] = {FG_API_cuCtxSynchronize, FG_API_cuCtxSynchronize_v2, FG_API_cuMemcpyHtoD_v2, FG_API_cuMemcpyHtoD_v2_ptds, FG_API_cuMemcpyDtoH_v2, FG_API_cuMemcpyDtoH_v2_ptds, FG_API_cuMemcpyDtoD_v2, FG_API_cuMemcpyDtoD_v2_ptds, FG_API_cuMemcpy, FG_API_cuMemcpy_ptds, FG_API_cuMemcpyHtoDAsync_v2, FG_API_cuMemcpyHtoDAsync_v2_ptsz, FG_API_cuMemcpyDtoHAsync_v2, FG_API_cuMemcpyDtoHAsync_v2_ptsz, FG_API_cuMemcpyDtoDAsync_v2, FG_API_cuMemcpyDtoDAsync_v2_ptsz, FG_API_cuMemcpyAsync, FG_API_cuMemcpyAsync_ptsz, FG_API_cuMemcpyPeer, FG_API_cuMemcpyPeer_ptds, FG_API_cuMemcpyPeerAsync, FG_API_cuMemcpyPeerAsync_ptsz, FG_API_cuMemcpy2D_v2, FG_API_cuMemcpy2D_v2_ptds, FG_API_cuMemcpy2DUnaligned_v2, FG_API_cuMemcpy2DUnaligned_v2_ptds, FG_API_cuMemcpy2DAsync_v2, FG_API_cuMemcpy2DAsync_v2_ptsz, FG_API_cuMemsetD8_v2, FG_API_cuMemsetD8_v2_ptds, FG_API_cuMemsetD32_v2, FG_API_cuMemsetD32_v2_ptds, FG_API_cuMemsetD8Async, FG_API_cuMemsetD8Async_ptsz, FG_API_cuMemsetD32Async, FG_API_cuMemsetD32Async_ptsz, FG_API_cuMemsetD16_v2, FG_API_cuMemsetD16_v2_ptds, FG_API_cuMemsetD16Async, FG_API_cuMemsetD16Async_ptsz, FG_API_cuMemsetD2D8_v2, FG_API_cuMemsetD2D8_v2_ptds, FG_API_cuMemsetD2D8Async, FG_API_cuMemsetD2D8Async_ptsz, FG_API_cuMemsetD2D16_v2, FG_API_cuMemsetD2D16_v2_ptds, FG_API_cuMemsetD2D16Async, FG_API_cuMemsetD2D16Async_ptsz, FG_API_cuMemsetD2D32_v2, FG_API_cuMemsetD2D32_v2_ptds, FG_API_cuMemsetD2D32Async, FG_API_cuMemsetD2D32Async_ptsz, FG_API_cuLaunchKernel, FG_API_cuLaunchKernel_ptsz, FG_API_cuLaunchKernelEx, FG_API_cuLaunchKernelEx_ptsz, FG_API_cuLaunchCooperativeKernel, FG_API_cuLaunchCooperativeKernel_ptsz, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, 0xffff};
+static const unsigned short hooks_compute[] = {FG_API_cuCtxSynchronize, FG_API_cuCtxSynchronize_v2, FG_API_cuMemcpyHtoD_v2, FG_API_cuMemcpyHtoD_v2_ptds, FG_API_cuMemcpyDtoH_v2, FG_API_cuMemcpyDtoH_v2_ptds, FG_API_cuMemcpyDtoD_v2, FG_API_cuMemcpyDtoD_v2_ptds, FG_API_cuMemcpy, FG_API_cuMemcpy_ptds, FG_API_cuMemcpyHtoDAsync_v2, FG_API_cuMemcpyHtoDAsync_v2_ptsz, FG_API_cuMemcpyDtoHAsync_v2, FG_API_cuMemcpyDtoHAsync_v2_ptsz, FG_API_cuMemcpyDtoDAsync_v2, FG_API_cuMemcpyDtoDAsync_v2_ptsz, FG_API_cuMemcpyAsync, FG_API_cuMemcpyAsync_ptsz, FG_API_cuMemcpyPeer, FG_API_cuMemcpyPeer_ptds, FG_API_cuMemcpyPeerAsync, FG_API_cuMemcpyPeerAsync_ptsz, FG_API_cuMemcpy2D_v2, FG_API_cuMemcpy2D_v2_ptds, FG_API_cuMemcpy2DUnaligned_v2, FG_API_cuMemcpy2DUnaligned_v2_ptds, FG_API_cuMemcpy2DAsync_v2, FG_API_cuMemcpy2DAsync_v2_ptsz, FG_API_cuMemcpy3D_v2, FG_API_cuMemcpy3D_v2_ptds, FG_API_cuMemcpy3DAsync_v2, FG_API_cuMemcpy3DAsync_v2_ptsz, FG_API_cuMemsetD8_v2, FG_API_cuMemsetD8_v2_ptds, FG_API_cuMemsetD32_v2, FG_API_cuMemsetD32_v2_ptds, FG_API_cuMemsetD8Async, FG_API_cuMemsetD8Async_ptsz, FG_API_cuMemsetD32Async, FG_API_cuMemsetD32Async_ptsz, FG_API_cuMemsetD16_v2, FG_API_cuMemsetD16_v2_ptds, FG_API_cuMemsetD16Async, FG_API_cuMemsetD16Async_ptsz, FG_API_cuMemsetD2D8_v2, FG_API_cuMemsetD2D8_v2_ptds, FG_API_cuMemsetD2D8Async, FG_API_cuMemsetD2D8Async_ptsz, FG_API_cuMemsetD2D16_v2, FG_API_cuMemsetD2D16_v2_ptds, FG_API_cuMemsetD2D16Async, FG_API_cuMemsetD2D16Async_ptsz, FG_API_cuMemsetD2D32_v2, FG_API_cuMemsetD2D32_v2_ptds, FG_API_cuMemsetD2D32Async, FG_API_cuMemsetD2D32Async_ptsz, FG_API_cuLaunchKernel, FG_API_cuLaunchKernel_ptsz, FG_API_cuLaunchKernelEx, FG_API_cuLaunchKernelEx_ptsz, FG_API_cuLaunchCooperativeKernel, FG_API_cuLaunchCooperativeKernel_ptsz, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, 0xffff};
 
 void fg_policy_enable(enum fg_policy p)
 {
@@ -2268,6 +2280,78 @@ FG_SLOW CUresult fg_slow_cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *pCopy, CUs
 
 FG_FAST_PATH(cuMemcpy2DAsync_v2_ptsz, 90)
 
+FG_SLOW CUresult fg_slow_cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
+{
+    fg_real_cuMemcpy3D_v2 real = (fg_real_cuMemcpy3D_v2)fg_real_fn(FG_API_cuMemcpy3D_v2);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemcpy3D_v2);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpy3D_v2(real, pCopy) : real(pCopy));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpy3D_v2(real, pCopy) : real(pCopy));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemcpy3D_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(pCopy?pCopy->WidthInBytes*pCopy->Height*pCopy->Depth:0));
+    if (fg_logging)
+        fg_log(FG_API_cuMemcpy3D_v2, (int)r, dt, "pCopy=%p", (const void *)pCopy);
+    return r;
+}
+
+FG_FAST_PATH(cuMemcpy3D_v2, 91)
+
+FG_SLOW CUresult fg_slow_cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *pCopy)
+{
+    fg_real_cuMemcpy3D_v2_ptds real = (fg_real_cuMemcpy3D_v2_ptds)fg_real_fn(FG_API_cuMemcpy3D_v2_ptds);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemcpy3D_v2_ptds);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpy3D_v2_ptds(real, pCopy) : real(pCopy));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpy3D_v2_ptds(real, pCopy) : real(pCopy));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemcpy3D_v2_ptds, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(pCopy?pCopy->WidthInBytes*pCopy->Height*pCopy->Depth:0));
+    if (fg_logging)
+        fg_log(FG_API_cuMemcpy3D_v2_ptds, (int)r, dt, "pCopy=%p", (const void *)pCopy);
+    return r;
+}
+
+FG_FAST_PATH(cuMemcpy3D_v2_ptds, 92)
+
+FG_SLOW CUresult fg_slow_cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
+{
+    fg_real_cuMemcpy3DAsync_v2 real = (fg_real_cuMemcpy3DAsync_v2)fg_real_fn(FG_API_cuMemcpy3DAsync_v2);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemcpy3DAsync_v2);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpy3DAsync_v2(real, pCopy, hStream) : real(pCopy, hStream));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpy3DAsync_v2(real, pCopy, hStream) : real(pCopy, hStream));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemcpy3DAsync_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(pCopy?pCopy->WidthInBytes*pCopy->Height*pCopy->Depth:0));
+    if (fg_logging)
+        fg_log(FG_API_cuMemcpy3DAsync_v2, (int)r, dt, "pCopy=%p, hStream=%p", (const void *)pCopy, (const void *)hStream);
+    return r;
+}
+
+FG_FAST_PATH(cuMemcpy3DAsync_v2, 93)
+
+FG_SLOW CUresult fg_slow_cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
+{
+    fg_real_cuMemcpy3DAsync_v2_ptsz real = (fg_real_cuMemcpy3DAsync_v2_ptsz)fg_real_fn(FG_API_cuMemcpy3DAsync_v2_ptsz);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemcpy3DAsync_v2_ptsz);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpy3DAsync_v2_ptsz(real, pCopy, hStream) : real(pCopy, hStream));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuMemcpy3DAsync_v2_ptsz(real, pCopy, hStream) : real(pCopy, hStream));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemcpy3DAsync_v2_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, (uint64_t)(pCopy?pCopy->WidthInBytes*pCopy->Height*pCopy->Depth:0));
+    if (fg_logging)
+        fg_log(FG_API_cuMemcpy3DAsync_v2_ptsz, (int)r, dt, "pCopy=%p, hStream=%p", (const void *)pCopy, (const void *)hStream);
+    return r;
+}
+
+FG_FAST_PATH(cuMemcpy3DAsync_v2_ptsz, 94)
+
 FG_SLOW CUresult fg_slow_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
     fg_real_cuMemsetD8_v2 real = (fg_real_cuMemsetD8_v2)fg_real_fn(FG_API_cuMemsetD8_v2);
@@ -2284,7 +2368,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, 
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8_v2, 91)
+FG_FAST_PATH(cuMemsetD8_v2, 95)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
@@ -2302,7 +2386,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8_v2_ptds, 92)
+FG_FAST_PATH(cuMemsetD8_v2_ptds, 96)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
@@ -2320,7 +2404,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, 
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32_v2, 93)
+FG_FAST_PATH(cuMemsetD32_v2, 97)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
@@ -2338,7 +2422,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32_v2_ptds, 94)
+FG_FAST_PATH(cuMemsetD32_v2_ptds, 98)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
@@ -2356,7 +2440,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8Async, 95)
+FG_FAST_PATH(cuMemsetD8Async, 99)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
@@ -2374,7 +2458,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned ch
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8Async_ptsz, 96)
+FG_FAST_PATH(cuMemsetD8Async_ptsz, 100)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
@@ -2392,7 +2476,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32Async, 97)
+FG_FAST_PATH(cuMemsetD32Async, 101)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
@@ -2410,7 +2494,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned i
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32Async_ptsz, 98)
+FG_FAST_PATH(cuMemsetD32Async_ptsz, 102)
 
 FG_SLOW CUresult fg_slow_cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N)
 {
@@ -2428,7 +2512,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD16_v2, 99)
+FG_FAST_PATH(cuMemsetD16_v2, 103)
 
 FG_SLOW CUresult fg_slow_cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N)
 {
@@ -2446,7 +2530,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned sho
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD16_v2_ptds, 100)
+FG_FAST_PATH(cuMemsetD16_v2_ptds, 104)
 
 FG_SLOW CUresult fg_slow_cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
 {
@@ -2464,7 +2548,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short 
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD16Async, 101)
+FG_FAST_PATH(cuMemsetD16Async, 105)
 
 FG_SLOW CUresult fg_slow_cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
 {
@@ -2482,7 +2566,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned s
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD16Async_ptsz, 102)
+FG_FAST_PATH(cuMemsetD16Async_ptsz, 106)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
 {
@@ -2500,7 +2584,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch,
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D8_v2, 103)
+FG_FAST_PATH(cuMemsetD2D8_v2, 107)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
 {
@@ -2518,7 +2602,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstP
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D8_v2_ptds, 104)
+FG_FAST_PATH(cuMemsetD2D8_v2_ptds, 108)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
 {
@@ -2536,7 +2620,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitc
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D8Async, 105)
+FG_FAST_PATH(cuMemsetD2D8Async, 109)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D8Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
 {
@@ -2554,7 +2638,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D8Async_ptsz(CUdeviceptr dstDevice, size_t ds
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D8Async_ptsz, 106)
+FG_FAST_PATH(cuMemsetD2D8Async_ptsz, 110)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
 {
@@ -2572,7 +2656,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D16_v2, 107)
+FG_FAST_PATH(cuMemsetD2D16_v2, 111)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
 {
@@ -2590,7 +2674,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dst
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D16_v2_ptds, 108)
+FG_FAST_PATH(cuMemsetD2D16_v2_ptds, 112)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
 {
@@ -2608,7 +2692,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPit
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D16Async, 109)
+FG_FAST_PATH(cuMemsetD2D16Async, 113)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
 {
@@ -2626,7 +2710,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t d
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D16Async_ptsz, 110)
+FG_FAST_PATH(cuMemsetD2D16Async_ptsz, 114)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
 {
@@ -2644,7 +2728,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D32_v2, 111)
+FG_FAST_PATH(cuMemsetD2D32_v2, 115)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
 {
@@ -2662,7 +2746,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dst
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D32_v2_ptds, 112)
+FG_FAST_PATH(cuMemsetD2D32_v2_ptds, 116)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
 {
@@ -2680,7 +2764,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPit
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D32Async, 113)
+FG_FAST_PATH(cuMemsetD2D32Async, 117)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
 {
@@ -2698,7 +2782,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t d
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D32Async_ptsz, 114)
+FG_FAST_PATH(cuMemsetD2D32Async_ptsz, 118)
 
 FG_SLOW CUresult fg_slow_cuModuleLoad(CUmodule *module, const char *fname)
 {
@@ -2716,7 +2800,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoad(CUmodule *module, const char *fname)
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoad, 115)
+FG_FAST_PATH(cuModuleLoad, 119)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadData(CUmodule *module, const void *image)
 {
@@ -2734,7 +2818,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoadData(CUmodule *module, const void *image)
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoadData, 116)
+FG_FAST_PATH(cuModuleLoadData, 120)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
@@ -2752,7 +2836,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoadDataEx(CUmodule *module, const void *image,
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoadDataEx, 117)
+FG_FAST_PATH(cuModuleLoadDataEx, 121)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
 {
@@ -2770,7 +2854,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoadFatBinary(CUmodule *module, const void *fat
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoadFatBinary, 118)
+FG_FAST_PATH(cuModuleLoadFatBinary, 122)
 
 FG_SLOW CUresult fg_slow_cuModuleUnload(CUmodule hmod)
 {
@@ -2788,7 +2872,7 @@ FG_SLOW CUresult fg_slow_cuModuleUnload(CUmodule hmod)
     return r;
 }
 
-FG_FAST_PATH(cuModuleUnload, 119)
+FG_FAST_PATH(cuModuleUnload, 123)
 
 FG_SLOW CUresult fg_slow_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
 {
@@ -2806,7 +2890,7 @@ FG_SLOW CUresult fg_slow_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, c
     return r;
 }
 
-FG_FAST_PATH(cuModuleGetFunction, 120)
+FG_FAST_PATH(cuModuleGetFunction, 124)
 
 FG_SLOW CUresult fg_slow_cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
@@ -2824,7 +2908,7 @@ FG_SLOW CUresult fg_slow_cuLibraryLoadData(CUlibrary *library, const void *code,
     return r;
 }
 
-FG_FAST_PATH(cuLibraryLoadData, 121)
+FG_FAST_PATH(cuLibraryLoadData, 125)
 
 FG_SLOW CUresult fg_slow_cuLibraryUnload(CUlibrary library)
 {
@@ -2842,7 +2926,7 @@ FG_SLOW CUresult fg_slow_cuLibraryUnload(CUlibrary library)
     return r;
 }
 
-FG_FAST_PATH(cuLibraryUnload, 122)
+FG_FAST_PATH(cuLibraryUnload, 126)
 
 FG_SLOW CUresult fg_slow_cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
 {
@@ -2860,7 +2944,7 @@ FG_SLOW CUresult fg_slow_cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library
     return r;
 }
 
-FG_FAST_PATH(cuLibraryGetKernel, 123)
+FG_FAST_PATH(cuLibraryGetKernel, 127)
 
 FG_SLOW CUresult fg_slow_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 {
@@ -2878,7 +2962,7 @@ FG_SLOW CUresult fg_slow_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
     return r;
 }
 
-FG_FAST_PATH(cuKernelGetFunction, 124)
+FG_FAST_PATH(cuKernelGetFunction, 128)
 
 FG_SLOW CUresult fg_slow_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
 {
@@ -2896,7 +2980,7 @@ FG_SLOW CUresult fg_slow_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib
     return r;
 }
 
-FG_FAST_PATH(cuFuncGetAttribute, 125)
+FG_FAST_PATH(cuFuncGetAttribute, 129)
 
 FG_SLOW CUresult fg_slow_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
 {
@@ -2914,7 +2998,7 @@ FG_SLOW CUresult fg_slow_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribu
     return r;
 }
 
-FG_FAST_PATH(cuFuncSetAttribute, 126)
+FG_FAST_PATH(cuFuncSetAttribute, 130)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
@@ -2932,7 +3016,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernel(CUfunction f, unsigned int gridDimX, uns
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernel, 127)
+FG_FAST_PATH(cuLaunchKernel, 131)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
@@ -2950,7 +3034,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernel_ptsz, 128)
+FG_FAST_PATH(cuLaunchKernel_ptsz, 132)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
@@ -2968,7 +3052,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernelEx(const CUlaunchConfig *config, CUfuncti
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernelEx, 129)
+FG_FAST_PATH(cuLaunchKernelEx, 133)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
@@ -2986,7 +3070,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUf
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernelEx_ptsz, 130)
+FG_FAST_PATH(cuLaunchKernelEx_ptsz, 134)
 
 FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
@@ -3004,7 +3088,7 @@ FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel(CUfunction f, unsigned int gr
     return r;
 }
 
-FG_FAST_PATH(cuLaunchCooperativeKernel, 131)
+FG_FAST_PATH(cuLaunchCooperativeKernel, 135)
 
 FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
@@ -3022,7 +3106,7 @@ FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned i
     return r;
 }
 
-FG_FAST_PATH(cuLaunchCooperativeKernel_ptsz, 132)
+FG_FAST_PATH(cuLaunchCooperativeKernel_ptsz, 136)
 
 FG_SLOW CUresult fg_slow_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
 {
@@ -3040,7 +3124,7 @@ FG_SLOW CUresult fg_slow_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *u
     return r;
 }
 
-FG_FAST_PATH(cuLaunchHostFunc, 133)
+FG_FAST_PATH(cuLaunchHostFunc, 137)
 
 FG_SLOW CUresult fg_slow_cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData)
 {
@@ -3058,7 +3142,7 @@ FG_SLOW CUresult fg_slow_cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, vo
     return r;
 }
 
-FG_FAST_PATH(cuLaunchHostFunc_ptsz, 134)
+FG_FAST_PATH(cuLaunchHostFunc_ptsz, 138)
 
 FG_SLOW CUresult fg_slow_cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
 {
@@ -3076,7 +3160,7 @@ FG_SLOW CUresult fg_slow_cuStreamAddCallback(CUstream hStream, CUstreamCallback 
     return r;
 }
 
-FG_FAST_PATH(cuStreamAddCallback, 135)
+FG_FAST_PATH(cuStreamAddCallback, 139)
 
 FG_SLOW CUresult fg_slow_cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
 {
@@ -3094,7 +3178,7 @@ FG_SLOW CUresult fg_slow_cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCall
     return r;
 }
 
-FG_FAST_PATH(cuStreamAddCallback_ptsz, 136)
+FG_FAST_PATH(cuStreamAddCallback_ptsz, 140)
 
 FG_SLOW CUresult fg_slow_cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
@@ -3112,7 +3196,7 @@ FG_SLOW CUresult fg_slow_cuStreamCreate(CUstream *phStream, unsigned int Flags)
     return r;
 }
 
-FG_FAST_PATH(cuStreamCreate, 137)
+FG_FAST_PATH(cuStreamCreate, 141)
 
 FG_SLOW CUresult fg_slow_cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
@@ -3130,7 +3214,7 @@ FG_SLOW CUresult fg_slow_cuStreamCreateWithPriority(CUstream *phStream, unsigned
     return r;
 }
 
-FG_FAST_PATH(cuStreamCreateWithPriority, 138)
+FG_FAST_PATH(cuStreamCreateWithPriority, 142)
 
 FG_SLOW CUresult fg_slow_cuStreamDestroy_v2(CUstream hStream)
 {
@@ -3148,7 +3232,7 @@ FG_SLOW CUresult fg_slow_cuStreamDestroy_v2(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamDestroy_v2, 139)
+FG_FAST_PATH(cuStreamDestroy_v2, 143)
 
 static CUresult fg_layer1_cuStreamSynchronize(CUstream hStream)
 {
@@ -3172,7 +3256,7 @@ FG_SLOW CUresult fg_slow_cuStreamSynchronize(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamSynchronize, 140)
+FG_FAST_PATH(cuStreamSynchronize, 144)
 
 static CUresult fg_layer1_cuStreamSynchronize_ptsz(CUstream hStream)
 {
@@ -3196,7 +3280,7 @@ FG_SLOW CUresult fg_slow_cuStreamSynchronize_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamSynchronize_ptsz, 141)
+FG_FAST_PATH(cuStreamSynchronize_ptsz, 145)
 
 FG_SLOW CUresult fg_slow_cuStreamQuery(CUstream hStream)
 {
@@ -3214,7 +3298,7 @@ FG_SLOW CUresult fg_slow_cuStreamQuery(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamQuery, 142)
+FG_FAST_PATH(cuStreamQuery, 146)
 
 FG_SLOW CUresult fg_slow_cuStreamQuery_ptsz(CUstream hStream)
 {
@@ -3232,7 +3316,7 @@ FG_SLOW CUresult fg_slow_cuStreamQuery_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamQuery_ptsz, 143)
+FG_FAST_PATH(cuStreamQuery_ptsz, 147)
 
 FG_SLOW CUresult fg_slow_cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
@@ -3250,7 +3334,7 @@ FG_SLOW CUresult fg_slow_cuStreamWaitEvent(CUstream hStream, CUevent hEvent, uns
     return r;
 }
 
-FG_FAST_PATH(cuStreamWaitEvent, 144)
+FG_FAST_PATH(cuStreamWaitEvent, 148)
 
 FG_SLOW CUresult fg_slow_cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
@@ -3268,7 +3352,7 @@ FG_SLOW CUresult fg_slow_cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent
     return r;
 }
 
-FG_FAST_PATH(cuStreamWaitEvent_ptsz, 145)
+FG_FAST_PATH(cuStreamWaitEvent_ptsz, 149)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture(CUstream hStream)
 {
@@ -3286,7 +3370,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture, 146)
+FG_FAST_PATH(cuStreamBeginCapture, 150)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_ptsz(CUstream hStream)
 {
@@ -3304,7 +3388,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_ptsz, 147)
+FG_FAST_PATH(cuStreamBeginCapture_ptsz, 151)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
@@ -3322,7 +3406,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptu
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_v2, 148)
+FG_FAST_PATH(cuStreamBeginCapture_v2, 152)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
 {
@@ -3340,7 +3424,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstream
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_v2_ptsz, 149)
+FG_FAST_PATH(cuStreamBeginCapture_v2_ptsz, 153)
 
 FG_SLOW CUresult fg_slow_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
@@ -3358,7 +3442,7 @@ FG_SLOW CUresult fg_slow_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
     return r;
 }
 
-FG_FAST_PATH(cuStreamEndCapture, 150)
+FG_FAST_PATH(cuStreamEndCapture, 154)
 
 FG_SLOW CUresult fg_slow_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
 {
@@ -3376,7 +3460,7 @@ FG_SLOW CUresult fg_slow_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGr
     return r;
 }
 
-FG_FAST_PATH(cuStreamEndCapture_ptsz, 151)
+FG_FAST_PATH(cuStreamEndCapture_ptsz, 155)
 
 FG_SLOW CUresult fg_slow_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
@@ -3394,7 +3478,7 @@ FG_SLOW CUresult fg_slow_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureSt
     return r;
 }
 
-FG_FAST_PATH(cuStreamIsCapturing, 152)
+FG_FAST_PATH(cuStreamIsCapturing, 156)
 
 FG_SLOW CUresult fg_slow_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
@@ -3412,7 +3496,7 @@ FG_SLOW CUresult fg_slow_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCapt
     return r;
 }
 
-FG_FAST_PATH(cuStreamIsCapturing_ptsz, 153)
+FG_FAST_PATH(cuStreamIsCapturing_ptsz, 157)
 
 FG_SLOW CUresult fg_slow_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
 {
@@ -3430,7 +3514,7 @@ FG_SLOW CUresult fg_slow_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *
     return r;
 }
 
-FG_FAST_PATH(cuThreadExchangeStreamCaptureMode, 154)
+FG_FAST_PATH(cuThreadExchangeStreamCaptureMode, 158)
 
 FG_SLOW CUresult fg_slow_cuStreamGetDevice(CUstream hStream, CUdevice *device)
 {
@@ -3448,7 +3532,7 @@ FG_SLOW CUresult fg_slow_cuStreamGetDevice(CUstream hStream, CUdevice *device)
     return r;
 }
 
-FG_FAST_PATH(cuStreamGetDevice, 155)
+FG_FAST_PATH(cuStreamGetDevice, 159)
 
 FG_SLOW CUresult fg_slow_cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
@@ -3466,7 +3550,7 @@ FG_SLOW CUresult fg_slow_cuEventCreate(CUevent *phEvent, unsigned int Flags)
     return r;
 }
 
-FG_FAST_PATH(cuEventCreate, 156)
+FG_FAST_PATH(cuEventCreate, 160)
 
 FG_SLOW CUresult fg_slow_cuEventRecord(CUevent hEvent, CUstream hStream)
 {
@@ -3484,7 +3568,7 @@ FG_SLOW CUresult fg_slow_cuEventRecord(CUevent hEvent, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuEventRecord, 157)
+FG_FAST_PATH(cuEventRecord, 161)
 
 FG_SLOW CUresult fg_slow_cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
 {
@@ -3502,7 +3586,7 @@ FG_SLOW CUresult fg_slow_cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuEventRecord_ptsz, 158)
+FG_FAST_PATH(cuEventRecord_ptsz, 162)
 
 FG_SLOW CUresult fg_slow_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
@@ -3520,7 +3604,7 @@ FG_SLOW CUresult fg_slow_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream
     return r;
 }
 
-FG_FAST_PATH(cuEventRecordWithFlags, 159)
+FG_FAST_PATH(cuEventRecordWithFlags, 163)
 
 FG_SLOW CUresult fg_slow_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
@@ -3538,7 +3622,7 @@ FG_SLOW CUresult fg_slow_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hS
     return r;
 }
 
-FG_FAST_PATH(cuEventRecordWithFlags_ptsz, 160)
+FG_FAST_PATH(cuEventRecordWithFlags_ptsz, 164)
 
 FG_SLOW CUresult fg_slow_cuEventQuery(CUevent hEvent)
 {
@@ -3556,7 +3640,7 @@ FG_SLOW CUresult fg_slow_cuEventQuery(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventQuery, 161)
+FG_FAST_PATH(cuEventQuery, 165)
 
 static CUresult fg_layer1_cuEventSynchronize(CUevent hEvent)
 {
@@ -3580,7 +3664,7 @@ FG_SLOW CUresult fg_slow_cuEventSynchronize(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventSynchronize, 162)
+FG_FAST_PATH(cuEventSynchronize, 166)
 
 FG_SLOW CUresult fg_slow_cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
@@ -3598,7 +3682,7 @@ FG_SLOW CUresult fg_slow_cuEventElapsedTime(float *pMilliseconds, CUevent hStart
     return r;
 }
 
-FG_FAST_PATH(cuEventElapsedTime, 163)
+FG_FAST_PATH(cuEventElapsedTime, 167)
 
 FG_SLOW CUresult fg_slow_cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
@@ -3616,7 +3700,7 @@ FG_SLOW CUresult fg_slow_cuEventElapsedTime_v2(float *pMilliseconds, CUevent hSt
     return r;
 }
 
-FG_FAST_PATH(cuEventElapsedTime_v2, 164)
+FG_FAST_PATH(cuEventElapsedTime_v2, 168)
 
 FG_SLOW CUresult fg_slow_cuEventDestroy_v2(CUevent hEvent)
 {
@@ -3634,7 +3718,7 @@ FG_SLOW CUresult fg_slow_cuEventDestroy_v2(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventDestroy_v2, 165)
+FG_FAST_PATH(cuEventDestroy_v2, 169)
 
 FG_SLOW CUresult fg_slow_cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 {
@@ -3652,7 +3736,7 @@ FG_SLOW CUresult fg_slow_cuGraphCreate(CUgraph *phGraph, unsigned int flags)
     return r;
 }
 
-FG_FAST_PATH(cuGraphCreate, 166)
+FG_FAST_PATH(cuGraphCreate, 170)
 
 FG_SLOW CUresult fg_slow_cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
 {
@@ -3670,7 +3754,7 @@ FG_SLOW CUresult fg_slow_cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, siz
     return r;
 }
 
-FG_FAST_PATH(cuGraphGetNodes, 167)
+FG_FAST_PATH(cuGraphGetNodes, 171)
 
 FG_SLOW CUresult fg_slow_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
 {
@@ -3688,7 +3772,7 @@ FG_SLOW CUresult fg_slow_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *
     return r;
 }
 
-FG_FAST_PATH(cuGraphNodeGetType, 168)
+FG_FAST_PATH(cuGraphNodeGetType, 172)
 
 FG_SLOW CUresult fg_slow_cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
 {
@@ -3706,7 +3790,7 @@ FG_SLOW CUresult fg_slow_cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgrap
     return r;
 }
 
-FG_FAST_PATH(cuGraphChildGraphNodeGetGraph, 169)
+FG_FAST_PATH(cuGraphChildGraphNodeGetGraph, 173)
 
 FG_SLOW CUresult fg_slow_cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
 {
@@ -3724,7 +3808,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgrap
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddMemAllocNode, 170)
+FG_FAST_PATH(cuGraphAddMemAllocNode, 174)
 
 FG_SLOW CUresult fg_slow_cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr)
 {
@@ -3742,7 +3826,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddMemFreeNode, 171)
+FG_FAST_PATH(cuGraphAddMemFreeNode, 175)
 
 FG_SLOW CUresult fg_slow_cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
 {
@@ -3760,7 +3844,7 @@ FG_SLOW CUresult fg_slow_cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_ME
     return r;
 }
 
-FG_FAST_PATH(cuGraphMemAllocNodeGetParams, 172)
+FG_FAST_PATH(cuGraphMemAllocNodeGetParams, 176)
 
 FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -3778,7 +3862,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMe
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 173)
+FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 177)
 
 FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -3796,7 +3880,7 @@ FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMe
     return r;
 }
 
-FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 174)
+FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 178)
 
 FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
 {
@@ -3814,7 +3898,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGraphMemTrim, 175)
+FG_FAST_PATH(cuDeviceGraphMemTrim, 179)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
@@ -3832,7 +3916,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, C
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithFlags, 176)
+FG_FAST_PATH(cuGraphInstantiateWithFlags, 180)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -3850,7 +3934,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, 
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithParams, 177)
+FG_FAST_PATH(cuGraphInstantiateWithParams, 181)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -3868,7 +3952,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphE
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 178)
+FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 182)
 
 FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -3886,7 +3970,7 @@ FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphUpload, 179)
+FG_FAST_PATH(cuGraphUpload, 183)
 
 FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -3904,7 +3988,7 @@ FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphUpload_ptsz, 180)
+FG_FAST_PATH(cuGraphUpload_ptsz, 184)
 
 static CUresult fg_layer1_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -3928,7 +4012,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch, 181)
+FG_FAST_PATH(cuGraphLaunch, 185)
 
 static CUresult fg_layer1_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -3952,7 +4036,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch_ptsz, 182)
+FG_FAST_PATH(cuGraphLaunch_ptsz, 186)
 
 FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
@@ -3970,7 +4054,7 @@ FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
     return r;
 }
 
-FG_FAST_PATH(cuGraphExecDestroy, 183)
+FG_FAST_PATH(cuGraphExecDestroy, 187)
 
 FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
 {
@@ -3988,7 +4072,7 @@ FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
     return r;
 }
 
-FG_FAST_PATH(cuGraphDestroy, 184)
+FG_FAST_PATH(cuGraphDestroy, 188)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
 {
@@ -4006,7 +4090,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlInit_v2, 185)
+FG_FAST_PATH(nvmlInit_v2, 189)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
 {
@@ -4024,7 +4108,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
     return r;
 }
 
-FG_FAST_PATH(nvmlInitWithFlags, 186)
+FG_FAST_PATH(nvmlInitWithFlags, 190)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
 {
@@ -4042,7 +4126,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlShutdown, 187)
+FG_FAST_PATH(nvmlShutdown, 191)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
 {
@@ -4060,7 +4144,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetCount_v2, 188)
+FG_FAST_PATH(nvmlDeviceGetCount_v2, 192)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
 {
@@ -4078,7 +4162,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, n
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 189)
+FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 193)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
@@ -4096,7 +4180,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMe
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 190)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 194)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
@@ -4114,7 +4198,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvm
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 191)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 195)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
 {
@@ -4132,7 +4216,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, 
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 192)
+FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 196)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -4150,7 +4234,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 193)
+FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 197)
 
 void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuInit,
@@ -4244,6 +4328,10 @@ void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuMemcpy2DUnaligned_v2_ptds,
     (void *)cuMemcpy2DAsync_v2,
     (void *)cuMemcpy2DAsync_v2_ptsz,
+    (void *)cuMemcpy3D_v2,
+    (void *)cuMemcpy3D_v2_ptds,
+    (void *)cuMemcpy3DAsync_v2,
+    (void *)cuMemcpy3DAsync_v2_ptsz,
     (void *)cuMemsetD8_v2,
     (void *)cuMemsetD8_v2_ptds,
     (void *)cuMemsetD32_v2,

@@ -910,6 +910,25 @@ SIM_EXPORT CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *c) { return
 SIM_EXPORT CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *c, CUstream s) { return copy2d(c, s, ASYNC, 0); }
 SIM_EXPORT CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *c, CUstream s) { return copy2d(c, s, ASYNC, 1); }
 
+static CUresult copy3d(const CUDA_MEMCPY3D *c, CUstream s, int async, int pt)
+{
+    if (!fg_memcpy3d_valid(c))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (c->Depth > 1 && (c->srcMemoryType == CU_MEMORYTYPE_ARRAY || c->dstMemoryType == CU_MEMORYTYPE_ARRAY))
+        return CUDA_ERROR_NOT_SUPPORTED; /* an array's z is a layer, not rows: not simulated */
+    for (size_t z = 0; z < c->Depth; z++) {
+        CUDA_MEMCPY2D slice = fg_memcpy3d_slice(c, z);
+        CUresult r = copy2d(&slice, s, async, pt);
+        if (r)
+            return r;
+    }
+    return CUDA_SUCCESS;
+}
+SIM_EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *c) { return copy3d(c, NULL, SYNC, 0); }
+SIM_EXPORT CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *c) { return copy3d(c, NULL, SYNC, 1); }
+SIM_EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *c, CUstream s) { return copy3d(c, s, ASYNC, 0); }
+SIM_EXPORT CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *c, CUstream s) { return copy3d(c, s, ASYNC, 1); }
+
 static CUresult set(CUdeviceptr d, unsigned v, size_t n, size_t width, CUstream s, int async, int pt)
 {
     struct sim_ctx *c;

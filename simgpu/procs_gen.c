@@ -691,6 +691,32 @@ __attribute__((weak)) SIM_EXPORT CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEM
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
+{
+    (void)pCopy;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *pCopy)
+{
+    (void)pCopy;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
+{
+    (void)pCopy;
+    (void)hStream;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
+{
+    (void)pCopy;
+    (void)hStream;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 __attribute__((weak)) SIM_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
     (void)dstDevice;
@@ -1561,6 +1587,10 @@ const struct fg_proc sim_procs[] = {
     {"cuMemcpy2DUnaligned", "cuMemcpy2DUnaligned_v2_ptds", 7000, 1, (void *)cuMemcpy2DUnaligned_v2_ptds},
     {"cuMemcpy2DAsync", "cuMemcpy2DAsync_v2", 3020, 0, (void *)cuMemcpy2DAsync_v2},
     {"cuMemcpy2DAsync", "cuMemcpy2DAsync_v2_ptsz", 7000, 1, (void *)cuMemcpy2DAsync_v2_ptsz},
+    {"cuMemcpy3D", "cuMemcpy3D_v2", 3020, 0, (void *)cuMemcpy3D_v2},
+    {"cuMemcpy3D", "cuMemcpy3D_v2_ptds", 7000, 1, (void *)cuMemcpy3D_v2_ptds},
+    {"cuMemcpy3DAsync", "cuMemcpy3DAsync_v2", 3020, 0, (void *)cuMemcpy3DAsync_v2},
+    {"cuMemcpy3DAsync", "cuMemcpy3DAsync_v2_ptsz", 7000, 1, (void *)cuMemcpy3DAsync_v2_ptsz},
     {"cuMemsetD8", "cuMemsetD8_v2", 3020, 0, (void *)cuMemsetD8_v2},
     {"cuMemsetD8", "cuMemsetD8_v2_ptds", 7000, 1, (void *)cuMemsetD8_v2_ptds},
     {"cuMemsetD32", "cuMemsetD32_v2", 3020, 0, (void *)cuMemsetD32_v2},

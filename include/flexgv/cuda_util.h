@@ -53,4 +53,36 @@ static inline int fg_array_bytes(size_t w, size_t h, size_t d, CUarray_format f,
     return 1;
 }
 
+/* A 3D copy is a 2D copy per slice: whether its description holds
+ * together, and slice z as a 2D copy whose rows count from the memory's
+ * start (not for a CUDA array of more than one slice: its z is a layer). */
+static inline int fg_memcpy3d_valid(const CUDA_MEMCPY3D *p)
+{
+    return p && !p->reserved0 && !p->reserved1 &&
+           (p->Depth <= 1 || ((p->srcMemoryType == CU_MEMORYTYPE_ARRAY || p->srcHeight >= p->Height) &&
+                              (p->dstMemoryType == CU_MEMORYTYPE_ARRAY || p->dstHeight >= p->Height)));
+}
+
+static inline CUDA_MEMCPY2D fg_memcpy3d_slice(const CUDA_MEMCPY3D *p, size_t z)
+{
+    return (CUDA_MEMCPY2D){
+        .srcXInBytes = p->srcXInBytes,
+        .srcY = (p->srcZ + z) * p->srcHeight + p->srcY,
+        .srcMemoryType = p->srcMemoryType,
+        .srcHost = p->srcHost,
+        .srcDevice = p->srcDevice,
+        .srcArray = p->srcArray,
+        .srcPitch = p->srcPitch,
+        .dstXInBytes = p->dstXInBytes,
+        .dstY = (p->dstZ + z) * p->dstHeight + p->dstY,
+        .dstMemoryType = p->dstMemoryType,
+        .dstHost = p->dstHost,
+        .dstDevice = p->dstDevice,
+        .dstArray = p->dstArray,
+        .dstPitch = p->dstPitch,
+        .WidthInBytes = p->WidthInBytes,
+        .Height = p->Height,
+    };
+}
+
 #endif

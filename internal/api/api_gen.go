@@ -3,7 +3,7 @@
 package api
 
 // Hash identifies this ordered list; trace regions carry it.
-const Hash uint64 = 0xb8ef5045cfd3fe69
+const Hash uint64 = 0x1331df8583f369d7
 
 // Names lists every hooked entry point, in hook-id order.
 var Names = []string{
@@ -98,6 +98,10 @@ var Names = []string{
 	"cuMemcpy2DUnaligned_v2_ptds",
 	"cuMemcpy2DAsync_v2",
 	"cuMemcpy2DAsync_v2_ptsz",
+	"cuMemcpy3D_v2",
+	"cuMemcpy3D_v2_ptds",
+	"cuMemcpy3DAsync_v2",
+	"cuMemcpy3DAsync_v2_ptsz",
 	"cuMemsetD8_v2",
 	"cuMemsetD8_v2_ptds",
 	"cuMemsetD32_v2",
@@ -241,6 +245,10 @@ var Bytes = map[string]bool{
 	"cuMemcpy2DUnaligned_v2_ptds":  true,
 	"cuMemcpy2DAsync_v2":           true,
 	"cuMemcpy2DAsync_v2_ptsz":      true,
+	"cuMemcpy3D_v2":                true,
+	"cuMemcpy3D_v2_ptds":           true,
+	"cuMemcpy3DAsync_v2":           true,
+	"cuMemcpy3DAsync_v2_ptsz":      true,
 	"cuMemsetD8_v2":                true,
 	"cuMemsetD8_v2_ptds":           true,
 	"cuMemsetD32_v2":               true,

@@ -1,4 +1,5 @@
-/* 2D copies (cuMemcpy2D and its variants), answered on the client through
+/* 2D and 3D copies (cuMemcpy2D, cuMemcpy3D and their variants; a 3D copy is
+ * a 2D copy per slice), answered on the client through
  * the forwarded 1D copies, so that no new request needs to carry host
  * pointers inside a structure:
  *   host to device   one queued copy per row (the last one of a synchronous
@@ -12,6 +13,7 @@
  * carried (no array is ever created remotely). A unified address is taken as
  * a device address, as cuMemcpy takes it: the server refuses a host one. */
 #include "client.h"
+#include "flexgv/cuda_util.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -148,6 +150,19 @@ static CUresult copy2d(const CUDA_MEMCPY2D *p, struct how m, const char *name)
     return r;
 }
 
+static CUresult copy3d(const CUDA_MEMCPY3D *p, struct how m, const char *name)
+{
+    if (!fg_memcpy3d_valid(p))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t z = 0; z < p->Depth; z++) {
+        CUDA_MEMCPY2D slice = fg_memcpy3d_slice(p, z);
+        CUresult r = copy2d(&slice, m, name);
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    return CUDA_SUCCESS;
+}
+
 FGR_EXPORT CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
 {
     return copy2d(pCopy, (struct how){&legacy, 0, NULL}, "cuMemcpy2D");
@@ -171,4 +186,20 @@ FGR_EXPORT CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStr
 FGR_EXPORT CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
 {
     return copy2d(pCopy, (struct how){&per_thread, 1, hStream}, "cuMemcpy2DAsync");
+}
+FGR_EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
+{
+    return copy3d(pCopy, (struct how){&legacy, 0, NULL}, "cuMemcpy3D");
+}
+FGR_EXPORT CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *pCopy)
+{
+    return copy3d(pCopy, (struct how){&per_thread, 0, NULL}, "cuMemcpy3D");
+}
+FGR_EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
+{
+    return copy3d(pCopy, (struct how){&legacy, 1, hStream}, "cuMemcpy3DAsync");
+}
+FGR_EXPORT CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
+{
+    return copy3d(pCopy, (struct how){&per_thread, 1, hStream}, "cuMemcpy3DAsync");
 }

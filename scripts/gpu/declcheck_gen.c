@@ -188,6 +188,14 @@ typedef CUresult (CUDAAPI *fg_sig_cuMemcpy2DAsync_v2)(const CUDA_MEMCPY2D *pCopy
 SAME(fg_sig_cuMemcpy2DAsync_v2, PFN_cuMemcpy2DAsync_v3020);
 typedef CUresult (CUDAAPI *fg_sig_cuMemcpy2DAsync_v2_ptsz)(const CUDA_MEMCPY2D *pCopy, CUstream hStream);
 SAME(fg_sig_cuMemcpy2DAsync_v2_ptsz, PFN_cuMemcpy2DAsync_v7000_ptsz);
+typedef CUresult (CUDAAPI *fg_sig_cuMemcpy3D_v2)(const CUDA_MEMCPY3D *pCopy);
+SAME(fg_sig_cuMemcpy3D_v2, PFN_cuMemcpy3D_v3020);
+typedef CUresult (CUDAAPI *fg_sig_cuMemcpy3D_v2_ptds)(const CUDA_MEMCPY3D *pCopy);
+SAME(fg_sig_cuMemcpy3D_v2_ptds, PFN_cuMemcpy3D_v7000_ptds);
+typedef CUresult (CUDAAPI *fg_sig_cuMemcpy3DAsync_v2)(const CUDA_MEMCPY3D *pCopy, CUstream hStream);
+SAME(fg_sig_cuMemcpy3DAsync_v2, PFN_cuMemcpy3DAsync_v3020);
+typedef CUresult (CUDAAPI *fg_sig_cuMemcpy3DAsync_v2_ptsz)(const CUDA_MEMCPY3D *pCopy, CUstream hStream);
+SAME(fg_sig_cuMemcpy3DAsync_v2_ptsz, PFN_cuMemcpy3DAsync_v7000_ptsz);
 typedef CUresult (CUDAAPI *fg_sig_cuMemsetD8_v2)(CUdeviceptr dstDevice, unsigned char uc, size_t N);
 SAME(fg_sig_cuMemsetD8_v2, PFN_cuMemsetD8_v3020);
 typedef CUresult (CUDAAPI *fg_sig_cuMemsetD8_v2_ptds)(CUdeviceptr dstDevice, unsigned char uc, size_t N);

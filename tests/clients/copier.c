@@ -2,8 +2,9 @@
  * launches nothing:
  *     copier SECONDS OP
  * OP: htod, dtoh, dtod, memcpy, memset8, memset16, memset32, memset2d (a
- * 32-bit one), htod2d or dtoh2d (16 rows of 256 bytes) or peer (between
- * two allocations of one context), each optionally
+ * 32-bit one), htod2d or dtoh2d (16 rows of 256 bytes), peer (between
+ * two allocations of one context) or copy3d (4 slices of 4 such rows, device
+ * to device), each optionally
  * with _ptds (the per-thread default stream ABI). Prints "ready", starts at
  * the first line of stdin, calls OP for SECONDS and prints
  *     ops N longest_ms L
@@ -25,7 +26,7 @@ enum { N = 4096 };
 int main(int argc, char **argv)
 {
     if (argc != 3) {
-        fprintf(stderr, "usage: copier SECONDS htod|dtoh|dtod|memcpy|memset8|memset16|memset32|memset2d|htod2d|dtoh2d|peer[_ptds]\n");
+        fprintf(stderr, "usage: copier SECONDS htod|dtoh|dtod|memcpy|memset8|memset16|memset32|memset2d|htod2d|dtoh2d|peer|copy3d[_ptds]\n");
         return 2;
     }
     double seconds = atof(argv[1]);
@@ -47,7 +48,7 @@ int main(int argc, char **argv)
     int k = !strcmp(op, "htod") ? 0 : !strcmp(op, "dtoh") ? 1 : !strcmp(op, "dtod") ? 2 : !strcmp(op, "memcpy") ? 3
           : !strcmp(op, "memset8") ? 4 : !strcmp(op, "memset32") ? 5 : !strcmp(op, "htod2d") ? 6
           : !strcmp(op, "dtoh2d") ? 7 : !strcmp(op, "memset16") ? 8 : !strcmp(op, "memset2d") ? 9
-          : !strcmp(op, "peer") ? 10 : -1;
+          : !strcmp(op, "peer") ? 10 : !strcmp(op, "copy3d") ? 11 : -1;
     if (k < 0) {
         fprintf(stderr, "copier: unknown op %s\n", argv[2]);
         return 2;
@@ -60,6 +61,11 @@ int main(int argc, char **argv)
     down = up;
     down.srcMemoryType = CU_MEMORYTYPE_DEVICE, down.srcDevice = a, down.srcHost = NULL;
     down.dstMemoryType = CU_MEMORYTYPE_HOST, down.dstHost = host, down.dstDevice = 0;
+    CUDA_MEMCPY3D box;
+    memset(&box, 0, sizeof box);
+    box.srcMemoryType = CU_MEMORYTYPE_DEVICE, box.srcDevice = a, box.srcPitch = 256, box.srcHeight = 4;
+    box.dstMemoryType = CU_MEMORYTYPE_DEVICE, box.dstDevice = b, box.dstPitch = 256, box.dstHeight = 4;
+    box.WidthInBytes = 256, box.Height = 4, box.Depth = 4;
     printf("ready\n");
     fflush(stdout);
     char c;
@@ -79,7 +85,8 @@ int main(int argc, char **argv)
         case 7: CHECK(CALL(cuMemcpy2D_v2, cuMemcpy2D_v2_ptds, &down)); break;
         case 8: CHECK(CALL(cuMemsetD16_v2, cuMemsetD16_v2_ptds, a, 1, N / 2)); break;
         case 9: CHECK(CALL(cuMemsetD2D32_v2, cuMemsetD2D32_v2_ptds, a, 256, 7, 32, 16)); break;
-        default: CHECK(CALL(cuMemcpyPeer, cuMemcpyPeer_ptds, b, ctx, a, ctx, N)); break;
+        case 10: CHECK(CALL(cuMemcpyPeer, cuMemcpyPeer_ptds, b, ctx, a, ctx, N)); break;
+        default: CHECK(CALL(cuMemcpy3D_v2, cuMemcpy3D_v2_ptds, &box)); break;
         }
         double after = wall_ms();
         if (after - now > longest)

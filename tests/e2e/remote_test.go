@@ -119,7 +119,7 @@ func (e *env) remote(s *server, name string, args ...string) result {
 func TestRemoteClientsMatchLocal(t *testing.T) {
 	clients := [][]string{
 		{"rtlike", "3"}, {"direct", "2"}, {"dlsymclient"}, {"threads", "8", "200"},
-		{"forker"}, {"memclient", "paths"}, {"memset2d"},
+		{"forker"}, {"memclient", "paths"}, {"memset2d"}, {"copy3d"},
 	}
 	pids := regexp.MustCompile(`pids( \d+)+`)
 	for _, transport := range []string{"unix", "shm", "tcp", "tls"} {

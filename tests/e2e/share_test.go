@@ -270,14 +270,14 @@ func TestPriorityLendsIdleTime(t *testing.T) {
 }
 
 // A tenant that only moves data (synchronous copies and memsets occupy the
-// GPU's engines too, 2D and peer ones among them) takes turns as well: next to a
+// GPU's engines too, 2D, 3D and peer ones among them) takes turns as well: next to a
 // higher priority that has work, each of its calls waits until that work
 // is done.
 func TestPriorityHoldsSynchronousCopies(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	for _, abi := range []string{"", "_ptds"} {
-		ops := []string{"htod", "dtoh", "dtod", "memcpy", "memset8", "memset16", "memset32", "memset2d", "htod2d", "dtoh2d", "peer"}
+		ops := []string{"htod", "dtoh", "dtod", "memcpy", "memset8", "memset16", "memset32", "memset2d", "htod2d", "dtoh2d", "peer", "copy3d"}
 		var cs []*spinner
 		for _, op := range ops {
 			cs = append(cs, e.clientUnder("copier", []string{"--priority", "low"}, "2", op+abi))

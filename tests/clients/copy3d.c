@@ -1,0 +1,71 @@
+/* 3D copies (cudaMemcpy3D and its async form reach these) between host
+ * memory and pitched device memory, into a sub-box and back: prints each
+ * slice's sum and whether every byte outside the box stayed, so local and
+ * remote runs compare. */
+#include "common.h"
+
+#include <stdint.h>
+
+enum { W = 40, H = 6, D = 5, PITCH = 64, HEIGHT = 8 };
+
+static CUDA_MEMCPY3D between(CUmemorytype st, const void *sh, CUdeviceptr sd, size_t spitch, size_t sheight,
+                             CUmemorytype dt, void *dh, CUdeviceptr dd, size_t dpitch, size_t dheight)
+{
+    CUDA_MEMCPY3D c;
+    memset(&c, 0, sizeof c);
+    c.srcMemoryType = st, c.srcHost = sh, c.srcDevice = sd, c.srcPitch = spitch, c.srcHeight = sheight;
+    c.dstMemoryType = dt, c.dstHost = dh, c.dstDevice = dd, c.dstPitch = dpitch, c.dstHeight = dheight;
+    c.WidthInBytes = W, c.Height = H, c.Depth = D;
+    return c;
+}
+
+int main(void)
+{
+    static unsigned char vol[D][H][W], back[D + 1][HEIGHT][PITCH];
+    CUstream st;
+    CUdeviceptr a, b;
+    primary_context();
+    CHECK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
+    for (int z = 0; z < D; z++)
+        for (int y = 0; y < H; y++)
+            for (int x = 0; x < W; x++)
+                vol[z][y][x] = (unsigned char)(z * 50 + y * 7 + x);
+    CHECK(cuMemAlloc_v2(&a, (size_t)(D + 1) * HEIGHT * PITCH));
+    CHECK(cuMemAlloc_v2(&b, (size_t)(D + 1) * HEIGHT * PITCH));
+    CHECK(cuMemsetD8_v2(b, 0xee, (size_t)(D + 1) * HEIGHT * PITCH));
+    /* up, packed to pitched */
+    CUDA_MEMCPY3D up = between(CU_MEMORYTYPE_HOST, vol, 0, W, H, CU_MEMORYTYPE_DEVICE, NULL, a, PITCH, HEIGHT);
+    CHECK(cuMemcpy3D_v2(&up));
+    /* device to device, into b at x 3, y 1, z 1, on a stream */
+    CUDA_MEMCPY3D across = between(CU_MEMORYTYPE_DEVICE, NULL, a, PITCH, HEIGHT, CU_MEMORYTYPE_DEVICE, NULL, b, PITCH, HEIGHT);
+    across.dstXInBytes = 3, across.dstY = 1, across.dstZ = 1;
+    CHECK(cuMemcpy3DAsync_v2(&across, st));
+    CHECK(cuStreamSynchronize(st));
+    /* down, the whole of b */
+    CUDA_MEMCPY3D down = between(CU_MEMORYTYPE_DEVICE, NULL, b, PITCH, HEIGHT, CU_MEMORYTYPE_HOST, back, 0, PITCH, HEIGHT);
+    down.WidthInBytes = PITCH, down.Height = HEIGHT, down.Depth = D + 1;
+    CHECK(cuMemcpy3D_v2_ptds(&down));
+    int outside = 1;
+    for (int z = 0; z <= D; z++) {
+        long sum = 0;
+        for (int y = 0; y < HEIGHT; y++)
+            for (int x = 0; x < PITCH; x++) {
+                int in = z >= 1 && z <= D && y >= 1 && y <= H && x >= 3 && x < 3 + W;
+                if (in)
+                    sum += back[z][y][x] - vol[z - 1][y - 1][x - 3];
+                else if (back[z][y][x] != 0xee)
+                    outside = 0;
+            }
+        printf("slice %d: differs from the source by %ld\n", z, sum);
+    }
+    printf("outside the box untouched: %s\n", outside ? "yes" : "no");
+    CUDA_MEMCPY3D bad = up;
+    bad.reserved0 = &bad;
+    printf("reserved word set: %s\n", result_name(cuMemcpy3D_v2(&bad)));
+    bad = up;
+    bad.dstHeight = H - 1;
+    printf("slices overlapping: %s\n", result_name(cuMemcpy3D_v2(&bad)));
+    CHECK(cuMemFree_v2(a));
+    CHECK(cuMemFree_v2(b));
+    return 0;
+}
