@@ -45,6 +45,8 @@ extern const unsigned char fgr_op_syncs[];
  * taken after a syncpoint; a forked child's copies are its own. */
 CUresult fgr_mirror_alloc(void **pp, size_t n);
 int fgr_mirror_free(void *p);
+/* Whether p lies in such an allocation (then it is also a device address). */
+int fgr_mirror_holds(const void *p);
 void fgr_mirror_before(int op);
 void fgr_mirror_after(int op, CUresult r);
 void fgr_mirror_forked(void);

@@ -326,6 +326,20 @@ FGR_EXPORT CUresult cuMemFreeHost(void *p)
     return CUDA_SUCCESS;
 }
 
+/* Under unified addressing a mapped allocation's device address is its
+ * host address: so it is for those kept on both sides; the others are the
+ * client's alone, which no kernel can reach. */
+FGR_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+    NEED_INIT();
+    if (!pdptr || !p || Flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!fgr_mirror_holds(p))
+        return fgr_unsupported(-1, "cuMemHostGetDevicePointer", "a device address for pinned memory only the client holds (over 64 KiB, or unmapped)");
+    *pdptr = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+
 /* Client memory needs no pinning: copies carry its bytes. */
 FGR_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
 {

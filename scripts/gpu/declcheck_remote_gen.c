@@ -32,6 +32,8 @@ typedef CUresult (CUDAAPI *fg_sig_cuMemHostRegister_v2)(void *p, size_t bytesize
 SAME(fg_sig_cuMemHostRegister_v2, PFN_cuMemHostRegister_v6050);
 typedef CUresult (CUDAAPI *fg_sig_cuMemHostUnregister)(void *p);
 SAME(fg_sig_cuMemHostUnregister, PFN_cuMemHostUnregister_v4000);
+typedef CUresult (CUDAAPI *fg_sig_cuMemHostGetDevicePointer_v2)(CUdeviceptr *pdptr, void *p, unsigned int Flags);
+SAME(fg_sig_cuMemHostGetDevicePointer_v2, PFN_cuMemHostGetDevicePointer_v3020);
 typedef CUresult (CUDAAPI *fg_sig_cuMemPoolSetAttribute)(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
 SAME(fg_sig_cuMemPoolSetAttribute, PFN_cuMemPoolSetAttribute_v11020);
 typedef CUresult (CUDAAPI *fg_sig_cuDeviceSetMemPool)(CUdevice dev, CUmemoryPool pool);

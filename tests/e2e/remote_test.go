@@ -437,7 +437,8 @@ if sys.argv[1] == "named":
 }
 
 // The executor writes and reads for the client only inside pinned memory it
-// made for it: never device memory, never its own.
+// made for it: never device memory, never its own. Such memory's device
+// address is its own; pinned memory only the client holds has none.
 func TestRemoteMappedHostMemoryBounds(t *testing.T) {
 	e := newEnv(t)
 	s := e.serve("unix")
@@ -452,9 +453,14 @@ srcs[0], sizes[0] = h.value, 65
 print("read past the pinned memory", cu.fgrHostReadMany(srcs, sizes, 1, buf, ctypes.c_size_t(65)))
 sizes[0] = 64
 print("read the pinned memory", cu.fgrHostReadMany(srcs, sizes, 1, buf, ctypes.c_size_t(64)))
+d, big = ctypes.c_uint64(), ctypes.c_void_p()
+print("its device address", cu.cuMemHostGetDevicePointer_v2(ctypes.byref(d), h, 0), d.value == h.value)
+assert cu.cuMemHostAlloc(ctypes.byref(big), ctypes.c_size_t(1 << 20), 2) == 0
+print("a large one's", cu.cuMemHostGetDevicePointer_v2(ctypes.byref(d), big, 0))
 `
 	r := e.remote(s, "python3", "-c", prog)
-	want := "write into device memory 0 1\nread device memory 1\nread past the pinned memory 1\nread the pinned memory 0\n"
+	want := "write into device memory 0 1\nread device memory 1\nread past the pinned memory 1\nread the pinned memory 0\n" +
+		"its device address 0 True\na large one's 801\n"
 	if r.code != 0 || r.stdout != want {
 		t.Errorf("exit %d, printed\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
 	}
