@@ -16,7 +16,7 @@
 #define VMM_MAGIC 0x564d4d48u
 #define ARRAY_MAGIC 0x41525259u
 
-enum alloc_kind { K_DEVICE, K_MANAGED, K_POOL, K_HOST, K_ARRAY, K_GRAPH };
+enum alloc_kind { K_DEVICE, K_MANAGED, K_POOL, K_HOST, K_ARRAY, K_GRAPH, K_REGISTERED };
 
 struct sim_pool {
     uint32_t magic;
@@ -128,11 +128,12 @@ static void release_alloc(struct alloc *a)
         break;
     case K_HOST:
     case K_GRAPH:
+    case K_REGISTERED:
         break;
     }
     if (a->kind == K_ARRAY)
         free((void *)a->base);
-    else
+    else if (a->kind != K_REGISTERED) /* the program's own memory */
         munmap((void *)a->base, a->size);
 }
 
@@ -247,7 +248,7 @@ SIM_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, C
         return CUDA_ERROR_NOT_INITIALIZED;
     pthread_mutex_lock(&sim_mem_lock);
     struct alloc *a = registry_find((uintptr_t)dptr);
-    int ok = a && a->kind != K_HOST && a->kind != K_ARRAY;
+    int ok = a && a->kind != K_HOST && a->kind != K_REGISTERED && a->kind != K_ARRAY;
     if (ok) {
         if (pbase)
             *pbase = a->base;
@@ -296,6 +297,31 @@ SIM_EXPORT CUresult cuMemFreeHost(void *p)
         return CUDA_ERROR_NOT_INITIALIZED;
     CUresult r = sim_capture_check(NULL);
     return r ? r : release_at((uintptr_t)p, 1u << K_HOST, CUDA_ERROR_INVALID_VALUE);
+}
+
+/* The program's own pages, pinned: host memory the device reaches too. A
+ * range overlapping memory already pinned or allocated is refused. */
+SIM_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
+{
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!p || !bytesize || (Flags & ~0xfu) || (uintptr_t)p + bytesize < (uintptr_t)p)
+        return CUDA_ERROR_INVALID_VALUE;
+    uintptr_t b = (uintptr_t)p, e = b + bytesize;
+    pthread_mutex_lock(&sim_mem_lock);
+    for (size_t i = 0; i < nallocs; i++)
+        if (allocs[i].base < e && b < allocs[i].base + allocs[i].size) {
+            pthread_mutex_unlock(&sim_mem_lock);
+            return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+        }
+    int rc = registry_add((struct alloc){b, bytesize, 0, K_REGISTERED, NULL, NULL, NULL});
+    pthread_mutex_unlock(&sim_mem_lock);
+    return rc ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuMemHostUnregister(void *p)
+{
+    return release_at((uintptr_t)p, 1u << K_REGISTERED, CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
 }
 
 /* ---- stream-ordered allocation: pools keep freed memory reserved ---- */
@@ -529,7 +555,7 @@ void sim_ctx_release_memory(struct sim_ctx *ctx)
 {
     pthread_mutex_lock(&sim_mem_lock);
     for (size_t i = 0; i < nallocs;) {
-        if (allocs[i].ctx == ctx && allocs[i].kind != K_HOST) {
+        if (allocs[i].ctx == ctx && allocs[i].kind != K_HOST && allocs[i].kind != K_REGISTERED) {
             struct alloc copy = allocs[i];
             registry_remove(&allocs[i]);
             release_alloc(&copy);
@@ -1037,7 +1063,7 @@ SIM_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attrib
         return CUDA_ERROR_INVALID_VALUE;
     switch ((int)attribute) {
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-        *(unsigned *)data = found.kind == K_HOST ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+        *(unsigned *)data = found.kind == K_HOST || found.kind == K_REGISTERED ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
         *(CUdeviceptr *)data = ptr;

@@ -258,8 +258,11 @@ static void *big_buffer(uint64_t bytes)
             return NULL;
     }
     if (!pinned && !unpinnable && cap >= PIN_MIN && fgr_drv.host_register && fgr_drv.host_unregister) {
-        pinned = fgr_drv.host_register(big, cap, CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS;
+        CUresult r = fgr_drv.host_register(big, cap, CU_MEMHOSTREGISTER_PORTABLE);
+        pinned = r == CUDA_SUCCESS;
         unpinnable = !pinned;
+        if (unpinnable)
+            fgr_logf("the result buffer cannot be pinned (error %d): downloads go through the driver's staging", (int)r);
     }
     return big;
 }

@@ -504,6 +504,30 @@ for i in range(3):
 	}
 }
 
+// Large results come back through a buffer the executor keeps pinned; it
+// grows with them (unpinned, replaced, pinned again) and every byte arrives.
+func TestRemoteLargeDownloadsGrow(t *testing.T) {
+	e := newEnv(t)
+	s := e.serve("unix")
+	prog := mappedPrelude + `
+n = 8 << 20
+src = bytes(i * 7 % 251 for i in range(n))
+assert cu.cuMemAlloc_v2(ctypes.byref(dev), ctypes.c_size_t(n)) == 0
+assert cu.cuMemcpyHtoD_v2(dev, src, ctypes.c_size_t(n)) == 0
+for k in (2 << 20, 8 << 20, 3 << 20):
+    out = ctypes.create_string_buffer(k)
+    assert cu.cuMemcpyDtoH_v2(out, dev, ctypes.c_size_t(k)) == 0
+    print(k, out.raw == src[:k])
+`
+	r := e.remote(s, "python3", "-c", prog)
+	if want := "2097152 True\n8388608 True\n3145728 True\n"; r.code != 0 || r.stdout != want {
+		t.Errorf("exit %d, printed\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
+	}
+	if log := s.Log(); strings.Contains(log, "cannot be pinned") {
+		t.Errorf("the executor could not pin its result buffer:\n%s", log)
+	}
+}
+
 // An entry point the protocol does not carry answers
 // CUDA_ERROR_NOT_SUPPORTED and says so, and the program goes on.
 func TestRemoteUnsupported(t *testing.T) {
