@@ -1,7 +1,9 @@
 package sched
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -195,5 +197,34 @@ func TestJoinWithGarbageShares(t *testing.T) {
 	heldNs(t, dir, a.Index).Share = 0xffffffff
 	if _, err := Join(dir, gpu, "b", Policy{Share: 1000}); err == nil || !strings.Contains(err.Error(), "shares would add up to") {
 		t.Errorf("a share next to one of 0xffffffff: %v", err)
+	}
+}
+
+// scripts/gpu/region_dump.py reads regions with offsets of its own: it must
+// print what the generated layout holds.
+func TestRegionDumpScriptAgrees(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3")
+	}
+	dir := t.TempDir()
+	if _, err := Join(dir, gpu, "alpha", Policy{Share: 3000}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Join(dir, gpu, "beta", Policy{Share: 7000}); err != nil {
+		t.Fatal(err)
+	}
+	hdr := (*Header)(unsafe.Pointer(&mapped(t, dir)[0]))
+	atomic.StoreUint64(&hdr.Switches, 42)
+	for i, v := range []struct{ vtime, held, waited uint64 }{{4e9, 1.5e9, 2e9}, {3e9, 2.5e9, 7e8}} {
+		atomic.StoreUint64(&hdr.Tenants[i].VTime, v.vtime)
+		atomic.StoreUint64(&hdr.Tenants[i].HeldNs, v.held)
+		atomic.StoreUint64(&hdr.Tenants[i].WaitedNs, v.waited)
+	}
+	out, err := exec.Command(py, "../../scripts/gpu/region_dump.py", dir).CombinedOutput()
+	want := fmt.Sprintf("quantum_us %d switches 42 | alpha share 3000 held 1500 ms charged 1200 ms waited 2000 ms | "+
+		"beta share 7000 held 2500 ms charged 2100 ms waited 700 ms\n", hdr.QuantumUs)
+	if err != nil || string(out) != want {
+		t.Errorf("region_dump.py: %v\n%s\nwant\n%s", err, out, want)
 	}
 }

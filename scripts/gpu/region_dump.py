@@ -1,0 +1,40 @@
+"""Prints, for each GPU scheduler region under FLEXGV_STATE_DIR, every
+tenant's GPU time held and what its virtual time says it was charged
+(vtime x share), so that time held but not paid for shows.
+
+    python3 scripts/gpu/region_dump.py [STATE_DIR]
+
+The layout is include/flexgv/sched_layout_gen.h's (version 1)."""
+import glob
+import os
+import struct
+import sys
+
+HEADER = 120  # bytes before the tenants
+TENANT = 128  # bytes of one tenant
+FULL = 10000  # 100 % in hundredths of a percent
+
+
+def dump(path):
+    b = open(path, "rb").read()
+    quantum, = struct.unpack_from("<I", b, 12)
+    switches, = struct.unpack_from("<Q", b, 112)
+    out = [f"quantum_us {quantum} switches {switches}"]
+    for i in range(32):
+        o = HEADER + TENANT * i
+        name = b[o:o + 64].split(b"\0")[0].decode(errors="replace")
+        if not name:
+            continue
+        share, _cap, _prio, _ = struct.unpack_from("<4I", b, o + 64)
+        vtime, held, waited, _pre = struct.unpack_from("<4Q", b, o + 80)
+        charged = vtime * share / FULL / 1e6 if share else 0
+        out.append(f"{name} share {share} held {held / 1e6:.0f} ms charged {charged:.0f} ms waited {waited / 1e6:.0f} ms")
+    return " | ".join(out)
+
+
+state = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("FLEXGV_STATE_DIR", "")
+paths = sorted(glob.glob(os.path.join(state, "gpu-*")))
+if not paths:
+    sys.exit(f"region_dump: no scheduler region under {state!r}")
+for p in paths:
+    print(dump(p))
