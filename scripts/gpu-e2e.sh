@@ -292,9 +292,12 @@ bounded "$FLEXGV" run --compute 30% -- python3 $L train "$TRAIN_S" "$T" >"$S/tr_
 p30=$!
 bounded "$FLEXGV" run --compute 70% -- python3 $L train "$TRAIN_S" "$T" >"$S/tr_70.txt" &
 p70=$!
-# hand-overs and GPU time held, 10 s apart: where time goes
-sleep_until $((T + 3)) && "$FLEXGV" top --once >"$S/top_train.txt"
-sleep_until $((T + 13)) && "$FLEXGV" top --once >>"$S/top_train.txt"
+# hand-overs and GPU time held, 10 s apart: where time goes; and each
+# tenant's time held against what it was charged (scripts/gpu/region_dump.py)
+sleep_until $((T + 3)) && "$FLEXGV" top --once >"$S/top_train.txt" &&
+    python3 scripts/gpu/region_dump.py "$FLEXGV_STATE_DIR" >"$S/region_train.txt"
+sleep_until $((T + 13)) && "$FLEXGV" top --once >>"$S/top_train.txt" &&
+    python3 scripts/gpu/region_dump.py "$FLEXGV_STATE_DIR" >>"$S/region_train.txt"
 wait $p30 $p70 # by pid: a bare wait would also wait for the log's tee
 fi
 
