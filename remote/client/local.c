@@ -294,11 +294,11 @@ FGR_EXPORT CUresult cuGetErrorString(CUresult error, const char **pStr) { return
 /* ---- host memory is the client's own ---- */
 
 /* Small allocations that ask to be mapped into the device's address space
- * or shared by every context (DEVICEMAP, PORTABLE) are also the server's,
- * at the same address, for kernels that use them as device memory
- * (mirror.c); the rest are the client's alone, carried by copies: keeping
- * both sides alike costs a round trip at every syncpoint, which libraries
- * that pin memory as a copy's staging (PyTorch) would pay for nothing. */
+ * or shared by every context (DEVICEMAP, PORTABLE: cudart asks for both)
+ * are also the server's, at the same address, for kernels that use them as
+ * device memory (mirror.c; only those a call names as a device address come
+ * back at syncpoints, so a copy's staging buffer costs nothing); the rest
+ * are the client's alone, carried by copies. */
 static CUresult host_alloc(void **pp, size_t bytes, unsigned int flags)
 {
     NEED_INIT();
@@ -335,7 +335,8 @@ FGR_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, un
     if (!pdptr || !p || Flags)
         return CUDA_ERROR_INVALID_VALUE;
     if (!fgr_mirror_holds(p))
-        return fgr_unsupported(-1, "cuMemHostGetDevicePointer", "a device address for pinned memory only the client holds (over 64 KiB, or unmapped)");
+        return fgr_unsupported(-1, "cuMemHostGetDevicePointer",
+                               "a device address for pinned memory only the client holds (over 64 KiB, or unmapped)");
     *pdptr = (CUdeviceptr)(uintptr_t)p;
     return CUDA_SUCCESS;
 }

@@ -151,7 +151,8 @@ int fgr_mirror_holds(const void *p)
     int found = 0;
     pthread_mutex_lock(&lock);
     for (int i = 0; i < fgr_nmirrors && !found; i++)
-        found = mirrors[i].gen == gen && (uintptr_t)p >= mirrors[i].addr && (uintptr_t)p - mirrors[i].addr < mirrors[i].n;
+        found = mirrors[i].gen == gen && (uintptr_t)p >= mirrors[i].addr &&
+                (uintptr_t)p - mirrors[i].addr < mirrors[i].n;
     pthread_mutex_unlock(&lock);
     return found;
 }

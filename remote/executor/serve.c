@@ -262,7 +262,8 @@ static void *big_buffer(uint64_t bytes)
         pinned = r == CUDA_SUCCESS;
         unpinnable = !pinned;
         if (unpinnable)
-            fgr_logf("the result buffer cannot be pinned (error %d): downloads go through the driver's staging", (int)r);
+            fgr_logf("the result buffer cannot be pinned (error %d): downloads go through the driver's staging",
+                     (int)r);
     }
     return big;
 }
