@@ -253,7 +253,7 @@ enum fgr_op {
     FGR_NUM_OPS = 244
 };
 
-#define FGR_OPS_HASH 0x00d60e9a9a277215ULL
+#define FGR_OPS_HASH 0xde902418cd51408eULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);

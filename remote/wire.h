@@ -140,6 +140,10 @@ static inline uint64_t fgr_span(uint64_t pitch, uint64_t row, uint64_t height)
 /* n - k, or 0 below k: how many strides a tensor of n dimensions has. */
 static inline uint64_t fgr_less(uint64_t n, uint64_t k) { return n > k ? n - k : 0; }
 
+/* The smaller of a and b: an out buffer a client sizes, bounded by what the
+ * call can ever write (so a huge count costs the executor nothing). */
+static inline uint64_t fgr_min(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
 /* Floating-point arguments travel as their bits. */
 static inline uint64_t fgr_f64_bits(double v)
 {

@@ -710,13 +710,15 @@ void fgr_put_kparams(struct fgr_buf *w, const struct fgr_kparams *kp, void **par
     if (!params)
         return;
     fgr_put_u32(w, kp->n);
+    int mirrors = __atomic_load_n(&fgr_nmirrors, __ATOMIC_RELAXED);
     for (uint32_t i = 0; i < kp->n; i++) {
         fgr_put_u32(w, kp->size[i]);
         fgr_put_bytes(w, params[i], kp->size[i]);
-        if (kp->size[i] == sizeof(uint64_t) && params[i]) {
+        if (mirrors && kp->size[i] == sizeof(uint64_t) && params[i]) {
+            /* a pointer to pinned memory kept on both sides, maybe */
             uint64_t v;
             memcpy(&v, params[i], sizeof v);
-            fgr_mirror_named(v);
+            fgr_mirror_mark(v);
         }
     }
 }

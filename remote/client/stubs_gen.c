@@ -3103,7 +3103,7 @@ FGR_EXPORT CUresult fgrNvmlUtilization(CUdevice dev, unsigned int *gpu, unsigned
 FGR_EXPORT CUresult fgrNvmlDriverVersion(char *version, unsigned int length)
 {
     CUresult fgr_r;
-    uint64_t n_version = version ? fgr_mul((uint64_t)(length), sizeof(char)) : 0;
+    uint64_t n_version = version ? fgr_mul((uint64_t)(fgr_min(length,256)), sizeof(char)) : 0;
     if (n_version > FGR_MAX_BUF)
         return fgr_unsupported(-1, "fgrNvmlDriverVersion", "a buffer over the frame limit");
     struct fgr_call fgr_c;
@@ -3123,7 +3123,7 @@ FGR_EXPORT CUresult fgrParamSizes(CUfunction f, unsigned int max, unsigned int *
 {
     CUresult fgr_r;
     uint64_t n_count = count ? sizeof(unsigned int) : 0;
-    uint64_t n_sizes = sizes ? fgr_mul((uint64_t)(max), sizeof(unsigned int)) : 0;
+    uint64_t n_sizes = sizes ? fgr_mul((uint64_t)(fgr_min(max,FGR_MAX_KPARAMS)), sizeof(unsigned int)) : 0;
     if (n_sizes > FGR_MAX_BUF)
         return fgr_unsupported(-1, "fgrParamSizes", "a buffer over the frame limit");
     struct fgr_call fgr_c;
@@ -3144,7 +3144,7 @@ FGR_EXPORT CUresult fgrKernelParamSizes(CUkernel k, unsigned int max, unsigned i
 {
     CUresult fgr_r;
     uint64_t n_count = count ? sizeof(unsigned int) : 0;
-    uint64_t n_sizes = sizes ? fgr_mul((uint64_t)(max), sizeof(unsigned int)) : 0;
+    uint64_t n_sizes = sizes ? fgr_mul((uint64_t)(fgr_min(max,FGR_MAX_KPARAMS)), sizeof(unsigned int)) : 0;
     if (n_sizes > FGR_MAX_BUF)
         return fgr_unsupported(-1, "fgrKernelParamSizes", "a buffer over the frame limit");
     struct fgr_call fgr_c;
@@ -3214,7 +3214,7 @@ FGR_EXPORT CUresult fgrHostReadMany(const CUdeviceptr *srcs, const size_t *sizes
     uint64_t n_sizes = sizes ? fgr_mul((uint64_t)(count), sizeof(size_t)) : 0;
     if (n_sizes > FGR_MAX_BUF)
         return fgr_unsupported(-1, "fgrHostReadMany", "a buffer over the frame limit");
-    uint64_t n_dst = dst ? fgr_mul((uint64_t)(bytes), 1) : 0;
+    uint64_t n_dst = dst ? fgr_mul((uint64_t)(fgr_min(bytes,FGR_MAPPED_TOTAL)), 1) : 0;
     if (n_dst > FGR_MAX_BUF)
         return fgr_unsupported(-1, "fgrHostReadMany", "a buffer over the frame limit");
     struct fgr_call fgr_c;

@@ -3941,10 +3941,10 @@ static CUresult op_fgrNvmlDriverVersion(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     char *version = NULL;
-    if (has_version && !(version = fgr_out(q, fgr_mul((uint64_t)(length), sizeof(char)))))
+    if (has_version && !(version = fgr_out(q, fgr_mul((uint64_t)(fgr_min(length,256)), sizeof(char)))))
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_fgrNvmlDriverVersion)fgr_real[FGR_OP_fgrNvmlDriverVersion])(version, length);
-    fgr_reply_out(q, version, fgr_mul((uint64_t)(length), sizeof(char)), 0, fgr_r);
+    fgr_reply_out(q, version, fgr_mul((uint64_t)(fgr_min(length,256)), sizeof(char)), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3961,7 +3961,7 @@ static CUresult op_fgrParamSizes(struct fgr_rd *rd, struct fgr_req *q)
     if (has_count && !(count = fgr_out(q, sizeof(unsigned int))))
         return fgr_out_failed(q);
     unsigned int *sizes = NULL;
-    if (has_sizes && !(sizes = fgr_out(q, fgr_mul((uint64_t)(max), sizeof(unsigned int)))))
+    if (has_sizes && !(sizes = fgr_out(q, fgr_mul((uint64_t)(fgr_min(max,FGR_MAX_KPARAMS)), sizeof(unsigned int)))))
         return fgr_out_failed(q);
     CUresult fgr_r;
     if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)f)))
@@ -3969,7 +3969,7 @@ static CUresult op_fgrParamSizes(struct fgr_rd *rd, struct fgr_req *q)
     else
         fgr_r = ((pfn_fgrParamSizes)fgr_real[FGR_OP_fgrParamSizes])(f, max, count, sizes);
     fgr_reply_out(q, count, sizeof(unsigned int), 0, fgr_r);
-    fgr_reply_out(q, sizes, fgr_mul((uint64_t)(max), sizeof(unsigned int)), 0, fgr_r);
+    fgr_reply_out(q, sizes, fgr_mul((uint64_t)(fgr_min(max,FGR_MAX_KPARAMS)), sizeof(unsigned int)), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3986,7 +3986,7 @@ static CUresult op_fgrKernelParamSizes(struct fgr_rd *rd, struct fgr_req *q)
     if (has_count && !(count = fgr_out(q, sizeof(unsigned int))))
         return fgr_out_failed(q);
     unsigned int *sizes = NULL;
-    if (has_sizes && !(sizes = fgr_out(q, fgr_mul((uint64_t)(max), sizeof(unsigned int)))))
+    if (has_sizes && !(sizes = fgr_out(q, fgr_mul((uint64_t)(fgr_min(max,FGR_MAX_KPARAMS)), sizeof(unsigned int)))))
         return fgr_out_failed(q);
     CUresult fgr_r;
     if (!(fgr_has(FGR_H_CUkernel, (uint64_t)(uintptr_t)k)))
@@ -3994,7 +3994,7 @@ static CUresult op_fgrKernelParamSizes(struct fgr_rd *rd, struct fgr_req *q)
     else
         fgr_r = ((pfn_fgrKernelParamSizes)fgr_real[FGR_OP_fgrKernelParamSizes])(k, max, count, sizes);
     fgr_reply_out(q, count, sizeof(unsigned int), 0, fgr_r);
-    fgr_reply_out(q, sizes, fgr_mul((uint64_t)(max), sizeof(unsigned int)), 0, fgr_r);
+    fgr_reply_out(q, sizes, fgr_mul((uint64_t)(fgr_min(max,FGR_MAX_KPARAMS)), sizeof(unsigned int)), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4061,10 +4061,10 @@ static CUresult op_fgrHostReadMany(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *dst = NULL;
-    if (has_dst && !(dst = fgr_out(q, fgr_mul((uint64_t)(bytes), 1))))
+    if (has_dst && !(dst = fgr_out(q, fgr_mul((uint64_t)(fgr_min(bytes,FGR_MAPPED_TOTAL)), 1))))
         return fgr_out_failed(q);
     CUresult fgr_r = ((pfn_fgrHostReadMany)fgr_real[FGR_OP_fgrHostReadMany])(srcs, sizes, count, dst, bytes);
-    fgr_reply_out(q, dst, fgr_mul((uint64_t)(bytes), 1), 0, fgr_r);
+    fgr_reply_out(q, dst, fgr_mul((uint64_t)(fgr_min(bytes,FGR_MAPPED_TOTAL)), 1), 0, fgr_r);
     return fgr_r;
 }
 

@@ -77,8 +77,8 @@ static CUresult mapped_read(const CUdeviceptr *srcs, const size_t *sizes, unsign
                             size_t bytes)
 {
     size_t at = 0;
-    if (!dst || (count && (!srcs || !sizes)))
-        return CUDA_ERROR_INVALID_VALUE;
+    if (!dst || (count && (!srcs || !sizes)) || bytes > FGR_MAPPED_TOTAL)
+        return CUDA_ERROR_INVALID_VALUE; /* the answer has room for that much */
     for (unsigned i = 0; i < count; i++)
         if (!mapped_holding(srcs[i], sizes[i]) || sizes[i] > bytes - at)
             return CUDA_ERROR_INVALID_VALUE;

@@ -207,6 +207,8 @@ static CUresult nvml_driver_version(char *version, unsigned int length)
     const struct server_nvml *nv = server_nvml();
     if (!version || !length)
         return CUDA_ERROR_INVALID_VALUE;
+    if (length > 256)
+        length = 256; /* the room api/remote.api gives it */
     return nv ? from_nvml(nv->version(version, length)) : CUDA_ERROR_NOT_SUPPORTED;
 }
 

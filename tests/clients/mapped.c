@@ -43,6 +43,15 @@ int main(void)
     show("read by the program", h, N);
     show("the other allocation", other, 2);
 
+    /* One only a kernel names, by its parameter. */
+    unsigned *by_kernel;
+    CHECK(cuMemHostAlloc((void **)&by_kernel, 4 * sizeof *by_kernel, CU_MEMHOSTALLOC_DEVICEMAP));
+    p = (CUdeviceptr)(uintptr_t)by_kernel, v = 9;
+    CHECK(cuLaunchKernel(fill, 1, 1, 1, 32, 1, 1, 0, st, params, NULL));
+    CHECK(cuStreamSynchronize(st));
+    show("written by a kernel alone", by_kernel, 4);
+    CHECK(cuMemFreeHost(by_kernel));
+
     /* The program's writes, then device work reading them. */
     h[8] = 5;
     h[15] = 6;

@@ -114,6 +114,16 @@ func (e *env) remote(s *server, name string, args ...string) result {
 	return e.runIn("", "flexgv", append([]string{"run", "--remote", s.addr, "--", bin(name)}, args...)...)
 }
 
+// roundTrips is what FLEXGV_REMOTE_LOG=calls said of a run at its exit:
+// each call's round trips, by name.
+func roundTrips(r result) map[string]int {
+	m := map[string]int{}
+	for _, l := range regexp.MustCompile(`(?m)^flexgv remote:\s+(\w+)\s+(\d+)\s+\d+$`).FindAllStringSubmatch(r.stderr, -1) {
+		m[l[1]], _ = strconv.Atoi(l[2])
+	}
+	return m
+}
+
 // The same programs print the same over either transport as they do with
 // the GPU in their own process.
 func TestRemoteClientsMatchLocal(t *testing.T) {
@@ -424,21 +434,20 @@ if sys.argv[1] == "named":
         assert cu.cuCtxSynchronize() == 0
     print(ctypes.string_at(h, 4))
 `
-	pulls := regexp.MustCompile(`(?m)^flexgv remote:\s+fgrHostReadMany\s+(\d+)\s`)
 	staging := e.remote(s, "python3", "-c", prog, "staging")
-	if staging.code != 0 || pulls.MatchString(staging.stderr) {
-		t.Errorf("a staging buffer: exit %d, round trips for it:\n%s", staging.code, staging.stderr)
+	if n := roundTrips(staging)["fgrHostReadMany"]; staging.code != 0 || n != 0 {
+		t.Errorf("a staging buffer: exit %d, %d round trips for it:\n%s", staging.code, n, staging.stderr)
 	}
 	named := e.remote(s, "python3", "-c", prog, "named")
-	m := pulls.FindStringSubmatch(named.stderr)
-	if named.code != 0 || m == nil || m[1] != "10" || named.stdout != "b'\\x01\\x01\\x01\\x01'\n" {
+	if n := roundTrips(named)["fgrHostReadMany"]; named.code != 0 || n != 10 || named.stdout != "b'\\x01\\x01\\x01\\x01'\n" {
 		t.Errorf("named by a memset: exit %d, printed %q, want 10 round trips for it:\n%s", named.code, named.stdout, named.stderr)
 	}
 }
 
 // The executor writes and reads for the client only inside pinned memory it
-// made for it: never device memory, never its own. Such memory's device
-// address is its own; pinned memory only the client holds has none.
+// made for it: never device memory, never its own, and at most 1 MiB of it
+// a connection. Such memory's device address is its own; pinned memory
+// only the client holds has none.
 func TestRemoteMappedHostMemoryBounds(t *testing.T) {
 	e := newEnv(t)
 	s := e.serve("unix")
@@ -457,10 +466,23 @@ d, big = ctypes.c_uint64(), ctypes.c_void_p()
 print("its device address", cu.cuMemHostGetDevicePointer_v2(ctypes.byref(d), h, 0), d.value == h.value)
 assert cu.cuMemHostAlloc(ctypes.byref(big), ctypes.c_size_t(1 << 20), 2) == 0
 print("a large one's", cu.cuMemHostGetDevicePointer_v2(ctypes.byref(d), big, 0))
+kept = 0
+for i in range(20):
+    p = ctypes.c_void_p()
+    assert cu.cuMemHostAlloc(ctypes.byref(p), ctypes.c_size_t(64 << 10), 2) == 0
+    kept += cu.cuMemHostGetDevicePointer_v2(ctypes.byref(d), p, 0) == 0
+    if i == 0:
+        first = p.value
+print("of 20 more of 64 KiB, kept on both sides:", kept)
+# One of them named 17 times: over 1 MiB in all, more than any answer holds.
+n = 17
+srcs, sizes = (ctypes.c_uint64 * n)(*[first] * n), (ctypes.c_size_t * n)(*[64 << 10] * n)
+out = ctypes.create_string_buffer(n << 16)
+print("read over 1 MiB", cu.fgrHostReadMany(srcs, sizes, n, out, ctypes.c_size_t(n << 16)), cu.cuCtxSynchronize())
 `
 	r := e.remote(s, "python3", "-c", prog)
 	want := "write into device memory 0 1\nread device memory 1\nread past the pinned memory 1\nread the pinned memory 0\n" +
-		"its device address 0 True\na large one's 801\n"
+		"its device address 0 True\na large one's 801\nof 20 more of 64 KiB, kept on both sides: 15\nread over 1 MiB 1 0\n"
 	if r.code != 0 || r.stdout != want {
 		t.Errorf("exit %d, printed\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
 	}
@@ -472,14 +494,11 @@ func TestRemoteLayoutInOneRoundTrip(t *testing.T) {
 	e := newEnv(t, "FLEXGV_REMOTE_LOG=calls")
 	s := e.serve("unix")
 	r := e.remote(s, "rtlike", "5")
-	trips := map[string]string{}
-	for _, l := range regexp.MustCompile(`(?m)^flexgv remote:\s+(\w+)\s+(\d+)\s+\d+$`).FindAllStringSubmatch(r.stderr, -1) {
-		trips[l[1]] = l[2]
-	}
+	trips := roundTrips(r)
 	// rtlike launches vecadd (4 parameters) 5 times; its other launches
 	// pass no parameters.
-	if r.code != 0 || trips["fgrParamSizes"] != "1" || trips["cuFuncGetParamInfo"] != "" {
-		t.Errorf("exit %d: parameter sizes %q round trips, cuFuncGetParamInfo %q; want 1 and none\n%s", r.code,
+	if r.code != 0 || trips["fgrParamSizes"] != 1 || trips["cuFuncGetParamInfo"] != 0 {
+		t.Errorf("exit %d: parameter sizes %d round trips, cuFuncGetParamInfo %d; want 1 and none\n%s", r.code,
 			trips["fgrParamSizes"], trips["cuFuncGetParamInfo"], r.stderr)
 	}
 	// More parameters than the client's first guess (32): a second answer
@@ -494,12 +513,9 @@ for i in range(3):
     print(cu.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, None, params, None), cu.cuCtxSynchronize())
 `
 	wide := e.remote(s, "python3", "-c", prog, "")
-	trips = map[string]string{}
-	for _, l := range regexp.MustCompile(`(?m)^flexgv remote:\s+(\w+)\s+(\d+)\s+\d+$`).FindAllStringSubmatch(wide.stderr, -1) {
-		trips[l[1]] = l[2]
-	}
-	if wide.code != 0 || wide.stdout != "0 0\n0 0\n0 0\n" || trips["fgrParamSizes"] != "2" {
-		t.Errorf("40 parameters: exit %d, printed %q, %q round trips for their sizes (want 2)\n%s", wide.code, wide.stdout,
+	trips = roundTrips(wide)
+	if wide.code != 0 || wide.stdout != "0 0\n0 0\n0 0\n" || trips["fgrParamSizes"] != 2 {
+		t.Errorf("40 parameters: exit %d, printed %q, %d round trips for their sizes (want 2)\n%s", wide.code, wide.stdout,
 			trips["fgrParamSizes"], wide.stderr)
 	}
 }
