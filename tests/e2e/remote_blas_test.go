@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 )
@@ -55,14 +53,7 @@ func TestRemoteBlasLike(t *testing.T) {
 	s := unix
 	e.extra = append(e.extra, "FLEXGV_REMOTE_LOG=calls")
 	once, many := e.remote(s, "blaslike", "0"), e.remote(s, "blaslike", "200")
-	trips := func(r result) map[string]int {
-		m := map[string]int{}
-		for _, l := range regexp.MustCompile(`(?m)^flexgv remote:\s+(\w+)\s+(\d+)\s+\d+$`).FindAllStringSubmatch(r.stderr, -1) {
-			m[l[1]], _ = strconv.Atoi(l[2])
-		}
-		return m
-	}
-	a, b := trips(once), trips(many)
+	a, b := roundTrips(once), roundTrips(many)
 	if once.code != 0 || many.code != 0 || len(a) == 0 {
 		t.Fatalf("FLEXGV_REMOTE_LOG=calls: exit %d, %d\n%s", once.code, many.code, many.stderr)
 	}
