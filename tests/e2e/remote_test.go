@@ -354,6 +354,20 @@ func TestRemoteClientKilled(t *testing.T) {
 	}
 }
 
+// printsAsLocally runs client remotely over each transport, against a server
+// of its own, and wants it to print what it printed locally.
+func printsAsLocally(t *testing.T, local result, client string, transports ...string) {
+	for _, transport := range transports {
+		t.Run(transport, func(t *testing.T) {
+			e := newEnv(t)
+			got := e.remote(e.serve(transport), client)
+			if got.code != 0 || got.stdout != local.stdout {
+				t.Errorf("remotely: exit %d, printed\n%s\nlocally\n%s\n%s", got.code, got.stdout, local.stdout, got.stderr)
+			}
+		})
+	}
+}
+
 // Host functions and stream callbacks are the program's own code: they run
 // on the client, once each, after the stream's earlier work on the server,
 // as they do on a local GPU. One enqueued in a capture is refused, said.
@@ -363,16 +377,7 @@ func TestRemoteHostFunctions(t *testing.T) {
 	if local.code != 0 || !strings.Contains(local.stdout, "after the kernel: yes") {
 		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
 	}
-	for _, transport := range []string{"unix", "tcp"} {
-		t.Run(transport, func(t *testing.T) {
-			e := newEnv(t)
-			s := e.serve(transport)
-			got := e.remote(s, "hostfunc")
-			if got.code != 0 || got.stdout != local.stdout {
-				t.Errorf("remotely: exit %d, printed\n%s\nlocally\n%s\n%s", got.code, got.stdout, local.stdout, got.stderr)
-			}
-		})
-	}
+	printsAsLocally(t, local, "hostfunc", "unix", "tcp")
 	s := e.serve("unix")
 	got := e.remote(s, "hostfunc", "capture")
 	want := "host function in a capture: CUDA_ERROR_NOT_SUPPORTED\nend of the capture: CUDA_ERROR_STREAM_CAPTURE_INVALIDATED\n"
@@ -394,16 +399,7 @@ func TestRemoteMappedHostMemory(t *testing.T) {
 	if local.code != 0 || !strings.Contains(local.stdout, "read by the program: 42 42 42 42 7") {
 		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
 	}
-	for _, transport := range []string{"unix", "shm", "tcp"} {
-		t.Run(transport, func(t *testing.T) {
-			e := newEnv(t)
-			s := e.serve(transport)
-			got := e.remote(s, "mapped")
-			if got.code != 0 || got.stdout != local.stdout {
-				t.Errorf("remotely: exit %d, printed\n%s\nlocally\n%s\n%s", got.code, got.stdout, local.stdout, got.stderr)
-			}
-		})
-	}
+	printsAsLocally(t, local, "mapped", "unix", "shm", "tcp")
 }
 
 // The mapped-memory programs' start: a current context, names for an
