@@ -275,7 +275,7 @@ fi
 # What CuPy's cuBLAS passes to the word it needs, and gets back (informational).
 if wanted cupy_check && python3 -c 'import cupy' 2>/dev/null &&
     gcc -shared -fPIC -O1 -o "$tmp/xt_spy.so" scripts/gpu/xt_spy.c -ldl; then
-    XT_SPY=21318c60-9714-3248-8ca6-41ff7324c8f2/51 LD_PRELOAD="$tmp/xt_spy.so" LD_LIBRARY_PATH="$CUDA/lib64" \
+    XT_SPY=${XT_SPY:-21318c60-9714-3248-8ca6-41ff7324c8f2/51} LD_PRELOAD="$tmp/xt_spy.so" LD_LIBRARY_PATH="$CUDA/lib64" \
         timeout "$LIMIT" python3 scripts/gpu/cupy_check.py 2>&1 | grep '^xt_spy' | head -n 80
 fi
 [ $failed = 0 ] && echo "PASS remote cudart: all checks" || echo "FAIL remote cudart: see the FAIL lines above"

@@ -50,7 +50,7 @@ enum { RING = 256 };                  /* launches tracked in flight per GPU, at 
 /* Timing constants; a build may set them (-D) to measure another choice
  * (scripts/gpu-e2e.sh's shim variants). */
 #ifndef AHEAD_NS
-#define AHEAD_NS 2000000ll            /* tracked work let ahead of completions... */
+#define AHEAD_NS 4000000ll            /* tracked work let ahead of completions... */
 #endif
 #ifndef AHEAD_SHORT_NS
 #define AHEAD_SHORT_NS 500000ll       /* ...under a cap, or when a higher priority may come */
@@ -403,23 +403,28 @@ static void earn(struct gpu *g, uint32_t cap, uint64_t now)
     } while (!__atomic_compare_exchange_n(&g->t->cap_credit, &c, next, 1, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
 }
 
-/* Accounts for the launches in flight that have completed, oldest first. */
+/* Accounts for the launches in flight that have completed, oldest first.
+ * The time since the first of them started is shared among all of them: a
+ * process that looks after a long host call finds many done at once, and
+ * counting that time as one launch's would make the queue look deeper than
+ * it is, and keep too little in flight to cover the host's pauses. */
 static void reap(struct gpu *g, uint64_t now)
 {
     fg_real_cuEventQuery query = REAL(cuEventQuery);
-    while (g->count) {
-        struct launch *l = &g->ring[g->head];
-        if (query && query(l->ev) == CUDA_ERROR_NOT_READY)
-            break;
-        uint64_t start = l->at > g->last_done ? l->at : g->last_done;
-        if (now > start) {
-            uint64_t busy = now - start;
-            if (cap_of(g))
-                __atomic_fetch_sub(&g->t->cap_credit, (int64_t)busy, __ATOMIC_SEQ_CST);
-            g->avg = g->avg ? (7 * g->avg + busy) / 8 : busy;
-            g->last_done = now;
-        }
-        g->pool[g->npool++] = l->ev;
+    unsigned done = 0;
+    while (done < g->count && !(query && query(g->ring[(g->head + done) % RING].ev) == CUDA_ERROR_NOT_READY))
+        done++;
+    uint64_t at = done ? g->ring[g->head].at : now, start = at > g->last_done ? at : g->last_done;
+    if (now > start) {
+        uint64_t busy = now - start, each = busy / done;
+        if (cap_of(g))
+            __atomic_fetch_sub(&g->t->cap_credit, (int64_t)busy, __ATOMIC_SEQ_CST);
+        for (unsigned i = 0; i < done; i++)
+            g->avg = g->avg ? (7 * g->avg + each) / 8 : each;
+        g->last_done = now;
+    }
+    for (; done; done--) {
+        g->pool[g->npool++] = g->ring[g->head].ev;
         g->head = (g->head + 1) % RING;
         g->count--;
     }

@@ -1,12 +1,14 @@
-/* What a program passes to one word of a driver export table, and what it
+/* What a program passes to words of a driver export table, and what it
  * gets back (GPU machine; a diagnostic for words the remoting client does
- * not emulate yet). Preloaded, it asks the driver for the table, puts a
- * logger in the word (in place: callers are handed the same table), and
- * for the first 40 calls prints the six integer arguments, 4 words at each
- * one that points at mapped memory before and after the call, the result
- * and the calling library.
+ * not emulate yet). Preloaded, it asks the driver for each table, puts a
+ * logger in each word (in place: callers are handed the same table), and
+ * for the first 40 calls of each prints the six integer arguments, the
+ * current context, 8 words at each argument that points at mapped memory
+ * before and after the call (with the mapping each word points into), the
+ * object a pointer written by the call points at, the result and the
+ * calling library.
  *     gcc -shared -fPIC -O1 -o xt_spy.so xt_spy.c -ldl
- *     XT_SPY=21318c60-9714-3248-8ca6-41ff7324c8f2/51 LD_PRELOAD=./xt_spy.so PROGRAM */
+ *     XT_SPY=21318c60-9714-3248-8ca6-41ff7324c8f2/51,UUID/WORD LD_PRELOAD=./xt_spy.so PROGRAM */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <inttypes.h>
@@ -17,9 +19,11 @@
 #include <unistd.h>
 
 typedef uint64_t (*word_fn)(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);
-static word_fn orig;
-static int calls;
-static char what[64];
+enum { WATCHED = 8, WORDS = 8 };
+static word_fn orig[WATCHED];
+static int calls[WATCHED];
+static char what[WATCHED][64];
+static int (*ctx_current)(uint64_t *);
 
 static int mapped(uint64_t p)
 {
@@ -28,42 +32,84 @@ static int mapped(uint64_t p)
     return p >= 0x10000 && p % 8 == 0 && mincore((void *)(p & ~(uint64_t)(page - 1)), 1, &v) == 0;
 }
 
-static void words(const char *when, int i, uint64_t p)
+/* The mapping p lies in, as "perms file" (or "-" when none). */
+static void region(uint64_t p, char *out, size_t n)
 {
-    const uint64_t *q = (const uint64_t *)p;
-    fprintf(stderr, "xt_spy:   arg%d %s: %016" PRIx64 " %016" PRIx64 " %016" PRIx64 " %016" PRIx64 "\n", i, when, q[0],
-            q[1], q[2], q[3]);
+    snprintf(out, n, "-");
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f)) {
+        uint64_t lo, hi;
+        char perms[8], file[400] = "";
+        if (sscanf(line, "%" SCNx64 "-%" SCNx64 " %7s %*s %*s %*s %399s", &lo, &hi, perms, file) >= 3 && p >= lo &&
+            p < hi) {
+            const char *base = strrchr(file, '/');
+            snprintf(out, n, "%s %s+%" PRIx64, perms, base ? base + 1 : (file[0] ? file : "anon"), p - lo);
+            break;
+        }
+    }
+    if (f)
+        fclose(f);
 }
 
-static uint64_t spy(uint64_t a0, uint64_t a1, uint64_t a2, uint64_t a3, uint64_t a4, uint64_t a5)
+static void words(const char *w, const char *when, int i, uint64_t p)
 {
-    uint64_t a[6] = {a0, a1, a2, a3, a4, a5};
-    int n = __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
+    const uint64_t *q = (const uint64_t *)p;
+    for (int k = 0; k < WORDS; k++) {
+        char r[160] = "";
+        if (mapped(q[k]))
+            region(q[k], r, sizeof r);
+        fprintf(stderr, "xt_spy: %s   arg%d %s [%d] %016" PRIx64 " %s\n", w, i, when, k, q[k], r);
+    }
+}
+
+static uint64_t spy(int s, void *from, uint64_t a0, uint64_t a1, uint64_t a2, uint64_t a3, uint64_t a4, uint64_t a5)
+{
+    uint64_t a[6] = {a0, a1, a2, a3, a4, a5}, before[6] = {0}, ctx = 0;
+    int n = __atomic_add_fetch(&calls[s], 1, __ATOMIC_RELAXED);
     if (n > 40)
-        return orig(a0, a1, a2, a3, a4, a5);
+        return orig[s](a0, a1, a2, a3, a4, a5);
     Dl_info di = {0};
-    dladdr(__builtin_return_address(0), &di);
-    fprintf(stderr, "xt_spy: %s call %d from %s: %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64 "\n",
-            what, n, di.dli_fname ? di.dli_fname : "?", a0, a1, a2, a3, a4, a5);
+    dladdr(from, &di);
+    if (ctx_current)
+        ctx_current(&ctx);
+    fprintf(stderr, "xt_spy: %s call %d from %s (current context %" PRIx64 "): %" PRIx64 " %" PRIx64 " %" PRIx64
+            " %" PRIx64 " %" PRIx64 " %" PRIx64 "\n",
+            what[s], n, di.dli_fname ? di.dli_fname : "?", ctx, a0, a1, a2, a3, a4, a5);
     for (int i = 0; i < 6; i++)
-        if (mapped(a[i]))
-            words("before", i, a[i]);
-    uint64_t r = orig(a0, a1, a2, a3, a4, a5);
+        if (mapped(a[i])) {
+            char r[160];
+            region(a[i], r, sizeof r);
+            fprintf(stderr, "xt_spy: %s   arg%d points into %s\n", what[s], i, r);
+            before[i] = *(const uint64_t *)a[i];
+            words(what[s], "before", i, a[i]);
+        }
+    uint64_t r = orig[s](a0, a1, a2, a3, a4, a5);
     for (int i = 0; i < 6; i++)
-        if (mapped(a[i]))
-            words("after ", i, a[i]);
-    fprintf(stderr, "xt_spy: %s call %d returns %" PRIx64 "\n", what, n, r);
+        if (mapped(a[i])) {
+            words(what[s], "after ", i, a[i]);
+            uint64_t now = *(const uint64_t *)a[i];
+            if (now != before[i] && mapped(now)) /* an object the call made */
+                words(what[s], "made  ", i, now);
+        }
+    fprintf(stderr, "xt_spy: %s call %d returns %" PRIx64 "\n", what[s], n, r);
     return r;
 }
 
-__attribute__((constructor)) static void install(void)
+#define SPY(s)                                                                                                      \
+    static uint64_t spy##s(uint64_t a0, uint64_t a1, uint64_t a2, uint64_t a3, uint64_t a4, uint64_t a5)            \
+    {                                                                                                               \
+        return spy(s, __builtin_return_address(0), a0, a1, a2, a3, a4, a5);                                                                      \
+    }
+SPY(0) SPY(1) SPY(2) SPY(3) SPY(4) SPY(5) SPY(6) SPY(7)
+static const word_fn spies[WATCHED] = {spy0, spy1, spy2, spy3, spy4, spy5, spy6, spy7};
+
+/* Puts spy s in the word spec ("UUID/WORD") names. */
+static void watch(int s, const char *spec, void *h)
 {
-    const char *spec = getenv("XT_SPY");
     unsigned char uuid[16];
     int slot, k = 0;
-    if (!spec || strlen(spec) >= sizeof what)
-        return;
-    snprintf(what, sizeof what, "%s", spec);
+    snprintf(what[s], sizeof what[s], "%s", spec);
     for (const char *p = spec; *p && *p != '/' && k < 16; p++) {
         if (*p == '-')
             continue;
@@ -73,17 +119,14 @@ __attribute__((constructor)) static void install(void)
         uuid[k++] = (unsigned char)v;
         p++;
     }
-    const char *s = strchr(spec, '/');
-    if (k != 16 || !s || sscanf(s + 1, "%d", &slot) != 1) {
-        fprintf(stderr, "xt_spy: XT_SPY=%s is not UUID/SLOT\n", spec);
+    const char *sl = strchr(spec, '/');
+    if (k != 16 || !sl || sscanf(sl + 1, "%d", &slot) != 1) {
+        fprintf(stderr, "xt_spy: %s is not UUID/WORD\n", spec);
         return;
     }
-    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-    int (*init)(unsigned) = h ? (int (*)(unsigned))dlsym(h, "cuInit") : NULL;
-    int (*get)(const void **, const unsigned char *) =
-        h ? (int (*)(const void **, const unsigned char *))dlsym(h, "cuGetExportTable") : NULL;
+    int (*get)(const void **, const unsigned char *) = (int (*)(const void **, const unsigned char *))dlsym(h, "cuGetExportTable");
     const void **t = NULL;
-    if (!init || !get || init(0) || get((const void **)&t, uuid) || !t) {
+    if (!get || get((const void **)&t, uuid) || !t) {
         fprintf(stderr, "xt_spy: the driver does not hand out %s\n", spec);
         return;
     }
@@ -93,7 +136,26 @@ __attribute__((constructor)) static void install(void)
         perror("xt_spy: mprotect");
         return;
     }
-    orig = (word_fn)t[slot];
-    t[slot] = (const void *)spy;
+    orig[s] = (word_fn)t[slot];
+    t[slot] = (const void *)spies[s];
     fprintf(stderr, "xt_spy: %s is watched\n", spec);
+}
+
+__attribute__((constructor)) static void install(void)
+{
+    const char *specs = getenv("XT_SPY");
+    if (!specs)
+        return;
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    int (*init)(unsigned) = h ? (int (*)(unsigned))dlsym(h, "cuInit") : NULL;
+    if (!init || init(0)) {
+        fprintf(stderr, "xt_spy: no driver to watch\n");
+        return;
+    }
+    ctx_current = (int (*)(uint64_t *))dlsym(h, "cuCtxGetCurrent");
+    char buf[WATCHED * 64], *save = NULL;
+    snprintf(buf, sizeof buf, "%s", specs);
+    int s = 0;
+    for (char *spec = strtok_r(buf, ",", &save); spec && s < WATCHED; spec = strtok_r(NULL, ",", &save))
+        watch(s++, spec, h);
 }
