@@ -243,17 +243,20 @@ enum fgr_op {
     FGR_OP_cuGraphGetRootNodes = 234,
     FGR_OP_cuGraphExecGetFlags = 235,
     FGR_OP_cuGraphAddChildGraphNode = 236,
-    FGR_OP_xt_simA = 237,
-    FGR_OP_xt_simA_1 = 238,
-    FGR_OP_xt_simA_2 = 239,
-    FGR_OP_xt_simA_7 = 240,
-    FGR_OP_xt_simB = 241,
-    FGR_OP_xt_simB_1 = 242,
-    FGR_OP_xt_simB_2 = 243,
-    FGR_NUM_OPS = 244
+    FGR_OP_xt_ctx = 237,
+    FGR_OP_xt_ctx_39 = 238,
+    FGR_OP_xt_ctx_51 = 239,
+    FGR_OP_xt_simA = 240,
+    FGR_OP_xt_simA_1 = 241,
+    FGR_OP_xt_simA_2 = 242,
+    FGR_OP_xt_simA_7 = 243,
+    FGR_OP_xt_simB = 244,
+    FGR_OP_xt_simB_1 = 245,
+    FGR_OP_xt_simB_2 = 246,
+    FGR_NUM_OPS = 247
 };
 
-#define FGR_OPS_HASH 0xde902418cd51408eULL
+#define FGR_OPS_HASH 0x6f96b68eb768590dULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);

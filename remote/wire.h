@@ -30,7 +30,12 @@
 
 #include "flexgv/cuda_types.h"
 
-#define FGR_PROTO_VERSION 7u /* 7: parameter sizes in one answer */
+#define FGR_PROTO_VERSION 8u /* 8: words 39 and 51 of the context table */
+
+/* An object the driver makes for a context through a private table word
+ * (21318c60-... word 51, which cuBLAS calls before its first product): a
+ * handle the executor tracks as it does the public ones. */
+typedef struct fgrCtxObject_st *fgrCtxObject;
 /* A module image on the wire: u8 form, then for INLINE and KEEP a buffer
  * (u8 present, u64 n, n bytes), for BY_HASH its SHA-256 and u64 n. KEEP
  * asks the server to keep it (a client across a network does, for images

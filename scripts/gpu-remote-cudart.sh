@@ -264,19 +264,12 @@ for prog in triton_add torch_compile cupy_check jax_check; do
     fi
 done
 # What the words the client does not emulate yet do on the real driver
-# (informational: PyTorch, Triton and JAX call the first four, CuPy's
-# cuBLAS the last).
+# (informational: PyTorch, Triton and JAX call them).
 if gcc -std=gnu11 -O2 -Wall -Werror -I"$CUDA/include" -o "$tmp/xt_probe" scripts/gpu/xt_probe.c \
     -L"$CUDA/lib64/stubs" -lcuda; then
-    for w in 69a28e9f-2449-8b47-b030-c5da330ea4e9:{19,21,24,25} 21318c60-9714-3248-8ca6-41ff7324c8f2:51; do
+    for w in 69a28e9f-2449-8b47-b030-c5da330ea4e9:{19,21,24,25}; do
         env -u LD_LIBRARY_PATH timeout 30 "$tmp/xt_probe" "${w%:*}" "${w#*:}"
     done
-fi
-# What CuPy's cuBLAS passes to the word it needs, and gets back (informational).
-if wanted cupy_check && python3 -c 'import cupy' 2>/dev/null &&
-    gcc -shared -fPIC -O1 -o "$tmp/xt_spy.so" scripts/gpu/xt_spy.c -ldl; then
-    XT_SPY=${XT_SPY:-21318c60-9714-3248-8ca6-41ff7324c8f2/51} LD_PRELOAD="$tmp/xt_spy.so" LD_LIBRARY_PATH="$CUDA/lib64" \
-        timeout "$LIMIT" python3 scripts/gpu/cupy_check.py 2>&1 | grep '^xt_spy' | head -n 80
 fi
 [ $failed = 0 ] && echo "PASS remote cudart: all checks" || echo "FAIL remote cudart: see the FAIL lines above"
 exit $failed

@@ -4140,6 +4140,9 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuGraphGetRootNodes] = "cuGraphGetRootNodes",
     [FGR_OP_cuGraphExecGetFlags] = "cuGraphExecGetFlags",
     [FGR_OP_cuGraphAddChildGraphNode] = "cuGraphAddChildGraphNode",
+    [FGR_OP_xt_ctx] = "xt_ctx",
+    [FGR_OP_xt_ctx_39] = "xt_ctx_39",
+    [FGR_OP_xt_ctx_51] = "xt_ctx_51",
     [FGR_OP_xt_simA] = "xt_simA",
     [FGR_OP_xt_simA_1] = "xt_simA_1",
     [FGR_OP_xt_simA_2] = "xt_simA_2",
@@ -4602,59 +4605,91 @@ static CUresult xt_ctx_no35(void) { return fgr_xt_unsupported(60, "ctx 21318c60-
 static CUresult xt_ctx_no36(void) { return fgr_xt_unsupported(61, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 36); }
 static CUresult xt_ctx_no37(void) { return fgr_xt_unsupported(62, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 37); }
 static CUresult xt_ctx_no38(void) { return fgr_xt_unsupported(63, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 38); }
-static CUresult xt_ctx_no39(void) { return fgr_xt_unsupported(64, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 39); }
-static CUresult xt_ctx_no40(void) { return fgr_xt_unsupported(65, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 40); }
-static CUresult xt_ctx_no41(void) { return fgr_xt_unsupported(66, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 41); }
-static CUresult xt_ctx_no42(void) { return fgr_xt_unsupported(67, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 42); }
-static CUresult xt_ctx_no43(void) { return fgr_xt_unsupported(68, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 43); }
-static CUresult xt_ctx_no44(void) { return fgr_xt_unsupported(69, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 44); }
-static CUresult xt_ctx_no45(void) { return fgr_xt_unsupported(70, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 45); }
-static CUresult xt_ctx_no46(void) { return fgr_xt_unsupported(71, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 46); }
-static CUresult xt_ctx_no47(void) { return fgr_xt_unsupported(72, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 47); }
-static CUresult xt_ctx_no48(void) { return fgr_xt_unsupported(73, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 48); }
-static CUresult xt_ctx_no49(void) { return fgr_xt_unsupported(74, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 49); }
-static CUresult xt_ctx_no50(void) { return fgr_xt_unsupported(75, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 50); }
-static CUresult xt_ctx_no51(void) { return fgr_xt_unsupported(76, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 51); }
-static CUresult xt_ctx_no52(void) { return fgr_xt_unsupported(77, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 52); }
-static CUresult xt_ctx_no53(void) { return fgr_xt_unsupported(78, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 53); }
-static CUresult xt_ctx_no54(void) { return fgr_xt_unsupported(79, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 54); }
-static CUresult xt_ctx_no55(void) { return fgr_xt_unsupported(80, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 55); }
-static CUresult xt_ctx_no56(void) { return fgr_xt_unsupported(81, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 56); }
-static CUresult xt_ctx_no57(void) { return fgr_xt_unsupported(82, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 57); }
-static CUresult xt_ctx_no58(void) { return fgr_xt_unsupported(83, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 58); }
-static CUresult xt_ctx_no59(void) { return fgr_xt_unsupported(84, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 59); }
-static CUresult xt_ctx_no60(void) { return fgr_xt_unsupported(85, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 60); }
-static CUresult xt_ctx_no61(void) { return fgr_xt_unsupported(86, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 61); }
-static CUresult xt_ctx_no62(void) { return fgr_xt_unsupported(87, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 62); }
-static CUresult xt_ctx_no63(void) { return fgr_xt_unsupported(88, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 63); }
-static CUresult xt_ctx_no64(void) { return fgr_xt_unsupported(89, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 64); }
-static CUresult xt_ctx_no65(void) { return fgr_xt_unsupported(90, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 65); }
-static CUresult xt_ctx_no66(void) { return fgr_xt_unsupported(91, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 66); }
-static CUresult xt_ctx_no67(void) { return fgr_xt_unsupported(92, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 67); }
-static CUresult xt_ctx_no68(void) { return fgr_xt_unsupported(93, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 68); }
-static CUresult xt_ctx_no69(void) { return fgr_xt_unsupported(94, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 69); }
-static CUresult xt_ctx_no70(void) { return fgr_xt_unsupported(95, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 70); }
-static CUresult xt_ctx_no71(void) { return fgr_xt_unsupported(96, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 71); }
-static CUresult xt_ctx_no72(void) { return fgr_xt_unsupported(97, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 72); }
-static CUresult xt_ctx_no73(void) { return fgr_xt_unsupported(98, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 73); }
-static CUresult xt_ctx_no74(void) { return fgr_xt_unsupported(99, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 74); }
-static CUresult xt_ctx_no75(void) { return fgr_xt_unsupported(100, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 75); }
-static CUresult xt_ctx_no76(void) { return fgr_xt_unsupported(101, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 76); }
-static CUresult xt_ctx_no77(void) { return fgr_xt_unsupported(102, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 77); }
-static CUresult xt_ctx_no78(void) { return fgr_xt_unsupported(103, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 78); }
-static CUresult xt_ctx_no79(void) { return fgr_xt_unsupported(104, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 79); }
-static CUresult xt_ctx_no80(void) { return fgr_xt_unsupported(105, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 80); }
-static CUresult xt_ctx_no81(void) { return fgr_xt_unsupported(106, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 81); }
-static CUresult xt_ctx_no82(void) { return fgr_xt_unsupported(107, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 82); }
-static CUresult xt_ctx_no83(void) { return fgr_xt_unsupported(108, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 83); }
-static CUresult xt_ctx_no84(void) { return fgr_xt_unsupported(109, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 84); }
-static CUresult xt_ctx_no85(void) { return fgr_xt_unsupported(110, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 85); }
-static CUresult xt_ctx_no86(void) { return fgr_xt_unsupported(111, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 86); }
-static CUresult xt_ctx_no87(void) { return fgr_xt_unsupported(112, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 87); }
-static CUresult xt_ctx_no88(void) { return fgr_xt_unsupported(113, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 88); }
-static CUresult xt_ctx_no89(void) { return fgr_xt_unsupported(114, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 89); }
-static CUresult xt_ctx_no90(void) { return fgr_xt_unsupported(115, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 90); }
-static CUresult xt_ctx_no92(void) { return fgr_xt_unsupported(116, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 92); }
+static CUresult xt_ctx_39(CUcontext ctx, fgrCtxObject object, uint64_t *value, uint64_t arg3)
+{
+    CUresult fgr_r;
+    uint64_t n_value = value ? sizeof(uint64_t) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_xt_ctx_39, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)ctx);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)object);
+    fgr_put_u64(&fgr_c.w, (uint64_t)arg3);
+    fgr_put_u8(&fgr_c.w, value != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, value, n_value, 0);
+    return fgr_end(&fgr_c);
+}
+
+static CUresult xt_ctx_no40(void) { return fgr_xt_unsupported(64, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 40); }
+static CUresult xt_ctx_no41(void) { return fgr_xt_unsupported(65, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 41); }
+static CUresult xt_ctx_no42(void) { return fgr_xt_unsupported(66, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 42); }
+static CUresult xt_ctx_no43(void) { return fgr_xt_unsupported(67, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 43); }
+static CUresult xt_ctx_no44(void) { return fgr_xt_unsupported(68, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 44); }
+static CUresult xt_ctx_no45(void) { return fgr_xt_unsupported(69, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 45); }
+static CUresult xt_ctx_no46(void) { return fgr_xt_unsupported(70, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 46); }
+static CUresult xt_ctx_no47(void) { return fgr_xt_unsupported(71, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 47); }
+static CUresult xt_ctx_no48(void) { return fgr_xt_unsupported(72, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 48); }
+static CUresult xt_ctx_no49(void) { return fgr_xt_unsupported(73, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 49); }
+static CUresult xt_ctx_no50(void) { return fgr_xt_unsupported(74, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 50); }
+static CUresult xt_ctx_51(CUcontext ctx, uint64_t arg1, fgrCtxObject *object, uint64_t arg3)
+{
+    CUresult fgr_r;
+    uint64_t n_object = object ? sizeof(fgrCtxObject) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_xt_ctx_51, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)ctx);
+    fgr_put_u64(&fgr_c.w, (uint64_t)arg1);
+    fgr_put_u64(&fgr_c.w, (uint64_t)arg3);
+    fgr_put_u8(&fgr_c.w, object != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, object, n_object, 0);
+    return fgr_end(&fgr_c);
+}
+
+static CUresult xt_ctx_no52(void) { return fgr_xt_unsupported(75, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 52); }
+static CUresult xt_ctx_no53(void) { return fgr_xt_unsupported(76, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 53); }
+static CUresult xt_ctx_no54(void) { return fgr_xt_unsupported(77, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 54); }
+static CUresult xt_ctx_no55(void) { return fgr_xt_unsupported(78, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 55); }
+static CUresult xt_ctx_no56(void) { return fgr_xt_unsupported(79, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 56); }
+static CUresult xt_ctx_no57(void) { return fgr_xt_unsupported(80, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 57); }
+static CUresult xt_ctx_no58(void) { return fgr_xt_unsupported(81, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 58); }
+static CUresult xt_ctx_no59(void) { return fgr_xt_unsupported(82, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 59); }
+static CUresult xt_ctx_no60(void) { return fgr_xt_unsupported(83, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 60); }
+static CUresult xt_ctx_no61(void) { return fgr_xt_unsupported(84, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 61); }
+static CUresult xt_ctx_no62(void) { return fgr_xt_unsupported(85, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 62); }
+static CUresult xt_ctx_no63(void) { return fgr_xt_unsupported(86, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 63); }
+static CUresult xt_ctx_no64(void) { return fgr_xt_unsupported(87, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 64); }
+static CUresult xt_ctx_no65(void) { return fgr_xt_unsupported(88, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 65); }
+static CUresult xt_ctx_no66(void) { return fgr_xt_unsupported(89, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 66); }
+static CUresult xt_ctx_no67(void) { return fgr_xt_unsupported(90, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 67); }
+static CUresult xt_ctx_no68(void) { return fgr_xt_unsupported(91, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 68); }
+static CUresult xt_ctx_no69(void) { return fgr_xt_unsupported(92, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 69); }
+static CUresult xt_ctx_no70(void) { return fgr_xt_unsupported(93, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 70); }
+static CUresult xt_ctx_no71(void) { return fgr_xt_unsupported(94, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 71); }
+static CUresult xt_ctx_no72(void) { return fgr_xt_unsupported(95, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 72); }
+static CUresult xt_ctx_no73(void) { return fgr_xt_unsupported(96, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 73); }
+static CUresult xt_ctx_no74(void) { return fgr_xt_unsupported(97, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 74); }
+static CUresult xt_ctx_no75(void) { return fgr_xt_unsupported(98, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 75); }
+static CUresult xt_ctx_no76(void) { return fgr_xt_unsupported(99, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 76); }
+static CUresult xt_ctx_no77(void) { return fgr_xt_unsupported(100, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 77); }
+static CUresult xt_ctx_no78(void) { return fgr_xt_unsupported(101, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 78); }
+static CUresult xt_ctx_no79(void) { return fgr_xt_unsupported(102, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 79); }
+static CUresult xt_ctx_no80(void) { return fgr_xt_unsupported(103, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 80); }
+static CUresult xt_ctx_no81(void) { return fgr_xt_unsupported(104, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 81); }
+static CUresult xt_ctx_no82(void) { return fgr_xt_unsupported(105, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 82); }
+static CUresult xt_ctx_no83(void) { return fgr_xt_unsupported(106, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 83); }
+static CUresult xt_ctx_no84(void) { return fgr_xt_unsupported(107, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 84); }
+static CUresult xt_ctx_no85(void) { return fgr_xt_unsupported(108, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 85); }
+static CUresult xt_ctx_no86(void) { return fgr_xt_unsupported(109, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 86); }
+static CUresult xt_ctx_no87(void) { return fgr_xt_unsupported(110, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 87); }
+static CUresult xt_ctx_no88(void) { return fgr_xt_unsupported(111, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 88); }
+static CUresult xt_ctx_no89(void) { return fgr_xt_unsupported(112, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 89); }
+static CUresult xt_ctx_no90(void) { return fgr_xt_unsupported(113, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 90); }
+static CUresult xt_ctx_no92(void) { return fgr_xt_unsupported(114, "ctx 21318c60-9714-3248-8ca6-41ff7324c8f2", 92); }
 static CUresult xt_ctx_fetch(void)
 {
     xt_ctx_words[0] = (const void *)(93 * sizeof(void *));
@@ -4696,7 +4731,7 @@ static CUresult xt_ctx_fetch(void)
     xt_ctx_words[36] = (const void *)xt_ctx_no36;
     xt_ctx_words[37] = (const void *)xt_ctx_no37;
     xt_ctx_words[38] = (const void *)xt_ctx_no38;
-    xt_ctx_words[39] = (const void *)xt_ctx_no39;
+    xt_ctx_words[39] = (const void *)xt_ctx_39;
     xt_ctx_words[40] = (const void *)xt_ctx_no40;
     xt_ctx_words[41] = (const void *)xt_ctx_no41;
     xt_ctx_words[42] = (const void *)xt_ctx_no42;
@@ -4708,7 +4743,7 @@ static CUresult xt_ctx_fetch(void)
     xt_ctx_words[48] = (const void *)xt_ctx_no48;
     xt_ctx_words[49] = (const void *)xt_ctx_no49;
     xt_ctx_words[50] = (const void *)xt_ctx_no50;
-    xt_ctx_words[51] = (const void *)xt_ctx_no51;
+    xt_ctx_words[51] = (const void *)xt_ctx_51;
     xt_ctx_words[52] = (const void *)xt_ctx_no52;
     xt_ctx_words[53] = (const void *)xt_ctx_no53;
     xt_ctx_words[54] = (const void *)xt_ctx_no54;
@@ -4754,39 +4789,39 @@ static CUresult xt_ctx_fetch(void)
 
 /* Export table t69a2, in pages of its own. */
 static const void *xt_t69a2_words[512] __attribute__((aligned(4096)));
-static CUresult xt_t69a2_no1(void) { return fgr_xt_unsupported(117, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 1); }
-static CUresult xt_t69a2_no2(void) { return fgr_xt_unsupported(118, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 2); }
-static CUresult xt_t69a2_no3(void) { return fgr_xt_unsupported(119, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 3); }
-static CUresult xt_t69a2_no4(void) { return fgr_xt_unsupported(120, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 4); }
-static CUresult xt_t69a2_no5(void) { return fgr_xt_unsupported(121, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 5); }
-static CUresult xt_t69a2_no6(void) { return fgr_xt_unsupported(122, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 6); }
-static CUresult xt_t69a2_no7(void) { return fgr_xt_unsupported(123, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 7); }
-static CUresult xt_t69a2_no8(void) { return fgr_xt_unsupported(124, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 8); }
-static CUresult xt_t69a2_no9(void) { return fgr_xt_unsupported(125, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 9); }
-static CUresult xt_t69a2_no10(void) { return fgr_xt_unsupported(126, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 10); }
-static CUresult xt_t69a2_no11(void) { return fgr_xt_unsupported(127, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 11); }
-static CUresult xt_t69a2_no12(void) { return fgr_xt_unsupported(128, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 12); }
-static CUresult xt_t69a2_no13(void) { return fgr_xt_unsupported(129, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 13); }
-static CUresult xt_t69a2_no14(void) { return fgr_xt_unsupported(130, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 14); }
-static CUresult xt_t69a2_no15(void) { return fgr_xt_unsupported(131, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 15); }
-static CUresult xt_t69a2_no16(void) { return fgr_xt_unsupported(132, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 16); }
-static CUresult xt_t69a2_no17(void) { return fgr_xt_unsupported(133, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 17); }
-static CUresult xt_t69a2_no18(void) { return fgr_xt_unsupported(134, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 18); }
-static CUresult xt_t69a2_no19(void) { return fgr_xt_unsupported(135, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 19); }
-static CUresult xt_t69a2_no20(void) { return fgr_xt_unsupported(136, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 20); }
-static CUresult xt_t69a2_no21(void) { return fgr_xt_unsupported(137, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 21); }
-static CUresult xt_t69a2_no22(void) { return fgr_xt_unsupported(138, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 22); }
-static CUresult xt_t69a2_no23(void) { return fgr_xt_unsupported(139, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 23); }
-static CUresult xt_t69a2_no24(void) { return fgr_xt_unsupported(140, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 24); }
-static CUresult xt_t69a2_no25(void) { return fgr_xt_unsupported(141, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 25); }
-static CUresult xt_t69a2_no26(void) { return fgr_xt_unsupported(142, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 26); }
-static CUresult xt_t69a2_no27(void) { return fgr_xt_unsupported(143, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 27); }
-static CUresult xt_t69a2_no28(void) { return fgr_xt_unsupported(144, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 28); }
-static CUresult xt_t69a2_no29(void) { return fgr_xt_unsupported(145, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 29); }
-static CUresult xt_t69a2_no30(void) { return fgr_xt_unsupported(146, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 30); }
-static CUresult xt_t69a2_no31(void) { return fgr_xt_unsupported(147, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 31); }
-static CUresult xt_t69a2_no32(void) { return fgr_xt_unsupported(148, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 32); }
-static CUresult xt_t69a2_no33(void) { return fgr_xt_unsupported(149, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 33); }
+static CUresult xt_t69a2_no1(void) { return fgr_xt_unsupported(115, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 1); }
+static CUresult xt_t69a2_no2(void) { return fgr_xt_unsupported(116, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 2); }
+static CUresult xt_t69a2_no3(void) { return fgr_xt_unsupported(117, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 3); }
+static CUresult xt_t69a2_no4(void) { return fgr_xt_unsupported(118, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 4); }
+static CUresult xt_t69a2_no5(void) { return fgr_xt_unsupported(119, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 5); }
+static CUresult xt_t69a2_no6(void) { return fgr_xt_unsupported(120, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 6); }
+static CUresult xt_t69a2_no7(void) { return fgr_xt_unsupported(121, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 7); }
+static CUresult xt_t69a2_no8(void) { return fgr_xt_unsupported(122, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 8); }
+static CUresult xt_t69a2_no9(void) { return fgr_xt_unsupported(123, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 9); }
+static CUresult xt_t69a2_no10(void) { return fgr_xt_unsupported(124, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 10); }
+static CUresult xt_t69a2_no11(void) { return fgr_xt_unsupported(125, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 11); }
+static CUresult xt_t69a2_no12(void) { return fgr_xt_unsupported(126, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 12); }
+static CUresult xt_t69a2_no13(void) { return fgr_xt_unsupported(127, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 13); }
+static CUresult xt_t69a2_no14(void) { return fgr_xt_unsupported(128, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 14); }
+static CUresult xt_t69a2_no15(void) { return fgr_xt_unsupported(129, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 15); }
+static CUresult xt_t69a2_no16(void) { return fgr_xt_unsupported(130, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 16); }
+static CUresult xt_t69a2_no17(void) { return fgr_xt_unsupported(131, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 17); }
+static CUresult xt_t69a2_no18(void) { return fgr_xt_unsupported(132, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 18); }
+static CUresult xt_t69a2_no19(void) { return fgr_xt_unsupported(133, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 19); }
+static CUresult xt_t69a2_no20(void) { return fgr_xt_unsupported(134, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 20); }
+static CUresult xt_t69a2_no21(void) { return fgr_xt_unsupported(135, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 21); }
+static CUresult xt_t69a2_no22(void) { return fgr_xt_unsupported(136, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 22); }
+static CUresult xt_t69a2_no23(void) { return fgr_xt_unsupported(137, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 23); }
+static CUresult xt_t69a2_no24(void) { return fgr_xt_unsupported(138, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 24); }
+static CUresult xt_t69a2_no25(void) { return fgr_xt_unsupported(139, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 25); }
+static CUresult xt_t69a2_no26(void) { return fgr_xt_unsupported(140, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 26); }
+static CUresult xt_t69a2_no27(void) { return fgr_xt_unsupported(141, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 27); }
+static CUresult xt_t69a2_no28(void) { return fgr_xt_unsupported(142, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 28); }
+static CUresult xt_t69a2_no29(void) { return fgr_xt_unsupported(143, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 29); }
+static CUresult xt_t69a2_no30(void) { return fgr_xt_unsupported(144, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 30); }
+static CUresult xt_t69a2_no31(void) { return fgr_xt_unsupported(145, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 31); }
+static CUresult xt_t69a2_no32(void) { return fgr_xt_unsupported(146, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 32); }
+static CUresult xt_t69a2_no33(void) { return fgr_xt_unsupported(147, "t69a2 69a28e9f-2449-8b47-b030-c5da330ea4e9", 33); }
 static CUresult xt_t69a2_fetch(void)
 {
     xt_t69a2_words[0] = (const void *)(34 * sizeof(void *));
@@ -4828,7 +4863,7 @@ static CUresult xt_t69a2_fetch(void)
 
 /* Export table log, in pages of its own. */
 static const void *xt_log_words[512] __attribute__((aligned(4096)));
-static CUresult xt_log_no2(void) { return fgr_xt_unsupported(150, "log f8cff951-2146-8b4e-b9e2-fb469e7c0dd9", 2); }
+static CUresult xt_log_no2(void) { return fgr_xt_unsupported(148, "log f8cff951-2146-8b4e-b9e2-fb469e7c0dd9", 2); }
 static CUresult xt_log_fetch(void)
 {
     xt_log_words[0] = (const void *)(3 * sizeof(void *));
@@ -4839,7 +4874,7 @@ static CUresult xt_log_fetch(void)
 
 /* Export table integrity, in pages of its own. */
 static const void *xt_integrity_words[512] __attribute__((aligned(4096)));
-static CUresult xt_integrity_no2(void) { return fgr_xt_unsupported(151, "integrity d4082055-bde6-704b-8d34-ba123c66e1f2", 2); }
+static CUresult xt_integrity_no2(void) { return fgr_xt_unsupported(149, "integrity d4082055-bde6-704b-8d34-ba123c66e1f2", 2); }
 static CUresult xt_integrity_fetch(void)
 {
     xt_integrity_words[0] = (const void *)(3 * sizeof(void *));
@@ -4998,4 +5033,4 @@ const struct fgr_table fgr_tables[] = {
 };
 
 const int fgr_ntables = 11;
-unsigned char fgr_xt_said[153];
+unsigned char fgr_xt_said[151];

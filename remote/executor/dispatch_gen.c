@@ -237,6 +237,8 @@ typedef CUresult (*pfn_cuGraphAddEventWaitNode)(CUgraphNode *phGraphNode, CUgrap
 typedef CUresult (*pfn_cuGraphGetRootNodes)(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes);
 typedef CUresult (*pfn_cuGraphExecGetFlags)(CUgraphExec hGraphExec, cuuint64_t *flags);
 typedef CUresult (*pfn_cuGraphAddChildGraphNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph);
+typedef CUresult (*pfn_xt_ctx_39)(CUcontext ctx, fgrCtxObject object, uint64_t *value, uint64_t arg3);
+typedef CUresult (*pfn_xt_ctx_51)(CUcontext ctx, uint64_t arg1, fgrCtxObject *object, uint64_t arg3);
 typedef uint64_t (*pfn_xt_simA_1)(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64_t e, uint64_t f, uint64_t g, uint64_t h, uint64_t i, uint64_t j);
 typedef double (*pfn_xt_simA_2)(double x, float y, int n);
 typedef CUresult (*pfn_xt_simA_7)(int *out, int x);
@@ -4838,6 +4840,64 @@ static CUresult op_cuGraphAddChildGraphNode(struct fgr_rd *rd, struct fgr_req *q
     return fgr_r;
 }
 
+static CUresult op_xt_ctx(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    const void *const *fgr_t = fgr_real[FGR_OP_xt_ctx];
+    (void)fgr_t;
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    return CUDA_SUCCESS;
+}
+
+static CUresult op_xt_ctx_39(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUcontext ctx = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    fgrCtxObject object = (fgrCtxObject)(uintptr_t)fgr_get_u64(rd);
+    uint64_t arg3 = (uint64_t)fgr_get_u64(rd);
+    int has_value = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    uint64_t *value = NULL;
+    if (has_value && !(value = fgr_out(q, sizeof(uint64_t))))
+        return fgr_out_failed(q);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
+        fgr_r = fgr_refuse("xt_ctx_39", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
+    else if (!(fgr_has(FGR_H_fgrCtxObject, (uint64_t)(uintptr_t)object)))
+        fgr_r = fgr_refuse("xt_ctx_39", "object", (uint64_t)(uintptr_t)object, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_xt_ctx_39)fgr_real[FGR_OP_xt_ctx_39])(ctx, object, value, arg3);
+    fgr_reply_out(q, value, sizeof(uint64_t), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_xt_ctx_51(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUcontext ctx = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    uint64_t arg1 = (uint64_t)fgr_get_u64(rd);
+    uint64_t arg3 = (uint64_t)fgr_get_u64(rd);
+    int has_object = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    fgrCtxObject *object = NULL;
+    if (has_object && !(object = fgr_out(q, sizeof(fgrCtxObject))))
+        return fgr_out_failed(q);
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
+        fgr_r = fgr_refuse("xt_ctx_51", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
+    else
+        fgr_r = ((pfn_xt_ctx_51)fgr_real[FGR_OP_xt_ctx_51])(ctx, arg1, object, arg3);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (object)
+            fgr_add(FGR_H_fgrCtxObject, (uint64_t)(uintptr_t)*object, FGR_H_CUcontext, fgr_ctx);
+    }
+    fgr_reply_out(q, object, sizeof(fgrCtxObject), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_xt_simA(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -5174,6 +5234,9 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuGraphGetRootNodes] = {"cuGraphGetRootNodes", op_cuGraphGetRootNodes, 0},
     [FGR_OP_cuGraphExecGetFlags] = {"cuGraphExecGetFlags", op_cuGraphExecGetFlags, 0},
     [FGR_OP_cuGraphAddChildGraphNode] = {"cuGraphAddChildGraphNode", op_cuGraphAddChildGraphNode, 0},
+    [FGR_OP_xt_ctx] = {"xt_ctx", op_xt_ctx, 0},
+    [FGR_OP_xt_ctx_39] = {"xt_ctx_39", op_xt_ctx_39, 0},
+    [FGR_OP_xt_ctx_51] = {"xt_ctx_51", op_xt_ctx_51, 0},
     [FGR_OP_xt_simA] = {"xt_simA", op_xt_simA, 0},
     [FGR_OP_xt_simA_1] = {"xt_simA_1", op_xt_simA_1, 0},
     [FGR_OP_xt_simA_2] = {"xt_simA_2", op_xt_simA_2, 0},
@@ -5185,8 +5248,9 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
 
 /* The export tables the client answers: the functions it forwards. */
 const struct fgr_xtable fgr_xtables[] = {
+    {{{33, 49, 140, 96, 151, 20, 50, 72, 140, 166, 65, 255, 115, 36, 200, 242}}, FGR_OP_xt_ctx, {{FGR_OP_xt_ctx_39, 39}, {FGR_OP_xt_ctx_51, 51}, {0, 0}}},
     {{{102, 108, 101, 120, 103, 118, 45, 115, 105, 109, 45, 116, 97, 98, 45, 65}}, FGR_OP_xt_simA, {{FGR_OP_xt_simA_1, 1}, {FGR_OP_xt_simA_2, 2}, {FGR_OP_xt_simA_7, 7}, {0, 0}}},
     {{{102, 108, 101, 120, 103, 118, 45, 115, 105, 109, 45, 116, 97, 98, 45, 66}}, FGR_OP_xt_simB, {{FGR_OP_xt_simB_1, 1}, {FGR_OP_xt_simB_2, 2}, {0, 0}}},
 };
 
-const int fgr_nxtables = 2;
+const int fgr_nxtables = 3;

@@ -30,6 +30,8 @@ static void fake_driver(void)
     fgr_add(FGR_H_CUfunction, 1, 0, 0);
     fgr_add(FGR_H_CUgraph, 9, 0, 0);
     fgr_add(FGR_H_CUmemoryPool, 5, 0, 0);
+    fgr_add(FGR_H_CUcontext, 3, 0, 0);
+    fgr_add(FGR_H_fgrCtxObject, 2, FGR_H_CUcontext, 3);
 }
 
 // serve_one: 1 when the request is malformed, else 0 with the reply in *out.

@@ -51,6 +51,9 @@ func valid() []request {
 		{"fgrHostReadMany", w{}.u64(1).u64(8).u8(1).u64(8).u64(0x1000).u8(1).u64(8).u64(8).u8(1), res + 1 + 8 + 8},
 		{"xt_simA_2", w{}.u64(0x3ff8000000000000).u64(0x40100000).u64(3), res + 8},
 		{"xt_simA", w{}, res + 1 + 8 + 20},
+		// The context object cuBLAS makes, and a word about one.
+		{"xt_ctx_51", w{}.u64(3).u64(0).u64(0).u8(1), res + 1 + 8 + 8},
+		{"xt_ctx_39", w{}.u64(3).u64(2).u64(0).u8(1), res + 1 + 8 + 8},
 	}
 }
 

@@ -8,7 +8,9 @@
  * object a pointer written by the call points at, the result and the
  * calling library.
  *     gcc -shared -fPIC -O1 -o xt_spy.so xt_spy.c -ldl
- *     XT_SPY=21318c60-9714-3248-8ca6-41ff7324c8f2/51,UUID/WORD LD_PRELOAD=./xt_spy.so PROGRAM */
+ *     XT_SPY=21318c60-9714-3248-8ca6-41ff7324c8f2/51,UUID/WORD LD_PRELOAD=./xt_spy.so PROGRAM
+ * The logger passes six integer arguments on: a word that takes more (on
+ * the stack) cannot be watched this way. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <inttypes.h>

@@ -7,7 +7,8 @@
  * is destroyed or the primary context reset, the primary context named
  * without retaining it, tools TLS, context checks and identity, the tools'
  * callback buffers, the integrity check checked as the runtime checks it
- * (recomputed from the public calls' answers), and a word the client does
+ * (recomputed from the public calls' answers), the context object cuBLAS
+ * makes and asks about (forwarded), and a word the client does
  * not emulate, called twice. Prints one line per table; exit status 0 when
  * every check passed, failures on stderr as "cudartclient: WHAT". */
 #include "common.h"
@@ -33,6 +34,8 @@ typedef CUresult (*unwrap_fn)(CUcontext, unsigned int *, CUcontext *);
 typedef unsigned int (*flag_fn)(void);
 typedef CUresult (*integrity_fn)(unsigned int, uint64_t, uint64_t[2]);
 typedef CUresult (*unknown_fn)(void);
+typedef CUresult (*object_fn)(CUcontext, uint64_t, void **, uint64_t);
+typedef CUresult (*object_query_fn)(CUcontext, void *, uint64_t *, uint64_t);
 
 /* The census's tables: UUID bytes in memory order, size word (0: none). */
 static const struct {
@@ -286,6 +289,19 @@ int main(void)
     check("context id again", ida == want, 1);
     check("context id of B", FN(CTX, 4, ctxid_fn)(ctx_b, &idb), CUDA_SUCCESS);
     check("contexts' ids differ", ida != idb, 1);
+
+    /* What cuBLAS does before its first product: an object for the current
+     * context, then a word about it, both forwarded to the server's driver;
+     * an object the server never made is refused. */
+    void *obj = NULL;
+    uint64_t word = 0;
+    check("context object", FN(CTX, 51, object_fn)(ctx_a, 0, &obj, 0), CUDA_SUCCESS);
+    check("context object made", obj != NULL, 1);
+    check("context object's word", FN(CTX, 39, object_query_fn)(ctx_a, obj, &word, 0), CUDA_SUCCESS);
+    check("context object's word is the driver's", (long)word, 7);
+    word = 0;
+    check("a made-up object", FN(CTX, 39, object_query_fn)(ctx_a, (char *)obj + 64, &word, 0), CUDA_ERROR_INVALID_HANDLE);
+    check("a made-up object's word", (long)word, 0);
 
     void *buf = NULL;
     size_t size = 0;

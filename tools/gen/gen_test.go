@@ -126,27 +126,27 @@ func TestRemoteAnnotationsRejected(t *testing.T) {
 		"3000 cuBaz(CUresult *q) sync q=out",    // reserved name
 		"table 00 x 2",                          // bad UUID
 		"slot 0 null",                           // slot before a table
-		"table 00000000-0000-0000-0000-000000000000 t 2\nslot 0 null",                        // fewer words described
-		"table 00000000-0000-0000-0000-000000000000 t 1\nslot 0 sync double f(int *p) p=out", // pointers with a non-CUresult
-		"table 00000000-0000-0000-0000-000000000000 t 1\nslot 0 sync CUresult f(CUstream s)", // a handle the executor would not check
-		"table 00000000-0000-0000-0000-000000000000 t 1\nslot 0 local CUresult f(void)",      // a local function not named fgr_
-		"table 00000000-0000-0000-0000-000000000000 t 1\nslot 0 local fgr_f",                 // a local function without a prototype
-		"table 00000000-0000-0000-0000-000000000000 t 2\nslot 0-1 null",                      // a range of other than unsupported
-		"table 00000000-0000-0000-0000-000000000000 t 2\nslot 0-2 unsupported",               // a range past the table
-		"table 00000000-0000-0000-0000-000000000000 t 1\nslot 0 unsupported x",               // unsupported takes nothing more
-		"3000 cuD(CUdeviceptr d, size_t n) sync",                                             // a device address without a kind
-		"3000 cuD(CUdeviceptr d, size_t n) sync d=dev",                                       // dev without its size
-		"3000 cuD(CUdeviceptr d, size_t n) sync d=base[n]",                                   // base with a size
-		"3000 cuD(CUdeviceptr d, size_t n) sync d=dev[n] n=dev[1]",                           // dev on a size
-		"3000 cuD(CUdeviceptr *d, size_t n) sync d=dev[n]",                                   // dev on a result
-		"3000 cuD(int *d, size_t n) sync d=alloc[n]",                                         // alloc on other than CUdeviceptr *
-		"3000 cuD(CUdeviceptr d, size_t n) sync d=dev[n] destroys=d",                         // destroys needs base
-		"3000 cuD(CUdeviceptr d, size_t n) sync d=dev[n] destroys=n",                         // destroys names no handle
-		"3000 cuD(CUstream *s, size_t n) sync s=out owner=n",                                 // owner names no handle
-		"3000 cuO(CUjit_option *o, void **v, unsigned int n) sync o=jitopts v=optvalues",     // options without their count
-		"3000 cuO(CUjit_option *o, void **v, unsigned int n) sync o=jitopts[v] v=optvalues",  // a count that is a pointer
-		"3000 cuO(CUjit_option *o, void **v, unsigned int n) sync o=jitopts[n] v=in[n]",      // values not optvalues
-		"3000 cuO(void **v, CUjit_option *o, unsigned int n) sync o=jitopts[n] v=optvalues",  // values before the options
+		"table 00000000-0000-0000-0000-000000000000 t 2\nslot 0 null",                           // fewer words described
+		"table 00000000-0000-0000-0000-000000000000 t 1\nslot 0 sync double f(int *p) p=out",    // pointers with a non-CUresult
+		"table 00000000-0000-0000-0000-000000000000 t 1\nslot 0 sync CUresult f(CUdeviceptr p)", // a device address the executor would not check
+		"table 00000000-0000-0000-0000-000000000000 t 1\nslot 0 local CUresult f(void)",         // a local function not named fgr_
+		"table 00000000-0000-0000-0000-000000000000 t 1\nslot 0 local fgr_f",                    // a local function without a prototype
+		"table 00000000-0000-0000-0000-000000000000 t 2\nslot 0-1 null",                         // a range of other than unsupported
+		"table 00000000-0000-0000-0000-000000000000 t 2\nslot 0-2 unsupported",                  // a range past the table
+		"table 00000000-0000-0000-0000-000000000000 t 1\nslot 0 unsupported x",                  // unsupported takes nothing more
+		"3000 cuD(CUdeviceptr d, size_t n) sync",                                                // a device address without a kind
+		"3000 cuD(CUdeviceptr d, size_t n) sync d=dev",                                          // dev without its size
+		"3000 cuD(CUdeviceptr d, size_t n) sync d=base[n]",                                      // base with a size
+		"3000 cuD(CUdeviceptr d, size_t n) sync d=dev[n] n=dev[1]",                              // dev on a size
+		"3000 cuD(CUdeviceptr *d, size_t n) sync d=dev[n]",                                      // dev on a result
+		"3000 cuD(int *d, size_t n) sync d=alloc[n]",                                            // alloc on other than CUdeviceptr *
+		"3000 cuD(CUdeviceptr d, size_t n) sync d=dev[n] destroys=d",                            // destroys needs base
+		"3000 cuD(CUdeviceptr d, size_t n) sync d=dev[n] destroys=n",                            // destroys names no handle
+		"3000 cuD(CUstream *s, size_t n) sync s=out owner=n",                                    // owner names no handle
+		"3000 cuO(CUjit_option *o, void **v, unsigned int n) sync o=jitopts v=optvalues",        // options without their count
+		"3000 cuO(CUjit_option *o, void **v, unsigned int n) sync o=jitopts[v] v=optvalues",     // a count that is a pointer
+		"3000 cuO(CUjit_option *o, void **v, unsigned int n) sync o=jitopts[n] v=in[n]",         // values not optvalues
+		"3000 cuO(void **v, CUjit_option *o, unsigned int n) sync o=jitopts[n] v=optvalues",     // values before the options
 		"cuFoo unsupported",                  // unsupported on a cuda.api entry (left bare instead)
 		"3000 cuU(int *p) unsupported p=out", // unsupported with kinds
 	} {

@@ -66,7 +66,7 @@ var remoteHandles = map[string]bool{
 	"CUcontext": true, "CUmodule": true, "CUfunction": true, "CUlibrary": true, "CUkernel": true,
 	"CUstream": true, "CUevent": true, "CUgraph": true, "CUgraphExec": true, "CUgraphNode": true,
 	"CUarray": true, "CUmipmappedArray": true, "CUmemoryPool": true, "CUmemGenericAllocationHandle": true,
-	"CUgreenCtx": true,
+	"CUgreenCtx": true, "fgrCtxObject": true,
 }
 
 // deviceWide handles outlive the context they were made in.
@@ -87,7 +87,7 @@ type Table struct {
 }
 
 // Local says the client answers the whole table without the driver: no
-// word is forwarded or copied, so fetching it needs no round trip.
+// word is forwarded or copied.
 func (t *Table) Local() bool {
 	for _, sl := range t.Slots {
 		if sl.Kind == "sync" || sl.Kind == "data" {
@@ -95,6 +95,26 @@ func (t *Table) Local() bool {
 		}
 	}
 	return true
+}
+
+// Asked says handing the table out takes a round trip: some word is a copy
+// of the driver's data, or every function word is forwarded (such a table
+// is the server's driver's to hand out or refuse). A table the client
+// answers in part itself is handed out at once; a forwarded word of it that
+// the server's driver lacks answers CUDA_ERROR_NOT_SUPPORTED.
+func (t *Table) Asked() bool {
+	local, forwarded := false, false
+	for _, sl := range t.Slots {
+		switch sl.Kind {
+		case "data":
+			return true
+		case "local":
+			local = true
+		case "sync":
+			forwarded = true
+		}
+	}
+	return forwarded && !local
 }
 
 // Slot is one word of a table.
@@ -506,8 +526,8 @@ func parseTableLine(f []string, line string, tables *[]*Table) error {
 			fn.Kinds[name] = Kind{Name: val}
 		}
 		for _, p := range fn.Params {
-			if remoteHandles[p.Type] || p.Type == "CUdeviceptr" {
-				return fmt.Errorf("slot %d: %s: handles and device addresses are not checked in table functions", idx, p.Name)
+			if p.Type == "CUdeviceptr" {
+				return fmt.Errorf("slot %d: %s: device addresses are not checked in table functions", idx, p.Name)
 			}
 			if _, ok := fn.Kinds[p.Name]; strings.HasSuffix(p.Type, "*") && !ok {
 				return fmt.Errorf("slot %d: pointer parameter %s needs a kind", idx, p.Name)
@@ -909,7 +929,7 @@ func emitClientTable(b *strings.Builder, t *Table, unsupported *int) {
 		}
 	}
 	fmt.Fprintf(b, "static CUresult xt_%s_fetch(void)\n{\n", t.Name)
-	if !t.Local() {
+	if t.Asked() {
 		b.WriteString("    CUresult r;\n    struct fgr_call c;\n")
 		fmt.Fprintf(b, "    if ((r = fgr_begin(&c, FGR_OP_xt_%s, 0)) != CUDA_SUCCESS)\n        return r;\n", t.Name)
 		b.WriteString("    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)\n        return r;\n")
