@@ -683,27 +683,55 @@ FGR_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
     return fgr_end(&fgr_c);
 }
 
+static CUresult fgr_piece_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, int fgr_queued)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    uint64_t n_srcHost = srcHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
+    if (n_srcHost > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuMemcpyHtoD_v2", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyHtoD_v2, fgr_queued)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
+    fgr_put_buf(&fgr_c.w, srcHost, n_srcHost);
+    if (fgr_queued)
+        return fgr_send(&fgr_c);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
     CUresult fgr_r;
     if (ByteCount > fgr_chunk_bytes) {
         for (size_t fgr_off = 0; fgr_off < ByteCount; fgr_off += fgr_chunk_bytes) {
             size_t fgr_n = ByteCount - fgr_off < fgr_chunk_bytes ? ByteCount - fgr_off : fgr_chunk_bytes;
-            if ((fgr_r = cuMemcpyHtoD_v2(dstDevice + fgr_off, (const char *)srcHost + fgr_off, fgr_n)) != CUDA_SUCCESS)
+            if ((fgr_r = fgr_piece_cuMemcpyHtoD_v2(dstDevice + fgr_off, (const char *)srcHost + fgr_off, fgr_n, fgr_off + fgr_n < ByteCount)) != CUDA_SUCCESS)
                 return fgr_r;
         }
         return CUDA_SUCCESS;
     }
+    return fgr_piece_cuMemcpyHtoD_v2(dstDevice, srcHost, ByteCount, 0);
+}
+
+static CUresult fgr_piece_cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, int fgr_queued)
+{
+    CUresult fgr_r;
     fgr_mirror_named((uint64_t)dstDevice);
     uint64_t n_srcHost = srcHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_srcHost > FGR_MAX_BUF)
-        return fgr_unsupported(-1, "cuMemcpyHtoD_v2", "a buffer over the frame limit");
+        return fgr_unsupported(-1, "cuMemcpyHtoD_v2_ptds", "a buffer over the frame limit");
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyHtoD_v2, 0)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyHtoD_v2_ptds, fgr_queued)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
     fgr_put_buf(&fgr_c.w, srcHost, n_srcHost);
+    if (fgr_queued)
+        return fgr_send(&fgr_c);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     return fgr_end(&fgr_c);
@@ -715,24 +743,12 @@ FGR_EXPORT CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcH
     if (ByteCount > fgr_chunk_bytes) {
         for (size_t fgr_off = 0; fgr_off < ByteCount; fgr_off += fgr_chunk_bytes) {
             size_t fgr_n = ByteCount - fgr_off < fgr_chunk_bytes ? ByteCount - fgr_off : fgr_chunk_bytes;
-            if ((fgr_r = cuMemcpyHtoD_v2_ptds(dstDevice + fgr_off, (const char *)srcHost + fgr_off, fgr_n)) != CUDA_SUCCESS)
+            if ((fgr_r = fgr_piece_cuMemcpyHtoD_v2_ptds(dstDevice + fgr_off, (const char *)srcHost + fgr_off, fgr_n, fgr_off + fgr_n < ByteCount)) != CUDA_SUCCESS)
                 return fgr_r;
         }
         return CUDA_SUCCESS;
     }
-    fgr_mirror_named((uint64_t)dstDevice);
-    uint64_t n_srcHost = srcHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
-    if (n_srcHost > FGR_MAX_BUF)
-        return fgr_unsupported(-1, "cuMemcpyHtoD_v2_ptds", "a buffer over the frame limit");
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyHtoD_v2_ptds, 0)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
-    fgr_put_u64(&fgr_c.w, (uint64_t)ByteCount);
-    fgr_put_buf(&fgr_c.w, srcHost, n_srcHost);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
+    return fgr_piece_cuMemcpyHtoD_v2_ptds(dstDevice, srcHost, ByteCount, 0);
 }
 
 FGR_EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)

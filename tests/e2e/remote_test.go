@@ -753,7 +753,9 @@ print("copy", cu.cuMemcpyDtoH_v2(buf, p, ctypes.c_size_t(4096)), buf[0], buf[409
 // Copies over FLEXGV_REMOTE_CHUNK bytes go as several calls, each piece
 // its own frame: a copy of any size arrives whole and in place, and the
 // pieces are separate calls (a copy running past its allocation lands up
-// to the piece that leaves it).
+// to the piece that leaves it). A synchronous upload's pieces but the last
+// are queued: one that fails is answered by the last (a copy across an
+// unmapped hole in a reservation lands on both sides and says the error).
 func TestRemoteCopiesInPieces(t *testing.T) {
 	prog := `
 import ctypes
@@ -776,19 +778,43 @@ print("past the end", cu.cuMemcpyHtoD_v2(small, src, ctypes.c_size_t(12288)))
 got = (ctypes.c_ubyte * 8192)()
 assert cu.cuMemcpyDtoH_v2(got, small, ctypes.c_size_t(8192)) == 0
 print("landed", "8192" if bytes(got) == bytes(src)[:8192] else "none" if not any(got) else "other")
+
+G = 2 << 20
+class Loc(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+class Prop(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("requestedHandleTypes", ctypes.c_int), ("location", Loc),
+                ("win32HandleMetaData", ctypes.c_void_p), ("allocFlags", ctypes.c_ubyte * 8)]
+class Access(ctypes.Structure):
+    _fields_ = [("location", Loc), ("flags", ctypes.c_int)]
+va = ctypes.c_uint64()
+assert cu.cuMemAddressReserve(ctypes.byref(va), ctypes.c_size_t(3 * G), ctypes.c_size_t(0), ctypes.c_uint64(0), ctypes.c_ulonglong(0)) == 0
+for off in (0, 2 * G):  # mapped, a hole, mapped
+    h = ctypes.c_ulonglong()
+    assert cu.cuMemCreate(ctypes.byref(h), ctypes.c_size_t(G), ctypes.byref(Prop(1, 0, Loc(1, 0))), ctypes.c_ulonglong(0)) == 0
+    assert cu.cuMemMap(ctypes.c_uint64(va.value + off), ctypes.c_size_t(G), ctypes.c_size_t(0), h, ctypes.c_ulonglong(0)) == 0
+    assert cu.cuMemSetAccess(ctypes.c_uint64(va.value + off), ctypes.c_size_t(G), ctypes.byref(Access(Loc(1, 0), 3)), ctypes.c_size_t(1)) == 0
+fives = (ctypes.c_ubyte * (G + 8192))(*([5] * (G + 8192)))
+print("across a hole", cu.cuMemcpyHtoD_v2(ctypes.c_uint64(va.value + G - 4096), fives, ctypes.c_size_t(G + 8192)))
+ends = []
+for at in (G - 4096, 2 * G):
+    b = (ctypes.c_ubyte * 4096)()
+    assert cu.cuMemcpyDtoH_v2(b, ctypes.c_uint64(va.value + at), ctypes.c_size_t(4096)) == 0
+    ends.append(str(b[0]))
+print("its ends", " ".join(ends))
 `
 	e := newEnv(t)
 	s := e.serve("unix")
 	e.extra = append(e.extra, "FLEXGV_REMOTE_CHUNK=4096")
 	r := e.remote(s, "python3", "-c", prog)
 	want := "cuMemcpyHtoD_v2 0 cuMemcpyDtoH_v2 0 same\ncuMemcpyHtoDAsync_v2 0 cuMemcpyDtoHAsync_v2 0 same\n" +
-		"past the end 1\nlanded 8192\n"
+		"past the end 1\nlanded 8192\nacross a hole 1\nits ends 5 5\n"
 	if r.code != 0 || r.stdout != want {
 		t.Errorf("exit %d\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
 	}
 	// Whole, a copy past the end is refused before anything lands.
 	e.extra = e.extra[:len(e.extra)-1]
-	if r := e.remote(s, "python3", "-c", prog); r.code != 0 || !strings.HasSuffix(r.stdout, "past the end 1\nlanded none\n") {
+	if r := e.remote(s, "python3", "-c", prog); r.code != 0 || !strings.HasSuffix(r.stdout, "past the end 1\nlanded none\nacross a hole 1\nits ends 0 0\n") {
 		t.Errorf("in one piece: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 	e.extra = append(e.extra, "FLEXGV_REMOTE_CHUNK=100")

@@ -775,36 +775,71 @@ func emitRemoteClient(entries []RemoteEntry, tables []*Table) string {
 
 // clientStub writes one forwarder: encode, round trip, decode.
 func clientStub(b *strings.Builder, e RemoteEntry, decl string) {
+	c := e.Chunk
+	if c == "" {
+		fmt.Fprintf(b, "%s\n{\n", decl)
+		stubBody(b, e, "")
+		return
+	}
+	// Large copies go as several calls of at most fgr_chunk_bytes, each
+	// its own frame: no size limit, bounded buffers on both sides. A
+	// synchronous upload's pieces but the last are queued, so that the
+	// server copies one while the next travels; the last, a syncpoint,
+	// answers the first error of them all.
+	upload := e.Disp == DispSync
+	for _, p := range e.Params {
+		if k := e.Kinds[p.Name].Name; k == "out" || k == "inout" {
+			upload = false
+		}
+	}
+	var args, whole []string
+	for _, p := range e.Params {
+		whole = append(whole, p.Name)
+		switch {
+		case p.Name == c:
+			args = append(args, "fgr_n")
+		case e.Dev[p.Name].Name == "dev":
+			args = append(args, p.Name+" + fgr_off")
+		case strings.HasPrefix(p.Type, "const "):
+			args = append(args, "(const char *)"+p.Name+" + fgr_off")
+		case strings.HasSuffix(p.Type, "*"):
+			args = append(args, "(char *)"+p.Name+" + fgr_off")
+		default:
+			args = append(args, p.Name)
+		}
+	}
+	piece, last := e.Name, "return fgr_piece_"+e.Name+"("+strings.Join(append(whole, "0"), ", ")+");\n"
+	if upload {
+		piece = "fgr_piece_" + e.Name
+		args = append(args, "fgr_off + fgr_n < "+c)
+		fmt.Fprintf(b, "static CUresult %s(%s, int fgr_queued)\n{\n", piece, e.ParamList())
+		stubBody(b, e, "fgr_queued")
+	}
+	fmt.Fprintf(b, "%s\n{\n", decl)
+	b.WriteString("    CUresult fgr_r;\n")
+	fmt.Fprintf(b, "    if (%s > fgr_chunk_bytes) {\n", c)
+	fmt.Fprintf(b, "        for (size_t fgr_off = 0; fgr_off < %s; fgr_off += fgr_chunk_bytes) {\n", c)
+	fmt.Fprintf(b, "            size_t fgr_n = %s - fgr_off < fgr_chunk_bytes ? %s - fgr_off : fgr_chunk_bytes;\n", c, c)
+	fmt.Fprintf(b, "            if ((fgr_r = %s(%s)) != CUDA_SUCCESS)\n                return fgr_r;\n", piece, strings.Join(args, ", "))
+	b.WriteString("        }\n        return CUDA_SUCCESS;\n    }\n")
+	if upload {
+		b.WriteString("    " + last + "}\n\n")
+		return
+	}
+	stubBody(b, e, "")
+}
+
+// stubBody writes a forwarder's body after its opening brace; queued, when
+// not empty, is the expression that sends a synchronous call without
+// waiting for its answer.
+func stubBody(b *strings.Builder, e RemoteEntry, queuedBy string) {
 	name := e.Name
 	fail := "fgr_r"
 	if e.Ret != "" {
 		fail = "0"
 	}
-	fmt.Fprintf(b, "%s\n{\n", decl)
-	b.WriteString("    CUresult fgr_r;\n")
-	if c := e.Chunk; c != "" {
-		// Large copies go as several calls of at most fgr_chunk_bytes, each
-		// its own frame: no size limit, bounded buffers on both sides.
-		var args []string
-		for _, p := range e.Params {
-			switch {
-			case p.Name == c:
-				args = append(args, "fgr_n")
-			case e.Dev[p.Name].Name == "dev":
-				args = append(args, p.Name+" + fgr_off")
-			case strings.HasPrefix(p.Type, "const "):
-				args = append(args, "(const char *)"+p.Name+" + fgr_off")
-			case strings.HasSuffix(p.Type, "*"):
-				args = append(args, "(char *)"+p.Name+" + fgr_off")
-			default:
-				args = append(args, p.Name)
-			}
-		}
-		fmt.Fprintf(b, "    if (%s > fgr_chunk_bytes) {\n", c)
-		fmt.Fprintf(b, "        for (size_t fgr_off = 0; fgr_off < %s; fgr_off += fgr_chunk_bytes) {\n", c)
-		fmt.Fprintf(b, "            size_t fgr_n = %s - fgr_off < fgr_chunk_bytes ? %s - fgr_off : fgr_chunk_bytes;\n", c, c)
-		fmt.Fprintf(b, "            if ((fgr_r = %s(%s)) != CUDA_SUCCESS)\n                return fgr_r;\n", name, strings.Join(args, ", "))
-		b.WriteString("        }\n        return CUDA_SUCCESS;\n    }\n")
+	if e.Chunk == "" || queuedBy != "" {
+		b.WriteString("    CUresult fgr_r;\n")
 	}
 	// Pinned memory named as a device address is kept alike from then on.
 	for _, p := range e.Params {
@@ -834,11 +869,13 @@ func clientStub(b *strings.Builder, e RemoteEntry, decl string) {
 		}
 	}
 	b.WriteString("    struct fgr_call fgr_c;\n")
-	queued := 0
+	queued := "0"
 	if e.Disp == DispQueue {
-		queued = 1
+		queued = "1"
+	} else if queuedBy != "" {
+		queued = queuedBy
 	}
-	fmt.Fprintf(b, "    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_%s, %d)) != CUDA_SUCCESS)\n        return %s;\n", name, queued, fail)
+	fmt.Fprintf(b, "    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_%s, %s)) != CUDA_SUCCESS)\n        return %s;\n", name, queued, fail)
 	for _, p := range e.Params {
 		if _, ptr := e.Kinds[p.Name]; !ptr {
 			fmt.Fprintf(b, "    fgr_put_u64(&fgr_c.w, %s);\n", bitsPut(p.Type, p.Name))
@@ -868,6 +905,9 @@ func clientStub(b *strings.Builder, e RemoteEntry, decl string) {
 	if e.Disp == DispQueue {
 		b.WriteString("    return fgr_send(&fgr_c);\n}\n\n")
 		return
+	}
+	if queuedBy != "" {
+		fmt.Fprintf(b, "    if (%s)\n        return fgr_send(&fgr_c);\n", queuedBy)
 	}
 	// A call whose one result is a buffer of a given size: the answer's
 	// bytes are read straight into it when large (fgr_roundtrip).
@@ -1209,7 +1249,7 @@ func emitRemoteDoc(entries []RemoteEntry, tables []*Table) string {
 			}
 		}
 		if e.Chunk != "" {
-			ks = append(ks, "over `FLEXGV_REMOTE_CHUNK` bytes (64 MiB) sent as several calls")
+			ks = append(ks, "over `FLEXGV_REMOTE_CHUNK` bytes (4 MiB) sent as several calls")
 		}
 		if e.Destroys != "" {
 			ks = append(ks, "destroys `"+e.Destroys+"`")
