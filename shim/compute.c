@@ -61,9 +61,6 @@ enum { RING = 256 };                  /* launches tracked in flight per GPU, at 
 #ifndef LEND_NS
 #define LEND_NS 1000000ull            /* pauses this long are lent to lower priorities at once */
 #endif
-#ifndef BESIDE_HOST
-#define BESIDE_HOST 7500u             /* a higher holder this host-bound is run beside */
-#endif
 #define FULL 10000u                   /* 100 % in hundredths */
 
 enum { G_NONE, G_READY, G_OFF };
@@ -100,8 +97,6 @@ struct gpu {
     int holding;               /* we held the GPU at our last look, in a turn begun at turn_at */
     int lent;                  /* that turn was taken, ahead, from an idle holder: a loan */
     uint64_t turn_at;
-    uint64_t request_at;     /* the first launch since the last synchronization (atomic; 0: none) */
-    uint64_t request_gated;  /* time spent in gate since then (atomic): waited for, not host work */
 };
 
 static struct gpu gpus[FG_NDEV] = {[0 ... FG_NDEV - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1}};
@@ -547,26 +542,11 @@ static void catch_up(struct gpu *g, uint64_t now)
         ;
 }
 
-/* Whether we may launch beside holder h (slot + 1) without holding the
- * GPU: h is of higher priority and bound by its host (its requests hardly
- * wait for the GPU, which idles most of its turn). One launch of ours in
- * flight at a time is then all that its next kernel can find ahead of it.
- * Not under a cap, which only a holder keeps. */
-static int beside(struct gpu *g, uint32_t h)
-{
-    struct fg_sched_tenant *ht = h ? tenant_of(g, h - 1) : NULL;
-    return ht && LOAD(&ht->priority) > LOAD(&g->t->priority) && LOAD(&ht->host_bound) >= BESIDE_HOST &&
-           !cap_of(g) && fg_byte_held(g->fd, slot_off(h - 1));
-}
-
 /* Waits until this process may launch one more piece of work on g (g
  * locked throughout, but for waits). */
 static void gate(struct gpu *g)
 {
-    uint64_t waited_from = 0, entered = fg_now_ns();
-    int by = 0; /* launching beside the holder */
-    if (!__atomic_load_n(&g->request_at, __ATOMIC_RELAXED))
-        __atomic_store_n(&g->request_at, entered, __ATOMIC_RELAXED);
+    uint64_t waited_from = 0;
     if (g->idle_at) { /* the pause since the last synchronization ends */
         uint64_t gap = fg_now_ns() - g->idle_at;
         g->gap_avg = g->gap_avg ? (3 * g->gap_avg + gap) / 4 : gap;
@@ -655,27 +635,16 @@ static void gate(struct gpu *g)
         }
         if (may_take(g, h, now) && best_waiter(g, -1) == (int)g->mine && take(g, h, now))
             continue;
-        if (beside(g, h)) {
-            if (!g->count) {
-                by = 1;
-                break;
-            }
-            wait_oldest(g);
-            continue;
-        }
         sleep_on(g, LOAD(&g->hdr->gen), POLL_NS);
         /* Waited time is counted as it passes, for readers of the region. */
         uint64_t after = fg_now_ns();
         ADD(&g->t->waited_ns, after - waited_from);
         waited_from = after;
     }
-    /* Beside a holder we still wait for it: it lends us its pauses. */
-    if (!by && g->hdr && (LOAD(&g->hdr->waiting) & g->bit))
+    if (g->hdr && (LOAD(&g->hdr->waiting) & g->bit))
         __atomic_fetch_and(&g->hdr->waiting, ~g->bit, __ATOMIC_SEQ_CST);
-    uint64_t left = fg_now_ns();
     if (waited_from && g->t)
-        ADD(&g->t->waited_ns, left - waited_from);
-    __atomic_fetch_add(&g->request_gated, left - entered, __ATOMIC_RELAXED);
+        ADD(&g->t->waited_ns, fg_now_ns() - waited_from);
 }
 
 /* Puts a launch on s in flight; g is locked. */
@@ -832,17 +801,9 @@ static void unblock(struct gpu *g)
         uint64_t at_ = fg_now_ns();                                                                         \
         CUresult r_ = CALL;                                                                                 \
         unblock(g_);                                                                                        \
-        return AFTER(leave(g_, s_, at_, r_), at_);                                                          \
+        return AFTER(leave(g_, s_, at_, r_));                                                               \
     } while (0)
-#define AS_IS(r, at) (r)
-/* A synchronization, timed: AFTER gets when it began. */
-#define SYNCED(CALL)                                                                                        \
-    do {                                                                                                    \
-        if (FG_LIKELY(alone_everywhere()))                                                                  \
-            return CALL;                                                                                    \
-        uint64_t at_ = fg_now_ns();                                                                         \
-        return synced(CALL, at_);                                                                           \
-    } while (0)
+#define AS_IS(r) (r)
 
 CUresult fg_compute_cuLaunchKernelEx(fg_real_cuLaunchKernelEx next, const CUlaunchConfig *config, CUfunction f,
                                      void **params, void **extra)
@@ -871,33 +832,14 @@ CUresult fg_compute_cuGraphLaunch_ptsz(fg_real_cuGraphLaunch_ptsz next, CUgraphE
     SCHEDULED(s, 1, next(exec, s));
 }
 
-/* How bound by its host our tenant's requests are: of a request's time,
- * from its first launch after a synchronization to the end of the one
- * (begun at `at`) that ends it, the part not spent waiting for the GPU
- * (there, or in gate). Near 100 % for eager inference, near 0 for a CUDA
- * graph's replay or a loop that keeps the GPU busy. */
-static void note_request(struct gpu *g, uint64_t at, uint64_t now)
-{
-    uint64_t from = __atomic_exchange_n(&g->request_at, 0, __ATOMIC_RELAXED);
-    uint64_t gated = __atomic_exchange_n(&g->request_gated, 0, __ATOMIC_RELAXED);
-    if (!from || from > at || now <= from || !g->t)
-        return;
-    /* Waits in gate (for the GPU to drain, for our turn) are not the host's. */
-    uint64_t issued = at - from > gated ? at - from - gated : 0;
-    uint32_t host = (uint32_t)(issued * FULL / (now - from)), old = LOAD(&g->t->host_bound);
-    STORE(&g->t->host_bound, (3 * old + host) / 4);
-}
-
-/* After a synchronization (begun at `at`), what completed is said at once:
- * waiters then see an idle holder without waiting for its next launch; and
- * a holder of higher priority than those waiting, whose pauses after a
- * synchronization tend to be long (a server between requests, not a loop),
- * lends them the GPU at once (it takes it back at its next launch). */
-static CUresult synced_on(CUresult r, int dev, uint64_t at)
+/* After a synchronization, what completed is said at once: waiters then
+ * see an idle holder without waiting for its next launch; and a holder of
+ * higher priority than those waiting, whose pauses after a synchronization
+ * tend to be long (a server between requests, not a loop), lends them the
+ * GPU at once (it takes it back at its next launch). */
+static CUresult synced_on(CUresult r, int dev)
 {
     struct gpu *g = r == CUDA_SUCCESS ? scheduled(dev) : NULL;
-    if (g && __atomic_load_n(&g->state, __ATOMIC_ACQUIRE) == G_READY)
-        note_request(g, at, fg_now_ns());
     if (!g || (!__atomic_load_n(&g->count, __ATOMIC_RELAXED) &&
                (LOAD(&g->hdr->holder) != g->mine + 1 || !(LOAD(&g->hdr->waiting) & ~g->bit))))
         return r;
@@ -921,21 +863,18 @@ static CUresult synced_on(CUresult r, int dev, uint64_t at)
     return r;
 }
 
-static CUresult synced(CUresult r, uint64_t at) { return synced_on(r, fg_current_device(), at); }
+static CUresult synced(CUresult r) { return synced_on(r, fg_current_device()); }
 
 /* CUDA 13 runtimes synchronize a device through this one; it names the
  * context (NULL: the current one), whose GPU is the one now idle. */
 CUresult fg_compute_cuCtxSynchronize_v2(fg_real_cuCtxSynchronize_v2 next, CUcontext ctx)
 {
-    if (FG_LIKELY(alone_everywhere()))
-        return next(ctx);
-    uint64_t at = fg_now_ns();
     CUresult r = next(ctx);
     fg_real_cuCtxGetDevice_v2 dev_of = REAL(cuCtxGetDevice_v2);
     CUdevice dev;
     if (!ctx || r != CUDA_SUCCESS || !dev_of || dev_of(&dev, ctx) != CUDA_SUCCESS)
-        return synced(r, at);
-    return synced_on(r, dev, at);
+        return synced(r);
+    return synced_on(r, dev);
 }
 
 /* A 2D or 3D copy into host memory is a synchronization too. */

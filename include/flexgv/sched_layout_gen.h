@@ -22,7 +22,7 @@ struct fg_sched_tenant {
     uint32_t share;
     uint32_t cap;
     uint32_t priority;
-    uint32_t host_bound;
+    uint32_t reserved;
     uint64_t vtime;
     uint64_t held_ns;
     uint64_t waited_ns;

@@ -23,7 +23,7 @@ type Tenant struct {
 	Share       uint32   `c:"share"`
 	Cap         uint32   `c:"cap"`
 	Priority    uint32   `c:"priority"`
-	HostBound   uint32   `c:"host_bound"`
+	Reserved    uint32   `c:"reserved"`
 	VTime       uint64   `c:"vtime"`
 	HeldNs      uint64   `c:"held_ns"`
 	WaitedNs    uint64   `c:"waited_ns"`

@@ -134,35 +134,6 @@ func TestPriorityRunsFirst(t *testing.T) {
 	}
 }
 
-// A high-priority tenant bound by its host (eager inference: a little GPU
-// work between stretches of host work, one synchronization per request)
-// leaves the GPU idle most of its turn: a low-priority one runs beside it,
-// one kernel in flight at a time, and each request waits at most for about
-// one of those kernels. (A GPU-bound one is not run beside:
-// TestPriorityRunsFirst.)
-func TestPriorityRunsBesideAHostBoundHolder(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	// Requests of 16 kernels of 50 µs, each after 200 µs of host work.
-	eager := []string{"50", "3", "16", "0", "eager", "200"}
-	alone := e.spinnerUnder([]string{"--priority", "high"}, eager...)
-	alone.start()
-	a := alone.result()
-	hi := e.spinnerUnder([]string{"--priority", "high"}, eager...)
-	lo := e.spinnerUnder([]string{"--priority", "low"}, "1000", "3", "16")
-	hi.start()
-	lo.start()
-	h, l := hi.result(), lo.result()
-	t.Logf("requests alone: p50 %.0f µs, p99 %.0f µs; next to a low tenant: p50 %.0f µs, p99 %.0f µs; the low tenant: %.1f%% of the device",
-		a.p50, a.p99, h.p50, h.p99, l.share)
-	if l.share < 40 {
-		t.Errorf("the low-priority tenant got %.1f%% of the device beside a host-bound high-priority one, want ≥ 40%%", l.share)
-	}
-	if h.p50 > a.p50+1500 {
-		t.Errorf("requests took %.0f µs (p50) next to the low tenant, %.0f µs alone: more than one of its 1 ms kernels longer", h.p50, a.p50)
-	}
-}
-
 // A holder killed with SIGKILL stalls nobody: its slot's lock goes with it.
 func TestAKilledHolderStallsNobody(t *testing.T) {
 	t.Parallel()

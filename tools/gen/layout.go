@@ -146,7 +146,7 @@ var schedLayout = []structSpec{
 		{"share", "Share", "uint32", 0, "guaranteed share, hundredths of a percent; 0: an even part of what no share claims"},
 		{"cap", "Cap", "uint32", 0, "hard cap, hundredths of a percent; 0: none"},
 		{"priority", "Priority", "uint32", 0, "as the tenant file's"},
-		{"host_bound", "HostBound", "uint32", 0, "of its requests' time (first launch to synchronized), the part not spent waiting for the GPU, hundredths of a percent; moving average written at its synchronizations, 0 until then"},
+		{"reserved", "Reserved", "uint32", 0, ""},
 		{"vtime", "VTime", "uint64", 0, "GPU time held over the share's weight, ns (atomic)"},
 		{"held_ns", "HeldNs", "uint64", 0, "GPU time held since the entry was made, ns (atomic)"},
 		{"waited_ns", "WaitedNs", "uint64", 0, "time its processes waited to launch, ns (atomic)"},
