@@ -30,7 +30,7 @@
 
 #include "flexgv/cuda_types.h"
 
-#define FGR_PROTO_VERSION 8u /* 8: words 39 and 51 of the context table */
+#define FGR_PROTO_VERSION 8u /* 8: words 39 and 51 of the context table; one ask for a kernel's parameter sizes */
 
 /* An object the driver makes for a context through a private table word
  * (21318c60-... word 51, which cuBLAS calls before its first product): a

@@ -636,7 +636,6 @@ void fgr_kparams_flush(void)
 }
 
 CUresult fgrParamSizes(CUfunction f, unsigned int max, unsigned int *count, unsigned int *sizes);
-CUresult fgrKernelParamSizes(CUkernel k, unsigned int max, unsigned int *count, unsigned int *sizes);
 
 CUresult fgr_kparams_layout(CUfunction f, void **params, struct fgr_kparams *kp)
 {
@@ -655,9 +654,9 @@ CUresult fgr_kparams_layout(CUfunction f, void **params, struct fgr_kparams *kp)
     pthread_mutex_unlock(&layout_lock);
     /* Not under the lock: a call to the server, one for all the sizes (a
      * second when there are more than a first guess holds). A library's
-     * kernel stands in for a function (CUDA 12+ runtimes launch those). */
+     * kernel stands in for a function (CUDA 12+ runtimes launch those):
+     * the server tells them apart. */
     unsigned n = 0, guess = 32, *size = NULL;
-    int kernel = 0;
     for (;;) {
         unsigned *s = realloc(size, guess * sizeof *size);
         if (!s) {
@@ -665,11 +664,7 @@ CUresult fgr_kparams_layout(CUfunction f, void **params, struct fgr_kparams *kp)
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
         size = s;
-        CUresult r = kernel ? fgrKernelParamSizes((CUkernel)f, guess, &n, size) : fgrParamSizes(f, guess, &n, size);
-        if (r == CUDA_ERROR_INVALID_HANDLE && !kernel) {
-            kernel = 1;
-            continue;
-        }
+        CUresult r = fgrParamSizes(f, guess, &n, size);
         if (r == CUDA_ERROR_NOT_SUPPORTED) {
             free(size);
             return fgr_unsupported(-1, "kernel parameters", "a launch whose layout the server cannot tell");

@@ -3156,27 +3156,6 @@ FGR_EXPORT CUresult fgrParamSizes(CUfunction f, unsigned int max, unsigned int *
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult fgrKernelParamSizes(CUkernel k, unsigned int max, unsigned int *count, unsigned int *sizes)
-{
-    CUresult fgr_r;
-    uint64_t n_count = count ? sizeof(unsigned int) : 0;
-    uint64_t n_sizes = sizes ? fgr_mul((uint64_t)(fgr_min(max,FGR_MAX_KPARAMS)), sizeof(unsigned int)) : 0;
-    if (n_sizes > FGR_MAX_BUF)
-        return fgr_unsupported(-1, "fgrKernelParamSizes", "a buffer over the frame limit");
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrKernelParamSizes, 0)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)k);
-    fgr_put_u64(&fgr_c.w, (uint64_t)max);
-    fgr_put_u8(&fgr_c.w, count != NULL);
-    fgr_put_u8(&fgr_c.w, sizes != NULL);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_get_out(&fgr_c, count, n_count, 0);
-    fgr_get_out(&fgr_c, sizes, n_sizes, 0);
-    return fgr_end(&fgr_c);
-}
-
 FGR_EXPORT CUresult fgrHostMapped(CUdeviceptr *dptr, size_t bytes)
 {
     CUresult fgr_r;
@@ -4118,7 +4097,6 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_fgrNvmlUtilization] = "fgrNvmlUtilization",
     [FGR_OP_fgrNvmlDriverVersion] = "fgrNvmlDriverVersion",
     [FGR_OP_fgrParamSizes] = "fgrParamSizes",
-    [FGR_OP_fgrKernelParamSizes] = "fgrKernelParamSizes",
     [FGR_OP_fgrHostMapped] = "fgrHostMapped",
     [FGR_OP_fgrHostMappedFree] = "fgrHostMappedFree",
     [FGR_OP_fgrHostWrite] = "fgrHostWrite",
@@ -4433,7 +4411,6 @@ const struct fg_proc fgr_procs[] = {
     {"fgrNvmlUtilization", "fgrNvmlUtilization", 0, 0, (void *)fgrNvmlUtilization},
     {"fgrNvmlDriverVersion", "fgrNvmlDriverVersion", 0, 0, (void *)fgrNvmlDriverVersion},
     {"fgrParamSizes", "fgrParamSizes", 0, 0, (void *)fgrParamSizes},
-    {"fgrKernelParamSizes", "fgrKernelParamSizes", 0, 0, (void *)fgrKernelParamSizes},
     {"fgrHostMapped", "fgrHostMapped", 0, 0, (void *)fgrHostMapped},
     {"fgrHostMappedFree", "fgrHostMappedFree", 0, 0, (void *)fgrHostMappedFree},
     {"fgrHostWrite", "fgrHostWrite", 0, 0, (void *)fgrHostWrite},

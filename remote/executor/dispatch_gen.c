@@ -199,7 +199,6 @@ typedef CUresult (*pfn_cuStreamGetAttribute_ptsz)(CUstream hStream, CUstreamAttr
 typedef CUresult (*pfn_fgrNvmlUtilization)(CUdevice dev, unsigned int *gpu, unsigned int *memory);
 typedef CUresult (*pfn_fgrNvmlDriverVersion)(char *version, unsigned int length);
 typedef CUresult (*pfn_fgrParamSizes)(CUfunction f, unsigned int max, unsigned int *count, unsigned int *sizes);
-typedef CUresult (*pfn_fgrKernelParamSizes)(CUkernel k, unsigned int max, unsigned int *count, unsigned int *sizes);
 typedef CUresult (*pfn_fgrHostMapped)(CUdeviceptr *dptr, size_t bytes);
 typedef CUresult (*pfn_fgrHostMappedFree)(CUdeviceptr dptr);
 typedef CUresult (*pfn_fgrHostWrite)(CUdeviceptr dst, const void *src, size_t bytes);
@@ -3975,31 +3974,6 @@ static CUresult op_fgrParamSizes(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
-static CUresult op_fgrKernelParamSizes(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUkernel k = (CUkernel)(uintptr_t)fgr_get_u64(rd);
-    unsigned int max = (unsigned int)fgr_get_u64(rd);
-    int has_count = fgr_get_u8(rd);
-    int has_sizes = fgr_get_u8(rd);
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    unsigned int *count = NULL;
-    if (has_count && !(count = fgr_out(q, sizeof(unsigned int))))
-        return fgr_out_failed(q);
-    unsigned int *sizes = NULL;
-    if (has_sizes && !(sizes = fgr_out(q, fgr_mul((uint64_t)(fgr_min(max,FGR_MAX_KPARAMS)), sizeof(unsigned int)))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
-    if (!(fgr_has(FGR_H_CUkernel, (uint64_t)(uintptr_t)k)))
-        fgr_r = fgr_refuse("fgrKernelParamSizes", "k", (uint64_t)(uintptr_t)k, CUDA_ERROR_INVALID_HANDLE);
-    else
-        fgr_r = ((pfn_fgrKernelParamSizes)fgr_real[FGR_OP_fgrKernelParamSizes])(k, max, count, sizes);
-    fgr_reply_out(q, count, sizeof(unsigned int), 0, fgr_r);
-    fgr_reply_out(q, sizes, fgr_mul((uint64_t)(fgr_min(max,FGR_MAX_KPARAMS)), sizeof(unsigned int)), 0, fgr_r);
-    return fgr_r;
-}
-
 static CUresult op_fgrHostMapped(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -5196,7 +5170,6 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_fgrNvmlUtilization] = {"fgrNvmlUtilization", op_fgrNvmlUtilization, 0},
     [FGR_OP_fgrNvmlDriverVersion] = {"fgrNvmlDriverVersion", op_fgrNvmlDriverVersion, 0},
     [FGR_OP_fgrParamSizes] = {"fgrParamSizes", op_fgrParamSizes, 0},
-    [FGR_OP_fgrKernelParamSizes] = {"fgrKernelParamSizes", op_fgrKernelParamSizes, 0},
     [FGR_OP_fgrHostMapped] = {"fgrHostMapped", op_fgrHostMapped, 0},
     [FGR_OP_fgrHostMappedFree] = {"fgrHostMappedFree", op_fgrHostMappedFree, 0},
     [FGR_OP_fgrHostWrite] = {"fgrHostWrite", op_fgrHostWrite, 0},

@@ -31,14 +31,12 @@ static CUresult sizes_of(param_info info, void *f, unsigned int max, unsigned in
     return CUDA_SUCCESS;
 }
 
+/* A library's kernel given for a function (the executor's handle check
+ * lets it be one) is asked about as a kernel. */
 static CUresult func_sizes(CUfunction f, unsigned int max, unsigned int *count, unsigned int *sizes)
 {
-    return sizes_of(func_info, f, max, count, sizes);
-}
-
-static CUresult kernel_sizes(CUkernel k, unsigned int max, unsigned int *count, unsigned int *sizes)
-{
-    return sizes_of(kernel_info, k, max, count, sizes);
+    int kernel = f && fgr_has(FGR_H_CUkernel, (uint64_t)(uintptr_t)f);
+    return sizes_of(kernel ? kernel_info : func_info, f, max, count, sizes);
 }
 
 void fgr_layout_init(void *driver)
@@ -46,5 +44,4 @@ void fgr_layout_init(void *driver)
     *(void **)&func_info = dlsym(driver, "cuFuncGetParamInfo");
     *(void **)&kernel_info = dlsym(driver, "cuKernelGetParamInfo");
     fgr_real[FGR_OP_fgrParamSizes] = (void *)func_sizes;
-    fgr_real[FGR_OP_fgrKernelParamSizes] = (void *)kernel_sizes;
 }

@@ -514,6 +514,23 @@ for i in range(3):
 		t.Errorf("40 parameters: exit %d, printed %q, %d round trips for their sizes (want 2)\n%s", wide.code, wide.stdout,
 			trips["fgrParamSizes"], wide.stderr)
 	}
+	// A library's kernel launched as a function, as CUDA 12+ runtimes do:
+	// its sizes in one round trip too.
+	prog = mappedPrelude + `
+lib, k = ctypes.c_void_p(), ctypes.c_void_p()
+assert cu.cuLibraryLoadData(ctypes.byref(lib), b"FLEXGV-SIM-MODULE\nkernel three 10 params=3\n", None, None, 0, None, None, 0) == 0
+assert cu.cuLibraryGetKernel(ctypes.byref(k), lib, b"three") == 0
+words = [ctypes.c_uint64(i) for i in range(3)]
+params = (ctypes.c_void_p * 3)(*[ctypes.cast(ctypes.byref(w), ctypes.c_void_p) for w in words])
+for i in range(3):
+    print(cu.cuLaunchKernel(k, 1, 1, 1, 1, 1, 1, 0, None, params, None), cu.cuCtxSynchronize())
+`
+	lib := e.remote(s, "python3", "-c", prog, "")
+	trips = roundTrips(lib)
+	if lib.code != 0 || lib.stdout != "0 0\n0 0\n0 0\n" || trips["fgrParamSizes"] != 1 {
+		t.Errorf("a library's kernel: exit %d, printed %q, %d round trips for its sizes (want 1)\n%s", lib.code, lib.stdout,
+			trips["fgrParamSizes"], lib.stderr)
+	}
 }
 
 // Large results come back through a buffer the executor keeps pinned; it
