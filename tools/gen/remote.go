@@ -57,6 +57,10 @@ type RemoteEntry struct {
 	Alloc    map[string]string
 	Destroys string
 	Owner    string
+	// By-value parameters of a table function whose meaning is unknown
+	// and that were only ever seen 0: any other value is refused before
+	// the driver sees it.
+	Zero []string
 }
 
 // remoteHandles are the handle kinds the executor tracks per connection:
@@ -520,10 +524,15 @@ func parseTableLine(f []string, line string, tables *[]*Table) error {
 		}
 		for _, a := range strings.Fields(rest[closeAt+1:]) {
 			name, val, _ := strings.Cut(a, "=")
-			if fn.param(name) == nil || (val != "out" && val != "in" && val != "inout") {
+			p := fn.param(name)
+			switch {
+			case p != nil && val == "zero" && !strings.HasSuffix(p.Type, "*"):
+				fn.Zero = append(fn.Zero, name)
+			case p == nil || (val != "out" && val != "in" && val != "inout"):
 				return fmt.Errorf("slot %d: bad annotation %q", idx, a)
+			default:
+				fn.Kinds[name] = Kind{Name: val}
 			}
-			fn.Kinds[name] = Kind{Name: val}
 		}
 		for _, p := range fn.Params {
 			if p.Type == "CUdeviceptr" {
@@ -1320,6 +1329,9 @@ type check struct{ cond, what, val, err string }
 // address lies in this connection's memory.
 func serverChecks(e RemoteEntry) []check {
 	var cs []check
+	for _, z := range e.Zero {
+		cs = append(cs, check{z + " == 0", z, "(uint64_t)" + z, "CUDA_ERROR_NOT_SUPPORTED"})
+	}
 	for _, p := range e.Params {
 		_, ptr := e.Kinds[p.Name]
 		switch {
