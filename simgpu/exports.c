@@ -63,7 +63,8 @@ static CUresult b_uuid(CUuuid *out)
 
 /* Word 51: an object for a context (NULL: the current one), as the real
  * driver makes before cuBLAS's first product; word 39: a word about it
- * (the H200 answered 7). The second and fourth arguments were 0 there. */
+ * (the H200 answered 7). The second and fourth arguments were 0 there;
+ * other values are refused here, so that a test sees what reaches it. */
 #define CTX_OBJECT_MAGIC 0x6f626a63u
 struct ctx_object {
     uint32_t magic;
@@ -72,8 +73,8 @@ struct ctx_object {
 
 static CUresult ctx_object(CUcontext ctx, uint64_t arg1, struct ctx_object **out, uint64_t arg3)
 {
-    (void)arg1;
-    (void)arg3;
+    if (arg1 || arg3)
+        return CUDA_ERROR_INVALID_VALUE; /* never seen: a driver could read them */
     if (!ctx)
         ctx = (CUcontext)sim_current_ctx();
     if (!sim_ctx_valid(ctx))
@@ -90,7 +91,8 @@ static CUresult ctx_object(CUcontext ctx, uint64_t arg1, struct ctx_object **out
 
 static CUresult ctx_object_query(CUcontext ctx, const struct ctx_object *o, uint64_t *value, uint64_t arg3)
 {
-    (void)arg3;
+    if (arg3)
+        return CUDA_ERROR_INVALID_VALUE;
     if (!o || o->magic != CTX_OBJECT_MAGIC || !value)
         return CUDA_ERROR_INVALID_VALUE;
     if (!sim_ctx_valid(ctx ? ctx : o->ctx))

@@ -4830,6 +4830,7 @@ static CUresult op_xt_ctx_39(struct fgr_rd *rd, struct fgr_req *q)
     CUcontext ctx = (CUcontext)(uintptr_t)fgr_get_u64(rd);
     fgrCtxObject object = (fgrCtxObject)(uintptr_t)fgr_get_u64(rd);
     uint64_t arg3 = (uint64_t)fgr_get_u64(rd);
+    arg3 = 0; /* of unknown use: as the driver was seen given it */
     int has_value = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -4837,9 +4838,7 @@ static CUresult op_xt_ctx_39(struct fgr_rd *rd, struct fgr_req *q)
     if (has_value && !(value = fgr_out(q, sizeof(uint64_t))))
         return fgr_out_failed(q);
     CUresult fgr_r;
-    if (!(arg3 == 0))
-        fgr_r = fgr_refuse("xt_ctx_39", "arg3", (uint64_t)arg3, CUDA_ERROR_NOT_SUPPORTED);
-    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
+    if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
         fgr_r = fgr_refuse("xt_ctx_39", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
     else if (!(fgr_has(FGR_H_fgrCtxObject, (uint64_t)(uintptr_t)object)))
         fgr_r = fgr_refuse("xt_ctx_39", "object", (uint64_t)(uintptr_t)object, CUDA_ERROR_INVALID_HANDLE);
@@ -4855,6 +4854,8 @@ static CUresult op_xt_ctx_51(struct fgr_rd *rd, struct fgr_req *q)
     CUcontext ctx = (CUcontext)(uintptr_t)fgr_get_u64(rd);
     uint64_t arg1 = (uint64_t)fgr_get_u64(rd);
     uint64_t arg3 = (uint64_t)fgr_get_u64(rd);
+    arg1 = 0; /* of unknown use: as the driver was seen given it */
+    arg3 = 0; /* of unknown use: as the driver was seen given it */
     int has_object = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -4862,11 +4863,7 @@ static CUresult op_xt_ctx_51(struct fgr_rd *rd, struct fgr_req *q)
     if (has_object && !(object = fgr_out(q, sizeof(fgrCtxObject))))
         return fgr_out_failed(q);
     CUresult fgr_r;
-    if (!(arg1 == 0))
-        fgr_r = fgr_refuse("xt_ctx_51", "arg1", (uint64_t)arg1, CUDA_ERROR_NOT_SUPPORTED);
-    else if (!(arg3 == 0))
-        fgr_r = fgr_refuse("xt_ctx_51", "arg3", (uint64_t)arg3, CUDA_ERROR_NOT_SUPPORTED);
-    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
+    if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
         fgr_r = fgr_refuse("xt_ctx_51", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
     else
         fgr_r = ((pfn_xt_ctx_51)fgr_real[FGR_OP_xt_ctx_51])(ctx, arg1, object, arg3);

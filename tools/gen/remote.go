@@ -58,8 +58,8 @@ type RemoteEntry struct {
 	Destroys string
 	Owner    string
 	// By-value parameters of a table function whose meaning is unknown
-	// and that were only ever seen 0: any other value is refused before
-	// the driver sees it.
+	// and that were 0 natively: the driver is given 0 whatever the caller
+	// passed (what a caller leaves there may be a register of its own).
 	Zero []string
 }
 
@@ -1082,6 +1082,9 @@ func emitRemoteServer(entries []RemoteEntry, tables []*Table) string {
 				fmt.Fprintf(&b, "    %s = %s;\n", joinDecl(p.Type, p.Name), bitsGet(p.Type, get))
 			}
 		}
+		for _, z := range e.Zero {
+			fmt.Fprintf(&b, "    %s = 0; /* of unknown use: as the driver was seen given it */\n", z)
+		}
 		for _, p := range e.Params {
 			k, ptr := e.Kinds[p.Name]
 			if !ptr {
@@ -1329,9 +1332,7 @@ type check struct{ cond, what, val, err string }
 // address lies in this connection's memory.
 func serverChecks(e RemoteEntry) []check {
 	var cs []check
-	for _, z := range e.Zero {
-		cs = append(cs, check{z + " == 0", z, "(uint64_t)" + z, "CUDA_ERROR_NOT_SUPPORTED"})
-	}
+
 	for _, p := range e.Params {
 		_, ptr := e.Kinds[p.Name]
 		switch {
