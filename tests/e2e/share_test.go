@@ -102,8 +102,10 @@ func TestAShareIsWorkConserving(t *testing.T) {
 	}
 	r = e.spinAll("1", []string{"--compute", "30%", "--compute-max", "40%"})[0]
 	t.Logf("alone under --compute 30%% --compute-max 40%%: %.1f%%", r.share)
-	if r.share < 35 || r.share > 45 {
-		t.Errorf("a lone tenant under --compute-max 40%% got %.1f%% of the device, want 40%% ± 5", r.share)
+	// The band of TestComputeMaxCapsAnIdleDevice: caps land a few points
+	// low on the simulated GPU (its host wakes late after each kernel).
+	if r.share < 33 || r.share > 43 {
+		t.Errorf("a lone tenant under --compute-max 40%% got %.1f%% of the device, want 40%% -7/+3", r.share)
 	}
 }
 
