@@ -38,6 +38,13 @@ void fgr_log_error(const char *what, CUresult r);
 extern const char *const fgr_op_names[];
 extern const unsigned char fgr_op_syncs[];
 
+/* Device ranges the connection was given, and copies under unified
+ * addressing with a side in the program's own memory (uva.c): 1 when
+ * done here (*r: its result), 0 to forward the copy as it came. */
+void fgr_range_add(uint64_t base, uint64_t size);
+void fgr_range_drop(uint64_t base);
+int fgr_uva_copy(CUresult *r, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int per_thread, int async);
+
 /* Pinned host memory kernels may use (mirror.c): an allocation of up to
  * FGR_MAPPED_MAX bytes made on both sides at one address
  * (CUDA_ERROR_NOT_SUPPORTED: make it here alone); freeing one (0: not

@@ -229,7 +229,11 @@ FGR_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, dptr, n_dptr, 0);
-    return fgr_end(&fgr_c);
+    if ((fgr_r = fgr_end(&fgr_c)) == CUDA_SUCCESS) {
+        if (dptr)
+            fgr_range_add((uint64_t)*dptr, (uint64_t)(bytesize));
+    }
+    return fgr_r;
 }
 
 FGR_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes)
@@ -255,6 +259,7 @@ FGR_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t
 FGR_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
     CUresult fgr_r;
+    fgr_range_drop((uint64_t)dptr);
     fgr_mirror_named((uint64_t)dptr);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemFree_v2, 0)) != CUDA_SUCCESS)
@@ -278,7 +283,11 @@ FGR_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsign
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, dptr, n_dptr, 0);
-    return fgr_end(&fgr_c);
+    if ((fgr_r = fgr_end(&fgr_c)) == CUDA_SUCCESS) {
+        if (dptr)
+            fgr_range_add((uint64_t)*dptr, (uint64_t)(bytesize));
+    }
+    return fgr_r;
 }
 
 FGR_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
@@ -313,7 +322,11 @@ FGR_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, dptr, n_dptr, 0);
-    return fgr_end(&fgr_c);
+    if ((fgr_r = fgr_end(&fgr_c)) == CUDA_SUCCESS) {
+        if (dptr)
+            fgr_range_add((uint64_t)*dptr, (uint64_t)(bytesize));
+    }
+    return fgr_r;
 }
 
 FGR_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
@@ -329,12 +342,17 @@ FGR_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUs
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, dptr, n_dptr, 0);
-    return fgr_end(&fgr_c);
+    if ((fgr_r = fgr_end(&fgr_c)) == CUDA_SUCCESS) {
+        if (dptr)
+            fgr_range_add((uint64_t)*dptr, (uint64_t)(bytesize));
+    }
+    return fgr_r;
 }
 
 FGR_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
     CUresult fgr_r;
+    fgr_range_drop((uint64_t)dptr);
     fgr_mirror_named((uint64_t)dptr);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemFreeAsync, 1)) != CUDA_SUCCESS)
@@ -347,6 +365,7 @@ FGR_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 FGR_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
     CUresult fgr_r;
+    fgr_range_drop((uint64_t)dptr);
     fgr_mirror_named((uint64_t)dptr);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemFreeAsync_ptsz, 1)) != CUDA_SUCCESS)
@@ -370,7 +389,11 @@ FGR_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, 
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, dptr, n_dptr, 0);
-    return fgr_end(&fgr_c);
+    if ((fgr_r = fgr_end(&fgr_c)) == CUDA_SUCCESS) {
+        if (dptr)
+            fgr_range_add((uint64_t)*dptr, (uint64_t)(bytesize));
+    }
+    return fgr_r;
 }
 
 FGR_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
@@ -387,7 +410,11 @@ FGR_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytes
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, dptr, n_dptr, 0);
-    return fgr_end(&fgr_c);
+    if ((fgr_r = fgr_end(&fgr_c)) == CUDA_SUCCESS) {
+        if (dptr)
+            fgr_range_add((uint64_t)*dptr, (uint64_t)(bytesize));
+    }
+    return fgr_r;
 }
 
 FGR_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
@@ -526,12 +553,17 @@ FGR_EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t al
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, ptr, n_ptr, 0);
-    return fgr_end(&fgr_c);
+    if ((fgr_r = fgr_end(&fgr_c)) == CUDA_SUCCESS) {
+        if (ptr)
+            fgr_range_add((uint64_t)*ptr, (uint64_t)(size));
+    }
+    return fgr_r;
 }
 
 FGR_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
     CUresult fgr_r;
+    fgr_range_drop((uint64_t)ptr);
     fgr_mirror_named((uint64_t)ptr);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemAddressFree, 0)) != CUDA_SUCCESS)
@@ -844,6 +876,8 @@ FGR_EXPORT CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcD
 FGR_EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
     CUresult fgr_r;
+    if (fgr_uva_copy(&fgr_r, dst, src, ByteCount, NULL, 0, 0))
+        return fgr_r;
     fgr_mirror_named((uint64_t)dst);
     fgr_mirror_named((uint64_t)src);
     struct fgr_call fgr_c;
@@ -860,6 +894,8 @@ FGR_EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 FGR_EXPORT CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
     CUresult fgr_r;
+    if (fgr_uva_copy(&fgr_r, dst, src, ByteCount, NULL, 1, 0))
+        return fgr_r;
     fgr_mirror_named((uint64_t)dst);
     fgr_mirror_named((uint64_t)src);
     struct fgr_call fgr_c;
@@ -1016,6 +1052,8 @@ FGR_EXPORT CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr
 FGR_EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
     CUresult fgr_r;
+    if (fgr_uva_copy(&fgr_r, dst, src, ByteCount, hStream, 0, 1))
+        return fgr_r;
     fgr_mirror_named((uint64_t)dst);
     fgr_mirror_named((uint64_t)src);
     struct fgr_call fgr_c;
@@ -1031,6 +1069,8 @@ FGR_EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteC
 FGR_EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
     CUresult fgr_r;
+    if (fgr_uva_copy(&fgr_r, dst, src, ByteCount, hStream, 1, 1))
+        return fgr_r;
     fgr_mirror_named((uint64_t)dst);
     fgr_mirror_named((uint64_t)src);
     struct fgr_call fgr_c;
@@ -3168,12 +3208,17 @@ FGR_EXPORT CUresult fgrHostMapped(CUdeviceptr *dptr, size_t bytes)
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, dptr, n_dptr, 0);
-    return fgr_end(&fgr_c);
+    if ((fgr_r = fgr_end(&fgr_c)) == CUDA_SUCCESS) {
+        if (dptr)
+            fgr_range_add((uint64_t)*dptr, (uint64_t)(bytes));
+    }
+    return fgr_r;
 }
 
 FGR_EXPORT CUresult fgrHostMappedFree(CUdeviceptr dptr)
 {
     CUresult fgr_r;
+    fgr_range_drop((uint64_t)dptr);
     fgr_mirror_named((uint64_t)dptr);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrHostMappedFree, 0)) != CUDA_SUCCESS)

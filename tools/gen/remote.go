@@ -41,6 +41,7 @@ type RemoteEntry struct {
 	Drain  string // stream the executor waits for before answering
 	Chunk  string // byte count by which the client splits a large call into several
 	Sync   bool   // a syncpoint: errors of earlier queued calls surface here
+	UVA    bool   // a copy under unified addressing (dst, src, ByteCount[, hStream]): fgr_uva_copy first
 	Extra  bool   // given with its prototype in api/remote.api (not hooked by the shim)
 	Op     int    // operation number on the wire (forwarded entries), from 1
 	Source string // file:line of the annotation
@@ -236,6 +237,13 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 		for _, a := range attrs[1:] {
 			if a == "syncpoint" {
 				re.Sync = true
+				continue
+			}
+			if a == "uva" {
+				if re.param("dst") == nil || re.param("src") == nil || re.param("ByteCount") == nil {
+					return nil, nil, fmt.Errorf("%s: %s: uva needs dst, src and ByteCount", where, re.Name)
+				}
+				re.UVA = true
 				continue
 			}
 			name, val, ok := strings.Cut(a, "=")
@@ -850,6 +858,18 @@ func stubBody(b *strings.Builder, e RemoteEntry, queuedBy string) {
 	if e.Chunk == "" || queuedBy != "" {
 		b.WriteString("    CUresult fgr_r;\n")
 	}
+	if e.UVA {
+		stream := "NULL"
+		if e.param("hStream") != nil {
+			stream = "hStream"
+		}
+		fmt.Fprintf(b, "    if (fgr_uva_copy(&fgr_r, dst, src, ByteCount, %s, %d, %d))\n        return fgr_r;\n",
+			stream, b2i(e.PerThread() != ""), b2i(e.Disp == DispQueue))
+	}
+	// A device address range freed: no longer the connection's.
+	if d := e.Destroys; d != "" && e.param(d).Type == "CUdeviceptr" {
+		fmt.Fprintf(b, "    fgr_range_drop((uint64_t)%s);\n", d)
+	}
 	// Pinned memory named as a device address is kept alike from then on.
 	for _, p := range e.Params {
 		if k := e.Dev[p.Name].Name; k == "dev" || k == "base" {
@@ -944,7 +964,22 @@ func stubBody(b *strings.Builder, e RemoteEntry, queuedBy string) {
 			fmt.Fprintf(b, "    fgr_get_out(&fgr_c, %s, n_%s, 0);\n", p.Name, p.Name)
 		}
 	}
-	b.WriteString("    return fgr_end(&fgr_c);\n}\n\n")
+	// Device memory of a known size the connection was given.
+	var given []string
+	for _, p := range e.Params {
+		if size := e.Alloc[p.Name]; size != "" {
+			given = append(given, fmt.Sprintf("        if (%s)\n            fgr_range_add((uint64_t)*%s, (uint64_t)(%s));\n", p.Name, p.Name, size))
+		}
+	}
+	if len(given) == 0 {
+		b.WriteString("    return fgr_end(&fgr_c);\n}\n\n")
+		return
+	}
+	b.WriteString("    if ((fgr_r = fgr_end(&fgr_c)) == CUDA_SUCCESS) {\n")
+	for _, g := range given {
+		b.WriteString(g)
+	}
+	b.WriteString("    }\n    return fgr_r;\n}\n\n")
 }
 
 // emitClientTable writes a table's words, its functions and its fetch,
@@ -1271,6 +1306,9 @@ func emitRemoteDoc(entries []RemoteEntry, tables []*Table) string {
 		}
 		if e.Sync {
 			ks = append(ks, "queued calls' errors surface here")
+		}
+		if e.UVA {
+			ks = append(ks, "with a side in the program's own memory: made as the explicit copy")
 		}
 		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", e.Name, d, strings.Join(ks, ", "))
 	}
