@@ -415,7 +415,7 @@ static void reap(struct gpu *g, uint64_t now)
     while (done < g->count && !(query && query(g->ring[(g->head + done) % RING].ev) == CUDA_ERROR_NOT_READY))
         done++;
     uint64_t at = done ? g->ring[g->head].at : now, start = at > g->last_done ? at : g->last_done;
-    if (now > start) {
+    if (done && now > start) {
         uint64_t busy = now - start, each = busy / done;
         if (cap_of(g))
             __atomic_fetch_sub(&g->t->cap_credit, (int64_t)busy, __ATOMIC_SEQ_CST);
