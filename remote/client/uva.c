@@ -37,6 +37,17 @@ static size_t above(uint64_t p)
     return lo;
 }
 
+static int grow(void)
+{
+    size_t more = cap ? 2 * cap : 256;
+    struct range *r = realloc(ranges, more * sizeof *r);
+    if (!r)
+        return 0;
+    ranges = r;
+    cap = more;
+    return 1;
+}
+
 void fgr_range_add(uint64_t base, uint64_t size)
 {
     if (!base || !size)
@@ -45,13 +56,11 @@ void fgr_range_add(uint64_t base, uint64_t size)
     size_t i = above(base);
     if (i && ranges[i - 1].base == base) {
         ranges[i - 1].size = size; /* the address given again */
-    } else if (nranges < cap || (ranges = realloc(ranges, (cap = cap ? 2 * cap : 256) * sizeof *ranges))) {
+    } else if (nranges < cap || grow()) {
         memmove(&ranges[i + 1], &ranges[i], (nranges - i) * sizeof *ranges);
         ranges[i] = (struct range){base, size};
         nranges++;
-    } else {
-        nranges = cap = 0; /* out of memory: every pointer is the server's again */
-    }
+    } /* else not recorded: forwarded unless the program has memory there */
     pthread_rwlock_unlock(&ranges_lock);
 }
 

@@ -770,8 +770,9 @@ print("copy", cu.cuMemcpyDtoH_v2(buf, p, ctypes.c_size_t(4096)), buf[0], buf[409
 // Copies under unified addressing (cuMemcpy, cuMemcpyAsync: what
 // cudaMemcpyDefault becomes) with a side in the program's own memory work
 // as on a GPU, which tells host from device by the address: every
-// direction, both ABIs, the same as locally; a device address the
-// connection was never given is still refused.
+// direction, both ABIs, the same as locally; pinned memory kernels may use
+// counts as the device's; a device address the connection was never given
+// is still refused.
 func TestRemoteUnifiedAddressCopies(t *testing.T) {
 	prog := mappedPrelude + `
 n = 1 << 16
@@ -793,13 +794,23 @@ for name in ("cuMemcpy", "cuMemcpy_ptds", "cuMemcpyAsync", "cuMemcpyAsync_ptsz")
          f(addr(same), addr(back), ctypes.c_size_t(n), *tail),   # host to host
          cu.cuCtxSynchronize()]
     print(name, r, bytes(back) == bytes(src), bytes(same) == bytes(src))
+# Pinned memory kernels may use is device memory too: a copy from it sees
+# what the stream wrote there before, not the program's own copy of it.
+h, got = ctypes.c_void_p(), (ctypes.c_ubyte * 64)()
+assert cu.cuMemHostAlloc(ctypes.byref(h), ctypes.c_size_t(64), 2) == 0
+ctypes.memset(h, 1, 64)
+r = [cu.cuMemsetD8Async(ctypes.c_uint64(h.value), 9, ctypes.c_size_t(64), s),
+     cu.cuMemcpyAsync(a, ctypes.c_uint64(h.value), ctypes.c_size_t(64), s),
+     cu.cuStreamSynchronize(s), cu.cuMemcpyDtoH_v2(got, a, ctypes.c_size_t(64))]
+print("from pinned memory", r, set(got))
 if len(sys.argv) > 1:  # remotely (the simulated driver would fault on it)
     print("a device address never given", cu.cuMemcpy(ctypes.c_uint64(a.value + (1 << 40)), a, ctypes.c_size_t(16)))
 `
 	e := newEnv(t)
 	local := e.run("python3", "-c", prog)
 	want := "cuMemcpy [0, 0, 0, 0, 0] True True\ncuMemcpy_ptds [0, 0, 0, 0, 0] True True\n" +
-		"cuMemcpyAsync [0, 0, 0, 0, 0] True True\ncuMemcpyAsync_ptsz [0, 0, 0, 0, 0] True True\n"
+		"cuMemcpyAsync [0, 0, 0, 0, 0] True True\ncuMemcpyAsync_ptsz [0, 0, 0, 0, 0] True True\n" +
+		"from pinned memory [0, 0, 0, 0] {9}\n"
 	if local.code != 0 || local.stdout != want {
 		t.Fatalf("locally: exit %d\n%s\n%s", local.code, local.stdout, local.stderr)
 	}
