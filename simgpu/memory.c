@@ -844,6 +844,10 @@ static CUresult copy(void *dst, const void *src, size_t n, int dev_dst, int dev_
         if (sim_capture_route(st, node, &r))
             return r;
         sim_node_destroy(node);
+    } else if (dev_src && !dev_dst) {
+        /* Bytes for the host are the stream's earlier kernels' results:
+         * the caller waits for them (a GPU would return first). */
+        sim_stream_wait(st);
     }
     if (n)
         memmove(dst, src, n);
