@@ -17,6 +17,11 @@
 
 #define SPIN_NS 30000L /* a wait spins this long before it sleeps on the socket */
 #define SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+/* On the client, one thread may sleep for an answer while another sleeps
+ * for room to write, on the same socket: a doorbell one of them drains
+ * may have been the other's, so its sleeps are naps, each ending in a new
+ * look at the ring. */
+#define CLIENT_NAP_MS 2
 
 static inline void relax(void)
 {
@@ -58,6 +63,7 @@ int fgr_ring_create(struct fgr_ring *r, int sock, int *fdp)
     r->m = m;
     r->size = FGR_RING_BYTES;
     r->sock = sock;
+    r->nap_ms = CLIENT_NAP_MS;
     r->m->magic = FGR_RING_MAGIC;
     r->m->size = FGR_RING_BYTES;
     sides(r, 1);
@@ -82,6 +88,7 @@ int fgr_ring_attach(struct fgr_ring *r, int sock, int fd)
     r->m = m;
     r->size = FGR_RING_BYTES;
     r->sock = sock;
+    r->nap_ms = -1;
     if (LOAD(&r->m->magic) != FGR_RING_MAGIC || LOAD(&r->m->size) != FGR_RING_BYTES) {
         munmap(m, n);
         r->m = NULL;
@@ -99,15 +106,18 @@ void fgr_ring_close(struct fgr_ring *r)
     r->m = NULL;
 }
 
-/* Sleeps until the socket has something: a doorbell (drained) or its end.
- * 0, or -1 once the peer is gone. */
-static int sleep_on_socket(int sock)
+/* Sleeps until the socket has something: a doorbell (drained) or its end,
+ * or for nap_ms (-1: no limit). 0, or -1 once the peer is gone. */
+static int sleep_on_socket(int sock, int nap_ms)
 {
     struct pollfd p = {.fd = sock, .events = POLLIN};
-    if (poll(&p, 1, -1) < 0)
+    int k = poll(&p, 1, nap_ms);
+    if (k == 0)
+        return 0;
+    if (k < 0)
         return errno == EINTR ? 0 : -1;
     char bells[256];
-    ssize_t k = recv(sock, bells, sizeof bells, MSG_DONTWAIT);
+    k = (int)recv(sock, bells, sizeof bells, MSG_DONTWAIT);
     if (k > 0 || (k < 0 && (errno == EAGAIN || errno == EINTR)))
         return 0;
     return -1;
@@ -138,7 +148,7 @@ static int wait_seq(struct fgr_ring *r, uint32_t *seq, uint32_t seen, uint32_t *
     __atomic_store_n(sleeps, 1, __ATOMIC_SEQ_CST);
     int gone = 0;
     while (LOAD(seq) == seen)
-        if (sleep_on_socket(r->sock) != 0) {
+        if (sleep_on_socket(r->sock, r->nap_ms) != 0) {
             gone = 1;
             break;
         }
@@ -210,6 +220,25 @@ int fgr_ring_read(struct fgr_ring *r, void *p, size_t n)
         n -= k;
     }
     return 0;
+}
+
+int fgr_ring_readable(struct fgr_ring *r) { return ACQ(&r->in->head) != r->in_tail; }
+
+int fgr_ring_sleep_or(struct fgr_ring *r, int fd)
+{
+    int gone = 0;
+    uint32_t seen = LOAD(&r->in->head_seq);
+    __atomic_store_n(&r->in->consumer_sleeps, 1, __ATOMIC_SEQ_CST);
+    if (LOAD(&r->in->head_seq) == seen && !fgr_ring_readable(r)) {
+        struct pollfd p[2] = {{.fd = r->sock, .events = POLLIN}, {.fd = fd, .events = POLLIN}};
+        if (poll(p, 2, r->nap_ms) > 0 && p[0].revents) {
+            char bells[256];
+            ssize_t k = recv(r->sock, bells, sizeof bells, MSG_DONTWAIT);
+            gone = k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR);
+        }
+    }
+    __atomic_store_n(&r->in->consumer_sleeps, 0, __ATOMIC_SEQ_CST);
+    return gone ? -1 : 0;
 }
 
 int fgr_send_fd(int sock, int fd)

@@ -44,6 +44,7 @@ struct fgr_ring {
     uint8_t *out_data, *in_data;
     uint32_t size;
     int sock;                 /* the connection's socket: its end is the peer's */
+    int nap_ms;               /* the longest sleep on it (-1: none) */
     uint64_t out_head, in_tail; /* ours, kept here: the shared copies are only told */
 };
 
@@ -60,6 +61,12 @@ void fgr_ring_close(struct fgr_ring *r);
  * gone; EPROTO: an impossible index). */
 int fgr_ring_write(struct fgr_ring *r, const void *p, size_t n);
 int fgr_ring_read(struct fgr_ring *r, void *p, size_t n);
+/* Whether bytes wait to be read. */
+int fgr_ring_readable(struct fgr_ring *r);
+/* Sleeps until bytes arrive, the peer goes or fd is readable (the executor
+ * waiting for its connection and a ticket at once; it may return early).
+ * 0, or -1 once the peer is gone. */
+int fgr_ring_sleep_or(struct fgr_ring *r, int fd);
 /* Sends fd over the unix socket sock with one byte; receives it. */
 int fgr_send_fd(int sock, int fd);
 int fgr_recv_fd(int sock);

@@ -30,7 +30,7 @@
 
 #include "flexgv/cuda_types.h"
 
-#define FGR_PROTO_VERSION 8u /* 8: words 39 and 51 of the context table; one ask for a kernel's parameter sizes */
+#define FGR_PROTO_VERSION 9u /* 9: waits answered pending; 8: words 39 and 51 of the context table */
 
 /* An object the driver makes for a context through a private table word
  * (21318c60-... word 51, which cuBLAS calls before its first product): a
@@ -62,6 +62,14 @@ enum { FGR_IMAGE_ABSENT, FGR_IMAGE_INLINE, FGR_IMAGE_KEEP, FGR_IMAGE_BY_HASH };
 #define FGR_MAX_KPARAMS 4096u
 #define FGR_REQ_HDR 16u
 #define FGR_FLAG_QUEUED 1u
+/* A call that waits for the device (api/remote.api: wait=, after=) whose
+ * client lets its other threads go on meanwhile: the executor may answer
+ * it FGR_PENDING, u32 ticket, u8 after (1: make the call again once the
+ * ticket ended; 0: the ticket's answer is the call's), and tells when
+ * tickets end through fgrWaitTickets (remote/executor/wait.c). */
+#define FGR_FLAG_MAY_PEND 2u
+#define FGR_PENDING 0x50524746u /* "FGRP": not a CUresult */
+#define FGR_MAX_TICKETS 32
 #define FGR_REP_HDR 4u
 /* Streams and events the client names before the server made them carry
  * this in their top 16 bits (no user-space pointer does). */

@@ -6,6 +6,8 @@
 # be the same (NAME for ONLY in brackets): examples/vectoradd built with
 # static and with shared cudart (vectoradd-static, vectoradd-shared), 2D
 # copies (memcpy2d), host functions and stream callbacks (hostfunc), a
+# thread's wait that another thread's copy ends (waiters), copies under
+# unified addressing (uva), a
 # cuBLAS program with stream capture (cublas), PyTorch training
 # (torch-train: losses bit for bit, throughput over native, and with
 # latency added), Triton, torch.compile, CuPy and JAX (triton_add,
@@ -137,6 +139,16 @@ if "$CUDA/bin/nvcc" -O2 -o "$tmp/hostfunc" scripts/gpu/hostfunc.cu; then
     same hostfunc whole "$tmp/hostfunc"
 else
     fail "hostfunc: nvcc build"
+fi
+if "$CUDA/bin/nvcc" -O2 -o "$tmp/waiters" scripts/gpu/waiters.cu; then
+    same waiters whole "$tmp/waiters"
+else
+    fail "waiters: nvcc build"
+fi
+if "$CUDA/bin/nvcc" -O2 -o "$tmp/uva" scripts/gpu/uva.cu; then
+    same uva whole "$tmp/uva"
+else
+    fail "uva: nvcc build"
 fi
 if "$CUDA/bin/nvcc" -O2 -o "$tmp/cublas_capture" scripts/gpu/cublas_capture.cu -lcublas; then
     same cublas whole "$tmp/cublas_capture"

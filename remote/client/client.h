@@ -37,6 +37,8 @@ int fgr_log_errors(void);
 void fgr_log_error(const char *what, CUresult r);
 extern const char *const fgr_op_names[];
 extern const unsigned char fgr_op_syncs[];
+extern const unsigned char fgr_op_waits[];
+CUresult fgrWaitTickets(unsigned int *ids, CUresult *results, unsigned int cap, unsigned int *count);
 
 /* Device ranges the connection was given, and copies under unified
  * addressing with a side in the program's own memory (uva.c): 1 when

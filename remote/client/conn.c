@@ -1,7 +1,16 @@
 /* The client's one connection to its executor: connecting, the handshake,
  * forwarded calls and what happens when the server goes away. Calls from
  * all threads take turns on the connection; each request carries the
- * calling thread's current context, which the executor makes current. */
+ * calling thread's current context, which the executor makes current.
+ *
+ * A call that waits for the device (api/remote.api: wait=, after=) does not
+ * hold the connection while the device works: its thread reads the answer
+ * without the lock ("the reader"), other threads' queued calls go out
+ * meanwhile, and a thread that needs an answer of its own first sends
+ * fgrNudge, which makes the executor answer the waiting call "pending"
+ * with a ticket (remote/executor/wait.c). Threads holding tickets take
+ * turns asking fgrWaitTickets which have ended. Not over tls://, where one
+ * OpenSSL session cannot read and write from two threads at once. */
 #include "client.h"
 #include "../ring.h"
 
@@ -20,7 +29,19 @@
 #include <unistd.h>
 
 static pthread_mutex_t conn_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t conn_cv = PTHREAD_COND_INITIALIZER; /* reading, ticket_reader or a ticket changed */
 static int conn_fd = -1;
+static int reading;       /* a waiting call's thread reads its answer without conn_lock */
+static int nudged;        /* ... and the executor was told another thread needs it */
+static int wanting;       /* threads waiting for that answer, to make a round trip */
+static int ticket_reader; /* a thread asks fgrWaitTickets */
+/* The threads waiting for tickets to end, each with its ticket. */
+static struct ticket_wait {
+    uint32_t id;
+    int done;
+    CUresult result;
+    struct ticket_wait *next;
+} *ticket_waits;
 static void *conn_tls; /* the TLS session over conn_fd (tls://), or NULL */
 static struct fgr_ring conn_ring; /* the rings after an shm:// handshake (mapped: conn_ring.m) */
 static int conn_broken;       /* lost or refused: every forwarded call fails */
@@ -91,9 +112,13 @@ static CUresult lost(const char *why, int err)
             fgr_say("lost the GPU server %s: %s; CUDA calls now fail with CUDA_ERROR_DEVICE_UNAVAILABLE", address(), why);
     }
     conn_broken = 1;
-    if (conn_fd >= 0)
+    if (conn_fd >= 0 && reading) {
+        shutdown(conn_fd, SHUT_RDWR); /* the reader wakes, and closes it */
+    } else if (conn_fd >= 0) {
         conn_close(conn_fd);
-    conn_fd = -1;
+        conn_fd = -1;
+    }
+    pthread_cond_broadcast(&conn_cv);
     return LOST;
 }
 
@@ -516,10 +541,10 @@ CUresult fgr_refused_here(const char *name, CUresult r)
 
 static CUresult connect_locked(void)
 {
-    if (conn_fd >= 0)
-        return CUDA_SUCCESS;
     if (conn_broken)
         return conn_refused ? conn_refused : LOST;
+    if (conn_fd >= 0)
+        return CUDA_SUCCESS;
     const char *a = address();
     int fd = -1;
     if (!chunk_from_env() || !delay_from_env() || log_setting() < 0) {
@@ -602,12 +627,33 @@ CUresult fgr_connect(void)
     return r;
 }
 
+/* Waits, with conn_lock held, until no thread reads an answer without it:
+ * the executor is told once (fgrNudge, queued) to answer that call now. */
+static CUresult wait_for_reader(void)
+{
+    while (reading && !conn_broken) {
+        if (!nudged) {
+            uint8_t f[4 + FGR_REQ_HDR] = {FGR_REQ_HDR, 0, 0, 0, (uint8_t)FGR_OP_fgrNudge, (uint8_t)(FGR_OP_fgrNudge >> 8),
+                                          FGR_FLAG_QUEUED, 0};
+            nudged = 1;
+            if (write_conn(f, sizeof f))
+                return lost("sending a call", errno);
+        }
+        wanting++;
+        pthread_cond_wait(&conn_cv, &conn_lock);
+        wanting--;
+    }
+    return conn_broken ? connect_locked() : CUDA_SUCCESS;
+}
+
 CUresult fgr_begin(struct fgr_call *c, int op, int queued)
 {
     fgr_mirror_before(op);
     CUcontext ctx = fgr_current();
     pthread_mutex_lock(&conn_lock);
     CUresult r = connect_locked();
+    if (r == CUDA_SUCCESS && !queued)
+        r = wait_for_reader();
     if (r != CUDA_SUCCESS) {
         pthread_mutex_unlock(&conn_lock);
         return r;
@@ -634,6 +680,8 @@ CUresult fgr_begin(struct fgr_call *c, int op, int queued)
 static void release(struct fgr_call *c)
 {
     conn_w = c->w;
+    if (ticket_waits || wanting)
+        pthread_cond_broadcast(&conn_cv);
     pthread_mutex_unlock(&conn_lock);
 }
 
@@ -652,32 +700,18 @@ CUresult fgr_send(struct fgr_call *c)
     return r;
 }
 
-CUresult fgr_roundtrip(struct fgr_call *c)
+/* Reads the answer to c's request into conn_r (its one large result
+ * straight into c->direct): NULL, or why not (errno set; 0 for the
+ * server's end). */
+static const char *read_answer(struct fgr_call *c, uint32_t *len)
 {
-    CUresult r;
-    if (c->w.oom) {
-        release(c);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    fgr_finish_frame(&c->w);
-    count_call(c->op, 1);
-    if (fgr_buf_write(&c->w, write_conn)) {
-        r = lost("sending a call", errno);
-        release(c);
-        return r;
-    }
     uint8_t lenb[4];
-    if (conn_read(conn_fd, lenb, 4)) {
-        r = errno ? lost("waiting for an answer", errno) : lost("the server closed the connection", 0);
-        release(c);
-        return r;
-    }
+    if (conn_read(conn_fd, lenb, 4))
+        return errno ? "waiting for an answer" : "the server closed the connection";
     uint32_t n = (uint32_t)lenb[0] | (uint32_t)lenb[1] << 8 | (uint32_t)lenb[2] << 16 | (uint32_t)lenb[3] << 24;
-    if (n < FGR_REP_HDR || n > FGR_MAX_FRAME) {
-        r = lost("an answer of impossible length", 0);
-        release(c);
-        return r;
-    }
+    errno = 0;
+    if (n < FGR_REP_HDR || n > FGR_MAX_FRAME)
+        return "an answer of impossible length";
     /* The answer of a call whose one result is large: its head (result,
      * present, length), then the bytes straight where the caller wants them. */
     enum { HEAD = 4 + 1 + 8 };
@@ -688,35 +722,167 @@ CUresult fgr_roundtrip(struct fgr_call *c)
         uint8_t *p = realloc(conn_r, now);
         if (!p) {
             /* The answer cannot be read past: the stream is out of step. */
-            r = lost("no memory for an answer", ENOMEM);
-            release(c);
-            return r;
+            errno = ENOMEM;
+            return "no memory for an answer";
         }
         conn_r = p;
         conn_rcap = now;
     }
-    if (conn_read(conn_fd, conn_r, now)) {
-        r = lost("reading an answer", errno);
-        release(c);
-        return r;
-    }
+    if (conn_read(conn_fd, conn_r, now))
+        return "reading an answer";
     if (now < n) {
-        uint64_t len = 0;
+        uint64_t dn = 0;
         for (int i = 0; i < 8; i++)
-            len |= (uint64_t)conn_r[5 + i] << (8 * i);
-        int as_expected = conn_r[4] == 1 && len == c->direct_n;
-        if (as_expected ? conn_read(conn_fd, c->direct, c->direct_n) : 1) {
-            /* (an answer of that length with another head cannot be
-             * read past: the stream is out of step) */
-            r = lost(as_expected ? "reading an answer" : "a malformed answer", as_expected ? errno : 0);
-            release(c);
-            return r;
-        }
+            dn |= (uint64_t)conn_r[5 + i] << (8 * i);
+        int as_expected = conn_r[4] == 1 && dn == c->direct_n;
+        /* (an answer of that length with another head cannot be read
+         * past: the stream is out of step) */
+        errno = 0;
+        if (!as_expected)
+            return "a malformed answer";
+        if (conn_read(conn_fd, c->direct, c->direct_n))
+            return "reading an answer";
         c->direct_done = 1;
         n = (uint32_t)now;
     }
     if (delay_ns)
         delay_added();
+    *len = n;
+    return NULL;
+}
+
+/* A waiting call's ticket ended: its answer, with conn_lock held (released
+ * while the thread waits). One thread at a time asks which ended. */
+static CUresult wait_ticket(uint32_t id)
+{
+    struct ticket_wait me = {.id = id, .next = ticket_waits};
+    ticket_waits = &me;
+    while (!me.done && !conn_broken) {
+        if (reading || ticket_reader || wanting) {
+            pthread_cond_wait(&conn_cv, &conn_lock);
+            continue;
+        }
+        ticket_reader = 1;
+        pthread_mutex_unlock(&conn_lock);
+        unsigned ids[FGR_MAX_TICKETS], count = 0;
+        CUresult res[FGR_MAX_TICKETS];
+        CUresult r = fgrWaitTickets(ids, res, FGR_MAX_TICKETS, &count);
+        pthread_mutex_lock(&conn_lock);
+        ticket_reader = 0;
+        for (unsigned i = 0; r == CUDA_SUCCESS && i < count && i < FGR_MAX_TICKETS; i++)
+            for (struct ticket_wait *t = ticket_waits; t; t = t->next)
+                if (t->id == ids[i] && !t->done) {
+                    t->done = 1;
+                    t->result = res[i];
+                }
+        pthread_cond_broadcast(&conn_cv);
+    }
+    struct ticket_wait **pp = &ticket_waits;
+    while (*pp != &me)
+        pp = &(*pp)->next;
+    *pp = me.next;
+    return me.done ? me.result : LOST;
+}
+
+/* The round trip of a call that waits for the device (see the top). */
+static CUresult roundtrip_waiting(struct fgr_call *c)
+{
+    c->w.p[6] |= FGR_FLAG_MAY_PEND; /* the header's flags */
+    size_t flen = c->w.len;
+    uint8_t *frame = malloc(flen); /* for a call made again (after=) */
+    if (!frame) {
+        release(c);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    memcpy(frame, c->w.p, flen);
+    conn_w = c->w; /* given back: other threads write while this one reads */
+    for (;;) {
+        if (write_conn(frame, flen)) {
+            free(frame);
+            CUresult r = lost("sending a call", errno);
+            release(c);
+            return r;
+        }
+        reading = 1;
+        nudged = 0;
+        pthread_mutex_unlock(&conn_lock);
+        uint32_t n = 0;
+        const char *why = read_answer(c, &n);
+        int err = errno;
+        pthread_mutex_lock(&conn_lock);
+        reading = 0;
+        pthread_cond_broadcast(&conn_cv);
+        c->w = conn_w;
+        if (conn_broken && conn_fd >= 0) { /* lost while this thread read */
+            conn_close(conn_fd);
+            conn_fd = -1;
+        }
+        if (why || conn_broken) {
+            free(frame);
+            CUresult r = why ? lost(why, err) : LOST;
+            release(c);
+            return r;
+        }
+        c->r = (struct fgr_rd){conn_r, n, 0};
+        c->result = (CUresult)fgr_get_u32(&c->r);
+        if ((uint32_t)c->result != FGR_PENDING) {
+            free(frame);
+            return CUDA_SUCCESS;
+        }
+        uint32_t id = fgr_get_u32(&c->r);
+        int again = fgr_get_u8(&c->r);
+        if (!fgr_rd_done(&c->r)) {
+            free(frame);
+            CUresult r = lost("a malformed answer", 0);
+            release(c);
+            return r;
+        }
+        CUresult r = wait_ticket(id);
+        if (r == LOST || conn_broken) {
+            free(frame);
+            release(c);
+            return LOST;
+        }
+        if (!again || r != CUDA_SUCCESS) {
+            free(frame);
+            c->result = r; /* the wait's answer is the call's */
+            c->r = (struct fgr_rd){conn_r, 0, 0};
+            return CUDA_SUCCESS;
+        }
+        /* Waited: now the call itself, as a fresh request. */
+        CUresult w = wait_for_reader();
+        if (w != CUDA_SUCCESS) {
+            free(frame);
+            release(c);
+            return w;
+        }
+        c->direct_done = 0;
+    }
+}
+
+CUresult fgr_roundtrip(struct fgr_call *c)
+{
+    CUresult r;
+    if (c->w.oom) {
+        release(c);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    fgr_finish_frame(&c->w);
+    count_call(c->op, 1);
+    if ((fgr_op_waits[c->op] || c->op == FGR_OP_fgrWaitTickets) && !conn_tls && !c->w.tail)
+        return roundtrip_waiting(c);
+    if (fgr_buf_write(&c->w, write_conn)) {
+        r = lost("sending a call", errno);
+        release(c);
+        return r;
+    }
+    uint32_t n = 0;
+    const char *why = read_answer(c, &n);
+    if (why) {
+        r = lost(why, errno);
+        release(c);
+        return r;
+    }
     c->r = (struct fgr_rd){conn_r, n, 0};
     c->result = (CUresult)fgr_get_u32(&c->r);
     return CUDA_SUCCESS;
@@ -777,6 +943,9 @@ CUresult fgr_unsupported(int idx, const char *name, const char *what)
 static void forked_child(void)
 {
     pthread_mutex_init(&conn_lock, NULL);
+    pthread_cond_init(&conn_cv, NULL);
+    reading = nudged = wanting = ticket_reader = 0;
+    ticket_waits = NULL;
     fgr_mirror_forked();
     if (conn_fd >= 0)
         close(conn_fd);

@@ -3273,6 +3273,40 @@ FGR_EXPORT CUresult fgrHostReadMany(const CUdeviceptr *srcs, const size_t *sizes
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult fgrWaitTickets(unsigned int *ids, CUresult *results, unsigned int cap, unsigned int *count)
+{
+    CUresult fgr_r;
+    uint64_t n_ids = ids ? fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(unsigned int)) : 0;
+    if (n_ids > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrWaitTickets", "a buffer over the frame limit");
+    uint64_t n_results = results ? fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(CUresult)) : 0;
+    if (n_results > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrWaitTickets", "a buffer over the frame limit");
+    uint64_t n_count = count ? sizeof(unsigned int) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrWaitTickets, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)cap);
+    fgr_put_u8(&fgr_c.w, ids != NULL);
+    fgr_put_u8(&fgr_c.w, results != NULL);
+    fgr_put_u8(&fgr_c.w, count != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, ids, n_ids, 0);
+    fgr_get_out(&fgr_c, results, n_results, 0);
+    fgr_get_out(&fgr_c, count, n_count, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrNudge(void)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrNudge, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_send(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config)
 {
     CUresult fgr_r;
@@ -4146,6 +4180,8 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_fgrHostMappedFree] = "fgrHostMappedFree",
     [FGR_OP_fgrHostWrite] = "fgrHostWrite",
     [FGR_OP_fgrHostReadMany] = "fgrHostReadMany",
+    [FGR_OP_fgrWaitTickets] = "fgrWaitTickets",
+    [FGR_OP_fgrNudge] = "fgrNudge",
     [FGR_OP_cuOccupancyMaxActiveClusters] = "cuOccupancyMaxActiveClusters",
     [FGR_OP_cuOccupancyMaxPotentialClusterSize] = "cuOccupancyMaxPotentialClusterSize",
     [FGR_OP_cuCtxGetLimit] = "cuCtxGetLimit",
@@ -4212,6 +4248,20 @@ const unsigned char fgr_op_syncs[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamQuery] = 1,
     [FGR_OP_cuStreamQuery_ptsz] = 1,
     [FGR_OP_cuEventQuery] = 1,
+    [FGR_OP_cuEventSynchronize] = 1,
+};
+
+/* The operations that may be answered "pending" while the device works
+ * (wait= and after=). */
+const unsigned char fgr_op_waits[FGR_NUM_OPS] = {
+    [FGR_OP_cuCtxSynchronize] = 1,
+    [FGR_OP_cuCtxSynchronize_v2] = 1,
+    [FGR_OP_cuMemcpyDtoH_v2] = 1,
+    [FGR_OP_cuMemcpyDtoH_v2_ptds] = 1,
+    [FGR_OP_cuMemcpyDtoHAsync_v2] = 1,
+    [FGR_OP_cuMemcpyDtoHAsync_v2_ptsz] = 1,
+    [FGR_OP_cuStreamSynchronize] = 1,
+    [FGR_OP_cuStreamSynchronize_ptsz] = 1,
     [FGR_OP_cuEventSynchronize] = 1,
 };
 
@@ -4460,6 +4510,8 @@ const struct fg_proc fgr_procs[] = {
     {"fgrHostMappedFree", "fgrHostMappedFree", 0, 0, (void *)fgrHostMappedFree},
     {"fgrHostWrite", "fgrHostWrite", 0, 0, (void *)fgrHostWrite},
     {"fgrHostReadMany", "fgrHostReadMany", 0, 0, (void *)fgrHostReadMany},
+    {"fgrWaitTickets", "fgrWaitTickets", 0, 0, (void *)fgrWaitTickets},
+    {"fgrNudge", "fgrNudge", 0, 0, (void *)fgrNudge},
     {"cuOccupancyMaxActiveClusters", "cuOccupancyMaxActiveClusters", 11070, 0, (void *)cuOccupancyMaxActiveClusters},
     {"cuOccupancyMaxPotentialClusterSize", "cuOccupancyMaxPotentialClusterSize", 11070, 0, (void *)cuOccupancyMaxPotentialClusterSize},
     {"cuCtxGetLimit", "cuCtxGetLimit", 3010, 0, (void *)cuCtxGetLimit},

@@ -203,6 +203,8 @@ typedef CUresult (*pfn_fgrHostMapped)(CUdeviceptr *dptr, size_t bytes);
 typedef CUresult (*pfn_fgrHostMappedFree)(CUdeviceptr dptr);
 typedef CUresult (*pfn_fgrHostWrite)(CUdeviceptr dst, const void *src, size_t bytes);
 typedef CUresult (*pfn_fgrHostReadMany)(const CUdeviceptr *srcs, const size_t *sizes, unsigned int count, void *dst, size_t bytes);
+typedef CUresult (*pfn_fgrWaitTickets)(unsigned int *ids, CUresult *results, unsigned int cap, unsigned int *count);
+typedef CUresult (*pfn_fgrNudge)(void);
 typedef CUresult (*pfn_cuOccupancyMaxActiveClusters)(int *numClusters, CUfunction func, const CUlaunchConfig *config);
 typedef CUresult (*pfn_cuOccupancyMaxPotentialClusterSize)(int *clusterSize, CUfunction func, const CUlaunchConfig *config);
 typedef CUresult (*pfn_cuCtxGetLimit)(size_t *pvalue, CUlimit limit);
@@ -414,7 +416,9 @@ static CUresult op_cuCtxSynchronize(struct fgr_rd *rd, struct fgr_req *q)
     (void)q;
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuCtxSynchronize)fgr_real[FGR_OP_cuCtxSynchronize])();
+    CUresult fgr_r;
+    if ((fgr_r = fgr_wait(FGR_WAIT_CONTEXT, 0, 0)) == FGR_GO)
+        fgr_r = ((pfn_cuCtxSynchronize)fgr_real[FGR_OP_cuCtxSynchronize])();
     return fgr_r;
 }
 
@@ -427,7 +431,7 @@ static CUresult op_cuCtxSynchronize_v2(struct fgr_rd *rd, struct fgr_req *q)
     CUresult fgr_r;
     if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
         fgr_r = fgr_refuse("cuCtxSynchronize_v2", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
-    else
+    else if ((fgr_r = fgr_wait(FGR_WAIT_CONTEXT, (uint64_t)(uintptr_t)ctx, 0)) == FGR_GO)
         fgr_r = ((pfn_cuCtxSynchronize_v2)fgr_real[FGR_OP_cuCtxSynchronize_v2])(ctx);
     return fgr_r;
 }
@@ -1103,7 +1107,7 @@ static CUresult op_cuMemcpyDtoH_v2(struct fgr_rd *rd, struct fgr_req *q)
     CUresult fgr_r;
     if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyDtoH_v2", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
-    else
+    else if ((fgr_r = fgr_wait(FGR_AFTER_STREAM, 0, 0)) == FGR_GO)
         fgr_r = ((pfn_cuMemcpyDtoH_v2)fgr_real[FGR_OP_cuMemcpyDtoH_v2])(dstHost, srcDevice, ByteCount);
     fgr_reply_out(q, dstHost, fgr_mul((uint64_t)(ByteCount), 1), 0, fgr_r);
     return fgr_r;
@@ -1123,7 +1127,7 @@ static CUresult op_cuMemcpyDtoH_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     CUresult fgr_r;
     if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyDtoH_v2_ptds", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
-    else
+    else if ((fgr_r = fgr_wait(FGR_AFTER_STREAM, 0, 1)) == FGR_GO)
         fgr_r = ((pfn_cuMemcpyDtoH_v2_ptds)fgr_real[FGR_OP_cuMemcpyDtoH_v2_ptds])(dstHost, srcDevice, ByteCount);
     fgr_reply_out(q, dstHost, fgr_mul((uint64_t)(ByteCount), 1), 0, fgr_r);
     return fgr_r;
@@ -1256,7 +1260,7 @@ static CUresult op_cuMemcpyDtoHAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
         fgr_r = fgr_refuse("cuMemcpyDtoHAsync_v2", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemcpyDtoHAsync_v2", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    else if ((fgr_r = fgr_wait(FGR_AFTER_STREAM, (uint64_t)(uintptr_t)hStream, 0)) == FGR_GO)
         fgr_r = ((pfn_cuMemcpyDtoHAsync_v2)fgr_real[FGR_OP_cuMemcpyDtoHAsync_v2])(dstHost, srcDevice, ByteCount, hStream);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = fgr_drain(hStream, 0);
@@ -1281,7 +1285,7 @@ static CUresult op_cuMemcpyDtoHAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *
         fgr_r = fgr_refuse("cuMemcpyDtoHAsync_v2_ptsz", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemcpyDtoHAsync_v2_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    else if ((fgr_r = fgr_wait(FGR_AFTER_STREAM, (uint64_t)(uintptr_t)hStream, 1)) == FGR_GO)
         fgr_r = ((pfn_cuMemcpyDtoHAsync_v2_ptsz)fgr_real[FGR_OP_cuMemcpyDtoHAsync_v2_ptsz])(dstHost, srcDevice, ByteCount, hStream);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = fgr_drain(hStream, 1);
@@ -2352,7 +2356,7 @@ static CUresult op_cuStreamSynchronize(struct fgr_rd *rd, struct fgr_req *q)
     CUresult fgr_r;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamSynchronize", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    else if ((fgr_r = fgr_wait(FGR_WAIT_STREAM, (uint64_t)(uintptr_t)hStream, 0)) == FGR_GO)
         fgr_r = ((pfn_cuStreamSynchronize)fgr_real[FGR_OP_cuStreamSynchronize])(hStream);
     return fgr_r;
 }
@@ -2366,7 +2370,7 @@ static CUresult op_cuStreamSynchronize_ptsz(struct fgr_rd *rd, struct fgr_req *q
     CUresult fgr_r;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamSynchronize_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    else if ((fgr_r = fgr_wait(FGR_WAIT_STREAM, (uint64_t)(uintptr_t)hStream, 1)) == FGR_GO)
         fgr_r = ((pfn_cuStreamSynchronize_ptsz)fgr_real[FGR_OP_cuStreamSynchronize_ptsz])(hStream);
     return fgr_r;
 }
@@ -2718,7 +2722,7 @@ static CUresult op_cuEventSynchronize(struct fgr_rd *rd, struct fgr_req *q)
     CUresult fgr_r;
     if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)hEvent)))
         fgr_r = fgr_refuse("cuEventSynchronize", "hEvent", (uint64_t)(uintptr_t)hEvent, CUDA_ERROR_INVALID_HANDLE);
-    else
+    else if ((fgr_r = fgr_wait(FGR_WAIT_EVENT, (uint64_t)(uintptr_t)hEvent, 0)) == FGR_GO)
         fgr_r = ((pfn_cuEventSynchronize)fgr_real[FGR_OP_cuEventSynchronize])(hEvent);
     return fgr_r;
 }
@@ -4044,6 +4048,40 @@ static CUresult op_fgrHostReadMany(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_fgrWaitTickets(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    unsigned int cap = (unsigned int)fgr_get_u64(rd);
+    int has_ids = fgr_get_u8(rd);
+    int has_results = fgr_get_u8(rd);
+    int has_count = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    unsigned int *ids = NULL;
+    if (has_ids && !(ids = fgr_out(q, fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(unsigned int)))))
+        return fgr_out_failed(q);
+    CUresult *results = NULL;
+    if (has_results && !(results = fgr_out(q, fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(CUresult)))))
+        return fgr_out_failed(q);
+    unsigned int *count = NULL;
+    if (has_count && !(count = fgr_out(q, sizeof(unsigned int))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_fgrWaitTickets)fgr_real[FGR_OP_fgrWaitTickets])(ids, results, cap, count);
+    fgr_reply_out(q, ids, fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(unsigned int)), 0, fgr_r);
+    fgr_reply_out(q, results, fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(CUresult)), 0, fgr_r);
+    fgr_reply_out(q, count, sizeof(unsigned int), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrNudge(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = ((pfn_fgrNudge)fgr_real[FGR_OP_fgrNudge])();
+    return fgr_r;
+}
+
 static CUresult op_cuOccupancyMaxActiveClusters(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -5177,6 +5215,8 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_fgrHostMappedFree] = {"fgrHostMappedFree", op_fgrHostMappedFree, 0},
     [FGR_OP_fgrHostWrite] = {"fgrHostWrite", op_fgrHostWrite, 0},
     [FGR_OP_fgrHostReadMany] = {"fgrHostReadMany", op_fgrHostReadMany, 0},
+    [FGR_OP_fgrWaitTickets] = {"fgrWaitTickets", op_fgrWaitTickets, 0},
+    [FGR_OP_fgrNudge] = {"fgrNudge", op_fgrNudge, 0},
     [FGR_OP_cuOccupancyMaxActiveClusters] = {"cuOccupancyMaxActiveClusters", op_cuOccupancyMaxActiveClusters, 0},
     [FGR_OP_cuOccupancyMaxPotentialClusterSize] = {"cuOccupancyMaxPotentialClusterSize", op_cuOccupancyMaxPotentialClusterSize, 0},
     [FGR_OP_cuCtxGetLimit] = {"cuCtxGetLimit", op_cuCtxGetLimit, 0},

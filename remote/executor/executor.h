@@ -79,6 +79,33 @@ void fgr_reply_out(struct fgr_req *q, const void *p, uint64_t bytes, int inout, 
 /* Waits for a stream, unless it is being captured. */
 CUresult fgr_drain(CUstream s, int per_thread);
 
+/* Calls that wait for the device (wait.c). fgr_wait is made by a waiting
+ * call before the driver's: FGR_GO to make the call now, FGR_WAITING when
+ * it is parked on a ticket (slot fgr_parked), or the call's answer (made
+ * again after its ticket ended: slot fgr_resume). */
+#define FGR_GO ((CUresult)-2)
+#define FGR_WAITING ((CUresult)-3)
+#define FGR_PARKED_ANY (-2) /* fgr_parked of an fgrWaitTickets with none ended yet */
+enum { FGR_WAIT_STREAM, FGR_WAIT_EVENT, FGR_WAIT_CONTEXT, FGR_AFTER_STREAM };
+CUresult fgr_wait(int kind, uint64_t v, int per_thread);
+extern int fgr_may_pend, fgr_resume, fgr_parked;
+extern unsigned fgr_current_op;
+extern CUresult fgr_deferred; /* the first error of a queued call, for the next syncpoint */
+void fgr_wait_init(void *driver);
+int fgr_wait_bell(void); /* readable when a ticket may have ended */
+void fgr_bell_drain(void);
+/* Whether slot's ticket ended (asking the driver when nobody waits for it yet). */
+int fgr_ticket_poll(int slot);
+int fgr_ticket_can_poll(int slot);
+/* Starts a thread to wait for it: 0, or -1 (then fgr_ticket_block waits here). */
+int fgr_ticket_help(int slot);
+void fgr_ticket_block(int slot);
+uint32_t fgr_ticket_id(int slot);
+void fgr_ticket_release(int slot);
+int fgr_ticket_after(int slot);
+int fgr_tickets_done_besides(int slot);
+int fgr_tickets_waiting(void);
+
 /* The driver's functions the executor needs besides the operations. */
 struct fgr_drv {
     CUresult (*sync)(CUstream);

@@ -12,12 +12,14 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 /* How long a new connection has to send its handshake. */
@@ -55,6 +57,10 @@ static struct fgr_ring ring;
 static int conn_read(void *p, size_t n) { return ring.m ? fgr_ring_read(&ring, p, n) : fgr_read_all(conn_fd, p, n); }
 
 static int conn_write(const void *p, size_t n) { return ring.m ? fgr_ring_write(&ring, p, n) : fgr_write_all(conn_fd, p, n); }
+
+static struct fgr_buf reply; /* the answer being written */
+/* How long a parked call spins on its ticket before a helper thread waits. */
+#define WAIT_SPIN_NS 50000L
 
 /* ---- the handshake ---- */
 
@@ -222,6 +228,205 @@ static CUresult make_current(CUcontext want)
     return drv.setcur(want);
 }
 
+/* The handshake's frame: answered, and for shm:// the rings taken. */
+static void greet(int fd, uint8_t *body, uint32_t n)
+{
+    struct fgr_rd rd = {body, n, 0};
+    unsigned op = fgr_get_u16(&rd), flags = fgr_get_u16(&rd), reserved = fgr_get_u32(&rd);
+    fgr_get_u64(&rd);
+    if (flags || reserved)
+        reject("unknown header flags %#x %#x", flags, reserved);
+    if (op != FGR_OP_HELLO)
+        reject("the first frame is operation %u, not the handshake", op);
+    struct fgr_buf w = {0};
+    fgr_put_u32(&w, 0);
+    uint32_t transport;
+    int refused = hello(&rd, &w, &transport);
+    if (w.oom)
+        reject("no memory for the handshake's answer");
+    fgr_finish_frame(&w);
+    int failed = fgr_write_all(fd, w.p, w.len);
+    free(w.p);
+    if (failed || refused)
+        exit(refused ? 3 : 0);
+    struct timeval forever = {0, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &forever, sizeof forever);
+    if (transport == FGR_TRANSPORT_SHM) {
+        /* The rings come next, over the socket (a unix one). */
+        int mfd = fgr_recv_fd(fd);
+        if (mfd < 0)
+            reject("no shared memory after an shm handshake: %s", strerror(errno));
+        int bad = fgr_ring_attach(&ring, fd, mfd);
+        int e = errno;
+        close(mfd);
+        if (bad)
+            reject("the shared memory is not two rings of ours (%s)", strerror(e));
+    }
+}
+
+static void send_reply(struct fgr_buf *w)
+{
+    if (fgr_buf_write(w, conn_write)) {
+        if (errno)
+            reject("answering: %s", strerror(errno));
+        exit(0);
+    }
+}
+
+/* The request parked on a ticket (wait.c): its frame, kept to be served
+ * again when the ticket ends. */
+static struct {
+    uint8_t *body;
+    uint32_t n;
+    int slot; /* its ticket, or FGR_PARKED_ANY for fgrWaitTickets */
+} parked;
+static int answer_now; /* serve the next frame without parking it */
+
+static void serve_frame(uint8_t *body, uint32_t n, int resume);
+
+/* Answers the parked request now: "pending" with its ticket, or for
+ * fgrWaitTickets the tickets that ended (maybe none). */
+static void answer_parked(void)
+{
+    uint8_t *b = parked.body;
+    uint32_t n = parked.n;
+    int slot = parked.slot;
+    parked.body = NULL;
+    if (slot == FGR_PARKED_ANY) {
+        answer_now = 1;
+        serve_frame(b, n, -1);
+    } else {
+        /* Someone must wait for it now: the client asks when it ended. */
+        if (!fgr_ticket_poll(slot) && fgr_ticket_help(slot) != 0)
+            fgr_ticket_block(slot);
+        struct fgr_buf w = {0};
+        fgr_put_u32(&w, 0);
+        fgr_put_u32(&w, FGR_PENDING);
+        fgr_put_u32(&w, fgr_ticket_id(slot));
+        fgr_put_u8(&w, (uint8_t)fgr_ticket_after(slot));
+        if (w.oom)
+            reject("no memory for an answer");
+        fgr_finish_frame(&w);
+        send_reply(&w);
+        free(w.p);
+    }
+    free(b);
+}
+
+/* Whether the connection has bytes to read, now. */
+static int input_ready(void)
+{
+    if (ring.m)
+        return fgr_ring_readable(&ring);
+    struct pollfd p = {.fd = conn_fd, .events = POLLIN};
+    return poll(&p, 1, 0) > 0;
+}
+
+/* Waits, with a request parked, until input arrives (1: read it) or a
+ * ticket ended (0: the parked request was served or answered). Spins a
+ * little first: most waits are short, and a helper thread costs more. */
+static int wait_parked(void)
+{
+    int slot = parked.slot, helped = 0;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        if (slot >= 0 && fgr_ticket_poll(slot)) {
+            uint8_t *b = parked.body;
+            parked.body = NULL;
+            serve_frame(b, parked.n, slot);
+            free(b);
+            return 0;
+        }
+        if (fgr_tickets_done_besides(slot)) {
+            answer_parked(); /* the client collects them with fgrWaitTickets */
+            return 0;
+        }
+        if (input_ready())
+            return 1;
+        if (!helped) {
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            long ns = (t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec);
+            if (slot >= 0 && fgr_ticket_can_poll(slot) && ns < WAIT_SPIN_NS)
+                continue;
+            helped = 1;
+            if (slot >= 0 && fgr_ticket_help(slot) != 0) {
+                fgr_ticket_block(slot);
+                continue;
+            }
+        }
+        /* Sleep until the connection or a helper rings. */
+        if (ring.m) {
+            if (fgr_ring_sleep_or(&ring, fgr_wait_bell()) != 0)
+                return 1; /* the read finds the client gone */
+        } else {
+            struct pollfd p[2] = {{.fd = conn_fd, .events = POLLIN}, {.fd = fgr_wait_bell(), .events = POLLIN}};
+            poll(p, 2, -1);
+        }
+        fgr_bell_drain();
+    }
+}
+
+/* Serves one request frame (resume: the ticket it was parked on, or -1). */
+static void serve_frame(uint8_t *body, uint32_t n, int resume)
+{
+    struct fgr_rd rd = {body, n, 0};
+    unsigned op = fgr_get_u16(&rd), flags = fgr_get_u16(&rd), reserved = fgr_get_u32(&rd);
+    CUcontext ctx = (CUcontext)(uintptr_t)fgr_get_u64(&rd);
+    if ((flags & ~(FGR_FLAG_QUEUED | FGR_FLAG_MAY_PEND)) || reserved)
+        reject("unknown header flags %#x %#x", flags, reserved);
+    if (op == FGR_OP_HELLO || op >= FGR_NUM_OPS)
+        reject("unknown operation %u", op);
+    if (op == FGR_OP_fgrNudge && !(flags & FGR_FLAG_QUEUED))
+        reject("fgrNudge is not queued");
+    if (parked.body && (op == FGR_OP_fgrNudge || !(flags & FGR_FLAG_QUEUED)))
+        answer_parked(); /* another thread needs an answer */
+    if (op == FGR_OP_fgrNudge)
+        return;
+    /* The context named must be one this connection was given. */
+    CUresult r = CUDA_SUCCESS;
+    if (!fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx))
+        r = fgr_refuse(fgr_ops[op].name, "context", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
+    else if (fgr_real[op])
+        r = make_current(ctx);
+    fgr_ctx = (uint64_t)(uintptr_t)ctx;
+    fgr_current_op = op;
+    fgr_may_pend = (flags & FGR_FLAG_MAY_PEND) && !(flags & FGR_FLAG_QUEUED) && !answer_now;
+    fgr_resume = resume;
+    fgr_parked = -1;
+    const char *bad = fgr_serve(op, &rd, &reply, r);
+    fgr_may_pend = answer_now = 0;
+    if (fgr_resume >= 0) /* refused before its wait: the ticket is spent */
+        fgr_ticket_release(fgr_resume);
+    fgr_resume = -1;
+    if (bad)
+        reject("%s (%s, %u bytes)", bad, fgr_ops[op].name, n);
+    r = (CUresult)((uint32_t)reply.p[4] | (uint32_t)reply.p[5] << 8 | (uint32_t)reply.p[6] << 16 |
+                   (uint32_t)reply.p[7] << 24);
+    if (r == FGR_WAITING) {
+        /* Kept, to be served again when its ticket ends. */
+        parked.body = malloc(n);
+        if (!parked.body)
+            reject("no memory to keep a waiting call");
+        memcpy(parked.body, body, n);
+        parked.n = n;
+        parked.slot = fgr_parked;
+        return;
+    }
+    if (flags & FGR_FLAG_QUEUED) {
+        /* No answer: the first error waits for the next syncpoint. */
+        if (r != CUDA_SUCCESS && fgr_deferred == CUDA_SUCCESS)
+            fgr_deferred = r;
+        return;
+    }
+    if (fgr_ops[op].syncpoint && fgr_deferred != CUDA_SUCCESS) {
+        for (int i = 0; i < 4; i++)
+            reply.p[4 + i] = (uint8_t)((uint32_t)fgr_deferred >> (8 * i));
+        fgr_deferred = CUDA_SUCCESS;
+    }
+    send_reply(&reply);
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: flexgv-executor --fd N [--driver PATH] [--peer NAME] [--module-cache DIR]\n");
@@ -250,7 +455,7 @@ int main(int argc, char **argv)
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     fcntl(fd, F_SETFD, FD_CLOEXEC);
     /* A peer that connects and says nothing does not hold an executor. */
-    struct timeval hello_wait = {HELLO_TIMEOUT_S, 0}, forever = {0, 0};
+    struct timeval hello_wait = {HELLO_TIMEOUT_S, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &hello_wait, sizeof hello_wait);
     void *h = dlopen(driver, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
@@ -286,6 +491,7 @@ int main(int argc, char **argv)
     fgr_real[FGR_OP_fgrNvmlUtilization] = (void *)nvml_utilization;
     fgr_real[FGR_OP_fgrNvmlDriverVersion] = (void *)nvml_driver_version;
     fgr_hostmem_init(h);
+    fgr_wait_init(h);
     fgr_layout_init(h);
     /* The export tables' functions are the driver's words; a table the
      * driver does not have leaves its operations unsupported. */
@@ -299,12 +505,13 @@ int main(int argc, char **argv)
     }
 
     conn_fd = fd;
-    struct fgr_buf w = {0};
     uint8_t *body = NULL;
     size_t cap = 0;
     int greeted = 0;
-    CUresult deferred = CUDA_SUCCESS; /* the first error of a queued call */
     for (;;) {
+        /* A parked call: serve what comes while its ticket runs. */
+        if (parked.body && !wait_parked())
+            continue;
         uint8_t lenb[4];
         if (conn_read(lenb, 4)) {
             if (!greeted && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -330,67 +537,11 @@ int main(int argc, char **argv)
                 reject("no handshake within %d s", HELLO_TIMEOUT_S);
             reject("the frame was cut short (%u bytes announced): %s", n, errno ? strerror(errno) : "end of stream");
         }
-        struct fgr_rd rd = {body, n, 0};
-        unsigned op = fgr_get_u16(&rd), flags = fgr_get_u16(&rd), reserved = fgr_get_u32(&rd);
-        CUcontext ctx = (CUcontext)(uintptr_t)fgr_get_u64(&rd);
-        if ((flags & ~FGR_FLAG_QUEUED) || reserved || (!greeted && flags))
-            reject("unknown header flags %#x %#x", flags, reserved);
-        w.len = 0;
-        w.oom = 0;
-        fgr_put_u32(&w, 0);
         if (!greeted) {
-            if (op != FGR_OP_HELLO)
-                reject("the first frame is operation %u, not the handshake", op);
-            uint32_t transport;
-            int refused = hello(&rd, &w, &transport);
-            if (w.oom)
-                reject("no memory for the handshake's answer");
-            fgr_finish_frame(&w);
-            if (fgr_write_all(fd, w.p, w.len) || refused)
-                return refused ? 3 : 0;
+            greet(fd, body, n);
             greeted = 1;
-            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &forever, sizeof forever);
-            if (transport == FGR_TRANSPORT_SHM) {
-                /* The rings come next, over the socket (a unix one). */
-                int mfd = fgr_recv_fd(fd);
-                if (mfd < 0)
-                    reject("no shared memory after an shm handshake: %s", strerror(errno));
-                int bad = fgr_ring_attach(&ring, fd, mfd);
-                int e = errno;
-                close(mfd);
-                if (bad)
-                    reject("the shared memory is not two rings of ours (%s)", strerror(e));
-            }
             continue;
         }
-        if (op == FGR_OP_HELLO || op >= FGR_NUM_OPS)
-            reject("unknown operation %u", op);
-        /* The context named must be one this connection was given. */
-        CUresult r = CUDA_SUCCESS;
-        if (!fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx))
-            r = fgr_refuse(fgr_ops[op].name, "context", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
-        else if (fgr_real[op])
-            r = make_current(ctx);
-        fgr_ctx = (uint64_t)(uintptr_t)ctx;
-        const char *bad = fgr_serve(op, &rd, &w, r);
-        if (bad)
-            reject("%s (%s, %u bytes)", bad, fgr_ops[op].name, n);
-        r = (CUresult)((uint32_t)w.p[4] | (uint32_t)w.p[5] << 8 | (uint32_t)w.p[6] << 16 | (uint32_t)w.p[7] << 24);
-        if (flags & FGR_FLAG_QUEUED) {
-            /* No answer: the first error waits for the next syncpoint. */
-            if (r != CUDA_SUCCESS && deferred == CUDA_SUCCESS)
-                deferred = r;
-            continue;
-        }
-        if (fgr_ops[op].syncpoint && deferred != CUDA_SUCCESS) {
-            for (int i = 0; i < 4; i++)
-                w.p[4 + i] = (uint8_t)((uint32_t)deferred >> (8 * i));
-            deferred = CUDA_SUCCESS;
-        }
-        if (fgr_buf_write(&w, conn_write)) {
-            if (errno)
-                reject("answering: %s", strerror(errno));
-            return 0;
-        }
+        serve_frame(body, n, -1);
     }
 }

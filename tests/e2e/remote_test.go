@@ -368,6 +368,20 @@ func printsAsLocally(t *testing.T, local result, client string, transports ...st
 	}
 }
 
+// A thread that waits for the device (a stream, an event, the context, a
+// copy back) does not hold up the program's other threads: their calls are
+// answered while it waits, the wait answers what it would locally, and two
+// waits at once each end with their own work, over every transport.
+func TestRemoteWaitsLetOtherThreadsGoOn(t *testing.T) {
+	e := newEnv(t)
+	local := e.run("waiters")
+	if local.code != 0 || strings.Count(local.stdout, "while it waited: yes; the wait answered CUDA_SUCCESS") != 6 ||
+		!strings.Contains(local.stdout, "the shorter ended first: yes") {
+		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
+	}
+	printsAsLocally(t, local, "waiters", "unix", "shm", "tcp")
+}
+
 // Host functions and stream callbacks are the program's own code: they run
 // on the client, once each, after the stream's earlier work on the server,
 // as they do on a local GPU. One enqueued in a capture is refused, said.

@@ -39,6 +39,12 @@ type RemoteEntry struct {
 	Disp   Disposition // "" when not supported remotely
 	Kinds  map[string]Kind
 	Drain  string // stream the executor waits for before answering
+	// A call that waits for the device: Wait names what its answer is the
+	// wait for (a CUstream or CUevent parameter, or "context"), After the
+	// stream ("null": the variant's default stream) it waits for before
+	// it is made. Either lets the connection's other calls go on meanwhile
+	// (remote/executor/wait.c).
+	Wait, After string
 	Chunk  string // byte count by which the client splits a large call into several
 	Sync   bool   // a syncpoint: errors of earlier queued calls surface here
 	UVA    bool   // a copy under unified addressing (dst, src, ByteCount[, hStream]): fgr_uva_copy first
@@ -254,6 +260,22 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 				re.Drain = val
 				continue
 			}
+			if name == "wait" || name == "after" {
+				p := re.param(val)
+				switch {
+				case name == "wait" && val == "context", name == "after" && val == "null":
+				case p != nil && (p.Type == "CUstream" || (name == "wait" && p.Type == "CUevent")):
+				default:
+					return nil, nil, fmt.Errorf("%s: %s: %s=%s names no stream%s", where, re.Name, name, val,
+						map[bool]string{true: ", event or context", false: " or null"}[name == "wait"])
+				}
+				if name == "wait" {
+					re.Wait = val
+				} else {
+					re.After = val
+				}
+				continue
+			}
 			if name == "chunk" {
 				re.Chunk = val
 				continue
@@ -345,6 +367,9 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 			}
 			if re.Drain != "" && re.param(re.Drain) == nil {
 				return nil, nil, fmt.Errorf("%s: %s: drain names no parameter", where, re.Name)
+			}
+			if (re.Wait != "" || re.After != "") && (re.Disp != DispSync || !re.Sync || (re.Wait != "" && re.After != "")) {
+				return nil, nil, fmt.Errorf("%s: %s: wait= or after= is for a sync syncpoint, one of them", where, re.Name)
 			}
 			if c := re.Chunk; c != "" {
 				if p := re.param(c); p == nil || p.Type != "size_t" {
@@ -754,6 +779,13 @@ func emitRemoteClient(entries []RemoteEntry, tables []*Table) string {
 	b.WriteString("\n/* The operations that wait for the device (syncpoints). */\nconst unsigned char fgr_op_syncs[FGR_NUM_OPS] = {\n")
 	for _, e := range entries {
 		if e.Forwarded() && e.Sync {
+			fmt.Fprintf(&b, "    [FGR_OP_%s] = 1,\n", e.Name)
+		}
+	}
+	b.WriteString("};\n")
+	b.WriteString("\n/* The operations that may be answered \"pending\" while the device works\n * (wait= and after=). */\nconst unsigned char fgr_op_waits[FGR_NUM_OPS] = {\n")
+	for _, e := range entries {
+		if e.Forwarded() && (e.Wait != "" || e.After != "") {
 			fmt.Fprintf(&b, "    [FGR_OP_%s] = 1,\n", e.Name)
 		}
 	}
@@ -1171,8 +1203,14 @@ func emitRemoteServer(entries []RemoteEntry, tables []*Table) string {
 			continue
 		}
 		checks := serverChecks(e)
-		if len(checks) == 0 {
+		made := "\n        fgr_r = " + call + ";\n"
+		if w := waitArgs(e); w != "" {
+			made = "if ((fgr_r = fgr_wait(" + w + ")) == FGR_GO)\n        fgr_r = " + call + ";\n"
+		}
+		if len(checks) == 0 && waitArgs(e) == "" {
 			fmt.Fprintf(&b, "    CUresult fgr_r = %s;\n", call)
+		} else if len(checks) == 0 {
+			fmt.Fprintf(&b, "    CUresult fgr_r;\n    %s", made)
 		} else {
 			b.WriteString("    CUresult fgr_r;\n")
 			for i, c := range checks {
@@ -1183,7 +1221,7 @@ func emitRemoteServer(entries []RemoteEntry, tables []*Table) string {
 				}
 				fmt.Fprintf(&b, "if (!(%s))\n        fgr_r = fgr_refuse(\"%s\", \"%s\", %s, %s);\n", c.cond, e.Name, c.what, c.val, c.err)
 			}
-			fmt.Fprintf(&b, "    else\n        fgr_r = %s;\n", call)
+			fmt.Fprintf(&b, "    else%s%s", map[bool]string{true: " ", false: ""}[waitArgs(e) != ""], made)
 		}
 		if rec := serverRecords(e); rec != "" {
 			fmt.Fprintf(&b, "    if (fgr_r == CUDA_SUCCESS) {\n%s    }\n", rec)
@@ -1232,6 +1270,28 @@ func emitRemoteServer(entries []RemoteEntry, tables []*Table) string {
 	}
 	fmt.Fprintf(&b, "};\n\nconst int fgr_nxtables = %d;\n", forwarded)
 	return b.String()
+}
+
+// waitArgs are fgr_wait's arguments for a call that waits for the device
+// (wait= or after=), "" for another.
+func waitArgs(e RemoteEntry) string {
+	pt := b2i(e.PerThread() != "")
+	switch {
+	case e.Wait == "context":
+		if e.param("ctx") != nil {
+			return "FGR_WAIT_CONTEXT, (uint64_t)(uintptr_t)ctx, 0"
+		}
+		return "FGR_WAIT_CONTEXT, 0, 0"
+	case e.Wait != "" && e.param(e.Wait).Type == "CUevent":
+		return fmt.Sprintf("FGR_WAIT_EVENT, (uint64_t)(uintptr_t)%s, 0", e.Wait)
+	case e.Wait != "":
+		return fmt.Sprintf("FGR_WAIT_STREAM, (uint64_t)(uintptr_t)%s, %d", e.Wait, pt)
+	case e.After == "null":
+		return fmt.Sprintf("FGR_AFTER_STREAM, 0, %d", pt)
+	case e.After != "":
+		return fmt.Sprintf("FGR_AFTER_STREAM, (uint64_t)(uintptr_t)%s, %d", e.After, pt)
+	}
+	return ""
 }
 
 func b2i(v bool) int {

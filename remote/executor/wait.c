@@ -1,0 +1,266 @@
+/* Calls that wait for the device, without holding up the connection.
+ *
+ * The program's threads share one connection, and the executor answers in
+ * order. A thread's cuStreamSynchronize made here as it came would hold
+ * every other thread's call until the device was done: slower, and a
+ * program whose threads depend on each other through the device (one waits
+ * for a kernel that another thread's copy releases) would never end.
+ *
+ * So a call that waits (api/remote.api: wait=, after=) and comes flagged
+ * FGR_FLAG_MAY_PEND gets a ticket when the device is still busy: a helper
+ * thread waits for what the call waits for (an event recorded on its
+ * stream as the call came, its event, or its context), and the request is
+ * parked while the loop (main.c) serves what arrives: queued calls at once,
+ * as a GPU takes work while a thread waits. When the ticket ends, the
+ * parked call is made (for wait=, its answer is the wait's). When another
+ * thread needs an answer (a round trip, or fgrNudge saying one is coming),
+ * or another ticket ends, the parked call is answered "pending" with its
+ * ticket, and the client learns the ticket's end through fgrWaitTickets
+ * (remote/client/conn.c). */
+#include "executor.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+enum { FREE, WAITING, DONE };
+
+static struct ticket {
+    int state;     /* FREE, WAITING, DONE (set by the helper, atomically) */
+    uint32_t id;   /* the slot, and a generation above it */
+    int kind;      /* FGR_WAIT_* */
+    int helped;    /* a helper thread waits for it */
+    CUcontext ctx; /* the request's */
+    CUevent ev;    /* recorded here for a stream; the call's for FGR_WAIT_EVENT */
+    int own_ev;
+    uint64_t arg;  /* cuCtxSynchronize_v2's context */
+    unsigned op;
+    CUresult result;
+} tickets[FGR_MAX_TICKETS];
+
+static struct {
+    CUresult (*ev_create)(CUevent *, unsigned);
+    CUresult (*ev_record)(CUevent, CUstream);
+    CUresult (*ev_record_pt)(CUevent, CUstream);
+    CUresult (*ev_query)(CUevent);
+    CUresult (*ev_sync)(CUevent);
+    CUresult (*ev_destroy)(CUevent);
+    CUresult (*setcur)(CUcontext);
+    CUresult (*getcur)(CUcontext *);
+} d;
+
+int fgr_may_pend;
+unsigned fgr_current_op;
+int fgr_resume = -1;
+int fgr_parked = -1;
+CUresult fgr_deferred = CUDA_SUCCESS;
+static int bell = -1; /* an eventfd: helpers ring it when a ticket ends */
+static uint32_t generation;
+
+static CUresult wait_tickets(unsigned *ids, CUresult *results, unsigned cap, unsigned *count);
+
+void fgr_wait_init(void *driver)
+{
+    fgr_real[FGR_OP_fgrWaitTickets] = (void *)wait_tickets;
+#define SYM(f, name) *(void **)&d.f = dlsym(driver, name)
+    SYM(ev_create, "cuEventCreate");
+    SYM(ev_record, "cuEventRecord");
+    SYM(ev_record_pt, "cuEventRecord_ptsz");
+    SYM(ev_query, "cuEventQuery");
+    SYM(ev_sync, "cuEventSynchronize");
+    SYM(ev_destroy, "cuEventDestroy_v2");
+    SYM(setcur, "cuCtxSetCurrent");
+    SYM(getcur, "cuCtxGetCurrent");
+#undef SYM
+    bell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (!d.ev_create || !d.ev_record || !d.ev_query || !d.ev_sync || !d.ev_destroy || !d.setcur || !d.getcur ||
+        bell < 0) {
+        fgr_logf("waits hold the connection (%s)", bell < 0 ? "no eventfd" : "the driver lacks event functions");
+        d.ev_create = NULL;
+    }
+}
+
+int fgr_wait_bell(void) { return bell; }
+
+static void release(struct ticket *t)
+{
+    if (t->own_ev && t->ev)
+        d.ev_destroy(t->ev);
+    t->ev = NULL;
+    t->own_ev = 0;
+    __atomic_store_n(&t->state, FREE, __ATOMIC_RELEASE);
+}
+
+static void *helper(void *arg)
+{
+    struct ticket *t = arg;
+    CUresult r = d.setcur(t->ctx);
+    if (r == CUDA_SUCCESS) {
+        if (t->kind == FGR_WAIT_CONTEXT && t->arg)
+            r = ((CUresult(*)(CUcontext))fgr_real[t->op])((CUcontext)(uintptr_t)t->arg);
+        else if (t->kind == FGR_WAIT_CONTEXT)
+            r = ((CUresult(*)(void))fgr_real[t->op])();
+        else
+            r = d.ev_sync(t->ev);
+    }
+    t->result = r;
+    __atomic_store_n(&t->state, DONE, __ATOMIC_RELEASE);
+    uint64_t one = 1;
+    while (write(bell, &one, sizeof one) < 0 && errno == EINTR)
+        ;
+    return NULL;
+}
+
+CUresult fgr_wait(int kind, uint64_t v, int per_thread)
+{
+    if (fgr_resume >= 0) {
+        struct ticket *t = &tickets[fgr_resume];
+        fgr_resume = -1;
+        CUresult r = t->result;
+        release(t);
+        if (kind == FGR_AFTER_STREAM)
+            return r == CUDA_SUCCESS ? FGR_GO : r; /* waited: now the call itself */
+        return r;
+    }
+    if (!fgr_may_pend || !d.ev_create)
+        return FGR_GO;
+    int slot = -1;
+    for (int i = 0; i < FGR_MAX_TICKETS && slot < 0; i++)
+        if (__atomic_load_n(&tickets[i].state, __ATOMIC_ACQUIRE) == FREE)
+            slot = i;
+    if (slot < 0)
+        return FGR_GO; /* as many waits as tickets: this one holds the connection */
+    struct ticket *t = &tickets[slot];
+    *t = (struct ticket){.state = FREE, .kind = kind, .op = fgr_current_op, .arg = v};
+    if (d.getcur(&t->ctx) != CUDA_SUCCESS)
+        return FGR_GO;
+    if (kind == FGR_WAIT_STREAM || kind == FGR_AFTER_STREAM) {
+        CUstream s = (CUstream)(uintptr_t)v;
+        CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+        CUresult (*capturing)(CUstream, CUstreamCaptureStatus *) = per_thread ? fgr_drv.capturing_pt : fgr_drv.capturing;
+        CUresult (*record)(CUevent, CUstream) = per_thread ? d.ev_record_pt : d.ev_record;
+        /* A capturing stream answers a wait with an error, made as it came. */
+        if (!record || !capturing || capturing(s, &st) != CUDA_SUCCESS || st != CU_STREAM_CAPTURE_STATUS_NONE)
+            return FGR_GO;
+        if (d.ev_create(&t->ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
+            return FGR_GO;
+        t->own_ev = 1;
+        if (record(t->ev, s) != CUDA_SUCCESS || d.ev_query(t->ev) != CUDA_ERROR_NOT_READY) {
+            release(t);
+            return FGR_GO;
+        }
+    } else if (kind == FGR_WAIT_EVENT) {
+        t->ev = (CUevent)(uintptr_t)v;
+        if (d.ev_query(t->ev) != CUDA_ERROR_NOT_READY)
+            return FGR_GO;
+    }
+    t->id = (uint32_t)slot | (++generation << 8);
+    __atomic_store_n(&t->state, WAITING, __ATOMIC_RELEASE);
+    fgr_parked = slot;
+    return FGR_WAITING;
+}
+
+int fgr_ticket_poll(int slot)
+{
+    struct ticket *t = &tickets[slot];
+    int st = __atomic_load_n(&t->state, __ATOMIC_ACQUIRE);
+    if (st != WAITING || t->helped || t->kind == FGR_WAIT_CONTEXT)
+        return st == DONE;
+    CUresult r = d.ev_query(t->ev);
+    if (r == CUDA_ERROR_NOT_READY)
+        return 0;
+    t->result = r;
+    __atomic_store_n(&t->state, DONE, __ATOMIC_RELEASE);
+    return 1;
+}
+
+int fgr_ticket_help(int slot)
+{
+    struct ticket *t = &tickets[slot];
+    if (t->helped || __atomic_load_n(&t->state, __ATOMIC_ACQUIRE) != WAITING)
+        return 0;
+    pthread_attr_t a;
+    pthread_t th;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&a, 256 << 10);
+    int e = pthread_create(&th, &a, helper, t);
+    pthread_attr_destroy(&a);
+    if (e) {
+        fgr_logf("no thread to wait with (%s): a wait holds the connection", strerror(e));
+        return -1;
+    }
+    t->helped = 1;
+    return 0;
+}
+
+void fgr_ticket_block(int slot)
+{
+    helper(&tickets[slot]);
+    fgr_bell_drain();
+}
+
+uint32_t fgr_ticket_id(int slot) { return tickets[slot].id; }
+
+void fgr_ticket_release(int slot) { release(&tickets[slot]); }
+
+int fgr_ticket_after(int slot) { return tickets[slot].kind == FGR_AFTER_STREAM; }
+
+int fgr_ticket_can_poll(int slot) { return tickets[slot].kind != FGR_WAIT_CONTEXT; }
+
+int fgr_tickets_done_besides(int slot)
+{
+    for (int i = 0; i < FGR_MAX_TICKETS; i++)
+        if (i != slot && __atomic_load_n(&tickets[i].state, __ATOMIC_ACQUIRE) == DONE)
+            return 1;
+    return 0;
+}
+
+int fgr_tickets_waiting(void)
+{
+    for (int i = 0; i < FGR_MAX_TICKETS; i++)
+        if (__atomic_load_n(&tickets[i].state, __ATOMIC_ACQUIRE) == WAITING)
+            return 1;
+    return 0;
+}
+
+void fgr_bell_drain(void)
+{
+    uint64_t n;
+    while (read(bell, &n, sizeof n) > 0)
+        ;
+}
+
+/* fgrWaitTickets: the tickets that ended (at most cap), each with its
+ * wait's answer; none yet parks the request while any is waiting. The
+ * first error of queued calls goes with the first ticket that succeeded,
+ * as a syncpoint's answer would carry it. */
+static CUresult wait_tickets(unsigned *ids, CUresult *results, unsigned cap, unsigned *count)
+{
+    if (!count || (cap && (!ids || !results)))
+        return CUDA_ERROR_INVALID_VALUE;
+    unsigned n = 0;
+    for (int i = 0; i < FGR_MAX_TICKETS && n < cap; i++) {
+        struct ticket *t = &tickets[i];
+        if (!fgr_ticket_poll(i))
+            continue;
+        ids[n] = t->id;
+        results[n] = t->result;
+        if (results[n] == CUDA_SUCCESS && t->kind != FGR_AFTER_STREAM) {
+            results[n] = fgr_deferred;
+            fgr_deferred = CUDA_SUCCESS;
+        }
+        n++;
+        release(t);
+    }
+    if (n == 0 && fgr_may_pend && fgr_tickets_waiting()) {
+        fgr_parked = FGR_PARKED_ANY;
+        return FGR_WAITING;
+    }
+    *count = n;
+    return CUDA_SUCCESS;
+}
