@@ -53,7 +53,10 @@ enum { RING = 256 };                  /* launches tracked in flight per GPU, at 
 #define AHEAD_NS 4000000ll            /* tracked work let ahead of completions... */
 #endif
 #ifndef AHEAD_SHORT_NS
-#define AHEAD_SHORT_NS 500000ll       /* ...under a cap, or when a higher priority may come */
+#define AHEAD_SHORT_NS 500000ll       /* ...under a cap... */
+#endif
+#ifndef AHEAD_BELOW_NS
+#define AHEAD_BELOW_NS 250000ll       /* ...or when a higher priority may come */
 #endif
 #ifndef POLL_NS
 #define POLL_NS 500000ull             /* a waiter looks at the holder this often */
@@ -619,7 +622,7 @@ static void gate(struct gpu *g)
              * priority, what it may find running when it comes. */
             int below = present && higher_present(g);
             if ((present || cap) && g->count >= (below ? 1u : 2u) &&
-                (queued >= (cap || below ? AHEAD_SHORT_NS : AHEAD_NS) || g->count >= RING)) {
+                (queued >= (below ? AHEAD_BELOW_NS : cap ? AHEAD_SHORT_NS : AHEAD_NS) || g->count >= RING)) {
                 wait_oldest(g);
                 continue;
             }
