@@ -121,6 +121,8 @@ void *fgr_tls_connect(int fd, const char *host, const char *addr);
 int fgr_tls_write_all(void *s, const void *p, size_t n);
 int fgr_tls_read_all(void *s, void *p, size_t n);
 void fgr_tls_free(void *s);
+/* In a forked child: the parent's session is not ours, nor its lock. */
+void fgr_tls_forked(void);
 
 /* Connects and shakes hands once per process (again in a forked child). */
 CUresult fgr_connect(void);

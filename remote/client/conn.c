@@ -9,8 +9,7 @@
  * meanwhile, and a thread that needs an answer of its own first sends
  * fgrNudge, which makes the executor answer the waiting call "pending"
  * with a ticket (remote/executor/wait.c). Threads holding tickets take
- * turns asking fgrWaitTickets which have ended. Not over tls://, where one
- * OpenSSL session cannot read and write from two threads at once. */
+ * turns asking fgrWaitTickets which have ended. */
 #include "client.h"
 #include "../ring.h"
 
@@ -869,7 +868,7 @@ CUresult fgr_roundtrip(struct fgr_call *c)
     }
     fgr_finish_frame(&c->w);
     count_call(c->op, 1);
-    if ((fgr_op_waits[c->op] || c->op == FGR_OP_fgrWaitTickets) && !conn_tls && !c->w.tail)
+    if ((fgr_op_waits[c->op] || c->op == FGR_OP_fgrWaitTickets) && !c->w.tail)
         return roundtrip_waiting(c);
     if (fgr_buf_write(&c->w, write_conn)) {
         r = lost("sending a call", errno);
@@ -951,6 +950,7 @@ static void forked_child(void)
         close(conn_fd);
     conn_fd = -1;
     conn_tls = NULL; /* the parent's session: not freed here, where a lock of it may be held */
+    fgr_tls_forked();
     fgr_ring_close(&conn_ring); /* our view of the parent's rings */
     conn_broken = 0;
     conn_refused = CUDA_SUCCESS;

@@ -3,12 +3,19 @@
  * or tcp:// never load it, and the library needs no OpenSSL to build.
  * The server's certificate is verified against FLEXGV_REMOTE_CA_FILE, or
  * the system's trusted certificates, and must name the host (or IP
- * address) the program connects to. */
+ * address) the program connects to.
+ *
+ * One thread may read (an answer to a wait, remote/client/conn.c) while
+ * another writes, and an OpenSSL session takes one call at a time: each
+ * call is made under a lock, on a non-blocking socket, and a side that
+ * must wait for the socket waits without the lock. */
 #include "client.h"
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,9 +54,17 @@ enum {
     TLSEXT_NAMETYPE_host_name = 0,
     SSL_CTRL_SET_MIN_PROTO_VERSION = 123,
     TLS1_3_VERSION = 0x0304,
+    SSL_ERROR_WANT_READ = 2,
+    SSL_ERROR_WANT_WRITE = 3,
     SSL_ERROR_SYSCALL = 5,
     SSL_ERROR_ZERO_RETURN = 6,
+    SSL_CTRL_MODE = 33,
+    SSL_MODE_ENABLE_PARTIAL_WRITE = 1,
+    SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER = 2,
 };
+
+static pthread_mutex_t session_lock = PTHREAD_MUTEX_INITIALIZER;
+static int session_fd = -1;
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static char load_error[256];
@@ -196,7 +211,40 @@ void *fgr_tls_connect(int fd, const char *host, const char *addr)
         ossl.ssl_free(s);
         return NULL;
     }
+    /* From here on, every call under session_lock (see the top). */
+    ossl.ctrl(s, SSL_CTRL_MODE, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER, NULL);
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    session_fd = fd;
     return s;
+}
+
+/* One read or write of up to n bytes under the lock, waiting for the
+ * socket without it: the bytes moved, or -1 (errno 0 for an orderly
+ * close). */
+static int step(void *s, void *p, size_t n, int writing)
+{
+    int chunk = n > (1u << 30) ? 1 << 30 : (int)n;
+    for (;;) {
+        pthread_mutex_lock(&session_lock);
+        errno = 0;
+        int k = writing ? ossl.write(s, p, chunk) : ossl.read(s, p, chunk);
+        int e = k > 0 ? 0 : ossl.get_error(s, k), err = errno;
+        if (k <= 0 && e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE)
+            while (ossl.err_get())
+                ;
+        pthread_mutex_unlock(&session_lock);
+        if (k > 0)
+            return k;
+        if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+            struct pollfd w = {.fd = session_fd, .events = e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT};
+            if (poll(&w, 1, -1) < 0 && errno != EINTR)
+                return -1;
+            continue;
+        }
+        /* An orderly close is errno 0, as fgr_read_all says it. */
+        errno = e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && err == 0) ? 0 : err ? err : EPROTO;
+        return -1;
+    }
 }
 
 int fgr_tls_write_all(void *s, const void *p, size_t n)
@@ -205,10 +253,8 @@ int fgr_tls_write_all(void *s, const void *p, size_t n)
     struct nopipe np;
     nopipe_begin(&np);
     while (n) {
-        int chunk = n > (1u << 30) ? 1 << 30 : (int)n;
-        errno = 0;
-        int k = ossl.write(s, c, chunk);
-        if (k <= 0) {
+        int k = step(s, (void *)c, n, 1);
+        if (k < 0) {
             if (!errno)
                 errno = EPROTO;
             nopipe_end(&np);
@@ -227,18 +273,8 @@ int fgr_tls_read_all(void *s, void *p, size_t n)
     struct nopipe np;
     nopipe_begin(&np);
     while (n) {
-        int chunk = n > (1u << 30) ? 1 << 30 : (int)n;
-        errno = 0;
-        int k = ossl.read(s, c, chunk);
-        if (k <= 0) {
-            int e = ossl.get_error(s, k);
-            /* An orderly close is errno 0, as fgr_read_all says it. */
-            if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && errno == 0))
-                errno = 0;
-            else if (!errno)
-                errno = EPROTO;
-            while (ossl.err_get())
-                ;
+        int k = step(s, c, n, 0);
+        if (k < 0) {
             nopipe_end(&np);
             return -1;
         }
@@ -253,6 +289,15 @@ void fgr_tls_free(void *s)
 {
     struct nopipe np;
     nopipe_begin(&np);
+    pthread_mutex_lock(&session_lock);
     ossl.ssl_free(s);
+    session_fd = -1;
+    pthread_mutex_unlock(&session_lock);
     nopipe_end(&np);
+}
+
+void fgr_tls_forked(void)
+{
+    pthread_mutex_init(&session_lock, NULL);
+    session_fd = -1;
 }

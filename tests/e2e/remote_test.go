@@ -379,7 +379,7 @@ func TestRemoteWaitsLetOtherThreadsGoOn(t *testing.T) {
 		!strings.Contains(local.stdout, "the shorter ended first: yes") {
 		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
 	}
-	printsAsLocally(t, local, "waiters", "unix", "shm", "tcp")
+	printsAsLocally(t, local, "waiters", "unix", "shm", "tcp", "tls")
 }
 
 // Host functions and stream callbacks are the program's own code: they run
