@@ -23,7 +23,7 @@ INCS     := -Iinclude -Iinclude/flexgv -I$(NVML_INC)
 SHIM_SRC := $(wildcard shim/*.c)
 SIM_SRC  := simgpu/state.c simgpu/core.c simgpu/memory.c simgpu/exec.c simgpu/capture.c simgpu/graph.c simgpu/exports.c simgpu/tensormap.c simgpu/procs_gen.c
 HDRS     := $(wildcard include/flexgv/*.h include/flexgv/*.def shim/*.h shim/*.inc simgpu/*.h)
-CLIENTS  := rtlike direct dlsymclient threads forker nvmlclient nvmlremote nocuda launchloop nextlib_user hookmap holder memclient captureclient exportclient cudartclient optclient blaslike spinner copier procutil hostfunc mapped memset2d copy3d waiters
+CLIENTS  := rtlike direct dlsymclient threads forker nvmlclient nvmlremote nocuda launchloop nextlib_user hookmap holder memclient captureclient exportclient cudartclient optclient blaslike spinner copier procutil hostfunc mapped memset2d copy3d waiters nvmlprocs
 GO_SRC   := $(shell find cmd internal proto -name '*.go') go.mod go.sum
 
 .PHONY: all shim sim cli clients remote test demo clean gen-check FORCE
@@ -103,7 +103,7 @@ $(BUILD)/tests/cudartclient: tests/clients/cudartclient.c tests/clients/common.h
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) $(INCS) -Iremote/client -o $@ $< remote/client/integrity.c -L$(BUILD)/sim -lcuda -ldl -lpthread
 
-$(BUILD)/tests/nvmlclient: tests/clients/nvmlclient.c tests/clients/nvmlcheck.h $(HDRS) $(BUILD)/sim/libnvidia-ml.so.1
+$(BUILD)/tests/nvmlclient $(BUILD)/tests/nvmlprocs: $(BUILD)/tests/%: tests/clients/%.c tests/clients/nvmlcheck.h $(HDRS) $(BUILD)/sim/libnvidia-ml.so.1
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) $(INCS) -o $@ $< -L$(BUILD)/sim -lnvidia-ml
 

@@ -3,7 +3,7 @@
 # machine with an NVIDIA driver, nvcc and PyTorch, with build/ made by `make`
 # (`make GOTAGS=nok8s` keeps the CLI small where build/ is copied over):
 #     scripts/gpu-e2e.sh OUTDIR [SECTION...]
-# Sections (default: all): decl counts hookmap torch bench quota isolation computecap quotabench shares sharetrain priority prioritygraph
+# Sections (default: all): decl counts hookmap torch bench quota isolation nvmlprocs computecap quotabench shares sharetrain priority prioritygraph
 # (PAIRS="flexgv" runs only some of the priority sections' ways of sharing;
 # SHARE_S=60 TRAIN_S=60 make the share runs last a minute each)
 # Checks our driver declarations against the real headers, traces CUDA
@@ -14,7 +14,7 @@
 set -u -o pipefail
 OUT=$(mkdir -p "${1:-gpu-out}" && cd "${1:-gpu-out}" && pwd)
 shift || true
-SECTIONS=${*:-decl counts hookmap torch bench quota isolation computecap quotabench shares sharetrain priority prioritygraph}
+SECTIONS=${*:-decl counts hookmap torch bench quota isolation nvmlprocs computecap quotabench shares sharetrain priority prioritygraph}
 ROUNDS=${ROUNDS:-7} # rounds of the throughput benchmarks
 PAIRS=${PAIRS:-timeslice mps mps50 mpsflexgv flexgv} # how the priority sections share the GPU
 SHARE_S=${SHARE_S:-24} # seconds of the matmul share run (the change comes halfway)
@@ -229,6 +229,69 @@ fi
 if want isolation; then
 echo "== memory isolation: graph memory, capture, PyTorch graphs, devices by UUID (scripts/gpu-isolation.sh)"
 source scripts/gpu-isolation.sh "$OUT"
+fi
+
+if want nvmlprocs; then
+echo "== NVML inside a tenant: its own processes only (tenant a in a PID namespace of its own)"
+if gcc -std=gnu11 -O2 -Wall -I"$CUDA/include" -o "$WORK/nvmlprocs" tests/clients/nvmlprocs.c \
+    -L"$CUDA/lib64/stubs" -lnvidia-ml; then
+    export HOLD='import sys, time, torch
+x = torch.empty(int(sys.argv[1]) << 20, dtype=torch.uint8, device="cuda")
+a = torch.randn(4096, 4096, device="cuda")
+torch.cuda.synchronize()
+print("ready", flush=True)
+t = time.time()
+while time.time() - t < 30:
+    a = (a @ a).clamp_(-1, 1)
+    torch.cuda.synchronize()' W=$WORK
+    ns=()
+    unshare -pf --mount-proc true 2>/dev/null && ns=(unshare -pf --mount-proc)
+    export FLEXGV_STATE_DIR=$WORK/nvml-state
+    # Tenant a as a container: its holder and, later, its viewer share a PID
+    # namespace (the viewer inherits the tenant from the shell).
+    "$FLEXGV" run --group a --mem 16GiB -- "${ns[@]}" sh -c 'python3 -c "$HOLD" 1024 >"$W/hold-a.out" 2>&1 &
+        for _ in $(seq 90); do [ -e "$W/go" ] && break; sleep 1; done
+        "$W/nvmlprocs" >"$W/nvml-a.txt" 2>&1
+        wait' &
+    ha=$!
+    for _ in $(seq 60); do grep -q ready "$WORK/hold-a.out" 2>/dev/null && break; sleep 1; done
+    "$FLEXGV" run --group b --mem 16GiB -- python3 -c "$HOLD" 4096 >"$WORK/hold-b.out" 2>&1 &
+    hb=$!
+    for _ in $(seq 60); do grep -q ready "$WORK/hold-b.out" && break; sleep 1; done
+    sleep 2
+    "$WORK/nvmlprocs" >"$WORK/nvml-outside.txt" 2>&1
+    "$FLEXGV" run --group b -- "$WORK/nvmlprocs" >"$WORK/nvml-b.txt" 2>&1
+    "$FLEXGV" run --group a -- "$WORK/nvmlprocs" >"$WORK/nvml-a-host.txt" 2>&1
+    touch "$WORK/go"
+    for _ in $(seq 30); do [ -s "$WORK/nvml-a.txt" ] && break; sleep 1; done
+    echo "tenant a in a PID namespace of its own: ${ns[*]:-no (unshare refused)}"
+    for f in outside a b a-host; do echo "-- $f:" && cat "$WORK/nvml-$f.txt"; done
+    if python3 - "$WORK"/nvml-{outside,a,b}.txt <<'PY'; then
+import re, sys
+def procs(f):
+    m = re.search(r"^processes:(.*)$", open(f).read(), re.M)
+    return {} if not m else {int(p): int(b) for p, b in re.findall(r"(\d+):(\d+)MiB", m.group(1))}
+def busy(f):
+    m = re.search(r"^busy:(.*)$", open(f).read(), re.M)
+    return set() if not m else {int(p) for p in re.findall(r"\d+", m.group(1))}
+out, a, b = (procs(f) for f in sys.argv[1:])
+# a holds 1 GiB, b 4 GiB: outside both are listed, in each tenant its own alone
+# (pids as the tenant's namespace has them)
+ok = len(out) == 2 and len(a) == 1 and len(b) == 1
+ok = ok and sorted(out.values()) == [list(a.values())[0], list(b.values())[0]]
+ok = ok and busy(sys.argv[2]) <= set(a) and busy(sys.argv[3]) <= set(b)
+sys.exit(0 if ok else 1)
+PY
+        pass "NVML in a tenant lists its own processes and their utilization alone"
+    else
+        fail "NVML in a tenant lists other tenants' processes, or not its own (above)"
+    fi
+    kill $ha $hb 2>/dev/null
+    wait $ha $hb 2>/dev/null
+    unset FLEXGV_STATE_DIR HOLD W
+else
+    fail "nvmlprocs: build"
+fi
 fi
 
 if want computecap; then

@@ -200,6 +200,9 @@ const char *const fg_api_names[FG_NUM_APIS] = {
     "nvmlDeviceGetMemoryInfo_v2",
     "nvmlDeviceGetUtilizationRates",
     "nvmlDeviceGetComputeRunningProcesses_v3",
+    "nvmlDeviceGetGraphicsRunningProcesses_v3",
+    "nvmlDeviceGetMPSComputeRunningProcesses_v3",
+    "nvmlDeviceGetProcessUtilization",
 };
 
 const char *const fg_api_bases[FG_NUM_APIS] = {
@@ -401,6 +404,9 @@ const char *const fg_api_bases[FG_NUM_APIS] = {
     "nvmlDeviceGetMemoryInfo",
     "nvmlDeviceGetUtilizationRates",
     "nvmlDeviceGetComputeRunningProcesses",
+    "nvmlDeviceGetGraphicsRunningProcesses",
+    "nvmlDeviceGetMPSComputeRunningProcesses",
+    "nvmlDeviceGetProcessUtilization",
 };
 
 /* Ids ordered by name, for binary search in dlsym. */
@@ -596,9 +602,12 @@ const unsigned short fg_api_by_name[FG_NUM_APIS] = {
     FG_API_cuThreadExchangeStreamCaptureMode,
     FG_API_nvmlDeviceGetComputeRunningProcesses_v3,
     FG_API_nvmlDeviceGetCount_v2,
+    FG_API_nvmlDeviceGetGraphicsRunningProcesses_v3,
     FG_API_nvmlDeviceGetHandleByIndex_v2,
+    FG_API_nvmlDeviceGetMPSComputeRunningProcesses_v3,
     FG_API_nvmlDeviceGetMemoryInfo,
     FG_API_nvmlDeviceGetMemoryInfo_v2,
+    FG_API_nvmlDeviceGetProcessUtilization,
     FG_API_nvmlDeviceGetUtilizationRates,
     FG_API_nvmlInitWithFlags,
     FG_API_nvmlInit_v2,
@@ -619,7 +628,7 @@ unsigned char fg_policy_on[FG_NUM_POLICIES] = {
 /* The hooks each policy acts on, diverted when it is enabled. */
 static const unsigned short hooks_procaddr[] = {FG_API_cuGetProcAddress, FG_API_cuGetProcAddress_v2, 0xffff};
 static const unsigned short hooks_census[] = {FG_API_cuGetExportTable, 0xffff};
-static const unsigned short hooks_mem[] = {FG_API_cuInit, FG_API_cuDeviceTotalMem_v2, FG_API_cuDevicePrimaryCtxRetain, FG_API_cuDevicePrimaryCtxRelease_v2, FG_API_cuDevicePrimaryCtxReset_v2, FG_API_cuCtxCreate_v2, FG_API_cuCtxCreate_v4, FG_API_cuCtxDestroy_v2, FG_API_cuCtxSynchronize, FG_API_cuCtxSynchronize_v2, FG_API_cuCtxSetLimit, FG_API_cuMemGetInfo_v2, FG_API_cuMemAlloc_v2, FG_API_cuMemAllocPitch_v2, FG_API_cuMemFree_v2, FG_API_cuMemAllocManaged, FG_API_cuMemAllocAsync, FG_API_cuMemAllocAsync_ptsz, FG_API_cuMemAllocFromPoolAsync, FG_API_cuMemAllocFromPoolAsync_ptsz, FG_API_cuMemPoolCreate, FG_API_cuMemPoolDestroy, FG_API_cuMemPoolTrimTo, FG_API_cuMemCreate, FG_API_cuMemRelease, FG_API_cuMemMap, FG_API_cuMemUnmap, FG_API_cuArrayCreate_v2, FG_API_cuArray3DCreate_v2, FG_API_cuArrayDestroy, FG_API_cuMipmappedArrayCreate, FG_API_cuMipmappedArrayDestroy, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuDeviceGraphMemTrim, FG_API_cuGraphInstantiateWithFlags, FG_API_cuGraphInstantiateWithParams, FG_API_cuGraphInstantiateWithParams_ptsz, FG_API_cuGraphUpload, FG_API_cuGraphUpload_ptsz, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, FG_API_cuGraphExecDestroy, FG_API_nvmlDeviceGetMemoryInfo, FG_API_nvmlDeviceGetMemoryInfo_v2, 0xffff};
+static const unsigned short hooks_mem[] = {FG_API_cuInit, FG_API_cuDeviceTotalMem_v2, FG_API_cuDevicePrimaryCtxRetain, FG_API_cuDevicePrimaryCtxRelease_v2, FG_API_cuDevicePrimaryCtxReset_v2, FG_API_cuCtxCreate_v2, FG_API_cuCtxCreate_v4, FG_API_cuCtxDestroy_v2, FG_API_cuCtxSynchronize, FG_API_cuCtxSynchronize_v2, FG_API_cuCtxSetLimit, FG_API_cuMemGetInfo_v2, FG_API_cuMemAlloc_v2, FG_API_cuMemAllocPitch_v2, FG_API_cuMemFree_v2, FG_API_cuMemAllocManaged, FG_API_cuMemAllocAsync, FG_API_cuMemAllocAsync_ptsz, FG_API_cuMemAllocFromPoolAsync, FG_API_cuMemAllocFromPoolAsync_ptsz, FG_API_cuMemPoolCreate, FG_API_cuMemPoolDestroy, FG_API_cuMemPoolTrimTo, FG_API_cuMemCreate, FG_API_cuMemRelease, FG_API_cuMemMap, FG_API_cuMemUnmap, FG_API_cuArrayCreate_v2, FG_API_cuArray3DCreate_v2, FG_API_cuArrayDestroy, FG_API_cuMipmappedArrayCreate, FG_API_cuMipmappedArrayDestroy, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuDeviceGraphMemTrim, FG_API_cuGraphInstantiateWithFlags, FG_API_cuGraphInstantiateWithParams, FG_API_cuGraphInstantiateWithParams_ptsz, FG_API_cuGraphUpload, FG_API_cuGraphUpload_ptsz, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, FG_API_cuGraphExecDestroy, FG_API_nvmlDeviceGetMemoryInfo, FG_API_nvmlDeviceGetMemoryInfo_v2, FG_API_nvmlDeviceGetComputeRunningProcesses_v3, FG_API_nvmlDeviceGetGraphicsRunningProcesses_v3, FG_API_nvmlDeviceGetMPSComputeRunningProcesses_v3, FG_API_nvmlDeviceGetProcessUtilization, 0xffff};
 static const unsigned short hooks_compute[] = {FG_API_cuCtxSynchronize, FG_API_cuCtxSynchronize_v2, FG_API_cuMemcpyHtoD_v2, FG_API_cuMemcpyHtoD_v2_ptds, FG_API_cuMemcpyDtoH_v2, FG_API_cuMemcpyDtoH_v2_ptds, FG_API_cuMemcpyDtoD_v2, FG_API_cuMemcpyDtoD_v2_ptds, FG_API_cuMemcpy, FG_API_cuMemcpy_ptds, FG_API_cuMemcpyHtoDAsync_v2, FG_API_cuMemcpyHtoDAsync_v2_ptsz, FG_API_cuMemcpyDtoHAsync_v2, FG_API_cuMemcpyDtoHAsync_v2_ptsz, FG_API_cuMemcpyDtoDAsync_v2, FG_API_cuMemcpyDtoDAsync_v2_ptsz, FG_API_cuMemcpyAsync, FG_API_cuMemcpyAsync_ptsz, FG_API_cuMemcpyPeer, FG_API_cuMemcpyPeer_ptds, FG_API_cuMemcpyPeerAsync, FG_API_cuMemcpyPeerAsync_ptsz, FG_API_cuMemcpy2D_v2, FG_API_cuMemcpy2D_v2_ptds, FG_API_cuMemcpy2DUnaligned_v2, FG_API_cuMemcpy2DUnaligned_v2_ptds, FG_API_cuMemcpy2DAsync_v2, FG_API_cuMemcpy2DAsync_v2_ptsz, FG_API_cuMemcpy3D_v2, FG_API_cuMemcpy3D_v2_ptds, FG_API_cuMemcpy3DAsync_v2, FG_API_cuMemcpy3DAsync_v2_ptsz, FG_API_cuMemsetD8_v2, FG_API_cuMemsetD8_v2_ptds, FG_API_cuMemsetD32_v2, FG_API_cuMemsetD32_v2_ptds, FG_API_cuMemsetD8Async, FG_API_cuMemsetD8Async_ptsz, FG_API_cuMemsetD32Async, FG_API_cuMemsetD32Async_ptsz, FG_API_cuMemsetD16_v2, FG_API_cuMemsetD16_v2_ptds, FG_API_cuMemsetD16Async, FG_API_cuMemsetD16Async_ptsz, FG_API_cuMemsetD2D8_v2, FG_API_cuMemsetD2D8_v2_ptds, FG_API_cuMemsetD2D8Async, FG_API_cuMemsetD2D8Async_ptsz, FG_API_cuMemsetD2D16_v2, FG_API_cuMemsetD2D16_v2_ptds, FG_API_cuMemsetD2D16Async, FG_API_cuMemsetD2D16Async_ptsz, FG_API_cuMemsetD2D32_v2, FG_API_cuMemsetD2D32_v2_ptds, FG_API_cuMemsetD2D32Async, FG_API_cuMemsetD2D32Async_ptsz, FG_API_cuLaunchKernel, FG_API_cuLaunchKernel_ptsz, FG_API_cuLaunchKernelEx, FG_API_cuLaunchKernelEx_ptsz, FG_API_cuLaunchCooperativeKernel, FG_API_cuLaunchCooperativeKernel_ptsz, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, 0xffff};
 
 void fg_policy_enable(enum fg_policy p)
@@ -4224,9 +4233,9 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_
     if (real == NULL)
         return (nvmlReturn_t)fg_missing(FG_API_nvmlDeviceGetComputeRunningProcesses_v3);
     if (!fg_tracing)
-        return real(device, infoCount, infos);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_nvmlDeviceGetComputeRunningProcesses_v3(real, device, infoCount, infos) : real(device, infoCount, infos));
     uint64_t t0 = fg_now_ns();
-    nvmlReturn_t r = real(device, infoCount, infos);
+    nvmlReturn_t r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_nvmlDeviceGetComputeRunningProcesses_v3(real, device, infoCount, infos) : real(device, infoCount, infos));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_nvmlDeviceGetComputeRunningProcesses_v3, r != 0, dt, 0);
     if (fg_logging)
@@ -4235,6 +4244,60 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_
 }
 
 FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 197)
+
+FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
+{
+    fg_real_nvmlDeviceGetGraphicsRunningProcesses_v3 real = (fg_real_nvmlDeviceGetGraphicsRunningProcesses_v3)fg_real_fn(FG_API_nvmlDeviceGetGraphicsRunningProcesses_v3);
+    if (real == NULL)
+        return (nvmlReturn_t)fg_missing(FG_API_nvmlDeviceGetGraphicsRunningProcesses_v3);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_nvmlDeviceGetGraphicsRunningProcesses_v3(real, device, infoCount, infos) : real(device, infoCount, infos));
+    uint64_t t0 = fg_now_ns();
+    nvmlReturn_t r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_nvmlDeviceGetGraphicsRunningProcesses_v3(real, device, infoCount, infos) : real(device, infoCount, infos));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_nvmlDeviceGetGraphicsRunningProcesses_v3, r != 0, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_nvmlDeviceGetGraphicsRunningProcesses_v3, (int)r, dt, "device=%p, infoCount=%p, infos=%p", (const void *)device, (const void *)infoCount, (const void *)infos);
+    return r;
+}
+
+FG_FAST_PATH(nvmlDeviceGetGraphicsRunningProcesses_v3, 198)
+
+FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
+{
+    fg_real_nvmlDeviceGetMPSComputeRunningProcesses_v3 real = (fg_real_nvmlDeviceGetMPSComputeRunningProcesses_v3)fg_real_fn(FG_API_nvmlDeviceGetMPSComputeRunningProcesses_v3);
+    if (real == NULL)
+        return (nvmlReturn_t)fg_missing(FG_API_nvmlDeviceGetMPSComputeRunningProcesses_v3);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_nvmlDeviceGetMPSComputeRunningProcesses_v3(real, device, infoCount, infos) : real(device, infoCount, infos));
+    uint64_t t0 = fg_now_ns();
+    nvmlReturn_t r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_nvmlDeviceGetMPSComputeRunningProcesses_v3(real, device, infoCount, infos) : real(device, infoCount, infos));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_nvmlDeviceGetMPSComputeRunningProcesses_v3, r != 0, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_nvmlDeviceGetMPSComputeRunningProcesses_v3, (int)r, dt, "device=%p, infoCount=%p, infos=%p", (const void *)device, (const void *)infoCount, (const void *)infos);
+    return r;
+}
+
+FG_FAST_PATH(nvmlDeviceGetMPSComputeRunningProcesses_v3, 199)
+
+FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization, unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp)
+{
+    fg_real_nvmlDeviceGetProcessUtilization real = (fg_real_nvmlDeviceGetProcessUtilization)fg_real_fn(FG_API_nvmlDeviceGetProcessUtilization);
+    if (real == NULL)
+        return (nvmlReturn_t)fg_missing(FG_API_nvmlDeviceGetProcessUtilization);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_nvmlDeviceGetProcessUtilization(real, device, utilization, processSamplesCount, lastSeenTimeStamp) : real(device, utilization, processSamplesCount, lastSeenTimeStamp));
+    uint64_t t0 = fg_now_ns();
+    nvmlReturn_t r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_nvmlDeviceGetProcessUtilization(real, device, utilization, processSamplesCount, lastSeenTimeStamp) : real(device, utilization, processSamplesCount, lastSeenTimeStamp));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_nvmlDeviceGetProcessUtilization, r != 0, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_nvmlDeviceGetProcessUtilization, (int)r, dt, "device=%p, utilization=%p, processSamplesCount=%p, lastSeenTimeStamp=0x%llx", (const void *)device, (const void *)utilization, (const void *)processSamplesCount, (unsigned long long)lastSeenTimeStamp);
+    return r;
+}
+
+FG_FAST_PATH(nvmlDeviceGetProcessUtilization, 200)
 
 void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuInit,
@@ -4435,4 +4498,7 @@ void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)nvmlDeviceGetMemoryInfo_v2,
     (void *)nvmlDeviceGetUtilizationRates,
     (void *)nvmlDeviceGetComputeRunningProcesses_v3,
+    (void *)nvmlDeviceGetGraphicsRunningProcesses_v3,
+    (void *)nvmlDeviceGetMPSComputeRunningProcesses_v3,
+    (void *)nvmlDeviceGetProcessUtilization,
 };

@@ -200,6 +200,9 @@ typedef nvmlReturn_t (*fg_real_nvmlDeviceGetMemoryInfo)(nvmlDevice_t device, nvm
 typedef nvmlReturn_t (*fg_real_nvmlDeviceGetMemoryInfo_v2)(nvmlDevice_t device, nvmlMemory_v2_t *memory);
 typedef nvmlReturn_t (*fg_real_nvmlDeviceGetUtilizationRates)(nvmlDevice_t device, nvmlUtilization_t *utilization);
 typedef nvmlReturn_t (*fg_real_nvmlDeviceGetComputeRunningProcesses_v3)(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos);
+typedef nvmlReturn_t (*fg_real_nvmlDeviceGetGraphicsRunningProcesses_v3)(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos);
+typedef nvmlReturn_t (*fg_real_nvmlDeviceGetMPSComputeRunningProcesses_v3)(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos);
+typedef nvmlReturn_t (*fg_real_nvmlDeviceGetProcessUtilization)(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization, unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp);
 
 /* The policies, outermost first (tools/gen/api.go). */
 enum fg_policy {
@@ -326,5 +329,9 @@ CUresult fg_compute_cuGraphLaunch_ptsz(fg_real_cuGraphLaunch_ptsz next, CUgraphE
 CUresult fg_mem_cuGraphExecDestroy(fg_real_cuGraphExecDestroy next, CUgraphExec hGraphExec);
 nvmlReturn_t fg_mem_nvmlDeviceGetMemoryInfo(fg_real_nvmlDeviceGetMemoryInfo next, nvmlDevice_t device, nvmlMemory_t *memory);
 nvmlReturn_t fg_mem_nvmlDeviceGetMemoryInfo_v2(fg_real_nvmlDeviceGetMemoryInfo_v2 next, nvmlDevice_t device, nvmlMemory_v2_t *memory);
+nvmlReturn_t fg_mem_nvmlDeviceGetComputeRunningProcesses_v3(fg_real_nvmlDeviceGetComputeRunningProcesses_v3 next, nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos);
+nvmlReturn_t fg_mem_nvmlDeviceGetGraphicsRunningProcesses_v3(fg_real_nvmlDeviceGetGraphicsRunningProcesses_v3 next, nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos);
+nvmlReturn_t fg_mem_nvmlDeviceGetMPSComputeRunningProcesses_v3(fg_real_nvmlDeviceGetMPSComputeRunningProcesses_v3 next, nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos);
+nvmlReturn_t fg_mem_nvmlDeviceGetProcessUtilization(fg_real_nvmlDeviceGetProcessUtilization next, nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization, unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp);
 
 #endif

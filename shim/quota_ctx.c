@@ -117,6 +117,7 @@ static long long measured(const struct nvml_snapshot *before, const struct nvml_
         me = fresh;
     }
     __atomic_store_n(&nvml_pid, me, __ATOMIC_RELAXED);
+    fg_tenant_nvml_pid(me); /* the tenant's NVML lists know us by it */
     long long a = used_by(after, me), b = used_by(before, me);
     if (a < 0)
         return -1;

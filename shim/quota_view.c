@@ -1,8 +1,11 @@
 /* Memory quotas: what the tenant sees (the quota as the device in
- * cuMemGetInfo, cuDeviceTotalMem and NVML), the first CUDA call (where a
- * process takes its slot in the tenant), and setup. */
+ * cuMemGetInfo, cuDeviceTotalMem and NVML, its own processes in NVML's
+ * lists), the first CUDA call (where a process takes its slot in the
+ * tenant), and setup. */
 #include "memquota.h"
 
+#include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Shrinks a device's view to the quota of tenant entry e (free and used
@@ -78,6 +81,144 @@ nvmlReturn_t fg_mem_nvmlDeviceGetMemoryInfo_v2(fg_real_nvmlDeviceGetMemoryInfo_v
     if (r == NVML_SUCCESS)
         virtual_view(nvml_entry(d), &m->total, &m->free, &m->used);
     return r;
+}
+
+/* NVML's lists of processes, as a tenant sees them: its own processes
+ * alone (another tenant's pids, memory and GPU time are not its business).
+ * The whole list is asked for, kept to the tenant's, and answered with
+ * NVML's rules for the caller's room: INSUFFICIENT_SIZE and the count
+ * needed when it is short. A process of the tenant is known by its own
+ * pid, which is what NVML gives a caller in the same PID namespace (driver
+ * 580 translates pids into the caller's; measured), or by the pid NVML
+ * showed it when it made its first context, for a driver that gives pids
+ * of the root namespace. A tenant's processes in a namespace of their own
+ * are listed to callers in it (a container), not to the tenant's callers
+ * outside it. */
+
+/* The whole list from next (at most 64 Ki entries of size bytes): its
+ * entries in *all (free it), their number in *n; NVML's error otherwise. */
+static nvmlReturn_t whole_list(nvmlReturn_t (*ask)(void *ctx, void *buf, unsigned *n), void *ctx, size_t size,
+                               void **all, unsigned *n)
+{
+    unsigned cap = 64;
+    *all = NULL;
+    for (;;) {
+        void *b = realloc(*all, (size_t)cap * size);
+        if (!b) {
+            free(*all);
+            *all = NULL;
+            return NVML_ERROR_MEMORY;
+        }
+        *all = b;
+        *n = cap;
+        nvmlReturn_t r = ask(ctx, b, n);
+        if (r == NVML_ERROR_INSUFFICIENT_SIZE && *n > cap && *n <= 65536) {
+            cap = *n + 16; /* room for a few that start meanwhile */
+            continue;
+        }
+        if (r != NVML_SUCCESS) {
+            free(*all);
+            *all = NULL;
+        }
+        return r;
+    }
+}
+
+/* Keeps the tenant's entries of all (pid at offset pid_off), then answers
+ * the caller's (out, *count) by NVML's rules. */
+static nvmlReturn_t own_entries(void *all, unsigned n, size_t size, size_t pid_off, void *out, unsigned *count)
+{
+    unsigned kept = 0;
+    for (unsigned i = 0; i < n; i++) {
+        char *e = (char *)all + (size_t)i * size;
+        unsigned pid;
+        memcpy(&pid, e + pid_off, sizeof pid);
+        if (fg_tenant_has_pid(pid))
+            memmove((char *)all + (size_t)kept++ * size, e, size);
+    }
+    nvmlReturn_t r = NVML_SUCCESS;
+    if (kept > *count || (kept && !out))
+        r = NVML_ERROR_INSUFFICIENT_SIZE;
+    else if (kept)
+        memcpy(out, all, (size_t)kept * size);
+    *count = kept;
+    return r;
+}
+
+struct procs_ask {
+    nvmlReturn_t (*next)(nvmlDevice_t, unsigned *, nvmlProcessInfo_t *);
+    nvmlDevice_t d;
+};
+
+static nvmlReturn_t ask_procs(void *ctx, void *buf, unsigned *n)
+{
+    struct procs_ask *a = ctx;
+    return a->next(a->d, n, buf);
+}
+
+static nvmlReturn_t own_procs(nvmlReturn_t (*next)(nvmlDevice_t, unsigned *, nvmlProcessInfo_t *), nvmlDevice_t d,
+                              unsigned *count, nvmlProcessInfo_t *infos)
+{
+    if (!count)
+        return next(d, count, infos);
+    struct procs_ask a = {next, d};
+    void *all;
+    unsigned n;
+    nvmlReturn_t r = whole_list(ask_procs, &a, sizeof *infos, &all, &n);
+    if (r != NVML_SUCCESS)
+        return r;
+    r = own_entries(all, n, sizeof *infos, offsetof(nvmlProcessInfo_t, pid), infos, count);
+    free(all);
+    return r;
+}
+
+nvmlReturn_t fg_mem_nvmlDeviceGetComputeRunningProcesses_v3(fg_real_nvmlDeviceGetComputeRunningProcesses_v3 next,
+                                                             nvmlDevice_t d, unsigned *count, nvmlProcessInfo_t *infos)
+{
+    return own_procs(next, d, count, infos);
+}
+
+nvmlReturn_t fg_mem_nvmlDeviceGetGraphicsRunningProcesses_v3(fg_real_nvmlDeviceGetGraphicsRunningProcesses_v3 next,
+                                                              nvmlDevice_t d, unsigned *count, nvmlProcessInfo_t *infos)
+{
+    return own_procs(next, d, count, infos);
+}
+
+nvmlReturn_t fg_mem_nvmlDeviceGetMPSComputeRunningProcesses_v3(
+    fg_real_nvmlDeviceGetMPSComputeRunningProcesses_v3 next, nvmlDevice_t d, unsigned *count, nvmlProcessInfo_t *infos)
+{
+    return own_procs(next, d, count, infos);
+}
+
+struct util_ask {
+    fg_real_nvmlDeviceGetProcessUtilization next;
+    nvmlDevice_t d;
+    unsigned long long since;
+};
+
+static nvmlReturn_t ask_util(void *ctx, void *buf, unsigned *n)
+{
+    struct util_ask *a = ctx;
+    return a->next(a->d, buf, n, a->since);
+}
+
+/* Samples of the tenant's processes only; none is NOT_FOUND, as NVML
+ * answers when no process has one. */
+nvmlReturn_t fg_mem_nvmlDeviceGetProcessUtilization(fg_real_nvmlDeviceGetProcessUtilization next, nvmlDevice_t d,
+                                                    nvmlProcessUtilizationSample_t *samples, unsigned *count,
+                                                    unsigned long long since)
+{
+    if (!count)
+        return next(d, samples, count, since);
+    struct util_ask a = {next, d, since};
+    void *all;
+    unsigned n;
+    nvmlReturn_t r = whole_list(ask_util, &a, sizeof *samples, &all, &n);
+    if (r != NVML_SUCCESS)
+        return r;
+    r = own_entries(all, n, sizeof *samples, offsetof(nvmlProcessUtilizationSample_t, pid), samples, count);
+    free(all);
+    return r == NVML_SUCCESS && *count == 0 ? NVML_ERROR_NOT_FOUND : r;
 }
 
 /* The first CUDA call of a process: it takes its slot in the tenant here,

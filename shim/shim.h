@@ -99,6 +99,11 @@ void fg_tenant_after_fork(void);
 int fg_entry_of(int dev);
 int fg_uuid_entry(const char *uuid);
 int fg_index_entry(int nvml_index);
+/* Whether pid, as this process or NVML sees pids, is one of the tenant's
+ * processes; fg_tenant_nvml_pid records ours as NVML reports it (learnt
+ * when a context is made, quota_ctx.c). */
+int fg_tenant_has_pid(unsigned pid);
+void fg_tenant_nvml_pid(unsigned pid);
 uint64_t fg_entry_view(int entry, uint64_t *used);
 uint64_t fg_quota_of(int dev);
 uint64_t fg_ctx_estimate(int dev);

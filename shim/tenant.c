@@ -214,6 +214,7 @@ static int attached(void) { return fg_quota_on && once(&attach_state, do_attach)
 
 static void zero_slot(struct fg_tenant_slot *s)
 {
+    __atomic_store_n(&s->nvml_pid, 0, __ATOMIC_SEQ_CST);
     for (int d = 0; d < FG_NDEV; d++)
         __atomic_store_n(&s->used[d], 0, __ATOMIC_SEQ_CST);
 }
@@ -343,6 +344,26 @@ void fg_tenant_after_fork(void)
     lock_fd = -1;
     mine = -1;
     claim_state = NONE;
+}
+
+int fg_tenant_has_pid(unsigned pid)
+{
+    if (!attached() || pid == 0)
+        return 0;
+    if (pid == (unsigned)getpid())
+        return 1;
+    for (uint32_t i = 0, n = hwm(); i < n; i++)
+        if (__atomic_load_n(&slots[i].state, __ATOMIC_SEQ_CST) == FG_TENANT_SLOT_CLAIMED &&
+            ((unsigned)__atomic_load_n(&slots[i].pid, __ATOMIC_RELAXED) == pid ||
+             __atomic_load_n(&slots[i].nvml_pid, __ATOMIC_RELAXED) == pid))
+            return 1;
+    return 0;
+}
+
+void fg_tenant_nvml_pid(unsigned pid)
+{
+    if (mine >= 0 && attached())
+        __atomic_store_n(&slots[mine].nvml_pid, pid, __ATOMIC_RELAXED);
 }
 
 /* ---- devices: CUDA ordinals to the tenant's UUID-keyed entries ---- */

@@ -262,6 +262,31 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
     return NVML_SUCCESS;
 }
 
+/* No graphics, and no MPS server: those lists are empty. */
+static nvmlReturn_t no_processes(nvmlDevice_t device, unsigned int *infoCount)
+{
+    DEVICE_ARG(device, d);
+    (void)d;
+    if (!infoCount)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *infoCount = 0;
+    return NVML_SUCCESS;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                                 nvmlProcessInfo_t *infos)
+{
+    (void)infos;
+    return no_processes(device, infoCount);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                                   nvmlProcessInfo_t *infos)
+{
+    (void)infos;
+    return no_processes(device, infoCount);
+}
+
 /* Processes holding memory on the device (a context counts). */
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
                                                                 nvmlProcessInfo_t *infos)

@@ -201,10 +201,13 @@ enum fg_api_id {
     FG_API_nvmlDeviceGetMemoryInfo_v2 = 195,
     FG_API_nvmlDeviceGetUtilizationRates = 196,
     FG_API_nvmlDeviceGetComputeRunningProcesses_v3 = 197,
-    FG_NUM_APIS = 198
+    FG_API_nvmlDeviceGetGraphicsRunningProcesses_v3 = 198,
+    FG_API_nvmlDeviceGetMPSComputeRunningProcesses_v3 = 199,
+    FG_API_nvmlDeviceGetProcessUtilization = 200,
+    FG_NUM_APIS = 201
 };
 
 #define FG_NUM_CUDA_APIS 189
-#define FG_API_HASH 0x1331df8583f369d7ULL
+#define FG_API_HASH 0x1ebbb5b2c5a9d015ULL
 
 #endif

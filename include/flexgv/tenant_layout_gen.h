@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 #define FG_TENANT_MAGIC 0x544e4e5447584c46ULL
-#define FG_TENANT_VERSION 0x4ULL
+#define FG_TENANT_VERSION 0x5ULL
 #define FG_MAX_DEVICES 0x10ULL
 #define FG_TENANT_SLOT_FREE 0x0ULL
 #define FG_TENANT_SLOT_CLAIMED 0x1ULL
@@ -40,6 +40,8 @@ struct fg_tenant_header {
 struct fg_tenant_slot {
     uint32_t state;
     int32_t pid;
+    uint32_t nvml_pid;
+    uint32_t pad;
     uint64_t claimed_ns;
     uint64_t used[16];
 };

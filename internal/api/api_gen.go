@@ -3,7 +3,7 @@
 package api
 
 // Hash identifies this ordered list; trace regions carry it.
-const Hash uint64 = 0x1331df8583f369d7
+const Hash uint64 = 0x1ebbb5b2c5a9d015
 
 // Names lists every hooked entry point, in hook-id order.
 var Names = []string{
@@ -205,6 +205,9 @@ var Names = []string{
 	"nvmlDeviceGetMemoryInfo_v2",
 	"nvmlDeviceGetUtilizationRates",
 	"nvmlDeviceGetComputeRunningProcesses_v3",
+	"nvmlDeviceGetGraphicsRunningProcesses_v3",
+	"nvmlDeviceGetMPSComputeRunningProcesses_v3",
+	"nvmlDeviceGetProcessUtilization",
 }
 
 // Bytes reports whether the tracer counts bytes for the entry point.

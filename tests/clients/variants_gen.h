@@ -203,4 +203,7 @@ static const struct fg_variant fg_variants[] = {
     {"nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo", 0, 0, 1},
     {"nvmlDeviceGetUtilizationRates", "nvmlDeviceGetUtilizationRates", 0, 0, 1},
     {"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses", 0, 0, 1},
+    {"nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses", 0, 0, 1},
+    {"nvmlDeviceGetMPSComputeRunningProcesses_v3", "nvmlDeviceGetMPSComputeRunningProcesses", 0, 0, 1},
+    {"nvmlDeviceGetProcessUtilization", "nvmlDeviceGetProcessUtilization", 0, 0, 1},
 };

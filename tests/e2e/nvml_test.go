@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -84,5 +85,48 @@ func TestNodeCommand(t *testing.T) {
 	r = e.runIn(t.TempDir(), "flexgv", "node")
 	if r.code == 0 || !strings.Contains(r.stderr, "cannot initialize NVML") {
 		t.Fatalf("flexgv node without NVML: %+v", r)
+	}
+}
+
+// Inside a tenant, NVML lists the tenant's own processes alone: another
+// tenant's process on the same GPU is in neither the list of processes
+// holding memory nor the utilization samples, and an ask with no room is
+// answered with the tenant's count; outside any tenant both are listed.
+func TestNVMLListsATenantsOwnProcesses(t *testing.T) {
+	e := newEnv(t, "FLEXGV_SIM_CTX_MEM=0")
+	e.startProc(t, "flexgv", "run", "--group", "a", "--mem", "1GiB", "--", bin("holder"), "16", "200", "10000")
+	e.startProc(t, "flexgv", "run", "--group", "b", "--mem", "1GiB", "--", bin("holder"), "32", "200", "10000")
+	outside := e.run("nvmlprocs")
+	m := regexp.MustCompile(`processes: (\d+):(\d+)MiB (\d+):(\d+)MiB\n`).FindStringSubmatch(outside.stdout)
+	if outside.code != 0 || m == nil || !strings.Contains(outside.stdout, "asked with no room: Insufficient Size, 2\n") {
+		t.Fatalf("outside any tenant: exit %d\n%s%s", outside.code, outside.stdout, outside.stderr)
+	}
+	pid := map[string]string{m[2]: m[1], m[4]: m[3]} // by MiB held
+	a, b := pid["16"], pid["32"]
+	if a == "" || b == "" || !regexp.MustCompile(`busy: (`+a+`|`+b+`)`).MatchString(outside.stdout) {
+		t.Fatalf("outside any tenant, no holder busy:\n%s", outside.stdout)
+	}
+	// (The simulated GPU may run one holder's kernels for a while before
+	// the other's: a tenant's samples are its own, or none.)
+	sampled := 0
+	for _, c := range []struct{ group, pid, mib string }{{"a", a, "16"}, {"b", b, "32"}} {
+		in := e.run("flexgv", "run", "--group", c.group, "--", bin("nvmlprocs"))
+		want := fmt.Sprintf("asked with no room: Insufficient Size, 1\nprocesses: %s:%sMiB\n", c.pid, c.mib)
+		busy := strings.TrimPrefix(in.stdout, want)
+		if in.code != 0 || !strings.HasPrefix(in.stdout, want) || (busy != "busy: "+c.pid+"\n" && busy != "busy: none\n") {
+			t.Errorf("in tenant %s: exit %d, printed\n%s\nwant\n%sbusy: %s (or none)\n%s", c.group, in.code, in.stdout, want,
+				c.pid, in.stderr)
+		}
+		if busy == "busy: "+c.pid+"\n" {
+			sampled++
+		}
+	}
+	if sampled == 0 {
+		t.Errorf("neither tenant saw its holder's utilization")
+	}
+	// A tenant with no process on the GPU sees none.
+	none := e.run("flexgv", "run", "--group", "c", "--mem", "1GiB", "--", bin("nvmlprocs"))
+	if want := "asked with no room: Success, 0\nprocesses: none\nbusy: none\n"; none.code != 0 || none.stdout != want {
+		t.Errorf("in a tenant without processes: exit %d, printed\n%s\nwant\n%s\n%s", none.code, none.stdout, want, none.stderr)
 	}
 }

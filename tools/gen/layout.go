@@ -114,7 +114,9 @@ var tenantLayout = []structSpec{
 	}},
 	{"fg_tenant_slot", "Slot", "one process of the tenant", []field{
 		{"state", "State", "uint32", 0, "SlotFree or SlotClaimed (atomic)"},
-		{"pid", "Pid", "int32", 0, "the claimer's pid in its own PID namespace (display only)"},
+		{"pid", "Pid", "int32", 0, "the claimer's pid in its own PID namespace"},
+		{"nvml_pid", "NvmlPid", "uint32", 0, "its pid as NVML reports it, once learnt (0: not yet; atomic)"},
+		{"pad", "Pad", "uint32", 0, ""},
 		{"claimed_ns", "ClaimedNs", "uint64", 0, "CLOCK_REALTIME at claim"},
 		{"used", "Used", "uint64", maxDevices, "bytes held per device entry"},
 	}},
@@ -122,7 +124,7 @@ var tenantLayout = []structSpec{
 
 var tenantConsts = []constSpec{
 	{"FG_TENANT_MAGIC", "TenantMagic", 0x544e4e5447584c46}, // "FLXGTNNT" little-endian
-	{"FG_TENANT_VERSION", "TenantVersion", 4},
+	{"FG_TENANT_VERSION", "TenantVersion", 5},
 	{"FG_MAX_DEVICES", "MaxDevices", maxDevices},
 	{"FG_TENANT_SLOT_FREE", "SlotFree", 0},
 	{"FG_TENANT_SLOT_CLAIMED", "SlotClaimed", 1},
