@@ -17,6 +17,13 @@
 
 #define FGR_RING_MAGIC 0x47524746u /* "FGRG" */
 #define FGR_RING_BYTES (4u << 20)  /* each direction */
+/* The staging area after the rings: uploads of FGR_STAGE_MIN bytes or
+ * more are written there by the client and copied to the device from it by
+ * the executor, which has registered it with the driver (pinned), so the
+ * copy is the GPU's DMA and the bytes cross no socket or ring
+ * (remote/client/stage.c, remote/executor/stage.c). */
+#define FGR_STAGE_BYTES (32u << 20)
+#define FGR_STAGE_MIN (64u << 10)
 
 /* One direction. head: bytes written, by its producer; tail: bytes read,
  * by its consumer; each bumps its seq after moving and rings the other
@@ -32,9 +39,14 @@ struct fgr_ring_dir {
 
 struct fgr_ring_shm {
     uint32_t magic, size; /* size: bytes of each direction's data */
-    uint8_t pad[56];
+    uint32_t stage_size, pad0;
+    /* Staging: the client hands out its bytes in order (their running
+     * total is what each upload names); released is the running total the
+     * executor is done copying from (written by it alone). */
+    uint64_t released;
+    uint8_t pad[40];
     struct fgr_ring_dir c2s, s2c;
-    /* then c2s's data, then s2c's */
+    /* then c2s's data, then s2c's, then the staging area */
 };
 
 /* One side's view. */
@@ -42,14 +54,16 @@ struct fgr_ring {
     struct fgr_ring_shm *m;
     struct fgr_ring_dir *out, *in;
     uint8_t *out_data, *in_data;
-    uint32_t size;
+    uint8_t *stage; /* the staging area */
+    uint32_t size, stage_size;
     int sock;                 /* the connection's socket: its end is the peer's */
     int nap_ms;               /* the longest sleep on it (-1: none) */
     uint64_t out_head, in_tail; /* ours, kept here: the shared copies are only told */
 };
 
-/* Bytes of the shared memory for rings of size bytes each way. */
-size_t fgr_ring_bytes(uint32_t size);
+/* Bytes of the shared memory: rings of size bytes each way, and a staging
+ * area of stage bytes. */
+size_t fgr_ring_bytes(uint32_t size, uint32_t stage);
 /* The client's side: a new memfd of two rings (its descriptor in *fd, to be
  * sent to the executor). 0, or -1 with errno. */
 int fgr_ring_create(struct fgr_ring *r, int sock, int *fd);

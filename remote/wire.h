@@ -30,7 +30,7 @@
 
 #include "flexgv/cuda_types.h"
 
-#define FGR_PROTO_VERSION 9u /* 9: waits answered pending; 8: words 39 and 51 of the context table */
+#define FGR_PROTO_VERSION 10u /* 10: uploads through a staging area; 9: waits answered pending */
 
 /* An object the driver makes for a context through a private table word
  * (21318c60-... word 51, which cuBLAS calls before its first product): a
@@ -70,6 +70,10 @@ enum { FGR_IMAGE_ABSENT, FGR_IMAGE_INLINE, FGR_IMAGE_KEEP, FGR_IMAGE_BY_HASH };
 #define FGR_FLAG_MAY_PEND 2u
 #define FGR_PENDING 0x50524746u /* "FGRP": not a CUresult */
 #define FGR_MAX_TICKETS 32
+/* fgrStageUpload's how: the per-thread default stream's variant; a
+ * synchronous copy's piece (on the default stream, hStream NULL). */
+#define FGR_STAGE_PT 1u
+#define FGR_STAGE_SYNC 2u
 #define FGR_REP_HDR 4u
 /* Streams and events the client names before the server made them carry
  * this in their top 16 bits (no user-space pointer does). */

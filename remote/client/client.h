@@ -40,6 +40,18 @@ extern const unsigned char fgr_op_syncs[];
 extern const unsigned char fgr_op_waits[];
 CUresult fgrWaitTickets(unsigned int *ids, CUresult *results, unsigned int cap, unsigned int *count);
 
+/* Uploads through the staging area of shm:// (stage.c): whether n bytes
+ * go that way, and the upload (how: FGR_STAGE_*; queued but for a
+ * synchronous copy's last piece). */
+struct fgr_ring;
+struct fgr_ring *fgr_conn_ring(void); /* NULL but over shm:// */
+int fgr_stage_wanted(size_t n);
+CUresult fgr_stage_upload(CUdeviceptr dst, const void *src, size_t n, CUstream s, unsigned how, int queued);
+void fgr_stage_forked(void);
+CUresult fgrStageUpload(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how);
+CUresult fgrStageUploadLast(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how);
+CUresult fgrStageWait(size_t upto);
+
 /* Device ranges the connection was given, and copies under unified
  * addressing with a side in the program's own memory (uva.c): 1 when
  * done here (*r: its result), 0 to forward the copy as it came. */

@@ -90,14 +90,21 @@ static int conn_read(int fd, void *p, size_t n)
     return conn_tls ? fgr_tls_read_all(conn_tls, p, n) : fgr_read_all(fd, p, n);
 }
 
-/* Ends the connection (not in a forked child: the session is the parent's). */
+/* Ends the connection (not in a forked child: the session is the parent's).
+ * The shared memory stays mapped: another thread may be writing an upload
+ * into it (stage.c), and fails at its next call. */
 static void conn_close(int fd)
 {
     if (conn_tls)
         fgr_tls_free(conn_tls);
     conn_tls = NULL;
-    fgr_ring_close(&conn_ring);
     close(fd);
+}
+
+/* The rings once connected over them (conn_fd is set last). */
+struct fgr_ring *fgr_conn_ring(void)
+{
+    return __atomic_load_n(&conn_fd, __ATOMIC_ACQUIRE) >= 0 && conn_ring.m ? &conn_ring : NULL;
 }
 
 /* Marks the connection lost and says why, once. Called with conn_lock held. */
@@ -614,7 +621,7 @@ static CUresult connect_locked(void)
         conn_refused = r == LOST ? CUDA_SUCCESS : r;
         return r;
     }
-    conn_fd = fd;
+    __atomic_store_n(&conn_fd, fd, __ATOMIC_RELEASE);
     return CUDA_SUCCESS;
 }
 
@@ -952,6 +959,7 @@ static void forked_child(void)
     conn_tls = NULL; /* the parent's session: not freed here, where a lock of it may be held */
     fgr_tls_forked();
     fgr_ring_close(&conn_ring); /* our view of the parent's rings */
+    fgr_stage_forked();
     conn_broken = 0;
     conn_refused = CUDA_SUCCESS;
     /* A thread of the parent may have been mid-call: its buffers are not ours. */

@@ -719,6 +719,8 @@ static CUresult fgr_piece_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *src
 {
     CUresult fgr_r;
     fgr_mirror_named((uint64_t)dstDevice);
+    if (fgr_stage_wanted(ByteCount))
+        return fgr_stage_upload(dstDevice, srcHost, ByteCount, NULL, FGR_STAGE_SYNC, fgr_queued);
     uint64_t n_srcHost = srcHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_srcHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyHtoD_v2", "a buffer over the frame limit");
@@ -753,6 +755,8 @@ static CUresult fgr_piece_cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void
 {
     CUresult fgr_r;
     fgr_mirror_named((uint64_t)dstDevice);
+    if (fgr_stage_wanted(ByteCount))
+        return fgr_stage_upload(dstDevice, srcHost, ByteCount, NULL, FGR_STAGE_SYNC | FGR_STAGE_PT, fgr_queued);
     uint64_t n_srcHost = srcHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_srcHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyHtoD_v2_ptds", "a buffer over the frame limit");
@@ -921,6 +925,8 @@ FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcH
         return CUDA_SUCCESS;
     }
     fgr_mirror_named((uint64_t)dstDevice);
+    if (fgr_stage_wanted(ByteCount))
+        return fgr_stage_upload(dstDevice, srcHost, ByteCount, hStream, 0, 1);
     uint64_t n_srcHost = srcHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_srcHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyHtoDAsync_v2", "a buffer over the frame limit");
@@ -946,6 +952,8 @@ FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void 
         return CUDA_SUCCESS;
     }
     fgr_mirror_named((uint64_t)dstDevice);
+    if (fgr_stage_wanted(ByteCount))
+        return fgr_stage_upload(dstDevice, srcHost, ByteCount, hStream, FGR_STAGE_PT, 1);
     uint64_t n_srcHost = srcHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_srcHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyHtoDAsync_v2_ptsz", "a buffer over the frame limit");
@@ -3273,6 +3281,50 @@ FGR_EXPORT CUresult fgrHostReadMany(const CUdeviceptr *srcs, const size_t *sizes
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult fgrStageUpload(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dst);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrStageUpload, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dst);
+    fgr_put_u64(&fgr_c.w, (uint64_t)end);
+    fgr_put_u64(&fgr_c.w, (uint64_t)n);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)how);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrStageUploadLast(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dst);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrStageUploadLast, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dst);
+    fgr_put_u64(&fgr_c.w, (uint64_t)end);
+    fgr_put_u64(&fgr_c.w, (uint64_t)n);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)how);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrStageWait(size_t upto)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrStageWait, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)upto);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult fgrWaitTickets(unsigned int *ids, CUresult *results, unsigned int cap, unsigned int *count)
 {
     CUresult fgr_r;
@@ -4180,6 +4232,9 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_fgrHostMappedFree] = "fgrHostMappedFree",
     [FGR_OP_fgrHostWrite] = "fgrHostWrite",
     [FGR_OP_fgrHostReadMany] = "fgrHostReadMany",
+    [FGR_OP_fgrStageUpload] = "fgrStageUpload",
+    [FGR_OP_fgrStageUploadLast] = "fgrStageUploadLast",
+    [FGR_OP_fgrStageWait] = "fgrStageWait",
     [FGR_OP_fgrWaitTickets] = "fgrWaitTickets",
     [FGR_OP_fgrNudge] = "fgrNudge",
     [FGR_OP_cuOccupancyMaxActiveClusters] = "cuOccupancyMaxActiveClusters",
@@ -4249,6 +4304,7 @@ const unsigned char fgr_op_syncs[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamQuery_ptsz] = 1,
     [FGR_OP_cuEventQuery] = 1,
     [FGR_OP_cuEventSynchronize] = 1,
+    [FGR_OP_fgrStageUploadLast] = 1,
 };
 
 /* The operations that may be answered "pending" while the device works
@@ -4510,6 +4566,9 @@ const struct fg_proc fgr_procs[] = {
     {"fgrHostMappedFree", "fgrHostMappedFree", 0, 0, (void *)fgrHostMappedFree},
     {"fgrHostWrite", "fgrHostWrite", 0, 0, (void *)fgrHostWrite},
     {"fgrHostReadMany", "fgrHostReadMany", 0, 0, (void *)fgrHostReadMany},
+    {"fgrStageUpload", "fgrStageUpload", 0, 0, (void *)fgrStageUpload},
+    {"fgrStageUploadLast", "fgrStageUploadLast", 0, 0, (void *)fgrStageUploadLast},
+    {"fgrStageWait", "fgrStageWait", 0, 0, (void *)fgrStageWait},
     {"fgrWaitTickets", "fgrWaitTickets", 0, 0, (void *)fgrWaitTickets},
     {"fgrNudge", "fgrNudge", 0, 0, (void *)fgrNudge},
     {"cuOccupancyMaxActiveClusters", "cuOccupancyMaxActiveClusters", 11070, 0, (void *)cuOccupancyMaxActiveClusters},

@@ -203,6 +203,9 @@ typedef CUresult (*pfn_fgrHostMapped)(CUdeviceptr *dptr, size_t bytes);
 typedef CUresult (*pfn_fgrHostMappedFree)(CUdeviceptr dptr);
 typedef CUresult (*pfn_fgrHostWrite)(CUdeviceptr dst, const void *src, size_t bytes);
 typedef CUresult (*pfn_fgrHostReadMany)(const CUdeviceptr *srcs, const size_t *sizes, unsigned int count, void *dst, size_t bytes);
+typedef CUresult (*pfn_fgrStageUpload)(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how);
+typedef CUresult (*pfn_fgrStageUploadLast)(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how);
+typedef CUresult (*pfn_fgrStageWait)(size_t upto);
 typedef CUresult (*pfn_fgrWaitTickets)(unsigned int *ids, CUresult *results, unsigned int cap, unsigned int *count);
 typedef CUresult (*pfn_fgrNudge)(void);
 typedef CUresult (*pfn_cuOccupancyMaxActiveClusters)(int *numClusters, CUfunction func, const CUlaunchConfig *config);
@@ -4048,6 +4051,56 @@ static CUresult op_fgrHostReadMany(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_fgrStageUpload(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dst = (CUdeviceptr)fgr_get_u64(rd);
+    size_t end = (size_t)fgr_get_u64(rd);
+    size_t n = (size_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    unsigned int how = (unsigned int)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dst, n)))
+        fgr_r = fgr_refuse("fgrStageUpload", "dst", (uint64_t)dst, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("fgrStageUpload", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_fgrStageUpload)fgr_real[FGR_OP_fgrStageUpload])(dst, end, n, hStream, how);
+    return fgr_r;
+}
+
+static CUresult op_fgrStageUploadLast(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dst = (CUdeviceptr)fgr_get_u64(rd);
+    size_t end = (size_t)fgr_get_u64(rd);
+    size_t n = (size_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    unsigned int how = (unsigned int)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dst, n)))
+        fgr_r = fgr_refuse("fgrStageUploadLast", "dst", (uint64_t)dst, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("fgrStageUploadLast", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_fgrStageUploadLast)fgr_real[FGR_OP_fgrStageUploadLast])(dst, end, n, hStream, how);
+    return fgr_r;
+}
+
+static CUresult op_fgrStageWait(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    size_t upto = (size_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = ((pfn_fgrStageWait)fgr_real[FGR_OP_fgrStageWait])(upto);
+    return fgr_r;
+}
+
 static CUresult op_fgrWaitTickets(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -5215,6 +5268,9 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_fgrHostMappedFree] = {"fgrHostMappedFree", op_fgrHostMappedFree, 0},
     [FGR_OP_fgrHostWrite] = {"fgrHostWrite", op_fgrHostWrite, 0},
     [FGR_OP_fgrHostReadMany] = {"fgrHostReadMany", op_fgrHostReadMany, 0},
+    [FGR_OP_fgrStageUpload] = {"fgrStageUpload", op_fgrStageUpload, 0},
+    [FGR_OP_fgrStageUploadLast] = {"fgrStageUploadLast", op_fgrStageUploadLast, 1},
+    [FGR_OP_fgrStageWait] = {"fgrStageWait", op_fgrStageWait, 0},
     [FGR_OP_fgrWaitTickets] = {"fgrWaitTickets", op_fgrWaitTickets, 0},
     [FGR_OP_fgrNudge] = {"fgrNudge", op_fgrNudge, 0},
     [FGR_OP_cuOccupancyMaxActiveClusters] = {"cuOccupancyMaxActiveClusters", op_cuOccupancyMaxActiveClusters, 0},

@@ -106,6 +106,13 @@ int fgr_ticket_after(int slot);
 int fgr_tickets_done_besides(int slot);
 int fgr_tickets_waiting(void);
 
+/* Uploads from the staging area of shm:// (stage.c): the driver's
+ * functions, the rings once attached, and retiring completed copies. */
+struct fgr_ring;
+void fgr_stage_init(void *driver);
+void fgr_stage_attach(struct fgr_ring *r);
+void fgr_stage_reap(void);
+
 /* The driver's functions the executor needs besides the operations. */
 struct fgr_drv {
     CUresult (*sync)(CUstream);

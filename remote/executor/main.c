@@ -261,6 +261,7 @@ static void greet(int fd, uint8_t *body, uint32_t n)
         close(mfd);
         if (bad)
             reject("the shared memory is not two rings of ours (%s)", strerror(e));
+        fgr_stage_attach(&ring);
     }
 }
 
@@ -492,6 +493,7 @@ int main(int argc, char **argv)
     fgr_real[FGR_OP_fgrNvmlDriverVersion] = (void *)nvml_driver_version;
     fgr_hostmem_init(h);
     fgr_wait_init(h);
+    fgr_stage_init(h);
     fgr_layout_init(h);
     /* The export tables' functions are the driver's words; a table the
      * driver does not have leaves its operations unsupported. */
@@ -543,5 +545,6 @@ int main(int argc, char **argv)
             continue;
         }
         serve_frame(body, n, -1);
+        fgr_stage_reap();
     }
 }

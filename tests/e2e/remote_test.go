@@ -922,6 +922,69 @@ print("its ends", " ".join(ends))
 	}
 }
 
+// Over shm://, uploads of 64 KiB or more go through the staging area: the
+// bytes land whole for every upload entry point (synchronous and on a
+// stream, each ABI), copies larger than the area (32 MiB) wrap around it,
+// a refused upload does not stall the ones after it, and what the program
+// sees is what it sees over a socket, where nothing is staged.
+func TestRemoteUploadsThroughTheStagingArea(t *testing.T) {
+	prog := `
+import ctypes
+cu = ctypes.CDLL("libcuda.so.1")
+ctx, p, small, st = ctypes.c_void_p(), ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_void_p()
+n = (80 << 20) + 5
+assert cu.cuInit(0) == 0
+assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+assert cu.cuCtxSetCurrent(ctx) == 0
+assert cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(n)) == 0
+assert cu.cuMemAlloc_v2(ctypes.byref(small), ctypes.c_size_t(128 << 10)) == 0
+assert cu.cuStreamCreate(ctypes.byref(st), 1) == 0
+src = (ctypes.c_ubyte * n).from_buffer(bytearray((i * 13 + i // 65536) % 256 for i in range(n)))
+dst = (ctypes.c_ubyte * n)()
+def check(name, *stream):
+    assert cu.cuMemsetD8_v2(p, 0, ctypes.c_size_t(n)) == 0
+    r = getattr(cu, name)(p, src, ctypes.c_size_t(n), *stream)
+    assert cu.cuCtxSynchronize() == 0
+    assert cu.cuMemcpyDtoH_v2(dst, p, ctypes.c_size_t(n)) == 0
+    print(name, r, "same" if bytes(dst) == bytes(src) else "differ")
+check("cuMemcpyHtoD_v2")
+check("cuMemcpyHtoD_v2_ptds")
+check("cuMemcpyHtoDAsync_v2", None)
+check("cuMemcpyHtoDAsync_v2_ptsz", None)
+check("cuMemcpyHtoDAsync_v2", st)
+# Many uploads in a row on a stream, each into its own place.
+assert cu.cuMemsetD8_v2(p, 0, ctypes.c_size_t(n)) == 0
+k = 3 << 20
+for i in range(n // k):
+    assert cu.cuMemcpyHtoDAsync_v2(ctypes.c_uint64(p.value + i * k), ctypes.byref(src, i * k), ctypes.c_size_t(k), st) == 0
+assert cu.cuStreamSynchronize(st) == 0
+assert cu.cuMemcpyDtoH_v2(dst, p, ctypes.c_size_t(n // k * k)) == 0
+print("in a row", "same" if bytes(dst)[:n // k * k] == bytes(src)[:n // k * k] else "differ")
+print("past the end", cu.cuMemcpyHtoD_v2(small, src, ctypes.c_size_t(192 << 10)))
+check("cuMemcpyHtoD_v2")
+`
+	var outs []string
+	for _, transport := range []string{"shm", "unix"} {
+		e := newEnv(t)
+		s := e.serve(transport)
+		e.extra = append(e.extra, "FLEXGV_REMOTE_LOG=calls")
+		r := e.remote(s, "python3", "-c", prog)
+		if r.code != 0 {
+			t.Fatalf("over %s: exit %d\n%s\n%s", transport, r.code, r.stdout, r.stderr)
+		}
+		staged := strings.Contains(r.stderr, "fgrStageUploadLast") && strings.Contains(r.stderr, "fgrStageUpload ")
+		if staged != (transport == "shm") {
+			t.Errorf("over %s, uploads staged: %v\n%s", transport, staged, r.stderr)
+		}
+		outs = append(outs, r.stdout)
+	}
+	want := "cuMemcpyHtoD_v2 0 same\ncuMemcpyHtoD_v2_ptds 0 same\ncuMemcpyHtoDAsync_v2 0 same\ncuMemcpyHtoDAsync_v2_ptsz 0 same\n" +
+		"cuMemcpyHtoDAsync_v2 0 same\nin a row same\npast the end 1\ncuMemcpyHtoD_v2 0 same\n"
+	if outs[0] != want || outs[1] != want {
+		t.Errorf("over shm://\n%s\nover unix://\n%s\nwant\n%s", outs[0], outs[1], want)
+	}
+}
+
 // Over shm://, a frame larger than a ring (4 MiB each way) streams through
 // it, wrapping around, and arrives whole.
 func TestRemoteSharedMemoryLargeFrames(t *testing.T) {

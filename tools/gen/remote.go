@@ -45,6 +45,9 @@ type RemoteEntry struct {
 	// it is made. Either lets the connection's other calls go on meanwhile
 	// (remote/executor/wait.c).
 	Wait, After string
+	// Stage: the buffer parameter of an upload that may go through the
+	// staging area of shm:// (remote/client/stage.c).
+	Stage string
 	Chunk  string // byte count by which the client splits a large call into several
 	Sync   bool   // a syncpoint: errors of earlier queued calls surface here
 	UVA    bool   // a copy under unified addressing (dst, src, ByteCount[, hStream]): fgr_uva_copy first
@@ -258,6 +261,13 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 			}
 			if name == "drain" {
 				re.Drain = val
+				continue
+			}
+			if name == "stage" {
+				if p := re.param(val); p == nil || p.Type != "const void *" || re.param("dstDevice") == nil || re.param("ByteCount") == nil {
+					return nil, nil, fmt.Errorf("%s: %s: stage=%s names no const void * beside dstDevice and ByteCount", where, re.Name, val)
+				}
+				re.Stage = val
 				continue
 			}
 			if name == "wait" || name == "after" {
@@ -907,6 +917,25 @@ func stubBody(b *strings.Builder, e RemoteEntry, queuedBy string) {
 		if k := e.Dev[p.Name].Name; k == "dev" || k == "base" {
 			fmt.Fprintf(b, "    fgr_mirror_named((uint64_t)%s);\n", p.Name)
 		}
+	}
+	// An upload over shm:// of FGR_STAGE_MIN bytes or more goes through the
+	// staging area.
+	if e.Stage != "" {
+		stream, how, queued := "NULL", []string{"FGR_STAGE_SYNC"}, queuedBy
+		if e.param("hStream") != nil {
+			stream, how = "hStream", nil
+		}
+		if e.PerThread() != "" {
+			how = append(how, "FGR_STAGE_PT")
+		}
+		if len(how) == 0 {
+			how = []string{"0"}
+		}
+		if e.Disp == DispQueue {
+			queued = "1"
+		}
+		fmt.Fprintf(b, "    if (fgr_stage_wanted(ByteCount))\n        return fgr_stage_upload(dstDevice, %s, ByteCount, %s, %s, %s);\n",
+			e.Stage, stream, strings.Join(how, " | "), queued)
 	}
 	// What the protocol cannot carry is refused before anything is sent.
 	for _, p := range e.Params {

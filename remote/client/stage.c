@@ -1,0 +1,52 @@
+/* Uploads through the staging area (shm:// only): the client writes the
+ * program's bytes into the area it shares with the executor, and sends
+ * where they are; the executor, which registered the area with the driver,
+ * has the GPU copy them from there. One copy on the host, as the driver
+ * makes from pageable memory, where a frame took three (into the ring, out
+ * of it, and the driver's own staging).
+ *
+ * The area is handed out in order: each upload takes the next n bytes
+ * (skipping the area's end when they would not fit before it), named by
+ * the running total of bytes handed out; the executor publishes the total
+ * it is done copying from (released), and a client short of room asks it
+ * to wait for its copies (fgrStageWait). The bytes are taken when the call
+ * returns, as the driver takes pageable memory. */
+#include "client.h"
+#include "../ring.h"
+
+#include <string.h>
+
+static pthread_mutex_t stage_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t handed; /* the running total of bytes handed out */
+
+int fgr_stage_wanted(size_t n)
+{
+    struct fgr_ring *r = fgr_conn_ring();
+    return r && n >= FGR_STAGE_MIN && n <= r->stage_size;
+}
+
+CUresult fgr_stage_upload(CUdeviceptr dst, const void *src, size_t n, CUstream s, unsigned how, int queued)
+{
+    struct fgr_ring *r = fgr_conn_ring();
+    if (!src || !r)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&stage_lock);
+    uint64_t size = r->stage_size, off = handed % size;
+    uint64_t end = handed + (off + n > size ? size - off : 0) + n;
+    CUresult res = CUDA_SUCCESS;
+    while (end - __atomic_load_n(&r->m->released, __ATOMIC_ACQUIRE) > size && res == CUDA_SUCCESS)
+        res = fgrStageWait(end - size);
+    if (res == CUDA_SUCCESS) {
+        memcpy(r->stage + (end - n) % size, src, n);
+        handed = end;
+        res = queued ? fgrStageUpload(dst, end, n, s, how) : fgrStageUploadLast(dst, end, n, s, how);
+    }
+    pthread_mutex_unlock(&stage_lock);
+    return res;
+}
+
+void fgr_stage_forked(void)
+{
+    pthread_mutex_init(&stage_lock, NULL);
+    handed = 0;
+}

@@ -1,0 +1,178 @@
+/* Uploads from the staging area of shm:// (remote/client/stage.c): the
+ * client wrote the bytes into memory this process shares with it, which
+ * is registered with the driver at the first upload, so the GPU copies
+ * them from there (its DMA) while the connection goes on. Each upload is
+ * followed by an event; when it has completed, the area is released up to
+ * that upload's end (in order), which the client reads to reuse it.
+ *
+ * The area is the client's memory too: where and how much an upload names
+ * is checked against the area, and the totals must grow; what the client
+ * writes there while the GPU copies is only its own data. */
+#include "executor.h"
+#include "../ring.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define QUEUED_MAX 256 /* uploads in flight; one more waits for the oldest */
+
+static struct fgr_ring *ring;
+static int registered; /* 1: registered, -1: could not be (said), 0: not yet */
+static uint64_t last_end, released;
+static struct entry {
+    CUevent ev; /* NULL: nothing to wait for */
+    uint64_t end;
+} queue[QUEUED_MAX];
+static unsigned qhead, qcount;
+
+static struct {
+    CUresult (*copy)(CUdeviceptr, const void *, size_t, CUstream);
+    CUresult (*copy_pt)(CUdeviceptr, const void *, size_t, CUstream);
+    CUresult (*ev_create)(CUevent *, unsigned);
+    CUresult (*ev_record)(CUevent, CUstream);
+    CUresult (*ev_record_pt)(CUevent, CUstream);
+    CUresult (*ev_query)(CUevent);
+    CUresult (*ev_sync)(CUevent);
+    CUresult (*ev_destroy)(CUevent);
+} d;
+
+/* Retires the oldest upload once its copy completed (wait: waits for it);
+ * 0 when there is none, or it has not completed. */
+static int retire(int wait)
+{
+    if (!qcount)
+        return 0;
+    struct entry *e = &queue[(qhead + QUEUED_MAX - qcount) % QUEUED_MAX];
+    if (e->ev) {
+        CUresult r = wait ? d.ev_sync(e->ev) : d.ev_query(e->ev);
+        if (r == CUDA_ERROR_NOT_READY)
+            return 0;
+        d.ev_destroy(e->ev);
+    }
+    released = e->end;
+    __atomic_store_n(&ring->m->released, released, __ATOMIC_RELEASE);
+    qcount--;
+    return 1;
+}
+
+void fgr_stage_reap(void)
+{
+    while (ring && retire(0))
+        ;
+}
+
+static void push(CUevent ev, uint64_t end)
+{
+    if (qcount == QUEUED_MAX)
+        retire(1);
+    queue[qhead] = (struct entry){ev, end};
+    qhead = (qhead + 1) % QUEUED_MAX;
+    qcount++;
+    fgr_stage_reap();
+}
+
+static CUresult upload(CUdeviceptr dst, size_t end, size_t n, CUstream s, unsigned how, int last)
+{
+    if (!ring || !d.copy || !d.copy_pt || !d.ev_create)
+        return CUDA_ERROR_NOT_SUPPORTED; /* a socket, or a driver without these */
+    uint64_t size = ring->stage_size;
+    if (end <= last_end || end - last_end > size)
+        return CUDA_ERROR_INVALID_VALUE; /* not the area's next bytes */
+    last_end = end;
+    uint64_t off = (end - n) % size;
+    int pt = (how & FGR_STAGE_PT) != 0;
+    if ((how & ~(FGR_STAGE_PT | FGR_STAGE_SYNC)) || ((how & FGR_STAGE_SYNC) && s) || n == 0 || n > end ||
+        off + n > size) {
+        push(NULL, end); /* refused, and released all the same */
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (!registered) {
+        CUresult r = fgr_drv.host_register ? fgr_drv.host_register(ring->stage, size, CU_MEMHOSTREGISTER_PORTABLE)
+                                           : CUDA_ERROR_NOT_SUPPORTED;
+        registered = r == CUDA_SUCCESS ? 1 : -1;
+        if (r != CUDA_SUCCESS)
+            fgr_logf("cannot pin the staging area (error %d): uploads are copied as from pageable memory", (int)r);
+    }
+    const void *from = ring->stage + off;
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUresult (*capturing)(CUstream, CUstreamCaptureStatus *) = pt ? fgr_drv.capturing_pt : fgr_drv.capturing;
+    if (capturing && capturing(s, &st) == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE) {
+        /* A graph copies from this address at every launch: bytes of its
+         * own, kept for as long as the process lives. */
+        void *kept = malloc(n);
+        if (!kept) {
+            push(NULL, end);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        memcpy(kept, from, n);
+        from = kept;
+    }
+    CUresult r = (pt ? d.copy_pt : d.copy)(dst, from, n, s);
+    CUevent ev = NULL;
+    if (r == CUDA_SUCCESS && from == ring->stage + off) {
+        /* What says the area is free again; without it, the copy is waited for here. */
+        CUresult (*record)(CUevent, CUstream) = pt ? d.ev_record_pt : d.ev_record;
+        if (d.ev_create(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+            ev = NULL;
+        } else if (!record || record(ev, s) != CUDA_SUCCESS) {
+            d.ev_destroy(ev);
+            ev = NULL;
+        }
+        if (!ev)
+            r = fgr_drain(s, pt);
+    }
+    push(ev, end);
+    /* A synchronous copy returns with its bytes on the device. */
+    while (last && r == CUDA_SUCCESS && qcount)
+        retire(1);
+    return r;
+}
+
+static CUresult stage_upload(CUdeviceptr dst, size_t end, size_t n, CUstream s, unsigned how)
+{
+    return upload(dst, end, n, s, how, 0);
+}
+
+static CUresult stage_upload_last(CUdeviceptr dst, size_t end, size_t n, CUstream s, unsigned how)
+{
+    return upload(dst, end, n, s, how, 1);
+}
+
+static CUresult stage_wait(size_t upto)
+{
+    if (!ring)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    while (released < upto && retire(1))
+        ;
+    if (released < upto && upto - released <= ring->stage_size) {
+        /* Nothing is copied from the area: all of it is free (uploads the
+         * dispatch refused before they reached us never were queued). */
+        released = upto;
+        if (last_end < upto)
+            last_end = upto;
+        __atomic_store_n(&ring->m->released, released, __ATOMIC_RELEASE);
+    }
+    return released >= upto ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+void fgr_stage_init(void *driver)
+{
+#define SYM(f, name) *(void **)&d.f = dlsym(driver, name)
+    SYM(copy, "cuMemcpyHtoDAsync_v2");
+    SYM(copy_pt, "cuMemcpyHtoDAsync_v2_ptsz");
+    SYM(ev_create, "cuEventCreate");
+    SYM(ev_record, "cuEventRecord");
+    SYM(ev_record_pt, "cuEventRecord_ptsz");
+    SYM(ev_query, "cuEventQuery");
+    SYM(ev_sync, "cuEventSynchronize");
+    SYM(ev_destroy, "cuEventDestroy_v2");
+#undef SYM
+    if (!d.ev_query || !d.ev_sync || !d.ev_destroy)
+        d.ev_create = NULL;
+    fgr_real[FGR_OP_fgrStageUpload] = (void *)stage_upload;
+    fgr_real[FGR_OP_fgrStageUploadLast] = (void *)stage_upload_last;
+    fgr_real[FGR_OP_fgrStageWait] = (void *)stage_wait;
+}
+
+void fgr_stage_attach(struct fgr_ring *r) { ring = r; }
