@@ -130,31 +130,23 @@ losses() { python3 -c 'import json,sys; print([json.loads(l)["losses"] for l in 
 
 same vectoradd-static whole "$tmp/vectoradd_static" 25
 same vectoradd-shared whole "$tmp/vectoradd_shared" 25
-if "$CUDA/bin/nvcc" -O2 -o "$tmp/memcpy2d" scripts/gpu/memcpy2d.cu; then
-    same memcpy2d whole "$tmp/memcpy2d"
-else
-    fail "memcpy2d: nvcc build"
-fi
-if "$CUDA/bin/nvcc" -O2 -o "$tmp/hostfunc" scripts/gpu/hostfunc.cu; then
-    same hostfunc whole "$tmp/hostfunc"
-else
-    fail "hostfunc: nvcc build"
-fi
-if "$CUDA/bin/nvcc" -O2 -o "$tmp/waiters" scripts/gpu/waiters.cu; then
-    same waiters whole "$tmp/waiters"
-else
-    fail "waiters: nvcc build"
-fi
-if "$CUDA/bin/nvcc" -O2 -o "$tmp/uva" scripts/gpu/uva.cu; then
-    same uva whole "$tmp/uva"
-else
-    fail "uva: nvcc build"
-fi
-if "$CUDA/bin/nvcc" -O2 -o "$tmp/cublas_capture" scripts/gpu/cublas_capture.cu -lcublas; then
-    same cublas whole "$tmp/cublas_capture"
-else
-    fail "cublas: nvcc build"
-fi
+# cu NAME SOURCE [NVCC ARGS...]: a CUDA runtime program, built with nvcc
+# and run by same (its whole output compared).
+cu() {
+    local name=$1 src=$2
+    shift 2
+    wanted "$name" || return 0
+    if "$CUDA/bin/nvcc" -O2 -o "$tmp/$name" "$src" "$@"; then
+        same "$name" whole "$tmp/$name"
+    else
+        fail "$name: nvcc build"
+    fi
+}
+cu memcpy2d scripts/gpu/memcpy2d.cu
+cu hostfunc scripts/gpu/hostfunc.cu
+cu waiters scripts/gpu/waiters.cu
+cu uva scripts/gpu/uva.cu
+cu cublas scripts/gpu/cublas_capture.cu -lcublas
 if ! wanted torch-train && ! wanted torch-trips; then
     :
 elif python3 -c 'import torch' 2>/dev/null; then

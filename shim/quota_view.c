@@ -124,10 +124,16 @@ static nvmlReturn_t whole_list(nvmlReturn_t (*ask)(void *ctx, void *buf, unsigne
     }
 }
 
-/* Keeps the tenant's entries of all (pid at offset pid_off), then answers
- * the caller's (out, *count) by NVML's rules. */
-static nvmlReturn_t own_entries(void *all, unsigned n, size_t size, size_t pid_off, void *out, unsigned *count)
+/* The tenant's entries (pid at offset pid_off) of the whole list ask
+ * gives, answered into the caller's (out, *count) by NVML's rules. */
+static nvmlReturn_t own_list(nvmlReturn_t (*ask)(void *ctx, void *buf, unsigned *n), void *ctx, size_t size,
+                             size_t pid_off, void *out, unsigned *count)
 {
+    void *all;
+    unsigned n;
+    nvmlReturn_t r = whole_list(ask, ctx, size, &all, &n);
+    if (r != NVML_SUCCESS)
+        return r;
     unsigned kept = 0;
     for (unsigned i = 0; i < n; i++) {
         char *e = (char *)all + (size_t)i * size;
@@ -136,12 +142,12 @@ static nvmlReturn_t own_entries(void *all, unsigned n, size_t size, size_t pid_o
         if (fg_tenant_has_pid(pid))
             memmove((char *)all + (size_t)kept++ * size, e, size);
     }
-    nvmlReturn_t r = NVML_SUCCESS;
     if (kept > *count || (kept && !out))
         r = NVML_ERROR_INSUFFICIENT_SIZE;
     else if (kept)
         memcpy(out, all, (size_t)kept * size);
     *count = kept;
+    free(all);
     return r;
 }
 
@@ -162,14 +168,7 @@ static nvmlReturn_t own_procs(nvmlReturn_t (*next)(nvmlDevice_t, unsigned *, nvm
     if (!count)
         return next(d, count, infos);
     struct procs_ask a = {next, d};
-    void *all;
-    unsigned n;
-    nvmlReturn_t r = whole_list(ask_procs, &a, sizeof *infos, &all, &n);
-    if (r != NVML_SUCCESS)
-        return r;
-    r = own_entries(all, n, sizeof *infos, offsetof(nvmlProcessInfo_t, pid), infos, count);
-    free(all);
-    return r;
+    return own_list(ask_procs, &a, sizeof *infos, offsetof(nvmlProcessInfo_t, pid), infos, count);
 }
 
 nvmlReturn_t fg_mem_nvmlDeviceGetComputeRunningProcesses_v3(fg_real_nvmlDeviceGetComputeRunningProcesses_v3 next,
@@ -211,13 +210,8 @@ nvmlReturn_t fg_mem_nvmlDeviceGetProcessUtilization(fg_real_nvmlDeviceGetProcess
     if (!count)
         return next(d, samples, count, since);
     struct util_ask a = {next, d, since};
-    void *all;
-    unsigned n;
-    nvmlReturn_t r = whole_list(ask_util, &a, sizeof *samples, &all, &n);
-    if (r != NVML_SUCCESS)
-        return r;
-    r = own_entries(all, n, sizeof *samples, offsetof(nvmlProcessUtilizationSample_t, pid), samples, count);
-    free(all);
+    nvmlReturn_t r =
+        own_list(ask_util, &a, sizeof *samples, offsetof(nvmlProcessUtilizationSample_t, pid), samples, count);
     return r == NVML_SUCCESS && *count == 0 ? NVML_ERROR_NOT_FOUND : r;
 }
 

@@ -122,6 +122,13 @@ struct fgr_drv {
     CUresult (*range)(CUdeviceptr *, size_t *, CUdeviceptr);
     CUresult (*host_register)(void *, size_t, unsigned int);
     CUresult (*host_unregister)(void *);
+    /* events, for what waits for the device (wait.c, stage.c) */
+    CUresult (*ev_create)(CUevent *, unsigned);
+    CUresult (*ev_record)(CUevent, CUstream);
+    CUresult (*ev_record_pt)(CUevent, CUstream);
+    CUresult (*ev_query)(CUevent);
+    CUresult (*ev_sync)(CUevent);
+    CUresult (*ev_destroy)(CUevent);
 };
 extern struct fgr_drv fgr_drv;
 

@@ -481,6 +481,12 @@ int main(int argc, char **argv)
     *(void **)&fgr_drv.range = dlsym(h, "cuMemGetAddressRange_v2");
     *(void **)&fgr_drv.host_register = dlsym(h, "cuMemHostRegister_v2");
     *(void **)&fgr_drv.host_unregister = dlsym(h, "cuMemHostUnregister");
+    *(void **)&fgr_drv.ev_create = dlsym(h, "cuEventCreate");
+    *(void **)&fgr_drv.ev_record = dlsym(h, "cuEventRecord");
+    *(void **)&fgr_drv.ev_record_pt = dlsym(h, "cuEventRecord_ptsz");
+    *(void **)&fgr_drv.ev_query = dlsym(h, "cuEventQuery");
+    *(void **)&fgr_drv.ev_sync = dlsym(h, "cuEventSynchronize");
+    *(void **)&fgr_drv.ev_destroy = dlsym(h, "cuEventDestroy_v2");
     SYM(export_table, "cuGetExportTable");
 #undef SYM
     if (!drv.init || !drv.version || !drv.count || !drv.name || !drv.uuid || !drv.attr || !drv.getcur || !drv.setcur) {

@@ -26,16 +26,8 @@ static struct entry {
 } queue[QUEUED_MAX];
 static unsigned qhead, qcount;
 
-static struct {
-    CUresult (*copy)(CUdeviceptr, const void *, size_t, CUstream);
-    CUresult (*copy_pt)(CUdeviceptr, const void *, size_t, CUstream);
-    CUresult (*ev_create)(CUevent *, unsigned);
-    CUresult (*ev_record)(CUevent, CUstream);
-    CUresult (*ev_record_pt)(CUevent, CUstream);
-    CUresult (*ev_query)(CUevent);
-    CUresult (*ev_sync)(CUevent);
-    CUresult (*ev_destroy)(CUevent);
-} d;
+static CUresult (*copy)(CUdeviceptr, const void *, size_t, CUstream);
+static CUresult (*copy_pt)(CUdeviceptr, const void *, size_t, CUstream);
 
 /* Retires the oldest upload once its copy completed (wait: waits for it);
  * 0 when there is none, or it has not completed. */
@@ -45,10 +37,10 @@ static int retire(int wait)
         return 0;
     struct entry *e = &queue[(qhead + QUEUED_MAX - qcount) % QUEUED_MAX];
     if (e->ev) {
-        CUresult r = wait ? d.ev_sync(e->ev) : d.ev_query(e->ev);
+        CUresult r = wait ? fgr_drv.ev_sync(e->ev) : fgr_drv.ev_query(e->ev);
         if (r == CUDA_ERROR_NOT_READY)
             return 0;
-        d.ev_destroy(e->ev);
+        fgr_drv.ev_destroy(e->ev);
     }
     released = e->end;
     __atomic_store_n(&ring->m->released, released, __ATOMIC_RELEASE);
@@ -74,7 +66,8 @@ static void push(CUevent ev, uint64_t end)
 
 static CUresult upload(CUdeviceptr dst, size_t end, size_t n, CUstream s, unsigned how, int last)
 {
-    if (!ring || !d.copy || !d.copy_pt || !d.ev_create)
+    if (!ring || !copy || !copy_pt || !fgr_drv.ev_create || !fgr_drv.ev_query || !fgr_drv.ev_sync ||
+        !fgr_drv.ev_destroy)
         return CUDA_ERROR_NOT_SUPPORTED; /* a socket, or a driver without these */
     uint64_t size = ring->stage_size;
     if (end <= last_end || end - last_end > size)
@@ -108,15 +101,15 @@ static CUresult upload(CUdeviceptr dst, size_t end, size_t n, CUstream s, unsign
         memcpy(kept, from, n);
         from = kept;
     }
-    CUresult r = (pt ? d.copy_pt : d.copy)(dst, from, n, s);
+    CUresult r = (pt ? copy_pt : copy)(dst, from, n, s);
     CUevent ev = NULL;
     if (r == CUDA_SUCCESS && from == ring->stage + off) {
         /* What says the area is free again; without it, the copy is waited for here. */
-        CUresult (*record)(CUevent, CUstream) = pt ? d.ev_record_pt : d.ev_record;
-        if (d.ev_create(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+        CUresult (*record)(CUevent, CUstream) = pt ? fgr_drv.ev_record_pt : fgr_drv.ev_record;
+        if (fgr_drv.ev_create(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
             ev = NULL;
         } else if (!record || record(ev, s) != CUDA_SUCCESS) {
-            d.ev_destroy(ev);
+            fgr_drv.ev_destroy(ev);
             ev = NULL;
         }
         if (!ev)
@@ -158,18 +151,8 @@ static CUresult stage_wait(size_t upto)
 
 void fgr_stage_init(void *driver)
 {
-#define SYM(f, name) *(void **)&d.f = dlsym(driver, name)
-    SYM(copy, "cuMemcpyHtoDAsync_v2");
-    SYM(copy_pt, "cuMemcpyHtoDAsync_v2_ptsz");
-    SYM(ev_create, "cuEventCreate");
-    SYM(ev_record, "cuEventRecord");
-    SYM(ev_record_pt, "cuEventRecord_ptsz");
-    SYM(ev_query, "cuEventQuery");
-    SYM(ev_sync, "cuEventSynchronize");
-    SYM(ev_destroy, "cuEventDestroy_v2");
-#undef SYM
-    if (!d.ev_query || !d.ev_sync || !d.ev_destroy)
-        d.ev_create = NULL;
+    *(void **)&copy = dlsym(driver, "cuMemcpyHtoDAsync_v2");
+    *(void **)&copy_pt = dlsym(driver, "cuMemcpyHtoDAsync_v2_ptsz");
     fgr_real[FGR_OP_fgrStageUpload] = (void *)stage_upload;
     fgr_real[FGR_OP_fgrStageUploadLast] = (void *)stage_upload_last;
     fgr_real[FGR_OP_fgrStageWait] = (void *)stage_wait;

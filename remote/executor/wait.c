@@ -43,12 +43,6 @@ static struct ticket {
 } tickets[FGR_MAX_TICKETS];
 
 static struct {
-    CUresult (*ev_create)(CUevent *, unsigned);
-    CUresult (*ev_record)(CUevent, CUstream);
-    CUresult (*ev_record_pt)(CUevent, CUstream);
-    CUresult (*ev_query)(CUevent);
-    CUresult (*ev_sync)(CUevent);
-    CUresult (*ev_destroy)(CUevent);
     CUresult (*setcur)(CUcontext);
     CUresult (*getcur)(CUcontext *);
 } d;
@@ -59,6 +53,7 @@ int fgr_resume = -1;
 int fgr_parked = -1;
 CUresult fgr_deferred = CUDA_SUCCESS;
 static int bell = -1; /* an eventfd: helpers ring it when a ticket ends */
+static int waits;     /* the driver has what parking needs */
 static uint32_t generation;
 
 static CUresult wait_tickets(unsigned *ids, CUresult *results, unsigned cap, unsigned *count);
@@ -66,22 +61,13 @@ static CUresult wait_tickets(unsigned *ids, CUresult *results, unsigned cap, uns
 void fgr_wait_init(void *driver)
 {
     fgr_real[FGR_OP_fgrWaitTickets] = (void *)wait_tickets;
-#define SYM(f, name) *(void **)&d.f = dlsym(driver, name)
-    SYM(ev_create, "cuEventCreate");
-    SYM(ev_record, "cuEventRecord");
-    SYM(ev_record_pt, "cuEventRecord_ptsz");
-    SYM(ev_query, "cuEventQuery");
-    SYM(ev_sync, "cuEventSynchronize");
-    SYM(ev_destroy, "cuEventDestroy_v2");
-    SYM(setcur, "cuCtxSetCurrent");
-    SYM(getcur, "cuCtxGetCurrent");
-#undef SYM
+    *(void **)&d.setcur = dlsym(driver, "cuCtxSetCurrent");
+    *(void **)&d.getcur = dlsym(driver, "cuCtxGetCurrent");
     bell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (!d.ev_create || !d.ev_record || !d.ev_query || !d.ev_sync || !d.ev_destroy || !d.setcur || !d.getcur ||
-        bell < 0) {
+    waits = fgr_drv.ev_create && fgr_drv.ev_record && fgr_drv.ev_query && fgr_drv.ev_sync && fgr_drv.ev_destroy &&
+            d.setcur && d.getcur && bell >= 0;
+    if (!waits)
         fgr_logf("waits hold the connection (%s)", bell < 0 ? "no eventfd" : "the driver lacks event functions");
-        d.ev_create = NULL;
-    }
 }
 
 int fgr_wait_bell(void) { return bell; }
@@ -89,7 +75,7 @@ int fgr_wait_bell(void) { return bell; }
 static void release(struct ticket *t)
 {
     if (t->own_ev && t->ev)
-        d.ev_destroy(t->ev);
+        fgr_drv.ev_destroy(t->ev);
     t->ev = NULL;
     t->own_ev = 0;
     __atomic_store_n(&t->state, FREE, __ATOMIC_RELEASE);
@@ -105,7 +91,7 @@ static void *helper(void *arg)
         else if (t->kind == FGR_WAIT_CONTEXT)
             r = ((CUresult(*)(void))fgr_real[t->op])();
         else
-            r = d.ev_sync(t->ev);
+            r = fgr_drv.ev_sync(t->ev);
     }
     t->result = r;
     __atomic_store_n(&t->state, DONE, __ATOMIC_RELEASE);
@@ -126,7 +112,7 @@ CUresult fgr_wait(int kind, uint64_t v, int per_thread)
             return r == CUDA_SUCCESS ? FGR_GO : r; /* waited: now the call itself */
         return r;
     }
-    if (!fgr_may_pend || !d.ev_create)
+    if (!fgr_may_pend || !waits)
         return FGR_GO;
     int slot = -1;
     for (int i = 0; i < FGR_MAX_TICKETS && slot < 0; i++)
@@ -142,20 +128,20 @@ CUresult fgr_wait(int kind, uint64_t v, int per_thread)
         CUstream s = (CUstream)(uintptr_t)v;
         CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
         CUresult (*capturing)(CUstream, CUstreamCaptureStatus *) = per_thread ? fgr_drv.capturing_pt : fgr_drv.capturing;
-        CUresult (*record)(CUevent, CUstream) = per_thread ? d.ev_record_pt : d.ev_record;
+        CUresult (*record)(CUevent, CUstream) = per_thread ? fgr_drv.ev_record_pt : fgr_drv.ev_record;
         /* A capturing stream answers a wait with an error, made as it came. */
         if (!record || !capturing || capturing(s, &st) != CUDA_SUCCESS || st != CU_STREAM_CAPTURE_STATUS_NONE)
             return FGR_GO;
-        if (d.ev_create(&t->ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
+        if (fgr_drv.ev_create(&t->ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
             return FGR_GO;
         t->own_ev = 1;
-        if (record(t->ev, s) != CUDA_SUCCESS || d.ev_query(t->ev) != CUDA_ERROR_NOT_READY) {
+        if (record(t->ev, s) != CUDA_SUCCESS || fgr_drv.ev_query(t->ev) != CUDA_ERROR_NOT_READY) {
             release(t);
             return FGR_GO;
         }
     } else if (kind == FGR_WAIT_EVENT) {
         t->ev = (CUevent)(uintptr_t)v;
-        if (d.ev_query(t->ev) != CUDA_ERROR_NOT_READY)
+        if (fgr_drv.ev_query(t->ev) != CUDA_ERROR_NOT_READY)
             return FGR_GO;
     }
     t->id = (uint32_t)slot | (++generation << 8);
@@ -170,7 +156,7 @@ int fgr_ticket_poll(int slot)
     int st = __atomic_load_n(&t->state, __ATOMIC_ACQUIRE);
     if (st != WAITING || t->helped || t->kind == FGR_WAIT_CONTEXT)
         return st == DONE;
-    CUresult r = d.ev_query(t->ev);
+    CUresult r = fgr_drv.ev_query(t->ev);
     if (r == CUDA_ERROR_NOT_READY)
         return 0;
     t->result = r;

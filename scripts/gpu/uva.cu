@@ -8,14 +8,7 @@
 #include <cstring>
 #include <cuda_runtime.h>
 
-#define CHECK(x)                                                                      \
-    do {                                                                              \
-        cudaError_t e_ = (x);                                                         \
-        if (e_ != cudaSuccess) {                                                      \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            return 1;                                                                 \
-        }                                                                             \
-    } while (0)
+#include "runtime_check.h"
 
 static unsigned long sum(const unsigned char *p, size_t n)
 {

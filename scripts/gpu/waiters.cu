@@ -12,14 +12,7 @@
 #include <chrono>
 #include <cuda_runtime.h>
 
-#define CHECK(x)                                                                      \
-    do {                                                                              \
-        cudaError_t e_ = (x);                                                         \
-        if (e_ != cudaSuccess) {                                                      \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            return 1;                                                                 \
-        }                                                                             \
-    } while (0)
+#include "runtime_check.h"
 
 __device__ unsigned long long now_ns()
 {
