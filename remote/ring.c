@@ -32,9 +32,9 @@ static inline void relax(void)
 #endif
 }
 
-size_t fgr_ring_bytes(uint32_t size, uint32_t stage)
+size_t fgr_ring_bytes(uint32_t size, uint32_t stage, uint32_t down)
 {
-    return sizeof(struct fgr_ring_shm) + 2 * (size_t)size + stage;
+    return sizeof(struct fgr_ring_shm) + 2 * (size_t)size + stage + down;
 }
 
 static void sides(struct fgr_ring *r, int client)
@@ -45,12 +45,13 @@ static void sides(struct fgr_ring *r, int client)
     r->out_data = client ? data : data + r->size;
     r->in_data = client ? data + r->size : data;
     r->stage = data + 2 * (size_t)r->size;
+    r->down = r->stage + r->stage_size;
     r->out_head = r->in_tail = 0;
 }
 
 int fgr_ring_create(struct fgr_ring *r, int sock, int *fdp)
 {
-    size_t n = fgr_ring_bytes(FGR_RING_BYTES, FGR_STAGE_BYTES);
+    size_t n = fgr_ring_bytes(FGR_RING_BYTES, FGR_STAGE_BYTES, FGR_STAGE_DOWN_BYTES);
     int fd = memfd_create("flexgv-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0)
         return -1;
@@ -67,11 +68,13 @@ int fgr_ring_create(struct fgr_ring *r, int sock, int *fdp)
     r->m = m;
     r->size = FGR_RING_BYTES;
     r->stage_size = FGR_STAGE_BYTES;
+    r->down_size = FGR_STAGE_DOWN_BYTES;
     r->sock = sock;
     r->nap_ms = CLIENT_NAP_MS;
     r->m->magic = FGR_RING_MAGIC;
     r->m->size = FGR_RING_BYTES;
     r->m->stage_size = FGR_STAGE_BYTES;
+    r->m->down_size = FGR_STAGE_DOWN_BYTES;
     sides(r, 1);
     *fdp = fd;
     return 0;
@@ -79,7 +82,7 @@ int fgr_ring_create(struct fgr_ring *r, int sock, int *fdp)
 
 int fgr_ring_attach(struct fgr_ring *r, int sock, int fd)
 {
-    size_t n = fgr_ring_bytes(FGR_RING_BYTES, FGR_STAGE_BYTES);
+    size_t n = fgr_ring_bytes(FGR_RING_BYTES, FGR_STAGE_BYTES, FGR_STAGE_DOWN_BYTES);
     struct stat st;
     /* Only memory that can neither shrink nor grow under us. */
     int seals = fcntl(fd, F_GET_SEALS);
@@ -94,10 +97,11 @@ int fgr_ring_attach(struct fgr_ring *r, int sock, int fd)
     r->m = m;
     r->size = FGR_RING_BYTES;
     r->stage_size = FGR_STAGE_BYTES;
+    r->down_size = FGR_STAGE_DOWN_BYTES;
     r->sock = sock;
     r->nap_ms = -1;
     if (LOAD(&r->m->magic) != FGR_RING_MAGIC || LOAD(&r->m->size) != FGR_RING_BYTES ||
-        LOAD(&r->m->stage_size) != FGR_STAGE_BYTES) {
+        LOAD(&r->m->stage_size) != FGR_STAGE_BYTES || LOAD(&r->m->down_size) != FGR_STAGE_DOWN_BYTES) {
         munmap(m, n);
         r->m = NULL;
         errno = EPROTO;
@@ -110,7 +114,7 @@ int fgr_ring_attach(struct fgr_ring *r, int sock, int fd)
 void fgr_ring_close(struct fgr_ring *r)
 {
     if (r->m)
-        munmap(r->m, fgr_ring_bytes(r->size, r->stage_size));
+        munmap(r->m, fgr_ring_bytes(r->size, r->stage_size, r->down_size));
     r->m = NULL;
 }
 

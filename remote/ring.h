@@ -24,6 +24,9 @@
  * (remote/client/stage.c, remote/executor/stage.c). */
 #define FGR_STAGE_BYTES (32u << 20)
 #define FGR_STAGE_MIN (64u << 10)
+/* After it, the area downloads land in: the executor has the GPU copy
+ * there, the client copies out to the program (one at a time). */
+#define FGR_STAGE_DOWN_BYTES (8u << 20)
 
 /* One direction. head: bytes written, by its producer; tail: bytes read,
  * by its consumer; each bumps its seq after moving and rings the other
@@ -39,14 +42,15 @@ struct fgr_ring_dir {
 
 struct fgr_ring_shm {
     uint32_t magic, size; /* size: bytes of each direction's data */
-    uint32_t stage_size, pad0;
+    uint32_t stage_size, down_size;
     /* Staging: the client hands out its bytes in order (their running
      * total is what each upload names); released is the running total the
      * executor is done copying from (written by it alone). */
     uint64_t released;
     uint8_t pad[40];
     struct fgr_ring_dir c2s, s2c;
-    /* then c2s's data, then s2c's, then the staging area */
+    /* then c2s's data, then s2c's, then the staging area, then the
+     * downloads' area */
 };
 
 /* One side's view. */
@@ -54,16 +58,16 @@ struct fgr_ring {
     struct fgr_ring_shm *m;
     struct fgr_ring_dir *out, *in;
     uint8_t *out_data, *in_data;
-    uint8_t *stage; /* the staging area */
-    uint32_t size, stage_size;
+    uint8_t *stage, *down; /* the staging area, the downloads' */
+    uint32_t size, stage_size, down_size;
     int sock;                 /* the connection's socket: its end is the peer's */
     int nap_ms;               /* the longest sleep on it (-1: none) */
     uint64_t out_head, in_tail; /* ours, kept here: the shared copies are only told */
 };
 
-/* Bytes of the shared memory: rings of size bytes each way, and a staging
- * area of stage bytes. */
-size_t fgr_ring_bytes(uint32_t size, uint32_t stage);
+/* Bytes of the shared memory: rings of size bytes each way, a staging
+ * area of stage bytes and a downloads' area of down bytes. */
+size_t fgr_ring_bytes(uint32_t size, uint32_t stage, uint32_t down);
 /* The client's side: a new memfd of two rings (its descriptor in *fd, to be
  * sent to the executor). 0, or -1 with errno. */
 int fgr_ring_create(struct fgr_ring *r, int sock, int *fd);

@@ -42,7 +42,8 @@ CUresult fgrWaitTickets(unsigned int *ids, CUresult *results, unsigned int cap, 
 
 /* Uploads through the staging area of shm:// (stage.c): whether n bytes
  * go that way, and the upload (how: FGR_STAGE_*; queued but for a
- * synchronous copy's last piece). */
+ * synchronous copy's last piece). s: the stream, the per-thread default
+ * one by its handle. */
 struct fgr_ring;
 struct fgr_ring *fgr_conn_ring(void); /* NULL but over shm:// */
 int fgr_stage_wanted(size_t n);
@@ -51,6 +52,10 @@ void fgr_stage_forked(void);
 CUresult fgrStageUpload(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how);
 CUresult fgrStageUploadLast(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how);
 CUresult fgrStageWait(size_t upto);
+/* Downloads through the downloads' area (one at a time). */
+int fgr_stage_down_wanted(size_t n);
+CUresult fgr_stage_download(void *dst, CUdeviceptr src, size_t n, CUstream s);
+CUresult fgrStageDownload(CUdeviceptr src, size_t n, CUstream hStream);
 
 /* Device ranges the connection was given, and copies under unified
  * addressing with a side in the program's own memory (uva.c): 1 when

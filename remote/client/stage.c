@@ -10,13 +10,18 @@
  * the running total of bytes handed out; the executor publishes the total
  * it is done copying from (released), and a client short of room asks it
  * to wait for its copies (fgrStageWait). The bytes are taken when the call
- * returns, as the driver takes pageable memory. */
+ * returns, as the driver takes pageable memory.
+ *
+ * Downloads land in an area of their own after it, one at a time: the
+ * executor has the GPU copy there (fgrStageDownload, once the stream's
+ * earlier work is done), and the client copies them out to the program. */
 #include "client.h"
 #include "../ring.h"
 
 #include <string.h>
 
 static pthread_mutex_t stage_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t down_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t handed; /* the running total of bytes handed out */
 
 int fgr_stage_wanted(size_t n)
@@ -45,8 +50,28 @@ CUresult fgr_stage_upload(CUdeviceptr dst, const void *src, size_t n, CUstream s
     return res;
 }
 
+int fgr_stage_down_wanted(size_t n)
+{
+    struct fgr_ring *r = fgr_conn_ring();
+    return r && n >= FGR_STAGE_MIN && n <= r->down_size;
+}
+
+CUresult fgr_stage_download(void *dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    struct fgr_ring *r = fgr_conn_ring();
+    if (!dst || !r)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&down_lock);
+    CUresult res = fgrStageDownload(src, n, s);
+    if (res == CUDA_SUCCESS)
+        memcpy(dst, r->down, n);
+    pthread_mutex_unlock(&down_lock);
+    return res;
+}
+
 void fgr_stage_forked(void)
 {
     pthread_mutex_init(&stage_lock, NULL);
+    pthread_mutex_init(&down_lock, NULL);
     handed = 0;
 }

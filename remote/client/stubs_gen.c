@@ -799,6 +799,8 @@ FGR_EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t
         return CUDA_SUCCESS;
     }
     fgr_mirror_named((uint64_t)srcDevice);
+    if (fgr_stage_down_wanted(ByteCount))
+        return fgr_stage_download(dstHost, srcDevice, ByteCount, NULL);
     uint64_t n_dstHost = dstHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_dstHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyDtoH_v2", "a buffer over the frame limit");
@@ -828,6 +830,8 @@ FGR_EXPORT CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, s
         return CUDA_SUCCESS;
     }
     fgr_mirror_named((uint64_t)srcDevice);
+    if (fgr_stage_down_wanted(ByteCount))
+        return fgr_stage_download(dstHost, srcDevice, ByteCount, CU_STREAM_PER_THREAD);
     uint64_t n_dstHost = dstHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_dstHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyDtoH_v2_ptds", "a buffer over the frame limit");
@@ -979,6 +983,8 @@ FGR_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, s
         return CUDA_SUCCESS;
     }
     fgr_mirror_named((uint64_t)srcDevice);
+    if (fgr_stage_down_wanted(ByteCount))
+        return fgr_stage_download(dstHost, srcDevice, ByteCount, hStream);
     uint64_t n_dstHost = dstHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_dstHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyDtoHAsync_v2", "a buffer over the frame limit");
@@ -1009,6 +1015,8 @@ FGR_EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevi
         return CUDA_SUCCESS;
     }
     fgr_mirror_named((uint64_t)srcDevice);
+    if (fgr_stage_down_wanted(ByteCount))
+        return fgr_stage_download(dstHost, srcDevice, ByteCount, hStream ? hStream : CU_STREAM_PER_THREAD);
     uint64_t n_dstHost = dstHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_dstHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyDtoHAsync_v2_ptsz", "a buffer over the frame limit");
@@ -3325,6 +3333,21 @@ FGR_EXPORT CUresult fgrStageWait(size_t upto)
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult fgrStageDownload(CUdeviceptr src, size_t n, CUstream hStream)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)src);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrStageDownload, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)src);
+    fgr_put_u64(&fgr_c.w, (uint64_t)n);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult fgrWaitTickets(unsigned int *ids, CUresult *results, unsigned int cap, unsigned int *count)
 {
     CUresult fgr_r;
@@ -4235,6 +4258,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_fgrStageUpload] = "fgrStageUpload",
     [FGR_OP_fgrStageUploadLast] = "fgrStageUploadLast",
     [FGR_OP_fgrStageWait] = "fgrStageWait",
+    [FGR_OP_fgrStageDownload] = "fgrStageDownload",
     [FGR_OP_fgrWaitTickets] = "fgrWaitTickets",
     [FGR_OP_fgrNudge] = "fgrNudge",
     [FGR_OP_cuOccupancyMaxActiveClusters] = "cuOccupancyMaxActiveClusters",
@@ -4305,6 +4329,7 @@ const unsigned char fgr_op_syncs[FGR_NUM_OPS] = {
     [FGR_OP_cuEventQuery] = 1,
     [FGR_OP_cuEventSynchronize] = 1,
     [FGR_OP_fgrStageUploadLast] = 1,
+    [FGR_OP_fgrStageDownload] = 1,
 };
 
 /* The operations that may be answered "pending" while the device works
@@ -4319,6 +4344,7 @@ const unsigned char fgr_op_waits[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamSynchronize] = 1,
     [FGR_OP_cuStreamSynchronize_ptsz] = 1,
     [FGR_OP_cuEventSynchronize] = 1,
+    [FGR_OP_fgrStageDownload] = 1,
 };
 
 /* What cuGetProcAddress hands out: every exported entry point. */
@@ -4569,6 +4595,7 @@ const struct fg_proc fgr_procs[] = {
     {"fgrStageUpload", "fgrStageUpload", 0, 0, (void *)fgrStageUpload},
     {"fgrStageUploadLast", "fgrStageUploadLast", 0, 0, (void *)fgrStageUploadLast},
     {"fgrStageWait", "fgrStageWait", 0, 0, (void *)fgrStageWait},
+    {"fgrStageDownload", "fgrStageDownload", 0, 0, (void *)fgrStageDownload},
     {"fgrWaitTickets", "fgrWaitTickets", 0, 0, (void *)fgrWaitTickets},
     {"fgrNudge", "fgrNudge", 0, 0, (void *)fgrNudge},
     {"cuOccupancyMaxActiveClusters", "cuOccupancyMaxActiveClusters", 11070, 0, (void *)cuOccupancyMaxActiveClusters},

@@ -206,6 +206,7 @@ typedef CUresult (*pfn_fgrHostReadMany)(const CUdeviceptr *srcs, const size_t *s
 typedef CUresult (*pfn_fgrStageUpload)(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how);
 typedef CUresult (*pfn_fgrStageUploadLast)(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how);
 typedef CUresult (*pfn_fgrStageWait)(size_t upto);
+typedef CUresult (*pfn_fgrStageDownload)(CUdeviceptr src, size_t n, CUstream hStream);
 typedef CUresult (*pfn_fgrWaitTickets)(unsigned int *ids, CUresult *results, unsigned int cap, unsigned int *count);
 typedef CUresult (*pfn_fgrNudge)(void);
 typedef CUresult (*pfn_cuOccupancyMaxActiveClusters)(int *numClusters, CUfunction func, const CUlaunchConfig *config);
@@ -4101,6 +4102,24 @@ static CUresult op_fgrStageWait(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_fgrStageDownload(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr src = (CUdeviceptr)fgr_get_u64(rd);
+    size_t n = (size_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)src, n)))
+        fgr_r = fgr_refuse("fgrStageDownload", "src", (uint64_t)src, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("fgrStageDownload", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else if ((fgr_r = fgr_wait(FGR_AFTER_STREAM, (uint64_t)(uintptr_t)hStream, 0)) == FGR_GO)
+        fgr_r = ((pfn_fgrStageDownload)fgr_real[FGR_OP_fgrStageDownload])(src, n, hStream);
+    return fgr_r;
+}
+
 static CUresult op_fgrWaitTickets(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -5271,6 +5290,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_fgrStageUpload] = {"fgrStageUpload", op_fgrStageUpload, 0},
     [FGR_OP_fgrStageUploadLast] = {"fgrStageUploadLast", op_fgrStageUploadLast, 1},
     [FGR_OP_fgrStageWait] = {"fgrStageWait", op_fgrStageWait, 0},
+    [FGR_OP_fgrStageDownload] = {"fgrStageDownload", op_fgrStageDownload, 1},
     [FGR_OP_fgrWaitTickets] = {"fgrWaitTickets", op_fgrWaitTickets, 0},
     [FGR_OP_fgrNudge] = {"fgrNudge", op_fgrNudge, 0},
     [FGR_OP_cuOccupancyMaxActiveClusters] = {"cuOccupancyMaxActiveClusters", op_cuOccupancyMaxActiveClusters, 0},

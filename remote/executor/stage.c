@@ -1,7 +1,8 @@
 /* Uploads from the staging area of shm:// (remote/client/stage.c): the
  * client wrote the bytes into memory this process shares with it, which
- * is registered with the driver at the first upload, so the GPU copies
- * them from there (its DMA) while the connection goes on. Each upload is
+ * is registered with the driver at the first copy, so the GPU copies
+ * them from there (its DMA) while the connection goes on; downloads land in
+ * the area after it, from where the client copies them out. Each upload is
  * followed by an event; when it has completed, the area is released up to
  * that upload's end (in order), which the client reads to reuse it.
  *
@@ -28,9 +29,24 @@ static unsigned qhead, qcount;
 
 static CUresult (*copy)(CUdeviceptr, const void *, size_t, CUstream);
 static CUresult (*copy_pt)(CUdeviceptr, const void *, size_t, CUstream);
+static CUresult (*copy_back)(void *, CUdeviceptr, size_t, CUstream);
 
 /* Retires the oldest upload once its copy completed (wait: waits for it);
  * 0 when there is none, or it has not completed. */
+/* Registers both areas with the driver, at the first copy (a context is
+ * current then). */
+static void pin(void)
+{
+    if (registered)
+        return;
+    size_t bytes = (size_t)ring->stage_size + ring->down_size;
+    CUresult r = fgr_drv.host_register ? fgr_drv.host_register(ring->stage, bytes, CU_MEMHOSTREGISTER_PORTABLE)
+                                       : CUDA_ERROR_NOT_SUPPORTED;
+    registered = r == CUDA_SUCCESS ? 1 : -1;
+    if (r != CUDA_SUCCESS)
+        fgr_logf("cannot pin the staging areas (error %d): copies are made as with pageable memory", (int)r);
+}
+
 static int retire(int wait)
 {
     if (!qcount)
@@ -80,13 +96,7 @@ static CUresult upload(CUdeviceptr dst, size_t end, size_t n, CUstream s, unsign
         push(NULL, end); /* refused, and released all the same */
         return CUDA_ERROR_INVALID_VALUE;
     }
-    if (!registered) {
-        CUresult r = fgr_drv.host_register ? fgr_drv.host_register(ring->stage, size, CU_MEMHOSTREGISTER_PORTABLE)
-                                           : CUDA_ERROR_NOT_SUPPORTED;
-        registered = r == CUDA_SUCCESS ? 1 : -1;
-        if (r != CUDA_SUCCESS)
-            fgr_logf("cannot pin the staging area (error %d): uploads are copied as from pageable memory", (int)r);
-    }
+    pin();
     const void *from = ring->stage + off;
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
     CUresult (*capturing)(CUstream, CUstreamCaptureStatus *) = pt ? fgr_drv.capturing_pt : fgr_drv.capturing;
@@ -132,6 +142,28 @@ static CUresult stage_upload_last(CUdeviceptr dst, size_t end, size_t n, CUstrea
     return upload(dst, end, n, s, how, 1);
 }
 
+/* A download: after the stream's earlier work (fgr_wait, in the dispatch),
+ * into the downloads' area, waited for. */
+static CUresult stage_download(CUdeviceptr src, size_t n, CUstream s)
+{
+    if (!ring || !copy_back || !fgr_drv.ev_create || !fgr_drv.ev_sync || !fgr_drv.ev_destroy)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    if (n == 0 || n > ring->down_size)
+        return CUDA_ERROR_INVALID_VALUE;
+    pin();
+    CUresult r = copy_back(ring->down, src, n, s);
+    CUevent ev;
+    if (r == CUDA_SUCCESS && fgr_drv.ev_create(&ev, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) {
+        r = fgr_drv.ev_record(ev, s);
+        if (r == CUDA_SUCCESS)
+            r = fgr_drv.ev_sync(ev);
+        fgr_drv.ev_destroy(ev);
+    } else if (r == CUDA_SUCCESS) {
+        r = fgr_drain(s, 0);
+    }
+    return r;
+}
+
 static CUresult stage_wait(size_t upto)
 {
     if (!ring)
@@ -153,9 +185,11 @@ void fgr_stage_init(void *driver)
 {
     *(void **)&copy = dlsym(driver, "cuMemcpyHtoDAsync_v2");
     *(void **)&copy_pt = dlsym(driver, "cuMemcpyHtoDAsync_v2_ptsz");
+    *(void **)&copy_back = dlsym(driver, "cuMemcpyDtoHAsync_v2");
     fgr_real[FGR_OP_fgrStageUpload] = (void *)stage_upload;
     fgr_real[FGR_OP_fgrStageUploadLast] = (void *)stage_upload_last;
     fgr_real[FGR_OP_fgrStageWait] = (void *)stage_wait;
+    fgr_real[FGR_OP_fgrStageDownload] = (void *)stage_download;
 }
 
 void fgr_stage_attach(struct fgr_ring *r) { ring = r; }

@@ -265,12 +265,13 @@ func TestRemoteSharedMemoryRefused(t *testing.T) {
 	e := newEnv(t)
 	s := e.serve("unix")
 	path := strings.TrimPrefix(s.addr, "unix://")
-	// remote/ring.h: a 64-byte header (magic, ring size, staging area's
-	// size, ...), then per direction head (u64), head_seq, consumer_sleeps
-	// (u32), 48 bytes, tail, tail_seq, producer_sleeps, 48 bytes; then each
-	// direction's 4 MiB, then the 32 MiB staging area.
-	const ringBytes, stageBytes, c2sHead, c2sHeadSeq = 4 << 20, 32 << 20, 64, 72
-	size := 64 + 2*128 + 2*ringBytes + stageBytes
+	// remote/ring.h: a 64-byte header (magic, ring size, the staging
+	// areas' sizes, ...), then per direction head (u64), head_seq,
+	// consumer_sleeps (u32), 48 bytes, tail, tail_seq, producer_sleeps, 48
+	// bytes; then each direction's 4 MiB, the 32 MiB staging area and the
+	// 8 MiB downloads' area.
+	const ringBytes, stageBytes, downBytes, c2sHead, c2sHeadSeq = 4 << 20, 32 << 20, 8 << 20, 64, 72
+	size := 64 + 2*128 + 2*ringBytes + stageBytes + downBytes
 	memory := func(seal bool) int {
 		fd, err := unix.MemfdCreate("ring", unix.MFD_ALLOW_SEALING)
 		if err != nil {
@@ -304,6 +305,7 @@ func TestRemoteSharedMemoryRefused(t *testing.T) {
 			binary.LittleEndian.PutUint32(m[0:], 0x47524746)
 			binary.LittleEndian.PutUint32(m[4:], ringBytes)
 			binary.LittleEndian.PutUint32(m[8:], stageBytes)
+			binary.LittleEndian.PutUint32(m[12:], downBytes)
 			conn.WriteMsgUnix([]byte("R"), unix.UnixRights(fd), nil)
 			binary.LittleEndian.PutUint64(m[c2sHead:], 2*ringBytes)
 			binary.LittleEndian.PutUint32(m[c2sHeadSeq:], 1)

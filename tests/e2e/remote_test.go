@@ -922,12 +922,12 @@ print("its ends", " ".join(ends))
 	}
 }
 
-// Over shm://, uploads of 64 KiB or more go through the staging area: the
-// bytes land whole for every upload entry point (synchronous and on a
-// stream, each ABI), copies larger than the area (32 MiB) wrap around it,
-// a refused upload does not stall the ones after it, and what the program
-// sees is what it sees over a socket, where nothing is staged.
-func TestRemoteUploadsThroughTheStagingArea(t *testing.T) {
+// Over shm://, copies of 64 KiB or more go through the staging areas: the
+// bytes land whole for every upload and download entry point (synchronous
+// and on a stream, each ABI), uploads larger than the area (32 MiB) wrap
+// around it, a refused upload does not stall the ones after it, and what
+// the program sees is what it sees over a socket, where nothing is staged.
+func TestRemoteCopiesThroughTheStagingAreas(t *testing.T) {
 	prog := `
 import ctypes
 cu = ctypes.CDLL("libcuda.so.1")
@@ -962,6 +962,10 @@ assert cu.cuMemcpyDtoH_v2(dst, p, ctypes.c_size_t(n // k * k)) == 0
 print("in a row", "same" if bytes(dst)[:n // k * k] == bytes(src)[:n // k * k] else "differ")
 print("past the end", cu.cuMemcpyHtoD_v2(small, src, ctypes.c_size_t(192 << 10)))
 check("cuMemcpyHtoD_v2")
+for name, stream in [("cuMemcpyDtoH_v2_ptds", ()), ("cuMemcpyDtoHAsync_v2", (None,)), ("cuMemcpyDtoHAsync_v2_ptsz", (None,)),
+                     ("cuMemcpyDtoHAsync_v2", (st,))]:
+    back = (ctypes.c_ubyte * n)()
+    print(name, getattr(cu, name)(back, p, ctypes.c_size_t(n), *stream), "same" if bytes(back) == bytes(src) else "differ")
 `
 	var outs []string
 	for _, transport := range []string{"shm", "unix"} {
@@ -972,14 +976,16 @@ check("cuMemcpyHtoD_v2")
 		if r.code != 0 {
 			t.Fatalf("over %s: exit %d\n%s\n%s", transport, r.code, r.stdout, r.stderr)
 		}
-		staged := strings.Contains(r.stderr, "fgrStageUploadLast") && strings.Contains(r.stderr, "fgrStageUpload ")
+		staged := strings.Contains(r.stderr, "fgrStageUploadLast") && strings.Contains(r.stderr, "fgrStageUpload ") &&
+			strings.Contains(r.stderr, "fgrStageDownload")
 		if staged != (transport == "shm") {
 			t.Errorf("over %s, uploads staged: %v\n%s", transport, staged, r.stderr)
 		}
 		outs = append(outs, r.stdout)
 	}
 	want := "cuMemcpyHtoD_v2 0 same\ncuMemcpyHtoD_v2_ptds 0 same\ncuMemcpyHtoDAsync_v2 0 same\ncuMemcpyHtoDAsync_v2_ptsz 0 same\n" +
-		"cuMemcpyHtoDAsync_v2 0 same\nin a row same\npast the end 1\ncuMemcpyHtoD_v2 0 same\n"
+		"cuMemcpyHtoDAsync_v2 0 same\nin a row same\npast the end 1\ncuMemcpyHtoD_v2 0 same\n" +
+		"cuMemcpyDtoH_v2_ptds 0 same\ncuMemcpyDtoHAsync_v2 0 same\ncuMemcpyDtoHAsync_v2_ptsz 0 same\ncuMemcpyDtoHAsync_v2 0 same\n"
 	if outs[0] != want || outs[1] != want {
 		t.Errorf("over shm://\n%s\nover unix://\n%s\nwant\n%s", outs[0], outs[1], want)
 	}

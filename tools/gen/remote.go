@@ -264,8 +264,11 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 				continue
 			}
 			if name == "stage" {
-				if p := re.param(val); p == nil || p.Type != "const void *" || re.param("dstDevice") == nil || re.param("ByteCount") == nil {
-					return nil, nil, fmt.Errorf("%s: %s: stage=%s names no const void * beside dstDevice and ByteCount", where, re.Name, val)
+				p := re.param(val)
+				up := p != nil && p.Type == "const void *" && re.param("dstDevice") != nil
+				down := p != nil && p.Type == "void *" && re.param("srcDevice") != nil
+				if (!up && !down) || re.param("ByteCount") == nil {
+					return nil, nil, fmt.Errorf("%s: %s: stage=%s names no buffer of an upload or download", where, re.Name, val)
 				}
 				re.Stage = val
 				continue
@@ -920,7 +923,21 @@ func stubBody(b *strings.Builder, e RemoteEntry, queuedBy string) {
 	}
 	// An upload over shm:// of FGR_STAGE_MIN bytes or more goes through the
 	// staging area.
-	if e.Stage != "" {
+	if e.Stage != "" && e.param("srcDevice") != nil {
+		// A download: on the stream the call names (the per-thread default
+		// one by its handle).
+		stream := "NULL"
+		switch {
+		case e.param("hStream") != nil && e.PerThread() != "":
+			stream = "hStream ? hStream : CU_STREAM_PER_THREAD"
+		case e.param("hStream") != nil:
+			stream = "hStream"
+		case e.PerThread() != "":
+			stream = "CU_STREAM_PER_THREAD"
+		}
+		fmt.Fprintf(b, "    if (fgr_stage_down_wanted(ByteCount))\n        return fgr_stage_download(%s, srcDevice, ByteCount, %s);\n",
+			e.Stage, stream)
+	} else if e.Stage != "" {
 		stream, how, queued := "NULL", []string{"FGR_STAGE_SYNC"}, queuedBy
 		if e.param("hStream") != nil {
 			stream, how = "hStream", nil
