@@ -36,18 +36,18 @@ type Kind struct {
 // RemoteEntry is one entry point as the remoting client exports it.
 type RemoteEntry struct {
 	Entry
-	Disp   Disposition // "" when not supported remotely
-	Kinds  map[string]Kind
-	Drain  string // stream the executor waits for before answering
+	Disp  Disposition // "" when not supported remotely
+	Kinds map[string]Kind
+	Drain string // stream the executor waits for before answering
 	// A call that waits for the device: Wait names what its answer is the
 	// wait for (a CUstream or CUevent parameter, or "context"), After the
 	// stream ("null": the variant's default stream) it waits for before
 	// it is made. Either lets the connection's other calls go on meanwhile
 	// (remote/executor/wait.c).
 	Wait, After string
-	// Stage: the buffer parameter of an upload that may go through the
-	// staging area of shm:// (remote/client/stage.c).
-	Stage string
+	// Stage: the buffer parameter of an upload or download that may go
+	// through the staging areas of shm:// (remote/client/stage.c).
+	Stage  string
 	Chunk  string // byte count by which the client splits a large call into several
 	Sync   bool   // a syncpoint: errors of earlier queued calls surface here
 	UVA    bool   // a copy under unified addressing (dst, src, ByteCount[, hStream]): fgr_uva_copy first
