@@ -10,6 +10,7 @@
 #   event       cuEventCreate and cuEventDestroy: queued, a shadow handle
 #   latency     the round trip with 10 and 50 us added (FLEXGV_REMOTE_DELAY_US)
 #   bandwidth   synchronous 64 MiB uploads and downloads
+#   beside      a round trip while another thread waits for the GPU
 # Each runs N and 2N times so that start-up cancels out; prints microseconds
 # per call.
 #     bench/remote-roundtrip.sh [N]        (after make)
@@ -97,3 +98,9 @@ echo "download 64 MiB (cuMemcpyDtoH): local $(gbps "$(per_call 8 1 "memclient co
     "unix socket $(gbps "$(per_call 8 1 "memclient copybackloop" "${unix_env[@]}")") GB/s," \
     "shared memory $(gbps "$(per_call 8 1 "memclient copybackloop" "${shm_env[@]}")") GB/s," \
     "loopback TCP $(gbps "$(per_call 8 1 "memclient copybackloop" "${tcp_env[@]}")") GB/s"
+# A round trip while another thread of the program waits for 20 ms kernels,
+# one after the other: its median and 99th percentile.
+beside() { env "$@" "$B/tests/waiters" beside 3 | awk '{ printf "%s/%s us", $4, $6 }'; }
+echo "round trip beside a thread waiting for the GPU (p50/p99): local $(beside "${local_env[@]}")," \
+    "unix socket $(beside "${unix_env[@]}"), shared memory $(beside "${shm_env[@]}")," \
+    "loopback TCP $(beside "${tcp_env[@]}"), loopback TLS $(beside "${tls_env[@]}")"

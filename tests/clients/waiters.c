@@ -6,7 +6,11 @@
  * answer; prints whether they were all answered before the wait ended,
  * and what the wait answered. Then two threads wait at once for kernels of
  * different lengths, and the shorter wait must end first.
- *     waiters */
+ *     waiters
+ * For benchmarks: one thread waits for 20 ms kernels, one after the other,
+ * while the main thread makes round trips (cuMemGetInfo) for SECONDS;
+ * prints how long those took:
+ *     waiters beside SECONDS      -> calls N p50_us X p99_us Y */
 #include "common.h"
 
 #include <pthread.h>
@@ -86,10 +90,61 @@ static int others_go_on(struct waiter *w)
     return !__atomic_load_n(&w->done, __ATOMIC_ACQUIRE);
 }
 
-int main(void)
+static int stop_waiting;
+
+/* Waits for one 20 ms kernel after another until told to stop. */
+static void *keep_waiting(void *arg)
+{
+    CUfunction f = arg;
+    CUstream s;
+    CHECK(cuCtxSetCurrent(ctx));
+    CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    while (!__atomic_load_n(&stop_waiting, __ATOMIC_ACQUIRE)) {
+        CHECK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL));
+        CHECK(cuStreamSynchronize(s));
+    }
+    return NULL;
+}
+
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int beside(double seconds)
+{
+    enum { MAX = 1 << 20 };
+    CUmodule mod;
+    CUfunction f;
+    CHECK(cuModuleLoadData(&mod, "FLEXGV-SIM-MODULE\nkernel tick 20000\n"));
+    CHECK(cuModuleGetFunction(&f, mod, "tick"));
+    pthread_t t;
+    pthread_create(&t, NULL, keep_waiting, f);
+    usleep(50000);
+    double *us = malloc(MAX * sizeof *us), t0 = now();
+    int n = 0;
+    while (us && n < MAX && now() - t0 < seconds) {
+        size_t free_b, total_b;
+        double a = now();
+        CHECK(cuMemGetInfo_v2(&free_b, &total_b));
+        us[n++] = (now() - a) * 1e6;
+    }
+    __atomic_store_n(&stop_waiting, 1, __ATOMIC_RELEASE);
+    pthread_join(t, NULL);
+    if (!n)
+        return 1;
+    qsort(us, (size_t)n, sizeof *us, by_value);
+    printf("calls %d p50_us %.1f p99_us %.1f\n", n, us[n / 2], us[n * 99 / 100]);
+    return 0;
+}
+
+int main(int argc, char **argv)
 {
     CUmodule mod;
     ctx = primary_context();
+    if (argc > 2 && !strcmp(argv[1], "beside"))
+        return beside(atof(argv[2]));
     CHECK(cuModuleLoadData(&mod, MODULE));
     CHECK(cuModuleGetFunction(&slow, mod, "slow"));
     CHECK(cuModuleGetFunction(&shorter, mod, "shorter"));
