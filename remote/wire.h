@@ -11,7 +11,7 @@
  * Then the executor's handshake (FGR_OP_HELLO: magic, protocol, operations
  * hash, pointer size, transport; answered with the devices), for shm:// the
  * rings' memfd (ring.h), then calls:
- *     request  u16 op, u16 flags, u32 reserved (0), u64 context, arguments
+ *     request  u16 op, u16 flags, u32 thread, u64 context, arguments
  *     reply    u32 CUresult, results
  * Arguments (tools/gen/remote.go): first every by-value parameter as a u64,
  * then each pointer parameter in order: u8 present, then for buffers and
@@ -19,7 +19,8 @@
  * pointer the client passed, u8 sent, then u64 byte count and the bytes;
  * out buffers are sent only when the call succeeded. A request flagged
  * FGR_FLAG_QUEUED gets no reply: its error, if any, is answered by the next
- * syncpoint (api/remote.api). Readers check every
+ * syncpoint (api/remote.api) of the same thread, a tag the client gives
+ * each of its threads (0 in the handshake). Readers check every
  * length against what is left of the frame and against the size the
  * parameters imply, and never trust the peer. */
 #ifndef FLEXGV_REMOTE_WIRE_H
@@ -30,7 +31,7 @@
 
 #include "flexgv/cuda_types.h"
 
-#define FGR_PROTO_VERSION 10u /* 10: uploads through a staging area; 9: waits answered pending */
+#define FGR_PROTO_VERSION 11u /* 11: queued calls' errors per thread; 10: staging areas; 9: waits pending */
 
 /* An object the driver makes for a context through a private table word
  * (21318c60-... word 51, which cuBLAS calls before its first product): a

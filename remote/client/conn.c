@@ -633,6 +633,17 @@ CUresult fgr_connect(void)
     return r;
 }
 
+/* This thread's tag in requests: the executor answers the first error of
+ * its queued calls at its next syncpoint, not another thread's. */
+static uint32_t thread_tag(void)
+{
+    static uint32_t last;
+    static __thread uint32_t tag;
+    if (!tag)
+        tag = __atomic_add_fetch(&last, 1, __ATOMIC_RELAXED);
+    return tag;
+}
+
 /* Waits, with conn_lock held, until no thread reads an answer without it:
  * the executor is told once (fgrNudge, queued) to answer that call now. */
 static CUresult wait_for_reader(void)
@@ -673,7 +684,7 @@ CUresult fgr_begin(struct fgr_call *c, int op, int queued)
     fgr_put_u32(&c->w, 0);
     fgr_put_u16(&c->w, (uint16_t)op);
     fgr_put_u16(&c->w, queued ? FGR_FLAG_QUEUED : 0);
-    fgr_put_u32(&c->w, 0);
+    fgr_put_u32(&c->w, thread_tag());
     fgr_put_u64(&c->w, (uint64_t)(uintptr_t)ctx);
     c->result = CUDA_ERROR_UNKNOWN;
     c->op = op;

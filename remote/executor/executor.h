@@ -90,7 +90,11 @@ enum { FGR_WAIT_STREAM, FGR_WAIT_EVENT, FGR_WAIT_CONTEXT, FGR_AFTER_STREAM };
 CUresult fgr_wait(int kind, uint64_t v, int per_thread);
 extern int fgr_may_pend, fgr_resume, fgr_parked;
 extern unsigned fgr_current_op;
-extern CUresult fgr_deferred; /* the first error of a queued call, for the next syncpoint */
+extern uint32_t fgr_thread; /* the client's thread the request comes from */
+/* The first error of a thread's queued calls, kept for its next syncpoint,
+ * and taken there. */
+void fgr_defer(uint32_t thread, CUresult r);
+CUresult fgr_deferred_take(uint32_t thread);
 void fgr_wait_init(void *driver);
 int fgr_wait_bell(void); /* readable when a ticket may have ended */
 void fgr_bell_drain(void);

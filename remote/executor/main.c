@@ -372,10 +372,11 @@ static int wait_parked(void)
 static void serve_frame(uint8_t *body, uint32_t n, int resume)
 {
     struct fgr_rd rd = {body, n, 0};
-    unsigned op = fgr_get_u16(&rd), flags = fgr_get_u16(&rd), reserved = fgr_get_u32(&rd);
+    unsigned op = fgr_get_u16(&rd), flags = fgr_get_u16(&rd);
+    uint32_t thread = fgr_get_u32(&rd);
     CUcontext ctx = (CUcontext)(uintptr_t)fgr_get_u64(&rd);
-    if ((flags & ~(FGR_FLAG_QUEUED | FGR_FLAG_MAY_PEND)) || reserved)
-        reject("unknown header flags %#x %#x", flags, reserved);
+    if (flags & ~(FGR_FLAG_QUEUED | FGR_FLAG_MAY_PEND))
+        reject("unknown header flags %#x", flags);
     if (op == FGR_OP_HELLO || op >= FGR_NUM_OPS)
         reject("unknown operation %u", op);
     if (op == FGR_OP_fgrNudge && !(flags & FGR_FLAG_QUEUED))
@@ -392,6 +393,7 @@ static void serve_frame(uint8_t *body, uint32_t n, int resume)
         r = make_current(ctx);
     fgr_ctx = (uint64_t)(uintptr_t)ctx;
     fgr_current_op = op;
+    fgr_thread = thread;
     fgr_may_pend = (flags & FGR_FLAG_MAY_PEND) && !(flags & FGR_FLAG_QUEUED) && !answer_now;
     fgr_resume = resume;
     fgr_parked = -1;
@@ -415,16 +417,14 @@ static void serve_frame(uint8_t *body, uint32_t n, int resume)
         return;
     }
     if (flags & FGR_FLAG_QUEUED) {
-        /* No answer: the first error waits for the next syncpoint. */
-        if (r != CUDA_SUCCESS && fgr_deferred == CUDA_SUCCESS)
-            fgr_deferred = r;
+        /* No answer: the first error waits for the thread's next syncpoint. */
+        fgr_defer(thread, r);
         return;
     }
-    if (fgr_ops[op].syncpoint && fgr_deferred != CUDA_SUCCESS) {
+    CUresult d = fgr_ops[op].syncpoint ? fgr_deferred_take(thread) : CUDA_SUCCESS;
+    if (d != CUDA_SUCCESS)
         for (int i = 0; i < 4; i++)
-            reply.p[4 + i] = (uint8_t)((uint32_t)fgr_deferred >> (8 * i));
-        fgr_deferred = CUDA_SUCCESS;
-    }
+            reply.p[4 + i] = (uint8_t)((uint32_t)d >> (8 * i));
     send_reply(&reply);
 }
 

@@ -39,6 +39,7 @@ static struct ticket {
     int own_ev;
     uint64_t arg;  /* cuCtxSynchronize_v2's context */
     unsigned op;
+    uint32_t thread; /* the client's thread that waits */
     CUresult result;
 } tickets[FGR_MAX_TICKETS];
 
@@ -51,7 +52,46 @@ int fgr_may_pend;
 unsigned fgr_current_op;
 int fgr_resume = -1;
 int fgr_parked = -1;
-CUresult fgr_deferred = CUDA_SUCCESS;
+uint32_t fgr_thread;
+
+/* The first error of each client thread's queued calls, for that thread's
+ * next syncpoint; a thread past the table's room shares one for all. */
+#define DEFERRED_THREADS 64
+static struct {
+    uint32_t thread;
+    CUresult err; /* CUDA_SUCCESS: a free entry */
+} deferred[DEFERRED_THREADS];
+static CUresult deferred_any;
+
+void fgr_defer(uint32_t thread, CUresult r)
+{
+    int room = -1;
+    for (int i = 0; i < DEFERRED_THREADS && r != CUDA_SUCCESS; i++) {
+        if (deferred[i].err != CUDA_SUCCESS && deferred[i].thread == thread)
+            return; /* the first one stays */
+        if (deferred[i].err == CUDA_SUCCESS && room < 0)
+            room = i;
+    }
+    if (r == CUDA_SUCCESS)
+        return;
+    if (room >= 0)
+        deferred[room].thread = thread, deferred[room].err = r;
+    else if (deferred_any == CUDA_SUCCESS)
+        deferred_any = r;
+}
+
+CUresult fgr_deferred_take(uint32_t thread)
+{
+    for (int i = 0; i < DEFERRED_THREADS; i++)
+        if (deferred[i].err != CUDA_SUCCESS && deferred[i].thread == thread) {
+            CUresult r = deferred[i].err;
+            deferred[i].err = CUDA_SUCCESS;
+            return r;
+        }
+    CUresult r = deferred_any;
+    deferred_any = CUDA_SUCCESS;
+    return r;
+}
 static int bell = -1; /* an eventfd: helpers ring it when a ticket ends */
 static int waits;     /* the driver has what parking needs */
 static uint32_t generation;
@@ -121,7 +161,7 @@ CUresult fgr_wait(int kind, uint64_t v, int per_thread)
     if (slot < 0)
         return FGR_GO; /* as many waits as tickets: this one holds the connection */
     struct ticket *t = &tickets[slot];
-    *t = (struct ticket){.state = FREE, .kind = kind, .op = fgr_current_op, .arg = v};
+    *t = (struct ticket){.state = FREE, .kind = kind, .op = fgr_current_op, .arg = v, .thread = fgr_thread};
     if (d.getcur(&t->ctx) != CUDA_SUCCESS)
         return FGR_GO;
     if (kind == FGR_WAIT_STREAM || kind == FGR_AFTER_STREAM) {
@@ -222,9 +262,9 @@ void fgr_bell_drain(void)
 }
 
 /* fgrWaitTickets: the tickets that ended (at most cap), each with its
- * wait's answer; none yet parks the request while any is waiting. The
- * first error of queued calls goes with the first ticket that succeeded,
- * as a syncpoint's answer would carry it. */
+ * wait's answer; none yet parks the request while any is waiting. A wait
+ * that succeeded carries the first error of its thread's queued calls, as
+ * its syncpoint's answer would have. */
 static CUresult wait_tickets(unsigned *ids, CUresult *results, unsigned cap, unsigned *count)
 {
     if (!count || (cap && (!ids || !results)))
@@ -236,10 +276,8 @@ static CUresult wait_tickets(unsigned *ids, CUresult *results, unsigned cap, uns
             continue;
         ids[n] = t->id;
         results[n] = t->result;
-        if (results[n] == CUDA_SUCCESS && t->kind != FGR_AFTER_STREAM) {
-            results[n] = fgr_deferred;
-            fgr_deferred = CUDA_SUCCESS;
-        }
+        if (results[n] == CUDA_SUCCESS && t->kind != FGR_AFTER_STREAM)
+            results[n] = fgr_deferred_take(t->thread);
         n++;
         release(t);
     }

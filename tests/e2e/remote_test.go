@@ -382,6 +382,43 @@ func TestRemoteWaitsLetOtherThreadsGoOn(t *testing.T) {
 	printsAsLocally(t, local, "waiters", "unix", "shm", "tcp", "tls")
 }
 
+// The error of a queued call is answered at the next syncpoint of the
+// thread that made it, not at another thread's: a memset the executor
+// refuses (an address not the connection's) leaves the other thread's
+// synchronization clean and fails its own thread's next one.
+func TestRemoteQueuedErrorsReachTheirThread(t *testing.T) {
+	prog := `
+import ctypes, threading
+cu = ctypes.CDLL("libcuda.so.1")
+ctx = ctypes.c_void_p()
+assert cu.cuInit(0) == 0
+assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+assert cu.cuCtxSetCurrent(ctx) == 0
+made, synced = threading.Event(), threading.Event()
+def other():
+    cu.cuCtxSetCurrent(ctx)
+    print("bad memset", cu.cuMemsetD8Async(ctypes.c_uint64(0x10), ctypes.c_ubyte(1), ctypes.c_size_t(16), None), flush=True)
+    made.set()
+    synced.wait()
+    print("its thread's synchronization", cu.cuCtxSynchronize(), flush=True)
+t = threading.Thread(target=other)
+t.start()
+made.wait()
+print("another thread's synchronization", cu.cuCtxSynchronize(), flush=True)
+synced.set()
+t.join()
+print("after", cu.cuCtxSynchronize())
+`
+	want := "bad memset 0\nanother thread's synchronization 0\nits thread's synchronization 1\nafter 0\n"
+	for _, transport := range []string{"unix", "shm"} {
+		e := newEnv(t)
+		r := e.remote(e.serve(transport), "python3", "-c", prog)
+		if r.code != 0 || r.stdout != want {
+			t.Errorf("over %s: exit %d, printed\n%s\nwant\n%s\n%s", transport, r.code, r.stdout, want, r.stderr)
+		}
+	}
+}
+
 // Host functions and stream callbacks are the program's own code: they run
 // on the client, once each, after the stream's earlier work on the server,
 // as they do on a local GPU. One enqueued in a capture is refused, said.
