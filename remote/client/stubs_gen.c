@@ -3191,6 +3191,21 @@ FGR_EXPORT CUresult fgrNvmlDriverVersion(char *version, unsigned int length)
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult fgrNvmlOwnMemory(CUdevice dev, size_t *used)
+{
+    CUresult fgr_r;
+    uint64_t n_used = used ? sizeof(size_t) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrNvmlOwnMemory, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
+    fgr_put_u8(&fgr_c.w, used != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, used, n_used, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult fgrParamSizes(CUfunction f, unsigned int max, unsigned int *count, unsigned int *sizes)
 {
     CUresult fgr_r;
@@ -4250,6 +4265,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamGetAttribute_ptsz] = "cuStreamGetAttribute_ptsz",
     [FGR_OP_fgrNvmlUtilization] = "fgrNvmlUtilization",
     [FGR_OP_fgrNvmlDriverVersion] = "fgrNvmlDriverVersion",
+    [FGR_OP_fgrNvmlOwnMemory] = "fgrNvmlOwnMemory",
     [FGR_OP_fgrParamSizes] = "fgrParamSizes",
     [FGR_OP_fgrHostMapped] = "fgrHostMapped",
     [FGR_OP_fgrHostMappedFree] = "fgrHostMappedFree",
@@ -4587,6 +4603,7 @@ const struct fg_proc fgr_procs[] = {
     {"cuStreamGetAttribute", "cuStreamGetAttribute_ptsz", 11000, 1, (void *)cuStreamGetAttribute_ptsz},
     {"fgrNvmlUtilization", "fgrNvmlUtilization", 0, 0, (void *)fgrNvmlUtilization},
     {"fgrNvmlDriverVersion", "fgrNvmlDriverVersion", 0, 0, (void *)fgrNvmlDriverVersion},
+    {"fgrNvmlOwnMemory", "fgrNvmlOwnMemory", 0, 0, (void *)fgrNvmlOwnMemory},
     {"fgrParamSizes", "fgrParamSizes", 0, 0, (void *)fgrParamSizes},
     {"fgrHostMapped", "fgrHostMapped", 0, 0, (void *)fgrHostMapped},
     {"fgrHostMappedFree", "fgrHostMappedFree", 0, 0, (void *)fgrHostMappedFree},

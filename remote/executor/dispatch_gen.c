@@ -198,6 +198,7 @@ typedef CUresult (*pfn_cuStreamGetAttribute)(CUstream hStream, CUstreamAttrID at
 typedef CUresult (*pfn_cuStreamGetAttribute_ptsz)(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out);
 typedef CUresult (*pfn_fgrNvmlUtilization)(CUdevice dev, unsigned int *gpu, unsigned int *memory);
 typedef CUresult (*pfn_fgrNvmlDriverVersion)(char *version, unsigned int length);
+typedef CUresult (*pfn_fgrNvmlOwnMemory)(CUdevice dev, size_t *used);
 typedef CUresult (*pfn_fgrParamSizes)(CUfunction f, unsigned int max, unsigned int *count, unsigned int *sizes);
 typedef CUresult (*pfn_fgrHostMapped)(CUdeviceptr *dptr, size_t bytes);
 typedef CUresult (*pfn_fgrHostMappedFree)(CUdeviceptr dptr);
@@ -3957,6 +3958,21 @@ static CUresult op_fgrNvmlDriverVersion(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_fgrNvmlOwnMemory(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdevice dev = (CUdevice)fgr_get_u64(rd);
+    int has_used = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    size_t *used = NULL;
+    if (has_used && !(used = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_fgrNvmlOwnMemory)fgr_real[FGR_OP_fgrNvmlOwnMemory])(dev, used);
+    fgr_reply_out(q, used, sizeof(size_t), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_fgrParamSizes(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -5282,6 +5298,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamGetAttribute_ptsz] = {"cuStreamGetAttribute_ptsz", op_cuStreamGetAttribute_ptsz, 0},
     [FGR_OP_fgrNvmlUtilization] = {"fgrNvmlUtilization", op_fgrNvmlUtilization, 0},
     [FGR_OP_fgrNvmlDriverVersion] = {"fgrNvmlDriverVersion", op_fgrNvmlDriverVersion, 0},
+    [FGR_OP_fgrNvmlOwnMemory] = {"fgrNvmlOwnMemory", op_fgrNvmlOwnMemory, 0},
     [FGR_OP_fgrParamSizes] = {"fgrParamSizes", op_fgrParamSizes, 0},
     [FGR_OP_fgrHostMapped] = {"fgrHostMapped", op_fgrHostMapped, 0},
     [FGR_OP_fgrHostMappedFree] = {"fgrHostMappedFree", op_fgrHostMappedFree, 0},

@@ -153,6 +153,7 @@ struct server_nvml {
     nvmlReturn_t (*by_uuid)(const char *, nvmlDevice_t *);
     nvmlReturn_t (*util)(nvmlDevice_t, nvmlUtilization_t *);
     nvmlReturn_t (*version)(char *, unsigned int);
+    nvmlReturn_t (*procs)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *);
 };
 
 static const struct server_nvml *server_nvml(void)
@@ -165,6 +166,7 @@ static const struct server_nvml *server_nvml(void)
         *(void **)&nv.by_uuid = h ? dlsym(h, "nvmlDeviceGetHandleByUUID") : NULL;
         *(void **)&nv.util = h ? dlsym(h, "nvmlDeviceGetUtilizationRates") : NULL;
         *(void **)&nv.version = h ? dlsym(h, "nvmlSystemGetDriverVersion") : NULL;
+        *(void **)&nv.procs = h ? dlsym(h, "nvmlDeviceGetComputeRunningProcesses_v3") : NULL;
         state = init && nv.by_uuid && nv.util && nv.version && init() == NVML_SUCCESS ? 1 : -1;
         if (state < 0)
             fgr_logf("no NVML here (%s): utilization and the driver's version are not answered",
@@ -180,6 +182,18 @@ static CUresult from_nvml(nvmlReturn_t r)
     return r == NVML_ERROR_NOT_SUPPORTED ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_UNKNOWN;
 }
 
+/* The server's NVML handle of a CUDA device, by its UUID. */
+static CUresult nvml_device(const struct server_nvml *nv, CUdevice dev, nvmlDevice_t *d)
+{
+    CUuuid u;
+    CUresult r = drv.uuid(&u, dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    char text[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+    fg_uuid_text(&u, text, sizeof text);
+    return from_nvml(nv->by_uuid(text, d));
+}
+
 /* A device's utilization: over the whole GPU, as NVML measures it, the
  * tenant's work and others'. */
 static CUresult nvml_utilization(CUdevice dev, unsigned int *gpu, unsigned int *memory)
@@ -189,22 +203,49 @@ static CUresult nvml_utilization(CUdevice dev, unsigned int *gpu, unsigned int *
         return CUDA_ERROR_INVALID_VALUE;
     if (!nv)
         return CUDA_ERROR_NOT_SUPPORTED;
-    CUuuid u;
-    CUresult r = drv.uuid(&u, dev);
-    if (r != CUDA_SUCCESS)
-        return r;
-    char text[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
-    fg_uuid_text(&u, text, sizeof text);
     nvmlDevice_t d;
     nvmlUtilization_t v;
-    nvmlReturn_t nr = nv->by_uuid(text, &d);
-    if (nr == NVML_SUCCESS)
-        nr = nv->util(d, &v);
+    CUresult r = nvml_device(nv, dev, &d);
+    if (r != CUDA_SUCCESS)
+        return r;
+    nvmlReturn_t nr = nv->util(d, &v);
     if (nr != NVML_SUCCESS)
         return from_nvml(nr);
     *gpu = v.gpu;
     *memory = v.memory;
     return CUDA_SUCCESS;
+}
+
+/* What this process (the client's executor) holds on a device, as NVML
+ * lists it; CUDA_ERROR_NOT_FOUND where it is not listed. */
+static CUresult nvml_own_memory(CUdevice dev, size_t *used)
+{
+    const struct server_nvml *nv = server_nvml();
+    if (!used)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!nv || !nv->procs)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    nvmlDevice_t d;
+    CUresult r = nvml_device(nv, dev, &d);
+    if (r != CUDA_SUCCESS)
+        return r;
+    unsigned n = 0;
+    nvmlReturn_t nr = nv->procs(d, &n, NULL);
+    nvmlProcessInfo_t *all = n ? calloc(n + 16, sizeof *all) : NULL;
+    if (nr == NVML_ERROR_INSUFFICIENT_SIZE && !all)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (nr == NVML_ERROR_INSUFFICIENT_SIZE) {
+        n += 16;
+        nr = nv->procs(d, &n, all);
+    }
+    r = nr == NVML_SUCCESS ? CUDA_ERROR_NOT_FOUND : from_nvml(nr);
+    for (unsigned i = 0; all && nr == NVML_SUCCESS && i < n; i++)
+        if (all[i].pid == (unsigned)getpid()) {
+            *used = (size_t)all[i].usedGpuMemory;
+            r = CUDA_SUCCESS;
+        }
+    free(all);
+    return r;
 }
 
 /* The kernel driver's version ("580.95.05"): libraries parse it. */
@@ -497,6 +538,7 @@ int main(int argc, char **argv)
         fgr_real[op] = dlsym(h, fgr_ops[op].name);
     fgr_real[FGR_OP_fgrNvmlUtilization] = (void *)nvml_utilization;
     fgr_real[FGR_OP_fgrNvmlDriverVersion] = (void *)nvml_driver_version;
+    fgr_real[FGR_OP_fgrNvmlOwnMemory] = (void *)nvml_own_memory;
     fgr_hostmem_init(h);
     fgr_wait_init(h);
     fgr_stage_init(h);

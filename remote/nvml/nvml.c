@@ -20,6 +20,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #define FGN_EXPORT __attribute__((visibility("default")))
 #define MAX_DEVS 64
@@ -388,38 +389,60 @@ FGN_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlU
     return nvml_result(fgrNvmlUtilization((CUdevice)d, &utilization->gpu, &utilization->memory));
 }
 
-/* An empty list: the memory is held by the client's executor, a process
- * of the server whose pid means nothing here, and the client cannot tell
- * what its own process holds there (the server's flexgv ps can). An entry
- * for this process without its memory would be a guess that tools (and
- * the shim's context measurement) would take for a fact. */
-static nvmlReturn_t no_processes(nvmlDevice_t device, unsigned int *infoCount)
+/* What the client's executor holds on a device, as the server's NVML
+ * lists it (through the client's own operation). */
+CUresult fgrNvmlOwnMemory(CUdevice dev, size_t *used);
+
+/* The running processes: this program alone, which is its executor on
+ * the server, with what that holds there (none where it holds nothing, or
+ * the server has no NVML to say). Other processes on the server are not
+ * the program's business. Each entry is written by fill. */
+static nvmlReturn_t own_process(nvmlDevice_t device, unsigned int *infoCount, void *infos,
+                                void (*fill)(void *infos, unsigned long long used))
 {
     DEVICE_ARG(device, d);
-    (void)d;
     if (!infoCount)
         return NVML_ERROR_INVALID_ARGUMENT;
-    *infoCount = 0;
-    return NVML_SUCCESS;
+    size_t used = 0;
+    unsigned n = fgrNvmlOwnMemory((CUdevice)d, &used) == CUDA_SUCCESS;
+    nvmlReturn_t r = n > *infoCount || (n && !infos) ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+    if (r == NVML_SUCCESS && n)
+        fill(infos, used);
+    *infoCount = n;
+    return r;
+}
+
+static void fill_v3(void *infos, unsigned long long used)
+{
+    *(nvmlProcessInfo_t *)infos = (nvmlProcessInfo_t){.pid = (unsigned)getpid(), .usedGpuMemory = used,
+                                                      .gpuInstanceId = 0xFFFFFFFF, .computeInstanceId = 0xFFFFFFFF};
+}
+
+static void fill_v2(void *infos, unsigned long long used)
+{
+    *(nvmlProcessInfo_v2_t *)infos = (nvmlProcessInfo_v2_t){.pid = (unsigned)getpid(), .usedGpuMemory = used,
+                                                            .gpuInstanceId = 0xFFFFFFFF, .computeInstanceId = 0xFFFFFFFF};
+}
+
+static void fill_v1(void *infos, unsigned long long used)
+{
+    *(nvmlProcessInfo_v1_t *)infos = (nvmlProcessInfo_v1_t){.pid = (unsigned)getpid(), .usedGpuMemory = used};
 }
 
 FGN_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
                                                                 nvmlProcessInfo_t *infos)
 {
-    (void)infos;
-    return no_processes(device, infoCount);
+    return own_process(device, infoCount, infos, fill_v3);
 }
 
 FGN_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
                                                                 nvmlProcessInfo_v2_t *infos)
 {
-    (void)infos;
-    return no_processes(device, infoCount);
+    return own_process(device, infoCount, infos, fill_v2);
 }
 
 FGN_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
                                                              nvmlProcessInfo_v1_t *infos)
 {
-    (void)infos;
-    return no_processes(device, infoCount);
+    return own_process(device, infoCount, infos, fill_v1);
 }

@@ -3,6 +3,7 @@
  * With "ctx": a context of the program's own is current throughout, and
  * must still be after the NVML calls. */
 #include <string.h>
+#include <unistd.h>
 
 #include "nvmlcheck.h"
 
@@ -49,9 +50,11 @@ int main(int argc, char **argv)
         NCHECK(nvmlDeviceGetIndex(byuuid, &iu));
         NCHECK(nvmlDeviceGetIndex(bypci, &ip));
         printf("device %u index=%u name=%s uuid=%s pci=%s cc=%d.%d total=%llu used=%llu free=%llu total_v2=%llu "
-               "procs=%u byuuid=%u bypci=%u minor=%s\n",
-               i, idx, name, uuid, pci.busId, major, cminor, m.total, m.used, m.free, m2.total, np, iu, ip,
-               nvmlErrorString(nvmlDeviceGetMinorNumber(d, &minor)));
+               "procs=%u%s byuuid=%u bypci=%u minor=%s\n",
+               i, idx, name, uuid, pci.busId, major, cminor, m.total, m.used, m.free, m2.total, np,
+               np == 1 && procs[0].pid == (unsigned)getpid() && procs[0].usedGpuMemory > 0 ? " (this program, holding memory)"
+                                                                                          : "",
+               iu, ip, nvmlErrorString(nvmlDeviceGetMinorNumber(d, &minor)));
     }
     nvmlDevice_t d0;
     nvmlUtilization_t u;

@@ -10,9 +10,10 @@ import (
 )
 
 // A remote program's NVML is the client's: it names the server's devices
-// as the server's simulated GPU does, answers the calls it does not carry
-// with NVML_ERROR_NOT_SUPPORTED said once, and leaves the program's own
-// context current.
+// as the server's simulated GPU does, lists the program itself among the
+// running processes where its executor holds memory, answers the calls it
+// does not carry with NVML_ERROR_NOT_SUPPORTED said once, and leaves the
+// program's own context current.
 func TestRemoteNVML(t *testing.T) {
 	e := newEnv(t, "FLEXGV_SIM_DEVICES=2")
 	s := e.serve("unix")
@@ -30,11 +31,17 @@ func TestRemoteNVML(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^driver \d+\.\d+\.sim nvml \d+\.\d+\.\d+\.sim cuda \d+$`).MatchString(r.stdout) {
 		t.Errorf("the driver's version is not the server's:\n%s", r.stdout)
 	}
+	// Its running processes: itself alone, where it holds memory (its
+	// context on device 0), with what its executor holds there.
 	for _, d := range devs {
 		i, name, uuid, total := d[1], d[2], d[3], d[4]
+		procs := "procs=0"
+		if i == "0" {
+			procs = `procs=1 \(this program, holding memory\)`
+		}
 		want := regexp.MustCompile(fmt.Sprintf(`(?m)^device %s index=%s name=%s uuid=%s pci=[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.0 `+
-			`cc=\d+\.\d+ total=%s used=\d+ free=\d+ total_v2=%s procs=0 byuuid=%s bypci=%s minor=Not Supported$`,
-			i, i, regexp.QuoteMeta(name), uuid, total, total, i, i))
+			`cc=\d+\.\d+ total=%s used=\d+ free=\d+ total_v2=%s %s byuuid=%s bypci=%s minor=Not Supported$`,
+			i, i, regexp.QuoteMeta(name), uuid, total, total, procs, i, i))
 		if !want.MatchString(r.stdout) {
 			t.Errorf("device %s: want %s in\n%s", i, want, r.stdout)
 		}
