@@ -14,7 +14,9 @@ command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get ins
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cc -O2 -g -std=gnu11 -Iinclude -Iinclude/flexgv -Iremote/executor -o "$tmp/checks" bench/executor_checks.c \
-    remote/wire.c remote/executor/serve.c remote/executor/own.c remote/executor/dispatch_gen.c -ldl
+    remote/wire.c remote/sha256.c remote/executor/serve.c remote/executor/own.c remote/executor/images.c \
+    remote/executor/wait.c remote/executor/dispatch_gen.c \
+    -ldl -lpthread
 
 # count ROUNDS H R -> "SERVE CHECKS" inclusive instructions
 count() {
