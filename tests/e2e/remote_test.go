@@ -962,8 +962,9 @@ print("its ends", " ".join(ends))
 // Over shm://, copies of 64 KiB or more go through the staging areas: the
 // bytes land whole for every upload and download entry point (synchronous
 // and on a stream, each ABI), uploads larger than the area (32 MiB) wrap
-// around it, a refused upload does not stall the ones after it, and what
-// the program sees is what it sees over a socket, where nothing is staged.
+// around it, refused uploads (even more than the area in all) do not stall
+// the ones after them, and what the program sees is what it sees over a
+// socket, where nothing is staged.
 func TestRemoteCopiesThroughTheStagingAreas(t *testing.T) {
 	prog := `
 import ctypes
@@ -999,6 +1000,9 @@ assert cu.cuMemcpyDtoH_v2(dst, p, ctypes.c_size_t(n // k * k)) == 0
 print("in a row", "same" if bytes(dst)[:n // k * k] == bytes(src)[:n // k * k] else "differ")
 print("past the end", cu.cuMemcpyHtoD_v2(small, src, ctypes.c_size_t(192 << 10)))
 check("cuMemcpyHtoD_v2")
+# Refusals of more than the area in all, then a good copy.
+print("refused", sorted(set(cu.cuMemcpyHtoD_v2(small, src, ctypes.c_size_t(4 << 20)) for _ in range(10))))
+check("cuMemcpyHtoD_v2")
 for name, stream in [("cuMemcpyDtoH_v2_ptds", ()), ("cuMemcpyDtoHAsync_v2", (None,)), ("cuMemcpyDtoHAsync_v2_ptsz", (None,)),
                      ("cuMemcpyDtoHAsync_v2", (st,))]:
     back = (ctypes.c_ubyte * n)()
@@ -1021,7 +1025,7 @@ for name, stream in [("cuMemcpyDtoH_v2_ptds", ()), ("cuMemcpyDtoHAsync_v2", (Non
 		outs = append(outs, r.stdout)
 	}
 	want := "cuMemcpyHtoD_v2 0 same\ncuMemcpyHtoD_v2_ptds 0 same\ncuMemcpyHtoDAsync_v2 0 same\ncuMemcpyHtoDAsync_v2_ptsz 0 same\n" +
-		"cuMemcpyHtoDAsync_v2 0 same\nin a row same\npast the end 1\ncuMemcpyHtoD_v2 0 same\n" +
+		"cuMemcpyHtoDAsync_v2 0 same\nin a row same\npast the end 1\ncuMemcpyHtoD_v2 0 same\nrefused [1]\ncuMemcpyHtoD_v2 0 same\n" +
 		"cuMemcpyDtoH_v2_ptds 0 same\ncuMemcpyDtoHAsync_v2 0 same\ncuMemcpyDtoHAsync_v2_ptsz 0 same\ncuMemcpyDtoHAsync_v2 0 same\n"
 	if outs[0] != want || outs[1] != want {
 		t.Errorf("over shm://\n%s\nover unix://\n%s\nwant\n%s", outs[0], outs[1], want)
