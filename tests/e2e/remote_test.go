@@ -1032,6 +1032,46 @@ for name, stream in [("cuMemcpyDtoH_v2_ptds", ()), ("cuMemcpyDtoHAsync_v2", (Non
 	}
 }
 
+// Over shm://, an upload captured into a graph is copied from bytes the
+// executor keeps for the graph (the staging area is reused), and what it
+// keeps for a connection is bounded: past 256 MiB a captured upload fails
+// with CUDA_ERROR_OUT_OF_MEMORY at the next synchronization, and the
+// connection goes on.
+func TestRemoteCapturedUploadsAreBounded(t *testing.T) {
+	prog := `
+import ctypes
+cu = ctypes.CDLL("libcuda.so.1")
+ctx, p, st, g, ge, g2 = (ctypes.c_void_p() for _ in range(6))
+p = ctypes.c_uint64()
+n = 4 << 20
+assert cu.cuInit(0) == 0
+assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+assert cu.cuCtxSetCurrent(ctx) == 0
+assert cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(n)) == 0
+assert cu.cuStreamCreate(ctypes.byref(st), 1) == 0
+src = (ctypes.c_ubyte * n).from_buffer(bytearray((i * 7) % 256 for i in range(n)))
+assert cu.cuStreamBeginCapture_v2(st, 2) == 0
+print("captured upload", cu.cuMemcpyHtoDAsync_v2(p, src, ctypes.c_size_t(n), st))
+print("end", cu.cuStreamEndCapture(st, ctypes.byref(g)))
+assert cu.cuGraphInstantiateWithFlags(ctypes.byref(ge), g, ctypes.c_ulonglong(0)) == 0
+assert cu.cuMemsetD8_v2(p, 0, ctypes.c_size_t(n)) == 0
+print("launch", cu.cuGraphLaunch(ge, st), cu.cuStreamSynchronize(st))
+dst = (ctypes.c_ubyte * n)()
+assert cu.cuMemcpyDtoH_v2(dst, p, ctypes.c_size_t(n)) == 0
+print("the graph's copy", "same" if bytes(dst) == bytes(src) else "differs")
+assert cu.cuStreamBeginCapture_v2(st, 2) == 0
+rs = [cu.cuMemcpyHtoDAsync_v2(p, src, ctypes.c_size_t(n), st) for _ in range(70)]
+print("70 more", sorted(set(rs)), "end", cu.cuStreamEndCapture(st, ctypes.byref(g2)), "then", cu.cuCtxSynchronize())
+print("after", cu.cuMemsetD8_v2(p, 0, ctypes.c_size_t(n)), cu.cuCtxSynchronize())
+`
+	e := newEnv(t)
+	r := e.remote(e.serve("shm"), "python3", "-c", prog)
+	want := "captured upload 0\nend 0\nlaunch 0 0\nthe graph's copy same\n70 more [0] end 0 then 2\nafter 0 0\n"
+	if r.code != 0 || r.stdout != want {
+		t.Errorf("exit %d, printed\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
+	}
+}
+
 // Over shm://, a frame larger than a ring (4 MiB each way) streams through
 // it, wrapping around, and arrives whole.
 func TestRemoteSharedMemoryLargeFrames(t *testing.T) {
