@@ -130,3 +130,27 @@ func TestNVMLListsATenantsOwnProcesses(t *testing.T) {
 		t.Errorf("in a tenant without processes: exit %d, printed\n%s\nwant\n%s\n%s", none.code, none.stdout, want, none.stderr)
 	}
 }
+
+// A tenant's process in a PID namespace of its own, whose NVML (as some
+// drivers' do) gives pids of the root namespace: it learns its pid there
+// when it makes its context, and its tenant's NVML lists it by that pid.
+func TestNVMLKnowsATenantsProcessByItsNVMLPid(t *testing.T) {
+	if exec.Command("unshare", "-Upf", "--map-root-user", "true").Run() != nil {
+		t.Skip("no PID namespace for this user (unshare -Upf)")
+	}
+	e := newEnv(t, "FLEXGV_SIM_CTX_MEM=100MiB")
+	// (unshare without a /proc of its own: the simulated NVML reports the
+	// root namespace's pid, the process sees itself as pid 1; its context
+	// holds memory, so NVML lists it once the context is made)
+	e.startProc(t, "flexgv", "run", "--group", "a", "--mem", "1GiB", "--", "unshare", "-Upf", "--map-root-user",
+		bin("holder"), "16", "200", "10000")
+	outside := e.run("nvmlprocs")
+	m := regexp.MustCompile(`processes: (\d+):116MiB\n`).FindStringSubmatch(outside.stdout)
+	if outside.code != 0 || m == nil || m[1] == "1" {
+		t.Fatalf("outside any tenant: exit %d\n%s%s", outside.code, outside.stdout, outside.stderr)
+	}
+	in := e.run("flexgv", "run", "--group", "a", "--", bin("nvmlprocs"))
+	if want := "processes: " + m[1] + ":116MiB\n"; in.code != 0 || !strings.Contains(in.stdout, want) {
+		t.Errorf("in the tenant: exit %d, printed\n%s\nwant %q\n%s", in.code, in.stdout, want, in.stderr)
+	}
+}
