@@ -78,6 +78,12 @@ CUresult fgr_out_failed(struct fgr_req *q);
 void fgr_reply_out(struct fgr_req *q, const void *p, uint64_t bytes, int inout, CUresult r);
 /* Waits for a stream, unless it is being captured. */
 CUresult fgr_drain(CUstream s, int per_thread);
+/* Copies of the program's memory on a capturing stream (captured.c): an
+ * upload's source becomes bytes kept for the graph; a download is refused,
+ * invalidating the capture. CUDA_SUCCESS on a stream not capturing. */
+int fgr_capturing(CUstream s, int per_thread);
+CUresult fgr_captured_upload(const void **src, size_t n, CUstream s, int per_thread);
+CUresult fgr_captured_download(CUstream s, int per_thread, const char *name);
 
 /* Calls that wait for the device (wait.c). fgr_wait is made by a waiting
  * call before the driver's: FGR_GO to make the call now, FGR_WAITING when

@@ -299,10 +299,8 @@ void fgr_reply_out(struct fgr_req *q, const void *p, uint64_t bytes, int inout, 
 
 CUresult fgr_drain(CUstream s, int per_thread)
 {
-    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-    CUresult (*capturing)(CUstream, CUstreamCaptureStatus *) = per_thread ? fgr_drv.capturing_pt : fgr_drv.capturing;
     CUresult (*sync)(CUstream) = per_thread ? fgr_drv.sync_pt : fgr_drv.sync;
-    if (capturing && capturing(s, &st) == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE)
+    if (fgr_capturing(s, per_thread))
         return CUDA_SUCCESS;
     return sync ? sync(s) : CUDA_ERROR_NOT_SUPPORTED;
 }

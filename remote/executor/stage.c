@@ -13,16 +13,12 @@
 #include "../ring.h"
 
 #include <dlfcn.h>
-#include <stdlib.h>
-#include <string.h>
 
 #define QUEUED_MAX 256 /* uploads in flight; one more waits for the oldest */
 
 static struct fgr_ring *ring;
 static int registered; /* 1: registered, -1: could not be (said), 0: not yet */
 static uint64_t last_end, released;
-#define FGR_STAGE_KEPT_MAX (256ull << 20)
-static uint64_t kept_total; /* bytes kept for captured uploads */
 static struct entry {
     CUevent ev; /* NULL: nothing to wait for */
     uint64_t end;
@@ -100,23 +96,9 @@ static CUresult upload(CUdeviceptr dst, size_t end, size_t n, CUstream s, unsign
     }
     pin();
     const void *from = ring->stage + off;
-    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-    CUresult (*capturing)(CUstream, CUstreamCaptureStatus *) = pt ? fgr_drv.capturing_pt : fgr_drv.capturing;
-    if (capturing && capturing(s, &st) == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE) {
-        /* A graph copies from this address at every launch: bytes of its
-         * own, kept for as long as the process lives (at most
-         * FGR_STAGE_KEPT_MAX in all: the server's memory is not the
-         * client's to fill). The graph copies them as they were when it
-         * was captured; natively it reads the program's memory at each
-         * launch. */
-        void *kept = kept_total + n <= FGR_STAGE_KEPT_MAX ? malloc(n) : NULL;
-        if (!kept) {
-            push(NULL, end);
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        }
-        kept_total += n;
-        memcpy(kept, from, n);
-        from = kept;
+    if (fgr_captured_upload(&from, n, s, pt) != CUDA_SUCCESS) {
+        push(NULL, end);
+        return CUDA_ERROR_OUT_OF_MEMORY;
     }
     CUresult r = (pt ? copy_pt : copy)(dst, from, n, s);
     CUevent ev = NULL;

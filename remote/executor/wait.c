@@ -166,11 +166,9 @@ CUresult fgr_wait(int kind, uint64_t v, int per_thread)
         return FGR_GO;
     if (kind == FGR_WAIT_STREAM || kind == FGR_AFTER_STREAM) {
         CUstream s = (CUstream)(uintptr_t)v;
-        CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-        CUresult (*capturing)(CUstream, CUstreamCaptureStatus *) = per_thread ? fgr_drv.capturing_pt : fgr_drv.capturing;
         CUresult (*record)(CUevent, CUstream) = per_thread ? fgr_drv.ev_record_pt : fgr_drv.ev_record;
         /* A capturing stream answers a wait with an error, made as it came. */
-        if (!record || !capturing || capturing(s, &st) != CUDA_SUCCESS || st != CU_STREAM_CAPTURE_STATUS_NONE)
+        if (!record || fgr_capturing(s, per_thread))
             return FGR_GO;
         if (fgr_drv.ev_create(&t->ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
             return FGR_GO;

@@ -1072,6 +1072,55 @@ print("after", cu.cuMemsetD8_v2(p, 0, ctypes.c_size_t(n)), cu.cuCtxSynchronize()
 	}
 }
 
+// A copy from the program's memory captured into a graph over any
+// transport and of any size is made at each launch from bytes the executor
+// keeps for the graph, not from the frame the request came in (which the
+// next request reuses); a copy into the program's memory cannot reach it at
+// a launch, so it is refused as a call illegal in capture is natively: the
+// capture is invalidated and ending it says so.
+func TestRemoteCapturedCopiesOfProgramMemory(t *testing.T) {
+	prog := `
+import ctypes
+cu = ctypes.CDLL("libcuda.so.1")
+ctx, st, g, ge = (ctypes.c_void_p() for _ in range(4))
+p = ctypes.c_uint64()
+n = 4096
+assert cu.cuInit(0) == 0
+assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+assert cu.cuCtxSetCurrent(ctx) == 0
+assert cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(n)) == 0
+assert cu.cuStreamCreate(ctypes.byref(st), 1) == 0
+src = (ctypes.c_ubyte * n).from_buffer(bytearray((i * 7) % 256 for i in range(n)))
+other = (ctypes.c_ubyte * n).from_buffer(bytearray(255 - (i % 256) for i in range(n)))
+for name in ["cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync_v2_ptsz"]:
+    assert cu.cuStreamBeginCapture_v2(st, 2) == 0
+    print(name, "captured", getattr(cu, name)(p, src, ctypes.c_size_t(n), st), "end", cu.cuStreamEndCapture(st, ctypes.byref(g)))
+    assert cu.cuGraphInstantiateWithFlags(ctypes.byref(ge), g, ctypes.c_ulonglong(0)) == 0
+    # Requests that fill the executor's buffers with other bytes.
+    for _ in range(3):
+        assert cu.cuMemcpyHtoD_v2(p, other, ctypes.c_size_t(n)) == 0
+    print("launch", cu.cuGraphLaunch(ge, st), cu.cuStreamSynchronize(st))
+    dst = (ctypes.c_ubyte * n)()
+    assert cu.cuMemcpyDtoH_v2(dst, p, ctypes.c_size_t(n)) == 0
+    print("the graph's copy", "same" if bytes(dst) == bytes(src) else "differs")
+for name in ["cuMemcpyDtoHAsync_v2", "cuMemcpyDtoHAsync_v2_ptsz"]:
+    dst = (ctypes.c_ubyte * n)()
+    assert cu.cuStreamBeginCapture_v2(st, 2) == 0
+    print(name, "captured", getattr(cu, name)(dst, p, ctypes.c_size_t(n), st), "end", cu.cuStreamEndCapture(st, ctypes.byref(g)))
+print("after", cu.cuMemcpyHtoD_v2(p, src, ctypes.c_size_t(n)), cu.cuCtxSynchronize())
+`
+	want := "cuMemcpyHtoDAsync_v2 captured 0 end 0\nlaunch 0 0\nthe graph's copy same\n" +
+		"cuMemcpyHtoDAsync_v2_ptsz captured 0 end 0\nlaunch 0 0\nthe graph's copy same\n" +
+		"cuMemcpyDtoHAsync_v2 captured 900 end 901\ncuMemcpyDtoHAsync_v2_ptsz captured 900 end 901\nafter 0 0\n"
+	for _, transport := range []string{"unix", "shm", "tcp"} {
+		e := newEnv(t)
+		r := e.remote(e.serve(transport), "python3", "-c", prog)
+		if r.code != 0 || r.stdout != want {
+			t.Errorf("over %s: exit %d, printed\n%s\nwant\n%s\n%s", transport, r.code, r.stdout, want, r.stderr)
+		}
+	}
+}
+
 // Over shm://, a frame larger than a ring (4 MiB each way) streams through
 // it, wrapping around, and arrives whole.
 func TestRemoteSharedMemoryLargeFrames(t *testing.T) {

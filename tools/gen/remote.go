@@ -1249,11 +1249,18 @@ func emitRemoteServer(entries []RemoteEntry, tables []*Table) string {
 			continue
 		}
 		checks := serverChecks(e)
-		made := "\n        fgr_r = " + call + ";\n"
+		var before []string
 		if w := waitArgs(e); w != "" {
-			made = "if ((fgr_r = fgr_wait(" + w + ")) == FGR_GO)\n        fgr_r = " + call + ";\n"
+			before = append(before, "(fgr_r = fgr_wait("+w+")) == FGR_GO")
 		}
-		if len(checks) == 0 && waitArgs(e) == "" {
+		if c := captureArgs(e); c != "" {
+			before = append(before, "(fgr_r = "+c+") == CUDA_SUCCESS")
+		}
+		made := "\n        fgr_r = " + call + ";\n"
+		if len(before) > 0 {
+			made = "if (" + strings.Join(before, " &&\n        ") + ")\n        fgr_r = " + call + ";\n"
+		}
+		if len(checks) == 0 && len(before) == 0 {
 			fmt.Fprintf(&b, "    CUresult fgr_r = %s;\n", call)
 		} else if len(checks) == 0 {
 			fmt.Fprintf(&b, "    CUresult fgr_r;\n    %s", made)
@@ -1267,7 +1274,7 @@ func emitRemoteServer(entries []RemoteEntry, tables []*Table) string {
 				}
 				fmt.Fprintf(&b, "if (!(%s))\n        fgr_r = fgr_refuse(\"%s\", \"%s\", %s, %s);\n", c.cond, e.Name, c.what, c.val, c.err)
 			}
-			fmt.Fprintf(&b, "    else%s%s", map[bool]string{true: " ", false: ""}[waitArgs(e) != ""], made)
+			fmt.Fprintf(&b, "    else%s%s", map[bool]string{true: " ", false: ""}[len(before) > 0], made)
 		}
 		if rec := serverRecords(e); rec != "" {
 			fmt.Fprintf(&b, "    if (fgr_r == CUDA_SUCCESS) {\n%s    }\n", rec)
@@ -1316,6 +1323,20 @@ func emitRemoteServer(entries []RemoteEntry, tables []*Table) string {
 	}
 	fmt.Fprintf(&b, "};\n\nconst int fgr_nxtables = %d;\n", forwarded)
 	return b.String()
+}
+
+// captureArgs is the call that deals with a copy of the program's memory
+// on a stream that captures a graph (remote/executor/captured.c), "" for a
+// call that makes none.
+func captureArgs(e RemoteEntry) string {
+	if e.Stage == "" || e.param("hStream") == nil {
+		return "" // a synchronous copy: the driver refuses it in capture
+	}
+	pt := b2i(e.PerThread() != "")
+	if e.Kinds[e.Stage].Name == "in" {
+		return fmt.Sprintf("fgr_captured_upload((const void **)&%s, %s, hStream, %d)", e.Stage, bytesExpr(*e.param(e.Stage), e.Kinds[e.Stage]), pt)
+	}
+	return fmt.Sprintf("fgr_captured_download(hStream, %d, \"%s\")", pt, e.Name)
 }
 
 // waitArgs are fgr_wait's arguments for a call that waits for the device
