@@ -262,7 +262,7 @@ enum fgr_op {
     FGR_NUM_OPS = 253
 };
 
-#define FGR_OPS_HASH 0xd6b291235dd03c74ULL
+#define FGR_OPS_HASH 0x9ce2c669fca610e4ULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
@@ -380,6 +380,8 @@ CUresult fgr_fwd_cuModuleUnload(CUmodule hmod);
 CUresult fgr_fwd_cuLibraryUnload(CUlibrary library);
 CUresult fgr_fwd_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel);
 CUresult fgr_fwd_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value);
+CUresult fgr_fwd_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph);
+CUresult fgr_fwd_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph);
 CUresult fgr_fwd_cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev);
 CUresult fgr_fwd_cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev);
 CUresult fgr_fwd_cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize);

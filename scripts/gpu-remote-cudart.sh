@@ -7,7 +7,8 @@
 # static and with shared cudart (vectoradd-static, vectoradd-shared), 2D
 # copies (memcpy2d), host functions and stream callbacks (hostfunc), a
 # thread's wait that another thread's copy ends (waiters), copies under
-# unified addressing (uva), a
+# unified addressing (uva), copies of the program's memory captured into
+# graphs (captured), a
 # cuBLAS program with stream capture (cublas), PyTorch training
 # (torch-train: losses bit for bit, throughput over native, and with
 # latency added), Triton, torch.compile, CuPy and JAX (triton_add,
@@ -126,18 +127,20 @@ jaxout() { grep '^jax ' "$1"; }
 # What CuPy printed, without the client's notice that NVRTC's private
 # table is refused (NVRTC then compiles without it).
 cupyout() { grep '^cupy: ' "$1"; }
+# What a program printed but its "how: " lines (what may differ remotely).
+nohow() { grep -v '^how: ' "$1"; }
 losses() { python3 -c 'import json,sys; print([json.loads(l)["losses"] for l in open(sys.argv[1]) if l.startswith("{")])' "$1"; }
 
 same vectoradd-static whole "$tmp/vectoradd_static" 25
 same vectoradd-shared whole "$tmp/vectoradd_shared" 25
-# cu NAME SOURCE [NVCC ARGS...]: a CUDA runtime program, built with nvcc
-# and run by same (its whole output compared).
+# [FILTER=F] cu NAME SOURCE [NVCC ARGS...]: a CUDA runtime program, built
+# with nvcc and run by same (its whole output compared, or what F keeps).
 cu() {
     local name=$1 src=$2
     shift 2
     wanted "$name" || return 0
     if "$CUDA/bin/nvcc" -O2 -o "$tmp/$name" "$src" "$@"; then
-        same "$name" whole "$tmp/$name"
+        same "$name" "${FILTER:-whole}" "$tmp/$name"
     else
         fail "$name: nvcc build"
     fi
@@ -146,6 +149,7 @@ cu memcpy2d scripts/gpu/memcpy2d.cu
 cu hostfunc scripts/gpu/hostfunc.cu
 cu waiters scripts/gpu/waiters.cu
 cu uva scripts/gpu/uva.cu
+FILTER=nohow cu captured scripts/gpu/captured.cu
 cu cublas scripts/gpu/cublas_capture.cu -lcublas
 if ! wanted torch-train && ! wanted torch-trips; then
     :

@@ -355,6 +355,27 @@ FGR_EXPORT CUresult cuMemHostUnregister(void *p)
     return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+/* ---- captures ---- */
+
+/* A capture that was invalidated ends with no graph: the driver answers
+ * NULL then, which an answer with an error does not carry. */
+static CUresult end_capture(CUresult r, CUgraph *phGraph)
+{
+    if (r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED && phGraph)
+        *phGraph = NULL;
+    return r;
+}
+
+FGR_EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
+{
+    return end_capture(fgr_fwd_cuStreamEndCapture(hStream, phGraph), phGraph);
+}
+
+FGR_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
+{
+    return end_capture(fgr_fwd_cuStreamEndCapture_ptsz(hStream, phGraph), phGraph);
+}
+
 /* ---- host functions run on the client ---- */
 
 /* The program's function lives here, not on the server. The client waits

@@ -1981,7 +1981,7 @@ FGR_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptu
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
+CUresult fgr_fwd_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
     CUresult fgr_r;
     uint64_t n_phGraph = phGraph ? sizeof(CUgraph) : 0;
@@ -1996,7 +1996,7 @@ FGR_EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
+CUresult fgr_fwd_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
 {
     CUresult fgr_r;
     uint64_t n_phGraph = phGraph ? sizeof(CUgraph) : 0;

@@ -21,6 +21,20 @@
 #define FGR_KEPT_MAX (256ull << 20)
 static uint64_t kept_total;
 
+CUstreamCaptureMode fgr_relax(void)
+{
+    CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (!fgr_drv.capture_mode || fgr_drv.capture_mode(&m) != CUDA_SUCCESS)
+        return CU_STREAM_CAPTURE_MODE_RELAXED;
+    return m;
+}
+
+void fgr_unrelax(CUstreamCaptureMode m)
+{
+    if (m != CU_STREAM_CAPTURE_MODE_RELAXED)
+        fgr_drv.capture_mode(&m);
+}
+
 int fgr_capturing(CUstream s, int pt)
 {
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;

@@ -84,6 +84,13 @@ CUresult fgr_drain(CUstream s, int per_thread);
 int fgr_capturing(CUstream s, int per_thread);
 CUresult fgr_captured_upload(const void **src, size_t n, CUstream s, int per_thread);
 CUresult fgr_captured_download(CUstream s, int per_thread, const char *name);
+/* Around the executor's own calls to the driver (the events that say an
+ * upload or a wait is done, pinning its buffers): the relaxed capture mode,
+ * so that a capture the program began in the global or thread-local mode
+ * neither refuses them nor is invalidated by them; fgr_unrelax restores the
+ * mode fgr_relax returned. */
+CUstreamCaptureMode fgr_relax(void);
+void fgr_unrelax(CUstreamCaptureMode m);
 
 /* Calls that wait for the device (wait.c). fgr_wait is made by a waiting
  * call before the driver's: FGR_GO to make the call now, FGR_WAITING when
@@ -129,6 +136,7 @@ struct fgr_drv {
     CUresult (*sync_pt)(CUstream);
     CUresult (*capturing)(CUstream, CUstreamCaptureStatus *);
     CUresult (*capturing_pt)(CUstream, CUstreamCaptureStatus *);
+    CUresult (*capture_mode)(CUstreamCaptureMode *);
     CUresult (*range)(CUdeviceptr *, size_t *, CUdeviceptr);
     CUresult (*host_register)(void *, size_t, unsigned int);
     CUresult (*host_unregister)(void *);

@@ -519,6 +519,7 @@ int main(int argc, char **argv)
     *(void **)&fgr_drv.sync_pt = dlsym(h, "cuStreamSynchronize_ptsz");
     *(void **)&fgr_drv.capturing = dlsym(h, "cuStreamIsCapturing");
     *(void **)&fgr_drv.capturing_pt = dlsym(h, "cuStreamIsCapturing_ptsz");
+    *(void **)&fgr_drv.capture_mode = dlsym(h, "cuThreadExchangeStreamCaptureMode");
     *(void **)&fgr_drv.range = dlsym(h, "cuMemGetAddressRange_v2");
     *(void **)&fgr_drv.host_register = dlsym(h, "cuMemHostRegister_v2");
     *(void **)&fgr_drv.host_unregister = dlsym(h, "cuMemHostUnregister");

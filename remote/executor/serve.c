@@ -244,6 +244,9 @@ static void *big_buffer(uint64_t bytes)
     static void *big;
     static size_t cap;
     static int pinned, unpinnable;
+    if (bytes <= cap && (pinned || unpinnable || cap < PIN_MIN))
+        return big;
+    CUstreamCaptureMode m = fgr_relax();
     if (bytes > cap) {
         if (pinned && fgr_drv.host_unregister(big) != CUDA_SUCCESS)
             big = NULL; /* its pages stay the driver's: left, not reused */
@@ -254,10 +257,8 @@ static void *big_buffer(uint64_t bytes)
         void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         big = p == MAP_FAILED ? NULL : p;
         cap = big ? n : 0;
-        if (!big)
-            return NULL;
     }
-    if (!pinned && !unpinnable && cap >= PIN_MIN && fgr_drv.host_register && fgr_drv.host_unregister) {
+    if (big && !pinned && !unpinnable && cap >= PIN_MIN && fgr_drv.host_register && fgr_drv.host_unregister) {
         CUresult r = fgr_drv.host_register(big, cap, CU_MEMHOSTREGISTER_PORTABLE);
         pinned = r == CUDA_SUCCESS;
         unpinnable = !pinned;
@@ -265,6 +266,7 @@ static void *big_buffer(uint64_t bytes)
             fgr_logf("the result buffer cannot be pinned (error %d): downloads go through the driver's staging",
                      (int)r);
     }
+    fgr_unrelax(m);
     return big;
 }
 
@@ -302,7 +304,10 @@ CUresult fgr_drain(CUstream s, int per_thread)
     CUresult (*sync)(CUstream) = per_thread ? fgr_drv.sync_pt : fgr_drv.sync;
     if (fgr_capturing(s, per_thread))
         return CUDA_SUCCESS;
-    return sync ? sync(s) : CUDA_ERROR_NOT_SUPPORTED;
+    CUstreamCaptureMode m = fgr_relax();
+    CUresult r = sync ? sync(s) : CUDA_ERROR_NOT_SUPPORTED;
+    fgr_unrelax(m);
+    return r;
 }
 
 /* What the last request owns: kept until its answer has been written, as

@@ -38,8 +38,10 @@ static void pin(void)
     if (registered)
         return;
     size_t bytes = (size_t)ring->stage_size + ring->down_size;
+    CUstreamCaptureMode m = fgr_relax();
     CUresult r = fgr_drv.host_register ? fgr_drv.host_register(ring->stage, bytes, CU_MEMHOSTREGISTER_PORTABLE)
                                        : CUDA_ERROR_NOT_SUPPORTED;
+    fgr_unrelax(m);
     registered = r == CUDA_SUCCESS ? 1 : -1;
     if (r != CUDA_SUCCESS)
         fgr_logf("cannot pin the staging areas (error %d): copies are made as with pageable memory", (int)r);
@@ -51,10 +53,13 @@ static int retire(int wait)
         return 0;
     struct entry *e = &queue[(qhead + QUEUED_MAX - qcount) % QUEUED_MAX];
     if (e->ev) {
+        CUstreamCaptureMode m = fgr_relax();
         CUresult r = wait ? fgr_drv.ev_sync(e->ev) : fgr_drv.ev_query(e->ev);
+        if (r != CUDA_ERROR_NOT_READY)
+            fgr_drv.ev_destroy(e->ev);
+        fgr_unrelax(m);
         if (r == CUDA_ERROR_NOT_READY)
             return 0;
-        fgr_drv.ev_destroy(e->ev);
     }
     released = e->end;
     __atomic_store_n(&ring->m->released, released, __ATOMIC_RELEASE);
@@ -105,12 +110,14 @@ static CUresult upload(CUdeviceptr dst, size_t end, size_t n, CUstream s, unsign
     if (r == CUDA_SUCCESS && from == ring->stage + off) {
         /* What says the area is free again; without it, the copy is waited for here. */
         CUresult (*record)(CUevent, CUstream) = pt ? fgr_drv.ev_record_pt : fgr_drv.ev_record;
+        CUstreamCaptureMode m = fgr_relax();
         if (fgr_drv.ev_create(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
             ev = NULL;
         } else if (!record || record(ev, s) != CUDA_SUCCESS) {
             fgr_drv.ev_destroy(ev);
             ev = NULL;
         }
+        fgr_unrelax(m);
         if (!ev)
             r = fgr_drain(s, pt);
     }
@@ -139,9 +146,13 @@ static CUresult stage_download(CUdeviceptr src, size_t n, CUstream s)
         return CUDA_ERROR_NOT_SUPPORTED;
     if (n == 0 || n > ring->down_size)
         return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = fgr_captured_download(s, 0, "cuMemcpyDtoHAsync");
+    if (r != CUDA_SUCCESS)
+        return r;
     pin();
-    CUresult r = copy_back(ring->down, src, n, s);
+    r = copy_back(ring->down, src, n, s);
     CUevent ev;
+    CUstreamCaptureMode m = fgr_relax();
     if (r == CUDA_SUCCESS && fgr_drv.ev_create(&ev, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) {
         r = fgr_drv.ev_record(ev, s);
         if (r == CUDA_SUCCESS)
@@ -150,6 +161,7 @@ static CUresult stage_download(CUdeviceptr src, size_t n, CUstream s)
     } else if (r == CUDA_SUCCESS) {
         r = fgr_drain(s, 0);
     }
+    fgr_unrelax(m);
     return r;
 }
 

@@ -114,8 +114,11 @@ int fgr_wait_bell(void) { return bell; }
 
 static void release(struct ticket *t)
 {
-    if (t->own_ev && t->ev)
+    if (t->own_ev && t->ev) {
+        CUstreamCaptureMode m = fgr_relax();
         fgr_drv.ev_destroy(t->ev);
+        fgr_unrelax(m);
+    }
     t->ev = NULL;
     t->own_ev = 0;
     __atomic_store_n(&t->state, FREE, __ATOMIC_RELEASE);
@@ -130,8 +133,11 @@ static void *helper(void *arg)
             r = ((CUresult(*)(CUcontext))fgr_real[t->op])((CUcontext)(uintptr_t)t->arg);
         else if (t->kind == FGR_WAIT_CONTEXT)
             r = ((CUresult(*)(void))fgr_real[t->op])();
-        else
+        else {
+            CUstreamCaptureMode m = fgr_relax();
             r = fgr_drv.ev_sync(t->ev);
+            fgr_unrelax(m);
+        }
     }
     t->result = r;
     __atomic_store_n(&t->state, DONE, __ATOMIC_RELEASE);
@@ -170,14 +176,17 @@ CUresult fgr_wait(int kind, uint64_t v, int per_thread)
         /* A capturing stream answers a wait with an error, made as it came. */
         if (!record || fgr_capturing(s, per_thread))
             return FGR_GO;
-        if (fgr_drv.ev_create(&t->ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
-            return FGR_GO;
-        t->own_ev = 1;
-        if (record(t->ev, s) != CUDA_SUCCESS || fgr_drv.ev_query(t->ev) != CUDA_ERROR_NOT_READY) {
+        CUstreamCaptureMode m = fgr_relax();
+        int pending = fgr_drv.ev_create(&t->ev, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS;
+        t->own_ev = pending;
+        pending = pending && record(t->ev, s) == CUDA_SUCCESS && fgr_drv.ev_query(t->ev) == CUDA_ERROR_NOT_READY;
+        fgr_unrelax(m);
+        if (!pending) {
             release(t);
             return FGR_GO;
         }
     } else if (kind == FGR_WAIT_EVENT) {
+        /* The program's event: asked as its wait would be, in its mode. */
         t->ev = (CUevent)(uintptr_t)v;
         if (fgr_drv.ev_query(t->ev) != CUDA_ERROR_NOT_READY)
             return FGR_GO;
@@ -194,7 +203,9 @@ int fgr_ticket_poll(int slot)
     int st = __atomic_load_n(&t->state, __ATOMIC_ACQUIRE);
     if (st != WAITING || t->helped || t->kind == FGR_WAIT_CONTEXT)
         return st == DONE;
+    CUstreamCaptureMode m = fgr_relax();
     CUresult r = fgr_drv.ev_query(t->ev);
+    fgr_unrelax(m);
     if (r == CUDA_ERROR_NOT_READY)
         return 0;
     t->result = r;
