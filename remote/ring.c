@@ -80,6 +80,48 @@ int fgr_ring_create(struct fgr_ring *r, int sock, int *fdp)
     return 0;
 }
 
+int fgr_heap_create(int *fdp, uint8_t **base)
+{
+    int fd = memfd_create("flexgv-pinned", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0)
+        return -1;
+    if (ftruncate(fd, (off_t)FGR_HEAP_BYTES) != 0 || fcntl(fd, F_ADD_SEALS, SEALS) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    void *m = mmap(NULL, FGR_HEAP_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    /* Not inherited by a forked child, as the driver's pinned memory is not. */
+    if (m == MAP_FAILED || madvise(m, FGR_HEAP_BYTES, MADV_DONTFORK) != 0) {
+        int e = errno;
+        if (m != MAP_FAILED)
+            munmap(m, FGR_HEAP_BYTES);
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    *fdp = fd;
+    *base = m;
+    return 0;
+}
+
+int fgr_heap_map(int fd, uint8_t **base)
+{
+    struct stat st;
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != FGR_HEAP_BYTES || seals < 0 ||
+        (seals & SEALS) != SEALS) {
+        errno = EPROTO;
+        return -1;
+    }
+    void *m = mmap(NULL, FGR_HEAP_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    if (m == MAP_FAILED)
+        return -1;
+    *base = m;
+    return 0;
+}
+
 int fgr_ring_attach(struct fgr_ring *r, int sock, int fd)
 {
     size_t n = fgr_ring_bytes(FGR_RING_BYTES, FGR_STAGE_BYTES, FGR_STAGE_DOWN_BYTES);

@@ -27,6 +27,13 @@
 /* After it, the area downloads land in: the executor has the GPU copy
  * there, the client copies out to the program (one at a time). */
 #define FGR_STAGE_DOWN_BYTES (8u << 20)
+/* Over shm://, the program's pinned host memory (cuMemAllocHost,
+ * cuMemHostAlloc) is carved from a second memfd the client hands over
+ * after the rings, of this many bytes (sparse: pages exist once written);
+ * the executor registers each allocation with the driver, so copies to and
+ * from it are the GPU's DMA, asynchronous as natively, with no host copy
+ * (remote/client/heap.c, remote/executor/heap.c). */
+#define FGR_HEAP_BYTES (64ull << 30)
 
 /* One direction. head: bytes written, by its producer; tail: bytes read,
  * by its consumer; each bumps its seq after moving and rings the other
@@ -85,6 +92,11 @@ int fgr_ring_readable(struct fgr_ring *r);
  * waiting for its connection and a ticket at once; it may return early).
  * 0, or -1 once the peer is gone. */
 int fgr_ring_sleep_or(struct fgr_ring *r, int fd);
+/* The pinned heap's memfd: made and mapped by the client (at *base), or
+ * checked and mapped by the executor. 0, or -1 with errno (EPROTO: not
+ * one of ours). */
+int fgr_heap_create(int *fd, uint8_t **base);
+int fgr_heap_map(int fd, uint8_t **base);
 /* Sends fd over the unix socket sock with one byte; receives it. */
 int fgr_send_fd(int sock, int fd);
 int fgr_recv_fd(int sock);

@@ -57,6 +57,25 @@ int fgr_stage_down_wanted(size_t n);
 CUresult fgr_stage_download(void *dst, CUdeviceptr src, size_t n, CUstream s);
 CUresult fgrStageDownload(CUdeviceptr src, size_t n, CUstream hStream);
 
+/* The pinned heap of shm:// (heap.c): made at connect (its memfd in *fd,
+ * to hand over); an allocation (NULL: none, the program's memory is then
+ * its own) and its freeing (0: not the heap's); whether n bytes at p lie in
+ * it (*off: where), and copies between it and the device (wait: a
+ * synchronous copy). */
+int fgr_heap_make(int *fd);
+void *fgr_heap_alloc(size_t bytes);
+int fgr_heap_free(void *p);
+int fgr_heap_holds(const void *p, size_t n, uint64_t *off);
+CUresult fgr_heap_upload(CUdeviceptr dst, uint64_t off, size_t n, CUstream s, int wait);
+CUresult fgr_heap_download(uint64_t off, CUdeviceptr src, size_t n, CUstream s, int wait);
+void fgr_heap_forked(void);
+CUresult fgrHeapRegister(size_t off, size_t n);
+CUresult fgrHeapUnregister(size_t off);
+CUresult fgrHeapUpload(CUdeviceptr dst, size_t off, size_t n, CUstream hStream);
+CUresult fgrHeapUploadWait(CUdeviceptr dst, size_t off, size_t n, CUstream hStream);
+CUresult fgrHeapDownload(size_t off, CUdeviceptr src, size_t n, CUstream hStream);
+CUresult fgrHeapDownloadWait(size_t off, CUdeviceptr src, size_t n, CUstream hStream);
+
 /* Device ranges the connection was given, and copies under unified
  * addressing with a side in the program's own memory (uva.c): 1 when
  * done here (*r: its result), 0 to forward the copy as it came. */

@@ -614,6 +614,17 @@ static CUresult connect_locked(void)
             }
             close(mfd);
         }
+        /* Then the heap pinned host memory is carved from. */
+        if (r == CUDA_SUCCESS && fgr_heap_make(&mfd) != 0) {
+            fgr_say("cannot make the pinned heap for %s: %s", a, strerror(errno));
+            r = LOST;
+        } else if (r == CUDA_SUCCESS) {
+            if (fgr_send_fd(fd, mfd) != 0) {
+                fgr_say("cannot hand the pinned heap to %s: %s", a, strerror(errno));
+                r = LOST;
+            }
+            close(mfd);
+        }
     }
     if (r != CUDA_SUCCESS) {
         conn_close(fd);
@@ -971,6 +982,7 @@ static void forked_child(void)
     fgr_tls_forked();
     fgr_ring_close(&conn_ring); /* our view of the parent's rings */
     fgr_stage_forked();
+    fgr_heap_forked();
     conn_broken = 0;
     conn_refused = CUDA_SUCCESS;
     /* A thread of the parent may have been mid-call: its buffers are not ours. */

@@ -297,14 +297,17 @@ FGR_EXPORT CUresult cuGetErrorString(CUresult error, const char **pStr) { return
  * or shared by every context (DEVICEMAP, PORTABLE: cudart asks for both)
  * are also the server's, at the same address, for kernels that use them as
  * device memory (mirror.c; only those a call names as a device address come
- * back at syncpoints, so a copy's staging buffer costs nothing); the rest
- * are the client's alone, carried by copies. */
+ * back at syncpoints, so a copy's staging buffer costs nothing); over
+ * shm:// the rest come from the pinned heap the executor shares (heap.c);
+ * otherwise they are the client's alone, carried by copies. */
 static CUresult host_alloc(void **pp, size_t bytes, unsigned int flags)
 {
     NEED_INIT();
     if (!pp || !bytes)
         return CUDA_ERROR_INVALID_VALUE;
     if ((flags & (CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE)) && fgr_mirror_alloc(pp, bytes) == CUDA_SUCCESS)
+        return CUDA_SUCCESS;
+    if ((*pp = fgr_heap_alloc(bytes)))
         return CUDA_SUCCESS;
     if (posix_memalign(pp, 4096, bytes))
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -321,7 +324,7 @@ FGR_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flag
 FGR_EXPORT CUresult cuMemFreeHost(void *p)
 {
     NEED_INIT();
-    if (!fgr_mirror_free(p))
+    if (!fgr_mirror_free(p) && !fgr_heap_free(p))
         free(p);
     return CUDA_SUCCESS;
 }

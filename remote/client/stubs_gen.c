@@ -719,6 +719,9 @@ static CUresult fgr_piece_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *src
 {
     CUresult fgr_r;
     fgr_mirror_named((uint64_t)dstDevice);
+    uint64_t fgr_off;
+    if (fgr_heap_holds(srcHost, ByteCount, &fgr_off))
+        return fgr_heap_upload(dstDevice, fgr_off, ByteCount, NULL, 1);
     if (fgr_stage_wanted(ByteCount))
         return fgr_stage_upload(dstDevice, srcHost, ByteCount, NULL, FGR_STAGE_SYNC, fgr_queued);
     uint64_t n_srcHost = srcHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
@@ -755,6 +758,9 @@ static CUresult fgr_piece_cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void
 {
     CUresult fgr_r;
     fgr_mirror_named((uint64_t)dstDevice);
+    uint64_t fgr_off;
+    if (fgr_heap_holds(srcHost, ByteCount, &fgr_off))
+        return fgr_heap_upload(dstDevice, fgr_off, ByteCount, CU_STREAM_PER_THREAD, 1);
     if (fgr_stage_wanted(ByteCount))
         return fgr_stage_upload(dstDevice, srcHost, ByteCount, NULL, FGR_STAGE_SYNC | FGR_STAGE_PT, fgr_queued);
     uint64_t n_srcHost = srcHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
@@ -799,6 +805,9 @@ FGR_EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t
         return CUDA_SUCCESS;
     }
     fgr_mirror_named((uint64_t)srcDevice);
+    uint64_t fgr_off;
+    if (fgr_heap_holds(dstHost, ByteCount, &fgr_off))
+        return fgr_heap_download(fgr_off, srcDevice, ByteCount, NULL, 1);
     if (fgr_stage_down_wanted(ByteCount))
         return fgr_stage_download(dstHost, srcDevice, ByteCount, NULL);
     uint64_t n_dstHost = dstHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
@@ -830,6 +839,9 @@ FGR_EXPORT CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, s
         return CUDA_SUCCESS;
     }
     fgr_mirror_named((uint64_t)srcDevice);
+    uint64_t fgr_off;
+    if (fgr_heap_holds(dstHost, ByteCount, &fgr_off))
+        return fgr_heap_download(fgr_off, srcDevice, ByteCount, CU_STREAM_PER_THREAD, 1);
     if (fgr_stage_down_wanted(ByteCount))
         return fgr_stage_download(dstHost, srcDevice, ByteCount, CU_STREAM_PER_THREAD);
     uint64_t n_dstHost = dstHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
@@ -929,6 +941,9 @@ FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcH
         return CUDA_SUCCESS;
     }
     fgr_mirror_named((uint64_t)dstDevice);
+    uint64_t fgr_off;
+    if (fgr_heap_holds(srcHost, ByteCount, &fgr_off))
+        return fgr_heap_upload(dstDevice, fgr_off, ByteCount, hStream, 0);
     if (fgr_stage_wanted(ByteCount))
         return fgr_stage_upload(dstDevice, srcHost, ByteCount, hStream, 0, 1);
     uint64_t n_srcHost = srcHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
@@ -956,6 +971,9 @@ FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void 
         return CUDA_SUCCESS;
     }
     fgr_mirror_named((uint64_t)dstDevice);
+    uint64_t fgr_off;
+    if (fgr_heap_holds(srcHost, ByteCount, &fgr_off))
+        return fgr_heap_upload(dstDevice, fgr_off, ByteCount, hStream ? hStream : CU_STREAM_PER_THREAD, 0);
     if (fgr_stage_wanted(ByteCount))
         return fgr_stage_upload(dstDevice, srcHost, ByteCount, hStream, FGR_STAGE_PT, 1);
     uint64_t n_srcHost = srcHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
@@ -983,6 +1001,9 @@ FGR_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, s
         return CUDA_SUCCESS;
     }
     fgr_mirror_named((uint64_t)srcDevice);
+    uint64_t fgr_off;
+    if (fgr_heap_holds(dstHost, ByteCount, &fgr_off))
+        return fgr_heap_download(fgr_off, srcDevice, ByteCount, hStream, 0);
     if (fgr_stage_down_wanted(ByteCount))
         return fgr_stage_download(dstHost, srcDevice, ByteCount, hStream);
     uint64_t n_dstHost = dstHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
@@ -1015,6 +1036,9 @@ FGR_EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevi
         return CUDA_SUCCESS;
     }
     fgr_mirror_named((uint64_t)srcDevice);
+    uint64_t fgr_off;
+    if (fgr_heap_holds(dstHost, ByteCount, &fgr_off))
+        return fgr_heap_download(fgr_off, srcDevice, ByteCount, hStream ? hStream : CU_STREAM_PER_THREAD, 0);
     if (fgr_stage_down_wanted(ByteCount))
         return fgr_stage_download(dstHost, srcDevice, ByteCount, hStream ? hStream : CU_STREAM_PER_THREAD);
     uint64_t n_dstHost = dstHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
@@ -3363,6 +3387,91 @@ FGR_EXPORT CUresult fgrStageDownload(CUdeviceptr src, size_t n, CUstream hStream
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult fgrHeapRegister(size_t off, size_t n)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrHeapRegister, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)off);
+    fgr_put_u64(&fgr_c.w, (uint64_t)n);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrHeapUnregister(size_t off)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrHeapUnregister, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)off);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrHeapUpload(CUdeviceptr dst, size_t off, size_t n, CUstream hStream)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dst);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrHeapUpload, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dst);
+    fgr_put_u64(&fgr_c.w, (uint64_t)off);
+    fgr_put_u64(&fgr_c.w, (uint64_t)n);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrHeapUploadWait(CUdeviceptr dst, size_t off, size_t n, CUstream hStream)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dst);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrHeapUploadWait, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dst);
+    fgr_put_u64(&fgr_c.w, (uint64_t)off);
+    fgr_put_u64(&fgr_c.w, (uint64_t)n);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrHeapDownload(size_t off, CUdeviceptr src, size_t n, CUstream hStream)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)src);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrHeapDownload, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)off);
+    fgr_put_u64(&fgr_c.w, (uint64_t)src);
+    fgr_put_u64(&fgr_c.w, (uint64_t)n);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrHeapDownloadWait(size_t off, CUdeviceptr src, size_t n, CUstream hStream)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)src);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrHeapDownloadWait, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)off);
+    fgr_put_u64(&fgr_c.w, (uint64_t)src);
+    fgr_put_u64(&fgr_c.w, (uint64_t)n);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult fgrWaitTickets(unsigned int *ids, CUresult *results, unsigned int cap, unsigned int *count)
 {
     CUresult fgr_r;
@@ -4275,6 +4384,12 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_fgrStageUploadLast] = "fgrStageUploadLast",
     [FGR_OP_fgrStageWait] = "fgrStageWait",
     [FGR_OP_fgrStageDownload] = "fgrStageDownload",
+    [FGR_OP_fgrHeapRegister] = "fgrHeapRegister",
+    [FGR_OP_fgrHeapUnregister] = "fgrHeapUnregister",
+    [FGR_OP_fgrHeapUpload] = "fgrHeapUpload",
+    [FGR_OP_fgrHeapUploadWait] = "fgrHeapUploadWait",
+    [FGR_OP_fgrHeapDownload] = "fgrHeapDownload",
+    [FGR_OP_fgrHeapDownloadWait] = "fgrHeapDownloadWait",
     [FGR_OP_fgrWaitTickets] = "fgrWaitTickets",
     [FGR_OP_fgrNudge] = "fgrNudge",
     [FGR_OP_cuOccupancyMaxActiveClusters] = "cuOccupancyMaxActiveClusters",
@@ -4346,6 +4461,8 @@ const unsigned char fgr_op_syncs[FGR_NUM_OPS] = {
     [FGR_OP_cuEventSynchronize] = 1,
     [FGR_OP_fgrStageUploadLast] = 1,
     [FGR_OP_fgrStageDownload] = 1,
+    [FGR_OP_fgrHeapUploadWait] = 1,
+    [FGR_OP_fgrHeapDownloadWait] = 1,
 };
 
 /* The operations that may be answered "pending" while the device works
@@ -4361,6 +4478,8 @@ const unsigned char fgr_op_waits[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamSynchronize_ptsz] = 1,
     [FGR_OP_cuEventSynchronize] = 1,
     [FGR_OP_fgrStageDownload] = 1,
+    [FGR_OP_fgrHeapUploadWait] = 1,
+    [FGR_OP_fgrHeapDownloadWait] = 1,
 };
 
 /* What cuGetProcAddress hands out: every exported entry point. */
@@ -4613,6 +4732,12 @@ const struct fg_proc fgr_procs[] = {
     {"fgrStageUploadLast", "fgrStageUploadLast", 0, 0, (void *)fgrStageUploadLast},
     {"fgrStageWait", "fgrStageWait", 0, 0, (void *)fgrStageWait},
     {"fgrStageDownload", "fgrStageDownload", 0, 0, (void *)fgrStageDownload},
+    {"fgrHeapRegister", "fgrHeapRegister", 0, 0, (void *)fgrHeapRegister},
+    {"fgrHeapUnregister", "fgrHeapUnregister", 0, 0, (void *)fgrHeapUnregister},
+    {"fgrHeapUpload", "fgrHeapUpload", 0, 0, (void *)fgrHeapUpload},
+    {"fgrHeapUploadWait", "fgrHeapUploadWait", 0, 0, (void *)fgrHeapUploadWait},
+    {"fgrHeapDownload", "fgrHeapDownload", 0, 0, (void *)fgrHeapDownload},
+    {"fgrHeapDownloadWait", "fgrHeapDownloadWait", 0, 0, (void *)fgrHeapDownloadWait},
     {"fgrWaitTickets", "fgrWaitTickets", 0, 0, (void *)fgrWaitTickets},
     {"fgrNudge", "fgrNudge", 0, 0, (void *)fgrNudge},
     {"cuOccupancyMaxActiveClusters", "cuOccupancyMaxActiveClusters", 11070, 0, (void *)cuOccupancyMaxActiveClusters},

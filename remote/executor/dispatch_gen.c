@@ -208,6 +208,12 @@ typedef CUresult (*pfn_fgrStageUpload)(CUdeviceptr dst, size_t end, size_t n, CU
 typedef CUresult (*pfn_fgrStageUploadLast)(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how);
 typedef CUresult (*pfn_fgrStageWait)(size_t upto);
 typedef CUresult (*pfn_fgrStageDownload)(CUdeviceptr src, size_t n, CUstream hStream);
+typedef CUresult (*pfn_fgrHeapRegister)(size_t off, size_t n);
+typedef CUresult (*pfn_fgrHeapUnregister)(size_t off);
+typedef CUresult (*pfn_fgrHeapUpload)(CUdeviceptr dst, size_t off, size_t n, CUstream hStream);
+typedef CUresult (*pfn_fgrHeapUploadWait)(CUdeviceptr dst, size_t off, size_t n, CUstream hStream);
+typedef CUresult (*pfn_fgrHeapDownload)(size_t off, CUdeviceptr src, size_t n, CUstream hStream);
+typedef CUresult (*pfn_fgrHeapDownloadWait)(size_t off, CUdeviceptr src, size_t n, CUstream hStream);
 typedef CUresult (*pfn_fgrWaitTickets)(unsigned int *ids, CUresult *results, unsigned int cap, unsigned int *count);
 typedef CUresult (*pfn_fgrNudge)(void);
 typedef CUresult (*pfn_cuOccupancyMaxActiveClusters)(int *numClusters, CUfunction func, const CUlaunchConfig *config);
@@ -4138,6 +4144,103 @@ static CUresult op_fgrStageDownload(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_fgrHeapRegister(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    size_t off = (size_t)fgr_get_u64(rd);
+    size_t n = (size_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = ((pfn_fgrHeapRegister)fgr_real[FGR_OP_fgrHeapRegister])(off, n);
+    return fgr_r;
+}
+
+static CUresult op_fgrHeapUnregister(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    size_t off = (size_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = ((pfn_fgrHeapUnregister)fgr_real[FGR_OP_fgrHeapUnregister])(off);
+    return fgr_r;
+}
+
+static CUresult op_fgrHeapUpload(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dst = (CUdeviceptr)fgr_get_u64(rd);
+    size_t off = (size_t)fgr_get_u64(rd);
+    size_t n = (size_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dst, n)))
+        fgr_r = fgr_refuse("fgrHeapUpload", "dst", (uint64_t)dst, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("fgrHeapUpload", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_fgrHeapUpload)fgr_real[FGR_OP_fgrHeapUpload])(dst, off, n, hStream);
+    return fgr_r;
+}
+
+static CUresult op_fgrHeapUploadWait(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dst = (CUdeviceptr)fgr_get_u64(rd);
+    size_t off = (size_t)fgr_get_u64(rd);
+    size_t n = (size_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)dst, n)))
+        fgr_r = fgr_refuse("fgrHeapUploadWait", "dst", (uint64_t)dst, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("fgrHeapUploadWait", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else if ((fgr_r = fgr_wait(FGR_AFTER_STREAM, (uint64_t)(uintptr_t)hStream, 0)) == FGR_GO)
+        fgr_r = ((pfn_fgrHeapUploadWait)fgr_real[FGR_OP_fgrHeapUploadWait])(dst, off, n, hStream);
+    return fgr_r;
+}
+
+static CUresult op_fgrHeapDownload(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    size_t off = (size_t)fgr_get_u64(rd);
+    CUdeviceptr src = (CUdeviceptr)fgr_get_u64(rd);
+    size_t n = (size_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)src, n)))
+        fgr_r = fgr_refuse("fgrHeapDownload", "src", (uint64_t)src, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("fgrHeapDownload", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_fgrHeapDownload)fgr_real[FGR_OP_fgrHeapDownload])(off, src, n, hStream);
+    return fgr_r;
+}
+
+static CUresult op_fgrHeapDownloadWait(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    size_t off = (size_t)fgr_get_u64(rd);
+    CUdeviceptr src = (CUdeviceptr)fgr_get_u64(rd);
+    size_t n = (size_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)src, n)))
+        fgr_r = fgr_refuse("fgrHeapDownloadWait", "src", (uint64_t)src, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("fgrHeapDownloadWait", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else if ((fgr_r = fgr_wait(FGR_AFTER_STREAM, (uint64_t)(uintptr_t)hStream, 0)) == FGR_GO)
+        fgr_r = ((pfn_fgrHeapDownloadWait)fgr_real[FGR_OP_fgrHeapDownloadWait])(off, src, n, hStream);
+    return fgr_r;
+}
+
 static CUresult op_fgrWaitTickets(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -5310,6 +5413,12 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_fgrStageUploadLast] = {"fgrStageUploadLast", op_fgrStageUploadLast, 1},
     [FGR_OP_fgrStageWait] = {"fgrStageWait", op_fgrStageWait, 0},
     [FGR_OP_fgrStageDownload] = {"fgrStageDownload", op_fgrStageDownload, 1},
+    [FGR_OP_fgrHeapRegister] = {"fgrHeapRegister", op_fgrHeapRegister, 0},
+    [FGR_OP_fgrHeapUnregister] = {"fgrHeapUnregister", op_fgrHeapUnregister, 0},
+    [FGR_OP_fgrHeapUpload] = {"fgrHeapUpload", op_fgrHeapUpload, 0},
+    [FGR_OP_fgrHeapUploadWait] = {"fgrHeapUploadWait", op_fgrHeapUploadWait, 1},
+    [FGR_OP_fgrHeapDownload] = {"fgrHeapDownload", op_fgrHeapDownload, 0},
+    [FGR_OP_fgrHeapDownloadWait] = {"fgrHeapDownloadWait", op_fgrHeapDownloadWait, 1},
     [FGR_OP_fgrWaitTickets] = {"fgrWaitTickets", op_fgrWaitTickets, 0},
     [FGR_OP_fgrNudge] = {"fgrNudge", op_fgrNudge, 0},
     [FGR_OP_cuOccupancyMaxActiveClusters] = {"cuOccupancyMaxActiveClusters", op_cuOccupancyMaxActiveClusters, 0},

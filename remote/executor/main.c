@@ -303,6 +303,16 @@ static void greet(int fd, uint8_t *body, uint32_t n)
         if (bad)
             reject("the shared memory is not two rings of ours (%s)", strerror(e));
         fgr_stage_attach(&ring);
+        /* Then the pinned heap. */
+        uint8_t *heap;
+        if ((mfd = fgr_recv_fd(fd)) < 0)
+            reject("no pinned heap after the rings: %s", strerror(errno));
+        bad = fgr_heap_map(mfd, &heap);
+        e = errno;
+        close(mfd);
+        if (bad)
+            reject("the pinned heap is not one of ours (%s)", strerror(e));
+        fgr_heap_attach(heap);
     }
 }
 
@@ -543,6 +553,7 @@ int main(int argc, char **argv)
     fgr_hostmem_init(h);
     fgr_wait_init(h);
     fgr_stage_init(h);
+    fgr_heap_init(h);
     fgr_layout_init(h);
     /* The export tables' functions are the driver's words; a table the
      * driver does not have leaves its operations unsupported. */

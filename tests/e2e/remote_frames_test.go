@@ -258,7 +258,8 @@ func TestRemoteSilentPeer(t *testing.T) {
 }
 
 // The shared memory of an shm:// connection is the client's too: memory
-// that is missing, could shrink, or holds impossible indices ends the
+// that is missing, could shrink, is not the size of ours (the rings, the
+// pinned heap) or holds impossible indices ends the
 // connection with the reason, and the server serves on.
 func TestRemoteSharedMemoryRefused(t *testing.T) {
 	p := readProtocol(t)
@@ -269,19 +270,34 @@ func TestRemoteSharedMemoryRefused(t *testing.T) {
 	// areas' sizes, ...), then per direction head (u64), head_seq,
 	// consumer_sleeps (u32), 48 bytes, tail, tail_seq, producer_sleeps, 48
 	// bytes; then each direction's 4 MiB, the 32 MiB staging area and the
-	// 8 MiB downloads' area.
+	// 8 MiB downloads' area. Then a second memory, the pinned heap of 64 GiB.
 	const ringBytes, stageBytes, downBytes, c2sHead, c2sHeadSeq = 4 << 20, 32 << 20, 8 << 20, 64, 72
 	size := 64 + 2*128 + 2*ringBytes + stageBytes + downBytes
-	memory := func(seal bool) int {
+	sized := func(n int64, seal bool) int {
 		fd, err := unix.MemfdCreate("ring", unix.MFD_ALLOW_SEALING)
 		if err != nil {
 			t.Fatal(err)
 		}
-		unix.Ftruncate(fd, int64(size))
+		unix.Ftruncate(fd, n)
 		if seal {
 			unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL)
 		}
 		return fd
+	}
+	memory := func(seal bool) int { return sized(int64(size), seal) }
+	rings := func(conn *net.UnixConn) []byte { // good rings, and their memory
+		fd := memory(true)
+		defer unix.Close(fd)
+		m, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		if err != nil {
+			t.Fatal(err)
+		}
+		binary.LittleEndian.PutUint32(m[0:], 0x47524746)
+		binary.LittleEndian.PutUint32(m[4:], ringBytes)
+		binary.LittleEndian.PutUint32(m[8:], stageBytes)
+		binary.LittleEndian.PutUint32(m[12:], downBytes)
+		conn.WriteMsgUnix([]byte("R"), unix.UnixRights(fd), nil)
+		return m
 	}
 	for i, c := range []struct {
 		name string
@@ -294,18 +310,21 @@ func TestRemoteSharedMemoryRefused(t *testing.T) {
 			defer unix.Close(fd)
 			conn.WriteMsgUnix([]byte("R"), unix.UnixRights(fd), nil)
 		}, "the shared memory is not two rings of ours"},
-		{"a head past the ring", func(conn *net.UnixConn) {
-			fd := memory(true)
+		{"no heap, a byte", func(conn *net.UnixConn) {
+			defer unix.Munmap(rings(conn))
+			conn.Write([]byte("R"))
+		}, "no pinned heap after the rings"},
+		{"a heap of another size", func(conn *net.UnixConn) {
+			defer unix.Munmap(rings(conn))
+			fd := sized(1<<30, true)
 			defer unix.Close(fd)
-			m, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-			if err != nil {
-				t.Fatal(err)
-			}
+			conn.WriteMsgUnix([]byte("R"), unix.UnixRights(fd), nil)
+		}, "the pinned heap is not one of ours"},
+		{"a head past the ring", func(conn *net.UnixConn) {
+			m := rings(conn)
 			defer unix.Munmap(m)
-			binary.LittleEndian.PutUint32(m[0:], 0x47524746)
-			binary.LittleEndian.PutUint32(m[4:], ringBytes)
-			binary.LittleEndian.PutUint32(m[8:], stageBytes)
-			binary.LittleEndian.PutUint32(m[12:], downBytes)
+			fd := sized(64<<30, true)
+			defer unix.Close(fd)
 			conn.WriteMsgUnix([]byte("R"), unix.UnixRights(fd), nil)
 			binary.LittleEndian.PutUint64(m[c2sHead:], 2*ringBytes)
 			binary.LittleEndian.PutUint32(m[c2sHeadSeq:], 1)

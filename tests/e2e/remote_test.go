@@ -1133,6 +1133,95 @@ for n in [4096, 1 << 20]:
 	}
 }
 
+// Over shm://, the program's pinned host memory is shared with the
+// executor: copies to and from it, of every entry point, are the GPU's
+// straight from or into it (fgrHeap*), the asynchronous ones queued without
+// a round trip; what the program reads is the same as over a socket, where
+// pinned memory is the client's alone. Freed memory is given back and its
+// room reused; a forked child, which does not inherit it (as natively),
+// frees a pointer to it harmlessly.
+func TestRemotePinnedHostMemoryIsShared(t *testing.T) {
+	prog := `
+import ctypes, os
+cu = ctypes.CDLL("libcuda.so.1")
+ctx, st = ctypes.c_void_p(), ctypes.c_void_p()
+p = ctypes.c_uint64()
+n = 3 << 20
+assert cu.cuInit(0) == 0
+assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+assert cu.cuCtxSetCurrent(ctx) == 0
+assert cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(n)) == 0
+assert cu.cuStreamCreate(ctypes.byref(st), 1) == 0
+def pinned(flags):
+    h = ctypes.c_void_p()
+    assert cu.cuMemHostAlloc(ctypes.byref(h), ctypes.c_size_t(n), flags) == 0
+    return h
+a, b = pinned(0), pinned(3)  # plain, and as cudart asks (portable, mapped)
+c = ctypes.c_void_p()
+assert cu.cuMemAllocHost_v2(ctypes.byref(c), ctypes.c_size_t(100)) == 0
+ctypes.memmove(c, bytes(range(100)), 100)
+ctypes.memmove(a, bytes((i * 7) % 256 for i in range(n)), n)
+want = ctypes.string_at(a, n)
+for up, stream in [("cuMemcpyHtoD_v2", ()), ("cuMemcpyHtoD_v2_ptds", ()), ("cuMemcpyHtoDAsync_v2", (st,)),
+                   ("cuMemcpyHtoDAsync_v2_ptsz", (None,))]:
+    for down, back in [("cuMemcpyDtoH_v2", ()), ("cuMemcpyDtoH_v2_ptds", ()), ("cuMemcpyDtoHAsync_v2", (st,)),
+                       ("cuMemcpyDtoHAsync_v2_ptsz", (None,))]:
+        assert cu.cuMemsetD8_v2(p, 0, ctypes.c_size_t(n)) == 0
+        ctypes.memset(b, 0, n)
+        r1 = getattr(cu, up)(p, a, ctypes.c_size_t(n), *stream)
+        r2 = getattr(cu, down)(b, p, ctypes.c_size_t(n), *back)
+        print(up, down, r1, r2, cu.cuCtxSynchronize(), "same" if ctypes.string_at(b, n) == want else "differs")
+assert cu.cuMemcpyHtoD_v2(p, c, ctypes.c_size_t(100)) == 0
+assert cu.cuMemcpyDtoH_v2(b, p, ctypes.c_size_t(100)) == 0
+print("small", "same" if ctypes.string_at(b, 100) == bytes(range(100)) else "differs")
+pid = os.fork()
+if pid == 0:
+    print("child frees", cu.cuMemFreeHost(a), flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+print("freed", cu.cuMemFreeHost(a), cu.cuMemFreeHost(b), cu.cuMemFreeHost(c))
+d = pinned(0)
+print("again", "the first's room" if d.value == a.value else "elsewhere", cu.cuMemFreeHost(d))
+`
+	var outs []string
+	for _, transport := range []string{"shm", "unix"} {
+		e := newEnv(t, "FLEXGV_REMOTE_LOG=calls")
+		r := e.remote(e.serve(transport), "python3", "-c", prog)
+		if r.code != 0 {
+			t.Fatalf("over %s: exit %d\n%s\n%s", transport, r.code, r.stdout, r.stderr)
+		}
+		trips := roundTrips(r)
+		staged := trips["fgrStageUploadLast"] + trips["fgrStageDownload"]
+		heap := trips["fgrHeapUploadWait"] + trips["fgrHeapDownloadWait"]
+		if transport == "shm" {
+			// Of the 16 pairs' 32 copies, the 16 synchronous ones wait
+			// (and the small pair's two); the queued ones (8 uploads, 8
+			// downloads) are no round trip.
+			if staged != 0 || heap != 18 || trips["fgrHeapUpload"] != 0 || trips["fgrHeapDownload"] != 0 ||
+				!strings.Contains(r.stderr, "fgrHeapUpload ") || !strings.Contains(r.stderr, "fgrHeapDownload ") {
+				t.Errorf("over shm: %d staged, %d heap round trips (want 0 and 18), queued ones %d and %d\n%s", staged,
+					heap, trips["fgrHeapUpload"], trips["fgrHeapDownload"], r.stderr)
+			}
+		} else if heap != 0 || trips["cuMemcpyHtoD_v2"] == 0 {
+			t.Errorf("over %s: %d heap copies (want none)\n%s", transport, heap, r.stderr)
+		}
+		outs = append(outs, r.stdout)
+	}
+	want := ""
+	for _, up := range []string{"cuMemcpyHtoD_v2", "cuMemcpyHtoD_v2_ptds", "cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync_v2_ptsz"} {
+		for _, down := range []string{"cuMemcpyDtoH_v2", "cuMemcpyDtoH_v2_ptds", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoHAsync_v2_ptsz"} {
+			want += up + " " + down + " 0 0 0 same\n"
+		}
+	}
+	want += "small same\nchild frees 0\nfreed 0 0 0\n"
+	if outs[0] != want+"again the first's room 0\n" {
+		t.Errorf("over shm://\n%s\nwant\n%sagain the first's room 0", outs[0], want)
+	}
+	if !strings.HasPrefix(outs[1], want) {
+		t.Errorf("over unix://\n%s\nwant\n%s", outs[1], want)
+	}
+}
+
 // Over shm://, a frame larger than a ring (4 MiB each way) streams through
 // it, wrapping around, and arrives whole.
 func TestRemoteSharedMemoryLargeFrames(t *testing.T) {

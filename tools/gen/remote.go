@@ -921,22 +921,23 @@ func stubBody(b *strings.Builder, e RemoteEntry, queuedBy string) {
 			fmt.Fprintf(b, "    fgr_mirror_named((uint64_t)%s);\n", p.Name)
 		}
 	}
-	// An upload over shm:// of FGR_STAGE_MIN bytes or more goes through the
-	// staging area.
-	if e.Stage != "" && e.param("srcDevice") != nil {
-		// A download: on the stream the call names (the per-thread default
-		// one by its handle).
-		stream := "NULL"
-		switch {
-		case e.param("hStream") != nil && e.PerThread() != "":
-			stream = "hStream ? hStream : CU_STREAM_PER_THREAD"
-		case e.param("hStream") != nil:
-			stream = "hStream"
-		case e.PerThread() != "":
-			stream = "CU_STREAM_PER_THREAD"
+	// Over shm://, a copy to or from the pinned heap is the GPU's straight
+	// from or into it; another of FGR_STAGE_MIN bytes or more goes through
+	// the staging areas.
+	if e.Stage != "" {
+		// An asynchronous copy is queued.
+		stream, wait := copyStream(e), b2i(e.param("hStream") == nil)
+		if e.param("srcDevice") != nil {
+			fmt.Fprintf(b, "    uint64_t fgr_off;\n    if (fgr_heap_holds(%s, ByteCount, &fgr_off))\n        return fgr_heap_download(fgr_off, srcDevice, ByteCount, %s, %d);\n",
+				e.Stage, stream, wait)
+		} else {
+			fmt.Fprintf(b, "    uint64_t fgr_off;\n    if (fgr_heap_holds(%s, ByteCount, &fgr_off))\n        return fgr_heap_upload(dstDevice, fgr_off, ByteCount, %s, %d);\n",
+				e.Stage, stream, wait)
 		}
+	}
+	if e.Stage != "" && e.param("srcDevice") != nil {
 		fmt.Fprintf(b, "    if (fgr_stage_down_wanted(ByteCount))\n        return fgr_stage_download(%s, srcDevice, ByteCount, %s);\n",
-			e.Stage, stream)
+			e.Stage, copyStream(e))
 	} else if e.Stage != "" {
 		stream, how, queued := "NULL", []string{"FGR_STAGE_SYNC"}, queuedBy
 		if e.param("hStream") != nil {
@@ -1323,6 +1324,20 @@ func emitRemoteServer(entries []RemoteEntry, tables []*Table) string {
 	}
 	fmt.Fprintf(&b, "};\n\nconst int fgr_nxtables = %d;\n", forwarded)
 	return b.String()
+}
+
+// copyStream is the stream a copy's entry point names, the per-thread
+// default one by its handle.
+func copyStream(e RemoteEntry) string {
+	switch {
+	case e.param("hStream") != nil && e.PerThread() != "":
+		return "hStream ? hStream : CU_STREAM_PER_THREAD"
+	case e.param("hStream") != nil:
+		return "hStream"
+	case e.PerThread() != "":
+		return "CU_STREAM_PER_THREAD"
+	}
+	return "NULL"
 }
 
 // captureArgs is the call that deals with a copy of the program's memory

@@ -1,0 +1,144 @@
+/* The program's pinned host memory over shm:// (remote/client/heap.c): a
+ * memfd the client carves its pinned allocations from, mapped here too.
+ * Each allocation is registered with the driver while it lives, so the GPU
+ * copies to and from it directly, when the copy runs on its stream, as it
+ * does from the program's pinned memory natively (a graph that captured
+ * such a copy reads or writes the memory at each launch).
+ *
+ * The memory is the client's too: a copy is made only within one
+ * registered allocation, and what the client writes there while the GPU
+ * copies is only its own data. */
+#include "executor.h"
+#include "../ring.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define BLOCKS_MAX 65536 /* registered allocations a connection may hold */
+
+static uint8_t *base; /* NULL: no heap (a socket) */
+static struct block {
+    uint64_t off, n;
+} *blocks; /* sorted by offset, disjoint */
+static int nblocks, cap;
+
+static CUresult (*copy)(CUdeviceptr, const void *, size_t, CUstream);
+static CUresult (*copy_back)(void *, CUdeviceptr, size_t, CUstream);
+
+/* The block [off, off + n) lies in, or the index it would be inserted at
+ * (negative: -1 - index). */
+static int find(uint64_t off)
+{
+    int lo = 0, hi = nblocks;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (blocks[mid].off + blocks[mid].n <= off)
+            lo = mid + 1;
+        else if (blocks[mid].off > off)
+            hi = mid;
+        else
+            return mid;
+    }
+    return -1 - lo;
+}
+
+static int within(uint64_t off, uint64_t n)
+{
+    int i = find(off);
+    return base && n && i >= 0 && off - blocks[i].off <= blocks[i].n && n <= blocks[i].n - (off - blocks[i].off);
+}
+
+static CUresult heap_register(size_t off, size_t n)
+{
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    if (!base)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    if (!n || off % page || n % page || off > FGR_HEAP_BYTES || n > FGR_HEAP_BYTES - off)
+        return CUDA_ERROR_INVALID_VALUE;
+    int i = find(off);
+    if (i >= 0 || nblocks == BLOCKS_MAX)
+        return CUDA_ERROR_INVALID_VALUE;
+    i = -1 - i;
+    if (i < nblocks && blocks[i].off < off + n)
+        return CUDA_ERROR_INVALID_VALUE; /* overlaps the next one */
+    if (nblocks == cap) {
+        int c = cap ? 2 * cap : 64;
+        struct block *b = realloc(blocks, (size_t)c * sizeof *b);
+        if (!b)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        blocks = b;
+        cap = c;
+    }
+    CUstreamCaptureMode m = fgr_relax();
+    CUresult r = fgr_drv.host_register ? fgr_drv.host_register(base + off, n, CU_MEMHOSTREGISTER_PORTABLE)
+                                       : CUDA_ERROR_NOT_SUPPORTED;
+    fgr_unrelax(m);
+    if (r != CUDA_SUCCESS)
+        return r;
+    memmove(&blocks[i + 1], &blocks[i], (size_t)(nblocks - i) * sizeof *blocks);
+    blocks[i] = (struct block){off, n};
+    nblocks++;
+    return CUDA_SUCCESS;
+}
+
+static CUresult heap_unregister(size_t off)
+{
+    int i = find(off);
+    if (!base || i < 0 || blocks[i].off != off)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstreamCaptureMode m = fgr_relax();
+    CUresult r = fgr_drv.host_unregister ? fgr_drv.host_unregister(base + off) : CUDA_ERROR_NOT_SUPPORTED;
+    fgr_unrelax(m);
+    memmove(&blocks[i], &blocks[i + 1], (size_t)(nblocks - i - 1) * sizeof *blocks);
+    nblocks--;
+    return r;
+}
+
+/* A synchronous copy's end: natively it fails on a capturing stream and
+ * invalidates the capture; its stream's synchronization does the same. */
+static CUresult finish(CUresult r, CUstream s)
+{
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (fgr_capturing(s, 0))
+        return fgr_drv.sync ? fgr_drv.sync(s) : CUDA_ERROR_NOT_SUPPORTED;
+    return fgr_drain(s, 0);
+}
+
+static CUresult heap_upload(CUdeviceptr dst, size_t off, size_t n, CUstream s)
+{
+    return within(off, n) ? copy(dst, base + off, n, s) : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult heap_upload_wait(CUdeviceptr dst, size_t off, size_t n, CUstream s)
+{
+    return finish(heap_upload(dst, off, n, s), s);
+}
+
+static CUresult heap_download(size_t off, CUdeviceptr src, size_t n, CUstream s)
+{
+    return within(off, n) ? copy_back(base + off, src, n, s) : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult heap_download_wait(size_t off, CUdeviceptr src, size_t n, CUstream s)
+{
+    return finish(heap_download(off, src, n, s), s);
+}
+
+void fgr_heap_init(void *driver)
+{
+    *(void **)&copy = dlsym(driver, "cuMemcpyHtoDAsync_v2");
+    *(void **)&copy_back = dlsym(driver, "cuMemcpyDtoHAsync_v2");
+    if (!copy || !copy_back)
+        return; /* the operations answer CUDA_ERROR_NOT_SUPPORTED */
+    fgr_real[FGR_OP_fgrHeapRegister] = (void *)heap_register;
+    fgr_real[FGR_OP_fgrHeapUnregister] = (void *)heap_unregister;
+    fgr_real[FGR_OP_fgrHeapUpload] = (void *)heap_upload;
+    fgr_real[FGR_OP_fgrHeapUploadWait] = (void *)heap_upload_wait;
+    fgr_real[FGR_OP_fgrHeapDownload] = (void *)heap_download;
+    fgr_real[FGR_OP_fgrHeapDownloadWait] = (void *)heap_download_wait;
+}
+
+void fgr_heap_attach(uint8_t *b) { base = b; }
