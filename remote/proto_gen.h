@@ -268,7 +268,7 @@ enum fgr_op {
     FGR_NUM_OPS = 259
 };
 
-#define FGR_OPS_HASH 0xde11724751183b2cULL
+#define FGR_OPS_HASH 0xa2098c5f48c37e51ULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
@@ -330,7 +330,7 @@ CUresult fgrStageUpload(CUdeviceptr dst, size_t end, size_t n, CUstream hStream,
 CUresult fgrStageUploadLast(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how);
 CUresult fgrStageWait(size_t upto);
 CUresult fgrStageDownload(CUdeviceptr src, size_t n, CUstream hStream);
-CUresult fgrHeapRegister(size_t off, size_t n);
+CUresult fgrHeapRegister(size_t off, size_t n, unsigned int *mapped);
 CUresult fgrHeapUnregister(size_t off);
 CUresult fgrHeapUpload(CUdeviceptr dst, size_t off, size_t n, CUstream hStream);
 CUresult fgrHeapUploadWait(CUdeviceptr dst, size_t off, size_t n, CUstream hStream);

@@ -80,6 +80,22 @@ int fgr_ring_create(struct fgr_ring *r, int sock, int *fdp)
     return 0;
 }
 
+/* Maps the heap at want, if that range is free (else NULL). */
+static void *heap_at(int fd, uint64_t want)
+{
+    if (!want || want % FGR_HEAP_BYTES)
+        return NULL;
+    void *m = mmap((void *)(uintptr_t)want, FGR_HEAP_BYTES, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_NORESERVE | MAP_FIXED_NOREPLACE, fd, 0);
+    if (m == MAP_FAILED)
+        return NULL;
+    if (m != (void *)(uintptr_t)want) { /* a kernel that takes the flag as a hint */
+        munmap(m, FGR_HEAP_BYTES);
+        return NULL;
+    }
+    return m;
+}
+
 int fgr_heap_create(int *fdp, uint8_t **base)
 {
     int fd = memfd_create("flexgv-pinned", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -91,11 +107,25 @@ int fgr_heap_create(int *fdp, uint8_t **base)
         errno = e;
         return -1;
     }
-    void *m = mmap(NULL, FGR_HEAP_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    /* Between 16 and 80 TiB, which neither the program's nor the
+     * executor's libraries, heap or stack use (mmap hands out addresses
+     * near the top): a few tries at random, then wherever the kernel says. */
+    void *m = NULL;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    uint64_t seed = (uint64_t)t.tv_nsec ^ ((uint64_t)getpid() << 32);
+    for (int i = 0; i < 8 && !m; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        m = heap_at(fd, (16ull << 40) + (seed >> 33) % 1024 * FGR_HEAP_BYTES);
+    }
+    if (!m) {
+        m = mmap(NULL, FGR_HEAP_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+        m = m == MAP_FAILED ? NULL : m;
+    }
     /* Not inherited by a forked child, as the driver's pinned memory is not. */
-    if (m == MAP_FAILED || madvise(m, FGR_HEAP_BYTES, MADV_DONTFORK) != 0) {
+    if (!m || madvise(m, FGR_HEAP_BYTES, MADV_DONTFORK) != 0) {
         int e = errno;
-        if (m != MAP_FAILED)
+        if (m)
             munmap(m, FGR_HEAP_BYTES);
         close(fd);
         errno = e;
@@ -106,7 +136,7 @@ int fgr_heap_create(int *fdp, uint8_t **base)
     return 0;
 }
 
-int fgr_heap_map(int fd, uint8_t **base)
+int fgr_heap_map(int fd, uint64_t want, uint8_t **base)
 {
     struct stat st;
     int seals = fcntl(fd, F_GET_SEALS);
@@ -115,7 +145,9 @@ int fgr_heap_map(int fd, uint8_t **base)
         errno = EPROTO;
         return -1;
     }
-    void *m = mmap(NULL, FGR_HEAP_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    void *m = heap_at(fd, want);
+    if (!m)
+        m = mmap(NULL, FGR_HEAP_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
     if (m == MAP_FAILED)
         return -1;
     *base = m;

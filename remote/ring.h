@@ -54,7 +54,11 @@ struct fgr_ring_shm {
      * total is what each upload names); released is the running total the
      * executor is done copying from (written by it alone). */
     uint64_t released;
-    uint8_t pad[40];
+    /* Where the client mapped the pinned heap: the executor maps it at the
+     * same address if it can, so that kernels reach it by the program's
+     * pointers (written by the client before it hands the heap over). */
+    uint64_t heap_base;
+    uint8_t pad[32];
     struct fgr_ring_dir c2s, s2c;
     /* then c2s's data, then s2c's, then the staging area, then the
      * downloads' area */
@@ -92,11 +96,12 @@ int fgr_ring_readable(struct fgr_ring *r);
  * waiting for its connection and a ticket at once; it may return early).
  * 0, or -1 once the peer is gone. */
 int fgr_ring_sleep_or(struct fgr_ring *r, int fd);
-/* The pinned heap's memfd: made and mapped by the client (at *base), or
- * checked and mapped by the executor. 0, or -1 with errno (EPROTO: not
- * one of ours). */
+/* The pinned heap's memfd: made and mapped by the client (at *base, an
+ * address rarely taken, so that the executor can map it there too), or
+ * checked and mapped by the executor (at want if it can). 0, or -1 with
+ * errno (EPROTO: not one of ours). */
 int fgr_heap_create(int *fd, uint8_t **base);
-int fgr_heap_map(int fd, uint8_t **base);
+int fgr_heap_map(int fd, uint64_t want, uint8_t **base);
 /* Sends fd over the unix socket sock with one byte; receives it. */
 int fgr_send_fd(int sock, int fd);
 int fgr_recv_fd(int sock);

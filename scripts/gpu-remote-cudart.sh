@@ -8,7 +8,8 @@
 # copies (memcpy2d), host functions and stream callbacks (hostfunc), a
 # thread's wait that another thread's copy ends (waiters), copies under
 # unified addressing (uva), copies of the program's memory captured into
-# graphs (captured), a
+# graphs (captured), pinned memory kernels use by its address (zerocopy,
+# over shm:// alone), a
 # cuBLAS program with stream capture (cublas), PyTorch training
 # (torch-train: losses bit for bit, throughput over native, and with
 # latency added), Triton, torch.compile, CuPy and JAX (triton_add,
@@ -75,6 +76,7 @@ same() {
     fi
     native=$(elapsed "$t0")
     for addr in "${ADDRS[@]}"; do
+        [ -n "${OVER:-}" ] && [[ " $OVER " != *" ${addr%%://*} "* ]] && continue
         local label="$name over ${addr%%://*}://"
         t0=$(date +%s.%N)
         FLEXGV_REMOTE=$addr LD_LIBRARY_PATH="$B/remote:$CUDA/lib64" timeout "$LIMIT" "$@" >"$tmp/remote.out" 2>&1
@@ -133,8 +135,9 @@ losses() { python3 -c 'import json,sys; print([json.loads(l)["losses"] for l in 
 
 same vectoradd-static whole "$tmp/vectoradd_static" 25
 same vectoradd-shared whole "$tmp/vectoradd_shared" 25
-# [FILTER=F] cu NAME SOURCE [NVCC ARGS...]: a CUDA runtime program, built
-# with nvcc and run by same (its whole output compared, or what F keeps).
+# [FILTER=F] [OVER="TRANSPORT..."] cu NAME SOURCE [NVCC ARGS...]: a CUDA
+# runtime program, built with nvcc and run by same (its whole output
+# compared, or what F keeps; over those transports alone).
 cu() {
     local name=$1 src=$2
     shift 2
@@ -150,6 +153,7 @@ cu hostfunc scripts/gpu/hostfunc.cu
 cu waiters scripts/gpu/waiters.cu
 cu uva scripts/gpu/uva.cu
 FILTER=nohow cu captured scripts/gpu/captured.cu
+OVER=shm cu zerocopy scripts/gpu/zerocopy.cu
 cu cublas scripts/gpu/cublas_capture.cu -lcublas
 if ! wanted torch-train && ! wanted torch-trips; then
     :

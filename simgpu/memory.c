@@ -319,6 +319,24 @@ SIM_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int 
     return rc ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
 }
 
+/* Under unified addressing a pinned page's device address is its host
+ * address. */
+SIM_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!pdptr || Flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sim_mem_lock);
+    struct alloc *a = registry_find((uintptr_t)p);
+    int ok = a && (a->kind == K_HOST || a->kind == K_REGISTERED);
+    pthread_mutex_unlock(&sim_mem_lock);
+    if (!ok)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pdptr = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+
 SIM_EXPORT CUresult cuMemHostUnregister(void *p)
 {
     return release_at((uintptr_t)p, 1u << K_REGISTERED, CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);

@@ -62,14 +62,17 @@ CUresult fgrStageDownload(CUdeviceptr src, size_t n, CUstream hStream);
  * its own) and its freeing (0: not the heap's); whether n bytes at p lie in
  * it (*off: where), and copies between it and the device (wait: a
  * synchronous copy). */
-int fgr_heap_make(int *fd);
-void *fgr_heap_alloc(size_t bytes);
+int fgr_heap_make(int *fd, uint64_t *base);
+/* *mapped: whether kernels reach it by its address (the executor mapped
+ * the heap at the same address and registered it as device memory). */
+void *fgr_heap_alloc(size_t bytes, int *mapped);
+int fgr_heap_mapped(const void *p);
 int fgr_heap_free(void *p);
 int fgr_heap_holds(const void *p, size_t n, uint64_t *off);
 CUresult fgr_heap_upload(CUdeviceptr dst, uint64_t off, size_t n, CUstream s, int wait);
 CUresult fgr_heap_download(uint64_t off, CUdeviceptr src, size_t n, CUstream s, int wait);
 void fgr_heap_forked(void);
-CUresult fgrHeapRegister(size_t off, size_t n);
+CUresult fgrHeapRegister(size_t off, size_t n, unsigned int *mapped);
 CUresult fgrHeapUnregister(size_t off);
 CUresult fgrHeapUpload(CUdeviceptr dst, size_t off, size_t n, CUstream hStream);
 CUresult fgrHeapUploadWait(CUdeviceptr dst, size_t off, size_t n, CUstream hStream);

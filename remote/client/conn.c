@@ -615,10 +615,12 @@ static CUresult connect_locked(void)
             close(mfd);
         }
         /* Then the heap pinned host memory is carved from. */
-        if (r == CUDA_SUCCESS && fgr_heap_make(&mfd) != 0) {
+        uint64_t at;
+        if (r == CUDA_SUCCESS && fgr_heap_make(&mfd, &at) != 0) {
             fgr_say("cannot make the pinned heap for %s: %s", a, strerror(errno));
             r = LOST;
         } else if (r == CUDA_SUCCESS) {
+            __atomic_store_n(&conn_ring.m->heap_base, at, __ATOMIC_RELEASE);
             if (fgr_send_fd(fd, mfd) != 0) {
                 fgr_say("cannot hand the pinned heap to %s: %s", a, strerror(errno));
                 r = LOST;

@@ -22,15 +22,17 @@ static uint8_t *heap;         /* this connection's, NULL: none */
 static uint8_t *stale[8];     /* a parent's heaps, reserved in a forked child */
 static struct block {
     uint64_t off, n;
+    int mapped; /* kernels reach it by its address */
 } *blocks; /* allocated, sorted by offset */
 static int nblocks, cap;
 
-int fgr_heap_make(int *fd)
+int fgr_heap_make(int *fd, uint64_t *base)
 {
     uint8_t *b;
     if (fgr_heap_create(fd, &b) != 0)
         return -1;
     __atomic_store_n(&heap, b, __ATOMIC_RELEASE);
+    *base = (uint64_t)(uintptr_t)b;
     return 0;
 }
 
@@ -58,7 +60,7 @@ static int room(void)
     return 1;
 }
 
-void *fgr_heap_alloc(size_t bytes)
+void *fgr_heap_alloc(size_t bytes, int *mapped)
 {
     uint8_t *h = __atomic_load_n(&heap, __ATOMIC_ACQUIRE);
     if (!h || !bytes || bytes > FGR_HEAP_BYTES)
@@ -71,18 +73,40 @@ void *fgr_heap_alloc(size_t bytes)
     void *p = NULL;
     if (off <= FGR_HEAP_BYTES - n && room()) {
         memmove(&blocks[i + 1], &blocks[i], (size_t)(nblocks - i) * sizeof *blocks);
-        blocks[i] = (struct block){off, n};
+        blocks[i] = (struct block){off, n, 0};
         nblocks++;
         p = h + off;
     }
     pthread_mutex_unlock(&lock);
     /* The executor pins it; where it cannot, the program gets memory of
      * the client's alone (its copies go as from pageable memory). */
-    if (p && fgrHeapRegister(off, n) != CUDA_SUCCESS) {
+    unsigned on_device = 0;
+    if (p && fgrHeapRegister(off, n, &on_device) != CUDA_SUCCESS) {
         fgr_heap_free(p);
-        p = NULL;
+        return NULL;
     }
+    if (p && on_device) {
+        pthread_mutex_lock(&lock);
+        for (i = 0; i < nblocks; i++)
+            if (blocks[i].off == off)
+                blocks[i].mapped = 1;
+        pthread_mutex_unlock(&lock);
+    }
+    *mapped = p && on_device;
     return p;
+}
+
+int fgr_heap_mapped(const void *p)
+{
+    uint64_t off;
+    int yes = 0;
+    if (!fgr_heap_holds(p, 1, &off))
+        return 0;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < nblocks && !yes; i++)
+        yes = blocks[i].mapped && off >= blocks[i].off && off - blocks[i].off < blocks[i].n;
+    pthread_mutex_unlock(&lock);
+    return yes;
 }
 
 int fgr_heap_free(void *p)

@@ -293,21 +293,32 @@ FGR_EXPORT CUresult cuGetErrorString(CUresult error, const char **pStr) { return
 
 /* ---- host memory is the client's own ---- */
 
-/* Small allocations that ask to be mapped into the device's address space
- * or shared by every context (DEVICEMAP, PORTABLE: cudart asks for both)
- * are also the server's, at the same address, for kernels that use them as
- * device memory (mirror.c; only those a call names as a device address come
- * back at syncpoints, so a copy's staging buffer costs nothing); over
- * shm:// the rest come from the pinned heap the executor shares (heap.c);
- * otherwise they are the client's alone, carried by copies. */
+/* Over shm://, pinned memory comes from the heap the executor shares
+ * (heap.c), which kernels reach by its address where the executor could map
+ * it at the client's. Otherwise small allocations that ask to be mapped into
+ * the device's address space or shared by every context (DEVICEMAP,
+ * PORTABLE: cudart asks for both) are also the server's, at the same
+ * address, for kernels that use them as device memory (mirror.c; only those
+ * a call names as a device address come back at syncpoints, so a copy's
+ * staging buffer costs nothing); the rest are the client's alone, carried
+ * by copies. */
 static CUresult host_alloc(void **pp, size_t bytes, unsigned int flags)
 {
     NEED_INIT();
     if (!pp || !bytes)
         return CUDA_ERROR_INVALID_VALUE;
-    if ((flags & (CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE)) && fgr_mirror_alloc(pp, bytes) == CUDA_SUCCESS)
+    int want_mapped = (flags & (CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE)) != 0, mapped = 0;
+    void *h = fgr_heap_alloc(bytes, &mapped);
+    if (h && (mapped || !want_mapped)) {
+        *pp = h;
         return CUDA_SUCCESS;
-    if ((*pp = fgr_heap_alloc(bytes)))
+    }
+    if (want_mapped && fgr_mirror_alloc(pp, bytes) == CUDA_SUCCESS) {
+        if (h)
+            fgr_heap_free(h);
+        return CUDA_SUCCESS;
+    }
+    if ((*pp = h))
         return CUDA_SUCCESS;
     if (posix_memalign(pp, 4096, bytes))
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -337,7 +348,7 @@ FGR_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, un
     NEED_INIT();
     if (!pdptr || !p || Flags)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!fgr_mirror_holds(p))
+    if (!fgr_mirror_holds(p) && !fgr_heap_mapped(p))
         return fgr_unsupported(-1, "cuMemHostGetDevicePointer",
                                "a device address for pinned memory only the client holds (over 64 KiB, or unmapped)");
     *pdptr = (CUdeviceptr)(uintptr_t)p;

@@ -3387,16 +3387,19 @@ FGR_EXPORT CUresult fgrStageDownload(CUdeviceptr src, size_t n, CUstream hStream
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult fgrHeapRegister(size_t off, size_t n)
+FGR_EXPORT CUresult fgrHeapRegister(size_t off, size_t n, unsigned int *mapped)
 {
     CUresult fgr_r;
+    uint64_t n_mapped = mapped ? sizeof(unsigned int) : 0;
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrHeapRegister, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)off);
     fgr_put_u64(&fgr_c.w, (uint64_t)n);
+    fgr_put_u8(&fgr_c.w, mapped != NULL);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
+    fgr_get_out(&fgr_c, mapped, n_mapped, 0);
     return fgr_end(&fgr_c);
 }
 

@@ -208,7 +208,7 @@ typedef CUresult (*pfn_fgrStageUpload)(CUdeviceptr dst, size_t end, size_t n, CU
 typedef CUresult (*pfn_fgrStageUploadLast)(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how);
 typedef CUresult (*pfn_fgrStageWait)(size_t upto);
 typedef CUresult (*pfn_fgrStageDownload)(CUdeviceptr src, size_t n, CUstream hStream);
-typedef CUresult (*pfn_fgrHeapRegister)(size_t off, size_t n);
+typedef CUresult (*pfn_fgrHeapRegister)(size_t off, size_t n, unsigned int *mapped);
 typedef CUresult (*pfn_fgrHeapUnregister)(size_t off);
 typedef CUresult (*pfn_fgrHeapUpload)(CUdeviceptr dst, size_t off, size_t n, CUstream hStream);
 typedef CUresult (*pfn_fgrHeapUploadWait)(CUdeviceptr dst, size_t off, size_t n, CUstream hStream);
@@ -4149,9 +4149,14 @@ static CUresult op_fgrHeapRegister(struct fgr_rd *rd, struct fgr_req *q)
     (void)q;
     size_t off = (size_t)fgr_get_u64(rd);
     size_t n = (size_t)fgr_get_u64(rd);
+    int has_mapped = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_fgrHeapRegister)fgr_real[FGR_OP_fgrHeapRegister])(off, n);
+    unsigned int *mapped = NULL;
+    if (has_mapped && !(mapped = fgr_out(q, sizeof(unsigned int))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_fgrHeapRegister)fgr_real[FGR_OP_fgrHeapRegister])(off, n, mapped);
+    fgr_reply_out(q, mapped, sizeof(unsigned int), 0, fgr_r);
     return fgr_r;
 }
 

@@ -131,7 +131,7 @@ void fgr_stage_attach(struct fgr_ring *r);
 void fgr_stage_reap(void);
 /* The pinned heap of shm:// (heap.c): its operations, and its mapping. */
 void fgr_heap_init(void *driver);
-void fgr_heap_attach(uint8_t *base);
+void fgr_heap_attach(uint8_t *base, uint64_t client_base);
 
 /* The driver's functions the executor needs besides the operations. */
 struct fgr_drv {

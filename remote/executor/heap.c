@@ -5,6 +5,11 @@
  * does from the program's pinned memory natively (a graph that captured
  * such a copy reads or writes the memory at each launch).
  *
+ * Where the heap could be mapped at the client's address, each allocation
+ * is also registered as device memory there: kernels and memsets reach it by
+ * the program's own pointers, and what they write is in the program's pages
+ * (it is then one of the connection's device ranges, for the checks).
+ *
  * The memory is the client's too: a copy is made only within one
  * registered allocation, and what the client writes there while the GPU
  * copies is only its own data. */
@@ -19,6 +24,7 @@
 #define BLOCKS_MAX 65536 /* registered allocations a connection may hold */
 
 static uint8_t *base; /* NULL: no heap (a socket) */
+static int same;      /* mapped at the client's address */
 static struct block {
     uint64_t off, n;
 } *blocks; /* sorted by offset, disjoint */
@@ -26,6 +32,7 @@ static int nblocks, cap;
 
 static CUresult (*copy)(CUdeviceptr, const void *, size_t, CUstream);
 static CUresult (*copy_back)(void *, CUdeviceptr, size_t, CUstream);
+static CUresult (*device_pointer)(CUdeviceptr *, void *, unsigned int);
 
 /* The block [off, off + n) lies in, or the index it would be inserted at
  * (negative: -1 - index). */
@@ -50,7 +57,7 @@ static int within(uint64_t off, uint64_t n)
     return base && n && i >= 0 && off - blocks[i].off <= blocks[i].n && n <= blocks[i].n - (off - blocks[i].off);
 }
 
-static CUresult heap_register(size_t off, size_t n)
+static CUresult heap_register(size_t off, size_t n, unsigned *mapped)
 {
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
     if (!base)
@@ -71,15 +78,27 @@ static CUresult heap_register(size_t off, size_t n)
         blocks = b;
         cap = c;
     }
+    /* As device memory at the program's address where kernels can use
+     * the host pointer itself; else for copies only. */
+    unsigned flags = CU_MEMHOSTREGISTER_PORTABLE | (same && device_pointer ? CU_MEMHOSTREGISTER_DEVICEMAP : 0);
     CUstreamCaptureMode m = fgr_relax();
-    CUresult r = fgr_drv.host_register ? fgr_drv.host_register(base + off, n, CU_MEMHOSTREGISTER_PORTABLE)
-                                       : CUDA_ERROR_NOT_SUPPORTED;
+    CUresult r = fgr_drv.host_register ? fgr_drv.host_register(base + off, n, flags) : CUDA_ERROR_NOT_SUPPORTED;
+    CUdeviceptr d = 0;
+    if (r == CUDA_SUCCESS && (flags & CU_MEMHOSTREGISTER_DEVICEMAP) &&
+        (device_pointer(&d, base + off, 0) != CUDA_SUCCESS || d != (CUdeviceptr)(uintptr_t)(base + off))) {
+        fgr_drv.host_unregister(base + off);
+        flags = CU_MEMHOSTREGISTER_PORTABLE;
+        r = fgr_drv.host_register(base + off, n, flags);
+    }
     fgr_unrelax(m);
     if (r != CUDA_SUCCESS)
         return r;
     memmove(&blocks[i + 1], &blocks[i], (size_t)(nblocks - i) * sizeof *blocks);
     blocks[i] = (struct block){off, n};
     nblocks++;
+    *mapped = (flags & CU_MEMHOSTREGISTER_DEVICEMAP) != 0;
+    if (*mapped)
+        fgr_mem_add((uint64_t)(uintptr_t)(base + off), n, 0, 0);
     return CUDA_SUCCESS;
 }
 
@@ -91,6 +110,7 @@ static CUresult heap_unregister(size_t off)
     CUstreamCaptureMode m = fgr_relax();
     CUresult r = fgr_drv.host_unregister ? fgr_drv.host_unregister(base + off) : CUDA_ERROR_NOT_SUPPORTED;
     fgr_unrelax(m);
+    fgr_drop(FGR_H_MEM, (uint64_t)(uintptr_t)(base + off));
     memmove(&blocks[i], &blocks[i + 1], (size_t)(nblocks - i - 1) * sizeof *blocks);
     nblocks--;
     return r;
@@ -131,6 +151,7 @@ void fgr_heap_init(void *driver)
 {
     *(void **)&copy = dlsym(driver, "cuMemcpyHtoDAsync_v2");
     *(void **)&copy_back = dlsym(driver, "cuMemcpyDtoHAsync_v2");
+    *(void **)&device_pointer = dlsym(driver, "cuMemHostGetDevicePointer_v2");
     if (!copy || !copy_back)
         return; /* the operations answer CUDA_ERROR_NOT_SUPPORTED */
     fgr_real[FGR_OP_fgrHeapRegister] = (void *)heap_register;
@@ -141,4 +162,10 @@ void fgr_heap_init(void *driver)
     fgr_real[FGR_OP_fgrHeapDownloadWait] = (void *)heap_download_wait;
 }
 
-void fgr_heap_attach(uint8_t *b) { base = b; }
+void fgr_heap_attach(uint8_t *b, uint64_t client_base)
+{
+    base = b;
+    same = (uint64_t)(uintptr_t)b == client_base;
+    if (!same)
+        fgr_logf("the pinned heap is at another address than the client's: kernels cannot reach it");
+}

@@ -307,12 +307,13 @@ static void greet(int fd, uint8_t *body, uint32_t n)
         uint8_t *heap;
         if ((mfd = fgr_recv_fd(fd)) < 0)
             reject("no pinned heap after the rings: %s", strerror(errno));
-        bad = fgr_heap_map(mfd, &heap);
+        uint64_t want = __atomic_load_n(&ring.m->heap_base, __ATOMIC_ACQUIRE);
+        bad = fgr_heap_map(mfd, want, &heap);
         e = errno;
         close(mfd);
         if (bad)
             reject("the pinned heap is not one of ours (%s)", strerror(e));
-        fgr_heap_attach(heap);
+        fgr_heap_attach(heap, want);
     }
 }
 

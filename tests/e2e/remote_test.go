@@ -1222,6 +1222,53 @@ print("again", "the first's room" if d.value == a.value else "elsewhere", cu.cuM
 	}
 }
 
+// Over shm://, pinned memory of any size is device memory at the program's
+// own address, as natively under unified addressing: the executor maps the
+// heap where the client did, so a memset and a kernel write 1 MiB of it
+// through its pointer and the program reads their writes after a
+// synchronization, with no copy back (the same as in a process with the
+// GPU). Over a socket, such memory is the client's alone.
+func TestRemotePinnedHeapIsDeviceMemory(t *testing.T) {
+	prog := mappedPrelude + `
+mod, fill, d = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_uint64()
+assert cu.cuModuleLoadData(ctypes.byref(mod), b"FLEXGV-SIM-MODULE\nkernel fill builtin=fill\n") == 0
+assert cu.cuModuleGetFunction(ctypes.byref(fill), mod, b"fill") == 0
+n = 1 << 20
+assert cu.cuMemHostAlloc(ctypes.byref(h), ctypes.c_size_t(n), 3) == 0
+r = cu.cuMemHostGetDevicePointer_v2(ctypes.byref(d), h, 0)
+if r != 0:
+    print("not reachable", r)
+    sys.exit(0)
+print("its device address is its own", d.value == h.value)
+assert cu.cuMemsetD32_v2(d, 7, ctypes.c_size_t(n // 4)) == 0
+p, v, k = ctypes.c_uint64(d.value + (n >> 1)), ctypes.c_uint32(42), ctypes.c_int(3)
+params = (ctypes.c_void_p * 3)(*[ctypes.cast(ctypes.byref(x), ctypes.c_void_p) for x in (p, v, k)])
+assert cu.cuLaunchKernel(fill, 1, 1, 1, 32, 1, 1, 0, None, params, None) == 0
+assert cu.cuCtxSynchronize() == 0
+words = (ctypes.c_uint32 * (n // 4)).from_address(h.value)
+print("read by the program:", words[0], words[n // 8 - 1], words[n // 8], words[n // 8 + 2], words[n // 8 + 3], words[n // 4 - 1])
+ctypes.memset(h, 0, n)
+assert cu.cuMemsetD8_v2(d, 5, ctypes.c_size_t(16)) == 0
+print("after the program's own writes:", words[0], words[4], cu.cuMemFreeHost(h))
+`
+	e := newEnv(t, "FLEXGV_REMOTE_LOG=calls")
+	local := e.run("python3", "-c", prog)
+	want := "its device address is its own True\nread by the program: 7 7 42 42 7 7\n" +
+		"after the program's own writes: 84215045 0 0\n"
+	if local.code != 0 || local.stdout != want {
+		t.Fatalf("locally: exit %d, printed\n%s\nwant\n%s\n%s", local.code, local.stdout, want, local.stderr)
+	}
+	shm := e.remote(e.serve("shm"), "python3", "-c", prog)
+	if shm.code != 0 || shm.stdout != want || roundTrips(shm)["fgrHostReadMany"] != 0 {
+		t.Errorf("over shm://: exit %d, printed\n%s\nwant\n%s\n%s", shm.code, shm.stdout, want, shm.stderr)
+	}
+	e = newEnv(t)
+	sock := e.remote(e.serve("unix"), "python3", "-c", prog)
+	if sock.code != 0 || sock.stdout != "not reachable 801\n" {
+		t.Errorf("over unix://: exit %d, printed\n%s\n%s", sock.code, sock.stdout, sock.stderr)
+	}
+}
+
 // Over shm://, a frame larger than a ring (4 MiB each way) streams through
 // it, wrapping around, and arrives whole.
 func TestRemoteSharedMemoryLargeFrames(t *testing.T) {
