@@ -67,6 +67,9 @@ int fgr_heap_make(int *fd, uint64_t *base);
  * the heap at the same address and registered it as device memory). */
 void *fgr_heap_alloc(size_t bytes, int *mapped);
 int fgr_heap_mapped(const void *p);
+/* Whether p is pinned host memory the device reaches (the heap's or a
+ * mirror's). */
+int fgr_pinned_host(uint64_t p);
 int fgr_heap_free(void *p);
 int fgr_heap_holds(const void *p, size_t n, uint64_t *off);
 CUresult fgr_heap_upload(CUdeviceptr dst, uint64_t off, size_t n, CUstream s, int wait);

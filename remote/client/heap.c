@@ -96,6 +96,11 @@ void *fgr_heap_alloc(size_t bytes, int *mapped)
     return p;
 }
 
+int fgr_pinned_host(uint64_t p)
+{
+    return fgr_heap_mapped((const void *)(uintptr_t)p) || fgr_mirror_holds((const void *)(uintptr_t)p);
+}
+
 int fgr_heap_mapped(const void *p)
 {
     uint64_t off;

@@ -1203,7 +1203,9 @@ FGR_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_
     fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)uc);
     fgr_put_u64(&fgr_c.w, (uint64_t)N);
-    return fgr_send(&fgr_c);
+    if ((fgr_r = fgr_send(&fgr_c)) == CUDA_SUCCESS && fgr_pinned_host((uint64_t)dstDevice))
+        fgr_r = cuStreamSynchronize(NULL);
+    return fgr_r;
 }
 
 FGR_EXPORT CUresult cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
@@ -1216,7 +1218,9 @@ FGR_EXPORT CUresult cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, 
     fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)uc);
     fgr_put_u64(&fgr_c.w, (uint64_t)N);
-    return fgr_send(&fgr_c);
+    if ((fgr_r = fgr_send(&fgr_c)) == CUDA_SUCCESS && fgr_pinned_host((uint64_t)dstDevice))
+        fgr_r = cuStreamSynchronize_ptsz(NULL);
+    return fgr_r;
 }
 
 FGR_EXPORT CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
@@ -1229,7 +1233,9 @@ FGR_EXPORT CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_
     fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)ui);
     fgr_put_u64(&fgr_c.w, (uint64_t)N);
-    return fgr_send(&fgr_c);
+    if ((fgr_r = fgr_send(&fgr_c)) == CUDA_SUCCESS && fgr_pinned_host((uint64_t)dstDevice))
+        fgr_r = cuStreamSynchronize(NULL);
+    return fgr_r;
 }
 
 FGR_EXPORT CUresult cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
@@ -1242,7 +1248,9 @@ FGR_EXPORT CUresult cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, 
     fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)ui);
     fgr_put_u64(&fgr_c.w, (uint64_t)N);
-    return fgr_send(&fgr_c);
+    if ((fgr_r = fgr_send(&fgr_c)) == CUDA_SUCCESS && fgr_pinned_host((uint64_t)dstDevice))
+        fgr_r = cuStreamSynchronize_ptsz(NULL);
+    return fgr_r;
 }
 
 FGR_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
@@ -1311,7 +1319,9 @@ FGR_EXPORT CUresult cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, siz
     fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)us);
     fgr_put_u64(&fgr_c.w, (uint64_t)N);
-    return fgr_send(&fgr_c);
+    if ((fgr_r = fgr_send(&fgr_c)) == CUDA_SUCCESS && fgr_pinned_host((uint64_t)dstDevice))
+        fgr_r = cuStreamSynchronize(NULL);
+    return fgr_r;
 }
 
 FGR_EXPORT CUresult cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N)
@@ -1324,7 +1334,9 @@ FGR_EXPORT CUresult cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us
     fgr_put_u64(&fgr_c.w, (uint64_t)dstDevice);
     fgr_put_u64(&fgr_c.w, (uint64_t)us);
     fgr_put_u64(&fgr_c.w, (uint64_t)N);
-    return fgr_send(&fgr_c);
+    if ((fgr_r = fgr_send(&fgr_c)) == CUDA_SUCCESS && fgr_pinned_host((uint64_t)dstDevice))
+        fgr_r = cuStreamSynchronize_ptsz(NULL);
+    return fgr_r;
 }
 
 FGR_EXPORT CUresult cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
@@ -1367,7 +1379,9 @@ FGR_EXPORT CUresult cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch, unsi
     fgr_put_u64(&fgr_c.w, (uint64_t)uc);
     fgr_put_u64(&fgr_c.w, (uint64_t)Width);
     fgr_put_u64(&fgr_c.w, (uint64_t)Height);
-    return fgr_send(&fgr_c);
+    if ((fgr_r = fgr_send(&fgr_c)) == CUDA_SUCCESS && fgr_pinned_host((uint64_t)dstDevice))
+        fgr_r = cuStreamSynchronize(NULL);
+    return fgr_r;
 }
 
 FGR_EXPORT CUresult cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
@@ -1382,7 +1396,9 @@ FGR_EXPORT CUresult cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch,
     fgr_put_u64(&fgr_c.w, (uint64_t)uc);
     fgr_put_u64(&fgr_c.w, (uint64_t)Width);
     fgr_put_u64(&fgr_c.w, (uint64_t)Height);
-    return fgr_send(&fgr_c);
+    if ((fgr_r = fgr_send(&fgr_c)) == CUDA_SUCCESS && fgr_pinned_host((uint64_t)dstDevice))
+        fgr_r = cuStreamSynchronize_ptsz(NULL);
+    return fgr_r;
 }
 
 FGR_EXPORT CUresult cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
@@ -1429,7 +1445,9 @@ FGR_EXPORT CUresult cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch, uns
     fgr_put_u64(&fgr_c.w, (uint64_t)us);
     fgr_put_u64(&fgr_c.w, (uint64_t)Width);
     fgr_put_u64(&fgr_c.w, (uint64_t)Height);
-    return fgr_send(&fgr_c);
+    if ((fgr_r = fgr_send(&fgr_c)) == CUDA_SUCCESS && fgr_pinned_host((uint64_t)dstDevice))
+        fgr_r = cuStreamSynchronize(NULL);
+    return fgr_r;
 }
 
 FGR_EXPORT CUresult cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
@@ -1444,7 +1462,9 @@ FGR_EXPORT CUresult cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch
     fgr_put_u64(&fgr_c.w, (uint64_t)us);
     fgr_put_u64(&fgr_c.w, (uint64_t)Width);
     fgr_put_u64(&fgr_c.w, (uint64_t)Height);
-    return fgr_send(&fgr_c);
+    if ((fgr_r = fgr_send(&fgr_c)) == CUDA_SUCCESS && fgr_pinned_host((uint64_t)dstDevice))
+        fgr_r = cuStreamSynchronize_ptsz(NULL);
+    return fgr_r;
 }
 
 FGR_EXPORT CUresult cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
@@ -1491,7 +1511,9 @@ FGR_EXPORT CUresult cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, uns
     fgr_put_u64(&fgr_c.w, (uint64_t)ui);
     fgr_put_u64(&fgr_c.w, (uint64_t)Width);
     fgr_put_u64(&fgr_c.w, (uint64_t)Height);
-    return fgr_send(&fgr_c);
+    if ((fgr_r = fgr_send(&fgr_c)) == CUDA_SUCCESS && fgr_pinned_host((uint64_t)dstDevice))
+        fgr_r = cuStreamSynchronize(NULL);
+    return fgr_r;
 }
 
 FGR_EXPORT CUresult cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
@@ -1506,7 +1528,9 @@ FGR_EXPORT CUresult cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch
     fgr_put_u64(&fgr_c.w, (uint64_t)ui);
     fgr_put_u64(&fgr_c.w, (uint64_t)Width);
     fgr_put_u64(&fgr_c.w, (uint64_t)Height);
-    return fgr_send(&fgr_c);
+    if ((fgr_r = fgr_send(&fgr_c)) == CUDA_SUCCESS && fgr_pinned_host((uint64_t)dstDevice))
+        fgr_r = cuStreamSynchronize_ptsz(NULL);
+    return fgr_r;
 }
 
 FGR_EXPORT CUresult cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)

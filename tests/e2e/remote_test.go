@@ -1226,13 +1226,16 @@ print("again", "the first's room" if d.value == a.value else "elsewhere", cu.cuM
 // own address, as natively under unified addressing: the executor maps the
 // heap where the client did, so a memset and a kernel write 1 MiB of it
 // through its pointer and the program reads their writes after a
-// synchronization, with no copy back (the same as in a process with the
-// GPU). Over a socket, such memory is the client's alone.
+// synchronization, with no copy back, and a synchronous memset returns
+// once done (the same as in a process with the GPU). Over a socket, such
+// memory is the client's alone.
 func TestRemotePinnedHeapIsDeviceMemory(t *testing.T) {
 	prog := mappedPrelude + `
 mod, fill, d = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_uint64()
-assert cu.cuModuleLoadData(ctypes.byref(mod), b"FLEXGV-SIM-MODULE\nkernel fill builtin=fill\n") == 0
+slow = ctypes.c_void_p()
+assert cu.cuModuleLoadData(ctypes.byref(mod), b"FLEXGV-SIM-MODULE\nkernel fill builtin=fill\nkernel slow 200000\n") == 0
 assert cu.cuModuleGetFunction(ctypes.byref(fill), mod, b"fill") == 0
+assert cu.cuModuleGetFunction(ctypes.byref(slow), mod, b"slow") == 0
 n = 1 << 20
 assert cu.cuMemHostAlloc(ctypes.byref(h), ctypes.c_size_t(n), 3) == 0
 r = cu.cuMemHostGetDevicePointer_v2(ctypes.byref(d), h, 0)
@@ -1248,6 +1251,8 @@ assert cu.cuCtxSynchronize() == 0
 words = (ctypes.c_uint32 * (n // 4)).from_address(h.value)
 print("read by the program:", words[0], words[n // 8 - 1], words[n // 8], words[n // 8 + 2], words[n // 8 + 3], words[n // 4 - 1])
 ctypes.memset(h, 0, n)
+# A synchronous memset of pinned memory returns once done, even behind a kernel.
+assert cu.cuLaunchKernel(slow, 1, 1, 1, 1, 1, 1, 0, None, None, None) == 0
 assert cu.cuMemsetD8_v2(d, 5, ctypes.c_size_t(16)) == 0
 print("after the program's own writes:", words[0], words[4], cu.cuMemFreeHost(h))
 `

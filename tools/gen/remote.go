@@ -47,17 +47,20 @@ type RemoteEntry struct {
 	Wait, After string
 	// Stage: the buffer parameter of an upload or download that may go
 	// through the staging areas of shm:// (remote/client/stage.c).
-	Stage  string
-	Chunk  string // byte count by which the client splits a large call into several
-	Sync   bool   // a syncpoint: errors of earlier queued calls surface here
-	UVA    bool   // a copy under unified addressing (dst, src, ByteCount[, hStream]): fgr_uva_copy first
-	Extra  bool   // given with its prototype in api/remote.api (not hooked by the shim)
-	Op     int    // operation number on the wire (forwarded entries), from 1
-	Source string // file:line of the annotation
-	Table  *Table // export table this is a function (or the fetch) of
-	Slot   int    // its word in the table
-	Fetch  bool   // the table's fetch: its data words
-	Ret    string // C return type of a table function ("" for CUresult)
+	Stage string
+	Chunk string // byte count by which the client splits a large call into several
+	Sync  bool   // a syncpoint: errors of earlier queued calls surface here
+	// PinnedWait: a synchronous memset, which natively returns once done
+	// when its destination is pinned host memory.
+	PinnedWait bool
+	UVA        bool   // a copy under unified addressing (dst, src, ByteCount[, hStream]): fgr_uva_copy first
+	Extra      bool   // given with its prototype in api/remote.api (not hooked by the shim)
+	Op         int    // operation number on the wire (forwarded entries), from 1
+	Source     string // file:line of the annotation
+	Table      *Table // export table this is a function (or the fetch) of
+	Slot       int    // its word in the table
+	Fetch      bool   // the table's fetch: its data words
+	Ret        string // C return type of a table function ("" for CUresult)
 	// What the executor checks and records (milestone 7): the device
 	// range each by-value CUdeviceptr must lie in, the out CUdeviceptr
 	// parameters that return this connection's memory (with the size, ""
@@ -246,6 +249,13 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 		for _, a := range attrs[1:] {
 			if a == "syncpoint" {
 				re.Sync = true
+				continue
+			}
+			if a == "pinnedwait" {
+				if re.param("dstDevice") == nil || re.param("hStream") != nil || attrs[0] != string(DispQueue) {
+					return nil, nil, fmt.Errorf("%s: %s: pinnedwait needs a queued call on the default stream with a dstDevice", where, re.Name)
+				}
+				re.PinnedWait = true
 				continue
 			}
 			if a == "uva" {
@@ -1009,6 +1019,14 @@ func stubBody(b *strings.Builder, e RemoteEntry, queuedBy string) {
 			// The handle is ours to name: the server makes it when the call comes.
 			fmt.Fprintf(b, "    *%s = (%s)(uintptr_t)fgr_shadow_new();\n    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)*%s);\n", p.Name, pointee(p.Type), p.Name)
 		}
+	}
+	if e.Disp == DispQueue && e.PinnedWait {
+		sync := "cuStreamSynchronize(NULL)"
+		if e.PerThread() != "" {
+			sync = "cuStreamSynchronize_ptsz(NULL)"
+		}
+		fmt.Fprintf(b, "    if ((fgr_r = fgr_send(&fgr_c)) == CUDA_SUCCESS && fgr_pinned_host((uint64_t)dstDevice))\n        fgr_r = %s;\n    return fgr_r;\n}\n\n", sync)
+		return
 	}
 	if e.Disp == DispQueue {
 		b.WriteString("    return fgr_send(&fgr_c);\n}\n\n")
