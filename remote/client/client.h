@@ -38,7 +38,6 @@ void fgr_log_error(const char *what, CUresult r);
 extern const char *const fgr_op_names[];
 extern const unsigned char fgr_op_syncs[];
 extern const unsigned char fgr_op_waits[];
-CUresult fgrWaitTickets(unsigned int *ids, CUresult *results, unsigned int cap, unsigned int *count);
 
 /* Uploads through the staging area of shm:// (stage.c): whether n bytes
  * go that way, and the upload (how: FGR_STAGE_*; queued but for a
@@ -49,13 +48,9 @@ struct fgr_ring *fgr_conn_ring(void); /* NULL but over shm:// */
 int fgr_stage_wanted(size_t n);
 CUresult fgr_stage_upload(CUdeviceptr dst, const void *src, size_t n, CUstream s, unsigned how, int queued);
 void fgr_stage_forked(void);
-CUresult fgrStageUpload(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how);
-CUresult fgrStageUploadLast(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how);
-CUresult fgrStageWait(size_t upto);
 /* Downloads through the downloads' area (one at a time). */
 int fgr_stage_down_wanted(size_t n);
 CUresult fgr_stage_download(void *dst, CUdeviceptr src, size_t n, CUstream s);
-CUresult fgrStageDownload(CUdeviceptr src, size_t n, CUstream hStream);
 
 /* The pinned heap of shm:// (heap.c): made at connect (its memfd in *fd,
  * to hand over); an allocation (NULL: none, the program's memory is then
@@ -75,12 +70,6 @@ int fgr_heap_holds(const void *p, size_t n, uint64_t *off);
 CUresult fgr_heap_upload(CUdeviceptr dst, uint64_t off, size_t n, CUstream s, int wait);
 CUresult fgr_heap_download(uint64_t off, CUdeviceptr src, size_t n, CUstream s, int wait);
 void fgr_heap_forked(void);
-CUresult fgrHeapRegister(size_t off, size_t n, unsigned int *mapped);
-CUresult fgrHeapUnregister(size_t off);
-CUresult fgrHeapUpload(CUdeviceptr dst, size_t off, size_t n, CUstream hStream);
-CUresult fgrHeapUploadWait(CUdeviceptr dst, size_t off, size_t n, CUstream hStream);
-CUresult fgrHeapDownload(size_t off, CUdeviceptr src, size_t n, CUstream hStream);
-CUresult fgrHeapDownloadWait(size_t off, CUdeviceptr src, size_t n, CUstream hStream);
 
 /* Device ranges the connection was given, and copies under unified
  * addressing with a side in the program's own memory (uva.c): 1 when

@@ -1,5 +1,6 @@
-// CHECK(call) for the GPU checks' CUDA runtime programs: a failing call is
-// printed (on stdout, compared with the native run's) and main returns 1.
+// For the GPU checks' CUDA runtime programs: CHECK(call), a failing call
+// printed (on stdout, compared with the native run's) and main returning 1;
+// checksum, of bytes a program prints instead of the bytes.
 #pragma once
 #include <cstdio>
 #include <cuda_runtime.h>
@@ -12,3 +13,11 @@
             return 1;                                                                  \
         }                                                                              \
     } while (0)
+
+static inline unsigned long checksum(const unsigned char *p, size_t n)
+{
+    unsigned long s = 0;
+    for (size_t i = 0; i < n; i++)
+        s = s * 31 + p[i];
+    return s;
+}

@@ -10,14 +10,6 @@
 
 #include "runtime_check.h"
 
-static unsigned long sum(const unsigned char *p, size_t n)
-{
-    unsigned long s = 0;
-    for (size_t i = 0; i < n; i++)
-        s = s * 31 + p[i];
-    return s;
-}
-
 __global__ void bump(unsigned char *p, size_t n)
 {
     for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
@@ -55,7 +47,7 @@ int main()
                 CHECK(copy(b, d2));                  // device to host
                 CHECK(cudaStreamSynchronize(s));
                 CHECK(cudaDeviceSynchronize());
-                unsigned long back = sum(b, n);
+                unsigned long back = checksum(b, n);
                 CHECK(copy(b, a));                   // host to host
                 CHECK(cudaStreamSynchronize(s));
                 printf("%zu bytes, %s, %s: device round %lx, host to host %s\n", n, pinned ? "pinned" : "pageable",
