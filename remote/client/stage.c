@@ -24,17 +24,15 @@ static pthread_mutex_t stage_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t down_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t handed; /* the running total of bytes handed out */
 
-int fgr_stage_wanted(size_t n)
-{
-    struct fgr_ring *r = fgr_conn_ring();
-    return r && n >= FGR_STAGE_MIN && n <= r->stage_size;
-}
+/* An upload's pieces: a quarter of the area, so that the client writes one
+ * while the GPU copies those before it. */
+#define UP_PIECE(r) ((r)->stage_size / 4)
 
-CUresult fgr_stage_upload(CUdeviceptr dst, const void *src, size_t n, CUstream s, unsigned how, int queued)
+int fgr_stage_wanted(size_t n) { return fgr_conn_ring() && n >= FGR_STAGE_MIN; }
+
+static CUresult upload_piece(struct fgr_ring *r, CUdeviceptr dst, const void *src, size_t n, CUstream s, unsigned how,
+                             int queued)
 {
-    struct fgr_ring *r = fgr_conn_ring();
-    if (!src || !r)
-        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&stage_lock);
     uint64_t size = r->stage_size, off = handed % size;
     uint64_t end = handed + (off + n > size ? size - off : 0) + n;
@@ -50,21 +48,35 @@ CUresult fgr_stage_upload(CUdeviceptr dst, const void *src, size_t n, CUstream s
     return res;
 }
 
-int fgr_stage_down_wanted(size_t n)
+/* A synchronous upload's pieces but the last are queued: the last answers
+ * once all are on the device. */
+CUresult fgr_stage_upload(CUdeviceptr dst, const void *src, size_t n, CUstream s, unsigned how, int queued)
 {
     struct fgr_ring *r = fgr_conn_ring();
-    return r && n >= FGR_STAGE_MIN && n <= r->down_size;
+    if (!src || !r)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult res = CUDA_SUCCESS;
+    for (size_t off = 0; off < n && res == CUDA_SUCCESS; off += UP_PIECE(r)) {
+        size_t k = n - off < UP_PIECE(r) ? n - off : UP_PIECE(r);
+        res = upload_piece(r, dst + off, (const char *)src + off, k, s, how, queued || off + k < n);
+    }
+    return res;
 }
+
+int fgr_stage_down_wanted(size_t n) { return fgr_conn_ring() && n >= FGR_STAGE_MIN; }
 
 CUresult fgr_stage_download(void *dst, CUdeviceptr src, size_t n, CUstream s)
 {
     struct fgr_ring *r = fgr_conn_ring();
     if (!dst || !r)
         return CUDA_ERROR_INVALID_VALUE;
+    CUresult res = CUDA_SUCCESS;
     pthread_mutex_lock(&down_lock);
-    CUresult res = fgrStageDownload(src, n, s);
-    if (res == CUDA_SUCCESS)
-        memcpy(dst, r->down, n);
+    for (size_t off = 0; off < n && res == CUDA_SUCCESS; off += r->down_size) {
+        size_t k = n - off < r->down_size ? n - off : r->down_size;
+        if ((res = fgrStageDownload(src + off, k, s)) == CUDA_SUCCESS)
+            memcpy((char *)dst + off, r->down, k);
+    }
     pthread_mutex_unlock(&down_lock);
     return res;
 }

@@ -718,12 +718,6 @@ FGR_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 static CUresult fgr_piece_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, int fgr_queued)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
-    uint64_t fgr_off;
-    if (fgr_heap_holds(srcHost, ByteCount, &fgr_off))
-        return fgr_heap_upload(dstDevice, fgr_off, ByteCount, NULL, 1);
-    if (fgr_stage_wanted(ByteCount))
-        return fgr_stage_upload(dstDevice, srcHost, ByteCount, NULL, FGR_STAGE_SYNC, fgr_queued);
     uint64_t n_srcHost = srcHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_srcHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyHtoD_v2", "a buffer over the frame limit");
@@ -743,6 +737,12 @@ static CUresult fgr_piece_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *src
 FGR_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    uint64_t fgr_at;
+    if (fgr_heap_holds(srcHost, ByteCount, &fgr_at))
+        return fgr_heap_upload(dstDevice, fgr_at, ByteCount, NULL, 1);
+    if (fgr_stage_wanted(ByteCount))
+        return fgr_stage_upload(dstDevice, srcHost, ByteCount, NULL, FGR_STAGE_SYNC, 0);
     if (ByteCount > fgr_chunk_bytes) {
         for (size_t fgr_off = 0; fgr_off < ByteCount; fgr_off += fgr_chunk_bytes) {
             size_t fgr_n = ByteCount - fgr_off < fgr_chunk_bytes ? ByteCount - fgr_off : fgr_chunk_bytes;
@@ -757,12 +757,6 @@ FGR_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, 
 static CUresult fgr_piece_cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, int fgr_queued)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
-    uint64_t fgr_off;
-    if (fgr_heap_holds(srcHost, ByteCount, &fgr_off))
-        return fgr_heap_upload(dstDevice, fgr_off, ByteCount, CU_STREAM_PER_THREAD, 1);
-    if (fgr_stage_wanted(ByteCount))
-        return fgr_stage_upload(dstDevice, srcHost, ByteCount, NULL, FGR_STAGE_SYNC | FGR_STAGE_PT, fgr_queued);
     uint64_t n_srcHost = srcHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_srcHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyHtoD_v2_ptds", "a buffer over the frame limit");
@@ -782,6 +776,12 @@ static CUresult fgr_piece_cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void
 FGR_EXPORT CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    uint64_t fgr_at;
+    if (fgr_heap_holds(srcHost, ByteCount, &fgr_at))
+        return fgr_heap_upload(dstDevice, fgr_at, ByteCount, CU_STREAM_PER_THREAD, 1);
+    if (fgr_stage_wanted(ByteCount))
+        return fgr_stage_upload(dstDevice, srcHost, ByteCount, NULL, FGR_STAGE_SYNC | FGR_STAGE_PT, 0);
     if (ByteCount > fgr_chunk_bytes) {
         for (size_t fgr_off = 0; fgr_off < ByteCount; fgr_off += fgr_chunk_bytes) {
             size_t fgr_n = ByteCount - fgr_off < fgr_chunk_bytes ? ByteCount - fgr_off : fgr_chunk_bytes;
@@ -796,6 +796,12 @@ FGR_EXPORT CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcH
 FGR_EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)srcDevice);
+    uint64_t fgr_at;
+    if (fgr_heap_holds(dstHost, ByteCount, &fgr_at))
+        return fgr_heap_download(fgr_at, srcDevice, ByteCount, NULL, 1);
+    if (fgr_stage_down_wanted(ByteCount))
+        return fgr_stage_download(dstHost, srcDevice, ByteCount, NULL);
     if (ByteCount > fgr_chunk_bytes) {
         for (size_t fgr_off = 0; fgr_off < ByteCount; fgr_off += fgr_chunk_bytes) {
             size_t fgr_n = ByteCount - fgr_off < fgr_chunk_bytes ? ByteCount - fgr_off : fgr_chunk_bytes;
@@ -804,12 +810,6 @@ FGR_EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t
         }
         return CUDA_SUCCESS;
     }
-    fgr_mirror_named((uint64_t)srcDevice);
-    uint64_t fgr_off;
-    if (fgr_heap_holds(dstHost, ByteCount, &fgr_off))
-        return fgr_heap_download(fgr_off, srcDevice, ByteCount, NULL, 1);
-    if (fgr_stage_down_wanted(ByteCount))
-        return fgr_stage_download(dstHost, srcDevice, ByteCount, NULL);
     uint64_t n_dstHost = dstHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_dstHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyDtoH_v2", "a buffer over the frame limit");
@@ -830,6 +830,12 @@ FGR_EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t
 FGR_EXPORT CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)srcDevice);
+    uint64_t fgr_at;
+    if (fgr_heap_holds(dstHost, ByteCount, &fgr_at))
+        return fgr_heap_download(fgr_at, srcDevice, ByteCount, CU_STREAM_PER_THREAD, 1);
+    if (fgr_stage_down_wanted(ByteCount))
+        return fgr_stage_download(dstHost, srcDevice, ByteCount, CU_STREAM_PER_THREAD);
     if (ByteCount > fgr_chunk_bytes) {
         for (size_t fgr_off = 0; fgr_off < ByteCount; fgr_off += fgr_chunk_bytes) {
             size_t fgr_n = ByteCount - fgr_off < fgr_chunk_bytes ? ByteCount - fgr_off : fgr_chunk_bytes;
@@ -838,12 +844,6 @@ FGR_EXPORT CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, s
         }
         return CUDA_SUCCESS;
     }
-    fgr_mirror_named((uint64_t)srcDevice);
-    uint64_t fgr_off;
-    if (fgr_heap_holds(dstHost, ByteCount, &fgr_off))
-        return fgr_heap_download(fgr_off, srcDevice, ByteCount, CU_STREAM_PER_THREAD, 1);
-    if (fgr_stage_down_wanted(ByteCount))
-        return fgr_stage_download(dstHost, srcDevice, ByteCount, CU_STREAM_PER_THREAD);
     uint64_t n_dstHost = dstHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_dstHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyDtoH_v2_ptds", "a buffer over the frame limit");
@@ -932,6 +932,12 @@ FGR_EXPORT CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteC
 FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    uint64_t fgr_at;
+    if (fgr_heap_holds(srcHost, ByteCount, &fgr_at))
+        return fgr_heap_upload(dstDevice, fgr_at, ByteCount, hStream, 0);
+    if (fgr_stage_wanted(ByteCount))
+        return fgr_stage_upload(dstDevice, srcHost, ByteCount, hStream, 0, 1);
     if (ByteCount > fgr_chunk_bytes) {
         for (size_t fgr_off = 0; fgr_off < ByteCount; fgr_off += fgr_chunk_bytes) {
             size_t fgr_n = ByteCount - fgr_off < fgr_chunk_bytes ? ByteCount - fgr_off : fgr_chunk_bytes;
@@ -940,12 +946,6 @@ FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcH
         }
         return CUDA_SUCCESS;
     }
-    fgr_mirror_named((uint64_t)dstDevice);
-    uint64_t fgr_off;
-    if (fgr_heap_holds(srcHost, ByteCount, &fgr_off))
-        return fgr_heap_upload(dstDevice, fgr_off, ByteCount, hStream, 0);
-    if (fgr_stage_wanted(ByteCount))
-        return fgr_stage_upload(dstDevice, srcHost, ByteCount, hStream, 0, 1);
     uint64_t n_srcHost = srcHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_srcHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyHtoDAsync_v2", "a buffer over the frame limit");
@@ -962,6 +962,12 @@ FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcH
 FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)dstDevice);
+    uint64_t fgr_at;
+    if (fgr_heap_holds(srcHost, ByteCount, &fgr_at))
+        return fgr_heap_upload(dstDevice, fgr_at, ByteCount, hStream ? hStream : CU_STREAM_PER_THREAD, 0);
+    if (fgr_stage_wanted(ByteCount))
+        return fgr_stage_upload(dstDevice, srcHost, ByteCount, hStream, FGR_STAGE_PT, 1);
     if (ByteCount > fgr_chunk_bytes) {
         for (size_t fgr_off = 0; fgr_off < ByteCount; fgr_off += fgr_chunk_bytes) {
             size_t fgr_n = ByteCount - fgr_off < fgr_chunk_bytes ? ByteCount - fgr_off : fgr_chunk_bytes;
@@ -970,12 +976,6 @@ FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void 
         }
         return CUDA_SUCCESS;
     }
-    fgr_mirror_named((uint64_t)dstDevice);
-    uint64_t fgr_off;
-    if (fgr_heap_holds(srcHost, ByteCount, &fgr_off))
-        return fgr_heap_upload(dstDevice, fgr_off, ByteCount, hStream ? hStream : CU_STREAM_PER_THREAD, 0);
-    if (fgr_stage_wanted(ByteCount))
-        return fgr_stage_upload(dstDevice, srcHost, ByteCount, hStream, FGR_STAGE_PT, 1);
     uint64_t n_srcHost = srcHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_srcHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyHtoDAsync_v2_ptsz", "a buffer over the frame limit");
@@ -992,6 +992,12 @@ FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void 
 FGR_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)srcDevice);
+    uint64_t fgr_at;
+    if (fgr_heap_holds(dstHost, ByteCount, &fgr_at))
+        return fgr_heap_download(fgr_at, srcDevice, ByteCount, hStream, 0);
+    if (fgr_stage_down_wanted(ByteCount))
+        return fgr_stage_download(dstHost, srcDevice, ByteCount, hStream);
     if (ByteCount > fgr_chunk_bytes) {
         for (size_t fgr_off = 0; fgr_off < ByteCount; fgr_off += fgr_chunk_bytes) {
             size_t fgr_n = ByteCount - fgr_off < fgr_chunk_bytes ? ByteCount - fgr_off : fgr_chunk_bytes;
@@ -1000,12 +1006,6 @@ FGR_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, s
         }
         return CUDA_SUCCESS;
     }
-    fgr_mirror_named((uint64_t)srcDevice);
-    uint64_t fgr_off;
-    if (fgr_heap_holds(dstHost, ByteCount, &fgr_off))
-        return fgr_heap_download(fgr_off, srcDevice, ByteCount, hStream, 0);
-    if (fgr_stage_down_wanted(ByteCount))
-        return fgr_stage_download(dstHost, srcDevice, ByteCount, hStream);
     uint64_t n_dstHost = dstHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_dstHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyDtoHAsync_v2", "a buffer over the frame limit");
@@ -1027,6 +1027,12 @@ FGR_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, s
 FGR_EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
     CUresult fgr_r;
+    fgr_mirror_named((uint64_t)srcDevice);
+    uint64_t fgr_at;
+    if (fgr_heap_holds(dstHost, ByteCount, &fgr_at))
+        return fgr_heap_download(fgr_at, srcDevice, ByteCount, hStream ? hStream : CU_STREAM_PER_THREAD, 0);
+    if (fgr_stage_down_wanted(ByteCount))
+        return fgr_stage_download(dstHost, srcDevice, ByteCount, hStream ? hStream : CU_STREAM_PER_THREAD);
     if (ByteCount > fgr_chunk_bytes) {
         for (size_t fgr_off = 0; fgr_off < ByteCount; fgr_off += fgr_chunk_bytes) {
             size_t fgr_n = ByteCount - fgr_off < fgr_chunk_bytes ? ByteCount - fgr_off : fgr_chunk_bytes;
@@ -1035,12 +1041,6 @@ FGR_EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevi
         }
         return CUDA_SUCCESS;
     }
-    fgr_mirror_named((uint64_t)srcDevice);
-    uint64_t fgr_off;
-    if (fgr_heap_holds(dstHost, ByteCount, &fgr_off))
-        return fgr_heap_download(fgr_off, srcDevice, ByteCount, hStream ? hStream : CU_STREAM_PER_THREAD, 0);
-    if (fgr_stage_down_wanted(ByteCount))
-        return fgr_stage_download(dstHost, srcDevice, ByteCount, hStream ? hStream : CU_STREAM_PER_THREAD);
     uint64_t n_dstHost = dstHost ? fgr_mul((uint64_t)(ByteCount), 1) : 0;
     if (n_dstHost > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemcpyDtoHAsync_v2_ptsz", "a buffer over the frame limit");

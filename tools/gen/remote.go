@@ -394,6 +394,9 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 			if (re.Wait != "" || re.After != "") && (re.Disp != DispSync || !re.Sync || (re.Wait != "" && re.After != "")) {
 				return nil, nil, fmt.Errorf("%s: %s: wait= or after= is for a sync syncpoint, one of them", where, re.Name)
 			}
+			if re.Stage != "" && re.Chunk != "ByteCount" {
+				return nil, nil, fmt.Errorf("%s: %s: stage= is for a copy in pieces (chunk=ByteCount)", where, re.Name)
+			}
 			if c := re.Chunk; c != "" {
 				if p := re.param(c); p == nil || p.Type != "size_t" {
 					return nil, nil, fmt.Errorf("%s: %s: chunk=%s names no size_t parameter", where, re.Name, c)
@@ -889,6 +892,14 @@ func clientStub(b *strings.Builder, e RemoteEntry, decl string) {
 	}
 	fmt.Fprintf(b, "%s\n{\n", decl)
 	b.WriteString("    CUresult fgr_r;\n")
+	if e.Stage != "" {
+		for _, p := range e.Params {
+			if k := e.Dev[p.Name].Name; k == "dev" || k == "base" {
+				fmt.Fprintf(b, "    fgr_mirror_named((uint64_t)%s);\n", p.Name)
+			}
+		}
+		copyShortcuts(b, e)
+	}
 	fmt.Fprintf(b, "    if (%s > fgr_chunk_bytes) {\n", c)
 	fmt.Fprintf(b, "        for (size_t fgr_off = 0; fgr_off < %s; fgr_off += fgr_chunk_bytes) {\n", c)
 	fmt.Fprintf(b, "            size_t fgr_n = %s - fgr_off < fgr_chunk_bytes ? %s - fgr_off : fgr_chunk_bytes;\n", c, c)
@@ -899,6 +910,37 @@ func clientStub(b *strings.Builder, e RemoteEntry, decl string) {
 		return
 	}
 	stubBody(b, e, "")
+}
+
+// copyShortcuts writes, for a copy with a stage= buffer, the ways over
+// shm:// that take it whole before it is cut into pieces: to or from the
+// pinned heap, the GPU's straight from or into it (an asynchronous one
+// queued); another of FGR_STAGE_MIN bytes or more through the staging
+// areas (remote/client/stage.c, which cuts it to their size).
+func copyShortcuts(b *strings.Builder, e RemoteEntry) {
+	stream, wait := copyStream(e), b2i(e.param("hStream") == nil)
+	if e.param("srcDevice") != nil {
+		fmt.Fprintf(b, "    uint64_t fgr_at;\n    if (fgr_heap_holds(%s, ByteCount, &fgr_at))\n        return fgr_heap_download(fgr_at, srcDevice, ByteCount, %s, %d);\n",
+			e.Stage, stream, wait)
+		fmt.Fprintf(b, "    if (fgr_stage_down_wanted(ByteCount))\n        return fgr_stage_download(%s, srcDevice, ByteCount, %s);\n",
+			e.Stage, stream)
+		return
+	}
+	fmt.Fprintf(b, "    uint64_t fgr_at;\n    if (fgr_heap_holds(%s, ByteCount, &fgr_at))\n        return fgr_heap_upload(dstDevice, fgr_at, ByteCount, %s, %d);\n",
+		e.Stage, stream, wait)
+	how := []string{"FGR_STAGE_SYNC"}
+	s := "NULL"
+	if e.param("hStream") != nil {
+		s, how = "hStream", nil
+	}
+	if e.PerThread() != "" {
+		how = append(how, "FGR_STAGE_PT")
+	}
+	if len(how) == 0 {
+		how = []string{"0"}
+	}
+	fmt.Fprintf(b, "    if (fgr_stage_wanted(ByteCount))\n        return fgr_stage_upload(dstDevice, %s, ByteCount, %s, %s, %d);\n",
+		e.Stage, s, strings.Join(how, " | "), b2i(e.Disp == DispQueue))
 }
 
 // stubBody writes a forwarder's body after its opening brace; queued, when
@@ -925,45 +967,12 @@ func stubBody(b *strings.Builder, e RemoteEntry, queuedBy string) {
 	if d := e.Destroys; d != "" && e.param(d).Type == "CUdeviceptr" {
 		fmt.Fprintf(b, "    fgr_range_drop((uint64_t)%s);\n", d)
 	}
-	// Pinned memory named as a device address is kept alike from then on.
+	// Pinned memory named as a device address is kept alike from then on
+	// (for a copy with shortcuts, said before them).
 	for _, p := range e.Params {
-		if k := e.Dev[p.Name].Name; k == "dev" || k == "base" {
+		if k := e.Dev[p.Name].Name; (k == "dev" || k == "base") && e.Stage == "" {
 			fmt.Fprintf(b, "    fgr_mirror_named((uint64_t)%s);\n", p.Name)
 		}
-	}
-	// Over shm://, a copy to or from the pinned heap is the GPU's straight
-	// from or into it; another of FGR_STAGE_MIN bytes or more goes through
-	// the staging areas.
-	if e.Stage != "" {
-		// An asynchronous copy is queued.
-		stream, wait := copyStream(e), b2i(e.param("hStream") == nil)
-		if e.param("srcDevice") != nil {
-			fmt.Fprintf(b, "    uint64_t fgr_off;\n    if (fgr_heap_holds(%s, ByteCount, &fgr_off))\n        return fgr_heap_download(fgr_off, srcDevice, ByteCount, %s, %d);\n",
-				e.Stage, stream, wait)
-		} else {
-			fmt.Fprintf(b, "    uint64_t fgr_off;\n    if (fgr_heap_holds(%s, ByteCount, &fgr_off))\n        return fgr_heap_upload(dstDevice, fgr_off, ByteCount, %s, %d);\n",
-				e.Stage, stream, wait)
-		}
-	}
-	if e.Stage != "" && e.param("srcDevice") != nil {
-		fmt.Fprintf(b, "    if (fgr_stage_down_wanted(ByteCount))\n        return fgr_stage_download(%s, srcDevice, ByteCount, %s);\n",
-			e.Stage, copyStream(e))
-	} else if e.Stage != "" {
-		stream, how, queued := "NULL", []string{"FGR_STAGE_SYNC"}, queuedBy
-		if e.param("hStream") != nil {
-			stream, how = "hStream", nil
-		}
-		if e.PerThread() != "" {
-			how = append(how, "FGR_STAGE_PT")
-		}
-		if len(how) == 0 {
-			how = []string{"0"}
-		}
-		if e.Disp == DispQueue {
-			queued = "1"
-		}
-		fmt.Fprintf(b, "    if (fgr_stage_wanted(ByteCount))\n        return fgr_stage_upload(dstDevice, %s, ByteCount, %s, %s, %s);\n",
-			e.Stage, stream, strings.Join(how, " | "), queued)
 	}
 	// What the protocol cannot carry is refused before anything is sent.
 	for _, p := range e.Params {
