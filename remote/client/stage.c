@@ -70,12 +70,20 @@ CUresult fgr_stage_download(void *dst, CUdeviceptr src, size_t n, CUstream s)
     struct fgr_ring *r = fgr_conn_ring();
     if (!dst || !r)
         return CUDA_ERROR_INVALID_VALUE;
-    CUresult res = CUDA_SUCCESS;
+    /* In pieces of half the area: while the client copies one out, the GPU
+     * copies the next into the other half. */
+    size_t half = r->down_size / 2, off = 0, k = n < half ? n : half, at = 0;
     pthread_mutex_lock(&down_lock);
-    for (size_t off = 0; off < n && res == CUDA_SUCCESS; off += r->down_size) {
-        size_t k = n - off < r->down_size ? n - off : r->down_size;
-        if ((res = fgrStageDownload(src + off, k, s)) == CUDA_SUCCESS)
-            memcpy((char *)dst + off, r->down, k);
+    CUresult res = fgrStageDownload(src, k, s);
+    while (res == CUDA_SUCCESS) {
+        size_t next = off + k, nk = n - next < half ? n - next : half, next_at = half - at;
+        if (nk)
+            res = fgrStageDownloadAhead(src + next, nk, s, next_at);
+        memcpy((char *)dst + off, r->down + at, k);
+        if (!nk || res != CUDA_SUCCESS)
+            break;
+        res = fgrStageDownloadWait(next_at);
+        off = next, k = nk, at = next_at;
     }
     pthread_mutex_unlock(&down_lock);
     return res;

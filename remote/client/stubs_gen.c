@@ -3411,6 +3411,32 @@ FGR_EXPORT CUresult fgrStageDownload(CUdeviceptr src, size_t n, CUstream hStream
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult fgrStageDownloadAhead(CUdeviceptr src, size_t n, CUstream hStream, size_t at)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)src);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrStageDownloadAhead, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)src);
+    fgr_put_u64(&fgr_c.w, (uint64_t)n);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)at);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrStageDownloadWait(size_t at)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrStageDownloadWait, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)at);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult fgrHeapRegister(size_t off, size_t n, unsigned int *mapped)
 {
     CUresult fgr_r;
@@ -4411,6 +4437,8 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_fgrStageUploadLast] = "fgrStageUploadLast",
     [FGR_OP_fgrStageWait] = "fgrStageWait",
     [FGR_OP_fgrStageDownload] = "fgrStageDownload",
+    [FGR_OP_fgrStageDownloadAhead] = "fgrStageDownloadAhead",
+    [FGR_OP_fgrStageDownloadWait] = "fgrStageDownloadWait",
     [FGR_OP_fgrHeapRegister] = "fgrHeapRegister",
     [FGR_OP_fgrHeapUnregister] = "fgrHeapUnregister",
     [FGR_OP_fgrHeapUpload] = "fgrHeapUpload",
@@ -4488,6 +4516,7 @@ const unsigned char fgr_op_syncs[FGR_NUM_OPS] = {
     [FGR_OP_cuEventSynchronize] = 1,
     [FGR_OP_fgrStageUploadLast] = 1,
     [FGR_OP_fgrStageDownload] = 1,
+    [FGR_OP_fgrStageDownloadWait] = 1,
     [FGR_OP_fgrHeapUploadWait] = 1,
     [FGR_OP_fgrHeapDownloadWait] = 1,
 };
@@ -4759,6 +4788,8 @@ const struct fg_proc fgr_procs[] = {
     {"fgrStageUploadLast", "fgrStageUploadLast", 0, 0, (void *)fgrStageUploadLast},
     {"fgrStageWait", "fgrStageWait", 0, 0, (void *)fgrStageWait},
     {"fgrStageDownload", "fgrStageDownload", 0, 0, (void *)fgrStageDownload},
+    {"fgrStageDownloadAhead", "fgrStageDownloadAhead", 0, 0, (void *)fgrStageDownloadAhead},
+    {"fgrStageDownloadWait", "fgrStageDownloadWait", 0, 0, (void *)fgrStageDownloadWait},
     {"fgrHeapRegister", "fgrHeapRegister", 0, 0, (void *)fgrHeapRegister},
     {"fgrHeapUnregister", "fgrHeapUnregister", 0, 0, (void *)fgrHeapUnregister},
     {"fgrHeapUpload", "fgrHeapUpload", 0, 0, (void *)fgrHeapUpload},

@@ -208,6 +208,8 @@ typedef CUresult (*pfn_fgrStageUpload)(CUdeviceptr dst, size_t end, size_t n, CU
 typedef CUresult (*pfn_fgrStageUploadLast)(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how);
 typedef CUresult (*pfn_fgrStageWait)(size_t upto);
 typedef CUresult (*pfn_fgrStageDownload)(CUdeviceptr src, size_t n, CUstream hStream);
+typedef CUresult (*pfn_fgrStageDownloadAhead)(CUdeviceptr src, size_t n, CUstream hStream, size_t at);
+typedef CUresult (*pfn_fgrStageDownloadWait)(size_t at);
 typedef CUresult (*pfn_fgrHeapRegister)(size_t off, size_t n, unsigned int *mapped);
 typedef CUresult (*pfn_fgrHeapUnregister)(size_t off);
 typedef CUresult (*pfn_fgrHeapUpload)(CUdeviceptr dst, size_t off, size_t n, CUstream hStream);
@@ -4144,6 +4146,35 @@ static CUresult op_fgrStageDownload(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_fgrStageDownloadAhead(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr src = (CUdeviceptr)fgr_get_u64(rd);
+    size_t n = (size_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    size_t at = (size_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)src, n)))
+        fgr_r = fgr_refuse("fgrStageDownloadAhead", "src", (uint64_t)src, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("fgrStageDownloadAhead", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_fgrStageDownloadAhead)fgr_real[FGR_OP_fgrStageDownloadAhead])(src, n, hStream, at);
+    return fgr_r;
+}
+
+static CUresult op_fgrStageDownloadWait(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    size_t at = (size_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = ((pfn_fgrStageDownloadWait)fgr_real[FGR_OP_fgrStageDownloadWait])(at);
+    return fgr_r;
+}
+
 static CUresult op_fgrHeapRegister(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -5418,6 +5449,8 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_fgrStageUploadLast] = {"fgrStageUploadLast", op_fgrStageUploadLast, 1},
     [FGR_OP_fgrStageWait] = {"fgrStageWait", op_fgrStageWait, 0},
     [FGR_OP_fgrStageDownload] = {"fgrStageDownload", op_fgrStageDownload, 1},
+    [FGR_OP_fgrStageDownloadAhead] = {"fgrStageDownloadAhead", op_fgrStageDownloadAhead, 0},
+    [FGR_OP_fgrStageDownloadWait] = {"fgrStageDownloadWait", op_fgrStageDownloadWait, 1},
     [FGR_OP_fgrHeapRegister] = {"fgrHeapRegister", op_fgrHeapRegister, 0},
     [FGR_OP_fgrHeapUnregister] = {"fgrHeapUnregister", op_fgrHeapUnregister, 0},
     [FGR_OP_fgrHeapUpload] = {"fgrHeapUpload", op_fgrHeapUpload, 0},

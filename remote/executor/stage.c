@@ -165,6 +165,51 @@ static CUresult stage_download(CUdeviceptr src, size_t n, CUstream s)
     return r;
 }
 
+/* The next piece of a download, into the half of the area at `at`,
+ * waited for by stage_download_wait. */
+static CUevent ahead[2];
+
+static CUresult stage_download_ahead(CUdeviceptr src, size_t n, CUstream s, size_t at)
+{
+    if (!ring || !copy_back || !fgr_drv.ev_create || !fgr_drv.ev_sync || !fgr_drv.ev_destroy)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    size_t half = ring->down_size / 2;
+    int i = at == half;
+    if ((at != 0 && at != half) || n == 0 || n > half || ahead[i])
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = fgr_captured_download(s, 0, "cuMemcpyDtoHAsync");
+    if (r != CUDA_SUCCESS)
+        return r;
+    pin();
+    if ((r = copy_back(ring->down + at, src, n, s)) != CUDA_SUCCESS)
+        return r;
+    CUstreamCaptureMode m = fgr_relax();
+    if ((r = fgr_drv.ev_create(&ahead[i], CU_EVENT_DISABLE_TIMING)) == CUDA_SUCCESS &&
+        (r = fgr_drv.ev_record(ahead[i], s)) != CUDA_SUCCESS) {
+        fgr_drv.ev_destroy(ahead[i]);
+        ahead[i] = NULL;
+    }
+    if (r != CUDA_SUCCESS)
+        r = fgr_drain(s, 0);
+    fgr_unrelax(m);
+    return r;
+}
+
+static CUresult stage_download_wait(size_t at)
+{
+    if (!ring || (at != 0 && at != ring->down_size / 2))
+        return CUDA_ERROR_INVALID_VALUE;
+    CUevent *e = &ahead[at != 0];
+    if (!*e)
+        return CUDA_SUCCESS; /* waited for when it was made, or refused (its error comes with this answer) */
+    CUstreamCaptureMode m = fgr_relax();
+    CUresult r = fgr_drv.ev_sync(*e);
+    fgr_drv.ev_destroy(*e);
+    fgr_unrelax(m);
+    *e = NULL;
+    return r;
+}
+
 static CUresult stage_wait(size_t upto)
 {
     if (!ring)
@@ -191,6 +236,8 @@ void fgr_stage_init(void *driver)
     fgr_real[FGR_OP_fgrStageUploadLast] = (void *)stage_upload_last;
     fgr_real[FGR_OP_fgrStageWait] = (void *)stage_wait;
     fgr_real[FGR_OP_fgrStageDownload] = (void *)stage_download;
+    fgr_real[FGR_OP_fgrStageDownloadAhead] = (void *)stage_download_ahead;
+    fgr_real[FGR_OP_fgrStageDownloadWait] = (void *)stage_download_wait;
 }
 
 void fgr_stage_attach(struct fgr_ring *r) { ring = r; }
