@@ -24,9 +24,9 @@ static pthread_mutex_t stage_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t down_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t handed; /* the running total of bytes handed out */
 
-/* An upload's pieces: a quarter of the area, so that the client writes one
- * while the GPU copies those before it. */
-#define UP_PIECE(r) ((r)->stage_size / 4)
+/* An upload's pieces: an eighth of the area (4 MiB), so that the client
+ * writes one while the GPU copies those before it. */
+#define UP_PIECE(r) ((r)->stage_size / 8)
 
 int fgr_stage_wanted(size_t n) { return fgr_conn_ring() && n >= FGR_STAGE_MIN; }
 
