@@ -70,6 +70,9 @@ int fgr_heap_holds(const void *p, size_t n, uint64_t *off);
 CUresult fgr_heap_upload(CUdeviceptr dst, uint64_t off, size_t n, CUstream s, int wait);
 CUresult fgr_heap_download(uint64_t off, CUdeviceptr src, size_t n, CUstream s, int wait);
 void fgr_heap_forked(void);
+/* memcpy, split among helper threads when large (pcopy.c). */
+void fgr_copy(void *dst, const void *src, size_t n);
+void fgr_copy_forked(void);
 
 /* Device ranges the connection was given, and copies under unified
  * addressing with a side in the program's own memory (uva.c): 1 when

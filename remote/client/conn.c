@@ -985,6 +985,7 @@ static void forked_child(void)
     fgr_ring_close(&conn_ring); /* our view of the parent's rings */
     fgr_stage_forked();
     fgr_heap_forked();
+    fgr_copy_forked();
     conn_broken = 0;
     conn_refused = CUDA_SUCCESS;
     /* A thread of the parent may have been mid-call: its buffers are not ours. */

@@ -40,7 +40,7 @@ static CUresult upload_piece(struct fgr_ring *r, CUdeviceptr dst, const void *sr
     while (end - __atomic_load_n(&r->m->released, __ATOMIC_ACQUIRE) > size && res == CUDA_SUCCESS)
         res = fgrStageWait(end - size);
     if (res == CUDA_SUCCESS) {
-        memcpy(r->stage + (end - n) % size, src, n);
+        fgr_copy(r->stage + (end - n) % size, src, n);
         handed = end;
         res = queued ? fgrStageUpload(dst, end, n, s, how) : fgrStageUploadLast(dst, end, n, s, how);
     }
@@ -79,7 +79,7 @@ CUresult fgr_stage_download(void *dst, CUdeviceptr src, size_t n, CUstream s)
         size_t next = off + k, nk = n - next < half ? n - next : half, next_at = half - at;
         if (nk)
             res = fgrStageDownloadAhead(src + next, nk, s, next_at);
-        memcpy((char *)dst + off, r->down + at, k);
+        fgr_copy((char *)dst + off, r->down + at, k);
         if (!nk || res != CUDA_SUCCESS)
             break;
         res = fgrStageDownloadWait(next_at);

@@ -1017,7 +1017,19 @@ if os.environ["FLEXGV_REMOTE"].startswith("shm:"):
 else:
     print("ahead, misplaced [0, 0] 1 0")
 back = (ctypes.c_ubyte * n)()
-print("then", cu.cuMemcpyDtoH_v2(back, p, ctypes.c_size_t(n)), "same" if bytes(back) == bytes(src) else "differ")
+print("then", cu.cuMemcpyDtoH_v2(back, p, ctypes.c_size_t(n)), "same" if bytes(back) == bytes(src) else "differ", flush=True)
+# A forked child, with a connection (and copying threads) of its own.
+pid = os.fork()
+if pid == 0:
+    c = ctypes.c_void_p()
+    assert cu.cuInit(0) == 0 and cu.cuDevicePrimaryCtxRetain(ctypes.byref(c), 0) == 0 and cu.cuCtxSetCurrent(c) == 0
+    q = ctypes.c_uint64()
+    assert cu.cuMemAlloc_v2(ctypes.byref(q), ctypes.c_size_t(n)) == 0
+    back = (ctypes.c_ubyte * n)()
+    r = cu.cuMemcpyHtoD_v2(q, src, ctypes.c_size_t(n)), cu.cuMemcpyDtoH_v2(back, q, ctypes.c_size_t(n))
+    print("a child", r, "same" if bytes(back) == bytes(src) else "differ", flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
 `
 	var outs []string
 	for _, transport := range []string{"shm", "unix"} {
@@ -1038,7 +1050,7 @@ print("then", cu.cuMemcpyDtoH_v2(back, p, ctypes.c_size_t(n)), "same" if bytes(b
 	want := "cuMemcpyHtoD_v2 0 same\ncuMemcpyHtoD_v2_ptds 0 same\ncuMemcpyHtoDAsync_v2 0 same\ncuMemcpyHtoDAsync_v2_ptsz 0 same\n" +
 		"cuMemcpyHtoDAsync_v2 0 same\nin a row same\npast the end 1\ncuMemcpyHtoD_v2 0 same\nrefused [1]\ncuMemcpyHtoD_v2 0 same\n" +
 		"cuMemcpyDtoH_v2_ptds 0 same\ncuMemcpyDtoHAsync_v2 0 same\ncuMemcpyDtoHAsync_v2_ptsz 0 same\ncuMemcpyDtoHAsync_v2 0 same\n" +
-		"ahead, misplaced [0, 0] 1 0\nthen 0 same\n"
+		"ahead, misplaced [0, 0] 1 0\nthen 0 same\na child (0, 0) same\n"
 	if outs[0] != want || outs[1] != want {
 		t.Errorf("over shm://\n%s\nover unix://\n%s\nwant\n%s", outs[0], outs[1], want)
 	}
