@@ -1298,6 +1298,41 @@ print("after the program's own writes:", words[0], words[4], cu.cuMemFreeHost(h)
 	}
 }
 
+// The pinned heap is the client's memory too: the executor registers only
+// page-aligned ranges inside it that overlap none registered, copies only
+// within one registered range, and unregisters only what it registered; a
+// refusal leaves the connection serving.
+func TestRemotePinnedHeapRefusals(t *testing.T) {
+	prog := mappedPrelude + `
+from ctypes import c_size_t, byref
+m = ctypes.c_uint()
+G = 1 << 30
+assert cu.cuMemAlloc_v2(ctypes.byref(dev), c_size_t(1 << 20)) == 0
+print("unaligned", cu.fgrHeapRegister(c_size_t(G + 100), c_size_t(4096), byref(m)))
+print("past the end", cu.fgrHeapRegister(c_size_t(64 * G), c_size_t(4096), byref(m)),
+      cu.fgrHeapRegister(c_size_t(64 * G - 4096), c_size_t(8192), byref(m)))
+print("empty", cu.fgrHeapRegister(c_size_t(G), c_size_t(0), byref(m)))
+print("registered", cu.fgrHeapRegister(c_size_t(G), c_size_t(1 << 20), byref(m)))
+print("overlapping", cu.fgrHeapRegister(c_size_t(G + 4096), c_size_t(4096), byref(m)),
+      cu.fgrHeapRegister(c_size_t(G - 4096), c_size_t(8192), byref(m)))
+print("copies across its start and end", cu.fgrHeapUploadWait(dev, c_size_t(G - 4096), c_size_t(8192), None),
+      cu.fgrHeapDownloadWait(c_size_t(G + (1 << 20) - 4096), dev, c_size_t(8192), None))
+print("copies within", cu.fgrHeapUploadWait(dev, c_size_t(G), c_size_t(1 << 20), None),
+      cu.fgrHeapDownloadWait(c_size_t(G + 4096), dev, c_size_t(4096), None))
+print("into device memory not the connection's", cu.fgrHeapUploadWait(ctypes.c_uint64(dev.value + (1 << 20)), c_size_t(G), c_size_t(4096), None))
+print("unregistering what is not", cu.fgrHeapUnregister(c_size_t(G + 4096)), cu.fgrHeapUnregister(c_size_t(3 * G)))
+print("unregistered", cu.fgrHeapUnregister(c_size_t(G)), "then a copy", cu.fgrHeapUploadWait(dev, c_size_t(G), c_size_t(4096), None))
+print("serving", cu.cuMemsetD8_v2(dev, 1, c_size_t(16)), cu.cuCtxSynchronize())
+`
+	e := newEnv(t)
+	r := e.remote(e.serve("shm"), "python3", "-c", prog)
+	want := "unaligned 1\npast the end 1 1\nempty 1\nregistered 0\noverlapping 1 1\ncopies across its start and end 1 1\n" +
+		"copies within 0 0\ninto device memory not the connection's 1\nunregistering what is not 1 1\nunregistered 0 then a copy 1\nserving 0 0\n"
+	if r.code != 0 || r.stdout != want {
+		t.Errorf("exit %d, printed\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
+	}
+}
+
 // Over shm://, a frame larger than a ring (4 MiB each way) streams through
 // it, wrapping around, and arrives whole.
 func TestRemoteSharedMemoryLargeFrames(t *testing.T) {
