@@ -1333,6 +1333,38 @@ print("serving", cu.cuMemsetD8_v2(dev, 1, c_size_t(16)), cu.cuCtxSynchronize())
 	}
 }
 
+// Over shm://, copies to and from pinned memory captured into a graph read
+// and write the program's memory at each launch, as natively: what the
+// program writes between two launches is what the second one uploads.
+func TestRemotePinnedCopiesCapturedAsNatively(t *testing.T) {
+	prog := mappedPrelude + `
+st, g, ge = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+n = 1 << 20
+a, b = ctypes.c_void_p(), ctypes.c_void_p()
+assert cu.cuMemAlloc_v2(ctypes.byref(dev), ctypes.c_size_t(n)) == 0
+assert cu.cuMemHostAlloc(ctypes.byref(a), ctypes.c_size_t(n), 0) == 0
+assert cu.cuMemHostAlloc(ctypes.byref(b), ctypes.c_size_t(n), 0) == 0
+assert cu.cuStreamCreate(ctypes.byref(st), 1) == 0
+assert cu.cuStreamBeginCapture_v2(st, 0) == 0
+print("captured", cu.cuMemcpyHtoDAsync_v2(dev, a, ctypes.c_size_t(n), st), cu.cuMemcpyDtoHAsync_v2(b, dev, ctypes.c_size_t(n), st),
+      "end", cu.cuStreamEndCapture(st, ctypes.byref(g)))
+assert cu.cuGraphInstantiateWithFlags(ctypes.byref(ge), g, ctypes.c_ulonglong(0)) == 0
+for v in (3, 9):
+    ctypes.memset(a, v, n)
+    print("launch", cu.cuGraphLaunch(ge, st), cu.cuStreamSynchronize(st), "the program reads", ctypes.string_at(b, 1)[0], ctypes.string_at(b.value + n - 1, 1)[0])
+`
+	e := newEnv(t)
+	local := e.run("python3", "-c", prog)
+	want := "captured 0 0 end 0\nlaunch 0 0 the program reads 3 3\nlaunch 0 0 the program reads 9 9\n"
+	if local.code != 0 || local.stdout != want {
+		t.Fatalf("locally: exit %d, printed\n%s\nwant\n%s\n%s", local.code, local.stdout, want, local.stderr)
+	}
+	r := e.remote(e.serve("shm"), "python3", "-c", prog)
+	if r.code != 0 || r.stdout != want {
+		t.Errorf("over shm://: exit %d, printed\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
+	}
+}
+
 // Over shm://, a frame larger than a ring (4 MiB each way) streams through
 // it, wrapping around, and arrives whole.
 func TestRemoteSharedMemoryLargeFrames(t *testing.T) {
