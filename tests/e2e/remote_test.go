@@ -1365,6 +1365,31 @@ for v in (3, 9):
 	}
 }
 
+// Pinned memory the heap has no room for is the program's own, copied as
+// pageable memory is: a 63 GiB allocation (pages untouched) leaves too
+// little of the 64 GiB heap for a 2 GiB one, whose copies still arrive.
+func TestRemotePinnedHeapFull(t *testing.T) {
+	prog := mappedPrelude + `
+big, other = ctypes.c_void_p(), ctypes.c_void_p()
+n = 1 << 20
+assert cu.cuMemAlloc_v2(ctypes.byref(dev), ctypes.c_size_t(n)) == 0
+print("63 GiB", cu.cuMemHostAlloc(ctypes.byref(big), ctypes.c_size_t(63 << 30), 0))
+print("2 GiB more", cu.cuMemHostAlloc(ctypes.byref(other), ctypes.c_size_t(2 << 30), 0), other.value - big.value >= (63 << 30) or other.value < big.value)
+ctypes.memset(other, 5, n)
+assert cu.cuMemcpyHtoD_v2(dev, other, ctypes.c_size_t(n)) == 0
+ctypes.memset(other, 0, n)
+assert cu.cuMemcpyDtoH_v2(other, dev, ctypes.c_size_t(n)) == 0
+print("copied", ctypes.string_at(other, n) == bytes([5]) * n, cu.cuMemFreeHost(other), cu.cuMemFreeHost(big))
+`
+	e := newEnv(t, "FLEXGV_REMOTE_LOG=calls")
+	r := e.remote(e.serve("shm"), "python3", "-c", prog)
+	want := "63 GiB 0\n2 GiB more 0 True\ncopied True 0 0\n"
+	trips := roundTrips(r)
+	if r.code != 0 || r.stdout != want || trips["fgrHeapRegister"] != 1 || trips["fgrStageUploadLast"] == 0 {
+		t.Errorf("exit %d, printed\n%s\nwant\n%s(one heap allocation, the other's copies staged)\n%s", r.code, r.stdout, want, r.stderr)
+	}
+}
+
 // Over shm://, a frame larger than a ring (4 MiB each way) streams through
 // it, wrapping around, and arrives whole.
 func TestRemoteSharedMemoryLargeFrames(t *testing.T) {
