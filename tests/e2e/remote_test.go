@@ -453,10 +453,10 @@ func TestRemoteMappedHostMemory(t *testing.T) {
 	printsAsLocally(t, local, "mapped", "unix", "shm", "tcp")
 }
 
-// The mapped-memory programs' start: a current context, names for an
+// The start of the Python programs: a current context, names for an
 // allocation (dev) and pinned memory (h).
-const mappedPrelude = `
-import ctypes, sys
+const contextPrelude = `
+import ctypes, os, sys
 cu = ctypes.CDLL("libcuda.so.1")
 ctx, dev, h = ctypes.c_void_p(), ctypes.c_uint64(), ctypes.c_void_p()
 assert cu.cuInit(0) == 0
@@ -469,7 +469,7 @@ assert cu.cuCtxSetCurrent(ctx) == 0
 func TestRemoteMappedHostMemoryRoundTrips(t *testing.T) {
 	e := newEnv(t, "FLEXGV_REMOTE_LOG=calls")
 	s := e.serve("unix")
-	prog := mappedPrelude + `
+	prog := contextPrelude + `
 assert cu.cuMemAlloc_v2(ctypes.byref(dev), ctypes.c_size_t(64)) == 0
 assert cu.cuMemHostAlloc(ctypes.byref(h), ctypes.c_size_t(64), 2) == 0
 for i in range(10):
@@ -498,7 +498,7 @@ if sys.argv[1] == "named":
 func TestRemoteMappedHostMemoryBounds(t *testing.T) {
 	e := newEnv(t)
 	s := e.serve("unix")
-	prog := mappedPrelude + `
+	prog := contextPrelude + `
 assert cu.cuMemAlloc_v2(ctypes.byref(dev), ctypes.c_size_t(4096)) == 0
 assert cu.cuMemHostAlloc(ctypes.byref(h), ctypes.c_size_t(64), 2) == 0
 buf = ctypes.create_string_buffer(64)
@@ -550,7 +550,7 @@ func TestRemoteLayoutInOneRoundTrip(t *testing.T) {
 	}
 	// More parameters than the client's first guess (32): a second answer
 	// with room for them all, and the launch carries every one.
-	prog := mappedPrelude + `
+	prog := contextPrelude + `
 mod, f = ctypes.c_void_p(), ctypes.c_void_p()
 assert cu.cuModuleLoadData(ctypes.byref(mod), b"FLEXGV-SIM-MODULE\nkernel wide 10 params=40\n") == 0
 assert cu.cuModuleGetFunction(ctypes.byref(f), mod, b"wide") == 0
@@ -567,7 +567,7 @@ for i in range(3):
 	}
 	// A library's kernel launched as a function, as CUDA 12+ runtimes do:
 	// its sizes in one round trip too.
-	prog = mappedPrelude + `
+	prog = contextPrelude + `
 lib, k = ctypes.c_void_p(), ctypes.c_void_p()
 assert cu.cuLibraryLoadData(ctypes.byref(lib), b"FLEXGV-SIM-MODULE\nkernel three 10 params=3\n", None, None, 0, None, None, 0) == 0
 assert cu.cuLibraryGetKernel(ctypes.byref(k), lib, b"three") == 0
@@ -589,7 +589,7 @@ for i in range(3):
 func TestRemoteLargeDownloadsGrow(t *testing.T) {
 	e := newEnv(t)
 	s := e.serve("unix")
-	prog := mappedPrelude + `
+	prog := contextPrelude + `
 n = 8 << 20
 src = bytes(i * 7 % 251 for i in range(n))
 assert cu.cuMemAlloc_v2(ctypes.byref(dev), ctypes.c_size_t(n)) == 0
@@ -825,7 +825,7 @@ print("copy", cu.cuMemcpyDtoH_v2(buf, p, ctypes.c_size_t(4096)), buf[0], buf[409
 // counts as the device's; a device address the connection was never given
 // is still refused.
 func TestRemoteUnifiedAddressCopies(t *testing.T) {
-	prog := mappedPrelude + `
+	prog := contextPrelude + `
 n = 1 << 16
 src = (ctypes.c_ubyte * n)(*[(i * 13) % 251 for i in range(n)])
 s = ctypes.c_void_p()
@@ -1106,14 +1106,9 @@ print("after", cu.cuMemsetD8_v2(p, 0, ctypes.c_size_t(n)), cu.cuCtxSynchronize()
 // which forbids the executor's own bookkeeping calls (uploads behind a slow
 // kernel are still in flight when the capture begins).
 func TestRemoteCapturedCopiesOfProgramMemory(t *testing.T) {
-	prog := `
-import ctypes
-cu = ctypes.CDLL("libcuda.so.1")
-ctx, st, g, ge, mod, slow = (ctypes.c_void_p() for _ in range(6))
+	prog := contextPrelude + `
+st, g, ge, mod, slow = (ctypes.c_void_p() for _ in range(5))
 p = ctypes.c_uint64()
-assert cu.cuInit(0) == 0
-assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
-assert cu.cuCtxSetCurrent(ctx) == 0
 assert cu.cuModuleLoadData(ctypes.byref(mod), b"FLEXGV-SIM-MODULE\nkernel slow 200000\n") == 0
 assert cu.cuModuleGetFunction(ctypes.byref(slow), mod, b"slow") == 0
 assert cu.cuStreamCreate(ctypes.byref(st), 1) == 0
@@ -1165,15 +1160,10 @@ for n in [4096, 1 << 20]:
 // room reused; a forked child, which does not inherit it (as natively),
 // frees a pointer to it harmlessly.
 func TestRemotePinnedHostMemoryIsShared(t *testing.T) {
-	prog := `
-import ctypes, os
-cu = ctypes.CDLL("libcuda.so.1")
-ctx, st = ctypes.c_void_p(), ctypes.c_void_p()
+	prog := contextPrelude + `
+st = ctypes.c_void_p()
 p = ctypes.c_uint64()
 n = 3 << 20
-assert cu.cuInit(0) == 0
-assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
-assert cu.cuCtxSetCurrent(ctx) == 0
 assert cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(n)) == 0
 assert cu.cuStreamCreate(ctypes.byref(st), 1) == 0
 def pinned(flags):
@@ -1254,7 +1244,7 @@ print("again", "the first's room" if d.value == a.value else "elsewhere", cu.cuM
 // once done (the same as in a process with the GPU). Over a socket, such
 // memory is the client's alone.
 func TestRemotePinnedHeapIsDeviceMemory(t *testing.T) {
-	prog := mappedPrelude + `
+	prog := contextPrelude + `
 mod, fill, d = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_uint64()
 slow = ctypes.c_void_p()
 assert cu.cuModuleLoadData(ctypes.byref(mod), b"FLEXGV-SIM-MODULE\nkernel fill builtin=fill\nkernel slow 200000\n") == 0
@@ -1303,7 +1293,7 @@ print("after the program's own writes:", words[0], words[4], cu.cuMemFreeHost(h)
 // within one registered range, and unregisters only what it registered; a
 // refusal leaves the connection serving.
 func TestRemotePinnedHeapRefusals(t *testing.T) {
-	prog := mappedPrelude + `
+	prog := contextPrelude + `
 from ctypes import c_size_t, byref
 m = ctypes.c_uint()
 G = 1 << 30
@@ -1337,7 +1327,7 @@ print("serving", cu.cuMemsetD8_v2(dev, 1, c_size_t(16)), cu.cuCtxSynchronize())
 // and write the program's memory at each launch, as natively: what the
 // program writes between two launches is what the second one uploads.
 func TestRemotePinnedCopiesCapturedAsNatively(t *testing.T) {
-	prog := mappedPrelude + `
+	prog := contextPrelude + `
 st, g, ge = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
 n = 1 << 20
 a, b = ctypes.c_void_p(), ctypes.c_void_p()
@@ -1369,7 +1359,7 @@ for v in (3, 9):
 // pageable memory is: a 63 GiB allocation (pages untouched) leaves too
 // little of the 64 GiB heap for a 2 GiB one, whose copies still arrive.
 func TestRemotePinnedHeapFull(t *testing.T) {
-	prog := mappedPrelude + `
+	prog := contextPrelude + `
 big, other = ctypes.c_void_p(), ctypes.c_void_p()
 n = 1 << 20
 assert cu.cuMemAlloc_v2(ctypes.byref(dev), ctypes.c_size_t(n)) == 0
