@@ -136,15 +136,30 @@ int fgr_heap_create(int *fdp, uint8_t **base)
     return 0;
 }
 
+int fgr_heap_none(void)
+{
+    int fd = memfd_create("flexgv-pinned", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd >= 0 && fcntl(fd, F_ADD_SEALS, SEALS) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        fd = -1;
+    }
+    return fd;
+}
+
 int fgr_heap_map(int fd, uint64_t want, uint8_t **base)
 {
     struct stat st;
     int seals = fcntl(fd, F_GET_SEALS);
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != FGR_HEAP_BYTES || seals < 0 ||
-        (seals & SEALS) != SEALS) {
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (st.st_size != 0 && (uint64_t)st.st_size != FGR_HEAP_BYTES) ||
+        seals < 0 || (seals & SEALS) != SEALS) {
         errno = EPROTO;
         return -1;
     }
+    *base = NULL;
+    if (st.st_size == 0)
+        return 0; /* the client has none */
     void *m = heap_at(fd, want);
     if (!m)
         m = mmap(NULL, FGR_HEAP_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);

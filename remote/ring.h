@@ -102,6 +102,9 @@ int fgr_ring_sleep_or(struct fgr_ring *r, int fd);
  * errno (EPROTO: not one of ours). */
 int fgr_heap_create(int *fd, uint8_t **base);
 int fgr_heap_map(int fd, uint64_t want, uint8_t **base);
+/* An empty memfd the client hands over instead when it has no heap (the
+ * executor then maps none: *base NULL). */
+int fgr_heap_none(void);
 /* Sends fd over the unix socket sock with one byte; receives it. */
 int fgr_send_fd(int sock, int fd);
 int fgr_recv_fd(int sock);

@@ -614,12 +614,18 @@ static CUresult connect_locked(void)
             }
             close(mfd);
         }
-        /* Then the heap pinned host memory is carved from. */
-        uint64_t at;
+        /* Then the heap pinned host memory is carved from; without one
+         * (an address-space limit, say), an empty memory says so. */
+        uint64_t at = 0;
         if (r == CUDA_SUCCESS && fgr_heap_make(&mfd, &at) != 0) {
-            fgr_say("cannot make the pinned heap for %s: %s", a, strerror(errno));
-            r = LOST;
-        } else if (r == CUDA_SUCCESS) {
+            fgr_say("no pinned heap shared with %s (%s): pinned memory is the program's own, copied as pageable memory is",
+                    a, strerror(errno));
+            if ((mfd = fgr_heap_none()) < 0) {
+                fgr_say("cannot make the shared memory for %s: %s", a, strerror(errno));
+                r = LOST;
+            }
+        }
+        if (r == CUDA_SUCCESS) {
             __atomic_store_n(&conn_ring.m->heap_base, at, __ATOMIC_RELEASE);
             if (fgr_send_fd(fd, mfd) != 0) {
                 fgr_say("cannot hand the pinned heap to %s: %s", a, strerror(errno));

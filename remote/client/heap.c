@@ -81,8 +81,11 @@ void *fgr_heap_alloc(size_t bytes, int *mapped)
     /* The executor pins it; where it cannot, the program gets memory of
      * the client's alone (its copies go as from pageable memory). */
     unsigned on_device = 0;
-    if (p && fgrHeapRegister(off, n, &on_device) != CUDA_SUCCESS) {
+    CUresult r = p ? fgrHeapRegister(off, n, &on_device) : CUDA_SUCCESS;
+    if (r != CUDA_SUCCESS) {
         fgr_heap_free(p);
+        if (r == CUDA_ERROR_NOT_SUPPORTED) /* the executor has no heap: none is tried again */
+            __atomic_store_n(&heap, NULL, __ATOMIC_RELEASE);
         return NULL;
     }
     if (p && on_device) {

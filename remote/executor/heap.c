@@ -165,7 +165,7 @@ void fgr_heap_init(void *driver)
 void fgr_heap_attach(uint8_t *b, uint64_t client_base)
 {
     base = b;
-    same = (uint64_t)(uintptr_t)b == client_base;
-    if (!same)
+    same = b && (uint64_t)(uintptr_t)b == client_base;
+    if (b && !same)
         fgr_logf("the pinned heap is at another address than the client's: kernels cannot reach it");
 }

@@ -311,9 +311,12 @@ static void greet(int fd, uint8_t *body, uint32_t n)
         bad = fgr_heap_map(mfd, want, &heap);
         e = errno;
         close(mfd);
-        if (bad)
+        if (bad && e == EPROTO)
             reject("the pinned heap is not one of ours (%s)", strerror(e));
-        fgr_heap_attach(heap, want);
+        if (bad) /* an address-space limit here, say: the connection goes on without it */
+            fgr_logf("cannot map the pinned heap (%s): the client's pinned memory is copied as pageable memory is",
+                     strerror(e));
+        fgr_heap_attach(bad ? NULL : heap, want);
     }
 }
 

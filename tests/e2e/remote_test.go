@@ -1380,6 +1380,27 @@ print("copied", ctypes.string_at(other, n) == bytes([5]) * n, cu.cuMemFreeHost(o
 	}
 }
 
+// A client that cannot map the pinned heap (an address-space limit of
+// 16 GiB here) says so and goes on without it: its pinned memory is its own,
+// copied as pageable memory is.
+func TestRemoteWithoutPinnedHeap(t *testing.T) {
+	prog := contextPrelude + `
+n = 1 << 20
+assert cu.cuMemAlloc_v2(ctypes.byref(dev), ctypes.c_size_t(n)) == 0
+print("pinned", cu.cuMemHostAlloc(ctypes.byref(h), ctypes.c_size_t(n), 0))
+ctypes.memset(h, 5, n)
+assert cu.cuMemcpyHtoD_v2(dev, h, ctypes.c_size_t(n)) == 0
+ctypes.memset(h, 0, n)
+print("copied", cu.cuMemcpyDtoH_v2(h, dev, ctypes.c_size_t(n)), ctypes.string_at(h, n) == bytes([5]) * n, cu.cuMemFreeHost(h))
+`
+	e := newEnv(t, "FLEXGV_REMOTE_LOG=calls")
+	r := e.remote(e.serve("shm"), "bash", "-c", `ulimit -v 16777216 && exec python3 -c "$1"`, "limited", prog)
+	if r.code != 0 || r.stdout != "pinned 0\ncopied 0 True 0\n" || roundTrips(r)["fgrHeapRegister"] != 0 ||
+		!strings.Contains(r.stderr, "no pinned heap shared with") {
+		t.Errorf("exit %d, printed\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+}
+
 // Over shm://, a frame larger than a ring (4 MiB each way) streams through
 // it, wrapping around, and arrives whole.
 func TestRemoteSharedMemoryLargeFrames(t *testing.T) {
