@@ -20,7 +20,7 @@ import (
 )
 
 func newServe(g *globals, stderr io.Writer) *cobra.Command {
-	var listen, gpus, tlsCert, tlsKey, tenantDir, moduleCache string
+	var listen, gpus, tlsCert, tlsKey, tenantDir, moduleCache, pinnedMax string
 	var open bool
 	var tenants serveTenants
 	c := &cobra.Command{
@@ -99,8 +99,16 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return usageError{fmt.Errorf("flexgv serve: --module-cache: %w", err)}
 			}
+			pinned := int64(-1)
+			if pinnedMax != "" {
+				n, err := tenant.ParseSize(pinnedMax)
+				if err != nil || n > 1<<62 {
+					return usageError{fmt.Errorf("flexgv serve: --pinned-max: %q is not a size (a number with B, KiB, MiB or GiB; 0: none)", pinnedMax)}
+				}
+				pinned = int64(n)
+			}
 			s := &remote.Server{Executor: exe, Driver: driver, GPUs: visible, Env: executorEnv(visible != ""), TLS: tlsConfig, Log: stderr,
-				ModuleCache: cache}
+				ModuleCache: cache, PinnedMax: pinned}
 			if len(tenants) > 0 {
 				release, err := tenants.acquire(g.shim, driver, s)
 				if err != nil {
@@ -162,6 +170,7 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 	c.Flags().StringVar(&tlsKey, "tls-key", "", "with --listen tls://: the certificate's private key (PEM)")
 	c.Flags().StringVar(&tenantDir, "tenant-dir", "", "admit the tenants whose token files NAME.token are in this folder when a client connects (tenant NAME must exist)")
 	c.Flags().StringVar(&moduleCache, "module-cache", "", "where to keep module images that clients across a network send, by SHA-256, a folder per tenant, so that they are sent once (default: the user's cache folder, flexgv/modules; off: keep none)")
+	c.Flags().StringVar(&pinnedMax, "pinned-max", "", "how much of the server's memory a connection over shm:// may pin for the program's pinned host memory (default: a quarter of the server's memory; 0: none, pinned memory is then copied as pageable memory is)")
 	c.Flags().BoolVar(&open, "open", false, "serve anyone who can connect, without tenants or limits (needed for TCP without --tenant)")
 	tenants.register(c)
 	return c

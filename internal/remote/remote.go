@@ -178,6 +178,9 @@ type Server struct {
 	// ModuleCache, when set, is where executors keep module images by
 	// hash: a folder per tenant ("open" for clients without one).
 	ModuleCache string
+	// PinnedMax: the bytes of pinned host memory a connection's executor
+	// registers at most (-1: its default, a quarter of physical memory).
+	PinnedMax int64
 	Tenants     []*Tenant // who may connect; none (and no Lookup): anyone who can reach the socket
 	// Lookup, when set, finds the tenant of a token hash none of Tenants
 	// has (TenantDir.Lookup): nil if none; an error refuses the client.
@@ -281,6 +284,9 @@ func (s *Server) start(ctx context.Context, c net.Conn) {
 	}
 	if dir := s.moduleCache(t); dir != "" {
 		args = append(args, "--module-cache", dir)
+	}
+	if s.PinnedMax >= 0 {
+		args = append(args, "--pinned-max", strconv.FormatInt(s.PinnedMax, 10))
 	}
 	cmd := exec.Command(s.Executor, args...)
 	cmd.ExtraFiles = []*os.File{f}

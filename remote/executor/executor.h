@@ -132,6 +132,9 @@ void fgr_stage_reap(void);
 /* The pinned heap of shm:// (heap.c): its operations, and its mapping. */
 void fgr_heap_init(void *driver);
 void fgr_heap_attach(uint8_t *base, uint64_t client_base);
+/* The bytes a connection registers at most (default: a quarter of the
+ * server's physical memory). */
+void fgr_heap_max(const char *bytes);
 
 /* The driver's functions the executor needs besides the operations. */
 struct fgr_drv {

@@ -24,6 +24,7 @@
 #define BLOCKS_MAX 65536 /* registered allocations a connection may hold */
 
 static uint8_t *base; /* NULL: no heap (a socket) */
+static uint64_t registered, most = UINT64_MAX; /* bytes registered, and the bound (UINT64_MAX: not given) */
 static int same;      /* mapped at the client's address */
 static struct block {
     uint64_t off, n;
@@ -64,6 +65,12 @@ static CUresult heap_register(size_t off, size_t n, unsigned *mapped)
         return CUDA_ERROR_NOT_SUPPORTED;
     if (!n || off % page || n % page || off > FGR_HEAP_BYTES || n > FGR_HEAP_BYTES - off)
         return CUDA_ERROR_INVALID_VALUE;
+    if (most == UINT64_MAX) {
+        long pages = sysconf(_SC_PHYS_PAGES);
+        most = pages > 0 ? (uint64_t)pages * page / 4 : 0;
+    }
+    if (n > most - registered || registered > most)
+        return CUDA_ERROR_OUT_OF_MEMORY; /* the client then keeps it as its own */
     int i = find(off);
     if (i >= 0 || nblocks == BLOCKS_MAX)
         return CUDA_ERROR_INVALID_VALUE;
@@ -96,6 +103,7 @@ static CUresult heap_register(size_t off, size_t n, unsigned *mapped)
     memmove(&blocks[i + 1], &blocks[i], (size_t)(nblocks - i) * sizeof *blocks);
     blocks[i] = (struct block){off, n};
     nblocks++;
+    registered += n;
     *mapped = (flags & CU_MEMHOSTREGISTER_DEVICEMAP) != 0;
     if (*mapped)
         fgr_mem_add((uint64_t)(uintptr_t)(base + off), n, 0, 0);
@@ -111,6 +119,7 @@ static CUresult heap_unregister(size_t off)
     CUresult r = fgr_drv.host_unregister ? fgr_drv.host_unregister(base + off) : CUDA_ERROR_NOT_SUPPORTED;
     fgr_unrelax(m);
     fgr_drop(FGR_H_MEM, (uint64_t)(uintptr_t)(base + off));
+    registered -= blocks[i].n;
     memmove(&blocks[i], &blocks[i + 1], (size_t)(nblocks - i - 1) * sizeof *blocks);
     nblocks--;
     return r;
@@ -160,6 +169,13 @@ void fgr_heap_init(void *driver)
     fgr_real[FGR_OP_fgrHeapUploadWait] = (void *)heap_upload_wait;
     fgr_real[FGR_OP_fgrHeapDownload] = (void *)heap_download;
     fgr_real[FGR_OP_fgrHeapDownloadWait] = (void *)heap_download_wait;
+}
+
+void fgr_heap_max(const char *bytes)
+{
+    char *end;
+    unsigned long long v = strtoull(bytes, &end, 10);
+    most = *bytes && !*end && v < UINT64_MAX ? (uint64_t)v : 0;
 }
 
 void fgr_heap_attach(uint8_t *b, uint64_t client_base)

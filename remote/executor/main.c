@@ -1,4 +1,4 @@
-/* flexgv-executor --fd N [--driver PATH] [--peer NAME] [--module-cache DIR]
+/* flexgv-executor --fd N [--driver PATH] [--peer NAME] [--module-cache DIR] [--pinned-max BYTES]
  * Serves one client connection (inherited as descriptor N) with the real
  * driver: the handshake, then one call per frame until the client goes.
  * A malformed frame ends the connection with a log line saying why; the
@@ -485,7 +485,7 @@ static void serve_frame(uint8_t *body, uint32_t n, int resume)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: flexgv-executor --fd N [--driver PATH] [--peer NAME] [--module-cache DIR]\n");
+    fprintf(stderr, "usage: flexgv-executor --fd N [--driver PATH] [--peer NAME] [--module-cache DIR] [--pinned-max BYTES]\n");
     exit(2);
 }
 
@@ -502,6 +502,8 @@ int main(int argc, char **argv)
             fgr_peer = argv[++i];
         else if (!strcmp(argv[i], "--module-cache") && i + 1 < argc)
             fgr_images_dir(argv[++i]);
+        else if (!strcmp(argv[i], "--pinned-max") && i + 1 < argc)
+            fgr_heap_max(argv[++i]);
         else
             usage();
     }

@@ -1401,6 +1401,45 @@ print("copied", cu.cuMemcpyDtoH_v2(h, dev, ctypes.c_size_t(n)), ctypes.string_at
 	}
 }
 
+// flexgv serve --pinned-max bounds the pinned host memory a connection's
+// executor registers (server-side: a client cannot pin more of the
+// server's memory): past it, pinned memory is the program's own and its
+// copies still arrive; what is freed makes room again. A bad size is
+// refused.
+func TestRemotePinnedHeapLimit(t *testing.T) {
+	prog := contextPrelude + `
+n = 2 << 20
+assert cu.cuMemAlloc_v2(ctypes.byref(dev), ctypes.c_size_t(n)) == 0
+def pinned():
+    p = ctypes.c_void_p()
+    assert cu.cuMemHostAlloc(ctypes.byref(p), ctypes.c_size_t(n), 0) == 0
+    ctypes.memset(p, 7, n)
+    assert cu.cuMemcpyHtoD_v2(dev, p, ctypes.c_size_t(n)) == 0
+    ctypes.memset(p, 0, n)
+    assert cu.cuMemcpyDtoH_v2(p, dev, ctypes.c_size_t(n)) == 0
+    return p, ctypes.string_at(p, n) == bytes([7]) * n
+a, ok1 = pinned()
+b, ok2 = pinned()
+print("copied", ok1, ok2, "freed", cu.cuMemFreeHost(a))
+c, ok3 = pinned()
+print("after", ok3, cu.cuMemFreeHost(b), cu.cuMemFreeHost(c))
+`
+	e := newEnv(t, "FLEXGV_REMOTE_LOG=calls")
+	r := e.remote(e.serve("shm", "--pinned-max", "3MiB"), "python3", "-c", prog)
+	trips := roundTrips(r)
+	// a and c in the heap, b the program's own (staged copies).
+	if r.code != 0 || r.stdout != "copied True True freed 0\nafter True 0 0\n" || trips["fgrHeapRegister"] != 3 ||
+		trips["fgrHeapUploadWait"] != 2 || trips["fgrStageUploadLast"] != 1 {
+		t.Errorf("exit %d, printed\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	for _, bad := range []string{"lots", "-1MiB", "1.5B"} {
+		r := e.run("flexgv", "serve", "--listen", "unix://"+filepath.Join(e.dir, "p.sock"), "--pinned-max", bad)
+		if r.code != 2 || !strings.Contains(r.stderr, "--pinned-max: \""+bad+"\" is not a size") {
+			t.Errorf("--pinned-max %s: exit %d\n%s", bad, r.code, r.stderr)
+		}
+	}
+}
+
 // Over shm://, a frame larger than a ring (4 MiB each way) streams through
 // it, wrapping around, and arrives whole.
 func TestRemoteSharedMemoryLargeFrames(t *testing.T) {
