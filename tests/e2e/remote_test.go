@@ -1356,8 +1356,9 @@ for v in (3, 9):
 }
 
 // Pinned memory the heap has no room for is the program's own, copied as
-// pageable memory is: a 63 GiB allocation (pages untouched) leaves too
-// little of the 64 GiB heap for a 2 GiB one, whose copies still arrive.
+// pageable memory is: a 63 GiB allocation (pages untouched, and the
+// server let pin that much) leaves too little of the 64 GiB heap for a
+// 2 GiB one, whose copies still arrive.
 func TestRemotePinnedHeapFull(t *testing.T) {
 	prog := contextPrelude + `
 big, other = ctypes.c_void_p(), ctypes.c_void_p()
@@ -1372,7 +1373,7 @@ assert cu.cuMemcpyDtoH_v2(other, dev, ctypes.c_size_t(n)) == 0
 print("copied", ctypes.string_at(other, n) == bytes([5]) * n, cu.cuMemFreeHost(other), cu.cuMemFreeHost(big))
 `
 	e := newEnv(t, "FLEXGV_REMOTE_LOG=calls")
-	r := e.remote(e.serve("shm"), "python3", "-c", prog)
+	r := e.remote(e.serve("shm", "--pinned-max", "100GiB"), "python3", "-c", prog)
 	want := "63 GiB 0\n2 GiB more 0 True\ncopied True 0 0\n"
 	trips := roundTrips(r)
 	if r.code != 0 || r.stdout != want || trips["fgrHeapRegister"] != 1 || trips["fgrStageUploadLast"] == 0 {
