@@ -1441,6 +1441,42 @@ print("after", ok3, cu.cuMemFreeHost(b), cu.cuMemFreeHost(c))
 	}
 }
 
+// Threads allocating, using and freeing pinned memory at once over shm://
+// each get their own bytes back.
+func TestRemotePinnedHeapThreads(t *testing.T) {
+	prog := contextPrelude + `
+import threading, random
+assert cu.cuMemAlloc_v2(ctypes.byref(dev), ctypes.c_size_t(8 << 22)) == 0
+bad = []
+def work(k):
+    cu.cuCtxSetCurrent(ctx)
+    rnd = random.Random(k)
+    d = ctypes.c_uint64(dev.value + (k << 22))
+    for i in range(40):
+        n = rnd.randrange(1 << 16, 1 << 22)
+        p = ctypes.c_void_p()
+        if cu.cuMemHostAlloc(ctypes.byref(p), ctypes.c_size_t(n), 3) != 0:
+            bad.append("alloc"); return
+        ctypes.memset(p, k * 40 + i, n)
+        # (an asynchronous copy from pinned memory reads it when it runs)
+        r = cu.cuMemcpyHtoDAsync_v2(d, p, ctypes.c_size_t(n), None) or cu.cuStreamSynchronize(None)
+        ctypes.memset(p, 255, n)
+        r2 = cu.cuMemcpyDtoH_v2(p, d, ctypes.c_size_t(n))
+        if r or r2 or ctypes.string_at(p, n) != bytes([k * 40 + i]) * n:
+            bad.append((k, i, r, r2))
+        cu.cuMemFreeHost(p)
+ts = [threading.Thread(target=work, args=(k,)) for k in range(6)]
+for t in ts: t.start()
+for t in ts: t.join()
+print("wrong", bad)
+`
+	e := newEnv(t)
+	r := e.remote(e.serve("shm"), "python3", "-c", prog)
+	if r.code != 0 || r.stdout != "wrong []\n" {
+		t.Errorf("exit %d, printed\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+}
+
 // Over shm://, a frame larger than a ring (4 MiB each way) streams through
 // it, wrapping around, and arrives whole.
 func TestRemoteSharedMemoryLargeFrames(t *testing.T) {
