@@ -181,7 +181,7 @@ type Server struct {
 	// PinnedMax: the bytes of pinned host memory a connection's executor
 	// registers at most (-1: its default, a quarter of physical memory).
 	PinnedMax int64
-	Tenants     []*Tenant // who may connect; none (and no Lookup): anyone who can reach the socket
+	Tenants   []*Tenant // who may connect; none (and no Lookup): anyone who can reach the socket
 	// Lookup, when set, finds the tenant of a token hash none of Tenants
 	// has (TenantDir.Lookup): nil if none; an error refuses the client.
 	Lookup func(h [32]byte) (*Tenant, error)
