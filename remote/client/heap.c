@@ -3,7 +3,10 @@
  * executor, which registers each allocation with the driver. A copy between
  * such memory and the device is then the GPU's DMA straight from or into the
  * program's pages: no host copy, queued without a round trip when
- * asynchronous, and made when it runs on its stream, as natively.
+ * asynchronous, and made when it runs on its stream, as natively. Where
+ * the executor maps the heap at the address the client did (chosen where
+ * mappings rarely are), an allocation is device memory at the program's
+ * own pointer too, for kernels and memsets.
  *
  * The heap is sparse: an allocation's pages exist once written, and are
  * given back when it is freed. Like the driver's pinned memory it is not
@@ -18,8 +21,8 @@
 #include <unistd.h>
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static uint8_t *heap;         /* this connection's, NULL: none */
-static uint8_t *stale[8];     /* a parent's heaps, reserved in a forked child */
+static uint8_t *heap;     /* this connection's, NULL: none */
+static uint8_t *stale[8]; /* a parent's heaps, reserved in a forked child */
 static struct block {
     uint64_t off, n;
     int mapped; /* kernels reach it by its address */

@@ -23,9 +23,9 @@
 
 #define BLOCKS_MAX 65536 /* registered allocations a connection may hold */
 
-static uint8_t *base; /* NULL: no heap (a socket) */
-static uint64_t registered, most = UINT64_MAX; /* bytes registered, and the bound (UINT64_MAX: not given) */
-static int same;      /* mapped at the client's address */
+static uint8_t *base;                          /* NULL: no heap (a socket) */
+static int same;                               /* mapped at the client's address */
+static uint64_t registered, most = UINT64_MAX; /* bytes registered, and the bound (UINT64_MAX: not given yet) */
 static struct block {
     uint64_t off, n;
 } *blocks; /* sorted by offset, disjoint */
@@ -35,7 +35,7 @@ static CUresult (*copy)(CUdeviceptr, const void *, size_t, CUstream);
 static CUresult (*copy_back)(void *, CUdeviceptr, size_t, CUstream);
 static CUresult (*device_pointer)(CUdeviceptr *, void *, unsigned int);
 
-/* The block [off, off + n) lies in, or the index it would be inserted at
+/* The block off lies in, or the index one would be inserted at
  * (negative: -1 - index). */
 static int find(uint64_t off)
 {
