@@ -49,6 +49,25 @@ int fgr_heap_holds(const void *p, size_t n, uint64_t *off)
     return 1;
 }
 
+int fgr_heap_copyable(const void *p, size_t n, uint64_t *off)
+{
+    if (!n || !fgr_heap_holds(p, n, off))
+        return 0;
+    pthread_mutex_lock(&lock);
+    int lo = 0, hi = nblocks, yes = 0;
+    while (lo < hi && !yes) {
+        int mid = (lo + hi) / 2;
+        if (blocks[mid].off + blocks[mid].n <= *off)
+            lo = mid + 1;
+        else if (blocks[mid].off > *off)
+            hi = mid;
+        else
+            yes = n <= blocks[mid].n - (*off - blocks[mid].off), hi = lo;
+    }
+    pthread_mutex_unlock(&lock);
+    return yes;
+}
+
 /* Room for one more block (under lock). */
 static int room(void)
 {

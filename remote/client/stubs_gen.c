@@ -739,7 +739,7 @@ FGR_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, 
     CUresult fgr_r;
     fgr_mirror_named((uint64_t)dstDevice);
     uint64_t fgr_at;
-    if (fgr_heap_holds(srcHost, ByteCount, &fgr_at))
+    if (fgr_heap_copyable(srcHost, ByteCount, &fgr_at))
         return fgr_heap_upload(dstDevice, fgr_at, ByteCount, NULL, 1);
     if (fgr_stage_wanted(ByteCount))
         return fgr_stage_upload(dstDevice, srcHost, ByteCount, NULL, FGR_STAGE_SYNC, 0);
@@ -778,7 +778,7 @@ FGR_EXPORT CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcH
     CUresult fgr_r;
     fgr_mirror_named((uint64_t)dstDevice);
     uint64_t fgr_at;
-    if (fgr_heap_holds(srcHost, ByteCount, &fgr_at))
+    if (fgr_heap_copyable(srcHost, ByteCount, &fgr_at))
         return fgr_heap_upload(dstDevice, fgr_at, ByteCount, CU_STREAM_PER_THREAD, 1);
     if (fgr_stage_wanted(ByteCount))
         return fgr_stage_upload(dstDevice, srcHost, ByteCount, NULL, FGR_STAGE_SYNC | FGR_STAGE_PT, 0);
@@ -798,7 +798,7 @@ FGR_EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t
     CUresult fgr_r;
     fgr_mirror_named((uint64_t)srcDevice);
     uint64_t fgr_at;
-    if (fgr_heap_holds(dstHost, ByteCount, &fgr_at))
+    if (fgr_heap_copyable(dstHost, ByteCount, &fgr_at))
         return fgr_heap_download(fgr_at, srcDevice, ByteCount, NULL, 1);
     if (fgr_stage_down_wanted(ByteCount))
         return fgr_stage_download(dstHost, srcDevice, ByteCount, NULL);
@@ -832,7 +832,7 @@ FGR_EXPORT CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, s
     CUresult fgr_r;
     fgr_mirror_named((uint64_t)srcDevice);
     uint64_t fgr_at;
-    if (fgr_heap_holds(dstHost, ByteCount, &fgr_at))
+    if (fgr_heap_copyable(dstHost, ByteCount, &fgr_at))
         return fgr_heap_download(fgr_at, srcDevice, ByteCount, CU_STREAM_PER_THREAD, 1);
     if (fgr_stage_down_wanted(ByteCount))
         return fgr_stage_download(dstHost, srcDevice, ByteCount, CU_STREAM_PER_THREAD);
@@ -934,7 +934,7 @@ FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcH
     CUresult fgr_r;
     fgr_mirror_named((uint64_t)dstDevice);
     uint64_t fgr_at;
-    if (fgr_heap_holds(srcHost, ByteCount, &fgr_at))
+    if (fgr_heap_copyable(srcHost, ByteCount, &fgr_at))
         return fgr_heap_upload(dstDevice, fgr_at, ByteCount, hStream, 0);
     if (fgr_stage_wanted(ByteCount))
         return fgr_stage_upload(dstDevice, srcHost, ByteCount, hStream, 0, 1);
@@ -964,7 +964,7 @@ FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void 
     CUresult fgr_r;
     fgr_mirror_named((uint64_t)dstDevice);
     uint64_t fgr_at;
-    if (fgr_heap_holds(srcHost, ByteCount, &fgr_at))
+    if (fgr_heap_copyable(srcHost, ByteCount, &fgr_at))
         return fgr_heap_upload(dstDevice, fgr_at, ByteCount, hStream ? hStream : CU_STREAM_PER_THREAD, 0);
     if (fgr_stage_wanted(ByteCount))
         return fgr_stage_upload(dstDevice, srcHost, ByteCount, hStream, FGR_STAGE_PT, 1);
@@ -994,7 +994,7 @@ FGR_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, s
     CUresult fgr_r;
     fgr_mirror_named((uint64_t)srcDevice);
     uint64_t fgr_at;
-    if (fgr_heap_holds(dstHost, ByteCount, &fgr_at))
+    if (fgr_heap_copyable(dstHost, ByteCount, &fgr_at))
         return fgr_heap_download(fgr_at, srcDevice, ByteCount, hStream, 0);
     if (fgr_stage_down_wanted(ByteCount))
         return fgr_stage_download(dstHost, srcDevice, ByteCount, hStream);
@@ -1029,7 +1029,7 @@ FGR_EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevi
     CUresult fgr_r;
     fgr_mirror_named((uint64_t)srcDevice);
     uint64_t fgr_at;
-    if (fgr_heap_holds(dstHost, ByteCount, &fgr_at))
+    if (fgr_heap_copyable(dstHost, ByteCount, &fgr_at))
         return fgr_heap_download(fgr_at, srcDevice, ByteCount, hStream ? hStream : CU_STREAM_PER_THREAD, 0);
     if (fgr_stage_down_wanted(ByteCount))
         return fgr_stage_download(dstHost, srcDevice, ByteCount, hStream ? hStream : CU_STREAM_PER_THREAD);

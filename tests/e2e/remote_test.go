@@ -1477,6 +1477,31 @@ print("wrong", bad)
 	}
 }
 
+// A copy of pinned memory over two allocations, or past one's end, is no
+// single allocation's: over shm:// it goes as from pageable memory and
+// arrives whole, as locally.
+func TestRemotePinnedCopyAcrossAllocations(t *testing.T) {
+	prog := contextPrelude + `
+n = 1 << 20
+a, b = ctypes.c_void_p(), ctypes.c_void_p()
+assert cu.cuMemAlloc_v2(ctypes.byref(dev), ctypes.c_size_t(2 * n)) == 0
+assert cu.cuMemHostAlloc(ctypes.byref(a), ctypes.c_size_t(n), 0) == 0
+assert cu.cuMemHostAlloc(ctypes.byref(b), ctypes.c_size_t(n), 0) == 0
+if b.value != a.value + n:
+    print("not adjacent"); sys.exit(0)
+ctypes.memset(a, 1, n)
+ctypes.memset(b, 2, n)
+print("across", cu.cuMemcpyHtoD_v2(dev, a, ctypes.c_size_t(2 * n)))
+ctypes.memset(a, 0, 2 * n)
+print("back", cu.cuMemcpyDtoH_v2(a, dev, ctypes.c_size_t(2 * n)), ctypes.string_at(a, 2 * n) == bytes([1]) * n + bytes([2]) * n)
+`
+	e := newEnv(t, "FLEXGV_REMOTE_LOG=calls")
+	r := e.remote(e.serve("shm"), "python3", "-c", prog)
+	if r.code != 0 || r.stdout != "across 0\nback 0 True\n" || roundTrips(r)["fgrStageUploadLast"] == 0 {
+		t.Errorf("exit %d, printed\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+}
+
 // Over shm://, a frame larger than a ring (4 MiB each way) streams through
 // it, wrapping around, and arrives whole.
 func TestRemoteSharedMemoryLargeFrames(t *testing.T) {

@@ -920,13 +920,13 @@ func clientStub(b *strings.Builder, e RemoteEntry, decl string) {
 func copyShortcuts(b *strings.Builder, e RemoteEntry) {
 	stream, wait := copyStream(e), b2i(e.param("hStream") == nil)
 	if e.param("srcDevice") != nil {
-		fmt.Fprintf(b, "    uint64_t fgr_at;\n    if (fgr_heap_holds(%s, ByteCount, &fgr_at))\n        return fgr_heap_download(fgr_at, srcDevice, ByteCount, %s, %d);\n",
+		fmt.Fprintf(b, "    uint64_t fgr_at;\n    if (fgr_heap_copyable(%s, ByteCount, &fgr_at))\n        return fgr_heap_download(fgr_at, srcDevice, ByteCount, %s, %d);\n",
 			e.Stage, stream, wait)
 		fmt.Fprintf(b, "    if (fgr_stage_down_wanted(ByteCount))\n        return fgr_stage_download(%s, srcDevice, ByteCount, %s);\n",
 			e.Stage, stream)
 		return
 	}
-	fmt.Fprintf(b, "    uint64_t fgr_at;\n    if (fgr_heap_holds(%s, ByteCount, &fgr_at))\n        return fgr_heap_upload(dstDevice, fgr_at, ByteCount, %s, %d);\n",
+	fmt.Fprintf(b, "    uint64_t fgr_at;\n    if (fgr_heap_copyable(%s, ByteCount, &fgr_at))\n        return fgr_heap_upload(dstDevice, fgr_at, ByteCount, %s, %d);\n",
 		e.Stage, stream, wait)
 	how := []string{"FGR_STAGE_SYNC"}
 	s := "NULL"
