@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // server is a flexgv serve on the simulated GPU, with what it logged.
@@ -1499,6 +1501,37 @@ print("back", cu.cuMemcpyDtoH_v2(a, dev, ctypes.c_size_t(2 * n)), ctypes.string_
 	r := e.remote(e.serve("shm"), "python3", "-c", prog)
 	if r.code != 0 || r.stdout != "across 0\nback 0 True\n" || roundTrips(r)["fgrStageUploadLast"] == 0 {
 		t.Errorf("exit %d, printed\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// An executor that cannot map the pinned heap (an address-space limit of
+// 8 GiB more than the server had when it started them) says so and serves
+// on: the program's pinned memory is its own, its copies still arrive.
+func TestRemoteExecutorWithoutPinnedHeap(t *testing.T) {
+	prog := contextPrelude + `
+n = 1 << 20
+assert cu.cuMemAlloc_v2(ctypes.byref(dev), ctypes.c_size_t(n)) == 0
+print("pinned", cu.cuMemHostAlloc(ctypes.byref(h), ctypes.c_size_t(n), 0))
+ctypes.memset(h, 5, n)
+assert cu.cuMemcpyHtoD_v2(dev, h, ctypes.c_size_t(n)) == 0
+ctypes.memset(h, 0, n)
+print("copied", cu.cuMemcpyDtoH_v2(h, dev, ctypes.c_size_t(n)), ctypes.string_at(h, n) == bytes([5]) * n, cu.cuMemFreeHost(h))
+`
+	e := newEnv(t)
+	s := e.serve("shm")
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
+	m := regexp.MustCompile(`VmSize:\s+(\d+) kB`).FindSubmatch(status)
+	if err != nil || m == nil {
+		t.Fatalf("the server's size: %v", err)
+	}
+	kb, _ := strconv.ParseUint(string(m[1]), 10, 64)
+	limit := unix.Rlimit{Cur: kb<<10 + 8<<30, Max: kb<<10 + 8<<30}
+	if err := unix.Prlimit(s.cmd.Process.Pid, unix.RLIMIT_AS, &limit, nil); err != nil {
+		t.Fatal(err)
+	}
+	r := e.remote(s, "python3", "-c", prog)
+	if r.code != 0 || r.stdout != "pinned 0\ncopied 0 True 0\n" || !strings.Contains(s.Log(), "cannot map the pinned heap") {
+		t.Errorf("exit %d, printed\n%s\n%s\nthe server said:\n%s", r.code, r.stdout, r.stderr, s.Log())
 	}
 }
 
