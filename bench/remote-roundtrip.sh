@@ -9,7 +9,8 @@
 #   upload      cuMemcpyHtoDAsync of 4 KiB: queued with its bytes
 #   event       cuEventCreate and cuEventDestroy: queued, a shadow handle
 #   latency     the round trip with 10 and 50 us added (FLEXGV_REMOTE_DELAY_US)
-#   bandwidth   synchronous 64 MiB uploads and downloads
+#   bandwidth   synchronous 64 MiB uploads and downloads, from and into
+#               pageable and pinned memory
 #   beside      a round trip while another thread waits for the GPU
 # Each runs N and 2N times so that start-up cancels out; prints microseconds
 # per call.
@@ -98,6 +99,13 @@ echo "download 64 MiB (cuMemcpyDtoH): local $(gbps "$(per_call 8 1 "memclient co
     "unix socket $(gbps "$(per_call 8 1 "memclient copybackloop" "${unix_env[@]}")") GB/s," \
     "shared memory $(gbps "$(per_call 8 1 "memclient copybackloop" "${shm_env[@]}")") GB/s," \
     "loopback TCP $(gbps "$(per_call 8 1 "memclient copybackloop" "${tcp_env[@]}")") GB/s"
+# From and into pinned memory (over shared memory, the heap both sides map).
+for way in copyloop copybackloop; do
+    echo "pinned $([ $way = copyloop ] && echo upload || echo download) 64 MiB:" \
+        "local $(gbps "$(per_call 8 1 "memclient pinned$way" "${local_env[@]}")") GB/s," \
+        "unix socket $(gbps "$(per_call 8 1 "memclient pinned$way" "${unix_env[@]}")") GB/s," \
+        "shared memory $(gbps "$(per_call 8 1 "memclient pinned$way" "${shm_env[@]}")") GB/s"
+done
 # A round trip while another thread of the program waits for 20 ms kernels,
 # one after the other: its median and 99th percentile.
 beside() { env "$@" "$B/tests/waiters" beside 3 | awk '{ printf "%s/%s us", $4, $6 }'; }

@@ -12,6 +12,7 @@
  *     memclient eventloop N      N pairs of cuEventCreate/cuEventDestroy, then a synchronize (benchmarks)
  *     memclient copyloop N       N synchronous 64 MiB uploads (benchmarks)
  *     memclient copybackloop N   N synchronous 64 MiB downloads (benchmarks)
+ *     memclient pinnedcopyloop N, pinnedcopybackloop N   the same with pinned host memory
  *     memclient execinfo         hold 100 MiB, then exec "memclient info"
  *     memclient overflow         hold 600 MiB, then sizes that wrap a 64-bit sum or product
  *     memclient ctxrace N        N threads retain the first primary context at once
@@ -402,12 +403,17 @@ int main(int argc, char **argv)
         printf(", %zu MiB more in use\n", (size_t)((f0 - f) / MiB));
         return 0;
     }
-    if (!strcmp(mode, "copyloop") || !strcmp(mode, "copybackloop")) { /* synchronous 64 MiB copies: bandwidth */
-        int back = mode[4] == 'b';
+    if (!strcmp(mode, "copyloop") || !strcmp(mode, "copybackloop") || !strcmp(mode, "pinnedcopyloop") ||
+        !strcmp(mode, "pinnedcopybackloop")) { /* synchronous 64 MiB copies: bandwidth */
+        int pinned = mode[0] == 'p', back = mode[pinned ? 10 : 4] == 'b';
         long n = argc > 2 ? atol(argv[2]) : 10;
         size_t size = 64 * MiB;
-        char *host = malloc(size);
+        char *host = NULL;
         CUdeviceptr p;
+        if (pinned)
+            CHECK(cuMemAllocHost_v2((void **)&host, size));
+        else
+            host = malloc(size);
         if (!host)
             return 1;
         memset(host, 1, size);
