@@ -49,21 +49,29 @@ int fgr_heap_holds(const void *p, size_t n, uint64_t *off)
     return 1;
 }
 
+/* The allocation offset off lies in, -1 for none (under lock). */
+static int block_of(uint64_t off)
+{
+    int lo = 0, hi = nblocks;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (blocks[mid].off + blocks[mid].n <= off)
+            lo = mid + 1;
+        else if (blocks[mid].off > off)
+            hi = mid;
+        else
+            return mid;
+    }
+    return -1;
+}
+
 int fgr_heap_copyable(const void *p, size_t n, uint64_t *off)
 {
     if (!n || !fgr_heap_holds(p, n, off))
         return 0;
     pthread_mutex_lock(&lock);
-    int lo = 0, hi = nblocks, yes = 0;
-    while (lo < hi && !yes) {
-        int mid = (lo + hi) / 2;
-        if (blocks[mid].off + blocks[mid].n <= *off)
-            lo = mid + 1;
-        else if (blocks[mid].off > *off)
-            hi = mid;
-        else
-            yes = n <= blocks[mid].n - (*off - blocks[mid].off), hi = lo;
-    }
+    int i = block_of(*off);
+    int yes = i >= 0 && n <= blocks[i].n - (*off - blocks[i].off);
     pthread_mutex_unlock(&lock);
     return yes;
 }
@@ -112,9 +120,8 @@ void *fgr_heap_alloc(size_t bytes, int *mapped)
     }
     if (p && on_device) {
         pthread_mutex_lock(&lock);
-        for (i = 0; i < nblocks; i++)
-            if (blocks[i].off == off)
-                blocks[i].mapped = 1;
+        if ((i = block_of(off)) >= 0)
+            blocks[i].mapped = 1;
         pthread_mutex_unlock(&lock);
     }
     *mapped = p && on_device;
@@ -129,12 +136,10 @@ int fgr_pinned_host(uint64_t p)
 int fgr_heap_mapped(const void *p)
 {
     uint64_t off;
-    int yes = 0;
     if (!fgr_heap_holds(p, 1, &off))
         return 0;
     pthread_mutex_lock(&lock);
-    for (int i = 0; i < nblocks && !yes; i++)
-        yes = blocks[i].mapped && off >= blocks[i].off && off - blocks[i].off < blocks[i].n;
+    int i = block_of(off), yes = i >= 0 && blocks[i].mapped;
     pthread_mutex_unlock(&lock);
     return yes;
 }
@@ -149,10 +154,8 @@ int fgr_heap_free(void *p)
     if (!fgr_heap_holds(p, 0, &off))
         return 0;
     pthread_mutex_lock(&lock);
-    int i = 0;
-    while (i < nblocks && blocks[i].off != off)
-        i++;
-    uint64_t n = i < nblocks ? blocks[i].n : 0;
+    int i = block_of(off);
+    uint64_t n = i >= 0 && blocks[i].off == off ? blocks[i].n : 0;
     pthread_mutex_unlock(&lock);
     if (!n)
         return 1; /* not an allocation's start: nothing to free */
@@ -161,9 +164,7 @@ int fgr_heap_free(void *p)
     fgrHeapUnregister(off);
     madvise(q, n, MADV_REMOVE);
     pthread_mutex_lock(&lock);
-    for (i = 0; i < nblocks && blocks[i].off != off; i++)
-        ;
-    if (i < nblocks) {
+    if ((i = block_of(off)) >= 0) {
         memmove(&blocks[i], &blocks[i + 1], (size_t)(nblocks - i - 1) * sizeof *blocks);
         nblocks--;
     }
