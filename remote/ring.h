@@ -105,6 +105,26 @@ int fgr_heap_map(int fd, uint64_t want, uint8_t **base);
 /* An empty memfd the client hands over instead when it has no heap (the
  * executor then maps none: *base NULL). */
 int fgr_heap_none(void);
+/* The pinned heap's allocations, on either side: disjoint, sorted by
+ * offset; the index of the one offset off lies in, or -1 - the index
+ * where one holding it would go. */
+struct fgr_heap_range {
+    uint64_t off, n;
+};
+static inline int fgr_heap_find(const struct fgr_heap_range *r, int count, uint64_t off)
+{
+    int lo = 0, hi = count;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (r[mid].off + r[mid].n <= off)
+            lo = mid + 1;
+        else if (r[mid].off > off)
+            hi = mid;
+        else
+            return mid;
+    }
+    return -1 - lo;
+}
 /* Sends fd over the unix socket sock with one byte; receives it. */
 int fgr_send_fd(int sock, int fd);
 int fgr_recv_fd(int sock);

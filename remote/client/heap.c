@@ -23,10 +23,8 @@
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static uint8_t *heap;     /* this connection's, NULL: none */
 static uint8_t *stale[8]; /* a parent's heaps, reserved in a forked child */
-static struct block {
-    uint64_t off, n;
-    int mapped; /* kernels reach it by its address */
-} *blocks; /* allocated, sorted by offset */
+static struct fgr_heap_range *blocks; /* allocated */
+static unsigned char *mapped_at;       /* by block: kernels reach it by its address */
 static int nblocks, cap;
 
 int fgr_heap_make(int *fd, uint64_t *base)
@@ -52,17 +50,8 @@ int fgr_heap_holds(const void *p, size_t n, uint64_t *off)
 /* The allocation offset off lies in, -1 for none (under lock). */
 static int block_of(uint64_t off)
 {
-    int lo = 0, hi = nblocks;
-    while (lo < hi) {
-        int mid = (lo + hi) / 2;
-        if (blocks[mid].off + blocks[mid].n <= off)
-            lo = mid + 1;
-        else if (blocks[mid].off > off)
-            hi = mid;
-        else
-            return mid;
-    }
-    return -1;
+    int i = fgr_heap_find(blocks, nblocks, off);
+    return i >= 0 ? i : -1;
 }
 
 int fgr_heap_copyable(const void *p, size_t n, uint64_t *off)
@@ -82,10 +71,13 @@ static int room(void)
     if (nblocks < cap)
         return 1;
     int c = cap ? 2 * cap : 64;
-    struct block *b = realloc(blocks, (size_t)c * sizeof *b);
-    if (!b)
+    struct fgr_heap_range *b = realloc(blocks, (size_t)c * sizeof *b);
+    if (b)
+        blocks = b;
+    unsigned char *m = b ? realloc(mapped_at, (size_t)c) : NULL;
+    if (!m)
         return 0;
-    blocks = b;
+    mapped_at = m;
     cap = c;
     return 1;
 }
@@ -103,7 +95,9 @@ void *fgr_heap_alloc(size_t bytes, int *mapped)
     void *p = NULL;
     if (off <= FGR_HEAP_BYTES - n && room()) {
         memmove(&blocks[i + 1], &blocks[i], (size_t)(nblocks - i) * sizeof *blocks);
-        blocks[i] = (struct block){off, n, 0};
+        memmove(&mapped_at[i + 1], &mapped_at[i], (size_t)(nblocks - i));
+        blocks[i] = (struct fgr_heap_range){off, n};
+        mapped_at[i] = 0;
         nblocks++;
         p = h + off;
     }
@@ -121,7 +115,7 @@ void *fgr_heap_alloc(size_t bytes, int *mapped)
     if (p && on_device) {
         pthread_mutex_lock(&lock);
         if ((i = block_of(off)) >= 0)
-            blocks[i].mapped = 1;
+            mapped_at[i] = 1;
         pthread_mutex_unlock(&lock);
     }
     *mapped = p && on_device;
@@ -139,7 +133,7 @@ int fgr_heap_mapped(const void *p)
     if (!fgr_heap_holds(p, 1, &off))
         return 0;
     pthread_mutex_lock(&lock);
-    int i = block_of(off), yes = i >= 0 && blocks[i].mapped;
+    int i = block_of(off), yes = i >= 0 && mapped_at[i];
     pthread_mutex_unlock(&lock);
     return yes;
 }
@@ -166,6 +160,7 @@ int fgr_heap_free(void *p)
     pthread_mutex_lock(&lock);
     if ((i = block_of(off)) >= 0) {
         memmove(&blocks[i], &blocks[i + 1], (size_t)(nblocks - i - 1) * sizeof *blocks);
+        memmove(&mapped_at[i], &mapped_at[i + 1], (size_t)(nblocks - i - 1));
         nblocks--;
     }
     pthread_mutex_unlock(&lock);

@@ -26,31 +26,14 @@
 static uint8_t *base;                          /* NULL: no heap (a socket) */
 static int same;                               /* mapped at the client's address */
 static uint64_t registered, most = UINT64_MAX; /* bytes registered, and the bound (UINT64_MAX: not given yet) */
-static struct block {
-    uint64_t off, n;
-} *blocks; /* sorted by offset, disjoint */
+static struct fgr_heap_range *blocks; /* registered */
 static int nblocks, cap;
 
 static CUresult (*copy)(CUdeviceptr, const void *, size_t, CUstream);
 static CUresult (*copy_back)(void *, CUdeviceptr, size_t, CUstream);
 static CUresult (*device_pointer)(CUdeviceptr *, void *, unsigned int);
 
-/* The block off lies in, or the index one would be inserted at
- * (negative: -1 - index). */
-static int find(uint64_t off)
-{
-    int lo = 0, hi = nblocks;
-    while (lo < hi) {
-        int mid = (lo + hi) / 2;
-        if (blocks[mid].off + blocks[mid].n <= off)
-            lo = mid + 1;
-        else if (blocks[mid].off > off)
-            hi = mid;
-        else
-            return mid;
-    }
-    return -1 - lo;
-}
+static int find(uint64_t off) { return fgr_heap_find(blocks, nblocks, off); }
 
 static int within(uint64_t off, uint64_t n)
 {
@@ -79,7 +62,7 @@ static CUresult heap_register(size_t off, size_t n, unsigned *mapped)
         return CUDA_ERROR_INVALID_VALUE; /* overlaps the next one */
     if (nblocks == cap) {
         int c = cap ? 2 * cap : 64;
-        struct block *b = realloc(blocks, (size_t)c * sizeof *b);
+        struct fgr_heap_range *b = realloc(blocks, (size_t)c * sizeof *b);
         if (!b)
             return CUDA_ERROR_OUT_OF_MEMORY;
         blocks = b;
@@ -101,7 +84,7 @@ static CUresult heap_register(size_t off, size_t n, unsigned *mapped)
     if (r != CUDA_SUCCESS)
         return r;
     memmove(&blocks[i + 1], &blocks[i], (size_t)(nblocks - i) * sizeof *blocks);
-    blocks[i] = (struct block){off, n};
+    blocks[i] = (struct fgr_heap_range){off, n};
     nblocks++;
     registered += n;
     *mapped = (flags & CU_MEMHOSTREGISTER_DEVICEMAP) != 0;

@@ -1383,11 +1383,9 @@ print("copied", ctypes.string_at(other, n) == bytes([5]) * n, cu.cuMemFreeHost(o
 	}
 }
 
-// A client that cannot map the pinned heap (an address-space limit of
-// 16 GiB here) says so and goes on without it: its pinned memory is its own,
-// copied as pageable memory is.
-func TestRemoteWithoutPinnedHeap(t *testing.T) {
-	prog := contextPrelude + `
+// pinnedRoundTrip allocates 1 MiB of pinned memory and copies it to the
+// device and back; it prints "pinned 0\ncopied 0 True 0\n".
+const pinnedRoundTrip = contextPrelude + `
 n = 1 << 20
 assert cu.cuMemAlloc_v2(ctypes.byref(dev), ctypes.c_size_t(n)) == 0
 print("pinned", cu.cuMemHostAlloc(ctypes.byref(h), ctypes.c_size_t(n), 0))
@@ -1396,6 +1394,12 @@ assert cu.cuMemcpyHtoD_v2(dev, h, ctypes.c_size_t(n)) == 0
 ctypes.memset(h, 0, n)
 print("copied", cu.cuMemcpyDtoH_v2(h, dev, ctypes.c_size_t(n)), ctypes.string_at(h, n) == bytes([5]) * n, cu.cuMemFreeHost(h))
 `
+
+// A client that cannot map the pinned heap (an address-space limit of
+// 16 GiB here) says so and goes on without it: its pinned memory is its own,
+// copied as pageable memory is.
+func TestRemoteWithoutPinnedHeap(t *testing.T) {
+	prog := pinnedRoundTrip
 	e := newEnv(t, "FLEXGV_REMOTE_LOG=calls")
 	r := e.remote(e.serve("shm"), "bash", "-c", `ulimit -v 16777216 && exec python3 -c "$1"`, "limited", prog)
 	if r.code != 0 || r.stdout != "pinned 0\ncopied 0 True 0\n" || roundTrips(r)["fgrHeapRegister"] != 0 ||
@@ -1508,15 +1512,7 @@ print("back", cu.cuMemcpyDtoH_v2(a, dev, ctypes.c_size_t(2 * n)), ctypes.string_
 // 8 GiB more than the server had when it started them) says so and serves
 // on: the program's pinned memory is its own, its copies still arrive.
 func TestRemoteExecutorWithoutPinnedHeap(t *testing.T) {
-	prog := contextPrelude + `
-n = 1 << 20
-assert cu.cuMemAlloc_v2(ctypes.byref(dev), ctypes.c_size_t(n)) == 0
-print("pinned", cu.cuMemHostAlloc(ctypes.byref(h), ctypes.c_size_t(n), 0))
-ctypes.memset(h, 5, n)
-assert cu.cuMemcpyHtoD_v2(dev, h, ctypes.c_size_t(n)) == 0
-ctypes.memset(h, 0, n)
-print("copied", cu.cuMemcpyDtoH_v2(h, dev, ctypes.c_size_t(n)), ctypes.string_at(h, n) == bytes([5]) * n, cu.cuMemFreeHost(h))
-`
+	prog := pinnedRoundTrip
 	e := newEnv(t)
 	s := e.serve("shm")
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
