@@ -270,7 +270,7 @@ enum fgr_op {
     FGR_NUM_OPS = 261
 };
 
-#define FGR_OPS_HASH 0xcfeca021abdb5160ULL
+#define FGR_OPS_HASH 0x1f15e5c22a60f2a0ULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);

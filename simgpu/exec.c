@@ -625,6 +625,40 @@ void sim_kernel_run(struct sim_stream *s, struct sim_func *f, const struct sim_k
         s->last = c;
 }
 
+/* Parameters given packed in one buffer (extra): pointers into it at the
+ * offsets of the function's layout, in out (the first 8; every one must lie
+ * in the buffer). *use: what the launch reads its parameters from. */
+static CUresult extra_params(CUfunction fn, void **params, void **extra, void *out[8], void ***use)
+{
+    *use = params;
+    if (!extra)
+        return CUDA_SUCCESS;
+    if (params)
+        return CUDA_ERROR_INVALID_VALUE; /* one way or the other */
+    char *buf = NULL;
+    const size_t *size = NULL;
+    for (int i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+        if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+            buf = extra[i + 1];
+        else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
+            size = extra[i + 1];
+        else
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (!buf || !size)
+        return buf || size ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+    struct sim_func *f = as_func(fn);
+    size_t off, sz;
+    for (size_t k = 0; f && param_info(f, k, &off, &sz) == CUDA_SUCCESS; k++) {
+        if (off > *size || sz > *size - off)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (k < 8)
+            out[k] = buf + off;
+    }
+    *use = out;
+    return CUDA_SUCCESS;
+}
+
 static CUresult launch(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                        CUstream h, void **params, int pt)
 {
@@ -656,8 +690,9 @@ SIM_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int g
                                    void **extra)
 {
     (void)shm;
-    (void)extra;
-    return launch(f, gx, gy, gz, bx, by, bz, h, params, 0);
+    void *packed[8], **use;
+    CUresult r = extra_params(f, params, extra, packed, &use);
+    return r ? r : launch(f, gx, gy, gz, bx, by, bz, h, use, 0);
 }
 
 SIM_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
@@ -665,8 +700,9 @@ SIM_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned 
                                         CUstream h, void **params, void **extra)
 {
     (void)shm;
-    (void)extra;
-    return launch(f, gx, gy, gz, bx, by, bz, h, params, 1);
+    void *packed[8], **use;
+    CUresult r = extra_params(f, params, extra, packed, &use);
+    return r ? r : launch(f, gx, gy, gz, bx, by, bz, h, use, 1);
 }
 
 /* The cluster a configuration asks for (1x1x1 without the attribute);
@@ -735,14 +771,16 @@ static CUresult launch_ex(const CUlaunchConfig *c, CUfunction f, void **params, 
 
 SIM_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
 {
-    (void)extra;
-    return launch_ex(config, f, params, 0);
+    void *packed[8], **use;
+    CUresult r = extra_params(f, params, extra, packed, &use);
+    return r ? r : launch_ex(config, f, use, 0);
 }
 
 SIM_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
 {
-    (void)extra;
-    return launch_ex(config, f, params, 1);
+    void *packed[8], **use;
+    CUresult r = extra_params(f, params, extra, packed, &use);
+    return r ? r : launch_ex(config, f, use, 1);
 }
 
 SIM_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,

@@ -187,6 +187,15 @@ struct fgr_kparams {
 };
 CUresult fgr_kparams_layout(CUfunction f, void **params, struct fgr_kparams *kp);
 void fgr_put_kparams(struct fgr_buf *w, const struct fgr_kparams *kp, void **params);
+/* A launch's extra (local.c): the parameters packed in one buffer, which
+ * travel as bytes; an extra with other entries is not supported. */
+struct fgr_extra {
+    int present;
+    const void *buf;
+    size_t n;
+};
+CUresult fgr_extra_check(void **extra, void **params, struct fgr_extra *ex, const char *name);
+void fgr_put_extra(struct fgr_buf *w, const struct fgr_extra *ex);
 void fgr_put_image(struct fgr_buf *w, const void *image);
 void fgr_put_launchcfg(struct fgr_buf *w, const CUlaunchConfig *cfg);
 CUresult fgr_launchcfg_check(const CUlaunchConfig *cfg, const char *name);

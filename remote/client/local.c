@@ -753,6 +753,46 @@ void fgr_put_kparams(struct fgr_buf *w, const struct fgr_kparams *kp, void **par
     }
 }
 
+CUresult fgr_extra_check(void **extra, void **params, struct fgr_extra *ex, const char *name)
+{
+    *ex = (struct fgr_extra){extra != NULL, NULL, 0};
+    if (extra && params)
+        return CUDA_ERROR_INVALID_VALUE; /* the parameters one way or the other */
+    const size_t *size = NULL;
+    for (int i = 0; extra && extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+        if (i >= 16)
+            return fgr_unsupported(-1, name, "an extra of more than 8 entries");
+        if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+            ex->buf = extra[i + 1];
+        else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
+            size = extra[i + 1];
+        else
+            return fgr_unsupported(-1, name, "an extra entry other than the parameter buffer and its size");
+    }
+    if (!ex->buf != !size)
+        return CUDA_ERROR_INVALID_VALUE; /* a buffer without its size, or a size without a buffer */
+    if (size && *size > FGR_MAX_KPARAM_BYTES)
+        return CUDA_ERROR_INVALID_VALUE;
+    ex->n = size ? *size : 0;
+    return CUDA_SUCCESS;
+}
+
+void fgr_put_extra(struct fgr_buf *w, const struct fgr_extra *ex)
+{
+    fgr_put_u8(w, (uint8_t)ex->present);
+    if (!ex->present)
+        return;
+    fgr_put_u32(w, (uint32_t)ex->n);
+    fgr_put_bytes(w, ex->buf, ex->n);
+    if (__atomic_load_n(&fgr_nmirrors, __ATOMIC_RELAXED))
+        for (size_t at = 0; at + sizeof(uint64_t) <= ex->n; at += sizeof(uint64_t)) {
+            /* a pointer to pinned memory kept on both sides, maybe */
+            uint64_t v;
+            memcpy(&v, (const char *)ex->buf + at, sizeof v);
+            fgr_mirror_mark(v);
+        }
+}
+
 /* ---- entry point resolution from the client's own table ---- */
 
 static CUresult resolve(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,

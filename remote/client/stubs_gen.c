@@ -1744,8 +1744,9 @@ FGR_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned
     struct fgr_kparams fgr_kp;
     if ((fgr_r = fgr_kparams_layout(f, kernelParams, &fgr_kp)) != CUDA_SUCCESS)
         return fgr_refused_here("cuLaunchKernel", fgr_r);
-    if (extra != NULL)
-        return fgr_unsupported(-1, "cuLaunchKernel", "extra");
+    struct fgr_extra fgr_ex;
+    if ((fgr_r = fgr_extra_check(extra, kernelParams, &fgr_ex, "cuLaunchKernel")) != CUDA_SUCCESS)
+        return fgr_refused_here("cuLaunchKernel", fgr_r);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLaunchKernel, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1759,6 +1760,7 @@ FGR_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned
     fgr_put_u64(&fgr_c.w, (uint64_t)sharedMemBytes);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     fgr_put_kparams(&fgr_c.w, &fgr_kp, kernelParams);
+    fgr_put_extra(&fgr_c.w, &fgr_ex);
     return fgr_send(&fgr_c);
 }
 
@@ -1768,8 +1770,9 @@ FGR_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, uns
     struct fgr_kparams fgr_kp;
     if ((fgr_r = fgr_kparams_layout(f, kernelParams, &fgr_kp)) != CUDA_SUCCESS)
         return fgr_refused_here("cuLaunchKernel_ptsz", fgr_r);
-    if (extra != NULL)
-        return fgr_unsupported(-1, "cuLaunchKernel_ptsz", "extra");
+    struct fgr_extra fgr_ex;
+    if ((fgr_r = fgr_extra_check(extra, kernelParams, &fgr_ex, "cuLaunchKernel_ptsz")) != CUDA_SUCCESS)
+        return fgr_refused_here("cuLaunchKernel_ptsz", fgr_r);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLaunchKernel_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1783,6 +1786,7 @@ FGR_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, uns
     fgr_put_u64(&fgr_c.w, (uint64_t)sharedMemBytes);
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
     fgr_put_kparams(&fgr_c.w, &fgr_kp, kernelParams);
+    fgr_put_extra(&fgr_c.w, &fgr_ex);
     return fgr_send(&fgr_c);
 }
 
@@ -1794,14 +1798,16 @@ FGR_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f,
     struct fgr_kparams fgr_kp;
     if ((fgr_r = fgr_kparams_layout(f, kernelParams, &fgr_kp)) != CUDA_SUCCESS)
         return fgr_refused_here("cuLaunchKernelEx", fgr_r);
-    if (extra != NULL)
-        return fgr_unsupported(-1, "cuLaunchKernelEx", "extra");
+    struct fgr_extra fgr_ex;
+    if ((fgr_r = fgr_extra_check(extra, kernelParams, &fgr_ex, "cuLaunchKernelEx")) != CUDA_SUCCESS)
+        return fgr_refused_here("cuLaunchKernelEx", fgr_r);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLaunchKernelEx, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)f);
     fgr_put_launchcfg(&fgr_c.w, config);
     fgr_put_kparams(&fgr_c.w, &fgr_kp, kernelParams);
+    fgr_put_extra(&fgr_c.w, &fgr_ex);
     return fgr_send(&fgr_c);
 }
 
@@ -1813,14 +1819,16 @@ FGR_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfuncti
     struct fgr_kparams fgr_kp;
     if ((fgr_r = fgr_kparams_layout(f, kernelParams, &fgr_kp)) != CUDA_SUCCESS)
         return fgr_refused_here("cuLaunchKernelEx_ptsz", fgr_r);
-    if (extra != NULL)
-        return fgr_unsupported(-1, "cuLaunchKernelEx_ptsz", "extra");
+    struct fgr_extra fgr_ex;
+    if ((fgr_r = fgr_extra_check(extra, kernelParams, &fgr_ex, "cuLaunchKernelEx_ptsz")) != CUDA_SUCCESS)
+        return fgr_refused_here("cuLaunchKernelEx_ptsz", fgr_r);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLaunchKernelEx_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)f);
     fgr_put_launchcfg(&fgr_c.w, config);
     fgr_put_kparams(&fgr_c.w, &fgr_kp, kernelParams);
+    fgr_put_extra(&fgr_c.w, &fgr_ex);
     return fgr_send(&fgr_c);
 }
 

@@ -2177,7 +2177,7 @@ static CUresult op_cuLaunchKernel(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int sharedMemBytes = (unsigned int)fgr_get_u64(rd);
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     void **kernelParams = fgr_get_kparams(rd, q);
-    void **extra = NULL;
+    void **extra = fgr_get_extra(rd, q);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -2203,7 +2203,7 @@ static CUresult op_cuLaunchKernel_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int sharedMemBytes = (unsigned int)fgr_get_u64(rd);
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     void **kernelParams = fgr_get_kparams(rd, q);
-    void **extra = NULL;
+    void **extra = fgr_get_extra(rd, q);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -2222,7 +2222,7 @@ static CUresult op_cuLaunchKernelEx(struct fgr_rd *rd, struct fgr_req *q)
     CUfunction f = (CUfunction)(uintptr_t)fgr_get_u64(rd);
     CUlaunchConfig *config = fgr_get_launchcfg(rd, q);
     void **kernelParams = fgr_get_kparams(rd, q);
-    void **extra = NULL;
+    void **extra = fgr_get_extra(rd, q);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
@@ -2243,7 +2243,7 @@ static CUresult op_cuLaunchKernelEx_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUfunction f = (CUfunction)(uintptr_t)fgr_get_u64(rd);
     CUlaunchConfig *config = fgr_get_launchcfg(rd, q);
     void **kernelParams = fgr_get_kparams(rd, q);
-    void **extra = NULL;
+    void **extra = fgr_get_extra(rd, q);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;

@@ -66,6 +66,8 @@ void fgr_layout_init(void *driver);
 /* A line on stderr, naming the executor and its client. */
 void fgr_logf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void **fgr_get_kparams(struct fgr_rd *rd, struct fgr_req *q);
+/* A launch's extra: the parameter buffer and its size, or just the end. */
+void **fgr_get_extra(struct fgr_rd *rd, struct fgr_req *q);
 CUlaunchConfig *fgr_get_launchcfg(struct fgr_rd *rd, struct fgr_req *q);
 /* Whether every event a launch configuration's attributes name is the connection's. */
 int fgr_launchcfg_events_ok(const CUlaunchConfig *c);

@@ -153,6 +153,37 @@ void **fgr_get_kparams(struct fgr_rd *rd, struct fgr_req *q)
     return v;
 }
 
+void **fgr_get_extra(struct fgr_rd *rd, struct fgr_req *q)
+{
+    if (!fgr_get_u8(rd))
+        return NULL;
+    uint32_t n = fgr_get_u32(rd);
+    if (n > FGR_MAX_KPARAM_BYTES) {
+        rd->bad = 1;
+        return NULL;
+    }
+    const void *p = fgr_get_bytes(rd, n);
+    /* The buffer (16-byte aligned, as the driver may read it in place),
+     * then the array, then the size it points to. */
+    size_t room = ((size_t)n + 15) / 16 * 16;
+    uint8_t *m = fgr_own(q, aligned_alloc(16, room + 48));
+    if (!m || (n && !p))
+        return NULL;
+    uint8_t *buf = m;
+    void **v = (void **)(m + room);
+    size_t *size = (size_t *)(m + room + 5 * sizeof(void *));
+    if (!n) {
+        v[0] = CU_LAUNCH_PARAM_END;
+        return v;
+    }
+    memcpy(buf, p, n);
+    *size = n;
+    v[0] = CU_LAUNCH_PARAM_BUFFER_POINTER, v[1] = buf;
+    v[2] = CU_LAUNCH_PARAM_BUFFER_SIZE, v[3] = size;
+    v[4] = CU_LAUNCH_PARAM_END;
+    return v;
+}
+
 CUlaunchConfig *fgr_get_launchcfg(struct fgr_rd *rd, struct fgr_req *q)
 {
     if (!fgr_get_u8(rd))

@@ -37,10 +37,13 @@ func valid() []request {
 		{"cuModuleLoadData", w{}.u8(1).u8(2).u8(1).u64(19).raw("FLEXGV-SIM-MODULE\n\x00"), res + 1 + 8 + 8},
 		{"cuModuleLoadData", w{}.u8(1).u8(3).raw(string(make([]byte, 32))).u64(19), res + 1 + 8 + 8},
 		{"cuLaunchKernel", w{}.u64(1).u64(1).u64(1).u64(1).u64(32).u64(1).u64(1).u64(0).u64(0).
-			u8(1).u32(2).u32(8).raw("pointer!").u32(4).raw("int!"), res},
-		{"cuLaunchKernelEx", w{}.u64(1).u8(1).u32(1).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0).u32(0).u8(0), res},
+			u8(1).u32(2).u32(8).raw("pointer!").u32(4).raw("int!").u8(0), res},
+		// The same parameters packed in one buffer (extra), none in kernelParams.
+		{"cuLaunchKernel", w{}.u64(1).u64(1).u64(1).u64(1).u64(32).u64(1).u64(1).u64(0).u64(0).
+			u8(0).u8(1).u32(12).raw("pointer!int!"), res},
+		{"cuLaunchKernelEx", w{}.u64(1).u8(1).u32(1).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0).u32(0).u8(0).u8(0), res},
 		// With a cluster of two (attribute 4: three numbers in its 64 bytes).
-		{"cuLaunchKernelEx", w{}.u64(1).u8(1).u32(2).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0).u32(1).u32(4).raw("\x02\x00\x00\x00\x01\x00\x00\x00\x01" + string(make([]byte, 55))).u8(0), res},
+		{"cuLaunchKernelEx", w{}.u64(1).u8(1).u32(2).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0).u32(1).u32(4).raw("\x02\x00\x00\x00\x01\x00\x00\x00\x01" + string(make([]byte, 55))).u8(0).u8(0), res},
 		{"cuModuleLoadDataEx", w{}.u64(1).u8(1).u8(1).u8(1).u64(0).u32(1).u32(7).u64(3), res + 1 + 8 + 8},
 		{"cuGraphGetNodes", w{}.u64(9).u8(1).u8(1).u64(8).u64(3), res + (1 + 8 + 24) + (1 + 8 + 8)},
 		{"cuMemPoolGetAttribute", w{}.u64(5).u64(7).u8(1), res + 1 + 8 + 8},
@@ -115,6 +118,7 @@ func TestInconsistentRequests(t *testing.T) {
 		{"empty string", "cuModuleGetFunction", w{}.u64(7).u8(1).u8(1).u64(0)},
 		{"out buffer over the limit", "cuMemcpyDtoH_v2", w{}.u64(0x1000).u64(1 << 31).u8(1)},
 		{"an attribute whose size is unknown", "cuMemPoolGetAttribute", w{}.u64(5).u64(99).u8(1)},
+		{"a parameter buffer over 32 KiB", "cuLaunchKernel", w{}.u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(0).u64(0).u8(0).u8(1).u32(40000).raw(string(make([]byte, 40000)))},
 		{"too many kernel parameters", "cuLaunchKernel", w{}.u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(0).u64(0).u8(1).u32(4097)},
 		{"kernel parameters over 32 KiB", "cuLaunchKernel", w{}.u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(0).u64(0).u8(1).u32(2).u32(30000).raw(string(make([]byte, 30000))).u32(4000).raw(string(make([]byte, 4000)))},
 		{"an out buffer sized by a huge in-out count", "cuGraphGetNodes", w{}.u64(9).u8(1).u8(1).u64(8).u64(1 << 60)},
@@ -175,9 +179,9 @@ func TestForeignHandlesAndAddressesRefused(t *testing.T) {
 	}{
 		{"an unknown stream", "cuStreamSynchronize", w{}.u64(0x7f0000001000), invalidHandle},
 		{"an unknown event", "cuEventRecord", w{}.u64(0x7f0000002000).u64(0), invalidHandle},
-		{"an unknown function", "cuLaunchKernel", w{}.u64(0x7f0000003000).u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(0).u64(0).u8(1).u32(0), invalidHandle},
-		{"an unknown event in a launch attribute", "cuLaunchKernelEx", w{}.u64(1).u8(1).u32(1).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0).u32(1).u32(12).raw("\x00\x20\x00\x00\x00\x7f\x00\x00" + string(make([]byte, 56))).u8(0), invalidHandle},
-		{"an unknown stream in a launch configuration", "cuLaunchKernelEx", w{}.u64(1).u8(1).u32(1).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0x7f0000001000).u32(0).u8(0), invalidHandle},
+		{"an unknown function", "cuLaunchKernel", w{}.u64(0x7f0000003000).u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(0).u64(0).u8(1).u32(0).u8(0), invalidHandle},
+		{"an unknown event in a launch attribute", "cuLaunchKernelEx", w{}.u64(1).u8(1).u32(1).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0).u32(1).u32(12).raw("\x00\x20\x00\x00\x00\x7f\x00\x00" + string(make([]byte, 56))).u8(0).u8(0), invalidHandle},
+		{"an unknown stream in a launch configuration", "cuLaunchKernelEx", w{}.u64(1).u8(1).u32(1).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0x7f0000001000).u32(0).u8(0).u8(0), invalidHandle},
 		{"an unknown node among dependencies", "cuGraphAddEmptyNode", w{}.u64(9).u64(1).u8(1).u8(1).u64(8).u64(0x7f0000004000), invalidHandle},
 		{"an unknown module", "cuModuleGetFunction", w{}.u64(8).u8(1).u8(1).u64(4).raw("abc\x00"), invalidHandle},
 		{"an address outside every allocation", "cuMemcpyDtoH_v2", w{}.u64(0x7f0000005000).u64(16).u8(1), invalidValue},

@@ -1531,6 +1531,61 @@ func TestRemoteExecutorWithoutPinnedHeap(t *testing.T) {
 	}
 }
 
+// A launch whose parameters come packed in one buffer (extra:
+// CU_LAUNCH_PARAM_BUFFER_POINTER and _SIZE), through cuLaunchKernel and
+// cuLaunchKernelEx, runs remotely as locally; both parameters and a
+// buffer, or a buffer without its size, are refused, as locally; an extra
+// with other entries is not supported remotely, and said.
+func TestRemoteLaunchExtra(t *testing.T) {
+	prog := contextPrelude + `
+import struct
+mod, fill = ctypes.c_void_p(), ctypes.c_void_p()
+assert cu.cuModuleLoadData(ctypes.byref(mod), b"FLEXGV-SIM-MODULE\nkernel fill builtin=fill\n") == 0
+assert cu.cuModuleGetFunction(ctypes.byref(fill), mod, b"fill") == 0
+assert cu.cuMemAlloc_v2(ctypes.byref(dev), ctypes.c_size_t(64)) == 0
+def extra(v, n, *more):
+    buf = ctypes.create_string_buffer(struct.pack("<QIi", dev.value, v, n))
+    size = ctypes.c_size_t(16)
+    keep.extend([buf, size])
+    return (ctypes.c_void_p * 7)(1, ctypes.cast(buf, ctypes.c_void_p), 2, ctypes.cast(ctypes.byref(size), ctypes.c_void_p), *more, 0)
+keep = []
+def show(what, r):
+    back = (ctypes.c_uint32 * 16)()
+    assert cu.cuCtxSynchronize() == 0 and cu.cuMemcpyDtoH_v2(back, dev, ctypes.c_size_t(64)) == 0
+    print(what, r, list(back)[:6])
+assert cu.cuMemsetD8_v2(dev, 0, ctypes.c_size_t(64)) == 0
+show("launch", cu.cuLaunchKernel(fill, 1, 1, 1, 32, 1, 1, 0, None, None, extra(7, 3)))
+show("per-thread", cu.cuLaunchKernel_ptsz(fill, 1, 1, 1, 32, 1, 1, 0, None, None, extra(8, 4)))
+class Config(ctypes.Structure):
+    _fields_ = [("g", ctypes.c_uint * 3), ("b", ctypes.c_uint * 3), ("shm", ctypes.c_uint), ("s", ctypes.c_void_p),
+                ("attrs", ctypes.c_void_p), ("n", ctypes.c_uint)]
+cfg = Config((1, 1, 1), (32, 1, 1), 0, None, None, 0)
+show("launch ex", cu.cuLaunchKernelEx(ctypes.byref(cfg), fill, None, extra(9, 5)))
+v, n = ctypes.c_uint64(dev.value), ctypes.c_uint32(1)
+params = (ctypes.c_void_p * 3)(ctypes.cast(ctypes.byref(v), ctypes.c_void_p), ctypes.cast(ctypes.byref(n), ctypes.c_void_p), ctypes.cast(ctypes.byref(n), ctypes.c_void_p))
+show("both", cu.cuLaunchKernel(fill, 1, 1, 1, 32, 1, 1, 0, None, params, extra(1, 6)))
+no_size = (ctypes.c_void_p * 3)(1, ctypes.cast(keep[0], ctypes.c_void_p), 0)
+show("no size", cu.cuLaunchKernel(fill, 1, 1, 1, 32, 1, 1, 0, None, None, no_size))
+if os.environ.get("FLEXGV_REMOTE"):
+    print("another entry", cu.cuLaunchKernel(fill, 1, 1, 1, 32, 1, 1, 0, None, None, extra(1, 6, 3, 0)))
+`
+	e := newEnv(t)
+	local := e.run("python3", "-c", prog)
+	want := "launch 0 [7, 7, 7, 0, 0, 0]\nper-thread 0 [8, 8, 8, 8, 0, 0]\nlaunch ex 0 [9, 9, 9, 9, 9, 0]\n" +
+		"both 1 [9, 9, 9, 9, 9, 0]\nno size 1 [9, 9, 9, 9, 9, 0]\n"
+	if local.code != 0 || local.stdout != want {
+		t.Fatalf("locally: exit %d, printed\n%s\nwant\n%s\n%s", local.code, local.stdout, want, local.stderr)
+	}
+	for _, transport := range []string{"unix", "shm", "tcp"} {
+		e := newEnv(t)
+		r := e.remote(e.serve(transport), "python3", "-c", prog)
+		if r.code != 0 || r.stdout != want+"another entry 801\n" ||
+			!strings.Contains(r.stderr, "an extra entry other than the parameter buffer and its size") {
+			t.Errorf("over %s: exit %d, printed\n%s\n%s", transport, r.code, r.stdout, r.stderr)
+		}
+	}
+}
+
 // Over shm://, a frame larger than a ring (4 MiB each way) streams through
 // it, wrapping around, and arrives whole.
 func TestRemoteSharedMemoryLargeFrames(t *testing.T) {

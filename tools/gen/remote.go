@@ -146,7 +146,7 @@ type Slot struct {
 
 var remoteKinds = map[string]bool{"in": true, "out": true, "inout": true, "str": true, "image": true,
 	"kparams": true, "launchcfg": true, "null": true, "shadow": true, "jitopts": true, "libopts": true,
-	"optvalues": true}
+	"optvalues": true, "extra": true}
 
 // optionKinds are option arrays (jitopts[COUNT], libopts[COUNT]): their
 // values are the next parameter (kind optvalues), COUNT the by-value count,
@@ -377,6 +377,9 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 				}
 				if k := re.Kinds[p.Name]; optionKinds[k.Name] != "" && re.Kinds[re.paramAfter(p.Name).Name].Name != "optvalues" {
 					return nil, nil, fmt.Errorf("%s: %s: the values of %s need optvalues", where, re.Name, p.Name)
+				}
+				if k := re.Kinds[p.Name]; k.Name == "extra" && re.param("kernelParams") == nil {
+					return nil, nil, fmt.Errorf("%s: %s: extra= goes with a kernelParams parameter", where, re.Name)
 				}
 				if k := re.Kinds[p.Name]; k.Name == "kparams" && re.param("f") == nil {
 					return nil, nil, fmt.Errorf("%s: %s: kparams needs a function parameter f", where, re.Name)
@@ -991,6 +994,8 @@ func stubBody(b *strings.Builder, e RemoteEntry, queuedBy string) {
 				optionKinds[k.Name], p.Name, e.paramAfter(p.Name).Name, k.Count, name, name)
 		case "kparams":
 			fmt.Fprintf(b, "    struct fgr_kparams fgr_kp;\n    if ((fgr_r = fgr_kparams_layout(f, %s, &fgr_kp)) != CUDA_SUCCESS)\n        return fgr_refused_here(\"%s\", fgr_r);\n", p.Name, name)
+		case "extra":
+			fmt.Fprintf(b, "    struct fgr_extra fgr_ex;\n    if ((fgr_r = fgr_extra_check(%s, kernelParams, &fgr_ex, \"%s\")) != CUDA_SUCCESS)\n        return fgr_refused_here(\"%s\", fgr_r);\n", p.Name, name, name)
 		case "shadow":
 			fmt.Fprintf(b, "    if (%s == NULL)\n        return CUDA_ERROR_INVALID_VALUE;\n", p.Name)
 		}
@@ -1020,6 +1025,8 @@ func stubBody(b *strings.Builder, e RemoteEntry, queuedBy string) {
 			fmt.Fprintf(b, "    fgr_put_image(&fgr_c.w, %s);\n", p.Name)
 		case "kparams":
 			fmt.Fprintf(b, "    fgr_put_kparams(&fgr_c.w, &fgr_kp, %s);\n", p.Name)
+		case "extra":
+			b.WriteString("    fgr_put_extra(&fgr_c.w, &fgr_ex);\n")
 		case "launchcfg":
 			fmt.Fprintf(b, "    fgr_put_launchcfg(&fgr_c.w, %s);\n", p.Name)
 		case "jitopts", "libopts":
@@ -1251,6 +1258,8 @@ func emitRemoteServer(entries []RemoteEntry, tables []*Table) string {
 				fmt.Fprintf(&b, "    void *%s = fgr_get_image(rd, q);\n", p.Name)
 			case "kparams":
 				fmt.Fprintf(&b, "    void **%s = fgr_get_kparams(rd, q);\n", p.Name)
+			case "extra":
+				fmt.Fprintf(&b, "    void **%s = fgr_get_extra(rd, q);\n", p.Name)
 			case "launchcfg":
 				fmt.Fprintf(&b, "    CUlaunchConfig *%s = fgr_get_launchcfg(rd, q);\n", p.Name)
 			case "jitopts", "libopts":

@@ -27,7 +27,7 @@ func emitTypeCheck(header, results string) string {
 		fmt.Fprintf(&b, "    VAL(%s);\n", m[1])
 	}
 	for _, m := range regexp.MustCompile(`(?m)^#define (CU_\w+) (.*)$`).FindAllStringSubmatch(header, -1) {
-		if strings.Contains(m[2], "CUstream") {
+		if strings.Contains(m[2], "CUstream") || strings.Contains(m[2], "void *") {
 			fmt.Fprintf(&b, "    PTR(%s);\n", m[1])
 		} else {
 			fmt.Fprintf(&b, "    VAL(%s);\n", m[1])
