@@ -62,7 +62,13 @@ $(BUILD)/bin/flexgv: $(GO_SRC) FORCE
 REMOTE_HDRS   := $(wildcard remote/*.h remote/client/*.h remote/executor/*.h) $(HDRS)
 REMOTE_CLIENT := remote/wire.c remote/ring.c remote/sha256.c $(wildcard remote/client/*.c)
 REMOTE_EXEC   := remote/wire.c remote/ring.c remote/sha256.c $(wildcard remote/executor/*.c)
-remote: $(BUILD)/remote/libcuda.so.1 $(BUILD)/remote/libnvidia-ml.so.1 $(BUILD)/remote/flexgv-executor
+remote: $(BUILD)/remote/libcuda.so.1 $(BUILD)/remote/libnvidia-ml.so.1 $(BUILD)/remote/flexgv-executor \
+	$(BUILD)/bench/executor-checks
+# The executor's decoding without its connection (bench/executor-checks.sh),
+# built with the rest so that it keeps up with the executor's files.
+EXEC_CHECKS   := bench/executor_checks.c remote/wire.c remote/sha256.c \
+	$(filter-out remote/executor/main.c remote/executor/stage.c remote/executor/heap.c remote/executor/hostmem.c \
+	remote/executor/layout.c,$(wildcard remote/executor/*.c))
 
 $(BUILD)/remote/libcuda.so.1: $(REMOTE_CLIENT) $(REMOTE_HDRS)
 	@mkdir -p $(@D)
@@ -87,6 +93,10 @@ $(BUILD)/remote/libnvidia-ml.so.1: $(REMOTE_NVML) $(BUILD)/gen/nvml_names.def $(
 $(BUILD)/remote/flexgv-executor: $(REMOTE_EXEC) $(REMOTE_HDRS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) $(INCS) -o $@ $(REMOTE_EXEC) -ldl
+
+$(BUILD)/bench/executor-checks: $(EXEC_CHECKS) $(REMOTE_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(WARN) $(INCS) -Iremote/executor -o $@ $(EXEC_CHECKS) -ldl -lpthread
 
 $(BUILD)/tests/%: tests/clients/%.c tests/clients/common.h tests/clients/variants_gen.h $(HDRS)
 	@mkdir -p $(@D)

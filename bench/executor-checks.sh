@@ -6,21 +6,19 @@
 # and R allocations. Runs N and 2N rounds; the difference over 3N is one
 # request. Prints instructions per request: decoding and dispatch in all
 # (fgr_serve, inclusive), and of those the checks (fgr_has, fgr_mem_in).
-#     bench/executor-checks.sh [N]        (needs valgrind; no build needed)
+#     bench/executor-checks.sh [N]        (needs valgrind; after make)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-20000}
 command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get install valgrind)" >&2; exit 2; }
+checks=$PWD/build/bench/executor-checks
+[ -x "$checks" ] || { echo "run make first" >&2; exit 2; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cc -O2 -g -std=gnu11 -Iinclude -Iinclude/flexgv -Iremote/executor -o "$tmp/checks" bench/executor_checks.c \
-    remote/wire.c remote/sha256.c remote/executor/serve.c remote/executor/own.c remote/executor/images.c \
-    remote/executor/wait.c remote/executor/dispatch_gen.c \
-    -ldl -lpthread
 
 # count ROUNDS H R -> "SERVE CHECKS" inclusive instructions
 count() {
-    valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.out" "$tmp/checks" "$1" "$2" "$3" 2>/dev/null
+    valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.out" "$checks" "$1" "$2" "$3" 2>/dev/null
     callgrind_annotate --inclusive=yes --threshold=100 "$tmp/cg.out" 2>/dev/null | awk '
         /:fgr_serve \[/ { gsub(",", "", $1); serve = $1 }
         /:fgr_has \[/ { gsub(",", "", $1); checks += $1 }
