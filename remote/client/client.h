@@ -68,8 +68,8 @@ int fgr_pinned_host(uint64_t p);
 int fgr_heap_free(void *p);
 int fgr_heap_holds(const void *p, size_t n, uint64_t *off);
 /* Whether n bytes at p lie in one allocation (*off: where): a copy of them
- * is the GPU's from or into the heap; another goes as from pageable
- * memory, as natively a range that is not all one pinned allocation. */
+ * is the GPU's from or into the heap; another (over two allocations, or
+ * past one's end) goes as a copy of pageable memory does. */
 int fgr_heap_copyable(const void *p, size_t n, uint64_t *off);
 CUresult fgr_heap_upload(CUdeviceptr dst, uint64_t off, size_t n, CUstream s, int wait);
 CUresult fgr_heap_download(uint64_t off, CUdeviceptr src, size_t n, CUstream s, int wait);
