@@ -1010,12 +1010,14 @@ for name, stream in [("cuMemcpyDtoH_v2_ptds", ()), ("cuMemcpyDtoHAsync_v2", (Non
     back = (ctypes.c_ubyte * n)()
     print(name, getattr(cu, name)(back, p, ctypes.c_size_t(n), *stream), "same" if bytes(back) == bytes(src) else "differ")
 # Over shm://, a download's next piece named at a place that is no half
-# of the area, or larger than one: refused (queued, so at the next wait,
-# which answers the first error), and the next download is whole.
+# of the area (one that would run past the area's end), or larger than a
+# half: refused (queued, so at the next wait, which answers the first
+# error), and the next download is whole.
 if os.environ["FLEXGV_REMOTE"].startswith("shm:"):
-    ahead = [cu.fgrStageDownloadAhead(p, ctypes.c_size_t(1 << 20), None, ctypes.c_size_t(12345)),
+    odd = (4 << 20) + 4096
+    ahead = [cu.fgrStageDownloadAhead(p, ctypes.c_size_t(4 << 20), None, ctypes.c_size_t(odd)),
              cu.fgrStageDownloadAhead(p, ctypes.c_size_t(n), None, ctypes.c_size_t(0))]
-    print("ahead, misplaced", ahead, cu.fgrStageDownloadWait(ctypes.c_size_t(12345)), cu.fgrStageDownloadWait(ctypes.c_size_t(0)))
+    print("ahead, misplaced", ahead, cu.fgrStageDownloadWait(ctypes.c_size_t(odd)), cu.fgrStageDownloadWait(ctypes.c_size_t(0)))
 else:
     print("ahead, misplaced [0, 0] 1 0")
 back = (ctypes.c_ubyte * n)()
