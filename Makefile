@@ -31,7 +31,7 @@ all: shim sim cli clients remote
 FORCE:
 
 shim: $(BUILD)/lib/libflexgv.so
-sim: $(BUILD)/sim/libcuda.so.1 $(BUILD)/sim/libnvidia-ml.so.1
+sim: $(BUILD)/sim/libcuda.so.1 $(BUILD)/sim/libnvidia-ml.so.1 $(BUILD)/sim/bin/nvidia-cuda-mps-control
 cli: $(BUILD)/bin/flexgv
 clients: $(addprefix $(BUILD)/tests/,$(CLIENTS)) $(BUILD)/tests/libnextlib.so
 
@@ -51,6 +51,11 @@ $(BUILD)/sim/libnvidia-ml.so.1: simgpu/nvml.c simgpu/state.c $(HDRS)
 	$(CC) $(CFLAGS) $(WARN) -fPIC -shared -fvisibility=hidden $(INCS) -Wl,-soname,libnvidia-ml.so.1 \
 		-Wl,-Bsymbolic-functions -o $@ simgpu/nvml.c simgpu/state.c -lpthread
 	ln -sf libnvidia-ml.so.1 $(BUILD)/sim/libnvidia-ml.so
+
+# The simulated MPS control daemon, on PATH for whoever runs MPS there.
+$(BUILD)/sim/bin/nvidia-cuda-mps-control: simgpu/mps_control.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(WARN) -o $@ $<
 
 # Always asked of go build (its cache decides), so that GOTAGS changes are seen.
 $(BUILD)/bin/flexgv: $(GO_SRC) FORCE

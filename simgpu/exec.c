@@ -739,7 +739,7 @@ SIM_EXPORT CUresult cuOccupancyMaxActiveClusters(int *n, CUfunction f, const CUl
     unsigned dim[3];
     if (!n || !c || !as_func(f) || cluster_of(c, dim) != CUDA_SUCCESS || dim[0] * dim[1] * dim[2] > 8)
         return CUDA_ERROR_INVALID_VALUE;
-    *n = sim->cfg.sms / (int)(dim[0] * dim[1] * dim[2]);
+    *n = sim_sms() / (int)(dim[0] * dim[1] * dim[2]);
     return CUDA_SUCCESS;
 }
 

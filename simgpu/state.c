@@ -49,7 +49,10 @@
  * SMs; marks are reached while another process holds the device (an event
  * is stamped when its stream gets there); copies take no device time;
  * stream priorities and the legacy stream's implicit synchronization are
- * not modelled. Time is wall time: a waiter returns when the host wakes it,
+ * not modelled. Under an MPS control daemon, a process given an active-thread
+ * percentage sees that part of the SMs and its kernels take proportionally
+ * longer, but processes still take turns: MPS's running them at once is not
+ * modelled. Time is wall time: a waiter returns when the host wakes it,
  * after the completion it waited for. */
 #include "sim.h"
 #include "flexgv/liveness.h"
@@ -62,7 +65,9 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -70,6 +75,7 @@
 
 struct sim_shared *sim;
 static int my_proc = -1;
+static int visible_sms; /* SMs this process gets (mps_sms) */
 static uint64_t my_base;  /* tag of this incarnation's items: inc << TAG_SHIFT */
 static uint32_t my_lanes; /* lanes this incarnation has set up */
 
@@ -412,6 +418,31 @@ static struct sim_shared *map_state(int fd)
     return s;
 }
 
+/* The SMs a process gets: under an MPS control daemon (one answers on
+ * CUDA_MPS_PIPE_DIRECTORY's socket `control`), CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
+ * of them rounded down to whole pairs, as an H200 gives (25 % of 132: 32);
+ * otherwise, as a real driver does, the variable means nothing. */
+static int mps_sms(int sms)
+{
+    const char *pct = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), *dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
+    char *end;
+    double p = pct && *pct ? strtod(pct, &end) : 100;
+    if (!(p > 0 && p < 100) || (pct && *end))
+        return sms;
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s/control", dir && *dir ? dir : "/tmp/nvidia-mps");
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    int mps = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    if (fd >= 0)
+        close(fd);
+    if (!mps)
+        return sms;
+    int n = (int)(sms * p / 100) & ~1;
+    return n < 2 ? (sms < 2 ? sms : 2) : n;
+}
+
+int sim_sms(void) { return visible_sms; }
+
 /* Once per process, whichever threads call it: attached is set only once
  * this process has its slot, so no charge can miss it. */
 int sim_attach(void)
@@ -448,6 +479,7 @@ int sim_attach(void)
     if (memcmp(&s->cfg, &cfg, sizeof cfg) != 0)
         fprintf(stderr, "flexgv-sim: %s was created with another configuration; using the file's\n", state_path);
     sim = s;
+    visible_sms = mps_sms(s->cfg.sms);
     my_proc = claim_proc_slot();
     pthread_atfork(NULL, NULL, after_fork_child);
     __atomic_store_n(&attached, 1, __ATOMIC_RELEASE);
@@ -570,6 +602,9 @@ uint64_t sim_lane_head(int lane)
 
 uint64_t sim_submit_kernel(int lane, uint64_t duration_ns)
 {
+    /* fewer SMs, proportionally longer */
+    if (visible_sms < sim->cfg.sms)
+        duration_ns = duration_ns * (uint64_t)sim->cfg.sms / (uint64_t)visible_sms;
     return my_proc >= 0 && duration_ns ? submit(lane, duration_ns, 0, NULL) : 0;
 }
 
