@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 #define FG_TENANT_MAGIC 0x544e4e5447584c46ULL
-#define FG_TENANT_VERSION 0x5ULL
+#define FG_TENANT_VERSION 0x6ULL
 #define FG_MAX_DEVICES 0x10ULL
 #define FG_TENANT_SLOT_FREE 0x0ULL
 #define FG_TENANT_SLOT_CLAIMED 0x1ULL
@@ -32,6 +32,8 @@ struct fg_tenant_header {
     uint64_t ctx_bytes;
     uint32_t owner_uid;
     uint32_t priority;
+    uint32_t sm;
+    uint32_t reserved;
     char name[64];
     struct fg_tenant_device devices[16];
 };

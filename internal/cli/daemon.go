@@ -23,6 +23,7 @@ import (
 
 func newDaemon(g *globals) *cobra.Command {
 	var socket, metricsAddr string
+	var withMPS bool
 	var kubernetes func(io.Writer) (func(context.Context, flexgvv1.DaemonServer), error)
 	c := &cobra.Command{
 		Use:   "daemon",
@@ -49,7 +50,7 @@ func newDaemon(g *globals) *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			err = daemon.Run(ctx, daemon.Config{StateDir: tenant.Dir(), Socket: socket, MetricsAddr: metricsAddr, Log: c.ErrOrStderr(), With: with})
+			err = daemon.Run(ctx, daemon.Config{StateDir: tenant.Dir(), Socket: socket, MetricsAddr: metricsAddr, Log: c.ErrOrStderr(), With: with, MPS: withMPS})
 			if err != nil {
 				return fmt.Errorf("flexgv daemon: %w", err)
 			}
@@ -58,6 +59,8 @@ func newDaemon(g *globals) *cobra.Command {
 	}
 	c.Flags().StringVar(&socket, "socket", "", "unix socket of the local API (default $FLEXGV_STATE_DIR/daemon.sock, where flexgv run and ps look)")
 	c.Flags().StringVar(&metricsAddr, "metrics-addr", "127.0.0.1:9400", `HOST:PORT of the Prometheus endpoint /metrics ("" turns it off)`)
+	c.Flags().BoolVar(&withMPS, "mps", false, "run NVIDIA's MPS control daemon (nvidia-cuda-mps-control, in $CUDA_MPS_PIPE_DIRECTORY or /tmp/nvidia-mps) while the daemon runs, "+
+		"unless one runs already: processes share each GPU at once, and a tenant's --sm confines its kernels to part of the SMs")
 	kubernetes = devicePluginFlags(c, g)
 	return c
 }
@@ -92,7 +95,7 @@ func checkDaemonFlags(c *cobra.Command, socket, metricsAddr string) error {
 // this run; the run then joins it as without a daemon. It returns the
 // devices to join with: the daemon's parse of --mem and --compute-max,
 // which is the tenant's.
-func groupViaDaemon(dir string, spec tenant.Spec, l tenant.Limits, priority string) ([]tenant.DeviceQuota, error) {
+func groupViaDaemon(dir string, spec tenant.Spec, l tenant.Limits, priority, sm string) ([]tenant.DeviceQuota, error) {
 	c, err := daemon.Connect(daemon.Socket(dir))
 	if c == nil || err != nil {
 		return spec.Devices, nil
@@ -100,7 +103,7 @@ func groupViaDaemon(dir string, spec tenant.Spec, l tenant.Limits, priority stri
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), daemon.CallTimeout)
 	defer cancel()
-	resp, err := c.CreateTenant(ctx, &flexgvv1.CreateTenantRequest{Name: spec.Name, Memory: l.Mem, ComputeMax: l.ComputeMax, Compute: l.Compute, Priority: priority, ContextBytes: spec.CtxBytes})
+	resp, err := c.CreateTenant(ctx, &flexgvv1.CreateTenantRequest{Name: spec.Name, Memory: l.Mem, ComputeMax: l.ComputeMax, Compute: l.Compute, Priority: priority, Sm: sm, ContextBytes: spec.CtxBytes})
 	switch {
 	case daemon.Absent(err):
 		return spec.Devices, nil

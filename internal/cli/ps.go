@@ -51,22 +51,26 @@ func newPs() *cobra.Command {
 }
 
 // printTenants prints one row per device a tenant limits or uses: memory
-// quota and use, GPU time share and cap, the tenant's priority, processes,
+// quota and use, GPU time share and cap, the tenant's priority and SM
+// percentage under MPS, processes,
 // and whom it is for where the daemon was told (a pod: NAMESPACE/POD/CONTAINER).
 func printTenants(w io.Writer, infos []tenant.Info) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	labelled := slices.ContainsFunc(infos, func(t tenant.Info) bool { return len(t.Labels) > 0 })
-	head := "TENANT\tDEVICE\tQUOTA\tUSED\tSHARE\tCAP\tPRIORITY\tPROCESSES"
+	head := "TENANT\tDEVICE\tQUOTA\tUSED\tSHARE\tCAP\tPRIORITY\tSMS\tPROCESSES"
 	if labelled {
 		head += "\tFOR"
 	}
 	fmt.Fprintln(tw, head)
 	for _, t := range infos {
 		for _, d := range t.Devices {
-			if d.Quota == 0 && d.Used == 0 && d.Share == 0 && d.ComputeMax == 0 && t.Priority == sched.PriorityNormal {
+			if d.Quota == 0 && d.Used == 0 && d.Share == 0 && d.ComputeMax == 0 && t.Priority == sched.PriorityNormal && t.SM == 0 {
 				continue
 			}
-			quota, share, limit := "-", "-", "-"
+			quota, share, limit, sms := "-", "-", "-", "-"
+			if t.SM > 0 {
+				sms = fmt.Sprintf("%d%%", t.SM)
+			}
 			if d.Quota > 0 {
 				quota = tenant.FormatSize(d.Quota)
 			}
@@ -82,8 +86,8 @@ func printTenants(w io.Writer, infos []tenant.Info) error {
 					pids = append(pids, fmt.Sprintf("%d(%s)", p.Pid, tenant.FormatSize(p.Used[d.Index])))
 				}
 			}
-			row := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", t.Name, deviceLabel(d), quota, tenant.FormatSize(d.Used),
-				share, limit, sched.PriorityName(t.Priority), strings.Join(pids, " "))
+			row := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", t.Name, deviceLabel(d), quota, tenant.FormatSize(d.Used),
+				share, limit, sched.PriorityName(t.Priority), sms, strings.Join(pids, " "))
 			if labelled {
 				row += "\t" + forLabel(t.Labels)
 			}

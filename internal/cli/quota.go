@@ -10,14 +10,15 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flexgv/flexgv/internal/gpuinfo"
+	"github.com/flexgv/flexgv/internal/mps"
 	"github.com/flexgv/flexgv/internal/sched"
 	"github.com/flexgv/flexgv/internal/tenant"
 )
 
 // quotaFlags are the tenant options of flexgv run.
 type quotaFlags struct {
-	mem, computeMax, compute, priority, group, ctxMem string
-	changed                                           func(name string) bool // whether the flag was given
+	mem, computeMax, compute, priority, group, ctxMem, sm string
+	changed                                               func(name string) bool // whether the flag was given
 }
 
 // Bounds of what a tenant can work with.
@@ -28,6 +29,7 @@ func (q *quotaFlags) register(c *cobra.Command) {
 	c.Flags().StringVar(&q.computeMax, "compute-max", "", "cap on the share of a GPU's time the program's kernels take, even when it is idle: PCT% for every device, or DEV=PCT%,...")
 	c.Flags().StringVar(&q.compute, "compute", "", "share of a GPU's time guaranteed while tenants contend (idle time is lent to whoever has work): PCT% for every device, or DEV=PCT%,...")
 	c.Flags().StringVar(&q.priority, "priority", "", "low, normal (the default), high, or 0 to 9: while a tenant of higher priority has work, lower ones wait")
+	c.Flags().StringVar(&q.sm, "sm", "", "under MPS (flexgv daemon --mps), the percentage of each GPU's SMs the program's kernels may use (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), from 1 to 100: room left to others, such as a tenant of higher priority")
 	c.Flags().StringVar(&q.group, "group", "", "tenant name shared by several runs (created by the first, with its limits)")
 	c.Flags().StringVar(&q.ctxMem, "ctx-mem", "512MiB", "device memory charged per CUDA context when it cannot be measured through NVML")
 	q.changed = c.Flags().Changed
@@ -47,6 +49,11 @@ func (q *quotaFlags) check() (uint64, error) {
 	if q.changed("priority") {
 		if _, err := sched.ParsePriority(q.priority); err != nil || q.priority == "" {
 			return 0, fmt.Errorf("--priority %q: use low, normal, high or a number from 0 to %d (higher runs first)", q.priority, sched.PriorityMax)
+		}
+	}
+	if q.changed("sm") {
+		if _, err := tenant.ParseSM(q.sm); err != nil {
+			return 0, err
 		}
 	}
 	if q.changed("group") && q.group == "" {
@@ -113,7 +120,11 @@ func (q *quotaFlags) setup() ([]string, func(), error) {
 	}
 	limits := tenant.Limits{Mem: q.mem, ComputeMax: q.computeMax, Compute: q.compute}
 	prio, _ := sched.ParsePriority(q.priority)
-	limited := limits != tenant.Limits{} || q.priority != ""
+	var sm uint32
+	if q.sm != "" {
+		sm, _ = tenant.ParseSM(q.sm)
+	}
+	limited := limits != tenant.Limits{} || q.priority != "" || sm != 0
 	if !limited && q.group == "" {
 		return nil, func() {}, nil
 	}
@@ -130,7 +141,7 @@ func (q *quotaFlags) setup() ([]string, func(), error) {
 	if devices, err = tenant.ParseLimits(limits, gpus); err != nil {
 		return nil, nil, err
 	}
-	if devices == nil && q.priority != "" {
+	if devices == nil && (q.priority != "" || sm != 0) {
 		devices = tenant.Entries(gpus)
 	}
 	if q.mem != "" {
@@ -143,16 +154,20 @@ func (q *quotaFlags) setup() ([]string, func(), error) {
 	if name == "" {
 		name = fmt.Sprintf("run-%d", os.Getpid())
 	}
-	dir, spec := tenant.Dir(), tenant.Spec{Name: name, Devices: devices, CtxBytes: ctx, Priority: prio}
+	dir, spec := tenant.Dir(), tenant.Spec{Name: name, Devices: devices, CtxBytes: ctx, Priority: prio, SM: sm}
 	// A group created with limits belongs to the node daemon if one runs; a
 	// run's own tenant, and a group joined by name, need none.
 	if q.group != "" && limited {
-		if spec.Devices, err = groupViaDaemon(dir, spec, limits, q.priority); err != nil {
+		if spec.Devices, err = groupViaDaemon(dir, spec, limits, q.priority, q.sm); err != nil {
 			return nil, nil, err
 		}
 	}
 	t, err := tenant.Acquire(dir, spec)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := mps.Need(mps.PipeDir(), t.SM); err != nil {
+		t.Release()
 		return nil, nil, err
 	}
 	members, err := joinSchedulers(dir, t)
@@ -169,7 +184,7 @@ func (q *quotaFlags) setup() ([]string, func(), error) {
 		return nil, nil, err
 	}
 	// The shim diverts launches only when the tenant has a compute policy.
-	env := []string{"FLEXGV_TENANT=" + t.Path}
+	env := append([]string{"FLEXGV_TENANT=" + t.Path}, mps.Env(mps.PipeDir(), t.SM)...)
 	if len(members) > 0 {
 		env = append(env, "FLEXGV_COMPUTE=1")
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flexgv/flexgv/internal/launch"
+	"github.com/flexgv/flexgv/internal/mps"
 	"github.com/flexgv/flexgv/internal/remote"
 	"github.com/flexgv/flexgv/internal/tenant"
 )
@@ -33,7 +34,7 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 			"its executor exits and the driver frees everything it held.\n\n" +
 			"With --tenant, a client must present one tenant's token (flexgv run --remote ADDR --token-file FILE)\n" +
 			"and its executor runs in that tenant, under the shim: the limits given after the --tenant (--mem,\n" +
-			"--compute, --compute-max, --priority, --ctx-mem, as for flexgv run) are enforced on the server, where\n" +
+			"--compute, --compute-max, --priority, --sm, --ctx-mem, as for flexgv run) are enforced on the server, where\n" +
 			"the client cannot reach them, and flexgv ps here lists the tenant and its executors. A --tenant without\n" +
 			"limits joins the existing group of that name (flexgv run --group, the node daemon). --tenant-dir DIR\n" +
 			"admits the tenants whose token files NAME.token are in DIR when a client connects (files of the\n" +
@@ -124,8 +125,8 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 				if err != nil {
 					return exitError{1, "flexgv serve: " + err.Error()}
 				}
-				s.Lookup = remote.TenantDir{Dir: tenantDir, StateDir: tenant.Dir(), Env: func(path string, compute bool) []string {
-					env := []string{"FLEXGV_TENANT=" + path}
+				s.Lookup = remote.TenantDir{Dir: tenantDir, StateDir: tenant.Dir(), Env: func(path string, compute bool, sm uint32) []string {
+					env := append([]string{"FLEXGV_TENANT=" + path}, mps.Env(mps.PipeDir(), sm)...)
 					if compute {
 						env = append(env, "FLEXGV_COMPUTE=1")
 					}
@@ -228,7 +229,7 @@ func (f limitFlag) Set(v string) error {
 	}
 	t.given[f.name] = true
 	*map[string]*string{"mem": &t.q.mem, "compute": &t.q.compute, "compute-max": &t.q.computeMax,
-		"priority": &t.q.priority, "ctx-mem": &t.q.ctxMem}[f.name] = v
+		"priority": &t.q.priority, "sm": &t.q.sm, "ctx-mem": &t.q.ctxMem}[f.name] = v
 	return nil
 }
 
@@ -239,6 +240,7 @@ func (ts *serveTenants) register(c *cobra.Command) {
 		{"compute", "the tenant's guaranteed share of GPU time, as flexgv run --compute"},
 		{"compute-max", "the tenant's cap on GPU time, as flexgv run --compute-max"},
 		{"priority", "the tenant's priority, as flexgv run --priority"},
+		{"sm", "the tenant's percentage of each GPU's SMs under MPS, as flexgv run --sm"},
 		{"ctx-mem", "memory charged per CUDA context when it cannot be measured, as flexgv run --ctx-mem (default 512MiB)"},
 	} {
 		c.Flags().Var(limitFlag{ts, l.name}, l.name, l.usage)

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/flexgv/flexgv/internal/gpuinfo"
+	"github.com/flexgv/flexgv/internal/mps"
 	"github.com/flexgv/flexgv/internal/sched"
 	"github.com/flexgv/flexgv/internal/tenant"
 	flexgvv1 "github.com/flexgv/flexgv/proto/flexgv/v1"
@@ -55,8 +56,18 @@ func (a *api) CreateTenant(_ context.Context, r *flexgvv1.CreateTenantRequest) (
 	if err := tenant.CheckName(r.Name); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if r.Memory == "" && r.ComputeMax == "" && r.Compute == "" && r.Priority == "" {
-		return nil, status.Error(codes.InvalidArgument, "memory, compute, compute_max and priority are empty; give quotas as flexgv run --mem takes them (8GiB, 25%, 0=8GiB,...), shares and caps as --compute and --compute-max do, a priority, or several")
+	if r.Memory == "" && r.ComputeMax == "" && r.Compute == "" && r.Priority == "" && r.Sm == "" {
+		return nil, status.Error(codes.InvalidArgument, "memory, compute, compute_max, priority and sm are empty; give quotas as flexgv run --mem takes them (8GiB, 25%, 0=8GiB,...), shares and caps as --compute and --compute-max do, a priority, an SM percentage, or several")
+	}
+	var sm uint32
+	var err error
+	if r.Sm != "" {
+		if sm, err = tenant.ParseSM(r.Sm); err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		if err := mps.Need(mps.PipeDir(), sm); err != nil {
+			return nil, status.Error(codes.FailedPrecondition, err.Error())
+		}
 	}
 	prio, err := sched.ParsePriority(r.Priority)
 	if err != nil {
@@ -83,12 +94,12 @@ func (a *api) CreateTenant(_ context.Context, r *flexgvv1.CreateTenantRequest) (
 	if err := checkLabels(r.Labels); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	info, created, err := a.held.create(tenant.Spec{Name: r.Name, Devices: devs, CtxBytes: r.ContextBytes, Priority: prio}, r.Labels)
+	info, created, err := a.held.create(tenant.Spec{Name: r.Name, Devices: devs, CtxBytes: r.ContextBytes, Priority: prio, SM: sm}, r.Labels)
 	if err != nil {
 		return nil, err
 	}
 	if created {
-		a.log.Printf("created tenant %s (--mem %q --compute %q --compute-max %q --priority %q)", r.Name, r.Memory, r.Compute, r.ComputeMax, r.Priority)
+		a.log.Printf("created tenant %s (--mem %q --compute %q --compute-max %q --priority %q --sm %q)", r.Name, r.Memory, r.Compute, r.ComputeMax, r.Priority, r.Sm)
 	}
 	return &flexgvv1.CreateTenantResponse{Tenant: a.toProto(info, true), Created: created}, nil
 }
@@ -172,7 +183,7 @@ func (a *api) ListDevices(context.Context, *flexgvv1.ListDevicesRequest) (*flexg
 func (a *api) toProto(info tenant.Info, held bool) *flexgvv1.Tenant {
 	t := &flexgvv1.Tenant{
 		Name: info.Name, Path: tenant.Path(a.dir, info.Name), OwnerUid: info.OwnerUID,
-		CreatedUnixNano: info.Created.UnixNano(), Held: held, Priority: info.Priority,
+		CreatedUnixNano: info.Created.UnixNano(), Held: held, Priority: info.Priority, Sm: info.SM,
 	}
 	if held {
 		t.Labels = a.held.labelsOf(info)

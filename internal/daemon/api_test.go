@@ -151,7 +151,7 @@ func TestCreateRefusals(t *testing.T) {
 	}{
 		{"a/b", "1GiB", 512 << 20, `tenant name "a/b"`},
 		{"", "1GiB", 512 << 20, `tenant name ""`},
-		{"g", "", 512 << 20, "memory, compute, compute_max and priority are empty"},
+		{"g", "", 512 << 20, "memory, compute, compute_max, priority and sm are empty"},
 		{"g", "1GiB", 0, "context_bytes 0: below 16MiB"},
 		{"g", "512KiB", 512 << 20, "512KiB is below 1MiB"},
 		{"g", "2=1GiB", 512 << 20, "there is no device 2"},

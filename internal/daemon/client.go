@@ -66,7 +66,7 @@ func Message(err error) string { return status.Convert(err).Message() }
 // Info is a tenant as the API reports it, in the form flexgv ps shows.
 func Info(t *flexgvv1.Tenant) tenant.Info {
 	info := tenant.Info{
-		Name: t.Name, OwnerUID: t.OwnerUid, Created: time.Unix(0, t.CreatedUnixNano), Priority: t.Priority,
+		Name: t.Name, OwnerUID: t.OwnerUid, Created: time.Unix(0, t.CreatedUnixNano), Priority: t.Priority, SM: t.Sm,
 		Devices: make([]tenant.DeviceUse, len(t.Devices)), Procs: make([]tenant.Proc, len(t.Processes)),
 		Labels: t.Labels,
 	}

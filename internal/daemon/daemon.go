@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 
 	"github.com/flexgv/flexgv/internal/gpuinfo"
 	"github.com/flexgv/flexgv/internal/metrics"
+	"github.com/flexgv/flexgv/internal/mps"
 	"github.com/flexgv/flexgv/internal/sched"
 	"github.com/flexgv/flexgv/internal/tenant"
 	flexgvv1 "github.com/flexgv/flexgv/proto/flexgv/v1"
@@ -38,6 +40,9 @@ type Config struct {
 	Socket      string    // the API's unix socket; "": Socket(StateDir)
 	MetricsAddr string    // HOST:PORT of /metrics; "": none
 	Log         io.Writer // what it does, line by line
+	// MPS: the daemon makes sure an MPS control daemon runs on the node
+	// (in mps.PipeDir()) for as long as it runs; one it started, it stops.
+	MPS bool
 	// With, if set, runs in the daemon's process beside the API, calling
 	// it directly (no socket between), until its context ends: when the
 	// daemon stops, which waits for it before letting go of the tenants.
@@ -78,6 +83,13 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("metrics: %w", err)
 		}
 		defer metricsLis.Close()
+	}
+	if cfg.MPS {
+		stop, err := runMPS(cfg.StateDir, logger)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	h, adopted, problems, err := adopt(cfg.StateDir)
 	if err != nil {
@@ -138,6 +150,27 @@ func Run(ctx context.Context, cfg Config) error {
 		logger.Printf("stopping; releasing tenants %s", strings.Join(names, ", "))
 	}
 	return err
+}
+
+// runMPS starts an MPS control daemon where CUDA looks for one, unless one
+// answers there already, and returns what stops it: nothing for one found.
+func runMPS(stateDir string, logger *log.Logger) (func(), error) {
+	dir := mps.PipeDir()
+	if mps.Running(dir) {
+		logger.Printf("MPS: using the control daemon that answers in %s", dir)
+		return func() {}, nil
+	}
+	if err := mps.Start(dir, filepath.Join(stateDir, "mps-log")); err != nil {
+		return nil, err
+	}
+	logger.Printf("MPS: started the control daemon in %s", dir)
+	return func() {
+		if err := mps.Stop(dir); err != nil {
+			logger.Printf("MPS: %v", err)
+		} else {
+			logger.Printf("MPS: stopped the control daemon in %s", dir)
+		}
+	}, nil
 }
 
 // metricsHandler serves /metrics, collected when scraped. A scrape that

@@ -22,8 +22,9 @@ type TenantDir struct {
 	Dir      string
 	StateDir string
 	// Env is the executor's environment for the tenant whose file is path;
-	// compute: the tenant has a compute policy on one of its GPUs.
-	Env func(path string, compute bool) []string
+	// compute: the tenant has a compute policy on one of its GPUs; sm: its
+	// percentage of the SMs under MPS (0: all).
+	Env func(path string, compute bool, sm uint32) []string
 }
 
 // CheckTenantDir refuses a folder someone else could add a token to.
@@ -85,5 +86,5 @@ func (d TenantDir) Lookup(h [sha256.Size]byte) (*Tenant, error) {
 	for _, dev := range info.Devices {
 		compute = compute || dev.Share > 0 || dev.ComputeMax > 0
 	}
-	return &Tenant{Name: found, Env: d.Env(path, compute), hash: h}, nil
+	return &Tenant{Name: found, Env: d.Env(path, compute, info.SM), hash: h}, nil
 }

@@ -5,7 +5,7 @@ package tenant
 // Constants of the region shared with the shim.
 const (
 	TenantMagic   = 0x544e4e5447584c46
-	TenantVersion = 0x5
+	TenantVersion = 0x6
 	MaxDevices    = 0x10
 	SlotFree      = 0x0
 	SlotClaimed   = 0x1
@@ -33,6 +33,8 @@ type Header struct {
 	CtxBytes  uint64     `c:"ctx_bytes"`
 	OwnerUID  uint32     `c:"owner_uid"`
 	Priority  uint32     `c:"priority"`
+	SM        uint32     `c:"sm"`
+	Reserved  uint32     `c:"reserved"`
 	Name      [64]byte   `c:"name"`
 	Devices   [16]Device `c:"devices"`
 }

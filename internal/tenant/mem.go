@@ -317,3 +317,21 @@ func formatQuota(devs []DeviceQuota) string {
 	}
 	return s
 }
+
+// ParseSM reads a --sm value: a whole percentage from 1 to 100 of a GPU's
+// SMs, with or without "%". MPS takes whole percentages.
+func ParseSM(spec string) (uint32, error) {
+	v, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(spec), "%"), 10, 32)
+	if err != nil || v < 1 || v > 100 {
+		return 0, fmt.Errorf("--sm %q: give a whole percentage of a GPU's SMs from 1 to 100 (50%%)", spec)
+	}
+	return uint32(v), nil
+}
+
+// FormatSM prints a tenant's SM percentage as flexgv ps shows it.
+func FormatSM(sm uint32) string {
+	if sm == 0 {
+		return "all SMs"
+	}
+	return fmt.Sprintf("%d%% of the SMs", sm)
+}

@@ -29,6 +29,7 @@ type Info struct {
 	OwnerUID uint32      `json:"owner_uid"`
 	Created  time.Time   `json:"created"`
 	Priority uint32      `json:"priority"` // as flexgv run --priority takes it, a number
+	SM       uint32      `json:"sm"`       // percentage of a GPU's SMs under MPS; 0: all
 	Devices  []DeviceUse `json:"devices"`
 	Procs    []Proc      `json:"processes"`
 	// Whom it is for (namespace, pod, container), as the daemon holding it
@@ -106,7 +107,7 @@ func Read(p string) (Info, error) {
 			return Info{}, fmt.Errorf("%s: %w", p, err)
 		}
 	}
-	info := Info{Name: h.name, OwnerUID: h.raw.OwnerUID, Created: time.Unix(0, int64(h.raw.CreatedNs)), Priority: h.raw.Priority, Devices: make([]DeviceUse, len(h.devices)), Procs: []Proc{}}
+	info := Info{Name: h.name, OwnerUID: h.raw.OwnerUID, Created: time.Unix(0, int64(h.raw.CreatedNs)), Priority: h.raw.Priority, SM: h.raw.SM, Devices: make([]DeviceUse, len(h.devices)), Procs: []Proc{}}
 	for d, dev := range h.devices {
 		info.Devices[d] = DeviceUse{Index: d, UUID: dev.UUID, Quota: dev.Quota, CtxMeasured: h.raw.Devices[d].CtxMeasured,
 			ComputeMax: dev.ComputeMax, Share: dev.ComputeShare}
@@ -193,8 +194,8 @@ func readHeader(f *os.File, p string) (header, error) {
 		return bad("not a tenant file")
 	case r.Version != TenantVersion:
 		return bad("tenant file version %d; this flexgv reads version %d", r.Version, TenantVersion)
-	case r.NDevices > MaxDevices || r.NSlots > MaxSlots:
-		return bad("damaged: %d devices, %d slots", r.NDevices, r.NSlots)
+	case r.NDevices > MaxDevices || r.NSlots > MaxSlots || r.SM > 100:
+		return bad("damaged: %d devices, %d slots, SM percentage %d", r.NDevices, r.NSlots, r.SM)
 	case st.Size() < headerSize+int64(r.NSlots)*slotSize:
 		return bad("truncated: %d bytes, %d slots need %d", st.Size(), r.NSlots, headerSize+int64(r.NSlots)*slotSize)
 	}

@@ -69,6 +69,7 @@ type Spec struct {
 	Devices  []DeviceQuota // nil: join an existing tenant, whatever its quotas
 	CtxBytes uint64        // charge per context when the shim cannot measure it
 	Priority uint32        // 0 to sched.PriorityMax; with Devices nil, ignored
+	SM       uint32        // percentage of a GPU's SMs under MPS, 1 to 100; 0: all; with Devices nil, ignored
 }
 
 // Tenant is this run's membership of a tenant, from Acquire to Release.
@@ -78,6 +79,7 @@ type Tenant struct {
 	Created  bool
 	Devices  []DeviceQuota // the tenant's entries, as its file has them
 	Priority uint32        // as its file has it
+	SM       uint32        // as its file has it
 	dir      string
 	member   *os.File // holds the member lock
 }
@@ -107,13 +109,15 @@ func Acquire(dir string, spec Spec) (*Tenant, error) {
 	defer unlock()
 	sweep(dir)
 	t := &Tenant{Path: path(dir, spec.Name), Name: spec.Name, dir: dir}
-	t.member, t.Devices, t.Priority, err = join(t.Path, spec)
+	var h header
+	t.member, h, err = join(t.Path, spec)
+	t.Devices, t.Priority, t.SM = h.devices, h.raw.Priority, h.raw.SM
 	if errors.Is(err, os.ErrNotExist) {
 		if spec.Devices == nil {
 			return nil, fmt.Errorf("group %s does not exist; give --mem to create it", spec.Name)
 		}
 		t.member, err = create(dir, t.Path, spec)
-		t.Created, t.Devices, t.Priority = true, spec.Devices, spec.Priority
+		t.Created, t.Devices, t.Priority, t.SM = true, spec.Devices, spec.Priority, spec.SM
 	}
 	if err != nil {
 		return nil, err
@@ -131,31 +135,31 @@ func CheckName(name string) error {
 
 // join opens the tenant at p and takes the member lock, before the folder
 // lock is let go: a last member leaving cannot remove it in between.
-func join(p string, spec Spec) (*os.File, []DeviceQuota, uint32, error) {
+func join(p string, spec Spec) (*os.File, header, error) {
 	st, err := os.Lstat(p)
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, header{}, err
 	}
 	if err := checkOwner(spec.Name, st); err != nil {
-		return nil, nil, 0, err
+		return nil, header{}, err
 	}
 	f, err := openTenant(p)
 	if err != nil {
-		return nil, nil, 0, fmt.Errorf("group %s: %w", spec.Name, err)
+		return nil, header{}, fmt.Errorf("group %s: %w", spec.Name, err)
 	}
 	h, err := readHeader(f, p)
-	if err == nil && spec.Devices != nil && (!slices.Equal(h.devices, spec.Devices) || h.raw.Priority != spec.Priority) {
-		err = fmt.Errorf("group %s already exists with quota %s and priority %d; give the same --mem, --compute, --compute-max and --priority, or none of them, to join it",
-			spec.Name, formatQuota(h.devices), h.raw.Priority)
+	if err == nil && spec.Devices != nil && (!slices.Equal(h.devices, spec.Devices) || h.raw.Priority != spec.Priority || h.raw.SM != spec.SM) {
+		err = fmt.Errorf("group %s already exists with quota %s, priority %d and %s; give the same --mem, --compute, --compute-max, --priority and --sm, or none of them, to join it",
+			spec.Name, formatQuota(h.devices), h.raw.Priority, FormatSM(h.raw.SM))
 	}
 	if err == nil {
 		err = liveness.Share(f, MemberLock)
 	}
 	if err != nil {
 		f.Close()
-		return nil, nil, 0, err
+		return nil, header{}, err
 	}
-	return f, h.devices, h.raw.Priority, nil
+	return f, h, nil
 }
 
 // checkOwner refuses another user's tenant (root may join any): its
@@ -205,7 +209,7 @@ func newFile(spec Spec) []byte {
 		Magic: TenantMagic, Version: TenantVersion,
 		NDevices: uint32(len(spec.Devices)), NSlots: Slots,
 		CreatedNs: uint64(time.Now().UnixNano()), CtxBytes: spec.CtxBytes,
-		OwnerUID: uint32(os.Geteuid()), Priority: spec.Priority,
+		OwnerUID: uint32(os.Geteuid()), Priority: spec.Priority, SM: spec.SM,
 	}
 	copy(h.Name[:], spec.Name)
 	for i, d := range spec.Devices {

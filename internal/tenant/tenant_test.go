@@ -1,6 +1,7 @@
 package tenant
 
 import (
+	"fmt"
 	"math"
 	"math/rand"
 	"os"
@@ -215,7 +216,8 @@ func TestReadRefusesDamagedFiles(t *testing.T) {
 		edit func(*Header)
 	}{
 		{"not a tenant file", func(h *Header) { h.Magic++ }},
-		{"version 5", func(h *Header) { h.Version = TenantVersion + 1 }},
+		{fmt.Sprintf("version %d", TenantVersion+1), func(h *Header) { h.Version = TenantVersion + 1 }},
+		{"SM percentage 101", func(h *Header) { h.SM = 101 }},
 		{"4097 slots", func(h *Header) { h.NSlots = MaxSlots + 1 }},
 		{"truncated", func(h *Header) { h.NSlots = MaxSlots }},
 		{"17 devices", func(h *Header) { h.NDevices = MaxDevices + 1 }},

@@ -40,7 +40,7 @@ func TestUpdateChangesSharesLive(t *testing.T) {
 		t.Fatalf("g in the scheduler: %q", got)
 	}
 	r := e.run("flexgv", "update", "g", "--compute", "0=40%", "--compute-max", "60%", "--priority", "high")
-	if r.code != 0 || !regexp.MustCompile(`(?m)^g\s+0 GPU-f1e96000\s+-\s+0B\s+40%\s+60%\s+high\s*$`).MatchString(r.stdout) {
+	if r.code != 0 || !regexp.MustCompile(`(?m)^g\s+0 GPU-f1e96000\s+-\s+0B\s+40%\s+60%\s+high\s+-\s*$`).MatchString(r.stdout) {
 		t.Fatalf("flexgv update: %+v", r)
 	}
 	if got := schedPolicy(t, e, "g"); got != "40%/60%/high" {

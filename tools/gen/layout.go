@@ -109,6 +109,8 @@ var tenantLayout = []structSpec{
 		{"ctx_bytes", "CtxBytes", "uint64", 0, "device memory charged per context when it cannot be measured"},
 		{"owner_uid", "OwnerUID", "uint32", 0, "user that created the tenant"},
 		{"priority", "Priority", "uint32", 0, "PriorityLow to PriorityHigh; higher runs first"},
+		{"sm", "SM", "uint32", 0, "percentage of a GPU's SMs its processes' kernels may use under MPS (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE); 0 means all"},
+		{"reserved", "Reserved", "uint32", 0, ""},
 		{"name", "Name", "byte", 64, "tenant name"},
 		{"devices", "Devices", "Device", maxDevices, ""},
 	}},
@@ -124,7 +126,7 @@ var tenantLayout = []structSpec{
 
 var tenantConsts = []constSpec{
 	{"FG_TENANT_MAGIC", "TenantMagic", 0x544e4e5447584c46}, // "FLXGTNNT" little-endian
-	{"FG_TENANT_VERSION", "TenantVersion", 5},
+	{"FG_TENANT_VERSION", "TenantVersion", 6},
 	{"FG_MAX_DEVICES", "MaxDevices", maxDevices},
 	{"FG_TENANT_SLOT_FREE", "SlotFree", 0},
 	{"FG_TENANT_SLOT_CLAIMED", "SlotClaimed", 1},

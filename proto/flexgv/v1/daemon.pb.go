@@ -46,7 +46,11 @@ type CreateTenantRequest struct {
 	// flexgv_tenant_info: the keys namespace, pod and container (as the
 	// Kubernetes device plugin gives them). Kept across daemon restarts; a
 	// call for an existing tenant replaces them when it gives any.
-	Labels        map[string]string `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Under MPS, the percentage of each GPU's SMs the tenant's processes may
+	// use, as flexgv run --sm takes it: 1 to 100. Empty: all of them. Given
+	// to each process when it starts (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE).
+	Sm            string `protobuf:"bytes,8,opt,name=sm,proto3" json:"sm,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -128,6 +132,13 @@ func (x *CreateTenantRequest) GetLabels() map[string]string {
 		return x.Labels
 	}
 	return nil
+}
+
+func (x *CreateTenantRequest) GetSm() string {
+	if x != nil {
+		return x.Sm
+	}
+	return ""
 }
 
 type CreateTenantResponse struct {
@@ -550,7 +561,9 @@ type Tenant struct {
 	Priority uint32 `protobuf:"varint,8,opt,name=priority,proto3" json:"priority,omitempty"`
 	// What it was created with (CreateTenantRequest.labels), if the daemon
 	// holds it.
-	Labels        map[string]string `protobuf:"bytes,9,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,9,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Percentage of each GPU's SMs its processes may use under MPS; zero: all.
+	Sm            uint32 `protobuf:"varint,10,opt,name=sm,proto3" json:"sm,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -646,6 +659,13 @@ func (x *Tenant) GetLabels() map[string]string {
 		return x.Labels
 	}
 	return nil
+}
+
+func (x *Tenant) GetSm() uint32 {
+	if x != nil {
+		return x.Sm
+	}
+	return 0
 }
 
 // TenantDevice is one device entry of a tenant.
@@ -996,7 +1016,7 @@ var File_flexgv_v1_daemon_proto protoreflect.FileDescriptor
 
 const file_flexgv_v1_daemon_proto_rawDesc = "" +
 	"\n" +
-	"\x16flexgv/v1/daemon.proto\x12\tflexgv.v1\"\xbc\x02\n" +
+	"\x16flexgv/v1/daemon.proto\x12\tflexgv.v1\"\xcc\x02\n" +
 	"\x13CreateTenantRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06memory\x18\x02 \x01(\tR\x06memory\x12#\n" +
@@ -1005,7 +1025,8 @@ const file_flexgv_v1_daemon_proto_rawDesc = "" +
 	"computeMax\x12\x18\n" +
 	"\acompute\x18\x05 \x01(\tR\acompute\x12\x1a\n" +
 	"\bpriority\x18\x06 \x01(\tR\bpriority\x12B\n" +
-	"\x06labels\x18\a \x03(\v2*.flexgv.v1.CreateTenantRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\a \x03(\v2*.flexgv.v1.CreateTenantRequest.LabelsEntryR\x06labels\x12\x0e\n" +
+	"\x02sm\x18\b \x01(\tR\x02sm\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"[\n" +
@@ -1030,7 +1051,7 @@ const file_flexgv_v1_daemon_proto_rawDesc = "" +
 	"\x13DeleteTenantRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"0\n" +
 	"\x14DeleteTenantResponse\x12\x18\n" +
-	"\aremoved\x18\x01 \x01(\bR\aremoved\"\x86\x03\n" +
+	"\aremoved\x18\x01 \x01(\bR\aremoved\"\x96\x03\n" +
 	"\x06Tenant\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1b\n" +
@@ -1040,7 +1061,9 @@ const file_flexgv_v1_daemon_proto_rawDesc = "" +
 	"\adevices\x18\x06 \x03(\v2\x17.flexgv.v1.TenantDeviceR\adevices\x126\n" +
 	"\tprocesses\x18\a \x03(\v2\x18.flexgv.v1.TenantProcessR\tprocesses\x12\x1a\n" +
 	"\bpriority\x18\b \x01(\rR\bpriority\x125\n" +
-	"\x06labels\x18\t \x03(\v2\x1d.flexgv.v1.Tenant.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\t \x03(\v2\x1d.flexgv.v1.Tenant.LabelsEntryR\x06labels\x12\x0e\n" +
+	"\x02sm\x18\n" +
+	" \x01(\rR\x02sm\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe3\x01\n" +

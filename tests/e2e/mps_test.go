@@ -1,0 +1,183 @@
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// A tenant's SMs under MPS (--sm): the node daemon runs the MPS control
+// daemon (the simulated GPU's, on PATH), and a tenant's processes get the
+// part of the SMs it was given, as its kernels' time shows; without MPS,
+// or with a bad value, --sm is refused.
+
+// smCount prints what the program's device 0 reports as its SM count.
+const smCount = `import ctypes
+cu = ctypes.CDLL("libcuda.so.1")
+n = ctypes.c_int()
+assert cu.cuInit(0) == 0
+assert cu.cuDeviceGetAttribute(ctypes.byref(n), 16, 0) == 0  # CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+print("sms", n.value)`
+
+func newMPSEnv(t *testing.T) (*env, string) {
+	dir := filepath.Join(t.TempDir(), "mps")
+	e := newEnv(t, "PATH="+filepath.Join(build, "sim", "bin")+":"+os.Getenv("PATH"), "CUDA_MPS_PIPE_DIRECTORY="+dir)
+	return e, dir
+}
+
+// quitMPS stops the simulated control daemon in dir, if one runs.
+func quitMPS(e *env, dir string) {
+	cmd := exec.Command(filepath.Join(build, "sim", "bin", "nvidia-cuda-mps-control"))
+	cmd.Env, cmd.Stdin = e.environ(""), strings.NewReader("quit\n")
+	cmd.Run()
+}
+
+// startMPS starts the simulated control daemon in dir, stopped when the
+// test ends.
+func startMPS(t *testing.T, e *env, dir string) {
+	start := exec.Command(filepath.Join(build, "sim", "bin", "nvidia-cuda-mps-control"), "-d")
+	start.Env = e.environ("")
+	if out, err := start.CombinedOutput(); err != nil {
+		t.Fatalf("starting the control daemon: %v %s", err, out)
+	}
+	t.Cleanup(func() { quitMPS(e, dir) })
+}
+
+func TestSMPercentageUnderMPS(t *testing.T) {
+	e, dir := newMPSEnv(t)
+	t.Cleanup(func() { quitMPS(e, dir) })
+	for _, v := range []string{"0", "101", "12.5%", "", "half"} {
+		r := e.run("flexgv", "run", "--sm", v, "--", "true")
+		if r.code != 2 || !strings.Contains(r.stderr, "--sm") {
+			t.Errorf("--sm %q: exit %d, %q; want 2 and a message about --sm", v, r.code, r.stderr)
+		}
+	}
+	if r := e.run("flexgv", "run", "--sm", "25%", "--", "true"); r.code == 0 || !strings.Contains(r.stderr, "no MPS control daemon answers in "+dir) {
+		t.Errorf("--sm without MPS: exit %d, %q; want a refusal naming %s", r.code, r.stderr, dir)
+	}
+
+	d := e.startDaemon(t, "--mps")
+	if !strings.Contains(d.logText(), "MPS: started the control daemon in "+dir) {
+		t.Fatalf("daemon log: %s", d.logText())
+	}
+	sms := func(flags ...string) string {
+		r := e.run("flexgv", append(append([]string{"run"}, flags...), "--", "python3", "-c", smCount)...)
+		if r.code != 0 {
+			t.Fatalf("run %v: exit %d, %s", flags, r.code, r.stderr)
+		}
+		return strings.TrimSpace(r.stdout)
+	}
+	// The simulated GPU has 40 SMs: 25 % of them is 10, 50 % is 20.
+	if got := sms(); got != "sms 40" {
+		t.Errorf("without --sm: %q, want sms 40", got)
+	}
+	if got := sms("--sm", "25%"); got != "sms 10" {
+		t.Errorf("--sm 25%%: %q, want sms 10", got)
+	}
+	if got := sms("--sm", "50", "--mem", "1GiB"); got != "sms 20" {
+		t.Errorf("--sm 50 --mem 1GiB: %q, want sms 20", got)
+	}
+	// On a quarter of the SMs, a kernel takes four times as long.
+	for _, c := range []struct {
+		flags    []string
+		min, max float64
+	}{{nil, 900, 1500}, {[]string{"--sm", "25%"}, 3600, 6000}} {
+		r := e.run("flexgv", append(append([]string{"run"}, c.flags...), "--", bin("spinner"), "1000", "0.2", "1")...)
+		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+		var s spin
+		if r.code != 0 || len(lines) != 2 || !parseSpin(t, lines[1], &s) {
+			t.Fatalf("spinner %v: exit %d, %q %q", c.flags, r.code, r.stdout, r.stderr)
+		}
+		if s.p50 < c.min || s.p50 > c.max {
+			t.Errorf("spinner %v: a 1 ms kernel took %.0f µs, want %.0f to %.0f", c.flags, s.p50, c.min, c.max)
+		}
+	}
+
+	// A group keeps its SM percentage: joining with another is refused,
+	// and flexgv ps shows it.
+	holder := exec.Command(bin("flexgv"), "run", "--group", "g", "--sm", "25%", "--", "sleep", "30")
+	holder.Env = e.environ(filepath.Join(build, "sim"))
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(e.run("flexgv", "ps").stdout, "g "); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("group g never appeared in flexgv ps")
+		}
+	}
+	if ps := e.run("flexgv", "ps").stdout; !strings.Contains(ps, "SMS") || !strings.Contains(ps, "25%") {
+		t.Errorf("flexgv ps does not show the SM percentage:\n%s", ps)
+	}
+	if r := e.run("flexgv", "run", "--group", "g", "--sm", "50%", "--", "true"); r.code == 0 || !strings.Contains(r.stderr, "25% of the SMs") {
+		t.Errorf("joining group g with --sm 50%%: exit %d, %q; want a refusal naming its 25%%", r.code, r.stderr)
+	}
+	if got := sms("--group", "g"); got != "sms 10" {
+		t.Errorf("a run joining group g: %q, want sms 10", got)
+	}
+
+	// The daemon stops the control daemon it started; --sm is refused again.
+	if code := d.stop(t, syscall.SIGTERM); code != 0 || !strings.Contains(d.logText(), "MPS: stopped the control daemon") {
+		t.Fatalf("daemon stop: exit %d, log %s", code, d.logText())
+	}
+	if r := e.run("flexgv", "run", "--sm", "25%", "--", "true"); r.code == 0 || !strings.Contains(r.stderr, "no MPS control daemon") {
+		t.Errorf("--sm after the daemon stopped: exit %d, %q", r.code, r.stderr)
+	}
+}
+
+// A control daemon that runs already is used, and left running.
+func TestDaemonUsesARunningMPS(t *testing.T) {
+	e, dir := newMPSEnv(t)
+	startMPS(t, e, dir)
+	d := e.startDaemon(t, "--mps")
+	if !strings.Contains(d.logText(), "MPS: using the control daemon that answers in "+dir) {
+		t.Fatalf("daemon log: %s", d.logText())
+	}
+	if code := d.stop(t, syscall.SIGTERM); code != 0 || strings.Contains(d.logText(), "MPS: stopped") {
+		t.Fatalf("daemon stop: exit %d, log %s", code, d.logText())
+	}
+	if r := e.run("flexgv", "run", "--sm", "50%", "--", "true"); r.code != 0 {
+		t.Errorf("--sm with the control daemon still running: exit %d, %q", r.code, r.stderr)
+	}
+}
+
+// Without the control daemon's program, --mps is a clear error.
+func TestDaemonMPSNeedsItsProgram(t *testing.T) {
+	e := newEnv(t, "PATH=/usr/bin:/bin", "CUDA_MPS_PIPE_DIRECTORY="+filepath.Join(t.TempDir(), "mps"))
+	r := e.run("flexgv", "daemon", "--mps", "--metrics-addr", "")
+	if r.code == 0 || !strings.Contains(r.stderr, "nvidia-cuda-mps-control on PATH") {
+		t.Errorf("flexgv daemon --mps without the program: exit %d, %q", r.code, r.stderr)
+	}
+}
+
+// A remote tenant's --sm is given to its executors by the server: the
+// program sees its part of the SMs from across the connection.
+func TestRemoteTenantSMs(t *testing.T) {
+	e, dir := newMPSEnv(t)
+	startMPS(t, e, dir)
+	ta, tb := e.token("a"), e.token("b")
+	s := e.serve("tcp", "--tenant", "a:"+ta, "--sm", "25%", "--tenant", "b:"+tb, "--mem", "1GiB")
+	// And a tenant the server finds by its token file, created elsewhere.
+	stop := e.start(t, "flexgv", "run", "--group", "c", "--sm", "50%", "--", bin("holder"), "1")
+	defer stop()
+	tokens := filepath.Join(e.dir, "tokens")
+	tc := e.token("c")
+	data, _ := os.ReadFile(tc)
+	if os.Mkdir(tokens, 0o700) != nil || os.WriteFile(filepath.Join(tokens, "c.token"), data, 0o600) != nil {
+		t.Fatal("cannot write the token folder")
+	}
+	sd := e.serve("unix", "--tenant-dir", tokens)
+	for _, c := range []struct {
+		s           *server
+		token, want string
+	}{{s, ta, "sms 10"}, {s, tb, "sms 40"}, {sd, tc, "sms 20"}} {
+		r := e.remoteAs(c.s, c.token, "python3", "-c", smCount)
+		if r.code != 0 || strings.TrimSpace(r.stdout) != c.want {
+			t.Errorf("%s: exit %d %q, want %q\n%s", filepath.Base(c.token), r.code, r.stdout, c.want, r.stderr)
+		}
+	}
+}
