@@ -16,7 +16,7 @@ OUT=$(mkdir -p "${1:-gpu-out}" && cd "${1:-gpu-out}" && pwd)
 shift || true
 SECTIONS=${*:-decl counts hookmap torch bench quota isolation nvmlprocs computecap quotabench shares sharetrain priority prioritygraph}
 ROUNDS=${ROUNDS:-7} # rounds of the throughput benchmarks
-PAIRS=${PAIRS:-timeslice mps mps50 mpsflexgv flexgv} # how the priority sections share the GPU
+PAIRS=${PAIRS:-timeslice mps mps50 mpsflexgv mpssm mpssm25 flexgv} # how the priority sections share the GPU
 SHARE_S=${SHARE_S:-24} # seconds of the matmul share run (the change comes halfway)
 TRAIN_S=${TRAIN_S:-15} # seconds of the training share run
 want() { [[ " $SECTIONS " == *" $1 "* ]]; }
@@ -366,7 +366,9 @@ fi
 
 # (b) priority: inference KIND (infer or infer-graph) at half its peak rate
 # next to training, under time-slicing, MPS, MPS with the trainer at 50 %
-# of the threads, and flexgv priorities; files inf_P*/tr_P* with prefix P.
+# of the threads, flexgv priorities (under MPS too, and with the trainer
+# given 50 % of the SMs by --sm under the daemon's MPS, or 25 % without
+# priorities), and flexgv priorities; files inf_P*/tr_P* with prefix P.
 priority_bench() { # KIND PREFIX
     local kind=$1 p=$2
     bounded python3 $L "${kind/infer/peak}" 5 >"$S/${p}peak.txt"
@@ -405,6 +407,17 @@ priority_bench() { # KIND PREFIX
         sleep 2
     else
         fail "cannot start an MPS daemon"
+    fi
+    # MPS run by the node daemon, the trainer confined to part of the SMs
+    # (--sm): with priorities, and alone at a quarter of the SMs.
+    if [[ " $PAIRS " == *" mpssm"* ]]; then
+        "$FLEXGV" daemon --mps --metrics-addr "" 2>"$S/${p}daemon-mps.log" &
+        local dpid=$!
+        sleep 3
+        pair mpssm "$FLEXGV" run --priority high -- :: "$FLEXGV" run --priority low --sm 50% --
+        pair mpssm25 env :: "$FLEXGV" run --sm 25% --
+        kill $dpid && wait $dpid
+        sleep 2
     fi
     unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
     pair flexgv "$FLEXGV" run --priority high -- :: "$FLEXGV" run --priority low --

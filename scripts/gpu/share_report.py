@@ -108,8 +108,14 @@ for prefix, kind in [("", "eager inference"), ("g_", "CUDA-graph inference")]:
                  f"p50 {p50:.2f} ms, p99 {p99:.2f} ms{split(f'inf_{prefix}alone.txt')}", ""))
     for mode, label in [("timeslice", "time-slicing"), ("mps", "MPS"), ("mps50", "MPS, trainer at 50% threads"),
                         ("flexgv", "flexgv --priority high/low"),
-                        ("mpsflexgv", "flexgv --priority high/low under MPS")]:
+                        ("mpsflexgv", "flexgv --priority high/low under MPS"),
+                        ("mpssm", "flexgv --priority high/low, trainer --sm 50% (daemon's MPS)"),
+                        ("mpssm25", "trainer alone given --sm 25% (daemon's MPS)")]:
         if not have(f"inf_{prefix}{mode}.txt", f"tr_{prefix}{mode}.txt"):
+            continue
+        if not windows(f"tr_{prefix}{mode}.txt"):
+            rows.append((f"{kind} next to training: {label}", "no result: the training run failed", ""))
+            bad = True
             continue
         q50, q99, _ = latency(f"inf_{prefix}{mode}.txt")
         keep = rate(f"tr_{prefix}{mode}.txt") / tr
