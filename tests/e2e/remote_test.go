@@ -1327,6 +1327,26 @@ print("serving", cu.cuMemsetD8_v2(dev, 1, c_size_t(16)), cu.cuCtxSynchronize())
 	}
 }
 
+// A connection registers at most 65,536 pinned allocations with the
+// executor, which bounds what it keeps for them; one more is refused (the
+// client would keep it as its own memory), and one unregistered makes room.
+func TestRemotePinnedHeapBlocksBound(t *testing.T) {
+	prog := contextPrelude + `
+from ctypes import c_size_t, byref
+m = ctypes.c_uint()
+bad = [i for i in range(65536) if cu.fgrHeapRegister(c_size_t(i * 8192), c_size_t(4096), byref(m)) != 0]
+print("65536 registered, refused:", len(bad))
+print("one more", cu.fgrHeapRegister(c_size_t(65536 * 8192), c_size_t(4096), byref(m)))
+print("one unregistered", cu.fgrHeapUnregister(c_size_t(8192)), "then", cu.fgrHeapRegister(c_size_t(65536 * 8192), c_size_t(4096), byref(m)))
+`
+	e := newEnv(t)
+	r := e.remote(e.serve("shm"), "python3", "-c", prog)
+	want := "65536 registered, refused: 0\none more 1\none unregistered 0 then 0\n"
+	if r.code != 0 || r.stdout != want {
+		t.Errorf("exit %d, printed\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
+	}
+}
+
 // Over shm://, copies to and from pinned memory captured into a graph read
 // and write the program's memory at each launch, as natively: what the
 // program writes between two launches is what the second one uploads.
