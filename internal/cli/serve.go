@@ -345,7 +345,7 @@ func remoteAlone(c *cobra.Command, addr string) error {
 		}
 		return nil
 	}
-	for _, name := range []string{"mem", "compute", "compute-max", "priority", "group", "ctx-mem"} {
+	for _, name := range []string{"mem", "compute", "compute-max", "priority", "sm", "group", "ctx-mem"} {
 		if f := c.Flags().Lookup(name); f != nil && f.Changed {
 			return usageError{fmt.Errorf("flexgv run: --%s with --remote: a remote program's limits are set on the server "+
 				"(flexgv serve --tenant NAME:TOKEN_FILE --%s ...), not by the client", name, name)}

@@ -36,6 +36,8 @@ var (
 		"Live processes of a tenant that hold memory on a device.", tenantLabels, nil)
 	ctxDesc = prometheus.NewDesc("flexgv_tenant_context_bytes",
 		"Device memory one CUDA context of a tenant took on a device, as last measured; absent until measured.", tenantLabels, nil)
+	smDesc = prometheus.NewDesc("flexgv_tenant_sm_ratio",
+		"Part of each GPU's SMs a tenant's processes may use under MPS (--sm); absent where it has all of them.", []string{"tenant"}, nil)
 	gpuTotalDesc = prometheus.NewDesc("flexgv_gpu_memory_total_bytes",
 		"Memory of a GPU, from NVML.", gpuLabels, nil)
 	gpuUsedDesc = prometheus.NewDesc("flexgv_gpu_memory_used_bytes",
@@ -73,7 +75,7 @@ func New(src Source) *Collector { return &Collector{src} }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{quotaDesc, usedDesc, procsDesc, ctxDesc, gpuTotalDesc, gpuUsedDesc, gpuUtilDesc, heldDesc, infoDesc,
+	for _, d := range []*prometheus.Desc{quotaDesc, usedDesc, procsDesc, ctxDesc, smDesc, gpuTotalDesc, gpuUsedDesc, gpuUtilDesc, heldDesc, infoDesc,
 		shareDesc, capDesc, prioDesc, gpuTimeDesc, throttledDesc, preemptDesc, schedProcsDesc, switchesDesc} {
 		ch <- d
 	}
@@ -106,6 +108,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	for _, t := range infos {
+		if t.SM > 0 {
+			gauge(smDesc, float64(t.SM)/100, t.Name)
+		}
 		for _, d := range t.Devices {
 			// Rows as flexgv ps shows them: devices the tenant limits or uses.
 			if d.Quota == 0 && d.Used == 0 {

@@ -34,6 +34,7 @@ var (
 		},
 		{
 			Name: "b", // made without NVML: entries stand for CUDA devices by index
+			SM:   25,
 			Devices: []tenant.DeviceUse{
 				{Index: 0, Quota: 2 << 30},
 				{Index: 1, Used: 1 << 20},
@@ -86,6 +87,9 @@ flexgv_tenant_processes{gpu_index="1",gpu_uuid="",tenant="b"} 1
 # HELP flexgv_tenant_context_bytes Device memory one CUDA context of a tenant took on a device, as last measured; absent until measured.
 # TYPE flexgv_tenant_context_bytes gauge
 flexgv_tenant_context_bytes{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="a"} 6.7108864e+07
+# HELP flexgv_tenant_sm_ratio Part of each GPU's SMs a tenant's processes may use under MPS (--sm); absent where it has all of them.
+# TYPE flexgv_tenant_sm_ratio gauge
+flexgv_tenant_sm_ratio{tenant="b"} 0.25
 # HELP flexgv_daemon_tenants Tenants the daemon holds (created through it).
 # TYPE flexgv_daemon_tenants gauge
 flexgv_daemon_tenants 1

@@ -113,6 +113,9 @@ func TestSMPercentageUnderMPS(t *testing.T) {
 	if ps := e.run("flexgv", "ps").stdout; !strings.Contains(ps, "SMS") || !strings.Contains(ps, "25%") {
 		t.Errorf("flexgv ps does not show the SM percentage:\n%s", ps)
 	}
+	if got := d.scrape(t)["flexgv_tenant_sm_ratio{tenant=g}"]; got != 0.25 {
+		t.Errorf("flexgv_tenant_sm_ratio of g: %v, want 0.25", got)
+	}
 	if r := e.run("flexgv", "run", "--group", "g", "--sm", "50%", "--", "true"); r.code == 0 || !strings.Contains(r.stderr, "25% of the SMs") {
 		t.Errorf("joining group g with --sm 50%%: exit %d, %q; want a refusal naming its 25%%", r.code, r.stderr)
 	}

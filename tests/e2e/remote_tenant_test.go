@@ -331,6 +331,7 @@ func TestRemoteServeTenantFlags(t *testing.T) {
 		{"--token-file " + ta, "--token-file is for --remote ADDR"},
 		{"--remote " + sock + " --compute 30%", "--compute with --remote: a remote program's limits are set on the server"},
 		{"--remote " + sock + " --priority high", "--priority with --remote"},
+		{"--remote " + sock + " --sm 50%", "--sm with --remote: a remote program's limits are set on the server"},
 	} {
 		r := e.run("flexgv", append(append([]string{"run"}, strings.Fields(c.args)...), "--", "true")...)
 		if r.code != 2 || !strings.Contains(r.stderr, c.want) {
