@@ -21,7 +21,7 @@ NVML_INC := $(shell $(GO) mod download github.com/NVIDIA/go-nvml >/dev/null 2>&1
 INCS     := -Iinclude -Iinclude/flexgv -I$(NVML_INC)
 
 SHIM_SRC := $(wildcard shim/*.c)
-SIM_SRC  := simgpu/state.c simgpu/core.c simgpu/memory.c simgpu/exec.c simgpu/capture.c simgpu/graph.c simgpu/exports.c simgpu/tensormap.c simgpu/procs_gen.c
+SIM_SRC  := simgpu/state.c simgpu/core.c simgpu/memory.c simgpu/exec.c simgpu/capture.c simgpu/graph.c simgpu/exports.c simgpu/tensormap.c simgpu/hostfn.c simgpu/procs_gen.c
 HDRS     := $(wildcard include/flexgv/*.h include/flexgv/*.def shim/*.h shim/*.inc simgpu/*.h)
 CLIENTS  := rtlike direct dlsymclient threads forker nvmlclient nvmlremote nocuda launchloop nextlib_user hookmap holder memclient captureclient exportclient cudartclient optclient blaslike spinner copier procutil hostfunc mapped memset2d copy3d waiters nvmlprocs
 GO_SRC   := $(shell find cmd internal proto -name '*.go') go.mod go.sum

@@ -799,14 +799,6 @@ SIM_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx
     return launch(f, gx, gy, gz, bx, by, bz, h, params, 1);
 }
 
-/* The host function runs in the caller's thread once the stream's earlier
- * work is done: ordering is kept, overlap with the caller is not modelled. */
-void sim_host_run(struct sim_stream *s, CUhostFn fn, void *data)
-{
-    sim_wait(s->lane, s->last);
-    fn(data);
-}
-
 static CUresult host_func(CUstream h, CUhostFn fn, void *data, int pt)
 {
     struct sim_stream *s;
@@ -823,7 +815,7 @@ static CUresult host_func(CUstream h, CUhostFn fn, void *data, int pt)
             return r;
         sim_node_destroy(n);
     }
-    sim_host_run(s, fn, data);
+    sim_host_enqueue(s, fn, NULL, h, data);
     return CUDA_SUCCESS;
 }
 SIM_EXPORT CUresult cuLaunchHostFunc(CUstream h, CUhostFn fn, void *data) { return host_func(h, fn, data, 0); }
@@ -841,8 +833,7 @@ static CUresult add_callback(CUstream h, CUstreamCallback cb, void *data, unsign
         return CUDA_ERROR_INVALID_VALUE;
     if (sim_stream_captured(s))
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    sim_wait(s->lane, s->last);
-    cb(h, CUDA_SUCCESS, data);
+    sim_host_enqueue(s, NULL, cb, h, data);
     return CUDA_SUCCESS;
 }
 SIM_EXPORT CUresult cuStreamAddCallback(CUstream h, CUstreamCallback cb, void *data, unsigned int flags)

@@ -810,7 +810,7 @@ static CUresult launch(CUgraphExec exec, CUstream h, int pt)
         case CU_GRAPH_NODE_TYPE_MEMSET:
             sim_fill(n->u.set.dst, n->u.set.v, n->u.set.n, n->u.set.width);
             break;
-        case CU_GRAPH_NODE_TYPE_HOST: sim_host_run(s, n->u.host.fn, n->u.host.data); break;
+        case CU_GRAPH_NODE_TYPE_HOST: sim_host_enqueue(s, n->u.host.fn, NULL, NULL, n->u.host.data); break;
         default: break;
         }
     }

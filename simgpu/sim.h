@@ -140,6 +140,8 @@ void sim_uuid(int dev, CUuuid *uuid);
  * an item to be done (0: nothing to wait for). */
 uint64_t sim_submit_kernel(int lane, uint64_t duration_ns);
 uint64_t sim_submit_wait(int lane, const struct sim_stamp *st); /* the lane waits for st */
+uint64_t sim_submit_host(int lane);                /* a host function's place: the lane waits there... */
+void sim_host_release(int lane, uint64_t count);   /* ...until this, once the function has returned */
 uint64_t sim_lane_head(int lane);                               /* count of everything submitted */
 void sim_wait(int lane, uint64_t count);                        /* sleeps until finished */
 int sim_finished(int lane, uint64_t count);
@@ -236,7 +238,7 @@ CUresult sim_stream_arg(CUstream h, int per_thread, struct sim_stream **out);
 CUresult sim_stream_wait(struct sim_stream *s);
 void sim_ctx_sync(struct sim_ctx *ctx);
 void sim_kernel_run(struct sim_stream *s, struct sim_func *f, const struct sim_kargs *a);
-void sim_host_run(struct sim_stream *s, CUhostFn fn, void *data);
+void sim_host_enqueue(struct sim_stream *s, CUhostFn fn, CUstreamCallback cb, CUstream stream, void *data);
 
 /* memory.c: the registry of device addresses, under sim_mem_lock. */
 extern pthread_mutex_t sim_mem_lock;

@@ -86,6 +86,8 @@ static uint32_t my_lanes; /* lanes this incarnation has set up */
 #define SIM_MARK (1ull << 63)
 #define SIM_EVENT (1ull << 62)
 #define SIM_DEP (1ull << 61)
+#define SIM_HOST (1ull << 60)     /* a host function's place: passed once released */
+#define SIM_RELEASED (1ull << 59) /* its function returned (set by its process) */
 #define DEP_LANE(dep) ((int)((dep) >> TAG_SHIFT) & (SIM_LANES - 1))
 #define SIM_CLOSED (1ull << 63) /* in a kernel's dur_ns */
 _Static_assert(SIM_LANES <= 32 && (SIM_LANES & (SIM_LANES - 1)) == 0, "lanes fit a slot's mask and DEP_LANE");
@@ -608,6 +610,15 @@ uint64_t sim_submit_kernel(int lane, uint64_t duration_ns)
     return my_proc >= 0 && duration_ns ? submit(lane, duration_ns, 0, NULL) : 0;
 }
 
+uint64_t sim_submit_host(int lane) { return my_proc >= 0 ? submit(lane, 0, SIM_MARK | SIM_HOST, NULL) : 0; }
+
+void sim_host_release(int lane, uint64_t count)
+{
+    struct sim_item *c = &lane_at(lane)->ring[(count - 1) % SIM_RING];
+    if (__atomic_load_n(&c->tag, __ATOMIC_ACQUIRE) == (my_base | count))
+        __atomic_fetch_or(&c->dep, SIM_RELEASED, __ATOMIC_ACQ_REL);
+}
+
 uint64_t sim_submit_wait(int lane, const struct sim_stamp *st)
 {
     if (!st->count || st->lane == lane || st->count > sim_lane_head(st->lane) ||
@@ -714,7 +725,7 @@ static void read_head(struct act *a)
     struct sim_item *c = head_item(a);
     a->ready = __atomic_load_n(&c->tag, __ATOMIC_ACQUIRE) == (a->base | (a->s->finished + 1));
     if (a->ready) {
-        a->dep = c->dep;
+        a->dep = __atomic_load_n(&c->dep, __ATOMIC_ACQUIRE);
         a->arrival = c->arrival_ns;
         a->dur = __atomic_load_n(&c->dur_ns, __ATOMIC_ACQUIRE) & ~SIM_CLOSED;
     }
@@ -730,6 +741,8 @@ static void settle(struct sim_sched *S, uint64_t t, int commit)
             for (read_head(a); a->ready && (a->dep & SIM_MARK) && a->arrival <= t; read_head(a)) {
                 if ((a->dep & SIM_DEP) && S->procs[a->slot].lanes[DEP_LANE(a->dep)].finished < (a->dep & COUNT_MASK))
                     break;
+                if ((a->dep & (SIM_HOST | SIM_RELEASED)) == SIM_HOST)
+                    break; /* its function has not returned yet */
                 if (commit)
                     __atomic_store_n(&head_item(a)->done_ns, t, __ATOMIC_RELEASE);
                 a->s->finished++;

@@ -3,7 +3,11 @@
  * stream's earlier work has ended, with the caller's data. Prints what a
  * program would see, so runs on a local and a remote GPU compare.
  *   hostfunc          order, data, the per-thread variant and bad arguments
- *   hostfunc capture  the result of a host function enqueued in a capture */
+ *   hostfunc capture  the result of a host function enqueued in a capture
+ *   hostfunc async    what a GPU gives beyond order: the caller goes on
+ *                     while the function waits for it, later work waits
+ *                     for the function, and a graph's host node runs at
+ *                     each launch */
 #include "common.h"
 
 #include <time.h>
@@ -41,6 +45,53 @@ static void callback(CUstream stream, CUresult status, void *data)
     s->status = status;
 }
 
+/* Waits (up to 5 s) for the caller to set *flag after enqueueing it. */
+struct gate {
+    volatile int flag, saw, done;
+};
+
+static void wait_for_caller(void *data)
+{
+    struct gate *g = data;
+    double until = now() + 5;
+    while (!g->flag && now() < until)
+        ;
+    g->saw = g->flag;
+    struct timespec ts = {0, 50000000}; /* then works a while */
+    nanosleep(&ts, NULL);
+    g->done = 1;
+}
+
+static void count_call(void *data) { ++*(volatile int *)data; }
+
+static int async_checks(CUfunction slow, CUstream st)
+{
+    struct gate g = {0};
+    CUevent after;
+    CHECK(cuEventCreate(&after, CU_EVENT_DISABLE_TIMING));
+    CHECK(cuLaunchKernel(slow, 1, 1, 1, 32, 1, 1, 0, st, NULL, NULL));
+    CHECK(cuLaunchHostFunc(st, wait_for_caller, &g));
+    g.flag = 1; /* only once the call returned */
+    CHECK(cuEventRecord(after, st));
+    CHECK(cuEventSynchronize(after));
+    printf("the caller went on while its host function waited: %s\n", g.saw ? "yes" : "no");
+    printf("later work waited for the function: %s\n", g.done ? "yes" : "no");
+
+    volatile int calls = 0;
+    CUgraph graph;
+    CUgraphExec exec;
+    CHECK(cuStreamBeginCapture_v2(st, CU_STREAM_CAPTURE_MODE_RELAXED));
+    CHECK(cuLaunchKernel(slow, 1, 1, 1, 32, 1, 1, 0, st, NULL, NULL));
+    CHECK(cuLaunchHostFunc(st, count_call, (void *)&calls));
+    CHECK(cuStreamEndCapture(st, &graph));
+    CHECK(cuGraphInstantiateWithFlags(&exec, graph, 0));
+    for (int i = 0; i < 2; i++)
+        CHECK(cuGraphLaunch(exec, st));
+    CHECK(cuStreamSynchronize(st));
+    printf("a captured host function, two launches: ran %d time(s)\n", calls);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     CUmodule mod;
@@ -51,6 +102,8 @@ int main(int argc, char **argv)
     CHECK(cuModuleGetFunction(&slow, mod, "slow"));
     CHECK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
 
+    if (argc > 1 && !strcmp(argv[1], "async"))
+        return async_checks(slow, st);
     if (argc > 1 && !strcmp(argv[1], "capture")) {
         struct seen s = {0};
         CUgraph g;

@@ -1,0 +1,118 @@
+/* Host functions as a GPU runs them: cuLaunchHostFunc, cuStreamAddCallback
+ * and graphs' host nodes return at once; the function runs on a thread of
+ * the process's own once its stream has reached it, and the stream's later
+ * work waits until it has returned (a host item in the lane, state.c).
+ * Functions of one stream run in order; those of different streams in the
+ * order their streams reach them, one at a time, as a driver's callback
+ * thread runs them. A process without a thread of its own runs them in
+ * the caller, once the stream is done. */
+#include "sim.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <time.h>
+
+struct pending {
+    struct pending *next;
+    int lane;
+    uint64_t count; /* the host item's */
+    CUhostFn fn;
+    CUstreamCallback cb; /* or this, told its stream */
+    CUstream stream;
+    void *data;
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static struct pending *queue;
+static int running;           /* the thread is there */
+
+/* A function whose stream has reached it, taken off the queue. A stream's
+ * later function is reached only once its earlier one has returned: that
+ * one's item is before it in the lane. */
+static struct pending *take_reached(void)
+{
+    for (struct pending **pp = &queue; *pp; pp = &(*pp)->next)
+        if (sim_finished((*pp)->lane, (*pp)->count - 1)) {
+            struct pending *p = *pp;
+            *pp = p->next;
+            return p;
+        }
+    return NULL;
+}
+
+static void *runner(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        pthread_mutex_lock(&mu);
+        while (!queue)
+            pthread_cond_wait(&cv, &mu);
+        struct pending *p = take_reached();
+        pthread_mutex_unlock(&mu);
+        if (!p) {
+            struct timespec ts = {0, 50000};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        if (p->cb)
+            p->cb(p->stream, CUDA_SUCCESS, p->data);
+        else
+            p->fn(p->data);
+        sim_host_release(p->lane, p->count);
+        free(p);
+    }
+    return NULL;
+}
+
+static void after_fork_child(void)
+{
+    pthread_mutex_init(&mu, NULL);
+    pthread_cond_init(&cv, NULL);
+    queue = NULL; /* the parent's, on its lanes */
+    running = 0;
+}
+
+/* Queues fn(data), or cb(stream, status, data), behind s's work. */
+static void at_fork(void) { pthread_atfork(NULL, NULL, after_fork_child); }
+
+void sim_host_enqueue(struct sim_stream *s, CUhostFn fn, CUstreamCallback cb, CUstream stream, void *data)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, at_fork);
+    pthread_mutex_lock(&mu);
+    if (!running) {
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old); /* the program's signals are not its */
+        pthread_t t;
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        running = pthread_create(&t, &at, runner, NULL) == 0;
+        pthread_attr_destroy(&at);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    }
+    int thread = running;
+    pthread_mutex_unlock(&mu);
+    /* Not under mu: a full lane waits here for the runner. */
+    struct pending *p = thread ? malloc(sizeof *p) : NULL;
+    uint64_t c = p ? sim_submit_host(s->lane) : 0;
+    if (!c) {
+        free(p);
+        sim_wait(s->lane, s->last);
+        if (cb)
+            cb(stream, CUDA_SUCCESS, data);
+        else
+            fn(data);
+        return;
+    }
+    *p = (struct pending){NULL, s->lane, c, fn, cb, stream, data};
+    s->last = c;
+    pthread_mutex_lock(&mu);
+    p->next = queue;
+    queue = p;
+    pthread_cond_signal(&cv);
+    pthread_mutex_unlock(&mu);
+}
