@@ -3,7 +3,7 @@
 # machine with an NVIDIA driver, nvcc and PyTorch, with build/ made by `make`
 # (`make GOTAGS=nok8s` keeps the CLI small where build/ is copied over):
 #     scripts/gpu-e2e.sh OUTDIR [SECTION...]
-# Sections (default: all): decl counts hookmap torch bench quota isolation nvmlprocs computecap quotabench shares sharetrain priority prioritygraph
+# Sections (default: all): decl counts simmodel hookmap torch bench quota isolation nvmlprocs computecap quotabench shares sharetrain priority prioritygraph
 # (PAIRS="flexgv" runs only some of the priority sections' ways of sharing;
 # SHARE_S=60 TRAIN_S=60 make the share runs last a minute each)
 # Checks our driver declarations against the real headers, traces CUDA
@@ -14,7 +14,7 @@
 set -u -o pipefail
 OUT=$(mkdir -p "${1:-gpu-out}" && cd "${1:-gpu-out}" && pwd)
 shift || true
-SECTIONS=${*:-decl counts hookmap torch bench quota isolation nvmlprocs computecap quotabench shares sharetrain priority prioritygraph}
+SECTIONS=${*:-decl counts simmodel hookmap torch bench quota isolation nvmlprocs computecap quotabench shares sharetrain priority prioritygraph}
 ROUNDS=${ROUNDS:-7} # rounds of the throughput benchmarks
 PAIRS=${PAIRS:-timeslice mps mps50 mpsflexgv mpssm mpssm25 flexgv} # how the priority sections share the GPU
 SHARE_S=${SHARE_S:-24} # seconds of the matmul share run (the change comes halfway)
@@ -105,6 +105,23 @@ for kind in static shared; do
 done
 "$FLEXGV" trace -- "$WORK/vectoradd_static" 25 2>&1 >/dev/null | head -12
 
+fi
+
+if want simmodel; then
+echo "== the simulated GPU's model against the real one"
+# Host functions: what the program sees beyond order (the caller goes on,
+# later work waits, a graph's host node runs at each launch).
+if "$CUDA/bin/nvcc" -O2 -o "$WORK/hostfunc_async" scripts/gpu/hostfunc_async.cu; then
+    "$WORK/hostfunc_async" >"$WORK/hostasync_real.txt" 2>&1
+    FLEXGV_SIM_STATE="$WORK/sim.state" LD_LIBRARY_PATH=build/sim build/tests/hostfunc async >"$WORK/hostasync_sim.txt" 2>&1
+    if diff "$WORK/hostasync_real.txt" "$WORK/hostasync_sim.txt"; then
+        pass "host functions: the simulated GPU prints what the real one does ($(wc -l <"$WORK/hostasync_real.txt") lines)"
+    else
+        fail "host functions: the simulated GPU differs from the real one (diff above: < real, > simulated)"
+    fi
+else
+    fail "simmodel: nvcc build of hostfunc_async.cu"
+fi
 fi
 
 if want hookmap; then

@@ -285,3 +285,18 @@ func TestSimTimesliceKill(t *testing.T) {
 			util, procs, b.cmd.Process.Pid)
 	}
 }
+
+// Host functions run as on a GPU (scripts/gpu/hostfunc_async.cu prints the
+// same on the H200): the caller goes on while its function waits for it,
+// the stream's later work waits for the function, and a graph's host node
+// runs at each launch; directly and under the shim.
+func TestSimHostFunctionsAsOnAGPU(t *testing.T) {
+	e := newEnv(t)
+	want := "the caller went on while its host function waited: yes\nlater work waited for the function: yes\n" +
+		"a captured host function, two launches: ran 2 time(s)\n"
+	for _, r := range []result{e.run("hostfunc", "async"), e.run("flexgv", "run", "--mem", "1GiB", "--", bin("hostfunc"), "async")} {
+		if r.code != 0 || r.stdout != want {
+			t.Errorf("exit %d, printed\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
+		}
+	}
+}
