@@ -62,6 +62,7 @@ type record struct {
 	Devices  []tenant.DeviceQuota `json:"devices"`
 	CtxBytes uint64               `json:"context_bytes"`
 	Priority *uint32              `json:"priority,omitempty"` // absent in registries of older daemons: normal
+	SM       uint32               `json:"sm,omitempty"`       // percentage of the SMs under MPS; 0: all
 	Labels   map[string]string    `json:"labels,omitempty"`
 }
 
@@ -111,7 +112,7 @@ func adopt(dir string) (*held, []string, []error, error) {
 		if r.Priority != nil {
 			prio = *r.Priority
 		}
-		spec := tenant.Spec{Name: r.Name, Devices: r.Devices, CtxBytes: r.CtxBytes, Priority: prio}
+		spec := tenant.Spec{Name: r.Name, Devices: r.Devices, CtxBytes: r.CtxBytes, Priority: prio, SM: r.SM}
 		if slices.ContainsFunc(infos, func(in tenant.Info) bool { return in.Name == r.Name }) {
 			spec.Devices = nil // there: join it, if it is still the file recorded
 		} else if len(r.Devices) == 0 {
@@ -128,7 +129,7 @@ func adopt(dir string) (*held, []string, []error, error) {
 		}
 		// The file is what the shims enforce: an update the daemon died
 		// before recording is in it.
-		spec.Devices, spec.Priority = t.Devices, t.Priority
+		spec.Devices, spec.Priority, spec.SM = t.Devices, t.Priority, t.SM
 		ht := heldTenant{t, info.Created, spec, map[string]*sched.Member{}, r.Labels}
 		if err := h.joinScheds(ht); err != nil {
 			problems = append(problems, err)
@@ -216,7 +217,7 @@ func (h *held) save() error {
 	for _, n := range h.names() {
 		t := h.tenants[n]
 		prio := t.spec.Priority
-		recs = append(recs, record{n, t.created.UnixNano(), t.spec.Devices, t.spec.CtxBytes, &prio, t.labels})
+		recs = append(recs, record{n, t.created.UnixNano(), t.spec.Devices, t.spec.CtxBytes, &prio, t.spec.SM, t.labels})
 	}
 	data, _ := json.Marshal(recs)
 	f, err := os.CreateTemp(h.dir, registryTmp+"*")
@@ -270,7 +271,7 @@ func (h *held) create(spec tenant.Spec, labels map[string]string) (tenant.Info, 
 	if labels == nil && had {
 		labels = old.labels
 	}
-	spec.Devices, spec.Priority = t.Devices, t.Priority
+	spec.Devices, spec.Priority, spec.SM = t.Devices, t.Priority, t.SM
 	ht := heldTenant{t, info.Created, spec, map[string]*sched.Member{}, labels}
 	if err := h.joinScheds(ht); err != nil {
 		leaveScheds(ht)

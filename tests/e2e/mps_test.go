@@ -184,3 +184,25 @@ func TestRemoteTenantSMs(t *testing.T) {
 		}
 	}
 }
+
+// A group's SM percentage outlives a restart of the daemon that holds it,
+// with no run in the group meanwhile: the next daemon makes it again.
+func TestIdleGroupKeepsItsSMs(t *testing.T) {
+	e, dir := newMPSEnv(t)
+	t.Cleanup(func() { quitMPS(e, dir) })
+	d := e.startDaemon(t, "--mps")
+	if r := e.run("flexgv", "run", "--group", "idle", "--sm", "25%", "--", "true"); r.code != 0 {
+		t.Fatalf("run: %+v", r)
+	}
+	if code := d.stop(t, syscall.SIGTERM); code != 0 {
+		t.Fatalf("exit %d after SIGTERM: %s", code, d.logText())
+	}
+	d = e.startDaemon(t, "--mps")
+	if !strings.Contains(d.logText(), "re-adopted tenants idle\n") {
+		t.Errorf("restarted daemon: %s", d.logText())
+	}
+	r := e.run("flexgv", "run", "--group", "idle", "--", "python3", "-c", smCount)
+	if r.code != 0 || strings.TrimSpace(r.stdout) != "sms 10" {
+		t.Errorf("joining the group after the restart: exit %d %q, want sms 10\n%s", r.code, r.stdout, r.stderr)
+	}
+}
