@@ -23,7 +23,7 @@ INCS     := -Iinclude -Iinclude/flexgv -I$(NVML_INC)
 SHIM_SRC := $(wildcard shim/*.c)
 SIM_SRC  := simgpu/state.c simgpu/core.c simgpu/memory.c simgpu/exec.c simgpu/capture.c simgpu/graph.c simgpu/exports.c simgpu/tensormap.c simgpu/hostfn.c simgpu/procs_gen.c
 HDRS     := $(wildcard include/flexgv/*.h include/flexgv/*.def shim/*.h shim/*.inc simgpu/*.h)
-CLIENTS  := rtlike direct dlsymclient threads forker nvmlclient nvmlremote nocuda launchloop nextlib_user hookmap holder memclient captureclient exportclient cudartclient optclient blaslike spinner copier procutil hostfunc mapped memset2d copy3d waiters nvmlprocs
+CLIENTS  := rtlike direct dlsymclient threads forker nvmlclient nvmlremote nocuda launchloop nextlib_user hookmap holder memclient captureclient exportclient cudartclient optclient blaslike spinner copier procutil hostfunc mapped memset2d copy3d waiters nvmlprocs kparamdump
 GO_SRC   := $(shell find cmd internal proto -name '*.go') go.mod go.sum
 
 .PHONY: all shim sim cli clients remote test demo clean gen-check FORCE
@@ -72,8 +72,8 @@ remote: $(BUILD)/remote/libcuda.so.1 $(BUILD)/remote/libnvidia-ml.so.1 $(BUILD)/
 # The executor's decoding without its connection (bench/executor-checks.sh),
 # built with the rest so that it keeps up with the executor's files.
 EXEC_CHECKS   := bench/executor_checks.c remote/wire.c remote/sha256.c \
-	$(filter-out remote/executor/main.c remote/executor/stage.c remote/executor/heap.c remote/executor/hostmem.c \
-	remote/executor/layout.c,$(wildcard remote/executor/*.c))
+	$(filter-out remote/executor/main.c remote/executor/stage.c remote/executor/heap.c \
+	remote/executor/hostmem.c,$(wildcard remote/executor/*.c))
 
 $(BUILD)/remote/libcuda.so.1: $(REMOTE_CLIENT) $(REMOTE_HDRS)
 	@mkdir -p $(@D)
@@ -114,6 +114,10 @@ $(BUILD)/tests/direct $(BUILD)/tests/forker $(BUILD)/tests/holder $(BUILD)/tests
 
 # With the remoting client's integrity hash, to recompute its answer as the
 # runtime does.
+$(BUILD)/tests/kparamdump: tests/clients/kparamdump.c $(HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(WARN) $(INCS) -o $@ $<
+
 $(BUILD)/tests/cudartclient: tests/clients/cudartclient.c tests/clients/common.h remote/client/integrity.c remote/client/integrity.h remote/client/integrity_devices.h $(HDRS) $(BUILD)/sim/libcuda.so.1
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) $(INCS) -Iremote/client -o $@ $< remote/client/integrity.c -L$(BUILD)/sim -lcuda -ldl -lpthread

@@ -292,5 +292,15 @@ if gcc -std=gnu11 -O2 -Wall -Werror -I"$CUDA/include" -o "$tmp/xt_probe" scripts
         env -u LD_LIBRARY_PATH timeout 30 "$tmp/xt_probe" "${w%:*}" "${w#*:}"
     done
 fi
+# The executors' check of the driver's parameter layouts against the
+# cubins the programs loaded (EIATTR_KPARAM_INFO): a kernel whose layouts
+# differ fails.
+checks=$(cat "$tmp"/serve-*.log | grep -c "checked against their cubins")
+if grep -h "EIATTR_KPARAM_INFO [0-9]" "$tmp"/serve-*.log; then
+    fail "parameter layouts: the driver and a cubin differ (above)"
+else
+    pass "parameter layouts: $checks connection(s) checked their kernels against the cubins, none differ; $(cat "$tmp"/serve-*.log |
+        grep -o "layouts of [0-9]* kernel" | awk '{n += $3} END {print n + 0}') kernel layouts checked"
+fi
 [ $failed = 0 ] && echo "PASS remote cudart: all checks" || echo "FAIL remote cudart: see the FAIL lines above"
 exit $failed

@@ -9,6 +9,7 @@
  *     fill(unsigned *p, unsigned v, int n)
  * params=N: a kernel of N 8-byte parameters that it does not read. */
 #include "sim.h"
+#include "flexgv/cubin.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,10 +26,11 @@ enum builtin { B_NONE, B_VECADD, B_FILL };
 
 struct sim_func {
     uint32_t magic;
-    char name[96];
+    char name[256];
     uint64_t duration_ns;
     enum builtin builtin;
-    unsigned nparams; /* params=N */
+    unsigned nparams; /* params=N, or a cubin's */
+    const unsigned *layout; /* a cubin's: offset and size of each */
     uint32_t kernel; /* KERNEL_MAGIC: its address is the library kernel's handle */
     void *module;    /* the module or library it belongs to */
     int dyn_smem;    /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, as set */
@@ -37,6 +39,7 @@ struct sim_func {
 struct sim_module {
     uint32_t magic;
     int nfuncs;
+    unsigned *layouts; /* a cubin's kernels' layouts, all in one */
     struct sim_func funcs[];
 };
 
@@ -44,12 +47,61 @@ struct sim_module {
 
 static const char MODULE_HEADER[] = "FLEXGV-SIM-MODULE";
 
+/* A real cubin (or fatbinary) loads as kernels of the configured duration
+ * with the parameter layouts its compiler wrote (include/flexgv/cubin.h);
+ * nothing in them runs. Counted first, then filled in. */
+struct cubin_load {
+    struct sim_module *m; /* NULL: counting */
+    int n;
+    size_t params;
+};
+
+static void cubin_kernel(void *ctx, const char *name, size_t len, unsigned count, const unsigned *offsets,
+                         const unsigned *sizes)
+{
+    struct cubin_load *c = ctx;
+    if (len >= sizeof ((struct sim_func *)0)->name)
+        return; /* a name it could not be asked for by */
+    if (c->m) {
+        struct sim_func *f = &c->m->funcs[c->m->nfuncs++];
+        unsigned *l = c->m->layouts + 2 * c->params;
+        *f = (struct sim_func){.magic = FUNC_MAGIC, .kernel = KERNEL_MAGIC, .module = c->m,
+                               .duration_ns = DEFAULT_DURATION, .nparams = count, .layout = l};
+        memcpy(f->name, name, len);
+        for (unsigned i = 0; i < count; i++)
+            l[2 * i] = offsets[i], l[2 * i + 1] = sizes[i];
+    }
+    c->n++;
+    c->params += count;
+}
+
+static CUresult parse_cubin(const void *image, struct sim_module **out)
+{
+    uint64_t n = fg_cubin_size(image);
+    struct cubin_load c = {0};
+    fg_cubin_kernels(image, n, cubin_kernel, &c);
+    struct sim_module *m = calloc(1, sizeof *m + (size_t)c.n * sizeof(struct sim_func));
+    unsigned *l = m ? malloc(2 * c.params * sizeof *l + 1) : NULL;
+    if (!l) {
+        free(m);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    m->magic = MOD_MAGIC;
+    m->layouts = l;
+    c = (struct cubin_load){m, 0, 0};
+    fg_cubin_kernels(image, n, cubin_kernel, &c);
+    *out = m;
+    return CUDA_SUCCESS;
+}
+
 static CUresult parse_module(const char *image, struct sim_module **out)
 {
     if (!image)
         return CUDA_ERROR_INVALID_VALUE;
+    if (fg_cubin_size(image))
+        return parse_cubin(image, out);
     if (strncmp(image, MODULE_HEADER, sizeof MODULE_HEADER - 1) != 0)
-        return CUDA_ERROR_INVALID_IMAGE; /* real cubins and PTX are not simulated */
+        return CUDA_ERROR_INVALID_IMAGE; /* PTX is not simulated */
     int n = 0;
     for (const char *p = image; (p = strstr(p, "\nkernel ")); p++)
         n++;
@@ -164,6 +216,7 @@ static CUresult unload(void *h)
     if (!m)
         return CUDA_ERROR_INVALID_HANDLE;
     m->magic = 0;
+    free(m->layouts);
     free(m);
     return CUDA_SUCCESS;
 }
@@ -333,6 +386,13 @@ static CUresult param_info(struct sim_func *f, size_t paramIndex, size_t *paramO
     size_t n = f->builtin == B_VECADD ? 4 : f->builtin == B_FILL ? 3 : f->nparams;
     if (paramIndex >= n || (!paramOffset && !paramSize))
         return CUDA_ERROR_INVALID_VALUE;
+    if (f->layout) {
+        if (paramOffset)
+            *paramOffset = f->layout[2 * paramIndex];
+        if (paramSize)
+            *paramSize = f->layout[2 * paramIndex + 1];
+        return CUDA_SUCCESS;
+    }
     if (!layout) {
         if (paramOffset)
             *paramOffset = 8 * paramIndex;
@@ -411,6 +471,28 @@ SIM_EXPORT CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
     if (!pvalue || (unsigned)limit > 6)
         return CUDA_ERROR_INVALID_VALUE;
     *pvalue = limit == CU_LIMIT_MALLOC_HEAP_SIZE ? (c->heap ? c->heap : 8u << 20) : 0;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuFuncGetName(const char **name, CUfunction hfunc)
+{
+    struct sim_func *f = (struct sim_func *)hfunc;
+    if (!name)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!f || f->magic != FUNC_MAGIC)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *name = f->name;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuKernelGetName(const char **name, CUkernel hkernel)
+{
+    struct sim_func *f = as_kernel(hkernel);
+    if (!name)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!f)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *name = f->name;
     return CUDA_SUCCESS;
 }
 

@@ -50,6 +50,7 @@ extern void *fgr_real[FGR_NUM_OPS];
 void *fgr_get_buf(struct fgr_rd *rd, struct fgr_req *q, uint64_t bytes, int aligned);
 char *fgr_get_str(struct fgr_rd *rd);
 void *fgr_get_image(struct fgr_rd *rd, struct fgr_req *q);
+void fgr_layouts_scan(const void *image, uint64_t n); /* the cubins' parameter layouts, for the check (layout.c) */
 /* p, freed when the request is done (NULL stays NULL). */
 void *fgr_own(struct fgr_req *q, void *p);
 /* Module images kept by hash (images.c): where (NULL: none kept), the

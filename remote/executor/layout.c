@@ -1,12 +1,136 @@
 /* A function's parameter sizes in one answer: the client would otherwise
  * ask for each parameter in turn, a round trip each, at the first launch of
- * every function. */
+ * every function.
+ *
+ * The driver's answer is checked against the compiler's: the
+ * EIATTR_KPARAM_INFO of the cubins among the images loaded (by kernel
+ * name: a table of names' hashes and sizes, kept for the connection). A
+ * kernel whose layouts differ is said (launches go by the driver's); how
+ * many were checked is said when the connection ends. */
 #include "executor.h"
+#include "flexgv/cubin.h"
 
 #include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
 
 typedef CUresult (*param_info)(void *, size_t, size_t *, size_t *);
+typedef CUresult (*get_name)(const char **, void *);
 static param_info func_info, kernel_info;
+static get_name func_name, kernel_name;
+
+/* ---- the compiler's layouts, by kernel name ---- */
+
+#define KERNELS_MAX (1u << 21) /* names kept per connection, at most */
+#define SIZES_MAX (1u << 24)   /* parameter sizes kept, at most */
+enum { EMPTY, KNOWN, AMBIGUOUS };
+
+static struct entry {
+    uint64_t hash;
+    uint32_t at; /* its sizes in the pool */
+    uint16_t count;
+    uint8_t state, said;
+} *table;
+static uint32_t cap, used; /* cap: a power of two */
+static uint16_t *pool;
+static uint32_t pooled, pool_cap;
+static unsigned checked, differ;
+
+static uint64_t fnv(const char *s, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
+    return h ? h : 1;
+}
+
+static struct entry *slot(uint64_t hash)
+{
+    uint32_t i = (uint32_t)hash & (cap - 1);
+    while (table[i].state != EMPTY && table[i].hash != hash)
+        i = (i + 1) & (cap - 1);
+    return &table[i];
+}
+
+static int grow(void)
+{
+    uint32_t c = cap ? 2 * cap : 1024;
+    struct entry *t = calloc(c, sizeof *t), *old = table;
+    if (!t)
+        return -1;
+    uint32_t oc = cap;
+    table = t, cap = c;
+    for (uint32_t i = 0; i < oc; i++)
+        if (old[i].state != EMPTY)
+            *slot(old[i].hash) = old[i];
+    free(old);
+    return 0;
+}
+
+static void keep(void *ctx, const char *name, size_t len, unsigned count, const unsigned *offsets,
+                 const unsigned *sizes)
+{
+    (void)ctx, (void)offsets;
+    if (used >= KERNELS_MAX || (2 * (used + 1) > cap && grow()))
+        return;
+    struct entry *e = slot(fnv(name, len));
+    if (e->state == AMBIGUOUS)
+        return;
+    if (e->state == KNOWN) { /* another image's kernel of that name: the same, or no check */
+        if (e->count != count)
+            e->state = AMBIGUOUS;
+        for (unsigned i = 0; e->state == KNOWN && i < count; i++)
+            if (pool[e->at + i] != sizes[i])
+                e->state = AMBIGUOUS;
+        return;
+    }
+    if (pooled + count > SIZES_MAX)
+        return;
+    if (pooled + count > pool_cap) {
+        uint32_t c = pool_cap ? pool_cap : 4096;
+        while (c < pooled + count)
+            c *= 2;
+        uint16_t *p = realloc(pool, c * sizeof *p);
+        if (!p)
+            return;
+        pool = p, pool_cap = c;
+    }
+    *e = (struct entry){fnv(name, len), pooled, (uint16_t)count, KNOWN, 0};
+    for (unsigned i = 0; i < count; i++)
+        pool[pooled++] = (uint16_t)sizes[i];
+    used++;
+}
+
+void fgr_layouts_scan(const void *image, uint64_t n) { fg_cubin_kernels(image, n, keep, NULL); }
+
+/* The driver's sizes of kernel f against its cubin's, if one was loaded. */
+static void check(void *f, int kernel, unsigned n, const unsigned *sizes, unsigned have)
+{
+    get_name name_of = kernel ? kernel_name : func_name;
+    const char *name = NULL;
+    if (!cap || !name_of || name_of(&name, f) != CUDA_SUCCESS || !name)
+        return;
+    struct entry *e = slot(fnv(name, strlen(name)));
+    if (e->state != KNOWN)
+        return;
+    checked++;
+    int same = e->count == n;
+    for (unsigned i = 0; same && i < n && i < have; i++)
+        same = pool[e->at + i] == sizes[i];
+    if (same || e->said)
+        return;
+    differ++;
+    e->said = 1;
+    fgr_logf("kernel %s: the driver gives %u parameter(s), its cubin's EIATTR_KPARAM_INFO %u, or other sizes; "
+             "launches go by the driver's", name, n, (unsigned)e->count);
+}
+
+static void said_at_exit(void)
+{
+    if (checked)
+        fgr_logf("parameter layouts of %u kernel(s) checked against their cubins' EIATTR_KPARAM_INFO: %u differ",
+                 checked, differ);
+}
 
 static CUresult sizes_of(param_info info, void *f, unsigned int max, unsigned int *count, unsigned int *sizes)
 {
@@ -36,12 +160,18 @@ static CUresult sizes_of(param_info info, void *f, unsigned int max, unsigned in
 static CUresult func_sizes(CUfunction f, unsigned int max, unsigned int *count, unsigned int *sizes)
 {
     int kernel = f && fgr_has(FGR_H_CUkernel, (uint64_t)(uintptr_t)f);
-    return sizes_of(kernel ? kernel_info : func_info, f, max, count, sizes);
+    CUresult r = sizes_of(kernel ? kernel_info : func_info, f, max, count, sizes);
+    if (r == CUDA_SUCCESS && *count <= max) /* the whole answer, asked for once */
+        check(f, kernel, *count, sizes, max);
+    return r;
 }
 
 void fgr_layout_init(void *driver)
 {
     *(void **)&func_info = dlsym(driver, "cuFuncGetParamInfo");
     *(void **)&kernel_info = dlsym(driver, "cuKernelGetParamInfo");
+    *(void **)&func_name = dlsym(driver, "cuFuncGetName");
+    *(void **)&kernel_name = dlsym(driver, "cuKernelGetName");
+    atexit(said_at_exit);
     fgr_real[FGR_OP_fgrParamSizes] = (void *)func_sizes;
 }

@@ -111,6 +111,7 @@ void *fgr_get_image(struct fgr_rd *rd, struct fgr_req *q)
      * exactly what was sent, or it would read past it. */
     if (fgr_image_size(p, n) != n)
         return empty;
+    fgr_layouts_scan(p, n);
     if (form == FGR_IMAGE_KEEP)
         fgr_image_keep(p, n);
     if (form == FGR_IMAGE_BY_HASH)

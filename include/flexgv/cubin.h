@@ -1,0 +1,154 @@
+/* Kernel parameter layouts as the compiler wrote them: the
+ * EIATTR_KPARAM_INFO records of each kernel's .nv.info.NAME section in an
+ * ELF cubin, alone or inside a fatbinary (entries the fatbinary holds
+ * compressed are passed over). The remote executor checks the driver's
+ * layouts against them; the simulated GPU loads cubins with them.
+ *
+ * An .nv.info section is a run of records: u8 format, u8 attribute, then
+ * by format: none (EIFMT_NVAL, 2 bytes of padding), a u16 (EIFMT_HVAL), or a
+ * u16 size and that many bytes (EIFMT_SVAL). KPARAM_INFO is an SVAL of 12
+ * bytes: u32 index, u16 ordinal, u16 offset, u32 whose top 14 bits are the
+ * size. Checked against cuobjdump -elf on CUDA 13.0 (tests/data/kparam/).
+ *
+ * Images may come from clients: every read is bounds-checked, and anything
+ * out of shape ends the walk of that image or section, never more. */
+#ifndef FLEXGV_CUBIN_H
+#define FLEXGV_CUBIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define FG_KPARAM_MAX 1024 /* parameters of one kernel, at most */
+
+/* Called for each kernel with a layout: its name (not NUL-terminated, len
+ * bytes) and its parameters' offsets and sizes by ordinal. */
+typedef void (*fg_kparam_each)(void *ctx, const char *name, size_t len, unsigned count, const unsigned *offsets,
+                               const unsigned *sizes);
+
+static inline uint64_t fg_cubin_le(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+#define FG_FATBIN_MAGIC 0xba55ed50u
+#define FG_FATBIN_ELF 2
+#define FG_FATBIN_COMPRESSED 0xa000u /* flags an entry compressed (0x2000 before CUDA 13, 0x8000 since) */
+#define FG_EIFMT_NVAL 1
+#define FG_EIFMT_HVAL 3
+#define FG_EIFMT_SVAL 4
+#define FG_EIATTR_KPARAM_INFO 0x17
+#define FG_EIATTR_CBANK_PARAM_SIZE 0x19
+
+/* One kernel's section: its parameters' sizes by ordinal; 0 unless the
+ * records give ordinals 0..n-1 once each (none: no parameters, if the
+ * parameter bank's size, when given, says so too). */
+static inline int fg_cubin_kernel(const uint8_t *s, uint64_t n, unsigned *offsets, unsigned *sizes, unsigned *count)
+{
+    unsigned seen = 0;
+    uint64_t bank = 0;
+    for (uint64_t at = 0; at + 4 <= n;) {
+        unsigned fmt = s[at], attr = s[at + 1];
+        uint64_t len = fmt == FG_EIFMT_SVAL ? fg_cubin_le(s + at + 2, 2) : 0;
+        if ((fmt != FG_EIFMT_NVAL && fmt != FG_EIFMT_HVAL && fmt != FG_EIFMT_SVAL) || len > n - at - 4)
+            return 0;
+        if (fmt == FG_EIFMT_HVAL && attr == FG_EIATTR_CBANK_PARAM_SIZE)
+            bank = fg_cubin_le(s + at + 2, 2);
+        if (fmt == FG_EIFMT_SVAL && attr == FG_EIATTR_KPARAM_INFO) {
+            if (len != 12)
+                return 0;
+            unsigned ord = (unsigned)fg_cubin_le(s + at + 8, 2), off = (unsigned)fg_cubin_le(s + at + 10, 2);
+            unsigned size = (unsigned)(fg_cubin_le(s + at + 12, 4) >> 18);
+            if (ord >= FG_KPARAM_MAX || size == 0 || (ord < seen && sizes[ord]))
+                return 0;
+            for (; seen <= ord; seen++)
+                sizes[seen] = 0;
+            sizes[ord] = size;
+            offsets[ord] = off;
+        }
+        at += 4 + len;
+    }
+    for (unsigned i = 0; i < seen; i++)
+        if (!sizes[i])
+            return 0;
+    if (!seen && bank)
+        return 0;
+    *count = seen;
+    return 1;
+}
+
+/* An ELF cubin's kernels; the number found. */
+static inline unsigned fg_cubin_elf(const uint8_t *p, uint64_t n, fg_kparam_each each, void *ctx)
+{
+    if (n < 64 || memcmp(p, "\177ELF", 4) != 0 || p[4] != 2 || p[5] != 1)
+        return 0;
+    uint64_t shoff = fg_cubin_le(p + 0x28, 8), shentsize = fg_cubin_le(p + 0x3a, 2);
+    uint64_t shnum = fg_cubin_le(p + 0x3c, 2), shstrndx = fg_cubin_le(p + 0x3e, 2);
+    if (shentsize < 64 || shstrndx >= shnum || shoff > n || shnum > (n - shoff) / shentsize)
+        return 0;
+    const uint8_t *strs = p + shoff + shstrndx * shentsize;
+    uint64_t stroff = fg_cubin_le(strs + 24, 8), strsize = fg_cubin_le(strs + 32, 8);
+    if (stroff > n || strsize > n - stroff)
+        return 0;
+    static const char prefix[] = ".nv.info.";
+    unsigned found = 0;
+    for (uint64_t i = 0; i < shnum; i++) {
+        const uint8_t *sh = p + shoff + i * shentsize;
+        uint64_t name = fg_cubin_le(sh, 4), off = fg_cubin_le(sh + 24, 8), size = fg_cubin_le(sh + 32, 8);
+        if (name >= strsize || off > n || size > n - off)
+            continue;
+        const char *nm = (const char *)p + stroff + name;
+        size_t left = (size_t)(strsize - name), len = strnlen(nm, left);
+        if (len == left || len <= sizeof prefix - 1 || memcmp(nm, prefix, sizeof prefix - 1) != 0)
+            continue;
+        unsigned offsets[FG_KPARAM_MAX], sizes[FG_KPARAM_MAX], count = 0;
+        if (fg_cubin_kernel(p + off, size, offsets, sizes, &count)) {
+            each(ctx, nm + sizeof prefix - 1, len - (sizeof prefix - 1), count, offsets, sizes);
+            found++;
+        }
+    }
+    return found;
+}
+
+/* The size of an ELF cubin or a fatbinary by its headers (trusted: the
+ * image is the program's own); 0 if it is neither. */
+static inline uint64_t fg_cubin_size(const void *image)
+{
+    const uint8_t *p = image;
+    if (fg_cubin_le(p, 4) == FG_FATBIN_MAGIC)
+        return fg_cubin_le(p + 6, 2) + fg_cubin_le(p + 8, 8);
+    if (memcmp(p, "\177ELF", 4) != 0 || p[4] != 2)
+        return 0;
+    uint64_t ph = fg_cubin_le(p + 0x20, 8) + fg_cubin_le(p + 0x36, 2) * fg_cubin_le(p + 0x38, 2);
+    uint64_t sh = fg_cubin_le(p + 0x28, 8) + fg_cubin_le(p + 0x3a, 2) * fg_cubin_le(p + 0x3c, 2);
+    return ph > sh ? ph : sh;
+}
+
+/* Walks an ELF cubin or a fatbinary of n bytes; returns the kernels found. */
+static inline unsigned fg_cubin_kernels(const void *image, uint64_t n, fg_kparam_each each, void *ctx)
+{
+    const uint8_t *p = image;
+    if (!p)
+        return 0;
+    if (n < 16 || fg_cubin_le(p, 4) != FG_FATBIN_MAGIC)
+        return fg_cubin_elf(p, n, each, ctx);
+    uint64_t hdr = fg_cubin_le(p + 6, 2), body = fg_cubin_le(p + 8, 8), found = 0;
+    if (hdr < 16 || hdr > n || body > n - hdr)
+        return 0;
+    for (uint64_t at = hdr; at + 64 <= hdr + body;) {
+        const uint8_t *e = p + at;
+        uint64_t kind = fg_cubin_le(e, 2), ehdr = fg_cubin_le(e + 4, 4), size = fg_cubin_le(e + 8, 8);
+        uint64_t flags = fg_cubin_le(e + 40, 8);
+        if (ehdr < 64 || ehdr > hdr + body - at || size > hdr + body - at - ehdr)
+            break;
+        if (kind == FG_FATBIN_ELF && !(flags & FG_FATBIN_COMPRESSED))
+            found += fg_cubin_elf(e + ehdr, size, each, ctx);
+        at += ehdr + size;
+    }
+    return (unsigned)found;
+}
+
+#endif
