@@ -7,7 +7,10 @@
  * kernel_us). Builtin kernels also compute on the host-backed memory:
  *     vecadd(float *a, float *b, float *c, int n): c = a + b
  *     fill(unsigned *p, unsigned v, int n)
- * params=N: a kernel of N 8-byte parameters that it does not read. */
+ * params=N: a kernel of N 8-byte parameters that it does not read.
+ * A real cubin (ELF, or a fatbinary's uncompressed ELF entries) loads too:
+ * its kernels take the configured time, with the parameter layouts its
+ * compiler wrote, and compute nothing. */
 #include "sim.h"
 #include "flexgv/cubin.h"
 
