@@ -2,6 +2,7 @@ package fuzz
 
 import (
 	"encoding/binary"
+	"os"
 	"testing"
 )
 
@@ -25,7 +26,13 @@ type request struct {
 // launch configurations, a table function and a table's data.
 func valid() []request {
 	const res = 8 // length word and result
+	// A real cubin (nvcc 13.0): the executor reads its kernels' layouts.
+	cubin, err := os.ReadFile("../../tests/data/kparam/kparams.cubin")
+	if err != nil {
+		panic(err)
+	}
 	return []request{
+		{"cuModuleLoadData", w{}.u8(1).u8(1).u8(1).u64(uint64(len(cubin))).raw(string(cubin)), res + 1 + 8 + 8},
 		{"cuMemcpyHtoD_v2", w{}.u64(0x1000).u64(8).u8(1).u64(8).raw("abcdefgh"), res},
 		{"cuMemcpyDtoH_v2", w{}.u64(0x1000).u64(16).u8(1), res + 1 + 8 + 16},
 		// 64 KiB: written from the executor's copy, not into the answer.
