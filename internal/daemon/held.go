@@ -383,14 +383,15 @@ func (h *held) releaseAll() {
 	}
 }
 
-// update gives tenant info the compute policies devs and priority prio:
+// update gives tenant info the compute policies devs, priority prio and
+// SM percentage sm:
 // first the schedulers of its GPUs, so that its running processes follow
 // (a GPU's scheduler refuses shares above 100 %), then its file, for
 // processes that start later and flexgv ps, then the registry if the
 // daemon holds it. A tenant the daemon holds gets its membership of the
 // schedulers where its policy becomes active, and leaves those where it
 // no longer is. On failure the schedulers are put back as they were.
-func (h *held) update(info tenant.Info, devs []tenant.DeviceQuota, prio uint32) error {
+func (h *held) update(info tenant.Info, devs []tenant.DeviceQuota, prio, sm uint32) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	ht, isHeld := h.tenants[info.Name]
@@ -438,7 +439,7 @@ func (h *held) update(info tenant.Info, devs []tenant.DeviceQuota, prio uint32) 
 		}
 		changed = append(changed, d)
 	}
-	if err := tenant.SetCompute(h.dir, info.Name, devs, prio); err != nil {
+	if err := tenant.SetCompute(h.dir, info.Name, devs, prio, sm); err != nil {
 		undo()
 		return status.Error(codes.FailedPrecondition, err.Error())
 	}
@@ -451,7 +452,7 @@ func (h *held) update(info tenant.Info, devs []tenant.DeviceQuota, prio uint32) 
 			delete(ht.sched, dev.UUID)
 		}
 	}
-	ht.spec.Devices, ht.spec.Priority = devs, prio
+	ht.spec.Devices, ht.spec.Priority, ht.spec.SM = devs, prio, sm
 	h.tenants[info.Name] = ht
 	if err := h.save(); err != nil {
 		return status.Errorf(codes.Internal, "tenant %s is updated, but not the daemon's record of it (a restarted daemon re-adopts it as its file says): %v", info.Name, err)

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/flexgv/flexgv/internal/gpuinfo"
+	"github.com/flexgv/flexgv/internal/mps"
 	"github.com/flexgv/flexgv/internal/sched"
 	"github.com/flexgv/flexgv/internal/tenant"
 	flexgvv1 "github.com/flexgv/flexgv/proto/flexgv/v1"
@@ -23,11 +24,11 @@ func (a *api) UpdateTenant(_ context.Context, r *flexgvv1.UpdateTenantRequest) (
 	if err := tenant.CheckName(r.Name); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if r.Compute == "" && r.ComputeMax == "" && r.Priority == "" {
-		return nil, status.Error(codes.InvalidArgument, "compute, compute_max and priority are empty; give what to change ("+errMemoryFixed+")")
+	if r.Compute == "" && r.ComputeMax == "" && r.Priority == "" && r.Sm == "" {
+		return nil, status.Error(codes.InvalidArgument, "compute, compute_max, priority and sm are empty; give what to change ("+errMemoryFixed+")")
 	}
 	gpus, err := a.nvml.GPUs()
-	if err != nil || gpus == nil {
+	if (err != nil || gpus == nil) && (r.Compute != "" || r.ComputeMax != "" || r.Priority != "") {
 		return nil, status.Error(codes.FailedPrecondition, "compute, compute_max and priority need NVML to identify the GPUs, and the daemon has none")
 	}
 	infos, _, err := tenant.List(a.dir)
@@ -58,13 +59,24 @@ func (a *api) UpdateTenant(_ context.Context, r *flexgvv1.UpdateTenantRequest) (
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
 	}
+	sm := info.SM
+	if r.Sm == "all" {
+		sm = 0
+	} else if r.Sm != "" {
+		if sm, err = tenant.ParseSM(r.Sm); err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error()+`, or "all"`)
+		}
+		if err := mps.Need(mps.PipeDir(), sm); err != nil {
+			return nil, status.Error(codes.FailedPrecondition, err.Error())
+		}
+	}
 	if err := checkShares(infos, info.Name, devs); err != nil {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
-	if err := a.held.update(info, devs, prio); err != nil {
+	if err := a.held.update(info, devs, prio, sm); err != nil {
 		return nil, err
 	}
-	a.log.Printf("updated tenant %s (compute %q, compute_max %q, priority %q)", r.Name, r.Compute, r.ComputeMax, r.Priority)
+	a.log.Printf("updated tenant %s (compute %q, compute_max %q, priority %q, sm %q)", r.Name, r.Compute, r.ComputeMax, r.Priority, r.Sm)
 	now, err := tenant.Read(tenant.Path(a.dir, r.Name))
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())

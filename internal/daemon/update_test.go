@@ -114,7 +114,7 @@ func TestUpdateRefusals(t *testing.T) {
 		code                            codes.Code
 		msg                             string
 	}{
-		{"g", "", "", "", codes.InvalidArgument, "compute, compute_max and priority are empty; give what to change (memory quotas cannot change while a tenant lives: each process's shim reads them once, at its start)"},
+		{"g", "", "", "", codes.InvalidArgument, "compute, compute_max, priority and sm are empty; give what to change (memory quotas cannot change while a tenant lives: each process's shim reads them once, at its start)"},
 		{"a/b", "10%", "", "", codes.InvalidArgument, `tenant name "a/b"`},
 		{"nope", "10%", "", "", codes.NotFound, "no tenant nope"},
 		{"g", "0=120%", "", "", codes.InvalidArgument, `compute 0=120%: "120%" is not a percentage above 0 and at most 100`},

@@ -12,13 +12,14 @@ import (
 )
 
 // SetCompute changes the compute part of tenant name in dir, live: each
-// entry's share and cap, and the tenant's priority. devs must be the
+// entry's share and cap, the tenant's priority and its SM percentage (sm
+// 0: all; read by the processes that start later). devs must be the
 // tenant's entries (same GPUs, same memory quotas) with the new values:
 // memory quotas cannot change, each process's shim reads them once, at its
 // start. Processes that start later, and flexgv ps, see the new values;
 // those running follow the GPU's scheduler region, which the caller
 // updates.
-func SetCompute(dir, name string, devs []DeviceQuota, priority uint32) error {
+func SetCompute(dir, name string, devs []DeviceQuota, priority, sm uint32) error {
 	if err := CheckName(name); err != nil {
 		return err
 	}
@@ -64,5 +65,6 @@ func SetCompute(dir, name string, devs []DeviceQuota, priority uint32) error {
 		atomic.StoreUint32(&hdr.Devices[d].ComputeMax, dev.ComputeMax)
 	}
 	atomic.StoreUint32(&hdr.Priority, priority)
+	atomic.StoreUint32(&hdr.SM, sm)
 	return nil
 }

@@ -15,16 +15,16 @@ func TestSetCompute(t *testing.T) {
 	}
 	defer a.Release()
 	devs := []DeviceQuota{{UUID: uuidA, Quota: 1 << 30, ComputeShare: 4000, ComputeMax: 5000}, {UUID: uuidB, ComputeMax: 2500}}
-	if err := SetCompute(dir, "g", devs, 7); err != nil {
+	if err := SetCompute(dir, "g", devs, 7, 40); err != nil {
 		t.Fatal(err)
 	}
 	info, err := Read(a.Path)
 	want := []DeviceUse{{Index: 0, UUID: uuidA, Quota: 1 << 30, Share: 4000, ComputeMax: 5000}, {Index: 1, UUID: uuidB, ComputeMax: 2500}}
-	if err != nil || info.Priority != 7 || len(info.Devices) != 2 || info.Devices[0] != want[0] || info.Devices[1] != want[1] {
+	if err != nil || info.Priority != 7 || info.SM != 40 || len(info.Devices) != 2 || info.Devices[0] != want[0] || info.Devices[1] != want[1] {
 		t.Fatalf("after SetCompute: %+v %v", info, err)
 	}
 	// Runs joining with the new values are the same tenant.
-	b, err := Acquire(dir, Spec{Name: "g", Devices: devs, Priority: 7})
+	b, err := Acquire(dir, Spec{Name: "g", Devices: devs, Priority: 7, SM: 40})
 	if err != nil {
 		t.Fatalf("joining with the new values: %v", err)
 	}
@@ -40,7 +40,7 @@ func TestSetCompute(t *testing.T) {
 		{"nope", devs, "no tenant nope"},
 		{"a/b", devs, `tenant name "a/b"`},
 	} {
-		if err := SetCompute(dir, c.name, c.devs, 4); err == nil || !strings.Contains(err.Error(), c.msg) {
+		if err := SetCompute(dir, c.name, c.devs, 4, 0); err == nil || !strings.Contains(err.Error(), c.msg) {
 			t.Errorf("SetCompute(%s, %+v): %v, want %q", c.name, c.devs, err, c.msg)
 		}
 	}

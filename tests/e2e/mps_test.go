@@ -122,6 +122,18 @@ func TestSMPercentageUnderMPS(t *testing.T) {
 	if got := sms("--group", "g"); got != "sms 10" {
 		t.Errorf("a run joining group g: %q, want sms 10", got)
 	}
+	// An update is for the processes that start later.
+	for _, c := range []struct{ sm, want string }{{"50%", "sms 20"}, {"all", "sms 40"}} {
+		if r := e.run("flexgv", "update", "g", "--sm", c.sm); r.code != 0 {
+			t.Fatalf("flexgv update g --sm %s: %+v", c.sm, r)
+		}
+		if got := sms("--group", "g"); got != c.want {
+			t.Errorf("a run joining group g after --sm %s: %q, want %s", c.sm, got, c.want)
+		}
+	}
+	if r := e.run("flexgv", "update", "g", "--sm", "0"); r.code != 2 || !strings.Contains(r.stderr, `or "all"`) {
+		t.Errorf("flexgv update g --sm 0: exit %d, %q", r.code, r.stderr)
+	}
 
 	// The daemon stops the control daemon it started; --sm is refused again.
 	if code := d.stop(t, syscall.SIGTERM); code != 0 || !strings.Contains(d.logText(), "MPS: stopped the control daemon") {

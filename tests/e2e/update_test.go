@@ -75,7 +75,7 @@ func TestUpdateChangesSharesLive(t *testing.T) {
 		msg  string
 	}{
 		{[]string{"g", "--mem", "1GiB"}, 2, "flexgv update: --mem: memory quotas cannot change while a tenant lives"},
-		{[]string{"g"}, 2, "flexgv update: nothing to change; give --compute, --compute-max or --priority"},
+		{[]string{"g"}, 2, "flexgv update: nothing to change; give --compute, --compute-max, --priority or --sm"},
 		{[]string{"g", "--priority", "urgent"}, 2, `flexgv update: --priority "urgent": use low, normal, high or a number from 0 to 9`},
 		{[]string{"g", "--compute", ""}, 2, "flexgv update: --compute is empty"},
 		{[]string{"g", "--compute", "0=55%"}, 1, "flexgv update: device 0 (" + simUUID0 + "): shares would add up to 105% (h 50%, and g asks 55%); the most is 100%"},

@@ -205,7 +205,11 @@ type UpdateTenantRequest struct {
 	// New caps, as compute takes shares. Empty: unchanged.
 	ComputeMax string `protobuf:"bytes,3,opt,name=compute_max,json=computeMax,proto3" json:"compute_max,omitempty"`
 	// New priority: low, normal, high or 0 to 9. Empty: unchanged.
-	Priority      string `protobuf:"bytes,4,opt,name=priority,proto3" json:"priority,omitempty"`
+	Priority string `protobuf:"bytes,4,opt,name=priority,proto3" json:"priority,omitempty"`
+	// New percentage of each GPU's SMs under MPS, as flexgv run --sm takes
+	// it, or "all". Processes that start later get it; running ones keep
+	// theirs (fixed when a process makes its context). Empty: unchanged.
+	Sm            string `protobuf:"bytes,5,opt,name=sm,proto3" json:"sm,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -264,6 +268,13 @@ func (x *UpdateTenantRequest) GetComputeMax() string {
 func (x *UpdateTenantRequest) GetPriority() string {
 	if x != nil {
 		return x.Priority
+	}
+	return ""
+}
+
+func (x *UpdateTenantRequest) GetSm() string {
+	if x != nil {
+		return x.Sm
 	}
 	return ""
 }
@@ -1032,13 +1043,14 @@ const file_flexgv_v1_daemon_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"[\n" +
 	"\x14CreateTenantResponse\x12)\n" +
 	"\x06tenant\x18\x01 \x01(\v2\x11.flexgv.v1.TenantR\x06tenant\x12\x18\n" +
-	"\acreated\x18\x02 \x01(\bR\acreated\"\x80\x01\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"\x90\x01\n" +
 	"\x13UpdateTenantRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\acompute\x18\x02 \x01(\tR\acompute\x12\x1f\n" +
 	"\vcompute_max\x18\x03 \x01(\tR\n" +
 	"computeMax\x12\x1a\n" +
-	"\bpriority\x18\x04 \x01(\tR\bpriority\"A\n" +
+	"\bpriority\x18\x04 \x01(\tR\bpriority\x12\x0e\n" +
+	"\x02sm\x18\x05 \x01(\tR\x02sm\"A\n" +
 	"\x14UpdateTenantResponse\x12)\n" +
 	"\x06tenant\x18\x01 \x01(\v2\x11.flexgv.v1.TenantR\x06tenant\"&\n" +
 	"\x10GetTenantRequest\x12\x12\n" +

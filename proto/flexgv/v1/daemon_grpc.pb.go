@@ -46,9 +46,10 @@ type DaemonClient interface {
 	GetTenant(ctx context.Context, in *GetTenantRequest, opts ...grpc.CallOption) (*Tenant, error)
 	// ListTenants reports every tenant of the node, as flexgv ps does.
 	ListTenants(ctx context.Context, in *ListTenantsRequest, opts ...grpc.CallOption) (*ListTenantsResponse, error)
-	// UpdateTenant changes a live tenant's compute policy: its shares, caps
-	// and priority. Its running processes follow at their next hand-over or
-	// launch, later ones start with it. Memory quotas cannot change: each
+	// UpdateTenant changes a live tenant's compute policy: its shares, caps,
+	// priority and SM percentage. Its running processes follow at their next
+	// hand-over or launch (but for the SMs, fixed in a process), later ones
+	// start with it. Memory quotas cannot change: each
 	// process's shim reads them once, at its start.
 	UpdateTenant(ctx context.Context, in *UpdateTenantRequest, opts ...grpc.CallOption) (*UpdateTenantResponse, error)
 	// DeleteTenant lets go of a tenant the daemon holds; refused with
@@ -142,9 +143,10 @@ type DaemonServer interface {
 	GetTenant(context.Context, *GetTenantRequest) (*Tenant, error)
 	// ListTenants reports every tenant of the node, as flexgv ps does.
 	ListTenants(context.Context, *ListTenantsRequest) (*ListTenantsResponse, error)
-	// UpdateTenant changes a live tenant's compute policy: its shares, caps
-	// and priority. Its running processes follow at their next hand-over or
-	// launch, later ones start with it. Memory quotas cannot change: each
+	// UpdateTenant changes a live tenant's compute policy: its shares, caps,
+	// priority and SM percentage. Its running processes follow at their next
+	// hand-over or launch (but for the SMs, fixed in a process), later ones
+	// start with it. Memory quotas cannot change: each
 	// process's shim reads them once, at its start.
 	UpdateTenant(context.Context, *UpdateTenantRequest) (*UpdateTenantResponse, error)
 	// DeleteTenant lets go of a tenant the daemon holds; refused with
