@@ -45,6 +45,7 @@ static struct pending *take_reached(void)
 static void *runner(void *arg)
 {
     (void)arg;
+    long idle_ns = 20000; /* looks again this soon, twice as late each time up to 1 ms */
     for (;;) {
         pthread_mutex_lock(&mu);
         while (!queue)
@@ -52,10 +53,12 @@ static void *runner(void *arg)
         struct pending *p = take_reached();
         pthread_mutex_unlock(&mu);
         if (!p) {
-            struct timespec ts = {0, 50000};
+            struct timespec ts = {0, idle_ns};
             nanosleep(&ts, NULL);
+            idle_ns = idle_ns < 500000 ? 2 * idle_ns : 1000000;
             continue;
         }
+        idle_ns = 20000;
         if (p->cb)
             p->cb(p->stream, CUDA_SUCCESS, p->data);
         else
