@@ -94,10 +94,13 @@ func Render(prev *Snapshot, cur Snapshot) string {
 			continue
 		}
 		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  TENANT\tSHARE\tACHIEVED\t\tCAP\tPRIORITY\tMEMORY\tPROCS\tTHROTTLED\tPREEMPTED")
+		fmt.Fprintln(tw, "  TENANT\tSHARE\tACHIEVED\t\tCAP\tPRIORITY\tSMS\tMEMORY\tPROCS\tTHROTTLED\tPREEMPTED")
 		for _, t := range g.Tenants {
 			r := rates(prev, g.UUID, t, cur.At)
-			share, limit := "-", "-"
+			share, limit, sms := "-", "-", "-"
+			if t.SM > 0 {
+				sms = fmt.Sprintf("%d%%", t.SM)
+			}
 			if t.Policy.Share > 0 {
 				share = sched.Percent(t.Policy.Share)
 			}
@@ -121,8 +124,8 @@ func Render(prev *Snapshot, cur Snapshot) string {
 			if t.Holder {
 				name += " *"
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", name, share, achieved, pct(r.Achieved), limit,
-				sched.PriorityName(t.Policy.Priority), mem, t.Procs, throttled, preempted)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", name, share, achieved, pct(r.Achieved), limit,
+				sched.PriorityName(t.Policy.Priority), sms, mem, t.Procs, throttled, preempted)
 		}
 		tw.Flush()
 	}

@@ -46,6 +46,7 @@ type Tenant struct {
 	Holder      bool   // it holds the GPU now
 	Quota, Used uint64 // memory
 	Procs       int    // its processes on the GPU
+	SM          uint32 // percentage of the SMs under MPS; 0: all
 }
 
 // Source is what a snapshot reads.
@@ -98,7 +99,9 @@ func (s Source) Read() (Snapshot, error) {
 				WaitedNs: st.WaitedNs, Preemptions: st.Preemptions, Holder: st.Holder, Procs: len(st.Pids)})
 		}
 	}
+	sms := map[string]uint32{}
 	for _, in := range infos {
+		sms[in.Name] = in.SM
 		for _, d := range in.Devices {
 			if d.Quota == 0 && d.Used == 0 {
 				continue
@@ -124,6 +127,9 @@ func (s Source) Read() (Snapshot, error) {
 	}
 	for _, k := range order {
 		g := byKey[k]
+		for i := range g.Tenants {
+			g.Tenants[i].SM = sms[g.Tenants[i].Name]
+		}
 		slices.SortFunc(g.Tenants, func(a, b Tenant) int { return cmp.Compare(a.Name, b.Name) })
 		snap.GPUs = append(snap.GPUs, *g)
 	}

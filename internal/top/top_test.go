@@ -39,10 +39,14 @@ func node(t *testing.T) (Source, *schedtest.Region, [2]int) {
 		quota  uint64
 	}{
 		{"infer", sched.Policy{Share: 3000, Priority: sched.PriorityHigh}, 1 << 30},
-		{"train", sched.Policy{Share: 5000, Cap: 9000, Priority: sched.PriorityNormal}, 0},
+		{"train", sched.Policy{Share: 5000, Cap: 9000, Priority: sched.PriorityNormal}, 0}, // under MPS at 40 % of the SMs
 		{"mem", sched.Policy{Priority: sched.PriorityNormal}, 2 << 30},
 	} {
-		tn, err := tenant.Acquire(dir, tenant.Spec{Name: p.name, Priority: p.policy.Priority, CtxBytes: 64 << 20,
+		sm := uint32(0)
+		if p.name == "train" {
+			sm = 40
+		}
+		tn, err := tenant.Acquire(dir, tenant.Spec{Name: p.name, Priority: p.policy.Priority, CtxBytes: 64 << 20, SM: sm,
 			Devices: []tenant.DeviceQuota{{UUID: uuidA, Quota: p.quota, ComputeShare: p.policy.Share, ComputeMax: p.policy.Cap}, {UUID: uuidB}}})
 		if err != nil {
 			t.Fatal(err)
@@ -98,11 +102,11 @@ func TestRenderShowsTargetsAndAchievedShares(t *testing.T) {
 	first, second := twoSnapshots(t)
 	out := Render(&first, second)
 	row(t, out, `GPU 0  `+uuidA+`  Test GPU  memory 3GiB/16GiB  utilization 87%  hand-overs 17`)
-	row(t, out, `  TENANT\s+SHARE\s+ACHIEVED\s+CAP\s+PRIORITY\s+MEMORY\s+PROCS\s+THROTTLED\s+PREEMPTED`)
+	row(t, out, `  TENANT\s+SHARE\s+ACHIEVED\s+CAP\s+PRIORITY\s+SMS\s+MEMORY\s+PROCS\s+THROTTLED\s+PREEMPTED`)
 	// 30 % of 20 characters: 6 achieved, the target on the 6th.
-	row(t, out, `  infer \*\s+30%\s+\[#####\|\.{14}\]\s+30\.0%\s+-\s+high\s+0B/1GiB\s+1\s+0\.0s \(0\.0%\)\s+0`)
-	row(t, out, `  train\s+50%\s+\[#{9}\|##\.{8}\]\s+60\.0%\s+90%\s+normal\s+0B\s+2\s+0\.4s \(40\.0%\)\s+2`)
-	row(t, out, `  mem\s+-\s+-\s+-\s+-\s+normal\s+0B/2GiB\s+0\s+-\s+-`)
+	row(t, out, `  infer \*\s+30%\s+\[#####\|\.{14}\]\s+30\.0%\s+-\s+high\s+-\s+0B/1GiB\s+1\s+0\.0s \(0\.0%\)\s+0`)
+	row(t, out, `  train\s+50%\s+\[#{9}\|##\.{8}\]\s+60\.0%\s+90%\s+normal\s+40%\s+0B\s+2\s+0\.4s \(40\.0%\)\s+2`)
+	row(t, out, `  mem\s+-\s+-\s+-\s+-\s+normal\s+-\s+0B/2GiB\s+0\s+-\s+-`)
 	row(t, out, `GPU 1  `+uuidB+`  Test GPU  memory 0B/16GiB  utilization 0%  hand-overs 0`)
 	row(t, out, `  no tenant`)
 	if !strings.Contains(out, "achieved over the last 1.0s") {
@@ -110,7 +114,7 @@ func TestRenderShowsTargetsAndAchievedShares(t *testing.T) {
 	}
 	// Without an earlier snapshot nothing is achieved yet.
 	out = Render(nil, second)
-	row(t, out, `  infer \*\s+30%\s+\[\.{5}\|\.{14}\]\s+-\s+-\s+high\s+0B/1GiB\s+1\s+0\.0s\s+0`)
+	row(t, out, `  infer \*\s+30%\s+\[\.{5}\|\.{14}\]\s+-\s+-\s+high\s+-\s+0B/1GiB\s+1\s+0\.0s\s+0`)
 }
 
 // A tenant whose entry was made again (its counters start at zero) has no
@@ -129,7 +133,7 @@ func TestOncePrintsOneSnapshot(t *testing.T) {
 	if err := Once(context.Background(), src, 50*time.Millisecond, &b); err != nil {
 		t.Fatal(err)
 	}
-	row(t, b.String(), `  train\s+50%\s+\[\.{9}\|\.{10}\]\s+0\.0%\s+90%\s+normal\s+0B\s+2\s+0\.0s \(0\.0%\)\s+0`)
+	row(t, b.String(), `  train\s+50%\s+\[\.{9}\|\.{10}\]\s+0\.0%\s+90%\s+normal\s+40%\s+0B\s+2\s+0\.0s \(0\.0%\)\s+0`)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := Once(ctx, src, time.Hour, &b); !errors.Is(err, context.Canceled) {

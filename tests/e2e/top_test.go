@@ -23,7 +23,7 @@ func TestTopOnce(t *testing.T) {
 		t.Fatalf("run: %+v", r)
 	}
 	r = e.run("flexgv", "top", "--once", "--interval", "100ms")
-	if r.code != 0 || !regexp.MustCompile(`(?m)^  g\s+30%\s+\[\.{5}\|\.{14}\]\s+0\.0%\s+-\s+high\s+0B/1GiB\s+0\s+0\.0s \(0\.0%\)\s+0$`).MatchString(r.stdout) {
+	if r.code != 0 || !regexp.MustCompile(`(?m)^  g\s+30%\s+\[\.{5}\|\.{14}\]\s+0\.0%\s+-\s+high\s+-\s+0B/1GiB\s+0\s+0\.0s \(0\.0%\)\s+0$`).MatchString(r.stdout) {
 		t.Errorf("flexgv top --once with a group: %+v", r)
 	}
 	for _, c := range []struct {
