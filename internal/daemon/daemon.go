@@ -122,7 +122,7 @@ func Run(ctx context.Context, cfg Config) error {
 	var hs *http.Server
 	where := "serving on " + socket
 	if metricsLis != nil {
-		hs = &http.Server{Handler: metricsHandler(cfg.StateDir, h, n, logger), ReadHeaderTimeout: 10 * time.Second}
+		hs = &http.Server{Handler: metricsHandler(cfg.StateDir, h, n, cfg.MPS, logger), ReadHeaderTimeout: 10 * time.Second}
 		go func() { errc <- hs.Serve(metricsLis) }()
 		where += ", metrics on http://" + metricsLis.Addr().String() + "/metrics"
 	}
@@ -175,10 +175,15 @@ func runMPS(stateDir string, logger *log.Logger) (func(), error) {
 
 // metricsHandler serves /metrics, collected when scraped. A scrape that
 // cannot read the tenants still gets the rest; the daemon's log says why.
-func metricsHandler(dir string, h *held, n *nvml, logger *log.Logger) http.Handler {
+func metricsHandler(dir string, h *held, n *nvml, withMPS bool, logger *log.Logger) http.Handler {
+	var mpsUp func() bool
+	if withMPS {
+		mpsUp = func() bool { return mps.Running(mps.PipeDir()) }
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		metrics.New(metrics.Source{
+			MPS:     mpsUp,
 			Tenants: func() ([]tenant.Info, []error, error) { return tenant.List(dir) },
 			Devices: n.Devices,
 			Held:    h.count,

@@ -72,7 +72,7 @@ func TestMetricsOfTheSchedulers(t *testing.T) {
 	r.Process(1, train, 4343, false)
 	r.Process(2, train, 4344, false)
 
-	srv := httptest.NewServer(metricsHandler(dir, a.held, n, log.New(io.Discard, "", 0)))
+	srv := httptest.NewServer(metricsHandler(dir, a.held, n, false, log.New(io.Discard, "", 0)))
 	defer srv.Close()
 	values, types := scrape(t, srv)
 	series := func(tenant string) string { return "{gpu_index=0,gpu_uuid=" + uuid0 + ",tenant=" + tenant + "}" }

@@ -22,6 +22,9 @@ type Source struct {
 	// Labels of the tenants the daemon holds, by name: namespace, pod and
 	// container (daemon LabelKeys). Nil: none.
 	Labels func() map[string]map[string]string
+	// MPS says whether the MPS control daemon answers; nil where the
+	// daemon does not run one (--mps).
+	MPS func() bool
 }
 
 var (
@@ -36,6 +39,8 @@ var (
 		"Live processes of a tenant that hold memory on a device.", tenantLabels, nil)
 	ctxDesc = prometheus.NewDesc("flexgv_tenant_context_bytes",
 		"Device memory one CUDA context of a tenant took on a device, as last measured; absent until measured.", tenantLabels, nil)
+	mpsDesc = prometheus.NewDesc("flexgv_mps_up",
+		"Whether the MPS control daemon the node daemon runs answers (1) or not (0); absent without --mps.", nil, nil)
 	smDesc = prometheus.NewDesc("flexgv_tenant_sm_ratio",
 		"Part of each GPU's SMs a tenant's processes may use under MPS (--sm); absent where it has all of them.", []string{"tenant"}, nil)
 	gpuTotalDesc = prometheus.NewDesc("flexgv_gpu_memory_total_bytes",
@@ -75,7 +80,7 @@ func New(src Source) *Collector { return &Collector{src} }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{quotaDesc, usedDesc, procsDesc, ctxDesc, smDesc, gpuTotalDesc, gpuUsedDesc, gpuUtilDesc, heldDesc, infoDesc,
+	for _, d := range []*prometheus.Desc{quotaDesc, usedDesc, procsDesc, ctxDesc, smDesc, mpsDesc, gpuTotalDesc, gpuUsedDesc, gpuUtilDesc, heldDesc, infoDesc,
 		shareDesc, capDesc, prioDesc, gpuTimeDesc, throttledDesc, preemptDesc, schedProcsDesc, switchesDesc} {
 		ch <- d
 	}
@@ -96,6 +101,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(gpuUtilDesc, float64(d.Util)/100, d.UUID, i)
 	}
 	gauge(heldDesc, float64(c.src.Held()))
+	if c.src.MPS != nil {
+		up := 0.0
+		if c.src.MPS() {
+			up = 1
+		}
+		gauge(mpsDesc, up)
+	}
 	if c.src.Labels != nil {
 		for name, l := range c.src.Labels() {
 			gauge(infoDesc, 1, name, l["namespace"], l["pod"], l["container"])

@@ -113,8 +113,9 @@ func TestSMPercentageUnderMPS(t *testing.T) {
 	if ps := e.run("flexgv", "ps").stdout; !strings.Contains(ps, "SMS") || !strings.Contains(ps, "25%") {
 		t.Errorf("flexgv ps does not show the SM percentage:\n%s", ps)
 	}
-	if got := d.scrape(t)["flexgv_tenant_sm_ratio{tenant=g}"]; got != 0.25 {
-		t.Errorf("flexgv_tenant_sm_ratio of g: %v, want 0.25", got)
+	if m := d.scrape(t); m["flexgv_tenant_sm_ratio{tenant=g}"] != 0.25 || m["flexgv_mps_up"] != 1 {
+		t.Errorf("metrics: flexgv_tenant_sm_ratio of g %v, want 0.25; flexgv_mps_up %v, want 1",
+			m["flexgv_tenant_sm_ratio{tenant=g}"], m["flexgv_mps_up"])
 	}
 	if r := e.run("flexgv", "run", "--group", "g", "--sm", "50%", "--", "true"); r.code == 0 || !strings.Contains(r.stderr, "25% of the SMs") {
 		t.Errorf("joining group g with --sm 50%%: exit %d, %q; want a refusal naming its 25%%", r.code, r.stderr)
@@ -152,6 +153,12 @@ func TestDaemonUsesARunningMPS(t *testing.T) {
 	if !strings.Contains(d.logText(), "MPS: using the control daemon that answers in "+dir) {
 		t.Fatalf("daemon log: %s", d.logText())
 	}
+	// The metric says when the control daemon stops answering.
+	quitMPS(e, dir)
+	if up, ok := d.scrape(t)["flexgv_mps_up"]; !ok || up != 0 {
+		t.Errorf("flexgv_mps_up after the control daemon quit: %v (%v), want 0", up, ok)
+	}
+	startMPS(t, e, dir)
 	if code := d.stop(t, syscall.SIGTERM); code != 0 || strings.Contains(d.logText(), "MPS: stopped") {
 		t.Fatalf("daemon stop: exit %d, log %s", code, d.logText())
 	}
