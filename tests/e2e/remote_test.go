@@ -457,6 +457,16 @@ func TestRemoteMappedHostMemory(t *testing.T) {
 
 // The start of the Python programs: a current context, names for an
 // allocation (dev) and pinned memory (h).
+// printsOverShm runs the Python program prog over shm:// and wants it to
+// print want.
+func (e *env) printsOverShm(t *testing.T, prog, want string) {
+	t.Helper()
+	r := e.remote(e.serve("shm"), "python3", "-c", prog)
+	if r.code != 0 || r.stdout != want {
+		t.Errorf("over shm://: exit %d, printed\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
+	}
+}
+
 const contextPrelude = `
 import ctypes, os, sys
 cu = ctypes.CDLL("libcuda.so.1")
@@ -1092,12 +1102,8 @@ rs = [cu.cuMemcpyHtoDAsync_v2(p, src, ctypes.c_size_t(n), st) for _ in range(70)
 print("70 more", sorted(set(rs)), "end", cu.cuStreamEndCapture(st, ctypes.byref(g2)), "then", cu.cuCtxSynchronize())
 print("after", cu.cuMemsetD8_v2(p, 0, ctypes.c_size_t(n)), cu.cuCtxSynchronize())
 `
-	e := newEnv(t)
-	r := e.remote(e.serve("shm"), "python3", "-c", prog)
 	want := "captured upload 0\nend 0\nlaunch 0 0\nthe graph's copy same\n70 more [0] end 0 then 2\nafter 0 0\n"
-	if r.code != 0 || r.stdout != want {
-		t.Errorf("exit %d, printed\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
-	}
+	newEnv(t).printsOverShm(t, prog, want)
 }
 
 // A copy from the program's memory captured into a graph over any
@@ -1318,13 +1324,9 @@ print("unregistering what is not", cu.fgrHeapUnregister(c_size_t(G + 4096)), cu.
 print("unregistered", cu.fgrHeapUnregister(c_size_t(G)), "then a copy", cu.fgrHeapUploadWait(dev, c_size_t(G), c_size_t(4096), None))
 print("serving", cu.cuMemsetD8_v2(dev, 1, c_size_t(16)), cu.cuCtxSynchronize())
 `
-	e := newEnv(t)
-	r := e.remote(e.serve("shm"), "python3", "-c", prog)
 	want := "unaligned 1\npast the end 1 1\nempty 1\nregistered 0\noverlapping 1 1\ncopies across its start and end 1 1\n" +
 		"copies within 0 0\ninto device memory not the connection's 1\nunregistering what is not 1 1\nunregistered 0 then a copy 1\nserving 0 0\n"
-	if r.code != 0 || r.stdout != want {
-		t.Errorf("exit %d, printed\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
-	}
+	newEnv(t).printsOverShm(t, prog, want)
 }
 
 // A connection registers at most 65,536 pinned allocations with the
@@ -1339,12 +1341,8 @@ print("65536 registered, refused:", len(bad))
 print("one more", cu.fgrHeapRegister(c_size_t(65536 * 8192), c_size_t(4096), byref(m)))
 print("one unregistered", cu.fgrHeapUnregister(c_size_t(8192)), "then", cu.fgrHeapRegister(c_size_t(65536 * 8192), c_size_t(4096), byref(m)))
 `
-	e := newEnv(t)
-	r := e.remote(e.serve("shm"), "python3", "-c", prog)
 	want := "65536 registered, refused: 0\none more 1\none unregistered 0 then 0\n"
-	if r.code != 0 || r.stdout != want {
-		t.Errorf("exit %d, printed\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
-	}
+	newEnv(t).printsOverShm(t, prog, want)
 }
 
 // Over shm://, copies to and from pinned memory captured into a graph read
@@ -1373,10 +1371,7 @@ for v in (3, 9):
 	if local.code != 0 || local.stdout != want {
 		t.Fatalf("locally: exit %d, printed\n%s\nwant\n%s\n%s", local.code, local.stdout, want, local.stderr)
 	}
-	r := e.remote(e.serve("shm"), "python3", "-c", prog)
-	if r.code != 0 || r.stdout != want {
-		t.Errorf("over shm://: exit %d, printed\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
-	}
+	e.printsOverShm(t, prog, want)
 }
 
 // Pinned memory the heap has no room for is the program's own, copied as
