@@ -23,6 +23,7 @@ static get_name func_name, kernel_name;
 
 #define KERNELS_MAX (1u << 21) /* names kept per connection, at most */
 #define SIZES_MAX (1u << 24)   /* parameter sizes kept, at most */
+#define SAID_MAX 16            /* kernels whose layouts differ said by name, at most */
 enum { EMPTY, KNOWN, AMBIGUOUS };
 
 static struct entry {
@@ -119,10 +120,17 @@ static void check(void *f, int kernel, unsigned n, const unsigned *sizes, unsign
         same = pool[e->at + i] == sizes[i];
     if (same || e->said)
         return;
-    differ++;
     e->said = 1;
-    fgr_logf("kernel %s: the driver gives %u parameter(s), its cubin's EIATTR_KPARAM_INFO %u, or other sizes; "
-             "launches go by the driver's", name, n, (unsigned)e->count);
+    if (differ++ >= SAID_MAX)
+        return; /* counted: the names come from the client's images */
+    char shown[120];
+    size_t k = 0;
+    for (; name[k] && k < sizeof shown - 1; k++)
+        shown[k] = name[k] > ' ' && name[k] < 127 ? name[k] : '?';
+    shown[k] = 0;
+    fgr_logf("kernel %s%s: the driver gives %u parameter(s), its cubin's EIATTR_KPARAM_INFO %u, or other sizes; "
+             "launches go by the driver's%s", shown, name[k] ? "..." : "", n, (unsigned)e->count,
+             differ == SAID_MAX ? " (further kernels that differ are only counted)" : "");
 }
 
 static void said_at_exit(void)

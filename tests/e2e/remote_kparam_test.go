@@ -84,3 +84,56 @@ launch(b"FLEXGV-SIM-MODULE\nkernel axpy 10 params=2\n", b"axpy")
 		s.waitLog(`parameter layouts of 2 kernel\(s\) checked against their cubins' EIATTR_KPARAM_INFO: 1 differ`, 10*time.Second)
 	}
 }
+
+// cubinOf is a minimal ELF cubin, written as nvcc lays one out, whose
+// kernels each take one 4-byte parameter (Python source, for programs).
+const cubinOf = `
+import struct
+def cubin(names):
+    strtab = b"\0.shstrtab\0" + b"".join(b".nv.info." + n + b"\0" for n in names)
+    rec = struct.pack("<BBHIHHI", 4, 0x17, 12, 0, 0, 0, 4 << 18)
+    data, heads, at, name_at = b"", [], 64, 11
+    heads.append(struct.pack("<IIQQQQIIQQ", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
+    heads.append(struct.pack("<IIQQQQIIQQ", 1, 3, 0, 0, at, len(strtab), 0, 0, 1, 0))
+    data += strtab
+    for n in names:
+        heads.append(struct.pack("<IIQQQQIIQQ", name_at, 0x70000000, 0, 0, 64 + len(data), len(rec), 0, 0, 4, 0))
+        data += rec
+        name_at += len(b".nv.info." + n) + 1
+    shoff = 64 + len(data)
+    head = b"\x7fELF\x02\x01\x01" + bytes(9) + struct.pack("<HHIQQQIHHHHHH", 1, 190, 1, 0, 0, shoff, 0, 64, 0, 0, 64, len(heads), 1)
+    return head + data + b"".join(heads)
+`
+
+// A client whose images name many kernels that the driver lays out
+// otherwise gets a bounded number of lines in the server's log, each
+// name shown printable: the names are the client's.
+func TestRemoteLayoutMismatchesBounded(t *testing.T) {
+	prog := contextPrelude + cubinOf + `
+names = [b"evil\x1b[2J"] + [b"k%d" % i for i in range(20)]
+mod, f, dev = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_uint64()
+assert cu.cuMemAlloc_v2(ctypes.byref(dev), ctypes.c_size_t(64)) == 0
+v = ctypes.c_uint64(dev.value)
+params = (ctypes.c_void_p * 2)(ctypes.cast(ctypes.byref(v), ctypes.c_void_p), ctypes.cast(ctypes.byref(v), ctypes.c_void_p))
+for image in (cubin(names), b"FLEXGV-SIM-MODULE\n" + b"".join(b"kernel " + n + b" 10 params=2\n" for n in names) + b"\0"):
+    assert cu.cuModuleLoadData(ctypes.byref(mod), image) == 0
+    rs = set()
+    for n in names:
+        assert cu.cuModuleGetFunction(ctypes.byref(f), mod, n) == 0
+        rs.add(cu.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, None, params, None))
+    print("launched", sorted(rs), cu.cuCtxSynchronize())
+`
+	e := newEnv(t)
+	s := e.serve("unix")
+	if r := e.remote(s, "python3", "-c", prog); r.code != 0 || r.stdout != "launched [0] 0\nlaunched [0] 0\n" {
+		t.Fatalf("exit %d, printed\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	s.waitLog(`parameter layouts of 42 kernel\(s\) checked against their cubins' EIATTR_KPARAM_INFO: 21 differ`, 10*time.Second)
+	said := strings.Count(s.Log(), ": the driver gives 2 parameter(s), its cubin's EIATTR_KPARAM_INFO 1")
+	if said != 16 || !strings.Contains(s.Log(), "further kernels that differ are only counted") {
+		t.Errorf("kernels said by name: %d, want 16 and a line that says the rest are counted:\n%s", said, s.Log())
+	}
+	if strings.Contains(s.Log(), "\x1b") || !strings.Contains(s.Log(), "kernel evil?[2J: the driver gives") {
+		t.Errorf("a kernel's name reached the log unprintable:\n%q", s.Log())
+	}
+}
