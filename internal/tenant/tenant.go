@@ -96,6 +96,9 @@ func Acquire(dir string, spec Spec) (*Tenant, error) {
 	if len(spec.Devices) > MaxDevices {
 		return nil, fmt.Errorf("a tenant holds at most %d devices", MaxDevices)
 	}
+	if spec.SM > 100 {
+		return nil, fmt.Errorf("tenant %s: an SM percentage of %d; give 1 to 100, or 0 for all", spec.Name, spec.SM)
+	}
 	for _, d := range spec.Devices {
 		// Cut short, it would match no GPU and its quota would not apply.
 		if len(d.UUID) >= len(Device{}.UUID) {

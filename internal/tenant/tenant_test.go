@@ -36,6 +36,12 @@ func TestAcquireCreatesJoinsAndRefuses(t *testing.T) {
 	if _, err := Acquire(dir, Spec{Name: "bad/name", Devices: oneGiB}); err == nil {
 		t.Fatal("a name with a slash was accepted")
 	}
+	if _, err := Acquire(dir, Spec{Name: "s", Devices: oneGiB, SM: 101}); err == nil || !strings.Contains(err.Error(), "an SM percentage of 101") {
+		t.Fatalf("an SM percentage over 100: %v", err)
+	}
+	if _, err := os.Stat(Path(dir, "s")); !os.IsNotExist(err) {
+		t.Fatalf("a refused tenant's file: %v", err)
+	}
 	long := []DeviceQuota{{UUID: "MIG-" + strings.Repeat("0", 44), Quota: 1}}
 	if _, err := Acquire(dir, Spec{Name: "h", Devices: long}); err == nil || !strings.Contains(err.Error(), "longer than a tenant file holds") {
 		t.Fatalf("a UUID the file cannot hold: %v", err)
