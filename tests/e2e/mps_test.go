@@ -225,3 +225,22 @@ func TestIdleGroupKeepsItsSMs(t *testing.T) {
 		t.Errorf("joining the group after the restart: exit %d %q, want sms 10\n%s", r.code, r.stdout, r.stderr)
 	}
 }
+
+// A control daemon that starts but never answers is told to quit, not
+// left behind, and the daemon says why it cannot run.
+func TestDaemonMPSThatNeverAnswers(t *testing.T) {
+	bin := t.TempDir()
+	quit := filepath.Join(bin, "quit")
+	fake := "#!/bin/sh\n[ \"$1\" = -d ] && exit 0\ncat >" + quit + "\n"
+	if err := os.WriteFile(filepath.Join(bin, "nvidia-cuda-mps-control"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, "PATH="+bin+":"+os.Getenv("PATH"), "CUDA_MPS_PIPE_DIRECTORY="+filepath.Join(t.TempDir(), "mps"))
+	r := e.run("flexgv", "daemon", "--mps", "--metrics-addr", "")
+	if r.code == 0 || !strings.Contains(r.stderr, "started, but nothing answers") {
+		t.Errorf("exit %d, %q", r.code, r.stderr)
+	}
+	if got, err := os.ReadFile(quit); err != nil || string(got) != "quit\n" {
+		t.Errorf("the control daemon was not told to quit: %q %v", got, err)
+	}
+}
