@@ -4,13 +4,15 @@
  *
  * The driver's answer is checked against the compiler's: the
  * EIATTR_KPARAM_INFO of the cubins among the images loaded (by kernel
- * name: a table of names' hashes and sizes, kept for the connection). A
- * kernel whose layouts differ is said (launches go by the driver's); how
- * many were checked is said when the connection ends. */
+ * name: a table of names' hashes and sizes, kept for the connection; a
+ * name two images give differently, or a text image gives, is not
+ * checked). A kernel whose layouts differ is said (launches go by the
+ * driver's); how many were checked is said when the connection ends. */
 #include "executor.h"
 #include "flexgv/cubin.h"
 
 #include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -102,7 +104,55 @@ static void keep(void *ctx, const char *name, size_t len, unsigned count, const 
     used++;
 }
 
-void fgr_layouts_scan(const void *image, uint64_t n) { fg_cubin_kernels(image, n, keep, NULL); }
+/* A kernel of a text (PTX) image: compiled by the driver, its layout
+ * unknown here, so its name is not checked (another image's kernel of
+ * that name may be the one launched). */
+static void unknown(const char *name, size_t len)
+{
+    if (used >= KERNELS_MAX || (2 * (used + 1) > cap && grow()))
+        return;
+    struct entry *e = slot(fnv(name, len));
+    if (e->state == EMPTY)
+        used++;
+    *e = (struct entry){fnv(name, len), 0, 0, AMBIGUOUS, 0};
+}
+
+static int ident(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '$' || c == '.'; }
+
+void fgr_layouts_scan(const void *image, uint64_t n)
+{
+    if (fg_cubin_kernels(image, n, keep, NULL) || n < 4 || !memcmp(image, "\x7f" "ELF", 4))
+        return;
+    const char *t = image, *end = t + strnlen(t, n);
+    for (const char *at = t; (at = memmem(at, (size_t)(end - at), ".entry", 6)); at += 6) {
+        const char *q = at + 6;
+        while (q < end && (*q == ' ' || *q == '\t'))
+            q++;
+        const char *b = q;
+        while (q < end && ident(*q))
+            q++;
+        if (q > b && (at == t || !ident(at[-1])))
+            unknown(b, (size_t)(q - b));
+    }
+}
+
+/* Sizes as "8 8 4", the first eight at most. */
+static const char *listed(char *b, size_t cap, const unsigned *v, unsigned n)
+{
+    size_t at = 0;
+    b[0] = 0;
+    for (unsigned i = 0; i < n && i < 8 && at < cap; i++)
+        at += (size_t)snprintf(b + at, cap - at, "%s%u%s", i ? " " : "", v[i], i == 7 && n > 8 ? " ..." : "");
+    return b;
+}
+
+static const char *listed16(char *b, size_t cap, const uint16_t *v, unsigned n)
+{
+    unsigned w[8];
+    for (unsigned i = 0; i < n && i < 8; i++)
+        w[i] = v[i];
+    return listed(b, cap, w, n);
+}
 
 /* The driver's sizes of kernel f against its cubin's, if one was loaded. */
 static void check(void *f, int kernel, unsigned n, const unsigned *sizes, unsigned have)
@@ -128,8 +178,10 @@ static void check(void *f, int kernel, unsigned n, const unsigned *sizes, unsign
     for (; name[k] && k < sizeof shown - 1; k++)
         shown[k] = name[k] > ' ' && name[k] < 127 ? name[k] : '?';
     shown[k] = 0;
-    fgr_logf("kernel %s%s: the driver gives %u parameter(s), its cubin's EIATTR_KPARAM_INFO %u, or other sizes; "
-             "launches go by the driver's%s", shown, name[k] ? "..." : "", n, (unsigned)e->count,
+    char drv[64], bin[64];
+    fgr_logf("kernel %s%s: the driver gives %u parameter(s) (%s), its cubin's EIATTR_KPARAM_INFO %u (%s); "
+             "launches go by the driver's%s", shown, name[k] ? "..." : "", n, listed(drv, sizeof drv, sizes, n < have ? n : have),
+             (unsigned)e->count, listed16(bin, sizeof bin, pool + e->at, e->count),
              differ == SAID_MAX ? " (further kernels that differ are only counted)" : "");
 }
 

@@ -1,4 +1,8 @@
-"""JAX: a jitted matrix product and reduction; prints the result."""
+"""JAX: a jitted matrix product and reduction; prints the result (its bits:
+XLA's reductions are made deterministic, which they are not by default)."""
+import os
+
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_gpu_deterministic_ops=true").strip()
 import jax
 import jax.numpy as jnp
 

@@ -80,7 +80,7 @@ launch(b"FLEXGV-SIM-MODULE\nkernel axpy 10 params=2\n", b"axpy")
 		if r := e.remote(s, "python3", "-c", prog, cubin); r.code != 0 || r.stdout != want {
 			t.Errorf("over %s: exit %d, printed\n%s\nwant\n%s%s", transport, r.code, r.stdout, want, r.stderr)
 		}
-		s.waitLog(`kernel axpy: the driver gives 2 parameter\(s\), its cubin's EIATTR_KPARAM_INFO 4`, 10*time.Second)
+		s.waitLog(`kernel axpy: the driver gives 2 parameter\(s\) \(8 8\), its cubin's EIATTR_KPARAM_INFO 4 \([0-9 ]+\)`, 10*time.Second)
 		s.waitLog(`parameter layouts of 2 kernel\(s\) checked against their cubins' EIATTR_KPARAM_INFO: 1 differ`, 10*time.Second)
 	}
 }
@@ -129,11 +129,39 @@ for image in (cubin(names), b"FLEXGV-SIM-MODULE\n" + b"".join(b"kernel " + n + b
 		t.Fatalf("exit %d, printed\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	s.waitLog(`parameter layouts of 42 kernel\(s\) checked against their cubins' EIATTR_KPARAM_INFO: 21 differ`, 10*time.Second)
-	said := strings.Count(s.Log(), ": the driver gives 2 parameter(s), its cubin's EIATTR_KPARAM_INFO 1")
+	said := strings.Count(s.Log(), ": the driver gives 2 parameter(s) (8 8), its cubin's EIATTR_KPARAM_INFO 1 (4)")
 	if said != 16 || !strings.Contains(s.Log(), "further kernels that differ are only counted") {
 		t.Errorf("kernels said by name: %d, want 16 and a line that says the rest are counted:\n%s", said, s.Log())
 	}
 	if strings.Contains(s.Log(), "\x1b") || !strings.Contains(s.Log(), "kernel evil?[2J: the driver gives") {
 		t.Errorf("a kernel's name reached the log unprintable:\n%q", s.Log())
+	}
+}
+
+// A kernel name a text (PTX) image declares is not checked: the driver
+// compiles that one, and which image's kernel of the name a launch runs is
+// not known here.
+func TestRemoteLayoutsOfTextImagesUnchecked(t *testing.T) {
+	prog := contextPrelude + cubinOf + `
+mod, f, dev = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_uint64()
+assert cu.cuMemAlloc_v2(ctypes.byref(dev), ctypes.c_size_t(64)) == 0
+v = ctypes.c_uint64(dev.value)
+params = (ctypes.c_void_p * 2)(ctypes.cast(ctypes.byref(v), ctypes.c_void_p), ctypes.cast(ctypes.byref(v), ctypes.c_void_p))
+assert cu.cuModuleLoadData(ctypes.byref(mod), cubin([b"k0", b"k1"])) == 0
+cu.cuModuleLoadData(ctypes.byref(mod), b"//\n.version 8.0\n.target sm_90\n.visible .entry k0(\n.param .u64 a\n)\n{\nret;\n}\n\0")
+assert cu.cuModuleLoadData(ctypes.byref(mod), b"FLEXGV-SIM-MODULE\nkernel k0 10 params=2\nkernel k1 10 params=2\n\0") == 0
+for n in (b"k0", b"k1"):
+    assert cu.cuModuleGetFunction(ctypes.byref(f), mod, n) == 0
+    assert cu.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, None, params, None) == 0
+print(cu.cuCtxSynchronize())
+`
+	e := newEnv(t)
+	s := e.serve("unix")
+	if r := e.remote(s, "python3", "-c", prog); r.code != 0 || r.stdout != "0\n" {
+		t.Fatalf("exit %d, printed\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	s.waitLog(`parameter layouts of 1 kernel\(s\) checked against their cubins' EIATTR_KPARAM_INFO: 1 differ`, 10*time.Second)
+	if !strings.Contains(s.Log(), "kernel k1: the driver gives") || strings.Contains(s.Log(), "kernel k0:") {
+		t.Errorf("k1 should be said and k0, which a text image declares too, not checked:\n%s", s.Log())
 	}
 }
