@@ -210,67 +210,71 @@ enum fgr_op {
     FGR_OP_fgrHostMappedFree = 201,
     FGR_OP_fgrHostWrite = 202,
     FGR_OP_fgrHostReadMany = 203,
-    FGR_OP_fgrStageUpload = 204,
-    FGR_OP_fgrStageUploadLast = 205,
-    FGR_OP_fgrStageWait = 206,
-    FGR_OP_fgrStageDownload = 207,
-    FGR_OP_fgrStageDownloadAhead = 208,
-    FGR_OP_fgrStageDownloadWait = 209,
-    FGR_OP_fgrHeapRegister = 210,
-    FGR_OP_fgrHeapUnregister = 211,
-    FGR_OP_fgrHeapUpload = 212,
-    FGR_OP_fgrHeapUploadWait = 213,
-    FGR_OP_fgrHeapDownload = 214,
-    FGR_OP_fgrHeapDownloadWait = 215,
-    FGR_OP_fgrWaitTickets = 216,
-    FGR_OP_fgrNudge = 217,
-    FGR_OP_cuOccupancyMaxActiveClusters = 218,
-    FGR_OP_cuOccupancyMaxPotentialClusterSize = 219,
-    FGR_OP_cuCtxGetLimit = 220,
-    FGR_OP_cuTensorMapEncodeTiled = 221,
-    FGR_OP_cuTensorMapEncodeIm2col = 222,
-    FGR_OP_cuTensorMapReplaceAddress = 223,
-    FGR_OP_cuKernelGetLibrary = 224,
-    FGR_OP_cuStreamGetCaptureInfo_v2 = 225,
-    FGR_OP_cuStreamGetCaptureInfo_v2_ptsz = 226,
-    FGR_OP_cuStreamGetCaptureInfo_v3 = 227,
-    FGR_OP_cuStreamGetCaptureInfo_v3_ptsz = 228,
-    FGR_OP_cuStreamGetPriority = 229,
-    FGR_OP_cuStreamGetPriority_ptsz = 230,
-    FGR_OP_cuStreamGetFlags = 231,
-    FGR_OP_cuStreamGetFlags_ptsz = 232,
-    FGR_OP_cuStreamGetCtx = 233,
-    FGR_OP_cuStreamGetCtx_ptsz = 234,
-    FGR_OP_cuStreamGetCtx_v2 = 235,
-    FGR_OP_cuStreamGetCtx_v2_ptsz = 236,
-    FGR_OP_cuStreamGetId = 237,
-    FGR_OP_cuStreamGetId_ptsz = 238,
-    FGR_OP_cuStreamCopyAttributes = 239,
-    FGR_OP_cuStreamCopyAttributes_ptsz = 240,
-    FGR_OP_cuStreamAttachMemAsync = 241,
-    FGR_OP_cuStreamAttachMemAsync_ptsz = 242,
-    FGR_OP_cuGraphClone = 243,
-    FGR_OP_cuGraphDestroyNode = 244,
-    FGR_OP_cuGraphAddEmptyNode = 245,
-    FGR_OP_cuGraphAddEventRecordNode = 246,
-    FGR_OP_cuGraphAddEventWaitNode = 247,
-    FGR_OP_cuGraphGetRootNodes = 248,
-    FGR_OP_cuGraphExecGetFlags = 249,
-    FGR_OP_cuGraphAddChildGraphNode = 250,
-    FGR_OP_xt_ctx = 251,
-    FGR_OP_xt_ctx_39 = 252,
-    FGR_OP_xt_ctx_51 = 253,
-    FGR_OP_xt_simA = 254,
-    FGR_OP_xt_simA_1 = 255,
-    FGR_OP_xt_simA_2 = 256,
-    FGR_OP_xt_simA_7 = 257,
-    FGR_OP_xt_simB = 258,
-    FGR_OP_xt_simB_1 = 259,
-    FGR_OP_xt_simB_2 = 260,
-    FGR_NUM_OPS = 261
+    FGR_OP_fgrArenaReserve = 204,
+    FGR_OP_fgrArenaMap = 205,
+    FGR_OP_fgrArenaNote = 206,
+    FGR_OP_fgrArenaFree = 207,
+    FGR_OP_fgrStageUpload = 208,
+    FGR_OP_fgrStageUploadLast = 209,
+    FGR_OP_fgrStageWait = 210,
+    FGR_OP_fgrStageDownload = 211,
+    FGR_OP_fgrStageDownloadAhead = 212,
+    FGR_OP_fgrStageDownloadWait = 213,
+    FGR_OP_fgrHeapRegister = 214,
+    FGR_OP_fgrHeapUnregister = 215,
+    FGR_OP_fgrHeapUpload = 216,
+    FGR_OP_fgrHeapUploadWait = 217,
+    FGR_OP_fgrHeapDownload = 218,
+    FGR_OP_fgrHeapDownloadWait = 219,
+    FGR_OP_fgrWaitTickets = 220,
+    FGR_OP_fgrNudge = 221,
+    FGR_OP_cuOccupancyMaxActiveClusters = 222,
+    FGR_OP_cuOccupancyMaxPotentialClusterSize = 223,
+    FGR_OP_cuCtxGetLimit = 224,
+    FGR_OP_cuTensorMapEncodeTiled = 225,
+    FGR_OP_cuTensorMapEncodeIm2col = 226,
+    FGR_OP_cuTensorMapReplaceAddress = 227,
+    FGR_OP_cuKernelGetLibrary = 228,
+    FGR_OP_cuStreamGetCaptureInfo_v2 = 229,
+    FGR_OP_cuStreamGetCaptureInfo_v2_ptsz = 230,
+    FGR_OP_cuStreamGetCaptureInfo_v3 = 231,
+    FGR_OP_cuStreamGetCaptureInfo_v3_ptsz = 232,
+    FGR_OP_cuStreamGetPriority = 233,
+    FGR_OP_cuStreamGetPriority_ptsz = 234,
+    FGR_OP_cuStreamGetFlags = 235,
+    FGR_OP_cuStreamGetFlags_ptsz = 236,
+    FGR_OP_cuStreamGetCtx = 237,
+    FGR_OP_cuStreamGetCtx_ptsz = 238,
+    FGR_OP_cuStreamGetCtx_v2 = 239,
+    FGR_OP_cuStreamGetCtx_v2_ptsz = 240,
+    FGR_OP_cuStreamGetId = 241,
+    FGR_OP_cuStreamGetId_ptsz = 242,
+    FGR_OP_cuStreamCopyAttributes = 243,
+    FGR_OP_cuStreamCopyAttributes_ptsz = 244,
+    FGR_OP_cuStreamAttachMemAsync = 245,
+    FGR_OP_cuStreamAttachMemAsync_ptsz = 246,
+    FGR_OP_cuGraphClone = 247,
+    FGR_OP_cuGraphDestroyNode = 248,
+    FGR_OP_cuGraphAddEmptyNode = 249,
+    FGR_OP_cuGraphAddEventRecordNode = 250,
+    FGR_OP_cuGraphAddEventWaitNode = 251,
+    FGR_OP_cuGraphGetRootNodes = 252,
+    FGR_OP_cuGraphExecGetFlags = 253,
+    FGR_OP_cuGraphAddChildGraphNode = 254,
+    FGR_OP_xt_ctx = 255,
+    FGR_OP_xt_ctx_39 = 256,
+    FGR_OP_xt_ctx_51 = 257,
+    FGR_OP_xt_simA = 258,
+    FGR_OP_xt_simA_1 = 259,
+    FGR_OP_xt_simA_2 = 260,
+    FGR_OP_xt_simA_7 = 261,
+    FGR_OP_xt_simB = 262,
+    FGR_OP_xt_simB_1 = 263,
+    FGR_OP_xt_simB_2 = 264,
+    FGR_NUM_OPS = 265
 };
 
-#define FGR_OPS_HASH 0x1f15e5c22a60f2a0ULL
+#define FGR_OPS_HASH 0x193d9d69ea9278b0ULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
@@ -328,6 +332,10 @@ CUresult fgrHostMapped(CUdeviceptr *dptr, size_t bytes);
 CUresult fgrHostMappedFree(CUdeviceptr dptr);
 CUresult fgrHostWrite(CUdeviceptr dst, const void *src, size_t bytes);
 CUresult fgrHostReadMany(const CUdeviceptr *srcs, const size_t *sizes, unsigned int count, void *dst, size_t bytes);
+CUresult fgrArenaReserve(CUdeviceptr hint, size_t size, CUdeviceptr *base, size_t *page);
+CUresult fgrArenaMap(CUdeviceptr ptr, size_t size, size_t used);
+CUresult fgrArenaNote(CUdeviceptr ptr, size_t size);
+CUresult fgrArenaFree(CUdeviceptr ptr, unsigned int unmap);
 CUresult fgrStageUpload(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how);
 CUresult fgrStageUploadLast(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how);
 CUresult fgrStageWait(size_t upto);
@@ -392,6 +400,9 @@ CUresult fgr_fwd_cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice de
 CUresult fgr_fwd_cuCtxDestroy_v2(CUcontext ctx);
 CUresult fgr_fwd_cuCtxGetDevice(CUdevice *device);
 CUresult fgr_fwd_cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx);
+CUresult fgr_fwd_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
+CUresult fgr_fwd_cuMemFree_v2(CUdeviceptr dptr);
+CUresult fgr_fwd_cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr);
 CUresult fgr_fwd_cuModuleUnload(CUmodule hmod);
 CUresult fgr_fwd_cuLibraryUnload(CUlibrary library);
 CUresult fgr_fwd_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel);
@@ -402,6 +413,7 @@ CUresult fgr_fwd_cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUke
 CUresult fgr_fwd_cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev);
 CUresult fgr_fwd_cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize);
 CUresult fgr_fwd_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags);
+CUresult fgr_fwd_cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr);
 CUresult fgr_fwd_cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config);
 CUresult fgr_fwd_cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev);
 CUresult fgr_fwd_cuCtxSetCacheConfig(CUfunc_cache config);

@@ -16,7 +16,7 @@
 # torch_compile, cupy_check, jax_check); and measurements: round trips per
 # training step remotely and natively (torch-trips), host-to-device and
 # device-to-host bandwidth (h2d), the client's NVML (nvml), module images
-# kept over TCP (modules).
+# kept over TCP (modules), device memory placed by the client (arena).
 # A PASS or FAIL line per check; exit status 1 if any failed.
 #     [ONLY="NAME..."] [TRANSPORTS="unix shm tcp"] [LIMIT=SECONDS] scripts/gpu-remote-cudart.sh [CUDA_HOME]
 set -uo pipefail
@@ -292,12 +292,64 @@ if gcc -std=gnu11 -O2 -Wall -Werror -I"$CUDA/include" -o "$tmp/xt_probe" scripts
         env -u LD_LIBRARY_PATH timeout 30 "$tmp/xt_probe" "${w%:*}" "${w#*:}"
     done
 fi
+# Device memory at addresses the client chooses: what a program sees of it
+# (natively and remotely it must print tests/data/arena.out, as on the
+# simulated GPU) and where the first allocation lands, then the cost of a
+# cudaMalloc and cudaFree pair remote over native, the client placing it and
+# the server's driver (FLEXGV_REMOTE_ARENA=off), by size.
+if wanted arena; then
+    LD_LIBRARY_PATH="$CUDA/lib64" timeout "$LIMIT" python3 scripts/gpu/arena.py >"$tmp/arena-native.out" 2>&1
+    if cmp -s "$tmp/arena-native.out" tests/data/arena.out; then
+        pass "arena natively: tests/data/arena.out"
+    else
+        fail "arena natively: another output"
+        diff tests/data/arena.out "$tmp/arena-native.out" | head -20
+    fi
+    where='import ctypes; cu = ctypes.CDLL("libcuda.so.1"); c, p = ctypes.c_void_p(), ctypes.c_uint64(); cu.cuInit(0)
+cu.cuDevicePrimaryCtxRetain(ctypes.byref(c), 0); cu.cuCtxSetCurrent(c); cu.cuMemAlloc_v2(ctypes.byref(p), 1 << 20); print(hex(p.value))'
+    line="arena: a first allocation natively at $(LD_LIBRARY_PATH="$CUDA/lib64" python3 -c "$where")"
+    for addr in "${ADDRS[@]}"; do
+        line+=", over ${addr%%://*} at $(FLEXGV_REMOTE=$addr LD_LIBRARY_PATH="$B/remote:$CUDA/lib64" python3 -c "$where" 2>&1 | tr '\n' ' ')"
+    done
+    echo "$line (the client asks for its range at 0x100000000000)"
+    for addr in "${ADDRS[@]}"; do
+        FLEXGV_REMOTE=$addr LD_LIBRARY_PATH="$B/remote:$CUDA/lib64" timeout "$LIMIT" python3 scripts/gpu/arena.py \
+            >"$tmp/arena.out" 2>&1
+        if cmp -s "$tmp/arena.out" tests/data/arena.out; then
+            pass "arena over ${addr%%://*}://: tests/data/arena.out"
+        else
+            fail "arena over ${addr%%://*}://: another output"
+            diff tests/data/arena.out "$tmp/arena.out" | head -20
+        fi
+    done
+    if "$CUDA/bin/nvcc" -O2 -o "$tmp/alloc_bench" bench/alloc_bench.cu; then
+        for bytes in 1024 1048576 67108864; do
+            n=$((bytes > 1048576 ? 500 : 2000))
+            native=$(LD_LIBRARY_PATH="$CUDA/lib64" "$tmp/alloc_bench" $n $bytes | awk '{print $2}')
+            line="alloc+free of $bytes bytes: native ${native} ns"
+            for addr in "${ADDRS[@]}"; do
+                for arena in on off; do
+                    ns=$(FLEXGV_REMOTE_ARENA=$arena FLEXGV_REMOTE=$addr LD_LIBRARY_PATH="$B/remote:$CUDA/lib64" \
+                        timeout "$LIMIT" "$tmp/alloc_bench" $n $bytes | awk '{print $2}')
+                    line+="; ${addr%%://*} $arena ${ns} ns ($(python3 -c "print(f'{$ns / $native:.2f}')" 2>/dev/null)x)"
+                done
+            done
+            echo "$line"
+        done
+    else
+        fail "arena: nvcc build of bench/alloc_bench.cu"
+    fi
+fi
 # The executors' check of the driver's parameter layouts against the
-# cubins the programs loaded (EIATTR_KPARAM_INFO): a kernel whose layouts
-# differ fails.
+# cubins the programs loaded (EIATTR_KPARAM_INFO): a kernel with another
+# number of parameters fails; other sizes alone are shown (the driver
+# gives XLA's pointer parameters as 128 bytes, its cubins as 8, and JAX
+# prints its native output).
 checks=$(cat "$tmp"/serve-*.log | grep -c "checked against their cubins")
-if grep -h "EIATTR_KPARAM_INFO [0-9]" "$tmp"/serve-*.log; then
-    fail "parameter layouts: the driver and a cubin differ (above)"
+grep -h "EIATTR_KPARAM_INFO [0-9]" "$tmp"/serve-*.log | sed 's/^.*: kernel /other sizes: kernel /' | sort -u
+if grep -hE "gives ([0-9]+) parameter.*EIATTR_KPARAM_INFO ([0-9]+)" "$tmp"/serve-*.log |
+    sed -E 's/.*gives ([0-9]+) parameter.*EIATTR_KPARAM_INFO ([0-9]+) .*/\1 \2/' | awk '$1 != $2 {bad = 1} END {exit !bad}'; then
+    fail "parameter layouts: the driver and a cubin give another number of parameters (above)"
 else
     pass "parameter layouts: $checks connection(s) checked their kernels against the cubins, none differ; $(cat "$tmp"/serve-*.log |
         grep -o "layouts of [0-9]* kernel" | awk '{n += $3} END {print n + 0}') kernel layouts checked"

@@ -668,11 +668,21 @@ SIM_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 SIM_EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
                                         unsigned long long flags)
 {
-    (void)addr;
     if (!ptr || size == 0 || size % SIM_GRANULARITY || flags)
         return CUDA_ERROR_INVALID_VALUE;
     if (alignment < SIM_GRANULARITY)
         alignment = SIM_GRANULARITY;
+    /* At the address asked for where it is free, as the driver does. */
+    if (addr && addr % alignment == 0) {
+        void *at = mmap((void *)(uintptr_t)addr, size, PROT_NONE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+        if (at == (void *)(uintptr_t)addr) {
+            *ptr = addr;
+            return CUDA_SUCCESS;
+        }
+        if (at != MAP_FAILED)
+            munmap(at, size);
+    }
     size_t span = size + alignment;
     char *p = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED)
@@ -1080,6 +1090,12 @@ SIM_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attrib
     pthread_mutex_lock(&sim_mem_lock);
     struct alloc *a = registry_find((uintptr_t)ptr);
     struct alloc found = a ? *a : (struct alloc){0};
+    /* Memory mapped by pages: device memory, the mapping its range. */
+    for (struct mapping *m = mappings; !a && m; m = m->next)
+        if ((uintptr_t)ptr >= m->ptr && (uintptr_t)ptr < m->ptr + m->size) {
+            found = (struct alloc){m->ptr, m->size, m->h->dev, K_DEVICE, NULL, NULL, NULL};
+            a = &found;
+        }
     pthread_mutex_unlock(&sim_mem_lock);
     if (!a || found.kind == K_ARRAY)
         return CUDA_ERROR_INVALID_VALUE;

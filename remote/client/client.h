@@ -74,6 +74,10 @@ int fgr_heap_copyable(const void *p, size_t n, uint64_t *off);
 CUresult fgr_heap_upload(CUdeviceptr dst, uint64_t off, size_t n, CUstream s, int wait);
 CUresult fgr_heap_download(uint64_t off, CUdeviceptr src, size_t n, CUstream s, int wait);
 void fgr_heap_forked(void);
+/* Device memory at addresses the client chooses (arena.c): a context's
+ * allocations gone with it, and a forked child's fresh start. */
+void fgr_arena_ctx_gone(CUcontext ctx);
+void fgr_arena_forked(void);
 /* memcpy, split among helper threads when large (pcopy.c). */
 void fgr_copy(void *dst, const void *src, size_t n);
 void fgr_copy_forked(void);

@@ -1000,6 +1000,7 @@ static void forked_child(void)
     conn_rcap = 0;
     fgr_ctx_forked();
     fgr_answers_forked();
+    fgr_arena_forked();
 }
 
 __attribute__((constructor)) static void client_init(void)

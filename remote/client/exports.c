@@ -181,7 +181,9 @@ void fgr_primary_gone(CUdevice dev)
 {
     if (dev < 0 || dev >= PRIMARY_MAX)
         return;
-    fgr_ctx_gone(__atomic_exchange_n(&primary[dev], NULL, __ATOMIC_ACQ_REL));
+    CUcontext ctx = __atomic_exchange_n(&primary[dev], NULL, __ATOMIC_ACQ_REL);
+    fgr_ctx_gone(ctx);
+    fgr_arena_ctx_gone(ctx);
 }
 
 /* ---- CUDART_INTERFACE ---- */

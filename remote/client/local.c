@@ -132,6 +132,7 @@ FGR_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
     CUresult r = fgr_fwd_cuCtxDestroy_v2(ctx);
     if (r == CUDA_SUCCESS) {
         fgr_ctx_forget(ctx);
+        fgr_arena_ctx_gone(ctx);
         fgr_answers_forget_all();
     }
     return r;

@@ -217,7 +217,7 @@ FGR_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+CUresult fgr_fwd_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
     CUresult fgr_r;
     uint64_t n_dptr = dptr ? sizeof(CUdeviceptr) : 0;
@@ -256,7 +256,7 @@ FGR_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
+CUresult fgr_fwd_cuMemFree_v2(CUdeviceptr dptr)
 {
     CUresult fgr_r;
     fgr_range_drop((uint64_t)dptr);
@@ -290,7 +290,7 @@ FGR_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsign
     return fgr_r;
 }
 
-FGR_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+CUresult fgr_fwd_cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
     CUresult fgr_r;
     fgr_mirror_named((uint64_t)dptr);
@@ -2965,7 +2965,7 @@ FGR_EXPORT CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemS
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+CUresult fgr_fwd_cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
 {
     CUresult fgr_r;
     uint64_t n_data = data ? fgr_mul((uint64_t)(fgr_pointer_attr_bytes(attribute)), 1) : 0;
@@ -3357,6 +3357,63 @@ FGR_EXPORT CUresult fgrHostReadMany(const CUdeviceptr *srcs, const size_t *sizes
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, dst, n_dst, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrArenaReserve(CUdeviceptr hint, size_t size, CUdeviceptr *base, size_t *page)
+{
+    CUresult fgr_r;
+    uint64_t n_base = base ? sizeof(CUdeviceptr) : 0;
+    uint64_t n_page = page ? sizeof(size_t) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrArenaReserve, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)hint);
+    fgr_put_u64(&fgr_c.w, (uint64_t)size);
+    fgr_put_u8(&fgr_c.w, base != NULL);
+    fgr_put_u8(&fgr_c.w, page != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, base, n_base, 0);
+    fgr_get_out(&fgr_c, page, n_page, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrArenaMap(CUdeviceptr ptr, size_t size, size_t used)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrArenaMap, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)ptr);
+    fgr_put_u64(&fgr_c.w, (uint64_t)size);
+    fgr_put_u64(&fgr_c.w, (uint64_t)used);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrArenaNote(CUdeviceptr ptr, size_t size)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrArenaNote, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)ptr);
+    fgr_put_u64(&fgr_c.w, (uint64_t)size);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrArenaFree(CUdeviceptr ptr, unsigned int unmap)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrArenaFree, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)ptr);
+    fgr_put_u64(&fgr_c.w, (uint64_t)unmap);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
     return fgr_end(&fgr_c);
 }
 
@@ -4441,6 +4498,10 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_fgrHostMappedFree] = "fgrHostMappedFree",
     [FGR_OP_fgrHostWrite] = "fgrHostWrite",
     [FGR_OP_fgrHostReadMany] = "fgrHostReadMany",
+    [FGR_OP_fgrArenaReserve] = "fgrArenaReserve",
+    [FGR_OP_fgrArenaMap] = "fgrArenaMap",
+    [FGR_OP_fgrArenaNote] = "fgrArenaNote",
+    [FGR_OP_fgrArenaFree] = "fgrArenaFree",
     [FGR_OP_fgrStageUpload] = "fgrStageUpload",
     [FGR_OP_fgrStageUploadLast] = "fgrStageUploadLast",
     [FGR_OP_fgrStageWait] = "fgrStageWait",
@@ -4792,6 +4853,10 @@ const struct fg_proc fgr_procs[] = {
     {"fgrHostMappedFree", "fgrHostMappedFree", 0, 0, (void *)fgrHostMappedFree},
     {"fgrHostWrite", "fgrHostWrite", 0, 0, (void *)fgrHostWrite},
     {"fgrHostReadMany", "fgrHostReadMany", 0, 0, (void *)fgrHostReadMany},
+    {"fgrArenaReserve", "fgrArenaReserve", 0, 0, (void *)fgrArenaReserve},
+    {"fgrArenaMap", "fgrArenaMap", 0, 0, (void *)fgrArenaMap},
+    {"fgrArenaNote", "fgrArenaNote", 0, 0, (void *)fgrArenaNote},
+    {"fgrArenaFree", "fgrArenaFree", 0, 0, (void *)fgrArenaFree},
     {"fgrStageUpload", "fgrStageUpload", 0, 0, (void *)fgrStageUpload},
     {"fgrStageUploadLast", "fgrStageUploadLast", 0, 0, (void *)fgrStageUploadLast},
     {"fgrStageWait", "fgrStageWait", 0, 0, (void *)fgrStageWait},

@@ -204,6 +204,10 @@ typedef CUresult (*pfn_fgrHostMapped)(CUdeviceptr *dptr, size_t bytes);
 typedef CUresult (*pfn_fgrHostMappedFree)(CUdeviceptr dptr);
 typedef CUresult (*pfn_fgrHostWrite)(CUdeviceptr dst, const void *src, size_t bytes);
 typedef CUresult (*pfn_fgrHostReadMany)(const CUdeviceptr *srcs, const size_t *sizes, unsigned int count, void *dst, size_t bytes);
+typedef CUresult (*pfn_fgrArenaReserve)(CUdeviceptr hint, size_t size, CUdeviceptr *base, size_t *page);
+typedef CUresult (*pfn_fgrArenaMap)(CUdeviceptr ptr, size_t size, size_t used);
+typedef CUresult (*pfn_fgrArenaNote)(CUdeviceptr ptr, size_t size);
+typedef CUresult (*pfn_fgrArenaFree)(CUdeviceptr ptr, unsigned int unmap);
 typedef CUresult (*pfn_fgrStageUpload)(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how);
 typedef CUresult (*pfn_fgrStageUploadLast)(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how);
 typedef CUresult (*pfn_fgrStageWait)(size_t upto);
@@ -4078,6 +4082,61 @@ static CUresult op_fgrHostReadMany(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_fgrArenaReserve(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr hint = (CUdeviceptr)fgr_get_u64(rd);
+    size_t size = (size_t)fgr_get_u64(rd);
+    int has_base = fgr_get_u8(rd);
+    int has_page = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUdeviceptr *base = NULL;
+    if (has_base && !(base = fgr_out(q, sizeof(CUdeviceptr))))
+        return fgr_out_failed(q);
+    size_t *page = NULL;
+    if (has_page && !(page = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_fgrArenaReserve)fgr_real[FGR_OP_fgrArenaReserve])(hint, size, base, page);
+    fgr_reply_out(q, base, sizeof(CUdeviceptr), 0, fgr_r);
+    fgr_reply_out(q, page, sizeof(size_t), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrArenaMap(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr ptr = (CUdeviceptr)fgr_get_u64(rd);
+    size_t size = (size_t)fgr_get_u64(rd);
+    size_t used = (size_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = ((pfn_fgrArenaMap)fgr_real[FGR_OP_fgrArenaMap])(ptr, size, used);
+    return fgr_r;
+}
+
+static CUresult op_fgrArenaNote(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr ptr = (CUdeviceptr)fgr_get_u64(rd);
+    size_t size = (size_t)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = ((pfn_fgrArenaNote)fgr_real[FGR_OP_fgrArenaNote])(ptr, size);
+    return fgr_r;
+}
+
+static CUresult op_fgrArenaFree(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr ptr = (CUdeviceptr)fgr_get_u64(rd);
+    unsigned int unmap = (unsigned int)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = ((pfn_fgrArenaFree)fgr_real[FGR_OP_fgrArenaFree])(ptr, unmap);
+    return fgr_r;
+}
+
 static CUresult op_fgrStageUpload(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -5445,6 +5504,10 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_fgrHostMappedFree] = {"fgrHostMappedFree", op_fgrHostMappedFree, 0},
     [FGR_OP_fgrHostWrite] = {"fgrHostWrite", op_fgrHostWrite, 0},
     [FGR_OP_fgrHostReadMany] = {"fgrHostReadMany", op_fgrHostReadMany, 0},
+    [FGR_OP_fgrArenaReserve] = {"fgrArenaReserve", op_fgrArenaReserve, 0},
+    [FGR_OP_fgrArenaMap] = {"fgrArenaMap", op_fgrArenaMap, 0},
+    [FGR_OP_fgrArenaNote] = {"fgrArenaNote", op_fgrArenaNote, 0},
+    [FGR_OP_fgrArenaFree] = {"fgrArenaFree", op_fgrArenaFree, 0},
     [FGR_OP_fgrStageUpload] = {"fgrStageUpload", op_fgrStageUpload, 0},
     [FGR_OP_fgrStageUploadLast] = {"fgrStageUploadLast", op_fgrStageUploadLast, 1},
     [FGR_OP_fgrStageWait] = {"fgrStageWait", op_fgrStageWait, 0},

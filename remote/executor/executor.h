@@ -62,6 +62,9 @@ void fgr_image_keep(const void *p, uint64_t n);
 void *fgr_image_kept(const uint8_t h[32], uint64_t n, struct fgr_req *q);
 /* The mapped host memory operations (hostmem.c), from the driver's library. */
 void fgr_hostmem_init(void *driver);
+/* Device memory at addresses the client chooses (arena.c); it wraps the
+ * context-destroying operations, so it comes after the driver's are known. */
+void fgr_arena_init(void *driver);
 /* The parameter-size operations (layout.c). */
 void fgr_layout_init(void *driver);
 /* A line on stderr, naming the executor and its client. */
@@ -198,6 +201,10 @@ void fgr_drop(int kind, uint64_t v);
 int fgr_mem_in(uint64_t p, uint64_t n);
 /* p starts such a range (or is NULL). */
 int fgr_mem_base(uint64_t p);
+/* No range holds any of [p, p+n) (n > 0). */
+int fgr_mem_clear(uint64_t p, uint64_t n);
+/* Forgets the ranges that start in [lo, hi). */
+void fgr_mem_drop_within(uint64_t lo, uint64_t hi);
 void fgr_mem_add(uint64_t base, uint64_t size, int okind, uint64_t owner);
 /* Records the range the driver says holds p. */
 void fgr_mem_add_found(uint64_t p, int okind, uint64_t owner);

@@ -561,6 +561,7 @@ int main(int argc, char **argv)
     fgr_stage_init(h);
     fgr_heap_init(h);
     fgr_layout_init(h);
+    fgr_arena_init(h);
     /* The export tables' functions are the driver's words; a table the
      * driver does not have leaves its operations unsupported. */
     for (int i = 0; i < fgr_nxtables; i++) {

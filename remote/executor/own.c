@@ -151,8 +151,9 @@ static void drop_owned(int kind, uint64_t v)
     }
 }
 
-/* The range holding p, by binary search over the sorted bases. */
-static struct range *range_of(uint64_t p)
+/* The index of the first range whose base is above p (the bases are
+ * sorted). */
+static size_t above(uint64_t p)
 {
     size_t lo = 0, hi = nmem;
     while (lo < hi) {
@@ -162,7 +163,14 @@ static struct range *range_of(uint64_t p)
         else
             hi = mid;
     }
-    return lo && p < mem[lo - 1].end ? &mem[lo - 1] : NULL;
+    return lo;
+}
+
+/* The range holding p. */
+static struct range *range_of(uint64_t p)
+{
+    size_t i = above(p);
+    return i && p < mem[i - 1].end ? &mem[i - 1] : NULL;
 }
 
 int fgr_mem_in(uint64_t p, uint64_t n)
@@ -174,6 +182,23 @@ int fgr_mem_in(uint64_t p, uint64_t n)
 }
 
 int fgr_mem_base(uint64_t p) { return p == 0 || find(FGR_H_MEM, p); }
+
+int fgr_mem_clear(uint64_t p, uint64_t n)
+{
+    if (n == 0 || p + n < p || range_of(p))
+        return 0;
+    size_t i = above(p);
+    return i == nmem || mem[i].base >= p + n;
+}
+
+void fgr_mem_drop_within(uint64_t lo, uint64_t hi)
+{
+    for (size_t i = 0; i < nmem;)
+        if (mem[i].base >= lo && mem[i].base < hi)
+            fgr_drop(FGR_H_MEM, mem[i].base); /* moves the rest down */
+        else
+            i++;
+}
 
 void fgr_mem_add(uint64_t base, uint64_t size, int okind, uint64_t owner)
 {
@@ -187,9 +212,7 @@ void fgr_mem_add(uint64_t base, uint64_t size, int okind, uint64_t owner)
         mem = m;
         capmem = n;
     }
-    size_t i = nmem;
-    while (i > 0 && mem[i - 1].base > base)
-        i--;
+    size_t i = above(base);
     memmove(&mem[i + 1], &mem[i], (nmem - i) * sizeof *mem);
     mem[i] = (struct range){base, base + size, owner, (uint8_t)okind};
     nmem++;

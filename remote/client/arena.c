@@ -1,0 +1,427 @@
+/* Device memory at addresses the client chooses (remote/executor/arena.c).
+ * At the first cuMemAlloc the client picks a range of addresses free in
+ * its own process (twice its devices' memory), keeps it reserved there,
+ * and asks the executor to reserve the same range of device addresses;
+ * where the server's driver puts it elsewhere, the client takes that one
+ * instead when it is free here too. Allocations are then placed by the
+ * client: pointers need no translation, a pointer is never also one of
+ * the program's host addresses (so cudaMemcpyDefault tells them apart),
+ * and an allocation that fits in memory already mapped costs no round
+ * trip.
+ *
+ * The executor maps whole pages (2 MiB on current GPUs): an allocation of
+ * more than a page gets pages of its own; others share a page (a slab) in
+ * 512-byte units, as the driver's own small allocations do, and a context
+ * keeps one emptied slab for its next ones. Freeing waits for
+ * the allocation's context (cuMemFree does), under the lock, so that no
+ * other thread is given the memory before that. A context destroyed or
+ * reset takes its allocations with it, here and on the executor.
+ *
+ * FLEXGV_REMOTE_ARENA=off leaves placement to the server's driver, as does
+ * a server without the operations. */
+#include "client.h"
+#include "../ring.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define UNIT 512u
+#define GIB (1ull << 30)
+#define FAR (1ull << 44) /* 16 TiB: where the range is asked for first */
+
+struct alloc {
+    uint64_t off, len, id; /* off: in its block */
+};
+struct slab {
+    struct alloc *a; /* sorted by off */
+    int n, cap;
+    uint64_t fail; /* no gap of this many bytes or more (until a free) */
+};
+struct block {
+    CUcontext ctx;
+    struct slab *slab; /* NULL: one allocation, the block's start */
+    struct alloc one;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static int state;                 /* 0: not asked yet, 1: ready, -1: the server's driver places */
+static uint64_t base, size, page;
+static int held_here;             /* the range is reserved in this process too */
+static struct fgr_heap_range *br; /* blocks, by offset from base */
+static struct block *bk;
+static int nb, capb;
+static uint64_t ids;
+
+static void say_off(const char *why, CUresult r)
+{
+    fgr_say("device memory is placed by the server's driver: %s (error %d)", why, (int)r);
+    state = -1;
+}
+
+/* The range, reserved here and on the executor (under lock). */
+static int ready(void)
+{
+    if (state)
+        return state > 0;
+    const char *e = getenv("FLEXGV_REMOTE_ARENA");
+    if (e && !strcmp(e, "off")) {
+        state = -1;
+        return 0;
+    }
+    if (e && *e && strcmp(e, "on")) {
+        say_off("FLEXGV_REMOTE_ARENA is neither on nor off", CUDA_ERROR_INVALID_VALUE);
+        return 0;
+    }
+    int n = 0;
+    uint64_t total = 0;
+    CUresult r = cuDeviceGetCount(&n);
+    for (int i = 0; r == CUDA_SUCCESS && i < n; i++) {
+        size_t t = 0;
+        r = cuDeviceTotalMem_v2(&t, i);
+        total += t;
+    }
+    if (r != CUDA_SUCCESS || total == 0) {
+        say_off("the devices' memory is unknown", r);
+        return 0;
+    }
+    uint64_t want = (2 * total + GIB - 1) / GIB * GIB, hint = 0;
+    /* Far from where either process maps its libraries and heap (near the
+     * top of the address space and just above the program), so that the
+     * executor is likely to have it free too; else where this process has
+     * room. */
+    void *here = mmap((void *)(uintptr_t)FAR, want, PROT_NONE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    if (here == (void *)(uintptr_t)FAR) {
+        hint = FAR;
+    } else {
+        if (here != MAP_FAILED)
+            munmap(here, want); /* a kernel that took it as a hint */
+        here = mmap(NULL, want + GIB, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (here != MAP_FAILED) {
+            hint = ((uint64_t)(uintptr_t)here + GIB - 1) / GIB * GIB;
+            munmap(here, hint - (uint64_t)(uintptr_t)here);
+            munmap((void *)(uintptr_t)(hint + want), (uint64_t)(uintptr_t)here + GIB - hint);
+        }
+    }
+    CUdeviceptr b = 0;
+    size_t pg = 0;
+    r = fgrArenaReserve(hint, want, &b, &pg);
+    if (r != CUDA_SUCCESS || !b || pg < UNIT || (pg & (pg - 1)) || b % pg) {
+        if (hint)
+            munmap((void *)(uintptr_t)hint, want);
+        say_off("the server reserves no addresses for it", r == CUDA_SUCCESS ? CUDA_ERROR_NOT_SUPPORTED : r);
+        return 0;
+    }
+    size = (want + pg - 1) / pg * pg;
+    if (b != hint && hint) {
+        munmap((void *)(uintptr_t)hint, want);
+        void *at = mmap((void *)(uintptr_t)b, size, PROT_NONE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+        held_here = at == (void *)(uintptr_t)b;
+        if (at != MAP_FAILED && !held_here)
+            munmap(at, size); /* a kernel without MAP_FIXED_NOREPLACE put it elsewhere */
+    } else {
+        held_here = hint != 0;
+    }
+    base = b;
+    page = pg;
+    state = 1;
+    /* Where the program's own memory cannot be, the whole range is the
+     * device's; elsewhere, each block as it is mapped. */
+    if (held_here)
+        fgr_range_add(base, size);
+    return 1;
+}
+
+static int room(void)
+{
+    if (nb < capb)
+        return 1;
+    int c = capb ? 2 * capb : 64;
+    struct fgr_heap_range *r = realloc(br, (size_t)c * sizeof *r);
+    if (r)
+        br = r;
+    struct block *k = r ? realloc(bk, (size_t)c * sizeof *k) : NULL;
+    if (!k)
+        return 0;
+    bk = k;
+    capb = c;
+    return 1;
+}
+
+/* Maps n bytes (whole pages) at the first gap that holds them, for ctx,
+ * the first used bytes an allocation: the new block's index, or -1 with *r
+ * the reason. */
+static int map_block(uint64_t n, uint64_t used, CUcontext ctx, CUresult *r)
+{
+    uint64_t at = 0;
+    int i = 0;
+    for (; i < nb && br[i].off - at < n; i++)
+        at = br[i].off + br[i].n;
+    if (n > size || at > size - n || !room()) {
+        *r = CUDA_ERROR_OUT_OF_MEMORY;
+        return -1;
+    }
+    if ((*r = fgrArenaMap(base + at, n, used)) != CUDA_SUCCESS)
+        return -1;
+    memmove(&br[i + 1], &br[i], (size_t)(nb - i) * sizeof *br);
+    memmove(&bk[i + 1], &bk[i], (size_t)(nb - i) * sizeof *bk);
+    br[i] = (struct fgr_heap_range){at, n};
+    bk[i] = (struct block){ctx, NULL, {0, 0, 0}};
+    nb++;
+    if (!held_here)
+        fgr_range_add(base + at, n);
+    return i;
+}
+
+static void drop_block(int i)
+{
+    if (!held_here)
+        fgr_range_drop(base + br[i].off);
+    if (bk[i].slab) {
+        free(bk[i].slab->a);
+        free(bk[i].slab);
+    }
+    memmove(&br[i], &br[i + 1], (size_t)(nb - i - 1) * sizeof *br);
+    memmove(&bk[i], &bk[i + 1], (size_t)(nb - i - 1) * sizeof *bk);
+    nb--;
+}
+
+/* n bytes (whole units) in slab s: the offset, or -1. */
+static int64_t slab_put(struct slab *s, uint64_t n, uint64_t len)
+{
+    if (n >= s->fail)
+        return -1;
+    uint64_t at = 0;
+    int j = 0;
+    for (; j < s->n && s->a[j].off - at < n; j++)
+        at = s->a[j].off + (s->a[j].len + UNIT - 1) / UNIT * UNIT;
+    if (at > page - n) {
+        s->fail = n;
+        return -1;
+    }
+    if (s->n == s->cap) {
+        int c = s->cap ? 2 * s->cap : 16;
+        struct alloc *a = realloc(s->a, (size_t)c * sizeof *a);
+        if (!a)
+            return -1;
+        s->a = a;
+        s->cap = c;
+    }
+    memmove(&s->a[j + 1], &s->a[j], (size_t)(s->n - j) * sizeof *s->a);
+    s->a[j] = (struct alloc){at, len, ++ids};
+    s->n++;
+    return (int64_t)at;
+}
+
+static CUresult place_small(CUdeviceptr *dptr, size_t len, CUcontext ctx)
+{
+    uint64_t n = (len + UNIT - 1) / UNIT * UNIT;
+    for (int i = 0; i < nb; i++) {
+        if (bk[i].ctx != ctx || !bk[i].slab)
+            continue;
+        int64_t o = slab_put(bk[i].slab, n, len);
+        if (o >= 0) {
+            *dptr = base + br[i].off + (uint64_t)o;
+            return fgrArenaNote(*dptr, len);
+        }
+    }
+    struct slab *s = calloc(1, sizeof *s);
+    if (!s)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    s->fail = UINT64_MAX;
+    CUresult r;
+    int i = map_block(page, len, ctx, &r);
+    if (i < 0) {
+        free(s);
+        return r;
+    }
+    bk[i].slab = s;
+    if (slab_put(s, n, len) != 0) { /* an empty page's first: at its start */
+        fgrArenaFree(base + br[i].off, 1);
+        drop_block(i);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *dptr = base + br[i].off;
+    return CUDA_SUCCESS;
+}
+
+FGR_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    if (!fgr_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUcontext ctx = fgr_current();
+    if (!dptr || !bytesize)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!ctx)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&lock);
+    if (!ready()) {
+        pthread_mutex_unlock(&lock);
+        return fgr_fwd_cuMemAlloc_v2(dptr, bytesize);
+    }
+    CUresult r;
+    if (bytesize <= page) {
+        r = place_small(dptr, bytesize, ctx);
+    } else {
+        uint64_t n = bytesize <= size ? (bytesize + page - 1) / page * page : 0;
+        int i = n ? map_block(n, bytesize, ctx, &r) : (r = CUDA_ERROR_OUT_OF_MEMORY, -1);
+        if (i >= 0) {
+            bk[i].one = (struct alloc){0, bytesize, ++ids};
+            *dptr = base + br[i].off;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+/* The block holding p and, in it, the allocation (under lock); -1: none. */
+static int find(uint64_t p, struct alloc **a)
+{
+    if (state <= 0 || p < base || p - base >= size)
+        return -1;
+    int i = fgr_heap_find(br, nb, p - base);
+    if (i < 0)
+        return -1;
+    uint64_t o = p - base - br[i].off;
+    *a = NULL;
+    if (!bk[i].slab) {
+        if (o < bk[i].one.len)
+            *a = &bk[i].one;
+        return i;
+    }
+    struct slab *s = bk[i].slab;
+    int lo = 0, hi = s->n;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (s->a[mid].off + s->a[mid].len <= o)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < s->n && s->a[lo].off <= o)
+        *a = &s->a[lo];
+    return i;
+}
+
+static int in_range(uint64_t p)
+{
+    return __atomic_load_n(&state, __ATOMIC_ACQUIRE) > 0 && p >= base && p - base < size;
+}
+
+/* Whether ctx has an empty slab besides block i (under lock). */
+static int spare_slab(CUcontext ctx, int i)
+{
+    for (int k = 0; k < nb; k++)
+        if (k != i && bk[k].ctx == ctx && bk[k].slab && bk[k].slab->n == 0)
+            return 1;
+    return 0;
+}
+
+FGR_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+    if (!in_range(dptr))
+        return fgr_fwd_cuMemFree_v2(dptr);
+    pthread_mutex_lock(&lock);
+    struct alloc *a;
+    int i = find(dptr, &a);
+    if (i < 0 || !a || dptr != base + br[i].off + a->off) {
+        pthread_mutex_unlock(&lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    struct slab *s = bk[i].slab;
+    int unmap = !s || (s->n == 1 && spare_slab(bk[i].ctx, i));
+    CUresult r = fgrArenaFree(dptr, (unsigned)unmap);
+    if (unmap) {
+        drop_block(i);
+    } else {
+        int j = (int)(a - s->a);
+        memmove(&s->a[j], &s->a[j + 1], (size_t)(s->n - j - 1) * sizeof *s->a);
+        s->n--;
+        s->fail = UINT64_MAX;
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+FGR_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+{
+    if (!in_range(dptr))
+        return fgr_fwd_cuMemGetAddressRange_v2(pbase, psize, dptr);
+    pthread_mutex_lock(&lock);
+    struct alloc *a;
+    int i = find(dptr, &a);
+    if (i >= 0 && a) {
+        if (pbase)
+            *pbase = base + br[i].off + a->off;
+        if (psize)
+            *psize = a->len;
+    }
+    pthread_mutex_unlock(&lock);
+    return i >= 0 && a ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+/* What the driver says of cuMemAlloc memory, where memory mapped by pages
+ * would differ: the allocation's context, its own range and identity. The
+ * rest (its device, its type) the server's driver answers. */
+FGR_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+    if (!in_range(ptr))
+        return fgr_fwd_cuPointerGetAttribute(data, attribute, ptr);
+    pthread_mutex_lock(&lock);
+    struct alloc *a;
+    int i = find(ptr, &a);
+    struct alloc got = a ? *a : (struct alloc){0};
+    uint64_t start = i >= 0 && a ? base + br[i].off + a->off : 0;
+    CUcontext ctx = i >= 0 ? bk[i].ctx : NULL;
+    pthread_mutex_unlock(&lock);
+    if (i < 0 || !a)
+        return CUDA_ERROR_INVALID_VALUE; /* no allocation there */
+    if (!data)
+        return CUDA_ERROR_INVALID_VALUE;
+    switch ((int)attribute) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+        *(CUcontext *)data = ctx;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+        *(CUdeviceptr *)data = start;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+        *(size_t *)data = got.len;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+        *(unsigned long long *)data = got.id;
+        return CUDA_SUCCESS;
+    }
+    return fgr_fwd_cuPointerGetAttribute(data, attribute, ptr);
+}
+
+/* A context gone (destroyed, or a primary one reset or released for the
+ * last time): the executor unmapped its memory. */
+void fgr_arena_ctx_gone(CUcontext ctx)
+{
+    if (!ctx)
+        return;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < nb;)
+        if (bk[i].ctx == ctx)
+            drop_block(i);
+        else
+            i++;
+    pthread_mutex_unlock(&lock);
+}
+
+/* In a forked child: the parent's range is not the child's connection's. */
+void fgr_arena_forked(void)
+{
+    if (state > 0 && held_here) {
+        munmap((void *)(uintptr_t)base, size);
+        fgr_range_drop(base);
+    }
+    while (nb)
+        drop_block(nb - 1);
+    state = 0;
+    held_here = 0;
+    pthread_mutex_init(&lock, NULL);
+}
