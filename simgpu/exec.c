@@ -52,7 +52,8 @@ static const char MODULE_HEADER[] = "FLEXGV-SIM-MODULE";
 
 /* A real cubin (or fatbinary) loads as kernels of the configured duration
  * with the parameter layouts its compiler wrote (include/flexgv/cubin.h);
- * nothing in them runs. Counted first, then filled in. */
+ * nothing in them runs. Counted first, then filled in (a compressed cubin
+ * is decompressed twice: modules are loaded seldom). */
 struct cubin_load {
     struct sim_module *m; /* NULL: counting */
     int n;
@@ -82,7 +83,9 @@ static CUresult parse_cubin(const void *image, struct sim_module **out)
 {
     uint64_t n = fg_cubin_size(image);
     struct cubin_load c = {0};
-    fg_cubin_kernels(image, n, cubin_kernel, &c);
+    /* The cubins the simulated device (9.0) runs, compressed ones too. */
+    const struct fg_cubin_opts o = {fg_cubin_zstd, NULL, 90};
+    fg_cubin_kernels_opt(image, n, cubin_kernel, &c, &o);
     struct sim_module *m = calloc(1, sizeof *m + (size_t)c.n * sizeof(struct sim_func));
     unsigned *l = m ? malloc(2 * c.params * sizeof *l + 1) : NULL;
     if (!l) {
@@ -92,7 +95,7 @@ static CUresult parse_cubin(const void *image, struct sim_module **out)
     m->magic = MOD_MAGIC;
     m->layouts = l;
     c = (struct cubin_load){m, 0, 0};
-    fg_cubin_kernels(image, n, cubin_kernel, &c);
+    fg_cubin_kernels_opt(image, n, cubin_kernel, &c, &o);
     *out = m;
     return CUDA_SUCCESS;
 }

@@ -1,8 +1,10 @@
 /* Kernel parameter layouts as the compiler wrote them: the
  * EIATTR_KPARAM_INFO records of each kernel's .nv.info.NAME section in an
  * ELF cubin, alone or inside a fatbinary (entries the fatbinary holds
- * compressed are passed over). The remote executor checks the driver's
- * layouts against them; the simulated GPU loads cubins with them.
+ * compressed, as nvcc 13 does by default, are read where a caller gives a
+ * decompressor: fg_cubin_zstd, libzstd's, loaded at run time). The remote
+ * executor checks the driver's layouts against them; the simulated GPU
+ * loads cubins with them.
  *
  * An .nv.info section is a run of records: u8 format, u8 attribute, then
  * by format: none (EIFMT_NVAL, 2 bytes of padding), a u16 (EIFMT_HVAL), or a
@@ -15,8 +17,10 @@
 #ifndef FLEXGV_CUBIN_H
 #define FLEXGV_CUBIN_H
 
+#include <dlfcn.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define FG_KPARAM_MAX 1024 /* parameters of one kernel, at most */
@@ -127,8 +131,47 @@ static inline uint64_t fg_cubin_size(const void *image)
     return ph > sh ? ph : sh;
 }
 
+/* Decompresses n bytes at src into exactly want bytes at dst: 0 when done. */
+typedef int (*fg_cubin_inflate)(void *dst, uint64_t want, const void *src, uint64_t n);
+
+/* How a fatbinary is walked: its compressed entries decompressed by
+ * inflate (NULL: passed over), at most *budget bytes in all (decremented;
+ * NULL: no bound) and FG_CUBIN_ENTRY_MAX each; only the cubins a device of
+ * compute capability arch (major * 10 + minor; 0: any) runs: its major,
+ * no later minor. */
+struct fg_cubin_opts {
+    fg_cubin_inflate inflate;
+    uint64_t *budget;
+    unsigned arch;
+};
+#define FG_CUBIN_ENTRY_MAX (256ull << 20)
+#define FG_ZSTD_MAGIC 0xfd2fb528u
+
+/* A zstd frame (what nvcc 13 compresses with), by libzstd.so.1 when the
+ * machine has it: -1 otherwise, or when the frame is not exactly want
+ * bytes. */
+static inline int fg_cubin_zstd(void *dst, uint64_t want, const void *src, uint64_t n)
+{
+    static size_t (*decompress)(void *, size_t, const void *, size_t);
+    static unsigned (*is_error)(size_t);
+    static int tried;
+    if (!__atomic_exchange_n(&tried, 1, __ATOMIC_ACQ_REL)) {
+        void *z = dlopen("libzstd.so.1", RTLD_NOW | RTLD_LOCAL);
+        if (z) {
+            *(void **)&is_error = dlsym(z, "ZSTD_isError");
+            __atomic_store_n((void **)&decompress, dlsym(z, "ZSTD_decompress"), __ATOMIC_RELEASE);
+        }
+    }
+    size_t (*f)(void *, size_t, const void *, size_t) = __atomic_load_n((void **)&decompress, __ATOMIC_ACQUIRE);
+    if (!f || !is_error || n < 4 || fg_cubin_le(src, 4) != FG_ZSTD_MAGIC)
+        return -1;
+    size_t r = f(dst, (size_t)want, src, (size_t)n);
+    return is_error(r) || r != want ? -1 : 0;
+}
+
 /* Walks an ELF cubin or a fatbinary of n bytes; returns the kernels found. */
-static inline unsigned fg_cubin_kernels(const void *image, uint64_t n, fg_kparam_each each, void *ctx)
+static inline unsigned fg_cubin_kernels_opt(const void *image, uint64_t n, fg_kparam_each each, void *ctx,
+                                            const struct fg_cubin_opts *o)
 {
     const uint8_t *p = image;
     if (!p)
@@ -141,14 +184,35 @@ static inline unsigned fg_cubin_kernels(const void *image, uint64_t n, fg_kparam
     for (uint64_t at = hdr; at + 64 <= hdr + body;) {
         const uint8_t *e = p + at;
         uint64_t kind = fg_cubin_le(e, 2), ehdr = fg_cubin_le(e + 4, 4), size = fg_cubin_le(e + 8, 8);
-        uint64_t flags = fg_cubin_le(e + 40, 8);
+        uint64_t packed = fg_cubin_le(e + 16, 4), arch = fg_cubin_le(e + 28, 4), flags = fg_cubin_le(e + 40, 8);
+        uint64_t want = fg_cubin_le(e + 56, 8);
         if (ehdr < 64 || ehdr > hdr + body - at || size > hdr + body - at - ehdr)
             break;
-        if (kind == FG_FATBIN_ELF && !(flags & FG_FATBIN_COMPRESSED))
-            found += fg_cubin_elf(e + ehdr, size, each, ctx);
         at += ehdr + size;
+        if (kind != FG_FATBIN_ELF || (o && o->arch && (arch / 10 != o->arch / 10 || arch % 10 > o->arch % 10)))
+            continue;
+        if (!(flags & FG_FATBIN_COMPRESSED)) {
+            found += fg_cubin_elf(e + ehdr, size, each, ctx);
+            continue;
+        }
+        if (!o || !o->inflate || packed == 0 || packed > size || want == 0 || want > FG_CUBIN_ENTRY_MAX ||
+            (o->budget && want > *o->budget))
+            continue;
+        uint8_t *elf = malloc((size_t)want);
+        if (!elf)
+            continue;
+        if (o->budget)
+            *o->budget -= want;
+        if (o->inflate(elf, want, e + ehdr, packed) == 0)
+            found += fg_cubin_elf(elf, want, each, ctx);
+        free(elf);
     }
     return (unsigned)found;
+}
+
+static inline unsigned fg_cubin_kernels(const void *image, uint64_t n, fg_kparam_each each, void *ctx)
+{
+    return fg_cubin_kernels_opt(image, n, each, ctx, NULL);
 }
 
 #endif

@@ -20,6 +20,8 @@ typedef CUresult (*param_info)(void *, size_t, size_t *, size_t *);
 typedef CUresult (*get_name)(const char **, void *);
 static param_info func_info, kernel_info;
 static get_name func_name, kernel_name;
+static CUresult (*ctx_device)(CUdevice *);
+static CUresult (*attribute)(int *, CUdevice_attribute, CUdevice);
 
 /* ---- the compiler's layouts, by kernel name ---- */
 
@@ -119,9 +121,23 @@ static void unknown(const char *name, size_t len)
 
 static int ident(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '$' || c == '.'; }
 
+/* The cubins of the request context's device, compressed ones too, at
+ * most this much decompressed per connection (each image is read again at
+ * each load: the bound keeps a program that loads large ones from paying
+ * for it at every load). */
+#define INFLATE_MAX (256ull << 20)
+static uint64_t inflate_left = INFLATE_MAX;
+
 void fgr_layouts_scan(const void *image, uint64_t n)
 {
-    if (fg_cubin_kernels(image, n, keep, NULL) || n < 4 || !memcmp(image, "\x7f" "ELF", 4))
+    CUdevice dev;
+    int major = 0, minor = 0;
+    if (ctx_device && attribute && ctx_device(&dev) == CUDA_SUCCESS &&
+        (attribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) != CUDA_SUCCESS ||
+         attribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) != CUDA_SUCCESS))
+        major = minor = 0;
+    struct fg_cubin_opts o = {fg_cubin_zstd, &inflate_left, (unsigned)(major * 10 + minor)};
+    if (fg_cubin_kernels_opt(image, n, keep, NULL, &o) || n < 4 || !memcmp(image, "\x7f" "ELF", 4))
         return;
     const char *t = image, *end = t + strnlen(t, n);
     for (const char *at = t; (at = memmem(at, (size_t)(end - at), ".entry", 6)); at += 6) {
@@ -232,6 +248,8 @@ void fgr_layout_init(void *driver)
     *(void **)&kernel_info = dlsym(driver, "cuKernelGetParamInfo");
     *(void **)&func_name = dlsym(driver, "cuFuncGetName");
     *(void **)&kernel_name = dlsym(driver, "cuKernelGetName");
+    *(void **)&ctx_device = dlsym(driver, "cuCtxGetDevice");
+    *(void **)&attribute = dlsym(driver, "cuDeviceGetAttribute");
     atexit(said_at_exit);
     fgr_real[FGR_OP_fgrParamSizes] = (void *)func_sizes;
 }

@@ -1,10 +1,13 @@
 /* Prints the kernel parameter layouts include/flexgv/cubin.h reads from module
- * images, a line per kernel in the order found:
- *     kparamdump FILE...          FILE: NAME offsets O0 O1 ... sizes S0 S1 ...
- *     kparamdump --mangle FILE    the same walk over every prefix of FILE
- *                                 and over FILE with each byte changed, to
- *                                 show a damaged image ends nothing but
- *                                 its walk; prints how many walks ran */
+ * images (compressed entries too, by libzstd), a line per kernel in the
+ * order found:
+ *     kparamdump [--arch N] FILE...  FILE: NAME offsets O0 O1 ... sizes S0 S1 ...
+ *                                    (--arch: the cubins a device of compute
+ *                                    capability N runs, 90 for 9.0)
+ *     kparamdump --mangle FILE       the same walk over every prefix of FILE
+ *                                    and over FILE with each byte changed, to
+ *                                    show a damaged image ends nothing but
+ *                                    its walk; prints how many walks ran */
 #include "flexgv/cubin.h"
 
 #include <stdio.h>
@@ -46,6 +49,12 @@ static unsigned char *slurp(const char *path, size_t *n)
 
 int main(int argc, char **argv)
 {
+    struct fg_cubin_opts opts = {fg_cubin_zstd, NULL, 0};
+    int first = 1;
+    if (argc > 2 && !strcmp(argv[1], "--arch")) {
+        opts.arch = (unsigned)atoi(argv[2]);
+        first = 3;
+    }
     if (argc == 3 && !strcmp(argv[1], "--mangle")) {
         size_t n;
         unsigned char *b = slurp(argv[2], &n);
@@ -55,27 +64,27 @@ int main(int argc, char **argv)
         for (size_t k = 0; k <= n; k++, walks++) {
             unsigned char *c = malloc(k ? k : 1);
             memcpy(c, b, k);
-            fg_cubin_kernels(c, k, ignore, NULL);
+            fg_cubin_kernels_opt(c, k, ignore, NULL, &opts);
             free(c);
         }
         for (size_t i = 0; i < n; i++)
             for (int v = 0; v < 256; v += 85, walks++) {
                 unsigned char old = b[i];
                 b[i] = (unsigned char)(old ^ (v | 1));
-                fg_cubin_kernels(b, n, ignore, NULL);
+                fg_cubin_kernels_opt(b, n, ignore, NULL, &opts);
                 b[i] = old;
             }
         free(b);
         printf("walks %lu\n", walks);
         return 0;
     }
-    for (int i = 1; i < argc; i++) {
+    for (int i = first; i < argc; i++) {
         size_t n;
         unsigned char *b = slurp(argv[i], &n);
         if (!b)
             return 1;
         const char *base = strrchr(argv[i], '/');
-        unsigned k = fg_cubin_kernels(b, n, print, (void *)(base ? base + 1 : argv[i]));
+        unsigned k = fg_cubin_kernels_opt(b, n, print, (void *)(base ? base + 1 : argv[i]), &opts);
         printf("%s: %u kernel(s)\n", base ? base + 1 : argv[i], k);
         free(b);
     }

@@ -18,12 +18,26 @@ func TestCubinLayouts(t *testing.T) {
 		want += f + ": none offsets sizes\n" + f + ": mixed offsets 0 8 48 56 sizes 1 40 2 8\n" +
 			f + ": axpy offsets 0 8 16 24 sizes 4 8 8 4\n" + f + ": 3 kernel(s)\n"
 	}
-	want += "kparams_compressed.fatbin: 0 kernel(s)\n" // its cubins are compressed: passed over
+	// Compressed (zstd, by libzstd): the sm_90 cubin's kernels and the
+	// sm_80 one's, or those a device runs.
+	kernels := "kparams_compressed.fatbin: none offsets sizes\nkparams_compressed.fatbin: mixed offsets 0 8 48 56 sizes 1 40 2 8\n" +
+		"kparams_compressed.fatbin: axpy offsets 0 8 16 24 sizes 4 8 8 4\n"
+	want += kernels + kernels + "kparams_compressed.fatbin: 6 kernel(s)\n"
 	e := newEnv(t)
 	r := e.run("kparamdump", filepath.Join(data, "kparams.cubin"), filepath.Join(data, "kparams.fatbin"),
 		filepath.Join(data, "kparams_compressed.fatbin"))
 	if r.code != 0 || r.stdout != want {
 		t.Errorf("exit %d, printed\n%s\nwant\n%s%s", r.code, r.stdout, want, r.stderr)
+	}
+	for _, arch := range []string{"90", "86", "75"} {
+		want := kernels + "kparams_compressed.fatbin: 3 kernel(s)\n"
+		if arch == "75" {
+			want = "kparams_compressed.fatbin: 0 kernel(s)\n"
+		}
+		r := e.run("kparamdump", "--arch", arch, filepath.Join(data, "kparams_compressed.fatbin"))
+		if r.code != 0 || r.stdout != want {
+			t.Errorf("--arch %s: exit %d, printed\n%s\nwant\n%s%s", arch, r.code, r.stdout, want, r.stderr)
+		}
 	}
 	// Images come from clients: every prefix and every byte changed end
 	// the walk, nothing more; with the sanitizers where the compiler has
@@ -36,7 +50,7 @@ func TestCubinLayouts(t *testing.T) {
 	} else {
 		t.Logf("no sanitizers (%v: %s); the plain build walks the damaged images", err, out)
 	}
-	for _, f := range []string{"kparams.cubin", "kparams.fatbin"} {
+	for _, f := range []string{"kparams.cubin", "kparams.fatbin", "kparams_compressed.fatbin"} {
 		r := e.run(tool, "--mangle", filepath.Join(data, f))
 		if r.code != 0 || !strings.HasPrefix(r.stdout, "walks ") {
 			t.Errorf("%s damaged: exit %d %q\n%s", f, r.code, r.stdout, r.stderr)
@@ -50,7 +64,15 @@ func TestCubinLayouts(t *testing.T) {
 // other parameters stands in for a driver that disagrees), and says how
 // many it checked when the connection ends.
 func TestRemoteLayoutsCheckedAgainstCubins(t *testing.T) {
-	cubin, err := filepath.Abs(filepath.Join("..", "data", "kparam", "kparams.cubin"))
+	for _, image := range []string{"kparams.cubin", "kparams_compressed.fatbin"} {
+		t.Run(image, func(t *testing.T) { layoutsChecked(t, image) })
+	}
+}
+
+// layoutsChecked loads image (a cubin, or a fatbinary whose cubins are
+// compressed) and a module whose axpy takes other parameters.
+func layoutsChecked(t *testing.T, image string) {
+	cubin, err := filepath.Abs(filepath.Join("..", "data", "kparam", image))
 	if err != nil {
 		t.Fatal(err)
 	}
