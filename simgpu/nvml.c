@@ -225,6 +225,19 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlU
     return NVML_SUCCESS;
 }
 
+/* A device reaches its own memory; the simulated devices do not reach
+ * each other's (no peer access is simulated). */
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2, nvmlGpuP2PCapsIndex_t p2pIndex,
+                                               nvmlGpuP2PStatus_t *p2pStatus)
+{
+    DEVICE_ARG(device1, d1);
+    DEVICE_ARG(device2, d2);
+    if (!p2pStatus || (unsigned)p2pIndex >= NVML_P2P_CAPS_INDEX_UNKNOWN)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *p2pStatus = d1 == d2 ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_NOT_SUPPORTED;
+    return NVML_SUCCESS;
+}
+
 /* One sample per running process whose kernels occupied the device since
  * lastSeenTimeStamp (CPU time in microseconds; 0: as far back as kept),
  * within the last second: the share of that window they had it. */

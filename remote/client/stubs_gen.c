@@ -3262,6 +3262,23 @@ FGR_EXPORT CUresult fgrNvmlOwnMemory(CUdevice dev, size_t *used)
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult fgrNvmlP2PStatus(CUdevice dev1, CUdevice dev2, unsigned int index, unsigned int *status)
+{
+    CUresult fgr_r;
+    uint64_t n_status = status ? sizeof(unsigned int) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrNvmlP2PStatus, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev1);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev2);
+    fgr_put_u64(&fgr_c.w, (uint64_t)index);
+    fgr_put_u8(&fgr_c.w, status != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, status, n_status, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult fgrParamSizes(CUfunction f, unsigned int max, unsigned int *count, unsigned int *sizes)
 {
     CUresult fgr_r;
@@ -4493,6 +4510,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_fgrNvmlUtilization] = "fgrNvmlUtilization",
     [FGR_OP_fgrNvmlDriverVersion] = "fgrNvmlDriverVersion",
     [FGR_OP_fgrNvmlOwnMemory] = "fgrNvmlOwnMemory",
+    [FGR_OP_fgrNvmlP2PStatus] = "fgrNvmlP2PStatus",
     [FGR_OP_fgrParamSizes] = "fgrParamSizes",
     [FGR_OP_fgrHostMapped] = "fgrHostMapped",
     [FGR_OP_fgrHostMappedFree] = "fgrHostMappedFree",
@@ -4848,6 +4866,7 @@ const struct fg_proc fgr_procs[] = {
     {"fgrNvmlUtilization", "fgrNvmlUtilization", 0, 0, (void *)fgrNvmlUtilization},
     {"fgrNvmlDriverVersion", "fgrNvmlDriverVersion", 0, 0, (void *)fgrNvmlDriverVersion},
     {"fgrNvmlOwnMemory", "fgrNvmlOwnMemory", 0, 0, (void *)fgrNvmlOwnMemory},
+    {"fgrNvmlP2PStatus", "fgrNvmlP2PStatus", 0, 0, (void *)fgrNvmlP2PStatus},
     {"fgrParamSizes", "fgrParamSizes", 0, 0, (void *)fgrParamSizes},
     {"fgrHostMapped", "fgrHostMapped", 0, 0, (void *)fgrHostMapped},
     {"fgrHostMappedFree", "fgrHostMappedFree", 0, 0, (void *)fgrHostMappedFree},

@@ -199,6 +199,7 @@ typedef CUresult (*pfn_cuStreamGetAttribute_ptsz)(CUstream hStream, CUstreamAttr
 typedef CUresult (*pfn_fgrNvmlUtilization)(CUdevice dev, unsigned int *gpu, unsigned int *memory);
 typedef CUresult (*pfn_fgrNvmlDriverVersion)(char *version, unsigned int length);
 typedef CUresult (*pfn_fgrNvmlOwnMemory)(CUdevice dev, size_t *used);
+typedef CUresult (*pfn_fgrNvmlP2PStatus)(CUdevice dev1, CUdevice dev2, unsigned int index, unsigned int *status);
 typedef CUresult (*pfn_fgrParamSizes)(CUfunction f, unsigned int max, unsigned int *count, unsigned int *sizes);
 typedef CUresult (*pfn_fgrHostMapped)(CUdeviceptr *dptr, size_t bytes);
 typedef CUresult (*pfn_fgrHostMappedFree)(CUdeviceptr dptr);
@@ -3987,6 +3988,23 @@ static CUresult op_fgrNvmlOwnMemory(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_fgrNvmlP2PStatus(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdevice dev1 = (CUdevice)fgr_get_u64(rd);
+    CUdevice dev2 = (CUdevice)fgr_get_u64(rd);
+    unsigned int index = (unsigned int)fgr_get_u64(rd);
+    int has_status = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    unsigned int *status = NULL;
+    if (has_status && !(status = fgr_out(q, sizeof(unsigned int))))
+        return fgr_out_failed(q);
+    CUresult fgr_r = ((pfn_fgrNvmlP2PStatus)fgr_real[FGR_OP_fgrNvmlP2PStatus])(dev1, dev2, index, status);
+    fgr_reply_out(q, status, sizeof(unsigned int), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_fgrParamSizes(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -5499,6 +5517,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_fgrNvmlUtilization] = {"fgrNvmlUtilization", op_fgrNvmlUtilization, 0},
     [FGR_OP_fgrNvmlDriverVersion] = {"fgrNvmlDriverVersion", op_fgrNvmlDriverVersion, 0},
     [FGR_OP_fgrNvmlOwnMemory] = {"fgrNvmlOwnMemory", op_fgrNvmlOwnMemory, 0},
+    [FGR_OP_fgrNvmlP2PStatus] = {"fgrNvmlP2PStatus", op_fgrNvmlP2PStatus, 0},
     [FGR_OP_fgrParamSizes] = {"fgrParamSizes", op_fgrParamSizes, 0},
     [FGR_OP_fgrHostMapped] = {"fgrHostMapped", op_fgrHostMapped, 0},
     [FGR_OP_fgrHostMappedFree] = {"fgrHostMappedFree", op_fgrHostMappedFree, 0},

@@ -154,6 +154,7 @@ struct server_nvml {
     nvmlReturn_t (*util)(nvmlDevice_t, nvmlUtilization_t *);
     nvmlReturn_t (*version)(char *, unsigned int);
     nvmlReturn_t (*procs)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *);
+    nvmlReturn_t (*p2p)(nvmlDevice_t, nvmlDevice_t, nvmlGpuP2PCapsIndex_t, nvmlGpuP2PStatus_t *);
 };
 
 static const struct server_nvml *server_nvml(void)
@@ -167,6 +168,7 @@ static const struct server_nvml *server_nvml(void)
         *(void **)&nv.util = h ? dlsym(h, "nvmlDeviceGetUtilizationRates") : NULL;
         *(void **)&nv.version = h ? dlsym(h, "nvmlSystemGetDriverVersion") : NULL;
         *(void **)&nv.procs = h ? dlsym(h, "nvmlDeviceGetComputeRunningProcesses_v3") : NULL;
+        *(void **)&nv.p2p = h ? dlsym(h, "nvmlDeviceGetP2PStatus") : NULL;
         state = init && nv.by_uuid && nv.util && nv.version && init() == NVML_SUCCESS ? 1 : -1;
         if (state < 0)
             fgr_logf("no NVML here (%s): utilization and the driver's version are not answered",
@@ -246,6 +248,29 @@ static CUresult nvml_own_memory(CUdevice dev, size_t *used)
         }
     free(all);
     return r;
+}
+
+/* The server's NVML's answer for two devices and a capability index. */
+static CUresult nvml_p2p(CUdevice dev1, CUdevice dev2, unsigned int index, unsigned int *status)
+{
+    const struct server_nvml *nv = server_nvml();
+    if (!status)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!nv || !nv->p2p)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    nvmlDevice_t a, b;
+    CUresult r = nvml_device(nv, dev1, &a);
+    if (r == CUDA_SUCCESS)
+        r = nvml_device(nv, dev2, &b);
+    if (r != CUDA_SUCCESS)
+        return r;
+    nvmlGpuP2PStatus_t st;
+    nvmlReturn_t nr = nv->p2p(a, b, (nvmlGpuP2PCapsIndex_t)index, &st);
+    if (nr == NVML_ERROR_INVALID_ARGUMENT)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (nr == NVML_SUCCESS)
+        *status = (unsigned)st;
+    return from_nvml(nr);
 }
 
 /* The kernel driver's version ("580.95.05"): libraries parse it. */
@@ -556,6 +581,7 @@ int main(int argc, char **argv)
     fgr_real[FGR_OP_fgrNvmlUtilization] = (void *)nvml_utilization;
     fgr_real[FGR_OP_fgrNvmlDriverVersion] = (void *)nvml_driver_version;
     fgr_real[FGR_OP_fgrNvmlOwnMemory] = (void *)nvml_own_memory;
+    fgr_real[FGR_OP_fgrNvmlP2PStatus] = (void *)nvml_p2p;
     fgr_hostmem_init(h);
     fgr_wait_init(h);
     fgr_stage_init(h);

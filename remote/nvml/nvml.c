@@ -42,7 +42,8 @@ static nvmlReturn_t nvml_result(CUresult r)
     case CUDA_SUCCESS: return NVML_SUCCESS;
     case CUDA_ERROR_NOT_INITIALIZED:
     case CUDA_ERROR_DEINITIALIZED: return NVML_ERROR_UNINITIALIZED;
-    case CUDA_ERROR_INVALID_DEVICE: return NVML_ERROR_INVALID_ARGUMENT;
+    case CUDA_ERROR_INVALID_DEVICE:
+    case CUDA_ERROR_INVALID_VALUE: return NVML_ERROR_INVALID_ARGUMENT;
     case CUDA_ERROR_OUT_OF_MEMORY: return NVML_ERROR_MEMORY;
     case CUDA_ERROR_NOT_SUPPORTED: return NVML_ERROR_NOT_SUPPORTED;
     case CUDA_ERROR_DEVICE_UNAVAILABLE: return NVML_ERROR_GPU_IS_LOST;
@@ -387,6 +388,24 @@ FGN_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlU
     if (!utilization)
         return NVML_ERROR_INVALID_ARGUMENT;
     return nvml_result(fgrNvmlUtilization((CUdevice)d, &utilization->gpu, &utilization->memory));
+}
+
+/* Whether two devices reach each other's memory, as the server's NVML
+ * says (through the client's own operation). */
+CUresult fgrNvmlP2PStatus(CUdevice dev1, CUdevice dev2, unsigned int index, unsigned int *status);
+
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2, nvmlGpuP2PCapsIndex_t p2pIndex,
+                                               nvmlGpuP2PStatus_t *p2pStatus)
+{
+    DEVICE_ARG(device1, d1);
+    DEVICE_ARG(device2, d2);
+    if (!p2pStatus)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned st = 0;
+    nvmlReturn_t r = nvml_result(fgrNvmlP2PStatus((CUdevice)d1, (CUdevice)d2, (unsigned)p2pIndex, &st));
+    if (r == NVML_SUCCESS)
+        *p2pStatus = (nvmlGpuP2PStatus_t)st;
+    return r;
 }
 
 /* What the client's executor holds on a device, as the server's NVML

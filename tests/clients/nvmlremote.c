@@ -64,6 +64,16 @@ int main(int argc, char **argv)
         printf("utilization: %s gpu=%u memory=%u\n", nvmlErrorString(ur), ur ? 0 : u.gpu, ur ? 0 : u.memory);
         printf("utilization without a place for it: %s\n", nvmlErrorString(nvmlDeviceGetUtilizationRates(d0, NULL)));
         printf("power: %s\n", nvmlErrorString(nvmlDeviceGetPowerUsage(d0, &mw)));
+        /* Peer status by the server's NVML (NCCL asks it as it starts). */
+        for (unsigned j = 0; j < n; j++) {
+            nvmlDevice_t dj;
+            nvmlGpuP2PStatus_t st = NVML_P2P_STATUS_UNKNOWN;
+            NCHECK(nvmlDeviceGetHandleByIndex_v2(j, &dj));
+            nvmlReturn_t pr = nvmlDeviceGetP2PStatus(d0, dj, NVML_P2P_CAPS_INDEX_READ, &st);
+            printf("p2p read 0-%u: %s status %d\n", j, nvmlErrorString(pr), (int)st);
+        }
+        printf("p2p without a place for it: %s\n",
+               nvmlErrorString(nvmlDeviceGetP2PStatus(d0, d0, NVML_P2P_CAPS_INDEX_READ, NULL)));
     }
     printf("unknown uuid: %s\n", nvmlErrorString(nvmlDeviceGetHandleByUUID("GPU-none", &d0)));
     /* Two inits, two shutdowns: NVML answers until the second. */

@@ -48,7 +48,8 @@ func TestRemoteNVML(t *testing.T) {
 	}
 	for _, want := range []string{
 		"before init: Uninitialized\n",
-		"utilization: Success gpu=0 memory=0\nutilization without a place for it: Invalid Argument\npower: Not Supported\nunknown uuid: Not Found\n",
+		"utilization: Success gpu=0 memory=0\nutilization without a place for it: Invalid Argument\npower: Not Supported\n" +
+			"p2p read 0-0: Success status 0\np2p read 0-1: Success status 5\np2p without a place for it: Invalid Argument\nunknown uuid: Not Found\n",
 		"after one shutdown: Success\nafter two: Uninitialized\na third: Uninitialized\n",
 		"own context still current\n",
 	} {
