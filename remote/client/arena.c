@@ -126,7 +126,7 @@ static int ready(void)
     }
     base = b;
     page = pg;
-    state = 1;
+    __atomic_store_n(&state, 1, __ATOMIC_RELEASE); /* in_range reads it without the lock */
     /* Where the program's own memory cannot be, the whole range is the
      * device's; elsewhere, each block as it is mapped. */
     if (held_here)
@@ -412,15 +412,20 @@ void fgr_arena_ctx_gone(CUcontext ctx)
     pthread_mutex_unlock(&lock);
 }
 
-/* In a forked child: the parent's range is not the child's connection's. */
+/* In a forked child: the parent's range is not the child's connection's.
+ * The device ranges uva.c keeps of it are left there (a thread of the
+ * parent may have held its lock); the child's range, asked for at the same
+ * address, takes their place. */
 void fgr_arena_forked(void)
 {
-    if (state > 0 && held_here) {
+    if (state > 0 && held_here)
         munmap((void *)(uintptr_t)base, size);
-        fgr_range_drop(base);
-    }
-    while (nb)
-        drop_block(nb - 1);
+    for (int i = 0; i < nb; i++)
+        if (bk[i].slab) {
+            free(bk[i].slab->a);
+            free(bk[i].slab);
+        }
+    nb = 0;
     state = 0;
     held_here = 0;
     pthread_mutex_init(&lock, NULL);
