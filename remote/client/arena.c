@@ -17,17 +17,22 @@
  * other thread is given the memory before that. A context destroyed or
  * reset takes its allocations with it, here and on the executor.
  *
- * FLEXGV_REMOTE_ARENA=off leaves placement to the server's driver, as does
- * a server without the operations. */
+ * A range fragmented past use leaves the allocation to the server's driver
+ * (its address is then outside the range). FLEXGV_REMOTE_ARENA=off leaves
+ * every one to it, as does a server without the operations; a number of
+ * bytes sets the range's size. */
 #include "client.h"
 #include "../ring.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
 #define UNIT 512u
 #define GIB (1ull << 30)
+#define SLICE (64ull << 20)      /* the range is a whole number of these */
+#define RANGE_MAX (1ull << 46)   /* what the executor reserves at most */
 #define FAR (1ull << 44) /* 16 TiB: where the range is asked for first */
 
 struct alloc {
@@ -65,27 +70,37 @@ static int ready(void)
     if (state)
         return state > 0;
     const char *e = getenv("FLEXGV_REMOTE_ARENA");
+    uint64_t want = 0, hint = 0;
     if (e && !strcmp(e, "off")) {
         state = -1;
         return 0;
     }
     if (e && *e && strcmp(e, "on")) {
-        say_off("FLEXGV_REMOTE_ARENA is neither on nor off", CUDA_ERROR_INVALID_VALUE);
-        return 0;
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(e, &end, 10);
+        if (errno || *end || *e == '-' || v < SLICE || v > RANGE_MAX) {
+            say_off("FLEXGV_REMOTE_ARENA is neither on, off nor a number of bytes from 64 MiB to 64 TiB",
+                    CUDA_ERROR_INVALID_VALUE);
+            return 0;
+        }
+        want = v;
+    } else {
+        int n = 0;
+        uint64_t total = 0;
+        CUresult r = cuDeviceGetCount(&n);
+        for (int i = 0; r == CUDA_SUCCESS && i < n; i++) {
+            size_t t = 0;
+            r = cuDeviceTotalMem_v2(&t, i);
+            total += t;
+        }
+        if (r != CUDA_SUCCESS || total == 0 || total > RANGE_MAX / 2) {
+            say_off("the devices' memory is unknown", r);
+            return 0;
+        }
+        want = 2 * total;
     }
-    int n = 0;
-    uint64_t total = 0;
-    CUresult r = cuDeviceGetCount(&n);
-    for (int i = 0; r == CUDA_SUCCESS && i < n; i++) {
-        size_t t = 0;
-        r = cuDeviceTotalMem_v2(&t, i);
-        total += t;
-    }
-    if (r != CUDA_SUCCESS || total == 0) {
-        say_off("the devices' memory is unknown", r);
-        return 0;
-    }
-    uint64_t want = (2 * total + GIB - 1) / GIB * GIB, hint = 0;
+    want = (want + SLICE - 1) / SLICE * SLICE;
     /* Far from where either process maps its libraries and heap (near the
      * top of the address space and just above the program), so that the
      * executor is likely to have it free too; else where this process has
@@ -106,14 +121,14 @@ static int ready(void)
     }
     CUdeviceptr b = 0;
     size_t pg = 0;
-    r = fgrArenaReserve(hint, want, &b, &pg);
-    if (r != CUDA_SUCCESS || !b || pg < UNIT || (pg & (pg - 1)) || b % pg) {
+    CUresult r = fgrArenaReserve(hint, want, &b, &pg);
+    if (r != CUDA_SUCCESS || !b || pg < UNIT || pg > SLICE || (pg & (pg - 1)) || b % pg) {
         if (hint)
             munmap((void *)(uintptr_t)hint, want);
         say_off("the server reserves no addresses for it", r == CUDA_SUCCESS ? CUDA_ERROR_NOT_SUPPORTED : r);
         return 0;
     }
-    size = (want + pg - 1) / pg * pg;
+    size = want; /* a whole number of pages: pages are powers of two up to a slice */
     if (b != hint && hint) {
         munmap((void *)(uintptr_t)hint, want);
         void *at = mmap((void *)(uintptr_t)b, size, PROT_NONE,
@@ -150,6 +165,10 @@ static int room(void)
     return 1;
 }
 
+/* What map_block answers when no gap in the range holds the pages: the
+ * allocation is then the server driver's to place. */
+#define RANGE_FULL ((CUresult)-1)
+
 /* Maps n bytes (whole pages) at the first gap that holds them, for ctx,
  * the first used bytes an allocation: the new block's index, or -1 with *r
  * the reason. */
@@ -159,7 +178,11 @@ static int map_block(uint64_t n, uint64_t used, CUcontext ctx, CUresult *r)
     int i = 0;
     for (; i < nb && br[i].off - at < n; i++)
         at = br[i].off + br[i].n;
-    if (n > size || at > size - n || !room()) {
+    if (n > size || at > size - n) {
+        *r = RANGE_FULL;
+        return -1;
+    }
+    if (!room()) {
         *r = CUDA_ERROR_OUT_OF_MEMORY;
         return -1;
     }
@@ -265,15 +288,17 @@ FGR_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     if (bytesize <= page) {
         r = place_small(dptr, bytesize, ctx);
     } else {
-        uint64_t n = bytesize <= size ? (bytesize + page - 1) / page * page : 0;
-        int i = n ? map_block(n, bytesize, ctx, &r) : (r = CUDA_ERROR_OUT_OF_MEMORY, -1);
+        uint64_t n = bytesize <= size ? (bytesize + page - 1) / page * page : size + 1;
+        int i = map_block(n, bytesize, ctx, &r);
         if (i >= 0) {
             bk[i].one = (struct alloc){0, bytesize, ++ids};
             *dptr = base + br[i].off;
         }
     }
     pthread_mutex_unlock(&lock);
-    return r;
+    /* The range fragmented past use: the server's driver places it (and
+     * frees it: its address is outside the range). */
+    return r == RANGE_FULL ? fgr_fwd_cuMemAlloc_v2(dptr, bytesize) : r;
 }
 
 /* The block holding p and, in it, the allocation (under lock); -1: none. */

@@ -63,8 +63,35 @@ print("ok")
 	e := newEnv(t, "FLEXGV_REMOTE_ARENA=maybe")
 	s := e.serve("unix")
 	r := e.remote(s, "python3", "-c", prog)
-	if r.code != 0 || strings.Count(r.stderr, "FLEXGV_REMOTE_ARENA is neither on nor off") != 1 {
+	if r.code != 0 || strings.Count(r.stderr, "FLEXGV_REMOTE_ARENA is neither on, off nor a number of bytes") != 1 {
 		t.Errorf("a bad FLEXGV_REMOTE_ARENA: exit %d, said\n%s", r.code, r.stderr)
+	}
+}
+
+// An allocation the range has no room for (here a range of 64 MiB, set by
+// FLEXGV_REMOTE_ARENA) is left to the server's driver rather than refused:
+// the device has the memory.
+func TestRemoteArenaFullFallsBack(t *testing.T) {
+	e := newEnv(t, "FLEXGV_REMOTE_ARENA=67108864")
+	s := e.serve("unix")
+	prog := contextPrelude + `
+c, MiB = ctypes.c_uint64, 1 << 20
+ps = []
+for i in range(3):
+    p = c()
+    assert cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(30 * MiB)) == 0
+    ps.append(p.value)
+start = c()
+print("in the range:", [cu.cuPointerGetAttribute(ctypes.byref(start), 11, c(p)) == 0 and start.value == p for p in ps],
+      "apart:", ps[1] - ps[0] == 30 * MiB, abs(ps[2] - ps[0]) > 1 << 30)
+assert cu.cuMemsetD8_v2(c(ps[2]), 7, ctypes.c_size_t(30 * MiB)) == 0
+b = (ctypes.c_ubyte * 4)()
+assert cu.cuMemcpyDtoH_v2(b, c(ps[2] + 30 * MiB - 4), ctypes.c_size_t(4)) == 0
+print("bytes:", list(b), "frees:", [cu.cuMemFree_v2(c(p)) for p in ps])
+`
+	r := e.remote(s, "python3", "-c", prog)
+	if want := "in the range: [True, True, True] apart: True True\nbytes: [7, 7, 7, 7] frees: [0, 0, 0]\n"; r.code != 0 || r.stdout != want {
+		t.Fatalf("exit %d, printed %q, want %q\n%s", r.code, r.stdout, want, r.stderr)
 	}
 }
 
