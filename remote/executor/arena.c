@@ -20,6 +20,7 @@
 #include <string.h>
 
 #define ARENA_MAX (1ull << 46) /* bytes of addresses a client may ask for */
+#define NOTE_STEP 512u
 #define MAX_DEVICES 64
 
 static struct {
@@ -168,11 +169,12 @@ static size_t holding(uint64_t p, uint64_t n)
 }
 
 /* An allocation the client placed in memory mapped: the connection's
- * from now on, as far as the executor's checks go. */
+ * from now on, as far as the executor's checks go. At 512-byte steps, as
+ * the client places them: a page holds a bounded number. */
 static CUresult arena_note(CUdeviceptr p, size_t n)
 {
     size_t i = holding(p, n);
-    if (n == 0 || i == nmaps || !fgr_mem_clear(p, n))
+    if (n == 0 || p % NOTE_STEP || i == nmaps || !fgr_mem_clear(p, n))
         return CUDA_ERROR_INVALID_VALUE;
     fgr_mem_add(p, n, FGR_H_CUcontext, maps[i].ctx);
     return CUDA_SUCCESS;

@@ -112,6 +112,7 @@ assert cu.cuMemAlloc_v2(ctypes.byref(small), ctypes.c_size_t(1000)) == 0
 print("past a small one's end, in its page:", cu.cuMemcpyDtoH_v2(ctypes.create_string_buffer(20), c(small.value + 990), ctypes.c_size_t(20)))
 print("said over it:", cu.fgrArenaNote(c(small.value + 512), ctypes.c_size_t(512)), "at the next sync:", cu.cuCtxSynchronize(),
       "then:", cu.cuCtxSynchronize(), "past its page:", cu.fgrArenaNote(c(small.value + page - 512), ctypes.c_size_t(1024)),
+      cu.cuCtxSynchronize(), "between steps:", cu.fgrArenaNote(c(small.value + 4096 + 8), ctypes.c_size_t(8)),
       cu.cuCtxSynchronize())
 print("over memory mapped:", cu.fgrArenaMap(c(p.value), ctypes.c_size_t(page)),
       "outside:", cu.fgrArenaMap(c(page), ctypes.c_size_t(page)),
@@ -121,7 +122,7 @@ print("over memory mapped:", cu.fgrArenaMap(c(p.value), ctypes.c_size_t(page)),
 `
 	r := e.remote(s, "python3", "-c", prog)
 	want := `past a small one's end, in its page: 1
-said over it: 0 at the next sync: 1 then: 0 past its page: 0 1
+said over it: 0 at the next sync: 1 then: 0 past its page: 0 1 between steps: 0 1
 over memory mapped: 1 outside: 1 unaligned: 1 free of nothing: 1 still works: 0 0
 `
 	if r.code != 0 || r.stdout != want {
