@@ -111,9 +111,9 @@ launch(b"FLEXGV-SIM-MODULE\nkernel axpy 10 params=2\n", b"axpy")
 // kernels each take one 4-byte parameter (Python source, for programs).
 const cubinOf = `
 import struct
-def cubin(names):
+def cubin(names, size=4):
     strtab = b"\0.shstrtab\0" + b"".join(b".nv.info." + n + b"\0" for n in names)
-    rec = struct.pack("<BBHIHHI", 4, 0x17, 12, 0, 0, 0, 4 << 18)
+    rec = struct.pack("<BBHIHHI", 4, 0x17, 12, 0, 0, 0, size << 18)
     data, heads, at, name_at = b"", [], 64, 11
     heads.append(struct.pack("<IIQQQQIIQQ", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
     heads.append(struct.pack("<IIQQQQIIQQ", 1, 3, 0, 0, at, len(strtab), 0, 0, 1, 0))
@@ -125,6 +125,10 @@ def cubin(names):
     shoff = 64 + len(data)
     head = b"\x7fELF\x02\x01\x01" + bytes(9) + struct.pack("<HHIQQQIHHHHHH", 1, 190, 1, 0, 0, shoff, 0, 64, 0, 0, 64, len(heads), 1)
     return head + data + b"".join(heads)
+def fatbin(entries):  # (compute capability as 90, ELF cubin), uncompressed
+    body = b"".join(struct.pack("<HHIQIIIIQQQQ", 2, 0x101, 64, len(e), 0, 0, 0x10008, arch, 0, 0x11, 0, 0) + e
+                    for arch, e in entries)
+    return struct.pack("<IHHQ", 0xba55ed50, 1, 16, len(body)) + body
 `
 
 // A client whose images name many kernels that the driver lays out
@@ -186,4 +190,27 @@ print(cu.cuCtxSynchronize())
 	if !strings.Contains(s.Log(), "kernel k1: the driver gives") || strings.Contains(s.Log(), "kernel k0:") {
 		t.Errorf("k1 should be said and k0, which a text image declares too, not checked:\n%s", s.Log())
 	}
+}
+
+// Of a fatbinary's cubins, the executor reads those the request context's
+// device runs: here an sm_80 cubin whose kernel takes 8 bytes and an sm_90
+// one whose kernel takes 4, on the simulated 9.0 device; read both, the
+// name would be ambiguous and go unchecked.
+func TestRemoteLayoutsOfTheDevicesArchitecture(t *testing.T) {
+	prog := contextPrelude + cubinOf + `
+mod, f, dev = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_uint64()
+assert cu.cuMemAlloc_v2(ctypes.byref(dev), ctypes.c_size_t(64)) == 0
+v = ctypes.c_uint64(dev.value)
+params = (ctypes.c_void_p * 2)(ctypes.cast(ctypes.byref(v), ctypes.c_void_p), ctypes.cast(ctypes.byref(v), ctypes.c_void_p))
+assert cu.cuModuleLoadData(ctypes.byref(mod), fatbin([(80, cubin([b"k0"], 8)), (90, cubin([b"k0"], 4))])) == 0
+assert cu.cuModuleLoadData(ctypes.byref(mod), b"FLEXGV-SIM-MODULE\nkernel k0 10 params=2\n\0") == 0
+assert cu.cuModuleGetFunction(ctypes.byref(f), mod, b"k0") == 0
+print(cu.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, None, params, None), cu.cuCtxSynchronize())
+`
+	e := newEnv(t)
+	s := e.serve("unix")
+	if r := e.remote(s, "python3", "-c", prog); r.code != 0 || r.stdout != "0 0\n" {
+		t.Fatalf("exit %d, printed\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	s.waitLog(`kernel k0: the driver gives 2 parameter\(s\) \(8 8\), its cubin's EIATTR_KPARAM_INFO 1 \(4\)`, 10*time.Second)
 }
