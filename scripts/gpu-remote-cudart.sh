@@ -17,7 +17,7 @@
 # training step remotely and natively (torch-trips), host-to-device and
 # device-to-host bandwidth (h2d), the client's NVML (nvml), module images
 # kept over TCP (modules), device memory placed by the client (arena), and
-# when named, DDP over NCCL with one rank (ddp-one).
+# DDP over NCCL with one rank (ddp-one).
 # A PASS or FAIL line per check; exit status 1 if any failed.
 #     [ONLY="NAME..."] [TRANSPORTS="unix shm tcp"] [LIMIT=SECONDS] scripts/gpu-remote-cudart.sh [CUDA_HOME]
 set -uo pipefail
@@ -274,10 +274,9 @@ if wanted modules && python3 -c 'import torch' 2>/dev/null; then
 fi
 # DistributedDataParallel over NCCL with one rank (NCCL's start, its
 # threads and memory, its all-reduce kernels; two ranks need two GPUs):
-# rank 0's losses, bit for bit. Only when ONLY names it: remotely the rank
-# trains, then dies of SIGSEGV as it exits (docs/REMOTE-DESIGN.md).
+# rank 0's losses, bit for bit.
 ddplosses() { grep '^loss ' "$1"; }
-if [[ " ${ONLY:-} " == *" ddp-one "* ]] && python3 -c 'import torch.distributed' 2>/dev/null; then
+if wanted ddp-one && python3 -c 'import torch.distributed' 2>/dev/null; then
     same ddp-one ddplosses torchrun --standalone --nproc_per_node 1 scripts/gpu/ddp.py --steps 50
 fi
 # Triton, torch.compile (Inductor), CuPy and JAX: the same output.

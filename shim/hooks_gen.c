@@ -61,6 +61,7 @@ const char *const fg_api_names[FG_NUM_APIS] = {
     "cuMemMap",
     "cuMemUnmap",
     "cuMemSetAccess",
+    "cuMemRetainAllocationHandle",
     "cuMemGetAllocationGranularity",
     "cuArrayCreate_v2",
     "cuArray3DCreate_v2",
@@ -265,6 +266,7 @@ const char *const fg_api_bases[FG_NUM_APIS] = {
     "cuMemMap",
     "cuMemUnmap",
     "cuMemSetAccess",
+    "cuMemRetainAllocationHandle",
     "cuMemGetAllocationGranularity",
     "cuArrayCreate",
     "cuArray3DCreate",
@@ -515,6 +517,7 @@ const unsigned short fg_api_by_name[FG_NUM_APIS] = {
     FG_API_cuMemPoolGetAttribute,
     FG_API_cuMemPoolTrimTo,
     FG_API_cuMemRelease,
+    FG_API_cuMemRetainAllocationHandle,
     FG_API_cuMemSetAccess,
     FG_API_cuMemUnmap,
     FG_API_cuMemcpy,
@@ -1713,6 +1716,24 @@ FG_SLOW CUresult fg_slow_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUme
 
 FG_FAST_PATH(cuMemSetAccess, 58)
 
+FG_SLOW CUresult fg_slow_cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+    fg_real_cuMemRetainAllocationHandle real = (fg_real_cuMemRetainAllocationHandle)fg_real_fn(FG_API_cuMemRetainAllocationHandle);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemRetainAllocationHandle);
+    if (!fg_tracing)
+        return real(handle, addr);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(handle, addr);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemRetainAllocationHandle, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuMemRetainAllocationHandle, (int)r, dt, "handle=%p, addr=%p", (const void *)handle, (const void *)addr);
+    return r;
+}
+
+FG_FAST_PATH(cuMemRetainAllocationHandle, 59)
+
 FG_SLOW CUresult fg_slow_cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option)
 {
     fg_real_cuMemGetAllocationGranularity real = (fg_real_cuMemGetAllocationGranularity)fg_real_fn(FG_API_cuMemGetAllocationGranularity);
@@ -1729,7 +1750,7 @@ FG_SLOW CUresult fg_slow_cuMemGetAllocationGranularity(size_t *granularity, cons
     return r;
 }
 
-FG_FAST_PATH(cuMemGetAllocationGranularity, 59)
+FG_FAST_PATH(cuMemGetAllocationGranularity, 60)
 
 FG_SLOW CUresult fg_slow_cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray)
 {
@@ -1747,7 +1768,7 @@ FG_SLOW CUresult fg_slow_cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DES
     return r;
 }
 
-FG_FAST_PATH(cuArrayCreate_v2, 60)
+FG_FAST_PATH(cuArrayCreate_v2, 61)
 
 FG_SLOW CUresult fg_slow_cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray)
 {
@@ -1765,7 +1786,7 @@ FG_SLOW CUresult fg_slow_cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D
     return r;
 }
 
-FG_FAST_PATH(cuArray3DCreate_v2, 61)
+FG_FAST_PATH(cuArray3DCreate_v2, 62)
 
 FG_SLOW CUresult fg_slow_cuArrayDestroy(CUarray hArray)
 {
@@ -1783,7 +1804,7 @@ FG_SLOW CUresult fg_slow_cuArrayDestroy(CUarray hArray)
     return r;
 }
 
-FG_FAST_PATH(cuArrayDestroy, 62)
+FG_FAST_PATH(cuArrayDestroy, 63)
 
 FG_SLOW CUresult fg_slow_cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc, unsigned int numMipmapLevels)
 {
@@ -1801,7 +1822,7 @@ FG_SLOW CUresult fg_slow_cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const
     return r;
 }
 
-FG_FAST_PATH(cuMipmappedArrayCreate, 63)
+FG_FAST_PATH(cuMipmappedArrayCreate, 64)
 
 FG_SLOW CUresult fg_slow_cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 {
@@ -1819,7 +1840,7 @@ FG_SLOW CUresult fg_slow_cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArra
     return r;
 }
 
-FG_FAST_PATH(cuMipmappedArrayDestroy, 64)
+FG_FAST_PATH(cuMipmappedArrayDestroy, 65)
 
 FG_SLOW CUresult fg_slow_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
@@ -1837,7 +1858,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcH
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyHtoD_v2, 65)
+FG_FAST_PATH(cuMemcpyHtoD_v2, 66)
 
 FG_SLOW CUresult fg_slow_cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
@@ -1855,7 +1876,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void 
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyHtoD_v2_ptds, 66)
+FG_FAST_PATH(cuMemcpyHtoD_v2_ptds, 67)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
@@ -1873,7 +1894,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, s
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoH_v2, 67)
+FG_FAST_PATH(cuMemcpyDtoH_v2, 68)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
@@ -1891,7 +1912,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevi
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoH_v2_ptds, 68)
+FG_FAST_PATH(cuMemcpyDtoH_v2_ptds, 69)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
@@ -1909,7 +1930,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcD
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoD_v2, 69)
+FG_FAST_PATH(cuMemcpyDtoD_v2, 70)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
@@ -1927,7 +1948,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoD_v2_ptds, 70)
+FG_FAST_PATH(cuMemcpyDtoD_v2_ptds, 71)
 
 FG_SLOW CUresult fg_slow_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
@@ -1945,7 +1966,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteC
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy, 71)
+FG_FAST_PATH(cuMemcpy, 72)
 
 FG_SLOW CUresult fg_slow_cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
@@ -1963,7 +1984,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t 
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy_ptds, 72)
+FG_FAST_PATH(cuMemcpy_ptds, 73)
 
 FG_SLOW CUresult fg_slow_cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
@@ -1981,7 +2002,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void 
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyHtoDAsync_v2, 73)
+FG_FAST_PATH(cuMemcpyHtoDAsync_v2, 74)
 
 FG_SLOW CUresult fg_slow_cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
@@ -1999,7 +2020,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const 
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyHtoDAsync_v2_ptsz, 74)
+FG_FAST_PATH(cuMemcpyHtoDAsync_v2_ptsz, 75)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
@@ -2017,7 +2038,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevi
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoHAsync_v2, 75)
+FG_FAST_PATH(cuMemcpyDtoHAsync_v2, 76)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
@@ -2035,7 +2056,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr sr
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoHAsync_v2_ptsz, 76)
+FG_FAST_PATH(cuMemcpyDtoHAsync_v2_ptsz, 77)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
@@ -2053,7 +2074,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoDAsync_v2, 77)
+FG_FAST_PATH(cuMemcpyDtoDAsync_v2, 78)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
@@ -2071,7 +2092,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdevi
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoDAsync_v2_ptsz, 78)
+FG_FAST_PATH(cuMemcpyDtoDAsync_v2_ptsz, 79)
 
 FG_SLOW CUresult fg_slow_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
@@ -2089,7 +2110,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t 
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyAsync, 79)
+FG_FAST_PATH(cuMemcpyAsync, 80)
 
 FG_SLOW CUresult fg_slow_cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
@@ -2107,7 +2128,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, si
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyAsync_ptsz, 80)
+FG_FAST_PATH(cuMemcpyAsync_ptsz, 81)
 
 FG_SLOW CUresult fg_slow_cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
 {
@@ -2125,7 +2146,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContex
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyPeer, 81)
+FG_FAST_PATH(cuMemcpyPeer, 82)
 
 FG_SLOW CUresult fg_slow_cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
 {
@@ -2143,7 +2164,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstC
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyPeer_ptds, 82)
+FG_FAST_PATH(cuMemcpyPeer_ptds, 83)
 
 FG_SLOW CUresult fg_slow_cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
 {
@@ -2161,7 +2182,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstC
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyPeerAsync, 83)
+FG_FAST_PATH(cuMemcpyPeerAsync, 84)
 
 FG_SLOW CUresult fg_slow_cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
 {
@@ -2179,7 +2200,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyPeerAsync_ptsz, 84)
+FG_FAST_PATH(cuMemcpyPeerAsync_ptsz, 85)
 
 FG_SLOW CUresult fg_slow_cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
 {
@@ -2197,7 +2218,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy2D_v2, 85)
+FG_FAST_PATH(cuMemcpy2D_v2, 86)
 
 FG_SLOW CUresult fg_slow_cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *pCopy)
 {
@@ -2215,7 +2236,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *pCopy)
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy2D_v2_ptds, 86)
+FG_FAST_PATH(cuMemcpy2D_v2_ptds, 87)
 
 FG_SLOW CUresult fg_slow_cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy)
 {
@@ -2233,7 +2254,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy)
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy2DUnaligned_v2, 87)
+FG_FAST_PATH(cuMemcpy2DUnaligned_v2, 88)
 
 FG_SLOW CUresult fg_slow_cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *pCopy)
 {
@@ -2251,7 +2272,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *pCopy)
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy2DUnaligned_v2_ptds, 88)
+FG_FAST_PATH(cuMemcpy2DUnaligned_v2_ptds, 89)
 
 FG_SLOW CUresult fg_slow_cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
 {
@@ -2269,7 +2290,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy2DAsync_v2, 89)
+FG_FAST_PATH(cuMemcpy2DAsync_v2, 90)
 
 FG_SLOW CUresult fg_slow_cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
 {
@@ -2287,7 +2308,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *pCopy, CUs
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy2DAsync_v2_ptsz, 90)
+FG_FAST_PATH(cuMemcpy2DAsync_v2_ptsz, 91)
 
 FG_SLOW CUresult fg_slow_cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
 {
@@ -2305,7 +2326,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy3D_v2, 91)
+FG_FAST_PATH(cuMemcpy3D_v2, 92)
 
 FG_SLOW CUresult fg_slow_cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *pCopy)
 {
@@ -2323,7 +2344,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *pCopy)
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy3D_v2_ptds, 92)
+FG_FAST_PATH(cuMemcpy3D_v2_ptds, 93)
 
 FG_SLOW CUresult fg_slow_cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
 {
@@ -2341,7 +2362,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy3DAsync_v2, 93)
+FG_FAST_PATH(cuMemcpy3DAsync_v2, 94)
 
 FG_SLOW CUresult fg_slow_cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
 {
@@ -2359,7 +2380,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *pCopy, CUs
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy3DAsync_v2_ptsz, 94)
+FG_FAST_PATH(cuMemcpy3DAsync_v2_ptsz, 95)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
@@ -2377,7 +2398,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, 
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8_v2, 95)
+FG_FAST_PATH(cuMemsetD8_v2, 96)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
@@ -2395,7 +2416,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8_v2_ptds, 96)
+FG_FAST_PATH(cuMemsetD8_v2_ptds, 97)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
@@ -2413,7 +2434,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, 
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32_v2, 97)
+FG_FAST_PATH(cuMemsetD32_v2, 98)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
@@ -2431,7 +2452,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32_v2_ptds, 98)
+FG_FAST_PATH(cuMemsetD32_v2_ptds, 99)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
@@ -2449,7 +2470,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8Async, 99)
+FG_FAST_PATH(cuMemsetD8Async, 100)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
@@ -2467,7 +2488,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned ch
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8Async_ptsz, 100)
+FG_FAST_PATH(cuMemsetD8Async_ptsz, 101)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
@@ -2485,7 +2506,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32Async, 101)
+FG_FAST_PATH(cuMemsetD32Async, 102)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
@@ -2503,7 +2524,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned i
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32Async_ptsz, 102)
+FG_FAST_PATH(cuMemsetD32Async_ptsz, 103)
 
 FG_SLOW CUresult fg_slow_cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N)
 {
@@ -2521,7 +2542,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD16_v2, 103)
+FG_FAST_PATH(cuMemsetD16_v2, 104)
 
 FG_SLOW CUresult fg_slow_cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N)
 {
@@ -2539,7 +2560,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned sho
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD16_v2_ptds, 104)
+FG_FAST_PATH(cuMemsetD16_v2_ptds, 105)
 
 FG_SLOW CUresult fg_slow_cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
 {
@@ -2557,7 +2578,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short 
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD16Async, 105)
+FG_FAST_PATH(cuMemsetD16Async, 106)
 
 FG_SLOW CUresult fg_slow_cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
 {
@@ -2575,7 +2596,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned s
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD16Async_ptsz, 106)
+FG_FAST_PATH(cuMemsetD16Async_ptsz, 107)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
 {
@@ -2593,7 +2614,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch,
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D8_v2, 107)
+FG_FAST_PATH(cuMemsetD2D8_v2, 108)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
 {
@@ -2611,7 +2632,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstP
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D8_v2_ptds, 108)
+FG_FAST_PATH(cuMemsetD2D8_v2_ptds, 109)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
 {
@@ -2629,7 +2650,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitc
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D8Async, 109)
+FG_FAST_PATH(cuMemsetD2D8Async, 110)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D8Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
 {
@@ -2647,7 +2668,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D8Async_ptsz(CUdeviceptr dstDevice, size_t ds
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D8Async_ptsz, 110)
+FG_FAST_PATH(cuMemsetD2D8Async_ptsz, 111)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
 {
@@ -2665,7 +2686,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D16_v2, 111)
+FG_FAST_PATH(cuMemsetD2D16_v2, 112)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
 {
@@ -2683,7 +2704,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dst
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D16_v2_ptds, 112)
+FG_FAST_PATH(cuMemsetD2D16_v2_ptds, 113)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
 {
@@ -2701,7 +2722,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPit
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D16Async, 113)
+FG_FAST_PATH(cuMemsetD2D16Async, 114)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
 {
@@ -2719,7 +2740,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t d
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D16Async_ptsz, 114)
+FG_FAST_PATH(cuMemsetD2D16Async_ptsz, 115)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
 {
@@ -2737,7 +2758,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D32_v2, 115)
+FG_FAST_PATH(cuMemsetD2D32_v2, 116)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
 {
@@ -2755,7 +2776,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dst
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D32_v2_ptds, 116)
+FG_FAST_PATH(cuMemsetD2D32_v2_ptds, 117)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
 {
@@ -2773,7 +2794,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPit
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D32Async, 117)
+FG_FAST_PATH(cuMemsetD2D32Async, 118)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
 {
@@ -2791,7 +2812,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t d
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D32Async_ptsz, 118)
+FG_FAST_PATH(cuMemsetD2D32Async_ptsz, 119)
 
 FG_SLOW CUresult fg_slow_cuModuleLoad(CUmodule *module, const char *fname)
 {
@@ -2809,7 +2830,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoad(CUmodule *module, const char *fname)
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoad, 119)
+FG_FAST_PATH(cuModuleLoad, 120)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadData(CUmodule *module, const void *image)
 {
@@ -2827,7 +2848,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoadData(CUmodule *module, const void *image)
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoadData, 120)
+FG_FAST_PATH(cuModuleLoadData, 121)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
@@ -2845,7 +2866,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoadDataEx(CUmodule *module, const void *image,
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoadDataEx, 121)
+FG_FAST_PATH(cuModuleLoadDataEx, 122)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
 {
@@ -2863,7 +2884,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoadFatBinary(CUmodule *module, const void *fat
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoadFatBinary, 122)
+FG_FAST_PATH(cuModuleLoadFatBinary, 123)
 
 FG_SLOW CUresult fg_slow_cuModuleUnload(CUmodule hmod)
 {
@@ -2881,7 +2902,7 @@ FG_SLOW CUresult fg_slow_cuModuleUnload(CUmodule hmod)
     return r;
 }
 
-FG_FAST_PATH(cuModuleUnload, 123)
+FG_FAST_PATH(cuModuleUnload, 124)
 
 FG_SLOW CUresult fg_slow_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
 {
@@ -2899,7 +2920,7 @@ FG_SLOW CUresult fg_slow_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, c
     return r;
 }
 
-FG_FAST_PATH(cuModuleGetFunction, 124)
+FG_FAST_PATH(cuModuleGetFunction, 125)
 
 FG_SLOW CUresult fg_slow_cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
@@ -2917,7 +2938,7 @@ FG_SLOW CUresult fg_slow_cuLibraryLoadData(CUlibrary *library, const void *code,
     return r;
 }
 
-FG_FAST_PATH(cuLibraryLoadData, 125)
+FG_FAST_PATH(cuLibraryLoadData, 126)
 
 FG_SLOW CUresult fg_slow_cuLibraryUnload(CUlibrary library)
 {
@@ -2935,7 +2956,7 @@ FG_SLOW CUresult fg_slow_cuLibraryUnload(CUlibrary library)
     return r;
 }
 
-FG_FAST_PATH(cuLibraryUnload, 126)
+FG_FAST_PATH(cuLibraryUnload, 127)
 
 FG_SLOW CUresult fg_slow_cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
 {
@@ -2953,7 +2974,7 @@ FG_SLOW CUresult fg_slow_cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library
     return r;
 }
 
-FG_FAST_PATH(cuLibraryGetKernel, 127)
+FG_FAST_PATH(cuLibraryGetKernel, 128)
 
 FG_SLOW CUresult fg_slow_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 {
@@ -2971,7 +2992,7 @@ FG_SLOW CUresult fg_slow_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
     return r;
 }
 
-FG_FAST_PATH(cuKernelGetFunction, 128)
+FG_FAST_PATH(cuKernelGetFunction, 129)
 
 FG_SLOW CUresult fg_slow_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
 {
@@ -2989,7 +3010,7 @@ FG_SLOW CUresult fg_slow_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib
     return r;
 }
 
-FG_FAST_PATH(cuFuncGetAttribute, 129)
+FG_FAST_PATH(cuFuncGetAttribute, 130)
 
 FG_SLOW CUresult fg_slow_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
 {
@@ -3007,7 +3028,7 @@ FG_SLOW CUresult fg_slow_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribu
     return r;
 }
 
-FG_FAST_PATH(cuFuncSetAttribute, 130)
+FG_FAST_PATH(cuFuncSetAttribute, 131)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
@@ -3025,7 +3046,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernel(CUfunction f, unsigned int gridDimX, uns
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernel, 131)
+FG_FAST_PATH(cuLaunchKernel, 132)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
@@ -3043,7 +3064,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernel_ptsz, 132)
+FG_FAST_PATH(cuLaunchKernel_ptsz, 133)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
@@ -3061,7 +3082,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernelEx(const CUlaunchConfig *config, CUfuncti
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernelEx, 133)
+FG_FAST_PATH(cuLaunchKernelEx, 134)
 
 FG_SLOW CUresult fg_slow_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
@@ -3079,7 +3100,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUf
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernelEx_ptsz, 134)
+FG_FAST_PATH(cuLaunchKernelEx_ptsz, 135)
 
 FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
@@ -3097,7 +3118,7 @@ FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel(CUfunction f, unsigned int gr
     return r;
 }
 
-FG_FAST_PATH(cuLaunchCooperativeKernel, 135)
+FG_FAST_PATH(cuLaunchCooperativeKernel, 136)
 
 FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
@@ -3115,7 +3136,7 @@ FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned i
     return r;
 }
 
-FG_FAST_PATH(cuLaunchCooperativeKernel_ptsz, 136)
+FG_FAST_PATH(cuLaunchCooperativeKernel_ptsz, 137)
 
 FG_SLOW CUresult fg_slow_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
 {
@@ -3133,7 +3154,7 @@ FG_SLOW CUresult fg_slow_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *u
     return r;
 }
 
-FG_FAST_PATH(cuLaunchHostFunc, 137)
+FG_FAST_PATH(cuLaunchHostFunc, 138)
 
 FG_SLOW CUresult fg_slow_cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData)
 {
@@ -3151,7 +3172,7 @@ FG_SLOW CUresult fg_slow_cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, vo
     return r;
 }
 
-FG_FAST_PATH(cuLaunchHostFunc_ptsz, 138)
+FG_FAST_PATH(cuLaunchHostFunc_ptsz, 139)
 
 FG_SLOW CUresult fg_slow_cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
 {
@@ -3169,7 +3190,7 @@ FG_SLOW CUresult fg_slow_cuStreamAddCallback(CUstream hStream, CUstreamCallback 
     return r;
 }
 
-FG_FAST_PATH(cuStreamAddCallback, 139)
+FG_FAST_PATH(cuStreamAddCallback, 140)
 
 FG_SLOW CUresult fg_slow_cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
 {
@@ -3187,7 +3208,7 @@ FG_SLOW CUresult fg_slow_cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCall
     return r;
 }
 
-FG_FAST_PATH(cuStreamAddCallback_ptsz, 140)
+FG_FAST_PATH(cuStreamAddCallback_ptsz, 141)
 
 FG_SLOW CUresult fg_slow_cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
@@ -3205,7 +3226,7 @@ FG_SLOW CUresult fg_slow_cuStreamCreate(CUstream *phStream, unsigned int Flags)
     return r;
 }
 
-FG_FAST_PATH(cuStreamCreate, 141)
+FG_FAST_PATH(cuStreamCreate, 142)
 
 FG_SLOW CUresult fg_slow_cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
@@ -3223,7 +3244,7 @@ FG_SLOW CUresult fg_slow_cuStreamCreateWithPriority(CUstream *phStream, unsigned
     return r;
 }
 
-FG_FAST_PATH(cuStreamCreateWithPriority, 142)
+FG_FAST_PATH(cuStreamCreateWithPriority, 143)
 
 FG_SLOW CUresult fg_slow_cuStreamDestroy_v2(CUstream hStream)
 {
@@ -3241,7 +3262,7 @@ FG_SLOW CUresult fg_slow_cuStreamDestroy_v2(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamDestroy_v2, 143)
+FG_FAST_PATH(cuStreamDestroy_v2, 144)
 
 static CUresult fg_layer1_cuStreamSynchronize(CUstream hStream)
 {
@@ -3265,7 +3286,7 @@ FG_SLOW CUresult fg_slow_cuStreamSynchronize(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamSynchronize, 144)
+FG_FAST_PATH(cuStreamSynchronize, 145)
 
 static CUresult fg_layer1_cuStreamSynchronize_ptsz(CUstream hStream)
 {
@@ -3289,7 +3310,7 @@ FG_SLOW CUresult fg_slow_cuStreamSynchronize_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamSynchronize_ptsz, 145)
+FG_FAST_PATH(cuStreamSynchronize_ptsz, 146)
 
 FG_SLOW CUresult fg_slow_cuStreamQuery(CUstream hStream)
 {
@@ -3307,7 +3328,7 @@ FG_SLOW CUresult fg_slow_cuStreamQuery(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamQuery, 146)
+FG_FAST_PATH(cuStreamQuery, 147)
 
 FG_SLOW CUresult fg_slow_cuStreamQuery_ptsz(CUstream hStream)
 {
@@ -3325,7 +3346,7 @@ FG_SLOW CUresult fg_slow_cuStreamQuery_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamQuery_ptsz, 147)
+FG_FAST_PATH(cuStreamQuery_ptsz, 148)
 
 FG_SLOW CUresult fg_slow_cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
@@ -3343,7 +3364,7 @@ FG_SLOW CUresult fg_slow_cuStreamWaitEvent(CUstream hStream, CUevent hEvent, uns
     return r;
 }
 
-FG_FAST_PATH(cuStreamWaitEvent, 148)
+FG_FAST_PATH(cuStreamWaitEvent, 149)
 
 FG_SLOW CUresult fg_slow_cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
@@ -3361,7 +3382,7 @@ FG_SLOW CUresult fg_slow_cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent
     return r;
 }
 
-FG_FAST_PATH(cuStreamWaitEvent_ptsz, 149)
+FG_FAST_PATH(cuStreamWaitEvent_ptsz, 150)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture(CUstream hStream)
 {
@@ -3379,7 +3400,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture, 150)
+FG_FAST_PATH(cuStreamBeginCapture, 151)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_ptsz(CUstream hStream)
 {
@@ -3397,7 +3418,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_ptsz, 151)
+FG_FAST_PATH(cuStreamBeginCapture_ptsz, 152)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
@@ -3415,7 +3436,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptu
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_v2, 152)
+FG_FAST_PATH(cuStreamBeginCapture_v2, 153)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
 {
@@ -3433,7 +3454,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstream
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_v2_ptsz, 153)
+FG_FAST_PATH(cuStreamBeginCapture_v2_ptsz, 154)
 
 FG_SLOW CUresult fg_slow_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
@@ -3451,7 +3472,7 @@ FG_SLOW CUresult fg_slow_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
     return r;
 }
 
-FG_FAST_PATH(cuStreamEndCapture, 154)
+FG_FAST_PATH(cuStreamEndCapture, 155)
 
 FG_SLOW CUresult fg_slow_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
 {
@@ -3469,7 +3490,7 @@ FG_SLOW CUresult fg_slow_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGr
     return r;
 }
 
-FG_FAST_PATH(cuStreamEndCapture_ptsz, 155)
+FG_FAST_PATH(cuStreamEndCapture_ptsz, 156)
 
 FG_SLOW CUresult fg_slow_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
@@ -3487,7 +3508,7 @@ FG_SLOW CUresult fg_slow_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureSt
     return r;
 }
 
-FG_FAST_PATH(cuStreamIsCapturing, 156)
+FG_FAST_PATH(cuStreamIsCapturing, 157)
 
 FG_SLOW CUresult fg_slow_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
@@ -3505,7 +3526,7 @@ FG_SLOW CUresult fg_slow_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCapt
     return r;
 }
 
-FG_FAST_PATH(cuStreamIsCapturing_ptsz, 157)
+FG_FAST_PATH(cuStreamIsCapturing_ptsz, 158)
 
 FG_SLOW CUresult fg_slow_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
 {
@@ -3523,7 +3544,7 @@ FG_SLOW CUresult fg_slow_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *
     return r;
 }
 
-FG_FAST_PATH(cuThreadExchangeStreamCaptureMode, 158)
+FG_FAST_PATH(cuThreadExchangeStreamCaptureMode, 159)
 
 FG_SLOW CUresult fg_slow_cuStreamGetDevice(CUstream hStream, CUdevice *device)
 {
@@ -3541,7 +3562,7 @@ FG_SLOW CUresult fg_slow_cuStreamGetDevice(CUstream hStream, CUdevice *device)
     return r;
 }
 
-FG_FAST_PATH(cuStreamGetDevice, 159)
+FG_FAST_PATH(cuStreamGetDevice, 160)
 
 FG_SLOW CUresult fg_slow_cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
@@ -3559,7 +3580,7 @@ FG_SLOW CUresult fg_slow_cuEventCreate(CUevent *phEvent, unsigned int Flags)
     return r;
 }
 
-FG_FAST_PATH(cuEventCreate, 160)
+FG_FAST_PATH(cuEventCreate, 161)
 
 FG_SLOW CUresult fg_slow_cuEventRecord(CUevent hEvent, CUstream hStream)
 {
@@ -3577,7 +3598,7 @@ FG_SLOW CUresult fg_slow_cuEventRecord(CUevent hEvent, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuEventRecord, 161)
+FG_FAST_PATH(cuEventRecord, 162)
 
 FG_SLOW CUresult fg_slow_cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
 {
@@ -3595,7 +3616,7 @@ FG_SLOW CUresult fg_slow_cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuEventRecord_ptsz, 162)
+FG_FAST_PATH(cuEventRecord_ptsz, 163)
 
 FG_SLOW CUresult fg_slow_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
@@ -3613,7 +3634,7 @@ FG_SLOW CUresult fg_slow_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream
     return r;
 }
 
-FG_FAST_PATH(cuEventRecordWithFlags, 163)
+FG_FAST_PATH(cuEventRecordWithFlags, 164)
 
 FG_SLOW CUresult fg_slow_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
@@ -3631,7 +3652,7 @@ FG_SLOW CUresult fg_slow_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hS
     return r;
 }
 
-FG_FAST_PATH(cuEventRecordWithFlags_ptsz, 164)
+FG_FAST_PATH(cuEventRecordWithFlags_ptsz, 165)
 
 FG_SLOW CUresult fg_slow_cuEventQuery(CUevent hEvent)
 {
@@ -3649,7 +3670,7 @@ FG_SLOW CUresult fg_slow_cuEventQuery(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventQuery, 165)
+FG_FAST_PATH(cuEventQuery, 166)
 
 static CUresult fg_layer1_cuEventSynchronize(CUevent hEvent)
 {
@@ -3673,7 +3694,7 @@ FG_SLOW CUresult fg_slow_cuEventSynchronize(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventSynchronize, 166)
+FG_FAST_PATH(cuEventSynchronize, 167)
 
 FG_SLOW CUresult fg_slow_cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
@@ -3691,7 +3712,7 @@ FG_SLOW CUresult fg_slow_cuEventElapsedTime(float *pMilliseconds, CUevent hStart
     return r;
 }
 
-FG_FAST_PATH(cuEventElapsedTime, 167)
+FG_FAST_PATH(cuEventElapsedTime, 168)
 
 FG_SLOW CUresult fg_slow_cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
@@ -3709,7 +3730,7 @@ FG_SLOW CUresult fg_slow_cuEventElapsedTime_v2(float *pMilliseconds, CUevent hSt
     return r;
 }
 
-FG_FAST_PATH(cuEventElapsedTime_v2, 168)
+FG_FAST_PATH(cuEventElapsedTime_v2, 169)
 
 FG_SLOW CUresult fg_slow_cuEventDestroy_v2(CUevent hEvent)
 {
@@ -3727,7 +3748,7 @@ FG_SLOW CUresult fg_slow_cuEventDestroy_v2(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventDestroy_v2, 169)
+FG_FAST_PATH(cuEventDestroy_v2, 170)
 
 FG_SLOW CUresult fg_slow_cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 {
@@ -3745,7 +3766,7 @@ FG_SLOW CUresult fg_slow_cuGraphCreate(CUgraph *phGraph, unsigned int flags)
     return r;
 }
 
-FG_FAST_PATH(cuGraphCreate, 170)
+FG_FAST_PATH(cuGraphCreate, 171)
 
 FG_SLOW CUresult fg_slow_cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
 {
@@ -3763,7 +3784,7 @@ FG_SLOW CUresult fg_slow_cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, siz
     return r;
 }
 
-FG_FAST_PATH(cuGraphGetNodes, 171)
+FG_FAST_PATH(cuGraphGetNodes, 172)
 
 FG_SLOW CUresult fg_slow_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
 {
@@ -3781,7 +3802,7 @@ FG_SLOW CUresult fg_slow_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *
     return r;
 }
 
-FG_FAST_PATH(cuGraphNodeGetType, 172)
+FG_FAST_PATH(cuGraphNodeGetType, 173)
 
 FG_SLOW CUresult fg_slow_cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
 {
@@ -3799,7 +3820,7 @@ FG_SLOW CUresult fg_slow_cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgrap
     return r;
 }
 
-FG_FAST_PATH(cuGraphChildGraphNodeGetGraph, 173)
+FG_FAST_PATH(cuGraphChildGraphNodeGetGraph, 174)
 
 FG_SLOW CUresult fg_slow_cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
 {
@@ -3817,7 +3838,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgrap
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddMemAllocNode, 174)
+FG_FAST_PATH(cuGraphAddMemAllocNode, 175)
 
 FG_SLOW CUresult fg_slow_cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr)
 {
@@ -3835,7 +3856,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddMemFreeNode, 175)
+FG_FAST_PATH(cuGraphAddMemFreeNode, 176)
 
 FG_SLOW CUresult fg_slow_cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
 {
@@ -3853,7 +3874,7 @@ FG_SLOW CUresult fg_slow_cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_ME
     return r;
 }
 
-FG_FAST_PATH(cuGraphMemAllocNodeGetParams, 176)
+FG_FAST_PATH(cuGraphMemAllocNodeGetParams, 177)
 
 FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -3871,7 +3892,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMe
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 177)
+FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 178)
 
 FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -3889,7 +3910,7 @@ FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMe
     return r;
 }
 
-FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 178)
+FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 179)
 
 FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
 {
@@ -3907,7 +3928,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGraphMemTrim, 179)
+FG_FAST_PATH(cuDeviceGraphMemTrim, 180)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
@@ -3925,7 +3946,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, C
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithFlags, 180)
+FG_FAST_PATH(cuGraphInstantiateWithFlags, 181)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -3943,7 +3964,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, 
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithParams, 181)
+FG_FAST_PATH(cuGraphInstantiateWithParams, 182)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -3961,7 +3982,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphE
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 182)
+FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 183)
 
 FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -3979,7 +4000,7 @@ FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphUpload, 183)
+FG_FAST_PATH(cuGraphUpload, 184)
 
 FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -3997,7 +4018,7 @@ FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphUpload_ptsz, 184)
+FG_FAST_PATH(cuGraphUpload_ptsz, 185)
 
 static CUresult fg_layer1_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4021,7 +4042,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch, 185)
+FG_FAST_PATH(cuGraphLaunch, 186)
 
 static CUresult fg_layer1_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4045,7 +4066,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch_ptsz, 186)
+FG_FAST_PATH(cuGraphLaunch_ptsz, 187)
 
 FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
@@ -4063,7 +4084,7 @@ FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
     return r;
 }
 
-FG_FAST_PATH(cuGraphExecDestroy, 187)
+FG_FAST_PATH(cuGraphExecDestroy, 188)
 
 FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
 {
@@ -4081,7 +4102,7 @@ FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
     return r;
 }
 
-FG_FAST_PATH(cuGraphDestroy, 188)
+FG_FAST_PATH(cuGraphDestroy, 189)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
 {
@@ -4099,7 +4120,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlInit_v2, 189)
+FG_FAST_PATH(nvmlInit_v2, 190)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
 {
@@ -4117,7 +4138,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
     return r;
 }
 
-FG_FAST_PATH(nvmlInitWithFlags, 190)
+FG_FAST_PATH(nvmlInitWithFlags, 191)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
 {
@@ -4135,7 +4156,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlShutdown, 191)
+FG_FAST_PATH(nvmlShutdown, 192)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
 {
@@ -4153,7 +4174,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetCount_v2, 192)
+FG_FAST_PATH(nvmlDeviceGetCount_v2, 193)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
 {
@@ -4171,7 +4192,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, n
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 193)
+FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 194)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
@@ -4189,7 +4210,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMe
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 194)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 195)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
@@ -4207,7 +4228,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvm
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 195)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 196)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
 {
@@ -4225,7 +4246,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, 
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 196)
+FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 197)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -4243,7 +4264,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 197)
+FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 198)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -4261,7 +4282,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetGraphicsRunningProcesses_v3, 198)
+FG_FAST_PATH(nvmlDeviceGetGraphicsRunningProcesses_v3, 199)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -4279,7 +4300,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevi
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMPSComputeRunningProcesses_v3, 199)
+FG_FAST_PATH(nvmlDeviceGetMPSComputeRunningProcesses_v3, 200)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization, unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp)
 {
@@ -4297,7 +4318,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetProcessUtilization(nvmlDevice_t device
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetProcessUtilization, 200)
+FG_FAST_PATH(nvmlDeviceGetProcessUtilization, 201)
 
 void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuInit,
@@ -4359,6 +4380,7 @@ void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuMemMap,
     (void *)cuMemUnmap,
     (void *)cuMemSetAccess,
+    (void *)cuMemRetainAllocationHandle,
     (void *)cuMemGetAllocationGranularity,
     (void *)cuArrayCreate_v2,
     (void *)cuArray3DCreate_v2,

@@ -61,6 +61,7 @@ typedef CUresult (*fg_real_cuMemAddressFree)(CUdeviceptr ptr, size_t size);
 typedef CUresult (*fg_real_cuMemMap)(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags);
 typedef CUresult (*fg_real_cuMemUnmap)(CUdeviceptr ptr, size_t size);
 typedef CUresult (*fg_real_cuMemSetAccess)(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
+typedef CUresult (*fg_real_cuMemRetainAllocationHandle)(CUmemGenericAllocationHandle *handle, void *addr);
 typedef CUresult (*fg_real_cuMemGetAllocationGranularity)(size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option);
 typedef CUresult (*fg_real_cuArrayCreate_v2)(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray);
 typedef CUresult (*fg_real_cuArray3DCreate_v2)(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray);

@@ -594,7 +594,7 @@ struct sim_vmm {
     size_t size;
     int fd;
     int maps;
-    int released;
+    int refs; /* the handle's references: cuMemCreate's, and one per retain */
 };
 
 struct mapping {
@@ -646,7 +646,7 @@ SIM_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t siz
         sim_mem_release(dev, size);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    *h = (struct sim_vmm){VMM_MAGIC, dev, size, fd, 0, 0};
+    *h = (struct sim_vmm){VMM_MAGIC, dev, size, fd, 0, 1};
     *handle = (CUmemGenericAllocationHandle)(uintptr_t)h;
     return CUDA_SUCCESS;
 }
@@ -654,12 +654,13 @@ SIM_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t siz
 SIM_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
     struct sim_vmm *h = (struct sim_vmm *)(uintptr_t)handle;
-    if (!h || h->magic != VMM_MAGIC || h->released)
-        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&sim_mem_lock);
-    h->released = 1;
+    if (!h || h->magic != VMM_MAGIC || h->refs == 0) {
+        pthread_mutex_unlock(&sim_mem_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
     /* Memory still mapped is freed at its last unmap. */
-    if (h->maps == 0)
+    if (--h->refs == 0 && h->maps == 0)
         vmm_free(h);
     pthread_mutex_unlock(&sim_mem_lock);
     return CUDA_SUCCESS;
@@ -708,7 +709,7 @@ SIM_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemG
                              unsigned long long flags)
 {
     struct sim_vmm *h = (struct sim_vmm *)(uintptr_t)handle;
-    if (!ptr || flags || !h || h->magic != VMM_MAGIC || h->released || offset + size > h->size)
+    if (!ptr || flags || !h || h->magic != VMM_MAGIC || h->refs == 0 || offset + size > h->size)
         return CUDA_ERROR_INVALID_VALUE;
     struct mapping *m = malloc(sizeof *m);
     if (!m)
@@ -750,7 +751,7 @@ SIM_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
         struct mapping *m = *pp;
         if (m->ptr >= lo && m->ptr + m->size <= hi) {
             *pp = m->next;
-            if (--m->h->maps == 0 && m->h->released)
+            if (--m->h->maps == 0 && m->h->refs == 0)
                 vmm_free(m->h);
             free(m);
         } else {
@@ -759,6 +760,24 @@ SIM_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
     }
     pthread_mutex_unlock(&sim_mem_lock);
     return CUDA_SUCCESS;
+}
+
+/* The handle of the mapping that holds addr, with one more reference: it
+ * may have been released already while still mapped. */
+SIM_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+    if (!handle || !addr)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sim_mem_lock);
+    for (struct mapping *m = mappings; m; m = m->next)
+        if ((uintptr_t)addr >= m->ptr && (uintptr_t)addr - m->ptr < m->size) {
+            m->h->refs++;
+            *handle = (CUmemGenericAllocationHandle)(uintptr_t)m->h;
+            pthread_mutex_unlock(&sim_mem_lock);
+            return CUDA_SUCCESS;
+        }
+    pthread_mutex_unlock(&sim_mem_lock);
+    return CUDA_ERROR_INVALID_VALUE;
 }
 
 SIM_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)

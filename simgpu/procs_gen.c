@@ -433,6 +433,13 @@ __attribute__((weak)) SIM_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+__attribute__((weak)) SIM_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+    (void)handle;
+    (void)addr;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 __attribute__((weak)) SIM_EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option)
 {
     (void)granularity;
@@ -1555,6 +1562,7 @@ const struct fg_proc sim_procs[] = {
     {"cuMemMap", "cuMemMap", 10020, 0, (void *)cuMemMap},
     {"cuMemUnmap", "cuMemUnmap", 10020, 0, (void *)cuMemUnmap},
     {"cuMemSetAccess", "cuMemSetAccess", 10020, 0, (void *)cuMemSetAccess},
+    {"cuMemRetainAllocationHandle", "cuMemRetainAllocationHandle", 11000, 0, (void *)cuMemRetainAllocationHandle},
     {"cuMemGetAllocationGranularity", "cuMemGetAllocationGranularity", 10020, 0, (void *)cuMemGetAllocationGranularity},
     {"cuArrayCreate", "cuArrayCreate_v2", 3020, 0, (void *)cuArrayCreate_v2},
     {"cuArray3DCreate", "cuArray3DCreate_v2", 3020, 0, (void *)cuArray3DCreate_v2},

@@ -126,6 +126,8 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
 typedef CUresult (*fg_pfn_cuMemUnmap)(CUdeviceptr ptr, size_t size);
 CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
 typedef CUresult (*fg_pfn_cuMemSetAccess)(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr);
+typedef CUresult (*fg_pfn_cuMemRetainAllocationHandle)(CUmemGenericAllocationHandle *handle, void *addr);
 CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option);
 typedef CUresult (*fg_pfn_cuMemGetAllocationGranularity)(size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option);
 CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray);

@@ -3,7 +3,7 @@
 package api
 
 // Hash identifies this ordered list; trace regions carry it.
-const Hash uint64 = 0x1ebbb5b2c5a9d015
+const Hash uint64 = 0x715c1dda2f505e0f
 
 // Names lists every hooked entry point, in hook-id order.
 var Names = []string{
@@ -66,6 +66,7 @@ var Names = []string{
 	"cuMemMap",
 	"cuMemUnmap",
 	"cuMemSetAccess",
+	"cuMemRetainAllocationHandle",
 	"cuMemGetAllocationGranularity",
 	"cuArrayCreate_v2",
 	"cuArray3DCreate_v2",

@@ -260,7 +260,7 @@ CUresult fgr_fwd_cuMemFree_v2(CUdeviceptr dptr)
 {
     CUresult fgr_r;
     fgr_range_drop((uint64_t)dptr);
-    fgr_mirror_named((uint64_t)dptr);
+    fgr_mirror_named((uint64_t)(uintptr_t)dptr);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemFree_v2, 0)) != CUDA_SUCCESS)
         return fgr_r;
@@ -293,7 +293,7 @@ FGR_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsign
 CUresult fgr_fwd_cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dptr);
+    fgr_mirror_named((uint64_t)(uintptr_t)dptr);
     uint64_t n_pbase = pbase ? sizeof(CUdeviceptr) : 0;
     uint64_t n_psize = psize ? sizeof(size_t) : 0;
     struct fgr_call fgr_c;
@@ -353,7 +353,7 @@ FGR_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
     CUresult fgr_r;
     fgr_range_drop((uint64_t)dptr);
-    fgr_mirror_named((uint64_t)dptr);
+    fgr_mirror_named((uint64_t)(uintptr_t)dptr);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemFreeAsync, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -366,7 +366,7 @@ FGR_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
     CUresult fgr_r;
     fgr_range_drop((uint64_t)dptr);
-    fgr_mirror_named((uint64_t)dptr);
+    fgr_mirror_named((uint64_t)(uintptr_t)dptr);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemFreeAsync_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -564,7 +564,7 @@ FGR_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
     CUresult fgr_r;
     fgr_range_drop((uint64_t)ptr);
-    fgr_mirror_named((uint64_t)ptr);
+    fgr_mirror_named((uint64_t)(uintptr_t)ptr);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemAddressFree, 0)) != CUDA_SUCCESS)
         return fgr_r;
@@ -578,7 +578,7 @@ FGR_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 FGR_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)ptr);
+    fgr_mirror_named((uint64_t)(uintptr_t)ptr);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemMap, 0)) != CUDA_SUCCESS)
         return fgr_r;
@@ -595,7 +595,7 @@ FGR_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemG
 FGR_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)ptr);
+    fgr_mirror_named((uint64_t)(uintptr_t)ptr);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemUnmap, 0)) != CUDA_SUCCESS)
         return fgr_r;
@@ -609,7 +609,7 @@ FGR_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 FGR_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)ptr);
+    fgr_mirror_named((uint64_t)(uintptr_t)ptr);
     uint64_t n_desc = desc ? fgr_mul((uint64_t)(count), sizeof(CUmemAccessDesc)) : 0;
     if (n_desc > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuMemSetAccess", "a buffer over the frame limit");
@@ -622,6 +622,22 @@ FGR_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAcce
     fgr_put_buf(&fgr_c.w, desc, n_desc);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)(uintptr_t)addr);
+    uint64_t n_handle = handle ? sizeof(CUmemGenericAllocationHandle) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemRetainAllocationHandle, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)addr);
+    fgr_put_u8(&fgr_c.w, handle != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, handle, n_handle, 0);
     return fgr_end(&fgr_c);
 }
 
@@ -864,8 +880,8 @@ FGR_EXPORT CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, s
 FGR_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
-    fgr_mirror_named((uint64_t)srcDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)dstDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)srcDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyDtoD_v2, 0)) != CUDA_SUCCESS)
         return fgr_r;
@@ -880,8 +896,8 @@ FGR_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice
 FGR_EXPORT CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
-    fgr_mirror_named((uint64_t)srcDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)dstDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)srcDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyDtoD_v2_ptds, 0)) != CUDA_SUCCESS)
         return fgr_r;
@@ -898,8 +914,8 @@ FGR_EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
     CUresult fgr_r;
     if (fgr_uva_copy(&fgr_r, dst, src, ByteCount, NULL, 0, 0))
         return fgr_r;
-    fgr_mirror_named((uint64_t)dst);
-    fgr_mirror_named((uint64_t)src);
+    fgr_mirror_named((uint64_t)(uintptr_t)dst);
+    fgr_mirror_named((uint64_t)(uintptr_t)src);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpy, 0)) != CUDA_SUCCESS)
         return fgr_r;
@@ -916,8 +932,8 @@ FGR_EXPORT CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteC
     CUresult fgr_r;
     if (fgr_uva_copy(&fgr_r, dst, src, ByteCount, NULL, 1, 0))
         return fgr_r;
-    fgr_mirror_named((uint64_t)dst);
-    fgr_mirror_named((uint64_t)src);
+    fgr_mirror_named((uint64_t)(uintptr_t)dst);
+    fgr_mirror_named((uint64_t)(uintptr_t)src);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpy_ptds, 0)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1062,8 +1078,8 @@ FGR_EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevi
 FGR_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
-    fgr_mirror_named((uint64_t)srcDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)dstDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)srcDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyDtoDAsync_v2, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1077,8 +1093,8 @@ FGR_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcD
 FGR_EXPORT CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
-    fgr_mirror_named((uint64_t)srcDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)dstDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)srcDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyDtoDAsync_v2_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1094,8 +1110,8 @@ FGR_EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteC
     CUresult fgr_r;
     if (fgr_uva_copy(&fgr_r, dst, src, ByteCount, hStream, 0, 1))
         return fgr_r;
-    fgr_mirror_named((uint64_t)dst);
-    fgr_mirror_named((uint64_t)src);
+    fgr_mirror_named((uint64_t)(uintptr_t)dst);
+    fgr_mirror_named((uint64_t)(uintptr_t)src);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyAsync, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1111,8 +1127,8 @@ FGR_EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t 
     CUresult fgr_r;
     if (fgr_uva_copy(&fgr_r, dst, src, ByteCount, hStream, 1, 1))
         return fgr_r;
-    fgr_mirror_named((uint64_t)dst);
-    fgr_mirror_named((uint64_t)src);
+    fgr_mirror_named((uint64_t)(uintptr_t)dst);
+    fgr_mirror_named((uint64_t)(uintptr_t)src);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyAsync_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1126,8 +1142,8 @@ FGR_EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t 
 FGR_EXPORT CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
-    fgr_mirror_named((uint64_t)srcDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)dstDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)srcDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyPeer, 0)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1144,8 +1160,8 @@ FGR_EXPORT CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CU
 FGR_EXPORT CUresult cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
-    fgr_mirror_named((uint64_t)srcDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)dstDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)srcDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyPeer_ptds, 0)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1162,8 +1178,8 @@ FGR_EXPORT CUresult cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContex
 FGR_EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
-    fgr_mirror_named((uint64_t)srcDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)dstDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)srcDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyPeerAsync, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1179,8 +1195,8 @@ FGR_EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContex
 FGR_EXPORT CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
-    fgr_mirror_named((uint64_t)srcDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)dstDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)srcDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemcpyPeerAsync_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1196,7 +1212,7 @@ FGR_EXPORT CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstC
 FGR_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD8_v2, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1211,7 +1227,7 @@ FGR_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_
 FGR_EXPORT CUresult cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD8_v2_ptds, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1226,7 +1242,7 @@ FGR_EXPORT CUresult cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, 
 FGR_EXPORT CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD32_v2, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1241,7 +1257,7 @@ FGR_EXPORT CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_
 FGR_EXPORT CUresult cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD32_v2_ptds, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1256,7 +1272,7 @@ FGR_EXPORT CUresult cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, 
 FGR_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD8Async, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1270,7 +1286,7 @@ FGR_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, siz
 FGR_EXPORT CUresult cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD8Async_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1284,7 +1300,7 @@ FGR_EXPORT CUresult cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc
 FGR_EXPORT CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD32Async, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1298,7 +1314,7 @@ FGR_EXPORT CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, siz
 FGR_EXPORT CUresult cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD32Async_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1312,7 +1328,7 @@ FGR_EXPORT CUresult cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui
 FGR_EXPORT CUresult cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD16_v2, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1327,7 +1343,7 @@ FGR_EXPORT CUresult cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, siz
 FGR_EXPORT CUresult cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD16_v2_ptds, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1342,7 +1358,7 @@ FGR_EXPORT CUresult cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us
 FGR_EXPORT CUresult cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD16Async, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1356,7 +1372,7 @@ FGR_EXPORT CUresult cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, s
 FGR_EXPORT CUresult cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD16Async_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1370,7 +1386,7 @@ FGR_EXPORT CUresult cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short 
 FGR_EXPORT CUresult cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D8_v2, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1387,7 +1403,7 @@ FGR_EXPORT CUresult cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch, unsi
 FGR_EXPORT CUresult cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D8_v2_ptds, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1404,7 +1420,7 @@ FGR_EXPORT CUresult cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch,
 FGR_EXPORT CUresult cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D8Async, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1420,7 +1436,7 @@ FGR_EXPORT CUresult cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, un
 FGR_EXPORT CUresult cuMemsetD2D8Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D8Async_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1436,7 +1452,7 @@ FGR_EXPORT CUresult cuMemsetD2D8Async_ptsz(CUdeviceptr dstDevice, size_t dstPitc
 FGR_EXPORT CUresult cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D16_v2, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1453,7 +1469,7 @@ FGR_EXPORT CUresult cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch, uns
 FGR_EXPORT CUresult cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D16_v2_ptds, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1470,7 +1486,7 @@ FGR_EXPORT CUresult cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch
 FGR_EXPORT CUresult cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D16Async, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1486,7 +1502,7 @@ FGR_EXPORT CUresult cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, u
 FGR_EXPORT CUresult cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D16Async_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1502,7 +1518,7 @@ FGR_EXPORT CUresult cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t dstPit
 FGR_EXPORT CUresult cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D32_v2, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1519,7 +1535,7 @@ FGR_EXPORT CUresult cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, uns
 FGR_EXPORT CUresult cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D32_v2_ptds, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1536,7 +1552,7 @@ FGR_EXPORT CUresult cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch
 FGR_EXPORT CUresult cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D32Async, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -1552,7 +1568,7 @@ FGR_EXPORT CUresult cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, u
 FGR_EXPORT CUresult cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dstDevice);
+    fgr_mirror_named((uint64_t)(uintptr_t)dstDevice);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemsetD2D32Async_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -2330,7 +2346,7 @@ FGR_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGr
 FGR_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dptr);
+    fgr_mirror_named((uint64_t)(uintptr_t)dptr);
     uint64_t n_phGraphNode = phGraphNode ? sizeof(CUgraphNode) : 0;
     uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
     if (n_dependencies > FGR_MAX_BUF)
@@ -2680,7 +2696,7 @@ FGR_EXPORT CUresult cuCtxResetPersistingL2Cache(void)
 FGR_EXPORT CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)ptr);
+    fgr_mirror_named((uint64_t)(uintptr_t)ptr);
     uint64_t n_flags = flags ? sizeof(unsigned long long) : 0;
     uint64_t n_location = location ? sizeof(CUmemLocation) : 0;
     struct fgr_call fgr_c;
@@ -3323,7 +3339,7 @@ FGR_EXPORT CUresult fgrHostMappedFree(CUdeviceptr dptr)
 {
     CUresult fgr_r;
     fgr_range_drop((uint64_t)dptr);
-    fgr_mirror_named((uint64_t)dptr);
+    fgr_mirror_named((uint64_t)(uintptr_t)dptr);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrHostMappedFree, 0)) != CUDA_SUCCESS)
         return fgr_r;
@@ -3336,7 +3352,7 @@ FGR_EXPORT CUresult fgrHostMappedFree(CUdeviceptr dptr)
 FGR_EXPORT CUresult fgrHostWrite(CUdeviceptr dst, const void *src, size_t bytes)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dst);
+    fgr_mirror_named((uint64_t)(uintptr_t)dst);
     uint64_t n_src = src ? fgr_mul((uint64_t)(bytes), 1) : 0;
     if (n_src > FGR_MAX_BUF)
         return fgr_unsupported(-1, "fgrHostWrite", "a buffer over the frame limit");
@@ -3437,7 +3453,7 @@ FGR_EXPORT CUresult fgrArenaFree(CUdeviceptr ptr, unsigned int unmap)
 FGR_EXPORT CUresult fgrStageUpload(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dst);
+    fgr_mirror_named((uint64_t)(uintptr_t)dst);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrStageUpload, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -3452,7 +3468,7 @@ FGR_EXPORT CUresult fgrStageUpload(CUdeviceptr dst, size_t end, size_t n, CUstre
 FGR_EXPORT CUresult fgrStageUploadLast(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dst);
+    fgr_mirror_named((uint64_t)(uintptr_t)dst);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrStageUploadLast, 0)) != CUDA_SUCCESS)
         return fgr_r;
@@ -3481,7 +3497,7 @@ FGR_EXPORT CUresult fgrStageWait(size_t upto)
 FGR_EXPORT CUresult fgrStageDownload(CUdeviceptr src, size_t n, CUstream hStream)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)src);
+    fgr_mirror_named((uint64_t)(uintptr_t)src);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrStageDownload, 0)) != CUDA_SUCCESS)
         return fgr_r;
@@ -3496,7 +3512,7 @@ FGR_EXPORT CUresult fgrStageDownload(CUdeviceptr src, size_t n, CUstream hStream
 FGR_EXPORT CUresult fgrStageDownloadAhead(CUdeviceptr src, size_t n, CUstream hStream, size_t at)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)src);
+    fgr_mirror_named((uint64_t)(uintptr_t)src);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrStageDownloadAhead, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -3550,7 +3566,7 @@ FGR_EXPORT CUresult fgrHeapUnregister(size_t off)
 FGR_EXPORT CUresult fgrHeapUpload(CUdeviceptr dst, size_t off, size_t n, CUstream hStream)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dst);
+    fgr_mirror_named((uint64_t)(uintptr_t)dst);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrHeapUpload, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -3564,7 +3580,7 @@ FGR_EXPORT CUresult fgrHeapUpload(CUdeviceptr dst, size_t off, size_t n, CUstrea
 FGR_EXPORT CUresult fgrHeapUploadWait(CUdeviceptr dst, size_t off, size_t n, CUstream hStream)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dst);
+    fgr_mirror_named((uint64_t)(uintptr_t)dst);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrHeapUploadWait, 0)) != CUDA_SUCCESS)
         return fgr_r;
@@ -3580,7 +3596,7 @@ FGR_EXPORT CUresult fgrHeapUploadWait(CUdeviceptr dst, size_t off, size_t n, CUs
 FGR_EXPORT CUresult fgrHeapDownload(size_t off, CUdeviceptr src, size_t n, CUstream hStream)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)src);
+    fgr_mirror_named((uint64_t)(uintptr_t)src);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrHeapDownload, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -3594,7 +3610,7 @@ FGR_EXPORT CUresult fgrHeapDownload(size_t off, CUdeviceptr src, size_t n, CUstr
 FGR_EXPORT CUresult fgrHeapDownloadWait(size_t off, CUdeviceptr src, size_t n, CUstream hStream)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)src);
+    fgr_mirror_named((uint64_t)(uintptr_t)src);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrHeapDownloadWait, 0)) != CUDA_SUCCESS)
         return fgr_r;
@@ -4138,7 +4154,7 @@ FGR_EXPORT CUresult cuStreamCopyAttributes_ptsz(CUstream dst, CUstream src)
 FGR_EXPORT CUresult cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dptr);
+    fgr_mirror_named((uint64_t)(uintptr_t)dptr);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamAttachMemAsync, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -4152,7 +4168,7 @@ FGR_EXPORT CUresult cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, s
 FGR_EXPORT CUresult cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags)
 {
     CUresult fgr_r;
-    fgr_mirror_named((uint64_t)dptr);
+    fgr_mirror_named((uint64_t)(uintptr_t)dptr);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamAttachMemAsync_ptsz, 1)) != CUDA_SUCCESS)
         return fgr_r;
@@ -4351,6 +4367,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuMemMap] = "cuMemMap",
     [FGR_OP_cuMemUnmap] = "cuMemUnmap",
     [FGR_OP_cuMemSetAccess] = "cuMemSetAccess",
+    [FGR_OP_cuMemRetainAllocationHandle] = "cuMemRetainAllocationHandle",
     [FGR_OP_cuMemGetAllocationGranularity] = "cuMemGetAllocationGranularity",
     [FGR_OP_cuArrayCreate_v2] = "cuArrayCreate_v2",
     [FGR_OP_cuArray3DCreate_v2] = "cuArray3DCreate_v2",
@@ -4686,6 +4703,7 @@ const struct fg_proc fgr_procs[] = {
     {"cuMemMap", "cuMemMap", 10020, 0, (void *)cuMemMap},
     {"cuMemUnmap", "cuMemUnmap", 10020, 0, (void *)cuMemUnmap},
     {"cuMemSetAccess", "cuMemSetAccess", 10020, 0, (void *)cuMemSetAccess},
+    {"cuMemRetainAllocationHandle", "cuMemRetainAllocationHandle", 11000, 0, (void *)cuMemRetainAllocationHandle},
     {"cuMemGetAllocationGranularity", "cuMemGetAllocationGranularity", 10020, 0, (void *)cuMemGetAllocationGranularity},
     {"cuArrayCreate", "cuArrayCreate_v2", 3020, 0, (void *)cuArrayCreate_v2},
     {"cuArray3DCreate", "cuArray3DCreate_v2", 3020, 0, (void *)cuArray3DCreate_v2},

@@ -254,8 +254,26 @@ static CUresult primary_release(CUdevice dev)
     return r;
 }
 
+/* Natively only cuMemMap's memory has a handle; the range's pages, which
+ * hold cuMemAlloc's, are the executor's own, so the client is answered as
+ * the driver answers for cuMemAlloc memory. A handle retained again counts
+ * one more cuMemRelease before the connection loses it. */
+static CUresult (*real_retain)(CUmemGenericAllocationHandle *, void *);
+static CUresult retain_handle(CUmemGenericAllocationHandle *h, void *addr)
+{
+    if ((uint64_t)(uintptr_t)addr - base < size)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = real_retain(h, addr);
+    if (r == CUDA_SUCCESS && h && fgr_has(FGR_H_CUmemGenericAllocationHandle, *h))
+        fgr_retain(FGR_H_CUmemGenericAllocationHandle, *h);
+    return r;
+}
+
 void fgr_arena_init(void *driver)
 {
+    real_retain = fgr_real[FGR_OP_cuMemRetainAllocationHandle];
+    if (real_retain)
+        fgr_real[FGR_OP_cuMemRetainAllocationHandle] = (void *)retain_handle;
 #define SYM(f, name) (*(void **)&d.f = dlsym(driver, name))
     SYM(reserve, "cuMemAddressReserve");
     SYM(granularity, "cuMemGetAllocationGranularity");

@@ -40,6 +40,7 @@ typedef CUresult (*pfn_cuMemAddressFree)(CUdeviceptr ptr, size_t size);
 typedef CUresult (*pfn_cuMemMap)(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags);
 typedef CUresult (*pfn_cuMemUnmap)(CUdeviceptr ptr, size_t size);
 typedef CUresult (*pfn_cuMemSetAccess)(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
+typedef CUresult (*pfn_cuMemRetainAllocationHandle)(CUmemGenericAllocationHandle *handle, void *addr);
 typedef CUresult (*pfn_cuMemGetAllocationGranularity)(size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option);
 typedef CUresult (*pfn_cuArrayCreate_v2)(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray);
 typedef CUresult (*pfn_cuArray3DCreate_v2)(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray);
@@ -536,8 +537,8 @@ static CUresult op_cuMemFree_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_base((uint64_t)dptr)))
-        fgr_r = fgr_refuse("cuMemFree_v2", "dptr", (uint64_t)dptr, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_base((uint64_t)(uintptr_t)dptr)))
+        fgr_r = fgr_refuse("cuMemFree_v2", "dptr", (uint64_t)(uintptr_t)dptr, CUDA_ERROR_INVALID_VALUE);
     else
         fgr_r = ((pfn_cuMemFree_v2)fgr_real[FGR_OP_cuMemFree_v2])(dptr);
     if (fgr_r == CUDA_SUCCESS) {
@@ -581,8 +582,8 @@ static CUresult op_cuMemGetAddressRange_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (has_psize && !(psize = fgr_out(q, sizeof(size_t))))
         return fgr_out_failed(q);
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dptr, 1)))
-        fgr_r = fgr_refuse("cuMemGetAddressRange_v2", "dptr", (uint64_t)dptr, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dptr, 1)))
+        fgr_r = fgr_refuse("cuMemGetAddressRange_v2", "dptr", (uint64_t)(uintptr_t)dptr, CUDA_ERROR_INVALID_VALUE);
     else
         fgr_r = ((pfn_cuMemGetAddressRange_v2)fgr_real[FGR_OP_cuMemGetAddressRange_v2])(pbase, psize, dptr);
     fgr_reply_out(q, pbase, sizeof(CUdeviceptr), 0, fgr_r);
@@ -646,8 +647,8 @@ static CUresult op_cuMemFreeAsync(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_base((uint64_t)dptr)))
-        fgr_r = fgr_refuse("cuMemFreeAsync", "dptr", (uint64_t)dptr, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_base((uint64_t)(uintptr_t)dptr)))
+        fgr_r = fgr_refuse("cuMemFreeAsync", "dptr", (uint64_t)(uintptr_t)dptr, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemFreeAsync", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else
@@ -666,8 +667,8 @@ static CUresult op_cuMemFreeAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_base((uint64_t)dptr)))
-        fgr_r = fgr_refuse("cuMemFreeAsync_ptsz", "dptr", (uint64_t)dptr, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_base((uint64_t)(uintptr_t)dptr)))
+        fgr_r = fgr_refuse("cuMemFreeAsync_ptsz", "dptr", (uint64_t)(uintptr_t)dptr, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemFreeAsync_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else
@@ -909,8 +910,8 @@ static CUresult op_cuMemAddressFree(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_base((uint64_t)ptr)))
-        fgr_r = fgr_refuse("cuMemAddressFree", "ptr", (uint64_t)ptr, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_base((uint64_t)(uintptr_t)ptr)))
+        fgr_r = fgr_refuse("cuMemAddressFree", "ptr", (uint64_t)(uintptr_t)ptr, CUDA_ERROR_INVALID_VALUE);
     else
         fgr_r = ((pfn_cuMemAddressFree)fgr_real[FGR_OP_cuMemAddressFree])(ptr, size);
     if (fgr_r == CUDA_SUCCESS) {
@@ -930,8 +931,8 @@ static CUresult op_cuMemMap(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)ptr, size)))
-        fgr_r = fgr_refuse("cuMemMap", "ptr", (uint64_t)ptr, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)ptr, size)))
+        fgr_r = fgr_refuse("cuMemMap", "ptr", (uint64_t)(uintptr_t)ptr, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUmemGenericAllocationHandle, (uint64_t)handle)))
         fgr_r = fgr_refuse("cuMemMap", "handle", (uint64_t)handle, CUDA_ERROR_INVALID_HANDLE);
     else
@@ -947,8 +948,8 @@ static CUresult op_cuMemUnmap(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)ptr, size)))
-        fgr_r = fgr_refuse("cuMemUnmap", "ptr", (uint64_t)ptr, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)ptr, size)))
+        fgr_r = fgr_refuse("cuMemUnmap", "ptr", (uint64_t)(uintptr_t)ptr, CUDA_ERROR_INVALID_VALUE);
     else
         fgr_r = ((pfn_cuMemUnmap)fgr_real[FGR_OP_cuMemUnmap])(ptr, size);
     return fgr_r;
@@ -964,10 +965,33 @@ static CUresult op_cuMemSetAccess(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)ptr, size)))
-        fgr_r = fgr_refuse("cuMemSetAccess", "ptr", (uint64_t)ptr, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)ptr, size)))
+        fgr_r = fgr_refuse("cuMemSetAccess", "ptr", (uint64_t)(uintptr_t)ptr, CUDA_ERROR_INVALID_VALUE);
     else
         fgr_r = ((pfn_cuMemSetAccess)fgr_real[FGR_OP_cuMemSetAccess])(ptr, size, desc, count);
+    return fgr_r;
+}
+
+static CUresult op_cuMemRetainAllocationHandle(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    void *addr = (void *)(uintptr_t)fgr_get_u64(rd);
+    int has_handle = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUmemGenericAllocationHandle *handle = NULL;
+    if (has_handle && !(handle = fgr_out(q, sizeof(CUmemGenericAllocationHandle))))
+        return fgr_out_failed(q);
+    CUresult fgr_r;
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)addr, 1)))
+        fgr_r = fgr_refuse("cuMemRetainAllocationHandle", "addr", (uint64_t)(uintptr_t)addr, CUDA_ERROR_INVALID_VALUE);
+    else
+        fgr_r = ((pfn_cuMemRetainAllocationHandle)fgr_real[FGR_OP_cuMemRetainAllocationHandle])(handle, addr);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (handle)
+            fgr_add(FGR_H_CUmemGenericAllocationHandle, (uint64_t)*handle, 0, 0);
+    }
+    fgr_reply_out(q, handle, sizeof(CUmemGenericAllocationHandle), 0, fgr_r);
     return fgr_r;
 }
 
@@ -1088,8 +1112,8 @@ static CUresult op_cuMemcpyHtoD_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyHtoD_v2", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyHtoD_v2", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else
         fgr_r = ((pfn_cuMemcpyHtoD_v2)fgr_real[FGR_OP_cuMemcpyHtoD_v2])(dstDevice, srcHost, ByteCount);
     return fgr_r;
@@ -1104,8 +1128,8 @@ static CUresult op_cuMemcpyHtoD_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyHtoD_v2_ptds", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyHtoD_v2_ptds", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else
         fgr_r = ((pfn_cuMemcpyHtoD_v2_ptds)fgr_real[FGR_OP_cuMemcpyHtoD_v2_ptds])(dstDevice, srcHost, ByteCount);
     return fgr_r;
@@ -1123,8 +1147,8 @@ static CUresult op_cuMemcpyDtoH_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (has_dstHost && !(dstHost = fgr_out(q, fgr_mul((uint64_t)(ByteCount), 1))))
         return fgr_out_failed(q);
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyDtoH_v2", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)srcDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyDtoH_v2", "srcDevice", (uint64_t)(uintptr_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
     else if ((fgr_r = fgr_wait(FGR_AFTER_STREAM, 0, 0)) == FGR_GO)
         fgr_r = ((pfn_cuMemcpyDtoH_v2)fgr_real[FGR_OP_cuMemcpyDtoH_v2])(dstHost, srcDevice, ByteCount);
     fgr_reply_out(q, dstHost, fgr_mul((uint64_t)(ByteCount), 1), 0, fgr_r);
@@ -1143,8 +1167,8 @@ static CUresult op_cuMemcpyDtoH_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     if (has_dstHost && !(dstHost = fgr_out(q, fgr_mul((uint64_t)(ByteCount), 1))))
         return fgr_out_failed(q);
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyDtoH_v2_ptds", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)srcDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyDtoH_v2_ptds", "srcDevice", (uint64_t)(uintptr_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
     else if ((fgr_r = fgr_wait(FGR_AFTER_STREAM, 0, 1)) == FGR_GO)
         fgr_r = ((pfn_cuMemcpyDtoH_v2_ptds)fgr_real[FGR_OP_cuMemcpyDtoH_v2_ptds])(dstHost, srcDevice, ByteCount);
     fgr_reply_out(q, dstHost, fgr_mul((uint64_t)(ByteCount), 1), 0, fgr_r);
@@ -1160,10 +1184,10 @@ static CUresult op_cuMemcpyDtoD_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyDtoD_v2", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyDtoD_v2", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyDtoD_v2", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_mem_in((uint64_t)(uintptr_t)srcDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyDtoD_v2", "srcDevice", (uint64_t)(uintptr_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
     else
         fgr_r = ((pfn_cuMemcpyDtoD_v2)fgr_real[FGR_OP_cuMemcpyDtoD_v2])(dstDevice, srcDevice, ByteCount);
     return fgr_r;
@@ -1178,10 +1202,10 @@ static CUresult op_cuMemcpyDtoD_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyDtoD_v2_ptds", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyDtoD_v2_ptds", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyDtoD_v2_ptds", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_mem_in((uint64_t)(uintptr_t)srcDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyDtoD_v2_ptds", "srcDevice", (uint64_t)(uintptr_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
     else
         fgr_r = ((pfn_cuMemcpyDtoD_v2_ptds)fgr_real[FGR_OP_cuMemcpyDtoD_v2_ptds])(dstDevice, srcDevice, ByteCount);
     return fgr_r;
@@ -1196,10 +1220,10 @@ static CUresult op_cuMemcpy(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dst, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpy", "dst", (uint64_t)dst, CUDA_ERROR_INVALID_VALUE);
-    else if (!(fgr_mem_in((uint64_t)src, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpy", "src", (uint64_t)src, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dst, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpy", "dst", (uint64_t)(uintptr_t)dst, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_mem_in((uint64_t)(uintptr_t)src, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpy", "src", (uint64_t)(uintptr_t)src, CUDA_ERROR_INVALID_VALUE);
     else
         fgr_r = ((pfn_cuMemcpy)fgr_real[FGR_OP_cuMemcpy])(dst, src, ByteCount);
     return fgr_r;
@@ -1214,10 +1238,10 @@ static CUresult op_cuMemcpy_ptds(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dst, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpy_ptds", "dst", (uint64_t)dst, CUDA_ERROR_INVALID_VALUE);
-    else if (!(fgr_mem_in((uint64_t)src, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpy_ptds", "src", (uint64_t)src, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dst, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpy_ptds", "dst", (uint64_t)(uintptr_t)dst, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_mem_in((uint64_t)(uintptr_t)src, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpy_ptds", "src", (uint64_t)(uintptr_t)src, CUDA_ERROR_INVALID_VALUE);
     else
         fgr_r = ((pfn_cuMemcpy_ptds)fgr_real[FGR_OP_cuMemcpy_ptds])(dst, src, ByteCount);
     return fgr_r;
@@ -1233,8 +1257,8 @@ static CUresult op_cuMemcpyHtoDAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyHtoDAsync_v2", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyHtoDAsync_v2", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemcpyHtoDAsync_v2", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else if ((fgr_r = fgr_captured_upload((const void **)&srcHost, fgr_mul((uint64_t)(ByteCount), 1), hStream, 0)) == CUDA_SUCCESS)
@@ -1252,8 +1276,8 @@ static CUresult op_cuMemcpyHtoDAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyHtoDAsync_v2_ptsz", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyHtoDAsync_v2_ptsz", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemcpyHtoDAsync_v2_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else if ((fgr_r = fgr_captured_upload((const void **)&srcHost, fgr_mul((uint64_t)(ByteCount), 1), hStream, 1)) == CUDA_SUCCESS)
@@ -1274,8 +1298,8 @@ static CUresult op_cuMemcpyDtoHAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (has_dstHost && !(dstHost = fgr_out(q, fgr_mul((uint64_t)(ByteCount), 1))))
         return fgr_out_failed(q);
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyDtoHAsync_v2", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)srcDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyDtoHAsync_v2", "srcDevice", (uint64_t)(uintptr_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemcpyDtoHAsync_v2", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else if ((fgr_r = fgr_wait(FGR_AFTER_STREAM, (uint64_t)(uintptr_t)hStream, 0)) == FGR_GO &&
@@ -1300,8 +1324,8 @@ static CUresult op_cuMemcpyDtoHAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *
     if (has_dstHost && !(dstHost = fgr_out(q, fgr_mul((uint64_t)(ByteCount), 1))))
         return fgr_out_failed(q);
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyDtoHAsync_v2_ptsz", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)srcDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyDtoHAsync_v2_ptsz", "srcDevice", (uint64_t)(uintptr_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemcpyDtoHAsync_v2_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else if ((fgr_r = fgr_wait(FGR_AFTER_STREAM, (uint64_t)(uintptr_t)hStream, 1)) == FGR_GO &&
@@ -1323,10 +1347,10 @@ static CUresult op_cuMemcpyDtoDAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyDtoDAsync_v2", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyDtoDAsync_v2", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyDtoDAsync_v2", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_mem_in((uint64_t)(uintptr_t)srcDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyDtoDAsync_v2", "srcDevice", (uint64_t)(uintptr_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemcpyDtoDAsync_v2", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else
@@ -1344,10 +1368,10 @@ static CUresult op_cuMemcpyDtoDAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyDtoDAsync_v2_ptsz", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyDtoDAsync_v2_ptsz", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyDtoDAsync_v2_ptsz", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_mem_in((uint64_t)(uintptr_t)srcDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyDtoDAsync_v2_ptsz", "srcDevice", (uint64_t)(uintptr_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemcpyDtoDAsync_v2_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else
@@ -1365,10 +1389,10 @@ static CUresult op_cuMemcpyAsync(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dst, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyAsync", "dst", (uint64_t)dst, CUDA_ERROR_INVALID_VALUE);
-    else if (!(fgr_mem_in((uint64_t)src, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyAsync", "src", (uint64_t)src, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dst, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyAsync", "dst", (uint64_t)(uintptr_t)dst, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_mem_in((uint64_t)(uintptr_t)src, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyAsync", "src", (uint64_t)(uintptr_t)src, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemcpyAsync", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else
@@ -1386,10 +1410,10 @@ static CUresult op_cuMemcpyAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dst, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyAsync_ptsz", "dst", (uint64_t)dst, CUDA_ERROR_INVALID_VALUE);
-    else if (!(fgr_mem_in((uint64_t)src, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyAsync_ptsz", "src", (uint64_t)src, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dst, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyAsync_ptsz", "dst", (uint64_t)(uintptr_t)dst, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_mem_in((uint64_t)(uintptr_t)src, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyAsync_ptsz", "src", (uint64_t)(uintptr_t)src, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemcpyAsync_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else
@@ -1408,12 +1432,12 @@ static CUresult op_cuMemcpyPeer(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyPeer", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyPeer", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)dstContext)))
         fgr_r = fgr_refuse("cuMemcpyPeer", "dstContext", (uint64_t)(uintptr_t)dstContext, CUDA_ERROR_INVALID_CONTEXT);
-    else if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyPeer", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_mem_in((uint64_t)(uintptr_t)srcDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyPeer", "srcDevice", (uint64_t)(uintptr_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)srcContext)))
         fgr_r = fgr_refuse("cuMemcpyPeer", "srcContext", (uint64_t)(uintptr_t)srcContext, CUDA_ERROR_INVALID_CONTEXT);
     else
@@ -1432,12 +1456,12 @@ static CUresult op_cuMemcpyPeer_ptds(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyPeer_ptds", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyPeer_ptds", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)dstContext)))
         fgr_r = fgr_refuse("cuMemcpyPeer_ptds", "dstContext", (uint64_t)(uintptr_t)dstContext, CUDA_ERROR_INVALID_CONTEXT);
-    else if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyPeer_ptds", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_mem_in((uint64_t)(uintptr_t)srcDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyPeer_ptds", "srcDevice", (uint64_t)(uintptr_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)srcContext)))
         fgr_r = fgr_refuse("cuMemcpyPeer_ptds", "srcContext", (uint64_t)(uintptr_t)srcContext, CUDA_ERROR_INVALID_CONTEXT);
     else
@@ -1457,12 +1481,12 @@ static CUresult op_cuMemcpyPeerAsync(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyPeerAsync", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyPeerAsync", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)dstContext)))
         fgr_r = fgr_refuse("cuMemcpyPeerAsync", "dstContext", (uint64_t)(uintptr_t)dstContext, CUDA_ERROR_INVALID_CONTEXT);
-    else if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyPeerAsync", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_mem_in((uint64_t)(uintptr_t)srcDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyPeerAsync", "srcDevice", (uint64_t)(uintptr_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)srcContext)))
         fgr_r = fgr_refuse("cuMemcpyPeerAsync", "srcContext", (uint64_t)(uintptr_t)srcContext, CUDA_ERROR_INVALID_CONTEXT);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
@@ -1484,12 +1508,12 @@ static CUresult op_cuMemcpyPeerAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyPeerAsync_ptsz", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyPeerAsync_ptsz", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)dstContext)))
         fgr_r = fgr_refuse("cuMemcpyPeerAsync_ptsz", "dstContext", (uint64_t)(uintptr_t)dstContext, CUDA_ERROR_INVALID_CONTEXT);
-    else if (!(fgr_mem_in((uint64_t)srcDevice, ByteCount)))
-        fgr_r = fgr_refuse("cuMemcpyPeerAsync_ptsz", "srcDevice", (uint64_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_mem_in((uint64_t)(uintptr_t)srcDevice, ByteCount)))
+        fgr_r = fgr_refuse("cuMemcpyPeerAsync_ptsz", "srcDevice", (uint64_t)(uintptr_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)srcContext)))
         fgr_r = fgr_refuse("cuMemcpyPeerAsync_ptsz", "srcContext", (uint64_t)(uintptr_t)srcContext, CUDA_ERROR_INVALID_CONTEXT);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
@@ -1508,8 +1532,8 @@ static CUresult op_cuMemsetD8_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, N)))
-        fgr_r = fgr_refuse("cuMemsetD8_v2", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, N)))
+        fgr_r = fgr_refuse("cuMemsetD8_v2", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else
         fgr_r = ((pfn_cuMemsetD8_v2)fgr_real[FGR_OP_cuMemsetD8_v2])(dstDevice, uc, N);
     return fgr_r;
@@ -1524,8 +1548,8 @@ static CUresult op_cuMemsetD8_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, N)))
-        fgr_r = fgr_refuse("cuMemsetD8_v2_ptds", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, N)))
+        fgr_r = fgr_refuse("cuMemsetD8_v2_ptds", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else
         fgr_r = ((pfn_cuMemsetD8_v2_ptds)fgr_real[FGR_OP_cuMemsetD8_v2_ptds])(dstDevice, uc, N);
     return fgr_r;
@@ -1540,8 +1564,8 @@ static CUresult op_cuMemsetD32_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_mul(N,4))))
-        fgr_r = fgr_refuse("cuMemsetD32_v2", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_mul(N,4))))
+        fgr_r = fgr_refuse("cuMemsetD32_v2", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else
         fgr_r = ((pfn_cuMemsetD32_v2)fgr_real[FGR_OP_cuMemsetD32_v2])(dstDevice, ui, N);
     return fgr_r;
@@ -1556,8 +1580,8 @@ static CUresult op_cuMemsetD32_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_mul(N,4))))
-        fgr_r = fgr_refuse("cuMemsetD32_v2_ptds", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_mul(N,4))))
+        fgr_r = fgr_refuse("cuMemsetD32_v2_ptds", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else
         fgr_r = ((pfn_cuMemsetD32_v2_ptds)fgr_real[FGR_OP_cuMemsetD32_v2_ptds])(dstDevice, ui, N);
     return fgr_r;
@@ -1573,8 +1597,8 @@ static CUresult op_cuMemsetD8Async(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, N)))
-        fgr_r = fgr_refuse("cuMemsetD8Async", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, N)))
+        fgr_r = fgr_refuse("cuMemsetD8Async", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemsetD8Async", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else
@@ -1592,8 +1616,8 @@ static CUresult op_cuMemsetD8Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, N)))
-        fgr_r = fgr_refuse("cuMemsetD8Async_ptsz", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, N)))
+        fgr_r = fgr_refuse("cuMemsetD8Async_ptsz", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemsetD8Async_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else
@@ -1611,8 +1635,8 @@ static CUresult op_cuMemsetD32Async(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_mul(N,4))))
-        fgr_r = fgr_refuse("cuMemsetD32Async", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_mul(N,4))))
+        fgr_r = fgr_refuse("cuMemsetD32Async", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemsetD32Async", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else
@@ -1630,8 +1654,8 @@ static CUresult op_cuMemsetD32Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_mul(N,4))))
-        fgr_r = fgr_refuse("cuMemsetD32Async_ptsz", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_mul(N,4))))
+        fgr_r = fgr_refuse("cuMemsetD32Async_ptsz", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemsetD32Async_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else
@@ -1648,8 +1672,8 @@ static CUresult op_cuMemsetD16_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_mul(N,2))))
-        fgr_r = fgr_refuse("cuMemsetD16_v2", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_mul(N,2))))
+        fgr_r = fgr_refuse("cuMemsetD16_v2", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else
         fgr_r = ((pfn_cuMemsetD16_v2)fgr_real[FGR_OP_cuMemsetD16_v2])(dstDevice, us, N);
     return fgr_r;
@@ -1664,8 +1688,8 @@ static CUresult op_cuMemsetD16_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_mul(N,2))))
-        fgr_r = fgr_refuse("cuMemsetD16_v2_ptds", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_mul(N,2))))
+        fgr_r = fgr_refuse("cuMemsetD16_v2_ptds", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else
         fgr_r = ((pfn_cuMemsetD16_v2_ptds)fgr_real[FGR_OP_cuMemsetD16_v2_ptds])(dstDevice, us, N);
     return fgr_r;
@@ -1681,8 +1705,8 @@ static CUresult op_cuMemsetD16Async(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_mul(N,2))))
-        fgr_r = fgr_refuse("cuMemsetD16Async", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_mul(N,2))))
+        fgr_r = fgr_refuse("cuMemsetD16Async", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemsetD16Async", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else
@@ -1700,8 +1724,8 @@ static CUresult op_cuMemsetD16Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_mul(N,2))))
-        fgr_r = fgr_refuse("cuMemsetD16Async_ptsz", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_mul(N,2))))
+        fgr_r = fgr_refuse("cuMemsetD16Async_ptsz", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemsetD16Async_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else
@@ -1720,8 +1744,8 @@ static CUresult op_cuMemsetD2D8_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,1),Height))))
-        fgr_r = fgr_refuse("cuMemsetD2D8_v2", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,1),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D8_v2", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else
         fgr_r = ((pfn_cuMemsetD2D8_v2)fgr_real[FGR_OP_cuMemsetD2D8_v2])(dstDevice, dstPitch, uc, Width, Height);
     return fgr_r;
@@ -1738,8 +1762,8 @@ static CUresult op_cuMemsetD2D8_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,1),Height))))
-        fgr_r = fgr_refuse("cuMemsetD2D8_v2_ptds", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,1),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D8_v2_ptds", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else
         fgr_r = ((pfn_cuMemsetD2D8_v2_ptds)fgr_real[FGR_OP_cuMemsetD2D8_v2_ptds])(dstDevice, dstPitch, uc, Width, Height);
     return fgr_r;
@@ -1757,8 +1781,8 @@ static CUresult op_cuMemsetD2D8Async(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,1),Height))))
-        fgr_r = fgr_refuse("cuMemsetD2D8Async", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,1),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D8Async", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemsetD2D8Async", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else
@@ -1778,8 +1802,8 @@ static CUresult op_cuMemsetD2D8Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,1),Height))))
-        fgr_r = fgr_refuse("cuMemsetD2D8Async_ptsz", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,1),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D8Async_ptsz", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemsetD2D8Async_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else
@@ -1798,8 +1822,8 @@ static CUresult op_cuMemsetD2D16_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,2),Height))))
-        fgr_r = fgr_refuse("cuMemsetD2D16_v2", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,2),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D16_v2", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else
         fgr_r = ((pfn_cuMemsetD2D16_v2)fgr_real[FGR_OP_cuMemsetD2D16_v2])(dstDevice, dstPitch, us, Width, Height);
     return fgr_r;
@@ -1816,8 +1840,8 @@ static CUresult op_cuMemsetD2D16_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,2),Height))))
-        fgr_r = fgr_refuse("cuMemsetD2D16_v2_ptds", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,2),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D16_v2_ptds", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else
         fgr_r = ((pfn_cuMemsetD2D16_v2_ptds)fgr_real[FGR_OP_cuMemsetD2D16_v2_ptds])(dstDevice, dstPitch, us, Width, Height);
     return fgr_r;
@@ -1835,8 +1859,8 @@ static CUresult op_cuMemsetD2D16Async(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,2),Height))))
-        fgr_r = fgr_refuse("cuMemsetD2D16Async", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,2),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D16Async", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemsetD2D16Async", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else
@@ -1856,8 +1880,8 @@ static CUresult op_cuMemsetD2D16Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,2),Height))))
-        fgr_r = fgr_refuse("cuMemsetD2D16Async_ptsz", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,2),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D16Async_ptsz", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemsetD2D16Async_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else
@@ -1876,8 +1900,8 @@ static CUresult op_cuMemsetD2D32_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,4),Height))))
-        fgr_r = fgr_refuse("cuMemsetD2D32_v2", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,4),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D32_v2", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else
         fgr_r = ((pfn_cuMemsetD2D32_v2)fgr_real[FGR_OP_cuMemsetD2D32_v2])(dstDevice, dstPitch, ui, Width, Height);
     return fgr_r;
@@ -1894,8 +1918,8 @@ static CUresult op_cuMemsetD2D32_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,4),Height))))
-        fgr_r = fgr_refuse("cuMemsetD2D32_v2_ptds", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,4),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D32_v2_ptds", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else
         fgr_r = ((pfn_cuMemsetD2D32_v2_ptds)fgr_real[FGR_OP_cuMemsetD2D32_v2_ptds])(dstDevice, dstPitch, ui, Width, Height);
     return fgr_r;
@@ -1913,8 +1937,8 @@ static CUresult op_cuMemsetD2D32Async(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,4),Height))))
-        fgr_r = fgr_refuse("cuMemsetD2D32Async", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,4),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D32Async", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemsetD2D32Async", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else
@@ -1934,8 +1958,8 @@ static CUresult op_cuMemsetD2D32Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,4),Height))))
-        fgr_r = fgr_refuse("cuMemsetD2D32Async_ptsz", "dstDevice", (uint64_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,4),Height))))
+        fgr_r = fgr_refuse("cuMemsetD2D32Async_ptsz", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemsetD2D32Async_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else
@@ -2912,8 +2936,8 @@ static CUresult op_cuGraphAddMemFreeNode(struct fgr_rd *rd, struct fgr_req *q)
         fgr_r = fgr_refuse("cuGraphAddMemFreeNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
         fgr_r = fgr_refuse("cuGraphAddMemFreeNode", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
-    else if (!(fgr_mem_in((uint64_t)dptr, 1)))
-        fgr_r = fgr_refuse("cuGraphAddMemFreeNode", "dptr", (uint64_t)dptr, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_mem_in((uint64_t)(uintptr_t)dptr, 1)))
+        fgr_r = fgr_refuse("cuGraphAddMemFreeNode", "dptr", (uint64_t)(uintptr_t)dptr, CUDA_ERROR_INVALID_VALUE);
     else
         fgr_r = ((pfn_cuGraphAddMemFreeNode)fgr_real[FGR_OP_cuGraphAddMemFreeNode])(phGraphNode, hGraph, dependencies, numDependencies, dptr);
     if (fgr_r == CUDA_SUCCESS) {
@@ -3314,8 +3338,8 @@ static CUresult op_cuMemGetAccess(struct fgr_rd *rd, struct fgr_req *q)
     if (has_flags && !(flags = fgr_out(q, sizeof(unsigned long long))))
         return fgr_out_failed(q);
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)ptr, 1)))
-        fgr_r = fgr_refuse("cuMemGetAccess", "ptr", (uint64_t)ptr, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)ptr, 1)))
+        fgr_r = fgr_refuse("cuMemGetAccess", "ptr", (uint64_t)(uintptr_t)ptr, CUDA_ERROR_INVALID_VALUE);
     else
         fgr_r = ((pfn_cuMemGetAccess)fgr_real[FGR_OP_cuMemGetAccess])(flags, location, ptr);
     fgr_reply_out(q, flags, sizeof(unsigned long long), 0, fgr_r);
@@ -4056,8 +4080,8 @@ static CUresult op_fgrHostMappedFree(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_base((uint64_t)dptr)))
-        fgr_r = fgr_refuse("fgrHostMappedFree", "dptr", (uint64_t)dptr, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_base((uint64_t)(uintptr_t)dptr)))
+        fgr_r = fgr_refuse("fgrHostMappedFree", "dptr", (uint64_t)(uintptr_t)dptr, CUDA_ERROR_INVALID_VALUE);
     else
         fgr_r = ((pfn_fgrHostMappedFree)fgr_real[FGR_OP_fgrHostMappedFree])(dptr);
     if (fgr_r == CUDA_SUCCESS) {
@@ -4075,8 +4099,8 @@ static CUresult op_fgrHostWrite(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dst, bytes)))
-        fgr_r = fgr_refuse("fgrHostWrite", "dst", (uint64_t)dst, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dst, bytes)))
+        fgr_r = fgr_refuse("fgrHostWrite", "dst", (uint64_t)(uintptr_t)dst, CUDA_ERROR_INVALID_VALUE);
     else
         fgr_r = ((pfn_fgrHostWrite)fgr_real[FGR_OP_fgrHostWrite])(dst, src, bytes);
     return fgr_r;
@@ -4166,8 +4190,8 @@ static CUresult op_fgrStageUpload(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dst, n)))
-        fgr_r = fgr_refuse("fgrStageUpload", "dst", (uint64_t)dst, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dst, n)))
+        fgr_r = fgr_refuse("fgrStageUpload", "dst", (uint64_t)(uintptr_t)dst, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("fgrStageUpload", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else
@@ -4186,8 +4210,8 @@ static CUresult op_fgrStageUploadLast(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dst, n)))
-        fgr_r = fgr_refuse("fgrStageUploadLast", "dst", (uint64_t)dst, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dst, n)))
+        fgr_r = fgr_refuse("fgrStageUploadLast", "dst", (uint64_t)(uintptr_t)dst, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("fgrStageUploadLast", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else
@@ -4214,8 +4238,8 @@ static CUresult op_fgrStageDownload(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)src, n)))
-        fgr_r = fgr_refuse("fgrStageDownload", "src", (uint64_t)src, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)src, n)))
+        fgr_r = fgr_refuse("fgrStageDownload", "src", (uint64_t)(uintptr_t)src, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("fgrStageDownload", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else if ((fgr_r = fgr_wait(FGR_AFTER_STREAM, (uint64_t)(uintptr_t)hStream, 0)) == FGR_GO)
@@ -4233,8 +4257,8 @@ static CUresult op_fgrStageDownloadAhead(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)src, n)))
-        fgr_r = fgr_refuse("fgrStageDownloadAhead", "src", (uint64_t)src, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)src, n)))
+        fgr_r = fgr_refuse("fgrStageDownloadAhead", "src", (uint64_t)(uintptr_t)src, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("fgrStageDownloadAhead", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else
@@ -4288,8 +4312,8 @@ static CUresult op_fgrHeapUpload(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dst, n)))
-        fgr_r = fgr_refuse("fgrHeapUpload", "dst", (uint64_t)dst, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dst, n)))
+        fgr_r = fgr_refuse("fgrHeapUpload", "dst", (uint64_t)(uintptr_t)dst, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("fgrHeapUpload", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else
@@ -4307,8 +4331,8 @@ static CUresult op_fgrHeapUploadWait(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)dst, n)))
-        fgr_r = fgr_refuse("fgrHeapUploadWait", "dst", (uint64_t)dst, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)dst, n)))
+        fgr_r = fgr_refuse("fgrHeapUploadWait", "dst", (uint64_t)(uintptr_t)dst, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("fgrHeapUploadWait", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else if ((fgr_r = fgr_wait(FGR_AFTER_STREAM, (uint64_t)(uintptr_t)hStream, 0)) == FGR_GO)
@@ -4326,8 +4350,8 @@ static CUresult op_fgrHeapDownload(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)src, n)))
-        fgr_r = fgr_refuse("fgrHeapDownload", "src", (uint64_t)src, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)src, n)))
+        fgr_r = fgr_refuse("fgrHeapDownload", "src", (uint64_t)(uintptr_t)src, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("fgrHeapDownload", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else
@@ -4345,8 +4369,8 @@ static CUresult op_fgrHeapDownloadWait(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r;
-    if (!(fgr_mem_in((uint64_t)src, n)))
-        fgr_r = fgr_refuse("fgrHeapDownloadWait", "src", (uint64_t)src, CUDA_ERROR_INVALID_VALUE);
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)src, n)))
+        fgr_r = fgr_refuse("fgrHeapDownloadWait", "src", (uint64_t)(uintptr_t)src, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("fgrHeapDownloadWait", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else if ((fgr_r = fgr_wait(FGR_AFTER_STREAM, (uint64_t)(uintptr_t)hStream, 0)) == FGR_GO)
@@ -4931,8 +4955,8 @@ static CUresult op_cuStreamAttachMemAsync(struct fgr_rd *rd, struct fgr_req *q)
     CUresult fgr_r;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamAttachMemAsync", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else if (!(fgr_mem_in((uint64_t)dptr, length?length:1)))
-        fgr_r = fgr_refuse("cuStreamAttachMemAsync", "dptr", (uint64_t)dptr, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_mem_in((uint64_t)(uintptr_t)dptr, length?length:1)))
+        fgr_r = fgr_refuse("cuStreamAttachMemAsync", "dptr", (uint64_t)(uintptr_t)dptr, CUDA_ERROR_INVALID_VALUE);
     else
         fgr_r = ((pfn_cuStreamAttachMemAsync)fgr_real[FGR_OP_cuStreamAttachMemAsync])(hStream, dptr, length, flags);
     return fgr_r;
@@ -4950,8 +4974,8 @@ static CUresult op_cuStreamAttachMemAsync_ptsz(struct fgr_rd *rd, struct fgr_req
     CUresult fgr_r;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamAttachMemAsync_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else if (!(fgr_mem_in((uint64_t)dptr, length?length:1)))
-        fgr_r = fgr_refuse("cuStreamAttachMemAsync_ptsz", "dptr", (uint64_t)dptr, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_mem_in((uint64_t)(uintptr_t)dptr, length?length:1)))
+        fgr_r = fgr_refuse("cuStreamAttachMemAsync_ptsz", "dptr", (uint64_t)(uintptr_t)dptr, CUDA_ERROR_INVALID_VALUE);
     else
         fgr_r = ((pfn_cuStreamAttachMemAsync_ptsz)fgr_real[FGR_OP_cuStreamAttachMemAsync_ptsz])(hStream, dptr, length, flags);
     return fgr_r;
@@ -5358,6 +5382,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuMemMap] = {"cuMemMap", op_cuMemMap, 0},
     [FGR_OP_cuMemUnmap] = {"cuMemUnmap", op_cuMemUnmap, 0},
     [FGR_OP_cuMemSetAccess] = {"cuMemSetAccess", op_cuMemSetAccess, 0},
+    [FGR_OP_cuMemRetainAllocationHandle] = {"cuMemRetainAllocationHandle", op_cuMemRetainAllocationHandle, 0},
     [FGR_OP_cuMemGetAllocationGranularity] = {"cuMemGetAllocationGranularity", op_cuMemGetAllocationGranularity, 0},
     [FGR_OP_cuArrayCreate_v2] = {"cuArrayCreate_v2", op_cuArrayCreate_v2, 0},
     [FGR_OP_cuArray3DCreate_v2] = {"cuArray3DCreate_v2", op_cuArray3DCreate_v2, 0},

@@ -196,6 +196,9 @@ void fgr_add(int kind, uint64_t v, int okind, uint64_t owner);
 void fgr_shadow_add(int kind, uint64_t id, uint64_t real);
 uint64_t fgr_unshadow(int kind, uint64_t v);
 /* Forgets v and everything it owns. */
+/* One more reference to a handle the connection has: fgr_drop then takes
+ * one away before it forgets the handle. */
+void fgr_retain(int kind, uint64_t v);
 void fgr_drop(int kind, uint64_t v);
 /* [p, p+n) lies in one range this connection allocated. */
 int fgr_mem_in(uint64_t p, uint64_t n);

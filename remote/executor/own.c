@@ -18,6 +18,7 @@ const char *fgr_peer = "client";
 
 struct ent {
     uint64_t v, owner;
+    uint32_t refs; /* references beyond the first (a physical allocation's retains) */
     uint8_t kind, okind; /* 0: empty slot; FGR_H_DEAD: removed */
 };
 #define FGR_H_DEAD 0xff
@@ -99,7 +100,14 @@ void fgr_add(int kind, uint64_t v, int okind, uint64_t owner)
         i = (i + 1) & (cap - 1);
     if (!tab[i].kind)
         used++;
-    tab[i] = (struct ent){v, owner, (uint8_t)kind, (uint8_t)okind};
+    tab[i] = (struct ent){v, owner, 0, (uint8_t)kind, (uint8_t)okind};
+}
+
+void fgr_retain(int kind, uint64_t v)
+{
+    struct ent *e = find(kind, v);
+    if (e && e->refs < UINT32_MAX)
+        e->refs++;
 }
 
 static void drop_owned(int kind, uint64_t v);
@@ -121,6 +129,10 @@ uint64_t fgr_unshadow(int kind, uint64_t v)
 void fgr_drop(int kind, uint64_t v)
 {
     struct ent *e = find(kind, v);
+    if (e && e->refs) { /* released, but retained more often */
+        e->refs--;
+        return;
+    }
     if (e) {
         e->kind = FGR_H_DEAD;
         drop_owned(kind, v);

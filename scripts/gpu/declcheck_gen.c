@@ -124,6 +124,8 @@ typedef CUresult (CUDAAPI *fg_sig_cuMemUnmap)(CUdeviceptr ptr, size_t size);
 SAME(fg_sig_cuMemUnmap, PFN_cuMemUnmap_v10020);
 typedef CUresult (CUDAAPI *fg_sig_cuMemSetAccess)(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
 SAME(fg_sig_cuMemSetAccess, PFN_cuMemSetAccess_v10020);
+typedef CUresult (CUDAAPI *fg_sig_cuMemRetainAllocationHandle)(CUmemGenericAllocationHandle *handle, void *addr);
+SAME(fg_sig_cuMemRetainAllocationHandle, PFN_cuMemRetainAllocationHandle_v11000);
 typedef CUresult (CUDAAPI *fg_sig_cuMemGetAllocationGranularity)(size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option);
 SAME(fg_sig_cuMemGetAllocationGranularity, PFN_cuMemGetAllocationGranularity_v10020);
 typedef CUresult (CUDAAPI *fg_sig_cuArrayCreate_v2)(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray);

@@ -54,6 +54,12 @@ static void paths(void)
 
     CHECK(cuMemAlloc_v2(&p, 64 * MiB));
     expect_used("cuMemAlloc_v2 charges", base + 64 * MiB);
+    CUmemGenericAllocationHandle none;
+    CUresult r = cuMemRetainAllocationHandle(&none, (void *)(uintptr_t)p);
+    if (r != CUDA_ERROR_INVALID_VALUE) {
+        printf("FAIL cuMemRetainAllocationHandle of cuMemAlloc_v2 memory: %d\n", r);
+        failures++;
+    }
     CHECK(cuMemFree_v2(p));
     expect_used("cuMemFree_v2 releases", base);
 
@@ -107,8 +113,24 @@ static void paths(void)
     CHECK(cuMemAddressReserve(&va, 8 * MiB, 0, 0, 0));
     CHECK(cuMemMap(va, 4 * MiB, 0, h, 0));
     CHECK(cuMemMap(va + 4 * MiB, 4 * MiB, 4 * MiB, h, 0));
+    /* As NCCL frees its buffers: the handle found from an address inside
+     * the mapping, one reference more, each released. */
+    CUmemGenericAllocationHandle again = 0;
+    CHECK(cuMemRetainAllocationHandle(&again, (void *)(uintptr_t)(va + 5 * MiB)));
+    if (again != h) {
+        printf("FAIL cuMemRetainAllocationHandle: another handle than cuMemCreate's\n");
+        failures++;
+    }
+    CHECK(cuMemRelease(again));
     CHECK(cuMemRelease(h));
     expect_used("released but still mapped: still held", base + 8 * MiB);
+    CHECK(cuMemRetainAllocationHandle(&again, (void *)(uintptr_t)va));
+    CHECK(cuMemRelease(again));
+    r = cuMemRetainAllocationHandle(&again, (void *)(uintptr_t)(va + 8 * MiB));
+    if (r != CUDA_ERROR_INVALID_VALUE) {
+        printf("FAIL cuMemRetainAllocationHandle past the mapping: %d\n", r);
+        failures++;
+    }
     CHECK(cuMemUnmap(va, 8 * MiB));
     expect_used("unmapped: given back", base);
     CHECK(cuMemAddressFree(va, 8 * MiB));

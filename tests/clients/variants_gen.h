@@ -64,6 +64,7 @@ static const struct fg_variant fg_variants[] = {
     {"cuMemMap", "cuMemMap", 10020, 0, 0},
     {"cuMemUnmap", "cuMemUnmap", 10020, 0, 0},
     {"cuMemSetAccess", "cuMemSetAccess", 10020, 0, 0},
+    {"cuMemRetainAllocationHandle", "cuMemRetainAllocationHandle", 11000, 0, 0},
     {"cuMemGetAllocationGranularity", "cuMemGetAllocationGranularity", 10020, 0, 0},
     {"cuArrayCreate_v2", "cuArrayCreate", 3020, 0, 0},
     {"cuArray3DCreate_v2", "cuArray3DCreate", 3020, 0, 0},

@@ -333,8 +333,9 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 				case dk == "alloc":
 					re.Kinds[name] = Kind{Name: "out"}
 					re.Alloc[name] = cnt
-				case p.Type != "CUdeviceptr" && (dk != "any" || p.Type != "void *"):
-					// (any also takes a void *: a device address the call keeps, as a tensor map does)
+				case p.Type != "CUdeviceptr" && ((dk != "any" && dk != "dev") || p.Type != "void *"):
+					// (any and dev also take a void *: a device address the call keeps, as
+					// a tensor map does, or looks up, as cuMemRetainAllocationHandle does)
 					return nil, nil, fmt.Errorf("%s: %s: %s is for a CUdeviceptr, not %s", where, re.Name, dk, name)
 				case (dk == "dev") != (cnt != ""):
 					return nil, nil, fmt.Errorf("%s: %s: %s: only dev takes (and needs) a size", where, re.Name, name)
@@ -366,7 +367,7 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 		}
 		if re.Disp != DispLocal {
 			for _, p := range re.Params {
-				if _, ok := re.Kinds[p.Name]; !ok && re.Dev[p.Name].Name != "any" && strings.HasSuffix(p.Type, "*") {
+				if _, ok := re.Kinds[p.Name]; !ok && re.Dev[p.Name].Name == "" && strings.HasSuffix(p.Type, "*") {
 					return nil, nil, fmt.Errorf("%s: %s: pointer parameter %s needs a kind", where, re.Name, p.Name)
 				}
 				if k := re.Kinds[p.Name]; (k.Name == "in" || k.Name == "out" || k.Name == "inout") && pointee(p.Type) == "void" && k.Count == "" {
@@ -974,7 +975,7 @@ func stubBody(b *strings.Builder, e RemoteEntry, queuedBy string) {
 	// (for a copy with shortcuts, said before them).
 	for _, p := range e.Params {
 		if k := e.Dev[p.Name].Name; (k == "dev" || k == "base") && e.Stage == "" {
-			fmt.Fprintf(b, "    fgr_mirror_named((uint64_t)%s);\n", p.Name)
+			fmt.Fprintf(b, "    fgr_mirror_named((uint64_t)(uintptr_t)%s);\n", p.Name)
 		}
 	}
 	// What the protocol cannot carry is refused before anything is sent.
@@ -1559,8 +1560,8 @@ func serverChecks(e RemoteEntry) []check {
 				bad = "CUDA_ERROR_INVALID_CONTEXT"
 			}
 			cs = append(cs, check{fmt.Sprintf("fgr_has(FGR_H_%s, %s)", p.Type, v), p.Name, v, bad})
-		case !ptr && p.Type == "CUdeviceptr":
-			v := "(uint64_t)" + p.Name
+		case !ptr && (p.Type == "CUdeviceptr" || e.Dev[p.Name].Name == "dev"):
+			v := "(uint64_t)(uintptr_t)" + p.Name
 			switch k := e.Dev[p.Name]; k.Name {
 			case "dev":
 				cs = append(cs, check{fmt.Sprintf("fgr_mem_in(%s, %s)", v, k.Count), p.Name, v, "CUDA_ERROR_INVALID_VALUE"})
