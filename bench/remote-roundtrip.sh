@@ -4,7 +4,9 @@
 # (the shim in the executor, --mem), the same socket dialled as shm://
 # (calls through shared memory), loopback TCP and loopback TLS (with a
 # certificate made by the openssl command):
-#   launch      a queued call (cuLaunchKernel): sent without waiting
+#   launch      a queued call (cuLaunchKernel): sent without waiting; and
+#               what a burst of them costs the calling thread, gathered
+#               and each written at once (FLEXGV_REMOTE_BATCH_US=0)
 #   round trip  a synchronous call (cuMemAlloc or cuMemFree): one round trip
 #   upload      cuMemcpyHtoDAsync of 4 KiB: queued with its bytes
 #   event       cuEventCreate and cuEventDestroy: queued, a shadow handle
@@ -67,6 +69,14 @@ echo "launch (queued): local $(per_call $((50 * N)) 1 launchloop "${local_env[@]
     "unix socket in a tenant $(per_call $((10 * N)) 1 launchloop "${tenant_env[@]}") us," \
     "loopback TCP $(per_call $((10 * N)) 1 launchloop "${tcp_env[@]}") us," \
     "loopback TLS $(per_call $((10 * N)) 1 launchloop "${tls_env[@]}") us"
+# What a burst of 1000 launches costs the calling thread (the median of
+# five runs): queued calls gathered, and each written at once.
+issue() { for _ in 1 2 3 4 5; do env "$@" "$B/tests/launchloop" issue 1000; done | sort -n | sed -n 3p; }
+echo "launch (queued), the caller's time in a burst: local $(issue "${local_env[@]}") us," \
+    "unix socket $(issue "${unix_env[@]}") us ($(issue "${unix_env[@]}" FLEXGV_REMOTE_BATCH_US=0) written at once)," \
+    "shared memory $(issue "${shm_env[@]}") us," \
+    "loopback TCP $(issue "${tcp_env[@]}") us ($(issue "${tcp_env[@]}" FLEXGV_REMOTE_BATCH_US=0) written at once)," \
+    "loopback TLS $(issue "${tls_env[@]}") us ($(issue "${tls_env[@]}" FLEXGV_REMOTE_BATCH_US=0) written at once)"
 echo "round trip (cuMemAlloc/cuMemFree): local $(per_call $((5 * N)) 2 "memclient allocloop" "${local_env[@]}") us," \
     "unix socket $(per_call "$N" 2 "memclient allocloop" "${unix_env[@]}") us," \
     "shared memory $(per_call "$N" 2 "memclient allocloop" "${shm_env[@]}") us," \

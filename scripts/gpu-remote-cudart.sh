@@ -164,7 +164,8 @@ elif python3 -c 'import torch' 2>/dev/null; then
     cp "$tmp/native.out" "$tmp/torch-native.out" 2>/dev/null
     # Synchronous round trips per training step, from two runs that differ
     # only in their number of steps: natively (flexgv trace), then over
-    # shm:// counted by the client (torch-trips).
+    # shm:// and tcp:// counted by the client, with the writes they took
+    # (torch-trips).
     wanted torch-trips && for n in 100 300; do
         LD_LIBRARY_PATH="$CUDA/lib64" timeout "$LIMIT" "$B/bin/flexgv" trace --json -o "$tmp/native$n.json" -- \
             python3 scripts/gpu/torch_train.py "$n" 20 >/dev/null 2>&1
@@ -176,33 +177,47 @@ d = sorted(((b[k] - a.get(k, 0)) / 200, k) for k in b)
 syncs = [f"{k} {n:.2f}" for n, k in reversed(d) if n > 0 and ("Synchronize" in k or "DtoH" in k or "Query" in k)]
 print("torch-train natively, per step: " + (", ".join(syncs) or "no synchronizing call"))
 PY
-    # Training over loopback TCP with latency added to every round trip.
-    wanted torch-train && for us in 10 50; do
-        FLEXGV_REMOTE_DELAY_US=$us FLEXGV_REMOTE=tcp://127.0.0.1:7072 LD_LIBRARY_PATH="$B/remote:$CUDA/lib64" \
-            timeout "$LIMIT" python3 scripts/gpu/torch_train.py 300 20 >"$tmp/delay.out" 2>&1
-        python3 - "$tmp/torch-native.out" "$tmp/delay.out" "$us" <<'PY'
+    # LABEL ENV...: training remotely with ENV, its rate over the native run's.
+    trained() {
+        local label=$1
+        shift
+        env "$@" LD_LIBRARY_PATH="$B/remote:$CUDA/lib64" timeout "$LIMIT" python3 scripts/gpu/torch_train.py 300 20 \
+            >"$tmp/variant.out" 2>&1
+        python3 - "$tmp/torch-native.out" "$tmp/variant.out" "$label" <<'PY'
 import json, sys
 def sps(f):
     for line in open(f):
         if line.startswith("{"):
             return json.loads(line)["steps_per_s"]
 n, r = sps(sys.argv[1]), sps(sys.argv[2])
-print(f"torch-train over tcp:// with {sys.argv[3]} us added per round trip: " +
-      (f"{r:.1f} steps/s against {n:.1f} natively: {r / n:.3f}" if r else "FAILED"))
+print(f"torch-train {sys.argv[3]}: " + (f"{r:.1f} steps/s against {n:.1f} natively: {r / n:.3f}" if r else "FAILED"))
 PY
-    done
-    wanted torch-trips && for n in 100 300; do
-        FLEXGV_REMOTE_LOG=calls FLEXGV_REMOTE="shm://$tmp/gpu.sock" LD_LIBRARY_PATH="$B/remote:$CUDA/lib64" \
-            timeout "$LIMIT" python3 scripts/gpu/torch_train.py "$n" 20 >"$tmp/calls$n.out" 2>&1
-    done
-    wanted torch-trips && python3 - "$tmp/calls100.out" "$tmp/calls300.out" <<'PY'
+    }
+    # Over loopback TCP with latency added to every round trip; over the
+    # sockets with each queued call written at once (not gathered).
+    if wanted torch-train; then
+        for us in 10 50; do
+            trained "over tcp:// with $us us added per round trip" FLEXGV_REMOTE_DELAY_US=$us FLEXGV_REMOTE=tcp://127.0.0.1:7072
+        done
+        for addr in "${ADDRS[@]}"; do
+            [[ $addr == shm://* ]] && continue
+            trained "over ${addr%%://*}:// with each queued call written at once" FLEXGV_REMOTE_BATCH_US=0 FLEXGV_REMOTE=$addr
+            trained "over ${addr%%://*}:// gathered, again" FLEXGV_REMOTE=$addr
+        done
+    fi
+    wanted torch-trips && for addr in "shm://$tmp/gpu.sock" tcp://127.0.0.1:7072; do
+        for n in 100 300; do
+            FLEXGV_REMOTE_LOG=calls FLEXGV_REMOTE=$addr LD_LIBRARY_PATH="$B/remote:$CUDA/lib64" \
+                timeout "$LIMIT" python3 scripts/gpu/torch_train.py "$n" 20 >"$tmp/calls$n.out" 2>&1
+        done
+        python3 - "$tmp/calls100.out" "$tmp/calls300.out" "${addr%%://*}" <<'PY'
 import re, sys
 def calls(f):
     total, by = None, {}
     for line in open(f):
-        m = re.search(r"(\d+) round trips, (\d+) calls queued", line)
+        m = re.search(r"(\d+) round trips, (\d+) calls queued, (\d+) writes", line)
         if m:
-            total = (int(m.group(1)), int(m.group(2)))
+            total = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
         m = re.match(r"flexgv remote:\s+(\w+)\s+(\d+)\s+(\d+)$", line)
         if m:
             by[m.group(1)] = (int(m.group(2)), int(m.group(3)))
@@ -211,10 +226,12 @@ def calls(f):
 if a is None or b is None:
     print("FAIL torch-train round trips: no count from the client")
     sys.exit(0)
-print(f"torch-train per step over 200 more steps: {(b[0] - a[0]) / 200:.1f} round trips, {(b[1] - a[1]) / 200:.1f} calls queued")
+print(f"torch-train per step over 200 more steps, {sys.argv[3]}://: {(b[0] - a[0]) / 200:.1f} round trips, "
+      f"{(b[1] - a[1]) / 200:.1f} calls queued, {(b[2] - a[2]) / 200:.1f} writes")
 d = sorted(((bb[k][0] - ba.get(k, (0, 0))[0], k) for k in bb), reverse=True)
 print("  round trips per step by call: " + ", ".join(f"{k} {n / 200:.2f}" for n, k in d[:12] if n > 0))
 PY
+    done
 else
     echo "SKIP torch-train: no PyTorch here"
 fi

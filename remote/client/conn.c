@@ -19,12 +19,14 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 static pthread_mutex_t conn_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -81,7 +83,190 @@ static int conn_write(int fd, const void *p, size_t n)
     return conn_tls ? fgr_tls_write_all(conn_tls, p, n) : fgr_write_all(fd, p, n);
 }
 
-static int write_conn(const void *p, size_t n) { return conn_write(conn_fd, p, n); }
+/* ---- queued calls gathered (sockets) ----
+ * Over a socket every write is a system call that costs the calling thread
+ * several microseconds, more than a queued call's own work. Queued calls
+ * are therefore gathered and written together: with the next call that
+ * waits for an answer, once BATCH_MAX bytes wait, or by the flusher thread
+ * once the first of them has waited batch_ns (FLEXGV_REMOTE_BATCH_US; 0
+ * writes each at once). A program that queues work and then waits without
+ * a CUDA call sees its work start that much later, never later. Over
+ * shm:// a call costs no system call and goes at once. All under
+ * conn_lock. */
+#define BATCH_MAX (256u << 10)
+#define BATCH_FRAME_MAX (64u << 10) /* a larger call is written by itself */
+static uint64_t batch_ns = 50000;
+static struct {
+    uint8_t *p;
+    size_t len, cap;
+    uint64_t due; /* when the first call waiting goes, at the latest */
+} batch;
+static struct {
+    uint8_t *p;
+    size_t cap;
+} spare; /* the flusher's other buffer */
+static pthread_cond_t batch_cv; /* the flusher's, on CLOCK_MONOTONIC */
+static int flusher_running;
+/* One write at a time, in order: taken with conn_lock held, or by the
+ * flusher, which lets conn_lock go while it writes so that the program's
+ * threads gather more meanwhile. conn_close takes it too. */
+static pthread_mutex_t write_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t conn_writes; /* for FLEXGV_REMOTE_LOG=calls, under write_lock */
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int batch_from_env(void)
+{
+    const char *v = getenv("FLEXGV_REMOTE_BATCH_US");
+    if (!v || !*v)
+        return 1;
+    char *end;
+    errno = 0;
+    unsigned long long us = strtoull(v, &end, 10);
+    if (errno || *end || *v == '-' || us > 100000) {
+        fgr_say("FLEXGV_REMOTE_BATCH_US=%s: want microseconds from 0 to 100000", v);
+        return 0;
+    }
+    batch_ns = us * 1000;
+    return 1;
+}
+
+static int batch_append(const void *p, size_t n)
+{
+    if (batch.len + n > batch.cap) {
+        size_t cap = batch.cap ? batch.cap : 16384;
+        while (cap < batch.len + n)
+            cap *= 2;
+        uint8_t *q = realloc(batch.p, cap);
+        if (!q)
+            return -1;
+        batch.p = q;
+        batch.cap = cap;
+    }
+    if (n)
+        memcpy(batch.p + batch.len, p, n);
+    batch.len += n;
+    return 0;
+}
+
+static int locked_write(const void *p, size_t n)
+{
+    pthread_mutex_lock(&write_lock);
+    conn_writes++;
+    int r = conn_write(conn_fd, p, n);
+    pthread_mutex_unlock(&write_lock);
+    return r;
+}
+
+static int batch_flush(void)
+{
+    size_t n = batch.len;
+    batch.len = 0;
+    return n ? locked_write(batch.p, n) : 0;
+}
+
+/* Everything gathered, then p: in one write when p is small. */
+static int write_conn(const void *p, size_t n)
+{
+    if (batch.len && n <= BATCH_FRAME_MAX && batch_append(p, n) == 0)
+        return batch_flush();
+    if (batch_flush())
+        return -1;
+    return locked_write(p, n);
+}
+
+static CUresult lost(const char *why, int err);
+
+static void *flusher(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&conn_lock);
+    for (;;) {
+        if (!batch.len) {
+            pthread_cond_wait(&batch_cv, &conn_lock);
+            continue;
+        }
+        uint64_t due = batch.due;
+        if (now_ns() < due) {
+            struct timespec ts = {(time_t)(due / 1000000000u), (long)(due % 1000000000u)};
+            pthread_cond_timedwait(&batch_cv, &conn_lock, &ts);
+            continue;
+        }
+        if (conn_fd < 0 || conn_broken) {
+            batch.len = 0; /* no connection to write them to */
+            continue;
+        }
+        /* The batch is taken out, and written in order (write_lock held
+         * before conn_lock is let go) but without conn_lock. */
+        uint8_t *p = batch.p;
+        size_t n = batch.len, cap = batch.cap;
+        batch.p = spare.p;
+        batch.cap = spare.cap;
+        batch.len = 0;
+        pthread_mutex_lock(&write_lock);
+        int fd = conn_fd;
+        pthread_mutex_unlock(&conn_lock);
+        conn_writes++;
+        int err = conn_write(fd, p, n) ? errno : 0;
+        pthread_mutex_unlock(&write_lock);
+        pthread_mutex_lock(&conn_lock);
+        spare.p = p;
+        spare.cap = cap;
+        if (err && !conn_broken)
+            lost("sending a call", err);
+    }
+    return NULL;
+}
+
+/* The flusher, with every signal blocked: the program's handlers run on
+ * its own threads. 0, or -1 when no thread could be made. */
+static int flusher_start(void)
+{
+    if (flusher_running)
+        return 0;
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(&batch_cv, &a);
+    pthread_condattr_destroy(&a);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_t t;
+    int e = pthread_create(&t, NULL, flusher, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (e)
+        return -1;
+    pthread_detach(t);
+    flusher_running = 1;
+    return 0;
+}
+
+/* A finished queued call: 1 when gathered, 0 when it is to be written at
+ * once (over shm://, not gathering, too large, no flusher), -1 when
+ * writing what was gathered failed (errno set). */
+static int batch_queued(const struct fgr_buf *w)
+{
+    if (!batch_ns || conn_ring.m || w->len + w->tail_len > BATCH_FRAME_MAX || flusher_start())
+        return 0;
+    size_t was = batch.len;
+    if (batch_append(w->p, w->len) || (w->tail && batch_append(w->tail, w->tail_len))) {
+        batch.len = was;
+        return 0;
+    }
+    if (batch.len >= BATCH_MAX)
+        return batch_flush() ? -1 : 1;
+    if (!was) {
+        batch.due = now_ns() + batch_ns;
+        pthread_cond_signal(&batch_cv);
+    }
+    return 1;
+}
 
 static int conn_read(int fd, void *p, size_t n)
 {
@@ -95,10 +280,12 @@ static int conn_read(int fd, void *p, size_t n)
  * into it (stage.c), and fails at its next call. */
 static void conn_close(int fd)
 {
+    pthread_mutex_lock(&write_lock);
     if (conn_tls)
         fgr_tls_free(conn_tls);
     conn_tls = NULL;
     close(fd);
+    pthread_mutex_unlock(&write_lock);
 }
 
 /* The rings once connected over them (conn_fd is set last). */
@@ -118,6 +305,7 @@ static CUresult lost(const char *why, int err)
             fgr_say("lost the GPU server %s: %s; CUDA calls now fail with CUDA_ERROR_DEVICE_UNAVAILABLE", address(), why);
     }
     conn_broken = 1;
+    batch.len = 0;
     if (conn_fd >= 0 && reading) {
         shutdown(conn_fd, SHUT_RDWR); /* the reader wakes, and closes it */
     } else if (conn_fd >= 0) {
@@ -461,13 +649,9 @@ static int delay_from_env(void)
  * oversleep by tens of microseconds). */
 static void delay_added(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t t0 = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec, t;
-    do {
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        t = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-    } while (t - t0 < delay_ns);
+    uint64_t t0 = now_ns();
+    while (now_ns() - t0 < delay_ns)
+        ;
 }
 
 /* FLEXGV_REMOTE_LOG: 1 for errors, 2 for calls, 0 for none, -1 for a value
@@ -511,8 +695,8 @@ static void say_calls(void)
         w += calls_waited[i];
         q += calls_queued[i];
     }
-    fgr_say("pid %d: %llu round trips, %llu calls queued; by call (round trips, queued):", (int)getpid(),
-            (unsigned long long)w, (unsigned long long)q);
+    fgr_say("pid %d: %llu round trips, %llu calls queued, %llu writes; by call (round trips, queued):", (int)getpid(),
+            (unsigned long long)w, (unsigned long long)q, (unsigned long long)conn_writes);
     for (;;) { /* most first */
         int top = -1;
         for (int i = 0; i < FGR_NUM_OPS; i++)
@@ -553,7 +737,7 @@ static CUresult connect_locked(void)
         return CUDA_SUCCESS;
     const char *a = address();
     int fd = -1;
-    if (!chunk_from_env() || !delay_from_env() || log_setting() < 0) {
+    if (!chunk_from_env() || !delay_from_env() || !batch_from_env() || log_setting() < 0) {
         conn_broken = 1;
         return LOST;
     }
@@ -728,7 +912,8 @@ CUresult fgr_send(struct fgr_call *c)
         r = CUDA_ERROR_OUT_OF_MEMORY;
     } else {
         fgr_finish_frame(&c->w);
-        if (fgr_buf_write(&c->w, write_conn))
+        int gathered = batch_queued(&c->w);
+        if (gathered < 0 || (!gathered && fgr_buf_write(&c->w, write_conn)))
             r = lost("sending a call", errno);
         count_call(c->op, 0);
     }
@@ -982,6 +1167,10 @@ static void forked_child(void)
     pthread_cond_init(&conn_cv, NULL);
     reading = nudged = wanting = ticket_reader = 0;
     ticket_waits = NULL;
+    /* The parent's gathered calls are its own; its flusher is not here. */
+    batch.len = 0;
+    flusher_running = 0;
+    pthread_mutex_init(&write_lock, NULL);
     fgr_mirror_forked();
     if (conn_fd >= 0)
         close(conn_fd);
