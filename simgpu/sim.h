@@ -25,8 +25,8 @@
 #define SIM_LANES_PER_DEV 4        /* a process's streams on one device run concurrently in up to 4 lanes */
 #define SIM_LANES (SIM_MAX_DEVICES * SIM_LANES_PER_DEV)
 #define SIM_RING 128               /* items a lane holds; launching into a full lane waits */
-#define SIM_STATE_VERSION 3
-#define SIM_STATE_VERSION_TEXT "3" /* in the default state file's name: versions never meet */
+#define SIM_STATE_VERSION 4
+#define SIM_STATE_VERSION_TEXT "4" /* in the default state file's name: versions never meet */
 #define SIM_GRANULARITY (2ull << 20) /* VMM and graph memory pages */
 
 struct sim_config {
@@ -57,7 +57,7 @@ struct sim_proc_state {
     int32_t pid;   /* in the namespace of the mounted /proc; 0: free */
     uint32_t inc;  /* 24 bits, never 0 once claimed */
     uint32_t lanes; /* bit per lane this incarnation set up */
-    uint32_t reserved;
+    uint32_t mps_sms; /* an MPS client: the SMs it runs on; 0: not one */
     uint64_t used_bytes[SIM_MAX_DEVICES];
     struct sim_bucket busy[SIM_MAX_DEVICES][SIM_HIST_BUCKETS]; /* its kernels' time on each device */
 };

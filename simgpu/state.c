@@ -49,11 +49,17 @@
  * SMs; marks are reached while another process holds the device (an event
  * is stamped when its stream gets there); copies take no device time;
  * stream priorities and the legacy stream's implicit synchronization are
- * not modelled. Under an MPS control daemon, a process given an active-thread
- * percentage sees that part of the SMs and its kernels take proportionally
- * longer, but processes still take turns: MPS's running them at once is not
- * modelled. Time is wall time: a waiter returns when the host wakes it,
- * after the completion it waited for. */
+ * not modelled. Time is wall time: a waiter returns when the host wakes it,
+ * after the completion it waited for.
+ *
+ * Under an MPS control daemon (one answers where CUDA looks for it), every
+ * process is an MPS client. One given an active-thread percentage sees
+ * that part of the SMs, and its kernels take proportionally longer. MPS
+ * clients share the device at once, as one context: while one of them
+ * holds it, all of them with a kernel ready run, each at full speed as long
+ * as their SMs add up to at most the device's, and all slowed alike past
+ * that (40 SMs asked for by kernels of processes that see 30 each: each at
+ * 40/60). A process that is not an MPS client takes turns with them. */
 #include "sim.h"
 #include "flexgv/liveness.h"
 
@@ -76,6 +82,7 @@
 struct sim_shared *sim;
 static int my_proc = -1;
 static int visible_sms; /* SMs this process gets (mps_sms) */
+static int mps_client;  /* an MPS control daemon answered at attach */
 static uint64_t my_base;  /* tag of this incarnation's items: inc << TAG_SHIFT */
 static uint32_t my_lanes; /* lanes this incarnation has set up */
 
@@ -326,6 +333,7 @@ static int claim_proc_slot(void)
             uint32_t inc = (__atomic_load_n(&p->inc, __ATOMIC_ACQUIRE) + 1) & INC_MASK;
             inc += !inc;
             __atomic_store_n(&p->inc, inc, __ATOMIC_RELEASE);
+            __atomic_store_n(&p->mps_sms, mps_client ? (uint32_t)visible_sms : 0u, __ATOMIC_RELEASE);
             __atomic_store_n(&p->pid, me, __ATOMIC_RELEASE);
             my_base = (uint64_t)inc << TAG_SHIFT;
             my_lanes = 0;
@@ -421,23 +429,22 @@ static struct sim_shared *map_state(int fd)
 }
 
 /* The SMs a process gets: under an MPS control daemon (one answers on
- * CUDA_MPS_PIPE_DIRECTORY's socket `control`), CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
- * of them rounded down to whole pairs, as an H200 gives (25 % of 132: 32);
- * otherwise, as a real driver does, the variable means nothing. */
-static int mps_sms(int sms)
+ * CUDA_MPS_PIPE_DIRECTORY's socket `control`; *client says whether),
+ * CUDA_MPS_ACTIVE_THREAD_PERCENTAGE of them rounded down to whole pairs, as
+ * an H200 gives (25 % of 132: 32); otherwise, as a real driver does, the
+ * variable means nothing. */
+static int mps_sms(int sms, int *client)
 {
     const char *pct = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), *dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
-    char *end;
-    double p = pct && *pct ? strtod(pct, &end) : 100;
-    if (!(p > 0 && p < 100) || (pct && *end))
-        return sms;
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     snprintf(a.sun_path, sizeof a.sun_path, "%s/control", dir && *dir ? dir : "/tmp/nvidia-mps");
     int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    int mps = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    *client = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
     if (fd >= 0)
         close(fd);
-    if (!mps)
+    char *end;
+    double p = pct && *pct ? strtod(pct, &end) : 100;
+    if (!*client || !(p > 0 && p < 100) || (pct && *end))
         return sms;
     int n = (int)(sms * p / 100) & ~1;
     return n < 2 ? (sms < 2 ? sms : 2) : n;
@@ -481,7 +488,7 @@ int sim_attach(void)
     if (memcmp(&s->cfg, &cfg, sizeof cfg) != 0)
         fprintf(stderr, "flexgv-sim: %s was created with another configuration; using the file's\n", state_path);
     sim = s;
-    visible_sms = mps_sms(s->cfg.sms);
+    visible_sms = mps_sms(s->cfg.sms, &mps_client);
     my_proc = claim_proc_slot();
     pthread_atfork(NULL, NULL, after_fork_child);
     __atomic_store_n(&attached, 1, __ATOMIC_RELEASE);
@@ -653,16 +660,43 @@ struct span {
     int dev, slot;
     uint64_t from, to;
 };
-static struct span open_span[SIM_MAX_DEVICES], *spans;
+/* Open spans, per device: [0] the device's, [1 + slot] each process's;
+ * those in use listed, so that a step looks at no others. */
+static struct span open_span[SIM_MAX_DEVICES][1 + SIM_MAX_PROCS], *spans;
+static struct span *opened[SIM_MAX_DEVICES * (1 + SIM_MAX_PROCS)];
+static size_t nopened;
 static size_t nspans, cap_spans;
+
+/* MPS clients, this step, and the SMs each runs on. */
+static uint64_t mps_mask[SLOT_WORDS];
+static uint32_t mps_sm[SIM_MAX_PROCS];
 
 static int bit(const uint64_t *m, int i) { return m[i / 64] >> (i % 64) & 1; }
 static void set_bit(uint64_t *m, int i) { m[i / 64] |= 1ull << (i % 64); }
 
+/* Whether slot runs while cur holds the device: cur itself, or any MPS
+ * client when cur is one. */
+static int runs_with(int slot, int cur) { return slot == cur || (cur >= 0 && bit(mps_mask, cur) && bit(mps_mask, slot)); }
+
+/* Whether a process that does not run with cur has a kernel ready. */
 static int others_ready(const uint64_t *ready, int cur)
 {
+    int group = cur >= 0 && bit(mps_mask, cur);
     for (int w = 0; w < SLOT_WORDS; w++)
-        if (ready[w] & ~(cur >= 0 && cur / 64 == w ? 1ull << (cur % 64) : 0))
+        if (ready[w] & ~(group ? mps_mask[w] : cur >= 0 && cur / 64 == w ? 1ull << (cur % 64) : 0))
+            return 1;
+    return 0;
+}
+
+/* Whether cur, or an MPS client running with it, has a kernel ready. */
+static int holder_ready(const uint64_t *ready, int cur)
+{
+    if (cur < 0)
+        return 0;
+    if (!bit(mps_mask, cur))
+        return bit(ready, cur);
+    for (int w = 0; w < SLOT_WORDS; w++)
+        if (ready[w] & mps_mask[w])
             return 1;
     return 0;
 }
@@ -693,6 +727,7 @@ static void collect(const struct sim_sched *from, struct sim_sched *to)
     memset(relevant, 0, sizeof relevant);
     memset(checked, 0, sizeof checked);
     memset(alive, 0, sizeof alive);
+    memset(mps_mask, 0, sizeof mps_mask);
     to->t_ns = from->t_ns;
     memcpy(to->dev, from->dev, sizeof to->dev);
     for (int i = 0; i < SIM_MAX_PROCS; i++) {
@@ -705,6 +740,8 @@ static void collect(const struct sim_sched *from, struct sim_sched *to)
         if (e->inc != inc)
             *e = (struct sim_sched_proc){.inc = inc};
         set_bit(relevant, i);
+        if ((mps_sm[i] = __atomic_load_n(&p->mps_sms, __ATOMIC_ACQUIRE)) != 0)
+            set_bit(mps_mask, i);
         if (e->dead)
             continue;
         uint32_t lanes = __atomic_load_n(&p->lanes, __ATOMIC_ACQUIRE);
@@ -784,7 +821,7 @@ static int pick(struct sim_sched *S, int d, uint64_t t, const uint64_t *ready)
     int cur = D->cur;
     if (cur >= 0 && (!bit(relevant, cur) || S->procs[cur].inc != D->cur_inc || S->procs[cur].dead))
         D->cur = cur = -1;
-    int cur_ready = cur >= 0 && bit(ready, cur), others = others_ready(ready, cur);
+    int cur_ready = holder_ready(ready, cur), others = others_ready(ready, cur);
     /* Past its slice's end, the holder had the device alone (a step stops
      * on the end when others wait): its slice renews on each boundary, if
      * it still lives. */
@@ -801,8 +838,8 @@ static int pick(struct sim_sched *S, int d, uint64_t t, const uint64_t *ready)
         return 0;
     for (int k = 1; k <= SIM_MAX_PROCS; k++) {
         int i = (cur + k + SIM_MAX_PROCS) % SIM_MAX_PROCS;
-        if (i == cur || !bit(ready, i))
-            continue;
+        if (!bit(ready, i) || (cur_ready && runs_with(i, cur)))
+            continue; /* a turn goes to one that did not run */
         if (!alive_slot(i, S->procs[i].inc)) {
             S->procs[i].dead = 1;
             drop(i);
@@ -829,16 +866,19 @@ static void push_span(struct span sp)
     spans[nspans++] = sp;
 }
 
+/* Busy time of device d (slot -1), or of a process on it. */
 static void busy(int d, int slot, uint64_t from, uint64_t to)
 {
-    struct span *o = &open_span[d];
-    if (o->to && o->slot == slot && from <= o->to) {
+    struct span *o = &open_span[d][1 + slot];
+    if (o->to && from <= o->to) {
         if (to > o->to)
             o->to = to;
         return;
     }
     if (o->to)
         push_span(*o);
+    else
+        opened[nopened++] = o;
     *o = (struct span){.dev = d, .slot = slot, .from = from, .to = to};
 }
 
@@ -882,21 +922,31 @@ static uint64_t run(struct sim_sched *S, uint64_t until, int commit, int lane, u
             continue;
         if ((lane >= 0 && S->procs[my_proc].lanes[lane].finished >= count) || t >= until)
             break;
+        /* What runs; MPS clients' SMs asked for on each device, each
+         * process counted once. */
+        uint64_t asked[SIM_MAX_DEVICES] = {0}, counted[SIM_MAX_DEVICES][SLOT_WORDS] = {{0}};
+        for (int k = 0; k < nacts; k++) {
+            struct act *a = &acts[k];
+            a->running = a->ready && a->arrival <= t && !(a->dep & SIM_MARK) && runs_with(a->slot, S->dev[a->dev].cur);
+            if (a->running && bit(mps_mask, a->slot) && !bit(counted[a->dev], a->slot)) {
+                set_bit(counted[a->dev], a->slot);
+                asked[a->dev] += mps_sm[a->slot];
+            }
+        }
         /* The next thing to happen: an arrival, a kernel's end, a slice's end. */
-        uint64_t next = until;
+        uint64_t next = until, sms = (uint64_t)sim->cfg.sms;
         int moving = 0;
         for (int k = 0; k < nacts; k++) {
             struct act *a = &acts[k];
-            a->running = 0;
-            if (!a->ready)
-                continue;
-            if (a->arrival > t) {
+            if (a->ready && a->arrival > t) {
                 next = a->arrival < next ? a->arrival : next;
                 moving = 1;
-            } else if (!(a->dep & SIM_MARK) && a->slot == S->dev[a->dev].cur) {
+            } else if (a->running) {
                 uint64_t left = a->dur > a->s->progress_ns ? a->dur - a->s->progress_ns : 0;
+                if (asked[a->dev] > sms) /* slowed: the SMs are shared */
+                    left = (left * asked[a->dev] + sms - 1) / sms;
                 next = t + left < next ? t + left : next;
-                a->running = moving = 1;
+                moving = 1;
             }
         }
         for (int d = 0; d < sim->cfg.devices; d++) {
@@ -911,9 +961,12 @@ static uint64_t run(struct sim_sched *S, uint64_t until, int commit, int lane, u
         }
         for (int k = 0; k < nacts; k++)
             if (acts[k].running) {
-                acts[k].s->progress_ns += next - t;
-                if (commit)
+                uint64_t d = acts[k].dev;
+                acts[k].s->progress_ns += asked[d] > sms ? (next - t) * sms / asked[d] : next - t;
+                if (commit) {
+                    busy(acts[k].dev, -1, t, next);
                     busy(acts[k].dev, acts[k].slot, t, next);
+                }
             }
         t = next;
         for (int k = 0; k < nacts; k++)
@@ -975,20 +1028,22 @@ static struct sim_sched *advance(void)
     struct sim_sched *to = &sim->sched[(g + 1) & 1];
     collect(&sim->sched[g & 1], to);
     nspans = 0;
-    memset(open_span, 0, sizeof open_span);
     uint64_t now = sim_now_ns();
     if (now > to->t_ns)
         run(to, now, 1, -1, 0, NULL);
     __atomic_store_n(&sim->sched_gen, g + 1, __ATOMIC_RELEASE);
     for (int k = 0; k < nacts; k++)
         publish(&acts[k]);
-    for (int d = 0; d < SIM_MAX_DEVICES; d++)
-        if (open_span[d].to)
-            push_span(open_span[d]);
+    for (size_t k = 0; k < nopened; k++) {
+        push_span(*opened[k]);
+        *opened[k] = (struct span){0};
+    }
+    nopened = 0;
     for (size_t k = 0; k < nspans; k++) {
         const struct span *sp = &spans[k];
-        credit(sim->dev[sp->dev].busy, sp->from, sp->to, to->t_ns);
-        if (__atomic_load_n(&sim->procs[sp->slot].inc, __ATOMIC_ACQUIRE) == to->procs[sp->slot].inc)
+        if (sp->slot < 0)
+            credit(sim->dev[sp->dev].busy, sp->from, sp->to, to->t_ns);
+        else if (__atomic_load_n(&sim->procs[sp->slot].inc, __ATOMIC_ACQUIRE) == to->procs[sp->slot].inc)
             credit(sim->procs[sp->slot].busy[sp->dev], sp->from, sp->to, to->t_ns);
     }
     return to;

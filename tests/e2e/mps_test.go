@@ -244,3 +244,31 @@ func TestDaemonMPSThatNeverAnswers(t *testing.T) {
 		t.Errorf("the control daemon was not told to quit: %q %v", got, err)
 	}
 }
+
+// Under MPS, tenants' processes run at once, each on its SMs: two on half
+// the SMs each both keep their half busy (each kernel twice as long, none
+// waiting for the other), where taking turns would give each half as many
+// kernels. Two on all the SMs share them and each runs at half speed.
+func TestMPSClientsRunAtOnce(t *testing.T) {
+	e, dir := newMPSEnv(t)
+	startMPS(t, e, dir)
+	for _, c := range []struct {
+		flags          []string
+		kernels        int     // at least, each, in 1 s of 1 ms kernels
+		p50Min, p99Max float64 // µs
+	}{
+		{[]string{"--sm", "50%"}, 450, 1900, 2100},
+		{[]string{"--mem", "1GiB"}, 450, 1900, 2100},
+	} {
+		a := e.spinnerUnder(c.flags, "1000", "1", "4")
+		b := e.spinnerUnder(c.flags, "1000", "1", "4")
+		a.start()
+		b.start()
+		for _, s := range []spin{a.result(), b.result()} {
+			if s.kernels < c.kernels || s.p50 < c.p50Min || s.p99 > c.p99Max {
+				t.Errorf("two spinners %v under MPS: %d kernels, p50 %.0f µs, p99 %.0f µs; want at least %d kernels, p50 from %.0f, p99 at most %.0f",
+					c.flags, s.kernels, s.p50, s.p99, c.kernels, c.p50Min, c.p99Max)
+			}
+		}
+	}
+}
