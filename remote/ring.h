@@ -35,6 +35,28 @@
  * (remote/client/heap.c, remote/executor/heap.c). */
 #define FGR_HEAP_BYTES (64ull << 30)
 
+/* Host functions over shm:// (remote/client/hostfn.c,
+ * remote/executor/hostfn.c). Where the program's function is due, the
+ * driver runs the executor's gate: it takes a free slot, writes the
+ * function's id there, marks it reached and bumps reached_seq; the client's
+ * host-function thread runs the function and marks the slot done; the gate
+ * then frees the slot and returns, and the stream goes on. Both sides
+ * sleep on these words (futexes of the shared mapping), so neither the
+ * connection nor the executor's loop is involved: the loop may itself be
+ * waiting for the device that waits for the function. */
+#define FGR_HOSTFN_SLOTS 64
+#define FGR_HOSTFN_KEEP (1ull << 63) /* an id's flag: captured, it runs again */
+enum { FGR_HOSTFN_FREE, FGR_HOSTFN_CLAIMED, FGR_HOSTFN_REACHED, FGR_HOSTFN_DONE };
+struct fgr_hostfn_slot {
+    uint64_t id;
+    uint32_t state, pad;
+};
+struct fgr_hostfn_area {
+    uint32_t reached_seq;
+    uint8_t pad[60];
+    struct fgr_hostfn_slot slot[FGR_HOSTFN_SLOTS];
+};
+
 /* One direction. head: bytes written, by its producer; tail: bytes read,
  * by its consumer; each bumps its seq after moving and rings the other
  * side when it says it sleeps. */
@@ -60,6 +82,7 @@ struct fgr_ring_shm {
     uint64_t heap_base;
     uint8_t pad[32];
     struct fgr_ring_dir c2s, s2c;
+    struct fgr_hostfn_area hostfn;
     /* then c2s's data, then s2c's, then the staging area, then the
      * downloads' area */
 };

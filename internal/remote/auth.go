@@ -20,7 +20,7 @@ import (
 //	reply    u32 CUresult (0: accepted), u8 1, u64 n, n bytes: the tenant's name or why not, with its NUL
 const (
 	AuthMagic    = 0x41524746 // "FGRA"
-	ProtoVersion = 14
+	ProtoVersion = 15
 	// AuthTimeout is how long a new connection has to authenticate.
 	AuthTimeout = 10 * time.Second
 	// MinToken and MaxToken bound a token's length in bytes.

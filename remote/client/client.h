@@ -48,6 +48,15 @@ struct fgr_ring *fgr_conn_ring(void); /* NULL but over shm:// */
 int fgr_stage_wanted(size_t n);
 CUresult fgr_stage_upload(CUdeviceptr dst, const void *src, size_t n, CUstream s, unsigned how, int queued);
 void fgr_stage_forked(void);
+/* A detached thread of the client's, with every signal blocked (the
+ * program's handlers run on its own threads) and stack bytes of stack (0:
+ * the usual): 0, or -1 when none could be made. */
+int fgr_thread_start(void *(*fn)(void *), void *arg, size_t stack, const char *name);
+/* Host functions over shm:// (hostfn.c): enqueued without waiting, run by
+ * the client's host-function thread when due; CUDA_ERROR_NOT_SUPPORTED
+ * where they cannot be (the sockets: the caller runs them itself). */
+CUresult fgr_hostfn_launch(CUstream s, CUhostFn fn, void *data, unsigned pt);
+void fgr_hostfn_forked(void);
 /* Downloads through the downloads' area (one at a time). */
 int fgr_stage_down_wanted(size_t n);
 CUresult fgr_stage_download(void *dst, CUdeviceptr src, size_t n, CUstream s);

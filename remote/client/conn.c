@@ -223,8 +223,27 @@ static void *flusher(void *arg)
     return NULL;
 }
 
-/* The flusher, with every signal blocked: the program's handlers run on
- * its own threads. 0, or -1 when no thread could be made. */
+int fgr_thread_start(void *(*fn)(void *), void *arg, size_t stack, const char *name)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    if (stack)
+        pthread_attr_setstacksize(&a, stack);
+    pthread_t t;
+    int e = pthread_create(&t, &a, fn, arg);
+    pthread_attr_destroy(&a);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (e)
+        return -1;
+    pthread_setname_np(t, name);
+    return 0;
+}
+
+/* The flusher: 0, or -1 when no thread could be made. */
 static int flusher_start(void)
 {
     if (flusher_running)
@@ -234,15 +253,8 @@ static int flusher_start(void)
     pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
     pthread_cond_init(&batch_cv, &a);
     pthread_condattr_destroy(&a);
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pthread_t t;
-    int e = pthread_create(&t, NULL, flusher, NULL);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (e)
+    if (fgr_thread_start(flusher, NULL, 64 << 10, "flexgv-flush"))
         return -1;
-    pthread_detach(t);
     flusher_running = 1;
     return 0;
 }
@@ -1179,6 +1191,7 @@ static void forked_child(void)
     fgr_tls_forked();
     fgr_ring_close(&conn_ring); /* our view of the parent's rings */
     fgr_stage_forked();
+    fgr_hostfn_forked();
     fgr_heap_forked();
     fgr_copy_forked();
     conn_broken = 0;

@@ -393,10 +393,11 @@ FGR_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
 
 /* ---- host functions run on the client ---- */
 
-/* The program's function lives here, not on the server. The client waits
- * for the stream's earlier work, then runs the function on the calling
- * thread before returning, so work enqueued after it starts after it ended,
- * as on a GPU. What differs: the caller waits (a function that waits for
+/* The program's function lives here, not on the server. Over shm:// it
+ * runs as on a GPU (hostfn.c). Over a socket the client waits for the
+ * stream's earlier work, then runs the function on the calling thread
+ * before returning, so work enqueued after it starts after it ended, as on
+ * a GPU. What differs there: the caller waits (a function that waits for
  * what its caller does next never returns), and a function cannot be
  * captured into a graph (the stream's synchronization ends the capture). */
 static CUresult host_wait(const char *name, CUresult (*sync)(CUstream), CUstream s)
@@ -412,7 +413,10 @@ FGR_EXPORT CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userDa
 {
     if (!fn)
         return CUDA_ERROR_INVALID_VALUE;
-    CUresult r = host_wait("cuLaunchHostFunc", cuStreamSynchronize, hStream);
+    CUresult r = fgr_hostfn_launch(hStream, fn, userData, 0);
+    if (r != CUDA_ERROR_NOT_SUPPORTED)
+        return r;
+    r = host_wait("cuLaunchHostFunc", cuStreamSynchronize, hStream);
     if (r == CUDA_SUCCESS)
         fn(userData);
     return r;
@@ -422,7 +426,10 @@ FGR_EXPORT CUresult cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *u
 {
     if (!fn)
         return CUDA_ERROR_INVALID_VALUE;
-    CUresult r = host_wait("cuLaunchHostFunc", cuStreamSynchronize_ptsz, hStream);
+    CUresult r = fgr_hostfn_launch(hStream, fn, userData, 1);
+    if (r != CUDA_ERROR_NOT_SUPPORTED)
+        return r;
+    r = host_wait("cuLaunchHostFunc", cuStreamSynchronize_ptsz, hStream);
     if (r == CUDA_SUCCESS)
         fn(userData);
     return r;

@@ -8,7 +8,6 @@
  * thread's alone. */
 #include "client.h"
 
-#include <signal.h>
 #include <string.h>
 
 #define HELPERS 2
@@ -52,23 +51,11 @@ static int start(void)
 {
     if (started)
         return started > 0;
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
     for (size_t i = 1; i <= HELPERS; i++) {
-        pthread_t t;
-        pthread_attr_t a;
-        pthread_attr_init(&a);
-        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-        pthread_attr_setstacksize(&a, 64 << 10);
-        int e = pthread_create(&t, &a, helper, (void *)(uintptr_t)i);
-        pthread_attr_destroy(&a);
-        if (e)
+        if (fgr_thread_start(helper, (void *)(uintptr_t)i, 64 << 10, "flexgv-copy"))
             break;
-        pthread_setname_np(t, "flexgv-copy");
         nhelpers++;
     }
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
     started = nhelpers ? 1 : -1;
     return started > 0;
 }

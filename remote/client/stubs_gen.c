@@ -3450,6 +3450,18 @@ FGR_EXPORT CUresult fgrArenaFree(CUdeviceptr ptr, unsigned int unmap)
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult fgrHostFn(CUstream hStream, unsigned long long id, unsigned int pt)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrHostFn, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)id);
+    fgr_put_u64(&fgr_c.w, (uint64_t)pt);
+    return fgr_send(&fgr_c);
+}
+
 FGR_EXPORT CUresult fgrStageUpload(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how)
 {
     CUresult fgr_r;
@@ -4537,6 +4549,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_fgrArenaMap] = "fgrArenaMap",
     [FGR_OP_fgrArenaNote] = "fgrArenaNote",
     [FGR_OP_fgrArenaFree] = "fgrArenaFree",
+    [FGR_OP_fgrHostFn] = "fgrHostFn",
     [FGR_OP_fgrStageUpload] = "fgrStageUpload",
     [FGR_OP_fgrStageUploadLast] = "fgrStageUploadLast",
     [FGR_OP_fgrStageWait] = "fgrStageWait",
@@ -4894,6 +4907,7 @@ const struct fg_proc fgr_procs[] = {
     {"fgrArenaMap", "fgrArenaMap", 0, 0, (void *)fgrArenaMap},
     {"fgrArenaNote", "fgrArenaNote", 0, 0, (void *)fgrArenaNote},
     {"fgrArenaFree", "fgrArenaFree", 0, 0, (void *)fgrArenaFree},
+    {"fgrHostFn", "fgrHostFn", 0, 0, (void *)fgrHostFn},
     {"fgrStageUpload", "fgrStageUpload", 0, 0, (void *)fgrStageUpload},
     {"fgrStageUploadLast", "fgrStageUploadLast", 0, 0, (void *)fgrStageUploadLast},
     {"fgrStageWait", "fgrStageWait", 0, 0, (void *)fgrStageWait},

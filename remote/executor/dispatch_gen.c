@@ -210,6 +210,7 @@ typedef CUresult (*pfn_fgrArenaReserve)(CUdeviceptr hint, size_t size, CUdevicep
 typedef CUresult (*pfn_fgrArenaMap)(CUdeviceptr ptr, size_t size, size_t used);
 typedef CUresult (*pfn_fgrArenaNote)(CUdeviceptr ptr, size_t size);
 typedef CUresult (*pfn_fgrArenaFree)(CUdeviceptr ptr, unsigned int unmap);
+typedef CUresult (*pfn_fgrHostFn)(CUstream hStream, unsigned long long id, unsigned int pt);
 typedef CUresult (*pfn_fgrStageUpload)(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how);
 typedef CUresult (*pfn_fgrStageUploadLast)(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how);
 typedef CUresult (*pfn_fgrStageWait)(size_t upto);
@@ -4179,6 +4180,22 @@ static CUresult op_fgrArenaFree(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_fgrHostFn(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    unsigned long long id = (unsigned long long)fgr_get_u64(rd);
+    unsigned int pt = (unsigned int)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("fgrHostFn", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else
+        fgr_r = ((pfn_fgrHostFn)fgr_real[FGR_OP_fgrHostFn])(hStream, id, pt);
+    return fgr_r;
+}
+
 static CUresult op_fgrStageUpload(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -5552,6 +5569,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_fgrArenaMap] = {"fgrArenaMap", op_fgrArenaMap, 0},
     [FGR_OP_fgrArenaNote] = {"fgrArenaNote", op_fgrArenaNote, 0},
     [FGR_OP_fgrArenaFree] = {"fgrArenaFree", op_fgrArenaFree, 0},
+    [FGR_OP_fgrHostFn] = {"fgrHostFn", op_fgrHostFn, 0},
     [FGR_OP_fgrStageUpload] = {"fgrStageUpload", op_fgrStageUpload, 0},
     [FGR_OP_fgrStageUploadLast] = {"fgrStageUploadLast", op_fgrStageUploadLast, 1},
     [FGR_OP_fgrStageWait] = {"fgrStageWait", op_fgrStageWait, 0},

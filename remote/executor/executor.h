@@ -134,6 +134,10 @@ int fgr_tickets_waiting(void);
 struct fgr_ring;
 void fgr_stage_init(void *driver);
 void fgr_stage_attach(struct fgr_ring *r);
+/* Host functions over shm:// (hostfn.c): the driver's entry points, then
+ * the shared memory once attached. */
+void fgr_hostfn_init(void *driver);
+void fgr_hostfn_attach(struct fgr_ring *r);
 void fgr_stage_reap(void);
 /* The pinned heap of shm:// (heap.c): its operations, and its mapping. */
 void fgr_heap_init(void *driver);

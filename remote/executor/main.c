@@ -328,6 +328,7 @@ static void greet(int fd, uint8_t *body, uint32_t n)
         if (bad)
             reject("the shared memory is not two rings of ours (%s)", strerror(e));
         fgr_stage_attach(&ring);
+        fgr_hostfn_attach(&ring);
         /* Then the pinned heap. */
         uint8_t *heap;
         if ((mfd = fgr_recv_fd(fd)) < 0)
@@ -588,6 +589,7 @@ int main(int argc, char **argv)
     fgr_heap_init(h);
     fgr_layout_init(h);
     fgr_arena_init(h);
+    fgr_hostfn_init(h);
     /* The export tables' functions are the driver's words; a table the
      * driver does not have leaves its operations unsupported. */
     for (int i = 0; i < fgr_nxtables; i++) {

@@ -7,10 +7,13 @@
  *   hostfunc async    what a GPU gives beyond order: the caller goes on
  *                     while the function waits for it, later work waits
  *                     for the function, and a graph's host node runs at
- *                     each launch */
+ *                     each launch
+ *   hostfunc hang     a function that never returns, then "ready", then
+ *                     waits to be killed */
 #include "common.h"
 
 #include <time.h>
+#include <unistd.h>
 
 enum { KERNEL_US = 200000 };
 static const char MODULE[] = "FLEXGV-SIM-MODULE\nkernel slow 200000\n";
@@ -64,6 +67,13 @@ static void wait_for_caller(void *data)
 
 static void count_call(void *data) { ++*(volatile int *)data; }
 
+static void never_return(void *data)
+{
+    (void)data;
+    for (;;)
+        pause();
+}
+
 static int async_checks(CUfunction slow, CUstream st)
 {
     struct gate g = {0};
@@ -104,6 +114,13 @@ int main(int argc, char **argv)
 
     if (argc > 1 && !strcmp(argv[1], "async"))
         return async_checks(slow, st);
+    if (argc > 1 && !strcmp(argv[1], "hang")) {
+        CHECK(cuLaunchHostFunc(st, never_return, NULL));
+        printf("ready\n");
+        fflush(stdout);
+        for (;;)
+            pause();
+    }
     if (argc > 1 && !strcmp(argv[1], "capture")) {
         struct seen s = {0};
         CUgraph g;

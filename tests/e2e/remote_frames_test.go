@@ -269,10 +269,11 @@ func TestRemoteSharedMemoryRefused(t *testing.T) {
 	// remote/ring.h: a 64-byte header (magic, ring size, the staging
 	// areas' sizes, ...), then per direction head (u64), head_seq,
 	// consumer_sleeps (u32), 48 bytes, tail, tail_seq, producer_sleeps, 48
-	// bytes; then each direction's 4 MiB, the 32 MiB staging area and the
-	// 8 MiB downloads' area. Then a second memory, the pinned heap of 64 GiB.
+	// bytes; the host functions' area (64 bytes, 64 slots of 16); then each
+	// direction's 4 MiB, the 32 MiB staging area and the 8 MiB downloads'
+	// area. Then a second memory, the pinned heap of 64 GiB.
 	const ringBytes, stageBytes, downBytes, c2sHead, c2sHeadSeq = 4 << 20, 32 << 20, 8 << 20, 64, 72
-	size := 64 + 2*128 + 2*ringBytes + stageBytes + downBytes
+	size := 64 + 2*128 + 64 + 64*16 + 2*ringBytes + stageBytes + downBytes
 	sized := func(n int64, seal bool) int {
 		fd, err := unix.MemfdCreate("ring", unix.MFD_ALLOW_SEALING)
 		if err != nil {

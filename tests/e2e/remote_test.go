@@ -356,6 +356,22 @@ func TestRemoteClientKilled(t *testing.T) {
 	}
 }
 
+// A client killed while a host function of its holds a stream over shm://
+// (the executor's gate waiting for it) frees everything all the same: its
+// executor exits.
+func TestRemoteClientKilledInAHostFunction(t *testing.T) {
+	e := newEnv(t)
+	s := e.serve("shm")
+	cmd, _, _, pid := startRemote(t, e, s, "hostfunc", "hang")
+	time.Sleep(200 * time.Millisecond) // the gate is reached (the kernel before it takes none)
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	s.waitLog(fmt.Sprintf(`executor pid %d ended`, pid), 10*time.Second)
+	if alive(pid) {
+		t.Errorf("executor %d outlived its client", pid)
+	}
+}
+
 // printsAsLocally runs client remotely over each transport, against a server
 // of its own, and wants it to print what it printed locally.
 func printsAsLocally(t *testing.T, local result, client string, transports ...string) {
@@ -423,14 +439,16 @@ print("after", cu.cuCtxSynchronize())
 
 // Host functions and stream callbacks are the program's own code: they run
 // on the client, once each, after the stream's earlier work on the server,
-// as they do on a local GPU. One enqueued in a capture is refused, said.
+// as they do on a local GPU. Over a socket one enqueued in a capture is
+// refused, said; over shm:// host functions run as on a GPU.
 func TestRemoteHostFunctions(t *testing.T) {
 	e := newEnv(t)
 	local := e.run("hostfunc")
 	if local.code != 0 || !strings.Contains(local.stdout, "after the kernel: yes") {
 		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
 	}
-	printsAsLocally(t, local, "hostfunc", "unix", "tcp")
+	printsAsLocally(t, local, "hostfunc", "unix", "shm", "tcp")
+	// Over a socket a host function cannot be captured.
 	s := e.serve("unix")
 	got := e.remote(s, "hostfunc", "capture")
 	want := "host function in a capture: CUDA_ERROR_NOT_SUPPORTED\nend of the capture: CUDA_ERROR_STREAM_CAPTURE_INVALIDATED\n"
@@ -439,6 +457,23 @@ func TestRemoteHostFunctions(t *testing.T) {
 	}
 	if !strings.Contains(got.stderr, "cuLaunchHostFunc: a host function in a captured stream cannot be sent to the server yet") {
 		t.Errorf("the refusal is not said:\n%s", got.stderr)
+	}
+	// Over shm:// they run as on a GPU: the caller goes on while its
+	// function waits for it, later work waits for the function, one can be
+	// captured, and a graph's host node runs at every launch.
+	es := newEnv(t)
+	shm := es.serve("shm")
+	for _, mode := range []string{"async", "capture"} {
+		local := e.run("hostfunc", mode)
+		got := es.remote(shm, "hostfunc", mode)
+		if local.code != 0 || got.code != 0 || got.stdout != local.stdout {
+			t.Errorf("hostfunc %s over shm://: exit %d, printed\n%s\nlocally: exit %d\n%s\n%s", mode, got.code, got.stdout,
+				local.code, local.stdout, got.stderr)
+		}
+	}
+	if local := e.run("hostfunc", "async"); !strings.Contains(local.stdout, "went on while its host function waited: yes") ||
+		!strings.Contains(local.stdout, "two launches: ran 2 time(s)") {
+		t.Errorf("hostfunc async locally:\n%s", local.stdout)
 	}
 }
 
