@@ -120,19 +120,21 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static int batch_from_env(void)
+/* A setting of microseconds from 0 to max, as nanoseconds into *ns (left
+ * as it is when unset): 1, or 0 for a bad value (said). */
+static int us_from_env(const char *name, unsigned long long max, uint64_t *ns)
 {
-    const char *v = getenv("FLEXGV_REMOTE_BATCH_US");
+    const char *v = getenv(name);
     if (!v || !*v)
         return 1;
     char *end;
     errno = 0;
     unsigned long long us = strtoull(v, &end, 10);
-    if (errno || *end || *v == '-' || us > 100000) {
-        fgr_say("FLEXGV_REMOTE_BATCH_US=%s: want microseconds from 0 to 100000", v);
+    if (errno || *end || *v == '-' || us > max) {
+        fgr_say("%s=%s: want microseconds from 0 to %llu", name, v, max);
         return 0;
     }
-    batch_ns = us * 1000;
+    *ns = us * 1000;
     return 1;
 }
 
@@ -641,22 +643,6 @@ static int chunk_from_env(void)
  * a program). Queued calls are not held up, as on a real path. */
 static uint64_t delay_ns;
 
-static int delay_from_env(void)
-{
-    const char *v = getenv("FLEXGV_REMOTE_DELAY_US");
-    if (!v || !*v)
-        return 1;
-    char *end;
-    errno = 0;
-    unsigned long long us = strtoull(v, &end, 10);
-    if (errno || *end || *v == '-' || us > 1000000) {
-        fgr_say("FLEXGV_REMOTE_DELAY_US=%s: want microseconds from 0 to 1000000", v);
-        return 0;
-    }
-    delay_ns = us * 1000;
-    return 1;
-}
-
 /* The answer arrives delay_ns later (a spin: a sleep this short would
  * oversleep by tens of microseconds). */
 static void delay_added(void)
@@ -749,7 +735,8 @@ static CUresult connect_locked(void)
         return CUDA_SUCCESS;
     const char *a = address();
     int fd = -1;
-    if (!chunk_from_env() || !delay_from_env() || !batch_from_env() || log_setting() < 0) {
+    if (!chunk_from_env() || !us_from_env("FLEXGV_REMOTE_DELAY_US", 1000000, &delay_ns) ||
+        !us_from_env("FLEXGV_REMOTE_BATCH_US", 100000, &batch_ns) || log_setting() < 0) {
         conn_broken = 1;
         return LOST;
     }
