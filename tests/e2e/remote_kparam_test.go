@@ -131,16 +131,21 @@ def fatbin(entries):  # (compute capability as 90, ELF cubin), uncompressed
     return struct.pack("<IHHQ", 0xba55ed50, 1, 16, len(body)) + body
 `
 
-// A client whose images name many kernels that the driver lays out
-// otherwise gets a bounded number of lines in the server's log, each
-// name shown printable: the names are the client's.
-func TestRemoteLayoutMismatchesBounded(t *testing.T) {
-	prog := contextPrelude + cubinOf + `
-names = [b"evil\x1b[2J"] + [b"k%d" % i for i in range(20)]
+// twoPointers starts a program with a context, cubinOf, mod and f to load
+// into, and params: two pointer parameters, both a 64-byte allocation.
+const twoPointers = contextPrelude + cubinOf + `
 mod, f, dev = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_uint64()
 assert cu.cuMemAlloc_v2(ctypes.byref(dev), ctypes.c_size_t(64)) == 0
 v = ctypes.c_uint64(dev.value)
 params = (ctypes.c_void_p * 2)(ctypes.cast(ctypes.byref(v), ctypes.c_void_p), ctypes.cast(ctypes.byref(v), ctypes.c_void_p))
+`
+
+// A client whose images name many kernels that the driver lays out
+// otherwise gets a bounded number of lines in the server's log, each
+// name shown printable: the names are the client's.
+func TestRemoteLayoutMismatchesBounded(t *testing.T) {
+	prog := twoPointers + `
+names = [b"evil\x1b[2J"] + [b"k%d" % i for i in range(20)]
 for image in (cubin(names), b"FLEXGV-SIM-MODULE\n" + b"".join(b"kernel " + n + b" 10 params=2\n" for n in names) + b"\0"):
     assert cu.cuModuleLoadData(ctypes.byref(mod), image) == 0
     rs = set()
@@ -168,11 +173,7 @@ for image in (cubin(names), b"FLEXGV-SIM-MODULE\n" + b"".join(b"kernel " + n + b
 // compiles that one, and which image's kernel of the name a launch runs is
 // not known here.
 func TestRemoteLayoutsOfTextImagesUnchecked(t *testing.T) {
-	prog := contextPrelude + cubinOf + `
-mod, f, dev = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_uint64()
-assert cu.cuMemAlloc_v2(ctypes.byref(dev), ctypes.c_size_t(64)) == 0
-v = ctypes.c_uint64(dev.value)
-params = (ctypes.c_void_p * 2)(ctypes.cast(ctypes.byref(v), ctypes.c_void_p), ctypes.cast(ctypes.byref(v), ctypes.c_void_p))
+	prog := twoPointers + `
 assert cu.cuModuleLoadData(ctypes.byref(mod), cubin([b"k0", b"k1"])) == 0
 cu.cuModuleLoadData(ctypes.byref(mod), b"//\n.version 8.0\n.target sm_90\n.visible .entry k0(\n.param .u64 a\n)\n{\nret;\n}\n\0")
 assert cu.cuModuleLoadData(ctypes.byref(mod), b"FLEXGV-SIM-MODULE\nkernel k0 10 params=2\nkernel k1 10 params=2\n\0") == 0
@@ -197,11 +198,7 @@ print(cu.cuCtxSynchronize())
 // one whose kernel takes 4, on the simulated 9.0 device; read both, the
 // name would be ambiguous and go unchecked.
 func TestRemoteLayoutsOfTheDevicesArchitecture(t *testing.T) {
-	prog := contextPrelude + cubinOf + `
-mod, f, dev = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_uint64()
-assert cu.cuMemAlloc_v2(ctypes.byref(dev), ctypes.c_size_t(64)) == 0
-v = ctypes.c_uint64(dev.value)
-params = (ctypes.c_void_p * 2)(ctypes.cast(ctypes.byref(v), ctypes.c_void_p), ctypes.cast(ctypes.byref(v), ctypes.c_void_p))
+	prog := twoPointers + `
 assert cu.cuModuleLoadData(ctypes.byref(mod), fatbin([(80, cubin([b"k0"], 8)), (90, cubin([b"k0"], 4))])) == 0
 assert cu.cuModuleLoadData(ctypes.byref(mod), b"FLEXGV-SIM-MODULE\nkernel k0 10 params=2\n\0") == 0
 assert cu.cuModuleGetFunction(ctypes.byref(f), mod, b"k0") == 0
