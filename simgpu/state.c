@@ -740,7 +740,11 @@ static void collect(const struct sim_sched *from, struct sim_sched *to)
         if (e->inc != inc)
             *e = (struct sim_sched_proc){.inc = inc};
         set_bit(relevant, i);
-        if ((mps_sm[i] = __atomic_load_n(&p->mps_sms, __ATOMIC_ACQUIRE)) != 0)
+        /* At most the device's: the file is every process's to write, and
+         * a sum of SMs must not overflow the slowed kernels' times. */
+        uint32_t sms = __atomic_load_n(&p->mps_sms, __ATOMIC_ACQUIRE);
+        mps_sm[i] = sms < (uint32_t)sim->cfg.sms ? sms : (uint32_t)sim->cfg.sms;
+        if (mps_sm[i])
             set_bit(mps_mask, i);
         if (e->dead)
             continue;
