@@ -27,7 +27,12 @@
  * be used, the GPU is not scheduled (said once). The region is shared with
  * other users' tenants: a truncation under us is caught (SIGBUS on the
  * region only) and replaces the mapping with private memory, which turns
- * scheduling off on that GPU instead of crashing the program. */
+ * scheduling off on that GPU instead of crashing the program.
+ *
+ * A process that cannot join its tenant's scheduler (a damaged or foreign
+ * file, all process slots taken) has its launches on that GPU refused
+ * (CUDA_ERROR_NOT_PERMITTED), as a tenant's memory setup failing refuses
+ * CUDA; FLEXGV_ON_ERROR=passthrough lets them through unscheduled. */
 #include "memquota.h"
 #include "flexgv/liveness.h"
 #include "flexgv/sched_layout_gen.h"
@@ -66,7 +71,7 @@ enum { RING = 256 };                  /* launches tracked in flight per GPU, at 
 #endif
 #define FULL 10000u                   /* 100 % in hundredths */
 
-enum { G_NONE, G_READY, G_OFF };
+enum { G_NONE, G_READY, G_OFF, G_REFUSED };
 
 struct launch {
     CUevent ev;
@@ -80,7 +85,7 @@ struct gpu {
     struct fg_sched_slot *slots, *me;
     struct fg_sched_tenant *t; /* our tenant's entry */
     uint32_t mine, tenant;     /* our slot, our tenant entry */
-    uint64_t bit;              /* our bit in the waiting mask */
+    uint64_t notme[FG_SCHED_WORDS]; /* the masks' words without our bit */
     int fd;                    /* never mapped: holds our slot's lock */
     uint64_t quantum;
     /* what we last saw of the holder, to tell it idle */
@@ -114,6 +119,31 @@ static int warned_region, warned_broken, broken; /* broken: a region was truncat
 #define LOAD(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
 #define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
 #define ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_SEQ_CST)
+
+/* Slot i's bit in a mask of the header (present, waiting). */
+static int mask_has(uint64_t *m, uint32_t i) { return LOAD(&m[i / 64 % FG_SCHED_WORDS]) >> i % 64 & 1; }
+static void mask_set(uint64_t *m, uint32_t i) { __atomic_fetch_or(&m[i / 64 % FG_SCHED_WORDS], 1ull << i % 64, __ATOMIC_SEQ_CST); }
+static void mask_clear(uint64_t *m, uint32_t i)
+{
+    __atomic_fetch_and(&m[i / 64 % FG_SCHED_WORDS], ~(1ull << i % 64), __ATOMIC_SEQ_CST);
+}
+
+/* Word w of mask m without our own bit. */
+static inline uint64_t others_word(const struct gpu *g, uint64_t *m, uint32_t w)
+{
+    return LOAD(&m[w]) & g->notme[w];
+}
+
+/* Whether a slot other than ours has its bit in m (on every launch of a
+ * process alone: no branch per word). */
+static inline __attribute__((always_inline)) int others_in(const struct gpu *g, uint64_t *m)
+{
+    uint64_t any = 0;
+#pragma GCC unroll 8
+    for (uint32_t w = 0; w < FG_SCHED_WORDS; w++)
+        any |= others_word(g, m, w);
+    return any != 0;
+}
 
 static off_t slot_off(uint32_t i) { return (off_t)(sizeof(struct fg_sched_header) + i * sizeof(struct fg_sched_slot)); }
 
@@ -158,6 +188,19 @@ static void not_scheduled(const char *uuid, const char *why)
                  uuid, why);
 }
 
+/* The tenant's policy applies to this GPU, but this process cannot take
+ * part: refused, or let through unscheduled if so configured. */
+static void cannot_join(struct gpu *g, const char *uuid, const char *why)
+{
+    if (fg_refuse_on_error()) {
+        fg_warn_once(&warned_region, "GPU %s: %s; its launches, copies and memsets are refused "
+                                     "(FLEXGV_ON_ERROR=passthrough runs them unscheduled)", uuid, why);
+        g->state = G_REFUSED;
+    } else {
+        not_scheduled(uuid, why);
+    }
+}
+
 /* Maps dev's region, finds our tenant there and claims a slot; g locked. */
 static void attach(struct gpu *g, int dev)
 {
@@ -170,7 +213,7 @@ static void attach(struct gpu *g, int dev)
     int n = slash ? snprintf(path, sizeof path, "%.*s/gpu-%s", (int)(slash - tp), tp, uuid)
                   : snprintf(path, sizeof path, "gpu-%s", uuid);
     if (n < 0 || (size_t)n >= sizeof path)
-        return not_scheduled(uuid, "the scheduler's path is too long");
+        return cannot_join(g, uuid, "the scheduler's path is too long");
     int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0)
         return not_scheduled(uuid, "the tenant has no scheduler there (its policy does not apply to this GPU)");
@@ -179,11 +222,11 @@ static void attach(struct gpu *g, int dev)
                                          : MAP_FAILED;
     close(fd);
     if (m == MAP_FAILED)
-        return not_scheduled(uuid, "its scheduler file is damaged");
+        return cannot_join(g, uuid, "its scheduler file is damaged");
     struct fg_sched_header *h = m;
     if (h->magic != FG_SCHED_MAGIC || h->version != FG_SCHED_VERSION || strncmp(h->uuid, uuid, sizeof h->uuid) != 0) {
         munmap(m, region_size);
-        return not_scheduled(uuid, "its scheduler file is not of this flexgv version");
+        return cannot_join(g, uuid, "its scheduler file is not of this flexgv version");
     }
     /* The lock descriptor is never mapped: a mapping would keep it, and
      * our slot, alive in forked children. */
@@ -205,14 +248,14 @@ static void attach(struct gpu *g, int dev)
             close(g->fd);
         g->fd = -1;
         munmap(m, region_size);
-        return not_scheduled(uuid, t == FG_SCHED_TENANTS ? "the tenant is not a member of its scheduler"
-                                                         : "its scheduler has no free process slot");
+        return cannot_join(g, uuid, t == FG_SCHED_TENANTS ? "the tenant is not a member of its scheduler"
+                                                          : "its scheduler has no free process slot");
     }
     /* Our tenant's entry lives while we do, whoever started us. */
     fg_lock_byte(g->fd, tenant_off(t), F_RDLCK);
     struct fg_sched_slot *me = (struct fg_sched_slot *)(h + 1) + s;
-    __atomic_fetch_and(&h->waiting, ~(1ull << s), __ATOMIC_SEQ_CST); /* a dead process's, if any */
-    __atomic_fetch_or(&h->present, 1ull << s, __ATOMIC_SEQ_CST);
+    mask_clear(h->waiting, s); /* a dead process's, if any */
+    mask_set(h->present, s);
     STORE(&me->tenant, t);
     STORE(&me->pid, (int32_t)getpid());
     STORE(&me->inflight, 0);
@@ -225,7 +268,8 @@ static void attach(struct gpu *g, int dev)
     g->t = &h->tenants[t];
     g->tenant = t;
     g->mine = s;
-    g->bit = 1ull << s;
+    for (uint32_t w = 0; w < FG_SCHED_WORDS; w++)
+        g->notme[w] = w == s / 64 ? ~(1ull << s % 64) : ~0ull;
     g->quantum = (uint64_t)(h->quantum_us ? h->quantum_us : 10000) * 1000;
     install_bus_handler();
     __atomic_store_n(&g->hdr, h, __ATOMIC_RELEASE);
@@ -319,27 +363,28 @@ static void pay(struct gpu *g, struct fg_sched_tenant *t, uint64_t fair, uint64_
 }
 
 /* The waiting slot to run next: highest priority, then least virtual time,
- * round robin from the holder among equals; -1 if none. */
+ * then the first after the holder (round robin); -1 if none. */
 static int best_waiter(struct gpu *g, int except)
 {
-    uint64_t w = LOAD(&g->hdr->waiting);
-    uint32_t from = LOAD(&g->hdr->holder);
+    uint32_t from = LOAD(&g->hdr->holder) % FG_SCHED_SLOTS;
     int best = -1;
-    uint32_t bp = 0;
+    uint32_t bp = 0, bd = 0;
     uint64_t bv = 0;
-    for (uint32_t k = 0; k < FG_SCHED_SLOTS; k++) {
-        uint32_t i = (from + k) % FG_SCHED_SLOTS;
-        struct fg_sched_tenant *t;
-        if (!(w >> i & 1) || (int)i == except || !(t = tenant_of(g, i)))
-            continue;
-        uint32_t p = LOAD(&t->priority);
-        uint64_t v = LOAD(&t->vtime);
-        if (best < 0 || p > bp || (p == bp && v < bv)) {
-            best = (int)i;
-            bp = p;
-            bv = v;
+    for (uint32_t w = 0; w < FG_SCHED_WORDS; w++)
+        for (uint64_t m = LOAD(&g->hdr->waiting[w]); m; m &= m - 1) {
+            uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(m), d = (i + FG_SCHED_SLOTS - from) % FG_SCHED_SLOTS;
+            struct fg_sched_tenant *t;
+            if ((int)i == except || !(t = tenant_of(g, i)))
+                continue;
+            uint32_t p = LOAD(&t->priority);
+            uint64_t v = LOAD(&t->vtime);
+            if (best < 0 || p > bp || (p == bp && (v < bv || (v == bv && d < bd)))) {
+                best = (int)i;
+                bp = p;
+                bv = v;
+                bd = d;
+            }
         }
-    }
     return best;
 }
 
@@ -365,11 +410,11 @@ static uint32_t cap_of(struct gpu *g)
 /* Whether a process of higher priority than ours is on the GPU. */
 static int higher_present(struct gpu *g)
 {
-    uint64_t p = LOAD(&g->hdr->present) & ~g->bit;
     uint32_t mp = LOAD(&g->t->priority);
-    for (uint32_t i = 0; p; i++, p >>= 1)
-        if ((p & 1) && priority_of(g, (int)i) > mp)
-            return 1;
+    for (uint32_t w = 0; w < FG_SCHED_WORDS; w++)
+        for (uint64_t p = others_word(g, g->hdr->present, w); p; p &= p - 1)
+            if (priority_of(g, (int)(w * 64 + (uint32_t)__builtin_ctzll(p))) > mp)
+                return 1;
     return 0;
 }
 
@@ -492,12 +537,14 @@ static void sweep(struct gpu *g, uint64_t now)
     g->swept_at = now;
     STORE(&g->me->tenant, g->tenant);
     STORE(&g->me->state, (uint32_t)FG_SCHED_SLOT_CLAIMED);
-    __atomic_fetch_or(&g->hdr->present, g->bit, __ATOMIC_SEQ_CST);
-    uint64_t p = LOAD(&g->hdr->present) & ~g->bit;
-    for (uint32_t i = 0; p; i++, p >>= 1)
-        if ((p & 1) && !fg_byte_held(g->fd, slot_off(i))) {
-            __atomic_fetch_and(&g->hdr->present, ~(1ull << i), __ATOMIC_SEQ_CST);
-            __atomic_fetch_and(&g->hdr->waiting, ~(1ull << i), __ATOMIC_SEQ_CST);
+    mask_set(g->hdr->present, g->mine);
+    for (uint32_t w = 0; w < FG_SCHED_WORDS; w++)
+        for (uint64_t p = others_word(g, g->hdr->present, w); p; p &= p - 1) {
+            uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(p);
+            if (!fg_byte_held(g->fd, slot_off(i))) {
+                mask_clear(g->hdr->present, i);
+                mask_clear(g->hdr->waiting, i);
+            }
         }
 }
 
@@ -508,7 +555,7 @@ static int may_take(struct gpu *g, uint32_t h, uint64_t now)
         return 1;
     uint32_t i = h - 1;
     if (i >= FG_SCHED_SLOTS || !fg_byte_held(g->fd, slot_off(i))) {
-        __atomic_fetch_and(&g->hdr->waiting, ~(1ull << (i % FG_SCHED_SLOTS)), __ATOMIC_SEQ_CST);
+        mask_clear(g->hdr->waiting, i % FG_SCHED_SLOTS);
         return 1; /* its holder died */
     }
     /* Idle: seen with nothing in flight and no launch over a poll. */
@@ -568,8 +615,7 @@ static void gate(struct gpu *g)
                 g->holding = 1;
                 g->turn_at = LOAD(&g->hdr->since_ns);
             }
-            uint64_t others = LOAD(&g->hdr->waiting) & ~g->bit;
-            uint64_t present = LOAD(&g->hdr->present) & ~g->bit;
+            int others = others_in(g, g->hdr->waiting), present = others_in(g, g->hdr->present);
             int next = others ? best_waiter(g, (int)g->mine) : -1;
             uint32_t np = priority_of(g, next), mp = LOAD(&g->t->priority);
             if (next >= 0 && np > mp) {
@@ -632,8 +678,8 @@ static void gate(struct gpu *g)
         g->lent = 0; /* a turn handed to us is ours */
         if (!waited_from)
             waited_from = now;
-        if (!(LOAD(&g->hdr->waiting) & g->bit)) {
-            __atomic_fetch_or(&g->hdr->waiting, g->bit, __ATOMIC_SEQ_CST);
+        if (!mask_has(g->hdr->waiting, g->mine)) {
+            mask_set(g->hdr->waiting, g->mine);
             catch_up(g, now);
         }
         if (may_take(g, h, now) && best_waiter(g, -1) == (int)g->mine && take(g, h, now))
@@ -644,8 +690,8 @@ static void gate(struct gpu *g)
         ADD(&g->t->waited_ns, after - waited_from);
         waited_from = after;
     }
-    if (g->hdr && (LOAD(&g->hdr->waiting) & g->bit))
-        __atomic_fetch_and(&g->hdr->waiting, ~g->bit, __ATOMIC_SEQ_CST);
+    if (g->hdr && mask_has(g->hdr->waiting, g->mine))
+        mask_clear(g->hdr->waiting, g->mine);
     if (waited_from && g->t)
         ADD(&g->t->waited_ns, fg_now_ns() - waited_from);
 }
@@ -678,7 +724,7 @@ static void attach_once(struct gpu *g, int dev)
     pthread_mutex_lock(&g->lock);
     if (g->state == G_NONE) {
         attach(g, dev);
-        if (g->state == G_READY)
+        if (g->state == G_READY || g->state == G_REFUSED) /* a refused one is never alone */
             mine_list[__atomic_load_n(&nmine, __ATOMIC_RELAXED)] = g, __atomic_fetch_add(&nmine, 1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&g->lock);
@@ -703,13 +749,13 @@ static void enumerate(void)
 
 /* Whether this process holds every GPU it is scheduled on, alone there and
  * uncapped: then its launches go straight through, counted. */
-static inline int alone_everywhere(void)
+static inline __attribute__((always_inline)) int alone_everywhere(void)
 {
     int n = __atomic_load_n(&nmine, __ATOMIC_ACQUIRE);
     for (int i = 0; i < n; i++) {
         struct gpu *g = mine_list[i];
         if (__atomic_load_n(&g->state, __ATOMIC_RELAXED) != G_READY || LOAD(&g->hdr->holder) != g->mine + 1 ||
-            (LOAD(&g->hdr->present) & ~g->bit) || cap_of(g))
+            others_in(g, g->hdr->present) || cap_of(g))
             return 0;
     }
     for (int i = 0; i < n; i++)
@@ -735,13 +781,21 @@ static struct gpu *scheduled(int dev)
     return st == G_READY ? g : NULL;
 }
 
+/* enter's answer for a GPU this process could not join, when refusing. */
+static struct gpu refused;
+
 /* The GPU a launch on s is scheduled on, locked, once this process may
- * launch there; NULL: the launch goes straight through. */
+ * launch there; NULL: the launch goes straight through; &refused: it is
+ * refused. */
 static struct gpu *enter(CUstream s)
 {
-    struct gpu *g = fg_stream_capturing(s, 0) == 1 ? NULL : scheduled(fg_current_device());
+    if (fg_stream_capturing(s, 0) == 1)
+        return NULL; /* a graph node: its graph's launch takes the turn */
+    int dev = fg_current_device();
+    struct gpu *g = scheduled(dev);
     if (!g)
-        return NULL;
+        return dev >= 0 && dev < FG_NDEV && __atomic_load_n(&gpus[dev].state, __ATOMIC_ACQUIRE) == G_REFUSED ? &refused
+                                                                                                              : NULL;
     pthread_mutex_lock(&g->lock);
     gate(g);
     __atomic_store_n(&g->me->launches, g->me->launches + 1, __ATOMIC_RELAXED);
@@ -784,6 +838,8 @@ static void unblock(struct gpu *g)
         struct gpu *g_ = enter(s_);                                                                         \
         if (!g_)                                                                                            \
             return LAUNCH;                                                                                  \
+        if (g_ == &refused)                                                                                 \
+            return CUDA_ERROR_NOT_PERMITTED;                                                                \
         uint64_t at_ = fg_now_ns();                                                                         \
         return leave(g_, s_, at_, LAUNCH);                                                                  \
     } while (0)
@@ -800,6 +856,8 @@ static void unblock(struct gpu *g)
         struct gpu *g_ = enter(s_);                                                                         \
         if (!g_)                                                                                            \
             return CALL;                                                                                    \
+        if (g_ == &refused)                                                                                 \
+            return CUDA_ERROR_NOT_PERMITTED;                                                                \
         block(g_);                                                                                          \
         uint64_t at_ = fg_now_ns();                                                                         \
         CUresult r_ = CALL;                                                                                 \
@@ -844,7 +902,7 @@ static CUresult synced_on(CUresult r, int dev)
 {
     struct gpu *g = r == CUDA_SUCCESS ? scheduled(dev) : NULL;
     if (!g || (!__atomic_load_n(&g->count, __ATOMIC_RELAXED) &&
-               (LOAD(&g->hdr->holder) != g->mine + 1 || !(LOAD(&g->hdr->waiting) & ~g->bit))))
+               (LOAD(&g->hdr->holder) != g->mine + 1 || !others_in(g, g->hdr->waiting))))
         return r;
     pthread_mutex_lock(&g->lock);
     if (g->state == G_READY) {
@@ -854,7 +912,7 @@ static CUresult synced_on(CUresult r, int dev)
             g->idle_at = now;
         /* What the GPU did for us until now is paid at once: taken from
          * while idle after this, we are charged only the idle time. */
-        if (LOAD(&g->hdr->holder) == g->mine + 1 && (LOAD(&g->hdr->waiting) & ~g->bit))
+        if (LOAD(&g->hdr->holder) == g->mine + 1 && others_in(g, g->hdr->waiting))
             pay(g, g->t, 2 * g->quantum, now);
         int next = g->count || g->gap_avg < LEND_NS || LOAD(&g->hdr->holder) != g->mine + 1
                        ? -1

@@ -123,6 +123,9 @@ void fg_sigbus_chain(const struct sigaction *old, int sig, siginfo_t *si, void *
 const char *fg_tenant_name(void);
 const char *fg_tenant_path(void);
 const char *fg_entry_uuid(int entry);
+/* Whether a policy that cannot be set up refuses CUDA (the default) rather
+ * than letting it through (FLEXGV_ON_ERROR=passthrough). */
+int fg_refuse_on_error(void);
 
 /* Compute shares, priorities and caps (compute.c). */
 void fg_compute_after_fork(void);

@@ -138,7 +138,7 @@ static void mark_broken(void)
 
 /* ---- setup ---- */
 
-static int refuse_on_error(void)
+int fg_refuse_on_error(void)
 {
     const char *v = getenv("FLEXGV_ON_ERROR");
     return !v || strcmp(v, "passthrough") != 0;
@@ -149,7 +149,7 @@ static void setup_failed(const char *fmt, const char *a, const char *b)
 {
     char msg[400];
     snprintf(msg, sizeof msg, fmt, a, b);
-    int refuse = refuse_on_error();
+    int refuse = fg_refuse_on_error();
     fg_warn_once(&warned_setup, "%s; %s", msg,
                  refuse ? "CUDA is refused (cuInit fails; FLEXGV_ON_ERROR=passthrough runs without the quota)"
                         : "running without the quota (FLEXGV_ON_ERROR=passthrough)");
@@ -511,7 +511,7 @@ int fg_charge(int dev, uint64_t bytes, const char *what)
     if (e < 0 || bytes == 0)
         return 1; /* a device the tenant does not limit */
     volatile int ok = 0;
-    GUARD(return refuse_on_error() ? 0 : 1, ok = charge_entry(e, bytes));
+    GUARD(return fg_refuse_on_error() ? 0 : 1, ok = charge_entry(e, bytes));
     if (!ok)
         refusal(dev, e, bytes, what);
     return ok;

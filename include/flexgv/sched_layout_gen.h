@@ -5,9 +5,10 @@
 #include <stdint.h>
 
 #define FG_SCHED_MAGIC 0x444843535847584cULL
-#define FG_SCHED_VERSION 0x1ULL
-#define FG_SCHED_TENANTS 0x20ULL
-#define FG_SCHED_SLOTS 0x40ULL
+#define FG_SCHED_VERSION 0x2ULL
+#define FG_SCHED_TENANTS 0x80ULL
+#define FG_SCHED_SLOTS 0x100ULL
+#define FG_SCHED_WORDS 0x4ULL
 #define FG_SCHED_SLOT_FREE 0x0ULL
 #define FG_SCHED_SLOT_CLAIMED 0x1ULL
 #define FG_SCHED_ADMIN_LOCK 0x0ULL
@@ -38,14 +39,14 @@ struct fg_sched_header {
     uint32_t quantum_us;
     char uuid[48];
     uint64_t created_ns;
-    uint64_t present;
-    uint64_t waiting;
+    uint64_t present[4];
+    uint64_t waiting[4];
     uint32_t holder;
     uint32_t gen;
     uint64_t since_ns;
     uint64_t vclock;
     uint64_t switches;
-    struct fg_sched_tenant tenants[32];
+    struct fg_sched_tenant tenants[128];
 };
 
 /* one process on the GPU */

@@ -83,8 +83,10 @@ func (r *Region) Process(s, i int, pid int32, holder bool) *os.File {
 func (r *Region) Scribble(rng *rand.Rand) {
 	h := r.hdr
 	atomic.StoreUint32(&h.Holder, rng.Uint32())
-	atomic.StoreUint64(&h.Waiting, rng.Uint64())
-	atomic.StoreUint64(&h.Present, rng.Uint64())
+	for w := range h.Waiting {
+		atomic.StoreUint64(&h.Waiting[w], rng.Uint64())
+		atomic.StoreUint64(&h.Present[w], rng.Uint64())
+	}
 	atomic.StoreUint64(&h.SinceNs, rng.Uint64())
 	atomic.StoreUint64(&h.VClock, rng.Uint64())
 	for i := range h.Tenants {

@@ -4,13 +4,13 @@ tenant's GPU time held and what its virtual time says it was charged
 
     python3 scripts/gpu/region_dump.py [STATE_DIR]
 
-The layout is include/flexgv/sched_layout_gen.h's (version 1)."""
+The layout is include/flexgv/sched_layout_gen.h's (version 2)."""
 import glob
 import os
 import struct
 import sys
 
-HEADER = 120  # bytes before the tenants
+HEADER = 168  # bytes before the tenants
 TENANT = 128  # bytes of one tenant
 FULL = 10000  # 100 % in hundredths of a percent
 
@@ -18,9 +18,9 @@ FULL = 10000  # 100 % in hundredths of a percent
 def dump(path):
     b = open(path, "rb").read()
     quantum, = struct.unpack_from("<I", b, 12)
-    switches, = struct.unpack_from("<Q", b, 112)
+    switches, = struct.unpack_from("<Q", b, 160)
     out = [f"quantum_us {quantum} switches {switches}"]
-    for i in range(32):
+    for i in range(128):  # FG_SCHED_TENANTS
         o = HEADER + TENANT * i
         name = b[o:o + 64].split(b"\0")[0].decode(errors="replace")
         if not name:

@@ -17,7 +17,8 @@
  * synchronization a CUDA 13 runtime resolves: cuCtxSynchronize_v2) or
  * copysync (cuLaunchKernel on the legacy stream, each completion waited
  * for by a synchronous cuMemcpyDtoH of a word) or batch (DEPTH launches,
- * then one cuCtxSynchronize for all of them).
+ * then one cuCtxSynchronize for all of them) or after1 (launch, once one
+ * kernel has run on device 1 first).
  * GAP_US: idle time after each completion before the next launch, as a
  * server between requests (with DEPTH 1). */
 #include "common.h"
@@ -43,7 +44,7 @@ static int by_value(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: spinner KERNEL_US SECONDS [DEPTH [WINDOW_MS [launch|ex|ptsz|graph|sync13|copysync|batch [GAP_US]]]]\n");
+        fprintf(stderr, "usage: spinner KERNEL_US SECONDS [DEPTH [WINDOW_MS [launch|ex|ptsz|graph|sync13|copysync|batch|after1 [GAP_US]]]]\n");
         return 2;
     }
     double kernel_us = atof(argv[1]), seconds = atof(argv[2]);
@@ -99,7 +100,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "spinner: cannot resolve cuCtxSynchronize for CUDA 13\n");
             return 1;
         }
-    } else if (strcmp(api, "launch") && strcmp(api, "ex") && strcmp(api, "ptsz") && !copysync && !batch) {
+    } else if (strcmp(api, "launch") && strcmp(api, "ex") && strcmp(api, "ptsz") && strcmp(api, "after1") && !copysync &&
+               !batch) {
         fprintf(stderr, "spinner: unknown API %s\n", api);
         return 2;
     }
@@ -112,6 +114,18 @@ int main(int argc, char **argv)
     char c;
     while (read(0, &c, 1) == 1 && c != '\n')
         ;
+    if (!strcmp(api, "after1")) {
+        CUcontext other;
+        CUmodule m1;
+        CUfunction f1;
+        CHECK(cuDevicePrimaryCtxRetain(&other, 1));
+        CHECK(cuCtxSetCurrent(other));
+        CHECK(cuModuleLoadData(&m1, module));
+        CHECK(cuModuleGetFunction(&f1, m1, "spin"));
+        CHECK(cuLaunchKernel(f1, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
+        CHECK(cuCtxSynchronize());
+        CHECK(cuCtxSetCurrent(ctx));
+    }
 
     long launched = 0, completed = 0, window = 0, in_window = 0;
     float end_ms = 0;

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flexgv/flexgv/internal/sched"
 	"github.com/flexgv/flexgv/internal/schedtest"
 )
 
@@ -64,6 +65,29 @@ func TestSharesDivideAContendedDevice(t *testing.T) {
 		if total < 95 {
 			t.Errorf("shares %v: together %.1f%% of the device, want ≥ 95%%", c.shares, total)
 		}
+	}
+}
+
+// Processes in the last slots of a GPU's scheduler (the last word of its
+// masks) take turns as the first ones do.
+func TestSharesDivideInTheLastSlots(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a := e.spinnerUnder([]string{"--compute", "30%"}, "1000", "3", "16")
+	b := e.spinnerUnder([]string{"--compute", "70%"}, "1000", "3", "16")
+	r := schedtest.Open(t, e.stateDir(), simUUID0)
+	for i := 0; i < sched.MaxSlots-2; i++ {
+		r.Process(i, 0, int32(100000+i), false)
+	}
+	a.start()
+	b.start()
+	ra, rb := a.result(), b.result()
+	total := ra.share + rb.share
+	t.Logf("slots %d and %d: 30%%: %.1f%% of the busy device, 70%%: %.1f%%", sched.MaxSlots-2, sched.MaxSlots-1,
+		ra.share*100/total, rb.share*100/total)
+	if math.Abs(ra.share*100/total-30) > 4 || total < 95 {
+		t.Errorf("30/70 in the last slots: %.1f%% and %.1f%% of the busy device, together %.1f%% of it; want 30 ± 4, ≥ 95 together",
+			ra.share*100/total, rb.share*100/total, total)
 	}
 }
 
@@ -359,5 +383,44 @@ func TestSchedulerGarbageHangsNobody(t *testing.T) {
 		if res := s.resultWithin(30 * time.Second); res.kernels == 0 {
 			t.Errorf("a tenant ran no kernel: %+v", res)
 		}
+	}
+}
+
+// A process that finds every process slot of its GPU's scheduler taken
+// cannot take turns: its launches are refused, as a tenant whose memory
+// quota cannot be set up is refused CUDA; FLEXGV_ON_ERROR=passthrough lets
+// them through unscheduled. Either way it says why, once.
+func TestAProcessWithoutASchedulerSlot(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		env  []string
+		said string
+		runs bool
+	}{
+		{"refused", nil, "its launches, copies and memsets are refused (FLEXGV_ON_ERROR=passthrough runs them unscheduled)", false},
+		{"passthrough", []string{"FLEXGV_ON_ERROR=passthrough"}, "its launches are not scheduled", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, append([]string{"FLEXGV_SIM_DEVICES=2"}, c.env...)...)
+			s := e.spinnerUnder([]string{"--compute", "0=50%,1=50%"}, "1000", "0.3", "4", "0", "after1")
+			r := schedtest.Open(t, e.stateDir(), simUUID0)
+			for i := 0; i < sched.MaxSlots; i++ {
+				r.Process(i, 0, int32(100000+i), false)
+			}
+			s.start()
+			res, err := s.report()
+			msg := "has no free process slot; " + c.said
+			if strings.Count(s.stderr(), msg) != 1 {
+				t.Errorf("stderr %q; want %q once", s.stderr(), msg)
+			}
+			if c.runs && (err != nil || res.kernels == 0) {
+				t.Errorf("unscheduled spinner: %v, %+v", err, res)
+			}
+			if !c.runs && (err == nil || !strings.Contains(s.stderr(), "failed: 800")) {
+				t.Errorf("refused spinner: %v, %+v, stderr %q; want its launch failed with CUDA_ERROR_NOT_PERMITTED (800)", err, res, s.stderr())
+			}
+		})
 	}
 }

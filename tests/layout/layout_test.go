@@ -99,7 +99,7 @@ func TestSchedLayoutsAgree(t *testing.T) {
 			{"fg_sched_slot", reflect.TypeOf(sched.Slot{})}},
 		[]constant{{"FG_SCHED_MAGIC", sched.SchedMagic}, {"FG_SCHED_VERSION", sched.SchedVersion},
 			{"FG_SCHED_TENANTS", sched.MaxTenants}, {"FG_SCHED_SLOTS", sched.MaxSlots},
-			{"FG_SCHED_SLOT_FREE", sched.SlotFree}, {"FG_SCHED_SLOT_CLAIMED", sched.SlotClaimed},
+			{"FG_SCHED_WORDS", sched.MaskWords}, {"FG_SCHED_SLOT_FREE", sched.SlotFree}, {"FG_SCHED_SLOT_CLAIMED", sched.SlotClaimed},
 			{"FG_SCHED_ADMIN_LOCK", sched.AdminLock}, {"FG_PRIORITY_LOW", sched.PriorityLow},
 			{"FG_PRIORITY_NORMAL", sched.PriorityNormal}, {"FG_PRIORITY_HIGH", sched.PriorityHigh},
 			{"FG_PRIORITY_MAX", sched.PriorityMax}})

@@ -164,8 +164,8 @@ var schedLayout = []structSpec{
 		{"quantum_us", "QuantumUs", "uint32", 0, "a holder's quantum under contention"},
 		{"uuid", "UUID", "byte", 48, "the GPU"},
 		{"created_ns", "CreatedNs", "uint64", 0, "CLOCK_REALTIME at creation"},
-		{"present", "Present", "uint64", 0, "bit i: slot i is claimed (atomic; a dead process's bit lingers until someone sees its lock gone)"},
-		{"waiting", "Waiting", "uint64", 0, "bit i: slot i waits for the GPU (atomic)"},
+		{"present", "Present", "uint64", schedWords, "bit i%64 of word i/64: slot i is claimed (atomic; a dead process's bit lingers until someone sees its lock gone)"},
+		{"waiting", "Waiting", "uint64", schedWords, "bit i%64 of word i/64: slot i waits for the GPU (atomic)"},
 		{"holder", "Holder", "uint32", 0, "slot index + 1 of the holder; 0: none (atomic)"},
 		{"gen", "Gen", "uint32", 0, "bumped at every hand-over; waiters sleep on it (futex)"},
 		{"since_ns", "SinceNs", "uint64", 0, "CLOCK_MONOTONIC from which the holder's time is not yet charged (exchanged: each interval paid once)"},
@@ -184,17 +184,20 @@ var schedLayout = []structSpec{
 }
 
 // schedTenants and schedSlots bound one GPU's scheduled tenants and
-// processes (a bit per slot in the header's waiting mask).
+// processes (a bit per slot in the header's masks, of schedWords words):
+// a tenant per GiB of an H200, and two processes each.
 const (
-	schedTenants = 32
-	schedSlots   = 64
+	schedTenants = 128
+	schedSlots   = 256
+	schedWords   = schedSlots / 64
 )
 
 var schedConsts = []constSpec{
 	{"FG_SCHED_MAGIC", "SchedMagic", 0x444843535847584c}, // "LXGVSCHD" little-endian
-	{"FG_SCHED_VERSION", "SchedVersion", 1},
+	{"FG_SCHED_VERSION", "SchedVersion", 2},
 	{"FG_SCHED_TENANTS", "MaxTenants", schedTenants},
 	{"FG_SCHED_SLOTS", "MaxSlots", schedSlots},
+	{"FG_SCHED_WORDS", "MaskWords", schedWords},
 	{"FG_SCHED_SLOT_FREE", "SlotFree", 0},
 	{"FG_SCHED_SLOT_CLAIMED", "SlotClaimed", 1},
 	{"FG_SCHED_ADMIN_LOCK", "AdminLock", 0},
