@@ -405,9 +405,12 @@ priority_bench() { # KIND PREFIX
         bounded "${pre[@]}" python3 $L "$kind" "$rate" 15 "$((T + 1))" >"$S/inf_$name.txt" &
         local ip=$!
         # the regions' view, twice, when flexgv schedules: hand-overs, waits
+        # and each tenant's host-bound measure and MPS clients
         if [[ $name == *flexgv ]]; then
-            sleep_until $((T + 5)) && "$FLEXGV" top --once >"$S/top_$name.txt"
-            sleep_until $((T + 12)) && "$FLEXGV" top --once >>"$S/top_$name.txt"
+            sleep_until $((T + 5)) && "$FLEXGV" top --once >"$S/top_$name.txt" &&
+                python3 scripts/gpu/region_dump.py "$FLEXGV_STATE_DIR" >"$S/region_$name.txt"
+            sleep_until $((T + 12)) && "$FLEXGV" top --once >>"$S/top_$name.txt" &&
+                python3 scripts/gpu/region_dump.py "$FLEXGV_STATE_DIR" >>"$S/region_$name.txt"
         fi
         wait $tp $ip
     }

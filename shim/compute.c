@@ -69,6 +69,9 @@ enum { RING = 256 };                  /* launches tracked in flight per GPU, at 
 #ifndef LEND_NS
 #define LEND_NS 1000000ull            /* pauses this long are lent to lower priorities at once */
 #endif
+#ifndef BESIDE_HOST
+#define BESIDE_HOST 7500u             /* under MPS, a higher holder this bound by its host is run beside */
+#endif
 #define FULL 10000u                   /* 100 % in hundredths */
 
 enum { G_NONE, G_READY, G_OFF, G_REFUSED };
@@ -105,6 +108,12 @@ struct gpu {
     int holding;               /* we held the GPU at our last look, in a turn begun at turn_at */
     int lent;                  /* that turn was taken, ahead, from an idle holder: a loan */
     uint64_t turn_at;
+    int mps;                   /* our contexts on this GPU are MPS clients */
+    /* the request under way: its first launch since the last synchronization
+     * (0: none) and its time spent in gate since then (atomic) */
+    uint64_t request_at, request_gated;
+    uint32_t alive_h;          /* the holder (slot + 1) last seen alive, at alive_at */
+    uint64_t alive_at;
 };
 
 static struct gpu gpus[FG_NDEV] = {[0 ... FG_NDEV - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1}};
@@ -259,6 +268,11 @@ static void attach(struct gpu *g, int dev)
     STORE(&me->tenant, t);
     STORE(&me->pid, (int32_t)getpid());
     STORE(&me->inflight, 0);
+    /* Under MPS our kernels run beside other clients' (not in turns). */
+    fg_real_cuDeviceGetAttribute attr = REAL(cuDeviceGetAttribute);
+    int mps = 0;
+    g->mps = attr && attr(&mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, dev) == CUDA_SUCCESS && mps == 1;
+    STORE(&me->mps, (uint32_t)g->mps);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     STORE(&me->claimed_ns, (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec);
@@ -536,6 +550,7 @@ static void sweep(struct gpu *g, uint64_t now)
 {
     g->swept_at = now;
     STORE(&g->me->tenant, g->tenant);
+    STORE(&g->me->mps, (uint32_t)g->mps);
     STORE(&g->me->state, (uint32_t)FG_SCHED_SLOT_CLAIMED);
     mask_set(g->hdr->present, g->mine);
     for (uint32_t w = 0; w < FG_SCHED_WORDS; w++)
@@ -592,11 +607,39 @@ static void catch_up(struct gpu *g, uint64_t now)
         ;
 }
 
+/* Whether we may launch beside holder h (slot + 1) without holding the
+ * GPU: we and it are MPS clients, so our kernels run beside its own rather
+ * than in turns with them, and it is of higher priority and bound by its
+ * host (its requests hardly wait for the GPU, which idles through most of
+ * them: eager inference), so what we run costs it little. A GPU-bound
+ * holder (a CUDA graph's replay, a loop that keeps the GPU busy) waits for
+ * the GPU most of its request, and is not run beside; nor is a capped
+ * tenant, whose bucket only a holder keeps. The holder's lock is looked at
+ * once a poll: a dead one is taken from as ever. */
+static int beside(struct gpu *g, uint32_t h, uint64_t now)
+{
+    if (!g->mps || !h || h > FG_SCHED_SLOTS || cap_of(g) || !LOAD(&g->slots[h - 1].mps))
+        return 0;
+    struct fg_sched_tenant *ht = tenant_of(g, h - 1);
+    if (!ht || LOAD(&ht->priority) <= LOAD(&g->t->priority) || LOAD(&ht->host_bound) < BESIDE_HOST)
+        return 0;
+    if (h != g->alive_h || now - g->alive_at >= POLL_NS) {
+        if (!fg_byte_held(g->fd, slot_off(h - 1)))
+            return 0;
+        g->alive_h = h;
+        g->alive_at = now;
+    }
+    return 1;
+}
+
 /* Waits until this process may launch one more piece of work on g (g
  * locked throughout, but for waits). */
 static void gate(struct gpu *g)
 {
-    uint64_t waited_from = 0;
+    uint64_t waited_from = 0, entered = fg_now_ns();
+    int by = 0; /* launching beside the holder */
+    if (g->mps && !__atomic_load_n(&g->request_at, __ATOMIC_RELAXED))
+        __atomic_store_n(&g->request_at, entered, __ATOMIC_RELAXED);
     if (g->idle_at) { /* the pause since the last synchronization ends */
         uint64_t gap = fg_now_ns() - g->idle_at;
         g->gap_avg = g->gap_avg ? (3 * g->gap_avg + gap) / 4 : gap;
@@ -682,6 +725,19 @@ static void gate(struct gpu *g)
             mask_set(g->hdr->waiting, g->mine);
             catch_up(g, now);
         }
+        /* Beside the holder: as much in flight as a holder among equals
+         * keeps, and still waiting, so that its pauses are lent to us. */
+        if (beside(g, h, now)) {
+            if (waited_from) /* what we waited until now; a full queue is not throttling */
+                ADD(&g->t->waited_ns, now - waited_from);
+            waited_from = 0;
+            if (g->count >= 2 && (ahead(g, now) >= AHEAD_NS || g->count >= RING)) {
+                wait_oldest(g);
+                continue;
+            }
+            by = 1;
+            break;
+        }
         if (may_take(g, h, now) && best_waiter(g, -1) == (int)g->mine && take(g, h, now))
             continue;
         sleep_on(g, LOAD(&g->hdr->gen), POLL_NS);
@@ -690,10 +746,13 @@ static void gate(struct gpu *g)
         ADD(&g->t->waited_ns, after - waited_from);
         waited_from = after;
     }
-    if (g->hdr && mask_has(g->hdr->waiting, g->mine))
+    if (!by && g->hdr && mask_has(g->hdr->waiting, g->mine))
         mask_clear(g->hdr->waiting, g->mine);
+    uint64_t left = fg_now_ns();
     if (waited_from && g->t)
-        ADD(&g->t->waited_ns, fg_now_ns() - waited_from);
+        ADD(&g->t->waited_ns, left - waited_from);
+    if (g->mps)
+        __atomic_fetch_add(&g->request_gated, left - entered, __ATOMIC_RELAXED);
 }
 
 /* Puts a launch on s in flight; g is locked. */
@@ -862,9 +921,16 @@ static void unblock(struct gpu *g)
         uint64_t at_ = fg_now_ns();                                                                         \
         CUresult r_ = CALL;                                                                                 \
         unblock(g_);                                                                                        \
-        return AFTER(leave(g_, s_, at_, r_));                                                               \
+        return AFTER(leave(g_, s_, at_, r_), at_);                                                          \
     } while (0)
-#define AS_IS(r) (r)
+#define AS_IS(r, at) (r)
+/* A synchronization: synced is told when it began. */
+#define SYNCED(CALL)                                                                                        \
+    do {                                                                                                    \
+        uint64_t at_ = fg_now_ns();                                                                         \
+        CUresult r_ = CALL;                                                                                 \
+        return synced(r_, at_);                                                                             \
+    } while (0)
 
 CUresult fg_compute_cuLaunchKernelEx(fg_real_cuLaunchKernelEx next, const CUlaunchConfig *config, CUfunction f,
                                      void **params, void **extra)
@@ -893,14 +959,32 @@ CUresult fg_compute_cuGraphLaunch_ptsz(fg_real_cuGraphLaunch_ptsz next, CUgraphE
     SCHEDULED(s, 1, next(exec, s));
 }
 
-/* After a synchronization, what completed is said at once: waiters then
- * see an idle holder without waiting for its next launch; and a holder of
- * higher priority than those waiting, whose pauses after a synchronization
- * tend to be long (a server between requests, not a loop), lends them the
- * GPU at once (it takes it back at its next launch). */
-static CUresult synced_on(CUresult r, int dev)
+/* How bound by its host our tenant's requests are, for lower priorities
+ * under MPS (beside): of a request's time, from its first launch after a
+ * synchronization to the end of the one (begun at `at`) that ends it, the
+ * part not spent waiting for the GPU, there or in gate. Near 100 % for
+ * eager inference, near 0 for a CUDA graph's replay. */
+static void note_request(struct gpu *g, uint64_t at, uint64_t now)
+{
+    uint64_t from = __atomic_exchange_n(&g->request_at, 0, __ATOMIC_RELAXED);
+    uint64_t gated = __atomic_exchange_n(&g->request_gated, 0, __ATOMIC_RELAXED);
+    if (!from || from > at || now <= from)
+        return;
+    uint64_t issued = at - from > gated ? at - from - gated : 0;
+    uint32_t host = (uint32_t)(issued * FULL / (now - from)), old = LOAD(&g->t->host_bound);
+    STORE(&g->t->host_bound, old ? (3 * old + host) / 4 : host);
+}
+
+/* After a synchronization (begun at `at`), what completed is said at once:
+ * waiters then see an idle holder without waiting for its next launch; and
+ * a holder of higher priority than those waiting, whose pauses after a
+ * synchronization tend to be long (a server between requests, not a loop),
+ * lends them the GPU at once (it takes it back at its next launch). */
+static CUresult synced_on(CUresult r, int dev, uint64_t at)
 {
     struct gpu *g = r == CUDA_SUCCESS ? scheduled(dev) : NULL;
+    if (g && g->mps)
+        note_request(g, at, fg_now_ns());
     if (!g || (!__atomic_load_n(&g->count, __ATOMIC_RELAXED) &&
                (LOAD(&g->hdr->holder) != g->mine + 1 || !others_in(g, g->hdr->waiting))))
         return r;
@@ -924,18 +1008,19 @@ static CUresult synced_on(CUresult r, int dev)
     return r;
 }
 
-static CUresult synced(CUresult r) { return synced_on(r, fg_current_device()); }
+static CUresult synced(CUresult r, uint64_t at) { return synced_on(r, fg_current_device(), at); }
 
 /* CUDA 13 runtimes synchronize a device through this one; it names the
  * context (NULL: the current one), whose GPU is the one now idle. */
 CUresult fg_compute_cuCtxSynchronize_v2(fg_real_cuCtxSynchronize_v2 next, CUcontext ctx)
 {
+    uint64_t at = fg_now_ns();
     CUresult r = next(ctx);
     fg_real_cuCtxGetDevice_v2 dev_of = REAL(cuCtxGetDevice_v2);
     CUdevice dev;
     if (!ctx || r != CUDA_SUCCESS || !dev_of || dev_of(&dev, ctx) != CUDA_SUCCESS)
-        return synced(r);
-    return synced_on(r, dev);
+        return synced(r, at);
+    return synced_on(r, dev, at);
 }
 
 /* A 2D or 3D copy into host memory is a synchronization too. */

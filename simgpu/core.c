@@ -200,6 +200,7 @@ SIM_EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUd
     case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: v = 1500000; break;
     case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: v = 512; break;
     case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: v = sim_sms(); break;
+    case CU_DEVICE_ATTRIBUTE_MPS_ENABLED: v = sim_mps_client(); break;
     case CU_DEVICE_ATTRIBUTE_INTEGRATED: v = 0; break;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: v = 0; break;
     case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: v = p + 1; break;

@@ -130,6 +130,7 @@ struct sim_stamp {
 extern struct sim_shared *sim;
 int sim_attach(void); /* 0 on success; loads config and the shared file */
 int sim_sms(void);    /* SMs this process gets: fewer under MPS with an active-thread percentage */
+int sim_mps_client(void); /* an MPS control daemon answered when this process attached */
 uint64_t sim_now_ns(void);
 void sim_sleep_until(uint64_t t_ns);
 int sim_mem_reserve(int dev, uint64_t bytes); /* 0 or -1 when the device is full */

@@ -451,6 +451,7 @@ static int mps_sms(int sms, int *client)
 }
 
 int sim_sms(void) { return visible_sms; }
+int sim_mps_client(void) { return mps_client; }
 
 /* Once per process, whichever threads call it: attached is set only once
  * this process has its slot, so no charge can miss it. */

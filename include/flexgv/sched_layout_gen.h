@@ -23,7 +23,7 @@ struct fg_sched_tenant {
     uint32_t share;
     uint32_t cap;
     uint32_t priority;
-    uint32_t reserved;
+    uint32_t host_bound;
     uint64_t vtime;
     uint64_t held_ns;
     uint64_t waited_ns;
@@ -55,6 +55,8 @@ struct fg_sched_slot {
     int32_t pid;
     uint32_t tenant;
     uint32_t inflight;
+    uint32_t mps;
+    uint32_t reserved;
     uint64_t launches;
     uint64_t claimed_ns;
 };

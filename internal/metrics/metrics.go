@@ -63,6 +63,10 @@ var (
 		"Turns of a tenant on a GPU cut short for a tenant of higher priority.", tenantLabels, nil)
 	schedProcsDesc = prometheus.NewDesc("flexgv_tenant_scheduled_processes",
 		"Live processes of a tenant that take turns on a GPU.", tenantLabels, nil)
+	mpsProcsDesc = prometheus.NewDesc("flexgv_tenant_mps_processes",
+		"Those of a tenant's scheduled processes on a GPU that are MPS clients (their kernels run beside other clients').", tenantLabels, nil)
+	hostBoundDesc = prometheus.NewDesc("flexgv_tenant_host_bound_ratio",
+		"Of a tenant's requests' time on a GPU, the part not spent waiting for it, as its MPS clients measure it; under MPS lower priorities run beside a holder at 0.75 or more. Absent until measured.", tenantLabels, nil)
 	switchesDesc = prometheus.NewDesc("flexgv_gpu_scheduler_switches_total",
 		"Hand-overs of a GPU from one tenant to another by its scheduler.", gpuLabels, nil)
 	infoDesc = prometheus.NewDesc("flexgv_tenant_info",
@@ -81,7 +85,7 @@ func New(src Source) *Collector { return &Collector{src} }
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{quotaDesc, usedDesc, procsDesc, ctxDesc, smDesc, mpsDesc, gpuTotalDesc, gpuUsedDesc, gpuUtilDesc, heldDesc, infoDesc,
-		shareDesc, capDesc, prioDesc, gpuTimeDesc, throttledDesc, preemptDesc, schedProcsDesc, switchesDesc} {
+		shareDesc, capDesc, prioDesc, gpuTimeDesc, throttledDesc, preemptDesc, schedProcsDesc, mpsProcsDesc, hostBoundDesc, switchesDesc} {
 		ch <- d
 	}
 }
@@ -178,6 +182,10 @@ func (c *Collector) collectSched(ch chan<- prometheus.Metric, index map[string]s
 			metric(throttledDesc, prometheus.CounterValue, float64(t.WaitedNs)/1e9, labels...)
 			metric(preemptDesc, prometheus.CounterValue, float64(t.Preemptions), labels...)
 			metric(schedProcsDesc, prometheus.GaugeValue, float64(len(t.Pids)), labels...)
+			metric(mpsProcsDesc, prometheus.GaugeValue, float64(t.MPSProcs), labels...)
+			if t.HostBound > 0 {
+				metric(hostBoundDesc, prometheus.GaugeValue, t.HostBound, labels...)
+			}
 		}
 	}
 }

@@ -47,7 +47,7 @@ var (
 // A GPU's scheduler with a tenant holding it and one with no process left.
 var schedGPUs = []*sched.GPU{
 	{UUID: uuidA, Switches: 12, Tenants: []sched.TenantStat{
-		{Name: "a", Policy: sched.Policy{Share: 3000, Cap: 5000, Priority: sched.PriorityHigh}, HeldNs: 1_500_000_000, WaitedNs: 250_000_000, Preemptions: 3, Pids: []int32{10, 11}, Holder: true},
+		{Name: "a", Policy: sched.Policy{Share: 3000, Cap: 5000, Priority: sched.PriorityHigh}, HeldNs: 1_500_000_000, WaitedNs: 250_000_000, Preemptions: 3, Pids: []int32{10, 11}, MPSProcs: 1, HostBound: 0.875, Holder: true},
 		{Name: "c", Policy: sched.Policy{Priority: sched.PriorityLow}, HeldNs: 2_000_000_000, WaitedNs: 4_000_000_000},
 	}},
 }
@@ -129,6 +129,13 @@ flexgv_tenant_preemptions_total{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="c
 # TYPE flexgv_tenant_scheduled_processes gauge
 flexgv_tenant_scheduled_processes{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="a"} 2
 flexgv_tenant_scheduled_processes{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="c"} 0
+# HELP flexgv_tenant_mps_processes Those of a tenant's scheduled processes on a GPU that are MPS clients (their kernels run beside other clients').
+# TYPE flexgv_tenant_mps_processes gauge
+flexgv_tenant_mps_processes{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="a"} 1
+flexgv_tenant_mps_processes{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="c"} 0
+# HELP flexgv_tenant_host_bound_ratio Of a tenant's requests' time on a GPU, the part not spent waiting for it, as its MPS clients measure it; under MPS lower priorities run beside a holder at 0.75 or more. Absent until measured.
+# TYPE flexgv_tenant_host_bound_ratio gauge
+flexgv_tenant_host_bound_ratio{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="a"} 0.875
 `
 
 const gpuText = `

@@ -24,7 +24,7 @@ type Tenant struct {
 	Share       uint32   `c:"share"`
 	Cap         uint32   `c:"cap"`
 	Priority    uint32   `c:"priority"`
-	Reserved    uint32   `c:"reserved"`
+	HostBound   uint32   `c:"host_bound"`
 	VTime       uint64   `c:"vtime"`
 	HeldNs      uint64   `c:"held_ns"`
 	WaitedNs    uint64   `c:"waited_ns"`
@@ -56,6 +56,8 @@ type Slot struct {
 	Pid       int32  `c:"pid"`
 	Tenant    uint32 `c:"tenant"`
 	Inflight  uint32 `c:"inflight"`
+	MPS       uint32 `c:"mps"`
+	Reserved  uint32 `c:"reserved"`
 	Launches  uint64 `c:"launches"`
 	ClaimedNs uint64 `c:"claimed_ns"`
 }

@@ -23,6 +23,8 @@ type TenantStat struct {
 	WaitedNs    uint64  `json:"waited_ns"`   // time its processes waited to launch
 	Preemptions uint64  `json:"preemptions"` // turns cut short for a higher priority
 	Pids        []int32 `json:"pids"`        // its processes on the GPU (their own PID namespace's numbers)
+	MPSProcs    int     `json:"mps_procs"`   // those that are MPS clients (their kernels run beside other clients')
+	HostBound   float64 `json:"host_bound"`  // of its requests' time, the part not spent waiting for the GPU, as its MPS clients measure it; 0: not measured
 	Holder      bool    `json:"holder"`      // one of its processes holds the GPU
 }
 
@@ -66,7 +68,8 @@ func Read(dir, uuid string) (*GPU, error) {
 		byIndex[i] = len(g.Tenants)
 		g.Tenants = append(g.Tenants, TenantStat{Name: cstr(t.Name[:]),
 			Policy: Policy{Share: t.Share, Cap: t.Cap, Priority: t.Priority},
-			HeldNs: t.HeldNs, WaitedNs: t.WaitedNs, Preemptions: t.Preemptions})
+			HeldNs: t.HeldNs, WaitedNs: t.WaitedNs, Preemptions: t.Preemptions,
+			HostBound: float64(min(t.HostBound, fullShare)) / fullShare})
 	}
 	for i := 0; i < MaxSlots; i++ {
 		s := (*Slot)(unsafe.Pointer(&buf[SlotLock(i)]))
@@ -78,6 +81,9 @@ func Read(dir, uuid string) (*GPU, error) {
 			continue
 		}
 		g.Tenants[k].Pids = append(g.Tenants[k].Pids, s.Pid)
+		if s.MPS == 1 {
+			g.Tenants[k].MPSProcs++
+		}
 		if h.Holder == uint32(i)+1 {
 			g.Tenants[k].Holder = true
 			// The holder is charged at the end of each quantum, turn or

@@ -30,6 +30,8 @@ const (
 	// hardware's ~2 ms time slice, short enough for shares to converge in
 	// well under a second.
 	DefaultQuantum = 10 * time.Millisecond
+	// fullShare is 100 % in the region's hundredths of a percent.
+	fullShare = 10000
 )
 
 var (
@@ -258,7 +260,7 @@ func Join(dir, uuid, name string, p Policy) (*Member, error) {
 		if free < 0 {
 			return nil, fmt.Errorf("GPU %s already schedules %d tenants, the most it can", uuid, MaxTenants)
 		}
-		if p.Share > 0 && sum+uint64(p.Share) > 10000 {
+		if p.Share > 0 && sum+uint64(p.Share) > fullShare {
 			return nil, fmt.Errorf("GPU %s: shares would add up to %s (%s, and %s asks %s); the most is 100%%",
 				uuid, Percent64(sum+uint64(p.Share)), strings.Join(others, ", "), name, Percent(p.Share))
 		}
@@ -318,7 +320,7 @@ func Update(dir, uuid, name string, p Policy) error {
 	if idx < 0 {
 		return fmt.Errorf("tenant %s is not scheduled on GPU %s", name, uuid)
 	}
-	if p.Share > 0 && sum+uint64(p.Share) > 10000 {
+	if p.Share > 0 && sum+uint64(p.Share) > fullShare {
 		return fmt.Errorf("GPU %s: shares would add up to %s; the most is 100%%", uuid, Percent64(sum+uint64(p.Share)))
 	}
 	set(&r.hdr.Tenants[idx], p)

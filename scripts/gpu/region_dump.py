@@ -1,6 +1,8 @@
 """Prints, for each GPU scheduler region under FLEXGV_STATE_DIR, every
 tenant's GPU time held and what its virtual time says it was charged
-(vtime x share), so that time held but not paid for shows.
+(vtime x share), so that time held but not paid for shows; how bound by
+its host its requests are, and how many of its processes are MPS clients
+(what running beside a holder under MPS goes by).
 
     python3 scripts/gpu/region_dump.py [STATE_DIR]
 
@@ -12,6 +14,9 @@ import sys
 
 HEADER = 168  # bytes before the tenants
 TENANT = 128  # bytes of one tenant
+TENANTS = 128  # FG_SCHED_TENANTS
+SLOT = 40  # bytes of one process slot
+SLOTS = 256  # FG_SCHED_SLOTS
 FULL = 10000  # 100 % in hundredths of a percent
 
 
@@ -20,15 +25,21 @@ def dump(path):
     quantum, = struct.unpack_from("<I", b, 12)
     switches, = struct.unpack_from("<Q", b, 160)
     out = [f"quantum_us {quantum} switches {switches}"]
-    for i in range(128):  # FG_SCHED_TENANTS
+    mps = {}  # tenant index -> claimed slots that are MPS clients
+    for i in range(SLOTS):
+        state, _pid, tenant, _inflight, client = struct.unpack_from("<IiIII", b, HEADER + TENANT * TENANTS + SLOT * i)
+        if state == 1 and client == 1:
+            mps[tenant] = mps.get(tenant, 0) + 1
+    for i in range(TENANTS):
         o = HEADER + TENANT * i
         name = b[o:o + 64].split(b"\0")[0].decode(errors="replace")
         if not name:
             continue
-        share, _cap, _prio, _ = struct.unpack_from("<4I", b, o + 64)
+        share, _cap, _prio, host_bound = struct.unpack_from("<4I", b, o + 64)
         vtime, held, waited, _pre = struct.unpack_from("<4Q", b, o + 80)
         charged = vtime * share / FULL / 1e6 if share else 0
-        out.append(f"{name} share {share} held {held / 1e6:.0f} ms charged {charged:.0f} ms waited {waited / 1e6:.0f} ms")
+        out.append(f"{name} share {share} held {held / 1e6:.0f} ms charged {charged:.0f} ms waited {waited / 1e6:.0f} ms"
+                   f" host-bound {host_bound / FULL:.2f} mps {mps.get(i, 0)}")
     return " | ".join(out)
 
 

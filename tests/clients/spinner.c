@@ -18,7 +18,10 @@
  * copysync (cuLaunchKernel on the legacy stream, each completion waited
  * for by a synchronous cuMemcpyDtoH of a word) or batch (DEPTH launches,
  * then one cuCtxSynchronize for all of them) or after1 (launch, once one
- * kernel has run on device 1 first).
+ * kernel has run on device 1 first) or eager (as batch, with GAP_US of
+ * host work after each launch: a request bound by its host, as eager
+ * inference is; the latencies reported are the requests', from the first
+ * launch to the synchronization's return).
  * GAP_US: idle time after each completion before the next launch, as a
  * server between requests (with DEPTH 1). */
 #include "common.h"
@@ -44,7 +47,7 @@ static int by_value(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: spinner KERNEL_US SECONDS [DEPTH [WINDOW_MS [launch|ex|ptsz|graph|sync13|copysync|batch|after1 [GAP_US]]]]\n");
+        fprintf(stderr, "usage: spinner KERNEL_US SECONDS [DEPTH [WINDOW_MS [launch|ex|ptsz|graph|sync13|copysync|batch|after1|eager [GAP_US]]]]\n");
         return 2;
     }
     double kernel_us = atof(argv[1]), seconds = atof(argv[2]);
@@ -72,7 +75,7 @@ int main(int argc, char **argv)
     int copysync = !strcmp(api, "copysync");
     /* batch: DEPTH launches, then one context synchronization for them all,
      * as a training loop that reads a loss back every few kernels does. */
-    int batch = !strcmp(api, "batch");
+    int eager = !strcmp(api, "eager"), batch = eager || !strcmp(api, "batch");
     CUdeviceptr word = 0;
     if (copysync) {
         s = NULL;
@@ -129,7 +132,8 @@ int main(int argc, char **argv)
 
     long launched = 0, completed = 0, window = 0, in_window = 0;
     float end_ms = 0;
-    double stop = wall_s() + seconds;
+    double stop = wall_s() + seconds, req_at = 0;
+    long requests = 0;
     CHECK(cuEventRecord(start, s));
     for (;;) {
         int more = wall_s() < stop;
@@ -141,9 +145,11 @@ int main(int argc, char **argv)
                 CHECK(ctxsync(NULL));
             else if (copysync)
                 CHECK(cuMemcpyDtoH_v2(&got, word, sizeof got));
-            else if (batch && k == 0)
+            else if (batch && k == 0) {
                 CHECK(cuCtxSynchronize());
-            else if (!batch)
+                if (eager) /* lat's first entries: the requests' latencies */
+                    lat[requests++] = (wall_s() - req_at) * 1e6;
+            } else if (!batch)
                 CHECK(cuEventSynchronize(after[k]));
             CHECK(cuEventElapsedTime(&ms, before[k], after[k]));
             if ((size_t)completed == cap) {
@@ -153,14 +159,16 @@ int main(int argc, char **argv)
                 lat = n;
                 cap *= 2;
             }
-            lat[completed++] = ms * 1000.0;
+            if (!eager)
+                lat[completed] = ms * 1000.0;
+            completed++;
             CHECK(cuEventElapsedTime(&end_ms, start, after[k]));
             for (; window_ms > 0 && end_ms >= (double)(window + 1) * window_ms; window++, in_window = 0) {
                 printf("window %ld share %.1f\n", window, (double)in_window * kernel_us / (window_ms * 10.0));
                 fflush(stdout);
             }
             in_window++;
-            if (gap_us > 0) {
+            if (gap_us > 0 && !eager) {
                 struct timespec ts = {(time_t)(gap_us / 1e6), (long)((gap_us - (double)(time_t)(gap_us / 1e6) * 1e6) * 1e3)};
                 nanosleep(&ts, NULL);
             }
@@ -169,6 +177,8 @@ int main(int argc, char **argv)
         if (!more)
             break;
         int k = (int)(launched % depth);
+        if (k == 0)
+            req_at = wall_s();
         CHECK(cuEventRecord(before[k], s));
         if (x)
             CHECK(cuGraphLaunch(x, s));
@@ -180,10 +190,13 @@ int main(int argc, char **argv)
             CHECK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL));
         CHECK(cuEventRecord(after[k], s));
         launched++;
+        for (double until = wall_s() + gap_us / 1e6; eager && wall_s() < until;)
+            ; /* the host's own work */
     }
-    qsort(lat, (size_t)completed, sizeof *lat, by_value);
+    long nlat = eager ? requests : completed;
+    qsort(lat, (size_t)nlat, sizeof *lat, by_value);
     double share = end_ms > 0 ? (double)completed * kernel_us / (end_ms * 10.0) : 0;
     printf("kernels %ld elapsed_ms %.3f share %.1f p50_us %.1f p99_us %.1f\n", completed, end_ms, share,
-           completed ? lat[completed / 2] : 0.0, completed ? lat[completed * 99 / 100] : 0.0);
+           nlat ? lat[nlat / 2] : 0.0, nlat ? lat[nlat * 99 / 100] : 0.0);
     return 0;
 }

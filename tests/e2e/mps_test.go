@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flexgv/flexgv/internal/sched"
 )
 
 // A tenant's SMs under MPS (--sm): the node daemon runs the MPS control
@@ -270,5 +272,68 @@ func TestMPSClientsRunAtOnce(t *testing.T) {
 					c.flags, s.kernels, s.p50, s.p99, c.kernels, c.p50Min, c.p99Max)
 			}
 		}
+	}
+}
+
+// Under MPS a lower priority runs beside a higher-priority tenant bound by
+// its host (eager inference: a little GPU work between stretches of host
+// work, one synchronization per request), whose requests then hardly wait;
+// beside a GPU-bound one it waits as ever, and without MPS, where the two
+// would take turns on the GPU, it waits too.
+func TestPriorityRunsBesideAHostBoundHolderUnderMPS(t *testing.T) {
+	e, dir := newMPSEnv(t)
+	// Requests of 16 kernels of 50 µs, each after 200 µs of host work.
+	eager := []string{"50", "3", "16", "0", "eager", "200"}
+	pair := func(high []string) (spin, spin) {
+		hi := e.spinnerUnder([]string{"--priority", "high"}, high...)
+		lo := e.spinnerUnder([]string{"--priority", "low"}, "1000", "3", "16")
+		hi.start()
+		lo.start()
+		return hi.result(), lo.result()
+	}
+	h, l := pair(eager)
+	t.Logf("without MPS: requests p50 %.0f µs, p99 %.0f µs; the low tenant %.1f%% of the device", h.p50, h.p99, l.share)
+	if l.share > 25 {
+		t.Errorf("without MPS the low tenant got %.1f%% of the device beside host-bound requests, want ≤ 25%% (turns)", l.share)
+	}
+
+	startMPS(t, e, dir)
+	alone := e.spinnerUnder([]string{"--priority", "high"}, eager...)
+	alone.start()
+	a := alone.result()
+	hi := e.spinnerUnder([]string{"--priority", "high"}, eager...)
+	lo := e.spinnerUnder([]string{"--priority", "low"}, "1000", "3", "16")
+	hi.start()
+	lo.start()
+	// What the region says meanwhile: both are MPS clients, and the high
+	// tenant's requests are bound by its host.
+	time.Sleep(1500 * time.Millisecond)
+	g, err := sched.Read(e.stateDir(), simUUID0)
+	if err != nil || g == nil || len(g.Tenants) != 2 {
+		t.Fatalf("the scheduler region: %+v, %v", g, err)
+	}
+	for _, ts := range g.Tenants {
+		if ts.MPSProcs != 1 || (ts.Policy.Priority == sched.PriorityHigh && ts.HostBound < 0.75) {
+			t.Errorf("tenant %s in the region: %d MPS clients, host-bound %.2f; want 1, and ≥ 0.75 for the high one",
+				ts.Name, ts.MPSProcs, ts.HostBound)
+		}
+	}
+	h, l = hi.result(), lo.result()
+	t.Logf("under MPS: requests alone p50 %.0f µs, p99 %.0f µs; beside a low tenant p50 %.0f µs, p99 %.0f µs; the low tenant %.1f%% of the device",
+		a.p50, a.p99, h.p50, h.p99, l.share)
+	if l.share < 50 {
+		t.Errorf("under MPS the low tenant got %.1f%% of the device beside host-bound requests, want ≥ 50%%", l.share)
+	}
+	if h.p50 > a.p50+1000 {
+		t.Errorf("under MPS requests took %.0f µs (p50) beside the low tenant, %.0f µs alone", h.p50, a.p50)
+	}
+
+	// A GPU-bound high tenant (1 ms kernels, each waited for) is not run
+	// beside: the low one has the device once it is done, half its run.
+	h, l = pair([]string{"1000", "1.5", "1"})
+	t.Logf("under MPS, GPU-bound high: %.1f%%, p99 %.0f µs; the low tenant %.1f%%", h.share, h.p99, l.share)
+	if l.share > 65 || h.share < 80 {
+		t.Errorf("under MPS beside a GPU-bound high tenant (%.1f%%) the low one got %.1f%% of its run, want ≤ 65%% (only once it is done)",
+			h.share, l.share)
 	}
 }

@@ -111,7 +111,7 @@ func emitComputeHooks(all []Entry) (string, error) {
 		case "readback":
 			body = fmt.Sprintf("SCHEDULED_BLOCKING(%d, synced, %s);", pt, call)
 		case "sync":
-			body = fmt.Sprintf("return synced(%s);", call)
+			body = fmt.Sprintf("SYNCED(%s);", call)
 		}
 		params := ""
 		if len(e.Params) > 0 {
