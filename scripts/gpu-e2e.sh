@@ -3,7 +3,7 @@
 # machine with an NVIDIA driver, nvcc and PyTorch, with build/ made by `make`
 # (`make GOTAGS=nok8s` keeps the CLI small where build/ is copied over):
 #     scripts/gpu-e2e.sh OUTDIR [SECTION...]
-# Sections (default: all): decl counts simmodel hookmap torch bench quota isolation nvmlprocs computecap quotabench shares sharetrain priority prioritygraph
+# Sections (default: all): decl counts simmodel hookmap torch bench contended quota isolation nvmlprocs computecap quotabench shares sharetrain priority prioritygraph
 # (PAIRS="flexgv" runs only some of the priority sections' ways of sharing;
 # SHARE_S=60 TRAIN_S=60 make the share runs last a minute each)
 # Checks our driver declarations against the real headers, traces CUDA
@@ -14,7 +14,7 @@
 set -u -o pipefail
 OUT=$(mkdir -p "${1:-gpu-out}" && cd "${1:-gpu-out}" && pwd)
 shift || true
-SECTIONS=${*:-decl counts simmodel hookmap torch bench quota isolation nvmlprocs computecap quotabench shares sharetrain priority prioritygraph}
+SECTIONS=${*:-decl counts simmodel hookmap torch bench contended quota isolation nvmlprocs computecap quotabench shares sharetrain priority prioritygraph}
 ROUNDS=${ROUNDS:-7} # rounds of the throughput benchmarks
 PAIRS=${PAIRS:-timeslice mps mps50 mpsflexgv mpssm mpssm25 flexgv} # how the priority sections share the GPU
 SHARE_S=${SHARE_S:-24} # seconds of the matmul share run (the change comes halfway)
@@ -173,6 +173,40 @@ for round in $(seq "$ROUNDS"); do
 done >"$WORK/torch_bench.txt"
 { python3 scripts/gpu/paired.py "$WORK/launch.txt" "launch (ns per launch)"
   python3 scripts/gpu/paired.py "$WORK/torch_bench.txt" "PyTorch training"; } | tee "$OUT/bench.txt"
+fi
+
+if want contended; then
+echo "== benchmark: a holder's launch path with an idle tenant present (5 rounds; eager inference, 3)"
+# What scheduling costs the host of a holder that is not alone: launches
+# of empty kernels, and back-to-back eager inference requests (host-bound),
+# natively, alone under --priority high (the pass-through launch path) and
+# beside an idle low-priority tenant (the scheduled one); and what the
+# driver calls on that path cost by themselves.
+[ -x "$WORK/launch_bench" ] || "$CUDA/bin/nvcc" -O2 -o "$WORK/launch_bench" bench/launch_bench.cu
+"$CUDA/bin/nvcc" -O2 -o "$WORK/driver_calls" bench/driver_calls.cu -lcuda &&
+    "${pin[@]}" "$WORK/driver_calls" | tee "$OUT/driver_calls.txt"
+export FLEXGV_STATE_DIR=$WORK/contended-state
+beside_idle() { # CMD...: CMD as a high-priority tenant, an idle low-priority one present
+    "$FLEXGV" run --priority low -- python3 scripts/gpu/idle_tenant.py 300 >"$WORK/idle.out" &
+    local p=$! i
+    for i in $(seq 200); do grep -q present "$WORK/idle.out" 2>/dev/null && break; sleep 0.05; done
+    "$FLEXGV" run --priority high -- "$@"
+    kill $p && wait $p 2>/dev/null
+}
+for round in 1 2 3 4 5; do
+    echo "$round native $("${pin[@]}" "$WORK/launch_bench" 200000)"
+    echo "$round alone $("$FLEXGV" run --priority high -- "${pin[@]}" "$WORK/launch_bench" 200000)"
+    echo "$round contended $(beside_idle "${pin[@]}" "$WORK/launch_bench" 200000)"
+done >"$WORK/contended_launch.txt"
+peak() { echo "{\"steps_per_s\": $("$@" python3 scripts/gpu/share_load.py peak 5)}"; }
+for round in 1 2 3; do
+    echo "$round native $(peak env)"
+    echo "$round alone $(peak "$FLEXGV" run --priority high --)"
+    echo "$round contended $(peak beside_idle)"
+done >"$WORK/contended_eager.txt"
+{ python3 scripts/gpu/paired.py "$WORK/contended_launch.txt" "launch (ns per launch)"
+  python3 scripts/gpu/paired.py "$WORK/contended_eager.txt" "eager inference (requests/s, back to back)"; } | tee "$OUT/contended.txt"
+unset FLEXGV_STATE_DIR
 fi
 
 # watch CMD...: run CMD while NVML, outside the tenant, samples what GPU 0

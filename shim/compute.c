@@ -69,6 +69,9 @@ enum { RING = 256 };                  /* launches tracked in flight per GPU, at 
 #ifndef LEND_NS
 #define LEND_NS 1000000ull            /* pauses this long are lent to lower priorities at once */
 #endif
+#ifndef REAP_NS
+#define REAP_NS 100000ull             /* a launch looks at completions at most this often */
+#endif
 #ifndef BESIDE_HOST
 #define BESIDE_HOST 7500u             /* under MPS, a higher holder this bound by its host is run beside */
 #endif
@@ -101,6 +104,7 @@ struct gpu {
     CUevent pool[RING]; /* completed events, to be recorded again */
     unsigned npool;
     uint64_t last_done; /* host time of the last completion */
+    uint64_t reaped_at; /* when completions were last looked at */
     uint64_t avg;       /* moving average of one launch's busy time (ns); 0: none measured */
     uint64_t wdefault, wdefault_at; /* weight of a tenant without a share, and when computed */
     uint64_t swept_at;
@@ -472,6 +476,7 @@ static void earn(struct gpu *g, uint32_t cap, uint64_t now)
  * it is, and keep too little in flight to cover the host's pauses. */
 static void reap(struct gpu *g, uint64_t now)
 {
+    g->reaped_at = now;
     fg_real_cuEventQuery query = REAL(cuEventQuery);
     unsigned done = 0;
     while (done < g->count && !(query && query(g->ring[(g->head + done) % RING].ev) == CUDA_ERROR_NOT_READY))
@@ -645,13 +650,19 @@ static void gate(struct gpu *g)
         g->gap_avg = g->gap_avg ? (3 * g->gap_avg + gap) / 4 : gap;
         g->idle_at = 0;
     }
-    for (;;) {
+    for (int looked = 0;; looked = 1) {
         if (__atomic_load_n(&g->state, __ATOMIC_ACQUIRE) != G_READY)
             break; /* the region was lost under us */
         uint64_t now = fg_now_ns();
         if (now - g->swept_at >= SWEEP_NS)
             sweep(g, now);
-        reap(g, now);
+        /* An event query costs a GPU's driver more than a launch does (1.4
+         * us against 0.2 to record an event on an H200: bench/
+         * driver_calls.cu): a launch looks at completions once a REAP_NS,
+         * which the estimates below can afford; after a wait, and under a
+         * cap (whose debt is paid from completions), at every look. */
+        if (looked || now - g->reaped_at >= REAP_NS || cap_of(g))
+            reap(g, now);
         uint32_t h = LOAD(&g->hdr->holder);
         if (h == g->mine + 1) {
             if (!g->holding) { /* our turn starts */

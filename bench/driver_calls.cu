@@ -1,0 +1,48 @@
+// What the driver calls on the compute policy's launch path cost by
+// themselves, natively: each timed over N calls between empty kernel
+// launches on one stream (the launch timed alone first), ns per call.
+//   driver_calls [N]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+__global__ void empty() {}
+
+template <typename F> static double per_call(long n, cudaStream_t s, F call)
+{
+    double total = 0;
+    for (long i = 0; i < n; i++) {
+        empty<<<1, 1, 0, s>>>();
+        auto t0 = std::chrono::steady_clock::now();
+        call();
+        total += std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+    }
+    cudaStreamSynchronize(s);
+    return total / double(n);
+}
+
+int main(int argc, char **argv)
+{
+    long n = argc > 1 ? std::atol(argv[1]) : 100000;
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    CUevent done, ev;
+    cuEventCreate(&done, CU_EVENT_DISABLE_TIMING);
+    cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING);
+    cuEventRecord(done, s);
+    cudaStreamSynchronize(s);
+    per_call(1000, s, [] {}); // warm-up
+    CUstreamCaptureStatus st;
+    CUdevice d;
+    CUcontext c;
+    std::printf("launch %.1f\n", per_call(n, s, [&] { empty<<<1, 1, 0, s>>>(); }));
+    std::printf("cuStreamIsCapturing %.1f\n", per_call(n, s, [&] { cuStreamIsCapturing(s, &st); }));
+    std::printf("cuCtxGetDevice %.1f\n", per_call(n, s, [&] { cuCtxGetDevice(&d); }));
+    std::printf("cuCtxGetCurrent %.1f\n", per_call(n, s, [&] { cuCtxGetCurrent(&c); }));
+    std::printf("cuEventRecord %.1f\n", per_call(n, s, [&] { cuEventRecord(ev, s); }));
+    std::printf("cuEventQuery %.1f\n", per_call(n, s, [&] { cuEventQuery(done); }));
+    return cudaGetLastError() == cudaSuccess ? 0 : 1;
+}
