@@ -1,6 +1,9 @@
 // What the driver calls on the compute policy's launch path cost by
 // themselves, natively: each timed over N calls between empty kernel
-// launches on one stream (the launch timed alone first), ns per call.
+// launches on one stream (the launch timed alone first), ns per call; then
+// the wall time per launch of N back-to-back launches and a synchronize,
+// without and with an event recorded after each (what a scheduled holder
+// does): host and GPU time together.
 //   driver_calls [N]
 #include <chrono>
 #include <cstdio>
@@ -44,5 +47,17 @@ int main(int argc, char **argv)
     std::printf("cuCtxGetCurrent %.1f\n", per_call(n, s, [&] { cuCtxGetCurrent(&c); }));
     std::printf("cuEventRecord %.1f\n", per_call(n, s, [&] { cuEventRecord(ev, s); }));
     std::printf("cuEventQuery %.1f\n", per_call(n, s, [&] { cuEventQuery(done); }));
+    for (int with_event = 0; with_event < 2; with_event++) {
+        cudaStreamSynchronize(s);
+        auto t0 = std::chrono::steady_clock::now();
+        for (long i = 0; i < n; i++) {
+            empty<<<1, 1, 0, s>>>();
+            if (with_event)
+                cuEventRecord(ev, s);
+        }
+        cudaStreamSynchronize(s);
+        double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / double(n);
+        std::printf("%s %.1f\n", with_event ? "back_to_back_with_event" : "back_to_back", ns);
+    }
     return cudaGetLastError() == cudaSuccess ? 0 : 1;
 }

@@ -268,6 +268,13 @@ static void attach(struct gpu *g, int dev)
     fg_lock_byte(g->fd, tenant_off(t), F_RDLCK);
     struct fg_sched_slot *me = (struct fg_sched_slot *)(h + 1) + s;
     mask_clear(h->waiting, s); /* a dead process's, if any */
+    /* A dead process's turn, left in the slot we took, is nobody's: from
+     * it we would be charged the time the GPU sat unheld since. */
+    uint32_t dead = s + 1;
+    if (__atomic_compare_exchange_n(&h->holder, &dead, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+        ADD(&h->gen, 1);
+        syscall(SYS_futex, &h->gen, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+    }
     mask_set(h->present, s);
     STORE(&me->tenant, t);
     STORE(&me->pid, (int32_t)getpid());
@@ -442,7 +449,10 @@ static int take(struct gpu *g, uint32_t from, uint64_t now)
     uint32_t expect = from;
     if (!__atomic_compare_exchange_n(&g->hdr->holder, &expect, g->mine + 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
         return 0;
-    struct fg_sched_tenant *old = from ? tenant_of(g, from - 1) : NULL;
+    /* A holder gone (its lock with it) held nothing since: its slot's
+     * tenant entry may be another tenant's by now. */
+    struct fg_sched_tenant *old =
+        from && from <= FG_SCHED_SLOTS && fg_byte_held(g->fd, slot_off(from - 1)) ? tenant_of(g, from - 1) : NULL;
     pay(g, old, g->quantum, now); /* idle before it was taken is not contended */
     if (old && LOAD(&old->priority) < LOAD(&g->t->priority))
         ADD(&old->preemptions, 1);

@@ -77,6 +77,9 @@ func (r *Region) Process(s, i int, pid int32, holder bool) *os.File {
 	return f
 }
 
+// HeldSince makes the holder's time unpaid since ns (CLOCK_MONOTONIC).
+func (r *Region) HeldSince(ns uint64) { atomic.StoreUint64(&r.hdr.SinceNs, ns) }
+
 // Scribble writes random values over every field a shim reads while it
 // runs (all but the magic, version and UUID it checked at attach), as a
 // hostile or broken process could.

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/flexgv/flexgv/internal/sched"
 	"github.com/flexgv/flexgv/internal/schedtest"
 )
@@ -421,6 +423,53 @@ func TestAProcessWithoutASchedulerSlot(t *testing.T) {
 			if !c.runs && (err == nil || !strings.Contains(s.stderr(), "failed: 800")) {
 				t.Errorf("refused spinner: %v, %+v, stderr %q; want its launch failed with CUDA_ERROR_NOT_PERMITTED (800)", err, res, s.stderr())
 			}
+		})
+	}
+}
+
+// A holder that is gone leaves its turn to whoever comes next, and the
+// time the GPU then sat unheld is charged to nobody: a tenant that takes
+// the GPU from a process long dead has held no more than it ran, whether
+// its process took the dead one's slot or another.
+func TestTimeAfterAHolderExitsIsNobodys(t *testing.T) {
+	t.Parallel()
+	for _, c := range []string{"its slot taken again", "another slot"} {
+		t.Run(c, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			if c == "its slot taken again" {
+				first := e.spinnerUnder([]string{"--compute", "50%"}, "1000", "0.2", "4")
+				first.start()
+				first.result()
+				time.Sleep(1500 * time.Millisecond)
+			}
+			a := e.spinnerUnder([]string{"--compute", "50%"}, "1000", "1", "4")
+			b := e.spinnerUnder([]string{"--compute", "50%"}, "1000", "1", "4")
+			if c == "another slot" {
+				// A holder of tenant entry 0 in the last slot, dead, its
+				// time unpaid for the last five seconds.
+				r := schedtest.Open(t, e.stateDir(), simUUID0)
+				r.Process(sched.MaxSlots-1, 0, 99999, true).Close()
+				var now unix.Timespec
+				unix.ClockGettime(unix.CLOCK_MONOTONIC, &now)
+				r.HeldSince(uint64(now.Nano()) - 5e9)
+			}
+			started := time.Now()
+			a.start()
+			b.start()
+			time.Sleep(500 * time.Millisecond)
+			g, err := sched.Read(e.stateDir(), simUUID0)
+			ran := time.Since(started)
+			if err != nil || g == nil {
+				t.Fatalf("the scheduler region: %+v, %v", g, err)
+			}
+			for _, ts := range g.Tenants {
+				if held := time.Duration(ts.HeldNs); held > ran+100*time.Millisecond {
+					t.Errorf("tenant %s has held the GPU %v in the %v since it started", ts.Name, held, ran)
+				}
+			}
+			a.result()
+			b.result()
 		})
 	}
 }
