@@ -214,16 +214,30 @@ func TestRegionDumpScriptAgrees(t *testing.T) {
 	if _, err := Join(dir, gpu, "beta", Policy{Share: 7000}); err != nil {
 		t.Fatal(err)
 	}
-	hdr := (*Header)(unsafe.Pointer(&mapped(t, dir)[0]))
+	mem := mapped(t, dir)
+	hdr := (*Header)(unsafe.Pointer(&mem[0]))
 	atomic.StoreUint64(&hdr.Switches, 42)
-	for i, v := range []struct{ vtime, held, waited uint64 }{{4e9, 1.5e9, 2e9}, {3e9, 2.5e9, 7e8}} {
+	for i, v := range []struct {
+		vtime, held, waited uint64
+		hostBound           uint32
+	}{{4e9, 1.5e9, 2e9, 9400}, {3e9, 2.5e9, 7e8, 0}} {
 		atomic.StoreUint64(&hdr.Tenants[i].VTime, v.vtime)
 		atomic.StoreUint64(&hdr.Tenants[i].HeldNs, v.held)
 		atomic.StoreUint64(&hdr.Tenants[i].WaitedNs, v.waited)
+		atomic.StoreUint32(&hdr.Tenants[i].HostBound, v.hostBound)
+	}
+	// Two of beta's processes are MPS clients, in the last slot and one
+	// freed since; one of alpha's is not.
+	for _, p := range []struct{ slot, tenant, state, mps uint32 }{
+		{MaxSlots - 1, 1, SlotClaimed, 1}, {7, 1, SlotClaimed, 1}, {8, 1, SlotFree, 1}, {3, 0, SlotClaimed, 0}} {
+		sl := (*Slot)(unsafe.Pointer(&mem[SlotLock(int(p.slot))]))
+		atomic.StoreUint32(&sl.Tenant, p.tenant)
+		atomic.StoreUint32(&sl.MPS, p.mps)
+		atomic.StoreUint32(&sl.State, p.state)
 	}
 	out, err := exec.Command(py, "../../scripts/gpu/region_dump.py", dir).CombinedOutput()
-	want := fmt.Sprintf("quantum_us %d switches 42 | alpha share 3000 held 1500 ms charged 1200 ms waited 2000 ms | "+
-		"beta share 7000 held 2500 ms charged 2100 ms waited 700 ms\n", hdr.QuantumUs)
+	want := fmt.Sprintf("quantum_us %d switches 42 | alpha share 3000 held 1500 ms charged 1200 ms waited 2000 ms host-bound 0.94 mps 0 | "+
+		"beta share 7000 held 2500 ms charged 2100 ms waited 700 ms host-bound 0.00 mps 2\n", hdr.QuantumUs)
 	if err != nil || string(out) != want {
 		t.Errorf("region_dump.py: %v\n%s\nwant\n%s", err, out, want)
 	}
