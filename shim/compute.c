@@ -993,6 +993,7 @@ static void note_request(struct gpu *g, uint64_t at, uint64_t now)
         return;
     uint64_t issued = at - from > gated ? at - from - gated : 0;
     uint32_t host = (uint32_t)(issued * FULL / (now - from)), old = LOAD(&g->t->host_bound);
+    old = old > FULL ? FULL : old; /* the region is every tenant's to write */
     STORE(&g->t->host_bound, old ? (3 * old + host) / 4 : host);
 }
 

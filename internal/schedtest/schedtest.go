@@ -97,6 +97,7 @@ func (r *Region) Scribble(rng *rand.Rand) {
 		atomic.StoreUint32(&t.Share, rng.Uint32())
 		atomic.StoreUint32(&t.Cap, rng.Uint32())
 		atomic.StoreUint32(&t.Priority, rng.Uint32())
+		atomic.StoreUint32(&t.HostBound, rng.Uint32())
 		atomic.StoreUint64(&t.VTime, rng.Uint64())
 		atomic.StoreInt64(&t.CapCredit, int64(rng.Uint64()))
 		atomic.StoreUint64(&t.CapRefilled, rng.Uint64())
@@ -105,6 +106,7 @@ func (r *Region) Scribble(rng *rand.Rand) {
 		slot := (*sched.Slot)(unsafe.Pointer(&r.mem[sched.SlotLock(s)]))
 		atomic.StoreUint32(&slot.Tenant, rng.Uint32())
 		atomic.StoreUint32(&slot.Inflight, rng.Uint32())
+		atomic.StoreUint32(&slot.MPS, rng.Uint32())
 		atomic.StoreUint64(&slot.Launches, rng.Uint64())
 	}
 }

@@ -363,7 +363,26 @@ func TestPriorityLendsAfterEachSynchronization(t *testing.T) {
 // they go on launching and end.
 func TestSchedulerGarbageHangsNobody(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	for _, mps := range []bool{false, true} {
+		t.Run(fmt.Sprint("mps=", mps), func(t *testing.T) {
+			t.Parallel()
+			scribbledScheduler(t, mps)
+		})
+	}
+}
+
+// scribbledScheduler runs two tenants while their GPU's scheduler region
+// is scribbled over (both MPS clients if mps: then what decides running
+// beside a holder is read from the region too).
+func scribbledScheduler(t *testing.T, mps bool) {
+	var e *env
+	if mps {
+		var dir string
+		e, dir = newMPSEnv(t)
+		startMPS(t, e, dir)
+	} else {
+		e = newEnv(t)
+	}
 	a := e.spinnerUnder([]string{"--compute", "30%"}, "1000", "1.5", "16")
 	b := e.spinnerUnder([]string{"--compute", "70%", "--priority", "high"}, "1000", "1.5", "16")
 	a.start()
