@@ -666,11 +666,11 @@ static void gate(struct gpu *g)
         uint64_t now = fg_now_ns();
         if (now - g->swept_at >= SWEEP_NS)
             sweep(g, now);
-        /* An event query costs a GPU's driver more than a launch does (1.4
-         * us against 0.2 to record an event on an H200: bench/
-         * driver_calls.cu): a launch looks at completions once a REAP_NS,
-         * which the estimates below can afford; after a wait, and under a
-         * cap (whose debt is paid from completions), at every look. */
+        /* An event query costs an H200's driver 1.4 us, seven times what
+         * recording the event did (bench/driver_calls.cu): a launch looks
+         * at completions once a REAP_NS, which the estimates below can
+         * afford; after a wait, and under a cap (whose debt is paid from
+         * completions), at every look. */
         if (looked || now - g->reaped_at >= REAP_NS || cap_of(g))
             reap(g, now);
         uint32_t h = LOAD(&g->hdr->holder);
