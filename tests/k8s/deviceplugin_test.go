@@ -670,12 +670,7 @@ func TestAllocationLatency(t *testing.T) {
 	n := startGPUNode(t, "gpu-e")
 	ns := namespace(t, "dp-latency")
 	ctx := context.Background()
-	w, err := cp.Client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	events := drain(w)
+	events := watchPods(t, ns)
 	const pods = nodeGPUs * slots
 	created := map[string]time.Time{}
 	start := time.Now()

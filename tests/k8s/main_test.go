@@ -21,6 +21,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/klog/v2"
 
 	"github.com/flexgv/flexgv/tests/k8s/controlplane"
@@ -253,10 +255,28 @@ func eventually(t *testing.T, limit time.Duration, what string, cond func() (boo
 	}
 }
 
-// drain reads w's events from now on into a channel of its own, closed when
-// the watch ends: the API server closes a watch whose reader falls behind
-// (as a test's would while it creates pods), so events are taken at once.
-func drain(w watch.Interface) <-chan watch.Event {
+// watchPods watches namespace ns's pods from now on, into a channel read
+// at once (the API server drops a watcher that falls behind, as a test's
+// would while it creates pods); a watch the API server ends all the same
+// (it also drops watchers it cannot serve fast enough on a loaded machine)
+// is opened again where it left off. Stopped when the test ends.
+func watchPods(t *testing.T, ns string) <-chan watch.Event {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	list, err := cp.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	w, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, &cache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return cp.Client.CoreV1().Pods(ns).Watch(ctx, o)
+		}})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Stop(); cancel() })
 	out := make(chan watch.Event, 4096)
 	go func() {
 		defer close(out)

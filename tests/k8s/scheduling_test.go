@@ -197,12 +197,7 @@ func TestConcurrentPodsNeverOversubscribe(t *testing.T) {
 	ctx := context.Background()
 	// 3500+500 MiB and 25%: four fill a GPU, the six GPUs take 24 of 50.
 	const total, fit = 50, 24
-	w, err := cp.Client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	events := drain(w)
+	events := watchPods(t, ns)
 	created := make([]time.Time, total)
 	start := time.Now()
 	var wg sync.WaitGroup
