@@ -651,9 +651,10 @@ static int beside(struct gpu *g, uint32_t h, uint64_t now)
  * locked throughout, but for waits). */
 static void gate(struct gpu *g)
 {
-    uint64_t waited_from = 0, entered = fg_now_ns();
+    /* Only MPS clients measure their requests (for beside). */
+    uint64_t waited_from = 0, entered = g->mps ? fg_now_ns() : 0;
     int by = 0; /* launching beside the holder */
-    if (g->mps && !__atomic_load_n(&g->request_at, __ATOMIC_RELAXED))
+    if (entered && !__atomic_load_n(&g->request_at, __ATOMIC_RELAXED))
         __atomic_store_n(&g->request_at, entered, __ATOMIC_RELAXED);
     if (g->idle_at) { /* the pause since the last synchronization ends */
         uint64_t gap = fg_now_ns() - g->idle_at;
@@ -669,9 +670,10 @@ static void gate(struct gpu *g)
         /* An event query costs an H200's driver 1.4 us, seven times what
          * recording the event did (bench/driver_calls.cu): a launch looks
          * at completions once a REAP_NS, which the estimates below can
-         * afford; after a wait, and under a cap (whose debt is paid from
-         * completions), at every look. */
-        if (looked || now - g->reaped_at >= REAP_NS || cap_of(g))
+         * afford (what is found done late counts as in flight meanwhile:
+         * a holder, capped or not, waits early rather than late); after a
+         * wait, at every look. */
+        if (looked || now - g->reaped_at >= REAP_NS)
             reap(g, now);
         uint32_t h = LOAD(&g->hdr->holder);
         if (h == g->mine + 1) {
@@ -769,10 +771,10 @@ static void gate(struct gpu *g)
     }
     if (!by && g->hdr && mask_has(g->hdr->waiting, g->mine))
         mask_clear(g->hdr->waiting, g->mine);
-    uint64_t left = fg_now_ns();
+    uint64_t left = waited_from || entered ? fg_now_ns() : 0;
     if (waited_from && g->t)
         ADD(&g->t->waited_ns, left - waited_from);
-    if (g->mps)
+    if (entered)
         __atomic_fetch_add(&g->request_gated, left - entered, __ATOMIC_RELAXED);
 }
 
