@@ -7,6 +7,7 @@ package schedtest
 import (
 	"math/rand/v2"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"unsafe"
@@ -75,6 +76,19 @@ func (r *Region) Process(s, i int, pid int32, holder bool) *os.File {
 	}
 	r.t.Cleanup(func() { f.Close() })
 	return f
+}
+
+// SetHostBound writes how host-bound the requests of the tenant named name
+// are (hundredths of a percent), as its MPS clients would.
+func (r *Region) SetHostBound(name string, v uint32) {
+	for i := range r.hdr.Tenants {
+		t := &r.hdr.Tenants[i]
+		if strings.TrimRight(string(t.Name[:]), "\x00") == name {
+			atomic.StoreUint32(&t.HostBound, v)
+			return
+		}
+	}
+	r.t.Fatalf("no tenant %q in the region", name)
 }
 
 // HeldSince makes the holder's time unpaid since ns (CLOCK_MONOTONIC).

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flexgv/flexgv/internal/sched"
+	"github.com/flexgv/flexgv/internal/schedtest"
 )
 
 // A tenant's SMs under MPS (--sm): the node daemon runs the MPS control
@@ -278,20 +279,33 @@ func TestMPSClientsRunAtOnce(t *testing.T) {
 // Under MPS a lower priority runs beside a higher-priority tenant bound by
 // its host (eager inference: a little GPU work between stretches of host
 // work, one synchronization per request), whose requests then hardly wait;
-// beside a GPU-bound one it waits as ever, and without MPS, where the two
-// would take turns on the GPU, it waits too.
+// beside a GPU-bound one it waits as ever, and so it does without MPS
+// (where the two would take turns on the GPU), beside a holder that is no
+// MPS client, and under a cap, which only a holder keeps.
 func TestPriorityRunsBesideAHostBoundHolderUnderMPS(t *testing.T) {
 	e, dir := newMPSEnv(t)
 	// Requests of 16 kernels of 50 µs, each after 200 µs of host work.
 	eager := []string{"50", "3", "16", "0", "eager", "200"}
-	pair := func(high []string) (spin, spin) {
-		hi := e.spinnerUnder([]string{"--priority", "high"}, high...)
-		lo := e.spinnerUnder([]string{"--priority", "low"}, "1000", "3", "16")
+	type run struct {
+		high, low []string // spinner arguments (high: after env's)
+		lowFlags  []string
+		during    func() // called 1.5 s in
+	}
+	pair := func(r run) (spin, spin) {
+		hi := e.clientUnder("env", []string{"--priority", "high"}, r.high...)
+		lo := e.spinnerUnder(append([]string{"--priority", "low"}, r.lowFlags...), r.low...)
 		hi.start()
 		lo.start()
+		if r.during != nil {
+			time.Sleep(1500 * time.Millisecond)
+			r.during()
+		}
 		return hi.result(), lo.result()
 	}
-	h, l := pair(eager)
+	spinner := func(args ...string) []string { return append([]string{bin("spinner")}, args...) }
+	trainer := []string{"1000", "3", "16"}
+
+	h, l := pair(run{high: spinner(eager...), low: trainer})
 	t.Logf("without MPS: requests p50 %.0f µs, p99 %.0f µs; the low tenant %.1f%% of the device", h.p50, h.p99, l.share)
 	if l.share > 25 {
 		t.Errorf("without MPS the low tenant got %.1f%% of the device beside host-bound requests, want ≤ 25%% (turns)", l.share)
@@ -301,24 +315,23 @@ func TestPriorityRunsBesideAHostBoundHolderUnderMPS(t *testing.T) {
 	alone := e.spinnerUnder([]string{"--priority", "high"}, eager...)
 	alone.start()
 	a := alone.result()
-	hi := e.spinnerUnder([]string{"--priority", "high"}, eager...)
-	lo := e.spinnerUnder([]string{"--priority", "low"}, "1000", "3", "16")
-	hi.start()
-	lo.start()
-	// What the region says meanwhile: both are MPS clients, and the high
-	// tenant's requests are bound by its host.
-	time.Sleep(1500 * time.Millisecond)
-	g, err := sched.Read(e.stateDir(), simUUID0)
-	if err != nil || g == nil || len(g.Tenants) != 2 {
-		t.Fatalf("the scheduler region: %+v, %v", g, err)
-	}
-	for _, ts := range g.Tenants {
-		if ts.MPSProcs != 1 || (ts.Policy.Priority == sched.PriorityHigh && ts.HostBound < 0.75) {
-			t.Errorf("tenant %s in the region: %d MPS clients, host-bound %.2f; want 1, and ≥ 0.75 for the high one",
-				ts.Name, ts.MPSProcs, ts.HostBound)
+	// What the region says meanwhile: both are MPS clients, the high
+	// tenant's requests are bound by its host, and the low one, running
+	// beside, is not counted as throttled.
+	started := time.Now()
+	h, l = pair(run{high: spinner(eager...), low: trainer, during: func() {
+		g, err := sched.Read(e.stateDir(), simUUID0)
+		if err != nil || g == nil || len(g.Tenants) != 2 {
+			t.Fatalf("the scheduler region: %+v, %v", g, err)
 		}
-	}
-	h, l = hi.result(), lo.result()
+		for _, ts := range g.Tenants {
+			high := ts.Policy.Priority == sched.PriorityHigh
+			if ts.MPSProcs != 1 || (high && ts.HostBound < 0.75) || (!high && time.Duration(ts.WaitedNs) > time.Since(started)/4) {
+				t.Errorf("tenant %s in the region: %d MPS clients, host-bound %.2f, waited %v in %v; want 1, ≥ 0.75 for the high one, the low one waiting little",
+					ts.Name, ts.MPSProcs, ts.HostBound, time.Duration(ts.WaitedNs), time.Since(started))
+			}
+		}
+	}})
 	t.Logf("under MPS: requests alone p50 %.0f µs, p99 %.0f µs; beside a low tenant p50 %.0f µs, p99 %.0f µs; the low tenant %.1f%% of the device",
 		a.p50, a.p99, h.p50, h.p99, l.share)
 	if l.share < 50 {
@@ -328,9 +341,37 @@ func TestPriorityRunsBesideAHostBoundHolderUnderMPS(t *testing.T) {
 		t.Errorf("under MPS requests took %.0f µs (p50) beside the low tenant, %.0f µs alone", h.p50, a.p50)
 	}
 
+	// A holder that is no MPS client (its CUDA looks for no control daemon
+	// where one runs) takes turns with the others: it is not run beside,
+	// even when its tenant's entry says host-bound (as another of its
+	// processes, a client, would have measured).
+	h, l = pair(run{high: append([]string{"CUDA_MPS_PIPE_DIRECTORY=" + t.TempDir()}, spinner(eager...)...), low: trainer,
+		during: func() {
+			g, err := sched.Read(e.stateDir(), simUUID0)
+			if err != nil || g == nil {
+				t.Fatalf("the scheduler region: %+v, %v", g, err)
+			}
+			r := schedtest.Open(t, e.stateDir(), simUUID0)
+			for _, ts := range g.Tenants {
+				if ts.Policy.Priority == sched.PriorityHigh {
+					r.SetHostBound(ts.Name, 9500)
+				}
+			}
+		}})
+	t.Logf("under MPS, a high tenant that is no client: the low tenant %.1f%%", l.share)
+	if l.share > 25 {
+		t.Errorf("beside a high tenant that is no MPS client the low one got %.1f%% of the device, want ≤ 25%% (turns)", l.share)
+	}
+	// Nor is a capped tenant run beside: it waits for its turn.
+	h, l = pair(run{high: spinner(eager...), low: trainer, lowFlags: []string{"--compute-max", "50%"}})
+	t.Logf("under MPS, a low tenant capped at 50%%: %.1f%%", l.share)
+	if l.share > 25 {
+		t.Errorf("a low tenant capped at 50%% got %.1f%% of the device beside host-bound requests, want ≤ 25%% (turns)", l.share)
+	}
+
 	// A GPU-bound high tenant (1 ms kernels, each waited for) is not run
 	// beside: the low one has the device once it is done, half its run.
-	h, l = pair([]string{"1000", "1.5", "1"})
+	h, l = pair(run{high: spinner("1000", "1.5", "1"), low: trainer})
 	t.Logf("under MPS, GPU-bound high: %.1f%%, p99 %.0f µs; the low tenant %.1f%%", h.share, h.p99, l.share)
 	if l.share > 65 || h.share < 80 {
 		t.Errorf("under MPS beside a GPU-bound high tenant (%.1f%%) the low one got %.1f%% of its run, want ≤ 65%% (only once it is done)",
