@@ -81,7 +81,8 @@ enum { G_NONE, G_READY, G_OFF, G_REFUSED };
 
 struct launch {
     CUevent ev;
-    uint64_t at; /* host time of the launch */
+    uint64_t at;        /* host time of the launch */
+    uintptr_t lane[2];  /* the stream it runs on (lane_of) */
 };
 
 struct gpu {
@@ -479,19 +480,87 @@ static void earn(struct gpu *g, uint32_t cap, uint64_t now)
     } while (!__atomic_compare_exchange_n(&g->t->cap_credit, &c, next, 1, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
 }
 
-/* Accounts for the launches in flight that have completed, oldest first.
- * The time since the first of them started is shared among all of them: a
- * process that looks after a long host call finds many done at once, and
- * counting that time as one launch's would make the queue look deeper than
- * it is, and keep too little in flight to cover the host's pauses. */
+/* Names the stream s stands for, for reap: a stream's work completes in
+ * the order it was launched. NULL and CU_STREAM_LEGACY stand for the
+ * current context's legacy stream, CU_STREAM_PER_THREAD for this thread's
+ * stream in it; any other handle is a stream of its own. */
+static void lane_of(CUstream s, uintptr_t lane[2])
+{
+    static __thread char thread_mark;
+    uintptr_t v = (uintptr_t)s;
+    if (v > (uintptr_t)CU_STREAM_PER_THREAD) {
+        lane[0] = v, lane[1] = 0;
+        return;
+    }
+    lane[0] = v == (uintptr_t)CU_STREAM_PER_THREAD ? (uintptr_t)&thread_mark : 1;
+    lane[1] = fg_current_ctx();
+}
+
+static int done_at(fg_real_cuEventQuery query, const struct gpu *g, unsigned i)
+{
+    return !query || query(g->ring[(g->head + i) % RING].ev) != CUDA_ERROR_NOT_READY;
+}
+
+/* How many of a stream's k launches in flight, idx[] oldest first, have
+ * completed: a completion implies all before it on that stream, so a few
+ * queries tell (the oldest, the newest, then a search from the oldest)
+ * where asking each would cost an event query (1.4 us on an H200) per
+ * launch. */
+static unsigned lane_done(fg_real_cuEventQuery query, const struct gpu *g, const unsigned char *idx, unsigned k)
+{
+    if (!done_at(query, g, idx[0]))
+        return 0;
+    if (k == 1 || done_at(query, g, idx[k - 1]))
+        return k;
+    unsigned lo = 0, hi = k - 1; /* idx[lo] done, idx[hi] not */
+    for (unsigned step = 1; lo + step < hi; step *= 2) {
+        if (!done_at(query, g, idx[lo + step])) {
+            hi = lo + step;
+            break;
+        }
+        lo += step;
+    }
+    while (hi - lo > 1) {
+        unsigned mid = lo + (hi - lo) / 2;
+        if (done_at(query, g, idx[mid]))
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo + 1;
+}
+
+/* Accounts for the launches in flight that have completed, stream by
+ * stream. The time since the first of them started is shared among all of
+ * them: a process that looks after a long host call finds many done at
+ * once, and counting that time as one launch's would make the queue look
+ * deeper than it is, and keep too little in flight to cover the host's
+ * pauses. */
 static void reap(struct gpu *g, uint64_t now)
 {
     g->reaped_at = now;
     fg_real_cuEventQuery query = REAL(cuEventQuery);
-    unsigned done = 0;
-    while (done < g->count && !(query && query(g->ring[(g->head + done) % RING].ev) == CUDA_ERROR_NOT_READY))
-        done++;
-    uint64_t at = done ? g->ring[g->head].at : now, start = at > g->last_done ? at : g->last_done;
+    unsigned n = g->count, done = 0, first = n;
+    unsigned char state[RING] = {0}; /* 1: its stream looked at; 2: completed */
+    unsigned char idx[RING];
+    for (unsigned i = 0; i < n; i++) {
+        if (state[i])
+            continue;
+        const struct launch *a = &g->ring[(g->head + i) % RING];
+        unsigned k = 0;
+        for (unsigned j = i; j < n; j++) {
+            const struct launch *b = &g->ring[(g->head + j) % RING];
+            if (!state[j] && b->lane[0] == a->lane[0] && b->lane[1] == a->lane[1])
+                idx[k++] = (unsigned char)j, state[j] = 1;
+        }
+        unsigned m = lane_done(query, g, idx, k);
+        for (unsigned t = 0; t < m; t++)
+            state[idx[t]] = 2;
+        done += m;
+        if (m && idx[0] < first)
+            first = idx[0];
+    }
+    uint64_t at = done ? g->ring[(g->head + first) % RING].at : now, start = at > g->last_done ? at : g->last_done;
     if (done && now > start) {
         uint64_t busy = now - start, each = busy / done;
         if (cap_of(g))
@@ -500,11 +569,16 @@ static void reap(struct gpu *g, uint64_t now)
             g->avg = g->avg ? (7 * g->avg + each) / 8 : each;
         g->last_done = now;
     }
-    for (; done; done--) {
-        g->pool[g->npool++] = g->ring[g->head].ev;
-        g->head = (g->head + 1) % RING;
-        g->count--;
+    /* What completed goes back to the pool; the rest keeps its order. */
+    unsigned kept = 0;
+    for (unsigned i = 0; done && i < n; i++) {
+        struct launch l = g->ring[(g->head + i) % RING];
+        if (state[i] == 2)
+            g->pool[g->npool++] = l.ev;
+        else
+            g->ring[(g->head + kept++) % RING] = l;
     }
+    g->count -= done;
     STORE(&g->me->inflight, g->count + g->blocked);
 }
 
@@ -791,7 +865,9 @@ static void track(struct gpu *g, CUstream s, uint64_t at)
     }
     fg_real_cuEventRecord record = REAL(cuEventRecord);
     if (ev && record && record(ev, s) == CUDA_SUCCESS && g->count < RING) {
-        g->ring[(g->head + g->count) % RING] = (struct launch){ev, at};
+        struct launch *l = &g->ring[(g->head + g->count) % RING];
+        l->ev = ev, l->at = at;
+        lane_of(s, l->lane);
         g->count++;
         STORE(&g->me->inflight, g->count + g->blocked);
     } else if (ev) {

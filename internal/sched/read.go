@@ -25,6 +25,7 @@ type TenantStat struct {
 	Pids        []int32 `json:"pids"`        // its processes on the GPU (their own PID namespace's numbers)
 	MPSProcs    int     `json:"mps_procs"`   // those that are MPS clients (their kernels run beside other clients')
 	HostBound   float64 `json:"host_bound"`  // of its requests' time, the part not spent waiting for the GPU, as its MPS clients measure it; 0: not measured
+	InFlight    uint64  `json:"in_flight"`   // launches and blocking copies its processes have on the GPU, as they last counted them (0 while alone: not tracked)
 	Holder      bool    `json:"holder"`      // one of its processes holds the GPU
 }
 
@@ -84,6 +85,7 @@ func Read(dir, uuid string) (*GPU, error) {
 		if s.MPS == 1 {
 			g.Tenants[k].MPSProcs++
 		}
+		g.Tenants[k].InFlight += uint64(s.Inflight)
 		if h.Holder == uint32(i)+1 {
 			g.Tenants[k].Holder = true
 			// The holder is charged at the end of each quantum, turn or

@@ -7,9 +7,13 @@
  *                          (a queued call must reach the GPU by itself)
  *     launchloop issue N   N launches, then prints the microseconds each
  *                          took its caller (the synchronize after them not
- *                          counted) */
+ *                          counted)
+ *     launchloop queries N N launches, then prints the event queries the
+ *                          process made meanwhile, per launch (simulated
+ *                          GPU only) */
 #include "common.h"
 
+#include <stdint.h>
 #include <string.h>
 #include <time.h>
 
@@ -27,16 +31,25 @@ int main(int argc, char **argv)
         CHECK(e.sync());
         return 0;
     }
-    int issue = argc > 2 && !strcmp(argv[1], "issue");
+    int issue = argc > 2 && !strcmp(argv[1], "issue"), queries = argc > 2 && !strcmp(argv[1], "queries");
+    uint64_t (*queried)(void) = (uint64_t(*)(void))dlsym(dlopen("libcuda.so.1", RTLD_NOW), "flexgv_sim_event_queries");
+    if (queries && !queried) {
+        fprintf(stderr, "launchloop queries: not on the simulated GPU\n");
+        return 2;
+    }
     long n = argc > 1 ? atol(argv[argc - 1]) : 100000;
     struct launch_env e = open_launch_env("empty");
     CHECK(e.sync());
+    uint64_t q0 = queries ? queried() : 0;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (long i = 0; i < n; i++)
         CHECK(e.launch(e.fn, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
     clock_gettime(CLOCK_MONOTONIC, &t1);
+    uint64_t q1 = queries ? queried() : 0; /* before the synchronize, which may look at all of them */
     CHECK(e.sync());
+    if (queries)
+        printf("event_queries_per_launch %.3f\n", (double)(q1 - q0) / (double)n);
     if (issue)
         printf("%.2f\n", ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / 1e3 / (double)n);
     return 0;

@@ -492,3 +492,68 @@ func TestTimeAfterAHolderExitsIsNobodys(t *testing.T) {
 		})
 	}
 }
+
+// What a process counts in flight (what a hand-over drains and other
+// tenants' waiters go by) follows each stream, not the order of launch: a
+// long kernel launched between two short ones on another stream is still
+// counted once they are done, whichever streams they are. A process looks
+// at completions a few at a time, taking a completion for one of all
+// launched before it on its stream.
+func TestInFlightFollowsEachStream(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"streams", "legacy", "perthread"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			// Another tenant present: its launches are scheduled, and tracked.
+			other := e.spinnerUnder([]string{"--priority", "low"}, "100", "10", "1", "0", "launch", "200000")
+			other.start()
+			l := e.clientUnder("lanes", []string{"--priority", "high"}, mode, "3000")
+			l.start()
+			if line := <-l.lines; line != "queued" {
+				t.Fatalf("lanes %s: %q, %s", mode, line, l.stderr())
+			}
+			g, err := sched.Read(e.stateDir(), simUUID0)
+			if err != nil || g == nil {
+				t.Fatalf("the scheduler region: %+v, %v", g, err)
+			}
+			seen := false
+			for _, ts := range g.Tenants {
+				if ts.Policy.Priority != sched.PriorityHigh {
+					continue
+				}
+				seen = true
+				if ts.InFlight != 1 {
+					t.Errorf("%s: with a 3 s kernel running and the short kernels of another stream done, %d launches counted in flight, want 1",
+						mode, ts.InFlight)
+				}
+			}
+			if !seen {
+				t.Errorf("%s: the tenant is not on the GPU's scheduler: %+v", mode, g.Tenants)
+			}
+			l.start()
+			if err := l.cmd.Wait(); err != nil {
+				t.Fatalf("lanes %s: %v, %s", mode, err, l.stderr())
+			}
+		})
+	}
+}
+
+// A holder with another tenant present looks at its launches' completions
+// a few at a time, not one event query per launch (1.4 µs each on an H200,
+// a third of an empty kernel's launch).
+func TestAHolderQueriesFewEvents(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "FLEXGV_SIM_KERNEL_US=0")
+	other := e.spinnerUnder([]string{"--priority", "low"}, "100", "10", "1", "0", "launch", "200000")
+	other.start()
+	r := e.run("flexgv", "run", "--priority", "high", "--", bin("launchloop"), "queries", "50000")
+	var per float64
+	if _, err := fmt.Sscanf(r.stdout, "event_queries_per_launch %g", &per); err != nil || r.code != 0 {
+		t.Fatalf("launchloop: %+v", r)
+	}
+	t.Logf("event queries per launch: %.3f", per)
+	if per > 0.25 {
+		t.Errorf("a holder beside another tenant made %.3f event queries per launch of an empty kernel, want ≤ 0.25", per)
+	}
+}
