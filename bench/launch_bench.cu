@@ -1,9 +1,11 @@
 // Launch microbenchmark: N launches of an empty kernel, then one
-// synchronize. Prints the wall time per launch.
-//   launch_bench [LAUNCHES]
+// synchronize. Prints the wall time per launch. On the legacy stream, or
+// with "stream" on a non-blocking stream of its own.
+//   launch_bench [LAUNCHES [stream]]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include <cuda_runtime.h>
 
@@ -12,12 +14,15 @@ __global__ void empty() {}
 int main(int argc, char **argv)
 {
     long n = argc > 1 ? std::atol(argv[1]) : 200000;
+    cudaStream_t s = 0;
+    if (argc > 2 && (std::strcmp(argv[2], "stream") || cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess))
+        return 1;
     for (int i = 0; i < 1000; i++)
-        empty<<<1, 1>>>();
+        empty<<<1, 1, 0, s>>>();
     cudaDeviceSynchronize();
     auto t0 = std::chrono::steady_clock::now();
     for (long i = 0; i < n; i++)
-        empty<<<1, 1>>>();
+        empty<<<1, 1, 0, s>>>();
     cudaDeviceSynchronize();
     auto t1 = std::chrono::steady_clock::now();
     if (cudaGetLastError() != cudaSuccess)

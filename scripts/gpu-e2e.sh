@@ -3,7 +3,7 @@
 # machine with an NVIDIA driver, nvcc and PyTorch, with build/ made by `make`
 # (`make GOTAGS=nok8s` keeps the CLI small where build/ is copied over):
 #     scripts/gpu-e2e.sh OUTDIR [SECTION...]
-# Sections (default: all): decl counts simmodel hookmap torch bench contended quota isolation nvmlprocs computecap quotabench shares sharetrain priority prioritygraph
+# Sections (default: all): decl counts simmodel hookmap torch bench contended green quota isolation nvmlprocs computecap quotabench shares sharetrain priority prioritygraph
 # (PAIRS="flexgv" runs only some of the priority sections' ways of sharing;
 # SHARE_S=60 TRAIN_S=60 make the share runs last a minute each)
 # Checks our driver declarations against the real headers, traces CUDA
@@ -14,7 +14,7 @@
 set -u -o pipefail
 OUT=$(mkdir -p "${1:-gpu-out}" && cd "${1:-gpu-out}" && pwd)
 shift || true
-SECTIONS=${*:-decl counts simmodel hookmap torch bench contended quota isolation nvmlprocs computecap quotabench shares sharetrain priority prioritygraph}
+SECTIONS=${*:-decl counts simmodel hookmap torch bench contended green quota isolation nvmlprocs computecap quotabench shares sharetrain priority prioritygraph}
 ROUNDS=${ROUNDS:-7} # rounds of the throughput benchmarks
 PAIRS=${PAIRS:-timeslice mps mps50 mpsflexgv mpssm mpssm25 flexgv} # how the priority sections share the GPU
 SHARE_S=${SHARE_S:-24} # seconds of the matmul share run (the change comes halfway)
@@ -193,10 +193,20 @@ beside_idle() { # CMD...: CMD as a high-priority tenant, an idle low-priority on
     "$FLEXGV" run --priority high -- "$@"
     kill $p && wait $p 2>/dev/null
 }
+native_beside_idle() { # CMD...: CMD natively, an idle process holding a context on the GPU
+    python3 scripts/gpu/idle_tenant.py 300 >"$WORK/idle_native.out" &
+    local p=$! i
+    for i in $(seq 200); do grep -q present "$WORK/idle_native.out" 2>/dev/null && break; sleep 0.05; done
+    "$@"
+    kill $p && wait $p 2>/dev/null
+}
 for round in 1 2 3 4 5; do
     echo "$round native $("${pin[@]}" "$WORK/launch_bench" 200000)"
+    echo "$round native_idle_context $(native_beside_idle "${pin[@]}" "$WORK/launch_bench" 200000)"
     echo "$round alone $("$FLEXGV" run --priority high -- "${pin[@]}" "$WORK/launch_bench" 200000)"
     echo "$round contended $(beside_idle "${pin[@]}" "$WORK/launch_bench" 200000)"
+    echo "$round native_own_stream $("${pin[@]}" "$WORK/launch_bench" 200000 stream)"
+    echo "$round contended_own_stream $(beside_idle "${pin[@]}" "$WORK/launch_bench" 200000 stream)"
 done >"$WORK/contended_launch.txt"
 peak() { echo "{\"steps_per_s\": $("$@" python3 scripts/gpu/share_load.py peak 5)}"; }
 for round in 1 2 3; do
@@ -207,6 +217,26 @@ done >"$WORK/contended_eager.txt"
 { python3 scripts/gpu/paired.py "$WORK/contended_launch.txt" "launch (ns per launch)"
   python3 scripts/gpu/paired.py "$WORK/contended_eager.txt" "eager inference (requests/s, back to back)"; } | tee "$OUT/contended.txt"
 unset FLEXGV_STATE_DIR
+fi
+
+if want green; then
+echo "== green contexts: a process's launches moved onto part of the SMs (natively, then under MPS)"
+# What moving a tenant's launches onto a green context would cost and
+# reach: bench/green_lane.cu, without MPS and as an MPS client.
+"$CUDA/bin/nvcc" -O2 -o "$WORK/green_lane" bench/green_lane.cu -lcuda &&
+    "${pin[@]}" "$WORK/green_lane" 64 | tee "$OUT/green_lane.txt"
+export CUDA_MPS_PIPE_DIRECTORY=$WORK/mps-green CUDA_MPS_LOG_DIRECTORY=$WORK/mps-green-log
+mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+if nvidia-cuda-mps-control -d; then
+    echo "-- under MPS" | tee -a "$OUT/green_lane.txt"
+    "${pin[@]}" "$WORK/green_lane" 64 | tee -a "$OUT/green_lane.txt"
+    echo quit | timeout 20 nvidia-cuda-mps-control
+    sleep 2
+else
+    fail "cannot start an MPS daemon"
+fi
+unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+grep -q FAILED "$OUT/green_lane.txt" && fail "green contexts (above)"
 fi
 
 # watch CMD...: run CMD while NVML, outside the tenant, samples what GPU 0

@@ -113,8 +113,8 @@ for prefix, kind in [("", "eager inference"), ("g_", "CUDA-graph inference")]:
                         ("mpssm25", "trainer alone given --sm 25% (daemon's MPS)")]:
         if not have(f"inf_{prefix}{mode}.txt", f"tr_{prefix}{mode}.txt"):
             continue
-        if not windows(f"tr_{prefix}{mode}.txt"):
-            rows.append((f"{kind} next to training: {label}", "no result: the training run failed", ""))
+        if not windows(f"tr_{prefix}{mode}.txt") or not open(os.path.join(d, f"inf_{prefix}{mode}.txt")).read().strip():
+            rows.append((f"{kind} next to training: {label}", "no result: a run failed or was cut short", ""))
             bad = True
             continue
         q50, q99, _ = latency(f"inf_{prefix}{mode}.txt")
