@@ -104,8 +104,14 @@ for prefix, kind in [("", "eager inference"), ("g_", "CUDA-graph inference")]:
     if not have(f"inf_{prefix}alone.txt"):
         continue
     p50, p99, _ = latency(f"inf_{prefix}alone.txt")
+    # How busy the request keeps its process alone at this rate: near 100 %,
+    # a slowdown of a few tens of percent makes its queue grow without bound.
+    busy = ""
+    if have(f"{prefix}peak.txt"):
+        arrivals = float(open(os.path.join(d, f"{prefix}peak.txt")).read()) / 2
+        busy = f"; busy {p50 * arrivals / 10:.0f}% of the time between arrivals"
     rows.append((f"{kind} alone (half its peak rate)",
-                 f"p50 {p50:.2f} ms, p99 {p99:.2f} ms{split(f'inf_{prefix}alone.txt')}", ""))
+                 f"p50 {p50:.2f} ms, p99 {p99:.2f} ms{busy}{split(f'inf_{prefix}alone.txt')}", ""))
     for mode, label in [("timeslice", "time-slicing"), ("mps", "MPS"), ("mps50", "MPS, trainer at 50% threads"),
                         ("flexgv", "flexgv --priority high/low"),
                         ("mpsflexgv", "flexgv --priority high/low under MPS"),
