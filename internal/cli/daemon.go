@@ -24,7 +24,7 @@ import (
 func newDaemon(g *globals) *cobra.Command {
 	var socket, metricsAddr string
 	var withMPS bool
-	var kubernetes func(io.Writer) (func(context.Context, flexgvv1.DaemonServer), error)
+	var kubernetes func(io.Writer, bool) (func(context.Context, flexgvv1.DaemonServer), error)
 	c := &cobra.Command{
 		Use:   "daemon",
 		Short: "Run the node daemon: the owner of this node's tenants, its local API and metrics",
@@ -41,7 +41,7 @@ func newDaemon(g *globals) *cobra.Command {
 			"that are gone are deleted.",
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			with, err := kubernetes(c.ErrOrStderr())
+			with, err := kubernetes(c.ErrOrStderr(), withMPS)
 			if err != nil {
 				return usageError{fmt.Errorf("flexgv daemon: %w", err)}
 			}

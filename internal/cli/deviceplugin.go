@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/flexgv/flexgv/internal/k8s/deviceplugin"
 	"github.com/flexgv/flexgv/internal/k8s/kubeclient"
 	"github.com/flexgv/flexgv/internal/launch"
+	"github.com/flexgv/flexgv/internal/mps"
 	"github.com/flexgv/flexgv/internal/remote"
 	"github.com/flexgv/flexgv/internal/tenant"
 	flexgvv1 "github.com/flexgv/flexgv/proto/flexgv/v1"
@@ -25,7 +27,7 @@ import (
 // the daemon's command. The function it returns checks them once the
 // command line is parsed, and gives what the daemon runs beside its API:
 // nil without --kubernetes.
-func devicePluginFlags(c *cobra.Command, g *globals) func(log io.Writer) (func(context.Context, flexgvv1.DaemonServer), error) {
+func devicePluginFlags(c *cobra.Command, g *globals) func(log io.Writer, withMPS bool) (func(context.Context, flexgvv1.DaemonServer), error) {
 	var on bool
 	var kubeconfig, ctxMem string
 	cfg := deviceplugin.Config{}
@@ -45,9 +47,12 @@ func devicePluginFlags(c *cobra.Command, g *globals) func(log io.Writer) (func(c
 	f.StringVar(&cfg.TenantDir, "tenant-dir", "", "with --remote-addr: the folder of flexgv serve --tenant-dir, where remote pods' tokens are written")
 	f.IntVar(&cfg.RemoteSlots, "remote-slots", 0, "with --kubernetes: remote vGPUs (flexgv.io/remote-vgpu) this node runs; 0: none")
 	f.StringVar(&cfg.RemoteLib, "remote-lib", "", "with --remote-slots: the folder on the node holding the remoting libcuda.so.1 for containers (default: next to flexgv)")
+	f.StringVar(&cfg.MPSShm, "mps-shm", "", "with --kubernetes --mps: offer the daemon's MPS to pods that ask for flexgv.io/gpu-sm; the node's folder that is "+
+		"the MPS server's /dev/shm (where the daemon runs in a pod, its own /dev/shm, mounted from this folder), given to those pods as theirs: "+
+		"MPS clients see each other's shared memory there, so offer it only where the node's pods trust each other")
 	names := []string{"node-name", "kubeconfig", "plugin-dir", "slots", "ctx-mem", "dev-root", "pod-resources", "health-interval", "sync-interval",
-		"remote-addr", "tenant-dir", "remote-slots", "remote-lib"}
-	return func(log io.Writer) (func(context.Context, flexgvv1.DaemonServer), error) {
+		"remote-addr", "tenant-dir", "remote-slots", "remote-lib", "mps-shm"}
+	return func(log io.Writer, withMPS bool) (func(context.Context, flexgvv1.DaemonServer), error) {
 		if !on {
 			for _, n := range names {
 				if f.Changed(n) {
@@ -61,6 +66,12 @@ func devicePluginFlags(c *cobra.Command, g *globals) func(log io.Writer) (func(c
 			return nil, fmt.Errorf("--ctx-mem: %w", err)
 		}
 		cfg.ContextMiB = int64(ctx >> 20)
+		if cfg.MPSShm != "" {
+			if !withMPS {
+				return nil, errors.New("--mps-shm offers the daemon's MPS to pods; give --mps too")
+			}
+			cfg.MPSPipe = mps.PipeDir() // a daemon in a pod has it mounted at the same path
+		}
 		if cfg.Shim, err = launch.FindShim(g.shim); err != nil {
 			return nil, err
 		}

@@ -150,6 +150,27 @@ func TestChartInstalls(t *testing.T) {
 	if !secrets {
 		t.Error("with remote vGPUs the node daemon may not handle Secrets")
 	}
+	// MPS on: the daemon runs it, with the server's pipes and /dev/shm in
+	// node folders that pods given part of the SMs get too.
+	withMPS, err := renderChart(map[string]any{"node": map[string]any{"mps": map[string]any{"enabled": true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dryRun(t, withMPS)
+	checkNodeDaemonArgs(t, withMPS, false)
+	for _, o := range withMPS {
+		if o.GetKind() != "DaemonSet" {
+			continue
+		}
+		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		c := containers[0].(map[string]any)
+		args, _, _ := unstructured.NestedStringSlice(c, "args")
+		mounts, _, _ := unstructured.NestedSlice(c, "volumeMounts")
+		shm := slices.ContainsFunc(mounts, func(m any) bool { return m.(map[string]any)["mountPath"] == "/dev/shm" })
+		if !slices.Contains(args, "--mps") || !slices.Contains(args, "--mps-shm=/run/flexgv/mps/shm") || !shm {
+			t.Errorf("with MPS on, the daemon runs with %v and mounts %v; want --mps, --mps-shm and the server's /dev/shm", args, mounts)
+		}
+	}
 }
 
 // dryRun creates objs in a server-side dry run (schema, defaults,

@@ -872,3 +872,43 @@ func TestRemoteVGPUPod(t *testing.T) {
 			fmt.Errorf("files %v %v, secret %v, tenants %v", ferr, gerr, serr, n.tenants())
 	})
 }
+
+// A pod that asks for part of the SMs (flexgv.io/gpu-sm) on a node whose
+// daemon offers its MPS to pods runs as a client of that MPS, confined to
+// that part: the simulated GPU's 40 SMs are 10 to it at 25 %. A pod that
+// asks for none on the same node is no MPS client and sees them all.
+func TestPodGivenPartOfTheSMs(t *testing.T) {
+	pipe, shm := filepath.Join(t.TempDir(), "mps"), t.TempDir()
+	t.Setenv("PATH", filepath.Join(build, "sim", "bin")+":"+os.Getenv("PATH"))
+	t.Setenv("CUDA_MPS_PIPE_DIRECTORY", pipe)
+	n := startGPUNode(t, "gpu-sm", "--mps", "--mps-shm", shm)
+	ns := namespace(t, "dp-sm")
+	ctx := context.Background()
+	quarter := clientPod(ns, "quarter", n.name, 256, 0, "smcount")
+	quarter.Annotations = map[string]string{vgpu.AnnotationSM: "25"}
+	for _, p := range []*corev1.Pod{quarter, clientPod(ns, "all", n.name, 256, 0, "smcount")} {
+		if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, want := range map[string]string{"quarter": "sms 10 mps 1", "all": "sms 40 mps 0"} {
+		pod := finished(t, ns, name)
+		if out, _ := n.kubelet.Output(name); pod.Status.Phase != corev1.PodSucceeded || strings.TrimSpace(out) != want {
+			t.Errorf("pod %s: %s, %q; want %q", name, pod.Status.Phase, out, want)
+		}
+	}
+	alloc := n.kubelet.Allocation("quarter")
+	if !slices.ContainsFunc(alloc.Mounts, func(m kubecontainer.Mount) bool { return m.ContainerPath == "/dev/shm" && m.HostPath == shm }) ||
+		!slices.ContainsFunc(alloc.Mounts, func(m kubecontainer.Mount) bool {
+			return m.ContainerPath == deviceplugin.ContainerMPSPipe && m.HostPath == pipe
+		}) {
+		t.Errorf("mounts of the pod given a quarter of the SMs: %v; want the MPS server's /dev/shm (%s) and its pipe folder (%s)", alloc.Mounts, shm, pipe)
+	}
+	// The pod's tenant, deleted once the pod ended, had the percentage.
+	pod, _ := cp.Client.CoreV1().Pods(ns).Get(ctx, "quarter", metav1.GetOptions{})
+	log, _ := os.ReadFile(filepath.Join(n.dir, "daemon.log"))
+	if want := fmt.Sprintf("created tenant %s%s (", deviceplugin.TenantPrefix, pod.UID); !strings.Contains(string(log), want) ||
+		!regexp.MustCompile(regexp.QuoteMeta(want)+`[^\n]*--sm "25%"`).Match(log) {
+		t.Errorf("the daemon's log does not show the pod's tenant created with --sm 25%%:\n%s", log)
+	}
+}

@@ -46,6 +46,8 @@ type Tenant struct {
 	// ContextBytes is charged per CUDA context where the shim cannot
 	// measure one.
 	ContextBytes uint64
+	// SM is the percentage of each GPU's SMs under MPS; 0: all.
+	SM uint32
 	// Pod and Container it is for, in metrics and flexgv ps.
 	Namespace, Pod, Container string
 }
@@ -97,9 +99,13 @@ func (d DaemonAPI) CreateTenant(ctx context.Context, t Tenant) (string, error) {
 			labels[k] = v
 		}
 	}
+	sm := ""
+	if t.SM > 0 {
+		sm = fmt.Sprintf("%d%%", t.SM)
+	}
 	resp, err := d.API.CreateTenant(ctx, &flexgvv1.CreateTenantRequest{
 		Name: t.Name, Memory: strings.Join(mem, ","), Compute: strings.Join(compute, ","), ComputeMax: strings.Join(limit, ","),
-		Priority: string(t.Priority), ContextBytes: t.ContextBytes,
+		Priority: string(t.Priority), Sm: sm, ContextBytes: t.ContextBytes,
 		Labels: labels,
 	})
 	if err != nil {

@@ -45,6 +45,9 @@ import (
 const (
 	ContainerShim   = "/usr/local/flexgv/lib/libflexgv.so"
 	ContainerTenant = "/run/flexgv/tenant"
+	// ContainerMPSPipe is where a pod given part of the SMs finds the MPS
+	// control daemon's pipe folder.
+	ContainerMPSPipe = "/run/flexgv/mps"
 )
 
 // TenantPrefix starts the name of every tenant the plugin creates; the
@@ -81,6 +84,11 @@ type Config struct {
 	// started yet are kept, so that a plugin restarted in between (with
 	// its daemon) still checks them; "": in memory only.
 	Allocations string
+	// MPSPipe and MPSShm, where the daemon's MPS is offered to pods: the
+	// control daemon's pipe folder, and the node's folder that is its
+	// server's /dev/shm (MPS clients share memory with the server there).
+	// Pods that ask for part of the SMs get both; "": they are refused.
+	MPSPipe, MPSShm string
 	// HealthEvery is how often the GPUs are read; SyncEvery how often the
 	// tenants are matched to the pods and the socket checked.
 	HealthEvery, SyncEvery time.Duration
@@ -122,6 +130,11 @@ func (c Config) Check() error {
 	if c.RemoteSlots > 0 {
 		if _, err := os.Stat(filepath.Join(c.RemoteLib, "libcuda.so.1")); err != nil {
 			return fmt.Errorf("remote vGPUs need the remoting libcuda.so.1: %w", err)
+		}
+	}
+	if c.MPSShm != "" {
+		if st, err := os.Stat(c.MPSShm); err != nil || !st.IsDir() {
+			return fmt.Errorf("--mps-shm %s: not a folder", c.MPSShm)
 		}
 	}
 	if st, err := os.Stat(c.PodResources); c.PodResources != "" && (err != nil || st.Mode()&os.ModeSocket == 0) {
@@ -580,8 +593,12 @@ func (p *Plugin) allocate(ctx context.Context, pod *corev1.Pod, r vgpu.Request) 
 	p.mu.Lock()
 	gpus := p.gpus
 	p.mu.Unlock()
+	if r.SM > 0 && p.cfg.MPSShm == "" {
+		return nil, fmt.Errorf("the pod asks for %s %d, and node %s offers pods no MPS (flexgv daemon --kubernetes --mps --mps-shm DIR)",
+			vgpu.AnnotationSM, r.SM, p.cfg.NodeName)
+	}
 	t := Tenant{Name: TenantPrefix + string(pod.UID), Priority: r.Priority, ContextBytes: uint64(p.cfg.ContextMiB) << 20,
-		Namespace: pod.Namespace, Pod: pod.Name, Container: r.Container}
+		SM: uint32(r.SM), Namespace: pod.Namespace, Pod: pod.Name, Container: r.Container}
 	resp := &pluginapi.ContainerAllocateResponse{}
 	for _, u := range uuids {
 		i := slices.IndexFunc(gpus, func(g vgpu.GPU) bool { return g.UUID == u })
@@ -625,12 +642,21 @@ func (p *Plugin) allocate(ctx context.Context, pod *corev1.Pod, r vgpu.Request) 
 			})
 		}
 	}
+	// Part of the SMs: a client of the daemon's MPS, confined by it.
+	sms := "all SMs"
+	if r.SM > 0 {
+		resp.Envs["CUDA_MPS_PIPE_DIRECTORY"] = ContainerMPSPipe
+		resp.Envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = fmt.Sprint(r.SM)
+		resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: ContainerMPSPipe, HostPath: p.cfg.MPSPipe},
+			&pluginapi.Mount{ContainerPath: "/dev/shm", HostPath: p.cfg.MPSShm})
+		sms = fmt.Sprintf("%d%% of the SMs (MPS)", r.SM)
+	}
 	capped := "no cap"
 	if r.ComputeMax > 0 {
 		capped = fmt.Sprintf("capped at %d%%", r.ComputeMax)
 	}
-	p.log.Printf("pod %s/%s: tenant %s on %s, %d MiB (+%d MiB context), %d%% compute share, %s, priority %s each",
-		pod.Namespace, pod.Name, t.Name, visible, r.MemoryMiB, p.cfg.ContextMiB, r.ComputePct, capped, r.Priority)
+	p.log.Printf("pod %s/%s: tenant %s on %s, %d MiB (+%d MiB context), %d%% compute share, %s, priority %s, %s each",
+		pod.Namespace, pod.Name, t.Name, visible, r.MemoryMiB, p.cfg.ContextMiB, r.ComputePct, capped, r.Priority, sms)
 	return resp, nil
 }
 

@@ -215,3 +215,59 @@ func TestAllocationsOutliveARestart(t *testing.T) {
 		t.Errorf("a damaged file: %v, log %q", n.allocated, logged.String())
 	}
 }
+
+// A pod that asks for part of the SMs becomes a client of the daemon's
+// MPS where the node offers it to pods: its tenant has the percentage, its
+// container the control daemon's pipe folder and the server's /dev/shm;
+// where the node offers none, its allocation is refused, saying why.
+func TestAllocateGivesPartOfTheSMsUnderMPS(t *testing.T) {
+	for _, offered := range []bool{true, false} {
+		pod := placedPod("a", 1000, time.Now())
+		pod.Annotations[vgpu.AnnotationSM] = "25"
+		p, k, d := startPlugin(t, pod)
+		if offered {
+			p.cfg.MPSPipe, p.cfg.MPSShm = "/tmp/mps-pipe", "/run/flexgv/mps-shm"
+		}
+		k.set(listed("a"))
+		resp, err := allocate(t, p, "GPU-0-vgpu-0")
+		if !offered {
+			if err == nil || !strings.Contains(err.Error(), "asks for flexgv.io/gpu-sm 25, and node node offers pods no MPS") {
+				t.Errorf("a pod asking for SMs on a node without MPS for pods: %v", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := d.tenants["pod-uid-a"].SM; got != 25 {
+			t.Errorf("tenant's SM percentage %d, want 25", got)
+		}
+		c := resp.ContainerResponses[0]
+		if c.Envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] != "25" || c.Envs["CUDA_MPS_PIPE_DIRECTORY"] != ContainerMPSPipe {
+			t.Errorf("env %v", c.Envs)
+		}
+		mounts := map[string]string{}
+		for _, m := range c.Mounts {
+			mounts[m.ContainerPath] = m.HostPath
+		}
+		if mounts[ContainerMPSPipe] != "/tmp/mps-pipe" || mounts["/dev/shm"] != "/run/flexgv/mps-shm" {
+			t.Errorf("mounts %v", mounts)
+		}
+	}
+	// Without the annotation, nothing of MPS.
+	p, k, _ := startPlugin(t, placedPod("b", 1000, time.Now()))
+	p.cfg.MPSPipe, p.cfg.MPSShm = "/tmp/mps-pipe", "/run/flexgv/mps-shm"
+	k.set(listed("b"))
+	resp, err := allocate(t, p, "GPU-0-vgpu-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range resp.ContainerResponses[0].Mounts {
+		if m.ContainerPath == "/dev/shm" || m.ContainerPath == ContainerMPSPipe {
+			t.Errorf("a pod that asks for no SMs gets %s", m.ContainerPath)
+		}
+	}
+	if _, set := resp.ContainerResponses[0].Envs["CUDA_MPS_PIPE_DIRECTORY"]; set {
+		t.Errorf("a pod that asks for no SMs gets CUDA_MPS_PIPE_DIRECTORY")
+	}
+}

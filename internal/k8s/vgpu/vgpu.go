@@ -44,6 +44,11 @@ const (
 	// each vGPU takes, even when the GPU is idle, in percent (flexgv run
 	// --compute-max). An annotation, not a resource: a cap reserves nothing.
 	AnnotationComputeMax = "flexgv.io/gpu-compute-max"
+	// AnnotationSM on a pod: the percentage of each of its GPUs' SMs its
+	// kernels may use, from 1 to 100 (flexgv run --sm). It makes the
+	// container a client of the node daemon's MPS, which the daemon must
+	// offer to pods (flexgv daemon --mps --mps-shm).
+	AnnotationSM = "flexgv.io/gpu-sm"
 	// AnnotationGPUs on a pod: the UUIDs of the GPUs it was placed on,
 	// comma-separated, written with its binding by the scheduler extender.
 	AnnotationGPUs = "flexgv.io/gpus"
@@ -93,6 +98,7 @@ type Request struct {
 	MemoryMiB  int64    // per vGPU
 	ComputePct int64    // guaranteed share per vGPU; 0: none
 	ComputeMax int64    // cap per vGPU, percent; 0: none
+	SM         int64    // percentage of each GPU's SMs, under the node's MPS; 0: all, without MPS
 	Priority   Priority // of its tenant
 	Remote     bool     // a remote vGPU (Count 1), on a GPU server node
 }
@@ -105,11 +111,23 @@ func PodRequest(pod *corev1.Pod) (r Request, ok bool, err error) {
 	if err != nil {
 		return Request{}, false, err
 	}
-	var capPct int64
-	if v, set := pod.Annotations[AnnotationComputeMax]; set {
-		if _, err := fmt.Sscanf(v, "%d", &capPct); err != nil || fmt.Sprint(capPct) != v || capPct < 1 || capPct > 100 {
-			return Request{}, false, fmt.Errorf("%s %q: give a percentage from 1 to 100 (per vGPU)", AnnotationComputeMax, v)
+	percent := func(a string) (int64, error) {
+		v, set := pod.Annotations[a]
+		var n int64
+		if set {
+			if _, err := fmt.Sscanf(v, "%d", &n); err != nil || fmt.Sprint(n) != v || n < 1 || n > 100 {
+				return 0, fmt.Errorf("%s %q: give a percentage from 1 to 100 (per vGPU)", a, v)
+			}
 		}
+		return n, nil
+	}
+	capPct, err := percent(AnnotationComputeMax)
+	if err != nil {
+		return Request{}, false, err
+	}
+	sm, err := percent(AnnotationSM)
+	if err != nil {
+		return Request{}, false, err
 	}
 	for _, c := range pod.Spec.InitContainers {
 		if asks(c) {
@@ -126,9 +144,12 @@ func PodRequest(pod *corev1.Pod) (r Request, ok bool, err error) {
 		if r, err = containerRequest(c, pod.Annotations); err != nil {
 			return Request{}, false, err
 		}
-		r.Priority, r.ComputeMax, ok = prio, capPct, true
+		r.Priority, r.ComputeMax, r.SM, ok = prio, capPct, sm, true
 	}
-	for _, a := range []string{AnnotationPriority, AnnotationComputeMax} {
+	if ok && r.Remote && r.SM > 0 {
+		return Request{}, false, fmt.Errorf("%s is for the node's own GPUs, under its MPS; a remote vGPU runs on the server's", AnnotationSM)
+	}
+	for _, a := range []string{AnnotationPriority, AnnotationComputeMax, AnnotationSM} {
 		if !ok && pod.Annotations[a] != "" {
 			return Request{}, false, fmt.Errorf("%s is set but no container asks for %s", a, ResourceVGPU)
 		}

@@ -48,6 +48,10 @@ func TestPodRequest(t *testing.T) {
 	if err != nil || r.ComputeMax != 40 || r.ComputePct != 40 {
 		t.Errorf("a cap of 40%% over a share of 40%%: %+v %v", r, err)
 	}
+	r, _, err = PodRequest(pod(map[string]string{AnnotationSM: "25"}, map[corev1.ResourceName]string{ResourceVGPU: "1", ResourceMemory: "1"}))
+	if err != nil || r.SM != 25 {
+		t.Errorf("a quarter of the SMs: %+v %v", r, err)
+	}
 }
 
 func TestPodRequestRefuses(t *testing.T) {
@@ -85,6 +89,16 @@ func TestPodRequestRefuses(t *testing.T) {
 			"flexgv.io/gpu-compute-max is set but no container asks for flexgv.io/vgpu"},
 		{pod(map[string]string{AnnotationComputeMax: "20"}, map[corev1.ResourceName]string{ResourceVGPU: "1", ResourceMemory: "1", ResourceCompute: "30"}),
 			"flexgv.io/gpu-compute 30 is above the cap flexgv.io/gpu-compute-max 20"},
+		{pod(map[string]string{AnnotationSM: "0"}, map[corev1.ResourceName]string{ResourceVGPU: "1", ResourceMemory: "1"}),
+			`flexgv.io/gpu-sm "0": give a percentage from 1 to 100 (per vGPU)`},
+		{pod(map[string]string{AnnotationSM: "50%"}, map[corev1.ResourceName]string{ResourceVGPU: "1", ResourceMemory: "1"}),
+			`flexgv.io/gpu-sm "50%": give a percentage`},
+		{pod(map[string]string{AnnotationSM: "101"}, map[corev1.ResourceName]string{ResourceVGPU: "1", ResourceMemory: "1"}),
+			`flexgv.io/gpu-sm "101"`},
+		{pod(map[string]string{AnnotationSM: "50"}, map[corev1.ResourceName]string{corev1.ResourceCPU: "1"}),
+			"flexgv.io/gpu-sm is set but no container asks for flexgv.io/vgpu"},
+		{pod(map[string]string{AnnotationSM: "50", AnnotationRemoteMemory: "1024"}, map[corev1.ResourceName]string{ResourceRemoteVGPU: "1"}),
+			"flexgv.io/gpu-sm is for the node's own GPUs"},
 	} {
 		_, _, err := PodRequest(tc.pod)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
