@@ -904,6 +904,26 @@ func TestPodGivenPartOfTheSMs(t *testing.T) {
 		}) {
 		t.Errorf("mounts of the pod given a quarter of the SMs: %v; want the MPS server's /dev/shm (%s) and its pipe folder (%s)", alloc.Mounts, shm, pipe)
 	}
+	// A node whose daemon offers pods no MPS is not given such a pod: the
+	// extender says why.
+	other := startGPUNode(t, "gpu-nomps")
+	elsewhere := clientPod(ns, "elsewhere", other.name, 256, 0, "smcount")
+	elsewhere.Annotations = map[string]string{vgpu.AnnotationSM: "25"}
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, elsewhere, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "elsewhere reported unschedulable for want of MPS", func() (bool, error) {
+		p, err := cp.Client.CoreV1().Pods(ns).Get(ctx, "elsewhere", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonUnschedulable {
+				return p.Spec.NodeName == "" && strings.Contains(c.Message, "offers pods no MPS"), fmt.Errorf("node %q, %q", p.Spec.NodeName, c.Message)
+			}
+		}
+		return false, nil
+	})
 	// The pod's tenant, deleted once the pod ended, had the percentage.
 	pod, _ := cp.Client.CoreV1().Pods(ns).Get(ctx, "quarter", metav1.GetOptions{})
 	log, _ := os.ReadFile(filepath.Join(n.dir, "daemon.log"))

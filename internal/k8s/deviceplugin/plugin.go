@@ -343,7 +343,7 @@ func (p *Plugin) watchHealth(ctx context.Context) {
 // publish writes the inventory on the node, and its memory and compute as
 // extended resources of its status.
 func (p *Plugin) publish(ctx context.Context, gpus []vgpu.GPU) error {
-	inv := vgpu.Inventory{Slots: p.cfg.Slots, ContextMiB: p.cfg.ContextMiB, GPUs: gpus, Remote: p.cfg.RemoteAddr}
+	inv := vgpu.Inventory{Slots: p.cfg.Slots, ContextMiB: p.cfg.ContextMiB, GPUs: gpus, Remote: p.cfg.RemoteAddr, MPS: p.cfg.MPSShm != ""}
 	meta, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{vgpu.AnnotationInventory: inv.Encode()}}})
 	nodes := p.client.CoreV1().Nodes()
 	if _, err := nodes.Patch(ctx, p.cfg.NodeName, types.MergePatchType, meta, metav1.PatchOptions{}); err != nil {

@@ -439,7 +439,7 @@ func (e *Extender) victims(node string, pod *corev1.Pod, r vgpu.Request) ([]*cor
 				gone[p.UID] = true
 			}
 		}
-		single := vgpu.Inventory{Slots: inv.Slots, ContextMiB: inv.ContextMiB, GPUs: []vgpu.GPU{g}}
+		single := vgpu.Inventory{Slots: inv.Slots, ContextMiB: inv.ContextMiB, GPUs: []vgpu.GPU{g}, MPS: inv.MPS}
 		var picked []*corev1.Pod
 		for {
 			use, err := e.usedWithout(node, inv.ContextMiB, gone)

@@ -285,6 +285,9 @@ type Inventory struct {
 	// Remote is the address (flexgv serve) where this node serves its GPUs
 	// to remote vGPUs; "": it does not.
 	Remote string `json:"remote,omitempty"`
+	// MPS: the node's daemon offers its MPS to pods, which AnnotationSM
+	// needs.
+	MPS bool `json:"mps,omitempty"`
 }
 
 // GPU is one physical GPU of a node.
@@ -387,6 +390,9 @@ type candidate struct {
 // what used holds per GPU UUID; score is 0..1, higher where policy likes the
 // node better. Without room, the error says what each GPU has free.
 func Choose(inv Inventory, used map[string]Use, r Request, policy Policy) (uuids []string, score float64, err error) {
+	if r.SM > 0 && !inv.MPS {
+		return nil, 0, fmt.Errorf("%w: flexgv: the pod asks for part of the SMs (%s), and the node offers pods no MPS", ErrNoRoom, AnnotationSM)
+	}
 	var fits []candidate
 	// Said with "percent", not "%": kube-scheduler's events take the
 	// message as a format string.

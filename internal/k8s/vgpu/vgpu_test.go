@@ -192,6 +192,21 @@ func TestChooseSkipsUnhealthy(t *testing.T) {
 	}
 }
 
+// A pod that asks for part of the SMs fits only a node that offers its MPS
+// to pods.
+func TestChooseNeedsMPSForPartOfTheSMs(t *testing.T) {
+	inv := inventory()
+	r := Request{Count: 1, MemoryMiB: 100, SM: 25}
+	if _, _, err := Choose(inv, nil, r, Binpack); !errors.Is(err, ErrNoRoom) || !strings.Contains(err.Error(), "the node offers pods no MPS") {
+		t.Errorf("a node without MPS for pods: %v", err)
+	}
+	inv.MPS = true
+	back, _, _ := NodeInventory(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationInventory: inv.Encode()}}})
+	if u, _, err := Choose(back, nil, r, Binpack); err != nil || len(u) != 1 {
+		t.Errorf("a node with MPS for pods, through its annotation: %v, %v", u, err)
+	}
+}
+
 func TestNodeInventory(t *testing.T) {
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: map[string]string{AnnotationInventory: inventory().Encode()}}}
 	inv, ok, err := NodeInventory(n)
