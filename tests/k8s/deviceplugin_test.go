@@ -288,6 +288,24 @@ func finished(t *testing.T, ns, name string) *corev1.Pod {
 	return pod
 }
 
+// unschedulable waits for pod name to be reported unschedulable, unbound,
+// with a message that says why.
+func unschedulable(t *testing.T, ns, name, why string) {
+	t.Helper()
+	eventually(t, 20*time.Second, "pod "+name+" reported unschedulable", func() (bool, error) {
+		p, err := cp.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonUnschedulable {
+				return p.Spec.NodeName == "" && strings.Contains(c.Message, why), fmt.Errorf("node %q, %q", p.Spec.NodeName, c.Message)
+			}
+		}
+		return false, nil
+	})
+}
+
 // running waits for pod name to run and returns it.
 func running(t *testing.T, ns, name string) *corev1.Pod {
 	t.Helper()
@@ -571,18 +589,7 @@ func TestUnhealthyGPUGetsNoNewPods(t *testing.T) {
 			}
 		}
 	}
-	eventually(t, 20*time.Second, "p-2 reported unschedulable", func() (bool, error) {
-		p, err := cp.Client.CoreV1().Pods(ns).Get(ctx, "p-2", metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonUnschedulable {
-				return p.Spec.NodeName == "", fmt.Errorf("node %q", p.Spec.NodeName)
-			}
-		}
-		return false, nil
-	})
+	unschedulable(t, ns, "p-2", "")
 	n.kubelet.StopContainers()
 }
 
@@ -912,18 +919,7 @@ func TestPodGivenPartOfTheSMs(t *testing.T) {
 	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, elsewhere, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "elsewhere reported unschedulable for want of MPS", func() (bool, error) {
-		p, err := cp.Client.CoreV1().Pods(ns).Get(ctx, "elsewhere", metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonUnschedulable {
-				return p.Spec.NodeName == "" && strings.Contains(c.Message, "offers pods no MPS"), fmt.Errorf("node %q, %q", p.Spec.NodeName, c.Message)
-			}
-		}
-		return false, nil
-	})
+	unschedulable(t, ns, "elsewhere", "offers pods no MPS")
 	// The pod's tenant, deleted once the pod ended, had the percentage.
 	pod, _ := cp.Client.CoreV1().Pods(ns).Get(ctx, "quarter", metav1.GetOptions{})
 	log, _ := os.ReadFile(filepath.Join(n.dir, "daemon.log"))
