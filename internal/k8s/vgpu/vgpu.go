@@ -111,21 +111,12 @@ func PodRequest(pod *corev1.Pod) (r Request, ok bool, err error) {
 	if err != nil {
 		return Request{}, false, err
 	}
-	percent := func(a string) (int64, error) {
-		v, set := pod.Annotations[a]
-		var n int64
-		if set {
-			if _, err := fmt.Sscanf(v, "%d", &n); err != nil || fmt.Sprint(n) != v || n < 1 || n > 100 {
-				return 0, fmt.Errorf("%s %q: give a percentage from 1 to 100 (per vGPU)", a, v)
-			}
-		}
-		return n, nil
-	}
-	capPct, err := percent(AnnotationComputeMax)
+	const percent = "give a percentage from 1 to 100 (per vGPU)"
+	capPct, _, err := annotationNumber(pod.Annotations, AnnotationComputeMax, 1, 100, percent)
 	if err != nil {
 		return Request{}, false, err
 	}
-	sm, err := percent(AnnotationSM)
+	sm, _, err := annotationNumber(pod.Annotations, AnnotationSM, 1, 100, percent)
 	if err != nil {
 		return Request{}, false, err
 	}
@@ -231,6 +222,20 @@ func containerRequest(c corev1.Container, annotations map[string]string) (Reques
 
 // remoteRequest reads a container's remote vGPU: one, with its memory and
 // share in the pod's annotations, and no local vGPU resources beside it.
+// annotationNumber reads annotation a as a whole number from lo to hi;
+// set is false when it is absent. A bad value is an error that names it and
+// says what is wanted.
+func annotationNumber(annotations map[string]string, a string, lo, hi int64, want string) (n int64, set bool, err error) {
+	v, set := annotations[a]
+	if !set {
+		return 0, false, nil
+	}
+	if _, err := fmt.Sscanf(v, "%d", &n); err != nil || fmt.Sprint(n) != v || n < lo || n > hi {
+		return 0, true, fmt.Errorf("%s %q: %s", a, v, want)
+	}
+	return n, true, nil
+}
+
 func remoteRequest(c corev1.Container, r Request, count int64, annotations map[string]string) (Request, error) {
 	for _, n := range []corev1.ResourceName{ResourceVGPU, ResourceMemory, ResourceCompute} {
 		if _, ok := c.Resources.Limits[n]; ok {
@@ -242,15 +247,7 @@ func remoteRequest(c corev1.Container, r Request, count int64, annotations map[s
 		return r, fmt.Errorf("container %s: %s %d: one remote vGPU per container", c.Name, ResourceRemoteVGPU, count)
 	}
 	num := func(a string, lo, hi int64) (int64, bool, error) {
-		v, set := annotations[a]
-		if !set {
-			return 0, false, nil
-		}
-		var n int64
-		if _, err := fmt.Sscanf(v, "%d", &n); err != nil || fmt.Sprint(n) != v || n < lo || n > hi {
-			return 0, true, fmt.Errorf("%s %q: want a whole number from %d to %d", a, v, lo, hi)
-		}
-		return n, true, nil
+		return annotationNumber(annotations, a, lo, hi, fmt.Sprintf("want a whole number from %d to %d", lo, hi))
 	}
 	mem, ok, err := num(AnnotationRemoteMemory, 1, 1<<40)
 	if err != nil {
