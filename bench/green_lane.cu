@@ -88,9 +88,14 @@ int main(int argc, char **argv)
     cudaGetKernel(&kn, (const void *)mark);
     CUstream app;
     CK(cuStreamCreate(&app, CU_STREAM_NON_BLOCKING));
-    std::printf("reached primary_function %d green_function %d green_kernel %d\n",
-                sms_reached((CUfunction)fn, app, seen, nsm), sms_reached((CUfunction)fn, lane, seen, nsm),
-                sms_reached((CUfunction)kn, lane, seen, nsm));
+    int reached[3] = {sms_reached((CUfunction)fn, app, seen, nsm), sms_reached((CUfunction)fn, lane, seen, nsm),
+                      sms_reached((CUfunction)kn, lane, seen, nsm)};
+    std::printf("reached primary_function %d green_function %d green_kernel %d\n", reached[0], reached[1], reached[2]);
+    for (int r : reached)
+        if (r <= 0) {
+            std::printf("FAILED: a kernel did not run (-1: its launch failed)\n");
+            return 1;
+        }
 
     // The move: the lane waits for what the application's stream holds, the
     // kernel runs on the lane, the application's stream waits for it.
