@@ -3,7 +3,7 @@
 # machine with an NVIDIA driver, nvcc and PyTorch, with build/ made by `make`
 # (`make GOTAGS=nok8s` keeps the CLI small where build/ is copied over):
 #     scripts/gpu-e2e.sh OUTDIR [SECTION...]
-# Sections (default: all): decl counts simmodel hookmap torch bench contended green quota isolation nvmlprocs computecap quotabench shares sharetrain priority prioritygraph
+# Sections (default: all): decl counts simmodel hookmap torch bench contended green quota isolation nvmlprocs mpspods computecap quotabench shares sharetrain priority prioritygraph
 # (PAIRS="flexgv" runs only some of the priority sections' ways of sharing;
 # SHARE_S=60 TRAIN_S=60 make the share runs last a minute each)
 # Checks our driver declarations against the real headers, traces CUDA
@@ -14,7 +14,7 @@
 set -u -o pipefail
 OUT=$(mkdir -p "${1:-gpu-out}" && cd "${1:-gpu-out}" && pwd)
 shift || true
-SECTIONS=${*:-decl counts simmodel hookmap torch bench contended green quota isolation nvmlprocs computecap quotabench shares sharetrain priority prioritygraph}
+SECTIONS=${*:-decl counts simmodel hookmap torch bench contended green quota isolation nvmlprocs mpspods computecap quotabench shares sharetrain priority prioritygraph}
 ROUNDS=${ROUNDS:-7} # rounds of the throughput benchmarks
 PAIRS=${PAIRS:-timeslice mps mps50 mpsflexgv mpssm mpssm25 flexgv} # how the priority sections share the GPU
 SHARE_S=${SHARE_S:-24} # seconds of the matmul share run (the change comes halfway)
@@ -373,6 +373,122 @@ PY
 else
     fail "nvmlprocs: build"
 fi
+fi
+
+if want mpspods; then
+echo "== MPS for pods: the node daemon's MPS, a pod's processes in namespaces of their own (the chart's layout)"
+# As the chart lays it out: the daemon runs MPS with its pipes in the node
+# folder N/pipe; a pod given part of the SMs gets that folder at another
+# path (CUDA_MPS_PIPE_DIRECTORY) and nothing else of MPS. unshare stands in
+# for the containers: the daemon has a mount namespace of its own (its
+# /dev/shm is N/shm, to look at), each pod PID and mount namespaces and a
+# tmpfs /dev/shm of its own.
+N=$WORK/mpsnode
+M=$OUT/mpspods
+mkdir -p "$N/pipe" "$N/shm" "$N/state" "$N/pod-pipe" "$M"
+export FLEXGV_STATE_DIR=$N/state CUDA_MPS_PIPE_DIRECTORY=$N/pipe
+# node_daemon [UNSHARE FLAGS...]: the daemon with its MPS, in the background,
+# until its MPS answers.
+node_daemon() {
+    unshare -m --propagation private "$@" sh -c 'mount --bind "$0/shm" /dev/shm && exec "$1" daemon --mps --metrics-addr ""' \
+        "$N" "$FLEXGV" >"$N/daemon.log" 2>&1 &
+    daemon_pid=$!
+    for _ in $(seq 50); do grep -q "MPS: started" "$N/daemon.log" && return 0; sleep 0.2; done
+    cat "$N/daemon.log"
+    return 1
+}
+stop_daemon() {
+    # unshare --fork ignores SIGTERM while it waits: the daemon is its child
+    pkill -TERM -x flexgv -P "$daemon_pid" || kill -TERM "$daemon_pid" 2>/dev/null
+    wait "$daemon_pid" 2>/dev/null
+    cat "$N/daemon.log" >>"$M/daemon.log"
+}
+# pod SECONDS CMD...: CMD as a pod given 25 % of the SMs and a 10 GiB quota.
+pod() {
+    local limit=$1
+    shift
+    timeout -k 5 "$limit" "$FLEXGV" run --mem 10GiB --sm 25 -- unshare -m -p -f --mount-proc --propagation private sh -c '
+        mount -t tmpfs tmpfs /dev/shm && mount --bind "$0/pipe" "$0/pod-pipe" &&
+        CUDA_MPS_PIPE_DIRECTORY=$0/pod-pipe exec "$@"' "$N" "$@"
+}
+# reach FILE...: each a pod's smreach output, a client running on at most
+# 30 % of the SMs natively reached ($M/native.txt).
+reach() {
+    python3 - "$M/native.txt" "$@" <<'PY'
+import re, sys
+def read(f):
+    m = re.search(r"mps_client (\d+) sms (\d+) reached (\d+)", open(f).read())
+    return tuple(map(int, m.groups())) if m else None
+native, pods = read(sys.argv[1]), [read(f) for f in sys.argv[2:]]
+sys.exit(0 if native and all(p and p[0] == 1 and 0 < p[2] <= 0.3 * native[2] for p in pods) else 1)
+PY
+}
+if "$CUDA/bin/nvcc" -O2 -o "$WORK/smreach" scripts/gpu/smreach.cu -lcuda && node_daemon; then
+    env -u CUDA_MPS_PIPE_DIRECTORY "$WORK/smreach" >"$M/native.txt" 2>&1
+    pod 60 "$WORK/smreach" >"$M/pod.txt" 2>&1
+    echo "native: $(cat "$M/native.txt")"
+    echo "pod at 25 %: $(cat "$M/pod.txt")"
+    reach "$M/pod.txt" && pass "a pod's process is a client of the daemon's MPS and runs on its part of the SMs" ||
+        fail "a pod given 25 % of the SMs (above)"
+    watch pod 120 python3 scripts/gpu/torch_quota.py fill >"$M/quota.json" 2>"$M/quota.err" || { cat "$M/quota.err"; fail "PyTorch in an MPS pod"; }
+    python3 - "$M/quota.json" "$Q" "$(cat "$WORK/peak")" <<'PY' && pass "PyTorch in an MPS pod inside its quota" || fail "PyTorch in an MPS pod: quota"
+import json, sys
+r, q, peak = json.load(open(sys.argv[1])), int(sys.argv[2]), int(sys.argv[3])
+G = 1 << 30
+print(f"  mem_get_info total {r['total']/G:.2f} GiB, free at start {r['free_start']/G:.2f} GiB "
+      f"(context charged {(q - r['free_start'])/(1<<20):.0f} MiB), tensors {r['allocated']/G:.2f} GiB, "
+      f"then OutOfMemoryError: {r.get('oom', False)}; NVML peak of what processes hold {peak/G:.3f} GiB")
+sys.exit(0 if r["total"] == q and r.get("oom") and r["allocated"] >= q - 2 * G and peak <= q else 1)
+PY
+    # What NVML and flexgv ps show of an MPS client holding 4 GiB.
+    rm -f "$WORK/mps-held"
+    pod 60 python3 scripts/gpu/torch_quota.py hold 4 "$WORK/mps-held" >"$M/hold.json" 2>&1 &
+    holder=$!
+    for _ in $(seq 100); do [ -e "$WORK/mps-held" ] && break; sleep 0.2; done
+    { echo "-- nvidia-smi, a pod holding 4 GiB:"
+      nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader
+      echo "-- flexgv ps:"
+      "$FLEXGV" ps; } 2>&1 | tee "$M/holding.txt"
+    rm -f "$WORK/mps-held"
+    wait $holder
+    # Training: one pod alone, then two at once, while the server's /dev/shm
+    # is looked at; then pinned and pageable copies.
+    pod 90 python3 scripts/gpu/torch_train.py 1000 20 >"$M/train-alone.json" 2>"$M/train-alone.err"
+    trainers=()
+    for i in 1 2; do
+        pod 90 python3 scripts/gpu/torch_train.py 1000 20 >"$M/train-$i.json" 2>"$M/train-$i.err" &
+        trainers+=($!)
+    done
+    sleep 4
+    { echo "-- the MPS server's /dev/shm while two pods train:"; ls -la "$N/shm"
+      nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader; } | tee "$M/shm.txt"
+    wait "${trainers[@]}"
+    python3 - "$M"/train-{alone,1,2}.json <<'PY' && pass "two MPS pods train at once, losses bit-identical to one alone" || fail "MPS pods training (above)"
+import json, sys
+runs = [json.load(open(f)) for f in sys.argv[1:]]
+for f, r in zip(sys.argv[1:], runs):
+    print(f"  {f.rsplit('/', 1)[1]}: {r['steps_per_s']:.0f} steps/s")
+sys.exit(0 if all(r["losses"] == runs[0]["losses"] for r in runs[1:]) else 1)
+PY
+    pod 60 python3 scripts/gpu/h2d_bandwidth.py >"$M/h2d.json" 2>&1
+    echo "copies in a pod (GB/s): $(cat "$M/h2d.json")"
+    stop_daemon
+    # A daemon in a PID namespace of its own: a pod without hostPID.
+    if node_daemon -p -f --mount-proc --kill-child=SIGTERM; then
+        pod 60 "$WORK/smreach" >"$M/pod-daemon-pidns.txt" 2>&1
+        echo "daemon without the host's PIDs, pod at 25 %: $(cat "$M/pod-daemon-pidns.txt")"
+        reach "$M/pod-daemon-pidns.txt" && pass "a daemon without the host's PIDs serves MPS pods" ||
+            fail "a daemon without the host's PIDs (above)"
+        stop_daemon
+    else
+        fail "a daemon without the host's PIDs: its MPS did not start"
+    fi
+else
+    fail "MPS pods: nvcc smreach or the daemon's MPS"
+fi
+cp -r "$N/state/mps-log" "$M/" 2>/dev/null
+echo quit | timeout 10 nvidia-cuda-mps-control >/dev/null 2>&1 # nothing left behind
+unset FLEXGV_STATE_DIR CUDA_MPS_PIPE_DIRECTORY
 fi
 
 if want computecap; then
