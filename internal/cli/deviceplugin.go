@@ -28,7 +28,7 @@ import (
 // command line is parsed, and gives what the daemon runs beside its API:
 // nil without --kubernetes.
 func devicePluginFlags(c *cobra.Command, g *globals) func(log io.Writer, withMPS bool) (func(context.Context, flexgvv1.DaemonServer), error) {
-	var on bool
+	var on, mpsPods bool
 	var kubeconfig, ctxMem string
 	cfg := deviceplugin.Config{}
 	f := c.Flags()
@@ -47,11 +47,10 @@ func devicePluginFlags(c *cobra.Command, g *globals) func(log io.Writer, withMPS
 	f.StringVar(&cfg.TenantDir, "tenant-dir", "", "with --remote-addr: the folder of flexgv serve --tenant-dir, where remote pods' tokens are written")
 	f.IntVar(&cfg.RemoteSlots, "remote-slots", 0, "with --kubernetes: remote vGPUs (flexgv.io/remote-vgpu) this node runs; 0: none")
 	f.StringVar(&cfg.RemoteLib, "remote-lib", "", "with --remote-slots: the folder on the node holding the remoting libcuda.so.1 for containers (default: next to flexgv)")
-	f.StringVar(&cfg.MPSShm, "mps-shm", "", "with --kubernetes --mps: offer the daemon's MPS to pods that ask for flexgv.io/gpu-sm; the node's folder that is "+
-		"the MPS server's /dev/shm (where the daemon runs in a pod, its own /dev/shm, mounted from this folder), given to those pods as theirs: "+
-		"MPS clients see each other's shared memory there, so offer it only where the node's pods trust each other")
+	f.BoolVar(&mpsPods, "mps-pods", false, "with --kubernetes --mps: offer the daemon's MPS to pods that ask for flexgv.io/gpu-sm (its pipe folder "+
+		"given to them): MPS carries one client's fatal GPU fault to the others on its GPU, so offer it only where the node's pods trust each other")
 	names := []string{"node-name", "kubeconfig", "plugin-dir", "slots", "ctx-mem", "dev-root", "pod-resources", "health-interval", "sync-interval",
-		"remote-addr", "tenant-dir", "remote-slots", "remote-lib", "mps-shm"}
+		"remote-addr", "tenant-dir", "remote-slots", "remote-lib", "mps-pods"}
 	return func(log io.Writer, withMPS bool) (func(context.Context, flexgvv1.DaemonServer), error) {
 		if !on {
 			for _, n := range names {
@@ -66,9 +65,9 @@ func devicePluginFlags(c *cobra.Command, g *globals) func(log io.Writer, withMPS
 			return nil, fmt.Errorf("--ctx-mem: %w", err)
 		}
 		cfg.ContextMiB = int64(ctx >> 20)
-		if cfg.MPSShm != "" {
+		if mpsPods {
 			if !withMPS {
-				return nil, errors.New("--mps-shm offers the daemon's MPS to pods; give --mps too")
+				return nil, errors.New("--mps-pods offers the daemon's MPS to pods; give --mps too")
 			}
 			cfg.MPSPipe = mps.PipeDir() // a daemon in a pod has it mounted at the same path
 		}

@@ -32,10 +32,9 @@ func TestK8sCommandsRefuseBadFlags(t *testing.T) {
 		{[]string{"daemon", "--kubernetes", "--node-name", "n", "--plugin-dir", filepath.Join(e.dir, "none")}, "flexgv daemon: --plugin-dir " + filepath.Join(e.dir, "none") + ": not a folder"},
 		{[]string{"daemon", "--kubernetes", "--node-name", "n", "--plugin-dir", e.dir, "--pod-resources", kubeconfig}, "flexgv daemon: --pod-resources " + kubeconfig + `: not the kubelet's socket ("" turns the check`},
 		{[]string{"daemon", "--kubernetes", "--node-name", "n", "--plugin-dir", e.dir, "--pod-resources", "", "--kubeconfig", filepath.Join(e.dir, "none")}, "flexgv daemon: --kubeconfig " + filepath.Join(e.dir, "none")},
-		{[]string{"daemon", "--kubernetes", "--node-name", "n", "--plugin-dir", e.dir, "--pod-resources", "", "--mps-shm", e.dir}, "flexgv daemon: --mps-shm offers the daemon's MPS to pods; give --mps too"},
-		{[]string{"daemon", "--kubernetes", "--mps", "--node-name", "n", "--plugin-dir", e.dir, "--pod-resources", "", "--mps-shm", filepath.Join(e.dir, "none")}, "flexgv daemon: --mps-shm " + filepath.Join(e.dir, "none") + ": not a folder"},
+		{[]string{"daemon", "--kubernetes", "--node-name", "n", "--plugin-dir", e.dir, "--pod-resources", "", "--mps-pods"}, "flexgv daemon: --mps-pods offers the daemon's MPS to pods; give --mps too"},
 		// The plugin's settings without the plugin are refused, not ignored.
-		{[]string{"daemon", "--mps", "--mps-shm", e.dir}, "flexgv daemon: --mps-shm is a setting of the device plugin; give --kubernetes too"},
+		{[]string{"daemon", "--mps", "--mps-pods"}, "flexgv daemon: --mps-pods is a setting of the device plugin; give --kubernetes too"},
 		{[]string{"daemon", "--slots", "2"}, "flexgv daemon: --slots is a setting of the device plugin; give --kubernetes too"},
 		{[]string{"daemon", "--node-name", "n"}, "flexgv daemon: --node-name is a setting of the device plugin; give --kubernetes too"},
 	} {

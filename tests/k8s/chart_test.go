@@ -150,8 +150,8 @@ func TestChartInstalls(t *testing.T) {
 	if !secrets {
 		t.Error("with remote vGPUs the node daemon may not handle Secrets")
 	}
-	// MPS on: the daemon runs it, with the server's pipes and /dev/shm in
-	// node folders that pods given part of the SMs get too.
+	// MPS on: the daemon runs it, with the pipes in a node folder that pods
+	// given part of the SMs get too; its /dev/shm stays its own.
 	withMPS, err := renderChart(map[string]any{"node": map[string]any{"mps": map[string]any{"enabled": true}}})
 	if err != nil {
 		t.Fatal(err)
@@ -167,8 +167,9 @@ func TestChartInstalls(t *testing.T) {
 		args, _, _ := unstructured.NestedStringSlice(c, "args")
 		mounts, _, _ := unstructured.NestedSlice(c, "volumeMounts")
 		shm := slices.ContainsFunc(mounts, func(m any) bool { return m.(map[string]any)["mountPath"] == "/dev/shm" })
-		if !slices.Contains(args, "--mps") || !slices.Contains(args, "--mps-shm=/run/flexgv/mps/shm") || !shm {
-			t.Errorf("with MPS on, the daemon runs with %v and mounts %v; want --mps, --mps-shm and the server's /dev/shm", args, mounts)
+		pipe := slices.ContainsFunc(mounts, func(m any) bool { return m.(map[string]any)["mountPath"] == "/run/flexgv/mps/pipe" })
+		if !slices.Contains(args, "--mps") || !slices.Contains(args, "--mps-pods") || shm || !pipe {
+			t.Errorf("with MPS on, the daemon runs with %v and mounts %v; want --mps, --mps-pods, the pipe folder and no /dev/shm", args, mounts)
 		}
 	}
 }

@@ -884,11 +884,12 @@ func TestRemoteVGPUPod(t *testing.T) {
 // daemon offers its MPS to pods runs as a client of that MPS, confined to
 // that part: the simulated GPU's 40 SMs are 10 to it at 25 %. A pod that
 // asks for none on the same node is no MPS client and sees them all.
+// Neither shares /dev/shm with the node's other pods.
 func TestPodGivenPartOfTheSMs(t *testing.T) {
-	pipe, shm := filepath.Join(t.TempDir(), "mps"), t.TempDir()
+	pipe := filepath.Join(t.TempDir(), "mps")
 	t.Setenv("PATH", filepath.Join(build, "sim", "bin")+":"+os.Getenv("PATH"))
 	t.Setenv("CUDA_MPS_PIPE_DIRECTORY", pipe)
-	n := startGPUNode(t, "gpu-sm", "--mps", "--mps-shm", shm)
+	n := startGPUNode(t, "gpu-sm", "--mps", "--mps-pods")
 	ns := namespace(t, "dp-sm")
 	ctx := context.Background()
 	quarter := clientPod(ns, "quarter", n.name, 256, 0, "smcount")
@@ -905,11 +906,11 @@ func TestPodGivenPartOfTheSMs(t *testing.T) {
 		}
 	}
 	alloc := n.kubelet.Allocation("quarter")
-	if !slices.ContainsFunc(alloc.Mounts, func(m kubecontainer.Mount) bool { return m.ContainerPath == "/dev/shm" && m.HostPath == shm }) ||
+	if slices.ContainsFunc(alloc.Mounts, func(m kubecontainer.Mount) bool { return m.ContainerPath == "/dev/shm" }) ||
 		!slices.ContainsFunc(alloc.Mounts, func(m kubecontainer.Mount) bool {
 			return m.ContainerPath == deviceplugin.ContainerMPSPipe && m.HostPath == pipe
 		}) {
-		t.Errorf("mounts of the pod given a quarter of the SMs: %v; want the MPS server's /dev/shm (%s) and its pipe folder (%s)", alloc.Mounts, shm, pipe)
+		t.Errorf("mounts of the pod given a quarter of the SMs: %v; want the MPS pipe folder (%s) and no /dev/shm of the node's", alloc.Mounts, pipe)
 	}
 	// A node whose daemon offers pods no MPS is not given such a pod: the
 	// extender says why.

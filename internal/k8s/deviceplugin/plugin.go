@@ -84,11 +84,11 @@ type Config struct {
 	// started yet are kept, so that a plugin restarted in between (with
 	// its daemon) still checks them; "": in memory only.
 	Allocations string
-	// MPSPipe and MPSShm, where the daemon's MPS is offered to pods: the
-	// control daemon's pipe folder, and the node's folder that is its
-	// server's /dev/shm (MPS clients share memory with the server there).
-	// Pods that ask for part of the SMs get both; "": they are refused.
-	MPSPipe, MPSShm string
+	// MPSPipe, where the daemon's MPS is offered to pods: the control
+	// daemon's pipe folder, which pods that ask for part of the SMs get;
+	// "": they are refused. A Volta or later MPS server shares no /dev/shm
+	// with its clients, so each pod keeps its own.
+	MPSPipe string
 	// HealthEvery is how often the GPUs are read; SyncEvery how often the
 	// tenants are matched to the pods and the socket checked.
 	HealthEvery, SyncEvery time.Duration
@@ -130,11 +130,6 @@ func (c Config) Check() error {
 	if c.RemoteSlots > 0 {
 		if _, err := os.Stat(filepath.Join(c.RemoteLib, "libcuda.so.1")); err != nil {
 			return fmt.Errorf("remote vGPUs need the remoting libcuda.so.1: %w", err)
-		}
-	}
-	if c.MPSShm != "" {
-		if st, err := os.Stat(c.MPSShm); err != nil || !st.IsDir() {
-			return fmt.Errorf("--mps-shm %s: not a folder", c.MPSShm)
 		}
 	}
 	if st, err := os.Stat(c.PodResources); c.PodResources != "" && (err != nil || st.Mode()&os.ModeSocket == 0) {
@@ -343,7 +338,7 @@ func (p *Plugin) watchHealth(ctx context.Context) {
 // publish writes the inventory on the node, and its memory and compute as
 // extended resources of its status.
 func (p *Plugin) publish(ctx context.Context, gpus []vgpu.GPU) error {
-	inv := vgpu.Inventory{Slots: p.cfg.Slots, ContextMiB: p.cfg.ContextMiB, GPUs: gpus, Remote: p.cfg.RemoteAddr, MPS: p.cfg.MPSShm != ""}
+	inv := vgpu.Inventory{Slots: p.cfg.Slots, ContextMiB: p.cfg.ContextMiB, GPUs: gpus, Remote: p.cfg.RemoteAddr, MPS: p.cfg.MPSPipe != ""}
 	meta, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{vgpu.AnnotationInventory: inv.Encode()}}})
 	nodes := p.client.CoreV1().Nodes()
 	if _, err := nodes.Patch(ctx, p.cfg.NodeName, types.MergePatchType, meta, metav1.PatchOptions{}); err != nil {
@@ -593,8 +588,8 @@ func (p *Plugin) allocate(ctx context.Context, pod *corev1.Pod, r vgpu.Request) 
 	p.mu.Lock()
 	gpus := p.gpus
 	p.mu.Unlock()
-	if r.SM > 0 && p.cfg.MPSShm == "" {
-		return nil, fmt.Errorf("the pod asks for %s %d, and node %s offers pods no MPS (flexgv daemon --kubernetes --mps --mps-shm DIR)",
+	if r.SM > 0 && p.cfg.MPSPipe == "" {
+		return nil, fmt.Errorf("the pod asks for %s %d, and node %s offers pods no MPS (flexgv daemon --kubernetes --mps --mps-pods)",
 			vgpu.AnnotationSM, r.SM, p.cfg.NodeName)
 	}
 	t := Tenant{Name: TenantPrefix + string(pod.UID), Priority: r.Priority, ContextBytes: uint64(p.cfg.ContextMiB) << 20,
@@ -647,8 +642,7 @@ func (p *Plugin) allocate(ctx context.Context, pod *corev1.Pod, r vgpu.Request) 
 	if r.SM > 0 {
 		resp.Envs["CUDA_MPS_PIPE_DIRECTORY"] = ContainerMPSPipe
 		resp.Envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = fmt.Sprint(r.SM)
-		resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: ContainerMPSPipe, HostPath: p.cfg.MPSPipe},
-			&pluginapi.Mount{ContainerPath: "/dev/shm", HostPath: p.cfg.MPSShm})
+		resp.Mounts = append(resp.Mounts, &pluginapi.Mount{ContainerPath: ContainerMPSPipe, HostPath: p.cfg.MPSPipe})
 		sms = fmt.Sprintf("%d%% of the SMs (MPS)", r.SM)
 	}
 	capped := "no cap"

@@ -218,7 +218,7 @@ func TestAllocationsOutliveARestart(t *testing.T) {
 
 // A pod that asks for part of the SMs becomes a client of the daemon's
 // MPS where the node offers it to pods: its tenant has the percentage, its
-// container the control daemon's pipe folder and the server's /dev/shm;
+// container the control daemon's pipe folder and a /dev/shm of its own;
 // where the node offers none, its allocation is refused, saying why.
 func TestAllocateGivesPartOfTheSMsUnderMPS(t *testing.T) {
 	for _, offered := range []bool{true, false} {
@@ -226,7 +226,7 @@ func TestAllocateGivesPartOfTheSMsUnderMPS(t *testing.T) {
 		pod.Annotations[vgpu.AnnotationSM] = "25"
 		p, k, d := startPlugin(t, pod)
 		if offered {
-			p.cfg.MPSPipe, p.cfg.MPSShm = "/tmp/mps-pipe", "/run/flexgv/mps-shm"
+			p.cfg.MPSPipe = "/tmp/mps-pipe"
 		}
 		k.set(listed("a"))
 		resp, err := allocate(t, p, "GPU-0-vgpu-0")
@@ -250,20 +250,20 @@ func TestAllocateGivesPartOfTheSMsUnderMPS(t *testing.T) {
 		for _, m := range c.Mounts {
 			mounts[m.ContainerPath] = m.HostPath
 		}
-		if mounts[ContainerMPSPipe] != "/tmp/mps-pipe" || mounts["/dev/shm"] != "/run/flexgv/mps-shm" {
+		if _, shared := mounts["/dev/shm"]; mounts[ContainerMPSPipe] != "/tmp/mps-pipe" || shared {
 			t.Errorf("mounts %v", mounts)
 		}
 	}
 	// Without the annotation, nothing of MPS.
 	p, k, _ := startPlugin(t, placedPod("b", 1000, time.Now()))
-	p.cfg.MPSPipe, p.cfg.MPSShm = "/tmp/mps-pipe", "/run/flexgv/mps-shm"
+	p.cfg.MPSPipe = "/tmp/mps-pipe"
 	k.set(listed("b"))
 	resp, err := allocate(t, p, "GPU-0-vgpu-0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, m := range resp.ContainerResponses[0].Mounts {
-		if m.ContainerPath == "/dev/shm" || m.ContainerPath == ContainerMPSPipe {
+		if m.ContainerPath == ContainerMPSPipe {
 			t.Errorf("a pod that asks for no SMs gets %s", m.ContainerPath)
 		}
 	}

@@ -47,7 +47,7 @@ const (
 	// AnnotationSM on a pod: the percentage of each of its GPUs' SMs its
 	// kernels may use, from 1 to 100 (flexgv run --sm). It makes the
 	// container a client of the node daemon's MPS, which the daemon must
-	// offer to pods (flexgv daemon --mps --mps-shm).
+	// offer to pods (flexgv daemon --mps --mps-pods).
 	AnnotationSM = "flexgv.io/gpu-sm"
 	// AnnotationGPUs on a pod: the UUIDs of the GPUs it was placed on,
 	// comma-separated, written with its binding by the scheduler extender.
