@@ -4,7 +4,8 @@
 # (`make GOTAGS=nok8s` keeps the CLI small where build/ is copied over):
 #     scripts/gpu-e2e.sh OUTDIR [SECTION...]
 # Sections (default: all): decl counts simmodel hookmap torch bench contended green quota isolation nvmlprocs mpspods computecap quotabench shares sharetrain priority prioritygraph
-# (PAIRS="flexgv" runs only some of the priority sections' ways of sharing;
+# (PAIRS="flexgv" runs only some of the priority sections' ways of sharing,
+# PRIORITY_ROUNDS=3 runs them three times over;
 # SHARE_S=60 TRAIN_S=60 make the share runs last a minute each)
 # Checks our driver declarations against the real headers, traces CUDA
 # programs built with nvcc (static and shared cudart), checks every hooked
@@ -17,6 +18,7 @@ shift || true
 SECTIONS=${*:-decl counts simmodel hookmap torch bench contended green quota isolation nvmlprocs mpspods computecap quotabench shares sharetrain priority prioritygraph}
 ROUNDS=${ROUNDS:-7} # rounds of the throughput benchmarks
 PAIRS=${PAIRS:-timeslice mps mps50 mpsflexgv mpssm mpssm25 flexgv} # how the priority sections share the GPU
+PRIORITY_ROUNDS=${PRIORITY_ROUNDS:-1} # rounds of those pairs, one after another (their ratios compared round by round)
 SHARE_S=${SHARE_S:-24} # seconds of the matmul share run (the change comes halfway)
 TRAIN_S=${TRAIN_S:-15} # seconds of the training share run
 want() { [[ " $SECTIONS " == *" $1 "* ]]; }
@@ -571,8 +573,8 @@ priority_bench() { # KIND PREFIX
     bounded python3 $L "${kind/infer/peak}" 5 >"$S/${p}peak.txt"
     local rate=$(python3 -c "print(float(open('$S/${p}peak.txt').read()) / 2)")
     bounded python3 $L "$kind" "$rate" 15 >"$S/inf_${p}alone.txt"
-    pair() { # NAME INFER-PREFIX... :: TRAIN-PREFIX...
-        local name=$p$1 pre=() tpre=()
+    pair() { # NAME INFER-PREFIX... :: TRAIN-PREFIX...   (round $R)
+        local name=$p$1${R#1} pre=() tpre=()
         [[ " $PAIRS " == *" $1 "* ]] || return 0
         shift
         while [ "$1" != :: ]; do pre+=("$1"); shift; done
@@ -586,7 +588,7 @@ priority_bench() { # KIND PREFIX
         local ip=$!
         # the regions' view, twice, when flexgv schedules: hand-overs, waits
         # and each tenant's host-bound measure and MPS clients
-        if [[ $name == *flexgv ]]; then
+        if [[ $name == *flexgv* ]]; then
             sleep_until $((T + 5)) && "$FLEXGV" top --once >"$S/top_$name.txt" &&
                 python3 scripts/gpu/region_dump.py "$FLEXGV_STATE_DIR" >"$S/region_$name.txt"
             sleep_until $((T + 12)) && "$FLEXGV" top --once >>"$S/top_$name.txt" &&
@@ -594,33 +596,37 @@ priority_bench() { # KIND PREFIX
         fi
         wait $tp $ip
     }
-    pair timeslice env :: env
-    export CUDA_MPS_PIPE_DIRECTORY=$WORK/mps CUDA_MPS_LOG_DIRECTORY=$WORK/mps-log
-    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-    if [[ " $PAIRS " != *" mps"* ]]; then
-        : # no MPS pair asked for
-    elif nvidia-cuda-mps-control -d; then
-        pair mps env :: env
-        pair mps50 env :: env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50
-        pair mpsflexgv "$FLEXGV" run --priority high -- :: "$FLEXGV" run --priority low --
-        echo quit | timeout 20 nvidia-cuda-mps-control
-        sleep 2
-    else
-        fail "cannot start an MPS daemon"
-    fi
-    # MPS run by the node daemon, the trainer confined to part of the SMs
-    # (--sm): with priorities, and alone at a quarter of the SMs.
-    if [[ " $PAIRS " == *" mpssm"* ]]; then
-        "$FLEXGV" daemon --mps --metrics-addr "" 2>"$S/${p}daemon-mps.log" &
-        local dpid=$!
-        sleep 3
-        pair mpssm "$FLEXGV" run --priority high -- :: "$FLEXGV" run --priority low --sm 50% --
-        pair mpssm25 env :: "$FLEXGV" run --sm 25% --
-        kill $dpid && wait $dpid
-        sleep 2
-    fi
-    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-    pair flexgv "$FLEXGV" run --priority high -- :: "$FLEXGV" run --priority low --
+    local R
+    for R in $(seq "$PRIORITY_ROUNDS"); do
+        [ "$R" = 1 ] || R=.$R # the first round's files keep their names
+        pair timeslice env :: env
+        export CUDA_MPS_PIPE_DIRECTORY=$WORK/mps CUDA_MPS_LOG_DIRECTORY=$WORK/mps-log
+        mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+        if [[ " $PAIRS " != *" mps"* ]]; then
+            : # no MPS pair asked for
+        elif nvidia-cuda-mps-control -d; then
+            pair mps env :: env
+            pair mps50 env :: env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50
+            pair mpsflexgv "$FLEXGV" run --priority high -- :: "$FLEXGV" run --priority low --
+            echo quit | timeout 20 nvidia-cuda-mps-control
+            sleep 2
+        else
+            fail "cannot start an MPS daemon"
+        fi
+        # MPS run by the node daemon, the trainer confined to part of the SMs
+        # (--sm): with priorities, and alone at a quarter of the SMs.
+        if [[ " $PAIRS " == *" mpssm"* ]]; then
+            "$FLEXGV" daemon --mps --metrics-addr "" 2>"$S/${p}daemon-mps.log" &
+            local dpid=$!
+            sleep 3
+            pair mpssm "$FLEXGV" run --priority high -- :: "$FLEXGV" run --priority low --sm 50% --
+            pair mpssm25 env :: "$FLEXGV" run --sm 25% --
+            kill $dpid && wait $dpid
+            sleep 2
+        fi
+        unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+        pair flexgv "$FLEXGV" run --priority high -- :: "$FLEXGV" run --priority low --
+    done
 }
 if want priority; then
     echo "== priority: eager inference at half its peak rate next to training ($(date +%T))"
