@@ -16,17 +16,7 @@
 
 __global__ void empty() {}
 
-// Each block spins about 20 µs, then marks its SM.
-__global__ void mark(unsigned *seen)
-{
-    unsigned sm;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-    long long t0 = clock64();
-    while (clock64() - t0 < 40000) {
-    }
-    if (threadIdx.x == 0)
-        seen[sm] = 1;
-}
+#include "sm_mark.cuh"
 
 #define CK(x)                                                                                                          \
     do {                                                                                                               \

@@ -257,23 +257,26 @@ watch() {
 }
 GiB=$((1 << 30))
 Q=$((10 * GiB))
+# filled FILE LABEL: whether torch_quota.py fill (FILE), watched, saw the
+# 10 GiB quota, filled it and got OutOfMemoryError, NVML's peak inside it.
+filled() {
+    python3 - "$1" "$Q" "$(cat "$WORK/peak")" "$2" <<'PY'
+import json, sys
+r, q, peak, label = json.load(open(sys.argv[1])), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+G = 1 << 30
+print(f"  {label}: mem_get_info total {r['total']/G:.2f} GiB, free at start {r['free_start']/G:.2f} GiB "
+      f"(context {(q - r['free_start'])/(1<<20):.0f} MiB), tensors allocated {r['allocated']/G:.2f} GiB, "
+      f"then OutOfMemoryError: {r.get('oom', False)}; NVML peak of the device memory really held {peak/G:.3f} GiB")
+sys.exit(0 if r["total"] == q and r.get("oom") and r["allocated"] >= q - 2 * G and peak <= q else 1)
+PY
+}
 
 if want quota; then
 echo "== memory quota: PyTorch under --mem 10GiB"
 for alloc in default expandable; do
     conf=""; [ $alloc = expandable ] && conf="expandable_segments:True"
     PYTORCH_CUDA_ALLOC_CONF=$conf watch "$FLEXGV" run --mem 10GiB -- python3 scripts/gpu/torch_quota.py fill >"$WORK/q_$alloc.json" || fail "torch fill ($alloc)"
-    peak=$(cat "$WORK/peak")
-    python3 - "$WORK/q_$alloc.json" "$Q" "$peak" "$alloc" <<'PY' && pass "PyTorch ($alloc allocator) inside the quota" || fail "PyTorch ($alloc allocator) quota"
-import json, sys
-r, q, peak, alloc = json.load(open(sys.argv[1])), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-G = 1 << 30
-print(f"  {alloc}: mem_get_info total {r['total']/G:.2f} GiB, free at start {r['free_start']/G:.2f} GiB "
-      f"(context {(q - r['free_start'])/(1<<20):.0f} MiB), tensors allocated {r['allocated']/G:.2f} GiB, "
-      f"then OutOfMemoryError: {r.get('oom', False)}; NVML peak of the device memory really held {peak/G:.3f} GiB")
-ok = r["total"] == q and r.get("oom") and r["allocated"] >= q - 2 * G and peak <= q
-sys.exit(0 if ok else 1)
-PY
+    filled "$WORK/q_$alloc.json" "$alloc" && pass "PyTorch ($alloc allocator) inside the quota" || fail "PyTorch ($alloc allocator) quota"
 done
 
 echo "== memory quota: cudaMallocAsync pools"
@@ -433,15 +436,7 @@ if "$CUDA/bin/nvcc" -O2 -o "$WORK/smreach" scripts/gpu/smreach.cu -lcuda && node
     reach "$M/pod.txt" && pass "a pod's process is a client of the daemon's MPS and runs on its part of the SMs" ||
         fail "a pod given 25 % of the SMs (above)"
     watch pod 120 python3 scripts/gpu/torch_quota.py fill >"$M/quota.json" 2>"$M/quota.err" || { cat "$M/quota.err"; fail "PyTorch in an MPS pod"; }
-    python3 - "$M/quota.json" "$Q" "$(cat "$WORK/peak")" <<'PY' && pass "PyTorch in an MPS pod inside its quota" || fail "PyTorch in an MPS pod: quota"
-import json, sys
-r, q, peak = json.load(open(sys.argv[1])), int(sys.argv[2]), int(sys.argv[3])
-G = 1 << 30
-print(f"  mem_get_info total {r['total']/G:.2f} GiB, free at start {r['free_start']/G:.2f} GiB "
-      f"(context charged {(q - r['free_start'])/(1<<20):.0f} MiB), tensors {r['allocated']/G:.2f} GiB, "
-      f"then OutOfMemoryError: {r.get('oom', False)}; NVML peak of what processes hold {peak/G:.3f} GiB")
-sys.exit(0 if r["total"] == q and r.get("oom") and r["allocated"] >= q - 2 * G and peak <= q else 1)
-PY
+    filled "$M/quota.json" "MPS pod" && pass "PyTorch in an MPS pod inside its quota" || fail "PyTorch in an MPS pod: quota"
     # What NVML and flexgv ps show of an MPS client holding 4 GiB.
     rm -f "$WORK/mps-held"
     pod 60 python3 scripts/gpu/torch_quota.py hold 4 "$WORK/mps-held" >"$M/hold.json" 2>&1 &

@@ -6,18 +6,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-// Each block spins about 20 µs (so the grid spreads over every SM it may
-// use), then marks its SM.
-__global__ void mark(unsigned *seen)
-{
-    unsigned sm;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-    long long t0 = clock64();
-    while (clock64() - t0 < 40000) {
-    }
-    if (threadIdx.x == 0)
-        seen[sm] = 1;
-}
+#include "../../bench/sm_mark.cuh"
 
 int main()
 {
