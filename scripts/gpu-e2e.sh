@@ -19,6 +19,7 @@ SECTIONS=${*:-decl counts simmodel hookmap torch bench contended green quota iso
 ROUNDS=${ROUNDS:-7} # rounds of the throughput benchmarks
 PAIRS=${PAIRS:-timeslice mps mps50 mpsflexgv mpssm mpssm25 flexgv} # how the priority sections share the GPU
 PRIORITY_ROUNDS=${PRIORITY_ROUNDS:-1} # rounds of those pairs, one after another (their ratios compared round by round)
+[[ $PRIORITY_ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "PRIORITY_ROUNDS=$PRIORITY_ROUNDS: give a whole number from 1"; exit 2; }
 SHARE_S=${SHARE_S:-24} # seconds of the matmul share run (the change comes halfway)
 TRAIN_S=${TRAIN_S:-15} # seconds of the training share run
 want() { [[ " $SECTIONS " == *" $1 "* ]]; }
