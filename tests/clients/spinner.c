@@ -55,6 +55,7 @@ int main(int argc, char **argv)
     double window_ms = argc > 4 ? atof(argv[4]) : 0;
     const char *api = argc > 5 ? argv[5] : "launch";
     double gap_us = argc > 6 ? atof(argv[6]) : 0;
+    double pause_us = argc > 7 ? atof(argv[7]) : 0;
     if (depth < 1 || depth > MAX_DEPTH)
         depth = 16;
     char module[128];
@@ -149,6 +150,8 @@ int main(int argc, char **argv)
                 CHECK(cuCtxSynchronize());
                 if (eager) /* lat's first entries: the requests' latencies */
                     lat[requests++] = (wall_s() - req_at) * 1e6;
+                if (eager && pause_us > 0)
+                    usleep((useconds_t)pause_us);
             } else if (!batch)
                 CHECK(cuEventSynchronize(after[k]));
             CHECK(cuEventElapsedTime(&ms, before[k], after[k]));

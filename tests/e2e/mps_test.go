@@ -278,7 +278,8 @@ func TestMPSClientsRunAtOnce(t *testing.T) {
 
 // Under MPS a lower priority runs beside a higher-priority tenant bound by
 // its host (eager inference: a little GPU work between stretches of host
-// work, one synchronization per request), whose requests then hardly wait;
+// work, one synchronization per request), whose requests then hardly wait
+// and whose launches go straight through, its pauses not lent;
 // beside a GPU-bound one it waits as ever, and so it does without MPS
 // (where the two would take turns on the GPU), beside a holder that is no
 // MPS client, and under a cap, which only a holder keeps.
@@ -339,6 +340,41 @@ func TestPriorityRunsBesideAHostBoundHolderUnderMPS(t *testing.T) {
 	}
 	if h.p50 > a.p50+1000 {
 		t.Errorf("under MPS requests took %.0f µs (p50) beside the low tenant, %.0f µs alone", h.p50, a.p50)
+	}
+
+	// With pauses between requests (a server below its peak rate), the
+	// GPU is not handed to the low tenant at each pause: it runs beside
+	// meanwhile anyway, and taking the GPU back would only cost requests.
+	// Nor are the requests' launches tracked: they go straight through.
+	paused := append(append([]string{}, eager...), "2000")
+	var handed, tracked uint64
+	h, l = pair(run{high: spinner(paused...), low: trainer, during: func() {
+		read := func() (switches, inFlight uint64) {
+			g, err := sched.Read(e.stateDir(), simUUID0)
+			if err != nil || g == nil {
+				t.Fatalf("the scheduler region: %+v, %v", g, err)
+			}
+			for _, ts := range g.Tenants {
+				if ts.Policy.Priority == sched.PriorityHigh {
+					inFlight = ts.InFlight
+				}
+			}
+			return g.Switches, inFlight
+		}
+		before, _ := read()
+		for range 20 {
+			time.Sleep(25 * time.Millisecond)
+			_, n := read()
+			tracked = max(tracked, n)
+		}
+		after, _ := read()
+		handed = after - before
+	}})
+	t.Logf("under MPS, requests with 2 ms pauses: p50 %.0f µs, p99 %.0f µs; the low tenant %.1f%%; %d hand-overs in 0.5 s, at most %d of its launches tracked",
+		h.p50, h.p99, l.share, handed, tracked)
+	if handed > 10 || tracked > 0 || l.share < 50 || h.p50 > a.p50+1000 {
+		t.Errorf("under MPS beside requests with pauses: %d hand-overs in 0.5 s, %d launches tracked, the low tenant %.1f%%, requests p50 %.0f µs (alone %.0f); "+
+			"want at most 10, none, ≥ 50%%, within 1 ms of alone", handed, tracked, l.share, h.p50, a.p50)
 	}
 
 	// A holder that is no MPS client (its CUDA looks for no control daemon
