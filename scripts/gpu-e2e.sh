@@ -3,9 +3,9 @@
 # machine with an NVIDIA driver, nvcc and PyTorch, with build/ made by `make`
 # (`make GOTAGS=nok8s` keeps the CLI small where build/ is copied over):
 #     scripts/gpu-e2e.sh OUTDIR [SECTION...]
-# Sections (default: all): decl counts simmodel hookmap torch bench contended green quota isolation nvmlprocs mpspods computecap quotabench shares sharetrain priority prioritygraph
+# Sections (default: all): decl counts simmodel hookmap torch bench contended green quota isolation nvmlprocs mpspods computecap quotabench lonebench shares sharetrain priority prioritygraph
 # (PAIRS="flexgv" runs only some of the priority sections' ways of sharing,
-# PRIORITY_ROUNDS=3 runs them three times over;
+# PRIORITY_ROUNDS=3 runs them three times over, the request alone in each;
 # SHARE_S=60 TRAIN_S=60 make the share runs last a minute each)
 # Checks our driver declarations against the real headers, traces CUDA
 # programs built with nvcc (static and shared cudart), checks every hooked
@@ -15,7 +15,7 @@
 set -u -o pipefail
 OUT=$(mkdir -p "${1:-gpu-out}" && cd "${1:-gpu-out}" && pwd)
 shift || true
-SECTIONS=${*:-decl counts simmodel hookmap torch bench contended green quota isolation nvmlprocs mpspods computecap quotabench shares sharetrain priority prioritygraph}
+SECTIONS=${*:-decl counts simmodel hookmap torch bench contended green quota isolation nvmlprocs mpspods computecap quotabench lonebench shares sharetrain priority prioritygraph}
 ROUNDS=${ROUNDS:-7} # rounds of the throughput benchmarks
 PAIRS=${PAIRS:-timeslice mps mps50 mpsflexgv mpssm mpssm25 flexgv} # how the priority sections share the GPU
 PRIORITY_ROUNDS=${PRIORITY_ROUNDS:-1} # rounds of those pairs, one after another (their ratios compared round by round)
@@ -504,6 +504,23 @@ for round in 1 2; do
 done
 fi
 
+if want lonebench; then
+# (c) a lone tenant under a share or a priority launches on the pass-through
+# path; paired rounds, since one 5 s run's noise is larger than the target
+echo "== benchmark: a lone tenant, matrix products/s, native vs --compute 30% and --priority high ($ROUNDS rounds)"
+for round in $(seq "$ROUNDS"); do
+    for mode in native share priority; do
+        case $mode in
+        native) run=() ;;
+        share) run=("$FLEXGV" run --compute 30% --) ;;
+        priority) run=("$FLEXGV" run --priority high --) ;;
+        esac
+        echo "$round $mode {\"products_per_s\": $("${run[@]}" python3 scripts/gpu/matmul_rate.py 3)}"
+    done
+done >"$WORK/lone.txt"
+python3 scripts/gpu/paired.py "$WORK/lone.txt" "a lone tenant's matrix products" | tee "$OUT/lonebench.txt"
+fi
+
 # Compute sharing: tenants' work from scripts/gpu/share_load.py, each run
 # bounded in time; figures from scripts/gpu/share_report.py.
 L=scripts/gpu/share_load.py
@@ -595,6 +612,9 @@ priority_bench() { # KIND PREFIX
     local R
     for R in $(seq "$PRIORITY_ROUNDS"); do
         [ "$R" = 1 ] || R=.$R # the first round's files keep their names
+        # each later round measures the request alone again: one stall of
+        # the host moves a 15 s run's p99 more than any way of sharing does
+        [ "$R" = 1 ] || bounded python3 $L "$kind" "$rate" 15 >"$S/inf_${p}alone$R.txt"
         pair timeslice env :: env
         export CUDA_MPS_PIPE_DIRECTORY=$WORK/mps CUDA_MPS_LOG_DIRECTORY=$WORK/mps-log
         mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"

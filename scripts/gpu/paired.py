@@ -1,9 +1,9 @@
 """Paired comparison of benchmark rounds.
 
 Input lines are "ROUND MODE OUTPUT"; OUTPUT is either "NAME VALUE" (a time:
-compared by difference) or a JSON document with steps_per_s (a throughput:
-compared by ratio). Every mode is compared with the first one within each
-round, so drift of a shared machine cancels out.
+compared by difference) or a JSON document with one rate, such as
+steps_per_s (a throughput: compared by ratio). Every mode is compared with
+the first one within each round, so drift of a shared machine cancels out.
     paired.py FILE LABEL
 """
 import json
@@ -18,7 +18,9 @@ def main():
     for line in open(path):
         n, mode, rest = line.split(" ", 2)
         if rest.lstrip().startswith("{"):
-            ratio, value = True, json.loads(rest)["steps_per_s"]
+            # a throughput: its one rate, e.g. steps_per_s
+            (key, value), = ((k, v) for k, v in json.loads(rest).items() if k.endswith("_per_s"))
+            ratio, unit = True, key[:-len("_per_s")] + "/s"
         else:
             value = float(rest.split()[1])
         rounds.setdefault(int(n), {})[mode] = value
@@ -27,7 +29,7 @@ def main():
     rs = [rounds[k] for k in sorted(rounds)]
     base = modes[0]
     vals = [r[base] for r in rs]
-    unit = "steps/s" if ratio else "ns"
+    unit = unit if ratio else "ns"
     print(f"{label}: {base} median {st.median(vals):.1f} {unit} (range {min(vals):.1f}..{max(vals):.1f})")
     for m in modes[1:]:
         if ratio:
