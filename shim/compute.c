@@ -112,6 +112,7 @@ struct gpu {
     uint64_t idle_at, gap_avg; /* when a sync left nothing in flight; how long such pauses last */
     int holding;               /* we held the GPU at our last look, in a turn begun at turn_at */
     int lent;                  /* that turn was taken, ahead, from an idle holder: a loan */
+    int ran_beside;            /* we launched beside the holder since our last turn */
     uint64_t turn_at;
     int mps;                   /* our contexts on this GPU are MPS clients */
     /* the request under way: its first launch since the last synchronization
@@ -565,6 +566,11 @@ static void reap(struct gpu *g, uint64_t now)
         uint64_t busy = now - start, each = busy / done;
         if (cap_of(g))
             __atomic_fetch_sub(&g->t->cap_credit, (int64_t)busy, __ATOMIC_SEQ_CST);
+        /* Work run beside the holder is GPU time the tenant had as much as
+         * a holder's, for readers of the region (not its virtual time:
+         * the holder did not wait for it). */
+        if (g->ran_beside && !g->holding)
+            ADD(&g->t->held_ns, busy);
         for (unsigned i = 0; i < done; i++)
             g->avg = g->avg ? (7 * g->avg + each) / 8 : each;
         g->last_done = now;
@@ -785,6 +791,7 @@ static void gate(struct gpu *g)
         if (h == g->mine + 1) {
             if (!g->holding) { /* our turn starts */
                 g->holding = 1;
+                g->ran_beside = 0;
                 g->turn_at = LOAD(&g->hdr->since_ns);
             }
             int others = others_in(g, g->hdr->waiting), present = others_in(g, g->hdr->present);
@@ -864,7 +871,7 @@ static void gate(struct gpu *g)
                 wait_oldest(g);
                 continue;
             }
-            by = 1;
+            by = g->ran_beside = 1;
             break;
         }
         if (may_take(g, h, now) && best_waiter(g, -1) == (int)g->mine && take(g, h, now))

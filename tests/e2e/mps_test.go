@@ -319,8 +319,26 @@ func TestPriorityRunsBesideAHostBoundHolderUnderMPS(t *testing.T) {
 	// What the region says meanwhile: both are MPS clients, the high
 	// tenant's requests are bound by its host, and the low one, running
 	// beside, is not counted as throttled.
+	// The low tenant's work beside the holder counts as its GPU time, what
+	// `flexgv top` and the metrics show as achieved.
 	started := time.Now()
+	var lowGPU float64
 	h, l = pair(run{high: spinner(eager...), low: trainer, during: func() {
+		lowHeld := func() (ns uint64) {
+			g, err := sched.Read(e.stateDir(), simUUID0)
+			if err != nil || g == nil {
+				t.Fatalf("the scheduler region: %+v, %v", g, err)
+			}
+			for _, ts := range g.Tenants {
+				if ts.Policy.Priority == sched.PriorityLow {
+					ns = ts.HeldNs
+				}
+			}
+			return ns
+		}
+		from, was := time.Now(), lowHeld()
+		time.Sleep(500 * time.Millisecond)
+		lowGPU = float64(lowHeld()-was) / float64(time.Since(from).Nanoseconds()) * 100
 		g, err := sched.Read(e.stateDir(), simUUID0)
 		if err != nil || g == nil || len(g.Tenants) != 2 {
 			t.Fatalf("the scheduler region: %+v, %v", g, err)
@@ -333,10 +351,13 @@ func TestPriorityRunsBesideAHostBoundHolderUnderMPS(t *testing.T) {
 			}
 		}
 	}})
-	t.Logf("under MPS: requests alone p50 %.0f µs, p99 %.0f µs; beside a low tenant p50 %.0f µs, p99 %.0f µs; the low tenant %.1f%% of the device",
-		a.p50, a.p99, h.p50, h.p99, l.share)
+	t.Logf("under MPS: requests alone p50 %.0f µs, p99 %.0f µs; beside a low tenant p50 %.0f µs, p99 %.0f µs; the low tenant %.1f%% of the device, %.1f%% GPU time in the region",
+		a.p50, a.p99, h.p50, h.p99, l.share, lowGPU)
 	if l.share < 50 {
 		t.Errorf("under MPS the low tenant got %.1f%% of the device beside host-bound requests, want ≥ 50%%", l.share)
+	}
+	if lowGPU < 40 || lowGPU > 101 {
+		t.Errorf("under MPS the region gave the low tenant beside the holder %.1f%% GPU time over 0.5 s (%.1f%% of the device); want 40–100%%", lowGPU, l.share)
 	}
 	if h.p50 > a.p50+1000 {
 		t.Errorf("under MPS requests took %.0f µs (p50) beside the low tenant, %.0f µs alone", h.p50, a.p50)

@@ -152,7 +152,7 @@ var schedLayout = []structSpec{
 		{"priority", "Priority", "uint32", 0, "as the tenant file's"},
 		{"host_bound", "HostBound", "uint32", 0, "of its requests' time (a first launch to the synchronization that ends it), the part not spent waiting for the GPU, hundredths of a percent: a moving average its MPS clients keep (atomic); 0: not measured"},
 		{"vtime", "VTime", "uint64", 0, "GPU time held over the share's weight, ns (atomic)"},
-		{"held_ns", "HeldNs", "uint64", 0, "GPU time held since the entry was made, ns (atomic)"},
+		{"held_ns", "HeldNs", "uint64", 0, "GPU time held since the entry was made, and under MPS what its work ran beside the holder, ns (atomic)"},
 		{"waited_ns", "WaitedNs", "uint64", 0, "time its processes waited to launch, ns (atomic)"},
 		{"preemptions", "Preemptions", "uint64", 0, "times it gave the GPU up early to a higher priority (atomic)"},
 		{"cap_credit", "CapCredit", "int64", 0, "GPU time the cap still allows, ns (atomic)"},
