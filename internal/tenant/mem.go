@@ -321,6 +321,10 @@ func formatQuota(devs []DeviceQuota) string {
 // ParseSM reads a --sm value: a whole percentage from 1 to 100 of a GPU's
 // SMs, with or without "%". MPS takes whole percentages.
 func ParseSM(spec string) (uint32, error) {
+	if strings.Contains(spec, "=") {
+		// MPS's percentage holds a client to the same part of every GPU
+		return 0, fmt.Errorf("--sm %q: give one percentage for all of the tenant's GPUs (50%%); MPS cannot give each its own", spec)
+	}
 	v, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(spec), "%"), 10, 32)
 	if err != nil || v < 1 || v > 100 {
 		return 0, fmt.Errorf("--sm %q: give a whole percentage of a GPU's SMs from 1 to 100 (50%%)", spec)
