@@ -517,8 +517,8 @@ for round in $(seq "$ROUNDS"); do
         esac
         echo "$round $mode {\"products_per_s\": $("${run[@]}" python3 scripts/gpu/matmul_rate.py 3)}"
     done
-done >"$WORK/lone.txt"
-python3 scripts/gpu/paired.py "$WORK/lone.txt" "a lone tenant's matrix products" | tee "$OUT/lonebench.txt"
+done >"$OUT/lone.txt"
+python3 scripts/gpu/paired.py "$OUT/lone.txt" "a lone tenant's matrix products" | tee "$OUT/lonebench.txt"
 fi
 
 # Compute sharing: tenants' work from scripts/gpu/share_load.py, each run

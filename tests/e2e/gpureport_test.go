@@ -1,0 +1,95 @@
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The GPU script's reports decide what docs/MEASUREMENTS.md says of a run:
+// here they read runs kept in docs/gpu-runs and must give the verdicts
+// recorded there.
+func report(t *testing.T, script string, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command("python3", append([]string{filepath.Join("..", "..", "scripts", "gpu", script)}, args...)...)
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("%s: %v", script, err)
+	}
+	return string(out), code
+}
+
+func TestShareReportJudgesEachRoundAgainstItsOwnAlone(t *testing.T) {
+	run := filepath.Join("..", "..", "docs", "gpu-runs", "2026-12-02-h200-straight", "2-alone-each-round", "shares")
+	out, code := report(t, "share_report.py", run)
+	for _, want := range []string{
+		// round 3 against its own alone p99 (8.92 ms), not the first round's (7.39)
+		"flexgv --priority high/low under MPS (round 3) | p50 6.88 ms (1.08×), p99 8.02 ms (0.90×)",
+		"flexgv --priority high/low under MPS, ÷ its round's alone | p99 1.06, 1.00, 0.90, 1.01 (median 1.01); training keeps median 0.97; met",
+		"flexgv under MPS ÷ plain MPS, round by round | p99 1.02, 1.03, 1.04, 0.95 (median 1.03)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("share_report.py does not say %q:\n%s", want, out)
+		}
+	}
+	if code != 0 {
+		t.Errorf("share_report.py exited %d on a complete run", code)
+	}
+
+	// A round whose request printed nothing is no result, and the report fails.
+	cut := t.TempDir()
+	files, _ := filepath.Glob(filepath.Join(run, "*"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if filepath.Base(f) == "inf_mpsflexgv.3.txt" {
+			b = nil
+		}
+		if err := os.WriteFile(filepath.Join(cut, filepath.Base(f)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, code = report(t, "share_report.py", cut)
+	if code != 1 || !strings.Contains(out, "under MPS (round 3) | no result: a run failed or was cut short") ||
+		!strings.Contains(out, "÷ its round's alone | p99 1.06, 1.00, 1.01 (median 1.01)") {
+		t.Errorf("share_report.py with round 3 cut short: exit %d, want 1, the round as no result and left out of the median:\n%s", code, out)
+	}
+}
+
+func TestPairedReportComparesRoundByRound(t *testing.T) {
+	// Round 2 runs 10 % slower throughout: a paired ratio cancels it.
+	rounds := filepath.Join(t.TempDir(), "lone.txt")
+	if err := os.WriteFile(rounds, []byte(`1 native {"products_per_s": 370.0}
+1 share {"products_per_s": 369.0}
+2 native {"products_per_s": 333.0}
+2 share {"products_per_s": 333.5}
+3 native {"products_per_s": 371.0}
+3 share {"products_per_s": 371.0}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code := report(t, "paired.py", rounds, "lone")
+	for _, want := range []string{
+		"lone: native median 370.0 products/s (range 333.0..371.0)",
+		"lone: share / native: median paired ratio 1.0000 (range 0.9973..1.0015, 3 rounds)",
+	} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("paired.py: exit %d, does not say %q:\n%s", code, want, out)
+		}
+	}
+	// a line without a rate is refused, not read as one
+	if err := os.WriteFile(rounds, []byte(`1 native {"losses": []}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, code := report(t, "paired.py", rounds, "lone"); code == 0 {
+		t.Errorf("paired.py read a document without a rate")
+	}
+}
