@@ -3,7 +3,7 @@
 # machine with an NVIDIA driver, nvcc and PyTorch, with build/ made by `make`
 # (`make GOTAGS=nok8s` keeps the CLI small where build/ is copied over):
 #     scripts/gpu-e2e.sh OUTDIR [SECTION...]
-# Sections (default: all): decl counts simmodel hookmap torch bench contended green quota isolation nvmlprocs mpspods computecap quotabench lonebench shares sharetrain priority prioritygraph
+# Sections (default: all): decl counts simmodel hookmap torch bench contended green quota isolation nvmlprocs mpspods computecap quotabench lonebench ddpshare shares sharetrain priority prioritygraph
 # (PAIRS="flexgv" runs only some of the priority sections' ways of sharing,
 # PRIORITY_ROUNDS=3 runs them three times over, the request alone in each;
 # SHARE_S=60 TRAIN_S=60 make the share runs last a minute each)
@@ -15,7 +15,7 @@
 set -u -o pipefail
 OUT=$(mkdir -p "${1:-gpu-out}" && cd "${1:-gpu-out}" && pwd)
 shift || true
-SECTIONS=${*:-decl counts simmodel hookmap torch bench contended green quota isolation nvmlprocs mpspods computecap quotabench lonebench shares sharetrain priority prioritygraph}
+SECTIONS=${*:-decl counts simmodel hookmap torch bench contended green quota isolation nvmlprocs mpspods computecap quotabench lonebench ddpshare shares sharetrain priority prioritygraph}
 ROUNDS=${ROUNDS:-7} # rounds of the throughput benchmarks
 PAIRS=${PAIRS:-timeslice mps mps50 mpsflexgv mpssm mpssm25 flexgv} # how the priority sections share the GPU
 PRIORITY_ROUNDS=${PRIORITY_ROUNDS:-1} # rounds of those pairs, one after another (their ratios compared round by round)
@@ -519,6 +519,53 @@ for round in $(seq "$ROUNDS"); do
     done
 done >"$OUT/lone.txt"
 python3 scripts/gpu/paired.py "$OUT/lone.txt" "a lone tenant's matrix products" | tee "$OUT/lonebench.txt"
+fi
+
+if want ddpshare; then
+# Two DDP jobs (two ranks each, over NCCL) on the same two GPUs. Turns are
+# taken GPU by GPU: a rank's collective runs on until its peer on the other
+# GPU gets a turn there, and an equal waiter takes a holder blocked so past
+# 1.5 quanta. Measured here: no job hangs, and what each keeps.
+echo "== compute sharing across GPUs: two DDP jobs on the same two GPUs ($(date +%T))"
+if [ "$(nvidia-smi -L | wc -l)" -lt 2 ]; then
+    echo "SKIP: needs two GPUs (kind nvidia-h200-x2)"
+else
+    D=$OUT/ddpshare
+    mkdir -p "$D"
+    torchrun=(torchrun)
+    command -v torchrun >/dev/null || torchrun=(python3 -m torch.distributed.run)
+    ddpjob() { # NAME PREFIX...: rank 0's "rate" in NAME.out
+        local name=$1
+        shift
+        timeout -k 10 240 "$@" "${torchrun[@]}" --standalone --nproc_per_node 2 scripts/gpu/ddp.py --steps 3000 --rate \
+            >"$D/$name.out" 2>"$D/$name.err" || echo "$name: exit $?" >>"$D/failed.txt"
+    }
+    ddppair() { # NAME A-PREFIX B-PREFIX: the two jobs at once
+        local name=$1 a b
+        read -r -a a <<<"$2"
+        read -r -a b <<<"$3"
+        ddpjob "$name-a" "${a[@]}" &
+        local pa=$!
+        ddpjob "$name-b" "${b[@]}"
+        wait $pa # (a bare wait would wait for the log's tee too)
+    }
+    ddpjob alone env
+    ddppair timeslice env env
+    ddppair share50 "$FLEXGV run --compute 50% --" "$FLEXGV run --compute 50% --"
+    ddppair share30 "$FLEXGV run --compute 30% --" "$FLEXGV run --compute 70% --"
+    ddppair priority "$FLEXGV run --priority high --" "$FLEXGV run --priority low --"
+    rate() { awk '$1 == "rate" { print $2 }' "$D/$1.out"; }
+    solo=$(rate alone)
+    for name in timeslice share50 share30 priority; do
+        echo "$name: a $(rate $name-a) b $(rate $name-b) steps/s, together $(awk -v a="$(rate $name-a)" -v b="$(rate $name-b)" -v s="$solo" 'BEGIN { if (s > 0) printf "%.2f", (a + b) / s }') of one alone ($solo)"
+    done | tee "$D/rates.txt"
+    if [ -s "$D/failed.txt" ]; then
+        cat "$D/failed.txt"
+        fail "a DDP job sharing two GPUs failed or hung (above)"
+    else
+        pass "two DDP jobs share two GPUs under shares and priorities, none hangs"
+    fi
+fi
 fi
 
 # Compute sharing: tenants' work from scripts/gpu/share_load.py, each run

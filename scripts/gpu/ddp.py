@@ -1,5 +1,5 @@
 """DistributedDataParallel training over NCCL, one process per GPU:
-    torchrun --standalone --nproc_per_node N ddp.py [--steps S] [--probe-gib G]
+    torchrun --standalone --nproc_per_node N ddp.py [--steps S] [--probe-gib G] [--rate]
 Each rank trains a small MLP on its own deterministic data and prints one
 "info" line (its device as seen from inside: mem_get_info). Rank 0 prints
 every loss as "loss STEP HEX" (exact hex floats, so runs can be diffed).
@@ -7,6 +7,7 @@ With two ranks each all-reduced gradient is a+b, which rounds the same in
 either order, so the losses are bit-identical from run to run.
 --probe-gib G: after training, rank 0 tries to allocate G GiB and prints
 "probe G GiB: ok" or "probe G GiB: OutOfMemoryError".
+--rate: rank 0 also prints "rate STEPS_PER_S" of the training loop.
 """
 import argparse
 import os
@@ -26,6 +27,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--probe-gib", type=float, default=0)
+    ap.add_argument("--rate", action="store_true")
     args = ap.parse_args()
 
     local = int(os.environ["LOCAL_RANK"])
@@ -51,12 +53,17 @@ def main():
           f"mem_get_info total {total} free {free}", flush=True)
 
     losses = []
+    torch.cuda.synchronize(dev)
+    t0 = time.time()
     for i in range(args.steps):
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(ddp(xs[i % BATCHES]), ys[i % BATCHES])
         loss.backward()
         opt.step()
         losses.append(loss.detach())
+    torch.cuda.synchronize(dev)
+    if rank == 0 and args.rate:
+        print(f"rate {args.steps / (time.time() - t0):.1f}", flush=True)
     if rank == 0:
         for i, l in enumerate(torch.stack(losses).tolist()):
             print(f"loss {i} {float(l).hex()}")
