@@ -310,6 +310,22 @@ func TestPriorityRunsBesideAHostBoundHolderUnderMPS(t *testing.T) {
 		return hi.result(), lo.result()
 	}
 	spinner := func(args ...string) []string { return append([]string{bin("spinner")}, args...) }
+	// the GPU's scheduler region, and the entry of its tenant of priority p
+	region := func() *sched.GPU {
+		g, err := sched.Read(e.stateDir(), simUUID0)
+		if err != nil || g == nil {
+			t.Fatalf("the scheduler region: %+v, %v", g, err)
+		}
+		return g
+	}
+	tenantAt := func(g *sched.GPU, p uint32) (ts sched.TenantStat) {
+		for _, x := range g.Tenants {
+			if x.Policy.Priority == p {
+				ts = x
+			}
+		}
+		return ts
+	}
 	trainer := []string{"1000", "3", "16"}
 
 	h, l := pair(run{high: spinner(eager...), low: trainer})
@@ -330,24 +346,13 @@ func TestPriorityRunsBesideAHostBoundHolderUnderMPS(t *testing.T) {
 	started := time.Now()
 	var lowGPU float64
 	h, l = pair(run{high: spinner(eager...), low: trainer, during: func() {
-		lowHeld := func() (ns uint64) {
-			g, err := sched.Read(e.stateDir(), simUUID0)
-			if err != nil || g == nil {
-				t.Fatalf("the scheduler region: %+v, %v", g, err)
-			}
-			for _, ts := range g.Tenants {
-				if ts.Policy.Priority == sched.PriorityLow {
-					ns = ts.HeldNs
-				}
-			}
-			return ns
-		}
+		lowHeld := func() uint64 { return tenantAt(region(), sched.PriorityLow).HeldNs }
 		from, was := time.Now(), lowHeld()
 		time.Sleep(500 * time.Millisecond)
 		lowGPU = float64(lowHeld()-was) / float64(time.Since(from).Nanoseconds()) * 100
-		g, err := sched.Read(e.stateDir(), simUUID0)
-		if err != nil || g == nil || len(g.Tenants) != 2 {
-			t.Fatalf("the scheduler region: %+v, %v", g, err)
+		g := region()
+		if len(g.Tenants) != 2 {
+			t.Fatalf("the scheduler region: %+v", g)
 		}
 		for _, ts := range g.Tenants {
 			high := ts.Policy.Priority == sched.PriorityHigh
@@ -377,16 +382,8 @@ func TestPriorityRunsBesideAHostBoundHolderUnderMPS(t *testing.T) {
 	var handed, tracked uint64
 	h, l = pair(run{high: spinner(paused...), low: trainer, during: func() {
 		read := func() (switches, inFlight uint64) {
-			g, err := sched.Read(e.stateDir(), simUUID0)
-			if err != nil || g == nil {
-				t.Fatalf("the scheduler region: %+v, %v", g, err)
-			}
-			for _, ts := range g.Tenants {
-				if ts.Policy.Priority == sched.PriorityHigh {
-					inFlight = ts.InFlight
-				}
-			}
-			return g.Switches, inFlight
+			g := region()
+			return g.Switches, tenantAt(g, sched.PriorityHigh).InFlight
 		}
 		before, _ := read()
 		for range 20 {
@@ -410,16 +407,7 @@ func TestPriorityRunsBesideAHostBoundHolderUnderMPS(t *testing.T) {
 	// processes, a client, would have measured).
 	h, l = pair(run{high: append([]string{"CUDA_MPS_PIPE_DIRECTORY=" + t.TempDir()}, spinner(eager...)...), low: trainer,
 		during: func() {
-			g, err := sched.Read(e.stateDir(), simUUID0)
-			if err != nil || g == nil {
-				t.Fatalf("the scheduler region: %+v, %v", g, err)
-			}
-			r := schedtest.Open(t, e.stateDir(), simUUID0)
-			for _, ts := range g.Tenants {
-				if ts.Policy.Priority == sched.PriorityHigh {
-					r.SetHostBound(ts.Name, 9500)
-				}
-			}
+			schedtest.Open(t, e.stateDir(), simUUID0).SetHostBound(tenantAt(region(), sched.PriorityHigh).Name, 9500)
 		}})
 	t.Logf("under MPS, a high tenant that is no client: the low tenant %.1f%%", l.share)
 	if l.share > 25 {
