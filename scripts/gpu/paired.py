@@ -15,15 +15,18 @@ def main():
     path, label = sys.argv[1], sys.argv[2]
     rounds, modes = {}, []
     ratio = False
-    for line in open(path):
-        n, mode, rest = line.split(" ", 2)
-        if rest.lstrip().startswith("{"):
-            # a throughput: its one rate, e.g. steps_per_s
-            (key, value), = ((k, v) for k, v in json.loads(rest).items() if k.endswith("_per_s"))
-            ratio, unit = True, key[:-len("_per_s")] + "/s"
-        else:
-            value = float(rest.split()[1])
-        rounds.setdefault(int(n), {})[mode] = value
+    for no, line in enumerate(open(path), 1):
+        try:
+            n, mode, rest = line.split(" ", 2)
+            if rest.lstrip().startswith("{"):
+                # a throughput: its one rate, e.g. steps_per_s
+                (key, value), = ((k, v) for k, v in json.loads(rest).items() if k.endswith("_per_s"))
+                ratio, unit = True, key[:-len("_per_s")] + "/s"
+            else:
+                value = float(rest.split()[1])
+            rounds.setdefault(int(n), {})[mode] = float(value)
+        except (ValueError, IndexError, TypeError, AttributeError):
+            sys.exit(f"{path}:{no}: want \"ROUND MODE NAME VALUE\" or \"ROUND MODE {{...one *_per_s rate...}}\", got {line.strip()!r}")
         if mode not in modes:
             modes.append(mode)
     rs = [rounds[k] for k in sorted(rounds)]

@@ -89,7 +89,7 @@ func TestPairedReportComparesRoundByRound(t *testing.T) {
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, code := report(t, "paired.py", rounds, "lone"); code == 0 {
-		t.Errorf("paired.py read a document without a rate")
+	if out, code := report(t, "paired.py", rounds, "lone"); code == 0 || !strings.Contains(out, "lone.txt:1: want") {
+		t.Errorf("paired.py on a document without a rate: exit %d, %q; want a failure naming the line", code, out)
 	}
 }
