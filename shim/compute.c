@@ -6,21 +6,28 @@
  * One process at a time, the holder, launches on a GPU. A holder alone on
  * the GPU launches straight through (a few loads and a counter). With other
  * processes present it keeps the work it has in flight short (completion
- * events, no timing), so that the GPU changes hands fast; when they wait, it
- * hands the GPU over, drained, at the end of its quantum to the waiting
- * process of highest priority whose tenant has the smallest virtual time
- * (GPU time held over its share: weighted fair queueing), and at once when a
- * higher priority waits. A waiter takes the GPU itself when the holder is
- * free, dead (its slot's lock is gone), idle (no launch over a poll and
- * nothing in flight), of lower priority, or past its quantum: a holder that
- * stops launching or is killed stalls nobody. Waiters sleep on a futex in
- * the region, holding no lock.
+ * events, untimed but where a cap's busy period begins), so that the GPU
+ * changes hands fast; when they wait, it hands the GPU over, drained, at
+ * the end of its quantum to the waiting process of highest priority whose
+ * tenant has the smallest virtual time (GPU time held over its share:
+ * weighted fair queueing), and at once when a higher priority waits. A
+ * waiter takes the GPU itself when the holder is free, dead (its slot's
+ * lock is gone), idle (no launch over a poll and nothing in flight), of
+ * lower priority, or past its quantum: a holder that stops launching or is
+ * killed stalls nobody. Waiters sleep on a futex in the region, holding no
+ * lock.
  *
  * A cap (--compute-max) is a token bucket in the tenant's entry, shared by
  * its processes: it earns cap x elapsed time up to a small burst and pays
- * for each launch's busy time, from its launch (or the previous completion)
- * until its event is seen complete; a capped holder waits, or hands over,
- * while the bucket cannot pay for what it has in flight.
+ * for the time its launches kept the GPU busy, from a launch (or the
+ * previous completion) to a completion. A launch made with nothing in
+ * flight begins a busy period: it is bracketed by timed events, so that
+ * its time is the device's and a host that sees the completion late is not
+ * charged for its own delay; launches queued behind others keep untimed
+ * events (a timed one between back-to-back kernels costs the GPU ~2 us),
+ * and their completions, seen one after another, are charged in host time.
+ * A capped holder waits, or hands over, while the bucket cannot pay for
+ * what it has in flight.
  *
  * The shim's own event calls never change what a launch returns; launches
  * on capturing streams only add graph nodes and pass. If the region cannot
@@ -78,11 +85,14 @@ enum { RING = 256 };                  /* launches tracked in flight per GPU, at 
 #define FULL 10000u                   /* 100 % in hundredths */
 
 enum { G_NONE, G_READY, G_OFF, G_REFUSED };
+enum { LOOKED = 1, DONE, LAST }; /* what reap found of a launch in flight */
 
 struct launch {
     CUevent ev;
+    CUevent start;      /* timed, recorded before it when nothing was in flight (capped only) */
     uint64_t at;        /* host time of the launch */
     uintptr_t lane[2];  /* the stream it runs on (lane_of) */
+    int timed;          /* ev is timed too: it has a start */
 };
 
 struct gpu {
@@ -104,6 +114,9 @@ struct gpu {
     unsigned blocked;   /* our threads inside a synchronous copy or memset */
     CUevent pool[RING]; /* completed events, to be recorded again */
     unsigned npool;
+    CUevent tpool[2 * RING]; /* the same, timed (a cap's busy periods: starts and ends) */
+    unsigned ntpool;
+    CUevent start;      /* timed, recorded by enter for the launch under way */
     uint64_t last_done; /* host time of the last completion */
     uint64_t reaped_at; /* when completions were last looked at */
     uint64_t avg;       /* moving average of one launch's busy time (ns); 0: none measured */
@@ -531,6 +544,60 @@ static unsigned lane_done(fg_real_cuEventQuery query, const struct gpu *g, const
     return lo + 1;
 }
 
+/* An event of ours, timed or not, from its pool or new; NULL if none. */
+static CUevent event_get(struct gpu *g, int timed)
+{
+    if (timed ? g->ntpool : g->npool)
+        return timed ? g->tpool[--g->ntpool] : g->pool[--g->npool];
+    CUevent ev = NULL;
+    fg_real_cuEventCreate create = REAL(cuEventCreate);
+    if (!create || create(&ev, timed ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
+        return NULL;
+    return ev;
+}
+
+static void event_put(struct gpu *g, CUevent ev, int timed)
+{
+    if (!ev)
+        return;
+    if (timed ? g->ntpool < 2 * RING : g->npool < RING) {
+        if (timed)
+            g->tpool[g->ntpool++] = ev;
+        else
+            g->pool[g->npool++] = ev;
+        return;
+    }
+    fg_real_cuEventDestroy_v2 destroy = REAL(cuEventDestroy_v2);
+    if (destroy)
+        destroy(ev);
+}
+
+/* The device time the completed launches (state DONE or LAST, the oldest
+ * at first) kept the GPU busy: from the oldest's start, when it began a
+ * busy period, to the latest completion among them (a stream's last, LAST,
+ * tells for those before it). -1 when device time cannot tell (no start, a
+ * stream's last completion untimed, events of another context): the
+ * host's view is charged instead. */
+static int64_t device_busy(struct gpu *g, const unsigned char *state, unsigned n, unsigned first)
+{
+    fg_real_cuEventElapsedTime elapsed = REAL(cuEventElapsedTime);
+    CUevent from = g->ring[(g->head + first) % RING].start;
+    if (!elapsed || !from)
+        return -1;
+    float best = 0;
+    for (unsigned i = first; i < n; i++) {
+        const struct launch *l = &g->ring[(g->head + i) % RING];
+        float ms;
+        if (state[i] != LAST)
+            continue;
+        if (!l->timed || elapsed(&ms, from, l->ev) != CUDA_SUCCESS)
+            return -1;
+        if (ms > best)
+            best = ms;
+    }
+    return (int64_t)((double)best * 1e6);
+}
+
 /* Accounts for the launches in flight that have completed, stream by
  * stream. The time since the first of them started is shared among all of
  * them: a process that looks after a long host call finds many done at
@@ -542,7 +609,7 @@ static void reap(struct gpu *g, uint64_t now)
     g->reaped_at = now;
     fg_real_cuEventQuery query = REAL(cuEventQuery);
     unsigned n = g->count, done = 0, first = n;
-    unsigned char state[RING] = {0}; /* 1: its stream looked at; 2: completed */
+    unsigned char state[RING] = {0}; /* LOOKED: its stream looked at; DONE, LAST: completed */
     unsigned char idx[RING];
     for (unsigned i = 0; i < n; i++) {
         if (state[i])
@@ -552,20 +619,23 @@ static void reap(struct gpu *g, uint64_t now)
         for (unsigned j = i; j < n; j++) {
             const struct launch *b = &g->ring[(g->head + j) % RING];
             if (!state[j] && b->lane[0] == a->lane[0] && b->lane[1] == a->lane[1])
-                idx[k++] = (unsigned char)j, state[j] = 1;
+                idx[k++] = (unsigned char)j, state[j] = LOOKED;
         }
         unsigned m = lane_done(query, g, idx, k);
         for (unsigned t = 0; t < m; t++)
-            state[idx[t]] = 2;
+            state[idx[t]] = t + 1 == m ? LAST : DONE;
         done += m;
         if (m && idx[0] < first)
             first = idx[0];
     }
     uint64_t at = done ? g->ring[(g->head + first) % RING].at : now, start = at > g->last_done ? at : g->last_done;
+    if (done && cap_of(g)) {
+        int64_t paid = device_busy(g, state, n, first);
+        __atomic_fetch_sub(&g->t->cap_credit, paid >= 0 ? paid : now > start ? (int64_t)(now - start) : 0,
+                           __ATOMIC_SEQ_CST);
+    }
     if (done && now > start) {
         uint64_t busy = now - start, each = busy / done;
-        if (cap_of(g))
-            __atomic_fetch_sub(&g->t->cap_credit, (int64_t)busy, __ATOMIC_SEQ_CST);
         /* Work run beside the holder is GPU time the tenant had as much as
          * a holder's, for readers of the region (not its virtual time:
          * the holder did not wait for it). */
@@ -579,9 +649,10 @@ static void reap(struct gpu *g, uint64_t now)
     unsigned kept = 0;
     for (unsigned i = 0; done && i < n; i++) {
         struct launch l = g->ring[(g->head + i) % RING];
-        if (state[i] == 2)
-            g->pool[g->npool++] = l.ev;
-        else
+        if (state[i] >= DONE) {
+            event_put(g, l.ev, l.timed);
+            event_put(g, l.start, 1);
+        } else
             g->ring[(g->head + kept++) % RING] = l;
     }
     g->count -= done;
@@ -894,26 +965,35 @@ static void gate(struct gpu *g)
 /* Puts a launch on s in flight; g is locked. */
 static void track(struct gpu *g, CUstream s, uint64_t at)
 {
-    CUevent ev = NULL;
-    if (g->npool) {
-        ev = g->pool[--g->npool];
-    } else {
-        fg_real_cuEventCreate create = REAL(cuEventCreate);
-        if (!create || create(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
-            ev = NULL;
-    }
+    CUevent start = g->start;
+    int timed = start != NULL;
+    CUevent ev = event_get(g, timed);
+    g->start = NULL;
     fg_real_cuEventRecord record = REAL(cuEventRecord);
     if (ev && record && record(ev, s) == CUDA_SUCCESS && g->count < RING) {
         struct launch *l = &g->ring[(g->head + g->count) % RING];
-        l->ev = ev, l->at = at;
+        *l = (struct launch){.ev = ev, .start = start, .at = at, .timed = timed};
         lane_of(s, l->lane);
         g->count++;
         STORE(&g->me->inflight, g->count + g->blocked);
-    } else if (ev) {
-        fg_real_cuEventDestroy_v2 destroy = REAL(cuEventDestroy_v2);
-        if (destroy)
-            destroy(ev);
+    } else {
+        event_put(g, ev, timed);
+        event_put(g, start, 1);
     }
+}
+
+/* Under a cap, a launch made with nothing in flight begins a busy period
+ * at a timed event recorded before it (g locked). */
+static void mark_start(struct gpu *g, CUstream s)
+{
+    if (g->count || !cap_of(g))
+        return;
+    fg_real_cuEventRecord record = REAL(cuEventRecord);
+    CUevent ev = event_get(g, 1);
+    if (ev && record && record(ev, s) == CUDA_SUCCESS)
+        g->start = ev;
+    else
+        event_put(g, ev, 1);
 }
 
 static void attach_once(struct gpu *g, int dev)
@@ -1021,6 +1101,7 @@ static struct gpu *enter(CUstream s)
                                                                                                               : NULL;
     pthread_mutex_lock(&g->lock);
     gate(g);
+    mark_start(g, s);
     __atomic_store_n(&g->me->launches, g->me->launches + 1, __ATOMIC_RELAXED);
     return g;
 }
@@ -1030,25 +1111,32 @@ static CUresult leave(struct gpu *g, CUstream s, uint64_t at, CUresult r)
 {
     if (r == CUDA_SUCCESS && g->state == G_READY)
         track(g, s, at);
+    event_put(g, g->start, 1); /* the launch failed */
+    g->start = NULL;
     pthread_mutex_unlock(&g->lock);
     return r;
 }
 
 /* A call that may block for as long as it copies runs with g unlocked (the
  * process's other threads launch meanwhile) and counted in flight (waiters
- * must not see us idle). */
-static void block(struct gpu *g)
+ * must not see us idle); the start event enter recorded for it is kept
+ * aside, for its own leave. */
+static CUevent block(struct gpu *g)
 {
+    CUevent start = g->start;
+    g->start = NULL;
     g->blocked++;
     STORE(&g->me->inflight, g->count + g->blocked);
     pthread_mutex_unlock(&g->lock);
+    return start;
 }
 
-static void unblock(struct gpu *g)
+static void unblock(struct gpu *g, CUevent start)
 {
     pthread_mutex_lock(&g->lock);
     g->blocked--;
     STORE(&g->me->inflight, g->count + g->blocked);
+    g->start = start;
 }
 
 /* Launch through the policy: LAUNCH is the program's call on stream s. A
@@ -1082,10 +1170,10 @@ static void unblock(struct gpu *g)
             return CALL;                                                                                    \
         if (g_ == &refused)                                                                                 \
             return CUDA_ERROR_NOT_PERMITTED;                                                                \
-        block(g_);                                                                                          \
+        CUevent start_ = block(g_);                                                                         \
         uint64_t at_ = fg_now_ns();                                                                         \
         CUresult r_ = CALL;                                                                                 \
-        unblock(g_);                                                                                        \
+        unblock(g_, start_);                                                                                \
         return AFTER(leave(g_, s_, at_, r_), at_);                                                          \
     } while (0)
 #define AS_IS(r, at) (r)

@@ -21,7 +21,9 @@
  * kernel has run on device 1 first) or eager (as batch, with GAP_US of
  * host work after each launch: a request bound by its host, as eager
  * inference is; the latencies reported are the requests', from the first
- * launch to the synchronization's return).
+ * launch to the synchronization's return) or late (as eager, the host
+ * asleep for GAP_US instead: a program that looks for its completions
+ * late, waiting on something else meanwhile).
  * GAP_US: idle time after each completion before the next launch, as a
  * server between requests (with DEPTH 1). */
 #include "common.h"
@@ -47,7 +49,7 @@ static int by_value(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: spinner KERNEL_US SECONDS [DEPTH [WINDOW_MS [launch|ex|ptsz|graph|sync13|copysync|batch|after1|eager [GAP_US]]]]\n");
+        fprintf(stderr, "usage: spinner KERNEL_US SECONDS [DEPTH [WINDOW_MS [launch|ex|ptsz|graph|sync13|copysync|batch|after1|eager|late [GAP_US]]]]\n");
         return 2;
     }
     double kernel_us = atof(argv[1]), seconds = atof(argv[2]);
@@ -76,7 +78,7 @@ int main(int argc, char **argv)
     int copysync = !strcmp(api, "copysync");
     /* batch: DEPTH launches, then one context synchronization for them all,
      * as a training loop that reads a loss back every few kernels does. */
-    int eager = !strcmp(api, "eager"), batch = eager || !strcmp(api, "batch");
+    int late = !strcmp(api, "late"), eager = late || !strcmp(api, "eager"), batch = eager || !strcmp(api, "batch");
     CUdeviceptr word = 0;
     if (copysync) {
         s = NULL;
@@ -193,7 +195,9 @@ int main(int argc, char **argv)
             CHECK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL));
         CHECK(cuEventRecord(after[k], s));
         launched++;
-        for (double until = wall_s() + gap_us / 1e6; eager && wall_s() < until;)
+        if (late)
+            usleep((useconds_t)gap_us);
+        for (double until = wall_s() + gap_us / 1e6; eager && !late && wall_s() < until;)
             ; /* the host's own work */
     }
     long nlat = eager ? requests : completed;

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -25,12 +26,23 @@ func (e *env) capSpinWith(api string, flags ...string) spin {
 	return s
 }
 
+// capBand checks a lone spinner's share against the cap it ran under.
+// A cap pays for device time, so a loaded host only makes the program
+// launch less, not pay more: caps land within a point of their value even
+// on a machine busy with other tests. The 5 ms burst a tenant may bank is
+// half a point over a second.
+func capBand(t *testing.T, what string, s spin, want float64) {
+	t.Helper()
+	t.Logf("%s: %.1f%% of the device (%d kernels)", what, s.share, s.kernels)
+	if s.share < want-2 || s.share > want+2 {
+		t.Errorf("a lone spinner %s got %.1f%% of the device (%d kernels), want %.0f%% ± 2",
+			what, s.share, s.kernels, want)
+	}
+}
+
 // A capped program alone gets its cap of the device, though the rest of it
 // is idle; uncapped, it gets all of it. Shares are device time (events), so
 // a loaded machine only makes the program launch less, not measure wrong.
-// The simulated GPU's host wakes late after each kernel and that delay is
-// charged as busy time, so caps land a few points low here (on the H200:
-// within 0.3 pp): the band is 7 below to 3 above.
 func TestComputeMaxCapsAnIdleDevice(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -41,12 +53,7 @@ func TestComputeMaxCapsAnIdleDevice(t *testing.T) {
 		{[]string{"--compute-max", "0=50"}, 50},
 		{nil, 100},
 	} {
-		s := newEnv(t).capSpin(c.flags...)
-		t.Logf("%v: %.1f%% of the device (%d kernels)", c.flags, s.share, s.kernels)
-		if s.share < c.want-7 || s.share > c.want+3 {
-			t.Errorf("a lone spinner under %v got %.1f%% of the device (%d kernels), want %.0f%% -7/+3",
-				c.flags, s.share, s.kernels, c.want)
-		}
+		capBand(t, fmt.Sprintf("under %v", c.flags), newEnv(t).capSpin(c.flags...), c.want)
 	}
 }
 
@@ -55,13 +62,25 @@ func TestComputeMaxCapsAnIdleDevice(t *testing.T) {
 func TestComputeMaxCapsEveryLaunchPath(t *testing.T) {
 	t.Parallel()
 	for _, api := range []string{"ex", "ptsz", "graph"} {
-		s := newEnv(t).capSpinWith(api, "--compute-max", "30%")
-		t.Logf("%s: %.1f%% of the device (%d kernels)", api, s.share, s.kernels)
-		if s.share < 25 || s.share > 35 {
-			t.Errorf("a lone spinner launching with %s under --compute-max 30%% got %.1f%% (%d kernels), want 30%% ± 5",
-				api, s.share, s.kernels)
-		}
+		capBand(t, "launching with "+api+" under --compute-max 30%", newEnv(t).capSpinWith(api, "--compute-max", "30%"), 30)
 	}
+}
+
+// A cap pays for the GPU's time, not the host's: a program that waits
+// 2 ms on something else after each 1 ms kernel before it synchronizes (it
+// would get half the device uncapped) sees each completion 1 ms late, and
+// still gets its 30 %. Charged to when it looked, it got 15 %.
+func TestComputeMaxPaysDeviceTimeNotTheHosts(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	args := []string{"run", "--compute-max", "30%", "--", bin("spinner"), "1000", "1", "1", "0", "late", "2000"}
+	r := e.run("flexgv", args...)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	var s spin
+	if r.code != 0 || len(lines) != 2 || !parseSpin(t, lines[1], &s) {
+		t.Fatalf("flexgv %s: %+v", strings.Join(args, " "), r)
+	}
+	capBand(t, "asleep 2 ms after each launch before it synchronizes, under --compute-max 30%", s, 30)
 }
 
 func TestBadComputeFlagsStopBeforeTheProgram(t *testing.T) {
