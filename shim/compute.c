@@ -580,7 +580,10 @@ static void event_put(struct gpu *g, CUevent ev, int timed)
  * host's view is charged instead. */
 static int64_t device_busy(struct gpu *g, const unsigned char *state, unsigned n, unsigned first)
 {
-    fg_real_cuEventElapsedTime elapsed = REAL(cuEventElapsedTime);
+    /* _v2 (CUDA 12.8) reports no error of the program's pending work */
+    fg_real_cuEventElapsedTime_v2 elapsed = REAL(cuEventElapsedTime_v2);
+    if (!elapsed)
+        elapsed = (fg_real_cuEventElapsedTime_v2)REAL(cuEventElapsedTime);
     CUevent from = g->ring[(g->head + first) % RING].start;
     if (!elapsed || !from)
         return -1;
