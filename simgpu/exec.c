@@ -2,9 +2,13 @@
  *
  * A simulated module image is text:
  *     FLEXGV-SIM-MODULE
- *     kernel NAME [DURATION_US] [builtin=vecadd|fill|params=N]
+ *     kernel NAME [DURATION_US] [builtin=vecadd|fill|params=N|collective]
  * A kernel occupies the device for its duration (default: the configured
- * kernel_us). Builtin kernels also compute on the host-backed memory:
+ * kernel_us). A collective one (as NCCL's all-reduce) occupies it from
+ * its start but runs its duration only while the same collective of every
+ * process of its group (FLEXGV_SIM_COLLECTIVE=NAME:RANKS) runs too: a rank
+ * whose peers are not on their devices holds its own, spinning. Builtin
+ * kernels also compute on the host-backed memory:
  *     vecadd(float *a, float *b, float *c, int n): c = a + b
  *     fill(unsigned *p, unsigned v, int n)
  * params=N: a kernel of N 8-byte parameters that it does not read.
@@ -37,6 +41,7 @@ struct sim_func {
     uint32_t kernel; /* KERNEL_MAGIC: its address is the library kernel's handle */
     void *module;    /* the module or library it belongs to */
     int dyn_smem;    /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, as set */
+    int collective;
 };
 
 struct sim_module {
@@ -135,6 +140,8 @@ static CUresult parse_module(const char *image, struct sim_module **out)
                 f->builtin = B_VECADD;
             else if (!strcmp(opts[i], "builtin=fill"))
                 f->builtin = B_FILL;
+            else if (!strcmp(opts[i], "collective"))
+                f->collective = 1;
             else if (sscanf(opts[i], "params=%u", &f->nparams) == 1 && f->nparams <= 512)
                 continue;
             else {
@@ -708,7 +715,8 @@ void sim_kernel_run(struct sim_stream *s, struct sim_func *f, const struct sim_k
         for (int i = 0; i < a->n; i++)
             p[i] = a->val;
     }
-    uint64_t c = sim_submit_kernel(s->lane, f->duration_ns == DEFAULT_DURATION ? sim->cfg.kernel_ns : f->duration_ns);
+    uint64_t ns = f->duration_ns == DEFAULT_DURATION ? sim->cfg.kernel_ns : f->duration_ns;
+    uint64_t c = f->collective ? sim_submit_collective(s->lane, ns) : sim_submit_kernel(s->lane, ns);
     if (c)
         s->last = c;
 }

@@ -25,8 +25,8 @@
 #define SIM_LANES_PER_DEV 4        /* a process's streams on one device run concurrently in up to 4 lanes */
 #define SIM_LANES (SIM_MAX_DEVICES * SIM_LANES_PER_DEV)
 #define SIM_RING 128               /* items a lane holds; launching into a full lane waits */
-#define SIM_STATE_VERSION 4
-#define SIM_STATE_VERSION_TEXT "4" /* in the default state file's name: versions never meet */
+#define SIM_STATE_VERSION 5
+#define SIM_STATE_VERSION_TEXT "5" /* in the default state file's name: versions never meet */
 #define SIM_GRANULARITY (2ull << 20) /* VMM and graph memory pages */
 
 struct sim_config {
@@ -140,6 +140,7 @@ void sim_uuid(int dev, CUuuid *uuid);
 /* Queues of this process. A count is what a lane must have finished for
  * an item to be done (0: nothing to wait for). */
 uint64_t sim_submit_kernel(int lane, uint64_t duration_ns);
+uint64_t sim_submit_collective(int lane, uint64_t duration_ns); /* FLEXGV_SIM_COLLECTIVE's group */
 uint64_t sim_submit_wait(int lane, const struct sim_stamp *st); /* the lane waits for st */
 uint64_t sim_submit_host(int lane);                /* a host function's place: the lane waits there... */
 void sim_host_release(int lane, uint64_t count);   /* ...until this, once the function has returned */

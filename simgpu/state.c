@@ -95,6 +95,14 @@ static uint32_t my_lanes; /* lanes this incarnation has set up */
 #define SIM_DEP (1ull << 61)
 #define SIM_HOST (1ull << 60)     /* a host function's place: passed once released */
 #define SIM_RELEASED (1ull << 59) /* its function returned (set by its process) */
+/* A kernel of a collective (kernel ... collective): its group's hash and
+ * size, and its place among the process's collectives, which the same
+ * place in every member's lanes must reach before any of them progresses. */
+#define SIM_COLL (1ull << 58)
+#define COLL_RANKS_SHIFT 40 /* 6 bits: the group's size */
+#define COLL_GROUP_SHIFT 46 /* 12 bits: its name's hash */
+#define COLL_ID_MASK (((1ull << 18) - 1) << COLL_RANKS_SHIFT)
+#define COLL_RANKS(dep) ((int)((dep) >> COLL_RANKS_SHIFT) & 63)
 #define DEP_LANE(dep) ((int)((dep) >> TAG_SHIFT) & (SIM_LANES - 1))
 #define SIM_CLOSED (1ull << 63) /* in a kernel's dur_ns */
 _Static_assert(SIM_LANES <= 32 && (SIM_LANES & (SIM_LANES - 1)) == 0, "lanes fit a slot's mask and DEP_LANE");
@@ -567,9 +575,9 @@ static uint64_t submit(int lane, uint64_t dur, uint64_t dep, struct sim_stamp *s
 {
     struct sim_lane *q = lane_open(lane);
     uint64_t h = __atomic_load_n(&q->head, __ATOMIC_ACQUIRE);
-    if (!(dep & SIM_MARK) && h) {
+    if (!dep && h) { /* a plain kernel joins a plain kernel */
         struct sim_item *c = &q->ring[(h - 1) % SIM_RING];
-        if (__atomic_load_n(&c->tag, __ATOMIC_ACQUIRE) == (my_base | h) && !(c->dep & SIM_MARK)) {
+        if (__atomic_load_n(&c->tag, __ATOMIC_ACQUIRE) == (my_base | h) && !c->dep) {
             uint64_t now = sim_now_ns(), d = __atomic_load_n(&c->dur_ns, __ATOMIC_ACQUIRE);
             while (!(d & SIM_CLOSED) && c->arrival_ns + d > now)
                 if (__atomic_compare_exchange_n(&c->dur_ns, &d, d + dur, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
@@ -610,12 +618,49 @@ uint64_t sim_lane_head(int lane)
     return lane_used(lane) ? __atomic_load_n(&lane_at(lane)->head, __ATOMIC_ACQUIRE) : 0;
 }
 
+/* fewer SMs, proportionally longer */
+static uint64_t scaled(uint64_t duration_ns)
+{
+    return visible_sms < sim->cfg.sms ? duration_ns * (uint64_t)sim->cfg.sms / (uint64_t)visible_sms : duration_ns;
+}
+
 uint64_t sim_submit_kernel(int lane, uint64_t duration_ns)
 {
-    /* fewer SMs, proportionally longer */
-    if (visible_sms < sim->cfg.sms)
-        duration_ns = duration_ns * (uint64_t)sim->cfg.sms / (uint64_t)visible_sms;
+    duration_ns = scaled(duration_ns);
     return my_proc >= 0 && duration_ns ? submit(lane, duration_ns, 0, NULL) : 0;
+}
+
+/* FLEXGV_SIM_COLLECTIVE=NAME:RANKS names the group this process's
+ * collective kernels belong to (as a communicator does); without it, or
+ * alone in it, they are plain kernels. */
+static uint64_t coll_id(void)
+{
+    static uint64_t id = UINT64_MAX;
+    uint64_t v = __atomic_load_n(&id, __ATOMIC_RELAXED);
+    if (v != UINT64_MAX)
+        return v;
+    const char *e = getenv("FLEXGV_SIM_COLLECTIVE"), *colon = e ? strrchr(e, ':') : NULL;
+    int ranks = colon ? atoi(colon + 1) : 0;
+    v = 0;
+    if (colon && ranks > 1 && ranks < 64) {
+        uint32_t h = 2166136261u; /* FNV-1a */
+        for (const char *c = e; c < colon; c++)
+            h = (h ^ (unsigned char)*c) * 16777619u;
+        v = SIM_COLL | (uint64_t)(h & 0xfff) << COLL_GROUP_SHIFT | (uint64_t)ranks << COLL_RANKS_SHIFT;
+    } else if (e && *e) {
+        fprintf(stderr, "flexgv-sim: FLEXGV_SIM_COLLECTIVE=%s is not NAME:RANKS (2 to 63); collectives run alone\n", e);
+    }
+    __atomic_store_n(&id, v, __ATOMIC_RELAXED);
+    return v;
+}
+
+uint64_t sim_submit_collective(int lane, uint64_t duration_ns)
+{
+    static uint64_t seq; /* this process's collectives so far */
+    uint64_t id = coll_id();
+    if (!id || my_proc < 0)
+        return sim_submit_kernel(lane, duration_ns);
+    return submit(lane, scaled(duration_ns), id | (__atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED) & COUNT_MASK), NULL);
 }
 
 uint64_t sim_submit_host(int lane) { return my_proc >= 0 ? submit(lane, 0, SIM_MARK | SIM_HOST, NULL) : 0; }
@@ -650,6 +695,7 @@ struct act {
     int ready;                  /* its head item is there: */
     uint64_t dur, arrival, dep; /* what it is */
     int running;                /* a kernel on the device */
+    int spinning;               /* a collective on the device whose peers are not all there */
 };
 
 static struct act acts[SIM_MAX_PROCS * SIM_LANES];
@@ -822,7 +868,11 @@ static void drop(int slot)
 static int pick(struct sim_sched *S, int d, uint64_t t, const uint64_t *ready)
 {
     struct sim_sched_dev *D = &S->dev[d];
-    uint64_t slice = sim->cfg.timeslice_ns;
+    /* Each device slices on a clock of its own, 1/64 slower per index: two
+     * GPUs' turns drift past each other, as independent GPUs' do, rather
+     * than lock in step (which would hold two jobs' collectives apart for
+     * good). */
+    uint64_t slice = sim->cfg.timeslice_ns + sim->cfg.timeslice_ns * (uint64_t)d / 64;
     int cur = D->cur;
     if (cur >= 0 && (!bit(relevant, cur) || S->procs[cur].inc != D->cur_inc || S->procs[cur].dead))
         D->cur = cur = -1;
@@ -904,6 +954,18 @@ static void finish(struct act *a, int commit)
     a->s->progress_ns = 0;
 }
 
+/* Whether every member of a's collective runs its matching kernel now. */
+static int peers_running(const struct act *a)
+{
+    int n = 0;
+    for (int k = 0; k < nacts; k++) {
+        const struct act *b = &acts[k];
+        if (b->running && (b->dep & (SIM_COLL | COLL_ID_MASK | COUNT_MASK)) == (a->dep & (SIM_COLL | COLL_ID_MASK | COUNT_MASK)))
+            n++;
+    }
+    return n >= COLL_RANKS(a->dep);
+}
+
 /* Advances S from its time towards until. Committing, it records what the
  * devices did (marks' times, kernels closed, busy time); predicting, it
  * leaves the queues alone and stops once this process's lane `lane` has
@@ -938,6 +1000,8 @@ static uint64_t run(struct sim_sched *S, uint64_t until, int commit, int lane, u
                 asked[a->dev] += mps_sm[a->slot];
             }
         }
+        for (int k = 0; k < nacts; k++)
+            acts[k].spinning = acts[k].running && (acts[k].dep & SIM_COLL) && !peers_running(&acts[k]);
         /* The next thing to happen: an arrival, a kernel's end, a slice's end. */
         uint64_t next = until, sms = (uint64_t)sim->cfg.sms;
         int moving = 0;
@@ -946,7 +1010,7 @@ static uint64_t run(struct sim_sched *S, uint64_t until, int commit, int lane, u
             if (a->ready && a->arrival > t) {
                 next = a->arrival < next ? a->arrival : next;
                 moving = 1;
-            } else if (a->running) {
+            } else if (a->running && !a->spinning) {
                 uint64_t left = a->dur > a->s->progress_ns ? a->dur - a->s->progress_ns : 0;
                 if (asked[a->dev] > sms) /* slowed: the SMs are shared */
                     left = (left * asked[a->dev] + sms - 1) / sms;
@@ -967,7 +1031,8 @@ static uint64_t run(struct sim_sched *S, uint64_t until, int commit, int lane, u
         for (int k = 0; k < nacts; k++)
             if (acts[k].running) {
                 uint64_t d = acts[k].dev;
-                acts[k].s->progress_ns += asked[d] > sms ? (next - t) * sms / asked[d] : next - t;
+                if (!acts[k].spinning) /* a spinning collective holds the device, doing nothing */
+                    acts[k].s->progress_ns += asked[d] > sms ? (next - t) * sms / asked[d] : next - t;
                 if (commit) {
                     busy(acts[k].dev, -1, t, next);
                     busy(acts[k].dev, acts[k].slot, t, next);
@@ -975,7 +1040,7 @@ static uint64_t run(struct sim_sched *S, uint64_t until, int commit, int lane, u
             }
         t = next;
         for (int k = 0; k < nacts; k++)
-            if (acts[k].running)
+            if (acts[k].running && !acts[k].spinning)
                 finish(&acts[k], commit);
     }
     S->t_ns = t;
