@@ -82,6 +82,12 @@ enum { RING = 256 };                  /* launches tracked in flight per GPU, at 
 #ifndef BESIDE_HOST
 #define BESIDE_HOST 7500u             /* under MPS, a higher holder this bound by its host is run beside */
 #endif
+#ifndef GANG_AHEAD_NS
+#define GANG_AHEAD_NS 200000ull       /* a gang's rank stops this long before its lower GPU's quantum ends... */
+#endif
+#ifndef GANG_WAIT_NS
+#define GANG_WAIT_NS 1000000ull       /* ...and waits at most this long for its holder's decision */
+#endif
 #define FULL 10000u                   /* 100 % in hundredths */
 
 enum { G_NONE, G_READY, G_OFF, G_REFUSED };
@@ -133,6 +139,9 @@ struct gpu {
     uint64_t request_at, request_gated;
     uint32_t alive_h;          /* the holder (slot + 1) last seen alive, at alive_at */
     uint64_t alive_at;
+    /* the lower GPU's turn end we last waited on (gang_turn_over), since
+     * when, and its holder's launches then */
+    uint64_t gang_turn, gang_from, gang_launches;
 };
 
 static struct gpu gpus[FG_NDEV] = {[0 ... FG_NDEV - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1}};
@@ -341,13 +350,16 @@ static void wake_all(struct gpu *g)
     syscall(SYS_futex, &g->hdr->gen, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-static void sleep_on(struct gpu *g, uint32_t gen, uint64_t ns)
+/* sleep_on, woken by a change on another GPU's region (r's). */
+static void sleep_on_region(struct gpu *g, struct gpu *r, uint32_t gen, uint64_t ns)
 {
     struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
     pthread_mutex_unlock(&g->lock);
-    syscall(SYS_futex, &g->hdr->gen, FUTEX_WAIT, gen, &ts, NULL, 0);
+    syscall(SYS_futex, &r->hdr->gen, FUTEX_WAIT, gen, &ts, NULL, 0);
     pthread_mutex_lock(&g->lock);
 }
+
+static void sleep_on(struct gpu *g, uint32_t gen, uint64_t ns) { sleep_on_region(g, g, gen, ns); }
 
 /* ---- fair shares ---- */
 
@@ -402,14 +414,114 @@ static void pay(struct gpu *g, struct fg_sched_tenant *t, uint64_t fair, uint64_
         charge(g, t, now - since, fair, now);
 }
 
-/* The waiting slot to run next: highest priority, then least virtual time,
- * then the first after the holder (round robin); -1 if none. */
+/* Gang turns. A tenant's ranks on several GPUs (data-parallel training)
+ * meet in collectives, whose kernels spin on each GPU until every rank's
+ * runs: turns taken GPU by GPU can give each GPU to another tenant, and
+ * each holder's collective then spins through its turn, waiting for a rank
+ * that waits for the other GPU. So among equal priorities, on every GPU
+ * but the lowest that two tenants both use, the one that holds that lowest
+ * GPU goes first: the other GPUs follow its turns, and share as it does. */
+
+/* Whether a process of the tenant named `name` has launched on g, or
+ * (active) waits or has work in flight there. */
+static int tenant_on(struct gpu *g, const char *name, int active)
+{
+    for (uint32_t w = 0; w < FG_SCHED_WORDS; w++)
+        for (uint64_t m = LOAD(&g->hdr->present[w]); m; m &= m - 1) {
+            uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(m);
+            struct fg_sched_tenant *t = tenant_of(g, i);
+            int on = active ? mask_has(g->hdr->waiting, i) || LOAD(&g->slots[i].inflight) : LOAD(&g->slots[i].launches) != 0;
+            if (t && on && !strncmp(t->name, name, sizeof t->name))
+                return 1;
+        }
+    return 0;
+}
+
+/* 1 when tenant a leads b on g (a holds the lowest GPU below g that both
+ * use), -1 when b leads a, 0 when neither does. */
+static int leads(struct gpu *g, struct fg_sched_tenant *a, struct fg_sched_tenant *b)
+{
+    if (a == b || __atomic_load_n(&nmine, __ATOMIC_ACQUIRE) < 2)
+        return 0;
+    for (struct gpu *l = gpus; l < g; l++) {
+        if (__atomic_load_n(&l->state, __ATOMIC_ACQUIRE) != G_READY)
+            continue;
+        uint32_t h = LOAD(&l->hdr->holder);
+        struct fg_sched_tenant *ht = h ? tenant_of(l, h - 1) : NULL;
+        if (!ht)
+            continue;
+        int ha = !strncmp(ht->name, a->name, sizeof ht->name), hb = !strncmp(ht->name, b->name, sizeof ht->name);
+        if (ha && tenant_on(l, b->name, 0))
+            return 1;
+        if (hb && tenant_on(l, a->name, 0))
+            return -1;
+    }
+    return 0;
+}
+
+/* A lower GPU, both ours and another tenant's, whose turn means we should
+ * not launch on g for now: (1) our gang holds it with the other waiting
+ * there, and its quantum ends within GANG_AHEAD_NS, so its holder may hand
+ * it over at its next launch (our ranks come to their launches together,
+ * and what we launched first would miss its decision); (2) the other holds
+ * it and is active on g, where we hold. What we launched would be a
+ * collective left spinning through the other gang's turn. NULL if none;
+ * *ending: in (1), the holder (slot + 1). */
+static struct gpu *gang_turn_over(struct gpu *g, uint64_t now, int *ending)
+{
+    *ending = 0;
+    if (__atomic_load_n(&nmine, __ATOMIC_ACQUIRE) < 2)
+        return NULL;
+    for (struct gpu *l = gpus; l < g; l++) {
+        if (__atomic_load_n(&l->state, __ATOMIC_ACQUIRE) != G_READY)
+            continue;
+        uint32_t h = LOAD(&l->hdr->holder);
+        struct fg_sched_tenant *ht = h ? tenant_of(l, h - 1) : NULL;
+        if (!ht)
+            continue;
+        if (strncmp(ht->name, g->t->name, sizeof ht->name)) {
+            if (tenant_on(l, g->t->name, 0) && tenant_on(g, ht->name, 1))
+                return l;
+            continue;
+        }
+        for (uint32_t w = 0; w < FG_SCHED_WORDS; w++)
+            for (uint64_t m = LOAD(&l->hdr->waiting[w]); m; m &= m - 1) {
+                struct fg_sched_tenant *t = tenant_of(l, w * 64 + (uint32_t)__builtin_ctzll(m));
+                if (t && strncmp(t->name, g->t->name, sizeof t->name) &&
+                    now + GANG_AHEAD_NS >= LOAD(&l->hdr->turn_ends_ns))
+                    return *ending = (int)h, l;
+            }
+    }
+    return NULL;
+}
+
+/* A hand-over on g changes who leads on the GPUs above it: their waiters
+ * look again. */
+static void wake_followers(struct gpu *g)
+{
+    for (struct gpu *f = g + 1; __atomic_load_n(&nmine, __ATOMIC_ACQUIRE) > 1 && f < gpus + FG_NDEV; f++)
+        if (__atomic_load_n(&f->state, __ATOMIC_ACQUIRE) == G_READY)
+            wake_all(f);
+}
+
+/* Whether tenant a's turn on g comes before b's, at equal priority: the
+ * gang's order, then the lesser virtual time. */
+static int before(struct gpu *g, struct fg_sched_tenant *a, struct fg_sched_tenant *b)
+{
+    int l = leads(g, a, b);
+    return l ? l > 0 : LOAD(&a->vtime) < LOAD(&b->vtime);
+}
+
+/* The waiting slot to run next: highest priority, then the gang's order,
+ * then least virtual time, then the first after the holder (round robin);
+ * -1 if none. */
 static int best_waiter(struct gpu *g, int except)
 {
     uint32_t from = LOAD(&g->hdr->holder) % FG_SCHED_SLOTS;
     int best = -1;
     uint32_t bp = 0, bd = 0;
     uint64_t bv = 0;
+    struct fg_sched_tenant *bt = NULL;
     for (uint32_t w = 0; w < FG_SCHED_WORDS; w++)
         for (uint64_t m = LOAD(&g->hdr->waiting[w]); m; m &= m - 1) {
             uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(m), d = (i + FG_SCHED_SLOTS - from) % FG_SCHED_SLOTS;
@@ -418,11 +530,13 @@ static int best_waiter(struct gpu *g, int except)
                 continue;
             uint32_t p = LOAD(&t->priority);
             uint64_t v = LOAD(&t->vtime);
-            if (best < 0 || p > bp || (p == bp && (v < bv || (v == bv && d < bd)))) {
+            int l = best < 0 || p != bp ? 0 : leads(g, t, bt);
+            if (best < 0 || p > bp || (p == bp && (l > 0 || (!l && (v < bv || (v == bv && d < bd)))))) {
                 best = (int)i;
                 bp = p;
                 bv = v;
                 bd = d;
+                bt = t;
             }
         }
     return best;
@@ -475,6 +589,7 @@ static int take(struct gpu *g, uint32_t from, uint64_t now)
     ADD(&g->hdr->switches, 1);
     g->lent = old && LOAD(&old->vtime) < LOAD(&g->t->vtime);
     wake_all(g);
+    wake_followers(g);
     return 1;
 }
 
@@ -686,10 +801,13 @@ static void wait_oldest(struct gpu *g)
     pthread_mutex_lock(&g->lock);
 }
 
-/* Hands the GPU, drained, to the best waiter, if any may have it. */
-static void hand_over(struct gpu *g, int preempted)
+/* Hands the GPU to the best waiter, if any may have it, drained or not:
+ * what a gang leaves running on a GPU it gives to the gang that leads it
+ * may be a collective that waits for that very gang's turn elsewhere, and
+ * drains only once the GPU is given. */
+static void give(struct gpu *g, int preempted, int drain)
 {
-    while (g->count) {
+    while (drain && g->count) {
         wait_oldest(g);
         reap(g, fg_now_ns());
     }
@@ -710,7 +828,11 @@ static void hand_over(struct gpu *g, int preempted)
     STORE(&g->hdr->vclock, nt ? LOAD(&nt->vtime) : 0);
     ADD(&g->hdr->switches, 1);
     wake_all(g);
+    wake_followers(g);
 }
+
+/* Hands the GPU, drained, to the best waiter, if any may have it. */
+static void hand_over(struct gpu *g, int preempted) { give(g, preempted, 1); }
 
 /* Clears the bits of processes that died, and writes our own slot again:
  * the region is writable by every tenant's processes, and what they
@@ -752,6 +874,9 @@ static int may_take(struct gpu *g, uint32_t h, uint64_t now)
     uint32_t hp = priority_of(g, (int)i), mp = LOAD(&g->t->priority);
     if (mp > hp || now - g->seen_at >= (hp > mp ? 4 * POLL_NS : POLL_NS))
         return 1; /* a higher priority is given longer to come back */
+    struct fg_sched_tenant *ht = tenant_of(g, i);
+    if (mp == hp && ht && leads(g, g->t, ht) > 0)
+        return 1; /* our gang holds the GPUs it shares with the holder's */
     /* Past its quantum and more: a holder blocked in a long wait. */
     return mp == hp && now - LOAD(&g->hdr->since_ns) >= g->quantum + g->quantum / 2;
 }
@@ -867,32 +992,47 @@ static void gate(struct gpu *g)
                 g->holding = 1;
                 g->ran_beside = 0;
                 g->turn_at = LOAD(&g->hdr->since_ns);
+                STORE(&g->hdr->turn_ends_ns, g->turn_at + g->quantum);
             }
             int others = others_in(g, g->hdr->waiting), present = others_in(g, g->hdr->present);
             int next = others ? best_waiter(g, (int)g->mine) : -1;
             uint32_t np = priority_of(g, next), mp = LOAD(&g->t->priority);
+            struct fg_sched_tenant *nt = next >= 0 && np == mp ? tenant_of(g, (uint32_t)next) : NULL;
             if (next >= 0 && np > mp) {
                 hand_over(g, 1);
+                continue;
+            }
+            if (nt && leads(g, nt, g->t) > 0) { /* the gang's other GPUs have gone to it */
+                give(g, 0, 0);
+                continue;
+            }
+            /* Until that holder has decided: it hands over, or launches on
+             * (its turn goes on), or GANG_WAIT_NS pass (it may be waiting
+             * for our collective, launched past its last look). */
+            int ending;
+            struct gpu *l = gang_turn_over(g, now, &ending);
+            uint64_t ends = l ? LOAD(&l->hdr->turn_ends_ns) : 0, seen = ending ? LOAD(&l->slots[ending - 1].launches) : 0;
+            if (l && ends != g->gang_turn)
+                g->gang_turn = ends, g->gang_from = now, g->gang_launches = seen;
+            if (l && (!ending || (now - g->gang_from < GANG_WAIT_NS && seen == g->gang_launches))) {
+                sleep_on_region(g, l, LOAD(&l->hdr->gen), POLL_NS / 10);
                 continue;
             }
             /* A loan ends when one further behind wants the GPU back: held
              * on to the end of a quantum, each pause of a tenant between its
              * synchronizations would hand a whole quantum to one ahead of
              * it, and shares would drift toward equal. */
-            if (g->lent && next >= 0 && np == mp) {
-                struct fg_sched_tenant *nt = tenant_of(g, (uint32_t)next);
-                if (nt && LOAD(&nt->vtime) < LOAD(&g->t->vtime)) {
-                    hand_over(g, 0);
-                    continue;
-                }
+            if (g->lent && nt && before(g, nt, g->t)) {
+                hand_over(g, 0);
+                continue;
             }
             if (now - g->turn_at >= g->quantum) {
                 /* A quantum is over: pay for it, then run on only while we
                  * are still the one furthest behind among our equals. */
                 pay(g, g->t, 2 * g->quantum, now);
                 g->turn_at = now;
-                struct fg_sched_tenant *nt = next >= 0 && np == mp ? tenant_of(g, (uint32_t)next) : NULL;
-                if (nt && LOAD(&nt->vtime) < LOAD(&g->t->vtime)) {
+                STORE(&g->hdr->turn_ends_ns, now + g->quantum);
+                if (nt && before(g, nt, g->t)) {
                     hand_over(g, 0);
                     continue;
                 }

@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 #define FG_SCHED_MAGIC 0x444843535847584cULL
-#define FG_SCHED_VERSION 0x2ULL
+#define FG_SCHED_VERSION 0x3ULL
 #define FG_SCHED_TENANTS 0x80ULL
 #define FG_SCHED_SLOTS 0x100ULL
 #define FG_SCHED_WORDS 0x4ULL
@@ -46,6 +46,7 @@ struct fg_sched_header {
     uint64_t since_ns;
     uint64_t vclock;
     uint64_t switches;
+    uint64_t turn_ends_ns;
     struct fg_sched_tenant tenants[128];
 };
 

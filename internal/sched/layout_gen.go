@@ -5,7 +5,7 @@ package sched
 // Constants of the region shared with the shim.
 const (
 	SchedMagic     = 0x444843535847584c
-	SchedVersion   = 0x2
+	SchedVersion   = 0x3
 	MaxTenants     = 0x80
 	MaxSlots       = 0x100
 	MaskWords      = 0x4
@@ -35,19 +35,20 @@ type Tenant struct {
 
 // Header mirrors struct fg_sched_header: starts a GPU's scheduler region; written once by whoever creates it.
 type Header struct {
-	Magic     uint64      `c:"magic"`
-	Version   uint32      `c:"version"`
-	QuantumUs uint32      `c:"quantum_us"`
-	UUID      [48]byte    `c:"uuid"`
-	CreatedNs uint64      `c:"created_ns"`
-	Present   [4]uint64   `c:"present"`
-	Waiting   [4]uint64   `c:"waiting"`
-	Holder    uint32      `c:"holder"`
-	Gen       uint32      `c:"gen"`
-	SinceNs   uint64      `c:"since_ns"`
-	VClock    uint64      `c:"vclock"`
-	Switches  uint64      `c:"switches"`
-	Tenants   [128]Tenant `c:"tenants"`
+	Magic      uint64      `c:"magic"`
+	Version    uint32      `c:"version"`
+	QuantumUs  uint32      `c:"quantum_us"`
+	UUID       [48]byte    `c:"uuid"`
+	CreatedNs  uint64      `c:"created_ns"`
+	Present    [4]uint64   `c:"present"`
+	Waiting    [4]uint64   `c:"waiting"`
+	Holder     uint32      `c:"holder"`
+	Gen        uint32      `c:"gen"`
+	SinceNs    uint64      `c:"since_ns"`
+	VClock     uint64      `c:"vclock"`
+	Switches   uint64      `c:"switches"`
+	TurnEndsNs uint64      `c:"turn_ends_ns"`
+	Tenants    [128]Tenant `c:"tenants"`
 }
 
 // Slot mirrors struct fg_sched_slot: one process on the GPU.

@@ -6,13 +6,13 @@ its host its requests are, and how many of its processes are MPS clients
 
     python3 scripts/gpu/region_dump.py [STATE_DIR]
 
-The layout is include/flexgv/sched_layout_gen.h's (version 2)."""
+The layout is include/flexgv/sched_layout_gen.h's (version 3)."""
 import glob
 import os
 import struct
 import sys
 
-HEADER = 168  # bytes before the tenants
+HEADER = 176  # bytes before the tenants
 TENANT = 128  # bytes of one tenant
 TENANTS = 128  # FG_SCHED_TENANTS
 SLOT = 40  # bytes of one process slot

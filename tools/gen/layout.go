@@ -171,6 +171,7 @@ var schedLayout = []structSpec{
 		{"since_ns", "SinceNs", "uint64", 0, "CLOCK_MONOTONIC from which the holder's time is not yet charged (exchanged: each interval paid once)"},
 		{"vclock", "VClock", "uint64", 0, "virtual time of the last hand-over: newcomers start there"},
 		{"switches", "Switches", "uint64", 0, "hand-overs so far (atomic)"},
+		{"turn_ends_ns", "TurnEndsNs", "uint64", 0, "CLOCK_MONOTONIC when the holder's quantum ends, as it keeps it: a gang's ranks on other GPUs stop launching there (atomic)"},
 		{"tenants", "Tenants", "Tenant", schedTenants, ""},
 	}},
 	{"fg_sched_slot", "Slot", "one process on the GPU", []field{
@@ -196,7 +197,7 @@ const (
 
 var schedConsts = []constSpec{
 	{"FG_SCHED_MAGIC", "SchedMagic", 0x444843535847584c}, // "LXGVSCHD" little-endian
-	{"FG_SCHED_VERSION", "SchedVersion", 2},
+	{"FG_SCHED_VERSION", "SchedVersion", 3},
 	{"FG_SCHED_TENANTS", "MaxTenants", schedTenants},
 	{"FG_SCHED_SLOTS", "MaxSlots", schedSlots},
 	{"FG_SCHED_WORDS", "MaskWords", schedWords},
