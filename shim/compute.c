@@ -437,19 +437,28 @@ static int tenant_on(struct gpu *g, const char *name, int active)
     return 0;
 }
 
+/* The next scheduled GPU below g from l on that has a holder, and that
+ * holder's tenant (*ht) and slot + 1 (*h); NULL past g. With one GPU
+ * there is none. */
+static struct gpu *held_below(struct gpu *g, struct gpu *l, struct fg_sched_tenant **ht, uint32_t *h)
+{
+    for (; __atomic_load_n(&nmine, __ATOMIC_ACQUIRE) > 1 && l < g; l++) {
+        if (__atomic_load_n(&l->state, __ATOMIC_ACQUIRE) != G_READY)
+            continue;
+        *h = LOAD(&l->hdr->holder);
+        if ((*ht = *h ? tenant_of(l, *h - 1) : NULL))
+            return l;
+    }
+    return NULL;
+}
+
 /* 1 when tenant a leads b on g (a holds the lowest GPU below g that both
  * use), -1 when b leads a, 0 when neither does. */
 static int leads(struct gpu *g, struct fg_sched_tenant *a, struct fg_sched_tenant *b)
 {
-    if (a == b || __atomic_load_n(&nmine, __ATOMIC_ACQUIRE) < 2)
-        return 0;
-    for (struct gpu *l = gpus; l < g; l++) {
-        if (__atomic_load_n(&l->state, __ATOMIC_ACQUIRE) != G_READY)
-            continue;
-        uint32_t h = LOAD(&l->hdr->holder);
-        struct fg_sched_tenant *ht = h ? tenant_of(l, h - 1) : NULL;
-        if (!ht)
-            continue;
+    struct fg_sched_tenant *ht;
+    uint32_t h;
+    for (struct gpu *l = gpus; a != b && (l = held_below(g, l, &ht, &h)); l++) {
         int ha = !strncmp(ht->name, a->name, sizeof ht->name), hb = !strncmp(ht->name, b->name, sizeof ht->name);
         if (ha && tenant_on(l, b->name, 0))
             return 1;
@@ -469,16 +478,10 @@ static int leads(struct gpu *g, struct fg_sched_tenant *a, struct fg_sched_tenan
  * *ending: in (1), the holder (slot + 1). */
 static struct gpu *gang_turn_over(struct gpu *g, uint64_t now, int *ending)
 {
+    struct fg_sched_tenant *ht;
+    uint32_t h;
     *ending = 0;
-    if (__atomic_load_n(&nmine, __ATOMIC_ACQUIRE) < 2)
-        return NULL;
-    for (struct gpu *l = gpus; l < g; l++) {
-        if (__atomic_load_n(&l->state, __ATOMIC_ACQUIRE) != G_READY)
-            continue;
-        uint32_t h = LOAD(&l->hdr->holder);
-        struct fg_sched_tenant *ht = h ? tenant_of(l, h - 1) : NULL;
-        if (!ht)
-            continue;
+    for (struct gpu *l = gpus; (l = held_below(g, l, &ht, &h)); l++) {
         if (strncmp(ht->name, g->t->name, sizeof ht->name)) {
             if (tenant_on(l, g->t->name, 0) && tenant_on(g, ht->name, 1))
                 return l;
