@@ -1011,13 +1011,16 @@ static void gate(struct gpu *g)
             }
             /* Until that holder has decided: it hands over, or launches on
              * (its turn goes on), or GANG_WAIT_NS pass (it may be waiting
-             * for our collective, launched past its last look). */
+             * for our collective, launched past its last look); while the
+             * other gang holds it, until its rank here takes our GPU, for
+             * at most a quantum (it may never come). */
             int ending;
             struct gpu *l = gang_turn_over(g, now, &ending);
             uint64_t ends = l ? LOAD(&l->hdr->turn_ends_ns) : 0, seen = ending ? LOAD(&l->slots[ending - 1].launches) : 0;
             if (l && ends != g->gang_turn)
                 g->gang_turn = ends, g->gang_from = now, g->gang_launches = seen;
-            if (l && (!ending || (now - g->gang_from < GANG_WAIT_NS && seen == g->gang_launches))) {
+            if (l && (ending ? now - g->gang_from < GANG_WAIT_NS && seen == g->gang_launches
+                             : now - g->gang_from < g->quantum)) {
                 sleep_on_region(g, l, LOAD(&l->hdr->gen), POLL_NS / 10);
                 continue;
             }

@@ -640,9 +640,10 @@ static uint64_t coll_id(void)
     if (v != UINT64_MAX)
         return v;
     const char *e = getenv("FLEXGV_SIM_COLLECTIVE"), *colon = e ? strrchr(e, ':') : NULL;
-    int ranks = colon ? atoi(colon + 1) : 0;
+    char *end = NULL;
+    long ranks = colon && colon > e ? strtol(colon + 1, &end, 10) : 0;
     v = 0;
-    if (colon && ranks > 1 && ranks < 64) {
+    if (end && end > colon + 1 && !*end && ranks > 1 && ranks < 64) {
         uint32_t h = 2166136261u; /* FNV-1a */
         for (const char *c = e; c < colon; c++)
             h = (h ^ (unsigned char)*c) * 16777619u;

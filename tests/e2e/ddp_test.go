@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -74,5 +75,19 @@ func TestDataParallelJobsShareTheirGPUsInGangs(t *testing.T) {
 	if together := shared[0] + shared[1]; together < 0.56*alone {
 		t.Errorf("two jobs at --compute 50%% made %.1f and %.1f steps/s, together %.2f of one alone (%.1f), want ≥ 0.56",
 			shared[0], shared[1], together/alone, alone)
+	}
+}
+
+// A group the simulated GPU cannot read is said once, and its collectives
+// run alone, as plain kernels: a lone rank finishes.
+func TestBadCollectiveGroupRunsAlone(t *testing.T) {
+	t.Parallel()
+	for _, v := range []string{"a", "a:1", "a:2x", ":2", "a:64"} {
+		e := newEnv(t, "FLEXGV_SIM_COLLECTIVE="+v)
+		r := e.run("ddprank", "0", "100", "100", "5")
+		want := "FLEXGV_SIM_COLLECTIVE=" + v + " is not NAME:RANKS (2 to 63); collectives run alone"
+		if r.code != 0 || !strings.HasPrefix(r.stdout, "ready\nsteps 5 ") || strings.Count(r.stderr, want) != 1 {
+			t.Errorf("ddprank with FLEXGV_SIM_COLLECTIVE=%s: %+v; want 5 steps and %q once", v, r, want)
+		}
 	}
 }
