@@ -502,6 +502,24 @@ for round in 1 2; do
         fail "compute cap off by more than 5 pp (round $round)"
     fi
 done
+# A cap brackets a busy period with timed events: every launch of a
+# launch-and-synchronize loop begins one; a pipelined loop pays them once.
+# Under --compute-max 100% the cap never throttles, so what is left is the
+# capped path's cost, against native and the pass-through path of a lone
+# tenant under a share.
+echo "== compute cap: the cost of its timed events (empty kernels, 5 rounds)"
+[ -x "$WORK/launch_bench" ] || "$CUDA/bin/nvcc" -O2 -o "$WORK/launch_bench" bench/launch_bench.cu
+for round in 1 2 3 4 5; do
+    echo "$round native $("${pin[@]}" "$WORK/launch_bench" 50000 sync)"
+    echo "$round share_alone $("${pin[@]}" "$FLEXGV" run --compute 30% -- "$WORK/launch_bench" 50000 sync)"
+    echo "$round cap100 $("${pin[@]}" "$FLEXGV" run --compute-max 100% -- "$WORK/launch_bench" 50000 sync)"
+done >"$WORK/capsync.txt"
+for round in 1 2 3 4 5; do
+    echo "$round native $("${pin[@]}" "$WORK/launch_bench" 200000)"
+    echo "$round cap100 $("${pin[@]}" "$FLEXGV" run --compute-max 100% -- "$WORK/launch_bench" 200000)"
+done >"$WORK/cappipe.txt"
+{ python3 scripts/gpu/paired.py "$WORK/capsync.txt" "launch and synchronize (ns per launch)"
+  python3 scripts/gpu/paired.py "$WORK/cappipe.txt" "launches back to back (ns per launch)"; } | tee "$OUT/capcost.txt"
 fi
 
 if want lonebench; then
