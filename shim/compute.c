@@ -21,11 +21,13 @@
  * its processes: it earns cap x elapsed time up to a small burst and pays
  * for the time its launches kept the GPU busy, from a launch (or the
  * previous completion) to a completion. A launch made with nothing in
- * flight begins a busy period: it is bracketed by timed events, so that
- * its time is the device's and a host that sees the completion late is not
- * charged for its own delay; launches queued behind others keep untimed
- * events (a timed one between back-to-back kernels costs the GPU ~2 us),
- * and their completions, seen one after another, are charged in host time.
+ * flight begins a busy period: once a millisecond it is bracketed by timed
+ * events, so that its time is the device's and a host that sees the
+ * completion late is not charged for its own delay, and the ratio of the
+ * two learnt; the busy periods between pay the host's view at that ratio.
+ * Launches queued behind others keep untimed events (a timed one between
+ * back-to-back kernels costs the GPU ~2 us), and their completions, seen
+ * one after another, are charged in host time.
  * A capped holder waits, or hands over, while the bucket cannot pay for
  * what it has in flight.
  *
@@ -79,6 +81,9 @@ enum { RING = 256 };                  /* launches tracked in flight per GPU, at 
 #ifndef REAP_NS
 #define REAP_NS 100000ull             /* a launch looks at completions at most this often */
 #endif
+#ifndef TIMED_NS
+#define TIMED_NS 1000000ull           /* a cap's busy periods are timed this often, at most */
+#endif
 #ifndef BESIDE_HOST
 #define BESIDE_HOST 7500u             /* under MPS, a higher holder this bound by its host is run beside */
 #endif
@@ -91,6 +96,8 @@ enum { RING = 256 };                  /* launches tracked in flight per GPU, at 
 #define FULL 10000u                   /* 100 % in hundredths */
 
 enum { G_NONE, G_READY, G_OFF, G_REFUSED };
+
+static uint64_t tracked; /* launches tracked so far, on every GPU (atomic) */
 enum { LOOKED = 1, DONE, LAST }; /* what reap found of a launch in flight */
 
 struct launch {
@@ -98,7 +105,9 @@ struct launch {
     CUevent start;      /* timed, recorded before it when nothing was in flight (capped only) */
     uint64_t at;        /* host time of the launch */
     uintptr_t lane[2];  /* the stream it runs on (lane_of) */
+    uint64_t seq;       /* its place among the launches tracked (`tracked`) */
     int timed;          /* ev is timed too: it has a start */
+    int begins;         /* made with nothing in flight, capped: timed, or sampled untimed (mark_start) */
 };
 
 struct gpu {
@@ -123,6 +132,11 @@ struct gpu {
     CUevent tpool[2 * RING]; /* the same, timed (a cap's busy periods: starts and ends) */
     unsigned ntpool;
     CUevent start;      /* timed, recorded by enter for the launch under way */
+    int begins;         /* the launch under way begins a capped busy period */
+    uintptr_t known[2]; /* a lane whose launches tracked before known_upto have completed (known_done) */
+    uint64_t known_upto;
+    uint64_t timed_at;  /* when a busy period was last bracketed by timed events */
+    uint32_t ratio;     /* device time over host time of those busy periods (hundredths of a percent) */
     uint64_t last_done; /* host time of the last completion */
     uint64_t reaped_at; /* when completions were last looked at */
     uint64_t avg;       /* moving average of one launch's busy time (ns); 0: none measured */
@@ -628,6 +642,15 @@ static void lane_of(CUstream s, uintptr_t lane[2])
     lane[1] = fg_current_ctx();
 }
 
+/* The launches on lane tracked before upto have completed (a
+ * synchronization after them said so): the next reap need not query them
+ * (g locked). */
+static void known_done(struct gpu *g, const uintptr_t lane[2], uint64_t upto)
+{
+    g->known[0] = lane[0], g->known[1] = lane[1];
+    g->known_upto = upto;
+}
+
 static int done_at(fg_real_cuEventQuery query, const struct gpu *g, unsigned i)
 {
     return !query || query(g->ring[(g->head + i) % RING].ev) != CUDA_ERROR_NOT_READY;
@@ -635,31 +658,45 @@ static int done_at(fg_real_cuEventQuery query, const struct gpu *g, unsigned i)
 
 /* How many of a stream's k launches in flight, idx[] oldest first, have
  * completed: a completion implies all before it on that stream, so a few
- * queries tell (the oldest, the newest, then a search from the oldest)
- * where asking each would cost an event query (1.4 us on an H200) per
- * launch. */
-static unsigned lane_done(fg_real_cuEventQuery query, const struct gpu *g, const unsigned char *idx, unsigned k)
+ * queries tell where asking each would cost an event query (1.4 us on an
+ * H200) per launch. The search starts where `guess` (how many the time
+ * since they started would have run) says and widens from there: two
+ * queries when the guess is right, one when none or all are done and it
+ * says so. */
+static unsigned lane_done(fg_real_cuEventQuery query, const struct gpu *g, const unsigned char *idx, unsigned k,
+                          unsigned guess)
 {
-    if (!done_at(query, g, idx[0]))
-        return 0;
-    if (k == 1 || done_at(query, g, idx[k - 1]))
-        return k;
-    unsigned lo = 0, hi = k - 1; /* idx[lo] done, idx[hi] not */
-    for (unsigned step = 1; lo + step < hi; step *= 2) {
-        if (!done_at(query, g, idx[lo + step])) {
-            hi = lo + step;
-            break;
+    unsigned lo = 0, hi = k; /* done below lo, not at hi and above */
+    unsigned p = guess < k ? guess : k - 1;
+    if (done_at(query, g, idx[p])) {
+        lo = p + 1;
+        for (unsigned step = 1; lo < hi; step *= 2) {
+            unsigned q = lo + step - 1 < hi ? lo + step - 1 : hi - 1;
+            if (!done_at(query, g, idx[q])) {
+                hi = q;
+                break;
+            }
+            lo = q + 1;
         }
-        lo += step;
+    } else {
+        hi = p;
+        for (unsigned step = 1; lo < hi; step *= 2) {
+            unsigned q = hi - lo > step ? hi - step : lo;
+            if (done_at(query, g, idx[q])) {
+                lo = q + 1;
+                break;
+            }
+            hi = q;
+        }
     }
-    while (hi - lo > 1) {
+    while (lo < hi) {
         unsigned mid = lo + (hi - lo) / 2;
         if (done_at(query, g, idx[mid]))
-            lo = mid;
+            lo = mid + 1;
         else
             hi = mid;
     }
-    return lo + 1;
+    return lo;
 }
 
 /* An event of ours, timed or not, from its pool or new; NULL if none. */
@@ -691,32 +728,42 @@ static void event_put(struct gpu *g, CUevent ev, int timed)
 }
 
 /* The device time the completed launches (state DONE or LAST, the oldest
- * at first) kept the GPU busy: from the oldest's start, when it began a
- * busy period, to the latest completion among them (a stream's last, LAST,
- * tells for those before it). -1 when device time cannot tell (no start, a
- * stream's last completion untimed, events of another context): the
- * host's view is charged instead. */
-static int64_t device_busy(struct gpu *g, const unsigned char *state, unsigned n, unsigned first)
+ * at first) kept the GPU busy, where the oldest began a busy period and
+ * each stream's last completion (LAST, which tells for those before it) is
+ * its own: timed, from the oldest's start to the latest of them, and the
+ * ratio of that to the host's view (`host`) learnt; sampled untimed, the
+ * host's view at that ratio. -1 when device time cannot tell (queued
+ * behind others, no ratio yet, events of another context): the host's
+ * view is charged instead. */
+static int64_t device_busy(struct gpu *g, const unsigned char *state, unsigned n, unsigned first, int64_t host)
 {
+    const struct launch *o = &g->ring[(g->head + first) % RING];
+    if (!o->begins)
+        return -1;
+    for (unsigned i = first; i < n; i++)
+        if (state[i] == LAST && !g->ring[(g->head + i) % RING].begins)
+            return -1;
+    if (!o->start)
+        return g->ratio ? host * g->ratio / FULL : -1;
     /* _v2 (CUDA 12.8) reports no error of the program's pending work */
     fg_real_cuEventElapsedTime_v2 elapsed = REAL(cuEventElapsedTime_v2);
     if (!elapsed)
         elapsed = (fg_real_cuEventElapsedTime_v2)REAL(cuEventElapsedTime);
-    CUevent from = g->ring[(g->head + first) % RING].start;
-    if (!elapsed || !from)
-        return -1;
     float best = 0;
     for (unsigned i = first; i < n; i++) {
         const struct launch *l = &g->ring[(g->head + i) % RING];
         float ms;
-        if (state[i] != LAST)
-            continue;
-        if (!l->timed || elapsed(&ms, from, l->ev) != CUDA_SUCCESS)
+        if (state[i] == LAST && (!elapsed || !l->timed || elapsed(&ms, o->start, l->ev) != CUDA_SUCCESS))
             return -1;
-        if (ms > best)
+        if (state[i] == LAST && ms > best)
             best = ms;
     }
-    return (int64_t)((double)best * 1e6);
+    int64_t dev = (int64_t)((double)best * 1e6);
+    if (host > 0) {
+        uint32_t r = dev >= host ? FULL : dev * FULL / host > 0 ? (uint32_t)(dev * FULL / host) : 1;
+        g->ratio = g->ratio ? (3 * g->ratio + r) / 4 : r;
+    }
+    return dev;
 }
 
 /* Accounts for the launches in flight that have completed, stream by
@@ -724,9 +771,12 @@ static int64_t device_busy(struct gpu *g, const unsigned char *state, unsigned n
  * them: a process that looks after a long host call finds many done at
  * once, and counting that time as one launch's would make the queue look
  * deeper than it is, and keep too little in flight to cover the host's
- * pauses. */
+ * pauses. What known_done said is done is not queried. */
 static void reap(struct gpu *g, uint64_t now)
 {
+    uintptr_t synced[2] = {g->known[0], g->known[1]};
+    uint64_t upto = g->known_upto;
+    g->known_upto = 0;
     g->reaped_at = now;
     fg_real_cuEventQuery query = REAL(cuEventQuery);
     unsigned n = g->count, done = 0, first = n;
@@ -742,7 +792,16 @@ static void reap(struct gpu *g, uint64_t now)
             if (!state[j] && b->lane[0] == a->lane[0] && b->lane[1] == a->lane[1])
                 idx[k++] = (unsigned char)j, state[j] = LOOKED;
         }
-        unsigned m = lane_done(query, g, idx, k);
+        unsigned m = 0;
+        if (upto && synced[0] == a->lane[0] && synced[1] == a->lane[1])
+            while (m < k && g->ring[(g->head + idx[m]) % RING].seq < upto)
+                m++;
+        if (m < k) {
+            const struct launch *o = &g->ring[(g->head + idx[m]) % RING];
+            uint64_t since = o->at > g->last_done ? o->at : g->last_done;
+            uint64_t guess = g->avg && now > since ? (now - since) / g->avg : 0;
+            m += lane_done(query, g, idx + m, k - m, guess < RING ? (unsigned)guess : RING);
+        }
         for (unsigned t = 0; t < m; t++)
             state[idx[t]] = t + 1 == m ? LAST : DONE;
         done += m;
@@ -751,9 +810,8 @@ static void reap(struct gpu *g, uint64_t now)
     }
     uint64_t at = done ? g->ring[(g->head + first) % RING].at : now, start = at > g->last_done ? at : g->last_done;
     if (done && cap_of(g)) {
-        int64_t paid = device_busy(g, state, n, first);
-        __atomic_fetch_sub(&g->t->cap_credit, paid >= 0 ? paid : now > start ? (int64_t)(now - start) : 0,
-                           __ATOMIC_SEQ_CST);
+        int64_t host = now > start ? (int64_t)(now - start) : 0, paid = device_busy(g, state, n, first, host);
+        __atomic_fetch_sub(&g->t->cap_credit, paid >= 0 ? paid : host, __ATOMIC_SEQ_CST);
     }
     if (done && now > start) {
         uint64_t busy = now - start, each = busy / done;
@@ -791,17 +849,31 @@ static int64_t ahead(const struct gpu *g, uint64_t now)
     return expected > running ? expected : running;
 }
 
-/* Waits, unlocked, for the oldest launch in flight. */
-static void wait_oldest(struct gpu *g)
+/* Waits, unlocked, for the i-th oldest launch in flight. */
+static void wait_for(struct gpu *g, unsigned i)
 {
-    CUevent ev = g->ring[g->head].ev;
+    struct launch l = g->ring[(g->head + i) % RING];
     pthread_mutex_unlock(&g->lock);
     fg_real_cuEventSynchronize sync = REAL(cuEventSynchronize);
     CUstreamCaptureMode m = fg_relaxed_begin();
-    if (sync)
-        sync(ev);
+    CUresult r = sync ? sync(l.ev) : CUDA_ERROR_NOT_FOUND;
     fg_relaxed_end(m);
     pthread_mutex_lock(&g->lock);
+    if (r == CUDA_SUCCESS)
+        known_done(g, l.lane, l.seq + 1);
+}
+
+static void wait_oldest(struct gpu *g) { wait_for(g, 0); }
+
+/* Waits, unlocked, until what is in flight past `limit` (ns of work) has
+ * drained to about half of it, at most RING / 2 launches: waiting for the
+ * oldest alone, a queue kept full would cost a wait and a look at
+ * completions (event queries, 1.4 us each on an H200) at every launch. */
+static void wait_ahead(struct gpu *g, int64_t limit)
+{
+    uint64_t keep = g->avg ? (uint64_t)limit / 2 / g->avg : 1;
+    keep = keep > RING / 2 ? RING / 2 : keep ? keep : 1;
+    wait_for(g, g->count > keep + 1 ? g->count - 1 - (unsigned)keep : 0);
 }
 
 /* Hands the GPU to the best waiter, if any may have it, drained or not:
@@ -1066,9 +1138,9 @@ static void gate(struct gpu *g)
              * queued behind the running one at least; below a higher
              * priority, what it may find running when it comes. */
             int below = present && higher_present(g);
-            if ((present || cap) && g->count >= (below ? 1u : 2u) &&
-                (queued >= (below ? AHEAD_BELOW_NS : cap ? AHEAD_SHORT_NS : AHEAD_NS) || g->count >= RING)) {
-                wait_oldest(g);
+            int64_t limit = below ? AHEAD_BELOW_NS : cap ? AHEAD_SHORT_NS : AHEAD_NS;
+            if ((present || cap) && g->count >= (below ? 1u : 2u) && (queued >= limit || g->count >= RING)) {
+                wait_ahead(g, limit);
                 continue;
             }
             break;
@@ -1088,7 +1160,7 @@ static void gate(struct gpu *g)
                 ADD(&g->t->waited_ns, now - waited_from);
             waited_from = 0;
             if (g->count >= 2 && (ahead(g, now) >= AHEAD_NS || g->count >= RING)) {
-                wait_oldest(g);
+                wait_ahead(g, AHEAD_NS);
                 continue;
             }
             by = g->ran_beside = 1;
@@ -1115,13 +1187,15 @@ static void gate(struct gpu *g)
 static void track(struct gpu *g, CUstream s, uint64_t at)
 {
     CUevent start = g->start;
-    int timed = start != NULL;
+    int timed = start != NULL, begins = g->begins;
     CUevent ev = event_get(g, timed);
     g->start = NULL;
+    g->begins = 0;
     fg_real_cuEventRecord record = REAL(cuEventRecord);
     if (ev && record && record(ev, s) == CUDA_SUCCESS && g->count < RING) {
         struct launch *l = &g->ring[(g->head + g->count) % RING];
-        *l = (struct launch){.ev = ev, .start = start, .at = at, .timed = timed};
+        *l = (struct launch){.ev = ev, .start = start, .at = at, .timed = timed, .begins = begins};
+        l->seq = __atomic_fetch_add(&tracked, 1, __ATOMIC_RELEASE);
         lane_of(s, l->lane);
         g->count++;
         STORE(&g->me->inflight, g->count + g->blocked);
@@ -1132,15 +1206,23 @@ static void track(struct gpu *g, CUstream s, uint64_t at)
 }
 
 /* Under a cap, a launch made with nothing in flight begins a busy period
- * at a timed event recorded before it (g locked). */
+ * at a timed event recorded before it (g locked): once a TIMED_NS, which
+ * learns the ratio of device time to what the host sees; the busy periods
+ * between are charged the host's view at that ratio. A timed pair costs
+ * the host ~2 us and the GPU ~2 us between the kernels it brackets: a loop
+ * that synchronizes each launch would pay them at every launch. */
 static void mark_start(struct gpu *g, CUstream s)
 {
     if (g->count || !cap_of(g))
         return;
+    g->begins = 1;
+    uint64_t now = fg_now_ns();
+    if (g->ratio && now - g->timed_at < TIMED_NS)
+        return;
     fg_real_cuEventRecord record = REAL(cuEventRecord);
     CUevent ev = event_get(g, 1);
     if (ev && record && record(ev, s) == CUDA_SUCCESS)
-        g->start = ev;
+        g->start = ev, g->timed_at = now;
     else
         event_put(g, ev, 1);
 }
@@ -1262,30 +1344,38 @@ static CUresult leave(struct gpu *g, CUstream s, uint64_t at, CUresult r)
         track(g, s, at);
     event_put(g, g->start, 1); /* the launch failed */
     g->start = NULL;
+    g->begins = 0;
     pthread_mutex_unlock(&g->lock);
     return r;
 }
 
 /* A call that may block for as long as it copies runs with g unlocked (the
  * process's other threads launch meanwhile) and counted in flight (waiters
- * must not see us idle); the start event enter recorded for it is kept
- * aside, for its own leave. */
-static CUevent block(struct gpu *g)
+ * must not see us idle); whether it begins a busy period, and the start
+ * event enter recorded for it, are kept aside for its own leave. */
+struct begun {
+    CUevent start;
+    int begins;
+};
+
+static struct begun block(struct gpu *g)
 {
-    CUevent start = g->start;
+    struct begun b = {g->start, g->begins};
     g->start = NULL;
+    g->begins = 0;
     g->blocked++;
     STORE(&g->me->inflight, g->count + g->blocked);
     pthread_mutex_unlock(&g->lock);
-    return start;
+    return b;
 }
 
-static void unblock(struct gpu *g, CUevent start)
+static void unblock(struct gpu *g, struct begun b)
 {
     pthread_mutex_lock(&g->lock);
     g->blocked--;
     STORE(&g->me->inflight, g->count + g->blocked);
-    g->start = start;
+    g->start = b.start;
+    g->begins = b.begins;
 }
 
 /* Launch through the policy: LAUNCH is the program's call on stream s. A
@@ -1319,10 +1409,10 @@ static void unblock(struct gpu *g, CUevent start)
             return CALL;                                                                                    \
         if (g_ == &refused)                                                                                 \
             return CUDA_ERROR_NOT_PERMITTED;                                                                \
-        CUevent start_ = block(g_);                                                                         \
+        struct begun b_ = block(g_);                                                                        \
         uint64_t at_ = fg_now_ns();                                                                         \
         CUresult r_ = CALL;                                                                                 \
-        unblock(g_, start_);                                                                                \
+        unblock(g_, b_);                                                                                    \
         return AFTER(leave(g_, s_, at_, r_), at_);                                                          \
     } while (0)
 #define AS_IS(r, at) (r)
@@ -1332,6 +1422,15 @@ static void unblock(struct gpu *g, CUevent start)
         uint64_t at_ = fg_now_ns();                                                                         \
         CUresult r_ = CALL;                                                                                 \
         return synced(r_, at_);                                                                             \
+    } while (0)
+/* A stream's synchronization: what was tracked on it before it began is
+ * known done, without a query. */
+#define SYNCED_STREAM(s, per_thread, CALL)                                                                  \
+    do {                                                                                                    \
+        uint64_t upto_ = __atomic_load_n(&tracked, __ATOMIC_ACQUIRE), at_ = fg_now_ns();                    \
+        CUresult r_ = CALL;                                                                                 \
+        CUstream s_ = (per_thread) && (s) == NULL ? CU_STREAM_PER_THREAD : (s);                             \
+        return synced_on(r_, fg_current_device(), at_, &s_, upto_);                                         \
     } while (0)
 
 CUresult fg_compute_cuLaunchKernelEx(fg_real_cuLaunchKernelEx next, const CUlaunchConfig *config, CUfunction f,
@@ -1378,12 +1477,13 @@ static void note_request(struct gpu *g, uint64_t at, uint64_t now)
     STORE(&g->t->host_bound, old ? (3 * old + host) / 4 : host);
 }
 
-/* After a synchronization (begun at `at`), what completed is said at once:
+/* After a synchronization (begun at `at`; of stream *s, if s, before which
+ * `upto` launches were tracked), what completed is said at once:
  * waiters then see an idle holder without waiting for its next launch; and
  * a holder of higher priority than those waiting, whose pauses after a
  * synchronization tend to be long (a server between requests, not a loop),
  * lends them the GPU at once (it takes it back at its next launch). */
-static CUresult synced_on(CUresult r, int dev, uint64_t at)
+static CUresult synced_on(CUresult r, int dev, uint64_t at, const CUstream *s, uint64_t upto)
 {
     struct gpu *g = r == CUDA_SUCCESS ? scheduled(dev) : NULL;
     if (g && g->mps)
@@ -1394,6 +1494,11 @@ static CUresult synced_on(CUresult r, int dev, uint64_t at)
     pthread_mutex_lock(&g->lock);
     if (g->state == G_READY) {
         uint64_t now = fg_now_ns();
+        if (s) {
+            uintptr_t lane[2];
+            lane_of(*s, lane);
+            known_done(g, lane, upto);
+        }
         reap(g, now);
         if (!g->count)
             __atomic_store_n(&g->idle_at, now, __ATOMIC_RELAXED);
@@ -1411,7 +1516,7 @@ static CUresult synced_on(CUresult r, int dev, uint64_t at)
     return r;
 }
 
-static CUresult synced(CUresult r, uint64_t at) { return synced_on(r, fg_current_device(), at); }
+static CUresult synced(CUresult r, uint64_t at) { return synced_on(r, fg_current_device(), at, NULL, 0); }
 
 /* CUDA 13 runtimes synchronize a device through this one; it names the
  * context (NULL: the current one), whose GPU is the one now idle. */
@@ -1423,7 +1528,7 @@ CUresult fg_compute_cuCtxSynchronize_v2(fg_real_cuCtxSynchronize_v2 next, CUcont
     CUdevice dev;
     if (!ctx || r != CUDA_SUCCESS || !dev_of || dev_of(&dev, ctx) != CUDA_SUCCESS)
         return synced(r, at);
-    return synced_on(r, dev, at);
+    return synced_on(r, dev, at, NULL, 0);
 }
 
 /* A 2D or 3D copy into host memory is a synchronization too. */

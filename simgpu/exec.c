@@ -959,6 +959,12 @@ SIM_EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
     return CUDA_SUCCESS;
 }
 
+/* Timed events this process recorded (each costs a real GPU ~1 us
+ * between the kernels around it): flexgv_sim_timed_records. */
+static uint64_t timed_records;
+
+SIM_EXPORT uint64_t flexgv_sim_timed_records(void) { return __atomic_load_n(&timed_records, __ATOMIC_RELAXED); }
+
 static CUresult record(CUevent ev, CUstream h, int pt)
 {
     struct sim_stream *s;
@@ -972,6 +978,8 @@ static CUresult record(CUevent ev, CUstream h, int pt)
     if ((r = sim_capture_record(e, s, &captured)) != CUDA_SUCCESS || captured)
         return r;
     sim_stamp_record(&e->stamp, s->lane, !(e->flags & CU_EVENT_DISABLE_TIMING));
+    if (!(e->flags & CU_EVENT_DISABLE_TIMING))
+        __atomic_fetch_add(&timed_records, 1, __ATOMIC_RELAXED);
     s->last = e->stamp.count ? e->stamp.count : s->last;
     e->recorded = 1;
     return CUDA_SUCCESS;

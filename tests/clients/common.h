@@ -34,11 +34,13 @@ __attribute__((unused)) static const char *result_name(CUresult r)
     return "CUresult(?)";
 }
 
-/* Simulated module with a builtin vector add, a fill and an empty kernel. */
+/* Simulated module with a builtin vector add, a fill, an empty kernel and
+ * one of the configured duration (kernel_us). */
 static const char SIM_MODULE[] = "FLEXGV-SIM-MODULE\n"
                                  "kernel vecadd 20 builtin=vecadd\n"
                                  "kernel fill 5 builtin=fill\n"
-                                 "kernel empty 0\n";
+                                 "kernel empty 0\n"
+                                 "kernel busy\n";
 
 /* Initializes the driver and makes device 0's primary context current, as
  * a program linked with -lcuda does. */

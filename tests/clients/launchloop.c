@@ -10,7 +10,12 @@
  *                          counted)
  *     launchloop queries N N launches, then prints the event queries the
  *                          process made meanwhile, per launch (simulated
- *                          GPU only) */
+ *                          GPU only)
+ *     launchloop deep N    the same, of a kernel of the configured
+ *                          duration (the GPU then trails the host)
+ *     launchloop synced N  the same as queries, each launch followed by
+ *                          cuStreamSynchronize of its stream; also prints
+ *                          the timed events recorded, per launch */
 #include "common.h"
 
 #include <stdint.h>
@@ -31,25 +36,36 @@ int main(int argc, char **argv)
         CHECK(e.sync());
         return 0;
     }
-    int issue = argc > 2 && !strcmp(argv[1], "issue"), queries = argc > 2 && !strcmp(argv[1], "queries");
-    uint64_t (*queried)(void) = (uint64_t(*)(void))dlsym(dlopen("libcuda.so.1", RTLD_NOW), "flexgv_sim_event_queries");
+    int issue = argc > 2 && !strcmp(argv[1], "issue"), synced = argc > 2 && !strcmp(argv[1], "synced");
+    int deep = argc > 2 && !strcmp(argv[1], "deep");
+    int queries = synced || deep || (argc > 2 && !strcmp(argv[1], "queries"));
+    void *cuda = dlopen("libcuda.so.1", RTLD_NOW);
+    uint64_t (*queried)(void) = (uint64_t(*)(void))dlsym(cuda, "flexgv_sim_event_queries");
+    uint64_t (*timed)(void) = (uint64_t(*)(void))dlsym(cuda, "flexgv_sim_timed_records");
+    fg_pfn_cuStreamSynchronize stream_sync = (fg_pfn_cuStreamSynchronize)dlsym(cuda, "cuStreamSynchronize");
     if (queries && !queried) {
         fprintf(stderr, "launchloop queries: not on the simulated GPU\n");
         return 2;
     }
     long n = argc > 1 ? atol(argv[argc - 1]) : 100000;
-    struct launch_env e = open_launch_env("empty");
+    struct launch_env e = open_launch_env(deep ? "busy" : "empty");
     CHECK(e.sync());
-    uint64_t q0 = queries ? queried() : 0;
+    uint64_t q0 = queries ? queried() : 0, r0 = synced ? timed() : 0;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (long i = 0; i < n; i++)
+    for (long i = 0; i < n; i++) {
         CHECK(e.launch(e.fn, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
+        if (synced)
+            CHECK(stream_sync(NULL));
+    }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     uint64_t q1 = queries ? queried() : 0; /* before the synchronize, which may look at all of them */
+    uint64_t r1 = synced ? timed() : 0;
     CHECK(e.sync());
     if (queries)
         printf("event_queries_per_launch %.3f\n", (double)(q1 - q0) / (double)n);
+    if (synced)
+        printf("timed_records_per_launch %.3f\n", (double)(r1 - r0) / (double)n);
     if (issue)
         printf("%.2f\n", ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / 1e3 / (double)n);
     return 0;

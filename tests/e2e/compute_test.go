@@ -66,21 +66,58 @@ func TestComputeMaxCapsEveryLaunchPath(t *testing.T) {
 	}
 }
 
+// lateSpin runs, under --compute-max 30%, a spinner of one kernel of
+// kernelUS at a time that sleeps gapUS after each launch before it
+// synchronizes, and returns what it reported.
+func lateSpin(t *testing.T, kernelUS, gapUS string) spin {
+	t.Helper()
+	args := []string{"run", "--compute-max", "30%", "--", bin("spinner"), kernelUS, "1", "1", "0", "late", gapUS}
+	r := newEnv(t).run("flexgv", args...)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	var s spin
+	if r.code != 0 || len(lines) != 2 || !parseSpin(t, lines[1], &s) {
+		t.Fatalf("flexgv %s: %+v", strings.Join(args, " "), r)
+	}
+	return s
+}
+
 // A cap pays for the GPU's time, not the host's: a program that waits
 // 2 ms on something else after each 1 ms kernel before it synchronizes (it
 // would get half the device uncapped) sees each completion 1 ms late, and
 // still gets its 30 %. Charged to when it looked, it got 15 %.
 func TestComputeMaxPaysDeviceTimeNotTheHosts(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	args := []string{"run", "--compute-max", "30%", "--", bin("spinner"), "1000", "1", "1", "0", "late", "2000"}
-	r := e.run("flexgv", args...)
-	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	var s spin
-	if r.code != 0 || len(lines) != 2 || !parseSpin(t, lines[1], &s) {
-		t.Fatalf("flexgv %s: %+v", strings.Join(args, " "), r)
+	capBand(t, "asleep 2 ms after each launch before it synchronizes, under --compute-max 30%", lateSpin(t, "1000", "2000"), 30)
+}
+
+// Device time is sampled: a busy period bracketed by timed events once a
+// millisecond teaches the ratio of the device's time to what the host
+// sees, and those between pay the host's view at that ratio. A program
+// whose 200 µs kernels it sees done 0.5 ms after each launch still gets its
+// 30 %; charged the host's view between samples, it got 17 %.
+func TestComputeMaxSamplesDeviceTime(t *testing.T) {
+	t.Parallel()
+	capBand(t, "with 200 µs kernels seen done 0.5 ms after their launch, under --compute-max 30%", lateSpin(t, "200", "400"), 30)
+}
+
+// A capped loop that synchronizes its stream after each launch begins a
+// busy period at every launch: it pays a timed pair (~2 µs of host and ~2
+// µs of GPU on an H200) once a millisecond, not at each launch, and no
+// event query (the synchronization said the launch is done). Before, each
+// launch cost 2 timed events and 1 query: +4.9 µs on a 10 µs loop.
+func TestACappedSynchronizingLoopPaysLittle(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "FLEXGV_SIM_KERNEL_US=0")
+	r := e.run("flexgv", "run", "--compute-max", "100%", "--", bin("launchloop"), "synced", "20000")
+	var queries, timed float64
+	if _, err := fmt.Sscanf(r.stdout, "event_queries_per_launch %g\ntimed_records_per_launch %g", &queries, &timed); err != nil || r.code != 0 {
+		t.Fatalf("launchloop synced: %v, %+v", err, r)
 	}
-	capBand(t, "asleep 2 ms after each launch before it synchronizes, under --compute-max 30%", s, 30)
+	t.Logf("per launch: %.3f event queries, %.3f timed events", queries, timed)
+	if queries > 0.02 || timed > 0.05 {
+		t.Errorf("a capped loop synchronizing each launch made %.3f event queries and recorded %.3f timed events per launch, want ≤ 0.02 and ≤ 0.05",
+			queries, timed)
+	}
 }
 
 func TestBadComputeFlagsStopBeforeTheProgram(t *testing.T) {

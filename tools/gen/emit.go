@@ -112,6 +112,9 @@ func emitComputeHooks(all []Entry) (string, error) {
 			body = fmt.Sprintf("SCHEDULED_BLOCKING(%d, synced, %s);", pt, call)
 		case "sync":
 			body = fmt.Sprintf("SYNCED(%s);", call)
+			if stream != "" {
+				body = fmt.Sprintf("SYNCED_STREAM(%s, %d, %s);", stream, pt, call)
+			}
 		}
 		params := ""
 		if len(e.Params) > 0 {
