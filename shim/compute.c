@@ -96,9 +96,9 @@ enum { RING = 256 };                  /* launches tracked in flight per GPU, at 
 #define FULL 10000u                   /* 100 % in hundredths */
 
 enum { G_NONE, G_READY, G_OFF, G_REFUSED };
+enum { LOOKED = 1, DONE, LAST }; /* what reap found of a launch in flight */
 
 static uint64_t tracked; /* launches tracked so far, on every GPU (atomic) */
-enum { LOOKED = 1, DONE, LAST }; /* what reap found of a launch in flight */
 
 struct launch {
     CUevent ev;
