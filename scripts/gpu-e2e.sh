@@ -6,6 +6,8 @@
 # Sections (default: all): decl counts simmodel hookmap torch bench contended green quota isolation nvmlprocs mpspods computecap quotabench lonebench ddpshare shares sharetrain priority prioritygraph
 # (PAIRS="flexgv" runs only some of the priority sections' ways of sharing,
 # PRIORITY_ROUNDS=3 runs them three times over, the request alone in each;
+# REF_SHIM=PATH with PAIRS "ref" and "mpsref" runs flexgv's pairs again in
+# the same rounds with that build of libflexgv.so, to compare two shims;
 # SHARE_S=60 TRAIN_S=60 make the share runs last a minute each)
 # Checks our driver declarations against the real headers, traces CUDA
 # programs built with nvcc (static and shared cudart), checks every hooked
@@ -20,6 +22,11 @@ ROUNDS=${ROUNDS:-7} # rounds of the throughput benchmarks
 PAIRS=${PAIRS:-timeslice mps mps50 mpsflexgv mpssm mpssm25 flexgv} # how the priority sections share the GPU
 PRIORITY_ROUNDS=${PRIORITY_ROUNDS:-1} # rounds of those pairs, one after another (their ratios compared round by round)
 [[ $PRIORITY_ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "PRIORITY_ROUNDS=$PRIORITY_ROUNDS: give a whole number from 1"; exit 2; }
+REF_SHIM=${REF_SHIM:-} # another libflexgv.so, for the pairs ref and mpsref
+if [[ " $PAIRS " == *" ref "* || " $PAIRS " == *" mpsref "* ]] && [ ! -f "$REF_SHIM" ]; then
+    echo "PAIRS names ref or mpsref: set REF_SHIM to the libflexgv.so to compare with (REF_SHIM=${REF_SHIM:-unset})"
+    exit 2
+fi
 SHARE_S=${SHARE_S:-24} # seconds of the matmul share run (the change comes halfway)
 TRAIN_S=${TRAIN_S:-15} # seconds of the training share run
 want() { [[ " $SECTIONS " == *" $1 "* ]]; }
@@ -689,6 +696,7 @@ priority_bench() { # KIND PREFIX
             pair mps env :: env
             pair mps50 env :: env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50
             pair mpsflexgv "$FLEXGV" run --priority high -- :: "$FLEXGV" run --priority low --
+            pair mpsref "$FLEXGV" run --shim "$REF_SHIM" --priority high -- :: "$FLEXGV" run --shim "$REF_SHIM" --priority low --
             echo quit | timeout 20 nvidia-cuda-mps-control
             sleep 2
         else
@@ -707,6 +715,7 @@ priority_bench() { # KIND PREFIX
         fi
         unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
         pair flexgv "$FLEXGV" run --priority high -- :: "$FLEXGV" run --priority low --
+        pair ref "$FLEXGV" run --shim "$REF_SHIM" --priority high -- :: "$FLEXGV" run --shim "$REF_SHIM" --priority low --
     done
 }
 if want priority; then

@@ -63,6 +63,54 @@ func TestShareReportJudgesEachRoundAgainstItsOwnAlone(t *testing.T) {
 	}
 }
 
+// Pairs run with a reference shim (REF_SHIM) are compared with flexgv's
+// round by round, as flexgv under MPS is with plain MPS; one round is
+// enough to compare. Here the reference's files are plain MPS's.
+func TestShareReportComparesAReferenceShim(t *testing.T) {
+	run := filepath.Join("..", "..", "docs", "gpu-runs", "2026-12-02-h200-straight", "2-alone-each-round", "shares")
+	dir := t.TempDir()
+	files, _ := filepath.Glob(filepath.Join(run, "*"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := filepath.Base(f)
+		copies := []string{name}
+		if rest, ok := strings.CutPrefix(name, "inf_mps."); ok {
+			copies = append(copies, "inf_mpsref."+rest)
+		} else if rest, ok := strings.CutPrefix(name, "tr_mps."); ok {
+			copies = append(copies, "tr_mpsref."+rest)
+		}
+		switch name {
+		case "inf_mps.txt", "tr_mps.txt":
+			kind, _, _ := strings.Cut(name, "_")
+			copies = append(copies, kind+"_mpsref.txt", kind+"_ref.txt")
+		case "inf_mpsflexgv.txt", "tr_mpsflexgv.txt":
+			kind, _, _ := strings.Cut(name, "_")
+			copies = append(copies, kind+"_flexgv.txt")
+		}
+		for _, c := range copies {
+			if err := os.WriteFile(filepath.Join(dir, c), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	out, code := report(t, "share_report.py", dir)
+	for _, want := range []string{
+		"flexgv under MPS ÷ the reference shim under MPS, round by round | p99 1.02, 1.03, 1.04, 0.95 (median 1.03)",
+		"flexgv ÷ the reference shim, round by round | p99 1.02 (median 1.02)",
+		"the reference shim (REF_SHIM) --priority high/low under MPS (round 2) |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("share_report.py does not say %q:\n%s", want, out)
+		}
+	}
+	if code != 0 {
+		t.Errorf("share_report.py exited %d", code)
+	}
+}
+
 func TestPairedReportComparesRoundByRound(t *testing.T) {
 	// Round 2 runs 10 % slower throughout: a paired ratio cancels it.
 	rounds := filepath.Join(t.TempDir(), "lone.txt")
