@@ -849,10 +849,11 @@ static int64_t ahead(const struct gpu *g, uint64_t now)
     return expected > running ? expected : running;
 }
 
-/* Waits, unlocked, for the i-th oldest launch in flight. */
-static void wait_for(struct gpu *g, unsigned i)
+/* Waits, unlocked, for the oldest launch in flight; its completion tells
+ * that those before it on its stream are done too. */
+static void wait_oldest(struct gpu *g)
 {
-    struct launch l = g->ring[(g->head + i) % RING];
+    struct launch l = g->ring[g->head];
     pthread_mutex_unlock(&g->lock);
     fg_real_cuEventSynchronize sync = REAL(cuEventSynchronize);
     CUstreamCaptureMode m = fg_relaxed_begin();
@@ -861,19 +862,6 @@ static void wait_for(struct gpu *g, unsigned i)
     pthread_mutex_lock(&g->lock);
     if (r == CUDA_SUCCESS)
         known_done(g, l.lane, l.seq + 1);
-}
-
-static void wait_oldest(struct gpu *g) { wait_for(g, 0); }
-
-/* Waits, unlocked, until what is in flight past `limit` (ns of work) has
- * drained to about half of it, at most RING / 2 launches: waiting for the
- * oldest alone, a queue kept full would cost a wait and a look at
- * completions (event queries, 1.4 us each on an H200) at every launch. */
-static void wait_ahead(struct gpu *g, int64_t limit)
-{
-    uint64_t keep = g->avg ? (uint64_t)limit / 2 / g->avg : 1;
-    keep = keep > RING / 2 ? RING / 2 : keep ? keep : 1;
-    wait_for(g, g->count > keep + 1 ? g->count - 1 - (unsigned)keep : 0);
 }
 
 /* Hands the GPU to the best waiter, if any may have it, drained or not:
@@ -1138,9 +1126,9 @@ static void gate(struct gpu *g)
              * queued behind the running one at least; below a higher
              * priority, what it may find running when it comes. */
             int below = present && higher_present(g);
-            int64_t limit = below ? AHEAD_BELOW_NS : cap ? AHEAD_SHORT_NS : AHEAD_NS;
-            if ((present || cap) && g->count >= (below ? 1u : 2u) && (queued >= limit || g->count >= RING)) {
-                wait_ahead(g, limit);
+            if ((present || cap) && g->count >= (below ? 1u : 2u) &&
+                (queued >= (below ? AHEAD_BELOW_NS : cap ? AHEAD_SHORT_NS : AHEAD_NS) || g->count >= RING)) {
+                wait_oldest(g);
                 continue;
             }
             break;
@@ -1160,7 +1148,7 @@ static void gate(struct gpu *g)
                 ADD(&g->t->waited_ns, now - waited_from);
             waited_from = 0;
             if (g->count >= 2 && (ahead(g, now) >= AHEAD_NS || g->count >= RING)) {
-                wait_ahead(g, AHEAD_NS);
+                wait_oldest(g);
                 continue;
             }
             by = g->ran_beside = 1;
