@@ -24,15 +24,35 @@ func report(t *testing.T, script string, args ...string) (string, int) {
 	return string(out), code
 }
 
-func TestShareReportJudgesEachRoundAgainstItsOwnAlone(t *testing.T) {
-	run := filepath.Join("..", "..", "docs", "gpu-runs", "2026-12-02-h200-straight", "2-alone-each-round", "shares")
-	out, code := report(t, "share_report.py", run)
-	for _, want := range []string{
-		// round 3 against its own alone p99 (8.92 ms), not the first round's (7.39)
-		"flexgv --priority high/low under MPS (round 3) | p50 6.88 ms (1.08×), p99 8.02 ms (0.90×)",
-		"flexgv --priority high/low under MPS, ÷ its round's alone | p99 1.06, 1.00, 0.90, 1.01 (median 1.01); training keeps median 0.97; met",
-		"flexgv under MPS ÷ plain MPS, round by round | p99 1.02, 1.03, 1.04, 0.95 (median 1.03)",
-	} {
+// The priority rounds kept from one run, four of them, each with its own alone.
+var priorityRounds = filepath.Join("..", "..", "docs", "gpu-runs", "2026-12-02-h200-straight", "2-alone-each-round", "shares")
+
+// copyRun copies run's files into a new folder, each under the names (and
+// with the contents) that edit gives it.
+func copyRun(t *testing.T, run string, edit func(name string, b []byte) ([]string, []byte)) string {
+	t.Helper()
+	dir := t.TempDir()
+	files, _ := filepath.Glob(filepath.Join(run, "*"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names, b := edit(filepath.Base(f), b)
+		for _, n := range names {
+			if err := os.WriteFile(filepath.Join(dir, n), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return dir
+}
+
+// says checks that share_report.py over dir says each of wants and exits 0.
+func says(t *testing.T, dir string, wants ...string) {
+	t.Helper()
+	out, code := report(t, "share_report.py", dir)
+	for _, want := range wants {
 		if !strings.Contains(out, want) {
 			t.Errorf("share_report.py does not say %q:\n%s", want, out)
 		}
@@ -40,23 +60,23 @@ func TestShareReportJudgesEachRoundAgainstItsOwnAlone(t *testing.T) {
 	if code != 0 {
 		t.Errorf("share_report.py exited %d on a complete run", code)
 	}
+}
+
+func TestShareReportJudgesEachRoundAgainstItsOwnAlone(t *testing.T) {
+	says(t, priorityRounds,
+		// round 3 against its own alone p99 (8.92 ms), not the first round's (7.39)
+		"flexgv --priority high/low under MPS (round 3) | p50 6.88 ms (1.08×), p99 8.02 ms (0.90×)",
+		"flexgv --priority high/low under MPS, ÷ its round's alone | p99 1.06, 1.00, 0.90, 1.01 (median 1.01); training keeps median 0.97; met",
+		"flexgv under MPS ÷ plain MPS, round by round | p99 1.02, 1.03, 1.04, 0.95 (median 1.03)")
 
 	// A round whose request printed nothing is no result, and the report fails.
-	cut := t.TempDir()
-	files, _ := filepath.Glob(filepath.Join(run, "*"))
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if filepath.Base(f) == "inf_mpsflexgv.3.txt" {
+	cut := copyRun(t, priorityRounds, func(name string, b []byte) ([]string, []byte) {
+		if name == "inf_mpsflexgv.3.txt" {
 			b = nil
 		}
-		if err := os.WriteFile(filepath.Join(cut, filepath.Base(f)), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	out, code = report(t, "share_report.py", cut)
+		return []string{name}, b
+	})
+	out, code := report(t, "share_report.py", cut)
 	if code != 1 || !strings.Contains(out, "under MPS (round 3) | no result: a run failed or was cut short") ||
 		!strings.Contains(out, "÷ its round's alone | p99 1.06, 1.00, 1.01 (median 1.01)") {
 		t.Errorf("share_report.py with round 3 cut short: exit %d, want 1, the round as no result and left out of the median:\n%s", code, out)
@@ -65,50 +85,26 @@ func TestShareReportJudgesEachRoundAgainstItsOwnAlone(t *testing.T) {
 
 // Pairs run with a reference shim (REF_SHIM) are compared with flexgv's
 // round by round, as flexgv under MPS is with plain MPS; one round is
-// enough to compare. Here the reference's files are plain MPS's.
+// enough to compare. Here the reference's files are plain MPS's, and
+// flexgv's without MPS its first round under MPS.
 func TestShareReportComparesAReferenceShim(t *testing.T) {
-	run := filepath.Join("..", "..", "docs", "gpu-runs", "2026-12-02-h200-straight", "2-alone-each-round", "shares")
-	dir := t.TempDir()
-	files, _ := filepath.Glob(filepath.Join(run, "*"))
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
+	dir := copyRun(t, priorityRounds, func(name string, b []byte) ([]string, []byte) {
+		names := []string{name}
+		kind, rest, _ := strings.Cut(name, "_")
+		switch {
+		case rest == "mps.txt":
+			names = append(names, kind+"_mpsref.txt", kind+"_ref.txt")
+		case strings.HasPrefix(rest, "mps."):
+			names = append(names, kind+"_mpsref."+strings.TrimPrefix(rest, "mps."))
+		case rest == "mpsflexgv.txt":
+			names = append(names, kind+"_flexgv.txt")
 		}
-		name := filepath.Base(f)
-		copies := []string{name}
-		if rest, ok := strings.CutPrefix(name, "inf_mps."); ok {
-			copies = append(copies, "inf_mpsref."+rest)
-		} else if rest, ok := strings.CutPrefix(name, "tr_mps."); ok {
-			copies = append(copies, "tr_mpsref."+rest)
-		}
-		switch name {
-		case "inf_mps.txt", "tr_mps.txt":
-			kind, _, _ := strings.Cut(name, "_")
-			copies = append(copies, kind+"_mpsref.txt", kind+"_ref.txt")
-		case "inf_mpsflexgv.txt", "tr_mpsflexgv.txt":
-			kind, _, _ := strings.Cut(name, "_")
-			copies = append(copies, kind+"_flexgv.txt")
-		}
-		for _, c := range copies {
-			if err := os.WriteFile(filepath.Join(dir, c), b, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	out, code := report(t, "share_report.py", dir)
-	for _, want := range []string{
+		return names, b
+	})
+	says(t, dir,
 		"flexgv under MPS ÷ the reference shim under MPS, round by round | p99 1.02, 1.03, 1.04, 0.95 (median 1.03)",
 		"flexgv ÷ the reference shim, round by round | p99 1.02 (median 1.02)",
-		"the reference shim (REF_SHIM) --priority high/low under MPS (round 2) |",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("share_report.py does not say %q:\n%s", want, out)
-		}
-	}
-	if code != 0 {
-		t.Errorf("share_report.py exited %d", code)
-	}
+		"the reference shim (REF_SHIM) --priority high/low under MPS (round 2) |")
 }
 
 func TestPairedReportComparesRoundByRound(t *testing.T) {
