@@ -274,9 +274,12 @@ func TestSimTimesliceKill(t *testing.T) {
 	if mean < 40 || mean > 60 {
 		t.Errorf("before the kill, B had %v (mean %.1f%%), want ~50%%", before, mean)
 	}
+	// Each window near all of the device, not the half it had: a loaded
+	// 2-core machine can keep B from launching for a few ms of a window
+	// (94 % seen under the full suite).
 	for _, s := range after {
-		if s < 95 {
-			t.Errorf("after the kill, B had %v, want ~100%% in each window", after)
+		if s < 90 {
+			t.Errorf("after the kill, B had %v, want ≥ 90%% in each window", after)
 			break
 		}
 	}
