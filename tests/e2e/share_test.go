@@ -144,8 +144,10 @@ func TestPriorityRunsFirst(t *testing.T) {
 		alone.share, alone.p99, h.share, h.p99, l.share)
 	// Its kernels wait for the low one's at most when a loaded host keeps
 	// it from launching for long enough to look idle: bounds for a
-	// shared 2-core machine (equal priorities give a 10 ms quantum).
-	if h.share < alone.share-15 || h.p50 > 1.1*alone.p50+50 || h.p99 > 4000 {
+	// shared 2-core machine (equal priorities give a 10 ms quantum, and
+	// about half the device; under the full suite the high one got
+	// 81–85 %, with this shim and the one before it).
+	if h.share < alone.share-20 || h.p50 > 1.1*alone.p50+50 || h.p99 > 4000 {
 		t.Errorf("the high-priority tenant next to a low one got %.1f%% (p99 %.0f µs); alone %.1f%% (p99 %.0f µs)",
 			h.share, h.p99, alone.share, alone.p99)
 	}
