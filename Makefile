@@ -4,8 +4,9 @@
 #   make test-k8s the Kubernetes tests alone (tests/k8s: a control plane built
 #                 once from the pinned k8s.io/kubernetes release, then cached)
 #   make proto    regenerate the local API's Go code from proto/ (needs protoc)
-#   make demo     a sample workload on the simulated GPU under flexgv trace --log
-#                 (REAL_GPU=1 targets the machine's real driver instead)
+#   make demo     on the simulated GPU: a workload under flexgv trace --log, a memory
+#                 quota, shares, a cap and priority between tenants
+#                 (REAL_GPU=1: the trace alone, on the machine's real driver)
 
 BUILD    ?= build
 CC       ?= cc
