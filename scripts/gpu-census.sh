@@ -8,12 +8,13 @@
 # limit, and must print the same (patching the tables must not change what a
 # program computes or make the runtime refuse to start). OUTDIR gets one
 # report per workload (NAME.json, NAME.md), all of them as one set
-# (census.json) and docs-ready markdown (census.md), printed at the end.
+# (census.json) and docs-ready markdown (census.md), printed at the end
+# (default OUTDIR: a new folder under $TMPDIR, outside the repository).
 # --compare OLD.json: also list what differs from an earlier census (the
 # alarm for a new CUDA version, see docs/EXPORT-TABLES.md); any difference
 # makes the exit status non-zero, like any FAIL.
 set -u -o pipefail
-OUT=$(mkdir -p "${1:-census-out}" && cd "${1:-census-out}" && pwd)
+OUT=$(d=${1:-$(mktemp -d "${TMPDIR:-/tmp}/flexgv-census.XXXXXX")} && mkdir -p "$d" && cd "$d" && pwd)
 shift || true
 OLD=
 if [ "${1:-}" = --compare ]; then
@@ -29,6 +30,7 @@ WORK=$(mktemp -d)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export CUBLAS_WORKSPACE_CONFIG=:4096:8 PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 exec > >(tee "$OUT/gpu-census.log") 2>&1
+echo "logs: $OUT"
 
 failures=0
 pass() { echo "PASS: $*"; }

@@ -14,8 +14,11 @@
 # variant against the real driver's resolver, runs PyTorch natively and under
 # the shim (bit-identical losses), and benchmarks the shim against native.
 # Exits non-zero on any mismatch; OUTDIR/gpu-e2e.log holds everything.
+# OUTDIR (default: a new folder under $TMPDIR) belongs outside the
+# repository: raw logs are not committed, their figures go into
+# docs/MEASUREMENTS.md.
 set -u -o pipefail
-OUT=$(mkdir -p "${1:-gpu-out}" && cd "${1:-gpu-out}" && pwd)
+OUT=$(d=${1:-$(mktemp -d "${TMPDIR:-/tmp}/flexgv-gpu-e2e.XXXXXX")} && mkdir -p "$d" && cd "$d" && pwd)
 shift || true
 SECTIONS=${*:-decl counts simmodel hookmap torch bench contended green quota isolation nvmlprocs mpspods computecap quotabench lonebench ddpshare shares sharetrain priority prioritygraph}
 ROUNDS=${ROUNDS:-7} # rounds of the throughput benchmarks
@@ -37,6 +40,7 @@ WORK=$(mktemp -d)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export CUBLAS_WORKSPACE_CONFIG=:4096:8 PYTHONUNBUFFERED=1
 exec > >(tee "$OUT/gpu-e2e.log") 2>&1
+echo "logs: $OUT"
 
 failures=0
 pass() { echo "PASS: $*"; }

@@ -10,11 +10,12 @@
 #     source scripts/gpu-isolation.sh OUTDIR
 # Ends with a summary; exit (or return) status non-zero on any FAIL. Run on
 # its own it logs to OUTDIR/gpu-isolation.log; the programs' outputs and NVML
-# samples are kept in OUTDIR/isolation/.
+# samples are kept in OUTDIR/isolation/ (default OUTDIR: a new folder under
+# $TMPDIR, outside the repository).
 
 iso_sourced=0
 [[ "${BASH_SOURCE[0]}" != "$0" ]] && iso_sourced=1
-iso_out=$(mkdir -p "${1:-gpu-out}" && cd "${1:-gpu-out}" && pwd)
+iso_out=$(d=${1:-$(mktemp -d "${TMPDIR:-/tmp}/flexgv-isolation.XXXXXX")} && mkdir -p "$d" && cd "$d" && pwd)
 iso_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 iso_cuda=${CUDA_HOME:-/usr/local/cuda}
 iso_flexgv=$iso_root/build/bin/flexgv
@@ -29,6 +30,7 @@ export CUBLAS_WORKSPACE_CONFIG=:4096:8 PYTHONUNBUFFERED=1
 if [ "$iso_sourced" = 0 ]; then
     set -u -o pipefail
     exec > >(tee "$iso_out/gpu-isolation.log") 2>&1
+    echo "logs: $iso_out"
     failures=0
     pass() { echo "PASS: $*"; }
     fail() { echo "FAIL: $*"; failures=$((failures + 1)); }

@@ -9,7 +9,7 @@ import (
 )
 
 // The GPU script's reports decide what docs/MEASUREMENTS.md says of a run:
-// here they read runs kept in docs/gpu-runs and must give the verdicts
+// here they read a run kept in tests/data and must give the verdicts
 // recorded there.
 func report(t *testing.T, script string, args ...string) (string, int) {
 	t.Helper()
@@ -25,7 +25,7 @@ func report(t *testing.T, script string, args ...string) (string, int) {
 }
 
 // The priority rounds kept from one run, four of them, each with its own alone.
-var priorityRounds = filepath.Join("..", "..", "docs", "gpu-runs", "2026-12-02-h200-straight", "2-alone-each-round", "shares")
+var priorityRounds = filepath.Join("..", "data", "priority-rounds")
 
 // copyRun copies run's files into a new folder, each under the names (and
 // with the contents) that edit gives it.
