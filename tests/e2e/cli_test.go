@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -98,6 +100,32 @@ func TestTextSummary(t *testing.T) {
 	for _, want := range []string{"flexgv trace: 1 processes (1 exited)", "cuMemAlloc_v2", "cuLaunchKernel", "2.0MiB", "direct", "exit code 0"} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("summary lacks %q:\n%s", want, r.stderr)
+		}
+	}
+}
+
+// --driver alone is enough: with no driver on the library path, the
+// program's own dlopen("libcuda.so.1") and its -lcuda find the one named,
+// whatever its file is called.
+func TestDriverFlagFromCleanEnvironment(t *testing.T) {
+	e := newEnv(t)
+	if r := e.runIn("", "flexgv", "run", "--", bin("rtlike"), "1"); r.code != 35 || !strings.Contains(r.stderr, "Pass --driver") {
+		t.Fatalf("without a driver: exit %d, stderr %q; want 35 and the advice to pass --driver", r.code, r.stderr)
+	}
+	renamed := filepath.Join(e.dir, "libcuda.so.999.1")
+	data, err := os.ReadFile(filepath.Join(build, "sim", "libcuda.so.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(renamed, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, driver := range []string{filepath.Join(build, "sim", "libcuda.so.1"), renamed} {
+		for _, client := range []string{"rtlike", "direct"} {
+			r := e.runIn("", "flexgv", "run", "--driver", driver, "--", bin(client), "1")
+			if r.code != 0 || strings.Contains(r.stderr, "warning") {
+				t.Errorf("run --driver %s -- %s: exit %d, stderr %q", driver, client, r.code, r.stderr)
+			}
 		}
 	}
 }
