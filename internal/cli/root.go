@@ -12,9 +12,6 @@ import (
 	"github.com/flexgv/flexgv/internal/launch"
 )
 
-// Version is set at build time with -ldflags "-X ...cli.Version=...".
-var Version = "dev"
-
 // exitError carries the exit code a command wants, and a message unless the
 // program it ran already said what went wrong.
 type exitError struct {
@@ -38,8 +35,9 @@ func newRoot(stderr io.Writer) *cobra.Command {
 		Short:         "GPU virtualization by transparent CUDA API interception",
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		Version:       Version,
+		Version:       fullVersion(),
 	}
+	root.SetVersionTemplate("flexgv {{.Version}}\n")
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%s: %w (see %s --help)", c.CommandPath(), err, c.CommandPath())}
@@ -113,15 +111,6 @@ func newRun(g *globals, stderr io.Writer) *cobra.Command {
 	c.Flags().StringVar(&remoteAddr, "remote", "", "run on the GPUs of flexgv serve at ADDR (unix:///PATH, tcp://HOST:PORT or tls://HOST:PORT)")
 	c.Flags().StringVar(&tokenFile, "token-file", "", "with --remote: the file holding the tenant's token the server gave (default: $FLEXGV_REMOTE_TOKEN_FILE)")
 	return c
-}
-
-func newVersion() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version",
-		Args:  cobra.NoArgs,
-		Run:   func(c *cobra.Command, _ []string) { fmt.Fprintln(c.OutOrStdout(), "flexgv", Version) },
-	}
 }
 
 // Main runs the CLI and returns the process exit status.

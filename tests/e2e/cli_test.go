@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -126,6 +127,24 @@ func TestDriverFlagFromCleanEnvironment(t *testing.T) {
 			if r.code != 0 || strings.Contains(r.stderr, "warning") {
 				t.Errorf("run --driver %s -- %s: exit %d, stderr %q", driver, client, r.code, r.stderr)
 			}
+		}
+	}
+}
+
+// flexgv version names a commit of this repository and the build date.
+func TestVersionNamesCommitAndDate(t *testing.T) {
+	e := newEnv(t)
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		r := e.run("flexgv", args...)
+		m := regexp.MustCompile(`^flexgv \S+ \(commit ([0-9a-f]{7,})(-dirty)?, built (\d{4}-\d\d-\d\d\S*)\)\n$`).FindStringSubmatch(r.stdout)
+		if r.code != 0 || m == nil {
+			t.Fatalf("flexgv %s: exit %d, %q; want the commit and build date", args[0], r.code, r.stdout)
+		}
+		if exec.Command("git", "rev-parse", "--git-dir").Run() != nil {
+			continue // not run from a clone
+		}
+		if err := exec.Command("git", "cat-file", "-e", m[1]+"^{commit}").Run(); err != nil {
+			t.Errorf("flexgv %s names %s, not a commit of this repository", args[0], m[1])
 		}
 	}
 }
