@@ -55,7 +55,7 @@ func newVersion() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Print the version, the commit it was built from and the build date",
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		Run:   func(c *cobra.Command, _ []string) { fmt.Fprintln(c.OutOrStdout(), "flexgv", fullVersion()) },
 	}
 }
