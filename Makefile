@@ -58,10 +58,19 @@ $(BUILD)/sim/bin/nvidia-cuda-mps-control: simgpu/mps_control.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(WARN) -o $@ $<
 
+# flexgv version: the commit (-dirty for a modified tree) and the build day
+# (a day, not a time, so that go build relinks once a day, not every make);
+# VERSION=NAME names a release.
+COMMIT     := $(shell git rev-parse --short=12 HEAD 2>/dev/null)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
+BUILD_DATE := $(shell date -u +%Y-%m-%d)
+CLI_PKG    := github.com/flexgv/flexgv/internal/cli
+LDFLAGS    := $(if $(COMMIT:-dirty=),-X $(CLI_PKG).Commit=$(COMMIT) -X $(CLI_PKG).BuildDate=$(BUILD_DATE)) \
+              $(if $(VERSION),-X $(CLI_PKG).Version=$(VERSION))
+
 # Always asked of go build (its cache decides), so that GOTAGS changes are seen.
 $(BUILD)/bin/flexgv: $(GO_SRC) FORCE
 	@mkdir -p $(@D)
-	CGO_CFLAGS="-O2 -Wno-deprecated-declarations" $(GO) build -tags "$(GOTAGS)" -o $@ ./cmd/flexgv
+	CGO_CFLAGS="-O2 -Wno-deprecated-declarations" $(GO) build -tags "$(GOTAGS)" -ldflags "$(LDFLAGS)" -o $@ ./cmd/flexgv
 
 # Remote GPUs: the client libcuda.so.1 a program loads instead of the
 # driver, and the executor flexgv serve starts per connection.

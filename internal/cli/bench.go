@@ -25,7 +25,7 @@ func newBench() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure what flexgv gives tenants",
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			return usageError{errors.New("flexgv bench: give what to measure: share")}
 		},
@@ -46,7 +46,7 @@ func newBenchShare() *cobra.Command {
 			"|achieved - target| over the intervals. --csv keeps the samples; --from plots samples kept before.",
 		Example: "  flexgv bench share --gpu 0 --duration 60s --svg share.svg --csv share.csv\n" +
 			"  flexgv bench share --from share.csv --svg share.svg",
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			fail := func(format string, args ...any) error {
 				return usageError{fmt.Errorf("flexgv bench share: "+format, args...)}

@@ -39,7 +39,7 @@ func newDaemon(g *globals) *cobra.Command {
 			"each container given vGPUs it creates the pod's tenant with the pod's limits on the GPUs the\n" +
 			"scheduler chose, and gives the container the shim, its tenant file and the GPUs. Tenants of pods\n" +
 			"that are gone are deleted.",
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			with, err := kubernetes(c.ErrOrStderr(), withMPS)
 			if err != nil {
@@ -160,7 +160,7 @@ func newRm() *cobra.Command {
 		Long: "With a node daemon running, a group created with flexgv run --group NAME --mem stays until it is\n" +
 			"removed; rm asks the daemon to let go of it. A group no process is in then disappears; one that a\n" +
 			"flexgv run is still in goes when that run ends. Without a daemon, groups go with their last process.",
-		Args: cobra.ExactArgs(1),
+		Args: exactlyOne,
 		RunE: func(c *cobra.Command, args []string) error {
 			dir := tenant.Dir()
 			cl, err := daemon.Connect(daemon.Socket(dir))

@@ -32,6 +32,7 @@ func devicePluginFlags(c *cobra.Command, g *globals) func(log io.Writer, withMPS
 	var kubeconfig, ctxMem string
 	cfg := deviceplugin.Config{}
 	f := c.Flags()
+	f.StringVar(&g.shim, "shim", "", "with --kubernetes: path of libflexgv.so pods get (default: next to flexgv, or $FLEXGV_SHIM)")
 	f.BoolVar(&on, "kubernetes", false, "also be this node's kubelet device plugin of flexgv.io/vgpu (set up by the flags that say \"with --kubernetes\")")
 	f.StringVar(&cfg.NodeName, "node-name", os.Getenv("NODE_NAME"), "with --kubernetes: this node's name in the cluster (default $NODE_NAME)")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "with --kubernetes: kubeconfig of the cluster (default: the pod's service account)")
@@ -49,7 +50,7 @@ func devicePluginFlags(c *cobra.Command, g *globals) func(log io.Writer, withMPS
 	f.StringVar(&cfg.RemoteLib, "remote-lib", "", "with --remote-slots: the folder on the node holding the remoting libcuda.so.1 for containers (default: next to flexgv)")
 	f.BoolVar(&mpsPods, "mps-pods", false, "with --kubernetes --mps: offer the daemon's MPS to pods that ask for flexgv.io/gpu-sm (its pipe folder "+
 		"given to them): MPS carries one client's fatal GPU fault to the others on its GPU, so offer it only where the node's pods trust each other")
-	names := []string{"node-name", "kubeconfig", "plugin-dir", "slots", "ctx-mem", "dev-root", "pod-resources", "health-interval", "sync-interval",
+	names := []string{"shim", "node-name", "kubeconfig", "plugin-dir", "slots", "ctx-mem", "dev-root", "pod-resources", "health-interval", "sync-interval",
 		"remote-addr", "tenant-dir", "remote-slots", "remote-lib", "mps-pods"}
 	return func(log io.Writer, withMPS bool) (func(context.Context, flexgvv1.DaemonServer), error) {
 		if !on {

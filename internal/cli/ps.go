@@ -22,7 +22,7 @@ func newPs() *cobra.Command {
 		Long: "Asks the node daemon when one answers, else reads the tenants' shared state directly; the two\n" +
 			"show the same. Dead processes are not counted. Tenants no process is left in are removed; files\n" +
 			"that are not tenants are reported and skipped.",
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			dir := tenant.Dir()
 			infos, bad, ok, err := listViaDaemon(dir)

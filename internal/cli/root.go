@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/flexgv/flexgv/internal/launch"
 )
-
-// Version is set at build time with -ldflags "-X ...cli.Version=...".
-var Version = "dev"
 
 // exitError carries the exit code a command wants, and a message unless the
 // program it ran already said what went wrong.
@@ -38,14 +36,24 @@ func newRoot(stderr io.Writer) *cobra.Command {
 		Short:         "GPU virtualization by transparent CUDA API interception",
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		Version:       Version,
+		// Suggest "trace" for "tarce": two edits away (cobra's default).
+		SuggestionsMinimumDistance: 2,
+		Version:                    fullVersion(),
 	}
+	root.SetVersionTemplate("flexgv {{.Version}}\n")
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%s: %w (see %s --help)", c.CommandPath(), err, c.CommandPath())}
 	})
-	root.PersistentFlags().StringVar(&g.shim, "shim", "", "path of libflexgv.so (default: next to flexgv, or $FLEXGV_SHIM)")
-	root.PersistentFlags().StringVar(&g.driver, "driver", "", "CUDA driver library to load instead of libcuda.so.1")
+	// A bare flexgv shows the help; flexgv WORD that is no command is a
+	// usage error like any other.
+	root.Args = func(c *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return usageError{fmt.Errorf("flexgv: unknown command %q%s (see flexgv --help)", args[0], suggest(c, args[0]))}
+		}
+		return nil
+	}
+	root.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
 	// An empty path would silently mean the default.
 	root.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
 		for _, name := range []string{"shim", "driver", "output"} {
@@ -55,10 +63,49 @@ func newRoot(stderr io.Writer) *cobra.Command {
 		}
 		return nil
 	}
-	root.AddCommand(newRun(g, stderr), newTrace(g, stderr), newCensus(g, stderr), newPs(), newRm(), newUpdate(), newTop(), newBench(), newNode(), newDaemon(g),
-		newServe(g, stderr), newVersion())
+	// --shim and --driver only where a program is started under the shim
+	// (the daemon's device plugin adds --shim itself).
+	for _, c := range []*cobra.Command{newRun(g, stderr), newTrace(g, stderr), newCensus(g, stderr), newServe(g, stderr)} {
+		c.Flags().StringVar(&g.shim, "shim", "", "path of libflexgv.so (default: next to flexgv, or $FLEXGV_SHIM)")
+		c.Flags().StringVar(&g.driver, "driver", "", "CUDA driver library to load instead of libcuda.so.1")
+		root.AddCommand(c)
+	}
+	root.AddCommand(newPs(), newRm(), newUpdate(), newTop(), newBench(), newNode(), newDaemon(g), newVersion())
 	root.AddCommand(kubernetesCommands()...)
 	return root
+}
+
+// suggest is cobra's "did you mean" for a mistyped command name.
+func suggest(c *cobra.Command, name string) string {
+	if s := c.SuggestionsFor(name); len(s) > 0 {
+		return fmt.Sprintf("; did you mean %q?", s[0])
+	}
+	return ""
+}
+
+// noArgs is the Args check of commands that take no arguments.
+func noArgs(c *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		msg := fmt.Sprintf("unexpected argument %q", args[0])
+		if c.HasSubCommands() {
+			msg = fmt.Sprintf("unknown command %q%s", args[0], suggest(c, args[0]))
+		}
+		return usageError{fmt.Errorf("%s: %s (see %s --help)", c.CommandPath(), msg, c.CommandPath())}
+	}
+	return nil
+}
+
+// exactlyOne is the Args check of commands that take one argument, named by
+// the word after the command's name in its Use.
+func exactlyOne(c *cobra.Command, args []string) error {
+	if len(args) != 1 {
+		what := "argument"
+		if f := strings.Fields(c.Use); len(f) > 1 {
+			what = f[1]
+		}
+		return usageError{fmt.Errorf("%s: give one %s, got %d arguments (see %s --help)", c.CommandPath(), what, len(args), c.CommandPath())}
+	}
+	return nil
 }
 
 // needCommand is the Args check of commands that run a program.
@@ -110,18 +157,9 @@ func newRun(g *globals, stderr io.Writer) *cobra.Command {
 	}
 	c.Flags().SetInterspersed(false)
 	q.register(c)
-	c.Flags().StringVar(&remoteAddr, "remote", "", "run on the GPUs of flexgv serve at ADDR (unix:///PATH, tcp://HOST:PORT or tls://HOST:PORT)")
+	c.Flags().StringVar(&remoteAddr, "remote", "", "run on the GPUs of flexgv serve at ADDR (unix:///PATH, shm:///PATH for the same socket through shared memory, tcp://HOST:PORT or tls://HOST:PORT)")
 	c.Flags().StringVar(&tokenFile, "token-file", "", "with --remote: the file holding the tenant's token the server gave (default: $FLEXGV_REMOTE_TOKEN_FILE)")
 	return c
-}
-
-func newVersion() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version",
-		Args:  cobra.NoArgs,
-		Run:   func(c *cobra.Command, _ []string) { fmt.Fprintln(c.OutOrStdout(), "flexgv", Version) },
-	}
 }
 
 // Main runs the CLI and returns the process exit status.

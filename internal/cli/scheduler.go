@@ -26,7 +26,7 @@ func newScheduler() *cobra.Command {
 			"flexgv.io/vgpu goes only where a GPU has its flexgv.io/gpu-memory plus a CUDA context and its\n" +
 			"flexgv.io/gpu-compute free; the GPUs chosen are recorded on the pod (flexgv.io/gpus) with its\n" +
 			"binding. Runs until SIGTERM or SIGINT.",
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			p, err := vgpu.ParsePolicy(policy)
 			if err != nil {

@@ -46,10 +46,10 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 			"  flexgv serve --listen tls://0.0.0.0:7070 --tls-cert server.pem --tls-key server.key --gpus 0,1 \\\n" +
 			"      --tenant team-a:/etc/flexgv/team-a.token --mem 8GiB --compute 30% --priority high \\\n" +
 			"      --tenant team-b:/etc/flexgv/team-b.token --mem 16GiB",
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if listen == "" {
-				return usageError{fmt.Errorf("flexgv serve: --listen is required (unix:///PATH or tcp://HOST:PORT)")}
+				return usageError{fmt.Errorf("flexgv serve: --listen is required (unix:///PATH, tcp://HOST:PORT or tls://HOST:PORT)")}
 			}
 			addr, err := remote.ParseAddr(listen)
 			if err != nil {

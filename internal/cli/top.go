@@ -23,7 +23,7 @@ const (
 )
 
 func newTop() *cobra.Command {
-	var once bool
+	var once, asJSON bool
 	var interval time.Duration
 	c := &cobra.Command{
 		Use:   "top",
@@ -33,9 +33,13 @@ func newTop() *cobra.Command {
 			"| the target), its cap and priority, memory used and quota, processes, the time its processes waited\n" +
 			"to launch (in all, and as a share of the interval) and the turns it lost to a higher priority;\n" +
 			"* marks the tenant holding the GPU. Reads the state folder directly: works with or without the\n" +
-			"node daemon. q, Esc or Ctrl-C quits. --once prints one snapshot, the shares achieved over --interval.",
-		Args: cobra.NoArgs,
+			"node daemon. q, Esc or Ctrl-C quits. --once prints one snapshot, the shares achieved over --interval\n" +
+			"(--json: as JSON, sizes in bytes, shares and caps in hundredths of a percent, rates as fractions).",
+		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
+			if asJSON && !once {
+				return usageError{fmt.Errorf("flexgv top: --json prints a snapshot; give --once too")}
+			}
 			if interval < minTopInterval || interval > maxTopInterval {
 				return usageError{fmt.Errorf("flexgv top: --interval %v: give a duration from %v to %v", interval, minTopInterval, maxTopInterval)}
 			}
@@ -44,7 +48,7 @@ func newTop() *cobra.Command {
 			src := top.Source{Dir: tenant.Dir(), Devices: gpuinfo.Devices}
 			var err error
 			if once {
-				err = top.Once(ctx, src, interval, c.OutOrStdout())
+				err = top.Once(ctx, src, interval, c.OutOrStdout(), asJSON)
 			} else {
 				if !isTerminal(os.Stdin) || !isTerminal(os.Stdout) {
 					return usageError{fmt.Errorf("flexgv top: the live view needs a terminal; use --once for a snapshot as text")}
@@ -58,6 +62,7 @@ func newTop() *cobra.Command {
 		},
 	}
 	c.Flags().BoolVar(&once, "once", false, "print one snapshot as text and exit")
+	c.Flags().BoolVar(&asJSON, "json", false, "with --once: print the snapshot as JSON")
 	c.Flags().DurationVar(&interval, "interval", time.Second, "time between snapshots; the shares achieved are over it")
 	return c
 }

@@ -25,7 +25,7 @@ func newUpdate() *cobra.Command {
 			"Nor can a running process's SMs under MPS: --sm is for the tenant's processes that start later.",
 		Example: "  flexgv update team-a --compute 0=40% --priority high\n" +
 			"  flexgv update team-b --compute-max none",
-		Args: cobra.ExactArgs(1),
+		Args: exactlyOne,
 		RunE: func(c *cobra.Command, args []string) error {
 			fail := func(err error) error { return usageError{fmt.Errorf("flexgv update: %w", err)} }
 			if c.Flags().Changed("mem") {

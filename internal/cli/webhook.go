@@ -30,7 +30,7 @@ func newWebhook() *cobra.Command {
 			"gpu-compute without flexgv.io/vgpu, a vGPU without memory, a compute share outside 1..100, an\n" +
 			"unknown flexgv.io/priority, vGPUs in init containers or in more than one container. Pods that ask\n" +
 			"for vGPUs get --scheduler-name (when given) and their priority spelled out. Runs until SIGTERM or SIGINT.",
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if cert == "" || key == "" {
 				return usageError{errors.New("flexgv webhook: --tls-cert and --tls-key are required: the API server calls webhooks over HTTPS only")}

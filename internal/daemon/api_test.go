@@ -235,7 +235,7 @@ func TestDeleteRefusedWhileProcessesUseIt(t *testing.T) {
 	}
 	proc := useSlot(t, filepath.Join(dir, "tenant-g"), 100<<20)
 	_, err := a.DeleteTenant(ctx, &flexgvv1.DeleteTenantRequest{Name: "g"})
-	wantCode(t, err, codes.FailedPrecondition, "tenant g has 1 processes using it (pids 4242)")
+	wantCode(t, err, codes.FailedPrecondition, "tenant g has 1 process using it (pid 4242)")
 	if got, err := a.GetTenant(ctx, &flexgvv1.GetTenantRequest{Name: "g"}); err != nil || !got.Held || got.Devices[0].UsedBytes != 100<<20 {
 		t.Fatalf("after the refusal: %+v %v", got, err)
 	}

@@ -317,6 +317,9 @@ func (h *held) remove(name string) (bool, error) {
 		for i, p := range info.Procs {
 			pids[i] = fmt.Sprint(p.Pid)
 		}
+		if n == 1 {
+			return false, status.Errorf(codes.FailedPrecondition, "tenant %s has 1 process using it (pid %s)", name, pids[0])
+		}
 		return false, status.Errorf(codes.FailedPrecondition, "tenant %s has %d processes using it (pids %s)", name, n, strings.Join(pids, " "))
 	}
 	delete(h.tenants, name)

@@ -165,6 +165,38 @@ func Environ(env []string, shim string, o Options) []string {
 	return append(out, o.Env...)
 }
 
+// driverLink makes a private folder whose only file, libcuda.so.1, links to
+// driver: first on the program's LD_LIBRARY_PATH, it is what the program's
+// own dlopen("libcuda.so.1") or its -lcuda finds, whatever the driver file
+// is named, without bringing the rest of the driver's folder along.
+func driverLink(driver string) (string, error) {
+	dir, err := os.MkdirTemp("", "flexgv-driver-")
+	if err != nil {
+		return "", fmt.Errorf("--driver: %w", err)
+	}
+	if err := os.Symlink(driver, filepath.Join(dir, "libcuda.so.1")); err != nil {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("--driver: %w", err)
+	}
+	return dir, nil
+}
+
+// prependLibraryPath puts dir first on env's LD_LIBRARY_PATH.
+func prependLibraryPath(env []string, dir string) []string {
+	out := make([]string, 0, len(env)+1)
+	path := dir
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "LD_LIBRARY_PATH="); ok {
+			if v != "" {
+				path += ":" + v
+			}
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out, "LD_LIBRARY_PATH="+path)
+}
+
 // Run starts argv under the shim, forwards the termination signals that
 // would not reach it otherwise and returns its exit code (128+N when signal
 // N ended it).
@@ -187,6 +219,14 @@ func Run(argv []string, o Options) (int, error) {
 		o.Driver = abs
 	}
 	env := Environ(os.Environ(), shim, o)
+	if o.Driver != "" {
+		dir, err := driverLink(o.Driver)
+		if err != nil {
+			return 1, err
+		}
+		defer os.RemoveAll(dir)
+		env = prependLibraryPath(env, dir)
+	}
 	if o.Driver == "" && FindDriver(env) == "" && o.Stderr != nil {
 		fmt.Fprintln(o.Stderr, "flexgv: warning: no CUDA driver (libcuda.so.1) in LD_LIBRARY_PATH, the ld.so cache or the usual "+
 			"driver folders; the program's CUDA calls will fail as they would without flexgv. "+

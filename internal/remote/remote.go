@@ -119,6 +119,10 @@ func Listen(a Addr) (net.Listener, error) {
 			if fi.Mode()&os.ModeSocket == 0 {
 				return nil, fmt.Errorf("%s exists and is not a socket", a.Address)
 			}
+			if listeningUnix(a.Address) {
+				return nil, fmt.Errorf("%s: a server is already listening there", a.Address)
+			}
+			// Not listed (a server in another network namespace): ask it.
 			if c, err := net.DialTimeout("unix", a.Address, time.Second); err == nil {
 				c.Close()
 				return nil, fmt.Errorf("%s: a server is already listening there", a.Address)

@@ -35,7 +35,9 @@ func rates(prev *Snapshot, uuid string, t Tenant, at time.Time) Rates {
 		}
 		for _, p := range g.Tenants {
 			if p.Name == t.Name && p.Scheduled && t.HeldNs >= p.HeldNs && t.WaitedNs >= p.WaitedNs {
-				r.Achieved = float64(t.HeldNs-p.HeldNs) / dt
+				// At most all of it: the reads of the two snapshots
+				// take their own time, which dt does not see.
+				r.Achieved = min(float64(t.HeldNs-p.HeldNs)/dt, 1)
 				r.Throttled = float64(t.WaitedNs-p.WaitedNs) / dt
 			}
 		}

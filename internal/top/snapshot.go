@@ -58,9 +58,12 @@ type Source struct {
 // Read takes a snapshot: the scheduler regions and tenant files of the
 // state folder, and NVML where it answers.
 func (s Source) Read() (Snapshot, error) {
-	snap := Snapshot{At: time.Now()}
+	var snap Snapshot
 	devs, err := s.Devices()
 	snap.NVMLErr = err
+	// The holder's current turn counts up to the moment the regions are
+	// read: that moment, not one before NVML answered, is the snapshot's.
+	snap.At = time.Now()
 	scheds, _, err := sched.List(s.Dir)
 	if err != nil {
 		return Snapshot{}, err

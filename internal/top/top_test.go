@@ -2,6 +2,7 @@ package top
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"regexp"
 	"strings"
@@ -130,18 +131,18 @@ func TestRatesAcrossACounterRestart(t *testing.T) {
 func TestOncePrintsOneSnapshot(t *testing.T) {
 	src, _, _ := node(t)
 	var b strings.Builder
-	if err := Once(context.Background(), src, 50*time.Millisecond, &b); err != nil {
+	if err := Once(context.Background(), src, 50*time.Millisecond, &b, false); err != nil {
 		t.Fatal(err)
 	}
 	row(t, b.String(), `  train\s+50%\s+\[\.{9}\|\.{10}\]\s+0\.0%\s+90%\s+normal\s+40%\s+0B\s+2\s+0\.0s \(0\.0%\)\s+0`)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := Once(ctx, src, time.Hour, &b); !errors.Is(err, context.Canceled) {
+	if err := Once(ctx, src, time.Hour, &b, false); !errors.Is(err, context.Canceled) {
 		t.Errorf("Once with its context done: %v", err)
 	}
 	bad := Source{Dir: src.Dir, Devices: func() ([]gpuinfo.Device, error) { return nil, errors.New("NVML: driver not loaded") }}
 	b.Reset()
-	if err := Once(context.Background(), bad, time.Millisecond, &b); err != nil || !strings.Contains(b.String(), "no NVML figures: NVML: driver not loaded") {
+	if err := Once(context.Background(), bad, time.Millisecond, &b, false); err != nil || !strings.Contains(b.String(), "no NVML figures: NVML: driver not loaded") {
 		t.Errorf("without NVML: %v\n%s", err, b.String())
 	}
 	row(t, b.String(), `GPU `+uuidA+`  hand-overs 0`)
@@ -183,5 +184,64 @@ func TestModel(t *testing.T) {
 	}
 	if _, cmd := tm.Update(tea.KeyPressMsg{Code: 'x', Text: "x"}); cmd != nil {
 		t.Errorf("x does something: %T", cmd())
+	}
+}
+
+// A tenant never achieves more than all of the GPU's time, even when its
+// counters moved a little more than the snapshots' clocks.
+func TestAchievedAtMostAll(t *testing.T) {
+	first, second := twoSnapshots(t)
+	second.GPUs[0].Tenants[0].HeldNs = first.GPUs[0].Tenants[0].HeldNs + 1_001_000_000
+	if r := rates(&first, uuidA, second.GPUs[0].Tenants[0], second.At); r.Achieved != 1 {
+		t.Errorf("infer held 1.001 s of 1 s: achieved %v, want 1", r.Achieved)
+	}
+	row(t, Render(&first, second), `  infer \*\s+30%\s+\[#{5}\|#{14}\]\s+100\.0%.*`)
+}
+
+// The snapshot's time is when the schedulers were read, after NVML: a slow
+// NVML does not shorten the interval the holder's turn is measured over.
+func TestSnapshotTimedAfterNVML(t *testing.T) {
+	src, _, _ := node(t)
+	var answered time.Time
+	src.Devices = func() ([]gpuinfo.Device, error) {
+		time.Sleep(10 * time.Millisecond)
+		answered = time.Now()
+		return devices, nil
+	}
+	s, err := src.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.At.Before(answered) {
+		t.Errorf("snapshot taken at %v, before NVML answered at %v", s.At, answered)
+	}
+}
+
+func TestWriteJSON(t *testing.T) {
+	first, second := twoSnapshots(t)
+	var b strings.Builder
+	if err := WriteJSON(&b, &first, second); err != nil {
+		t.Fatal(err)
+	}
+	var v jsonView
+	if err := json.Unmarshal([]byte(b.String()), &v); err != nil {
+		t.Fatalf("%v\n%s", err, b.String())
+	}
+	if v.Interval != 1 || len(v.GPUs) != 2 || v.GPUs[0].UUID != uuidA || v.GPUs[0].MemTotal != 16<<30 || v.GPUs[0].HandOvers != 17 {
+		t.Fatalf("GPUs: %s", b.String())
+	}
+	ts := v.GPUs[0].Tenants
+	if len(ts) != 3 || ts[0].Name != "infer" || ts[0].Share != 3000 || ts[0].Achieved == nil || *ts[0].Achieved != 0.3 ||
+		!ts[0].Holder || ts[0].Quota != 1<<30 {
+		t.Errorf("infer: %+v", ts[0])
+	}
+	if ts[2].Name != "train" || ts[2].Throttled == nil || *ts[2].Throttled != 0.4 || ts[2].Preemptions != 2 || ts[2].SM != 40 {
+		t.Errorf("train: %+v", ts[2])
+	}
+	if ts[1].Name != "mem" || ts[1].Achieved != nil || ts[1].Scheduled {
+		t.Errorf("mem, not scheduled, has no rate: %+v", ts[1])
+	}
+	if len(v.GPUs[1].Tenants) != 0 || !strings.Contains(b.String(), `"tenants": []`) {
+		t.Errorf("GPU 1 has no tenant: %s", b.String())
 	}
 }

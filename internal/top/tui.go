@@ -72,9 +72,9 @@ func Run(ctx context.Context, src Source, interval time.Duration, in io.Reader, 
 	return err
 }
 
-// Once writes one snapshot as text, with rates over interval: it reads
-// twice, interval apart.
-func Once(ctx context.Context, src Source, interval time.Duration, out io.Writer) error {
+// Once writes one snapshot as text (as JSON with asJSON), with rates over
+// interval: it reads twice, interval apart.
+func Once(ctx context.Context, src Source, interval time.Duration, out io.Writer, asJSON bool) error {
 	first, err := src.Read()
 	if err != nil {
 		return err
@@ -87,6 +87,9 @@ func Once(ctx context.Context, src Source, interval time.Duration, out io.Writer
 	second, err := src.Read()
 	if err != nil {
 		return err
+	}
+	if asJSON {
+		return WriteJSON(out, &first, second)
 	}
 	_, err = io.WriteString(out, Render(&first, second))
 	return err

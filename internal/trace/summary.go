@@ -148,10 +148,12 @@ func (s Summary) WriteText(w io.Writer) error {
 			parts = append(parts, fmt.Sprintf("%d %s", status[k], k))
 		}
 	}
-	fmt.Fprintf(&b, "flexgv trace: %d processes (%s), %d driver calls, %s in the driver, exit code %d\n",
-		len(s.Processes), strings.Join(parts, ", "), calls, fmtDur(uint64(total)), s.ExitCode)
+	fmt.Fprintf(&b, "flexgv trace: %s (%s), %s, %s in the driver, exit code %d\n",
+		plural(len(s.Processes), "process", "processes"), strings.Join(parts, ", "), plural(int(calls), "driver call", "driver calls"),
+		fmtDur(uint64(total)), s.ExitCode)
 	if s.Overflow > 0 {
-		fmt.Fprintf(&b, "flexgv trace: %d processes found no free slot; their calls are counted without a process (raise --slots)\n", s.Overflow)
+		fmt.Fprintf(&b, "flexgv trace: %s found no free slot; their calls are counted without a process (raise --slots)\n",
+			plural(int(s.Overflow), "process", "processes"))
 	}
 	// Names left, numbers right.
 	width := len("API")
@@ -199,4 +201,12 @@ func fmtBytes(b uint64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f%ciB", float64(b)/float64(div), "KMGTPE"[exp])
+}
+
+// plural is n and the noun's form for it.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }

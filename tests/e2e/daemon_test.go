@@ -171,7 +171,7 @@ func TestDaemonHoldsGroupsAcrossItsDeath(t *testing.T) {
 
 	c := e.client(t)
 	_, err := deleteTenant(t, c, "g")
-	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "tenant g has 1 processes using it") {
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "tenant g has 1 process using it") {
 		t.Errorf("DeleteTenant while the holder runs: %v", err)
 	}
 
@@ -329,7 +329,7 @@ func TestRmRemovesAGroupTheDaemonHolds(t *testing.T) {
 	}
 	e.startDaemon(t)
 	holder := e.startProc(t, "flexgv", "run", "--group", "g", "--mem", "2GiB", "--", bin("holder"), "10")
-	if r := e.run("flexgv", "rm", "g"); r.code != 1 || !strings.Contains(r.stderr, "tenant g has 1 processes using it") {
+	if r := e.run("flexgv", "rm", "g"); r.code != 1 || !strings.Contains(r.stderr, "tenant g has 1 process using it") {
 		t.Errorf("while its process runs: %+v", r)
 	}
 	holder.stdin.Close()

@@ -79,7 +79,7 @@ func TestSimulatedOutOfMemory(t *testing.T) {
 func TestNodeCommand(t *testing.T) {
 	e := newEnv(t, "FLEXGV_SIM_DEVICES=2", "FLEXGV_SIM_MEM=4GiB")
 	r := e.run("flexgv", "node")
-	if r.code != 0 || !strings.Contains(r.stdout, "FlexGV Simulated GPU") || strings.Count(r.stdout, "4096 MiB") != 2 {
+	if r.code != 0 || !strings.Contains(r.stdout, "FlexGV Simulated GPU") || strings.Count(r.stdout, " 4GiB ") != 2 {
 		t.Fatalf("flexgv node: %+v", r)
 	}
 	r = e.runIn(t.TempDir(), "flexgv", "node")

@@ -799,6 +799,10 @@ func TestRemoteServeLifecycle(t *testing.T) {
 	if err := s.cmd.Wait(); err != nil {
 		t.Errorf("serve after SIGTERM: %v\n%s", err, s.Log())
 	}
+	// The second server found the first without connecting as a client.
+	if strings.Contains(s.Log(), "refused") {
+		t.Errorf("the second server's check left a refusal in the first one's log:\n%s", s.Log())
+	}
 	if err := cmd.Wait(); err == nil || !strings.Contains(errb.String(), "lost the GPU server") {
 		t.Errorf("the program after its server stopped: %v\n%s", err, errb.String())
 	}
