@@ -88,6 +88,10 @@ type spin struct {
 	// copier: calls made, and the longest one (ms)
 	ops     int
 	longest float64
+	// the host's view (ms): from the start to the last completion seen,
+	// and how long of it the host kept the spinner waiting to run
+	wallMs, delayedMs float64
+	elapsedMs         float64 // from the start to the last completion, on the device's clock
 }
 
 func parseSpin(t *testing.T, line string, into *spin) bool {
@@ -106,8 +110,9 @@ func parseSpin(t *testing.T, line string, into *spin) bool {
 	case len(f) == 4 && f[0] == "ops":
 		into.ops, into.longest = int(num(1)), num(3)
 		return true
-	case len(f) == 10 && f[0] == "kernels":
+	case len(f) == 14 && f[0] == "kernels":
 		into.kernels, into.share, into.p50, into.p99 = int(num(1)), num(5), num(7), num(9)
+		into.elapsedMs, into.wallMs, into.delayedMs = num(3), num(11), num(13)
 		return true
 	default:
 		t.Fatalf("spinner printed %q", line)
