@@ -119,21 +119,22 @@ static pthread_mutex_t sched_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct sim_stamp *watch[SIM_LANES][SIM_RING];
 
 /* The device's clock. It runs at wall-clock speed, except that it waits
- * for a waiter the host wakes late: while a process sleeps until the
- * device reaches some time (its due time), the clock stops GRACE_NS past
- * it (a wake-up's ordinary latency, which a GPU does not wait for either)
- * until that process is running again, at most FREEZE_NS behind the wall.
- * The device then never runs on, or idles, during a delay that is the
- * host's and not the program's (a preempted waiter of a busy machine):
- * every process sees the device do the same work in the same device time
- * however late the host runs it, while a program that pauses of its own
- * accord (host work, a sleep, a server between requests) leaves the device
- * idle for that time, as on a GPU. Everything timed in the simulation
- * (arrivals, the schedule, events, busy time) is on this clock. The time
- * it stood still adds up in stall_ns, changed under the schedule's lock:
+ * for a waiter the host wakes late. A process asleep until a completion
+ * publishes its due time: when the lane it waits on would run dry. The
+ * clock stops GRACE_NS past the earliest due (a wake-up's ordinary
+ * latency, which a GPU does not wait for either) until that process runs
+ * again, at most FREEZE_NS behind the wall. So the device neither idles
+ * nor runs others' work during a delay that is the host's and not the
+ * program's (a preempted waiter on a busy machine): every process sees the
+ * device do the same work in the same device time however late the host
+ * runs it, while a program that pauses of its own accord (host work, a
+ * sleep, a server between requests) leaves the device idle, as on a GPU.
+ * Everything timed in the simulation (arrivals, the schedule, events, busy
+ * time) is on this clock. The time it stood still adds up in stall_ns:
  * clock = min(wall - stall, earliest due + GRACE_NS), and at least
- * wall - stall - FREEZE_NS. A due is set and cleared under that lock too; clearing one
- * first adds to stall what the clock is behind, so it never jumps. */
+ * wall - stall - FREEZE_NS. Dues are set and cleared under the schedule's
+ * lock; clearing one first adds to stall what the clock is behind, so the
+ * clock never jumps. */
 #define GRACE_NS 1000000ull    /* a waiter this late has the host's wake-up: the device ran on, as a GPU does */
 #define FREEZE_NS 100000000ull /* the longest host delay it waits for: a stopped or dead waiter holds it no longer */
 
@@ -1263,8 +1264,11 @@ void sim_wait(int lane, uint64_t count)
         due_drop();
         const struct sim_sched *S = advance();
         uint64_t when = S->procs[my_proc].lanes[lane].finished >= count ? 0 : predict(S, lane, count);
+        /* The clock waits for us only once the lane has run dry: until
+         * then a late wake-up costs the device nothing. */
+        uint64_t all = __atomic_load_n(&q->head, __ATOMIC_ACQUIRE);
         if (when)
-            due_set(when);
+            due_set(all > count ? predict(S, lane, all) : when);
         sched_unlock();
         if (!when)
             return;
