@@ -5,7 +5,9 @@
  * DEPTH kernels (default 16) in flight on one stream, each between two
  * events, so everything it reports is device time, which CPU contention
  * does not stretch:
- *     window I share PCT   every WINDOW_MS after the start, when asked
+ *     window I share PCT seen_ms T   every WINDOW_MS of device time after
+ *                                    the start, when asked; T: when the host
+ *                                    saw it end (CLOCK_MONOTONIC)
  *     kernels N elapsed_ms E share PCT p50_us P p99_us Q wall_ms W delayed_ms D
  * share: its kernels' time over the time from the start to the last
  * completion; W: that time on the host's clock, D: how much of it the
@@ -185,7 +187,8 @@ int main(int argc, char **argv)
             CHECK(cuEventElapsedTime(&end_ms, start, after[k]));
             ended = wall_s();
             for (; window_ms > 0 && end_ms >= (double)(window + 1) * window_ms; window++, in_window = 0) {
-                printf("window %ld share %.1f\n", window, (double)in_window * kernel_us / (window_ms * 10.0));
+                printf("window %ld share %.1f seen_ms %.3f\n", window, (double)in_window * kernel_us / (window_ms * 10.0),
+                       wall_s() * 1e3);
                 fflush(stdout);
             }
             in_window++;
