@@ -36,8 +36,24 @@ func (e *env) spinAll(seconds string, flags ...[]string) []spin {
 	return out
 }
 
+// handoverLoss is the most of the device, in points, that tenants taking
+// turns can lose to their hosts: at a hand-over the device waits, drained,
+// until the next holder's host launches (a waiter asleep in the shim, not
+// in the simulated GPU, whose clock runs on), so each ms the host kept a
+// spinner from running can idle the device that ms.
+func handoverLoss(ss ...spin) float64 {
+	loss := 0.0
+	for _, s := range ss {
+		if s.wallMs > 0 {
+			loss += s.delayedMs * 100 / s.wallMs
+		}
+	}
+	return loss
+}
+
 // Tenants that contend get the device in proportion to their shares, and
-// together lose little of it.
+// together lose little of it: 5 points on an idle host (a drained
+// hand-over each quantum), and what their hosts delayed them.
 func TestSharesDivideAContendedDevice(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -64,8 +80,8 @@ func TestSharesDivideAContendedDevice(t *testing.T) {
 				t.Errorf("shares %v: tenant %d got %.1f%% of the busy device, want %.0f%% ± 4", c.shares, i, r.share*100/total, c.want[i])
 			}
 		}
-		if total < 95 {
-			t.Errorf("shares %v: together %.1f%% of the device, want ≥ 95%%", c.shares, total)
+		if loss := handoverLoss(got...); total < 95-loss {
+			t.Errorf("shares %v: together %.1f%% of the device, want ≥ 95%% - %.1f (host delays)", c.shares, total, loss)
 		}
 	}
 }
@@ -87,9 +103,9 @@ func TestSharesDivideInTheLastSlots(t *testing.T) {
 	total := ra.share + rb.share
 	t.Logf("slots %d and %d: 30%%: %.1f%% of the busy device, 70%%: %.1f%%", sched.MaxSlots-2, sched.MaxSlots-1,
 		ra.share*100/total, rb.share*100/total)
-	if math.Abs(ra.share*100/total-30) > 4 || total < 95 {
-		t.Errorf("30/70 in the last slots: %.1f%% and %.1f%% of the busy device, together %.1f%% of it; want 30 ± 4, ≥ 95 together",
-			ra.share*100/total, rb.share*100/total, total)
+	if loss := handoverLoss(ra, rb); math.Abs(ra.share*100/total-30) > 4 || total < 95-loss {
+		t.Errorf("30/70 in the last slots: %.1f%% and %.1f%% of the busy device, together %.1f%% of it; want 30 ± 4, ≥ 95 - %.1f (host delays) together",
+			ra.share*100/total, rb.share*100/total, total, loss)
 	}
 }
 
@@ -111,8 +127,8 @@ func TestSharesHoldAcrossPauses(t *testing.T) {
 	if math.Abs(ra.share*100/total-30) > 3 {
 		t.Errorf("the 30%% tenant got %.1f%% of the busy device, the 70%% one %.1f%%: want 30 ± 3", ra.share*100/total, rb.share*100/total)
 	}
-	if total < 90 {
-		t.Errorf("together %.1f%% of the device, want ≥ 90%%", total)
+	if loss := handoverLoss(ra, rb); total < 90-loss {
+		t.Errorf("together %.1f%% of the device, want ≥ 90%% - %.1f (host delays)", total, loss)
 	}
 }
 
