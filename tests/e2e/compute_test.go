@@ -53,9 +53,7 @@ func capBand(t *testing.T, what string, s spin, want float64) {
 }
 
 // A capped program alone gets its cap of the device, though the rest of it
-// is idle; uncapped, it gets all of it: its 16 ms queued never run dry on
-// the device's clock, which waits for a waiter the host wakes late (less
-// than the 1 ms it runs on past a late waiter's due, on a 16 ms queue).
+// is idle; uncapped, it gets all of it but what its host idled (awakeLoss).
 func TestComputeMaxCapsAnIdleDevice(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -67,8 +65,9 @@ func TestComputeMaxCapsAnIdleDevice(t *testing.T) {
 	} {
 		capBand(t, fmt.Sprintf("under %v", c.flags), newEnv(t).capSpin(c.flags...), c.want)
 	}
-	if s := newEnv(t).capSpin(); s.share < 99 {
-		t.Errorf("a lone spinner without a cap got %.1f%% of the device (%d kernels), want all of it", s.share, s.kernels)
+	if s := newEnv(t).capSpin(); s.share < 99-awakeLoss(s) {
+		t.Errorf("a lone spinner without a cap got %.1f%% of the device (%d kernels), want ≥ 99%% - %.1f (host delays)",
+			s.share, s.kernels, awakeLoss(s))
 	}
 }
 

@@ -260,9 +260,7 @@ func TestMPSClientsRunAtOnce(t *testing.T) {
 	startMPS(t, e, dir)
 	// Each spinner's share counts its kernels as 1 ms: running at once,
 	// twice as long each, they fill 50 % of its device time; in turns,
-	// 25 %. Device time (events) does not stretch with a loaded host, and
-	// its 8 ms queued run dry only past the clock's 1 ms grace for a late
-	// waiter: 45 % at least. A kernel's latency from when its stream
+	// 25 %: 45 % at least, less what its host idled (awakeLoss). A kernel's latency from when its stream
 	// reached it is its 2 ms, whatever the host does.
 	for _, flags := range [][]string{{"--sm", "50%"}, {"--mem", "1GiB"}} {
 		a := e.spinnerUnder(flags, "1000", "1", "4")
@@ -270,9 +268,9 @@ func TestMPSClientsRunAtOnce(t *testing.T) {
 		a.start()
 		b.start()
 		for _, s := range []spin{a.result(), b.result()} {
-			if s.share < 45 || s.share > 50.5 || s.p50 < 1900 || s.p99 > 2100 {
-				t.Errorf("two spinners %v under MPS: %.1f%% (in 1 ms kernels; %d kernels), p50 %.0f µs, p99 %.0f µs; want 45-50 %%, p50 from 1900, p99 at most 2100",
-					flags, s.share, s.kernels, s.p50, s.p99)
+			if s.share < 45-awakeLoss(s) || s.share > 50.5 || s.p50 < 1900 || s.p99 > 2100 {
+				t.Errorf("two spinners %v under MPS: %.1f%% (in 1 ms kernels; %d kernels), p50 %.0f µs, p99 %.0f µs; want 45-50 %% (less %.1f for host delays), p50 from 1900, p99 at most 2100",
+					flags, s.share, s.kernels, s.p50, s.p99, awakeLoss(s))
 			}
 		}
 	}
@@ -418,10 +416,15 @@ func TestPriorityRunsBesideAHostBoundHolderUnderMPS(t *testing.T) {
 
 	// A GPU-bound high tenant (1 ms kernels, each waited for) is not run
 	// beside: the low one has the device once it is done, half its run.
+	// What the host keeps the high one from running is idle the shim sees
+	// and lends (a holder that does not launch over a poll), and device time
+	// the high one's queue, one kernel deep, lacks: both at most its delay.
 	h, l = pair(run{high: spinner("1000", "1.5", "1"), low: trainer})
-	t.Logf("under MPS, GPU-bound high: %.1f%%, p99 %.0f µs; the low tenant %.1f%%", h.share, h.p99, l.share)
-	if l.share > 65 || h.share < 80 {
-		t.Errorf("under MPS beside a GPU-bound high tenant (%.1f%%) the low one got %.1f%% of its run, want ≤ 65%% (only once it is done)",
-			h.share, l.share)
+	loss := handoverLoss(h)
+	t.Logf("under MPS, GPU-bound high: %.1f%%, p99 %.0f µs, %.0f of %.0f ms delayed by its host; the low tenant %.1f%%",
+		h.share, h.p99, h.delayedMs, h.wallMs, l.share)
+	if l.share > 65+loss || h.share < 80-loss {
+		t.Errorf("under MPS beside a GPU-bound high tenant (%.1f%%) the low one got %.1f%% of its run, want ≤ 65%% + %.1f (only once it is done, or while the host delays it)",
+			h.share, l.share, loss)
 	}
 }

@@ -139,8 +139,8 @@ func TestAShareIsWorkConserving(t *testing.T) {
 	e := newEnv(t)
 	r := e.spinAll("1", []string{"--compute", "30%"})[0]
 	t.Logf("alone under --compute 30%%: %.1f%%", r.share)
-	if r.share < 95 {
-		t.Errorf("a lone tenant under --compute 30%% got %.1f%% of the device, want ~100%%", r.share)
+	if r.share < 95-awakeLoss(r) {
+		t.Errorf("a lone tenant under --compute 30%% got %.1f%% of the device, want ≥ 95%% - %.1f (host delays)", r.share, awakeLoss(r))
 	}
 	capBand(t, "under --compute 30% --compute-max 40%", e.spinAll("1", []string{"--compute", "30%", "--compute-max", "40%"})[0], 40)
 }
@@ -234,8 +234,8 @@ func TestAShareChangedLiveMovesTheDevice(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.startDaemon(t)
-	a := e.spinnerUnder([]string{"--group", "a", "--compute", "20%"}, "1000", "3", "16", "250")
-	b := e.spinnerUnder([]string{"--group", "b", "--compute", "80%"}, "1000", "3", "16", "250")
+	a := e.spinnerUnder([]string{"--group", "a", "--compute", "20%"}, "1000", "4", "16", "250")
+	b := e.spinnerUnder([]string{"--group", "b", "--compute", "80%"}, "1000", "4", "16", "250")
 	a.start()
 	began := monotonic()
 	b.start()
