@@ -334,6 +334,29 @@ func TestSimTimesliceKill(t *testing.T) {
 	}
 }
 
+// The device's clock waits for a waiter the host runs late: a process
+// stopped while it waits for its kernel (one 5 ms kernel at a time, its
+// queue dry soon after) loses only the clock's 1 ms of grace per stop, not
+// the 80 ms it was stopped (3 stops: 24 % of its second, on the host's
+// clock), and no more than its run-queue delay besides (awakeLoss).
+func TestSimClockWaitsForAStoppedWaiter(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.spinner("5000", "1", "1")
+	s.start()
+	for i := 0; i < 3; i++ {
+		time.Sleep(150 * time.Millisecond)
+		s.cmd.Process.Signal(syscall.SIGSTOP)
+		time.Sleep(80 * time.Millisecond)
+		s.cmd.Process.Signal(syscall.SIGCONT)
+	}
+	r := s.result()
+	t.Logf("stopped 3 x 80 ms: %.1f%% of the device (%d kernels), %.0f of %.0f ms delayed by the host", r.share, r.kernels, r.delayedMs, r.wallMs)
+	if r.share < 99-awakeLoss(r) {
+		t.Errorf("a spinner stopped 3 x 80 ms while it waited got %.1f%% of the device, want ≥ 99%% - %.1f (host delays)", r.share, awakeLoss(r))
+	}
+}
+
 // Host functions run as on a GPU (scripts/gpu/hostfunc_async.cu prints the
 // same on the H200): the caller goes on while its function waits for it,
 // the stream's later work waits for the function, and a graph's host node
