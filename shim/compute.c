@@ -288,12 +288,19 @@ static void attach(struct gpu *g, int dev)
             t = i;
             break;
         }
+    /* A free slot that still has the turn (its process died holding it)
+     * is taken last: from our lock on it until we clear that turn below, a
+     * waiter taking the GPU from it would find its holder alive and charge
+     * the tenant our slot names (the dead one's entry, perhaps reused, or
+     * ours) the time the GPU sat unheld. No process takes the
+     * turn of a slot it does not hold, so a slot seen without it stays so. */
     uint32_t s = FG_SCHED_SLOTS;
-    for (uint32_t i = 0; t < FG_SCHED_TENANTS && i < FG_SCHED_SLOTS; i++)
-        if (fg_lock_byte(g->fd, slot_off(i), F_WRLCK) == 0) {
-            s = i;
-            break;
-        }
+    for (int pass = 0; pass < 2 && s == FG_SCHED_SLOTS; pass++)
+        for (uint32_t i = 0; t < FG_SCHED_TENANTS && i < FG_SCHED_SLOTS; i++)
+            if ((pass || LOAD(&h->holder) != i + 1) && fg_lock_byte(g->fd, slot_off(i), F_WRLCK) == 0) {
+                s = i;
+                break;
+            }
     if (s == FG_SCHED_SLOTS) {
         if (g->fd >= 0)
             close(g->fd);

@@ -25,8 +25,8 @@
 #define SIM_LANES_PER_DEV 4        /* a process's streams on one device run concurrently in up to 4 lanes */
 #define SIM_LANES (SIM_MAX_DEVICES * SIM_LANES_PER_DEV)
 #define SIM_RING 128               /* items a lane holds; launching into a full lane waits */
-#define SIM_STATE_VERSION 5
-#define SIM_STATE_VERSION_TEXT "5" /* in the default state file's name: versions never meet */
+#define SIM_STATE_VERSION 6
+#define SIM_STATE_VERSION_TEXT "6" /* in the default state file's name: versions never meet */
 #define SIM_GRANULARITY (2ull << 20) /* VMM and graph memory pages */
 
 struct sim_config {
@@ -58,6 +58,7 @@ struct sim_proc_state {
     uint32_t inc;  /* 24 bits, never 0 once claimed */
     uint32_t lanes; /* bit per lane this incarnation set up */
     uint32_t mps_sms; /* an MPS client: the SMs it runs on; 0: not one */
+    uint64_t due_ns;  /* device time its waiter sleeps until (state.c's clock); 0: none */
     uint64_t used_bytes[SIM_MAX_DEVICES];
     struct sim_bucket busy[SIM_MAX_DEVICES][SIM_HIST_BUCKETS]; /* its kernels' time on each device */
 };
@@ -112,6 +113,8 @@ struct sim_shared {
     struct sim_device_state dev[SIM_MAX_DEVICES];
     struct sim_proc_state procs[SIM_MAX_PROCS];
     uint64_t sched_gen; /* sched[sched_gen & 1] is committed; this byte's OFD lock serializes steps */
+    uint64_t stall_ns;  /* how long the device's clock has stood still (state.c) */
+    uint64_t due_mask[SIM_MAX_PROCS / 64]; /* slots whose due_ns is set */
     struct sim_sched sched[2];
     struct sim_lane lanes[SIM_MAX_PROCS][SIM_LANES]; /* last: sparse until used */
 };
@@ -131,8 +134,8 @@ extern struct sim_shared *sim;
 int sim_attach(void); /* 0 on success; loads config and the shared file */
 int sim_sms(void);    /* SMs this process gets: fewer under MPS with an active-thread percentage */
 int sim_mps_client(void); /* an MPS control daemon answered when this process attached */
-uint64_t sim_now_ns(void);
-void sim_sleep_until(uint64_t t_ns);
+uint64_t sim_now_ns(void);                /* the device's clock */
+void sim_sleep_until(uint64_t t_ns);      /* until the device's clock reaches t_ns */
 int sim_mem_reserve(int dev, uint64_t bytes); /* 0 or -1 when the device is full */
 void sim_mem_release(int dev, uint64_t bytes);
 void sim_reap_dead(void);

@@ -49,8 +49,8 @@
  * SMs; marks are reached while another process holds the device (an event
  * is stamped when its stream gets there); copies take no device time;
  * stream priorities and the legacy stream's implicit synchronization are
- * not modelled. Time is wall time: a waiter returns when the host wakes it,
- * after the completion it waited for.
+ * not modelled. Time is the device's clock (below): wall time, but for
+ * waiters the host wakes late, which it waits for.
  *
  * Under an MPS control daemon (one answers where CUDA looks for it), every
  * process is an MPS client. One given an active-thread percentage sees
@@ -85,6 +85,9 @@ static int visible_sms; /* SMs this process gets (mps_sms) */
 static int mps_client;  /* an MPS control daemon answered at attach */
 static uint64_t my_base;  /* tag of this incarnation's items: inc << TAG_SHIFT */
 static uint32_t my_lanes; /* lanes this incarnation has set up */
+/* This process's due (its slot's due_ns) is this thread's: one waiting
+ * thread's at a time, the one that set it (under the schedule's lock). */
+static __thread int due_mine;
 
 /* Items: tags, counts and the dep word. */
 #define TAG_SHIFT 40
@@ -115,16 +118,78 @@ static pthread_mutex_t watch_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t sched_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct sim_stamp *watch[SIM_LANES][SIM_RING];
 
-uint64_t sim_now_ns(void)
+/* The device's clock. It runs at wall-clock speed, except that it waits
+ * for a waiter the host wakes late. A process asleep until a completion
+ * publishes its due time: when the lane it waits on would run dry. The
+ * clock stops GRACE_NS past the earliest due (a wake-up's ordinary
+ * latency, which a GPU does not wait for either) until that process runs
+ * again, at most FREEZE_NS behind the wall. So the device neither idles
+ * nor runs others' work during a delay that is the host's and not the
+ * program's (a preempted waiter on a busy machine): every process sees the
+ * device do the same work in the same device time however late the host
+ * runs it, while a program that pauses of its own accord (host work, a
+ * sleep, a server between requests) leaves the device idle, as on a GPU.
+ * Everything timed in the simulation (arrivals, the schedule, events, busy
+ * time) is on this clock. The time it stood still adds up in stall_ns:
+ * clock = min(wall - stall, earliest due + GRACE_NS), and at least
+ * wall - stall - FREEZE_NS. Dues are set and cleared under the schedule's
+ * lock; clearing one first adds to stall what the clock is behind, so the
+ * clock never jumps. */
+#define GRACE_NS 1000000ull    /* a waiter this late has the host's wake-up: the device ran on, as a GPU does */
+#define FREEZE_NS 100000000ull /* the longest host delay it waits for: a stopped or dead waiter holds it no longer */
+
+static uint64_t wall_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* The clock at wall time `wall`; *raw: what it would read with no due.
+ * Dues are read before the stall: one cleared is seen with its stall. */
+static uint64_t clock_at(uint64_t wall, uint64_t *raw, int *earliest)
+{
+    uint64_t due = UINT64_MAX;
+    *earliest = -1;
+    for (int w = 0; w < SIM_MAX_PROCS / 64; w++)
+        for (uint64_t m = __atomic_load_n(&sim->due_mask[w], __ATOMIC_ACQUIRE); m; m &= m - 1) {
+            int i = w * 64 + __builtin_ctzll(m);
+            uint64_t d = __atomic_load_n(&sim->procs[i].due_ns, __ATOMIC_ACQUIRE);
+            if (d && d < due)
+                due = d, *earliest = i;
+        }
+    uint64_t r = wall - __atomic_load_n(&sim->stall_ns, __ATOMIC_ACQUIRE);
+    *raw = r;
+    if (due > UINT64_MAX - GRACE_NS || r <= due + GRACE_NS)
+        return r;
+    return r - due - GRACE_NS > FREEZE_NS ? r - FREEZE_NS : due + GRACE_NS;
+}
+
+uint64_t sim_now_ns(void)
+{
+    uint64_t raw;
+    int earliest;
+    return sim ? clock_at(wall_ns(), &raw, &earliest) : wall_ns();
+}
+
+/* Clears slot i's due (schedule lock held): what the clock stood still
+ * for it becomes stall, so the clock goes on from where it stood. */
+static void due_clear(int i)
+{
+    uint64_t raw;
+    int earliest;
+    uint64_t now = clock_at(wall_ns(), &raw, &earliest);
+    if (raw > now)
+        __atomic_fetch_add(&sim->stall_ns, raw - now, __ATOMIC_RELEASE);
+    __atomic_store_n(&sim->procs[i].due_ns, 0, __ATOMIC_RELEASE);
+    __atomic_fetch_and(&sim->due_mask[i / 64], ~(1ull << (i % 64)), __ATOMIC_RELEASE);
+}
+
 /* The kernel's default timer slack lets a sleep run ~50 us long; a
  * simulated GPU's completions then reach the host late, and what a
- * process measures from them (a cap's busy time) is off by that much. */
+ * process measures from them (a cap's busy time) is off by that much.
+ * Sleeps go by the wall; when the device's clock stood still meanwhile
+ * (another waiter late), the next look is at least a little later. */
 void sim_sleep_until(uint64_t t_ns)
 {
     static __thread int slack_set;
@@ -132,11 +197,13 @@ void sim_sleep_until(uint64_t t_ns)
         prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
         slack_set = 1;
     }
-    for (;;) {
+    for (int slept = 0;; slept = 1) {
         uint64_t now = sim_now_ns();
         if (now >= t_ns)
             return;
         uint64_t d = t_ns - now;
+        if (slept && d < 20000)
+            d = 20000;
         struct timespec ts = {(time_t)(d / 1000000000ull), (long)(d % 1000000000ull)};
         nanosleep(&ts, NULL);
     }
@@ -342,6 +409,9 @@ static int claim_proc_slot(void)
             inc += !inc;
             __atomic_store_n(&p->inc, inc, __ATOMIC_RELEASE);
             __atomic_store_n(&p->mps_sms, mps_client ? (uint32_t)visible_sms : 0u, __ATOMIC_RELEASE);
+            /* A dead waiter's due goes (the clock skips what it waited). */
+            __atomic_store_n(&p->due_ns, 0, __ATOMIC_RELEASE);
+            __atomic_fetch_and(&sim->due_mask[i / 64], ~(1ull << (i % 64)), __ATOMIC_RELEASE);
             __atomic_store_n(&p->pid, me, __ATOMIC_RELEASE);
             my_base = (uint64_t)inc << TAG_SHIFT;
             my_lanes = 0;
@@ -364,6 +434,7 @@ static void after_fork_child(void)
     pthread_mutex_init(&watch_mu, NULL);
     pthread_mutex_init(&sched_mu, NULL);
     memset(watch, 0, sizeof watch);
+    due_mine = 0; /* the parent's */
     close(lock_fd);
     lock_fd = open(state_path, O_RDWR | O_CLOEXEC);
     my_proc = lock_fd < 0 ? -1 : claim_proc_slot();
@@ -684,6 +755,7 @@ uint64_t sim_submit_wait(int lane, const struct sim_stamp *st)
 /* ---- the schedule ---- */
 
 #define PREDICT_NS 100000000ull /* a waiter looks again at least this often */
+#define LATE_NS 1000000ull      /* a waiter this late is looked at: a dead one's due is dropped */
 #define STALL_NS 50000ull       /* or this soon, when part of what it waits for is not visible yet */
 #define SLOT_WORDS (SIM_MAX_PROCS / 64)
 
@@ -1099,7 +1171,16 @@ static struct sim_sched *advance(void)
     struct sim_sched *to = &sim->sched[(g + 1) & 1];
     collect(&sim->sched[g & 1], to);
     nspans = 0;
-    uint64_t now = sim_now_ns();
+    /* A due the clock stands at, LATE_NS behind, is a waiter the host has
+     * not run yet, or a dead one: the clock waits only for the living. */
+    uint64_t raw;
+    int late;
+    uint64_t now = clock_at(wall_ns(), &raw, &late);
+    if (late >= 0 && late != my_proc && raw > now + LATE_NS &&
+        !fg_byte_held(lock_fd, (off_t)offsetof(struct sim_shared, procs[late]))) {
+        due_clear(late);
+        now = sim_now_ns();
+    }
     if (now > to->t_ns)
         run(to, now, 1, -1, 0, NULL);
     __atomic_store_n(&sim->sched_gen, g + 1, __ATOMIC_RELEASE);
@@ -1150,8 +1231,25 @@ int sim_finished(int lane, uint64_t count)
     return r;
 }
 
+static void due_set(uint64_t t)
+{
+    if (__atomic_load_n(&sim->procs[my_proc].due_ns, __ATOMIC_ACQUIRE) && !due_mine)
+        return; /* another thread's: the clock waits for it already */
+    __atomic_store_n(&sim->procs[my_proc].due_ns, t, __ATOMIC_RELEASE);
+    __atomic_fetch_or(&sim->due_mask[my_proc / 64], 1ull << (my_proc % 64), __ATOMIC_RELEASE);
+    due_mine = 1;
+}
+
+static void due_drop(void)
+{
+    if (due_mine)
+        due_clear(my_proc);
+    due_mine = 0;
+}
+
 /* Sleeps (holding nothing) until the earliest time the lane could be done,
- * then looks again. */
+ * then looks again. The device's clock waits at that time until this
+ * thread runs again. */
 void sim_wait(int lane, uint64_t count)
 {
     if (!lane_used(lane))
@@ -1160,14 +1258,27 @@ void sim_wait(int lane, uint64_t count)
     uint64_t head = __atomic_load_n(&q->head, __ATOMIC_ACQUIRE);
     if (count > head)
         count = head; /* a forked child's copy of its parent's streams */
+    int slept = 0;
     while (published(q) < count) {
         sched_lock();
+        due_drop();
         const struct sim_sched *S = advance();
         uint64_t when = S->procs[my_proc].lanes[lane].finished >= count ? 0 : predict(S, lane, count);
+        /* The clock waits for us only once the lane has run dry: until
+         * then a late wake-up costs the device nothing. */
+        uint64_t all = __atomic_load_n(&q->head, __ATOMIC_ACQUIRE);
+        if (when)
+            due_set(all > count ? predict(S, lane, all) : when);
         sched_unlock();
         if (!when)
             return;
         sim_sleep_until(when);
+        slept = 1;
+    }
+    if (slept) { /* someone else saw it done first */
+        sched_lock();
+        due_drop();
+        sched_unlock();
     }
 }
 

@@ -7,18 +7,11 @@
  * starts at the first line of stdin (or its end), so that the ranks of
  * several jobs can start together, and reports
  *     steps N elapsed_s E rate R
- * with R the steps per second. Every rank runs the same STEPS: a rank that
- * stopped early would leave its peers' last collective waiting. */
+ * with R the steps per second of device time (events around the steps:
+ * what a loaded host delays is not the device's). Every rank runs the same
+ * STEPS: a rank that stopped early would leave its peers' last collective
+ * waiting. */
 #include "common.h"
-
-#include <time.h>
-
-static double wall_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 int main(int argc, char **argv)
 {
@@ -35,6 +28,7 @@ int main(int argc, char **argv)
     CUmodule mod;
     CUfunction step, allreduce;
     CUstream s;
+    CUevent t0, t1;
     CHECK(cuInit(0));
     CHECK(cuDeviceGet(&dev, rank));
     CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
@@ -43,18 +37,24 @@ int main(int argc, char **argv)
     CHECK(cuModuleGetFunction(&step, mod, "step"));
     CHECK(cuModuleGetFunction(&allreduce, mod, "allreduce"));
     CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CHECK(cuEventCreate(&t0, 0));
+    CHECK(cuEventCreate(&t1, 0));
     printf("ready\n");
     fflush(stdout);
     char line[16];
     if (!fgets(line, sizeof line, stdin))
         line[0] = 0;
-    double t0 = wall_s();
+    CHECK(cuEventRecord(t0, s));
     for (int i = 0; i < steps; i++) {
         CHECK(cuLaunchKernel(step, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL));
         CHECK(cuLaunchKernel(allreduce, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL));
         CHECK(cuStreamSynchronize(s));
     }
-    double e = wall_s() - t0;
+    CHECK(cuEventRecord(t1, s));
+    CHECK(cuEventSynchronize(t1));
+    float ms;
+    CHECK(cuEventElapsedTime(&ms, t0, t1));
+    double e = ms / 1e3;
     printf("steps %d elapsed_s %.3f rate %.1f\n", steps, e, steps / e);
     return 0;
 }

@@ -27,7 +27,8 @@ func (e *env) ddpJob(name string, flags []string, steps int) []*spinner {
 }
 
 // ddpRun starts the jobs' ranks together and returns each job's steps per
-// second (its slower rank's).
+// second of device time (its slower rank's), which a loaded host does not
+// stretch.
 func ddpRun(t *testing.T, jobs ...[]*spinner) []float64 {
 	t.Helper()
 	for _, j := range jobs {

@@ -258,22 +258,19 @@ func TestDaemonMPSThatNeverAnswers(t *testing.T) {
 func TestMPSClientsRunAtOnce(t *testing.T) {
 	e, dir := newMPSEnv(t)
 	startMPS(t, e, dir)
-	for _, c := range []struct {
-		flags          []string
-		kernels        int     // at least, each, in 1 s of 1 ms kernels
-		p50Min, p99Max float64 // µs
-	}{
-		{[]string{"--sm", "50%"}, 450, 1900, 2100},
-		{[]string{"--mem", "1GiB"}, 450, 1900, 2100},
-	} {
-		a := e.spinnerUnder(c.flags, "1000", "1", "4")
-		b := e.spinnerUnder(c.flags, "1000", "1", "4")
+	// Each spinner's share counts its kernels as 1 ms: running at once,
+	// twice as long each, they fill 50 % of its device time; in turns,
+	// 25 %: 45 % at least, less what its host idled (awakeLoss). A kernel's latency from when its stream
+	// reached it is its 2 ms, whatever the host does.
+	for _, flags := range [][]string{{"--sm", "50%"}, {"--mem", "1GiB"}} {
+		a := e.spinnerUnder(flags, "1000", "1", "4")
+		b := e.spinnerUnder(flags, "1000", "1", "4")
 		a.start()
 		b.start()
 		for _, s := range []spin{a.result(), b.result()} {
-			if s.kernels < c.kernels || s.p50 < c.p50Min || s.p99 > c.p99Max {
-				t.Errorf("two spinners %v under MPS: %d kernels, p50 %.0f µs, p99 %.0f µs; want at least %d kernels, p50 from %.0f, p99 at most %.0f",
-					c.flags, s.kernels, s.p50, s.p99, c.kernels, c.p50Min, c.p99Max)
+			if s.share < 45-awakeLoss(s) || s.share > 50.5 || s.p50 < 1900 || s.p99 > 2100 {
+				t.Errorf("two spinners %v under MPS: %.1f%% (in 1 ms kernels; %d kernels), p50 %.0f µs, p99 %.0f µs; want 45-50 %% (less %.1f for host delays), p50 from 1900, p99 at most 2100",
+					flags, s.share, s.kernels, s.p50, s.p99, awakeLoss(s))
 			}
 		}
 	}
@@ -419,10 +416,13 @@ func TestPriorityRunsBesideAHostBoundHolderUnderMPS(t *testing.T) {
 
 	// A GPU-bound high tenant (1 ms kernels, each waited for) is not run
 	// beside: the low one has the device once it is done, half its run.
+	// What the host keeps the high one from running is idle the shim sees
+	// and lends (lendLoss).
 	h, l = pair(run{high: spinner("1000", "1.5", "1"), low: trainer})
-	t.Logf("under MPS, GPU-bound high: %.1f%%, p99 %.0f µs; the low tenant %.1f%%", h.share, h.p99, l.share)
-	if l.share > 65 || h.share < 80 {
-		t.Errorf("under MPS beside a GPU-bound high tenant (%.1f%%) the low one got %.1f%% of its run, want ≤ 65%% (only once it is done)",
-			h.share, l.share)
+	t.Logf("under MPS, GPU-bound high: %.1f%%, p99 %.0f µs, %.0f of %.0f ms delayed by its host; the low tenant %.1f%%",
+		h.share, h.p99, h.delayedMs, h.wallMs, l.share)
+	if l.share > 65+lendLoss(h, l) || h.share < 80-lendLoss(h, h) {
+		t.Errorf("under MPS beside a GPU-bound high tenant (%.1f%%, ≥ 80 - %.1f) the low one got %.1f%% of its run, want ≤ 65%% + %.1f (only once it is done, or while the host delays it)",
+			h.share, lendLoss(h, h), l.share, lendLoss(h, l))
 	}
 }
