@@ -14,7 +14,8 @@
 # alarm for a new CUDA version, see docs/EXPORT-TABLES.md); any difference
 # makes the exit status non-zero, like any FAIL.
 set -u -o pipefail
-OUT=$(d=${1:-$(mktemp -d "${TMPDIR:-/tmp}/flexgv-census.XXXXXX")} && mkdir -p "$d" && cd "$d" && pwd)
+source "$(dirname "$0")/outdir.sh"
+OUT=$(outdir census "${1:-}") || exit 2
 shift || true
 OLD=
 if [ "${1:-}" = --compare ]; then

@@ -18,7 +18,8 @@
 # repository: raw logs are not committed, their figures go into
 # docs/MEASUREMENTS.md.
 set -u -o pipefail
-OUT=$(d=${1:-$(mktemp -d "${TMPDIR:-/tmp}/flexgv-gpu-e2e.XXXXXX")} && mkdir -p "$d" && cd "$d" && pwd)
+source "$(dirname "$0")/outdir.sh"
+OUT=$(outdir gpu-e2e "${1:-}") || exit 2
 shift || true
 SECTIONS=${*:-decl counts simmodel hookmap torch bench contended green quota isolation nvmlprocs mpspods computecap quotabench lonebench ddpshare shares sharetrain priority prioritygraph}
 ROUNDS=${ROUNDS:-7} # rounds of the throughput benchmarks

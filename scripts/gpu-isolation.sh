@@ -15,7 +15,8 @@
 
 iso_sourced=0
 [[ "${BASH_SOURCE[0]}" != "$0" ]] && iso_sourced=1
-iso_out=$(d=${1:-$(mktemp -d "${TMPDIR:-/tmp}/flexgv-isolation.XXXXXX")} && mkdir -p "$d" && cd "$d" && pwd)
+source "$(dirname "${BASH_SOURCE[0]}")/outdir.sh"
+iso_out=$(outdir isolation "${1:-}") || { [ "$iso_sourced" = 1 ] && return 2; exit 2; }
 iso_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 iso_cuda=${CUDA_HOME:-/usr/local/cuda}
 iso_flexgv=$iso_root/build/bin/flexgv

@@ -1,0 +1,63 @@
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The GPU scripts keep their logs out of the repository: without OUTDIR
+// they write to a new folder under $TMPDIR, and an OUTDIR inside the
+// repository is refused before anything is made there. Each script is also
+// given an argument it refuses right after making its folder, so that
+// without the check it stops there instead of running on the GPU.
+func TestGPUScriptsKeepTheirLogsOutOfTheRepository(t *testing.T) {
+	t.Parallel()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inside := filepath.Join("docs", "gpu-runs", "refused-"+filepath.Base(t.TempDir()))
+	for _, c := range []struct {
+		script string
+		args   []string
+		env    string
+	}{
+		{"gpu-e2e.sh", nil, "PRIORITY_ROUNDS=none"},
+		{"gpu-census.sh", []string{"--compare", filepath.Join(t.TempDir(), "none.json")}, ""},
+	} {
+		script := c.script
+		cmd := exec.Command("bash", append([]string{filepath.Join("scripts", script), inside}, c.args...)...)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), c.env)
+		r := runCmd(t, cmd)
+		if r.code != 2 || !strings.Contains(r.stdout+r.stderr, "OUTDIR "+inside+" is inside the repository") {
+			t.Errorf("%s %s: exit %d, %q; want 2 and the folder refused as inside the repository", script, inside, r.code, r.stdout+r.stderr)
+		}
+		if _, err := os.Stat(filepath.Join(root, inside)); err == nil {
+			t.Errorf("%s made %s although it refused it", script, inside)
+			os.RemoveAll(filepath.Join(root, inside))
+		}
+	}
+
+	tmp := t.TempDir()
+	outside := filepath.Join(tmp, "given", "out")
+	cmd := exec.Command("bash", "-c", `source scripts/outdir.sh && outdir gpu-e2e && outdir gpu-e2e "$1"`, "sh", outside)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	r := runCmd(t, cmd)
+	lines := strings.Fields(r.stdout)
+	if r.code != 0 || len(lines) != 2 {
+		t.Fatalf("outdir: exit %d, %q %q; want two folders", r.code, r.stdout, r.stderr)
+	}
+	if !strings.HasPrefix(lines[0], filepath.Join(tmp, "flexgv-gpu-e2e.")) || lines[1] != outside {
+		t.Errorf("outdir gave %q and %q; want a new folder in %s and %s", lines[0], lines[1], tmp, outside)
+	}
+	for _, d := range lines {
+		if st, err := os.Stat(d); err != nil || !st.IsDir() {
+			t.Errorf("outdir did not make %s: %v", d, err)
+		}
+	}
+}
