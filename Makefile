@@ -1,6 +1,8 @@
 # FlexGV build: Go and a C compiler only (no CUDA toolkit).
 #   make          shim, simulated GPU, CLI and test clients into build/
-#   make test     everything above, then every test
+#   make check    everything above, then the fast tests (unit tests and the
+#                 simulated-GPU tests that take seconds): a few minutes
+#   make test     everything above, then every test, with progress
 #   make test-k8s the Kubernetes tests alone (tests/k8s: a control plane built
 #                 once from the pinned k8s.io/kubernetes release, then cached)
 #   make proto    regenerate the local API's Go code from proto/ (needs protoc)
@@ -177,16 +179,42 @@ else
 	{ echo "proto-check: the generated code differs from proto/; run make proto" >&2; exit 1; }
 endif
 
-test: all gen-check proto-check
+# go test -json shown as it runs: a line per test, a package's own
+# progress, the whole output of a failure.
+TESTPROGRESS := $(BUILD)/tools/testprogress
+$(TESTPROGRESS): tools/testprogress/main.go
+	@mkdir -p $(@D)
+	$(GO) build -o $@ ./tools/testprogress
+
+# The fast tier, for edit-compile-test: the build, unit tests and the
+# simulated-GPU tests that take seconds (go test -short: the long ones skip
+# themselves with testing.Short()).
+.PHONY: check
+check: all
+	@echo "make check: unit tests and the short simulated-GPU tests (go test -short; make test runs every test)"
+	FLEXGV_BUILD=$(CURDIR)/$(BUILD) $(GO) test -short -count=1 ./...
+
+test: all gen-check proto-check $(TESTPROGRESS)
+	@echo "make test 1/4: go vet"
 	$(GO) vet ./...
-	FLEXGV_BUILD=$(CURDIR)/$(BUILD) $(GO) test -count=1 ./...
+	@echo "make test 2/4: unit tests, every package but tests/e2e"
+	FLEXGV_BUILD=$(CURDIR)/$(BUILD) $(GO) test -count=1 -json $$($(GO) list ./... | grep -v '/tests/e2e$$') | $(TESTPROGRESS)
+	@echo "make test 3/4: the simulated-GPU tests (tests/e2e, some minutes), a line per test as it ends"
+	FLEXGV_BUILD=$(CURDIR)/$(BUILD) $(GO) test -count=1 -json ./tests/e2e/ | $(TESTPROGRESS)
+	@echo "make test 4/4: the Kubernetes tests (make test-k8s)"
 	$(MAKE) --no-print-directory test-k8s
 
 # tests/k8s is a module of its own: only it depends on k8s.io/kubernetes.
+# Its packages are tested one at a time: go test shows a lone package's
+# output as it comes (the control plane's build, the first time, says how
+# far it got every 30 s).
 .PHONY: test-k8s
-test-k8s: all
+test-k8s: all $(TESTPROGRESS)
+	@echo "make test-k8s: go vet (compiles the Kubernetes packages the tests use: minutes the first time)"
 	cd tests/k8s && $(GO) vet ./...
-	cd tests/k8s && FLEXGV_BUILD=$(CURDIR)/$(BUILD) $(GO) test -count=1 -timeout 30m ./...
+	@echo "make test-k8s: the Kubernetes tests; the first run builds a control plane from k8s.io/kubernetes (~13 min on 2 cores, cached after)"
+	cd tests/k8s && $(GO) test -count=1 -json ./controlplane | $(CURDIR)/$(TESTPROGRESS)
+	cd tests/k8s && FLEXGV_BUILD=$(CURDIR)/$(BUILD) $(GO) test -count=1 -timeout 30m -json . | $(CURDIR)/$(TESTPROGRESS)
 
 demo: all
 	./scripts/demo.sh

@@ -54,6 +54,19 @@ func newRoot(stderr io.Writer) *cobra.Command {
 		return nil
 	}
 	root.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
+	// cobra's help command shows the root's help, exit status 0, for a
+	// topic that is no command.
+	root.SetHelpCommand(&cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		RunE: func(c *cobra.Command, args []string) error {
+			cmd, rest, err := root.Find(args)
+			if err != nil || cmd == root && len(rest) > 0 {
+				return usageError{fmt.Errorf("flexgv help: unknown command %q%s (see flexgv --help)", args[0], suggest(root, args[0]))}
+			}
+			return cmd.Help()
+		},
+	})
 	// An empty path would silently mean the default.
 	root.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
 		for _, name := range []string{"shim", "driver", "output"} {

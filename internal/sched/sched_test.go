@@ -203,6 +203,9 @@ func TestJoinWithGarbageShares(t *testing.T) {
 // scripts/gpu/region_dump.py reads regions with offsets of its own: it must
 // print what the generated layout holds.
 func TestRegionDumpScriptAgrees(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes many seconds: make test runs it, make check (go test -short) does not")
+	}
 	py, err := exec.LookPath("python3")
 	if err != nil {
 		t.Skip("no python3")

@@ -190,6 +190,9 @@ func TestReadCountsOnlyLiveSlots(t *testing.T) {
 // The state folder is writable by all: whatever is found there is checked,
 // and a bad file is an error, never a panic or a hang.
 func TestReadRefusesDamagedFiles(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes many seconds: make test runs it, make check (go test -short) does not")
+	}
 	dir := t.TempDir()
 	a, err := Acquire(dir, Spec{Name: "g", Devices: oneGiB})
 	if err != nil {

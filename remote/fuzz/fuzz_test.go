@@ -148,6 +148,9 @@ func TestInconsistentRequests(t *testing.T) {
 // Any byte of a well-formed request changed gives a refusal or an answer,
 // never a crash.
 func TestChangedBytes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes many seconds: make test runs it, make check (go test -short) does not")
+	}
 	for _, r := range valid() {
 		op := opOf(t, r.op)
 		for i := range r.args {

@@ -157,6 +157,7 @@ func TestCensusCountsEverySlotExactly(t *testing.T) {
 // The threads race for the first fetch of each table: every run counts the
 // same.
 func TestCensusRacingFetchesCountTheSame(t *testing.T) {
+	long(t)
 	e := newEnv(t)
 	for i := 0; i < 10; i++ {
 		rep, r := e.census(nil, bin("exportclient"))

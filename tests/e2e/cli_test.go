@@ -165,6 +165,7 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{[]string{"rm", "a", "b"}, "flexgv rm: give one GROUP, got 2 arguments"},
 		{[]string{"bench", "frob"}, `flexgv bench: unknown command "frob"`},
 		{[]string{"tarce"}, `flexgv: unknown command "tarce"; did you mean "trace"?`},
+		{[]string{"help", "tarce"}, `flexgv help: unknown command "tarce"; did you mean "trace"?`},
 		{[]string{"serve"}, "--listen is required (unix:///PATH, tcp://HOST:PORT or tls://HOST:PORT)"},
 		{[]string{"top", "--json"}, "flexgv top: --json prints a snapshot; give --once too"},
 		// --driver and --shim only where a program starts under the shim.

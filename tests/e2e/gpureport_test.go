@@ -63,6 +63,7 @@ func says(t *testing.T, dir string, wants ...string) {
 }
 
 func TestShareReportJudgesEachRoundAgainstItsOwnAlone(t *testing.T) {
+	long(t)
 	says(t, priorityRounds,
 		// round 3 against its own alone p99 (8.92 ms), not the first round's (7.39)
 		"flexgv --priority high/low under MPS (round 3) | p50 6.88 ms (1.08×), p99 8.02 ms (0.90×)",
@@ -88,6 +89,7 @@ func TestShareReportJudgesEachRoundAgainstItsOwnAlone(t *testing.T) {
 // enough to compare. Here the reference's files are plain MPS's, and
 // flexgv's without MPS its first round under MPS.
 func TestShareReportComparesAReferenceShim(t *testing.T) {
+	long(t)
 	dir := copyRun(t, priorityRounds, func(name string, b []byte) ([]string, []byte) {
 		names := []string{name}
 		kind, rest, _ := strings.Cut(name, "_")
@@ -108,6 +110,7 @@ func TestShareReportComparesAReferenceShim(t *testing.T) {
 }
 
 func TestPairedReportComparesRoundByRound(t *testing.T) {
+	long(t)
 	// Round 2 runs 10 % slower throughout: a paired ratio cancels it.
 	rounds := filepath.Join(t.TempDir(), "lone.txt")
 	if err := os.WriteFile(rounds, []byte(`1 native {"products_per_s": 370.0}

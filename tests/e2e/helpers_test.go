@@ -176,3 +176,12 @@ func checkCounts(t *testing.T, s trace.Summary, want map[string]uint64) {
 		}
 	}
 }
+
+// long marks a test that takes many seconds: go test -short (make check)
+// skips it, make test runs it.
+func long(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("takes many seconds: make test runs it, make check (go test -short) does not")
+	}
+}

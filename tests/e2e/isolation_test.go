@@ -91,6 +91,7 @@ func TestRacingFirstContextChargedOnce(t *testing.T) {
 // When the per-process record table is full, an allocation is refused
 // (and said why) instead of succeeding without a record of its charge.
 func TestFullRecordTableRefusesTheAllocation(t *testing.T) {
+	long(t)
 	e := quotaEnv(t)
 	r := e.run("flexgv", "run", "--mem", "4GiB", "--", bin("memclient"), "many", "100000")
 	used := 64*mib + 98303*4096
@@ -104,6 +105,7 @@ func TestFullRecordTableRefusesTheAllocation(t *testing.T) {
 // tenant of two slots cost nothing, and a CUDA process that finds no slot
 // is refused with the reason instead of running without the quota.
 func TestSlotsAreTakenAtTheFirstCUDACall(t *testing.T) {
+	long(t)
 	e := quotaEnv(t)
 	p := e.handMade(t, 2, 1024*mib)
 	r := e.shimRun(t, p, "sh", "-c", `i=0; while [ $i -lt 300 ]; do sh -c : ; i=$((i+1)); done; exec "$0" info`, bin("memclient"))

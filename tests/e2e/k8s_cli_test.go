@@ -11,6 +11,7 @@ import (
 // The cluster commands refuse what they cannot run with before touching
 // anything, with a message and exit status 2.
 func TestK8sCommandsRefuseBadFlags(t *testing.T) {
+	long(t)
 	e := newEnv(t)
 	kubeconfig := filepath.Join(e.dir, "kubeconfig")
 	// A cluster nothing asks: every case stops before calling it.

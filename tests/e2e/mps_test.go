@@ -51,6 +51,7 @@ func startMPS(t *testing.T, e *env, dir string) {
 }
 
 func TestSMPercentageUnderMPS(t *testing.T) {
+	long(t)
 	e, dir := newMPSEnv(t)
 	t.Cleanup(func() { quitMPS(e, dir) })
 	for _, v := range []string{"0", "101", "12.5%", "", "half"} {
@@ -185,6 +186,7 @@ func TestDaemonMPSNeedsItsProgram(t *testing.T) {
 // A remote tenant's --sm is given to its executors by the server: the
 // program sees its part of the SMs from across the connection.
 func TestRemoteTenantSMs(t *testing.T) {
+	long(t)
 	e, dir := newMPSEnv(t)
 	startMPS(t, e, dir)
 	ta, tb := e.token("a"), e.token("b")
@@ -235,6 +237,7 @@ func TestIdleGroupKeepsItsSMs(t *testing.T) {
 // A control daemon that starts but never answers is told to quit, not
 // left behind, and the daemon says why it cannot run.
 func TestDaemonMPSThatNeverAnswers(t *testing.T) {
+	long(t)
 	bin := t.TempDir()
 	quit := filepath.Join(bin, "quit")
 	fake := "#!/bin/sh\n[ \"$1\" = -d ] && exit 0\ncat >" + quit + "\n"
@@ -256,6 +259,7 @@ func TestDaemonMPSThatNeverAnswers(t *testing.T) {
 // waiting for the other), where taking turns would give each half as many
 // kernels. Two on all the SMs share them and each runs at half speed.
 func TestMPSClientsRunAtOnce(t *testing.T) {
+	long(t)
 	e, dir := newMPSEnv(t)
 	startMPS(t, e, dir)
 	// Each spinner's share counts its kernels as 1 ms: running at once,
@@ -284,6 +288,7 @@ func TestMPSClientsRunAtOnce(t *testing.T) {
 // (where the two would take turns on the GPU), beside a holder that is no
 // MPS client, and under a cap, which only a holder keeps.
 func TestPriorityRunsBesideAHostBoundHolderUnderMPS(t *testing.T) {
+	long(t)
 	e, dir := newMPSEnv(t)
 	// Requests of 16 kernels of 50 µs, each after 200 µs of host work.
 	eager := []string{"50", "3", "16", "0", "eager", "200"}

@@ -11,6 +11,7 @@ import (
 // (remote/client/arena.c): scripts/gpu/arena.py prints tests/data/arena.out
 // (on a GPU, natively too).
 func TestRemoteClientChosenAddresses(t *testing.T) {
+	long(t)
 	e := newEnv(t)
 	s := e.serve("unix")
 	want, err := os.ReadFile(filepath.Join("..", "data", "arena.out"))
@@ -28,6 +29,7 @@ func TestRemoteClientChosenAddresses(t *testing.T) {
 // for the context, as cuMemFree does), and a context keeps one emptied page
 // for its next ones. FLEXGV_REMOTE_ARENA=off leaves placement to the server.
 func TestRemoteArenaRoundTrips(t *testing.T) {
+	long(t)
 	prog := contextPrelude + `
 ps = []
 for round in range(2):
@@ -72,6 +74,7 @@ print("ok")
 // FLEXGV_REMOTE_ARENA) is left to the server's driver rather than refused:
 // the device has the memory.
 func TestRemoteArenaFullFallsBack(t *testing.T) {
+	long(t)
 	e := newEnv(t, "FLEXGV_REMOTE_ARENA=67108864")
 	s := e.serve("unix")
 	prog := contextPrelude + `
@@ -100,6 +103,7 @@ print("bytes:", list(b), "frees:", [cu.cuMemFree_v2(c(p)) for p in ps])
 // client asks (the operations are the client library's own exports,
 // callable by anyone).
 func TestRemoteArenaRefusals(t *testing.T) {
+	long(t)
 	e := newEnv(t)
 	s := e.serve("unix")
 	prog := contextPrelude + `

@@ -17,6 +17,7 @@ import (
 // changing them on the server). Over a unix socket nothing is kept, nor
 // with --module-cache off; a folder that cannot be made is refused.
 func TestRemoteModuleImagesKept(t *testing.T) {
+	long(t)
 	e := newEnv(t, "FLEXGV_SIM_DEVICES=2")
 	dir := filepath.Join(e.dir, "cache", "flexgv", "modules", "open")
 	kept := func() []string {

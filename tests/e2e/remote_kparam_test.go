@@ -12,6 +12,7 @@ import (
 // include/flexgv/cubin.h), from a cubin and a fatbinary nvcc 13.0 built of
 // tests/data/kparam/kparams.cu: what cuobjdump -elf says of them.
 func TestCubinLayouts(t *testing.T) {
+	long(t)
 	data := filepath.Join("..", "data", "kparam")
 	want := ""
 	for _, f := range []string{"kparams.cubin", "kparams.fatbin"} {
@@ -64,6 +65,7 @@ func TestCubinLayouts(t *testing.T) {
 // other parameters stands in for a driver that disagrees), and says how
 // many it checked when the connection ends.
 func TestRemoteLayoutsCheckedAgainstCubins(t *testing.T) {
+	long(t)
 	for _, image := range []string{"kparams.cubin", "kparams_compressed.fatbin"} {
 		t.Run(image, func(t *testing.T) { layoutsChecked(t, image) })
 	}

@@ -83,6 +83,7 @@ func (e *env) remoteAs(s *server, token, name string, args ...string) result {
 // memory views, every allocation path charged and released), over either
 // transport.
 func TestRemoteTenantQuota(t *testing.T) {
+	long(t)
 	e := quotaEnv(t)
 	for _, transport := range []string{"unix", "tcp", "tls"} {
 		t.Run(transport, func(t *testing.T) {
@@ -289,6 +290,7 @@ func TestRemoteTenantComputeShare(t *testing.T) {
 
 // Bad tenant flags are refused before the server listens, with a message.
 func TestRemoteServeTenantFlags(t *testing.T) {
+	long(t)
 	e := quotaEnv(t)
 	ta, tb := e.token("a"), e.token("b")
 	short := filepath.Join(e.dir, "short.token")
@@ -347,6 +349,7 @@ func TestRemoteServeTenantFlags(t *testing.T) {
 // address it connects to; a peer that does not speak TLS, or does not
 // trust the server, gets no executor.
 func TestRemoteTLS(t *testing.T) {
+	long(t)
 	e := newEnv(t)
 	tok := e.token("a")
 	cert, key := e.cert("local", "localhost") // a name, not 127.0.0.1

@@ -129,6 +129,7 @@ func roundTrips(r result) map[string]int {
 // The same programs print the same over either transport as they do with
 // the GPU in their own process.
 func TestRemoteClientsMatchLocal(t *testing.T) {
+	long(t)
 	clients := [][]string{
 		{"rtlike", "3"}, {"direct", "2"}, {"dlsymclient"}, {"threads", "8", "200"},
 		{"forker"}, {"memclient", "paths"}, {"memset2d"}, {"copy3d"},
@@ -187,6 +188,7 @@ func TestRemoteLibraryAlone(t *testing.T) {
 // Without a server, or with a bad address, the program gets a CUDA error
 // and a message saying why, not a hang or a crash.
 func TestRemoteNoServer(t *testing.T) {
+	long(t)
 	e := newEnv(t)
 	r := e.runIn("", "flexgv", "run", "--remote", "unix://"+filepath.Join(e.dir, "none.sock"), "--", bin("direct"))
 	if r.code != 1 || !strings.Contains(r.stderr, "cannot reach the GPU server") || !strings.Contains(r.stderr, "failed: 46") {
@@ -222,6 +224,7 @@ func TestRemoteNoServer(t *testing.T) {
 // --gpus decides which devices clients see, and the handshake's cached
 // device list says so.
 func TestRemoteServeGPUs(t *testing.T) {
+	long(t)
 	prog := `
 import ctypes
 cu = ctypes.CDLL("libcuda.so.1")
@@ -391,6 +394,7 @@ func printsAsLocally(t *testing.T, local result, client string, transports ...st
 // answered while it waits, the wait answers what it would locally, and two
 // waits at once each end with their own work, over every transport.
 func TestRemoteWaitsLetOtherThreadsGoOn(t *testing.T) {
+	long(t)
 	e := newEnv(t)
 	local := e.run("waiters")
 	if local.code != 0 || strings.Count(local.stdout, "while it waited: yes; the wait answered CUDA_SUCCESS") != 6 ||
@@ -405,6 +409,7 @@ func TestRemoteWaitsLetOtherThreadsGoOn(t *testing.T) {
 // refuses (an address not the connection's) leaves the other thread's
 // synchronization clean and fails its own thread's next one.
 func TestRemoteQueuedErrorsReachTheirThread(t *testing.T) {
+	long(t)
 	prog := `
 import ctypes, threading
 cu = ctypes.CDLL("libcuda.so.1")
@@ -442,6 +447,7 @@ print("after", cu.cuCtxSynchronize())
 // as they do on a local GPU. Over a socket one enqueued in a capture is
 // refused, said; over shm:// host functions run as on a GPU.
 func TestRemoteHostFunctions(t *testing.T) {
+	long(t)
 	e := newEnv(t)
 	local := e.run("hostfunc")
 	if local.code != 0 || !strings.Contains(local.stdout, "after the kernel: yes") {
@@ -514,6 +520,7 @@ assert cu.cuCtxSetCurrent(ctx) == 0
 // Pinned memory only ever named as a copy's host side costs no round trip;
 // once a call names it as a device address, it comes back at syncpoints.
 func TestRemoteMappedHostMemoryRoundTrips(t *testing.T) {
+	long(t)
 	e := newEnv(t, "FLEXGV_REMOTE_LOG=calls")
 	s := e.serve("unix")
 	prog := contextPrelude + `
@@ -543,6 +550,7 @@ if sys.argv[1] == "named":
 // a connection. Such memory's device address is its own; pinned memory
 // only the client holds has none.
 func TestRemoteMappedHostMemoryBounds(t *testing.T) {
+	long(t)
 	e := newEnv(t)
 	s := e.serve("unix")
 	prog := contextPrelude + `
@@ -585,6 +593,7 @@ print("read over 1 MiB", cu.fgrHostReadMany(srcs, sizes, n, out, ctypes.c_size_t
 // A function's parameter layout costs one round trip at its first launch,
 // not one per parameter, and none after.
 func TestRemoteLayoutInOneRoundTrip(t *testing.T) {
+	long(t)
 	e := newEnv(t, "FLEXGV_REMOTE_LOG=calls")
 	s := e.serve("unix")
 	r := e.remote(s, "rtlike", "5")
@@ -634,6 +643,7 @@ for i in range(3):
 // Large results come back through a buffer the executor keeps pinned; it
 // grows with them (unpinned, replaced, pinned again) and every byte arrives.
 func TestRemoteLargeDownloadsGrow(t *testing.T) {
+	long(t)
 	e := newEnv(t)
 	s := e.serve("unix")
 	prog := contextPrelude + `
@@ -876,6 +886,7 @@ print("copy", cu.cuMemcpyDtoH_v2(buf, p, ctypes.c_size_t(4096)), buf[0], buf[409
 // counts as the device's; a device address the connection was never given
 // is still refused.
 func TestRemoteUnifiedAddressCopies(t *testing.T) {
+	long(t)
 	prog := contextPrelude + `
 n = 1 << 16
 src = (ctypes.c_ubyte * n)(*[(i * 13) % 251 for i in range(n)])
@@ -933,6 +944,7 @@ if len(sys.argv) > 1:  # remotely (the simulated driver would fault on it)
 // are queued: one that fails is answered by the last (a copy across an
 // unmapped hole in a reservation lands on both sides and says the error).
 func TestRemoteCopiesInPieces(t *testing.T) {
+	long(t)
 	prog := `
 import ctypes
 cu = ctypes.CDLL("libcuda.so.1")

@@ -2,6 +2,7 @@ package k8s
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -110,12 +111,18 @@ func TestChartInstalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	kinds := dryRun(t, objs)
-	for kind, n := range map[string]int{"DaemonSet": 1, "Deployment": 2, "ValidatingWebhookConfiguration": 1, "MutatingWebhookConfiguration": 1, "ConfigMap": 1} {
+	for kind, n := range map[string]int{"DaemonSet": 1, "Deployment": 2, "ValidatingWebhookConfiguration": 1, "MutatingWebhookConfiguration": 1, "ConfigMap": 2} {
 		if kinds[kind] != n {
 			t.Errorf("the chart has %d %s, want %d (all: %v)", kinds[kind], kind, n, kinds)
 		}
 	}
 	checkNodeDaemonArgs(t, objs, false)
+	checkDashboard(t, objs, true)
+	noDashboard, err := renderChart(map[string]any{"grafanaDashboard": map[string]any{"enabled": false}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkDashboard(t, noDashboard, false)
 	if kinds["ServiceMonitor"] != 0 {
 		t.Errorf("a ServiceMonitor without the Prometheus operator's API")
 	}
@@ -242,5 +249,31 @@ func checkNodeDaemonArgs(t *testing.T, objs []*unstructured.Unstructured, serve 
 				t.Errorf("flexgv %s: %v\n%s", strings.Join(args, " "), err, out)
 			}
 		}
+	}
+}
+
+// checkDashboard checks that objs hold the Grafana dashboard's ConfigMap,
+// with the label Grafana's sidecar watches and a dashboard in JSON, or not.
+func checkDashboard(t *testing.T, objs []*unstructured.Unstructured, want bool) {
+	t.Helper()
+	found := false
+	for _, o := range objs {
+		if o.GetKind() != "ConfigMap" || o.GetLabels()["grafana_dashboard"] == "" {
+			continue
+		}
+		found = true
+		if o.GetLabels()["grafana_dashboard"] != "1" {
+			t.Errorf("dashboard ConfigMap labelled grafana_dashboard=%q, want \"1\"", o.GetLabels()["grafana_dashboard"])
+		}
+		data, _, _ := unstructured.NestedString(o.Object, "data", "flexgv.json")
+		var dash struct {
+			Panels []any `json:"panels"`
+		}
+		if err := json.Unmarshal([]byte(data), &dash); err != nil || len(dash.Panels) == 0 {
+			t.Errorf("dashboard ConfigMap's flexgv.json: %v, %d panels", err, len(dash.Panels))
+		}
+	}
+	if found != want {
+		t.Errorf("a Grafana dashboard ConfigMap: %v, want %v", found, want)
 	}
 }

@@ -6,6 +6,7 @@
 package controlplane
 
 import (
+	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -112,11 +113,15 @@ func Build(programsDir string, log func(format string, args ...any)) (Binaries, 
 	for _, p := range programs {
 		args = append(args, p.pkg)
 	}
-	log("building the control plane (k8s.io/kubernetes %s) into %s; once per version", version, dir)
+	log("building the control plane (k8s.io/kubernetes %s) into %s; once per version, some minutes", version, dir)
 	start := time.Now()
-	cmd := exec.Command("go", args...)
+	// -v names each package as it is compiled: counted, they show the
+	// build moving along.
+	cmd := exec.Command("go", append([]string{"build", "-v"}, args[1:]...)...)
 	cmd.Dir = programsDir
-	if out, err := cmd.CombinedOutput(); err != nil {
+	if out, err := runCounting(cmd, 30*time.Second, func(n int) {
+		log("building the control plane: %d packages compiled in %s", n, time.Since(start).Round(time.Second))
+	}); err != nil {
 		return Binaries{}, fmt.Errorf("building the control plane: %w\n%s", err, out)
 	}
 	log("built the control plane in %s", time.Since(start).Round(time.Second))
@@ -124,4 +129,37 @@ func Build(programsDir string, log func(format string, args ...any)) (Binaries, 
 		return Binaries{}, err
 	}
 	return b, nil
+}
+
+// runCounting runs cmd, counting the lines of its output, and calls
+// progress with the count every interval; it returns the last lines of the
+// output, for an error.
+func runCounting(cmd *exec.Cmd, interval time.Duration, progress func(lines int)) (string, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return "", err
+	}
+	cmd.Stdout, cmd.Stderr = w, w
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
+		r.Close()
+		return "", err
+	}
+	var last []string
+	n := 0
+	next := time.Now().Add(interval)
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		n++
+		if last = append(last, sc.Text()); len(last) > 40 {
+			last = last[1:]
+		}
+		if time.Now().After(next) {
+			progress(n)
+			next = time.Now().Add(interval)
+		}
+	}
+	r.Close()
+	return strings.Join(last, "\n"), cmd.Wait()
 }
