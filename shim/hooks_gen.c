@@ -628,10 +628,11 @@ unsigned char fg_policy_on[FG_NUM_POLICIES] = {
     [FG_POLICY_PROCADDR] = 1,
 };
 
-/* The hooks each policy acts on, diverted when it is enabled. */
+/* The hooks each policy acts on, diverted when it is enabled (not those
+ * it diverts on demand). */
 static const unsigned short hooks_procaddr[] = {FG_API_cuGetProcAddress, FG_API_cuGetProcAddress_v2, 0xffff};
 static const unsigned short hooks_census[] = {FG_API_cuGetExportTable, 0xffff};
-static const unsigned short hooks_mem[] = {FG_API_cuInit, FG_API_cuDeviceTotalMem_v2, FG_API_cuDevicePrimaryCtxRetain, FG_API_cuDevicePrimaryCtxRelease_v2, FG_API_cuDevicePrimaryCtxReset_v2, FG_API_cuCtxCreate_v2, FG_API_cuCtxCreate_v4, FG_API_cuCtxDestroy_v2, FG_API_cuCtxSynchronize, FG_API_cuCtxSynchronize_v2, FG_API_cuCtxSetLimit, FG_API_cuMemGetInfo_v2, FG_API_cuMemAlloc_v2, FG_API_cuMemAllocPitch_v2, FG_API_cuMemFree_v2, FG_API_cuMemAllocManaged, FG_API_cuMemAllocAsync, FG_API_cuMemAllocAsync_ptsz, FG_API_cuMemAllocFromPoolAsync, FG_API_cuMemAllocFromPoolAsync_ptsz, FG_API_cuMemPoolCreate, FG_API_cuMemPoolDestroy, FG_API_cuMemPoolTrimTo, FG_API_cuMemCreate, FG_API_cuMemRelease, FG_API_cuMemMap, FG_API_cuMemUnmap, FG_API_cuArrayCreate_v2, FG_API_cuArray3DCreate_v2, FG_API_cuArrayDestroy, FG_API_cuMipmappedArrayCreate, FG_API_cuMipmappedArrayDestroy, FG_API_cuModuleLoad, FG_API_cuModuleLoadData, FG_API_cuModuleLoadDataEx, FG_API_cuModuleLoadFatBinary, FG_API_cuModuleUnload, FG_API_cuLibraryLoadData, FG_API_cuLibraryUnload, FG_API_cuLaunchKernel, FG_API_cuLaunchKernel_ptsz, FG_API_cuLaunchKernelEx, FG_API_cuLaunchKernelEx_ptsz, FG_API_cuLaunchCooperativeKernel, FG_API_cuLaunchCooperativeKernel_ptsz, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuDeviceGraphMemTrim, FG_API_cuGraphInstantiateWithFlags, FG_API_cuGraphInstantiateWithParams, FG_API_cuGraphInstantiateWithParams_ptsz, FG_API_cuGraphUpload, FG_API_cuGraphUpload_ptsz, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, FG_API_cuGraphExecDestroy, FG_API_nvmlDeviceGetMemoryInfo, FG_API_nvmlDeviceGetMemoryInfo_v2, FG_API_nvmlDeviceGetComputeRunningProcesses_v3, FG_API_nvmlDeviceGetGraphicsRunningProcesses_v3, FG_API_nvmlDeviceGetMPSComputeRunningProcesses_v3, FG_API_nvmlDeviceGetProcessUtilization, 0xffff};
+static const unsigned short hooks_mem[] = {FG_API_cuInit, FG_API_cuDeviceTotalMem_v2, FG_API_cuDevicePrimaryCtxRetain, FG_API_cuDevicePrimaryCtxRelease_v2, FG_API_cuDevicePrimaryCtxReset_v2, FG_API_cuCtxCreate_v2, FG_API_cuCtxCreate_v4, FG_API_cuCtxDestroy_v2, FG_API_cuCtxSynchronize, FG_API_cuCtxSynchronize_v2, FG_API_cuCtxSetLimit, FG_API_cuMemGetInfo_v2, FG_API_cuMemAlloc_v2, FG_API_cuMemAllocPitch_v2, FG_API_cuMemFree_v2, FG_API_cuMemAllocManaged, FG_API_cuMemAllocAsync, FG_API_cuMemAllocAsync_ptsz, FG_API_cuMemAllocFromPoolAsync, FG_API_cuMemAllocFromPoolAsync_ptsz, FG_API_cuMemPoolCreate, FG_API_cuMemPoolDestroy, FG_API_cuMemPoolTrimTo, FG_API_cuMemCreate, FG_API_cuMemRelease, FG_API_cuMemMap, FG_API_cuMemUnmap, FG_API_cuArrayCreate_v2, FG_API_cuArray3DCreate_v2, FG_API_cuArrayDestroy, FG_API_cuMipmappedArrayCreate, FG_API_cuMipmappedArrayDestroy, FG_API_cuModuleLoad, FG_API_cuModuleLoadData, FG_API_cuModuleLoadDataEx, FG_API_cuModuleLoadFatBinary, FG_API_cuModuleUnload, FG_API_cuModuleGetFunction, FG_API_cuLibraryLoadData, FG_API_cuLibraryUnload, FG_API_cuLibraryGetKernel, FG_API_cuKernelGetFunction, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuDeviceGraphMemTrim, FG_API_cuGraphInstantiateWithFlags, FG_API_cuGraphInstantiateWithParams, FG_API_cuGraphInstantiateWithParams_ptsz, FG_API_cuGraphUpload, FG_API_cuGraphUpload_ptsz, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, FG_API_cuGraphExecDestroy, FG_API_nvmlDeviceGetMemoryInfo, FG_API_nvmlDeviceGetMemoryInfo_v2, FG_API_nvmlDeviceGetComputeRunningProcesses_v3, FG_API_nvmlDeviceGetGraphicsRunningProcesses_v3, FG_API_nvmlDeviceGetMPSComputeRunningProcesses_v3, FG_API_nvmlDeviceGetProcessUtilization, 0xffff};
 static const unsigned short hooks_compute[] = {FG_API_cuCtxSynchronize, FG_API_cuCtxSynchronize_v2, FG_API_cuMemcpyHtoD_v2, FG_API_cuMemcpyHtoD_v2_ptds, FG_API_cuMemcpyDtoH_v2, FG_API_cuMemcpyDtoH_v2_ptds, FG_API_cuMemcpyDtoD_v2, FG_API_cuMemcpyDtoD_v2_ptds, FG_API_cuMemcpy, FG_API_cuMemcpy_ptds, FG_API_cuMemcpyHtoDAsync_v2, FG_API_cuMemcpyHtoDAsync_v2_ptsz, FG_API_cuMemcpyDtoHAsync_v2, FG_API_cuMemcpyDtoHAsync_v2_ptsz, FG_API_cuMemcpyDtoDAsync_v2, FG_API_cuMemcpyDtoDAsync_v2_ptsz, FG_API_cuMemcpyAsync, FG_API_cuMemcpyAsync_ptsz, FG_API_cuMemcpyPeer, FG_API_cuMemcpyPeer_ptds, FG_API_cuMemcpyPeerAsync, FG_API_cuMemcpyPeerAsync_ptsz, FG_API_cuMemcpy2D_v2, FG_API_cuMemcpy2D_v2_ptds, FG_API_cuMemcpy2DUnaligned_v2, FG_API_cuMemcpy2DUnaligned_v2_ptds, FG_API_cuMemcpy2DAsync_v2, FG_API_cuMemcpy2DAsync_v2_ptsz, FG_API_cuMemcpy3D_v2, FG_API_cuMemcpy3D_v2_ptds, FG_API_cuMemcpy3DAsync_v2, FG_API_cuMemcpy3DAsync_v2_ptsz, FG_API_cuMemsetD8_v2, FG_API_cuMemsetD8_v2_ptds, FG_API_cuMemsetD32_v2, FG_API_cuMemsetD32_v2_ptds, FG_API_cuMemsetD8Async, FG_API_cuMemsetD8Async_ptsz, FG_API_cuMemsetD32Async, FG_API_cuMemsetD32Async_ptsz, FG_API_cuMemsetD16_v2, FG_API_cuMemsetD16_v2_ptds, FG_API_cuMemsetD16Async, FG_API_cuMemsetD16Async_ptsz, FG_API_cuMemsetD2D8_v2, FG_API_cuMemsetD2D8_v2_ptds, FG_API_cuMemsetD2D8Async, FG_API_cuMemsetD2D8Async_ptsz, FG_API_cuMemsetD2D16_v2, FG_API_cuMemsetD2D16_v2_ptds, FG_API_cuMemsetD2D16Async, FG_API_cuMemsetD2D16Async_ptsz, FG_API_cuMemsetD2D32_v2, FG_API_cuMemsetD2D32_v2_ptds, FG_API_cuMemsetD2D32Async, FG_API_cuMemsetD2D32Async_ptsz, FG_API_cuLaunchKernel, FG_API_cuLaunchKernel_ptsz, FG_API_cuLaunchKernelEx, FG_API_cuLaunchKernelEx_ptsz, FG_API_cuLaunchCooperativeKernel, FG_API_cuLaunchCooperativeKernel_ptsz, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, 0xffff};
 
 void fg_policy_enable(enum fg_policy p)
@@ -2910,9 +2911,9 @@ FG_SLOW CUresult fg_slow_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, c
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuModuleGetFunction);
     if (!fg_tracing)
-        return real(hfunc, hmod, name);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuModuleGetFunction(real, hfunc, hmod, name) : real(hfunc, hmod, name));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(hfunc, hmod, name);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuModuleGetFunction(real, hfunc, hmod, name) : real(hfunc, hmod, name));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuModuleGetFunction, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -2964,9 +2965,9 @@ FG_SLOW CUresult fg_slow_cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLibraryGetKernel);
     if (!fg_tracing)
-        return real(pKernel, library, name);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuLibraryGetKernel(real, pKernel, library, name) : real(pKernel, library, name));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(pKernel, library, name);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuLibraryGetKernel(real, pKernel, library, name) : real(pKernel, library, name));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuLibraryGetKernel, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -2982,9 +2983,9 @@ FG_SLOW CUresult fg_slow_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuKernelGetFunction);
     if (!fg_tracing)
-        return real(pFunc, kernel);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuKernelGetFunction(real, pFunc, kernel) : real(pFunc, kernel));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(pFunc, kernel);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuKernelGetFunction(real, pFunc, kernel) : real(pFunc, kernel));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuKernelGetFunction, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)

@@ -310,8 +310,11 @@ CUresult fg_mem_cuModuleLoadData(fg_real_cuModuleLoadData next, CUmodule *module
 CUresult fg_mem_cuModuleLoadDataEx(fg_real_cuModuleLoadDataEx next, CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options, void **optionValues);
 CUresult fg_mem_cuModuleLoadFatBinary(fg_real_cuModuleLoadFatBinary next, CUmodule *module, const void *fatCubin);
 CUresult fg_mem_cuModuleUnload(fg_real_cuModuleUnload next, CUmodule hmod);
+CUresult fg_mem_cuModuleGetFunction(fg_real_cuModuleGetFunction next, CUfunction *hfunc, CUmodule hmod, const char *name);
 CUresult fg_mem_cuLibraryLoadData(fg_real_cuLibraryLoadData next, CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions);
 CUresult fg_mem_cuLibraryUnload(fg_real_cuLibraryUnload next, CUlibrary library);
+CUresult fg_mem_cuLibraryGetKernel(fg_real_cuLibraryGetKernel next, CUkernel *pKernel, CUlibrary library, const char *name);
+CUresult fg_mem_cuKernelGetFunction(fg_real_cuKernelGetFunction next, CUfunction *pFunc, CUkernel kernel);
 CUresult fg_mem_cuLaunchKernel(fg_real_cuLaunchKernel next, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
 CUresult fg_compute_cuLaunchKernel(fg_real_cuLaunchKernel next, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
 CUresult fg_mem_cuLaunchKernel_ptsz(fg_real_cuLaunchKernel_ptsz next, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);

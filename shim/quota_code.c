@@ -6,9 +6,11 @@
  * needing more raises: that growth is charged before the launch and the
  * launch refused with CUDA_ERROR_OUT_OF_MEMORY when it does not fit. The
  * level lives in the context's R_STACK record (quota_ctx.c), which the
- * stack limit sets too. Launches stay fast: a kernel's local size is looked
- * up once and cached, and only one needing more than a context starts with
- * looks further. Loads and first launches also have the backstop read the
+ * stack limit sets too. Launches stay fast: they pass straight through
+ * until the program gets hold of a kernel needing more local memory than a
+ * context starts with (its local size is asked where its handle is handed
+ * out); from then on a launch looks its kernel's size up in a cache, and
+ * only one needing more than the context holds looks further. Loads and first launches also have the backstop read the
  * driver's count at the next charge: the driver may take more then than
  * any rule here knows (device printf and malloc, flexgv/drvmem.h). */
 #include "memquota.h"
@@ -245,7 +247,69 @@ static void grow_settle(struct grow *g, CUresult r)
     fg_rec_unlock();
 }
 
+/* Launches are watched (diverted here, and looked at when other policies
+ * divert them) once a kernel may grow local memory. */
+static int watching;
+
+static void watch_launches(void)
+{
+    __atomic_store_n(&watching, 1, __ATOMIC_RELAXED);
+    static const int launches[] = {FG_API_cuLaunchKernel, FG_API_cuLaunchKernel_ptsz,
+                                   FG_API_cuLaunchKernelEx, FG_API_cuLaunchKernelEx_ptsz,
+                                   FG_API_cuLaunchCooperativeKernel, FG_API_cuLaunchCooperativeKernel_ptsz};
+    for (unsigned i = 0; i < sizeof launches / sizeof *launches; i++)
+        __atomic_store_n(&fg_divert[launches[i]], 1, __ATOMIC_RELAXED);
+}
+
+/* A kernel handed out: if its local size is beyond what a context starts
+ * with, or cannot be told, launches are watched from now on. */
+static void handed_out(CUfunction f, CUkernel k)
+{
+    int size = -1;
+    if (f) {
+        fg_real_cuFuncGetAttribute attr = REAL(cuFuncGetAttribute);
+        if (!attr || attr(&size, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f) != CUDA_SUCCESS)
+            size = -1;
+    } else {
+        CUresult (*attr)(int *, CUfunction_attribute, CUkernel, CUdevice) =
+            (CUresult(*)(int *, CUfunction_attribute, CUkernel, CUdevice))fg_cuda_sym("cuKernelGetAttribute");
+        int dev = fg_current_device();
+        if (!attr || dev < 0 || attr(&size, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, k, dev) != CUDA_SUCCESS)
+            size = -1;
+    }
+    if (size < 0 || (uint64_t)size > fg_drv()->local_base)
+        watch_launches();
+}
+
+CUresult fg_mem_cuModuleGetFunction(fg_real_cuModuleGetFunction next, CUfunction *hfunc, CUmodule hmod,
+                                    const char *name)
+{
+    CUresult r = next(hfunc, hmod, name);
+    if (r == CUDA_SUCCESS)
+        handed_out(*hfunc, NULL);
+    return r;
+}
+
+CUresult fg_mem_cuKernelGetFunction(fg_real_cuKernelGetFunction next, CUfunction *pFunc, CUkernel kernel)
+{
+    CUresult r = next(pFunc, kernel);
+    if (r == CUDA_SUCCESS)
+        handed_out(*pFunc, NULL);
+    return r;
+}
+
+CUresult fg_mem_cuLibraryGetKernel(fg_real_cuLibraryGetKernel next, CUkernel *pKernel, CUlibrary library,
+                                   const char *name)
+{
+    CUresult r = next(pKernel, library, name);
+    if (r == CUDA_SUCCESS)
+        handed_out(NULL, *pKernel);
+    return r;
+}
+
 #define LAUNCH(f, call)                                                   \
+    if (FG_LIKELY(!__atomic_load_n(&watching, __ATOMIC_RELAXED)))         \
+        return call;                                                      \
     uint64_t need = local_size(f);                                        \
     if (FG_LIKELY(need <= fg_drv()->local_base))                          \
         return call;                                                      \

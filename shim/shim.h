@@ -34,6 +34,7 @@ extern void *fg_real[FG_NUM_APIS];
 void *fg_resolve(int id);
 void *fg_resolve_quiet(int id);
 void *fg_nvml_sym(const char *name);
+void *fg_cuda_sym(const char *name); /* a driver function the shim does not hook */
 int fg_missing(int id);
 int fg_lookup_name(const char *name);
 int fg_lookup_addr(const void *addr, const char *base);
