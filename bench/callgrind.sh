@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Instructions the shim adds, counted with callgrind on the simulated GPU
-# (repeatable, unlike wall time): per kernel launch (pass-through, tracing,
+# (repeatable, unlike wall time): per kernel launch (pass-through, tracing, under a quota,
 # and a tenant with a compute share alone on its GPU) and per cuMemAlloc/cuMemFree pair (pass-through and under a
 # quota). Each case runs N and 2N iterations; the difference divided by N is
 # the cost of one iteration with startup and teardown cancelled out.
@@ -51,5 +51,5 @@ measure() {
     done
 }
 
-measure "launch" native run trace share -- "$B/tests/launchloop"
+measure "launch" native run trace share quota -- "$B/tests/launchloop"
 measure "alloc/free pair" native run quota -- "$B/tests/memclient" allocloop

@@ -3,7 +3,7 @@
 # machine with an NVIDIA driver, nvcc and PyTorch, with build/ made by `make`
 # (`make GOTAGS=nok8s` keeps the CLI small where build/ is copied over):
 #     scripts/gpu-e2e.sh OUTDIR [SECTION...]
-# Sections (default: all): decl counts simmodel hookmap torch bench contended green quota isolation nvmlprocs mpspods computecap quotabench lonebench ddpshare shares sharetrain priority prioritygraph
+# Sections (default: all): decl counts simmodel hookmap torch bench contended green drvmem quota isolation nvmlprocs mpspods computecap quotabench lonebench ddpshare shares sharetrain priority prioritygraph
 # (PAIRS="flexgv" runs only some of the priority sections' ways of sharing,
 # PRIORITY_ROUNDS=3 runs them three times over, the request alone in each;
 # REF_SHIM=PATH with PAIRS "ref" and "mpsref" runs flexgv's pairs again in
@@ -21,7 +21,7 @@ set -u -o pipefail
 source "$(dirname "$0")/outdir.sh"
 OUT=$(outdir gpu-e2e "${1:-}") || exit 2
 shift || true
-SECTIONS=${*:-decl counts simmodel hookmap torch bench contended green quota isolation nvmlprocs mpspods computecap quotabench lonebench ddpshare shares sharetrain priority prioritygraph}
+SECTIONS=${*:-decl counts simmodel hookmap torch bench contended green drvmem quota isolation nvmlprocs mpspods computecap quotabench lonebench ddpshare shares sharetrain priority prioritygraph}
 ROUNDS=${ROUNDS:-7} # rounds of the throughput benchmarks
 PAIRS=${PAIRS:-timeslice mps mps50 mpsflexgv mpssm mpssm25 flexgv} # how the priority sections share the GPU
 PRIORITY_ROUNDS=${PRIORITY_ROUNDS:-1} # rounds of those pairs, one after another (their ratios compared round by round)
@@ -283,6 +283,71 @@ print(f"  {label}: mem_get_info total {r['total']/G:.2f} GiB, free at start {r['
 sys.exit(0 if r["total"] == q and r.get("oom") and r["allocated"] >= q - 2 * G and peak <= q else 1)
 PY
 }
+
+if want drvmem; then
+echo "== memory as the driver spends it: scripts/gpu/memprobe.c natively, then each pattern under a quota"
+# The probe's output is what include/flexgv/drvmem.h's entry for this
+# driver is read from; each pattern below runs until refused and holds its
+# peak, which NVML (nvml_watch.py, as nvidia-smi) must show within the quota.
+P=$WORK/probe
+mkdir -p "$P"
+for g in "g1 1" "g4097 4097" "g2m1 2097153" "g1g 1073741824"; do
+    set -- $g
+    "$CUDA/bin/nvcc" -cubin -arch=sm_90 -O2 -DGLOBAL_BYTES=${2}ull -o "$P/$1.cubin" scripts/gpu/memprobe_kernels.cu || fail "nvcc $1.cubin"
+done
+"$CUDA/bin/nvcc" -cubin -arch=sm_90 -O2 -rdc=true -DWITH_CDP -DGLOBAL_BYTES=1ull -o "$P/cdp.cubin" scripts/gpu/memprobe_kernels.cu || fail "nvcc cdp.cubin"
+gcc -O2 -I"$CUDA/include" -o "$WORK/memprobe" scripts/gpu/memprobe.c -L"$CUDA/lib64/stubs" -lcuda -lnvidia-ml &&
+    gcc -O2 -I"$CUDA/include" -o "$WORK/drvquota" scripts/gpu/drvquota.c -L"$CUDA/lib64/stubs" -lcuda || fail "gcc memprobe/drvquota"
+CUDA=$CUDA "$WORK/memprobe" "$P" >"$OUT/memprobe.txt" 2>&1 && pass "memprobe (figures in $OUT/memprobe.txt)" || fail "memprobe"
+# dq QUOTA LABEL ARGS...: drvquota ARGS under --mem QUOTA, its NVML peak within it.
+dq() {
+    local quota=$1 label=$2
+    shift 2
+    watch "$FLEXGV" run --mem "$quota" -- "$WORK/drvquota" "$@" >"$WORK/dq.txt" 2>"$WORK/dq.err"
+    local peak=$(cat "$WORK/peak") q=$(python3 -c "import sys; v=sys.argv[1]; print(int(v[:-3]) << (30 if v.endswith('GiB') else 20))" "$quota")
+    echo "  $label under $quota: $(cat "$WORK/dq.txt"); NVML peak $((peak >> 20)) MiB"
+    [ "$peak" -gt 0 ] && [ "$peak" -le "$q" ] && pass "$label: peak within the quota" || { cat "$WORK/dq.err"; fail "$label: peak $peak over $q"; }
+}
+for size in 1 512 513 4096 65537 1048577 2097151 2097152 2097153 67108865 1073741824 1073741825; do
+    dq 2GiB "cuMemAlloc $size B" blocks $size
+done
+dq 2GiB "8192 blocks of 256 B" blocks 256 8192
+dq 2GiB "pitched 4097 x 1024" pitch 4097 1024
+dq 2GiB "1D arrays of 64 Ki floats" array1d 65536
+dq 2GiB "2D arrays of 1000 x 1000 floats" array2d 1000 1000
+dq 2GiB "stream-ordered 2 MiB + 1" pool 2097153
+dq 2GiB "VMM" vmm
+dq 1GiB "a 1 GiB __device__ global" module "$P/g1g.cubin"
+dq 2GiB "a 1 GiB __device__ global" module "$P/g1g.cubin"
+dq 4GiB "64 KiB of local memory per thread" local "$P/g1.cubin" local64k
+dq 20GiB "64 KiB of local memory per thread" local "$P/g1.cubin" local64k
+dq 2GiB "a module calling device malloc (the backstop's)" module "$P/g1.cubin"
+dq 2GiB "65536 pending launches" pending 65536
+for lib in cupy jax; do
+    watch env XLA_PYTHON_CLIENT_PREALLOCATE=false "$FLEXGV" run --mem 4GiB -- python3 - "$lib" >"$WORK/fw.txt" 2>"$WORK/fw.err" <<'PY'
+import sys
+n = 0
+try:
+    if sys.argv[1] == "cupy":
+        import cupy as cp
+        xs = []
+        while True:
+            xs.append(cp.empty(64 << 20, dtype=cp.uint8))
+            n += 1
+    else:
+        import jax.numpy as jnp
+        xs = []
+        while True:
+            xs.append(jnp.ones(16 << 20, dtype=jnp.float32).block_until_ready())
+            n += 1
+except Exception as e:
+    print(f"{n} blocks of 64 MiB, then {type(e).__name__}")
+PY
+    peak=$(cat "$WORK/peak")
+    echo "  $lib under 4GiB: $(cat "$WORK/fw.txt"); NVML peak $((peak >> 20)) MiB"
+    [ "$peak" -gt 0 ] && [ "$peak" -le $((4 << 30)) ] && pass "$lib: peak within the quota" || { tail -3 "$WORK/fw.err"; fail "$lib: peak $peak"; }
+done
+fi
 
 if want quota; then
 echo "== memory quota: PyTorch under --mem 10GiB"

@@ -84,6 +84,12 @@ void *fg_resolve_quiet(int id)
     return p ? p : resolve(id, 0);
 }
 
+void *fg_cuda_sym(const char *name)
+{
+    void *h = lib_handle(LIB_CUDA, 0);
+    return h ? fg_real_dlsym(h, name) : NULL;
+}
+
 void *fg_nvml_sym(const char *name)
 {
     void *h = lib_handle(LIB_NVML, 0);

@@ -628,10 +628,11 @@ unsigned char fg_policy_on[FG_NUM_POLICIES] = {
     [FG_POLICY_PROCADDR] = 1,
 };
 
-/* The hooks each policy acts on, diverted when it is enabled. */
+/* The hooks each policy acts on, diverted when it is enabled (not those
+ * it diverts on demand). */
 static const unsigned short hooks_procaddr[] = {FG_API_cuGetProcAddress, FG_API_cuGetProcAddress_v2, 0xffff};
 static const unsigned short hooks_census[] = {FG_API_cuGetExportTable, 0xffff};
-static const unsigned short hooks_mem[] = {FG_API_cuInit, FG_API_cuDeviceTotalMem_v2, FG_API_cuDevicePrimaryCtxRetain, FG_API_cuDevicePrimaryCtxRelease_v2, FG_API_cuDevicePrimaryCtxReset_v2, FG_API_cuCtxCreate_v2, FG_API_cuCtxCreate_v4, FG_API_cuCtxDestroy_v2, FG_API_cuCtxSynchronize, FG_API_cuCtxSynchronize_v2, FG_API_cuCtxSetLimit, FG_API_cuMemGetInfo_v2, FG_API_cuMemAlloc_v2, FG_API_cuMemAllocPitch_v2, FG_API_cuMemFree_v2, FG_API_cuMemAllocManaged, FG_API_cuMemAllocAsync, FG_API_cuMemAllocAsync_ptsz, FG_API_cuMemAllocFromPoolAsync, FG_API_cuMemAllocFromPoolAsync_ptsz, FG_API_cuMemPoolCreate, FG_API_cuMemPoolDestroy, FG_API_cuMemPoolTrimTo, FG_API_cuMemCreate, FG_API_cuMemRelease, FG_API_cuMemMap, FG_API_cuMemUnmap, FG_API_cuArrayCreate_v2, FG_API_cuArray3DCreate_v2, FG_API_cuArrayDestroy, FG_API_cuMipmappedArrayCreate, FG_API_cuMipmappedArrayDestroy, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuDeviceGraphMemTrim, FG_API_cuGraphInstantiateWithFlags, FG_API_cuGraphInstantiateWithParams, FG_API_cuGraphInstantiateWithParams_ptsz, FG_API_cuGraphUpload, FG_API_cuGraphUpload_ptsz, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, FG_API_cuGraphExecDestroy, FG_API_nvmlDeviceGetMemoryInfo, FG_API_nvmlDeviceGetMemoryInfo_v2, FG_API_nvmlDeviceGetComputeRunningProcesses_v3, FG_API_nvmlDeviceGetGraphicsRunningProcesses_v3, FG_API_nvmlDeviceGetMPSComputeRunningProcesses_v3, FG_API_nvmlDeviceGetProcessUtilization, 0xffff};
+static const unsigned short hooks_mem[] = {FG_API_cuInit, FG_API_cuDeviceTotalMem_v2, FG_API_cuDevicePrimaryCtxRetain, FG_API_cuDevicePrimaryCtxRelease_v2, FG_API_cuDevicePrimaryCtxReset_v2, FG_API_cuCtxCreate_v2, FG_API_cuCtxCreate_v4, FG_API_cuCtxDestroy_v2, FG_API_cuCtxSynchronize, FG_API_cuCtxSynchronize_v2, FG_API_cuCtxSetLimit, FG_API_cuMemGetInfo_v2, FG_API_cuMemAlloc_v2, FG_API_cuMemAllocPitch_v2, FG_API_cuMemFree_v2, FG_API_cuMemAllocManaged, FG_API_cuMemAllocAsync, FG_API_cuMemAllocAsync_ptsz, FG_API_cuMemAllocFromPoolAsync, FG_API_cuMemAllocFromPoolAsync_ptsz, FG_API_cuMemPoolCreate, FG_API_cuMemPoolDestroy, FG_API_cuMemPoolTrimTo, FG_API_cuMemCreate, FG_API_cuMemRelease, FG_API_cuMemMap, FG_API_cuMemUnmap, FG_API_cuArrayCreate_v2, FG_API_cuArray3DCreate_v2, FG_API_cuArrayDestroy, FG_API_cuMipmappedArrayCreate, FG_API_cuMipmappedArrayDestroy, FG_API_cuModuleLoad, FG_API_cuModuleLoadData, FG_API_cuModuleLoadDataEx, FG_API_cuModuleLoadFatBinary, FG_API_cuModuleUnload, FG_API_cuModuleGetFunction, FG_API_cuLibraryLoadData, FG_API_cuLibraryUnload, FG_API_cuLibraryGetKernel, FG_API_cuKernelGetFunction, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuDeviceGraphMemTrim, FG_API_cuGraphInstantiateWithFlags, FG_API_cuGraphInstantiateWithParams, FG_API_cuGraphInstantiateWithParams_ptsz, FG_API_cuGraphUpload, FG_API_cuGraphUpload_ptsz, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, FG_API_cuGraphExecDestroy, FG_API_nvmlDeviceGetMemoryInfo, FG_API_nvmlDeviceGetMemoryInfo_v2, FG_API_nvmlDeviceGetComputeRunningProcesses_v3, FG_API_nvmlDeviceGetGraphicsRunningProcesses_v3, FG_API_nvmlDeviceGetMPSComputeRunningProcesses_v3, FG_API_nvmlDeviceGetProcessUtilization, 0xffff};
 static const unsigned short hooks_compute[] = {FG_API_cuCtxSynchronize, FG_API_cuCtxSynchronize_v2, FG_API_cuMemcpyHtoD_v2, FG_API_cuMemcpyHtoD_v2_ptds, FG_API_cuMemcpyDtoH_v2, FG_API_cuMemcpyDtoH_v2_ptds, FG_API_cuMemcpyDtoD_v2, FG_API_cuMemcpyDtoD_v2_ptds, FG_API_cuMemcpy, FG_API_cuMemcpy_ptds, FG_API_cuMemcpyHtoDAsync_v2, FG_API_cuMemcpyHtoDAsync_v2_ptsz, FG_API_cuMemcpyDtoHAsync_v2, FG_API_cuMemcpyDtoHAsync_v2_ptsz, FG_API_cuMemcpyDtoDAsync_v2, FG_API_cuMemcpyDtoDAsync_v2_ptsz, FG_API_cuMemcpyAsync, FG_API_cuMemcpyAsync_ptsz, FG_API_cuMemcpyPeer, FG_API_cuMemcpyPeer_ptds, FG_API_cuMemcpyPeerAsync, FG_API_cuMemcpyPeerAsync_ptsz, FG_API_cuMemcpy2D_v2, FG_API_cuMemcpy2D_v2_ptds, FG_API_cuMemcpy2DUnaligned_v2, FG_API_cuMemcpy2DUnaligned_v2_ptds, FG_API_cuMemcpy2DAsync_v2, FG_API_cuMemcpy2DAsync_v2_ptsz, FG_API_cuMemcpy3D_v2, FG_API_cuMemcpy3D_v2_ptds, FG_API_cuMemcpy3DAsync_v2, FG_API_cuMemcpy3DAsync_v2_ptsz, FG_API_cuMemsetD8_v2, FG_API_cuMemsetD8_v2_ptds, FG_API_cuMemsetD32_v2, FG_API_cuMemsetD32_v2_ptds, FG_API_cuMemsetD8Async, FG_API_cuMemsetD8Async_ptsz, FG_API_cuMemsetD32Async, FG_API_cuMemsetD32Async_ptsz, FG_API_cuMemsetD16_v2, FG_API_cuMemsetD16_v2_ptds, FG_API_cuMemsetD16Async, FG_API_cuMemsetD16Async_ptsz, FG_API_cuMemsetD2D8_v2, FG_API_cuMemsetD2D8_v2_ptds, FG_API_cuMemsetD2D8Async, FG_API_cuMemsetD2D8Async_ptsz, FG_API_cuMemsetD2D16_v2, FG_API_cuMemsetD2D16_v2_ptds, FG_API_cuMemsetD2D16Async, FG_API_cuMemsetD2D16Async_ptsz, FG_API_cuMemsetD2D32_v2, FG_API_cuMemsetD2D32_v2_ptds, FG_API_cuMemsetD2D32Async, FG_API_cuMemsetD2D32Async_ptsz, FG_API_cuLaunchKernel, FG_API_cuLaunchKernel_ptsz, FG_API_cuLaunchKernelEx, FG_API_cuLaunchKernelEx_ptsz, FG_API_cuLaunchCooperativeKernel, FG_API_cuLaunchCooperativeKernel_ptsz, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, 0xffff};
 
 void fg_policy_enable(enum fg_policy p)
@@ -2820,9 +2821,9 @@ FG_SLOW CUresult fg_slow_cuModuleLoad(CUmodule *module, const char *fname)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuModuleLoad);
     if (!fg_tracing)
-        return real(module, fname);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuModuleLoad(real, module, fname) : real(module, fname));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(module, fname);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuModuleLoad(real, module, fname) : real(module, fname));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuModuleLoad, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -2838,9 +2839,9 @@ FG_SLOW CUresult fg_slow_cuModuleLoadData(CUmodule *module, const void *image)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuModuleLoadData);
     if (!fg_tracing)
-        return real(module, image);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuModuleLoadData(real, module, image) : real(module, image));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(module, image);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuModuleLoadData(real, module, image) : real(module, image));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuModuleLoadData, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -2856,9 +2857,9 @@ FG_SLOW CUresult fg_slow_cuModuleLoadDataEx(CUmodule *module, const void *image,
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuModuleLoadDataEx);
     if (!fg_tracing)
-        return real(module, image, numOptions, options, optionValues);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuModuleLoadDataEx(real, module, image, numOptions, options, optionValues) : real(module, image, numOptions, options, optionValues));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(module, image, numOptions, options, optionValues);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuModuleLoadDataEx(real, module, image, numOptions, options, optionValues) : real(module, image, numOptions, options, optionValues));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuModuleLoadDataEx, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -2874,9 +2875,9 @@ FG_SLOW CUresult fg_slow_cuModuleLoadFatBinary(CUmodule *module, const void *fat
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuModuleLoadFatBinary);
     if (!fg_tracing)
-        return real(module, fatCubin);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuModuleLoadFatBinary(real, module, fatCubin) : real(module, fatCubin));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(module, fatCubin);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuModuleLoadFatBinary(real, module, fatCubin) : real(module, fatCubin));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuModuleLoadFatBinary, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -2892,9 +2893,9 @@ FG_SLOW CUresult fg_slow_cuModuleUnload(CUmodule hmod)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuModuleUnload);
     if (!fg_tracing)
-        return real(hmod);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuModuleUnload(real, hmod) : real(hmod));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(hmod);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuModuleUnload(real, hmod) : real(hmod));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuModuleUnload, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -2910,9 +2911,9 @@ FG_SLOW CUresult fg_slow_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, c
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuModuleGetFunction);
     if (!fg_tracing)
-        return real(hfunc, hmod, name);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuModuleGetFunction(real, hfunc, hmod, name) : real(hfunc, hmod, name));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(hfunc, hmod, name);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuModuleGetFunction(real, hfunc, hmod, name) : real(hfunc, hmod, name));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuModuleGetFunction, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -2928,9 +2929,9 @@ FG_SLOW CUresult fg_slow_cuLibraryLoadData(CUlibrary *library, const void *code,
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLibraryLoadData);
     if (!fg_tracing)
-        return real(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuLibraryLoadData(real, library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions) : real(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuLibraryLoadData(real, library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions) : real(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuLibraryLoadData, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -2946,9 +2947,9 @@ FG_SLOW CUresult fg_slow_cuLibraryUnload(CUlibrary library)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLibraryUnload);
     if (!fg_tracing)
-        return real(library);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuLibraryUnload(real, library) : real(library));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(library);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuLibraryUnload(real, library) : real(library));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuLibraryUnload, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -2964,9 +2965,9 @@ FG_SLOW CUresult fg_slow_cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLibraryGetKernel);
     if (!fg_tracing)
-        return real(pKernel, library, name);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuLibraryGetKernel(real, pKernel, library, name) : real(pKernel, library, name));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(pKernel, library, name);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuLibraryGetKernel(real, pKernel, library, name) : real(pKernel, library, name));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuLibraryGetKernel, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -2982,9 +2983,9 @@ FG_SLOW CUresult fg_slow_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuKernelGetFunction);
     if (!fg_tracing)
-        return real(pFunc, kernel);
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuKernelGetFunction(real, pFunc, kernel) : real(pFunc, kernel));
     uint64_t t0 = fg_now_ns();
-    CUresult r = real(pFunc, kernel);
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuKernelGetFunction(real, pFunc, kernel) : real(pFunc, kernel));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuKernelGetFunction, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -3030,15 +3031,21 @@ FG_SLOW CUresult fg_slow_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribu
 
 FG_FAST_PATH(cuFuncSetAttribute, 131)
 
+static CUresult fg_layer1_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
+{
+    fg_real_cuLaunchKernel real = (fg_real_cuLaunchKernel)fg_real_fn(FG_API_cuLaunchKernel);
+    return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchKernel(real, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) : real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra));
+}
+
 FG_SLOW CUresult fg_slow_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
     fg_real_cuLaunchKernel real = (fg_real_cuLaunchKernel)fg_real_fn(FG_API_cuLaunchKernel);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLaunchKernel);
     if (!fg_tracing)
-        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchKernel(real, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) : real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra));
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuLaunchKernel(fg_layer1_cuLaunchKernel, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) : fg_layer1_cuLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra));
     uint64_t t0 = fg_now_ns();
-    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchKernel(real, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) : real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra));
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuLaunchKernel(fg_layer1_cuLaunchKernel, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) : fg_layer1_cuLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuLaunchKernel, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -3048,15 +3055,21 @@ FG_SLOW CUresult fg_slow_cuLaunchKernel(CUfunction f, unsigned int gridDimX, uns
 
 FG_FAST_PATH(cuLaunchKernel, 132)
 
+static CUresult fg_layer1_cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
+{
+    fg_real_cuLaunchKernel_ptsz real = (fg_real_cuLaunchKernel_ptsz)fg_real_fn(FG_API_cuLaunchKernel_ptsz);
+    return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchKernel_ptsz(real, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) : real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra));
+}
+
 FG_SLOW CUresult fg_slow_cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
     fg_real_cuLaunchKernel_ptsz real = (fg_real_cuLaunchKernel_ptsz)fg_real_fn(FG_API_cuLaunchKernel_ptsz);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLaunchKernel_ptsz);
     if (!fg_tracing)
-        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchKernel_ptsz(real, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) : real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra));
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuLaunchKernel_ptsz(fg_layer1_cuLaunchKernel_ptsz, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) : fg_layer1_cuLaunchKernel_ptsz(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra));
     uint64_t t0 = fg_now_ns();
-    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchKernel_ptsz(real, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) : real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra));
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuLaunchKernel_ptsz(fg_layer1_cuLaunchKernel_ptsz, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) : fg_layer1_cuLaunchKernel_ptsz(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuLaunchKernel_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -3066,15 +3079,21 @@ FG_SLOW CUresult fg_slow_cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX
 
 FG_FAST_PATH(cuLaunchKernel_ptsz, 133)
 
+static CUresult fg_layer1_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
+{
+    fg_real_cuLaunchKernelEx real = (fg_real_cuLaunchKernelEx)fg_real_fn(FG_API_cuLaunchKernelEx);
+    return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchKernelEx(real, config, f, kernelParams, extra) : real(config, f, kernelParams, extra));
+}
+
 FG_SLOW CUresult fg_slow_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
     fg_real_cuLaunchKernelEx real = (fg_real_cuLaunchKernelEx)fg_real_fn(FG_API_cuLaunchKernelEx);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLaunchKernelEx);
     if (!fg_tracing)
-        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchKernelEx(real, config, f, kernelParams, extra) : real(config, f, kernelParams, extra));
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuLaunchKernelEx(fg_layer1_cuLaunchKernelEx, config, f, kernelParams, extra) : fg_layer1_cuLaunchKernelEx(config, f, kernelParams, extra));
     uint64_t t0 = fg_now_ns();
-    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchKernelEx(real, config, f, kernelParams, extra) : real(config, f, kernelParams, extra));
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuLaunchKernelEx(fg_layer1_cuLaunchKernelEx, config, f, kernelParams, extra) : fg_layer1_cuLaunchKernelEx(config, f, kernelParams, extra));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuLaunchKernelEx, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -3084,15 +3103,21 @@ FG_SLOW CUresult fg_slow_cuLaunchKernelEx(const CUlaunchConfig *config, CUfuncti
 
 FG_FAST_PATH(cuLaunchKernelEx, 134)
 
+static CUresult fg_layer1_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
+{
+    fg_real_cuLaunchKernelEx_ptsz real = (fg_real_cuLaunchKernelEx_ptsz)fg_real_fn(FG_API_cuLaunchKernelEx_ptsz);
+    return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchKernelEx_ptsz(real, config, f, kernelParams, extra) : real(config, f, kernelParams, extra));
+}
+
 FG_SLOW CUresult fg_slow_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
     fg_real_cuLaunchKernelEx_ptsz real = (fg_real_cuLaunchKernelEx_ptsz)fg_real_fn(FG_API_cuLaunchKernelEx_ptsz);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLaunchKernelEx_ptsz);
     if (!fg_tracing)
-        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchKernelEx_ptsz(real, config, f, kernelParams, extra) : real(config, f, kernelParams, extra));
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuLaunchKernelEx_ptsz(fg_layer1_cuLaunchKernelEx_ptsz, config, f, kernelParams, extra) : fg_layer1_cuLaunchKernelEx_ptsz(config, f, kernelParams, extra));
     uint64_t t0 = fg_now_ns();
-    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchKernelEx_ptsz(real, config, f, kernelParams, extra) : real(config, f, kernelParams, extra));
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuLaunchKernelEx_ptsz(fg_layer1_cuLaunchKernelEx_ptsz, config, f, kernelParams, extra) : fg_layer1_cuLaunchKernelEx_ptsz(config, f, kernelParams, extra));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuLaunchKernelEx_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -3102,15 +3127,21 @@ FG_SLOW CUresult fg_slow_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUf
 
 FG_FAST_PATH(cuLaunchKernelEx_ptsz, 135)
 
+static CUresult fg_layer1_cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
+{
+    fg_real_cuLaunchCooperativeKernel real = (fg_real_cuLaunchCooperativeKernel)fg_real_fn(FG_API_cuLaunchCooperativeKernel);
+    return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchCooperativeKernel(real, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) : real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams));
+}
+
 FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
     fg_real_cuLaunchCooperativeKernel real = (fg_real_cuLaunchCooperativeKernel)fg_real_fn(FG_API_cuLaunchCooperativeKernel);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLaunchCooperativeKernel);
     if (!fg_tracing)
-        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchCooperativeKernel(real, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) : real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams));
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuLaunchCooperativeKernel(fg_layer1_cuLaunchCooperativeKernel, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) : fg_layer1_cuLaunchCooperativeKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams));
     uint64_t t0 = fg_now_ns();
-    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchCooperativeKernel(real, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) : real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams));
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuLaunchCooperativeKernel(fg_layer1_cuLaunchCooperativeKernel, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) : fg_layer1_cuLaunchCooperativeKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuLaunchCooperativeKernel, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -3120,15 +3151,21 @@ FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel(CUfunction f, unsigned int gr
 
 FG_FAST_PATH(cuLaunchCooperativeKernel, 136)
 
+static CUresult fg_layer1_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
+{
+    fg_real_cuLaunchCooperativeKernel_ptsz real = (fg_real_cuLaunchCooperativeKernel_ptsz)fg_real_fn(FG_API_cuLaunchCooperativeKernel_ptsz);
+    return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchCooperativeKernel_ptsz(real, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) : real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams));
+}
+
 FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
     fg_real_cuLaunchCooperativeKernel_ptsz real = (fg_real_cuLaunchCooperativeKernel_ptsz)fg_real_fn(FG_API_cuLaunchCooperativeKernel_ptsz);
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLaunchCooperativeKernel_ptsz);
     if (!fg_tracing)
-        return (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchCooperativeKernel_ptsz(real, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) : real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams));
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuLaunchCooperativeKernel_ptsz(fg_layer1_cuLaunchCooperativeKernel_ptsz, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) : fg_layer1_cuLaunchCooperativeKernel_ptsz(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams));
     uint64_t t0 = fg_now_ns();
-    CUresult r = (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchCooperativeKernel_ptsz(real, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) : real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams));
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuLaunchCooperativeKernel_ptsz(fg_layer1_cuLaunchCooperativeKernel_ptsz, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) : fg_layer1_cuLaunchCooperativeKernel_ptsz(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuLaunchCooperativeKernel_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)

@@ -9,12 +9,13 @@
 #define FLEXGV_MEMQUOTA_H
 
 #include "shim.h"
+#include "flexgv/drvmem.h"
 
 #define REAL(name) ((fg_real_##name)fg_resolve_quiet(FG_API_##name))
 
 /* ---- per-process records of what was charged (records.c) ---- */
 
-enum rec_kind { R_MEM, R_ARRAY, R_VMM, R_MAP, R_POOL, R_CTX, R_EXEC, R_HEAP, R_STACK, R_NKINDS };
+enum rec_kind { R_MEM, R_ARRAY, R_VMM, R_MAP, R_POOL, R_CTX, R_EXEC, R_HEAP, R_STACK, R_PENDING, R_MODULE, R_NKINDS };
 
 struct rec {
     uintptr_t key; /* 0: empty */
@@ -23,9 +24,10 @@ struct rec {
     int16_t dev;      /* CUDA ordinal charged */
     int32_t maps;     /* R_VMM: live mappings */
     uint64_t bytes;
-    uintptr_t owner; /* R_MEM/R_ARRAY: context; R_MAP: VMM handle; R_EXEC: its sizes per device;
-                        R_HEAP, R_STACK (keyed by context): none */
-    uint64_t span;   /* R_MAP: bytes mapped */
+    uintptr_t owner; /* R_MEM/R_ARRAY/R_MODULE: context; R_MAP: VMM handle; R_EXEC: its sizes per device;
+                        R_HEAP, R_STACK, R_PENDING (keyed by context): none */
+    uint64_t span;   /* R_MAP: bytes mapped; R_HEAP, R_STACK, R_PENDING: the limit as set (R_STACK: the
+                        per-thread local memory level, which launches may raise) */
 };
 
 /* Room for one more record, taken before the driver is asked, so that a
@@ -52,6 +54,8 @@ void fg_rec_after_fork(void);
 /* ---- driver queries the policies share (quota_ctx.c) ---- */
 
 int fg_current_device(void);
+/* How the driver in use rounds and reserves memory (flexgv/drvmem.h). */
+const struct fg_drvmem *fg_drv(void);
 uintptr_t fg_current_ctx(void);
 
 /* Calls that may synchronize ("potentially unsafe" during stream capture)
@@ -66,9 +70,13 @@ void fg_relaxed_end(CUstreamCaptureMode saved);
  * during capture. */
 int fg_stream_capturing(CUstream s, int per_thread);
 
+/* Threads a device holds at once (SMs x threads per SM), 0 unknown. */
+uint64_t fg_resident_threads(int dev);
+
 /* ---- the policies' hooks into each other ---- */
 void fg_pools_settle(void);
 void fg_graph_settle_all(void);
 void fg_ctx_after_fork(void);
+void fg_code_ctx_gone(void);
 
 #endif

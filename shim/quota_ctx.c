@@ -16,6 +16,21 @@ int fg_current_device(void)
     return f && f(&d) == CUDA_SUCCESS ? d : -1;
 }
 
+const struct fg_drvmem *fg_drv(void)
+{
+    static const struct fg_drvmem *t;
+    const struct fg_drvmem *r = __atomic_load_n(&t, __ATOMIC_ACQUIRE);
+    if (!r) {
+        int v = 0;
+        fg_real_cuDriverGetVersion f = REAL(cuDriverGetVersion);
+        if (f)
+            f(&v);
+        r = fg_drvmem_for(v);
+        __atomic_store_n(&t, r, __ATOMIC_RELEASE);
+    }
+    return r;
+}
+
 uintptr_t fg_current_ctx(void)
 {
     CUcontext c = NULL;
@@ -80,8 +95,14 @@ static void nvml_processes(int dev, struct nvml_snapshot *s)
     CUuuid u;
     nvmlDevice_t h;
     char text[64];
-    if (!uuidf || !init || !procs || !byuuid || uuidf(&u, dev) != CUDA_SUCCESS || init() != NVML_SUCCESS)
+    static int up; /* NVML initialized once: the backstop asks often */
+    if (!uuidf || !init || !procs || !byuuid || uuidf(&u, dev) != CUDA_SUCCESS)
         return;
+    if (!__atomic_load_n(&up, __ATOMIC_ACQUIRE)) {
+        if (init() != NVML_SUCCESS)
+            return;
+        __atomic_store_n(&up, 1, __ATOMIC_RELEASE);
+    }
     fg_uuid_text(&u, text, sizeof text);
     s->n = MAX_PROCS;
     s->ok = byuuid(text, &h) == NVML_SUCCESS && procs(h, &s->n, s->info) == NVML_SUCCESS;
@@ -122,6 +143,16 @@ static long long measured(const struct nvml_snapshot *before, const struct nvml_
     if (a < 0)
         return -1;
     return b < 0 ? a : (a >= b ? a - b : -1);
+}
+
+long long fg_nvml_self_used(int dev)
+{
+    struct nvml_snapshot s;
+    nvml_processes(dev, &s);
+    if (!s.ok)
+        return -1;
+    unsigned me = __atomic_load_n(&nvml_pid, __ATOMIC_RELAXED);
+    return used_by(&s, me ? me : (unsigned)getpid());
 }
 
 /* ---- contexts ---- */
@@ -184,9 +215,13 @@ static void ctx_gone(uintptr_t ctx)
         fg_rec_drop(r);
     if ((r = fg_rec_find(ctx, R_STACK)))
         fg_rec_drop(r);
+    if ((r = fg_rec_find(ctx, R_PENDING)))
+        fg_rec_drop(r);
     fg_rec_each(R_MEM, drop_owned, (void *)ctx);
     fg_rec_each(R_ARRAY, drop_owned, (void *)ctx);
+    fg_rec_each(R_MODULE, drop_owned, (void *)ctx);
     fg_rec_unlock();
+    fg_code_ctx_gone();
     fg_pools_settle();
     fg_graph_settle_all();
 }
@@ -318,36 +353,72 @@ void fg_ctx_after_fork(void)
     nvml_pid = 0;
 }
 
-/* Limits that reserve device memory: the heap kernels malloc from, and
- * each thread's stack, reserved for every thread the device holds at once.
- * What a program asks beyond the driver's defaults (part of what its
- * context was charged) is charged to the context's device, replaced when
- * the limit changes and given back with the context. Other limits pass. */
+/* Limits that reserve device memory (flexgv/drvmem.h): the heap kernels
+ * malloc from, the context's local memory level (the stack limit sets it,
+ * also downwards; a launch may grow it, quota_launch.c) and room for
+ * pending device-side launches. What a program asks beyond the driver's
+ * defaults (part of what its context was charged) is charged to the
+ * context's device, replaced when the limit changes and given back with
+ * the context. The printf FIFO took no device memory (measured); other
+ * limits pass. */
 #define DEFAULT_HEAP (8ull << 20)
-#define DEFAULT_STACK 1024ull
 
-static uint64_t limit_extra(CUlimit limit, size_t value, int dev)
+uint64_t fg_resident_threads(int dev)
 {
-    if (limit == CU_LIMIT_MALLOC_HEAP_SIZE)
-        return value > DEFAULT_HEAP ? value - DEFAULT_HEAP : 0;
-    if (value <= DEFAULT_STACK)
-        return 0;
+    static uint64_t cache[MAX_PRIMARY];
+    uint64_t v = dev >= 0 && dev < MAX_PRIMARY ? __atomic_load_n(&cache[dev], __ATOMIC_RELAXED) : 0;
+    if (v)
+        return v;
     int sms = 0, per_sm = 0;
     fg_real_cuDeviceGetAttribute attr = REAL(cuDeviceGetAttribute);
     if (!attr || attr(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) != CUDA_SUCCESS ||
-        attr(&per_sm, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, dev) != CUDA_SUCCESS)
+        attr(&per_sm, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, dev) != CUDA_SUCCESS || sms <= 0 ||
+        per_sm <= 0)
         return 0;
-    uint64_t threads = (uint64_t)sms * (uint64_t)per_sm, grow = (uint64_t)value - DEFAULT_STACK;
-    return threads && grow > UINT64_MAX / threads ? UINT64_MAX / 2 : grow * threads; /* too much for any quota */
+    v = (uint64_t)sms * (uint64_t)per_sm;
+    if (dev >= 0 && dev < MAX_PRIMARY)
+        __atomic_store_n(&cache[dev], v, __ATOMIC_RELAXED);
+    return v;
+}
+
+static uint64_t limit_extra(CUlimit limit, size_t value, int dev)
+{
+    const struct fg_drvmem *t = fg_drv();
+    if (limit == CU_LIMIT_MALLOC_HEAP_SIZE)
+        return value > DEFAULT_HEAP ? value - DEFAULT_HEAP : 0;
+    if (limit == CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT)
+        return fg_drv_pending(t, value);
+    return fg_drv_local_extra(t, value, fg_resident_threads(dev));
+}
+
+static enum rec_kind limit_kind(CUlimit limit)
+{
+    switch (limit) {
+    case CU_LIMIT_MALLOC_HEAP_SIZE:
+        return R_HEAP;
+    case CU_LIMIT_STACK_SIZE:
+        return R_STACK;
+    case CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT:
+        return R_PENDING;
+    default:
+        return R_NKINDS;
+    }
+}
+
+static const char *limit_what(enum rec_kind kind)
+{
+    return kind == R_HEAP    ? "a device heap (cuCtxSetLimit)"
+           : kind == R_STACK ? "thread stacks (cuCtxSetLimit)"
+                             : "pending device launches (cuCtxSetLimit)";
 }
 
 CUresult fg_mem_cuCtxSetLimit(fg_real_cuCtxSetLimit next, CUlimit limit, size_t value)
 {
     uintptr_t ctx = fg_current_ctx();
-    if ((limit != CU_LIMIT_MALLOC_HEAP_SIZE && limit != CU_LIMIT_STACK_SIZE) || !ctx)
+    enum rec_kind kind = limit_kind(limit);
+    if (kind == R_NKINDS || !ctx)
         return next(limit, value);
-    enum rec_kind kind = limit == CU_LIMIT_MALLOC_HEAP_SIZE ? R_HEAP : R_STACK;
-    const char *what = kind == R_HEAP ? "a device heap (cuCtxSetLimit)" : "thread stacks (cuCtxSetLimit)";
+    const char *what = limit_what(kind);
     int dev = fg_current_device();
     uint64_t extra = limit_extra(limit, value, dev);
     fg_rec_lock();
@@ -356,7 +427,7 @@ CUresult fg_mem_cuCtxSetLimit(fg_real_cuCtxSetLimit next, CUlimit limit, size_t 
     fg_rec_unlock();
     /* Only the growth is charged before the driver is asked, so that a
      * limit changed within the quota is never refused for its old size. */
-    int fresh = !had && extra;
+    int fresh = !old && extra;
     if (fresh && !fg_rec_reserve())
         return CUDA_ERROR_OUT_OF_MEMORY;
     if (extra > had && !fg_charge(dev, extra - had, what)) {
@@ -377,12 +448,13 @@ CUresult fg_mem_cuCtxSetLimit(fg_real_cuCtxSetLimit next, CUlimit limit, size_t 
     fg_rec_lock();
     if ((old = fg_rec_find(ctx, kind))) {
         old->bytes = extra; /* charged as it now stands */
+        old->span = value;
         if (!extra)
             fg_rec_drop(old);
         if (fresh)
             fg_rec_unreserve(); /* another thread recorded it meanwhile */
     } else if (extra) {
-        fg_rec_put(ctx, kind, dev, extra, 0);
+        fg_rec_put(ctx, kind, dev, extra, 0)->span = value;
     }
     fg_rec_unlock();
     return r;

@@ -1,7 +1,8 @@
 /* Memory quotas: plain, pitched, managed and array allocations, and virtual
  * memory management (physical memory held from cuMemCreate until it is both
- * released and unmapped everywhere). Sizes the program passes are checked:
- * a product that overflows is refused as too large for any device. */
+ * released and unmapped everywhere), each charged what the driver takes for
+ * it (flexgv/drvmem.h), not what was asked. Sizes the program passes are
+ * checked: a product that overflows is refused as too large for any device. */
 #include "memquota.h"
 #include "flexgv/cuda_util.h"
 
@@ -56,23 +57,25 @@ static void forget(uintptr_t key, enum rec_kind kind)
 
 CUresult fg_mem_cuMemAlloc_v2(fg_real_cuMemAlloc_v2 next, CUdeviceptr *dptr, size_t bytesize)
 {
-    ALLOC(bytesize, "cuMemAlloc", next(dptr, bytesize), *dptr, R_MEM);
+    ALLOC(fg_drv_alloc(fg_drv(), bytesize), "cuMemAlloc", next(dptr, bytesize), *dptr, R_MEM);
 }
 
 CUresult fg_mem_cuMemAllocManaged(fg_real_cuMemAllocManaged next, CUdeviceptr *dptr, size_t bytesize,
                                      unsigned int flags)
 {
-    ALLOC(bytesize, "cuMemAllocManaged", next(dptr, bytesize, flags), *dptr, R_MEM);
+    ALLOC(fg_drv_alloc(fg_drv(), bytesize), "cuMemAllocManaged", next(dptr, bytesize, flags), *dptr, R_MEM);
 }
 
-/* The pitch is only known afterwards: charge the unpadded size first, then
- * the padding, and give the allocation back if the padding does not fit. */
+/* The pitch is only known afterwards: charge the driver's usual pitch first,
+ * then any more padding, and give the allocation back if that does not fit. */
 CUresult fg_mem_cuMemAllocPitch_v2(fg_real_cuMemAllocPitch_v2 next, CUdeviceptr *dptr, size_t *pPitch,
                                       size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes)
 {
+    const struct fg_drvmem *t = fg_drv();
     uint64_t est;
-    if (__builtin_mul_overflow((uint64_t)WidthInBytes, (uint64_t)Height, &est))
+    if (__builtin_mul_overflow(fg_drv_pitch(t, WidthInBytes), (uint64_t)Height, &est))
         return CUDA_ERROR_OUT_OF_MEMORY;
+    est = fg_drv_alloc(t, est);
     int dev = fg_current_device();
     if (!admit(dev, est, "cuMemAllocPitch"))
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -82,7 +85,7 @@ CUresult fg_mem_cuMemAllocPitch_v2(fg_real_cuMemAllocPitch_v2 next, CUdeviceptr 
         return r;
     }
     uint64_t bytes;
-    if (__builtin_mul_overflow((uint64_t)*pPitch, (uint64_t)Height, &bytes) || bytes < est)
+    if (__builtin_mul_overflow((uint64_t)*pPitch, (uint64_t)Height, &bytes) || (bytes = fg_drv_alloc(t, bytes)) < est)
         bytes = est;
     if (bytes > est && !fg_charge(dev, bytes - est, "cuMemAllocPitch padding")) {
         CUstreamCaptureMode m = fg_relaxed_begin();
@@ -103,19 +106,19 @@ CUresult fg_mem_cuMemFree_v2(fg_real_cuMemFree_v2 next, CUdeviceptr dptr)
     return r;
 }
 
-/* ---- arrays: charged their texel bytes; an extent that overflows is
- * refused as too large for any device ---- */
+/* ---- arrays: charged their texel bytes as the driver lays them out; an
+ * extent that overflows is refused as too large for any device ---- */
 
-#define ARRAY(bytes_ok, bytes, what, call, key)  \
-    if (!(bytes_ok))                              \
-        return CUDA_ERROR_OUT_OF_MEMORY;          \
-    ALLOC(bytes, what, call, key, R_ARRAY)
+#define ARRAY(bytes_ok, bytes, one_d, what, call, key)                    \
+    if (!(bytes_ok))                                                       \
+        return CUDA_ERROR_OUT_OF_MEMORY;                                   \
+    ALLOC(fg_drv_array(fg_drv(), bytes, one_d), what, call, key, R_ARRAY)
 
 CUresult fg_mem_cuArrayCreate_v2(fg_real_cuArrayCreate_v2 next, CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *a)
 {
     uint64_t bytes = 0;
     int ok = !a || fg_array_bytes(a->Width, a->Height, 0, a->Format, a->NumChannels, 1, &bytes);
-    ARRAY(ok, bytes, "cuArrayCreate", next(pHandle, a), *pHandle);
+    ARRAY(ok, bytes, a && !a->Height, "cuArrayCreate", next(pHandle, a), *pHandle);
 }
 
 CUresult fg_mem_cuArray3DCreate_v2(fg_real_cuArray3DCreate_v2 next, CUarray *pHandle,
@@ -123,7 +126,7 @@ CUresult fg_mem_cuArray3DCreate_v2(fg_real_cuArray3DCreate_v2 next, CUarray *pHa
 {
     uint64_t bytes = 0;
     int ok = !a || fg_array_bytes(a->Width, a->Height, a->Depth, a->Format, a->NumChannels, 1, &bytes);
-    ARRAY(ok, bytes, "cuArray3DCreate", next(pHandle, a), *pHandle);
+    ARRAY(ok, bytes, a && !a->Height && !a->Depth, "cuArray3DCreate", next(pHandle, a), *pHandle);
 }
 
 CUresult fg_mem_cuMipmappedArrayCreate(fg_real_cuMipmappedArrayCreate next, CUmipmappedArray *pHandle,
@@ -131,7 +134,7 @@ CUresult fg_mem_cuMipmappedArrayCreate(fg_real_cuMipmappedArrayCreate next, CUmi
 {
     uint64_t bytes = 0;
     int ok = !a || fg_array_bytes(a->Width, a->Height, a->Depth, a->Format, a->NumChannels, levels, &bytes);
-    ARRAY(ok, bytes, "cuMipmappedArrayCreate", next(pHandle, a, levels), *pHandle);
+    ARRAY(ok, bytes, a && !a->Height && !a->Depth, "cuMipmappedArrayCreate", next(pHandle, a, levels), *pHandle);
 }
 
 CUresult fg_mem_cuArrayDestroy(fg_real_cuArrayDestroy next, CUarray h)

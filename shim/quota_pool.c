@@ -148,7 +148,7 @@ static CUresult alloc_async(struct async_call c, int per_thread)
     uint64_t reserved = pool_attr(c.pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
     uint64_t used = pool_attr(c.pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
     uint64_t cached = reserved > used ? reserved - used : 0;
-    uint64_t need = c.size > cached ? c.size - cached : 0;
+    uint64_t need = c.size > cached ? fg_drv_up(c.size - cached, fg_drv()->pool_step) : 0; /* the pool's growth */
     if (!fg_charge(dev, need, "stream-ordered allocation"))
         return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = call(&c, from_pool);

@@ -34,6 +34,7 @@ extern void *fg_real[FG_NUM_APIS];
 void *fg_resolve(int id);
 void *fg_resolve_quiet(int id);
 void *fg_nvml_sym(const char *name);
+void *fg_cuda_sym(const char *name); /* a driver function the shim does not hook */
 int fg_missing(int id);
 int fg_lookup_name(const char *name);
 int fg_lookup_addr(const void *addr, const char *base);
@@ -93,6 +94,11 @@ void fg_census_after_fork(void);
 #define FG_NDEV ((int)FG_MAX_DEVICES)
 #define fg_quota_on fg_policy_on[FG_POLICY_MEM]
 void fg_tenant_init(const char *path);
+/* What NVML says this process holds on CUDA device dev, or -1 unknown. */
+long long fg_nvml_self_used(int dev);
+/* The driver may have taken memory no charge knows of: the next charge
+ * reads its count (the backstop). */
+void fg_backstop_soon(void);
 int fg_tenant_ready(void);
 int fg_tenant_refused(void);
 void fg_tenant_after_fork(void);

@@ -215,8 +215,10 @@ static int attached(void) { return fg_quota_on && once(&attach_state, do_attach)
 static void zero_slot(struct fg_tenant_slot *s)
 {
     __atomic_store_n(&s->nvml_pid, 0, __ATOMIC_SEQ_CST);
-    for (int d = 0; d < FG_NDEV; d++)
+    for (int d = 0; d < FG_NDEV; d++) {
         __atomic_store_n(&s->used[d], 0, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&s->unmodelled[d], 0, __ATOMIC_SEQ_CST);
+    }
 }
 
 static uint32_t hwm(void)
@@ -421,16 +423,52 @@ int fg_entry_of(int dev)
 
 static uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 
+/* Each process's usage is what it charged plus what the driver's own count
+ * last showed it holding beyond that (the backstop, below). */
 static uint64_t sum_used(int e)
 {
     uint64_t sum = 0;
     for (uint32_t i = 0, n = hwm(); i < n; i++)
-        if (__atomic_load_n(&slots[i].state, __ATOMIC_SEQ_CST) == FG_TENANT_SLOT_CLAIMED)
+        if (__atomic_load_n(&slots[i].state, __ATOMIC_SEQ_CST) == FG_TENANT_SLOT_CLAIMED) {
             sum = sat_add(sum, __atomic_load_n(&slots[i].used[e], __ATOMIC_SEQ_CST));
+            sum = sat_add(sum, __atomic_load_n(&slots[i].unmodelled[e], __ATOMIC_SEQ_CST));
+        }
     return sum;
 }
 
-/* Adds bytes to our slot unless that would overflow it. */
+/* ---- the backstop: the driver's own count ----
+ * Whatever the charges miss (memory the driver takes that no rule here
+ * knows of) shows in NVML's figure for this process. It is read on the
+ * allocation path at most every BACKSTOP_NS, at the first allocation after
+ * something that may have taken such memory (a module's load, a kernel's
+ * first launch: fg_backstop_soon), and again when an allocation is about to
+ * be refused (it may have gone down). What it shows beyond our charges is
+ * kept in our slot, so the tenant's usage is the larger of the two and
+ * every process of the tenant sees it. */
+#define BACKSTOP_NS 100000000ull
+static uint64_t backstop_read[FG_NDEV]; /* CLOCK_MONOTONIC ns of the last read per entry */
+static uint32_t backstop_gen, backstop_seen[FG_NDEV];
+
+void fg_backstop_soon(void) { __atomic_add_fetch(&backstop_gen, 1, __ATOMIC_RELEASE); }
+
+static void backstop(int dev, int e, int force)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    uint64_t last = __atomic_load_n(&backstop_read[e], __ATOMIC_RELAXED);
+    uint32_t gen = __atomic_load_n(&backstop_gen, __ATOMIC_ACQUIRE);
+    int due = force || now - last >= BACKSTOP_NS || __atomic_load_n(&backstop_seen[e], __ATOMIC_RELAXED) != gen;
+    if (!due || !__atomic_compare_exchange_n(&backstop_read[e], &last, now, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        return; /* read lately, or another thread reads it now */
+    __atomic_store_n(&backstop_seen[e], gen, __ATOMIC_RELAXED);
+    long long m = fg_nvml_self_used(dev);
+    if (m < 0 || mine < 0)
+        return;
+    uint64_t used = __atomic_load_n(&slots[mine].used[e], __ATOMIC_SEQ_CST);
+    __atomic_store_n(&slots[mine].unmodelled[e], (uint64_t)m > used ? (uint64_t)m - used : 0, __ATOMIC_SEQ_CST);
+}
+
 static int add_mine(int e, uint64_t bytes)
 {
     uint64_t *p = &slots[mine].used[e], cur = __atomic_load_n(p, __ATOMIC_SEQ_CST);
@@ -491,16 +529,24 @@ static void format_size(uint64_t b, char *out, size_t n)
 
 static void refusal(int dev, int e, uint64_t bytes, const char *what)
 {
-    char q[32], u[32], r[32];
-    volatile uint64_t used = 0;
-    GUARD(used = UINT64_MAX, used = sum_used(e));
+    char q[32], u[32], r[32], x[96] = "";
+    volatile uint64_t used = 0, unseen = 0;
+    GUARD(used = UINT64_MAX, {
+        used = sum_used(e);
+        unseen = mine >= 0 ? __atomic_load_n(&slots[mine].unmodelled[e], __ATOMIC_SEQ_CST) : 0;
+    });
     format_size(geo.quota[e], q, sizeof q);
     format_size(used, u, sizeof u);
     format_size(bytes, r, sizeof r);
+    if (unseen) {
+        char s[32];
+        format_size(unseen, s, sizeof s);
+        snprintf(x, sizeof x, " (%s of it counted by the driver only)", s);
+    }
     fg_warn_once(&warned_refusal,
-                 "tenant %s: device %d (%s): quota %s, in use %s, requested %s (%s): refused with "
+                 "tenant %s: device %d (%s): quota %s, in use %s%s, requested %s (%s): refused with "
                  "CUDA_ERROR_OUT_OF_MEMORY as from a full GPU",
-                 geo.name, dev, geo.uuid[e][0] ? geo.uuid[e] : "no UUID", q, u, r, what);
+                 geo.name, dev, geo.uuid[e][0] ? geo.uuid[e] : "no UUID", q, u, x, r, what);
 }
 
 int fg_charge(int dev, uint64_t bytes, const char *what)
@@ -511,7 +557,14 @@ int fg_charge(int dev, uint64_t bytes, const char *what)
     if (e < 0 || bytes == 0)
         return 1; /* a device the tenant does not limit */
     volatile int ok = 0;
-    GUARD(return fg_refuse_on_error() ? 0 : 1, ok = charge_entry(e, bytes));
+    GUARD(return fg_refuse_on_error() ? 0 : 1, {
+        backstop(dev, e, 0);
+        ok = charge_entry(e, bytes);
+        if (!ok) {
+            backstop(dev, e, 1);
+            ok = charge_entry(e, bytes);
+        }
+    });
     if (!ok)
         refusal(dev, e, bytes, what);
     return ok;

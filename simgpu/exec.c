@@ -12,11 +12,16 @@
  *     vecadd(float *a, float *b, float *c, int n): c = a + b
  *     fill(unsigned *p, unsigned v, int n)
  * params=N: a kernel of N 8-byte parameters that it does not read.
+ * devruntime: it calls device printf or malloc, which a driver reserves
+ * memory for at the module's load (flexgv/drvmem.h).
+ * local=BYTES: its local memory per thread (CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES),
+ * which its first launch reserves for every resident thread as the driver does.
  * A real cubin (ELF, or a fatbinary's uncompressed ELF entries) loads too:
  * its kernels take the configured time, with the parameter layouts its
  * compiler wrote, and compute nothing. */
 #include "sim.h"
 #include "flexgv/cubin.h"
+#include "flexgv/drvmem.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,11 +46,15 @@ struct sim_func {
     uint32_t kernel; /* KERNEL_MAGIC: its address is the library kernel's handle */
     void *module;    /* the module or library it belongs to */
     int dyn_smem;    /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, as set */
+    unsigned local;  /* local=BYTES */
+    int devruntime;
     int collective;
 };
 
 struct sim_module {
     uint32_t magic;
+    int dev;          /* where its data is reserved */
+    uint64_t charged; /* its globals and constant banks, as the driver rounds them */
     int nfuncs;
     unsigned *layouts; /* a cubin's kernels' layouts, all in one */
     struct sim_func funcs[];
@@ -142,7 +151,11 @@ static CUresult parse_module(const char *image, struct sim_module **out)
                 f->builtin = B_FILL;
             else if (!strcmp(opts[i], "collective"))
                 f->collective = 1;
+            else if (!strcmp(opts[i], "devruntime"))
+                f->devruntime = 1;
             else if (sscanf(opts[i], "params=%u", &f->nparams) == 1 && f->nparams <= 512)
+                continue;
+            else if (sscanf(opts[i], "local=%u", &f->local) == 1 && f->local <= 512u << 10)
                 continue;
             else {
                 char *end;
@@ -160,6 +173,40 @@ static CUresult parse_module(const char *image, struct sim_module **out)
     return CUDA_SUCCESS;
 }
 
+static void free_module(struct sim_module *m)
+{
+    if (m->charged)
+        sim_mem_release(m->dev, m->charged);
+    m->magic = 0;
+    free(m->layouts);
+    free(m);
+}
+
+/* A cubin's module-wide data (globals, constant banks), and what device
+ * printf and malloc take, are reserved on dev at load, as the driver does. */
+static CUresult parse_and_reserve(const void *image, int dev, struct sim_module **out)
+{
+    CUresult r = parse_module(image, out);
+    if (r != CUDA_SUCCESS)
+        return r;
+    const struct fg_drvmem *t = sim_drv();
+    const struct fg_cubin_opts o = {fg_cubin_zstd, NULL, 90};
+    uint64_t data = fg_cubin_size(image) ? fg_cubin_data(image, fg_cubin_size(image), &o) : 0;
+    uint64_t bytes = data ? fg_drv_module(t, data) : 0;
+    for (int i = 0; i < (*out)->nfuncs; i++)
+        if ((*out)->funcs[i].devruntime) {
+            bytes += t->devrt_bytes;
+            break;
+        }
+    if (bytes && sim_mem_reserve(dev, bytes) != 0) {
+        free_module(*out);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    (*out)->dev = dev;
+    (*out)->charged = bytes;
+    return CUDA_SUCCESS;
+}
+
 static CUresult load(void **out, const void *image)
 {
     struct sim_ctx *c;
@@ -169,7 +216,7 @@ static CUresult load(void **out, const void *image)
     if (!out)
         return CUDA_ERROR_INVALID_VALUE;
     struct sim_module *m;
-    r = parse_module(image, &m);
+    r = parse_and_reserve(image, c->dev, &m);
     if (r == CUDA_SUCCESS)
         *out = m;
     return r;
@@ -228,9 +275,7 @@ static CUresult unload(void *h)
     struct sim_module *m = as_module(h);
     if (!m)
         return CUDA_ERROR_INVALID_HANDLE;
-    m->magic = 0;
-    free(m->layouts);
-    free(m);
+    free_module(m);
     return CUDA_SUCCESS;
 }
 
@@ -272,7 +317,8 @@ SIM_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUji
     CUresult r = jit_options(numJitOptions, jitOptions, jitOptionsValues);
     if (r)
         return r;
-    return parse_module(code, (struct sim_module **)library);
+    struct sim_ctx *c = sim_current_ctx();
+    return parse_and_reserve(code, c ? c->dev : 0, (struct sim_module **)library);
 }
 
 SIM_EXPORT CUresult cuLibraryUnload(CUlibrary library) { return unload(library); }
@@ -317,7 +363,8 @@ static CUresult get_attr(int *pi, CUfunction_attribute attrib, struct sim_func *
         return CUDA_ERROR_INVALID_HANDLE;
     *pi = attrib == CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK ? 1024 : attrib == CU_FUNC_ATTRIBUTE_NUM_REGS ? 32
         : attrib == CU_FUNC_ATTRIBUTE_PTX_VERSION || attrib == CU_FUNC_ATTRIBUTE_BINARY_VERSION ? 90
-        : attrib == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES ? f->dyn_smem : 0;
+        : attrib == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES ? f->dyn_smem
+        : attrib == CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES ? (int)f->local : 0;
     return CUDA_SUCCESS;
 }
 
@@ -460,8 +507,41 @@ SIM_EXPORT CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig)
     return CUDA_SUCCESS;
 }
 
-/* Limits: the device heap is kept (the default 8 MiB until set); the
- * others are accepted and not modelled. */
+/* Moves what the context reserves in *have to want bytes. */
+static CUresult rereserve(struct sim_ctx *c, uint64_t *have, uint64_t want)
+{
+    CUresult r = CUDA_SUCCESS;
+    pthread_mutex_lock(&sim_mem_lock);
+    if (want > *have && sim_mem_reserve(c->dev, want - *have) != 0)
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    else if (want < *have)
+        sim_mem_release(c->dev, *have - want);
+    if (r == CUDA_SUCCESS) {
+        c->charged_bytes = c->charged_bytes - *have + want;
+        *have = want;
+    }
+    pthread_mutex_unlock(&sim_mem_lock);
+    return r;
+}
+
+/* Local memory at per-thread level for every resident thread: set by the
+ * stack limit, grown by a launch that needs more (which fails as the driver
+ * does when the device has no room for it). */
+static CUresult set_local(struct sim_ctx *c, uint64_t level)
+{
+    const struct fg_drvmem *t = sim_drv();
+    uint64_t threads = (uint64_t)sim_sms() * 2048;
+    level = fg_drv_up(level > t->local_base ? level : t->local_base, t->local_align);
+    CUresult r = rereserve(c, &c->local_bytes, fg_drv_local_extra(t, level, threads));
+    if (r == CUDA_SUCCESS)
+        c->local_level = level;
+    return r;
+}
+
+/* Limits: the device heap is kept (the default 8 MiB until set); the stack
+ * sets the context's local memory level, pending device launches reserve
+ * their room, both as the driver does (flexgv/drvmem.h); the others are
+ * accepted and not modelled. */
 SIM_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
 {
     struct sim_ctx *c;
@@ -472,6 +552,14 @@ SIM_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
         return CUDA_ERROR_INVALID_VALUE;
     if (limit == CU_LIMIT_MALLOC_HEAP_SIZE)
         c->heap = value;
+    if (limit == CU_LIMIT_STACK_SIZE)
+        return set_local(c, value);
+    if (limit == CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT) {
+        r = rereserve(c, &c->pending_bytes, fg_drv_pending(sim_drv(), value));
+        if (r == CUDA_SUCCESS)
+            c->pending = value;
+        return r;
+    }
     return CUDA_SUCCESS;
 }
 
@@ -483,7 +571,10 @@ SIM_EXPORT CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
         return r;
     if (!pvalue || (unsigned)limit > 6)
         return CUDA_ERROR_INVALID_VALUE;
-    *pvalue = limit == CU_LIMIT_MALLOC_HEAP_SIZE ? (c->heap ? c->heap : 8u << 20) : 0;
+    *pvalue = limit == CU_LIMIT_MALLOC_HEAP_SIZE ? (c->heap ? c->heap : 8u << 20)
+            : limit == CU_LIMIT_STACK_SIZE ? (c->local_level ? c->local_level : sim_drv()->local_base)
+            : limit == CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT ? (c->pending ? c->pending : sim_drv()->pending_base)
+            : 0;
     return CUDA_SUCCESS;
 }
 
@@ -767,6 +858,8 @@ static CUresult launch(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, uns
         return CUDA_ERROR_INVALID_HANDLE;
     if (!gx || !gy || !gz || !bx || !by || !bz || (uint64_t)bx * by * bz > 1024)
         return CUDA_ERROR_INVALID_VALUE;
+    if (f->local > s->ctx->local_level && (r = set_local(s->ctx, f->local)) != CUDA_SUCCESS)
+        return r;
     struct sim_kargs a;
     builtin_args(f, params, &a);
     if (sim_stream_captured(s)) {

@@ -4,6 +4,7 @@
  * graph.c; their addresses are registered here. */
 #include "sim.h"
 #include "flexgv/cuda_util.h"
+#include "flexgv/drvmem.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -35,6 +36,7 @@ struct alloc {
     struct sim_ctx *ctx;
     struct sim_pool *pool;
     struct sim_gmem *gmem;
+    uint64_t charged; /* device memory it takes, as the driver rounds (flexgv/drvmem.h) */
 };
 
 pthread_mutex_t sim_mem_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -93,7 +95,7 @@ static void registry_remove(struct alloc *a)
 
 int sim_registry_add_graph(uintptr_t base, size_t size, int dev, struct sim_gmem *m)
 {
-    return registry_add((struct alloc){base, size, dev, K_GRAPH, NULL, NULL, m});
+    return registry_add((struct alloc){base, size, dev, K_GRAPH, NULL, NULL, m, 0});
 }
 
 void sim_registry_del(uintptr_t base)
@@ -124,7 +126,7 @@ static void release_alloc(struct alloc *a)
     case K_DEVICE:
     case K_MANAGED:
     case K_ARRAY:
-        sim_mem_release(a->dev, a->size);
+        sim_mem_release(a->dev, a->charged);
         break;
     case K_HOST:
     case K_GRAPH:
@@ -147,15 +149,16 @@ static CUresult device_alloc(CUdeviceptr *dptr, size_t size, enum alloc_kind kin
         return CUDA_ERROR_INVALID_VALUE;
     if ((r = sim_capture_check(NULL)) != CUDA_SUCCESS)
         return r;
-    if (sim_mem_reserve(c->dev, size) != 0)
+    uint64_t charged = fg_drv_alloc(sim_drv(), size);
+    if (sim_mem_reserve(c->dev, charged) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     void *p = backing(size);
     pthread_mutex_lock(&sim_mem_lock);
-    if (!p || registry_add((struct alloc){(uintptr_t)p, size, c->dev, kind, c, NULL, NULL}) != 0) {
+    if (!p || registry_add((struct alloc){(uintptr_t)p, size, c->dev, kind, c, NULL, NULL, charged}) != 0) {
         pthread_mutex_unlock(&sim_mem_lock);
         if (p)
             munmap(p, size);
-        sim_mem_release(c->dev, size);
+        sim_mem_release(c->dev, charged);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     pthread_mutex_unlock(&sim_mem_lock);
@@ -178,7 +181,7 @@ SIM_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t
     if (!pPitch || (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16) || WidthInBytes == 0 ||
         Height == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    size_t pitch = (WidthInBytes + 511) & ~(size_t)511;
+    size_t pitch = (size_t)fg_drv_pitch(sim_drv(), WidthInBytes);
     CUresult r = device_alloc(dptr, pitch * Height, K_DEVICE);
     if (r == CUDA_SUCCESS)
         *pPitch = pitch;
@@ -271,7 +274,7 @@ static CUresult host_alloc(void **pp, size_t size)
     if (!p)
         return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&sim_mem_lock);
-    int rc = registry_add((struct alloc){(uintptr_t)p, size, 0, K_HOST, NULL, NULL, NULL});
+    int rc = registry_add((struct alloc){(uintptr_t)p, size, 0, K_HOST, NULL, NULL, NULL, 0});
     pthread_mutex_unlock(&sim_mem_lock);
     if (rc) {
         munmap(p, size);
@@ -314,7 +317,7 @@ SIM_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int 
             pthread_mutex_unlock(&sim_mem_lock);
             return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
         }
-    int rc = registry_add((struct alloc){b, bytesize, 0, K_REGISTERED, NULL, NULL, NULL});
+    int rc = registry_add((struct alloc){b, bytesize, 0, K_REGISTERED, NULL, NULL, NULL, 0});
     pthread_mutex_unlock(&sim_mem_lock);
     return rc ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
 }
@@ -403,16 +406,17 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t size, struct sim_pool *pool
     }
     uint64_t cached = pool->reserved - pool->used;
     if (cached < size) {
-        if (sim_mem_reserve(pool->dev, size - cached) != 0) {
+        uint64_t grow = fg_drv_up(size - cached, sim_drv()->pool_step); /* pools grow in steps */
+        if (sim_mem_reserve(pool->dev, grow) != 0) {
             pthread_mutex_unlock(&sim_mem_lock);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
-        pool->reserved += size - cached;
+        pool->reserved += grow;
         if (pool->reserved > pool->reserved_high)
             pool->reserved_high = pool->reserved;
     }
     void *p = backing(size);
-    if (!p || registry_add((struct alloc){(uintptr_t)p, size, pool->dev, K_POOL, c, pool, NULL}) != 0) {
+    if (!p || registry_add((struct alloc){(uintptr_t)p, size, pool->dev, K_POOL, c, pool, NULL, 0}) != 0) {
         if (p)
             munmap(p, size);
         pthread_mutex_unlock(&sim_mem_lock);
@@ -805,14 +809,17 @@ static CUresult array_create(void **out, size_t w, size_t h, size_t d, CUarray_f
     if (!out || !w || !fg_format_bytes(f) || (ch != 1 && ch != 2 && ch != 4) || !levels)
         return CUDA_ERROR_INVALID_VALUE;
     uint64_t bytes;
-    if (!fg_array_bytes(w, h, d, f, ch, levels, &bytes) || sim_mem_reserve(c->dev, bytes) != 0)
+    if (!fg_array_bytes(w, h, d, f, ch, levels, &bytes))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    uint64_t charged = fg_drv_array(sim_drv(), bytes, !h && !d);
+    if (sim_mem_reserve(c->dev, charged) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     struct sim_array *a = calloc(1, sizeof *a);
     pthread_mutex_lock(&sim_mem_lock);
-    if (!a || registry_add((struct alloc){(uintptr_t)a, bytes, c->dev, K_ARRAY, c, NULL, NULL}) != 0) {
+    if (!a || registry_add((struct alloc){(uintptr_t)a, bytes, c->dev, K_ARRAY, c, NULL, NULL, charged}) != 0) {
         pthread_mutex_unlock(&sim_mem_lock);
         free(a);
-        sim_mem_release(c->dev, bytes);
+        sim_mem_release(c->dev, charged);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     pthread_mutex_unlock(&sim_mem_lock);
@@ -1112,7 +1119,7 @@ SIM_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attrib
     /* Memory mapped by pages: device memory, the mapping its range. */
     for (struct mapping *m = mappings; !a && m; m = m->next)
         if ((uintptr_t)ptr >= m->ptr && (uintptr_t)ptr < m->ptr + m->size) {
-            found = (struct alloc){m->ptr, m->size, m->h->dev, K_DEVICE, NULL, NULL, NULL};
+            found = (struct alloc){m->ptr, m->size, m->h->dev, K_DEVICE, NULL, NULL, NULL, 0};
             a = &found;
         }
     pthread_mutex_unlock(&sim_mem_lock);

@@ -136,6 +136,9 @@ int sim_sms(void);    /* SMs this process gets: fewer under MPS with an active-t
 int sim_mps_client(void); /* an MPS control daemon answered when this process attached */
 uint64_t sim_now_ns(void);                /* the device's clock */
 void sim_sleep_until(uint64_t t_ns);      /* until the device's clock reaches t_ns */
+/* How the simulated driver rounds and reserves memory (flexgv/drvmem.h):
+ * as the real driver of the version it reports. */
+const struct fg_drvmem *sim_drv(void);
 int sim_mem_reserve(int dev, uint64_t bytes); /* 0 or -1 when the device is full */
 void sim_mem_release(int dev, uint64_t bytes);
 void sim_reap_dead(void);
@@ -185,6 +188,10 @@ struct sim_ctx {
     unsigned long long id; /* unique in the process, as cuCtxGetId answers */
     CUfunc_cache cache;    /* its cache preference (cuCtxSetCacheConfig) */
     size_t heap;           /* its device heap (cuCtxSetLimit), 0 for the default */
+    /* Reserved as the driver does (flexgv/drvmem.h), within charged_bytes:
+     * local memory at its per-thread level (the stack limit, or grown by a
+     * launch), and pending device launches. */
+    uint64_t local_level, local_bytes, pending, pending_bytes;
 };
 
 #define SIM_CAP_DEPS 8

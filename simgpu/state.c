@@ -61,6 +61,7 @@
  * that (40 SMs asked for by kernels of processes that see 30 each: each at
  * 40/60). A process that is not an MPS client takes turns with them. */
 #include "sim.h"
+#include "flexgv/drvmem.h"
 #include "flexgv/liveness.h"
 
 #include <errno.h>
@@ -577,6 +578,8 @@ out:
     pthread_mutex_unlock(&attach_mu);
     return rc;
 }
+
+const struct fg_drvmem *sim_drv(void) { return fg_drvmem_for(sim->cfg.driver_version); }
 
 int sim_mem_reserve(int dev, uint64_t bytes)
 {

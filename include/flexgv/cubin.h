@@ -1,4 +1,5 @@
-/* Kernel parameter layouts as the compiler wrote them: the
+/* What the compiler wrote in a cubin: kernel parameter layouts, and the
+ * module-wide data a load takes (fg_cubin_data). Kernel parameter layouts: the
  * EIATTR_KPARAM_INFO records of each kernel's .nv.info.NAME section in an
  * ELF cubin, alone or inside a fatbinary (entries the fatbinary holds
  * compressed, as nvcc 13 does by default, are read where a caller gives a
@@ -169,18 +170,23 @@ static inline int fg_cubin_zstd(void *dst, uint64_t want, const void *src, uint6
     return is_error(r) || r != want ? -1 : 0;
 }
 
-/* Walks an ELF cubin or a fatbinary of n bytes; returns the kernels found. */
-static inline unsigned fg_cubin_kernels_opt(const void *image, uint64_t n, fg_kparam_each each, void *ctx,
-                                            const struct fg_cubin_opts *o)
+/* Calls fn on an ELF cubin, or on each cubin of a fatbinary that o lets
+ * through, of n bytes. */
+typedef void (*fg_cubin_elf_fn)(void *ctx, const uint8_t *elf, uint64_t n);
+
+static inline void fg_cubin_walk(const void *image, uint64_t n, fg_cubin_elf_fn fn, void *ctx,
+                                 const struct fg_cubin_opts *o)
 {
     const uint8_t *p = image;
     if (!p)
-        return 0;
-    if (n < 16 || fg_cubin_le(p, 4) != FG_FATBIN_MAGIC)
-        return fg_cubin_elf(p, n, each, ctx);
-    uint64_t hdr = fg_cubin_le(p + 6, 2), body = fg_cubin_le(p + 8, 8), found = 0;
+        return;
+    if (n < 16 || fg_cubin_le(p, 4) != FG_FATBIN_MAGIC) {
+        fn(ctx, p, n);
+        return;
+    }
+    uint64_t hdr = fg_cubin_le(p + 6, 2), body = fg_cubin_le(p + 8, 8);
     if (hdr < 16 || hdr > n || body > n - hdr)
-        return 0;
+        return;
     for (uint64_t at = hdr; at + 64 <= hdr + body;) {
         const uint8_t *e = p + at;
         uint64_t kind = fg_cubin_le(e, 2), ehdr = fg_cubin_le(e + 4, 4), size = fg_cubin_le(e + 8, 8);
@@ -192,7 +198,7 @@ static inline unsigned fg_cubin_kernels_opt(const void *image, uint64_t n, fg_kp
         if (kind != FG_FATBIN_ELF || (o && o->arch && (arch / 10 != o->arch / 10 || arch % 10 > o->arch % 10)))
             continue;
         if (!(flags & FG_FATBIN_COMPRESSED)) {
-            found += fg_cubin_elf(e + ehdr, size, each, ctx);
+            fn(ctx, e + ehdr, size);
             continue;
         }
         if (!o || !o->inflate || packed == 0 || packed > size || want == 0 || want > FG_CUBIN_ENTRY_MAX ||
@@ -204,10 +210,80 @@ static inline unsigned fg_cubin_kernels_opt(const void *image, uint64_t n, fg_kp
         if (o->budget)
             *o->budget -= want;
         if (o->inflate(elf, want, e + ehdr, packed) == 0)
-            found += fg_cubin_elf(elf, want, each, ctx);
+            fn(ctx, elf, want);
         free(elf);
     }
-    return (unsigned)found;
+}
+
+struct fg_cubin_kernels_walk {
+    fg_kparam_each each;
+    void *ctx;
+    unsigned found;
+};
+
+static inline void fg_cubin_kernels_elf(void *ctx, const uint8_t *elf, uint64_t n)
+{
+    struct fg_cubin_kernels_walk *w = ctx;
+    w->found += fg_cubin_elf(elf, n, w->each, w->ctx);
+}
+
+/* Walks an ELF cubin or a fatbinary of n bytes; returns the kernels found. */
+static inline unsigned fg_cubin_kernels_opt(const void *image, uint64_t n, fg_kparam_each each, void *ctx,
+                                            const struct fg_cubin_opts *o)
+{
+    struct fg_cubin_kernels_walk w = {each, ctx, 0};
+    fg_cubin_walk(image, n, fg_cubin_kernels_elf, &w, o);
+    return w.found;
+}
+
+/* Module-wide device data an ELF cubin asks the driver for at load: its
+ * globals (.nv.global, which takes no room in the file, and
+ * .nv.global.init) and its constant banks other than kernel parameters
+ * (.nv.constant0.*); 0 if it is not an ELF cubin. */
+static inline uint64_t fg_cubin_elf_data(const uint8_t *p, uint64_t n)
+{
+    if (n < 64 || memcmp(p, "\177ELF", 4) != 0 || p[4] != 2 || p[5] != 1)
+        return 0;
+    uint64_t shoff = fg_cubin_le(p + 0x28, 8), shentsize = fg_cubin_le(p + 0x3a, 2);
+    uint64_t shnum = fg_cubin_le(p + 0x3c, 2), shstrndx = fg_cubin_le(p + 0x3e, 2);
+    if (shentsize < 64 || shstrndx >= shnum || shoff > n || shnum > (n - shoff) / shentsize)
+        return 0;
+    const uint8_t *strs = p + shoff + shstrndx * shentsize;
+    uint64_t stroff = fg_cubin_le(strs + 24, 8), strsize = fg_cubin_le(strs + 32, 8);
+    if (stroff > n || strsize > n - stroff)
+        return 0;
+    uint64_t total = 0;
+    for (uint64_t i = 0; i < shnum; i++) {
+        const uint8_t *sh = p + shoff + i * shentsize;
+        uint64_t name = fg_cubin_le(sh, 4), size = fg_cubin_le(sh + 32, 8);
+        if (name >= strsize)
+            continue;
+        const char *nm = (const char *)p + stroff + name;
+        size_t left = (size_t)(strsize - name), len = strnlen(nm, left);
+        if (len == left)
+            continue;
+        int global = !strcmp(nm, ".nv.global") || !strcmp(nm, ".nv.global.init");
+        int bank = len > 12 && !memcmp(nm, ".nv.constant", 12) && memcmp(nm, ".nv.constant0", 13) != 0;
+        if ((global || bank) && total + size >= total)
+            total += size;
+    }
+    return total;
+}
+
+static inline void fg_cubin_data_elf(void *ctx, const uint8_t *elf, uint64_t n)
+{
+    uint64_t *most = ctx, d = fg_cubin_elf_data(elf, n);
+    if (d > *most)
+        *most = d; /* of a fatbinary's cubins, one loads */
+}
+
+/* The module-wide data of an ELF cubin or a fatbinary (its largest cubin
+ * that o lets through). */
+static inline uint64_t fg_cubin_data(const void *image, uint64_t n, const struct fg_cubin_opts *o)
+{
+    uint64_t most = 0;
+    fg_cubin_walk(image, n, fg_cubin_data_elf, &most, o);
+    return most;
 }
 
 static inline unsigned fg_cubin_kernels(const void *image, uint64_t n, fg_kparam_each each, void *ctx)

@@ -114,7 +114,9 @@ typedef enum CUjitInputType_enum {
 
 typedef enum CUlimit_enum {
     CU_LIMIT_STACK_SIZE = 0,
-    CU_LIMIT_MALLOC_HEAP_SIZE = 2
+    CU_LIMIT_PRINTF_FIFO_SIZE = 1,
+    CU_LIMIT_MALLOC_HEAP_SIZE = 2,
+    CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT = 4
 } CUlimit;
 
 /* Tensor memory access descriptors (Hopper and later): 128 opaque bytes. */

@@ -123,7 +123,12 @@ func Read(p string) (Info, error) {
 		if !live { // a dead process's slot: what it held is not held
 			continue
 		}
-		proc := Proc{Pid: int(s.Pid), Used: append([]uint64(nil), s.Used[:len(h.devices)]...)}
+		// What it charged, and what the driver's own count showed it
+		// holding beyond that: its usage is the larger.
+		proc := Proc{Pid: int(s.Pid), Used: make([]uint64, len(h.devices))}
+		for d := range proc.Used {
+			proc.Used[d] = addSat(s.Used[d], s.Unmodelled[d])
+		}
 		for d, b := range proc.Used {
 			info.Devices[d].Used = addSat(info.Devices[d].Used, b)
 		}

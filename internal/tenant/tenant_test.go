@@ -187,6 +187,28 @@ func TestReadCountsOnlyLiveSlots(t *testing.T) {
 	}
 }
 
+// A process's usage is what it charged plus what the driver's own count
+// showed beyond that.
+func TestReadAddsWhatOnlyTheDriverCounted(t *testing.T) {
+	dir := t.TempDir()
+	a, err := Acquire(dir, Spec{Name: "g", Devices: oneGiB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release()
+	s := Slot{State: SlotClaimed, Pid: 11}
+	s.Used[0], s.Unmodelled[0] = 100, 40
+	writeSlot(t, a.Path, 0, s)
+	defer lockSlot(t, a.Path, 0).Close()
+	info, err := Read(a.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Devices[0].Used != 140 || len(info.Procs) != 1 || info.Procs[0].Used[0] != 140 {
+		t.Errorf("tenant uses %d, process %+v; want 140 both", info.Devices[0].Used, info.Procs)
+	}
+}
+
 // The state folder is writable by all: whatever is found there is checked,
 // and a bad file is an error, never a panic or a hang.
 func TestReadRefusesDamagedFiles(t *testing.T) {

@@ -38,6 +38,11 @@ type Entry struct {
 	// computeForms); "" when fg_compute_<name> is written by hand.
 	Compute string
 	Legacy  bool // typedef only under __CUDA_API_VERSION_INTERNAL
+	// OnDemand are policies (POLICY:ondemand) that act on this hook but do
+	// not divert it when enabled: the policy diverts it itself once it has
+	// something to do there, so that until then the hook stays on the
+	// pass-through path.
+	OnDemand []string
 }
 
 // policies are the policies a hook can name in api/*.api, outermost first:
@@ -172,6 +177,9 @@ func parseAPI(path string, lib Lib) ([]Entry, error) {
 				e.Bytes = strings.TrimPrefix(attr, "bytes=")
 			case policyIndex(attr) >= 0:
 				e.Policies = append(e.Policies, attr)
+			case strings.HasSuffix(attr, ":ondemand") && policyIndex(strings.TrimSuffix(attr, ":ondemand")) >= 0:
+				e.Policies = append(e.Policies, strings.TrimSuffix(attr, ":ondemand"))
+				e.OnDemand = append(e.OnDemand, strings.TrimSuffix(attr, ":ondemand"))
 			case strings.HasPrefix(attr, "compute:"):
 				form := strings.TrimPrefix(attr, "compute:")
 				if _, ok := computeForms[form]; !ok {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -170,12 +171,12 @@ func emitWrappers(all []Entry) (string, error) {
 		}
 	}
 	b.WriteString("};\n\n")
-	b.WriteString("/* The hooks each policy acts on, diverted when it is enabled. */\n")
+	b.WriteString("/* The hooks each policy acts on, diverted when it is enabled (not those\n * it diverts on demand). */\n")
 	for _, p := range policies {
 		fmt.Fprintf(&b, "static const unsigned short hooks_%s[] = {", p.Name)
 		for _, e := range all {
 			for _, pol := range e.Policies {
-				if pol == p.Name {
+				if pol == p.Name && !slices.Contains(e.OnDemand, pol) {
 					fmt.Fprintf(&b, "FG_API_%s, ", e.Name)
 				}
 			}

@@ -84,7 +84,8 @@ const maxDevices = 16
 
 // tenantLayout is one tenant's shared state: the quotas the CLI wrote, then
 // one slot per process holding its usage per device. A tenant's usage is the
-// sum over claimed slots. Liveness is an OFD lock the kernel releases when
+// sum over claimed slots of what each charged and what the driver's own
+// count showed it holding beyond that. Liveness is an OFD lock the kernel releases when
 // the holder dies, valid across PID namespaces: a process holds a write lock
 // on the first byte of its slot (offset header size + index x slot size),
 // and every CLI run of the tenant holds a read lock on byte
@@ -121,12 +122,13 @@ var tenantLayout = []structSpec{
 		{"pad", "Pad", "uint32", 0, ""},
 		{"claimed_ns", "ClaimedNs", "uint64", 0, "CLOCK_REALTIME at claim"},
 		{"used", "Used", "uint64", maxDevices, "bytes held per device entry"},
+		{"unmodelled", "Unmodelled", "uint64", maxDevices, "bytes the driver's own count (NVML) showed it holding beyond used, when last read (atomic); its usage is used plus this"},
 	}},
 }
 
 var tenantConsts = []constSpec{
 	{"FG_TENANT_MAGIC", "TenantMagic", 0x544e4e5447584c46}, // "FLXGTNNT" little-endian
-	{"FG_TENANT_VERSION", "TenantVersion", 6},
+	{"FG_TENANT_VERSION", "TenantVersion", 7},
 	{"FG_MAX_DEVICES", "MaxDevices", maxDevices},
 	{"FG_TENANT_SLOT_FREE", "SlotFree", 0},
 	{"FG_TENANT_SLOT_CLAIMED", "SlotClaimed", 1},
