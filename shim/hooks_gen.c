@@ -617,6 +617,10 @@ const unsigned short fg_api_by_name[FG_NUM_APIS] = {
     FG_API_nvmlShutdown,
 };
 
+/* Nonzero: a policy that acts on the hook on demand (POLICY:ondemand) has
+ * asked for it. */
+unsigned char fg_ondemand[FG_NUM_APIS];
+
 /* Nonzero: the hook leaves the pass-through path (tracing, a policy). */
 unsigned char fg_divert[FG_NUM_APIS] = {
     [FG_API_cuGetProcAddress] = 1,
@@ -1159,9 +1163,9 @@ FG_SLOW CUresult fg_slow_cuCtxSynchronize(void)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuCtxSynchronize);
     if (!fg_tracing)
-        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuCtxSynchronize(fg_layer1_cuCtxSynchronize) : fg_layer1_cuCtxSynchronize());
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuCtxSynchronize(fg_layer1_cuCtxSynchronize) : (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuCtxSynchronize(real) : real()));
     uint64_t t0 = fg_now_ns();
-    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuCtxSynchronize(fg_layer1_cuCtxSynchronize) : fg_layer1_cuCtxSynchronize());
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuCtxSynchronize(fg_layer1_cuCtxSynchronize) : (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuCtxSynchronize(real) : real()));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuCtxSynchronize, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -1183,9 +1187,9 @@ FG_SLOW CUresult fg_slow_cuCtxSynchronize_v2(CUcontext ctx)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuCtxSynchronize_v2);
     if (!fg_tracing)
-        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuCtxSynchronize_v2(fg_layer1_cuCtxSynchronize_v2, ctx) : fg_layer1_cuCtxSynchronize_v2(ctx));
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuCtxSynchronize_v2(fg_layer1_cuCtxSynchronize_v2, ctx) : (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuCtxSynchronize_v2(real, ctx) : real(ctx)));
     uint64_t t0 = fg_now_ns();
-    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuCtxSynchronize_v2(fg_layer1_cuCtxSynchronize_v2, ctx) : fg_layer1_cuCtxSynchronize_v2(ctx));
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuCtxSynchronize_v2(fg_layer1_cuCtxSynchronize_v2, ctx) : (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuCtxSynchronize_v2(real, ctx) : real(ctx)));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuCtxSynchronize_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -3043,9 +3047,9 @@ FG_SLOW CUresult fg_slow_cuLaunchKernel(CUfunction f, unsigned int gridDimX, uns
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLaunchKernel);
     if (!fg_tracing)
-        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuLaunchKernel(fg_layer1_cuLaunchKernel, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) : fg_layer1_cuLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra));
+        return ((fg_policy_on[FG_POLICY_MEM] && fg_ondemand[FG_API_cuLaunchKernel]) ? fg_mem_cuLaunchKernel(fg_layer1_cuLaunchKernel, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) : (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchKernel(real, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) : real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra)));
     uint64_t t0 = fg_now_ns();
-    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuLaunchKernel(fg_layer1_cuLaunchKernel, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) : fg_layer1_cuLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra));
+    CUresult r = ((fg_policy_on[FG_POLICY_MEM] && fg_ondemand[FG_API_cuLaunchKernel]) ? fg_mem_cuLaunchKernel(fg_layer1_cuLaunchKernel, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) : (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchKernel(real, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) : real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra)));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuLaunchKernel, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -3067,9 +3071,9 @@ FG_SLOW CUresult fg_slow_cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLaunchKernel_ptsz);
     if (!fg_tracing)
-        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuLaunchKernel_ptsz(fg_layer1_cuLaunchKernel_ptsz, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) : fg_layer1_cuLaunchKernel_ptsz(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra));
+        return ((fg_policy_on[FG_POLICY_MEM] && fg_ondemand[FG_API_cuLaunchKernel_ptsz]) ? fg_mem_cuLaunchKernel_ptsz(fg_layer1_cuLaunchKernel_ptsz, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) : (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchKernel_ptsz(real, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) : real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra)));
     uint64_t t0 = fg_now_ns();
-    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuLaunchKernel_ptsz(fg_layer1_cuLaunchKernel_ptsz, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) : fg_layer1_cuLaunchKernel_ptsz(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra));
+    CUresult r = ((fg_policy_on[FG_POLICY_MEM] && fg_ondemand[FG_API_cuLaunchKernel_ptsz]) ? fg_mem_cuLaunchKernel_ptsz(fg_layer1_cuLaunchKernel_ptsz, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) : (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchKernel_ptsz(real, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) : real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra)));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuLaunchKernel_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -3091,9 +3095,9 @@ FG_SLOW CUresult fg_slow_cuLaunchKernelEx(const CUlaunchConfig *config, CUfuncti
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLaunchKernelEx);
     if (!fg_tracing)
-        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuLaunchKernelEx(fg_layer1_cuLaunchKernelEx, config, f, kernelParams, extra) : fg_layer1_cuLaunchKernelEx(config, f, kernelParams, extra));
+        return ((fg_policy_on[FG_POLICY_MEM] && fg_ondemand[FG_API_cuLaunchKernelEx]) ? fg_mem_cuLaunchKernelEx(fg_layer1_cuLaunchKernelEx, config, f, kernelParams, extra) : (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchKernelEx(real, config, f, kernelParams, extra) : real(config, f, kernelParams, extra)));
     uint64_t t0 = fg_now_ns();
-    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuLaunchKernelEx(fg_layer1_cuLaunchKernelEx, config, f, kernelParams, extra) : fg_layer1_cuLaunchKernelEx(config, f, kernelParams, extra));
+    CUresult r = ((fg_policy_on[FG_POLICY_MEM] && fg_ondemand[FG_API_cuLaunchKernelEx]) ? fg_mem_cuLaunchKernelEx(fg_layer1_cuLaunchKernelEx, config, f, kernelParams, extra) : (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchKernelEx(real, config, f, kernelParams, extra) : real(config, f, kernelParams, extra)));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuLaunchKernelEx, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -3115,9 +3119,9 @@ FG_SLOW CUresult fg_slow_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUf
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLaunchKernelEx_ptsz);
     if (!fg_tracing)
-        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuLaunchKernelEx_ptsz(fg_layer1_cuLaunchKernelEx_ptsz, config, f, kernelParams, extra) : fg_layer1_cuLaunchKernelEx_ptsz(config, f, kernelParams, extra));
+        return ((fg_policy_on[FG_POLICY_MEM] && fg_ondemand[FG_API_cuLaunchKernelEx_ptsz]) ? fg_mem_cuLaunchKernelEx_ptsz(fg_layer1_cuLaunchKernelEx_ptsz, config, f, kernelParams, extra) : (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchKernelEx_ptsz(real, config, f, kernelParams, extra) : real(config, f, kernelParams, extra)));
     uint64_t t0 = fg_now_ns();
-    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuLaunchKernelEx_ptsz(fg_layer1_cuLaunchKernelEx_ptsz, config, f, kernelParams, extra) : fg_layer1_cuLaunchKernelEx_ptsz(config, f, kernelParams, extra));
+    CUresult r = ((fg_policy_on[FG_POLICY_MEM] && fg_ondemand[FG_API_cuLaunchKernelEx_ptsz]) ? fg_mem_cuLaunchKernelEx_ptsz(fg_layer1_cuLaunchKernelEx_ptsz, config, f, kernelParams, extra) : (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchKernelEx_ptsz(real, config, f, kernelParams, extra) : real(config, f, kernelParams, extra)));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuLaunchKernelEx_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -3139,9 +3143,9 @@ FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel(CUfunction f, unsigned int gr
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLaunchCooperativeKernel);
     if (!fg_tracing)
-        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuLaunchCooperativeKernel(fg_layer1_cuLaunchCooperativeKernel, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) : fg_layer1_cuLaunchCooperativeKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams));
+        return ((fg_policy_on[FG_POLICY_MEM] && fg_ondemand[FG_API_cuLaunchCooperativeKernel]) ? fg_mem_cuLaunchCooperativeKernel(fg_layer1_cuLaunchCooperativeKernel, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) : (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchCooperativeKernel(real, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) : real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams)));
     uint64_t t0 = fg_now_ns();
-    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuLaunchCooperativeKernel(fg_layer1_cuLaunchCooperativeKernel, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) : fg_layer1_cuLaunchCooperativeKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams));
+    CUresult r = ((fg_policy_on[FG_POLICY_MEM] && fg_ondemand[FG_API_cuLaunchCooperativeKernel]) ? fg_mem_cuLaunchCooperativeKernel(fg_layer1_cuLaunchCooperativeKernel, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) : (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchCooperativeKernel(real, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) : real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams)));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuLaunchCooperativeKernel, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -3163,9 +3167,9 @@ FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned i
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuLaunchCooperativeKernel_ptsz);
     if (!fg_tracing)
-        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuLaunchCooperativeKernel_ptsz(fg_layer1_cuLaunchCooperativeKernel_ptsz, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) : fg_layer1_cuLaunchCooperativeKernel_ptsz(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams));
+        return ((fg_policy_on[FG_POLICY_MEM] && fg_ondemand[FG_API_cuLaunchCooperativeKernel_ptsz]) ? fg_mem_cuLaunchCooperativeKernel_ptsz(fg_layer1_cuLaunchCooperativeKernel_ptsz, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) : (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchCooperativeKernel_ptsz(real, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) : real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams)));
     uint64_t t0 = fg_now_ns();
-    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuLaunchCooperativeKernel_ptsz(fg_layer1_cuLaunchCooperativeKernel_ptsz, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) : fg_layer1_cuLaunchCooperativeKernel_ptsz(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams));
+    CUresult r = ((fg_policy_on[FG_POLICY_MEM] && fg_ondemand[FG_API_cuLaunchCooperativeKernel_ptsz]) ? fg_mem_cuLaunchCooperativeKernel_ptsz(fg_layer1_cuLaunchCooperativeKernel_ptsz, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) : (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuLaunchCooperativeKernel_ptsz(real, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams) : real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams)));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuLaunchCooperativeKernel_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -3313,9 +3317,9 @@ FG_SLOW CUresult fg_slow_cuStreamSynchronize(CUstream hStream)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuStreamSynchronize);
     if (!fg_tracing)
-        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuStreamSynchronize(fg_layer1_cuStreamSynchronize, hStream) : fg_layer1_cuStreamSynchronize(hStream));
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuStreamSynchronize(fg_layer1_cuStreamSynchronize, hStream) : (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuStreamSynchronize(real, hStream) : real(hStream)));
     uint64_t t0 = fg_now_ns();
-    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuStreamSynchronize(fg_layer1_cuStreamSynchronize, hStream) : fg_layer1_cuStreamSynchronize(hStream));
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuStreamSynchronize(fg_layer1_cuStreamSynchronize, hStream) : (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuStreamSynchronize(real, hStream) : real(hStream)));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuStreamSynchronize, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -3337,9 +3341,9 @@ FG_SLOW CUresult fg_slow_cuStreamSynchronize_ptsz(CUstream hStream)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuStreamSynchronize_ptsz);
     if (!fg_tracing)
-        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuStreamSynchronize_ptsz(fg_layer1_cuStreamSynchronize_ptsz, hStream) : fg_layer1_cuStreamSynchronize_ptsz(hStream));
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuStreamSynchronize_ptsz(fg_layer1_cuStreamSynchronize_ptsz, hStream) : (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuStreamSynchronize_ptsz(real, hStream) : real(hStream)));
     uint64_t t0 = fg_now_ns();
-    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuStreamSynchronize_ptsz(fg_layer1_cuStreamSynchronize_ptsz, hStream) : fg_layer1_cuStreamSynchronize_ptsz(hStream));
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuStreamSynchronize_ptsz(fg_layer1_cuStreamSynchronize_ptsz, hStream) : (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuStreamSynchronize_ptsz(real, hStream) : real(hStream)));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuStreamSynchronize_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -3721,9 +3725,9 @@ FG_SLOW CUresult fg_slow_cuEventSynchronize(CUevent hEvent)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuEventSynchronize);
     if (!fg_tracing)
-        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuEventSynchronize(fg_layer1_cuEventSynchronize, hEvent) : fg_layer1_cuEventSynchronize(hEvent));
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuEventSynchronize(fg_layer1_cuEventSynchronize, hEvent) : (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuEventSynchronize(real, hEvent) : real(hEvent)));
     uint64_t t0 = fg_now_ns();
-    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuEventSynchronize(fg_layer1_cuEventSynchronize, hEvent) : fg_layer1_cuEventSynchronize(hEvent));
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuEventSynchronize(fg_layer1_cuEventSynchronize, hEvent) : (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuEventSynchronize(real, hEvent) : real(hEvent)));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuEventSynchronize, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -4069,9 +4073,9 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuGraphLaunch);
     if (!fg_tracing)
-        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGraphLaunch(fg_layer1_cuGraphLaunch, hGraphExec, hStream) : fg_layer1_cuGraphLaunch(hGraphExec, hStream));
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGraphLaunch(fg_layer1_cuGraphLaunch, hGraphExec, hStream) : (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuGraphLaunch(real, hGraphExec, hStream) : real(hGraphExec, hStream)));
     uint64_t t0 = fg_now_ns();
-    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGraphLaunch(fg_layer1_cuGraphLaunch, hGraphExec, hStream) : fg_layer1_cuGraphLaunch(hGraphExec, hStream));
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGraphLaunch(fg_layer1_cuGraphLaunch, hGraphExec, hStream) : (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuGraphLaunch(real, hGraphExec, hStream) : real(hGraphExec, hStream)));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuGraphLaunch, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)
@@ -4093,9 +4097,9 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hSt
     if (real == NULL)
         return (CUresult)fg_missing(FG_API_cuGraphLaunch_ptsz);
     if (!fg_tracing)
-        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGraphLaunch_ptsz(fg_layer1_cuGraphLaunch_ptsz, hGraphExec, hStream) : fg_layer1_cuGraphLaunch_ptsz(hGraphExec, hStream));
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGraphLaunch_ptsz(fg_layer1_cuGraphLaunch_ptsz, hGraphExec, hStream) : (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuGraphLaunch_ptsz(real, hGraphExec, hStream) : real(hGraphExec, hStream)));
     uint64_t t0 = fg_now_ns();
-    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGraphLaunch_ptsz(fg_layer1_cuGraphLaunch_ptsz, hGraphExec, hStream) : fg_layer1_cuGraphLaunch_ptsz(hGraphExec, hStream));
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGraphLaunch_ptsz(fg_layer1_cuGraphLaunch_ptsz, hGraphExec, hStream) : (fg_policy_on[FG_POLICY_COMPUTE] ? fg_compute_cuGraphLaunch_ptsz(real, hGraphExec, hStream) : real(hGraphExec, hStream)));
     uint64_t dt = fg_now_ns() - t0;
     fg_record(FG_API_cuGraphLaunch_ptsz, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
     if (fg_logging)

@@ -10,7 +10,9 @@
  * until the program gets hold of a kernel needing more local memory than a
  * context starts with (its local size is asked where its handle is handed
  * out); from then on a launch looks its kernel's size up in a cache, and
- * only one needing more than the context holds looks further. Loads and first launches also have the backstop read the
+ * only one needing more than the context holds looks further. Where
+ * another policy diverts launches, this one is not in their way until then
+ * either. Loads and first launches also have the backstop read the
  * driver's count at the next charge: the driver may take more then than
  * any rule here knows (device printf and malloc, flexgv/drvmem.h). */
 #include "memquota.h"
@@ -247,18 +249,18 @@ static void grow_settle(struct grow *g, CUresult r)
     fg_rec_unlock();
 }
 
-/* Launches are watched (diverted here, and looked at when other policies
- * divert them) once a kernel may grow local memory. */
-static int watching;
-
+/* The launch hooks this policy acts on once a kernel may grow local
+ * memory (they are "mem:ondemand" in api/cuda.api): asked for, and
+ * diverted from the pass-through path. */
 static void watch_launches(void)
 {
-    __atomic_store_n(&watching, 1, __ATOMIC_RELAXED);
     static const int launches[] = {FG_API_cuLaunchKernel, FG_API_cuLaunchKernel_ptsz,
                                    FG_API_cuLaunchKernelEx, FG_API_cuLaunchKernelEx_ptsz,
                                    FG_API_cuLaunchCooperativeKernel, FG_API_cuLaunchCooperativeKernel_ptsz};
-    for (unsigned i = 0; i < sizeof launches / sizeof *launches; i++)
-        __atomic_store_n(&fg_divert[launches[i]], 1, __ATOMIC_RELAXED);
+    for (unsigned i = 0; i < sizeof launches / sizeof *launches; i++) {
+        __atomic_store_n(&fg_ondemand[launches[i]], 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&fg_divert[launches[i]], 1, __ATOMIC_RELEASE);
+    }
 }
 
 /* A kernel handed out: if its local size is beyond what a context starts
@@ -308,8 +310,6 @@ CUresult fg_mem_cuLibraryGetKernel(fg_real_cuLibraryGetKernel next, CUkernel *pK
 }
 
 #define LAUNCH(f, call)                                                   \
-    if (FG_LIKELY(!__atomic_load_n(&watching, __ATOMIC_RELAXED)))         \
-        return call;                                                      \
     uint64_t need = local_size(f);                                        \
     if (FG_LIKELY(need <= fg_drv()->local_base))                          \
         return call;                                                      \

@@ -26,6 +26,7 @@ extern const char *const fg_api_bases[FG_NUM_APIS];
 extern const unsigned short fg_api_by_name[FG_NUM_APIS];
 extern void *const fg_wrappers[FG_NUM_APIS];
 extern unsigned char fg_divert[FG_NUM_APIS];
+extern unsigned char fg_ondemand[FG_NUM_APIS];
 extern unsigned char fg_policy_on[FG_NUM_POLICIES];
 void fg_policy_enable(enum fg_policy p);
 

@@ -153,6 +153,8 @@ func emitWrappers(all []Entry) (string, error) {
 		fmt.Fprintf(&b, "    FG_API_%s,\n", all[i].Name)
 	}
 	b.WriteString("};\n\n")
+	b.WriteString("/* Nonzero: a policy that acts on the hook on demand (POLICY:ondemand) has\n * asked for it. */\n")
+	b.WriteString("unsigned char fg_ondemand[FG_NUM_APIS];\n\n")
 	b.WriteString("/* Nonzero: the hook leaves the pass-through path (tracing, a policy). */\n")
 	b.WriteString("unsigned char fg_divert[FG_NUM_APIS] = {\n")
 	for _, e := range all {
@@ -173,15 +175,11 @@ func emitWrappers(all []Entry) (string, error) {
 	b.WriteString("};\n\n")
 	b.WriteString("/* The hooks each policy acts on, diverted when it is enabled (not those\n * it diverts on demand). */\n")
 	for _, p := range policies {
-		fmt.Fprintf(&b, "static const unsigned short hooks_%s[] = {", p.Name)
-		for _, e := range all {
-			for _, pol := range e.Policies {
-				if pol == p.Name && !slices.Contains(e.OnDemand, pol) {
-					fmt.Fprintf(&b, "FG_API_%s, ", e.Name)
-				}
-			}
+		hooks := policyHooks(all, p.Name)
+		if hooks != "" {
+			hooks += ", "
 		}
-		b.WriteString("0xffff};\n")
+		fmt.Fprintf(&b, "static const unsigned short hooks_%s[] = {%s0xffff};\n", p.Name, hooks)
 	}
 	b.WriteString("\nvoid fg_policy_enable(enum fg_policy p)\n{\n    static const unsigned short *const hooks[FG_NUM_POLICIES] = {")
 	for _, p := range policies {
@@ -203,31 +201,46 @@ func emitWrappers(all []Entry) (string, error) {
 	return b.String(), nil
 }
 
+// policyHooks lists the hooks enabling policy diverts: those it acts on,
+// less those it diverts on demand.
+func policyHooks(all []Entry, policy string) string {
+	var ids []string
+	for _, e := range all {
+		if slices.Contains(e.Policies, policy) && !slices.Contains(e.OnDemand, policy) {
+			ids = append(ids, "FG_API_"+e.Name)
+		}
+	}
+	return strings.Join(ids, ", ")
+}
+
 func wrapper(e Entry, index int) (string, error) {
 	var b strings.Builder
 	id := "FG_API_" + e.Name
 	args := e.ArgList()
 	// The chain: each policy of the hook, if on, gets the rest of the chain
 	// as its next; the innermost next is the driver. Policies past the
-	// first are reached through layer functions of the hook's signature.
+	// first are reached through layer functions of the hook's signature
+	// when an outer one is on; when it is off, the rest of the chain is
+	// written in place (no call more on the way to the driver).
 	var layers strings.Builder
 	call := fmt.Sprintf("real(%s)", args)
 	next := "real"
 	for k := len(e.Policies) - 1; k >= 0; k-- {
 		on := fmt.Sprintf("fg_policy_on[FG_POLICY_%s]", strings.ToUpper(e.Policies[k]))
+		if slices.Contains(e.OnDemand, e.Policies[k]) {
+			on = fmt.Sprintf("(%s && fg_ondemand[%s])", on, id)
+		}
 		sep := ""
 		if args != "" {
 			sep = ", "
 		}
-		call = fmt.Sprintf("(%s ? fg_%s_%s(%s%s%s) : %s(%s))", on, e.Policies[k], e.Name, next, sep, args, next, args)
+		call = fmt.Sprintf("(%s ? fg_%s_%s(%s%s%s) : %s)", on, e.Policies[k], e.Name, next, sep, args, call)
 		if k > 0 {
 			layer := fmt.Sprintf("fg_layer%d_%s", k, e.Name)
 			fmt.Fprintf(&layers, "static %s %s(%s)\n{\n", e.Ret(), layer, e.ParamList())
-			if next == "real" {
-				fmt.Fprintf(&layers, "    fg_real_%s real = (fg_real_%s)fg_real_fn(%s);\n", e.Name, e.Name, id)
-			}
+			fmt.Fprintf(&layers, "    fg_real_%s real = (fg_real_%s)fg_real_fn(%s);\n", e.Name, e.Name, id)
 			fmt.Fprintf(&layers, "    return %s;\n}\n\n", call)
-			call, next = fmt.Sprintf("%s(%s)", layer, args), layer
+			next = layer
 		}
 	}
 	b.WriteString(layers.String())

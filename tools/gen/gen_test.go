@@ -100,12 +100,35 @@ func TestPolicyChainOrder(t *testing.T) {
 		// The inner layer: mem over the driver.
 		"static CUresult fg_layer1_cuFoo(int x)\n{\n    fg_real_cuFoo real = (fg_real_cuFoo)fg_real_fn(FG_API_cuFoo);\n" +
 			"    return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuFoo(real, x) : real(x));\n}\n",
-		// The outer one, in the slow path: census over the inner layer.
-		"return (fg_policy_on[FG_POLICY_CENSUS] ? fg_census_cuFoo(fg_layer1_cuFoo, x) : fg_layer1_cuFoo(x));",
+		// The outer one, in the slow path: census over the inner layer,
+		// which is written in place when census is off.
+		"return (fg_policy_on[FG_POLICY_CENSUS] ? fg_census_cuFoo(fg_layer1_cuFoo, x) : " +
+			"(fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuFoo(real, x) : real(x)));",
 	} {
 		if !strings.Contains(w, want) {
 			t.Errorf("wrapper lacks %q:\n%s", want, w)
 		}
+	}
+}
+
+// A policy acting on a hook on demand is left out of the hooks enabling it
+// diverts, and acts only once asked for (fg_ondemand).
+func TestOnDemandPolicy(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "x.api")
+	os.WriteFile(p, []byte("1000 cuFoo(int x) mem:ondemand census\n1000 cuBar(int x) mem\n"), 0o644)
+	entries, err := parseAPI(p, LibCUDA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := wrapper(entries[0], 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "(fg_policy_on[FG_POLICY_MEM] && fg_ondemand[FG_API_cuFoo]) ? fg_mem_cuFoo(real, x)"; !strings.Contains(w, want) {
+		t.Errorf("wrapper lacks %q:\n%s", want, w)
+	}
+	if got := policyHooks(entries, "mem"); got != "FG_API_cuBar" {
+		t.Errorf("mem diverts %q when enabled, want only FG_API_cuBar", got)
 	}
 }
 
