@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -21,7 +22,7 @@ import (
 )
 
 func newServe(g *globals, stderr io.Writer) *cobra.Command {
-	var listen, gpus, tlsCert, tlsKey, tenantDir, moduleCache, pinnedMax string
+	var listen, gpus, tlsCert, tlsKey, tenantDir, moduleCache, moduleCacheMax, pinnedMax, maxConns string
 	var open bool
 	var tenants serveTenants
 	c := &cobra.Command{
@@ -100,6 +101,14 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return usageError{fmt.Errorf("flexgv serve: --module-cache: %w", err)}
 			}
+			var cacheMax int64
+			if moduleCacheMax != "" {
+				n, err := tenant.ParseSize(moduleCacheMax)
+				if err != nil || n == 0 || n > 1<<62 {
+					return usageError{fmt.Errorf("flexgv serve: --module-cache-max: %q is not a size (a number with B, KiB, MiB or GiB, more than 0)", moduleCacheMax)}
+				}
+				cacheMax = int64(n)
+			}
 			pinned := int64(-1)
 			if pinnedMax != "" {
 				n, err := tenant.ParseSize(pinnedMax)
@@ -108,8 +117,14 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 				}
 				pinned = int64(n)
 			}
+			conns := remote.DefaultMaxConnsPerTenant
+			if maxConns != "" {
+				if conns, err = strconv.Atoi(maxConns); err != nil || conns < 1 || conns > 1<<20 {
+					return usageError{fmt.Errorf("flexgv serve: --max-conns-per-tenant: %q is not a number of connections (1 to %d)", maxConns, 1<<20)}
+				}
+			}
 			s := &remote.Server{Executor: exe, Driver: driver, GPUs: visible, Env: executorEnv(visible != ""), TLS: tlsConfig, Log: stderr,
-				ModuleCache: cache, PinnedMax: pinned}
+				ModuleCache: cache, ModuleCacheMax: cacheMax, PinnedMax: pinned, MaxConnsPerTenant: conns}
 			if len(tenants) > 0 {
 				release, err := tenants.acquire(g.shim, driver, s)
 				if err != nil {
@@ -171,7 +186,9 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 	c.Flags().StringVar(&tlsKey, "tls-key", "", "with --listen tls://: the certificate's private key (PEM)")
 	c.Flags().StringVar(&tenantDir, "tenant-dir", "", "admit the tenants whose token files NAME.token are in this folder when a client connects (tenant NAME must exist)")
 	c.Flags().StringVar(&moduleCache, "module-cache", "", "where to keep module images that clients across a network send, by SHA-256, a folder per tenant, so that they are sent once (default: the user's cache folder, flexgv/modules; off: keep none)")
+	c.Flags().StringVar(&moduleCacheMax, "module-cache-max", "", "how much module images one tenant's folder of --module-cache keeps at most (default 8GiB); past it no more are kept")
 	c.Flags().StringVar(&pinnedMax, "pinned-max", "", "how much of the server's memory a connection over shm:// may pin for the program's pinned host memory (default: a quarter of the server's memory; 0: none, pinned memory is then copied as pageable memory is)")
+	c.Flags().StringVar(&maxConns, "max-conns-per-tenant", "", fmt.Sprintf("how many connections (each an executor process) one tenant may hold at once; more are refused with why (default %d)", remote.DefaultMaxConnsPerTenant))
 	c.Flags().BoolVar(&open, "open", false, "serve anyone who can connect, without tenants or limits (needed for TCP without --tenant)")
 	tenants.register(c)
 	return c

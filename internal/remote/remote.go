@@ -21,7 +21,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -142,9 +141,6 @@ func Listen(a Addr) (net.Listener, error) {
 	return l, nil
 }
 
-// DefaultMaxPending is how many connections may be authenticating at once.
-const DefaultMaxPending = 256
-
 func peerName(c net.Conn) string {
 	if p := c.RemoteAddr().String(); p != "" && p != "@" {
 		return p
@@ -178,6 +174,9 @@ type Server struct {
 	// ModuleCache, when set, is where executors keep module images by
 	// hash: a folder per tenant ("open" for clients without one).
 	ModuleCache string
+	// ModuleCacheMax: the bytes a tenant's folder keeps at most (0: the
+	// executor's default, 8 GiB).
+	ModuleCacheMax int64
 	// PinnedMax: the bytes of pinned host memory a connection's executor
 	// registers at most (-1: its default, a quarter of physical memory).
 	PinnedMax int64
@@ -190,17 +189,26 @@ type Server struct {
 	TLS *tls.Config
 	Log io.Writer
 
+	// MaxConnsPerTenant bounds each tenant's connections, so its
+	// executors (0: DefaultMaxConnsPerTenant).
+	MaxConnsPerTenant int
+
 	// maxPending bounds the connections authenticating at once (0:
-	// DefaultMaxPending): peers that connect and say nothing cannot take
+	// DefaultMaxPending), maxPendingNet those of one network (0:
+	// maxPendingPerNet): peers that connect and say nothing cannot take
 	// every descriptor for AuthTimeout.
-	maxPending int
-	pending    atomic.Int32
-	guesses    guesses // wrong tokens per peer address
-	now        func() time.Time
+	maxPending, maxPendingNet int
+	pending                   pendingConns
+	guesses                   guesses // wrong tokens per network
+	now                       func() time.Time
+	// lines peers can cause at will, each kind rate-limited
+	closedLog, silentLog, rationLog logLimit
 
 	mu      sync.Mutex
 	execs   map[int]*os.Process
-	closing bool // shutting down: an executor started now ends at once
+	conns   map[string]int  // executors per tenant, with those starting
+	atCap   map[string]bool // tenants whose cap was said since they were last below it
+	closing bool            // shutting down: an executor started now ends at once
 	wg      sync.WaitGroup
 }
 
@@ -227,21 +235,24 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 			s.shutdown()
 			return err
 		}
-		max := s.maxPending
+		max, perNet := s.maxPending, s.maxPendingNet
 		if max == 0 {
 			max = DefaultMaxPending
 		}
-		if int(s.pending.Add(1)) > max {
-			s.pending.Add(-1)
-			s.logf("%s: refused: %d connections are authenticating already", peerName(c), max)
-			c.Close()
-			continue
+		if perNet == 0 {
+			perNet = maxPendingPerNet
+		}
+		key := netKey(c)
+		pc, closed, of, held := s.pending.add(key, c, perNet, max)
+		if closed != nil {
+			s.limitedf(&s.closedLog, "%s: closed a connection that had not authenticated: %s holds %d of the %d that may be authenticating",
+				peerName(closed.c), of, held, max)
 		}
 		// Authentication waits on the peer: not in the accepting loop.
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			s.start(ctx, c)
+			s.start(ctx, c, key, pc)
 		}()
 	}
 }
@@ -249,7 +260,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 // start authenticates a connection and gives it an executor of its own,
 // in its tenant when the server has tenants. A refused peer never reaches
 // an executor.
-func (s *Server) start(ctx context.Context, c net.Conn) {
+func (s *Server) start(ctx context.Context, c net.Conn, key string, pc *pendingConn) {
 	peer := peerName(c)
 	if tc, ok := c.(*net.TCPConn); ok {
 		// A client whose machine or network vanished ends its executor too.
@@ -258,9 +269,19 @@ func (s *Server) start(ctx context.Context, c net.Conn) {
 	}
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	t, err := s.handshake(&c)
-	s.pending.Add(-1)
+	s.pending.done(key, pc)
+	if t != nil {
+		defer s.leave(t)
+	}
 	if !stop() || err != nil {
-		if err != nil {
+		var quiet *limited
+		switch {
+		case err == nil || pc.closed: // said when it was closed
+		case errors.As(err, &quiet):
+			if quiet.log != nil {
+				s.limitedf(quiet.log, "%s: refused: %v", peer, err)
+			}
+		default:
 			s.logf("%s: refused: %v", peer, err)
 		}
 		c.Close()
@@ -284,6 +305,9 @@ func (s *Server) start(ctx context.Context, c net.Conn) {
 	}
 	if dir := s.moduleCache(t); dir != "" {
 		args = append(args, "--module-cache", dir)
+		if s.ModuleCacheMax > 0 {
+			args = append(args, "--module-cache-max", strconv.FormatInt(s.ModuleCacheMax, 10))
+		}
 	}
 	if s.PinnedMax >= 0 {
 		args = append(args, "--pinned-max", strconv.FormatInt(s.PinnedMax, 10))
@@ -338,7 +362,7 @@ func (s *Server) handshake(c *net.Conn) (*Tenant, error) {
 	*c = tc
 	tc.SetDeadline(time.Now().Add(AuthTimeout))
 	if err := tc.Handshake(); err != nil {
-		return nil, fmt.Errorf("TLS handshake: %w", err)
+		return nil, &limited{&s.silentLog, fmt.Errorf("TLS handshake: %w", err)}
 	}
 	return s.authenticate(tc)
 }
