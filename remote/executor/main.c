@@ -1,4 +1,4 @@
-/* flexgv-executor --fd N [--driver PATH] [--peer NAME] [--module-cache DIR] [--pinned-max BYTES]
+/* flexgv-executor --fd N [--driver PATH] [--peer NAME] [--module-cache DIR] [--module-cache-max BYTES] [--pinned-max BYTES]
  * Serves one client connection (inherited as descriptor N) with the real
  * driver: the handshake, then one call per frame until the client goes.
  * A malformed frame ends the connection with a log line saying why; the
@@ -24,6 +24,9 @@
 
 /* How long a new connection has to send its handshake. */
 #define HELLO_TIMEOUT_S 10
+/* A frame buffer up to this large is kept from one request to the next
+ * (a large copy comes in pieces of 4 MiB by default). */
+#define KEEP_FRAME (16u << 20)
 static struct {
     CUresult (*init)(unsigned);
     CUresult (*version)(int *);
@@ -511,7 +514,7 @@ static void serve_frame(uint8_t *body, uint32_t n, int resume)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: flexgv-executor --fd N [--driver PATH] [--peer NAME] [--module-cache DIR] [--pinned-max BYTES]\n");
+    fprintf(stderr, "usage: flexgv-executor --fd N [--driver PATH] [--peer NAME] [--module-cache DIR] [--module-cache-max BYTES] [--pinned-max BYTES]\n");
     exit(2);
 }
 
@@ -528,6 +531,10 @@ int main(int argc, char **argv)
             fgr_peer = argv[++i];
         else if (!strcmp(argv[i], "--module-cache") && i + 1 < argc)
             fgr_images_dir(argv[++i]);
+        else if (!strcmp(argv[i], "--module-cache-max") && i + 1 < argc) {
+            if (fgr_images_max(argv[++i]))
+                usage();
+        }
         else if (!strcmp(argv[i], "--pinned-max") && i + 1 < argc)
             fgr_heap_max(argv[++i]);
         else
@@ -605,6 +612,7 @@ int main(int argc, char **argv)
     uint8_t *body = NULL;
     size_t cap = 0;
     int greeted = 0;
+    uint8_t hdr[FGR_REQ_HDR];
     for (;;) {
         /* A parked call: serve what comes while its ticket runs. */
         if (parked.body && !wait_parked())
@@ -622,6 +630,19 @@ int main(int argc, char **argv)
         uint32_t n = (uint32_t)lenb[0] | (uint32_t)lenb[1] << 8 | (uint32_t)lenb[2] << 16 | (uint32_t)lenb[3] << 24;
         if (n < FGR_REQ_HDR || n > FGR_MAX_FRAME)
             reject("a frame of %u bytes (a request has %u to %u)", n, FGR_REQ_HDR, FGR_MAX_FRAME);
+        /* The header first: a frame longer than its operation can carry
+         * (a handshake, one without a buffer of its own size) is refused
+         * before memory is taken for it. */
+        if (conn_read(hdr, FGR_REQ_HDR)) {
+            if (!greeted && (errno == EAGAIN || errno == EWOULDBLOCK))
+                reject("no handshake within %d s", HELLO_TIMEOUT_S);
+            reject("the frame was cut short (%u bytes announced): %s", n, errno ? strerror(errno) : "end of stream");
+        }
+        unsigned op = (unsigned)hdr[0] | (unsigned)hdr[1] << 8;
+        uint32_t most = greeted && op < FGR_NUM_OPS && fgr_ops[op].fn ? fgr_ops[op].max_frame : FGR_SMALL_FRAME;
+        if (n > most)
+            reject("a frame of %u bytes for %s, which carries at most %u", n,
+                   !greeted ? "the handshake" : op < FGR_NUM_OPS && fgr_ops[op].fn ? fgr_ops[op].name : "an unknown operation", most);
         if (n > cap) {
             free(body);
             body = malloc(n);
@@ -629,7 +650,8 @@ int main(int argc, char **argv)
             if (!body)
                 reject("no memory for a frame of %u bytes", n);
         }
-        if (conn_read(body, n)) {
+        memcpy(body, hdr, FGR_REQ_HDR);
+        if (n > FGR_REQ_HDR && conn_read(body + FGR_REQ_HDR, n - FGR_REQ_HDR)) {
             if (!greeted && (errno == EAGAIN || errno == EWOULDBLOCK))
                 reject("no handshake within %d s", HELLO_TIMEOUT_S);
             reject("the frame was cut short (%u bytes announced): %s", n, errno ? strerror(errno) : "end of stream");
@@ -641,5 +663,14 @@ int main(int argc, char **argv)
         }
         serve_frame(body, n, -1);
         fgr_stage_reap();
+        /* A large frame's memory goes back once it is served: the
+         * connection holds its largest call's only while it lasts. */
+        if (cap > KEEP_FRAME) {
+            free(body);
+            body = NULL;
+            cap = 0;
+        }
+        if (!parked.body)
+            fgr_trim(&reply);
     }
 }
