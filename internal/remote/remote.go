@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -165,6 +166,31 @@ func (s *Server) moduleCache(t *Tenant) string {
 	return dir
 }
 
+// ExecUser is an unprivileged user executors run as.
+type ExecUser struct {
+	Name     string
+	Uid, Gid uint32
+}
+
+// LookupExecUser finds user name (or a numeric uid), refusing root.
+func LookupExecUser(name string) (*ExecUser, error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		if u, err = user.LookupId(name); err != nil {
+			return nil, fmt.Errorf("no user %s on this machine", name)
+		}
+	}
+	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+	if err1 != nil || err2 != nil {
+		return nil, fmt.Errorf("user %s has no numeric uid and gid", name)
+	}
+	if uid == 0 || gid == 0 {
+		return nil, fmt.Errorf("user %s is root or in its group: executors would keep its privileges", name)
+	}
+	return &ExecUser{u.Username, uint32(uid), uint32(gid)}, nil
+}
+
 // Server authenticates connections and hands them to executors.
 type Server struct {
 	Executor string   // path of flexgv-executor
@@ -192,6 +218,12 @@ type Server struct {
 	// MaxConnsPerTenant bounds each tenant's connections, so its
 	// executors (0: DefaultMaxConnsPerTenant).
 	MaxConnsPerTenant int
+	// User, when set, is who the executors of connections without a
+	// tenant run as (a server run as root gives them no privilege of its
+	// own); each gets a temporary folder of its own.
+	User *ExecUser
+	// Cgroups, when set, bound each executor's memory (--executor-memory).
+	Cgroups *ExecCgroups
 
 	// maxPending bounds the connections authenticating at once (0:
 	// DefaultMaxPending), maxPendingNet those of one network (0:
@@ -315,6 +347,34 @@ func (s *Server) start(ctx context.Context, c net.Conn, key string, pc *pendingC
 	cmd := exec.Command(s.Executor, args...)
 	cmd.ExtraFiles = []*os.File{f}
 	cmd.Env = slices.Clone(s.Env)
+	// Executors never gain privileges (no setuid), have bounded processes
+	// and files (the executor sets both), and a temporary folder of their own.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	tmp, err := os.MkdirTemp("", "flexgv-executor-")
+	if err != nil {
+		s.logf("%s: no temporary folder for the executor: %v", peer, err)
+		return
+	}
+	defer os.RemoveAll(tmp)
+	if u := s.User; u != nil && t == nil {
+		if err := os.Chown(tmp, int(u.Uid), int(u.Gid)); err != nil {
+			s.logf("%s: cannot give the executor its temporary folder: %v", peer, err)
+			return
+		}
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: u.Uid, Gid: u.Gid, Groups: []uint32{}}
+	}
+	cmd.Env = append(cmd.Env, "TMPDIR="+tmp)
+	if s.Cgroups != nil {
+		s.mu.Lock()
+		cg, done, err := s.Cgroups.make()
+		s.mu.Unlock()
+		if err != nil {
+			s.logf("%s: no cgroup for the executor: %v", peer, err)
+			return
+		}
+		defer done()
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cg.Fd())
+	}
 	if s.GPUs != "" {
 		cmd.Env = append(cmd.Env, "CUDA_VISIBLE_DEVICES="+s.GPUs)
 	}
@@ -324,8 +384,8 @@ func (s *Server) start(ctx context.Context, c net.Conn, key string, pc *pendingC
 		who += " (tenant " + t.Name + ")"
 	}
 	cmd.Stdout, cmd.Stderr = s.Log, s.Log
-	// Executors do not outlive the server, even one killed with SIGKILL.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// Executors do not outlive the server, even one killed with SIGKILL
+	// (Pdeathsig above).
 	if err := cmd.Start(); err != nil {
 		s.logf("%s: cannot start the executor: %v", peer, err)
 		return

@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <time.h>
@@ -512,6 +514,24 @@ static void serve_frame(uint8_t *body, uint32_t n, int resume)
     send_reply(&reply);
 }
 
+/* Processes (the driver's threads count) and files an executor may have;
+ * processes count per user, for all executors of a server's user. */
+#define MAX_PROCS 4096
+#define MAX_FILES 4096
+
+static void lower(int resource, rlim_t to)
+{
+    struct rlimit l;
+    if (getrlimit(resource, &l) != 0)
+        return;
+    if (l.rlim_max > to)
+        l.rlim_max = to;
+    if (l.rlim_cur > l.rlim_max)
+        l.rlim_cur = l.rlim_max;
+    if (setrlimit(resource, &l) != 0)
+        fgr_logf("cannot lower a resource limit (%d): %s", resource, strerror(errno));
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: flexgv-executor --fd N [--driver PATH] [--peer NAME] [--module-cache DIR] [--module-cache-max BYTES] [--pinned-max BYTES]\n");
@@ -542,6 +562,11 @@ int main(int argc, char **argv)
     }
     if (fd < 0 || fcntl(fd, F_GETFD) < 0)
         usage();
+    /* The least the driver needs: no privilege gained by exec (setuid),
+     * and bounded processes (threads) and open files. */
+    prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+    lower(RLIMIT_NPROC, MAX_PROCS);
+    lower(RLIMIT_NOFILE, MAX_FILES);
     /* The supervisor's copy of the socket may have been non-blocking. */
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     fcntl(fd, F_SETFD, FD_CLOEXEC);

@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -104,5 +107,82 @@ func TestRemoteMappedMemoryForgottenWithItsContext(t *testing.T) {
 	c.setup(4096)
 	for i := 0; i < 16; i++ {
 		c.handle("fgrHostMapped", w{}.u64(64<<10).u8(1))
+	}
+}
+
+// A server run as root runs executors as the unprivileged user of
+// --executor-user; they gain no privilege by exec, have bounded processes
+// and files and a temporary folder of their own; a user that does not
+// exist or is root is refused with why.
+func TestRemoteExecutorUnprivileged(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to run executors as another user")
+	}
+	p := readProtocol(t)
+	e := newEnv(t)
+	// The executor's user reaches the socket and the simulated GPU's state.
+	os.Chmod(filepath.Dir(e.dir), 0o755)
+	os.Chmod(e.dir, 0o777)
+	s := e.serve("unix", "--executor-user", "nobody")
+	c := dialWire(t, p, s)
+	c.setup(4096)
+	pid, _ := strconv.Atoi(s.waitLog(`connected: executor pid (\d+)`, 10*time.Second)[1])
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, want := range []string{`(?m)^Uid:\s+65534\s+65534\s+65534\s+65534$`, `(?m)^Gid:\s+65534\s`, `(?m)^Groups:\s*$`, `(?m)^NoNewPrivs:\s+1$`} {
+		if !regexp.MustCompile(want).Match(status) {
+			t.Errorf("executor %d: no %s in its status:\n%s", pid, want, status)
+		}
+	}
+	limits, _ := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+	for _, want := range []string{`Max processes\s+4096\s+4096`, `Max open files\s+4096\s+4096`} {
+		if !regexp.MustCompile(want).Match(limits) {
+			t.Errorf("executor %d: no %s in its limits:\n%s", pid, want, limits)
+		}
+	}
+	env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	m := regexp.MustCompile("TMPDIR=([^\x00]+)").FindSubmatch(env)
+	if m == nil {
+		t.Fatalf("executor %d has no TMPDIR", pid)
+	}
+	if st, err := os.Stat(string(m[1])); err != nil || st.Mode().Perm() != 0o700 || st.Sys().(*syscall.Stat_t).Uid != 65534 {
+		t.Errorf("the executor's temporary folder %s: %v %v, want the executor user's, mode 0700", m[1], st, err)
+	}
+	c.conn.Close()
+	s.quiesce()
+	if _, err := os.Stat(string(m[1])); err == nil {
+		t.Errorf("the executor's temporary folder %s outlived it", m[1])
+	}
+	for user, why := range map[string]string{"no-such-user-here": "no user no-such-user-here", "root": "user root is root"} {
+		r := e.run("flexgv", "serve", "--listen", "unix://"+e.dir+"/z.sock", "--executor-user", user)
+		if r.code != 2 || !strings.Contains(r.stderr, "--executor-user "+user+": "+why) {
+			t.Errorf("--executor-user %s: exit %d %q", user, r.code, r.stderr)
+		}
+	}
+}
+
+// --executor-memory puts each executor in a cgroup v2 with that memory
+// limit where the host offers one, and says at start why not where it
+// does not; the server serves either way. Bad sizes are refused.
+func TestRemoteExecutorMemoryLimit(t *testing.T) {
+	p := readProtocol(t)
+	e := newEnv(t)
+	s := e.serve("unix", "--executor-memory", "1GiB")
+	c := dialWire(t, p, s)
+	c.setup(4096)
+	pid, _ := strconv.Atoi(s.waitLog(`connected: executor pid (\d+)`, 10*time.Second)[1])
+	if strings.Contains(s.Log(), "--executor-memory: executors' memory is not limited: ") {
+		t.Logf("not limited here: %s", s.Log())
+	} else {
+		cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		path := strings.TrimSpace(strings.TrimPrefix(string(cg), "0::"))
+		if max, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", path, "memory.max")); err != nil || strings.TrimSpace(string(max)) != "1073741824" {
+			t.Errorf("executor %d in cgroup %s: memory.max %q %v, want 1073741824", pid, path, max, err)
+		}
+	}
+	for _, bad := range []string{"0", "1MiB", "x"} {
+		r := e.run("flexgv", "serve", "--listen", "unix://"+e.dir+"/m.sock", "--executor-memory", bad)
+		if r.code != 2 || !strings.Contains(r.stderr, "--executor-memory: \""+bad+"\" is not a size of 64MiB or more") {
+			t.Errorf("--executor-memory %s: exit %d %q", bad, r.code, r.stderr)
+		}
 	}
 }
