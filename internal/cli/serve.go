@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -21,7 +22,7 @@ import (
 )
 
 func newServe(g *globals, stderr io.Writer) *cobra.Command {
-	var listen, gpus, tlsCert, tlsKey, tenantDir, moduleCache, pinnedMax string
+	var listen, gpus, tlsCert, tlsKey, tenantDir, moduleCache, moduleCacheMax, pinnedMax, maxConns, execUser, execMemory string
 	var open bool
 	var tenants serveTenants
 	c := &cobra.Command{
@@ -100,6 +101,14 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return usageError{fmt.Errorf("flexgv serve: --module-cache: %w", err)}
 			}
+			var cacheMax int64
+			if moduleCacheMax != "" {
+				n, err := tenant.ParseSize(moduleCacheMax)
+				if err != nil || n == 0 || n > 1<<62 {
+					return usageError{fmt.Errorf("flexgv serve: --module-cache-max: %q is not a size (a number with B, KiB, MiB or GiB, more than 0)", moduleCacheMax)}
+				}
+				cacheMax = int64(n)
+			}
 			pinned := int64(-1)
 			if pinnedMax != "" {
 				n, err := tenant.ParseSize(pinnedMax)
@@ -108,8 +117,35 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 				}
 				pinned = int64(n)
 			}
-			s := &remote.Server{Executor: exe, Driver: driver, GPUs: visible, Env: executorEnv(visible != ""), TLS: tlsConfig, Log: stderr,
-				ModuleCache: cache, PinnedMax: pinned}
+			conns := remote.DefaultMaxConnsPerTenant
+			if maxConns != "" {
+				if conns, err = strconv.Atoi(maxConns); err != nil || conns < 1 || conns > 1<<20 {
+					return usageError{fmt.Errorf("flexgv serve: --max-conns-per-tenant: %q is not a number of connections (1 to %d)", maxConns, 1<<20)}
+				}
+			}
+			var runAs *remote.ExecUser
+			switch {
+			case os.Geteuid() == 0 && execUser != "":
+				if runAs, err = remote.LookupExecUser(execUser); err != nil {
+					return usageError{fmt.Errorf("flexgv serve: --executor-user %s: %v", execUser, err)}
+				}
+			case execUser != "":
+				return usageError{fmt.Errorf("flexgv serve: --executor-user: only a server run as root can run executors as another user")}
+			case os.Geteuid() == 0:
+				fmt.Fprintf(stderr, "flexgv serve: executors run as root: give --executor-user NAME (e.g. nobody) to run them without its privileges\n")
+			}
+			var cgroups *remote.ExecCgroups
+			if execMemory != "" {
+				n, err := tenant.ParseSize(execMemory)
+				if err != nil || n < 64<<20 || n > 1<<62 {
+					return usageError{fmt.Errorf("flexgv serve: --executor-memory: %q is not a size of 64MiB or more (a number with B, KiB, MiB or GiB)", execMemory)}
+				}
+				if cgroups, err = remote.NewExecCgroups(int64(n)); err != nil {
+					fmt.Fprintf(stderr, "flexgv serve: --executor-memory: executors' memory is not limited: %v\n", err)
+				}
+			}
+			s := &remote.Server{User: runAs, Cgroups: cgroups, Executor: exe, Driver: driver, GPUs: visible, Env: executorEnv(visible != ""), TLS: tlsConfig, Log: stderr,
+				ModuleCache: cache, ModuleCacheMax: cacheMax, PinnedMax: pinned, MaxConnsPerTenant: conns}
 			if len(tenants) > 0 {
 				release, err := tenants.acquire(g.shim, driver, s)
 				if err != nil {
@@ -154,6 +190,11 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 			if tenantDir != "" {
 				names = append(names, "those of "+tenantDir)
 			}
+			if runAs != nil && len(names) > 0 {
+				fmt.Fprintf(stderr, "flexgv serve: executors of tenants run as this server's user (their tenant files are its); others as %s\n", runAs.Name)
+			} else if runAs != nil {
+				fmt.Fprintf(stderr, "flexgv serve: executors run as %s\n", runAs.Name)
+			}
 			if len(names) > 0 {
 				fmt.Fprintf(stderr, "flexgv serve: listening on %s for tenants %s\n", addr, strings.Join(names, ", "))
 			} else {
@@ -171,7 +212,11 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 	c.Flags().StringVar(&tlsKey, "tls-key", "", "with --listen tls://: the certificate's private key (PEM)")
 	c.Flags().StringVar(&tenantDir, "tenant-dir", "", "admit the tenants whose token files NAME.token are in this folder when a client connects (tenant NAME must exist)")
 	c.Flags().StringVar(&moduleCache, "module-cache", "", "where to keep module images that clients across a network send, by SHA-256, a folder per tenant, so that they are sent once (default: the user's cache folder, flexgv/modules; off: keep none)")
+	c.Flags().StringVar(&moduleCacheMax, "module-cache-max", "", "how much module images one tenant's folder of --module-cache keeps at most (default 8GiB); past it no more are kept")
 	c.Flags().StringVar(&pinnedMax, "pinned-max", "", "how much of the server's memory a connection over shm:// may pin for the program's pinned host memory (default: a quarter of the server's memory; 0: none, pinned memory is then copied as pageable memory is)")
+	c.Flags().StringVar(&maxConns, "max-conns-per-tenant", "", fmt.Sprintf("how many connections (each an executor process) one tenant may hold at once; more are refused with why (default %d)", remote.DefaultMaxConnsPerTenant))
+	c.Flags().StringVar(&execUser, "executor-user", "", "with the server run as root: the unprivileged user the executors of connections without a tenant run as (e.g. nobody)")
+	c.Flags().StringVar(&execMemory, "executor-memory", "", "the host memory each executor may use (the driver's included), as a cgroup v2 memory limit where the host offers one")
 	c.Flags().BoolVar(&open, "open", false, "serve anyone who can connect, without tenants or limits (needed for TCP without --tenant)")
 	tenants.register(c)
 	return c

@@ -21,8 +21,12 @@ import (
 const (
 	AuthMagic    = 0x41524746 // "FGRA"
 	ProtoVersion = 15
-	// AuthTimeout is how long a new connection has to authenticate.
-	AuthTimeout = 10 * time.Second
+	// AuthTimeout is how long a new connection has to authenticate: a
+	// client does it at once, in one round trip (two more with TLS).
+	AuthTimeout = 5 * time.Second
+	// DefaultMaxConnsPerTenant bounds a tenant's connections, and so the
+	// executors (processes, host memory) its token can make the server hold.
+	DefaultMaxConnsPerTenant = 64
 	// MinToken and MaxToken bound a token's length in bytes.
 	MinToken = 16
 	MaxToken = 1024
@@ -81,6 +85,16 @@ type refusal struct {
 
 func (r *refusal) Error() string { return r.why }
 
+// limited is an error whose log line is rate-limited (one a peer can cause
+// at will), or not logged at all (nil log: said already).
+type limited struct {
+	log *logLimit
+	err error
+}
+
+func (l *limited) Error() string { return l.err.Error() }
+func (l *limited) Unwrap() error { return l.err }
+
 // authenticate reads the connection's authentication frame and answers it:
 // the tenant whose token it carries (nil when the server has none), or
 // why it is refused, said to the peer as well where it can be.
@@ -88,6 +102,9 @@ func (s *Server) authenticate(c net.Conn) (*Tenant, error) {
 	c.SetDeadline(time.Now().Add(AuthTimeout))
 	defer c.SetDeadline(time.Time{})
 	t, err := s.match(c)
+	if err == nil && t != nil {
+		err = s.enter(t)
+	}
 	var r *refusal
 	if errors.As(err, &r) {
 		c.Write(authReply(r.result, r.why))
@@ -101,15 +118,58 @@ func (s *Server) authenticate(c net.Conn) (*Tenant, error) {
 		name = t.Name
 	}
 	if _, err := c.Write(authReply(0, name)); err != nil {
+		if t != nil {
+			s.leave(t)
+		}
 		return nil, err
 	}
 	return t, nil
 }
 
+// enter counts a connection of t, refused when t has its cap already; the
+// refusal is logged once until t is below its cap again.
+func (s *Server) enter(t *Tenant) error {
+	max := s.maxConns()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conns == nil {
+		s.conns, s.atCap = map[string]int{}, map[string]bool{}
+	}
+	if s.conns[t.Name] >= max {
+		err := &refusal{cudaNotPermitted, fmt.Sprintf("tenant %s has %d connections, its cap (flexgv serve --max-conns-per-tenant %d)", t.Name, max, max)}
+		if s.atCap[t.Name] {
+			return &limited{nil, err}
+		}
+		s.atCap[t.Name] = true
+		return err
+	}
+	s.conns[t.Name]++
+	return nil
+}
+
+func (s *Server) maxConns() int {
+	if s.MaxConnsPerTenant == 0 {
+		return DefaultMaxConnsPerTenant
+	}
+	return s.MaxConnsPerTenant
+}
+
+// leave uncounts a connection of t.
+func (s *Server) leave(t *Tenant) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conns[t.Name]--; s.conns[t.Name] < s.maxConns() {
+		delete(s.atCap, t.Name)
+	}
+	if s.conns[t.Name] <= 0 {
+		delete(s.conns, t.Name)
+	}
+}
+
 func (s *Server) match(c net.Conn) (*Tenant, error) {
 	var lenb [4]byte
 	if _, err := io.ReadFull(c, lenb[:]); err != nil {
-		return nil, readError(err)
+		return nil, s.readError(err)
 	}
 	n := binary.LittleEndian.Uint32(lenb[:])
 	if n < 8 || n > maxAuthFrame {
@@ -118,7 +178,7 @@ func (s *Server) match(c net.Conn) (*Tenant, error) {
 	}
 	body := make([]byte, n)
 	if _, err := io.ReadFull(c, body); err != nil {
-		return nil, readError(err)
+		return nil, s.readError(err)
 	}
 	magic, proto := binary.LittleEndian.Uint32(body), binary.LittleEndian.Uint32(body[4:])
 	if magic != AuthMagic || proto != ProtoVersion {
@@ -132,20 +192,26 @@ func (s *Server) match(c net.Conn) (*Tenant, error) {
 	if len(s.Tenants) == 0 && s.Lookup == nil {
 		return nil, nil
 	}
-	now, peer := time.Now(), peerKey(c.RemoteAddr())
+	now, network := time.Now(), netKey(c)
 	if s.now != nil {
 		now = s.now()
 	}
-	if !s.guesses.allowed(peer, now) {
-		return nil, &refusal{cudaNotPermitted, fmt.Sprintf("too many wrong tokens from %s: one more is looked at every %v", peer, guessEvery)}
+	rationed := func() error {
+		return &limited{&s.rationLog, &refusal{cudaNotPermitted, fmt.Sprintf("too many wrong tokens from %s: "+
+			"one more is allowed every %v", network, guessEvery)}}
 	}
 	if token == nil {
-		s.guesses.wrong(peer, now)
+		if !s.guesses.allowed(network, now) {
+			return nil, rationed()
+		}
+		s.guesses.wrong(network, now)
 		return nil, &refusal{cudaNotPermitted, "no token: this server serves tenants with a token each " +
 			"(flexgv run --remote ADDR --token-file FILE, or FLEXGV_REMOTE_TOKEN_FILE)"}
 	}
-	// Every tenant's token is compared, in constant time, as hashes of
-	// one length: neither timing nor length says which tenant came close.
+	// A token is looked at even from a network past its wrong ones: a
+	// tenant there is not locked out by a neighbour who guesses. Every
+	// tenant's token is compared, in constant time, as hashes of one
+	// length: neither timing nor length says which tenant came close.
 	h := sha256.Sum256(token)
 	var found *Tenant
 	for _, t := range s.Tenants {
@@ -160,11 +226,14 @@ func (s *Server) match(c net.Conn) (*Tenant, error) {
 		}
 		found = t
 	}
-	if found == nil {
-		s.guesses.wrong(peer, now)
-		return nil, &refusal{cudaNotPermitted, "wrong token: no tenant of this server has it"}
+	if found != nil {
+		return found, nil
 	}
-	return found, nil
+	if !s.guesses.allowed(network, now) {
+		return nil, rationed()
+	}
+	s.guesses.wrong(network, now)
+	return nil, &refusal{cudaNotPermitted, "wrong token: no tenant of this server has it"}
 }
 
 // tokenOf reads u8 present, u64 n, n bytes, which must end the frame.
@@ -182,10 +251,10 @@ func tokenOf(b []byte) ([]byte, bool) {
 	return b[9:], true
 }
 
-func readError(err error) error {
+func (s *Server) readError(err error) error {
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		return fmt.Errorf("no authentication within %v", AuthTimeout)
+		return &limited{&s.silentLog, fmt.Errorf("no authentication within %v", AuthTimeout)}
 	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return errors.New("the connection closed during authentication")

@@ -3,6 +3,7 @@ package remote
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -151,8 +152,10 @@ func (l *syncBuf) String() string {
 	return l.b.String()
 }
 
-// Peers that connect and say nothing hold at most maxPending
-// authentications; more are closed at once, and their room is given back.
+// Peers that connect and say nothing hold at most maxPendingNet
+// authentications per network: one more closes that network's oldest, so
+// a client that authenticates at once is answered however many are held;
+// the closures' lines are rate-limited.
 func TestPendingAuthenticationsAreBounded(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "s.sock")
 	l, err := Listen(Addr{"unix", sock})
@@ -160,7 +163,7 @@ func TestPendingAuthenticationsAreBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := &syncBuf{}
-	s := &Server{Executor: "/nonexistent", Log: log, maxPending: 2}
+	s := &Server{Executor: "/nonexistent", Log: log, maxPendingNet: 2}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- s.Serve(ctx, l) }()
@@ -172,37 +175,45 @@ func TestPendingAuthenticationsAreBounded(t *testing.T) {
 		}
 		return c
 	}
-	waitLog := func(n int) {
-		deadline := time.Now().Add(5 * time.Second)
-		for strings.Count(log.String(), "refused: 2 connections are authenticating already") < n {
-			if time.Now().After(deadline) {
-				t.Fatalf("want %d refusals, the log has:\n%s", n, log.String())
-			}
-			time.Sleep(10 * time.Millisecond)
+	var held []net.Conn
+	for i := 0; i < 40; i++ {
+		held = append(held, dial())
+	}
+	// All but the last two were closed to make room, the oldest first.
+	for i, c := range held[:38] {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadAll(c); err != nil {
+			t.Fatalf("silent peer %d of 40 is not closed: %v", i, err)
 		}
 	}
-	a, b := dial(), dial()
-	time.Sleep(100 * time.Millisecond) // both accepted before the third
-	c := dial()
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.ReadAll(c); err != nil {
-		t.Errorf("the third silent peer is not closed at once: %v", err)
-	}
-	waitLog(1)
-	// A peer that leaves gives its room back to the next.
-	a.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for s.pending.Load() != 1 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+	if n := s.pending.count(); n != 2 {
+		t.Errorf("%d connections counted as authenticating, want 2", n)
 	}
 	d := dial()
 	_, _, result, msg := authOverConn(d, authFrame(AuthMagic, ProtoVersion+1, ""))
 	if result != cudaNotSupported || !strings.Contains(msg, "same FlexGV build") {
-		t.Errorf("the peer after one left: answered %d %q\n%s", result, msg, log.String())
+		t.Errorf("a peer beside the held ones: answered %d %q\n%s", result, msg, log.String())
 	}
-	b.Close()
-	if strings.Count(log.String(), "authenticating already") != 1 {
-		t.Errorf("more refusals than the one peer over the bound:\n%s", log.String())
+	if n := strings.Count(log.String(), "closed a connection that had not authenticated"); n != logBurst {
+		t.Errorf("%d closures logged, want %d (rate-limited):\n%s", n, logBurst, log.String())
+	}
+	for _, c := range held {
+		c.Close()
+	}
+}
+
+// The server's bound is shared fairly: past it, the network holding most
+// loses its oldest, never a network holding few.
+func TestPendingClosesTheFullestNetwork(t *testing.T) {
+	var p pendingConns
+	conn := func() net.Conn { a, _ := net.Pipe(); return a }
+	for i := 0; i < 3; i++ {
+		p.add("10.0.0.0/24", conn(), 8, 4)
+	}
+	quiet, _, _, _ := p.add("10.0.1.0/24", conn(), 8, 4)
+	_, closed, of, held := p.add("10.0.2.0/24", conn(), 8, 4)
+	if closed == nil || of != "10.0.0.0/24" || held != 3 || quiet.closed || p.count() != 4 {
+		t.Errorf("over the bound: closed %v of %q, the lone one closed %v, %d held", closed, of, quiet.closed, p.count())
 	}
 }
 
@@ -242,42 +253,43 @@ func authFrom(s *Server, frame []byte, addr string) (uint32, string) {
 	return binary.LittleEndian.Uint32(reply[4:]), strings.TrimRight(string(reply[17:]), "\x00")
 }
 
-// A peer gets guessBurst wrong tokens, then one per guessEvery: past that
-// even the right token is not looked at, until time has passed; other
-// addresses are not held up, and a right token costs nothing.
+// A network gets guessBurst wrong tokens, then one per guessEvery, from
+// whichever of its addresses: past that its wrong tokens are refused as
+// rationed, but a right token is still served; other networks are not
+// held up.
 func TestWrongTokensAreRationed(t *testing.T) {
 	now := time.Unix(1000, 0)
-	s := &Server{Tenants: []*Tenant{NewTenant("a", []byte("token-of-tenant-a"), nil)}, now: func() time.Time { return now }}
+	s := &Server{Tenants: []*Tenant{NewTenant("a", []byte("token-of-tenant-a"), nil)}, now: func() time.Time { return now }, Log: io.Discard}
 	right, wrong := authFrame(AuthMagic, ProtoVersion, "token-of-tenant-a"), authFrame(AuthMagic, ProtoVersion, "token-of-tenant-x")
 	for i := 0; i < guessBurst; i++ {
-		if r, msg := authFrom(s, wrong, "10.0.0.1:4000"); r != cudaNotPermitted || !strings.Contains(msg, "wrong token") {
+		if r, msg := authFrom(s, wrong, fmt.Sprintf("10.0.0.%d:4000", i+1)); r != cudaNotPermitted || !strings.Contains(msg, "wrong token") {
 			t.Fatalf("wrong token %d: %d %q", i+1, r, msg)
 		}
-		if r, _ := authFrom(s, right, "10.0.0.2:4000"); r != 0 {
-			t.Fatalf("another peer's right token after %d wrong ones: %d", i+1, r)
+		if r, _ := authFrom(s, right, "10.0.1.2:4000"); r != 0 {
+			t.Fatalf("another network's right token after %d wrong ones: %d", i+1, r)
 		}
 	}
-	for _, f := range [][]byte{right, authFrame(AuthMagic, ProtoVersion, "")} {
-		if r, msg := authFrom(s, f, "10.0.0.1:5000"); r != cudaNotPermitted || !strings.Contains(msg, "too many wrong tokens from 10.0.0.1") {
+	for _, f := range [][]byte{wrong, authFrame(AuthMagic, ProtoVersion, "")} {
+		if r, msg := authFrom(s, f, "10.0.0.200:5000"); r != cudaNotPermitted || !strings.Contains(msg, "too many wrong tokens from 10.0.0.0/24") {
 			t.Errorf("after %d wrong tokens: %d %q", guessBurst, r, msg)
 		}
 	}
-	if r, _ := authFrom(s, right, "10.0.0.2:4001"); r != 0 {
-		t.Errorf("another address is held up: %d", r)
+	if r, msg := authFrom(s, right, "10.0.0.201:5000"); r != 0 {
+		t.Errorf("the right token from the rationed network: %d %q", r, msg)
+	}
+	if r, _ := authFrom(s, right, "10.0.1.2:4001"); r != 0 {
+		t.Errorf("another network is held up: %d", r)
 	}
 	now = now.Add(guessEvery)
-	if r, _ := authFrom(s, right, "10.0.0.1:5001"); r != 0 {
-		t.Errorf("the right token once time has passed: %d", r)
-	}
 	if r, msg := authFrom(s, wrong, "10.0.0.1:5002"); r != cudaNotPermitted || !strings.Contains(msg, "wrong token") {
 		t.Errorf("one more guess once time has passed: %d %q", r, msg)
 	}
 	if r, msg := authFrom(s, wrong, "10.0.0.1:5003"); !strings.Contains(msg, "too many wrong tokens") {
 		t.Errorf("and only one: %d %q", r, msg)
 	}
-	// Long after, the address is forgotten: a full bucket again.
+	// Long after, the network is forgotten: a full bucket again.
 	now = now.Add(guessBurst * guessEvery)
-	if s.guesses.allowed("10.0.0.1", now); len(s.guesses.peers) != 0 {
+	if s.guesses.allowed("10.0.0.0/24", now); len(s.guesses.peers) != 0 {
 		t.Errorf("buckets kept after they refilled: %v", s.guesses.peers)
 	}
 }
@@ -295,19 +307,84 @@ func TestGuessesAreBounded(t *testing.T) {
 	}
 }
 
-// Guesses count against a peer's IP whatever its port, and against all
-// local users of a unix socket together.
-func TestPeerKey(t *testing.T) {
-	tcp, _ := net.ResolveTCPAddr("tcp", "10.1.2.3:4567")
-	tcp6, _ := net.ResolveTCPAddr("tcp", "[fd00::1]:80")
-	for addr, want := range map[net.Addr]string{
-		tcp: "10.1.2.3", tcp6: "fd00::1", &net.UnixAddr{Name: "@", Net: "unix"}: "local", &net.UnixAddr{Name: "", Net: "unix"}: "local",
+// Pending connections and guesses count against a peer's network: an
+// IPv4 /24, an IPv6 /64, all of loopback, and on a unix socket its user.
+func TestNetKey(t *testing.T) {
+	for addr, want := range map[string]string{
+		"10.1.2.3:4567": "10.1.2.0/24", "10.1.2.250:1": "10.1.2.0/24", "10.1.3.3:4567": "10.1.3.0/24",
+		"[fd00::1]:80": "fd00::/64", "[fd00::1:2:3:4]:80": "fd00::/64", "[fd00:0:0:1::1]:80": "fd00:0:0:1::/64",
+		"127.0.0.1:9": "loopback", "127.3.4.5:9": "loopback", "[::1]:9": "loopback",
 	} {
-		if got := peerKey(addr); got != want {
-			t.Errorf("peerKey(%v) = %q, want %q", addr, got, want)
+		tcp, _ := net.ResolveTCPAddr("tcp", addr)
+		if got := netOf(tcp); got != want {
+			t.Errorf("netOf(%v) = %q, want %q", addr, got, want)
 		}
 	}
-	if got := peerKey(nil); got != "local" {
-		t.Errorf("peerKey(nil) = %q", got)
+	if got := netOf(nil); got != "local" {
+		t.Errorf("netOf(nil) = %q", got)
+	}
+	a, b, err := socketPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	defer b.Close()
+	if got, want := netKey(a), fmt.Sprintf("uid %d", os.Getuid()); got != want {
+		t.Errorf("netKey(unix) = %q, want %q", got, want)
+	}
+}
+
+// socketPair is two connected unix connections.
+func socketPair() (net.Conn, net.Conn, error) {
+	dir, err := os.MkdirTemp("", "pair")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer os.RemoveAll(dir)
+	l, err := net.Listen("unix", filepath.Join(dir, "s"))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer l.Close()
+	a, err := net.Dial("unix", filepath.Join(dir, "s"))
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := l.Accept()
+	return b, a, err
+}
+
+// A tenant at its cap of connections is refused with why, said once in the
+// log until it is below its cap; other tenants are not held up, and a
+// connection that ends gives its room back.
+func TestTenantConnectionsAreCapped(t *testing.T) {
+	log := &syncBuf{}
+	a, b := NewTenant("a", []byte("token-of-tenant-a"), nil), NewTenant("b", []byte("token-of-tenant-b"), nil)
+	s := &Server{Tenants: []*Tenant{a, b}, MaxConnsPerTenant: 2, Log: log}
+	fa, fb := authFrame(AuthMagic, ProtoVersion, "token-of-tenant-a"), authFrame(AuthMagic, ProtoVersion, "token-of-tenant-b")
+	for i := 0; i < 2; i++ {
+		if got, err, r, _ := authOver(s, fa, false); got != a || err != nil || r != 0 {
+			t.Fatalf("connection %d of a: %v %v %d", i+1, got, err, r)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		got, err, r, msg := authOver(s, fa, false)
+		if got != nil || r != cudaNotPermitted || msg != "tenant a has 2 connections, its cap (flexgv serve --max-conns-per-tenant 2)" {
+			t.Errorf("a over its cap: %v %v %d %q", got, err, r, msg)
+		}
+		var quiet *limited
+		if logged := !errors.As(err, &quiet); logged != (i == 0) {
+			t.Errorf("refusal %d over the cap logged: %v, want only the first", i+1, logged)
+		}
+	}
+	if got, err, r, _ := authOver(s, fb, false); got != b || err != nil || r != 0 {
+		t.Errorf("b beside a at its cap: %v %v %d", got, err, r)
+	}
+	s.leave(a)
+	if got, err, r, _ := authOver(s, fa, false); got != a || err != nil || r != 0 {
+		t.Errorf("a once one of its connections ended: %v %v %d", got, err, r)
+	}
+	if _, err, _, _ := authOver(s, fa, false); err == nil || errors.As(err, new(*limited)) {
+		t.Errorf("a at its cap again: %v, want a refusal said again", err)
 	}
 }

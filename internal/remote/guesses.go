@@ -1,20 +1,21 @@
 package remote
 
 import (
-	"net"
 	"sync"
 	"time"
 )
 
-// Wrong tokens are rationed per peer address, as a token bucket: a peer
-// may get guessBurst wrong (or missing) tokens in a row, then one per
-// guessEvery; past that it is refused before its token is looked at.
-// Tokens should be random enough that guessing is hopeless anyway; this
-// keeps a weak one from being found by a fast loop, and the log readable.
+// Wrong tokens are rationed per network (netKey), as a token bucket: a
+// network may present guessBurst wrong (or missing) tokens in a row, then
+// one per guessEvery; past that its wrong tokens are refused as rationed,
+// their lines rate-limited, and a right token is still served. Tokens must
+// be random enough that guessing is hopeless (MinToken): this keeps the
+// log readable and a loop of guesses visible, from any address within the
+// network.
 const (
 	guessBurst = 20
 	guessEvery = 3 * time.Second
-	maxPeers   = 4096 // addresses remembered; the fullest bucket is forgotten first
+	maxPeers   = 4096 // networks remembered; the fullest bucket is forgotten first
 )
 
 type guesses struct {
@@ -25,21 +26,6 @@ type guesses struct {
 type bucket struct {
 	left float64
 	at   time.Time
-}
-
-// peerKey is the address a peer's guesses count against: its IP (any
-// port), or "local" for a unix socket.
-func peerKey(a net.Addr) string {
-	if a == nil {
-		return "local"
-	}
-	if host, _, err := net.SplitHostPort(a.String()); err == nil {
-		return host
-	}
-	if s := a.String(); s != "" && s != "@" && a.Network() != "unix" {
-		return s
-	}
-	return "local"
 }
 
 // refill brings key's bucket to now; it returns nil when key has a full one.

@@ -16,12 +16,12 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -146,9 +146,6 @@ func Listen(a Addr) (net.Listener, error) {
 	return l, nil
 }
 
-// DefaultMaxPending is how many connections may be authenticating at once.
-const DefaultMaxPending = 256
-
 func peerName(c net.Conn) string {
 	if p := c.RemoteAddr().String(); p != "" && p != "@" {
 		return p
@@ -173,6 +170,31 @@ func (s *Server) moduleCache(t *Tenant) string {
 	return dir
 }
 
+// ExecUser is an unprivileged user executors run as.
+type ExecUser struct {
+	Name     string
+	Uid, Gid uint32
+}
+
+// LookupExecUser finds user name (or a numeric uid), refusing root.
+func LookupExecUser(name string) (*ExecUser, error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		if u, err = user.LookupId(name); err != nil {
+			return nil, fmt.Errorf("no user %s on this machine", name)
+		}
+	}
+	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+	if err1 != nil || err2 != nil {
+		return nil, fmt.Errorf("user %s has no numeric uid and gid", name)
+	}
+	if uid == 0 || gid == 0 {
+		return nil, fmt.Errorf("user %s is root or in its group: executors would keep its privileges", name)
+	}
+	return &ExecUser{u.Username, uint32(uid), uint32(gid)}, nil
+}
+
 // Server authenticates connections and hands them to executors.
 type Server struct {
 	Executor string   // path of flexgv-executor
@@ -182,6 +204,9 @@ type Server struct {
 	// ModuleCache, when set, is where executors keep module images by
 	// hash: a folder per tenant ("open" for clients without one).
 	ModuleCache string
+	// ModuleCacheMax: the bytes a tenant's folder keeps at most (0: the
+	// executor's default, 8 GiB).
+	ModuleCacheMax int64
 	// PinnedMax: the bytes of pinned host memory a connection's executor
 	// registers at most (-1: its default, a quarter of physical memory).
 	PinnedMax int64
@@ -194,17 +219,32 @@ type Server struct {
 	TLS *tls.Config
 	Log io.Writer
 
+	// MaxConnsPerTenant bounds each tenant's connections, so its
+	// executors (0: DefaultMaxConnsPerTenant).
+	MaxConnsPerTenant int
+	// User, when set, is who the executors of connections without a
+	// tenant run as (a server run as root gives them no privilege of its
+	// own); each gets a temporary folder of its own.
+	User *ExecUser
+	// Cgroups, when set, bound each executor's memory (--executor-memory).
+	Cgroups *ExecCgroups
+
 	// maxPending bounds the connections authenticating at once (0:
-	// DefaultMaxPending): peers that connect and say nothing cannot take
+	// DefaultMaxPending), maxPendingNet those of one network (0:
+	// maxPendingPerNet): peers that connect and say nothing cannot take
 	// every descriptor for AuthTimeout.
-	maxPending int
-	pending    atomic.Int32
-	guesses    guesses // wrong tokens per peer address
-	now        func() time.Time
+	maxPending, maxPendingNet int
+	pending                   pendingConns
+	guesses                   guesses // wrong tokens per network
+	now                       func() time.Time
+	// lines peers can cause at will, each kind rate-limited
+	closedLog, silentLog, rationLog logLimit
 
 	mu      sync.Mutex
 	execs   map[int]*os.Process
-	closing bool // shutting down: an executor started now ends at once
+	conns   map[string]int  // executors per tenant, with those starting
+	atCap   map[string]bool // tenants whose cap was said since they were last below it
+	closing bool            // shutting down: an executor started now ends at once
 	wg      sync.WaitGroup
 }
 
@@ -231,21 +271,24 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 			s.shutdown()
 			return err
 		}
-		max := s.maxPending
+		max, perNet := s.maxPending, s.maxPendingNet
 		if max == 0 {
 			max = DefaultMaxPending
 		}
-		if int(s.pending.Add(1)) > max {
-			s.pending.Add(-1)
-			s.logf("%s: refused: %d connections are authenticating already", peerName(c), max)
-			c.Close()
-			continue
+		if perNet == 0 {
+			perNet = maxPendingPerNet
+		}
+		key := netKey(c)
+		pc, closed, of, held := s.pending.add(key, c, perNet, max)
+		if closed != nil {
+			s.limitedf(&s.closedLog, "%s: closed a connection that had not authenticated: %s holds %d of the %d that may be authenticating",
+				peerName(closed.c), of, held, max)
 		}
 		// Authentication waits on the peer: not in the accepting loop.
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			s.start(ctx, c)
+			s.start(ctx, c, key, pc)
 		}()
 	}
 }
@@ -253,7 +296,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 // start authenticates a connection and gives it an executor of its own,
 // in its tenant when the server has tenants. A refused peer never reaches
 // an executor.
-func (s *Server) start(ctx context.Context, c net.Conn) {
+func (s *Server) start(ctx context.Context, c net.Conn, key string, pc *pendingConn) {
 	peer := peerName(c)
 	if tc, ok := c.(*net.TCPConn); ok {
 		// A client whose machine or network vanished ends its executor too.
@@ -262,9 +305,19 @@ func (s *Server) start(ctx context.Context, c net.Conn) {
 	}
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	t, err := s.handshake(&c)
-	s.pending.Add(-1)
+	s.pending.done(key, pc)
+	if t != nil {
+		defer s.leave(t)
+	}
 	if !stop() || err != nil {
-		if err != nil {
+		var quiet *limited
+		switch {
+		case err == nil || pc.closed: // said when it was closed
+		case errors.As(err, &quiet):
+			if quiet.log != nil {
+				s.limitedf(quiet.log, "%s: refused: %v", peer, err)
+			}
+		default:
 			s.logf("%s: refused: %v", peer, err)
 		}
 		c.Close()
@@ -288,6 +341,9 @@ func (s *Server) start(ctx context.Context, c net.Conn) {
 	}
 	if dir := s.moduleCache(t); dir != "" {
 		args = append(args, "--module-cache", dir)
+		if s.ModuleCacheMax > 0 {
+			args = append(args, "--module-cache-max", strconv.FormatInt(s.ModuleCacheMax, 10))
+		}
 	}
 	if s.PinnedMax >= 0 {
 		args = append(args, "--pinned-max", strconv.FormatInt(s.PinnedMax, 10))
@@ -295,6 +351,34 @@ func (s *Server) start(ctx context.Context, c net.Conn) {
 	cmd := exec.Command(s.Executor, args...)
 	cmd.ExtraFiles = []*os.File{f}
 	cmd.Env = slices.Clone(s.Env)
+	// Executors never gain privileges (no setuid), have bounded processes
+	// and files (the executor sets both), and a temporary folder of their own.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	tmp, err := os.MkdirTemp("", "flexgv-executor-")
+	if err != nil {
+		s.logf("%s: no temporary folder for the executor: %v", peer, err)
+		return
+	}
+	defer os.RemoveAll(tmp)
+	if u := s.User; u != nil && t == nil {
+		if err := os.Chown(tmp, int(u.Uid), int(u.Gid)); err != nil {
+			s.logf("%s: cannot give the executor its temporary folder: %v", peer, err)
+			return
+		}
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: u.Uid, Gid: u.Gid, Groups: []uint32{}}
+	}
+	cmd.Env = append(cmd.Env, "TMPDIR="+tmp)
+	if s.Cgroups != nil {
+		s.mu.Lock()
+		cg, done, err := s.Cgroups.make()
+		s.mu.Unlock()
+		if err != nil {
+			s.logf("%s: no cgroup for the executor: %v", peer, err)
+			return
+		}
+		defer done()
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cg.Fd())
+	}
 	if s.GPUs != "" {
 		cmd.Env = append(cmd.Env, "CUDA_VISIBLE_DEVICES="+s.GPUs)
 	}
@@ -304,8 +388,8 @@ func (s *Server) start(ctx context.Context, c net.Conn) {
 		who += " (tenant " + t.Name + ")"
 	}
 	cmd.Stdout, cmd.Stderr = s.Log, s.Log
-	// Executors do not outlive the server, even one killed with SIGKILL.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// Executors do not outlive the server, even one killed with SIGKILL
+	// (Pdeathsig above).
 	if err := cmd.Start(); err != nil {
 		s.logf("%s: cannot start the executor: %v", peer, err)
 		return
@@ -342,7 +426,7 @@ func (s *Server) handshake(c *net.Conn) (*Tenant, error) {
 	*c = tc
 	tc.SetDeadline(time.Now().Add(AuthTimeout))
 	if err := tc.Handshake(); err != nil {
-		return nil, fmt.Errorf("TLS handshake: %w", err)
+		return nil, &limited{&s.silentLog, fmt.Errorf("TLS handshake: %w", err)}
 	}
 	return s.authenticate(tc)
 }

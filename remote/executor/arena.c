@@ -209,7 +209,7 @@ static CUresult arena_free(CUdeviceptr p, unsigned int unmap)
     return r;
 }
 
-/* A context gone: its memory with it. */
+/* A context gone: its memory with it, and its mapped host memory. */
 static void forget(uint64_t ctx)
 {
     for (size_t i = 0; i < nmaps;)
@@ -217,6 +217,7 @@ static void forget(uint64_t ctx)
             unmap_at(i);
         else
             i++;
+    fgr_hostmem_forget(ctx);
 }
 
 static CUresult ctx_destroy(CUcontext c)
@@ -294,6 +295,14 @@ void fgr_arena_init(void *driver)
     d.primary_retain = fgr_real[FGR_OP_cuDevicePrimaryCtxRetain];
     d.primary_release = fgr_real[FGR_OP_cuDevicePrimaryCtxRelease_v2];
     d.primary_reset = fgr_real[FGR_OP_cuDevicePrimaryCtxReset_v2];
+    /* Contexts are followed where the driver has them, with or without
+     * the arena: what ends with one is forgotten (forget). */
+    if (d.ctx_destroy && d.primary_retain && d.primary_release && d.primary_reset && d.primary_state) {
+        fgr_real[FGR_OP_cuCtxDestroy_v2] = (void *)ctx_destroy;
+        fgr_real[FGR_OP_cuDevicePrimaryCtxRetain] = (void *)primary_retain;
+        fgr_real[FGR_OP_cuDevicePrimaryCtxRelease_v2] = (void *)primary_release;
+        fgr_real[FGR_OP_cuDevicePrimaryCtxReset_v2] = (void *)primary_reset;
+    }
     for (size_t i = 0; i < sizeof d / sizeof(void *); i++)
         if (!((void **)&d)[i])
             return; /* the operations stay unsupported: the client allocates as before */
@@ -301,8 +310,4 @@ void fgr_arena_init(void *driver)
     fgr_real[FGR_OP_fgrArenaMap] = (void *)arena_map;
     fgr_real[FGR_OP_fgrArenaNote] = (void *)arena_note;
     fgr_real[FGR_OP_fgrArenaFree] = (void *)arena_free;
-    fgr_real[FGR_OP_cuCtxDestroy_v2] = (void *)ctx_destroy;
-    fgr_real[FGR_OP_cuDevicePrimaryCtxRetain] = (void *)primary_retain;
-    fgr_real[FGR_OP_cuDevicePrimaryCtxRelease_v2] = (void *)primary_release;
-    fgr_real[FGR_OP_cuDevicePrimaryCtxReset_v2] = (void *)primary_reset;
 }

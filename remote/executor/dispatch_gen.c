@@ -272,7 +272,9 @@ static CUresult op_cuInit(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int Flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuInit)fgr_real[FGR_OP_cuInit])(Flags);
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuInit)fgr_real[FGR_OP_cuInit])(Flags);
     return fgr_r;
 }
 
@@ -284,10 +286,13 @@ static CUresult op_cuDeviceTotalMem_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     size_t *bytes = NULL;
-    if (has_bytes && !(bytes = fgr_out(q, sizeof(size_t))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_bytes && !(bytes = fgr_out(q, sizeof(size_t))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuDeviceTotalMem_v2)fgr_real[FGR_OP_cuDeviceTotalMem_v2])(bytes, dev);
-    fgr_reply_out(q, bytes, sizeof(size_t), 0, fgr_r);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuDeviceTotalMem_v2)fgr_real[FGR_OP_cuDeviceTotalMem_v2])(bytes, dev);
+    if (has_bytes)
+        fgr_reply_out(q, bytes, sizeof(size_t), 0, fgr_r);
     return fgr_r;
 }
 
@@ -299,14 +304,17 @@ static CUresult op_cuDevicePrimaryCtxRetain(struct fgr_rd *rd, struct fgr_req *q
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUcontext *pctx = NULL;
-    if (has_pctx && !(pctx = fgr_out(q, sizeof(CUcontext))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_pctx && !(pctx = fgr_out(q, sizeof(CUcontext))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuDevicePrimaryCtxRetain)fgr_real[FGR_OP_cuDevicePrimaryCtxRetain])(pctx, dev);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuDevicePrimaryCtxRetain)fgr_real[FGR_OP_cuDevicePrimaryCtxRetain])(pctx, dev);
     if (fgr_r == CUDA_SUCCESS) {
         if (pctx)
             fgr_add(FGR_H_CUcontext, (uint64_t)(uintptr_t)*pctx, 0, 0);
     }
-    fgr_reply_out(q, pctx, sizeof(CUcontext), 0, fgr_r);
+    if (has_pctx)
+        fgr_reply_out(q, pctx, sizeof(CUcontext), 0, fgr_r);
     return fgr_r;
 }
 
@@ -316,7 +324,9 @@ static CUresult op_cuDevicePrimaryCtxRelease_v2(struct fgr_rd *rd, struct fgr_re
     CUdevice dev = (CUdevice)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuDevicePrimaryCtxRelease_v2)fgr_real[FGR_OP_cuDevicePrimaryCtxRelease_v2])(dev);
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuDevicePrimaryCtxRelease_v2)fgr_real[FGR_OP_cuDevicePrimaryCtxRelease_v2])(dev);
     return fgr_r;
 }
 
@@ -326,7 +336,9 @@ static CUresult op_cuDevicePrimaryCtxReset_v2(struct fgr_rd *rd, struct fgr_req 
     CUdevice dev = (CUdevice)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuDevicePrimaryCtxReset_v2)fgr_real[FGR_OP_cuDevicePrimaryCtxReset_v2])(dev);
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuDevicePrimaryCtxReset_v2)fgr_real[FGR_OP_cuDevicePrimaryCtxReset_v2])(dev);
     return fgr_r;
 }
 
@@ -337,7 +349,9 @@ static CUresult op_cuDevicePrimaryCtxSetFlags_v2(struct fgr_rd *rd, struct fgr_r
     unsigned int flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuDevicePrimaryCtxSetFlags_v2)fgr_real[FGR_OP_cuDevicePrimaryCtxSetFlags_v2])(dev, flags);
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuDevicePrimaryCtxSetFlags_v2)fgr_real[FGR_OP_cuDevicePrimaryCtxSetFlags_v2])(dev, flags);
     return fgr_r;
 }
 
@@ -350,14 +364,18 @@ static CUresult op_cuDevicePrimaryCtxGetState(struct fgr_rd *rd, struct fgr_req 
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     unsigned int *flags = NULL;
-    if (has_flags && !(flags = fgr_out(q, sizeof(unsigned int))))
-        return fgr_out_failed(q);
     int *active = NULL;
-    if (has_active && !(active = fgr_out(q, sizeof(int))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_flags && !(flags = fgr_out(q, sizeof(unsigned int))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuDevicePrimaryCtxGetState)fgr_real[FGR_OP_cuDevicePrimaryCtxGetState])(dev, flags, active);
-    fgr_reply_out(q, flags, sizeof(unsigned int), 0, fgr_r);
-    fgr_reply_out(q, active, sizeof(int), 0, fgr_r);
+    if (fgr_r == CUDA_SUCCESS && has_active && !(active = fgr_out(q, sizeof(int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuDevicePrimaryCtxGetState)fgr_real[FGR_OP_cuDevicePrimaryCtxGetState])(dev, flags, active);
+    if (has_flags)
+        fgr_reply_out(q, flags, sizeof(unsigned int), 0, fgr_r);
+    if (has_active)
+        fgr_reply_out(q, active, sizeof(int), 0, fgr_r);
     return fgr_r;
 }
 
@@ -370,14 +388,17 @@ static CUresult op_cuCtxCreate_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUcontext *pctx = NULL;
-    if (has_pctx && !(pctx = fgr_out(q, sizeof(CUcontext))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_pctx && !(pctx = fgr_out(q, sizeof(CUcontext))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuCtxCreate_v2)fgr_real[FGR_OP_cuCtxCreate_v2])(pctx, flags, dev);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuCtxCreate_v2)fgr_real[FGR_OP_cuCtxCreate_v2])(pctx, flags, dev);
     if (fgr_r == CUDA_SUCCESS) {
         if (pctx)
             fgr_add(FGR_H_CUcontext, (uint64_t)(uintptr_t)*pctx, 0, 0);
     }
-    fgr_reply_out(q, pctx, sizeof(CUcontext), 0, fgr_r);
+    if (has_pctx)
+        fgr_reply_out(q, pctx, sizeof(CUcontext), 0, fgr_r);
     return fgr_r;
 }
 
@@ -387,10 +408,10 @@ static CUresult op_cuCtxDestroy_v2(struct fgr_rd *rd, struct fgr_req *q)
     CUcontext ctx = (CUcontext)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
         fgr_r = fgr_refuse("cuCtxDestroy_v2", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuCtxDestroy_v2)fgr_real[FGR_OP_cuCtxDestroy_v2])(ctx);
     if (fgr_r == CUDA_SUCCESS) {
         fgr_drop(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx);
@@ -405,10 +426,13 @@ static CUresult op_cuCtxGetDevice(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUdevice *device = NULL;
-    if (has_device && !(device = fgr_out(q, sizeof(CUdevice))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_device && !(device = fgr_out(q, sizeof(CUdevice))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuCtxGetDevice)fgr_real[FGR_OP_cuCtxGetDevice])(device);
-    fgr_reply_out(q, device, sizeof(CUdevice), 0, fgr_r);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuCtxGetDevice)fgr_real[FGR_OP_cuCtxGetDevice])(device);
+    if (has_device)
+        fgr_reply_out(q, device, sizeof(CUdevice), 0, fgr_r);
     return fgr_r;
 }
 
@@ -420,14 +444,15 @@ static CUresult op_cuCtxGetDevice_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUdevice *device = NULL;
-    if (has_device && !(device = fgr_out(q, sizeof(CUdevice))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
         fgr_r = fgr_refuse("cuCtxGetDevice_v2", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_device && !(device = fgr_out(q, sizeof(CUdevice))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuCtxGetDevice_v2)fgr_real[FGR_OP_cuCtxGetDevice_v2])(device, ctx);
-    fgr_reply_out(q, device, sizeof(CUdevice), 0, fgr_r);
+    if (has_device)
+        fgr_reply_out(q, device, sizeof(CUdevice), 0, fgr_r);
     return fgr_r;
 }
 
@@ -436,8 +461,9 @@ static CUresult op_cuCtxSynchronize(struct fgr_rd *rd, struct fgr_req *q)
     (void)q;
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
-    if ((fgr_r = fgr_wait(FGR_WAIT_CONTEXT, 0, 0)) == FGR_GO)
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS &&
+        (fgr_r = fgr_wait(FGR_WAIT_CONTEXT, 0, 0)) == FGR_GO)
         fgr_r = ((pfn_cuCtxSynchronize)fgr_real[FGR_OP_cuCtxSynchronize])();
     return fgr_r;
 }
@@ -448,10 +474,11 @@ static CUresult op_cuCtxSynchronize_v2(struct fgr_rd *rd, struct fgr_req *q)
     CUcontext ctx = (CUcontext)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
         fgr_r = fgr_refuse("cuCtxSynchronize_v2", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
-    else if ((fgr_r = fgr_wait(FGR_WAIT_CONTEXT, (uint64_t)(uintptr_t)ctx, 0)) == FGR_GO)
+    if (fgr_r == CUDA_SUCCESS &&
+        (fgr_r = fgr_wait(FGR_WAIT_CONTEXT, (uint64_t)(uintptr_t)ctx, 0)) == FGR_GO)
         fgr_r = ((pfn_cuCtxSynchronize_v2)fgr_real[FGR_OP_cuCtxSynchronize_v2])(ctx);
     return fgr_r;
 }
@@ -463,7 +490,9 @@ static CUresult op_cuCtxSetLimit(struct fgr_rd *rd, struct fgr_req *q)
     size_t value = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuCtxSetLimit)fgr_real[FGR_OP_cuCtxSetLimit])(limit, value);
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuCtxSetLimit)fgr_real[FGR_OP_cuCtxSetLimit])(limit, value);
     return fgr_r;
 }
 
@@ -475,14 +504,18 @@ static CUresult op_cuMemGetInfo_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     size_t *free = NULL;
-    if (has_free && !(free = fgr_out(q, sizeof(size_t))))
-        return fgr_out_failed(q);
     size_t *total = NULL;
-    if (has_total && !(total = fgr_out(q, sizeof(size_t))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_free && !(free = fgr_out(q, sizeof(size_t))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuMemGetInfo_v2)fgr_real[FGR_OP_cuMemGetInfo_v2])(free, total);
-    fgr_reply_out(q, free, sizeof(size_t), 0, fgr_r);
-    fgr_reply_out(q, total, sizeof(size_t), 0, fgr_r);
+    if (fgr_r == CUDA_SUCCESS && has_total && !(total = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuMemGetInfo_v2)fgr_real[FGR_OP_cuMemGetInfo_v2])(free, total);
+    if (has_free)
+        fgr_reply_out(q, free, sizeof(size_t), 0, fgr_r);
+    if (has_total)
+        fgr_reply_out(q, total, sizeof(size_t), 0, fgr_r);
     return fgr_r;
 }
 
@@ -494,14 +527,17 @@ static CUresult op_cuMemAlloc_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUdeviceptr *dptr = NULL;
-    if (has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuMemAlloc_v2)fgr_real[FGR_OP_cuMemAlloc_v2])(dptr, bytesize);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuMemAlloc_v2)fgr_real[FGR_OP_cuMemAlloc_v2])(dptr, bytesize);
     if (fgr_r == CUDA_SUCCESS) {
         if (dptr)
             fgr_mem_add(*dptr, bytesize, FGR_H_CUcontext, fgr_ctx);
     }
-    fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
+    if (has_dptr)
+        fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
     return fgr_r;
 }
 
@@ -516,18 +552,22 @@ static CUresult op_cuMemAllocPitch_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUdeviceptr *dptr = NULL;
-    if (has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
-        return fgr_out_failed(q);
     size_t *pPitch = NULL;
-    if (has_pPitch && !(pPitch = fgr_out(q, sizeof(size_t))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuMemAllocPitch_v2)fgr_real[FGR_OP_cuMemAllocPitch_v2])(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    if (fgr_r == CUDA_SUCCESS && has_pPitch && !(pPitch = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuMemAllocPitch_v2)fgr_real[FGR_OP_cuMemAllocPitch_v2])(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
     if (fgr_r == CUDA_SUCCESS) {
         if (dptr)
             fgr_mem_add_found(*dptr, FGR_H_CUcontext, fgr_ctx);
     }
-    fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
-    fgr_reply_out(q, pPitch, sizeof(size_t), 0, fgr_r);
+    if (has_dptr)
+        fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
+    if (has_pPitch)
+        fgr_reply_out(q, pPitch, sizeof(size_t), 0, fgr_r);
     return fgr_r;
 }
 
@@ -537,10 +577,10 @@ static CUresult op_cuMemFree_v2(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr dptr = (CUdeviceptr)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_base((uint64_t)(uintptr_t)dptr)))
         fgr_r = fgr_refuse("cuMemFree_v2", "dptr", (uint64_t)(uintptr_t)dptr, CUDA_ERROR_INVALID_VALUE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemFree_v2)fgr_real[FGR_OP_cuMemFree_v2])(dptr);
     if (fgr_r == CUDA_SUCCESS) {
         fgr_drop(FGR_H_MEM, (uint64_t)dptr);
@@ -557,14 +597,17 @@ static CUresult op_cuMemAllocManaged(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUdeviceptr *dptr = NULL;
-    if (has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuMemAllocManaged)fgr_real[FGR_OP_cuMemAllocManaged])(dptr, bytesize, flags);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuMemAllocManaged)fgr_real[FGR_OP_cuMemAllocManaged])(dptr, bytesize, flags);
     if (fgr_r == CUDA_SUCCESS) {
         if (dptr)
             fgr_mem_add(*dptr, bytesize, FGR_H_CUcontext, fgr_ctx);
     }
-    fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
+    if (has_dptr)
+        fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
     return fgr_r;
 }
 
@@ -577,18 +620,20 @@ static CUresult op_cuMemGetAddressRange_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUdeviceptr *pbase = NULL;
-    if (has_pbase && !(pbase = fgr_out(q, sizeof(CUdeviceptr))))
-        return fgr_out_failed(q);
     size_t *psize = NULL;
-    if (has_psize && !(psize = fgr_out(q, sizeof(size_t))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dptr, 1)))
         fgr_r = fgr_refuse("cuMemGetAddressRange_v2", "dptr", (uint64_t)(uintptr_t)dptr, CUDA_ERROR_INVALID_VALUE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_pbase && !(pbase = fgr_out(q, sizeof(CUdeviceptr))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_psize && !(psize = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemGetAddressRange_v2)fgr_real[FGR_OP_cuMemGetAddressRange_v2])(pbase, psize, dptr);
-    fgr_reply_out(q, pbase, sizeof(CUdeviceptr), 0, fgr_r);
-    fgr_reply_out(q, psize, sizeof(size_t), 0, fgr_r);
+    if (has_pbase)
+        fgr_reply_out(q, pbase, sizeof(CUdeviceptr), 0, fgr_r);
+    if (has_psize)
+        fgr_reply_out(q, psize, sizeof(size_t), 0, fgr_r);
     return fgr_r;
 }
 
@@ -601,18 +646,19 @@ static CUresult op_cuMemAllocAsync(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUdeviceptr *dptr = NULL;
-    if (has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemAllocAsync", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemAllocAsync)fgr_real[FGR_OP_cuMemAllocAsync])(dptr, bytesize, hStream);
     if (fgr_r == CUDA_SUCCESS) {
         if (dptr)
             fgr_mem_add(*dptr, bytesize, FGR_H_CUcontext, fgr_ctx);
     }
-    fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
+    if (has_dptr)
+        fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
     return fgr_r;
 }
 
@@ -625,18 +671,19 @@ static CUresult op_cuMemAllocAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUdeviceptr *dptr = NULL;
-    if (has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemAllocAsync_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemAllocAsync_ptsz)fgr_real[FGR_OP_cuMemAllocAsync_ptsz])(dptr, bytesize, hStream);
     if (fgr_r == CUDA_SUCCESS) {
         if (dptr)
             fgr_mem_add(*dptr, bytesize, FGR_H_CUcontext, fgr_ctx);
     }
-    fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
+    if (has_dptr)
+        fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
     return fgr_r;
 }
 
@@ -647,12 +694,12 @@ static CUresult op_cuMemFreeAsync(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_base((uint64_t)(uintptr_t)dptr)))
         fgr_r = fgr_refuse("cuMemFreeAsync", "dptr", (uint64_t)(uintptr_t)dptr, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemFreeAsync", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemFreeAsync)fgr_real[FGR_OP_cuMemFreeAsync])(dptr, hStream);
     if (fgr_r == CUDA_SUCCESS) {
         fgr_drop(FGR_H_MEM, (uint64_t)dptr);
@@ -667,12 +714,12 @@ static CUresult op_cuMemFreeAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_base((uint64_t)(uintptr_t)dptr)))
         fgr_r = fgr_refuse("cuMemFreeAsync_ptsz", "dptr", (uint64_t)(uintptr_t)dptr, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemFreeAsync_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemFreeAsync_ptsz)fgr_real[FGR_OP_cuMemFreeAsync_ptsz])(dptr, hStream);
     if (fgr_r == CUDA_SUCCESS) {
         fgr_drop(FGR_H_MEM, (uint64_t)dptr);
@@ -690,20 +737,21 @@ static CUresult op_cuMemAllocFromPoolAsync(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUdeviceptr *dptr = NULL;
-    if (has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)pool)))
         fgr_r = fgr_refuse("cuMemAllocFromPoolAsync", "pool", (uint64_t)(uintptr_t)pool, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemAllocFromPoolAsync", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemAllocFromPoolAsync)fgr_real[FGR_OP_cuMemAllocFromPoolAsync])(dptr, bytesize, pool, hStream);
     if (fgr_r == CUDA_SUCCESS) {
         if (dptr)
             fgr_mem_add(*dptr, bytesize, FGR_H_CUcontext, fgr_ctx);
     }
-    fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
+    if (has_dptr)
+        fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
     return fgr_r;
 }
 
@@ -717,20 +765,21 @@ static CUresult op_cuMemAllocFromPoolAsync_ptsz(struct fgr_rd *rd, struct fgr_re
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUdeviceptr *dptr = NULL;
-    if (has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)pool)))
         fgr_r = fgr_refuse("cuMemAllocFromPoolAsync_ptsz", "pool", (uint64_t)(uintptr_t)pool, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemAllocFromPoolAsync_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemAllocFromPoolAsync_ptsz)fgr_real[FGR_OP_cuMemAllocFromPoolAsync_ptsz])(dptr, bytesize, pool, hStream);
     if (fgr_r == CUDA_SUCCESS) {
         if (dptr)
             fgr_mem_add(*dptr, bytesize, FGR_H_CUcontext, fgr_ctx);
     }
-    fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
+    if (has_dptr)
+        fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
     return fgr_r;
 }
 
@@ -742,14 +791,17 @@ static CUresult op_cuMemPoolCreate(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUmemoryPool *pool = NULL;
-    if (has_pool && !(pool = fgr_out(q, sizeof(CUmemoryPool))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_pool && !(pool = fgr_out(q, sizeof(CUmemoryPool))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuMemPoolCreate)fgr_real[FGR_OP_cuMemPoolCreate])(pool, poolProps);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuMemPoolCreate)fgr_real[FGR_OP_cuMemPoolCreate])(pool, poolProps);
     if (fgr_r == CUDA_SUCCESS) {
         if (pool)
             fgr_add(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)*pool, 0, 0);
     }
-    fgr_reply_out(q, pool, sizeof(CUmemoryPool), 0, fgr_r);
+    if (has_pool)
+        fgr_reply_out(q, pool, sizeof(CUmemoryPool), 0, fgr_r);
     return fgr_r;
 }
 
@@ -759,10 +811,10 @@ static CUresult op_cuMemPoolDestroy(struct fgr_rd *rd, struct fgr_req *q)
     CUmemoryPool pool = (CUmemoryPool)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)pool)))
         fgr_r = fgr_refuse("cuMemPoolDestroy", "pool", (uint64_t)(uintptr_t)pool, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemPoolDestroy)fgr_real[FGR_OP_cuMemPoolDestroy])(pool);
     if (fgr_r == CUDA_SUCCESS) {
         fgr_drop(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)pool);
@@ -777,10 +829,10 @@ static CUresult op_cuMemPoolTrimTo(struct fgr_rd *rd, struct fgr_req *q)
     size_t minBytesToKeep = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)pool)))
         fgr_r = fgr_refuse("cuMemPoolTrimTo", "pool", (uint64_t)(uintptr_t)pool, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemPoolTrimTo)fgr_real[FGR_OP_cuMemPoolTrimTo])(pool, minBytesToKeep);
     return fgr_r;
 }
@@ -794,14 +846,17 @@ static CUresult op_cuMemPoolGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *value = NULL;
-    if (has_value && !(value = fgr_out(q, fgr_mul((uint64_t)(fgr_mempool_attr_bytes(attr)), 1))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)pool)))
         fgr_r = fgr_refuse("cuMemPoolGetAttribute", "pool", (uint64_t)(uintptr_t)pool, CUDA_ERROR_INVALID_HANDLE);
-    else
+    else if (!(!has_value || fgr_mul((uint64_t)(fgr_mempool_attr_bytes(attr)), 1) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("cuMemPoolGetAttribute", "value", fgr_mul((uint64_t)(fgr_mempool_attr_bytes(attr)), 1), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_value && !(value = fgr_out(q, fgr_mul((uint64_t)(fgr_mempool_attr_bytes(attr)), 1))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemPoolGetAttribute)fgr_real[FGR_OP_cuMemPoolGetAttribute])(pool, attr, value);
-    fgr_reply_out(q, value, fgr_mul((uint64_t)(fgr_mempool_attr_bytes(attr)), 1), 0, fgr_r);
+    if (has_value)
+        fgr_reply_out(q, value, fgr_mul((uint64_t)(fgr_mempool_attr_bytes(attr)), 1), 0, fgr_r);
     return fgr_r;
 }
 
@@ -813,14 +868,17 @@ static CUresult op_cuDeviceGetMemPool(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUmemoryPool *pool = NULL;
-    if (has_pool && !(pool = fgr_out(q, sizeof(CUmemoryPool))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_pool && !(pool = fgr_out(q, sizeof(CUmemoryPool))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuDeviceGetMemPool)fgr_real[FGR_OP_cuDeviceGetMemPool])(pool, dev);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuDeviceGetMemPool)fgr_real[FGR_OP_cuDeviceGetMemPool])(pool, dev);
     if (fgr_r == CUDA_SUCCESS) {
         if (pool)
             fgr_add(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)*pool, 0, 0);
     }
-    fgr_reply_out(q, pool, sizeof(CUmemoryPool), 0, fgr_r);
+    if (has_pool)
+        fgr_reply_out(q, pool, sizeof(CUmemoryPool), 0, fgr_r);
     return fgr_r;
 }
 
@@ -832,14 +890,17 @@ static CUresult op_cuDeviceGetDefaultMemPool(struct fgr_rd *rd, struct fgr_req *
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUmemoryPool *pool_out = NULL;
-    if (has_pool_out && !(pool_out = fgr_out(q, sizeof(CUmemoryPool))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_pool_out && !(pool_out = fgr_out(q, sizeof(CUmemoryPool))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuDeviceGetDefaultMemPool)fgr_real[FGR_OP_cuDeviceGetDefaultMemPool])(pool_out, dev);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuDeviceGetDefaultMemPool)fgr_real[FGR_OP_cuDeviceGetDefaultMemPool])(pool_out, dev);
     if (fgr_r == CUDA_SUCCESS) {
         if (pool_out)
             fgr_add(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)*pool_out, 0, 0);
     }
-    fgr_reply_out(q, pool_out, sizeof(CUmemoryPool), 0, fgr_r);
+    if (has_pool_out)
+        fgr_reply_out(q, pool_out, sizeof(CUmemoryPool), 0, fgr_r);
     return fgr_r;
 }
 
@@ -853,14 +914,17 @@ static CUresult op_cuMemCreate(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUmemGenericAllocationHandle *handle = NULL;
-    if (has_handle && !(handle = fgr_out(q, sizeof(CUmemGenericAllocationHandle))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_handle && !(handle = fgr_out(q, sizeof(CUmemGenericAllocationHandle))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuMemCreate)fgr_real[FGR_OP_cuMemCreate])(handle, size, prop, flags);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuMemCreate)fgr_real[FGR_OP_cuMemCreate])(handle, size, prop, flags);
     if (fgr_r == CUDA_SUCCESS) {
         if (handle)
             fgr_add(FGR_H_CUmemGenericAllocationHandle, (uint64_t)*handle, 0, 0);
     }
-    fgr_reply_out(q, handle, sizeof(CUmemGenericAllocationHandle), 0, fgr_r);
+    if (has_handle)
+        fgr_reply_out(q, handle, sizeof(CUmemGenericAllocationHandle), 0, fgr_r);
     return fgr_r;
 }
 
@@ -870,10 +934,10 @@ static CUresult op_cuMemRelease(struct fgr_rd *rd, struct fgr_req *q)
     CUmemGenericAllocationHandle handle = (CUmemGenericAllocationHandle)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUmemGenericAllocationHandle, (uint64_t)handle)))
         fgr_r = fgr_refuse("cuMemRelease", "handle", (uint64_t)handle, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemRelease)fgr_real[FGR_OP_cuMemRelease])(handle);
     if (fgr_r == CUDA_SUCCESS) {
         fgr_drop(FGR_H_CUmemGenericAllocationHandle, (uint64_t)handle);
@@ -892,14 +956,17 @@ static CUresult op_cuMemAddressReserve(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUdeviceptr *ptr = NULL;
-    if (has_ptr && !(ptr = fgr_out(q, sizeof(CUdeviceptr))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_ptr && !(ptr = fgr_out(q, sizeof(CUdeviceptr))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuMemAddressReserve)fgr_real[FGR_OP_cuMemAddressReserve])(ptr, size, alignment, addr, flags);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuMemAddressReserve)fgr_real[FGR_OP_cuMemAddressReserve])(ptr, size, alignment, addr, flags);
     if (fgr_r == CUDA_SUCCESS) {
         if (ptr)
             fgr_mem_add(*ptr, size, 0, 0);
     }
-    fgr_reply_out(q, ptr, sizeof(CUdeviceptr), 0, fgr_r);
+    if (has_ptr)
+        fgr_reply_out(q, ptr, sizeof(CUdeviceptr), 0, fgr_r);
     return fgr_r;
 }
 
@@ -910,10 +977,10 @@ static CUresult op_cuMemAddressFree(struct fgr_rd *rd, struct fgr_req *q)
     size_t size = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_base((uint64_t)(uintptr_t)ptr)))
         fgr_r = fgr_refuse("cuMemAddressFree", "ptr", (uint64_t)(uintptr_t)ptr, CUDA_ERROR_INVALID_VALUE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemAddressFree)fgr_real[FGR_OP_cuMemAddressFree])(ptr, size);
     if (fgr_r == CUDA_SUCCESS) {
         fgr_drop(FGR_H_MEM, (uint64_t)ptr);
@@ -931,12 +998,12 @@ static CUresult op_cuMemMap(struct fgr_rd *rd, struct fgr_req *q)
     unsigned long long flags = (unsigned long long)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)ptr, size)))
         fgr_r = fgr_refuse("cuMemMap", "ptr", (uint64_t)(uintptr_t)ptr, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUmemGenericAllocationHandle, (uint64_t)handle)))
         fgr_r = fgr_refuse("cuMemMap", "handle", (uint64_t)handle, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemMap)fgr_real[FGR_OP_cuMemMap])(ptr, size, offset, handle, flags);
     return fgr_r;
 }
@@ -948,10 +1015,10 @@ static CUresult op_cuMemUnmap(struct fgr_rd *rd, struct fgr_req *q)
     size_t size = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)ptr, size)))
         fgr_r = fgr_refuse("cuMemUnmap", "ptr", (uint64_t)(uintptr_t)ptr, CUDA_ERROR_INVALID_VALUE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemUnmap)fgr_real[FGR_OP_cuMemUnmap])(ptr, size);
     return fgr_r;
 }
@@ -965,10 +1032,10 @@ static CUresult op_cuMemSetAccess(struct fgr_rd *rd, struct fgr_req *q)
     CUmemAccessDesc *desc = fgr_get_buf(rd, q, fgr_mul((uint64_t)(count), sizeof(CUmemAccessDesc)), 1);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)ptr, size)))
         fgr_r = fgr_refuse("cuMemSetAccess", "ptr", (uint64_t)(uintptr_t)ptr, CUDA_ERROR_INVALID_VALUE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemSetAccess)fgr_real[FGR_OP_cuMemSetAccess])(ptr, size, desc, count);
     return fgr_r;
 }
@@ -981,18 +1048,19 @@ static CUresult op_cuMemRetainAllocationHandle(struct fgr_rd *rd, struct fgr_req
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUmemGenericAllocationHandle *handle = NULL;
-    if (has_handle && !(handle = fgr_out(q, sizeof(CUmemGenericAllocationHandle))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)addr, 1)))
         fgr_r = fgr_refuse("cuMemRetainAllocationHandle", "addr", (uint64_t)(uintptr_t)addr, CUDA_ERROR_INVALID_VALUE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_handle && !(handle = fgr_out(q, sizeof(CUmemGenericAllocationHandle))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemRetainAllocationHandle)fgr_real[FGR_OP_cuMemRetainAllocationHandle])(handle, addr);
     if (fgr_r == CUDA_SUCCESS) {
         if (handle)
             fgr_add(FGR_H_CUmemGenericAllocationHandle, (uint64_t)*handle, 0, 0);
     }
-    fgr_reply_out(q, handle, sizeof(CUmemGenericAllocationHandle), 0, fgr_r);
+    if (has_handle)
+        fgr_reply_out(q, handle, sizeof(CUmemGenericAllocationHandle), 0, fgr_r);
     return fgr_r;
 }
 
@@ -1005,10 +1073,13 @@ static CUresult op_cuMemGetAllocationGranularity(struct fgr_rd *rd, struct fgr_r
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     size_t *granularity = NULL;
-    if (has_granularity && !(granularity = fgr_out(q, sizeof(size_t))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_granularity && !(granularity = fgr_out(q, sizeof(size_t))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuMemGetAllocationGranularity)fgr_real[FGR_OP_cuMemGetAllocationGranularity])(granularity, prop, option);
-    fgr_reply_out(q, granularity, sizeof(size_t), 0, fgr_r);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuMemGetAllocationGranularity)fgr_real[FGR_OP_cuMemGetAllocationGranularity])(granularity, prop, option);
+    if (has_granularity)
+        fgr_reply_out(q, granularity, sizeof(size_t), 0, fgr_r);
     return fgr_r;
 }
 
@@ -1020,14 +1091,17 @@ static CUresult op_cuArrayCreate_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUarray *pHandle = NULL;
-    if (has_pHandle && !(pHandle = fgr_out(q, sizeof(CUarray))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_pHandle && !(pHandle = fgr_out(q, sizeof(CUarray))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuArrayCreate_v2)fgr_real[FGR_OP_cuArrayCreate_v2])(pHandle, pAllocateArray);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuArrayCreate_v2)fgr_real[FGR_OP_cuArrayCreate_v2])(pHandle, pAllocateArray);
     if (fgr_r == CUDA_SUCCESS) {
         if (pHandle)
             fgr_add(FGR_H_CUarray, (uint64_t)(uintptr_t)*pHandle, FGR_H_CUcontext, fgr_ctx);
     }
-    fgr_reply_out(q, pHandle, sizeof(CUarray), 0, fgr_r);
+    if (has_pHandle)
+        fgr_reply_out(q, pHandle, sizeof(CUarray), 0, fgr_r);
     return fgr_r;
 }
 
@@ -1039,14 +1113,17 @@ static CUresult op_cuArray3DCreate_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUarray *pHandle = NULL;
-    if (has_pHandle && !(pHandle = fgr_out(q, sizeof(CUarray))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_pHandle && !(pHandle = fgr_out(q, sizeof(CUarray))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuArray3DCreate_v2)fgr_real[FGR_OP_cuArray3DCreate_v2])(pHandle, pAllocateArray);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuArray3DCreate_v2)fgr_real[FGR_OP_cuArray3DCreate_v2])(pHandle, pAllocateArray);
     if (fgr_r == CUDA_SUCCESS) {
         if (pHandle)
             fgr_add(FGR_H_CUarray, (uint64_t)(uintptr_t)*pHandle, FGR_H_CUcontext, fgr_ctx);
     }
-    fgr_reply_out(q, pHandle, sizeof(CUarray), 0, fgr_r);
+    if (has_pHandle)
+        fgr_reply_out(q, pHandle, sizeof(CUarray), 0, fgr_r);
     return fgr_r;
 }
 
@@ -1056,10 +1133,10 @@ static CUresult op_cuArrayDestroy(struct fgr_rd *rd, struct fgr_req *q)
     CUarray hArray = (CUarray)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUarray, (uint64_t)(uintptr_t)hArray)))
         fgr_r = fgr_refuse("cuArrayDestroy", "hArray", (uint64_t)(uintptr_t)hArray, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuArrayDestroy)fgr_real[FGR_OP_cuArrayDestroy])(hArray);
     if (fgr_r == CUDA_SUCCESS) {
         fgr_drop(FGR_H_CUarray, (uint64_t)(uintptr_t)hArray);
@@ -1076,14 +1153,17 @@ static CUresult op_cuMipmappedArrayCreate(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUmipmappedArray *pHandle = NULL;
-    if (has_pHandle && !(pHandle = fgr_out(q, sizeof(CUmipmappedArray))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_pHandle && !(pHandle = fgr_out(q, sizeof(CUmipmappedArray))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuMipmappedArrayCreate)fgr_real[FGR_OP_cuMipmappedArrayCreate])(pHandle, pMipmappedArrayDesc, numMipmapLevels);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuMipmappedArrayCreate)fgr_real[FGR_OP_cuMipmappedArrayCreate])(pHandle, pMipmappedArrayDesc, numMipmapLevels);
     if (fgr_r == CUDA_SUCCESS) {
         if (pHandle)
             fgr_add(FGR_H_CUmipmappedArray, (uint64_t)(uintptr_t)*pHandle, FGR_H_CUcontext, fgr_ctx);
     }
-    fgr_reply_out(q, pHandle, sizeof(CUmipmappedArray), 0, fgr_r);
+    if (has_pHandle)
+        fgr_reply_out(q, pHandle, sizeof(CUmipmappedArray), 0, fgr_r);
     return fgr_r;
 }
 
@@ -1093,10 +1173,10 @@ static CUresult op_cuMipmappedArrayDestroy(struct fgr_rd *rd, struct fgr_req *q)
     CUmipmappedArray hMipmappedArray = (CUmipmappedArray)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUmipmappedArray, (uint64_t)(uintptr_t)hMipmappedArray)))
         fgr_r = fgr_refuse("cuMipmappedArrayDestroy", "hMipmappedArray", (uint64_t)(uintptr_t)hMipmappedArray, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMipmappedArrayDestroy)fgr_real[FGR_OP_cuMipmappedArrayDestroy])(hMipmappedArray);
     if (fgr_r == CUDA_SUCCESS) {
         fgr_drop(FGR_H_CUmipmappedArray, (uint64_t)(uintptr_t)hMipmappedArray);
@@ -1112,10 +1192,10 @@ static CUresult op_cuMemcpyHtoD_v2(struct fgr_rd *rd, struct fgr_req *q)
     void *srcHost = fgr_get_buf(rd, q, fgr_mul((uint64_t)(ByteCount), 1), 0);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyHtoD_v2", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemcpyHtoD_v2)fgr_real[FGR_OP_cuMemcpyHtoD_v2])(dstDevice, srcHost, ByteCount);
     return fgr_r;
 }
@@ -1128,10 +1208,10 @@ static CUresult op_cuMemcpyHtoD_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     void *srcHost = fgr_get_buf(rd, q, fgr_mul((uint64_t)(ByteCount), 1), 0);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyHtoD_v2_ptds", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemcpyHtoD_v2_ptds)fgr_real[FGR_OP_cuMemcpyHtoD_v2_ptds])(dstDevice, srcHost, ByteCount);
     return fgr_r;
 }
@@ -1145,14 +1225,16 @@ static CUresult op_cuMemcpyDtoH_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *dstHost = NULL;
-    if (has_dstHost && !(dstHost = fgr_out(q, fgr_mul((uint64_t)(ByteCount), 1))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)srcDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyDtoH_v2", "srcDevice", (uint64_t)(uintptr_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
-    else if ((fgr_r = fgr_wait(FGR_AFTER_STREAM, 0, 0)) == FGR_GO)
+    if (fgr_r == CUDA_SUCCESS && has_dstHost && !(dstHost = fgr_out(q, fgr_mul((uint64_t)(ByteCount), 1))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS &&
+        (fgr_r = fgr_wait(FGR_AFTER_STREAM, 0, 0)) == FGR_GO)
         fgr_r = ((pfn_cuMemcpyDtoH_v2)fgr_real[FGR_OP_cuMemcpyDtoH_v2])(dstHost, srcDevice, ByteCount);
-    fgr_reply_out(q, dstHost, fgr_mul((uint64_t)(ByteCount), 1), 0, fgr_r);
+    if (has_dstHost)
+        fgr_reply_out(q, dstHost, fgr_mul((uint64_t)(ByteCount), 1), 0, fgr_r);
     return fgr_r;
 }
 
@@ -1165,14 +1247,16 @@ static CUresult op_cuMemcpyDtoH_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *dstHost = NULL;
-    if (has_dstHost && !(dstHost = fgr_out(q, fgr_mul((uint64_t)(ByteCount), 1))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)srcDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyDtoH_v2_ptds", "srcDevice", (uint64_t)(uintptr_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
-    else if ((fgr_r = fgr_wait(FGR_AFTER_STREAM, 0, 1)) == FGR_GO)
+    if (fgr_r == CUDA_SUCCESS && has_dstHost && !(dstHost = fgr_out(q, fgr_mul((uint64_t)(ByteCount), 1))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS &&
+        (fgr_r = fgr_wait(FGR_AFTER_STREAM, 0, 1)) == FGR_GO)
         fgr_r = ((pfn_cuMemcpyDtoH_v2_ptds)fgr_real[FGR_OP_cuMemcpyDtoH_v2_ptds])(dstHost, srcDevice, ByteCount);
-    fgr_reply_out(q, dstHost, fgr_mul((uint64_t)(ByteCount), 1), 0, fgr_r);
+    if (has_dstHost)
+        fgr_reply_out(q, dstHost, fgr_mul((uint64_t)(ByteCount), 1), 0, fgr_r);
     return fgr_r;
 }
 
@@ -1184,12 +1268,12 @@ static CUresult op_cuMemcpyDtoD_v2(struct fgr_rd *rd, struct fgr_req *q)
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyDtoD_v2", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_mem_in((uint64_t)(uintptr_t)srcDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyDtoD_v2", "srcDevice", (uint64_t)(uintptr_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemcpyDtoD_v2)fgr_real[FGR_OP_cuMemcpyDtoD_v2])(dstDevice, srcDevice, ByteCount);
     return fgr_r;
 }
@@ -1202,12 +1286,12 @@ static CUresult op_cuMemcpyDtoD_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyDtoD_v2_ptds", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_mem_in((uint64_t)(uintptr_t)srcDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyDtoD_v2_ptds", "srcDevice", (uint64_t)(uintptr_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemcpyDtoD_v2_ptds)fgr_real[FGR_OP_cuMemcpyDtoD_v2_ptds])(dstDevice, srcDevice, ByteCount);
     return fgr_r;
 }
@@ -1220,12 +1304,12 @@ static CUresult op_cuMemcpy(struct fgr_rd *rd, struct fgr_req *q)
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dst, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpy", "dst", (uint64_t)(uintptr_t)dst, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_mem_in((uint64_t)(uintptr_t)src, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpy", "src", (uint64_t)(uintptr_t)src, CUDA_ERROR_INVALID_VALUE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemcpy)fgr_real[FGR_OP_cuMemcpy])(dst, src, ByteCount);
     return fgr_r;
 }
@@ -1238,12 +1322,12 @@ static CUresult op_cuMemcpy_ptds(struct fgr_rd *rd, struct fgr_req *q)
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dst, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpy_ptds", "dst", (uint64_t)(uintptr_t)dst, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_mem_in((uint64_t)(uintptr_t)src, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpy_ptds", "src", (uint64_t)(uintptr_t)src, CUDA_ERROR_INVALID_VALUE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemcpy_ptds)fgr_real[FGR_OP_cuMemcpy_ptds])(dst, src, ByteCount);
     return fgr_r;
 }
@@ -1257,12 +1341,13 @@ static CUresult op_cuMemcpyHtoDAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
     void *srcHost = fgr_get_buf(rd, q, fgr_mul((uint64_t)(ByteCount), 1), 0);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyHtoDAsync_v2", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemcpyHtoDAsync_v2", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else if ((fgr_r = fgr_captured_upload((const void **)&srcHost, fgr_mul((uint64_t)(ByteCount), 1), hStream, 0)) == CUDA_SUCCESS)
+    if (fgr_r == CUDA_SUCCESS &&
+        (fgr_r = fgr_captured_upload((const void **)&srcHost, fgr_mul((uint64_t)(ByteCount), 1), hStream, 0)) == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemcpyHtoDAsync_v2)fgr_real[FGR_OP_cuMemcpyHtoDAsync_v2])(dstDevice, srcHost, ByteCount, hStream);
     return fgr_r;
 }
@@ -1276,12 +1361,13 @@ static CUresult op_cuMemcpyHtoDAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *
     void *srcHost = fgr_get_buf(rd, q, fgr_mul((uint64_t)(ByteCount), 1), 0);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyHtoDAsync_v2_ptsz", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemcpyHtoDAsync_v2_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else if ((fgr_r = fgr_captured_upload((const void **)&srcHost, fgr_mul((uint64_t)(ByteCount), 1), hStream, 1)) == CUDA_SUCCESS)
+    if (fgr_r == CUDA_SUCCESS &&
+        (fgr_r = fgr_captured_upload((const void **)&srcHost, fgr_mul((uint64_t)(ByteCount), 1), hStream, 1)) == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemcpyHtoDAsync_v2_ptsz)fgr_real[FGR_OP_cuMemcpyHtoDAsync_v2_ptsz])(dstDevice, srcHost, ByteCount, hStream);
     return fgr_r;
 }
@@ -1296,19 +1382,21 @@ static CUresult op_cuMemcpyDtoHAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *dstHost = NULL;
-    if (has_dstHost && !(dstHost = fgr_out(q, fgr_mul((uint64_t)(ByteCount), 1))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)srcDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyDtoHAsync_v2", "srcDevice", (uint64_t)(uintptr_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemcpyDtoHAsync_v2", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else if ((fgr_r = fgr_wait(FGR_AFTER_STREAM, (uint64_t)(uintptr_t)hStream, 0)) == FGR_GO &&
+    if (fgr_r == CUDA_SUCCESS && has_dstHost && !(dstHost = fgr_out(q, fgr_mul((uint64_t)(ByteCount), 1))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS &&
+        (fgr_r = fgr_wait(FGR_AFTER_STREAM, (uint64_t)(uintptr_t)hStream, 0)) == FGR_GO &&
         (fgr_r = fgr_captured_download(hStream, 0, "cuMemcpyDtoHAsync_v2")) == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemcpyDtoHAsync_v2)fgr_real[FGR_OP_cuMemcpyDtoHAsync_v2])(dstHost, srcDevice, ByteCount, hStream);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = fgr_drain(hStream, 0);
-    fgr_reply_out(q, dstHost, fgr_mul((uint64_t)(ByteCount), 1), 0, fgr_r);
+    if (has_dstHost)
+        fgr_reply_out(q, dstHost, fgr_mul((uint64_t)(ByteCount), 1), 0, fgr_r);
     return fgr_r;
 }
 
@@ -1322,19 +1410,21 @@ static CUresult op_cuMemcpyDtoHAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *dstHost = NULL;
-    if (has_dstHost && !(dstHost = fgr_out(q, fgr_mul((uint64_t)(ByteCount), 1))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)srcDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyDtoHAsync_v2_ptsz", "srcDevice", (uint64_t)(uintptr_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemcpyDtoHAsync_v2_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else if ((fgr_r = fgr_wait(FGR_AFTER_STREAM, (uint64_t)(uintptr_t)hStream, 1)) == FGR_GO &&
+    if (fgr_r == CUDA_SUCCESS && has_dstHost && !(dstHost = fgr_out(q, fgr_mul((uint64_t)(ByteCount), 1))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS &&
+        (fgr_r = fgr_wait(FGR_AFTER_STREAM, (uint64_t)(uintptr_t)hStream, 1)) == FGR_GO &&
         (fgr_r = fgr_captured_download(hStream, 1, "cuMemcpyDtoHAsync_v2_ptsz")) == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemcpyDtoHAsync_v2_ptsz)fgr_real[FGR_OP_cuMemcpyDtoHAsync_v2_ptsz])(dstHost, srcDevice, ByteCount, hStream);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = fgr_drain(hStream, 1);
-    fgr_reply_out(q, dstHost, fgr_mul((uint64_t)(ByteCount), 1), 0, fgr_r);
+    if (has_dstHost)
+        fgr_reply_out(q, dstHost, fgr_mul((uint64_t)(ByteCount), 1), 0, fgr_r);
     return fgr_r;
 }
 
@@ -1347,14 +1437,14 @@ static CUresult op_cuMemcpyDtoDAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyDtoDAsync_v2", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_mem_in((uint64_t)(uintptr_t)srcDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyDtoDAsync_v2", "srcDevice", (uint64_t)(uintptr_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemcpyDtoDAsync_v2", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemcpyDtoDAsync_v2)fgr_real[FGR_OP_cuMemcpyDtoDAsync_v2])(dstDevice, srcDevice, ByteCount, hStream);
     return fgr_r;
 }
@@ -1368,14 +1458,14 @@ static CUresult op_cuMemcpyDtoDAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyDtoDAsync_v2_ptsz", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_mem_in((uint64_t)(uintptr_t)srcDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyDtoDAsync_v2_ptsz", "srcDevice", (uint64_t)(uintptr_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemcpyDtoDAsync_v2_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemcpyDtoDAsync_v2_ptsz)fgr_real[FGR_OP_cuMemcpyDtoDAsync_v2_ptsz])(dstDevice, srcDevice, ByteCount, hStream);
     return fgr_r;
 }
@@ -1389,14 +1479,14 @@ static CUresult op_cuMemcpyAsync(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dst, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyAsync", "dst", (uint64_t)(uintptr_t)dst, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_mem_in((uint64_t)(uintptr_t)src, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyAsync", "src", (uint64_t)(uintptr_t)src, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemcpyAsync", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemcpyAsync)fgr_real[FGR_OP_cuMemcpyAsync])(dst, src, ByteCount, hStream);
     return fgr_r;
 }
@@ -1410,14 +1500,14 @@ static CUresult op_cuMemcpyAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dst, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyAsync_ptsz", "dst", (uint64_t)(uintptr_t)dst, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_mem_in((uint64_t)(uintptr_t)src, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyAsync_ptsz", "src", (uint64_t)(uintptr_t)src, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemcpyAsync_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemcpyAsync_ptsz)fgr_real[FGR_OP_cuMemcpyAsync_ptsz])(dst, src, ByteCount, hStream);
     return fgr_r;
 }
@@ -1432,7 +1522,7 @@ static CUresult op_cuMemcpyPeer(struct fgr_rd *rd, struct fgr_req *q)
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyPeer", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)dstContext)))
@@ -1441,7 +1531,7 @@ static CUresult op_cuMemcpyPeer(struct fgr_rd *rd, struct fgr_req *q)
         fgr_r = fgr_refuse("cuMemcpyPeer", "srcDevice", (uint64_t)(uintptr_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)srcContext)))
         fgr_r = fgr_refuse("cuMemcpyPeer", "srcContext", (uint64_t)(uintptr_t)srcContext, CUDA_ERROR_INVALID_CONTEXT);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemcpyPeer)fgr_real[FGR_OP_cuMemcpyPeer])(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
     return fgr_r;
 }
@@ -1456,7 +1546,7 @@ static CUresult op_cuMemcpyPeer_ptds(struct fgr_rd *rd, struct fgr_req *q)
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyPeer_ptds", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)dstContext)))
@@ -1465,7 +1555,7 @@ static CUresult op_cuMemcpyPeer_ptds(struct fgr_rd *rd, struct fgr_req *q)
         fgr_r = fgr_refuse("cuMemcpyPeer_ptds", "srcDevice", (uint64_t)(uintptr_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)srcContext)))
         fgr_r = fgr_refuse("cuMemcpyPeer_ptds", "srcContext", (uint64_t)(uintptr_t)srcContext, CUDA_ERROR_INVALID_CONTEXT);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemcpyPeer_ptds)fgr_real[FGR_OP_cuMemcpyPeer_ptds])(dstDevice, dstContext, srcDevice, srcContext, ByteCount);
     return fgr_r;
 }
@@ -1481,7 +1571,7 @@ static CUresult op_cuMemcpyPeerAsync(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyPeerAsync", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)dstContext)))
@@ -1492,7 +1582,7 @@ static CUresult op_cuMemcpyPeerAsync(struct fgr_rd *rd, struct fgr_req *q)
         fgr_r = fgr_refuse("cuMemcpyPeerAsync", "srcContext", (uint64_t)(uintptr_t)srcContext, CUDA_ERROR_INVALID_CONTEXT);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemcpyPeerAsync", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemcpyPeerAsync)fgr_real[FGR_OP_cuMemcpyPeerAsync])(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);
     return fgr_r;
 }
@@ -1508,7 +1598,7 @@ static CUresult op_cuMemcpyPeerAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyPeerAsync_ptsz", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)dstContext)))
@@ -1519,7 +1609,7 @@ static CUresult op_cuMemcpyPeerAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
         fgr_r = fgr_refuse("cuMemcpyPeerAsync_ptsz", "srcContext", (uint64_t)(uintptr_t)srcContext, CUDA_ERROR_INVALID_CONTEXT);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemcpyPeerAsync_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemcpyPeerAsync_ptsz)fgr_real[FGR_OP_cuMemcpyPeerAsync_ptsz])(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream);
     return fgr_r;
 }
@@ -1532,10 +1622,10 @@ static CUresult op_cuMemsetD8_v2(struct fgr_rd *rd, struct fgr_req *q)
     size_t N = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, N)))
         fgr_r = fgr_refuse("cuMemsetD8_v2", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemsetD8_v2)fgr_real[FGR_OP_cuMemsetD8_v2])(dstDevice, uc, N);
     return fgr_r;
 }
@@ -1548,10 +1638,10 @@ static CUresult op_cuMemsetD8_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     size_t N = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, N)))
         fgr_r = fgr_refuse("cuMemsetD8_v2_ptds", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemsetD8_v2_ptds)fgr_real[FGR_OP_cuMemsetD8_v2_ptds])(dstDevice, uc, N);
     return fgr_r;
 }
@@ -1564,10 +1654,10 @@ static CUresult op_cuMemsetD32_v2(struct fgr_rd *rd, struct fgr_req *q)
     size_t N = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_mul(N,4))))
         fgr_r = fgr_refuse("cuMemsetD32_v2", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemsetD32_v2)fgr_real[FGR_OP_cuMemsetD32_v2])(dstDevice, ui, N);
     return fgr_r;
 }
@@ -1580,10 +1670,10 @@ static CUresult op_cuMemsetD32_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     size_t N = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_mul(N,4))))
         fgr_r = fgr_refuse("cuMemsetD32_v2_ptds", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemsetD32_v2_ptds)fgr_real[FGR_OP_cuMemsetD32_v2_ptds])(dstDevice, ui, N);
     return fgr_r;
 }
@@ -1597,12 +1687,12 @@ static CUresult op_cuMemsetD8Async(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, N)))
         fgr_r = fgr_refuse("cuMemsetD8Async", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemsetD8Async", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemsetD8Async)fgr_real[FGR_OP_cuMemsetD8Async])(dstDevice, uc, N, hStream);
     return fgr_r;
 }
@@ -1616,12 +1706,12 @@ static CUresult op_cuMemsetD8Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, N)))
         fgr_r = fgr_refuse("cuMemsetD8Async_ptsz", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemsetD8Async_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemsetD8Async_ptsz)fgr_real[FGR_OP_cuMemsetD8Async_ptsz])(dstDevice, uc, N, hStream);
     return fgr_r;
 }
@@ -1635,12 +1725,12 @@ static CUresult op_cuMemsetD32Async(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_mul(N,4))))
         fgr_r = fgr_refuse("cuMemsetD32Async", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemsetD32Async", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemsetD32Async)fgr_real[FGR_OP_cuMemsetD32Async])(dstDevice, ui, N, hStream);
     return fgr_r;
 }
@@ -1654,12 +1744,12 @@ static CUresult op_cuMemsetD32Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_mul(N,4))))
         fgr_r = fgr_refuse("cuMemsetD32Async_ptsz", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemsetD32Async_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemsetD32Async_ptsz)fgr_real[FGR_OP_cuMemsetD32Async_ptsz])(dstDevice, ui, N, hStream);
     return fgr_r;
 }
@@ -1672,10 +1762,10 @@ static CUresult op_cuMemsetD16_v2(struct fgr_rd *rd, struct fgr_req *q)
     size_t N = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_mul(N,2))))
         fgr_r = fgr_refuse("cuMemsetD16_v2", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemsetD16_v2)fgr_real[FGR_OP_cuMemsetD16_v2])(dstDevice, us, N);
     return fgr_r;
 }
@@ -1688,10 +1778,10 @@ static CUresult op_cuMemsetD16_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     size_t N = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_mul(N,2))))
         fgr_r = fgr_refuse("cuMemsetD16_v2_ptds", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemsetD16_v2_ptds)fgr_real[FGR_OP_cuMemsetD16_v2_ptds])(dstDevice, us, N);
     return fgr_r;
 }
@@ -1705,12 +1795,12 @@ static CUresult op_cuMemsetD16Async(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_mul(N,2))))
         fgr_r = fgr_refuse("cuMemsetD16Async", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemsetD16Async", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemsetD16Async)fgr_real[FGR_OP_cuMemsetD16Async])(dstDevice, us, N, hStream);
     return fgr_r;
 }
@@ -1724,12 +1814,12 @@ static CUresult op_cuMemsetD16Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_mul(N,2))))
         fgr_r = fgr_refuse("cuMemsetD16Async_ptsz", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemsetD16Async_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemsetD16Async_ptsz)fgr_real[FGR_OP_cuMemsetD16Async_ptsz])(dstDevice, us, N, hStream);
     return fgr_r;
 }
@@ -1744,10 +1834,10 @@ static CUresult op_cuMemsetD2D8_v2(struct fgr_rd *rd, struct fgr_req *q)
     size_t Height = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,1),Height))))
         fgr_r = fgr_refuse("cuMemsetD2D8_v2", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemsetD2D8_v2)fgr_real[FGR_OP_cuMemsetD2D8_v2])(dstDevice, dstPitch, uc, Width, Height);
     return fgr_r;
 }
@@ -1762,10 +1852,10 @@ static CUresult op_cuMemsetD2D8_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     size_t Height = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,1),Height))))
         fgr_r = fgr_refuse("cuMemsetD2D8_v2_ptds", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemsetD2D8_v2_ptds)fgr_real[FGR_OP_cuMemsetD2D8_v2_ptds])(dstDevice, dstPitch, uc, Width, Height);
     return fgr_r;
 }
@@ -1781,12 +1871,12 @@ static CUresult op_cuMemsetD2D8Async(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,1),Height))))
         fgr_r = fgr_refuse("cuMemsetD2D8Async", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemsetD2D8Async", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemsetD2D8Async)fgr_real[FGR_OP_cuMemsetD2D8Async])(dstDevice, dstPitch, uc, Width, Height, hStream);
     return fgr_r;
 }
@@ -1802,12 +1892,12 @@ static CUresult op_cuMemsetD2D8Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,1),Height))))
         fgr_r = fgr_refuse("cuMemsetD2D8Async_ptsz", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemsetD2D8Async_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemsetD2D8Async_ptsz)fgr_real[FGR_OP_cuMemsetD2D8Async_ptsz])(dstDevice, dstPitch, uc, Width, Height, hStream);
     return fgr_r;
 }
@@ -1822,10 +1912,10 @@ static CUresult op_cuMemsetD2D16_v2(struct fgr_rd *rd, struct fgr_req *q)
     size_t Height = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,2),Height))))
         fgr_r = fgr_refuse("cuMemsetD2D16_v2", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemsetD2D16_v2)fgr_real[FGR_OP_cuMemsetD2D16_v2])(dstDevice, dstPitch, us, Width, Height);
     return fgr_r;
 }
@@ -1840,10 +1930,10 @@ static CUresult op_cuMemsetD2D16_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     size_t Height = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,2),Height))))
         fgr_r = fgr_refuse("cuMemsetD2D16_v2_ptds", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemsetD2D16_v2_ptds)fgr_real[FGR_OP_cuMemsetD2D16_v2_ptds])(dstDevice, dstPitch, us, Width, Height);
     return fgr_r;
 }
@@ -1859,12 +1949,12 @@ static CUresult op_cuMemsetD2D16Async(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,2),Height))))
         fgr_r = fgr_refuse("cuMemsetD2D16Async", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemsetD2D16Async", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemsetD2D16Async)fgr_real[FGR_OP_cuMemsetD2D16Async])(dstDevice, dstPitch, us, Width, Height, hStream);
     return fgr_r;
 }
@@ -1880,12 +1970,12 @@ static CUresult op_cuMemsetD2D16Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,2),Height))))
         fgr_r = fgr_refuse("cuMemsetD2D16Async_ptsz", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemsetD2D16Async_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemsetD2D16Async_ptsz)fgr_real[FGR_OP_cuMemsetD2D16Async_ptsz])(dstDevice, dstPitch, us, Width, Height, hStream);
     return fgr_r;
 }
@@ -1900,10 +1990,10 @@ static CUresult op_cuMemsetD2D32_v2(struct fgr_rd *rd, struct fgr_req *q)
     size_t Height = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,4),Height))))
         fgr_r = fgr_refuse("cuMemsetD2D32_v2", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemsetD2D32_v2)fgr_real[FGR_OP_cuMemsetD2D32_v2])(dstDevice, dstPitch, ui, Width, Height);
     return fgr_r;
 }
@@ -1918,10 +2008,10 @@ static CUresult op_cuMemsetD2D32_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     size_t Height = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,4),Height))))
         fgr_r = fgr_refuse("cuMemsetD2D32_v2_ptds", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemsetD2D32_v2_ptds)fgr_real[FGR_OP_cuMemsetD2D32_v2_ptds])(dstDevice, dstPitch, ui, Width, Height);
     return fgr_r;
 }
@@ -1937,12 +2027,12 @@ static CUresult op_cuMemsetD2D32Async(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,4),Height))))
         fgr_r = fgr_refuse("cuMemsetD2D32Async", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemsetD2D32Async", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemsetD2D32Async)fgr_real[FGR_OP_cuMemsetD2D32Async])(dstDevice, dstPitch, ui, Width, Height, hStream);
     return fgr_r;
 }
@@ -1958,12 +2048,12 @@ static CUresult op_cuMemsetD2D32Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dstDevice, fgr_span(dstPitch,fgr_mul(Width,4),Height))))
         fgr_r = fgr_refuse("cuMemsetD2D32Async_ptsz", "dstDevice", (uint64_t)(uintptr_t)dstDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemsetD2D32Async_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemsetD2D32Async_ptsz)fgr_real[FGR_OP_cuMemsetD2D32Async_ptsz])(dstDevice, dstPitch, ui, Width, Height, hStream);
     return fgr_r;
 }
@@ -1976,14 +2066,17 @@ static CUresult op_cuModuleLoadData(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUmodule *module = NULL;
-    if (has_module && !(module = fgr_out(q, sizeof(CUmodule))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_module && !(module = fgr_out(q, sizeof(CUmodule))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuModuleLoadData)fgr_real[FGR_OP_cuModuleLoadData])(module, image);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuModuleLoadData)fgr_real[FGR_OP_cuModuleLoadData])(module, image);
     if (fgr_r == CUDA_SUCCESS) {
         if (module)
             fgr_add(FGR_H_CUmodule, (uint64_t)(uintptr_t)*module, FGR_H_CUcontext, fgr_ctx);
     }
-    fgr_reply_out(q, module, sizeof(CUmodule), 0, fgr_r);
+    if (has_module)
+        fgr_reply_out(q, module, sizeof(CUmodule), 0, fgr_r);
     return fgr_r;
 }
 
@@ -1998,14 +2091,17 @@ static CUresult op_cuModuleLoadDataEx(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUmodule *module = NULL;
-    if (has_module && !(module = fgr_out(q, sizeof(CUmodule))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_module && !(module = fgr_out(q, sizeof(CUmodule))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuModuleLoadDataEx)fgr_real[FGR_OP_cuModuleLoadDataEx])(module, image, numOptions, options, optionValues);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuModuleLoadDataEx)fgr_real[FGR_OP_cuModuleLoadDataEx])(module, image, numOptions, options, optionValues);
     if (fgr_r == CUDA_SUCCESS) {
         if (module)
             fgr_add(FGR_H_CUmodule, (uint64_t)(uintptr_t)*module, FGR_H_CUcontext, fgr_ctx);
     }
-    fgr_reply_out(q, module, sizeof(CUmodule), 0, fgr_r);
+    if (has_module)
+        fgr_reply_out(q, module, sizeof(CUmodule), 0, fgr_r);
     return fgr_r;
 }
 
@@ -2017,14 +2113,17 @@ static CUresult op_cuModuleLoadFatBinary(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUmodule *module = NULL;
-    if (has_module && !(module = fgr_out(q, sizeof(CUmodule))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_module && !(module = fgr_out(q, sizeof(CUmodule))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuModuleLoadFatBinary)fgr_real[FGR_OP_cuModuleLoadFatBinary])(module, fatCubin);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuModuleLoadFatBinary)fgr_real[FGR_OP_cuModuleLoadFatBinary])(module, fatCubin);
     if (fgr_r == CUDA_SUCCESS) {
         if (module)
             fgr_add(FGR_H_CUmodule, (uint64_t)(uintptr_t)*module, FGR_H_CUcontext, fgr_ctx);
     }
-    fgr_reply_out(q, module, sizeof(CUmodule), 0, fgr_r);
+    if (has_module)
+        fgr_reply_out(q, module, sizeof(CUmodule), 0, fgr_r);
     return fgr_r;
 }
 
@@ -2034,10 +2133,10 @@ static CUresult op_cuModuleUnload(struct fgr_rd *rd, struct fgr_req *q)
     CUmodule hmod = (CUmodule)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUmodule, (uint64_t)(uintptr_t)hmod)))
         fgr_r = fgr_refuse("cuModuleUnload", "hmod", (uint64_t)(uintptr_t)hmod, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuModuleUnload)fgr_real[FGR_OP_cuModuleUnload])(hmod);
     if (fgr_r == CUDA_SUCCESS) {
         fgr_drop(FGR_H_CUmodule, (uint64_t)(uintptr_t)hmod);
@@ -2054,18 +2153,19 @@ static CUresult op_cuModuleGetFunction(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUfunction *hfunc = NULL;
-    if (has_hfunc && !(hfunc = fgr_out(q, sizeof(CUfunction))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUmodule, (uint64_t)(uintptr_t)hmod)))
         fgr_r = fgr_refuse("cuModuleGetFunction", "hmod", (uint64_t)(uintptr_t)hmod, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_hfunc && !(hfunc = fgr_out(q, sizeof(CUfunction))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuModuleGetFunction)fgr_real[FGR_OP_cuModuleGetFunction])(hfunc, hmod, name);
     if (fgr_r == CUDA_SUCCESS) {
         if (hfunc)
             fgr_add(FGR_H_CUfunction, (uint64_t)(uintptr_t)*hfunc, FGR_H_CUmodule, (uint64_t)(uintptr_t)hmod);
     }
-    fgr_reply_out(q, hfunc, sizeof(CUfunction), 0, fgr_r);
+    if (has_hfunc)
+        fgr_reply_out(q, hfunc, sizeof(CUfunction), 0, fgr_r);
     return fgr_r;
 }
 
@@ -2083,14 +2183,17 @@ static CUresult op_cuLibraryLoadData(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUlibrary *library = NULL;
-    if (has_library && !(library = fgr_out(q, sizeof(CUlibrary))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_library && !(library = fgr_out(q, sizeof(CUlibrary))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuLibraryLoadData)fgr_real[FGR_OP_cuLibraryLoadData])(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuLibraryLoadData)fgr_real[FGR_OP_cuLibraryLoadData])(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues, numLibraryOptions);
     if (fgr_r == CUDA_SUCCESS) {
         if (library)
             fgr_add(FGR_H_CUlibrary, (uint64_t)(uintptr_t)*library, FGR_H_CUcontext, fgr_ctx);
     }
-    fgr_reply_out(q, library, sizeof(CUlibrary), 0, fgr_r);
+    if (has_library)
+        fgr_reply_out(q, library, sizeof(CUlibrary), 0, fgr_r);
     return fgr_r;
 }
 
@@ -2100,10 +2203,10 @@ static CUresult op_cuLibraryUnload(struct fgr_rd *rd, struct fgr_req *q)
     CUlibrary library = (CUlibrary)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUlibrary, (uint64_t)(uintptr_t)library)))
         fgr_r = fgr_refuse("cuLibraryUnload", "library", (uint64_t)(uintptr_t)library, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuLibraryUnload)fgr_real[FGR_OP_cuLibraryUnload])(library);
     if (fgr_r == CUDA_SUCCESS) {
         fgr_drop(FGR_H_CUlibrary, (uint64_t)(uintptr_t)library);
@@ -2120,18 +2223,19 @@ static CUresult op_cuLibraryGetKernel(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUkernel *pKernel = NULL;
-    if (has_pKernel && !(pKernel = fgr_out(q, sizeof(CUkernel))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUlibrary, (uint64_t)(uintptr_t)library)))
         fgr_r = fgr_refuse("cuLibraryGetKernel", "library", (uint64_t)(uintptr_t)library, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_pKernel && !(pKernel = fgr_out(q, sizeof(CUkernel))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuLibraryGetKernel)fgr_real[FGR_OP_cuLibraryGetKernel])(pKernel, library, name);
     if (fgr_r == CUDA_SUCCESS) {
         if (pKernel)
             fgr_add(FGR_H_CUkernel, (uint64_t)(uintptr_t)*pKernel, FGR_H_CUlibrary, (uint64_t)(uintptr_t)library);
     }
-    fgr_reply_out(q, pKernel, sizeof(CUkernel), 0, fgr_r);
+    if (has_pKernel)
+        fgr_reply_out(q, pKernel, sizeof(CUkernel), 0, fgr_r);
     return fgr_r;
 }
 
@@ -2143,18 +2247,19 @@ static CUresult op_cuKernelGetFunction(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUfunction *pFunc = NULL;
-    if (has_pFunc && !(pFunc = fgr_out(q, sizeof(CUfunction))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUkernel, (uint64_t)(uintptr_t)kernel)))
         fgr_r = fgr_refuse("cuKernelGetFunction", "kernel", (uint64_t)(uintptr_t)kernel, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_pFunc && !(pFunc = fgr_out(q, sizeof(CUfunction))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuKernelGetFunction)fgr_real[FGR_OP_cuKernelGetFunction])(pFunc, kernel);
     if (fgr_r == CUDA_SUCCESS) {
         if (pFunc)
             fgr_add(FGR_H_CUfunction, (uint64_t)(uintptr_t)*pFunc, FGR_H_CUkernel, (uint64_t)(uintptr_t)kernel);
     }
-    fgr_reply_out(q, pFunc, sizeof(CUfunction), 0, fgr_r);
+    if (has_pFunc)
+        fgr_reply_out(q, pFunc, sizeof(CUfunction), 0, fgr_r);
     return fgr_r;
 }
 
@@ -2167,14 +2272,15 @@ static CUresult op_cuFuncGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     int *pi = NULL;
-    if (has_pi && !(pi = fgr_out(q, sizeof(int))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)hfunc)))
         fgr_r = fgr_refuse("cuFuncGetAttribute", "hfunc", (uint64_t)(uintptr_t)hfunc, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_pi && !(pi = fgr_out(q, sizeof(int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuFuncGetAttribute)fgr_real[FGR_OP_cuFuncGetAttribute])(pi, attrib, hfunc);
-    fgr_reply_out(q, pi, sizeof(int), 0, fgr_r);
+    if (has_pi)
+        fgr_reply_out(q, pi, sizeof(int), 0, fgr_r);
     return fgr_r;
 }
 
@@ -2186,10 +2292,10 @@ static CUresult op_cuFuncSetAttribute(struct fgr_rd *rd, struct fgr_req *q)
     int value = (int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)hfunc)))
         fgr_r = fgr_refuse("cuFuncSetAttribute", "hfunc", (uint64_t)(uintptr_t)hfunc, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuFuncSetAttribute)fgr_real[FGR_OP_cuFuncSetAttribute])(hfunc, attrib, value);
     return fgr_r;
 }
@@ -2210,12 +2316,12 @@ static CUresult op_cuLaunchKernel(struct fgr_rd *rd, struct fgr_req *q)
     void **extra = fgr_get_extra(rd, q);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)f)))
         fgr_r = fgr_refuse("cuLaunchKernel", "f", (uint64_t)(uintptr_t)f, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuLaunchKernel", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuLaunchKernel)fgr_real[FGR_OP_cuLaunchKernel])(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
     return fgr_r;
 }
@@ -2236,12 +2342,12 @@ static CUresult op_cuLaunchKernel_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     void **extra = fgr_get_extra(rd, q);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)f)))
         fgr_r = fgr_refuse("cuLaunchKernel_ptsz", "f", (uint64_t)(uintptr_t)f, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuLaunchKernel_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuLaunchKernel_ptsz)fgr_real[FGR_OP_cuLaunchKernel_ptsz])(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra);
     return fgr_r;
 }
@@ -2255,14 +2361,14 @@ static CUresult op_cuLaunchKernelEx(struct fgr_rd *rd, struct fgr_req *q)
     void **extra = fgr_get_extra(rd, q);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (config ? (uint64_t)(uintptr_t)config->hStream : 0))))
         fgr_r = fgr_refuse("cuLaunchKernelEx", "config->hStream", (config ? (uint64_t)(uintptr_t)config->hStream : 0), CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_launchcfg_events_ok(config)))
         fgr_r = fgr_refuse("cuLaunchKernelEx", "config->attrs", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)f)))
         fgr_r = fgr_refuse("cuLaunchKernelEx", "f", (uint64_t)(uintptr_t)f, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuLaunchKernelEx)fgr_real[FGR_OP_cuLaunchKernelEx])(config, f, kernelParams, extra);
     return fgr_r;
 }
@@ -2276,14 +2382,14 @@ static CUresult op_cuLaunchKernelEx_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     void **extra = fgr_get_extra(rd, q);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (config ? (uint64_t)(uintptr_t)config->hStream : 0))))
         fgr_r = fgr_refuse("cuLaunchKernelEx_ptsz", "config->hStream", (config ? (uint64_t)(uintptr_t)config->hStream : 0), CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_launchcfg_events_ok(config)))
         fgr_r = fgr_refuse("cuLaunchKernelEx_ptsz", "config->attrs", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)f)))
         fgr_r = fgr_refuse("cuLaunchKernelEx_ptsz", "f", (uint64_t)(uintptr_t)f, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuLaunchKernelEx_ptsz)fgr_real[FGR_OP_cuLaunchKernelEx_ptsz])(config, f, kernelParams, extra);
     return fgr_r;
 }
@@ -2303,12 +2409,12 @@ static CUresult op_cuLaunchCooperativeKernel(struct fgr_rd *rd, struct fgr_req *
     void **kernelParams = fgr_get_kparams(rd, q);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)f)))
         fgr_r = fgr_refuse("cuLaunchCooperativeKernel", "f", (uint64_t)(uintptr_t)f, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuLaunchCooperativeKernel", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuLaunchCooperativeKernel)fgr_real[FGR_OP_cuLaunchCooperativeKernel])(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
     return fgr_r;
 }
@@ -2328,12 +2434,12 @@ static CUresult op_cuLaunchCooperativeKernel_ptsz(struct fgr_rd *rd, struct fgr_
     void **kernelParams = fgr_get_kparams(rd, q);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)f)))
         fgr_r = fgr_refuse("cuLaunchCooperativeKernel_ptsz", "f", (uint64_t)(uintptr_t)f, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuLaunchCooperativeKernel_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuLaunchCooperativeKernel_ptsz)fgr_real[FGR_OP_cuLaunchCooperativeKernel_ptsz])(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
     return fgr_r;
 }
@@ -2348,7 +2454,9 @@ static CUresult op_cuStreamCreate(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_is_shadow(fgr_id_phStream))
         return FGR_BAD_FRAME;
     CUstream fgr_v_phStream = NULL, *phStream = &fgr_v_phStream;
-    CUresult fgr_r = ((pfn_cuStreamCreate)fgr_real[FGR_OP_cuStreamCreate])(phStream, Flags);
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuStreamCreate)fgr_real[FGR_OP_cuStreamCreate])(phStream, Flags);
     if (fgr_r == CUDA_SUCCESS) {
         fgr_add(FGR_H_CUstream, (uint64_t)(uintptr_t)*phStream, FGR_H_CUcontext, fgr_ctx);
         fgr_shadow_add(FGR_H_CUstream, fgr_id_phStream, (uint64_t)(uintptr_t)*phStream);
@@ -2367,7 +2475,9 @@ static CUresult op_cuStreamCreateWithPriority(struct fgr_rd *rd, struct fgr_req 
     if (!fgr_is_shadow(fgr_id_phStream))
         return FGR_BAD_FRAME;
     CUstream fgr_v_phStream = NULL, *phStream = &fgr_v_phStream;
-    CUresult fgr_r = ((pfn_cuStreamCreateWithPriority)fgr_real[FGR_OP_cuStreamCreateWithPriority])(phStream, flags, priority);
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuStreamCreateWithPriority)fgr_real[FGR_OP_cuStreamCreateWithPriority])(phStream, flags, priority);
     if (fgr_r == CUDA_SUCCESS) {
         fgr_add(FGR_H_CUstream, (uint64_t)(uintptr_t)*phStream, FGR_H_CUcontext, fgr_ctx);
         fgr_shadow_add(FGR_H_CUstream, fgr_id_phStream, (uint64_t)(uintptr_t)*phStream);
@@ -2381,10 +2491,10 @@ static CUresult op_cuStreamDestroy_v2(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamDestroy_v2", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamDestroy_v2)fgr_real[FGR_OP_cuStreamDestroy_v2])(hStream);
     if (fgr_r == CUDA_SUCCESS) {
         fgr_drop(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream);
@@ -2398,10 +2508,11 @@ static CUresult op_cuStreamSynchronize(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamSynchronize", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else if ((fgr_r = fgr_wait(FGR_WAIT_STREAM, (uint64_t)(uintptr_t)hStream, 0)) == FGR_GO)
+    if (fgr_r == CUDA_SUCCESS &&
+        (fgr_r = fgr_wait(FGR_WAIT_STREAM, (uint64_t)(uintptr_t)hStream, 0)) == FGR_GO)
         fgr_r = ((pfn_cuStreamSynchronize)fgr_real[FGR_OP_cuStreamSynchronize])(hStream);
     return fgr_r;
 }
@@ -2412,10 +2523,11 @@ static CUresult op_cuStreamSynchronize_ptsz(struct fgr_rd *rd, struct fgr_req *q
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamSynchronize_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else if ((fgr_r = fgr_wait(FGR_WAIT_STREAM, (uint64_t)(uintptr_t)hStream, 1)) == FGR_GO)
+    if (fgr_r == CUDA_SUCCESS &&
+        (fgr_r = fgr_wait(FGR_WAIT_STREAM, (uint64_t)(uintptr_t)hStream, 1)) == FGR_GO)
         fgr_r = ((pfn_cuStreamSynchronize_ptsz)fgr_real[FGR_OP_cuStreamSynchronize_ptsz])(hStream);
     return fgr_r;
 }
@@ -2426,10 +2538,10 @@ static CUresult op_cuStreamQuery(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamQuery", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamQuery)fgr_real[FGR_OP_cuStreamQuery])(hStream);
     return fgr_r;
 }
@@ -2440,10 +2552,10 @@ static CUresult op_cuStreamQuery_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamQuery_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamQuery_ptsz)fgr_real[FGR_OP_cuStreamQuery_ptsz])(hStream);
     return fgr_r;
 }
@@ -2456,12 +2568,12 @@ static CUresult op_cuStreamWaitEvent(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int Flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamWaitEvent", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)hEvent)))
         fgr_r = fgr_refuse("cuStreamWaitEvent", "hEvent", (uint64_t)(uintptr_t)hEvent, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamWaitEvent)fgr_real[FGR_OP_cuStreamWaitEvent])(hStream, hEvent, Flags);
     return fgr_r;
 }
@@ -2474,12 +2586,12 @@ static CUresult op_cuStreamWaitEvent_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int Flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamWaitEvent_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)hEvent)))
         fgr_r = fgr_refuse("cuStreamWaitEvent_ptsz", "hEvent", (uint64_t)(uintptr_t)hEvent, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamWaitEvent_ptsz)fgr_real[FGR_OP_cuStreamWaitEvent_ptsz])(hStream, hEvent, Flags);
     return fgr_r;
 }
@@ -2490,10 +2602,10 @@ static CUresult op_cuStreamBeginCapture(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamBeginCapture", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamBeginCapture)fgr_real[FGR_OP_cuStreamBeginCapture])(hStream);
     return fgr_r;
 }
@@ -2504,10 +2616,10 @@ static CUresult op_cuStreamBeginCapture_ptsz(struct fgr_rd *rd, struct fgr_req *
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamBeginCapture_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamBeginCapture_ptsz)fgr_real[FGR_OP_cuStreamBeginCapture_ptsz])(hStream);
     return fgr_r;
 }
@@ -2519,10 +2631,10 @@ static CUresult op_cuStreamBeginCapture_v2(struct fgr_rd *rd, struct fgr_req *q)
     CUstreamCaptureMode mode = (CUstreamCaptureMode)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamBeginCapture_v2", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamBeginCapture_v2)fgr_real[FGR_OP_cuStreamBeginCapture_v2])(hStream, mode);
     return fgr_r;
 }
@@ -2534,10 +2646,10 @@ static CUresult op_cuStreamBeginCapture_v2_ptsz(struct fgr_rd *rd, struct fgr_re
     CUstreamCaptureMode mode = (CUstreamCaptureMode)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamBeginCapture_v2_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamBeginCapture_v2_ptsz)fgr_real[FGR_OP_cuStreamBeginCapture_v2_ptsz])(hStream, mode);
     return fgr_r;
 }
@@ -2550,18 +2662,19 @@ static CUresult op_cuStreamEndCapture(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraph *phGraph = NULL;
-    if (has_phGraph && !(phGraph = fgr_out(q, sizeof(CUgraph))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamEndCapture", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_phGraph && !(phGraph = fgr_out(q, sizeof(CUgraph))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamEndCapture)fgr_real[FGR_OP_cuStreamEndCapture])(hStream, phGraph);
     if (fgr_r == CUDA_SUCCESS) {
         if (phGraph)
             fgr_add(FGR_H_CUgraph, (uint64_t)(uintptr_t)*phGraph, FGR_H_CUcontext, fgr_ctx);
     }
-    fgr_reply_out(q, phGraph, sizeof(CUgraph), 0, fgr_r);
+    if (has_phGraph)
+        fgr_reply_out(q, phGraph, sizeof(CUgraph), 0, fgr_r);
     return fgr_r;
 }
 
@@ -2573,18 +2686,19 @@ static CUresult op_cuStreamEndCapture_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraph *phGraph = NULL;
-    if (has_phGraph && !(phGraph = fgr_out(q, sizeof(CUgraph))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamEndCapture_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_phGraph && !(phGraph = fgr_out(q, sizeof(CUgraph))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamEndCapture_ptsz)fgr_real[FGR_OP_cuStreamEndCapture_ptsz])(hStream, phGraph);
     if (fgr_r == CUDA_SUCCESS) {
         if (phGraph)
             fgr_add(FGR_H_CUgraph, (uint64_t)(uintptr_t)*phGraph, FGR_H_CUcontext, fgr_ctx);
     }
-    fgr_reply_out(q, phGraph, sizeof(CUgraph), 0, fgr_r);
+    if (has_phGraph)
+        fgr_reply_out(q, phGraph, sizeof(CUgraph), 0, fgr_r);
     return fgr_r;
 }
 
@@ -2596,14 +2710,15 @@ static CUresult op_cuStreamIsCapturing(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUstreamCaptureStatus *captureStatus = NULL;
-    if (has_captureStatus && !(captureStatus = fgr_out(q, sizeof(CUstreamCaptureStatus))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamIsCapturing", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_captureStatus && !(captureStatus = fgr_out(q, sizeof(CUstreamCaptureStatus))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamIsCapturing)fgr_real[FGR_OP_cuStreamIsCapturing])(hStream, captureStatus);
-    fgr_reply_out(q, captureStatus, sizeof(CUstreamCaptureStatus), 0, fgr_r);
+    if (has_captureStatus)
+        fgr_reply_out(q, captureStatus, sizeof(CUstreamCaptureStatus), 0, fgr_r);
     return fgr_r;
 }
 
@@ -2615,14 +2730,15 @@ static CUresult op_cuStreamIsCapturing_ptsz(struct fgr_rd *rd, struct fgr_req *q
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUstreamCaptureStatus *captureStatus = NULL;
-    if (has_captureStatus && !(captureStatus = fgr_out(q, sizeof(CUstreamCaptureStatus))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamIsCapturing_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_captureStatus && !(captureStatus = fgr_out(q, sizeof(CUstreamCaptureStatus))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamIsCapturing_ptsz)fgr_real[FGR_OP_cuStreamIsCapturing_ptsz])(hStream, captureStatus);
-    fgr_reply_out(q, captureStatus, sizeof(CUstreamCaptureStatus), 0, fgr_r);
+    if (has_captureStatus)
+        fgr_reply_out(q, captureStatus, sizeof(CUstreamCaptureStatus), 0, fgr_r);
     return fgr_r;
 }
 
@@ -2632,7 +2748,9 @@ static CUresult op_cuThreadExchangeStreamCaptureMode(struct fgr_rd *rd, struct f
     CUstreamCaptureMode *mode = fgr_get_buf(rd, q, sizeof(CUstreamCaptureMode), 1);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuThreadExchangeStreamCaptureMode)fgr_real[FGR_OP_cuThreadExchangeStreamCaptureMode])(mode);
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuThreadExchangeStreamCaptureMode)fgr_real[FGR_OP_cuThreadExchangeStreamCaptureMode])(mode);
     fgr_reply_out(q, mode, sizeof(CUstreamCaptureMode), 1, fgr_r);
     return fgr_r;
 }
@@ -2645,14 +2763,15 @@ static CUresult op_cuStreamGetDevice(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUdevice *device = NULL;
-    if (has_device && !(device = fgr_out(q, sizeof(CUdevice))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamGetDevice", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_device && !(device = fgr_out(q, sizeof(CUdevice))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamGetDevice)fgr_real[FGR_OP_cuStreamGetDevice])(hStream, device);
-    fgr_reply_out(q, device, sizeof(CUdevice), 0, fgr_r);
+    if (has_device)
+        fgr_reply_out(q, device, sizeof(CUdevice), 0, fgr_r);
     return fgr_r;
 }
 
@@ -2666,7 +2785,9 @@ static CUresult op_cuEventCreate(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_is_shadow(fgr_id_phEvent))
         return FGR_BAD_FRAME;
     CUevent fgr_v_phEvent = NULL, *phEvent = &fgr_v_phEvent;
-    CUresult fgr_r = ((pfn_cuEventCreate)fgr_real[FGR_OP_cuEventCreate])(phEvent, Flags);
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuEventCreate)fgr_real[FGR_OP_cuEventCreate])(phEvent, Flags);
     if (fgr_r == CUDA_SUCCESS) {
         fgr_add(FGR_H_CUevent, (uint64_t)(uintptr_t)*phEvent, FGR_H_CUcontext, fgr_ctx);
         fgr_shadow_add(FGR_H_CUevent, fgr_id_phEvent, (uint64_t)(uintptr_t)*phEvent);
@@ -2681,12 +2802,12 @@ static CUresult op_cuEventRecord(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)hEvent)))
         fgr_r = fgr_refuse("cuEventRecord", "hEvent", (uint64_t)(uintptr_t)hEvent, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuEventRecord", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuEventRecord)fgr_real[FGR_OP_cuEventRecord])(hEvent, hStream);
     return fgr_r;
 }
@@ -2698,12 +2819,12 @@ static CUresult op_cuEventRecord_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)hEvent)))
         fgr_r = fgr_refuse("cuEventRecord_ptsz", "hEvent", (uint64_t)(uintptr_t)hEvent, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuEventRecord_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuEventRecord_ptsz)fgr_real[FGR_OP_cuEventRecord_ptsz])(hEvent, hStream);
     return fgr_r;
 }
@@ -2716,12 +2837,12 @@ static CUresult op_cuEventRecordWithFlags(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)hEvent)))
         fgr_r = fgr_refuse("cuEventRecordWithFlags", "hEvent", (uint64_t)(uintptr_t)hEvent, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuEventRecordWithFlags", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuEventRecordWithFlags)fgr_real[FGR_OP_cuEventRecordWithFlags])(hEvent, hStream, flags);
     return fgr_r;
 }
@@ -2734,12 +2855,12 @@ static CUresult op_cuEventRecordWithFlags_ptsz(struct fgr_rd *rd, struct fgr_req
     unsigned int flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)hEvent)))
         fgr_r = fgr_refuse("cuEventRecordWithFlags_ptsz", "hEvent", (uint64_t)(uintptr_t)hEvent, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuEventRecordWithFlags_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuEventRecordWithFlags_ptsz)fgr_real[FGR_OP_cuEventRecordWithFlags_ptsz])(hEvent, hStream, flags);
     return fgr_r;
 }
@@ -2750,10 +2871,10 @@ static CUresult op_cuEventQuery(struct fgr_rd *rd, struct fgr_req *q)
     CUevent hEvent = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)hEvent)))
         fgr_r = fgr_refuse("cuEventQuery", "hEvent", (uint64_t)(uintptr_t)hEvent, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuEventQuery)fgr_real[FGR_OP_cuEventQuery])(hEvent);
     return fgr_r;
 }
@@ -2764,10 +2885,11 @@ static CUresult op_cuEventSynchronize(struct fgr_rd *rd, struct fgr_req *q)
     CUevent hEvent = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)hEvent)))
         fgr_r = fgr_refuse("cuEventSynchronize", "hEvent", (uint64_t)(uintptr_t)hEvent, CUDA_ERROR_INVALID_HANDLE);
-    else if ((fgr_r = fgr_wait(FGR_WAIT_EVENT, (uint64_t)(uintptr_t)hEvent, 0)) == FGR_GO)
+    if (fgr_r == CUDA_SUCCESS &&
+        (fgr_r = fgr_wait(FGR_WAIT_EVENT, (uint64_t)(uintptr_t)hEvent, 0)) == FGR_GO)
         fgr_r = ((pfn_cuEventSynchronize)fgr_real[FGR_OP_cuEventSynchronize])(hEvent);
     return fgr_r;
 }
@@ -2781,16 +2903,17 @@ static CUresult op_cuEventElapsedTime(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     float *pMilliseconds = NULL;
-    if (has_pMilliseconds && !(pMilliseconds = fgr_out(q, sizeof(float))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)hStart)))
         fgr_r = fgr_refuse("cuEventElapsedTime", "hStart", (uint64_t)(uintptr_t)hStart, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)hEnd)))
         fgr_r = fgr_refuse("cuEventElapsedTime", "hEnd", (uint64_t)(uintptr_t)hEnd, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_pMilliseconds && !(pMilliseconds = fgr_out(q, sizeof(float))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuEventElapsedTime)fgr_real[FGR_OP_cuEventElapsedTime])(pMilliseconds, hStart, hEnd);
-    fgr_reply_out(q, pMilliseconds, sizeof(float), 0, fgr_r);
+    if (has_pMilliseconds)
+        fgr_reply_out(q, pMilliseconds, sizeof(float), 0, fgr_r);
     return fgr_r;
 }
 
@@ -2803,16 +2926,17 @@ static CUresult op_cuEventElapsedTime_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     float *pMilliseconds = NULL;
-    if (has_pMilliseconds && !(pMilliseconds = fgr_out(q, sizeof(float))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)hStart)))
         fgr_r = fgr_refuse("cuEventElapsedTime_v2", "hStart", (uint64_t)(uintptr_t)hStart, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)hEnd)))
         fgr_r = fgr_refuse("cuEventElapsedTime_v2", "hEnd", (uint64_t)(uintptr_t)hEnd, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_pMilliseconds && !(pMilliseconds = fgr_out(q, sizeof(float))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuEventElapsedTime_v2)fgr_real[FGR_OP_cuEventElapsedTime_v2])(pMilliseconds, hStart, hEnd);
-    fgr_reply_out(q, pMilliseconds, sizeof(float), 0, fgr_r);
+    if (has_pMilliseconds)
+        fgr_reply_out(q, pMilliseconds, sizeof(float), 0, fgr_r);
     return fgr_r;
 }
 
@@ -2822,10 +2946,10 @@ static CUresult op_cuEventDestroy_v2(struct fgr_rd *rd, struct fgr_req *q)
     CUevent hEvent = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)hEvent)))
         fgr_r = fgr_refuse("cuEventDestroy_v2", "hEvent", (uint64_t)(uintptr_t)hEvent, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuEventDestroy_v2)fgr_real[FGR_OP_cuEventDestroy_v2])(hEvent);
     if (fgr_r == CUDA_SUCCESS) {
         fgr_drop(FGR_H_CUevent, (uint64_t)(uintptr_t)hEvent);
@@ -2841,14 +2965,17 @@ static CUresult op_cuGraphCreate(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraph *phGraph = NULL;
-    if (has_phGraph && !(phGraph = fgr_out(q, sizeof(CUgraph))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_phGraph && !(phGraph = fgr_out(q, sizeof(CUgraph))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuGraphCreate)fgr_real[FGR_OP_cuGraphCreate])(phGraph, flags);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphCreate)fgr_real[FGR_OP_cuGraphCreate])(phGraph, flags);
     if (fgr_r == CUDA_SUCCESS) {
         if (phGraph)
             fgr_add(FGR_H_CUgraph, (uint64_t)(uintptr_t)*phGraph, FGR_H_CUcontext, fgr_ctx);
     }
-    fgr_reply_out(q, phGraph, sizeof(CUgraph), 0, fgr_r);
+    if (has_phGraph)
+        fgr_reply_out(q, phGraph, sizeof(CUgraph), 0, fgr_r);
     return fgr_r;
 }
 
@@ -2861,18 +2988,21 @@ static CUresult op_cuGraphGetNodes(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraphNode *nodes = NULL;
-    if (has_nodes && !(nodes = fgr_out(q, fgr_mul((uint64_t)(numNodes?*numNodes:0), sizeof(CUgraphNode)))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
         fgr_r = fgr_refuse("cuGraphGetNodes", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
-    else
+    else if (!(!has_nodes || fgr_mul((uint64_t)(numNodes?*numNodes:0), sizeof(CUgraphNode)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("cuGraphGetNodes", "nodes", fgr_mul((uint64_t)(numNodes?*numNodes:0), sizeof(CUgraphNode)), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_nodes && !(nodes = fgr_out(q, fgr_mul((uint64_t)(numNodes?*numNodes:0), sizeof(CUgraphNode)))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuGraphGetNodes)fgr_real[FGR_OP_cuGraphGetNodes])(hGraph, nodes, numNodes);
     if (fgr_r == CUDA_SUCCESS) {
         for (uint64_t fgr_i = 0; nodes && fgr_i < fgr_mul((uint64_t)(numNodes?*numNodes:0), sizeof(CUgraphNode)) / sizeof(CUgraphNode); fgr_i++)
             fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)nodes[fgr_i], FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
     }
-    fgr_reply_out(q, nodes, fgr_mul((uint64_t)(numNodes?*numNodes:0), sizeof(CUgraphNode)), 0, fgr_r);
+    if (has_nodes)
+        fgr_reply_out(q, nodes, fgr_mul((uint64_t)(numNodes?*numNodes:0), sizeof(CUgraphNode)), 0, fgr_r);
     fgr_reply_out(q, numNodes, sizeof(size_t), 1, fgr_r);
     return fgr_r;
 }
@@ -2885,14 +3015,15 @@ static CUresult op_cuGraphNodeGetType(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraphNodeType *type = NULL;
-    if (has_type && !(type = fgr_out(q, sizeof(CUgraphNodeType))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
         fgr_r = fgr_refuse("cuGraphNodeGetType", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_type && !(type = fgr_out(q, sizeof(CUgraphNodeType))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuGraphNodeGetType)fgr_real[FGR_OP_cuGraphNodeGetType])(hNode, type);
-    fgr_reply_out(q, type, sizeof(CUgraphNodeType), 0, fgr_r);
+    if (has_type)
+        fgr_reply_out(q, type, sizeof(CUgraphNodeType), 0, fgr_r);
     return fgr_r;
 }
 
@@ -2904,18 +3035,19 @@ static CUresult op_cuGraphChildGraphNodeGetGraph(struct fgr_rd *rd, struct fgr_r
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraph *phGraph = NULL;
-    if (has_phGraph && !(phGraph = fgr_out(q, sizeof(CUgraph))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
         fgr_r = fgr_refuse("cuGraphChildGraphNodeGetGraph", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_phGraph && !(phGraph = fgr_out(q, sizeof(CUgraph))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuGraphChildGraphNodeGetGraph)fgr_real[FGR_OP_cuGraphChildGraphNodeGetGraph])(hNode, phGraph);
     if (fgr_r == CUDA_SUCCESS) {
         if (phGraph)
             fgr_add(FGR_H_CUgraph, (uint64_t)(uintptr_t)*phGraph, FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode);
     }
-    fgr_reply_out(q, phGraph, sizeof(CUgraph), 0, fgr_r);
+    if (has_phGraph)
+        fgr_reply_out(q, phGraph, sizeof(CUgraph), 0, fgr_r);
     return fgr_r;
 }
 
@@ -2930,22 +3062,23 @@ static CUresult op_cuGraphAddMemFreeNode(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraphNode *phGraphNode = NULL;
-    if (has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
         fgr_r = fgr_refuse("cuGraphAddMemFreeNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
         fgr_r = fgr_refuse("cuGraphAddMemFreeNode", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_mem_in((uint64_t)(uintptr_t)dptr, 1)))
         fgr_r = fgr_refuse("cuGraphAddMemFreeNode", "dptr", (uint64_t)(uintptr_t)dptr, CUDA_ERROR_INVALID_VALUE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuGraphAddMemFreeNode)fgr_real[FGR_OP_cuGraphAddMemFreeNode])(phGraphNode, hGraph, dependencies, numDependencies, dptr);
     if (fgr_r == CUDA_SUCCESS) {
         if (phGraphNode)
             fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
     }
-    fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
+    if (has_phGraphNode)
+        fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
     return fgr_r;
 }
 
@@ -2958,10 +3091,15 @@ static CUresult op_cuDeviceGetGraphMemAttribute(struct fgr_rd *rd, struct fgr_re
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *value = NULL;
-    if (has_value && !(value = fgr_out(q, fgr_mul((uint64_t)(8), 1))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(!has_value || fgr_mul((uint64_t)(8), 1) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("cuDeviceGetGraphMemAttribute", "value", fgr_mul((uint64_t)(8), 1), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_value && !(value = fgr_out(q, fgr_mul((uint64_t)(8), 1))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuDeviceGetGraphMemAttribute)fgr_real[FGR_OP_cuDeviceGetGraphMemAttribute])(device, attr, value);
-    fgr_reply_out(q, value, fgr_mul((uint64_t)(8), 1), 0, fgr_r);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuDeviceGetGraphMemAttribute)fgr_real[FGR_OP_cuDeviceGetGraphMemAttribute])(device, attr, value);
+    if (has_value)
+        fgr_reply_out(q, value, fgr_mul((uint64_t)(8), 1), 0, fgr_r);
     return fgr_r;
 }
 
@@ -2973,7 +3111,9 @@ static CUresult op_cuDeviceSetGraphMemAttribute(struct fgr_rd *rd, struct fgr_re
     void *value = fgr_get_buf(rd, q, fgr_mul((uint64_t)(8), 1), 0);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuDeviceSetGraphMemAttribute)fgr_real[FGR_OP_cuDeviceSetGraphMemAttribute])(device, attr, value);
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuDeviceSetGraphMemAttribute)fgr_real[FGR_OP_cuDeviceSetGraphMemAttribute])(device, attr, value);
     return fgr_r;
 }
 
@@ -2983,7 +3123,9 @@ static CUresult op_cuDeviceGraphMemTrim(struct fgr_rd *rd, struct fgr_req *q)
     CUdevice device = (CUdevice)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuDeviceGraphMemTrim)fgr_real[FGR_OP_cuDeviceGraphMemTrim])(device);
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuDeviceGraphMemTrim)fgr_real[FGR_OP_cuDeviceGraphMemTrim])(device);
     return fgr_r;
 }
 
@@ -2996,18 +3138,19 @@ static CUresult op_cuGraphInstantiateWithFlags(struct fgr_rd *rd, struct fgr_req
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraphExec *phGraphExec = NULL;
-    if (has_phGraphExec && !(phGraphExec = fgr_out(q, sizeof(CUgraphExec))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
         fgr_r = fgr_refuse("cuGraphInstantiateWithFlags", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_phGraphExec && !(phGraphExec = fgr_out(q, sizeof(CUgraphExec))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuGraphInstantiateWithFlags)fgr_real[FGR_OP_cuGraphInstantiateWithFlags])(phGraphExec, hGraph, flags);
     if (fgr_r == CUDA_SUCCESS) {
         if (phGraphExec)
             fgr_add(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)*phGraphExec, FGR_H_CUcontext, fgr_ctx);
     }
-    fgr_reply_out(q, phGraphExec, sizeof(CUgraphExec), 0, fgr_r);
+    if (has_phGraphExec)
+        fgr_reply_out(q, phGraphExec, sizeof(CUgraphExec), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3022,20 +3165,21 @@ static CUresult op_cuGraphInstantiateWithParams(struct fgr_rd *rd, struct fgr_re
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraphExec *phGraphExec = NULL;
-    if (has_phGraphExec && !(phGraphExec = fgr_out(q, sizeof(CUgraphExec))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
         fgr_r = fgr_refuse("cuGraphInstantiateWithParams", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUstream, (instantiateParams ? (uint64_t)(uintptr_t)instantiateParams->hUploadStream : 0))))
         fgr_r = fgr_refuse("cuGraphInstantiateWithParams", "instantiateParams->hUploadStream", (instantiateParams ? (uint64_t)(uintptr_t)instantiateParams->hUploadStream : 0), CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_phGraphExec && !(phGraphExec = fgr_out(q, sizeof(CUgraphExec))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuGraphInstantiateWithParams)fgr_real[FGR_OP_cuGraphInstantiateWithParams])(phGraphExec, hGraph, instantiateParams);
     if (fgr_r == CUDA_SUCCESS) {
         if (phGraphExec)
             fgr_add(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)*phGraphExec, FGR_H_CUcontext, fgr_ctx);
     }
-    fgr_reply_out(q, phGraphExec, sizeof(CUgraphExec), 0, fgr_r);
+    if (has_phGraphExec)
+        fgr_reply_out(q, phGraphExec, sizeof(CUgraphExec), 0, fgr_r);
     fgr_reply_out(q, instantiateParams, sizeof(CUDA_GRAPH_INSTANTIATE_PARAMS), 1, fgr_r);
     return fgr_r;
 }
@@ -3051,20 +3195,21 @@ static CUresult op_cuGraphInstantiateWithParams_ptsz(struct fgr_rd *rd, struct f
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraphExec *phGraphExec = NULL;
-    if (has_phGraphExec && !(phGraphExec = fgr_out(q, sizeof(CUgraphExec))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
         fgr_r = fgr_refuse("cuGraphInstantiateWithParams_ptsz", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUstream, (instantiateParams ? (uint64_t)(uintptr_t)instantiateParams->hUploadStream : 0))))
         fgr_r = fgr_refuse("cuGraphInstantiateWithParams_ptsz", "instantiateParams->hUploadStream", (instantiateParams ? (uint64_t)(uintptr_t)instantiateParams->hUploadStream : 0), CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_phGraphExec && !(phGraphExec = fgr_out(q, sizeof(CUgraphExec))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuGraphInstantiateWithParams_ptsz)fgr_real[FGR_OP_cuGraphInstantiateWithParams_ptsz])(phGraphExec, hGraph, instantiateParams);
     if (fgr_r == CUDA_SUCCESS) {
         if (phGraphExec)
             fgr_add(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)*phGraphExec, FGR_H_CUcontext, fgr_ctx);
     }
-    fgr_reply_out(q, phGraphExec, sizeof(CUgraphExec), 0, fgr_r);
+    if (has_phGraphExec)
+        fgr_reply_out(q, phGraphExec, sizeof(CUgraphExec), 0, fgr_r);
     fgr_reply_out(q, instantiateParams, sizeof(CUDA_GRAPH_INSTANTIATE_PARAMS), 1, fgr_r);
     return fgr_r;
 }
@@ -3076,12 +3221,12 @@ static CUresult op_cuGraphUpload(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec)))
         fgr_r = fgr_refuse("cuGraphUpload", "hGraphExec", (uint64_t)(uintptr_t)hGraphExec, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuGraphUpload", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuGraphUpload)fgr_real[FGR_OP_cuGraphUpload])(hGraphExec, hStream);
     return fgr_r;
 }
@@ -3093,12 +3238,12 @@ static CUresult op_cuGraphUpload_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec)))
         fgr_r = fgr_refuse("cuGraphUpload_ptsz", "hGraphExec", (uint64_t)(uintptr_t)hGraphExec, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuGraphUpload_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuGraphUpload_ptsz)fgr_real[FGR_OP_cuGraphUpload_ptsz])(hGraphExec, hStream);
     return fgr_r;
 }
@@ -3110,12 +3255,12 @@ static CUresult op_cuGraphLaunch(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec)))
         fgr_r = fgr_refuse("cuGraphLaunch", "hGraphExec", (uint64_t)(uintptr_t)hGraphExec, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuGraphLaunch", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuGraphLaunch)fgr_real[FGR_OP_cuGraphLaunch])(hGraphExec, hStream);
     return fgr_r;
 }
@@ -3127,12 +3272,12 @@ static CUresult op_cuGraphLaunch_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec)))
         fgr_r = fgr_refuse("cuGraphLaunch_ptsz", "hGraphExec", (uint64_t)(uintptr_t)hGraphExec, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuGraphLaunch_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuGraphLaunch_ptsz)fgr_real[FGR_OP_cuGraphLaunch_ptsz])(hGraphExec, hStream);
     return fgr_r;
 }
@@ -3143,10 +3288,10 @@ static CUresult op_cuGraphExecDestroy(struct fgr_rd *rd, struct fgr_req *q)
     CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec)))
         fgr_r = fgr_refuse("cuGraphExecDestroy", "hGraphExec", (uint64_t)(uintptr_t)hGraphExec, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuGraphExecDestroy)fgr_real[FGR_OP_cuGraphExecDestroy])(hGraphExec);
     if (fgr_r == CUDA_SUCCESS) {
         fgr_drop(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec);
@@ -3160,10 +3305,10 @@ static CUresult op_cuGraphDestroy(struct fgr_rd *rd, struct fgr_req *q)
     CUgraph hGraph = (CUgraph)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
         fgr_r = fgr_refuse("cuGraphDestroy", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuGraphDestroy)fgr_real[FGR_OP_cuGraphDestroy])(hGraph);
     if (fgr_r == CUDA_SUCCESS) {
         fgr_drop(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
@@ -3180,10 +3325,15 @@ static CUresult op_cuDeviceGetPCIBusId(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     char *pciBusId = NULL;
-    if (has_pciBusId && !(pciBusId = fgr_out(q, fgr_mul((uint64_t)(len), sizeof(char)))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(!has_pciBusId || fgr_mul((uint64_t)(len), sizeof(char)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("cuDeviceGetPCIBusId", "pciBusId", fgr_mul((uint64_t)(len), sizeof(char)), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_pciBusId && !(pciBusId = fgr_out(q, fgr_mul((uint64_t)(len), sizeof(char)))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuDeviceGetPCIBusId)fgr_real[FGR_OP_cuDeviceGetPCIBusId])(pciBusId, len, dev);
-    fgr_reply_out(q, pciBusId, fgr_mul((uint64_t)(len), sizeof(char)), 0, fgr_r);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuDeviceGetPCIBusId)fgr_real[FGR_OP_cuDeviceGetPCIBusId])(pciBusId, len, dev);
+    if (has_pciBusId)
+        fgr_reply_out(q, pciBusId, fgr_mul((uint64_t)(len), sizeof(char)), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3195,10 +3345,13 @@ static CUresult op_cuDeviceGetByPCIBusId(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUdevice *dev = NULL;
-    if (has_dev && !(dev = fgr_out(q, sizeof(CUdevice))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_dev && !(dev = fgr_out(q, sizeof(CUdevice))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuDeviceGetByPCIBusId)fgr_real[FGR_OP_cuDeviceGetByPCIBusId])(dev, pciBusId);
-    fgr_reply_out(q, dev, sizeof(CUdevice), 0, fgr_r);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuDeviceGetByPCIBusId)fgr_real[FGR_OP_cuDeviceGetByPCIBusId])(dev, pciBusId);
+    if (has_dev)
+        fgr_reply_out(q, dev, sizeof(CUdevice), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3211,10 +3364,13 @@ static CUresult op_cuDeviceCanAccessPeer(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     int *canAccessPeer = NULL;
-    if (has_canAccessPeer && !(canAccessPeer = fgr_out(q, sizeof(int))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_canAccessPeer && !(canAccessPeer = fgr_out(q, sizeof(int))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuDeviceCanAccessPeer)fgr_real[FGR_OP_cuDeviceCanAccessPeer])(canAccessPeer, dev, peerDev);
-    fgr_reply_out(q, canAccessPeer, sizeof(int), 0, fgr_r);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuDeviceCanAccessPeer)fgr_real[FGR_OP_cuDeviceCanAccessPeer])(canAccessPeer, dev, peerDev);
+    if (has_canAccessPeer)
+        fgr_reply_out(q, canAccessPeer, sizeof(int), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3226,14 +3382,15 @@ static CUresult op_cuCtxGetApiVersion(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     unsigned int *version = NULL;
-    if (has_version && !(version = fgr_out(q, sizeof(unsigned int))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
         fgr_r = fgr_refuse("cuCtxGetApiVersion", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_version && !(version = fgr_out(q, sizeof(unsigned int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuCtxGetApiVersion)fgr_real[FGR_OP_cuCtxGetApiVersion])(ctx, version);
-    fgr_reply_out(q, version, sizeof(unsigned int), 0, fgr_r);
+    if (has_version)
+        fgr_reply_out(q, version, sizeof(unsigned int), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3244,10 +3401,13 @@ static CUresult op_cuCtxGetFlags(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     unsigned int *flags = NULL;
-    if (has_flags && !(flags = fgr_out(q, sizeof(unsigned int))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_flags && !(flags = fgr_out(q, sizeof(unsigned int))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuCtxGetFlags)fgr_real[FGR_OP_cuCtxGetFlags])(flags);
-    fgr_reply_out(q, flags, sizeof(unsigned int), 0, fgr_r);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuCtxGetFlags)fgr_real[FGR_OP_cuCtxGetFlags])(flags);
+    if (has_flags)
+        fgr_reply_out(q, flags, sizeof(unsigned int), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3259,14 +3419,18 @@ static CUresult op_cuCtxGetStreamPriorityRange(struct fgr_rd *rd, struct fgr_req
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     int *leastPriority = NULL;
-    if (has_leastPriority && !(leastPriority = fgr_out(q, sizeof(int))))
-        return fgr_out_failed(q);
     int *greatestPriority = NULL;
-    if (has_greatestPriority && !(greatestPriority = fgr_out(q, sizeof(int))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_leastPriority && !(leastPriority = fgr_out(q, sizeof(int))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuCtxGetStreamPriorityRange)fgr_real[FGR_OP_cuCtxGetStreamPriorityRange])(leastPriority, greatestPriority);
-    fgr_reply_out(q, leastPriority, sizeof(int), 0, fgr_r);
-    fgr_reply_out(q, greatestPriority, sizeof(int), 0, fgr_r);
+    if (fgr_r == CUDA_SUCCESS && has_greatestPriority && !(greatestPriority = fgr_out(q, sizeof(int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuCtxGetStreamPriorityRange)fgr_real[FGR_OP_cuCtxGetStreamPriorityRange])(leastPriority, greatestPriority);
+    if (has_leastPriority)
+        fgr_reply_out(q, leastPriority, sizeof(int), 0, fgr_r);
+    if (has_greatestPriority)
+        fgr_reply_out(q, greatestPriority, sizeof(int), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3278,14 +3442,15 @@ static CUresult op_cuCtxGetId(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     unsigned long long *ctxId = NULL;
-    if (has_ctxId && !(ctxId = fgr_out(q, sizeof(unsigned long long))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
         fgr_r = fgr_refuse("cuCtxGetId", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_ctxId && !(ctxId = fgr_out(q, sizeof(unsigned long long))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuCtxGetId)fgr_real[FGR_OP_cuCtxGetId])(ctx, ctxId);
-    fgr_reply_out(q, ctxId, sizeof(unsigned long long), 0, fgr_r);
+    if (has_ctxId)
+        fgr_reply_out(q, ctxId, sizeof(unsigned long long), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3296,10 +3461,10 @@ static CUresult op_cuCtxEnablePeerAccess(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int Flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)peerContext)))
         fgr_r = fgr_refuse("cuCtxEnablePeerAccess", "peerContext", (uint64_t)(uintptr_t)peerContext, CUDA_ERROR_INVALID_CONTEXT);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuCtxEnablePeerAccess)fgr_real[FGR_OP_cuCtxEnablePeerAccess])(peerContext, Flags);
     return fgr_r;
 }
@@ -3310,10 +3475,10 @@ static CUresult op_cuCtxDisablePeerAccess(struct fgr_rd *rd, struct fgr_req *q)
     CUcontext peerContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)peerContext)))
         fgr_r = fgr_refuse("cuCtxDisablePeerAccess", "peerContext", (uint64_t)(uintptr_t)peerContext, CUDA_ERROR_INVALID_CONTEXT);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuCtxDisablePeerAccess)fgr_real[FGR_OP_cuCtxDisablePeerAccess])(peerContext);
     return fgr_r;
 }
@@ -3323,7 +3488,9 @@ static CUresult op_cuCtxResetPersistingL2Cache(struct fgr_rd *rd, struct fgr_req
     (void)q;
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuCtxResetPersistingL2Cache)fgr_real[FGR_OP_cuCtxResetPersistingL2Cache])();
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuCtxResetPersistingL2Cache)fgr_real[FGR_OP_cuCtxResetPersistingL2Cache])();
     return fgr_r;
 }
 
@@ -3336,14 +3503,15 @@ static CUresult op_cuMemGetAccess(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     unsigned long long *flags = NULL;
-    if (has_flags && !(flags = fgr_out(q, sizeof(unsigned long long))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)ptr, 1)))
         fgr_r = fgr_refuse("cuMemGetAccess", "ptr", (uint64_t)(uintptr_t)ptr, CUDA_ERROR_INVALID_VALUE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_flags && !(flags = fgr_out(q, sizeof(unsigned long long))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemGetAccess)fgr_real[FGR_OP_cuMemGetAccess])(flags, location, ptr);
-    fgr_reply_out(q, flags, sizeof(unsigned long long), 0, fgr_r);
+    if (has_flags)
+        fgr_reply_out(q, flags, sizeof(unsigned long long), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3355,10 +3523,10 @@ static CUresult op_cuMemPoolSetAttribute(struct fgr_rd *rd, struct fgr_req *q)
     void *value = fgr_get_buf(rd, q, fgr_mul((uint64_t)(fgr_mempool_attr_bytes(attr)), 1), 0);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)pool)))
         fgr_r = fgr_refuse("cuMemPoolSetAttribute", "pool", (uint64_t)(uintptr_t)pool, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemPoolSetAttribute)fgr_real[FGR_OP_cuMemPoolSetAttribute])(pool, attr, value);
     return fgr_r;
 }
@@ -3370,10 +3538,10 @@ static CUresult op_cuDeviceSetMemPool(struct fgr_rd *rd, struct fgr_req *q)
     CUmemoryPool pool = (CUmemoryPool)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)pool)))
         fgr_r = fgr_refuse("cuDeviceSetMemPool", "pool", (uint64_t)(uintptr_t)pool, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuDeviceSetMemPool)fgr_real[FGR_OP_cuDeviceSetMemPool])(dev, pool);
     return fgr_r;
 }
@@ -3386,14 +3554,15 @@ static CUresult op_cuMemGetAllocationPropertiesFromHandle(struct fgr_rd *rd, str
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUmemAllocationProp *prop = NULL;
-    if (has_prop && !(prop = fgr_out(q, sizeof(CUmemAllocationProp))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUmemGenericAllocationHandle, (uint64_t)handle)))
         fgr_r = fgr_refuse("cuMemGetAllocationPropertiesFromHandle", "handle", (uint64_t)handle, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_prop && !(prop = fgr_out(q, sizeof(CUmemAllocationProp))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemGetAllocationPropertiesFromHandle)fgr_real[FGR_OP_cuMemGetAllocationPropertiesFromHandle])(prop, handle);
-    fgr_reply_out(q, prop, sizeof(CUmemAllocationProp), 0, fgr_r);
+    if (has_prop)
+        fgr_reply_out(q, prop, sizeof(CUmemAllocationProp), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3407,22 +3576,24 @@ static CUresult op_cuModuleGetGlobal_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUdeviceptr *dptr = NULL;
-    if (has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
-        return fgr_out_failed(q);
     size_t *bytes = NULL;
-    if (has_bytes && !(bytes = fgr_out(q, sizeof(size_t))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUmodule, (uint64_t)(uintptr_t)hmod)))
         fgr_r = fgr_refuse("cuModuleGetGlobal_v2", "hmod", (uint64_t)(uintptr_t)hmod, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_bytes && !(bytes = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuModuleGetGlobal_v2)fgr_real[FGR_OP_cuModuleGetGlobal_v2])(dptr, bytes, hmod, name);
     if (fgr_r == CUDA_SUCCESS) {
         if (dptr)
             fgr_mem_add_found(*dptr, FGR_H_CUmodule, (uint64_t)(uintptr_t)hmod);
     }
-    fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
-    fgr_reply_out(q, bytes, sizeof(size_t), 0, fgr_r);
+    if (has_dptr)
+        fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
+    if (has_bytes)
+        fgr_reply_out(q, bytes, sizeof(size_t), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3434,18 +3605,19 @@ static CUresult op_cuLibraryGetModule(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUmodule *pMod = NULL;
-    if (has_pMod && !(pMod = fgr_out(q, sizeof(CUmodule))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUlibrary, (uint64_t)(uintptr_t)library)))
         fgr_r = fgr_refuse("cuLibraryGetModule", "library", (uint64_t)(uintptr_t)library, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_pMod && !(pMod = fgr_out(q, sizeof(CUmodule))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuLibraryGetModule)fgr_real[FGR_OP_cuLibraryGetModule])(pMod, library);
     if (fgr_r == CUDA_SUCCESS) {
         if (pMod)
             fgr_add(FGR_H_CUmodule, (uint64_t)(uintptr_t)*pMod, FGR_H_CUlibrary, (uint64_t)(uintptr_t)library);
     }
-    fgr_reply_out(q, pMod, sizeof(CUmodule), 0, fgr_r);
+    if (has_pMod)
+        fgr_reply_out(q, pMod, sizeof(CUmodule), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3459,18 +3631,20 @@ static CUresult op_cuFuncGetParamInfo(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     size_t *paramOffset = NULL;
-    if (has_paramOffset && !(paramOffset = fgr_out(q, sizeof(size_t))))
-        return fgr_out_failed(q);
     size_t *paramSize = NULL;
-    if (has_paramSize && !(paramSize = fgr_out(q, sizeof(size_t))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)func)))
         fgr_r = fgr_refuse("cuFuncGetParamInfo", "func", (uint64_t)(uintptr_t)func, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_paramOffset && !(paramOffset = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_paramSize && !(paramSize = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuFuncGetParamInfo)fgr_real[FGR_OP_cuFuncGetParamInfo])(func, paramIndex, paramOffset, paramSize);
-    fgr_reply_out(q, paramOffset, sizeof(size_t), 0, fgr_r);
-    fgr_reply_out(q, paramSize, sizeof(size_t), 0, fgr_r);
+    if (has_paramOffset)
+        fgr_reply_out(q, paramOffset, sizeof(size_t), 0, fgr_r);
+    if (has_paramSize)
+        fgr_reply_out(q, paramSize, sizeof(size_t), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3484,18 +3658,20 @@ static CUresult op_cuKernelGetParamInfo(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     size_t *paramOffset = NULL;
-    if (has_paramOffset && !(paramOffset = fgr_out(q, sizeof(size_t))))
-        return fgr_out_failed(q);
     size_t *paramSize = NULL;
-    if (has_paramSize && !(paramSize = fgr_out(q, sizeof(size_t))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUkernel, (uint64_t)(uintptr_t)kernel)))
         fgr_r = fgr_refuse("cuKernelGetParamInfo", "kernel", (uint64_t)(uintptr_t)kernel, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_paramOffset && !(paramOffset = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_paramSize && !(paramSize = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuKernelGetParamInfo)fgr_real[FGR_OP_cuKernelGetParamInfo])(kernel, paramIndex, paramOffset, paramSize);
-    fgr_reply_out(q, paramOffset, sizeof(size_t), 0, fgr_r);
-    fgr_reply_out(q, paramSize, sizeof(size_t), 0, fgr_r);
+    if (has_paramOffset)
+        fgr_reply_out(q, paramOffset, sizeof(size_t), 0, fgr_r);
+    if (has_paramSize)
+        fgr_reply_out(q, paramSize, sizeof(size_t), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3507,18 +3683,19 @@ static CUresult op_cuFuncGetModule(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUmodule *hmod = NULL;
-    if (has_hmod && !(hmod = fgr_out(q, sizeof(CUmodule))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)hfunc)))
         fgr_r = fgr_refuse("cuFuncGetModule", "hfunc", (uint64_t)(uintptr_t)hfunc, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_hmod && !(hmod = fgr_out(q, sizeof(CUmodule))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuFuncGetModule)fgr_real[FGR_OP_cuFuncGetModule])(hmod, hfunc);
     if (fgr_r == CUDA_SUCCESS) {
         if (hmod)
             fgr_add(FGR_H_CUmodule, (uint64_t)(uintptr_t)*hmod, FGR_H_CUcontext, fgr_ctx);
     }
-    fgr_reply_out(q, hmod, sizeof(CUmodule), 0, fgr_r);
+    if (has_hmod)
+        fgr_reply_out(q, hmod, sizeof(CUmodule), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3532,14 +3709,15 @@ static CUresult op_cuKernelGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     int *pi = NULL;
-    if (has_pi && !(pi = fgr_out(q, sizeof(int))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUkernel, (uint64_t)(uintptr_t)kernel)))
         fgr_r = fgr_refuse("cuKernelGetAttribute", "kernel", (uint64_t)(uintptr_t)kernel, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_pi && !(pi = fgr_out(q, sizeof(int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuKernelGetAttribute)fgr_real[FGR_OP_cuKernelGetAttribute])(pi, attrib, kernel, dev);
-    fgr_reply_out(q, pi, sizeof(int), 0, fgr_r);
+    if (has_pi)
+        fgr_reply_out(q, pi, sizeof(int), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3552,10 +3730,10 @@ static CUresult op_cuKernelSetAttribute(struct fgr_rd *rd, struct fgr_req *q)
     CUdevice dev = (CUdevice)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUkernel, (uint64_t)(uintptr_t)kernel)))
         fgr_r = fgr_refuse("cuKernelSetAttribute", "kernel", (uint64_t)(uintptr_t)kernel, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuKernelSetAttribute)fgr_real[FGR_OP_cuKernelSetAttribute])(attrib, val, kernel, dev);
     return fgr_r;
 }
@@ -3570,22 +3748,24 @@ static CUresult op_cuLibraryGetGlobal(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUdeviceptr *dptr = NULL;
-    if (has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
-        return fgr_out_failed(q);
     size_t *bytes = NULL;
-    if (has_bytes && !(bytes = fgr_out(q, sizeof(size_t))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUlibrary, (uint64_t)(uintptr_t)library)))
         fgr_r = fgr_refuse("cuLibraryGetGlobal", "library", (uint64_t)(uintptr_t)library, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_bytes && !(bytes = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuLibraryGetGlobal)fgr_real[FGR_OP_cuLibraryGetGlobal])(dptr, bytes, library, name);
     if (fgr_r == CUDA_SUCCESS) {
         if (dptr)
             fgr_mem_add_found(*dptr, FGR_H_CUlibrary, (uint64_t)(uintptr_t)library);
     }
-    fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
-    fgr_reply_out(q, bytes, sizeof(size_t), 0, fgr_r);
+    if (has_dptr)
+        fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
+    if (has_bytes)
+        fgr_reply_out(q, bytes, sizeof(size_t), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3597,14 +3777,15 @@ static CUresult op_cuLibraryGetKernelCount(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     unsigned int *count = NULL;
-    if (has_count && !(count = fgr_out(q, sizeof(unsigned int))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUlibrary, (uint64_t)(uintptr_t)lib)))
         fgr_r = fgr_refuse("cuLibraryGetKernelCount", "lib", (uint64_t)(uintptr_t)lib, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_count && !(count = fgr_out(q, sizeof(unsigned int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuLibraryGetKernelCount)fgr_real[FGR_OP_cuLibraryGetKernelCount])(count, lib);
-    fgr_reply_out(q, count, sizeof(unsigned int), 0, fgr_r);
+    if (has_count)
+        fgr_reply_out(q, count, sizeof(unsigned int), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3617,18 +3798,21 @@ static CUresult op_cuLibraryEnumerateKernels(struct fgr_rd *rd, struct fgr_req *
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUkernel *kernels = NULL;
-    if (has_kernels && !(kernels = fgr_out(q, fgr_mul((uint64_t)(numKernels), sizeof(CUkernel)))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
-    if (!(fgr_has(FGR_H_CUlibrary, (uint64_t)(uintptr_t)lib)))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(!has_kernels || fgr_mul((uint64_t)(numKernels), sizeof(CUkernel)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("cuLibraryEnumerateKernels", "kernels", fgr_mul((uint64_t)(numKernels), sizeof(CUkernel)), CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUlibrary, (uint64_t)(uintptr_t)lib)))
         fgr_r = fgr_refuse("cuLibraryEnumerateKernels", "lib", (uint64_t)(uintptr_t)lib, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_kernels && !(kernels = fgr_out(q, fgr_mul((uint64_t)(numKernels), sizeof(CUkernel)))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuLibraryEnumerateKernels)fgr_real[FGR_OP_cuLibraryEnumerateKernels])(kernels, numKernels, lib);
     if (fgr_r == CUDA_SUCCESS) {
         for (uint64_t fgr_i = 0; kernels && fgr_i < fgr_mul((uint64_t)(numKernels), sizeof(CUkernel)) / sizeof(CUkernel); fgr_i++)
             fgr_add(FGR_H_CUkernel, (uint64_t)(uintptr_t)kernels[fgr_i], FGR_H_CUlibrary, (uint64_t)(uintptr_t)lib);
     }
-    fgr_reply_out(q, kernels, fgr_mul((uint64_t)(numKernels), sizeof(CUkernel)), 0, fgr_r);
+    if (has_kernels)
+        fgr_reply_out(q, kernels, fgr_mul((uint64_t)(numKernels), sizeof(CUkernel)), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3642,14 +3826,15 @@ static CUresult op_cuOccupancyMaxActiveBlocksPerMultiprocessor(struct fgr_rd *rd
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     int *numBlocks = NULL;
-    if (has_numBlocks && !(numBlocks = fgr_out(q, sizeof(int))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)func)))
         fgr_r = fgr_refuse("cuOccupancyMaxActiveBlocksPerMultiprocessor", "func", (uint64_t)(uintptr_t)func, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_numBlocks && !(numBlocks = fgr_out(q, sizeof(int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuOccupancyMaxActiveBlocksPerMultiprocessor)fgr_real[FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessor])(numBlocks, func, blockSize, dynamicSMemSize);
-    fgr_reply_out(q, numBlocks, sizeof(int), 0, fgr_r);
+    if (has_numBlocks)
+        fgr_reply_out(q, numBlocks, sizeof(int), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3664,14 +3849,15 @@ static CUresult op_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(struct f
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     int *numBlocks = NULL;
-    if (has_numBlocks && !(numBlocks = fgr_out(q, sizeof(int))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)func)))
         fgr_r = fgr_refuse("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", "func", (uint64_t)(uintptr_t)func, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_numBlocks && !(numBlocks = fgr_out(q, sizeof(int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags)fgr_real[FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags])(numBlocks, func, blockSize, dynamicSMemSize, flags);
-    fgr_reply_out(q, numBlocks, sizeof(int), 0, fgr_r);
+    if (has_numBlocks)
+        fgr_reply_out(q, numBlocks, sizeof(int), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3685,14 +3871,15 @@ static CUresult op_cuOccupancyAvailableDynamicSMemPerBlock(struct fgr_rd *rd, st
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     size_t *dynamicSmemSize = NULL;
-    if (has_dynamicSmemSize && !(dynamicSmemSize = fgr_out(q, sizeof(size_t))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)func)))
         fgr_r = fgr_refuse("cuOccupancyAvailableDynamicSMemPerBlock", "func", (uint64_t)(uintptr_t)func, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_dynamicSmemSize && !(dynamicSmemSize = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuOccupancyAvailableDynamicSMemPerBlock)fgr_real[FGR_OP_cuOccupancyAvailableDynamicSMemPerBlock])(dynamicSmemSize, func, numBlocks, blockSize);
-    fgr_reply_out(q, dynamicSmemSize, sizeof(size_t), 0, fgr_r);
+    if (has_dynamicSmemSize)
+        fgr_reply_out(q, dynamicSmemSize, sizeof(size_t), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3705,10 +3892,15 @@ static CUresult op_cuPointerGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *data = NULL;
-    if (has_data && !(data = fgr_out(q, fgr_mul((uint64_t)(fgr_pointer_attr_bytes(attribute)), 1))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(!has_data || fgr_mul((uint64_t)(fgr_pointer_attr_bytes(attribute)), 1) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("cuPointerGetAttribute", "data", fgr_mul((uint64_t)(fgr_pointer_attr_bytes(attribute)), 1), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_data && !(data = fgr_out(q, fgr_mul((uint64_t)(fgr_pointer_attr_bytes(attribute)), 1))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuPointerGetAttribute)fgr_real[FGR_OP_cuPointerGetAttribute])(data, attribute, ptr);
-    fgr_reply_out(q, data, fgr_mul((uint64_t)(fgr_pointer_attr_bytes(attribute)), 1), 0, fgr_r);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuPointerGetAttribute)fgr_real[FGR_OP_cuPointerGetAttribute])(data, attribute, ptr);
+    if (has_data)
+        fgr_reply_out(q, data, fgr_mul((uint64_t)(fgr_pointer_attr_bytes(attribute)), 1), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3719,10 +3911,13 @@ static CUresult op_cuModuleGetLoadingMode(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUmoduleLoadingMode *mode = NULL;
-    if (has_mode && !(mode = fgr_out(q, sizeof(CUmoduleLoadingMode))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_mode && !(mode = fgr_out(q, sizeof(CUmoduleLoadingMode))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuModuleGetLoadingMode)fgr_real[FGR_OP_cuModuleGetLoadingMode])(mode);
-    fgr_reply_out(q, mode, sizeof(CUmoduleLoadingMode), 0, fgr_r);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuModuleGetLoadingMode)fgr_real[FGR_OP_cuModuleGetLoadingMode])(mode);
+    if (has_mode)
+        fgr_reply_out(q, mode, sizeof(CUmoduleLoadingMode), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3733,10 +3928,10 @@ static CUresult op_cuFuncSetCacheConfig(struct fgr_rd *rd, struct fgr_req *q)
     CUfunc_cache config = (CUfunc_cache)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)hfunc)))
         fgr_r = fgr_refuse("cuFuncSetCacheConfig", "hfunc", (uint64_t)(uintptr_t)hfunc, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuFuncSetCacheConfig)fgr_real[FGR_OP_cuFuncSetCacheConfig])(hfunc, config);
     return fgr_r;
 }
@@ -3749,10 +3944,10 @@ static CUresult op_cuKernelSetCacheConfig(struct fgr_rd *rd, struct fgr_req *q)
     CUdevice dev = (CUdevice)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUkernel, (uint64_t)(uintptr_t)kernel)))
         fgr_r = fgr_refuse("cuKernelSetCacheConfig", "kernel", (uint64_t)(uintptr_t)kernel, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuKernelSetCacheConfig)fgr_real[FGR_OP_cuKernelSetCacheConfig])(kernel, config, dev);
     return fgr_r;
 }
@@ -3764,10 +3959,13 @@ static CUresult op_cuCtxGetCacheConfig(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUfunc_cache *pconfig = NULL;
-    if (has_pconfig && !(pconfig = fgr_out(q, sizeof(CUfunc_cache))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_pconfig && !(pconfig = fgr_out(q, sizeof(CUfunc_cache))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuCtxGetCacheConfig)fgr_real[FGR_OP_cuCtxGetCacheConfig])(pconfig);
-    fgr_reply_out(q, pconfig, sizeof(CUfunc_cache), 0, fgr_r);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuCtxGetCacheConfig)fgr_real[FGR_OP_cuCtxGetCacheConfig])(pconfig);
+    if (has_pconfig)
+        fgr_reply_out(q, pconfig, sizeof(CUfunc_cache), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3777,7 +3975,9 @@ static CUresult op_cuCtxSetCacheConfig(struct fgr_rd *rd, struct fgr_req *q)
     CUfunc_cache config = (CUfunc_cache)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuCtxSetCacheConfig)fgr_real[FGR_OP_cuCtxSetCacheConfig])(config);
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuCtxSetCacheConfig)fgr_real[FGR_OP_cuCtxSetCacheConfig])(config);
     return fgr_r;
 }
 
@@ -3788,10 +3988,10 @@ static CUresult op_cuFuncSetSharedMemConfig(struct fgr_rd *rd, struct fgr_req *q
     CUsharedconfig config = (CUsharedconfig)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)hfunc)))
         fgr_r = fgr_refuse("cuFuncSetSharedMemConfig", "hfunc", (uint64_t)(uintptr_t)hfunc, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuFuncSetSharedMemConfig)fgr_real[FGR_OP_cuFuncSetSharedMemConfig])(hfunc, config);
     return fgr_r;
 }
@@ -3803,10 +4003,13 @@ static CUresult op_cuCtxGetSharedMemConfig(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUsharedconfig *pConfig = NULL;
-    if (has_pConfig && !(pConfig = fgr_out(q, sizeof(CUsharedconfig))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_pConfig && !(pConfig = fgr_out(q, sizeof(CUsharedconfig))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuCtxGetSharedMemConfig)fgr_real[FGR_OP_cuCtxGetSharedMemConfig])(pConfig);
-    fgr_reply_out(q, pConfig, sizeof(CUsharedconfig), 0, fgr_r);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuCtxGetSharedMemConfig)fgr_real[FGR_OP_cuCtxGetSharedMemConfig])(pConfig);
+    if (has_pConfig)
+        fgr_reply_out(q, pConfig, sizeof(CUsharedconfig), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3816,7 +4019,9 @@ static CUresult op_cuCtxSetSharedMemConfig(struct fgr_rd *rd, struct fgr_req *q)
     CUsharedconfig config = (CUsharedconfig)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuCtxSetSharedMemConfig)fgr_real[FGR_OP_cuCtxSetSharedMemConfig])(config);
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuCtxSetSharedMemConfig)fgr_real[FGR_OP_cuCtxSetSharedMemConfig])(config);
     return fgr_r;
 }
 
@@ -3830,10 +4035,13 @@ static CUresult op_cuDeviceGetP2PAttribute(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     int *value = NULL;
-    if (has_value && !(value = fgr_out(q, sizeof(int))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_value && !(value = fgr_out(q, sizeof(int))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuDeviceGetP2PAttribute)fgr_real[FGR_OP_cuDeviceGetP2PAttribute])(value, attrib, srcDevice, dstDevice);
-    fgr_reply_out(q, value, sizeof(int), 0, fgr_r);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuDeviceGetP2PAttribute)fgr_real[FGR_OP_cuDeviceGetP2PAttribute])(value, attrib, srcDevice, dstDevice);
+    if (has_value)
+        fgr_reply_out(q, value, sizeof(int), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3847,10 +4055,13 @@ static CUresult op_cuDeviceGetTexture1DLinearMaxWidth(struct fgr_rd *rd, struct 
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     size_t *maxWidthInElements = NULL;
-    if (has_maxWidthInElements && !(maxWidthInElements = fgr_out(q, sizeof(size_t))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_maxWidthInElements && !(maxWidthInElements = fgr_out(q, sizeof(size_t))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuDeviceGetTexture1DLinearMaxWidth)fgr_real[FGR_OP_cuDeviceGetTexture1DLinearMaxWidth])(maxWidthInElements, format, numChannels, dev);
-    fgr_reply_out(q, maxWidthInElements, sizeof(size_t), 0, fgr_r);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuDeviceGetTexture1DLinearMaxWidth)fgr_real[FGR_OP_cuDeviceGetTexture1DLinearMaxWidth])(maxWidthInElements, format, numChannels, dev);
+    if (has_maxWidthInElements)
+        fgr_reply_out(q, maxWidthInElements, sizeof(size_t), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3864,22 +4075,24 @@ static CUresult op_cuLibraryGetManaged(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUdeviceptr *dptr = NULL;
-    if (has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
-        return fgr_out_failed(q);
     size_t *bytes = NULL;
-    if (has_bytes && !(bytes = fgr_out(q, sizeof(size_t))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUlibrary, (uint64_t)(uintptr_t)library)))
         fgr_r = fgr_refuse("cuLibraryGetManaged", "library", (uint64_t)(uintptr_t)library, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_bytes && !(bytes = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuLibraryGetManaged)fgr_real[FGR_OP_cuLibraryGetManaged])(dptr, bytes, library, name);
     if (fgr_r == CUDA_SUCCESS) {
         if (dptr)
             fgr_mem_add_found(*dptr, FGR_H_CUlibrary, (uint64_t)(uintptr_t)library);
     }
-    fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
-    fgr_reply_out(q, bytes, sizeof(size_t), 0, fgr_r);
+    if (has_dptr)
+        fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
+    if (has_bytes)
+        fgr_reply_out(q, bytes, sizeof(size_t), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3892,14 +4105,17 @@ static CUresult op_cuMemGetDefaultMemPool(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUmemoryPool *pool_out = NULL;
-    if (has_pool_out && !(pool_out = fgr_out(q, sizeof(CUmemoryPool))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_pool_out && !(pool_out = fgr_out(q, sizeof(CUmemoryPool))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuMemGetDefaultMemPool)fgr_real[FGR_OP_cuMemGetDefaultMemPool])(pool_out, location, type);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuMemGetDefaultMemPool)fgr_real[FGR_OP_cuMemGetDefaultMemPool])(pool_out, location, type);
     if (fgr_r == CUDA_SUCCESS) {
         if (pool_out)
             fgr_add(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)*pool_out, 0, 0);
     }
-    fgr_reply_out(q, pool_out, sizeof(CUmemoryPool), 0, fgr_r);
+    if (has_pool_out)
+        fgr_reply_out(q, pool_out, sizeof(CUmemoryPool), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3912,14 +4128,17 @@ static CUresult op_cuMemGetMemPool(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUmemoryPool *pool = NULL;
-    if (has_pool && !(pool = fgr_out(q, sizeof(CUmemoryPool))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_pool && !(pool = fgr_out(q, sizeof(CUmemoryPool))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuMemGetMemPool)fgr_real[FGR_OP_cuMemGetMemPool])(pool, location, type);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuMemGetMemPool)fgr_real[FGR_OP_cuMemGetMemPool])(pool, location, type);
     if (fgr_r == CUDA_SUCCESS) {
         if (pool)
             fgr_add(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)*pool, 0, 0);
     }
-    fgr_reply_out(q, pool, sizeof(CUmemoryPool), 0, fgr_r);
+    if (has_pool)
+        fgr_reply_out(q, pool, sizeof(CUmemoryPool), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3932,14 +4151,15 @@ static CUresult op_cuStreamGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUstreamAttrValue *value_out = NULL;
-    if (has_value_out && !(value_out = fgr_out(q, sizeof(CUstreamAttrValue))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamGetAttribute", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_value_out && !(value_out = fgr_out(q, sizeof(CUstreamAttrValue))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamGetAttribute)fgr_real[FGR_OP_cuStreamGetAttribute])(hStream, attr, value_out);
-    fgr_reply_out(q, value_out, sizeof(CUstreamAttrValue), 0, fgr_r);
+    if (has_value_out)
+        fgr_reply_out(q, value_out, sizeof(CUstreamAttrValue), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3952,14 +4172,15 @@ static CUresult op_cuStreamGetAttribute_ptsz(struct fgr_rd *rd, struct fgr_req *
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUstreamAttrValue *value_out = NULL;
-    if (has_value_out && !(value_out = fgr_out(q, sizeof(CUstreamAttrValue))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamGetAttribute_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_value_out && !(value_out = fgr_out(q, sizeof(CUstreamAttrValue))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamGetAttribute_ptsz)fgr_real[FGR_OP_cuStreamGetAttribute_ptsz])(hStream, attr, value_out);
-    fgr_reply_out(q, value_out, sizeof(CUstreamAttrValue), 0, fgr_r);
+    if (has_value_out)
+        fgr_reply_out(q, value_out, sizeof(CUstreamAttrValue), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3972,14 +4193,18 @@ static CUresult op_fgrNvmlUtilization(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     unsigned int *gpu = NULL;
-    if (has_gpu && !(gpu = fgr_out(q, sizeof(unsigned int))))
-        return fgr_out_failed(q);
     unsigned int *memory = NULL;
-    if (has_memory && !(memory = fgr_out(q, sizeof(unsigned int))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_gpu && !(gpu = fgr_out(q, sizeof(unsigned int))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_fgrNvmlUtilization)fgr_real[FGR_OP_fgrNvmlUtilization])(dev, gpu, memory);
-    fgr_reply_out(q, gpu, sizeof(unsigned int), 0, fgr_r);
-    fgr_reply_out(q, memory, sizeof(unsigned int), 0, fgr_r);
+    if (fgr_r == CUDA_SUCCESS && has_memory && !(memory = fgr_out(q, sizeof(unsigned int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrNvmlUtilization)fgr_real[FGR_OP_fgrNvmlUtilization])(dev, gpu, memory);
+    if (has_gpu)
+        fgr_reply_out(q, gpu, sizeof(unsigned int), 0, fgr_r);
+    if (has_memory)
+        fgr_reply_out(q, memory, sizeof(unsigned int), 0, fgr_r);
     return fgr_r;
 }
 
@@ -3991,10 +4216,15 @@ static CUresult op_fgrNvmlDriverVersion(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     char *version = NULL;
-    if (has_version && !(version = fgr_out(q, fgr_mul((uint64_t)(fgr_min(length,256)), sizeof(char)))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(!has_version || fgr_mul((uint64_t)(fgr_min(length,256)), sizeof(char)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrNvmlDriverVersion", "version", fgr_mul((uint64_t)(fgr_min(length,256)), sizeof(char)), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_version && !(version = fgr_out(q, fgr_mul((uint64_t)(fgr_min(length,256)), sizeof(char)))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_fgrNvmlDriverVersion)fgr_real[FGR_OP_fgrNvmlDriverVersion])(version, length);
-    fgr_reply_out(q, version, fgr_mul((uint64_t)(fgr_min(length,256)), sizeof(char)), 0, fgr_r);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrNvmlDriverVersion)fgr_real[FGR_OP_fgrNvmlDriverVersion])(version, length);
+    if (has_version)
+        fgr_reply_out(q, version, fgr_mul((uint64_t)(fgr_min(length,256)), sizeof(char)), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4006,10 +4236,13 @@ static CUresult op_fgrNvmlOwnMemory(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     size_t *used = NULL;
-    if (has_used && !(used = fgr_out(q, sizeof(size_t))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_used && !(used = fgr_out(q, sizeof(size_t))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_fgrNvmlOwnMemory)fgr_real[FGR_OP_fgrNvmlOwnMemory])(dev, used);
-    fgr_reply_out(q, used, sizeof(size_t), 0, fgr_r);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrNvmlOwnMemory)fgr_real[FGR_OP_fgrNvmlOwnMemory])(dev, used);
+    if (has_used)
+        fgr_reply_out(q, used, sizeof(size_t), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4023,10 +4256,13 @@ static CUresult op_fgrNvmlP2PStatus(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     unsigned int *status = NULL;
-    if (has_status && !(status = fgr_out(q, sizeof(unsigned int))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_status && !(status = fgr_out(q, sizeof(unsigned int))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_fgrNvmlP2PStatus)fgr_real[FGR_OP_fgrNvmlP2PStatus])(dev1, dev2, index, status);
-    fgr_reply_out(q, status, sizeof(unsigned int), 0, fgr_r);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrNvmlP2PStatus)fgr_real[FGR_OP_fgrNvmlP2PStatus])(dev1, dev2, index, status);
+    if (has_status)
+        fgr_reply_out(q, status, sizeof(unsigned int), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4040,18 +4276,22 @@ static CUresult op_fgrParamSizes(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     unsigned int *count = NULL;
-    if (has_count && !(count = fgr_out(q, sizeof(unsigned int))))
-        return fgr_out_failed(q);
     unsigned int *sizes = NULL;
-    if (has_sizes && !(sizes = fgr_out(q, fgr_mul((uint64_t)(fgr_min(max,FGR_MAX_KPARAMS)), sizeof(unsigned int)))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)f)))
         fgr_r = fgr_refuse("fgrParamSizes", "f", (uint64_t)(uintptr_t)f, CUDA_ERROR_INVALID_HANDLE);
-    else
+    else if (!(!has_sizes || fgr_mul((uint64_t)(fgr_min(max,FGR_MAX_KPARAMS)), sizeof(unsigned int)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrParamSizes", "sizes", fgr_mul((uint64_t)(fgr_min(max,FGR_MAX_KPARAMS)), sizeof(unsigned int)), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_count && !(count = fgr_out(q, sizeof(unsigned int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_sizes && !(sizes = fgr_out(q, fgr_mul((uint64_t)(fgr_min(max,FGR_MAX_KPARAMS)), sizeof(unsigned int)))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_fgrParamSizes)fgr_real[FGR_OP_fgrParamSizes])(f, max, count, sizes);
-    fgr_reply_out(q, count, sizeof(unsigned int), 0, fgr_r);
-    fgr_reply_out(q, sizes, fgr_mul((uint64_t)(fgr_min(max,FGR_MAX_KPARAMS)), sizeof(unsigned int)), 0, fgr_r);
+    if (has_count)
+        fgr_reply_out(q, count, sizeof(unsigned int), 0, fgr_r);
+    if (has_sizes)
+        fgr_reply_out(q, sizes, fgr_mul((uint64_t)(fgr_min(max,FGR_MAX_KPARAMS)), sizeof(unsigned int)), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4063,14 +4303,17 @@ static CUresult op_fgrHostMapped(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUdeviceptr *dptr = NULL;
-    if (has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_fgrHostMapped)fgr_real[FGR_OP_fgrHostMapped])(dptr, bytes);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrHostMapped)fgr_real[FGR_OP_fgrHostMapped])(dptr, bytes);
     if (fgr_r == CUDA_SUCCESS) {
         if (dptr)
             fgr_mem_add(*dptr, bytes, FGR_H_CUcontext, fgr_ctx);
     }
-    fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
+    if (has_dptr)
+        fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4080,10 +4323,10 @@ static CUresult op_fgrHostMappedFree(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr dptr = (CUdeviceptr)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_base((uint64_t)(uintptr_t)dptr)))
         fgr_r = fgr_refuse("fgrHostMappedFree", "dptr", (uint64_t)(uintptr_t)dptr, CUDA_ERROR_INVALID_VALUE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_fgrHostMappedFree)fgr_real[FGR_OP_fgrHostMappedFree])(dptr);
     if (fgr_r == CUDA_SUCCESS) {
         fgr_drop(FGR_H_MEM, (uint64_t)dptr);
@@ -4099,10 +4342,10 @@ static CUresult op_fgrHostWrite(struct fgr_rd *rd, struct fgr_req *q)
     void *src = fgr_get_buf(rd, q, fgr_mul((uint64_t)(bytes), 1), 0);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dst, bytes)))
         fgr_r = fgr_refuse("fgrHostWrite", "dst", (uint64_t)(uintptr_t)dst, CUDA_ERROR_INVALID_VALUE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_fgrHostWrite)fgr_real[FGR_OP_fgrHostWrite])(dst, src, bytes);
     return fgr_r;
 }
@@ -4118,10 +4361,15 @@ static CUresult op_fgrHostReadMany(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *dst = NULL;
-    if (has_dst && !(dst = fgr_out(q, fgr_mul((uint64_t)(fgr_min(bytes,FGR_MAPPED_TOTAL)), 1))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(!has_dst || fgr_mul((uint64_t)(fgr_min(bytes,FGR_MAPPED_TOTAL)), 1) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrHostReadMany", "dst", fgr_mul((uint64_t)(fgr_min(bytes,FGR_MAPPED_TOTAL)), 1), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_dst && !(dst = fgr_out(q, fgr_mul((uint64_t)(fgr_min(bytes,FGR_MAPPED_TOTAL)), 1))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_fgrHostReadMany)fgr_real[FGR_OP_fgrHostReadMany])(srcs, sizes, count, dst, bytes);
-    fgr_reply_out(q, dst, fgr_mul((uint64_t)(fgr_min(bytes,FGR_MAPPED_TOTAL)), 1), 0, fgr_r);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrHostReadMany)fgr_real[FGR_OP_fgrHostReadMany])(srcs, sizes, count, dst, bytes);
+    if (has_dst)
+        fgr_reply_out(q, dst, fgr_mul((uint64_t)(fgr_min(bytes,FGR_MAPPED_TOTAL)), 1), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4135,14 +4383,18 @@ static CUresult op_fgrArenaReserve(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUdeviceptr *base = NULL;
-    if (has_base && !(base = fgr_out(q, sizeof(CUdeviceptr))))
-        return fgr_out_failed(q);
     size_t *page = NULL;
-    if (has_page && !(page = fgr_out(q, sizeof(size_t))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_base && !(base = fgr_out(q, sizeof(CUdeviceptr))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_fgrArenaReserve)fgr_real[FGR_OP_fgrArenaReserve])(hint, size, base, page);
-    fgr_reply_out(q, base, sizeof(CUdeviceptr), 0, fgr_r);
-    fgr_reply_out(q, page, sizeof(size_t), 0, fgr_r);
+    if (fgr_r == CUDA_SUCCESS && has_page && !(page = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrArenaReserve)fgr_real[FGR_OP_fgrArenaReserve])(hint, size, base, page);
+    if (has_base)
+        fgr_reply_out(q, base, sizeof(CUdeviceptr), 0, fgr_r);
+    if (has_page)
+        fgr_reply_out(q, page, sizeof(size_t), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4154,7 +4406,9 @@ static CUresult op_fgrArenaMap(struct fgr_rd *rd, struct fgr_req *q)
     size_t used = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_fgrArenaMap)fgr_real[FGR_OP_fgrArenaMap])(ptr, size, used);
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrArenaMap)fgr_real[FGR_OP_fgrArenaMap])(ptr, size, used);
     return fgr_r;
 }
 
@@ -4165,7 +4419,9 @@ static CUresult op_fgrArenaNote(struct fgr_rd *rd, struct fgr_req *q)
     size_t size = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_fgrArenaNote)fgr_real[FGR_OP_fgrArenaNote])(ptr, size);
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrArenaNote)fgr_real[FGR_OP_fgrArenaNote])(ptr, size);
     return fgr_r;
 }
 
@@ -4176,7 +4432,9 @@ static CUresult op_fgrArenaFree(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int unmap = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_fgrArenaFree)fgr_real[FGR_OP_fgrArenaFree])(ptr, unmap);
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrArenaFree)fgr_real[FGR_OP_fgrArenaFree])(ptr, unmap);
     return fgr_r;
 }
 
@@ -4188,10 +4446,10 @@ static CUresult op_fgrHostFn(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int pt = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("fgrHostFn", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_fgrHostFn)fgr_real[FGR_OP_fgrHostFn])(hStream, id, pt);
     return fgr_r;
 }
@@ -4206,12 +4464,12 @@ static CUresult op_fgrStageUpload(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int how = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dst, n)))
         fgr_r = fgr_refuse("fgrStageUpload", "dst", (uint64_t)(uintptr_t)dst, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("fgrStageUpload", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_fgrStageUpload)fgr_real[FGR_OP_fgrStageUpload])(dst, end, n, hStream, how);
     return fgr_r;
 }
@@ -4226,12 +4484,12 @@ static CUresult op_fgrStageUploadLast(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int how = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dst, n)))
         fgr_r = fgr_refuse("fgrStageUploadLast", "dst", (uint64_t)(uintptr_t)dst, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("fgrStageUploadLast", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_fgrStageUploadLast)fgr_real[FGR_OP_fgrStageUploadLast])(dst, end, n, hStream, how);
     return fgr_r;
 }
@@ -4242,7 +4500,9 @@ static CUresult op_fgrStageWait(struct fgr_rd *rd, struct fgr_req *q)
     size_t upto = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_fgrStageWait)fgr_real[FGR_OP_fgrStageWait])(upto);
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrStageWait)fgr_real[FGR_OP_fgrStageWait])(upto);
     return fgr_r;
 }
 
@@ -4254,12 +4514,13 @@ static CUresult op_fgrStageDownload(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)src, n)))
         fgr_r = fgr_refuse("fgrStageDownload", "src", (uint64_t)(uintptr_t)src, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("fgrStageDownload", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else if ((fgr_r = fgr_wait(FGR_AFTER_STREAM, (uint64_t)(uintptr_t)hStream, 0)) == FGR_GO)
+    if (fgr_r == CUDA_SUCCESS &&
+        (fgr_r = fgr_wait(FGR_AFTER_STREAM, (uint64_t)(uintptr_t)hStream, 0)) == FGR_GO)
         fgr_r = ((pfn_fgrStageDownload)fgr_real[FGR_OP_fgrStageDownload])(src, n, hStream);
     return fgr_r;
 }
@@ -4273,12 +4534,12 @@ static CUresult op_fgrStageDownloadAhead(struct fgr_rd *rd, struct fgr_req *q)
     size_t at = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)src, n)))
         fgr_r = fgr_refuse("fgrStageDownloadAhead", "src", (uint64_t)(uintptr_t)src, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("fgrStageDownloadAhead", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_fgrStageDownloadAhead)fgr_real[FGR_OP_fgrStageDownloadAhead])(src, n, hStream, at);
     return fgr_r;
 }
@@ -4289,7 +4550,9 @@ static CUresult op_fgrStageDownloadWait(struct fgr_rd *rd, struct fgr_req *q)
     size_t at = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_fgrStageDownloadWait)fgr_real[FGR_OP_fgrStageDownloadWait])(at);
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrStageDownloadWait)fgr_real[FGR_OP_fgrStageDownloadWait])(at);
     return fgr_r;
 }
 
@@ -4302,10 +4565,13 @@ static CUresult op_fgrHeapRegister(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     unsigned int *mapped = NULL;
-    if (has_mapped && !(mapped = fgr_out(q, sizeof(unsigned int))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_mapped && !(mapped = fgr_out(q, sizeof(unsigned int))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_fgrHeapRegister)fgr_real[FGR_OP_fgrHeapRegister])(off, n, mapped);
-    fgr_reply_out(q, mapped, sizeof(unsigned int), 0, fgr_r);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrHeapRegister)fgr_real[FGR_OP_fgrHeapRegister])(off, n, mapped);
+    if (has_mapped)
+        fgr_reply_out(q, mapped, sizeof(unsigned int), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4315,7 +4581,9 @@ static CUresult op_fgrHeapUnregister(struct fgr_rd *rd, struct fgr_req *q)
     size_t off = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_fgrHeapUnregister)fgr_real[FGR_OP_fgrHeapUnregister])(off);
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrHeapUnregister)fgr_real[FGR_OP_fgrHeapUnregister])(off);
     return fgr_r;
 }
 
@@ -4328,12 +4596,12 @@ static CUresult op_fgrHeapUpload(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dst, n)))
         fgr_r = fgr_refuse("fgrHeapUpload", "dst", (uint64_t)(uintptr_t)dst, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("fgrHeapUpload", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_fgrHeapUpload)fgr_real[FGR_OP_fgrHeapUpload])(dst, off, n, hStream);
     return fgr_r;
 }
@@ -4347,12 +4615,13 @@ static CUresult op_fgrHeapUploadWait(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)dst, n)))
         fgr_r = fgr_refuse("fgrHeapUploadWait", "dst", (uint64_t)(uintptr_t)dst, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("fgrHeapUploadWait", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else if ((fgr_r = fgr_wait(FGR_AFTER_STREAM, (uint64_t)(uintptr_t)hStream, 0)) == FGR_GO)
+    if (fgr_r == CUDA_SUCCESS &&
+        (fgr_r = fgr_wait(FGR_AFTER_STREAM, (uint64_t)(uintptr_t)hStream, 0)) == FGR_GO)
         fgr_r = ((pfn_fgrHeapUploadWait)fgr_real[FGR_OP_fgrHeapUploadWait])(dst, off, n, hStream);
     return fgr_r;
 }
@@ -4366,12 +4635,12 @@ static CUresult op_fgrHeapDownload(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)src, n)))
         fgr_r = fgr_refuse("fgrHeapDownload", "src", (uint64_t)(uintptr_t)src, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("fgrHeapDownload", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_fgrHeapDownload)fgr_real[FGR_OP_fgrHeapDownload])(off, src, n, hStream);
     return fgr_r;
 }
@@ -4385,12 +4654,13 @@ static CUresult op_fgrHeapDownloadWait(struct fgr_rd *rd, struct fgr_req *q)
     CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)src, n)))
         fgr_r = fgr_refuse("fgrHeapDownloadWait", "src", (uint64_t)(uintptr_t)src, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("fgrHeapDownloadWait", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else if ((fgr_r = fgr_wait(FGR_AFTER_STREAM, (uint64_t)(uintptr_t)hStream, 0)) == FGR_GO)
+    if (fgr_r == CUDA_SUCCESS &&
+        (fgr_r = fgr_wait(FGR_AFTER_STREAM, (uint64_t)(uintptr_t)hStream, 0)) == FGR_GO)
         fgr_r = ((pfn_fgrHeapDownloadWait)fgr_real[FGR_OP_fgrHeapDownloadWait])(off, src, n, hStream);
     return fgr_r;
 }
@@ -4405,18 +4675,27 @@ static CUresult op_fgrWaitTickets(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     unsigned int *ids = NULL;
-    if (has_ids && !(ids = fgr_out(q, fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(unsigned int)))))
-        return fgr_out_failed(q);
     CUresult *results = NULL;
-    if (has_results && !(results = fgr_out(q, fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(CUresult)))))
-        return fgr_out_failed(q);
     unsigned int *count = NULL;
-    if (has_count && !(count = fgr_out(q, sizeof(unsigned int))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(!has_ids || fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(unsigned int)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrWaitTickets", "ids", fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(unsigned int)), CUDA_ERROR_INVALID_VALUE);
+    else if (!(!has_results || fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(CUresult)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrWaitTickets", "results", fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(CUresult)), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_ids && !(ids = fgr_out(q, fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(unsigned int)))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_fgrWaitTickets)fgr_real[FGR_OP_fgrWaitTickets])(ids, results, cap, count);
-    fgr_reply_out(q, ids, fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(unsigned int)), 0, fgr_r);
-    fgr_reply_out(q, results, fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(CUresult)), 0, fgr_r);
-    fgr_reply_out(q, count, sizeof(unsigned int), 0, fgr_r);
+    if (fgr_r == CUDA_SUCCESS && has_results && !(results = fgr_out(q, fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(CUresult)))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_count && !(count = fgr_out(q, sizeof(unsigned int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrWaitTickets)fgr_real[FGR_OP_fgrWaitTickets])(ids, results, cap, count);
+    if (has_ids)
+        fgr_reply_out(q, ids, fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(unsigned int)), 0, fgr_r);
+    if (has_results)
+        fgr_reply_out(q, results, fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(CUresult)), 0, fgr_r);
+    if (has_count)
+        fgr_reply_out(q, count, sizeof(unsigned int), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4425,7 +4704,9 @@ static CUresult op_fgrNudge(struct fgr_rd *rd, struct fgr_req *q)
     (void)q;
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_fgrNudge)fgr_real[FGR_OP_fgrNudge])();
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrNudge)fgr_real[FGR_OP_fgrNudge])();
     return fgr_r;
 }
 
@@ -4438,18 +4719,19 @@ static CUresult op_cuOccupancyMaxActiveClusters(struct fgr_rd *rd, struct fgr_re
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     int *numClusters = NULL;
-    if (has_numClusters && !(numClusters = fgr_out(q, sizeof(int))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)func)))
         fgr_r = fgr_refuse("cuOccupancyMaxActiveClusters", "func", (uint64_t)(uintptr_t)func, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUstream, (config ? (uint64_t)(uintptr_t)config->hStream : 0))))
         fgr_r = fgr_refuse("cuOccupancyMaxActiveClusters", "config->hStream", (config ? (uint64_t)(uintptr_t)config->hStream : 0), CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_launchcfg_events_ok(config)))
         fgr_r = fgr_refuse("cuOccupancyMaxActiveClusters", "config->attrs", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_numClusters && !(numClusters = fgr_out(q, sizeof(int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuOccupancyMaxActiveClusters)fgr_real[FGR_OP_cuOccupancyMaxActiveClusters])(numClusters, func, config);
-    fgr_reply_out(q, numClusters, sizeof(int), 0, fgr_r);
+    if (has_numClusters)
+        fgr_reply_out(q, numClusters, sizeof(int), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4462,18 +4744,19 @@ static CUresult op_cuOccupancyMaxPotentialClusterSize(struct fgr_rd *rd, struct 
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     int *clusterSize = NULL;
-    if (has_clusterSize && !(clusterSize = fgr_out(q, sizeof(int))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)func)))
         fgr_r = fgr_refuse("cuOccupancyMaxPotentialClusterSize", "func", (uint64_t)(uintptr_t)func, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUstream, (config ? (uint64_t)(uintptr_t)config->hStream : 0))))
         fgr_r = fgr_refuse("cuOccupancyMaxPotentialClusterSize", "config->hStream", (config ? (uint64_t)(uintptr_t)config->hStream : 0), CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_launchcfg_events_ok(config)))
         fgr_r = fgr_refuse("cuOccupancyMaxPotentialClusterSize", "config->attrs", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_clusterSize && !(clusterSize = fgr_out(q, sizeof(int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuOccupancyMaxPotentialClusterSize)fgr_real[FGR_OP_cuOccupancyMaxPotentialClusterSize])(clusterSize, func, config);
-    fgr_reply_out(q, clusterSize, sizeof(int), 0, fgr_r);
+    if (has_clusterSize)
+        fgr_reply_out(q, clusterSize, sizeof(int), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4485,10 +4768,13 @@ static CUresult op_cuCtxGetLimit(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     size_t *pvalue = NULL;
-    if (has_pvalue && !(pvalue = fgr_out(q, sizeof(size_t))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_pvalue && !(pvalue = fgr_out(q, sizeof(size_t))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuCtxGetLimit)fgr_real[FGR_OP_cuCtxGetLimit])(pvalue, limit);
-    fgr_reply_out(q, pvalue, sizeof(size_t), 0, fgr_r);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuCtxGetLimit)fgr_real[FGR_OP_cuCtxGetLimit])(pvalue, limit);
+    if (has_pvalue)
+        fgr_reply_out(q, pvalue, sizeof(size_t), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4510,10 +4796,13 @@ static CUresult op_cuTensorMapEncodeTiled(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUtensorMap *tensorMap = NULL;
-    if (has_tensorMap && !(tensorMap = fgr_out(q, sizeof(CUtensorMap))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_tensorMap && !(tensorMap = fgr_out(q, sizeof(CUtensorMap))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuTensorMapEncodeTiled)fgr_real[FGR_OP_cuTensorMapEncodeTiled])(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, boxDim, elementStrides, interleave, swizzle, l2Promotion, oobFill);
-    fgr_reply_out(q, tensorMap, sizeof(CUtensorMap), 0, fgr_r);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuTensorMapEncodeTiled)fgr_real[FGR_OP_cuTensorMapEncodeTiled])(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, boxDim, elementStrides, interleave, swizzle, l2Promotion, oobFill);
+    if (has_tensorMap)
+        fgr_reply_out(q, tensorMap, sizeof(CUtensorMap), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4538,10 +4827,13 @@ static CUresult op_cuTensorMapEncodeIm2col(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUtensorMap *tensorMap = NULL;
-    if (has_tensorMap && !(tensorMap = fgr_out(q, sizeof(CUtensorMap))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_tensorMap && !(tensorMap = fgr_out(q, sizeof(CUtensorMap))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_cuTensorMapEncodeIm2col)fgr_real[FGR_OP_cuTensorMapEncodeIm2col])(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, pixelBoxLowerCorner, pixelBoxUpperCorner, channelsPerPixel, pixelsPerColumn, elementStrides, interleave, swizzle, l2Promotion, oobFill);
-    fgr_reply_out(q, tensorMap, sizeof(CUtensorMap), 0, fgr_r);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuTensorMapEncodeIm2col)fgr_real[FGR_OP_cuTensorMapEncodeIm2col])(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, pixelBoxLowerCorner, pixelBoxUpperCorner, channelsPerPixel, pixelsPerColumn, elementStrides, interleave, swizzle, l2Promotion, oobFill);
+    if (has_tensorMap)
+        fgr_reply_out(q, tensorMap, sizeof(CUtensorMap), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4552,7 +4844,9 @@ static CUresult op_cuTensorMapReplaceAddress(struct fgr_rd *rd, struct fgr_req *
     CUtensorMap *tensorMap = fgr_get_buf(rd, q, sizeof(CUtensorMap), 1);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r = ((pfn_cuTensorMapReplaceAddress)fgr_real[FGR_OP_cuTensorMapReplaceAddress])(tensorMap, globalAddress);
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuTensorMapReplaceAddress)fgr_real[FGR_OP_cuTensorMapReplaceAddress])(tensorMap, globalAddress);
     fgr_reply_out(q, tensorMap, sizeof(CUtensorMap), 1, fgr_r);
     return fgr_r;
 }
@@ -4565,18 +4859,19 @@ static CUresult op_cuKernelGetLibrary(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUlibrary *pLib = NULL;
-    if (has_pLib && !(pLib = fgr_out(q, sizeof(CUlibrary))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUkernel, (uint64_t)(uintptr_t)kernel)))
         fgr_r = fgr_refuse("cuKernelGetLibrary", "kernel", (uint64_t)(uintptr_t)kernel, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_pLib && !(pLib = fgr_out(q, sizeof(CUlibrary))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuKernelGetLibrary)fgr_real[FGR_OP_cuKernelGetLibrary])(pLib, kernel);
     if (fgr_r == CUDA_SUCCESS) {
         if (pLib)
             fgr_add(FGR_H_CUlibrary, (uint64_t)(uintptr_t)*pLib, FGR_H_CUcontext, fgr_ctx);
     }
-    fgr_reply_out(q, pLib, sizeof(CUlibrary), 0, fgr_r);
+    if (has_pLib)
+        fgr_reply_out(q, pLib, sizeof(CUlibrary), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4592,22 +4887,25 @@ static CUresult op_cuStreamGetCaptureInfo_v2(struct fgr_rd *rd, struct fgr_req *
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUstreamCaptureStatus *captureStatus_out = NULL;
-    if (has_captureStatus_out && !(captureStatus_out = fgr_out(q, sizeof(CUstreamCaptureStatus))))
-        return fgr_out_failed(q);
     cuuint64_t *id_out = NULL;
-    if (has_id_out && !(id_out = fgr_out(q, sizeof(cuuint64_t))))
-        return fgr_out_failed(q);
     size_t *numDependencies_out = NULL;
-    if (has_numDependencies_out && !(numDependencies_out = fgr_out(q, sizeof(size_t))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamGetCaptureInfo_v2", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_captureStatus_out && !(captureStatus_out = fgr_out(q, sizeof(CUstreamCaptureStatus))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_id_out && !(id_out = fgr_out(q, sizeof(cuuint64_t))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_numDependencies_out && !(numDependencies_out = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamGetCaptureInfo_v2)fgr_real[FGR_OP_cuStreamGetCaptureInfo_v2])(hStream, captureStatus_out, id_out, graph_out, dependencies_out, numDependencies_out);
-    fgr_reply_out(q, captureStatus_out, sizeof(CUstreamCaptureStatus), 0, fgr_r);
-    fgr_reply_out(q, id_out, sizeof(cuuint64_t), 0, fgr_r);
-    fgr_reply_out(q, numDependencies_out, sizeof(size_t), 0, fgr_r);
+    if (has_captureStatus_out)
+        fgr_reply_out(q, captureStatus_out, sizeof(CUstreamCaptureStatus), 0, fgr_r);
+    if (has_id_out)
+        fgr_reply_out(q, id_out, sizeof(cuuint64_t), 0, fgr_r);
+    if (has_numDependencies_out)
+        fgr_reply_out(q, numDependencies_out, sizeof(size_t), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4623,22 +4921,25 @@ static CUresult op_cuStreamGetCaptureInfo_v2_ptsz(struct fgr_rd *rd, struct fgr_
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUstreamCaptureStatus *captureStatus_out = NULL;
-    if (has_captureStatus_out && !(captureStatus_out = fgr_out(q, sizeof(CUstreamCaptureStatus))))
-        return fgr_out_failed(q);
     cuuint64_t *id_out = NULL;
-    if (has_id_out && !(id_out = fgr_out(q, sizeof(cuuint64_t))))
-        return fgr_out_failed(q);
     size_t *numDependencies_out = NULL;
-    if (has_numDependencies_out && !(numDependencies_out = fgr_out(q, sizeof(size_t))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamGetCaptureInfo_v2_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_captureStatus_out && !(captureStatus_out = fgr_out(q, sizeof(CUstreamCaptureStatus))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_id_out && !(id_out = fgr_out(q, sizeof(cuuint64_t))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_numDependencies_out && !(numDependencies_out = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamGetCaptureInfo_v2_ptsz)fgr_real[FGR_OP_cuStreamGetCaptureInfo_v2_ptsz])(hStream, captureStatus_out, id_out, graph_out, dependencies_out, numDependencies_out);
-    fgr_reply_out(q, captureStatus_out, sizeof(CUstreamCaptureStatus), 0, fgr_r);
-    fgr_reply_out(q, id_out, sizeof(cuuint64_t), 0, fgr_r);
-    fgr_reply_out(q, numDependencies_out, sizeof(size_t), 0, fgr_r);
+    if (has_captureStatus_out)
+        fgr_reply_out(q, captureStatus_out, sizeof(CUstreamCaptureStatus), 0, fgr_r);
+    if (has_id_out)
+        fgr_reply_out(q, id_out, sizeof(cuuint64_t), 0, fgr_r);
+    if (has_numDependencies_out)
+        fgr_reply_out(q, numDependencies_out, sizeof(size_t), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4655,22 +4956,25 @@ static CUresult op_cuStreamGetCaptureInfo_v3(struct fgr_rd *rd, struct fgr_req *
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUstreamCaptureStatus *captureStatus_out = NULL;
-    if (has_captureStatus_out && !(captureStatus_out = fgr_out(q, sizeof(CUstreamCaptureStatus))))
-        return fgr_out_failed(q);
     cuuint64_t *id_out = NULL;
-    if (has_id_out && !(id_out = fgr_out(q, sizeof(cuuint64_t))))
-        return fgr_out_failed(q);
     size_t *numDependencies_out = NULL;
-    if (has_numDependencies_out && !(numDependencies_out = fgr_out(q, sizeof(size_t))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamGetCaptureInfo_v3", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_captureStatus_out && !(captureStatus_out = fgr_out(q, sizeof(CUstreamCaptureStatus))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_id_out && !(id_out = fgr_out(q, sizeof(cuuint64_t))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_numDependencies_out && !(numDependencies_out = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamGetCaptureInfo_v3)fgr_real[FGR_OP_cuStreamGetCaptureInfo_v3])(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
-    fgr_reply_out(q, captureStatus_out, sizeof(CUstreamCaptureStatus), 0, fgr_r);
-    fgr_reply_out(q, id_out, sizeof(cuuint64_t), 0, fgr_r);
-    fgr_reply_out(q, numDependencies_out, sizeof(size_t), 0, fgr_r);
+    if (has_captureStatus_out)
+        fgr_reply_out(q, captureStatus_out, sizeof(CUstreamCaptureStatus), 0, fgr_r);
+    if (has_id_out)
+        fgr_reply_out(q, id_out, sizeof(cuuint64_t), 0, fgr_r);
+    if (has_numDependencies_out)
+        fgr_reply_out(q, numDependencies_out, sizeof(size_t), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4687,22 +4991,25 @@ static CUresult op_cuStreamGetCaptureInfo_v3_ptsz(struct fgr_rd *rd, struct fgr_
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUstreamCaptureStatus *captureStatus_out = NULL;
-    if (has_captureStatus_out && !(captureStatus_out = fgr_out(q, sizeof(CUstreamCaptureStatus))))
-        return fgr_out_failed(q);
     cuuint64_t *id_out = NULL;
-    if (has_id_out && !(id_out = fgr_out(q, sizeof(cuuint64_t))))
-        return fgr_out_failed(q);
     size_t *numDependencies_out = NULL;
-    if (has_numDependencies_out && !(numDependencies_out = fgr_out(q, sizeof(size_t))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamGetCaptureInfo_v3_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_captureStatus_out && !(captureStatus_out = fgr_out(q, sizeof(CUstreamCaptureStatus))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_id_out && !(id_out = fgr_out(q, sizeof(cuuint64_t))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_numDependencies_out && !(numDependencies_out = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamGetCaptureInfo_v3_ptsz)fgr_real[FGR_OP_cuStreamGetCaptureInfo_v3_ptsz])(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
-    fgr_reply_out(q, captureStatus_out, sizeof(CUstreamCaptureStatus), 0, fgr_r);
-    fgr_reply_out(q, id_out, sizeof(cuuint64_t), 0, fgr_r);
-    fgr_reply_out(q, numDependencies_out, sizeof(size_t), 0, fgr_r);
+    if (has_captureStatus_out)
+        fgr_reply_out(q, captureStatus_out, sizeof(CUstreamCaptureStatus), 0, fgr_r);
+    if (has_id_out)
+        fgr_reply_out(q, id_out, sizeof(cuuint64_t), 0, fgr_r);
+    if (has_numDependencies_out)
+        fgr_reply_out(q, numDependencies_out, sizeof(size_t), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4714,14 +5021,15 @@ static CUresult op_cuStreamGetPriority(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     int *priority = NULL;
-    if (has_priority && !(priority = fgr_out(q, sizeof(int))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamGetPriority", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_priority && !(priority = fgr_out(q, sizeof(int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamGetPriority)fgr_real[FGR_OP_cuStreamGetPriority])(hStream, priority);
-    fgr_reply_out(q, priority, sizeof(int), 0, fgr_r);
+    if (has_priority)
+        fgr_reply_out(q, priority, sizeof(int), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4733,14 +5041,15 @@ static CUresult op_cuStreamGetPriority_ptsz(struct fgr_rd *rd, struct fgr_req *q
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     int *priority = NULL;
-    if (has_priority && !(priority = fgr_out(q, sizeof(int))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamGetPriority_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_priority && !(priority = fgr_out(q, sizeof(int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamGetPriority_ptsz)fgr_real[FGR_OP_cuStreamGetPriority_ptsz])(hStream, priority);
-    fgr_reply_out(q, priority, sizeof(int), 0, fgr_r);
+    if (has_priority)
+        fgr_reply_out(q, priority, sizeof(int), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4752,14 +5061,15 @@ static CUresult op_cuStreamGetFlags(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     unsigned int *flags = NULL;
-    if (has_flags && !(flags = fgr_out(q, sizeof(unsigned int))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamGetFlags", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_flags && !(flags = fgr_out(q, sizeof(unsigned int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamGetFlags)fgr_real[FGR_OP_cuStreamGetFlags])(hStream, flags);
-    fgr_reply_out(q, flags, sizeof(unsigned int), 0, fgr_r);
+    if (has_flags)
+        fgr_reply_out(q, flags, sizeof(unsigned int), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4771,14 +5081,15 @@ static CUresult op_cuStreamGetFlags_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     unsigned int *flags = NULL;
-    if (has_flags && !(flags = fgr_out(q, sizeof(unsigned int))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamGetFlags_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_flags && !(flags = fgr_out(q, sizeof(unsigned int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamGetFlags_ptsz)fgr_real[FGR_OP_cuStreamGetFlags_ptsz])(hStream, flags);
-    fgr_reply_out(q, flags, sizeof(unsigned int), 0, fgr_r);
+    if (has_flags)
+        fgr_reply_out(q, flags, sizeof(unsigned int), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4790,18 +5101,19 @@ static CUresult op_cuStreamGetCtx(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUcontext *pctx = NULL;
-    if (has_pctx && !(pctx = fgr_out(q, sizeof(CUcontext))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamGetCtx", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_pctx && !(pctx = fgr_out(q, sizeof(CUcontext))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamGetCtx)fgr_real[FGR_OP_cuStreamGetCtx])(hStream, pctx);
     if (fgr_r == CUDA_SUCCESS) {
         if (pctx)
             fgr_add(FGR_H_CUcontext, (uint64_t)(uintptr_t)*pctx, 0, 0);
     }
-    fgr_reply_out(q, pctx, sizeof(CUcontext), 0, fgr_r);
+    if (has_pctx)
+        fgr_reply_out(q, pctx, sizeof(CUcontext), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4813,18 +5125,19 @@ static CUresult op_cuStreamGetCtx_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUcontext *pctx = NULL;
-    if (has_pctx && !(pctx = fgr_out(q, sizeof(CUcontext))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamGetCtx_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_pctx && !(pctx = fgr_out(q, sizeof(CUcontext))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamGetCtx_ptsz)fgr_real[FGR_OP_cuStreamGetCtx_ptsz])(hStream, pctx);
     if (fgr_r == CUDA_SUCCESS) {
         if (pctx)
             fgr_add(FGR_H_CUcontext, (uint64_t)(uintptr_t)*pctx, 0, 0);
     }
-    fgr_reply_out(q, pctx, sizeof(CUcontext), 0, fgr_r);
+    if (has_pctx)
+        fgr_reply_out(q, pctx, sizeof(CUcontext), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4837,15 +5150,15 @@ static CUresult op_cuStreamGetCtx_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUcontext *pCtx = NULL;
-    if (has_pCtx && !(pCtx = fgr_out(q, sizeof(CUcontext))))
-        return fgr_out_failed(q);
     CUgreenCtx *pGreenCtx = NULL;
-    if (has_pGreenCtx && !(pGreenCtx = fgr_out(q, sizeof(CUgreenCtx))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamGetCtx_v2", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_pCtx && !(pCtx = fgr_out(q, sizeof(CUcontext))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_pGreenCtx && !(pGreenCtx = fgr_out(q, sizeof(CUgreenCtx))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamGetCtx_v2)fgr_real[FGR_OP_cuStreamGetCtx_v2])(hStream, pCtx, pGreenCtx);
     if (fgr_r == CUDA_SUCCESS) {
         if (pCtx)
@@ -4853,8 +5166,10 @@ static CUresult op_cuStreamGetCtx_v2(struct fgr_rd *rd, struct fgr_req *q)
         if (pGreenCtx)
             fgr_add(FGR_H_CUgreenCtx, (uint64_t)(uintptr_t)*pGreenCtx, FGR_H_CUcontext, fgr_ctx);
     }
-    fgr_reply_out(q, pCtx, sizeof(CUcontext), 0, fgr_r);
-    fgr_reply_out(q, pGreenCtx, sizeof(CUgreenCtx), 0, fgr_r);
+    if (has_pCtx)
+        fgr_reply_out(q, pCtx, sizeof(CUcontext), 0, fgr_r);
+    if (has_pGreenCtx)
+        fgr_reply_out(q, pGreenCtx, sizeof(CUgreenCtx), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4867,15 +5182,15 @@ static CUresult op_cuStreamGetCtx_v2_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUcontext *pCtx = NULL;
-    if (has_pCtx && !(pCtx = fgr_out(q, sizeof(CUcontext))))
-        return fgr_out_failed(q);
     CUgreenCtx *pGreenCtx = NULL;
-    if (has_pGreenCtx && !(pGreenCtx = fgr_out(q, sizeof(CUgreenCtx))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamGetCtx_v2_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_pCtx && !(pCtx = fgr_out(q, sizeof(CUcontext))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_pGreenCtx && !(pGreenCtx = fgr_out(q, sizeof(CUgreenCtx))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamGetCtx_v2_ptsz)fgr_real[FGR_OP_cuStreamGetCtx_v2_ptsz])(hStream, pCtx, pGreenCtx);
     if (fgr_r == CUDA_SUCCESS) {
         if (pCtx)
@@ -4883,8 +5198,10 @@ static CUresult op_cuStreamGetCtx_v2_ptsz(struct fgr_rd *rd, struct fgr_req *q)
         if (pGreenCtx)
             fgr_add(FGR_H_CUgreenCtx, (uint64_t)(uintptr_t)*pGreenCtx, FGR_H_CUcontext, fgr_ctx);
     }
-    fgr_reply_out(q, pCtx, sizeof(CUcontext), 0, fgr_r);
-    fgr_reply_out(q, pGreenCtx, sizeof(CUgreenCtx), 0, fgr_r);
+    if (has_pCtx)
+        fgr_reply_out(q, pCtx, sizeof(CUcontext), 0, fgr_r);
+    if (has_pGreenCtx)
+        fgr_reply_out(q, pGreenCtx, sizeof(CUgreenCtx), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4896,14 +5213,15 @@ static CUresult op_cuStreamGetId(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     unsigned long long *streamId = NULL;
-    if (has_streamId && !(streamId = fgr_out(q, sizeof(unsigned long long))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamGetId", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_streamId && !(streamId = fgr_out(q, sizeof(unsigned long long))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamGetId)fgr_real[FGR_OP_cuStreamGetId])(hStream, streamId);
-    fgr_reply_out(q, streamId, sizeof(unsigned long long), 0, fgr_r);
+    if (has_streamId)
+        fgr_reply_out(q, streamId, sizeof(unsigned long long), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4915,14 +5233,15 @@ static CUresult op_cuStreamGetId_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     unsigned long long *streamId = NULL;
-    if (has_streamId && !(streamId = fgr_out(q, sizeof(unsigned long long))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamGetId_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_streamId && !(streamId = fgr_out(q, sizeof(unsigned long long))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamGetId_ptsz)fgr_real[FGR_OP_cuStreamGetId_ptsz])(hStream, streamId);
-    fgr_reply_out(q, streamId, sizeof(unsigned long long), 0, fgr_r);
+    if (has_streamId)
+        fgr_reply_out(q, streamId, sizeof(unsigned long long), 0, fgr_r);
     return fgr_r;
 }
 
@@ -4933,12 +5252,12 @@ static CUresult op_cuStreamCopyAttributes(struct fgr_rd *rd, struct fgr_req *q)
     CUstream src = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)dst)))
         fgr_r = fgr_refuse("cuStreamCopyAttributes", "dst", (uint64_t)(uintptr_t)dst, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)src)))
         fgr_r = fgr_refuse("cuStreamCopyAttributes", "src", (uint64_t)(uintptr_t)src, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamCopyAttributes)fgr_real[FGR_OP_cuStreamCopyAttributes])(dst, src);
     return fgr_r;
 }
@@ -4950,12 +5269,12 @@ static CUresult op_cuStreamCopyAttributes_ptsz(struct fgr_rd *rd, struct fgr_req
     CUstream src = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)dst)))
         fgr_r = fgr_refuse("cuStreamCopyAttributes_ptsz", "dst", (uint64_t)(uintptr_t)dst, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)src)))
         fgr_r = fgr_refuse("cuStreamCopyAttributes_ptsz", "src", (uint64_t)(uintptr_t)src, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamCopyAttributes_ptsz)fgr_real[FGR_OP_cuStreamCopyAttributes_ptsz])(dst, src);
     return fgr_r;
 }
@@ -4969,12 +5288,12 @@ static CUresult op_cuStreamAttachMemAsync(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamAttachMemAsync", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_mem_in((uint64_t)(uintptr_t)dptr, length?length:1)))
         fgr_r = fgr_refuse("cuStreamAttachMemAsync", "dptr", (uint64_t)(uintptr_t)dptr, CUDA_ERROR_INVALID_VALUE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamAttachMemAsync)fgr_real[FGR_OP_cuStreamAttachMemAsync])(hStream, dptr, length, flags);
     return fgr_r;
 }
@@ -4988,12 +5307,12 @@ static CUresult op_cuStreamAttachMemAsync_ptsz(struct fgr_rd *rd, struct fgr_req
     unsigned int flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuStreamAttachMemAsync_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_mem_in((uint64_t)(uintptr_t)dptr, length?length:1)))
         fgr_r = fgr_refuse("cuStreamAttachMemAsync_ptsz", "dptr", (uint64_t)(uintptr_t)dptr, CUDA_ERROR_INVALID_VALUE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamAttachMemAsync_ptsz)fgr_real[FGR_OP_cuStreamAttachMemAsync_ptsz])(hStream, dptr, length, flags);
     return fgr_r;
 }
@@ -5006,18 +5325,19 @@ static CUresult op_cuGraphClone(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraph *phGraphClone = NULL;
-    if (has_phGraphClone && !(phGraphClone = fgr_out(q, sizeof(CUgraph))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)originalGraph)))
         fgr_r = fgr_refuse("cuGraphClone", "originalGraph", (uint64_t)(uintptr_t)originalGraph, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_phGraphClone && !(phGraphClone = fgr_out(q, sizeof(CUgraph))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuGraphClone)fgr_real[FGR_OP_cuGraphClone])(phGraphClone, originalGraph);
     if (fgr_r == CUDA_SUCCESS) {
         if (phGraphClone)
             fgr_add(FGR_H_CUgraph, (uint64_t)(uintptr_t)*phGraphClone, FGR_H_CUcontext, fgr_ctx);
     }
-    fgr_reply_out(q, phGraphClone, sizeof(CUgraph), 0, fgr_r);
+    if (has_phGraphClone)
+        fgr_reply_out(q, phGraphClone, sizeof(CUgraph), 0, fgr_r);
     return fgr_r;
 }
 
@@ -5027,10 +5347,10 @@ static CUresult op_cuGraphDestroyNode(struct fgr_rd *rd, struct fgr_req *q)
     CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
         fgr_r = fgr_refuse("cuGraphDestroyNode", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuGraphDestroyNode)fgr_real[FGR_OP_cuGraphDestroyNode])(hNode);
     if (fgr_r == CUDA_SUCCESS) {
         fgr_drop(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode);
@@ -5048,20 +5368,21 @@ static CUresult op_cuGraphAddEmptyNode(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraphNode *phGraphNode = NULL;
-    if (has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
         fgr_r = fgr_refuse("cuGraphAddEmptyNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
         fgr_r = fgr_refuse("cuGraphAddEmptyNode", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuGraphAddEmptyNode)fgr_real[FGR_OP_cuGraphAddEmptyNode])(phGraphNode, hGraph, dependencies, numDependencies);
     if (fgr_r == CUDA_SUCCESS) {
         if (phGraphNode)
             fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
     }
-    fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
+    if (has_phGraphNode)
+        fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
     return fgr_r;
 }
 
@@ -5076,22 +5397,23 @@ static CUresult op_cuGraphAddEventRecordNode(struct fgr_rd *rd, struct fgr_req *
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraphNode *phGraphNode = NULL;
-    if (has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
         fgr_r = fgr_refuse("cuGraphAddEventRecordNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
         fgr_r = fgr_refuse("cuGraphAddEventRecordNode", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)event)))
         fgr_r = fgr_refuse("cuGraphAddEventRecordNode", "event", (uint64_t)(uintptr_t)event, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuGraphAddEventRecordNode)fgr_real[FGR_OP_cuGraphAddEventRecordNode])(phGraphNode, hGraph, dependencies, numDependencies, event);
     if (fgr_r == CUDA_SUCCESS) {
         if (phGraphNode)
             fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
     }
-    fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
+    if (has_phGraphNode)
+        fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
     return fgr_r;
 }
 
@@ -5106,22 +5428,23 @@ static CUresult op_cuGraphAddEventWaitNode(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraphNode *phGraphNode = NULL;
-    if (has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
         fgr_r = fgr_refuse("cuGraphAddEventWaitNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
         fgr_r = fgr_refuse("cuGraphAddEventWaitNode", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)event)))
         fgr_r = fgr_refuse("cuGraphAddEventWaitNode", "event", (uint64_t)(uintptr_t)event, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuGraphAddEventWaitNode)fgr_real[FGR_OP_cuGraphAddEventWaitNode])(phGraphNode, hGraph, dependencies, numDependencies, event);
     if (fgr_r == CUDA_SUCCESS) {
         if (phGraphNode)
             fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
     }
-    fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
+    if (has_phGraphNode)
+        fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
     return fgr_r;
 }
 
@@ -5134,18 +5457,21 @@ static CUresult op_cuGraphGetRootNodes(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraphNode *rootNodes = NULL;
-    if (has_rootNodes && !(rootNodes = fgr_out(q, fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
         fgr_r = fgr_refuse("cuGraphGetRootNodes", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
-    else
+    else if (!(!has_rootNodes || fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("cuGraphGetRootNodes", "rootNodes", fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_rootNodes && !(rootNodes = fgr_out(q, fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuGraphGetRootNodes)fgr_real[FGR_OP_cuGraphGetRootNodes])(hGraph, rootNodes, numRootNodes);
     if (fgr_r == CUDA_SUCCESS) {
         for (uint64_t fgr_i = 0; rootNodes && fgr_i < fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)) / sizeof(CUgraphNode); fgr_i++)
             fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)rootNodes[fgr_i], FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
     }
-    fgr_reply_out(q, rootNodes, fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)), 0, fgr_r);
+    if (has_rootNodes)
+        fgr_reply_out(q, rootNodes, fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)), 0, fgr_r);
     fgr_reply_out(q, numRootNodes, sizeof(size_t), 1, fgr_r);
     return fgr_r;
 }
@@ -5158,14 +5484,15 @@ static CUresult op_cuGraphExecGetFlags(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     cuuint64_t *flags = NULL;
-    if (has_flags && !(flags = fgr_out(q, sizeof(cuuint64_t))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec)))
         fgr_r = fgr_refuse("cuGraphExecGetFlags", "hGraphExec", (uint64_t)(uintptr_t)hGraphExec, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_flags && !(flags = fgr_out(q, sizeof(cuuint64_t))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuGraphExecGetFlags)fgr_real[FGR_OP_cuGraphExecGetFlags])(hGraphExec, flags);
-    fgr_reply_out(q, flags, sizeof(cuuint64_t), 0, fgr_r);
+    if (has_flags)
+        fgr_reply_out(q, flags, sizeof(cuuint64_t), 0, fgr_r);
     return fgr_r;
 }
 
@@ -5180,22 +5507,23 @@ static CUresult op_cuGraphAddChildGraphNode(struct fgr_rd *rd, struct fgr_req *q
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraphNode *phGraphNode = NULL;
-    if (has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
         fgr_r = fgr_refuse("cuGraphAddChildGraphNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
         fgr_r = fgr_refuse("cuGraphAddChildGraphNode", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)childGraph)))
         fgr_r = fgr_refuse("cuGraphAddChildGraphNode", "childGraph", (uint64_t)(uintptr_t)childGraph, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuGraphAddChildGraphNode)fgr_real[FGR_OP_cuGraphAddChildGraphNode])(phGraphNode, hGraph, dependencies, numDependencies, childGraph);
     if (fgr_r == CUDA_SUCCESS) {
         if (phGraphNode)
             fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
     }
-    fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
+    if (has_phGraphNode)
+        fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
     return fgr_r;
 }
 
@@ -5220,16 +5548,17 @@ static CUresult op_xt_ctx_39(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     uint64_t *value = NULL;
-    if (has_value && !(value = fgr_out(q, sizeof(uint64_t))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
         fgr_r = fgr_refuse("xt_ctx_39", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
     else if (!(fgr_has(FGR_H_fgrCtxObject, (uint64_t)(uintptr_t)object)))
         fgr_r = fgr_refuse("xt_ctx_39", "object", (uint64_t)(uintptr_t)object, CUDA_ERROR_INVALID_HANDLE);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_value && !(value = fgr_out(q, sizeof(uint64_t))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_xt_ctx_39)fgr_real[FGR_OP_xt_ctx_39])(ctx, object, value, arg3);
-    fgr_reply_out(q, value, sizeof(uint64_t), 0, fgr_r);
+    if (has_value)
+        fgr_reply_out(q, value, sizeof(uint64_t), 0, fgr_r);
     return fgr_r;
 }
 
@@ -5245,18 +5574,19 @@ static CUresult op_xt_ctx_51(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     fgrCtxObject *object = NULL;
-    if (has_object && !(object = fgr_out(q, sizeof(fgrCtxObject))))
-        return fgr_out_failed(q);
-    CUresult fgr_r;
+    CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
         fgr_r = fgr_refuse("xt_ctx_51", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
-    else
+    if (fgr_r == CUDA_SUCCESS && has_object && !(object = fgr_out(q, sizeof(fgrCtxObject))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_xt_ctx_51)fgr_real[FGR_OP_xt_ctx_51])(ctx, arg1, object, arg3);
     if (fgr_r == CUDA_SUCCESS) {
         if (object)
             fgr_add(FGR_H_fgrCtxObject, (uint64_t)(uintptr_t)*object, FGR_H_CUcontext, fgr_ctx);
     }
-    fgr_reply_out(q, object, sizeof(fgrCtxObject), 0, fgr_r);
+    if (has_object)
+        fgr_reply_out(q, object, sizeof(fgrCtxObject), 0, fgr_r);
     return fgr_r;
 }
 
@@ -5310,10 +5640,13 @@ static CUresult op_xt_simA_7(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     int *out = NULL;
-    if (has_out && !(out = fgr_out(q, sizeof(int))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_out && !(out = fgr_out(q, sizeof(int))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_xt_simA_7)fgr_real[FGR_OP_xt_simA_7])(out, x);
-    fgr_reply_out(q, out, sizeof(int), 0, fgr_r);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_xt_simA_7)fgr_real[FGR_OP_xt_simA_7])(out, x);
+    if (has_out)
+        fgr_reply_out(q, out, sizeof(int), 0, fgr_r);
     return fgr_r;
 }
 
@@ -5352,281 +5685,284 @@ static CUresult op_xt_simB_2(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUuuid *out = NULL;
-    if (has_out && !(out = fgr_out(q, sizeof(CUuuid))))
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_out && !(out = fgr_out(q, sizeof(CUuuid))))
         return fgr_out_failed(q);
-    CUresult fgr_r = ((pfn_xt_simB_2)fgr_real[FGR_OP_xt_simB_2])(out);
-    fgr_reply_out(q, out, sizeof(CUuuid), 0, fgr_r);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_xt_simB_2)fgr_real[FGR_OP_xt_simB_2])(out);
+    if (has_out)
+        fgr_reply_out(q, out, sizeof(CUuuid), 0, fgr_r);
     return fgr_r;
 }
 
 const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
-    [FGR_OP_cuInit] = {"cuInit", op_cuInit, 0},
-    [FGR_OP_cuDeviceTotalMem_v2] = {"cuDeviceTotalMem_v2", op_cuDeviceTotalMem_v2, 0},
-    [FGR_OP_cuDevicePrimaryCtxRetain] = {"cuDevicePrimaryCtxRetain", op_cuDevicePrimaryCtxRetain, 0},
-    [FGR_OP_cuDevicePrimaryCtxRelease_v2] = {"cuDevicePrimaryCtxRelease_v2", op_cuDevicePrimaryCtxRelease_v2, 0},
-    [FGR_OP_cuDevicePrimaryCtxReset_v2] = {"cuDevicePrimaryCtxReset_v2", op_cuDevicePrimaryCtxReset_v2, 0},
-    [FGR_OP_cuDevicePrimaryCtxSetFlags_v2] = {"cuDevicePrimaryCtxSetFlags_v2", op_cuDevicePrimaryCtxSetFlags_v2, 0},
-    [FGR_OP_cuDevicePrimaryCtxGetState] = {"cuDevicePrimaryCtxGetState", op_cuDevicePrimaryCtxGetState, 0},
-    [FGR_OP_cuCtxCreate_v2] = {"cuCtxCreate_v2", op_cuCtxCreate_v2, 0},
-    [FGR_OP_cuCtxDestroy_v2] = {"cuCtxDestroy_v2", op_cuCtxDestroy_v2, 0},
-    [FGR_OP_cuCtxGetDevice] = {"cuCtxGetDevice", op_cuCtxGetDevice, 0},
-    [FGR_OP_cuCtxGetDevice_v2] = {"cuCtxGetDevice_v2", op_cuCtxGetDevice_v2, 0},
-    [FGR_OP_cuCtxSynchronize] = {"cuCtxSynchronize", op_cuCtxSynchronize, 1},
-    [FGR_OP_cuCtxSynchronize_v2] = {"cuCtxSynchronize_v2", op_cuCtxSynchronize_v2, 1},
-    [FGR_OP_cuCtxSetLimit] = {"cuCtxSetLimit", op_cuCtxSetLimit, 0},
-    [FGR_OP_cuMemGetInfo_v2] = {"cuMemGetInfo_v2", op_cuMemGetInfo_v2, 0},
-    [FGR_OP_cuMemAlloc_v2] = {"cuMemAlloc_v2", op_cuMemAlloc_v2, 0},
-    [FGR_OP_cuMemAllocPitch_v2] = {"cuMemAllocPitch_v2", op_cuMemAllocPitch_v2, 0},
-    [FGR_OP_cuMemFree_v2] = {"cuMemFree_v2", op_cuMemFree_v2, 0},
-    [FGR_OP_cuMemAllocManaged] = {"cuMemAllocManaged", op_cuMemAllocManaged, 0},
-    [FGR_OP_cuMemGetAddressRange_v2] = {"cuMemGetAddressRange_v2", op_cuMemGetAddressRange_v2, 0},
-    [FGR_OP_cuMemAllocAsync] = {"cuMemAllocAsync", op_cuMemAllocAsync, 0},
-    [FGR_OP_cuMemAllocAsync_ptsz] = {"cuMemAllocAsync_ptsz", op_cuMemAllocAsync_ptsz, 0},
-    [FGR_OP_cuMemFreeAsync] = {"cuMemFreeAsync", op_cuMemFreeAsync, 0},
-    [FGR_OP_cuMemFreeAsync_ptsz] = {"cuMemFreeAsync_ptsz", op_cuMemFreeAsync_ptsz, 0},
-    [FGR_OP_cuMemAllocFromPoolAsync] = {"cuMemAllocFromPoolAsync", op_cuMemAllocFromPoolAsync, 0},
-    [FGR_OP_cuMemAllocFromPoolAsync_ptsz] = {"cuMemAllocFromPoolAsync_ptsz", op_cuMemAllocFromPoolAsync_ptsz, 0},
-    [FGR_OP_cuMemPoolCreate] = {"cuMemPoolCreate", op_cuMemPoolCreate, 0},
-    [FGR_OP_cuMemPoolDestroy] = {"cuMemPoolDestroy", op_cuMemPoolDestroy, 0},
-    [FGR_OP_cuMemPoolTrimTo] = {"cuMemPoolTrimTo", op_cuMemPoolTrimTo, 0},
-    [FGR_OP_cuMemPoolGetAttribute] = {"cuMemPoolGetAttribute", op_cuMemPoolGetAttribute, 0},
-    [FGR_OP_cuDeviceGetMemPool] = {"cuDeviceGetMemPool", op_cuDeviceGetMemPool, 0},
-    [FGR_OP_cuDeviceGetDefaultMemPool] = {"cuDeviceGetDefaultMemPool", op_cuDeviceGetDefaultMemPool, 0},
-    [FGR_OP_cuMemCreate] = {"cuMemCreate", op_cuMemCreate, 0},
-    [FGR_OP_cuMemRelease] = {"cuMemRelease", op_cuMemRelease, 0},
-    [FGR_OP_cuMemAddressReserve] = {"cuMemAddressReserve", op_cuMemAddressReserve, 0},
-    [FGR_OP_cuMemAddressFree] = {"cuMemAddressFree", op_cuMemAddressFree, 0},
-    [FGR_OP_cuMemMap] = {"cuMemMap", op_cuMemMap, 0},
-    [FGR_OP_cuMemUnmap] = {"cuMemUnmap", op_cuMemUnmap, 0},
-    [FGR_OP_cuMemSetAccess] = {"cuMemSetAccess", op_cuMemSetAccess, 0},
-    [FGR_OP_cuMemRetainAllocationHandle] = {"cuMemRetainAllocationHandle", op_cuMemRetainAllocationHandle, 0},
-    [FGR_OP_cuMemGetAllocationGranularity] = {"cuMemGetAllocationGranularity", op_cuMemGetAllocationGranularity, 0},
-    [FGR_OP_cuArrayCreate_v2] = {"cuArrayCreate_v2", op_cuArrayCreate_v2, 0},
-    [FGR_OP_cuArray3DCreate_v2] = {"cuArray3DCreate_v2", op_cuArray3DCreate_v2, 0},
-    [FGR_OP_cuArrayDestroy] = {"cuArrayDestroy", op_cuArrayDestroy, 0},
-    [FGR_OP_cuMipmappedArrayCreate] = {"cuMipmappedArrayCreate", op_cuMipmappedArrayCreate, 0},
-    [FGR_OP_cuMipmappedArrayDestroy] = {"cuMipmappedArrayDestroy", op_cuMipmappedArrayDestroy, 0},
-    [FGR_OP_cuMemcpyHtoD_v2] = {"cuMemcpyHtoD_v2", op_cuMemcpyHtoD_v2, 1},
-    [FGR_OP_cuMemcpyHtoD_v2_ptds] = {"cuMemcpyHtoD_v2_ptds", op_cuMemcpyHtoD_v2_ptds, 1},
-    [FGR_OP_cuMemcpyDtoH_v2] = {"cuMemcpyDtoH_v2", op_cuMemcpyDtoH_v2, 1},
-    [FGR_OP_cuMemcpyDtoH_v2_ptds] = {"cuMemcpyDtoH_v2_ptds", op_cuMemcpyDtoH_v2_ptds, 1},
-    [FGR_OP_cuMemcpyDtoD_v2] = {"cuMemcpyDtoD_v2", op_cuMemcpyDtoD_v2, 1},
-    [FGR_OP_cuMemcpyDtoD_v2_ptds] = {"cuMemcpyDtoD_v2_ptds", op_cuMemcpyDtoD_v2_ptds, 1},
-    [FGR_OP_cuMemcpy] = {"cuMemcpy", op_cuMemcpy, 1},
-    [FGR_OP_cuMemcpy_ptds] = {"cuMemcpy_ptds", op_cuMemcpy_ptds, 1},
-    [FGR_OP_cuMemcpyHtoDAsync_v2] = {"cuMemcpyHtoDAsync_v2", op_cuMemcpyHtoDAsync_v2, 0},
-    [FGR_OP_cuMemcpyHtoDAsync_v2_ptsz] = {"cuMemcpyHtoDAsync_v2_ptsz", op_cuMemcpyHtoDAsync_v2_ptsz, 0},
-    [FGR_OP_cuMemcpyDtoHAsync_v2] = {"cuMemcpyDtoHAsync_v2", op_cuMemcpyDtoHAsync_v2, 1},
-    [FGR_OP_cuMemcpyDtoHAsync_v2_ptsz] = {"cuMemcpyDtoHAsync_v2_ptsz", op_cuMemcpyDtoHAsync_v2_ptsz, 1},
-    [FGR_OP_cuMemcpyDtoDAsync_v2] = {"cuMemcpyDtoDAsync_v2", op_cuMemcpyDtoDAsync_v2, 0},
-    [FGR_OP_cuMemcpyDtoDAsync_v2_ptsz] = {"cuMemcpyDtoDAsync_v2_ptsz", op_cuMemcpyDtoDAsync_v2_ptsz, 0},
-    [FGR_OP_cuMemcpyAsync] = {"cuMemcpyAsync", op_cuMemcpyAsync, 0},
-    [FGR_OP_cuMemcpyAsync_ptsz] = {"cuMemcpyAsync_ptsz", op_cuMemcpyAsync_ptsz, 0},
-    [FGR_OP_cuMemcpyPeer] = {"cuMemcpyPeer", op_cuMemcpyPeer, 1},
-    [FGR_OP_cuMemcpyPeer_ptds] = {"cuMemcpyPeer_ptds", op_cuMemcpyPeer_ptds, 1},
-    [FGR_OP_cuMemcpyPeerAsync] = {"cuMemcpyPeerAsync", op_cuMemcpyPeerAsync, 0},
-    [FGR_OP_cuMemcpyPeerAsync_ptsz] = {"cuMemcpyPeerAsync_ptsz", op_cuMemcpyPeerAsync_ptsz, 0},
-    [FGR_OP_cuMemsetD8_v2] = {"cuMemsetD8_v2", op_cuMemsetD8_v2, 0},
-    [FGR_OP_cuMemsetD8_v2_ptds] = {"cuMemsetD8_v2_ptds", op_cuMemsetD8_v2_ptds, 0},
-    [FGR_OP_cuMemsetD32_v2] = {"cuMemsetD32_v2", op_cuMemsetD32_v2, 0},
-    [FGR_OP_cuMemsetD32_v2_ptds] = {"cuMemsetD32_v2_ptds", op_cuMemsetD32_v2_ptds, 0},
-    [FGR_OP_cuMemsetD8Async] = {"cuMemsetD8Async", op_cuMemsetD8Async, 0},
-    [FGR_OP_cuMemsetD8Async_ptsz] = {"cuMemsetD8Async_ptsz", op_cuMemsetD8Async_ptsz, 0},
-    [FGR_OP_cuMemsetD32Async] = {"cuMemsetD32Async", op_cuMemsetD32Async, 0},
-    [FGR_OP_cuMemsetD32Async_ptsz] = {"cuMemsetD32Async_ptsz", op_cuMemsetD32Async_ptsz, 0},
-    [FGR_OP_cuMemsetD16_v2] = {"cuMemsetD16_v2", op_cuMemsetD16_v2, 0},
-    [FGR_OP_cuMemsetD16_v2_ptds] = {"cuMemsetD16_v2_ptds", op_cuMemsetD16_v2_ptds, 0},
-    [FGR_OP_cuMemsetD16Async] = {"cuMemsetD16Async", op_cuMemsetD16Async, 0},
-    [FGR_OP_cuMemsetD16Async_ptsz] = {"cuMemsetD16Async_ptsz", op_cuMemsetD16Async_ptsz, 0},
-    [FGR_OP_cuMemsetD2D8_v2] = {"cuMemsetD2D8_v2", op_cuMemsetD2D8_v2, 0},
-    [FGR_OP_cuMemsetD2D8_v2_ptds] = {"cuMemsetD2D8_v2_ptds", op_cuMemsetD2D8_v2_ptds, 0},
-    [FGR_OP_cuMemsetD2D8Async] = {"cuMemsetD2D8Async", op_cuMemsetD2D8Async, 0},
-    [FGR_OP_cuMemsetD2D8Async_ptsz] = {"cuMemsetD2D8Async_ptsz", op_cuMemsetD2D8Async_ptsz, 0},
-    [FGR_OP_cuMemsetD2D16_v2] = {"cuMemsetD2D16_v2", op_cuMemsetD2D16_v2, 0},
-    [FGR_OP_cuMemsetD2D16_v2_ptds] = {"cuMemsetD2D16_v2_ptds", op_cuMemsetD2D16_v2_ptds, 0},
-    [FGR_OP_cuMemsetD2D16Async] = {"cuMemsetD2D16Async", op_cuMemsetD2D16Async, 0},
-    [FGR_OP_cuMemsetD2D16Async_ptsz] = {"cuMemsetD2D16Async_ptsz", op_cuMemsetD2D16Async_ptsz, 0},
-    [FGR_OP_cuMemsetD2D32_v2] = {"cuMemsetD2D32_v2", op_cuMemsetD2D32_v2, 0},
-    [FGR_OP_cuMemsetD2D32_v2_ptds] = {"cuMemsetD2D32_v2_ptds", op_cuMemsetD2D32_v2_ptds, 0},
-    [FGR_OP_cuMemsetD2D32Async] = {"cuMemsetD2D32Async", op_cuMemsetD2D32Async, 0},
-    [FGR_OP_cuMemsetD2D32Async_ptsz] = {"cuMemsetD2D32Async_ptsz", op_cuMemsetD2D32Async_ptsz, 0},
-    [FGR_OP_cuModuleLoadData] = {"cuModuleLoadData", op_cuModuleLoadData, 0},
-    [FGR_OP_cuModuleLoadDataEx] = {"cuModuleLoadDataEx", op_cuModuleLoadDataEx, 0},
-    [FGR_OP_cuModuleLoadFatBinary] = {"cuModuleLoadFatBinary", op_cuModuleLoadFatBinary, 0},
-    [FGR_OP_cuModuleUnload] = {"cuModuleUnload", op_cuModuleUnload, 0},
-    [FGR_OP_cuModuleGetFunction] = {"cuModuleGetFunction", op_cuModuleGetFunction, 0},
-    [FGR_OP_cuLibraryLoadData] = {"cuLibraryLoadData", op_cuLibraryLoadData, 0},
-    [FGR_OP_cuLibraryUnload] = {"cuLibraryUnload", op_cuLibraryUnload, 0},
-    [FGR_OP_cuLibraryGetKernel] = {"cuLibraryGetKernel", op_cuLibraryGetKernel, 0},
-    [FGR_OP_cuKernelGetFunction] = {"cuKernelGetFunction", op_cuKernelGetFunction, 0},
-    [FGR_OP_cuFuncGetAttribute] = {"cuFuncGetAttribute", op_cuFuncGetAttribute, 0},
-    [FGR_OP_cuFuncSetAttribute] = {"cuFuncSetAttribute", op_cuFuncSetAttribute, 0},
-    [FGR_OP_cuLaunchKernel] = {"cuLaunchKernel", op_cuLaunchKernel, 0},
-    [FGR_OP_cuLaunchKernel_ptsz] = {"cuLaunchKernel_ptsz", op_cuLaunchKernel_ptsz, 0},
-    [FGR_OP_cuLaunchKernelEx] = {"cuLaunchKernelEx", op_cuLaunchKernelEx, 0},
-    [FGR_OP_cuLaunchKernelEx_ptsz] = {"cuLaunchKernelEx_ptsz", op_cuLaunchKernelEx_ptsz, 0},
-    [FGR_OP_cuLaunchCooperativeKernel] = {"cuLaunchCooperativeKernel", op_cuLaunchCooperativeKernel, 0},
-    [FGR_OP_cuLaunchCooperativeKernel_ptsz] = {"cuLaunchCooperativeKernel_ptsz", op_cuLaunchCooperativeKernel_ptsz, 0},
-    [FGR_OP_cuStreamCreate] = {"cuStreamCreate", op_cuStreamCreate, 0},
-    [FGR_OP_cuStreamCreateWithPriority] = {"cuStreamCreateWithPriority", op_cuStreamCreateWithPriority, 0},
-    [FGR_OP_cuStreamDestroy_v2] = {"cuStreamDestroy_v2", op_cuStreamDestroy_v2, 0},
-    [FGR_OP_cuStreamSynchronize] = {"cuStreamSynchronize", op_cuStreamSynchronize, 1},
-    [FGR_OP_cuStreamSynchronize_ptsz] = {"cuStreamSynchronize_ptsz", op_cuStreamSynchronize_ptsz, 1},
-    [FGR_OP_cuStreamQuery] = {"cuStreamQuery", op_cuStreamQuery, 1},
-    [FGR_OP_cuStreamQuery_ptsz] = {"cuStreamQuery_ptsz", op_cuStreamQuery_ptsz, 1},
-    [FGR_OP_cuStreamWaitEvent] = {"cuStreamWaitEvent", op_cuStreamWaitEvent, 0},
-    [FGR_OP_cuStreamWaitEvent_ptsz] = {"cuStreamWaitEvent_ptsz", op_cuStreamWaitEvent_ptsz, 0},
-    [FGR_OP_cuStreamBeginCapture] = {"cuStreamBeginCapture", op_cuStreamBeginCapture, 0},
-    [FGR_OP_cuStreamBeginCapture_ptsz] = {"cuStreamBeginCapture_ptsz", op_cuStreamBeginCapture_ptsz, 0},
-    [FGR_OP_cuStreamBeginCapture_v2] = {"cuStreamBeginCapture_v2", op_cuStreamBeginCapture_v2, 0},
-    [FGR_OP_cuStreamBeginCapture_v2_ptsz] = {"cuStreamBeginCapture_v2_ptsz", op_cuStreamBeginCapture_v2_ptsz, 0},
-    [FGR_OP_cuStreamEndCapture] = {"cuStreamEndCapture", op_cuStreamEndCapture, 0},
-    [FGR_OP_cuStreamEndCapture_ptsz] = {"cuStreamEndCapture_ptsz", op_cuStreamEndCapture_ptsz, 0},
-    [FGR_OP_cuStreamIsCapturing] = {"cuStreamIsCapturing", op_cuStreamIsCapturing, 0},
-    [FGR_OP_cuStreamIsCapturing_ptsz] = {"cuStreamIsCapturing_ptsz", op_cuStreamIsCapturing_ptsz, 0},
-    [FGR_OP_cuThreadExchangeStreamCaptureMode] = {"cuThreadExchangeStreamCaptureMode", op_cuThreadExchangeStreamCaptureMode, 0},
-    [FGR_OP_cuStreamGetDevice] = {"cuStreamGetDevice", op_cuStreamGetDevice, 0},
-    [FGR_OP_cuEventCreate] = {"cuEventCreate", op_cuEventCreate, 0},
-    [FGR_OP_cuEventRecord] = {"cuEventRecord", op_cuEventRecord, 0},
-    [FGR_OP_cuEventRecord_ptsz] = {"cuEventRecord_ptsz", op_cuEventRecord_ptsz, 0},
-    [FGR_OP_cuEventRecordWithFlags] = {"cuEventRecordWithFlags", op_cuEventRecordWithFlags, 0},
-    [FGR_OP_cuEventRecordWithFlags_ptsz] = {"cuEventRecordWithFlags_ptsz", op_cuEventRecordWithFlags_ptsz, 0},
-    [FGR_OP_cuEventQuery] = {"cuEventQuery", op_cuEventQuery, 1},
-    [FGR_OP_cuEventSynchronize] = {"cuEventSynchronize", op_cuEventSynchronize, 1},
-    [FGR_OP_cuEventElapsedTime] = {"cuEventElapsedTime", op_cuEventElapsedTime, 0},
-    [FGR_OP_cuEventElapsedTime_v2] = {"cuEventElapsedTime_v2", op_cuEventElapsedTime_v2, 0},
-    [FGR_OP_cuEventDestroy_v2] = {"cuEventDestroy_v2", op_cuEventDestroy_v2, 0},
-    [FGR_OP_cuGraphCreate] = {"cuGraphCreate", op_cuGraphCreate, 0},
-    [FGR_OP_cuGraphGetNodes] = {"cuGraphGetNodes", op_cuGraphGetNodes, 0},
-    [FGR_OP_cuGraphNodeGetType] = {"cuGraphNodeGetType", op_cuGraphNodeGetType, 0},
-    [FGR_OP_cuGraphChildGraphNodeGetGraph] = {"cuGraphChildGraphNodeGetGraph", op_cuGraphChildGraphNodeGetGraph, 0},
-    [FGR_OP_cuGraphAddMemFreeNode] = {"cuGraphAddMemFreeNode", op_cuGraphAddMemFreeNode, 0},
-    [FGR_OP_cuDeviceGetGraphMemAttribute] = {"cuDeviceGetGraphMemAttribute", op_cuDeviceGetGraphMemAttribute, 0},
-    [FGR_OP_cuDeviceSetGraphMemAttribute] = {"cuDeviceSetGraphMemAttribute", op_cuDeviceSetGraphMemAttribute, 0},
-    [FGR_OP_cuDeviceGraphMemTrim] = {"cuDeviceGraphMemTrim", op_cuDeviceGraphMemTrim, 0},
-    [FGR_OP_cuGraphInstantiateWithFlags] = {"cuGraphInstantiateWithFlags", op_cuGraphInstantiateWithFlags, 0},
-    [FGR_OP_cuGraphInstantiateWithParams] = {"cuGraphInstantiateWithParams", op_cuGraphInstantiateWithParams, 0},
-    [FGR_OP_cuGraphInstantiateWithParams_ptsz] = {"cuGraphInstantiateWithParams_ptsz", op_cuGraphInstantiateWithParams_ptsz, 0},
-    [FGR_OP_cuGraphUpload] = {"cuGraphUpload", op_cuGraphUpload, 0},
-    [FGR_OP_cuGraphUpload_ptsz] = {"cuGraphUpload_ptsz", op_cuGraphUpload_ptsz, 0},
-    [FGR_OP_cuGraphLaunch] = {"cuGraphLaunch", op_cuGraphLaunch, 0},
-    [FGR_OP_cuGraphLaunch_ptsz] = {"cuGraphLaunch_ptsz", op_cuGraphLaunch_ptsz, 0},
-    [FGR_OP_cuGraphExecDestroy] = {"cuGraphExecDestroy", op_cuGraphExecDestroy, 0},
-    [FGR_OP_cuGraphDestroy] = {"cuGraphDestroy", op_cuGraphDestroy, 0},
-    [FGR_OP_cuDeviceGetPCIBusId] = {"cuDeviceGetPCIBusId", op_cuDeviceGetPCIBusId, 0},
-    [FGR_OP_cuDeviceGetByPCIBusId] = {"cuDeviceGetByPCIBusId", op_cuDeviceGetByPCIBusId, 0},
-    [FGR_OP_cuDeviceCanAccessPeer] = {"cuDeviceCanAccessPeer", op_cuDeviceCanAccessPeer, 0},
-    [FGR_OP_cuCtxGetApiVersion] = {"cuCtxGetApiVersion", op_cuCtxGetApiVersion, 0},
-    [FGR_OP_cuCtxGetFlags] = {"cuCtxGetFlags", op_cuCtxGetFlags, 0},
-    [FGR_OP_cuCtxGetStreamPriorityRange] = {"cuCtxGetStreamPriorityRange", op_cuCtxGetStreamPriorityRange, 0},
-    [FGR_OP_cuCtxGetId] = {"cuCtxGetId", op_cuCtxGetId, 0},
-    [FGR_OP_cuCtxEnablePeerAccess] = {"cuCtxEnablePeerAccess", op_cuCtxEnablePeerAccess, 0},
-    [FGR_OP_cuCtxDisablePeerAccess] = {"cuCtxDisablePeerAccess", op_cuCtxDisablePeerAccess, 0},
-    [FGR_OP_cuCtxResetPersistingL2Cache] = {"cuCtxResetPersistingL2Cache", op_cuCtxResetPersistingL2Cache, 0},
-    [FGR_OP_cuMemGetAccess] = {"cuMemGetAccess", op_cuMemGetAccess, 0},
-    [FGR_OP_cuMemPoolSetAttribute] = {"cuMemPoolSetAttribute", op_cuMemPoolSetAttribute, 0},
-    [FGR_OP_cuDeviceSetMemPool] = {"cuDeviceSetMemPool", op_cuDeviceSetMemPool, 0},
-    [FGR_OP_cuMemGetAllocationPropertiesFromHandle] = {"cuMemGetAllocationPropertiesFromHandle", op_cuMemGetAllocationPropertiesFromHandle, 0},
-    [FGR_OP_cuModuleGetGlobal_v2] = {"cuModuleGetGlobal_v2", op_cuModuleGetGlobal_v2, 0},
-    [FGR_OP_cuLibraryGetModule] = {"cuLibraryGetModule", op_cuLibraryGetModule, 0},
-    [FGR_OP_cuFuncGetParamInfo] = {"cuFuncGetParamInfo", op_cuFuncGetParamInfo, 0},
-    [FGR_OP_cuKernelGetParamInfo] = {"cuKernelGetParamInfo", op_cuKernelGetParamInfo, 0},
-    [FGR_OP_cuFuncGetModule] = {"cuFuncGetModule", op_cuFuncGetModule, 0},
-    [FGR_OP_cuKernelGetAttribute] = {"cuKernelGetAttribute", op_cuKernelGetAttribute, 0},
-    [FGR_OP_cuKernelSetAttribute] = {"cuKernelSetAttribute", op_cuKernelSetAttribute, 0},
-    [FGR_OP_cuLibraryGetGlobal] = {"cuLibraryGetGlobal", op_cuLibraryGetGlobal, 0},
-    [FGR_OP_cuLibraryGetKernelCount] = {"cuLibraryGetKernelCount", op_cuLibraryGetKernelCount, 0},
-    [FGR_OP_cuLibraryEnumerateKernels] = {"cuLibraryEnumerateKernels", op_cuLibraryEnumerateKernels, 0},
-    [FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessor] = {"cuOccupancyMaxActiveBlocksPerMultiprocessor", op_cuOccupancyMaxActiveBlocksPerMultiprocessor, 0},
-    [FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags] = {"cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", op_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, 0},
-    [FGR_OP_cuOccupancyAvailableDynamicSMemPerBlock] = {"cuOccupancyAvailableDynamicSMemPerBlock", op_cuOccupancyAvailableDynamicSMemPerBlock, 0},
-    [FGR_OP_cuPointerGetAttribute] = {"cuPointerGetAttribute", op_cuPointerGetAttribute, 0},
-    [FGR_OP_cuModuleGetLoadingMode] = {"cuModuleGetLoadingMode", op_cuModuleGetLoadingMode, 0},
-    [FGR_OP_cuFuncSetCacheConfig] = {"cuFuncSetCacheConfig", op_cuFuncSetCacheConfig, 0},
-    [FGR_OP_cuKernelSetCacheConfig] = {"cuKernelSetCacheConfig", op_cuKernelSetCacheConfig, 0},
-    [FGR_OP_cuCtxGetCacheConfig] = {"cuCtxGetCacheConfig", op_cuCtxGetCacheConfig, 0},
-    [FGR_OP_cuCtxSetCacheConfig] = {"cuCtxSetCacheConfig", op_cuCtxSetCacheConfig, 0},
-    [FGR_OP_cuFuncSetSharedMemConfig] = {"cuFuncSetSharedMemConfig", op_cuFuncSetSharedMemConfig, 0},
-    [FGR_OP_cuCtxGetSharedMemConfig] = {"cuCtxGetSharedMemConfig", op_cuCtxGetSharedMemConfig, 0},
-    [FGR_OP_cuCtxSetSharedMemConfig] = {"cuCtxSetSharedMemConfig", op_cuCtxSetSharedMemConfig, 0},
-    [FGR_OP_cuDeviceGetP2PAttribute] = {"cuDeviceGetP2PAttribute", op_cuDeviceGetP2PAttribute, 0},
-    [FGR_OP_cuDeviceGetTexture1DLinearMaxWidth] = {"cuDeviceGetTexture1DLinearMaxWidth", op_cuDeviceGetTexture1DLinearMaxWidth, 0},
-    [FGR_OP_cuLibraryGetManaged] = {"cuLibraryGetManaged", op_cuLibraryGetManaged, 0},
-    [FGR_OP_cuMemGetDefaultMemPool] = {"cuMemGetDefaultMemPool", op_cuMemGetDefaultMemPool, 0},
-    [FGR_OP_cuMemGetMemPool] = {"cuMemGetMemPool", op_cuMemGetMemPool, 0},
-    [FGR_OP_cuStreamGetAttribute] = {"cuStreamGetAttribute", op_cuStreamGetAttribute, 0},
-    [FGR_OP_cuStreamGetAttribute_ptsz] = {"cuStreamGetAttribute_ptsz", op_cuStreamGetAttribute_ptsz, 0},
-    [FGR_OP_fgrNvmlUtilization] = {"fgrNvmlUtilization", op_fgrNvmlUtilization, 0},
-    [FGR_OP_fgrNvmlDriverVersion] = {"fgrNvmlDriverVersion", op_fgrNvmlDriverVersion, 0},
-    [FGR_OP_fgrNvmlOwnMemory] = {"fgrNvmlOwnMemory", op_fgrNvmlOwnMemory, 0},
-    [FGR_OP_fgrNvmlP2PStatus] = {"fgrNvmlP2PStatus", op_fgrNvmlP2PStatus, 0},
-    [FGR_OP_fgrParamSizes] = {"fgrParamSizes", op_fgrParamSizes, 0},
-    [FGR_OP_fgrHostMapped] = {"fgrHostMapped", op_fgrHostMapped, 0},
-    [FGR_OP_fgrHostMappedFree] = {"fgrHostMappedFree", op_fgrHostMappedFree, 0},
-    [FGR_OP_fgrHostWrite] = {"fgrHostWrite", op_fgrHostWrite, 0},
-    [FGR_OP_fgrHostReadMany] = {"fgrHostReadMany", op_fgrHostReadMany, 0},
-    [FGR_OP_fgrArenaReserve] = {"fgrArenaReserve", op_fgrArenaReserve, 0},
-    [FGR_OP_fgrArenaMap] = {"fgrArenaMap", op_fgrArenaMap, 0},
-    [FGR_OP_fgrArenaNote] = {"fgrArenaNote", op_fgrArenaNote, 0},
-    [FGR_OP_fgrArenaFree] = {"fgrArenaFree", op_fgrArenaFree, 0},
-    [FGR_OP_fgrHostFn] = {"fgrHostFn", op_fgrHostFn, 0},
-    [FGR_OP_fgrStageUpload] = {"fgrStageUpload", op_fgrStageUpload, 0},
-    [FGR_OP_fgrStageUploadLast] = {"fgrStageUploadLast", op_fgrStageUploadLast, 1},
-    [FGR_OP_fgrStageWait] = {"fgrStageWait", op_fgrStageWait, 0},
-    [FGR_OP_fgrStageDownload] = {"fgrStageDownload", op_fgrStageDownload, 1},
-    [FGR_OP_fgrStageDownloadAhead] = {"fgrStageDownloadAhead", op_fgrStageDownloadAhead, 0},
-    [FGR_OP_fgrStageDownloadWait] = {"fgrStageDownloadWait", op_fgrStageDownloadWait, 1},
-    [FGR_OP_fgrHeapRegister] = {"fgrHeapRegister", op_fgrHeapRegister, 0},
-    [FGR_OP_fgrHeapUnregister] = {"fgrHeapUnregister", op_fgrHeapUnregister, 0},
-    [FGR_OP_fgrHeapUpload] = {"fgrHeapUpload", op_fgrHeapUpload, 0},
-    [FGR_OP_fgrHeapUploadWait] = {"fgrHeapUploadWait", op_fgrHeapUploadWait, 1},
-    [FGR_OP_fgrHeapDownload] = {"fgrHeapDownload", op_fgrHeapDownload, 0},
-    [FGR_OP_fgrHeapDownloadWait] = {"fgrHeapDownloadWait", op_fgrHeapDownloadWait, 1},
-    [FGR_OP_fgrWaitTickets] = {"fgrWaitTickets", op_fgrWaitTickets, 0},
-    [FGR_OP_fgrNudge] = {"fgrNudge", op_fgrNudge, 0},
-    [FGR_OP_cuOccupancyMaxActiveClusters] = {"cuOccupancyMaxActiveClusters", op_cuOccupancyMaxActiveClusters, 0},
-    [FGR_OP_cuOccupancyMaxPotentialClusterSize] = {"cuOccupancyMaxPotentialClusterSize", op_cuOccupancyMaxPotentialClusterSize, 0},
-    [FGR_OP_cuCtxGetLimit] = {"cuCtxGetLimit", op_cuCtxGetLimit, 0},
-    [FGR_OP_cuTensorMapEncodeTiled] = {"cuTensorMapEncodeTiled", op_cuTensorMapEncodeTiled, 0},
-    [FGR_OP_cuTensorMapEncodeIm2col] = {"cuTensorMapEncodeIm2col", op_cuTensorMapEncodeIm2col, 0},
-    [FGR_OP_cuTensorMapReplaceAddress] = {"cuTensorMapReplaceAddress", op_cuTensorMapReplaceAddress, 0},
-    [FGR_OP_cuKernelGetLibrary] = {"cuKernelGetLibrary", op_cuKernelGetLibrary, 0},
-    [FGR_OP_cuStreamGetCaptureInfo_v2] = {"cuStreamGetCaptureInfo_v2", op_cuStreamGetCaptureInfo_v2, 0},
-    [FGR_OP_cuStreamGetCaptureInfo_v2_ptsz] = {"cuStreamGetCaptureInfo_v2_ptsz", op_cuStreamGetCaptureInfo_v2_ptsz, 0},
-    [FGR_OP_cuStreamGetCaptureInfo_v3] = {"cuStreamGetCaptureInfo_v3", op_cuStreamGetCaptureInfo_v3, 0},
-    [FGR_OP_cuStreamGetCaptureInfo_v3_ptsz] = {"cuStreamGetCaptureInfo_v3_ptsz", op_cuStreamGetCaptureInfo_v3_ptsz, 0},
-    [FGR_OP_cuStreamGetPriority] = {"cuStreamGetPriority", op_cuStreamGetPriority, 0},
-    [FGR_OP_cuStreamGetPriority_ptsz] = {"cuStreamGetPriority_ptsz", op_cuStreamGetPriority_ptsz, 0},
-    [FGR_OP_cuStreamGetFlags] = {"cuStreamGetFlags", op_cuStreamGetFlags, 0},
-    [FGR_OP_cuStreamGetFlags_ptsz] = {"cuStreamGetFlags_ptsz", op_cuStreamGetFlags_ptsz, 0},
-    [FGR_OP_cuStreamGetCtx] = {"cuStreamGetCtx", op_cuStreamGetCtx, 0},
-    [FGR_OP_cuStreamGetCtx_ptsz] = {"cuStreamGetCtx_ptsz", op_cuStreamGetCtx_ptsz, 0},
-    [FGR_OP_cuStreamGetCtx_v2] = {"cuStreamGetCtx_v2", op_cuStreamGetCtx_v2, 0},
-    [FGR_OP_cuStreamGetCtx_v2_ptsz] = {"cuStreamGetCtx_v2_ptsz", op_cuStreamGetCtx_v2_ptsz, 0},
-    [FGR_OP_cuStreamGetId] = {"cuStreamGetId", op_cuStreamGetId, 0},
-    [FGR_OP_cuStreamGetId_ptsz] = {"cuStreamGetId_ptsz", op_cuStreamGetId_ptsz, 0},
-    [FGR_OP_cuStreamCopyAttributes] = {"cuStreamCopyAttributes", op_cuStreamCopyAttributes, 0},
-    [FGR_OP_cuStreamCopyAttributes_ptsz] = {"cuStreamCopyAttributes_ptsz", op_cuStreamCopyAttributes_ptsz, 0},
-    [FGR_OP_cuStreamAttachMemAsync] = {"cuStreamAttachMemAsync", op_cuStreamAttachMemAsync, 0},
-    [FGR_OP_cuStreamAttachMemAsync_ptsz] = {"cuStreamAttachMemAsync_ptsz", op_cuStreamAttachMemAsync_ptsz, 0},
-    [FGR_OP_cuGraphClone] = {"cuGraphClone", op_cuGraphClone, 0},
-    [FGR_OP_cuGraphDestroyNode] = {"cuGraphDestroyNode", op_cuGraphDestroyNode, 0},
-    [FGR_OP_cuGraphAddEmptyNode] = {"cuGraphAddEmptyNode", op_cuGraphAddEmptyNode, 0},
-    [FGR_OP_cuGraphAddEventRecordNode] = {"cuGraphAddEventRecordNode", op_cuGraphAddEventRecordNode, 0},
-    [FGR_OP_cuGraphAddEventWaitNode] = {"cuGraphAddEventWaitNode", op_cuGraphAddEventWaitNode, 0},
-    [FGR_OP_cuGraphGetRootNodes] = {"cuGraphGetRootNodes", op_cuGraphGetRootNodes, 0},
-    [FGR_OP_cuGraphExecGetFlags] = {"cuGraphExecGetFlags", op_cuGraphExecGetFlags, 0},
-    [FGR_OP_cuGraphAddChildGraphNode] = {"cuGraphAddChildGraphNode", op_cuGraphAddChildGraphNode, 0},
-    [FGR_OP_xt_ctx] = {"xt_ctx", op_xt_ctx, 0},
-    [FGR_OP_xt_ctx_39] = {"xt_ctx_39", op_xt_ctx_39, 0},
-    [FGR_OP_xt_ctx_51] = {"xt_ctx_51", op_xt_ctx_51, 0},
-    [FGR_OP_xt_simA] = {"xt_simA", op_xt_simA, 0},
-    [FGR_OP_xt_simA_1] = {"xt_simA_1", op_xt_simA_1, 0},
-    [FGR_OP_xt_simA_2] = {"xt_simA_2", op_xt_simA_2, 0},
-    [FGR_OP_xt_simA_7] = {"xt_simA_7", op_xt_simA_7, 0},
-    [FGR_OP_xt_simB] = {"xt_simB", op_xt_simB, 0},
-    [FGR_OP_xt_simB_1] = {"xt_simB_1", op_xt_simB_1, 0},
-    [FGR_OP_xt_simB_2] = {"xt_simB_2", op_xt_simB_2, 0},
+    [FGR_OP_cuInit] = {"cuInit", op_cuInit, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuDeviceTotalMem_v2] = {"cuDeviceTotalMem_v2", op_cuDeviceTotalMem_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuDevicePrimaryCtxRetain] = {"cuDevicePrimaryCtxRetain", op_cuDevicePrimaryCtxRetain, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuDevicePrimaryCtxRelease_v2] = {"cuDevicePrimaryCtxRelease_v2", op_cuDevicePrimaryCtxRelease_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuDevicePrimaryCtxReset_v2] = {"cuDevicePrimaryCtxReset_v2", op_cuDevicePrimaryCtxReset_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuDevicePrimaryCtxSetFlags_v2] = {"cuDevicePrimaryCtxSetFlags_v2", op_cuDevicePrimaryCtxSetFlags_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuDevicePrimaryCtxGetState] = {"cuDevicePrimaryCtxGetState", op_cuDevicePrimaryCtxGetState, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuCtxCreate_v2] = {"cuCtxCreate_v2", op_cuCtxCreate_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuCtxDestroy_v2] = {"cuCtxDestroy_v2", op_cuCtxDestroy_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuCtxGetDevice] = {"cuCtxGetDevice", op_cuCtxGetDevice, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuCtxGetDevice_v2] = {"cuCtxGetDevice_v2", op_cuCtxGetDevice_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuCtxSynchronize] = {"cuCtxSynchronize", op_cuCtxSynchronize, 1, FGR_SMALL_FRAME},
+    [FGR_OP_cuCtxSynchronize_v2] = {"cuCtxSynchronize_v2", op_cuCtxSynchronize_v2, 1, FGR_SMALL_FRAME},
+    [FGR_OP_cuCtxSetLimit] = {"cuCtxSetLimit", op_cuCtxSetLimit, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemGetInfo_v2] = {"cuMemGetInfo_v2", op_cuMemGetInfo_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemAlloc_v2] = {"cuMemAlloc_v2", op_cuMemAlloc_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemAllocPitch_v2] = {"cuMemAllocPitch_v2", op_cuMemAllocPitch_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemFree_v2] = {"cuMemFree_v2", op_cuMemFree_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemAllocManaged] = {"cuMemAllocManaged", op_cuMemAllocManaged, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemGetAddressRange_v2] = {"cuMemGetAddressRange_v2", op_cuMemGetAddressRange_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemAllocAsync] = {"cuMemAllocAsync", op_cuMemAllocAsync, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemAllocAsync_ptsz] = {"cuMemAllocAsync_ptsz", op_cuMemAllocAsync_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemFreeAsync] = {"cuMemFreeAsync", op_cuMemFreeAsync, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemFreeAsync_ptsz] = {"cuMemFreeAsync_ptsz", op_cuMemFreeAsync_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemAllocFromPoolAsync] = {"cuMemAllocFromPoolAsync", op_cuMemAllocFromPoolAsync, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemAllocFromPoolAsync_ptsz] = {"cuMemAllocFromPoolAsync_ptsz", op_cuMemAllocFromPoolAsync_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemPoolCreate] = {"cuMemPoolCreate", op_cuMemPoolCreate, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemPoolDestroy] = {"cuMemPoolDestroy", op_cuMemPoolDestroy, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemPoolTrimTo] = {"cuMemPoolTrimTo", op_cuMemPoolTrimTo, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemPoolGetAttribute] = {"cuMemPoolGetAttribute", op_cuMemPoolGetAttribute, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuDeviceGetMemPool] = {"cuDeviceGetMemPool", op_cuDeviceGetMemPool, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuDeviceGetDefaultMemPool] = {"cuDeviceGetDefaultMemPool", op_cuDeviceGetDefaultMemPool, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemCreate] = {"cuMemCreate", op_cuMemCreate, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemRelease] = {"cuMemRelease", op_cuMemRelease, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemAddressReserve] = {"cuMemAddressReserve", op_cuMemAddressReserve, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemAddressFree] = {"cuMemAddressFree", op_cuMemAddressFree, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemMap] = {"cuMemMap", op_cuMemMap, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemUnmap] = {"cuMemUnmap", op_cuMemUnmap, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemSetAccess] = {"cuMemSetAccess", op_cuMemSetAccess, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuMemRetainAllocationHandle] = {"cuMemRetainAllocationHandle", op_cuMemRetainAllocationHandle, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemGetAllocationGranularity] = {"cuMemGetAllocationGranularity", op_cuMemGetAllocationGranularity, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuArrayCreate_v2] = {"cuArrayCreate_v2", op_cuArrayCreate_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuArray3DCreate_v2] = {"cuArray3DCreate_v2", op_cuArray3DCreate_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuArrayDestroy] = {"cuArrayDestroy", op_cuArrayDestroy, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMipmappedArrayCreate] = {"cuMipmappedArrayCreate", op_cuMipmappedArrayCreate, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMipmappedArrayDestroy] = {"cuMipmappedArrayDestroy", op_cuMipmappedArrayDestroy, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemcpyHtoD_v2] = {"cuMemcpyHtoD_v2", op_cuMemcpyHtoD_v2, 1, FGR_MAX_FRAME},
+    [FGR_OP_cuMemcpyHtoD_v2_ptds] = {"cuMemcpyHtoD_v2_ptds", op_cuMemcpyHtoD_v2_ptds, 1, FGR_MAX_FRAME},
+    [FGR_OP_cuMemcpyDtoH_v2] = {"cuMemcpyDtoH_v2", op_cuMemcpyDtoH_v2, 1, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemcpyDtoH_v2_ptds] = {"cuMemcpyDtoH_v2_ptds", op_cuMemcpyDtoH_v2_ptds, 1, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemcpyDtoD_v2] = {"cuMemcpyDtoD_v2", op_cuMemcpyDtoD_v2, 1, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemcpyDtoD_v2_ptds] = {"cuMemcpyDtoD_v2_ptds", op_cuMemcpyDtoD_v2_ptds, 1, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemcpy] = {"cuMemcpy", op_cuMemcpy, 1, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemcpy_ptds] = {"cuMemcpy_ptds", op_cuMemcpy_ptds, 1, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemcpyHtoDAsync_v2] = {"cuMemcpyHtoDAsync_v2", op_cuMemcpyHtoDAsync_v2, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuMemcpyHtoDAsync_v2_ptsz] = {"cuMemcpyHtoDAsync_v2_ptsz", op_cuMemcpyHtoDAsync_v2_ptsz, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuMemcpyDtoHAsync_v2] = {"cuMemcpyDtoHAsync_v2", op_cuMemcpyDtoHAsync_v2, 1, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemcpyDtoHAsync_v2_ptsz] = {"cuMemcpyDtoHAsync_v2_ptsz", op_cuMemcpyDtoHAsync_v2_ptsz, 1, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemcpyDtoDAsync_v2] = {"cuMemcpyDtoDAsync_v2", op_cuMemcpyDtoDAsync_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemcpyDtoDAsync_v2_ptsz] = {"cuMemcpyDtoDAsync_v2_ptsz", op_cuMemcpyDtoDAsync_v2_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemcpyAsync] = {"cuMemcpyAsync", op_cuMemcpyAsync, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemcpyAsync_ptsz] = {"cuMemcpyAsync_ptsz", op_cuMemcpyAsync_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemcpyPeer] = {"cuMemcpyPeer", op_cuMemcpyPeer, 1, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemcpyPeer_ptds] = {"cuMemcpyPeer_ptds", op_cuMemcpyPeer_ptds, 1, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemcpyPeerAsync] = {"cuMemcpyPeerAsync", op_cuMemcpyPeerAsync, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemcpyPeerAsync_ptsz] = {"cuMemcpyPeerAsync_ptsz", op_cuMemcpyPeerAsync_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemsetD8_v2] = {"cuMemsetD8_v2", op_cuMemsetD8_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemsetD8_v2_ptds] = {"cuMemsetD8_v2_ptds", op_cuMemsetD8_v2_ptds, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemsetD32_v2] = {"cuMemsetD32_v2", op_cuMemsetD32_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemsetD32_v2_ptds] = {"cuMemsetD32_v2_ptds", op_cuMemsetD32_v2_ptds, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemsetD8Async] = {"cuMemsetD8Async", op_cuMemsetD8Async, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemsetD8Async_ptsz] = {"cuMemsetD8Async_ptsz", op_cuMemsetD8Async_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemsetD32Async] = {"cuMemsetD32Async", op_cuMemsetD32Async, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemsetD32Async_ptsz] = {"cuMemsetD32Async_ptsz", op_cuMemsetD32Async_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemsetD16_v2] = {"cuMemsetD16_v2", op_cuMemsetD16_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemsetD16_v2_ptds] = {"cuMemsetD16_v2_ptds", op_cuMemsetD16_v2_ptds, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemsetD16Async] = {"cuMemsetD16Async", op_cuMemsetD16Async, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemsetD16Async_ptsz] = {"cuMemsetD16Async_ptsz", op_cuMemsetD16Async_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemsetD2D8_v2] = {"cuMemsetD2D8_v2", op_cuMemsetD2D8_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemsetD2D8_v2_ptds] = {"cuMemsetD2D8_v2_ptds", op_cuMemsetD2D8_v2_ptds, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemsetD2D8Async] = {"cuMemsetD2D8Async", op_cuMemsetD2D8Async, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemsetD2D8Async_ptsz] = {"cuMemsetD2D8Async_ptsz", op_cuMemsetD2D8Async_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemsetD2D16_v2] = {"cuMemsetD2D16_v2", op_cuMemsetD2D16_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemsetD2D16_v2_ptds] = {"cuMemsetD2D16_v2_ptds", op_cuMemsetD2D16_v2_ptds, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemsetD2D16Async] = {"cuMemsetD2D16Async", op_cuMemsetD2D16Async, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemsetD2D16Async_ptsz] = {"cuMemsetD2D16Async_ptsz", op_cuMemsetD2D16Async_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemsetD2D32_v2] = {"cuMemsetD2D32_v2", op_cuMemsetD2D32_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemsetD2D32_v2_ptds] = {"cuMemsetD2D32_v2_ptds", op_cuMemsetD2D32_v2_ptds, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemsetD2D32Async] = {"cuMemsetD2D32Async", op_cuMemsetD2D32Async, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemsetD2D32Async_ptsz] = {"cuMemsetD2D32Async_ptsz", op_cuMemsetD2D32Async_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuModuleLoadData] = {"cuModuleLoadData", op_cuModuleLoadData, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuModuleLoadDataEx] = {"cuModuleLoadDataEx", op_cuModuleLoadDataEx, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuModuleLoadFatBinary] = {"cuModuleLoadFatBinary", op_cuModuleLoadFatBinary, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuModuleUnload] = {"cuModuleUnload", op_cuModuleUnload, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuModuleGetFunction] = {"cuModuleGetFunction", op_cuModuleGetFunction, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuLibraryLoadData] = {"cuLibraryLoadData", op_cuLibraryLoadData, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuLibraryUnload] = {"cuLibraryUnload", op_cuLibraryUnload, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuLibraryGetKernel] = {"cuLibraryGetKernel", op_cuLibraryGetKernel, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuKernelGetFunction] = {"cuKernelGetFunction", op_cuKernelGetFunction, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuFuncGetAttribute] = {"cuFuncGetAttribute", op_cuFuncGetAttribute, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuFuncSetAttribute] = {"cuFuncSetAttribute", op_cuFuncSetAttribute, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuLaunchKernel] = {"cuLaunchKernel", op_cuLaunchKernel, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuLaunchKernel_ptsz] = {"cuLaunchKernel_ptsz", op_cuLaunchKernel_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuLaunchKernelEx] = {"cuLaunchKernelEx", op_cuLaunchKernelEx, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuLaunchKernelEx_ptsz] = {"cuLaunchKernelEx_ptsz", op_cuLaunchKernelEx_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuLaunchCooperativeKernel] = {"cuLaunchCooperativeKernel", op_cuLaunchCooperativeKernel, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuLaunchCooperativeKernel_ptsz] = {"cuLaunchCooperativeKernel_ptsz", op_cuLaunchCooperativeKernel_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamCreate] = {"cuStreamCreate", op_cuStreamCreate, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamCreateWithPriority] = {"cuStreamCreateWithPriority", op_cuStreamCreateWithPriority, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamDestroy_v2] = {"cuStreamDestroy_v2", op_cuStreamDestroy_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamSynchronize] = {"cuStreamSynchronize", op_cuStreamSynchronize, 1, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamSynchronize_ptsz] = {"cuStreamSynchronize_ptsz", op_cuStreamSynchronize_ptsz, 1, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamQuery] = {"cuStreamQuery", op_cuStreamQuery, 1, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamQuery_ptsz] = {"cuStreamQuery_ptsz", op_cuStreamQuery_ptsz, 1, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamWaitEvent] = {"cuStreamWaitEvent", op_cuStreamWaitEvent, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamWaitEvent_ptsz] = {"cuStreamWaitEvent_ptsz", op_cuStreamWaitEvent_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamBeginCapture] = {"cuStreamBeginCapture", op_cuStreamBeginCapture, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamBeginCapture_ptsz] = {"cuStreamBeginCapture_ptsz", op_cuStreamBeginCapture_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamBeginCapture_v2] = {"cuStreamBeginCapture_v2", op_cuStreamBeginCapture_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamBeginCapture_v2_ptsz] = {"cuStreamBeginCapture_v2_ptsz", op_cuStreamBeginCapture_v2_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamEndCapture] = {"cuStreamEndCapture", op_cuStreamEndCapture, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamEndCapture_ptsz] = {"cuStreamEndCapture_ptsz", op_cuStreamEndCapture_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamIsCapturing] = {"cuStreamIsCapturing", op_cuStreamIsCapturing, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamIsCapturing_ptsz] = {"cuStreamIsCapturing_ptsz", op_cuStreamIsCapturing_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuThreadExchangeStreamCaptureMode] = {"cuThreadExchangeStreamCaptureMode", op_cuThreadExchangeStreamCaptureMode, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamGetDevice] = {"cuStreamGetDevice", op_cuStreamGetDevice, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuEventCreate] = {"cuEventCreate", op_cuEventCreate, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuEventRecord] = {"cuEventRecord", op_cuEventRecord, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuEventRecord_ptsz] = {"cuEventRecord_ptsz", op_cuEventRecord_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuEventRecordWithFlags] = {"cuEventRecordWithFlags", op_cuEventRecordWithFlags, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuEventRecordWithFlags_ptsz] = {"cuEventRecordWithFlags_ptsz", op_cuEventRecordWithFlags_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuEventQuery] = {"cuEventQuery", op_cuEventQuery, 1, FGR_SMALL_FRAME},
+    [FGR_OP_cuEventSynchronize] = {"cuEventSynchronize", op_cuEventSynchronize, 1, FGR_SMALL_FRAME},
+    [FGR_OP_cuEventElapsedTime] = {"cuEventElapsedTime", op_cuEventElapsedTime, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuEventElapsedTime_v2] = {"cuEventElapsedTime_v2", op_cuEventElapsedTime_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuEventDestroy_v2] = {"cuEventDestroy_v2", op_cuEventDestroy_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphCreate] = {"cuGraphCreate", op_cuGraphCreate, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphGetNodes] = {"cuGraphGetNodes", op_cuGraphGetNodes, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphNodeGetType] = {"cuGraphNodeGetType", op_cuGraphNodeGetType, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphChildGraphNodeGetGraph] = {"cuGraphChildGraphNodeGetGraph", op_cuGraphChildGraphNodeGetGraph, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphAddMemFreeNode] = {"cuGraphAddMemFreeNode", op_cuGraphAddMemFreeNode, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuDeviceGetGraphMemAttribute] = {"cuDeviceGetGraphMemAttribute", op_cuDeviceGetGraphMemAttribute, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuDeviceSetGraphMemAttribute] = {"cuDeviceSetGraphMemAttribute", op_cuDeviceSetGraphMemAttribute, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuDeviceGraphMemTrim] = {"cuDeviceGraphMemTrim", op_cuDeviceGraphMemTrim, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphInstantiateWithFlags] = {"cuGraphInstantiateWithFlags", op_cuGraphInstantiateWithFlags, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphInstantiateWithParams] = {"cuGraphInstantiateWithParams", op_cuGraphInstantiateWithParams, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphInstantiateWithParams_ptsz] = {"cuGraphInstantiateWithParams_ptsz", op_cuGraphInstantiateWithParams_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphUpload] = {"cuGraphUpload", op_cuGraphUpload, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphUpload_ptsz] = {"cuGraphUpload_ptsz", op_cuGraphUpload_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphLaunch] = {"cuGraphLaunch", op_cuGraphLaunch, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphLaunch_ptsz] = {"cuGraphLaunch_ptsz", op_cuGraphLaunch_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphExecDestroy] = {"cuGraphExecDestroy", op_cuGraphExecDestroy, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphDestroy] = {"cuGraphDestroy", op_cuGraphDestroy, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuDeviceGetPCIBusId] = {"cuDeviceGetPCIBusId", op_cuDeviceGetPCIBusId, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuDeviceGetByPCIBusId] = {"cuDeviceGetByPCIBusId", op_cuDeviceGetByPCIBusId, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuDeviceCanAccessPeer] = {"cuDeviceCanAccessPeer", op_cuDeviceCanAccessPeer, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuCtxGetApiVersion] = {"cuCtxGetApiVersion", op_cuCtxGetApiVersion, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuCtxGetFlags] = {"cuCtxGetFlags", op_cuCtxGetFlags, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuCtxGetStreamPriorityRange] = {"cuCtxGetStreamPriorityRange", op_cuCtxGetStreamPriorityRange, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuCtxGetId] = {"cuCtxGetId", op_cuCtxGetId, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuCtxEnablePeerAccess] = {"cuCtxEnablePeerAccess", op_cuCtxEnablePeerAccess, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuCtxDisablePeerAccess] = {"cuCtxDisablePeerAccess", op_cuCtxDisablePeerAccess, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuCtxResetPersistingL2Cache] = {"cuCtxResetPersistingL2Cache", op_cuCtxResetPersistingL2Cache, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemGetAccess] = {"cuMemGetAccess", op_cuMemGetAccess, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemPoolSetAttribute] = {"cuMemPoolSetAttribute", op_cuMemPoolSetAttribute, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuDeviceSetMemPool] = {"cuDeviceSetMemPool", op_cuDeviceSetMemPool, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemGetAllocationPropertiesFromHandle] = {"cuMemGetAllocationPropertiesFromHandle", op_cuMemGetAllocationPropertiesFromHandle, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuModuleGetGlobal_v2] = {"cuModuleGetGlobal_v2", op_cuModuleGetGlobal_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuLibraryGetModule] = {"cuLibraryGetModule", op_cuLibraryGetModule, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuFuncGetParamInfo] = {"cuFuncGetParamInfo", op_cuFuncGetParamInfo, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuKernelGetParamInfo] = {"cuKernelGetParamInfo", op_cuKernelGetParamInfo, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuFuncGetModule] = {"cuFuncGetModule", op_cuFuncGetModule, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuKernelGetAttribute] = {"cuKernelGetAttribute", op_cuKernelGetAttribute, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuKernelSetAttribute] = {"cuKernelSetAttribute", op_cuKernelSetAttribute, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuLibraryGetGlobal] = {"cuLibraryGetGlobal", op_cuLibraryGetGlobal, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuLibraryGetKernelCount] = {"cuLibraryGetKernelCount", op_cuLibraryGetKernelCount, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuLibraryEnumerateKernels] = {"cuLibraryEnumerateKernels", op_cuLibraryEnumerateKernels, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessor] = {"cuOccupancyMaxActiveBlocksPerMultiprocessor", op_cuOccupancyMaxActiveBlocksPerMultiprocessor, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags] = {"cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", op_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuOccupancyAvailableDynamicSMemPerBlock] = {"cuOccupancyAvailableDynamicSMemPerBlock", op_cuOccupancyAvailableDynamicSMemPerBlock, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuPointerGetAttribute] = {"cuPointerGetAttribute", op_cuPointerGetAttribute, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuModuleGetLoadingMode] = {"cuModuleGetLoadingMode", op_cuModuleGetLoadingMode, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuFuncSetCacheConfig] = {"cuFuncSetCacheConfig", op_cuFuncSetCacheConfig, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuKernelSetCacheConfig] = {"cuKernelSetCacheConfig", op_cuKernelSetCacheConfig, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuCtxGetCacheConfig] = {"cuCtxGetCacheConfig", op_cuCtxGetCacheConfig, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuCtxSetCacheConfig] = {"cuCtxSetCacheConfig", op_cuCtxSetCacheConfig, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuFuncSetSharedMemConfig] = {"cuFuncSetSharedMemConfig", op_cuFuncSetSharedMemConfig, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuCtxGetSharedMemConfig] = {"cuCtxGetSharedMemConfig", op_cuCtxGetSharedMemConfig, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuCtxSetSharedMemConfig] = {"cuCtxSetSharedMemConfig", op_cuCtxSetSharedMemConfig, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuDeviceGetP2PAttribute] = {"cuDeviceGetP2PAttribute", op_cuDeviceGetP2PAttribute, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuDeviceGetTexture1DLinearMaxWidth] = {"cuDeviceGetTexture1DLinearMaxWidth", op_cuDeviceGetTexture1DLinearMaxWidth, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuLibraryGetManaged] = {"cuLibraryGetManaged", op_cuLibraryGetManaged, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemGetDefaultMemPool] = {"cuMemGetDefaultMemPool", op_cuMemGetDefaultMemPool, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemGetMemPool] = {"cuMemGetMemPool", op_cuMemGetMemPool, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamGetAttribute] = {"cuStreamGetAttribute", op_cuStreamGetAttribute, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamGetAttribute_ptsz] = {"cuStreamGetAttribute_ptsz", op_cuStreamGetAttribute_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrNvmlUtilization] = {"fgrNvmlUtilization", op_fgrNvmlUtilization, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrNvmlDriverVersion] = {"fgrNvmlDriverVersion", op_fgrNvmlDriverVersion, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrNvmlOwnMemory] = {"fgrNvmlOwnMemory", op_fgrNvmlOwnMemory, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrNvmlP2PStatus] = {"fgrNvmlP2PStatus", op_fgrNvmlP2PStatus, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrParamSizes] = {"fgrParamSizes", op_fgrParamSizes, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrHostMapped] = {"fgrHostMapped", op_fgrHostMapped, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrHostMappedFree] = {"fgrHostMappedFree", op_fgrHostMappedFree, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrHostWrite] = {"fgrHostWrite", op_fgrHostWrite, 0, FGR_MAX_FRAME},
+    [FGR_OP_fgrHostReadMany] = {"fgrHostReadMany", op_fgrHostReadMany, 0, FGR_MAX_FRAME},
+    [FGR_OP_fgrArenaReserve] = {"fgrArenaReserve", op_fgrArenaReserve, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrArenaMap] = {"fgrArenaMap", op_fgrArenaMap, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrArenaNote] = {"fgrArenaNote", op_fgrArenaNote, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrArenaFree] = {"fgrArenaFree", op_fgrArenaFree, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrHostFn] = {"fgrHostFn", op_fgrHostFn, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrStageUpload] = {"fgrStageUpload", op_fgrStageUpload, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrStageUploadLast] = {"fgrStageUploadLast", op_fgrStageUploadLast, 1, FGR_SMALL_FRAME},
+    [FGR_OP_fgrStageWait] = {"fgrStageWait", op_fgrStageWait, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrStageDownload] = {"fgrStageDownload", op_fgrStageDownload, 1, FGR_SMALL_FRAME},
+    [FGR_OP_fgrStageDownloadAhead] = {"fgrStageDownloadAhead", op_fgrStageDownloadAhead, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrStageDownloadWait] = {"fgrStageDownloadWait", op_fgrStageDownloadWait, 1, FGR_SMALL_FRAME},
+    [FGR_OP_fgrHeapRegister] = {"fgrHeapRegister", op_fgrHeapRegister, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrHeapUnregister] = {"fgrHeapUnregister", op_fgrHeapUnregister, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrHeapUpload] = {"fgrHeapUpload", op_fgrHeapUpload, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrHeapUploadWait] = {"fgrHeapUploadWait", op_fgrHeapUploadWait, 1, FGR_SMALL_FRAME},
+    [FGR_OP_fgrHeapDownload] = {"fgrHeapDownload", op_fgrHeapDownload, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrHeapDownloadWait] = {"fgrHeapDownloadWait", op_fgrHeapDownloadWait, 1, FGR_SMALL_FRAME},
+    [FGR_OP_fgrWaitTickets] = {"fgrWaitTickets", op_fgrWaitTickets, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrNudge] = {"fgrNudge", op_fgrNudge, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuOccupancyMaxActiveClusters] = {"cuOccupancyMaxActiveClusters", op_cuOccupancyMaxActiveClusters, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuOccupancyMaxPotentialClusterSize] = {"cuOccupancyMaxPotentialClusterSize", op_cuOccupancyMaxPotentialClusterSize, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuCtxGetLimit] = {"cuCtxGetLimit", op_cuCtxGetLimit, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuTensorMapEncodeTiled] = {"cuTensorMapEncodeTiled", op_cuTensorMapEncodeTiled, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuTensorMapEncodeIm2col] = {"cuTensorMapEncodeIm2col", op_cuTensorMapEncodeIm2col, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuTensorMapReplaceAddress] = {"cuTensorMapReplaceAddress", op_cuTensorMapReplaceAddress, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuKernelGetLibrary] = {"cuKernelGetLibrary", op_cuKernelGetLibrary, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamGetCaptureInfo_v2] = {"cuStreamGetCaptureInfo_v2", op_cuStreamGetCaptureInfo_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamGetCaptureInfo_v2_ptsz] = {"cuStreamGetCaptureInfo_v2_ptsz", op_cuStreamGetCaptureInfo_v2_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamGetCaptureInfo_v3] = {"cuStreamGetCaptureInfo_v3", op_cuStreamGetCaptureInfo_v3, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamGetCaptureInfo_v3_ptsz] = {"cuStreamGetCaptureInfo_v3_ptsz", op_cuStreamGetCaptureInfo_v3_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamGetPriority] = {"cuStreamGetPriority", op_cuStreamGetPriority, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamGetPriority_ptsz] = {"cuStreamGetPriority_ptsz", op_cuStreamGetPriority_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamGetFlags] = {"cuStreamGetFlags", op_cuStreamGetFlags, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamGetFlags_ptsz] = {"cuStreamGetFlags_ptsz", op_cuStreamGetFlags_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamGetCtx] = {"cuStreamGetCtx", op_cuStreamGetCtx, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamGetCtx_ptsz] = {"cuStreamGetCtx_ptsz", op_cuStreamGetCtx_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamGetCtx_v2] = {"cuStreamGetCtx_v2", op_cuStreamGetCtx_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamGetCtx_v2_ptsz] = {"cuStreamGetCtx_v2_ptsz", op_cuStreamGetCtx_v2_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamGetId] = {"cuStreamGetId", op_cuStreamGetId, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamGetId_ptsz] = {"cuStreamGetId_ptsz", op_cuStreamGetId_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamCopyAttributes] = {"cuStreamCopyAttributes", op_cuStreamCopyAttributes, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamCopyAttributes_ptsz] = {"cuStreamCopyAttributes_ptsz", op_cuStreamCopyAttributes_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamAttachMemAsync] = {"cuStreamAttachMemAsync", op_cuStreamAttachMemAsync, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamAttachMemAsync_ptsz] = {"cuStreamAttachMemAsync_ptsz", op_cuStreamAttachMemAsync_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphClone] = {"cuGraphClone", op_cuGraphClone, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphDestroyNode] = {"cuGraphDestroyNode", op_cuGraphDestroyNode, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphAddEmptyNode] = {"cuGraphAddEmptyNode", op_cuGraphAddEmptyNode, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuGraphAddEventRecordNode] = {"cuGraphAddEventRecordNode", op_cuGraphAddEventRecordNode, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuGraphAddEventWaitNode] = {"cuGraphAddEventWaitNode", op_cuGraphAddEventWaitNode, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuGraphGetRootNodes] = {"cuGraphGetRootNodes", op_cuGraphGetRootNodes, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphExecGetFlags] = {"cuGraphExecGetFlags", op_cuGraphExecGetFlags, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphAddChildGraphNode] = {"cuGraphAddChildGraphNode", op_cuGraphAddChildGraphNode, 0, FGR_MAX_FRAME},
+    [FGR_OP_xt_ctx] = {"xt_ctx", op_xt_ctx, 0, FGR_SMALL_FRAME},
+    [FGR_OP_xt_ctx_39] = {"xt_ctx_39", op_xt_ctx_39, 0, FGR_SMALL_FRAME},
+    [FGR_OP_xt_ctx_51] = {"xt_ctx_51", op_xt_ctx_51, 0, FGR_SMALL_FRAME},
+    [FGR_OP_xt_simA] = {"xt_simA", op_xt_simA, 0, FGR_SMALL_FRAME},
+    [FGR_OP_xt_simA_1] = {"xt_simA_1", op_xt_simA_1, 0, FGR_SMALL_FRAME},
+    [FGR_OP_xt_simA_2] = {"xt_simA_2", op_xt_simA_2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_xt_simA_7] = {"xt_simA_7", op_xt_simA_7, 0, FGR_SMALL_FRAME},
+    [FGR_OP_xt_simB] = {"xt_simB", op_xt_simB, 0, FGR_SMALL_FRAME},
+    [FGR_OP_xt_simB_1] = {"xt_simB_1", op_xt_simB_1, 0, FGR_SMALL_FRAME},
+    [FGR_OP_xt_simB_2] = {"xt_simB_2", op_xt_simB_2, 0, FGR_SMALL_FRAME},
 };
 
 /* The export tables the client answers: the functions it forwards. */

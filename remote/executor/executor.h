@@ -23,13 +23,20 @@ struct fgr_req {
     int oom; /* an allocation failed: the answer is CUDA_ERROR_OUT_OF_MEMORY */
     int bad; /* a length in the frame did not add up */
     int big_used; /* its first large result took the kept buffer (fgr_out) */
+    const void *keep; /* a module image to keep once the call succeeded */
+    uint64_t keep_n;
 };
 
 struct fgr_op_desc {
     const char *name;
     CUresult (*fn)(struct fgr_rd *rd, struct fgr_req *q);
     int syncpoint; /* queued calls' errors surface here */
+    uint32_t max_frame; /* the longest request it can carry */
 };
+/* The longest request of an operation that sends no buffer of a size it
+ * chooses (tools/gen: maxFrame), and the largest result of one that is not
+ * a download's bytes. */
+#define FGR_SMALL_FRAME (1u << 20)
 extern const struct fgr_op_desc fgr_ops[FGR_NUM_OPS];
 
 /* An export table the client answers: its fetch, and which operation calls
@@ -57,11 +64,15 @@ void *fgr_own(struct fgr_req *q, void *p);
  * handshake's list, keeping one, and one the client named by its hash
  * (NULL, said, when it is not kept). */
 void fgr_images_dir(const char *dir);
+/* The bytes a folder keeps at most (decimal); -1 when bytes is not a number. */
+int fgr_images_max(const char *bytes);
 void fgr_images_hello(struct fgr_buf *w);
 void fgr_image_keep(const void *p, uint64_t n);
 void *fgr_image_kept(const uint8_t h[32], uint64_t n, struct fgr_req *q);
-/* The mapped host memory operations (hostmem.c), from the driver's library. */
+/* The mapped host memory operations (hostmem.c), from the driver's library;
+ * forgetting what a context that ended held. */
 void fgr_hostmem_init(void *driver);
+void fgr_hostmem_forget(uint64_t ctx);
 /* Device memory at addresses the client chooses (arena.c); it wraps the
  * context-destroying operations, so it comes after the driver's are known. */
 void fgr_arena_init(void *driver);
@@ -217,12 +228,17 @@ void fgr_mem_add(uint64_t base, uint64_t size, int okind, uint64_t owner);
 void fgr_mem_add_found(uint64_t p, int okind, uint64_t owner);
 /* Says the first refusal of the connection, and answers r. */
 CUresult fgr_refuse(const char *call, const char *param, uint64_t v, CUresult r);
+/* The same for a result of v bytes, more than a call of its kind returns. */
+CUresult fgr_refuse_size(const char *call, const char *param, uint64_t v, CUresult r);
 
 /* Serves one request (its header read, rd at its arguments) into w, a whole
  * reply frame. before: an error that answers the call without running it
  * (the arguments are then not read). NULL, or why the frame is malformed. */
 const char *fgr_serve(unsigned op, struct fgr_rd *rd, struct fgr_buf *w, CUresult before);
 /* (w is written with fgr_buf_write; what it refers to lives until the next
- * call of fgr_serve.) */
+ * call of fgr_serve, or fgr_trim.) */
+/* Once w was written: gives back what the request owned, and the large
+ * buffers (w's own, the results') that a large call grew. */
+void fgr_trim(struct fgr_buf *w);
 
 #endif

@@ -3,7 +3,9 @@
  * reach it, and the client maps its own pages at the same address
  * (remote/client/mirror.c). The client's writes arrive as fgrHostWrite, its
  * reads as fgrHostReadMany; both are refused outside such an allocation, so a
- * client cannot make the executor touch device memory or its own. */
+ * client cannot make the executor touch device memory or its own. An
+ * allocation is forgotten with its context (destroyed, or a primary one
+ * reset or released for the last time), as the driver frees it then. */
 #include "executor.h"
 
 #include <dlfcn.h>
@@ -15,6 +17,7 @@ static CUresult (*host_free)(void *);
 
 static struct mapped {
     uint64_t base, end;
+    uint64_t ctx; /* the context it was made in: the driver frees it with it */
 } *maps;
 static size_t nmaps, capmaps, total;
 
@@ -45,7 +48,7 @@ static CUresult mapped_alloc(CUdeviceptr *dptr, size_t bytes)
     if (r != CUDA_SUCCESS)
         return r;
     memset(p, 0, bytes);
-    maps[nmaps++] = (struct mapped){(uintptr_t)p, (uintptr_t)p + bytes};
+    maps[nmaps++] = (struct mapped){(uintptr_t)p, (uintptr_t)p + bytes, fgr_ctx};
     total += bytes;
     *dptr = (CUdeviceptr)(uintptr_t)p;
     return CUDA_SUCCESS;
@@ -92,6 +95,17 @@ static CUresult mapped_read(const CUdeviceptr *srcs, const size_t *sizes, unsign
         at += sizes[i];
     }
     return CUDA_SUCCESS;
+}
+
+void fgr_hostmem_forget(uint64_t ctx)
+{
+    for (size_t i = 0; i < nmaps;)
+        if (maps[i].ctx == ctx) {
+            total -= maps[i].end - maps[i].base;
+            maps[i] = maps[--nmaps];
+        } else {
+            i++;
+        }
 }
 
 void fgr_hostmem_init(void *driver)

@@ -4,9 +4,12 @@
  * connections lists what is kept, and their clients send the hash instead
  * of the bytes. Keeping is best effort: an image that cannot be written is
  * said once and simply sent again next time; a folder holds at most 65536
- * images and 8 GiB. A file is named by the hash
- * the executor computed over what it received, and written whole before it
- * is renamed into place. */
+ * images and --module-cache-max bytes (8 GiB). Only an image the driver
+ * loaded is kept. A file is named by the hash the executor computed over
+ * what it received, and written whole before it is renamed into place, the
+ * folder locked meanwhile (flock: the executors of a tenant count its room
+ * one at a time, and a writer killed midway leaves its lock with it; its
+ * partial file is removed by the next). */
 #include "executor.h"
 #include "../sha256.h"
 
@@ -16,12 +19,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 static const char *dir; /* NULL: nothing is kept */
+static uint64_t kept_max = 8ull << 30;
 
 void fgr_images_dir(const char *d) { dir = d && *d ? d : NULL; }
+
+int fgr_images_max(const char *bytes)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(bytes, &end, 10);
+    if (errno || end == bytes || *end || bytes[0] == '-')
+        return -1;
+    kept_max = v;
+    return 0;
+}
 
 static void path_of(const uint8_t h[32], char *path, size_t cap)
 {
@@ -69,26 +85,29 @@ void fgr_images_hello(struct fgr_buf *w)
     free(kept);
 }
 
-/* Whether n more bytes fit in the folder: at most FGR_MAX_KEPT_IMAGES
- * images and KEPT_BYTES_MAX bytes, so that a tenant's clients cannot fill
- * the server's disk. */
-#define KEPT_BYTES_MAX (8ull << 30)
-static int room_for(uint64_t n)
+/* Whether n more bytes fit in the folder (d, locked): at most
+ * FGR_MAX_KEPT_IMAGES images and kept_max bytes, so that a tenant's clients
+ * cannot fill the server's disk. A partial file left by a writer that died
+ * is removed: nobody else writes while the folder is locked. */
+static int room_for(int d, uint64_t n)
 {
-    DIR *d = opendir(dir);
-    if (!d)
+    DIR *it = fdopendir(dup(d));
+    if (!it)
         return 0;
     uint64_t count = 0, bytes = n;
     struct stat st;
-    for (struct dirent *e; (e = readdir(d));) {
+    for (struct dirent *e; (e = readdir(it));) {
         uint8_t h[32];
-        if (hex_name(e->d_name, h) && fstatat(dirfd(d), e->d_name, &st, 0) == 0) {
+        size_t len = strlen(e->d_name);
+        if (len > 4 && !strcmp(e->d_name + len - 4, ".tmp"))
+            unlinkat(d, e->d_name, 0);
+        else if (hex_name(e->d_name, h) && fstatat(d, e->d_name, &st, 0) == 0) {
             count++;
             bytes += (uint64_t)st.st_size;
         }
     }
-    closedir(d);
-    return count < FGR_MAX_KEPT_IMAGES && bytes <= KEPT_BYTES_MAX;
+    closedir(it);
+    return count < FGR_MAX_KEPT_IMAGES && bytes <= kept_max;
 }
 
 void fgr_image_keep(const void *p, uint64_t n)
@@ -102,10 +121,19 @@ void fgr_image_keep(const void *p, uint64_t n)
     path_of(h, path, sizeof path);
     if (access(path, F_OK) == 0)
         return;
-    if (!room_for(n)) {
-        if (!full++)
-            fgr_logf("%s holds %u images or %llu GiB: no more are kept", dir, FGR_MAX_KEPT_IMAGES,
-                     (unsigned long long)(KEPT_BYTES_MAX >> 30));
+    int d = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (d < 0 || flock(d, LOCK_EX) != 0) {
+        if (!said++)
+            fgr_logf("cannot keep a module image in %s: %s (images are sent whole instead)", dir, strerror(errno));
+        if (d >= 0)
+            close(d);
+        return;
+    }
+    if (access(path, F_OK) == 0 || !room_for(d, n)) {
+        if (access(path, F_OK) != 0 && !full++)
+            fgr_logf("%s holds %u images or %llu bytes: no more are kept", dir, FGR_MAX_KEPT_IMAGES,
+                     (unsigned long long)kept_max);
+        close(d);
         return;
     }
     snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
@@ -113,11 +141,14 @@ void fgr_image_keep(const void *p, uint64_t n)
     int ok = fd >= 0 && fgr_write_all(fd, p, (size_t)n) == 0;
     if (fd >= 0 && close(fd) != 0)
         ok = 0;
-    if (ok && rename(tmp, path) == 0)
+    if (ok && rename(tmp, path) == 0) {
+        close(d);
         return;
+    }
     int e = errno;
     if (fd >= 0)
         unlink(tmp);
+    close(d);
     if (!said++)
         fgr_logf("cannot keep a module image in %s: %s (images are sent whole instead)", dir, strerror(e));
 }

@@ -1,4 +1,4 @@
-/* flexgv-executor --fd N [--driver PATH] [--peer NAME] [--module-cache DIR] [--pinned-max BYTES]
+/* flexgv-executor --fd N [--driver PATH] [--peer NAME] [--module-cache DIR] [--module-cache-max BYTES] [--pinned-max BYTES]
  * Serves one client connection (inherited as descriptor N) with the real
  * driver: the handshake, then one call per frame until the client goes.
  * A malformed frame ends the connection with a log line saying why; the
@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <time.h>
@@ -24,6 +26,9 @@
 
 /* How long a new connection has to send its handshake. */
 #define HELLO_TIMEOUT_S 10
+/* A frame buffer up to this large is kept from one request to the next
+ * (a large copy comes in pieces of 4 MiB by default). */
+#define KEEP_FRAME (16u << 20)
 static struct {
     CUresult (*init)(unsigned);
     CUresult (*version)(int *);
@@ -509,9 +514,27 @@ static void serve_frame(uint8_t *body, uint32_t n, int resume)
     send_reply(&reply);
 }
 
+/* Processes (the driver's threads count) and files an executor may have;
+ * processes count per user, for all executors of a server's user. */
+#define MAX_PROCS 4096
+#define MAX_FILES 4096
+
+static void lower(int resource, rlim_t to)
+{
+    struct rlimit l;
+    if (getrlimit(resource, &l) != 0)
+        return;
+    if (l.rlim_max > to)
+        l.rlim_max = to;
+    if (l.rlim_cur > l.rlim_max)
+        l.rlim_cur = l.rlim_max;
+    if (setrlimit(resource, &l) != 0)
+        fgr_logf("cannot lower a resource limit (%d): %s", resource, strerror(errno));
+}
+
 static void usage(void)
 {
-    fprintf(stderr, "usage: flexgv-executor --fd N [--driver PATH] [--peer NAME] [--module-cache DIR] [--pinned-max BYTES]\n");
+    fprintf(stderr, "usage: flexgv-executor --fd N [--driver PATH] [--peer NAME] [--module-cache DIR] [--module-cache-max BYTES] [--pinned-max BYTES]\n");
     exit(2);
 }
 
@@ -528,6 +551,10 @@ int main(int argc, char **argv)
             fgr_peer = argv[++i];
         else if (!strcmp(argv[i], "--module-cache") && i + 1 < argc)
             fgr_images_dir(argv[++i]);
+        else if (!strcmp(argv[i], "--module-cache-max") && i + 1 < argc) {
+            if (fgr_images_max(argv[++i]))
+                usage();
+        }
         else if (!strcmp(argv[i], "--pinned-max") && i + 1 < argc)
             fgr_heap_max(argv[++i]);
         else
@@ -535,6 +562,11 @@ int main(int argc, char **argv)
     }
     if (fd < 0 || fcntl(fd, F_GETFD) < 0)
         usage();
+    /* The least the driver needs: no privilege gained by exec (setuid),
+     * and bounded processes (threads) and open files. */
+    prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+    lower(RLIMIT_NPROC, MAX_PROCS);
+    lower(RLIMIT_NOFILE, MAX_FILES);
     /* The supervisor's copy of the socket may have been non-blocking. */
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     fcntl(fd, F_SETFD, FD_CLOEXEC);
@@ -605,6 +637,7 @@ int main(int argc, char **argv)
     uint8_t *body = NULL;
     size_t cap = 0;
     int greeted = 0;
+    uint8_t hdr[FGR_REQ_HDR];
     for (;;) {
         /* A parked call: serve what comes while its ticket runs. */
         if (parked.body && !wait_parked())
@@ -622,6 +655,19 @@ int main(int argc, char **argv)
         uint32_t n = (uint32_t)lenb[0] | (uint32_t)lenb[1] << 8 | (uint32_t)lenb[2] << 16 | (uint32_t)lenb[3] << 24;
         if (n < FGR_REQ_HDR || n > FGR_MAX_FRAME)
             reject("a frame of %u bytes (a request has %u to %u)", n, FGR_REQ_HDR, FGR_MAX_FRAME);
+        /* The header first: a frame longer than its operation can carry
+         * (a handshake, one without a buffer of its own size) is refused
+         * before memory is taken for it. */
+        if (conn_read(hdr, FGR_REQ_HDR)) {
+            if (!greeted && (errno == EAGAIN || errno == EWOULDBLOCK))
+                reject("no handshake within %d s", HELLO_TIMEOUT_S);
+            reject("the frame was cut short (%u bytes announced): %s", n, errno ? strerror(errno) : "end of stream");
+        }
+        unsigned op = (unsigned)hdr[0] | (unsigned)hdr[1] << 8;
+        uint32_t most = greeted && op < FGR_NUM_OPS && fgr_ops[op].fn ? fgr_ops[op].max_frame : FGR_SMALL_FRAME;
+        if (n > most)
+            reject("a frame of %u bytes for %s, which carries at most %u", n,
+                   !greeted ? "the handshake" : op < FGR_NUM_OPS && fgr_ops[op].fn ? fgr_ops[op].name : "an unknown operation", most);
         if (n > cap) {
             free(body);
             body = malloc(n);
@@ -629,7 +675,8 @@ int main(int argc, char **argv)
             if (!body)
                 reject("no memory for a frame of %u bytes", n);
         }
-        if (conn_read(body, n)) {
+        memcpy(body, hdr, FGR_REQ_HDR);
+        if (n > FGR_REQ_HDR && conn_read(body + FGR_REQ_HDR, n - FGR_REQ_HDR)) {
             if (!greeted && (errno == EAGAIN || errno == EWOULDBLOCK))
                 reject("no handshake within %d s", HELLO_TIMEOUT_S);
             reject("the frame was cut short (%u bytes announced): %s", n, errno ? strerror(errno) : "end of stream");
@@ -641,5 +688,14 @@ int main(int argc, char **argv)
         }
         serve_frame(body, n, -1);
         fgr_stage_reap();
+        /* A large frame's memory goes back once it is served: the
+         * connection holds its largest call's only while it lasts. */
+        if (cap > KEEP_FRAME) {
+            free(body);
+            body = NULL;
+            cap = 0;
+        }
+        if (!parked.body)
+            fgr_trim(&reply);
     }
 }

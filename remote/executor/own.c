@@ -262,6 +262,15 @@ CUresult fgr_refuse(const char *call, const char *param, uint64_t v, CUresult r)
     return r;
 }
 
+CUresult fgr_refuse_size(const char *call, const char *param, uint64_t v, CUresult r)
+{
+    if (refusals++ == 0)
+        fgr_logf("refusing %s: %s would be %llu bytes, more than the %u a result of its kind may be "
+                 "(error %d; further refusals on this connection are not logged)",
+                 call, param, (unsigned long long)v, FGR_SMALL_FRAME, (int)r);
+    return r;
+}
+
 int fgr_has_n(int kind, const void *arr, uint64_t n)
 {
     const uint64_t *v = arr;

@@ -112,8 +112,10 @@ void *fgr_get_image(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_image_size(p, n) != n)
         return empty;
     fgr_layouts_scan(p, n);
-    if (form == FGR_IMAGE_KEEP)
-        fgr_image_keep(p, n);
+    if (form == FGR_IMAGE_KEEP) { /* kept once the driver loaded it */
+        q->keep = p;
+        q->keep_n = n;
+    }
     if (form == FGR_IMAGE_BY_HASH)
         return (void *)p; /* already the request's */
     void *c = fgr_own(q, malloc((size_t)n));
@@ -271,11 +273,15 @@ void *fgr_get_opts(struct fgr_rd *rd, struct fgr_req *q, int kind, void ***value
  * connection's own earlier results. */
 #define PIN_MIN (1u << 20) /* results this large are copied into pinned memory */
 
+/* Results up to this large keep the buffer for the next request (the
+ * client splits large downloads in pieces of 4 MiB by default). */
+#define BIG_KEEP (16u << 20)
+static void *big;
+static size_t cap;
+static int pinned, unpinnable;
+
 static void *big_buffer(uint64_t bytes)
 {
-    static void *big;
-    static size_t cap;
-    static int pinned, unpinnable;
     if (bytes <= cap && (pinned || unpinnable || cap < PIN_MIN))
         return big;
     CUstreamCaptureMode m = fgr_relax();
@@ -322,9 +328,9 @@ CUresult fgr_out_failed(struct fgr_req *q) { return q->bad ? FGR_BAD_FRAME : CUD
 
 void fgr_reply_out(struct fgr_req *q, const void *p, uint64_t bytes, int inout, CUresult r)
 {
-    if (!p)
-        return;
-    if (!inout && r != CUDA_SUCCESS) {
+    if (!p && (inout || r == CUDA_SUCCESS))
+        return; /* not asked for */
+    if (!inout && r != CUDA_SUCCESS) { /* a refused call's result had no memory made */
         fgr_put_u8(q->reply, 0);
         return;
     }
@@ -355,6 +361,24 @@ static void release_last(void)
     last = (struct fgr_req){0};
 }
 
+void fgr_trim(struct fgr_buf *w)
+{
+    release_last();
+    if (w->cap > BIG_KEEP) {
+        free(w->p);
+        *w = (struct fgr_buf){0};
+    }
+    if (cap > BIG_KEEP) {
+        CUstreamCaptureMode m = fgr_relax();
+        if (!pinned || fgr_drv.host_unregister(big) == CUDA_SUCCESS)
+            munmap(big, cap); /* else its pages stay the driver's: left, not reused */
+        fgr_unrelax(m);
+        big = NULL;
+        cap = 0;
+        pinned = 0;
+    }
+}
+
 const char *fgr_serve(unsigned op, struct fgr_rd *rd, struct fgr_buf *w, CUresult before)
 {
     release_last();
@@ -373,6 +397,8 @@ const char *fgr_serve(unsigned op, struct fgr_rd *rd, struct fgr_buf *w, CUresul
         r = CUDA_ERROR_NOT_SUPPORTED; /* this driver lacks the entry point */
     else if (r == CUDA_SUCCESS)
         r = fgr_ops[op].fn(rd, &q);
+    if (r == CUDA_SUCCESS && q.keep && !q.bad && !rd->bad)
+        fgr_image_keep(q.keep, q.keep_n);
     last = q;
     if (r == FGR_BAD_FRAME || q.bad || rd->bad)
         return "a malformed request";

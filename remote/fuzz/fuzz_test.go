@@ -123,13 +123,9 @@ func TestInconsistentRequests(t *testing.T) {
 		{"string without its NUL", "cuModuleGetFunction", w{}.u64(7).u8(1).u8(1).u64(3).raw("abc")},
 		{"string with a NUL inside", "cuModuleGetFunction", w{}.u64(7).u8(1).u8(1).u64(4).raw("a\x00c\x00")},
 		{"empty string", "cuModuleGetFunction", w{}.u64(7).u8(1).u8(1).u64(0)},
-		{"out buffer over the limit", "cuMemcpyDtoH_v2", w{}.u64(0x1000).u64(1 << 31).u8(1)},
-		{"an attribute whose size is unknown", "cuMemPoolGetAttribute", w{}.u64(5).u64(99).u8(1)},
 		{"a parameter buffer over 32 KiB", "cuLaunchKernel", w{}.u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(0).u64(0).u8(0).u8(1).u32(40000).raw(string(make([]byte, 40000)))},
 		{"too many kernel parameters", "cuLaunchKernel", w{}.u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(0).u64(0).u8(1).u32(4097)},
 		{"kernel parameters over 32 KiB", "cuLaunchKernel", w{}.u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(0).u64(0).u8(1).u32(2).u32(30000).raw(string(make([]byte, 30000))).u32(4000).raw(string(make([]byte, 4000)))},
-		{"an out buffer sized by a huge in-out count", "cuGraphGetNodes", w{}.u64(9).u8(1).u8(1).u64(8).u64(1 << 60)},
-		{"a count whose size wraps to zero", "cuGraphGetNodes", w{}.u64(9).u8(1).u8(1).u64(8).u64(1 << 61)},
 		// Values that would be addresses in the executor.
 		{"a launch attribute naming an address", "cuLaunchKernelEx", w{}.u64(1).u8(1).u32(1).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0).u32(1).u32(1).raw(string(make([]byte, 64))).u8(0)},
 		{"too many launch attributes", "cuLaunchKernelEx", w{}.u64(1).u8(1).u32(1).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0).u32(33).u8(0)},
@@ -199,6 +195,15 @@ func TestForeignHandlesAndAddressesRefused(t *testing.T) {
 		{"a memset running past its allocation", "cuMemsetD32_v2", w{}.u64(0x10ff0).u64(0).u64(8), invalidValue},
 		{"a host address as a copy's source", "cuMemcpy", w{}.u64(0x1000).u64(0x7ffd00000000).u64(8), invalidValue},
 		{"a free inside an allocation", "cuMemFree_v2", w{}.u64(0x1008), invalidValue},
+		// Results larger than a call of their kind returns: refused before
+		// memory is made for them.
+		{"a 1 GiB bus id", "cuDeviceGetPCIBusId", w{}.u64(1 << 30).u64(0).u8(1), invalidValue},
+		{"a negative bus id length", "cuDeviceGetPCIBusId", w{}.u64(0xffffffff).u64(0).u8(1), invalidValue},
+		{"a list of 2^28 kernels", "cuLibraryEnumerateKernels", w{}.u64(1 << 28).u64(0).u8(1), invalidValue},
+		{"a download over the frame limit", "cuMemcpyDtoH_v2", w{}.u64(0x1000).u64(1 << 31).u8(1), invalidValue},
+		{"an attribute whose size is unknown", "cuMemPoolGetAttribute", w{}.u64(5).u64(99).u8(1), invalidValue},
+		{"an out buffer sized by a huge in-out count", "cuGraphGetNodes", w{}.u64(9).u8(1).u8(1).u64(8).u64(1 << 60), invalidValue},
+		{"a count whose size wraps to zero", "cuGraphGetNodes", w{}.u64(9).u8(1).u8(1).u64(8).u64(1 << 61), invalidValue},
 	} {
 		before := Calls()
 		bad, out := Serve(opOf(t, c.op), c.args)

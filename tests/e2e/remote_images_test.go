@@ -4,10 +4,16 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Module images across a network are kept by the server, by SHA-256: a
@@ -103,5 +109,120 @@ func TestRemoteModuleImagesKept(t *testing.T) {
 	bad := e.runIn("", "flexgv", "serve", "--listen", "unix://"+filepath.Join(e.dir, "x.sock"), "--module-cache", "/proc/none")
 	if bad.code != 2 || !strings.Contains(bad.stderr, "flexgv serve: --module-cache: mkdir /proc/none") {
 		t.Errorf("a folder that cannot be made: exit %d\n%s", bad.code, bad.stderr)
+	}
+}
+
+// simImage is a module image of the simulated GPU of about n bytes, its
+// kernels named after tag (so each tag's image has its own hash).
+func simImage(tag string, n int) string {
+	var b strings.Builder
+	b.WriteString("FLEXGV-SIM-MODULE\n")
+	for i := 0; b.Len() < n; i++ {
+		fmt.Fprintf(&b, "kernel %s_%d\n", tag, i)
+	}
+	return b.String() + "\x00"
+}
+
+// Module images are kept within --module-cache-max however many
+// executors keep them at once (they count the folder's room one at a
+// time), and only once the driver loaded them: an image whose load failed
+// leaves nothing on disk.
+func TestRemoteModuleCacheCapHeld(t *testing.T) {
+	p := readProtocol(t)
+	e := newEnv(t)
+	cache := filepath.Join(e.dir, "modules")
+	s := e.serve("unix", "--module-cache", cache, "--module-cache-max", "1MiB")
+	dir := filepath.Join(cache, "open")
+	load := func(c *wire, image string) uint32 {
+		r, _ := c.call("cuModuleLoadData", w{}.u8(1).u8(2).u8(1).u64(uint64(len(image))).raw(image))
+		return r
+	}
+	var conns []*wire
+	for i := 0; i < 8; i++ {
+		c := dialWire(t, p, s)
+		c.setup(4096)
+		conns = append(conns, c)
+	}
+	var wg sync.WaitGroup
+	results := make([][]uint32, len(conns))
+	for i, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; k < 3; k++ {
+				results[i] = append(results[i], load(c, simImage(fmt.Sprintf("c%dm%d", i, k), 200<<10)))
+			}
+		}()
+	}
+	wg.Wait()
+	var total int64
+	names, _ := filepath.Glob(filepath.Join(dir, "*"))
+	for _, n := range names {
+		st, err := os.Stat(n)
+		if err != nil || strings.HasSuffix(n, ".tmp") {
+			t.Errorf("%s left in the folder: %v", n, err)
+			continue
+		}
+		total += st.Size()
+	}
+	if total > 1<<20 || len(names) == 0 {
+		t.Errorf("24 images of 200 KiB loaded at once by 8 executors: %d kept, %d bytes; want some, at most 1 MiB\n%v", len(names), total, results)
+	}
+	for i, r := range results {
+		for k, v := range r {
+			if v != 0 {
+				t.Errorf("load %d of executor %d: error %d", k, i, v)
+			}
+		}
+	}
+	s.waitLog(`holds 65536 images or 1048576 bytes: no more are kept`, 10*time.Second)
+
+	// An image the driver refuses is not kept.
+	os.RemoveAll(dir)
+	os.Mkdir(dir, 0o700)
+	garbage := "not a module at all " + strings.Repeat("x", 100<<10) + "\x00"
+	if r := load(conns[0], garbage); r != 200 { // CUDA_ERROR_INVALID_IMAGE
+		t.Errorf("a garbage image: error %d, want 200", r)
+	}
+	if names, _ := filepath.Glob(filepath.Join(dir, "*")); len(names) != 0 {
+		t.Errorf("a failed load left %v on disk", names)
+	}
+	if r := load(conns[0], simImage("good", 100<<10)); r != 0 {
+		t.Errorf("a good image after it: error %d", r)
+	}
+	if names, _ := filepath.Glob(filepath.Join(dir, "*")); len(names) != 1 {
+		t.Errorf("a loaded image kept as %v, want one file", names)
+	}
+	// The room is counted with the folder locked: while another holds the
+	// lock, an image waits to be kept; a partial file a writer killed
+	// midway left is removed, not counted.
+	os.WriteFile(filepath.Join(dir, strings.Repeat("ab", 32)+".99.tmp"), make([]byte, 1<<20), 0o600)
+	lock, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan uint32, 1)
+	go func() { done <- load(conns[1], simImage("locked", 100<<10)) }()
+	select {
+	case r := <-done:
+		t.Errorf("an image was kept (answered %d) while the folder was locked", r)
+	case <-time.After(500 * time.Millisecond):
+	}
+	unix.Flock(int(lock.Fd()), unix.LOCK_UN)
+	if r := <-done; r != 0 {
+		t.Errorf("the load once the folder was unlocked: error %d", r)
+	}
+	if names, _ := filepath.Glob(filepath.Join(dir, "*")); len(names) != 2 || slices.ContainsFunc(names, func(n string) bool { return strings.HasSuffix(n, ".tmp") }) {
+		t.Errorf("after the lock: %v, want two images and no partial file", names)
+	}
+	for _, bad := range []string{"0", "x", "-1MiB"} {
+		r := e.run("flexgv", "serve", "--listen", "unix://"+e.dir+"/y.sock", "--module-cache-max", bad)
+		if r.code != 2 || !strings.Contains(r.stderr, "--module-cache-max: \""+bad+"\" is not a size") {
+			t.Errorf("--module-cache-max %s: exit %d %q", bad, r.code, r.stderr)
+		}
 	}
 }

@@ -1278,11 +1278,21 @@ func emitRemoteServer(entries []RemoteEntry, tables []*Table) string {
 			}
 			if k := e.Kinds[p.Name]; k.Name == "out" {
 				fmt.Fprintf(&b, "    %s *%s = NULL;\n", pointee(p.Type), p.Name)
-				fmt.Fprintf(&b, "    if (has_%s && !(%s = fgr_out(q, %s)))\n        return fgr_out_failed(q);\n", p.Name, p.Name, bytesExpr(p, k))
+			}
+		}
+		// Results get memory only once the checks passed: a refused call
+		// allocates (and pins) nothing.
+		var outs strings.Builder
+		for _, p := range e.Params {
+			if k := e.Kinds[p.Name]; k.Name == "out" {
+				fmt.Fprintf(&outs, "    if (fgr_r == CUDA_SUCCESS && has_%s && !(%s = fgr_out(q, %s)))\n        return fgr_out_failed(q);\n", p.Name, p.Name, bytesExpr(p, k))
 			}
 		}
 		call := fmt.Sprintf("((pfn_%s)fgr_real[FGR_OP_%s])(%s)", e.Name, e.Name, e.ArgList())
 		if e.Ret != "" {
+			if outs.Len() > 0 {
+				fmt.Fprintf(&b, "    CUresult fgr_r = CUDA_SUCCESS;\n%s", outs.String())
+			}
 			fmt.Fprintf(&b, "    fgr_put_u64(q->reply, %s);\n    return CUDA_SUCCESS;\n}\n\n", bitsPut(e.Ret, call))
 			continue
 		}
@@ -1294,26 +1304,22 @@ func emitRemoteServer(entries []RemoteEntry, tables []*Table) string {
 		if c := captureArgs(e); c != "" {
 			before = append(before, "(fgr_r = "+c+") == CUDA_SUCCESS")
 		}
-		made := "\n        fgr_r = " + call + ";\n"
-		if len(before) > 0 {
-			made = "if (" + strings.Join(before, " &&\n        ") + ")\n        fgr_r = " + call + ";\n"
-		}
-		if len(checks) == 0 && len(before) == 0 {
-			fmt.Fprintf(&b, "    CUresult fgr_r = %s;\n", call)
-		} else if len(checks) == 0 {
-			fmt.Fprintf(&b, "    CUresult fgr_r;\n    %s", made)
-		} else {
-			b.WriteString("    CUresult fgr_r;\n")
-			for i, c := range checks {
-				if i > 0 {
-					b.WriteString("    else ")
-				} else {
-					b.WriteString("    ")
-				}
-				fmt.Fprintf(&b, "if (!(%s))\n        fgr_r = fgr_refuse(\"%s\", \"%s\", %s, %s);\n", c.cond, e.Name, c.what, c.val, c.err)
+		b.WriteString("    CUresult fgr_r = CUDA_SUCCESS;\n")
+		for i, c := range checks {
+			if i > 0 {
+				b.WriteString("    else ")
+			} else {
+				b.WriteString("    ")
 			}
-			fmt.Fprintf(&b, "    else%s%s", map[bool]string{true: " ", false: ""}[len(before) > 0], made)
+			refuse := "fgr_refuse"
+			if c.size {
+				refuse = "fgr_refuse_size"
+			}
+			fmt.Fprintf(&b, "if (!(%s))\n        fgr_r = %s(\"%s\", \"%s\", %s, %s);\n", c.cond, refuse, e.Name, c.what, c.val, c.err)
 		}
+		b.WriteString(outs.String())
+		before = append([]string{"fgr_r == CUDA_SUCCESS"}, before...)
+		fmt.Fprintf(&b, "    if (%s)\n        fgr_r = %s;\n", strings.Join(before, " &&\n        "), call)
 		if rec := serverRecords(e); rec != "" {
 			fmt.Fprintf(&b, "    if (fgr_r == CUDA_SUCCESS) {\n%s    }\n", rec)
 		}
@@ -1325,7 +1331,7 @@ func emitRemoteServer(entries []RemoteEntry, tables []*Table) string {
 			case "inout":
 				fmt.Fprintf(&b, "    fgr_reply_out(q, %s, %s, 1, fgr_r);\n", p.Name, bytesExpr(p, k))
 			case "out":
-				fmt.Fprintf(&b, "    fgr_reply_out(q, %s, %s, 0, fgr_r);\n", p.Name, bytesExpr(p, k))
+				fmt.Fprintf(&b, "    if (has_%s)\n        fgr_reply_out(q, %s, %s, 0, fgr_r);\n", p.Name, p.Name, bytesExpr(p, k))
 			}
 		}
 		b.WriteString("    return fgr_r;\n}\n\n")
@@ -1333,7 +1339,7 @@ func emitRemoteServer(entries []RemoteEntry, tables []*Table) string {
 	b.WriteString("const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {\n")
 	for _, e := range entries {
 		if e.Forwarded() {
-			fmt.Fprintf(&b, "    [FGR_OP_%s] = {\"%s\", op_%s, %d},\n", e.Name, e.Name, e.Name, b2i(e.Sync))
+			fmt.Fprintf(&b, "    [FGR_OP_%s] = {\"%s\", op_%s, %d, %s},\n", e.Name, e.Name, e.Name, b2i(e.Sync), maxFrame(e))
 		}
 	}
 	b.WriteString("};\n\n/* The export tables the client answers: the functions it forwards. */\n")
@@ -1542,7 +1548,24 @@ func handleVal(t, v string) string {
 	return "(uint64_t)(uintptr_t)" + v
 }
 
-type check struct{ cond, what, val, err string }
+type check struct {
+	cond, what, val, err string
+	size                 bool // a result's size, not a handle or address
+}
+
+// maxFrame is the largest request frame e can carry: any up to
+// FGR_MAX_FRAME when it sends a buffer of a size it chooses or a module
+// image, else FGR_SMALL_FRAME (its by-value words, single objects, strings,
+// kernel parameters, options and launch attributes are each bounded far
+// below it). The executor refuses a longer frame before reading it.
+func maxFrame(e RemoteEntry) string {
+	for _, k := range e.Kinds {
+		if k.Name == "image" || ((k.Name == "in" || k.Name == "inout") && k.Count != "") {
+			return "FGR_MAX_FRAME"
+		}
+	}
+	return "FGR_SMALL_FRAME"
+}
 
 // serverChecks are the conditions a request must meet before the driver
 // sees it: every handle it names is this connection's, every device
@@ -1559,20 +1582,26 @@ func serverChecks(e RemoteEntry) []check {
 			if p.Type == "CUcontext" { // as the driver answers for a destroyed context
 				bad = "CUDA_ERROR_INVALID_CONTEXT"
 			}
-			cs = append(cs, check{fmt.Sprintf("fgr_has(FGR_H_%s, %s)", p.Type, v), p.Name, v, bad})
+			cs = append(cs, check{fmt.Sprintf("fgr_has(FGR_H_%s, %s)", p.Type, v), p.Name, v, bad, false})
 		case !ptr && (p.Type == "CUdeviceptr" || e.Dev[p.Name].Name == "dev"):
 			v := "(uint64_t)(uintptr_t)" + p.Name
 			switch k := e.Dev[p.Name]; k.Name {
 			case "dev":
-				cs = append(cs, check{fmt.Sprintf("fgr_mem_in(%s, %s)", v, k.Count), p.Name, v, "CUDA_ERROR_INVALID_VALUE"})
+				cs = append(cs, check{fmt.Sprintf("fgr_mem_in(%s, %s)", v, k.Count), p.Name, v, "CUDA_ERROR_INVALID_VALUE", false})
 			case "base":
-				cs = append(cs, check{fmt.Sprintf("fgr_mem_base(%s)", v), p.Name, v, "CUDA_ERROR_INVALID_VALUE"})
+				cs = append(cs, check{fmt.Sprintf("fgr_mem_base(%s)", v), p.Name, v, "CUDA_ERROR_INVALID_VALUE", false})
 			}
 		case ptr:
 			k := e.Kinds[p.Name]
 			t := pointee(p.Type)
+			// A result other than a download's bytes is small: a size the
+			// client chose is refused before anything is allocated.
+			if k.Name == "out" && k.Count != "" && e.Stage != p.Name {
+				n := bytesExpr(p, k)
+				cs = append(cs, check{fmt.Sprintf("!has_%s || %s <= FGR_SMALL_FRAME", p.Name, n), p.Name, n, "CUDA_ERROR_INVALID_VALUE", true})
+			}
 			if (k.Name == "in" || k.Name == "inout") && remoteHandles[t] {
-				cs = append(cs, check{fmt.Sprintf("fgr_has_n(FGR_H_%s, %s, %s / sizeof(%s))", t, p.Name, bytesExpr(p, k), t), p.Name, "(uint64_t)0", "CUDA_ERROR_INVALID_HANDLE"})
+				cs = append(cs, check{fmt.Sprintf("fgr_has_n(FGR_H_%s, %s, %s / sizeof(%s))", t, p.Name, bytesExpr(p, k), t), p.Name, "(uint64_t)0", "CUDA_ERROR_INVALID_HANDLE", false})
 			}
 			if k.Name == "launchcfg" {
 				t = "CUlaunchConfig"
@@ -1580,11 +1609,11 @@ func serverChecks(e RemoteEntry) []check {
 			if k.Name == "in" || k.Name == "inout" || k.Name == "launchcfg" {
 				for _, f := range structHandles[t] {
 					v := fmt.Sprintf("(%s ? %s : 0)", p.Name, handleVal(f[1], p.Name+"->"+f[0]))
-					cs = append(cs, check{fmt.Sprintf("fgr_has(FGR_H_%s, %s)", f[1], v), p.Name + "->" + f[0], v, "CUDA_ERROR_INVALID_HANDLE"})
+					cs = append(cs, check{fmt.Sprintf("fgr_has(FGR_H_%s, %s)", f[1], v), p.Name + "->" + f[0], v, "CUDA_ERROR_INVALID_HANDLE", false})
 				}
 			}
 			if k.Name == "launchcfg" { // events named by its attributes
-				cs = append(cs, check{fmt.Sprintf("fgr_launchcfg_events_ok(%s)", p.Name), p.Name + "->attrs", "(uint64_t)0", "CUDA_ERROR_INVALID_HANDLE"})
+				cs = append(cs, check{fmt.Sprintf("fgr_launchcfg_events_ok(%s)", p.Name), p.Name + "->attrs", "(uint64_t)0", "CUDA_ERROR_INVALID_HANDLE", false})
 			}
 		}
 	}

@@ -1,0 +1,188 @@
+package e2e
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// procStatus is a field of /proc/PID/status, in bytes.
+func procStatus(t *testing.T, pid int, field string) uint64 {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^` + field + `:\s+(\d+) kB$`).FindSubmatch(data)
+	if m == nil {
+		t.Fatalf("no %s in /proc/%d/status", field, pid)
+	}
+	kb, _ := strconv.ParseUint(string(m[1]), 10, 64)
+	return kb << 10
+}
+
+// An executor's host memory follows what calls can legitimately carry: a
+// result larger than a call of its kind returns is refused before memory
+// is made for it, a download's result only once its source was checked; a
+// large frame's memory is given back once it was served; a frame longer
+// than its operation carries is refused before it is read.
+func TestRemoteExecutorMemoryBounded(t *testing.T) {
+	p := readProtocol(t)
+	e := newEnv(t)
+	s := e.serve("unix")
+	c := dialWire(t, p, s)
+	c.setup(4096)
+	pid, _ := strconv.Atoi(s.waitLog(`connected: executor pid (\d+)`, 10*time.Second)[1])
+	const invalidValue = 1
+	peak := procStatus(t, pid, "VmPeak")
+
+	r, res := c.call("cuDeviceGetPCIBusId", w{}.u64(1<<30).u64(0).u8(1))
+	if r != invalidValue || len(res) != 1 || res[0] != 0 {
+		t.Errorf("cuDeviceGetPCIBusId with len 1 GiB: error %d, results %x; want %d and none", r, res, invalidValue)
+	}
+	if id := out(t, c.must("cuDeviceGetPCIBusId", w{}.u64(64).u64(0).u8(1))); len(id) != 64 {
+		t.Errorf("cuDeviceGetPCIBusId with len 64: %q", id)
+	}
+	if r, _ := c.call("cuMemcpyDtoH_v2", w{}.u64(0x10000).u64(512<<20).u8(1)); r != invalidValue {
+		t.Errorf("a 512 MiB download from memory not the connection's: error %d", r)
+	}
+	if grown := procStatus(t, pid, "VmPeak") - peak; grown > 64<<20 {
+		t.Errorf("the executor's address space grew by %d MiB for refused results", grown>>20)
+	}
+
+	// A 1 GiB upload to memory not the connection's: read, refused, and
+	// its memory given back.
+	rss := procStatus(t, pid, "VmRSS")
+	t0 := time.Now()
+	defer func() { t.Logf("1 GiB took %v", time.Since(t0)) }()
+	data := make([]byte, 1<<30)
+	if r, _ := c.call("cuMemcpyHtoD_v2", append(w{}.u64(0x10000).u64(1<<30).u8(1).u64(1<<30), data...)); r != invalidValue {
+		t.Errorf("a 1 GiB upload to memory not the connection's: error %d", r)
+	}
+	data = nil
+	c.must("cuCtxSynchronize", w{}) // answered once the frame before was done with
+	if grown := int64(procStatus(t, pid, "VmRSS")) - int64(rss); grown > 64<<20 {
+		t.Errorf("the executor holds %d MiB more after a refused 1 GiB frame", grown>>20)
+	}
+
+	// 1 GiB announced for an operation without a buffer: refused unread.
+	c.conn.Write(w{}.u32(1 << 30).u16(p.ops["cuCtxSynchronize"]).u16(0).u32(0).u64(c.ctx))
+	c.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if rest, err := io.ReadAll(c.conn); err != nil || len(rest) != 0 {
+		t.Errorf("after a 1 GiB header for cuCtxSynchronize: %x %v, want the connection closed", rest, err)
+	}
+	s.waitLog(`closing the connection: a frame of 1073741824 bytes for cuCtxSynchronize, which carries at most 1048576`, 10*time.Second)
+}
+
+// Mapped pinned memory is forgotten with the context it was made in: after
+// the primary context's reset (the driver frees it then) a read of it is
+// refused, never a read of freed memory.
+func TestRemoteMappedMemoryForgottenWithItsContext(t *testing.T) {
+	p := readProtocol(t)
+	e := newEnv(t)
+	s := e.serve("unix")
+	c := dialWire(t, p, s)
+	c.setup(4096)
+	ptr := c.handle("fgrHostMapped", w{}.u64(4096).u8(1))
+	read := func() uint32 {
+		r, _ := c.call("fgrHostReadMany", w{}.u64(1).u64(64).u8(1).u64(8).u64(ptr).u8(1).u64(8).u64(64).u8(1))
+		return r
+	}
+	if r := read(); r != 0 {
+		t.Fatalf("a read of mapped memory: error %d", r)
+	}
+	c.must("cuDevicePrimaryCtxReset_v2", w{}.u64(0))
+	c.ctx = 0
+	if r := read(); r != 1 {
+		t.Errorf("a read of mapped memory after its context's reset: error %d, want CUDA_ERROR_INVALID_VALUE", r)
+	}
+	// Its room is given back: a new context maps as much as before.
+	c.setup(4096)
+	for i := 0; i < 16; i++ {
+		c.handle("fgrHostMapped", w{}.u64(64<<10).u8(1))
+	}
+}
+
+// A server run as root runs executors as the unprivileged user of
+// --executor-user; they gain no privilege by exec, have bounded processes
+// and files and a temporary folder of their own; a user that does not
+// exist or is root is refused with why.
+func TestRemoteExecutorUnprivileged(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to run executors as another user")
+	}
+	p := readProtocol(t)
+	e := newEnv(t)
+	// The executor's user reaches the socket and the simulated GPU's state.
+	os.Chmod(filepath.Dir(e.dir), 0o755)
+	os.Chmod(e.dir, 0o777)
+	s := e.serve("unix", "--executor-user", "nobody")
+	c := dialWire(t, p, s)
+	c.setup(4096)
+	pid, _ := strconv.Atoi(s.waitLog(`connected: executor pid (\d+)`, 10*time.Second)[1])
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, want := range []string{`(?m)^Uid:\s+65534\s+65534\s+65534\s+65534$`, `(?m)^Gid:\s+65534\s`, `(?m)^Groups:\s*$`, `(?m)^NoNewPrivs:\s+1$`} {
+		if !regexp.MustCompile(want).Match(status) {
+			t.Errorf("executor %d: no %s in its status:\n%s", pid, want, status)
+		}
+	}
+	limits, _ := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+	for _, want := range []string{`Max processes\s+4096\s+4096`, `Max open files\s+4096\s+4096`} {
+		if !regexp.MustCompile(want).Match(limits) {
+			t.Errorf("executor %d: no %s in its limits:\n%s", pid, want, limits)
+		}
+	}
+	env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	m := regexp.MustCompile("TMPDIR=([^\x00]+)").FindSubmatch(env)
+	if m == nil {
+		t.Fatalf("executor %d has no TMPDIR", pid)
+	}
+	if st, err := os.Stat(string(m[1])); err != nil || st.Mode().Perm() != 0o700 || st.Sys().(*syscall.Stat_t).Uid != 65534 {
+		t.Errorf("the executor's temporary folder %s: %v %v, want the executor user's, mode 0700", m[1], st, err)
+	}
+	c.conn.Close()
+	s.quiesce()
+	if _, err := os.Stat(string(m[1])); err == nil {
+		t.Errorf("the executor's temporary folder %s outlived it", m[1])
+	}
+	for user, why := range map[string]string{"no-such-user-here": "no user no-such-user-here", "root": "user root is root"} {
+		r := e.run("flexgv", "serve", "--listen", "unix://"+e.dir+"/z.sock", "--executor-user", user)
+		if r.code != 2 || !strings.Contains(r.stderr, "--executor-user "+user+": "+why) {
+			t.Errorf("--executor-user %s: exit %d %q", user, r.code, r.stderr)
+		}
+	}
+}
+
+// --executor-memory puts each executor in a cgroup v2 with that memory
+// limit where the host offers one, and says at start why not where it
+// does not; the server serves either way. Bad sizes are refused.
+func TestRemoteExecutorMemoryLimit(t *testing.T) {
+	p := readProtocol(t)
+	e := newEnv(t)
+	s := e.serve("unix", "--executor-memory", "1GiB")
+	c := dialWire(t, p, s)
+	c.setup(4096)
+	pid, _ := strconv.Atoi(s.waitLog(`connected: executor pid (\d+)`, 10*time.Second)[1])
+	if strings.Contains(s.Log(), "--executor-memory: executors' memory is not limited: ") {
+		t.Logf("not limited here: %s", s.Log())
+	} else {
+		cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		path := strings.TrimSpace(strings.TrimPrefix(string(cg), "0::"))
+		if max, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", path, "memory.max")); err != nil || strings.TrimSpace(string(max)) != "1073741824" {
+			t.Errorf("executor %d in cgroup %s: memory.max %q %v, want 1073741824", pid, path, max, err)
+		}
+	}
+	for _, bad := range []string{"0", "1MiB", "x"} {
+		r := e.run("flexgv", "serve", "--listen", "unix://"+e.dir+"/m.sock", "--executor-memory", bad)
+		if r.code != 2 || !strings.Contains(r.stderr, "--executor-memory: \""+bad+"\" is not a size of 64MiB or more") {
+			t.Errorf("--executor-memory %s: exit %d %q", bad, r.code, r.stderr)
+		}
+	}
+}
