@@ -11,6 +11,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 )
@@ -25,16 +26,17 @@ type event struct {
 	Output     string
 }
 
-func main() { os.Exit(run()) }
+func main() { os.Exit(run(os.Stdin, os.Stdout)) }
 
-func run() int {
-	out := bufio.NewWriter(os.Stdout)
+func run(stdin io.Reader, stdout io.Writer) int {
+	out := bufio.NewWriter(stdout)
 	defer out.Flush()
 	logs := map[string][]string{} // a running test's output, by package and test
 	open := map[string]bool{}     // packages without a result yet
 	results := 0
 	failed := false
-	in := bufio.NewScanner(os.Stdin)
+	var passed, failedTests, skipped int // top-level tests
+	in := bufio.NewScanner(stdin)
 	in.Buffer(make([]byte, 1<<20), 1<<26)
 	for in.Scan() {
 		var e event
@@ -63,6 +65,16 @@ func run() int {
 		case e.Test != "" && (e.Action == "pass" || e.Action == "fail" || e.Action == "skip"):
 			if !strings.Contains(e.Test, "/") || e.Action == "fail" {
 				fmt.Fprintf(out, "%-4s %s %s (%.1fs)\n", strings.ToUpper(e.Action), pkg, e.Test, e.Elapsed)
+			}
+			if !strings.Contains(e.Test, "/") {
+				switch e.Action {
+				case "pass":
+					passed++
+				case "fail":
+					failedTests++
+				default:
+					skipped++
+				}
 			}
 			if e.Action == "fail" {
 				failed = true
@@ -93,6 +105,7 @@ func run() int {
 		failed = true
 		fmt.Fprintln(out, "no test results (go test failed before testing?)")
 	}
+	fmt.Fprintf(out, "tests: %d passed, %d failed, %d skipped\n", passed, failedTests, skipped)
 	if failed {
 		fmt.Fprintln(out, "FAIL")
 		return 1
