@@ -319,8 +319,12 @@ func TestPriorityLendsIdleTime(t *testing.T) {
 	h, l := hi.result(), lo.result()
 	t.Logf("high, 500 µs every 2.5 ms: alone p50 %.0f p99 %.0f µs; next to low p50 %.0f p99 %.0f µs; low got %.1f%%",
 		a.p50, a.p99, h.p50, h.p99, l.share)
-	if l.share < 55 {
-		t.Errorf("the low-priority tenant got %.1f%% of the device next to a server busy ~20%% of the time, want ≥ 55%%", l.share)
+	// Each ms either host is kept from running can idle the device: the
+	// low one, a waiter in the shim, takes an idle GPU when its host runs
+	// it, and the high one holds its turn until it launches or looks idle.
+	if lost := 100 * (l.delayedMs + h.delayedMs) / l.elapsedMs; l.share < 55-lost {
+		t.Errorf("the low-priority tenant got %.1f%% of the device next to a server busy ~20%% of the time, want ≥ 55%% - %.1f (host delays)",
+			l.share, lost)
 	}
 	// At most one of the low tenant's 1 ms kernels ahead of a request
 	// (bounds for a loaded 2-core machine).
