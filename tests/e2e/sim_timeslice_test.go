@@ -310,7 +310,7 @@ func splitWindows(s spin, window, began, at, took, gap time.Duration) (before, a
 func TestSimTimesliceKill(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	a, b := e.spinner("1000", "3", "16"), e.spinner("1000", "2.2", "16", "100")
+	a, b := e.spinner("1000", "3", "16"), e.spinner("1000", "3", "16", "100")
 	a.start()
 	began := monotonic()
 	b.start()
