@@ -361,8 +361,12 @@ func TestPriorityRunsBesideAHostBoundHolderUnderMPS(t *testing.T) {
 	if l.share < 50 {
 		t.Errorf("under MPS the low tenant got %.1f%% of the device beside host-bound requests, want ≥ 50%%", l.share)
 	}
-	if lowGPU < 40 || lowGPU > 101 {
-		t.Errorf("under MPS the region gave the low tenant beside the holder %.1f%% GPU time over 0.5 s (%.1f%% of the device); want 40–100%%", lowGPU, l.share)
+	// Busy periods are charged when their completion is seen: one seen
+	// late by the low one's host is charged inside the 0.5 s though it
+	// began before, by at most that host's delay.
+	if late := 100 * l.delayedMs / 500; lowGPU < 40 || lowGPU > 101+late {
+		t.Errorf("under MPS the region gave the low tenant beside the holder %.1f%% GPU time over 0.5 s (%.1f%% of the device); want 40–101%% + %.1f (host delays)",
+			lowGPU, l.share, late)
 	}
 	if h.p50 > a.p50+1000 {
 		t.Errorf("under MPS requests took %.0f µs (p50) beside the low tenant, %.0f µs alone", h.p50, a.p50)
