@@ -355,8 +355,8 @@ func TestSimTimesliceKill(t *testing.T) {
 }
 
 // The device's clock waits for a waiter the host runs late: a process
-// stopped while it waits for its kernel (one 5 ms kernel at a time, its
-// queue dry soon after) loses only the clock's 1 ms of grace per stop, not
+// stopped while it waits for its kernel (two 5 ms kernels queued: its
+// queue dry soon after, but never while it runs) loses only the clock's 1 ms of grace per stop, not
 // the 80 ms it was stopped (3 stops: 24 % of its second, on the host's
 // clock), and no more than its run-queue delay besides (awakeLoss), nor
 // what a stop lasted past the 100 ms the clock waits at most (this test's
@@ -364,7 +364,7 @@ func TestSimTimesliceKill(t *testing.T) {
 func TestSimClockWaitsForAStoppedWaiter(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	s := e.spinner("5000", "1", "1")
+	s := e.spinner("5000", "1", "2")
 	s.start()
 	var past time.Duration
 	for i := 0; i < 3; i++ {
