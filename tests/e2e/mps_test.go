@@ -264,17 +264,21 @@ func TestMPSClientsRunAtOnce(t *testing.T) {
 	startMPS(t, e, dir)
 	// Each spinner's share counts its kernels as 1 ms: running at once,
 	// twice as long each, they fill 50 % of its device time; in turns,
-	// 25 %: 45 % at least, less what its host idled (awakeLoss). A kernel's latency from when its stream
+	// 25 %: 45 % at least, less what its host idled (awakeLoss), and 50.5
+	// at most, more what the other's host idled (a client alone on all the
+	// SMs runs at full speed). A kernel's latency from when its stream
 	// reached it is its 2 ms, whatever the host does.
 	for _, flags := range [][]string{{"--sm", "50%"}, {"--mem", "1GiB"}} {
 		a := e.spinnerUnder(flags, "1000", "1", "4")
 		b := e.spinnerUnder(flags, "1000", "1", "4")
 		a.start()
 		b.start()
-		for _, s := range []spin{a.result(), b.result()} {
-			if s.share < 45-awakeLoss(s) || s.share > 50.5 || s.p50 < 1900 || s.p99 > 2100 {
-				t.Errorf("two spinners %v under MPS: %.1f%% (in 1 ms kernels; %d kernels), p50 %.0f µs, p99 %.0f µs; want 45-50 %% (less %.1f for host delays), p50 from 1900, p99 at most 2100",
-					flags, s.share, s.kernels, s.p50, s.p99, awakeLoss(s))
+		ra, rb := a.result(), b.result()
+		for _, p := range [][2]spin{{ra, rb}, {rb, ra}} {
+			s, other := p[0], p[1]
+			if s.share < 45-awakeLoss(s) || s.share > 50.5+awakeLoss(other) || s.p50 < 1900 || s.p99 > 2100 {
+				t.Errorf("two spinners %v under MPS: %.1f%% (in 1 ms kernels; %d kernels), p50 %.0f µs, p99 %.0f µs; want 45 - %.1f to 50.5 + %.1f %% (host delays), p50 from 1900, p99 at most 2100",
+					flags, s.share, s.kernels, s.p50, s.p99, awakeLoss(s), awakeLoss(other))
 			}
 		}
 	}
@@ -366,8 +370,12 @@ func TestPriorityRunsBesideAHostBoundHolderUnderMPS(t *testing.T) {
 	if l.share < 50 {
 		t.Errorf("under MPS the low tenant got %.1f%% of the device beside host-bound requests, want ≥ 50%%", l.share)
 	}
-	if lowGPU < 40 || lowGPU > 101 {
-		t.Errorf("under MPS the region gave the low tenant beside the holder %.1f%% GPU time over 0.5 s (%.1f%% of the device); want 40–100%%", lowGPU, l.share)
+	// Busy periods are charged when their completion is seen: one seen
+	// late by the low one's host is charged inside the 0.5 s though it
+	// began before, by at most that host's delay.
+	if late := 100 * l.delayedMs / 500; lowGPU < 40 || lowGPU > 101+late {
+		t.Errorf("under MPS the region gave the low tenant beside the holder %.1f%% GPU time over 0.5 s (%.1f%% of the device); want 40–101%% + %.1f (host delays)",
+			lowGPU, l.share, late)
 	}
 	if h.p50 > a.p50+1000 {
 		t.Errorf("under MPS requests took %.0f µs (p50) beside the low tenant, %.0f µs alone", h.p50, a.p50)

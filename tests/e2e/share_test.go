@@ -193,6 +193,7 @@ func TestAKilledHolderStallsNobody(t *testing.T) {
 	hi := e.spinnerUnder([]string{"--priority", "high"}, "1000", "30", "16")
 	lo := e.spinnerUnder([]string{"--compute", "50%"}, "1000", "2", "16")
 	hi.start()
+	began := monotonic()
 	lo.start()
 	time.Sleep(500 * time.Millisecond)
 	// The spinner is a child of one of flexgv run's threads.
@@ -206,10 +207,16 @@ func TestAKilledHolderStallsNobody(t *testing.T) {
 		t.Fatalf("no spinner under flexgv run (pid %d)", hi.cmd.Process.Pid)
 	}
 	syscall.Kill(pid, syscall.SIGKILL)
+	killed := float64((monotonic() - began).Milliseconds())
 	r := lo.resultWithin(20 * time.Second)
-	t.Logf("after the holder's death: %.1f%% of the device", r.share)
-	if r.share < 60 {
-		t.Errorf("with the high-priority holder killed after 0.5 s of 2, the other tenant got %.1f%%, want ≥ 60%%", r.share)
+	// After the kill the other has the device alone but for a poll (its
+	// waiter sees the holder's lock gone) and what its host idled; the
+	// kill came at most `killed` into its run on the device's clock, which
+	// never runs ahead of the host's.
+	least := 100*(r.elapsedMs-killed)/r.elapsedMs - 2 - awakeLoss(r)
+	t.Logf("after the holder's death at %.0f ms: %.1f%% of the device's %.0f ms (at least %.1f)", killed, r.share, r.elapsedMs, least)
+	if r.share < least {
+		t.Errorf("with the high-priority holder killed %.0f ms into a 2 s run, the other tenant got %.1f%%, want ≥ %.1f%%", killed, r.share, least)
 	}
 }
 
@@ -319,8 +326,12 @@ func TestPriorityLendsIdleTime(t *testing.T) {
 	h, l := hi.result(), lo.result()
 	t.Logf("high, 500 µs every 2.5 ms: alone p50 %.0f p99 %.0f µs; next to low p50 %.0f p99 %.0f µs; low got %.1f%%",
 		a.p50, a.p99, h.p50, h.p99, l.share)
-	if l.share < 55 {
-		t.Errorf("the low-priority tenant got %.1f%% of the device next to a server busy ~20%% of the time, want ≥ 55%%", l.share)
+	// Each ms either host is kept from running can idle the device: the
+	// low one, a waiter in the shim, takes an idle GPU when its host runs
+	// it, and the high one holds its turn until it launches or looks idle.
+	if lost := 100 * (l.delayedMs + h.delayedMs) / l.elapsedMs; l.share < 55-lost {
+		t.Errorf("the low-priority tenant got %.1f%% of the device next to a server busy ~20%% of the time, want ≥ 55%% - %.1f (host delays)",
+			l.share, lost)
 	}
 	// At most one of the low tenant's 1 ms kernels ahead of a request
 	// (bounds for a loaded 2-core machine).
