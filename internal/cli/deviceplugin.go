@@ -46,12 +46,13 @@ func devicePluginFlags(c *cobra.Command, g *globals) func(log io.Writer, withMPS
 	f.DurationVar(&cfg.SyncEvery, "sync-interval", 5*time.Second, "with --kubernetes: how often tenants of pods that are gone are deleted and the registration with the kubelet checked")
 	f.StringVar(&cfg.RemoteAddr, "remote-addr", "", "with --kubernetes: serve this node's GPUs to remote vGPUs of pods elsewhere at this address (where flexgv serve --tenant-dir listens; give --tenant-dir)")
 	f.StringVar(&cfg.TenantDir, "tenant-dir", "", "with --remote-addr: the folder of flexgv serve --tenant-dir, where remote pods' tokens are written")
+	f.StringVar(&cfg.SecretNamespace, "secret-namespace", os.Getenv("POD_NAMESPACE"), "with --remote-addr or --remote-slots: the namespace of the Secrets that carry remote pods' tokens (default $POD_NAMESPACE)")
 	f.IntVar(&cfg.RemoteSlots, "remote-slots", 0, "with --kubernetes: remote vGPUs (flexgv.io/remote-vgpu) this node runs; 0: none")
 	f.StringVar(&cfg.RemoteLib, "remote-lib", "", "with --remote-slots: the folder on the node holding the remoting libcuda.so.1 for containers (default: next to flexgv)")
 	f.BoolVar(&mpsPods, "mps-pods", false, "with --kubernetes --mps: offer the daemon's MPS to pods that ask for flexgv.io/gpu-sm (its pipe folder "+
 		"given to them): MPS carries one client's fatal GPU fault to the others on its GPU, so offer it only where the node's pods trust each other")
 	names := []string{"shim", "node-name", "kubeconfig", "plugin-dir", "slots", "ctx-mem", "dev-root", "pod-resources", "health-interval", "sync-interval",
-		"remote-addr", "tenant-dir", "remote-slots", "remote-lib", "mps-pods"}
+		"remote-addr", "tenant-dir", "remote-slots", "secret-namespace", "remote-lib", "mps-pods"}
 	return func(log io.Writer, withMPS bool) (func(context.Context, flexgvv1.DaemonServer), error) {
 		if !on {
 			for _, n := range names {

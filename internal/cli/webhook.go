@@ -38,7 +38,7 @@ func newWebhook() *cobra.Command {
 			if _, _, err := net.SplitHostPort(listen); err != nil {
 				return usageError{fmt.Errorf("flexgv webhook: --listen %s: not HOST:PORT", listen)}
 			}
-			pair, err := tls.LoadX509KeyPair(cert, key)
+			pair, err := webhook.LoadKeyPair(cert, key)
 			if err != nil {
 				return usageError{fmt.Errorf("flexgv webhook: --tls-cert/--tls-key: %w", err)}
 			}
@@ -47,10 +47,11 @@ func newWebhook() *cobra.Command {
 				return fmt.Errorf("flexgv webhook: %w", err)
 			}
 			w.Log = log.New(c.ErrOrStderr(), "flexgv webhook: ", 0)
+			pair.Log = w.Log.Printf
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			srv := &http.Server{Handler: w.Handler(), ReadHeaderTimeout: 10 * time.Second,
-				TLSConfig: &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}}
+				TLSConfig: &tls.Config{GetCertificate: pair.GetCertificate, MinVersion: tls.VersionTLS12}}
 			errc := make(chan error, 1)
 			go func() { errc <- srv.ServeTLS(lis, "", "") }()
 			w.Log.Printf("serving on https://%s", lis.Addr())
@@ -65,7 +66,7 @@ func newWebhook() *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&listen, "listen", ":8443", "HOST:PORT to serve on")
-	c.Flags().StringVar(&cert, "tls-cert", "", "the serving certificate (PEM), for the name the API server calls")
+	c.Flags().StringVar(&cert, "tls-cert", "", "the serving certificate (PEM), for the name the API server calls; read again when it changes")
 	c.Flags().StringVar(&key, "tls-key", "", "its private key (PEM)")
 	c.Flags().StringVar(&w.SchedulerName, "scheduler-name", "", "scheduler for pods that ask for vGPUs, the one configured with flexgv scheduler (default: leave it)")
 	return c

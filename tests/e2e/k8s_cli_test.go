@@ -34,6 +34,8 @@ func TestK8sCommandsRefuseBadFlags(t *testing.T) {
 		{[]string{"daemon", "--kubernetes", "--node-name", "n", "--plugin-dir", e.dir, "--pod-resources", kubeconfig}, "flexgv daemon: --pod-resources " + kubeconfig + `: not the kubelet's socket ("" turns the check`},
 		{[]string{"daemon", "--kubernetes", "--node-name", "n", "--plugin-dir", e.dir, "--pod-resources", "", "--kubeconfig", filepath.Join(e.dir, "none")}, "flexgv daemon: --kubeconfig " + filepath.Join(e.dir, "none")},
 		{[]string{"daemon", "--kubernetes", "--node-name", "n", "--plugin-dir", e.dir, "--pod-resources", "", "--mps-pods"}, "flexgv daemon: --mps-pods offers the daemon's MPS to pods; give --mps too"},
+		{[]string{"daemon", "--kubernetes", "--node-name", "n", "--plugin-dir", e.dir, "--pod-resources", "", "--remote-addr", "unix://" + filepath.Join(e.dir, "s"), "--tenant-dir", e.dir},
+			"flexgv daemon: remote vGPUs pass their tokens in Secrets of one namespace: give --secret-namespace or set POD_NAMESPACE"},
 		// The plugin's settings without the plugin are refused, not ignored.
 		{[]string{"daemon", "--mps", "--mps-pods"}, "flexgv daemon: --mps-pods is a setting of the device plugin; give --kubernetes too"},
 		{[]string{"daemon", "--slots", "2"}, "flexgv daemon: --slots is a setting of the device plugin; give --kubernetes too"},

@@ -14,7 +14,6 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/discovery"
@@ -30,12 +29,19 @@ const chartNamespace = "flexgv-system"
 // values over the chart's and the API versions extra (e.g.
 // monitoring.coreos.com/v1) present, and returns its objects.
 func renderChart(values map[string]any, extra ...string) ([]*unstructured.Unstructured, error) {
+	caps := chartutil.DefaultCapabilities.Copy()
+	caps.APIVersions = append(caps.APIVersions, extra...)
+	return renderChartFor(values, caps, false)
+}
+
+// renderChartFor renders the chart for a cluster of caps; where cluster,
+// as helm does against the test's API server (its lookup functions read
+// the objects there).
+func renderChartFor(values map[string]any, caps *chartutil.Capabilities, cluster bool) ([]*unstructured.Unstructured, error) {
 	ch, err := loader.Load(filepath.Join("..", "..", "deploy", "helm", "flexgv"))
 	if err != nil {
 		return nil, err
 	}
-	caps := chartutil.DefaultCapabilities.Copy()
-	caps.APIVersions = append(caps.APIVersions, extra...)
 	merged, err := chartutil.CoalesceValues(ch, values)
 	if err != nil {
 		return nil, err
@@ -44,7 +50,12 @@ func renderChart(values map[string]any, extra ...string) ([]*unstructured.Unstru
 	if err != nil {
 		return nil, err
 	}
-	files, err := engine.Render(ch, vals)
+	var files map[string]string
+	if cluster {
+		files, err = engine.RenderWithClient(ch, vals, cp.Config)
+	} else {
+		files, err = engine.Render(ch, vals)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -106,12 +117,10 @@ func TestChartInstalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	if _, err := cp.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chartNamespace}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	chartNS(t)
 	kinds := dryRun(t, objs)
-	for kind, n := range map[string]int{"DaemonSet": 1, "Deployment": 2, "ValidatingWebhookConfiguration": 1, "MutatingWebhookConfiguration": 1, "ConfigMap": 2} {
+	for kind, n := range map[string]int{"DaemonSet": 1, "Deployment": 2, "ValidatingWebhookConfiguration": 1, "MutatingWebhookConfiguration": 1, "ConfigMap": 2,
+		"PodDisruptionBudget": 1, "Role": 1, "RoleBinding": 1} {
 		if kinds[kind] != n {
 			t.Errorf("the chart has %d %s, want %d (all: %v)", kinds[kind], kind, n, kinds)
 		}
@@ -123,6 +132,7 @@ func TestChartInstalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkDashboard(t, noDashboard, false)
+	checkPods(t, objs)
 	if kinds["ServiceMonitor"] != 0 {
 		t.Errorf("a ServiceMonitor without the Prometheus operator's API")
 	}
@@ -146,16 +156,20 @@ func TestChartInstalls(t *testing.T) {
 	}
 	dryRun(t, remote)
 	checkNodeDaemonArgs(t, remote, true)
-	secrets := false
+	// Secrets: of the chart's namespace only (TestChartNodeReadsSecretsOnlyInItsNamespace
+	// asks the API server).
+	secrets := map[string]bool{}
 	for _, o := range remote {
 		rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
 		for _, r := range rules {
 			res, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "resources")
-			secrets = secrets || (o.GetKind() == "ClusterRole" && slices.Contains(res, "secrets"))
+			if slices.Contains(res, "secrets") {
+				secrets[o.GetKind()+" "+o.GetNamespace()] = true
+			}
 		}
 	}
-	if !secrets {
-		t.Error("with remote vGPUs the node daemon may not handle Secrets")
+	if len(secrets) != 1 || !secrets["Role "+chartNamespace] {
+		t.Errorf("with remote vGPUs, Secrets granted by %v; want by a Role of %s alone", secrets, chartNamespace)
 	}
 	// MPS on: the daemon runs it, with the pipes in a node folder that pods
 	// given part of the SMs get too; its /dev/shm stays its own.

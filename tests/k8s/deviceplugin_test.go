@@ -2,6 +2,7 @@ package k8s
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -188,6 +189,7 @@ func (n *gpuNode) runContainer(ctx context.Context, pod *corev1.Pod, c *corev1.C
 	args := slices.Concat(c.Command, c.Args)
 	cmd := exec.Command(filepath.Join(build, "tests", args[0]), args[1:]...)
 	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: runAs(pod, c)}
 	if c.Stdin {
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
@@ -206,6 +208,33 @@ func (n *gpuNode) runContainer(ctx context.Context, pod *corev1.Pod, c *corev1.C
 		return 127, err.Error()
 	}
 	return 0, string(out)
+}
+
+// runAs is the user a runtime runs container c of pod as where the pod
+// says (the image's own USER stands at root here): nil, this process's.
+func runAs(pod *corev1.Pod, c *corev1.Container) *syscall.Credential {
+	var uid, gid *int64
+	var groups []uint32
+	if sc := pod.Spec.SecurityContext; sc != nil {
+		uid, gid = sc.RunAsUser, sc.RunAsGroup
+		if sc.FSGroup != nil {
+			groups = append(groups, uint32(*sc.FSGroup))
+		}
+	}
+	if sc := c.SecurityContext; sc != nil {
+		uid, gid = cmp.Or(sc.RunAsUser, uid), cmp.Or(sc.RunAsGroup, gid)
+	}
+	if uid == nil && gid == nil && groups == nil {
+		return nil
+	}
+	cred := &syscall.Credential{Groups: groups}
+	if uid != nil {
+		cred.Uid = uint32(*uid)
+	}
+	if gid != nil {
+		cred.Gid = uint32(*gid)
+	}
+	return cred
 }
 
 // writeStdin writes line to the stdin of pod name's container.
@@ -822,7 +851,8 @@ func TestRemoteVGPUPod(t *testing.T) {
 	dir := t.TempDir()
 	tokens, sock := filepath.Join(dir, "tokens"), filepath.Join(dir, "gpu.sock")
 	os.Mkdir(tokens, 0o700)
-	n := startGPUNode(t, "gpu-r", "--remote-addr", "unix://"+sock, "--tenant-dir", tokens, "--remote-slots", "2")
+	chartNS(t) // the Secrets' namespace, as the chart's
+	n := startGPUNode(t, "gpu-r", "--remote-addr", "unix://"+sock, "--tenant-dir", tokens, "--remote-slots", "2", "--secret-namespace", chartNamespace)
 	serve := exec.Command(filepath.Join(build, "bin", "flexgv"), "serve", "--listen", "unix://"+sock, "--tenant-dir", tokens)
 	serve.Env = append(os.Environ(), n.env...)
 	var log bytes.Buffer
@@ -874,7 +904,7 @@ func TestRemoteVGPUPod(t *testing.T) {
 	eventually(t, 10*time.Second, "the remote pod's tokens, Secret and tenant gone", func() (bool, error) {
 		_, ferr := os.Stat(filepath.Join(tokens, tenant+".token"))
 		_, gerr := os.Stat(given)
-		_, serr := cp.Client.CoreV1().Secrets(ns).Get(ctx, deviceplugin.RemoteSecretPrefix+string(pod.UID), metav1.GetOptions{})
+		_, serr := cp.Client.CoreV1().Secrets(chartNamespace).Get(ctx, deviceplugin.RemoteSecretPrefix+string(pod.UID), metav1.GetOptions{})
 		return os.IsNotExist(ferr) && os.IsNotExist(gerr) && serr != nil && !slices.Contains(n.tenants(), tenant),
 			fmt.Errorf("files %v %v, secret %v, tenants %v", ferr, gerr, serr, n.tenants())
 	})
@@ -927,5 +957,38 @@ func TestPodGivenPartOfTheSMs(t *testing.T) {
 	if want := fmt.Sprintf("created tenant %s%s (", deviceplugin.TenantPrefix, pod.UID); !strings.Contains(string(log), want) ||
 		!regexp.MustCompile(regexp.QuoteMeta(want)+`[^\n]*--sm "25%"`).Match(log) {
 		t.Errorf("the daemon's log does not show the pod's tenant created with --sm 25%%:\n%s", log)
+	}
+}
+
+// A pod that runs as a user other than root uses its vGPU: the daemon
+// hands the tenant file it made to that user, whose processes the shim in
+// them then joins to the tenant, with its limits.
+func TestNonRootPodUsesItsVGPU(t *testing.T) {
+	n := startGPUNode(t, "gpu-u")
+	// A runtime would bind-mount the tenant file; here the container's
+	// process reaches it through the node's folders, and the simulated
+	// GPU's state is open to every user, as the node's /dev/nvidia* are.
+	for _, d := range []string{filepath.Dir(n.dir), n.dir} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(filepath.Join(n.dir, "gpu.state"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	ns := namespace(t, "nonroot")
+	ctx := context.Background()
+	user := int64(1000)
+	// With a compute share: the GPU's scheduler file too.
+	p := clientPod(ns, "info", n.name, 1024, 30, "memclient", "info")
+	p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: &user, RunAsGroup: &user}
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := finished(t, ns, "info")
+	out, _ := n.kubelet.Output("info")
+	quota := uint64(1024+nodeCtxMiB) << 20
+	if pod.Status.Phase != corev1.PodSucceeded || !strings.Contains(out, fmt.Sprintf(" total %d ", quota)) {
+		t.Fatalf("pod info as uid %d: %s %s\n%s", user, pod.Status.Phase, pod.Status.Message, out)
 	}
 }

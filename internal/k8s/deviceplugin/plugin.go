@@ -80,6 +80,10 @@ type Config struct {
 	// node, RemoteTokens where their tokens are kept for the containers.
 	RemoteSlots             int
 	RemoteLib, RemoteTokens string
+	// SecretNamespace, with remote vGPUs served or run: the namespace of
+	// the Secrets that carry remote pods' tokens from their server to their
+	// node (the chart's own: the daemons may read Secrets there only).
+	SecretNamespace string
 	// Allocations is the file where allocations whose containers have not
 	// started yet are kept, so that a plugin restarted in between (with
 	// its daemon) still checks them; "": in memory only.
@@ -120,6 +124,9 @@ func (c Config) Check() error {
 		if st, err := os.Stat(c.TenantDir); err != nil || !st.IsDir() {
 			return fmt.Errorf("--tenant-dir %s: not a folder", c.TenantDir)
 		}
+	}
+	if (c.RemoteAddr != "" || c.RemoteSlots > 0) && c.SecretNamespace == "" {
+		return errors.New("remote vGPUs pass their tokens in Secrets of one namespace: give --secret-namespace or set POD_NAMESPACE (the downward API's metadata.namespace)")
 	}
 	if c.RemoteSlots < 0 {
 		return fmt.Errorf("--remote-slots %d: negative", c.RemoteSlots)
@@ -612,6 +619,9 @@ func (p *Plugin) allocate(ctx context.Context, pod *corev1.Pod, r vgpu.Request) 
 	}
 	path, err := p.daemon.CreateTenant(ctx, t)
 	if err != nil {
+		return nil, err
+	}
+	if err := giveTo(path, pod, r.Container, 0o660); err != nil {
 		return nil, err
 	}
 	visible := strings.Join(uuids, ",")

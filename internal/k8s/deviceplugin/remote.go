@@ -27,7 +27,7 @@ import (
 // --tenant-dir Config.TenantDir beside the daemon) the plugin creates, for
 // every pod the extender placed on one of its GPUs, the pod's tenant there
 // with its limits, a token file that admits it, and a Secret holding the
-// token and the address in the pod's namespace. On a node that runs such
+// token and the address in Config.SecretNamespace. On a node that runs such
 // pods (Config.RemoteSlots) a second plugin advertises flexgv.io/remote-vgpu
 // and gives the container the remoting libcuda.so.1, the address and the
 // token: the container needs no GPU and no driver.
@@ -73,7 +73,7 @@ func (p *Plugin) syncRemote(ctx context.Context) (map[string]bool, error) {
 			os.Remove(f)
 		}
 	}
-	secrets, err := p.client.CoreV1().Secrets("").List(ctx, metav1.ListOptions{LabelSelector: LabelRemoteServer + "=" + p.cfg.NodeName})
+	secrets, err := p.client.CoreV1().Secrets(p.cfg.SecretNamespace).List(ctx, metav1.ListOptions{LabelSelector: LabelRemoteServer + "=" + p.cfg.NodeName})
 	if err == nil {
 		for _, s := range secrets.Items {
 			if !live[TenantPrefix+strings.TrimPrefix(s.Name, RemoteSecretPrefix)] {
@@ -186,7 +186,7 @@ func (p *Plugin) serveRemote(ctx context.Context, pod *corev1.Pod, uuid string) 
 		p.log.Printf("remote pod %s/%s: tenant %s on %s, %d MiB (+%d MiB context), %d%% compute share",
 			pod.Namespace, pod.Name, name, uuid, r.MemoryMiB, p.cfg.ContextMiB, r.ComputePct)
 	}
-	secrets := p.client.CoreV1().Secrets(pod.Namespace)
+	secrets := p.client.CoreV1().Secrets(p.cfg.SecretNamespace)
 	sname := RemoteSecretPrefix + string(pod.UID)
 	if _, err := secrets.Get(ctx, sname, metav1.GetOptions{}); err == nil || !apierrors.IsNotFound(err) {
 		return err
@@ -288,7 +288,7 @@ func (rp *RemotePlugin) allocate(ctx context.Context, pod *corev1.Pod) (*plugina
 	var secret *corev1.Secret
 	deadline := time.Now().Add(secretWait)
 	for {
-		s, err := rp.p.client.CoreV1().Secrets(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
+		s, err := rp.p.client.CoreV1().Secrets(rp.p.cfg.SecretNamespace).Get(ctx, name, metav1.GetOptions{})
 		if err == nil {
 			secret = s
 			break
@@ -304,6 +304,10 @@ func (rp *RemotePlugin) allocate(ctx context.Context, pod *corev1.Pod) (*plugina
 	}
 	file := rp.tokenFile(pod.UID)
 	if err := os.WriteFile(file, token, 0o600); err != nil {
+		return nil, err
+	}
+	r, _, _ := vgpu.PodRequest(pod)
+	if err := giveTo(file, pod, r.Container, 0o440); err != nil {
 		return nil, err
 	}
 	_, uuid, _ := vgpu.PodRemoteGPU(pod)

@@ -132,25 +132,39 @@ leaderElection:
 // until it is healthy.
 func (cp *ControlPlane) StartScheduler(extra string) (time.Duration, error) {
 	start := time.Now()
-	cfg := filepath.Join(cp.Dir, "scheduler.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(schedulerConfig, cp.Kubeconfig, extra)), 0o600); err != nil {
-		return 0, err
+	_, err := cp.StartSchedulerConfig("kube-scheduler", fmt.Sprintf(schedulerConfig, cp.Kubeconfig, extra))
+	return time.Since(start), err
+}
+
+// StartSchedulerConfig starts a kube-scheduler, its log named name, with
+// the whole configuration config, and waits until it is healthy; stop ends
+// it.
+func (cp *ControlPlane) StartSchedulerConfig(name, config string) (stop func(), err error) {
+	cfg := filepath.Join(cp.Dir, name+".yaml")
+	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
+		return nil, err
 	}
 	ports, err := freePorts(1)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	if _, err := cp.spawn("kube-scheduler", cp.bins.Scheduler,
+	p, err := cp.spawn(name, cp.bins.Scheduler,
 		"--config", cfg,
 		"--bind-address", "127.0.0.1", "--secure-port", fmt.Sprint(ports[0]),
 		"--authentication-skip-lookup", "--authorization-always-allow-paths", "/healthz,/readyz,/livez",
-		"--v", "2"); err != nil {
-		return 0, err
+		"--v", "2")
+	if err != nil {
+		return nil, err
 	}
-	if err := cp.waitReady("kube-scheduler", fmt.Sprintf("https://127.0.0.1:%d/healthz", ports[0]), 60*time.Second); err != nil {
-		return 0, err
+	stop = func() {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		<-p.done
 	}
-	return time.Since(start), nil
+	if err := cp.waitReady(name, fmt.Sprintf("https://127.0.0.1:%d/healthz", ports[0]), 60*time.Second); err != nil {
+		stop()
+		return nil, err
+	}
+	return stop, nil
 }
 
 // Log returns the log of the named component so far.
