@@ -565,8 +565,12 @@ int fg_charge(int dev, uint64_t bytes, const char *what)
             ok = charge_entry(e, bytes);
         }
     });
-    if (!ok)
+    if (!ok) {
+        /* Counted in the header, one atomic add: a process killed at any
+         * instruction leaves the count either before or after it. */
+        GUARD((void)0, __atomic_fetch_add(&hdr->devices[e].refused, 1, __ATOMIC_RELAXED));
         refusal(dev, e, bytes, what);
+    }
     return ok;
 }
 

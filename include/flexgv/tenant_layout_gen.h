@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 #define FG_TENANT_MAGIC 0x544e4e5447584c46ULL
-#define FG_TENANT_VERSION 0x7ULL
+#define FG_TENANT_VERSION 0x8ULL
 #define FG_MAX_DEVICES 0x10ULL
 #define FG_TENANT_SLOT_FREE 0x0ULL
 #define FG_TENANT_SLOT_CLAIMED 0x1ULL
@@ -19,6 +19,7 @@ struct fg_tenant_device {
     uint64_t ctx_measured;
     uint32_t compute_max;
     uint32_t compute_share;
+    uint64_t refused;
 };
 
 /* starts a tenant file; written once by the CLI that creates it */

@@ -5,7 +5,7 @@ package tenant
 // Constants of the region shared with the shim.
 const (
 	TenantMagic   = 0x544e4e5447584c46
-	TenantVersion = 0x7
+	TenantVersion = 0x8
 	MaxDevices    = 0x10
 	SlotFree      = 0x0
 	SlotClaimed   = 0x1
@@ -20,6 +20,7 @@ type Device struct {
 	CtxMeasured  uint64   `c:"ctx_measured"`
 	ComputeMax   uint32   `c:"compute_max"`
 	ComputeShare uint32   `c:"compute_share"`
+	Refused      uint64   `c:"refused"`
 }
 
 // Header mirrors struct fg_tenant_header: starts a tenant file; written once by the CLI that creates it.

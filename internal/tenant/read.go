@@ -47,6 +47,7 @@ type DeviceUse struct {
 	CtxMeasured uint64 `json:"ctx_measured"`  // what one context took, as last measured
 	ComputeMax  uint32 `json:"compute_max"`   // cap on the device's time, hundredths of a percent; 0: none
 	Share       uint32 `json:"compute_share"` // share of the device's time under contention, hundredths of a percent; 0: none
+	Refused     uint64 `json:"refused"`       // allocations refused for the quota since the tenant was created
 }
 
 // Proc is one live process of a tenant.
@@ -110,7 +111,7 @@ func Read(p string) (Info, error) {
 	info := Info{Name: h.name, OwnerUID: h.raw.OwnerUID, Created: time.Unix(0, int64(h.raw.CreatedNs)), Priority: h.raw.Priority, SM: h.raw.SM, Devices: make([]DeviceUse, len(h.devices)), Procs: []Proc{}}
 	for d, dev := range h.devices {
 		info.Devices[d] = DeviceUse{Index: d, UUID: dev.UUID, Quota: dev.Quota, CtxMeasured: h.raw.Devices[d].CtxMeasured,
-			ComputeMax: dev.ComputeMax, Share: dev.ComputeShare}
+			ComputeMax: dev.ComputeMax, Share: dev.ComputeShare, Refused: h.raw.Devices[d].Refused}
 	}
 	for i, s := range slots {
 		if s.State != SlotClaimed {

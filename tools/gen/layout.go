@@ -99,6 +99,7 @@ var tenantLayout = []structSpec{
 		{"ctx_measured", "CtxMeasured", "uint64", 0, "bytes one context took here, as last measured by a process (atomic)"},
 		{"compute_max", "ComputeMax", "uint32", 0, "cap on the device time the tenant's kernels occupy, in hundredths of a percent; 0 means no cap"},
 		{"compute_share", "ComputeShare", "uint32", 0, "share of the device's time guaranteed under contention, in hundredths of a percent; 0 means none"},
+		{"refused", "Refused", "uint64", 0, "allocations refused for the quota since the tenant was created (atomic); kept in the header so that no process's exit takes its count away"},
 	}},
 	{"fg_tenant_header", "Header", "starts a tenant file; written once by the CLI that creates it", []field{
 		{"magic", "Magic", "uint64", 0, "TenantMagic"},
@@ -128,7 +129,7 @@ var tenantLayout = []structSpec{
 
 var tenantConsts = []constSpec{
 	{"FG_TENANT_MAGIC", "TenantMagic", 0x544e4e5447584c46}, // "FLXGTNNT" little-endian
-	{"FG_TENANT_VERSION", "TenantVersion", 7},
+	{"FG_TENANT_VERSION", "TenantVersion", 8},
 	{"FG_MAX_DEVICES", "MaxDevices", maxDevices},
 	{"FG_TENANT_SLOT_FREE", "SlotFree", 0},
 	{"FG_TENANT_SLOT_CLAIMED", "SlotClaimed", 1},
