@@ -190,7 +190,7 @@ func (a *api) toProto(info tenant.Info, held bool) *flexgvv1.Tenant {
 	}
 	for _, d := range info.Devices {
 		t.Devices = append(t.Devices, &flexgvv1.TenantDevice{
-			Index: uint32(d.Index), Uuid: d.UUID, QuotaBytes: d.Quota, UsedBytes: d.Used, ContextBytes: d.CtxMeasured,
+			Index: uint32(d.Index), Uuid: d.UUID, QuotaBytes: d.Quota, UsedBytes: d.Used, ContextBytes: d.CtxMeasured, Refused: d.Refused,
 			ComputeMax: d.ComputeMax, ComputeShare: d.Share,
 		})
 	}

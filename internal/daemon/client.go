@@ -72,7 +72,7 @@ func Info(t *flexgvv1.Tenant) tenant.Info {
 	}
 	for i, d := range t.Devices {
 		info.Devices[i] = tenant.DeviceUse{Index: int(d.Index), UUID: d.Uuid, Quota: d.QuotaBytes, Used: d.UsedBytes,
-			CtxMeasured: d.ContextBytes, ComputeMax: d.ComputeMax, Share: d.ComputeShare}
+			CtxMeasured: d.ContextBytes, ComputeMax: d.ComputeMax, Share: d.ComputeShare, Refused: d.Refused}
 	}
 	for i, p := range t.Processes {
 		info.Procs[i] = tenant.Proc{Pid: int(p.Pid), Used: p.UsedBytes}

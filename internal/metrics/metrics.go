@@ -39,6 +39,8 @@ var (
 		"Live processes of a tenant that hold memory on a device.", tenantLabels, nil)
 	ctxDesc = prometheus.NewDesc("flexgv_tenant_context_bytes",
 		"Device memory one CUDA context of a tenant took on a device, as last measured; absent until measured.", tenantLabels, nil)
+	refusedDesc = prometheus.NewDesc("flexgv_tenant_memory_refusals_total",
+		"Allocations of a tenant on a device refused for its quota (out of memory to the program), since the tenant was created.", tenantLabels, nil)
 	mpsDesc = prometheus.NewDesc("flexgv_mps_up",
 		"Whether the MPS control daemon the node daemon runs answers (1) or not (0); absent without --mps.", nil, nil)
 	smDesc = prometheus.NewDesc("flexgv_tenant_sm_ratio",
@@ -84,7 +86,7 @@ func New(src Source) *Collector { return &Collector{src} }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{quotaDesc, usedDesc, procsDesc, ctxDesc, smDesc, mpsDesc, gpuTotalDesc, gpuUsedDesc, gpuUtilDesc, heldDesc, infoDesc,
+	for _, d := range []*prometheus.Desc{quotaDesc, usedDesc, procsDesc, ctxDesc, refusedDesc, smDesc, mpsDesc, gpuTotalDesc, gpuUsedDesc, gpuUtilDesc, heldDesc, infoDesc,
 		shareDesc, capDesc, prioDesc, gpuTimeDesc, throttledDesc, preemptDesc, schedProcsDesc, mpsProcsDesc, hostBoundDesc, switchesDesc} {
 		ch <- d
 	}
@@ -140,6 +142,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			labels := []string{t.Name, d.UUID, i}
 			if d.Quota > 0 {
 				gauge(quotaDesc, float64(d.Quota), labels...)
+				ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.CounterValue, float64(d.Refused), labels...)
 			}
 			gauge(usedDesc, float64(d.Used), labels...)
 			procs := 0

@@ -27,7 +27,7 @@ var (
 			Name: "a",
 			// Device 1 is neither limited nor used: no row, as in flexgv ps.
 			Devices: []tenant.DeviceUse{
-				{Index: 0, UUID: uuidA, Quota: 1 << 30, Used: 600 << 20, CtxMeasured: 64 << 20},
+				{Index: 0, UUID: uuidA, Quota: 1 << 30, Used: 600 << 20, CtxMeasured: 64 << 20, Refused: 3},
 				{Index: 1, UUID: uuidB},
 			},
 			Procs: []tenant.Proc{{Pid: 10, Used: []uint64{400 << 20, 0}}, {Pid: 11, Used: []uint64{200 << 20, 0}}},
@@ -87,6 +87,10 @@ flexgv_tenant_processes{gpu_index="1",gpu_uuid="",tenant="b"} 1
 # HELP flexgv_tenant_context_bytes Device memory one CUDA context of a tenant took on a device, as last measured; absent until measured.
 # TYPE flexgv_tenant_context_bytes gauge
 flexgv_tenant_context_bytes{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="a"} 6.7108864e+07
+# HELP flexgv_tenant_memory_refusals_total Allocations of a tenant on a device refused for its quota (out of memory to the program), since the tenant was created.
+# TYPE flexgv_tenant_memory_refusals_total counter
+flexgv_tenant_memory_refusals_total{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="a"} 3
+flexgv_tenant_memory_refusals_total{gpu_index="0",gpu_uuid="",tenant="b"} 0
 # HELP flexgv_tenant_sm_ratio Part of each GPU's SMs a tenant's processes may use under MPS (--sm); absent where it has all of them.
 # TYPE flexgv_tenant_sm_ratio gauge
 flexgv_tenant_sm_ratio{tenant="b"} 0.25

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/flexgv/flexgv/internal/daemon"
+	"github.com/flexgv/flexgv/internal/tenant"
 	flexgvv1 "github.com/flexgv/flexgv/proto/flexgv/v1"
 )
 
@@ -121,8 +122,11 @@ func (d *daemonProc) scrape(t *testing.T) map[string]float64 {
 			if len(labels) > 0 {
 				key += "{" + strings.Join(labels, ",") + "}"
 			}
-			if m.Gauge != nil {
+			switch {
+			case m.Gauge != nil:
 				out[key] = m.Gauge.GetValue()
+			case m.Counter != nil:
+				out[key] = m.Counter.GetValue()
 			}
 		}
 	}
@@ -209,6 +213,39 @@ func TestDaemonHoldsGroupsAcrossItsDeath(t *testing.T) {
 	}
 	if left := leftovers(t, e.stateDir()); len(left) != 0 {
 		t.Errorf("left behind: %v", left)
+	}
+}
+
+// Every allocation the quota refuses is counted on its device, in the
+// tenant's file, so that processes that exited still count: the tenant's
+// read and the daemon's counter show exactly the refusals its programs met.
+func TestDaemonMetricsCountRefusedAllocations(t *testing.T) {
+	e := quotaEnv(t, "FLEXGV_SIM_DEVICES=2")
+	d := e.startDaemon(t)
+	// Each run is refused one byte past its room on device 0, once.
+	for _, args := range [][]string{{"--group", "g", "--mem", "1GiB"}, {"--group", "g"}} {
+		r := e.run("flexgv", append(append([]string{"run"}, args...), "--", bin("memclient"), "exact")...)
+		if r.code != 0 || !strings.Contains(r.stdout, "one byte more -> CUDA_ERROR_OUT_OF_MEMORY, exactly -> CUDA_SUCCESS") {
+			t.Fatalf("flexgv run %v memclient exact: %+v", args, r)
+		}
+	}
+	infos, _, err := tenant.List(e.stateDir())
+	if err != nil || len(infos) != 1 || len(infos[0].Devices) != 2 {
+		t.Fatalf("tenants: %+v %v", infos, err)
+	}
+	m := d.scrape(t)
+	for i, want := range []uint64{2, 0} { // device 1 was never asked for memory
+		dev := infos[0].Devices[i]
+		if dev.Refused != want {
+			t.Errorf("device %d: tenant read %d refusals, want %d", i, dev.Refused, want)
+		}
+		series := fmt.Sprintf("flexgv_tenant_memory_refusals_total{gpu_index=%d,gpu_uuid=%s,tenant=g}", i, dev.UUID)
+		if got, ok := m[series]; !ok || got != float64(want) {
+			t.Errorf("%s = %v (present %v), want %d", series, got, ok, want)
+		}
+	}
+	if r := e.run("flexgv", "ps", "--json"); r.code != 0 || !strings.Contains(r.stdout, `"refused": 2`) {
+		t.Errorf("flexgv ps --json: %+v", r)
 	}
 }
 

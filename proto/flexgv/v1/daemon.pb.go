@@ -694,7 +694,9 @@ type TenantDevice struct {
 	// Cap on the device's time, hundredths of a percent; zero: no cap.
 	ComputeMax uint32 `protobuf:"varint,6,opt,name=compute_max,json=computeMax,proto3" json:"compute_max,omitempty"`
 	// Guaranteed share of the device's time, hundredths of a percent; zero: none.
-	ComputeShare  uint32 `protobuf:"varint,7,opt,name=compute_share,json=computeShare,proto3" json:"compute_share,omitempty"`
+	ComputeShare uint32 `protobuf:"varint,7,opt,name=compute_share,json=computeShare,proto3" json:"compute_share,omitempty"`
+	// Allocations refused for the quota since the tenant was created.
+	Refused       uint64 `protobuf:"varint,8,opt,name=refused,proto3" json:"refused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -774,6 +776,13 @@ func (x *TenantDevice) GetComputeMax() uint32 {
 func (x *TenantDevice) GetComputeShare() uint32 {
 	if x != nil {
 		return x.ComputeShare
+	}
+	return 0
+}
+
+func (x *TenantDevice) GetRefused() uint64 {
+	if x != nil {
+		return x.Refused
 	}
 	return 0
 }
@@ -1078,7 +1087,7 @@ const file_flexgv_v1_daemon_proto_rawDesc = "" +
 	" \x01(\rR\x02sm\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe3\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfd\x01\n" +
 	"\fTenantDevice\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x1f\n" +
@@ -1089,7 +1098,8 @@ const file_flexgv_v1_daemon_proto_rawDesc = "" +
 	"\rcontext_bytes\x18\x05 \x01(\x04R\fcontextBytes\x12\x1f\n" +
 	"\vcompute_max\x18\x06 \x01(\rR\n" +
 	"computeMax\x12#\n" +
-	"\rcompute_share\x18\a \x01(\rR\fcomputeShare\"@\n" +
+	"\rcompute_share\x18\a \x01(\rR\fcomputeShare\x12\x18\n" +
+	"\arefused\x18\b \x01(\x04R\arefused\"@\n" +
 	"\rTenantProcess\x12\x10\n" +
 	"\x03pid\x18\x01 \x01(\x05R\x03pid\x12\x1d\n" +
 	"\n" +
