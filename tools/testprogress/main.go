@@ -94,6 +94,17 @@ func run(stdin io.Reader, stdout io.Writer) int {
 			results++
 			failed = true
 			fmt.Fprintf(out, "FAIL %s\n", pkg)
+			// Tests that never ended (the binary died or timed out
+			// in them): their output says why.
+			for k, lines := range logs {
+				if strings.HasPrefix(k, e.Package+" ") {
+					fmt.Fprintf(out, "     %s did not end:\n", strings.TrimPrefix(k, e.Package+" "))
+					for _, l := range lines {
+						fmt.Fprint(out, "    ", l)
+					}
+					delete(logs, k)
+				}
+			}
 		}
 		out.Flush()
 	}

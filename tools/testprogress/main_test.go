@@ -33,6 +33,12 @@ func TestCountsAndExitStatus(t *testing.T) {
 	}
 
 	out.Reset()
+	died := `{"Action":"start",` + pkg + `}` + "\n" + `{"Action":"output",` + pkg + `,"Test":"TestD","Output":"panic: boom\n"}` + "\n" + `{"Action":"fail",` + pkg + `}`
+	if code := run(strings.NewReader(died), &out); code != 1 || !strings.Contains(out.String(), "TestD did not end") || !strings.Contains(out.String(), "panic: boom") {
+		t.Fatalf("a test the binary died in: exit %d, want 1 and its output:\n%s", code, &out)
+	}
+
+	out.Reset()
 	killed := `{"Action":"start",` + pkg + `}` + "\n" + `{"Action":"pass",` + pkg + `,"Test":"TestA"}`
 	if code := run(strings.NewReader(killed), &out); code != 1 || !strings.Contains(out.String(), "no result") {
 		t.Fatalf("a package without a result: exit %d, want 1:\n%s", code, &out)
