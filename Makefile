@@ -192,7 +192,7 @@ $(TESTPROGRESS): tools/testprogress/main.go
 .PHONY: check
 check: all
 	@echo "make check: unit tests and the short simulated-GPU tests (go test -short; make test runs every test)"
-	FLEXGV_BUILD=$(CURDIR)/$(BUILD) $(GO) test -short -count=1 ./...
+	FLEXGV_BUILD=$(CURDIR)/$(BUILD) $(GO) test -short -count=1 -timeout 20m ./...
 
 test: all gen-check proto-check $(TESTPROGRESS)
 	@echo "make test 1/4: go vet"
@@ -200,7 +200,7 @@ test: all gen-check proto-check $(TESTPROGRESS)
 	@echo "make test 2/4: unit tests, every package but tests/e2e"
 	FLEXGV_BUILD=$(CURDIR)/$(BUILD) $(GO) test -count=1 -json $$($(GO) list ./... | grep -v '/tests/e2e$$') | $(TESTPROGRESS)
 	@echo "make test 3/4: the simulated-GPU tests (tests/e2e, some minutes), a line per test as it ends"
-	FLEXGV_BUILD=$(CURDIR)/$(BUILD) $(GO) test -count=1 -json ./tests/e2e/ | $(TESTPROGRESS)
+	FLEXGV_BUILD=$(CURDIR)/$(BUILD) $(GO) test -count=1 -timeout 45m -json ./tests/e2e/ | $(TESTPROGRESS)
 	@echo "make test 4/4: the Kubernetes tests (make test-k8s)"
 	$(MAKE) --no-print-directory test-k8s
 
