@@ -85,29 +85,61 @@ static inline int fg_cubin_kernel(const uint8_t *s, uint64_t n, unsigned *offset
     return 1;
 }
 
-/* An ELF cubin's kernels; the number found. */
-static inline unsigned fg_cubin_elf(const uint8_t *p, uint64_t n, fg_kparam_each each, void *ctx)
+/* A 64-bit little-endian ELF image's section table, checked to lie
+ * inside the image. */
+struct fg_elf {
+    const uint8_t *p;
+    uint64_t n, shoff, shentsize, shnum, stroff, strsize;
+};
+
+static inline int fg_elf_open(struct fg_elf *e, const uint8_t *p, uint64_t n)
 {
     if (n < 64 || memcmp(p, "\177ELF", 4) != 0 || p[4] != 2 || p[5] != 1)
         return 0;
-    uint64_t shoff = fg_cubin_le(p + 0x28, 8), shentsize = fg_cubin_le(p + 0x3a, 2);
-    uint64_t shnum = fg_cubin_le(p + 0x3c, 2), shstrndx = fg_cubin_le(p + 0x3e, 2);
-    if (shentsize < 64 || shstrndx >= shnum || shoff > n || shnum > (n - shoff) / shentsize)
+    e->p = p;
+    e->n = n;
+    e->shoff = fg_cubin_le(p + 0x28, 8), e->shentsize = fg_cubin_le(p + 0x3a, 2);
+    e->shnum = fg_cubin_le(p + 0x3c, 2);
+    uint64_t shstrndx = fg_cubin_le(p + 0x3e, 2);
+    if (e->shentsize < 64 || shstrndx >= e->shnum || e->shoff > n || e->shnum > (n - e->shoff) / e->shentsize)
         return 0;
-    const uint8_t *strs = p + shoff + shstrndx * shentsize;
-    uint64_t stroff = fg_cubin_le(strs + 24, 8), strsize = fg_cubin_le(strs + 32, 8);
-    if (stroff > n || strsize > n - stroff)
+    const uint8_t *strs = p + e->shoff + shstrndx * e->shentsize;
+    e->stroff = fg_cubin_le(strs + 24, 8), e->strsize = fg_cubin_le(strs + 32, 8);
+    return e->stroff <= n && e->strsize <= n - e->stroff;
+}
+
+/* Section i's name, its length, and the section's offset and size (not
+ * checked against the image: a section without file contents has none);
+ * 0 when its name does not end inside the string table. */
+static inline int fg_elf_section(const struct fg_elf *e, uint64_t i, const char **nm, size_t *len, uint64_t *off,
+                                 uint64_t *size)
+{
+    const uint8_t *sh = e->p + e->shoff + i * e->shentsize;
+    uint64_t name = fg_cubin_le(sh, 4);
+    *off = fg_cubin_le(sh + 24, 8), *size = fg_cubin_le(sh + 32, 8);
+    if (name >= e->strsize)
+        return 0;
+    *nm = (const char *)e->p + e->stroff + name;
+    size_t left = (size_t)(e->strsize - name);
+    *len = strnlen(*nm, left);
+    return *len < left;
+}
+
+/* An ELF cubin's kernels; the number found. */
+static inline unsigned fg_cubin_elf(const uint8_t *p, uint64_t n, fg_kparam_each each, void *ctx)
+{
+    struct fg_elf e;
+    if (!fg_elf_open(&e, p, n))
         return 0;
     static const char prefix[] = ".nv.info.";
     unsigned found = 0;
-    for (uint64_t i = 0; i < shnum; i++) {
-        const uint8_t *sh = p + shoff + i * shentsize;
-        uint64_t name = fg_cubin_le(sh, 4), off = fg_cubin_le(sh + 24, 8), size = fg_cubin_le(sh + 32, 8);
-        if (name >= strsize || off > n || size > n - off)
+    for (uint64_t i = 0; i < e.shnum; i++) {
+        const char *nm;
+        size_t len;
+        uint64_t off, size;
+        if (!fg_elf_section(&e, i, &nm, &len, &off, &size) || off > n || size > n - off)
             continue;
-        const char *nm = (const char *)p + stroff + name;
-        size_t left = (size_t)(strsize - name), len = strnlen(nm, left);
-        if (len == left || len <= sizeof prefix - 1 || memcmp(nm, prefix, sizeof prefix - 1) != 0)
+        if (len <= sizeof prefix - 1 || memcmp(nm, prefix, sizeof prefix - 1) != 0)
             continue;
         unsigned offsets[FG_KPARAM_MAX], sizes[FG_KPARAM_MAX], count = 0;
         if (fg_cubin_kernel(p + off, size, offsets, sizes, &count)) {
@@ -242,25 +274,15 @@ static inline unsigned fg_cubin_kernels_opt(const void *image, uint64_t n, fg_kp
  * (.nv.constant0.*); 0 if it is not an ELF cubin. */
 static inline uint64_t fg_cubin_elf_data(const uint8_t *p, uint64_t n)
 {
-    if (n < 64 || memcmp(p, "\177ELF", 4) != 0 || p[4] != 2 || p[5] != 1)
-        return 0;
-    uint64_t shoff = fg_cubin_le(p + 0x28, 8), shentsize = fg_cubin_le(p + 0x3a, 2);
-    uint64_t shnum = fg_cubin_le(p + 0x3c, 2), shstrndx = fg_cubin_le(p + 0x3e, 2);
-    if (shentsize < 64 || shstrndx >= shnum || shoff > n || shnum > (n - shoff) / shentsize)
-        return 0;
-    const uint8_t *strs = p + shoff + shstrndx * shentsize;
-    uint64_t stroff = fg_cubin_le(strs + 24, 8), strsize = fg_cubin_le(strs + 32, 8);
-    if (stroff > n || strsize > n - stroff)
+    struct fg_elf e;
+    if (!fg_elf_open(&e, p, n))
         return 0;
     uint64_t total = 0;
-    for (uint64_t i = 0; i < shnum; i++) {
-        const uint8_t *sh = p + shoff + i * shentsize;
-        uint64_t name = fg_cubin_le(sh, 4), size = fg_cubin_le(sh + 32, 8);
-        if (name >= strsize)
-            continue;
-        const char *nm = (const char *)p + stroff + name;
-        size_t left = (size_t)(strsize - name), len = strnlen(nm, left);
-        if (len == left)
+    for (uint64_t i = 0; i < e.shnum; i++) {
+        const char *nm;
+        size_t len;
+        uint64_t off, size;
+        if (!fg_elf_section(&e, i, &nm, &len, &off, &size))
             continue;
         int global = !strcmp(nm, ".nv.global") || !strcmp(nm, ".nv.global.init");
         int bank = len > 12 && !memcmp(nm, ".nv.constant", 12) && memcmp(nm, ".nv.constant0", 13) != 0;
