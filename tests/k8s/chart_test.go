@@ -14,6 +14,7 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/discovery"
@@ -195,11 +196,10 @@ func TestChartInstalls(t *testing.T) {
 	}
 }
 
-// dryRun creates objs in a server-side dry run (schema, defaults,
-// validation) and counts them by kind.
-func dryRun(t *testing.T, objs []*unstructured.Unstructured) map[string]int {
+// dynamicClient gives a client for any kind of object the API server
+// knows, and the mapping from kinds to its resources.
+func dynamicClient(t *testing.T) (dynamic.Interface, meta.RESTMapper) {
 	t.Helper()
-	ctx := context.Background()
 	dyn, err := dynamic.NewForConfig(cp.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -208,7 +208,15 @@ func dryRun(t *testing.T, objs []*unstructured.Unstructured) map[string]int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	return dyn, restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+}
+
+// dryRun creates objs in a server-side dry run (schema, defaults,
+// validation) and counts them by kind.
+func dryRun(t *testing.T, objs []*unstructured.Unstructured) map[string]int {
+	t.Helper()
+	ctx := context.Background()
+	dyn, mapper := dynamicClient(t)
 	kinds := map[string]int{}
 	for _, o := range objs {
 		gvk := o.GroupVersionKind()

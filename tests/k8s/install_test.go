@@ -22,10 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
 
 	"github.com/flexgv/flexgv/internal/k8s/vgpu"
@@ -45,15 +42,7 @@ func chartNS(t *testing.T) {
 func apply(t *testing.T, objs []*unstructured.Unstructured, kinds ...string) {
 	t.Helper()
 	ctx := context.Background()
-	dyn, err := dynamic.NewForConfig(cp.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dc, err := discovery.NewDiscoveryClientForConfig(cp.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	dyn, mapper := dynamicClient(t)
 	for _, o := range objs {
 		gvk := o.GroupVersionKind()
 		if !slices.Contains(kinds, gvk.Kind) {
