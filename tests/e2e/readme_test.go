@@ -56,10 +56,11 @@ func TestReadmeCommandsRunAsWritten(t *testing.T) {
 	l.Close()
 
 	script := readmeScript(t)
+	// /tmp/ first: the build folder itself may lie under /tmp.
 	for _, r := range [][2]string{
+		{"/tmp/", tmp + "/"},
 		{"$PWD/build/", build + "/"},
 		{" build/", " " + build + "/"},
-		{"/tmp/", tmp + "/"},
 		{"flexgv daemon &", "flexgv daemon --metrics-addr 127.0.0.1:" + port + " &"},
 		{"127.0.0.1:9400", "127.0.0.1:" + port},
 	} {
