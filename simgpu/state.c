@@ -134,8 +134,8 @@ static struct sim_stamp *watch[SIM_LANES][SIM_RING];
  * time) is on this clock. The time it stood still adds up in stall_ns:
  * clock = min(wall - stall, earliest due + GRACE_NS), and at least
  * wall - stall - FREEZE_NS. Dues are set and cleared under the schedule's
- * lock; clearing one first adds to stall what the clock is behind, so the
- * clock never jumps. */
+ * lock; clearing the one that holds the clock first adds to stall what
+ * the clock is behind, so the clock never jumps. */
 #define GRACE_NS 1000000ull    /* a waiter this late has the host's wake-up: the device ran on, as a GPU does */
 #define FREEZE_NS 100000000ull /* the longest host delay it waits for: a stopped or dead waiter holds it no longer */
 
@@ -146,9 +146,8 @@ static uint64_t wall_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* The clock at wall time `wall`; *raw: what it would read with no due.
- * Dues are read before the stall: one cleared is seen with its stall. */
-static uint64_t clock_at(uint64_t wall, uint64_t *raw, int *earliest)
+/* The earliest due but slot `skip`'s (UINT64_MAX: none), and its slot. */
+static uint64_t earliest_due(int skip, int *earliest)
 {
     uint64_t due = UINT64_MAX;
     *earliest = -1;
@@ -156,14 +155,27 @@ static uint64_t clock_at(uint64_t wall, uint64_t *raw, int *earliest)
         for (uint64_t m = __atomic_load_n(&sim->due_mask[w], __ATOMIC_ACQUIRE); m; m &= m - 1) {
             int i = w * 64 + __builtin_ctzll(m);
             uint64_t d = __atomic_load_n(&sim->procs[i].due_ns, __ATOMIC_ACQUIRE);
-            if (d && d < due)
+            if (d && d < due && i != skip)
                 due = d, *earliest = i;
         }
-    uint64_t r = wall - __atomic_load_n(&sim->stall_ns, __ATOMIC_ACQUIRE);
-    *raw = r;
+    return due;
+}
+
+/* The clock when it reads r with no due, and the earliest is `due`. */
+static uint64_t held_by(uint64_t r, uint64_t due)
+{
     if (due > UINT64_MAX - GRACE_NS || r <= due + GRACE_NS)
         return r;
     return r - due - GRACE_NS > FREEZE_NS ? r - FREEZE_NS : due + GRACE_NS;
+}
+
+/* The clock at wall time `wall`; *raw: what it would read with no due.
+ * Dues are read before the stall: one cleared is seen with its stall. */
+static uint64_t clock_at(uint64_t wall, uint64_t *raw, int *earliest)
+{
+    uint64_t due = earliest_due(-1, earliest);
+    *raw = wall - __atomic_load_n(&sim->stall_ns, __ATOMIC_ACQUIRE);
+    return held_by(*raw, due);
 }
 
 uint64_t sim_now_ns(void)
@@ -174,14 +186,23 @@ uint64_t sim_now_ns(void)
 }
 
 /* Clears slot i's due (schedule lock held): what the clock stood still
- * for it becomes stall, so the clock goes on from where it stood. */
+ * for it becomes stall, so the clock goes on from where it stood. Only
+ * the earliest due holds the clock: clearing another changes nothing, and
+ * charging the stall of an earlier one (a dead waiter's) to it would keep
+ * the clock at that due for as long as others wait, and it never late
+ * enough to be dropped. Without i's, the next due may hold the clock
+ * where it stands at a later raw reading: raw need go back only that far. */
 static void due_clear(int i)
 {
     uint64_t raw;
-    int earliest;
+    int earliest, next;
     uint64_t now = clock_at(wall_ns(), &raw, &earliest);
-    if (raw > now)
-        __atomic_fetch_add(&sim->stall_ns, raw - now, __ATOMIC_RELEASE);
+    if (earliest == i && raw > now) {
+        uint64_t due = earliest_due(i, &next), to = now;
+        if (held_by(now, due) < now) /* the next due holds it too, FREEZE_NS behind */
+            to = now + FREEZE_NS < raw ? now + FREEZE_NS : raw;
+        __atomic_fetch_add(&sim->stall_ns, raw - to, __ATOMIC_RELEASE);
+    }
     __atomic_store_n(&sim->procs[i].due_ns, 0, __ATOMIC_RELEASE);
     __atomic_fetch_and(&sim->due_mask[i / 64], ~(1ull << (i % 64)), __ATOMIC_RELEASE);
 }
