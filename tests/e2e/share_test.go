@@ -163,7 +163,11 @@ func TestAShareIsWorkConserving(t *testing.T) {
 func TestPriorityRunsFirst(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	alone := e.spinAll("1", []string{"--priority", "high"})[0]
+	// The same program alone is the baseline: one kernel in flight, so
+	// each host round trip between kernels idles the device, alone too.
+	solo := e.spinnerUnder([]string{"--priority", "high"}, "1000", "1", "1")
+	solo.start()
+	alone := solo.result()
 	hi := e.spinnerUnder([]string{"--priority", "high"}, "1000", "1", "1")
 	lo := e.spinnerUnder([]string{"--priority", "low"}, "1000", "2", "16")
 	lo.start()
