@@ -22,18 +22,12 @@ const (
 	DispQueue Disposition = "queued" // forwarded without waiting; errors surface at the next syncpoint
 )
 
-// Kind says how a pointer parameter travels.
-type Kind struct {
-	Name  string // in, out, inout, str, image, kparams, launchcfg, null
-	Count string // C expression: number of pointed-to objects, "" for one
-}
-
 // RemoteEntry is one entry point as the remoting client exports it.
 type RemoteEntry struct {
 	Entry
-	Disp  Disposition // "" when not supported remotely
-	Kinds map[string]Kind
-	Drain string // stream the executor waits for before answering
+	Disp  Disposition    // "" when not supported remotely
+	Kinds map[string]Ann // the pointer parameters' kinds (kind.go)
+	Drain string         // stream the executor waits for before answering
 	// A call that waits for the device: Wait names what its answer is the
 	// wait for (a CUstream or CUevent parameter, or "context"), After the
 	// stream ("null": the variant's default stream) it waits for before
@@ -61,7 +55,7 @@ type RemoteEntry struct {
 	// parameters that return this connection's memory (with the size, ""
 	// to ask the driver), the handle or range a successful call destroys,
 	// and the parameter whose handle owns what the call returns.
-	Dev      map[string]Kind
+	Dev      map[string]Ann // the device addresses' kinds (kind_addr.go)
 	Alloc    map[string]string
 	Destroys string
 	Owner    string
@@ -138,16 +132,6 @@ type Slot struct {
 	Proto string // local: the C prototype of the client's function
 	Func  string // local: its name
 }
-
-var remoteKinds = map[string]bool{"in": true, "out": true, "inout": true, "str": true, "image": true,
-	"kparams": true, "launchcfg": true, "null": true, "shadow": true, "jitopts": true, "libopts": true,
-	"optvalues": true, "extra": true}
-
-// optionKinds are option arrays (jitopts[COUNT], libopts[COUNT]): their
-// values are the next parameter (kind optvalues), COUNT the by-value count,
-// which the executor sets to what it decoded (only options whose value is
-// the word itself travel: remote/options.h).
-var optionKinds = map[string]string{"jitopts": "FGR_OPTS_JIT", "libopts": "FGR_OPTS_LIBRARY"}
 
 // shadowed are the handle kinds a client may name before the server made
 // them: it picks the value (a shadow handle, FGR_SHADOW_TAG in its top
@@ -228,7 +212,7 @@ func elemSize(t string) string {
 }
 
 // bytesExpr is the C expression for a buffer's size in bytes.
-func bytesExpr(p Param, k Kind) string {
+func bytesExpr(p Param, k Ann) string {
 	if k.Count == "" {
 		return elemSize(p.Type)
 	}

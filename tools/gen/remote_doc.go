@@ -37,28 +37,17 @@ func emitRemoteDoc(entries []RemoteEntry, tables []*Table) string {
 		if d == "" {
 			d = "**unsupported**"
 		}
-		var ks []string
-		for _, p := range e.Params {
-			if k, ok := e.Kinds[p.Name]; ok {
-				s := p.Name + ": " + k.Name
-				if k.Count != "" {
-					s += "[" + k.Count + "]"
-				}
-				ks = append(ks, "`"+strings.ReplaceAll(s, "|", "\\|")+"`")
+		var ks, mem []string
+		for _, a := range e.args() {
+			travel, memory := a.k.doc(a)
+			if travel != "" {
+				ks = append(ks, travel)
+			}
+			if memory != "" {
+				mem = append(mem, memory)
 			}
 		}
-		for _, p := range e.Params {
-			if k, ok := e.Dev[p.Name]; ok && k.Name != "any" {
-				s := p.Name + ": " + k.Name
-				if k.Count != "" {
-					s += "[" + k.Count + "]"
-				}
-				ks = append(ks, "`"+strings.ReplaceAll(s, "|", "\\|")+"`")
-			}
-			if _, ok := e.Alloc[p.Name]; ok {
-				ks = append(ks, fmt.Sprintf("`%s` is the connection's memory from then on", p.Name))
-			}
-		}
+		ks = append(ks, mem...)
 		if e.Chunk != "" {
 			ks = append(ks, "over `FLEXGV_REMOTE_CHUNK` bytes (4 MiB) sent as several calls")
 		}

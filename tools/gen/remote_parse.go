@@ -86,15 +86,15 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 			if !re.Extra || len(attrs) > 1 {
 				return nil, nil, fmt.Errorf("%s: %s: unsupported is for an entry given with its prototype, alone", where, re.Name)
 			}
-			re.Kinds = map[string]Kind{}
-			re.Dev = map[string]Kind{}
+			re.Kinds = map[string]Ann{}
+			re.Dev = map[string]Ann{}
 			re.Alloc = map[string]string{}
 			continue
 		default:
 			return nil, nil, fmt.Errorf("%s: %s: unknown disposition %q", where, re.Name, attrs[0])
 		}
-		re.Kinds = map[string]Kind{}
-		re.Dev = map[string]Kind{}
+		re.Kinds = map[string]Ann{}
+		re.Dev = map[string]Ann{}
 		re.Alloc = map[string]string{}
 		for _, a := range attrs[1:] {
 			if a == "syncpoint" {
@@ -173,70 +173,26 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 			if p == nil {
 				return nil, nil, fmt.Errorf("%s: %s has no parameter %s", where, re.Name, name)
 			}
-			// Device addresses: dev[N] (N bytes in this connection's memory),
-			// base (the start of its allocation), any (not dereferenced);
-			// alloc[SIZE] an out address of SIZE bytes it now owns.
-			if dk, cnt, _ := strings.Cut(strings.TrimSuffix(val, "]"), "["); dk == "dev" || dk == "base" || dk == "any" || dk == "alloc" {
-				switch {
-				case dk == "alloc" && p.Type != "CUdeviceptr *":
-					return nil, nil, fmt.Errorf("%s: %s: alloc is for a CUdeviceptr * result, not %s", where, re.Name, name)
-				case dk == "alloc":
-					re.Kinds[name] = Kind{Name: "out"}
-					re.Alloc[name] = cnt
-				case p.Type != "CUdeviceptr" && ((dk != "any" && dk != "dev") || p.Type != "void *"):
-					// (any and dev also take a void *: a device address the call keeps, as
-					// a tensor map does, or looks up, as cuMemRetainAllocationHandle does)
-					return nil, nil, fmt.Errorf("%s: %s: %s is for a CUdeviceptr, not %s", where, re.Name, dk, name)
-				case (dk == "dev") != (cnt != ""):
-					return nil, nil, fmt.Errorf("%s: %s: %s: only dev takes (and needs) a size", where, re.Name, name)
-				default:
-					re.Dev[name] = Kind{Name: dk, Count: cnt}
-				}
-				continue
-			}
 			m := kindRE.FindStringSubmatch(val)
-			if m == nil || !remoteKinds[m[1]] {
-				return nil, nil, fmt.Errorf("%s: %s: unknown kind %q", where, re.Name, val)
+			if m == nil || kinds[m[1]] == nil {
+				return nil, nil, fmt.Errorf("%s: %s: unknown kind %q (kinds: %s)", where, re.Name, val, kindNames())
 			}
-			if _, opts := optionKinds[m[1]]; m[2] != "" && m[1] != "in" && m[1] != "out" && m[1] != "inout" && !opts {
-				return nil, nil, fmt.Errorf("%s: %s: only in, out, inout and option arrays take a count", where, re.Name)
+			if err := kinds[m[1]].annotate(re, p, Ann{Name: m[1], Count: m[2]}); err != nil {
+				return nil, nil, fmt.Errorf("%s: %s: %v", where, re.Name, err)
 			}
-			if _, opts := optionKinds[m[1]]; opts {
-				next := re.paramAfter(name)
-				if c := re.param(m[2]); m[2] == "" || c == nil || strings.HasSuffix(c.Type, "*") || next == nil {
-					return nil, nil, fmt.Errorf("%s: %s: %s[COUNT] needs a by-value count and its values as the next parameter", where, re.Name, m[1])
-				}
-			}
-			if !strings.HasSuffix(p.Type, "*") {
-				return nil, nil, fmt.Errorf("%s: %s: %s is passed by value and needs no kind", where, re.Name, name)
-			}
-			if m[1] == "shadow" && (!shadowed[pointee(p.Type)] || m[2] != "") {
-				return nil, nil, fmt.Errorf("%s: %s: shadow is for an out handle of a kind the executor maps (%s is %s)", where, re.Name, name, p.Type)
-			}
-			re.Kinds[name] = Kind{Name: m[1], Count: m[2]}
 		}
 		if re.Disp != DispLocal {
 			for _, p := range re.Params {
 				if _, ok := re.Kinds[p.Name]; !ok && re.Dev[p.Name].Name == "" && strings.HasSuffix(p.Type, "*") {
 					return nil, nil, fmt.Errorf("%s: %s: pointer parameter %s needs a kind", where, re.Name, p.Name)
 				}
-				if k := re.Kinds[p.Name]; (k.Name == "in" || k.Name == "out" || k.Name == "inout") && pointee(p.Type) == "void" && k.Count == "" {
-					return nil, nil, fmt.Errorf("%s: %s: %s points to void: give its size in bytes", where, re.Name, p.Name)
-				}
-				if k := re.Kinds[p.Name]; k.Name == "optvalues" && (re.paramBefore(p.Name) == nil || optionKinds[re.Kinds[re.paramBefore(p.Name).Name].Name] == "") {
-					return nil, nil, fmt.Errorf("%s: %s: %s=optvalues must follow an option array", where, re.Name, p.Name)
-				}
-				if k := re.Kinds[p.Name]; optionKinds[k.Name] != "" && re.Kinds[re.paramAfter(p.Name).Name].Name != "optvalues" {
-					return nil, nil, fmt.Errorf("%s: %s: the values of %s need optvalues", where, re.Name, p.Name)
-				}
-				if k := re.Kinds[p.Name]; k.Name == "extra" && re.param("kernelParams") == nil {
-					return nil, nil, fmt.Errorf("%s: %s: extra= goes with a kernelParams parameter", where, re.Name)
-				}
-				if k := re.Kinds[p.Name]; k.Name == "kparams" && re.param("f") == nil {
-					return nil, nil, fmt.Errorf("%s: %s: kparams needs a function parameter f", where, re.Name)
-				}
 				if _, ok := re.Dev[p.Name]; !ok && p.Type == "CUdeviceptr" {
 					return nil, nil, fmt.Errorf("%s: %s: device address %s needs dev[N], base or any", where, re.Name, p.Name)
+				}
+			}
+			for _, a := range re.args() {
+				if err := a.k.validate(a); err != nil {
+					return nil, nil, fmt.Errorf("%s: %s: %v", where, re.Name, err)
 				}
 			}
 			if d := re.Destroys; d != "" && re.param(d).Type == "CUdeviceptr" && re.Dev[d].Name != "base" {
@@ -262,20 +218,8 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 					}
 				}
 			}
-			for n, k := range re.Kinds {
-				if k.Name == "shadow" && re.Disp != DispQueue {
-					return nil, nil, fmt.Errorf("%s: %s: %s=shadow makes no round trip: the call must be queued", where, re.Name, n)
-				}
-			}
-			if re.Disp == DispQueue {
-				for n, k := range re.Kinds {
-					if k.Name == "out" || k.Name == "inout" {
-						return nil, nil, fmt.Errorf("%s: %s: a queued call has no results, but %s is %s", where, re.Name, n, k.Name)
-					}
-				}
-				if re.Sync || re.Drain != "" {
-					return nil, nil, fmt.Errorf("%s: %s: a queued call cannot wait", where, re.Name)
-				}
+			if re.Disp == DispQueue && (re.Sync || re.Drain != "") {
+				return nil, nil, fmt.Errorf("%s: %s: a queued call cannot wait", where, re.Name)
 			}
 		}
 	}
@@ -422,7 +366,7 @@ func parseTableLine(f []string, line string, tables *[]*Table) error {
 			return fmt.Errorf("slot %d: cannot read the prototype", idx)
 		}
 		fn := &RemoteEntry{Entry: Entry{Lib: LibCUDA, Name: fmt.Sprintf("xt_%s_%d", t.Name, idx)}, Disp: DispSync,
-			Table: t, Slot: idx, Kinds: map[string]Kind{}}
+			Table: t, Slot: idx, Kinds: map[string]Ann{}}
 		if ret := strings.TrimSpace(m[1]); ret != "CUresult" {
 			fn.Ret = ret
 		}
@@ -444,7 +388,7 @@ func parseTableLine(f []string, line string, tables *[]*Table) error {
 			case p == nil || (val != "out" && val != "in" && val != "inout"):
 				return fmt.Errorf("slot %d: bad annotation %q", idx, a)
 			default:
-				fn.Kinds[name] = Kind{Name: val}
+				fn.Kinds[name] = Ann{Name: val}
 			}
 		}
 		for _, p := range fn.Params {

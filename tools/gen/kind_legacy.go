@@ -1,0 +1,339 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+)
+
+// legacyKind is every annotated kind not yet a type of its own, told
+// apart by name.
+type legacyKind struct{}
+
+var optionKinds = map[string]string{"jitopts": "FGR_OPTS_JIT", "libopts": "FGR_OPTS_LIBRARY"}
+
+func isAlloc(a arg) bool { _, ok := a.e.Alloc[a.p.Name]; return ok }
+
+func (legacyKind) annotate(e *RemoteEntry, p *Param, ann Ann) error {
+	switch dk := ann.Name; dk {
+	case "dev", "base", "any":
+		switch {
+		case p.Type != "CUdeviceptr" && ((dk != "any" && dk != "dev") || p.Type != "void *"):
+			// (any and dev also take a void *: a device address the call keeps, as
+			// a tensor map does, or looks up, as cuMemRetainAllocationHandle does)
+			return fmt.Errorf("%s is for a CUdeviceptr, not %s", dk, p.Name)
+		case (dk == "dev") != (ann.Count != ""):
+			return fmt.Errorf("%s: only dev takes (and needs) a size", p.Name)
+		}
+		e.Dev[p.Name] = ann
+		return nil
+	case "alloc":
+		if p.Type != "CUdeviceptr *" {
+			return fmt.Errorf("alloc is for a CUdeviceptr * result, not %s", p.Name)
+		}
+		e.Kinds[p.Name] = Ann{Name: "out"}
+		e.Alloc[p.Name] = ann.Count
+		return nil
+	}
+	if _, opts := optionKinds[ann.Name]; ann.Count != "" && ann.Name != "in" && ann.Name != "out" && ann.Name != "inout" && !opts {
+		return fmt.Errorf("only in, out, inout and option arrays take a count")
+	}
+	if _, opts := optionKinds[ann.Name]; opts {
+		next := e.paramAfter(p.Name)
+		if c := e.param(ann.Count); ann.Count == "" || c == nil || strings.HasSuffix(c.Type, "*") || next == nil {
+			return fmt.Errorf("%s[COUNT] needs a by-value count and its values as the next parameter", ann.Name)
+		}
+	}
+	if !strings.HasSuffix(p.Type, "*") {
+		return fmt.Errorf("%s is passed by value and needs no kind", p.Name)
+	}
+	if ann.Name == "shadow" && (!shadowed[pointee(p.Type)] || ann.Count != "") {
+		return fmt.Errorf("shadow is for an out handle of a kind the executor maps (%s is %s)", p.Name, p.Type)
+	}
+	e.Kinds[p.Name] = ann
+	return nil
+}
+
+func (legacyKind) validate(a arg) error {
+	switch k := a.ann; k.Name {
+	case "in", "out", "inout":
+		if pointee(a.p.Type) == "void" && k.Count == "" {
+			return fmt.Errorf("%s points to void: give its size in bytes", a.p.Name)
+		}
+		if k.Name != "in" && a.e.Disp == DispQueue {
+			return fmt.Errorf("a queued call has no results, but %s is %s", a.p.Name, a.ann.Name)
+		}
+	case "optvalues":
+		if b := a.e.paramBefore(a.p.Name); b == nil || optionKinds[a.e.Kinds[b.Name].Name] == "" {
+			return fmt.Errorf("%s=optvalues must follow an option array", a.p.Name)
+		}
+	case "jitopts", "libopts":
+		if a.e.Kinds[a.e.paramAfter(a.p.Name).Name].Name != "optvalues" {
+			return fmt.Errorf("the values of %s need optvalues", a.p.Name)
+		}
+	case "extra":
+		if a.e.param("kernelParams") == nil {
+			return fmt.Errorf("extra= goes with a kernelParams parameter")
+		}
+	case "kparams":
+		if a.e.param("f") == nil {
+			return fmt.Errorf("kparams needs a function parameter f")
+		}
+	case "shadow":
+		if a.e.Disp != DispQueue {
+			return fmt.Errorf("%s=shadow makes no round trip: the call must be queued", a.p.Name)
+		}
+	}
+	return nil
+}
+
+func (legacyKind) remember(w *cw, a arg) {
+	if n := a.ann.Name; a.ptr() || (n != "dev" && n != "base") {
+		return
+	}
+	if a.e.Stage != "" { // said before the copy's shortcuts
+		w.line("fgr_mirror_named((uint64_t)%s);", a.p.Name)
+	} else {
+		w.line("fgr_mirror_named((uint64_t)(uintptr_t)%s);", a.p.Name)
+	}
+}
+
+func (legacyKind) refuse(w *cw, a arg) {
+	name, p, k := a.e.Name, a.p, a.ann
+	switch k.Name {
+	case "null":
+		w.ifThen(p.Name+" != NULL", cf("return fgr_unsupported(-1, \"%s\", \"%s\");", name, p.Name))
+	case "launchcfg":
+		w.ifThen(cf("(fgr_r = fgr_launchcfg_check(%s, \"%s\")) != CUDA_SUCCESS", p.Name, name), cf("return fgr_refused_here(\"%s\", fgr_r);", name))
+	case "in", "out", "inout":
+		w.line("uint64_t n_%s = %s ? %s : 0;", p.Name, p.Name, a.size())
+		if k.Count != "" {
+			w.ifThen(cf("n_%s > FGR_MAX_BUF", p.Name), cf("return fgr_unsupported(-1, \"%s\", \"a buffer over the frame limit\");", name))
+		}
+	case "jitopts", "libopts":
+		w.ifThen(cf("(fgr_r = fgr_opts_check(%s, %s, %s, %s, \"%s\")) != CUDA_SUCCESS", optionKinds[k.Name], p.Name, a.e.paramAfter(p.Name).Name, k.Count, name),
+			cf("return fgr_refused_here(\"%s\", fgr_r);", name))
+	case "kparams":
+		w.line("struct fgr_kparams fgr_kp;")
+		w.ifThen(cf("(fgr_r = fgr_kparams_layout(f, %s, &fgr_kp)) != CUDA_SUCCESS", p.Name), cf("return fgr_refused_here(\"%s\", fgr_r);", name))
+	case "extra":
+		w.line("struct fgr_extra fgr_ex;")
+		w.ifThen(cf("(fgr_r = fgr_extra_check(%s, kernelParams, &fgr_ex, \"%s\")) != CUDA_SUCCESS", p.Name, name), cf("return fgr_refused_here(\"%s\", fgr_r);", name))
+	case "shadow":
+		w.ifThen(p.Name+" == NULL", "return CUDA_ERROR_INVALID_VALUE;")
+	}
+}
+
+func (legacyKind) put(w *cw, a arg) {
+	p, k := a.p, a.ann
+	if !a.ptr() {
+		w.line("fgr_put_u64(&fgr_c.w, %s);", bitsPut(p.Type, p.Name))
+		return
+	}
+	switch k.Name {
+	case "in", "inout":
+		w.line("fgr_put_buf(&fgr_c.w, %s, n_%s);", p.Name, p.Name)
+	case "out":
+		w.line("fgr_put_u8(&fgr_c.w, %s != NULL);", p.Name)
+	case "str":
+		w.line("fgr_put_str(&fgr_c.w, %s);", p.Name)
+	case "image":
+		w.line("fgr_put_image(&fgr_c.w, %s);", p.Name)
+	case "kparams":
+		w.line("fgr_put_kparams(&fgr_c.w, &fgr_kp, %s);", p.Name)
+	case "extra":
+		w.line("fgr_put_extra(&fgr_c.w, &fgr_ex);")
+	case "launchcfg":
+		w.line("fgr_put_launchcfg(&fgr_c.w, %s);", p.Name)
+	case "jitopts", "libopts":
+		w.line("fgr_put_opts(&fgr_c.w, %s, %s, %s, %s);", optionKinds[k.Name], p.Name, a.e.paramAfter(p.Name).Name, k.Count)
+	case "shadow":
+		// The handle is ours to name: the server makes it when the call comes.
+		w.line("*%s = (%s)(uintptr_t)fgr_shadow_new();", p.Name, pointee(p.Type))
+		w.line("fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)*%s);", p.Name)
+	}
+}
+
+func (legacyKind) answers(a arg) bool { return a.ann.Name == "out" || a.ann.Name == "inout" }
+
+func (legacyKind) direct(a arg) bool { return a.ann.Name == "out" && a.ann.Count != "" }
+
+func (legacyKind) get(w *cw, a arg) {
+	switch a.ann.Name {
+	case "inout":
+		w.line("fgr_get_out(&fgr_c, %s, n_%s, 1);", a.p.Name, a.p.Name)
+	case "out":
+		w.line("fgr_get_out(&fgr_c, %s, n_%s, 0);", a.p.Name, a.p.Name)
+	}
+}
+
+// Device memory of a known size the connection was given.
+func (legacyKind) kept(w *cw, a arg) {
+	if size := a.e.Alloc[a.p.Name]; size != "" {
+		w.ifThen(a.p.Name, cf("fgr_range_add((uint64_t)*%s, (uint64_t)(%s));", a.p.Name, size))
+	}
+}
+
+func (legacyKind) decode(w *cw, a arg) {
+	p, k := a.p, a.ann
+	if !a.ptr() {
+		w.line("%s = %s;", joinDecl(p.Type, p.Name), bitsGet(p.Type, "fgr_get_u64(rd)"))
+		return
+	}
+	t := pointee(p.Type)
+	switch k.Name {
+	case "in", "inout":
+		w.line("%s *%s = fgr_get_buf(rd, q, %s, %d);", t, p.Name, a.size(), b2i(!byteBuffer(p.Type)))
+		for _, f := range structHandles[t] {
+			if shadowed[f[1]] { // our copy: the driver is given its own handle
+				w.ifThen(p.Name, cf("%s->%s = (%s)(uintptr_t)fgr_unshadow(FGR_H_%s, (uint64_t)(uintptr_t)%s->%s);",
+					p.Name, f[0], f[1], f[1], p.Name, f[0]))
+			}
+		}
+	case "shadow":
+		w.line("uint64_t fgr_id_%s = fgr_get_u64(rd);", p.Name)
+	case "out":
+		w.line("int has_%s = fgr_get_u8(rd);", p.Name)
+	case "str":
+		w.line("char *%s = fgr_get_str(rd);", p.Name)
+	case "image":
+		w.line("void *%s = fgr_get_image(rd, q);", p.Name)
+	case "kparams":
+		w.line("void **%s = fgr_get_kparams(rd, q);", p.Name)
+	case "extra":
+		w.line("void **%s = fgr_get_extra(rd, q);", p.Name)
+	case "launchcfg":
+		w.line("CUlaunchConfig *%s = fgr_get_launchcfg(rd, q);", p.Name)
+	case "jitopts", "libopts":
+		v := a.e.paramAfter(p.Name).Name
+		w.line("void **%s = NULL;", v)
+		w.line("%s *%s = fgr_get_opts(rd, q, %s, &%s, &%s);", t, p.Name, optionKinds[k.Name], v, k.Count)
+	case "null":
+		w.line("%s = NULL;", joinDecl(p.Type, p.Name))
+	}
+}
+
+func (legacyKind) ready(w *cw, a arg) {
+	p := a.p
+	switch a.ann.Name {
+	case "shadow":
+		w.ifThen(cf("!fgr_is_shadow(fgr_id_%s)", p.Name), "return FGR_BAD_FRAME;")
+		w.line("%s fgr_v_%s = NULL, *%s = &fgr_v_%s;", pointee(p.Type), p.Name, p.Name, p.Name)
+	case "out":
+		w.line("%s *%s = NULL;", pointee(p.Type), p.Name)
+	}
+}
+
+func (legacyKind) checks(a arg) []check {
+	var cs []check
+	p, k := a.p, a.ann
+	if !a.ptr() {
+		v := "(uint64_t)(uintptr_t)" + p.Name
+		switch k.Name {
+		case "dev":
+			cs = append(cs, check{fmt.Sprintf("fgr_mem_in(%s, %s)", v, k.Count), p.Name, v, "CUDA_ERROR_INVALID_VALUE", false})
+		case "base":
+			cs = append(cs, check{fmt.Sprintf("fgr_mem_base(%s)", v), p.Name, v, "CUDA_ERROR_INVALID_VALUE", false})
+		}
+		return cs
+	}
+	t := pointee(p.Type)
+	// A result other than a download's bytes is small: a size the
+	// client chose is refused before anything is allocated.
+	if k.Name == "out" && k.Count != "" && a.e.Stage != p.Name {
+		n := a.size()
+		cs = append(cs, check{fmt.Sprintf("!has_%s || %s <= FGR_SMALL_FRAME", p.Name, n), p.Name, n, "CUDA_ERROR_INVALID_VALUE", true})
+	}
+	if (k.Name == "in" || k.Name == "inout") && remoteHandles[t] {
+		cs = append(cs, check{fmt.Sprintf("fgr_has_n(FGR_H_%s, %s, %s / sizeof(%s))", t, p.Name, a.size(), t), p.Name, "(uint64_t)0", "CUDA_ERROR_INVALID_HANDLE", false})
+	}
+	if k.Name == "launchcfg" {
+		t = "CUlaunchConfig"
+	}
+	if k.Name == "in" || k.Name == "inout" || k.Name == "launchcfg" {
+		for _, f := range structHandles[t] {
+			v := fmt.Sprintf("(%s ? %s : 0)", p.Name, handleVal(f[1], p.Name+"->"+f[0]))
+			cs = append(cs, check{fmt.Sprintf("fgr_has(FGR_H_%s, %s)", f[1], v), p.Name + "->" + f[0], v, "CUDA_ERROR_INVALID_HANDLE", false})
+		}
+	}
+	if k.Name == "launchcfg" { // events named by its attributes
+		cs = append(cs, check{fmt.Sprintf("fgr_launchcfg_events_ok(%s)", p.Name), p.Name + "->attrs", "(uint64_t)0", "CUDA_ERROR_INVALID_HANDLE", false})
+	}
+	return cs
+}
+
+// Results get memory only once the checks passed: a refused call
+// allocates (and pins) nothing.
+func (legacyKind) alloc(w *cw, a arg) {
+	if a.ann.Name == "out" {
+		w.ifThen(cf("fgr_r == CUDA_SUCCESS && has_%s && !(%s = fgr_out(q, %s))", a.p.Name, a.p.Name, a.size()), "return fgr_out_failed(q);")
+	}
+}
+
+func (legacyKind) record(w *cw, a arg) {
+	p, k := a.p, a.ann
+	t := pointee(p.Type)
+	if k.Name == "shadow" {
+		w.line("fgr_add(FGR_H_%s, %s, %s);", t, handleVal(t, "*"+p.Name), a.e.owner(t))
+		w.line("fgr_shadow_add(FGR_H_%s, fgr_id_%s, %s);", t, p.Name, handleVal(t, "*"+p.Name))
+		return
+	}
+	if k.Name != "out" {
+		return
+	}
+	if size, ok := a.e.Alloc[p.Name]; ok {
+		if size == "" {
+			w.ifThen(p.Name, cf("fgr_mem_add_found(*%s, %s);", p.Name, a.e.owner("")))
+		} else {
+			w.ifThen(p.Name, cf("fgr_mem_add(*%s, %s, %s);", p.Name, size, a.e.owner("")))
+		}
+		return
+	}
+	if !remoteHandles[t] {
+		return
+	}
+	if k.Count == "" {
+		w.ifThen(p.Name, cf("fgr_add(FGR_H_%s, %s, %s);", t, handleVal(t, "*"+p.Name), a.e.owner(t)))
+		return
+	}
+	w.line("for (uint64_t fgr_i = 0; %s && fgr_i < %s / sizeof(%s); fgr_i++)", p.Name, a.size(), t)
+	w.in(cf("fgr_add(FGR_H_%s, %s, %s);", t, handleVal(t, p.Name+"[fgr_i]"), a.e.owner(t)))
+}
+
+func (legacyKind) reply(w *cw, a arg) {
+	switch a.ann.Name {
+	case "inout":
+		w.line("fgr_reply_out(q, %s, %s, 1, fgr_r);", a.p.Name, a.size())
+	case "out":
+		w.ifThen("has_"+a.p.Name, cf("fgr_reply_out(q, %s, %s, 0, fgr_r);", a.p.Name, a.size()))
+	}
+}
+
+func (legacyKind) big(a arg) bool {
+	return a.ann.Name == "image" || ((a.ann.Name == "in" || a.ann.Name == "inout") && a.ann.Count != "")
+}
+
+func (legacyKind) doc(a arg) (travel, memory string) {
+	s := a.p.Name + ": " + a.ann.Name
+	if a.ann.Count != "" {
+		s += "[" + a.ann.Count + "]"
+	}
+	s = "`" + strings.ReplaceAll(s, "|", "\\|") + "`"
+	switch {
+	case isAlloc(a):
+		return s, fmt.Sprintf("`%s` is the connection's memory from then on", a.p.Name)
+	case a.ptr():
+		return s, ""
+	case a.ann.Name != "any":
+		return "", s
+	}
+	return "", ""
+}
+
+func init() {
+	for _, n := range []string{"in", "out", "inout", "str", "image", "kparams", "launchcfg", "null", "shadow",
+		"jitopts", "libopts", "optvalues", "extra", "dev", "base", "any", "alloc"} {
+		if kinds[n] == nil {
+			kinds[n] = legacyKind{}
+		}
+	}
+}
