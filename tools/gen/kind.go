@@ -15,7 +15,8 @@ import (
 //
 //	value      by-value word                    kind_value.go
 //	handle     by-value handle, checked         kind_value.go
-//	the annotated ones                          kind_legacy.go (to be moved)
+//	str image null             read-only data   kind_data.go
+//	the other annotated ones                    kind_legacy.go (to be moved)
 //
 // The generator calls each method once per parameter of that kind, in
 // parameter order within each step; by-value parameters travel before the
@@ -146,6 +147,31 @@ func (none) record(*cw, arg)          {}
 func (none) reply(*cw, arg)           {}
 func (none) big(arg) bool             { return false }
 func (none) doc(arg) (string, string) { return "", "" }
+
+// pointer is a kind of pointer parameter: what it points to travels.
+type pointer struct {
+	none
+	counted bool // takes a [COUNT]
+}
+
+func (k pointer) annotate(e *RemoteEntry, p *Param, ann Ann) error {
+	if ann.Count != "" && !k.counted {
+		return fmt.Errorf("only in, out, inout and option arrays take a count")
+	}
+	if !strings.HasSuffix(p.Type, "*") {
+		return fmt.Errorf("%s is passed by value and needs no kind", p.Name)
+	}
+	e.Kinds[p.Name] = ann
+	return nil
+}
+
+func (pointer) doc(a arg) (string, string) {
+	s := a.p.Name + ": " + a.ann.Name
+	if a.ann.Count != "" {
+		s += "[" + a.ann.Count + "]"
+	}
+	return "`" + strings.ReplaceAll(s, "|", "\\|") + "`", ""
+}
 
 // owner is the handle that owns what a call returns, as fgr_add's last
 // two arguments: the Owner parameter's handle, else the request's

@@ -100,8 +100,6 @@ func (legacyKind) remember(w *cw, a arg) {
 func (legacyKind) refuse(w *cw, a arg) {
 	name, p, k := a.e.Name, a.p, a.ann
 	switch k.Name {
-	case "null":
-		w.ifThen(p.Name+" != NULL", cf("return fgr_unsupported(-1, \"%s\", \"%s\");", name, p.Name))
 	case "launchcfg":
 		w.ifThen(cf("(fgr_r = fgr_launchcfg_check(%s, \"%s\")) != CUDA_SUCCESS", p.Name, name), cf("return fgr_refused_here(\"%s\", fgr_r);", name))
 	case "in", "out", "inout":
@@ -134,10 +132,6 @@ func (legacyKind) put(w *cw, a arg) {
 		w.line("fgr_put_buf(&fgr_c.w, %s, n_%s);", p.Name, p.Name)
 	case "out":
 		w.line("fgr_put_u8(&fgr_c.w, %s != NULL);", p.Name)
-	case "str":
-		w.line("fgr_put_str(&fgr_c.w, %s);", p.Name)
-	case "image":
-		w.line("fgr_put_image(&fgr_c.w, %s);", p.Name)
 	case "kparams":
 		w.line("fgr_put_kparams(&fgr_c.w, &fgr_kp, %s);", p.Name)
 	case "extra":
@@ -193,10 +187,6 @@ func (legacyKind) decode(w *cw, a arg) {
 		w.line("uint64_t fgr_id_%s = fgr_get_u64(rd);", p.Name)
 	case "out":
 		w.line("int has_%s = fgr_get_u8(rd);", p.Name)
-	case "str":
-		w.line("char *%s = fgr_get_str(rd);", p.Name)
-	case "image":
-		w.line("void *%s = fgr_get_image(rd, q);", p.Name)
 	case "kparams":
 		w.line("void **%s = fgr_get_kparams(rd, q);", p.Name)
 	case "extra":
@@ -207,8 +197,6 @@ func (legacyKind) decode(w *cw, a arg) {
 		v := a.e.paramAfter(p.Name).Name
 		w.line("void **%s = NULL;", v)
 		w.line("%s *%s = fgr_get_opts(rd, q, %s, &%s, &%s);", t, p.Name, optionKinds[k.Name], v, k.Count)
-	case "null":
-		w.line("%s = NULL;", joinDecl(p.Type, p.Name))
 	}
 }
 
@@ -309,7 +297,7 @@ func (legacyKind) reply(w *cw, a arg) {
 }
 
 func (legacyKind) big(a arg) bool {
-	return a.ann.Name == "image" || ((a.ann.Name == "in" || a.ann.Name == "inout") && a.ann.Count != "")
+	return (a.ann.Name == "in" || a.ann.Name == "inout") && a.ann.Count != ""
 }
 
 func (legacyKind) doc(a arg) (travel, memory string) {
@@ -330,10 +318,8 @@ func (legacyKind) doc(a arg) (travel, memory string) {
 }
 
 func init() {
-	for _, n := range []string{"in", "out", "inout", "str", "image", "kparams", "launchcfg", "null", "shadow",
+	for _, n := range []string{"in", "out", "inout", "kparams", "launchcfg", "shadow",
 		"jitopts", "libopts", "optvalues", "extra", "dev", "base", "any", "alloc"} {
-		if kinds[n] == nil {
-			kinds[n] = legacyKind{}
-		}
+		kinds[n] = legacyKind{}
 	}
 }
