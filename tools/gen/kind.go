@@ -16,6 +16,7 @@ import (
 //	value      by-value word                    kind_value.go
 //	handle     by-value handle, checked         kind_value.go
 //	str image null             read-only data   kind_data.go
+//	kparams extra launchcfg    a launch's       kind_launch.go
 //	the other annotated ones                    kind_legacy.go (to be moved)
 //
 // The generator calls each method once per parameter of that kind, in
@@ -185,4 +186,14 @@ func (e *RemoteEntry) owner(kind string) string {
 		return fmt.Sprintf("FGR_H_%s, %s", p.Type, handleVal(p.Type, e.Owner))
 	}
 	return "FGR_H_CUcontext, fgr_ctx"
+}
+
+// structChecks are the checks of the handles in a structure of type t.
+func structChecks(a arg, t string) []check {
+	var cs []check
+	for _, f := range structHandles[t] {
+		v := fmt.Sprintf("(%s ? %s : 0)", a.p.Name, handleVal(f[1], a.p.Name+"->"+f[0]))
+		cs = append(cs, check{fmt.Sprintf("fgr_has(FGR_H_%s, %s)", f[1], v), a.p.Name + "->" + f[0], v, "CUDA_ERROR_INVALID_HANDLE", false})
+	}
+	return cs
 }

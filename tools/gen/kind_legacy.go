@@ -70,14 +70,6 @@ func (legacyKind) validate(a arg) error {
 		if a.e.Kinds[a.e.paramAfter(a.p.Name).Name].Name != "optvalues" {
 			return fmt.Errorf("the values of %s need optvalues", a.p.Name)
 		}
-	case "extra":
-		if a.e.param("kernelParams") == nil {
-			return fmt.Errorf("extra= goes with a kernelParams parameter")
-		}
-	case "kparams":
-		if a.e.param("f") == nil {
-			return fmt.Errorf("kparams needs a function parameter f")
-		}
 	case "shadow":
 		if a.e.Disp != DispQueue {
 			return fmt.Errorf("%s=shadow makes no round trip: the call must be queued", a.p.Name)
@@ -100,8 +92,6 @@ func (legacyKind) remember(w *cw, a arg) {
 func (legacyKind) refuse(w *cw, a arg) {
 	name, p, k := a.e.Name, a.p, a.ann
 	switch k.Name {
-	case "launchcfg":
-		w.ifThen(cf("(fgr_r = fgr_launchcfg_check(%s, \"%s\")) != CUDA_SUCCESS", p.Name, name), cf("return fgr_refused_here(\"%s\", fgr_r);", name))
 	case "in", "out", "inout":
 		w.line("uint64_t n_%s = %s ? %s : 0;", p.Name, p.Name, a.size())
 		if k.Count != "" {
@@ -110,12 +100,6 @@ func (legacyKind) refuse(w *cw, a arg) {
 	case "jitopts", "libopts":
 		w.ifThen(cf("(fgr_r = fgr_opts_check(%s, %s, %s, %s, \"%s\")) != CUDA_SUCCESS", optionKinds[k.Name], p.Name, a.e.paramAfter(p.Name).Name, k.Count, name),
 			cf("return fgr_refused_here(\"%s\", fgr_r);", name))
-	case "kparams":
-		w.line("struct fgr_kparams fgr_kp;")
-		w.ifThen(cf("(fgr_r = fgr_kparams_layout(f, %s, &fgr_kp)) != CUDA_SUCCESS", p.Name), cf("return fgr_refused_here(\"%s\", fgr_r);", name))
-	case "extra":
-		w.line("struct fgr_extra fgr_ex;")
-		w.ifThen(cf("(fgr_r = fgr_extra_check(%s, kernelParams, &fgr_ex, \"%s\")) != CUDA_SUCCESS", p.Name, name), cf("return fgr_refused_here(\"%s\", fgr_r);", name))
 	case "shadow":
 		w.ifThen(p.Name+" == NULL", "return CUDA_ERROR_INVALID_VALUE;")
 	}
@@ -132,12 +116,6 @@ func (legacyKind) put(w *cw, a arg) {
 		w.line("fgr_put_buf(&fgr_c.w, %s, n_%s);", p.Name, p.Name)
 	case "out":
 		w.line("fgr_put_u8(&fgr_c.w, %s != NULL);", p.Name)
-	case "kparams":
-		w.line("fgr_put_kparams(&fgr_c.w, &fgr_kp, %s);", p.Name)
-	case "extra":
-		w.line("fgr_put_extra(&fgr_c.w, &fgr_ex);")
-	case "launchcfg":
-		w.line("fgr_put_launchcfg(&fgr_c.w, %s);", p.Name)
 	case "jitopts", "libopts":
 		w.line("fgr_put_opts(&fgr_c.w, %s, %s, %s, %s);", optionKinds[k.Name], p.Name, a.e.paramAfter(p.Name).Name, k.Count)
 	case "shadow":
@@ -187,12 +165,6 @@ func (legacyKind) decode(w *cw, a arg) {
 		w.line("uint64_t fgr_id_%s = fgr_get_u64(rd);", p.Name)
 	case "out":
 		w.line("int has_%s = fgr_get_u8(rd);", p.Name)
-	case "kparams":
-		w.line("void **%s = fgr_get_kparams(rd, q);", p.Name)
-	case "extra":
-		w.line("void **%s = fgr_get_extra(rd, q);", p.Name)
-	case "launchcfg":
-		w.line("CUlaunchConfig *%s = fgr_get_launchcfg(rd, q);", p.Name)
 	case "jitopts", "libopts":
 		v := a.e.paramAfter(p.Name).Name
 		w.line("void **%s = NULL;", v)
@@ -234,17 +206,8 @@ func (legacyKind) checks(a arg) []check {
 	if (k.Name == "in" || k.Name == "inout") && remoteHandles[t] {
 		cs = append(cs, check{fmt.Sprintf("fgr_has_n(FGR_H_%s, %s, %s / sizeof(%s))", t, p.Name, a.size(), t), p.Name, "(uint64_t)0", "CUDA_ERROR_INVALID_HANDLE", false})
 	}
-	if k.Name == "launchcfg" {
-		t = "CUlaunchConfig"
-	}
-	if k.Name == "in" || k.Name == "inout" || k.Name == "launchcfg" {
-		for _, f := range structHandles[t] {
-			v := fmt.Sprintf("(%s ? %s : 0)", p.Name, handleVal(f[1], p.Name+"->"+f[0]))
-			cs = append(cs, check{fmt.Sprintf("fgr_has(FGR_H_%s, %s)", f[1], v), p.Name + "->" + f[0], v, "CUDA_ERROR_INVALID_HANDLE", false})
-		}
-	}
-	if k.Name == "launchcfg" { // events named by its attributes
-		cs = append(cs, check{fmt.Sprintf("fgr_launchcfg_events_ok(%s)", p.Name), p.Name + "->attrs", "(uint64_t)0", "CUDA_ERROR_INVALID_HANDLE", false})
+	if k.Name == "in" || k.Name == "inout" {
+		cs = append(cs, structChecks(a, t)...)
 	}
 	return cs
 }
@@ -318,8 +281,8 @@ func (legacyKind) doc(a arg) (travel, memory string) {
 }
 
 func init() {
-	for _, n := range []string{"in", "out", "inout", "kparams", "launchcfg", "shadow",
-		"jitopts", "libopts", "optvalues", "extra", "dev", "base", "any", "alloc"} {
+	for _, n := range []string{"in", "out", "inout", "shadow",
+		"jitopts", "libopts", "optvalues", "dev", "base", "any", "alloc"} {
 		kinds[n] = legacyKind{}
 	}
 }
