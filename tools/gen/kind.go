@@ -17,6 +17,7 @@ import (
 //	handle     by-value handle, checked         kind_value.go
 //	str image null             read-only data   kind_data.go
 //	kparams extra launchcfg    a launch's       kind_launch.go
+//	jitopts libopts optvalues  option arrays    kind_opts.go
 //	the other annotated ones                    kind_legacy.go (to be moved)
 //
 // The generator calls each method once per parameter of that kind, in

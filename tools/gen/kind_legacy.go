@@ -9,8 +9,6 @@ import (
 // apart by name.
 type legacyKind struct{}
 
-var optionKinds = map[string]string{"jitopts": "FGR_OPTS_JIT", "libopts": "FGR_OPTS_LIBRARY"}
-
 func isAlloc(a arg) bool { _, ok := a.e.Alloc[a.p.Name]; return ok }
 
 func (legacyKind) annotate(e *RemoteEntry, p *Param, ann Ann) error {
@@ -34,14 +32,8 @@ func (legacyKind) annotate(e *RemoteEntry, p *Param, ann Ann) error {
 		e.Alloc[p.Name] = ann.Count
 		return nil
 	}
-	if _, opts := optionKinds[ann.Name]; ann.Count != "" && ann.Name != "in" && ann.Name != "out" && ann.Name != "inout" && !opts {
+	if ann.Count != "" && ann.Name != "in" && ann.Name != "out" && ann.Name != "inout" {
 		return fmt.Errorf("only in, out, inout and option arrays take a count")
-	}
-	if _, opts := optionKinds[ann.Name]; opts {
-		next := e.paramAfter(p.Name)
-		if c := e.param(ann.Count); ann.Count == "" || c == nil || strings.HasSuffix(c.Type, "*") || next == nil {
-			return fmt.Errorf("%s[COUNT] needs a by-value count and its values as the next parameter", ann.Name)
-		}
 	}
 	if !strings.HasSuffix(p.Type, "*") {
 		return fmt.Errorf("%s is passed by value and needs no kind", p.Name)
@@ -61,14 +53,6 @@ func (legacyKind) validate(a arg) error {
 		}
 		if k.Name != "in" && a.e.Disp == DispQueue {
 			return fmt.Errorf("a queued call has no results, but %s is %s", a.p.Name, a.ann.Name)
-		}
-	case "optvalues":
-		if b := a.e.paramBefore(a.p.Name); b == nil || optionKinds[a.e.Kinds[b.Name].Name] == "" {
-			return fmt.Errorf("%s=optvalues must follow an option array", a.p.Name)
-		}
-	case "jitopts", "libopts":
-		if a.e.Kinds[a.e.paramAfter(a.p.Name).Name].Name != "optvalues" {
-			return fmt.Errorf("the values of %s need optvalues", a.p.Name)
 		}
 	case "shadow":
 		if a.e.Disp != DispQueue {
@@ -97,9 +81,6 @@ func (legacyKind) refuse(w *cw, a arg) {
 		if k.Count != "" {
 			w.ifThen(cf("n_%s > FGR_MAX_BUF", p.Name), cf("return fgr_unsupported(-1, \"%s\", \"a buffer over the frame limit\");", name))
 		}
-	case "jitopts", "libopts":
-		w.ifThen(cf("(fgr_r = fgr_opts_check(%s, %s, %s, %s, \"%s\")) != CUDA_SUCCESS", optionKinds[k.Name], p.Name, a.e.paramAfter(p.Name).Name, k.Count, name),
-			cf("return fgr_refused_here(\"%s\", fgr_r);", name))
 	case "shadow":
 		w.ifThen(p.Name+" == NULL", "return CUDA_ERROR_INVALID_VALUE;")
 	}
@@ -116,8 +97,6 @@ func (legacyKind) put(w *cw, a arg) {
 		w.line("fgr_put_buf(&fgr_c.w, %s, n_%s);", p.Name, p.Name)
 	case "out":
 		w.line("fgr_put_u8(&fgr_c.w, %s != NULL);", p.Name)
-	case "jitopts", "libopts":
-		w.line("fgr_put_opts(&fgr_c.w, %s, %s, %s, %s);", optionKinds[k.Name], p.Name, a.e.paramAfter(p.Name).Name, k.Count)
 	case "shadow":
 		// The handle is ours to name: the server makes it when the call comes.
 		w.line("*%s = (%s)(uintptr_t)fgr_shadow_new();", p.Name, pointee(p.Type))
@@ -165,10 +144,6 @@ func (legacyKind) decode(w *cw, a arg) {
 		w.line("uint64_t fgr_id_%s = fgr_get_u64(rd);", p.Name)
 	case "out":
 		w.line("int has_%s = fgr_get_u8(rd);", p.Name)
-	case "jitopts", "libopts":
-		v := a.e.paramAfter(p.Name).Name
-		w.line("void **%s = NULL;", v)
-		w.line("%s *%s = fgr_get_opts(rd, q, %s, &%s, &%s);", t, p.Name, optionKinds[k.Name], v, k.Count)
 	}
 }
 
@@ -282,7 +257,7 @@ func (legacyKind) doc(a arg) (travel, memory string) {
 
 func init() {
 	for _, n := range []string{"in", "out", "inout", "shadow",
-		"jitopts", "libopts", "optvalues", "dev", "base", "any", "alloc"} {
+		"dev", "base", "any", "alloc"} {
 		kinds[n] = legacyKind{}
 	}
 }
