@@ -18,6 +18,7 @@ import (
 //	str image null             read-only data   kind_data.go
 //	kparams extra launchcfg    a launch's       kind_launch.go
 //	jitopts libopts optvalues  option arrays    kind_opts.go
+//	shadow                     client-named handle  kind_shadow.go
 //	the other annotated ones                    kind_legacy.go (to be moved)
 //
 // The generator calls each method once per parameter of that kind, in

@@ -38,9 +38,6 @@ func (legacyKind) annotate(e *RemoteEntry, p *Param, ann Ann) error {
 	if !strings.HasSuffix(p.Type, "*") {
 		return fmt.Errorf("%s is passed by value and needs no kind", p.Name)
 	}
-	if ann.Name == "shadow" && (!shadowed[pointee(p.Type)] || ann.Count != "") {
-		return fmt.Errorf("shadow is for an out handle of a kind the executor maps (%s is %s)", p.Name, p.Type)
-	}
 	e.Kinds[p.Name] = ann
 	return nil
 }
@@ -53,10 +50,6 @@ func (legacyKind) validate(a arg) error {
 		}
 		if k.Name != "in" && a.e.Disp == DispQueue {
 			return fmt.Errorf("a queued call has no results, but %s is %s", a.p.Name, a.ann.Name)
-		}
-	case "shadow":
-		if a.e.Disp != DispQueue {
-			return fmt.Errorf("%s=shadow makes no round trip: the call must be queued", a.p.Name)
 		}
 	}
 	return nil
@@ -81,8 +74,6 @@ func (legacyKind) refuse(w *cw, a arg) {
 		if k.Count != "" {
 			w.ifThen(cf("n_%s > FGR_MAX_BUF", p.Name), cf("return fgr_unsupported(-1, \"%s\", \"a buffer over the frame limit\");", name))
 		}
-	case "shadow":
-		w.ifThen(p.Name+" == NULL", "return CUDA_ERROR_INVALID_VALUE;")
 	}
 }
 
@@ -97,10 +88,6 @@ func (legacyKind) put(w *cw, a arg) {
 		w.line("fgr_put_buf(&fgr_c.w, %s, n_%s);", p.Name, p.Name)
 	case "out":
 		w.line("fgr_put_u8(&fgr_c.w, %s != NULL);", p.Name)
-	case "shadow":
-		// The handle is ours to name: the server makes it when the call comes.
-		w.line("*%s = (%s)(uintptr_t)fgr_shadow_new();", p.Name, pointee(p.Type))
-		w.line("fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)*%s);", p.Name)
 	}
 }
 
@@ -140,8 +127,6 @@ func (legacyKind) decode(w *cw, a arg) {
 					p.Name, f[0], f[1], f[1], p.Name, f[0]))
 			}
 		}
-	case "shadow":
-		w.line("uint64_t fgr_id_%s = fgr_get_u64(rd);", p.Name)
 	case "out":
 		w.line("int has_%s = fgr_get_u8(rd);", p.Name)
 	}
@@ -150,9 +135,6 @@ func (legacyKind) decode(w *cw, a arg) {
 func (legacyKind) ready(w *cw, a arg) {
 	p := a.p
 	switch a.ann.Name {
-	case "shadow":
-		w.ifThen(cf("!fgr_is_shadow(fgr_id_%s)", p.Name), "return FGR_BAD_FRAME;")
-		w.line("%s fgr_v_%s = NULL, *%s = &fgr_v_%s;", pointee(p.Type), p.Name, p.Name, p.Name)
 	case "out":
 		w.line("%s *%s = NULL;", pointee(p.Type), p.Name)
 	}
@@ -198,11 +180,6 @@ func (legacyKind) alloc(w *cw, a arg) {
 func (legacyKind) record(w *cw, a arg) {
 	p, k := a.p, a.ann
 	t := pointee(p.Type)
-	if k.Name == "shadow" {
-		w.line("fgr_add(FGR_H_%s, %s, %s);", t, handleVal(t, "*"+p.Name), a.e.owner(t))
-		w.line("fgr_shadow_add(FGR_H_%s, fgr_id_%s, %s);", t, p.Name, handleVal(t, "*"+p.Name))
-		return
-	}
 	if k.Name != "out" {
 		return
 	}
@@ -256,7 +233,7 @@ func (legacyKind) doc(a arg) (travel, memory string) {
 }
 
 func init() {
-	for _, n := range []string{"in", "out", "inout", "shadow",
+	for _, n := range []string{"in", "out", "inout",
 		"dev", "base", "any", "alloc"} {
 		kinds[n] = legacyKind{}
 	}
