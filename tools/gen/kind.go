@@ -19,6 +19,7 @@ import (
 //	kparams extra launchcfg    a launch's       kind_launch.go
 //	jitopts libopts optvalues  option arrays    kind_opts.go
 //	shadow                     client-named handle  kind_shadow.go
+//	dev base any               device addresses kind_addr.go
 //	the other annotated ones                    kind_legacy.go (to be moved)
 //
 // The generator calls each method once per parameter of that kind, in

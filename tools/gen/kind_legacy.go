@@ -13,17 +13,6 @@ func isAlloc(a arg) bool { _, ok := a.e.Alloc[a.p.Name]; return ok }
 
 func (legacyKind) annotate(e *RemoteEntry, p *Param, ann Ann) error {
 	switch dk := ann.Name; dk {
-	case "dev", "base", "any":
-		switch {
-		case p.Type != "CUdeviceptr" && ((dk != "any" && dk != "dev") || p.Type != "void *"):
-			// (any and dev also take a void *: a device address the call keeps, as
-			// a tensor map does, or looks up, as cuMemRetainAllocationHandle does)
-			return fmt.Errorf("%s is for a CUdeviceptr, not %s", dk, p.Name)
-		case (dk == "dev") != (ann.Count != ""):
-			return fmt.Errorf("%s: only dev takes (and needs) a size", p.Name)
-		}
-		e.Dev[p.Name] = ann
-		return nil
 	case "alloc":
 		if p.Type != "CUdeviceptr *" {
 			return fmt.Errorf("alloc is for a CUdeviceptr * result, not %s", p.Name)
@@ -55,16 +44,7 @@ func (legacyKind) validate(a arg) error {
 	return nil
 }
 
-func (legacyKind) remember(w *cw, a arg) {
-	if n := a.ann.Name; a.ptr() || (n != "dev" && n != "base") {
-		return
-	}
-	if a.e.Stage != "" { // said before the copy's shortcuts
-		w.line("fgr_mirror_named((uint64_t)%s);", a.p.Name)
-	} else {
-		w.line("fgr_mirror_named((uint64_t)(uintptr_t)%s);", a.p.Name)
-	}
-}
+func (legacyKind) remember(*cw, arg) {}
 
 func (legacyKind) refuse(w *cw, a arg) {
 	name, p, k := a.e.Name, a.p, a.ann
@@ -79,10 +59,6 @@ func (legacyKind) refuse(w *cw, a arg) {
 
 func (legacyKind) put(w *cw, a arg) {
 	p, k := a.p, a.ann
-	if !a.ptr() {
-		w.line("fgr_put_u64(&fgr_c.w, %s);", bitsPut(p.Type, p.Name))
-		return
-	}
 	switch k.Name {
 	case "in", "inout":
 		w.line("fgr_put_buf(&fgr_c.w, %s, n_%s);", p.Name, p.Name)
@@ -113,10 +89,6 @@ func (legacyKind) kept(w *cw, a arg) {
 
 func (legacyKind) decode(w *cw, a arg) {
 	p, k := a.p, a.ann
-	if !a.ptr() {
-		w.line("%s = %s;", joinDecl(p.Type, p.Name), bitsGet(p.Type, "fgr_get_u64(rd)"))
-		return
-	}
 	t := pointee(p.Type)
 	switch k.Name {
 	case "in", "inout":
@@ -143,16 +115,6 @@ func (legacyKind) ready(w *cw, a arg) {
 func (legacyKind) checks(a arg) []check {
 	var cs []check
 	p, k := a.p, a.ann
-	if !a.ptr() {
-		v := "(uint64_t)(uintptr_t)" + p.Name
-		switch k.Name {
-		case "dev":
-			cs = append(cs, check{fmt.Sprintf("fgr_mem_in(%s, %s)", v, k.Count), p.Name, v, "CUDA_ERROR_INVALID_VALUE", false})
-		case "base":
-			cs = append(cs, check{fmt.Sprintf("fgr_mem_base(%s)", v), p.Name, v, "CUDA_ERROR_INVALID_VALUE", false})
-		}
-		return cs
-	}
 	t := pointee(p.Type)
 	// A result other than a download's bytes is small: a size the
 	// client chose is refused before anything is allocated.
@@ -221,20 +183,14 @@ func (legacyKind) doc(a arg) (travel, memory string) {
 		s += "[" + a.ann.Count + "]"
 	}
 	s = "`" + strings.ReplaceAll(s, "|", "\\|") + "`"
-	switch {
-	case isAlloc(a):
+	if isAlloc(a) {
 		return s, fmt.Sprintf("`%s` is the connection's memory from then on", a.p.Name)
-	case a.ptr():
-		return s, ""
-	case a.ann.Name != "any":
-		return "", s
 	}
-	return "", ""
+	return s, ""
 }
 
 func init() {
-	for _, n := range []string{"in", "out", "inout",
-		"dev", "base", "any", "alloc"} {
+	for _, n := range []string{"in", "out", "inout", "alloc"} {
 		kinds[n] = legacyKind{}
 	}
 }
