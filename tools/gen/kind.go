@@ -15,12 +15,12 @@ import (
 //
 //	value      by-value word                    kind_value.go
 //	handle     by-value handle, checked         kind_value.go
+//	dev base any, alloc[SIZE]  device memory    kind_addr.go
+//	in out inout [COUNT]       buffers          kind_buf.go
 //	str image null             read-only data   kind_data.go
 //	kparams extra launchcfg    a launch's       kind_launch.go
 //	jitopts libopts optvalues  option arrays    kind_opts.go
 //	shadow                     client-named handle  kind_shadow.go
-//	dev base any               device addresses kind_addr.go
-//	the other annotated ones                    kind_legacy.go (to be moved)
 //
 // The generator calls each method once per parameter of that kind, in
 // parameter order within each step; by-value parameters travel before the

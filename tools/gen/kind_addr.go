@@ -58,8 +58,43 @@ func (addrKind) doc(a arg) (string, string) {
 	return "", "`" + strings.ReplaceAll(s, "|", "\\|") + "`"
 }
 
+// allocKind is alloc[SIZE]: an out CUdeviceptr of memory the call gives
+// the connection, SIZE bytes ("" to ask the driver). It travels as out;
+// the client keeps its range, the executor records it, owned as handles
+// are (RemoteEntry.owner).
+type allocKind struct{ outKind }
+
+func (allocKind) annotate(e *RemoteEntry, p *Param, ann Ann) error {
+	if p.Type != "CUdeviceptr *" {
+		return fmt.Errorf("alloc is for a CUdeviceptr * result, not %s", p.Name)
+	}
+	e.Kinds[p.Name] = Ann{Name: "out"}
+	e.Alloc[p.Name] = ann.Count
+	return nil
+}
+
+func (allocKind) kept(w *cw, a arg) {
+	if size := a.e.Alloc[a.p.Name]; size != "" {
+		w.ifThen(a.p.Name, cf("fgr_range_add((uint64_t)*%s, (uint64_t)(%s));", a.p.Name, size))
+	}
+}
+
+func (allocKind) record(w *cw, a arg) {
+	if size := a.e.Alloc[a.p.Name]; size == "" {
+		w.ifThen(a.p.Name, cf("fgr_mem_add_found(*%s, %s);", a.p.Name, a.e.owner("")))
+	} else {
+		w.ifThen(a.p.Name, cf("fgr_mem_add(*%s, %s, %s);", a.p.Name, size, a.e.owner("")))
+	}
+}
+
+func (k allocKind) doc(a arg) (string, string) {
+	travel, _ := k.outKind.doc(a)
+	return travel, fmt.Sprintf("`%s` is the connection's memory from then on", a.p.Name)
+}
+
 func init() {
 	for _, n := range []string{"dev", "base", "any"} {
 		kinds[n] = addrKind{}
 	}
+	kinds["alloc"] = allocKind{outKind{buf{pointer{counted: true}}}}
 }
