@@ -152,6 +152,7 @@ func TestRemoteAnnotationsRejected(t *testing.T) {
 		"table 00000000-0000-0000-0000-000000000000 t 2\nslot 0 null",                           // fewer words described
 		"table 00000000-0000-0000-0000-000000000000 t 1\nslot 0 sync double f(int *p) p=out",    // pointers with a non-CUresult
 		"table 00000000-0000-0000-0000-000000000000 t 1\nslot 0 sync CUresult f(CUdeviceptr p)", // a device address the executor would not check
+		"table 00000000-0000-0000-0000-000000000000 t 1\nslot 0 sync double f(CUstream s)",      // a handle with no CUresult to refuse it by
 		"table 00000000-0000-0000-0000-000000000000 t 1\nslot 0 sync CUresult f(int *p) p=zero", // zero is for by-value parameters
 		"table 00000000-0000-0000-0000-000000000000 t 1\nslot 0 local CUresult f(void)",         // a local function not named fgr_
 		"table 00000000-0000-0000-0000-000000000000 t 1\nslot 0 local fgr_f",                    // a local function without a prototype

@@ -402,6 +402,13 @@ func parseTableLine(f []string, line string, tables *[]*Table) error {
 		if fn.Ret != "" && len(fn.Kinds) > 0 {
 			return fmt.Errorf("slot %d: only functions returning CUresult may have pointer parameters", idx)
 		}
+		for _, p := range fn.Params {
+			// Such a function has no CUresult to refuse with: the executor
+			// could not check the handle before the driver sees it.
+			if fn.Ret != "" && remoteHandles[p.Type] {
+				return fmt.Errorf("slot %d: %s: only functions returning CUresult may take handles", idx, p.Name)
+			}
+		}
 		sl.Fn = fn
 	default:
 		return fmt.Errorf("slot %d: unknown kind %s", idx, sl.Kind)
