@@ -25,8 +25,7 @@ func (w *cw) line(format string, a ...any) {
 // blank writes an empty line.
 func (w *cw) blank() { w.WriteByte('\n') }
 
-// ifThen writes "if (cond)" and its one statement a level deeper; cond may
-// go on over several lines (cont is their indentation).
+// ifThen writes "if (cond)" and its one statement a level deeper.
 func (w *cw) ifThen(cond, stmt string) { w.line("if (%s)", cond); w.in(stmt) }
 
 // elseIf continues an ifThen.
@@ -42,8 +41,7 @@ func (w *cw) in(stmt string) {
 // cont is what continues a condition on the next line, below its start.
 func (w *cw) cont() string { return "\n" + strings.Repeat("    ", w.depth+1) }
 
-// open writes head (a function's declaration on a line of its own when
-// own) and the opening brace of its block, which it enters.
+// open writes head and the opening brace of its block, which it enters.
 func (w *cw) open(head string) {
 	if head == "" {
 		w.line("{")
@@ -59,11 +57,17 @@ func (w *cw) fn(decl string) {
 	w.open("")
 }
 
-// close leaves a block.
-func (w *cw) close() {
+// close leaves a block; closeWith ends it with tail, as ";" ends an
+// initializer.
+func (w *cw) close() { w.closeWith("") }
+
+func (w *cw) closeWith(tail string) {
 	w.depth--
-	w.line("}")
+	w.line("}%s", tail)
 }
+
+// add writes the lines of s, written by sub.
+func (w *cw) add(s *cw) { w.WriteString(s.String()) }
 
 // sub is an empty writer at the depth of w, levels deeper, for lines whose
 // presence decides what goes around them.

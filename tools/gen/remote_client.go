@@ -8,9 +8,10 @@ import (
 // emitRemoteClient writes the client's stubs, its entry point table and
 // its export tables.
 func emitRemoteClient(entries []RemoteEntry, tables []*Table) string {
-	b := &cw{}
-	b.WriteString(remoteHeader)
-	b.WriteString("#include \"client.h\"\n\n")
+	w := &cw{}
+	w.WriteString(remoteHeader)
+	w.line("#include \"client.h\"")
+	w.blank()
 	var unsupported []string
 	for _, e := range entries {
 		switch {
@@ -18,69 +19,82 @@ func emitRemoteClient(entries []RemoteEntry, tables []*Table) string {
 			continue // below; remote/client/*.c
 		case e.Disp == "":
 			unsupported = append(unsupported, e.Name)
-			fmt.Fprintf(b, "FGR_EXPORT CUresult %s(%s)\n{\n", e.Name, e.ParamList())
+			w.fn(cf("FGR_EXPORT CUresult %s(%s)", e.Name, e.ParamList()))
 			for _, p := range e.Params {
-				fmt.Fprintf(b, "    (void)%s;\n", p.Name)
+				w.line("(void)%s;", p.Name)
 			}
-			fmt.Fprintf(b, "    return fgr_unsupported(%d, \"%s\", NULL);\n}\n\n", len(unsupported)-1, e.Name)
+			w.line("return fgr_unsupported(%d, \"%s\", NULL);", len(unsupported)-1, e.Name)
+			w.close()
+			w.blank()
 		case e.Disp == DispWrap:
-			clientStub(b, e, fmt.Sprintf("CUresult fgr_fwd_%s(%s)", e.Name, e.ParamList()))
+			clientStub(w, e, cf("CUresult fgr_fwd_%s(%s)", e.Name, e.ParamList()))
 		default:
-			clientStub(b, e, fmt.Sprintf("FGR_EXPORT CUresult %s(%s)", e.Name, e.ParamList()))
+			clientStub(w, e, cf("FGR_EXPORT CUresult %s(%s)", e.Name, e.ParamList()))
 		}
 	}
-	fmt.Fprintf(b, "const int fgr_nunsupported = %d;\n", len(unsupported))
-	b.WriteString("\n/* Each operation's entry point, for FLEXGV_REMOTE_LOG. */\nconst char *const fgr_op_names[FGR_NUM_OPS] = {\n")
+	w.line("const int fgr_nunsupported = %d;", len(unsupported))
+	w.blank()
+	w.line("/* Each operation's entry point, for FLEXGV_REMOTE_LOG. */")
+	w.open("const char *const fgr_op_names[FGR_NUM_OPS] =")
 	for _, e := range entries {
 		if e.Forwarded() {
-			fmt.Fprintf(b, "    [FGR_OP_%s] = \"%s\",\n", e.Name, e.Name)
+			w.line("[FGR_OP_%s] = \"%s\",", e.Name, e.Name)
 		}
 	}
-	b.WriteString("};\n")
-	b.WriteString("\n/* The operations that wait for the device (syncpoints). */\nconst unsigned char fgr_op_syncs[FGR_NUM_OPS] = {\n")
+	w.closeWith(";")
+	w.blank()
+	w.line("/* The operations that wait for the device (syncpoints). */")
+	w.open("const unsigned char fgr_op_syncs[FGR_NUM_OPS] =")
 	for _, e := range entries {
 		if e.Forwarded() && e.Sync {
-			fmt.Fprintf(b, "    [FGR_OP_%s] = 1,\n", e.Name)
+			w.line("[FGR_OP_%s] = 1,", e.Name)
 		}
 	}
-	b.WriteString("};\n")
-	b.WriteString("\n/* The operations that may be answered \"pending\" while the device works\n * (wait= and after=). */\nconst unsigned char fgr_op_waits[FGR_NUM_OPS] = {\n")
+	w.closeWith(";")
+	w.blank()
+	w.line("/* The operations that may be answered \"pending\" while the device works")
+	w.line(" * (wait= and after=). */")
+	w.open("const unsigned char fgr_op_waits[FGR_NUM_OPS] =")
 	for _, e := range entries {
 		if e.Forwarded() && (e.Wait != "" || e.After != "") {
-			fmt.Fprintf(b, "    [FGR_OP_%s] = 1,\n", e.Name)
+			w.line("[FGR_OP_%s] = 1,", e.Name)
 		}
 	}
-	b.WriteString("};\n")
-	b.WriteString("\n/* What cuGetProcAddress hands out: every exported entry point. */\n")
-	b.WriteString("const struct fg_proc fgr_procs[] = {\n")
+	w.closeWith(";")
+	w.blank()
+	w.line("/* What cuGetProcAddress hands out: every exported entry point. */")
+	w.open("const struct fg_proc fgr_procs[] =")
 	for _, e := range entries {
-		if e.Table != nil {
-			continue
+		if e.Table == nil {
+			w.line("{\"%s\", \"%s\", %d, %d, (void *)%s},", e.Base(), e.Name, e.Version, b2i(e.PerThread() != ""), e.Name)
 		}
-		pt := 0
-		if e.PerThread() != "" {
-			pt = 1
-		}
-		fmt.Fprintf(b, "    {\"%s\", \"%s\", %d, %d, (void *)%s},\n", e.Base(), e.Name, e.Version, pt, e.Name)
 	}
-	b.WriteString("};\n\nconst int fgr_nprocs = sizeof(fgr_procs) / sizeof(fgr_procs[0]);\n")
+	w.closeWith(";")
+	w.blank()
+	w.line("const int fgr_nprocs = sizeof(fgr_procs) / sizeof(fgr_procs[0]);")
 	nxt := 0
 	for _, t := range tables {
-		emitClientTable(b, t, &nxt)
+		emitClientTable(w, t, &nxt)
 	}
-	b.WriteString("\nconst struct fgr_table fgr_tables[] = {\n")
+	w.blank()
+	w.open("const struct fgr_table fgr_tables[] =")
 	for _, t := range tables {
-		fmt.Fprintf(b, "    {{{")
-		for i, c := range t.UUID {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			fmt.Fprintf(b, "%d", c)
-		}
-		fmt.Fprintf(b, "}}, xt_%s_words, sizeof xt_%s_words, xt_%s_fetch},\n", t.Name, t.Name, t.Name)
+		w.line("{{{%s}}, xt_%s_words, sizeof xt_%s_words, xt_%s_fetch},", uuidBytes(t.UUID), t.Name, t.Name, t.Name)
 	}
-	fmt.Fprintf(b, "};\n\nconst int fgr_ntables = %d;\nunsigned char fgr_xt_said[%d];\n", len(tables), nxt+1)
-	return b.String()
+	w.closeWith(";")
+	w.blank()
+	w.line("const int fgr_ntables = %d;", len(tables))
+	w.line("unsigned char fgr_xt_said[%d];", nxt+1)
+	return w.String()
+}
+
+// uuidBytes are a UUID's bytes as a C initializer's list.
+func uuidBytes(u [16]byte) string {
+	var s []string
+	for _, c := range u {
+		s = append(s, fmt.Sprint(c))
+	}
+	return strings.Join(s, ", ")
 }
 
 // clientStub writes one forwarder: encode, round trip, decode.
@@ -281,7 +295,7 @@ func stubBody(w *cw, e RemoteEntry, queuedBy string) {
 		w.line("return fgr_end(&fgr_c);")
 	} else {
 		w.open("if ((fgr_r = fgr_end(&fgr_c)) == CUDA_SUCCESS)")
-		w.WriteString(kept.String())
+		w.add(kept)
 		w.close()
 		w.line("return fgr_r;")
 	}
@@ -292,22 +306,24 @@ func stubBody(w *cw, e RemoteEntry, queuedBy string) {
 // emitClientTable writes a table's words, its functions and its fetch,
 // which fills the words once per process: asking the driver for the table
 // (and its data) when a word is forwarded or copied, locally otherwise.
-func emitClientTable(b *cw, t *Table, unsupported *int) {
+func emitClientTable(w *cw, t *Table, unsupported *int) {
 	// A page of its own, made read-only once filled, as the driver's are.
 	page := (t.Words*8 + 4095) / 4096 * 4096
-	fmt.Fprintf(b, "\n/* Export table %s, in pages of its own. */\nstatic const void *xt_%s_words[%d] __attribute__((aligned(4096)));\n", t.Name, t.Name, page/8)
+	w.blank()
+	w.line("/* Export table %s, in pages of its own. */", t.Name)
+	w.line("static const void *xt_%s_words[%d] __attribute__((aligned(4096)));", t.Name, page/8)
 	for _, sl := range t.Slots {
 		switch sl.Kind {
 		case "data":
-			fmt.Fprintf(b, "static unsigned char xt_%s_data%d[%d];\n", t.Name, sl.Index, sl.N)
+			w.line("static unsigned char xt_%s_data%d[%d];", t.Name, sl.Index, sl.N)
 		case "self":
-			fmt.Fprintf(b, "static const void *xt_%s_self(void) { return xt_%s_words; }\n", t.Name, t.Name)
+			w.line("static const void *xt_%s_self(void) { return xt_%s_words; }", t.Name, t.Name)
 		case "returns":
-			fmt.Fprintf(b, "static const void *xt_%s_ret%d(void) { return xt_%s_words[%d]; }\n", t.Name, sl.Index, t.Name, sl.N)
+			w.line("static const void *xt_%s_ret%d(void) { return xt_%s_words[%d]; }", t.Name, sl.Index, t.Name, sl.N)
 		case "unsupported":
 			// Its own function, so that each word can be told apart (said once,
 			// counted by flexgv census).
-			fmt.Fprintf(b, "static CUresult xt_%s_no%d(void) { return fgr_xt_unsupported(%d, \"%s %s\", %d); }\n",
+			w.line("static CUresult xt_%s_no%d(void) { return fgr_xt_unsupported(%d, \"%s %s\", %d); }",
 				t.Name, sl.Index, *unsupported, t.Name, uuidString(t.UUID), sl.Index)
 			*unsupported++
 		case "sync":
@@ -316,41 +332,43 @@ func emitClientTable(b *cw, t *Table, unsupported *int) {
 			if ret == "" {
 				ret = "CUresult"
 			}
-			clientStub(b, *fn, fmt.Sprintf("static %s %s(%s)", ret, fn.Name, fn.ParamList()))
+			clientStub(w, *fn, cf("static %s %s(%s)", ret, fn.Name, fn.ParamList()))
 		}
 	}
-	fmt.Fprintf(b, "static CUresult xt_%s_fetch(void)\n{\n", t.Name)
+	w.fn(cf("static CUresult xt_%s_fetch(void)", t.Name))
 	if t.Asked() {
-		b.WriteString("    CUresult r;\n    struct fgr_call c;\n")
-		fmt.Fprintf(b, "    if ((r = fgr_begin(&c, FGR_OP_xt_%s, 0)) != CUDA_SUCCESS)\n        return r;\n", t.Name)
-		b.WriteString("    if ((r = fgr_roundtrip(&c)) != CUDA_SUCCESS)\n        return r;\n")
+		w.line("CUresult r;")
+		w.line("struct fgr_call c;")
+		w.ifThen(cf("(r = fgr_begin(&c, FGR_OP_xt_%s, 0)) != CUDA_SUCCESS", t.Name), "return r;")
+		w.ifThen("(r = fgr_roundtrip(&c)) != CUDA_SUCCESS", "return r;")
 		for _, sl := range t.Slots {
 			if sl.Kind == "data" {
-				fmt.Fprintf(b, "    fgr_get_out(&c, xt_%s_data%d, %d, 0);\n", t.Name, sl.Index, sl.N)
+				w.line("fgr_get_out(&c, xt_%s_data%d, %d, 0);", t.Name, sl.Index, sl.N)
 			}
 		}
-		b.WriteString("    if ((r = fgr_end(&c)) != CUDA_SUCCESS)\n        return r;\n")
+		w.ifThen("(r = fgr_end(&c)) != CUDA_SUCCESS", "return r;")
 	}
 	for _, sl := range t.Slots {
-		w := fmt.Sprintf("    xt_%s_words[%d] = ", t.Name, sl.Index)
+		word := cf("xt_%s_words[%d] = ", t.Name, sl.Index)
 		switch sl.Kind {
 		case "size":
-			fmt.Fprintf(b, "%s(const void *)(%d * sizeof(void *));\n", w, t.Words)
+			w.line("%s(const void *)(%d * sizeof(void *));", word, t.Words)
 		case "data":
-			fmt.Fprintf(b, "%sxt_%s_data%d;\n", w, t.Name, sl.Index)
+			w.line("%sxt_%s_data%d;", word, t.Name, sl.Index)
 		case "self":
-			fmt.Fprintf(b, "%s(const void *)xt_%s_self;\n", w, t.Name)
+			w.line("%s(const void *)xt_%s_self;", word, t.Name)
 		case "returns":
-			fmt.Fprintf(b, "%s(const void *)xt_%s_ret%d;\n", w, t.Name, sl.Index)
+			w.line("%s(const void *)xt_%s_ret%d;", word, t.Name, sl.Index)
 		case "sync":
-			fmt.Fprintf(b, "%s(const void *)%s;\n", w, sl.Fn.Name)
+			w.line("%s(const void *)%s;", word, sl.Fn.Name)
 		case "local":
-			fmt.Fprintf(b, "%s(const void *)%s;\n", w, sl.Func)
+			w.line("%s(const void *)%s;", word, sl.Func)
 		case "unsupported":
-			fmt.Fprintf(b, "%s(const void *)xt_%s_no%d;\n", w, t.Name, sl.Index)
+			w.line("%s(const void *)xt_%s_no%d;", word, t.Name, sl.Index)
 		}
 	}
-	b.WriteString("    return CUDA_SUCCESS;\n}\n")
+	w.line("return CUDA_SUCCESS;")
+	w.close()
 }
 
 // uuidString writes a table's UUID as the census does: its bytes in memory
@@ -363,23 +381,31 @@ func uuidString(u [16]byte) string {
 // emitClientExports declares the hand-written functions of the tables'
 // local words, for their definitions and for the tables.
 func emitClientExports(tables []*Table) string {
-	var b strings.Builder
-	b.WriteString(remoteHeader)
-	b.WriteString("#ifndef FLEXGV_REMOTE_EXPORTS_GEN_H\n#define FLEXGV_REMOTE_EXPORTS_GEN_H\n\n#include <stdarg.h>\n\n")
-	b.WriteString("/* Each table's index in fgr_tables. */\nenum {\n")
+	w := &cw{}
+	w.WriteString(remoteHeader)
+	w.line("#ifndef FLEXGV_REMOTE_EXPORTS_GEN_H")
+	w.line("#define FLEXGV_REMOTE_EXPORTS_GEN_H")
+	w.blank()
+	w.line("#include <stdarg.h>")
+	w.blank()
+	w.line("/* Each table's index in fgr_tables. */")
+	w.open("enum")
 	for i, t := range tables {
-		fmt.Fprintf(&b, "    FGR_XT_%s = %d,\n", t.Name, i)
+		w.line("FGR_XT_%s = %d,", t.Name, i)
 	}
-	b.WriteString("};\n\n")
+	w.closeWith(";")
+	w.blank()
 	for _, t := range tables {
 		for _, sl := range t.Slots {
 			if sl.Kind == "local" {
-				fmt.Fprintf(&b, "/* %s word %d */\n%s;\n", t.Name, sl.Index, sl.Proto)
+				w.line("/* %s word %d */", t.Name, sl.Index)
+				w.line("%s;", sl.Proto)
 			}
 		}
 	}
-	b.WriteString("\n#endif\n")
-	return b.String()
+	w.blank()
+	w.line("#endif")
+	return w.String()
 }
 
 // copyStream is the stream a copy's entry point names, the per-thread

@@ -7,56 +7,53 @@ import (
 
 // emitRemoteServer writes the executor's decoders and dispatch table.
 func emitRemoteServer(entries []RemoteEntry, tables []*Table) string {
-	b := &cw{}
-	b.WriteString(remoteHeader)
-	b.WriteString("#include \"executor.h\"\n\n")
+	w := &cw{}
+	w.WriteString(remoteHeader)
+	w.line("#include \"executor.h\"")
+	w.blank()
 	for _, e := range entries {
 		if e.Forwarded() && !e.Fetch {
 			ret := e.Ret
 			if ret == "" {
 				ret = "CUresult"
 			}
-			fmt.Fprintf(b, "typedef %s (*pfn_%s)(%s);\n", ret, e.Name, e.ParamList())
+			w.line("typedef %s (*pfn_%s)(%s);", ret, e.Name, e.ParamList())
 		}
 	}
-	b.WriteString("\n")
-	for _, e := range entries {
-		if !e.Forwarded() {
-			continue
-		}
-		emitOp(b, e)
-	}
-	b.WriteString("const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {\n")
+	w.blank()
 	for _, e := range entries {
 		if e.Forwarded() {
-			fmt.Fprintf(b, "    [FGR_OP_%s] = {\"%s\", op_%s, %d, %s},\n", e.Name, e.Name, e.Name, b2i(e.Sync), maxFrame(e))
+			emitOp(w, e)
 		}
 	}
-	b.WriteString("};\n\n/* The export tables the client answers: the functions it forwards. */\n")
-	b.WriteString("const struct fgr_xtable fgr_xtables[] = {\n")
+	w.open("const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] =")
+	for _, e := range entries {
+		if e.Forwarded() {
+			w.line("[FGR_OP_%s] = {\"%s\", op_%s, %d, %s},", e.Name, e.Name, e.Name, b2i(e.Sync), maxFrame(e))
+		}
+	}
+	w.closeWith(";")
+	w.blank()
+	w.line("/* The export tables the client answers: the functions it forwards. */")
+	w.open("const struct fgr_xtable fgr_xtables[] =")
 	forwarded := 0
 	for _, t := range tables {
 		if t.Local() {
 			continue
 		}
 		forwarded++
-		b.WriteString("    {{{")
-		for i, c := range t.UUID {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			fmt.Fprintf(b, "%d", c)
-		}
-		fmt.Fprintf(b, "}}, FGR_OP_xt_%s, {", t.Name)
+		var fns []string
 		for _, sl := range t.Slots {
 			if sl.Fn != nil {
-				fmt.Fprintf(b, "{FGR_OP_%s, %d}, ", sl.Fn.Name, sl.Index)
+				fns = append(fns, cf("{FGR_OP_%s, %d}, ", sl.Fn.Name, sl.Index))
 			}
 		}
-		b.WriteString("{0, 0}}},\n")
+		w.line("{{{%s}}, FGR_OP_xt_%s, {%s{0, 0}}},", uuidBytes(t.UUID), t.Name, strings.Join(fns, ""))
 	}
-	fmt.Fprintf(b, "};\n\nconst int fgr_nxtables = %d;\n", forwarded)
-	return b.String()
+	w.closeWith(";")
+	w.blank()
+	w.line("const int fgr_nxtables = %d;", forwarded)
+	return w.String()
 }
 
 // emitOp writes the executor's operation for e: decode, check, call,
@@ -106,7 +103,7 @@ func emitOp(w *cw, e RemoteEntry) {
 	if e.Ret != "" {
 		if outs.Len() > 0 {
 			w.line("CUresult fgr_r = CUDA_SUCCESS;")
-			w.WriteString(outs.String())
+			w.add(outs)
 		}
 		w.line("fgr_put_u64(q->reply, %s);", bitsPut(e.Ret, call))
 		w.line("return CUDA_SUCCESS;")
@@ -134,14 +131,14 @@ func emitOp(w *cw, e RemoteEntry) {
 			w.ifThen("!("+c.cond+")", stmt)
 		}
 	}
-	w.WriteString(outs.String())
+	w.add(outs)
 	before = append([]string{"fgr_r == CUDA_SUCCESS"}, before...)
 	w.ifThen(strings.Join(before, " &&"+w.cont()), "fgr_r = "+call+";")
 	rec := w.sub(1)
 	serverRecords(rec, e, args)
 	if rec.Len() > 0 {
 		w.open("if (fgr_r == CUDA_SUCCESS)")
-		w.WriteString(rec.String())
+		w.add(rec)
 		w.close()
 	}
 	if e.Drain != "" {
