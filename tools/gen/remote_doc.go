@@ -16,10 +16,10 @@ func emitRemoteDoc(entries []RemoteEntry, tables []*Table) string {
 		"waiting (an error surfaces at the next call marked as where queued calls'\n" +
 		"errors surface, as a GPU's asynchronous errors do). Entries marked\n" +
 		"*unsupported* answer `CUDA_ERROR_NOT_SUPPORTED`, say so once on stderr\n" +
-		"and count as failed calls under `flexgv trace`. A device address marked\n" +
-		"`dev[N]` must hold N bytes of memory the connection allocated, one marked\n" +
-		"`base` must start such an allocation; the executor checks every handle.\n" +
-		"Source: `api/remote.api`.\n\n")
+		"and count as failed calls under `flexgv trace`; the notes say why. A\n" +
+		"device address marked `dev[N]` must hold N bytes of memory the\n" +
+		"connection allocated, one marked `base` must start such an allocation;\n" +
+		"the executor checks every handle. Source: `api/remote.api`.\n\n")
 	count := map[Disposition]int{}
 	var api []RemoteEntry
 	for _, e := range entries {
@@ -31,13 +31,14 @@ func emitRemoteDoc(entries []RemoteEntry, tables []*Table) string {
 	entries = api
 	fmt.Fprintf(&b, "%d entry points: %d local, %d forwarded (%d of them queued), %d wrap, %d unsupported.\n\n",
 		len(entries), count[DispLocal], count[DispSync]+count[DispQueue], count[DispQueue], count[DispWrap], count[""])
-	b.WriteString("| entry point | answered | pointer parameters |\n| --- | --- | --- |\n")
+	b.WriteString("| entry point | answered | parameters and notes |\n| --- | --- | --- |\n")
 	for _, e := range entries {
 		d := string(e.Disp)
+		var ks, mem []string
 		if d == "" {
 			d = "**unsupported**"
+			ks = append(ks, strings.ReplaceAll(e.Why, "|", "\\|"))
 		}
-		var ks, mem []string
 		for _, a := range e.args() {
 			travel, memory := a.k.doc(a)
 			if travel != "" {

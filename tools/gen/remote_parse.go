@@ -41,6 +41,7 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 		}
 		var re *RemoteEntry
 		var attrs []string
+		var rest string // the line after the entry's name or prototype
 		if m := splitPrototype(line); m != nil {
 			v, _ := strconv.Atoi(m[1])
 			e := Entry{Lib: LibCUDA, Version: v, Name: m[2]}
@@ -59,7 +60,7 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 			byName[e.Name] = len(out)
 			out = append(out, RemoteEntry{Entry: e, Extra: true})
 			re = &out[len(out)-1]
-			attrs = strings.Fields(m[4])
+			attrs, rest = strings.Fields(m[4]), m[4]
 		} else {
 			f := strings.Fields(line)
 			i, ok := byName[f[0]]
@@ -67,10 +68,10 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 				return nil, nil, fmt.Errorf("%s: %s is not in api/cuda.api (give an unhooked entry with its prototype)", where, f[0])
 			}
 			re = &out[i]
-			if re.Disp != "" || re.Extra {
+			if re.Disp != "" || re.Extra || re.Why != "" {
 				return nil, nil, fmt.Errorf("%s: %s is annotated twice", where, f[0])
 			}
-			attrs = f[1:]
+			attrs, rest = f[1:], strings.TrimSpace(line[len(f[0]):])
 		}
 		re.Source = where
 		if len(attrs) == 0 {
@@ -81,11 +82,12 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 			re.Disp = d
 		case "unsupported":
 			// Exported, so that a library that looks it up finds it; a
-			// call answers CUDA_ERROR_NOT_SUPPORTED, as for an entry of
-			// api/cuda.api left without a disposition.
-			if !re.Extra || len(attrs) > 1 {
-				return nil, nil, fmt.Errorf("%s: %s: unsupported is for an entry given with its prototype, alone", where, re.Name)
+			// call answers CUDA_ERROR_NOT_SUPPORTED. The spec says why.
+			why := strings.TrimSpace(strings.TrimPrefix(rest, "unsupported"))
+			if len(why) < 3 || why[0] != '"' || why[len(why)-1] != '"' || strings.Contains(why[1:len(why)-1], `"`) {
+				return nil, nil, fmt.Errorf("%s: %s: unsupported takes its reason in double quotes, and nothing more", where, re.Name)
 			}
+			re.Why = why[1 : len(why)-1]
 			re.Kinds = map[string]Ann{}
 			re.Dev = map[string]Ann{}
 			re.Alloc = map[string]string{}
