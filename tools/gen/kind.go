@@ -13,14 +13,14 @@ import (
 // its kind from its type (value, handle). The kinds, each in its own
 // kind_*.go:
 //
-//	value      by-value word                    kind_value.go
-//	handle     by-value handle, checked         kind_value.go
-//	dev base any, alloc[SIZE]  device memory    kind_addr.go
-//	in out inout [COUNT]       buffers          kind_buf.go
-//	str image null             read-only data   kind_data.go
-//	kparams extra launchcfg    a launch's       kind_launch.go
-//	jitopts libopts optvalues  option arrays    kind_opts.go
-//	shadow                     client-named handle  kind_shadow.go
+//	value                      a by-value word           kind_value.go
+//	handle                     a by-value handle         kind_value.go
+//	dev base any, alloc[SIZE]  device memory             kind_addr.go
+//	in out inout [COUNT]       buffers                   kind_buf.go
+//	str image null             read-only data            kind_data.go
+//	kparams extra launchcfg    a launch's parameters     kind_launch.go
+//	jitopts libopts optvalues  option arrays             kind_opts.go
+//	shadow                     a handle the client names kind_shadow.go
 //
 // The generator calls each method once per parameter of that kind, in
 // parameter order within each step; by-value parameters travel before the
