@@ -152,6 +152,7 @@ func TestRemoteAnnotationsRejected(t *testing.T) {
 		"table 00000000-0000-0000-0000-000000000000 t 2\nslot 0 null",                           // fewer words described
 		"table 00000000-0000-0000-0000-000000000000 t 1\nslot 0 sync double f(int *p) p=out",    // pointers with a non-CUresult
 		"table 00000000-0000-0000-0000-000000000000 t 1\nslot 0 sync CUresult f(CUdeviceptr p)", // a device address the executor would not check
+		"table 00000000-0000-0000-0000-000000000000 t 1\nslot 0 sync double f(CUstream s)",      // a handle with no CUresult to refuse it by
 		"table 00000000-0000-0000-0000-000000000000 t 1\nslot 0 sync CUresult f(int *p) p=zero", // zero is for by-value parameters
 		"table 00000000-0000-0000-0000-000000000000 t 1\nslot 0 local CUresult f(void)",         // a local function not named fgr_
 		"table 00000000-0000-0000-0000-000000000000 t 1\nslot 0 local fgr_f",                    // a local function without a prototype
@@ -171,8 +172,11 @@ func TestRemoteAnnotationsRejected(t *testing.T) {
 		"3000 cuO(CUjit_option *o, void **v, unsigned int n) sync o=jitopts[v] v=optvalues",     // a count that is a pointer
 		"3000 cuO(CUjit_option *o, void **v, unsigned int n) sync o=jitopts[n] v=in[n]",         // values not optvalues
 		"3000 cuO(void **v, CUjit_option *o, unsigned int n) sync o=jitopts[n] v=optvalues",     // values before the options
-		"cuFoo unsupported",                  // unsupported on a cuda.api entry (left bare instead)
-		"3000 cuU(int *p) unsupported p=out", // unsupported with kinds
+		"cuFoo unsupported",                   // unsupported without its reason
+		"cuFoo unsupported why",               // a reason not in quotes
+		"cuFoo unsupported \"a\" \"b\"",       // more than the reason
+		"cuFoo unsupported \"x\"\ncuFoo sync", // annotated twice
+		"3000 cuU(int *p) unsupported p=out",  // unsupported with kinds
 	} {
 		p := filepath.Join(t.TempDir(), "remote.api")
 		os.WriteFile(p, []byte(line+"\n"), 0o644)
@@ -214,6 +218,25 @@ func TestRemoteCoversCUDA(t *testing.T) {
 	for _, e := range cuda {
 		if !seen[e.Name] {
 			t.Errorf("%s is not exported by the remoting client", e.Name)
+		}
+	}
+}
+
+// Every CUDA entry point the remoting client exports is carried to the
+// server, answered by the client, or refused on purpose with the reason
+// api/remote.api gives: none is left unsupported by omission.
+func TestRemoteEveryEntryDecided(t *testing.T) {
+	cuda, err := parseAPI(filepath.Join("..", "..", "api", "cuda.api"), LibCUDA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, _, err := parseRemote(filepath.Join("..", "..", "api", "remote.api"), cuda)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Table == nil && e.Disp == "" && e.Why == "" {
+			t.Errorf("%s is neither forwarded, answered by the client, nor unsupported with a reason in api/remote.api", e.Name)
 		}
 	}
 }
