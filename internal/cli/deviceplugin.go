@@ -99,6 +99,7 @@ func devicePluginFlags(c *cobra.Command, g *globals) func(log io.Writer, withMPS
 		cfg.Log = log
 		// Beside the daemon's registry: one daemon per state folder.
 		cfg.Allocations = filepath.Join(tenant.Dir(), "deviceplugin.allocations")
+		cfg.PreloadDir = tenant.Dir()
 		return func(ctx context.Context, api flexgvv1.DaemonServer) {
 			p := deviceplugin.New(cfg, deviceplugin.DaemonAPI{API: api}, client)
 			if cfg.RemoteSlots > 0 {

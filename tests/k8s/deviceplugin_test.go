@@ -186,10 +186,19 @@ func (n *gpuNode) runContainer(ctx context.Context, pod *corev1.Pod, c *corev1.C
 		}
 		env = append(env, e.Name+"="+v)
 	}
+	// The pod's own values come after the device plugin's, as the kubelet
+	// puts them: of a name in both, the program sees the pod's.
+	for _, e := range c.Env {
+		if e.ValueFrom == nil {
+			env = append(env, e.Name+"="+e.Value)
+		}
+	}
 	args := slices.Concat(c.Command, c.Args)
-	cmd := exec.Command(filepath.Join(build, "tests", args[0]), args[1:]...)
+	cmd, err := n.containerCommand(opts.Mounts, runAs(pod, c), filepath.Join(build, "tests", args[0]), args[1:]...)
+	if err != nil {
+		return 127, err.Error()
+	}
 	cmd.Env = env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: runAs(pod, c)}
 	if c.Stdin {
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
@@ -208,6 +217,55 @@ func (n *gpuNode) runContainer(ctx context.Context, pod *corev1.Pod, c *corev1.C
 		return 127, err.Error()
 	}
 	return 0, string(out)
+}
+
+// containerCommand runs prog as cred (nil: this process's user). Mounts
+// the dynamic loader reads at their container paths (under /etc and /usr:
+// no variable names them) are made for real, in a mount namespace of the
+// program's own over overlays of /etc and /usr, so the node is left as it
+// was.
+func (n *gpuNode) containerCommand(mounts []kubecontainer.Mount, cred *syscall.Credential, prog string, args ...string) (*exec.Cmd, error) {
+	var binds []string
+	for _, m := range mounts {
+		if strings.HasPrefix(m.ContainerPath, "/etc/") || strings.HasPrefix(m.ContainerPath, "/usr/") {
+			binds = append(binds, m.HostPath, m.ContainerPath)
+		}
+	}
+	if len(binds) == 0 {
+		cmd := exec.Command(prog, args...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		return cmd, nil
+	}
+	upper, err := os.MkdirTemp(n.dir, "container-")
+	if err != nil {
+		return nil, err
+	}
+	script := `set -e
+u=$1 binds=$2; shift 2
+mount -t tmpfs tmpfs "$u"
+for top in /etc /usr; do
+	mkdir "$u$top" "$u$top.work"
+	mount -t overlay overlay -o "lowerdir=$top,upperdir=$u$top,workdir=$u$top.work" "$top"
+done
+while [ "$binds" -gt 0 ]; do
+	mkdir -p "$(dirname "$2")"
+	if [ -d "$1" ]; then mkdir -p "$2"; else touch "$2"; fi
+	mount --bind "$1" "$2"
+	shift 2; binds=$((binds - 1))
+done
+exec "$@"`
+	exe := []string{prog}
+	if cred != nil {
+		groups := "--clear-groups"
+		if len(cred.Groups) > 0 {
+			groups = "--groups=" + strings.Trim(strings.Join(strings.Fields(fmt.Sprint(cred.Groups)), ","), "[]")
+		}
+		exe = []string{"setpriv", fmt.Sprintf("--reuid=%d", cred.Uid), fmt.Sprintf("--regid=%d", cred.Gid), groups, prog}
+	}
+	cmd := exec.Command("sh", slices.Concat([]string{"-c", script, "sh", upper, fmt.Sprint(len(binds) / 2)}, binds, exe, args)...)
+	// Go makes the new namespace's mounts private.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	return cmd, nil
 }
 
 // runAs is the user a runtime runs container c of pod as where the pod
@@ -490,6 +548,39 @@ func TestDevicePluginGivesThePodItsLimits(t *testing.T) {
 }
 
 // heldTenant is the daemon's view of tenant name: held, and its quotas.
+// A pod that sets LD_PRELOAD itself (the kubelet puts it after the device
+// plugin's, so it replaces the shim's) still runs under its limits: the
+// loader's own preload list, mounted at /etc/ld.so.preload, names the shim.
+func TestPodsOwnPreloadKeepsItsLimits(t *testing.T) {
+	n := startGPUNode(t, "gpu-p")
+	ns := namespace(t, "dp-preload")
+	p := clientPod(ns, "exact", n.name, 1024, 0, "memclient", "exact")
+	p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "LD_PRELOAD", Value: "libm.so.6"}}
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := finished(t, ns, "exact")
+	out, _ := n.kubelet.Output("exact")
+	var room uint64
+	if _, after, ok := strings.Cut(out, "room "); ok {
+		fmt.Sscanf(after, "%d", &room)
+	}
+	if pod.Status.Phase != corev1.PodSucceeded || room == 0 || room > (1024+nodeCtxMiB)<<20 ||
+		!strings.Contains(out, "one byte more -> CUDA_ERROR_OUT_OF_MEMORY, exactly -> CUDA_SUCCESS") {
+		t.Errorf("memclient exact with the pod's own LD_PRELOAD, in a pod of 1024 MiB (+%d MiB context): %s %q", nodeCtxMiB, pod.Status.Phase, out)
+	}
+	var list string
+	for _, m := range n.kubelet.Allocation("exact").Mounts {
+		if m.ContainerPath == deviceplugin.ContainerPreload {
+			b, _ := os.ReadFile(m.HostPath)
+			list = string(b)
+		}
+	}
+	if list != deviceplugin.ContainerShim+"\n" {
+		t.Errorf("the container's %s: %q", deviceplugin.ContainerPreload, list)
+	}
+}
+
 func (n *gpuNode) heldTenant(name string) (held bool, quotas []uint64) {
 	n.t.Helper()
 	c, err := daemon.Connect(daemon.Socket(filepath.Join(n.dir, "tenants")))
@@ -869,6 +960,9 @@ func TestRemoteVGPUPod(t *testing.T) {
 	p := clientPod(ns, "remote", n.name, 0, 0, "memclient", "info")
 	p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{vgpu.ResourceRemoteVGPU: resource.MustParse("1")}
 	p.Annotations = map[string]string{vgpu.AnnotationRemoteMemory: "1024"}
+	// The pod's own library path replaces the device plugin's (and the
+	// simulated driver's folder); the remoting libcuda is preloaded.
+	p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "LD_LIBRARY_PATH", Value: filepath.Join(dir, "app-lib")}}
 	created := time.Now()
 	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

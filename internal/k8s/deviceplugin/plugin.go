@@ -12,6 +12,7 @@
 package deviceplugin
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -48,6 +49,11 @@ const (
 	// ContainerMPSPipe is where a pod given part of the SMs finds the MPS
 	// control daemon's pipe folder.
 	ContainerMPSPipe = "/run/flexgv/mps"
+	// ContainerPreload is the dynamic loader's list of libraries it loads
+	// into every program, whatever LD_PRELOAD the image or the pod sets
+	// (the kubelet puts a pod's own env after Allocate's, so its
+	// LD_PRELOAD would replace the shim's).
+	ContainerPreload = "/etc/ld.so.preload"
 )
 
 // TenantPrefix starts the name of every tenant the plugin creates; the
@@ -93,6 +99,9 @@ type Config struct {
 	// "": they are refused. A Volta or later MPS server shares no /dev/shm
 	// with its clients, so each pod keeps its own.
 	MPSPipe string
+	// PreloadDir is the folder on the node where the loader's preload
+	// lists mounted at ContainerPreload are written.
+	PreloadDir string
 	// HealthEvery is how often the GPUs are read; SyncEvery how often the
 	// tenants are matched to the pods and the socket checked.
 	HealthEvery, SyncEvery time.Duration
@@ -631,8 +640,13 @@ func (p *Plugin) allocate(ctx context.Context, pod *corev1.Pod, r vgpu.Request) 
 		"CUDA_VISIBLE_DEVICES":   visible,
 		"NVIDIA_VISIBLE_DEVICES": visible,
 	}
+	preload, err := p.preload("ld.so.preload", ContainerShim)
+	if err != nil {
+		return nil, err
+	}
 	resp.Mounts = []*pluginapi.Mount{
 		{ContainerPath: ContainerShim, HostPath: p.cfg.Shim, ReadOnly: true},
+		preload,
 		// The tenant's file alone: the pod sees no other tenant.
 		{ContainerPath: ContainerTenant, HostPath: path},
 	}
@@ -662,6 +676,27 @@ func (p *Plugin) allocate(ctx context.Context, pod *corev1.Pod, r vgpu.Request) 
 	p.log.Printf("pod %s/%s: tenant %s on %s, %d MiB (+%d MiB context), %d%% compute share, %s, priority %s, %s each",
 		pod.Namespace, pod.Name, t.Name, visible, r.MemoryMiB, p.cfg.ContextMiB, r.ComputePct, capped, r.Priority, sms)
 	return resp, nil
+}
+
+// preload writes the loader's preload list naming libs (container paths)
+// as name in PreloadDir and says how a container gets it. LD_PRELOAD alone
+// would not do: a pod's own LD_PRELOAD comes after Allocate's and wins, and
+// the program would run without its limits.
+func (p *Plugin) preload(name string, libs ...string) (*pluginapi.Mount, error) {
+	file := filepath.Join(p.cfg.PreloadDir, name)
+	want := []byte(strings.Join(libs, "\n") + "\n")
+	if have, err := os.ReadFile(file); err != nil || !bytes.Equal(have, want) {
+		// Written aside and renamed: a container starting meanwhile never
+		// reads half a list.
+		tmp := file + ".tmp"
+		if err := os.WriteFile(tmp, want, 0o644); err != nil {
+			return nil, fmt.Errorf("the loader's preload list: %w", err)
+		}
+		if err := os.Rename(tmp, file); err != nil {
+			return nil, fmt.Errorf("the loader's preload list: %w", err)
+		}
+	}
+	return &pluginapi.Mount{ContainerPath: ContainerPreload, HostPath: file, ReadOnly: true}, nil
 }
 
 // deviceNode is the device node name under DevRoot, if the node has it.

@@ -310,6 +310,17 @@ func (rp *RemotePlugin) allocate(ctx context.Context, pod *corev1.Pod) (*plugina
 	if err := giveTo(file, pod, r.Container, 0o440); err != nil {
 		return nil, err
 	}
+	// The remoting libraries preloaded by the loader: an LD_LIBRARY_PATH the
+	// image or the pod sets (the pod's replaces Allocate's) keeps its own
+	// folders and still gets them, as a library of that SONAME is loaded.
+	libs := []string{filepath.Join(ContainerRemoteLib, "libcuda.so.1")}
+	if _, err := os.Stat(filepath.Join(rp.p.cfg.RemoteLib, "libnvidia-ml.so.1")); err == nil {
+		libs = append(libs, filepath.Join(ContainerRemoteLib, "libnvidia-ml.so.1"))
+	}
+	preload, err := rp.p.preload("remote-ld.so.preload", libs...)
+	if err != nil {
+		return nil, err
+	}
 	_, uuid, _ := vgpu.PodRemoteGPU(pod)
 	rp.p.log.Printf("pod %s/%s: remote vGPU %s at %s", pod.Namespace, pod.Name, uuid, addr)
 	return &pluginapi.ContainerAllocateResponse{
@@ -321,6 +332,7 @@ func (rp *RemotePlugin) allocate(ctx context.Context, pod *corev1.Pod) (*plugina
 		Mounts: []*pluginapi.Mount{
 			{ContainerPath: ContainerRemoteLib, HostPath: rp.p.cfg.RemoteLib, ReadOnly: true},
 			{ContainerPath: ContainerRemoteToken, HostPath: file, ReadOnly: true},
+			preload,
 		},
 	}, nil
 }
