@@ -547,7 +547,6 @@ func TestDevicePluginGivesThePodItsLimits(t *testing.T) {
 	})
 }
 
-// heldTenant is the daemon's view of tenant name: held, and its quotas.
 // A pod that sets LD_PRELOAD itself (the kubelet puts it after the device
 // plugin's, so it replaces the shim's) still runs under its limits: the
 // loader's own preload list, mounted at /etc/ld.so.preload, names the shim.
@@ -581,6 +580,70 @@ func TestPodsOwnPreloadKeepsItsLimits(t *testing.T) {
 	}
 }
 
+// After a reboot the kubelet starts a pod's container again with the
+// allocation it saved (its checkpoint), without Allocate; the tenant files
+// and the daemon's record of them, in shared memory, are gone. The daemon
+// makes the tenant again with its limits, where the saved mount finds it.
+func TestTenantMadeAgainAfterReboot(t *testing.T) {
+	n := startGPUNode(t, "gpu-rb")
+	ns := namespace(t, "dp-reboot")
+	ctx := context.Background()
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, holderPod(ns, "holder", n.name, 1024, 0, "256"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := running(t, ns, "holder")
+	tenant := deviceplugin.TenantPrefix + string(pod.UID)
+	held, before := n.heldTenant(tenant)
+	if !held || len(before) == 0 {
+		t.Fatalf("tenant %s: held %v, quotas %v", tenant, held, before)
+	}
+	alloc := n.kubelet.Allocation("holder")
+	// Its container runs (the node goes down with it, or the mounts it
+	// starts with would be gone).
+	eventually(t, 10*time.Second, "the holder holding its memory", func() (bool, error) {
+		c, err := daemon.Connect(daemon.Socket(filepath.Join(n.dir, "tenants")))
+		if err != nil || c == nil {
+			return false, err
+		}
+		defer c.Close()
+		tn, err := c.GetTenant(ctx, &flexgvv1.GetTenantRequest{Name: tenant})
+		if err != nil {
+			return false, err
+		}
+		for _, d := range tn.Devices {
+			if d.UsedBytes >= 256<<20 {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("tenant %v", tn.Devices)
+	})
+
+	n.killDaemon()
+	state := filepath.Join(n.dir, "tenants")
+	if err := os.RemoveAll(state); err != nil {
+		t.Fatal(err)
+	}
+	n.startDaemon()
+	eventually(t, 10*time.Second, "tenant "+tenant+" made again", func() (bool, error) {
+		held, after := n.heldTenant(tenant)
+		return held && slices.Equal(before, after), fmt.Errorf("held %v, quotas %v, were %v", held, after, before)
+	})
+
+	// A container started with the saved allocation runs under the limits.
+	c := pod.Spec.Containers[0]
+	c.Command, c.Stdin = []string{"memclient", "exact"}, false
+	code, out := n.runContainer(ctx, pod, &c, alloc)
+	var room uint64
+	if _, after, ok := strings.Cut(out, "room "); ok {
+		fmt.Sscanf(after, "%d", &room)
+	}
+	if code != 0 || room == 0 || room > (1024+nodeCtxMiB)<<20 ||
+		!strings.Contains(out, "one byte more -> CUDA_ERROR_OUT_OF_MEMORY, exactly -> CUDA_SUCCESS") {
+		t.Errorf("memclient exact with the saved allocation: exit %d %q", code, out)
+	}
+}
+
+// heldTenant is the daemon's view of tenant name: held, and its quotas.
 func (n *gpuNode) heldTenant(name string) (held bool, quotas []uint64) {
 	n.t.Helper()
 	c, err := daemon.Connect(daemon.Socket(filepath.Join(n.dir, "tenants")))

@@ -238,7 +238,12 @@ func sleep(ctx context.Context, d time.Duration) {
 // serve serves the vGPU plugin and registers it, until its socket is
 // removed or ctx ends.
 func (p *Plugin) serve(ctx context.Context) error {
-	return p.endpoint(ctx, socketName, vgpu.ResourceVGPU, p, p.options(), p.syncTenants)
+	return p.endpoint(ctx, socketName, vgpu.ResourceVGPU, p, p.options(), func(ctx context.Context) {
+		p.syncTenants(ctx)
+		if err := p.rebuildLocked(ctx); err != nil {
+			p.log.Print(err)
+		}
+	})
 }
 
 // endpoint serves impl on socket (in the kubelet's folder), registers it
@@ -424,7 +429,11 @@ func (p *Plugin) PreStartContainer(ctx context.Context, req *pluginapi.PreStartC
 	p.mu.Unlock()
 	want := a.Pod
 	if !ok {
-		// Allocated before this plugin's state was kept: nothing to compare with.
+		// An allocation made before: the container is started again (a
+		// reboot, a restart), and its tenant may have to be made again.
+		if err := p.rebuildLocked(ctx); err != nil {
+			return nil, fmt.Errorf("flexgv: %w", err)
+		}
 		return &pluginapi.PreStartContainerResponse{}, nil
 	}
 	got, err := p.devicesOwner(ctx, key)
@@ -601,36 +610,19 @@ func (p *Plugin) nodePods(ctx context.Context) ([]corev1.Pod, error) {
 // joins it.
 func (p *Plugin) allocate(ctx context.Context, pod *corev1.Pod, r vgpu.Request) (*pluginapi.ContainerAllocateResponse, error) {
 	uuids := vgpu.PodGPUs(pod)
-	p.mu.Lock()
-	gpus := p.gpus
-	p.mu.Unlock()
-	if r.SM > 0 && p.cfg.MPSPipe == "" {
-		return nil, fmt.Errorf("the pod asks for %s %d, and node %s offers pods no MPS (flexgv daemon --kubernetes --mps --mps-pods)",
-			vgpu.AnnotationSM, r.SM, p.cfg.NodeName)
+	t, gpus, err := p.tenantOf(pod, r)
+	if err != nil {
+		return nil, err
 	}
-	t := Tenant{Name: TenantPrefix + string(pod.UID), Priority: r.Priority, ContextBytes: uint64(p.cfg.ContextMiB) << 20,
-		SM: uint32(r.SM), Namespace: pod.Namespace, Pod: pod.Name, Container: r.Container}
 	resp := &pluginapi.ContainerAllocateResponse{}
-	for _, u := range uuids {
-		i := slices.IndexFunc(gpus, func(g vgpu.GPU) bool { return g.UUID == u })
-		if i < 0 {
-			return nil, fmt.Errorf("placed on GPU %s, which node %s does not have", u, p.cfg.NodeName)
-		}
-		if !gpus[i].Healthy {
-			return nil, fmt.Errorf("placed on GPU %s, which is unhealthy", u)
-		}
-		t.Devices = append(t.Devices, TenantDevice{UUID: u, QuotaBytes: uint64(r.MemoryMiB+p.cfg.ContextMiB) << 20, ComputePct: r.ComputePct,
-			ComputeMax: r.ComputeMax})
-		resp.Devices = append(resp.Devices, p.deviceNode(fmt.Sprintf("nvidia%d", gpus[i].Minor))...)
+	for _, g := range gpus {
+		resp.Devices = append(resp.Devices, p.deviceNode(fmt.Sprintf("nvidia%d", g.Minor))...)
 	}
 	for _, ctl := range []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"} {
 		resp.Devices = append(resp.Devices, p.deviceNode(ctl)...)
 	}
-	path, err := p.daemon.CreateTenant(ctx, t)
+	path, err := p.makeTenant(ctx, pod, r, t)
 	if err != nil {
-		return nil, err
-	}
-	if err := giveTo(path, pod, r.Container, 0o660); err != nil {
 		return nil, err
 	}
 	visible := strings.Join(uuids, ",")
@@ -676,6 +668,116 @@ func (p *Plugin) allocate(ctx context.Context, pod *corev1.Pod, r vgpu.Request) 
 	p.log.Printf("pod %s/%s: tenant %s on %s, %d MiB (+%d MiB context), %d%% compute share, %s, priority %s, %s each",
 		pod.Namespace, pod.Name, t.Name, visible, r.MemoryMiB, p.cfg.ContextMiB, r.ComputePct, capped, r.Priority, sms)
 	return resp, nil
+}
+
+// tenantOf is the tenant pod's request r makes, on the GPUs (returned)
+// the extender placed it on.
+func (p *Plugin) tenantOf(pod *corev1.Pod, r vgpu.Request) (Tenant, []vgpu.GPU, error) {
+	p.mu.Lock()
+	gpus := p.gpus
+	p.mu.Unlock()
+	if r.SM > 0 && p.cfg.MPSPipe == "" {
+		return Tenant{}, nil, fmt.Errorf("the pod asks for %s %d, and node %s offers pods no MPS (flexgv daemon --kubernetes --mps --mps-pods)",
+			vgpu.AnnotationSM, r.SM, p.cfg.NodeName)
+	}
+	t := Tenant{Name: TenantPrefix + string(pod.UID), Priority: r.Priority, ContextBytes: uint64(p.cfg.ContextMiB) << 20,
+		SM: uint32(r.SM), Namespace: pod.Namespace, Pod: pod.Name, Container: r.Container}
+	var on []vgpu.GPU
+	for _, u := range vgpu.PodGPUs(pod) {
+		i := slices.IndexFunc(gpus, func(g vgpu.GPU) bool { return g.UUID == u })
+		if i < 0 {
+			return Tenant{}, nil, fmt.Errorf("placed on GPU %s, which node %s does not have", u, p.cfg.NodeName)
+		}
+		if !gpus[i].Healthy {
+			return Tenant{}, nil, fmt.Errorf("placed on GPU %s, which is unhealthy", u)
+		}
+		t.Devices = append(t.Devices, TenantDevice{UUID: u, QuotaBytes: uint64(r.MemoryMiB+p.cfg.ContextMiB) << 20, ComputePct: r.ComputePct,
+			ComputeMax: r.ComputeMax})
+		on = append(on, gpus[i])
+	}
+	return t, on, nil
+}
+
+// makeTenant has the daemon create t, pod's tenant, and gives its file to
+// the user of the pod's container.
+func (p *Plugin) makeTenant(ctx context.Context, pod *corev1.Pod, r vgpu.Request, t Tenant) (string, error) {
+	path, err := p.daemon.CreateTenant(ctx, t)
+	if err != nil {
+		return "", err
+	}
+	if err := giveTo(path, pod, r.Container, 0o660); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+// rebuild makes again the tenants of the pods the kubelet has given vGPUs
+// that the daemon does not hold: after a reboot the kubelet reuses the
+// allocations it saved (its checkpoint) and restarts their containers
+// without asking Allocate, but the tenant files, in shared memory, are
+// gone, and so is the daemon's record of them. Only the kubelet's
+// pod-resources API says which pods those are (a pod placed here but not
+// yet allocated must have no tenant, as Allocate goes by that); without
+// it nothing is rebuilt.
+func (p *Plugin) rebuild(ctx context.Context) error {
+	if p.cfg.PodResources == "" {
+		return nil
+	}
+	listed, err := p.podResources(ctx)
+	if err != nil {
+		return fmt.Errorf("asking the kubelet which pods have vGPUs: %w", err)
+	}
+	given := map[string]bool{}
+	for _, pod := range listed {
+		for _, c := range pod.Containers {
+			for _, d := range c.Devices {
+				if d.ResourceName == string(vgpu.ResourceVGPU) && len(d.DeviceIds) > 0 {
+					given[pod.Namespace+"/"+pod.Name] = true
+				}
+			}
+		}
+	}
+	pods, err := p.nodePods(ctx)
+	if err != nil {
+		return err
+	}
+	have, err := p.daemon.Tenants(ctx)
+	if err != nil {
+		return fmt.Errorf("listing the node daemon's tenants: %w", err)
+	}
+	var errs []error
+	for i := range pods {
+		pod := &pods[i]
+		if !given[pod.Namespace+"/"+pod.Name] || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed ||
+			len(vgpu.PodGPUs(pod)) == 0 || slices.Contains(have, TenantPrefix+string(pod.UID)) {
+			continue
+		}
+		r, ok, err := vgpu.PodRequest(pod)
+		if err != nil || !ok {
+			continue
+		}
+		t, _, err := p.tenantOf(pod, r)
+		if err == nil {
+			_, err = p.makeTenant(ctx, pod, r, t)
+		}
+		if err == nil {
+			_, err = p.preload("ld.so.preload", ContainerShim)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("making again the tenant of pod %s/%s: %w", pod.Namespace, pod.Name, err))
+			continue
+		}
+		p.log.Printf("pod %s/%s: tenant %s made again (the kubelet kept its vGPUs; the daemon had lost it, as after a reboot)",
+			pod.Namespace, pod.Name, t.Name)
+	}
+	return errors.Join(errs...)
+}
+
+// rebuildLocked is rebuild serialized with Allocate.
+func (p *Plugin) rebuildLocked(ctx context.Context) error {
+	p.allocating.Lock()
+	defer p.allocating.Unlock()
+	return p.rebuild(ctx)
 }
 
 // preload writes the loader's preload list naming libs (container paths)

@@ -271,3 +271,23 @@ func TestAllocateGivesPartOfTheSMsUnderMPS(t *testing.T) {
 		t.Errorf("a pod that asks for no SMs gets CUDA_MPS_PIPE_DIRECTORY")
 	}
 }
+
+// A container started again with an allocation the plugin has no record
+// of (the kubelet's checkpoint after a reboot) gets its pod's tenant made
+// again before it starts, with the pod's limits.
+func TestPreStartMakesAgainALostTenant(t *testing.T) {
+	pod := placedPod("a", 1000, time.Now())
+	pod.Status.Phase = corev1.PodRunning
+	p, k, d := startPlugin(t, pod, placedPod("b", 2000, time.Now()))
+	k.set(listed("a", "GPU-0-vgpu-0"), listed("b"))
+	if _, err := p.PreStartContainer(context.Background(), &pluginapi.PreStartContainerRequest{DevicesIds: []string{"GPU-0-vgpu-0"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.tenants["pod-uid-a"].Devices; len(got) != 1 || got[0].QuotaBytes != (1000+512)<<20 {
+		t.Errorf("tenant of a after PreStartContainer: %+v", got)
+	}
+	// b, placed here but not given vGPUs by the kubelet yet, is left to Allocate.
+	if _, ok := d.tenants["pod-uid-b"]; ok {
+		t.Errorf("tenant of b made before its allocation: %v", d.tenants)
+	}
+}
