@@ -121,7 +121,7 @@ func (n *gpuNode) startDaemon() {
 	cmd := exec.Command(filepath.Join(build, "bin", "flexgv"), "daemon", "--metrics-addr", "",
 		"--kubernetes", "--node-name", n.name, "--kubeconfig", cp.Kubeconfig, "--shim", filepath.Join(build, "lib", "libflexgv.so"),
 		"--plugin-dir", kubeletDir, fmt.Sprintf("--slots=%d", slots), fmt.Sprintf("--ctx-mem=%dMiB", nodeCtxMiB),
-		"--dev-root", filepath.Join(n.dir, "dev"), "--pod-resources", n.podResources(),
+		"--dev-root", filepath.Join(n.dir, "dev"), "--pod-resources", n.podResources(), "--cdi-spec-dir", filepath.Join(n.dir, "cdi"),
 		"--health-interval", "100ms", "--sync-interval", "100ms")
 	cmd.Args = append(cmd.Args, n.extra...)
 	cmd.Env = append(os.Environ(), n.env...)

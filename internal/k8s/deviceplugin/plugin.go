@@ -99,6 +99,14 @@ type Config struct {
 	// "": they are refused. A Volta or later MPS server shares no /dev/shm
 	// with its clients, so each pod keeps its own.
 	MPSPipe string
+	// CDI is how containers get their GPUs and the driver: CDIAuto, CDIOn
+	// or CDIOff; CDISpecDirs where CDI specs are looked for.
+	CDI         string
+	CDISpecDirs []string
+	// DriverLibs, for containers given device nodes: the node's folder of
+	// the driver's libraries, mounted into them; "": the runtime brings
+	// them.
+	DriverLibs string
 	// PreloadDir is the folder on the node where the loader's preload
 	// lists mounted at ContainerPreload are written.
 	PreloadDir string
@@ -136,6 +144,9 @@ func (c Config) Check() error {
 	}
 	if (c.RemoteAddr != "" || c.RemoteSlots > 0) && c.SecretNamespace == "" {
 		return errors.New("remote vGPUs pass their tokens in Secrets of one namespace: give --secret-namespace or set POD_NAMESPACE (the downward API's metadata.namespace)")
+	}
+	if err := c.checkDelivery(); err != nil {
+		return err
 	}
 	if c.RemoteSlots < 0 {
 		return fmt.Errorf("--remote-slots %d: negative", c.RemoteSlots)
@@ -614,34 +625,35 @@ func (p *Plugin) allocate(ctx context.Context, pod *corev1.Pod, r vgpu.Request) 
 	if err != nil {
 		return nil, err
 	}
-	resp := &pluginapi.ContainerAllocateResponse{}
-	for _, g := range gpus {
-		resp.Devices = append(resp.Devices, p.deviceNode(fmt.Sprintf("nvidia%d", g.Minor))...)
-	}
-	for _, ctl := range []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"} {
-		resp.Devices = append(resp.Devices, p.deviceNode(ctl)...)
+	visible := strings.Join(uuids, ",")
+	resp := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{
+		"FLEXGV_TENANT":          ContainerTenant,
+		"LD_PRELOAD":             ContainerShim,
+		"CUDA_VISIBLE_DEVICES":   visible,
+		"NVIDIA_VISIBLE_DEVICES": visible,
+	}}
+	driver, err := p.deliver(resp, gpus)
+	if err != nil {
+		return nil, err
 	}
 	path, err := p.makeTenant(ctx, pod, r, t)
 	if err != nil {
 		return nil, err
 	}
-	visible := strings.Join(uuids, ",")
-	resp.Envs = map[string]string{
-		"FLEXGV_TENANT":          ContainerTenant,
-		"LD_PRELOAD":             ContainerShim,
-		"CUDA_VISIBLE_DEVICES":   visible,
-		"NVIDIA_VISIBLE_DEVICES": visible,
+	list := preloadShim
+	if driver != nil {
+		list = preloadDriver
 	}
-	preload, err := p.preload("ld.so.preload", ContainerShim)
+	preload, err := p.preload(list, p.preloadLists()[list]...)
 	if err != nil {
 		return nil, err
 	}
-	resp.Mounts = []*pluginapi.Mount{
-		{ContainerPath: ContainerShim, HostPath: p.cfg.Shim, ReadOnly: true},
+	resp.Mounts = append(resp.Mounts,
+		&pluginapi.Mount{ContainerPath: ContainerShim, HostPath: p.cfg.Shim, ReadOnly: true},
 		preload,
 		// The tenant's file alone: the pod sees no other tenant.
-		{ContainerPath: ContainerTenant, HostPath: path},
-	}
+		&pluginapi.Mount{ContainerPath: ContainerTenant, HostPath: path},
+	)
 	// A share, a cap or a priority other than normal: the daemon made the tenant a
 	// member of each GPU's scheduler, whose file the shim finds next to the
 	// tenant's.
@@ -760,8 +772,10 @@ func (p *Plugin) rebuild(ctx context.Context) error {
 		if err == nil {
 			_, err = p.makeTenant(ctx, pod, r, t)
 		}
-		if err == nil {
-			_, err = p.preload("ld.so.preload", ContainerShim)
+		for list, libs := range p.preloadLists() {
+			if err == nil {
+				_, err = p.preload(list, libs...)
+			}
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("making again the tenant of pod %s/%s: %w", pod.Namespace, pod.Name, err))
@@ -771,6 +785,22 @@ func (p *Plugin) rebuild(ctx context.Context) error {
 			pod.Namespace, pod.Name, t.Name)
 	}
 	return errors.Join(errs...)
+}
+
+// The loader's preload lists of containers given vGPUs: the shim, and
+// after it the driver's libraries where they are given from DriverLibs.
+const (
+	preloadShim   = "ld.so.preload"
+	preloadDriver = "ld.so.preload-driver"
+)
+
+// preloadLists are the lists containers may be given, by name.
+func (p *Plugin) preloadLists() map[string][]string {
+	lists := map[string][]string{preloadShim: {ContainerShim}}
+	if p.cfg.DriverLibs != "" {
+		lists[preloadDriver] = append([]string{ContainerShim}, driverPreload(p.cfg.DriverLibs)...)
+	}
+	return lists
 }
 
 // rebuildLocked is rebuild serialized with Allocate.

@@ -119,7 +119,7 @@ func startPlugin(t *testing.T, pods ...*corev1.Pod) (*Plugin, *fakeKubelet, *fak
 	os.WriteFile(shim, nil, 0o644)
 	d := &fakeDaemon{tenants: map[string]Tenant{}}
 	p := New(Config{NodeName: "node", PluginDir: dir, Slots: 4, ContextMiB: 512, Shim: shim, DevRoot: dir,
-		PodResources: sock, PreloadDir: dir, HealthEvery: time.Second, SyncEvery: time.Second, Log: io.Discard}, d, client)
+		PodResources: sock, PreloadDir: dir, CDI: CDIAuto, CDISpecDirs: []string{filepath.Join(dir, "cdi")}, HealthEvery: time.Second, SyncEvery: time.Second, Log: io.Discard}, d, client)
 	if err := p.refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
