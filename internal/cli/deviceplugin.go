@@ -56,7 +56,9 @@ func devicePluginFlags(c *cobra.Command, g *globals) func(log io.Writer, withMPS
 	f.StringSliceVar(&cfg.CDISpecDirs, "cdi-spec-dir", deviceplugin.CDISpecDirs, "with --kubernetes: folders of CDI specs, as the container runtime reads them")
 	f.StringVar(&cfg.DriverLibs, "driver-libs", "", "with --kubernetes, for containers given device nodes: the node's folder of the driver's libraries "+
 		"(libcuda.so.1, libnvidia-ml.so.1, ...), mounted into them (\"\": the container runtime brings them)")
-	names := []string{"cdi", "cdi-spec-dir", "driver-libs", "shim", "node-name", "kubeconfig", "plugin-dir", "slots", "ctx-mem", "dev-root", "pod-resources", "health-interval", "sync-interval",
+	f.StringSliceVar(&cfg.GPUs, "gpus", nil, "with --kubernetes: the GPUs (UUIDs, or indices) this node's vGPUs are on, leaving the others to another "+
+		"device plugin (NVIDIA's); default all. A GPU another nvidia.com/ resource advertises is left to it whatever this says")
+	names := []string{"gpus", "cdi", "cdi-spec-dir", "driver-libs", "shim", "node-name", "kubeconfig", "plugin-dir", "slots", "ctx-mem", "dev-root", "pod-resources", "health-interval", "sync-interval",
 		"remote-addr", "tenant-dir", "remote-slots", "secret-namespace", "remote-lib", "mps-pods"}
 	return func(log io.Writer, withMPS bool) (func(context.Context, flexgvv1.DaemonServer), error) {
 		if !on {

@@ -204,6 +204,7 @@ func TestChartInstalls(t *testing.T) {
 		{nil, "--cdi=auto", []string{"/etc/cdi", "/var/run/cdi"}},
 		{map[string]any{"node": map[string]any{"cdi": "off", "driverLibs": "/usr/lib/x86_64-linux-gnu"}}, "--driver-libs=/usr/lib/x86_64-linux-gnu",
 			[]string{"/usr/lib/x86_64-linux-gnu"}},
+		{map[string]any{"node": map[string]any{"gpus": []any{"GPU-1", "2"}}}, "--gpus=GPU-1,2", []string{"/etc/cdi", "/var/run/cdi"}},
 	} {
 		objs, err := renderChart(tc.values)
 		if err != nil {

@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -107,6 +108,9 @@ type Config struct {
 	// the driver's libraries, mounted into them; "": the runtime brings
 	// them.
 	DriverLibs string
+	// GPUs, where not empty, are the GPUs (UUIDs or indices) the plugin
+	// takes; the others are left to other plugins.
+	GPUs []string
 	// PreloadDir is the folder on the node where the loader's preload
 	// lists mounted at ContainerPreload are written.
 	PreloadDir string
@@ -145,6 +149,9 @@ func (c Config) Check() error {
 	if (c.RemoteAddr != "" || c.RemoteSlots > 0) && c.SecretNamespace == "" {
 		return errors.New("remote vGPUs pass their tokens in Secrets of one namespace: give --secret-namespace or set POD_NAMESPACE (the downward API's metadata.namespace)")
 	}
+	if slices.Contains(c.GPUs, "") {
+		return fmt.Errorf("--gpus %q: an empty GPU name", strings.Join(c.GPUs, ","))
+	}
 	if err := c.checkDelivery(); err != nil {
 		return err
 	}
@@ -174,8 +181,9 @@ type Plugin struct {
 	log    *log.Logger
 
 	mu      sync.Mutex
-	gpus    []vgpu.GPU    // as last read
-	changed chan struct{} // closed and replaced when gpus change
+	gpus    []vgpu.GPU      // as last read
+	shared  map[string]bool // GPUs another nvidia.com/ resource advertises, by UUID
+	changed chan struct{}   // closed and replaced when gpus change
 	// allocating serializes Allocate: which pod a call is for is decided
 	// by which pods have no tenant yet.
 	allocating sync.Mutex
@@ -191,7 +199,8 @@ type Plugin struct {
 
 // New returns a plugin; Run runs it.
 func New(cfg Config, d Daemon, client kubernetes.Interface) *Plugin {
-	p := &Plugin{cfg: cfg, daemon: d, client: client, log: log.New(cfg.Log, "flexgv device plugin: ", 0), changed: make(chan struct{})}
+	p := &Plugin{cfg: cfg, daemon: d, client: client, log: log.New(cfg.Log, "flexgv device plugin: ", 0), changed: make(chan struct{}),
+		shared: map[string]bool{}}
 	p.allocated = loadAllocations(cfg.Allocations, time.Now(), p.log.Printf)
 	return p
 }
@@ -315,6 +324,8 @@ func (p *Plugin) registerAs(ctx context.Context, socket string, resource corev1.
 // no longer lists, or all of them when NVML cannot be read, is unhealthy.
 func (p *Plugin) refresh(ctx context.Context) error {
 	devs, err := p.daemon.Devices(ctx)
+	devs = p.chosen(devs)
+	others, known := p.advertisedByOthers(ctx)
 	p.mu.Lock()
 	if err != nil && p.gpus == nil {
 		p.mu.Unlock()
@@ -326,7 +337,21 @@ func (p *Plugin) refresh(ctx context.Context) error {
 		if minor < 0 { // NVML does not say: the index is the node on most machines
 			minor = d.Index
 		}
-		gpus = append(gpus, vgpu.GPU{UUID: d.UUID, Index: d.Index, Minor: minor, MemoryMiB: int64(d.MemoryBytes >> 20), Healthy: true})
+		other := others[d.UUID]
+		if other == "" {
+			other = others[strconv.Itoa(d.Index)]
+		}
+		if other != "" && !p.shared[d.UUID] {
+			p.log.Printf("GPU %s (index %d) is advertised by %s too (NVIDIA's device plugin?): not advertised here, so that no pod gets it from both; "+
+				"give each plugin its own GPUs (--gpus here, NVIDIA_VISIBLE_DEVICES of the other's container)", d.UUID, d.Index, other)
+		}
+		if known {
+			if p.shared[d.UUID] && other == "" {
+				p.log.Printf("GPU %s is no longer advertised by another resource: advertised here", d.UUID)
+			}
+			p.shared[d.UUID] = other != ""
+		}
+		gpus = append(gpus, vgpu.GPU{UUID: d.UUID, Index: d.Index, Minor: minor, MemoryMiB: int64(d.MemoryBytes >> 20), Healthy: !p.shared[d.UUID]})
 	}
 	for _, old := range p.gpus {
 		if !slices.ContainsFunc(gpus, func(g vgpu.GPU) bool { return g.UUID == old.UUID }) {

@@ -27,9 +27,15 @@ import (
 type fakeDaemon struct {
 	mu      sync.Mutex
 	tenants map[string]Tenant
+	devs    []Device // nil: one GPU, GPU-0
 }
 
 func (d *fakeDaemon) Devices(context.Context) ([]Device, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.devs != nil {
+		return d.devs, nil
+	}
 	return []Device{{Index: 0, UUID: "GPU-0", MemoryBytes: 16 << 30}}, nil
 }
 
@@ -60,8 +66,18 @@ func (d *fakeDaemon) Tenants(context.Context) ([]string, error) {
 // fakeKubelet answers pod-resources List with what the test sets.
 type fakeKubelet struct {
 	podresourcesv1.UnimplementedPodResourcesListerServer
-	mu   sync.Mutex
-	pods []*podresourcesv1.PodResources
+	mu          sync.Mutex
+	pods        []*podresourcesv1.PodResources
+	allocatable []*podresourcesv1.ContainerDevices // nil: GetAllocatableResources unimplemented
+}
+
+func (k *fakeKubelet) GetAllocatableResources(ctx context.Context, req *podresourcesv1.AllocatableResourcesRequest) (*podresourcesv1.AllocatableResourcesResponse, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.allocatable == nil {
+		return k.UnimplementedPodResourcesListerServer.GetAllocatableResources(ctx, req)
+	}
+	return &podresourcesv1.AllocatableResourcesResponse{Devices: k.allocatable}, nil
 }
 
 func (k *fakeKubelet) List(context.Context, *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {

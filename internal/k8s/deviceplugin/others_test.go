@@ -1,0 +1,72 @@
+package deviceplugin
+
+import (
+	"bytes"
+	"context"
+	"log"
+	"strings"
+	"testing"
+	"time"
+
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/flexgv/flexgv/internal/k8s/vgpu"
+)
+
+// health is each GPU the plugin advertises, by UUID: healthy or not.
+func health(p *Plugin) map[string]bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string]bool{}
+	for _, g := range p.gpus {
+		out[g.UUID] = g.Healthy
+	}
+	return out
+}
+
+// Beside NVIDIA's device plugin: --gpus takes some GPUs only, and a GPU
+// that nvidia.com/gpu advertises too (by UUID or by index) is not
+// advertised here, said in the log; pods placed on it are refused.
+func TestGPUsSharedWithAnotherPluginAreNotAdvertised(t *testing.T) {
+	two := []Device{{Index: 0, UUID: "GPU-0", MemoryBytes: 16 << 30}, {Index: 1, UUID: "GPU-1", MemoryBytes: 16 << 30}}
+	ctx := context.Background()
+
+	p, k, d := startPlugin(t)
+	d.devs = two
+	p.cfg.GPUs = []string{"1"}
+	p.mu.Lock()
+	p.gpus = nil
+	p.mu.Unlock()
+	p.refresh(ctx)
+	if got := health(p); len(got) != 1 || !got["GPU-1"] {
+		t.Errorf("with --gpus 1: %v, want GPU-1 alone", got)
+	}
+
+	for _, ids := range [][]string{{"GPU-0"}, {"0"}} {
+		p, k, d = startPlugin(t, placedPod("a", 1000, time.Now()))
+		var logged bytes.Buffer
+		p.log = log.New(&logged, "", 0)
+		d.devs = two
+		k.set(listed("a"))
+		k.allocatable = []*podresourcesv1.ContainerDevices{{ResourceName: "nvidia.com/gpu", DeviceIds: ids},
+			{ResourceName: string(vgpu.ResourceVGPU), DeviceIds: []string{"GPU-1-vgpu-0"}}}
+		p.refresh(ctx)
+		if got := health(p); len(got) != 2 || got["GPU-0"] || !got["GPU-1"] {
+			t.Errorf("nvidia.com/gpu advertising %v: %v, want GPU-0 unhealthy, GPU-1 healthy", ids, got)
+		}
+		if !strings.Contains(logged.String(), "GPU GPU-0 (index 0) is advertised by nvidia.com/gpu too") {
+			t.Errorf("log: %q", logged.String())
+		}
+		if _, err := allocate(t, p, "GPU-0-vgpu-0"); err == nil || !strings.Contains(err.Error(), "placed on GPU GPU-0, which is unhealthy") {
+			t.Errorf("a pod placed on the shared GPU: %v", err)
+		}
+		// NVIDIA's plugin lets go of it: advertised again.
+		k.mu.Lock()
+		k.allocatable = []*podresourcesv1.ContainerDevices{}
+		k.mu.Unlock()
+		p.refresh(ctx)
+		if got := health(p); !got["GPU-0"] {
+			t.Errorf("GPU-0 no longer advertised by nvidia.com/gpu: %v", got)
+		}
+	}
+}
