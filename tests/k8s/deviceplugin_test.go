@@ -643,6 +643,34 @@ func TestTenantMadeAgainAfterReboot(t *testing.T) {
 	}
 }
 
+// A GPU in MIG mode (its memory split into MIG devices, NVIDIA's plugin's
+// to hand out) is not advertised, and the daemon's log says why.
+func TestMIGGPUNotAdvertised(t *testing.T) {
+	n := startGPUNode(t, "gpu-mig")
+	n.killDaemon()
+	n.env = append(n.env, "FLEXGV_SIM_MIG=0")
+	n.startDaemon()
+	n.waitCapacity(int64((nodeGPUs - 1) * slots))
+	node, err := cp.Client.CoreV1().Nodes().Get(context.Background(), n.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, _, _ := vgpu.NodeInventory(node)
+	var healthy []int
+	for _, g := range inv.GPUs {
+		if g.Healthy {
+			healthy = append(healthy, g.Index)
+		}
+	}
+	if !slices.Equal(healthy, []int{1}) {
+		t.Errorf("inventory %+v: healthy GPUs %v, want [1]", inv.GPUs, healthy)
+	}
+	b, _ := os.ReadFile(filepath.Join(n.dir, "daemon.log"))
+	if !regexp.MustCompile(`GPU GPU-\S+ \(index 0\) has MIG mode on: .* not advertised`).Match(b) {
+		t.Errorf("the daemon's log does not say why GPU 0 is not advertised:\n%s", b)
+	}
+}
+
 // heldTenant is the daemon's view of tenant name: held, and its quotas.
 func (n *gpuNode) heldTenant(name string) (held bool, quotas []uint64) {
 	n.t.Helper()

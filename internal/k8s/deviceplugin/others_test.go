@@ -70,3 +70,28 @@ func TestGPUsSharedWithAnotherPluginAreNotAdvertised(t *testing.T) {
 		}
 	}
 }
+
+// A GPU with MIG mode on is not advertised (its MIG devices are not
+// limited by FlexGV), said once in the log; with MIG off again it is.
+func TestMIGGPUsAreNotAdvertised(t *testing.T) {
+	p, _, d := startPlugin(t)
+	var logged bytes.Buffer
+	p.log = log.New(&logged, "", 0)
+	d.devs = []Device{{Index: 0, UUID: "GPU-0", MemoryBytes: 80 << 30, MIG: true}, {Index: 1, UUID: "GPU-1", MemoryBytes: 80 << 30}}
+	ctx := context.Background()
+	p.refresh(ctx)
+	p.refresh(ctx)
+	if got := health(p); got["GPU-0"] || !got["GPU-1"] {
+		t.Errorf("GPU-0 with MIG on: %v, want it unhealthy, GPU-1 healthy", got)
+	}
+	if n := strings.Count(logged.String(), "GPU GPU-0 (index 0) has MIG mode on: its memory is split into MIG devices, which FlexGV does not limit; not advertised"); n != 1 {
+		t.Errorf("log, said %d times: %q", n, logged.String())
+	}
+	d.mu.Lock()
+	d.devs[0].MIG = false
+	d.mu.Unlock()
+	p.refresh(ctx)
+	if got := health(p); !got["GPU-0"] {
+		t.Errorf("GPU-0 with MIG off again: %v", got)
+	}
+}

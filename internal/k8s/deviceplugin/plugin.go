@@ -183,6 +183,7 @@ type Plugin struct {
 	mu      sync.Mutex
 	gpus    []vgpu.GPU      // as last read
 	shared  map[string]bool // GPUs another nvidia.com/ resource advertises, by UUID
+	mig     map[string]bool // GPUs with MIG mode on, by UUID
 	changed chan struct{}   // closed and replaced when gpus change
 	// allocating serializes Allocate: which pod a call is for is decided
 	// by which pods have no tenant yet.
@@ -200,7 +201,7 @@ type Plugin struct {
 // New returns a plugin; Run runs it.
 func New(cfg Config, d Daemon, client kubernetes.Interface) *Plugin {
 	p := &Plugin{cfg: cfg, daemon: d, client: client, log: log.New(cfg.Log, "flexgv device plugin: ", 0), changed: make(chan struct{}),
-		shared: map[string]bool{}}
+		shared: map[string]bool{}, mig: map[string]bool{}}
 	p.allocated = loadAllocations(cfg.Allocations, time.Now(), p.log.Printf)
 	return p
 }
@@ -351,7 +352,16 @@ func (p *Plugin) refresh(ctx context.Context) error {
 			}
 			p.shared[d.UUID] = other != ""
 		}
-		gpus = append(gpus, vgpu.GPU{UUID: d.UUID, Index: d.Index, Minor: minor, MemoryMiB: int64(d.MemoryBytes >> 20), Healthy: !p.shared[d.UUID]})
+		if d.MIG != p.mig[d.UUID] {
+			if d.MIG {
+				p.log.Printf("GPU %s (index %d) has MIG mode on: its memory is split into MIG devices, which FlexGV does not limit; "+
+					"not advertised (NVIDIA's device plugin hands out MIG devices; turn MIG off for vGPUs)", d.UUID, d.Index)
+			} else {
+				p.log.Printf("GPU %s has MIG mode off again: advertised here", d.UUID)
+			}
+			p.mig[d.UUID] = d.MIG
+		}
+		gpus = append(gpus, vgpu.GPU{UUID: d.UUID, Index: d.Index, Minor: minor, MemoryMiB: int64(d.MemoryBytes >> 20), Healthy: !p.shared[d.UUID] && !d.MIG})
 	}
 	for _, old := range p.gpus {
 		if !slices.ContainsFunc(gpus, func(g vgpu.GPU) bool { return g.UUID == old.UUID }) {
