@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"context"
 	"log"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/flexgv/flexgv/internal/k8s/vgpu"
@@ -93,5 +98,50 @@ func TestMIGGPUsAreNotAdvertised(t *testing.T) {
 	p.refresh(ctx)
 	if got := health(p); !got["GPU-0"] {
 		t.Errorf("GPU-0 with MIG off again: %v", got)
+	}
+}
+
+// After a reboot emptied the state folders, a running remote pod's token
+// is made again from its Secret: on its server, the file flexgv serve
+// admits it by (the same token its container was given, not a new one);
+// on its node, the file the kubelet's saved mount names, with the
+// loader's preload list.
+func TestRemoteTokensMadeAgainFromTheirSecrets(t *testing.T) {
+	pod := placedPod("r", 0, time.Now())
+	pod.Status.Phase = corev1.PodRunning
+	pod.Annotations = map[string]string{vgpu.AnnotationRemoteGPU: "node/GPU-0", vgpu.AnnotationRemoteMemory: "1024"}
+	pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{vgpu.ResourceRemoteVGPU: resource.MustParse("1")}
+	p, k, _ := startPlugin(t, pod)
+	ctx := context.Background()
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: RemoteSecretPrefix + string(pod.UID), Namespace: "flexgv"},
+		Data: map[string][]byte{"token": []byte("the-token"), "address": []byte("tcp://server:7070")}}
+	if _, err := p.client.CoreV1().Secrets("flexgv").Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	p.cfg.SecretNamespace, p.cfg.RemoteAddr, p.cfg.TenantDir = "flexgv", "tcp://server:7070", dir
+	p.cfg.RemoteSlots, p.cfg.RemoteLib, p.cfg.RemoteTokens = 1, dir, filepath.Join(dir, "tokens")
+	os.Mkdir(p.cfg.RemoteTokens, 0o700)
+
+	if err := p.serveRemote(ctx, pod, "GPU-0"); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, TenantPrefix+string(pod.UID)+".token")); string(b) != "the-token" {
+		t.Errorf("the server's token file: %q, want the Secret's", b)
+	}
+
+	rp := p.Remote()
+	rp.forget(ctx) // the kubelet has not given it a remote vGPU: nothing to make
+	if _, err := os.Stat(rp.tokenFile(pod.UID)); err == nil {
+		t.Errorf("token file made for a pod the kubelet lists without a remote vGPU")
+	}
+	k.set(&podresourcesv1.PodResources{Name: "r", Namespace: "ns", Containers: []*podresourcesv1.ContainerResources{{Name: "app",
+		Devices: []*podresourcesv1.ContainerDevices{{ResourceName: string(vgpu.ResourceRemoteVGPU), DeviceIds: []string{"remote-vgpu-0"}}}}}})
+	rp.forget(ctx)
+	if b, _ := os.ReadFile(rp.tokenFile(pod.UID)); string(b) != "the-token" {
+		t.Errorf("the node's token file: %q, want the Secret's", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(p.cfg.PreloadDir, "remote-ld.so.preload")); string(b) != ContainerRemoteLib+"/libcuda.so.1\n" {
+		t.Errorf("the remote preload list: %q", b)
 	}
 }
