@@ -18,10 +18,13 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 	kubecontainer "k8s.io/kubernetes/pkg/kubelet/container"
 
@@ -669,6 +672,69 @@ func TestMIGGPUNotAdvertised(t *testing.T) {
 	if !regexp.MustCompile(`GPU GPU-\S+ \(index 0\) has MIG mode on: .* not advertised`).Match(b) {
 		t.Errorf("the daemon's log does not say why GPU 0 is not advertised:\n%s", b)
 	}
+}
+
+// wholeGPUPlugin stands for NVIDIA's device plugin: it advertises
+// nvidia.com/gpu, devices named by GPU UUID.
+type wholeGPUPlugin struct {
+	pluginapi.UnimplementedDevicePluginServer
+	ids []string
+}
+
+func (w wholeGPUPlugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return &pluginapi.DevicePluginOptions{}, nil
+}
+
+func (w wholeGPUPlugin) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+	resp := &pluginapi.ListAndWatchResponse{}
+	for _, id := range w.ids {
+		resp.Devices = append(resp.Devices, &pluginapi.Device{ID: id, Health: pluginapi.Healthy})
+	}
+	if err := stream.Send(resp); err != nil {
+		return err
+	}
+	<-stream.Context().Done()
+	return nil
+}
+
+// Beside NVIDIA's device plugin: a GPU it advertises is not advertised by
+// FlexGV (the kubelet's GetAllocatableResources says which), and is again
+// once that plugin is gone.
+func TestGPUAdvertisedByNVIDIAsPluginIsLeftToIt(t *testing.T) {
+	n := startGPUNode(t, "gpu-nv")
+	node, err := cp.Client.CoreV1().Nodes().Get(context.Background(), n.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, _, _ := vgpu.NodeInventory(node)
+	taken := inv.GPUs[0].UUID
+	sock := filepath.Join(kubeletDir, "nvidia-gpu.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	pluginapi.RegisterDevicePluginServer(srv, wholeGPUPlugin{ids: []string{taken}})
+	go srv.Serve(lis)
+	defer srv.Stop()
+	conn, err := grpc.NewClient("unix://"+filepath.Join(kubeletDir, "kubelet.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := pluginapi.NewRegistrationClient(conn).Register(context.Background(), &pluginapi.RegisterRequest{
+		Version: pluginapi.Version, Endpoint: "nvidia-gpu.sock", ResourceName: "nvidia.com/gpu"}); err != nil {
+		t.Fatal(err)
+	}
+	n.waitCapacity(int64((nodeGPUs - 1) * slots))
+	b, _ := os.ReadFile(filepath.Join(n.dir, "daemon.log"))
+	if !strings.Contains(string(b), "GPU "+taken+" (index 0) is advertised by nvidia.com/gpu too") {
+		t.Errorf("the daemon's log does not say why %s is not advertised:\n%s", taken, b)
+	}
+	// NVIDIA's plugin goes: FlexGV advertises the GPU again.
+	srv.Stop()
+	os.Remove(sock)
+	n.waitCapacity(int64(nodeGPUs * slots))
 }
 
 // heldTenant is the daemon's view of tenant name: held, and its quotas.
