@@ -19,10 +19,17 @@ import (
 // plugins handing out one GPU would put pods on it that neither limits.
 
 // chosen keeps the devices Config.GPUs names (by UUID or index); all
-// where it names none.
+// where it names none. A name no GPU has is said once: a typo would
+// otherwise leave the node without vGPUs, silently.
 func (p *Plugin) chosen(devs []Device) []Device {
 	if len(p.cfg.GPUs) == 0 {
 		return devs
+	}
+	for _, name := range p.cfg.GPUs {
+		if !slices.ContainsFunc(devs, func(d Device) bool { return d.UUID == name || strconv.Itoa(d.Index) == name }) && !p.unknown[name] {
+			p.log.Printf("--gpus names %s, which is no GPU of this node (NVML lists %d)", name, len(devs))
+			p.unknown[name] = true
+		}
 	}
 	return slices.DeleteFunc(slices.Clone(devs), func(d Device) bool {
 		return !slices.Contains(p.cfg.GPUs, d.UUID) && !slices.Contains(p.cfg.GPUs, strconv.Itoa(d.Index))

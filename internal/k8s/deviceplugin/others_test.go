@@ -37,19 +37,25 @@ func TestGPUsSharedWithAnotherPluginAreNotAdvertised(t *testing.T) {
 	ctx := context.Background()
 
 	p, k, d := startPlugin(t)
+	var logged bytes.Buffer
+	p.log = log.New(&logged, "", 0)
 	d.devs = two
-	p.cfg.GPUs = []string{"1"}
+	p.cfg.GPUs = []string{"1", "GPU-7"}
 	p.mu.Lock()
 	p.gpus = nil
 	p.mu.Unlock()
 	p.refresh(ctx)
+	p.refresh(ctx)
 	if got := health(p); len(got) != 1 || !got["GPU-1"] {
-		t.Errorf("with --gpus 1: %v, want GPU-1 alone", got)
+		t.Errorf("with --gpus 1,GPU-7: %v, want GPU-1 alone", got)
+	}
+	if n := strings.Count(logged.String(), "--gpus names GPU-7, which is no GPU of this node (NVML lists 2)"); n != 1 {
+		t.Errorf("the unknown GPU said %d times: %q", n, logged.String())
 	}
 
 	for _, ids := range [][]string{{"GPU-0"}, {"0"}} {
 		p, k, d = startPlugin(t, placedPod("a", 1000, time.Now()))
-		var logged bytes.Buffer
+		logged.Reset()
 		p.log = log.New(&logged, "", 0)
 		d.devs = two
 		k.set(listed("a"))

@@ -184,6 +184,7 @@ type Plugin struct {
 	gpus    []vgpu.GPU      // as last read
 	shared  map[string]bool // GPUs another nvidia.com/ resource advertises, by UUID
 	mig     map[string]bool // GPUs with MIG mode on, by UUID
+	unknown map[string]bool // names in cfg.GPUs of no GPU, said
 	changed chan struct{}   // closed and replaced when gpus change
 	// allocating serializes Allocate: which pod a call is for is decided
 	// by which pods have no tenant yet.
@@ -201,7 +202,7 @@ type Plugin struct {
 // New returns a plugin; Run runs it.
 func New(cfg Config, d Daemon, client kubernetes.Interface) *Plugin {
 	p := &Plugin{cfg: cfg, daemon: d, client: client, log: log.New(cfg.Log, "flexgv device plugin: ", 0), changed: make(chan struct{}),
-		shared: map[string]bool{}, mig: map[string]bool{}}
+		shared: map[string]bool{}, mig: map[string]bool{}, unknown: map[string]bool{}}
 	p.allocated = loadAllocations(cfg.Allocations, time.Now(), p.log.Printf)
 	return p
 }
