@@ -159,6 +159,16 @@ static void setup_failed(const char *fmt, const char *a, const char *b)
         __atomic_store_n(&fg_quota_on, 0, __ATOMIC_RELEASE);
 }
 
+/* Why the tenant file cannot be opened, errno's words; a missing one says
+ * who makes it, as the path alone does not (a pod's is a mount). */
+static const char *open_error(int err)
+{
+    if (err == ENOENT)
+        return "no such file (flexgv run or the node's flexgv daemon makes it, in shared memory, which a reboot empties; "
+               "the daemon makes a pod's again when it starts)";
+    return strerror(err);
+}
+
 static size_t slot_off(uint32_t i) { return sizeof(struct fg_tenant_header) + (size_t)i * sizeof(struct fg_tenant_slot); }
 
 static int lock_slot(int fd, uint32_t i, short type) { return fg_lock_byte(fd, (off_t)slot_off(i), type); }
@@ -167,7 +177,7 @@ static int do_attach(void)
 {
     int fd = open(tenant_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
-        setup_failed("cannot open tenant %s: %s", tenant_path, strerror(errno));
+        setup_failed("cannot open tenant %s: %s", tenant_path, open_error(errno));
         return 0;
     }
     /* lseek, not fstat: fstat carries a glibc 2.33 symbol version. */
@@ -286,7 +296,7 @@ static int open_lock_fd(void)
         return 1;
     int fd = open(tenant_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
-        setup_failed("cannot open tenant %s: %s", tenant_path, strerror(errno));
+        setup_failed("cannot open tenant %s: %s", tenant_path, open_error(errno));
         return 0;
     }
     int none = -1;

@@ -143,6 +143,29 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned i
     return NVML_SUCCESS;
 }
 
+/* MIG mode: on for the device indices FLEXGV_SIM_MIG lists (as a GPU an
+ * administrator split into MIG devices), off for the others. */
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode)
+{
+    DEVICE_ARG(device, d);
+    if (!currentMode || !pendingMode)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    int on = 0;
+    const char *list = getenv("FLEXGV_SIM_MIG");
+    for (const char *c = list ? list : ""; *c;) {
+        char *end;
+        long i = strtol(c, &end, 10);
+        if (end == c) {
+            c++;
+            continue;
+        }
+        on |= i == d;
+        c = end;
+    }
+    *currentMode = *pendingMode = on ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
+    return NVML_SUCCESS;
+}
+
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
 {
     DEVICE_ARG(device, d);

@@ -51,7 +51,14 @@ func devicePluginFlags(c *cobra.Command, g *globals) func(log io.Writer, withMPS
 	f.StringVar(&cfg.RemoteLib, "remote-lib", "", "with --remote-slots: the folder on the node holding the remoting libcuda.so.1 for containers (default: next to flexgv)")
 	f.BoolVar(&mpsPods, "mps-pods", false, "with --kubernetes --mps: offer the daemon's MPS to pods that ask for flexgv.io/gpu-sm (its pipe folder "+
 		"given to them): MPS carries one client's fatal GPU fault to the others on its GPU, so offer it only where the node's pods trust each other")
-	names := []string{"shim", "node-name", "kubeconfig", "plugin-dir", "slots", "ctx-mem", "dev-root", "pod-resources", "health-interval", "sync-interval",
+	f.StringVar(&cfg.CDI, "cdi", deviceplugin.CDIAuto, "with --kubernetes: give containers their GPUs as CDI devices ("+deviceplugin.CDIKind+"=INDEX or UUID; the runtime's CDI spec "+
+		"brings device nodes and driver): on, off (device nodes), or auto (on where NVIDIA's CDI spec is in a --cdi-spec-dir)")
+	f.StringSliceVar(&cfg.CDISpecDirs, "cdi-spec-dir", deviceplugin.CDISpecDirs, "with --kubernetes: folders of CDI specs, as the container runtime reads them")
+	f.StringVar(&cfg.DriverLibs, "driver-libs", "", "with --kubernetes, for containers given device nodes: the node's folder of the driver's libraries "+
+		"(libcuda.so.1, libnvidia-ml.so.1, ...), mounted into them (\"\": the container runtime brings them)")
+	f.StringSliceVar(&cfg.GPUs, "gpus", nil, "with --kubernetes: the GPUs (UUIDs, or indices) this node's vGPUs are on, leaving the others to another "+
+		"device plugin (NVIDIA's); default all. A GPU another nvidia.com/ resource advertises is left to it whatever this says")
+	names := []string{"gpus", "cdi", "cdi-spec-dir", "driver-libs", "shim", "node-name", "kubeconfig", "plugin-dir", "slots", "ctx-mem", "dev-root", "pod-resources", "health-interval", "sync-interval",
 		"remote-addr", "tenant-dir", "remote-slots", "secret-namespace", "remote-lib", "mps-pods"}
 	return func(log io.Writer, withMPS bool) (func(context.Context, flexgvv1.DaemonServer), error) {
 		if !on {
@@ -99,6 +106,7 @@ func devicePluginFlags(c *cobra.Command, g *globals) func(log io.Writer, withMPS
 		cfg.Log = log
 		// Beside the daemon's registry: one daemon per state folder.
 		cfg.Allocations = filepath.Join(tenant.Dir(), "deviceplugin.allocations")
+		cfg.PreloadDir = tenant.Dir()
 		return func(ctx context.Context, api flexgvv1.DaemonServer) {
 			p := deviceplugin.New(cfg, deviceplugin.DaemonAPI{API: api}, client)
 			if cfg.RemoteSlots > 0 {

@@ -175,6 +175,7 @@ func (a *api) ListDevices(context.Context, *flexgvv1.ListDevicesRequest) (*flexg
 			Index: uint32(d.Index), Uuid: d.UUID, Name: d.Name,
 			MemoryTotalBytes: d.Total, MemoryUsedBytes: d.Used,
 			UtilizationPercent: d.Util, Processes: uint32(d.Processes), MinorNumber: int32(d.Minor),
+			MigEnabled: d.MIG,
 		})
 	}
 	return resp, nil

@@ -12,6 +12,7 @@ type Device struct {
 	Used      uint64
 	Util      uint32
 	Processes int
+	MIG       bool // MIG mode on: its memory is split into MIG devices
 }
 
 // GPU is what a tenant needs to know of a device.

@@ -55,6 +55,10 @@ func Devices() ([]Device, error) {
 		if p, r := d.GetComputeRunningProcesses(); r == nvml.SUCCESS {
 			dev.Processes = len(p)
 		}
+		// NOT_SUPPORTED on GPUs without MIG: off.
+		if cur, _, r := d.GetMigMode(); r == nvml.SUCCESS {
+			dev.MIG = cur == nvml.DEVICE_MIG_ENABLE
+		}
 		out = append(out, dev)
 		return nil
 	})

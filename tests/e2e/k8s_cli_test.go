@@ -36,10 +36,15 @@ func TestK8sCommandsRefuseBadFlags(t *testing.T) {
 		{[]string{"daemon", "--kubernetes", "--node-name", "n", "--plugin-dir", e.dir, "--pod-resources", "", "--mps-pods"}, "flexgv daemon: --mps-pods offers the daemon's MPS to pods; give --mps too"},
 		{[]string{"daemon", "--kubernetes", "--node-name", "n", "--plugin-dir", e.dir, "--pod-resources", "", "--remote-addr", "unix://" + filepath.Join(e.dir, "s"), "--tenant-dir", e.dir},
 			"flexgv daemon: remote vGPUs pass their tokens in Secrets of one namespace: give --secret-namespace or set POD_NAMESPACE"},
+		{[]string{"daemon", "--kubernetes", "--node-name", "n", "--plugin-dir", e.dir, "--pod-resources", "", "--cdi", "yes"}, `flexgv daemon: --cdi "yes": one of auto, on, off`},
+		{[]string{"daemon", "--kubernetes", "--node-name", "n", "--plugin-dir", e.dir, "--pod-resources", "", "--gpus", "GPU-1,"}, `flexgv daemon: --gpus "GPU-1,": an empty GPU name`},
+		{[]string{"daemon", "--kubernetes", "--node-name", "n", "--plugin-dir", e.dir, "--pod-resources", "", "--driver-libs", e.dir},
+			"flexgv daemon: --driver-libs " + e.dir + ": no libcuda.so.1 there"},
 		// The plugin's settings without the plugin are refused, not ignored.
 		{[]string{"daemon", "--mps", "--mps-pods"}, "flexgv daemon: --mps-pods is a setting of the device plugin; give --kubernetes too"},
 		{[]string{"daemon", "--slots", "2"}, "flexgv daemon: --slots is a setting of the device plugin; give --kubernetes too"},
 		{[]string{"daemon", "--node-name", "n"}, "flexgv daemon: --node-name is a setting of the device plugin; give --kubernetes too"},
+		{[]string{"daemon", "--cdi", "on"}, "flexgv daemon: --cdi is a setting of the device plugin; give --kubernetes too"},
 	} {
 		args := c.args
 		if args[0] == "daemon" {

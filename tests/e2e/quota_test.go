@@ -303,7 +303,7 @@ func TestBadMemFlagsStopBeforeTheProgram(t *testing.T) {
 func TestTenantSetupFailure(t *testing.T) {
 	e := quotaEnv(t, "FLEXGV_TENANT=/nonexistent/tenant")
 	r := e.run("flexgv", "run", "--", bin("direct"))
-	if r.code != 1 || strings.Count(r.stderr, "flexgv: cannot open tenant /nonexistent/tenant") != 1 ||
+	if r.code != 1 || strings.Count(r.stderr, "flexgv: cannot open tenant /nonexistent/tenant: no such file (flexgv run or the node's flexgv daemon makes it") != 1 ||
 		!strings.Contains(r.stderr, "cuInit(0) failed: 800") {
 		t.Fatalf("refused by default: %+v", r)
 	}

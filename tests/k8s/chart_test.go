@@ -194,6 +194,43 @@ func TestChartInstalls(t *testing.T) {
 			t.Errorf("with MPS on, the daemon runs with %v and mounts %v; want --mps, --mps-pods, the pipe folder and no /dev/shm", args, mounts)
 		}
 	}
+	// CDI by default: the daemon sees the node's CDI specs; off, with the
+	// driver's folder given: that folder, at its path on the node.
+	for _, tc := range []struct {
+		values map[string]any
+		arg    string
+		mounts []string
+	}{
+		{nil, "--cdi=auto", []string{"/etc/cdi", "/var/run/cdi"}},
+		{map[string]any{"node": map[string]any{"cdi": "off", "driverLibs": "/usr/lib/x86_64-linux-gnu"}}, "--driver-libs=/usr/lib/x86_64-linux-gnu",
+			[]string{"/usr/lib/x86_64-linux-gnu"}},
+		{map[string]any{"node": map[string]any{"gpus": []any{"GPU-1", "2"}}}, "--gpus=GPU-1,2", []string{"/etc/cdi", "/var/run/cdi"}},
+	} {
+		objs, err := renderChart(tc.values)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dryRun(t, objs)
+		checkNodeDaemonArgs(t, objs, false)
+		for _, o := range objs {
+			if o.GetKind() != "DaemonSet" {
+				continue
+			}
+			containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+			c := containers[0].(map[string]any)
+			args, _, _ := unstructured.NestedStringSlice(c, "args")
+			mounts, _, _ := unstructured.NestedSlice(c, "volumeMounts")
+			var paths []string
+			for _, m := range mounts {
+				if p := m.(map[string]any)["mountPath"].(string); slices.Contains([]string{"/etc/cdi", "/var/run/cdi", "/usr/lib/x86_64-linux-gnu"}, p) {
+					paths = append(paths, p)
+				}
+			}
+			if !slices.Contains(args, tc.arg) || !slices.Equal(paths, tc.mounts) {
+				t.Errorf("values %v: the daemon runs with %v, mounts %v; want %s and %v", tc.values, args, paths, tc.arg, tc.mounts)
+			}
+		}
+	}
 }
 
 // dynamicClient gives a client for any kind of object the API server

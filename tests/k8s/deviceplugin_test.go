@@ -18,10 +18,13 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 	kubecontainer "k8s.io/kubernetes/pkg/kubelet/container"
 
@@ -121,7 +124,7 @@ func (n *gpuNode) startDaemon() {
 	cmd := exec.Command(filepath.Join(build, "bin", "flexgv"), "daemon", "--metrics-addr", "",
 		"--kubernetes", "--node-name", n.name, "--kubeconfig", cp.Kubeconfig, "--shim", filepath.Join(build, "lib", "libflexgv.so"),
 		"--plugin-dir", kubeletDir, fmt.Sprintf("--slots=%d", slots), fmt.Sprintf("--ctx-mem=%dMiB", nodeCtxMiB),
-		"--dev-root", filepath.Join(n.dir, "dev"), "--pod-resources", n.podResources(),
+		"--dev-root", filepath.Join(n.dir, "dev"), "--pod-resources", n.podResources(), "--cdi-spec-dir", filepath.Join(n.dir, "cdi"),
 		"--health-interval", "100ms", "--sync-interval", "100ms")
 	cmd.Args = append(cmd.Args, n.extra...)
 	cmd.Env = append(os.Environ(), n.env...)
@@ -186,10 +189,19 @@ func (n *gpuNode) runContainer(ctx context.Context, pod *corev1.Pod, c *corev1.C
 		}
 		env = append(env, e.Name+"="+v)
 	}
+	// The pod's own values come after the device plugin's, as the kubelet
+	// puts them: of a name in both, the program sees the pod's.
+	for _, e := range c.Env {
+		if e.ValueFrom == nil {
+			env = append(env, e.Name+"="+e.Value)
+		}
+	}
 	args := slices.Concat(c.Command, c.Args)
-	cmd := exec.Command(filepath.Join(build, "tests", args[0]), args[1:]...)
+	cmd, err := n.containerCommand(opts.Mounts, runAs(pod, c), filepath.Join(build, "tests", args[0]), args[1:]...)
+	if err != nil {
+		return 127, err.Error()
+	}
 	cmd.Env = env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: runAs(pod, c)}
 	if c.Stdin {
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
@@ -208,6 +220,55 @@ func (n *gpuNode) runContainer(ctx context.Context, pod *corev1.Pod, c *corev1.C
 		return 127, err.Error()
 	}
 	return 0, string(out)
+}
+
+// containerCommand runs prog as cred (nil: this process's user). Mounts
+// the dynamic loader reads at their container paths (under /etc and /usr:
+// no variable names them) are made for real, in a mount namespace of the
+// program's own over overlays of /etc and /usr, so the node is left as it
+// was.
+func (n *gpuNode) containerCommand(mounts []kubecontainer.Mount, cred *syscall.Credential, prog string, args ...string) (*exec.Cmd, error) {
+	var binds []string
+	for _, m := range mounts {
+		if strings.HasPrefix(m.ContainerPath, "/etc/") || strings.HasPrefix(m.ContainerPath, "/usr/") {
+			binds = append(binds, m.HostPath, m.ContainerPath)
+		}
+	}
+	if len(binds) == 0 {
+		cmd := exec.Command(prog, args...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		return cmd, nil
+	}
+	upper, err := os.MkdirTemp(n.dir, "container-")
+	if err != nil {
+		return nil, err
+	}
+	script := `set -e
+u=$1 binds=$2; shift 2
+mount -t tmpfs tmpfs "$u"
+for top in /etc /usr; do
+	mkdir "$u$top" "$u$top.work"
+	mount -t overlay overlay -o "lowerdir=$top,upperdir=$u$top,workdir=$u$top.work" "$top"
+done
+while [ "$binds" -gt 0 ]; do
+	mkdir -p "$(dirname "$2")"
+	if [ -d "$1" ]; then mkdir -p "$2"; else touch "$2"; fi
+	mount --bind "$1" "$2"
+	shift 2; binds=$((binds - 1))
+done
+exec "$@"`
+	exe := []string{prog}
+	if cred != nil {
+		groups := "--clear-groups"
+		if len(cred.Groups) > 0 {
+			groups = "--groups=" + strings.Trim(strings.Join(strings.Fields(fmt.Sprint(cred.Groups)), ","), "[]")
+		}
+		exe = []string{"setpriv", fmt.Sprintf("--reuid=%d", cred.Uid), fmt.Sprintf("--regid=%d", cred.Gid), groups, prog}
+	}
+	cmd := exec.Command("sh", slices.Concat([]string{"-c", script, "sh", upper, fmt.Sprint(len(binds) / 2)}, binds, exe, args)...)
+	// Go makes the new namespace's mounts private.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	return cmd, nil
 }
 
 // runAs is the user a runtime runs container c of pod as where the pod
@@ -487,6 +548,193 @@ func TestDevicePluginGivesThePodItsLimits(t *testing.T) {
 		got := n.tenants()
 		return len(got) == 0, fmt.Errorf("tenants %v", got)
 	})
+}
+
+// A pod that sets LD_PRELOAD itself (the kubelet puts it after the device
+// plugin's, so it replaces the shim's) still runs under its limits: the
+// loader's own preload list, mounted at /etc/ld.so.preload, names the shim.
+func TestPodsOwnPreloadKeepsItsLimits(t *testing.T) {
+	n := startGPUNode(t, "gpu-p")
+	ns := namespace(t, "dp-preload")
+	p := clientPod(ns, "exact", n.name, 1024, 0, "memclient", "exact")
+	p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "LD_PRELOAD", Value: "libm.so.6"}}
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := finished(t, ns, "exact")
+	out, _ := n.kubelet.Output("exact")
+	var room uint64
+	if _, after, ok := strings.Cut(out, "room "); ok {
+		fmt.Sscanf(after, "%d", &room)
+	}
+	if pod.Status.Phase != corev1.PodSucceeded || room == 0 || room > (1024+nodeCtxMiB)<<20 ||
+		!strings.Contains(out, "one byte more -> CUDA_ERROR_OUT_OF_MEMORY, exactly -> CUDA_SUCCESS") {
+		t.Errorf("memclient exact with the pod's own LD_PRELOAD, in a pod of 1024 MiB (+%d MiB context): %s %q", nodeCtxMiB, pod.Status.Phase, out)
+	}
+	var list string
+	for _, m := range n.kubelet.Allocation("exact").Mounts {
+		if m.ContainerPath == deviceplugin.ContainerPreload {
+			b, _ := os.ReadFile(m.HostPath)
+			list = string(b)
+		}
+	}
+	if list != deviceplugin.ContainerShim+"\n" {
+		t.Errorf("the container's %s: %q", deviceplugin.ContainerPreload, list)
+	}
+}
+
+// After a reboot the kubelet starts a pod's container again with the
+// allocation it saved (its checkpoint), without Allocate; the tenant files
+// and the daemon's record of them, in shared memory, are gone. The daemon
+// makes the tenant again with its limits, where the saved mount finds it.
+func TestTenantMadeAgainAfterReboot(t *testing.T) {
+	n := startGPUNode(t, "gpu-rb")
+	ns := namespace(t, "dp-reboot")
+	ctx := context.Background()
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, holderPod(ns, "holder", n.name, 1024, 0, "256"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := running(t, ns, "holder")
+	tenant := deviceplugin.TenantPrefix + string(pod.UID)
+	held, before := n.heldTenant(tenant)
+	if !held || len(before) == 0 {
+		t.Fatalf("tenant %s: held %v, quotas %v", tenant, held, before)
+	}
+	alloc := n.kubelet.Allocation("holder")
+	// Its container runs (the node goes down with it, or the mounts it
+	// starts with would be gone).
+	eventually(t, 10*time.Second, "the holder holding its memory", func() (bool, error) {
+		c, err := daemon.Connect(daemon.Socket(filepath.Join(n.dir, "tenants")))
+		if err != nil || c == nil {
+			return false, err
+		}
+		defer c.Close()
+		tn, err := c.GetTenant(ctx, &flexgvv1.GetTenantRequest{Name: tenant})
+		if err != nil {
+			return false, err
+		}
+		for _, d := range tn.Devices {
+			if d.UsedBytes >= 256<<20 {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("tenant %v", tn.Devices)
+	})
+
+	n.killDaemon()
+	state := filepath.Join(n.dir, "tenants")
+	if err := os.RemoveAll(state); err != nil {
+		t.Fatal(err)
+	}
+	n.startDaemon()
+	eventually(t, 10*time.Second, "tenant "+tenant+" made again", func() (bool, error) {
+		held, after := n.heldTenant(tenant)
+		return held && slices.Equal(before, after), fmt.Errorf("held %v, quotas %v, were %v", held, after, before)
+	})
+
+	// A container started with the saved allocation runs under the limits.
+	c := pod.Spec.Containers[0]
+	c.Command, c.Stdin = []string{"memclient", "exact"}, false
+	code, out := n.runContainer(ctx, pod, &c, alloc)
+	var room uint64
+	if _, after, ok := strings.Cut(out, "room "); ok {
+		fmt.Sscanf(after, "%d", &room)
+	}
+	if code != 0 || room == 0 || room > (1024+nodeCtxMiB)<<20 ||
+		!strings.Contains(out, "one byte more -> CUDA_ERROR_OUT_OF_MEMORY, exactly -> CUDA_SUCCESS") {
+		t.Errorf("memclient exact with the saved allocation: exit %d %q", code, out)
+	}
+}
+
+// A GPU in MIG mode (its memory split into MIG devices, NVIDIA's plugin's
+// to hand out) is not advertised, and the daemon's log says why.
+func TestMIGGPUNotAdvertised(t *testing.T) {
+	n := startGPUNode(t, "gpu-mig")
+	n.killDaemon()
+	n.env = append(n.env, "FLEXGV_SIM_MIG=0")
+	n.startDaemon()
+	n.waitCapacity(int64((nodeGPUs - 1) * slots))
+	node, err := cp.Client.CoreV1().Nodes().Get(context.Background(), n.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, _, _ := vgpu.NodeInventory(node)
+	var healthy []int
+	for _, g := range inv.GPUs {
+		if g.Healthy {
+			healthy = append(healthy, g.Index)
+		}
+	}
+	if !slices.Equal(healthy, []int{1}) {
+		t.Errorf("inventory %+v: healthy GPUs %v, want [1]", inv.GPUs, healthy)
+	}
+	b, _ := os.ReadFile(filepath.Join(n.dir, "daemon.log"))
+	if !regexp.MustCompile(`GPU GPU-\S+ \(index 0\) has MIG mode on: .* not advertised`).Match(b) {
+		t.Errorf("the daemon's log does not say why GPU 0 is not advertised:\n%s", b)
+	}
+}
+
+// wholeGPUPlugin stands for NVIDIA's device plugin: it advertises
+// nvidia.com/gpu, devices named by GPU UUID.
+type wholeGPUPlugin struct {
+	pluginapi.UnimplementedDevicePluginServer
+	ids []string
+}
+
+func (w wholeGPUPlugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return &pluginapi.DevicePluginOptions{}, nil
+}
+
+func (w wholeGPUPlugin) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+	resp := &pluginapi.ListAndWatchResponse{}
+	for _, id := range w.ids {
+		resp.Devices = append(resp.Devices, &pluginapi.Device{ID: id, Health: pluginapi.Healthy})
+	}
+	if err := stream.Send(resp); err != nil {
+		return err
+	}
+	<-stream.Context().Done()
+	return nil
+}
+
+// Beside NVIDIA's device plugin: a GPU it advertises is not advertised by
+// FlexGV (the kubelet's GetAllocatableResources says which), and is again
+// once that plugin is gone.
+func TestGPUAdvertisedByNVIDIAsPluginIsLeftToIt(t *testing.T) {
+	n := startGPUNode(t, "gpu-nv")
+	node, err := cp.Client.CoreV1().Nodes().Get(context.Background(), n.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, _, _ := vgpu.NodeInventory(node)
+	taken := inv.GPUs[0].UUID
+	sock := filepath.Join(kubeletDir, "nvidia-gpu.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	pluginapi.RegisterDevicePluginServer(srv, wholeGPUPlugin{ids: []string{taken}})
+	go srv.Serve(lis)
+	defer srv.Stop()
+	conn, err := grpc.NewClient("unix://"+filepath.Join(kubeletDir, "kubelet.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := pluginapi.NewRegistrationClient(conn).Register(context.Background(), &pluginapi.RegisterRequest{
+		Version: pluginapi.Version, Endpoint: "nvidia-gpu.sock", ResourceName: "nvidia.com/gpu"}); err != nil {
+		t.Fatal(err)
+	}
+	n.waitCapacity(int64((nodeGPUs - 1) * slots))
+	b, _ := os.ReadFile(filepath.Join(n.dir, "daemon.log"))
+	if !strings.Contains(string(b), "GPU "+taken+" (index 0) is advertised by nvidia.com/gpu too") {
+		t.Errorf("the daemon's log does not say why %s is not advertised:\n%s", taken, b)
+	}
+	// NVIDIA's plugin goes: FlexGV advertises the GPU again.
+	srv.Stop()
+	os.Remove(sock)
+	n.waitCapacity(int64(nodeGPUs * slots))
 }
 
 // heldTenant is the daemon's view of tenant name: held, and its quotas.
@@ -869,6 +1117,9 @@ func TestRemoteVGPUPod(t *testing.T) {
 	p := clientPod(ns, "remote", n.name, 0, 0, "memclient", "info")
 	p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{vgpu.ResourceRemoteVGPU: resource.MustParse("1")}
 	p.Annotations = map[string]string{vgpu.AnnotationRemoteMemory: "1024"}
+	// The pod's own library path replaces the device plugin's (and the
+	// simulated driver's folder); the remoting libcuda is preloaded.
+	p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "LD_LIBRARY_PATH", Value: filepath.Join(dir, "app-lib")}}
 	created := time.Now()
 	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -19,9 +19,11 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
@@ -31,7 +33,9 @@ import (
 // chartNS makes the chart's namespace, if no test has yet.
 func chartNS(t *testing.T) {
 	t.Helper()
-	_, err := cp.Client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chartNamespace}}, metav1.CreateOptions{})
+	_, err := cp.Client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chartNamespace,
+		// As the docs label it: the node daemon's pods need hostPath volumes.
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
@@ -404,5 +408,57 @@ func TestChartSchemaRefusesBadValues(t *testing.T) {
 	}
 	if _, err := renderChart(map[string]any{"node": map[string]any{"slots": 8, "contextMemory": "1.5GiB"}}); err != nil {
 		t.Errorf("good values refused: %v", err)
+	}
+}
+
+// The chart's pods under Pod Security: the webhook's and the scheduler's
+// meet "restricted"; the node daemon's needs "privileged" (the kubelet's
+// sockets, the shim and the tenant files are hostPath volumes, which
+// "baseline" forbids), the level the docs label the release's namespace
+// with. Created as pods (server-side dry run) from the workloads'
+// templates, where Pod Security enforces.
+func TestChartPodsMeetPodSecurity(t *testing.T) {
+	objs, err := renderChart(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, level := range []string{"privileged", "baseline", "restricted"} {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "psa-" + level, Labels: map[string]string{"pod-security.kubernetes.io/enforce": level}}}
+		if _, err := cp.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	// The node daemon's runtime class, as NVIDIA's container toolkit makes it.
+	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "nvidia"}, Handler: "nvidia"}
+	if _, err := cp.Client.NodeV1().RuntimeClasses().Create(ctx, rc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	pods := 0
+	for _, o := range objs {
+		if o.GetKind() != "DaemonSet" && o.GetKind() != "Deployment" {
+			continue
+		}
+		spec, _, _ := unstructured.NestedMap(o.Object, "spec", "template", "spec")
+		var pod corev1.Pod
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(map[string]any{"spec": spec}, &pod); err != nil {
+			t.Fatal(err)
+		}
+		pod.Name = o.GetName()
+		pods++
+		for _, level := range []string{"privileged", "baseline", "restricted"} {
+			pod.Namespace = "psa-" + level
+			_, err := cp.Client.CoreV1().Pods(pod.Namespace).Create(ctx, &pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			allowed := level == "privileged" || o.GetKind() == "Deployment"
+			if allowed && err != nil {
+				t.Errorf("%s %s refused under %s: %v", o.GetKind(), o.GetName(), level, err)
+			}
+			if !allowed && (err == nil || !strings.Contains(err.Error(), "hostPath")) {
+				t.Errorf("%s %s under %s: %v, want refused for its hostPath volumes", o.GetKind(), o.GetName(), level, err)
+			}
+		}
+	}
+	if pods != 3 {
+		t.Errorf("%d workloads in the chart, want the node daemon, the scheduler and the webhook", pods)
 	}
 }

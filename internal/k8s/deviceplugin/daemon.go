@@ -36,6 +36,7 @@ type Device struct {
 	Minor       int // its device node is /dev/nvidiaMinor; -1: unknown, the index is used
 	UUID        string
 	MemoryBytes uint64
+	MIG         bool // MIG mode on: not advertised
 }
 
 // Tenant is what a pod's container is limited to.
@@ -75,7 +76,7 @@ func (d DaemonAPI) Devices(ctx context.Context) ([]Device, error) {
 	}
 	out := make([]Device, len(resp.Devices))
 	for i, dev := range resp.Devices {
-		out[i] = Device{Index: int(dev.Index), Minor: int(dev.MinorNumber), UUID: dev.Uuid, MemoryBytes: dev.MemoryTotalBytes}
+		out[i] = Device{Index: int(dev.Index), Minor: int(dev.MinorNumber), UUID: dev.Uuid, MemoryBytes: dev.MemoryTotalBytes, MIG: dev.MigEnabled}
 	}
 	return out, nil
 }

@@ -12,6 +12,7 @@
 package deviceplugin
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -48,6 +50,11 @@ const (
 	// ContainerMPSPipe is where a pod given part of the SMs finds the MPS
 	// control daemon's pipe folder.
 	ContainerMPSPipe = "/run/flexgv/mps"
+	// ContainerPreload is the dynamic loader's list of libraries it loads
+	// into every program, whatever LD_PRELOAD the image or the pod sets
+	// (the kubelet puts a pod's own env after Allocate's, so its
+	// LD_PRELOAD would replace the shim's).
+	ContainerPreload = "/etc/ld.so.preload"
 )
 
 // TenantPrefix starts the name of every tenant the plugin creates; the
@@ -93,6 +100,20 @@ type Config struct {
 	// "": they are refused. A Volta or later MPS server shares no /dev/shm
 	// with its clients, so each pod keeps its own.
 	MPSPipe string
+	// CDI is how containers get their GPUs and the driver: CDIAuto, CDIOn
+	// or CDIOff; CDISpecDirs where CDI specs are looked for.
+	CDI         string
+	CDISpecDirs []string
+	// DriverLibs, for containers given device nodes: the node's folder of
+	// the driver's libraries, mounted into them; "": the runtime brings
+	// them.
+	DriverLibs string
+	// GPUs, where not empty, are the GPUs (UUIDs or indices) the plugin
+	// takes; the others are left to other plugins.
+	GPUs []string
+	// PreloadDir is the folder on the node where the loader's preload
+	// lists mounted at ContainerPreload are written.
+	PreloadDir string
 	// HealthEvery is how often the GPUs are read; SyncEvery how often the
 	// tenants are matched to the pods and the socket checked.
 	HealthEvery, SyncEvery time.Duration
@@ -128,6 +149,12 @@ func (c Config) Check() error {
 	if (c.RemoteAddr != "" || c.RemoteSlots > 0) && c.SecretNamespace == "" {
 		return errors.New("remote vGPUs pass their tokens in Secrets of one namespace: give --secret-namespace or set POD_NAMESPACE (the downward API's metadata.namespace)")
 	}
+	if slices.Contains(c.GPUs, "") {
+		return fmt.Errorf("--gpus %q: an empty GPU name", strings.Join(c.GPUs, ","))
+	}
+	if err := c.checkDelivery(); err != nil {
+		return err
+	}
 	if c.RemoteSlots < 0 {
 		return fmt.Errorf("--remote-slots %d: negative", c.RemoteSlots)
 	}
@@ -154,8 +181,11 @@ type Plugin struct {
 	log    *log.Logger
 
 	mu      sync.Mutex
-	gpus    []vgpu.GPU    // as last read
-	changed chan struct{} // closed and replaced when gpus change
+	gpus    []vgpu.GPU      // as last read
+	shared  map[string]bool // GPUs another nvidia.com/ resource advertises, by UUID
+	mig     map[string]bool // GPUs with MIG mode on, by UUID
+	unknown map[string]bool // names in cfg.GPUs of no GPU, said
+	changed chan struct{}   // closed and replaced when gpus change
 	// allocating serializes Allocate: which pod a call is for is decided
 	// by which pods have no tenant yet.
 	allocating sync.Mutex
@@ -171,7 +201,8 @@ type Plugin struct {
 
 // New returns a plugin; Run runs it.
 func New(cfg Config, d Daemon, client kubernetes.Interface) *Plugin {
-	p := &Plugin{cfg: cfg, daemon: d, client: client, log: log.New(cfg.Log, "flexgv device plugin: ", 0), changed: make(chan struct{})}
+	p := &Plugin{cfg: cfg, daemon: d, client: client, log: log.New(cfg.Log, "flexgv device plugin: ", 0), changed: make(chan struct{}),
+		shared: map[string]bool{}, mig: map[string]bool{}, unknown: map[string]bool{}}
 	p.allocated = loadAllocations(cfg.Allocations, time.Now(), p.log.Printf)
 	return p
 }
@@ -229,7 +260,12 @@ func sleep(ctx context.Context, d time.Duration) {
 // serve serves the vGPU plugin and registers it, until its socket is
 // removed or ctx ends.
 func (p *Plugin) serve(ctx context.Context) error {
-	return p.endpoint(ctx, socketName, vgpu.ResourceVGPU, p, p.options(), p.syncTenants)
+	return p.endpoint(ctx, socketName, vgpu.ResourceVGPU, p, p.options(), func(ctx context.Context) {
+		p.syncTenants(ctx)
+		if err := p.rebuildLocked(ctx); err != nil {
+			p.log.Print(err)
+		}
+	})
 }
 
 // endpoint serves impl on socket (in the kubelet's folder), registers it
@@ -290,6 +326,8 @@ func (p *Plugin) registerAs(ctx context.Context, socket string, resource corev1.
 // no longer lists, or all of them when NVML cannot be read, is unhealthy.
 func (p *Plugin) refresh(ctx context.Context) error {
 	devs, err := p.daemon.Devices(ctx)
+	devs = p.chosen(devs)
+	others, known := p.advertisedByOthers(ctx)
 	p.mu.Lock()
 	if err != nil && p.gpus == nil {
 		p.mu.Unlock()
@@ -301,7 +339,30 @@ func (p *Plugin) refresh(ctx context.Context) error {
 		if minor < 0 { // NVML does not say: the index is the node on most machines
 			minor = d.Index
 		}
-		gpus = append(gpus, vgpu.GPU{UUID: d.UUID, Index: d.Index, Minor: minor, MemoryMiB: int64(d.MemoryBytes >> 20), Healthy: true})
+		other := others[d.UUID]
+		if other == "" {
+			other = others[strconv.Itoa(d.Index)]
+		}
+		if other != "" && !p.shared[d.UUID] {
+			p.log.Printf("GPU %s (index %d) is advertised by %s too (NVIDIA's device plugin?): not advertised here, so that no pod gets it from both; "+
+				"give each plugin its own GPUs (--gpus here, NVIDIA_VISIBLE_DEVICES of the other's container)", d.UUID, d.Index, other)
+		}
+		if known {
+			if p.shared[d.UUID] && other == "" {
+				p.log.Printf("GPU %s is no longer advertised by another resource: advertised here", d.UUID)
+			}
+			p.shared[d.UUID] = other != ""
+		}
+		if d.MIG != p.mig[d.UUID] {
+			if d.MIG {
+				p.log.Printf("GPU %s (index %d) has MIG mode on: its memory is split into MIG devices, which FlexGV does not limit; "+
+					"not advertised (NVIDIA's device plugin hands out MIG devices; turn MIG off for vGPUs)", d.UUID, d.Index)
+			} else {
+				p.log.Printf("GPU %s has MIG mode off again: advertised here", d.UUID)
+			}
+			p.mig[d.UUID] = d.MIG
+		}
+		gpus = append(gpus, vgpu.GPU{UUID: d.UUID, Index: d.Index, Minor: minor, MemoryMiB: int64(d.MemoryBytes >> 20), Healthy: !p.shared[d.UUID] && !d.MIG})
 	}
 	for _, old := range p.gpus {
 		if !slices.ContainsFunc(gpus, func(g vgpu.GPU) bool { return g.UUID == old.UUID }) {
@@ -415,7 +476,11 @@ func (p *Plugin) PreStartContainer(ctx context.Context, req *pluginapi.PreStartC
 	p.mu.Unlock()
 	want := a.Pod
 	if !ok {
-		// Allocated before this plugin's state was kept: nothing to compare with.
+		// An allocation made before: the container is started again (a
+		// reboot, a restart), and its tenant may have to be made again.
+		if err := p.rebuildLocked(ctx); err != nil {
+			return nil, fmt.Errorf("flexgv: %w", err)
+		}
 		return &pluginapi.PreStartContainerResponse{}, nil
 	}
 	got, err := p.devicesOwner(ctx, key)
@@ -592,50 +657,39 @@ func (p *Plugin) nodePods(ctx context.Context) ([]corev1.Pod, error) {
 // joins it.
 func (p *Plugin) allocate(ctx context.Context, pod *corev1.Pod, r vgpu.Request) (*pluginapi.ContainerAllocateResponse, error) {
 	uuids := vgpu.PodGPUs(pod)
-	p.mu.Lock()
-	gpus := p.gpus
-	p.mu.Unlock()
-	if r.SM > 0 && p.cfg.MPSPipe == "" {
-		return nil, fmt.Errorf("the pod asks for %s %d, and node %s offers pods no MPS (flexgv daemon --kubernetes --mps --mps-pods)",
-			vgpu.AnnotationSM, r.SM, p.cfg.NodeName)
-	}
-	t := Tenant{Name: TenantPrefix + string(pod.UID), Priority: r.Priority, ContextBytes: uint64(p.cfg.ContextMiB) << 20,
-		SM: uint32(r.SM), Namespace: pod.Namespace, Pod: pod.Name, Container: r.Container}
-	resp := &pluginapi.ContainerAllocateResponse{}
-	for _, u := range uuids {
-		i := slices.IndexFunc(gpus, func(g vgpu.GPU) bool { return g.UUID == u })
-		if i < 0 {
-			return nil, fmt.Errorf("placed on GPU %s, which node %s does not have", u, p.cfg.NodeName)
-		}
-		if !gpus[i].Healthy {
-			return nil, fmt.Errorf("placed on GPU %s, which is unhealthy", u)
-		}
-		t.Devices = append(t.Devices, TenantDevice{UUID: u, QuotaBytes: uint64(r.MemoryMiB+p.cfg.ContextMiB) << 20, ComputePct: r.ComputePct,
-			ComputeMax: r.ComputeMax})
-		resp.Devices = append(resp.Devices, p.deviceNode(fmt.Sprintf("nvidia%d", gpus[i].Minor))...)
-	}
-	for _, ctl := range []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"} {
-		resp.Devices = append(resp.Devices, p.deviceNode(ctl)...)
-	}
-	path, err := p.daemon.CreateTenant(ctx, t)
+	t, gpus, err := p.tenantOf(pod, r)
 	if err != nil {
 		return nil, err
 	}
-	if err := giveTo(path, pod, r.Container, 0o660); err != nil {
-		return nil, err
-	}
 	visible := strings.Join(uuids, ",")
-	resp.Envs = map[string]string{
+	resp := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{
 		"FLEXGV_TENANT":          ContainerTenant,
 		"LD_PRELOAD":             ContainerShim,
 		"CUDA_VISIBLE_DEVICES":   visible,
 		"NVIDIA_VISIBLE_DEVICES": visible,
+	}}
+	driver, err := p.deliver(resp, gpus)
+	if err != nil {
+		return nil, err
 	}
-	resp.Mounts = []*pluginapi.Mount{
-		{ContainerPath: ContainerShim, HostPath: p.cfg.Shim, ReadOnly: true},
+	path, err := p.makeTenant(ctx, pod, r, t)
+	if err != nil {
+		return nil, err
+	}
+	list := preloadShim
+	if driver != nil {
+		list = preloadDriver
+	}
+	preload, err := p.preload(list, p.preloadLists()[list]...)
+	if err != nil {
+		return nil, err
+	}
+	resp.Mounts = append(resp.Mounts,
+		&pluginapi.Mount{ContainerPath: ContainerShim, HostPath: p.cfg.Shim, ReadOnly: true},
+		preload,
 		// The tenant's file alone: the pod sees no other tenant.
-		{ContainerPath: ContainerTenant, HostPath: path},
-	}
+		&pluginapi.Mount{ContainerPath: ContainerTenant, HostPath: path},
+	)
 	// A share, a cap or a priority other than normal: the daemon made the tenant a
 	// member of each GPU's scheduler, whose file the shim finds next to the
 	// tenant's.
@@ -662,6 +716,155 @@ func (p *Plugin) allocate(ctx context.Context, pod *corev1.Pod, r vgpu.Request) 
 	p.log.Printf("pod %s/%s: tenant %s on %s, %d MiB (+%d MiB context), %d%% compute share, %s, priority %s, %s each",
 		pod.Namespace, pod.Name, t.Name, visible, r.MemoryMiB, p.cfg.ContextMiB, r.ComputePct, capped, r.Priority, sms)
 	return resp, nil
+}
+
+// tenantOf is the tenant pod's request r makes, on the GPUs (returned)
+// the extender placed it on.
+func (p *Plugin) tenantOf(pod *corev1.Pod, r vgpu.Request) (Tenant, []vgpu.GPU, error) {
+	p.mu.Lock()
+	gpus := p.gpus
+	p.mu.Unlock()
+	if r.SM > 0 && p.cfg.MPSPipe == "" {
+		return Tenant{}, nil, fmt.Errorf("the pod asks for %s %d, and node %s offers pods no MPS (flexgv daemon --kubernetes --mps --mps-pods)",
+			vgpu.AnnotationSM, r.SM, p.cfg.NodeName)
+	}
+	t := Tenant{Name: TenantPrefix + string(pod.UID), Priority: r.Priority, ContextBytes: uint64(p.cfg.ContextMiB) << 20,
+		SM: uint32(r.SM), Namespace: pod.Namespace, Pod: pod.Name, Container: r.Container}
+	var on []vgpu.GPU
+	for _, u := range vgpu.PodGPUs(pod) {
+		i := slices.IndexFunc(gpus, func(g vgpu.GPU) bool { return g.UUID == u })
+		if i < 0 {
+			return Tenant{}, nil, fmt.Errorf("placed on GPU %s, which node %s does not have", u, p.cfg.NodeName)
+		}
+		if !gpus[i].Healthy {
+			return Tenant{}, nil, fmt.Errorf("placed on GPU %s, which is unhealthy", u)
+		}
+		t.Devices = append(t.Devices, TenantDevice{UUID: u, QuotaBytes: uint64(r.MemoryMiB+p.cfg.ContextMiB) << 20, ComputePct: r.ComputePct,
+			ComputeMax: r.ComputeMax})
+		on = append(on, gpus[i])
+	}
+	return t, on, nil
+}
+
+// makeTenant has the daemon create t, pod's tenant, and gives its file to
+// the user of the pod's container.
+func (p *Plugin) makeTenant(ctx context.Context, pod *corev1.Pod, r vgpu.Request, t Tenant) (string, error) {
+	path, err := p.daemon.CreateTenant(ctx, t)
+	if err != nil {
+		return "", err
+	}
+	if err := giveTo(path, pod, r.Container, 0o660); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+// rebuild makes again the tenants of the pods the kubelet has given vGPUs
+// that the daemon does not hold: after a reboot the kubelet reuses the
+// allocations it saved (its checkpoint) and restarts their containers
+// without asking Allocate, but the tenant files, in shared memory, are
+// gone, and so is the daemon's record of them. Only the kubelet's
+// pod-resources API says which pods those are (a pod placed here but not
+// yet allocated must have no tenant, as Allocate goes by that); without
+// it nothing is rebuilt.
+func (p *Plugin) rebuild(ctx context.Context) error {
+	if p.cfg.PodResources == "" {
+		return nil
+	}
+	listed, err := p.podResources(ctx)
+	if err != nil {
+		return fmt.Errorf("asking the kubelet which pods have vGPUs: %w", err)
+	}
+	given := map[string]bool{}
+	for _, pod := range listed {
+		for _, c := range pod.Containers {
+			for _, d := range c.Devices {
+				if d.ResourceName == string(vgpu.ResourceVGPU) && len(d.DeviceIds) > 0 {
+					given[pod.Namespace+"/"+pod.Name] = true
+				}
+			}
+		}
+	}
+	pods, err := p.nodePods(ctx)
+	if err != nil {
+		return err
+	}
+	have, err := p.daemon.Tenants(ctx)
+	if err != nil {
+		return fmt.Errorf("listing the node daemon's tenants: %w", err)
+	}
+	var errs []error
+	for i := range pods {
+		pod := &pods[i]
+		if !given[pod.Namespace+"/"+pod.Name] || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed ||
+			len(vgpu.PodGPUs(pod)) == 0 || slices.Contains(have, TenantPrefix+string(pod.UID)) {
+			continue
+		}
+		r, ok, err := vgpu.PodRequest(pod)
+		if err != nil || !ok {
+			continue
+		}
+		t, _, err := p.tenantOf(pod, r)
+		if err == nil {
+			_, err = p.makeTenant(ctx, pod, r, t)
+		}
+		for list, libs := range p.preloadLists() {
+			if err == nil {
+				_, err = p.preload(list, libs...)
+			}
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("making again the tenant of pod %s/%s: %w", pod.Namespace, pod.Name, err))
+			continue
+		}
+		p.log.Printf("pod %s/%s: tenant %s made again (the kubelet kept its vGPUs; the daemon had lost it, as after a reboot)",
+			pod.Namespace, pod.Name, t.Name)
+	}
+	return errors.Join(errs...)
+}
+
+// The loader's preload lists of containers given vGPUs: the shim, and
+// after it the driver's libraries where they are given from DriverLibs.
+const (
+	preloadShim   = "ld.so.preload"
+	preloadDriver = "ld.so.preload-driver"
+)
+
+// preloadLists are the lists containers may be given, by name.
+func (p *Plugin) preloadLists() map[string][]string {
+	lists := map[string][]string{preloadShim: {ContainerShim}}
+	if p.cfg.DriverLibs != "" {
+		lists[preloadDriver] = append([]string{ContainerShim}, driverPreload(p.cfg.DriverLibs)...)
+	}
+	return lists
+}
+
+// rebuildLocked is rebuild serialized with Allocate.
+func (p *Plugin) rebuildLocked(ctx context.Context) error {
+	p.allocating.Lock()
+	defer p.allocating.Unlock()
+	return p.rebuild(ctx)
+}
+
+// preload writes the loader's preload list naming libs (container paths)
+// as name in PreloadDir and says how a container gets it. LD_PRELOAD alone
+// would not do: a pod's own LD_PRELOAD comes after Allocate's and wins, and
+// the program would run without its limits.
+func (p *Plugin) preload(name string, libs ...string) (*pluginapi.Mount, error) {
+	file := filepath.Join(p.cfg.PreloadDir, name)
+	want := []byte(strings.Join(libs, "\n") + "\n")
+	if have, err := os.ReadFile(file); err != nil || !bytes.Equal(have, want) {
+		// Written aside and renamed: a container starting meanwhile never
+		// reads half a list.
+		tmp := file + ".tmp"
+		if err := os.WriteFile(tmp, want, 0o644); err != nil {
+			return nil, fmt.Errorf("the loader's preload list: %w", err)
+		}
+		if err := os.Rename(tmp, file); err != nil {
+			return nil, fmt.Errorf("the loader's preload list: %w", err)
+		}
+	}
+	return &pluginapi.Mount{ContainerPath: ContainerPreload, HostPath: file, ReadOnly: true}, nil
 }
 
 // deviceNode is the device node name under DevRoot, if the node has it.

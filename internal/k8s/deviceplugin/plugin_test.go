@@ -27,9 +27,15 @@ import (
 type fakeDaemon struct {
 	mu      sync.Mutex
 	tenants map[string]Tenant
+	devs    []Device // nil: one GPU, GPU-0
 }
 
 func (d *fakeDaemon) Devices(context.Context) ([]Device, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.devs != nil {
+		return d.devs, nil
+	}
 	return []Device{{Index: 0, UUID: "GPU-0", MemoryBytes: 16 << 30}}, nil
 }
 
@@ -60,8 +66,18 @@ func (d *fakeDaemon) Tenants(context.Context) ([]string, error) {
 // fakeKubelet answers pod-resources List with what the test sets.
 type fakeKubelet struct {
 	podresourcesv1.UnimplementedPodResourcesListerServer
-	mu   sync.Mutex
-	pods []*podresourcesv1.PodResources
+	mu          sync.Mutex
+	pods        []*podresourcesv1.PodResources
+	allocatable []*podresourcesv1.ContainerDevices // nil: GetAllocatableResources unimplemented
+}
+
+func (k *fakeKubelet) GetAllocatableResources(ctx context.Context, req *podresourcesv1.AllocatableResourcesRequest) (*podresourcesv1.AllocatableResourcesResponse, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.allocatable == nil {
+		return k.UnimplementedPodResourcesListerServer.GetAllocatableResources(ctx, req)
+	}
+	return &podresourcesv1.AllocatableResourcesResponse{Devices: k.allocatable}, nil
 }
 
 func (k *fakeKubelet) List(context.Context, *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
@@ -119,7 +135,7 @@ func startPlugin(t *testing.T, pods ...*corev1.Pod) (*Plugin, *fakeKubelet, *fak
 	os.WriteFile(shim, nil, 0o644)
 	d := &fakeDaemon{tenants: map[string]Tenant{}}
 	p := New(Config{NodeName: "node", PluginDir: dir, Slots: 4, ContextMiB: 512, Shim: shim, DevRoot: dir,
-		PodResources: sock, HealthEvery: time.Second, SyncEvery: time.Second, Log: io.Discard}, d, client)
+		PodResources: sock, PreloadDir: dir, CDI: CDIAuto, CDISpecDirs: []string{filepath.Join(dir, "cdi")}, HealthEvery: time.Second, SyncEvery: time.Second, Log: io.Discard}, d, client)
 	if err := p.refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -269,5 +285,25 @@ func TestAllocateGivesPartOfTheSMsUnderMPS(t *testing.T) {
 	}
 	if _, set := resp.ContainerResponses[0].Envs["CUDA_MPS_PIPE_DIRECTORY"]; set {
 		t.Errorf("a pod that asks for no SMs gets CUDA_MPS_PIPE_DIRECTORY")
+	}
+}
+
+// A container started again with an allocation the plugin has no record
+// of (the kubelet's checkpoint after a reboot) gets its pod's tenant made
+// again before it starts, with the pod's limits.
+func TestPreStartMakesAgainALostTenant(t *testing.T) {
+	pod := placedPod("a", 1000, time.Now())
+	pod.Status.Phase = corev1.PodRunning
+	p, k, d := startPlugin(t, pod, placedPod("b", 2000, time.Now()))
+	k.set(listed("a", "GPU-0-vgpu-0"), listed("b"))
+	if _, err := p.PreStartContainer(context.Background(), &pluginapi.PreStartContainerRequest{DevicesIds: []string{"GPU-0-vgpu-0"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.tenants["pod-uid-a"].Devices; len(got) != 1 || got[0].QuotaBytes != (1000+512)<<20 {
+		t.Errorf("tenant of a after PreStartContainer: %+v", got)
+	}
+	// b, placed here but not given vGPUs by the kubelet yet, is left to Allocate.
+	if _, ok := d.tenants["pod-uid-b"]; ok {
+		t.Errorf("tenant of b made before its allocation: %v", d.tenants)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -82,6 +83,16 @@ func (p *Plugin) syncRemote(ctx context.Context) (map[string]bool, error) {
 		}
 	}
 	return live, nil
+}
+
+// writeAside writes file aside and renames it into place: a reader (flexgv
+// serve, a container starting) never sees half of it.
+func writeAside(file string, data []byte, mode os.FileMode) error {
+	tmp := file + ".tmp"
+	if err := os.WriteFile(tmp, data, mode); err != nil {
+		return err
+	}
+	return os.Rename(tmp, file)
 }
 
 // byServer indexes pods by the server node of their remote vGPU.
@@ -170,26 +181,33 @@ func (p *Plugin) serveRemote(ctx context.Context, pod *corev1.Pod, uuid string) 
 		return err
 	}
 	file := filepath.Join(p.cfg.TenantDir, name+".token")
-	token, err := os.ReadFile(file)
-	if err != nil {
-		b := make([]byte, 32)
-		rand.Read(b)
-		token = []byte(hex.EncodeToString(b))
-		// Written aside and renamed: flexgv serve never reads half a token.
-		tmp := file + ".tmp"
-		if err := os.WriteFile(tmp, token, 0o600); err != nil {
-			return err
-		}
-		if err := os.Rename(tmp, file); err != nil {
-			return err
-		}
-		p.log.Printf("remote pod %s/%s: tenant %s on %s, %d MiB (+%d MiB context), %d%% compute share",
-			pod.Namespace, pod.Name, name, uuid, r.MemoryMiB, p.cfg.ContextMiB, r.ComputePct)
-	}
 	secrets := p.client.CoreV1().Secrets(p.cfg.SecretNamespace)
 	sname := RemoteSecretPrefix + string(pod.UID)
-	if _, err := secrets.Get(ctx, sname, metav1.GetOptions{}); err == nil || !apierrors.IsNotFound(err) {
+	secret, err := secrets.Get(ctx, sname, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
 		return err
+	}
+	token, ferr := os.ReadFile(file)
+	if ferr != nil {
+		if err == nil && len(secret.Data["token"]) > 0 {
+			// The file is gone (a reboot emptied the folder) but not the
+			// Secret, whose token the pod's container was given: the same
+			// token admits it again.
+			token = secret.Data["token"]
+			p.log.Printf("remote pod %s/%s: token file made again from its Secret", pod.Namespace, pod.Name)
+		} else {
+			b := make([]byte, 32)
+			rand.Read(b)
+			token = []byte(hex.EncodeToString(b))
+			p.log.Printf("remote pod %s/%s: tenant %s on %s, %d MiB (+%d MiB context), %d%% compute share",
+				pod.Namespace, pod.Name, name, uuid, r.MemoryMiB, p.cfg.ContextMiB, r.ComputePct)
+		}
+		if err := writeAside(file, token, 0o600); err != nil {
+			return err
+		}
+	}
+	if err == nil {
+		return nil
 	}
 	_, err = secrets.Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: sname, Labels: map[string]string{LabelRemoteServer: p.cfg.NodeName}},
@@ -302,12 +320,12 @@ func (rp *RemotePlugin) allocate(ctx context.Context, pod *corev1.Pod) (*plugina
 	if len(token) == 0 || addr == "" {
 		return nil, fmt.Errorf("Secret %s has no token or address", name)
 	}
-	file := rp.tokenFile(pod.UID)
-	if err := os.WriteFile(file, token, 0o600); err != nil {
+	file, err := rp.giveToken(pod, token)
+	if err != nil {
 		return nil, err
 	}
-	r, _, _ := vgpu.PodRequest(pod)
-	if err := giveTo(file, pod, r.Container, 0o440); err != nil {
+	preload, err := rp.preload()
+	if err != nil {
 		return nil, err
 	}
 	_, uuid, _ := vgpu.PodRemoteGPU(pod)
@@ -321,8 +339,80 @@ func (rp *RemotePlugin) allocate(ctx context.Context, pod *corev1.Pod) (*plugina
 		Mounts: []*pluginapi.Mount{
 			{ContainerPath: ContainerRemoteLib, HostPath: rp.p.cfg.RemoteLib, ReadOnly: true},
 			{ContainerPath: ContainerRemoteToken, HostPath: file, ReadOnly: true},
+			preload,
 		},
 	}, nil
+}
+
+// giveToken keeps pod's token in its file on the node, given to the
+// pod's user.
+func (rp *RemotePlugin) giveToken(pod *corev1.Pod, token []byte) (string, error) {
+	file := rp.tokenFile(pod.UID)
+	if err := writeAside(file, token, 0o600); err != nil {
+		return "", err
+	}
+	r, _, _ := vgpu.PodRequest(pod)
+	return file, giveTo(file, pod, r.Container, 0o440)
+}
+
+// preload writes the loader's preload list of remote vGPUs' containers:
+// the remoting libraries. An LD_LIBRARY_PATH the image or the pod sets (the
+// pod's replaces Allocate's) keeps its own folders and still gets them, as
+// a library of that SONAME is loaded.
+func (rp *RemotePlugin) preload() (*pluginapi.Mount, error) {
+	libs := []string{filepath.Join(ContainerRemoteLib, "libcuda.so.1")}
+	if _, err := os.Stat(filepath.Join(rp.p.cfg.RemoteLib, "libnvidia-ml.so.1")); err == nil {
+		libs = append(libs, filepath.Join(ContainerRemoteLib, "libnvidia-ml.so.1"))
+	}
+	return rp.p.preload("remote-ld.so.preload", libs...)
+}
+
+// restore makes again, after a reboot emptied the node's state folder, the
+// token files (from their Secrets) and the preload list of the pods the
+// kubelet lists with remote vGPUs: it starts their containers again with
+// the mounts it saved, without Allocate. The caller holds rp.mu.
+func (rp *RemotePlugin) restore(ctx context.Context, pods []corev1.Pod) error {
+	if rp.p.cfg.PodResources == "" {
+		return nil
+	}
+	listed, err := rp.p.podResources(ctx)
+	if err != nil {
+		return fmt.Errorf("asking the kubelet which pods have remote vGPUs: %w", err)
+	}
+	given := map[string]bool{}
+	for _, pod := range listed {
+		for _, c := range pod.Containers {
+			for _, d := range c.Devices {
+				if d.ResourceName == string(vgpu.ResourceRemoteVGPU) && len(d.DeviceIds) > 0 {
+					given[pod.Namespace+"/"+pod.Name] = true
+				}
+			}
+		}
+	}
+	var errs []error
+	for i := range pods {
+		pod := &pods[i]
+		if !given[pod.Namespace+"/"+pod.Name] || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if _, err := os.Stat(rp.tokenFile(pod.UID)); err == nil {
+			continue
+		}
+		secret, err := rp.p.client.CoreV1().Secrets(rp.p.cfg.SecretNamespace).Get(ctx, RemoteSecretPrefix+string(pod.UID), metav1.GetOptions{})
+		if err == nil {
+			_, err = rp.giveToken(pod, secret.Data["token"])
+		}
+		if err == nil {
+			_, err = rp.preload()
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("making again the token file of remote pod %s/%s: %w", pod.Namespace, pod.Name, err))
+			continue
+		}
+		rp.given[pod.UID] = true
+		rp.p.log.Printf("remote pod %s/%s: token file made again from its Secret (the kubelet kept its remote vGPU)", pod.Namespace, pod.Name)
+	}
+	return errors.Join(errs...)
 }
 
 func (rp *RemotePlugin) tokenFile(uid types.UID) string {
@@ -355,6 +445,9 @@ func (rp *RemotePlugin) forget(ctx context.Context) {
 		if uid := types.UID(strings.TrimSuffix(filepath.Base(f), ".token")); !live[uid] {
 			os.Remove(f)
 		}
+	}
+	if err := rp.restore(ctx, pods); err != nil {
+		rp.p.log.Print(err)
 	}
 }
 

@@ -941,7 +941,9 @@ type Device struct {
 	UtilizationPercent uint32                 `protobuf:"varint,6,opt,name=utilization_percent,json=utilizationPercent,proto3" json:"utilization_percent,omitempty"`
 	Processes          uint32                 `protobuf:"varint,7,opt,name=processes,proto3" json:"processes,omitempty"`
 	// Its device node is /dev/nvidiaN for this N; -1: NVML does not say.
-	MinorNumber   int32 `protobuf:"varint,8,opt,name=minor_number,json=minorNumber,proto3" json:"minor_number,omitempty"`
+	MinorNumber int32 `protobuf:"varint,8,opt,name=minor_number,json=minorNumber,proto3" json:"minor_number,omitempty"`
+	// MIG mode is on: its memory is split into MIG devices.
+	MigEnabled    bool `protobuf:"varint,9,opt,name=mig_enabled,json=migEnabled,proto3" json:"mig_enabled,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1032,6 +1034,13 @@ func (x *Device) GetMinorNumber() int32 {
 	return 0
 }
 
+func (x *Device) GetMigEnabled() bool {
+	if x != nil {
+		return x.MigEnabled
+	}
+	return false
+}
+
 var File_flexgv_v1_daemon_proto protoreflect.FileDescriptor
 
 const file_flexgv_v1_daemon_proto_rawDesc = "" +
@@ -1108,7 +1117,7 @@ const file_flexgv_v1_daemon_proto_rawDesc = "" +
 	"\x13ListDevicesResponse\x12+\n" +
 	"\adevices\x18\x01 \x03(\v2\x11.flexgv.v1.DeviceR\adevices\x12\x1d\n" +
 	"\n" +
-	"nvml_error\x18\x02 \x01(\tR\tnvmlError\"\x92\x02\n" +
+	"nvml_error\x18\x02 \x01(\tR\tnvmlError\"\xb3\x02\n" +
 	"\x06Device\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x12\n" +
@@ -1117,7 +1126,9 @@ const file_flexgv_v1_daemon_proto_rawDesc = "" +
 	"\x11memory_used_bytes\x18\x05 \x01(\x04R\x0fmemoryUsedBytes\x12/\n" +
 	"\x13utilization_percent\x18\x06 \x01(\rR\x12utilizationPercent\x12\x1c\n" +
 	"\tprocesses\x18\a \x01(\rR\tprocesses\x12!\n" +
-	"\fminor_number\x18\b \x01(\x05R\vminorNumber2\xd4\x03\n" +
+	"\fminor_number\x18\b \x01(\x05R\vminorNumber\x12\x1f\n" +
+	"\vmig_enabled\x18\t \x01(\bR\n" +
+	"migEnabled2\xd4\x03\n" +
 	"\x06Daemon\x12O\n" +
 	"\fCreateTenant\x12\x1e.flexgv.v1.CreateTenantRequest\x1a\x1f.flexgv.v1.CreateTenantResponse\x12;\n" +
 	"\tGetTenant\x12\x1b.flexgv.v1.GetTenantRequest\x1a\x11.flexgv.v1.Tenant\x12L\n" +

@@ -139,6 +139,20 @@ func (s podResourcesServer) List(context.Context, *podresourcesv1.ListPodResourc
 	return resp, nil
 }
 
+// GetAllocatableResources is the kubelet's: the healthy devices of every
+// plugin, by resource.
+func (s podResourcesServer) GetAllocatableResources(context.Context, *podresourcesv1.AllocatableResourcesRequest) (*podresourcesv1.AllocatableResourcesResponse, error) {
+	resp := &podresourcesv1.AllocatableResourcesResponse{}
+	for resource, devs := range s.n.dm.GetAllocatableDevices(klog.Background()) {
+		ids := make([]string, 0, len(devs))
+		for id := range devs {
+			ids = append(ids, id)
+		}
+		resp.Devices = append(resp.Devices, &podresourcesv1.ContainerDevices{ResourceName: resource, DeviceIds: ids})
+	}
+	return resp, nil
+}
+
 // Stop stops the pod loop and the device manager, as a kubelet going down
 // (its containers go on).
 func (n *Node) Stop() {
