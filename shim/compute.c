@@ -110,7 +110,62 @@ struct launch {
     int begins;         /* made with nothing in flight, capped: timed, or sampled untimed (mark_start) */
 };
 
+/* Our launches in flight on a GPU, oldest first, and the events they use. */
+struct flight {
+    struct launch ring[RING];
+    unsigned head, count;
+    unsigned blocked;   /* our threads inside a synchronous copy or memset */
+    CUevent pool[RING]; /* completed events, to be recorded again */
+    unsigned npool;
+    CUevent tpool[2 * RING]; /* the same, timed (a cap's busy periods: starts and ends) */
+    unsigned ntpool;
+    uintptr_t known[2]; /* a lane whose launches tracked before known_upto have completed (known_done) */
+    uint64_t known_upto;
+    uint64_t last_done; /* host time of the last completion */
+    uint64_t reaped_at; /* when completions were last looked at */
+    uint64_t avg;       /* moving average of one launch's busy time (ns); 0: none measured */
+};
+
+/* A cap's busy periods: how the launch under way begins one, and what
+ * their timing has learnt. */
+struct busy {
+    CUevent start;      /* timed, recorded by enter for the launch under way */
+    int begins;         /* the launch under way begins a capped busy period */
+    uint64_t timed_at;  /* when a busy period was last bracketed by timed events */
+    uint32_t ratio;     /* device time over host time of those busy periods (hundredths of a percent) */
+};
+
+/* Our turns, and what we saw of the holder's. */
+struct turn {
+    /* what we last saw of the holder, to tell it idle */
+    uint32_t seen_holder;
+    uint64_t seen_launches, seen_at;
+    uint64_t wdefault, wdefault_at; /* weight of a tenant without a share, and when computed */
+    uint64_t idle_at, gap_avg; /* when a sync left nothing in flight; how long such pauses last */
+    int holding;               /* we held the GPU at our last look, in a turn begun at `at` */
+    int lent;                  /* that turn was taken, ahead, from an idle holder: a loan */
+    uint64_t at;
+};
+
+/* The lower GPU's turn end we last waited on (gang_turn_over), since when,
+ * and its holder's launches then. */
+struct gang {
+    uint64_t turn, from, launches;
+};
+
+/* Under MPS, what we run beside the holder and what tells whether others
+ * may run beside us. */
+struct side {
+    int ran;                   /* we launched beside the holder since our last turn */
+    /* the request under way: its first launch since the last synchronization
+     * (0: none) and its time spent in gate since then (atomic) */
+    uint64_t request_at, request_gated;
+    uint32_t alive_h;          /* the holder (slot + 1) last seen alive, at alive_at */
+    uint64_t alive_at;
+};
+
 struct gpu {
+    /* the region and our place in it, read by every launch */
     pthread_mutex_t lock; /* this process's threads on this GPU (slow path only) */
     int state;
     struct fg_sched_header *hdr;
@@ -120,42 +175,13 @@ struct gpu {
     uint64_t notme[FG_SCHED_WORDS]; /* the masks' words without our bit */
     int fd;                    /* never mapped: holds our slot's lock */
     uint64_t quantum;
-    /* what we last saw of the holder, to tell it idle */
-    uint32_t seen_holder;
-    uint64_t seen_launches, seen_at;
-    /* our launches in flight, oldest first */
-    struct launch ring[RING];
-    unsigned head, count;
-    unsigned blocked;   /* our threads inside a synchronous copy or memset */
-    CUevent pool[RING]; /* completed events, to be recorded again */
-    unsigned npool;
-    CUevent tpool[2 * RING]; /* the same, timed (a cap's busy periods: starts and ends) */
-    unsigned ntpool;
-    CUevent start;      /* timed, recorded by enter for the launch under way */
-    int begins;         /* the launch under way begins a capped busy period */
-    uintptr_t known[2]; /* a lane whose launches tracked before known_upto have completed (known_done) */
-    uint64_t known_upto;
-    uint64_t timed_at;  /* when a busy period was last bracketed by timed events */
-    uint32_t ratio;     /* device time over host time of those busy periods (hundredths of a percent) */
-    uint64_t last_done; /* host time of the last completion */
-    uint64_t reaped_at; /* when completions were last looked at */
-    uint64_t avg;       /* moving average of one launch's busy time (ns); 0: none measured */
-    uint64_t wdefault, wdefault_at; /* weight of a tenant without a share, and when computed */
     uint64_t swept_at;
-    uint64_t idle_at, gap_avg; /* when a sync left nothing in flight; how long such pauses last */
-    int holding;               /* we held the GPU at our last look, in a turn begun at turn_at */
-    int lent;                  /* that turn was taken, ahead, from an idle holder: a loan */
-    int ran_beside;            /* we launched beside the holder since our last turn */
-    uint64_t turn_at;
     int mps;                   /* our contexts on this GPU are MPS clients */
-    /* the request under way: its first launch since the last synchronization
-     * (0: none) and its time spent in gate since then (atomic) */
-    uint64_t request_at, request_gated;
-    uint32_t alive_h;          /* the holder (slot + 1) last seen alive, at alive_at */
-    uint64_t alive_at;
-    /* the lower GPU's turn end we last waited on (gang_turn_over), since
-     * when, and its holder's launches then */
-    uint64_t gang_turn, gang_from, gang_launches;
+    struct flight flight;
+    struct busy cap;
+    struct turn turn;
+    struct gang gang;
+    struct side side;
 };
 
 static struct gpu gpus[FG_NDEV] = {[0 ... FG_NDEV - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1}};
@@ -391,7 +417,7 @@ static uint64_t weight(struct gpu *g, struct fg_sched_tenant *t, uint64_t now)
     uint32_t share = LOAD(&t->share);
     if (share)
         return share;
-    if (!g->wdefault || now - g->wdefault_at > 100000000ull) {
+    if (!g->turn.wdefault || now - g->turn.wdefault_at > 100000000ull) {
         uint32_t sum = 0, none = 0;
         for (uint32_t i = 0; i < FG_SCHED_TENANTS; i++) {
             if (!g->hdr->tenants[i].name[0] || !fg_byte_held(g->fd, tenant_off(i)))
@@ -401,10 +427,10 @@ static uint64_t weight(struct gpu *g, struct fg_sched_tenant *t, uint64_t now)
             none += !s;
         }
         uint32_t left = sum < FULL ? FULL - sum : 0;
-        g->wdefault = (left < 100 ? 100 : left) / (none ? none : 1);
-        g->wdefault_at = now;
+        g->turn.wdefault = (left < 100 ? 100 : left) / (none ? none : 1);
+        g->turn.wdefault_at = now;
     }
-    return g->wdefault ? g->wdefault : 1;
+    return g->turn.wdefault ? g->turn.wdefault : 1;
 }
 
 static struct fg_sched_tenant *tenant_of(struct gpu *g, uint32_t slot)
@@ -611,7 +637,7 @@ static int take(struct gpu *g, uint32_t from, uint64_t now)
         ADD(&old->preemptions, 1);
     STORE(&g->hdr->vclock, LOAD(&g->t->vtime));
     ADD(&g->hdr->switches, 1);
-    g->lent = old && LOAD(&old->vtime) < LOAD(&g->t->vtime);
+    g->turn.lent = old && LOAD(&old->vtime) < LOAD(&g->t->vtime);
     wake_all(g);
     wake_followers(g);
     return 1;
@@ -654,13 +680,13 @@ static void lane_of(CUstream s, uintptr_t lane[2])
  * (g locked). */
 static void known_done(struct gpu *g, const uintptr_t lane[2], uint64_t upto)
 {
-    g->known[0] = lane[0], g->known[1] = lane[1];
-    g->known_upto = upto;
+    g->flight.known[0] = lane[0], g->flight.known[1] = lane[1];
+    g->flight.known_upto = upto;
 }
 
 static int done_at(fg_real_cuEventQuery query, const struct gpu *g, unsigned i)
 {
-    return !query || query(g->ring[(g->head + i) % RING].ev) != CUDA_ERROR_NOT_READY;
+    return !query || query(g->flight.ring[(g->flight.head + i) % RING].ev) != CUDA_ERROR_NOT_READY;
 }
 
 /* How many of a stream's k launches in flight, idx[] oldest first, have
@@ -709,8 +735,8 @@ static unsigned lane_done(fg_real_cuEventQuery query, const struct gpu *g, const
 /* An event of ours, timed or not, from its pool or new; NULL if none. */
 static CUevent event_get(struct gpu *g, int timed)
 {
-    if (timed ? g->ntpool : g->npool)
-        return timed ? g->tpool[--g->ntpool] : g->pool[--g->npool];
+    if (timed ? g->flight.ntpool : g->flight.npool)
+        return timed ? g->flight.tpool[--g->flight.ntpool] : g->flight.pool[--g->flight.npool];
     CUevent ev = NULL;
     fg_real_cuEventCreate create = REAL(cuEventCreate);
     if (!create || create(&ev, timed ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
@@ -722,11 +748,11 @@ static void event_put(struct gpu *g, CUevent ev, int timed)
 {
     if (!ev)
         return;
-    if (timed ? g->ntpool < 2 * RING : g->npool < RING) {
+    if (timed ? g->flight.ntpool < 2 * RING : g->flight.npool < RING) {
         if (timed)
-            g->tpool[g->ntpool++] = ev;
+            g->flight.tpool[g->flight.ntpool++] = ev;
         else
-            g->pool[g->npool++] = ev;
+            g->flight.pool[g->flight.npool++] = ev;
         return;
     }
     fg_real_cuEventDestroy_v2 destroy = REAL(cuEventDestroy_v2);
@@ -744,21 +770,21 @@ static void event_put(struct gpu *g, CUevent ev, int timed)
  * view is charged instead. */
 static int64_t device_busy(struct gpu *g, const unsigned char *state, unsigned n, unsigned first, int64_t host)
 {
-    const struct launch *o = &g->ring[(g->head + first) % RING];
+    const struct launch *o = &g->flight.ring[(g->flight.head + first) % RING];
     if (!o->begins)
         return -1;
     for (unsigned i = first; i < n; i++)
-        if (state[i] == LAST && !g->ring[(g->head + i) % RING].begins)
+        if (state[i] == LAST && !g->flight.ring[(g->flight.head + i) % RING].begins)
             return -1;
     if (!o->start)
-        return g->ratio ? host * g->ratio / FULL : -1;
+        return g->cap.ratio ? host * g->cap.ratio / FULL : -1;
     /* _v2 (CUDA 12.8) reports no error of the program's pending work */
     fg_real_cuEventElapsedTime_v2 elapsed = REAL(cuEventElapsedTime_v2);
     if (!elapsed)
         elapsed = (fg_real_cuEventElapsedTime_v2)REAL(cuEventElapsedTime);
     float best = 0;
     for (unsigned i = first; i < n; i++) {
-        const struct launch *l = &g->ring[(g->head + i) % RING];
+        const struct launch *l = &g->flight.ring[(g->flight.head + i) % RING];
         float ms;
         if (state[i] == LAST && (!elapsed || !l->timed || elapsed(&ms, o->start, l->ev) != CUDA_SUCCESS))
             return -1;
@@ -768,7 +794,7 @@ static int64_t device_busy(struct gpu *g, const unsigned char *state, unsigned n
     int64_t dev = (int64_t)((double)best * 1e6);
     if (host > 0) {
         uint32_t r = dev >= host ? FULL : dev * FULL / host > 0 ? (uint32_t)(dev * FULL / host) : 1;
-        g->ratio = g->ratio ? (3 * g->ratio + r) / 4 : r;
+        g->cap.ratio = g->cap.ratio ? (3 * g->cap.ratio + r) / 4 : r;
     }
     return dev;
 }
@@ -781,32 +807,32 @@ static int64_t device_busy(struct gpu *g, const unsigned char *state, unsigned n
  * pauses. What known_done said is done is not queried. */
 static void reap(struct gpu *g, uint64_t now)
 {
-    uintptr_t synced[2] = {g->known[0], g->known[1]};
-    uint64_t upto = g->known_upto;
-    g->known_upto = 0;
-    g->reaped_at = now;
+    uintptr_t synced[2] = {g->flight.known[0], g->flight.known[1]};
+    uint64_t upto = g->flight.known_upto;
+    g->flight.known_upto = 0;
+    g->flight.reaped_at = now;
     fg_real_cuEventQuery query = REAL(cuEventQuery);
-    unsigned n = g->count, done = 0, first = n;
+    unsigned n = g->flight.count, done = 0, first = n;
     unsigned char state[RING] = {0}; /* LOOKED: its stream looked at; DONE, LAST: completed */
     unsigned char idx[RING];
     for (unsigned i = 0; i < n; i++) {
         if (state[i])
             continue;
-        const struct launch *a = &g->ring[(g->head + i) % RING];
+        const struct launch *a = &g->flight.ring[(g->flight.head + i) % RING];
         unsigned k = 0;
         for (unsigned j = i; j < n; j++) {
-            const struct launch *b = &g->ring[(g->head + j) % RING];
+            const struct launch *b = &g->flight.ring[(g->flight.head + j) % RING];
             if (!state[j] && b->lane[0] == a->lane[0] && b->lane[1] == a->lane[1])
                 idx[k++] = (unsigned char)j, state[j] = LOOKED;
         }
         unsigned m = 0;
         if (upto && synced[0] == a->lane[0] && synced[1] == a->lane[1])
-            while (m < k && g->ring[(g->head + idx[m]) % RING].seq < upto)
+            while (m < k && g->flight.ring[(g->flight.head + idx[m]) % RING].seq < upto)
                 m++;
         if (m < k) {
-            const struct launch *o = &g->ring[(g->head + idx[m]) % RING];
-            uint64_t since = o->at > g->last_done ? o->at : g->last_done;
-            uint64_t guess = g->avg && now > since ? (now - since) / g->avg : 0;
+            const struct launch *o = &g->flight.ring[(g->flight.head + idx[m]) % RING];
+            uint64_t since = o->at > g->flight.last_done ? o->at : g->flight.last_done;
+            uint64_t guess = g->flight.avg && now > since ? (now - since) / g->flight.avg : 0;
             m += lane_done(query, g, idx + m, k - m, guess < RING ? (unsigned)guess : RING);
         }
         for (unsigned t = 0; t < m; t++)
@@ -815,7 +841,7 @@ static void reap(struct gpu *g, uint64_t now)
         if (m && idx[0] < first)
             first = idx[0];
     }
-    uint64_t at = done ? g->ring[(g->head + first) % RING].at : now, start = at > g->last_done ? at : g->last_done;
+    uint64_t at = done ? g->flight.ring[(g->flight.head + first) % RING].at : now, start = at > g->flight.last_done ? at : g->flight.last_done;
     if (done && cap_of(g)) {
         int64_t host = now > start ? (int64_t)(now - start) : 0, paid = device_busy(g, state, n, first, host);
         __atomic_fetch_sub(&g->t->cap_credit, paid >= 0 ? paid : host, __ATOMIC_SEQ_CST);
@@ -825,34 +851,34 @@ static void reap(struct gpu *g, uint64_t now)
         /* Work run beside the holder is GPU time the tenant had as much as
          * a holder's, for readers of the region (not its virtual time:
          * the holder did not wait for it). */
-        if (g->ran_beside && !g->holding)
+        if (g->side.ran && !g->turn.holding)
             ADD(&g->t->held_ns, busy);
         for (unsigned i = 0; i < done; i++)
-            g->avg = g->avg ? (7 * g->avg + each) / 8 : each;
-        g->last_done = now;
+            g->flight.avg = g->flight.avg ? (7 * g->flight.avg + each) / 8 : each;
+        g->flight.last_done = now;
     }
     /* What completed goes back to the pool; the rest keeps its order. */
     unsigned kept = 0;
     for (unsigned i = 0; done && i < n; i++) {
-        struct launch l = g->ring[(g->head + i) % RING];
+        struct launch l = g->flight.ring[(g->flight.head + i) % RING];
         if (state[i] >= DONE) {
             event_put(g, l.ev, l.timed);
             event_put(g, l.start, 1);
         } else
-            g->ring[(g->head + kept++) % RING] = l;
+            g->flight.ring[(g->flight.head + kept++) % RING] = l;
     }
-    g->count -= done;
-    STORE(&g->me->inflight, g->count + g->blocked);
+    g->flight.count -= done;
+    STORE(&g->me->inflight, g->flight.count + g->flight.blocked);
 }
 
 /* Work still queued: at least what the oldest launch has been running. */
 static int64_t ahead(const struct gpu *g, uint64_t now)
 {
-    if (!g->count)
+    if (!g->flight.count)
         return 0;
-    uint64_t since = g->ring[g->head].at > g->last_done ? g->ring[g->head].at : g->last_done;
+    uint64_t since = g->flight.ring[g->flight.head].at > g->flight.last_done ? g->flight.ring[g->flight.head].at : g->flight.last_done;
     int64_t running = now > since ? (int64_t)(now - since) : 0;
-    int64_t expected = (int64_t)(g->count * g->avg);
+    int64_t expected = (int64_t)(g->flight.count * g->flight.avg);
     return expected > running ? expected : running;
 }
 
@@ -860,7 +886,7 @@ static int64_t ahead(const struct gpu *g, uint64_t now)
  * that those before it on its stream are done too. */
 static void wait_oldest(struct gpu *g)
 {
-    struct launch l = g->ring[g->head];
+    struct launch l = g->flight.ring[g->flight.head];
     pthread_mutex_unlock(&g->lock);
     fg_real_cuEventSynchronize sync = REAL(cuEventSynchronize);
     CUstreamCaptureMode m = fg_relaxed_begin();
@@ -877,7 +903,7 @@ static void wait_oldest(struct gpu *g)
  * drains only once the GPU is given. */
 static void give(struct gpu *g, int preempted, int drain)
 {
-    while (drain && g->count) {
+    while (drain && g->flight.count) {
         wait_oldest(g);
         reap(g, fg_now_ns());
     }
@@ -889,7 +915,7 @@ static void give(struct gpu *g, int preempted, int drain)
     if (!__atomic_compare_exchange_n(&g->hdr->holder, &expect, (uint32_t)next + 1, 0, __ATOMIC_SEQ_CST,
                                      __ATOMIC_SEQ_CST))
         return;
-    g->holding = 0;
+    g->turn.holding = 0;
     /* Time held alone before anyone waited is not charged beyond two quanta. */
     pay(g, g->t, 2 * g->quantum, now);
     if (preempted)
@@ -936,13 +962,13 @@ static int may_take(struct gpu *g, uint32_t h, uint64_t now)
     }
     /* Idle: seen with nothing in flight and no launch over a poll. */
     uint64_t launches = LOAD(&g->slots[i].launches);
-    if (h != g->seen_holder || launches != g->seen_launches || LOAD(&g->slots[i].inflight)) {
-        g->seen_holder = h;
-        g->seen_launches = launches;
-        g->seen_at = now;
+    if (h != g->turn.seen_holder || launches != g->turn.seen_launches || LOAD(&g->slots[i].inflight)) {
+        g->turn.seen_holder = h;
+        g->turn.seen_launches = launches;
+        g->turn.seen_at = now;
     }
     uint32_t hp = priority_of(g, (int)i), mp = LOAD(&g->t->priority);
-    if (mp > hp || now - g->seen_at >= (hp > mp ? 4 * POLL_NS : POLL_NS))
+    if (mp > hp || now - g->turn.seen_at >= (hp > mp ? 4 * POLL_NS : POLL_NS))
         return 1; /* a higher priority is given longer to come back */
     struct fg_sched_tenant *ht = tenant_of(g, i);
     if (mp == hp && ht && leads(g, g->t, ht) > 0)
@@ -987,11 +1013,11 @@ static int beside(struct gpu *g, uint32_t h, uint64_t now)
     struct fg_sched_tenant *ht = tenant_of(g, h - 1);
     if (!ht || LOAD(&ht->priority) <= LOAD(&g->t->priority) || LOAD(&ht->host_bound) < BESIDE_HOST)
         return 0;
-    if (h != g->alive_h || now - g->alive_at >= POLL_NS) {
+    if (h != g->side.alive_h || now - g->side.alive_at >= POLL_NS) {
         if (!fg_byte_held(g->fd, slot_off(h - 1)))
             return 0;
-        g->alive_h = h;
-        g->alive_at = now;
+        g->side.alive_h = h;
+        g->side.alive_at = now;
     }
     return 1;
 }
@@ -1025,11 +1051,11 @@ static int beside_us(struct gpu *g)
  * that goes straight through (straight_through) ends it unlocked. */
 static void pause_ends(struct gpu *g, uint64_t now)
 {
-    uint64_t idle = __atomic_exchange_n(&g->idle_at, 0, __ATOMIC_RELAXED);
+    uint64_t idle = __atomic_exchange_n(&g->turn.idle_at, 0, __ATOMIC_RELAXED);
     if (!idle || now < idle)
         return;
-    uint64_t gap = now - idle, avg = __atomic_load_n(&g->gap_avg, __ATOMIC_RELAXED);
-    __atomic_store_n(&g->gap_avg, avg ? (3 * avg + gap) / 4 : gap, __ATOMIC_RELAXED);
+    uint64_t gap = now - idle, avg = __atomic_load_n(&g->turn.gap_avg, __ATOMIC_RELAXED);
+    __atomic_store_n(&g->turn.gap_avg, avg ? (3 * avg + gap) / 4 : gap, __ATOMIC_RELAXED);
 }
 
 /* Waits until this process may launch one more piece of work on g (g
@@ -1039,8 +1065,8 @@ static void gate(struct gpu *g)
     /* Only MPS clients measure their requests (for beside). */
     uint64_t waited_from = 0, entered = g->mps ? fg_now_ns() : 0;
     int by = 0; /* launching beside the holder */
-    if (entered && !__atomic_load_n(&g->request_at, __ATOMIC_RELAXED))
-        __atomic_store_n(&g->request_at, entered, __ATOMIC_RELAXED);
+    if (entered && !__atomic_load_n(&g->side.request_at, __ATOMIC_RELAXED))
+        __atomic_store_n(&g->side.request_at, entered, __ATOMIC_RELAXED);
     pause_ends(g, fg_now_ns());
     for (int looked = 0;; looked = 1) {
         if (__atomic_load_n(&g->state, __ATOMIC_ACQUIRE) != G_READY)
@@ -1054,15 +1080,15 @@ static void gate(struct gpu *g)
          * afford (what is found done late counts as in flight meanwhile:
          * a holder, capped or not, waits early rather than late); after a
          * wait, at every look. */
-        if (looked || now - g->reaped_at >= REAP_NS)
+        if (looked || now - g->flight.reaped_at >= REAP_NS)
             reap(g, now);
         uint32_t h = LOAD(&g->hdr->holder);
         if (h == g->mine + 1) {
-            if (!g->holding) { /* our turn starts */
-                g->holding = 1;
-                g->ran_beside = 0;
-                g->turn_at = LOAD(&g->hdr->since_ns);
-                STORE(&g->hdr->turn_ends_ns, g->turn_at + g->quantum);
+            if (!g->turn.holding) { /* our turn starts */
+                g->turn.holding = 1;
+                g->side.ran = 0;
+                g->turn.at = LOAD(&g->hdr->since_ns);
+                STORE(&g->hdr->turn_ends_ns, g->turn.at + g->quantum);
             }
             int others = others_in(g, g->hdr->waiting), present = others_in(g, g->hdr->present);
             int next = others ? best_waiter(g, (int)g->mine) : -1;
@@ -1084,10 +1110,10 @@ static void gate(struct gpu *g)
             int ending;
             struct gpu *l = gang_turn_over(g, now, &ending);
             uint64_t ends = l ? LOAD(&l->hdr->turn_ends_ns) : 0, seen = ending ? LOAD(&l->slots[ending - 1].launches) : 0;
-            if (l && ends != g->gang_turn)
-                g->gang_turn = ends, g->gang_from = now, g->gang_launches = seen;
-            if (l && (ending ? now - g->gang_from < GANG_WAIT_NS && seen == g->gang_launches
-                             : now - g->gang_from < g->quantum)) {
+            if (l && ends != g->gang.turn)
+                g->gang.turn = ends, g->gang.from = now, g->gang.launches = seen;
+            if (l && (ending ? now - g->gang.from < GANG_WAIT_NS && seen == g->gang.launches
+                             : now - g->gang.from < g->quantum)) {
                 sleep_on_region(g, l, LOAD(&l->hdr->gen), POLL_NS / 10);
                 continue;
             }
@@ -1095,15 +1121,15 @@ static void gate(struct gpu *g)
              * on to the end of a quantum, each pause of a tenant between its
              * synchronizations would hand a whole quantum to one ahead of
              * it, and shares would drift toward equal. */
-            if (g->lent && nt && before(g, nt, g->t)) {
+            if (g->turn.lent && nt && before(g, nt, g->t)) {
                 hand_over(g, 0);
                 continue;
             }
-            if (now - g->turn_at >= g->quantum) {
+            if (now - g->turn.at >= g->quantum) {
                 /* A quantum is over: pay for it, then run on only while we
                  * are still the one furthest behind among our equals. */
                 pay(g, g->t, 2 * g->quantum, now);
-                g->turn_at = now;
+                g->turn.at = now;
                 STORE(&g->hdr->turn_ends_ns, now + g->quantum);
                 if (nt && before(g, nt, g->t)) {
                     hand_over(g, 0);
@@ -1114,8 +1140,8 @@ static void gate(struct gpu *g)
             int64_t queued = ahead(g, now);
             if (cap) {
                 earn(g, cap, now);
-                if (LOAD(&g->t->cap_credit) <= queued || (g->count && !g->avg)) {
-                    if (g->count) {
+                if (LOAD(&g->t->cap_credit) <= queued || (g->flight.count && !g->flight.avg)) {
+                    if (g->flight.count) {
                         wait_oldest(g);
                     } else {
                         if (others)
@@ -1133,15 +1159,15 @@ static void gate(struct gpu *g)
              * queued behind the running one at least; below a higher
              * priority, what it may find running when it comes. */
             int below = present && higher_present(g);
-            if ((present || cap) && g->count >= (below ? 1u : 2u) &&
-                (queued >= (below ? AHEAD_BELOW_NS : cap ? AHEAD_SHORT_NS : AHEAD_NS) || g->count >= RING)) {
+            if ((present || cap) && g->flight.count >= (below ? 1u : 2u) &&
+                (queued >= (below ? AHEAD_BELOW_NS : cap ? AHEAD_SHORT_NS : AHEAD_NS) || g->flight.count >= RING)) {
                 wait_oldest(g);
                 continue;
             }
             break;
         }
-        g->holding = 0;
-        g->lent = 0; /* a turn handed to us is ours */
+        g->turn.holding = 0;
+        g->turn.lent = 0; /* a turn handed to us is ours */
         if (!waited_from)
             waited_from = now;
         if (!mask_has(g->hdr->waiting, g->mine)) {
@@ -1154,11 +1180,11 @@ static void gate(struct gpu *g)
             if (waited_from) /* what we waited until now; a full queue is not throttling */
                 ADD(&g->t->waited_ns, now - waited_from);
             waited_from = 0;
-            if (g->count >= 2 && (ahead(g, now) >= AHEAD_NS || g->count >= RING)) {
+            if (g->flight.count >= 2 && (ahead(g, now) >= AHEAD_NS || g->flight.count >= RING)) {
                 wait_oldest(g);
                 continue;
             }
-            by = g->ran_beside = 1;
+            by = g->side.ran = 1;
             break;
         }
         if (may_take(g, h, now) && best_waiter(g, -1) == (int)g->mine && take(g, h, now))
@@ -1175,25 +1201,25 @@ static void gate(struct gpu *g)
     if (waited_from && g->t)
         ADD(&g->t->waited_ns, left - waited_from);
     if (entered)
-        __atomic_fetch_add(&g->request_gated, left - entered, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&g->side.request_gated, left - entered, __ATOMIC_RELAXED);
 }
 
 /* Puts a launch on s in flight; g is locked. */
 static void track(struct gpu *g, CUstream s, uint64_t at)
 {
-    CUevent start = g->start;
-    int timed = start != NULL, begins = g->begins;
+    CUevent start = g->cap.start;
+    int timed = start != NULL, begins = g->cap.begins;
     CUevent ev = event_get(g, timed);
-    g->start = NULL;
-    g->begins = 0;
+    g->cap.start = NULL;
+    g->cap.begins = 0;
     fg_real_cuEventRecord record = REAL(cuEventRecord);
-    if (ev && record && record(ev, s) == CUDA_SUCCESS && g->count < RING) {
-        struct launch *l = &g->ring[(g->head + g->count) % RING];
+    if (ev && record && record(ev, s) == CUDA_SUCCESS && g->flight.count < RING) {
+        struct launch *l = &g->flight.ring[(g->flight.head + g->flight.count) % RING];
         *l = (struct launch){.ev = ev, .start = start, .at = at, .timed = timed, .begins = begins};
         l->seq = __atomic_fetch_add(&tracked, 1, __ATOMIC_RELEASE);
         lane_of(s, l->lane);
-        g->count++;
-        STORE(&g->me->inflight, g->count + g->blocked);
+        g->flight.count++;
+        STORE(&g->me->inflight, g->flight.count + g->flight.blocked);
     } else {
         event_put(g, ev, timed);
         event_put(g, start, 1);
@@ -1208,16 +1234,16 @@ static void track(struct gpu *g, CUstream s, uint64_t at)
  * that synchronizes each launch would pay them at every launch. */
 static void mark_start(struct gpu *g, CUstream s)
 {
-    if (g->count || !cap_of(g))
+    if (g->flight.count || !cap_of(g))
         return;
-    g->begins = 1;
+    g->cap.begins = 1;
     uint64_t now = fg_now_ns();
-    if (g->ratio && now - g->timed_at < TIMED_NS)
+    if (g->cap.ratio && now - g->cap.timed_at < TIMED_NS)
         return;
     fg_real_cuEventRecord record = REAL(cuEventRecord);
     CUevent ev = event_get(g, 1);
     if (ev && record && record(ev, s) == CUDA_SUCCESS)
-        g->start = ev, g->timed_at = now;
+        g->cap.start = ev, g->cap.timed_at = now;
     else
         event_put(g, ev, 1);
 }
@@ -1266,8 +1292,8 @@ static __attribute__((noinline)) int beside_everywhere(int n)
     for (int i = 0; i < n; i++) {
         struct gpu *g = mine_list[i];
         __atomic_store_n(&g->me->launches, g->me->launches + 1, __ATOMIC_RELAXED);
-        if (g->mps && !__atomic_load_n(&g->request_at, __ATOMIC_RELAXED))
-            __atomic_store_n(&g->request_at, now, __ATOMIC_RELAXED);
+        if (g->mps && !__atomic_load_n(&g->side.request_at, __ATOMIC_RELAXED))
+            __atomic_store_n(&g->side.request_at, now, __ATOMIC_RELAXED);
         pause_ends(g, now);
     }
     return 1;
@@ -1337,9 +1363,9 @@ static CUresult leave(struct gpu *g, CUstream s, uint64_t at, CUresult r)
 {
     if (r == CUDA_SUCCESS && g->state == G_READY)
         track(g, s, at);
-    event_put(g, g->start, 1); /* the launch failed */
-    g->start = NULL;
-    g->begins = 0;
+    event_put(g, g->cap.start, 1); /* the launch failed */
+    g->cap.start = NULL;
+    g->cap.begins = 0;
     pthread_mutex_unlock(&g->lock);
     return r;
 }
@@ -1355,11 +1381,11 @@ struct begun {
 
 static struct begun block(struct gpu *g)
 {
-    struct begun b = {g->start, g->begins};
-    g->start = NULL;
-    g->begins = 0;
-    g->blocked++;
-    STORE(&g->me->inflight, g->count + g->blocked);
+    struct begun b = {g->cap.start, g->cap.begins};
+    g->cap.start = NULL;
+    g->cap.begins = 0;
+    g->flight.blocked++;
+    STORE(&g->me->inflight, g->flight.count + g->flight.blocked);
     pthread_mutex_unlock(&g->lock);
     return b;
 }
@@ -1367,10 +1393,10 @@ static struct begun block(struct gpu *g)
 static void unblock(struct gpu *g, struct begun b)
 {
     pthread_mutex_lock(&g->lock);
-    g->blocked--;
-    STORE(&g->me->inflight, g->count + g->blocked);
-    g->start = b.start;
-    g->begins = b.begins;
+    g->flight.blocked--;
+    STORE(&g->me->inflight, g->flight.count + g->flight.blocked);
+    g->cap.start = b.start;
+    g->cap.begins = b.begins;
 }
 
 /* Launch through the policy: LAUNCH is the program's call on stream s. A
@@ -1462,8 +1488,8 @@ CUresult fg_compute_cuGraphLaunch_ptsz(fg_real_cuGraphLaunch_ptsz next, CUgraphE
  * eager inference, near 0 for a CUDA graph's replay. */
 static void note_request(struct gpu *g, uint64_t at, uint64_t now)
 {
-    uint64_t from = __atomic_exchange_n(&g->request_at, 0, __ATOMIC_RELAXED);
-    uint64_t gated = __atomic_exchange_n(&g->request_gated, 0, __ATOMIC_RELAXED);
+    uint64_t from = __atomic_exchange_n(&g->side.request_at, 0, __ATOMIC_RELAXED);
+    uint64_t gated = __atomic_exchange_n(&g->side.request_gated, 0, __ATOMIC_RELAXED);
     if (!from || from > at || now <= from)
         return;
     uint64_t issued = at - from > gated ? at - from - gated : 0;
@@ -1483,7 +1509,7 @@ static CUresult synced_on(CUresult r, int dev, uint64_t at, const CUstream *s, u
     struct gpu *g = r == CUDA_SUCCESS ? scheduled(dev) : NULL;
     if (g && g->mps)
         note_request(g, at, fg_now_ns());
-    if (!g || (!__atomic_load_n(&g->count, __ATOMIC_RELAXED) &&
+    if (!g || (!__atomic_load_n(&g->flight.count, __ATOMIC_RELAXED) &&
                (LOAD(&g->hdr->holder) != g->mine + 1 || !others_in(g, g->hdr->waiting))))
         return r;
     pthread_mutex_lock(&g->lock);
@@ -1495,13 +1521,13 @@ static CUresult synced_on(CUresult r, int dev, uint64_t at, const CUstream *s, u
             known_done(g, lane, upto);
         }
         reap(g, now);
-        if (!g->count)
-            __atomic_store_n(&g->idle_at, now, __ATOMIC_RELAXED);
+        if (!g->flight.count)
+            __atomic_store_n(&g->turn.idle_at, now, __ATOMIC_RELAXED);
         /* What the GPU did for us until now is paid at once: taken from
          * while idle after this, we are charged only the idle time. */
         if (LOAD(&g->hdr->holder) == g->mine + 1 && others_in(g, g->hdr->waiting))
             pay(g, g->t, 2 * g->quantum, now);
-        int next = g->count || __atomic_load_n(&g->gap_avg, __ATOMIC_RELAXED) < LEND_NS || LOAD(&g->hdr->holder) != g->mine + 1
+        int next = g->flight.count || __atomic_load_n(&g->turn.gap_avg, __ATOMIC_RELAXED) < LEND_NS || LOAD(&g->hdr->holder) != g->mine + 1
                        ? -1
                        : best_waiter(g, (int)g->mine);
         if (next >= 0 && priority_of(g, next) < LOAD(&g->t->priority) && !beside_us(g))
