@@ -1,50 +1,5 @@
-/* Compute policy: shares, priorities and caps of a GPU's time between
- * tenants, through the GPU's scheduler region (include/flexgv/
- * sched_layout_gen.h, created and joined by the control plane; the protocol
- * is described in tools/gen/layout.go).
- *
- * One process at a time, the holder, launches on a GPU. A holder alone on
- * the GPU launches straight through (a few loads and a counter). With other
- * processes present it keeps the work it has in flight short (completion
- * events, untimed but where a cap's busy period begins), so that the GPU
- * changes hands fast; when they wait, it hands the GPU over, drained, at
- * the end of its quantum to the waiting process of highest priority whose
- * tenant has the smallest virtual time (GPU time held over its share:
- * weighted fair queueing), and at once when a higher priority waits. A
- * waiter takes the GPU itself when the holder is free, dead (its slot's
- * lock is gone), idle (no launch over a poll and nothing in flight), of
- * lower priority, or past its quantum: a holder that stops launching or is
- * killed stalls nobody. Waiters sleep on a futex in the region, holding no
- * lock.
- *
- * A cap (--compute-max) is a token bucket in the tenant's entry, shared by
- * its processes: it earns cap x elapsed time up to a small burst and pays
- * for the time its launches kept the GPU busy, from a launch (or the
- * previous completion) to a completion. A launch made with nothing in
- * flight begins a busy period: once a millisecond it is bracketed by timed
- * events, so that its time is the device's and a host that sees the
- * completion late is not charged for its own delay, and the ratio of the
- * two learnt; the busy periods between pay the host's view at that ratio.
- * Launches queued behind others keep untimed events (a timed one between
- * back-to-back kernels costs the GPU ~2 us), and their completions, seen
- * one after another, are charged in host time.
- * A capped holder waits, or hands over, while the bucket cannot pay for
- * what it has in flight.
- *
- * The shim's own event calls never change what a launch returns; launches
- * on capturing streams only add graph nodes and pass. If the region cannot
- * be used, the GPU is not scheduled (said once). The region is shared with
- * other users' tenants: a truncation under us is caught (SIGBUS on the
- * region only) and replaces the mapping with private memory, which turns
- * scheduling off on that GPU instead of crashing the program.
- *
- * A process that cannot join its tenant's scheduler (a damaged or foreign
- * file, all process slots taken) has its launches on that GPU refused
- * (CUDA_ERROR_NOT_PERMITTED), as a tenant's memory setup failing refuses
- * CUDA; FLEXGV_ON_ERROR=passthrough lets them through unscheduled. */
-#include "memquota.h"
-#include "flexgv/liveness.h"
-#include "flexgv/sched_layout_gen.h"
+/* The compute policy's hooks (compute.h describes the policy). */
+#include "compute.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -58,131 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-enum { RING = 256 };                  /* launches tracked in flight per GPU, at most */
-#define BURST_NS 5000000ll            /* cap credit an idle tenant may bank */
-#define SWEEP_NS 100000000ull         /* dead processes' bits are looked for this often */
-/* Timing constants; a build may set them (-D) to measure another choice
- * (scripts/gpu-e2e.sh's shim variants). */
-#ifndef AHEAD_NS
-#define AHEAD_NS 4000000ll            /* tracked work let ahead of completions... */
-#endif
-#ifndef AHEAD_SHORT_NS
-#define AHEAD_SHORT_NS 500000ll       /* ...under a cap... */
-#endif
-#ifndef AHEAD_BELOW_NS
-#define AHEAD_BELOW_NS 250000ll       /* ...or when a higher priority may come */
-#endif
-#ifndef POLL_NS
-#define POLL_NS 500000ull             /* a waiter looks at the holder this often */
-#endif
-#ifndef LEND_NS
-#define LEND_NS 1000000ull            /* pauses this long are lent to lower priorities at once */
-#endif
-#ifndef REAP_NS
-#define REAP_NS 100000ull             /* a launch looks at completions at most this often */
-#endif
-#ifndef TIMED_NS
-#define TIMED_NS 1000000ull           /* a cap's busy periods are timed this often, at most */
-#endif
-#ifndef BESIDE_HOST
-#define BESIDE_HOST 7500u             /* under MPS, a higher holder this bound by its host is run beside */
-#endif
-#ifndef GANG_AHEAD_NS
-#define GANG_AHEAD_NS 200000ull       /* a gang's rank stops this long before its lower GPU's quantum ends... */
-#endif
-#ifndef GANG_WAIT_NS
-#define GANG_WAIT_NS 1000000ull       /* ...and waits at most this long for its holder's decision */
-#endif
-#define FULL 10000u                   /* 100 % in hundredths */
-
-enum { G_NONE, G_READY, G_OFF, G_REFUSED };
-enum { LOOKED = 1, DONE, LAST }; /* what reap found of a launch in flight */
-
 static uint64_t tracked; /* launches tracked so far, on every GPU (atomic) */
-
-struct launch {
-    CUevent ev;
-    CUevent start;      /* timed, recorded before it when nothing was in flight (capped only) */
-    uint64_t at;        /* host time of the launch */
-    uintptr_t lane[2];  /* the stream it runs on (lane_of) */
-    uint64_t seq;       /* its place among the launches tracked (`tracked`) */
-    int timed;          /* ev is timed too: it has a start */
-    int begins;         /* made with nothing in flight, capped: timed, or sampled untimed (mark_start) */
-};
-
-/* Our launches in flight on a GPU, oldest first, and the events they use. */
-struct flight {
-    struct launch ring[RING];
-    unsigned head, count;
-    unsigned blocked;   /* our threads inside a synchronous copy or memset */
-    CUevent pool[RING]; /* completed events, to be recorded again */
-    unsigned npool;
-    CUevent tpool[2 * RING]; /* the same, timed (a cap's busy periods: starts and ends) */
-    unsigned ntpool;
-    uintptr_t known[2]; /* a lane whose launches tracked before known_upto have completed (known_done) */
-    uint64_t known_upto;
-    uint64_t last_done; /* host time of the last completion */
-    uint64_t reaped_at; /* when completions were last looked at */
-    uint64_t avg;       /* moving average of one launch's busy time (ns); 0: none measured */
-};
-
-/* A cap's busy periods: how the launch under way begins one, and what
- * their timing has learnt. */
-struct busy {
-    CUevent start;      /* timed, recorded by enter for the launch under way */
-    int begins;         /* the launch under way begins a capped busy period */
-    uint64_t timed_at;  /* when a busy period was last bracketed by timed events */
-    uint32_t ratio;     /* device time over host time of those busy periods (hundredths of a percent) */
-};
-
-/* Our turns, and what we saw of the holder's. */
-struct turn {
-    /* what we last saw of the holder, to tell it idle */
-    uint32_t seen_holder;
-    uint64_t seen_launches, seen_at;
-    uint64_t wdefault, wdefault_at; /* weight of a tenant without a share, and when computed */
-    uint64_t idle_at, gap_avg; /* when a sync left nothing in flight; how long such pauses last */
-    int holding;               /* we held the GPU at our last look, in a turn begun at `at` */
-    int lent;                  /* that turn was taken, ahead, from an idle holder: a loan */
-    uint64_t at;
-};
-
-/* The lower GPU's turn end we last waited on (gang_turn_over), since when,
- * and its holder's launches then. */
-struct gang {
-    uint64_t turn, from, launches;
-};
-
-/* Under MPS, what we run beside the holder and what tells whether others
- * may run beside us. */
-struct side {
-    int ran;                   /* we launched beside the holder since our last turn */
-    /* the request under way: its first launch since the last synchronization
-     * (0: none) and its time spent in gate since then (atomic) */
-    uint64_t request_at, request_gated;
-    uint32_t alive_h;          /* the holder (slot + 1) last seen alive, at alive_at */
-    uint64_t alive_at;
-};
-
-struct gpu {
-    /* the region and our place in it, read by every launch */
-    pthread_mutex_t lock; /* this process's threads on this GPU (slow path only) */
-    int state;
-    struct fg_sched_header *hdr;
-    struct fg_sched_slot *slots, *me;
-    struct fg_sched_tenant *t; /* our tenant's entry */
-    uint32_t mine, tenant;     /* our slot, our tenant entry */
-    uint64_t notme[FG_SCHED_WORDS]; /* the masks' words without our bit */
-    int fd;                    /* never mapped: holds our slot's lock */
-    uint64_t quantum;
-    uint64_t swept_at;
-    int mps;                   /* our contexts on this GPU are MPS clients */
-    struct flight flight;
-    struct busy cap;
-    struct turn turn;
-    struct gang gang;
-    struct side side;
-};
 
 static struct gpu gpus[FG_NDEV] = {[0 ... FG_NDEV - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1}};
 /* The GPUs this process is scheduled on, all attached at its first launch:
@@ -192,42 +23,6 @@ static int nmine, enumerated;
 static pthread_mutex_t enum_lock = PTHREAD_MUTEX_INITIALIZER;
 static const size_t region_size = sizeof(struct fg_sched_header) + FG_SCHED_SLOTS * sizeof(struct fg_sched_slot);
 static int warned_region, warned_broken, broken; /* broken: a region was truncated, to be said */
-
-#define LOAD(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
-#define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
-#define ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_SEQ_CST)
-
-/* Slot i's bit in a mask of the header (present, waiting). */
-static int mask_has(uint64_t *m, uint32_t i) { return LOAD(&m[i / 64 % FG_SCHED_WORDS]) >> i % 64 & 1; }
-static void mask_set(uint64_t *m, uint32_t i) { __atomic_fetch_or(&m[i / 64 % FG_SCHED_WORDS], 1ull << i % 64, __ATOMIC_SEQ_CST); }
-static void mask_clear(uint64_t *m, uint32_t i)
-{
-    __atomic_fetch_and(&m[i / 64 % FG_SCHED_WORDS], ~(1ull << i % 64), __ATOMIC_SEQ_CST);
-}
-
-/* Word w of mask m without our own bit. */
-static inline uint64_t others_word(const struct gpu *g, uint64_t *m, uint32_t w)
-{
-    return LOAD(&m[w]) & g->notme[w];
-}
-
-/* Whether a slot other than ours has its bit in m (on every launch of a
- * process alone: no branch per word). */
-static inline __attribute__((always_inline)) int others_in(const struct gpu *g, uint64_t *m)
-{
-    uint64_t any = 0;
-#pragma GCC unroll 8
-    for (uint32_t w = 0; w < FG_SCHED_WORDS; w++)
-        any |= others_word(g, m, w);
-    return any != 0;
-}
-
-static off_t slot_off(uint32_t i) { return (off_t)(sizeof(struct fg_sched_header) + i * sizeof(struct fg_sched_slot)); }
-
-static off_t tenant_off(uint32_t i)
-{
-    return (off_t)(offsetof(struct fg_sched_header, tenants) + i * sizeof(struct fg_sched_tenant));
-}
 
 /* ---- the region ---- */
 
@@ -433,14 +228,6 @@ static uint64_t weight(struct gpu *g, struct fg_sched_tenant *t, uint64_t now)
     return g->turn.wdefault ? g->turn.wdefault : 1;
 }
 
-static struct fg_sched_tenant *tenant_of(struct gpu *g, uint32_t slot)
-{
-    if (slot >= FG_SCHED_SLOTS)
-        return NULL; /* a holder number nobody wrote */
-    uint32_t t = LOAD(&g->slots[slot].tenant);
-    return t < FG_SCHED_TENANTS ? &g->hdr->tenants[t] : NULL;
-}
-
 /* Charges t for holding the GPU ns: all of it in its counter (readers add
  * the current holder's time since since_ns, so the counter only grows), at
  * most `fair` in its virtual time (time held alone, or idle before it was
@@ -590,25 +377,6 @@ static int best_waiter(struct gpu *g, int except)
             }
         }
     return best;
-}
-
-static uint32_t priority_of(struct gpu *g, int slot)
-{
-    struct fg_sched_tenant *t = slot < 0 ? NULL : tenant_of(g, (uint32_t)slot);
-    return t ? LOAD(&t->priority) : 0;
-}
-
-/* Our tenant's cap (hundredths of a percent; 0: none). A value no CLI
- * writes is no cap; a debt larger than any launch can run up is dropped. */
-static uint32_t cap_of(struct gpu *g)
-{
-    uint32_t cap = LOAD(&g->t->cap);
-    if (cap > FULL)
-        return 0;
-    int64_t c = LOAD(&g->t->cap_credit);
-    if (cap && (c < -100 * BURST_NS || c > BURST_NS))
-        __atomic_compare_exchange_n(&g->t->cap_credit, &c, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-    return cap;
 }
 
 /* Whether a process of higher priority than ours is on the GPU. */
@@ -869,17 +637,6 @@ static void reap(struct gpu *g, uint64_t now)
     }
     g->flight.count -= done;
     STORE(&g->me->inflight, g->flight.count + g->flight.blocked);
-}
-
-/* Work still queued: at least what the oldest launch has been running. */
-static int64_t ahead(const struct gpu *g, uint64_t now)
-{
-    if (!g->flight.count)
-        return 0;
-    uint64_t since = g->flight.ring[g->flight.head].at > g->flight.last_done ? g->flight.ring[g->flight.head].at : g->flight.last_done;
-    int64_t running = now > since ? (int64_t)(now - since) : 0;
-    int64_t expected = (int64_t)(g->flight.count * g->flight.avg);
-    return expected > running ? expected : running;
 }
 
 /* Waits, unlocked, for the oldest launch in flight; its completion tells
