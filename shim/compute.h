@@ -251,4 +251,21 @@ static inline int64_t ahead(const struct gpu *g, uint64_t now)
     return expected > running ? expected : running;
 }
 
+/* ---- the region and our place in it (compute_region.c) ---- */
+
+extern struct gpu gpus[FG_NDEV];
+/* The GPUs this process is scheduled on, all attached at its first launch:
+ * while it holds each alone, no launch needs to know its device. */
+extern struct gpu *mine_list[FG_NDEV];
+extern int nmine;
+/* dev's state if it is scheduled (attached at the first call); NULL if not. */
+struct gpu *scheduled(int dev);
+/* Clears dead processes' bits and writes our slot again (g locked). */
+void sweep(struct gpu *g, uint64_t now);
+/* Wakes every process asleep on g's region. */
+void wake_all(struct gpu *g);
+/* Sleeps, g unlocked, at most ns or until r's region changes from gen. */
+void sleep_on_region(struct gpu *g, struct gpu *r, uint32_t gen, uint64_t ns);
+void sleep_on(struct gpu *g, uint32_t gen, uint64_t ns);
+
 #endif
