@@ -268,4 +268,27 @@ void wake_all(struct gpu *g);
 void sleep_on_region(struct gpu *g, struct gpu *r, uint32_t gen, uint64_t ns);
 void sleep_on(struct gpu *g, uint32_t gen, uint64_t ns);
 
+/* ---- launches in flight (compute_flight.c) ---- */
+
+extern uint64_t tracked; /* launches tracked so far, on every GPU (atomic) */
+/* Names the stream s stands for: a stream's work completes in order. */
+void lane_of(CUstream s, uintptr_t lane[2]);
+/* What was tracked on lane before upto is known complete (g locked). */
+void known_done(struct gpu *g, const uintptr_t lane[2], uint64_t upto);
+/* Pooled events, timed or not (g locked); event_get: NULL if none. */
+CUevent event_get(struct gpu *g, int timed);
+void event_put(struct gpu *g, CUevent ev, int timed);
+/* Accounts for what completed (g locked). */
+void reap(struct gpu *g, uint64_t now);
+/* Waits, g unlocked, for the oldest launch in flight. */
+void wait_oldest(struct gpu *g);
+/* Puts a launch at `at` on s in flight (g locked). */
+void track(struct gpu *g, CUstream s, uint64_t at);
+
+/* ---- a cap's bucket (compute_cap.c) ---- */
+
+/* The device time the completed launches of reap's state[] kept the GPU
+ * busy; -1 when device time cannot tell. */
+int64_t device_busy(struct gpu *g, const unsigned char *state, unsigned n, unsigned first, int64_t host);
+
 #endif
