@@ -287,6 +287,11 @@ void track(struct gpu *g, CUstream s, uint64_t at);
 
 /* ---- a cap's bucket (compute_cap.c) ---- */
 
+/* Adds what the bucket earned since it last did, at cap. */
+void earn(struct gpu *g, uint32_t cap, uint64_t now);
+/* Under a cap, a launch on s made with nothing in flight begins a busy
+ * period (g locked). */
+void mark_start(struct gpu *g, CUstream s);
 /* The device time the completed launches of reap's state[] kept the GPU
  * busy; -1 when device time cannot tell. */
 int64_t device_busy(struct gpu *g, const unsigned char *state, unsigned n, unsigned first, int64_t host);
