@@ -296,4 +296,14 @@ void mark_start(struct gpu *g, CUstream s);
  * busy; -1 when device time cannot tell. */
 int64_t device_busy(struct gpu *g, const unsigned char *state, unsigned n, unsigned first, int64_t host);
 
+/* ---- gang turns (compute_gang.c) ---- */
+
+/* 1 when tenant a leads b on g, -1 when b leads a, 0 when neither does. */
+int leads(struct gpu *g, struct fg_sched_tenant *a, struct fg_sched_tenant *b);
+/* A lower GPU whose turn means we should not launch on g for now; NULL if
+ * none; *ending: its holder (slot + 1) when its quantum is ending. */
+struct gpu *gang_turn_over(struct gpu *g, uint64_t now, int *ending);
+/* Wakes the waiters of the GPUs above g after a hand-over on g. */
+void wake_followers(struct gpu *g);
+
 #endif
