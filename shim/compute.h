@@ -306,4 +306,27 @@ struct gpu *gang_turn_over(struct gpu *g, uint64_t now, int *ending);
 /* Wakes the waiters of the GPUs above g after a hand-over on g. */
 void wake_followers(struct gpu *g);
 
+/* ---- turns, fair queueing and priority (compute_turns.c) ---- */
+
+/* Charges t, the holder, for its time not yet paid for, at most `fair`. */
+void pay(struct gpu *g, struct fg_sched_tenant *t, uint64_t fair, uint64_t now);
+/* Whether tenant a's turn on g comes before b's, at equal priority. */
+int before(struct gpu *g, struct fg_sched_tenant *a, struct fg_sched_tenant *b);
+/* The waiting slot to run next, other than `except`; -1 if none. */
+int best_waiter(struct gpu *g, int except);
+/* Whether a process of higher priority than ours is on the GPU. */
+int higher_present(struct gpu *g);
+/* Whether a waiter may take the GPU from holder h (slot + 1). */
+int may_take(struct gpu *g, uint32_t h, uint64_t now);
+/* Brings a newcomer to the queue no further back than the holder allows. */
+void catch_up(struct gpu *g, uint64_t now);
+/* Puts the GPU from holder `from` (slot + 1, 0: none) to us; 0 if lost. */
+int take(struct gpu *g, uint32_t from, uint64_t now);
+/* Hands the GPU to the best waiter, if any may have it: drained (drain, or
+ * always by hand_over) or not. */
+void give(struct gpu *g, int preempted, int drain);
+void hand_over(struct gpu *g, int preempted);
+/* The pause since the last synchronization, if any, ends at now. */
+void pause_ends(struct gpu *g, uint64_t now);
+
 #endif
