@@ -329,4 +329,17 @@ void hand_over(struct gpu *g, int preempted);
 /* The pause since the last synchronization, if any, ends at now. */
 void pause_ends(struct gpu *g, uint64_t now);
 
+/* ---- running beside the holder under MPS (compute_mps.c) ---- */
+
+/* Whether we may launch beside holder h (slot + 1) without holding g. */
+int beside(struct gpu *g, uint32_t h, uint64_t now);
+/* Whether every other process on g runs beside us. */
+int beside_us(struct gpu *g);
+/* Whether this process holds each of its n GPUs, uncapped, with only
+ * processes that run beside it or none; if so, counts the launch. */
+int beside_everywhere(int n);
+/* Notes how bound by its host the request that a synchronization begun at
+ * `at` ends was. */
+void note_request(struct gpu *g, uint64_t at, uint64_t now);
+
 #endif
