@@ -342,4 +342,10 @@ int beside_everywhere(int n);
  * `at` ends was. */
 void note_request(struct gpu *g, uint64_t at, uint64_t now);
 
+/* ---- the gate of every scheduled launch (compute_gate.c) ---- */
+
+/* Waits until this process may launch one more piece of work on g (g
+ * locked throughout, but for waits). */
+void gate(struct gpu *g);
+
 #endif
