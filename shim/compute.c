@@ -1,18 +1,6 @@
 /* The compute policy's hooks (compute.h describes the policy). */
 #include "compute.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
-#include <linux/futex.h>
-#include <pthread.h>
-#include <signal.h>
-#include <stdio.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 /* Whether this process holds every GPU it is scheduled on uncapped, alone
  * there (then its launches go straight through, counted) or with only
  * processes that run beside it (beside_everywhere). */

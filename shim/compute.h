@@ -43,7 +43,17 @@
  * A process that cannot join its tenant's scheduler (a damaged or foreign
  * file, all process slots taken) has its launches on that GPU refused
  * (CUDA_ERROR_NOT_PERMITTED), as a tenant's memory setup failing refuses
- * CUDA; FLEXGV_ON_ERROR=passthrough lets them through unscheduled. */
+ * CUDA; FLEXGV_ON_ERROR=passthrough lets them through unscheduled.
+ *
+ * Its parts: compute.c, the hooks (a launch goes straight through, or is
+ * gated and then tracked; a synchronization says what completed and may
+ * lend the GPU); compute_gate.c, the loop a gated launch waits in;
+ * compute_turns.c, who holds the GPU and when it changes hands;
+ * compute_gang.c, the order of a gang's turns across GPUs; compute_cap.c,
+ * a cap's bucket; compute_flight.c, the launches in flight;
+ * compute_mps.c, running beside the holder under MPS; compute_region.c,
+ * the scheduler region and this process's slot in it. Each GPU's state,
+ * struct gpu, has a part per owner. */
 #ifndef FLEXGV_COMPUTE_H
 #define FLEXGV_COMPUTE_H
 
@@ -170,12 +180,14 @@ struct gpu {
     uint64_t quantum;
     uint64_t swept_at;
     int mps;                   /* our contexts on this GPU are MPS clients */
-    struct flight flight;
-    struct busy cap;
-    struct turn turn;
-    struct gang gang;
-    struct side side;
+    struct flight flight; /* compute_flight.c */
+    struct busy cap;      /* compute_cap.c */
+    struct turn turn;     /* compute_turns.c, compute_gate.c */
+    struct gang gang;     /* compute_gate.c */
+    struct side side;     /* compute_mps.c, compute_gate.c */
 };
+
+/* ---- what every part reads, inline: a launch pays no call for them ---- */
 
 #define LOAD(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
 #define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
