@@ -63,6 +63,10 @@
 
 #include <pthread.h>
 
+/* The parts' shared data and functions are the library's own: reached
+ * directly, not through the GOT and PLT (a launch reads them). */
+#pragma GCC visibility push(hidden)
+
 enum { RING = 256 };                  /* launches tracked in flight per GPU, at most */
 #define BURST_NS 5000000ll            /* cap credit an idle tenant may bank */
 #define SWEEP_NS 100000000ull         /* dead processes' bits are looked for this often */
@@ -359,5 +363,7 @@ void note_request(struct gpu *g, uint64_t at, uint64_t now);
 /* Waits until this process may launch one more piece of work on g (g
  * locked throughout, but for waits). */
 void gate(struct gpu *g);
+
+#pragma GCC visibility pop
 
 #endif
