@@ -134,7 +134,7 @@ const char *fg_entry_uuid(int entry);
  * than letting it through (FLEXGV_ON_ERROR=passthrough). */
 int fg_refuse_on_error(void);
 
-/* Compute shares, priorities and caps (compute.c). */
+/* Compute shares, priorities and caps (compute*.c, compute.h). */
 void fg_compute_after_fork(void);
 
 static inline const char *fg_str(const char *s) { return s ? s : "(null)"; }

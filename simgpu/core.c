@@ -86,12 +86,19 @@ static void map_devices(void)
     sim_ndevices = n;
 }
 
+/* An MPS client's first cuInit joins its server (sim_mps_join). */
+static int mps_refused;
+static void join_mps(void) { mps_refused = sim_mps_client() && sim_mps_join() != 0; }
+
 SIM_EXPORT CUresult cuInit(unsigned int Flags)
 {
-    static pthread_once_t mapped = PTHREAD_ONCE_INIT;
+    static pthread_once_t mapped = PTHREAD_ONCE_INIT, joined = PTHREAD_ONCE_INIT;
     if (Flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
     if (sim_attach() != 0)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    pthread_once(&joined, join_mps);
+    if (mps_refused)
         return CUDA_ERROR_NOT_INITIALIZED;
     pthread_once(&mapped, map_devices);
     if (sim_ndevices == 0)

@@ -6,7 +6,13 @@
  * printed. Commands: quit (the daemon exits) and
  * get_default_active_thread_percentage. The simulated driver confines a
  * process to CUDA_MPS_ACTIVE_THREAD_PERCENTAGE of the SMs while a daemon
- * answers (simgpu/state.c). */
+ * answers (simgpu/state.c).
+ *
+ * A CUDA process joins MPS at its initialization with `client`, answered
+ * `ok` by the MPS server the daemon stands for. FLEXGV_SIM_MPS_SERVER, as
+ * the daemon starts, makes that server broken, for tests: `hang` never
+ * answers a client (the daemon still answers its commands), `refuse`
+ * answers `refused`. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -44,18 +50,32 @@ static int dial(void)
     return fd;
 }
 
-static void answer(int c, const char *cmd)
+enum { SERVES, HANGS, REFUSES };
+
+/* Answers cmd on c; 0 when c is to be kept open unanswered (a client of a
+ * server that hangs). */
+static int answer(int c, const char *cmd, int server)
 {
+    if (!strcmp(cmd, "client") && server == HANGS)
+        return 0;
     const char *out = !strcmp(cmd, "get_default_active_thread_percentage") ? "100.0\n"
+                      : !strcmp(cmd, "client")                             ? server == REFUSES ? "refused\n" : "ok\n"
                       : *cmd                                               ? "Unknown command\n"
                                                                            : "";
     if (write(c, out, strlen(out)) < 0) {
         /* the client left */
     }
+    return 1;
 }
 
 static int daemon_main(void)
 {
+    const char *broken = getenv("FLEXGV_SIM_MPS_SERVER");
+    int server = !broken || !*broken ? SERVES : !strcmp(broken, "hang") ? HANGS : !strcmp(broken, "refuse") ? REFUSES : -1;
+    if (server < 0) {
+        fprintf(stderr, "nvidia-cuda-mps-control: FLEXGV_SIM_MPS_SERVER=%s: want hang or refuse\n", broken);
+        return 2;
+    }
     if (mkdir(pipe_dir(), 0755) && errno != EEXIST) {
         fprintf(stderr, "nvidia-cuda-mps-control: cannot create %s: %s\n", pipe_dir(), strerror(errno));
         return 1;
@@ -108,8 +128,8 @@ static int daemon_main(void)
             close(c);
             _exit(0);
         }
-        answer(c, line);
-        close(c);
+        if (answer(c, line, server))
+            close(c);
     }
 }
 

@@ -134,6 +134,7 @@ extern struct sim_shared *sim;
 int sim_attach(void); /* 0 on success; loads config and the shared file */
 int sim_sms(void);    /* SMs this process gets: fewer under MPS with an active-thread percentage */
 int sim_mps_client(void); /* an MPS control daemon answered when this process attached */
+int sim_mps_join(void);   /* joins its MPS server (cuInit): 0, or -1 refused */
 uint64_t sim_now_ns(void);                /* the device's clock */
 void sim_sleep_until(uint64_t t_ns);      /* until the device's clock reaches t_ns */
 /* How the simulated driver rounds and reserves memory (flexgv/drvmem.h):

@@ -554,6 +554,27 @@ static int mps_sms(int sms, int *client)
 int sim_sms(void) { return visible_sms; }
 int sim_mps_client(void) { return mps_client; }
 
+/* An MPS client joins the MPS server at its initialization, as long as the
+ * server takes to answer (simgpu/mps_control.c): 0 once it has, -1 if it
+ * refused (said on stderr). */
+int sim_mps_join(void)
+{
+    const char *dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s/control", dir && *dir ? dir : "/tmp/nvidia-mps");
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    char ans[16] = "";
+    ssize_t n = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0 && write(fd, "client\n", 7) == 7
+                    ? read(fd, ans, sizeof ans - 1)
+                    : -1;
+    if (fd >= 0)
+        close(fd);
+    if (n == 3 && !memcmp(ans, "ok\n", 3))
+        return 0;
+    fprintf(stderr, "flexgv-sim: the MPS server did not take this client\n");
+    return -1;
+}
+
 /* Once per process, whichever threads call it: attached is set only once
  * this process has its slot, so no charge can miss it. */
 int sim_attach(void)

@@ -11,12 +11,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/flexgv/flexgv/internal/daemon"
+	"github.com/flexgv/flexgv/internal/mps"
 	"github.com/flexgv/flexgv/internal/tenant"
 	flexgvv1 "github.com/flexgv/flexgv/proto/flexgv/v1"
 )
@@ -24,6 +26,7 @@ import (
 func newDaemon(g *globals) *cobra.Command {
 	var socket, metricsAddr string
 	var withMPS bool
+	var mpsTimeout time.Duration
 	var kubernetes func(io.Writer, bool) (func(context.Context, flexgvv1.DaemonServer), error)
 	c := &cobra.Command{
 		Use:   "daemon",
@@ -48,9 +51,21 @@ func newDaemon(g *globals) *cobra.Command {
 			if err := checkDaemonFlags(c, socket, metricsAddr); err != nil {
 				return usageError{fmt.Errorf("flexgv daemon: %w", err)}
 			}
+			if err := checkMPSTimeout(c, withMPS, mpsTimeout); err != nil {
+				return usageError{fmt.Errorf("flexgv daemon: %w", err)}
+			}
+			var probe []string
+			if withMPS {
+				exe, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("flexgv daemon: --mps: cannot find flexgv itself to probe MPS with: %w", err)
+				}
+				probe = []string{exe, "mps-probe"}
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			err = daemon.Run(ctx, daemon.Config{StateDir: tenant.Dir(), Socket: socket, MetricsAddr: metricsAddr, Log: c.ErrOrStderr(), With: with, MPS: withMPS})
+			err = daemon.Run(ctx, daemon.Config{StateDir: tenant.Dir(), Socket: socket, MetricsAddr: metricsAddr, Log: c.ErrOrStderr(), With: with,
+				MPS: withMPS, MPSProbe: probe, MPSTimeout: mpsTimeout})
 			if err != nil {
 				return fmt.Errorf("flexgv daemon: %w", err)
 			}
@@ -60,9 +75,42 @@ func newDaemon(g *globals) *cobra.Command {
 	c.Flags().StringVar(&socket, "socket", "", "unix socket of the local API (default $FLEXGV_STATE_DIR/daemon.sock, where flexgv run and ps look)")
 	c.Flags().StringVar(&metricsAddr, "metrics-addr", "127.0.0.1:9400", `HOST:PORT of the Prometheus endpoint /metrics ("" turns it off)`)
 	c.Flags().BoolVar(&withMPS, "mps", false, "run NVIDIA's MPS control daemon (nvidia-cuda-mps-control, in $CUDA_MPS_PIPE_DIRECTORY or /tmp/nvidia-mps) while the daemon runs, "+
-		"unless one runs already: processes share each GPU at once, and a tenant's --sm confines its kernels to part of the SMs")
+		"unless one runs already: processes share each GPU at once, and a tenant's --sm confines its kernels to part of the SMs. "+
+		"It must first serve a CUDA program started as its client; if not, the daemon stops the control daemon it started and exits")
+	c.Flags().DurationVar(&mpsTimeout, "mps-timeout", 30*time.Second, "with --mps: how long that first CUDA program may take to start")
 	kubernetes = devicePluginFlags(c, g)
 	return c
+}
+
+// checkMPSTimeout refuses an --mps-timeout that cannot apply.
+func checkMPSTimeout(c *cobra.Command, withMPS bool, timeout time.Duration) error {
+	if !c.Flags().Changed("mps-timeout") {
+		return nil
+	}
+	if !withMPS {
+		return errors.New("--mps-timeout applies only with --mps")
+	}
+	if timeout <= 0 {
+		return fmt.Errorf("--mps-timeout %v: give a positive duration (e.g. 30s)", timeout)
+	}
+	return nil
+}
+
+// newMPSProbe is what flexgv daemon --mps runs, as a process of its own
+// that it can kill, to check that MPS serves CUDA programs.
+func newMPSProbe() *cobra.Command {
+	return &cobra.Command{
+		Use:    "mps-probe",
+		Short:  "Start CUDA as a program does (flexgv daemon --mps runs it as an MPS client)",
+		Hidden: true,
+		Args:   noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if err := mps.ProbeCUDA(); err != nil {
+				return fmt.Errorf("flexgv mps-probe: %w", err)
+			}
+			return nil
+		},
+	}
 }
 
 // checkDaemonFlags refuses values the daemon could not start with, before

@@ -42,7 +42,12 @@ type Config struct {
 	Log         io.Writer // what it does, line by line
 	// MPS: the daemon makes sure an MPS control daemon runs on the node
 	// (in mps.PipeDir()) for as long as it runs; one it started, it stops.
-	MPS bool
+	// MPSProbe starts CUDA as an MPS client must within MPSTimeout
+	// (mps.Serves) before the daemon goes on; else the daemon stops the
+	// control daemon it started and fails.
+	MPS        bool
+	MPSProbe   []string
+	MPSTimeout time.Duration
 	// With, if set, runs in the daemon's process beside the API, calling
 	// it directly (no socket between), until its context ends: when the
 	// daemon stops, which waits for it before letting go of the tenants.
@@ -85,7 +90,7 @@ func Run(ctx context.Context, cfg Config) error {
 		defer metricsLis.Close()
 	}
 	if cfg.MPS {
-		stop, err := runMPS(cfg.StateDir, logger)
+		stop, err := runMPS(cfg, logger)
 		if err != nil {
 			return err
 		}
@@ -153,15 +158,31 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 // runMPS starts an MPS control daemon where CUDA looks for one, unless one
-// answers there already, and returns what stops it: nothing for one found.
-func runMPS(stateDir string, logger *log.Logger) (func(), error) {
+// answers there already, checks that it serves a CUDA program, and returns
+// what stops it: nothing for one found. One it started that does not serve
+// is stopped: a node whose CUDA programs hang at their start is worse off
+// than one without MPS.
+func runMPS(cfg Config, logger *log.Logger) (func(), error) {
 	dir := mps.PipeDir()
 	if mps.Running(dir) {
+		if err := mps.Serves(dir, cfg.MPSProbe, cfg.MPSTimeout); err != nil {
+			return nil, fmt.Errorf("MPS: the control daemon that answers in %s does not serve CUDA programs: %v "+
+				"(left running: this daemon did not start it)", dir, err)
+		}
 		logger.Printf("MPS: using the control daemon that answers in %s", dir)
 		return func() {}, nil
 	}
-	if err := mps.Start(dir, filepath.Join(stateDir, "mps-log")); err != nil {
+	logDir := filepath.Join(cfg.StateDir, "mps-log")
+	if err := mps.Start(dir, logDir); err != nil {
 		return nil, err
+	}
+	if err := mps.Serves(dir, cfg.MPSProbe, cfg.MPSTimeout); err != nil {
+		if serr := mps.Stop(dir); serr != nil {
+			return nil, fmt.Errorf("MPS: the control daemon started in %s does not serve CUDA programs: %v; "+
+				"stopping it failed: %v (MPS logs in %s)", dir, err, serr, logDir)
+		}
+		return nil, fmt.Errorf("MPS: the control daemon started in %s does not serve CUDA programs: %v; stopped it (MPS logs in %s)",
+			dir, err, logDir)
 	}
 	logger.Printf("MPS: started the control daemon in %s", dir)
 	return func() {

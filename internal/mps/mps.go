@@ -5,6 +5,7 @@
 package mps
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -61,6 +62,33 @@ func Start(dir, logDir string) error {
 			Stop(dir) // it may answer its own client yet: not left behind
 			return fmt.Errorf("%s -d started, but nothing answers in %s", Control, dir)
 		}
+	}
+	return nil
+}
+
+// Serves checks that MPS in dir serves CUDA programs: the control daemon
+// answering says nothing of the server it starts for its clients. probe, a
+// command that starts CUDA as a program does (ProbeCUDA, in a process of
+// its own), is run as an MPS client of dir and must succeed within
+// timeout; one that hangs is killed.
+func Serves(dir string, probe []string, timeout time.Duration) error {
+	if len(probe) == 0 {
+		return errors.New("no probe client to run")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, probe[0], probe[1:]...)
+	cmd.Env = withDirs(os.Environ(), dir, "")
+	cmd.WaitDelay = time.Second // what it started may hold its output open
+	out, err := cmd.CombinedOutput()
+	msg := strings.Join(strings.Fields(strings.ReplaceAll(strings.TrimSpace(string(out)), "\n", "; ")), " ")
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("a CUDA program started as its client had no answer within %v, and was killed", timeout)
+	case err != nil && msg != "":
+		return fmt.Errorf("a CUDA program started as its client failed: %s", msg)
+	case err != nil:
+		return fmt.Errorf("a CUDA program started as its client failed: %v", err)
 	}
 	return nil
 }

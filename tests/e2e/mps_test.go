@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flexgv/flexgv/internal/mps"
 	"github.com/flexgv/flexgv/internal/sched"
 	"github.com/flexgv/flexgv/internal/schedtest"
 )
@@ -251,6 +252,57 @@ func TestDaemonMPSThatNeverAnswers(t *testing.T) {
 	}
 	if got, err := os.ReadFile(quit); err != nil || string(got) != "quit\n" {
 		t.Errorf("the control daemon was not told to quit: %q %v", got, err)
+	}
+}
+
+// A control daemon whose MPS server never answers its clients, or refuses
+// them, would have every CUDA program on the node hang or fail at its
+// start: the daemon finds out with a CUDA program of its own, says why,
+// stops the control daemon it started and exits non-zero; one it did not
+// start it leaves running.
+func TestDaemonMPSThatDoesNotServe(t *testing.T) {
+	for _, c := range []struct{ server, want string }{
+		{"hang", "had no answer within 2s, and was killed"},
+		{"refuse", "cuInit: CUDA_ERROR_NOT_INITIALIZED"},
+	} {
+		t.Run(c.server, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "mps")
+			e := newEnv(t, "PATH="+filepath.Join(build, "sim", "bin")+":"+os.Getenv("PATH"), "CUDA_MPS_PIPE_DIRECTORY="+dir,
+				"FLEXGV_SIM_MPS_SERVER="+c.server)
+			t.Cleanup(func() { quitMPS(e, dir) })
+			r := e.run("flexgv", "daemon", "--mps", "--mps-timeout", "2s", "--metrics-addr", "")
+			if r.code == 0 || !strings.Contains(r.stderr, "the control daemon started in "+dir+" does not serve CUDA programs") ||
+				!strings.Contains(r.stderr, c.want) || !strings.Contains(r.stderr, "; stopped it") {
+				t.Errorf("exit %d, %q; want an error that says %q and that it stopped the control daemon", r.code, r.stderr, c.want)
+			}
+			if mps.Running(dir) {
+				t.Errorf("the control daemon the daemon started still answers in %s", dir)
+			}
+			startMPS(t, e, dir)
+			r = e.run("flexgv", "daemon", "--mps", "--mps-timeout", "2s", "--metrics-addr", "")
+			if r.code == 0 || !strings.Contains(r.stderr, "the control daemon that answers in "+dir+" does not serve CUDA programs") ||
+				!strings.Contains(r.stderr, "left running") {
+				t.Errorf("with a control daemon running already: exit %d, %q", r.code, r.stderr)
+			}
+			if !mps.Running(dir) {
+				t.Errorf("the control daemon the daemon did not start was stopped")
+			}
+		})
+	}
+}
+
+// --mps-timeout is a positive duration, and only for --mps.
+func TestDaemonMPSTimeoutFlag(t *testing.T) {
+	e, dir := newMPSEnv(t)
+	t.Cleanup(func() { quitMPS(e, dir) })
+	for _, args := range [][]string{{"--mps", "--mps-timeout", "0s"}, {"--mps", "--mps-timeout", "-1s"}, {"--mps-timeout", "5s"}} {
+		r := e.run("flexgv", append([]string{"daemon", "--metrics-addr", ""}, args...)...)
+		if r.code != 2 || !strings.Contains(r.stderr, "--mps-timeout") {
+			t.Errorf("%v: exit %d, %q; want 2 and a message about --mps-timeout", args, r.code, r.stderr)
+		}
+	}
+	if mps.Running(dir) {
+		t.Errorf("a refused flag started the control daemon")
 	}
 }
 

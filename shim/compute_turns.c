@@ -1,0 +1,211 @@
+/* Turns of the compute policy: who holds a GPU next, by priority, then
+ * the gang's order, then weighted fair queueing of virtual time (GPU time
+ * held over the tenant's share); taking the GPU from a holder that is free,
+ * dead, idle, of lower priority or past its quantum; handing it over; and
+ * paying for the time held. */
+#include "compute.h"
+
+/* A tenant's weight: its share, else an even part of what no share claims
+ * (at least 1 %). */
+static uint64_t weight(struct gpu *g, struct fg_sched_tenant *t, uint64_t now)
+{
+    uint32_t share = LOAD(&t->share);
+    if (share)
+        return share;
+    if (!g->turn.wdefault || now - g->turn.wdefault_at > 100000000ull) {
+        uint32_t sum = 0, none = 0;
+        for (uint32_t i = 0; i < FG_SCHED_TENANTS; i++) {
+            if (!g->hdr->tenants[i].name[0] || !fg_byte_held(g->fd, tenant_off(i)))
+                continue;
+            uint32_t s = LOAD(&g->hdr->tenants[i].share);
+            sum += s;
+            none += !s;
+        }
+        uint32_t left = sum < FULL ? FULL - sum : 0;
+        g->turn.wdefault = (left < 100 ? 100 : left) / (none ? none : 1);
+        g->turn.wdefault_at = now;
+    }
+    return g->turn.wdefault ? g->turn.wdefault : 1;
+}
+
+/* Charges t for holding the GPU ns: all of it in its counter (readers add
+ * the current holder's time since since_ns, so the counter only grows), at
+ * most `fair` in its virtual time (time held alone, or idle before it was
+ * taken, is not contended time). */
+static void charge(struct gpu *g, struct fg_sched_tenant *t, uint64_t ns, uint64_t fair, uint64_t now)
+{
+    ADD(&t->held_ns, ns);
+    ADD(&t->vtime, (ns < fair ? ns : fair) * FULL / weight(g, t, now));
+}
+
+/* Charges t, the holder, for its time not yet paid for (since since_ns),
+ * at most `fair` of it: each interval is paid once, whether by the holder
+ * or by a process that takes the GPU from it at the same moment. */
+void pay(struct gpu *g, struct fg_sched_tenant *t, uint64_t fair, uint64_t now)
+{
+    uint64_t since = __atomic_exchange_n(&g->hdr->since_ns, now, __ATOMIC_SEQ_CST);
+    if (t && now > since && now - since < (1ull << 62))
+        charge(g, t, now - since, fair, now);
+}
+
+/* Whether tenant a's turn on g comes before b's, at equal priority: the
+ * gang's order, then the lesser virtual time. */
+int before(struct gpu *g, struct fg_sched_tenant *a, struct fg_sched_tenant *b)
+{
+    int l = leads(g, a, b);
+    return l ? l > 0 : LOAD(&a->vtime) < LOAD(&b->vtime);
+}
+
+/* The waiting slot to run next: highest priority, then the gang's order,
+ * then least virtual time, then the first after the holder (round robin);
+ * -1 if none. */
+int best_waiter(struct gpu *g, int except)
+{
+    uint32_t from = LOAD(&g->hdr->holder) % FG_SCHED_SLOTS;
+    int best = -1;
+    uint32_t bp = 0, bd = 0;
+    uint64_t bv = 0;
+    struct fg_sched_tenant *bt = NULL;
+    for (uint32_t w = 0; w < FG_SCHED_WORDS; w++)
+        for (uint64_t m = LOAD(&g->hdr->waiting[w]); m; m &= m - 1) {
+            uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(m), d = (i + FG_SCHED_SLOTS - from) % FG_SCHED_SLOTS;
+            struct fg_sched_tenant *t;
+            if ((int)i == except || !(t = tenant_of(g, i)))
+                continue;
+            uint32_t p = LOAD(&t->priority);
+            uint64_t v = LOAD(&t->vtime);
+            int l = best < 0 || p != bp ? 0 : leads(g, t, bt);
+            if (best < 0 || p > bp || (p == bp && (l > 0 || (!l && (v < bv || (v == bv && d < bd)))))) {
+                best = (int)i;
+                bp = p;
+                bv = v;
+                bd = d;
+                bt = t;
+            }
+        }
+    return best;
+}
+
+/* Whether a process of higher priority than ours is on the GPU. */
+int higher_present(struct gpu *g)
+{
+    uint32_t mp = LOAD(&g->t->priority);
+    for (uint32_t w = 0; w < FG_SCHED_WORDS; w++)
+        for (uint64_t p = others_word(g, g->hdr->present, w); p; p &= p - 1)
+            if (priority_of(g, (int)(w * 64 + (uint32_t)__builtin_ctzll(p))) > mp)
+                return 1;
+    return 0;
+}
+
+/* Whether a waiter may take the GPU from holder h (slot + 1). */
+int may_take(struct gpu *g, uint32_t h, uint64_t now)
+{
+    if (!h)
+        return 1;
+    uint32_t i = h - 1;
+    if (i >= FG_SCHED_SLOTS || !fg_byte_held(g->fd, slot_off(i))) {
+        mask_clear(g->hdr->waiting, i % FG_SCHED_SLOTS);
+        return 1; /* its holder died */
+    }
+    /* Idle: seen with nothing in flight and no launch over a poll. */
+    uint64_t launches = LOAD(&g->slots[i].launches);
+    if (h != g->turn.seen_holder || launches != g->turn.seen_launches || LOAD(&g->slots[i].inflight)) {
+        g->turn.seen_holder = h;
+        g->turn.seen_launches = launches;
+        g->turn.seen_at = now;
+    }
+    uint32_t hp = priority_of(g, (int)i), mp = LOAD(&g->t->priority);
+    if (mp > hp || now - g->turn.seen_at >= (hp > mp ? 4 * POLL_NS : POLL_NS))
+        return 1; /* a higher priority is given longer to come back */
+    struct fg_sched_tenant *ht = tenant_of(g, i);
+    if (mp == hp && ht && leads(g, g->t, ht) > 0)
+        return 1; /* our gang holds the GPUs it shares with the holder's */
+    /* Past its quantum and more: a holder blocked in a long wait. */
+    return mp == hp && now - LOAD(&g->hdr->since_ns) >= g->quantum + g->quantum / 2;
+}
+
+/* A newcomer to the queue starts no further back than one quantum behind
+ * the last holder: shares are of contended time, not banked idle time. One
+ * quantum of the smaller weight of the two: a tenant that paused for a
+ * moment (a synchronization) while it was behind a holder of a smaller
+ * share is that far behind by right, and clamping it closer would hand its
+ * time to the smaller share at every pause. */
+void catch_up(struct gpu *g, uint64_t now)
+{
+    uint64_t w = weight(g, g->t, now);
+    uint32_t h = LOAD(&g->hdr->holder);
+    struct fg_sched_tenant *ht = h ? tenant_of(g, h - 1) : NULL;
+    if (ht && weight(g, ht, now) < w)
+        w = weight(g, ht, now);
+    uint64_t lag = g->quantum * FULL / w, floor = LOAD(&g->hdr->vclock);
+    floor = floor > lag ? floor - lag : 0;
+    uint64_t v = LOAD(&g->t->vtime);
+    while (v < floor && !__atomic_compare_exchange_n(&g->t->vtime, &v, floor, 1, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+        ;
+}
+
+/* Puts the GPU from holder `from` (slot + 1, 0: none) to us. */
+int take(struct gpu *g, uint32_t from, uint64_t now)
+{
+    uint32_t expect = from;
+    if (!__atomic_compare_exchange_n(&g->hdr->holder, &expect, g->mine + 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+        return 0;
+    /* A holder gone (its lock with it) held nothing since: its slot's
+     * tenant entry may be another tenant's by now. */
+    struct fg_sched_tenant *old =
+        from && from <= FG_SCHED_SLOTS && fg_byte_held(g->fd, slot_off(from - 1)) ? tenant_of(g, from - 1) : NULL;
+    pay(g, old, g->quantum, now); /* idle before it was taken is not contended */
+    if (old && LOAD(&old->priority) < LOAD(&g->t->priority))
+        ADD(&old->preemptions, 1);
+    STORE(&g->hdr->vclock, LOAD(&g->t->vtime));
+    ADD(&g->hdr->switches, 1);
+    g->turn.lent = old && LOAD(&old->vtime) < LOAD(&g->t->vtime);
+    wake_all(g);
+    wake_followers(g);
+    return 1;
+}
+
+/* Hands the GPU to the best waiter, if any may have it, drained or not:
+ * what a gang leaves running on a GPU it gives to the gang that leads it
+ * may be a collective that waits for that very gang's turn elsewhere, and
+ * drains only once the GPU is given. */
+void give(struct gpu *g, int preempted, int drain)
+{
+    while (drain && g->flight.count) {
+        wait_oldest(g);
+        reap(g, fg_now_ns());
+    }
+    uint64_t now = fg_now_ns();
+    int next = best_waiter(g, (int)g->mine);
+    if (next < 0 || LOAD(&g->hdr->holder) != g->mine + 1)
+        return;
+    uint32_t expect = g->mine + 1;
+    if (!__atomic_compare_exchange_n(&g->hdr->holder, &expect, (uint32_t)next + 1, 0, __ATOMIC_SEQ_CST,
+                                     __ATOMIC_SEQ_CST))
+        return;
+    g->turn.holding = 0;
+    /* Time held alone before anyone waited is not charged beyond two quanta. */
+    pay(g, g->t, 2 * g->quantum, now);
+    if (preempted)
+        ADD(&g->t->preemptions, 1);
+    struct fg_sched_tenant *nt = tenant_of(g, (uint32_t)next);
+    STORE(&g->hdr->vclock, nt ? LOAD(&nt->vtime) : 0);
+    ADD(&g->hdr->switches, 1);
+    wake_all(g);
+    wake_followers(g);
+}
+
+/* Hands the GPU, drained, to the best waiter, if any may have it. */
+void hand_over(struct gpu *g, int preempted) { give(g, preempted, 1); }
+
+/* The pause since the last synchronization, if any, ends at now: how long
+ * such pauses last says whether they are lent (synced_on). Atomic: a launch
+ * that goes straight through (straight_through) ends it unlocked. */
+void pause_ends(struct gpu *g, uint64_t now)
+{
+    uint64_t idle = __atomic_exchange_n(&g->turn.idle_at, 0, __ATOMIC_RELAXED);
+    if (!idle || now < idle)
+        return;
+    uint64_t gap = now - idle, avg = __atomic_load_n(&g->turn.gap_avg, __ATOMIC_RELAXED);
+    __atomic_store_n(&g->turn.gap_avg, avg ? (3 * avg + gap) / 4 : gap, __ATOMIC_RELAXED);
+}
