@@ -70,6 +70,10 @@ type RemoteEntry struct {
 	Alloc    map[string]string
 	Destroys string
 	Owner    string
+	// AsHandle: an untyped result that holds a handle of a kind when a
+	// condition over the parameters holds (cuPointerGetAttribute's
+	// context): param, kind, condition.
+	AsHandle [3]string
 	// By-value parameters of a table function whose meaning is unknown
 	// and that were 0 natively: the driver is given 0 whatever the caller
 	// passed (what a caller leaves there may be a register of its own).
@@ -301,6 +305,14 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 			}
 			if name == "chunk" {
 				re.Chunk = val
+				continue
+			}
+			if name == "ashandle" {
+				f := strings.SplitN(val, ":", 3)
+				if len(f) != 3 || re.param(f[0]) == nil || re.param(f[0]).Type != "void *" || !remoteHandles[f[1]] || f[2] == "" {
+					return nil, nil, fmt.Errorf("%s: %s: ashandle=%s is not VOIDPTR:HANDLETYPE:CONDITION", where, re.Name, val)
+				}
+				re.AsHandle = [3]string{f[0], f[1], f[2]}
 				continue
 			}
 			if name == "owner" && val == "none" {
@@ -1225,8 +1237,8 @@ func emitRemoteServer(entries []RemoteEntry, tables []*Table) string {
 		for _, p := range e.Params {
 			if _, ptr := e.Kinds[p.Name]; !ptr {
 				get := "fgr_get_u64(rd)"
-				if shadowed[p.Type] {
-					get = fmt.Sprintf("fgr_unshadow(FGR_H_%s, fgr_get_u64(rd))", p.Type)
+				if remoteHandles[p.Type] { // the client's name for it
+					get = fmt.Sprintf("fgr_in(FGR_H_%s, fgr_get_u64(rd))", p.Type)
 				}
 				fmt.Fprintf(&b, "    %s = %s;\n", joinDecl(p.Type, p.Name), bitsGet(p.Type, get))
 			}
@@ -1243,11 +1255,9 @@ func emitRemoteServer(entries []RemoteEntry, tables []*Table) string {
 			switch k.Name {
 			case "in", "inout":
 				fmt.Fprintf(&b, "    %s *%s = fgr_get_buf(rd, q, %s, %d);\n", t, p.Name, bytesExpr(p, k), b2i(!byteBuffer(p.Type)))
-				for _, f := range structHandles[t] {
-					if shadowed[f[1]] { // our copy: the driver is given its own handle
-						fmt.Fprintf(&b, "    if (%s)\n        %s->%s = (%s)(uintptr_t)fgr_unshadow(FGR_H_%s, (uint64_t)(uintptr_t)%s->%s);\n",
-							p.Name, p.Name, f[0], f[1], f[1], p.Name, f[0])
-					}
+				for _, f := range structHandles[t] { // our copy: the driver is given its own handle
+					fmt.Fprintf(&b, "    if (%s)\n        %s->%s = (%s)(uintptr_t)fgr_in(FGR_H_%s, (uint64_t)(uintptr_t)%s->%s);\n",
+						p.Name, p.Name, f[0], f[1], f[1], p.Name, f[0])
 				}
 			case "shadow":
 				fmt.Fprintf(&b, "    uint64_t fgr_id_%s = fgr_get_u64(rd);\n", p.Name)
@@ -1271,6 +1281,11 @@ func emitRemoteServer(entries []RemoteEntry, tables []*Table) string {
 			}
 		}
 		b.WriteString("    if (!fgr_rd_done(rd))\n        return FGR_BAD_FRAME;\n")
+		for _, p := range e.Params { // arrays of handles, by the client's names
+			if k := e.Kinds[p.Name]; (k.Name == "in" || k.Name == "inout") && remoteHandles[pointee(p.Type)] {
+				fmt.Fprintf(&b, "    fgr_in_n(FGR_H_%s, %s, %s / sizeof(%s));\n", pointee(p.Type), p.Name, bytesExpr(p, k), pointee(p.Type))
+			}
+		}
 		for _, p := range e.Params {
 			if k := e.Kinds[p.Name]; k.Name == "shadow" {
 				fmt.Fprintf(&b, "    if (!fgr_is_shadow(fgr_id_%s))\n        return FGR_BAD_FRAME;\n", p.Name)
@@ -1673,6 +1688,21 @@ func serverRecords(e RemoteEntry) string {
 			fmt.Fprintf(&b, "        for (uint64_t fgr_i = 0; %s && fgr_i < %s / sizeof(%s); fgr_i++)\n            fgr_add(FGR_H_%s, %s, %s);\n",
 				p.Name, bytesExpr(p, k), t, t, handleVal(t, p.Name+"[fgr_i]"), owner(t))
 		}
+	}
+	// The client is given names, never the driver's values (a handle that
+	// has none, for want of memory, fails the call).
+	for _, p := range e.Params {
+		k, ok := e.Kinds[p.Name]
+		if t := pointee(p.Type); ok && (k.Name == "out" || k.Name == "inout") && remoteHandles[t] {
+			n := "1"
+			if k.Count != "" {
+				n = fmt.Sprintf("%s / sizeof(%s)", bytesExpr(p, k), t)
+			}
+			fmt.Fprintf(&b, "        if (fgr_out_n(FGR_H_%s, %s, %s) != 0)\n            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;\n", t, p.Name, n)
+		}
+	}
+	if a := e.AsHandle; a[0] != "" { // not one of the connection's: no answer
+		fmt.Fprintf(&b, "        if ((%s) && fgr_out_n(FGR_H_%s, %s, 1) != 0)\n            fgr_r = CUDA_ERROR_INVALID_VALUE;\n", a[2], a[1], a[0])
 	}
 	return b.String()
 }
