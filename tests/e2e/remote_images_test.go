@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -177,9 +178,15 @@ func TestRemoteModuleCacheCapHeld(t *testing.T) {
 	}
 	s.waitLog(`holds 65536 images or 1048576 bytes: no more are kept`, 10*time.Second)
 
-	// An image the driver refuses is not kept.
+	// An image the driver refuses is not kept. (The folder made anew is
+	// the executors' user's, as the server makes it.)
+	st, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	os.RemoveAll(dir)
 	os.Mkdir(dir, 0o700)
+	os.Chown(dir, int(st.Sys().(*syscall.Stat_t).Uid), int(st.Sys().(*syscall.Stat_t).Gid))
 	garbage := "not a module at all " + strings.Repeat("x", 100<<10) + "\x00"
 	if r := load(conns[0], garbage); r != 200 { // CUDA_ERROR_INVALID_IMAGE
 		t.Errorf("a garbage image: error %d, want 200", r)
