@@ -3209,6 +3209,7 @@ static CUresult op_cuGraphInstantiateWithParams(struct fgr_rd *rd, struct fgr_re
     CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
     int has_phGraphExec = fgr_get_u8(rd);
     CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams = fgr_get_buf(rd, q, sizeof(CUDA_GRAPH_INSTANTIATE_PARAMS), 1);
+    uint64_t fgr_name_instantiateParams_hUploadStream = instantiateParams ? (uint64_t)(uintptr_t)instantiateParams->hUploadStream : 0;
     if (instantiateParams)
         instantiateParams->hUploadStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, (uint64_t)(uintptr_t)instantiateParams->hUploadStream);
     if (!fgr_rd_done(rd))
@@ -3229,6 +3230,10 @@ static CUresult op_cuGraphInstantiateWithParams(struct fgr_rd *rd, struct fgr_re
         if (fgr_out_n(FGR_H_CUgraphExec, phGraphExec, 1) != 0)
             fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
+    if (instantiateParams)
+        instantiateParams->hUploadStream = (CUstream)(uintptr_t)fgr_name_instantiateParams_hUploadStream;
+    if (instantiateParams)
+        fgr_out_n(FGR_H_CUgraphNode, &instantiateParams->hErrNode_out, 1);
     if (has_phGraphExec)
         fgr_reply_out(q, phGraphExec, sizeof(CUgraphExec), 0, fgr_r);
     fgr_reply_out(q, instantiateParams, sizeof(CUDA_GRAPH_INSTANTIATE_PARAMS), 1, fgr_r);
@@ -3241,6 +3246,7 @@ static CUresult op_cuGraphInstantiateWithParams_ptsz(struct fgr_rd *rd, struct f
     CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
     int has_phGraphExec = fgr_get_u8(rd);
     CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams = fgr_get_buf(rd, q, sizeof(CUDA_GRAPH_INSTANTIATE_PARAMS), 1);
+    uint64_t fgr_name_instantiateParams_hUploadStream = instantiateParams ? (uint64_t)(uintptr_t)instantiateParams->hUploadStream : 0;
     if (instantiateParams)
         instantiateParams->hUploadStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, (uint64_t)(uintptr_t)instantiateParams->hUploadStream);
     if (!fgr_rd_done(rd))
@@ -3261,6 +3267,10 @@ static CUresult op_cuGraphInstantiateWithParams_ptsz(struct fgr_rd *rd, struct f
         if (fgr_out_n(FGR_H_CUgraphExec, phGraphExec, 1) != 0)
             fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
+    if (instantiateParams)
+        instantiateParams->hUploadStream = (CUstream)(uintptr_t)fgr_name_instantiateParams_hUploadStream;
+    if (instantiateParams)
+        fgr_out_n(FGR_H_CUgraphNode, &instantiateParams->hErrNode_out, 1);
     if (has_phGraphExec)
         fgr_reply_out(q, phGraphExec, sizeof(CUgraphExec), 0, fgr_r);
     fgr_reply_out(q, instantiateParams, sizeof(CUDA_GRAPH_INSTANTIATE_PARAMS), 1, fgr_r);

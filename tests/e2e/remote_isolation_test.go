@@ -279,6 +279,18 @@ func TestRemoteHandlesAreNames(t *testing.T) {
 	b := dialWire(t, p, s)
 	b.setup(4096)
 	bGraph := b.handle("cuGraphCreate", w{}.u64(0).u8(1))
+	// A structure that names a handle comes back with the client's name in
+	// it, not the driver's handle it stood for.
+	const bStream = 0xf5ad000000000002
+	b.queue("cuStreamCreate", w{}.u64(0).u64(bStream))
+	res := b.must("cuGraphInstantiateWithParams", w{}.u64(bGraph).u8(1).u8(1).u64(32).u64(0).u64(bStream).u64(0).u64(0))
+	exec := binary.LittleEndian.Uint64(out(t, res))
+	params := out(t, res[9+8:])
+	pids := regexp.MustCompile(`connected: executor pid (\d+)`).FindAllStringSubmatch(s.Log(), -1)
+	bPid, _ := strconv.Atoi(pids[len(pids)-1][1])
+	if up := binary.LittleEndian.Uint64(params[8:]); up != bStream || mapped(t, bPid, exec) {
+		t.Errorf("instantiated with upload stream %#x: the stream came back as %#x, the executable is %#x", uint64(bStream), up, exec)
+	}
 	stale := b.handle("cuGraphCreate", w{}.u64(0).u8(1))
 	b.must("cuGraphDestroy", w{}.u64(stale))
 	nodes := func(c *wire, g uint64) uint32 {

@@ -99,6 +99,12 @@ var structHandles = map[string][][2]string{
 	"CUlaunchConfig":                {{"hStream", "CUstream"}},
 }
 
+// structOutHandles are the handles a call writes into the structures an
+// inout parameter carries: renamed before the reply.
+var structOutHandles = map[string][][2]string{
+	"CUDA_GRAPH_INSTANTIATE_PARAMS": {{"hErrNode_out", "CUgraphNode"}},
+}
+
 // Table is a private export table the client answers (cuGetExportTable).
 type Table struct {
 	UUID  [16]byte
@@ -1256,6 +1262,9 @@ func emitRemoteServer(entries []RemoteEntry, tables []*Table) string {
 			case "in", "inout":
 				fmt.Fprintf(&b, "    %s *%s = fgr_get_buf(rd, q, %s, %d);\n", t, p.Name, bytesExpr(p, k), b2i(!byteBuffer(p.Type)))
 				for _, f := range structHandles[t] { // our copy: the driver is given its own handle
+					if k.Name == "inout" { // and the client gets its name back
+						fmt.Fprintf(&b, "    uint64_t fgr_name_%s_%s = %s ? (uint64_t)(uintptr_t)%s->%s : 0;\n", p.Name, f[0], p.Name, p.Name, f[0])
+					}
 					fmt.Fprintf(&b, "    if (%s)\n        %s->%s = (%s)(uintptr_t)fgr_in(FGR_H_%s, (uint64_t)(uintptr_t)%s->%s);\n",
 						p.Name, p.Name, f[0], f[1], f[1], p.Name, f[0])
 				}
@@ -1340,6 +1349,16 @@ func emitRemoteServer(entries []RemoteEntry, tables []*Table) string {
 		}
 		if e.Drain != "" {
 			fmt.Fprintf(&b, "    if (fgr_r == CUDA_SUCCESS)\n        fgr_r = fgr_drain(%s, %d);\n", e.Drain, b2i(e.PerThread() != ""))
+		}
+		for _, p := range e.Params { // handles in structures go back by name
+			if k := e.Kinds[p.Name]; k.Name == "inout" {
+				for _, f := range structHandles[pointee(p.Type)] {
+					fmt.Fprintf(&b, "    if (%s)\n        %s->%s = (%s)(uintptr_t)fgr_name_%s_%s;\n", p.Name, p.Name, f[0], f[1], p.Name, f[0])
+				}
+				for _, f := range structOutHandles[pointee(p.Type)] { // none when it has no name
+					fmt.Fprintf(&b, "    if (%s)\n        fgr_out_n(FGR_H_%s, &%s->%s, 1);\n", p.Name, f[1], p.Name, f[0])
+				}
+			}
 		}
 		for _, p := range e.Params {
 			switch k := e.Kinds[p.Name]; k.Name {
