@@ -203,6 +203,9 @@ func cacheFor(top, dir string, u *ExecUser) (*os.File, error) {
 type ExecUser struct {
 	Name     string
 	Uid, Gid uint32
+	// Groups are its other groups: where a GPU's device nodes are
+	// restricted to a group (NVreg_DeviceFileMode), its user joins it.
+	Groups []uint32
 }
 
 // DefaultExecUserNames are the users executors run as when a server run
@@ -237,7 +240,23 @@ func LookupExecUser(name string) (*ExecUser, error) {
 	if uid == 0 || gid == 0 {
 		return nil, fmt.Errorf("user %s is root or in its group: executors would keep its privileges", name)
 	}
-	return &ExecUser{u.Username, uint32(uid), uint32(gid)}, nil
+	e := &ExecUser{u.Username, uint32(uid), uint32(gid), []uint32{}}
+	ids, err := u.GroupIds()
+	if err != nil {
+		return nil, fmt.Errorf("the groups of user %s: %v", name, err)
+	}
+	for _, id := range ids {
+		g, err := strconv.ParseUint(id, 10, 32)
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("user %s is in group %s, which has no numeric id", name, id)
+		case g == 0:
+			return nil, fmt.Errorf("user %s is root or in its group: executors would keep its privileges", name)
+		case uint32(g) != e.Gid:
+			e.Groups = append(e.Groups, uint32(g))
+		}
+	}
+	return e, nil
 }
 
 // Server authenticates connections and hands them to executors.
@@ -423,7 +442,7 @@ func (s *Server) start(ctx context.Context, c net.Conn, key string, pc *pendingC
 			s.logf("%s: cannot give the executor its temporary folder: %v", peer, err)
 			return
 		}
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: u.Uid, Gid: u.Gid, Groups: []uint32{}}
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: u.Uid, Gid: u.Gid, Groups: u.Groups}
 	}
 	cmd.Env = append(cmd.Env, "TMPDIR="+tmp)
 	if s.Cgroups != nil {
