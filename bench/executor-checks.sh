@@ -5,7 +5,8 @@
 # driver that does nothing, for a connection holding H streams, H events
 # and R allocations. Runs N and 2N rounds; the difference over 3N is one
 # request. Prints instructions per request: decoding and dispatch in all
-# (fgr_serve, inclusive), and of those the checks (fgr_has, fgr_mem_in).
+# (fgr_serve, inclusive), and of those the checks (fgr_has, fgr_mem_in) and
+# the translation of the client's names for handles (fgr_in).
 #     bench/executor-checks.sh [N]        (needs valgrind; after make)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +24,7 @@ count() {
         /:fgr_serve \[/ { gsub(",", "", $1); serve = $1 }
         /:fgr_has \[/ { gsub(",", "", $1); checks += $1 }
         /:fgr_mem_in \[/ { gsub(",", "", $1); checks += $1 }
+        /:fgr_in \[/ { gsub(",", "", $1); checks += $1 }
         END { printf "%d %d\n", serve, checks }'
 }
 for size in "10 10" "1000 1000" "100000 10000"; do

@@ -32,6 +32,9 @@ int main(int argc, char **argv)
     }
     uint64_t mid = 0x100000000ull + (uint64_t)(ranges / 2) * 0x200000, stream = 0x7f0000000000ull + (uint64_t)(handles / 2) * 64,
              event = 0x7e0000000000ull + (uint64_t)(handles / 3 + 1) * 64;
+    /* Requests name them as a client does: by the names it was given. */
+    fgr_out_n(FGR_H_CUstream, &stream, 1);
+    fgr_out_n(FGR_H_CUevent, &event, 1);
     struct fgr_buf memset_args = {0}, copy_args = {0}, record_args = {0}, w = {0};
     put(&memset_args, (uint64_t[]){mid, 7, 4096, stream}, 4);
     put(&copy_args, (uint64_t[]){mid, mid + 0x10000, 4096, stream}, 4);

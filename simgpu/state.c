@@ -490,9 +490,11 @@ static int open_state(const char *path, const struct sim_config *cfg)
     int t = open_unique(path, tmp, sizeof tmp);
     if (t < 0)
         return -1;
-    /* Sized, then written through a mapping: the lanes stay holes until used. */
+    /* Sized, then written through a mapping: the lanes stay holes until used.
+     * Every user may open it, as every user may open a GPU's device nodes
+     * (a server's executors run as another user than the server). */
     struct sim_shared *init = MAP_FAILED;
-    if (ftruncate(t, (off_t)sizeof *init) == 0)
+    if (fchmod(t, 0666) == 0 && ftruncate(t, (off_t)sizeof *init) == 0)
         init = mmap(NULL, sizeof *init, PROT_READ | PROT_WRITE, MAP_SHARED, t, 0);
     int ok = init != MAP_FAILED;
     if (ok) {

@@ -170,10 +170,58 @@ func (s *Server) moduleCache(t *Tenant) string {
 	return dir
 }
 
+// cacheFor gives module image folder dir (and the images in it) to u, if
+// it is another user's, and opens top, the folder above it, which u may
+// search but not read, as executors find dir through it whatever they can
+// reach by path (the folder is found afresh each time: one made anew, if
+// it is u's, is used at once).
+func cacheFor(top, dir string, u *ExecUser) (*os.File, error) {
+	st, err := os.Stat(dir)
+	if err == nil && st.Sys().(*syscall.Stat_t).Uid != u.Uid {
+		var entries []os.DirEntry
+		if entries, err = os.ReadDir(dir); err == nil {
+			err = os.Lchown(dir, int(u.Uid), int(u.Gid))
+			for _, e := range entries {
+				if err == nil {
+					err = os.Lchown(filepath.Join(dir, e.Name()), int(u.Uid), int(u.Gid))
+				}
+			}
+		}
+	}
+	if err == nil {
+		if st, err = os.Stat(top); err == nil && st.Mode().Perm()&0o001 == 0 {
+			err = os.Chmod(top, st.Mode().Perm()|0o001)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return os.Open(top)
+}
+
 // ExecUser is an unprivileged user executors run as.
 type ExecUser struct {
 	Name     string
 	Uid, Gid uint32
+	// Groups are its other groups: where a GPU's device nodes are
+	// restricted to a group (NVreg_DeviceFileMode), its user joins it.
+	Groups []uint32
+}
+
+// DefaultExecUserNames are the users executors run as when a server run
+// as root is not told whom to run them as: the first that exists.
+const DefaultExecUserNames = "flexgv-executor, else nobody"
+
+// DefaultExecUser is the first of DefaultExecUserNames that exists.
+func DefaultExecUser() (*ExecUser, error) {
+	if _, err := user.Lookup("flexgv-executor"); err == nil {
+		return LookupExecUser("flexgv-executor")
+	}
+	u, err := LookupExecUser("nobody")
+	if err != nil {
+		return nil, fmt.Errorf("neither flexgv-executor nor nobody will do (%v)", err)
+	}
+	return u, nil
 }
 
 // LookupExecUser finds user name (or a numeric uid), refusing root.
@@ -192,7 +240,23 @@ func LookupExecUser(name string) (*ExecUser, error) {
 	if uid == 0 || gid == 0 {
 		return nil, fmt.Errorf("user %s is root or in its group: executors would keep its privileges", name)
 	}
-	return &ExecUser{u.Username, uint32(uid), uint32(gid)}, nil
+	e := &ExecUser{u.Username, uint32(uid), uint32(gid), []uint32{}}
+	ids, err := u.GroupIds()
+	if err != nil {
+		return nil, fmt.Errorf("the groups of user %s: %v", name, err)
+	}
+	for _, id := range ids {
+		g, err := strconv.ParseUint(id, 10, 32)
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("user %s is in group %s, which has no numeric id", name, id)
+		case g == 0:
+			return nil, fmt.Errorf("user %s is root or in its group: executors would keep its privileges", name)
+		case uint32(g) != e.Gid:
+			e.Groups = append(e.Groups, uint32(g))
+		}
+	}
+	return e, nil
 }
 
 // Server authenticates connections and hands them to executors.
@@ -339,7 +403,20 @@ func (s *Server) start(ctx context.Context, c net.Conn, key string, pc *pendingC
 	if s.Driver != "" {
 		args = append(args, "--driver", s.Driver)
 	}
+	files := []*os.File{f}
 	if dir := s.moduleCache(t); dir != "" {
+		if u := s.User; u != nil && t == nil {
+			// Its user may not reach the folder by its path (a root
+			// server's is under /root): it is given the folder above it.
+			d, err := cacheFor(s.ModuleCache, dir, u)
+			if err != nil {
+				s.logf("%s: module images are not kept: %v", peer, err)
+				return
+			}
+			defer d.Close()
+			files = append(files, d)
+			dir = fmt.Sprintf("/proc/self/fd/%d/%s", 2+len(files), filepath.Base(dir))
+		}
 		args = append(args, "--module-cache", dir)
 		if s.ModuleCacheMax > 0 {
 			args = append(args, "--module-cache-max", strconv.FormatInt(s.ModuleCacheMax, 10))
@@ -349,7 +426,7 @@ func (s *Server) start(ctx context.Context, c net.Conn, key string, pc *pendingC
 		args = append(args, "--pinned-max", strconv.FormatInt(s.PinnedMax, 10))
 	}
 	cmd := exec.Command(s.Executor, args...)
-	cmd.ExtraFiles = []*os.File{f}
+	cmd.ExtraFiles = files
 	cmd.Env = slices.Clone(s.Env)
 	// Executors never gain privileges (no setuid), have bounded processes
 	// and files (the executor sets both), and a temporary folder of their own.
@@ -365,7 +442,7 @@ func (s *Server) start(ctx context.Context, c net.Conn, key string, pc *pendingC
 			s.logf("%s: cannot give the executor its temporary folder: %v", peer, err)
 			return
 		}
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: u.Uid, Gid: u.Gid, Groups: []uint32{}}
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: u.Uid, Gid: u.Gid, Groups: u.Groups}
 	}
 	cmd.Env = append(cmd.Env, "TMPDIR="+tmp)
 	if s.Cgroups != nil {

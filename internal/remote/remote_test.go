@@ -1,6 +1,9 @@
 package remote
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestParseAddr(t *testing.T) {
 	for in, want := range map[string]Addr{
@@ -34,5 +37,26 @@ func TestParseGPUs(t *testing.T) {
 		if got, err := ParseGPUs(bad); err == nil {
 			t.Errorf("%q: accepted as %q", bad, got)
 		}
+	}
+}
+
+// An executors' user is looked up with its groups: root, or a user in
+// root's group, is refused; its primary group is not repeated among the
+// others (nobody has none).
+func TestLookupExecUser(t *testing.T) {
+	for _, name := range []string{"root", "0"} {
+		if _, err := LookupExecUser(name); err == nil || !strings.Contains(err.Error(), "is root") {
+			t.Errorf("%s: %v, want refused as root", name, err)
+		}
+	}
+	if _, err := LookupExecUser("no-such-user-here"); err == nil || !strings.Contains(err.Error(), "no user no-such-user-here") {
+		t.Errorf("a user that does not exist: %v", err)
+	}
+	u, err := LookupExecUser("nobody")
+	if err != nil {
+		t.Skipf("no nobody here: %v", err)
+	}
+	if u.Uid == 0 || len(u.Groups) != 0 || u.Groups == nil {
+		t.Errorf("nobody: %+v, want its own ids and an empty list of other groups", u)
 	}
 }

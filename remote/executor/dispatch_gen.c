@@ -312,6 +312,8 @@ static CUresult op_cuDevicePrimaryCtxRetain(struct fgr_rd *rd, struct fgr_req *q
     if (fgr_r == CUDA_SUCCESS) {
         if (pctx)
             fgr_add(FGR_H_CUcontext, (uint64_t)(uintptr_t)*pctx, 0, 0);
+        if (fgr_out_n(FGR_H_CUcontext, pctx, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_pctx)
         fgr_reply_out(q, pctx, sizeof(CUcontext), 0, fgr_r);
@@ -396,6 +398,8 @@ static CUresult op_cuCtxCreate_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         if (pctx)
             fgr_add(FGR_H_CUcontext, (uint64_t)(uintptr_t)*pctx, 0, 0);
+        if (fgr_out_n(FGR_H_CUcontext, pctx, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_pctx)
         fgr_reply_out(q, pctx, sizeof(CUcontext), 0, fgr_r);
@@ -405,7 +409,7 @@ static CUresult op_cuCtxCreate_v2(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuCtxDestroy_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUcontext ctx = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    CUcontext ctx = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -439,7 +443,7 @@ static CUresult op_cuCtxGetDevice(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuCtxGetDevice_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUcontext ctx = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    CUcontext ctx = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
     int has_device = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -471,7 +475,7 @@ static CUresult op_cuCtxSynchronize(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuCtxSynchronize_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUcontext ctx = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    CUcontext ctx = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -641,7 +645,7 @@ static CUresult op_cuMemAllocAsync(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     size_t bytesize = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     int has_dptr = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -666,7 +670,7 @@ static CUresult op_cuMemAllocAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     size_t bytesize = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     int has_dptr = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -691,7 +695,7 @@ static CUresult op_cuMemFreeAsync(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     CUdeviceptr dptr = (CUdeviceptr)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -711,7 +715,7 @@ static CUresult op_cuMemFreeAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     CUdeviceptr dptr = (CUdeviceptr)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -731,8 +735,8 @@ static CUresult op_cuMemAllocFromPoolAsync(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     size_t bytesize = (size_t)fgr_get_u64(rd);
-    CUmemoryPool pool = (CUmemoryPool)(uintptr_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUmemoryPool pool = (CUmemoryPool)(uintptr_t)fgr_in(FGR_H_CUmemoryPool, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     int has_dptr = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -759,8 +763,8 @@ static CUresult op_cuMemAllocFromPoolAsync_ptsz(struct fgr_rd *rd, struct fgr_re
 {
     (void)q;
     size_t bytesize = (size_t)fgr_get_u64(rd);
-    CUmemoryPool pool = (CUmemoryPool)(uintptr_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUmemoryPool pool = (CUmemoryPool)(uintptr_t)fgr_in(FGR_H_CUmemoryPool, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     int has_dptr = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -799,6 +803,8 @@ static CUresult op_cuMemPoolCreate(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         if (pool)
             fgr_add(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)*pool, 0, 0);
+        if (fgr_out_n(FGR_H_CUmemoryPool, pool, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_pool)
         fgr_reply_out(q, pool, sizeof(CUmemoryPool), 0, fgr_r);
@@ -808,7 +814,7 @@ static CUresult op_cuMemPoolCreate(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemPoolDestroy(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUmemoryPool pool = (CUmemoryPool)(uintptr_t)fgr_get_u64(rd);
+    CUmemoryPool pool = (CUmemoryPool)(uintptr_t)fgr_in(FGR_H_CUmemoryPool, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -825,7 +831,7 @@ static CUresult op_cuMemPoolDestroy(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemPoolTrimTo(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUmemoryPool pool = (CUmemoryPool)(uintptr_t)fgr_get_u64(rd);
+    CUmemoryPool pool = (CUmemoryPool)(uintptr_t)fgr_in(FGR_H_CUmemoryPool, fgr_get_u64(rd));
     size_t minBytesToKeep = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -840,7 +846,7 @@ static CUresult op_cuMemPoolTrimTo(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemPoolGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUmemoryPool pool = (CUmemoryPool)(uintptr_t)fgr_get_u64(rd);
+    CUmemoryPool pool = (CUmemoryPool)(uintptr_t)fgr_in(FGR_H_CUmemoryPool, fgr_get_u64(rd));
     CUmemPool_attribute attr = (CUmemPool_attribute)fgr_get_u64(rd);
     int has_value = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
@@ -876,6 +882,8 @@ static CUresult op_cuDeviceGetMemPool(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         if (pool)
             fgr_add(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)*pool, 0, 0);
+        if (fgr_out_n(FGR_H_CUmemoryPool, pool, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_pool)
         fgr_reply_out(q, pool, sizeof(CUmemoryPool), 0, fgr_r);
@@ -898,6 +906,8 @@ static CUresult op_cuDeviceGetDefaultMemPool(struct fgr_rd *rd, struct fgr_req *
     if (fgr_r == CUDA_SUCCESS) {
         if (pool_out)
             fgr_add(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)*pool_out, 0, 0);
+        if (fgr_out_n(FGR_H_CUmemoryPool, pool_out, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_pool_out)
         fgr_reply_out(q, pool_out, sizeof(CUmemoryPool), 0, fgr_r);
@@ -922,6 +932,8 @@ static CUresult op_cuMemCreate(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         if (handle)
             fgr_add(FGR_H_CUmemGenericAllocationHandle, (uint64_t)*handle, 0, 0);
+        if (fgr_out_n(FGR_H_CUmemGenericAllocationHandle, handle, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_handle)
         fgr_reply_out(q, handle, sizeof(CUmemGenericAllocationHandle), 0, fgr_r);
@@ -931,7 +943,7 @@ static CUresult op_cuMemCreate(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemRelease(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUmemGenericAllocationHandle handle = (CUmemGenericAllocationHandle)fgr_get_u64(rd);
+    CUmemGenericAllocationHandle handle = (CUmemGenericAllocationHandle)fgr_in(FGR_H_CUmemGenericAllocationHandle, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -994,7 +1006,7 @@ static CUresult op_cuMemMap(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr ptr = (CUdeviceptr)fgr_get_u64(rd);
     size_t size = (size_t)fgr_get_u64(rd);
     size_t offset = (size_t)fgr_get_u64(rd);
-    CUmemGenericAllocationHandle handle = (CUmemGenericAllocationHandle)fgr_get_u64(rd);
+    CUmemGenericAllocationHandle handle = (CUmemGenericAllocationHandle)fgr_in(FGR_H_CUmemGenericAllocationHandle, fgr_get_u64(rd));
     unsigned long long flags = (unsigned long long)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -1058,6 +1070,8 @@ static CUresult op_cuMemRetainAllocationHandle(struct fgr_rd *rd, struct fgr_req
     if (fgr_r == CUDA_SUCCESS) {
         if (handle)
             fgr_add(FGR_H_CUmemGenericAllocationHandle, (uint64_t)*handle, 0, 0);
+        if (fgr_out_n(FGR_H_CUmemGenericAllocationHandle, handle, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_handle)
         fgr_reply_out(q, handle, sizeof(CUmemGenericAllocationHandle), 0, fgr_r);
@@ -1099,6 +1113,8 @@ static CUresult op_cuArrayCreate_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         if (pHandle)
             fgr_add(FGR_H_CUarray, (uint64_t)(uintptr_t)*pHandle, FGR_H_CUcontext, fgr_ctx);
+        if (fgr_out_n(FGR_H_CUarray, pHandle, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_pHandle)
         fgr_reply_out(q, pHandle, sizeof(CUarray), 0, fgr_r);
@@ -1121,6 +1137,8 @@ static CUresult op_cuArray3DCreate_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         if (pHandle)
             fgr_add(FGR_H_CUarray, (uint64_t)(uintptr_t)*pHandle, FGR_H_CUcontext, fgr_ctx);
+        if (fgr_out_n(FGR_H_CUarray, pHandle, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_pHandle)
         fgr_reply_out(q, pHandle, sizeof(CUarray), 0, fgr_r);
@@ -1130,7 +1148,7 @@ static CUresult op_cuArray3DCreate_v2(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuArrayDestroy(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUarray hArray = (CUarray)(uintptr_t)fgr_get_u64(rd);
+    CUarray hArray = (CUarray)(uintptr_t)fgr_in(FGR_H_CUarray, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -1161,6 +1179,8 @@ static CUresult op_cuMipmappedArrayCreate(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         if (pHandle)
             fgr_add(FGR_H_CUmipmappedArray, (uint64_t)(uintptr_t)*pHandle, FGR_H_CUcontext, fgr_ctx);
+        if (fgr_out_n(FGR_H_CUmipmappedArray, pHandle, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_pHandle)
         fgr_reply_out(q, pHandle, sizeof(CUmipmappedArray), 0, fgr_r);
@@ -1170,7 +1190,7 @@ static CUresult op_cuMipmappedArrayCreate(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMipmappedArrayDestroy(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUmipmappedArray hMipmappedArray = (CUmipmappedArray)(uintptr_t)fgr_get_u64(rd);
+    CUmipmappedArray hMipmappedArray = (CUmipmappedArray)(uintptr_t)fgr_in(FGR_H_CUmipmappedArray, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -1337,7 +1357,7 @@ static CUresult op_cuMemcpyHtoDAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
     (void)q;
     CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
     size_t ByteCount = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     void *srcHost = fgr_get_buf(rd, q, fgr_mul((uint64_t)(ByteCount), 1), 0);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -1357,7 +1377,7 @@ static CUresult op_cuMemcpyHtoDAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *
     (void)q;
     CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
     size_t ByteCount = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     void *srcHost = fgr_get_buf(rd, q, fgr_mul((uint64_t)(ByteCount), 1), 0);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -1377,7 +1397,7 @@ static CUresult op_cuMemcpyDtoHAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
     (void)q;
     CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
     size_t ByteCount = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     int has_dstHost = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -1405,7 +1425,7 @@ static CUresult op_cuMemcpyDtoHAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *
     (void)q;
     CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
     size_t ByteCount = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     int has_dstHost = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -1434,7 +1454,7 @@ static CUresult op_cuMemcpyDtoDAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
     CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
     size_t ByteCount = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -1455,7 +1475,7 @@ static CUresult op_cuMemcpyDtoDAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *
     CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
     CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
     size_t ByteCount = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -1476,7 +1496,7 @@ static CUresult op_cuMemcpyAsync(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr dst = (CUdeviceptr)fgr_get_u64(rd);
     CUdeviceptr src = (CUdeviceptr)fgr_get_u64(rd);
     size_t ByteCount = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -1497,7 +1517,7 @@ static CUresult op_cuMemcpyAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr dst = (CUdeviceptr)fgr_get_u64(rd);
     CUdeviceptr src = (CUdeviceptr)fgr_get_u64(rd);
     size_t ByteCount = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -1516,9 +1536,9 @@ static CUresult op_cuMemcpyPeer(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
-    CUcontext dstContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    CUcontext dstContext = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
     CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
-    CUcontext srcContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    CUcontext srcContext = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -1540,9 +1560,9 @@ static CUresult op_cuMemcpyPeer_ptds(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
-    CUcontext dstContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    CUcontext dstContext = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
     CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
-    CUcontext srcContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    CUcontext srcContext = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -1564,11 +1584,11 @@ static CUresult op_cuMemcpyPeerAsync(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
-    CUcontext dstContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    CUcontext dstContext = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
     CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
-    CUcontext srcContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    CUcontext srcContext = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
     size_t ByteCount = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -1591,11 +1611,11 @@ static CUresult op_cuMemcpyPeerAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
-    CUcontext dstContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    CUcontext dstContext = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
     CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
-    CUcontext srcContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    CUcontext srcContext = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
     size_t ByteCount = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -1684,7 +1704,7 @@ static CUresult op_cuMemsetD8Async(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
     unsigned char uc = (unsigned char)fgr_get_u64(rd);
     size_t N = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -1703,7 +1723,7 @@ static CUresult op_cuMemsetD8Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
     unsigned char uc = (unsigned char)fgr_get_u64(rd);
     size_t N = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -1722,7 +1742,7 @@ static CUresult op_cuMemsetD32Async(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
     unsigned int ui = (unsigned int)fgr_get_u64(rd);
     size_t N = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -1741,7 +1761,7 @@ static CUresult op_cuMemsetD32Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
     unsigned int ui = (unsigned int)fgr_get_u64(rd);
     size_t N = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -1792,7 +1812,7 @@ static CUresult op_cuMemsetD16Async(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
     unsigned short us = (unsigned short)fgr_get_u64(rd);
     size_t N = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -1811,7 +1831,7 @@ static CUresult op_cuMemsetD16Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
     unsigned short us = (unsigned short)fgr_get_u64(rd);
     size_t N = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -1868,7 +1888,7 @@ static CUresult op_cuMemsetD2D8Async(struct fgr_rd *rd, struct fgr_req *q)
     unsigned char uc = (unsigned char)fgr_get_u64(rd);
     size_t Width = (size_t)fgr_get_u64(rd);
     size_t Height = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -1889,7 +1909,7 @@ static CUresult op_cuMemsetD2D8Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     unsigned char uc = (unsigned char)fgr_get_u64(rd);
     size_t Width = (size_t)fgr_get_u64(rd);
     size_t Height = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -1946,7 +1966,7 @@ static CUresult op_cuMemsetD2D16Async(struct fgr_rd *rd, struct fgr_req *q)
     unsigned short us = (unsigned short)fgr_get_u64(rd);
     size_t Width = (size_t)fgr_get_u64(rd);
     size_t Height = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -1967,7 +1987,7 @@ static CUresult op_cuMemsetD2D16Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     unsigned short us = (unsigned short)fgr_get_u64(rd);
     size_t Width = (size_t)fgr_get_u64(rd);
     size_t Height = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -2024,7 +2044,7 @@ static CUresult op_cuMemsetD2D32Async(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int ui = (unsigned int)fgr_get_u64(rd);
     size_t Width = (size_t)fgr_get_u64(rd);
     size_t Height = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -2045,7 +2065,7 @@ static CUresult op_cuMemsetD2D32Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int ui = (unsigned int)fgr_get_u64(rd);
     size_t Width = (size_t)fgr_get_u64(rd);
     size_t Height = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -2074,6 +2094,8 @@ static CUresult op_cuModuleLoadData(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         if (module)
             fgr_add(FGR_H_CUmodule, (uint64_t)(uintptr_t)*module, FGR_H_CUcontext, fgr_ctx);
+        if (fgr_out_n(FGR_H_CUmodule, module, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_module)
         fgr_reply_out(q, module, sizeof(CUmodule), 0, fgr_r);
@@ -2099,6 +2121,8 @@ static CUresult op_cuModuleLoadDataEx(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         if (module)
             fgr_add(FGR_H_CUmodule, (uint64_t)(uintptr_t)*module, FGR_H_CUcontext, fgr_ctx);
+        if (fgr_out_n(FGR_H_CUmodule, module, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_module)
         fgr_reply_out(q, module, sizeof(CUmodule), 0, fgr_r);
@@ -2121,6 +2145,8 @@ static CUresult op_cuModuleLoadFatBinary(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         if (module)
             fgr_add(FGR_H_CUmodule, (uint64_t)(uintptr_t)*module, FGR_H_CUcontext, fgr_ctx);
+        if (fgr_out_n(FGR_H_CUmodule, module, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_module)
         fgr_reply_out(q, module, sizeof(CUmodule), 0, fgr_r);
@@ -2130,7 +2156,7 @@ static CUresult op_cuModuleLoadFatBinary(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuModuleUnload(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUmodule hmod = (CUmodule)(uintptr_t)fgr_get_u64(rd);
+    CUmodule hmod = (CUmodule)(uintptr_t)fgr_in(FGR_H_CUmodule, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -2147,7 +2173,7 @@ static CUresult op_cuModuleUnload(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuModuleGetFunction(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUmodule hmod = (CUmodule)(uintptr_t)fgr_get_u64(rd);
+    CUmodule hmod = (CUmodule)(uintptr_t)fgr_in(FGR_H_CUmodule, fgr_get_u64(rd));
     int has_hfunc = fgr_get_u8(rd);
     char *name = fgr_get_str(rd);
     if (!fgr_rd_done(rd))
@@ -2163,6 +2189,8 @@ static CUresult op_cuModuleGetFunction(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         if (hfunc)
             fgr_add(FGR_H_CUfunction, (uint64_t)(uintptr_t)*hfunc, FGR_H_CUmodule, (uint64_t)(uintptr_t)hmod);
+        if (fgr_out_n(FGR_H_CUfunction, hfunc, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_hfunc)
         fgr_reply_out(q, hfunc, sizeof(CUfunction), 0, fgr_r);
@@ -2191,6 +2219,8 @@ static CUresult op_cuLibraryLoadData(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         if (library)
             fgr_add(FGR_H_CUlibrary, (uint64_t)(uintptr_t)*library, FGR_H_CUcontext, fgr_ctx);
+        if (fgr_out_n(FGR_H_CUlibrary, library, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_library)
         fgr_reply_out(q, library, sizeof(CUlibrary), 0, fgr_r);
@@ -2200,7 +2230,7 @@ static CUresult op_cuLibraryLoadData(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuLibraryUnload(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUlibrary library = (CUlibrary)(uintptr_t)fgr_get_u64(rd);
+    CUlibrary library = (CUlibrary)(uintptr_t)fgr_in(FGR_H_CUlibrary, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -2217,7 +2247,7 @@ static CUresult op_cuLibraryUnload(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuLibraryGetKernel(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUlibrary library = (CUlibrary)(uintptr_t)fgr_get_u64(rd);
+    CUlibrary library = (CUlibrary)(uintptr_t)fgr_in(FGR_H_CUlibrary, fgr_get_u64(rd));
     int has_pKernel = fgr_get_u8(rd);
     char *name = fgr_get_str(rd);
     if (!fgr_rd_done(rd))
@@ -2233,6 +2263,8 @@ static CUresult op_cuLibraryGetKernel(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         if (pKernel)
             fgr_add(FGR_H_CUkernel, (uint64_t)(uintptr_t)*pKernel, FGR_H_CUlibrary, (uint64_t)(uintptr_t)library);
+        if (fgr_out_n(FGR_H_CUkernel, pKernel, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_pKernel)
         fgr_reply_out(q, pKernel, sizeof(CUkernel), 0, fgr_r);
@@ -2242,7 +2274,7 @@ static CUresult op_cuLibraryGetKernel(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuKernelGetFunction(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUkernel kernel = (CUkernel)(uintptr_t)fgr_get_u64(rd);
+    CUkernel kernel = (CUkernel)(uintptr_t)fgr_in(FGR_H_CUkernel, fgr_get_u64(rd));
     int has_pFunc = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -2257,6 +2289,8 @@ static CUresult op_cuKernelGetFunction(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         if (pFunc)
             fgr_add(FGR_H_CUfunction, (uint64_t)(uintptr_t)*pFunc, FGR_H_CUkernel, (uint64_t)(uintptr_t)kernel);
+        if (fgr_out_n(FGR_H_CUfunction, pFunc, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_pFunc)
         fgr_reply_out(q, pFunc, sizeof(CUfunction), 0, fgr_r);
@@ -2267,7 +2301,7 @@ static CUresult op_cuFuncGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     CUfunction_attribute attrib = (CUfunction_attribute)fgr_get_u64(rd);
-    CUfunction hfunc = (CUfunction)(uintptr_t)fgr_get_u64(rd);
+    CUfunction hfunc = (CUfunction)(uintptr_t)fgr_in(FGR_H_CUfunction, fgr_get_u64(rd));
     int has_pi = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -2287,7 +2321,7 @@ static CUresult op_cuFuncGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuFuncSetAttribute(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUfunction hfunc = (CUfunction)(uintptr_t)fgr_get_u64(rd);
+    CUfunction hfunc = (CUfunction)(uintptr_t)fgr_in(FGR_H_CUfunction, fgr_get_u64(rd));
     CUfunction_attribute attrib = (CUfunction_attribute)fgr_get_u64(rd);
     int value = (int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
@@ -2303,7 +2337,7 @@ static CUresult op_cuFuncSetAttribute(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuLaunchKernel(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUfunction f = (CUfunction)(uintptr_t)fgr_get_u64(rd);
+    CUfunction f = (CUfunction)(uintptr_t)fgr_in(FGR_H_CUfunction, fgr_get_u64(rd));
     unsigned int gridDimX = (unsigned int)fgr_get_u64(rd);
     unsigned int gridDimY = (unsigned int)fgr_get_u64(rd);
     unsigned int gridDimZ = (unsigned int)fgr_get_u64(rd);
@@ -2311,7 +2345,7 @@ static CUresult op_cuLaunchKernel(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int blockDimY = (unsigned int)fgr_get_u64(rd);
     unsigned int blockDimZ = (unsigned int)fgr_get_u64(rd);
     unsigned int sharedMemBytes = (unsigned int)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     void **kernelParams = fgr_get_kparams(rd, q);
     void **extra = fgr_get_extra(rd, q);
     if (!fgr_rd_done(rd))
@@ -2329,7 +2363,7 @@ static CUresult op_cuLaunchKernel(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuLaunchKernel_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUfunction f = (CUfunction)(uintptr_t)fgr_get_u64(rd);
+    CUfunction f = (CUfunction)(uintptr_t)fgr_in(FGR_H_CUfunction, fgr_get_u64(rd));
     unsigned int gridDimX = (unsigned int)fgr_get_u64(rd);
     unsigned int gridDimY = (unsigned int)fgr_get_u64(rd);
     unsigned int gridDimZ = (unsigned int)fgr_get_u64(rd);
@@ -2337,7 +2371,7 @@ static CUresult op_cuLaunchKernel_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int blockDimY = (unsigned int)fgr_get_u64(rd);
     unsigned int blockDimZ = (unsigned int)fgr_get_u64(rd);
     unsigned int sharedMemBytes = (unsigned int)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     void **kernelParams = fgr_get_kparams(rd, q);
     void **extra = fgr_get_extra(rd, q);
     if (!fgr_rd_done(rd))
@@ -2355,7 +2389,7 @@ static CUresult op_cuLaunchKernel_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuLaunchKernelEx(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUfunction f = (CUfunction)(uintptr_t)fgr_get_u64(rd);
+    CUfunction f = (CUfunction)(uintptr_t)fgr_in(FGR_H_CUfunction, fgr_get_u64(rd));
     CUlaunchConfig *config = fgr_get_launchcfg(rd, q);
     void **kernelParams = fgr_get_kparams(rd, q);
     void **extra = fgr_get_extra(rd, q);
@@ -2376,7 +2410,7 @@ static CUresult op_cuLaunchKernelEx(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuLaunchKernelEx_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUfunction f = (CUfunction)(uintptr_t)fgr_get_u64(rd);
+    CUfunction f = (CUfunction)(uintptr_t)fgr_in(FGR_H_CUfunction, fgr_get_u64(rd));
     CUlaunchConfig *config = fgr_get_launchcfg(rd, q);
     void **kernelParams = fgr_get_kparams(rd, q);
     void **extra = fgr_get_extra(rd, q);
@@ -2397,7 +2431,7 @@ static CUresult op_cuLaunchKernelEx_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuLaunchCooperativeKernel(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUfunction f = (CUfunction)(uintptr_t)fgr_get_u64(rd);
+    CUfunction f = (CUfunction)(uintptr_t)fgr_in(FGR_H_CUfunction, fgr_get_u64(rd));
     unsigned int gridDimX = (unsigned int)fgr_get_u64(rd);
     unsigned int gridDimY = (unsigned int)fgr_get_u64(rd);
     unsigned int gridDimZ = (unsigned int)fgr_get_u64(rd);
@@ -2405,7 +2439,7 @@ static CUresult op_cuLaunchCooperativeKernel(struct fgr_rd *rd, struct fgr_req *
     unsigned int blockDimY = (unsigned int)fgr_get_u64(rd);
     unsigned int blockDimZ = (unsigned int)fgr_get_u64(rd);
     unsigned int sharedMemBytes = (unsigned int)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     void **kernelParams = fgr_get_kparams(rd, q);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -2422,7 +2456,7 @@ static CUresult op_cuLaunchCooperativeKernel(struct fgr_rd *rd, struct fgr_req *
 static CUresult op_cuLaunchCooperativeKernel_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUfunction f = (CUfunction)(uintptr_t)fgr_get_u64(rd);
+    CUfunction f = (CUfunction)(uintptr_t)fgr_in(FGR_H_CUfunction, fgr_get_u64(rd));
     unsigned int gridDimX = (unsigned int)fgr_get_u64(rd);
     unsigned int gridDimY = (unsigned int)fgr_get_u64(rd);
     unsigned int gridDimZ = (unsigned int)fgr_get_u64(rd);
@@ -2430,7 +2464,7 @@ static CUresult op_cuLaunchCooperativeKernel_ptsz(struct fgr_rd *rd, struct fgr_
     unsigned int blockDimY = (unsigned int)fgr_get_u64(rd);
     unsigned int blockDimZ = (unsigned int)fgr_get_u64(rd);
     unsigned int sharedMemBytes = (unsigned int)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     void **kernelParams = fgr_get_kparams(rd, q);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -2488,7 +2522,7 @@ static CUresult op_cuStreamCreateWithPriority(struct fgr_rd *rd, struct fgr_req 
 static CUresult op_cuStreamDestroy_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -2505,7 +2539,7 @@ static CUresult op_cuStreamDestroy_v2(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamSynchronize(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -2520,7 +2554,7 @@ static CUresult op_cuStreamSynchronize(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamSynchronize_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -2535,7 +2569,7 @@ static CUresult op_cuStreamSynchronize_ptsz(struct fgr_rd *rd, struct fgr_req *q
 static CUresult op_cuStreamQuery(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -2549,7 +2583,7 @@ static CUresult op_cuStreamQuery(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamQuery_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -2563,8 +2597,8 @@ static CUresult op_cuStreamQuery_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamWaitEvent(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
-    CUevent hEvent = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    CUevent hEvent = (CUevent)(uintptr_t)fgr_in(FGR_H_CUevent, fgr_get_u64(rd));
     unsigned int Flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -2581,8 +2615,8 @@ static CUresult op_cuStreamWaitEvent(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamWaitEvent_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
-    CUevent hEvent = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    CUevent hEvent = (CUevent)(uintptr_t)fgr_in(FGR_H_CUevent, fgr_get_u64(rd));
     unsigned int Flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -2599,7 +2633,7 @@ static CUresult op_cuStreamWaitEvent_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamBeginCapture(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -2613,7 +2647,7 @@ static CUresult op_cuStreamBeginCapture(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamBeginCapture_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -2627,7 +2661,7 @@ static CUresult op_cuStreamBeginCapture_ptsz(struct fgr_rd *rd, struct fgr_req *
 static CUresult op_cuStreamBeginCapture_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     CUstreamCaptureMode mode = (CUstreamCaptureMode)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -2642,7 +2676,7 @@ static CUresult op_cuStreamBeginCapture_v2(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamBeginCapture_v2_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     CUstreamCaptureMode mode = (CUstreamCaptureMode)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -2657,7 +2691,7 @@ static CUresult op_cuStreamBeginCapture_v2_ptsz(struct fgr_rd *rd, struct fgr_re
 static CUresult op_cuStreamEndCapture(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     int has_phGraph = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -2672,6 +2706,8 @@ static CUresult op_cuStreamEndCapture(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         if (phGraph)
             fgr_add(FGR_H_CUgraph, (uint64_t)(uintptr_t)*phGraph, FGR_H_CUcontext, fgr_ctx);
+        if (fgr_out_n(FGR_H_CUgraph, phGraph, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_phGraph)
         fgr_reply_out(q, phGraph, sizeof(CUgraph), 0, fgr_r);
@@ -2681,7 +2717,7 @@ static CUresult op_cuStreamEndCapture(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamEndCapture_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     int has_phGraph = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -2696,6 +2732,8 @@ static CUresult op_cuStreamEndCapture_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         if (phGraph)
             fgr_add(FGR_H_CUgraph, (uint64_t)(uintptr_t)*phGraph, FGR_H_CUcontext, fgr_ctx);
+        if (fgr_out_n(FGR_H_CUgraph, phGraph, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_phGraph)
         fgr_reply_out(q, phGraph, sizeof(CUgraph), 0, fgr_r);
@@ -2705,7 +2743,7 @@ static CUresult op_cuStreamEndCapture_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamIsCapturing(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     int has_captureStatus = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -2725,7 +2763,7 @@ static CUresult op_cuStreamIsCapturing(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamIsCapturing_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     int has_captureStatus = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -2758,7 +2796,7 @@ static CUresult op_cuThreadExchangeStreamCaptureMode(struct fgr_rd *rd, struct f
 static CUresult op_cuStreamGetDevice(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     int has_device = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -2798,8 +2836,8 @@ static CUresult op_cuEventCreate(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuEventRecord(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUevent hEvent = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUevent hEvent = (CUevent)(uintptr_t)fgr_in(FGR_H_CUevent, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -2815,8 +2853,8 @@ static CUresult op_cuEventRecord(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuEventRecord_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUevent hEvent = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUevent hEvent = (CUevent)(uintptr_t)fgr_in(FGR_H_CUevent, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -2832,8 +2870,8 @@ static CUresult op_cuEventRecord_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuEventRecordWithFlags(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUevent hEvent = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUevent hEvent = (CUevent)(uintptr_t)fgr_in(FGR_H_CUevent, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     unsigned int flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -2850,8 +2888,8 @@ static CUresult op_cuEventRecordWithFlags(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuEventRecordWithFlags_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUevent hEvent = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUevent hEvent = (CUevent)(uintptr_t)fgr_in(FGR_H_CUevent, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     unsigned int flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -2868,7 +2906,7 @@ static CUresult op_cuEventRecordWithFlags_ptsz(struct fgr_rd *rd, struct fgr_req
 static CUresult op_cuEventQuery(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUevent hEvent = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
+    CUevent hEvent = (CUevent)(uintptr_t)fgr_in(FGR_H_CUevent, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -2882,7 +2920,7 @@ static CUresult op_cuEventQuery(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuEventSynchronize(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUevent hEvent = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
+    CUevent hEvent = (CUevent)(uintptr_t)fgr_in(FGR_H_CUevent, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -2897,8 +2935,8 @@ static CUresult op_cuEventSynchronize(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuEventElapsedTime(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUevent hStart = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
-    CUevent hEnd = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
+    CUevent hStart = (CUevent)(uintptr_t)fgr_in(FGR_H_CUevent, fgr_get_u64(rd));
+    CUevent hEnd = (CUevent)(uintptr_t)fgr_in(FGR_H_CUevent, fgr_get_u64(rd));
     int has_pMilliseconds = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -2920,8 +2958,8 @@ static CUresult op_cuEventElapsedTime(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuEventElapsedTime_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUevent hStart = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
-    CUevent hEnd = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
+    CUevent hStart = (CUevent)(uintptr_t)fgr_in(FGR_H_CUevent, fgr_get_u64(rd));
+    CUevent hEnd = (CUevent)(uintptr_t)fgr_in(FGR_H_CUevent, fgr_get_u64(rd));
     int has_pMilliseconds = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -2943,7 +2981,7 @@ static CUresult op_cuEventElapsedTime_v2(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuEventDestroy_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUevent hEvent = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
+    CUevent hEvent = (CUevent)(uintptr_t)fgr_in(FGR_H_CUevent, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -2973,6 +3011,8 @@ static CUresult op_cuGraphCreate(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         if (phGraph)
             fgr_add(FGR_H_CUgraph, (uint64_t)(uintptr_t)*phGraph, FGR_H_CUcontext, fgr_ctx);
+        if (fgr_out_n(FGR_H_CUgraph, phGraph, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_phGraph)
         fgr_reply_out(q, phGraph, sizeof(CUgraph), 0, fgr_r);
@@ -2982,7 +3022,7 @@ static CUresult op_cuGraphCreate(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuGraphGetNodes(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_get_u64(rd);
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
     int has_nodes = fgr_get_u8(rd);
     size_t *numNodes = fgr_get_buf(rd, q, sizeof(size_t), 1);
     if (!fgr_rd_done(rd))
@@ -3000,6 +3040,8 @@ static CUresult op_cuGraphGetNodes(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         for (uint64_t fgr_i = 0; nodes && fgr_i < fgr_mul((uint64_t)(numNodes?*numNodes:0), sizeof(CUgraphNode)) / sizeof(CUgraphNode); fgr_i++)
             fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)nodes[fgr_i], FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+        if (fgr_out_n(FGR_H_CUgraphNode, nodes, fgr_mul((uint64_t)(numNodes?*numNodes:0), sizeof(CUgraphNode)) / sizeof(CUgraphNode)) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_nodes)
         fgr_reply_out(q, nodes, fgr_mul((uint64_t)(numNodes?*numNodes:0), sizeof(CUgraphNode)), 0, fgr_r);
@@ -3010,7 +3052,7 @@ static CUresult op_cuGraphGetNodes(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuGraphNodeGetType(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_get_u64(rd);
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
     int has_type = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -3030,7 +3072,7 @@ static CUresult op_cuGraphNodeGetType(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuGraphChildGraphNodeGetGraph(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_get_u64(rd);
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
     int has_phGraph = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -3045,6 +3087,8 @@ static CUresult op_cuGraphChildGraphNodeGetGraph(struct fgr_rd *rd, struct fgr_r
     if (fgr_r == CUDA_SUCCESS) {
         if (phGraph)
             fgr_add(FGR_H_CUgraph, (uint64_t)(uintptr_t)*phGraph, FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode);
+        if (fgr_out_n(FGR_H_CUgraph, phGraph, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_phGraph)
         fgr_reply_out(q, phGraph, sizeof(CUgraph), 0, fgr_r);
@@ -3054,7 +3098,7 @@ static CUresult op_cuGraphChildGraphNodeGetGraph(struct fgr_rd *rd, struct fgr_r
 static CUresult op_cuGraphAddMemFreeNode(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_get_u64(rd);
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
     size_t numDependencies = (size_t)fgr_get_u64(rd);
     CUdeviceptr dptr = (CUdeviceptr)fgr_get_u64(rd);
     int has_phGraphNode = fgr_get_u8(rd);
@@ -3062,6 +3106,7 @@ static CUresult op_cuGraphAddMemFreeNode(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraphNode *phGraphNode = NULL;
+    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
         fgr_r = fgr_refuse("cuGraphAddMemFreeNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
@@ -3076,6 +3121,8 @@ static CUresult op_cuGraphAddMemFreeNode(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         if (phGraphNode)
             fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+        if (fgr_out_n(FGR_H_CUgraphNode, phGraphNode, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_phGraphNode)
         fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
@@ -3132,7 +3179,7 @@ static CUresult op_cuDeviceGraphMemTrim(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuGraphInstantiateWithFlags(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_get_u64(rd);
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
     unsigned long long flags = (unsigned long long)fgr_get_u64(rd);
     int has_phGraphExec = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
@@ -3148,6 +3195,8 @@ static CUresult op_cuGraphInstantiateWithFlags(struct fgr_rd *rd, struct fgr_req
     if (fgr_r == CUDA_SUCCESS) {
         if (phGraphExec)
             fgr_add(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)*phGraphExec, FGR_H_CUcontext, fgr_ctx);
+        if (fgr_out_n(FGR_H_CUgraphExec, phGraphExec, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_phGraphExec)
         fgr_reply_out(q, phGraphExec, sizeof(CUgraphExec), 0, fgr_r);
@@ -3157,11 +3206,12 @@ static CUresult op_cuGraphInstantiateWithFlags(struct fgr_rd *rd, struct fgr_req
 static CUresult op_cuGraphInstantiateWithParams(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_get_u64(rd);
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
     int has_phGraphExec = fgr_get_u8(rd);
     CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams = fgr_get_buf(rd, q, sizeof(CUDA_GRAPH_INSTANTIATE_PARAMS), 1);
+    uint64_t fgr_name_instantiateParams_hUploadStream = instantiateParams ? (uint64_t)(uintptr_t)instantiateParams->hUploadStream : 0;
     if (instantiateParams)
-        instantiateParams->hUploadStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, (uint64_t)(uintptr_t)instantiateParams->hUploadStream);
+        instantiateParams->hUploadStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, (uint64_t)(uintptr_t)instantiateParams->hUploadStream);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraphExec *phGraphExec = NULL;
@@ -3177,7 +3227,13 @@ static CUresult op_cuGraphInstantiateWithParams(struct fgr_rd *rd, struct fgr_re
     if (fgr_r == CUDA_SUCCESS) {
         if (phGraphExec)
             fgr_add(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)*phGraphExec, FGR_H_CUcontext, fgr_ctx);
+        if (fgr_out_n(FGR_H_CUgraphExec, phGraphExec, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
+    if (instantiateParams)
+        instantiateParams->hUploadStream = (CUstream)(uintptr_t)fgr_name_instantiateParams_hUploadStream;
+    if (instantiateParams)
+        fgr_out_n(FGR_H_CUgraphNode, &instantiateParams->hErrNode_out, 1);
     if (has_phGraphExec)
         fgr_reply_out(q, phGraphExec, sizeof(CUgraphExec), 0, fgr_r);
     fgr_reply_out(q, instantiateParams, sizeof(CUDA_GRAPH_INSTANTIATE_PARAMS), 1, fgr_r);
@@ -3187,11 +3243,12 @@ static CUresult op_cuGraphInstantiateWithParams(struct fgr_rd *rd, struct fgr_re
 static CUresult op_cuGraphInstantiateWithParams_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_get_u64(rd);
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
     int has_phGraphExec = fgr_get_u8(rd);
     CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams = fgr_get_buf(rd, q, sizeof(CUDA_GRAPH_INSTANTIATE_PARAMS), 1);
+    uint64_t fgr_name_instantiateParams_hUploadStream = instantiateParams ? (uint64_t)(uintptr_t)instantiateParams->hUploadStream : 0;
     if (instantiateParams)
-        instantiateParams->hUploadStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, (uint64_t)(uintptr_t)instantiateParams->hUploadStream);
+        instantiateParams->hUploadStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, (uint64_t)(uintptr_t)instantiateParams->hUploadStream);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraphExec *phGraphExec = NULL;
@@ -3207,7 +3264,13 @@ static CUresult op_cuGraphInstantiateWithParams_ptsz(struct fgr_rd *rd, struct f
     if (fgr_r == CUDA_SUCCESS) {
         if (phGraphExec)
             fgr_add(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)*phGraphExec, FGR_H_CUcontext, fgr_ctx);
+        if (fgr_out_n(FGR_H_CUgraphExec, phGraphExec, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
+    if (instantiateParams)
+        instantiateParams->hUploadStream = (CUstream)(uintptr_t)fgr_name_instantiateParams_hUploadStream;
+    if (instantiateParams)
+        fgr_out_n(FGR_H_CUgraphNode, &instantiateParams->hErrNode_out, 1);
     if (has_phGraphExec)
         fgr_reply_out(q, phGraphExec, sizeof(CUgraphExec), 0, fgr_r);
     fgr_reply_out(q, instantiateParams, sizeof(CUDA_GRAPH_INSTANTIATE_PARAMS), 1, fgr_r);
@@ -3217,8 +3280,8 @@ static CUresult op_cuGraphInstantiateWithParams_ptsz(struct fgr_rd *rd, struct f
 static CUresult op_cuGraphUpload(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_in(FGR_H_CUgraphExec, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -3234,8 +3297,8 @@ static CUresult op_cuGraphUpload(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuGraphUpload_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_in(FGR_H_CUgraphExec, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -3251,8 +3314,8 @@ static CUresult op_cuGraphUpload_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuGraphLaunch(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_in(FGR_H_CUgraphExec, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -3268,8 +3331,8 @@ static CUresult op_cuGraphLaunch(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuGraphLaunch_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_in(FGR_H_CUgraphExec, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -3285,7 +3348,7 @@ static CUresult op_cuGraphLaunch_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuGraphExecDestroy(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_get_u64(rd);
+    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_in(FGR_H_CUgraphExec, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -3302,7 +3365,7 @@ static CUresult op_cuGraphExecDestroy(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuGraphDestroy(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_get_u64(rd);
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -3377,7 +3440,7 @@ static CUresult op_cuDeviceCanAccessPeer(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuCtxGetApiVersion(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUcontext ctx = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    CUcontext ctx = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
     int has_version = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -3437,7 +3500,7 @@ static CUresult op_cuCtxGetStreamPriorityRange(struct fgr_rd *rd, struct fgr_req
 static CUresult op_cuCtxGetId(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUcontext ctx = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    CUcontext ctx = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
     int has_ctxId = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -3457,7 +3520,7 @@ static CUresult op_cuCtxGetId(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuCtxEnablePeerAccess(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUcontext peerContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    CUcontext peerContext = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
     unsigned int Flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -3472,7 +3535,7 @@ static CUresult op_cuCtxEnablePeerAccess(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuCtxDisablePeerAccess(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUcontext peerContext = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    CUcontext peerContext = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -3518,7 +3581,7 @@ static CUresult op_cuMemGetAccess(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemPoolSetAttribute(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUmemoryPool pool = (CUmemoryPool)(uintptr_t)fgr_get_u64(rd);
+    CUmemoryPool pool = (CUmemoryPool)(uintptr_t)fgr_in(FGR_H_CUmemoryPool, fgr_get_u64(rd));
     CUmemPool_attribute attr = (CUmemPool_attribute)fgr_get_u64(rd);
     void *value = fgr_get_buf(rd, q, fgr_mul((uint64_t)(fgr_mempool_attr_bytes(attr)), 1), 0);
     if (!fgr_rd_done(rd))
@@ -3535,7 +3598,7 @@ static CUresult op_cuDeviceSetMemPool(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     CUdevice dev = (CUdevice)fgr_get_u64(rd);
-    CUmemoryPool pool = (CUmemoryPool)(uintptr_t)fgr_get_u64(rd);
+    CUmemoryPool pool = (CUmemoryPool)(uintptr_t)fgr_in(FGR_H_CUmemoryPool, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -3549,7 +3612,7 @@ static CUresult op_cuDeviceSetMemPool(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemGetAllocationPropertiesFromHandle(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUmemGenericAllocationHandle handle = (CUmemGenericAllocationHandle)fgr_get_u64(rd);
+    CUmemGenericAllocationHandle handle = (CUmemGenericAllocationHandle)fgr_in(FGR_H_CUmemGenericAllocationHandle, fgr_get_u64(rd));
     int has_prop = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -3569,7 +3632,7 @@ static CUresult op_cuMemGetAllocationPropertiesFromHandle(struct fgr_rd *rd, str
 static CUresult op_cuModuleGetGlobal_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUmodule hmod = (CUmodule)(uintptr_t)fgr_get_u64(rd);
+    CUmodule hmod = (CUmodule)(uintptr_t)fgr_in(FGR_H_CUmodule, fgr_get_u64(rd));
     int has_dptr = fgr_get_u8(rd);
     int has_bytes = fgr_get_u8(rd);
     char *name = fgr_get_str(rd);
@@ -3600,7 +3663,7 @@ static CUresult op_cuModuleGetGlobal_v2(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuLibraryGetModule(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUlibrary library = (CUlibrary)(uintptr_t)fgr_get_u64(rd);
+    CUlibrary library = (CUlibrary)(uintptr_t)fgr_in(FGR_H_CUlibrary, fgr_get_u64(rd));
     int has_pMod = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -3615,6 +3678,8 @@ static CUresult op_cuLibraryGetModule(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         if (pMod)
             fgr_add(FGR_H_CUmodule, (uint64_t)(uintptr_t)*pMod, FGR_H_CUlibrary, (uint64_t)(uintptr_t)library);
+        if (fgr_out_n(FGR_H_CUmodule, pMod, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_pMod)
         fgr_reply_out(q, pMod, sizeof(CUmodule), 0, fgr_r);
@@ -3624,7 +3689,7 @@ static CUresult op_cuLibraryGetModule(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuFuncGetParamInfo(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUfunction func = (CUfunction)(uintptr_t)fgr_get_u64(rd);
+    CUfunction func = (CUfunction)(uintptr_t)fgr_in(FGR_H_CUfunction, fgr_get_u64(rd));
     size_t paramIndex = (size_t)fgr_get_u64(rd);
     int has_paramOffset = fgr_get_u8(rd);
     int has_paramSize = fgr_get_u8(rd);
@@ -3651,7 +3716,7 @@ static CUresult op_cuFuncGetParamInfo(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuKernelGetParamInfo(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUkernel kernel = (CUkernel)(uintptr_t)fgr_get_u64(rd);
+    CUkernel kernel = (CUkernel)(uintptr_t)fgr_in(FGR_H_CUkernel, fgr_get_u64(rd));
     size_t paramIndex = (size_t)fgr_get_u64(rd);
     int has_paramOffset = fgr_get_u8(rd);
     int has_paramSize = fgr_get_u8(rd);
@@ -3678,7 +3743,7 @@ static CUresult op_cuKernelGetParamInfo(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuFuncGetModule(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUfunction hfunc = (CUfunction)(uintptr_t)fgr_get_u64(rd);
+    CUfunction hfunc = (CUfunction)(uintptr_t)fgr_in(FGR_H_CUfunction, fgr_get_u64(rd));
     int has_hmod = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -3693,6 +3758,8 @@ static CUresult op_cuFuncGetModule(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         if (hmod)
             fgr_add(FGR_H_CUmodule, (uint64_t)(uintptr_t)*hmod, FGR_H_CUcontext, fgr_ctx);
+        if (fgr_out_n(FGR_H_CUmodule, hmod, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_hmod)
         fgr_reply_out(q, hmod, sizeof(CUmodule), 0, fgr_r);
@@ -3703,7 +3770,7 @@ static CUresult op_cuKernelGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     CUfunction_attribute attrib = (CUfunction_attribute)fgr_get_u64(rd);
-    CUkernel kernel = (CUkernel)(uintptr_t)fgr_get_u64(rd);
+    CUkernel kernel = (CUkernel)(uintptr_t)fgr_in(FGR_H_CUkernel, fgr_get_u64(rd));
     CUdevice dev = (CUdevice)fgr_get_u64(rd);
     int has_pi = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
@@ -3726,7 +3793,7 @@ static CUresult op_cuKernelSetAttribute(struct fgr_rd *rd, struct fgr_req *q)
     (void)q;
     CUfunction_attribute attrib = (CUfunction_attribute)fgr_get_u64(rd);
     int val = (int)fgr_get_u64(rd);
-    CUkernel kernel = (CUkernel)(uintptr_t)fgr_get_u64(rd);
+    CUkernel kernel = (CUkernel)(uintptr_t)fgr_in(FGR_H_CUkernel, fgr_get_u64(rd));
     CUdevice dev = (CUdevice)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -3741,7 +3808,7 @@ static CUresult op_cuKernelSetAttribute(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuLibraryGetGlobal(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUlibrary library = (CUlibrary)(uintptr_t)fgr_get_u64(rd);
+    CUlibrary library = (CUlibrary)(uintptr_t)fgr_in(FGR_H_CUlibrary, fgr_get_u64(rd));
     int has_dptr = fgr_get_u8(rd);
     int has_bytes = fgr_get_u8(rd);
     char *name = fgr_get_str(rd);
@@ -3772,7 +3839,7 @@ static CUresult op_cuLibraryGetGlobal(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuLibraryGetKernelCount(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUlibrary lib = (CUlibrary)(uintptr_t)fgr_get_u64(rd);
+    CUlibrary lib = (CUlibrary)(uintptr_t)fgr_in(FGR_H_CUlibrary, fgr_get_u64(rd));
     int has_count = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -3793,7 +3860,7 @@ static CUresult op_cuLibraryEnumerateKernels(struct fgr_rd *rd, struct fgr_req *
 {
     (void)q;
     unsigned int numKernels = (unsigned int)fgr_get_u64(rd);
-    CUlibrary lib = (CUlibrary)(uintptr_t)fgr_get_u64(rd);
+    CUlibrary lib = (CUlibrary)(uintptr_t)fgr_in(FGR_H_CUlibrary, fgr_get_u64(rd));
     int has_kernels = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -3810,6 +3877,8 @@ static CUresult op_cuLibraryEnumerateKernels(struct fgr_rd *rd, struct fgr_req *
     if (fgr_r == CUDA_SUCCESS) {
         for (uint64_t fgr_i = 0; kernels && fgr_i < fgr_mul((uint64_t)(numKernels), sizeof(CUkernel)) / sizeof(CUkernel); fgr_i++)
             fgr_add(FGR_H_CUkernel, (uint64_t)(uintptr_t)kernels[fgr_i], FGR_H_CUlibrary, (uint64_t)(uintptr_t)lib);
+        if (fgr_out_n(FGR_H_CUkernel, kernels, fgr_mul((uint64_t)(numKernels), sizeof(CUkernel)) / sizeof(CUkernel)) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_kernels)
         fgr_reply_out(q, kernels, fgr_mul((uint64_t)(numKernels), sizeof(CUkernel)), 0, fgr_r);
@@ -3819,7 +3888,7 @@ static CUresult op_cuLibraryEnumerateKernels(struct fgr_rd *rd, struct fgr_req *
 static CUresult op_cuOccupancyMaxActiveBlocksPerMultiprocessor(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUfunction func = (CUfunction)(uintptr_t)fgr_get_u64(rd);
+    CUfunction func = (CUfunction)(uintptr_t)fgr_in(FGR_H_CUfunction, fgr_get_u64(rd));
     int blockSize = (int)fgr_get_u64(rd);
     size_t dynamicSMemSize = (size_t)fgr_get_u64(rd);
     int has_numBlocks = fgr_get_u8(rd);
@@ -3841,7 +3910,7 @@ static CUresult op_cuOccupancyMaxActiveBlocksPerMultiprocessor(struct fgr_rd *rd
 static CUresult op_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUfunction func = (CUfunction)(uintptr_t)fgr_get_u64(rd);
+    CUfunction func = (CUfunction)(uintptr_t)fgr_in(FGR_H_CUfunction, fgr_get_u64(rd));
     int blockSize = (int)fgr_get_u64(rd);
     size_t dynamicSMemSize = (size_t)fgr_get_u64(rd);
     unsigned int flags = (unsigned int)fgr_get_u64(rd);
@@ -3864,7 +3933,7 @@ static CUresult op_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(struct f
 static CUresult op_cuOccupancyAvailableDynamicSMemPerBlock(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUfunction func = (CUfunction)(uintptr_t)fgr_get_u64(rd);
+    CUfunction func = (CUfunction)(uintptr_t)fgr_in(FGR_H_CUfunction, fgr_get_u64(rd));
     int numBlocks = (int)fgr_get_u64(rd);
     int blockSize = (int)fgr_get_u64(rd);
     int has_dynamicSmemSize = fgr_get_u8(rd);
@@ -3899,6 +3968,10 @@ static CUresult op_cuPointerGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuPointerGetAttribute)fgr_real[FGR_OP_cuPointerGetAttribute])(data, attribute, ptr);
+    if (fgr_r == CUDA_SUCCESS) {
+        if ((attribute==CU_POINTER_ATTRIBUTE_CONTEXT) && fgr_out_n(FGR_H_CUcontext, data, 1) != 0)
+            fgr_r = CUDA_ERROR_INVALID_VALUE;
+    }
     if (has_data)
         fgr_reply_out(q, data, fgr_mul((uint64_t)(fgr_pointer_attr_bytes(attribute)), 1), 0, fgr_r);
     return fgr_r;
@@ -3924,7 +3997,7 @@ static CUresult op_cuModuleGetLoadingMode(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuFuncSetCacheConfig(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUfunction hfunc = (CUfunction)(uintptr_t)fgr_get_u64(rd);
+    CUfunction hfunc = (CUfunction)(uintptr_t)fgr_in(FGR_H_CUfunction, fgr_get_u64(rd));
     CUfunc_cache config = (CUfunc_cache)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -3939,7 +4012,7 @@ static CUresult op_cuFuncSetCacheConfig(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuKernelSetCacheConfig(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUkernel kernel = (CUkernel)(uintptr_t)fgr_get_u64(rd);
+    CUkernel kernel = (CUkernel)(uintptr_t)fgr_in(FGR_H_CUkernel, fgr_get_u64(rd));
     CUfunc_cache config = (CUfunc_cache)fgr_get_u64(rd);
     CUdevice dev = (CUdevice)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
@@ -3984,7 +4057,7 @@ static CUresult op_cuCtxSetCacheConfig(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuFuncSetSharedMemConfig(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUfunction hfunc = (CUfunction)(uintptr_t)fgr_get_u64(rd);
+    CUfunction hfunc = (CUfunction)(uintptr_t)fgr_in(FGR_H_CUfunction, fgr_get_u64(rd));
     CUsharedconfig config = (CUsharedconfig)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -4068,7 +4141,7 @@ static CUresult op_cuDeviceGetTexture1DLinearMaxWidth(struct fgr_rd *rd, struct 
 static CUresult op_cuLibraryGetManaged(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUlibrary library = (CUlibrary)(uintptr_t)fgr_get_u64(rd);
+    CUlibrary library = (CUlibrary)(uintptr_t)fgr_in(FGR_H_CUlibrary, fgr_get_u64(rd));
     int has_dptr = fgr_get_u8(rd);
     int has_bytes = fgr_get_u8(rd);
     char *name = fgr_get_str(rd);
@@ -4113,6 +4186,8 @@ static CUresult op_cuMemGetDefaultMemPool(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         if (pool_out)
             fgr_add(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)*pool_out, 0, 0);
+        if (fgr_out_n(FGR_H_CUmemoryPool, pool_out, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_pool_out)
         fgr_reply_out(q, pool_out, sizeof(CUmemoryPool), 0, fgr_r);
@@ -4136,6 +4211,8 @@ static CUresult op_cuMemGetMemPool(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         if (pool)
             fgr_add(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)*pool, 0, 0);
+        if (fgr_out_n(FGR_H_CUmemoryPool, pool, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_pool)
         fgr_reply_out(q, pool, sizeof(CUmemoryPool), 0, fgr_r);
@@ -4145,7 +4222,7 @@ static CUresult op_cuMemGetMemPool(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     CUstreamAttrID attr = (CUstreamAttrID)fgr_get_u64(rd);
     int has_value_out = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
@@ -4166,7 +4243,7 @@ static CUresult op_cuStreamGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamGetAttribute_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     CUstreamAttrID attr = (CUstreamAttrID)fgr_get_u64(rd);
     int has_value_out = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
@@ -4269,7 +4346,7 @@ static CUresult op_fgrNvmlP2PStatus(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_fgrParamSizes(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUfunction f = (CUfunction)(uintptr_t)fgr_get_u64(rd);
+    CUfunction f = (CUfunction)(uintptr_t)fgr_in(FGR_H_CUfunction, fgr_get_u64(rd));
     unsigned int max = (unsigned int)fgr_get_u64(rd);
     int has_count = fgr_get_u8(rd);
     int has_sizes = fgr_get_u8(rd);
@@ -4441,7 +4518,7 @@ static CUresult op_fgrArenaFree(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_fgrHostFn(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     unsigned long long id = (unsigned long long)fgr_get_u64(rd);
     unsigned int pt = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
@@ -4460,7 +4537,7 @@ static CUresult op_fgrStageUpload(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr dst = (CUdeviceptr)fgr_get_u64(rd);
     size_t end = (size_t)fgr_get_u64(rd);
     size_t n = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     unsigned int how = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -4480,7 +4557,7 @@ static CUresult op_fgrStageUploadLast(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr dst = (CUdeviceptr)fgr_get_u64(rd);
     size_t end = (size_t)fgr_get_u64(rd);
     size_t n = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     unsigned int how = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -4511,7 +4588,7 @@ static CUresult op_fgrStageDownload(struct fgr_rd *rd, struct fgr_req *q)
     (void)q;
     CUdeviceptr src = (CUdeviceptr)fgr_get_u64(rd);
     size_t n = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -4530,7 +4607,7 @@ static CUresult op_fgrStageDownloadAhead(struct fgr_rd *rd, struct fgr_req *q)
     (void)q;
     CUdeviceptr src = (CUdeviceptr)fgr_get_u64(rd);
     size_t n = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     size_t at = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -4593,7 +4670,7 @@ static CUresult op_fgrHeapUpload(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr dst = (CUdeviceptr)fgr_get_u64(rd);
     size_t off = (size_t)fgr_get_u64(rd);
     size_t n = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -4612,7 +4689,7 @@ static CUresult op_fgrHeapUploadWait(struct fgr_rd *rd, struct fgr_req *q)
     CUdeviceptr dst = (CUdeviceptr)fgr_get_u64(rd);
     size_t off = (size_t)fgr_get_u64(rd);
     size_t n = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -4632,7 +4709,7 @@ static CUresult op_fgrHeapDownload(struct fgr_rd *rd, struct fgr_req *q)
     size_t off = (size_t)fgr_get_u64(rd);
     CUdeviceptr src = (CUdeviceptr)fgr_get_u64(rd);
     size_t n = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -4651,7 +4728,7 @@ static CUresult op_fgrHeapDownloadWait(struct fgr_rd *rd, struct fgr_req *q)
     size_t off = (size_t)fgr_get_u64(rd);
     CUdeviceptr src = (CUdeviceptr)fgr_get_u64(rd);
     size_t n = (size_t)fgr_get_u64(rd);
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -4713,7 +4790,7 @@ static CUresult op_fgrNudge(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuOccupancyMaxActiveClusters(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUfunction func = (CUfunction)(uintptr_t)fgr_get_u64(rd);
+    CUfunction func = (CUfunction)(uintptr_t)fgr_in(FGR_H_CUfunction, fgr_get_u64(rd));
     int has_numClusters = fgr_get_u8(rd);
     CUlaunchConfig *config = fgr_get_launchcfg(rd, q);
     if (!fgr_rd_done(rd))
@@ -4738,7 +4815,7 @@ static CUresult op_cuOccupancyMaxActiveClusters(struct fgr_rd *rd, struct fgr_re
 static CUresult op_cuOccupancyMaxPotentialClusterSize(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUfunction func = (CUfunction)(uintptr_t)fgr_get_u64(rd);
+    CUfunction func = (CUfunction)(uintptr_t)fgr_in(FGR_H_CUfunction, fgr_get_u64(rd));
     int has_clusterSize = fgr_get_u8(rd);
     CUlaunchConfig *config = fgr_get_launchcfg(rd, q);
     if (!fgr_rd_done(rd))
@@ -4854,7 +4931,7 @@ static CUresult op_cuTensorMapReplaceAddress(struct fgr_rd *rd, struct fgr_req *
 static CUresult op_cuKernelGetLibrary(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUkernel kernel = (CUkernel)(uintptr_t)fgr_get_u64(rd);
+    CUkernel kernel = (CUkernel)(uintptr_t)fgr_in(FGR_H_CUkernel, fgr_get_u64(rd));
     int has_pLib = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -4869,6 +4946,8 @@ static CUresult op_cuKernelGetLibrary(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         if (pLib)
             fgr_add(FGR_H_CUlibrary, (uint64_t)(uintptr_t)*pLib, FGR_H_CUcontext, fgr_ctx);
+        if (fgr_out_n(FGR_H_CUlibrary, pLib, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_pLib)
         fgr_reply_out(q, pLib, sizeof(CUlibrary), 0, fgr_r);
@@ -4878,7 +4957,7 @@ static CUresult op_cuKernelGetLibrary(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamGetCaptureInfo_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     int has_captureStatus_out = fgr_get_u8(rd);
     int has_id_out = fgr_get_u8(rd);
     CUgraph *graph_out = NULL;
@@ -4912,7 +4991,7 @@ static CUresult op_cuStreamGetCaptureInfo_v2(struct fgr_rd *rd, struct fgr_req *
 static CUresult op_cuStreamGetCaptureInfo_v2_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     int has_captureStatus_out = fgr_get_u8(rd);
     int has_id_out = fgr_get_u8(rd);
     CUgraph *graph_out = NULL;
@@ -4946,7 +5025,7 @@ static CUresult op_cuStreamGetCaptureInfo_v2_ptsz(struct fgr_rd *rd, struct fgr_
 static CUresult op_cuStreamGetCaptureInfo_v3(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     int has_captureStatus_out = fgr_get_u8(rd);
     int has_id_out = fgr_get_u8(rd);
     CUgraph *graph_out = NULL;
@@ -4981,7 +5060,7 @@ static CUresult op_cuStreamGetCaptureInfo_v3(struct fgr_rd *rd, struct fgr_req *
 static CUresult op_cuStreamGetCaptureInfo_v3_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     int has_captureStatus_out = fgr_get_u8(rd);
     int has_id_out = fgr_get_u8(rd);
     CUgraph *graph_out = NULL;
@@ -5016,7 +5095,7 @@ static CUresult op_cuStreamGetCaptureInfo_v3_ptsz(struct fgr_rd *rd, struct fgr_
 static CUresult op_cuStreamGetPriority(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     int has_priority = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -5036,7 +5115,7 @@ static CUresult op_cuStreamGetPriority(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamGetPriority_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     int has_priority = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -5056,7 +5135,7 @@ static CUresult op_cuStreamGetPriority_ptsz(struct fgr_rd *rd, struct fgr_req *q
 static CUresult op_cuStreamGetFlags(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     int has_flags = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -5076,7 +5155,7 @@ static CUresult op_cuStreamGetFlags(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamGetFlags_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     int has_flags = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -5096,7 +5175,7 @@ static CUresult op_cuStreamGetFlags_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamGetCtx(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     int has_pctx = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -5111,6 +5190,8 @@ static CUresult op_cuStreamGetCtx(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         if (pctx)
             fgr_add(FGR_H_CUcontext, (uint64_t)(uintptr_t)*pctx, 0, 0);
+        if (fgr_out_n(FGR_H_CUcontext, pctx, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_pctx)
         fgr_reply_out(q, pctx, sizeof(CUcontext), 0, fgr_r);
@@ -5120,7 +5201,7 @@ static CUresult op_cuStreamGetCtx(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamGetCtx_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     int has_pctx = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -5135,6 +5216,8 @@ static CUresult op_cuStreamGetCtx_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         if (pctx)
             fgr_add(FGR_H_CUcontext, (uint64_t)(uintptr_t)*pctx, 0, 0);
+        if (fgr_out_n(FGR_H_CUcontext, pctx, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_pctx)
         fgr_reply_out(q, pctx, sizeof(CUcontext), 0, fgr_r);
@@ -5144,7 +5227,7 @@ static CUresult op_cuStreamGetCtx_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamGetCtx_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     int has_pCtx = fgr_get_u8(rd);
     int has_pGreenCtx = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
@@ -5165,6 +5248,10 @@ static CUresult op_cuStreamGetCtx_v2(struct fgr_rd *rd, struct fgr_req *q)
             fgr_add(FGR_H_CUcontext, (uint64_t)(uintptr_t)*pCtx, 0, 0);
         if (pGreenCtx)
             fgr_add(FGR_H_CUgreenCtx, (uint64_t)(uintptr_t)*pGreenCtx, FGR_H_CUcontext, fgr_ctx);
+        if (fgr_out_n(FGR_H_CUcontext, pCtx, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+        if (fgr_out_n(FGR_H_CUgreenCtx, pGreenCtx, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_pCtx)
         fgr_reply_out(q, pCtx, sizeof(CUcontext), 0, fgr_r);
@@ -5176,7 +5263,7 @@ static CUresult op_cuStreamGetCtx_v2(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamGetCtx_v2_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     int has_pCtx = fgr_get_u8(rd);
     int has_pGreenCtx = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
@@ -5197,6 +5284,10 @@ static CUresult op_cuStreamGetCtx_v2_ptsz(struct fgr_rd *rd, struct fgr_req *q)
             fgr_add(FGR_H_CUcontext, (uint64_t)(uintptr_t)*pCtx, 0, 0);
         if (pGreenCtx)
             fgr_add(FGR_H_CUgreenCtx, (uint64_t)(uintptr_t)*pGreenCtx, FGR_H_CUcontext, fgr_ctx);
+        if (fgr_out_n(FGR_H_CUcontext, pCtx, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+        if (fgr_out_n(FGR_H_CUgreenCtx, pGreenCtx, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_pCtx)
         fgr_reply_out(q, pCtx, sizeof(CUcontext), 0, fgr_r);
@@ -5208,7 +5299,7 @@ static CUresult op_cuStreamGetCtx_v2_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamGetId(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     int has_streamId = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -5228,7 +5319,7 @@ static CUresult op_cuStreamGetId(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamGetId_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     int has_streamId = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -5248,8 +5339,8 @@ static CUresult op_cuStreamGetId_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamCopyAttributes(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream dst = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
-    CUstream src = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream dst = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream src = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -5265,8 +5356,8 @@ static CUresult op_cuStreamCopyAttributes(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamCopyAttributes_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream dst = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
-    CUstream src = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream dst = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream src = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -5282,7 +5373,7 @@ static CUresult op_cuStreamCopyAttributes_ptsz(struct fgr_rd *rd, struct fgr_req
 static CUresult op_cuStreamAttachMemAsync(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     CUdeviceptr dptr = (CUdeviceptr)fgr_get_u64(rd);
     size_t length = (size_t)fgr_get_u64(rd);
     unsigned int flags = (unsigned int)fgr_get_u64(rd);
@@ -5301,7 +5392,7 @@ static CUresult op_cuStreamAttachMemAsync(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuStreamAttachMemAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     CUdeviceptr dptr = (CUdeviceptr)fgr_get_u64(rd);
     size_t length = (size_t)fgr_get_u64(rd);
     unsigned int flags = (unsigned int)fgr_get_u64(rd);
@@ -5320,7 +5411,7 @@ static CUresult op_cuStreamAttachMemAsync_ptsz(struct fgr_rd *rd, struct fgr_req
 static CUresult op_cuGraphClone(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUgraph originalGraph = (CUgraph)(uintptr_t)fgr_get_u64(rd);
+    CUgraph originalGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
     int has_phGraphClone = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -5335,6 +5426,8 @@ static CUresult op_cuGraphClone(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         if (phGraphClone)
             fgr_add(FGR_H_CUgraph, (uint64_t)(uintptr_t)*phGraphClone, FGR_H_CUcontext, fgr_ctx);
+        if (fgr_out_n(FGR_H_CUgraph, phGraphClone, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_phGraphClone)
         fgr_reply_out(q, phGraphClone, sizeof(CUgraph), 0, fgr_r);
@@ -5344,7 +5437,7 @@ static CUresult op_cuGraphClone(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuGraphDestroyNode(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_get_u64(rd);
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -5361,13 +5454,14 @@ static CUresult op_cuGraphDestroyNode(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuGraphAddEmptyNode(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_get_u64(rd);
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
     size_t numDependencies = (size_t)fgr_get_u64(rd);
     int has_phGraphNode = fgr_get_u8(rd);
     CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraphNode *phGraphNode = NULL;
+    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
         fgr_r = fgr_refuse("cuGraphAddEmptyNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
@@ -5380,6 +5474,8 @@ static CUresult op_cuGraphAddEmptyNode(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         if (phGraphNode)
             fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+        if (fgr_out_n(FGR_H_CUgraphNode, phGraphNode, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_phGraphNode)
         fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
@@ -5389,14 +5485,15 @@ static CUresult op_cuGraphAddEmptyNode(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuGraphAddEventRecordNode(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_get_u64(rd);
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
     size_t numDependencies = (size_t)fgr_get_u64(rd);
-    CUevent event = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
+    CUevent event = (CUevent)(uintptr_t)fgr_in(FGR_H_CUevent, fgr_get_u64(rd));
     int has_phGraphNode = fgr_get_u8(rd);
     CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraphNode *phGraphNode = NULL;
+    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
         fgr_r = fgr_refuse("cuGraphAddEventRecordNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
@@ -5411,6 +5508,8 @@ static CUresult op_cuGraphAddEventRecordNode(struct fgr_rd *rd, struct fgr_req *
     if (fgr_r == CUDA_SUCCESS) {
         if (phGraphNode)
             fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+        if (fgr_out_n(FGR_H_CUgraphNode, phGraphNode, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_phGraphNode)
         fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
@@ -5420,14 +5519,15 @@ static CUresult op_cuGraphAddEventRecordNode(struct fgr_rd *rd, struct fgr_req *
 static CUresult op_cuGraphAddEventWaitNode(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_get_u64(rd);
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
     size_t numDependencies = (size_t)fgr_get_u64(rd);
-    CUevent event = (CUevent)(uintptr_t)fgr_unshadow(FGR_H_CUevent, fgr_get_u64(rd));
+    CUevent event = (CUevent)(uintptr_t)fgr_in(FGR_H_CUevent, fgr_get_u64(rd));
     int has_phGraphNode = fgr_get_u8(rd);
     CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraphNode *phGraphNode = NULL;
+    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
         fgr_r = fgr_refuse("cuGraphAddEventWaitNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
@@ -5442,6 +5542,8 @@ static CUresult op_cuGraphAddEventWaitNode(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         if (phGraphNode)
             fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+        if (fgr_out_n(FGR_H_CUgraphNode, phGraphNode, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_phGraphNode)
         fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
@@ -5451,7 +5553,7 @@ static CUresult op_cuGraphAddEventWaitNode(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuGraphGetRootNodes(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_get_u64(rd);
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
     int has_rootNodes = fgr_get_u8(rd);
     size_t *numRootNodes = fgr_get_buf(rd, q, sizeof(size_t), 1);
     if (!fgr_rd_done(rd))
@@ -5469,6 +5571,8 @@ static CUresult op_cuGraphGetRootNodes(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         for (uint64_t fgr_i = 0; rootNodes && fgr_i < fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)) / sizeof(CUgraphNode); fgr_i++)
             fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)rootNodes[fgr_i], FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+        if (fgr_out_n(FGR_H_CUgraphNode, rootNodes, fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)) / sizeof(CUgraphNode)) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_rootNodes)
         fgr_reply_out(q, rootNodes, fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)), 0, fgr_r);
@@ -5479,7 +5583,7 @@ static CUresult op_cuGraphGetRootNodes(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuGraphExecGetFlags(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_get_u64(rd);
+    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_in(FGR_H_CUgraphExec, fgr_get_u64(rd));
     int has_flags = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -5499,14 +5603,15 @@ static CUresult op_cuGraphExecGetFlags(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuGraphAddChildGraphNode(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_get_u64(rd);
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
     size_t numDependencies = (size_t)fgr_get_u64(rd);
-    CUgraph childGraph = (CUgraph)(uintptr_t)fgr_get_u64(rd);
+    CUgraph childGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
     int has_phGraphNode = fgr_get_u8(rd);
     CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraphNode *phGraphNode = NULL;
+    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
         fgr_r = fgr_refuse("cuGraphAddChildGraphNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
@@ -5521,6 +5626,8 @@ static CUresult op_cuGraphAddChildGraphNode(struct fgr_rd *rd, struct fgr_req *q
     if (fgr_r == CUDA_SUCCESS) {
         if (phGraphNode)
             fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+        if (fgr_out_n(FGR_H_CUgraphNode, phGraphNode, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_phGraphNode)
         fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
@@ -5540,8 +5647,8 @@ static CUresult op_xt_ctx(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_xt_ctx_39(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUcontext ctx = (CUcontext)(uintptr_t)fgr_get_u64(rd);
-    fgrCtxObject object = (fgrCtxObject)(uintptr_t)fgr_get_u64(rd);
+    CUcontext ctx = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
+    fgrCtxObject object = (fgrCtxObject)(uintptr_t)fgr_in(FGR_H_fgrCtxObject, fgr_get_u64(rd));
     uint64_t arg3 = (uint64_t)fgr_get_u64(rd);
     arg3 = 0; /* of unknown use: as the driver was seen given it */
     int has_value = fgr_get_u8(rd);
@@ -5565,7 +5672,7 @@ static CUresult op_xt_ctx_39(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_xt_ctx_51(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUcontext ctx = (CUcontext)(uintptr_t)fgr_get_u64(rd);
+    CUcontext ctx = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
     uint64_t arg1 = (uint64_t)fgr_get_u64(rd);
     uint64_t arg3 = (uint64_t)fgr_get_u64(rd);
     arg1 = 0; /* of unknown use: as the driver was seen given it */
@@ -5584,6 +5691,8 @@ static CUresult op_xt_ctx_51(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         if (object)
             fgr_add(FGR_H_fgrCtxObject, (uint64_t)(uintptr_t)*object, FGR_H_CUcontext, fgr_ctx);
+        if (fgr_out_n(FGR_H_fgrCtxObject, object, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_object)
         fgr_reply_out(q, object, sizeof(fgrCtxObject), 0, fgr_r);

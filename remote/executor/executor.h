@@ -206,10 +206,24 @@ int fgr_has(int kind, uint64_t v);
 int fgr_has_n(int kind, const void *arr, uint64_t n);
 void fgr_add(int kind, uint64_t v, int okind, uint64_t owner);
 /* Shadow handles: id (a value the client named, fgr_is_shadow) stands for
- * the driver's handle real of kind, until real is forgotten; fgr_unshadow
- * is the driver's handle of v (v itself when it names none). */
+ * the driver's handle real of kind, until real is forgotten. */
 void fgr_shadow_add(int kind, uint64_t id, uint64_t real);
-uint64_t fgr_unshadow(int kind, uint64_t v);
+/* Handles cross the wire by name (own.c), never as the driver's values.
+ * fgr_in is the driver's handle of kind that the client's v names (a
+ * name, a shadow handle, NULL or a special stream), FGR_BAD_HANDLE when it
+ * names none (which fgr_has refuses); fgr_in_n translates n in place.
+ * fgr_out_n turns n of the connection's handles into their names in place:
+ * -1 when one has none (it is then NULL). Device addresses are not
+ * translated: they are the GPU's virtual addresses, which say nothing of
+ * the executor's own memory (but for mapped pinned memory, whose device
+ * address is its host address under unified addressing: where the
+ * connection's own mapped allocations lie), and every one a request
+ * names is checked against the connection's ranges before the driver
+ * sees it; the driver would validate them besides. */
+#define FGR_BAD_HANDLE UINT64_MAX
+uint64_t fgr_in(int kind, uint64_t v);
+void fgr_in_n(int kind, void *arr, uint64_t n);
+int fgr_out_n(int kind, void *arr, uint64_t n);
 /* Forgets v and everything it owns. */
 /* One more reference to a handle the connection has: fgr_drop then takes
  * one away before it forgets the handle. */

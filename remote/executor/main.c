@@ -460,7 +460,8 @@ static void serve_frame(uint8_t *body, uint32_t n, int resume)
     struct fgr_rd rd = {body, n, 0};
     unsigned op = fgr_get_u16(&rd), flags = fgr_get_u16(&rd);
     uint32_t thread = fgr_get_u32(&rd);
-    CUcontext ctx = (CUcontext)(uintptr_t)fgr_get_u64(&rd);
+    uint64_t ctx_name = fgr_get_u64(&rd);
+    CUcontext ctx = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, ctx_name);
     if (flags & ~(FGR_FLAG_QUEUED | FGR_FLAG_MAY_PEND))
         reject("unknown header flags %#x", flags);
     if (op == FGR_OP_HELLO || op >= FGR_NUM_OPS)
@@ -474,7 +475,7 @@ static void serve_frame(uint8_t *body, uint32_t n, int resume)
     /* The context named must be one this connection was given. */
     CUresult r = CUDA_SUCCESS;
     if (!fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx))
-        r = fgr_refuse(fgr_ops[op].name, "context", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
+        r = fgr_refuse(fgr_ops[op].name, "context", ctx_name, CUDA_ERROR_INVALID_CONTEXT);
     else if (fgr_real[op])
         r = make_current(ctx);
     fgr_ctx = (uint64_t)(uintptr_t)ctx;

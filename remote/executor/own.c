@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 uint64_t fgr_ctx;
@@ -19,8 +21,10 @@ const char *fgr_peer = "client";
 struct ent {
     uint64_t v, owner;
     uint32_t refs; /* references beyond the first (a physical allocation's retains) */
+    uint32_t name; /* its index in names (NO_NAME: none) */
     uint8_t kind, okind; /* 0: empty slot; FGR_H_DEAD: removed */
 };
+#define NO_NAME UINT32_MAX
 #define FGR_H_DEAD 0xff
 
 static struct ent *tab;
@@ -32,6 +36,125 @@ struct range {
 };
 static struct range *mem;
 static size_t nmem, capmem;
+
+/* What the client sees of a handle is its name, never the driver's value
+ * (for most kinds an address in this process's heap): an index into names,
+ * the generation of that index (a name outlives its handle only as a stale
+ * one) and the kind, enciphered with a key of this executor's. A name thus
+ * tells nothing of the executor's layout, and a value the client makes up,
+ * keeps past its handle's end or brings from another connection (another
+ * executor, another key) deciphers to no live name: it is refused, never
+ * given to the driver. */
+struct name {
+    uint64_t v; /* the driver's handle */
+    uint32_t gen;
+    uint8_t kind; /* 0: free */
+};
+static struct name *names;
+static uint32_t nnames, capnames, freed = NO_NAME; /* freed: a free index, chained through v */
+static uint32_t key[4];
+
+/* A 64-bit permutation keyed by key: four Feistel rounds, each a
+ * multiply-xorshift mix of one half with a round key. What it enciphers
+ * holds no address, so it hides nothing but which index a name is; it makes
+ * names of different executors unrelated and a made-up one fail to
+ * decipher. */
+static uint32_t round_fn(uint32_t x, uint32_t k)
+{
+    uint64_t h = ((uint64_t)x << 32 | k) ^ ((uint64_t)k << 29);
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    return (uint32_t)(h >> 32);
+}
+
+static void keyed(void)
+{
+    static int done;
+    if (done)
+        return;
+    done = 1;
+    if (getrandom(key, sizeof key, 0) != sizeof key) {
+        /* No entropy: names still hold no address; they only become
+         * guessable across executors, each of which still checks its own. */
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        for (int i = 0; i < 4; i++)
+            key[i] = round_fn((uint32_t)t.tv_nsec + (uint32_t)i, (uint32_t)getpid() ^ (uint32_t)t.tv_sec);
+    }
+}
+
+static uint64_t encipher(uint64_t x)
+{
+    uint32_t l = (uint32_t)(x >> 32), r = (uint32_t)x;
+    for (int i = 0; i < 4; i++) {
+        uint32_t t = l ^ round_fn(r, key[i]);
+        l = r;
+        r = t;
+    }
+    return (uint64_t)l << 32 | r;
+}
+
+static uint64_t decipher(uint64_t x)
+{
+    uint32_t l = (uint32_t)(x >> 32), r = (uint32_t)x;
+    for (int i = 3; i >= 0; i--) {
+        uint32_t t = r ^ round_fn(l, key[i]);
+        r = l;
+        l = t;
+    }
+    return (uint64_t)l << 32 | r;
+}
+
+#define GEN_MASK 0xffffffu
+
+static uint64_t name_value(uint32_t i)
+{
+    return encipher((uint64_t)names[i].kind << 56 | (uint64_t)(names[i].gen & GEN_MASK) << 32 | i);
+}
+
+/* A value the client could not tell from one of its own: NULL, the special
+ * streams, a shadow handle's name. */
+static int reserved(uint64_t v) { return v <= 2 || fgr_is_shadow(v); }
+
+/* A fresh name for the driver's handle v of kind, NO_NAME when out of
+ * memory. */
+static uint32_t name_new(int kind, uint64_t v)
+{
+    keyed();
+    uint32_t i = freed;
+    if (i != NO_NAME) {
+        freed = (uint32_t)names[i].v;
+    } else {
+        if (nnames == capnames) {
+            uint32_t n = capnames ? 2 * capnames : 256;
+            struct name *m = n > capnames && n < NO_NAME ? realloc(names, n * sizeof *m) : NULL;
+            if (!m)
+                return NO_NAME;
+            names = m;
+            capnames = n;
+        }
+        i = nnames++;
+        names[i].gen = 0;
+    }
+    names[i].v = v;
+    names[i].kind = (uint8_t)kind;
+    /* A generation whose name would read as reserved is skipped. */
+    do
+        names[i].gen = (names[i].gen + 1) & GEN_MASK;
+    while (reserved(name_value(i)));
+    return i;
+}
+
+static void name_free(uint32_t i)
+{
+    if (i == NO_NAME)
+        return;
+    names[i].kind = 0;
+    names[i].v = freed;
+    freed = i;
+}
 
 static size_t slot_of(int kind, uint64_t v)
 {
@@ -81,6 +204,8 @@ static int grow(void)
 
 int fgr_has(int kind, uint64_t v)
 {
+    if (v == FGR_BAD_HANDLE)
+        return 0;
     /* NULL is the driver's to refuse (or the current context, the
      * default stream); the two special streams are not pointers. */
     if (v == 0 || (kind == FGR_H_CUstream && (v == 1 || v == 2)))
@@ -100,7 +225,9 @@ void fgr_add(int kind, uint64_t v, int okind, uint64_t owner)
         i = (i + 1) & (cap - 1);
     if (!tab[i].kind)
         used++;
-    tab[i] = (struct ent){v, owner, 0, (uint8_t)kind, (uint8_t)okind};
+    /* Device ranges and shadow entries are not handed out by name. */
+    uint32_t n = kind < FGR_H_MEM ? name_new(kind, v) : NO_NAME;
+    tab[i] = (struct ent){v, owner, 0, n, (uint8_t)kind, (uint8_t)okind};
 }
 
 void fgr_retain(int kind, uint64_t v)
@@ -118,12 +245,48 @@ static void drop_owned(int kind, uint64_t v);
 
 void fgr_shadow_add(int kind, uint64_t id, uint64_t real) { fgr_add(kind | SHADOWED, id, kind, real); }
 
-uint64_t fgr_unshadow(int kind, uint64_t v)
+uint64_t fgr_in(int kind, uint64_t v)
 {
-    if (!fgr_is_shadow(v))
+    if (v == 0 || (kind == FGR_H_CUstream && (v == 1 || v == 2)))
         return v;
-    struct ent *e = find(kind | SHADOWED, v);
-    return e ? e->owner : v;
+    if (fgr_is_shadow(v)) {
+        struct ent *e = find(kind | SHADOWED, v);
+        return e ? e->owner : FGR_BAD_HANDLE;
+    }
+    keyed();
+    uint64_t x = decipher(v);
+    uint32_t i = (uint32_t)x;
+    if (i >= nnames || !names[i].kind || (names[i].gen & GEN_MASK) != (uint32_t)(x >> 32 & GEN_MASK) ||
+        names[i].kind != (uint8_t)(x >> 56))
+        return FGR_BAD_HANDLE;
+    /* A kernel may be given where a function is asked for. */
+    if (names[i].kind != kind && !(kind == FGR_H_CUfunction && names[i].kind == FGR_H_CUkernel))
+        return FGR_BAD_HANDLE;
+    return names[i].v;
+}
+
+void fgr_in_n(int kind, void *arr, uint64_t n)
+{
+    for (uint64_t i = 0; arr && i < n; i++) {
+        uint64_t v;
+        memcpy(&v, (char *)arr + 8 * i, 8);
+        v = fgr_in(kind, v);
+        memcpy((char *)arr + 8 * i, &v, 8);
+    }
+}
+
+int fgr_out_n(int kind, void *arr, uint64_t n)
+{
+    int bad = 0;
+    for (uint64_t i = 0; arr && i < n; i++) {
+        uint64_t v;
+        memcpy(&v, (char *)arr + 8 * i, 8);
+        struct ent *e = v ? find(kind, v) : NULL;
+        uint64_t name = e && e->name != NO_NAME ? name_value(e->name) : 0;
+        bad |= v && !name; /* never the driver's value: NULL in its place */
+        memcpy((char *)arr + 8 * i, &name, 8);
+    }
+    return bad ? -1 : 0;
 }
 
 void fgr_drop(int kind, uint64_t v)
@@ -135,6 +298,7 @@ void fgr_drop(int kind, uint64_t v)
     }
     if (e) {
         e->kind = FGR_H_DEAD;
+        name_free(e->name);
         drop_owned(kind, v);
     }
     if (kind == FGR_H_MEM) {

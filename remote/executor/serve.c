@@ -201,7 +201,7 @@ CUlaunchConfig *fgr_get_launchcfg(struct fgr_rd *rd, struct fgr_req *q)
     c->gridDimX = v[0], c->gridDimY = v[1], c->gridDimZ = v[2];
     c->blockDimX = v[3], c->blockDimY = v[4], c->blockDimZ = v[5];
     c->sharedMemBytes = v[6];
-    c->hStream = (CUstream)(uintptr_t)fgr_unshadow(FGR_H_CUstream, s);
+    c->hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, s);
     /* Attributes with plain values only: one naming an event or an address
      * would need translating, and the client never sends those. */
     uint32_t n = fgr_get_u32(rd);
@@ -222,7 +222,7 @@ CUlaunchConfig *fgr_get_launchcfg(struct fgr_rd *rd, struct fgr_req *q)
         a[i].id = (CUlaunchAttributeID)id;
         memcpy(&a[i].value, v64, sizeof a[i].value);
         if (fgr_launch_attr_has_event(id)) /* the client's name for it; checked before the call */
-            a[i].value.launchCompletionEvent.event = (CUevent)(uintptr_t)fgr_unshadow(
+            a[i].value.launchCompletionEvent.event = (CUevent)(uintptr_t)fgr_in(
                 FGR_H_CUevent, (uint64_t)(uintptr_t)a[i].value.launchCompletionEvent.event);
     }
     c->attrs = a;

@@ -34,6 +34,13 @@ static void fake_driver(void)
     fgr_add(FGR_H_fgrCtxObject, 2, FGR_H_CUcontext, 3);
 }
 
+// name_of: the name the client is given for the driver's handle v.
+static uint64_t name_of(int kind, uint64_t v)
+{
+    fgr_out_n(kind, &v, 1);
+    return v;
+}
+
 // serve_one: 1 when the request is malformed, else 0 with the reply in *out.
 static int serve_one(unsigned op, const void *p, size_t n, struct fgr_buf *out)
 {
@@ -75,6 +82,20 @@ func Serve(op uint16, args []byte) (malformed bool, out []byte) {
 		return true, nil
 	}
 	return false, C.GoBytes(unsafe.Pointer(reply.p), C.int(reply.len))
+}
+
+// Handles are the names a client was given for the handles fake_driver
+// says the connection has: requests name them so.
+type Handles struct{ Module, Function, Graph, Pool, Context, CtxObject uint64 }
+
+// Names are the connection's handles, by the names the client sees.
+func Names() Handles {
+	once.Do(func() { C.fake_driver() })
+	mu.Lock()
+	defer mu.Unlock()
+	n := func(kind C.int, v uint64) uint64 { return uint64(C.name_of(kind, C.uint64_t(v))) }
+	return Handles{n(C.FGR_H_CUmodule, 7), n(C.FGR_H_CUfunction, 1), n(C.FGR_H_CUgraph, 9),
+		n(C.FGR_H_CUmemoryPool, 5), n(C.FGR_H_CUcontext, 3), n(C.FGR_H_fgrCtxObject, 2)}
 }
 
 // Calls is how many times the driver has been called.

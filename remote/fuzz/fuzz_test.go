@@ -26,6 +26,7 @@ type request struct {
 // launch configurations, a table function and a table's data.
 func valid() []request {
 	const res = 8 // length word and result
+	h := Names()
 	// A real cubin (nvcc 13.0): the executor reads its kernels' layouts.
 	cubin, err := os.ReadFile("../../tests/data/kparam/kparams.cubin")
 	if err != nil {
@@ -37,33 +38,33 @@ func valid() []request {
 		{"cuMemcpyDtoH_v2", w{}.u64(0x1000).u64(16).u8(1), res + 1 + 8 + 16},
 		// 64 KiB: written from the executor's copy, not into the answer.
 		{"cuMemcpyDtoH_v2", w{}.u64(0x1000).u64(0x10000).u8(1), res + 1 + 8 + 0x10000},
-		{"cuModuleGetFunction", w{}.u64(7).u8(1).u8(1).u64(4).raw("abc\x00"), res + 1 + 8 + 8},
+		{"cuModuleGetFunction", w{}.u64(h.Module).u8(1).u8(1).u64(4).raw("abc\x00"), res + 1 + 8 + 8},
 		{"cuModuleLoadData", w{}.u8(1).u8(1).u8(1).u64(19).raw("FLEXGV-SIM-MODULE\n\x00"), res + 1 + 8 + 8},
 		// An image to keep, and one named by a hash this executor does not
 		// keep (answered CUDA_ERROR_INVALID_IMAGE).
 		{"cuModuleLoadData", w{}.u8(1).u8(2).u8(1).u64(19).raw("FLEXGV-SIM-MODULE\n\x00"), res + 1 + 8 + 8},
 		{"cuModuleLoadData", w{}.u8(1).u8(3).raw(string(make([]byte, 32))).u64(19), res + 1 + 8 + 8},
-		{"cuLaunchKernel", w{}.u64(1).u64(1).u64(1).u64(1).u64(32).u64(1).u64(1).u64(0).u64(0).
+		{"cuLaunchKernel", w{}.u64(h.Function).u64(1).u64(1).u64(1).u64(32).u64(1).u64(1).u64(0).u64(0).
 			u8(1).u32(2).u32(8).raw("pointer!").u32(4).raw("int!").u8(0), res},
 		// The same parameters packed in one buffer (extra), none in kernelParams.
-		{"cuLaunchKernel", w{}.u64(1).u64(1).u64(1).u64(1).u64(32).u64(1).u64(1).u64(0).u64(0).
+		{"cuLaunchKernel", w{}.u64(h.Function).u64(1).u64(1).u64(1).u64(32).u64(1).u64(1).u64(0).u64(0).
 			u8(0).u8(1).u32(12).raw("pointer!int!"), res},
-		{"cuLaunchKernelEx", w{}.u64(1).u8(1).u32(1).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0).u32(0).u8(0).u8(0), res},
+		{"cuLaunchKernelEx", w{}.u64(h.Function).u8(1).u32(1).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0).u32(0).u8(0).u8(0), res},
 		// With a cluster of two (attribute 4: three numbers in its 64 bytes).
-		{"cuLaunchKernelEx", w{}.u64(1).u8(1).u32(2).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0).u32(1).u32(4).raw("\x02\x00\x00\x00\x01\x00\x00\x00\x01" + string(make([]byte, 55))).u8(0).u8(0), res},
+		{"cuLaunchKernelEx", w{}.u64(h.Function).u8(1).u32(2).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0).u32(1).u32(4).raw("\x02\x00\x00\x00\x01\x00\x00\x00\x01" + string(make([]byte, 55))).u8(0).u8(0), res},
 		{"cuModuleLoadDataEx", w{}.u64(1).u8(1).u8(1).u8(1).u64(0).u32(1).u32(7).u64(3), res + 1 + 8 + 8},
-		{"cuGraphGetNodes", w{}.u64(9).u8(1).u8(1).u64(8).u64(3), res + (1 + 8 + 24) + (1 + 8 + 8)},
-		{"cuMemPoolGetAttribute", w{}.u64(5).u64(7).u8(1), res + 1 + 8 + 8},
+		{"cuGraphGetNodes", w{}.u64(h.Graph).u8(1).u8(1).u64(8).u64(3), res + (1 + 8 + 24) + (1 + 8 + 8)},
+		{"cuMemPoolGetAttribute", w{}.u64(h.Pool).u64(7).u8(1), res + 1 + 8 + 8},
 		{"cuDeviceGetPCIBusId", w{}.u64(32).u64(0).u8(1), res + 1 + 8 + 32},
 		// A function's parameter sizes; mapped pinned memory written and read.
-		{"fgrParamSizes", w{}.u64(1).u64(4).u8(1).u8(1), res + (1 + 8 + 4) + (1 + 8 + 16)},
+		{"fgrParamSizes", w{}.u64(h.Function).u64(4).u8(1).u8(1), res + (1 + 8 + 4) + (1 + 8 + 16)},
 		{"fgrHostWrite", w{}.u64(0x1000).u64(8).u8(1).u64(8).raw("abcdefgh"), res},
 		{"fgrHostReadMany", w{}.u64(1).u64(8).u8(1).u64(8).u64(0x1000).u8(1).u64(8).u64(8).u8(1), res + 1 + 8 + 8},
 		{"xt_simA_2", w{}.u64(0x3ff8000000000000).u64(0x40100000).u64(3), res + 8},
 		{"xt_simA", w{}, res + 1 + 8 + 20},
 		// The context object cuBLAS makes, and a word about one.
-		{"xt_ctx_51", w{}.u64(3).u64(0).u64(0).u8(1), res + 1 + 8 + 8},
-		{"xt_ctx_39", w{}.u64(3).u64(2).u64(0).u8(1), res + 1 + 8 + 8},
+		{"xt_ctx_51", w{}.u64(h.Context).u64(0).u64(0).u8(1), res + 1 + 8 + 8},
+		{"xt_ctx_39", w{}.u64(h.Context).u64(h.CtxObject).u64(0).u8(1), res + 1 + 8 + 8},
 	}
 }
 
@@ -120,9 +121,9 @@ func TestInconsistentRequests(t *testing.T) {
 		args     w
 	}{
 		{"buffer length other than its count", "cuMemcpyHtoD_v2", w{}.u64(0x1000).u64(16).u8(1).u64(8).raw("abcdefgh")},
-		{"string without its NUL", "cuModuleGetFunction", w{}.u64(7).u8(1).u8(1).u64(3).raw("abc")},
-		{"string with a NUL inside", "cuModuleGetFunction", w{}.u64(7).u8(1).u8(1).u64(4).raw("a\x00c\x00")},
-		{"empty string", "cuModuleGetFunction", w{}.u64(7).u8(1).u8(1).u64(0)},
+		{"string without its NUL", "cuModuleGetFunction", w{}.u64(Names().Module).u8(1).u8(1).u64(3).raw("abc")},
+		{"string with a NUL inside", "cuModuleGetFunction", w{}.u64(Names().Module).u8(1).u8(1).u64(4).raw("a\x00c\x00")},
+		{"empty string", "cuModuleGetFunction", w{}.u64(Names().Module).u8(1).u8(1).u64(0)},
 		{"a parameter buffer over 32 KiB", "cuLaunchKernel", w{}.u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(0).u64(0).u8(0).u8(1).u32(40000).raw(string(make([]byte, 40000)))},
 		{"too many kernel parameters", "cuLaunchKernel", w{}.u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(0).u64(0).u8(1).u32(4097)},
 		{"kernel parameters over 32 KiB", "cuLaunchKernel", w{}.u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(0).u64(0).u8(1).u32(2).u32(30000).raw(string(make([]byte, 30000))).u32(4000).raw(string(make([]byte, 4000)))},
@@ -178,6 +179,7 @@ func FuzzServe(f *testing.F) {
 // end of one), handles inside structures and arrays.
 func TestForeignHandlesAndAddressesRefused(t *testing.T) {
 	const invalidValue, invalidHandle = 1, 400
+	h := Names()
 	for _, c := range []struct {
 		name, op string
 		args     w
@@ -186,10 +188,15 @@ func TestForeignHandlesAndAddressesRefused(t *testing.T) {
 		{"an unknown stream", "cuStreamSynchronize", w{}.u64(0x7f0000001000), invalidHandle},
 		{"an unknown event", "cuEventRecord", w{}.u64(0x7f0000002000).u64(0), invalidHandle},
 		{"an unknown function", "cuLaunchKernel", w{}.u64(0x7f0000003000).u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(0).u64(0).u8(1).u32(0).u8(0), invalidHandle},
-		{"an unknown event in a launch attribute", "cuLaunchKernelEx", w{}.u64(1).u8(1).u32(1).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0).u32(1).u32(12).raw("\x00\x20\x00\x00\x00\x7f\x00\x00" + string(make([]byte, 56))).u8(0).u8(0), invalidHandle},
-		{"an unknown stream in a launch configuration", "cuLaunchKernelEx", w{}.u64(1).u8(1).u32(1).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0x7f0000001000).u32(0).u8(0).u8(0), invalidHandle},
-		{"an unknown node among dependencies", "cuGraphAddEmptyNode", w{}.u64(9).u64(1).u8(1).u8(1).u64(8).u64(0x7f0000004000), invalidHandle},
+		{"an unknown event in a launch attribute", "cuLaunchKernelEx", w{}.u64(h.Function).u8(1).u32(1).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0).u32(1).u32(12).raw("\x00\x20\x00\x00\x00\x7f\x00\x00" + string(make([]byte, 56))).u8(0).u8(0), invalidHandle},
+		{"an unknown stream in a launch configuration", "cuLaunchKernelEx", w{}.u64(h.Function).u8(1).u32(1).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0x7f0000001000).u32(0).u8(0).u8(0), invalidHandle},
+		{"an unknown node among dependencies", "cuGraphAddEmptyNode", w{}.u64(h.Graph).u64(1).u8(1).u8(1).u64(8).u64(0x7f0000004000), invalidHandle},
 		{"an unknown module", "cuModuleGetFunction", w{}.u64(8).u8(1).u8(1).u64(4).raw("abc\x00"), invalidHandle},
+		// The driver's own values are not names: a client never sees them,
+		// and one that guesses them (or an address) is refused.
+		{"a module by the driver's value", "cuModuleGetFunction", w{}.u64(7).u8(1).u8(1).u64(4).raw("abc\x00"), invalidHandle},
+		{"a context by the driver's value", "xt_ctx_51", w{}.u64(3).u64(0).u64(0).u8(1), 201}, // CUDA_ERROR_INVALID_CONTEXT
+		{"a module by a function's name", "cuModuleGetFunction", w{}.u64(h.Function).u8(1).u8(1).u64(4).raw("abc\x00"), invalidHandle},
 		{"an address outside every allocation", "cuMemcpyDtoH_v2", w{}.u64(0x7f0000005000).u64(16).u8(1), invalidValue},
 		{"a copy running past its allocation", "cuMemcpyHtoD_v2", w{}.u64(0x10ff8).u64(16).u8(1).u64(16).raw("0123456789abcdef"), invalidValue},
 		{"a memset running past its allocation", "cuMemsetD32_v2", w{}.u64(0x10ff0).u64(0).u64(8), invalidValue},
@@ -201,9 +208,9 @@ func TestForeignHandlesAndAddressesRefused(t *testing.T) {
 		{"a negative bus id length", "cuDeviceGetPCIBusId", w{}.u64(0xffffffff).u64(0).u8(1), invalidValue},
 		{"a list of 2^28 kernels", "cuLibraryEnumerateKernels", w{}.u64(1 << 28).u64(0).u8(1), invalidValue},
 		{"a download over the frame limit", "cuMemcpyDtoH_v2", w{}.u64(0x1000).u64(1 << 31).u8(1), invalidValue},
-		{"an attribute whose size is unknown", "cuMemPoolGetAttribute", w{}.u64(5).u64(99).u8(1), invalidValue},
-		{"an out buffer sized by a huge in-out count", "cuGraphGetNodes", w{}.u64(9).u8(1).u8(1).u64(8).u64(1 << 60), invalidValue},
-		{"a count whose size wraps to zero", "cuGraphGetNodes", w{}.u64(9).u8(1).u8(1).u64(8).u64(1 << 61), invalidValue},
+		{"an attribute whose size is unknown", "cuMemPoolGetAttribute", w{}.u64(h.Pool).u64(99).u8(1), invalidValue},
+		{"an out buffer sized by a huge in-out count", "cuGraphGetNodes", w{}.u64(h.Graph).u8(1).u8(1).u64(8).u64(1 << 60), invalidValue},
+		{"a count whose size wraps to zero", "cuGraphGetNodes", w{}.u64(h.Graph).u8(1).u8(1).u64(8).u64(1 << 61), invalidValue},
 	} {
 		before := Calls()
 		bad, out := Serve(opOf(t, c.op), c.args)

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -143,20 +144,33 @@ func TestRemoteModuleCacheCapHeld(t *testing.T) {
 		c.setup(4096)
 		conns = append(conns, c)
 	}
+	// Files that are not images, which counting the room reads past: it
+	// takes long enough that executors that did not wait for each other's
+	// count would overlap, each finding room for its image.
+	for i := 0; i < 40000; i++ {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("other-%05d", i)), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var wg sync.WaitGroup
+	start := make(chan struct{})
 	results := make([][]uint32, len(conns))
 	for i, c := range conns {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			<-start
 			for k := 0; k < 3; k++ {
-				results[i] = append(results[i], load(c, simImage(fmt.Sprintf("c%dm%d", i, k), 200<<10)))
+				// One kernel and padding: the driver loads it at once.
+				image := fmt.Sprintf("FLEXGV-SIM-MODULE\nkernel c%dm%d\n%s\x00", i, k, strings.Repeat("-", 100<<10))
+				results[i] = append(results[i], load(c, image))
 			}
 		}()
 	}
+	close(start)
 	wg.Wait()
 	var total int64
-	names, _ := filepath.Glob(filepath.Join(dir, "*"))
+	names, _ := filepath.Glob(filepath.Join(dir, "[0-9a-f]*"))
 	for _, n := range names {
 		st, err := os.Stat(n)
 		if err != nil || strings.HasSuffix(n, ".tmp") {
@@ -166,7 +180,7 @@ func TestRemoteModuleCacheCapHeld(t *testing.T) {
 		total += st.Size()
 	}
 	if total > 1<<20 || len(names) == 0 {
-		t.Errorf("24 images of 200 KiB loaded at once by 8 executors: %d kept, %d bytes; want some, at most 1 MiB\n%v", len(names), total, results)
+		t.Errorf("24 images of 100 KiB loaded at once by 8 executors: %d kept, %d bytes; want some, at most 1 MiB\n%v", len(names), total, results)
 	}
 	for i, r := range results {
 		for k, v := range r {
@@ -177,9 +191,15 @@ func TestRemoteModuleCacheCapHeld(t *testing.T) {
 	}
 	s.waitLog(`holds 65536 images or 1048576 bytes: no more are kept`, 10*time.Second)
 
-	// An image the driver refuses is not kept.
+	// An image the driver refuses is not kept. (The folder made anew is
+	// the executors' user's, as the server makes it.)
+	st, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	os.RemoveAll(dir)
 	os.Mkdir(dir, 0o700)
+	os.Chown(dir, int(st.Sys().(*syscall.Stat_t).Uid), int(st.Sys().(*syscall.Stat_t).Gid))
 	garbage := "not a module at all " + strings.Repeat("x", 100<<10) + "\x00"
 	if r := load(conns[0], garbage); r != 200 { // CUDA_ERROR_INVALID_IMAGE
 		t.Errorf("a garbage image: error %d, want 200", r)
@@ -210,11 +230,12 @@ func TestRemoteModuleCacheCapHeld(t *testing.T) {
 	select {
 	case r := <-done:
 		t.Errorf("an image was kept (answered %d) while the folder was locked", r)
+		unix.Flock(int(lock.Fd()), unix.LOCK_UN)
 	case <-time.After(500 * time.Millisecond):
-	}
-	unix.Flock(int(lock.Fd()), unix.LOCK_UN)
-	if r := <-done; r != 0 {
-		t.Errorf("the load once the folder was unlocked: error %d", r)
+		unix.Flock(int(lock.Fd()), unix.LOCK_UN)
+		if r := <-done; r != 0 {
+			t.Errorf("the load once the folder was unlocked: error %d", r)
+		}
 	}
 	if names, _ := filepath.Glob(filepath.Join(dir, "*")); len(names) != 2 || slices.ContainsFunc(names, func(n string) bool { return strings.HasSuffix(n, ".tmp") }) {
 		t.Errorf("after the lock: %v, want two images and no partial file", names)

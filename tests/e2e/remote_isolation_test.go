@@ -3,9 +3,12 @@ package e2e
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
+	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -127,7 +130,7 @@ func (c *wire) get(dptr, n uint64) (uint32, []byte) {
 
 // A client reaches only what its connection was given: another
 // connection's stream, context or memory, an address in its executor's
-// own heap (a handle's value is one), a copy running past its allocation
+// own heap, a copy running past its allocation
 // or a host address under unified addressing are refused with the error
 // the driver gives for a bad handle or value, the executor says so once,
 // and both connections go on working.
@@ -138,11 +141,12 @@ func TestRemoteForeignHandlesRefused(t *testing.T) {
 	a := dialWire(t, p, s)
 	aMem := a.setup(1 << 20)
 	aMem2 := a.handle("cuMemAlloc_v2", w{}.u64(4096).u8(1))
-	// Streams are named by the client (shadow handles); A's context is a
-	// value of the driver's, an address in A's executor.
+	// Streams are named by the client (shadow handles); A's context by the
+	// executor (a name, not an address: TestRemoteHandlesAreNames).
 	const aStream = 0xf5ad000000000001
 	a.queue("cuStreamCreate", w{}.u64(0).u64(aStream))
-	aHeap := a.own
+	aPid, _ := strconv.Atoi(s.waitLog(`connected: executor pid (\d+)`, 10*time.Second)[1])
+	aHeap := heapStart(t, aPid)
 	if r := a.put(aMem2, "tenant A's secret"); r != 0 {
 		t.Fatalf("A's copy: error %d", r)
 	}
@@ -165,7 +169,8 @@ func TestRemoteForeignHandlesRefused(t *testing.T) {
 		{"a write into the executor's heap", "cuMemsetD8_v2", w{}.u64(aHeap).u64(0).u64(64), 0, invalidValue},
 		{"a copy past the end of its allocation", "cuMemcpyDtoH_v2", w{}.u64(bMem + 4088).u64(16).u8(1), 0, invalidValue},
 		{"a free of memory it does not own", "cuMemFree_v2", w{}.u64(aMem), 0, invalidValue},
-		{"a context it was not given", "cuCtxSynchronize", w{}, aHeap, invalidContext},
+		{"a context it was not given", "cuCtxSynchronize", w{}, a.own, invalidContext},
+		{"an address in the executor's heap as its context", "cuCtxSynchronize", w{}, aHeap, invalidContext},
 	}
 	for _, c := range cases {
 		b.ctx = b.own
@@ -209,5 +214,130 @@ func TestRemoteForeignHandlesRefused(t *testing.T) {
 	}
 	if r := e.remote(s, "rtlike", "1"); r.code != 0 {
 		t.Errorf("the server after the refusals: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+// mapped says whether v is an address inside one of process pid's
+// mappings (its heap, stacks, libraries, anonymous memory).
+func mapped(t *testing.T, pid int, v uint64) bool {
+	t.Helper()
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(maps)), "\n") {
+		var lo, hi uint64
+		if _, err := fmt.Sscanf(l, "%x-%x", &lo, &hi); err == nil && v >= lo && v < hi {
+			return true
+		}
+	}
+	return false
+}
+
+// heapStart is the first address of process pid's heap.
+func heapStart(t *testing.T, pid int) uint64 {
+	t.Helper()
+	maps, _ := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	m := regexp.MustCompile(`(?m)^([0-9a-f]+)-[0-9a-f]+ .*\[heap\]$`).FindSubmatch(maps)
+	if m == nil {
+		t.Fatalf("executor %d has no heap:\n%s", pid, maps)
+	}
+	v, _ := strconv.ParseUint(string(m[1]), 16, 64)
+	return v
+}
+
+// The handles a client is given are names, not the executor's pointers:
+// none lies in the executor's memory. A name that is made up, an address
+// of the executor's heap, another connection's name, one with a bit
+// flipped, or one kept past its handle's destruction is refused with the
+// driver's error for a bad handle (or context), and the executor goes on
+// serving what is the connection's.
+func TestRemoteHandlesAreNames(t *testing.T) {
+	p := readProtocol(t)
+	e := newEnv(t)
+	s := e.serve("unix")
+	a := dialWire(t, p, s)
+	a.setup(4096)
+	pid, _ := strconv.Atoi(s.waitLog(`connected: executor pid (\d+)`, 10*time.Second)[1])
+	aGraph := a.handle("cuGraphCreate", w{}.u64(0).u8(1))
+	names := map[string]uint64{
+		"primary context": a.own,
+		"created context": a.handle("cuCtxCreate_v2", w{}.u64(0).u64(0).u8(1)),
+		"graph":           aGraph,
+		"memory pool":     a.handle("cuDeviceGetDefaultMemPool", w{}.u64(0).u8(1)),
+	}
+	for what, v := range names {
+		if mapped(t, pid, v) {
+			t.Errorf("the %s's handle %#x is an address in executor %d", what, v, pid)
+		}
+	}
+	// The same handle asked for again has the same name.
+	if again := a.handle("cuDevicePrimaryCtxRetain", w{}.u64(0).u8(1)); again != a.own {
+		t.Errorf("the primary context named %#x, then %#x", a.own, again)
+	}
+
+	b := dialWire(t, p, s)
+	b.setup(4096)
+	bGraph := b.handle("cuGraphCreate", w{}.u64(0).u8(1))
+	// A structure that names a handle comes back with the client's name in
+	// it, not the driver's handle it stood for.
+	const bStream = 0xf5ad000000000002
+	b.queue("cuStreamCreate", w{}.u64(0).u64(bStream))
+	res := b.must("cuGraphInstantiateWithParams", w{}.u64(bGraph).u8(1).u8(1).u64(32).u64(0).u64(bStream).u64(0).u64(0))
+	exec := binary.LittleEndian.Uint64(out(t, res))
+	params := out(t, res[9+8:])
+	pids := regexp.MustCompile(`connected: executor pid (\d+)`).FindAllStringSubmatch(s.Log(), -1)
+	bPid, _ := strconv.Atoi(pids[len(pids)-1][1])
+	if up := binary.LittleEndian.Uint64(params[8:]); up != bStream || mapped(t, bPid, exec) {
+		t.Errorf("instantiated with upload stream %#x: the stream came back as %#x, the executable is %#x", uint64(bStream), up, exec)
+	}
+	stale := b.handle("cuGraphCreate", w{}.u64(0).u8(1))
+	b.must("cuGraphDestroy", w{}.u64(stale))
+	nodes := func(c *wire, g uint64) uint32 {
+		r, _ := c.call("cuGraphGetNodes", w{}.u64(g).u8(0).u8(1).u64(8).u64(0))
+		return r
+	}
+	const invalidContext, invalidHandle = 201, 400
+	for _, c := range []struct {
+		what  string
+		graph uint64
+	}{
+		{"a made-up number", 0x1234},
+		{"an address in the executor's heap", heapStart(t, pid)},
+		{"another connection's graph", aGraph},
+		{"its own graph's name with a bit flipped", bGraph ^ 1<<40},
+		{"a destroyed graph's name", stale},
+		{"a context's name", b.own},
+	} {
+		if r := nodes(b, c.graph); r != invalidHandle {
+			t.Errorf("cuGraphGetNodes of %s (%#x): error %d, want %d", c.what, c.graph, r, invalidHandle)
+		}
+	}
+	b.ctx = a.own
+	if r, _ := b.call("cuCtxSynchronize", w{}); r != invalidContext {
+		t.Errorf("a request naming another connection's context: error %d, want %d", r, invalidContext)
+	}
+	b.ctx = b.own
+	// A new graph may reuse the destroyed one's place, never its name.
+	if fresh := b.handle("cuGraphCreate", w{}.u64(0).u8(1)); fresh == stale {
+		t.Errorf("a new graph has the destroyed one's name %#x", stale)
+	}
+	if r := nodes(b, stale); r != invalidHandle {
+		t.Errorf("the destroyed graph's name after a new graph: error %d", r)
+	}
+	if r := nodes(b, bGraph); r != 0 {
+		t.Errorf("B's own graph after the refusals: error %d", r)
+	}
+	if r := nodes(a, aGraph); r != 0 {
+		t.Errorf("A's own graph: error %d", r)
+	}
+	a.conn.Close()
+	b.conn.Close()
+	s.quiesce()
+	if log := s.Log(); strings.Contains(log, "signal:") {
+		t.Errorf("an executor crashed:\n%s", log)
+	}
+	if r := e.remote(s, "rtlike", "1"); r.code != 0 {
+		t.Errorf("a program after the refusals: exit %d\n%s", r.code, r.stderr)
 	}
 }

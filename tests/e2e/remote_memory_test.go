@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	osuser "os/user"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -110,20 +111,23 @@ func TestRemoteMappedMemoryForgottenWithItsContext(t *testing.T) {
 	}
 }
 
-// A server run as root runs executors as the unprivileged user of
-// --executor-user; they gain no privilege by exec, have bounded processes
-// and files and a temporary folder of their own; a user that does not
-// exist or is root is refused with why.
+// A server run as root runs executors as an unprivileged user, nobody
+// unless --executor-user names another (this host has no flexgv-executor);
+// they gain no privilege by exec, have bounded processes and files and a
+// temporary folder of their own, and still serve a program end to end,
+// module images kept included. --executor-user root runs them as root,
+// said at start; a user that does not exist or is root by another name is
+// refused with why.
 func TestRemoteExecutorUnprivileged(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root, to run executors as another user")
 	}
+	if _, err := osuser.Lookup("flexgv-executor"); err == nil {
+		t.Skip("this host has a flexgv-executor user: the default is not nobody")
+	}
 	p := readProtocol(t)
-	e := newEnv(t)
-	// The executor's user reaches the socket and the simulated GPU's state.
-	os.Chmod(filepath.Dir(e.dir), 0o755)
-	os.Chmod(e.dir, 0o777)
-	s := e.serve("unix", "--executor-user", "nobody")
+	e := newEnv(t, "FLEXGV_SIM_DEVICES=2") // as blaslike needs
+	s := e.serve("unix")                   // which makes the simulated GPU reachable
 	c := dialWire(t, p, s)
 	c.setup(4096)
 	pid, _ := strconv.Atoi(s.waitLog(`connected: executor pid (\d+)`, 10*time.Second)[1])
@@ -152,10 +156,39 @@ func TestRemoteExecutorUnprivileged(t *testing.T) {
 	if _, err := os.Stat(string(m[1])); err == nil {
 		t.Errorf("the executor's temporary folder %s outlived it", m[1])
 	}
-	for user, why := range map[string]string{"no-such-user-here": "no user no-such-user-here", "root": "user root is root"} {
-		r := e.run("flexgv", "serve", "--listen", "unix://"+e.dir+"/z.sock", "--executor-user", user)
-		if r.code != 2 || !strings.Contains(r.stderr, "--executor-user "+user+": "+why) {
-			t.Errorf("--executor-user %s: exit %d %q", user, r.code, r.stderr)
+
+	// A program over TCP, served as nobody: the module image it sent is
+	// kept in the root server's cache folder (under XDG_CACHE_HOME, mode
+	// 0700), which the executor is given.
+	tcp := e.serve("tcp")
+	if r := e.remote(tcp, "blaslike"); r.code != 0 {
+		t.Fatalf("a program with executors as nobody: exit %d\n%s\n%s", r.code, r.stderr, tcp.Log())
+	}
+	kept, _ := filepath.Glob(filepath.Join(e.dir, "cache", "flexgv", "modules", "open", "*"))
+	if len(kept) == 0 || strings.Contains(tcp.Log(), "cannot keep") {
+		t.Errorf("executors as nobody kept %v\n%s", kept, tcp.Log())
+	}
+	for _, k := range kept {
+		if st, err := os.Stat(k); err != nil || st.Sys().(*syscall.Stat_t).Uid != 65534 {
+			t.Errorf("kept image %s: %v, want nobody's", k, err)
+		}
+	}
+
+	// Opting out: as root, said at start.
+	asRoot := newEnv(t).serve("unix", "--executor-user", "root")
+	if !strings.Contains(asRoot.Log(), "warning: executors of connections without a tenant run as root (--executor-user root)") {
+		t.Errorf("--executor-user root said nothing:\n%s", asRoot.Log())
+	}
+	c = dialWire(t, p, asRoot)
+	c.setup(4096)
+	pid, _ = strconv.Atoi(asRoot.waitLog(`connected: executor pid (\d+)`, 10*time.Second)[1])
+	if status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); !regexp.MustCompile(`(?m)^Uid:\s+0\s`).Match(status) {
+		t.Errorf("with --executor-user root, executor %d:\n%s", pid, status)
+	}
+	for name, why := range map[string]string{"no-such-user-here": "no user no-such-user-here", "0": "user 0 is root"} {
+		r := e.run("flexgv", "serve", "--listen", "unix://"+e.dir+"/z.sock", "--executor-user", name)
+		if r.code != 2 || !strings.Contains(r.stderr, "--executor-user "+name+": "+why) {
+			t.Errorf("--executor-user %s: exit %d %q", name, r.code, r.stderr)
 		}
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // dialServer opens a raw connection to s, over TCP from local (nil: any).
@@ -42,13 +44,17 @@ func answer(c net.Conn, frame []byte) (uint32, string) {
 // 300 connections that never authenticate, held open from the tenant's own
 // network (the same user on a unix socket, loopback over TCP), do not keep
 // a tenant with its token out: a network's oldest silent connections are
-// closed to make room, and the closures are logged a few at a time.
+// closed to make room, and the closures are logged a few at a time. The
+// server may open 128 files: held open, the 300 would take all it has.
 func TestRemoteSilentPeersLockOutOnlyThemselves(t *testing.T) {
 	for _, transport := range []string{"unix", "tcp"} {
 		t.Run(transport, func(t *testing.T) {
 			e := quotaEnv(t)
 			tok := e.token("a-" + transport)
 			s := e.serve(transport, "--tenant", "a:"+tok, "--mem", "1GiB")
+			if err := unix.Prlimit(s.cmd.Process.Pid, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: 128, Max: 128}, nil); err != nil {
+				t.Fatal(err)
+			}
 			var held []net.Conn
 			for i := 0; i < 300; i++ {
 				held = append(held, dialServer(t, s, nil))

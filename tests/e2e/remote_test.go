@@ -81,6 +81,12 @@ func (e *env) serve(transport string, extra ...string) *server {
 			e.extra = append(e.extra, "FLEXGV_REMOTE_CA_FILE="+cert)
 		}
 	}
+	// Run as root, the server runs executors as nobody: they reach the
+	// simulated GPU's state (as a GPU's device nodes) through the folders.
+	if os.Geteuid() == 0 {
+		os.Chmod(filepath.Dir(e.dir), 0o755)
+		os.Chmod(e.dir, 0o777)
+	}
 	s := &server{t: e.t, addr: addr}
 	s.cmd = exec.Command(bin("flexgv"), append([]string{"serve", "--listen", addr}, extra...)...)
 	s.cmd.Env = e.environ(filepath.Join(build, "sim"))

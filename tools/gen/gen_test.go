@@ -172,6 +172,9 @@ func TestRemoteAnnotationsRejected(t *testing.T) {
 		"3000 cuO(CUjit_option *o, void **v, unsigned int n) sync o=jitopts[v] v=optvalues",     // a count that is a pointer
 		"3000 cuO(CUjit_option *o, void **v, unsigned int n) sync o=jitopts[n] v=in[n]",         // values not optvalues
 		"3000 cuO(void **v, CUjit_option *o, unsigned int n) sync o=jitopts[n] v=optvalues",     // values before the options
+		"3000 cuH(void *d, int a) sync d=out[8] ashandle=d:CUcontext",                           // ashandle without its condition
+		"3000 cuH(void *d, int a) sync d=out[8] ashandle=d:int:a==1",                            // ashandle of a type that is no handle
+		"3000 cuH(int *d, int a) sync d=out ashandle=d:CUcontext:a==1",                          // ashandle of a typed result
 		"cuFoo unsupported",                   // unsupported without its reason
 		"cuFoo unsupported why",               // a reason not in quotes
 		"cuFoo unsupported \"a\" \"b\"",       // more than the reason

@@ -27,7 +27,7 @@ import (
 // pointers (their sizes may use them). A client stub: remember, refuse,
 // (fgr_begin) put, (round trip) get, kept. An executor operation: decode,
 // (frame read whole) ready, checks, alloc, (the driver's call) record,
-// reply. Each side's put and decode, get and reply must agree on the bytes
+// name, unname, reply. Each side's put and decode, get and reply must agree on the bytes
 // (kind_test.go checks they do).
 type Kind interface {
 	// annotate records PARAM=KIND[COUNT] on e, refusing what the kind cannot
@@ -59,6 +59,11 @@ type Kind interface {
 	checks(a arg) []check
 	alloc(w *cw, a arg)
 	record(w *cw, a arg)
+	// name: the client's names for the handles a successful call
+	// returned; unname: the names put back, after the call, where the
+	// executor had put the driver's handles.
+	name(w *cw, a arg)
+	unname(w *cw, a arg)
 	reply(w *cw, a arg)
 	// big: a request with it may be as long as FGR_MAX_FRAME (else its
 	// part is bounded far below FGR_SMALL_FRAME).
@@ -148,6 +153,8 @@ func (none) ready(*cw, arg)           {}
 func (none) checks(arg) []check       { return nil }
 func (none) alloc(*cw, arg)           {}
 func (none) record(*cw, arg)          {}
+func (none) name(*cw, arg)            {}
+func (none) unname(*cw, arg)          {}
 func (none) reply(*cw, arg)           {}
 func (none) big(arg) bool             { return false }
 func (none) doc(arg) (string, string) { return "", "" }

@@ -22,6 +22,21 @@ func (buf) refuse(w *cw, a arg) {
 	}
 }
 
+// name: the client is given names for the handles the call returned,
+// never the driver's values (a handle that has none, for want of memory,
+// fails the call).
+func (buf) name(w *cw, a arg) {
+	t := pointee(a.p.Type)
+	if a.ann.Name == "in" || !remoteHandles[t] {
+		return
+	}
+	n := "1"
+	if a.ann.Count != "" {
+		n = fmt.Sprintf("%s / sizeof(%s)", a.size(), t)
+	}
+	w.ifThen(cf("fgr_out_n(FGR_H_%s, %s, %s) != 0", t, a.p.Name, n), "fgr_r = CUDA_ERROR_OUT_OF_MEMORY;")
+}
+
 // results are refused on a queued call, which has no answer.
 func (buf) noQueue(a arg) error {
 	if a.e.Disp == DispQueue {
@@ -32,20 +47,29 @@ func (buf) noQueue(a arg) error {
 
 // inKind is in: the caller's bytes go in the request (fgr_put_buf), and the
 // executor hands the driver them in place, or a copy aligned for the type.
-// Handles among them, or in a structure of structHandles, must be the
-// connection's; a shadow one in a structure is mapped to the driver's.
+// Handles among them, or in a structure of structHandles, are the client's
+// names, turned into the driver's handles (fgr_in, fgr_in_n) and then
+// checked as the connection's.
 type inKind struct{ buf }
 
 func (inKind) put(w *cw, a arg) { w.line("fgr_put_buf(&fgr_c.w, %s, n_%s);", a.p.Name, a.p.Name) }
 
-func (inKind) decode(w *cw, a arg) {
+func (k inKind) decode(w *cw, a arg) {
 	t := pointee(a.p.Type)
 	w.line("%s *%s = fgr_get_buf(rd, q, %s, %d);", t, a.p.Name, a.size(), b2i(!byteBuffer(a.p.Type)))
-	for _, f := range structHandles[t] {
-		if shadowed[f[1]] { // our copy: the driver is given its own handle
-			w.ifThen(a.p.Name, cf("%s->%s = (%s)(uintptr_t)fgr_unshadow(FGR_H_%s, (uint64_t)(uintptr_t)%s->%s);",
-				a.p.Name, f[0], f[1], f[1], a.p.Name, f[0]))
+	for _, f := range structHandles[t] { // our copy: the driver is given its own handle
+		if a.ann.Name == "inout" { // and the client gets its name back
+			w.line("uint64_t fgr_name_%s_%s = %s ? (uint64_t)(uintptr_t)%s->%s : 0;", a.p.Name, f[0], a.p.Name, a.p.Name, f[0])
 		}
+		w.ifThen(a.p.Name, cf("%s->%s = (%s)(uintptr_t)fgr_in(FGR_H_%s, (uint64_t)(uintptr_t)%s->%s);",
+			a.p.Name, f[0], f[1], f[1], a.p.Name, f[0]))
+	}
+}
+
+// An array of handles, once the whole frame is read, by the client's names.
+func (inKind) ready(w *cw, a arg) {
+	if t := pointee(a.p.Type); remoteHandles[t] {
+		w.line("fgr_in_n(FGR_H_%s, %s, %s / sizeof(%s));", t, a.p.Name, a.size(), t)
 	}
 }
 
@@ -72,6 +96,18 @@ func (k inoutKind) validate(a arg) error {
 }
 
 func (inoutKind) answers(arg) bool { return true }
+
+// The handles in its structure go back by the client's names, and those
+// the call wrote there by new ones (none when it has no name).
+func (inoutKind) unname(w *cw, a arg) {
+	t := pointee(a.p.Type)
+	for _, f := range structHandles[t] {
+		w.ifThen(a.p.Name, cf("%s->%s = (%s)(uintptr_t)fgr_name_%s_%s;", a.p.Name, f[0], f[1], a.p.Name, f[0]))
+	}
+	for _, f := range structOutHandles[t] {
+		w.ifThen(a.p.Name, cf("fgr_out_n(FGR_H_%s, &%s->%s, 1);", f[1], a.p.Name, f[0]))
+	}
+}
 
 func (inoutKind) get(w *cw, a arg) { w.line("fgr_get_out(&fgr_c, %s, n_%s, 1);", a.p.Name, a.p.Name) }
 

@@ -17,15 +17,13 @@ func (word) decode(w *cw, a arg) {
 type valueKind struct{ word }
 
 // handleKind is a by-value handle of a kind the executor tracks
-// (remoteHandles): it must be one this connection was given; a shadow
-// handle the client named is mapped to the driver's.
+// (remoteHandles): the client sends the name it was given, which the
+// executor turns back into the driver's handle (fgr_in); it must be one
+// this connection was given.
 type handleKind struct{ word }
 
 func (handleKind) decode(w *cw, a arg) {
-	get := "fgr_get_u64(rd)"
-	if shadowed[a.p.Type] {
-		get = fmt.Sprintf("fgr_unshadow(FGR_H_%s, fgr_get_u64(rd))", a.p.Type)
-	}
+	get := fmt.Sprintf("fgr_in(FGR_H_%s, fgr_get_u64(rd))", a.p.Type)
 	w.line("%s = %s;", joinDecl(a.p.Type, a.p.Name), bitsGet(a.p.Type, get))
 }
 

@@ -60,6 +60,10 @@ type RemoteEntry struct {
 	Alloc    map[string]string
 	Destroys string
 	Owner    string
+	// AsHandle: an untyped result that holds a handle of a kind when a
+	// condition over the parameters holds (cuPointerGetAttribute's
+	// context): param, kind, condition.
+	AsHandle [3]string
 	// By-value parameters of a table function whose meaning is unknown
 	// and that were 0 natively: the driver is given 0 whatever the caller
 	// passed (what a caller leaves there may be a register of its own).
@@ -83,6 +87,12 @@ var deviceWide = map[string]bool{"CUcontext": true, "CUmemoryPool": true, "CUmem
 var structHandles = map[string][][2]string{
 	"CUDA_GRAPH_INSTANTIATE_PARAMS": {{"hUploadStream", "CUstream"}},
 	"CUlaunchConfig":                {{"hStream", "CUstream"}},
+}
+
+// structOutHandles are the handles a call writes into the structures an
+// inout parameter carries: renamed before the reply.
+var structOutHandles = map[string][][2]string{
+	"CUDA_GRAPH_INSTANTIATE_PARAMS": {{"hErrNode_out", "CUgraphNode"}},
 }
 
 // Table is a private export table the client answers (cuGetExportTable).

@@ -145,6 +145,9 @@ func emitOp(w *cw, e RemoteEntry) {
 		w.ifThen("fgr_r == CUDA_SUCCESS", cf("fgr_r = fgr_drain(%s, %d);", e.Drain, b2i(e.PerThread() != "")))
 	}
 	for _, a := range args {
+		a.k.unname(w, a)
+	}
+	for _, a := range args {
 		a.k.reply(w, a)
 	}
 	w.line("return fgr_r;")
@@ -242,5 +245,11 @@ func serverRecords(w *cw, e RemoteEntry, args []arg) {
 	}
 	for _, a := range args {
 		a.k.record(w, a)
+	}
+	for _, a := range args {
+		a.k.name(w, a)
+	}
+	if h := e.AsHandle; h[0] != "" { // not one of the connection's: no answer
+		w.ifThen(cf("(%s) && fgr_out_n(FGR_H_%s, %s, 1) != 0", h[2], h[1], h[0]), "fgr_r = CUDA_ERROR_INVALID_VALUE;")
 	}
 }
