@@ -245,3 +245,53 @@ func TestSuspendedProcessKilledLeavesNothingBehind(t *testing.T) {
 	stop := e.start(t, "holder", fmt.Sprint(16384-5*64-4*64))
 	stop()
 }
+
+// ckpt runs the checkpoint controller on pid and returns its lines.
+func (e *env) ckpt(t *testing.T, pid int, ops ...string) string {
+	t.Helper()
+	r := e.run("ckptctl", append([]string{fmt.Sprint(pid)}, ops...)...)
+	if r.code != 0 {
+		t.Fatalf("ckptctl %d %v: %+v", pid, ops, r)
+	}
+	return r.stdout
+}
+
+// The simulated driver answers the checkpoint API as NVIDIA documents it:
+// each call only from its state, a restore only where the device has the
+// room, a lock only once the process's submitted work is done.
+func TestSimCheckpointAPIFollowsTheDriversStates(t *testing.T) {
+	e := quotaEnv(t)
+	a := e.startProc(t, "holder", "1024")
+	pid := a.cmd.Process.Pid
+	got := e.ckpt(t, pid, "state", "checkpoint", "restore", "unlock", "lock", "lock", "state", "checkpoint", "checkpoint", "unlock", "state")
+	want := "state CUDA_SUCCESS 0\ncheckpoint CUDA_ERROR_ILLEGAL_STATE\nrestore CUDA_ERROR_ILLEGAL_STATE\nunlock CUDA_ERROR_ILLEGAL_STATE\n" +
+		"lock CUDA_SUCCESS\nlock CUDA_ERROR_ILLEGAL_STATE\nstate CUDA_SUCCESS 1\ncheckpoint CUDA_SUCCESS\n" +
+		"checkpoint CUDA_ERROR_ILLEGAL_STATE\nunlock CUDA_ERROR_ILLEGAL_STATE\nstate CUDA_SUCCESS 2\n"
+	if got != want {
+		t.Errorf("from running to checkpointed:\n%s\nwant\n%s", got, want)
+	}
+	// Another program takes the device but 1000 MiB: a's 1088 MiB (its
+	// memory and context) do not fit, and it stays checkpointed.
+	stop := e.start(t, "holder", fmt.Sprint(16384-64-1000))
+	if got := e.ckpt(t, pid, "restore", "state"); got != "restore CUDA_ERROR_OUT_OF_MEMORY\nstate CUDA_SUCCESS 2\n" {
+		t.Errorf("restore onto a full device:\n%s", got)
+	}
+	stop()
+	if got := e.ckpt(t, pid, "restore", "state", "unlock", "state"); got != "restore CUDA_SUCCESS\nstate CUDA_SUCCESS 1\nunlock CUDA_SUCCESS\nstate CUDA_SUCCESS 0\n" {
+		t.Errorf("restore once there is room:\n%s", got)
+	}
+	if got := e.ckpt(t, 1<<22+1, "state", "lock"); got != "state CUDA_ERROR_INVALID_VALUE -1\nlock CUDA_ERROR_INVALID_VALUE\n" {
+		t.Errorf("a pid no CUDA process has:\n%s", got)
+	}
+
+	// Five seconds of kernels queued: a lock of 50 ms gives up and leaves
+	// the process running; one without a timeout waits for them.
+	b := e.startProc(t, "holder", "1", "50", "100000")
+	pid = b.cmd.Process.Pid
+	if got := e.ckpt(t, pid, "lock:50", "state"); got != "lock:50 CUDA_ERROR_TIMEOUT\nstate CUDA_SUCCESS 0\n" {
+		t.Errorf("a lock that times out:\n%s", got)
+	}
+	if got := e.ckpt(t, pid, "lock", "state", "unlock"); got != "lock CUDA_SUCCESS\nstate CUDA_SUCCESS 1\nunlock CUDA_SUCCESS\n" {
+		t.Errorf("a lock that waits:\n%s", got)
+	}
+}
