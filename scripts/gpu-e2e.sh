@@ -807,6 +807,33 @@ fi
 if want suspend; then
 SUSPEND_GIB=${SUSPEND_GIB:-10}   # device memory the suspended process holds beside its training
 SUSPEND_STEPS=${SUSPEND_STEPS:-20000} # training steps: enough to be under way across the suspension
+echo "== the checkpoint API's answers on this driver, as the simulated GPU gives them (TestSimCheckpointAPIFollowsTheDriversStates)"
+if gcc -std=gnu11 -O2 -Wall -Iinclude -Iinclude/flexgv -o "$WORK/ckptctl" tests/clients/ckptctl.c -L"$CUDA/lib64/stubs" -lcuda -ldl; then
+    rm -f "$WORK/ckpt_in" && mkfifo "$WORK/ckpt_in"
+    CUDA_VISIBLE_DEVICES=0 python3 -c 'import torch; x = torch.ones(1 << 28, device="cuda"); torch.cuda.synchronize(); print("ready", flush=True); input()' \
+        <"$WORK/ckpt_in" >"$WORK/ckpt_target.txt" &
+    tgt=$!
+    exec 7>"$WORK/ckpt_in"
+    for i in $(seq 600); do grep -q ready "$WORK/ckpt_target.txt" 2>/dev/null && break; sleep 0.1; done
+    { "$WORK/ckptctl" "$tgt" state checkpoint restore unlock lock lock state checkpoint checkpoint unlock state restore state unlock state
+      "$WORK/ckptctl" $(((1 << 22) + 1)) state lock; } >"$WORK/ckpt_real.txt" 2>&1
+    "$WORK/ckptctl" "$tgt" restore unlock >/dev/null 2>&1 # whatever the answers, not left locked
+    exec 7>&-
+    kill -9 "$tgt" 2>/dev/null; wait "$tgt" 2>/dev/null
+    printf '%s\n' "state CUDA_SUCCESS 0" "checkpoint CUDA_ERROR_ILLEGAL_STATE" "restore CUDA_ERROR_ILLEGAL_STATE" \
+        "unlock CUDA_ERROR_ILLEGAL_STATE" "lock CUDA_SUCCESS" "lock CUDA_ERROR_ILLEGAL_STATE" "state CUDA_SUCCESS 1" \
+        "checkpoint CUDA_SUCCESS" "checkpoint CUDA_ERROR_ILLEGAL_STATE" "unlock CUDA_ERROR_ILLEGAL_STATE" "state CUDA_SUCCESS 2" \
+        "restore CUDA_SUCCESS" "state CUDA_SUCCESS 1" "unlock CUDA_SUCCESS" "state CUDA_SUCCESS 0" \
+        "state CUDA_ERROR_INVALID_VALUE -1" "lock CUDA_ERROR_INVALID_VALUE" >"$WORK/ckpt_sim.txt"
+    if diff "$WORK/ckpt_sim.txt" "$WORK/ckpt_real.txt"; then
+        pass "the driver answers the checkpoint API from each state as the simulated GPU does"
+    else
+        fail "the driver answers the checkpoint API otherwise than the simulated GPU (above: < simulated, > real)"
+    fi
+    cp "$WORK/ckpt_real.txt" "$OUT/ckpt_answers.txt"
+else
+    fail "gcc ckptctl"
+fi
 echo "== suspend and resume: PyTorch training beside $SUSPEND_GIB GiB, taken off the GPU and back"
 # nvml_mib: the device memory NVML lists processes on GPU 0 with, in MiB
 # (the suspended one is alone there; its pid may be another namespace's).
