@@ -107,6 +107,7 @@ func tenantInfo(t *testing.T, e *env, name string) tenant.Info {
 
 func TestSuspendTakesATenantOffTheGPUAndResumeBringsItBack(t *testing.T) {
 	e := quotaEnv(t)
+	e.startDaemon(t) // flexgv ps asks it: the mark travels through its API
 	s := e.startStepper(t, "--group", "g", "--mem", "2GiB")
 	s.step(t)
 	s.done(t)
@@ -195,6 +196,15 @@ func TestSuspendRefusesWhatItCannotSuspend(t *testing.T) {
 		if r := e.run("flexgv", c.args...); r.code != 1 || r.stderr != c.want {
 			t.Errorf("flexgv %v: %+v, want %q", c.args, r, c.want)
 		}
+	}
+	// A group the node daemon holds outlives its runs: none of it is left
+	// to suspend.
+	e.startDaemon(t)
+	if r := e.run("flexgv", "run", "--group", "idle", "--mem", "1GiB", "--", "true"); r.code != 0 {
+		t.Fatalf("a run in the group: %+v", r)
+	}
+	if r := e.run("flexgv", "suspend", "idle"); r.code != 1 || r.stderr != "flexgv suspend: tenant idle has no processes\n" {
+		t.Errorf("suspending a tenant without processes: %+v", r)
 	}
 	if r := e.run("flexgv", "suspend"); r.code != 2 {
 		t.Errorf("flexgv suspend without a tenant: %+v", r)
