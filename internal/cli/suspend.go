@@ -159,12 +159,12 @@ func suspend(c *cobra.Command, name string, timeout time.Duration) error {
 		}
 	}
 	fmt.Fprintf(c.OutOrStdout(), "suspended tenant %s: %s, %s off the GPU in %s\n", name, plural(len(todo), "process", "processes"),
-		tenant.FormatSize(held(todo)), time.Since(start).Round(time.Millisecond))
+		tenant.FormatSize(heldBytes(todo)), time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
-// held is what the processes' tenant charges say they hold, all devices.
-func held(ts []target) uint64 {
+// heldBytes is what the processes' tenant charges say they hold, all devices.
+func heldBytes(ts []target) uint64 {
 	var sum uint64
 	for _, t := range ts {
 		for _, b := range t.proc.Used {
@@ -186,32 +186,44 @@ func resume(c *cobra.Command, name string) error {
 	if err != nil {
 		return err
 	}
-	var todo []target
-	for _, t := range ts {
-		if t.proc.Suspended {
-			todo = append(todo, t)
-		}
-	}
-	if len(todo) == 0 {
-		return fmt.Errorf("flexgv resume: tenant %s is not suspended", name)
-	}
-	if err := checkRoom(info); err != nil {
-		return err
-	}
 	d, err := openDriver("resume")
 	if err != nil {
 		return err
 	}
-	for _, t := range todo {
-		if st, err := d.State(t.pid); err != nil {
+	// What the driver says, not the marks alone: a suspend killed half-way
+	// leaves processes locked, or checkpointed, without its mark.
+	var saved, held []target
+	for _, t := range ts {
+		st, err := d.State(t.pid)
+		if err != nil {
 			return explain("resume", name, t, err)
-		} else if st != ckpt.Checkpointed {
-			return fmt.Errorf("flexgv resume: process %d of tenant %s is %s, not checkpointed: another checkpoint tool holds it", t.pid, name, st)
+		}
+		switch st {
+		case ckpt.Checkpointed:
+			saved = append(saved, t)
+			held = append(held, t)
+		case ckpt.Locked:
+			held = append(held, t)
+		case ckpt.Failed:
+			return fmt.Errorf("flexgv resume: process %d of tenant %s failed in the driver's checkpoint or restore and cannot resume", t.pid, name)
+		}
+	}
+	if len(held) == 0 {
+		for _, t := range ts {
+			if t.proc.Suspended { // marked by a suspend that was undone
+				tenant.SetSuspended(tenant.Dir(), name, t.proc.Pid, false)
+			}
+		}
+		return fmt.Errorf("flexgv resume: tenant %s is not suspended", name)
+	}
+	if len(saved) > 0 {
+		if err := checkRoom(info); err != nil {
+			return err
 		}
 	}
 	start := time.Now()
 	var restored []target
-	for _, t := range todo {
+	for _, t := range saved {
 		if err := d.Restore(t.pid); err != nil {
 			for _, r := range restored { // all of it stays suspended
 				d.Checkpoint(r.pid)
@@ -220,7 +232,7 @@ func resume(c *cobra.Command, name string) error {
 		}
 		restored = append(restored, t)
 	}
-	for _, t := range todo {
+	for _, t := range held {
 		if err := d.Unlock(t.pid); err != nil {
 			return explain("resume", name, t, err)
 		}
@@ -228,8 +240,8 @@ func resume(c *cobra.Command, name string) error {
 			fmt.Fprintf(c.ErrOrStderr(), "flexgv resume: warning: process %d runs again, but flexgv ps may still say suspended: %v\n", t.pid, err)
 		}
 	}
-	fmt.Fprintf(c.OutOrStdout(), "resumed tenant %s: %s, %s back on the GPU in %s\n", name, plural(len(todo), "process", "processes"),
-		tenant.FormatSize(held(todo)), time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(c.OutOrStdout(), "resumed tenant %s: %s, %s back on the GPU in %s\n", name, plural(len(held), "process", "processes"),
+		tenant.FormatSize(heldBytes(saved)), time.Since(start).Round(time.Millisecond))
 	return nil
 }
 

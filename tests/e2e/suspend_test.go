@@ -159,6 +159,27 @@ func TestSuspendTakesATenantOffTheGPUAndResumeBringsItBack(t *testing.T) {
 	}
 }
 
+// A suspend killed half-way leaves processes locked, or checkpointed,
+// without its mark in the tenant file: resume asks the driver, and
+// brings them back all the same.
+func TestResumeFinishesWhatAKilledSuspendLeft(t *testing.T) {
+	e := quotaEnv(t)
+	s := e.startStepper(t, "--group", "g", "--mem", "2GiB")
+	pid := tenantInfo(t, e, "g").Procs[0].Pid
+	for _, ops := range [][]string{{"lock"}, {"lock", "checkpoint"}} {
+		e.ckpt(t, pid, ops...)
+		if r := e.run("flexgv", "suspend", "g"); r.code != 1 || !strings.Contains(r.stderr, "another checkpoint tool holds it") {
+			t.Errorf("suspending what is %v already: %+v", ops, r)
+		}
+		r := e.run("flexgv", "resume", "g")
+		if r.code != 0 || !strings.HasPrefix(r.stdout, "resumed tenant g: 1 process, ") {
+			t.Fatalf("resume after %v: %+v", ops, r)
+		}
+		s.step(t)
+		s.done(t)
+	}
+}
+
 func TestResumeRefusedWhileTheGPUIsTooFull(t *testing.T) {
 	e := quotaEnv(t)
 	s := e.startStepper(t, "--group", "g", "--mem", "2GiB")
