@@ -3,12 +3,13 @@
 # machine with an NVIDIA driver, nvcc and PyTorch, with build/ made by `make`
 # (`make GOTAGS=nok8s` keeps the CLI small where build/ is copied over):
 #     scripts/gpu-e2e.sh OUTDIR [SECTION...]
-# Sections (default: all): decl counts simmodel hookmap torch bench contended green drvmem quota isolation nvmlprocs mpspods computecap quotabench lonebench ddpshare shares sharetrain priority prioritygraph
+# Sections (default: all): decl counts simmodel hookmap torch bench contended green drvmem quota isolation nvmlprocs mpspods computecap quotabench lonebench ddpshare shares sharetrain priority prioritygraph suspend
 # (PAIRS="flexgv" runs only some of the priority sections' ways of sharing,
 # PRIORITY_ROUNDS=3 runs them three times over, the request alone in each;
 # REF_SHIM=PATH with PAIRS "ref" and "mpsref" runs flexgv's pairs again in
 # the same rounds with that build of libflexgv.so, to compare two shims;
-# SHARE_S=60 TRAIN_S=60 make the share runs last a minute each)
+# SHARE_S=60 TRAIN_S=60 make the share runs last a minute each; SUSPEND_GIB and
+# SUSPEND_STEPS size the suspend section's ballast and training)
 # Checks our driver declarations against the real headers, traces CUDA
 # programs built with nvcc (static and shared cudart), checks every hooked
 # variant against the real driver's resolver, runs PyTorch natively and under
@@ -21,7 +22,7 @@ set -u -o pipefail
 source "$(dirname "$0")/outdir.sh"
 OUT=$(outdir gpu-e2e "${1:-}") || exit 2
 shift || true
-SECTIONS=${*:-decl counts simmodel hookmap torch bench contended green drvmem quota isolation nvmlprocs mpspods computecap quotabench lonebench ddpshare shares sharetrain priority prioritygraph}
+SECTIONS=${*:-decl counts simmodel hookmap torch bench contended green drvmem quota isolation nvmlprocs mpspods computecap quotabench lonebench ddpshare shares sharetrain priority prioritygraph suspend}
 ROUNDS=${ROUNDS:-7} # rounds of the throughput benchmarks
 PAIRS=${PAIRS:-timeslice mps mps50 mpsflexgv mpssm mpssm25 flexgv} # how the priority sections share the GPU
 PRIORITY_ROUNDS=${PRIORITY_ROUNDS:-1} # rounds of those pairs, one after another (their ratios compared round by round)
@@ -801,6 +802,105 @@ if want shares || want sharetrain || want priority || want prioritygraph; then
     python3 scripts/gpu/share_report.py "$S" || fail "compute shares off target (above)"
     [ -s "$S/timeouts.txt" ] && cat "$S/timeouts.txt" && fail "share runs timed out"
     unset FLEXGV_STATE_DIR
+fi
+
+if want suspend; then
+SUSPEND_GIB=${SUSPEND_GIB:-10}   # device memory the suspended process holds beside its training
+SUSPEND_STEPS=${SUSPEND_STEPS:-20000} # training steps: enough to be under way across the suspension
+echo "== the checkpoint API's answers on this driver, as the simulated GPU gives them (TestSimCheckpointAPIFollowsTheDriversStates)"
+if gcc -std=gnu11 -O2 -Wall -Iinclude -Iinclude/flexgv -o "$WORK/ckptctl" tests/clients/ckptctl.c -L"$CUDA/lib64/stubs" -lcuda -ldl; then
+    rm -f "$WORK/ckpt_in" && mkfifo "$WORK/ckpt_in"
+    CUDA_VISIBLE_DEVICES=0 python3 -c 'import torch; x = torch.ones(1 << 28, device="cuda"); torch.cuda.synchronize(); print("ready", flush=True); input()' \
+        <"$WORK/ckpt_in" >"$WORK/ckpt_target.txt" &
+    tgt=$!
+    exec 7>"$WORK/ckpt_in"
+    for i in $(seq 600); do grep -q ready "$WORK/ckpt_target.txt" 2>/dev/null && break; sleep 0.1; done
+    { "$WORK/ckptctl" "$tgt" state checkpoint restore unlock lock lock state checkpoint checkpoint unlock state restore state unlock state
+      "$WORK/ckptctl" $(((1 << 22) + 1)) state lock; } >"$WORK/ckpt_real.txt" 2>&1
+    "$WORK/ckptctl" "$tgt" restore unlock >/dev/null 2>&1 # whatever the answers, not left locked
+    exec 7>&-
+    kill -9 "$tgt" 2>/dev/null; wait "$tgt" 2>/dev/null
+    printf '%s\n' "state CUDA_SUCCESS 0" "checkpoint CUDA_ERROR_ILLEGAL_STATE" "restore CUDA_ERROR_ILLEGAL_STATE" \
+        "unlock CUDA_ERROR_ILLEGAL_STATE" "lock CUDA_SUCCESS" "lock CUDA_ERROR_ILLEGAL_STATE" "state CUDA_SUCCESS 1" \
+        "checkpoint CUDA_SUCCESS" "checkpoint CUDA_ERROR_ILLEGAL_STATE" "unlock CUDA_ERROR_ILLEGAL_STATE" "state CUDA_SUCCESS 2" \
+        "restore CUDA_SUCCESS" "state CUDA_SUCCESS 1" "unlock CUDA_SUCCESS" "state CUDA_SUCCESS 0" \
+        "state CUDA_ERROR_INVALID_VALUE -1" "lock CUDA_ERROR_INVALID_VALUE" >"$WORK/ckpt_sim.txt"
+    if diff "$WORK/ckpt_sim.txt" "$WORK/ckpt_real.txt"; then
+        pass "the driver answers the checkpoint API from each state as the simulated GPU does"
+    else
+        fail "the driver answers the checkpoint API otherwise than the simulated GPU (above: < simulated, > real)"
+    fi
+    cp "$WORK/ckpt_real.txt" "$OUT/ckpt_answers.txt"
+else
+    fail "gcc ckptctl"
+fi
+echo "== suspend and resume: PyTorch training beside $SUSPEND_GIB GiB, taken off the GPU and back"
+# nvml_mib: the device memory NVML lists processes on GPU 0 with, in MiB
+# (the suspended one is alone there; its pid may be another namespace's).
+nvml_mib() { nvidia-smi -i 0 --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | awk -F', *' '{s += $2} END {print s + 0}'; }
+gpu_used_mib() { nvidia-smi -i 0 --query-gpu=memory.used --format=csv,noheader,nounits; }
+steps_done() { tail -n 1 "$1" 2>/dev/null | cut -d' ' -f1; }
+now_ms() { date +%s%3N; }
+smem=$((SUSPEND_GIB + 8))GiB
+rm -f "$WORK/susp_ref.progress" "$WORK/susp.progress"
+CUDA_VISIBLE_DEVICES=0 "$FLEXGV" run --group suspref --mem "0=$smem" -- python3 scripts/gpu/torch_suspend.py "$SUSPEND_STEPS" "$SUSPEND_GIB" \
+    "$WORK/susp_ref.progress" >"$WORK/susp_ref.json" || fail "the uninterrupted run"
+CUDA_VISIBLE_DEVICES=0 "$FLEXGV" run --group susp --mem "0=$smem" -- python3 scripts/gpu/torch_suspend.py "$SUSPEND_STEPS" "$SUSPEND_GIB" \
+    "$WORK/susp.progress" >"$WORK/susp.json" &
+job=$!
+for i in $(seq 1200); do [ -s "$WORK/susp.progress" ] && break; sleep 0.1; done
+sleep 2
+pid=$("$FLEXGV" ps --json | python3 -c 'import json,sys; print(next((t["processes"][0]["pid"] for t in json.load(sys.stdin) if t["name"] == "susp" and t["processes"]), 0))')
+before_mib=$(nvml_mib); gpu_before=$(gpu_used_mib)
+t0=$(now_ms); "$FLEXGV" suspend susp | tee "$WORK/susp_cli.txt"; src=${PIPESTATUS[0]}; t1=$(now_ms)
+during_mib=$(nvml_mib); gpu_during=$(gpu_used_mib)
+"$FLEXGV" ps | tee "$WORK/susp_ps.txt"
+s1=$(steps_done "$WORK/susp.progress"); sleep 3; s2=$(steps_done "$WORK/susp.progress")
+rrc=1
+if [ "$src" = 0 ]; then
+    t2=$(now_ms); "$FLEXGV" resume susp | tee -a "$WORK/susp_cli.txt"; rrc=${PIPESTATUS[0]}; t3=$(now_ms)
+    sleep 1
+    after_mib=$(nvml_mib)
+fi
+if [ "$src" != 0 ] || [ "$rrc" != 0 ]; then
+    fail "flexgv suspend (exit $src) or resume (exit $rrc)"
+    [ "$src" = 0 ] && [ "$pid" -gt 0 ] && kill -9 "$pid" # suspended for good: it would never end
+fi
+wait $job || fail "the training that was suspended"
+python3 - "$WORK/susp_ref.json" "$WORK/susp.json" "$SUSPEND_GIB" "$SUSPEND_STEPS" "$pid" "$before_mib" "$during_mib" "${after_mib:-0}" \
+    "$gpu_before" "$gpu_during" "$s1" "$s2" "$((t1 - t0))" "$((${t3:-0} - ${t2:-0}))" "$OUT/suspend.json" <<'PY' &&
+import json, sys
+a = sys.argv
+ref, got = json.load(open(a[1])), json.load(open(a[2]))
+gib, steps, pid = int(a[3]), int(a[4]), int(a[5])
+before, during, after, gpu_before, gpu_during = (int(v) for v in a[6:11])
+s1, s2 = int(a[11] or -1), int(a[12] or -1)
+r = {"pid": pid, "hold_gib": gib, "steps": steps, "suspend_ms": int(a[13]), "resume_ms": int(a[14]),
+     "nvml_process_mib": {"before": before, "suspended": during, "after": after},
+     "gpu_used_mib": {"before": gpu_before, "suspended": gpu_during},
+     "steps_while_suspended": [s1, s2], "longest_gap_s": got["max_gap_s"],
+     "same_losses": ref["losses"] == got["losses"], "ballast_intact": got["ballast_intact"] and ref["ballast_intact"]}
+json.dump(r, open(a[15], "w"), indent=1)
+print(f"  suspend {r['suspend_ms']} ms, resume {r['resume_ms']} ms (flexgv suspend/resume, cuInit included); "
+      f"NVML: the process {before} MiB, suspended {during} MiB, resumed {after} MiB; GPU used {gpu_before} -> {gpu_during} MiB")
+print(f"  step {s1} when suspended, {s2} three seconds later; longest gap between progress lines {got['max_gap_s']:.2f} s; "
+      f"{len(got['losses'])} losses identical to the uninterrupted run: {r['same_losses']}; ballast intact: {r['ballast_intact']}")
+checks = {
+    "the process held its ballast before": before >= gib * 1024,
+    "NVML lists none of it while suspended": during == 0,
+    "the GPU got the ballast back": gpu_during <= gpu_before - gib * 1024,
+    "it was still training when suspended (else raise SUSPEND_STEPS)": 0 <= s1 < steps - 10,
+    "no step while suspended": s1 == s2,
+    "its memory is back after resume": after >= gib * 1024,
+    "the same losses as without a suspension": r["same_losses"] and len(got["losses"]) == steps,
+    "every ballast byte as written": r["ballast_intact"],
+}
+for what, ok in checks.items():
+    if not ok:
+        print(f"  not so: {what}")
+sys.exit(0 if all(checks.values()) else 1)
+PY
+    pass "suspend and resume: memory off the GPU and back, no progress between, same losses" || fail "suspend and resume"
 fi
 
 if want quotabench; then

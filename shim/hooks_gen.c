@@ -192,6 +192,11 @@ const char *const fg_api_names[FG_NUM_APIS] = {
     "cuGraphLaunch_ptsz",
     "cuGraphExecDestroy",
     "cuGraphDestroy",
+    "cuCheckpointProcessGetState",
+    "cuCheckpointProcessLock",
+    "cuCheckpointProcessCheckpoint",
+    "cuCheckpointProcessRestore",
+    "cuCheckpointProcessUnlock",
     "nvmlInit_v2",
     "nvmlInitWithFlags",
     "nvmlShutdown",
@@ -397,6 +402,11 @@ const char *const fg_api_bases[FG_NUM_APIS] = {
     "cuGraphLaunch",
     "cuGraphExecDestroy",
     "cuGraphDestroy",
+    "cuCheckpointProcessGetState",
+    "cuCheckpointProcessLock",
+    "cuCheckpointProcessCheckpoint",
+    "cuCheckpointProcessRestore",
+    "cuCheckpointProcessUnlock",
     "nvmlInit",
     "nvmlInitWithFlags",
     "nvmlShutdown",
@@ -416,6 +426,11 @@ const unsigned short fg_api_by_name[FG_NUM_APIS] = {
     FG_API_cuArray3DCreate_v2,
     FG_API_cuArrayCreate_v2,
     FG_API_cuArrayDestroy,
+    FG_API_cuCheckpointProcessCheckpoint,
+    FG_API_cuCheckpointProcessGetState,
+    FG_API_cuCheckpointProcessLock,
+    FG_API_cuCheckpointProcessRestore,
+    FG_API_cuCheckpointProcessUnlock,
     FG_API_cuCtxCreate_v2,
     FG_API_cuCtxCreate_v4,
     FG_API_cuCtxDestroy_v2,
@@ -4145,6 +4160,96 @@ FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
 
 FG_FAST_PATH(cuGraphDestroy, 189)
 
+FG_SLOW CUresult fg_slow_cuCheckpointProcessGetState(int pid, CUprocessState *state)
+{
+    fg_real_cuCheckpointProcessGetState real = (fg_real_cuCheckpointProcessGetState)fg_real_fn(FG_API_cuCheckpointProcessGetState);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuCheckpointProcessGetState);
+    if (!fg_tracing)
+        return real(pid, state);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(pid, state);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuCheckpointProcessGetState, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuCheckpointProcessGetState, (int)r, dt, "pid=%d, state=%p", pid, (const void *)state);
+    return r;
+}
+
+FG_FAST_PATH(cuCheckpointProcessGetState, 190)
+
+FG_SLOW CUresult fg_slow_cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
+{
+    fg_real_cuCheckpointProcessLock real = (fg_real_cuCheckpointProcessLock)fg_real_fn(FG_API_cuCheckpointProcessLock);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuCheckpointProcessLock);
+    if (!fg_tracing)
+        return real(pid, args);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(pid, args);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuCheckpointProcessLock, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuCheckpointProcessLock, (int)r, dt, "pid=%d, args=%p", pid, (const void *)args);
+    return r;
+}
+
+FG_FAST_PATH(cuCheckpointProcessLock, 191)
+
+FG_SLOW CUresult fg_slow_cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
+{
+    fg_real_cuCheckpointProcessCheckpoint real = (fg_real_cuCheckpointProcessCheckpoint)fg_real_fn(FG_API_cuCheckpointProcessCheckpoint);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuCheckpointProcessCheckpoint);
+    if (!fg_tracing)
+        return real(pid, args);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(pid, args);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuCheckpointProcessCheckpoint, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuCheckpointProcessCheckpoint, (int)r, dt, "pid=%d, args=%p", pid, (const void *)args);
+    return r;
+}
+
+FG_FAST_PATH(cuCheckpointProcessCheckpoint, 192)
+
+FG_SLOW CUresult fg_slow_cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
+{
+    fg_real_cuCheckpointProcessRestore real = (fg_real_cuCheckpointProcessRestore)fg_real_fn(FG_API_cuCheckpointProcessRestore);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuCheckpointProcessRestore);
+    if (!fg_tracing)
+        return real(pid, args);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(pid, args);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuCheckpointProcessRestore, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuCheckpointProcessRestore, (int)r, dt, "pid=%d, args=%p", pid, (const void *)args);
+    return r;
+}
+
+FG_FAST_PATH(cuCheckpointProcessRestore, 193)
+
+FG_SLOW CUresult fg_slow_cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
+{
+    fg_real_cuCheckpointProcessUnlock real = (fg_real_cuCheckpointProcessUnlock)fg_real_fn(FG_API_cuCheckpointProcessUnlock);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuCheckpointProcessUnlock);
+    if (!fg_tracing)
+        return real(pid, args);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(pid, args);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuCheckpointProcessUnlock, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuCheckpointProcessUnlock, (int)r, dt, "pid=%d, args=%p", pid, (const void *)args);
+    return r;
+}
+
+FG_FAST_PATH(cuCheckpointProcessUnlock, 194)
+
 FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
 {
     fg_real_nvmlInit_v2 real = (fg_real_nvmlInit_v2)fg_real_fn(FG_API_nvmlInit_v2);
@@ -4161,7 +4266,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlInit_v2, 190)
+FG_FAST_PATH(nvmlInit_v2, 195)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
 {
@@ -4179,7 +4284,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
     return r;
 }
 
-FG_FAST_PATH(nvmlInitWithFlags, 191)
+FG_FAST_PATH(nvmlInitWithFlags, 196)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
 {
@@ -4197,7 +4302,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlShutdown, 192)
+FG_FAST_PATH(nvmlShutdown, 197)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
 {
@@ -4215,7 +4320,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetCount_v2, 193)
+FG_FAST_PATH(nvmlDeviceGetCount_v2, 198)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
 {
@@ -4233,7 +4338,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, n
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 194)
+FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 199)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
@@ -4251,7 +4356,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMe
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 195)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 200)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
@@ -4269,7 +4374,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvm
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 196)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 201)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
 {
@@ -4287,7 +4392,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, 
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 197)
+FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 202)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -4305,7 +4410,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 198)
+FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 203)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -4323,7 +4428,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetGraphicsRunningProcesses_v3, 199)
+FG_FAST_PATH(nvmlDeviceGetGraphicsRunningProcesses_v3, 204)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -4341,7 +4446,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevi
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMPSComputeRunningProcesses_v3, 200)
+FG_FAST_PATH(nvmlDeviceGetMPSComputeRunningProcesses_v3, 205)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization, unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp)
 {
@@ -4359,7 +4464,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetProcessUtilization(nvmlDevice_t device
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetProcessUtilization, 201)
+FG_FAST_PATH(nvmlDeviceGetProcessUtilization, 206)
 
 void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuInit,
@@ -4552,6 +4657,11 @@ void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuGraphLaunch_ptsz,
     (void *)cuGraphExecDestroy,
     (void *)cuGraphDestroy,
+    (void *)cuCheckpointProcessGetState,
+    (void *)cuCheckpointProcessLock,
+    (void *)cuCheckpointProcessCheckpoint,
+    (void *)cuCheckpointProcessRestore,
+    (void *)cuCheckpointProcessUnlock,
     (void *)nvmlInit_v2,
     (void *)nvmlInitWithFlags,
     (void *)nvmlShutdown,

@@ -192,6 +192,11 @@ typedef CUresult (*fg_real_cuGraphLaunch)(CUgraphExec hGraphExec, CUstream hStre
 typedef CUresult (*fg_real_cuGraphLaunch_ptsz)(CUgraphExec hGraphExec, CUstream hStream);
 typedef CUresult (*fg_real_cuGraphExecDestroy)(CUgraphExec hGraphExec);
 typedef CUresult (*fg_real_cuGraphDestroy)(CUgraph hGraph);
+typedef CUresult (*fg_real_cuCheckpointProcessGetState)(int pid, CUprocessState *state);
+typedef CUresult (*fg_real_cuCheckpointProcessLock)(int pid, CUcheckpointLockArgs *args);
+typedef CUresult (*fg_real_cuCheckpointProcessCheckpoint)(int pid, CUcheckpointCheckpointArgs *args);
+typedef CUresult (*fg_real_cuCheckpointProcessRestore)(int pid, CUcheckpointRestoreArgs *args);
+typedef CUresult (*fg_real_cuCheckpointProcessUnlock)(int pid, CUcheckpointUnlockArgs *args);
 typedef nvmlReturn_t (*fg_real_nvmlInit_v2)(void);
 typedef nvmlReturn_t (*fg_real_nvmlInitWithFlags)(unsigned int flags);
 typedef nvmlReturn_t (*fg_real_nvmlShutdown)(void);

@@ -225,6 +225,7 @@ static int attached(void) { return fg_quota_on && once(&attach_state, do_attach)
 static void zero_slot(struct fg_tenant_slot *s)
 {
     __atomic_store_n(&s->nvml_pid, 0, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&s->suspended, 0, __ATOMIC_SEQ_CST);
     for (int d = 0; d < FG_NDEV; d++) {
         __atomic_store_n(&s->used[d], 0, __ATOMIC_SEQ_CST);
         __atomic_store_n(&s->unmodelled[d], 0, __ATOMIC_SEQ_CST);

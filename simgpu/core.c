@@ -298,6 +298,7 @@ int sim_ctx_valid(CUcontext c) { return valid_ctx((struct sim_ctx *)c); }
 
 SIM_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
+    SIM_GATE();
     REQUIRE_INIT();
     if (!pctx)
         return CUDA_ERROR_INVALID_VALUE;
@@ -353,8 +354,8 @@ SIM_EXPORT CUresult cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
     return CUDA_SUCCESS;
 }
 
-SIM_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) { return primary_drop(dev, 0); }
-SIM_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) { return primary_drop(dev, 1); }
+SIM_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) { SIM_GATE(); return primary_drop(dev, 0); }
+SIM_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) { SIM_GATE(); return primary_drop(dev, 1); }
 
 SIM_EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
 {
@@ -402,17 +403,20 @@ static CUresult ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev)
 
 SIM_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
+    SIM_GATE();
     return ctx_create(pctx, flags, dev);
 }
 
 SIM_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev)
 {
+    SIM_GATE();
     (void)params; /* execution affinity and CIG are not simulated */
     return ctx_create(pctx, flags, dev);
 }
 
 SIM_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
+    SIM_GATE();
     REQUIRE_INIT();
     struct sim_ctx *c = (struct sim_ctx *)ctx;
     if (!valid_ctx(c) || c->primary)
@@ -501,6 +505,7 @@ SIM_EXPORT CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
 
 SIM_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
 {
+    SIM_GATE();
     struct sim_ctx *c;
     CUresult r = ctx_named(ctx, &c);
     if (r || (r = sim_capture_check_ctx(c)) != CUDA_SUCCESS)
@@ -509,7 +514,7 @@ SIM_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
     return CUDA_SUCCESS;
 }
 
-SIM_EXPORT CUresult cuCtxSynchronize(void) { return cuCtxSynchronize_v2(NULL); }
+SIM_EXPORT CUresult cuCtxSynchronize(void) { SIM_GATE(); return cuCtxSynchronize_v2(NULL); }
 
 SIM_EXPORT CUresult cuCtxGetDevice(CUdevice *device) { return cuCtxGetDevice_v2(device, NULL); }
 
@@ -584,4 +589,43 @@ SIM_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cuda
                                         CUdriverProcAddressQueryResult *symbolStatus)
 {
     return resolve(symbol, pfn, cudaVersion, flags, symbolStatus);
+}
+
+/* Process checkpointing: a controller's calls on another process
+ * (state.c). The restore arguments' GPU remapping is not modelled: a
+ * process comes back on the devices it left. */
+SIM_EXPORT CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state)
+{
+    REQUIRE_INIT();
+    return sim_ckpt_state(pid, state);
+}
+
+SIM_EXPORT CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
+{
+    REQUIRE_INIT();
+    if (args && (args->reserved0 || args->reserved1[0] || args->reserved1[1] || args->reserved1[2] ||
+                 args->reserved1[3] || args->reserved1[4] || args->reserved1[5] || args->reserved1[6]))
+        return CUDA_ERROR_INVALID_VALUE;
+    return sim_ckpt_lock(pid, args ? args->timeoutMs : 0);
+}
+
+SIM_EXPORT CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
+{
+    (void)args;
+    REQUIRE_INIT();
+    return sim_ckpt_checkpoint(pid);
+}
+
+SIM_EXPORT CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
+{
+    (void)args;
+    REQUIRE_INIT();
+    return sim_ckpt_restore(pid);
+}
+
+SIM_EXPORT CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
+{
+    (void)args;
+    REQUIRE_INIT();
+    return sim_ckpt_unlock(pid);
 }

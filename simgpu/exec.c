@@ -222,7 +222,7 @@ static CUresult load(void **out, const void *image)
     return r;
 }
 
-SIM_EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image) { return load((void **)module, image); }
+SIM_EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image) { SIM_GATE(); return load((void **)module, image); }
 
 /* JIT options as a driver checks and answers them: an optimization level
  * past 4 is refused; an info log buffer gets a line, its size option the
@@ -248,14 +248,16 @@ static CUresult jit_options(unsigned n, const CUjit_option *o, void **v)
 SIM_EXPORT CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
                                        CUjit_option *options, void **optionValues)
 {
+    SIM_GATE();
     CUresult r = jit_options(numOptions, options, optionValues);
     return r ? r : load((void **)module, image);
 }
 
-SIM_EXPORT CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin) { return load((void **)module, fatCubin); }
+SIM_EXPORT CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin) { SIM_GATE(); return load((void **)module, fatCubin); }
 
 SIM_EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
 {
+    SIM_GATE();
     if (!fname)
         return CUDA_ERROR_INVALID_VALUE;
     FILE *f = fopen(fname, "rb");
@@ -279,7 +281,7 @@ static CUresult unload(void *h)
     return CUDA_SUCCESS;
 }
 
-SIM_EXPORT CUresult cuModuleUnload(CUmodule hmod) { return unload(hmod); }
+SIM_EXPORT CUresult cuModuleUnload(CUmodule hmod) { SIM_GATE(); return unload(hmod); }
 
 static CUresult get_func(void **out, void *h, const char *name)
 {
@@ -309,6 +311,7 @@ SIM_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUji
                                       CUlibraryOption *libraryOptions, void **libraryOptionValues,
                                       unsigned int numLibraryOptions)
 {
+    SIM_GATE();
     if (!sim_initialized)
         return CUDA_ERROR_NOT_INITIALIZED;
     (void)libraryOptionValues; /* neither option has a value to read */
@@ -321,7 +324,7 @@ SIM_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUji
     return parse_and_reserve(code, c ? c->dev : 0, (struct sim_module **)library);
 }
 
-SIM_EXPORT CUresult cuLibraryUnload(CUlibrary library) { return unload(library); }
+SIM_EXPORT CUresult cuLibraryUnload(CUlibrary library) { SIM_GATE(); return unload(library); }
 
 SIM_EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
 {
@@ -544,6 +547,7 @@ static CUresult set_local(struct sim_ctx *c, uint64_t level)
  * accepted and not modelled. */
 SIM_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
 {
+    SIM_GATE();
     struct sim_ctx *c;
     CUresult r = sim_check_ctx(&c);
     if (r)
@@ -675,6 +679,7 @@ CUresult sim_stream_arg(CUstream h, int pt, struct sim_stream **out)
 
 SIM_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
+    SIM_GATE();
     struct sim_ctx *c;
     CUresult r = sim_check_ctx(&c);
     if (r)
@@ -691,12 +696,14 @@ SIM_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 
 SIM_EXPORT CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
+    SIM_GATE();
     (void)priority;
     return cuStreamCreate(phStream, flags);
 }
 
 SIM_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
 {
+    SIM_GATE();
     struct sim_stream *s = (struct sim_stream *)hStream;
     if (!s || s == (struct sim_stream *)CU_STREAM_LEGACY || s == (struct sim_stream *)CU_STREAM_PER_THREAD ||
         s->magic != STREAM_MAGIC)
@@ -727,8 +734,8 @@ static CUresult stream_sync(CUstream h, int pt)
         return r;
     return sim_stream_wait(s);
 }
-SIM_EXPORT CUresult cuStreamSynchronize(CUstream h) { return stream_sync(h, 0); }
-SIM_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream h) { return stream_sync(h, 1); }
+SIM_EXPORT CUresult cuStreamSynchronize(CUstream h) { SIM_GATE(); return stream_sync(h, 0); }
+SIM_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream h) { SIM_GATE(); return stream_sync(h, 1); }
 
 static CUresult stream_query(CUstream h, int pt)
 {
@@ -738,8 +745,8 @@ static CUresult stream_query(CUstream h, int pt)
         return r;
     return sim_finished(s->lane, s->last) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
-SIM_EXPORT CUresult cuStreamQuery(CUstream h) { return stream_query(h, 0); }
-SIM_EXPORT CUresult cuStreamQuery_ptsz(CUstream h) { return stream_query(h, 1); }
+SIM_EXPORT CUresult cuStreamQuery(CUstream h) { SIM_GATE(); return stream_query(h, 0); }
+SIM_EXPORT CUresult cuStreamQuery_ptsz(CUstream h) { SIM_GATE(); return stream_query(h, 1); }
 
 static struct sim_event *as_event(CUevent e)
 {
@@ -765,11 +772,13 @@ static CUresult stream_wait_event(CUstream h, CUevent e, int pt)
 }
 SIM_EXPORT CUresult cuStreamWaitEvent(CUstream h, CUevent e, unsigned int Flags)
 {
+    SIM_GATE();
     (void)Flags;
     return stream_wait_event(h, e, 0);
 }
 SIM_EXPORT CUresult cuStreamWaitEvent_ptsz(CUstream h, CUevent e, unsigned int Flags)
 {
+    SIM_GATE();
     (void)Flags;
     return stream_wait_event(h, e, 1);
 }
@@ -878,6 +887,7 @@ SIM_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int g
                                    unsigned int by, unsigned int bz, unsigned int shm, CUstream h, void **params,
                                    void **extra)
 {
+    SIM_GATE();
     (void)shm;
     void *packed[8], **use;
     CUresult r = extra_params(f, params, extra, packed, &use);
@@ -888,6 +898,7 @@ SIM_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned 
                                         unsigned int bx, unsigned int by, unsigned int bz, unsigned int shm,
                                         CUstream h, void **params, void **extra)
 {
+    SIM_GATE();
     (void)shm;
     void *packed[8], **use;
     CUresult r = extra_params(f, params, extra, packed, &use);
@@ -960,6 +971,7 @@ static CUresult launch_ex(const CUlaunchConfig *c, CUfunction f, void **params, 
 
 SIM_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
 {
+    SIM_GATE();
     void *packed[8], **use;
     CUresult r = extra_params(f, params, extra, packed, &use);
     return r ? r : launch_ex(config, f, use, 0);
@@ -967,6 +979,7 @@ SIM_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f,
 
 SIM_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
 {
+    SIM_GATE();
     void *packed[8], **use;
     CUresult r = extra_params(f, params, extra, packed, &use);
     return r ? r : launch_ex(config, f, use, 1);
@@ -976,6 +989,7 @@ SIM_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, uns
                                               unsigned int bx, unsigned int by, unsigned int bz, unsigned int shm,
                                               CUstream h, void **params)
 {
+    SIM_GATE();
     (void)shm;
     return launch(f, gx, gy, gz, bx, by, bz, h, params, 0);
 }
@@ -984,6 +998,7 @@ SIM_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx
                                                    unsigned int bx, unsigned int by, unsigned int bz,
                                                    unsigned int shm, CUstream h, void **params)
 {
+    SIM_GATE();
     (void)shm;
     return launch(f, gx, gy, gz, bx, by, bz, h, params, 1);
 }
@@ -1007,8 +1022,8 @@ static CUresult host_func(CUstream h, CUhostFn fn, void *data, int pt)
     sim_host_enqueue(s, fn, NULL, h, data);
     return CUDA_SUCCESS;
 }
-SIM_EXPORT CUresult cuLaunchHostFunc(CUstream h, CUhostFn fn, void *data) { return host_func(h, fn, data, 0); }
-SIM_EXPORT CUresult cuLaunchHostFunc_ptsz(CUstream h, CUhostFn fn, void *data) { return host_func(h, fn, data, 1); }
+SIM_EXPORT CUresult cuLaunchHostFunc(CUstream h, CUhostFn fn, void *data) { SIM_GATE(); return host_func(h, fn, data, 0); }
+SIM_EXPORT CUresult cuLaunchHostFunc_ptsz(CUstream h, CUhostFn fn, void *data) { SIM_GATE(); return host_func(h, fn, data, 1); }
 
 /* The older form: its callback is told the stream and its status, and a
  * captured stream cannot take one (the driver refuses it too). */
@@ -1027,10 +1042,12 @@ static CUresult add_callback(CUstream h, CUstreamCallback cb, void *data, unsign
 }
 SIM_EXPORT CUresult cuStreamAddCallback(CUstream h, CUstreamCallback cb, void *data, unsigned int flags)
 {
+    SIM_GATE();
     return add_callback(h, cb, data, flags, 0);
 }
 SIM_EXPORT CUresult cuStreamAddCallback_ptsz(CUstream h, CUstreamCallback cb, void *data, unsigned int flags)
 {
+    SIM_GATE();
     return add_callback(h, cb, data, flags, 1);
 }
 
@@ -1077,14 +1094,16 @@ static CUresult record(CUevent ev, CUstream h, int pt)
     e->recorded = 1;
     return CUDA_SUCCESS;
 }
-SIM_EXPORT CUresult cuEventRecord(CUevent e, CUstream h) { return record(e, h, 0); }
-SIM_EXPORT CUresult cuEventRecord_ptsz(CUevent e, CUstream h) { return record(e, h, 1); }
+SIM_EXPORT CUresult cuEventRecord(CUevent e, CUstream h) { SIM_GATE(); return record(e, h, 0); }
+SIM_EXPORT CUresult cuEventRecord_ptsz(CUevent e, CUstream h) { SIM_GATE(); return record(e, h, 1); }
 SIM_EXPORT CUresult cuEventRecordWithFlags(CUevent e, CUstream h, unsigned int flags)
 {
+    SIM_GATE();
     return flags & ~1u ? CUDA_ERROR_INVALID_VALUE : record(e, h, 0);
 }
 SIM_EXPORT CUresult cuEventRecordWithFlags_ptsz(CUevent e, CUstream h, unsigned int flags)
 {
+    SIM_GATE();
     return flags & ~1u ? CUDA_ERROR_INVALID_VALUE : record(e, h, 1);
 }
 
@@ -1096,6 +1115,7 @@ SIM_EXPORT uint64_t flexgv_sim_event_queries(void) { return __atomic_load_n(&eve
 
 SIM_EXPORT CUresult cuEventQuery(CUevent ev)
 {
+    SIM_GATE();
     __atomic_fetch_add(&event_queries, 1, __ATOMIC_RELAXED);
     struct sim_event *e = as_event(ev);
     if (!e)
@@ -1109,6 +1129,7 @@ SIM_EXPORT CUresult cuEventQuery(CUevent ev)
 
 SIM_EXPORT CUresult cuEventSynchronize(CUevent ev)
 {
+    SIM_GATE();
     struct sim_event *e = as_event(ev);
     if (!e)
         return CUDA_ERROR_INVALID_HANDLE;

@@ -690,8 +690,8 @@ static CUresult upload(CUgraphExec exec, CUstream h, int pt)
     pthread_mutex_unlock(&sim_mem_lock);
     return r;
 }
-SIM_EXPORT CUresult cuGraphUpload(CUgraphExec exec, CUstream h) { return upload(exec, h, 0); }
-SIM_EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec exec, CUstream h) { return upload(exec, h, 1); }
+SIM_EXPORT CUresult cuGraphUpload(CUgraphExec exec, CUstream h) { SIM_GATE(); return upload(exec, h, 0); }
+SIM_EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec exec, CUstream h) { SIM_GATE(); return upload(exec, h, 1); }
 
 static CUresult instantiate(CUgraphExec *out, CUgraph graph, unsigned long long flags, CUstream upload_stream,
                             int pt)
@@ -734,6 +734,7 @@ static CUresult instantiate(CUgraphExec *out, CUgraph graph, unsigned long long 
 
 SIM_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags)
 {
+    SIM_GATE();
     if (flags & ~(unsigned long long)FLAGS_WITH_FLAGS)
         return CUDA_ERROR_INVALID_VALUE;
     return instantiate(exec, graph, flags, NULL, 0);
@@ -750,11 +751,13 @@ static CUresult instantiate_params(CUgraphExec *exec, CUgraph graph, CUDA_GRAPH_
 }
 SIM_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS *p)
 {
+    SIM_GATE();
     return instantiate_params(exec, graph, p, 0);
 }
 SIM_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *exec, CUgraph graph,
                                                       CUDA_GRAPH_INSTANTIATE_PARAMS *p)
 {
+    SIM_GATE();
     return instantiate_params(exec, graph, p, 1);
 }
 
@@ -816,13 +819,14 @@ static CUresult launch(CUgraphExec exec, CUstream h, int pt)
     }
     return CUDA_SUCCESS;
 }
-SIM_EXPORT CUresult cuGraphLaunch(CUgraphExec exec, CUstream h) { return launch(exec, h, 0); }
-SIM_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream h) { return launch(exec, h, 1); }
+SIM_EXPORT CUresult cuGraphLaunch(CUgraphExec exec, CUstream h) { SIM_GATE(); return launch(exec, h, 0); }
+SIM_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream h) { SIM_GATE(); return launch(exec, h, 1); }
 
 /* Potentially unsafe during capture, as in the driver. Allocations the graph
  * left in use stay allocated. */
 SIM_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec)
 {
+    SIM_GATE();
     struct sim_exec *x = as_exec(exec);
     if (!x)
         return CUDA_ERROR_INVALID_VALUE;
@@ -892,6 +896,7 @@ static void trim(int d)
 
 SIM_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device)
 {
+    SIM_GATE();
     int d;
     CUresult r = pool_of(device, &d);
     if (r)

@@ -166,10 +166,11 @@ static CUresult device_alloc(CUdeviceptr *dptr, size_t size, enum alloc_kind kin
     return CUDA_SUCCESS;
 }
 
-SIM_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) { return device_alloc(dptr, bytesize, K_DEVICE); }
+SIM_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) { SIM_GATE(); return device_alloc(dptr, bytesize, K_DEVICE); }
 
 SIM_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
+    SIM_GATE();
     if (flags != CU_MEM_ATTACH_GLOBAL && flags != 0x2)
         return CUDA_ERROR_INVALID_VALUE;
     return device_alloc(dptr, bytesize, K_MANAGED);
@@ -178,6 +179,7 @@ SIM_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsign
 SIM_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
                                        unsigned int ElementSizeBytes)
 {
+    SIM_GATE();
     if (!pPitch || (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16) || WidthInBytes == 0 ||
         Height == 0)
         return CUDA_ERROR_INVALID_VALUE;
@@ -224,6 +226,7 @@ static CUresult free_kind(CUdeviceptr dptr, unsigned kinds)
 
 SIM_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
+    SIM_GATE();
     if (!sim_initialized)
         return CUDA_ERROR_NOT_INITIALIZED;
     CUresult r = sim_capture_check(NULL);
@@ -284,10 +287,11 @@ static CUresult host_alloc(void **pp, size_t size)
     return CUDA_SUCCESS;
 }
 
-SIM_EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t bytesize) { return host_alloc(pp, bytesize); }
+SIM_EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t bytesize) { SIM_GATE(); return host_alloc(pp, bytesize); }
 
 SIM_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
+    SIM_GATE();
     if (Flags & ~0xfu)
         return CUDA_ERROR_INVALID_VALUE;
     return host_alloc(pp, bytesize);
@@ -296,6 +300,7 @@ SIM_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flag
 /* Potentially unsafe during capture: it synchronizes. */
 SIM_EXPORT CUresult cuMemFreeHost(void *p)
 {
+    SIM_GATE();
     if (!sim_initialized)
         return CUDA_ERROR_NOT_INITIALIZED;
     CUresult r = sim_capture_check(NULL);
@@ -306,6 +311,7 @@ SIM_EXPORT CUresult cuMemFreeHost(void *p)
  * range overlapping memory already pinned or allocated is refused. */
 SIM_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
 {
+    SIM_GATE();
     if (!sim_initialized)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!p || !bytesize || (Flags & ~0xfu) || (uintptr_t)p + bytesize < (uintptr_t)p)
@@ -342,6 +348,7 @@ SIM_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, un
 
 SIM_EXPORT CUresult cuMemHostUnregister(void *p)
 {
+    SIM_GATE();
     return release_at((uintptr_t)p, 1u << K_REGISTERED, CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
 }
 
@@ -432,19 +439,23 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t size, struct sim_pool *pool
 
 SIM_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
+    SIM_GATE();
     return pool_alloc(dptr, bytesize, NULL, hStream, 0);
 }
 SIM_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
+    SIM_GATE();
     return pool_alloc(dptr, bytesize, NULL, hStream, 1);
 }
 SIM_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
+    SIM_GATE();
     return pool ? pool_alloc(dptr, bytesize, (struct sim_pool *)pool, hStream, 0) : CUDA_ERROR_INVALID_VALUE;
 }
 SIM_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                                  CUstream hStream)
 {
+    SIM_GATE();
     return pool ? pool_alloc(dptr, bytesize, (struct sim_pool *)pool, hStream, 1) : CUDA_ERROR_INVALID_VALUE;
 }
 /* On a capturing stream: a free node, for a graph allocation only. */
@@ -467,11 +478,12 @@ static CUresult free_async(CUdeviceptr dptr, CUstream hStream, int pt)
     }
     return free_kind(dptr, (1u << K_POOL) | (1u << K_GRAPH));
 }
-SIM_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) { return free_async(dptr, hStream, 0); }
-SIM_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) { return free_async(dptr, hStream, 1); }
+SIM_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) { SIM_GATE(); return free_async(dptr, hStream, 0); }
+SIM_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) { SIM_GATE(); return free_async(dptr, hStream, 1); }
 
 SIM_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
 {
+    SIM_GATE();
     if (!sim_initialized)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!pool || !props || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
@@ -488,6 +500,7 @@ SIM_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *pr
 
 SIM_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 {
+    SIM_GATE();
     struct sim_pool *p = (struct sim_pool *)pool;
     if (!p || p->magic != POOL_MAGIC)
         return CUDA_ERROR_INVALID_VALUE;
@@ -499,6 +512,7 @@ SIM_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 
 SIM_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
 {
+    SIM_GATE();
     struct sim_pool *p = (struct sim_pool *)pool;
     if (!p || p->magic != POOL_MAGIC || (p >= default_pools && p < default_pools + SIM_MAX_DEVICES))
         return CUDA_ERROR_INVALID_VALUE;
@@ -632,6 +646,7 @@ static void vmm_free(struct sim_vmm *h)
 SIM_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
                                 unsigned long long flags)
 {
+    SIM_GATE();
     if (!sim_initialized)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!handle || !prop || flags || size == 0 || size % SIM_GRANULARITY ||
@@ -657,6 +672,7 @@ SIM_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t siz
 
 SIM_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
+    SIM_GATE();
     struct sim_vmm *h = (struct sim_vmm *)(uintptr_t)handle;
     pthread_mutex_lock(&sim_mem_lock);
     if (!h || h->magic != VMM_MAGIC || h->refs == 0) {
@@ -673,6 +689,7 @@ SIM_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 SIM_EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
                                         unsigned long long flags)
 {
+    SIM_GATE();
     if (!ptr || size == 0 || size % SIM_GRANULARITY || flags)
         return CUDA_ERROR_INVALID_VALUE;
     if (alignment < SIM_GRANULARITY)
@@ -704,6 +721,7 @@ SIM_EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t al
 
 SIM_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
+    SIM_GATE();
     if (!ptr || size == 0)
         return CUDA_ERROR_INVALID_VALUE;
     return munmap((void *)(uintptr_t)ptr, size) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
@@ -712,6 +730,7 @@ SIM_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 SIM_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
                              unsigned long long flags)
 {
+    SIM_GATE();
     struct sim_vmm *h = (struct sim_vmm *)(uintptr_t)handle;
     if (!ptr || flags || !h || h->magic != VMM_MAGIC || h->refs == 0 || offset + size > h->size)
         return CUDA_ERROR_INVALID_VALUE;
@@ -733,6 +752,7 @@ SIM_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemG
 /* The range may cover several mappings, each of them whole. */
 SIM_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
+    SIM_GATE();
     uintptr_t lo = (uintptr_t)ptr, hi = lo + size;
     pthread_mutex_lock(&sim_mem_lock);
     int found = 0;
@@ -786,6 +806,7 @@ SIM_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *ha
 
 SIM_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
+    SIM_GATE();
     if (!ptr || !desc || count == 0)
         return CUDA_ERROR_INVALID_VALUE;
     return mprotect((void *)(uintptr_t)ptr, size, PROT_READ | PROT_WRITE) == 0 ? CUDA_SUCCESS
@@ -835,6 +856,7 @@ static CUresult array_destroy(void *h)
 
 SIM_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *d)
 {
+    SIM_GATE();
     if (!d)
         return CUDA_ERROR_INVALID_VALUE;
     return array_create((void **)pHandle, d->Width, d->Height, 0, d->Format, d->NumChannels, 1);
@@ -842,6 +864,7 @@ SIM_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPT
 
 SIM_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d)
 {
+    SIM_GATE();
     if (!d)
         return CUDA_ERROR_INVALID_VALUE;
     return array_create((void **)pHandle, d->Width, d->Height, d->Depth, d->Format, d->NumChannels, 1);
@@ -850,14 +873,15 @@ SIM_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESC
 SIM_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d,
                                            unsigned int numMipmapLevels)
 {
+    SIM_GATE();
     if (!d)
         return CUDA_ERROR_INVALID_VALUE;
     return array_create((void **)pHandle, d->Width, d->Height, d->Depth, d->Format, d->NumChannels,
                         numMipmapLevels);
 }
 
-SIM_EXPORT CUresult cuArrayDestroy(CUarray hArray) { return array_destroy(hArray); }
-SIM_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray h) { return array_destroy(h); }
+SIM_EXPORT CUresult cuArrayDestroy(CUarray hArray) { SIM_GATE(); return array_destroy(hArray); }
+SIM_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray h) { SIM_GATE(); return array_destroy(h); }
 
 /* ---- copies and sets ---- */
 
@@ -909,20 +933,20 @@ static CUresult copy(void *dst, const void *src, size_t n, int dev_dst, int dev_
 }
 
 #define P(x) ((void *)(uintptr_t)(x))
-SIM_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *h, size_t n) { return copy(P(d), h, n, 1, 0, NULL, SYNC, 0); }
-SIM_EXPORT CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr d, const void *h, size_t n) { return copy(P(d), h, n, 1, 0, NULL, SYNC, 1); }
-SIM_EXPORT CUresult cuMemcpyDtoH_v2(void *h, CUdeviceptr d, size_t n) { return copy(h, P(d), n, 0, 1, NULL, SYNC, 0); }
-SIM_EXPORT CUresult cuMemcpyDtoH_v2_ptds(void *h, CUdeviceptr d, size_t n) { return copy(h, P(d), n, 0, 1, NULL, SYNC, 1); }
-SIM_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { return copy(P(d), P(s), n, 1, 1, NULL, SYNC, 0); }
-SIM_EXPORT CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr d, CUdeviceptr s, size_t n) { return copy(P(d), P(s), n, 1, 1, NULL, SYNC, 1); }
-SIM_EXPORT CUresult cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n) { return copy(P(d), P(s), n, 0, 0, NULL, SYNC, 0); }
-SIM_EXPORT CUresult cuMemcpy_ptds(CUdeviceptr d, CUdeviceptr s, size_t n) { return copy(P(d), P(s), n, 0, 0, NULL, SYNC, 1); }
-SIM_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *h, size_t n, CUstream st) { return copy(P(d), h, n, 1, 0, st, ASYNC, 0); }
-SIM_EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr d, const void *h, size_t n, CUstream st) { return copy(P(d), h, n, 1, 0, st, ASYNC, 1); }
-SIM_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *h, CUdeviceptr d, size_t n, CUstream st) { return copy(h, P(d), n, 0, 1, st, ASYNC, 0); }
-SIM_EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *h, CUdeviceptr d, size_t n, CUstream st) { return copy(h, P(d), n, 0, 1, st, ASYNC, 1); }
-SIM_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return copy(P(d), P(s), n, 1, 1, st, ASYNC, 0); }
-SIM_EXPORT CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return copy(P(d), P(s), n, 1, 1, st, ASYNC, 1); }
+SIM_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *h, size_t n) { SIM_GATE(); return copy(P(d), h, n, 1, 0, NULL, SYNC, 0); }
+SIM_EXPORT CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr d, const void *h, size_t n) { SIM_GATE(); return copy(P(d), h, n, 1, 0, NULL, SYNC, 1); }
+SIM_EXPORT CUresult cuMemcpyDtoH_v2(void *h, CUdeviceptr d, size_t n) { SIM_GATE(); return copy(h, P(d), n, 0, 1, NULL, SYNC, 0); }
+SIM_EXPORT CUresult cuMemcpyDtoH_v2_ptds(void *h, CUdeviceptr d, size_t n) { SIM_GATE(); return copy(h, P(d), n, 0, 1, NULL, SYNC, 1); }
+SIM_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { SIM_GATE(); return copy(P(d), P(s), n, 1, 1, NULL, SYNC, 0); }
+SIM_EXPORT CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr d, CUdeviceptr s, size_t n) { SIM_GATE(); return copy(P(d), P(s), n, 1, 1, NULL, SYNC, 1); }
+SIM_EXPORT CUresult cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n) { SIM_GATE(); return copy(P(d), P(s), n, 0, 0, NULL, SYNC, 0); }
+SIM_EXPORT CUresult cuMemcpy_ptds(CUdeviceptr d, CUdeviceptr s, size_t n) { SIM_GATE(); return copy(P(d), P(s), n, 0, 0, NULL, SYNC, 1); }
+SIM_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *h, size_t n, CUstream st) { SIM_GATE(); return copy(P(d), h, n, 1, 0, st, ASYNC, 0); }
+SIM_EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr d, const void *h, size_t n, CUstream st) { SIM_GATE(); return copy(P(d), h, n, 1, 0, st, ASYNC, 1); }
+SIM_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *h, CUdeviceptr d, size_t n, CUstream st) { SIM_GATE(); return copy(h, P(d), n, 0, 1, st, ASYNC, 0); }
+SIM_EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *h, CUdeviceptr d, size_t n, CUstream st) { SIM_GATE(); return copy(h, P(d), n, 0, 1, st, ASYNC, 1); }
+SIM_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { SIM_GATE(); return copy(P(d), P(s), n, 1, 1, st, ASYNC, 0); }
+SIM_EXPORT CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { SIM_GATE(); return copy(P(d), P(s), n, 1, 1, st, ASYNC, 1); }
 
 /* Between contexts, of one device or two: the simulated devices' memory is
  * the host's, so a device copy once both contexts are known. */
@@ -934,23 +958,27 @@ static CUresult peer(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, s
 }
 SIM_EXPORT CUresult cuMemcpyPeer(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n)
 {
+    SIM_GATE();
     return peer(d, dc, s, sc, n, NULL, SYNC, 0);
 }
 SIM_EXPORT CUresult cuMemcpyPeer_ptds(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n)
 {
+    SIM_GATE();
     return peer(d, dc, s, sc, n, NULL, SYNC, 1);
 }
 SIM_EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st)
 {
+    SIM_GATE();
     return peer(d, dc, s, sc, n, st, ASYNC, 0);
 }
 SIM_EXPORT CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n,
                                            CUstream st)
 {
+    SIM_GATE();
     return peer(d, dc, s, sc, n, st, ASYNC, 1);
 }
-SIM_EXPORT CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return copy(P(d), P(s), n, 0, 0, st, ASYNC, 0); }
-SIM_EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return copy(P(d), P(s), n, 0, 0, st, ASYNC, 1); }
+SIM_EXPORT CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { SIM_GATE(); return copy(P(d), P(s), n, 0, 0, st, ASYNC, 0); }
+SIM_EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { SIM_GATE(); return copy(P(d), P(s), n, 0, 0, st, ASYNC, 1); }
 
 /* A pitched 2D copy, row by row. The simulated GPU has no arrays; a
  * unified address is checked as neither side, as cuMemcpy's are. */
@@ -987,12 +1015,12 @@ static CUresult copy2d(const CUDA_MEMCPY2D *c, CUstream s, int async, int pt)
     return CUDA_SUCCESS;
 }
 
-SIM_EXPORT CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *c) { return copy2d(c, NULL, SYNC, 0); }
-SIM_EXPORT CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *c) { return copy2d(c, NULL, SYNC, 1); }
-SIM_EXPORT CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *c) { return copy2d(c, NULL, SYNC, 0); }
-SIM_EXPORT CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *c) { return copy2d(c, NULL, SYNC, 1); }
-SIM_EXPORT CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *c, CUstream s) { return copy2d(c, s, ASYNC, 0); }
-SIM_EXPORT CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *c, CUstream s) { return copy2d(c, s, ASYNC, 1); }
+SIM_EXPORT CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *c) { SIM_GATE(); return copy2d(c, NULL, SYNC, 0); }
+SIM_EXPORT CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *c) { SIM_GATE(); return copy2d(c, NULL, SYNC, 1); }
+SIM_EXPORT CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *c) { SIM_GATE(); return copy2d(c, NULL, SYNC, 0); }
+SIM_EXPORT CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *c) { SIM_GATE(); return copy2d(c, NULL, SYNC, 1); }
+SIM_EXPORT CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *c, CUstream s) { SIM_GATE(); return copy2d(c, s, ASYNC, 0); }
+SIM_EXPORT CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *c, CUstream s) { SIM_GATE(); return copy2d(c, s, ASYNC, 1); }
 
 static CUresult copy3d(const CUDA_MEMCPY3D *c, CUstream s, int async, int pt)
 {
@@ -1008,10 +1036,10 @@ static CUresult copy3d(const CUDA_MEMCPY3D *c, CUstream s, int async, int pt)
     }
     return CUDA_SUCCESS;
 }
-SIM_EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *c) { return copy3d(c, NULL, SYNC, 0); }
-SIM_EXPORT CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *c) { return copy3d(c, NULL, SYNC, 1); }
-SIM_EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *c, CUstream s) { return copy3d(c, s, ASYNC, 0); }
-SIM_EXPORT CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *c, CUstream s) { return copy3d(c, s, ASYNC, 1); }
+SIM_EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *c) { SIM_GATE(); return copy3d(c, NULL, SYNC, 0); }
+SIM_EXPORT CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *c) { SIM_GATE(); return copy3d(c, NULL, SYNC, 1); }
+SIM_EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *c, CUstream s) { SIM_GATE(); return copy3d(c, s, ASYNC, 0); }
+SIM_EXPORT CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *c, CUstream s) { SIM_GATE(); return copy3d(c, s, ASYNC, 1); }
 
 static CUresult set(CUdeviceptr d, unsigned v, size_t n, size_t width, CUstream s, int async, int pt)
 {
@@ -1069,18 +1097,18 @@ static CUresult set2d(CUdeviceptr d, size_t pitch, unsigned v, size_t w, size_t 
     return CUDA_SUCCESS;
 }
 
-SIM_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char uc, size_t n) { return set(d, uc, n, 1, NULL, SYNC, 0); }
-SIM_EXPORT CUresult cuMemsetD8_v2_ptds(CUdeviceptr d, unsigned char uc, size_t n) { return set(d, uc, n, 1, NULL, SYNC, 1); }
-SIM_EXPORT CUresult cuMemsetD32_v2(CUdeviceptr d, unsigned int ui, size_t n) { return set(d, ui, n, 4, NULL, SYNC, 0); }
-SIM_EXPORT CUresult cuMemsetD32_v2_ptds(CUdeviceptr d, unsigned int ui, size_t n) { return set(d, ui, n, 4, NULL, SYNC, 1); }
-SIM_EXPORT CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char uc, size_t n, CUstream s) { return set(d, uc, n, 1, s, ASYNC, 0); }
-SIM_EXPORT CUresult cuMemsetD8Async_ptsz(CUdeviceptr d, unsigned char uc, size_t n, CUstream s) { return set(d, uc, n, 1, s, ASYNC, 1); }
-SIM_EXPORT CUresult cuMemsetD32Async(CUdeviceptr d, unsigned int ui, size_t n, CUstream s) { return set(d, ui, n, 4, s, ASYNC, 0); }
-SIM_EXPORT CUresult cuMemsetD32Async_ptsz(CUdeviceptr d, unsigned int ui, size_t n, CUstream s) { return set(d, ui, n, 4, s, ASYNC, 1); }
-SIM_EXPORT CUresult cuMemsetD16_v2(CUdeviceptr d, unsigned short us, size_t n) { return set(d, us, n, 2, NULL, SYNC, 0); }
-SIM_EXPORT CUresult cuMemsetD16_v2_ptds(CUdeviceptr d, unsigned short us, size_t n) { return set(d, us, n, 2, NULL, SYNC, 1); }
-SIM_EXPORT CUresult cuMemsetD16Async(CUdeviceptr d, unsigned short us, size_t n, CUstream s) { return set(d, us, n, 2, s, ASYNC, 0); }
-SIM_EXPORT CUresult cuMemsetD16Async_ptsz(CUdeviceptr d, unsigned short us, size_t n, CUstream s) { return set(d, us, n, 2, s, ASYNC, 1); }
+SIM_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char uc, size_t n) { SIM_GATE(); return set(d, uc, n, 1, NULL, SYNC, 0); }
+SIM_EXPORT CUresult cuMemsetD8_v2_ptds(CUdeviceptr d, unsigned char uc, size_t n) { SIM_GATE(); return set(d, uc, n, 1, NULL, SYNC, 1); }
+SIM_EXPORT CUresult cuMemsetD32_v2(CUdeviceptr d, unsigned int ui, size_t n) { SIM_GATE(); return set(d, ui, n, 4, NULL, SYNC, 0); }
+SIM_EXPORT CUresult cuMemsetD32_v2_ptds(CUdeviceptr d, unsigned int ui, size_t n) { SIM_GATE(); return set(d, ui, n, 4, NULL, SYNC, 1); }
+SIM_EXPORT CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char uc, size_t n, CUstream s) { SIM_GATE(); return set(d, uc, n, 1, s, ASYNC, 0); }
+SIM_EXPORT CUresult cuMemsetD8Async_ptsz(CUdeviceptr d, unsigned char uc, size_t n, CUstream s) { SIM_GATE(); return set(d, uc, n, 1, s, ASYNC, 1); }
+SIM_EXPORT CUresult cuMemsetD32Async(CUdeviceptr d, unsigned int ui, size_t n, CUstream s) { SIM_GATE(); return set(d, ui, n, 4, s, ASYNC, 0); }
+SIM_EXPORT CUresult cuMemsetD32Async_ptsz(CUdeviceptr d, unsigned int ui, size_t n, CUstream s) { SIM_GATE(); return set(d, ui, n, 4, s, ASYNC, 1); }
+SIM_EXPORT CUresult cuMemsetD16_v2(CUdeviceptr d, unsigned short us, size_t n) { SIM_GATE(); return set(d, us, n, 2, NULL, SYNC, 0); }
+SIM_EXPORT CUresult cuMemsetD16_v2_ptds(CUdeviceptr d, unsigned short us, size_t n) { SIM_GATE(); return set(d, us, n, 2, NULL, SYNC, 1); }
+SIM_EXPORT CUresult cuMemsetD16Async(CUdeviceptr d, unsigned short us, size_t n, CUstream s) { SIM_GATE(); return set(d, us, n, 2, s, ASYNC, 0); }
+SIM_EXPORT CUresult cuMemsetD16Async_ptsz(CUdeviceptr d, unsigned short us, size_t n, CUstream s) { SIM_GATE(); return set(d, us, n, 2, s, ASYNC, 1); }
 
 #define SET2D(name, type, width, sync, pt)                                                                      \
     SIM_EXPORT CUresult name(CUdeviceptr d, size_t pitch, type v, size_t w, size_t h)                           \

@@ -1502,6 +1502,41 @@ __attribute__((weak)) SIM_EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+__attribute__((weak)) SIM_EXPORT CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state)
+{
+    (void)pid;
+    (void)state;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
+{
+    (void)pid;
+    (void)args;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
+{
+    (void)pid;
+    (void)args;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
+{
+    (void)pid;
+    (void)args;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
+{
+    (void)pid;
+    (void)args;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 const struct fg_proc sim_procs[] = {
     {"cuInit", "cuInit", 2000, 0, (void *)cuInit},
     {"cuDriverGetVersion", "cuDriverGetVersion", 2020, 0, (void *)cuDriverGetVersion},
@@ -1693,6 +1728,11 @@ const struct fg_proc sim_procs[] = {
     {"cuGraphLaunch", "cuGraphLaunch_ptsz", 10000, 1, (void *)cuGraphLaunch_ptsz},
     {"cuGraphExecDestroy", "cuGraphExecDestroy", 10000, 0, (void *)cuGraphExecDestroy},
     {"cuGraphDestroy", "cuGraphDestroy", 10000, 0, (void *)cuGraphDestroy},
+    {"cuCheckpointProcessGetState", "cuCheckpointProcessGetState", 12080, 0, (void *)cuCheckpointProcessGetState},
+    {"cuCheckpointProcessLock", "cuCheckpointProcessLock", 12080, 0, (void *)cuCheckpointProcessLock},
+    {"cuCheckpointProcessCheckpoint", "cuCheckpointProcessCheckpoint", 12080, 0, (void *)cuCheckpointProcessCheckpoint},
+    {"cuCheckpointProcessRestore", "cuCheckpointProcessRestore", 12080, 0, (void *)cuCheckpointProcessRestore},
+    {"cuCheckpointProcessUnlock", "cuCheckpointProcessUnlock", 12080, 0, (void *)cuCheckpointProcessUnlock},
 };
 
 const int sim_nprocs = sizeof(sim_procs) / sizeof(sim_procs[0]);

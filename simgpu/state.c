@@ -73,7 +73,10 @@
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -381,15 +384,25 @@ static int32_t host_pid(void)
     return (int32_t)getpid();
 }
 
-/* Returns a dead process's memory to its devices (slot lock held). */
+static void ckpt_byte_lock(int i, short type);
+
+/* Returns a dead process's memory to its devices (slot lock held); what a
+ * checkpoint moved to its host memory died with it. A controller working
+ * on the slot finishes first. */
 static void reap_slot(struct sim_proc_state *p)
 {
+    int i = (int)(p - sim->procs);
+    ckpt_byte_lock(i, F_WRLCK);
     for (int d = 0; d < SIM_MAX_DEVICES; d++) {
         uint64_t b = __atomic_exchange_n(&p->used_bytes[d], 0, __ATOMIC_ACQ_REL);
         if (b)
             __atomic_fetch_sub(&sim->dev[d].used_bytes, b, __ATOMIC_ACQ_REL);
+        __atomic_store_n(&p->host_bytes[d], 0, __ATOMIC_RELEASE);
     }
+    __atomic_store_n(&p->ckpt_state, CU_PROCESS_STATE_RUNNING, __ATOMIC_RELEASE);
+    __atomic_store_n(&p->gated_calls, 0, __ATOMIC_RELEASE);
     __atomic_store_n(&p->pid, 0, __ATOMIC_RELEASE);
+    ckpt_byte_lock(i, F_UNLCK);
 }
 
 void sim_reap_dead(void)
@@ -422,8 +435,13 @@ static int claim_proc_slot(void)
                 continue;
             if (__atomic_load_n(&p->pid, __ATOMIC_ACQUIRE) != 0)
                 reap_slot(p);
-            /* A new incarnation: no lanes, no busy time, items of its own. */
+            /* A new incarnation: no lanes, no busy time, items of its own,
+             * running. */
             __atomic_store_n(&p->lanes, 0, __ATOMIC_RELEASE);
+            __atomic_store_n(&p->ckpt_state, CU_PROCESS_STATE_RUNNING, __ATOMIC_RELEASE);
+            __atomic_store_n(&p->gated_calls, 0, __ATOMIC_RELEASE);
+            for (int d = 0; d < SIM_MAX_DEVICES; d++)
+                __atomic_store_n(&p->host_bytes[d], 0, __ATOMIC_RELEASE);
             for (int d = 0; d < SIM_MAX_DEVICES; d++)
                 for (int b = 0; b < SIM_HIST_BUCKETS; b++)
                     __atomic_store_n(&p->busy[d][b].epoch, 0, __ATOMIC_RELEASE);
@@ -1421,4 +1439,243 @@ void sim_uuid(int dev, CUuuid *uuid)
                                            0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
     memcpy(uuid->bytes, base, 16);
     uuid->bytes[15] = (char)dev;
+}
+
+/* ---- process checkpointing ----
+ * A controller process locks, checkpoints, restores and unlocks another
+ * by its pid, as with the driver's checkpoint API. The target's state is
+ * its slot's ckpt_state. Its driver calls that touch the device pass a
+ * gate: counted in gated_calls while under way, and waiting (on a futex on
+ * the shared word, looked at again every 100 ms) while the state is not
+ * RUNNING. A lock waits until no call is under way and everything queued
+ * is done; a checkpoint moves the process's device memory off the device
+ * into host_bytes (the bytes themselves stay in its own memory, as the
+ * driver's host copy does); a restore reserves it again or fails as a full
+ * device does. A controller holds the slot's second byte while it changes
+ * the slot, and a reaper takes that byte too, so a target that dies
+ * meanwhile is reaped afterwards, whole. A process is its own controller
+ * of nothing: its own pid is not found (its slot's lock is its own). */
+
+static __thread int gate_depth; /* only a thread's outermost call is gated */
+
+static void futex_wait(uint32_t *word, uint32_t val)
+{
+    struct timespec ts = {0, 100000000};
+    syscall(SYS_futex, word, FUTEX_WAIT, val, &ts, NULL, 0);
+}
+
+static void futex_wake(uint32_t *word) { syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0); }
+
+/* Returns 1 + the slot counted in, or 0 when nothing was counted. */
+int sim_gate_enter(void)
+{
+    if (gate_depth++ || my_proc < 0)
+        return 0;
+    int i = my_proc;
+    struct sim_proc_state *p = &sim->procs[i];
+    for (;;) {
+        __atomic_fetch_add(&p->gated_calls, 1, __ATOMIC_SEQ_CST);
+        uint32_t st = __atomic_load_n(&p->ckpt_state, __ATOMIC_SEQ_CST);
+        if (st == CU_PROCESS_STATE_RUNNING)
+            return i + 1;
+        __atomic_fetch_sub(&p->gated_calls, 1, __ATOMIC_SEQ_CST);
+        futex_wait(&p->ckpt_state, st);
+    }
+}
+
+void sim_gate_leave(int *gate)
+{
+    if (*gate)
+        __atomic_fetch_sub(&sim->procs[*gate - 1].gated_calls, 1, __ATOMIC_SEQ_CST);
+    gate_depth--;
+}
+
+static off_t ckpt_byte(int i) { return (off_t)offsetof(struct sim_shared, procs[i]) + 1; }
+
+static void ckpt_byte_lock(int i, short type)
+{
+    struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = ckpt_byte(i), .l_len = 1};
+    while (fcntl(lock_fd, type == F_UNLCK ? F_OFD_SETLK : F_OFD_SETLKW, &fl) != 0 && errno == EINTR)
+        ;
+}
+
+/* The live slot of pid (another process's), or -1; *inc: its incarnation. */
+static int find_pid(int pid, uint32_t *inc)
+{
+    if (!sim || lock_fd < 0 || pid <= 0)
+        return -1;
+    for (int i = 0; i < SIM_MAX_PROCS; i++) {
+        struct sim_proc_state *p = &sim->procs[i];
+        if (__atomic_load_n(&p->pid, __ATOMIC_ACQUIRE) != pid)
+            continue;
+        *inc = __atomic_load_n(&p->inc, __ATOMIC_ACQUIRE);
+        if (fg_byte_held(lock_fd, (off_t)offsetof(struct sim_shared, procs[i])) &&
+            __atomic_load_n(&p->pid, __ATOMIC_ACQUIRE) == pid)
+            return i;
+    }
+    return -1;
+}
+
+/* Whether slot i is still incarnation inc of pid (ckpt byte held, or the
+ * answer may change at once). */
+static int same_proc(int i, int pid, uint32_t inc)
+{
+    struct sim_proc_state *p = &sim->procs[i];
+    return __atomic_load_n(&p->pid, __ATOMIC_ACQUIRE) == pid && __atomic_load_n(&p->inc, __ATOMIC_ACQUIRE) == inc &&
+           fg_byte_held(lock_fd, (off_t)offsetof(struct sim_shared, procs[i]));
+}
+
+/* Finds pid and takes its slot's ckpt byte; -1 (nothing held) if gone. */
+static int hold_pid(int pid, uint32_t *inc)
+{
+    int i = find_pid(pid, inc);
+    if (i < 0)
+        return -1;
+    ckpt_byte_lock(i, F_WRLCK);
+    if (same_proc(i, pid, *inc))
+        return i;
+    ckpt_byte_lock(i, F_UNLCK);
+    return -1;
+}
+
+CUresult sim_ckpt_state(int pid, CUprocessState *state)
+{
+    uint32_t inc;
+    if (!state)
+        return CUDA_ERROR_INVALID_VALUE;
+    int i = find_pid(pid, &inc);
+    if (i < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    *state = (CUprocessState)__atomic_load_n(&sim->procs[i].ckpt_state, __ATOMIC_ACQUIRE);
+    return CUDA_SUCCESS;
+}
+
+/* Whether slot i (incarnation inc) has run everything it queued, the
+ * schedule stepped to now. */
+static int drained(int i, uint32_t inc)
+{
+    sched_lock();
+    const struct sim_sched *S = advance();
+    int done = S->procs[i].inc == inc;
+    uint32_t lanes = __atomic_load_n(&sim->procs[i].lanes, __ATOMIC_ACQUIRE);
+    for (int l = 0; done && l < SIM_LANES; l++)
+        if (lanes >> l & 1)
+            done = S->procs[i].lanes[l].finished >= __atomic_load_n(&sim->lanes[i][l].head, __ATOMIC_ACQUIRE);
+    sched_unlock();
+    return done;
+}
+
+/* Locked, it waits (up to timeout_ms, 0: no limit) for its calls under way
+ * and its queued work; on timeout it runs again, as the driver leaves it. */
+CUresult sim_ckpt_lock(int pid, unsigned timeout_ms)
+{
+    uint32_t inc;
+    int i = hold_pid(pid, &inc);
+    if (i < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_proc_state *p = &sim->procs[i];
+    uint32_t running = CU_PROCESS_STATE_RUNNING;
+    int locked = __atomic_compare_exchange_n(&p->ckpt_state, &running, CU_PROCESS_STATE_LOCKED, 0, __ATOMIC_SEQ_CST,
+                                             __ATOMIC_SEQ_CST);
+    ckpt_byte_lock(i, F_UNLCK);
+    if (!locked)
+        return CUDA_ERROR_ILLEGAL_STATE;
+    /* Waited for without the byte: a target dying meanwhile is reaped. */
+    uint64_t start = wall_ns();
+    for (;;) {
+        if (!same_proc(i, pid, inc))
+            return CUDA_ERROR_INVALID_VALUE;
+        if (__atomic_load_n(&p->gated_calls, __ATOMIC_SEQ_CST) == 0 && drained(i, inc))
+            return CUDA_SUCCESS;
+        if (timeout_ms && wall_ns() - start >= (uint64_t)timeout_ms * 1000000ull)
+            break;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    ckpt_byte_lock(i, F_WRLCK);
+    if (same_proc(i, pid, inc)) {
+        __atomic_store_n(&p->ckpt_state, CU_PROCESS_STATE_RUNNING, __ATOMIC_SEQ_CST);
+        futex_wake(&p->ckpt_state);
+    }
+    ckpt_byte_lock(i, F_UNLCK);
+    return CUDA_ERROR_TIMEOUT;
+}
+
+CUresult sim_ckpt_checkpoint(int pid)
+{
+    uint32_t inc;
+    int i = hold_pid(pid, &inc);
+    if (i < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_proc_state *p = &sim->procs[i];
+    CUresult r = CUDA_ERROR_ILLEGAL_STATE;
+    if (__atomic_load_n(&p->ckpt_state, __ATOMIC_ACQUIRE) == CU_PROCESS_STATE_LOCKED) {
+        for (int d = 0; d < SIM_MAX_DEVICES; d++) {
+            uint64_t b = __atomic_exchange_n(&p->used_bytes[d], 0, __ATOMIC_ACQ_REL);
+            __atomic_fetch_add(&p->host_bytes[d], b, __ATOMIC_ACQ_REL);
+            __atomic_fetch_sub(&sim->dev[d].used_bytes, b, __ATOMIC_ACQ_REL);
+        }
+        __atomic_store_n(&p->ckpt_state, CU_PROCESS_STATE_CHECKPOINTED, __ATOMIC_SEQ_CST);
+        r = CUDA_SUCCESS;
+    }
+    ckpt_byte_lock(i, F_UNLCK);
+    return r;
+}
+
+/* Reserves bytes on device d for another process, as sim_mem_reserve. */
+static int reserve_on(int d, uint64_t bytes)
+{
+    uint64_t used = __atomic_load_n(&sim->dev[d].used_bytes, __ATOMIC_ACQUIRE);
+    while (used <= sim->cfg.mem_bytes && bytes <= sim->cfg.mem_bytes - used)
+        if (__atomic_compare_exchange_n(&sim->dev[d].used_bytes, &used, used + bytes, 1, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
+            return 0;
+    return -1;
+}
+
+/* Everything back on its own devices, or nothing (and still CHECKPOINTED). */
+CUresult sim_ckpt_restore(int pid)
+{
+    sim_reap_dead(); /* a dead process's memory may be the room it needs; not with a byte held */
+    uint32_t inc;
+    int i = hold_pid(pid, &inc);
+    if (i < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_proc_state *p = &sim->procs[i];
+    CUresult r = CUDA_ERROR_ILLEGAL_STATE;
+    if (__atomic_load_n(&p->ckpt_state, __ATOMIC_ACQUIRE) == CU_PROCESS_STATE_CHECKPOINTED) {
+        int d = 0;
+        for (; d < SIM_MAX_DEVICES; d++)
+            if (reserve_on(d, __atomic_load_n(&p->host_bytes[d], __ATOMIC_ACQUIRE)) != 0)
+                break;
+        if (d < SIM_MAX_DEVICES) {
+            while (d-- > 0)
+                __atomic_fetch_sub(&sim->dev[d].used_bytes, p->host_bytes[d], __ATOMIC_ACQ_REL);
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            for (d = 0; d < SIM_MAX_DEVICES; d++)
+                __atomic_fetch_add(&p->used_bytes[d], __atomic_exchange_n(&p->host_bytes[d], 0, __ATOMIC_ACQ_REL),
+                                   __ATOMIC_ACQ_REL);
+            __atomic_store_n(&p->ckpt_state, CU_PROCESS_STATE_LOCKED, __ATOMIC_SEQ_CST);
+            r = CUDA_SUCCESS;
+        }
+    }
+    ckpt_byte_lock(i, F_UNLCK);
+    return r;
+}
+
+CUresult sim_ckpt_unlock(int pid)
+{
+    uint32_t inc;
+    int i = hold_pid(pid, &inc);
+    if (i < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_proc_state *p = &sim->procs[i];
+    uint32_t locked = CU_PROCESS_STATE_LOCKED;
+    int ok = __atomic_compare_exchange_n(&p->ckpt_state, &locked, CU_PROCESS_STATE_RUNNING, 0, __ATOMIC_SEQ_CST,
+                                         __ATOMIC_SEQ_CST);
+    if (ok)
+        futex_wake(&p->ckpt_state);
+    ckpt_byte_lock(i, F_UNLCK);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_ILLEGAL_STATE;
 }

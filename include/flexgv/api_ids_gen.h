@@ -193,22 +193,27 @@ enum fg_api_id {
     FG_API_cuGraphLaunch_ptsz = 187,
     FG_API_cuGraphExecDestroy = 188,
     FG_API_cuGraphDestroy = 189,
-    FG_API_nvmlInit_v2 = 190,
-    FG_API_nvmlInitWithFlags = 191,
-    FG_API_nvmlShutdown = 192,
-    FG_API_nvmlDeviceGetCount_v2 = 193,
-    FG_API_nvmlDeviceGetHandleByIndex_v2 = 194,
-    FG_API_nvmlDeviceGetMemoryInfo = 195,
-    FG_API_nvmlDeviceGetMemoryInfo_v2 = 196,
-    FG_API_nvmlDeviceGetUtilizationRates = 197,
-    FG_API_nvmlDeviceGetComputeRunningProcesses_v3 = 198,
-    FG_API_nvmlDeviceGetGraphicsRunningProcesses_v3 = 199,
-    FG_API_nvmlDeviceGetMPSComputeRunningProcesses_v3 = 200,
-    FG_API_nvmlDeviceGetProcessUtilization = 201,
-    FG_NUM_APIS = 202
+    FG_API_cuCheckpointProcessGetState = 190,
+    FG_API_cuCheckpointProcessLock = 191,
+    FG_API_cuCheckpointProcessCheckpoint = 192,
+    FG_API_cuCheckpointProcessRestore = 193,
+    FG_API_cuCheckpointProcessUnlock = 194,
+    FG_API_nvmlInit_v2 = 195,
+    FG_API_nvmlInitWithFlags = 196,
+    FG_API_nvmlShutdown = 197,
+    FG_API_nvmlDeviceGetCount_v2 = 198,
+    FG_API_nvmlDeviceGetHandleByIndex_v2 = 199,
+    FG_API_nvmlDeviceGetMemoryInfo = 200,
+    FG_API_nvmlDeviceGetMemoryInfo_v2 = 201,
+    FG_API_nvmlDeviceGetUtilizationRates = 202,
+    FG_API_nvmlDeviceGetComputeRunningProcesses_v3 = 203,
+    FG_API_nvmlDeviceGetGraphicsRunningProcesses_v3 = 204,
+    FG_API_nvmlDeviceGetMPSComputeRunningProcesses_v3 = 205,
+    FG_API_nvmlDeviceGetProcessUtilization = 206,
+    FG_NUM_APIS = 207
 };
 
-#define FG_NUM_CUDA_APIS 190
-#define FG_API_HASH 0x715c1dda2f505e0fULL
+#define FG_NUM_CUDA_APIS 195
+#define FG_API_HASH 0xfeabf41a7c5d7490ULL
 
 #endif

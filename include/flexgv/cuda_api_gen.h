@@ -388,6 +388,16 @@ CUresult cuGraphExecDestroy(CUgraphExec hGraphExec);
 typedef CUresult (*fg_pfn_cuGraphExecDestroy)(CUgraphExec hGraphExec);
 CUresult cuGraphDestroy(CUgraph hGraph);
 typedef CUresult (*fg_pfn_cuGraphDestroy)(CUgraph hGraph);
+CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state);
+typedef CUresult (*fg_pfn_cuCheckpointProcessGetState)(int pid, CUprocessState *state);
+CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args);
+typedef CUresult (*fg_pfn_cuCheckpointProcessLock)(int pid, CUcheckpointLockArgs *args);
+CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args);
+typedef CUresult (*fg_pfn_cuCheckpointProcessCheckpoint)(int pid, CUcheckpointCheckpointArgs *args);
+CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args);
+typedef CUresult (*fg_pfn_cuCheckpointProcessRestore)(int pid, CUcheckpointRestoreArgs *args);
+CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args);
+typedef CUresult (*fg_pfn_cuCheckpointProcessUnlock)(int pid, CUcheckpointUnlockArgs *args);
 
 #ifdef __cplusplus
 }

@@ -433,6 +433,27 @@ typedef struct CUlaunchConfig_st {
     unsigned int numAttrs;
 } CUlaunchConfig;
 
+/* Process checkpointing (CUDA 12.8, driver 570): a controller process
+ * locks, checkpoints, restores and unlocks another process by its pid.
+ * Only the lock's arguments are read; the others, whose layout changed
+ * between releases, are passed as NULL. */
+typedef enum CUprocessState_enum {
+    CU_PROCESS_STATE_RUNNING = 0,
+    CU_PROCESS_STATE_LOCKED = 1,
+    CU_PROCESS_STATE_CHECKPOINTED = 2,
+    CU_PROCESS_STATE_FAILED = 3,
+} CUprocessState;
+
+typedef struct CUcheckpointLockArgs_st {
+    unsigned int timeoutMs;
+    unsigned int reserved0;
+    cuuint64_t reserved1[7];
+} CUcheckpointLockArgs;
+
+typedef struct CUcheckpointCheckpointArgs_st CUcheckpointCheckpointArgs;
+typedef struct CUcheckpointRestoreArgs_st CUcheckpointRestoreArgs;
+typedef struct CUcheckpointUnlockArgs_st CUcheckpointUnlockArgs;
+
 #define CU_EVENT_DEFAULT 0x0
 #define CU_EVENT_DISABLE_TIMING 0x2
 #define CU_STREAM_NON_BLOCKING 0x1

@@ -3,7 +3,7 @@
 package api
 
 // Hash identifies this ordered list; trace regions carry it.
-const Hash uint64 = 0x715c1dda2f505e0f
+const Hash uint64 = 0xfeabf41a7c5d7490
 
 // Names lists every hooked entry point, in hook-id order.
 var Names = []string{
@@ -197,6 +197,11 @@ var Names = []string{
 	"cuGraphLaunch_ptsz",
 	"cuGraphExecDestroy",
 	"cuGraphDestroy",
+	"cuCheckpointProcessGetState",
+	"cuCheckpointProcessLock",
+	"cuCheckpointProcessCheckpoint",
+	"cuCheckpointProcessRestore",
+	"cuCheckpointProcessUnlock",
 	"nvmlInit_v2",
 	"nvmlInitWithFlags",
 	"nvmlShutdown",

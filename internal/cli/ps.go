@@ -83,7 +83,11 @@ func printTenants(w io.Writer, infos []tenant.Info) error {
 			var pids []string
 			for _, p := range t.Procs {
 				if p.Used[d.Index] > 0 {
-					pids = append(pids, fmt.Sprintf("%d(%s)", p.Pid, tenant.FormatSize(p.Used[d.Index])))
+					state := ""
+					if p.Suspended {
+						state = " suspended"
+					}
+					pids = append(pids, fmt.Sprintf("%d(%s%s)", p.Pid, tenant.FormatSize(p.Used[d.Index]), state))
 				}
 			}
 			row := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", t.Name, deviceLabel(d), quota, tenant.FormatSize(d.Used),

@@ -83,7 +83,7 @@ func newRoot(stderr io.Writer) *cobra.Command {
 		c.Flags().StringVar(&g.driver, "driver", "", "CUDA driver library to load instead of libcuda.so.1")
 		root.AddCommand(c)
 	}
-	root.AddCommand(newPs(), newRm(), newUpdate(), newTop(), newBench(), newNode(), newDaemon(g), newMPSProbe(), newVersion())
+	root.AddCommand(newPs(), newRm(), newUpdate(), newSuspend(), newResume(), newTop(), newBench(), newNode(), newDaemon(g), newMPSProbe(), newVersion())
 	root.AddCommand(kubernetesCommands()...)
 	return root
 }

@@ -196,7 +196,7 @@ func (a *api) toProto(info tenant.Info, held bool) *flexgvv1.Tenant {
 		})
 	}
 	for _, p := range info.Procs {
-		t.Processes = append(t.Processes, &flexgvv1.TenantProcess{Pid: int32(p.Pid), UsedBytes: p.Used})
+		t.Processes = append(t.Processes, &flexgvv1.TenantProcess{Pid: int32(p.Pid), UsedBytes: p.Used, Suspended: p.Suspended})
 	}
 	return t
 }

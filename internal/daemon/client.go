@@ -75,7 +75,7 @@ func Info(t *flexgvv1.Tenant) tenant.Info {
 			CtxMeasured: d.ContextBytes, ComputeMax: d.ComputeMax, Share: d.ComputeShare, Refused: d.Refused}
 	}
 	for i, p := range t.Processes {
-		info.Procs[i] = tenant.Proc{Pid: int(p.Pid), Used: p.UsedBytes}
+		info.Procs[i] = tenant.Proc{Pid: int(p.Pid), Used: p.UsedBytes, Suspended: p.Suspended}
 	}
 	return info
 }

@@ -5,7 +5,7 @@ package tenant
 // Constants of the region shared with the shim.
 const (
 	TenantMagic   = 0x544e4e5447584c46
-	TenantVersion = 0x8
+	TenantVersion = 0x9
 	MaxDevices    = 0x10
 	SlotFree      = 0x0
 	SlotClaimed   = 0x1
@@ -45,7 +45,7 @@ type Slot struct {
 	State      uint32     `c:"state"`
 	Pid        int32      `c:"pid"`
 	NvmlPid    uint32     `c:"nvml_pid"`
-	Pad        uint32     `c:"pad"`
+	Suspended  uint32     `c:"suspended"`
 	ClaimedNs  uint64     `c:"claimed_ns"`
 	Used       [16]uint64 `c:"used"`
 	Unmodelled [16]uint64 `c:"unmodelled"`

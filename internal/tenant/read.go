@@ -54,6 +54,11 @@ type DeviceUse struct {
 type Proc struct {
 	Pid  int      `json:"pid"`  // in the process's own PID namespace
 	Used []uint64 `json:"used"` // bytes per device entry
+	// Held checkpointed by flexgv suspend: its memory is off the GPU.
+	Suspended bool `json:"suspended,omitempty"`
+	// Its pid as NVML and the driver's checkpoint API know it (0: not
+	// learnt yet); read from the file only, the daemon does not send it.
+	NvmlPid int `json:"-"`
 }
 
 // List reads every tenant in dir, after removing those without a member.
@@ -126,7 +131,7 @@ func Read(p string) (Info, error) {
 		}
 		// What it charged, and what the driver's own count showed it
 		// holding beyond that: its usage is the larger.
-		proc := Proc{Pid: int(s.Pid), Used: make([]uint64, len(h.devices))}
+		proc := Proc{Pid: int(s.Pid), Used: make([]uint64, len(h.devices)), Suspended: s.Suspended != 0, NvmlPid: int(s.NvmlPid)}
 		for d := range proc.Used {
 			proc.Used[d] = addSat(s.Used[d], s.Unmodelled[d])
 		}

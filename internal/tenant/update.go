@@ -9,6 +9,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/flexgv/flexgv/internal/liveness"
 )
 
 // SetCompute changes the compute part of tenant name in dir, live: each
@@ -67,4 +69,62 @@ func SetCompute(dir, name string, devs []DeviceQuota, priority, sm uint32) error
 	atomic.StoreUint32(&hdr.Priority, priority)
 	atomic.StoreUint32(&hdr.SM, sm)
 	return nil
+}
+
+// SetSuspended marks the live process pid of tenant name in dir (by its
+// own pid or the one NVML knows it by) as held checkpointed by flexgv
+// suspend, or no longer. The mark lives in the process's slot, so it goes
+// with the process: a new one claiming the slot starts unmarked.
+func SetSuspended(dir, name string, pid int, suspended bool) error {
+	if err := CheckName(name); err != nil {
+		return err
+	}
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	p := path(dir, name)
+	st, err := os.Lstat(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("no tenant %s", name)
+	}
+	if err != nil {
+		return err
+	}
+	if err := checkOwner(name, st); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(p, os.O_RDWR|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return fmt.Errorf("tenant %s: %w", name, err)
+	}
+	defer f.Close()
+	h, err := readHeader(f, p)
+	if err != nil {
+		return err
+	}
+	size := headerSize + int64(h.slots)*slotSize
+	mem, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("tenant %s: %w", name, err)
+	}
+	defer unix.Munmap(mem)
+	var flag uint32
+	if suspended {
+		flag = 1
+	}
+	for i := 0; i < h.slots; i++ {
+		s := (*Slot)(unsafe.Pointer(&mem[headerSize+int64(i)*slotSize]))
+		if atomic.LoadUint32(&s.State) != SlotClaimed ||
+			(int(atomic.LoadInt32(&s.Pid)) != pid && int(atomic.LoadUint32(&s.NvmlPid)) != pid) {
+			continue
+		}
+		if live, err := liveness.Held(f, headerSize+int64(i)*slotSize, 1); err != nil || !live {
+			continue
+		}
+		atomic.StoreUint32(&s.Suspended, flag)
+		return nil
+	}
+	return fmt.Errorf("tenant %s has no live process %d", name, pid)
 }

@@ -48,3 +48,41 @@ func TestSetCompute(t *testing.T) {
 		t.Errorf("a refused change changed the file: %+v", info)
 	}
 }
+
+// The suspended mark goes on the live process named by either of its
+// pids, and on no dead one.
+func TestSetSuspended(t *testing.T) {
+	dir := t.TempDir()
+	a, err := Acquire(dir, Spec{Name: "g", Devices: oneGiB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release()
+	writeSlot(t, a.Path, 0, Slot{State: SlotClaimed, Pid: 11, NvmlPid: 5011, Used: [MaxDevices]uint64{7}})
+	writeSlot(t, a.Path, 1, Slot{State: SlotClaimed, Pid: 12, Used: [MaxDevices]uint64{7}}) // dead: not locked
+	defer lockSlot(t, a.Path, 0).Close()
+	if err := SetSuspended(dir, "g", 5011, true); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := Read(a.Path); err != nil || len(info.Procs) != 1 || !info.Procs[0].Suspended || info.Procs[0].NvmlPid != 5011 {
+		t.Fatalf("after marking 5011: %+v %v", info, err)
+	}
+	if err := SetSuspended(dir, "g", 11, false); err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := Read(a.Path); info.Procs[0].Suspended {
+		t.Errorf("after unmarking 11: %+v", info)
+	}
+	for _, c := range []struct {
+		name string
+		pid  int
+		msg  string
+	}{
+		{"g", 12, "tenant g has no live process 12"},
+		{"nope", 11, "no tenant nope"},
+	} {
+		if err := SetSuspended(dir, c.name, c.pid, true); err == nil || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("SetSuspended(%s, %d): %v, want %q", c.name, c.pid, err, c.msg)
+		}
+	}
+}

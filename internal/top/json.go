@@ -38,6 +38,7 @@ type jsonTenant struct {
 	Quota       uint64   `json:"quota"`
 	Used        uint64   `json:"used"`
 	Procs       int      `json:"processes"`
+	Suspended   bool     `json:"suspended,omitempty"`
 	Scheduled   bool     `json:"scheduled"` // the counters below are known
 	HeldNs      uint64   `json:"held_ns"`
 	WaitedNs    uint64   `json:"waited_ns"`
@@ -69,7 +70,7 @@ func WriteJSON(w io.Writer, prev *Snapshot, cur Snapshot) error {
 		for _, t := range g.Tenants {
 			r := rates(prev, g.UUID, t, cur.At)
 			jg.Tenants = append(jg.Tenants, jsonTenant{Name: t.Name, Share: t.Policy.Share, Cap: t.Policy.Cap,
-				Priority: t.Policy.Priority, SM: t.SM, Quota: t.Quota, Used: t.Used, Procs: t.Procs, Scheduled: t.Scheduled,
+				Priority: t.Policy.Priority, SM: t.SM, Quota: t.Quota, Used: t.Used, Procs: t.Procs, Suspended: t.Suspended, Scheduled: t.Scheduled,
 				HeldNs: t.HeldNs, WaitedNs: t.WaitedNs, Preemptions: t.Preemptions, Holder: t.Holder,
 				Achieved: known(r.Achieved), Throttled: known(r.Throttled)})
 		}

@@ -126,6 +126,9 @@ func Render(prev *Snapshot, cur Snapshot) string {
 			if t.Holder {
 				name += " *"
 			}
+			if t.Suspended {
+				name += " (suspended)"
+			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", name, share, achieved, pct(r.Achieved), limit,
 				sched.PriorityName(t.Policy.Priority), sms, mem, t.Procs, throttled, preempted)
 		}

@@ -46,6 +46,7 @@ type Tenant struct {
 	Holder      bool   // it holds the GPU now
 	Quota, Used uint64 // memory
 	Procs       int    // its processes on the GPU
+	Suspended   bool   // flexgv suspend holds its processes off the GPU
 	SM          uint32 // percentage of the SMs under MPS; 0: all
 }
 
@@ -121,6 +122,7 @@ func (s Source) Read() (Snapshot, error) {
 			for _, p := range in.Procs {
 				if p.Used[d.Index] > 0 {
 					procs++
+					t.Suspended = t.Suspended || p.Suspended
 				}
 			}
 			// Processes that hold memory there and those taking turns are

@@ -2545,6 +2545,41 @@ FGR_EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state)
+{
+    (void)pid;
+    (void)state;
+    return fgr_unsupported(3, "cuCheckpointProcessGetState", NULL);
+}
+
+FGR_EXPORT CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
+{
+    (void)pid;
+    (void)args;
+    return fgr_unsupported(4, "cuCheckpointProcessLock", NULL);
+}
+
+FGR_EXPORT CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
+{
+    (void)pid;
+    (void)args;
+    return fgr_unsupported(5, "cuCheckpointProcessCheckpoint", NULL);
+}
+
+FGR_EXPORT CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
+{
+    (void)pid;
+    (void)args;
+    return fgr_unsupported(6, "cuCheckpointProcessRestore", NULL);
+}
+
+FGR_EXPORT CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
+{
+    (void)pid;
+    (void)args;
+    return fgr_unsupported(7, "cuCheckpointProcessUnlock", NULL);
+}
+
 FGR_EXPORT CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
 {
     CUresult fgr_r;
@@ -3726,7 +3761,7 @@ FGR_EXPORT CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *optio
     (void)options;
     (void)optionValues;
     (void)stateOut;
-    return fgr_unsupported(3, "cuLinkCreate_v2", NULL);
+    return fgr_unsupported(8, "cuLinkCreate_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues)
@@ -3739,7 +3774,7 @@ FGR_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, voi
     (void)numOptions;
     (void)options;
     (void)optionValues;
-    return fgr_unsupported(4, "cuLinkAddData_v2", NULL);
+    return fgr_unsupported(9, "cuLinkAddData_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char *path, unsigned int numOptions, CUjit_option *options, void **optionValues)
@@ -3750,7 +3785,7 @@ FGR_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, con
     (void)numOptions;
     (void)options;
     (void)optionValues;
-    return fgr_unsupported(5, "cuLinkAddFile_v2", NULL);
+    return fgr_unsupported(10, "cuLinkAddFile_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut)
@@ -3758,13 +3793,13 @@ FGR_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *s
     (void)state;
     (void)cubinOut;
     (void)sizeOut;
-    return fgr_unsupported(6, "cuLinkComplete", NULL);
+    return fgr_unsupported(11, "cuLinkComplete", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkDestroy(CUlinkState state)
 {
     (void)state;
-    return fgr_unsupported(7, "cuLinkDestroy", NULL);
+    return fgr_unsupported(12, "cuLinkDestroy", NULL);
 }
 
 FGR_EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
@@ -4336,7 +4371,7 @@ FGR_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph h
     return fgr_end(&fgr_c);
 }
 
-const int fgr_nunsupported = 8;
+const int fgr_nunsupported = 13;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -4847,6 +4882,11 @@ const struct fg_proc fgr_procs[] = {
     {"cuGraphLaunch", "cuGraphLaunch_ptsz", 10000, 1, (void *)cuGraphLaunch_ptsz},
     {"cuGraphExecDestroy", "cuGraphExecDestroy", 10000, 0, (void *)cuGraphExecDestroy},
     {"cuGraphDestroy", "cuGraphDestroy", 10000, 0, (void *)cuGraphDestroy},
+    {"cuCheckpointProcessGetState", "cuCheckpointProcessGetState", 12080, 0, (void *)cuCheckpointProcessGetState},
+    {"cuCheckpointProcessLock", "cuCheckpointProcessLock", 12080, 0, (void *)cuCheckpointProcessLock},
+    {"cuCheckpointProcessCheckpoint", "cuCheckpointProcessCheckpoint", 12080, 0, (void *)cuCheckpointProcessCheckpoint},
+    {"cuCheckpointProcessRestore", "cuCheckpointProcessRestore", 12080, 0, (void *)cuCheckpointProcessRestore},
+    {"cuCheckpointProcessUnlock", "cuCheckpointProcessUnlock", 12080, 0, (void *)cuCheckpointProcessUnlock},
     {"cuDeviceGetPCIBusId", "cuDeviceGetPCIBusId", 4010, 0, (void *)cuDeviceGetPCIBusId},
     {"cuDeviceGetByPCIBusId", "cuDeviceGetByPCIBusId", 4010, 0, (void *)cuDeviceGetByPCIBusId},
     {"cuDeviceCanAccessPeer", "cuDeviceCanAccessPeer", 4000, 0, (void *)cuDeviceCanAccessPeer},

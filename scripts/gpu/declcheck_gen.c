@@ -382,5 +382,15 @@ typedef CUresult (CUDAAPI *fg_sig_cuGraphExecDestroy)(CUgraphExec hGraphExec);
 SAME(fg_sig_cuGraphExecDestroy, PFN_cuGraphExecDestroy_v10000);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphDestroy)(CUgraph hGraph);
 SAME(fg_sig_cuGraphDestroy, PFN_cuGraphDestroy_v10000);
+typedef CUresult (CUDAAPI *fg_sig_cuCheckpointProcessGetState)(int pid, CUprocessState *state);
+SAME(fg_sig_cuCheckpointProcessGetState, PFN_cuCheckpointProcessGetState_v12080);
+typedef CUresult (CUDAAPI *fg_sig_cuCheckpointProcessLock)(int pid, CUcheckpointLockArgs *args);
+SAME(fg_sig_cuCheckpointProcessLock, PFN_cuCheckpointProcessLock_v12080);
+typedef CUresult (CUDAAPI *fg_sig_cuCheckpointProcessCheckpoint)(int pid, CUcheckpointCheckpointArgs *args);
+SAME(fg_sig_cuCheckpointProcessCheckpoint, PFN_cuCheckpointProcessCheckpoint_v12080);
+typedef CUresult (CUDAAPI *fg_sig_cuCheckpointProcessRestore)(int pid, CUcheckpointRestoreArgs *args);
+SAME(fg_sig_cuCheckpointProcessRestore, PFN_cuCheckpointProcessRestore_v12080);
+typedef CUresult (CUDAAPI *fg_sig_cuCheckpointProcessUnlock)(int pid, CUcheckpointUnlockArgs *args);
+SAME(fg_sig_cuCheckpointProcessUnlock, PFN_cuCheckpointProcessUnlock_v12080);
 
 int main(void) { return 0; }

@@ -120,7 +120,7 @@ var tenantLayout = []structSpec{
 		{"state", "State", "uint32", 0, "SlotFree or SlotClaimed (atomic)"},
 		{"pid", "Pid", "int32", 0, "the claimer's pid in its own PID namespace"},
 		{"nvml_pid", "NvmlPid", "uint32", 0, "its pid as NVML reports it, once learnt (0: not yet; atomic)"},
-		{"pad", "Pad", "uint32", 0, ""},
+		{"suspended", "Suspended", "uint32", 0, "1 while flexgv suspend holds the process checkpointed (atomic; 0 at each claim)"},
 		{"claimed_ns", "ClaimedNs", "uint64", 0, "CLOCK_REALTIME at claim"},
 		{"used", "Used", "uint64", maxDevices, "bytes held per device entry"},
 		{"unmodelled", "Unmodelled", "uint64", maxDevices, "bytes the driver's own count (NVML) showed it holding beyond used, when last read (atomic); its usage is used plus this"},
@@ -129,7 +129,7 @@ var tenantLayout = []structSpec{
 
 var tenantConsts = []constSpec{
 	{"FG_TENANT_MAGIC", "TenantMagic", 0x544e4e5447584c46}, // "FLXGTNNT" little-endian
-	{"FG_TENANT_VERSION", "TenantVersion", 8},
+	{"FG_TENANT_VERSION", "TenantVersion", 9},
 	{"FG_MAX_DEVICES", "MaxDevices", maxDevices},
 	{"FG_TENANT_SLOT_FREE", "SlotFree", 0},
 	{"FG_TENANT_SLOT_CLAIMED", "SlotClaimed", 1},

@@ -792,7 +792,9 @@ type TenantProcess struct {
 	// In the process's own PID namespace.
 	Pid int32 `protobuf:"varint,1,opt,name=pid,proto3" json:"pid,omitempty"`
 	// Per device entry.
-	UsedBytes     []uint64 `protobuf:"varint,2,rep,packed,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	UsedBytes []uint64 `protobuf:"varint,2,rep,packed,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	// Held checkpointed by flexgv suspend: its memory is off the GPU.
+	Suspended     bool `protobuf:"varint,3,opt,name=suspended,proto3" json:"suspended,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -839,6 +841,13 @@ func (x *TenantProcess) GetUsedBytes() []uint64 {
 		return x.UsedBytes
 	}
 	return nil
+}
+
+func (x *TenantProcess) GetSuspended() bool {
+	if x != nil {
+		return x.Suspended
+	}
+	return false
 }
 
 type ListDevicesRequest struct {
@@ -1108,11 +1117,12 @@ const file_flexgv_v1_daemon_proto_rawDesc = "" +
 	"\vcompute_max\x18\x06 \x01(\rR\n" +
 	"computeMax\x12#\n" +
 	"\rcompute_share\x18\a \x01(\rR\fcomputeShare\x12\x18\n" +
-	"\arefused\x18\b \x01(\x04R\arefused\"@\n" +
+	"\arefused\x18\b \x01(\x04R\arefused\"^\n" +
 	"\rTenantProcess\x12\x10\n" +
 	"\x03pid\x18\x01 \x01(\x05R\x03pid\x12\x1d\n" +
 	"\n" +
-	"used_bytes\x18\x02 \x03(\x04R\tusedBytes\"\x14\n" +
+	"used_bytes\x18\x02 \x03(\x04R\tusedBytes\x12\x1c\n" +
+	"\tsuspended\x18\x03 \x01(\bR\tsuspended\"\x14\n" +
 	"\x12ListDevicesRequest\"a\n" +
 	"\x13ListDevicesResponse\x12+\n" +
 	"\adevices\x18\x01 \x03(\v2\x11.flexgv.v1.DeviceR\adevices\x12\x1d\n" +

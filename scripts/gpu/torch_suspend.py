@@ -1,0 +1,63 @@
+"""Deterministic PyTorch training beside a ballast of device memory, for
+flexgv suspend (scripts/gpu-e2e.sh suspend).
+
+    python3 torch_suspend.py STEPS HOLD_GIB PROGRESS_FILE
+
+Fills HOLD_GIB GiB of device memory with a known pattern, then trains the
+conv-net of torch_train.py for STEPS steps, appending "STEP TIME" to
+PROGRESS_FILE every 10 steps (TIME: time.time() once the step is done).
+Prints one JSON line: every step's loss as an exact hex float, whether the
+ballast still holds its pattern, and the longest time between progress
+lines (a suspension shows there).
+"""
+import json
+import sys
+import time
+
+import torch
+import torch.nn as nn
+
+MIB = 1 << 20
+
+
+def main():
+    steps, hold_gib, progress = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    torch.manual_seed(0)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    torch.use_deterministic_algorithms(True)
+    dev = torch.device("cuda")
+    block = (torch.arange(MIB, device=dev) % 251).to(torch.uint8)
+    ballast = block.repeat(hold_gib * 1024).view(hold_gib * 1024, MIB)
+    model = nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+        nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(),
+        nn.AvgPool2d(8), nn.Flatten(), nn.Linear(64 * 16, 10),
+    ).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    x = torch.randn(64, 3, 32, 32, generator=torch.Generator().manual_seed(1)).to(dev)
+    y = torch.randint(0, 10, (64,), generator=torch.Generator().manual_seed(2)).to(dev)
+    loss_fn = nn.CrossEntropyLoss()
+    losses = []
+    stamps = []
+    with open(progress, "a") as f:
+        for i in range(steps):
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+            if i % 10 == 0:
+                torch.cuda.synchronize()
+                stamps.append(time.time())
+                f.write(f"{i} {stamps[-1]:.6f}\n")
+                f.flush()
+    torch.cuda.synchronize()
+    intact = all(bool((ballast[i:i + 256] == block).all()) for i in range(0, ballast.shape[0], 256))
+    gap = max((b - a for a, b in zip(stamps, stamps[1:])), default=0.0)
+    print(json.dumps({"losses": [float(v).hex() for v in torch.stack(losses).tolist()], "ballast_intact": intact,
+                      "ballast_bytes": ballast.numel(), "max_gap_s": gap}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+/* A checkpoint controller, as NVIDIA's cuda-checkpoint is, for tests of
+ * the driver's process checkpoint API:
+ *     ckptctl PID OP...
+ * OP: state, lock, lock:MS (a timeout), checkpoint, restore, unlock.
+ * Prints one line per OP: "OP RESULT", and for state the state's number. */
+#include "common.h"
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: ckptctl PID OP...\n");
+        return 2;
+    }
+    int pid = atoi(argv[1]);
+    CHECK(cuInit(0));
+    for (int i = 2; i < argc; i++) {
+        const char *op = argv[i];
+        CUresult r;
+        if (!strcmp(op, "state")) {
+            CUprocessState st = CU_PROCESS_STATE_FAILED;
+            r = cuCheckpointProcessGetState(pid, &st);
+            printf("state %s %d\n", result_name(r), r == CUDA_SUCCESS ? (int)st : -1);
+            continue;
+        }
+        if (!strncmp(op, "lock", 4)) {
+            CUcheckpointLockArgs a = {0};
+            a.timeoutMs = op[4] == ':' ? (unsigned)atoi(op + 5) : 0;
+            r = cuCheckpointProcessLock(pid, op[4] == ':' ? &a : NULL);
+        } else if (!strcmp(op, "checkpoint")) {
+            r = cuCheckpointProcessCheckpoint(pid, NULL);
+        } else if (!strcmp(op, "restore")) {
+            r = cuCheckpointProcessRestore(pid, NULL);
+        } else if (!strcmp(op, "unlock")) {
+            r = cuCheckpointProcessUnlock(pid, NULL);
+        } else {
+            fprintf(stderr, "ckptctl: unknown operation %s\n", op);
+            return 2;
+        }
+        printf("%s %s\n", op, result_name(r));
+    }
+    return 0;
+}

@@ -1,0 +1,328 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/flexgv/flexgv/internal/tenant"
+)
+
+// stepper is a suspendee under flexgv run: each step launches a kernel,
+// synchronizes an event and reads its memory back.
+type stepper struct {
+	p     *proc
+	lines chan string
+	n     int
+}
+
+// startStepper starts it under flexgv run with args, or alone without.
+func (e *env) startStepper(t *testing.T, args ...string) *stepper {
+	t.Helper()
+	var p *proc
+	if len(args) > 0 {
+		p = e.spawn(t, "flexgv", append(append([]string{"run"}, args...), "--", bin("suspendee"), "64")...)
+	} else {
+		p = e.spawn(t, "suspendee", "64")
+	}
+	s := &stepper{p: p, lines: make(chan string, 64)}
+	go func() {
+		for p.lines.Scan() {
+			s.lines <- p.lines.Text()
+		}
+		close(s.lines)
+	}()
+	s.expect(t, "ready")
+	return s
+}
+
+// hang is how long a step may take before the test calls it stuck: far
+// beyond what a step takes on a loaded machine, only so a hang fails.
+const hang = 2 * time.Minute
+
+func (s *stepper) expect(t *testing.T, want string) {
+	t.Helper()
+	select {
+	case l, ok := <-s.lines:
+		if !ok || l != want {
+			t.Fatalf("suspendee printed %q (still running: %v), want %q", l, ok, want)
+		}
+	case <-time.After(hang):
+		t.Fatalf("suspendee printed nothing for %v, want %q", hang, want)
+	}
+}
+
+// step asks for a step and waits until the program is inside its calls.
+func (s *stepper) step(t *testing.T) {
+	t.Helper()
+	s.n++
+	fmt.Fprintln(s.p.stdin, "step")
+	s.expect(t, "calling")
+}
+
+func (s *stepper) done(t *testing.T) {
+	t.Helper()
+	s.expect(t, fmt.Sprintf("step %d ok", s.n))
+}
+
+// nvmlMiB is what NVML says of device 0: memory used, and the processes
+// holding memory there ("pid:MiB ...", "none").
+func nvmlMiB(t *testing.T, e *env) (used uint64, procs string) {
+	t.Helper()
+	var nodes []struct {
+		Used uint64 `json:"memory_used"`
+	}
+	r := e.run("flexgv", "node", "--json")
+	if err := json.Unmarshal([]byte(r.stdout), &nodes); err != nil || len(nodes) != 1 {
+		t.Fatalf("flexgv node --json: %v %+v", err, r)
+	}
+	p := e.run("nvmlprocs")
+	for _, l := range strings.Split(p.stdout, "\n") {
+		if rest, ok := strings.CutPrefix(l, "processes: "); ok {
+			return nodes[0].Used >> 20, rest
+		}
+	}
+	t.Fatalf("nvmlprocs: %+v", p)
+	return 0, ""
+}
+
+func tenantInfo(t *testing.T, e *env, name string) tenant.Info {
+	t.Helper()
+	var infos []tenant.Info
+	r := e.run("flexgv", "ps", "--json")
+	if err := json.Unmarshal([]byte(r.stdout), &infos); err != nil {
+		t.Fatalf("flexgv ps --json: %v %+v", err, r)
+	}
+	for _, in := range infos {
+		if in.Name == name {
+			return in
+		}
+	}
+	t.Fatalf("no tenant %s in flexgv ps: %s", name, r.stdout)
+	return tenant.Info{}
+}
+
+func TestSuspendTakesATenantOffTheGPUAndResumeBringsItBack(t *testing.T) {
+	e := quotaEnv(t)
+	e.startDaemon(t) // flexgv ps asks it: the mark travels through its API
+	s := e.startStepper(t, "--group", "g", "--mem", "2GiB")
+	s.step(t)
+	s.done(t)
+	pid := tenantInfo(t, e, "g").Procs[0].Pid
+	if used, procs := nvmlMiB(t, e); used != 128 || procs != fmt.Sprintf("%d:128MiB", pid) {
+		t.Fatalf("before: NVML shows %d MiB used, processes %s; want 128 (64 MiB and its context)", used, procs)
+	}
+
+	r := e.run("flexgv", "suspend", "g")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "suspended tenant g: 1 process, 128MiB off the GPU in ") {
+		t.Fatalf("flexgv suspend g: %+v", r)
+	}
+	if used, procs := nvmlMiB(t, e); used != 0 || procs != "none" {
+		t.Errorf("suspended: NVML shows %d MiB used, processes %s; want none", used, procs)
+	}
+	if ps := e.run("flexgv", "ps"); !strings.Contains(ps.stdout, fmt.Sprintf("%d(128MiB suspended)", pid)) {
+		t.Errorf("flexgv ps does not show the tenant suspended:\n%s", ps.stdout)
+	}
+	if top := e.run("flexgv", "top", "--once"); !strings.Contains(top.stdout, "g (suspended)") {
+		t.Errorf("flexgv top does not show the tenant suspended:\n%s", top.stdout)
+	}
+	// Its next calls block: the step goes no further while it is suspended
+	// (the driver holds it until resume, however long the test looks).
+	s.step(t)
+	select {
+	case l := <-s.lines:
+		t.Fatalf("suspended, the program went on: %q", l)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if r := e.run("flexgv", "suspend", "g"); r.code != 1 || r.stderr != "flexgv suspend: tenant g is already suspended (flexgv resume g brings it back)\n" {
+		t.Errorf("suspending twice: %+v", r)
+	}
+
+	r = e.run("flexgv", "resume", "g")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "resumed tenant g: 1 process, 128MiB back on the GPU in ") {
+		t.Fatalf("flexgv resume g: %+v", r)
+	}
+	s.done(t) // every byte read back as written before the suspend
+	if used, procs := nvmlMiB(t, e); used != 128 || procs != fmt.Sprintf("%d:128MiB", pid) {
+		t.Errorf("resumed: NVML shows %d MiB used, processes %s; want 128 again", used, procs)
+	}
+	if tenantInfo(t, e, "g").Procs[0].Suspended {
+		t.Error("flexgv ps --json still says suspended after resume")
+	}
+	s.step(t)
+	s.done(t)
+	if r := e.run("flexgv", "resume", "g"); r.code != 1 || r.stderr != "flexgv resume: tenant g is not suspended\n" {
+		t.Errorf("resuming a running tenant: %+v", r)
+	}
+}
+
+// A suspend killed half-way leaves processes locked, or checkpointed,
+// without its mark in the tenant file: resume asks the driver, and
+// brings them back all the same.
+func TestResumeFinishesWhatAKilledSuspendLeft(t *testing.T) {
+	e := quotaEnv(t)
+	s := e.startStepper(t, "--group", "g", "--mem", "2GiB")
+	pid := tenantInfo(t, e, "g").Procs[0].Pid
+	for _, ops := range [][]string{{"lock"}, {"lock", "checkpoint"}} {
+		e.ckpt(t, pid, ops...)
+		if r := e.run("flexgv", "suspend", "g"); r.code != 1 || !strings.Contains(r.stderr, "another checkpoint tool holds it") {
+			t.Errorf("suspending what is %v already: %+v", ops, r)
+		}
+		r := e.run("flexgv", "resume", "g")
+		if r.code != 0 || !strings.HasPrefix(r.stdout, "resumed tenant g: 1 process, ") {
+			t.Fatalf("resume after %v: %+v", ops, r)
+		}
+		s.step(t)
+		s.done(t)
+	}
+}
+
+func TestResumeRefusedWhileTheGPUIsTooFull(t *testing.T) {
+	e := quotaEnv(t)
+	s := e.startStepper(t, "--group", "g", "--mem", "2GiB")
+	if r := e.run("flexgv", "suspend", "g"); r.code != 0 {
+		t.Fatalf("flexgv suspend g: %+v", r)
+	}
+	// Another program takes what the suspend freed, and more: 15 GiB of 16
+	// and its context leave less than g's quota.
+	stop := e.start(t, "holder", "15360")
+	r := e.run("flexgv", "resume", "g")
+	want := "flexgv resume: tenant g stays suspended: GPU 0 (" + simUUID0 + ") has 960MiB free, the tenant needs 2GiB (its quota)\n"
+	if r.code != 1 || r.stderr != want {
+		t.Fatalf("resume with 960 MiB free: %+v\nwant %q", r, want)
+	}
+	if !tenantInfo(t, e, "g").Procs[0].Suspended {
+		t.Error("a refused resume left the tenant marked running")
+	}
+	stop()
+	if r := e.run("flexgv", "resume", "g"); r.code != 0 {
+		t.Fatalf("resume once the GPU has room: %+v", r)
+	}
+	s.step(t)
+	s.done(t)
+}
+
+func TestSuspendRefusesWhatItCannotSuspend(t *testing.T) {
+	e := quotaEnv(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"suspend", "nosuch"}, "flexgv suspend: no tenant nosuch (flexgv ps lists them)\n"},
+		{[]string{"resume", "nosuch"}, "flexgv resume: no tenant nosuch (flexgv ps lists them)\n"},
+	} {
+		if r := e.run("flexgv", c.args...); r.code != 1 || r.stderr != c.want {
+			t.Errorf("flexgv %v: %+v, want %q", c.args, r, c.want)
+		}
+	}
+	// A group the node daemon holds outlives its runs: none of it is left
+	// to suspend.
+	e.startDaemon(t)
+	if r := e.run("flexgv", "run", "--group", "idle", "--mem", "1GiB", "--", "true"); r.code != 0 {
+		t.Fatalf("a run in the group: %+v", r)
+	}
+	if r := e.run("flexgv", "suspend", "idle"); r.code != 1 || r.stderr != "flexgv suspend: tenant idle has no processes\n" {
+		t.Errorf("suspending a tenant without processes: %+v", r)
+	}
+	if r := e.run("flexgv", "suspend"); r.code != 2 {
+		t.Errorf("flexgv suspend without a tenant: %+v", r)
+	}
+	if r := e.run("flexgv", "suspend", "--timeout", "-1s", "g"); r.code != 2 || !strings.Contains(r.stderr, "negative") {
+		t.Errorf("a negative timeout: %+v", r)
+	}
+
+	// A driver older than the checkpoint API says so, and leaves the
+	// tenant running.
+	old := newEnv(t, "FLEXGV_SIM_CTX_MEM=64MiB", "FLEXGV_SIM_DRIVER_VERSION=12040")
+	s := old.startStepper(t, "--group", "g", "--mem", "2GiB")
+	r := old.run("flexgv", "suspend", "g")
+	want := "flexgv suspend: the CUDA driver has no process checkpoint API: it supports CUDA 12.4, the API needs CUDA 12.8 (driver 570) or later\n"
+	if r.code != 1 || r.stderr != want {
+		t.Errorf("suspend on a CUDA 12.4 driver: %+v\nwant %q", r, want)
+	}
+	s.step(t)
+	s.done(t)
+}
+
+func TestSuspendedProcessKilledLeavesNothingBehind(t *testing.T) {
+	e := quotaEnv(t)
+	s := e.startStepper(t, "--group", "g", "--mem", "2GiB")
+	pid := tenantInfo(t, e, "g").Procs[0].Pid
+	if r := e.run("flexgv", "suspend", "g"); r.code != 0 {
+		t.Fatalf("flexgv suspend g: %+v", r)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	s.p.cmd.Wait()
+	if used, procs := nvmlMiB(t, e); used != 0 || procs != "none" {
+		t.Errorf("after the kill: NVML shows %d MiB used, processes %s", used, procs)
+	}
+	if ps := e.run("flexgv", "ps", "--json"); ps.stdout != "[]\n" {
+		t.Errorf("the killed tenant's charges are left: %s", ps.stdout)
+	}
+	// The next programs run: none is born suspended in the dead one's
+	// place (the lowest free slots of the simulated GPU, its among them).
+	for i := 0; i < 4; i++ {
+		next := e.startStepper(t)
+		next.step(t)
+		next.done(t)
+	}
+	// And the whole GPU is there for them: 16 GiB less four contexts and
+	// the holder's own.
+	stop := e.start(t, "holder", fmt.Sprint(16384-5*64-4*64))
+	stop()
+}
+
+// ckpt runs the checkpoint controller on pid and returns its lines.
+func (e *env) ckpt(t *testing.T, pid int, ops ...string) string {
+	t.Helper()
+	r := e.run("ckptctl", append([]string{fmt.Sprint(pid)}, ops...)...)
+	if r.code != 0 {
+		t.Fatalf("ckptctl %d %v: %+v", pid, ops, r)
+	}
+	return r.stdout
+}
+
+// The simulated driver answers the checkpoint API as NVIDIA documents it:
+// each call only from its state, a restore only where the device has the
+// room, a lock only once the process's submitted work is done.
+func TestSimCheckpointAPIFollowsTheDriversStates(t *testing.T) {
+	e := quotaEnv(t)
+	a := e.startProc(t, "holder", "1024")
+	pid := a.cmd.Process.Pid
+	got := e.ckpt(t, pid, "state", "checkpoint", "restore", "unlock", "lock", "lock", "state", "checkpoint", "checkpoint", "unlock", "state")
+	want := "state CUDA_SUCCESS 0\ncheckpoint CUDA_ERROR_ILLEGAL_STATE\nrestore CUDA_ERROR_ILLEGAL_STATE\nunlock CUDA_ERROR_ILLEGAL_STATE\n" +
+		"lock CUDA_SUCCESS\nlock CUDA_ERROR_ILLEGAL_STATE\nstate CUDA_SUCCESS 1\ncheckpoint CUDA_SUCCESS\n" +
+		"checkpoint CUDA_ERROR_ILLEGAL_STATE\nunlock CUDA_ERROR_ILLEGAL_STATE\nstate CUDA_SUCCESS 2\n"
+	if got != want {
+		t.Errorf("from running to checkpointed:\n%s\nwant\n%s", got, want)
+	}
+	// Another program takes the device but 1000 MiB: a's 1088 MiB (its
+	// memory and context) do not fit, and it stays checkpointed.
+	stop := e.start(t, "holder", fmt.Sprint(16384-64-1000))
+	if got := e.ckpt(t, pid, "restore", "state"); got != "restore CUDA_ERROR_OUT_OF_MEMORY\nstate CUDA_SUCCESS 2\n" {
+		t.Errorf("restore onto a full device:\n%s", got)
+	}
+	stop()
+	if got := e.ckpt(t, pid, "restore", "state", "unlock", "state"); got != "restore CUDA_SUCCESS\nstate CUDA_SUCCESS 1\nunlock CUDA_SUCCESS\nstate CUDA_SUCCESS 0\n" {
+		t.Errorf("restore once there is room:\n%s", got)
+	}
+	if got := e.ckpt(t, 1<<22+1, "state", "lock"); got != "state CUDA_ERROR_INVALID_VALUE -1\nlock CUDA_ERROR_INVALID_VALUE\n" {
+		t.Errorf("a pid no CUDA process has:\n%s", got)
+	}
+
+	// Five seconds of kernels queued: a lock of 50 ms gives up and leaves
+	// the process running; one without a timeout waits for them.
+	b := e.startProc(t, "holder", "1", "50", "100000")
+	pid = b.cmd.Process.Pid
+	if got := e.ckpt(t, pid, "lock:50", "state"); got != "lock:50 CUDA_ERROR_TIMEOUT\nstate CUDA_SUCCESS 0\n" {
+		t.Errorf("a lock that times out:\n%s", got)
+	}
+	if got := e.ckpt(t, pid, "lock", "state", "unlock"); got != "lock CUDA_SUCCESS\nstate CUDA_SUCCESS 1\nunlock CUDA_SUCCESS\n" {
+		t.Errorf("a lock that waits:\n%s", got)
+	}
+}
