@@ -5,6 +5,18 @@
  * Prints one line per OP: "OP RESULT", and for state the state's number. */
 #include "common.h"
 
+/* A result's name, or its number where it has none of ours: what a
+ * driver answers that the simulated GPU does not model yet. */
+static const char *named(CUresult r)
+{
+    static char buf[32];
+    const char *n = result_name(r);
+    if (strcmp(n, "CUresult(?)"))
+        return n;
+    snprintf(buf, sizeof buf, "CUresult(%d)", (int)r);
+    return buf;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -19,7 +31,7 @@ int main(int argc, char **argv)
         if (!strcmp(op, "state")) {
             CUprocessState st = CU_PROCESS_STATE_FAILED;
             r = cuCheckpointProcessGetState(pid, &st);
-            printf("state %s %d\n", result_name(r), r == CUDA_SUCCESS ? (int)st : -1);
+            printf("state %s %d\n", named(r), r == CUDA_SUCCESS ? (int)st : -1);
             continue;
         }
         if (!strncmp(op, "lock", 4)) {
@@ -36,7 +48,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "ckptctl: unknown operation %s\n", op);
             return 2;
         }
-        printf("%s %s\n", op, result_name(r));
+        printf("%s %s\n", op, named(r));
     }
     return 0;
 }
