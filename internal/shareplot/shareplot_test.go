@@ -145,15 +145,23 @@ func TestRecord(t *testing.T) {
 	}
 	defer m.Close()
 	r := schedtest.Open(t, dir, gpu)
-	done := make(chan struct{})
+	// The tenant holds the GPU for as long as the recording lasts, so
+	// its held time grows between any two samples however late the host
+	// runs either side; 200 ms leaves room for several.
+	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
-		for i := 0; i < 20; i++ {
+		for {
 			r.Run(m.Index, 1_000_000, 0, 0)
-			time.Sleep(2 * time.Millisecond)
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
 		}
 	}()
-	got, err := Record(context.Background(), dir, gpu, 5*time.Millisecond, 30*time.Millisecond)
+	got, err := Record(context.Background(), dir, gpu, 5*time.Millisecond, 200*time.Millisecond)
+	close(stop)
 	<-done
 	if err != nil || len(got) < 2 || got[0].Tenant != "a" || got[0].Target != 0.3 || got[len(got)-1].HeldNs <= got[0].HeldNs {
 		t.Fatalf("recorded %+v %v", got, err)
