@@ -643,18 +643,24 @@ out:
 
 const struct fg_drvmem *sim_drv(void) { return fg_drvmem_for(sim->cfg.driver_version); }
 
+/* Reserves bytes on device d's count, for whichever process: 0 or -1. */
+static int reserve_on(int d, uint64_t bytes)
+{
+    uint64_t used = __atomic_load_n(&sim->dev[d].used_bytes, __ATOMIC_ACQUIRE);
+    while (used <= sim->cfg.mem_bytes && bytes <= sim->cfg.mem_bytes - used)
+        if (__atomic_compare_exchange_n(&sim->dev[d].used_bytes, &used, used + bytes, 1, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
+            return 0;
+    return -1;
+}
+
 int sim_mem_reserve(int dev, uint64_t bytes)
 {
-    struct sim_device_state *d = &sim->dev[dev];
     for (int pass = 0; pass < 2; pass++) {
-        uint64_t used = __atomic_load_n(&d->used_bytes, __ATOMIC_ACQUIRE);
-        while (used <= sim->cfg.mem_bytes && bytes <= sim->cfg.mem_bytes - used) {
-            if (__atomic_compare_exchange_n(&d->used_bytes, &used, used + bytes, 1, __ATOMIC_ACQ_REL,
-                                            __ATOMIC_ACQUIRE)) {
-                if (my_proc >= 0)
-                    __atomic_fetch_add(&sim->procs[my_proc].used_bytes[dev], bytes, __ATOMIC_ACQ_REL);
-                return 0;
-            }
+        if (reserve_on(dev, bytes) == 0) {
+            if (my_proc >= 0)
+                __atomic_fetch_add(&sim->procs[my_proc].used_bytes[dev], bytes, __ATOMIC_ACQ_REL);
+            return 0;
         }
         sim_reap_dead(); /* a dead process's memory may be what is missing */
     }
@@ -1620,17 +1626,6 @@ CUresult sim_ckpt_checkpoint(int pid)
     }
     ckpt_byte_lock(i, F_UNLCK);
     return r;
-}
-
-/* Reserves bytes on device d for another process, as sim_mem_reserve. */
-static int reserve_on(int d, uint64_t bytes)
-{
-    uint64_t used = __atomic_load_n(&sim->dev[d].used_bytes, __ATOMIC_ACQUIRE);
-    while (used <= sim->cfg.mem_bytes && bytes <= sim->cfg.mem_bytes - used)
-        if (__atomic_compare_exchange_n(&sim->dev[d].used_bytes, &used, used + bytes, 1, __ATOMIC_ACQ_REL,
-                                        __ATOMIC_ACQUIRE))
-            return 0;
-    return -1;
 }
 
 /* Everything back on its own devices, or nothing (and still CHECKPOINTED). */

@@ -13,15 +13,9 @@ import (
 	"github.com/flexgv/flexgv/internal/liveness"
 )
 
-// SetCompute changes the compute part of tenant name in dir, live: each
-// entry's share and cap, the tenant's priority and its SM percentage (sm
-// 0: all; read by the processes that start later). devs must be the
-// tenant's entries (same GPUs, same memory quotas) with the new values:
-// memory quotas cannot change, each process's shim reads them once, at its
-// start. Processes that start later, and flexgv ps, see the new values;
-// those running follow the GPU's scheduler region, which the caller
-// updates.
-func SetCompute(dir, name string, devs []DeviceQuota, priority, sm uint32) error {
+// change runs do on tenant name's file in dir, opened for writing and
+// its header read, under the folder's lock, where the caller owns it.
+func change(dir, name string, do func(f *os.File, h header) error) error {
 	if err := CheckName(name); err != nil {
 		return err
 	}
@@ -50,6 +44,24 @@ func SetCompute(dir, name string, devs []DeviceQuota, priority, sm uint32) error
 	if err != nil {
 		return err
 	}
+	return do(f, h)
+}
+
+// SetCompute changes the compute part of tenant name in dir, live: each
+// entry's share and cap, the tenant's priority and its SM percentage (sm
+// 0: all; read by the processes that start later). devs must be the
+// tenant's entries (same GPUs, same memory quotas) with the new values:
+// memory quotas cannot change, each process's shim reads them once, at its
+// start. Processes that start later, and flexgv ps, see the new values;
+// those running follow the GPU's scheduler region, which the caller
+// updates.
+func SetCompute(dir, name string, devs []DeviceQuota, priority, sm uint32) error {
+	return change(dir, name, func(f *os.File, h header) error {
+		return setCompute(f, h, name, devs, priority, sm)
+	})
+}
+
+func setCompute(f *os.File, h header, name string, devs []DeviceQuota, priority, sm uint32) error {
 	same := func(a, b DeviceQuota) bool { return a.UUID == b.UUID && a.Quota == b.Quota }
 	if !slices.EqualFunc(h.devices, devs, same) {
 		return fmt.Errorf("tenant %s: its devices or memory quotas are not the ones given (it has %s)", name, formatQuota(h.devices))
@@ -76,34 +88,12 @@ func SetCompute(dir, name string, devs []DeviceQuota, priority, sm uint32) error
 // suspend, or no longer. The mark lives in the process's slot, so it goes
 // with the process: a new one claiming the slot starts unmarked.
 func SetSuspended(dir, name string, pid int, suspended bool) error {
-	if err := CheckName(name); err != nil {
-		return err
-	}
-	unlock, err := lockDir(dir)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	p := path(dir, name)
-	st, err := os.Lstat(p)
-	if errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("no tenant %s", name)
-	}
-	if err != nil {
-		return err
-	}
-	if err := checkOwner(name, st); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(p, os.O_RDWR|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
-	if err != nil {
-		return fmt.Errorf("tenant %s: %w", name, err)
-	}
-	defer f.Close()
-	h, err := readHeader(f, p)
-	if err != nil {
-		return err
-	}
+	return change(dir, name, func(f *os.File, h header) error {
+		return setSuspended(f, h, name, pid, suspended)
+	})
+}
+
+func setSuspended(f *os.File, h header, name string, pid int, suspended bool) error {
 	size := headerSize + int64(h.slots)*slotSize
 	mem, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
