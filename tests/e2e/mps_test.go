@@ -343,6 +343,17 @@ func TestMPSClientsRunAtOnce(t *testing.T) {
 // beside a GPU-bound one it waits as ever, and so it does without MPS
 // (where the two would take turns on the GPU), beside a holder that is no
 // MPS client, and under a cap, which only a holder keeps.
+// requestDelay is how long, on average, the host kept an eager spinner of
+// 16 kernels a request from running during each request (µs): its
+// requests' latencies are the host's time, which a loaded host stretches
+// by that much whatever the GPU's scheduling does.
+func requestDelay(s spin) float64 {
+	if s.kernels < 16 {
+		return 0
+	}
+	return s.delayedMs * 1000 / (float64(s.kernels) / 16)
+}
+
 func TestPriorityRunsBesideAHostBoundHolderUnderMPS(t *testing.T) {
 	long(t)
 	e, dir := newMPSEnv(t)
@@ -429,8 +440,9 @@ func TestPriorityRunsBesideAHostBoundHolderUnderMPS(t *testing.T) {
 		t.Errorf("under MPS the region gave the low tenant beside the holder %.1f%% GPU time over 0.5 s (%.1f%% of the device); want 40–101%% + %.1f (host delays)",
 			lowGPU, l.share, late)
 	}
-	if h.p50 > a.p50+1000 {
-		t.Errorf("under MPS requests took %.0f µs (p50) beside the low tenant, %.0f µs alone", h.p50, a.p50)
+	if h.p50 > a.p50+1000+2*requestDelay(h) {
+		t.Errorf("under MPS requests took %.0f µs (p50) beside the low tenant, %.0f µs alone; want within 1 ms + %.0f µs (host delays)",
+			h.p50, a.p50, 2*requestDelay(h))
 	}
 
 	// With pauses between requests (a server below its peak rate), the
@@ -455,9 +467,9 @@ func TestPriorityRunsBesideAHostBoundHolderUnderMPS(t *testing.T) {
 	}})
 	t.Logf("under MPS, requests with 2 ms pauses: p50 %.0f µs, p99 %.0f µs; the low tenant %.1f%%; %d hand-overs in 0.5 s, at most %d of its launches tracked",
 		h.p50, h.p99, l.share, handed, tracked)
-	if handed > 10 || tracked > 0 || l.share < 50 || h.p50 > a.p50+1000 {
+	if handed > 10 || tracked > 0 || l.share < 50 || h.p50 > a.p50+1000+2*requestDelay(h) {
 		t.Errorf("under MPS beside requests with pauses: %d hand-overs in 0.5 s, %d launches tracked, the low tenant %.1f%%, requests p50 %.0f µs (alone %.0f); "+
-			"want at most 10, none, ≥ 50%%, within 1 ms of alone", handed, tracked, l.share, h.p50, a.p50)
+			"want at most 10, none, ≥ 50%%, within 1 ms + %.0f µs (host delays) of alone", handed, tracked, l.share, h.p50, a.p50, 2*requestDelay(h))
 	}
 
 	// A holder that is no MPS client (its CUDA looks for no control daemon
