@@ -15,29 +15,18 @@ import sys
 import time
 
 import torch
-import torch.nn as nn
+
+from torch_train import setup  # this script's folder is on sys.path
 
 MIB = 1 << 20
 
 
 def main():
     steps, hold_gib, progress = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-    torch.manual_seed(0)
-    torch.backends.cudnn.benchmark = False
-    torch.backends.cudnn.deterministic = True
-    torch.use_deterministic_algorithms(True)
     dev = torch.device("cuda")
+    model, opt, x, y, loss_fn = setup(dev)
     block = (torch.arange(MIB, device=dev) % 251).to(torch.uint8)
     ballast = block.repeat(hold_gib * 1024).view(hold_gib * 1024, MIB)
-    model = nn.Sequential(
-        nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
-        nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(),
-        nn.AvgPool2d(8), nn.Flatten(), nn.Linear(64 * 16, 10),
-    ).to(dev)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    x = torch.randn(64, 3, 32, 32, generator=torch.Generator().manual_seed(1)).to(dev)
-    y = torch.randint(0, 10, (64,), generator=torch.Generator().manual_seed(2)).to(dev)
-    loss_fn = nn.CrossEntropyLoss()
     losses = []
     stamps = []
     with open(progress, "a") as f:

@@ -12,14 +12,13 @@ import torch
 import torch.nn as nn
 
 
-def main():
-    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 200
-    warmup = int(sys.argv[2]) if len(sys.argv) > 2 else 20
+def setup(dev):
+    """The seeded, deterministic model, optimizer, batch and loss on dev
+    (also torch_suspend.py's): (model, opt, x, y, loss_fn)."""
     torch.manual_seed(0)
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True
     torch.use_deterministic_algorithms(True)
-    dev = torch.device("cuda")
     model = nn.Sequential(
         nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
         nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(),
@@ -28,7 +27,13 @@ def main():
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     x = torch.randn(64, 3, 32, 32, generator=torch.Generator().manual_seed(1)).to(dev)
     y = torch.randint(0, 10, (64,), generator=torch.Generator().manual_seed(2)).to(dev)
-    loss_fn = nn.CrossEntropyLoss()
+    return model, opt, x, y, nn.CrossEntropyLoss()
+
+
+def main():
+    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 200
+    warmup = int(sys.argv[2]) if len(sys.argv) > 2 else 20
+    model, opt, x, y, loss_fn = setup(torch.device("cuda"))
     losses = []
 
     def step():
