@@ -180,18 +180,10 @@ func TestChartInstalls(t *testing.T) {
 	}
 	dryRun(t, withMPS)
 	checkNodeDaemonArgs(t, withMPS, false)
-	for _, o := range withMPS {
-		if o.GetKind() != "DaemonSet" {
-			continue
-		}
-		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
-		c := containers[0].(map[string]any)
-		args, _, _ := unstructured.NestedStringSlice(c, "args")
-		mounts, _, _ := unstructured.NestedSlice(c, "volumeMounts")
-		shm := slices.ContainsFunc(mounts, func(m any) bool { return m.(map[string]any)["mountPath"] == "/dev/shm" })
-		pipe := slices.ContainsFunc(mounts, func(m any) bool { return m.(map[string]any)["mountPath"] == "/run/flexgv/mps/pipe" })
-		if !slices.Contains(args, "--mps") || !slices.Contains(args, "--mps-pods") || shm || !pipe {
-			t.Errorf("with MPS on, the daemon runs with %v and mounts %v; want --mps, --mps-pods, the pipe folder and no /dev/shm", args, mounts)
+	for _, d := range daemonSets(withMPS) {
+		shm, pipe := slices.Contains(d.mounts, "/dev/shm"), slices.Contains(d.mounts, "/run/flexgv/mps/pipe")
+		if !slices.Contains(d.args, "--mps") || !slices.Contains(d.args, "--mps-pods") || shm || !pipe {
+			t.Errorf("with MPS on, the daemon runs with %v and mounts %v; want --mps, --mps-pods, the pipe folder and no /dev/shm", d.args, d.mounts)
 		}
 	}
 	// CDI by default: the daemon sees the node's CDI specs; off, with the
@@ -212,25 +204,42 @@ func TestChartInstalls(t *testing.T) {
 		}
 		dryRun(t, objs)
 		checkNodeDaemonArgs(t, objs, false)
-		for _, o := range objs {
-			if o.GetKind() != "DaemonSet" {
-				continue
-			}
-			containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
-			c := containers[0].(map[string]any)
-			args, _, _ := unstructured.NestedStringSlice(c, "args")
-			mounts, _, _ := unstructured.NestedSlice(c, "volumeMounts")
+		for _, d := range daemonSets(objs) {
 			var paths []string
-			for _, m := range mounts {
-				if p := m.(map[string]any)["mountPath"].(string); slices.Contains([]string{"/etc/cdi", "/var/run/cdi", "/usr/lib/x86_64-linux-gnu"}, p) {
+			for _, p := range d.mounts {
+				if slices.Contains([]string{"/etc/cdi", "/var/run/cdi", "/usr/lib/x86_64-linux-gnu"}, p) {
 					paths = append(paths, p)
 				}
 			}
-			if !slices.Contains(args, tc.arg) || !slices.Equal(paths, tc.mounts) {
-				t.Errorf("values %v: the daemon runs with %v, mounts %v; want %s and %v", tc.values, args, paths, tc.arg, tc.mounts)
+			if !slices.Contains(d.args, tc.arg) || !slices.Equal(paths, tc.mounts) {
+				t.Errorf("values %v: the daemon runs with %v, mounts %v; want %s and %v", tc.values, d.args, paths, tc.arg, tc.mounts)
 			}
 		}
 	}
+}
+
+// daemonSet is what a rendered DaemonSet's first container runs with:
+// its arguments and the paths it mounts.
+type daemonSet struct{ args, mounts []string }
+
+func daemonSets(objs []*unstructured.Unstructured) []daemonSet {
+	var out []daemonSet
+	for _, o := range objs {
+		if o.GetKind() != "DaemonSet" {
+			continue
+		}
+		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		c := containers[0].(map[string]any)
+		var d daemonSet
+		d.args, _, _ = unstructured.NestedStringSlice(c, "args")
+		mounts, _, _ := unstructured.NestedSlice(c, "volumeMounts")
+		for _, m := range mounts {
+			p, _ := m.(map[string]any)["mountPath"].(string)
+			d.mounts = append(d.mounts, p)
+		}
+		out = append(out, d)
+	}
+	return out
 }
 
 // dynamicClient gives a client for any kind of object the API server
