@@ -508,11 +508,15 @@ static int open_state(const char *path, const struct sim_config *cfg)
     int t = open_unique(path, tmp, sizeof tmp);
     if (t < 0)
         return -1;
-    /* Sized, then written through a mapping: the lanes stay holes until used.
-     * Every user may open it, as every user may open a GPU's device nodes
-     * (a server's executors run as another user than the server). */
+    /* Allocated whole, then written through a mapping. A hole filled on a
+     * page fault can block the faulting process on the file system's
+     * journal (seconds on a disk busy with other work, while the device's
+     * clock runs on), and on a full tmpfs it is a SIGBUS: allocating now
+     * fails here instead, with a message. Every user may open it, as every
+     * user may open a GPU's device nodes (a server's executors run as
+     * another user than the server). */
     struct sim_shared *init = MAP_FAILED;
-    if (fchmod(t, 0666) == 0 && ftruncate(t, (off_t)sizeof *init) == 0)
+    if (fchmod(t, 0666) == 0 && posix_fallocate(t, 0, (off_t)sizeof *init) == 0)
         init = mmap(NULL, sizeof *init, PROT_READ | PROT_WRITE, MAP_SHARED, t, 0);
     int ok = init != MAP_FAILED;
     if (ok) {
@@ -613,8 +617,9 @@ int sim_attach(void)
     const char *path = getenv("FLEXGV_SIM_STATE");
     if (path && *path)
         snprintf(state_path, sizeof state_path, "%s", path);
-    else
-        snprintf(state_path, sizeof state_path, "/tmp/flexgv-sim-%d-v" SIM_STATE_VERSION_TEXT ".state", (int)getuid());
+    else /* in memory, as a GPU's state is: no disk stalls its processes */
+        snprintf(state_path, sizeof state_path, "%s/flexgv-sim-%d-v" SIM_STATE_VERSION_TEXT ".state",
+                 access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp", (int)getuid());
     int fd = open_state(state_path, &cfg);
     struct sim_shared *s = fd >= 0 ? map_state(fd) : NULL;
     if (s)
@@ -623,7 +628,7 @@ int sim_attach(void)
         if (s)
             munmap(s, sizeof *s);
         fprintf(stderr,
-                "flexgv-sim: cannot use state file %s (not writable, or made by another version; set "
+                "flexgv-sim: cannot use state file %s (not writable, no room for it, or made by another version; set "
                 "FLEXGV_SIM_STATE to a new path)\n",
                 state_path);
         goto out;

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // cgroupRoot is where the unified (v2) hierarchy is mounted.
@@ -46,7 +47,21 @@ func NewExecCgroups(max int64) (*ExecCgroups, error) {
 	if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+memory"), 0); err != nil {
 		return nil, fmt.Errorf("cannot give %s's children the memory controller: %v", dir, err)
 	}
+	sweepCgroups(dir)
 	return &ExecCgroups{dir: dir, max: max}, nil
+}
+
+// sweepCgroups removes the executors' cgroups a server that died left
+// under dir (its executors died with it: Pdeathsig). The kernel removes
+// only an empty cgroup, and a live server's pid is alive.
+func sweepCgroups(dir string) {
+	left, _ := filepath.Glob(filepath.Join(dir, "flexgv-executor-*-*"))
+	for _, d := range left {
+		pid, err := strconv.Atoi(strings.Split(filepath.Base(d), "-")[2])
+		if err == nil && pid > 0 && syscall.Kill(pid, 0) == syscall.ESRCH {
+			os.Remove(d)
+		}
+	}
 }
 
 // ownCgroup is the server's cgroup v2 path, or why there is none.

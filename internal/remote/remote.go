@@ -310,6 +310,7 @@ type Server struct {
 	atCap   map[string]bool // tenants whose cap was said since they were last below it
 	closing bool            // shutting down: an executor started now ends at once
 	wg      sync.WaitGroup
+	scratch *scratch // the executors' temporary folders
 }
 
 func (s *Server) logf(format string, args ...any) {
@@ -321,6 +322,12 @@ func (s *Server) logf(format string, args ...any) {
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	stop := context.AfterFunc(ctx, func() { l.Close() })
 	defer stop()
+	var err error
+	if s.scratch, err = newScratch(os.TempDir()); err != nil {
+		l.Close()
+		return fmt.Errorf("a folder for the executors' temporary folders: %w", err)
+	}
+	defer s.scratch.close()
 	for {
 		c, err := l.Accept()
 		if err != nil {
@@ -431,19 +438,17 @@ func (s *Server) start(ctx context.Context, c net.Conn, key string, pc *pendingC
 	// Executors never gain privileges (no setuid), have bounded processes
 	// and files (the executor sets both), and a temporary folder of their own.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	tmp, err := os.MkdirTemp("", "flexgv-executor-")
+	uid, gid := -1, -1
+	if u := s.User; u != nil && t == nil {
+		uid, gid = int(u.Uid), int(u.Gid)
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: u.Uid, Gid: u.Gid, Groups: u.Groups}
+	}
+	tmp, err := s.scratch.folder(uid, gid)
 	if err != nil {
 		s.logf("%s: no temporary folder for the executor: %v", peer, err)
 		return
 	}
 	defer os.RemoveAll(tmp)
-	if u := s.User; u != nil && t == nil {
-		if err := os.Chown(tmp, int(u.Uid), int(u.Gid)); err != nil {
-			s.logf("%s: cannot give the executor its temporary folder: %v", peer, err)
-			return
-		}
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: u.Uid, Gid: u.Gid, Groups: u.Groups}
-	}
 	cmd.Env = append(cmd.Env, "TMPDIR="+tmp)
 	if s.Cgroups != nil {
 		s.mu.Lock()

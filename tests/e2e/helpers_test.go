@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/flexgv/flexgv/internal/trace"
+	"golang.org/x/sys/unix"
 )
 
 var build string
@@ -40,7 +41,25 @@ type env struct {
 }
 
 func newEnv(t *testing.T, extra ...string) *env {
-	return &env{t: t, dir: t.TempDir(), extra: extra}
+	return &env{t: t, dir: memDir(t), extra: extra}
+}
+
+// memDir is a test's folder in shared memory, as the node keeps its state
+// (/dev/shm): a file on disk would let the host's other I/O stall a
+// process on a page fault, which no clock of the simulated GPU can tell
+// from the program's own pause. On a host with little shared memory, the
+// test's temporary folder.
+func memDir(t *testing.T) string {
+	var fs unix.Statfs_t
+	if unix.Statfs("/dev/shm", &fs) != nil || fs.Bavail*uint64(fs.Bsize) < 1<<30 || unix.Access("/dev/shm", unix.W_OK) != nil {
+		return t.TempDir()
+	}
+	dir, err := os.MkdirTemp("/dev/shm", "flexgv-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }
 
 func (e *env) environ(libPath string) []string {
@@ -53,7 +72,7 @@ func (e *env) environ(libPath string) []string {
 		out = append(out, kv)
 	}
 	out = append(out, "FLEXGV_SIM_STATE="+filepath.Join(e.dir, "gpu.state"), "FLEXGV_STATE_DIR="+filepath.Join(e.dir, "tenants"),
-		"XDG_CACHE_HOME="+filepath.Join(e.dir, "cache"))
+		"XDG_CACHE_HOME="+filepath.Join(e.dir, "cache"), "TMPDIR="+e.dir)
 	if libPath != "" {
 		out = append(out, "LD_LIBRARY_PATH="+libPath)
 	}

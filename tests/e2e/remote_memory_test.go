@@ -7,6 +7,7 @@ import (
 	osuser "os/user"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -190,6 +191,47 @@ func TestRemoteExecutorUnprivileged(t *testing.T) {
 		if r.code != 2 || !strings.Contains(r.stderr, "--executor-user "+name+": "+why) {
 			t.Errorf("--executor-user %s: exit %d %q", name, r.code, r.stderr)
 		}
+	}
+}
+
+// Executors' temporary folders live in one folder of their server's. A
+// server killed with SIGKILL leaves it behind; the next server to start
+// removes it (the dead one no longer holds its lock), and never a live
+// server's; a server that stops cleanly removes its own.
+func TestRemoteServerLeavesNoTemporaryFolders(t *testing.T) {
+	p := readProtocol(t)
+	e := newEnv(t)
+	folders := func() []string {
+		f, _ := filepath.Glob(filepath.Join(e.dir, "flexgv-serve-*"))
+		return f
+	}
+	killed := e.serve("unix")
+	c := dialWire(t, p, killed)
+	c.setup(4096)
+	killed.waitLog(`connected: executor pid`, 10*time.Second)
+	left := folders()
+	if inside, _ := filepath.Glob(filepath.Join(left[0], "executor-*")); len(left) != 1 || len(inside) != 1 {
+		t.Fatalf("a server with one executor: folders %v, in the first %v", left, inside)
+	}
+	killed.cmd.Process.Kill()
+	killed.cmd.Wait()
+	c.conn.Close()
+
+	live := e.serve("tcp")
+	if now := folders(); len(now) != 1 || slices.Contains(now, left[0]) {
+		t.Errorf("after a server killed with SIGKILL, the next one's start left %v (the dead one's was %s)", now, left[0])
+	}
+	mine := folders()
+	second := e.serve("tcp")
+	if now := folders(); len(now) != 2 || !slices.Contains(now, mine[0]) {
+		t.Errorf("a second server's start removed the live one's folder: %v, the live one's %v", now, mine)
+	}
+	second.cmd.Process.Signal(syscall.SIGTERM)
+	second.cmd.Wait()
+	live.cmd.Process.Signal(syscall.SIGTERM)
+	live.cmd.Wait()
+	if now := folders(); len(now) != 0 {
+		t.Errorf("servers stopped by SIGTERM left %v", now)
 	}
 }
 

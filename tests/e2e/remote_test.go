@@ -84,7 +84,9 @@ func (e *env) serve(transport string, extra ...string) *server {
 	// Run as root, the server runs executors as nobody: they reach the
 	// simulated GPU's state (as a GPU's device nodes) through the folders.
 	if os.Geteuid() == 0 {
-		os.Chmod(filepath.Dir(e.dir), 0o755)
+		if st, err := os.Stat(filepath.Dir(e.dir)); err == nil && st.Mode()&os.ModeSticky == 0 { // not /dev/shm itself
+			os.Chmod(filepath.Dir(e.dir), 0o755)
+		}
 		os.Chmod(e.dir, 0o777)
 	}
 	s := &server{t: e.t, addr: addr}
