@@ -58,6 +58,11 @@ static struct stat mapped; /* the file the mapping is of */
 enum { NONE, BUSY, READY, FAILED };
 static int attach_state, claim_state;
 static int lock_fd = -1; /* our own unmapped open file description: our slot's lock */
+/* Descriptors of the tenant file that whoever started us opened for us
+ * (FLEXGV_TENANT_FDS=MAP,LOCK): a remote server's executor, run as a user
+ * who may not open the file itself. Each is used once, in place of an
+ * open; -1 when not given or used. */
+static int given_map = -1, given_lock = -1;
 static int mine = -1;
 static int broken;
 static int refused_setup;
@@ -173,9 +178,29 @@ static size_t slot_off(uint32_t i) { return sizeof(struct fg_tenant_header) + (s
 
 static int lock_slot(int fd, uint32_t i, short type) { return fg_lock_byte(fd, (off_t)slot_off(i), type); }
 
+/* The tenant file, opened read-write: a given descriptor, else by path. */
+static int open_tenant(int *given)
+{
+    int fd = __atomic_exchange_n(given, -1, __ATOMIC_ACQ_REL);
+    return fd >= 0 ? fd : open(tenant_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+}
+
+/* A given descriptor counts only if it is the tenant file, open for
+ * reading and writing; it is not passed on to programs we exec. */
+static int given_fd(const char *s, char **end)
+{
+    long fd = strtol(s, end, 10);
+    struct stat a, b;
+    if (*end == s || fd < 3 || fd > 1 << 20 || fcntl((int)fd, F_SETFD, FD_CLOEXEC) != 0 ||
+        (fcntl((int)fd, F_GETFL) & O_ACCMODE) != O_RDWR || syscall(SYS_fstat, (int)fd, &a) != 0 ||
+        syscall(SYS_stat, tenant_path, &b) != 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev)
+        return -1;
+    return (int)fd;
+}
+
 static int do_attach(void)
 {
-    int fd = open(tenant_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    int fd = open_tenant(&given_map);
     if (fd < 0) {
         setup_failed("cannot open tenant %s: %s", tenant_path, open_error(errno));
         return 0;
@@ -295,7 +320,7 @@ static int open_lock_fd(void)
 {
     if (__atomic_load_n(&lock_fd, __ATOMIC_ACQUIRE) >= 0)
         return 1;
-    int fd = open(tenant_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    int fd = open_tenant(&given_lock);
     if (fd < 0) {
         setup_failed("cannot open tenant %s: %s", tenant_path, open_error(errno));
         return 0;
@@ -342,6 +367,16 @@ int fg_tenant_refused(void) { return __atomic_load_n(&refused_setup, __ATOMIC_AC
 void fg_tenant_init(const char *path)
 {
     tenant_path = path;
+    const char *fds = getenv("FLEXGV_TENANT_FDS");
+    char *end;
+    if (fds && *fds) {
+        int m = given_fd(fds, &end), l = *end == ',' ? given_fd(end + 1, &end) : -1;
+        if (m >= 0 && l >= 0 && m != l && !*end)
+            given_map = m, given_lock = l;
+        else
+            fprintf(stderr, "flexgv: FLEXGV_TENANT_FDS=%s are not two descriptors of tenant file %s; it is opened by "
+                            "its path\n", fds, path);
+    }
     fg_policy_enable(FG_POLICY_MEM);
 }
 
@@ -355,6 +390,12 @@ void fg_tenant_after_fork(void)
     if (fd >= 0)
         close(fd); /* the parent's open file description stays the parent's */
     lock_fd = -1;
+    /* Those given are the parent's too: the child opens its own by path. */
+    if (given_map >= 0)
+        close(given_map);
+    if (given_lock >= 0)
+        close(given_lock);
+    given_map = given_lock = -1;
     mine = -1;
     claim_state = NONE;
 }

@@ -126,7 +126,7 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 			var runAs *remote.ExecUser
 			switch {
 			case os.Geteuid() == 0 && execUser == "root":
-				fmt.Fprintf(stderr, "flexgv serve: warning: executors of connections without a tenant run as root (--executor-user root): a client that takes one over has root on this machine\n")
+				fmt.Fprintf(stderr, "flexgv serve: warning: executors run as root (--executor-user root): a client that takes one over has root on this machine\n")
 			case os.Geteuid() == 0 && execUser != "":
 				if runAs, err = remote.LookupExecUser(execUser); err != nil {
 					return usageError{fmt.Errorf("flexgv serve: --executor-user %s: %v", execUser, err)}
@@ -195,7 +195,7 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 				names = append(names, "those of "+tenantDir)
 			}
 			if runAs != nil && len(names) > 0 {
-				fmt.Fprintf(stderr, "flexgv serve: executors of tenants run as this server's user (their tenant files are its); others as %s\n", runAs.Name)
+				fmt.Fprintf(stderr, "flexgv serve: executors run as %s, but those of tenants with an SM share (MPS clients: an MPS server serves one user at a time) as this server's user\n", runAs.Name)
 			} else if runAs != nil {
 				fmt.Fprintf(stderr, "flexgv serve: executors run as %s\n", runAs.Name)
 			}
@@ -219,7 +219,7 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 	c.Flags().StringVar(&moduleCacheMax, "module-cache-max", "", "how much module images one tenant's folder of --module-cache keeps at most (default 8GiB); past it no more are kept")
 	c.Flags().StringVar(&pinnedMax, "pinned-max", "", "how much of the server's memory a connection over shm:// may pin for the program's pinned host memory (default: a quarter of the server's memory; 0: none, pinned memory is then copied as pageable memory is)")
 	c.Flags().StringVar(&maxConns, "max-conns-per-tenant", "", fmt.Sprintf("how many connections (each an executor process) one tenant may hold at once; more are refused with why (default %d)", remote.DefaultMaxConnsPerTenant))
-	c.Flags().StringVar(&execUser, "executor-user", "", "with the server run as root: the unprivileged user the executors of connections without a tenant run as (default: "+remote.DefaultExecUserNames+"; root: as root, said at start)")
+	c.Flags().StringVar(&execUser, "executor-user", "", "with the server run as root: the unprivileged user the executors run as, tenants' included (default: "+remote.DefaultExecUserNames+"; root: as root, said at start)")
 	c.Flags().StringVar(&execMemory, "executor-memory", "", "the host memory each executor may use (the driver's included), as a cgroup v2 memory limit where the host offers one")
 	c.Flags().BoolVar(&open, "open", false, "serve anyone who can connect, without tenants or limits (needed for TCP without --tenant)")
 	tenants.register(c)

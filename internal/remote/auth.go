@@ -10,7 +10,10 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The authentication frame, the first of every connection (remote/wire.h
@@ -69,6 +72,53 @@ type Tenant struct {
 	Name string
 	Env  []string
 	hash [sha256.Size]byte
+}
+
+// openFile opens the tenant's file twice, read-write, for an executor
+// that may not open it itself: one description the shim maps, one it
+// locks its slot through (a lock through a mapped description would live
+// on in the mapping).
+func (t *Tenant) openFile() ([]*os.File, error) {
+	if t == nil {
+		return nil, nil
+	}
+	var path string
+	for _, kv := range t.Env {
+		if p, ok := strings.CutPrefix(kv, "FLEXGV_TENANT="); ok {
+			path = p
+		}
+	}
+	if path == "" {
+		return nil, errors.New("its executors' environment names no tenant file")
+	}
+	var given []*os.File
+	for range 2 {
+		f, err := os.OpenFile(path, os.O_RDWR|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			for _, g := range given {
+				g.Close()
+			}
+			return nil, err
+		}
+		given = append(given, f)
+	}
+	return given, nil
+}
+
+// mps says whether the tenant's executors are MPS clients (an SM share).
+// An MPS server serves the processes of one user at a time, the node's
+// local ones included: those executors keep the server's user, or they
+// would wait for the server of the other user to end.
+func (t *Tenant) mps() bool {
+	if t == nil {
+		return false
+	}
+	for _, kv := range t.Env {
+		if strings.HasPrefix(kv, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=") {
+			return true
+		}
+	}
+	return false
 }
 
 // NewTenant is the tenant name whose clients present token.

@@ -286,9 +286,9 @@ type Server struct {
 	// MaxConnsPerTenant bounds each tenant's connections, so its
 	// executors (0: DefaultMaxConnsPerTenant).
 	MaxConnsPerTenant int
-	// User, when set, is who the executors of connections without a
-	// tenant run as (a server run as root gives them no privilege of its
-	// own); each gets a temporary folder of its own.
+	// User, when set, is who the executors run as (a server run as root
+	// gives them no privilege of its own); each gets a temporary folder of
+	// its own, and a tenant's is given its tenant file open.
 	User *ExecUser
 	// Cgroups, when set, bound each executor's memory (--executor-memory).
 	Cgroups *ExecCgroups
@@ -412,7 +412,7 @@ func (s *Server) start(ctx context.Context, c net.Conn, key string, pc *pendingC
 	}
 	files := []*os.File{f}
 	if dir := s.moduleCache(t); dir != "" {
-		if u := s.User; u != nil && t == nil {
+		if u := s.User; u != nil {
 			// Its user may not reach the folder by its path (a root
 			// server's is under /root): it is given the folder above it.
 			d, err := cacheFor(s.ModuleCache, dir, u)
@@ -439,9 +439,22 @@ func (s *Server) start(ctx context.Context, c net.Conn, key string, pc *pendingC
 	// and files (the executor sets both), and a temporary folder of their own.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	uid, gid := -1, -1
-	if u := s.User; u != nil && t == nil {
+	if u := s.User; u != nil && !t.mps() {
 		uid, gid = int(u.Uid), int(u.Gid)
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: u.Uid, Gid: u.Gid, Groups: u.Groups}
+		// The tenant's file is the node's, not the executor user's: the
+		// shim is given it open (to map, and to lock its slot). Without
+		// it, the shim refuses CUDA and says why.
+		if given, err := t.openFile(); err != nil {
+			s.logf("%s: tenant %s: %v", peer, t.Name, err)
+		} else if given != nil {
+			for _, g := range given {
+				defer g.Close()
+			}
+			cmd.ExtraFiles = append(cmd.ExtraFiles, given...)
+			n := 2 + len(cmd.ExtraFiles)
+			cmd.Env = append(cmd.Env, fmt.Sprintf("FLEXGV_TENANT_FDS=%d,%d", n-1, n))
+		}
 	}
 	tmp, err := s.scratch.folder(uid, gid)
 	if err != nil {

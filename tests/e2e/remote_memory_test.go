@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flexgv/flexgv/internal/tenant"
 )
 
 // procStatus is a field of /proc/PID/status, in bytes.
@@ -177,7 +179,7 @@ func TestRemoteExecutorUnprivileged(t *testing.T) {
 
 	// Opting out: as root, said at start.
 	asRoot := newEnv(t).serve("unix", "--executor-user", "root")
-	if !strings.Contains(asRoot.Log(), "warning: executors of connections without a tenant run as root (--executor-user root)") {
+	if !strings.Contains(asRoot.Log(), "warning: executors run as root (--executor-user root)") {
 		t.Errorf("--executor-user root said nothing:\n%s", asRoot.Log())
 	}
 	c = dialWire(t, p, asRoot)
@@ -191,6 +193,62 @@ func TestRemoteExecutorUnprivileged(t *testing.T) {
 		if r.code != 2 || !strings.Contains(r.stderr, "--executor-user "+name+": "+why) {
 			t.Errorf("--executor-user %s: exit %d %q", name, r.code, r.stderr)
 		}
+	}
+}
+
+// A tenant's executor runs as the unprivileged user too. It could not
+// open its tenant file (the node's, root's, mode 0640): it is given the
+// file open, twice (a description to map, one to lock its slot through),
+// and its quota holds as under root. A tenant whose file is gone is still
+// refused CUDA (TestRemoteTenantFailsClosed).
+func TestRemoteTenantExecutorUnprivileged(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to run executors as another user")
+	}
+	if _, err := osuser.Lookup("flexgv-executor"); err == nil {
+		t.Skip("this host has a flexgv-executor user: the default is not nobody")
+	}
+	e := quotaEnv(t)
+	tok := e.token("a")
+	s := e.serve("unix", "--tenant", "a:"+tok, "--mem", "256MiB", "--ctx-mem", "64MiB")
+	file := tenant.Path(e.stateDir(), "a")
+	if st, err := os.Stat(file); err != nil || st.Mode().Perm() != 0o640 || st.Sys().(*syscall.Stat_t).Uid != 0 {
+		t.Fatalf("tenant file %s: %v %v, want root's, mode 0640", file, st, err)
+	}
+	want := fmt.Sprintf("room %d: one byte more -> CUDA_ERROR_OUT_OF_MEMORY", (256-64)*mib)
+	if r := e.remoteAs(s, tok, "memclient", "exact"); r.code != 0 || !strings.Contains(r.stdout, want) {
+		t.Errorf("memclient exact in tenant a as nobody: exit %d %q, want %q\n%s\n%s", r.code, r.stdout, want, r.stderr, s.Log())
+	}
+	s.waitLog(`tenant a: device 0 .*quota 256MiB.*refused with CUDA_ERROR_OUT_OF_MEMORY`, 10*time.Second)
+	// Descriptors that are not the tenant file's are not used, and said.
+	bad := quotaEnv(t, "FLEXGV_TENANT_FDS=1,2")
+	r := bad.run("flexgv", "run", "--mem", "256MiB", "--ctx-mem", "64MiB", "--", bin("memclient"), "exact")
+	if !strings.Contains(r.stdout, want) || !strings.Contains(r.stderr, "FLEXGV_TENANT_FDS=1,2 are not two descriptors of tenant file") {
+		t.Errorf("with FLEXGV_TENANT_FDS=1,2: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+
+	e.extra = append(e.extra, "FLEXGV_REMOTE_TOKEN_FILE="+tok)
+	_, _, _, pid := startRemote(t, e, s, "holder", "64")
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if !regexp.MustCompile(`(?m)^Uid:\s+65534\s+65534\s+65534\s+65534$`).Match(status) {
+		t.Errorf("tenant a's executor %d is not nobody's:\n%s", pid, status)
+	}
+	fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", pid))
+	given := 0
+	for _, fd := range fds {
+		if to, _ := os.Readlink(fd); to == file {
+			given++
+		}
+	}
+	// One given description is mapped (its descriptor closed), the other
+	// holds the slot's lock.
+	maps, _ := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if given != 1 || !strings.Contains(string(maps), file) {
+		t.Errorf("tenant a's executor %d holds %d descriptors of %s, mapped: %v; want the one it locks through, and the mapping",
+			pid, given, file, strings.Contains(string(maps), file))
+	}
+	if r := e.run("flexgv", "ps"); !strings.Contains(r.stdout, strconv.Itoa(pid)) {
+		t.Errorf("flexgv ps does not list executor %d in tenant a:\n%s", pid, r.stdout)
 	}
 }
 
