@@ -222,6 +222,8 @@ void fgr_shadow_add(int kind, uint64_t id, uint64_t real);
  * sees it; the driver would validate them besides. */
 #define FGR_BAD_HANDLE UINT64_MAX
 uint64_t fgr_in(int kind, uint64_t v);
+/* Forgets the request's first refused name (each request starts afresh). */
+void fgr_in_reset(void);
 void fgr_in_n(int kind, void *arr, uint64_t n);
 int fgr_out_n(int kind, void *arr, uint64_t n);
 /* Forgets v and everything it owns. */

@@ -245,23 +245,37 @@ static void drop_owned(int kind, uint64_t v);
 
 void fgr_shadow_add(int kind, uint64_t id, uint64_t real) { fgr_add(kind | SHADOWED, id, kind, real); }
 
+/* The first name of the request being served that fgr_in refused, as
+ * the client sent it: what a refusal logs, rather than FGR_BAD_HANDLE. */
+static uint64_t first_bad;
+static int bad_seen;
+
+void fgr_in_reset(void) { bad_seen = 0; }
+
+static uint64_t refused_name(uint64_t v)
+{
+    if (!bad_seen)
+        first_bad = v, bad_seen = 1;
+    return FGR_BAD_HANDLE;
+}
+
 uint64_t fgr_in(int kind, uint64_t v)
 {
     if (v == 0 || (kind == FGR_H_CUstream && (v == 1 || v == 2)))
         return v;
     if (fgr_is_shadow(v)) {
         struct ent *e = find(kind | SHADOWED, v);
-        return e ? e->owner : FGR_BAD_HANDLE;
+        return e ? e->owner : refused_name(v);
     }
     keyed();
     uint64_t x = decipher(v);
     uint32_t i = (uint32_t)x;
     if (i >= nnames || !names[i].kind || (names[i].gen & GEN_MASK) != (uint32_t)(x >> 32 & GEN_MASK) ||
         names[i].kind != (uint8_t)(x >> 56))
-        return FGR_BAD_HANDLE;
+        return refused_name(v);
     /* A kernel may be given where a function is asked for. */
     if (names[i].kind != kind && !(kind == FGR_H_CUfunction && names[i].kind == FGR_H_CUkernel))
-        return FGR_BAD_HANDLE;
+        return refused_name(v);
     return names[i].v;
 }
 
@@ -421,7 +435,7 @@ CUresult fgr_refuse(const char *call, const char *param, uint64_t v, CUresult r)
         fprintf(stderr,
                 "flexgv-executor[%d] %s: refusing %s: %s=0x%llx is not a %s this connection was given "
                 "(error %d; further refusals on this connection are not logged)\n",
-                (int)getpid(), fgr_peer, call, param, (unsigned long long)v,
+                (int)getpid(), fgr_peer, call, param, (unsigned long long)(v == FGR_BAD_HANDLE && bad_seen ? first_bad : v),
                 r == CUDA_ERROR_INVALID_VALUE ? "device address range" : "handle", (int)r);
     return r;
 }

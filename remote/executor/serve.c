@@ -382,6 +382,7 @@ void fgr_trim(struct fgr_buf *w)
 const char *fgr_serve(unsigned op, struct fgr_rd *rd, struct fgr_buf *w, CUresult before)
 {
     release_last();
+    fgr_in_reset();
     if (op == FGR_OP_HELLO || op >= FGR_NUM_OPS)
         return "an unknown operation";
     struct fgr_req q = {.reply = w};

@@ -337,6 +337,10 @@ func TestRemoteHandlesAreNames(t *testing.T) {
 	if log := s.Log(); strings.Contains(log, "signal:") {
 		t.Errorf("an executor crashed:\n%s", log)
 	}
+	// B's first refusal is logged with the name it sent.
+	if log := s.Log(); !strings.Contains(log, "refusing cuGraphGetNodes: hGraph=0x1234 is not a handle") {
+		t.Errorf("the first refusal does not name what was sent (0x1234):\n%s", log)
+	}
 	if r := e.remote(s, "rtlike", "1"); r.code != 0 {
 		t.Errorf("a program after the refusals: exit %d\n%s", r.code, r.stderr)
 	}
