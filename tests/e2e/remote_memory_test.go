@@ -311,6 +311,12 @@ func TestRemoteExecutorMemoryLimit(t *testing.T) {
 		if max, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", path, "memory.max")); err != nil || strings.TrimSpace(string(max)) != "1073741824" {
 			t.Errorf("executor %d in cgroup %s: memory.max %q %v, want 1073741824", pid, path, max, err)
 		}
+		// The cgroup goes with its executor.
+		c.conn.Close()
+		s.quiesce()
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", path)); err == nil {
+			t.Errorf("executor %d's cgroup %s outlived it", pid, path)
+		}
 	}
 	for _, bad := range []string{"0", "1MiB", "x"} {
 		r := e.run("flexgv", "serve", "--listen", "unix://"+e.dir+"/m.sock", "--executor-memory", bad)
