@@ -27,6 +27,7 @@ func TestGPUScriptsKeepTheirLogsOutOfTheRepository(t *testing.T) {
 	}{
 		{"gpu-e2e.sh", nil, "PRIORITY_ROUNDS=none"},
 		{"gpu-census.sh", []string{"--compare", filepath.Join(t.TempDir(), "none.json")}, ""},
+		{"gpu-samples.sh", nil, "SAMPLES=" + filepath.Join(t.TempDir(), "none")},
 	} {
 		script := c.script
 		cmd := exec.Command("bash", append([]string{filepath.Join("scripts", script), inside}, c.args...)...)
