@@ -17,8 +17,9 @@
 # torch_compile, cupy_check, jax_check); and measurements: round trips per
 # training step remotely and natively (torch-trips), host-to-device and
 # device-to-host bandwidth (h2d), the client's NVML (nvml), module images
-# kept over TCP (modules), device memory placed by the client (arena), and
-# DDP over NCCL with one rank (ddp-one).
+# kept over TCP (modules), device memory placed by the client (arena), a
+# tenant's quota with its executor unprivileged (tenant), and DDP over NCCL
+# with one rank (ddp-one).
 # A PASS or FAIL line per check; exit status 1 if any failed.
 #     [ONLY="NAME..."] [TRANSPORTS="unix shm tcp"] [LIMIT=SECONDS] scripts/gpu-remote-cudart.sh [CUDA_HOME]
 set -uo pipefail
@@ -289,6 +290,44 @@ if wanted modules && python3 -c 'import torch' 2>/dev/null; then
     else
         fail "modules kept: the runs differ or nothing was kept"
         tail -n 5 "$tmp/modules-second.out" "$tmp/serve-modules.log"
+    fi
+fi
+# A tenant's quota, enforced by the server's shim in the tenant's executor
+# (run as the unprivileged user when the server is root): PyTorch over
+# unix:// fills the GPU 64 MiB at a time until refused; what it got and
+# what NVML shows the executor holding stay within the quota.
+if wanted tenant && python3 -c 'import torch' 2>/dev/null; then
+    python3 -c 'import secrets; print(secrets.token_hex(32))' >"$tmp/t.token" && chmod 600 "$tmp/t.token"
+    env -u LD_LIBRARY_PATH "$B/bin/flexgv" serve --listen "unix://$tmp/tenant.sock" --tenant "t:$tmp/t.token" --mem 2GiB \
+        2>"$tmp/serve-tenant.log" &
+    for _ in $(seq 50); do [ -S "$tmp/tenant.sock" ] && break; sleep 0.1; done
+    FLEXGV_REMOTE=unix://$tmp/tenant.sock FLEXGV_REMOTE_TOKEN_FILE=$tmp/t.token LD_LIBRARY_PATH="$B/remote:$CUDA/lib64" \
+        timeout "$LIMIT" python3 -c '
+import os, sys, time, torch
+held = []
+try:
+    while True:
+        held.append(torch.empty(64 << 20, dtype=torch.uint8, device="cuda"))
+except torch.OutOfMemoryError:
+    pass
+print(f"held {len(held) * 64} MiB", flush=True)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.1)' "$tmp/tenant.done" >"$tmp/tenant.out" 2>&1 &
+    client=$!
+    for _ in $(seq 100); do grep -q '^held' "$tmp/tenant.out" && break; sleep 0.2; done
+    exe=$(grep -o 'connected: executor pid [0-9]*' "$tmp/serve-tenant.log" | tail -n 1 | awk '{print $4}')
+    user=$(ps -o user= -p "${exe:-0}" 2>/dev/null)
+    nvml=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | awk -F', *' -v p="${exe:-0}" '$1 == p {print $2}')
+    touch "$tmp/tenant.done"
+    wait $client
+    echo "tenant with --mem 2GiB over unix://: $(head -n 1 "$tmp/tenant.out"); executor $exe as ${user:-?}, NVML ${nvml:-?} MiB"
+    if [[ $(head -n 1 "$tmp/tenant.out") =~ ^held\ ([0-9]+)\ MiB$ ]] && [ "${BASH_REMATCH[1]}" -le 2048 ] &&
+        [ "${BASH_REMATCH[1]}" -ge 1024 ] && [ -n "$nvml" ] && [ "$nvml" -le 2048 ] &&
+        { [ "$(id -u)" != 0 ] || [ "$user" != root ]; }; then
+        pass "tenant: the quota holds (NVML within it), the executor not root"
+    else
+        fail "tenant: quota or executor user (above)"
+        tail -n 5 "$tmp/tenant.out" "$tmp/serve-tenant.log"
     fi
 fi
 # DistributedDataParallel over NCCL with one rank (NCCL's start, its
