@@ -9,7 +9,7 @@
 # 4_CUDA_Libraries 6_Performance; samples that need OpenGL, Vulkan, EGL or
 # MPI are left out by CMake where those are missing) for this machine's GPU
 # only, runs each natively from its own folder (its data files are
-# there) with LIMIT seconds (default 60), then, for those that pass natively,
+# there, beside what its build made) with LIMIT seconds (default 60), then, for those that pass natively,
 # over each transport through flexgv serve. A sample passes remotely when it
 # exits 0 and prints what it printed natively, numbers and addresses aside
 # (timings differ). JOBS samples run at once (default 8). A line per sample
@@ -29,7 +29,7 @@ CUDA=${CUDA_HOME:-/usr/local/cuda}
 B=$ROOT/build
 LIMIT=${LIMIT:-60}
 JOBS=${JOBS:-8}
-export NCCL_NVLS_ENABLE=0
+export NCCL_NVLS_ENABLE=0 CUDA_PATH=$CUDA # NVRTC samples find the toolkit's headers by CUDA_PATH
 WORK=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$WORK"' EXIT
 
@@ -81,10 +81,15 @@ one() {
     norm() { sed -E 's/0x[0-9a-fA-F]+/H/g; s/[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?/N/g' "$1" | grep -v '^[[:space:]]*$'; }
     o=$OUT/runs/$name
     mkdir -p "$o"
+    # Its sources and data beside what its build made (fatbins, PTX).
+    cp -rsn "$dir"/. "$(dirname "$exe")"/ 2>/dev/null
+    dir=$(dirname "$exe")
+    # Why a run failed: its first line that says so, else its last.
+    why() { { grep -iE -m 1 'error|fail|not supported|unsupported|flexgv' "$1" || grep -v '^[[:space:]]*$' "$1" | tail -n 1; } | cut -c1-160; }
     (cd "$dir" && LD_LIBRARY_PATH="$CUDA/lib64" timeout -k 5 "$LIMIT" "$exe" </dev/null >"$o/native.out" 2>&1)
     rc=$?
     if [ $rc != 0 ]; then
-        printf '%s\tnative\tfails\texit %s: %s\n' "$name" "$rc" "$(tail -n 1 "$o/native.out" | cut -c1-120)"
+        printf '%s\tnative\tfails\texit %s: %s\n' "$name" "$rc" "$(why "$o/native.out")"
         return
     fi
     printf '%s\tnative\tpass\t\n' "$name"
@@ -99,8 +104,8 @@ one() {
             printf '%s\t%s\tfail\tanother output: %s\n' "$name" "$t" \
                 "$(diff <(norm "$o/native.out") <(norm "$o/$t.out") | grep '^>' | head -n 1 | cut -c1-120)"
         else
-            printf '%s\t%s\tfail\texit %s%s: %s\n' "$name" "$t" "$rc" "$([ $rc -gt 128 ] && [ $rc != 137 ] && echo " (signal $((rc - 128)))")" \
-                "$(grep -v '^[[:space:]]*$' "$o/$t.out" | tail -n 1 | cut -c1-160)"
+            printf '%s\t%s\tfail\texit %s%s: %s\n' "$name" "$t" "$rc" "$([ $rc -gt 128 ] && [ $rc -lt 160 ] && echo " (signal $((rc - 128)))")" \
+                "$(why "$o/$t.out")"
         fi
     done
 }
