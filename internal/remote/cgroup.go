@@ -44,7 +44,12 @@ func NewExecCgroups(max int64) (*ExecCgroups, error) {
 	if err := os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
 		return nil, fmt.Errorf("cannot move the server into %s: %v", leaf, err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+memory"), 0); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+memory"), 0); errors.Is(err, syscall.EBUSY) {
+		// cgroup v2 gives controllers only to the children of a cgroup
+		// without processes of its own: others than the server are in it.
+		return nil, fmt.Errorf("its cgroup %s holds other processes than the server; run the server in a cgroup of its own "+
+			"(a systemd unit, or a cgroup made for it), where it can give its executors the memory controller", own)
+	} else if err != nil {
 		return nil, fmt.Errorf("cannot give %s's children the memory controller: %v", dir, err)
 	}
 	sweepCgroups(dir)
