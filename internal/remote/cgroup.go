@@ -37,6 +37,9 @@ func NewExecCgroups(max int64) (*ExecCgroups, error) {
 	if err != nil || !strings.Contains(" "+strings.TrimSpace(string(ctl))+" ", " memory ") {
 		return nil, errors.New("the server's cgroup has no memory controller")
 	}
+	if procs, err := os.ReadFile(filepath.Join(dir, "cgroup.procs")); err == nil && others(string(procs)) {
+		return nil, errShared(own)
+	}
 	leaf := filepath.Join(dir, "flexgv-serve")
 	if err := os.Mkdir(leaf, 0o755); err != nil && !os.IsExist(err) {
 		return nil, err
@@ -45,10 +48,7 @@ func NewExecCgroups(max int64) (*ExecCgroups, error) {
 		return nil, fmt.Errorf("cannot move the server into %s: %v", leaf, err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+memory"), 0); errors.Is(err, syscall.EBUSY) {
-		// cgroup v2 gives controllers only to the children of a cgroup
-		// without processes of its own: others than the server are in it.
-		return nil, fmt.Errorf("its cgroup %s holds other processes than the server; run the server in a cgroup of its own "+
-			"(a systemd unit, or a cgroup made for it), where it can give its executors the memory controller", own)
+		return nil, errShared(own) // one joined since
 	} else if err != nil {
 		return nil, fmt.Errorf("cannot give %s's children the memory controller: %v", dir, err)
 	}
@@ -67,6 +67,24 @@ func sweepCgroups(dir string) {
 			os.Remove(d)
 		}
 	}
+}
+
+// errShared: cgroup v2 gives controllers only to the children of a cgroup
+// without processes of its own, and the server's holds others.
+func errShared(own string) error {
+	return fmt.Errorf("its cgroup %s holds other processes than the server; run the server in a cgroup of its own "+
+		"(a systemd unit, or a cgroup made for it), where it can give its executors the memory controller", own)
+}
+
+// others says whether a cgroup.procs list names another process than this.
+func others(procs string) bool {
+	me := strconv.Itoa(os.Getpid())
+	for _, p := range strings.Fields(procs) {
+		if p != me {
+			return true
+		}
+	}
+	return false
 }
 
 // ownCgroup is the server's cgroup v2 path, or why there is none.
