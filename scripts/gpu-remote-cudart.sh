@@ -18,8 +18,9 @@
 # training step remotely and natively (torch-trips), host-to-device and
 # device-to-host bandwidth (h2d), the client's NVML (nvml), module images
 # kept over TCP (modules), device memory placed by the client (arena), a
-# tenant's quota with its executor unprivileged (tenant), and DDP over NCCL
-# with one rank (ddp-one).
+# tenant's quota with its executor unprivileged (tenant), executors' host
+# memory bounded by a cgroup (cgroup), and DDP over NCCL with one rank
+# (ddp-one).
 # A PASS or FAIL line per check; exit status 1 if any failed.
 #     [ONLY="NAME..."] [TRANSPORTS="unix shm tcp"] [LIMIT=SECONDS] scripts/gpu-remote-cudart.sh [CUDA_HOME]
 set -uo pipefail
@@ -329,6 +330,42 @@ while not os.path.exists(sys.argv[1]):
         fail "tenant: quota or executor user (above)"
         tail -n 5 "$tmp/tenant.out" "$tmp/serve-tenant.log"
     fi
+fi
+# Executors' host memory bounded by the kernel (--executor-memory, cgroup
+# v2): with the server alone in a cgroup made for it (as root), a program
+# runs under a 4 GiB limit, its executor's cgroup saying the limit and its
+# peak; under 64 MiB (less than a CUDA context takes) its executor is
+# killed, the program gets an error and the server serves on.
+if wanted cgroup && [ "$(id -u)" = 0 ] && [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ]; then
+    cg=/sys/fs/cgroup/flexgv-check-$$
+    mkdir -p "$cg" && echo +memory >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null
+    for max in 4GiB 64MiB; do
+        sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec env -u LD_LIBRARY_PATH "$@"' sh "$cg" "$B/bin/flexgv" serve \
+            --listen "unix://$tmp/cg-$max.sock" --executor-memory $max 2>"$tmp/serve-cg-$max.log" &
+        srv=$!
+        for _ in $(seq 50); do [ -S "$tmp/cg-$max.sock" ] && break; sleep 0.1; done
+        (FLEXGV_REMOTE=unix://$tmp/cg-$max.sock LD_LIBRARY_PATH="$B/remote:$CUDA/lib64" timeout "$LIMIT" \
+            "$tmp/vectoradd_static" 25 >"$tmp/cg-$max.out" 2>&1; echo "exit $?" >>"$tmp/cg-$max.out") &
+        client=$!
+        peak=
+        for _ in $(seq 100); do
+            exe=$(grep -o 'connected: executor pid [0-9]*' "$tmp/serve-cg-$max.log" | awk '{print $4}')
+            d=/sys/fs/cgroup$(cut -d: -f3 "/proc/${exe:-0}/cgroup" 2>/dev/null)
+            [ -n "$exe" ] && [ -f "$d/memory.max" ] && limit=$(cat "$d/memory.max") && peak=$(cat "$d/memory.peak" 2>/dev/null)
+            kill -0 $client 2>/dev/null || break
+            sleep 0.1
+        done
+        wait $client
+        echo "executor memory $max: program $(tail -n 1 "$tmp/cg-$max.out"), executor cgroup memory.max ${limit:-?}, peak seen ${peak:-?};" \
+            "server: $(grep -c 'ended (signal: killed)' "$tmp/serve-cg-$max.log") executor(s) killed, $(grep -c 'not limited' "$tmp/serve-cg-$max.log") refusal(s)"
+        case $max in
+        4GiB) if [ "$(tail -n 1 "$tmp/cg-$max.out")" = "exit 0" ] && [ "${limit:-}" = 4294967296 ]; then pass "cgroup: a program under a 4 GiB executor limit"; else fail "cgroup: 4 GiB"; tail -n 5 "$tmp/cg-$max.out" "$tmp/serve-cg-$max.log"; fi ;;
+        64MiB) if [ "$(tail -n 1 "$tmp/cg-$max.out")" != "exit 0" ] && kill -0 $srv 2>/dev/null; then pass "cgroup: an executor over 64 MiB stopped, the server serves on"; else fail "cgroup: 64 MiB"; tail -n 5 "$tmp/cg-$max.out" "$tmp/serve-cg-$max.log"; fi ;;
+        esac
+        kill $srv 2>/dev/null
+        wait $srv 2>/dev/null
+    done
+    for d in "$cg"/*/ "$cg"; do rmdir "$d" 2>/dev/null; done
 fi
 # DistributedDataParallel over NCCL with one rank (NCCL's start, its
 # threads and memory, its all-reduce kernels; two ranks need two GPUs):
