@@ -594,7 +594,8 @@ func TestInFlightFollowsEachStream(t *testing.T) {
 // starts where the time since says; it cost 0.49 a launch from the
 // oldest). A throttled cap waits for its oldest launch at each launch: the
 // wait says that launch is done, which no query then asks again (0.70
-// without).
+// without; 0.35-0.47 with it on a busy 2-core host, as the host's
+// scheduling of the launching thread varies).
 func TestAHolderQueriesFewEvents(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -606,7 +607,7 @@ func TestAHolderQueriesFewEvents(t *testing.T) {
 		{"beside another tenant, empty kernels", "0", "queries", []string{"--priority", "high"}, true, 0.2},
 		{"beside another tenant, kernels queued behind the GPU", "5", "deep", []string{"--priority", "high"}, true, 0.2},
 		{"capped alone, kernels queued behind the GPU", "5", "deep", []string{"--compute-max", "100%"}, false, 0.2},
-		{"throttled by its cap, kernels queued behind the GPU", "5", "deep", []string{"--compute-max", "50%"}, false, 0.45},
+		{"throttled by its cap, kernels queued behind the GPU", "5", "deep", []string{"--compute-max", "50%"}, false, 0.6},
 	} {
 		e := newEnv(t, "FLEXGV_SIM_KERNEL_US="+c.kernelUS)
 		if c.other {
