@@ -31,7 +31,7 @@
 
 #include "flexgv/cuda_types.h"
 
-#define FGR_PROTO_VERSION 15u /* 15: host functions over shm:// asynchronous; 14: cuMemRetainAllocationHandle; 13: device memory at addresses the client chooses; 12: the pinned heap, downloads in halves, a launch's extra; 11: queued calls' errors per thread; 10: staging areas; 9: waits pending */
+#define FGR_PROTO_VERSION 16u /* 16: the program's device output; 15: host functions over shm:// asynchronous; 14: cuMemRetainAllocationHandle; 13: device memory at addresses the client chooses; 12: the pinned heap, downloads in halves, a launch's extra; 11: queued calls' errors per thread; 10: staging areas; 9: waits pending */
 
 /* An object the driver makes for a context through a private table word
  * (21318c60-... word 51, which cuBLAS calls before its first product): a
@@ -70,6 +70,11 @@ enum { FGR_IMAGE_ABSENT, FGR_IMAGE_INLINE, FGR_IMAGE_KEEP, FGR_IMAGE_BY_HASH };
  * tickets end through fgrWaitTickets (remote/executor/wait.c). */
 #define FGR_FLAG_MAY_PEND 2u
 #define FGR_PENDING 0x50524746u /* "FGRP": not a CUresult */
+/* A frame ahead of an answer, not an answer: u32 FGR_OUTPUT, u8 stream (1:
+ * stdout, 2: stderr), then what the driver printed there for the program
+ * (device printf, assertions) since the last answer, which the client
+ * prints (remote/executor/output.c). */
+#define FGR_OUTPUT 0x4f524746u /* "FGRO" */
 #define FGR_MAX_TICKETS 32
 /* fgrStageUpload's how: the per-thread default stream's variant; a
  * synchronous copy's piece (on the default stream, hStream NULL). */

@@ -511,6 +511,7 @@ SIM_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
     if (r || (r = sim_capture_check_ctx(c)) != CUDA_SUCCESS)
         return r;
     sim_ctx_sync(c);
+    sim_device_output();
     return CUDA_SUCCESS;
 }
 

@@ -2,7 +2,7 @@
  *
  * A simulated module image is text:
  *     FLEXGV-SIM-MODULE
- *     kernel NAME [DURATION_US] [builtin=vecadd|fill|params=N|collective]
+ *     kernel NAME [DURATION_US] [builtin=vecadd|fill|printf|params=N|collective]
  * A kernel occupies the device for its duration (default: the configured
  * kernel_us). A collective one (as NCCL's all-reduce) occupies it from
  * its start but runs its duration only while the same collective of every
@@ -11,6 +11,9 @@
  * kernels also compute on the host-backed memory:
  *     vecadd(float *a, float *b, float *c, int n): c = a + b
  *     fill(unsigned *p, unsigned v, int n)
+ *     printf(unsigned v): "device printf: V" on stdout, printed as a
+ *     driver prints device printf: through the process's stdio, at the
+ *     next synchronization (context, stream, event), then flushed
  * params=N: a kernel of N 8-byte parameters that it does not read.
  * devruntime: it calls device printf or malloc, which a driver reserves
  * memory for at the module's load (flexgv/drvmem.h).
@@ -34,7 +37,7 @@
 #define EVENT_MAGIC 0x45564e54u
 #define DEFAULT_DURATION UINT64_MAX
 
-enum builtin { B_NONE, B_VECADD, B_FILL };
+enum builtin { B_NONE, B_VECADD, B_FILL, B_PRINTF };
 
 struct sim_func {
     uint32_t magic;
@@ -149,6 +152,8 @@ static CUresult parse_module(const char *image, struct sim_module **out)
                 f->builtin = B_VECADD;
             else if (!strcmp(opts[i], "builtin=fill"))
                 f->builtin = B_FILL;
+            else if (!strcmp(opts[i], "builtin=printf"))
+                f->builtin = B_PRINTF;
             else if (!strcmp(opts[i], "collective"))
                 f->collective = 1;
             else if (!strcmp(opts[i], "devruntime"))
@@ -442,11 +447,12 @@ SIM_EXPORT CUresult cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel)
  * kernels take their params=N words, or none. Not in api/cuda.api: the shim need not hook it. */
 static CUresult param_info(struct sim_func *f, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
 {
-    static const size_t vecadd[][2] = {{0, 8}, {8, 8}, {16, 8}, {24, 4}}, fill[][2] = {{0, 8}, {8, 4}, {12, 4}};
+    static const size_t vecadd[][2] = {{0, 8}, {8, 8}, {16, 8}, {24, 4}}, fill[][2] = {{0, 8}, {8, 4}, {12, 4}},
+                        printf_[][2] = {{0, 4}};
     if (!f)
         return CUDA_ERROR_INVALID_HANDLE;
-    const size_t(*layout)[2] = f->builtin == B_VECADD ? vecadd : f->builtin == B_FILL ? fill : NULL;
-    size_t n = f->builtin == B_VECADD ? 4 : f->builtin == B_FILL ? 3 : f->nparams;
+    const size_t(*layout)[2] = f->builtin == B_VECADD ? vecadd : f->builtin == B_FILL ? fill : f->builtin == B_PRINTF ? printf_ : NULL;
+    size_t n = f->builtin == B_VECADD ? 4 : f->builtin == B_FILL ? 3 : f->builtin == B_PRINTF ? 1 : f->nparams;
     if (paramIndex >= n || (!paramOffset && !paramSize))
         return CUDA_ERROR_INVALID_VALUE;
     if (f->layout) {
@@ -732,7 +738,9 @@ static CUresult stream_sync(CUstream h, int pt)
     CUresult r = sim_stream_arg(h, pt, &s);
     if (r || (r = sim_capture_check(s)) != CUDA_SUCCESS)
         return r;
-    return sim_stream_wait(s);
+    r = sim_stream_wait(s);
+    sim_device_output();
+    return r;
 }
 SIM_EXPORT CUresult cuStreamSynchronize(CUstream h) { SIM_GATE(); return stream_sync(h, 0); }
 SIM_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream h) { SIM_GATE(); return stream_sync(h, 1); }
@@ -799,7 +807,39 @@ static void builtin_args(struct sim_func *f, void **params, struct sim_kargs *a)
         a->ptr[0] = *(void **)params[0];
         a->val = *(unsigned *)params[1];
         a->n = *(int *)params[2];
+    } else if (f->builtin == B_PRINTF) {
+        a->val = *(unsigned *)params[0];
     }
+}
+
+/* Device printf's lines, until a synchronization prints them. */
+static pthread_mutex_t printed_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *printed;
+static size_t nprinted;
+
+void sim_device_output(void)
+{
+    pthread_mutex_lock(&printed_lock);
+    if (nprinted) {
+        fwrite(printed, 1, nprinted, stdout);
+        fflush(stdout);
+        nprinted = 0;
+    }
+    pthread_mutex_unlock(&printed_lock);
+}
+
+static void device_printf(unsigned v)
+{
+    char line[40];
+    int n = snprintf(line, sizeof line, "device printf: %u\n", v);
+    pthread_mutex_lock(&printed_lock);
+    char *p = nprinted + (size_t)n <= (1u << 20) ? realloc(printed, nprinted + (size_t)n) : NULL; /* the driver's FIFO is 1 MiB too */
+    if (p) {
+        memcpy(p + nprinted, line, (size_t)n);
+        printed = p;
+        nprinted += (size_t)n;
+    }
+    pthread_mutex_unlock(&printed_lock);
 }
 
 /* Computes a builtin on the host-backed memory, then queues its device time. */
@@ -814,6 +854,8 @@ void sim_kernel_run(struct sim_stream *s, struct sim_func *f, const struct sim_k
         unsigned *p = a->ptr[0];
         for (int i = 0; i < a->n; i++)
             p[i] = a->val;
+    } else if (f->builtin == B_PRINTF) {
+        device_printf(a->val);
     }
     uint64_t ns = f->duration_ns == DEFAULT_DURATION ? sim->cfg.kernel_ns : f->duration_ns;
     uint64_t c = f->collective ? sim_submit_collective(s->lane, ns) : sim_submit_kernel(s->lane, ns);
@@ -1138,6 +1180,7 @@ SIM_EXPORT CUresult cuEventSynchronize(CUevent ev)
         return r;
     if (e->recorded)
         sim_stamp_wait(&e->stamp);
+    sim_device_output();
     return CUDA_SUCCESS;
 }
 

@@ -269,6 +269,8 @@ CUresult sim_stream_arg(CUstream h, int per_thread, struct sim_stream **out);
 CUresult sim_stream_wait(struct sim_stream *s);
 void sim_ctx_sync(struct sim_ctx *ctx);
 void sim_kernel_run(struct sim_stream *s, struct sim_func *f, const struct sim_kargs *a);
+/* Prints device printf's lines so far (at a synchronization, as a driver). */
+void sim_device_output(void);
 void sim_host_enqueue(struct sim_stream *s, CUhostFn fn, CUstreamCallback cb, CUstream stream, void *data);
 
 /* memory.c: the registry of device addresses, under sim_mem_lock. */

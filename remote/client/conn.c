@@ -923,15 +923,45 @@ CUresult fgr_send(struct fgr_call *c)
 /* Reads the answer to c's request into conn_r (its one large result
  * straight into c->direct): NULL, or why not (errno set; 0 for the
  * server's end). */
+/* Prints what the driver printed for the program on the server (an
+ * FGR_OUTPUT frame of n bytes, its first word read), through the
+ * program's own stdio as the driver does: device printf to stdout, then
+ * flushed; assertions to stderr. */
+static const char *print_output(uint32_t n)
+{
+    uint8_t *p = n > 4 ? malloc(n - 4) : NULL;
+    if (!p || conn_read(conn_fd, p, n - 4)) {
+        free(p);
+        return p ? "reading the program's output" : "no memory for the program's output";
+    }
+    FILE *to = p[0] == 2 ? stderr : stdout;
+    if (p[0] == 1 || p[0] == 2) {
+        fwrite(p + 1, 1, n - 5, to);
+        fflush(to);
+    }
+    free(p);
+    return NULL;
+}
+
 static const char *read_answer(struct fgr_call *c, uint32_t *len)
 {
     uint8_t lenb[4];
-    if (conn_read(conn_fd, lenb, 4))
-        return errno ? "waiting for an answer" : "the server closed the connection";
-    uint32_t n = (uint32_t)lenb[0] | (uint32_t)lenb[1] << 8 | (uint32_t)lenb[2] << 16 | (uint32_t)lenb[3] << 24;
-    errno = 0;
-    if (n < FGR_REP_HDR || n > FGR_MAX_FRAME)
-        return "an answer of impossible length";
+    uint32_t n;
+    for (;;) {
+        if (conn_read(conn_fd, lenb, 4))
+            return errno ? "waiting for an answer" : "the server closed the connection";
+        n = (uint32_t)lenb[0] | (uint32_t)lenb[1] << 8 | (uint32_t)lenb[2] << 16 | (uint32_t)lenb[3] << 24;
+        errno = 0;
+        if (n < FGR_REP_HDR || n > FGR_MAX_FRAME)
+            return "an answer of impossible length";
+        if (conn_read(conn_fd, lenb, 4))
+            return "reading an answer";
+        if (((uint32_t)lenb[0] | (uint32_t)lenb[1] << 8 | (uint32_t)lenb[2] << 16 | (uint32_t)lenb[3] << 24) != FGR_OUTPUT)
+            break;
+        const char *why = n >= 5 ? print_output(n) : "a malformed output frame";
+        if (why)
+            return why;
+    }
     /* The answer of a call whose one result is large: its head (result,
      * present, length), then the bytes straight where the caller wants them. */
     enum { HEAD = 4 + 1 + 8 };
@@ -948,7 +978,8 @@ static const char *read_answer(struct fgr_call *c, uint32_t *len)
         conn_r = p;
         conn_rcap = now;
     }
-    if (conn_read(conn_fd, conn_r, now))
+    memcpy(conn_r, lenb, 4); /* its first word, read above */
+    if (conn_read(conn_fd, conn_r + 4, now - 4))
         return "reading an answer";
     if (now < n) {
         uint64_t dn = 0;

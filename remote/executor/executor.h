@@ -6,6 +6,7 @@
 
 #define _GNU_SOURCE
 #include <stdint.h>
+#include <stdio.h>
 
 #include "../proto_gen.h"
 #include "../options.h"
@@ -80,6 +81,13 @@ void fgr_arena_init(void *driver);
 void fgr_layout_init(void *driver);
 /* A line on stderr, naming the executor and its client. */
 void fgr_logf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The server's log (the executor's stderr before fgr_output_capture;
+ * NULL: stderr). */
+extern FILE *fgr_log;
+/* Captures the program's device output (stdout, stderr: output.c), and
+ * sends what was printed since the last time, ahead of an answer. */
+void fgr_output_capture(void);
+void fgr_output_send(int (*write)(const void *, size_t));
 void **fgr_get_kparams(struct fgr_rd *rd, struct fgr_req *q);
 /* A launch's extra: the parameter buffer and its size, or just the end. */
 void **fgr_get_extra(struct fgr_rd *rd, struct fgr_req *q);

@@ -353,6 +353,7 @@ static void greet(int fd, uint8_t *body, uint32_t n)
 
 static void send_reply(struct fgr_buf *w)
 {
+    fgr_output_send(conn_write);
     if (fgr_buf_write(w, conn_write)) {
         if (errno)
             reject("answering: %s", strerror(errno));
@@ -574,6 +575,7 @@ int main(int argc, char **argv)
     /* A peer that connects and says nothing does not hold an executor. */
     struct timeval hello_wait = {HELLO_TIMEOUT_S, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &hello_wait, sizeof hello_wait);
+    fgr_output_capture();
     void *h = dlopen(driver, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         fgr_logf("cannot load the CUDA driver %s: %s", driver, dlerror());

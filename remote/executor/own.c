@@ -419,20 +419,23 @@ void fgr_mem_add_found(uint64_t p, int okind, uint64_t owner)
 
 static int refusals;
 
+FILE *fgr_log;
+
 void fgr_logf(const char *fmt, ...)
 {
+    FILE *log = fgr_log ? fgr_log : stderr;
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "flexgv-executor[%d] %s: ", (int)getpid(), fgr_peer);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    fprintf(log, "flexgv-executor[%d] %s: ", (int)getpid(), fgr_peer);
+    vfprintf(log, fmt, ap);
+    fputc('\n', log);
     va_end(ap);
 }
 
 CUresult fgr_refuse(const char *call, const char *param, uint64_t v, CUresult r)
 {
     if (refusals++ == 0)
-        fprintf(stderr,
+        fprintf(fgr_log ? fgr_log : stderr,
                 "flexgv-executor[%d] %s: refusing %s: %s=0x%llx is not a %s this connection was given "
                 "(error %d; further refusals on this connection are not logged)\n",
                 (int)getpid(), fgr_peer, call, param, (unsigned long long)(v == FGR_BAD_HANDLE && bad_seen ? first_bad : v),

@@ -153,6 +153,13 @@ CUresult fgr_wait(int kind, uint64_t v, int per_thread)
         struct ticket *t = &tickets[fgr_resume];
         fgr_resume = -1;
         CUresult r = t->result;
+        /* The driver prints what kernels printed at a synchronization: a
+         * wait a query saw end makes one, on its event, done by now. */
+        if (r == CUDA_SUCCESS && t->ev && !t->helped) {
+            CUstreamCaptureMode m = fgr_relax();
+            fgr_drv.ev_sync(t->ev);
+            fgr_unrelax(m);
+        }
         release(t);
         if (kind == FGR_AFTER_STREAM)
             return r == CUDA_SUCCESS ? FGR_GO : r; /* waited: now the call itself */

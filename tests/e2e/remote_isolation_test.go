@@ -17,11 +17,12 @@ import (
 // wire is a client speaking the protocol itself, as a hostile one would:
 // it sends whatever handles, addresses and contexts it likes.
 type wire struct {
-	t    *testing.T
-	p    protocol
-	conn net.Conn
-	ctx  uint64 // the context its requests name
-	own  uint64 // its primary context
+	t      *testing.T
+	p      protocol
+	conn   net.Conn
+	ctx    uint64 // the context its requests name
+	own    uint64 // its primary context
+	output []byte // what the executor sent of the program's output
 }
 
 func dialWire(t *testing.T, p protocol, s *server) *wire {
@@ -42,20 +43,29 @@ func dialWire(t *testing.T, p protocol, s *server) *wire {
 	return c
 }
 
-// frame reads one reply frame's body.
+// frame reads one reply frame's body, past the program's output
+// (FGR_OUTPUT frames, kept in c.output).
 func (c *wire) frame() []byte {
 	c.t.Helper()
-	c.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-	var n [4]byte
-	if _, err := io.ReadFull(c.conn, n[:]); err != nil {
-		c.t.Fatalf("no answer: %v", err)
+	for {
+		c.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		var n [4]byte
+		if _, err := io.ReadFull(c.conn, n[:]); err != nil {
+			c.t.Fatalf("no answer: %v", err)
+		}
+		body := make([]byte, binary.LittleEndian.Uint32(n[:]))
+		if _, err := io.ReadFull(c.conn, body); err != nil {
+			c.t.Fatalf("answer cut short: %v", err)
+		}
+		if len(body) < 5 || binary.LittleEndian.Uint32(body) != fgrOutput {
+			return body
+		}
+		c.output = append(c.output, body[5:]...)
 	}
-	body := make([]byte, binary.LittleEndian.Uint32(n[:]))
-	if _, err := io.ReadFull(c.conn, body); err != nil {
-		c.t.Fatalf("answer cut short: %v", err)
-	}
-	return body
 }
+
+// fgrOutput is remote/wire.h's FGR_OUTPUT.
+const fgrOutput = 0x4f524746
 
 // call sends a synchronous request and returns its CUresult and the
 // results after it (each out buffer: u8 present, u64 length, bytes).
