@@ -185,6 +185,11 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 					return exitError{1, "flexgv serve: " + err.Error()}
 				}
 			}
+			// Ready before it says it listens.
+			if err := s.Prepare(); err != nil {
+				l.Close()
+				return exitError{1, "flexgv serve: " + err.Error()}
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			names := make([]string, len(s.Tenants))

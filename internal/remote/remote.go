@@ -317,15 +317,28 @@ func (s *Server) logf(format string, args ...any) {
 	fmt.Fprintf(s.Log, "flexgv serve: "+format+"\n", args...)
 }
 
+// Prepare makes what the server keeps on the host (its executors'
+// temporary folders, those of servers that died removed), once; Serve
+// does if it was not called.
+func (s *Server) Prepare() error {
+	if s.scratch != nil {
+		return nil
+	}
+	var err error
+	if s.scratch, err = newScratch(os.TempDir()); err != nil {
+		return fmt.Errorf("a folder for the executors' temporary folders: %w", err)
+	}
+	return nil
+}
+
 // Serve accepts connections on l until ctx ends, then ends the executors
 // it started and returns.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	stop := context.AfterFunc(ctx, func() { l.Close() })
 	defer stop()
-	var err error
-	if s.scratch, err = newScratch(os.TempDir()); err != nil {
+	if err := s.Prepare(); err != nil {
 		l.Close()
-		return fmt.Errorf("a folder for the executors' temporary folders: %w", err)
+		return err
 	}
 	defer s.scratch.close()
 	for {
