@@ -592,10 +592,9 @@ func TestInFlightFollowsEachStream(t *testing.T) {
 // empty kernels complete as fast as they are launched, and where 5 µs
 // kernels queue up behind the GPU (the search for the last completion
 // starts where the time since says; it cost 0.49 a launch from the
-// oldest). A throttled cap waits for its oldest launch at each launch: the
-// wait says that launch is done, which no query then asks again (0.70
-// without; 0.35-0.47 with it on a busy 2-core host, as the host's
-// scheduling of the launching thread varies).
+// oldest). A throttled cap, which waits for its oldest launch at each
+// launch, stays well under a query a launch too (0.32-0.53 on a busy
+// 2-core host, as the host's scheduling of the launching thread varies).
 func TestAHolderQueriesFewEvents(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
