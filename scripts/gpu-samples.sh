@@ -15,7 +15,8 @@
 # (timings differ). JOBS samples run at once (default 8). A line per sample
 # and transport, then a summary: how many of those that pass natively pass
 # over each transport. OUTDIR (default: a new folder under $TMPDIR) gets
-# each run's output and results.tsv (sample, transport, result, reason).
+# results.tsv (sample, transport, result, reason) and, under runs/, the
+# output of each native run and of each remote run that failed.
 # Exit status 1 if any sample that passes natively fails remotely.
 set -u -o pipefail
 source "$(dirname "$0")/outdir.sh"
@@ -79,33 +80,34 @@ done
 one() {
     local name=$1 exe=$2 dir=$3 rc addr t o
     norm() { sed -E 's/0x[0-9a-fA-F]+/H/g; s/[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?/N/g' "$1" | grep -v '^[[:space:]]*$'; }
-    o=$OUT/runs/$name
-    mkdir -p "$o"
+    o=$OUT/runs/$name # one file per run, those of runs that passed removed
+    mkdir -p "$OUT/runs"
     # Its sources and data beside what its build made (fatbins, PTX).
     cp -rsn "$dir"/. "$(dirname "$exe")"/ 2>/dev/null
     dir=$(dirname "$exe")
     # Why a run failed: its first line that says so, else its last.
     why() { { grep -iE -m 1 'error|fail|not supported|unsupported|flexgv' "$1" || grep -v '^[[:space:]]*$' "$1" | tail -n 1; } | cut -c1-160; }
-    (cd "$dir" && LD_LIBRARY_PATH="$CUDA/lib64" timeout -k 5 "$LIMIT" "$exe" </dev/null >"$o/native.out" 2>&1)
+    (cd "$dir" && LD_LIBRARY_PATH="$CUDA/lib64" timeout -k 5 "$LIMIT" "$exe" </dev/null >"$o.native.out" 2>&1)
     rc=$?
     if [ $rc != 0 ]; then
-        printf '%s\tnative\tfails\texit %s: %s\n' "$name" "$rc" "$(why "$o/native.out")"
+        printf '%s\tnative\tfails\texit %s: %s\n' "$name" "$rc" "$(why "$o.native.out")"
         return
     fi
     printf '%s\tnative\tpass\t\n' "$name"
     for addr in $ADDRS; do
         t=${addr%%://*}
         (cd "$dir" && FLEXGV_REMOTE=$addr LD_LIBRARY_PATH="$B/remote:$CUDA/lib64" timeout -k 5 "$LIMIT" "$exe" </dev/null \
-            >"$o/$t.out" 2>&1)
+            >"$o.$t.out" 2>&1)
         rc=$?
-        if [ $rc = 0 ] && cmp -s <(norm "$o/native.out") <(norm "$o/$t.out"); then
+        if [ $rc = 0 ] && cmp -s <(norm "$o.native.out") <(norm "$o.$t.out"); then
             printf '%s\t%s\tpass\t\n' "$name" "$t"
+            rm -f "$o.$t.out"
         elif [ $rc = 0 ]; then
             printf '%s\t%s\tfail\tanother output: %s\n' "$name" "$t" \
-                "$(diff <(norm "$o/native.out") <(norm "$o/$t.out") | grep '^>' | head -n 1 | cut -c1-120)"
+                "$(diff <(norm "$o.native.out") <(norm "$o.$t.out") | grep '^>' | head -n 1 | cut -c1-120)"
         else
             printf '%s\t%s\tfail\texit %s%s: %s\n' "$name" "$t" "$rc" "$([ $rc -gt 128 ] && [ $rc -lt 160 ] && echo " (signal $((rc - 128)))")" \
-                "$(why "$o/$t.out")"
+                "$(why "$o.$t.out")"
         fi
     done
 }
