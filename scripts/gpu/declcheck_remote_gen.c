@@ -26,6 +26,10 @@ typedef CUresult (CUDAAPI *fg_sig_cuCtxDisablePeerAccess)(CUcontext peerContext)
 SAME(fg_sig_cuCtxDisablePeerAccess, PFN_cuCtxDisablePeerAccess_v4000);
 typedef CUresult (CUDAAPI *fg_sig_cuCtxResetPersistingL2Cache)(void);
 SAME(fg_sig_cuCtxResetPersistingL2Cache, PFN_cuCtxResetPersistingL2Cache_v11000);
+typedef CUresult (CUDAAPI *fg_sig_cuProfilerStart)(void);
+SAME(fg_sig_cuProfilerStart, PFN_cuProfilerStart_v4000);
+typedef CUresult (CUDAAPI *fg_sig_cuProfilerStop)(void);
+SAME(fg_sig_cuProfilerStop, PFN_cuProfilerStop_v4000);
 typedef CUresult (CUDAAPI *fg_sig_cuMemGetAccess)(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr);
 SAME(fg_sig_cuMemGetAccess, PFN_cuMemGetAccess_v10020);
 typedef CUresult (CUDAAPI *fg_sig_cuMemHostRegister_v2)(void *p, size_t bytesize, unsigned int Flags);
@@ -66,6 +70,10 @@ typedef CUresult (CUDAAPI *fg_sig_cuOccupancyMaxActiveBlocksPerMultiprocessorWit
 SAME(fg_sig_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, PFN_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_v7000);
 typedef CUresult (CUDAAPI *fg_sig_cuOccupancyAvailableDynamicSMemPerBlock)(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize);
 SAME(fg_sig_cuOccupancyAvailableDynamicSMemPerBlock, PFN_cuOccupancyAvailableDynamicSMemPerBlock_v10020);
+typedef CUresult (CUDAAPI *fg_sig_cuOccupancyMaxPotentialBlockSize)(int *minGridSize, int *blockSize, CUfunction func, CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit);
+SAME(fg_sig_cuOccupancyMaxPotentialBlockSize, PFN_cuOccupancyMaxPotentialBlockSize_v6050);
+typedef CUresult (CUDAAPI *fg_sig_cuOccupancyMaxPotentialBlockSizeWithFlags)(int *minGridSize, int *blockSize, CUfunction func, CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit, unsigned int flags);
+SAME(fg_sig_cuOccupancyMaxPotentialBlockSizeWithFlags, PFN_cuOccupancyMaxPotentialBlockSizeWithFlags_v7000);
 typedef CUresult (CUDAAPI *fg_sig_cuPointerGetAttribute)(void *data, CUpointer_attribute attribute, CUdeviceptr ptr);
 SAME(fg_sig_cuPointerGetAttribute, PFN_cuPointerGetAttribute_v4000);
 typedef CUresult (CUDAAPI *fg_sig_cuPointerGetAttributes)(unsigned int numAttributes, CUpointer_attribute *attributes, void **data, CUdeviceptr ptr);
@@ -100,6 +108,10 @@ typedef CUresult (CUDAAPI *fg_sig_cuStreamGetAttribute)(CUstream hStream, CUstre
 SAME(fg_sig_cuStreamGetAttribute, PFN_cuStreamGetAttribute_v11000);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamGetAttribute_ptsz)(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out);
 SAME(fg_sig_cuStreamGetAttribute_ptsz, PFN_cuStreamGetAttribute_v11000_ptsz);
+typedef CUresult (CUDAAPI *fg_sig_cuStreamSetAttribute)(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value);
+SAME(fg_sig_cuStreamSetAttribute, PFN_cuStreamSetAttribute_v11000);
+typedef CUresult (CUDAAPI *fg_sig_cuStreamSetAttribute_ptsz)(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value);
+SAME(fg_sig_cuStreamSetAttribute_ptsz, PFN_cuStreamSetAttribute_v11000_ptsz);
 typedef CUresult (CUDAAPI *fg_sig_cuOccupancyMaxActiveClusters)(int *numClusters, CUfunction func, const CUlaunchConfig *config);
 SAME(fg_sig_cuOccupancyMaxActiveClusters, PFN_cuOccupancyMaxActiveClusters_v11070);
 typedef CUresult (CUDAAPI *fg_sig_cuOccupancyMaxPotentialClusterSize)(int *clusterSize, CUfunction func, const CUlaunchConfig *config);
