@@ -426,6 +426,34 @@ SIM_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, u
     return ctx_create(pctx, flags, dev);
 }
 
+/* SM count affinity is an MPS client's (Volta and later). */
+SIM_EXPORT CUresult cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType type, CUdevice dev)
+{
+    REQUIRE_INIT();
+    if (!pi || type != CU_EXEC_AFFINITY_TYPE_SM_COUNT)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= sim_ndevices)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *pi = sim_mps_client() ? 1 : 0;
+    return CUDA_SUCCESS;
+}
+
+/* An MPS client's context runs on the SMs it was given. */
+SIM_EXPORT CUresult cuCtxGetExecAffinity(CUexecAffinityParam *pExecAffinity, CUexecAffinityType type)
+{
+    struct sim_ctx *c;
+    CUresult r = sim_check_ctx(&c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!pExecAffinity || type != CU_EXEC_AFFINITY_TYPE_SM_COUNT)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!sim_mps_client())
+        return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
+    pExecAffinity->type = type;
+    pExecAffinity->param.smCount.val = (unsigned)sim_sms();
+    return CUDA_SUCCESS;
+}
+
 SIM_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
     SIM_GATE();
@@ -582,6 +610,8 @@ SIM_EXPORT CUresult cuGetErrorString(CUresult error, const char **pStr)
 static const struct fg_proc unhooked_procs[] = {
     {"cuDeviceGetPCIBusId", "cuDeviceGetPCIBusId", 4010, 0, (void *)cuDeviceGetPCIBusId},
     {"cuGraphAddChildGraphNode", "cuGraphAddChildGraphNode", 10000, 0, (void *)cuGraphAddChildGraphNode},
+    {"cuDeviceGetExecAffinitySupport", "cuDeviceGetExecAffinitySupport", 11040, 0, (void *)cuDeviceGetExecAffinitySupport},
+    {"cuCtxGetExecAffinity", "cuCtxGetExecAffinity", 11040, 0, (void *)cuCtxGetExecAffinity},
     {"cuProfilerStart", "cuProfilerStart", 4000, 0, (void *)cuProfilerStart},
     {"cuProfilerStop", "cuProfilerStop", 4000, 0, (void *)cuProfilerStop},
     {"cuOccupancyMaxPotentialBlockSize", "cuOccupancyMaxPotentialBlockSize", 6050, 0, (void *)cuOccupancyMaxPotentialBlockSize},

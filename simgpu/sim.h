@@ -323,6 +323,8 @@ void sim_graph_ctx_release(struct sim_ctx *ctx);
 CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                                   size_t numDependencies, CUgraph childGraph);
 /* Not in the hook table either, resolvable by cuGetProcAddress (core.c). */
+CUresult cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType type, CUdevice dev);
+CUresult cuCtxGetExecAffinity(CUexecAffinityParam *pExecAffinity, CUexecAffinityType type);
 CUresult cuProfilerStart(void);
 CUresult cuProfilerStop(void);
 CUresult cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, CUfunction func,

@@ -40,6 +40,11 @@ typedef struct CUmipmappedArray_st *CUmipmappedArray;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef struct CUgraphEdgeData_st CUgraphEdgeData;
 typedef struct CUlinkState_st *CUlinkState;
+typedef unsigned long long CUtexObject;
+typedef unsigned long long CUsurfObject;
+typedef struct CUDA_RESOURCE_DESC_st CUDA_RESOURCE_DESC;
+typedef struct CUDA_TEXTURE_DESC_st CUDA_TEXTURE_DESC;
+typedef struct CUDA_RESOURCE_VIEW_DESC_st CUDA_RESOURCE_VIEW_DESC;
 typedef void (*CUhostFn)(void *userData);
 typedef size_t (*CUoccupancyB2DSize)(int blockSize);
 typedef void (*CUstreamCallback)(CUstream hStream, CUresult status, void *userData);
@@ -65,6 +70,13 @@ typedef struct CUexecAffinityParam_st {
         CUexecAffinitySmCount smCount;
     } param;
 } CUexecAffinityParam;
+/* What names memory or an event to another process (cuIpc*). */
+typedef struct CUipcMemHandle_st {
+    char reserved[64];
+} CUipcMemHandle;
+typedef struct CUipcEventHandle_st {
+    char reserved[64];
+} CUipcEventHandle;
 typedef struct CUctxCigParam_st {
     int sharedDataType;
     void *sharedData;

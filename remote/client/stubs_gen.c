@@ -2643,6 +2643,37 @@ FGR_EXPORT CUresult fgrCtxCreateAffinity(CUcontext *pctx, const CUexecAffinityPa
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuCtxGetExecAffinity(CUexecAffinityParam *pExecAffinity, CUexecAffinityType type)
+{
+    CUresult fgr_r;
+    uint64_t n_pExecAffinity = pExecAffinity ? sizeof(CUexecAffinityParam) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxGetExecAffinity, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)type);
+    fgr_put_u8(&fgr_c.w, pExecAffinity != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pExecAffinity, n_pExecAffinity, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType type, CUdevice dev)
+{
+    CUresult fgr_r;
+    uint64_t n_pi = pi ? sizeof(int) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceGetExecAffinitySupport, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)type);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
+    fgr_put_u8(&fgr_c.w, pi != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pi, n_pi, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
 {
     CUresult fgr_r;
@@ -3351,6 +3382,86 @@ FGR_EXPORT CUresult cuStreamSetAttribute_ptsz(CUstream hStream, CUstreamAttrID a
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RESOURCE_DESC *pResDesc, const CUDA_TEXTURE_DESC *pTexDesc, const CUDA_RESOURCE_VIEW_DESC *pResViewDesc)
+{
+    (void)pTexObject;
+    (void)pResDesc;
+    (void)pTexDesc;
+    (void)pResViewDesc;
+    return fgr_unsupported(7, "cuTexObjectCreate", NULL);
+}
+
+FGR_EXPORT CUresult cuTexObjectDestroy(CUtexObject texObject)
+{
+    (void)texObject;
+    return fgr_unsupported(8, "cuTexObjectDestroy", NULL);
+}
+
+FGR_EXPORT CUresult cuSurfObjectCreate(CUsurfObject *pSurfObject, const CUDA_RESOURCE_DESC *pResDesc)
+{
+    (void)pSurfObject;
+    (void)pResDesc;
+    return fgr_unsupported(9, "cuSurfObjectCreate", NULL);
+}
+
+FGR_EXPORT CUresult cuSurfObjectDestroy(CUsurfObject surfObject)
+{
+    (void)surfObject;
+    return fgr_unsupported(10, "cuSurfObjectDestroy", NULL);
+}
+
+FGR_EXPORT CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType handleType, unsigned long long flags)
+{
+    (void)shareableHandle;
+    (void)handle;
+    (void)handleType;
+    (void)flags;
+    return fgr_unsupported(11, "cuMemExportToShareableHandle", NULL);
+}
+
+FGR_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle, CUmemAllocationHandleType shHandleType)
+{
+    (void)handle;
+    (void)osHandle;
+    (void)shHandleType;
+    return fgr_unsupported(12, "cuMemImportFromShareableHandle", NULL);
+}
+
+FGR_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
+{
+    (void)pHandle;
+    (void)dptr;
+    return fgr_unsupported(13, "cuIpcGetMemHandle", NULL);
+}
+
+FGR_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+    (void)pdptr;
+    (void)handle;
+    (void)Flags;
+    return fgr_unsupported(14, "cuIpcOpenMemHandle_v2", NULL);
+}
+
+FGR_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+    (void)dptr;
+    return fgr_unsupported(15, "cuIpcCloseMemHandle", NULL);
+}
+
+FGR_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
+{
+    (void)pHandle;
+    (void)event;
+    return fgr_unsupported(16, "cuIpcGetEventHandle", NULL);
+}
+
+FGR_EXPORT CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
+{
+    (void)phEvent;
+    (void)handle;
+    return fgr_unsupported(17, "cuIpcOpenEventHandle", NULL);
+}
+
 FGR_EXPORT CUresult fgrNvmlUtilization(CUdevice dev, unsigned int *gpu, unsigned int *memory)
 {
     CUresult fgr_r;
@@ -3851,7 +3962,7 @@ FGR_EXPORT CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *optio
     (void)options;
     (void)optionValues;
     (void)stateOut;
-    return fgr_unsupported(7, "cuLinkCreate_v2", NULL);
+    return fgr_unsupported(18, "cuLinkCreate_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues)
@@ -3864,7 +3975,7 @@ FGR_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, voi
     (void)numOptions;
     (void)options;
     (void)optionValues;
-    return fgr_unsupported(8, "cuLinkAddData_v2", NULL);
+    return fgr_unsupported(19, "cuLinkAddData_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char *path, unsigned int numOptions, CUjit_option *options, void **optionValues)
@@ -3875,7 +3986,7 @@ FGR_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, con
     (void)numOptions;
     (void)options;
     (void)optionValues;
-    return fgr_unsupported(9, "cuLinkAddFile_v2", NULL);
+    return fgr_unsupported(20, "cuLinkAddFile_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut)
@@ -3883,13 +3994,13 @@ FGR_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *s
     (void)state;
     (void)cubinOut;
     (void)sizeOut;
-    return fgr_unsupported(10, "cuLinkComplete", NULL);
+    return fgr_unsupported(21, "cuLinkComplete", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkDestroy(CUlinkState state)
 {
     (void)state;
-    return fgr_unsupported(11, "cuLinkDestroy", NULL);
+    return fgr_unsupported(22, "cuLinkDestroy", NULL);
 }
 
 FGR_EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
@@ -4461,7 +4572,7 @@ FGR_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph h
     return fgr_end(&fgr_c);
 }
 
-const int fgr_nunsupported = 12;
+const int fgr_nunsupported = 23;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -4622,6 +4733,8 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuDeviceGetByPCIBusId] = "cuDeviceGetByPCIBusId",
     [FGR_OP_cuDeviceCanAccessPeer] = "cuDeviceCanAccessPeer",
     [FGR_OP_fgrCtxCreateAffinity] = "fgrCtxCreateAffinity",
+    [FGR_OP_cuCtxGetExecAffinity] = "cuCtxGetExecAffinity",
+    [FGR_OP_cuDeviceGetExecAffinitySupport] = "cuDeviceGetExecAffinitySupport",
     [FGR_OP_cuCtxGetApiVersion] = "cuCtxGetApiVersion",
     [FGR_OP_cuCtxGetFlags] = "cuCtxGetFlags",
     [FGR_OP_cuCtxGetStreamPriorityRange] = "cuCtxGetStreamPriorityRange",
@@ -4987,6 +5100,8 @@ const struct fg_proc fgr_procs[] = {
     {"cuDeviceGetByPCIBusId", "cuDeviceGetByPCIBusId", 4010, 0, (void *)cuDeviceGetByPCIBusId},
     {"cuDeviceCanAccessPeer", "cuDeviceCanAccessPeer", 4000, 0, (void *)cuDeviceCanAccessPeer},
     {"fgrCtxCreateAffinity", "fgrCtxCreateAffinity", 0, 0, (void *)fgrCtxCreateAffinity},
+    {"cuCtxGetExecAffinity", "cuCtxGetExecAffinity", 11040, 0, (void *)cuCtxGetExecAffinity},
+    {"cuDeviceGetExecAffinitySupport", "cuDeviceGetExecAffinitySupport", 11040, 0, (void *)cuDeviceGetExecAffinitySupport},
     {"cuCtxGetApiVersion", "cuCtxGetApiVersion", 3020, 0, (void *)cuCtxGetApiVersion},
     {"cuCtxGetFlags", "cuCtxGetFlags", 7000, 0, (void *)cuCtxGetFlags},
     {"cuCtxGetStreamPriorityRange", "cuCtxGetStreamPriorityRange", 5050, 0, (void *)cuCtxGetStreamPriorityRange},
@@ -5038,6 +5153,17 @@ const struct fg_proc fgr_procs[] = {
     {"cuStreamGetAttribute", "cuStreamGetAttribute_ptsz", 11000, 1, (void *)cuStreamGetAttribute_ptsz},
     {"cuStreamSetAttribute", "cuStreamSetAttribute", 11000, 0, (void *)cuStreamSetAttribute},
     {"cuStreamSetAttribute", "cuStreamSetAttribute_ptsz", 11000, 1, (void *)cuStreamSetAttribute_ptsz},
+    {"cuTexObjectCreate", "cuTexObjectCreate", 5000, 0, (void *)cuTexObjectCreate},
+    {"cuTexObjectDestroy", "cuTexObjectDestroy", 5000, 0, (void *)cuTexObjectDestroy},
+    {"cuSurfObjectCreate", "cuSurfObjectCreate", 5000, 0, (void *)cuSurfObjectCreate},
+    {"cuSurfObjectDestroy", "cuSurfObjectDestroy", 5000, 0, (void *)cuSurfObjectDestroy},
+    {"cuMemExportToShareableHandle", "cuMemExportToShareableHandle", 10020, 0, (void *)cuMemExportToShareableHandle},
+    {"cuMemImportFromShareableHandle", "cuMemImportFromShareableHandle", 10020, 0, (void *)cuMemImportFromShareableHandle},
+    {"cuIpcGetMemHandle", "cuIpcGetMemHandle", 4010, 0, (void *)cuIpcGetMemHandle},
+    {"cuIpcOpenMemHandle", "cuIpcOpenMemHandle_v2", 11000, 0, (void *)cuIpcOpenMemHandle_v2},
+    {"cuIpcCloseMemHandle", "cuIpcCloseMemHandle", 4010, 0, (void *)cuIpcCloseMemHandle},
+    {"cuIpcGetEventHandle", "cuIpcGetEventHandle", 4010, 0, (void *)cuIpcGetEventHandle},
+    {"cuIpcOpenEventHandle", "cuIpcOpenEventHandle", 4010, 0, (void *)cuIpcOpenEventHandle},
     {"fgrNvmlUtilization", "fgrNvmlUtilization", 0, 0, (void *)fgrNvmlUtilization},
     {"fgrNvmlDriverVersion", "fgrNvmlDriverVersion", 0, 0, (void *)fgrNvmlDriverVersion},
     {"fgrNvmlOwnMemory", "fgrNvmlOwnMemory", 0, 0, (void *)fgrNvmlOwnMemory},

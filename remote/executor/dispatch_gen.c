@@ -158,6 +158,8 @@ typedef CUresult (*pfn_cuDeviceGetPCIBusId)(char *pciBusId, int len, CUdevice de
 typedef CUresult (*pfn_cuDeviceGetByPCIBusId)(CUdevice *dev, const char *pciBusId);
 typedef CUresult (*pfn_cuDeviceCanAccessPeer)(int *canAccessPeer, CUdevice dev, CUdevice peerDev);
 typedef CUresult (*pfn_fgrCtxCreateAffinity)(CUcontext *pctx, const CUexecAffinityParam *affinity, int numAffinity, unsigned int flags, CUdevice dev);
+typedef CUresult (*pfn_cuCtxGetExecAffinity)(CUexecAffinityParam *pExecAffinity, CUexecAffinityType type);
+typedef CUresult (*pfn_cuDeviceGetExecAffinitySupport)(int *pi, CUexecAffinityType type, CUdevice dev);
 typedef CUresult (*pfn_cuCtxGetApiVersion)(CUcontext ctx, unsigned int *version);
 typedef CUresult (*pfn_cuCtxGetFlags)(unsigned int *flags);
 typedef CUresult (*pfn_cuCtxGetStreamPriorityRange)(int *leastPriority, int *greatestPriority);
@@ -3470,6 +3472,43 @@ static CUresult op_fgrCtxCreateAffinity(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_cuCtxGetExecAffinity(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUexecAffinityType type = (CUexecAffinityType)fgr_get_u64(rd);
+    int has_pExecAffinity = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUexecAffinityParam *pExecAffinity = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_pExecAffinity && !(pExecAffinity = fgr_out(q, sizeof(CUexecAffinityParam))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuCtxGetExecAffinity)fgr_real[FGR_OP_cuCtxGetExecAffinity])(pExecAffinity, type);
+    if (has_pExecAffinity)
+        fgr_reply_out(q, pExecAffinity, sizeof(CUexecAffinityParam), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuDeviceGetExecAffinitySupport(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUexecAffinityType type = (CUexecAffinityType)fgr_get_u64(rd);
+    CUdevice dev = (CUdevice)fgr_get_u64(rd);
+    int has_pi = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    int *pi = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_pi && !(pi = fgr_out(q, sizeof(int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuDeviceGetExecAffinitySupport)fgr_real[FGR_OP_cuDeviceGetExecAffinitySupport])(pi, type, dev);
+    if (has_pi)
+        fgr_reply_out(q, pi, sizeof(int), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_cuCtxGetApiVersion(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -6080,6 +6119,8 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuDeviceGetByPCIBusId] = {"cuDeviceGetByPCIBusId", op_cuDeviceGetByPCIBusId, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuDeviceCanAccessPeer] = {"cuDeviceCanAccessPeer", op_cuDeviceCanAccessPeer, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrCtxCreateAffinity] = {"fgrCtxCreateAffinity", op_fgrCtxCreateAffinity, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuCtxGetExecAffinity] = {"cuCtxGetExecAffinity", op_cuCtxGetExecAffinity, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuDeviceGetExecAffinitySupport] = {"cuDeviceGetExecAffinitySupport", op_cuDeviceGetExecAffinitySupport, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuCtxGetApiVersion] = {"cuCtxGetApiVersion", op_cuCtxGetApiVersion, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuCtxGetFlags] = {"cuCtxGetFlags", op_cuCtxGetFlags, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuCtxGetStreamPriorityRange] = {"cuCtxGetStreamPriorityRange", op_cuCtxGetStreamPriorityRange, 0, FGR_SMALL_FRAME},

@@ -255,6 +255,8 @@ int main(void)
     SIZE(CUmipmappedArray);
     SIZE(CUmemoryPool);
     SIZE(CUlinkState);
+    SIZE(CUtexObject);
+    SIZE(CUsurfObject);
     SIZE(CUstreamAttrID);
     SIZE(CUstreamAttrValue);
     SIZE(CUuuid);
@@ -264,6 +266,10 @@ int main(void)
     SIZE(CUexecAffinityParam);
     FIELD(CUexecAffinityParam, type);
     FIELD(CUexecAffinityParam, param);
+    SIZE(CUipcMemHandle);
+    FIELD(CUipcMemHandle, reserved);
+    SIZE(CUipcEventHandle);
+    FIELD(CUipcEventHandle, reserved);
     SIZE(CUctxCigParam);
     FIELD(CUctxCigParam, sharedDataType);
     FIELD(CUctxCigParam, sharedData);

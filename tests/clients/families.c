@@ -3,7 +3,8 @@
  * stream attributes, cuCtxCreate_v4, function attributes) and prints each
  * answer, so that its output remotely can be compared with its output on
  * the GPU in its own process. With "cig", it also asks cuCtxCreate_v4 for
- * CUDA-in-graphics parameters. */
+ * CUDA-in-graphics parameters; with "tex" it only asks for a texture
+ * object. */
 #include <stdint.h>
 
 #include "common.h"
@@ -25,6 +26,8 @@ CUresult cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CUstreamAtt
 CUresult cuStreamSetAttribute(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value);
 CUresult cuStreamCopyAttributes(CUstream dst, CUstream src);
 CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config);
+CUresult cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType type, CUdevice dev);
+CUresult cuCtxGetExecAffinity(CUexecAffinityParam *pExecAffinity, CUexecAffinityType type);
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int blockSize,
                                                      size_t dynamicSMemSize);
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize,
@@ -65,13 +68,28 @@ int main(int argc, char **argv)
 {
     CHECK(cuInit(0));
 
-    /* Contexts with creation parameters. */
+    /* Contexts with creation parameters, and their execution affinity. */
+    int support = -1;
+    CHECK(cuDeviceGetExecAffinitySupport(&support, CU_EXEC_AFFINITY_TYPE_SM_COUNT, 0));
+    printf("SM count affinity supported: %d\n", support);
     ctx_v4("without parameters", NULL);
     CUctxCreateParams none = {NULL, 0, NULL};
     ctx_v4("with none", &none);
     CUexecAffinityParam aff = {.type = CU_EXEC_AFFINITY_TYPE_SM_COUNT, .param.smCount.val = 4};
     CUctxCreateParams sm4 = {&aff, 1, NULL};
     ctx_v4("with 4 SMs", &sm4);
+    if (argc > 1 && !strcmp(argv[1], "tex")) {
+        /* Looked up: the simulated GPU has no textures. */
+        CUresult (*create)(CUtexObject *, const CUDA_RESOURCE_DESC *, const CUDA_TEXTURE_DESC *,
+                           const CUDA_RESOURCE_VIEW_DESC *) = (CUresult(*)(CUtexObject *, const CUDA_RESOURCE_DESC *,
+                                                                            const CUDA_TEXTURE_DESC *,
+                                                                            const CUDA_RESOURCE_VIEW_DESC *))
+            dlsym(RTLD_DEFAULT, "cuTexObjectCreate");
+        CUtexObject tex = 0;
+        printf("cuTexObjectCreate: %s\n", create ? result_name(create(&tex, NULL, NULL, NULL)) : "not exported");
+        printf("cuTexObjectCreate again: %s\n", create ? result_name(create(&tex, NULL, NULL, NULL)) : "not exported");
+        return 0;
+    }
     if (argc > 1 && !strcmp(argv[1], "cig")) {
         CUctxCigParam cig = {1, &cig};
         CUctxCreateParams p = {NULL, 0, &cig};
@@ -82,6 +100,12 @@ int main(int argc, char **argv)
     CUcontext ctx;
     CHECK(cuDevicePrimaryCtxRetain(&ctx, 0));
     CHECK(cuCtxSetCurrent(ctx));
+    CUexecAffinityParam got;
+    CUresult ra = cuCtxGetExecAffinity(&got, CU_EXEC_AFFINITY_TYPE_SM_COUNT);
+    printf("cuCtxGetExecAffinity: %s", result_name(ra));
+    if (ra == CUDA_SUCCESS)
+        printf(" %u SMs", got.param.smCount.val);
+    printf("\n");
     CUmodule mod;
     CUfunction f;
     CHECK(cuModuleLoadData(&mod, SIM_MODULE));

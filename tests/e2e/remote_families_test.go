@@ -57,6 +57,25 @@ func TestRemoteCtxCreateGraphicsRefused(t *testing.T) {
 	}
 }
 
+// An entry point the spec refuses, with its reason, is exported (a program
+// using it loads) and answers CUDA_ERROR_NOT_SUPPORTED, said once.
+func TestRemoteRefusedEntrySaidOnce(t *testing.T) {
+	e := newEnv(t)
+	s := e.serve("unix")
+	r := e.remote(s, "families", "tex")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, want := range []string{"cuTexObjectCreate: CUDA_ERROR_NOT_SUPPORTED\n", "cuTexObjectCreate again: CUDA_ERROR_NOT_SUPPORTED\n"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if n := strings.Count(r.stderr, "cuTexObjectCreate is not supported remotely"); n != 1 {
+		t.Errorf("the refusal was said %d times:\n%s", n, r.stderr)
+	}
+}
+
 // specNames are the driver entry points api/cuda.api and api/remote.api
 // list (not the project's own operations, not the private tables' words).
 func specNames(t *testing.T) []string {
@@ -103,7 +122,9 @@ func TestRemoteExportsEverySpecEntry(t *testing.T) {
 		"cuOccupancyMaxPotentialBlockSize", "cuOccupancyMaxPotentialBlockSizeWithFlags",
 		"cuOccupancyMaxActiveBlocksPerMultiprocessor", "cuOccupancyAvailableDynamicSMemPerBlock",
 		"cuOccupancyMaxPotentialClusterSize", "cuOccupancyMaxActiveClusters", "cuCtxCreate_v4",
-		"cuFuncGetAttribute", "cuFuncSetAttribute", "cuFuncSetCacheConfig"} {
+		"cuFuncGetAttribute", "cuFuncSetAttribute", "cuFuncSetCacheConfig", "cuCtxGetExecAffinity",
+		"cuDeviceGetExecAffinitySupport", "cuTexObjectCreate", "cuMemExportToShareableHandle",
+		"cuMemImportFromShareableHandle", "cuIpcGetMemHandle", "cuIpcOpenMemHandle_v2"} {
 		if !have[n] {
 			t.Errorf("%s is not in the spec", n)
 		}
