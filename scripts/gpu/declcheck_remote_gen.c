@@ -3,6 +3,9 @@
  * signature or version in api/remote.api disagrees with the driver. */
 #include <cuda.h>
 #include <cudaTypedefs.h>
+#if __has_include(<cudaProfilerTypedefs.h>)
+#include <cudaProfilerTypedefs.h>
+#endif
 
 #define SAME(a, b) _Static_assert(__builtin_types_compatible_p(a, b), #a " differs from " #b)
 
@@ -30,10 +33,14 @@ typedef CUresult (CUDAAPI *fg_sig_cuCtxDisablePeerAccess)(CUcontext peerContext)
 SAME(fg_sig_cuCtxDisablePeerAccess, PFN_cuCtxDisablePeerAccess_v4000);
 typedef CUresult (CUDAAPI *fg_sig_cuCtxResetPersistingL2Cache)(void);
 SAME(fg_sig_cuCtxResetPersistingL2Cache, PFN_cuCtxResetPersistingL2Cache_v11000);
+#ifdef CUDAPROFILERTYPEDEFS_H
 typedef CUresult (CUDAAPI *fg_sig_cuProfilerStart)(void);
 SAME(fg_sig_cuProfilerStart, PFN_cuProfilerStart_v4000);
+#endif
+#ifdef CUDAPROFILERTYPEDEFS_H
 typedef CUresult (CUDAAPI *fg_sig_cuProfilerStop)(void);
 SAME(fg_sig_cuProfilerStop, PFN_cuProfilerStop_v4000);
+#endif
 typedef CUresult (CUDAAPI *fg_sig_cuMemGetAccess)(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr);
 SAME(fg_sig_cuMemGetAccess, PFN_cuMemGetAccess_v10020);
 typedef CUresult (CUDAAPI *fg_sig_cuMemHostRegister_v2)(void *p, size_t bytesize, unsigned int Flags);
