@@ -78,6 +78,8 @@ int main(int argc, char **argv)
     CUexecAffinityParam aff = {.type = CU_EXEC_AFFINITY_TYPE_SM_COUNT, .param.smCount.val = 4};
     CUctxCreateParams sm4 = {&aff, 1, NULL};
     ctx_v4("with 4 SMs", &sm4);
+    aff.param.smCount.val = 0;
+    ctx_v4("with 0 SMs", &sm4);
     if (argc > 1 && !strcmp(argv[1], "tex")) {
         /* Looked up: the simulated GPU has no textures. */
         CUresult (*create)(CUtexObject *, const CUDA_RESOURCE_DESC *, const CUDA_TEXTURE_DESC *,
