@@ -26,7 +26,45 @@ INCS     := -Iinclude -Iinclude/flexgv -I$(NVML_INC)
 SHIM_SRC := $(wildcard shim/*.c)
 SIM_SRC  := simgpu/state.c simgpu/core.c simgpu/memory.c simgpu/exec.c simgpu/capture.c simgpu/graph.c simgpu/exports.c simgpu/tensormap.c simgpu/hostfn.c simgpu/procs_gen.c
 HDRS     := $(wildcard include/flexgv/*.h include/flexgv/*.def shim/*.h shim/*.inc simgpu/*.h)
-CLIENTS  := devprint rtlike direct dlsymclient threads forker nvmlclient nvmlremote nocuda launchloop nextlib_user hookmap holder memclient drvclient captureclient exportclient cudartclient optclient blaslike spinner copier procutil hostfunc mapped memset2d copy3d waiters nvmlprocs kparamdump lanes smcount ddprank suspendee ckptctl
+# The test clients (tests/clients), a line each so that additions merge.
+CLIENTS  :=
+CLIENTS  += devprint
+CLIENTS  += rtlike
+CLIENTS  += direct
+CLIENTS  += dlsymclient
+CLIENTS  += threads
+CLIENTS  += forker
+CLIENTS  += nvmlclient
+CLIENTS  += nvmlremote
+CLIENTS  += nocuda
+CLIENTS  += launchloop
+CLIENTS  += nextlib_user
+CLIENTS  += hookmap
+CLIENTS  += holder
+CLIENTS  += memclient
+CLIENTS  += drvclient
+CLIENTS  += captureclient
+CLIENTS  += exportclient
+CLIENTS  += cudartclient
+CLIENTS  += optclient
+CLIENTS  += blaslike
+CLIENTS  += spinner
+CLIENTS  += copier
+CLIENTS  += procutil
+CLIENTS  += hostfunc
+CLIENTS  += mapped
+CLIENTS  += memset2d
+CLIENTS  += copy3d
+CLIENTS  += waiters
+CLIENTS  += nvmlprocs
+CLIENTS  += kparamdump
+CLIENTS  += lanes
+CLIENTS  += smcount
+CLIENTS  += ddprank
+CLIENTS  += suspendee
+CLIENTS  += ckptctl
+CLIENTS  += families
+CLIENTS  += procnames
 GO_SRC   := $(shell find cmd internal proto -name '*.go') go.mod go.sum
 
 .PHONY: all shim sim cli clients remote test demo clean gen-check FORCE
@@ -120,7 +158,30 @@ $(BUILD)/tests/%: tests/clients/%.c tests/clients/common.h tests/clients/variant
 	$(CC) $(CFLAGS) $(WARN) $(INCS) -o $@ $< -ldl -lpthread
 
 # Linked with libcuda, like programs built with -lcuda.
-$(BUILD)/tests/devprint $(BUILD)/tests/lanes $(BUILD)/tests/smcount $(BUILD)/tests/direct $(BUILD)/tests/forker $(BUILD)/tests/holder $(BUILD)/tests/memclient $(BUILD)/tests/drvclient $(BUILD)/tests/captureclient $(BUILD)/tests/spinner $(BUILD)/tests/copier $(BUILD)/tests/optclient $(BUILD)/tests/blaslike $(BUILD)/tests/hostfunc $(BUILD)/tests/mapped $(BUILD)/tests/memset2d $(BUILD)/tests/copy3d $(BUILD)/tests/waiters $(BUILD)/tests/ddprank $(BUILD)/tests/suspendee $(BUILD)/tests/ckptctl: $(BUILD)/tests/%: tests/clients/%.c tests/clients/common.h $(HDRS) $(BUILD)/sim/libcuda.so.1
+LCUDA_CLIENTS :=
+LCUDA_CLIENTS += devprint
+LCUDA_CLIENTS += lanes
+LCUDA_CLIENTS += families
+LCUDA_CLIENTS += smcount
+LCUDA_CLIENTS += direct
+LCUDA_CLIENTS += forker
+LCUDA_CLIENTS += holder
+LCUDA_CLIENTS += memclient
+LCUDA_CLIENTS += drvclient
+LCUDA_CLIENTS += captureclient
+LCUDA_CLIENTS += spinner
+LCUDA_CLIENTS += copier
+LCUDA_CLIENTS += optclient
+LCUDA_CLIENTS += blaslike
+LCUDA_CLIENTS += hostfunc
+LCUDA_CLIENTS += mapped
+LCUDA_CLIENTS += memset2d
+LCUDA_CLIENTS += copy3d
+LCUDA_CLIENTS += waiters
+LCUDA_CLIENTS += ddprank
+LCUDA_CLIENTS += suspendee
+LCUDA_CLIENTS += ckptctl
+$(addprefix $(BUILD)/tests/,$(LCUDA_CLIENTS)): $(BUILD)/tests/%: tests/clients/%.c tests/clients/common.h $(HDRS) $(BUILD)/sim/libcuda.so.1
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) $(INCS) -o $@ $< -L$(BUILD)/sim -lcuda -ldl -lpthread
 

@@ -76,6 +76,9 @@ enum { FGR_IMAGE_ABSENT, FGR_IMAGE_INLINE, FGR_IMAGE_KEEP, FGR_IMAGE_BY_HASH };
  * prints (remote/executor/output.c). */
 #define FGR_OUTPUT 0x4f524746u /* "FGRO" */
 #define FGR_MAX_TICKETS 32
+/* Dynamic shared memory sizes per block size that cuOccupancyMaxPotentialBlockSize
+ * carries (block sizes 1 to 1024). */
+#define FGR_OCC_SIZES 1024u
 /* fgrStageUpload's how: the per-thread default stream's variant; a
  * synchronous copy's piece (on the default stream, hStream NULL). */
 #define FGR_STAGE_PT 1u

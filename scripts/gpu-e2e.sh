@@ -3,7 +3,7 @@
 # machine with an NVIDIA driver, nvcc and PyTorch, with build/ made by `make`
 # (`make GOTAGS=nok8s` keeps the CLI small where build/ is copied over):
 #     scripts/gpu-e2e.sh OUTDIR [SECTION...]
-# Sections (default: all): decl counts simmodel hookmap torch bench contended green drvmem quota isolation nvmlprocs mpspods computecap quotabench lonebench ddpshare shares sharetrain priority prioritygraph suspend
+# Sections (default: all): decl counts simmodel hookmap torch bench contended green drvmem quota isolation nvmlprocs mpspods computecap quotabench lonebench ddpshare shares sharetrain priority prioritygraph suspend remotefamilies
 # (PAIRS="flexgv" runs only some of the priority sections' ways of sharing,
 # PRIORITY_ROUNDS=3 runs them three times over, the request alone in each;
 # REF_SHIM=PATH with PAIRS "ref" and "mpsref" runs flexgv's pairs again in
@@ -22,7 +22,7 @@ set -u -o pipefail
 source "$(dirname "$0")/outdir.sh"
 OUT=$(outdir gpu-e2e "${1:-}") || exit 2
 shift || true
-SECTIONS=${*:-decl counts simmodel hookmap torch bench contended green drvmem quota isolation nvmlprocs mpspods computecap quotabench lonebench ddpshare shares sharetrain priority prioritygraph suspend}
+SECTIONS=${*:-decl counts simmodel hookmap torch bench contended green drvmem quota isolation nvmlprocs mpspods computecap quotabench lonebench ddpshare shares sharetrain priority prioritygraph suspend remotefamilies}
 ROUNDS=${ROUNDS:-7} # rounds of the throughput benchmarks
 PAIRS=${PAIRS:-timeslice mps mps50 mpsflexgv mpssm mpssm25 flexgv} # how the priority sections share the GPU
 PRIORITY_ROUNDS=${PRIORITY_ROUNDS:-1} # rounds of those pairs, one after another (their ratios compared round by round)
@@ -901,6 +901,33 @@ for what, ok in checks.items():
 sys.exit(0 if all(checks.values()) else 1)
 PY
     pass "suspend and resume: memory off the GPU and back, no progress between, same losses" || fail "suspend and resume"
+fi
+
+if want remotefamilies; then
+echo "== remote GPUs: what NVIDIA's samples need (issue 34)"
+# Every driver entry point of the spec exported by the remoting library and
+# resolved by cuGetProcAddress_v2 at 13000, against the real driver's
+# server; then scripts/gpu/families.cu (runtime and -lcuda) natively and
+# over unix://, shm:// and tcp://, whose outputs must be the same.
+grep -hoE '^(cu[A-Za-z0-9_]+|[0-9]+ +cu[A-Za-z0-9_]+\()' api/cuda.api api/remote.api | sed -E 's/^[0-9]+ +//; s/\($//' \
+    >"$WORK/spec_names.txt"
+env -u LD_LIBRARY_PATH "$FLEXGV" serve --listen "unix://$WORK/families.sock" 2>"$WORK/families-serve.log" &
+fam_srv=$!
+sleep 1
+names=$(FLEXGV_REMOTE="unix://$WORK/families.sock" LD_LIBRARY_PATH="$ROOT/build/remote" "$ROOT/build/tests/procnames" \
+    <"$WORK/spec_names.txt" 2>&1)
+kill "$fam_srv" 2>/dev/null; wait "$fam_srv" 2>/dev/null
+if [[ $names == *"missing 0" ]]; then
+    pass "remote: every driver entry point of the spec exported and resolved at 13000 (${names##*$'\n'})"
+else
+    echo "$names" | tail -n 20
+    fail "remote: entry points of the spec missing"
+fi
+if ONLY=families bash scripts/gpu-remote-cudart.sh "$CUDA" | tee "$WORK/families.txt"; then
+    pass "remote: families the same over every transport as natively"
+else
+    fail "remote: families (see above)"
+fi
 fi
 
 if want quotabench; then

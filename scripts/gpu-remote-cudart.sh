@@ -10,7 +10,9 @@
 # thread's wait that another thread's copy ends (waiters), copies under
 # unified addressing (uva), copies of the program's memory captured into
 # graphs (captured), pinned memory kernels use by its address (zerocopy,
-# over shm:// alone), a launch's parameters packed in one buffer (extra), a
+# over shm:// alone), a launch's parameters packed in one buffer (extra),
+# occupancy with a host callback, the profiler's range, stream attributes
+# and cuCtxCreate_v4 through the runtime and -lcuda (families), a
 # cuBLAS program with stream capture (cublas), PyTorch training
 # (torch-train: losses bit for bit, throughput over native, and with
 # latency added), Triton, torch.compile, CuPy and JAX (triton_add,
@@ -160,6 +162,7 @@ cu uva scripts/gpu/uva.cu
 FILTER=nohow cu captured scripts/gpu/captured.cu
 OVER=shm cu zerocopy scripts/gpu/zerocopy.cu
 cu extra scripts/gpu/extra.cu -lcuda
+cu families scripts/gpu/families.cu -lcuda
 cu cublas scripts/gpu/cublas_capture.cu -lcublas
 if ! wanted torch-train && ! wanted torch-trips; then
     :

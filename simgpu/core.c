@@ -410,8 +410,48 @@ SIM_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice
 SIM_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev)
 {
     SIM_GATE();
-    (void)params; /* execution affinity and CIG are not simulated */
+    /* CUDA-in-graphics needs a graphics API (D3D12) this GPU has not; an SM
+     * count affinity needs an MPS client, whose SMs are already its own. */
+    if (params && params->cigParams)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    if (params && (params->numExecAffinityParams < 0 || (params->numExecAffinityParams && !params->execAffinityParams)))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (int i = 0; params && i < params->numExecAffinityParams; i++) {
+        const CUexecAffinityParam *a = &params->execAffinityParams[i];
+        if (a->type != CU_EXEC_AFFINITY_TYPE_SM_COUNT || !a->param.smCount.val)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (!sim_mps_client())
+            return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
+    }
     return ctx_create(pctx, flags, dev);
+}
+
+/* SM count affinity is an MPS client's (Volta and later). */
+SIM_EXPORT CUresult cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType type, CUdevice dev)
+{
+    REQUIRE_INIT();
+    if (!pi || type != CU_EXEC_AFFINITY_TYPE_SM_COUNT)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= sim_ndevices)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *pi = sim_mps_client() ? 1 : 0;
+    return CUDA_SUCCESS;
+}
+
+/* An MPS client's context runs on the SMs it was given. */
+SIM_EXPORT CUresult cuCtxGetExecAffinity(CUexecAffinityParam *pExecAffinity, CUexecAffinityType type)
+{
+    struct sim_ctx *c;
+    CUresult r = sim_check_ctx(&c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!pExecAffinity || type != CU_EXEC_AFFINITY_TYPE_SM_COUNT)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!sim_mps_client())
+        return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
+    pExecAffinity->type = type;
+    pExecAffinity->param.smCount.val = (unsigned)sim_sms();
+    return CUDA_SUCCESS;
 }
 
 SIM_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
@@ -571,6 +611,23 @@ SIM_EXPORT CUresult cuGetErrorString(CUresult error, const char **pStr)
 static const struct fg_proc unhooked_procs[] = {
     {"cuDeviceGetPCIBusId", "cuDeviceGetPCIBusId", 4010, 0, (void *)cuDeviceGetPCIBusId},
     {"cuGraphAddChildGraphNode", "cuGraphAddChildGraphNode", 10000, 0, (void *)cuGraphAddChildGraphNode},
+    {"cuDeviceGetExecAffinitySupport", "cuDeviceGetExecAffinitySupport", 11040, 0, (void *)cuDeviceGetExecAffinitySupport},
+    {"cuCtxGetExecAffinity", "cuCtxGetExecAffinity", 11040, 0, (void *)cuCtxGetExecAffinity},
+    {"cuProfilerStart", "cuProfilerStart", 4000, 0, (void *)cuProfilerStart},
+    {"cuProfilerStop", "cuProfilerStop", 4000, 0, (void *)cuProfilerStop},
+    {"cuOccupancyMaxPotentialBlockSize", "cuOccupancyMaxPotentialBlockSize", 6050, 0, (void *)cuOccupancyMaxPotentialBlockSize},
+    {"cuOccupancyMaxPotentialBlockSizeWithFlags", "cuOccupancyMaxPotentialBlockSizeWithFlags", 7000, 0,
+     (void *)cuOccupancyMaxPotentialBlockSizeWithFlags},
+    {"cuOccupancyAvailableDynamicSMemPerBlock", "cuOccupancyAvailableDynamicSMemPerBlock", 10020, 0,
+     (void *)cuOccupancyAvailableDynamicSMemPerBlock},
+    {"cuOccupancyMaxPotentialClusterSize", "cuOccupancyMaxPotentialClusterSize", 11070, 0, (void *)cuOccupancyMaxPotentialClusterSize},
+    {"cuOccupancyMaxActiveClusters", "cuOccupancyMaxActiveClusters", 11070, 0, (void *)cuOccupancyMaxActiveClusters},
+    {"cuStreamGetAttribute", "cuStreamGetAttribute", 11000, 0, (void *)cuStreamGetAttribute},
+    {"cuStreamGetAttribute", "cuStreamGetAttribute_ptsz", 11000, 1, (void *)cuStreamGetAttribute_ptsz},
+    {"cuStreamSetAttribute", "cuStreamSetAttribute", 11000, 0, (void *)cuStreamSetAttribute},
+    {"cuStreamSetAttribute", "cuStreamSetAttribute_ptsz", 11000, 1, (void *)cuStreamSetAttribute_ptsz},
+    {"cuStreamCopyAttributes", "cuStreamCopyAttributes", 11000, 0, (void *)cuStreamCopyAttributes},
+    {"cuStreamCopyAttributes", "cuStreamCopyAttributes_ptsz", 11000, 1, (void *)cuStreamCopyAttributes_ptsz},
 };
 
 static CUresult resolve(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,

@@ -431,6 +431,70 @@ SIM_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, 
     return cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize, 0);
 }
 
+/* The block size of best occupancy, as the runtime's own search makes it:
+ * from the largest block size the function takes down by warps, the first
+ * with the most threads resident per SM; the minimum grid fills every SM. */
+SIM_EXPORT CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSize, int *blockSize, CUfunction func,
+                                                              CUoccupancyB2DSize blockSizeToDynamicSMemSize,
+                                                              size_t dynamicSMemSize, int blockSizeLimit,
+                                                              unsigned int flags)
+{
+    struct sim_func *f = as_func(func);
+    int most = 0;
+    if (!minGridSize || !blockSize || blockSizeLimit < 0 || flags > 1)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!f)
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = get_attr(&most, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f);
+    if (r != CUDA_SUCCESS)
+        return r;
+    int limit = blockSizeLimit && blockSizeLimit < most ? blockSizeLimit : most;
+    int best_threads = 0, best_blocks = 0, best_size = 0;
+    for (int aligned = (limit + 31) / 32 * 32; aligned > 0; aligned -= 32) {
+        int size = aligned < limit ? aligned : limit, blocks;
+        size_t smem = blockSizeToDynamicSMemSize ? blockSizeToDynamicSMemSize(size) : dynamicSMemSize;
+        r = cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, func, size, smem, flags);
+        if (r != CUDA_SUCCESS)
+            return r;
+        if (blocks * size > best_threads) {
+            best_threads = blocks * size;
+            best_blocks = blocks;
+            best_size = size;
+        }
+        if (best_threads == 2048)
+            break;
+    }
+    *minGridSize = best_blocks * sim_sms();
+    *blockSize = best_size;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, CUfunction func,
+                                                     CUoccupancyB2DSize blockSizeToDynamicSMemSize,
+                                                     size_t dynamicSMemSize, int blockSizeLimit)
+{
+    return cuOccupancyMaxPotentialBlockSizeWithFlags(minGridSize, blockSize, func, blockSizeToDynamicSMemSize,
+                                                     dynamicSMemSize, blockSizeLimit, 0);
+}
+
+/* The dynamic shared memory each of numBlocks blocks may take with all of
+ * them resident on one SM (none when they do not fit at all). */
+SIM_EXPORT CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func, int numBlocks,
+                                                            int blockSize)
+{
+    if (!dynamicSmemSize || numBlocks <= 0 || blockSize <= 0 || blockSize > 1024)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!as_func(func))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (numBlocks > 32 || (size_t)numBlocks * (size_t)blockSize > 2048) {
+        *dynamicSmemSize = 0;
+        return CUDA_SUCCESS;
+    }
+    size_t per = (228u << 10) / (size_t)numBlocks - 1024;
+    *dynamicSmemSize = per < (227u << 10) ? per : (227u << 10);
+    return CUDA_SUCCESS;
+}
+
 SIM_EXPORT CUresult cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel)
 {
     struct sim_func *f = as_kernel(kernel);
@@ -703,9 +767,105 @@ SIM_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 SIM_EXPORT CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
     SIM_GATE();
-    (void)priority;
-    return cuStreamCreate(phStream, flags);
+    CUresult r = cuStreamCreate(phStream, flags);
+    if (r == CUDA_SUCCESS)
+        ((struct sim_stream *)*phStream)->priority = priority > 0 ? 0 : priority < -5 ? -5 : priority;
+    return r;
 }
+
+/* ---- stream attributes: kept per stream and read back ---- */
+
+static CUresult stream_attr(CUstream h, int pt, CUstreamAttrID attr, struct sim_stream **out)
+{
+    CUresult r = sim_stream_arg(h, pt, out);
+    if (r != CUDA_SUCCESS)
+        return r;
+    return attr == CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW || attr == CU_STREAM_ATTRIBUTE_SYNCHRONIZATION_POLICY ||
+                   attr == CU_STREAM_ATTRIBUTE_PRIORITY
+               ? CUDA_SUCCESS
+               : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult get_stream_attr(CUstream h, int pt, CUstreamAttrID attr, CUstreamAttrValue *v)
+{
+    struct sim_stream *s;
+    CUresult r = stream_attr(h, pt, attr, &s);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!v)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(v, 0, sizeof *v);
+    if (attr == CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW)
+        v->accessPolicyWindow = s->window;
+    else if (attr == CU_STREAM_ATTRIBUTE_SYNCHRONIZATION_POLICY)
+        v->syncPolicy = s->sync_policy ? s->sync_policy : CU_SYNC_POLICY_AUTO;
+    else
+        v->priority = s->priority;
+    return CUDA_SUCCESS;
+}
+
+/* Priorities clamp to the range a Hopper driver gives (0 to
+ * -5), as a driver's do; a window's hit ratio is a fraction. */
+static CUresult set_stream_attr(CUstream h, int pt, CUstreamAttrID attr, const CUstreamAttrValue *v)
+{
+    struct sim_stream *s;
+    CUresult r = stream_attr(h, pt, attr, &s);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!v)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (attr == CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW) {
+        const CUaccessPolicyWindow *w = &v->accessPolicyWindow;
+        if (!(w->hitRatio >= 0.0f && w->hitRatio <= 1.0f) || (unsigned)w->hitProp > CU_ACCESS_PROPERTY_PERSISTING ||
+            (unsigned)w->missProp > CU_ACCESS_PROPERTY_PERSISTING)
+            return CUDA_ERROR_INVALID_VALUE;
+        s->window = *w;
+    } else if (attr == CU_STREAM_ATTRIBUTE_SYNCHRONIZATION_POLICY) {
+        if (v->syncPolicy < CU_SYNC_POLICY_AUTO || v->syncPolicy > CU_SYNC_POLICY_BLOCKING_SYNC)
+            return CUDA_ERROR_INVALID_VALUE;
+        s->sync_policy = v->syncPolicy;
+    } else {
+        s->priority = v->priority > 0 ? 0 : v->priority < -5 ? -5 : v->priority;
+    }
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out)
+{
+    return get_stream_attr(hStream, 0, attr, value_out);
+}
+
+SIM_EXPORT CUresult cuStreamGetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out)
+{
+    return get_stream_attr(hStream, 1, attr, value_out);
+}
+
+SIM_EXPORT CUresult cuStreamSetAttribute(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value)
+{
+    return set_stream_attr(hStream, 0, attr, value);
+}
+
+SIM_EXPORT CUresult cuStreamSetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value)
+{
+    return set_stream_attr(hStream, 1, attr, value);
+}
+
+static CUresult copy_stream_attrs(CUstream dst, CUstream src, int pt)
+{
+    struct sim_stream *d, *s;
+    CUresult r = sim_stream_arg(dst, pt, &d);
+    if (r == CUDA_SUCCESS)
+        r = sim_stream_arg(src, pt, &s);
+    if (r != CUDA_SUCCESS)
+        return r;
+    d->priority = s->priority;
+    d->sync_policy = s->sync_policy;
+    d->window = s->window;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuStreamCopyAttributes(CUstream dst, CUstream src) { return copy_stream_attrs(dst, src, 0); }
+SIM_EXPORT CUresult cuStreamCopyAttributes_ptsz(CUstream dst, CUstream src) { return copy_stream_attrs(dst, src, 1); }
 
 SIM_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
 {
@@ -1209,4 +1369,18 @@ SIM_EXPORT CUresult cuEventDestroy_v2(CUevent ev)
     e->magic = 0;
     free(e);
     return CUDA_SUCCESS;
+}
+
+/* The profiler's capture range: nothing to capture here, but asked within a
+ * context as a driver's profiler is. */
+SIM_EXPORT CUresult cuProfilerStart(void)
+{
+    struct sim_ctx *c;
+    return sim_check_ctx(&c);
+}
+
+SIM_EXPORT CUresult cuProfilerStop(void)
+{
+    struct sim_ctx *c;
+    return sim_check_ctx(&c);
 }

@@ -229,6 +229,10 @@ struct sim_stream {
     struct sim_node *deps[SIM_CAP_DEPS];
     int ndeps;
     uint64_t ops, joined_ops;
+    /* Its attributes (cuStreamSetAttribute): kept and read back. */
+    int priority;
+    CUsynchronizationPolicy sync_policy;
+    CUaccessPolicyWindow window;
 };
 
 struct sim_event {
@@ -320,5 +324,26 @@ void sim_graph_ctx_release(struct sim_ctx *ctx);
  * graphs in the simulation. */
 CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                                   size_t numDependencies, CUgraph childGraph);
+/* Not in the hook table either, resolvable by cuGetProcAddress (core.c). */
+CUresult cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType type, CUdevice dev);
+CUresult cuCtxGetExecAffinity(CUexecAffinityParam *pExecAffinity, CUexecAffinityType type);
+CUresult cuProfilerStart(void);
+CUresult cuProfilerStop(void);
+CUresult cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, CUfunction func,
+                                          CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize,
+                                          int blockSizeLimit);
+CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSize, int *blockSize, CUfunction func,
+                                                   CUoccupancyB2DSize blockSizeToDynamicSMemSize,
+                                                   size_t dynamicSMemSize, int blockSizeLimit, unsigned int flags);
+CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func, int numBlocks,
+                                                 int blockSize);
+CUresult cuOccupancyMaxPotentialClusterSize(int *size, CUfunction f, const CUlaunchConfig *c);
+CUresult cuOccupancyMaxActiveClusters(int *n, CUfunction f, const CUlaunchConfig *c);
+CUresult cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out);
+CUresult cuStreamGetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out);
+CUresult cuStreamSetAttribute(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value);
+CUresult cuStreamSetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value);
+CUresult cuStreamCopyAttributes(CUstream dst, CUstream src);
+CUresult cuStreamCopyAttributes_ptsz(CUstream dst, CUstream src);
 
 #endif

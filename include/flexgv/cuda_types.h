@@ -38,10 +38,15 @@ typedef struct CUgraphNode_st *CUgraphNode;
 typedef struct CUarray_st *CUarray;
 typedef struct CUmipmappedArray_st *CUmipmappedArray;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
-typedef struct CUctxCreateParams_st CUctxCreateParams;
 typedef struct CUgraphEdgeData_st CUgraphEdgeData;
 typedef struct CUlinkState_st *CUlinkState;
+typedef unsigned long long CUtexObject;
+typedef unsigned long long CUsurfObject;
+typedef struct CUDA_RESOURCE_DESC_st CUDA_RESOURCE_DESC;
+typedef struct CUDA_TEXTURE_DESC_st CUDA_TEXTURE_DESC;
+typedef struct CUDA_RESOURCE_VIEW_DESC_st CUDA_RESOURCE_VIEW_DESC;
 typedef void (*CUhostFn)(void *userData);
+typedef size_t (*CUoccupancyB2DSize)(int blockSize);
 typedef void (*CUstreamCallback)(CUstream hStream, CUresult status, void *userData);
 
 #define CU_STREAM_LEGACY ((CUstream)0x1)
@@ -50,6 +55,37 @@ typedef void (*CUstreamCallback)(CUstream hStream, CUresult status, void *userDa
 typedef struct CUuuid_st {
     char bytes[16];
 } CUuuid;
+
+/* What cuCtxCreate_v4 is given: execution affinities (an SM count), and
+ * CUDA-in-graphics parameters (a graphics API object to share). */
+typedef enum CUexecAffinityType_enum {
+    CU_EXEC_AFFINITY_TYPE_SM_COUNT = 0
+} CUexecAffinityType;
+typedef struct CUexecAffinitySmCount_st {
+    unsigned int val;
+} CUexecAffinitySmCount;
+typedef struct CUexecAffinityParam_st {
+    CUexecAffinityType type;
+    union {
+        CUexecAffinitySmCount smCount;
+    } param;
+} CUexecAffinityParam;
+/* What names memory or an event to another process (cuIpc*). */
+typedef struct CUipcMemHandle_st {
+    char reserved[64];
+} CUipcMemHandle;
+typedef struct CUipcEventHandle_st {
+    char reserved[64];
+} CUipcEventHandle;
+typedef struct CUctxCigParam_st {
+    int sharedDataType;
+    void *sharedData;
+} CUctxCigParam;
+typedef struct CUctxCreateParams_st {
+    CUexecAffinityParam *execAffinityParams;
+    int numExecAffinityParams;
+    CUctxCigParam *cigParams;
+} CUctxCreateParams;
 
 typedef enum CUdevice_attribute_enum {
     CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 1,
@@ -392,12 +428,37 @@ typedef struct CUDA_GRAPH_INSTANTIATE_PARAMS_st {
 /* A launch attribute: an id and a 64-byte value (what the id says). */
 typedef enum CUlaunchAttributeID_enum {
     CU_LAUNCH_ATTRIBUTE_IGNORE = 0,
+    CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW = 1,
+    CU_LAUNCH_ATTRIBUTE_COOPERATIVE = 2,
+    CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY = 3,
     CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4,
     CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT = 7,
+    CU_LAUNCH_ATTRIBUTE_PRIORITY = 8,
     CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT = 12
 } CUlaunchAttributeID;
+typedef enum CUaccessProperty_enum {
+    CU_ACCESS_PROPERTY_NORMAL = 0,
+    CU_ACCESS_PROPERTY_STREAMING = 1,
+    CU_ACCESS_PROPERTY_PERSISTING = 2
+} CUaccessProperty;
+typedef enum CUsynchronizationPolicy_enum {
+    CU_SYNC_POLICY_AUTO = 1,
+    CU_SYNC_POLICY_SPIN = 2,
+    CU_SYNC_POLICY_YIELD = 3,
+    CU_SYNC_POLICY_BLOCKING_SYNC = 4
+} CUsynchronizationPolicy;
+typedef struct CUaccessPolicyWindow_st {
+    void *base_ptr;
+    size_t num_bytes;
+    float hitRatio;
+    CUaccessProperty hitProp;
+    CUaccessProperty missProp;
+} CUaccessPolicyWindow;
 typedef union CUlaunchAttributeValue_union {
     char pad[64];
+    CUaccessPolicyWindow accessPolicyWindow;
+    int cooperative;
+    CUsynchronizationPolicy syncPolicy;
     struct {
         unsigned int x, y, z;
     } clusterDim;
@@ -410,8 +471,12 @@ typedef union CUlaunchAttributeValue_union {
         CUevent event;
         int flags;
     } launchCompletionEvent;
+    int priority;
 } CUlaunchAttributeValue;
 /* Streams take the same attributes as launches. */
+#define CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW
+#define CU_STREAM_ATTRIBUTE_SYNCHRONIZATION_POLICY CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY
+#define CU_STREAM_ATTRIBUTE_PRIORITY CU_LAUNCH_ATTRIBUTE_PRIORITY
 typedef CUlaunchAttributeID CUstreamAttrID;
 typedef CUlaunchAttributeValue CUstreamAttrValue;
 typedef struct CUlaunchAttribute_st {

@@ -125,6 +125,28 @@ FGR_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice
     return r;
 }
 
+/* Execution affinities travel; CUDA-in-graphics parameters name a graphics
+ * API object (a D3D12 command queue) of this process, which the server's
+ * driver cannot reach: refused, said once. */
+FGR_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev)
+{
+    if (ctxCreateParams && ctxCreateParams->cigParams) {
+        static int said;
+        if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+            fgr_say("cuCtxCreate_v4: CUDA-in-graphics parameters (cigParams) name a graphics object of this "
+                    "process, which the server's driver cannot reach (CUDA_ERROR_NOT_SUPPORTED)");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    const CUexecAffinityParam *aff = ctxCreateParams ? ctxCreateParams->execAffinityParams : NULL;
+    int n = ctxCreateParams ? ctxCreateParams->numExecAffinityParams : 0;
+    CUresult r = fgrCtxCreateAffinity(pctx, aff, n, flags, dev);
+    if (r == CUDA_SUCCESS) {
+        fgr_answers_ctx_device(*pctx, dev);
+        r = fgr_ctx_push(*pctx);
+    }
+    return r;
+}
+
 FGR_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
     /* The driver runs the destructors while the context still exists. */
@@ -825,4 +847,32 @@ FGR_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cuda
                                         CUdriverProcAddressQueryResult *symbolStatus)
 {
     return resolve(symbol, pfn, cudaVersion, flags, symbolStatus);
+}
+
+/* ---- the block size of best occupancy ---- */
+
+/* The program's blockSizeToDynamicSMemSize runs here, for every block size
+ * the server's driver may try; the driver there answers from those sizes. */
+FGR_EXPORT CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSize, int *blockSize, CUfunction func,
+                                                              CUoccupancyB2DSize blockSizeToDynamicSMemSize,
+                                                              size_t dynamicSMemSize, int blockSizeLimit,
+                                                              unsigned int flags)
+{
+    static __thread size_t sizes[FGR_OCC_SIZES];
+    unsigned int n = 0;
+    if (blockSizeToDynamicSMemSize) {
+        n = blockSizeLimit > 0 && (unsigned)blockSizeLimit < FGR_OCC_SIZES ? (unsigned)blockSizeLimit : FGR_OCC_SIZES;
+        for (unsigned int b = 1; b <= n; b++)
+            sizes[b - 1] = blockSizeToDynamicSMemSize((int)b);
+    }
+    return fgrOccupancyBlockSize(minGridSize, blockSize, func, n ? sizes : NULL, n, dynamicSMemSize,
+                                         blockSizeLimit, flags);
+}
+
+FGR_EXPORT CUresult cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, CUfunction func,
+                                                     CUoccupancyB2DSize blockSizeToDynamicSMemSize,
+                                                     size_t dynamicSMemSize, int blockSizeLimit)
+{
+    return cuOccupancyMaxPotentialBlockSizeWithFlags(minGridSize, blockSize, func, blockSizeToDynamicSMemSize,
+                                                     dynamicSMemSize, blockSizeLimit, 0);
 }

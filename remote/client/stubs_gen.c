@@ -114,15 +114,6 @@ CUresult fgr_fwd_cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice de
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev)
-{
-    (void)pctx;
-    (void)ctxCreateParams;
-    (void)flags;
-    (void)dev;
-    return fgr_unsupported(0, "cuCtxCreate_v4", NULL);
-}
-
 CUresult fgr_fwd_cuCtxDestroy_v2(CUcontext ctx)
 {
     CUresult fgr_r;
@@ -2340,7 +2331,7 @@ FGR_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGr
     (void)dependencies;
     (void)numDependencies;
     (void)nodeParams;
-    return fgr_unsupported(1, "cuGraphAddMemAllocNode", NULL);
+    return fgr_unsupported(0, "cuGraphAddMemAllocNode", NULL);
 }
 
 FGR_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr)
@@ -2369,7 +2360,7 @@ FGR_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALL
 {
     (void)hNode;
     (void)params_out;
-    return fgr_unsupported(2, "cuGraphMemAllocNodeGetParams", NULL);
+    return fgr_unsupported(1, "cuGraphMemAllocNodeGetParams", NULL);
 }
 
 FGR_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
@@ -2549,35 +2540,35 @@ FGR_EXPORT CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state)
 {
     (void)pid;
     (void)state;
-    return fgr_unsupported(3, "cuCheckpointProcessGetState", NULL);
+    return fgr_unsupported(2, "cuCheckpointProcessGetState", NULL);
 }
 
 FGR_EXPORT CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
 {
     (void)pid;
     (void)args;
-    return fgr_unsupported(4, "cuCheckpointProcessLock", NULL);
+    return fgr_unsupported(3, "cuCheckpointProcessLock", NULL);
 }
 
 FGR_EXPORT CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
 {
     (void)pid;
     (void)args;
-    return fgr_unsupported(5, "cuCheckpointProcessCheckpoint", NULL);
+    return fgr_unsupported(4, "cuCheckpointProcessCheckpoint", NULL);
 }
 
 FGR_EXPORT CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
 {
     (void)pid;
     (void)args;
-    return fgr_unsupported(6, "cuCheckpointProcessRestore", NULL);
+    return fgr_unsupported(5, "cuCheckpointProcessRestore", NULL);
 }
 
 FGR_EXPORT CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
 {
     (void)pid;
     (void)args;
-    return fgr_unsupported(7, "cuCheckpointProcessUnlock", NULL);
+    return fgr_unsupported(6, "cuCheckpointProcessUnlock", NULL);
 }
 
 FGR_EXPORT CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
@@ -2628,6 +2619,58 @@ FGR_EXPORT CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUde
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, canAccessPeer, n_canAccessPeer, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrCtxCreateAffinity(CUcontext *pctx, const CUexecAffinityParam *affinity, int numAffinity, unsigned int flags, CUdevice dev)
+{
+    CUresult fgr_r;
+    uint64_t n_pctx = pctx ? sizeof(CUcontext) : 0;
+    uint64_t n_affinity = affinity ? fgr_mul((uint64_t)(numAffinity>0?numAffinity:0), sizeof(CUexecAffinityParam)) : 0;
+    if (n_affinity > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrCtxCreateAffinity", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrCtxCreateAffinity, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)numAffinity);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
+    fgr_put_u8(&fgr_c.w, pctx != NULL);
+    fgr_put_buf(&fgr_c.w, affinity, n_affinity);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pctx, n_pctx, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuCtxGetExecAffinity(CUexecAffinityParam *pExecAffinity, CUexecAffinityType type)
+{
+    CUresult fgr_r;
+    uint64_t n_pExecAffinity = pExecAffinity ? sizeof(CUexecAffinityParam) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxGetExecAffinity, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)type);
+    fgr_put_u8(&fgr_c.w, pExecAffinity != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pExecAffinity, n_pExecAffinity, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType type, CUdevice dev)
+{
+    CUresult fgr_r;
+    uint64_t n_pi = pi ? sizeof(int) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceGetExecAffinitySupport, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)type);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
+    fgr_put_u8(&fgr_c.w, pi != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pi, n_pi, 0);
     return fgr_end(&fgr_c);
 }
 
@@ -2722,6 +2765,28 @@ FGR_EXPORT CUresult cuCtxResetPersistingL2Cache(void)
     CUresult fgr_r;
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxResetPersistingL2Cache, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuProfilerStart(void)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuProfilerStart, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuProfilerStop(void)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuProfilerStop, 0)) != CUDA_SUCCESS)
         return fgr_r;
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
@@ -3016,6 +3081,32 @@ FGR_EXPORT CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemS
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult fgrOccupancyBlockSize(int *minGridSize, int *blockSize, CUfunction func, const size_t *smem, unsigned int nsmem, size_t dynamicSMemSize, int blockSizeLimit, unsigned int flags)
+{
+    CUresult fgr_r;
+    uint64_t n_minGridSize = minGridSize ? sizeof(int) : 0;
+    uint64_t n_blockSize = blockSize ? sizeof(int) : 0;
+    uint64_t n_smem = smem ? fgr_mul((uint64_t)(fgr_min(nsmem,FGR_OCC_SIZES)), sizeof(size_t)) : 0;
+    if (n_smem > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrOccupancyBlockSize", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrOccupancyBlockSize, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)func);
+    fgr_put_u64(&fgr_c.w, (uint64_t)nsmem);
+    fgr_put_u64(&fgr_c.w, (uint64_t)dynamicSMemSize);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)blockSizeLimit);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    fgr_put_u8(&fgr_c.w, minGridSize != NULL);
+    fgr_put_u8(&fgr_c.w, blockSize != NULL);
+    fgr_put_buf(&fgr_c.w, smem, n_smem);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, minGridSize, n_minGridSize, 0);
+    fgr_get_out(&fgr_c, blockSize, n_blockSize, 0);
+    return fgr_end(&fgr_c);
+}
+
 CUresult fgr_fwd_cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
 {
     CUresult fgr_r;
@@ -3259,6 +3350,116 @@ FGR_EXPORT CUresult cuStreamGetAttribute_ptsz(CUstream hStream, CUstreamAttrID a
         return fgr_r;
     fgr_get_out(&fgr_c, value_out, n_value_out, 0);
     return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuStreamSetAttribute(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value)
+{
+    CUresult fgr_r;
+    uint64_t n_value = value ? sizeof(CUstreamAttrValue) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamSetAttribute, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)attr);
+    fgr_put_buf(&fgr_c.w, value, n_value);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuStreamSetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value)
+{
+    CUresult fgr_r;
+    uint64_t n_value = value ? sizeof(CUstreamAttrValue) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamSetAttribute_ptsz, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)attr);
+    fgr_put_buf(&fgr_c.w, value, n_value);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RESOURCE_DESC *pResDesc, const CUDA_TEXTURE_DESC *pTexDesc, const CUDA_RESOURCE_VIEW_DESC *pResViewDesc)
+{
+    (void)pTexObject;
+    (void)pResDesc;
+    (void)pTexDesc;
+    (void)pResViewDesc;
+    return fgr_unsupported(7, "cuTexObjectCreate", NULL);
+}
+
+FGR_EXPORT CUresult cuTexObjectDestroy(CUtexObject texObject)
+{
+    (void)texObject;
+    return fgr_unsupported(8, "cuTexObjectDestroy", NULL);
+}
+
+FGR_EXPORT CUresult cuSurfObjectCreate(CUsurfObject *pSurfObject, const CUDA_RESOURCE_DESC *pResDesc)
+{
+    (void)pSurfObject;
+    (void)pResDesc;
+    return fgr_unsupported(9, "cuSurfObjectCreate", NULL);
+}
+
+FGR_EXPORT CUresult cuSurfObjectDestroy(CUsurfObject surfObject)
+{
+    (void)surfObject;
+    return fgr_unsupported(10, "cuSurfObjectDestroy", NULL);
+}
+
+FGR_EXPORT CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType handleType, unsigned long long flags)
+{
+    (void)shareableHandle;
+    (void)handle;
+    (void)handleType;
+    (void)flags;
+    return fgr_unsupported(11, "cuMemExportToShareableHandle", NULL);
+}
+
+FGR_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle, CUmemAllocationHandleType shHandleType)
+{
+    (void)handle;
+    (void)osHandle;
+    (void)shHandleType;
+    return fgr_unsupported(12, "cuMemImportFromShareableHandle", NULL);
+}
+
+FGR_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
+{
+    (void)pHandle;
+    (void)dptr;
+    return fgr_unsupported(13, "cuIpcGetMemHandle", NULL);
+}
+
+FGR_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+    (void)pdptr;
+    (void)handle;
+    (void)Flags;
+    return fgr_unsupported(14, "cuIpcOpenMemHandle_v2", NULL);
+}
+
+FGR_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+    (void)dptr;
+    return fgr_unsupported(15, "cuIpcCloseMemHandle", NULL);
+}
+
+FGR_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
+{
+    (void)pHandle;
+    (void)event;
+    return fgr_unsupported(16, "cuIpcGetEventHandle", NULL);
+}
+
+FGR_EXPORT CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
+{
+    (void)phEvent;
+    (void)handle;
+    return fgr_unsupported(17, "cuIpcOpenEventHandle", NULL);
 }
 
 FGR_EXPORT CUresult fgrNvmlUtilization(CUdevice dev, unsigned int *gpu, unsigned int *memory)
@@ -3761,7 +3962,7 @@ FGR_EXPORT CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *optio
     (void)options;
     (void)optionValues;
     (void)stateOut;
-    return fgr_unsupported(8, "cuLinkCreate_v2", NULL);
+    return fgr_unsupported(18, "cuLinkCreate_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues)
@@ -3774,7 +3975,7 @@ FGR_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, voi
     (void)numOptions;
     (void)options;
     (void)optionValues;
-    return fgr_unsupported(9, "cuLinkAddData_v2", NULL);
+    return fgr_unsupported(19, "cuLinkAddData_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char *path, unsigned int numOptions, CUjit_option *options, void **optionValues)
@@ -3785,7 +3986,7 @@ FGR_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, con
     (void)numOptions;
     (void)options;
     (void)optionValues;
-    return fgr_unsupported(10, "cuLinkAddFile_v2", NULL);
+    return fgr_unsupported(20, "cuLinkAddFile_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut)
@@ -3793,13 +3994,13 @@ FGR_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *s
     (void)state;
     (void)cubinOut;
     (void)sizeOut;
-    return fgr_unsupported(11, "cuLinkComplete", NULL);
+    return fgr_unsupported(21, "cuLinkComplete", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkDestroy(CUlinkState state)
 {
     (void)state;
-    return fgr_unsupported(12, "cuLinkDestroy", NULL);
+    return fgr_unsupported(22, "cuLinkDestroy", NULL);
 }
 
 FGR_EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
@@ -4371,7 +4572,7 @@ FGR_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph h
     return fgr_end(&fgr_c);
 }
 
-const int fgr_nunsupported = 13;
+const int fgr_nunsupported = 23;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -4531,6 +4732,9 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuDeviceGetPCIBusId] = "cuDeviceGetPCIBusId",
     [FGR_OP_cuDeviceGetByPCIBusId] = "cuDeviceGetByPCIBusId",
     [FGR_OP_cuDeviceCanAccessPeer] = "cuDeviceCanAccessPeer",
+    [FGR_OP_fgrCtxCreateAffinity] = "fgrCtxCreateAffinity",
+    [FGR_OP_cuCtxGetExecAffinity] = "cuCtxGetExecAffinity",
+    [FGR_OP_cuDeviceGetExecAffinitySupport] = "cuDeviceGetExecAffinitySupport",
     [FGR_OP_cuCtxGetApiVersion] = "cuCtxGetApiVersion",
     [FGR_OP_cuCtxGetFlags] = "cuCtxGetFlags",
     [FGR_OP_cuCtxGetStreamPriorityRange] = "cuCtxGetStreamPriorityRange",
@@ -4538,6 +4742,8 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuCtxEnablePeerAccess] = "cuCtxEnablePeerAccess",
     [FGR_OP_cuCtxDisablePeerAccess] = "cuCtxDisablePeerAccess",
     [FGR_OP_cuCtxResetPersistingL2Cache] = "cuCtxResetPersistingL2Cache",
+    [FGR_OP_cuProfilerStart] = "cuProfilerStart",
+    [FGR_OP_cuProfilerStop] = "cuProfilerStop",
     [FGR_OP_cuMemGetAccess] = "cuMemGetAccess",
     [FGR_OP_cuMemPoolSetAttribute] = "cuMemPoolSetAttribute",
     [FGR_OP_cuDeviceSetMemPool] = "cuDeviceSetMemPool",
@@ -4555,6 +4761,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessor] = "cuOccupancyMaxActiveBlocksPerMultiprocessor",
     [FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags] = "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags",
     [FGR_OP_cuOccupancyAvailableDynamicSMemPerBlock] = "cuOccupancyAvailableDynamicSMemPerBlock",
+    [FGR_OP_fgrOccupancyBlockSize] = "fgrOccupancyBlockSize",
     [FGR_OP_cuPointerGetAttribute] = "cuPointerGetAttribute",
     [FGR_OP_cuModuleGetLoadingMode] = "cuModuleGetLoadingMode",
     [FGR_OP_cuFuncSetCacheConfig] = "cuFuncSetCacheConfig",
@@ -4571,6 +4778,8 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuMemGetMemPool] = "cuMemGetMemPool",
     [FGR_OP_cuStreamGetAttribute] = "cuStreamGetAttribute",
     [FGR_OP_cuStreamGetAttribute_ptsz] = "cuStreamGetAttribute_ptsz",
+    [FGR_OP_cuStreamSetAttribute] = "cuStreamSetAttribute",
+    [FGR_OP_cuStreamSetAttribute_ptsz] = "cuStreamSetAttribute_ptsz",
     [FGR_OP_fgrNvmlUtilization] = "fgrNvmlUtilization",
     [FGR_OP_fgrNvmlDriverVersion] = "fgrNvmlDriverVersion",
     [FGR_OP_fgrNvmlOwnMemory] = "fgrNvmlOwnMemory",
@@ -4890,6 +5099,9 @@ const struct fg_proc fgr_procs[] = {
     {"cuDeviceGetPCIBusId", "cuDeviceGetPCIBusId", 4010, 0, (void *)cuDeviceGetPCIBusId},
     {"cuDeviceGetByPCIBusId", "cuDeviceGetByPCIBusId", 4010, 0, (void *)cuDeviceGetByPCIBusId},
     {"cuDeviceCanAccessPeer", "cuDeviceCanAccessPeer", 4000, 0, (void *)cuDeviceCanAccessPeer},
+    {"fgrCtxCreateAffinity", "fgrCtxCreateAffinity", 0, 0, (void *)fgrCtxCreateAffinity},
+    {"cuCtxGetExecAffinity", "cuCtxGetExecAffinity", 11040, 0, (void *)cuCtxGetExecAffinity},
+    {"cuDeviceGetExecAffinitySupport", "cuDeviceGetExecAffinitySupport", 11040, 0, (void *)cuDeviceGetExecAffinitySupport},
     {"cuCtxGetApiVersion", "cuCtxGetApiVersion", 3020, 0, (void *)cuCtxGetApiVersion},
     {"cuCtxGetFlags", "cuCtxGetFlags", 7000, 0, (void *)cuCtxGetFlags},
     {"cuCtxGetStreamPriorityRange", "cuCtxGetStreamPriorityRange", 5050, 0, (void *)cuCtxGetStreamPriorityRange},
@@ -4897,6 +5109,8 @@ const struct fg_proc fgr_procs[] = {
     {"cuCtxEnablePeerAccess", "cuCtxEnablePeerAccess", 4000, 0, (void *)cuCtxEnablePeerAccess},
     {"cuCtxDisablePeerAccess", "cuCtxDisablePeerAccess", 4000, 0, (void *)cuCtxDisablePeerAccess},
     {"cuCtxResetPersistingL2Cache", "cuCtxResetPersistingL2Cache", 11000, 0, (void *)cuCtxResetPersistingL2Cache},
+    {"cuProfilerStart", "cuProfilerStart", 4000, 0, (void *)cuProfilerStart},
+    {"cuProfilerStop", "cuProfilerStop", 4000, 0, (void *)cuProfilerStop},
     {"cuMemGetAccess", "cuMemGetAccess", 10020, 0, (void *)cuMemGetAccess},
     {"cuMemHostRegister", "cuMemHostRegister_v2", 6050, 0, (void *)cuMemHostRegister_v2},
     {"cuMemHostUnregister", "cuMemHostUnregister", 4000, 0, (void *)cuMemHostUnregister},
@@ -4917,6 +5131,9 @@ const struct fg_proc fgr_procs[] = {
     {"cuOccupancyMaxActiveBlocksPerMultiprocessor", "cuOccupancyMaxActiveBlocksPerMultiprocessor", 6050, 0, (void *)cuOccupancyMaxActiveBlocksPerMultiprocessor},
     {"cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", 7000, 0, (void *)cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags},
     {"cuOccupancyAvailableDynamicSMemPerBlock", "cuOccupancyAvailableDynamicSMemPerBlock", 10020, 0, (void *)cuOccupancyAvailableDynamicSMemPerBlock},
+    {"cuOccupancyMaxPotentialBlockSize", "cuOccupancyMaxPotentialBlockSize", 6050, 0, (void *)cuOccupancyMaxPotentialBlockSize},
+    {"cuOccupancyMaxPotentialBlockSizeWithFlags", "cuOccupancyMaxPotentialBlockSizeWithFlags", 7000, 0, (void *)cuOccupancyMaxPotentialBlockSizeWithFlags},
+    {"fgrOccupancyBlockSize", "fgrOccupancyBlockSize", 0, 0, (void *)fgrOccupancyBlockSize},
     {"cuPointerGetAttribute", "cuPointerGetAttribute", 4000, 0, (void *)cuPointerGetAttribute},
     {"cuPointerGetAttributes", "cuPointerGetAttributes", 7000, 0, (void *)cuPointerGetAttributes},
     {"cuModuleGetLoadingMode", "cuModuleGetLoadingMode", 11070, 0, (void *)cuModuleGetLoadingMode},
@@ -4934,6 +5151,19 @@ const struct fg_proc fgr_procs[] = {
     {"cuMemGetMemPool", "cuMemGetMemPool", 13000, 0, (void *)cuMemGetMemPool},
     {"cuStreamGetAttribute", "cuStreamGetAttribute", 11000, 0, (void *)cuStreamGetAttribute},
     {"cuStreamGetAttribute", "cuStreamGetAttribute_ptsz", 11000, 1, (void *)cuStreamGetAttribute_ptsz},
+    {"cuStreamSetAttribute", "cuStreamSetAttribute", 11000, 0, (void *)cuStreamSetAttribute},
+    {"cuStreamSetAttribute", "cuStreamSetAttribute_ptsz", 11000, 1, (void *)cuStreamSetAttribute_ptsz},
+    {"cuTexObjectCreate", "cuTexObjectCreate", 5000, 0, (void *)cuTexObjectCreate},
+    {"cuTexObjectDestroy", "cuTexObjectDestroy", 5000, 0, (void *)cuTexObjectDestroy},
+    {"cuSurfObjectCreate", "cuSurfObjectCreate", 5000, 0, (void *)cuSurfObjectCreate},
+    {"cuSurfObjectDestroy", "cuSurfObjectDestroy", 5000, 0, (void *)cuSurfObjectDestroy},
+    {"cuMemExportToShareableHandle", "cuMemExportToShareableHandle", 10020, 0, (void *)cuMemExportToShareableHandle},
+    {"cuMemImportFromShareableHandle", "cuMemImportFromShareableHandle", 10020, 0, (void *)cuMemImportFromShareableHandle},
+    {"cuIpcGetMemHandle", "cuIpcGetMemHandle", 4010, 0, (void *)cuIpcGetMemHandle},
+    {"cuIpcOpenMemHandle", "cuIpcOpenMemHandle_v2", 11000, 0, (void *)cuIpcOpenMemHandle_v2},
+    {"cuIpcCloseMemHandle", "cuIpcCloseMemHandle", 4010, 0, (void *)cuIpcCloseMemHandle},
+    {"cuIpcGetEventHandle", "cuIpcGetEventHandle", 4010, 0, (void *)cuIpcGetEventHandle},
+    {"cuIpcOpenEventHandle", "cuIpcOpenEventHandle", 4010, 0, (void *)cuIpcOpenEventHandle},
     {"fgrNvmlUtilization", "fgrNvmlUtilization", 0, 0, (void *)fgrNvmlUtilization},
     {"fgrNvmlDriverVersion", "fgrNvmlDriverVersion", 0, 0, (void *)fgrNvmlDriverVersion},
     {"fgrNvmlOwnMemory", "fgrNvmlOwnMemory", 0, 0, (void *)fgrNvmlOwnMemory},

@@ -157,6 +157,9 @@ typedef CUresult (*pfn_cuGraphDestroy)(CUgraph hGraph);
 typedef CUresult (*pfn_cuDeviceGetPCIBusId)(char *pciBusId, int len, CUdevice dev);
 typedef CUresult (*pfn_cuDeviceGetByPCIBusId)(CUdevice *dev, const char *pciBusId);
 typedef CUresult (*pfn_cuDeviceCanAccessPeer)(int *canAccessPeer, CUdevice dev, CUdevice peerDev);
+typedef CUresult (*pfn_fgrCtxCreateAffinity)(CUcontext *pctx, const CUexecAffinityParam *affinity, int numAffinity, unsigned int flags, CUdevice dev);
+typedef CUresult (*pfn_cuCtxGetExecAffinity)(CUexecAffinityParam *pExecAffinity, CUexecAffinityType type);
+typedef CUresult (*pfn_cuDeviceGetExecAffinitySupport)(int *pi, CUexecAffinityType type, CUdevice dev);
 typedef CUresult (*pfn_cuCtxGetApiVersion)(CUcontext ctx, unsigned int *version);
 typedef CUresult (*pfn_cuCtxGetFlags)(unsigned int *flags);
 typedef CUresult (*pfn_cuCtxGetStreamPriorityRange)(int *leastPriority, int *greatestPriority);
@@ -164,6 +167,8 @@ typedef CUresult (*pfn_cuCtxGetId)(CUcontext ctx, unsigned long long *ctxId);
 typedef CUresult (*pfn_cuCtxEnablePeerAccess)(CUcontext peerContext, unsigned int Flags);
 typedef CUresult (*pfn_cuCtxDisablePeerAccess)(CUcontext peerContext);
 typedef CUresult (*pfn_cuCtxResetPersistingL2Cache)(void);
+typedef CUresult (*pfn_cuProfilerStart)(void);
+typedef CUresult (*pfn_cuProfilerStop)(void);
 typedef CUresult (*pfn_cuMemGetAccess)(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr);
 typedef CUresult (*pfn_cuMemPoolSetAttribute)(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
 typedef CUresult (*pfn_cuDeviceSetMemPool)(CUdevice dev, CUmemoryPool pool);
@@ -181,6 +186,7 @@ typedef CUresult (*pfn_cuLibraryEnumerateKernels)(CUkernel *kernels, unsigned in
 typedef CUresult (*pfn_cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize);
 typedef CUresult (*pfn_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags)(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags);
 typedef CUresult (*pfn_cuOccupancyAvailableDynamicSMemPerBlock)(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize);
+typedef CUresult (*pfn_fgrOccupancyBlockSize)(int *minGridSize, int *blockSize, CUfunction func, const size_t *smem, unsigned int nsmem, size_t dynamicSMemSize, int blockSizeLimit, unsigned int flags);
 typedef CUresult (*pfn_cuPointerGetAttribute)(void *data, CUpointer_attribute attribute, CUdeviceptr ptr);
 typedef CUresult (*pfn_cuModuleGetLoadingMode)(CUmoduleLoadingMode *mode);
 typedef CUresult (*pfn_cuFuncSetCacheConfig)(CUfunction hfunc, CUfunc_cache config);
@@ -197,6 +203,8 @@ typedef CUresult (*pfn_cuMemGetDefaultMemPool)(CUmemoryPool *pool_out, CUmemLoca
 typedef CUresult (*pfn_cuMemGetMemPool)(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type);
 typedef CUresult (*pfn_cuStreamGetAttribute)(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out);
 typedef CUresult (*pfn_cuStreamGetAttribute_ptsz)(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out);
+typedef CUresult (*pfn_cuStreamSetAttribute)(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value);
+typedef CUresult (*pfn_cuStreamSetAttribute_ptsz)(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value);
 typedef CUresult (*pfn_fgrNvmlUtilization)(CUdevice dev, unsigned int *gpu, unsigned int *memory);
 typedef CUresult (*pfn_fgrNvmlDriverVersion)(char *version, unsigned int length);
 typedef CUresult (*pfn_fgrNvmlOwnMemory)(CUdevice dev, size_t *used);
@@ -3437,6 +3445,70 @@ static CUresult op_cuDeviceCanAccessPeer(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_fgrCtxCreateAffinity(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    int numAffinity = (int)fgr_get_u64(rd);
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    CUdevice dev = (CUdevice)fgr_get_u64(rd);
+    int has_pctx = fgr_get_u8(rd);
+    CUexecAffinityParam *affinity = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numAffinity>0?numAffinity:0), sizeof(CUexecAffinityParam)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUcontext *pctx = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_pctx && !(pctx = fgr_out(q, sizeof(CUcontext))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrCtxCreateAffinity)fgr_real[FGR_OP_fgrCtxCreateAffinity])(pctx, affinity, numAffinity, flags, dev);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (pctx)
+            fgr_add(FGR_H_CUcontext, (uint64_t)(uintptr_t)*pctx, 0, 0);
+        if (fgr_out_n(FGR_H_CUcontext, pctx, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_pctx)
+        fgr_reply_out(q, pctx, sizeof(CUcontext), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuCtxGetExecAffinity(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUexecAffinityType type = (CUexecAffinityType)fgr_get_u64(rd);
+    int has_pExecAffinity = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUexecAffinityParam *pExecAffinity = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_pExecAffinity && !(pExecAffinity = fgr_out(q, sizeof(CUexecAffinityParam))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuCtxGetExecAffinity)fgr_real[FGR_OP_cuCtxGetExecAffinity])(pExecAffinity, type);
+    if (has_pExecAffinity)
+        fgr_reply_out(q, pExecAffinity, sizeof(CUexecAffinityParam), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuDeviceGetExecAffinitySupport(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUexecAffinityType type = (CUexecAffinityType)fgr_get_u64(rd);
+    CUdevice dev = (CUdevice)fgr_get_u64(rd);
+    int has_pi = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    int *pi = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_pi && !(pi = fgr_out(q, sizeof(int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuDeviceGetExecAffinitySupport)fgr_real[FGR_OP_cuDeviceGetExecAffinitySupport])(pi, type, dev);
+    if (has_pi)
+        fgr_reply_out(q, pi, sizeof(int), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_cuCtxGetApiVersion(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -3554,6 +3626,28 @@ static CUresult op_cuCtxResetPersistingL2Cache(struct fgr_rd *rd, struct fgr_req
     CUresult fgr_r = CUDA_SUCCESS;
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuCtxResetPersistingL2Cache)fgr_real[FGR_OP_cuCtxResetPersistingL2Cache])();
+    return fgr_r;
+}
+
+static CUresult op_cuProfilerStart(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuProfilerStart)fgr_real[FGR_OP_cuProfilerStart])();
+    return fgr_r;
+}
+
+static CUresult op_cuProfilerStop(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuProfilerStop)fgr_real[FGR_OP_cuProfilerStop])();
     return fgr_r;
 }
 
@@ -3952,6 +4046,37 @@ static CUresult op_cuOccupancyAvailableDynamicSMemPerBlock(struct fgr_rd *rd, st
     return fgr_r;
 }
 
+static CUresult op_fgrOccupancyBlockSize(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUfunction func = (CUfunction)(uintptr_t)fgr_in(FGR_H_CUfunction, fgr_get_u64(rd));
+    unsigned int nsmem = (unsigned int)fgr_get_u64(rd);
+    size_t dynamicSMemSize = (size_t)fgr_get_u64(rd);
+    int blockSizeLimit = (int)fgr_get_u64(rd);
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    int has_minGridSize = fgr_get_u8(rd);
+    int has_blockSize = fgr_get_u8(rd);
+    size_t *smem = fgr_get_buf(rd, q, fgr_mul((uint64_t)(fgr_min(nsmem,FGR_OCC_SIZES)), sizeof(size_t)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    int *minGridSize = NULL;
+    int *blockSize = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)func)))
+        fgr_r = fgr_refuse("fgrOccupancyBlockSize", "func", (uint64_t)(uintptr_t)func, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_minGridSize && !(minGridSize = fgr_out(q, sizeof(int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_blockSize && !(blockSize = fgr_out(q, sizeof(int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrOccupancyBlockSize)fgr_real[FGR_OP_fgrOccupancyBlockSize])(minGridSize, blockSize, func, smem, nsmem, dynamicSMemSize, blockSizeLimit, flags);
+    if (has_minGridSize)
+        fgr_reply_out(q, minGridSize, sizeof(int), 0, fgr_r);
+    if (has_blockSize)
+        fgr_reply_out(q, blockSize, sizeof(int), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_cuPointerGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -4258,6 +4383,38 @@ static CUresult op_cuStreamGetAttribute_ptsz(struct fgr_rd *rd, struct fgr_req *
         fgr_r = ((pfn_cuStreamGetAttribute_ptsz)fgr_real[FGR_OP_cuStreamGetAttribute_ptsz])(hStream, attr, value_out);
     if (has_value_out)
         fgr_reply_out(q, value_out, sizeof(CUstreamAttrValue), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamSetAttribute(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstreamAttrID attr = (CUstreamAttrID)fgr_get_u64(rd);
+    CUstreamAttrValue *value = fgr_get_buf(rd, q, sizeof(CUstreamAttrValue), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamSetAttribute", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuStreamSetAttribute)fgr_real[FGR_OP_cuStreamSetAttribute])(hStream, attr, value);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamSetAttribute_ptsz(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    CUstreamAttrID attr = (CUstreamAttrID)fgr_get_u64(rd);
+    CUstreamAttrValue *value = fgr_get_buf(rd, q, sizeof(CUstreamAttrValue), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamSetAttribute_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuStreamSetAttribute_ptsz)fgr_real[FGR_OP_cuStreamSetAttribute_ptsz])(hStream, attr, value);
     return fgr_r;
 }
 
@@ -5961,6 +6118,9 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuDeviceGetPCIBusId] = {"cuDeviceGetPCIBusId", op_cuDeviceGetPCIBusId, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuDeviceGetByPCIBusId] = {"cuDeviceGetByPCIBusId", op_cuDeviceGetByPCIBusId, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuDeviceCanAccessPeer] = {"cuDeviceCanAccessPeer", op_cuDeviceCanAccessPeer, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrCtxCreateAffinity] = {"fgrCtxCreateAffinity", op_fgrCtxCreateAffinity, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuCtxGetExecAffinity] = {"cuCtxGetExecAffinity", op_cuCtxGetExecAffinity, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuDeviceGetExecAffinitySupport] = {"cuDeviceGetExecAffinitySupport", op_cuDeviceGetExecAffinitySupport, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuCtxGetApiVersion] = {"cuCtxGetApiVersion", op_cuCtxGetApiVersion, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuCtxGetFlags] = {"cuCtxGetFlags", op_cuCtxGetFlags, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuCtxGetStreamPriorityRange] = {"cuCtxGetStreamPriorityRange", op_cuCtxGetStreamPriorityRange, 0, FGR_SMALL_FRAME},
@@ -5968,6 +6128,8 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuCtxEnablePeerAccess] = {"cuCtxEnablePeerAccess", op_cuCtxEnablePeerAccess, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuCtxDisablePeerAccess] = {"cuCtxDisablePeerAccess", op_cuCtxDisablePeerAccess, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuCtxResetPersistingL2Cache] = {"cuCtxResetPersistingL2Cache", op_cuCtxResetPersistingL2Cache, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuProfilerStart] = {"cuProfilerStart", op_cuProfilerStart, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuProfilerStop] = {"cuProfilerStop", op_cuProfilerStop, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuMemGetAccess] = {"cuMemGetAccess", op_cuMemGetAccess, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuMemPoolSetAttribute] = {"cuMemPoolSetAttribute", op_cuMemPoolSetAttribute, 0, FGR_MAX_FRAME},
     [FGR_OP_cuDeviceSetMemPool] = {"cuDeviceSetMemPool", op_cuDeviceSetMemPool, 0, FGR_SMALL_FRAME},
@@ -5985,6 +6147,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessor] = {"cuOccupancyMaxActiveBlocksPerMultiprocessor", op_cuOccupancyMaxActiveBlocksPerMultiprocessor, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags] = {"cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", op_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuOccupancyAvailableDynamicSMemPerBlock] = {"cuOccupancyAvailableDynamicSMemPerBlock", op_cuOccupancyAvailableDynamicSMemPerBlock, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrOccupancyBlockSize] = {"fgrOccupancyBlockSize", op_fgrOccupancyBlockSize, 0, FGR_MAX_FRAME},
     [FGR_OP_cuPointerGetAttribute] = {"cuPointerGetAttribute", op_cuPointerGetAttribute, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuModuleGetLoadingMode] = {"cuModuleGetLoadingMode", op_cuModuleGetLoadingMode, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuFuncSetCacheConfig] = {"cuFuncSetCacheConfig", op_cuFuncSetCacheConfig, 0, FGR_SMALL_FRAME},
@@ -6001,6 +6164,8 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuMemGetMemPool] = {"cuMemGetMemPool", op_cuMemGetMemPool, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamGetAttribute] = {"cuStreamGetAttribute", op_cuStreamGetAttribute, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamGetAttribute_ptsz] = {"cuStreamGetAttribute_ptsz", op_cuStreamGetAttribute_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamSetAttribute] = {"cuStreamSetAttribute", op_cuStreamSetAttribute, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamSetAttribute_ptsz] = {"cuStreamSetAttribute_ptsz", op_cuStreamSetAttribute_ptsz, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrNvmlUtilization] = {"fgrNvmlUtilization", op_fgrNvmlUtilization, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrNvmlDriverVersion] = {"fgrNvmlDriverVersion", op_fgrNvmlDriverVersion, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrNvmlOwnMemory] = {"fgrNvmlOwnMemory", op_fgrNvmlOwnMemory, 0, FGR_SMALL_FRAME},

@@ -278,6 +278,44 @@ static CUresult nvml_p2p(CUdevice dev1, CUdevice dev2, unsigned int index, unsig
     return from_nvml(nr);
 }
 
+/* cuCtxCreate_v4 with the execution affinities the client carried (its
+ * CUDA-in-graphics parameters are refused on the client). */
+static CUresult (*real_ctx_create_v4)(CUcontext *, CUctxCreateParams *, unsigned int, CUdevice);
+static CUresult ctx_create_affinity(CUcontext *pctx, const CUexecAffinityParam *affinity, int numAffinity,
+                                    unsigned int flags, CUdevice dev)
+{
+    if (!affinity && numAffinity <= 0)
+        return real_ctx_create_v4(pctx, NULL, flags, dev);
+    CUctxCreateParams p = {(CUexecAffinityParam *)affinity, numAffinity, NULL};
+    return real_ctx_create_v4(pctx, &p, flags, dev);
+}
+
+/* cuOccupancyMaxPotentialBlockSizeWithFlags with the program's dynamic
+ * shared memory sizes, smem[b - 1] for block size b, computed on the
+ * client: the driver's callback reads them (one request at a time per
+ * thread). */
+static CUresult (*real_potential)(int *, int *, CUfunction, CUoccupancyB2DSize, size_t, int, unsigned int);
+static __thread const size_t *occ_sizes;
+static __thread unsigned int occ_nsizes;
+static size_t occ_size(int blockSize)
+{
+    return blockSize > 0 && (unsigned)blockSize <= occ_nsizes ? occ_sizes[blockSize - 1] : 0;
+}
+static CUresult occupancy_block_size(int *minGridSize, int *blockSize, CUfunction func, const size_t *smem,
+                                     unsigned int nsmem, size_t dynamicSMemSize, int blockSizeLimit,
+                                     unsigned int flags)
+{
+    if (nsmem > FGR_OCC_SIZES || (nsmem && !smem))
+        return CUDA_ERROR_INVALID_VALUE;
+    occ_sizes = smem;
+    occ_nsizes = nsmem;
+    CUresult r = real_potential(minGridSize, blockSize, func, nsmem ? occ_size : NULL, dynamicSMemSize,
+                                blockSizeLimit, flags);
+    occ_sizes = NULL;
+    occ_nsizes = 0;
+    return r;
+}
+
 /* The kernel driver's version ("580.95.05"): libraries parse it. */
 static CUresult nvml_driver_version(char *version, unsigned int length)
 {
@@ -618,6 +656,10 @@ int main(int argc, char **argv)
     fgr_real[FGR_OP_fgrNvmlDriverVersion] = (void *)nvml_driver_version;
     fgr_real[FGR_OP_fgrNvmlOwnMemory] = (void *)nvml_own_memory;
     fgr_real[FGR_OP_fgrNvmlP2PStatus] = (void *)nvml_p2p;
+    *(void **)&real_ctx_create_v4 = dlsym(h, "cuCtxCreate_v4");
+    fgr_real[FGR_OP_fgrCtxCreateAffinity] = real_ctx_create_v4 ? (void *)ctx_create_affinity : NULL;
+    *(void **)&real_potential = dlsym(h, "cuOccupancyMaxPotentialBlockSizeWithFlags");
+    fgr_real[FGR_OP_fgrOccupancyBlockSize] = real_potential ? (void *)occupancy_block_size : NULL;
     fgr_hostmem_init(h);
     fgr_wait_init(h);
     fgr_stage_init(h);

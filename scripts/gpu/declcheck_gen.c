@@ -3,6 +3,9 @@
  * signature or version in api/cuda.api disagrees with the driver. */
 #include <cuda.h>
 #include <cudaTypedefs.h>
+#if __has_include(<cudaProfilerTypedefs.h>)
+#include <cudaProfilerTypedefs.h>
+#endif
 
 #define SAME(a, b) _Static_assert(__builtin_types_compatible_p(a, b), #a " differs from " #b)
 

@@ -4,6 +4,9 @@
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 #include <cudaTypedefs.h>
+#if __has_include(<cudaProfilerTypedefs.h>)
+#include <cudaProfilerTypedefs.h>
+#endif
 
 #define SAME(a, b) _Static_assert(__builtin_types_compatible_p(a, b), #a " differs from " #b)
 

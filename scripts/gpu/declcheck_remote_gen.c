@@ -3,6 +3,9 @@
  * signature or version in api/remote.api disagrees with the driver. */
 #include <cuda.h>
 #include <cudaTypedefs.h>
+#if __has_include(<cudaProfilerTypedefs.h>)
+#include <cudaProfilerTypedefs.h>
+#endif
 
 #define SAME(a, b) _Static_assert(__builtin_types_compatible_p(a, b), #a " differs from " #b)
 
@@ -12,6 +15,10 @@ typedef CUresult (CUDAAPI *fg_sig_cuDeviceGetByPCIBusId)(CUdevice *dev, const ch
 SAME(fg_sig_cuDeviceGetByPCIBusId, PFN_cuDeviceGetByPCIBusId_v4010);
 typedef CUresult (CUDAAPI *fg_sig_cuDeviceCanAccessPeer)(int *canAccessPeer, CUdevice dev, CUdevice peerDev);
 SAME(fg_sig_cuDeviceCanAccessPeer, PFN_cuDeviceCanAccessPeer_v4000);
+typedef CUresult (CUDAAPI *fg_sig_cuCtxGetExecAffinity)(CUexecAffinityParam *pExecAffinity, CUexecAffinityType type);
+SAME(fg_sig_cuCtxGetExecAffinity, PFN_cuCtxGetExecAffinity_v11040);
+typedef CUresult (CUDAAPI *fg_sig_cuDeviceGetExecAffinitySupport)(int *pi, CUexecAffinityType type, CUdevice dev);
+SAME(fg_sig_cuDeviceGetExecAffinitySupport, PFN_cuDeviceGetExecAffinitySupport_v11040);
 typedef CUresult (CUDAAPI *fg_sig_cuCtxGetApiVersion)(CUcontext ctx, unsigned int *version);
 SAME(fg_sig_cuCtxGetApiVersion, PFN_cuCtxGetApiVersion_v3020);
 typedef CUresult (CUDAAPI *fg_sig_cuCtxGetFlags)(unsigned int *flags);
@@ -26,6 +33,14 @@ typedef CUresult (CUDAAPI *fg_sig_cuCtxDisablePeerAccess)(CUcontext peerContext)
 SAME(fg_sig_cuCtxDisablePeerAccess, PFN_cuCtxDisablePeerAccess_v4000);
 typedef CUresult (CUDAAPI *fg_sig_cuCtxResetPersistingL2Cache)(void);
 SAME(fg_sig_cuCtxResetPersistingL2Cache, PFN_cuCtxResetPersistingL2Cache_v11000);
+#ifdef CUDAPROFILERTYPEDEFS_H
+typedef CUresult (CUDAAPI *fg_sig_cuProfilerStart)(void);
+SAME(fg_sig_cuProfilerStart, PFN_cuProfilerStart_v4000);
+#endif
+#ifdef CUDAPROFILERTYPEDEFS_H
+typedef CUresult (CUDAAPI *fg_sig_cuProfilerStop)(void);
+SAME(fg_sig_cuProfilerStop, PFN_cuProfilerStop_v4000);
+#endif
 typedef CUresult (CUDAAPI *fg_sig_cuMemGetAccess)(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr);
 SAME(fg_sig_cuMemGetAccess, PFN_cuMemGetAccess_v10020);
 typedef CUresult (CUDAAPI *fg_sig_cuMemHostRegister_v2)(void *p, size_t bytesize, unsigned int Flags);
@@ -66,6 +81,10 @@ typedef CUresult (CUDAAPI *fg_sig_cuOccupancyMaxActiveBlocksPerMultiprocessorWit
 SAME(fg_sig_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, PFN_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_v7000);
 typedef CUresult (CUDAAPI *fg_sig_cuOccupancyAvailableDynamicSMemPerBlock)(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize);
 SAME(fg_sig_cuOccupancyAvailableDynamicSMemPerBlock, PFN_cuOccupancyAvailableDynamicSMemPerBlock_v10020);
+typedef CUresult (CUDAAPI *fg_sig_cuOccupancyMaxPotentialBlockSize)(int *minGridSize, int *blockSize, CUfunction func, CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit);
+SAME(fg_sig_cuOccupancyMaxPotentialBlockSize, PFN_cuOccupancyMaxPotentialBlockSize_v6050);
+typedef CUresult (CUDAAPI *fg_sig_cuOccupancyMaxPotentialBlockSizeWithFlags)(int *minGridSize, int *blockSize, CUfunction func, CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit, unsigned int flags);
+SAME(fg_sig_cuOccupancyMaxPotentialBlockSizeWithFlags, PFN_cuOccupancyMaxPotentialBlockSizeWithFlags_v7000);
 typedef CUresult (CUDAAPI *fg_sig_cuPointerGetAttribute)(void *data, CUpointer_attribute attribute, CUdeviceptr ptr);
 SAME(fg_sig_cuPointerGetAttribute, PFN_cuPointerGetAttribute_v4000);
 typedef CUresult (CUDAAPI *fg_sig_cuPointerGetAttributes)(unsigned int numAttributes, CUpointer_attribute *attributes, void **data, CUdeviceptr ptr);
@@ -100,6 +119,32 @@ typedef CUresult (CUDAAPI *fg_sig_cuStreamGetAttribute)(CUstream hStream, CUstre
 SAME(fg_sig_cuStreamGetAttribute, PFN_cuStreamGetAttribute_v11000);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamGetAttribute_ptsz)(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out);
 SAME(fg_sig_cuStreamGetAttribute_ptsz, PFN_cuStreamGetAttribute_v11000_ptsz);
+typedef CUresult (CUDAAPI *fg_sig_cuStreamSetAttribute)(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value);
+SAME(fg_sig_cuStreamSetAttribute, PFN_cuStreamSetAttribute_v11000);
+typedef CUresult (CUDAAPI *fg_sig_cuStreamSetAttribute_ptsz)(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value);
+SAME(fg_sig_cuStreamSetAttribute_ptsz, PFN_cuStreamSetAttribute_v11000_ptsz);
+typedef CUresult (CUDAAPI *fg_sig_cuTexObjectCreate)(CUtexObject *pTexObject, const CUDA_RESOURCE_DESC *pResDesc, const CUDA_TEXTURE_DESC *pTexDesc, const CUDA_RESOURCE_VIEW_DESC *pResViewDesc);
+SAME(fg_sig_cuTexObjectCreate, PFN_cuTexObjectCreate_v5000);
+typedef CUresult (CUDAAPI *fg_sig_cuTexObjectDestroy)(CUtexObject texObject);
+SAME(fg_sig_cuTexObjectDestroy, PFN_cuTexObjectDestroy_v5000);
+typedef CUresult (CUDAAPI *fg_sig_cuSurfObjectCreate)(CUsurfObject *pSurfObject, const CUDA_RESOURCE_DESC *pResDesc);
+SAME(fg_sig_cuSurfObjectCreate, PFN_cuSurfObjectCreate_v5000);
+typedef CUresult (CUDAAPI *fg_sig_cuSurfObjectDestroy)(CUsurfObject surfObject);
+SAME(fg_sig_cuSurfObjectDestroy, PFN_cuSurfObjectDestroy_v5000);
+typedef CUresult (CUDAAPI *fg_sig_cuMemExportToShareableHandle)(void *shareableHandle, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType handleType, unsigned long long flags);
+SAME(fg_sig_cuMemExportToShareableHandle, PFN_cuMemExportToShareableHandle_v10020);
+typedef CUresult (CUDAAPI *fg_sig_cuMemImportFromShareableHandle)(CUmemGenericAllocationHandle *handle, void *osHandle, CUmemAllocationHandleType shHandleType);
+SAME(fg_sig_cuMemImportFromShareableHandle, PFN_cuMemImportFromShareableHandle_v10020);
+typedef CUresult (CUDAAPI *fg_sig_cuIpcGetMemHandle)(CUipcMemHandle *pHandle, CUdeviceptr dptr);
+SAME(fg_sig_cuIpcGetMemHandle, PFN_cuIpcGetMemHandle_v4010);
+typedef CUresult (CUDAAPI *fg_sig_cuIpcOpenMemHandle_v2)(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
+SAME(fg_sig_cuIpcOpenMemHandle_v2, PFN_cuIpcOpenMemHandle_v11000);
+typedef CUresult (CUDAAPI *fg_sig_cuIpcCloseMemHandle)(CUdeviceptr dptr);
+SAME(fg_sig_cuIpcCloseMemHandle, PFN_cuIpcCloseMemHandle_v4010);
+typedef CUresult (CUDAAPI *fg_sig_cuIpcGetEventHandle)(CUipcEventHandle *pHandle, CUevent event);
+SAME(fg_sig_cuIpcGetEventHandle, PFN_cuIpcGetEventHandle_v4010);
+typedef CUresult (CUDAAPI *fg_sig_cuIpcOpenEventHandle)(CUevent *phEvent, CUipcEventHandle handle);
+SAME(fg_sig_cuIpcOpenEventHandle, PFN_cuIpcOpenEventHandle_v4010);
 typedef CUresult (CUDAAPI *fg_sig_cuOccupancyMaxActiveClusters)(int *numClusters, CUfunction func, const CUlaunchConfig *config);
 SAME(fg_sig_cuOccupancyMaxActiveClusters, PFN_cuOccupancyMaxActiveClusters_v11070);
 typedef CUresult (CUDAAPI *fg_sig_cuOccupancyMaxPotentialClusterSize)(int *clusterSize, CUfunction func, const CUlaunchConfig *config);

@@ -684,7 +684,8 @@ cu = ctypes.CDLL("libcuda.so.1")
 ok = cu.cuInit(0) == 0
 ctx = ctypes.c_void_p()
 print("cuInit", cu.cuInit(0))
-print("cuCtxCreate_v4", cu.cuCtxCreate_v4(ctypes.byref(ctx), None, 0, 0))
+state = ctypes.c_int()
+print("cuCheckpointProcessGetState", cu.cuCheckpointProcessGetState(1, ctypes.byref(state)))
 print("cuGraphAddMemAllocNode", cu.cuGraphAddMemAllocNode(None, None, None, 0, None))
 table = ctypes.c_void_p()
 uuid = (ctypes.c_ubyte * 16)(*b"no-such-table-!!")
@@ -693,11 +694,11 @@ dev = ctypes.c_int()
 print("cuDeviceGet", cu.cuDeviceGet(ctypes.byref(dev), 0))
 `
 	r := e.remote(s, "python3", "-c", prog)
-	want := "cuInit 0\ncuCtxCreate_v4 801\ncuGraphAddMemAllocNode 801\ncuGetExportTable 801\ncuDeviceGet 0\n"
+	want := "cuInit 0\ncuCheckpointProcessGetState 801\ncuGraphAddMemAllocNode 801\ncuGetExportTable 801\ncuDeviceGet 0\n"
 	if r.code != 0 || r.stdout != want {
 		t.Fatalf("exit %d, printed\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
 	}
-	for _, name := range []string{"cuCtxCreate_v4 is not supported remotely", "cuGraphAddMemAllocNode is not supported remotely",
+	for _, name := range []string{"cuCheckpointProcessGetState is not supported remotely", "cuGraphAddMemAllocNode is not supported remotely",
 		"table 6e6f2d73-7563-682d-7461-626c652d2121 is not emulated"} {
 		if !strings.Contains(r.stderr, name) {
 			t.Errorf("stderr does not say %q:\n%s", name, r.stderr)
@@ -780,10 +781,10 @@ func TestRemoteUnsupportedTraced(t *testing.T) {
 	prog := `
 import ctypes
 cu = ctypes.CDLL("libcuda.so.1")
-ctx = ctypes.c_void_p()
+state = ctypes.c_int()
 assert cu.cuInit(0) == 0
 for i in range(3):
-    assert cu.cuCtxCreate_v4(ctypes.byref(ctx), None, 0, 0) == 801
+    assert cu.cuCheckpointProcessGetState(1, ctypes.byref(state)) == 801
 `
 	out := filepath.Join(e.dir, "summary.json")
 	r := e.runIn(filepath.Join(build, "remote"), "flexgv", "trace", "--json", "-o", out,
@@ -795,7 +796,7 @@ for i in range(3):
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"name": "cuCtxCreate_v4"`, `"calls": 3`, `"errors": 3`} {
+	for _, want := range []string{`"name": "cuCheckpointProcessGetState"`, `"calls": 3`, `"errors": 3`} {
 		if !strings.Contains(string(data), want) {
 			t.Errorf("summary lacks %s:\n%s", want, data)
 		}

@@ -341,14 +341,24 @@ func emitDeclCheck(all []Entry, legacy bool) string {
 	if legacy {
 		b.WriteString("#define __CUDA_API_VERSION_INTERNAL 1\n")
 	}
-	b.WriteString("#include <cuda.h>\n#include <cudaTypedefs.h>\n\n")
+	b.WriteString("#include <cuda.h>\n#include <cudaTypedefs.h>\n")
+	// The profiler's typedefs are a header of their own, in a component of
+	// the toolkit that may be left out: checked where it is installed.
+	b.WriteString("#if __has_include(<cudaProfilerTypedefs.h>)\n#include <cudaProfilerTypedefs.h>\n#endif\n\n")
 	b.WriteString("#define SAME(a, b) _Static_assert(__builtin_types_compatible_p(a, b), #a \" differs from \" #b)\n\n")
 	for _, e := range cudaOnly(all) {
 		if e.Legacy != legacy {
 			continue
 		}
+		profiler := strings.HasPrefix(e.Name, "cuProfiler")
+		if profiler {
+			b.WriteString("#ifdef CUDAPROFILERTYPEDEFS_H\n")
+		}
 		fmt.Fprintf(&b, "typedef CUresult (CUDAAPI *fg_sig_%s)(%s);\n", e.Name, e.ParamList())
 		fmt.Fprintf(&b, "SAME(fg_sig_%s, %s);\n", e.Name, e.PFN())
+		if profiler {
+			b.WriteString("#endif\n")
+		}
 	}
 	b.WriteString("\nint main(void) { return 0; }\n")
 	return b.String()

@@ -180,6 +180,8 @@ func TestRemoteAnnotationsRejected(t *testing.T) {
 		"cuFoo unsupported \"a\" \"b\"",       // more than the reason
 		"cuFoo unsupported \"x\"\ncuFoo sync", // annotated twice
 		"3000 cuU(int *p) unsupported p=out",  // unsupported with kinds
+		"cuFoo local why",                     // a local note not in quotes
+		"cuFoo local \"a\" out=out",           // a local note and more
 	} {
 		p := filepath.Join(t.TempDir(), "remote.api")
 		os.WriteFile(p, []byte(line+"\n"), 0o644)

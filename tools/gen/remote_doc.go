@@ -39,6 +39,9 @@ func emitRemoteDoc(entries []RemoteEntry, tables []*Table) string {
 			d = "**unsupported**"
 			ks = append(ks, strings.ReplaceAll(e.Why, "|", "\\|"))
 		}
+		if e.Note != "" {
+			ks = append(ks, strings.ReplaceAll(e.Note, "|", "\\|"))
+		}
 		for _, a := range e.args() {
 			travel, memory := a.k.doc(a)
 			if travel != "" {

@@ -78,7 +78,19 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 			return nil, nil, fmt.Errorf("%s: %s has no disposition (local, sync or wrap)", where, re.Name)
 		}
 		switch d := Disposition(attrs[0]); d {
-		case DispLocal, DispSync, DispWrap, DispQueue:
+		case DispLocal:
+			// A local entry may say, in quotes, what it refuses and why.
+			re.Disp = d
+			note := strings.TrimSpace(strings.TrimPrefix(rest, "local"))
+			if note == "" {
+				break
+			}
+			if len(note) < 3 || note[0] != '"' || note[len(note)-1] != '"' || strings.Contains(note[1:len(note)-1], `"`) {
+				return nil, nil, fmt.Errorf("%s: %s: local takes at most a note in double quotes", where, re.Name)
+			}
+			re.Note = note[1 : len(note)-1]
+			attrs = attrs[:1]
+		case DispSync, DispWrap, DispQueue:
 			re.Disp = d
 		case "unsupported":
 			// Exported, so that a library that looks it up finds it; a

@@ -1,0 +1,208 @@
+// The families NVIDIA's samples needed of a remote GPU (issue 34), through
+// the runtime and, linked with -lcuda, the driver: the block size of best
+// occupancy (a host callback for the dynamic shared memory included), the
+// profiler's range, stream attributes set and read back, cuCtxCreate_v4,
+// function attributes. Prints every answer, then a checksum of a kernel
+// run at the block size found: its output over a remote GPU must be the
+// same as natively (scripts/gpu-remote-cudart.sh).
+//     nvcc -O2 -o families families.cu -lcuda
+#include <cuda.h>
+#include <cuda_profiler_api.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+// Declared by cuda.h or cudaProfiler.h, by toolkit version.
+extern "C" CUresult CUDAAPI cuProfilerStart(void);
+extern "C" CUresult CUDAAPI cuProfilerStop(void);
+
+#define RT(call)                                                                               \
+    do {                                                                                       \
+        cudaError_t e_ = (call);                                                               \
+        if (e_ != cudaSuccess) {                                                               \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorName(e_)); \
+            exit(1);                                                                           \
+        }                                                                                      \
+    } while (0)
+#define DRV(call)                                                                  \
+    do {                                                                           \
+        CUresult r_ = (call);                                                      \
+        if (r_ != CUDA_SUCCESS) {                                                  \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, name(r_)); \
+            exit(1);                                                               \
+        }                                                                          \
+    } while (0)
+
+static const char *name(CUresult r)
+{
+    const char *s = "?";
+    cuGetErrorName(r, &s);
+    return s;
+}
+
+// Reverses each block's elements through shared memory, plus one.
+__global__ void flip(float *x, int n)
+{
+    extern __shared__ float s[];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    s[threadIdx.x] = i < n ? x[i] : 0.f;
+    __syncthreads();
+    if (i < n)
+        x[i] = s[blockDim.x - 1 - threadIdx.x] + 1.f;
+}
+
+static size_t smem_of(int blockSize)
+{
+    return (size_t)blockSize * 96; // more than the kernel uses: moves the best block size
+}
+
+static void ctx_v4(const char *what, CUctxCreateParams *p)
+{
+    CUcontext c = NULL, cur = NULL;
+    CUresult r = cuCtxCreate_v4(&c, p, 0, 0);
+    if (r == CUDA_SUCCESS) {
+        DRV(cuCtxGetCurrent(&cur));
+        DRV(cuCtxDestroy(c));
+    }
+    printf("cuCtxCreate_v4 %s: %s%s\n", what, name(r), r == CUDA_SUCCESS ? (cur == c ? ", current" : ", not current") : "");
+}
+
+static void stream_attrs(const char *what, cudaStream_t s)
+{
+    cudaStreamAttrValue v;
+    RT(cudaStreamGetAttribute(s, cudaStreamAttributePriority, &v));
+    printf("%s: priority %d", what, v.priority);
+    RT(cudaStreamGetAttribute(s, cudaStreamAttributeSynchronizationPolicy, &v));
+    printf(" sync policy %d", (int)v.syncPolicy);
+    RT(cudaStreamGetAttribute(s, cudaStreamAttributeAccessPolicyWindow, &v));
+    printf(" window %s %zu hit %.2f %d miss %d\n", v.accessPolicyWindow.base_ptr ? "at buffer" : "none",
+           v.accessPolicyWindow.num_bytes, v.accessPolicyWindow.hitRatio, (int)v.accessPolicyWindow.hitProp,
+           (int)v.accessPolicyWindow.missProp);
+}
+
+int main()
+{
+    RT(cudaSetDevice(0));
+    RT(cudaFree(0));
+
+    // Through the runtime.
+    int grid, block, n;
+    RT(cudaOccupancyMaxPotentialBlockSize(&grid, &block, flip, 0, 0));
+    printf("runtime: best block %d grid %d\n", block, grid);
+    RT(cudaOccupancyMaxPotentialBlockSizeVariableSMem(&grid, &block, flip, smem_of));
+    printf("runtime: best block with 96 bytes a thread %d grid %d\n", block, grid);
+    RT(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, flip, 256, 4096));
+    printf("runtime: blocks per SM of 256 threads and 4 KiB: %d\n", n);
+    printf("cudaProfilerStart: %s\n", cudaGetErrorName(cudaProfilerStart()));
+    printf("cudaProfilerStop: %s\n", cudaGetErrorName(cudaProfilerStop()));
+
+    float *buf;
+    RT(cudaMalloc(&buf, 1 << 20));
+    cudaStream_t s, t;
+    RT(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, -1));
+    RT(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking));
+    stream_attrs("created", s);
+    cudaStreamAttrValue a = {};
+    a.priority = -3;
+    RT(cudaStreamSetAttribute(s, cudaStreamAttributePriority, &a));
+    a.syncPolicy = cudaSyncPolicyBlockingSync;
+    RT(cudaStreamSetAttribute(s, cudaStreamAttributeSynchronizationPolicy, &a));
+    a = cudaStreamAttrValue{};
+    a.accessPolicyWindow.base_ptr = buf;
+    a.accessPolicyWindow.num_bytes = 1 << 20;
+    a.accessPolicyWindow.hitRatio = 0.5f;
+    a.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;
+    a.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
+    RT(cudaStreamSetAttribute(s, cudaStreamAttributeAccessPolicyWindow, &a));
+    stream_attrs("set", s);
+    RT(cudaStreamCopyAttributes(t, s));
+    stream_attrs("copied", t);
+
+    // Through the driver, as a program linked with -lcuda calls it.
+    CUfunction f;
+    RT(cudaGetFuncBySymbol((cudaFunction_t *)&f, (const void *)flip));
+    int regs, maxThreads;
+    DRV(cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, f));
+    DRV(cuFuncGetAttribute(&maxThreads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f));
+    printf("driver: registers %d max threads per block %d\n", regs, maxThreads);
+    DRV(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 100 << 10));
+    DRV(cuFuncGetAttribute(&n, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f));
+    printf("driver: max dynamic shared memory %d\n", n);
+    printf("driver: cuFuncSetCacheConfig %s\n", name(cuFuncSetCacheConfig(f, CU_FUNC_CACHE_PREFER_SHARED)));
+    DRV(cuOccupancyMaxPotentialBlockSize(&grid, &block, f, NULL, 0, 0));
+    printf("driver: best block %d grid %d\n", block, grid);
+    DRV(cuOccupancyMaxPotentialBlockSize(&grid, &block, f, smem_of, 0, 0));
+    printf("driver: best block with 96 bytes a thread %d grid %d\n", block, grid);
+    DRV(cuOccupancyMaxPotentialBlockSizeWithFlags(&grid, &block, f, smem_of, 0, 200,
+                                                  CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE));
+    printf("driver: best block of at most 200 with 96 bytes a thread %d grid %d\n", block, grid);
+    DRV(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&n, f, 512, 50000, 0));
+    printf("driver: blocks per SM of 512 threads and 50000 bytes: %d\n", n);
+    size_t avail;
+    DRV(cuOccupancyAvailableDynamicSMemPerBlock(&avail, f, 2, 256));
+    printf("driver: dynamic shared memory of 2 blocks of 256: %zu\n", avail);
+    CUlaunchAttribute cl = {};
+    cl.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    cl.value.clusterDim.x = 2;
+    cl.value.clusterDim.y = cl.value.clusterDim.z = 1;
+    CUlaunchConfig cfg = {};
+    cfg.gridDimX = 16;
+    cfg.gridDimY = cfg.gridDimZ = 1;
+    cfg.blockDimX = 128;
+    cfg.blockDimY = cfg.blockDimZ = 1;
+    cfg.attrs = &cl;
+    cfg.numAttrs = 1;
+    DRV(cuOccupancyMaxPotentialClusterSize(&n, f, &cfg));
+    printf("driver: cluster size %d", n);
+    DRV(cuOccupancyMaxActiveClusters(&n, f, &cfg));
+    printf(" active clusters of 2: %d\n", n);
+    CUstreamAttrValue v;
+    DRV(cuStreamGetAttribute((CUstream)s, CU_STREAM_ATTRIBUTE_PRIORITY, &v));
+    printf("driver: stream priority %d\n", v.priority);
+    printf("cuProfilerStart: %s\n", name(cuProfilerStart()));
+    printf("cuProfilerStop: %s\n", name(cuProfilerStop()));
+
+    int support = -1;
+    DRV(cuDeviceGetExecAffinitySupport(&support, CU_EXEC_AFFINITY_TYPE_SM_COUNT, 0));
+    printf("SM count affinity supported: %d\n", support);
+    CUexecAffinityParam got = {};
+    CUresult ra = cuCtxGetExecAffinity(&got, CU_EXEC_AFFINITY_TYPE_SM_COUNT);
+    printf("cuCtxGetExecAffinity: %s", name(ra));
+    if (ra == CUDA_SUCCESS)
+        printf(" %u SMs", got.param.smCount.val);
+    printf("\n");
+    ctx_v4("without parameters", NULL);
+    CUctxCreateParams none = {};
+    ctx_v4("with none", &none);
+    CUexecAffinityParam aff = {};
+    aff.type = CU_EXEC_AFFINITY_TYPE_SM_COUNT;
+    aff.param.smCount.val = 8;
+    CUctxCreateParams sm = {};
+    sm.execAffinityParams = &aff;
+    sm.numExecAffinityParams = 1;
+    ctx_v4("with 8 SMs", &sm);
+    RT(cudaSetDevice(0)); // the primary context current again
+
+    // The kernel at the block size found with the callback.
+    DRV(cuOccupancyMaxPotentialBlockSize(&grid, &block, f, smem_of, 0, 0));
+    const int count = 1 << 18;
+    float *host = (float *)malloc(count * sizeof(float));
+    for (int i = 0; i < count; i++)
+        host[i] = (float)(i % 1000);
+    RT(cudaMemcpyAsync(buf, host, count * sizeof(float), cudaMemcpyHostToDevice, s));
+    flip<<<(count + block - 1) / block, block, smem_of(block), s>>>(buf, count);
+    RT(cudaGetLastError());
+    RT(cudaMemcpyAsync(host, buf, count * sizeof(float), cudaMemcpyDeviceToHost, s));
+    RT(cudaStreamSynchronize(s));
+    double sum = 0;
+    for (int i = 0; i < count; i++)
+        sum += host[i] * (double)(i % 7 + 1);
+    printf("checksum %.1f\n", sum);
+    RT(cudaStreamDestroy(t));
+    RT(cudaStreamDestroy(s));
+    RT(cudaFree(buf));
+    free(host);
+    printf("families: done\n");
+    return 0;
+}

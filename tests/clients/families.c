@@ -1,0 +1,186 @@
+/* Linked with -lcuda, as NVIDIA's driver API samples are: calls the families
+ * those samples need of a remote GPU (occupancy, the profiler's range,
+ * stream attributes, cuCtxCreate_v4, function attributes) and prints each
+ * answer, so that its output remotely can be compared with its output on
+ * the GPU in its own process. With "cig", it also asks cuCtxCreate_v4 for
+ * CUDA-in-graphics parameters; with "tex" it only asks for a texture
+ * object. */
+#include <stdint.h>
+
+#include "common.h"
+
+/* Entry points the shim does not hook: not in cuda_api_gen.h. */
+CUresult cuProfilerStart(void);
+CUresult cuProfilerStop(void);
+CUresult cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, CUfunction func,
+                                          CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize,
+                                          int blockSizeLimit);
+CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSize, int *blockSize, CUfunction func,
+                                                   CUoccupancyB2DSize blockSizeToDynamicSMemSize,
+                                                   size_t dynamicSMemSize, int blockSizeLimit, unsigned int flags);
+CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func, int numBlocks,
+                                                 int blockSize);
+CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func, const CUlaunchConfig *config);
+CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config);
+CUresult cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out);
+CUresult cuStreamSetAttribute(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value);
+CUresult cuStreamCopyAttributes(CUstream dst, CUstream src);
+CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config);
+CUresult cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType type, CUdevice dev);
+CUresult cuCtxGetExecAffinity(CUexecAffinityParam *pExecAffinity, CUexecAffinityType type);
+CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int blockSize,
+                                                     size_t dynamicSMemSize);
+CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize,
+                                                              size_t dynamicSMemSize, unsigned int flags);
+
+/* Dynamic shared memory growing with the block: 128 bytes a thread. */
+static size_t per_thread_smem(int blockSize)
+{
+    return (size_t)blockSize * 128;
+}
+
+static void ctx_v4(const char *what, CUctxCreateParams *p)
+{
+    CUcontext c = NULL;
+    CUresult r = cuCtxCreate_v4(&c, p, 0, 0);
+    CUdevice d = -1;
+    if (r == CUDA_SUCCESS) {
+        CHECK(cuCtxGetDevice(&d));
+        CHECK(cuCtxDestroy_v2(c));
+    }
+    printf("cuCtxCreate_v4 %s: %s device %d\n", what, result_name(r), d);
+}
+
+static void stream_attrs(const char *what, CUstream s)
+{
+    CUstreamAttrValue v;
+    CHECK(cuStreamGetAttribute(s, CU_STREAM_ATTRIBUTE_PRIORITY, &v));
+    printf("%s priority %d", what, v.priority);
+    CHECK(cuStreamGetAttribute(s, CU_STREAM_ATTRIBUTE_SYNCHRONIZATION_POLICY, &v));
+    printf(" sync policy %d", (int)v.syncPolicy);
+    CHECK(cuStreamGetAttribute(s, CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW, &v));
+    printf(" window %s %zu hit %.2f %d miss %d\n", v.accessPolicyWindow.base_ptr ? "at buffer" : "none",
+           v.accessPolicyWindow.num_bytes, v.accessPolicyWindow.hitRatio, (int)v.accessPolicyWindow.hitProp,
+           (int)v.accessPolicyWindow.missProp);
+}
+
+int main(int argc, char **argv)
+{
+    CHECK(cuInit(0));
+
+    /* Contexts with creation parameters, and their execution affinity. */
+    int support = -1;
+    CHECK(cuDeviceGetExecAffinitySupport(&support, CU_EXEC_AFFINITY_TYPE_SM_COUNT, 0));
+    printf("SM count affinity supported: %d\n", support);
+    ctx_v4("without parameters", NULL);
+    CUctxCreateParams none = {NULL, 0, NULL};
+    ctx_v4("with none", &none);
+    CUexecAffinityParam aff = {.type = CU_EXEC_AFFINITY_TYPE_SM_COUNT, .param.smCount.val = 4};
+    CUctxCreateParams sm4 = {&aff, 1, NULL};
+    ctx_v4("with 4 SMs", &sm4);
+    aff.param.smCount.val = 0;
+    ctx_v4("with 0 SMs", &sm4);
+    if (argc > 1 && !strcmp(argv[1], "tex")) {
+        /* Looked up: the simulated GPU has no textures. */
+        CUresult (*create)(CUtexObject *, const CUDA_RESOURCE_DESC *, const CUDA_TEXTURE_DESC *,
+                           const CUDA_RESOURCE_VIEW_DESC *) = (CUresult(*)(CUtexObject *, const CUDA_RESOURCE_DESC *,
+                                                                            const CUDA_TEXTURE_DESC *,
+                                                                            const CUDA_RESOURCE_VIEW_DESC *))
+            dlsym(RTLD_DEFAULT, "cuTexObjectCreate");
+        CUtexObject tex = 0;
+        printf("cuTexObjectCreate: %s\n", create ? result_name(create(&tex, NULL, NULL, NULL)) : "not exported");
+        printf("cuTexObjectCreate again: %s\n", create ? result_name(create(&tex, NULL, NULL, NULL)) : "not exported");
+        return 0;
+    }
+    if (argc > 1 && !strcmp(argv[1], "cig")) {
+        CUctxCigParam cig = {1, &cig};
+        CUctxCreateParams p = {NULL, 0, &cig};
+        ctx_v4("with graphics", &p);
+        ctx_v4("with graphics again", &p);
+    }
+
+    CUcontext ctx;
+    CHECK(cuDevicePrimaryCtxRetain(&ctx, 0));
+    CHECK(cuCtxSetCurrent(ctx));
+    CUexecAffinityParam got;
+    CUresult ra = cuCtxGetExecAffinity(&got, CU_EXEC_AFFINITY_TYPE_SM_COUNT);
+    printf("cuCtxGetExecAffinity: %s", result_name(ra));
+    if (ra == CUDA_SUCCESS)
+        printf(" %u SMs", got.param.smCount.val);
+    printf("\n");
+    CUmodule mod;
+    CUfunction f;
+    CHECK(cuModuleLoadData(&mod, SIM_MODULE));
+    CHECK(cuModuleGetFunction(&f, mod, "vecadd"));
+
+    /* The profiler's range. */
+    printf("cuProfilerStart: %s\n", result_name(cuProfilerStart()));
+    printf("cuProfilerStop: %s\n", result_name(cuProfilerStop()));
+
+    /* Function attributes and preferences. */
+    int v;
+    CHECK(cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f));
+    printf("max threads per block %d", v);
+    CHECK(cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_NUM_REGS, f));
+    printf(" registers %d\n", v);
+    printf("cuFuncSetCacheConfig: %s\n", result_name(cuFuncSetCacheConfig(f, CU_FUNC_CACHE_PREFER_SHARED)));
+
+    /* Occupancy: blocks per SM, the block size of best occupancy with a
+     * fixed, a per-block and no dynamic shared memory, the memory left. */
+    CHECK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&v, f, 128, 0));
+    printf("blocks per SM of 128 threads: %d\n", v);
+    CHECK(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&v, f, 256, 16384, 1));
+    printf("blocks per SM of 256 threads and 16 KiB: %d\n", v);
+    int grid, block;
+    CHECK(cuOccupancyMaxPotentialBlockSize(&grid, &block, f, NULL, 0, 0));
+    printf("best block: %d, grid %d\n", block, grid);
+    CHECK(cuOccupancyMaxPotentialBlockSize(&grid, &block, f, NULL, 40000, 0));
+    printf("best block with 40000 bytes: %d, grid %d\n", block, grid);
+    CHECK(cuOccupancyMaxPotentialBlockSize(&grid, &block, f, per_thread_smem, 0, 0));
+    printf("best block with 128 bytes a thread: %d, grid %d\n", block, grid);
+    CHECK(cuOccupancyMaxPotentialBlockSizeWithFlags(&grid, &block, f, per_thread_smem, 0, 200, 1));
+    printf("best block of at most 200 with 128 bytes a thread: %d, grid %d\n", block, grid);
+    printf("no function: %s\n", result_name(cuOccupancyMaxPotentialBlockSize(&grid, &block, NULL, NULL, 0, 0)));
+    size_t avail;
+    CHECK(cuOccupancyAvailableDynamicSMemPerBlock(&avail, f, 2, 256));
+    printf("dynamic shared memory of 2 blocks of 256: %zu\n", avail);
+    CUlaunchAttribute cl = {.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, .value.clusterDim = {2, 1, 1}};
+    CUlaunchConfig cfg = {.gridDimX = 16, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 128, .blockDimY = 1,
+                          .blockDimZ = 1, .attrs = &cl, .numAttrs = 1};
+    CHECK(cuOccupancyMaxPotentialClusterSize(&v, f, &cfg));
+    printf("cluster size: %d", v);
+    CHECK(cuOccupancyMaxActiveClusters(&v, f, &cfg));
+    printf(" active clusters of 2: %d\n", v);
+
+    /* Stream attributes: set, read back, copied to another stream. */
+    CUstream s, t;
+    CUdeviceptr buf;
+    CHECK(cuMemAlloc_v2(&buf, 1 << 20));
+    CHECK(cuStreamCreateWithPriority(&s, 1, -1));
+    CHECK(cuStreamCreate(&t, 1));
+    stream_attrs("created", s);
+    CUstreamAttrValue a;
+    memset(&a, 0, sizeof a);
+    a.priority = -3;
+    CHECK(cuStreamSetAttribute(s, CU_STREAM_ATTRIBUTE_PRIORITY, &a));
+    a.syncPolicy = CU_SYNC_POLICY_BLOCKING_SYNC;
+    CHECK(cuStreamSetAttribute(s, CU_STREAM_ATTRIBUTE_SYNCHRONIZATION_POLICY, &a));
+    memset(&a, 0, sizeof a);
+    a.accessPolicyWindow.base_ptr = (void *)(uintptr_t)buf;
+    a.accessPolicyWindow.num_bytes = 1 << 20;
+    a.accessPolicyWindow.hitRatio = 0.5f;
+    a.accessPolicyWindow.hitProp = CU_ACCESS_PROPERTY_PERSISTING;
+    a.accessPolicyWindow.missProp = CU_ACCESS_PROPERTY_STREAMING;
+    CHECK(cuStreamSetAttribute(s, CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW, &a));
+    stream_attrs("set", s);
+    CHECK(cuStreamCopyAttributes(t, s));
+    stream_attrs("copied", t);
+    a.syncPolicy = (CUsynchronizationPolicy)9;
+    printf("bad sync policy: %s\n",
+           result_name(cuStreamSetAttribute(s, CU_STREAM_ATTRIBUTE_SYNCHRONIZATION_POLICY, &a)));
+    CHECK(cuStreamDestroy_v2(t));
+    CHECK(cuStreamDestroy_v2(s));
+    CHECK(cuMemFree_v2(buf));
+    printf("families: done\n");
+    return 0;
+}

@@ -1,0 +1,160 @@
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// A program linked with -lcuda that calls the families NVIDIA's driver API
+// samples need (occupancy with a host callback, the profiler's range,
+// stream attributes, cuCtxCreate_v4, function attributes) prints over each
+// transport what it prints with the GPU in its own process.
+func TestRemoteFamiliesMatchLocal(t *testing.T) {
+	e := newEnv(t)
+	local := e.run("families")
+	if local.code != 0 || !strings.Contains(local.stdout, "families: done") {
+		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
+	}
+	for _, transport := range []string{"shm", "unix", "tcp"} {
+		t.Run(transport, func(t *testing.T) {
+			e := newEnv(t)
+			s := e.serve(transport)
+			got := e.remote(s, "families")
+			if got.code != 0 {
+				t.Fatalf("exit %d\n%s%s", got.code, got.stdout, got.stderr)
+			}
+			if got.stdout != local.stdout {
+				t.Errorf("remotely printed\n%s\nlocally\n%s\nstderr:\n%s", got.stdout, local.stdout, got.stderr)
+			}
+		})
+	}
+}
+
+// cuCtxCreate_v4 with CUDA-in-graphics parameters is refused on the client
+// with CUDA_ERROR_NOT_SUPPORTED, its reason said once however often asked;
+// the program goes on.
+func TestRemoteCtxCreateGraphicsRefused(t *testing.T) {
+	e := newEnv(t)
+	s := e.serve("unix")
+	r := e.remote(s, "families", "cig")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, want := range []string{"cuCtxCreate_v4 with graphics: CUDA_ERROR_NOT_SUPPORTED", "cuCtxCreate_v4 with graphics again: CUDA_ERROR_NOT_SUPPORTED"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	said := "cuCtxCreate_v4: CUDA-in-graphics parameters (cigParams)"
+	if n := strings.Count(r.stderr, said); n != 1 {
+		t.Errorf("the refusal was said %d times:\n%s", n, r.stderr)
+	}
+}
+
+// An entry point the spec refuses, with its reason, is exported (a program
+// using it loads) and answers CUDA_ERROR_NOT_SUPPORTED, said once.
+func TestRemoteRefusedEntrySaidOnce(t *testing.T) {
+	e := newEnv(t)
+	s := e.serve("unix")
+	r := e.remote(s, "families", "tex")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, want := range []string{"cuTexObjectCreate: CUDA_ERROR_NOT_SUPPORTED\n", "cuTexObjectCreate again: CUDA_ERROR_NOT_SUPPORTED\n"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if n := strings.Count(r.stderr, "cuTexObjectCreate is not supported remotely"); n != 1 {
+		t.Errorf("the refusal was said %d times:\n%s", n, r.stderr)
+	}
+}
+
+// specNames are the driver entry points api/cuda.api and api/remote.api
+// list (not the project's own operations, not the private tables' words).
+func specNames(t *testing.T) []string {
+	t.Helper()
+	var names []string
+	proto := regexp.MustCompile(`^\d+\s+(\w+)\(`)
+	for _, f := range []string{"cuda.api", "remote.api"} {
+		fh, err := os.Open(filepath.Join("..", "..", "api", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(fh)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := strings.TrimSpace(sc.Text())
+			if line == "" || line[0] == '#' {
+				continue
+			}
+			name := strings.Fields(line)[0]
+			if m := proto.FindStringSubmatch(line); m != nil {
+				name = m[1]
+			}
+			if strings.HasPrefix(name, "cu") {
+				names = append(names, name)
+			}
+		}
+		fh.Close()
+	}
+	return names
+}
+
+// Every driver entry point the spec lists is exported by the remoting
+// libcuda.so.1 (a -lcuda program using it loads) and resolves through
+// cuGetProcAddress_v2 at CUDA 13.0 (the runtime does not conclude the
+// driver is too old), under flexgv run --remote. The spec names what
+// NVIDIA's samples were found to need.
+func TestRemoteExportsEverySpecEntry(t *testing.T) {
+	names := specNames(t)
+	have := map[string]bool{}
+	for _, n := range names {
+		have[n] = true
+	}
+	for _, n := range []string{"cuProfilerStart", "cuProfilerStop", "cuStreamSetAttribute", "cuStreamGetAttribute",
+		"cuOccupancyMaxPotentialBlockSize", "cuOccupancyMaxPotentialBlockSizeWithFlags",
+		"cuOccupancyMaxActiveBlocksPerMultiprocessor", "cuOccupancyAvailableDynamicSMemPerBlock",
+		"cuOccupancyMaxPotentialClusterSize", "cuOccupancyMaxActiveClusters", "cuCtxCreate_v4",
+		"cuFuncGetAttribute", "cuFuncSetAttribute", "cuFuncSetCacheConfig", "cuCtxGetExecAffinity",
+		"cuDeviceGetExecAffinitySupport", "cuTexObjectCreate", "cuMemExportToShareableHandle",
+		"cuMemImportFromShareableHandle", "cuIpcGetMemHandle", "cuIpcOpenMemHandle_v2"} {
+		if !have[n] {
+			t.Errorf("%s is not in the spec", n)
+		}
+	}
+	e := newEnv(t)
+	s := e.serve("unix")
+	cmd := exec.Command(bin("flexgv"), "run", "--remote", s.addr, "--", bin("procnames"))
+	cmd.Env = e.environ("")
+	cmd.Stdin = strings.NewReader(strings.Join(names, "\n") + "\n")
+	r := runCmd(t, cmd)
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if want := fmt.Sprintf("checked %d missing 0\n", len(names)); !strings.HasSuffix(r.stdout, want) {
+		t.Errorf("want %q:\n%s", want, r.stdout)
+	}
+	// And nm sees them as a linker does.
+	out, err := exec.Command("nm", "-D", "--defined-only", filepath.Join(build, "remote", "libcuda.so.1")).Output()
+	if err != nil {
+		t.Skipf("nm: %v", err)
+	}
+	exported := map[string]bool{}
+	for _, l := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(l); len(f) == 3 && f[1] == "T" {
+			exported[f[2]] = true
+		}
+	}
+	for _, n := range names {
+		if !exported[n] {
+			t.Errorf("nm -D: %s is not exported", n)
+		}
+	}
+}
