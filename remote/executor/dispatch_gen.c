@@ -164,6 +164,10 @@ typedef CUresult (*pfn_cuCtxGetId)(CUcontext ctx, unsigned long long *ctxId);
 typedef CUresult (*pfn_cuCtxEnablePeerAccess)(CUcontext peerContext, unsigned int Flags);
 typedef CUresult (*pfn_cuCtxDisablePeerAccess)(CUcontext peerContext);
 typedef CUresult (*pfn_cuCtxResetPersistingL2Cache)(void);
+typedef CUresult (*pfn_cuMemPrefetchAsync)(CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream);
+typedef CUresult (*pfn_cuMemPrefetchAsync_ptsz)(CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream);
+typedef CUresult (*pfn_cuMemAdvise)(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUdevice device);
+typedef CUresult (*pfn_cuMemRangeGetAttribute)(void *data, size_t dataSize, CUmem_range_attribute attribute, CUdeviceptr devPtr, size_t count);
 typedef CUresult (*pfn_cuMemGetAccess)(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr);
 typedef CUresult (*pfn_cuMemPoolSetAttribute)(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
 typedef CUresult (*pfn_cuDeviceSetMemPool)(CUdevice dev, CUmemoryPool pool);
@@ -3557,6 +3561,86 @@ static CUresult op_cuCtxResetPersistingL2Cache(struct fgr_rd *rd, struct fgr_req
     return fgr_r;
 }
 
+static CUresult op_cuMemPrefetchAsync(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr devPtr = (CUdeviceptr)fgr_get_u64(rd);
+    size_t count = (size_t)fgr_get_u64(rd);
+    CUdevice dstDevice = (CUdevice)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)devPtr, count)))
+        fgr_r = fgr_refuse("cuMemPrefetchAsync", "devPtr", (uint64_t)(uintptr_t)devPtr, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemPrefetchAsync", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuMemPrefetchAsync)fgr_real[FGR_OP_cuMemPrefetchAsync])(devPtr, count, dstDevice, hStream);
+    return fgr_r;
+}
+
+static CUresult op_cuMemPrefetchAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr devPtr = (CUdeviceptr)fgr_get_u64(rd);
+    size_t count = (size_t)fgr_get_u64(rd);
+    CUdevice dstDevice = (CUdevice)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)devPtr, count)))
+        fgr_r = fgr_refuse("cuMemPrefetchAsync_ptsz", "devPtr", (uint64_t)(uintptr_t)devPtr, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemPrefetchAsync_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuMemPrefetchAsync_ptsz)fgr_real[FGR_OP_cuMemPrefetchAsync_ptsz])(devPtr, count, dstDevice, hStream);
+    return fgr_r;
+}
+
+static CUresult op_cuMemAdvise(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr devPtr = (CUdeviceptr)fgr_get_u64(rd);
+    size_t count = (size_t)fgr_get_u64(rd);
+    CUmem_advise advice = (CUmem_advise)fgr_get_u64(rd);
+    CUdevice device = (CUdevice)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)devPtr, count)))
+        fgr_r = fgr_refuse("cuMemAdvise", "devPtr", (uint64_t)(uintptr_t)devPtr, CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuMemAdvise)fgr_real[FGR_OP_cuMemAdvise])(devPtr, count, advice, device);
+    return fgr_r;
+}
+
+static CUresult op_cuMemRangeGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    size_t dataSize = (size_t)fgr_get_u64(rd);
+    CUmem_range_attribute attribute = (CUmem_range_attribute)fgr_get_u64(rd);
+    CUdeviceptr devPtr = (CUdeviceptr)fgr_get_u64(rd);
+    size_t count = (size_t)fgr_get_u64(rd);
+    int has_data = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    void *data = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(!has_data || fgr_mul((uint64_t)(dataSize), 1) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("cuMemRangeGetAttribute", "data", fgr_mul((uint64_t)(dataSize), 1), CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_mem_in((uint64_t)(uintptr_t)devPtr, count)))
+        fgr_r = fgr_refuse("cuMemRangeGetAttribute", "devPtr", (uint64_t)(uintptr_t)devPtr, CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_data && !(data = fgr_out(q, fgr_mul((uint64_t)(dataSize), 1))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuMemRangeGetAttribute)fgr_real[FGR_OP_cuMemRangeGetAttribute])(data, dataSize, attribute, devPtr, count);
+    if (has_data)
+        fgr_reply_out(q, data, fgr_mul((uint64_t)(dataSize), 1), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_cuMemGetAccess(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -4439,14 +4523,14 @@ static CUresult op_fgrHostReadMany(struct fgr_rd *rd, struct fgr_req *q)
         return FGR_BAD_FRAME;
     void *dst = NULL;
     CUresult fgr_r = CUDA_SUCCESS;
-    if (!(!has_dst || fgr_mul((uint64_t)(fgr_min(bytes,FGR_MAPPED_TOTAL)), 1) <= FGR_SMALL_FRAME))
-        fgr_r = fgr_refuse_size("fgrHostReadMany", "dst", fgr_mul((uint64_t)(fgr_min(bytes,FGR_MAPPED_TOTAL)), 1), CUDA_ERROR_INVALID_VALUE);
-    if (fgr_r == CUDA_SUCCESS && has_dst && !(dst = fgr_out(q, fgr_mul((uint64_t)(fgr_min(bytes,FGR_MAPPED_TOTAL)), 1))))
+    if (!(!has_dst || fgr_mul((uint64_t)(fgr_min(bytes,FGR_MIRROR_BATCH)), 1) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrHostReadMany", "dst", fgr_mul((uint64_t)(fgr_min(bytes,FGR_MIRROR_BATCH)), 1), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_dst && !(dst = fgr_out(q, fgr_mul((uint64_t)(fgr_min(bytes,FGR_MIRROR_BATCH)), 1))))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_fgrHostReadMany)fgr_real[FGR_OP_fgrHostReadMany])(srcs, sizes, count, dst, bytes);
     if (has_dst)
-        fgr_reply_out(q, dst, fgr_mul((uint64_t)(fgr_min(bytes,FGR_MAPPED_TOTAL)), 1), 0, fgr_r);
+        fgr_reply_out(q, dst, fgr_mul((uint64_t)(fgr_min(bytes,FGR_MIRROR_BATCH)), 1), 0, fgr_r);
     return fgr_r;
 }
 
@@ -5968,6 +6052,10 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuCtxEnablePeerAccess] = {"cuCtxEnablePeerAccess", op_cuCtxEnablePeerAccess, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuCtxDisablePeerAccess] = {"cuCtxDisablePeerAccess", op_cuCtxDisablePeerAccess, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuCtxResetPersistingL2Cache] = {"cuCtxResetPersistingL2Cache", op_cuCtxResetPersistingL2Cache, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemPrefetchAsync] = {"cuMemPrefetchAsync", op_cuMemPrefetchAsync, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemPrefetchAsync_ptsz] = {"cuMemPrefetchAsync_ptsz", op_cuMemPrefetchAsync_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemAdvise] = {"cuMemAdvise", op_cuMemAdvise, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemRangeGetAttribute] = {"cuMemRangeGetAttribute", op_cuMemRangeGetAttribute, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuMemGetAccess] = {"cuMemGetAccess", op_cuMemGetAccess, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuMemPoolSetAttribute] = {"cuMemPoolSetAttribute", op_cuMemPoolSetAttribute, 0, FGR_MAX_FRAME},
     [FGR_OP_cuDeviceSetMemPool] = {"cuDeviceSetMemPool", op_cuDeviceSetMemPool, 0, FGR_SMALL_FRAME},
