@@ -77,6 +77,15 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 		if len(attrs) == 0 {
 			return nil, nil, fmt.Errorf("%s: %s has no disposition (local, sync or wrap)", where, re.Name)
 		}
+		// A note for the docs' list ends the line, in double quotes.
+		if q := strings.Index(rest, `"`); q >= 0 && attrs[0] != "unsupported" {
+			note := strings.TrimSpace(rest[q:])
+			if len(note) < 3 || note[len(note)-1] != '"' || strings.Contains(note[1:len(note)-1], `"`) {
+				return nil, nil, fmt.Errorf("%s: %s: a note is one string in double quotes, last on its line", where, re.Name)
+			}
+			re.Note = note[1 : len(note)-1]
+			attrs = strings.Fields(rest[:q])
+		}
 		switch d := Disposition(attrs[0]); d {
 		case DispLocal, DispSync, DispWrap, DispQueue:
 			re.Disp = d
