@@ -281,7 +281,7 @@ enum fgr_op {
     FGR_NUM_OPS = 272
 };
 
-#define FGR_OPS_HASH 0x52c6e7c267f4fb56ULL
+#define FGR_OPS_HASH 0xa65982cc939569e3ULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
@@ -437,5 +437,6 @@ CUresult fgr_fwd_cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CU
 CUresult fgr_fwd_cuCtxSetCacheConfig(CUfunc_cache config);
 CUresult fgr_fwd_cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig config);
 CUresult fgr_fwd_cuCtxSetSharedMemConfig(CUsharedconfig config);
+CUresult fgr_fwd_cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name);
 
 #endif

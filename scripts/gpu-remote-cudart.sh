@@ -11,7 +11,7 @@
 # unified addressing (uva), copies of the program's memory captured into
 # graphs (captured), pinned memory kernels use by its address (zerocopy,
 # over shm:// alone), managed memory written by the host and kernels,
-# prefetched and advised (managed), a launch's parameters packed in one buffer (extra), a
+# prefetched and advised (managed), __managed__ variables (managedvar), a launch's parameters packed in one buffer (extra), a
 # cuBLAS program with stream capture (cublas), PyTorch training
 # (torch-train: losses bit for bit, throughput over native, and with
 # latency added), Triton, torch.compile, CuPy and JAX (triton_add,
@@ -159,6 +159,7 @@ cu uva scripts/gpu/uva.cu
 FILTER=nohow cu captured scripts/gpu/captured.cu
 OVER=shm cu zerocopy scripts/gpu/zerocopy.cu
 FILTER=nohow cu managed scripts/gpu/managed.cu
+cu managedvar scripts/gpu/managedvar.cu
 cu extra scripts/gpu/extra.cu -lcuda
 cu cublas scripts/gpu/cublas_capture.cu -lcublas
 if ! wanted torch-train && ! wanted torch-trips; then

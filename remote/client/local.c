@@ -507,6 +507,8 @@ FGR_EXPORT CUresult cuModuleUnload(CUmodule hmod)
 FGR_EXPORT CUresult cuLibraryUnload(CUlibrary library)
 {
     CUresult r = fgr_fwd_cuLibraryUnload(library);
+    if (r == CUDA_SUCCESS)
+        fgr_managed_library_gone(library);
     fgr_kparams_flush();
     fgr_answers_forget_all();
     return r;

@@ -3247,7 +3247,7 @@ FGR_EXPORT CUresult cuDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthInElement
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
+CUresult fgr_fwd_cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
 {
     CUresult fgr_r;
     uint64_t n_dptr = dptr ? sizeof(CUdeviceptr) : 0;
