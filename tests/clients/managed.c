@@ -12,6 +12,7 @@
 
 #include <stdint.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t n, CUdevice dev, CUstream s);
 CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, CUmemLocation l, unsigned flags, CUstream s);
@@ -150,6 +151,20 @@ int main(int argc, char **argv)
     CHECK(cuMemcpy(dev, dbig + 200, 4));
     CHECK(cuMemcpyDtoH_v2(back, dev, 4));
     printf("copied from managed memory: %u\n", back[0] & 0xff);
+
+    /* A system call writes managed memory (no fault handler in the way),
+     * a copy on the device reads what it wrote. */
+    int fds[2];
+    if (pipe(fds) || write(fds[1], "managed", 8) != 8 || read(fds[0], g + 4096, 8) != 8) {
+        printf("the pipe failed\n");
+        return 1;
+    }
+    close(fds[0]);
+    close(fds[1]);
+    char word[8];
+    CHECK(cuMemcpyDtoD_v2(dev, dbig + 4096, 8));
+    CHECK(cuMemcpyDtoH_v2(word, dev, 8));
+    printf("read(2) into it, copied on the device: %s\n", word);
 
     /* Prefetches and advice, and what the range says of them. */
     CHECK(cuMemAdvise(da, N * sizeof(float), CU_MEM_ADVISE_SET_READ_MOSTLY, 0));

@@ -507,14 +507,16 @@ func TestRemoteMappedHostMemory(t *testing.T) {
 // Managed memory over a remote GPU: the program's writes reach kernels,
 // memsets and copies made after them, their writes reach the program after
 // a synchronization of the context, a stream, an event or a synchronous
-// copy (an allocation larger than one round trip carries too), prefetches
-// and advice reach the server's driver, whose range and pointer attributes
+// copy (an allocation larger than one round trip carries too), what a
+// system call wrote into it reaches the device, prefetches and advice reach
+// the server's driver, whose range and pointer attributes
 // say what they do locally, over every transport as locally.
 func TestRemoteManagedMemory(t *testing.T) {
 	e := newEnv(t)
 	local := e.run("managed")
 	if local.code != 0 || !strings.Contains(local.stdout, "after the program's changes: c[5]=1010 ") ||
-		!strings.Contains(local.stdout, "a large one: 3 3 9") {
+		!strings.Contains(local.stdout, "a large one: 3 3 9") ||
+		!strings.Contains(local.stdout, "read(2) into it, copied on the device: managed") {
 		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
 	}
 	printsAsLocally(t, local, "managed", "unix", "shm", "tcp")
