@@ -334,15 +334,17 @@ int fgr_mirror_holds(const void *p)
     return found;
 }
 
-/* Sends bytes [k, end) of m as they are now; they agree once sent. */
+/* Sends bytes [k, end) of m as they are now, from a copy taken first: a
+ * thread writing them meanwhile changes what the next request sends, not
+ * what this one does. */
 static void send_run(struct mirror *m, size_t k, size_t end)
 {
     const uint8_t *now = (const uint8_t *)m->addr;
     while (k < end) {
         size_t piece = end - k < FGR_MIRROR_BATCH ? end - k : FGR_MIRROR_BATCH;
-        if (fgrHostWrite((CUdeviceptr)(m->addr + k), now + k, piece) != CUDA_SUCCESS)
-            return;
         memcpy(m->agreed + k, now + k, piece);
+        if (fgrHostWrite((CUdeviceptr)(m->addr + k), m->agreed + k, piece) != CUDA_SUCCESS)
+            return;
         k += piece;
     }
 }

@@ -7,9 +7,13 @@
  *   managed attrs    the device attributes a program checks first
  *   managed taken    an allocation at an address the program holds already:
  *                    it must fail, never hand out memory the program
- *                    cannot reach */
+ *                    cannot reach
+ *   managed threads  threads, each with its stream and its memory, writing
+ *                    it, launching on it and reading the results after
+ *                    their own stream's synchronization, all at once */
 #include "common.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -22,6 +26,7 @@ CUresult cuMemRangeGetAttribute(void *data, size_t size, CUmem_range_attribute a
 CUresult cuMemRangeGetAttributes(void **data, size_t *sizes, CUmem_range_attribute *attrs, size_t count,
                                  CUdeviceptr p, size_t n);
 CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr);
+CUresult cuStreamAttachMemAsync(CUstream s, CUdeviceptr p, size_t n, unsigned flags);
 CUresult cuPointerGetAttributes(unsigned n, CUpointer_attribute *attributes, void **data, CUdeviceptr ptr);
 
 static int range_int(CUmem_range_attribute attr, CUdeviceptr p, size_t n)
@@ -74,8 +79,64 @@ static int taken(void)
     return 0;
 }
 
+static CUcontext ctx;
+static CUfunction vecadd_fn;
+
+static void *worker(void *arg)
+{
+    long t = (long)arg, wrong = 0;
+    enum { M = 4096, ROUNDS = 40 };
+    CUstream s;
+    CUdeviceptr da, db, dc;
+    if (cuCtxSetCurrent(ctx) || cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) ||
+        cuMemAllocManaged(&da, M * sizeof(float), CU_MEM_ATTACH_GLOBAL) ||
+        cuMemAllocManaged(&db, M * sizeof(float), CU_MEM_ATTACH_GLOBAL) ||
+        cuMemAllocManaged(&dc, M * sizeof(float), CU_MEM_ATTACH_GLOBAL) ||
+        cuStreamAttachMemAsync(s, da, 0, CU_MEM_ATTACH_SINGLE) || cuStreamAttachMemAsync(s, db, 0, CU_MEM_ATTACH_SINGLE) ||
+        cuStreamAttachMemAsync(s, dc, 0, CU_MEM_ATTACH_SINGLE) || cuStreamSynchronize(s))
+        return (void *)-1L;
+    float *a = (float *)(uintptr_t)da, *b = (float *)(uintptr_t)db, *c = (float *)(uintptr_t)dc;
+    int n = M;
+    void *params[] = {&da, &db, &dc, &n};
+    for (int r = 0; r < ROUNDS; r++) {
+        for (int j = 0; j < M; j++) {
+            a[j] = (float)(r * 7 + j);
+            b[j] = (float)(t * 1000 + r);
+        }
+        if (cuLaunchKernel(vecadd_fn, M / 256, 1, 1, 256, 1, 1, 0, s, params, NULL) || cuStreamSynchronize(s))
+            return (void *)-1L;
+        for (int j = 0; j < M; j++)
+            wrong += c[j] != (float)(r * 7 + j) + (float)(t * 1000 + r);
+    }
+    cuMemFree_v2(da);
+    cuMemFree_v2(db);
+    cuMemFree_v2(dc);
+    cuStreamDestroy_v2(s);
+    return (void *)wrong;
+}
+
+static int threads(void)
+{
+    enum { T = 4 };
+    CUmodule mod;
+    pthread_t th[T];
+    ctx = primary_context();
+    CHECK(cuModuleLoadData(&mod, SIM_MODULE));
+    CHECK(cuModuleGetFunction(&vecadd_fn, mod, "vecadd"));
+    for (long t = 0; t < T; t++)
+        pthread_create(&th[t], NULL, worker, (void *)t);
+    for (int t = 0; t < T; t++) {
+        void *wrong;
+        pthread_join(th[t], &wrong);
+        printf("thread %d: %ld results wrong\n", t, (long)wrong);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "threads"))
+        return threads();
     if (argc > 1 && !strcmp(argv[1], "attrs"))
         return attrs();
     if (argc > 1 && !strcmp(argv[1], "taken"))

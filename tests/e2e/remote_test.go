@@ -522,6 +522,25 @@ func TestRemoteManagedMemory(t *testing.T) {
 	printsAsLocally(t, local, "managed", "unix", "shm", "tcp")
 }
 
+// Threads, each with its own stream and managed memory attached to it,
+// write it, launch on it and check the results after their own stream's
+// synchronization, all at once: another thread's requests and
+// synchronizations neither lose a thread's writes nor its kernels' results.
+func TestRemoteManagedMemoryThreads(t *testing.T) {
+	e := newEnv(t)
+	local := e.run("managed", "threads")
+	if local.code != 0 || strings.Count(local.stdout, ": 0 results wrong") != 4 {
+		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
+	}
+	for _, transport := range []string{"unix", "shm"} {
+		e := newEnv(t)
+		got := e.remote(e.serve(transport), "managed", "threads")
+		if got.code != 0 || got.stdout != local.stdout {
+			t.Errorf("over %s: exit %d, printed\n%s\nlocally\n%s\n%s", transport, got.code, got.stdout, local.stdout, got.stderr)
+		}
+	}
+}
+
 // Remotely the program may not touch managed memory while kernels run (it
 // is kept alike only at requests and syncpoints): the device says so, as
 // one without concurrent managed access does. An allocation the program
