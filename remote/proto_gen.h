@@ -281,7 +281,7 @@ enum fgr_op {
     FGR_NUM_OPS = 272
 };
 
-#define FGR_OPS_HASH 0xa65982cc939569e3ULL
+#define FGR_OPS_HASH 0x93f3dac35ce3fb5cULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
@@ -427,6 +427,7 @@ CUresult fgr_fwd_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel);
 CUresult fgr_fwd_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value);
 CUresult fgr_fwd_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph);
 CUresult fgr_fwd_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph);
+CUresult fgr_fwd_cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name);
 CUresult fgr_fwd_cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev);
 CUresult fgr_fwd_cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev);
 CUresult fgr_fwd_cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize);

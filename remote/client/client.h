@@ -113,7 +113,8 @@ void fgr_mirror_forked(void);
 /* Managed memory (mirror.c): cuMemAllocManaged is the server's allocation
  * mapped here too; freeing one forgets it (0: not one). */
 int fgr_managed_forget(uint64_t p);
-void fgr_managed_library_gone(CUlibrary library);
+/* A library or module unloaded: its managed variables go. */
+void fgr_managed_owner_gone(void *owner);
 /* A device address a call names: pinned memory kept on both sides is
  * brought back at syncpoints from then on. */
 extern int fgr_nmirrors;

@@ -499,6 +499,8 @@ FGR_EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
 FGR_EXPORT CUresult cuModuleUnload(CUmodule hmod)
 {
     CUresult r = fgr_fwd_cuModuleUnload(hmod);
+    if (r == CUDA_SUCCESS)
+        fgr_managed_owner_gone(hmod);
     fgr_kparams_flush();
     fgr_answers_forget_all();
     return r;
@@ -508,7 +510,7 @@ FGR_EXPORT CUresult cuLibraryUnload(CUlibrary library)
 {
     CUresult r = fgr_fwd_cuLibraryUnload(library);
     if (r == CUDA_SUCCESS)
-        fgr_managed_library_gone(library);
+        fgr_managed_owner_gone(library);
     fgr_kparams_flush();
     fgr_answers_forget_all();
     return r;

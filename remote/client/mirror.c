@@ -54,6 +54,7 @@ CUresult fgrHostWrite(CUdeviceptr dst, const void *src, size_t bytes);
 CUresult fgrHostReadMany(const CUdeviceptr *srcs, const size_t *sizes, unsigned int count, void *dst, size_t bytes);
 CUresult fgr_fwd_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags);
 CUresult fgr_fwd_cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name);
+CUresult fgr_fwd_cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name);
 static void pull(void);
 
 enum { MAX_MIRRORS = 1024, MAX_PINNED = 64, MAX_EDGES = 2 * MAX_MIRRORS };
@@ -65,7 +66,7 @@ static struct mirror {
     unsigned gen;    /* the connection it was made on (a forked child's is not) */
     int used;        /* named as a device address: its bytes come back at syncpoints */
     int managed;
-    CUlibrary owner; /* a library's managed variable: gone with it */
+    void *owner;     /* a library's or module's managed variable: gone with it */
 } mirrors[MAX_MIRRORS];
 int fgr_nmirrors; /* read without the lock on every call: atomically */
 static int npinned;
@@ -231,41 +232,64 @@ FGR_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsign
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
-/* A library's managed variable (what cudart's __managed__ variables are):
- * the same, but its bytes are the module's from the start, read at once,
- * and it goes with its library. Asked again, it is kept once. */
-FGR_EXPORT CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
+/* A library's or module's managed variable (what cudart's __managed__
+ * variables are): kept as cuMemAllocManaged's memory, but its bytes are the
+ * module's from the start, read at once, and it goes with its owner. Asked
+ * again, it is kept once. */
+static CUresult keep_variable(CUdeviceptr p, size_t n, void *owner, const char *call, const char *name)
 {
     static int said;
-    CUdeviceptr p = 0;
-    size_t n = 0;
-    CUresult r = fgr_fwd_cuLibraryGetManaged(&p, &n, library, name);
-    if (r != CUDA_SUCCESS)
-        return r;
     const char *why = NULL;
     int kept = 0, fresh = 0;
     pthread_mutex_lock(&lock);
     for (int i = 0; i < fgr_nmirrors && !kept; i++)
         kept = mirrors[i].gen == gen && mirrors[i].addr == (uintptr_t)p;
     if (!kept && n && (kept = fresh = keep((uintptr_t)p, n, 1, &why))) {
-        mirrors[fgr_nmirrors - 1].owner = library;
+        mirrors[fgr_nmirrors - 1].owner = owner;
         mirrors[fgr_nmirrors - 1].used = 1;
     }
     pthread_mutex_unlock(&lock);
     if (!kept) {
         if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
-            fgr_say("cuLibraryGetManaged: %s (%zu bytes at 0x%llx): %s; the program could not reach it "
+            fgr_say("%s: managed variable %s (%zu bytes at 0x%llx): %s; the program could not reach it "
                     "(CUDA_ERROR_NOT_SUPPORTED, said once)",
-                    name ? name : "?", n, (unsigned long long)p, why ? why : "an empty variable");
+                    call, name ? name : "?", n, (unsigned long long)p, why ? why : "it is empty");
         return CUDA_ERROR_NOT_SUPPORTED;
     }
     if (fresh)
         pull(); /* its initial bytes */
-    if (dptr)
-        *dptr = p;
-    if (bytes)
-        *bytes = n;
     return CUDA_SUCCESS;
+}
+
+FGR_EXPORT CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
+{
+    CUdeviceptr p = 0;
+    size_t n = 0;
+    CUresult r = fgr_fwd_cuLibraryGetManaged(&p, &n, library, name);
+    if (r == CUDA_SUCCESS)
+        r = keep_variable(p, n, library, "cuLibraryGetManaged", name);
+    if (r == CUDA_SUCCESS && dptr)
+        *dptr = p;
+    if (r == CUDA_SUCCESS && bytes)
+        *bytes = n;
+    return r;
+}
+
+/* A module's global may be a managed variable: the server's driver says. */
+FGR_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name)
+{
+    CUdeviceptr p = 0;
+    size_t n = 0;
+    unsigned managed = 0;
+    CUresult r = fgr_fwd_cuModuleGetGlobal_v2(&p, &n, hmod, name);
+    if (r == CUDA_SUCCESS && cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, p) == CUDA_SUCCESS &&
+        managed)
+        r = keep_variable(p, n, hmod, "cuModuleGetGlobal", name);
+    if (r == CUDA_SUCCESS && dptr)
+        *dptr = p;
+    if (r == CUDA_SUCCESS && bytes)
+        *bytes = n;
+    return r;
 }
 
 /* Forgets mirror i (lock held); its pages go. */
@@ -310,13 +334,13 @@ int fgr_managed_forget(uint64_t p)
     return found;
 }
 
-void fgr_managed_library_gone(CUlibrary library)
+void fgr_managed_owner_gone(void *owner)
 {
     if (!__atomic_load_n(&fgr_nmirrors, __ATOMIC_ACQUIRE))
         return;
     pthread_mutex_lock(&lock);
     for (int i = 0; i < fgr_nmirrors;)
-        if (mirrors[i].owner == library && mirrors[i].managed)
+        if (mirrors[i].owner == owner && mirrors[i].managed)
             forget(i);
         else
             i++;

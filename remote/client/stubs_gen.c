@@ -2862,7 +2862,7 @@ FGR_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name)
+CUresult fgr_fwd_cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name)
 {
     CUresult fgr_r;
     uint64_t n_dptr = dptr ? sizeof(CUdeviceptr) : 0;

@@ -27,6 +27,12 @@ CUresult cuMemRangeGetAttributes(void **data, size_t *sizes, CUmem_range_attribu
                                  CUdeviceptr p, size_t n);
 CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr);
 CUresult cuStreamAttachMemAsync(CUstream s, CUdeviceptr p, size_t n, unsigned flags);
+CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name);
+CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name);
+CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues,
+                           unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues,
+                           unsigned int numLibraryOptions);
+CUresult cuLibraryUnload(CUlibrary library);
 CUresult cuPointerGetAttributes(unsigned n, CUpointer_attribute *attributes, void **data, CUdeviceptr ptr);
 
 static int range_int(CUmem_range_attribute attr, CUdeviceptr p, size_t n)
@@ -264,6 +270,39 @@ int main(int argc, char **argv)
     void *pd[] = {&dmanaged};
     CHECK(cuPointerGetAttributes(1, pa, pd, dev));
     printf("is managed: %u; device memory: %u\n", managed, dmanaged);
+
+    /* A module's and a library's managed variables (__managed__): their
+     * first bytes are the module's, the program's writes reach copies,
+     * memsets reach the program. */
+    static const char VARS[] = "FLEXGV-SIM-MODULE\n"
+                               "kernel fill 5 builtin=fill\n"
+                               "managed counter 16 5\n"
+                               "managed table 20000 1\n";
+    CUmodule vm;
+    CUlibrary vl;
+    CUdeviceptr pc, pt;
+    size_t nc, nt;
+    CHECK(cuModuleLoadData(&vm, VARS));
+    CHECK(cuModuleGetGlobal_v2(&pc, &nc, vm, "counter"));
+    unsigned *counter = (unsigned *)(uintptr_t)pc;
+    printf("a module's variable: %zu bytes, %#x\n", nc, counter[0]);
+    counter[1] = 10;
+    CHECK(cuMemcpyDtoH_v2(back, pc, 8));
+    CHECK(cuMemsetD32_v2(pc + 8, 12, 2));
+    CHECK(cuCtxSynchronize());
+    printf("copied %u %u, then %u %u\n", back[0] & 0xff, back[1], counter[2], counter[3]);
+    CHECK(cuLibraryLoadData(&vl, VARS, NULL, NULL, 0, NULL, NULL, 0));
+    CHECK(cuLibraryGetManaged(&pt, &nt, vl, "table"));
+    unsigned char *table = (unsigned char *)(uintptr_t)pt;
+    CUdeviceptr again;
+    CHECK(cuLibraryGetManaged(&again, NULL, vl, "table"));
+    printf("a library's variable: %zu bytes, %d %d, the same again: %s\n", nt, table[0], table[nt - 1],
+           again == pt ? "yes" : "no");
+    CHECK(cuMemsetD8_v2(pt + 100, 7, 100));
+    CHECK(cuCtxSynchronize());
+    printf("after a memset: %d %d %d\n", table[99], table[100], table[199]);
+    CHECK(cuModuleUnload(vm));
+    CHECK(cuLibraryUnload(vl));
 
     CHECK(cuMemFree_v2(da));
     CHECK(cuMemFree_v2(db));

@@ -510,13 +510,16 @@ func TestRemoteMappedHostMemory(t *testing.T) {
 // copy (an allocation larger than one round trip carries too), what a
 // system call wrote into it reaches the device, prefetches and advice reach
 // the server's driver, whose range and pointer attributes
-// say what they do locally, over every transport as locally.
+// say what they do locally; a module's and a library's managed variables
+// start with the module's bytes and are kept alike too; over every
+// transport as locally.
 func TestRemoteManagedMemory(t *testing.T) {
 	e := newEnv(t)
 	local := e.run("managed")
 	if local.code != 0 || !strings.Contains(local.stdout, "after the program's changes: c[5]=1010 ") ||
 		!strings.Contains(local.stdout, "a large one: 3 3 9") ||
-		!strings.Contains(local.stdout, "read(2) into it, copied on the device: managed") {
+		!strings.Contains(local.stdout, "read(2) into it, copied on the device: managed") ||
+		!strings.Contains(local.stdout, "a library's variable: 20000 bytes, 1 1, the same again: yes") {
 		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
 	}
 	printsAsLocally(t, local, "managed", "unix", "shm", "tcp")
