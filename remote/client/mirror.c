@@ -12,7 +12,9 @@
  * Managed memory (cuMemAllocManaged) is made the same way, of any size: the
  * server's driver allocates it, the client maps pages at its address, and
  * when it cannot, the allocation is freed and refused
- * (CUDA_ERROR_NOT_SUPPORTED, said once), never handed out unmapped.
+ * (CUDA_ERROR_NOT_SUPPORTED, said once), never handed out unmapped. A
+ * module's managed variables (__managed__) are kept too, named from the
+ * start since kernels reach them by address alone.
  *
  * The two copies are made alike: before each request, bytes the program
  * changed since the copies last agreed go to the server; after each
