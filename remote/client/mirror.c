@@ -16,8 +16,9 @@
  * module's managed variables (__managed__) are kept too, named from the
  * start since kernels reach them by address alone.
  *
- * The two copies are made alike: before each request, bytes the program
- * changed since the copies last agreed go to the server; after each
+ * The two copies are made alike: before each request (of managed memory,
+ * but a wait for the device), bytes the program changed since the copies
+ * last agreed go to the server; after each
  * syncpoint, the server's bytes come back, of those allocations a call has
  * named as a device address (a memset, a copy, a prefetch, a kernel's
  * parameter): one more round trip while any such allocation lives. Staging
@@ -376,15 +377,16 @@ static void send_run(struct mirror *m, size_t k, size_t end)
 }
 
 /* The program's changes since the sides agreed, a page at a time, in runs
- * (runs closer than 64 bytes go as one). */
-static void push(void)
+ * (runs closer than 64 bytes go as one); of pinned memory alone when
+ * pinned_only. */
+static void push(int pinned_only)
 {
     const size_t step = 4096;
     pthread_mutex_lock(&lock);
     for (int i = 0; i < fgr_nmirrors; i++) {
         struct mirror *m = &mirrors[i];
         const uint8_t *now = (const uint8_t *)m->addr;
-        if (m->gen != gen)
+        if (m->gen != gen || (pinned_only && m->managed))
             continue;
         size_t run = 0, run_end = 0; /* the run being gathered: [run, run_end) */
         int open = 0;
@@ -494,10 +496,30 @@ void fgr_mirror_mark(uint64_t p)
             __atomic_store_n(&mirrors[i].used, 1, __ATOMIC_RELAXED);
 }
 
+/* A wait for the device neither starts work nor reads memory: what the
+ * program wrote into managed memory before it goes with the next call that
+ * may (and the bytes coming back after it leave those writes alone). Pinned
+ * memory still goes, for a kernel that polls a flag the program sets before
+ * it waits. */
+static int is_wait(int op)
+{
+    switch (op) {
+    case FGR_OP_cuCtxSynchronize:
+    case FGR_OP_cuCtxSynchronize_v2:
+    case FGR_OP_cuStreamSynchronize:
+    case FGR_OP_cuStreamSynchronize_ptsz:
+    case FGR_OP_cuStreamQuery:
+    case FGR_OP_cuStreamQuery_ptsz:
+    case FGR_OP_cuEventQuery:
+    case FGR_OP_cuEventSynchronize: return 1;
+    }
+    return 0;
+}
+
 void fgr_mirror_before(int op)
 {
     if (__atomic_load_n(&fgr_nmirrors, __ATOMIC_ACQUIRE) && !is_mirror_op(op))
-        push();
+        push(is_wait(op));
 }
 
 void fgr_mirror_after(int op, CUresult r)
