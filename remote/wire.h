@@ -51,6 +51,11 @@ enum { FGR_IMAGE_ABSENT, FGR_IMAGE_INLINE, FGR_IMAGE_KEEP, FGR_IMAGE_BY_HASH };
 /* The most bytes of such allocations (and managed memory) one write or
  * one read of several carries (the executor's bound on a result). */
 #define FGR_MIRROR_BATCH (1u << 20)
+/* Coming back, such memory is compared first by a sum of each block of
+ * FGR_SUM_BLOCK bytes (fgr_block_sum, on both sides): only blocks whose
+ * sums differ travel. At most FGR_MAX_SUMS sums per request. */
+#define FGR_SUM_BLOCK (64u << 10)
+#define FGR_MAX_SUMS 16384u
 #define FGR_MAX_KEPT_IMAGES 65536u
 #define FGR_MAGIC 0x4d524746u      /* "FGRM" */
 #define FGR_AUTH_MAGIC 0x41524746u /* "FGRA" */
@@ -84,6 +89,22 @@ enum { FGR_IMAGE_ABSENT, FGR_IMAGE_INLINE, FGR_IMAGE_KEEP, FGR_IMAGE_BY_HASH };
 #define FGR_SHADOW_TAG 0xf5ad000000000000ull
 #define FGR_SHADOW_MASK 0xffff000000000000ull
 static inline int fgr_is_shadow(uint64_t v) { return (v & FGR_SHADOW_MASK) == FGR_SHADOW_TAG; }
+/* A 64-bit sum of n bytes, a word at a time (not cryptographic: the bytes
+ * are the program's own, compared with themselves). */
+static inline uint64_t fgr_block_sum(const void *p, size_t n)
+{
+    const unsigned char *b = (const unsigned char *)p;
+    uint64_t h = 0x243f6a8885a308d3ull ^ n, w;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __builtin_memcpy(&w, b + i, 8);
+        h = (h ^ w) * 0x9e3779b97f4a7c15ull;
+        h ^= h >> 32;
+    }
+    for (; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h ^ (h >> 29);
+}
 /* What the handshake's last field asks to talk over after it: the socket,
  * or shared-memory rings (ring.h) whose memfd the client sends next. */
 #define FGR_TRANSPORT_SOCKET 0u

@@ -39,10 +39,13 @@
  * fails with EFAULT instead of faulting: the comparison has neither
  * problem, and costs a pass over the allocations per request, at memory
  * bandwidth. Coming back, only
- * allocations named since they were made travel, in batches of up to
- * FGR_MIRROR_BATCH bytes per round trip. Both costs grow with the managed
- * memory that kernels use, which is why this suits MBs to a few hundred
- * MB, not a GPU's worth (docs/REMOTE.md). */
+ * allocations named since they were made are asked for; past
+ * FGR_MIRROR_BATCH bytes in all, the server sums each 64 KiB block and only
+ * the blocks whose sums differ from those of the agreed bytes travel, so
+ * the bytes sent follow what the device changed. The comparisons still
+ * read all the memory kept (here before each call, on both sides at each
+ * synchronization), which is why this suits MBs to a few hundred MB, not a
+ * GPU's worth (docs/REMOTE.md). */
 #include "client.h"
 
 #include <pthread.h>
@@ -55,6 +58,8 @@ CUresult fgrHostMapped(CUdeviceptr *dptr, size_t bytes);
 CUresult fgrHostMappedFree(CUdeviceptr dptr);
 CUresult fgrHostWrite(CUdeviceptr dst, const void *src, size_t bytes);
 CUresult fgrHostReadMany(const CUdeviceptr *srcs, const size_t *sizes, unsigned int count, void *dst, size_t bytes);
+CUresult fgrHostSums(const CUdeviceptr *srcs, const size_t *sizes, unsigned int count, unsigned long long *sums,
+                     unsigned int nsums);
 CUresult fgr_fwd_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags);
 CUresult fgr_fwd_cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name);
 CUresult fgr_fwd_cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name);
@@ -86,7 +91,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int is_mirror_op(int op)
 {
     return op == FGR_OP_fgrHostMapped || op == FGR_OP_fgrHostMappedFree || op == FGR_OP_fgrHostWrite ||
-           op == FGR_OP_fgrHostReadMany;
+           op == FGR_OP_fgrHostReadMany || op == FGR_OP_fgrHostSums;
 }
 
 static size_t page_size(void) { return (size_t)sysconf(_SC_PAGESIZE); }
@@ -455,33 +460,100 @@ static void batch_read(void)
     b->total = 0;
 }
 
-/* The server's bytes of every allocation named, in as few round trips as
- * batches of FGR_MIRROR_BATCH bytes allow. */
-static void pull(void)
+/* Bytes [off, off+len) of mirror i to bring back, run on to the piece
+ * before when they follow it. */
+static void batch_add(int i, size_t off, size_t len)
 {
     struct batch *b = &batch;
+    while (len) {
+        unsigned last = b->count - 1;
+        size_t room = FGR_MIRROR_BATCH - b->total;
+        if (b->count && room && b->which[last] == i && b->offs[last] + b->sizes[last] == off) {
+            size_t add = len < room ? len : room;
+            b->sizes[last] += add;
+            b->total += add, off += add, len -= add;
+            continue;
+        }
+        if (b->count == 64 || !room) {
+            batch_read();
+            room = FGR_MIRROR_BATCH;
+        }
+        size_t piece = len < room ? len : room;
+        b->which[b->count] = i;
+        b->srcs[b->count] = (CUdeviceptr)(mirrors[i].addr + off);
+        b->sizes[b->count] = piece;
+        b->offs[b->count++] = off;
+        b->total += piece, off += piece, len -= piece;
+    }
+}
+
+/* Ranges whose blocks' sums are asked first (lock held): a block whose sum
+ * there is that of the bytes both sides last agreed on has not changed. */
+static struct sums {
+    CUdeviceptr srcs[64];
+    size_t sizes[64], offs[64];
+    int which[64];
+    unsigned count, nsums;
+    unsigned long long sums[FGR_MAX_SUMS];
+} sums;
+
+static void sums_check(void)
+{
+    struct sums *s = &sums;
+    CUresult r = fgrHostSums(s->srcs, s->sizes, s->count, s->sums, s->nsums);
+    unsigned k = 0;
+    for (unsigned j = 0; j < s->count; j++) {
+        const struct mirror *m = &mirrors[s->which[j]];
+        for (size_t off = 0; off < s->sizes[j]; off += FGR_SUM_BLOCK, k++) {
+            size_t n = s->sizes[j] - off < FGR_SUM_BLOCK ? s->sizes[j] - off : FGR_SUM_BLOCK, at = s->offs[j] + off;
+            if (r != CUDA_SUCCESS || s->sums[k] != fgr_block_sum(m->agreed + at, n))
+                batch_add(s->which[j], at, n);
+        }
+    }
+    s->count = 0;
+    s->nsums = 0;
+}
+
+/* The server's bytes of every allocation named. Up to FGR_MIRROR_BATCH
+ * bytes in all come back whole, in one round trip; more are compared by
+ * their blocks' sums first (one more round trip), and only the blocks that
+ * differ come back. */
+static void pull(void)
+{
+    struct sums *s = &sums;
+    size_t total = 0;
     pthread_mutex_lock(&lock);
-    if (!b->buf && !(b->buf = malloc(FGR_MIRROR_BATCH))) {
+    if (!batch.buf && !(batch.buf = malloc(FGR_MIRROR_BATCH))) {
         pthread_mutex_unlock(&lock);
         return;
     }
+    for (int i = 0; i < fgr_nmirrors; i++)
+        if (mirrors[i].gen == gen && __atomic_load_n(&mirrors[i].used, __ATOMIC_RELAXED))
+            total += mirrors[i].n;
     for (int i = 0; i < fgr_nmirrors; i++) {
         struct mirror *m = &mirrors[i];
         if (m->gen != gen || !__atomic_load_n(&m->used, __ATOMIC_RELAXED))
             continue;
+        if (total <= FGR_MIRROR_BATCH) {
+            batch_add(i, 0, m->n);
+            continue;
+        }
         for (size_t off = 0; off < m->n;) {
-            if (b->count == 64 || b->total == FGR_MIRROR_BATCH)
-                batch_read();
-            size_t piece = m->n - off < FGR_MIRROR_BATCH - b->total ? m->n - off : FGR_MIRROR_BATCH - b->total;
-            b->which[b->count] = i;
-            b->srcs[b->count] = (CUdeviceptr)(m->addr + off);
-            b->sizes[b->count] = piece;
-            b->offs[b->count++] = off;
-            b->total += piece;
-            off += piece;
+            if (s->count == 64 || s->nsums == FGR_MAX_SUMS)
+                sums_check();
+            size_t most = (size_t)(FGR_MAX_SUMS - s->nsums) * FGR_SUM_BLOCK;
+            size_t len = m->n - off < most ? m->n - off : most;
+            s->which[s->count] = i;
+            s->srcs[s->count] = (CUdeviceptr)(m->addr + off);
+            s->sizes[s->count] = len;
+            s->offs[s->count++] = off;
+            s->nsums += (unsigned)((len + FGR_SUM_BLOCK - 1) / FGR_SUM_BLOCK);
+            off += len;
         }
     }
-    if (b->count)
+    if (s->count)
+        sums_check();
+    if (batch.count)
         batch_read();
     pthread_mutex_unlock(&lock);
 }

@@ -3499,6 +3499,34 @@ FGR_EXPORT CUresult fgrHostReadMany(const CUdeviceptr *srcs, const size_t *sizes
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult fgrHostSums(const CUdeviceptr *srcs, const size_t *sizes, unsigned int count, unsigned long long *sums, unsigned int nsums)
+{
+    CUresult fgr_r;
+    uint64_t n_srcs = srcs ? fgr_mul((uint64_t)(count), sizeof(CUdeviceptr)) : 0;
+    if (n_srcs > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrHostSums", "a buffer over the frame limit");
+    uint64_t n_sizes = sizes ? fgr_mul((uint64_t)(count), sizeof(size_t)) : 0;
+    if (n_sizes > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrHostSums", "a buffer over the frame limit");
+    uint64_t n_sums = sums ? fgr_mul((uint64_t)(fgr_min(nsums,FGR_MAX_SUMS)), sizeof(unsigned long long)) : 0;
+    if (n_sums > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrHostSums", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrHostSums, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)count);
+    fgr_put_u64(&fgr_c.w, (uint64_t)nsums);
+    fgr_put_buf(&fgr_c.w, srcs, n_srcs);
+    fgr_put_buf(&fgr_c.w, sizes, n_sizes);
+    fgr_put_u8(&fgr_c.w, sums != NULL);
+    fgr_c.direct = sums;
+    fgr_c.direct_n = n_sums;
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, sums, n_sums, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult fgrArenaReserve(CUdeviceptr hint, size_t size, CUdeviceptr *base, size_t *page)
 {
     CUresult fgr_r;
@@ -4655,6 +4683,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_fgrHostMappedFree] = "fgrHostMappedFree",
     [FGR_OP_fgrHostWrite] = "fgrHostWrite",
     [FGR_OP_fgrHostReadMany] = "fgrHostReadMany",
+    [FGR_OP_fgrHostSums] = "fgrHostSums",
     [FGR_OP_fgrArenaReserve] = "fgrArenaReserve",
     [FGR_OP_fgrArenaMap] = "fgrArenaMap",
     [FGR_OP_fgrArenaNote] = "fgrArenaNote",
@@ -5026,6 +5055,7 @@ const struct fg_proc fgr_procs[] = {
     {"fgrHostMappedFree", "fgrHostMappedFree", 0, 0, (void *)fgrHostMappedFree},
     {"fgrHostWrite", "fgrHostWrite", 0, 0, (void *)fgrHostWrite},
     {"fgrHostReadMany", "fgrHostReadMany", 0, 0, (void *)fgrHostReadMany},
+    {"fgrHostSums", "fgrHostSums", 0, 0, (void *)fgrHostSums},
     {"fgrArenaReserve", "fgrArenaReserve", 0, 0, (void *)fgrArenaReserve},
     {"fgrArenaMap", "fgrArenaMap", 0, 0, (void *)fgrArenaMap},
     {"fgrArenaNote", "fgrArenaNote", 0, 0, (void *)fgrArenaNote},

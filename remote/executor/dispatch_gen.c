@@ -210,6 +210,7 @@ typedef CUresult (*pfn_fgrHostMapped)(CUdeviceptr *dptr, size_t bytes);
 typedef CUresult (*pfn_fgrHostMappedFree)(CUdeviceptr dptr);
 typedef CUresult (*pfn_fgrHostWrite)(CUdeviceptr dst, const void *src, size_t bytes);
 typedef CUresult (*pfn_fgrHostReadMany)(const CUdeviceptr *srcs, const size_t *sizes, unsigned int count, void *dst, size_t bytes);
+typedef CUresult (*pfn_fgrHostSums)(const CUdeviceptr *srcs, const size_t *sizes, unsigned int count, unsigned long long *sums, unsigned int nsums);
 typedef CUresult (*pfn_fgrArenaReserve)(CUdeviceptr hint, size_t size, CUdeviceptr *base, size_t *page);
 typedef CUresult (*pfn_fgrArenaMap)(CUdeviceptr ptr, size_t size, size_t used);
 typedef CUresult (*pfn_fgrArenaNote)(CUdeviceptr ptr, size_t size);
@@ -4534,6 +4535,29 @@ static CUresult op_fgrHostReadMany(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_fgrHostSums(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    unsigned int count = (unsigned int)fgr_get_u64(rd);
+    unsigned int nsums = (unsigned int)fgr_get_u64(rd);
+    CUdeviceptr *srcs = fgr_get_buf(rd, q, fgr_mul((uint64_t)(count), sizeof(CUdeviceptr)), 1);
+    size_t *sizes = fgr_get_buf(rd, q, fgr_mul((uint64_t)(count), sizeof(size_t)), 1);
+    int has_sums = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    unsigned long long *sums = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(!has_sums || fgr_mul((uint64_t)(fgr_min(nsums,FGR_MAX_SUMS)), sizeof(unsigned long long)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrHostSums", "sums", fgr_mul((uint64_t)(fgr_min(nsums,FGR_MAX_SUMS)), sizeof(unsigned long long)), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_sums && !(sums = fgr_out(q, fgr_mul((uint64_t)(fgr_min(nsums,FGR_MAX_SUMS)), sizeof(unsigned long long)))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrHostSums)fgr_real[FGR_OP_fgrHostSums])(srcs, sizes, count, sums, nsums);
+    if (has_sums)
+        fgr_reply_out(q, sums, fgr_mul((uint64_t)(fgr_min(nsums,FGR_MAX_SUMS)), sizeof(unsigned long long)), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_fgrArenaReserve(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -6098,6 +6122,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_fgrHostMappedFree] = {"fgrHostMappedFree", op_fgrHostMappedFree, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrHostWrite] = {"fgrHostWrite", op_fgrHostWrite, 0, FGR_MAX_FRAME},
     [FGR_OP_fgrHostReadMany] = {"fgrHostReadMany", op_fgrHostReadMany, 0, FGR_MAX_FRAME},
+    [FGR_OP_fgrHostSums] = {"fgrHostSums", op_fgrHostSums, 0, FGR_MAX_FRAME},
     [FGR_OP_fgrArenaReserve] = {"fgrArenaReserve", op_fgrArenaReserve, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrArenaMap] = {"fgrArenaMap", op_fgrArenaMap, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrArenaNote] = {"fgrArenaNote", op_fgrArenaNote, 0, FGR_SMALL_FRAME},

@@ -3,7 +3,7 @@
  * reach it, and the client maps its own pages at the same address
  * (remote/client/mirror.c). Managed memory the connection allocated is kept
  * alike the same way. The client's writes arrive as fgrHostWrite, its
- * reads as fgrHostReadMany; both are refused outside such an allocation, so a
+ * reads as fgrHostSums then fgrHostReadMany; all are refused outside such an allocation, so a
  * client cannot make the executor touch device memory or its own. An
  * allocation is forgotten with its context (destroyed, or a primary one
  * reset or released for the last time), as the driver frees it then.
@@ -111,6 +111,30 @@ static CUresult mapped_read(const CUdeviceptr *srcs, const size_t *sizes, unsign
     return CUDA_SUCCESS;
 }
 
+/* The sums of each allocation's blocks, one after another. */
+static CUresult mapped_sums(const CUdeviceptr *srcs, const size_t *sizes, unsigned int count,
+                            unsigned long long *sums, unsigned int nsums)
+{
+    unsigned k = 0;
+    if (!sums || (count && (!srcs || !sizes)) || nsums > FGR_MAX_SUMS)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < count; i++) {
+        uint64_t blocks = (sizes[i] + FGR_SUM_BLOCK - 1) / FGR_SUM_BLOCK;
+        if (!holding(srcs[i], sizes[i]) || blocks > nsums - k)
+            return CUDA_ERROR_INVALID_VALUE;
+        k += (unsigned)blocks;
+    }
+    if (k != nsums)
+        return CUDA_ERROR_INVALID_VALUE;
+    k = 0;
+    for (unsigned i = 0; i < count; i++)
+        for (size_t off = 0; off < sizes[i]; off += FGR_SUM_BLOCK) {
+            size_t n = sizes[i] - off < FGR_SUM_BLOCK ? sizes[i] - off : FGR_SUM_BLOCK;
+            sums[k++] = fgr_block_sum((const void *)(uintptr_t)(srcs[i] + off), n);
+        }
+    return CUDA_SUCCESS;
+}
+
 void fgr_hostmem_forget(uint64_t ctx)
 {
     for (size_t i = 0; i < nmaps;)
@@ -133,4 +157,5 @@ void fgr_hostmem_init(void *driver)
     fgr_real[FGR_OP_fgrHostMappedFree] = (void *)mapped_free;
     fgr_real[FGR_OP_fgrHostWrite] = (void *)mapped_write;
     fgr_real[FGR_OP_fgrHostReadMany] = (void *)mapped_read;
+    fgr_real[FGR_OP_fgrHostSums] = (void *)mapped_sums;
 }
