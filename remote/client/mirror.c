@@ -39,10 +39,10 @@
  * fails with EFAULT instead of faulting: the comparison has neither
  * problem, and costs a pass over the allocations per request, at memory
  * bandwidth. Coming back, only
- * allocations named since they were made are asked for; past
- * FGR_MIRROR_BATCH bytes in all, the server sums each 64 KiB block and only
- * the blocks whose sums differ from those of the agreed bytes travel, so
- * the bytes sent follow what the device changed. The comparisons still
+ * allocations named since they were made are asked for; across a network
+ * and past FGR_MIRROR_BATCH bytes in all, the server sums each 64 KiB block
+ * and only the blocks whose sums differ from those of the agreed bytes
+ * travel, so the bytes sent follow what the device changed. The comparisons still
  * read all the memory kept (here before each call, on both sides at each
  * synchronization), which is why this suits MBs to a few hundred MB, not a
  * GPU's worth (docs/REMOTE.md). */
@@ -514,10 +514,11 @@ static void sums_check(void)
     s->nsums = 0;
 }
 
-/* The server's bytes of every allocation named. Up to FGR_MIRROR_BATCH
- * bytes in all come back whole, in one round trip; more are compared by
- * their blocks' sums first (one more round trip), and only the blocks that
- * differ come back. */
+/* The server's bytes of every allocation named. Across a network, more
+ * than FGR_MIRROR_BATCH bytes in all are compared by their blocks' sums
+ * first (one more round trip), and only the blocks that differ come back;
+ * otherwise (or over a local socket or shared memory, where copying costs
+ * less than summing on both sides) they come back whole. */
 static void pull(void)
 {
     struct sums *s = &sums;
@@ -534,7 +535,7 @@ static void pull(void)
         struct mirror *m = &mirrors[i];
         if (m->gen != gen || !__atomic_load_n(&m->used, __ATOMIC_RELAXED))
             continue;
-        if (total <= FGR_MIRROR_BATCH) {
+        if (total <= FGR_MIRROR_BATCH || !fgr_keep_images) {
             batch_add(i, 0, m->n);
             continue;
         }
