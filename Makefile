@@ -65,6 +65,7 @@ CLIENTS  += suspendee
 CLIENTS  += ckptctl
 CLIENTS  += families
 CLIENTS  += procnames
+CLIENTS  += managed
 GO_SRC   := $(shell find cmd internal proto -name '*.go') go.mod go.sum
 
 .PHONY: all shim sim cli clients remote test demo clean gen-check FORCE
@@ -181,6 +182,7 @@ LCUDA_CLIENTS += waiters
 LCUDA_CLIENTS += ddprank
 LCUDA_CLIENTS += suspendee
 LCUDA_CLIENTS += ckptctl
+LCUDA_CLIENTS += managed
 $(addprefix $(BUILD)/tests/,$(LCUDA_CLIENTS)): $(BUILD)/tests/%: tests/clients/%.c tests/clients/common.h $(HDRS) $(BUILD)/sim/libcuda.so.1
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) $(INCS) -o $@ $< -L$(BUILD)/sim -lcuda -ldl -lpthread

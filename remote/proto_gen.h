@@ -175,117 +175,122 @@ enum fgr_op {
     FGR_OP_cuCtxResetPersistingL2Cache = 166,
     FGR_OP_cuProfilerStart = 167,
     FGR_OP_cuProfilerStop = 168,
-    FGR_OP_cuMemGetAccess = 169,
-    FGR_OP_cuMemPoolSetAttribute = 170,
-    FGR_OP_cuDeviceSetMemPool = 171,
-    FGR_OP_cuMemGetAllocationPropertiesFromHandle = 172,
-    FGR_OP_cuModuleGetGlobal_v2 = 173,
-    FGR_OP_cuLibraryGetModule = 174,
-    FGR_OP_cuFuncGetParamInfo = 175,
-    FGR_OP_cuKernelGetParamInfo = 176,
-    FGR_OP_cuFuncGetModule = 177,
-    FGR_OP_cuKernelGetAttribute = 178,
-    FGR_OP_cuKernelSetAttribute = 179,
-    FGR_OP_cuLibraryGetGlobal = 180,
-    FGR_OP_cuLibraryGetKernelCount = 181,
-    FGR_OP_cuLibraryEnumerateKernels = 182,
-    FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessor = 183,
-    FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags = 184,
-    FGR_OP_cuOccupancyAvailableDynamicSMemPerBlock = 185,
-    FGR_OP_fgrOccupancyBlockSize = 186,
-    FGR_OP_cuPointerGetAttribute = 187,
-    FGR_OP_cuModuleGetLoadingMode = 188,
-    FGR_OP_cuFuncSetCacheConfig = 189,
-    FGR_OP_cuKernelSetCacheConfig = 190,
-    FGR_OP_cuCtxGetCacheConfig = 191,
-    FGR_OP_cuCtxSetCacheConfig = 192,
-    FGR_OP_cuFuncSetSharedMemConfig = 193,
-    FGR_OP_cuCtxGetSharedMemConfig = 194,
-    FGR_OP_cuCtxSetSharedMemConfig = 195,
-    FGR_OP_cuDeviceGetP2PAttribute = 196,
-    FGR_OP_cuDeviceGetTexture1DLinearMaxWidth = 197,
-    FGR_OP_cuLibraryGetManaged = 198,
-    FGR_OP_cuMemGetDefaultMemPool = 199,
-    FGR_OP_cuMemGetMemPool = 200,
-    FGR_OP_cuStreamGetAttribute = 201,
-    FGR_OP_cuStreamGetAttribute_ptsz = 202,
-    FGR_OP_cuStreamSetAttribute = 203,
-    FGR_OP_cuStreamSetAttribute_ptsz = 204,
-    FGR_OP_fgrNvmlUtilization = 205,
-    FGR_OP_fgrNvmlDriverVersion = 206,
-    FGR_OP_fgrNvmlOwnMemory = 207,
-    FGR_OP_fgrNvmlP2PStatus = 208,
-    FGR_OP_fgrParamSizes = 209,
-    FGR_OP_fgrHostMapped = 210,
-    FGR_OP_fgrHostMappedFree = 211,
-    FGR_OP_fgrHostWrite = 212,
-    FGR_OP_fgrHostReadMany = 213,
-    FGR_OP_fgrArenaReserve = 214,
-    FGR_OP_fgrArenaMap = 215,
-    FGR_OP_fgrArenaNote = 216,
-    FGR_OP_fgrArenaFree = 217,
-    FGR_OP_fgrHostFn = 218,
-    FGR_OP_fgrStageUpload = 219,
-    FGR_OP_fgrStageUploadLast = 220,
-    FGR_OP_fgrStageWait = 221,
-    FGR_OP_fgrStageDownload = 222,
-    FGR_OP_fgrStageDownloadAhead = 223,
-    FGR_OP_fgrStageDownloadWait = 224,
-    FGR_OP_fgrHeapRegister = 225,
-    FGR_OP_fgrHeapUnregister = 226,
-    FGR_OP_fgrHeapUpload = 227,
-    FGR_OP_fgrHeapUploadWait = 228,
-    FGR_OP_fgrHeapDownload = 229,
-    FGR_OP_fgrHeapDownloadWait = 230,
-    FGR_OP_fgrWaitTickets = 231,
-    FGR_OP_fgrNudge = 232,
-    FGR_OP_cuOccupancyMaxActiveClusters = 233,
-    FGR_OP_cuOccupancyMaxPotentialClusterSize = 234,
-    FGR_OP_cuCtxGetLimit = 235,
-    FGR_OP_cuTensorMapEncodeTiled = 236,
-    FGR_OP_cuTensorMapEncodeIm2col = 237,
-    FGR_OP_cuTensorMapReplaceAddress = 238,
-    FGR_OP_cuKernelGetLibrary = 239,
-    FGR_OP_cuStreamGetCaptureInfo_v2 = 240,
-    FGR_OP_cuStreamGetCaptureInfo_v2_ptsz = 241,
-    FGR_OP_cuStreamGetCaptureInfo_v3 = 242,
-    FGR_OP_cuStreamGetCaptureInfo_v3_ptsz = 243,
-    FGR_OP_cuStreamGetPriority = 244,
-    FGR_OP_cuStreamGetPriority_ptsz = 245,
-    FGR_OP_cuStreamGetFlags = 246,
-    FGR_OP_cuStreamGetFlags_ptsz = 247,
-    FGR_OP_cuStreamGetCtx = 248,
-    FGR_OP_cuStreamGetCtx_ptsz = 249,
-    FGR_OP_cuStreamGetCtx_v2 = 250,
-    FGR_OP_cuStreamGetCtx_v2_ptsz = 251,
-    FGR_OP_cuStreamGetId = 252,
-    FGR_OP_cuStreamGetId_ptsz = 253,
-    FGR_OP_cuStreamCopyAttributes = 254,
-    FGR_OP_cuStreamCopyAttributes_ptsz = 255,
-    FGR_OP_cuStreamAttachMemAsync = 256,
-    FGR_OP_cuStreamAttachMemAsync_ptsz = 257,
-    FGR_OP_cuGraphClone = 258,
-    FGR_OP_cuGraphDestroyNode = 259,
-    FGR_OP_cuGraphAddEmptyNode = 260,
-    FGR_OP_cuGraphAddEventRecordNode = 261,
-    FGR_OP_cuGraphAddEventWaitNode = 262,
-    FGR_OP_cuGraphGetRootNodes = 263,
-    FGR_OP_cuGraphExecGetFlags = 264,
-    FGR_OP_cuGraphAddChildGraphNode = 265,
-    FGR_OP_xt_ctx = 266,
-    FGR_OP_xt_ctx_39 = 267,
-    FGR_OP_xt_ctx_51 = 268,
-    FGR_OP_xt_simA = 269,
-    FGR_OP_xt_simA_1 = 270,
-    FGR_OP_xt_simA_2 = 271,
-    FGR_OP_xt_simA_7 = 272,
-    FGR_OP_xt_simB = 273,
-    FGR_OP_xt_simB_1 = 274,
-    FGR_OP_xt_simB_2 = 275,
-    FGR_NUM_OPS = 276
+    FGR_OP_cuMemPrefetchAsync = 169,
+    FGR_OP_cuMemPrefetchAsync_ptsz = 170,
+    FGR_OP_cuMemAdvise = 171,
+    FGR_OP_cuMemRangeGetAttribute = 172,
+    FGR_OP_cuMemGetAccess = 173,
+    FGR_OP_cuMemPoolSetAttribute = 174,
+    FGR_OP_cuDeviceSetMemPool = 175,
+    FGR_OP_cuMemGetAllocationPropertiesFromHandle = 176,
+    FGR_OP_cuModuleGetGlobal_v2 = 177,
+    FGR_OP_cuLibraryGetModule = 178,
+    FGR_OP_cuFuncGetParamInfo = 179,
+    FGR_OP_cuKernelGetParamInfo = 180,
+    FGR_OP_cuFuncGetModule = 181,
+    FGR_OP_cuKernelGetAttribute = 182,
+    FGR_OP_cuKernelSetAttribute = 183,
+    FGR_OP_cuLibraryGetGlobal = 184,
+    FGR_OP_cuLibraryGetKernelCount = 185,
+    FGR_OP_cuLibraryEnumerateKernels = 186,
+    FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessor = 187,
+    FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags = 188,
+    FGR_OP_cuOccupancyAvailableDynamicSMemPerBlock = 189,
+    FGR_OP_fgrOccupancyBlockSize = 190,
+    FGR_OP_cuPointerGetAttribute = 191,
+    FGR_OP_cuModuleGetLoadingMode = 192,
+    FGR_OP_cuFuncSetCacheConfig = 193,
+    FGR_OP_cuKernelSetCacheConfig = 194,
+    FGR_OP_cuCtxGetCacheConfig = 195,
+    FGR_OP_cuCtxSetCacheConfig = 196,
+    FGR_OP_cuFuncSetSharedMemConfig = 197,
+    FGR_OP_cuCtxGetSharedMemConfig = 198,
+    FGR_OP_cuCtxSetSharedMemConfig = 199,
+    FGR_OP_cuDeviceGetP2PAttribute = 200,
+    FGR_OP_cuDeviceGetTexture1DLinearMaxWidth = 201,
+    FGR_OP_cuLibraryGetManaged = 202,
+    FGR_OP_cuMemGetDefaultMemPool = 203,
+    FGR_OP_cuMemGetMemPool = 204,
+    FGR_OP_cuStreamGetAttribute = 205,
+    FGR_OP_cuStreamGetAttribute_ptsz = 206,
+    FGR_OP_cuStreamSetAttribute = 207,
+    FGR_OP_cuStreamSetAttribute_ptsz = 208,
+    FGR_OP_fgrNvmlUtilization = 209,
+    FGR_OP_fgrNvmlDriverVersion = 210,
+    FGR_OP_fgrNvmlOwnMemory = 211,
+    FGR_OP_fgrNvmlP2PStatus = 212,
+    FGR_OP_fgrParamSizes = 213,
+    FGR_OP_fgrHostMapped = 214,
+    FGR_OP_fgrHostMappedFree = 215,
+    FGR_OP_fgrHostWrite = 216,
+    FGR_OP_fgrHostReadMany = 217,
+    FGR_OP_fgrHostSums = 218,
+    FGR_OP_fgrArenaReserve = 219,
+    FGR_OP_fgrArenaMap = 220,
+    FGR_OP_fgrArenaNote = 221,
+    FGR_OP_fgrArenaFree = 222,
+    FGR_OP_fgrHostFn = 223,
+    FGR_OP_fgrStageUpload = 224,
+    FGR_OP_fgrStageUploadLast = 225,
+    FGR_OP_fgrStageWait = 226,
+    FGR_OP_fgrStageDownload = 227,
+    FGR_OP_fgrStageDownloadAhead = 228,
+    FGR_OP_fgrStageDownloadWait = 229,
+    FGR_OP_fgrHeapRegister = 230,
+    FGR_OP_fgrHeapUnregister = 231,
+    FGR_OP_fgrHeapUpload = 232,
+    FGR_OP_fgrHeapUploadWait = 233,
+    FGR_OP_fgrHeapDownload = 234,
+    FGR_OP_fgrHeapDownloadWait = 235,
+    FGR_OP_fgrWaitTickets = 236,
+    FGR_OP_fgrNudge = 237,
+    FGR_OP_cuOccupancyMaxActiveClusters = 238,
+    FGR_OP_cuOccupancyMaxPotentialClusterSize = 239,
+    FGR_OP_cuCtxGetLimit = 240,
+    FGR_OP_cuTensorMapEncodeTiled = 241,
+    FGR_OP_cuTensorMapEncodeIm2col = 242,
+    FGR_OP_cuTensorMapReplaceAddress = 243,
+    FGR_OP_cuKernelGetLibrary = 244,
+    FGR_OP_cuStreamGetCaptureInfo_v2 = 245,
+    FGR_OP_cuStreamGetCaptureInfo_v2_ptsz = 246,
+    FGR_OP_cuStreamGetCaptureInfo_v3 = 247,
+    FGR_OP_cuStreamGetCaptureInfo_v3_ptsz = 248,
+    FGR_OP_cuStreamGetPriority = 249,
+    FGR_OP_cuStreamGetPriority_ptsz = 250,
+    FGR_OP_cuStreamGetFlags = 251,
+    FGR_OP_cuStreamGetFlags_ptsz = 252,
+    FGR_OP_cuStreamGetCtx = 253,
+    FGR_OP_cuStreamGetCtx_ptsz = 254,
+    FGR_OP_cuStreamGetCtx_v2 = 255,
+    FGR_OP_cuStreamGetCtx_v2_ptsz = 256,
+    FGR_OP_cuStreamGetId = 257,
+    FGR_OP_cuStreamGetId_ptsz = 258,
+    FGR_OP_cuStreamCopyAttributes = 259,
+    FGR_OP_cuStreamCopyAttributes_ptsz = 260,
+    FGR_OP_cuStreamAttachMemAsync = 261,
+    FGR_OP_cuStreamAttachMemAsync_ptsz = 262,
+    FGR_OP_cuGraphClone = 263,
+    FGR_OP_cuGraphDestroyNode = 264,
+    FGR_OP_cuGraphAddEmptyNode = 265,
+    FGR_OP_cuGraphAddEventRecordNode = 266,
+    FGR_OP_cuGraphAddEventWaitNode = 267,
+    FGR_OP_cuGraphGetRootNodes = 268,
+    FGR_OP_cuGraphExecGetFlags = 269,
+    FGR_OP_cuGraphAddChildGraphNode = 270,
+    FGR_OP_xt_ctx = 271,
+    FGR_OP_xt_ctx_39 = 272,
+    FGR_OP_xt_ctx_51 = 273,
+    FGR_OP_xt_simA = 274,
+    FGR_OP_xt_simA_1 = 275,
+    FGR_OP_xt_simA_2 = 276,
+    FGR_OP_xt_simA_7 = 277,
+    FGR_OP_xt_simB = 278,
+    FGR_OP_xt_simB_1 = 279,
+    FGR_OP_xt_simB_2 = 280,
+    FGR_NUM_OPS = 281
 };
 
-#define FGR_OPS_HASH 0x079c314a1c7cb775ULL
+#define FGR_OPS_HASH 0x31dcb8209a7563e0ULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
@@ -303,6 +308,14 @@ CUresult cuCtxDisablePeerAccess(CUcontext peerContext);
 CUresult cuCtxResetPersistingL2Cache(void);
 CUresult cuProfilerStart(void);
 CUresult cuProfilerStop(void);
+CUresult cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream);
+CUresult cuMemPrefetchAsync_ptsz(CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream);
+CUresult cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream);
+CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream);
+CUresult cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUdevice device);
+CUresult cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location);
+CUresult cuMemRangeGetAttribute(void *data, size_t dataSize, CUmem_range_attribute attribute, CUdeviceptr devPtr, size_t count);
+CUresult cuMemRangeGetAttributes(void **data, size_t *dataSizes, CUmem_range_attribute *attributes, size_t numAttributes, CUdeviceptr devPtr, size_t count);
 CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr);
 CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags);
 CUresult cuMemHostUnregister(void *p);
@@ -365,6 +378,7 @@ CUresult fgrHostMapped(CUdeviceptr *dptr, size_t bytes);
 CUresult fgrHostMappedFree(CUdeviceptr dptr);
 CUresult fgrHostWrite(CUdeviceptr dst, const void *src, size_t bytes);
 CUresult fgrHostReadMany(const CUdeviceptr *srcs, const size_t *sizes, unsigned int count, void *dst, size_t bytes);
+CUresult fgrHostSums(const CUdeviceptr *srcs, const size_t *sizes, unsigned int count, unsigned long long *sums, unsigned int nsums);
 CUresult fgrArenaReserve(CUdeviceptr hint, size_t size, CUdeviceptr *base, size_t *page);
 CUresult fgrArenaMap(CUdeviceptr ptr, size_t size, size_t used);
 CUresult fgrArenaNote(CUdeviceptr ptr, size_t size);
@@ -436,6 +450,7 @@ CUresult fgr_fwd_cuCtxGetDevice(CUdevice *device);
 CUresult fgr_fwd_cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx);
 CUresult fgr_fwd_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
 CUresult fgr_fwd_cuMemFree_v2(CUdeviceptr dptr);
+CUresult fgr_fwd_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags);
 CUresult fgr_fwd_cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr);
 CUresult fgr_fwd_cuModuleUnload(CUmodule hmod);
 CUresult fgr_fwd_cuLibraryUnload(CUlibrary library);
@@ -443,6 +458,7 @@ CUresult fgr_fwd_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel);
 CUresult fgr_fwd_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value);
 CUresult fgr_fwd_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph);
 CUresult fgr_fwd_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph);
+CUresult fgr_fwd_cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name);
 CUresult fgr_fwd_cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev);
 CUresult fgr_fwd_cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev);
 CUresult fgr_fwd_cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize);
@@ -453,5 +469,6 @@ CUresult fgr_fwd_cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CU
 CUresult fgr_fwd_cuCtxSetCacheConfig(CUfunc_cache config);
 CUresult fgr_fwd_cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig config);
 CUresult fgr_fwd_cuCtxSetSharedMemConfig(CUsharedconfig config);
+CUresult fgr_fwd_cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name);
 
 #endif

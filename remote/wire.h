@@ -31,7 +31,7 @@
 
 #include "flexgv/cuda_types.h"
 
-#define FGR_PROTO_VERSION 16u /* 16: the program's device output; 15: host functions over shm:// asynchronous; 14: cuMemRetainAllocationHandle; 13: device memory at addresses the client chooses; 12: the pinned heap, downloads in halves, a launch's extra; 11: queued calls' errors per thread; 10: staging areas; 9: waits pending */
+#define FGR_PROTO_VERSION 17u /* 17: the program's device output; 16: managed memory kept on both sides; 15: host functions over shm:// asynchronous; 14: cuMemRetainAllocationHandle; 13: device memory at addresses the client chooses; 12: the pinned heap, downloads in halves, a launch's extra; 11: queued calls' errors per thread; 10: staging areas; 9: waits pending */
 
 /* An object the driver makes for a context through a private table word
  * (21318c60-... word 51, which cuBLAS calls before its first product): a
@@ -48,6 +48,14 @@ enum { FGR_IMAGE_ABSENT, FGR_IMAGE_INLINE, FGR_IMAGE_KEEP, FGR_IMAGE_BY_HASH };
  * both sides: at most this large each, and this much per connection. */
 #define FGR_MAPPED_MAX (64u << 10)
 #define FGR_MAPPED_TOTAL (1u << 20)
+/* The most bytes of such allocations (and managed memory) one write or
+ * one read of several carries (the executor's bound on a result). */
+#define FGR_MIRROR_BATCH (1u << 20)
+/* Coming back, such memory is compared first by a sum of each block of
+ * FGR_SUM_BLOCK bytes (fgr_block_sum, on both sides): only blocks whose
+ * sums differ travel. At most FGR_MAX_SUMS sums per request. */
+#define FGR_SUM_BLOCK (64u << 10)
+#define FGR_MAX_SUMS 16384u
 #define FGR_MAX_KEPT_IMAGES 65536u
 #define FGR_MAGIC 0x4d524746u      /* "FGRM" */
 #define FGR_AUTH_MAGIC 0x41524746u /* "FGRA" */
@@ -89,6 +97,27 @@ enum { FGR_IMAGE_ABSENT, FGR_IMAGE_INLINE, FGR_IMAGE_KEEP, FGR_IMAGE_BY_HASH };
 #define FGR_SHADOW_TAG 0xf5ad000000000000ull
 #define FGR_SHADOW_MASK 0xffff000000000000ull
 static inline int fgr_is_shadow(uint64_t v) { return (v & FGR_SHADOW_MASK) == FGR_SHADOW_TAG; }
+/* A 64-bit sum of n bytes, four words at a time in four lanes (not
+ * cryptographic: the bytes are the program's own, compared with
+ * themselves). */
+static inline uint64_t fgr_block_sum(const void *p, size_t n)
+{
+    const unsigned char *b = (const unsigned char *)p;
+    const uint64_t k = 0x9e3779b97f4a7c15ull;
+    uint64_t h[4] = {0x243f6a8885a308d3ull ^ n, 0x13198a2e03707344ull, 0xa4093822299f31d0ull, 0x082efa98ec4e6c89ull};
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int l = 0; l < 4; l++) {
+            uint64_t w;
+            __builtin_memcpy(&w, b + i + 8 * l, 8);
+            h[l] = (h[l] ^ w) * k;
+            h[l] ^= h[l] >> 32;
+        }
+    uint64_t r = h[0] ^ (h[1] * 3) ^ (h[2] * 5) ^ (h[3] * 7);
+    for (; i < n; i++)
+        r = (r ^ b[i]) * 0x100000001b3ull;
+    return r ^ (r >> 29);
+}
 /* What the handshake's last field asks to talk over after it: the socket,
  * or shared-memory rings (ring.h) whose memfd the client sends next. */
 #define FGR_TRANSPORT_SOCKET 0u

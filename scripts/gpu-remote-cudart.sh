@@ -10,9 +10,11 @@
 # thread's wait that another thread's copy ends (waiters), copies under
 # unified addressing (uva), copies of the program's memory captured into
 # graphs (captured), pinned memory kernels use by its address (zerocopy,
-# over shm:// alone), a launch's parameters packed in one buffer (extra),
-# occupancy with a host callback, the profiler's range, stream attributes
-# and cuCtxCreate_v4 through the runtime and -lcuda (families), a
+# over shm:// alone), managed memory written by the host and kernels,
+# prefetched and advised (managed), __managed__ variables (managedvar), a
+# launch's parameters packed in one buffer (extra), occupancy with a host
+# callback, the profiler's range, stream attributes and cuCtxCreate_v4
+# through the runtime and -lcuda (families), a
 # cuBLAS program with stream capture (cublas), PyTorch training
 # (torch-train: losses bit for bit, throughput over native, and with
 # latency added), Triton, torch.compile, CuPy and JAX (triton_add,
@@ -161,6 +163,8 @@ cu waiters scripts/gpu/waiters.cu
 cu uva scripts/gpu/uva.cu
 FILTER=nohow cu captured scripts/gpu/captured.cu
 OVER=shm cu zerocopy scripts/gpu/zerocopy.cu
+FILTER=nohow cu managed scripts/gpu/managed.cu
+cu managedvar scripts/gpu/managedvar.cu
 cu extra scripts/gpu/extra.cu -lcuda
 cu families scripts/gpu/families.cu -lcuda
 cu cublas scripts/gpu/cublas_capture.cu -lcublas

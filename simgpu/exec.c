@@ -3,6 +3,7 @@
  * A simulated module image is text:
  *     FLEXGV-SIM-MODULE
  *     kernel NAME [DURATION_US] [builtin=vecadd|fill|printf|params=N|collective]
+ *     managed NAME BYTES VALUE
  * A kernel occupies the device for its duration (default: the configured
  * kernel_us). A collective one (as NCCL's all-reduce) occupies it from
  * its start but runs its duration only while the same collective of every
@@ -19,6 +20,9 @@
  * memory for at the module's load (flexgv/drvmem.h).
  * local=BYTES: its local memory per thread (CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES),
  * which its first launch reserves for every resident thread as the driver does.
+ * managed: a managed variable (__managed__) of BYTES bytes, each VALUE at
+ * first, allocated when first asked for (cuModuleGetGlobal,
+ * cuLibraryGetManaged) and freed with its module.
  * A real cubin (ELF, or a fatbinary's uncompressed ELF entries) loads too:
  * its kernels take the configured time, with the parameter layouts its
  * compiler wrote, and compute nothing. */
@@ -60,6 +64,13 @@ struct sim_module {
     uint64_t charged; /* its globals and constant banks, as the driver rounds them */
     int nfuncs;
     unsigned *layouts; /* a cubin's kernels' layouts, all in one */
+    struct sim_managed {
+        char name[64];
+        size_t bytes;
+        unsigned char value;
+        CUdeviceptr p; /* 0 until asked for */
+    } managed[4];
+    int nmanaged;
     struct sim_func funcs[];
 };
 
@@ -174,12 +185,25 @@ static CUresult parse_module(const char *image, struct sim_module **out)
         }
         m->nfuncs++;
     }
+    for (const char *p = image; (p = strstr(p, "\nmanaged ")); p++) {
+        struct sim_managed *v = &m->managed[m->nmanaged];
+        unsigned value;
+        if (m->nmanaged == 4 || sscanf(p + 9, "%63s %zu %u", v->name, &v->bytes, &value) != 3 || !v->bytes) {
+            free(m);
+            return CUDA_ERROR_INVALID_IMAGE;
+        }
+        v->value = (unsigned char)value;
+        m->nmanaged++;
+    }
     *out = m;
     return CUDA_SUCCESS;
 }
 
 static void free_module(struct sim_module *m)
 {
+    for (int i = 0; i < m->nmanaged; i++)
+        if (m->managed[i].p)
+            cuMemFree_v2(m->managed[i].p);
     if (m->charged)
         sim_mem_release(m->dev, m->charged);
     m->magic = 0;
@@ -301,6 +325,46 @@ static CUresult get_func(void **out, void *h, const char *name)
             return CUDA_SUCCESS;
         }
     return CUDA_ERROR_NOT_FOUND;
+}
+
+/* A managed variable of the module: allocated, in the current context,
+ * when first asked for. Its other globals are not simulated. */
+static CUresult get_managed(CUdeviceptr *dptr, size_t *bytes, void *h, const char *name)
+{
+    struct sim_module *m = as_module(h);
+    if (!name)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!m)
+        return CUDA_ERROR_INVALID_HANDLE;
+    for (int i = 0; i < m->nmanaged; i++) {
+        struct sim_managed *v = &m->managed[i];
+        if (strcmp(v->name, name))
+            continue;
+        if (!v->p) {
+            CUresult r = cuMemAllocManaged(&v->p, v->bytes, CU_MEM_ATTACH_GLOBAL);
+            if (r != CUDA_SUCCESS)
+                return r;
+            memset((void *)(uintptr_t)v->p, v->value, v->bytes);
+        }
+        if (dptr)
+            *dptr = v->p;
+        if (bytes)
+            *bytes = v->bytes;
+        return CUDA_SUCCESS;
+    }
+    return CUDA_ERROR_NOT_FOUND;
+}
+
+SIM_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name)
+{
+    SIM_GATE();
+    return get_managed(dptr, bytes, hmod, name);
+}
+
+SIM_EXPORT CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
+{
+    SIM_GATE();
+    return get_managed(dptr, bytes, library, name);
 }
 
 SIM_EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)

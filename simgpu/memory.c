@@ -37,6 +37,13 @@ struct alloc {
     struct sim_pool *pool;
     struct sim_gmem *gmem;
     uint64_t charged; /* device memory it takes, as the driver rounds (flexgv/drvmem.h) */
+    /* Managed memory's advice and prefetches, for the whole allocation:
+     * locations as CUdevice values (CU_DEVICE_CPU the host), each kept
+     * with 1 added so that zero is "none". */
+    struct advice {
+        int read_mostly, preferred, prefetched;
+        uint64_t accessed_by; /* bit d: device d; bit 63: the host */
+    } adv;
 };
 
 pthread_mutex_t sim_mem_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -95,7 +102,7 @@ static void registry_remove(struct alloc *a)
 
 int sim_registry_add_graph(uintptr_t base, size_t size, int dev, struct sim_gmem *m)
 {
-    return registry_add((struct alloc){base, size, dev, K_GRAPH, NULL, NULL, m, 0});
+    return registry_add((struct alloc){base, size, dev, K_GRAPH, NULL, NULL, m, 0, {0}});
 }
 
 void sim_registry_del(uintptr_t base)
@@ -154,7 +161,7 @@ static CUresult device_alloc(CUdeviceptr *dptr, size_t size, enum alloc_kind kin
         return CUDA_ERROR_OUT_OF_MEMORY;
     void *p = backing(size);
     pthread_mutex_lock(&sim_mem_lock);
-    if (!p || registry_add((struct alloc){(uintptr_t)p, size, c->dev, kind, c, NULL, NULL, charged}) != 0) {
+    if (!p || registry_add((struct alloc){(uintptr_t)p, size, c->dev, kind, c, NULL, NULL, charged, {0}}) != 0) {
         pthread_mutex_unlock(&sim_mem_lock);
         if (p)
             munmap(p, size);
@@ -174,6 +181,187 @@ SIM_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsign
     if (flags != CU_MEM_ATTACH_GLOBAL && flags != 0x2)
         return CUDA_ERROR_INVALID_VALUE;
     return device_alloc(dptr, bytesize, K_MANAGED);
+}
+
+/* ---- managed memory: prefetches and advice ----
+ * Simulated memory is the process's own, so nothing moves: the calls are
+ * checked as the driver checks them and remembered, per allocation, for
+ * cuMemRangeGetAttribute to answer. */
+
+/* A location as a CUdevice (CU_DEVICE_CPU: the host); -2 when not one. */
+static int location_device(CUmemLocation l)
+{
+    if (l.type == CU_MEM_LOCATION_TYPE_DEVICE)
+        return l.id >= 0 && l.id < sim_ndevices ? l.id : -2;
+    if (l.type == CU_MEM_LOCATION_TYPE_HOST || l.type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT ||
+        (l.type == CU_MEM_LOCATION_TYPE_HOST_NUMA && l.id == 0))
+        return CU_DEVICE_CPU;
+    return -2;
+}
+
+static struct alloc *managed_range(CUdeviceptr p, size_t n)
+{
+    struct alloc *a = registry_find((uintptr_t)p);
+    return a && a->kind == K_MANAGED && n && n <= a->base + a->size - p ? a : NULL;
+}
+
+static CUresult prefetch(CUdeviceptr p, size_t n, int dev, unsigned flags, CUstream s, int per_thread)
+{
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    struct sim_stream *st;
+    CUresult r = sim_stream_arg(s, per_thread, &st);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (flags || dev == -2)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dev >= 0 && dev >= sim_ndevices)
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&sim_mem_lock);
+    struct alloc *a = managed_range(p, n);
+    if (a)
+        a->adv.prefetched = dev + 1 + 1;
+    pthread_mutex_unlock(&sim_mem_lock);
+    return a ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+SIM_EXPORT CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t n, CUdevice dev, CUstream s)
+{
+    SIM_GATE();
+    return prefetch(p, n, dev == CU_DEVICE_CPU ? -1 : dev < 0 ? -2 : dev, 0, s, 0);
+}
+SIM_EXPORT CUresult cuMemPrefetchAsync_ptsz(CUdeviceptr p, size_t n, CUdevice dev, CUstream s)
+{
+    SIM_GATE();
+    return prefetch(p, n, dev == CU_DEVICE_CPU ? -1 : dev < 0 ? -2 : dev, 0, s, 1);
+}
+SIM_EXPORT CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, CUmemLocation l, unsigned flags, CUstream s)
+{
+    SIM_GATE();
+    return prefetch(p, n, location_device(l), flags, s, 0);
+}
+SIM_EXPORT CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr p, size_t n, CUmemLocation l, unsigned flags, CUstream s)
+{
+    SIM_GATE();
+    return prefetch(p, n, location_device(l), flags, s, 1);
+}
+
+static CUresult advise(CUdeviceptr p, size_t n, CUmem_advise advice, int dev)
+{
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    int needs_place = advice >= CU_MEM_ADVISE_SET_PREFERRED_LOCATION && advice != CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION;
+    if (advice < CU_MEM_ADVISE_SET_READ_MOSTLY || advice > CU_MEM_ADVISE_UNSET_ACCESSED_BY ||
+        (needs_place && (dev == -2 || dev >= sim_ndevices)))
+        return needs_place && dev >= sim_ndevices ? CUDA_ERROR_INVALID_DEVICE : CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sim_mem_lock);
+    struct alloc *a = managed_range(p, n);
+    uint64_t bit = dev < 0 ? 1ull << 63 : 1ull << (dev % 63);
+    if (a)
+        switch (advice) {
+        case CU_MEM_ADVISE_SET_READ_MOSTLY: a->adv.read_mostly = 1; break;
+        case CU_MEM_ADVISE_UNSET_READ_MOSTLY: a->adv.read_mostly = 0; break;
+        case CU_MEM_ADVISE_SET_PREFERRED_LOCATION: a->adv.preferred = dev + 1 + 1; break;
+        case CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION: a->adv.preferred = 0; break;
+        case CU_MEM_ADVISE_SET_ACCESSED_BY: a->adv.accessed_by |= bit; break;
+        case CU_MEM_ADVISE_UNSET_ACCESSED_BY: a->adv.accessed_by &= ~bit; break;
+        }
+    pthread_mutex_unlock(&sim_mem_lock);
+    return a ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+SIM_EXPORT CUresult cuMemAdvise(CUdeviceptr p, size_t n, CUmem_advise advice, CUdevice dev)
+{
+    SIM_GATE();
+    return advise(p, n, advice, dev == CU_DEVICE_CPU ? -1 : dev < 0 ? -2 : dev);
+}
+SIM_EXPORT CUresult cuMemAdvise_v2(CUdeviceptr p, size_t n, CUmem_advise advice, CUmemLocation l)
+{
+    SIM_GATE();
+    return advise(p, n, advice, location_device(l));
+}
+
+SIM_EXPORT CUresult cuMemRangeGetAttribute(void *data, size_t size, CUmem_range_attribute attr, CUdeviceptr p, size_t n)
+{
+    SIM_GATE();
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!data || (attr == CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY ? size == 0 || size % 4 : size != 4))
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sim_mem_lock);
+    struct alloc *a = managed_range(p, n);
+    struct alloc got = a ? *a : (struct alloc){0};
+    pthread_mutex_unlock(&sim_mem_lock);
+    if (!a)
+        return CUDA_ERROR_INVALID_VALUE;
+    int *v = data, loc;
+    switch (attr) {
+    case CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY: *v = got.adv.read_mostly; return CUDA_SUCCESS;
+    case CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION: *v = got.adv.preferred - 2; return CUDA_SUCCESS;
+    case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION: *v = got.adv.prefetched - 2; return CUDA_SUCCESS;
+    case CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE:
+    case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_TYPE:
+        loc = (attr == CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE ? got.adv.preferred : got.adv.prefetched) - 2;
+        *v = loc == -2 ? CU_MEM_LOCATION_TYPE_INVALID : loc == -1 ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE;
+        return CUDA_SUCCESS;
+    case CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID:
+    case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_ID:
+        loc = (attr == CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID ? got.adv.preferred : got.adv.prefetched) - 2;
+        *v = loc;
+        return CUDA_SUCCESS;
+    case CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY: {
+        size_t k = 0, slots = size / 4;
+        for (int d = 0; d < sim_ndevices && k < slots; d++)
+            if (got.adv.accessed_by & (1ull << d))
+                v[k++] = d;
+        if ((got.adv.accessed_by >> 63) && k < slots)
+            v[k++] = CU_DEVICE_CPU;
+        while (k < slots)
+            v[k++] = CU_DEVICE_INVALID;
+        return CUDA_SUCCESS;
+    }
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+SIM_EXPORT CUresult cuMemRangeGetAttributes(void **data, size_t *sizes, CUmem_range_attribute *attrs, size_t count,
+                                            CUdeviceptr p, size_t n)
+{
+    if (count && (!data || !sizes || !attrs))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < count; i++) {
+        CUresult r = cuMemRangeGetAttribute(data[i], sizes[i], attrs[i], p, n);
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Attached to a stream, the host or every stream: no memory moves here. */
+static CUresult attach(CUstream s, CUdeviceptr p, size_t n, unsigned flags, int per_thread)
+{
+    struct sim_stream *st;
+    CUresult r = sim_stream_arg(s, per_thread, &st);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST && flags != CU_MEM_ATTACH_SINGLE)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sim_mem_lock);
+    struct alloc *a = registry_find((uintptr_t)p);
+    int ok = a && a->kind == K_MANAGED && a->base == p && (n == 0 || n == a->size);
+    pthread_mutex_unlock(&sim_mem_lock);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+SIM_EXPORT CUresult cuStreamAttachMemAsync(CUstream s, CUdeviceptr p, size_t n, unsigned flags)
+{
+    SIM_GATE();
+    return attach(s, p, n, flags, 0);
+}
+SIM_EXPORT CUresult cuStreamAttachMemAsync_ptsz(CUstream s, CUdeviceptr p, size_t n, unsigned flags)
+{
+    SIM_GATE();
+    return attach(s, p, n, flags, 1);
 }
 
 SIM_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
@@ -277,7 +465,7 @@ static CUresult host_alloc(void **pp, size_t size)
     if (!p)
         return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&sim_mem_lock);
-    int rc = registry_add((struct alloc){(uintptr_t)p, size, 0, K_HOST, NULL, NULL, NULL, 0});
+    int rc = registry_add((struct alloc){(uintptr_t)p, size, 0, K_HOST, NULL, NULL, NULL, 0, {0}});
     pthread_mutex_unlock(&sim_mem_lock);
     if (rc) {
         munmap(p, size);
@@ -323,7 +511,7 @@ SIM_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int 
             pthread_mutex_unlock(&sim_mem_lock);
             return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
         }
-    int rc = registry_add((struct alloc){b, bytesize, 0, K_REGISTERED, NULL, NULL, NULL, 0});
+    int rc = registry_add((struct alloc){b, bytesize, 0, K_REGISTERED, NULL, NULL, NULL, 0, {0}});
     pthread_mutex_unlock(&sim_mem_lock);
     return rc ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
 }
@@ -423,7 +611,7 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t size, struct sim_pool *pool
             pool->reserved_high = pool->reserved;
     }
     void *p = backing(size);
-    if (!p || registry_add((struct alloc){(uintptr_t)p, size, pool->dev, K_POOL, c, pool, NULL, 0}) != 0) {
+    if (!p || registry_add((struct alloc){(uintptr_t)p, size, pool->dev, K_POOL, c, pool, NULL, 0, {0}}) != 0) {
         if (p)
             munmap(p, size);
         pthread_mutex_unlock(&sim_mem_lock);
@@ -837,7 +1025,7 @@ static CUresult array_create(void **out, size_t w, size_t h, size_t d, CUarray_f
         return CUDA_ERROR_OUT_OF_MEMORY;
     struct sim_array *a = calloc(1, sizeof *a);
     pthread_mutex_lock(&sim_mem_lock);
-    if (!a || registry_add((struct alloc){(uintptr_t)a, bytes, c->dev, K_ARRAY, c, NULL, NULL, charged}) != 0) {
+    if (!a || registry_add((struct alloc){(uintptr_t)a, bytes, c->dev, K_ARRAY, c, NULL, NULL, charged, {0}}) != 0) {
         pthread_mutex_unlock(&sim_mem_lock);
         free(a);
         sim_mem_release(c->dev, charged);
@@ -1147,7 +1335,7 @@ SIM_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attrib
     /* Memory mapped by pages: device memory, the mapping its range. */
     for (struct mapping *m = mappings; !a && m; m = m->next)
         if ((uintptr_t)ptr >= m->ptr && (uintptr_t)ptr < m->ptr + m->size) {
-            found = (struct alloc){m->ptr, m->size, m->h->dev, K_DEVICE, NULL, NULL, NULL, 0};
+            found = (struct alloc){m->ptr, m->size, m->h->dev, K_DEVICE, NULL, NULL, NULL, 0, {0}};
             a = &found;
         }
     pthread_mutex_unlock(&sim_mem_lock);

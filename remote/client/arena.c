@@ -346,8 +346,10 @@ static int spare_slab(CUcontext ctx, int i)
 
 FGR_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
-    if (!in_range(dptr))
+    if (!in_range(dptr)) {
+        fgr_managed_forget(dptr);
         return fgr_fwd_cuMemFree_v2(dptr);
+    }
     pthread_mutex_lock(&lock);
     struct alloc *a;
     int i = find(dptr, &a);

@@ -110,6 +110,11 @@ int fgr_mirror_holds(const void *p);
 void fgr_mirror_before(int op);
 void fgr_mirror_after(int op, CUresult r);
 void fgr_mirror_forked(void);
+/* Managed memory (mirror.c): cuMemAllocManaged is the server's allocation
+ * mapped here too; freeing one forgets it (0: not one). */
+int fgr_managed_forget(uint64_t p);
+/* A library or module unloaded: its managed variables go. */
+void fgr_managed_owner_gone(void *owner);
 /* A device address a call names: pinned memory kept on both sides is
  * brought back at syncpoints from then on. */
 extern int fgr_nmirrors;
@@ -153,6 +158,10 @@ struct fgr_device {
     char name[256];
     CUuuid uuid;
     int attr_result[FGR_NATTR], attr[FGR_NATTR];
+    /* The server's CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: whether
+     * its executor may touch managed memory while kernels run (mirror.c);
+     * the program is told 0 (conn.c). */
+    int server_concurrent_managed;
 };
 struct fgr_server {
     int driver_version, ndev;

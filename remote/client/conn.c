@@ -560,6 +560,16 @@ static CUresult hello(int fd, uint32_t transport)
             s.dev[d].attr_result[a] = (int)fgr_get_u32(&r);
             s.dev[d].attr[a] = (int)fgr_get_u32(&r);
         }
+        /* Managed memory is kept alike here and on the server only at
+         * requests and syncpoints (mirror.c): the program may not touch it
+         * while kernels run, as on a device without concurrent access, and
+         * the device cannot reach its pageable memory or its page tables. */
+        s.dev[d].server_concurrent_managed = s.dev[d].attr[CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS];
+        s.dev[d].attr[CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS] = 0;
+        s.dev[d].attr[CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS] = 0;
+        s.dev[d].attr[CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES] = 0;
+        s.dev[d].attr[CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST] = 0;
+        s.dev[d].attr[CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED] = 0;
     }
     uint32_t nerr = fgr_get_u32(&r);
     if (nerr > 4096)

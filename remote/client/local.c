@@ -88,7 +88,6 @@ FGR_EXPORT CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph,
     }
 OLD_ABI_UNSUPPORTED(cuGraphKernelNodeGetParams)
 OLD_ABI_UNSUPPORTED(cuGraphExecKernelNodeSetParams)
-OLD_ABI_UNSUPPORTED(cuMemPrefetchAsync)
 OLD_ABI_UNSUPPORTED(cuStreamBatchMemOp)
 OLD_ABI_UNSUPPORTED(cuStreamWaitValue32)
 
@@ -522,6 +521,8 @@ FGR_EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
 FGR_EXPORT CUresult cuModuleUnload(CUmodule hmod)
 {
     CUresult r = fgr_fwd_cuModuleUnload(hmod);
+    if (r == CUDA_SUCCESS)
+        fgr_managed_owner_gone(hmod);
     fgr_kparams_flush();
     fgr_answers_forget_all();
     return r;
@@ -530,6 +531,8 @@ FGR_EXPORT CUresult cuModuleUnload(CUmodule hmod)
 FGR_EXPORT CUresult cuLibraryUnload(CUlibrary library)
 {
     CUresult r = fgr_fwd_cuLibraryUnload(library);
+    if (r == CUDA_SUCCESS)
+        fgr_managed_owner_gone(library);
     fgr_kparams_flush();
     fgr_answers_forget_all();
     return r;
@@ -602,6 +605,68 @@ void fgr_put_launchcfg(struct fgr_buf *w, const CUlaunchConfig *c)
         fgr_put_u32(w, (uint32_t)c->attrs[i].id);
         fgr_put_bytes(w, &c->attrs[i].value, sizeof c->attrs[i].value);
     }
+}
+
+/* ---- managed memory (mirror.c keeps it on both sides) ---- */
+
+/* A location as the CUdevice of the first prefetch and advice calls
+ * (CU_DEVICE_CPU: the host); 0 when it names none of those. */
+static int location_device(CUmemLocation l, CUdevice *dev)
+{
+    switch (l.type) {
+    case CU_MEM_LOCATION_TYPE_DEVICE: *dev = l.id; return 1;
+    case CU_MEM_LOCATION_TYPE_HOST:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT: *dev = CU_DEVICE_CPU; return 1;
+    default: return 0;
+    }
+}
+
+static CUresult prefetch_v2(CUdeviceptr p, size_t n, CUmemLocation l, unsigned flags, CUstream s, int pt)
+{
+    CUdevice dev;
+    if (flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (l.type == CU_MEM_LOCATION_TYPE_HOST_NUMA)
+        return fgr_unsupported(-1, "cuMemPrefetchAsync_v2", "a host NUMA node as the location");
+    if (!location_device(l, &dev))
+        return CUDA_ERROR_INVALID_VALUE;
+    return pt ? cuMemPrefetchAsync_ptsz(p, n, dev, s) : cuMemPrefetchAsync(p, n, dev, s);
+}
+
+FGR_EXPORT CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, CUmemLocation l, unsigned int flags, CUstream s)
+{
+    return prefetch_v2(p, n, l, flags, s, 0);
+}
+
+FGR_EXPORT CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr p, size_t n, CUmemLocation l, unsigned int flags, CUstream s)
+{
+    return prefetch_v2(p, n, l, flags, s, 1);
+}
+
+FGR_EXPORT CUresult cuMemAdvise_v2(CUdeviceptr p, size_t n, CUmem_advise advice, CUmemLocation l)
+{
+    CUdevice dev = 0;
+    if (l.type == CU_MEM_LOCATION_TYPE_HOST_NUMA)
+        return fgr_unsupported(-1, "cuMemAdvise_v2", "a host NUMA node as the location");
+    /* (read-mostly advice takes no location) */
+    if (!location_device(l, &dev) && advice != CU_MEM_ADVISE_SET_READ_MOSTLY &&
+        advice != CU_MEM_ADVISE_UNSET_READ_MOSTLY && advice != CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION)
+        return CUDA_ERROR_INVALID_VALUE;
+    return cuMemAdvise(p, n, advice, dev);
+}
+
+/* Each attribute in turn, as the driver answers the plural call. */
+FGR_EXPORT CUresult cuMemRangeGetAttributes(void **data, size_t *dataSizes, CUmem_range_attribute *attributes,
+                                            size_t numAttributes, CUdeviceptr devPtr, size_t count)
+{
+    if (!numAttributes || !data || !dataSizes || !attributes)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < numAttributes; i++) {
+        CUresult r = cuMemRangeGetAttribute(data[i], dataSizes[i], attributes[i], devPtr, count);
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    return CUDA_SUCCESS;
 }
 
 /* ---- pointer attributes ---- */

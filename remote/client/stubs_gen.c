@@ -261,7 +261,7 @@ CUresult fgr_fwd_cuMemFree_v2(CUdeviceptr dptr)
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+CUresult fgr_fwd_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
     CUresult fgr_r;
     uint64_t n_dptr = dptr ? sizeof(CUdeviceptr) : 0;
@@ -2793,6 +2793,77 @@ FGR_EXPORT CUresult cuProfilerStop(void)
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)(uintptr_t)devPtr);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemPrefetchAsync, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)devPtr);
+    fgr_put_u64(&fgr_c.w, (uint64_t)count);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemPrefetchAsync_ptsz(CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)(uintptr_t)devPtr);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemPrefetchAsync_ptsz, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)devPtr);
+    fgr_put_u64(&fgr_c.w, (uint64_t)count);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dstDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUdevice device)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)(uintptr_t)devPtr);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemAdvise, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)devPtr);
+    fgr_put_u64(&fgr_c.w, (uint64_t)count);
+    fgr_put_u64(&fgr_c.w, (uint64_t)advice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)device);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemRangeGetAttribute(void *data, size_t dataSize, CUmem_range_attribute attribute, CUdeviceptr devPtr, size_t count)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)(uintptr_t)devPtr);
+    uint64_t n_data = data ? fgr_mul((uint64_t)(dataSize), 1) : 0;
+    if (n_data > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuMemRangeGetAttribute", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemRangeGetAttribute, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dataSize);
+    fgr_put_u64(&fgr_c.w, (uint64_t)attribute);
+    fgr_put_u64(&fgr_c.w, (uint64_t)devPtr);
+    fgr_put_u64(&fgr_c.w, (uint64_t)count);
+    fgr_put_u8(&fgr_c.w, data != NULL);
+    fgr_c.direct = data;
+    fgr_c.direct_n = n_data;
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, data, n_data, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr)
 {
     CUresult fgr_r;
@@ -2856,7 +2927,7 @@ FGR_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name)
+CUresult fgr_fwd_cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name)
 {
     CUresult fgr_r;
     uint64_t n_dptr = dptr ? sizeof(CUdeviceptr) : 0;
@@ -3267,7 +3338,7 @@ FGR_EXPORT CUresult cuDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthInElement
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
+CUresult fgr_fwd_cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
 {
     CUresult fgr_r;
     uint64_t n_dptr = dptr ? sizeof(CUdeviceptr) : 0;
@@ -3610,7 +3681,7 @@ FGR_EXPORT CUresult fgrHostReadMany(const CUdeviceptr *srcs, const size_t *sizes
     uint64_t n_sizes = sizes ? fgr_mul((uint64_t)(count), sizeof(size_t)) : 0;
     if (n_sizes > FGR_MAX_BUF)
         return fgr_unsupported(-1, "fgrHostReadMany", "a buffer over the frame limit");
-    uint64_t n_dst = dst ? fgr_mul((uint64_t)(fgr_min(bytes,FGR_MAPPED_TOTAL)), 1) : 0;
+    uint64_t n_dst = dst ? fgr_mul((uint64_t)(fgr_min(bytes,FGR_MIRROR_BATCH)), 1) : 0;
     if (n_dst > FGR_MAX_BUF)
         return fgr_unsupported(-1, "fgrHostReadMany", "a buffer over the frame limit");
     struct fgr_call fgr_c;
@@ -3626,6 +3697,34 @@ FGR_EXPORT CUresult fgrHostReadMany(const CUdeviceptr *srcs, const size_t *sizes
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, dst, n_dst, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrHostSums(const CUdeviceptr *srcs, const size_t *sizes, unsigned int count, unsigned long long *sums, unsigned int nsums)
+{
+    CUresult fgr_r;
+    uint64_t n_srcs = srcs ? fgr_mul((uint64_t)(count), sizeof(CUdeviceptr)) : 0;
+    if (n_srcs > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrHostSums", "a buffer over the frame limit");
+    uint64_t n_sizes = sizes ? fgr_mul((uint64_t)(count), sizeof(size_t)) : 0;
+    if (n_sizes > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrHostSums", "a buffer over the frame limit");
+    uint64_t n_sums = sums ? fgr_mul((uint64_t)(fgr_min(nsums,FGR_MAX_SUMS)), sizeof(unsigned long long)) : 0;
+    if (n_sums > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrHostSums", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrHostSums, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)count);
+    fgr_put_u64(&fgr_c.w, (uint64_t)nsums);
+    fgr_put_buf(&fgr_c.w, srcs, n_srcs);
+    fgr_put_buf(&fgr_c.w, sizes, n_sizes);
+    fgr_put_u8(&fgr_c.w, sums != NULL);
+    fgr_c.direct = sums;
+    fgr_c.direct_n = n_sums;
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, sums, n_sums, 0);
     return fgr_end(&fgr_c);
 }
 
@@ -4744,6 +4843,10 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuCtxResetPersistingL2Cache] = "cuCtxResetPersistingL2Cache",
     [FGR_OP_cuProfilerStart] = "cuProfilerStart",
     [FGR_OP_cuProfilerStop] = "cuProfilerStop",
+    [FGR_OP_cuMemPrefetchAsync] = "cuMemPrefetchAsync",
+    [FGR_OP_cuMemPrefetchAsync_ptsz] = "cuMemPrefetchAsync_ptsz",
+    [FGR_OP_cuMemAdvise] = "cuMemAdvise",
+    [FGR_OP_cuMemRangeGetAttribute] = "cuMemRangeGetAttribute",
     [FGR_OP_cuMemGetAccess] = "cuMemGetAccess",
     [FGR_OP_cuMemPoolSetAttribute] = "cuMemPoolSetAttribute",
     [FGR_OP_cuDeviceSetMemPool] = "cuDeviceSetMemPool",
@@ -4789,6 +4892,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_fgrHostMappedFree] = "fgrHostMappedFree",
     [FGR_OP_fgrHostWrite] = "fgrHostWrite",
     [FGR_OP_fgrHostReadMany] = "fgrHostReadMany",
+    [FGR_OP_fgrHostSums] = "fgrHostSums",
     [FGR_OP_fgrArenaReserve] = "fgrArenaReserve",
     [FGR_OP_fgrArenaMap] = "fgrArenaMap",
     [FGR_OP_fgrArenaNote] = "fgrArenaNote",
@@ -5111,6 +5215,14 @@ const struct fg_proc fgr_procs[] = {
     {"cuCtxResetPersistingL2Cache", "cuCtxResetPersistingL2Cache", 11000, 0, (void *)cuCtxResetPersistingL2Cache},
     {"cuProfilerStart", "cuProfilerStart", 4000, 0, (void *)cuProfilerStart},
     {"cuProfilerStop", "cuProfilerStop", 4000, 0, (void *)cuProfilerStop},
+    {"cuMemPrefetchAsync", "cuMemPrefetchAsync", 8000, 0, (void *)cuMemPrefetchAsync},
+    {"cuMemPrefetchAsync", "cuMemPrefetchAsync_ptsz", 8000, 1, (void *)cuMemPrefetchAsync_ptsz},
+    {"cuMemPrefetchAsync", "cuMemPrefetchAsync_v2", 12020, 0, (void *)cuMemPrefetchAsync_v2},
+    {"cuMemPrefetchAsync", "cuMemPrefetchAsync_v2_ptsz", 12020, 1, (void *)cuMemPrefetchAsync_v2_ptsz},
+    {"cuMemAdvise", "cuMemAdvise", 8000, 0, (void *)cuMemAdvise},
+    {"cuMemAdvise", "cuMemAdvise_v2", 12020, 0, (void *)cuMemAdvise_v2},
+    {"cuMemRangeGetAttribute", "cuMemRangeGetAttribute", 8000, 0, (void *)cuMemRangeGetAttribute},
+    {"cuMemRangeGetAttributes", "cuMemRangeGetAttributes", 8000, 0, (void *)cuMemRangeGetAttributes},
     {"cuMemGetAccess", "cuMemGetAccess", 10020, 0, (void *)cuMemGetAccess},
     {"cuMemHostRegister", "cuMemHostRegister_v2", 6050, 0, (void *)cuMemHostRegister_v2},
     {"cuMemHostUnregister", "cuMemHostUnregister", 4000, 0, (void *)cuMemHostUnregister},
@@ -5173,6 +5285,7 @@ const struct fg_proc fgr_procs[] = {
     {"fgrHostMappedFree", "fgrHostMappedFree", 0, 0, (void *)fgrHostMappedFree},
     {"fgrHostWrite", "fgrHostWrite", 0, 0, (void *)fgrHostWrite},
     {"fgrHostReadMany", "fgrHostReadMany", 0, 0, (void *)fgrHostReadMany},
+    {"fgrHostSums", "fgrHostSums", 0, 0, (void *)fgrHostSums},
     {"fgrArenaReserve", "fgrArenaReserve", 0, 0, (void *)fgrArenaReserve},
     {"fgrArenaMap", "fgrArenaMap", 0, 0, (void *)fgrArenaMap},
     {"fgrArenaNote", "fgrArenaNote", 0, 0, (void *)fgrArenaNote},

@@ -169,6 +169,10 @@ typedef CUresult (*pfn_cuCtxDisablePeerAccess)(CUcontext peerContext);
 typedef CUresult (*pfn_cuCtxResetPersistingL2Cache)(void);
 typedef CUresult (*pfn_cuProfilerStart)(void);
 typedef CUresult (*pfn_cuProfilerStop)(void);
+typedef CUresult (*pfn_cuMemPrefetchAsync)(CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream);
+typedef CUresult (*pfn_cuMemPrefetchAsync_ptsz)(CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream);
+typedef CUresult (*pfn_cuMemAdvise)(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUdevice device);
+typedef CUresult (*pfn_cuMemRangeGetAttribute)(void *data, size_t dataSize, CUmem_range_attribute attribute, CUdeviceptr devPtr, size_t count);
 typedef CUresult (*pfn_cuMemGetAccess)(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr);
 typedef CUresult (*pfn_cuMemPoolSetAttribute)(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
 typedef CUresult (*pfn_cuDeviceSetMemPool)(CUdevice dev, CUmemoryPool pool);
@@ -214,6 +218,7 @@ typedef CUresult (*pfn_fgrHostMapped)(CUdeviceptr *dptr, size_t bytes);
 typedef CUresult (*pfn_fgrHostMappedFree)(CUdeviceptr dptr);
 typedef CUresult (*pfn_fgrHostWrite)(CUdeviceptr dst, const void *src, size_t bytes);
 typedef CUresult (*pfn_fgrHostReadMany)(const CUdeviceptr *srcs, const size_t *sizes, unsigned int count, void *dst, size_t bytes);
+typedef CUresult (*pfn_fgrHostSums)(const CUdeviceptr *srcs, const size_t *sizes, unsigned int count, unsigned long long *sums, unsigned int nsums);
 typedef CUresult (*pfn_fgrArenaReserve)(CUdeviceptr hint, size_t size, CUdeviceptr *base, size_t *page);
 typedef CUresult (*pfn_fgrArenaMap)(CUdeviceptr ptr, size_t size, size_t used);
 typedef CUresult (*pfn_fgrArenaNote)(CUdeviceptr ptr, size_t size);
@@ -3651,6 +3656,86 @@ static CUresult op_cuProfilerStop(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_cuMemPrefetchAsync(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr devPtr = (CUdeviceptr)fgr_get_u64(rd);
+    size_t count = (size_t)fgr_get_u64(rd);
+    CUdevice dstDevice = (CUdevice)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)devPtr, count)))
+        fgr_r = fgr_refuse("cuMemPrefetchAsync", "devPtr", (uint64_t)(uintptr_t)devPtr, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemPrefetchAsync", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuMemPrefetchAsync)fgr_real[FGR_OP_cuMemPrefetchAsync])(devPtr, count, dstDevice, hStream);
+    return fgr_r;
+}
+
+static CUresult op_cuMemPrefetchAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr devPtr = (CUdeviceptr)fgr_get_u64(rd);
+    size_t count = (size_t)fgr_get_u64(rd);
+    CUdevice dstDevice = (CUdevice)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)devPtr, count)))
+        fgr_r = fgr_refuse("cuMemPrefetchAsync_ptsz", "devPtr", (uint64_t)(uintptr_t)devPtr, CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuMemPrefetchAsync_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuMemPrefetchAsync_ptsz)fgr_real[FGR_OP_cuMemPrefetchAsync_ptsz])(devPtr, count, dstDevice, hStream);
+    return fgr_r;
+}
+
+static CUresult op_cuMemAdvise(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr devPtr = (CUdeviceptr)fgr_get_u64(rd);
+    size_t count = (size_t)fgr_get_u64(rd);
+    CUmem_advise advice = (CUmem_advise)fgr_get_u64(rd);
+    CUdevice device = (CUdevice)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)devPtr, count)))
+        fgr_r = fgr_refuse("cuMemAdvise", "devPtr", (uint64_t)(uintptr_t)devPtr, CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuMemAdvise)fgr_real[FGR_OP_cuMemAdvise])(devPtr, count, advice, device);
+    return fgr_r;
+}
+
+static CUresult op_cuMemRangeGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    size_t dataSize = (size_t)fgr_get_u64(rd);
+    CUmem_range_attribute attribute = (CUmem_range_attribute)fgr_get_u64(rd);
+    CUdeviceptr devPtr = (CUdeviceptr)fgr_get_u64(rd);
+    size_t count = (size_t)fgr_get_u64(rd);
+    int has_data = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    void *data = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(!has_data || fgr_mul((uint64_t)(dataSize), 1) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("cuMemRangeGetAttribute", "data", fgr_mul((uint64_t)(dataSize), 1), CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_mem_in((uint64_t)(uintptr_t)devPtr, count)))
+        fgr_r = fgr_refuse("cuMemRangeGetAttribute", "devPtr", (uint64_t)(uintptr_t)devPtr, CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_data && !(data = fgr_out(q, fgr_mul((uint64_t)(dataSize), 1))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuMemRangeGetAttribute)fgr_real[FGR_OP_cuMemRangeGetAttribute])(data, dataSize, attribute, devPtr, count);
+    if (has_data)
+        fgr_reply_out(q, data, fgr_mul((uint64_t)(dataSize), 1), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_cuMemGetAccess(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -4596,14 +4681,37 @@ static CUresult op_fgrHostReadMany(struct fgr_rd *rd, struct fgr_req *q)
         return FGR_BAD_FRAME;
     void *dst = NULL;
     CUresult fgr_r = CUDA_SUCCESS;
-    if (!(!has_dst || fgr_mul((uint64_t)(fgr_min(bytes,FGR_MAPPED_TOTAL)), 1) <= FGR_SMALL_FRAME))
-        fgr_r = fgr_refuse_size("fgrHostReadMany", "dst", fgr_mul((uint64_t)(fgr_min(bytes,FGR_MAPPED_TOTAL)), 1), CUDA_ERROR_INVALID_VALUE);
-    if (fgr_r == CUDA_SUCCESS && has_dst && !(dst = fgr_out(q, fgr_mul((uint64_t)(fgr_min(bytes,FGR_MAPPED_TOTAL)), 1))))
+    if (!(!has_dst || fgr_mul((uint64_t)(fgr_min(bytes,FGR_MIRROR_BATCH)), 1) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrHostReadMany", "dst", fgr_mul((uint64_t)(fgr_min(bytes,FGR_MIRROR_BATCH)), 1), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_dst && !(dst = fgr_out(q, fgr_mul((uint64_t)(fgr_min(bytes,FGR_MIRROR_BATCH)), 1))))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_fgrHostReadMany)fgr_real[FGR_OP_fgrHostReadMany])(srcs, sizes, count, dst, bytes);
     if (has_dst)
-        fgr_reply_out(q, dst, fgr_mul((uint64_t)(fgr_min(bytes,FGR_MAPPED_TOTAL)), 1), 0, fgr_r);
+        fgr_reply_out(q, dst, fgr_mul((uint64_t)(fgr_min(bytes,FGR_MIRROR_BATCH)), 1), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrHostSums(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    unsigned int count = (unsigned int)fgr_get_u64(rd);
+    unsigned int nsums = (unsigned int)fgr_get_u64(rd);
+    CUdeviceptr *srcs = fgr_get_buf(rd, q, fgr_mul((uint64_t)(count), sizeof(CUdeviceptr)), 1);
+    size_t *sizes = fgr_get_buf(rd, q, fgr_mul((uint64_t)(count), sizeof(size_t)), 1);
+    int has_sums = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    unsigned long long *sums = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(!has_sums || fgr_mul((uint64_t)(fgr_min(nsums,FGR_MAX_SUMS)), sizeof(unsigned long long)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrHostSums", "sums", fgr_mul((uint64_t)(fgr_min(nsums,FGR_MAX_SUMS)), sizeof(unsigned long long)), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_sums && !(sums = fgr_out(q, fgr_mul((uint64_t)(fgr_min(nsums,FGR_MAX_SUMS)), sizeof(unsigned long long)))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrHostSums)fgr_real[FGR_OP_fgrHostSums])(srcs, sizes, count, sums, nsums);
+    if (has_sums)
+        fgr_reply_out(q, sums, fgr_mul((uint64_t)(fgr_min(nsums,FGR_MAX_SUMS)), sizeof(unsigned long long)), 0, fgr_r);
     return fgr_r;
 }
 
@@ -6130,6 +6238,10 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuCtxResetPersistingL2Cache] = {"cuCtxResetPersistingL2Cache", op_cuCtxResetPersistingL2Cache, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuProfilerStart] = {"cuProfilerStart", op_cuProfilerStart, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuProfilerStop] = {"cuProfilerStop", op_cuProfilerStop, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemPrefetchAsync] = {"cuMemPrefetchAsync", op_cuMemPrefetchAsync, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemPrefetchAsync_ptsz] = {"cuMemPrefetchAsync_ptsz", op_cuMemPrefetchAsync_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemAdvise] = {"cuMemAdvise", op_cuMemAdvise, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemRangeGetAttribute] = {"cuMemRangeGetAttribute", op_cuMemRangeGetAttribute, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuMemGetAccess] = {"cuMemGetAccess", op_cuMemGetAccess, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuMemPoolSetAttribute] = {"cuMemPoolSetAttribute", op_cuMemPoolSetAttribute, 0, FGR_MAX_FRAME},
     [FGR_OP_cuDeviceSetMemPool] = {"cuDeviceSetMemPool", op_cuDeviceSetMemPool, 0, FGR_SMALL_FRAME},
@@ -6175,6 +6287,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_fgrHostMappedFree] = {"fgrHostMappedFree", op_fgrHostMappedFree, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrHostWrite] = {"fgrHostWrite", op_fgrHostWrite, 0, FGR_MAX_FRAME},
     [FGR_OP_fgrHostReadMany] = {"fgrHostReadMany", op_fgrHostReadMany, 0, FGR_MAX_FRAME},
+    [FGR_OP_fgrHostSums] = {"fgrHostSums", op_fgrHostSums, 0, FGR_MAX_FRAME},
     [FGR_OP_fgrArenaReserve] = {"fgrArenaReserve", op_fgrArenaReserve, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrArenaMap] = {"fgrArenaMap", op_fgrArenaMap, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrArenaNote] = {"fgrArenaNote", op_fgrArenaNote, 0, FGR_SMALL_FRAME},

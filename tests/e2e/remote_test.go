@@ -504,6 +504,69 @@ func TestRemoteMappedHostMemory(t *testing.T) {
 	printsAsLocally(t, local, "mapped", "unix", "shm", "tcp")
 }
 
+// Managed memory over a remote GPU: the program's writes reach kernels,
+// memsets and copies made after them, their writes reach the program after
+// a synchronization of the context, a stream, an event or a synchronous
+// copy (an allocation larger than one round trip carries too), what a
+// system call wrote into it reaches the device, prefetches and advice reach
+// the server's driver, whose range and pointer attributes
+// say what they do locally; a module's and a library's managed variables
+// start with the module's bytes and are kept alike too; over every
+// transport as locally.
+func TestRemoteManagedMemory(t *testing.T) {
+	e := newEnv(t)
+	local := e.run("managed")
+	if local.code != 0 || !strings.Contains(local.stdout, "after the program's changes: c[5]=1010 ") ||
+		!strings.Contains(local.stdout, "a large one: 3 3 9") ||
+		!strings.Contains(local.stdout, "read(2) into it, copied on the device: managed") ||
+		!strings.Contains(local.stdout, "a library's variable: 20000 bytes, 1 1, the same again: yes") {
+		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
+	}
+	printsAsLocally(t, local, "managed", "unix", "shm", "tcp")
+}
+
+// Threads, each with its own stream and managed memory attached to it,
+// write it, launch on it and check the results after their own stream's
+// synchronization, all at once: another thread's requests and
+// synchronizations neither lose a thread's writes nor its kernels' results.
+func TestRemoteManagedMemoryThreads(t *testing.T) {
+	e := newEnv(t)
+	local := e.run("managed", "threads")
+	if local.code != 0 || strings.Count(local.stdout, ": 0 results wrong") != 4 {
+		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
+	}
+	for _, transport := range []string{"unix", "shm"} {
+		e := newEnv(t)
+		got := e.remote(e.serve(transport), "managed", "threads")
+		if got.code != 0 || got.stdout != local.stdout {
+			t.Errorf("over %s: exit %d, printed\n%s\nlocally\n%s\n%s", transport, got.code, got.stdout, local.stdout, got.stderr)
+		}
+	}
+}
+
+// Remotely the program may not touch managed memory while kernels run (it
+// is kept alike only at requests and syncpoints): the device says so, as
+// one without concurrent managed access does. An allocation the program
+// could not reach (its address taken in the program) fails, said once,
+// and never ends the program by a signal.
+func TestRemoteManagedMemoryLimits(t *testing.T) {
+	e := newEnv(t)
+	s := e.serve("unix")
+	if got := e.run("managed", "attrs"); got.code != 0 || !strings.Contains(got.stdout, "concurrent managed access: 1") {
+		t.Fatalf("locally: exit %d\n%s%s", got.code, got.stdout, got.stderr)
+	}
+	want := "managed memory: 1\nconcurrent managed access: 0\npageable memory access: 0\n"
+	if got := e.remote(s, "managed", "attrs"); got.code != 0 || got.stdout != want {
+		t.Errorf("remotely: exit %d, printed\n%s\nwant\n%s\n%s", got.code, got.stdout, want, got.stderr)
+	}
+	got := e.remote(s, "managed", "taken")
+	want = "again: CUDA_ERROR_NOT_SUPPORTED, pointer 0\nthe program's bytes: 7\n"
+	if got.code != 0 || got.stdout != want ||
+		strings.Count(got.stderr, "that address is taken in this process; the program could not reach them") != 1 {
+		t.Errorf("an address the program holds: exit %d, printed\n%s\nwant\n%s\n%s", got.code, got.stdout, want, got.stderr)
+	}
+}
+
 // The start of the Python programs: a current context, names for an
 // allocation (dev) and pinned memory (h).
 // printsOverShm runs the Python program prog over shm:// and wants it to

@@ -27,7 +27,7 @@ type RemoteEntry struct {
 	Entry
 	Disp  Disposition    // "" when not supported remotely
 	Why   string         // why not, as api/remote.api says (unsupported "WHY")
-	Note  string         // what a local entry refuses, and why (local "NOTE")
+	Note  string         // what the docs' list says of it ("NOTE" last on its line)
 	Kinds map[string]Ann // the pointer parameters' kinds (kind.go)
 	Drain string         // stream the executor waits for before answering
 	// A call that waits for the device: Wait names what its answer is the

@@ -39,9 +39,6 @@ func emitRemoteDoc(entries []RemoteEntry, tables []*Table) string {
 			d = "**unsupported**"
 			ks = append(ks, strings.ReplaceAll(e.Why, "|", "\\|"))
 		}
-		if e.Note != "" {
-			ks = append(ks, strings.ReplaceAll(e.Note, "|", "\\|"))
-		}
 		for _, a := range e.args() {
 			travel, memory := a.k.doc(a)
 			if travel != "" {
@@ -52,6 +49,9 @@ func emitRemoteDoc(entries []RemoteEntry, tables []*Table) string {
 			}
 		}
 		ks = append(ks, mem...)
+		if e.Note != "" {
+			ks = append(ks, strings.ReplaceAll(e.Note, "|", "\\|"))
+		}
 		if e.Chunk != "" {
 			ks = append(ks, "over `FLEXGV_REMOTE_CHUNK` bytes (4 MiB) sent as several calls")
 		}

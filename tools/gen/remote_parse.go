@@ -77,20 +77,17 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 		if len(attrs) == 0 {
 			return nil, nil, fmt.Errorf("%s: %s has no disposition (local, sync or wrap)", where, re.Name)
 		}
-		switch d := Disposition(attrs[0]); d {
-		case DispLocal:
-			// A local entry may say, in quotes, what it refuses and why.
-			re.Disp = d
-			note := strings.TrimSpace(strings.TrimPrefix(rest, "local"))
-			if note == "" {
-				break
-			}
-			if len(note) < 3 || note[0] != '"' || note[len(note)-1] != '"' || strings.Contains(note[1:len(note)-1], `"`) {
-				return nil, nil, fmt.Errorf("%s: %s: local takes at most a note in double quotes", where, re.Name)
+		// A note for the docs' list ends the line, in double quotes.
+		if q := strings.Index(rest, `"`); q >= 0 && attrs[0] != "unsupported" {
+			note := strings.TrimSpace(rest[q:])
+			if len(note) < 3 || note[len(note)-1] != '"' || strings.Contains(note[1:len(note)-1], `"`) {
+				return nil, nil, fmt.Errorf("%s: %s: a note is one string in double quotes, last on its line", where, re.Name)
 			}
 			re.Note = note[1 : len(note)-1]
-			attrs = attrs[:1]
-		case DispSync, DispWrap, DispQueue:
+			attrs = strings.Fields(rest[:q])
+		}
+		switch d := Disposition(attrs[0]); d {
+		case DispLocal, DispSync, DispWrap, DispQueue:
 			re.Disp = d
 		case "unsupported":
 			// Exported, so that a library that looks it up finds it; a
