@@ -185,18 +185,19 @@ static int open_tenant(int *given)
     return fd >= 0 ? fd : open(tenant_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
 }
 
-/* A given descriptor counts only if it is the tenant file, open for
- * reading and writing; it is not passed on to programs we exec. */
-static int given_fd(const char *s, char **end)
+/* A given descriptor counts only if it is a regular file open for reading
+ * and writing (its header is checked as an opened one's); it is not passed
+ * on to programs we exec. Its path is not looked at: whoever was given it
+ * may not reach the tenants' folder. */
+static int given_fd(const char *s, char **end, struct stat *st)
 {
     long fd = strtol(s, end, 10);
-    struct stat a, b;
     if (*end == s || fd < 3 || fd > 1 << 20 || fcntl((int)fd, F_SETFD, FD_CLOEXEC) != 0 ||
-        (fcntl((int)fd, F_GETFL) & O_ACCMODE) != O_RDWR || syscall(SYS_fstat, (int)fd, &a) != 0 ||
-        syscall(SYS_stat, tenant_path, &b) != 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev)
+        (fcntl((int)fd, F_GETFL) & O_ACCMODE) != O_RDWR || syscall(SYS_fstat, (int)fd, st) != 0 || !S_ISREG(st->st_mode))
         return -1;
     return (int)fd;
 }
+static int given; /* the file was given (FLEXGV_TENANT_FDS) */
 
 static int do_attach(void)
 {
@@ -309,8 +310,11 @@ static int claim_slot(void)
 static int still_mapped_file(const char *path, int fd)
 {
     struct stat a, b;
-    return syscall(SYS_stat, path, &a) == 0 && syscall(SYS_fstat, fd, &b) == 0 && a.st_ino == mapped.st_ino &&
-           a.st_dev == mapped.st_dev && b.st_ino == mapped.st_ino && b.st_dev == mapped.st_dev;
+    if (syscall(SYS_fstat, fd, &b) != 0 || b.st_ino != mapped.st_ino || b.st_dev != mapped.st_dev)
+        return 0;
+    if (given) /* its path may be out of reach: removed is unlinked */
+        return b.st_nlink > 0;
+    return syscall(SYS_stat, path, &a) == 0 && a.st_ino == mapped.st_ino && a.st_dev == mapped.st_dev;
 }
 
 /* Our liveness locks go through an open file description of our own that
@@ -370,9 +374,10 @@ void fg_tenant_init(const char *path)
     const char *fds = getenv("FLEXGV_TENANT_FDS");
     char *end;
     if (fds && *fds) {
-        int m = given_fd(fds, &end), l = *end == ',' ? given_fd(end + 1, &end) : -1;
-        if (m >= 0 && l >= 0 && m != l && !*end)
-            given_map = m, given_lock = l;
+        struct stat a, b;
+        int m = given_fd(fds, &end, &a), l = *end == ',' ? given_fd(end + 1, &end, &b) : -1;
+        if (m >= 0 && l >= 0 && m != l && !*end && a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+            given_map = m, given_lock = l, given = 1;
         else
             fprintf(stderr, "flexgv: FLEXGV_TENANT_FDS=%s are not two descriptors of tenant file %s; it is opened by "
                             "its path\n", fds, path);

@@ -47,6 +47,7 @@ func TestReadmeCommandsRunAsWritten(t *testing.T) {
 		}
 	}
 	e := newEnv(t)
+	e.gpuForAll() // the README's server runs its executors as nobody
 	tmp := t.TempDir()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

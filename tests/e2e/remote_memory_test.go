@@ -215,6 +215,10 @@ func TestRemoteTenantExecutorUnprivileged(t *testing.T) {
 	if st, err := os.Stat(file); err != nil || st.Mode().Perm() != 0o640 || st.Sys().(*syscall.Stat_t).Uid != 0 {
 		t.Fatalf("tenant file %s: %v %v, want root's, mode 0640", file, st, err)
 	}
+	// Nor can it reach the file by its path.
+	if err := os.Chmod(e.stateDir(), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	want := fmt.Sprintf("room %d: one byte more -> CUDA_ERROR_OUT_OF_MEMORY", (256-64)*mib)
 	if r := e.remoteAs(s, tok, "memclient", "exact"); r.code != 0 || !strings.Contains(r.stdout, want) {
 		t.Errorf("memclient exact in tenant a as nobody: exit %d %q, want %q\n%s\n%s", r.code, r.stdout, want, r.stderr, s.Log())

@@ -81,14 +81,7 @@ func (e *env) serve(transport string, extra ...string) *server {
 			e.extra = append(e.extra, "FLEXGV_REMOTE_CA_FILE="+cert)
 		}
 	}
-	// Run as root, the server runs executors as nobody: they reach the
-	// simulated GPU's state (as a GPU's device nodes) through the folders.
-	if os.Geteuid() == 0 {
-		if st, err := os.Stat(filepath.Dir(e.dir)); err == nil && st.Mode()&os.ModeSticky == 0 { // not /dev/shm itself
-			os.Chmod(filepath.Dir(e.dir), 0o755)
-		}
-		os.Chmod(e.dir, 0o777)
-	}
+	e.gpuForAll()
 	s := &server{t: e.t, addr: addr}
 	s.cmd = exec.Command(bin("flexgv"), append([]string{"serve", "--listen", addr}, extra...)...)
 	s.cmd.Env = e.environ(filepath.Join(build, "sim"))
@@ -115,6 +108,18 @@ func (e *env) serve(transport string, extra ...string) *server {
 		s.addr = strings.Replace(addr, "unix://", "shm://", 1)
 	}
 	return s
+}
+
+// gpuForAll lets every user reach the simulated GPU's state, as every user
+// reaches a GPU's device nodes: a server run as root runs executors as
+// nobody.
+func (e *env) gpuForAll() {
+	if os.Geteuid() == 0 {
+		if st, err := os.Stat(filepath.Dir(e.dir)); err == nil && st.Mode()&os.ModeSticky == 0 { // not /dev/shm itself
+			os.Chmod(filepath.Dir(e.dir), 0o755)
+		}
+		os.Chmod(e.dir, 0o777)
+	}
 }
 
 // remote runs a client under flexgv run --remote: no simulated GPU on its
