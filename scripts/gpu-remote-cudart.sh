@@ -328,8 +328,8 @@ while not os.path.exists(sys.argv[1]):
     nvml=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | awk -F', *' -v p="${exe:-0}" '$1 == p {print $2}')
     touch "$tmp/tenant.done"
     wait $client
-    echo "tenant with --mem 2GiB over unix://: $(head -n 1 "$tmp/tenant.out"); executor $exe as ${user:-?}, NVML ${nvml:-?} MiB"
-    if [[ $(head -n 1 "$tmp/tenant.out") =~ ^held\ ([0-9]+)\ MiB$ ]] && [ "${BASH_REMATCH[1]}" -le 2048 ] &&
+    echo "tenant with --mem 2GiB over unix://: $(grep -m 1 '^held' "$tmp/tenant.out"); executor $exe as ${user:-?}, NVML ${nvml:-?} MiB"
+    if [[ $(grep -m 1 '^held' "$tmp/tenant.out") =~ ^held\ ([0-9]+)\ MiB$ ]] && [ "${BASH_REMATCH[1]}" -le 2048 ] &&
         [ "${BASH_REMATCH[1]}" -ge 1024 ] && [ -n "$nvml" ] && [ "$nvml" -le 2048 ] &&
         { [ "$(id -u)" != 0 ] || [ "$user" != root ]; }; then
         pass "tenant: the quota holds (NVML within it), the executor not root"
@@ -344,9 +344,12 @@ fi
 # peak; under 64 MiB (less than a CUDA context takes) its executor is
 # killed, the program gets an error and the server serves on.
 if wanted cgroup && [ "$(id -u)" = 0 ] && [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ]; then
-    cg=/sys/fs/cgroup/flexgv-check-$$
-    mkdir -p "$cg" && echo +memory >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null
+    echo +memory >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null
     for max in 4GiB 64MiB; do
+        # A cgroup each: once a server gave its children the memory
+        # controller, no process may join its own.
+        cg=/sys/fs/cgroup/flexgv-check-$$-$max limit= peak=
+        mkdir -p "$cg"
         sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec env -u LD_LIBRARY_PATH "$@"' sh "$cg" "$B/bin/flexgv" serve \
             --listen "unix://$tmp/cg-$max.sock" --executor-memory $max 2>"$tmp/serve-cg-$max.log" &
         srv=$!
@@ -354,7 +357,6 @@ if wanted cgroup && [ "$(id -u)" = 0 ] && [ "$(stat -fc %T /sys/fs/cgroup)" = cg
         (FLEXGV_REMOTE=unix://$tmp/cg-$max.sock LD_LIBRARY_PATH="$B/remote:$CUDA/lib64" timeout "$LIMIT" \
             "$tmp/vectoradd_static" 25 >"$tmp/cg-$max.out" 2>&1; echo "exit $?" >>"$tmp/cg-$max.out") &
         client=$!
-        peak=
         for _ in $(seq 100); do
             exe=$(grep -o 'connected: executor pid [0-9]*' "$tmp/serve-cg-$max.log" | awk '{print $4}')
             d=/sys/fs/cgroup$(cut -d: -f3 "/proc/${exe:-0}/cgroup" 2>/dev/null)
@@ -371,8 +373,8 @@ if wanted cgroup && [ "$(id -u)" = 0 ] && [ "$(stat -fc %T /sys/fs/cgroup)" = cg
         esac
         kill $srv 2>/dev/null
         wait $srv 2>/dev/null
+        for d in "$cg"/*/ "$cg"; do rmdir "$d" 2>/dev/null; done
     done
-    for d in "$cg"/*/ "$cg"; do rmdir "$d" 2>/dev/null; done
 fi
 # DistributedDataParallel over NCCL with one rank (NCCL's start, its
 # threads and memory, its all-reduce kernels; two ranks need two GPUs):
