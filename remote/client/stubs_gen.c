@@ -2746,6 +2746,230 @@ FGR_EXPORT CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocatio
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor, CUarray hArray)
+{
+    CUresult fgr_r;
+    uint64_t n_pArrayDescriptor = pArrayDescriptor ? sizeof(CUDA_ARRAY_DESCRIPTOR) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuArrayGetDescriptor_v2, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hArray);
+    fgr_put_u8(&fgr_c.w, pArrayDescriptor != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pArrayDescriptor, n_pArrayDescriptor, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor, CUarray hArray)
+{
+    CUresult fgr_r;
+    uint64_t n_pArrayDescriptor = pArrayDescriptor ? sizeof(CUDA_ARRAY3D_DESCRIPTOR) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuArray3DGetDescriptor_v2, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hArray);
+    fgr_put_u8(&fgr_c.w, pArrayDescriptor != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pArrayDescriptor, n_pArrayDescriptor, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedArray hMipmappedArray, unsigned int level)
+{
+    CUresult fgr_r;
+    uint64_t n_pLevelArray = pLevelArray ? sizeof(CUarray) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMipmappedArrayGetLevel, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hMipmappedArray);
+    fgr_put_u64(&fgr_c.w, (uint64_t)level);
+    fgr_put_u8(&fgr_c.w, pLevelArray != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pLevelArray, n_pLevelArray, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RESOURCE_DESC *pResDesc, const CUDA_TEXTURE_DESC *pTexDesc, const CUDA_RESOURCE_VIEW_DESC *pResViewDesc)
+{
+    CUresult fgr_r;
+    uint64_t n_pTexObject = pTexObject ? sizeof(CUtexObject) : 0;
+    uint64_t n_pResDesc = pResDesc ? sizeof(CUDA_RESOURCE_DESC) : 0;
+    uint64_t n_pTexDesc = pTexDesc ? sizeof(CUDA_TEXTURE_DESC) : 0;
+    uint64_t n_pResViewDesc = pResViewDesc ? sizeof(CUDA_RESOURCE_VIEW_DESC) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuTexObjectCreate, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u8(&fgr_c.w, pTexObject != NULL);
+    fgr_put_buf(&fgr_c.w, pResDesc, n_pResDesc);
+    fgr_put_buf(&fgr_c.w, pTexDesc, n_pTexDesc);
+    fgr_put_buf(&fgr_c.w, pResViewDesc, n_pResViewDesc);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pTexObject, n_pTexObject, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuTexObjectDestroy(CUtexObject texObject)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuTexObjectDestroy, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)texObject);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUtexObject texObject)
+{
+    CUresult fgr_r;
+    uint64_t n_pResDesc = pResDesc ? sizeof(CUDA_RESOURCE_DESC) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuTexObjectGetResourceDesc, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)texObject);
+    fgr_put_u8(&fgr_c.w, pResDesc != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pResDesc, n_pResDesc, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC *pTexDesc, CUtexObject texObject)
+{
+    CUresult fgr_r;
+    uint64_t n_pTexDesc = pTexDesc ? sizeof(CUDA_TEXTURE_DESC) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuTexObjectGetTextureDesc, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)texObject);
+    fgr_put_u8(&fgr_c.w, pTexDesc != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pTexDesc, n_pTexDesc, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuTexObjectGetResourceViewDesc(CUDA_RESOURCE_VIEW_DESC *pResViewDesc, CUtexObject texObject)
+{
+    CUresult fgr_r;
+    uint64_t n_pResViewDesc = pResViewDesc ? sizeof(CUDA_RESOURCE_VIEW_DESC) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuTexObjectGetResourceViewDesc, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)texObject);
+    fgr_put_u8(&fgr_c.w, pResViewDesc != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pResViewDesc, n_pResViewDesc, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuSurfObjectCreate(CUsurfObject *pSurfObject, const CUDA_RESOURCE_DESC *pResDesc)
+{
+    CUresult fgr_r;
+    uint64_t n_pSurfObject = pSurfObject ? sizeof(CUsurfObject) : 0;
+    uint64_t n_pResDesc = pResDesc ? sizeof(CUDA_RESOURCE_DESC) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuSurfObjectCreate, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u8(&fgr_c.w, pSurfObject != NULL);
+    fgr_put_buf(&fgr_c.w, pResDesc, n_pResDesc);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pSurfObject, n_pSurfObject, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuSurfObjectDestroy(CUsurfObject surfObject)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuSurfObjectDestroy, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)surfObject);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUsurfObject surfObject)
+{
+    CUresult fgr_r;
+    uint64_t n_pResDesc = pResDesc ? sizeof(CUDA_RESOURCE_DESC) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuSurfObjectGetResourceDesc, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)surfObject);
+    fgr_put_u8(&fgr_c.w, pResDesc != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pResDesc, n_pResDesc, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrArrayCopy(const CUDA_MEMCPY3D *p, const void *src, size_t n, CUstream hStream)
+{
+    CUresult fgr_r;
+    uint64_t n_p = p ? sizeof(CUDA_MEMCPY3D) : 0;
+    uint64_t n_src = src ? fgr_mul((uint64_t)(n), 1) : 0;
+    if (n_src > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrArrayCopy", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrArrayCopy, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)n);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_buf(&fgr_c.w, p, n_p);
+    fgr_put_buf(&fgr_c.w, src, n_src);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrArrayCopyWait(const CUDA_MEMCPY3D *p, const void *src, size_t n, CUstream hStream)
+{
+    CUresult fgr_r;
+    uint64_t n_p = p ? sizeof(CUDA_MEMCPY3D) : 0;
+    uint64_t n_src = src ? fgr_mul((uint64_t)(n), 1) : 0;
+    if (n_src > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrArrayCopyWait", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrArrayCopyWait, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)n);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_buf(&fgr_c.w, p, n_p);
+    fgr_put_buf(&fgr_c.w, src, n_src);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrArrayRead(void *dst, size_t n, const CUDA_MEMCPY3D *p, CUstream hStream)
+{
+    CUresult fgr_r;
+    uint64_t n_dst = dst ? fgr_mul((uint64_t)(n), 1) : 0;
+    if (n_dst > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrArrayRead", "a buffer over the frame limit");
+    uint64_t n_p = p ? sizeof(CUDA_MEMCPY3D) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrArrayRead, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)n);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u8(&fgr_c.w, dst != NULL);
+    fgr_put_buf(&fgr_c.w, p, n_p);
+    fgr_c.direct = dst;
+    fgr_c.direct_n = n_dst;
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dst, n_dst, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
     CUresult fgr_r;
@@ -4539,6 +4763,20 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuCtxDisablePeerAccess] = "cuCtxDisablePeerAccess",
     [FGR_OP_cuCtxResetPersistingL2Cache] = "cuCtxResetPersistingL2Cache",
     [FGR_OP_cuMemGetAccess] = "cuMemGetAccess",
+    [FGR_OP_cuArrayGetDescriptor_v2] = "cuArrayGetDescriptor_v2",
+    [FGR_OP_cuArray3DGetDescriptor_v2] = "cuArray3DGetDescriptor_v2",
+    [FGR_OP_cuMipmappedArrayGetLevel] = "cuMipmappedArrayGetLevel",
+    [FGR_OP_cuTexObjectCreate] = "cuTexObjectCreate",
+    [FGR_OP_cuTexObjectDestroy] = "cuTexObjectDestroy",
+    [FGR_OP_cuTexObjectGetResourceDesc] = "cuTexObjectGetResourceDesc",
+    [FGR_OP_cuTexObjectGetTextureDesc] = "cuTexObjectGetTextureDesc",
+    [FGR_OP_cuTexObjectGetResourceViewDesc] = "cuTexObjectGetResourceViewDesc",
+    [FGR_OP_cuSurfObjectCreate] = "cuSurfObjectCreate",
+    [FGR_OP_cuSurfObjectDestroy] = "cuSurfObjectDestroy",
+    [FGR_OP_cuSurfObjectGetResourceDesc] = "cuSurfObjectGetResourceDesc",
+    [FGR_OP_fgrArrayCopy] = "fgrArrayCopy",
+    [FGR_OP_fgrArrayCopyWait] = "fgrArrayCopyWait",
+    [FGR_OP_fgrArrayRead] = "fgrArrayRead",
     [FGR_OP_cuMemPoolSetAttribute] = "cuMemPoolSetAttribute",
     [FGR_OP_cuDeviceSetMemPool] = "cuDeviceSetMemPool",
     [FGR_OP_cuMemGetAllocationPropertiesFromHandle] = "cuMemGetAllocationPropertiesFromHandle",
@@ -4666,6 +4904,8 @@ const unsigned char fgr_op_syncs[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamQuery_ptsz] = 1,
     [FGR_OP_cuEventQuery] = 1,
     [FGR_OP_cuEventSynchronize] = 1,
+    [FGR_OP_fgrArrayCopyWait] = 1,
+    [FGR_OP_fgrArrayRead] = 1,
     [FGR_OP_fgrStageUploadLast] = 1,
     [FGR_OP_fgrStageDownload] = 1,
     [FGR_OP_fgrStageDownloadWait] = 1,
@@ -4685,6 +4925,8 @@ const unsigned char fgr_op_waits[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamSynchronize] = 1,
     [FGR_OP_cuStreamSynchronize_ptsz] = 1,
     [FGR_OP_cuEventSynchronize] = 1,
+    [FGR_OP_fgrArrayCopyWait] = 1,
+    [FGR_OP_fgrArrayRead] = 1,
     [FGR_OP_fgrStageDownload] = 1,
     [FGR_OP_fgrHeapUploadWait] = 1,
     [FGR_OP_fgrHeapDownloadWait] = 1,
@@ -4898,6 +5140,20 @@ const struct fg_proc fgr_procs[] = {
     {"cuCtxDisablePeerAccess", "cuCtxDisablePeerAccess", 4000, 0, (void *)cuCtxDisablePeerAccess},
     {"cuCtxResetPersistingL2Cache", "cuCtxResetPersistingL2Cache", 11000, 0, (void *)cuCtxResetPersistingL2Cache},
     {"cuMemGetAccess", "cuMemGetAccess", 10020, 0, (void *)cuMemGetAccess},
+    {"cuArrayGetDescriptor", "cuArrayGetDescriptor_v2", 3020, 0, (void *)cuArrayGetDescriptor_v2},
+    {"cuArray3DGetDescriptor", "cuArray3DGetDescriptor_v2", 3020, 0, (void *)cuArray3DGetDescriptor_v2},
+    {"cuMipmappedArrayGetLevel", "cuMipmappedArrayGetLevel", 5000, 0, (void *)cuMipmappedArrayGetLevel},
+    {"cuTexObjectCreate", "cuTexObjectCreate", 5000, 0, (void *)cuTexObjectCreate},
+    {"cuTexObjectDestroy", "cuTexObjectDestroy", 5000, 0, (void *)cuTexObjectDestroy},
+    {"cuTexObjectGetResourceDesc", "cuTexObjectGetResourceDesc", 5000, 0, (void *)cuTexObjectGetResourceDesc},
+    {"cuTexObjectGetTextureDesc", "cuTexObjectGetTextureDesc", 5000, 0, (void *)cuTexObjectGetTextureDesc},
+    {"cuTexObjectGetResourceViewDesc", "cuTexObjectGetResourceViewDesc", 5000, 0, (void *)cuTexObjectGetResourceViewDesc},
+    {"cuSurfObjectCreate", "cuSurfObjectCreate", 5000, 0, (void *)cuSurfObjectCreate},
+    {"cuSurfObjectDestroy", "cuSurfObjectDestroy", 5000, 0, (void *)cuSurfObjectDestroy},
+    {"cuSurfObjectGetResourceDesc", "cuSurfObjectGetResourceDesc", 5000, 0, (void *)cuSurfObjectGetResourceDesc},
+    {"fgrArrayCopy", "fgrArrayCopy", 0, 0, (void *)fgrArrayCopy},
+    {"fgrArrayCopyWait", "fgrArrayCopyWait", 0, 0, (void *)fgrArrayCopyWait},
+    {"fgrArrayRead", "fgrArrayRead", 0, 0, (void *)fgrArrayRead},
     {"cuMemHostRegister", "cuMemHostRegister_v2", 6050, 0, (void *)cuMemHostRegister_v2},
     {"cuMemHostUnregister", "cuMemHostUnregister", 4000, 0, (void *)cuMemHostUnregister},
     {"cuMemHostGetDevicePointer", "cuMemHostGetDevicePointer_v2", 3020, 0, (void *)cuMemHostGetDevicePointer_v2},
