@@ -63,6 +63,17 @@ static int obj_room(void)
 
 static void obj_forget(struct obj *o) { *o = objs[--nobjs]; }
 
+/* Says the first object refused on this connection. */
+static CUresult refuse_object(const char *call, const char *param, unsigned long long v)
+{
+    static int said;
+    if (!said++)
+        fgr_logf("refusing %s: %s=0x%llx is not an object this connection made (error %d; further ones are not "
+                 "logged)",
+                 call, param, v, (int)CUDA_ERROR_INVALID_VALUE);
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
 /* The resource as the driver is to see it. */
 static CUresult resource_in(const char *call, CUDA_RESOURCE_DESC *r)
 {
@@ -141,7 +152,7 @@ static CUresult destroy(const char *call, unsigned long long v, int surface)
 {
     struct obj *o = obj_find(v, surface);
     if (!o)
-        return fgr_refuse(call, surface ? "surfObject" : "texObject", v, CUDA_ERROR_INVALID_VALUE);
+        return refuse_object(call, surface ? "surfObject" : "texObject", v);
     CUresult e = surface ? surf_destroy(v) : tex_destroy(v);
     if (e == CUDA_SUCCESS)
         obj_forget(o);
@@ -154,7 +165,7 @@ static CUresult surf_destroy_own(CUsurfObject v) { return destroy("cuSurfObjectD
 static CUresult tex_res_own(CUDA_RESOURCE_DESC *out, CUtexObject v)
 {
     if (!obj_find(v, 0))
-        return fgr_refuse("cuTexObjectGetResourceDesc", "texObject", v, CUDA_ERROR_INVALID_VALUE);
+        return refuse_object("cuTexObjectGetResourceDesc", "texObject", v);
     CUresult e = tex_res(out, v);
     if (e == CUDA_SUCCESS && out)
         resource_out(out);
@@ -164,7 +175,7 @@ static CUresult tex_res_own(CUDA_RESOURCE_DESC *out, CUtexObject v)
 static CUresult surf_res_own(CUDA_RESOURCE_DESC *out, CUsurfObject v)
 {
     if (!obj_find(v, 1))
-        return fgr_refuse("cuSurfObjectGetResourceDesc", "surfObject", v, CUDA_ERROR_INVALID_VALUE);
+        return refuse_object("cuSurfObjectGetResourceDesc", "surfObject", v);
     CUresult e = surf_res(out, v);
     if (e == CUDA_SUCCESS && out)
         resource_out(out);
@@ -174,14 +185,14 @@ static CUresult surf_res_own(CUDA_RESOURCE_DESC *out, CUsurfObject v)
 static CUresult tex_desc_own(CUDA_TEXTURE_DESC *out, CUtexObject v)
 {
     if (!obj_find(v, 0))
-        return fgr_refuse("cuTexObjectGetTextureDesc", "texObject", v, CUDA_ERROR_INVALID_VALUE);
+        return refuse_object("cuTexObjectGetTextureDesc", "texObject", v);
     return tex_desc(out, v);
 }
 
 static CUresult tex_view_own(CUDA_RESOURCE_VIEW_DESC *out, CUtexObject v)
 {
     if (!obj_find(v, 0))
-        return fgr_refuse("cuTexObjectGetResourceViewDesc", "texObject", v, CUDA_ERROR_INVALID_VALUE);
+        return refuse_object("cuTexObjectGetResourceViewDesc", "texObject", v);
     return tex_view(out, v);
 }
 
@@ -294,18 +305,23 @@ static CUresult array_copy_check(const char *call, CUDA_MEMCPY3D *q, const void 
     return CUDA_SUCCESS;
 }
 
-static CUresult array_copy(const CUDA_MEMCPY3D *p, const void *src, size_t n, CUstream s)
+static CUresult array_copy_as(const char *call, const CUDA_MEMCPY3D *p, const void *src, size_t n, CUstream s)
 {
     if (!p)
         return CUDA_ERROR_INVALID_VALUE;
     CUDA_MEMCPY3D q = *p;
-    CUresult r = array_copy_check("fgrArrayCopy", &q, n ? src : NULL, NULL, n);
+    CUresult r = array_copy_check(call, &q, n ? src : NULL, NULL, n);
     return r ? r : copy3d(&q, s);
+}
+
+static CUresult array_copy(const CUDA_MEMCPY3D *p, const void *src, size_t n, CUstream s)
+{
+    return array_copy_as("fgrArrayCopy", p, src, n, s);
 }
 
 static CUresult array_copy_wait(const CUDA_MEMCPY3D *p, const void *src, size_t n, CUstream s)
 {
-    CUresult r = array_copy(p, src, n, s);
+    CUresult r = array_copy_as("fgrArrayCopyWait", p, src, n, s);
     return r ? r : stream_sync(s);
 }
 

@@ -7,8 +7,10 @@
  *   arrays hold         makes an array and a texture object, prints their
  *                       values, and keeps them until stdin closes: then
  *                       says whether they still work
- *   arrays use A T      uses array A and texture object T (another
- *                       process's), then shows its own copies still work */
+ *   arrays use A T WHAT tries WHAT (copy, desc, texdesc, texdestroy, texon:
+ *                       with array A or texture object T, another
+ *                       process's; past: a copy past its own array's end),
+ *                       then shows its own copies still work */
 #include "common.h"
 
 #include <stdint.h>
@@ -106,35 +108,47 @@ static int hold(void)
     return r1 || r2;
 }
 
-static int use(const char *as, const char *ts)
+/* One thing a hostile program tries (each on a connection of its own, so
+ * that the server says each refusal), then its own copies. */
+static int use(const char *as, const char *ts, const char *what)
 {
     primary_context();
     CUarray theirs = (CUarray)(uintptr_t)strtoull(as, NULL, 16);
     CUtexObject t = strtoull(ts, NULL, 16);
-    unsigned char img[16 * 64];
+    unsigned char img[16 * 64], back[16 * 64];
     fill(img, sizeof img, 2);
+    CUarray a = make3(16, 16, 0, CU_AD_FORMAT_UNSIGNED_INT8, 4, 0);
     CUDA_MEMCPY3D c = c3(64, 16, 1);
     host_src(&c, img, 64, 16), arr_dst(&c, theirs);
-    printf("use: copy into theirs %s\n", result_name(cuMemcpy3D_v2(&c)));
-    CUDA_ARRAY3D_DESCRIPTOR d;
-    printf("use: their descriptor %s\n", result_name(cuArray3DGetDescriptor_v2(&d, theirs)));
     CUDA_RESOURCE_DESC rd;
-    printf("use: their texture's resource %s\n", result_name(cuTexObjectGetResourceDesc(&rd, t)));
-    printf("use: destroy their texture %s\n", result_name(cuTexObjectDestroy(t)));
-    memset(&rd, 0, sizeof rd);
-    rd.resType = CU_RESOURCE_TYPE_ARRAY, rd.res.array.hArray = theirs;
-    CUDA_TEXTURE_DESC td;
-    memset(&td, 0, sizeof td);
-    CUtexObject mine;
-    printf("use: texture on their array %s\n", result_name(cuTexObjectCreate(&mine, &rd, &td, NULL)));
-    /* a copy past its own array's end, then one that fits */
-    CUarray a = make3(16, 16, 0, CU_AD_FORMAT_UNSIGNED_INT8, 4, 0);
+    CUDA_ARRAY3D_DESCRIPTOR d;
+    CUresult r;
+    if (!strcmp(what, "copy")) {
+        r = cuMemcpy3D_v2(&c);
+    } else if (!strcmp(what, "desc")) {
+        r = cuArray3DGetDescriptor_v2(&d, theirs);
+    } else if (!strcmp(what, "texdesc")) {
+        r = cuTexObjectGetResourceDesc(&rd, t);
+    } else if (!strcmp(what, "texdestroy")) {
+        r = cuTexObjectDestroy(t);
+    } else if (!strcmp(what, "texon")) {
+        memset(&rd, 0, sizeof rd);
+        rd.resType = CU_RESOURCE_TYPE_ARRAY, rd.res.array.hArray = theirs;
+        CUDA_TEXTURE_DESC td;
+        memset(&td, 0, sizeof td);
+        CUtexObject mine;
+        r = cuTexObjectCreate(&mine, &rd, &td, NULL);
+    } else if (!strcmp(what, "past")) {
+        /* its own array, one row past its end */
+        c.dstArray = a, c.dstY = 1;
+        r = cuMemcpy3D_v2(&c);
+    } else {
+        fprintf(stderr, "arrays: no such use %s\n", what);
+        return 2;
+    }
+    printf("use %s: %s\n", what, result_name(r));
     c = c3(64, 16, 1);
     host_src(&c, img, 64, 16), arr_dst(&c, a);
-    c.dstY = 1;
-    printf("use: copy past the end %s\n", result_name(cuMemcpy3D_v2(&c)));
-    c.dstY = 0;
-    unsigned char back[16 * 64];
     CHECK(cuMemcpy3D_v2(&c));
     CUDA_MEMCPY3D b = c3(64, 16, 1);
     arr_src(&b, a), host_dst(&b, back, 64, 16);
@@ -147,8 +161,8 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "hold"))
         return hold();
-    if (argc > 3 && !strcmp(argv[1], "use"))
-        return use(argv[2], argv[3]);
+    if (argc > 4 && !strcmp(argv[1], "use"))
+        return use(argv[2], argv[3], argv[4]);
     primary_context();
     CUstream st;
     CHECK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
