@@ -1270,6 +1270,40 @@ SIM_EXPORT CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *c) { SIM_GA
 SIM_EXPORT CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *c, CUstream s) { SIM_GATE(); return copy2d(c, s, ASYNC, 0); }
 SIM_EXPORT CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *c, CUstream s) { SIM_GATE(); return copy2d(c, s, ASYNC, 1); }
 
+/* A copy with a 1D array: one row at the offset, in bytes. */
+static CUresult row1d(CUmemorytype st, const void *sh, CUdeviceptr sd, CUarray sa, size_t so, CUmemorytype dt, void *dh,
+                      CUdeviceptr dd, CUarray da, size_t doff, size_t n, CUstream s, int async, int pt)
+{
+    CUDA_MEMCPY3D q = {.srcXInBytes = so, .srcMemoryType = st, .srcHost = sh, .srcDevice = sd, .srcArray = sa,
+                       .srcPitch = n, .srcHeight = 1, .dstXInBytes = doff, .dstMemoryType = dt, .dstHost = dh,
+                       .dstDevice = dd, .dstArray = da, .dstPitch = n, .dstHeight = 1, .WidthInBytes = n,
+                       .Height = 1, .Depth = 1};
+    if (st != CU_MEMORYTYPE_ARRAY)
+        q.srcXInBytes = 0;
+    if (dt != CU_MEMORYTYPE_ARRAY)
+        q.dstXInBytes = 0;
+    return copy3d(&q, s, async, pt);
+}
+#define H_ CU_MEMORYTYPE_HOST
+#define D_ CU_MEMORYTYPE_DEVICE
+#define A_ CU_MEMORYTYPE_ARRAY
+SIM_EXPORT CUresult cuMemcpyHtoA_v2(CUarray a, size_t o, const void *h, size_t n) { SIM_GATE(); return row1d(H_, h, 0, NULL, 0, A_, NULL, 0, a, o, n, NULL, SYNC, 0); }
+SIM_EXPORT CUresult cuMemcpyHtoA_v2_ptds(CUarray a, size_t o, const void *h, size_t n) { SIM_GATE(); return row1d(H_, h, 0, NULL, 0, A_, NULL, 0, a, o, n, NULL, SYNC, 1); }
+SIM_EXPORT CUresult cuMemcpyAtoH_v2(void *h, CUarray a, size_t o, size_t n) { SIM_GATE(); return row1d(A_, NULL, 0, a, o, H_, h, 0, NULL, 0, n, NULL, SYNC, 0); }
+SIM_EXPORT CUresult cuMemcpyAtoH_v2_ptds(void *h, CUarray a, size_t o, size_t n) { SIM_GATE(); return row1d(A_, NULL, 0, a, o, H_, h, 0, NULL, 0, n, NULL, SYNC, 1); }
+SIM_EXPORT CUresult cuMemcpyDtoA_v2(CUarray a, size_t o, CUdeviceptr d, size_t n) { SIM_GATE(); return row1d(D_, NULL, d, NULL, 0, A_, NULL, 0, a, o, n, NULL, SYNC, 0); }
+SIM_EXPORT CUresult cuMemcpyDtoA_v2_ptds(CUarray a, size_t o, CUdeviceptr d, size_t n) { SIM_GATE(); return row1d(D_, NULL, d, NULL, 0, A_, NULL, 0, a, o, n, NULL, SYNC, 1); }
+SIM_EXPORT CUresult cuMemcpyAtoD_v2(CUdeviceptr d, CUarray a, size_t o, size_t n) { SIM_GATE(); return row1d(A_, NULL, 0, a, o, D_, NULL, d, NULL, 0, n, NULL, SYNC, 0); }
+SIM_EXPORT CUresult cuMemcpyAtoD_v2_ptds(CUdeviceptr d, CUarray a, size_t o, size_t n) { SIM_GATE(); return row1d(A_, NULL, 0, a, o, D_, NULL, d, NULL, 0, n, NULL, SYNC, 1); }
+SIM_EXPORT CUresult cuMemcpyAtoA_v2(CUarray da, size_t doff, CUarray sa, size_t so, size_t n) { SIM_GATE(); return row1d(A_, NULL, 0, sa, so, A_, NULL, 0, da, doff, n, NULL, SYNC, 0); }
+SIM_EXPORT CUresult cuMemcpyAtoA_v2_ptds(CUarray da, size_t doff, CUarray sa, size_t so, size_t n) { SIM_GATE(); return row1d(A_, NULL, 0, sa, so, A_, NULL, 0, da, doff, n, NULL, SYNC, 1); }
+SIM_EXPORT CUresult cuMemcpyHtoAAsync_v2(CUarray a, size_t o, const void *h, size_t n, CUstream s) { SIM_GATE(); return row1d(H_, h, 0, NULL, 0, A_, NULL, 0, a, o, n, s, ASYNC, 0); }
+SIM_EXPORT CUresult cuMemcpyHtoAAsync_v2_ptsz(CUarray a, size_t o, const void *h, size_t n, CUstream s) { SIM_GATE(); return row1d(H_, h, 0, NULL, 0, A_, NULL, 0, a, o, n, s, ASYNC, 1); }
+SIM_EXPORT CUresult cuMemcpyAtoHAsync_v2(void *h, CUarray a, size_t o, size_t n, CUstream s) { SIM_GATE(); return row1d(A_, NULL, 0, a, o, H_, h, 0, NULL, 0, n, s, ASYNC, 0); }
+SIM_EXPORT CUresult cuMemcpyAtoHAsync_v2_ptsz(void *h, CUarray a, size_t o, size_t n, CUstream s) { SIM_GATE(); return row1d(A_, NULL, 0, a, o, H_, h, 0, NULL, 0, n, s, ASYNC, 1); }
+#undef H_
+#undef D_
+#undef A_
 SIM_EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *c) { SIM_GATE(); return copy3d(c, NULL, SYNC, 0); }
 SIM_EXPORT CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *c) { SIM_GATE(); return copy3d(c, NULL, SYNC, 1); }
 SIM_EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *c, CUstream s) { SIM_GATE(); return copy3d(c, s, ASYNC, 0); }

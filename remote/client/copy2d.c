@@ -307,3 +307,89 @@ FGR_EXPORT CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *pCopy, CUstream
 {
     return copy3d(pCopy, (struct how){&per_thread, 1, hStream}, "cuMemcpy3DAsync");
 }
+
+/* A copy with a 1D array: one row, at the offset in bytes. */
+static CUresult row1d(CUmemorytype st, const void *sh, CUdeviceptr sd, CUarray sa, size_t so, CUmemorytype dt, void *dh,
+                      CUdeviceptr dd, CUarray da, size_t doff, size_t n, const struct copies *c, int async, CUstream s)
+{
+    CUDA_MEMCPY3D q = {.srcXInBytes = so, .srcMemoryType = st, .srcHost = sh, .srcDevice = sd, .srcArray = sa,
+                       .srcPitch = n, .srcHeight = 1, .dstXInBytes = doff, .dstMemoryType = dt, .dstHost = dh,
+                       .dstDevice = dd, .dstArray = da, .dstPitch = n, .dstHeight = 1, .WidthInBytes = n,
+                       .Height = 1, .Depth = 1};
+    if (st != CU_MEMORYTYPE_ARRAY)
+        q.srcXInBytes = 0;
+    if (dt != CU_MEMORYTYPE_ARRAY)
+        q.dstXInBytes = 0;
+    return array3d(&q, c, async, s);
+}
+
+#define HTOA(name, c, async)                                                                                   \
+    FGR_EXPORT CUresult name(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount)       \
+    {                                                                                                          \
+        return row1d(CU_MEMORYTYPE_HOST, srcHost, 0, NULL, 0, CU_MEMORYTYPE_ARRAY, NULL, 0, dstArray, dstOffset, \
+                     ByteCount, c, async, NULL);                                                               \
+    }
+HTOA(cuMemcpyHtoA_v2, &legacy, 0)
+HTOA(cuMemcpyHtoA_v2_ptds, &per_thread, 0)
+
+#define ATOH(name, c)                                                                                          \
+    FGR_EXPORT CUresult name(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount)             \
+    {                                                                                                          \
+        return row1d(CU_MEMORYTYPE_ARRAY, NULL, 0, srcArray, srcOffset, CU_MEMORYTYPE_HOST, dstHost, 0, NULL, 0, \
+                     ByteCount, c, 0, NULL);                                                                   \
+    }
+ATOH(cuMemcpyAtoH_v2, &legacy)
+ATOH(cuMemcpyAtoH_v2_ptds, &per_thread)
+
+#define DTOA(name, c)                                                                                             \
+    FGR_EXPORT CUresult name(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount)        \
+    {                                                                                                             \
+        return row1d(CU_MEMORYTYPE_DEVICE, NULL, srcDevice, NULL, 0, CU_MEMORYTYPE_ARRAY, NULL, 0, dstArray,       \
+                     dstOffset, ByteCount, c, 0, NULL);                                                           \
+    }
+DTOA(cuMemcpyDtoA_v2, &legacy)
+DTOA(cuMemcpyDtoA_v2_ptds, &per_thread)
+
+#define ATOD(name, c)                                                                                              \
+    FGR_EXPORT CUresult name(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount)         \
+    {                                                                                                              \
+        return row1d(CU_MEMORYTYPE_ARRAY, NULL, 0, srcArray, srcOffset, CU_MEMORYTYPE_DEVICE, NULL, dstDevice, NULL, \
+                     0, ByteCount, c, 0, NULL);                                                                    \
+    }
+ATOD(cuMemcpyAtoD_v2, &legacy)
+ATOD(cuMemcpyAtoD_v2_ptds, &per_thread)
+
+#define ATOA(name, c)                                                                                           \
+    FGR_EXPORT CUresult name(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset,           \
+                             size_t ByteCount)                                                                  \
+    {                                                                                                           \
+        return row1d(CU_MEMORYTYPE_ARRAY, NULL, 0, srcArray, srcOffset, CU_MEMORYTYPE_ARRAY, NULL, 0, dstArray, \
+                     dstOffset, ByteCount, c, 0, NULL);                                                         \
+    }
+ATOA(cuMemcpyAtoA_v2, &legacy)
+ATOA(cuMemcpyAtoA_v2_ptds, &per_thread)
+
+FGR_EXPORT CUresult cuMemcpyHtoAAsync_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount,
+                                         CUstream hStream)
+{
+    return row1d(CU_MEMORYTYPE_HOST, srcHost, 0, NULL, 0, CU_MEMORYTYPE_ARRAY, NULL, 0, dstArray, dstOffset, ByteCount,
+                 &legacy, 1, hStream);
+}
+FGR_EXPORT CUresult cuMemcpyHtoAAsync_v2_ptsz(CUarray dstArray, size_t dstOffset, const void *srcHost,
+                                              size_t ByteCount, CUstream hStream)
+{
+    return row1d(CU_MEMORYTYPE_HOST, srcHost, 0, NULL, 0, CU_MEMORYTYPE_ARRAY, NULL, 0, dstArray, dstOffset, ByteCount,
+                 &per_thread, 1, hStream);
+}
+FGR_EXPORT CUresult cuMemcpyAtoHAsync_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount,
+                                         CUstream hStream)
+{
+    return row1d(CU_MEMORYTYPE_ARRAY, NULL, 0, srcArray, srcOffset, CU_MEMORYTYPE_HOST, dstHost, 0, NULL, 0, ByteCount,
+                 &legacy, 1, hStream);
+}
+FGR_EXPORT CUresult cuMemcpyAtoHAsync_v2_ptsz(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount,
+                                              CUstream hStream)
+{
+    return row1d(CU_MEMORYTYPE_ARRAY, NULL, 0, srcArray, srcOffset, CU_MEMORYTYPE_HOST, dstHost, 0, NULL, 0, ByteCount,
+                 &per_thread, 1, hStream);
+}

@@ -28,6 +28,14 @@ CUresult cuTexObjectGetResourceViewDesc(CUDA_RESOURCE_VIEW_DESC *pResViewDesc, C
 CUresult cuSurfObjectCreate(CUsurfObject *pSurfObject, const CUDA_RESOURCE_DESC *pResDesc);
 CUresult cuSurfObjectDestroy(CUsurfObject surfObject);
 CUresult cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUsurfObject surfObject);
+CUresult cuMemcpyHtoA_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount);
+CUresult cuMemcpyAtoH_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount);
+CUresult cuMemcpyDtoA_v2(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount);
+CUresult cuMemcpyAtoD_v2(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount);
+CUresult cuMemcpyAtoA_v2(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount);
+CUresult cuMemcpyHtoAAsync_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount,
+                              CUstream hStream);
+CUresult cuMemcpyAtoHAsync_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream);
 
 static uint32_t fnv(const void *p, size_t n)
 {
@@ -189,6 +197,23 @@ int main(int argc, char **argv)
     CUDA_ARRAY_DESCRIPTOR dd;
     CHECK(cuArrayGetDescriptor_v2(&dd, a1));
     printf("1d: %zux%zu format %d channels %u\n", dd.Width, dd.Height, (int)dd.Format, dd.NumChannels);
+    /* the 1D array copies: host, device and another array */
+    CUarray a1b;
+    CHECK(cuArrayCreate_v2(&a1b, &d1));
+    CUdeviceptr d1d;
+    CHECK(cuMemAlloc_v2(&d1d, sizeof f));
+    CHECK(cuMemcpyHtoAAsync_v2(a1b, 0, f, sizeof f, st));
+    CHECK(cuMemcpyHtoA_v2(a1b, 16, f, 64));
+    CHECK(cuMemcpyAtoD_v2(d1d, a1b, 0, sizeof f));
+    CHECK(cuMemcpyDtoA_v2(a1, 0, d1d, sizeof f));
+    CHECK(cuMemcpyAtoA_v2(a1, 200, a1b, 0, 200));
+    memset(fb, 0, sizeof fb);
+    CHECK(cuMemcpyAtoH_v2(fb, a1, 0, 200));
+    CHECK(cuMemcpyAtoHAsync_v2(fb + 50, a1, 200, 200, st));
+    CHECK(cuStreamSynchronize(st));
+    printf("1d copies: hash %08x, past the end %s\n", fnv(fb, sizeof fb), result_name(cuMemcpyHtoA_v2(a1, 396, f, 8)));
+    CHECK(cuArrayDestroy(a1b));
+    CHECK(cuMemFree_v2(d1d));
 
     /* 2D: 64x32 uchar4 from a pitched host image; a sub-rectangle back */
     enum { W2 = 64, H2 = 32, EB2 = 4, HP = 300 };
