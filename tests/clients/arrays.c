@@ -214,6 +214,18 @@ int main(int argc, char **argv)
     printf("1d copies: hash %08x, past the end %s\n", fnv(fb, sizeof fb), result_name(cuMemcpyHtoA_v2(a1, 396, f, 8)));
     CHECK(cuArrayDestroy(a1b));
     CHECK(cuMemFree_v2(d1d));
+    /* a 1D array whose row is larger than a piece of a remote copy */
+    CUDA_ARRAY_DESCRIPTOR dw = {300000, 0, CU_AD_FORMAT_FLOAT, 1};
+    CUarray aw;
+    CHECK(cuArrayCreate_v2(&aw, &dw));
+    unsigned char *wide = malloc(1200000), *wideb = calloc(1, 1200000);
+    for (size_t i = 0; i < 1200000; i++) /* no period of a piece's size */
+        wide[i] = (unsigned char)(((uint32_t)i * 2654435761u) >> 13);
+    CHECK(cuMemcpyHtoA_v2(aw, 0, wide, 1200000));
+    CHECK(cuMemcpyAtoH_v2(wideb, aw, 4, 1199996));
+    printf("1d wide: %s\n", memcmp(wide + 4, wideb, 1199996) ? "differs" : "same");
+    CHECK(cuArrayDestroy(aw));
+    free(wide), free(wideb);
 
     /* 2D: 64x32 uchar4 from a pitched host image; a sub-rectangle back */
     enum { W2 = 64, H2 = 32, EB2 = 4, HP = 300 };

@@ -30,21 +30,25 @@ func TestRemoteArraysRefused(t *testing.T) {
 	if len(theirs) != 2 {
 		t.Fatalf("arrays hold printed %q", lines.Text())
 	}
-	for _, c := range []struct{ what, result, said string }{
-		{"copy", "CUDA_ERROR_INVALID_HANDLE", "refusing fgrArrayCopyWait: p->dstArray=0x" + theirs[0] + " is not a handle"},
-		{"desc", "CUDA_ERROR_INVALID_HANDLE", "refusing cuArray3DGetDescriptor_v2: hArray=0x" + theirs[0] + " is not a handle"},
-		{"texon", "CUDA_ERROR_INVALID_HANDLE", "refusing cuTexObjectCreate: pResDesc->res.array.hArray=0x" + theirs[0]},
-		{"texdesc", "CUDA_ERROR_INVALID_VALUE", "refusing cuTexObjectGetResourceDesc: texObject=0x" + theirs[1] + " is not an object this connection made"},
-		{"texdestroy", "CUDA_ERROR_INVALID_VALUE", "refusing cuTexObjectDestroy: texObject=0x" + theirs[1] + " is not an object this connection made"},
-		{"past", "CUDA_ERROR_INVALID_VALUE", "refusing fgrArrayCopyWait: the copy's extent lies outside its destination array"},
+	// a name no executor gave (one this connection's executor deciphers
+	// to nothing), and the other program's
+	forged := "5eed0000f00d"
+	for _, c := range []struct{ what, array, result, said string }{
+		{"copy", forged, "CUDA_ERROR_INVALID_HANDLE", "refusing fgrArrayCopyWait: p->dstArray=0x" + forged + " is not a handle"},
+		{"copy", theirs[0], "CUDA_ERROR_INVALID_HANDLE", "refusing fgrArrayCopyWait: p->dstArray=0x" + theirs[0] + " is not a handle"},
+		{"desc", theirs[0], "CUDA_ERROR_INVALID_HANDLE", "refusing cuArray3DGetDescriptor_v2: hArray=0x" + theirs[0] + " is not a handle"},
+		{"texon", theirs[0], "CUDA_ERROR_INVALID_HANDLE", "refusing cuTexObjectCreate: pResDesc->res.array.hArray=0x" + theirs[0]},
+		{"texdesc", theirs[0], "CUDA_ERROR_INVALID_VALUE", "refusing cuTexObjectGetResourceDesc: texObject=0x" + theirs[1] + " is not an object this connection made"},
+		{"texdestroy", theirs[0], "CUDA_ERROR_INVALID_VALUE", "refusing cuTexObjectDestroy: texObject=0x" + theirs[1] + " is not an object this connection made"},
+		{"past", theirs[0], "CUDA_ERROR_INVALID_VALUE", "refusing fgrArrayCopyWait: the copy's extent lies outside its destination array"},
 	} {
-		r := e.remote(s, "arrays", "use", theirs[0], theirs[1], c.what)
+		r := e.remote(s, "arrays", "use", c.array, theirs[1], c.what)
 		want := "use " + c.what + ": " + c.result + "\nuse: own array round trip ok\n"
 		if r.code != 0 || r.stdout != want {
-			t.Errorf("use %s: exit %d\n%s%s\nwant\n%s", c.what, r.code, r.stdout, r.stderr, want)
+			t.Errorf("use %s %s: exit %d\n%s%s\nwant\n%s", c.what, c.array, r.code, r.stdout, r.stderr, want)
 		}
 		if !strings.Contains(s.Log(), c.said) {
-			t.Errorf("use %s: the server did not say %q:\n%s", c.what, c.said, s.Log())
+			t.Errorf("use %s %s: the server did not say %q:\n%s", c.what, c.array, c.said, s.Log())
 		}
 	}
 	stdin.Close()
@@ -62,6 +66,7 @@ func TestArraysOnTheSimulatedGPU(t *testing.T) {
 	want := `1d: element 10.. read back same (5 29.5)
 1d: 100x0 format 32 channels 1
 1d copies: hash be197f25, past the end CUDA_ERROR_INVALID_VALUE
+1d wide: same
 2d: sub-rectangle same, hash df2d69e1
 2d: 64x32x0 format 1 channels 4 flags 2
 2d: through device memory and another array same
