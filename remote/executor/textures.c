@@ -311,6 +311,9 @@ static CUresult array_copy_as(const char *call, const CUDA_MEMCPY3D *p, const vo
         return CUDA_ERROR_INVALID_VALUE;
     CUDA_MEMCPY3D q = *p;
     CUresult r = array_copy_check(call, &q, n ? src : NULL, NULL, n);
+    /* into a graph being captured: bytes that outlive the request */
+    if (!r && q.srcMemoryType == CU_MEMORYTYPE_HOST && (r = fgr_captured_upload(&q.srcHost, n, s, 0)) != CUDA_SUCCESS)
+        return r;
     return r ? r : copy3d(&q, s);
 }
 
@@ -331,6 +334,8 @@ static CUresult array_read(void *dst, size_t n, const CUDA_MEMCPY3D *p, CUstream
         return CUDA_ERROR_INVALID_VALUE;
     CUDA_MEMCPY3D q = *p;
     CUresult r = array_copy_check("fgrArrayRead", &q, NULL, dst, n);
+    if (!r)
+        r = fgr_captured_download(s, 0, "fgrArrayRead");
     return r ? r : copy3d(&q, s);
 }
 
