@@ -122,9 +122,12 @@ int main()
     CHECK(cudaArrayGetInfo(&cd, &ext, &flags, a));
     std::printf("array: %d bits, %zux%zux%zu, flags %u\n", cd.x, ext.width, ext.height, ext.depth, flags);
 
-    // the deprecated whole-array copy, back through a 2D copy
+    // again on a stream, back through a 2D copy
     static float back[H][W];
-    CHECK(cudaMemcpyToArray(a, 0, 0, img, sizeof img, cudaMemcpyHostToDevice));
+    cudaStream_t st;
+    CHECK(cudaStreamCreate(&st));
+    CHECK(cudaMemcpy2DToArrayAsync(a, 0, 0, img, W * sizeof(float), W * sizeof(float), H, cudaMemcpyHostToDevice, st));
+    CHECK(cudaStreamSynchronize(st));
     CHECK(cudaMemcpy2DFromArray(back, W * sizeof(float), a, 0, 0, W * sizeof(float), H, cudaMemcpyDeviceToHost));
     std::printf("array round trip: %s\n", std::memcmp(back, img, sizeof img) ? "WRONG" : "ok");
 
@@ -206,7 +209,7 @@ int main()
     m.dstArray = va, m.extent = make_cudaExtent(X, Y, Z), m.kind = cudaMemcpyHostToDevice;
     CHECK(cudaMemcpy3D(&m));
     std::memset(&m, 0, sizeof m);
-    m.srcArray = va, m.srcPos = make_cudaPos(2 * sizeof(float), 4, 1);
+    m.srcArray = va, m.srcPos = make_cudaPos(2, 4, 1); // in elements of the array
     m.dstPtr = make_cudaPitchedPtr(box, 5 * sizeof(float), 5, 3);
     m.extent = make_cudaExtent(5, 3, 2), m.kind = cudaMemcpyDeviceToHost;
     CHECK(cudaMemcpy3D(&m));
