@@ -24,7 +24,7 @@ NVML_INC := $(shell $(GO) mod download github.com/NVIDIA/go-nvml >/dev/null 2>&1
 INCS     := -Iinclude -Iinclude/flexgv -I$(NVML_INC)
 
 SHIM_SRC := $(wildcard shim/*.c)
-SIM_SRC  := simgpu/state.c simgpu/core.c simgpu/memory.c simgpu/exec.c simgpu/capture.c simgpu/graph.c simgpu/exports.c simgpu/tensormap.c simgpu/hostfn.c simgpu/procs_gen.c
+SIM_SRC  := simgpu/state.c simgpu/core.c simgpu/memory.c simgpu/exec.c simgpu/capture.c simgpu/graph.c simgpu/exports.c simgpu/tensormap.c simgpu/hostfn.c simgpu/texture.c simgpu/procs_gen.c
 HDRS     := $(wildcard include/flexgv/*.h include/flexgv/*.def shim/*.h shim/*.inc simgpu/*.h)
 # The test clients (tests/clients), a line each so that additions merge.
 CLIENTS  :=
@@ -66,6 +66,7 @@ CLIENTS  += ckptctl
 CLIENTS  += families
 CLIENTS  += procnames
 CLIENTS  += managed
+CLIENTS  += arrays
 GO_SRC   := $(shell find cmd internal proto -name '*.go') go.mod go.sum
 
 .PHONY: all shim sim cli clients remote test demo clean gen-check FORCE
@@ -183,6 +184,7 @@ LCUDA_CLIENTS += ddprank
 LCUDA_CLIENTS += suspendee
 LCUDA_CLIENTS += ckptctl
 LCUDA_CLIENTS += managed
+LCUDA_CLIENTS += arrays
 $(addprefix $(BUILD)/tests/,$(LCUDA_CLIENTS)): $(BUILD)/tests/%: tests/clients/%.c tests/clients/common.h $(HDRS) $(BUILD)/sim/libcuda.so.1
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) $(INCS) -o $@ $< -L$(BUILD)/sim -lcuda -ldl -lpthread

@@ -180,117 +180,131 @@ enum fgr_op {
     FGR_OP_cuMemAdvise = 171,
     FGR_OP_cuMemRangeGetAttribute = 172,
     FGR_OP_cuMemGetAccess = 173,
-    FGR_OP_cuMemPoolSetAttribute = 174,
-    FGR_OP_cuDeviceSetMemPool = 175,
-    FGR_OP_cuMemGetAllocationPropertiesFromHandle = 176,
-    FGR_OP_cuModuleGetGlobal_v2 = 177,
-    FGR_OP_cuLibraryGetModule = 178,
-    FGR_OP_cuFuncGetParamInfo = 179,
-    FGR_OP_cuKernelGetParamInfo = 180,
-    FGR_OP_cuFuncGetModule = 181,
-    FGR_OP_cuKernelGetAttribute = 182,
-    FGR_OP_cuKernelSetAttribute = 183,
-    FGR_OP_cuLibraryGetGlobal = 184,
-    FGR_OP_cuLibraryGetKernelCount = 185,
-    FGR_OP_cuLibraryEnumerateKernels = 186,
-    FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessor = 187,
-    FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags = 188,
-    FGR_OP_cuOccupancyAvailableDynamicSMemPerBlock = 189,
-    FGR_OP_fgrOccupancyBlockSize = 190,
-    FGR_OP_cuPointerGetAttribute = 191,
-    FGR_OP_cuModuleGetLoadingMode = 192,
-    FGR_OP_cuFuncSetCacheConfig = 193,
-    FGR_OP_cuKernelSetCacheConfig = 194,
-    FGR_OP_cuCtxGetCacheConfig = 195,
-    FGR_OP_cuCtxSetCacheConfig = 196,
-    FGR_OP_cuFuncSetSharedMemConfig = 197,
-    FGR_OP_cuCtxGetSharedMemConfig = 198,
-    FGR_OP_cuCtxSetSharedMemConfig = 199,
-    FGR_OP_cuDeviceGetP2PAttribute = 200,
-    FGR_OP_cuDeviceGetTexture1DLinearMaxWidth = 201,
-    FGR_OP_cuLibraryGetManaged = 202,
-    FGR_OP_cuMemGetDefaultMemPool = 203,
-    FGR_OP_cuMemGetMemPool = 204,
-    FGR_OP_cuStreamGetAttribute = 205,
-    FGR_OP_cuStreamGetAttribute_ptsz = 206,
-    FGR_OP_cuStreamSetAttribute = 207,
-    FGR_OP_cuStreamSetAttribute_ptsz = 208,
-    FGR_OP_fgrNvmlUtilization = 209,
-    FGR_OP_fgrNvmlDriverVersion = 210,
-    FGR_OP_fgrNvmlOwnMemory = 211,
-    FGR_OP_fgrNvmlP2PStatus = 212,
-    FGR_OP_fgrParamSizes = 213,
-    FGR_OP_fgrHostMapped = 214,
-    FGR_OP_fgrHostMappedFree = 215,
-    FGR_OP_fgrHostWrite = 216,
-    FGR_OP_fgrHostReadMany = 217,
-    FGR_OP_fgrHostSums = 218,
-    FGR_OP_fgrArenaReserve = 219,
-    FGR_OP_fgrArenaMap = 220,
-    FGR_OP_fgrArenaNote = 221,
-    FGR_OP_fgrArenaFree = 222,
-    FGR_OP_fgrHostFn = 223,
-    FGR_OP_fgrStageUpload = 224,
-    FGR_OP_fgrStageUploadLast = 225,
-    FGR_OP_fgrStageWait = 226,
-    FGR_OP_fgrStageDownload = 227,
-    FGR_OP_fgrStageDownloadAhead = 228,
-    FGR_OP_fgrStageDownloadWait = 229,
-    FGR_OP_fgrHeapRegister = 230,
-    FGR_OP_fgrHeapUnregister = 231,
-    FGR_OP_fgrHeapUpload = 232,
-    FGR_OP_fgrHeapUploadWait = 233,
-    FGR_OP_fgrHeapDownload = 234,
-    FGR_OP_fgrHeapDownloadWait = 235,
-    FGR_OP_fgrWaitTickets = 236,
-    FGR_OP_fgrNudge = 237,
-    FGR_OP_cuOccupancyMaxActiveClusters = 238,
-    FGR_OP_cuOccupancyMaxPotentialClusterSize = 239,
-    FGR_OP_cuCtxGetLimit = 240,
-    FGR_OP_cuTensorMapEncodeTiled = 241,
-    FGR_OP_cuTensorMapEncodeIm2col = 242,
-    FGR_OP_cuTensorMapReplaceAddress = 243,
-    FGR_OP_cuKernelGetLibrary = 244,
-    FGR_OP_cuStreamGetCaptureInfo_v2 = 245,
-    FGR_OP_cuStreamGetCaptureInfo_v2_ptsz = 246,
-    FGR_OP_cuStreamGetCaptureInfo_v3 = 247,
-    FGR_OP_cuStreamGetCaptureInfo_v3_ptsz = 248,
-    FGR_OP_cuStreamGetPriority = 249,
-    FGR_OP_cuStreamGetPriority_ptsz = 250,
-    FGR_OP_cuStreamGetFlags = 251,
-    FGR_OP_cuStreamGetFlags_ptsz = 252,
-    FGR_OP_cuStreamGetCtx = 253,
-    FGR_OP_cuStreamGetCtx_ptsz = 254,
-    FGR_OP_cuStreamGetCtx_v2 = 255,
-    FGR_OP_cuStreamGetCtx_v2_ptsz = 256,
-    FGR_OP_cuStreamGetId = 257,
-    FGR_OP_cuStreamGetId_ptsz = 258,
-    FGR_OP_cuStreamCopyAttributes = 259,
-    FGR_OP_cuStreamCopyAttributes_ptsz = 260,
-    FGR_OP_cuStreamAttachMemAsync = 261,
-    FGR_OP_cuStreamAttachMemAsync_ptsz = 262,
-    FGR_OP_cuGraphClone = 263,
-    FGR_OP_cuGraphDestroyNode = 264,
-    FGR_OP_cuGraphAddEmptyNode = 265,
-    FGR_OP_cuGraphAddEventRecordNode = 266,
-    FGR_OP_cuGraphAddEventWaitNode = 267,
-    FGR_OP_cuGraphGetRootNodes = 268,
-    FGR_OP_cuGraphExecGetFlags = 269,
-    FGR_OP_cuGraphAddChildGraphNode = 270,
-    FGR_OP_xt_ctx = 271,
-    FGR_OP_xt_ctx_39 = 272,
-    FGR_OP_xt_ctx_51 = 273,
-    FGR_OP_xt_simA = 274,
-    FGR_OP_xt_simA_1 = 275,
-    FGR_OP_xt_simA_2 = 276,
-    FGR_OP_xt_simA_7 = 277,
-    FGR_OP_xt_simB = 278,
-    FGR_OP_xt_simB_1 = 279,
-    FGR_OP_xt_simB_2 = 280,
-    FGR_NUM_OPS = 281
+    FGR_OP_cuArrayGetDescriptor_v2 = 174,
+    FGR_OP_cuArray3DGetDescriptor_v2 = 175,
+    FGR_OP_cuMipmappedArrayGetLevel = 176,
+    FGR_OP_cuTexObjectCreate = 177,
+    FGR_OP_cuTexObjectDestroy = 178,
+    FGR_OP_cuTexObjectGetResourceDesc = 179,
+    FGR_OP_cuTexObjectGetTextureDesc = 180,
+    FGR_OP_cuTexObjectGetResourceViewDesc = 181,
+    FGR_OP_cuSurfObjectCreate = 182,
+    FGR_OP_cuSurfObjectDestroy = 183,
+    FGR_OP_cuSurfObjectGetResourceDesc = 184,
+    FGR_OP_fgrArrayCopy = 185,
+    FGR_OP_fgrArrayCopyWait = 186,
+    FGR_OP_fgrArrayRead = 187,
+    FGR_OP_cuMemPoolSetAttribute = 188,
+    FGR_OP_cuDeviceSetMemPool = 189,
+    FGR_OP_cuMemGetAllocationPropertiesFromHandle = 190,
+    FGR_OP_cuModuleGetGlobal_v2 = 191,
+    FGR_OP_cuLibraryGetModule = 192,
+    FGR_OP_cuFuncGetParamInfo = 193,
+    FGR_OP_cuKernelGetParamInfo = 194,
+    FGR_OP_cuFuncGetModule = 195,
+    FGR_OP_cuKernelGetAttribute = 196,
+    FGR_OP_cuKernelSetAttribute = 197,
+    FGR_OP_cuLibraryGetGlobal = 198,
+    FGR_OP_cuLibraryGetKernelCount = 199,
+    FGR_OP_cuLibraryEnumerateKernels = 200,
+    FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessor = 201,
+    FGR_OP_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags = 202,
+    FGR_OP_cuOccupancyAvailableDynamicSMemPerBlock = 203,
+    FGR_OP_fgrOccupancyBlockSize = 204,
+    FGR_OP_cuPointerGetAttribute = 205,
+    FGR_OP_cuModuleGetLoadingMode = 206,
+    FGR_OP_cuFuncSetCacheConfig = 207,
+    FGR_OP_cuKernelSetCacheConfig = 208,
+    FGR_OP_cuCtxGetCacheConfig = 209,
+    FGR_OP_cuCtxSetCacheConfig = 210,
+    FGR_OP_cuFuncSetSharedMemConfig = 211,
+    FGR_OP_cuCtxGetSharedMemConfig = 212,
+    FGR_OP_cuCtxSetSharedMemConfig = 213,
+    FGR_OP_cuDeviceGetP2PAttribute = 214,
+    FGR_OP_cuDeviceGetTexture1DLinearMaxWidth = 215,
+    FGR_OP_cuLibraryGetManaged = 216,
+    FGR_OP_cuMemGetDefaultMemPool = 217,
+    FGR_OP_cuMemGetMemPool = 218,
+    FGR_OP_cuStreamGetAttribute = 219,
+    FGR_OP_cuStreamGetAttribute_ptsz = 220,
+    FGR_OP_cuStreamSetAttribute = 221,
+    FGR_OP_cuStreamSetAttribute_ptsz = 222,
+    FGR_OP_fgrNvmlUtilization = 223,
+    FGR_OP_fgrNvmlDriverVersion = 224,
+    FGR_OP_fgrNvmlOwnMemory = 225,
+    FGR_OP_fgrNvmlP2PStatus = 226,
+    FGR_OP_fgrParamSizes = 227,
+    FGR_OP_fgrHostMapped = 228,
+    FGR_OP_fgrHostMappedFree = 229,
+    FGR_OP_fgrHostWrite = 230,
+    FGR_OP_fgrHostReadMany = 231,
+    FGR_OP_fgrHostSums = 232,
+    FGR_OP_fgrArenaReserve = 233,
+    FGR_OP_fgrArenaMap = 234,
+    FGR_OP_fgrArenaNote = 235,
+    FGR_OP_fgrArenaFree = 236,
+    FGR_OP_fgrHostFn = 237,
+    FGR_OP_fgrStageUpload = 238,
+    FGR_OP_fgrStageUploadLast = 239,
+    FGR_OP_fgrStageWait = 240,
+    FGR_OP_fgrStageDownload = 241,
+    FGR_OP_fgrStageDownloadAhead = 242,
+    FGR_OP_fgrStageDownloadWait = 243,
+    FGR_OP_fgrHeapRegister = 244,
+    FGR_OP_fgrHeapUnregister = 245,
+    FGR_OP_fgrHeapUpload = 246,
+    FGR_OP_fgrHeapUploadWait = 247,
+    FGR_OP_fgrHeapDownload = 248,
+    FGR_OP_fgrHeapDownloadWait = 249,
+    FGR_OP_fgrWaitTickets = 250,
+    FGR_OP_fgrNudge = 251,
+    FGR_OP_cuOccupancyMaxActiveClusters = 252,
+    FGR_OP_cuOccupancyMaxPotentialClusterSize = 253,
+    FGR_OP_cuCtxGetLimit = 254,
+    FGR_OP_cuTensorMapEncodeTiled = 255,
+    FGR_OP_cuTensorMapEncodeIm2col = 256,
+    FGR_OP_cuTensorMapReplaceAddress = 257,
+    FGR_OP_cuKernelGetLibrary = 258,
+    FGR_OP_cuStreamGetCaptureInfo_v2 = 259,
+    FGR_OP_cuStreamGetCaptureInfo_v2_ptsz = 260,
+    FGR_OP_cuStreamGetCaptureInfo_v3 = 261,
+    FGR_OP_cuStreamGetCaptureInfo_v3_ptsz = 262,
+    FGR_OP_cuStreamGetPriority = 263,
+    FGR_OP_cuStreamGetPriority_ptsz = 264,
+    FGR_OP_cuStreamGetFlags = 265,
+    FGR_OP_cuStreamGetFlags_ptsz = 266,
+    FGR_OP_cuStreamGetCtx = 267,
+    FGR_OP_cuStreamGetCtx_ptsz = 268,
+    FGR_OP_cuStreamGetCtx_v2 = 269,
+    FGR_OP_cuStreamGetCtx_v2_ptsz = 270,
+    FGR_OP_cuStreamGetId = 271,
+    FGR_OP_cuStreamGetId_ptsz = 272,
+    FGR_OP_cuStreamCopyAttributes = 273,
+    FGR_OP_cuStreamCopyAttributes_ptsz = 274,
+    FGR_OP_cuStreamAttachMemAsync = 275,
+    FGR_OP_cuStreamAttachMemAsync_ptsz = 276,
+    FGR_OP_cuGraphClone = 277,
+    FGR_OP_cuGraphDestroyNode = 278,
+    FGR_OP_cuGraphAddEmptyNode = 279,
+    FGR_OP_cuGraphAddEventRecordNode = 280,
+    FGR_OP_cuGraphAddEventWaitNode = 281,
+    FGR_OP_cuGraphGetRootNodes = 282,
+    FGR_OP_cuGraphExecGetFlags = 283,
+    FGR_OP_cuGraphAddChildGraphNode = 284,
+    FGR_OP_xt_ctx = 285,
+    FGR_OP_xt_ctx_39 = 286,
+    FGR_OP_xt_ctx_51 = 287,
+    FGR_OP_xt_simA = 288,
+    FGR_OP_xt_simA_1 = 289,
+    FGR_OP_xt_simA_2 = 290,
+    FGR_OP_xt_simA_7 = 291,
+    FGR_OP_xt_simB = 292,
+    FGR_OP_xt_simB_1 = 293,
+    FGR_OP_xt_simB_2 = 294,
+    FGR_NUM_OPS = 295
 };
 
-#define FGR_OPS_HASH 0x31dcb8209a7563e0ULL
+#define FGR_OPS_HASH 0xe881be8d7622c1e7ULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
@@ -317,6 +331,20 @@ CUresult cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice, C
 CUresult cuMemRangeGetAttribute(void *data, size_t dataSize, CUmem_range_attribute attribute, CUdeviceptr devPtr, size_t count);
 CUresult cuMemRangeGetAttributes(void **data, size_t *dataSizes, CUmem_range_attribute *attributes, size_t numAttributes, CUdeviceptr devPtr, size_t count);
 CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr);
+CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor, CUarray hArray);
+CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor, CUarray hArray);
+CUresult cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedArray hMipmappedArray, unsigned int level);
+CUresult cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RESOURCE_DESC *pResDesc, const CUDA_TEXTURE_DESC *pTexDesc, const CUDA_RESOURCE_VIEW_DESC *pResViewDesc);
+CUresult cuTexObjectDestroy(CUtexObject texObject);
+CUresult cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUtexObject texObject);
+CUresult cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC *pTexDesc, CUtexObject texObject);
+CUresult cuTexObjectGetResourceViewDesc(CUDA_RESOURCE_VIEW_DESC *pResViewDesc, CUtexObject texObject);
+CUresult cuSurfObjectCreate(CUsurfObject *pSurfObject, const CUDA_RESOURCE_DESC *pResDesc);
+CUresult cuSurfObjectDestroy(CUsurfObject surfObject);
+CUresult cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUsurfObject surfObject);
+CUresult fgrArrayCopy(const CUDA_MEMCPY3D *p, const void *src, size_t n, CUstream hStream);
+CUresult fgrArrayCopyWait(const CUDA_MEMCPY3D *p, const void *src, size_t n, CUstream hStream);
+CUresult fgrArrayRead(void *dst, size_t n, const CUDA_MEMCPY3D *p, CUstream hStream);
 CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags);
 CUresult cuMemHostUnregister(void *p);
 CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags);
@@ -358,10 +386,6 @@ CUresult cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CUstreamAtt
 CUresult cuStreamGetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out);
 CUresult cuStreamSetAttribute(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value);
 CUresult cuStreamSetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value);
-CUresult cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RESOURCE_DESC *pResDesc, const CUDA_TEXTURE_DESC *pTexDesc, const CUDA_RESOURCE_VIEW_DESC *pResViewDesc);
-CUresult cuTexObjectDestroy(CUtexObject texObject);
-CUresult cuSurfObjectCreate(CUsurfObject *pSurfObject, const CUDA_RESOURCE_DESC *pResDesc);
-CUresult cuSurfObjectDestroy(CUsurfObject surfObject);
 CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType handleType, unsigned long long flags);
 CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle, CUmemAllocationHandleType shHandleType);
 CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr);
@@ -410,6 +434,20 @@ CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tens
 CUresult cuTensorMapEncodeIm2col(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const int *pixelBoxLowerCorner, const int *pixelBoxUpperCorner, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill);
 CUresult cuTensorMapReplaceAddress(CUtensorMap *tensorMap, void *globalAddress);
 CUresult cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel);
+CUresult cuMemcpyHtoA_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount);
+CUresult cuMemcpyHtoA_v2_ptds(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount);
+CUresult cuMemcpyAtoH_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount);
+CUresult cuMemcpyAtoH_v2_ptds(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount);
+CUresult cuMemcpyDtoA_v2(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount);
+CUresult cuMemcpyDtoA_v2_ptds(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount);
+CUresult cuMemcpyAtoD_v2(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount);
+CUresult cuMemcpyAtoD_v2_ptds(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount);
+CUresult cuMemcpyAtoA_v2(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount);
+CUresult cuMemcpyAtoA_v2_ptds(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount);
+CUresult cuMemcpyHtoAAsync_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream);
+CUresult cuMemcpyHtoAAsync_v2_ptsz(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream);
+CUresult cuMemcpyAtoHAsync_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream);
+CUresult cuMemcpyAtoHAsync_v2_ptsz(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream);
 CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out);
 CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out);
 CUresult cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out);

@@ -5,7 +5,8 @@
 # unix://, shm:// and loopback tcp://, with a time limit, whose outputs must
 # be the same (NAME for ONLY in brackets): examples/vectoradd built with
 # static and with shared cudart (vectoradd-static, vectoradd-shared), 2D
-# copies (memcpy2d), host functions and stream callbacks (hostfunc; and
+# copies (memcpy2d), CUDA arrays, textures and surfaces read by kernels
+# (textures), host functions and stream callbacks (hostfunc; and
 # over shm:// alone, where they run as on a GPU: hostfunc_async), a
 # thread's wait that another thread's copy ends (waiters), copies under
 # unified addressing (uva), copies of the program's memory captured into
@@ -157,6 +158,7 @@ cu() {
     fi
 }
 cu memcpy2d scripts/gpu/memcpy2d.cu
+cu textures scripts/gpu/textures.cu
 cu hostfunc scripts/gpu/hostfunc.cu
 OVER=shm cu hostfunc_async scripts/gpu/hostfunc_async.cu
 cu waiters scripts/gpu/waiters.cu

@@ -124,6 +124,8 @@ static void *backing(size_t size)
     return p == MAP_FAILED ? NULL : p;
 }
 
+void sim_array_free(void *a);
+
 static void release_alloc(struct alloc *a)
 {
     switch (a->kind) {
@@ -141,7 +143,7 @@ static void release_alloc(struct alloc *a)
         break;
     }
     if (a->kind == K_ARRAY)
-        free((void *)a->base);
+        sim_array_free((void *)a->base);
     else if (a->kind != K_REGISTERED) /* the program's own memory */
         munmap((void *)a->base, a->size);
 }
@@ -1003,42 +1005,204 @@ SIM_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAcce
 
 /* ---- arrays ---- */
 
+/* An array keeps its layout and its texels (rows of Width elements,
+ * max(Height,1) rows a slice, max(Depth,1) slices: layers for a layered or
+ * cubemap one). A mipmapped array holds one such array per level, which
+ * cuMipmappedArrayGetLevel hands out and which go with it. Every live one
+ * is on the list `arrays` (under sim_mem_lock), so a handle is known before
+ * it is used. */
 struct sim_array {
     uint32_t magic;
     int dev;
     size_t bytes;
+    CUDA_ARRAY3D_DESCRIPTOR d;
+    size_t eb; /* element bytes */
+    unsigned char *data; /* NULL for a mipmapped array */
+    unsigned levels;      /* a mipmapped array's; 0 for an array */
+    struct sim_array **level;
+    struct sim_array *next;
 };
+static struct sim_array *arrays;
 
-static CUresult array_create(void **out, size_t w, size_t h, size_t d, CUarray_format f, unsigned ch, unsigned levels)
+static void array_link(struct sim_array *a)
+{
+    a->next = arrays;
+    arrays = a;
+}
+
+static void array_unlink(struct sim_array *a)
+{
+    for (struct sim_array **p = &arrays; *p; p = &(*p)->next)
+        if (*p == a) {
+            *p = a->next;
+            return;
+        }
+}
+
+static void array_free(struct sim_array *a);
+void sim_array_free(void *a) { array_free(a); }
+
+static void array_free(struct sim_array *a)
+{
+    for (unsigned l = 0; l < a->levels; l++)
+        if (a->level && a->level[l]) {
+            array_unlink(a->level[l]);
+            free(a->level[l]->data);
+            free(a->level[l]);
+        }
+    array_unlink(a);
+    free(a->level);
+    free(a->data);
+    free(a);
+}
+
+/* The live array (mip: a mipmapped one) h names, NULL if none; the caller
+ * holds sim_mem_lock. */
+static struct sim_array *array_find(const void *h, int mip)
+{
+    for (struct sim_array *a = arrays; a; a = a->next)
+        if (a == h)
+            return (a->levels > 0) == mip ? a : NULL;
+    return NULL;
+}
+
+int sim_array_known(const void *h, int mip, unsigned *flags)
+{
+    pthread_mutex_lock(&sim_mem_lock);
+    struct sim_array *a = array_find(h, mip);
+    if (a && flags)
+        *flags = a->d.Flags;
+    pthread_mutex_unlock(&sim_mem_lock);
+    return a != NULL;
+}
+
+/* Whether the layout is one the driver makes: a known format, 1, 2 or 4
+ * channels; a 1D array has no depth; a layered one at least one layer; a
+ * cubemap square faces and 6 layers (a multiple of 6 when layered). */
+static int layout_ok(const CUDA_ARRAY3D_DESCRIPTOR *d)
+{
+    unsigned known = CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_SURFACE_LDST | CUDA_ARRAY3D_CUBEMAP | CUDA_ARRAY3D_TEXTURE_GATHER;
+    if (!d->Width || !fg_format_bytes(d->Format) || (d->NumChannels != 1 && d->NumChannels != 2 && d->NumChannels != 4) ||
+        (d->Flags & ~known))
+        return 0;
+    if (!d->Height && d->Depth && !(d->Flags & CUDA_ARRAY3D_LAYERED))
+        return 0;
+    if ((d->Flags & CUDA_ARRAY3D_LAYERED) && !d->Depth)
+        return 0;
+    if (d->Flags & CUDA_ARRAY3D_CUBEMAP) {
+        if (d->Width != d->Height || !d->Depth)
+            return 0;
+        if ((d->Flags & CUDA_ARRAY3D_LAYERED) ? d->Depth % 6 : d->Depth != 6)
+            return 0;
+    }
+    return 1;
+}
+
+static struct sim_array *array_new(const CUDA_ARRAY3D_DESCRIPTOR *d, int dev)
+{
+    struct sim_array *a = calloc(1, sizeof *a);
+    if (!a)
+        return NULL;
+    a->magic = ARRAY_MAGIC;
+    a->dev = dev;
+    a->d = *d;
+    a->eb = fg_format_bytes(d->Format) * d->NumChannels;
+    uint64_t n;
+    if (!fg_array_bytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels, 1, &n) ||
+        !(a->data = calloc(1, n ? n : 1))) {
+        free(a);
+        return NULL;
+    }
+    a->bytes = n;
+    return a;
+}
+
+static CUresult array_create(void **out, const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned levels, int mip)
 {
     struct sim_ctx *c;
     CUresult r = sim_check_ctx(&c);
     if (r)
         return r;
-    if (!out || !w || !fg_format_bytes(f) || (ch != 1 && ch != 2 && ch != 4) || !levels)
+    if (!out || !d || !layout_ok(d))
         return CUDA_ERROR_INVALID_VALUE;
+    int layered = (d->Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP)) != 0;
+    if (mip) {
+        /* at most one level per halving of the largest extent, the layers
+         * of a layered one apart */
+        size_t most = d->Width > d->Height ? d->Width : d->Height;
+        if (!layered && d->Depth > most)
+            most = d->Depth;
+        unsigned top = 1;
+        while (most >>= 1)
+            top++;
+        if (!levels || levels > top)
+            return CUDA_ERROR_INVALID_VALUE;
+    }
     uint64_t bytes;
-    if (!fg_array_bytes(w, h, d, f, ch, levels, &bytes))
+    if (!fg_array_bytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels, mip ? levels : 1, &bytes))
         return CUDA_ERROR_OUT_OF_MEMORY;
-    uint64_t charged = fg_drv_array(sim_drv(), bytes, !h && !d);
+    uint64_t charged = fg_drv_array(sim_drv(), bytes, !d->Height && !d->Depth);
     if (sim_mem_reserve(c->dev, charged) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    struct sim_array *a = calloc(1, sizeof *a);
+    struct sim_array *a = NULL;
+    if (mip) {
+        a = calloc(1, sizeof *a);
+        if (a) {
+            *a = (struct sim_array){.magic = ARRAY_MAGIC, .dev = c->dev, .d = *d, .levels = levels,
+                                    .eb = fg_format_bytes(d->Format) * d->NumChannels};
+            a->level = calloc(levels, sizeof *a->level);
+        }
+        CUDA_ARRAY3D_DESCRIPTOR ld = *d;
+        for (unsigned l = 0; a && a->level && l < levels; l++) {
+            if (!(a->level[l] = array_new(&ld, c->dev)))
+                break;
+            ld.Width = ld.Width > 1 ? ld.Width / 2 : 1;
+            ld.Height = ld.Height > 1 ? ld.Height / 2 : ld.Height;
+            if (!layered)
+                ld.Depth = ld.Depth > 1 ? ld.Depth / 2 : ld.Depth;
+        }
+        if (a && (!a->level || !a->level[levels - 1])) {
+            for (unsigned l = 0; a->level && l < levels; l++)
+                if (a->level[l])
+                    free(a->level[l]->data), free(a->level[l]);
+            free(a->level);
+            free(a);
+            a = NULL;
+        }
+    } else {
+        a = array_new(d, c->dev);
+    }
     pthread_mutex_lock(&sim_mem_lock);
     if (!a || registry_add((struct alloc){(uintptr_t)a, bytes, c->dev, K_ARRAY, c, NULL, NULL, charged, {0}}) != 0) {
         pthread_mutex_unlock(&sim_mem_lock);
-        free(a);
+        if (a) {
+            a->levels = mip ? levels : 0;
+            array_link(a);
+            array_free(a);
+        }
         sim_mem_release(c->dev, charged);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    a->bytes = bytes;
+    array_link(a);
+    for (unsigned l = 0; l < a->levels; l++)
+        array_link(a->level[l]);
     pthread_mutex_unlock(&sim_mem_lock);
-    *a = (struct sim_array){ARRAY_MAGIC, c->dev, bytes};
     *out = a;
     return CUDA_SUCCESS;
 }
 
-static CUresult array_destroy(void *h)
+static CUresult array_destroy(void *h, int mip)
 {
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    pthread_mutex_lock(&sim_mem_lock);
+    /* a level is its mipmapped array's to free, not the caller's */
+    struct sim_array *a = array_find(h, mip);
+    struct alloc *r = a ? registry_find((uintptr_t)a) : NULL;
+    pthread_mutex_unlock(&sim_mem_lock);
+    if (!r || r->base != (uintptr_t)a)
+        return CUDA_ERROR_INVALID_HANDLE;
     return release_at((uintptr_t)h, 1u << K_ARRAY, CUDA_ERROR_INVALID_HANDLE);
 }
 
@@ -1047,29 +1211,68 @@ SIM_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPT
     SIM_GATE();
     if (!d)
         return CUDA_ERROR_INVALID_VALUE;
-    return array_create((void **)pHandle, d->Width, d->Height, 0, d->Format, d->NumChannels, 1);
+    CUDA_ARRAY3D_DESCRIPTOR d3 = {d->Width, d->Height, 0, d->Format, d->NumChannels, 0};
+    return array_create((void **)pHandle, &d3, 1, 0);
 }
 
 SIM_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d)
 {
     SIM_GATE();
-    if (!d)
-        return CUDA_ERROR_INVALID_VALUE;
-    return array_create((void **)pHandle, d->Width, d->Height, d->Depth, d->Format, d->NumChannels, 1);
+    return array_create((void **)pHandle, d, 1, 0);
 }
 
 SIM_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d,
                                            unsigned int numMipmapLevels)
 {
     SIM_GATE();
-    if (!d)
-        return CUDA_ERROR_INVALID_VALUE;
-    return array_create((void **)pHandle, d->Width, d->Height, d->Depth, d->Format, d->NumChannels,
-                        numMipmapLevels);
+    return array_create((void **)pHandle, d, numMipmapLevels, 1);
 }
 
-SIM_EXPORT CUresult cuArrayDestroy(CUarray hArray) { SIM_GATE(); return array_destroy(hArray); }
-SIM_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray h) { SIM_GATE(); return array_destroy(h); }
+SIM_EXPORT CUresult cuArrayDestroy(CUarray hArray) { SIM_GATE(); return array_destroy(hArray, 0); }
+SIM_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray h) { SIM_GATE(); return array_destroy(h, 1); }
+
+SIM_EXPORT CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *out, CUarray h)
+{
+    SIM_GATE();
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sim_mem_lock);
+    struct sim_array *a = array_find(h, 0);
+    if (a)
+        *out = a->d;
+    pthread_mutex_unlock(&sim_mem_lock);
+    return a ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+SIM_EXPORT CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *out, CUarray h)
+{
+    SIM_GATE();
+    CUDA_ARRAY3D_DESCRIPTOR d;
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = cuArray3DGetDescriptor_v2(&d, h);
+    if (r == CUDA_SUCCESS)
+        *out = (CUDA_ARRAY_DESCRIPTOR){d.Width, d.Height, d.Format, d.NumChannels};
+    return r;
+}
+
+SIM_EXPORT CUresult cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedArray h, unsigned int level)
+{
+    SIM_GATE();
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!pLevelArray)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sim_mem_lock);
+    struct sim_array *a = array_find(h, 1);
+    CUresult r = !a ? CUDA_ERROR_INVALID_HANDLE : level >= a->levels ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+    if (!r)
+        *pLevelArray = (CUarray)a->level[level];
+    pthread_mutex_unlock(&sim_mem_lock);
+    return r;
+}
 
 /* ---- copies and sets ---- */
 
@@ -1084,6 +1287,8 @@ static int valid_range(CUdeviceptr p, size_t n)
     pthread_mutex_unlock(&sim_mem_lock);
     return ok;
 }
+
+int sim_valid_range(CUdeviceptr p, size_t n) { return valid_range(p, n); }
 
 enum { SYNC, ASYNC };
 
@@ -1168,39 +1373,82 @@ SIM_EXPORT CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr d, CUcontext dc, CUdevice
 SIM_EXPORT CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { SIM_GATE(); return copy(P(d), P(s), n, 0, 0, st, ASYNC, 0); }
 SIM_EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { SIM_GATE(); return copy(P(d), P(s), n, 0, 0, st, ASYNC, 1); }
 
-/* A pitched 2D copy, row by row. The simulated GPU has no arrays; a
- * unified address is checked as neither side, as cuMemcpy's are. */
-static int copy2d_side(CUmemorytype t, const void *host, CUdeviceptr dev, size_t x, size_t y, size_t pitch, char **p,
-                       int *device)
+/* A 3D copy (a 2D one is its single slice), row by row. A side is host
+ * memory, device memory (checked as cuMemcpy checks, a unified address as
+ * neither side) or an array, whose rows are its own: the extent must lie
+ * in the array, x in bytes, y in rows, z in slices or layers. */
+struct side3 {
+    char *p; /* the first row's first byte */
+    size_t pitch, height;
+    int device;
+};
+
+static int side3_of(CUmemorytype t, const void *host, CUdeviceptr dev, CUarray arr, size_t pitch, size_t height,
+                    size_t x, size_t y, size_t z, const CUDA_MEMCPY3D *c, struct side3 *s)
 {
-    size_t off = y * pitch + x;
     switch (t) {
     case CU_MEMORYTYPE_HOST:
-        *p = (char *)host + off, *device = 0;
-        return host != NULL;
     case CU_MEMORYTYPE_DEVICE:
-    case CU_MEMORYTYPE_UNIFIED:
-        *p = (char *)P(dev) + off, *device = t == CU_MEMORYTYPE_DEVICE;
-        return dev != 0;
+    case CU_MEMORYTYPE_UNIFIED: {
+        const char *b = t == CU_MEMORYTYPE_HOST ? host : P(dev);
+        if (!b)
+            return 0;
+        *s = (struct side3){(char *)b + (z * height + y) * pitch + x, pitch, height, t == CU_MEMORYTYPE_DEVICE};
+        return 1;
+    }
+    case CU_MEMORYTYPE_ARRAY: {
+        pthread_mutex_lock(&sim_mem_lock);
+        struct sim_array *a = array_find(arr, 0);
+        int ok = 0;
+        if (a) {
+            size_t row = a->d.Width * a->eb, rows = a->d.Height ? a->d.Height : 1,
+                   slices = a->d.Depth ? a->d.Depth : 1;
+            ok = x <= row && c->WidthInBytes <= row - x && y <= rows && c->Height <= rows - y && z <= slices &&
+                 c->Depth <= slices - z;
+            if (ok)
+                *s = (struct side3){(char *)a->data + (z * rows + y) * row + x, row, rows, 0};
+        }
+        pthread_mutex_unlock(&sim_mem_lock);
+        return ok;
+    }
     default:
         return 0;
     }
 }
 
+static CUresult copy3d(const CUDA_MEMCPY3D *c, CUstream s, int async, int pt)
+{
+    if (!fg_memcpy3d_valid(c) ||
+        (c->Height > 1 && ((c->srcMemoryType != CU_MEMORYTYPE_ARRAY && c->srcPitch < c->WidthInBytes) ||
+                           (c->dstMemoryType != CU_MEMORYTYPE_ARRAY && c->dstPitch < c->WidthInBytes))))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct side3 src, dst;
+    if (!side3_of(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcArray, c->srcPitch, c->srcHeight, c->srcXInBytes,
+                  c->srcY, c->srcZ, c, &src) ||
+        !side3_of(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstArray, c->dstPitch, c->dstHeight, c->dstXInBytes,
+                  c->dstY, c->dstZ, c, &dst))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t z = 0; z < c->Depth; z++)
+        for (size_t i = 0; i < c->Height && c->WidthInBytes; i++) {
+            CUresult r = copy(dst.p + (z * dst.height + i) * dst.pitch, src.p + (z * src.height + i) * src.pitch,
+                              c->WidthInBytes, dst.device, src.device, s, async, pt);
+            if (r)
+                return r;
+        }
+    return CUDA_SUCCESS;
+}
+
 static CUresult copy2d(const CUDA_MEMCPY2D *c, CUstream s, int async, int pt)
 {
-    char *src, *dst;
-    int dsrc, ddst;
-    if (!c || (c->Height > 1 && (c->srcPitch < c->WidthInBytes || c->dstPitch < c->WidthInBytes)) ||
-        !copy2d_side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes, c->srcY, c->srcPitch, &src, &dsrc) ||
-        !copy2d_side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstXInBytes, c->dstY, c->dstPitch, &dst, &ddst))
+    if (!c)
         return CUDA_ERROR_INVALID_VALUE;
-    for (size_t i = 0; i < c->Height && c->WidthInBytes; i++) {
-        CUresult r = copy(dst + i * c->dstPitch, src + i * c->srcPitch, c->WidthInBytes, ddst, dsrc, s, async, pt);
-        if (r)
-            return r;
-    }
-    return CUDA_SUCCESS;
+    CUDA_MEMCPY3D c3 = {
+        .srcXInBytes = c->srcXInBytes, .srcY = c->srcY, .srcMemoryType = c->srcMemoryType, .srcHost = c->srcHost,
+        .srcDevice = c->srcDevice, .srcArray = c->srcArray, .srcPitch = c->srcPitch, .srcHeight = c->Height,
+        .dstXInBytes = c->dstXInBytes, .dstY = c->dstY, .dstMemoryType = c->dstMemoryType, .dstHost = c->dstHost,
+        .dstDevice = c->dstDevice, .dstArray = c->dstArray, .dstPitch = c->dstPitch, .dstHeight = c->Height,
+        .WidthInBytes = c->WidthInBytes, .Height = c->Height, .Depth = 1};
+    return copy3d(&c3, s, async, pt);
 }
 
 SIM_EXPORT CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *c) { SIM_GATE(); return copy2d(c, NULL, SYNC, 0); }
@@ -1210,20 +1458,40 @@ SIM_EXPORT CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *c) { SIM_GA
 SIM_EXPORT CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *c, CUstream s) { SIM_GATE(); return copy2d(c, s, ASYNC, 0); }
 SIM_EXPORT CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *c, CUstream s) { SIM_GATE(); return copy2d(c, s, ASYNC, 1); }
 
-static CUresult copy3d(const CUDA_MEMCPY3D *c, CUstream s, int async, int pt)
+/* A copy with a 1D array: one row at the offset, in bytes. */
+static CUresult row1d(CUmemorytype st, const void *sh, CUdeviceptr sd, CUarray sa, size_t so, CUmemorytype dt, void *dh,
+                      CUdeviceptr dd, CUarray da, size_t doff, size_t n, CUstream s, int async, int pt)
 {
-    if (!fg_memcpy3d_valid(c))
-        return CUDA_ERROR_INVALID_VALUE;
-    if (c->Depth > 1 && (c->srcMemoryType == CU_MEMORYTYPE_ARRAY || c->dstMemoryType == CU_MEMORYTYPE_ARRAY))
-        return CUDA_ERROR_NOT_SUPPORTED; /* an array's z is a layer, not rows: not simulated */
-    for (size_t z = 0; z < c->Depth; z++) {
-        CUDA_MEMCPY2D slice = fg_memcpy3d_slice(c, z);
-        CUresult r = copy2d(&slice, s, async, pt);
-        if (r)
-            return r;
-    }
-    return CUDA_SUCCESS;
+    CUDA_MEMCPY3D q = {.srcXInBytes = so, .srcMemoryType = st, .srcHost = sh, .srcDevice = sd, .srcArray = sa,
+                       .srcPitch = n, .srcHeight = 1, .dstXInBytes = doff, .dstMemoryType = dt, .dstHost = dh,
+                       .dstDevice = dd, .dstArray = da, .dstPitch = n, .dstHeight = 1, .WidthInBytes = n,
+                       .Height = 1, .Depth = 1};
+    if (st != CU_MEMORYTYPE_ARRAY)
+        q.srcXInBytes = 0;
+    if (dt != CU_MEMORYTYPE_ARRAY)
+        q.dstXInBytes = 0;
+    return copy3d(&q, s, async, pt);
 }
+#define H_ CU_MEMORYTYPE_HOST
+#define D_ CU_MEMORYTYPE_DEVICE
+#define A_ CU_MEMORYTYPE_ARRAY
+SIM_EXPORT CUresult cuMemcpyHtoA_v2(CUarray a, size_t o, const void *h, size_t n) { SIM_GATE(); return row1d(H_, h, 0, NULL, 0, A_, NULL, 0, a, o, n, NULL, SYNC, 0); }
+SIM_EXPORT CUresult cuMemcpyHtoA_v2_ptds(CUarray a, size_t o, const void *h, size_t n) { SIM_GATE(); return row1d(H_, h, 0, NULL, 0, A_, NULL, 0, a, o, n, NULL, SYNC, 1); }
+SIM_EXPORT CUresult cuMemcpyAtoH_v2(void *h, CUarray a, size_t o, size_t n) { SIM_GATE(); return row1d(A_, NULL, 0, a, o, H_, h, 0, NULL, 0, n, NULL, SYNC, 0); }
+SIM_EXPORT CUresult cuMemcpyAtoH_v2_ptds(void *h, CUarray a, size_t o, size_t n) { SIM_GATE(); return row1d(A_, NULL, 0, a, o, H_, h, 0, NULL, 0, n, NULL, SYNC, 1); }
+SIM_EXPORT CUresult cuMemcpyDtoA_v2(CUarray a, size_t o, CUdeviceptr d, size_t n) { SIM_GATE(); return row1d(D_, NULL, d, NULL, 0, A_, NULL, 0, a, o, n, NULL, SYNC, 0); }
+SIM_EXPORT CUresult cuMemcpyDtoA_v2_ptds(CUarray a, size_t o, CUdeviceptr d, size_t n) { SIM_GATE(); return row1d(D_, NULL, d, NULL, 0, A_, NULL, 0, a, o, n, NULL, SYNC, 1); }
+SIM_EXPORT CUresult cuMemcpyAtoD_v2(CUdeviceptr d, CUarray a, size_t o, size_t n) { SIM_GATE(); return row1d(A_, NULL, 0, a, o, D_, NULL, d, NULL, 0, n, NULL, SYNC, 0); }
+SIM_EXPORT CUresult cuMemcpyAtoD_v2_ptds(CUdeviceptr d, CUarray a, size_t o, size_t n) { SIM_GATE(); return row1d(A_, NULL, 0, a, o, D_, NULL, d, NULL, 0, n, NULL, SYNC, 1); }
+SIM_EXPORT CUresult cuMemcpyAtoA_v2(CUarray da, size_t doff, CUarray sa, size_t so, size_t n) { SIM_GATE(); return row1d(A_, NULL, 0, sa, so, A_, NULL, 0, da, doff, n, NULL, SYNC, 0); }
+SIM_EXPORT CUresult cuMemcpyAtoA_v2_ptds(CUarray da, size_t doff, CUarray sa, size_t so, size_t n) { SIM_GATE(); return row1d(A_, NULL, 0, sa, so, A_, NULL, 0, da, doff, n, NULL, SYNC, 1); }
+SIM_EXPORT CUresult cuMemcpyHtoAAsync_v2(CUarray a, size_t o, const void *h, size_t n, CUstream s) { SIM_GATE(); return row1d(H_, h, 0, NULL, 0, A_, NULL, 0, a, o, n, s, ASYNC, 0); }
+SIM_EXPORT CUresult cuMemcpyHtoAAsync_v2_ptsz(CUarray a, size_t o, const void *h, size_t n, CUstream s) { SIM_GATE(); return row1d(H_, h, 0, NULL, 0, A_, NULL, 0, a, o, n, s, ASYNC, 1); }
+SIM_EXPORT CUresult cuMemcpyAtoHAsync_v2(void *h, CUarray a, size_t o, size_t n, CUstream s) { SIM_GATE(); return row1d(A_, NULL, 0, a, o, H_, h, 0, NULL, 0, n, s, ASYNC, 0); }
+SIM_EXPORT CUresult cuMemcpyAtoHAsync_v2_ptsz(void *h, CUarray a, size_t o, size_t n, CUstream s) { SIM_GATE(); return row1d(A_, NULL, 0, a, o, H_, h, 0, NULL, 0, n, s, ASYNC, 1); }
+#undef H_
+#undef D_
+#undef A_
 SIM_EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *c) { SIM_GATE(); return copy3d(c, NULL, SYNC, 0); }
 SIM_EXPORT CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *c) { SIM_GATE(); return copy3d(c, NULL, SYNC, 1); }
 SIM_EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *c, CUstream s) { SIM_GATE(); return copy3d(c, s, ASYNC, 0); }

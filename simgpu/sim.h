@@ -258,6 +258,10 @@ struct sim_kargs {
 
 /* core.c */
 extern int sim_initialized;
+/* Arrays (memory.c): whether h is a live array (mip: mipmapped array), and
+ * its flags; whether [p, p+n) is device memory. Under no lock. */
+int sim_array_known(const void *h, int mip, unsigned *flags);
+int sim_valid_range(CUdeviceptr p, size_t n);
 extern int sim_ndevices;         /* CUDA ordinals visible to this process */
 int sim_phys(CUdevice ordinal);  /* its physical device, -1 if not visible */
 CUdevice sim_ordinal(int phys);  /* -1 if not visible */

@@ -2882,6 +2882,230 @@ FGR_EXPORT CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocatio
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor, CUarray hArray)
+{
+    CUresult fgr_r;
+    uint64_t n_pArrayDescriptor = pArrayDescriptor ? sizeof(CUDA_ARRAY_DESCRIPTOR) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuArrayGetDescriptor_v2, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hArray);
+    fgr_put_u8(&fgr_c.w, pArrayDescriptor != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pArrayDescriptor, n_pArrayDescriptor, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor, CUarray hArray)
+{
+    CUresult fgr_r;
+    uint64_t n_pArrayDescriptor = pArrayDescriptor ? sizeof(CUDA_ARRAY3D_DESCRIPTOR) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuArray3DGetDescriptor_v2, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hArray);
+    fgr_put_u8(&fgr_c.w, pArrayDescriptor != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pArrayDescriptor, n_pArrayDescriptor, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedArray hMipmappedArray, unsigned int level)
+{
+    CUresult fgr_r;
+    uint64_t n_pLevelArray = pLevelArray ? sizeof(CUarray) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMipmappedArrayGetLevel, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hMipmappedArray);
+    fgr_put_u64(&fgr_c.w, (uint64_t)level);
+    fgr_put_u8(&fgr_c.w, pLevelArray != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pLevelArray, n_pLevelArray, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RESOURCE_DESC *pResDesc, const CUDA_TEXTURE_DESC *pTexDesc, const CUDA_RESOURCE_VIEW_DESC *pResViewDesc)
+{
+    CUresult fgr_r;
+    uint64_t n_pTexObject = pTexObject ? sizeof(CUtexObject) : 0;
+    uint64_t n_pResDesc = pResDesc ? sizeof(CUDA_RESOURCE_DESC) : 0;
+    uint64_t n_pTexDesc = pTexDesc ? sizeof(CUDA_TEXTURE_DESC) : 0;
+    uint64_t n_pResViewDesc = pResViewDesc ? sizeof(CUDA_RESOURCE_VIEW_DESC) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuTexObjectCreate, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u8(&fgr_c.w, pTexObject != NULL);
+    fgr_put_buf(&fgr_c.w, pResDesc, n_pResDesc);
+    fgr_put_buf(&fgr_c.w, pTexDesc, n_pTexDesc);
+    fgr_put_buf(&fgr_c.w, pResViewDesc, n_pResViewDesc);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pTexObject, n_pTexObject, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuTexObjectDestroy(CUtexObject texObject)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuTexObjectDestroy, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)texObject);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUtexObject texObject)
+{
+    CUresult fgr_r;
+    uint64_t n_pResDesc = pResDesc ? sizeof(CUDA_RESOURCE_DESC) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuTexObjectGetResourceDesc, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)texObject);
+    fgr_put_u8(&fgr_c.w, pResDesc != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pResDesc, n_pResDesc, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC *pTexDesc, CUtexObject texObject)
+{
+    CUresult fgr_r;
+    uint64_t n_pTexDesc = pTexDesc ? sizeof(CUDA_TEXTURE_DESC) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuTexObjectGetTextureDesc, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)texObject);
+    fgr_put_u8(&fgr_c.w, pTexDesc != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pTexDesc, n_pTexDesc, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuTexObjectGetResourceViewDesc(CUDA_RESOURCE_VIEW_DESC *pResViewDesc, CUtexObject texObject)
+{
+    CUresult fgr_r;
+    uint64_t n_pResViewDesc = pResViewDesc ? sizeof(CUDA_RESOURCE_VIEW_DESC) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuTexObjectGetResourceViewDesc, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)texObject);
+    fgr_put_u8(&fgr_c.w, pResViewDesc != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pResViewDesc, n_pResViewDesc, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuSurfObjectCreate(CUsurfObject *pSurfObject, const CUDA_RESOURCE_DESC *pResDesc)
+{
+    CUresult fgr_r;
+    uint64_t n_pSurfObject = pSurfObject ? sizeof(CUsurfObject) : 0;
+    uint64_t n_pResDesc = pResDesc ? sizeof(CUDA_RESOURCE_DESC) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuSurfObjectCreate, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u8(&fgr_c.w, pSurfObject != NULL);
+    fgr_put_buf(&fgr_c.w, pResDesc, n_pResDesc);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pSurfObject, n_pSurfObject, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuSurfObjectDestroy(CUsurfObject surfObject)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuSurfObjectDestroy, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)surfObject);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUsurfObject surfObject)
+{
+    CUresult fgr_r;
+    uint64_t n_pResDesc = pResDesc ? sizeof(CUDA_RESOURCE_DESC) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuSurfObjectGetResourceDesc, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)surfObject);
+    fgr_put_u8(&fgr_c.w, pResDesc != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pResDesc, n_pResDesc, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrArrayCopy(const CUDA_MEMCPY3D *p, const void *src, size_t n, CUstream hStream)
+{
+    CUresult fgr_r;
+    uint64_t n_p = p ? sizeof(CUDA_MEMCPY3D) : 0;
+    uint64_t n_src = src ? fgr_mul((uint64_t)(n), 1) : 0;
+    if (n_src > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrArrayCopy", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrArrayCopy, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)n);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_buf(&fgr_c.w, p, n_p);
+    fgr_put_buf(&fgr_c.w, src, n_src);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrArrayCopyWait(const CUDA_MEMCPY3D *p, const void *src, size_t n, CUstream hStream)
+{
+    CUresult fgr_r;
+    uint64_t n_p = p ? sizeof(CUDA_MEMCPY3D) : 0;
+    uint64_t n_src = src ? fgr_mul((uint64_t)(n), 1) : 0;
+    if (n_src > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrArrayCopyWait", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrArrayCopyWait, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)n);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_buf(&fgr_c.w, p, n_p);
+    fgr_put_buf(&fgr_c.w, src, n_src);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrArrayRead(void *dst, size_t n, const CUDA_MEMCPY3D *p, CUstream hStream)
+{
+    CUresult fgr_r;
+    uint64_t n_dst = dst ? fgr_mul((uint64_t)(n), 1) : 0;
+    if (n_dst > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrArrayRead", "a buffer over the frame limit");
+    uint64_t n_p = p ? sizeof(CUDA_MEMCPY3D) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrArrayRead, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)n);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u8(&fgr_c.w, dst != NULL);
+    fgr_put_buf(&fgr_c.w, p, n_p);
+    fgr_c.direct = dst;
+    fgr_c.direct_n = n_dst;
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dst, n_dst, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
     CUresult fgr_r;
@@ -3453,41 +3677,13 @@ FGR_EXPORT CUresult cuStreamSetAttribute_ptsz(CUstream hStream, CUstreamAttrID a
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RESOURCE_DESC *pResDesc, const CUDA_TEXTURE_DESC *pTexDesc, const CUDA_RESOURCE_VIEW_DESC *pResViewDesc)
-{
-    (void)pTexObject;
-    (void)pResDesc;
-    (void)pTexDesc;
-    (void)pResViewDesc;
-    return fgr_unsupported(7, "cuTexObjectCreate", NULL);
-}
-
-FGR_EXPORT CUresult cuTexObjectDestroy(CUtexObject texObject)
-{
-    (void)texObject;
-    return fgr_unsupported(8, "cuTexObjectDestroy", NULL);
-}
-
-FGR_EXPORT CUresult cuSurfObjectCreate(CUsurfObject *pSurfObject, const CUDA_RESOURCE_DESC *pResDesc)
-{
-    (void)pSurfObject;
-    (void)pResDesc;
-    return fgr_unsupported(9, "cuSurfObjectCreate", NULL);
-}
-
-FGR_EXPORT CUresult cuSurfObjectDestroy(CUsurfObject surfObject)
-{
-    (void)surfObject;
-    return fgr_unsupported(10, "cuSurfObjectDestroy", NULL);
-}
-
 FGR_EXPORT CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType handleType, unsigned long long flags)
 {
     (void)shareableHandle;
     (void)handle;
     (void)handleType;
     (void)flags;
-    return fgr_unsupported(11, "cuMemExportToShareableHandle", NULL);
+    return fgr_unsupported(7, "cuMemExportToShareableHandle", NULL);
 }
 
 FGR_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle, CUmemAllocationHandleType shHandleType)
@@ -3495,14 +3691,14 @@ FGR_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle 
     (void)handle;
     (void)osHandle;
     (void)shHandleType;
-    return fgr_unsupported(12, "cuMemImportFromShareableHandle", NULL);
+    return fgr_unsupported(8, "cuMemImportFromShareableHandle", NULL);
 }
 
 FGR_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 {
     (void)pHandle;
     (void)dptr;
-    return fgr_unsupported(13, "cuIpcGetMemHandle", NULL);
+    return fgr_unsupported(9, "cuIpcGetMemHandle", NULL);
 }
 
 FGR_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
@@ -3510,27 +3706,27 @@ FGR_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle han
     (void)pdptr;
     (void)handle;
     (void)Flags;
-    return fgr_unsupported(14, "cuIpcOpenMemHandle_v2", NULL);
+    return fgr_unsupported(10, "cuIpcOpenMemHandle_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 {
     (void)dptr;
-    return fgr_unsupported(15, "cuIpcCloseMemHandle", NULL);
+    return fgr_unsupported(11, "cuIpcCloseMemHandle", NULL);
 }
 
 FGR_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
 {
     (void)pHandle;
     (void)event;
-    return fgr_unsupported(16, "cuIpcGetEventHandle", NULL);
+    return fgr_unsupported(12, "cuIpcGetEventHandle", NULL);
 }
 
 FGR_EXPORT CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
 {
     (void)phEvent;
     (void)handle;
-    return fgr_unsupported(17, "cuIpcOpenEventHandle", NULL);
+    return fgr_unsupported(13, "cuIpcOpenEventHandle", NULL);
 }
 
 FGR_EXPORT CUresult fgrNvmlUtilization(CUdevice dev, unsigned int *gpu, unsigned int *memory)
@@ -4061,7 +4257,7 @@ FGR_EXPORT CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *optio
     (void)options;
     (void)optionValues;
     (void)stateOut;
-    return fgr_unsupported(18, "cuLinkCreate_v2", NULL);
+    return fgr_unsupported(14, "cuLinkCreate_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues)
@@ -4074,7 +4270,7 @@ FGR_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, voi
     (void)numOptions;
     (void)options;
     (void)optionValues;
-    return fgr_unsupported(19, "cuLinkAddData_v2", NULL);
+    return fgr_unsupported(15, "cuLinkAddData_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char *path, unsigned int numOptions, CUjit_option *options, void **optionValues)
@@ -4085,7 +4281,7 @@ FGR_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, con
     (void)numOptions;
     (void)options;
     (void)optionValues;
-    return fgr_unsupported(20, "cuLinkAddFile_v2", NULL);
+    return fgr_unsupported(16, "cuLinkAddFile_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut)
@@ -4093,13 +4289,13 @@ FGR_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *s
     (void)state;
     (void)cubinOut;
     (void)sizeOut;
-    return fgr_unsupported(21, "cuLinkComplete", NULL);
+    return fgr_unsupported(17, "cuLinkComplete", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkDestroy(CUlinkState state)
 {
     (void)state;
-    return fgr_unsupported(22, "cuLinkDestroy", NULL);
+    return fgr_unsupported(18, "cuLinkDestroy", NULL);
 }
 
 FGR_EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
@@ -4671,7 +4867,7 @@ FGR_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph h
     return fgr_end(&fgr_c);
 }
 
-const int fgr_nunsupported = 23;
+const int fgr_nunsupported = 19;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -4848,6 +5044,20 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuMemAdvise] = "cuMemAdvise",
     [FGR_OP_cuMemRangeGetAttribute] = "cuMemRangeGetAttribute",
     [FGR_OP_cuMemGetAccess] = "cuMemGetAccess",
+    [FGR_OP_cuArrayGetDescriptor_v2] = "cuArrayGetDescriptor_v2",
+    [FGR_OP_cuArray3DGetDescriptor_v2] = "cuArray3DGetDescriptor_v2",
+    [FGR_OP_cuMipmappedArrayGetLevel] = "cuMipmappedArrayGetLevel",
+    [FGR_OP_cuTexObjectCreate] = "cuTexObjectCreate",
+    [FGR_OP_cuTexObjectDestroy] = "cuTexObjectDestroy",
+    [FGR_OP_cuTexObjectGetResourceDesc] = "cuTexObjectGetResourceDesc",
+    [FGR_OP_cuTexObjectGetTextureDesc] = "cuTexObjectGetTextureDesc",
+    [FGR_OP_cuTexObjectGetResourceViewDesc] = "cuTexObjectGetResourceViewDesc",
+    [FGR_OP_cuSurfObjectCreate] = "cuSurfObjectCreate",
+    [FGR_OP_cuSurfObjectDestroy] = "cuSurfObjectDestroy",
+    [FGR_OP_cuSurfObjectGetResourceDesc] = "cuSurfObjectGetResourceDesc",
+    [FGR_OP_fgrArrayCopy] = "fgrArrayCopy",
+    [FGR_OP_fgrArrayCopyWait] = "fgrArrayCopyWait",
+    [FGR_OP_fgrArrayRead] = "fgrArrayRead",
     [FGR_OP_cuMemPoolSetAttribute] = "cuMemPoolSetAttribute",
     [FGR_OP_cuDeviceSetMemPool] = "cuDeviceSetMemPool",
     [FGR_OP_cuMemGetAllocationPropertiesFromHandle] = "cuMemGetAllocationPropertiesFromHandle",
@@ -4979,6 +5189,8 @@ const unsigned char fgr_op_syncs[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamQuery_ptsz] = 1,
     [FGR_OP_cuEventQuery] = 1,
     [FGR_OP_cuEventSynchronize] = 1,
+    [FGR_OP_fgrArrayCopyWait] = 1,
+    [FGR_OP_fgrArrayRead] = 1,
     [FGR_OP_fgrStageUploadLast] = 1,
     [FGR_OP_fgrStageDownload] = 1,
     [FGR_OP_fgrStageDownloadWait] = 1,
@@ -4998,6 +5210,8 @@ const unsigned char fgr_op_waits[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamSynchronize] = 1,
     [FGR_OP_cuStreamSynchronize_ptsz] = 1,
     [FGR_OP_cuEventSynchronize] = 1,
+    [FGR_OP_fgrArrayCopyWait] = 1,
+    [FGR_OP_fgrArrayRead] = 1,
     [FGR_OP_fgrStageDownload] = 1,
     [FGR_OP_fgrHeapUploadWait] = 1,
     [FGR_OP_fgrHeapDownloadWait] = 1,
@@ -5224,6 +5438,20 @@ const struct fg_proc fgr_procs[] = {
     {"cuMemRangeGetAttribute", "cuMemRangeGetAttribute", 8000, 0, (void *)cuMemRangeGetAttribute},
     {"cuMemRangeGetAttributes", "cuMemRangeGetAttributes", 8000, 0, (void *)cuMemRangeGetAttributes},
     {"cuMemGetAccess", "cuMemGetAccess", 10020, 0, (void *)cuMemGetAccess},
+    {"cuArrayGetDescriptor", "cuArrayGetDescriptor_v2", 3020, 0, (void *)cuArrayGetDescriptor_v2},
+    {"cuArray3DGetDescriptor", "cuArray3DGetDescriptor_v2", 3020, 0, (void *)cuArray3DGetDescriptor_v2},
+    {"cuMipmappedArrayGetLevel", "cuMipmappedArrayGetLevel", 5000, 0, (void *)cuMipmappedArrayGetLevel},
+    {"cuTexObjectCreate", "cuTexObjectCreate", 5000, 0, (void *)cuTexObjectCreate},
+    {"cuTexObjectDestroy", "cuTexObjectDestroy", 5000, 0, (void *)cuTexObjectDestroy},
+    {"cuTexObjectGetResourceDesc", "cuTexObjectGetResourceDesc", 5000, 0, (void *)cuTexObjectGetResourceDesc},
+    {"cuTexObjectGetTextureDesc", "cuTexObjectGetTextureDesc", 5000, 0, (void *)cuTexObjectGetTextureDesc},
+    {"cuTexObjectGetResourceViewDesc", "cuTexObjectGetResourceViewDesc", 5000, 0, (void *)cuTexObjectGetResourceViewDesc},
+    {"cuSurfObjectCreate", "cuSurfObjectCreate", 5000, 0, (void *)cuSurfObjectCreate},
+    {"cuSurfObjectDestroy", "cuSurfObjectDestroy", 5000, 0, (void *)cuSurfObjectDestroy},
+    {"cuSurfObjectGetResourceDesc", "cuSurfObjectGetResourceDesc", 5000, 0, (void *)cuSurfObjectGetResourceDesc},
+    {"fgrArrayCopy", "fgrArrayCopy", 0, 0, (void *)fgrArrayCopy},
+    {"fgrArrayCopyWait", "fgrArrayCopyWait", 0, 0, (void *)fgrArrayCopyWait},
+    {"fgrArrayRead", "fgrArrayRead", 0, 0, (void *)fgrArrayRead},
     {"cuMemHostRegister", "cuMemHostRegister_v2", 6050, 0, (void *)cuMemHostRegister_v2},
     {"cuMemHostUnregister", "cuMemHostUnregister", 4000, 0, (void *)cuMemHostUnregister},
     {"cuMemHostGetDevicePointer", "cuMemHostGetDevicePointer_v2", 3020, 0, (void *)cuMemHostGetDevicePointer_v2},
@@ -5265,10 +5493,6 @@ const struct fg_proc fgr_procs[] = {
     {"cuStreamGetAttribute", "cuStreamGetAttribute_ptsz", 11000, 1, (void *)cuStreamGetAttribute_ptsz},
     {"cuStreamSetAttribute", "cuStreamSetAttribute", 11000, 0, (void *)cuStreamSetAttribute},
     {"cuStreamSetAttribute", "cuStreamSetAttribute_ptsz", 11000, 1, (void *)cuStreamSetAttribute_ptsz},
-    {"cuTexObjectCreate", "cuTexObjectCreate", 5000, 0, (void *)cuTexObjectCreate},
-    {"cuTexObjectDestroy", "cuTexObjectDestroy", 5000, 0, (void *)cuTexObjectDestroy},
-    {"cuSurfObjectCreate", "cuSurfObjectCreate", 5000, 0, (void *)cuSurfObjectCreate},
-    {"cuSurfObjectDestroy", "cuSurfObjectDestroy", 5000, 0, (void *)cuSurfObjectDestroy},
     {"cuMemExportToShareableHandle", "cuMemExportToShareableHandle", 10020, 0, (void *)cuMemExportToShareableHandle},
     {"cuMemImportFromShareableHandle", "cuMemImportFromShareableHandle", 10020, 0, (void *)cuMemImportFromShareableHandle},
     {"cuIpcGetMemHandle", "cuIpcGetMemHandle", 4010, 0, (void *)cuIpcGetMemHandle},
@@ -5317,6 +5541,20 @@ const struct fg_proc fgr_procs[] = {
     {"cuTensorMapEncodeIm2col", "cuTensorMapEncodeIm2col", 12000, 0, (void *)cuTensorMapEncodeIm2col},
     {"cuTensorMapReplaceAddress", "cuTensorMapReplaceAddress", 12000, 0, (void *)cuTensorMapReplaceAddress},
     {"cuKernelGetLibrary", "cuKernelGetLibrary", 12050, 0, (void *)cuKernelGetLibrary},
+    {"cuMemcpyHtoA", "cuMemcpyHtoA_v2", 3020, 0, (void *)cuMemcpyHtoA_v2},
+    {"cuMemcpyHtoA", "cuMemcpyHtoA_v2_ptds", 7000, 1, (void *)cuMemcpyHtoA_v2_ptds},
+    {"cuMemcpyAtoH", "cuMemcpyAtoH_v2", 3020, 0, (void *)cuMemcpyAtoH_v2},
+    {"cuMemcpyAtoH", "cuMemcpyAtoH_v2_ptds", 7000, 1, (void *)cuMemcpyAtoH_v2_ptds},
+    {"cuMemcpyDtoA", "cuMemcpyDtoA_v2", 3020, 0, (void *)cuMemcpyDtoA_v2},
+    {"cuMemcpyDtoA", "cuMemcpyDtoA_v2_ptds", 7000, 1, (void *)cuMemcpyDtoA_v2_ptds},
+    {"cuMemcpyAtoD", "cuMemcpyAtoD_v2", 3020, 0, (void *)cuMemcpyAtoD_v2},
+    {"cuMemcpyAtoD", "cuMemcpyAtoD_v2_ptds", 7000, 1, (void *)cuMemcpyAtoD_v2_ptds},
+    {"cuMemcpyAtoA", "cuMemcpyAtoA_v2", 3020, 0, (void *)cuMemcpyAtoA_v2},
+    {"cuMemcpyAtoA", "cuMemcpyAtoA_v2_ptds", 7000, 1, (void *)cuMemcpyAtoA_v2_ptds},
+    {"cuMemcpyHtoAAsync", "cuMemcpyHtoAAsync_v2", 3020, 0, (void *)cuMemcpyHtoAAsync_v2},
+    {"cuMemcpyHtoAAsync", "cuMemcpyHtoAAsync_v2_ptsz", 7000, 1, (void *)cuMemcpyHtoAAsync_v2_ptsz},
+    {"cuMemcpyAtoHAsync", "cuMemcpyAtoHAsync_v2", 3020, 0, (void *)cuMemcpyAtoHAsync_v2},
+    {"cuMemcpyAtoHAsync", "cuMemcpyAtoHAsync_v2_ptsz", 7000, 1, (void *)cuMemcpyAtoHAsync_v2_ptsz},
     {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v2", 11030, 0, (void *)cuStreamGetCaptureInfo_v2},
     {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v2_ptsz", 11030, 1, (void *)cuStreamGetCaptureInfo_v2_ptsz},
     {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v3", 12030, 0, (void *)cuStreamGetCaptureInfo_v3},

@@ -174,6 +174,20 @@ typedef CUresult (*pfn_cuMemPrefetchAsync_ptsz)(CUdeviceptr devPtr, size_t count
 typedef CUresult (*pfn_cuMemAdvise)(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUdevice device);
 typedef CUresult (*pfn_cuMemRangeGetAttribute)(void *data, size_t dataSize, CUmem_range_attribute attribute, CUdeviceptr devPtr, size_t count);
 typedef CUresult (*pfn_cuMemGetAccess)(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr);
+typedef CUresult (*pfn_cuArrayGetDescriptor_v2)(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor, CUarray hArray);
+typedef CUresult (*pfn_cuArray3DGetDescriptor_v2)(CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor, CUarray hArray);
+typedef CUresult (*pfn_cuMipmappedArrayGetLevel)(CUarray *pLevelArray, CUmipmappedArray hMipmappedArray, unsigned int level);
+typedef CUresult (*pfn_cuTexObjectCreate)(CUtexObject *pTexObject, const CUDA_RESOURCE_DESC *pResDesc, const CUDA_TEXTURE_DESC *pTexDesc, const CUDA_RESOURCE_VIEW_DESC *pResViewDesc);
+typedef CUresult (*pfn_cuTexObjectDestroy)(CUtexObject texObject);
+typedef CUresult (*pfn_cuTexObjectGetResourceDesc)(CUDA_RESOURCE_DESC *pResDesc, CUtexObject texObject);
+typedef CUresult (*pfn_cuTexObjectGetTextureDesc)(CUDA_TEXTURE_DESC *pTexDesc, CUtexObject texObject);
+typedef CUresult (*pfn_cuTexObjectGetResourceViewDesc)(CUDA_RESOURCE_VIEW_DESC *pResViewDesc, CUtexObject texObject);
+typedef CUresult (*pfn_cuSurfObjectCreate)(CUsurfObject *pSurfObject, const CUDA_RESOURCE_DESC *pResDesc);
+typedef CUresult (*pfn_cuSurfObjectDestroy)(CUsurfObject surfObject);
+typedef CUresult (*pfn_cuSurfObjectGetResourceDesc)(CUDA_RESOURCE_DESC *pResDesc, CUsurfObject surfObject);
+typedef CUresult (*pfn_fgrArrayCopy)(const CUDA_MEMCPY3D *p, const void *src, size_t n, CUstream hStream);
+typedef CUresult (*pfn_fgrArrayCopyWait)(const CUDA_MEMCPY3D *p, const void *src, size_t n, CUstream hStream);
+typedef CUresult (*pfn_fgrArrayRead)(void *dst, size_t n, const CUDA_MEMCPY3D *p, CUstream hStream);
 typedef CUresult (*pfn_cuMemPoolSetAttribute)(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
 typedef CUresult (*pfn_cuDeviceSetMemPool)(CUdevice dev, CUmemoryPool pool);
 typedef CUresult (*pfn_cuMemGetAllocationPropertiesFromHandle)(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle);
@@ -3757,6 +3771,293 @@ static CUresult op_cuMemGetAccess(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_cuArrayGetDescriptor_v2(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUarray hArray = (CUarray)(uintptr_t)fgr_in(FGR_H_CUarray, fgr_get_u64(rd));
+    int has_pArrayDescriptor = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUarray, (uint64_t)(uintptr_t)hArray)))
+        fgr_r = fgr_refuse("cuArrayGetDescriptor_v2", "hArray", (uint64_t)(uintptr_t)hArray, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_pArrayDescriptor && !(pArrayDescriptor = fgr_out(q, sizeof(CUDA_ARRAY_DESCRIPTOR))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuArrayGetDescriptor_v2)fgr_real[FGR_OP_cuArrayGetDescriptor_v2])(pArrayDescriptor, hArray);
+    if (has_pArrayDescriptor)
+        fgr_reply_out(q, pArrayDescriptor, sizeof(CUDA_ARRAY_DESCRIPTOR), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuArray3DGetDescriptor_v2(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUarray hArray = (CUarray)(uintptr_t)fgr_in(FGR_H_CUarray, fgr_get_u64(rd));
+    int has_pArrayDescriptor = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUarray, (uint64_t)(uintptr_t)hArray)))
+        fgr_r = fgr_refuse("cuArray3DGetDescriptor_v2", "hArray", (uint64_t)(uintptr_t)hArray, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_pArrayDescriptor && !(pArrayDescriptor = fgr_out(q, sizeof(CUDA_ARRAY3D_DESCRIPTOR))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuArray3DGetDescriptor_v2)fgr_real[FGR_OP_cuArray3DGetDescriptor_v2])(pArrayDescriptor, hArray);
+    if (has_pArrayDescriptor)
+        fgr_reply_out(q, pArrayDescriptor, sizeof(CUDA_ARRAY3D_DESCRIPTOR), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuMipmappedArrayGetLevel(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUmipmappedArray hMipmappedArray = (CUmipmappedArray)(uintptr_t)fgr_in(FGR_H_CUmipmappedArray, fgr_get_u64(rd));
+    unsigned int level = (unsigned int)fgr_get_u64(rd);
+    int has_pLevelArray = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUarray *pLevelArray = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUmipmappedArray, (uint64_t)(uintptr_t)hMipmappedArray)))
+        fgr_r = fgr_refuse("cuMipmappedArrayGetLevel", "hMipmappedArray", (uint64_t)(uintptr_t)hMipmappedArray, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_pLevelArray && !(pLevelArray = fgr_out(q, sizeof(CUarray))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuMipmappedArrayGetLevel)fgr_real[FGR_OP_cuMipmappedArrayGetLevel])(pLevelArray, hMipmappedArray, level);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (pLevelArray)
+            fgr_add(FGR_H_CUarray, (uint64_t)(uintptr_t)*pLevelArray, FGR_H_CUmipmappedArray, (uint64_t)(uintptr_t)hMipmappedArray);
+        if (fgr_out_n(FGR_H_CUarray, pLevelArray, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_pLevelArray)
+        fgr_reply_out(q, pLevelArray, sizeof(CUarray), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuTexObjectCreate(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    int has_pTexObject = fgr_get_u8(rd);
+    CUDA_RESOURCE_DESC *pResDesc = fgr_get_buf(rd, q, sizeof(CUDA_RESOURCE_DESC), 1);
+    CUDA_TEXTURE_DESC *pTexDesc = fgr_get_buf(rd, q, sizeof(CUDA_TEXTURE_DESC), 1);
+    CUDA_RESOURCE_VIEW_DESC *pResViewDesc = fgr_get_buf(rd, q, sizeof(CUDA_RESOURCE_VIEW_DESC), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUtexObject *pTexObject = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_pTexObject && !(pTexObject = fgr_out(q, sizeof(CUtexObject))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuTexObjectCreate)fgr_real[FGR_OP_cuTexObjectCreate])(pTexObject, pResDesc, pTexDesc, pResViewDesc);
+    if (has_pTexObject)
+        fgr_reply_out(q, pTexObject, sizeof(CUtexObject), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuTexObjectDestroy(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUtexObject texObject = (CUtexObject)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuTexObjectDestroy)fgr_real[FGR_OP_cuTexObjectDestroy])(texObject);
+    return fgr_r;
+}
+
+static CUresult op_cuTexObjectGetResourceDesc(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUtexObject texObject = (CUtexObject)fgr_get_u64(rd);
+    int has_pResDesc = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUDA_RESOURCE_DESC *pResDesc = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_pResDesc && !(pResDesc = fgr_out(q, sizeof(CUDA_RESOURCE_DESC))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuTexObjectGetResourceDesc)fgr_real[FGR_OP_cuTexObjectGetResourceDesc])(pResDesc, texObject);
+    if (has_pResDesc)
+        fgr_reply_out(q, pResDesc, sizeof(CUDA_RESOURCE_DESC), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuTexObjectGetTextureDesc(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUtexObject texObject = (CUtexObject)fgr_get_u64(rd);
+    int has_pTexDesc = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUDA_TEXTURE_DESC *pTexDesc = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_pTexDesc && !(pTexDesc = fgr_out(q, sizeof(CUDA_TEXTURE_DESC))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuTexObjectGetTextureDesc)fgr_real[FGR_OP_cuTexObjectGetTextureDesc])(pTexDesc, texObject);
+    if (has_pTexDesc)
+        fgr_reply_out(q, pTexDesc, sizeof(CUDA_TEXTURE_DESC), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuTexObjectGetResourceViewDesc(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUtexObject texObject = (CUtexObject)fgr_get_u64(rd);
+    int has_pResViewDesc = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUDA_RESOURCE_VIEW_DESC *pResViewDesc = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_pResViewDesc && !(pResViewDesc = fgr_out(q, sizeof(CUDA_RESOURCE_VIEW_DESC))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuTexObjectGetResourceViewDesc)fgr_real[FGR_OP_cuTexObjectGetResourceViewDesc])(pResViewDesc, texObject);
+    if (has_pResViewDesc)
+        fgr_reply_out(q, pResViewDesc, sizeof(CUDA_RESOURCE_VIEW_DESC), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuSurfObjectCreate(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    int has_pSurfObject = fgr_get_u8(rd);
+    CUDA_RESOURCE_DESC *pResDesc = fgr_get_buf(rd, q, sizeof(CUDA_RESOURCE_DESC), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUsurfObject *pSurfObject = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_pSurfObject && !(pSurfObject = fgr_out(q, sizeof(CUsurfObject))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuSurfObjectCreate)fgr_real[FGR_OP_cuSurfObjectCreate])(pSurfObject, pResDesc);
+    if (has_pSurfObject)
+        fgr_reply_out(q, pSurfObject, sizeof(CUsurfObject), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuSurfObjectDestroy(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUsurfObject surfObject = (CUsurfObject)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuSurfObjectDestroy)fgr_real[FGR_OP_cuSurfObjectDestroy])(surfObject);
+    return fgr_r;
+}
+
+static CUresult op_cuSurfObjectGetResourceDesc(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUsurfObject surfObject = (CUsurfObject)fgr_get_u64(rd);
+    int has_pResDesc = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUDA_RESOURCE_DESC *pResDesc = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_pResDesc && !(pResDesc = fgr_out(q, sizeof(CUDA_RESOURCE_DESC))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuSurfObjectGetResourceDesc)fgr_real[FGR_OP_cuSurfObjectGetResourceDesc])(pResDesc, surfObject);
+    if (has_pResDesc)
+        fgr_reply_out(q, pResDesc, sizeof(CUDA_RESOURCE_DESC), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrArrayCopy(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    size_t n = (size_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    CUDA_MEMCPY3D *p = fgr_get_buf(rd, q, sizeof(CUDA_MEMCPY3D), 1);
+    if (p)
+        p->srcArray = (CUarray)(uintptr_t)fgr_in(FGR_H_CUarray, (uint64_t)(uintptr_t)p->srcArray);
+    if (p)
+        p->dstArray = (CUarray)(uintptr_t)fgr_in(FGR_H_CUarray, (uint64_t)(uintptr_t)p->dstArray);
+    void *src = fgr_get_buf(rd, q, fgr_mul((uint64_t)(n), 1), 0);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUarray, (p ? (uint64_t)(uintptr_t)p->srcArray : 0))))
+        fgr_r = fgr_refuse("fgrArrayCopy", "p->srcArray", (p ? (uint64_t)(uintptr_t)p->srcArray : 0), CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUarray, (p ? (uint64_t)(uintptr_t)p->dstArray : 0))))
+        fgr_r = fgr_refuse("fgrArrayCopy", "p->dstArray", (p ? (uint64_t)(uintptr_t)p->dstArray : 0), CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("fgrArrayCopy", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrArrayCopy)fgr_real[FGR_OP_fgrArrayCopy])(p, src, n, hStream);
+    return fgr_r;
+}
+
+static CUresult op_fgrArrayCopyWait(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    size_t n = (size_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    CUDA_MEMCPY3D *p = fgr_get_buf(rd, q, sizeof(CUDA_MEMCPY3D), 1);
+    if (p)
+        p->srcArray = (CUarray)(uintptr_t)fgr_in(FGR_H_CUarray, (uint64_t)(uintptr_t)p->srcArray);
+    if (p)
+        p->dstArray = (CUarray)(uintptr_t)fgr_in(FGR_H_CUarray, (uint64_t)(uintptr_t)p->dstArray);
+    void *src = fgr_get_buf(rd, q, fgr_mul((uint64_t)(n), 1), 0);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUarray, (p ? (uint64_t)(uintptr_t)p->srcArray : 0))))
+        fgr_r = fgr_refuse("fgrArrayCopyWait", "p->srcArray", (p ? (uint64_t)(uintptr_t)p->srcArray : 0), CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUarray, (p ? (uint64_t)(uintptr_t)p->dstArray : 0))))
+        fgr_r = fgr_refuse("fgrArrayCopyWait", "p->dstArray", (p ? (uint64_t)(uintptr_t)p->dstArray : 0), CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("fgrArrayCopyWait", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS &&
+        (fgr_r = fgr_wait(FGR_AFTER_STREAM, (uint64_t)(uintptr_t)hStream, 0)) == FGR_GO)
+        fgr_r = ((pfn_fgrArrayCopyWait)fgr_real[FGR_OP_fgrArrayCopyWait])(p, src, n, hStream);
+    return fgr_r;
+}
+
+static CUresult op_fgrArrayRead(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    size_t n = (size_t)fgr_get_u64(rd);
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    int has_dst = fgr_get_u8(rd);
+    CUDA_MEMCPY3D *p = fgr_get_buf(rd, q, sizeof(CUDA_MEMCPY3D), 1);
+    if (p)
+        p->srcArray = (CUarray)(uintptr_t)fgr_in(FGR_H_CUarray, (uint64_t)(uintptr_t)p->srcArray);
+    if (p)
+        p->dstArray = (CUarray)(uintptr_t)fgr_in(FGR_H_CUarray, (uint64_t)(uintptr_t)p->dstArray);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    void *dst = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(!has_dst || fgr_mul((uint64_t)(n), 1) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrArrayRead", "dst", fgr_mul((uint64_t)(n), 1), CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUarray, (p ? (uint64_t)(uintptr_t)p->srcArray : 0))))
+        fgr_r = fgr_refuse("fgrArrayRead", "p->srcArray", (p ? (uint64_t)(uintptr_t)p->srcArray : 0), CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUarray, (p ? (uint64_t)(uintptr_t)p->dstArray : 0))))
+        fgr_r = fgr_refuse("fgrArrayRead", "p->dstArray", (p ? (uint64_t)(uintptr_t)p->dstArray : 0), CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("fgrArrayRead", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_dst && !(dst = fgr_out(q, fgr_mul((uint64_t)(n), 1))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS &&
+        (fgr_r = fgr_wait(FGR_AFTER_STREAM, (uint64_t)(uintptr_t)hStream, 0)) == FGR_GO)
+        fgr_r = ((pfn_fgrArrayRead)fgr_real[FGR_OP_fgrArrayRead])(dst, n, p, hStream);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = fgr_drain(hStream, 0);
+    if (has_dst)
+        fgr_reply_out(q, dst, fgr_mul((uint64_t)(n), 1), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_cuMemPoolSetAttribute(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -6243,6 +6544,20 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuMemAdvise] = {"cuMemAdvise", op_cuMemAdvise, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuMemRangeGetAttribute] = {"cuMemRangeGetAttribute", op_cuMemRangeGetAttribute, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuMemGetAccess] = {"cuMemGetAccess", op_cuMemGetAccess, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuArrayGetDescriptor_v2] = {"cuArrayGetDescriptor_v2", op_cuArrayGetDescriptor_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuArray3DGetDescriptor_v2] = {"cuArray3DGetDescriptor_v2", op_cuArray3DGetDescriptor_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMipmappedArrayGetLevel] = {"cuMipmappedArrayGetLevel", op_cuMipmappedArrayGetLevel, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuTexObjectCreate] = {"cuTexObjectCreate", op_cuTexObjectCreate, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuTexObjectDestroy] = {"cuTexObjectDestroy", op_cuTexObjectDestroy, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuTexObjectGetResourceDesc] = {"cuTexObjectGetResourceDesc", op_cuTexObjectGetResourceDesc, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuTexObjectGetTextureDesc] = {"cuTexObjectGetTextureDesc", op_cuTexObjectGetTextureDesc, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuTexObjectGetResourceViewDesc] = {"cuTexObjectGetResourceViewDesc", op_cuTexObjectGetResourceViewDesc, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuSurfObjectCreate] = {"cuSurfObjectCreate", op_cuSurfObjectCreate, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuSurfObjectDestroy] = {"cuSurfObjectDestroy", op_cuSurfObjectDestroy, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuSurfObjectGetResourceDesc] = {"cuSurfObjectGetResourceDesc", op_cuSurfObjectGetResourceDesc, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrArrayCopy] = {"fgrArrayCopy", op_fgrArrayCopy, 0, FGR_MAX_FRAME},
+    [FGR_OP_fgrArrayCopyWait] = {"fgrArrayCopyWait", op_fgrArrayCopyWait, 1, FGR_MAX_FRAME},
+    [FGR_OP_fgrArrayRead] = {"fgrArrayRead", op_fgrArrayRead, 1, FGR_SMALL_FRAME},
     [FGR_OP_cuMemPoolSetAttribute] = {"cuMemPoolSetAttribute", op_cuMemPoolSetAttribute, 0, FGR_MAX_FRAME},
     [FGR_OP_cuDeviceSetMemPool] = {"cuDeviceSetMemPool", op_cuDeviceSetMemPool, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuMemGetAllocationPropertiesFromHandle] = {"cuMemGetAllocationPropertiesFromHandle", op_cuMemGetAllocationPropertiesFromHandle, 0, FGR_SMALL_FRAME},

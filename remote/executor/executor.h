@@ -160,6 +160,8 @@ void fgr_hostfn_attach(struct fgr_ring *r);
 void fgr_stage_reap(void);
 /* The pinned heap of shm:// (heap.c): its operations, and its mapping. */
 void fgr_heap_init(void *driver);
+/* Texture and surface objects, copies with an array side (textures.c). */
+void fgr_textures_init(void *driver);
 void fgr_heap_attach(uint8_t *base, uint64_t client_base);
 /* The bytes a connection registers at most (default: a quarter of the
  * server's physical memory). */

@@ -664,6 +664,7 @@ int main(int argc, char **argv)
     fgr_wait_init(h);
     fgr_stage_init(h);
     fgr_heap_init(h);
+    fgr_textures_init(h);
     fgr_layout_init(h);
     fgr_arena_init(h);
     fgr_hostfn_init(h);

@@ -80,16 +80,13 @@ int main(int argc, char **argv)
     ctx_v4("with 4 SMs", &sm4);
     aff.param.smCount.val = 0;
     ctx_v4("with 0 SMs", &sm4);
-    if (argc > 1 && !strcmp(argv[1], "tex")) {
-        /* Looked up: the simulated GPU has no textures. */
-        CUresult (*create)(CUtexObject *, const CUDA_RESOURCE_DESC *, const CUDA_TEXTURE_DESC *,
-                           const CUDA_RESOURCE_VIEW_DESC *) = (CUresult(*)(CUtexObject *, const CUDA_RESOURCE_DESC *,
-                                                                            const CUDA_TEXTURE_DESC *,
-                                                                            const CUDA_RESOURCE_VIEW_DESC *))
-            dlsym(RTLD_DEFAULT, "cuTexObjectCreate");
-        CUtexObject tex = 0;
-        printf("cuTexObjectCreate: %s\n", create ? result_name(create(&tex, NULL, NULL, NULL)) : "not exported");
-        printf("cuTexObjectCreate again: %s\n", create ? result_name(create(&tex, NULL, NULL, NULL)) : "not exported");
+    if (argc > 1 && !strcmp(argv[1], "ipc")) {
+        /* Looked up: the simulated GPU has no IPC. */
+        CUresult (*get)(CUipcMemHandle *, CUdeviceptr) =
+            (CUresult(*)(CUipcMemHandle *, CUdeviceptr))dlsym(RTLD_DEFAULT, "cuIpcGetMemHandle");
+        CUipcMemHandle h;
+        printf("cuIpcGetMemHandle: %s\n", get ? result_name(get(&h, 0)) : "not exported");
+        printf("cuIpcGetMemHandle again: %s\n", get ? result_name(get(&h, 0)) : "not exported");
         return 0;
     }
     if (argc > 1 && !strcmp(argv[1], "cig")) {

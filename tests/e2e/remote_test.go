@@ -145,7 +145,7 @@ func TestRemoteClientsMatchLocal(t *testing.T) {
 	long(t)
 	clients := [][]string{
 		{"rtlike", "3"}, {"direct", "2"}, {"dlsymclient"}, {"threads", "8", "200"},
-		{"forker"}, {"memclient", "paths"}, {"memset2d"}, {"copy3d"},
+		{"forker"}, {"memclient", "paths"}, {"memset2d"}, {"copy3d"}, {"arrays"},
 	}
 	pids := regexp.MustCompile(`pids( \d+)+`)
 	for _, transport := range []string{"unix", "shm", "tcp", "tls"} {

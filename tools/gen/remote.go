@@ -88,6 +88,7 @@ var deviceWide = map[string]bool{"CUcontext": true, "CUmemoryPool": true, "CUmem
 var structHandles = map[string][][2]string{
 	"CUDA_GRAPH_INSTANTIATE_PARAMS": {{"hUploadStream", "CUstream"}},
 	"CUlaunchConfig":                {{"hStream", "CUstream"}},
+	"CUDA_MEMCPY3D":                 {{"srcArray", "CUarray"}, {"dstArray", "CUarray"}},
 }
 
 // structOutHandles are the handles a call writes into the structures an
