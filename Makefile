@@ -26,7 +26,7 @@ INCS     := -Iinclude -Iinclude/flexgv -I$(NVML_INC)
 SHIM_SRC := $(wildcard shim/*.c)
 SIM_SRC  := simgpu/state.c simgpu/core.c simgpu/memory.c simgpu/exec.c simgpu/capture.c simgpu/graph.c simgpu/exports.c simgpu/tensormap.c simgpu/hostfn.c simgpu/procs_gen.c
 HDRS     := $(wildcard include/flexgv/*.h include/flexgv/*.def shim/*.h shim/*.inc simgpu/*.h)
-CLIENTS  := rtlike direct dlsymclient threads forker nvmlclient nvmlremote nocuda launchloop nextlib_user hookmap holder memclient drvclient captureclient exportclient cudartclient optclient blaslike spinner copier procutil hostfunc mapped memset2d copy3d waiters nvmlprocs kparamdump lanes smcount ddprank suspendee ckptctl
+CLIENTS  := rtlike direct dlsymclient threads forker nvmlclient nvmlremote nocuda launchloop nextlib_user hookmap holder memclient drvclient captureclient exportclient cudartclient optclient blaslike spinner copier procutil hostfunc mapped memset2d copy3d waiters nvmlprocs kparamdump lanes smcount ddprank suspendee ckptctl graphnodes
 GO_SRC   := $(shell find cmd internal proto -name '*.go') go.mod go.sum
 
 .PHONY: all shim sim cli clients remote test demo clean gen-check FORCE
@@ -120,7 +120,7 @@ $(BUILD)/tests/%: tests/clients/%.c tests/clients/common.h tests/clients/variant
 	$(CC) $(CFLAGS) $(WARN) $(INCS) -o $@ $< -ldl -lpthread
 
 # Linked with libcuda, like programs built with -lcuda.
-$(BUILD)/tests/lanes $(BUILD)/tests/smcount $(BUILD)/tests/direct $(BUILD)/tests/forker $(BUILD)/tests/holder $(BUILD)/tests/memclient $(BUILD)/tests/drvclient $(BUILD)/tests/captureclient $(BUILD)/tests/spinner $(BUILD)/tests/copier $(BUILD)/tests/optclient $(BUILD)/tests/blaslike $(BUILD)/tests/hostfunc $(BUILD)/tests/mapped $(BUILD)/tests/memset2d $(BUILD)/tests/copy3d $(BUILD)/tests/waiters $(BUILD)/tests/ddprank $(BUILD)/tests/suspendee $(BUILD)/tests/ckptctl: $(BUILD)/tests/%: tests/clients/%.c tests/clients/common.h $(HDRS) $(BUILD)/sim/libcuda.so.1
+$(BUILD)/tests/lanes $(BUILD)/tests/smcount $(BUILD)/tests/direct $(BUILD)/tests/forker $(BUILD)/tests/holder $(BUILD)/tests/memclient $(BUILD)/tests/drvclient $(BUILD)/tests/captureclient $(BUILD)/tests/spinner $(BUILD)/tests/copier $(BUILD)/tests/optclient $(BUILD)/tests/blaslike $(BUILD)/tests/hostfunc $(BUILD)/tests/mapped $(BUILD)/tests/memset2d $(BUILD)/tests/copy3d $(BUILD)/tests/waiters $(BUILD)/tests/ddprank $(BUILD)/tests/suspendee $(BUILD)/tests/ckptctl $(BUILD)/tests/graphnodes: $(BUILD)/tests/%: tests/clients/%.c tests/clients/common.h $(HDRS) $(BUILD)/sim/libcuda.so.1
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) $(INCS) -o $@ $< -L$(BUILD)/sim -lcuda -ldl -lpthread
 

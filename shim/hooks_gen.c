@@ -180,6 +180,7 @@ const char *const fg_api_names[FG_NUM_APIS] = {
     "cuGraphAddMemAllocNode",
     "cuGraphAddMemFreeNode",
     "cuGraphMemAllocNodeGetParams",
+    "cuGraphAddMemsetNode",
     "cuDeviceGetGraphMemAttribute",
     "cuDeviceSetGraphMemAttribute",
     "cuDeviceGraphMemTrim",
@@ -390,6 +391,7 @@ const char *const fg_api_bases[FG_NUM_APIS] = {
     "cuGraphAddMemAllocNode",
     "cuGraphAddMemFreeNode",
     "cuGraphMemAllocNodeGetParams",
+    "cuGraphAddMemsetNode",
     "cuDeviceGetGraphMemAttribute",
     "cuDeviceSetGraphMemAttribute",
     "cuDeviceGraphMemTrim",
@@ -480,6 +482,7 @@ const unsigned short fg_api_by_name[FG_NUM_APIS] = {
     FG_API_cuGetProcAddress_v2,
     FG_API_cuGraphAddMemAllocNode,
     FG_API_cuGraphAddMemFreeNode,
+    FG_API_cuGraphAddMemsetNode,
     FG_API_cuGraphChildGraphNodeGetGraph,
     FG_API_cuGraphCreate,
     FG_API_cuGraphDestroy,
@@ -3932,6 +3935,24 @@ FG_SLOW CUresult fg_slow_cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_ME
 
 FG_FAST_PATH(cuGraphMemAllocNodeGetParams, 177)
 
+FG_SLOW CUresult fg_slow_cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
+{
+    fg_real_cuGraphAddMemsetNode real = (fg_real_cuGraphAddMemsetNode)fg_real_fn(FG_API_cuGraphAddMemsetNode);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGraphAddMemsetNode);
+    if (!fg_tracing)
+        return real(phGraphNode, hGraph, dependencies, numDependencies, memsetParams, ctx);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(phGraphNode, hGraph, dependencies, numDependencies, memsetParams, ctx);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGraphAddMemsetNode, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGraphAddMemsetNode, (int)r, dt, "phGraphNode=%p, hGraph=%p, dependencies=%p, numDependencies=%zu, memsetParams=%p, ctx=%p", (const void *)phGraphNode, (const void *)hGraph, (const void *)dependencies, numDependencies, (const void *)memsetParams, (const void *)ctx);
+    return r;
+}
+
+FG_FAST_PATH(cuGraphAddMemsetNode, 178)
+
 FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
     fg_real_cuDeviceGetGraphMemAttribute real = (fg_real_cuDeviceGetGraphMemAttribute)fg_real_fn(FG_API_cuDeviceGetGraphMemAttribute);
@@ -3948,7 +3969,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMe
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 178)
+FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 179)
 
 FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -3966,7 +3987,7 @@ FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMe
     return r;
 }
 
-FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 179)
+FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 180)
 
 FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
 {
@@ -3984,7 +4005,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGraphMemTrim, 180)
+FG_FAST_PATH(cuDeviceGraphMemTrim, 181)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
@@ -4002,7 +4023,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, C
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithFlags, 181)
+FG_FAST_PATH(cuGraphInstantiateWithFlags, 182)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -4020,7 +4041,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, 
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithParams, 182)
+FG_FAST_PATH(cuGraphInstantiateWithParams, 183)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -4038,7 +4059,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphE
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 183)
+FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 184)
 
 FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4056,7 +4077,7 @@ FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphUpload, 184)
+FG_FAST_PATH(cuGraphUpload, 185)
 
 FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4074,7 +4095,7 @@ FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphUpload_ptsz, 185)
+FG_FAST_PATH(cuGraphUpload_ptsz, 186)
 
 static CUresult fg_layer1_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4098,7 +4119,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch, 186)
+FG_FAST_PATH(cuGraphLaunch, 187)
 
 static CUresult fg_layer1_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4122,7 +4143,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch_ptsz, 187)
+FG_FAST_PATH(cuGraphLaunch_ptsz, 188)
 
 FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
@@ -4140,7 +4161,7 @@ FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
     return r;
 }
 
-FG_FAST_PATH(cuGraphExecDestroy, 188)
+FG_FAST_PATH(cuGraphExecDestroy, 189)
 
 FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
 {
@@ -4158,7 +4179,7 @@ FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
     return r;
 }
 
-FG_FAST_PATH(cuGraphDestroy, 189)
+FG_FAST_PATH(cuGraphDestroy, 190)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessGetState(int pid, CUprocessState *state)
 {
@@ -4176,7 +4197,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessGetState(int pid, CUprocessState *st
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessGetState, 190)
+FG_FAST_PATH(cuCheckpointProcessGetState, 191)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
 {
@@ -4194,7 +4215,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessLock, 191)
+FG_FAST_PATH(cuCheckpointProcessLock, 192)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
 {
@@ -4212,7 +4233,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessCheckpoint(int pid, CUcheckpointChec
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessCheckpoint, 192)
+FG_FAST_PATH(cuCheckpointProcessCheckpoint, 193)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
 {
@@ -4230,7 +4251,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessRestore(int pid, CUcheckpointRestore
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessRestore, 193)
+FG_FAST_PATH(cuCheckpointProcessRestore, 194)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
 {
@@ -4248,7 +4269,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockAr
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessUnlock, 194)
+FG_FAST_PATH(cuCheckpointProcessUnlock, 195)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
 {
@@ -4266,7 +4287,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlInit_v2, 195)
+FG_FAST_PATH(nvmlInit_v2, 196)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
 {
@@ -4284,7 +4305,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
     return r;
 }
 
-FG_FAST_PATH(nvmlInitWithFlags, 196)
+FG_FAST_PATH(nvmlInitWithFlags, 197)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
 {
@@ -4302,7 +4323,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlShutdown, 197)
+FG_FAST_PATH(nvmlShutdown, 198)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
 {
@@ -4320,7 +4341,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetCount_v2, 198)
+FG_FAST_PATH(nvmlDeviceGetCount_v2, 199)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
 {
@@ -4338,7 +4359,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, n
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 199)
+FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 200)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
@@ -4356,7 +4377,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMe
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 200)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 201)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
@@ -4374,7 +4395,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvm
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 201)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 202)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
 {
@@ -4392,7 +4413,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, 
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 202)
+FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 203)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -4410,7 +4431,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 203)
+FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 204)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -4428,7 +4449,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetGraphicsRunningProcesses_v3, 204)
+FG_FAST_PATH(nvmlDeviceGetGraphicsRunningProcesses_v3, 205)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -4446,7 +4467,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevi
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMPSComputeRunningProcesses_v3, 205)
+FG_FAST_PATH(nvmlDeviceGetMPSComputeRunningProcesses_v3, 206)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization, unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp)
 {
@@ -4464,7 +4485,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetProcessUtilization(nvmlDevice_t device
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetProcessUtilization, 206)
+FG_FAST_PATH(nvmlDeviceGetProcessUtilization, 207)
 
 void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuInit,
@@ -4645,6 +4666,7 @@ void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuGraphAddMemAllocNode,
     (void *)cuGraphAddMemFreeNode,
     (void *)cuGraphMemAllocNodeGetParams,
+    (void *)cuGraphAddMemsetNode,
     (void *)cuDeviceGetGraphMemAttribute,
     (void *)cuDeviceSetGraphMemAttribute,
     (void *)cuDeviceGraphMemTrim,

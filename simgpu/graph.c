@@ -81,6 +81,7 @@ struct sim_node {
             void *dst;
             unsigned v;
             size_t n, width;
+            size_t pitch, rows; /* a 2D set: rows of n elements, pitch bytes apart */
         } set;
         struct {
             CUhostFn fn;
@@ -199,6 +200,7 @@ struct sim_node *sim_node_set(void *dst, unsigned v, size_t len, size_t width)
         n->u.set.v = v;
         n->u.set.n = len;
         n->u.set.width = width;
+        n->u.set.rows = 1;
     }
     return n;
 }
@@ -560,6 +562,32 @@ SIM_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGra
     return add_node(phGraphNode, hGraph, dependencies, numDependencies, n);
 }
 
+/* A set of height rows of width elements of elementSize (1, 2 or 4)
+ * bytes, pitch bytes apart, in device memory of the context's device (the
+ * driver checks the range when the node is added). */
+SIM_EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                         size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams,
+                                         CUcontext ctx)
+{
+    (void)ctx;
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!phGraphNode || !as_graph(hGraph) || !memsetParams)
+        return CUDA_ERROR_INVALID_VALUE;
+    const CUDA_MEMSET_NODE_PARAMS *m = memsetParams;
+    size_t row = m->width * m->elementSize;
+    if ((m->elementSize != 1 && m->elementSize != 2 && m->elementSize != 4) || m->width == 0 || m->height == 0 ||
+        (m->height > 1 && m->pitch < row) ||
+        !sim_dev_range(m->dst, (m->height - 1) * (m->height > 1 ? m->pitch : 0) + row))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_node *n = sim_node_set((void *)(uintptr_t)m->dst, m->value, m->width, m->elementSize);
+    if (n) {
+        n->u.set.pitch = m->pitch;
+        n->u.set.rows = m->height;
+    }
+    return add_node(phGraphNode, hGraph, dependencies, numDependencies, n);
+}
+
 /* Access descriptors are not kept: the node reports none. */
 SIM_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
 {
@@ -811,7 +839,8 @@ static CUresult launch(CUgraphExec exec, CUstream h, int pt)
         case CU_GRAPH_NODE_TYPE_KERNEL: sim_kernel_run(s, n->u.kernel.f, &n->u.kernel.args); break;
         case CU_GRAPH_NODE_TYPE_MEMCPY: memmove(n->u.copy.dst, n->u.copy.src, n->u.copy.n); break;
         case CU_GRAPH_NODE_TYPE_MEMSET:
-            sim_fill(n->u.set.dst, n->u.set.v, n->u.set.n, n->u.set.width);
+            for (size_t y = 0; y < n->u.set.rows; y++)
+                sim_fill((char *)n->u.set.dst + y * n->u.set.pitch, n->u.set.v, n->u.set.n, n->u.set.width);
             break;
         case CU_GRAPH_NODE_TYPE_HOST: sim_host_enqueue(s, n->u.host.fn, NULL, NULL, n->u.host.data); break;
         default: break;

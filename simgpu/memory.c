@@ -897,6 +897,8 @@ static int valid_range(CUdeviceptr p, size_t n)
     return ok;
 }
 
+int sim_dev_range(CUdeviceptr p, size_t n) { return valid_range(p, n); }
+
 enum { SYNC, ASYNC };
 
 static CUresult copy(void *dst, const void *src, size_t n, int dev_dst, int dev_src, CUstream s, int async, int pt)

@@ -1416,6 +1416,17 @@ __attribute__((weak)) SIM_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNo
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
+{
+    (void)phGraphNode;
+    (void)hGraph;
+    (void)dependencies;
+    (void)numDependencies;
+    (void)memsetParams;
+    (void)ctx;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 __attribute__((weak)) SIM_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
     (void)device;
@@ -1716,6 +1727,7 @@ const struct fg_proc sim_procs[] = {
     {"cuGraphAddMemAllocNode", "cuGraphAddMemAllocNode", 11040, 0, (void *)cuGraphAddMemAllocNode},
     {"cuGraphAddMemFreeNode", "cuGraphAddMemFreeNode", 11040, 0, (void *)cuGraphAddMemFreeNode},
     {"cuGraphMemAllocNodeGetParams", "cuGraphMemAllocNodeGetParams", 11040, 0, (void *)cuGraphMemAllocNodeGetParams},
+    {"cuGraphAddMemsetNode", "cuGraphAddMemsetNode", 10000, 0, (void *)cuGraphAddMemsetNode},
     {"cuDeviceGetGraphMemAttribute", "cuDeviceGetGraphMemAttribute", 11040, 0, (void *)cuDeviceGetGraphMemAttribute},
     {"cuDeviceSetGraphMemAttribute", "cuDeviceSetGraphMemAttribute", 11040, 0, (void *)cuDeviceSetGraphMemAttribute},
     {"cuDeviceGraphMemTrim", "cuDeviceGraphMemTrim", 11040, 0, (void *)cuDeviceGraphMemTrim},

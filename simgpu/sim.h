@@ -303,6 +303,8 @@ void sim_capture_stream_gone(struct sim_stream *s);
 struct sim_node *sim_node_kernel(struct sim_func *f, const struct sim_kargs *a);
 struct sim_node *sim_node_copy(void *dst, const void *src, size_t n);
 struct sim_node *sim_node_set(void *dst, unsigned v, size_t n, size_t width);
+/* n bytes from p lie in one allocation or mapping of device memory. */
+int sim_dev_range(CUdeviceptr p, size_t n);
 struct sim_node *sim_node_host(CUhostFn fn, void *data);
 /* n elements of width 1, 2 or 4 bytes at dst set to v (a memset's effect). */
 void sim_fill(void *dst, unsigned v, size_t n, size_t width);

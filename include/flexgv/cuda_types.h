@@ -382,6 +382,17 @@ typedef struct CUDA_MEM_ALLOC_NODE_PARAMS_v1_st {
     CUdeviceptr dptr;
 } CUDA_MEM_ALLOC_NODE_PARAMS;
 
+/* A graph's memset node: height rows of width elements of elementSize
+ * (1, 2 or 4) bytes set to value, rows pitch bytes apart. */
+typedef struct CUDA_MEMSET_NODE_PARAMS_st {
+    CUdeviceptr dst;
+    size_t pitch;
+    unsigned int value;
+    unsigned int elementSize;
+    size_t width;
+    size_t height;
+} CUDA_MEMSET_NODE_PARAMS;
+
 typedef struct CUDA_GRAPH_INSTANTIATE_PARAMS_st {
     cuuint64_t flags;
     CUstream hUploadStream;

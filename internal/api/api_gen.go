@@ -3,7 +3,7 @@
 package api
 
 // Hash identifies this ordered list; trace regions carry it.
-const Hash uint64 = 0xfeabf41a7c5d7490
+const Hash uint64 = 0x086836ebc5985fea
 
 // Names lists every hooked entry point, in hook-id order.
 var Names = []string{
@@ -185,6 +185,7 @@ var Names = []string{
 	"cuGraphAddMemAllocNode",
 	"cuGraphAddMemFreeNode",
 	"cuGraphMemAllocNodeGetParams",
+	"cuGraphAddMemsetNode",
 	"cuDeviceGetGraphMemAttribute",
 	"cuDeviceSetGraphMemAttribute",
 	"cuDeviceGraphMemTrim",

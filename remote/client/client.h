@@ -95,6 +95,8 @@ void fgr_copy_forked(void);
  * addressing with a side in the program's own memory (uva.c): 1 when
  * done here (*r: its result), 0 to forward the copy as it came. */
 void fgr_range_add(uint64_t base, uint64_t size);
+/* A graph allocation node's range: a free leaves it the connection's. */
+void fgr_range_add_kept(uint64_t base, uint64_t size);
 void fgr_range_drop(uint64_t base);
 int fgr_uva_copy(CUresult *r, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int per_thread, int async);
 

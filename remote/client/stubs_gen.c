@@ -2335,12 +2335,29 @@ FGR_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *ph
 
 FGR_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
 {
-    (void)phGraphNode;
-    (void)hGraph;
-    (void)dependencies;
-    (void)numDependencies;
-    (void)nodeParams;
-    return fgr_unsupported(1, "cuGraphAddMemAllocNode", NULL);
+    CUresult fgr_r;
+    uint64_t n_phGraphNode = phGraphNode ? sizeof(CUgraphNode) : 0;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphAddMemAllocNode", "a buffer over the frame limit");
+    uint64_t n_nodeParams = nodeParams ? sizeof(CUDA_MEM_ALLOC_NODE_PARAMS) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphAddMemAllocNode, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u8(&fgr_c.w, phGraphNode != NULL);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
+    fgr_put_buf(&fgr_c.w, nodeParams, n_nodeParams);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phGraphNode, n_phGraphNode, 0);
+    fgr_get_out(&fgr_c, nodeParams, n_nodeParams, 1);
+    if ((fgr_r = fgr_end(&fgr_c)) == CUDA_SUCCESS) {
+        if (nodeParams)
+            fgr_range_add_kept((uint64_t)nodeParams->dptr, (uint64_t)(nodeParams->bytesize));
+    }
+    return fgr_r;
 }
 
 FGR_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr)
@@ -2367,9 +2384,40 @@ FGR_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGra
 
 FGR_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
 {
-    (void)hNode;
-    (void)params_out;
-    return fgr_unsupported(2, "cuGraphMemAllocNodeGetParams", NULL);
+    CUresult fgr_r;
+    uint64_t n_params_out = params_out ? sizeof(CUDA_MEM_ALLOC_NODE_PARAMS) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphMemAllocNodeGetParams, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u8(&fgr_c.w, params_out != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, params_out, n_params_out, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
+{
+    CUresult fgr_r;
+    uint64_t n_phGraphNode = phGraphNode ? sizeof(CUgraphNode) : 0;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphAddMemsetNode", "a buffer over the frame limit");
+    uint64_t n_memsetParams = memsetParams ? sizeof(CUDA_MEMSET_NODE_PARAMS) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphAddMemsetNode, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)ctx);
+    fgr_put_u8(&fgr_c.w, phGraphNode != NULL);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
+    fgr_put_buf(&fgr_c.w, memsetParams, n_memsetParams);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phGraphNode, n_phGraphNode, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
@@ -2549,35 +2597,35 @@ FGR_EXPORT CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state)
 {
     (void)pid;
     (void)state;
-    return fgr_unsupported(3, "cuCheckpointProcessGetState", NULL);
+    return fgr_unsupported(1, "cuCheckpointProcessGetState", NULL);
 }
 
 FGR_EXPORT CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
 {
     (void)pid;
     (void)args;
-    return fgr_unsupported(4, "cuCheckpointProcessLock", NULL);
+    return fgr_unsupported(2, "cuCheckpointProcessLock", NULL);
 }
 
 FGR_EXPORT CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
 {
     (void)pid;
     (void)args;
-    return fgr_unsupported(5, "cuCheckpointProcessCheckpoint", NULL);
+    return fgr_unsupported(3, "cuCheckpointProcessCheckpoint", NULL);
 }
 
 FGR_EXPORT CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
 {
     (void)pid;
     (void)args;
-    return fgr_unsupported(6, "cuCheckpointProcessRestore", NULL);
+    return fgr_unsupported(4, "cuCheckpointProcessRestore", NULL);
 }
 
 FGR_EXPORT CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
 {
     (void)pid;
     (void)args;
-    return fgr_unsupported(7, "cuCheckpointProcessUnlock", NULL);
+    return fgr_unsupported(5, "cuCheckpointProcessUnlock", NULL);
 }
 
 FGR_EXPORT CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
@@ -3761,7 +3809,7 @@ FGR_EXPORT CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *optio
     (void)options;
     (void)optionValues;
     (void)stateOut;
-    return fgr_unsupported(8, "cuLinkCreate_v2", NULL);
+    return fgr_unsupported(6, "cuLinkCreate_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues)
@@ -3774,7 +3822,7 @@ FGR_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, voi
     (void)numOptions;
     (void)options;
     (void)optionValues;
-    return fgr_unsupported(9, "cuLinkAddData_v2", NULL);
+    return fgr_unsupported(7, "cuLinkAddData_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char *path, unsigned int numOptions, CUjit_option *options, void **optionValues)
@@ -3785,7 +3833,7 @@ FGR_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, con
     (void)numOptions;
     (void)options;
     (void)optionValues;
-    return fgr_unsupported(10, "cuLinkAddFile_v2", NULL);
+    return fgr_unsupported(8, "cuLinkAddFile_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut)
@@ -3793,13 +3841,13 @@ FGR_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *s
     (void)state;
     (void)cubinOut;
     (void)sizeOut;
-    return fgr_unsupported(11, "cuLinkComplete", NULL);
+    return fgr_unsupported(9, "cuLinkComplete", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkDestroy(CUlinkState state)
 {
     (void)state;
-    return fgr_unsupported(12, "cuLinkDestroy", NULL);
+    return fgr_unsupported(10, "cuLinkDestroy", NULL);
 }
 
 FGR_EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
@@ -4371,7 +4419,7 @@ FGR_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph h
     return fgr_end(&fgr_c);
 }
 
-const int fgr_nunsupported = 13;
+const int fgr_nunsupported = 11;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -4515,7 +4563,10 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuGraphGetNodes] = "cuGraphGetNodes",
     [FGR_OP_cuGraphNodeGetType] = "cuGraphNodeGetType",
     [FGR_OP_cuGraphChildGraphNodeGetGraph] = "cuGraphChildGraphNodeGetGraph",
+    [FGR_OP_cuGraphAddMemAllocNode] = "cuGraphAddMemAllocNode",
     [FGR_OP_cuGraphAddMemFreeNode] = "cuGraphAddMemFreeNode",
+    [FGR_OP_cuGraphMemAllocNodeGetParams] = "cuGraphMemAllocNodeGetParams",
+    [FGR_OP_cuGraphAddMemsetNode] = "cuGraphAddMemsetNode",
     [FGR_OP_cuDeviceGetGraphMemAttribute] = "cuDeviceGetGraphMemAttribute",
     [FGR_OP_cuDeviceSetGraphMemAttribute] = "cuDeviceSetGraphMemAttribute",
     [FGR_OP_cuDeviceGraphMemTrim] = "cuDeviceGraphMemTrim",
@@ -4870,6 +4921,7 @@ const struct fg_proc fgr_procs[] = {
     {"cuGraphAddMemAllocNode", "cuGraphAddMemAllocNode", 11040, 0, (void *)cuGraphAddMemAllocNode},
     {"cuGraphAddMemFreeNode", "cuGraphAddMemFreeNode", 11040, 0, (void *)cuGraphAddMemFreeNode},
     {"cuGraphMemAllocNodeGetParams", "cuGraphMemAllocNodeGetParams", 11040, 0, (void *)cuGraphMemAllocNodeGetParams},
+    {"cuGraphAddMemsetNode", "cuGraphAddMemsetNode", 10000, 0, (void *)cuGraphAddMemsetNode},
     {"cuDeviceGetGraphMemAttribute", "cuDeviceGetGraphMemAttribute", 11040, 0, (void *)cuDeviceGetGraphMemAttribute},
     {"cuDeviceSetGraphMemAttribute", "cuDeviceSetGraphMemAttribute", 11040, 0, (void *)cuDeviceSetGraphMemAttribute},
     {"cuDeviceGraphMemTrim", "cuDeviceGraphMemTrim", 11040, 0, (void *)cuDeviceGraphMemTrim},

@@ -141,7 +141,10 @@ typedef CUresult (*pfn_cuGraphCreate)(CUgraph *phGraph, unsigned int flags);
 typedef CUresult (*pfn_cuGraphGetNodes)(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes);
 typedef CUresult (*pfn_cuGraphNodeGetType)(CUgraphNode hNode, CUgraphNodeType *type);
 typedef CUresult (*pfn_cuGraphChildGraphNodeGetGraph)(CUgraphNode hNode, CUgraph *phGraph);
+typedef CUresult (*pfn_cuGraphAddMemAllocNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams);
 typedef CUresult (*pfn_cuGraphAddMemFreeNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr);
+typedef CUresult (*pfn_cuGraphMemAllocNodeGetParams)(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out);
+typedef CUresult (*pfn_cuGraphAddMemsetNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx);
 typedef CUresult (*pfn_cuDeviceGetGraphMemAttribute)(CUdevice device, CUgraphMem_attribute attr, void *value);
 typedef CUresult (*pfn_cuDeviceSetGraphMemAttribute)(CUdevice device, CUgraphMem_attribute attr, void *value);
 typedef CUresult (*pfn_cuDeviceGraphMemTrim)(CUdevice device);
@@ -3095,6 +3098,43 @@ static CUresult op_cuGraphChildGraphNodeGetGraph(struct fgr_rd *rd, struct fgr_r
     return fgr_r;
 }
 
+static CUresult op_cuGraphAddMemAllocNode(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    int has_phGraphNode = fgr_get_u8(rd);
+    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams = fgr_get_buf(rd, q, sizeof(CUDA_MEM_ALLOC_NODE_PARAMS), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraphNode *phGraphNode = NULL;
+    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphAddMemAllocNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuGraphAddMemAllocNode", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(!nodeParams || (nodeParams->accessDescCount == 0)))
+        fgr_r = fgr_refuse("cuGraphAddMemAllocNode", "nodeParams->accessDescCount", (nodeParams ? (uint64_t)nodeParams->accessDescCount : 0), CUDA_ERROR_NOT_SUPPORTED);
+    if (fgr_r == CUDA_SUCCESS && has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphAddMemAllocNode)fgr_real[FGR_OP_cuGraphAddMemAllocNode])(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phGraphNode)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+        if (nodeParams)
+            fgr_mem_add_kept((uint64_t)nodeParams->dptr, (uint64_t)(nodeParams->bytesize), FGR_H_CUcontext, fgr_ctx);
+        if (fgr_out_n(FGR_H_CUgraphNode, phGraphNode, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_phGraphNode)
+        fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
+    fgr_reply_out(q, nodeParams, sizeof(CUDA_MEM_ALLOC_NODE_PARAMS), 1, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_cuGraphAddMemFreeNode(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -3118,6 +3158,63 @@ static CUresult op_cuGraphAddMemFreeNode(struct fgr_rd *rd, struct fgr_req *q)
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuGraphAddMemFreeNode)fgr_real[FGR_OP_cuGraphAddMemFreeNode])(phGraphNode, hGraph, dependencies, numDependencies, dptr);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phGraphNode)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+        if (fgr_out_n(FGR_H_CUgraphNode, phGraphNode, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_phGraphNode)
+        fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphMemAllocNodeGetParams(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    int has_params_out = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUDA_MEM_ALLOC_NODE_PARAMS *params_out = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("cuGraphMemAllocNodeGetParams", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_params_out && !(params_out = fgr_out(q, sizeof(CUDA_MEM_ALLOC_NODE_PARAMS))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphMemAllocNodeGetParams)fgr_real[FGR_OP_cuGraphMemAllocNodeGetParams])(hNode, params_out);
+    if (has_params_out)
+        fgr_reply_out(q, params_out, sizeof(CUDA_MEM_ALLOC_NODE_PARAMS), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphAddMemsetNode(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    CUcontext ctx = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
+    int has_phGraphNode = fgr_get_u8(rd);
+    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    CUDA_MEMSET_NODE_PARAMS *memsetParams = fgr_get_buf(rd, q, sizeof(CUDA_MEMSET_NODE_PARAMS), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraphNode *phGraphNode = NULL;
+    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphAddMemsetNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuGraphAddMemsetNode", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(!memsetParams || (fgr_mem_in((uint64_t)memsetParams->dst, fgr_span(memsetParams->pitch,fgr_mul(memsetParams->width,memsetParams->elementSize),memsetParams->height)))))
+        fgr_r = fgr_refuse("cuGraphAddMemsetNode", "memsetParams->dst", (memsetParams ? (uint64_t)memsetParams->dst : 0), CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
+        fgr_r = fgr_refuse("cuGraphAddMemsetNode", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
+    if (fgr_r == CUDA_SUCCESS && has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphAddMemsetNode)fgr_real[FGR_OP_cuGraphAddMemsetNode])(phGraphNode, hGraph, dependencies, numDependencies, memsetParams, ctx);
     if (fgr_r == CUDA_SUCCESS) {
         if (phGraphNode)
             fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
@@ -5945,7 +6042,10 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuGraphGetNodes] = {"cuGraphGetNodes", op_cuGraphGetNodes, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphNodeGetType] = {"cuGraphNodeGetType", op_cuGraphNodeGetType, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphChildGraphNodeGetGraph] = {"cuGraphChildGraphNodeGetGraph", op_cuGraphChildGraphNodeGetGraph, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphAddMemAllocNode] = {"cuGraphAddMemAllocNode", op_cuGraphAddMemAllocNode, 0, FGR_MAX_FRAME},
     [FGR_OP_cuGraphAddMemFreeNode] = {"cuGraphAddMemFreeNode", op_cuGraphAddMemFreeNode, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuGraphMemAllocNodeGetParams] = {"cuGraphMemAllocNodeGetParams", op_cuGraphMemAllocNodeGetParams, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphAddMemsetNode] = {"cuGraphAddMemsetNode", op_cuGraphAddMemsetNode, 0, FGR_MAX_FRAME},
     [FGR_OP_cuDeviceGetGraphMemAttribute] = {"cuDeviceGetGraphMemAttribute", op_cuDeviceGetGraphMemAttribute, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuDeviceSetGraphMemAttribute] = {"cuDeviceSetGraphMemAttribute", op_cuDeviceSetGraphMemAttribute, 0, FGR_MAX_FRAME},
     [FGR_OP_cuDeviceGraphMemTrim] = {"cuDeviceGraphMemTrim", op_cuDeviceGraphMemTrim, 0, FGR_SMALL_FRAME},

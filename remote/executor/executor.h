@@ -240,6 +240,10 @@ int fgr_mem_clear(uint64_t p, uint64_t n);
 /* Forgets the ranges that start in [lo, hi). */
 void fgr_mem_drop_within(uint64_t lo, uint64_t hi);
 void fgr_mem_add(uint64_t base, uint64_t size, int okind, uint64_t owner);
+/* A graph allocation node's range: its address is the graph's for as
+ * long as the node lives, allocated again at each launch, so a free
+ * leaves it recorded; it goes with its owner. */
+void fgr_mem_add_kept(uint64_t base, uint64_t size, int okind, uint64_t owner);
 /* Records the range the driver says holds p. */
 void fgr_mem_add_found(uint64_t p, int okind, uint64_t owner);
 /* Says the first refusal of the connection, and answers r. */

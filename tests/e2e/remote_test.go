@@ -685,7 +685,7 @@ ok = cu.cuInit(0) == 0
 ctx = ctypes.c_void_p()
 print("cuInit", cu.cuInit(0))
 print("cuCtxCreate_v4", cu.cuCtxCreate_v4(ctypes.byref(ctx), None, 0, 0))
-print("cuGraphAddMemAllocNode", cu.cuGraphAddMemAllocNode(None, None, None, 0, None))
+print("cuLinkDestroy", cu.cuLinkDestroy(None))
 table = ctypes.c_void_p()
 uuid = (ctypes.c_ubyte * 16)(*b"no-such-table-!!")
 print("cuGetExportTable", cu.cuGetExportTable(ctypes.byref(table), uuid))
@@ -693,11 +693,11 @@ dev = ctypes.c_int()
 print("cuDeviceGet", cu.cuDeviceGet(ctypes.byref(dev), 0))
 `
 	r := e.remote(s, "python3", "-c", prog)
-	want := "cuInit 0\ncuCtxCreate_v4 801\ncuGraphAddMemAllocNode 801\ncuGetExportTable 801\ncuDeviceGet 0\n"
+	want := "cuInit 0\ncuCtxCreate_v4 801\ncuLinkDestroy 801\ncuGetExportTable 801\ncuDeviceGet 0\n"
 	if r.code != 0 || r.stdout != want {
 		t.Fatalf("exit %d, printed\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
 	}
-	for _, name := range []string{"cuCtxCreate_v4 is not supported remotely", "cuGraphAddMemAllocNode is not supported remotely",
+	for _, name := range []string{"cuCtxCreate_v4 is not supported remotely", "cuLinkDestroy is not supported remotely",
 		"table 6e6f2d73-7563-682d-7461-626c652d2121 is not emulated"} {
 		if !strings.Contains(r.stderr, name) {
 			t.Errorf("stderr does not say %q:\n%s", name, r.stderr)

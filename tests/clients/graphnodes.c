@@ -1,0 +1,143 @@
+/* Graphs built node by node, as a program sees them: every line a result
+ * (by its CUresult name), a node type, a size or the bytes a graph set, so
+ * local and remote runs compare.
+ *     graphnodes          an allocation node, memset nodes (1D into it, 2D
+ *                         into cuMemAlloc memory), a free outside the graph;
+ *                         instantiate, launch, relaunch while the allocation
+ *                         is in use, then after it is freed
+ *     graphnodes hostile  what a connection may not name: a memset node
+ *                         outside its memory, a forged graph, an allocation
+ *                         node's access descriptors (pointers into the
+ *                         program); then a call that is allowed */
+#include "common.h"
+
+#include <stdint.h>
+
+enum { ROW = 64, ROWS = 3, ABYTES = 4096 };
+
+static void print_bytes(const char *what, const unsigned char *b, size_t n)
+{
+    printf("%s:", what);
+    for (size_t i = 0; i < n; i++)
+        if (b[i])
+            printf(" %zu=%02x", i, b[i]);
+    printf("\n");
+}
+
+static CUDA_MEM_ALLOC_NODE_PARAMS alloc_params(size_t bytes)
+{
+    CUDA_MEM_ALLOC_NODE_PARAMS p;
+    memset(&p, 0, sizeof p);
+    p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p.poolProps.location.id = 0;
+    p.bytesize = bytes;
+    return p;
+}
+
+static CUDA_MEMSET_NODE_PARAMS set_params(CUdeviceptr dst, unsigned v, unsigned elem, size_t w, size_t h, size_t pitch)
+{
+    CUDA_MEMSET_NODE_PARAMS p = {dst, pitch, v, elem, w, h};
+    return p;
+}
+
+static int run(CUcontext ctx)
+{
+    CUstream st;
+    CUdeviceptr b;
+    CHECK(cuStreamCreate(&st, 0));
+    CHECK(cuMemAlloc_v2(&b, ROW * ROWS));
+    CHECK(cuMemsetD8_v2(b, 0, ROW * ROWS));
+
+    CUgraph g;
+    CUgraphNode alloc, set1, set2;
+    CHECK(cuGraphCreate(&g, 0));
+    CUDA_MEM_ALLOC_NODE_PARAMS ap = alloc_params(ABYTES);
+    CHECK(cuGraphAddMemAllocNode(&alloc, g, NULL, 0, &ap));
+    CUdeviceptr a = ap.dptr;
+    printf("allocation node: %s\n", a ? "an address" : "no address");
+    CUDA_MEMSET_NODE_PARAMS sp = set_params(a + 8, 0x5a, 1, 40, 1, 0);
+    CHECK(cuGraphAddMemsetNode(&set1, g, &alloc, 1, &sp, ctx));
+    sp = set_params(b + 4, 0x01020304u, 4, 2, ROWS, ROW);
+    CHECK(cuGraphAddMemsetNode(&set2, g, NULL, 0, &sp, ctx));
+
+    size_t n = 0;
+    CHECK(cuGraphGetNodes(g, NULL, &n));
+    CUgraphNode nodes[8];
+    printf("nodes: %zu\n", n);
+    CHECK(cuGraphGetNodes(g, nodes, &n));
+    for (size_t i = 0; i < n; i++) {
+        CUgraphNodeType t;
+        CHECK(cuGraphNodeGetType(nodes[i], &t));
+        printf("node %zu: type %d\n", i, (int)t);
+    }
+    CUDA_MEM_ALLOC_NODE_PARAMS back;
+    memset(&back, 0, sizeof back);
+    CHECK(cuGraphMemAllocNodeGetParams(alloc, &back));
+    printf("allocation node's parameters: %zu bytes, %s address\n", back.bytesize,
+           back.dptr == a ? "the same" : "another");
+
+    CUgraphExec x;
+    CHECK(cuGraphInstantiateWithFlags(&x, g, 0));
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    unsigned char ha[64], hb[ROW * ROWS];
+    CHECK(cuMemcpyDtoH_v2(ha, a, sizeof ha));
+    CHECK(cuMemcpyDtoH_v2(hb, b, sizeof hb));
+    print_bytes("allocation", ha, sizeof ha);
+    print_bytes("2D set", hb, sizeof hb);
+
+    /* The allocation is still in use: the graph cannot run again. A
+     * launch's error may come at the next synchronization (remotely the
+     * launch is queued): the first of the two is printed. */
+    CUresult r = cuGraphLaunch(x, st);
+    CUresult rs = cuStreamSynchronize(st);
+    printf("relaunch while allocated: %s\n", result_name(r ? r : rs));
+    CHECK(cuMemFreeAsync(a, st));
+    CHECK(cuStreamSynchronize(st));
+    CHECK(cuMemsetD8_v2(b, 0, ROW * ROWS));
+    printf("relaunch once freed: %s\n", result_name(cuGraphLaunch(x, st)));
+    CHECK(cuStreamSynchronize(st));
+    CHECK(cuMemcpyDtoH_v2(hb, b, sizeof hb));
+    print_bytes("2D set again", hb, sizeof hb);
+    CHECK(cuMemFreeAsync(a, st));
+    CHECK(cuStreamSynchronize(st));
+    CHECK(cuGraphExecDestroy(x));
+    CHECK(cuGraphDestroy(g));
+    CHECK(cuMemFree_v2(b));
+    return 0;
+}
+
+static int hostile(CUcontext ctx)
+{
+    CUdeviceptr b;
+    CUgraph g;
+    CUgraphNode node;
+    CHECK(cuMemAlloc_v2(&b, ROW));
+    CHECK(cuGraphCreate(&g, 0));
+    CUDA_MEMSET_NODE_PARAMS sp = set_params(b + ROW / 2, 1, 1, ROW, 1, 0);
+    printf("memset past its allocation: %s\n", result_name(cuGraphAddMemsetNode(&node, g, NULL, 0, &sp, ctx)));
+    sp = set_params(b, 1, 1, ROW, 1, 0);
+    printf("forged graph: %s\n", result_name(cuGraphAddMemsetNode(&node, (CUgraph)(uintptr_t)0x7f0000001000ull, NULL, 0, &sp, ctx)));
+    sp = set_params((CUdeviceptr)(uintptr_t)&sp, 1, 1, 8, 1, 0);
+    printf("memset into the program's memory: %s\n", result_name(cuGraphAddMemsetNode(&node, g, NULL, 0, &sp, ctx)));
+    CUmemAccessDesc desc;
+    memset(&desc, 0, sizeof desc);
+    CUDA_MEM_ALLOC_NODE_PARAMS ap = alloc_params(ABYTES);
+    ap.accessDescs = &desc;
+    ap.accessDescCount = 1;
+    printf("access descriptors: %s\n", result_name(cuGraphAddMemAllocNode(&node, g, NULL, 0, &ap)));
+    sp = set_params(b, 1, 1, ROW, 1, 0);
+    printf("then a memset in its memory: %s\n", result_name(cuGraphAddMemsetNode(&node, g, NULL, 0, &sp, ctx)));
+    CHECK(cuGraphDestroy(g));
+    CHECK(cuMemFree_v2(b));
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    CUcontext ctx = primary_context();
+    if (argc > 1 && strcmp(argv[1], "hostile") == 0)
+        return hostile(ctx);
+    return run(ctx);
+}
