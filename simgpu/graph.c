@@ -411,8 +411,8 @@ CUresult sim_graph_append(struct sim_graph *g, struct sim_node *n, struct sim_no
 }
 
 /* Adds a node built by the caller, or destroys it. */
-static CUresult add_node(CUgraphNode *out, CUgraph graph, const CUgraphNode *deps, size_t ndeps,
-                         struct sim_node *n)
+CUresult sim_graph_add_node(CUgraphNode *out, CUgraph graph, const CUgraphNode *deps, size_t ndeps,
+                            struct sim_node *n)
 {
     struct sim_graph *g = as_graph(graph);
     CUresult r = !n ? CUDA_ERROR_OUT_OF_MEMORY
@@ -522,7 +522,7 @@ SIM_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph h
         free(n);
         n = NULL;
     }
-    return add_node(phGraphNode, hGraph, dependencies, numDependencies, n);
+    return sim_graph_add_node(phGraphNode, hGraph, dependencies, numDependencies, n);
 }
 
 SIM_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
@@ -543,7 +543,7 @@ SIM_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGr
     struct sim_node *n = sim_node_alloc(dev, nodeParams->bytesize, &p);
     if (n)
         n->u.alloc.params.poolProps = nodeParams->poolProps;
-    CUresult r = add_node(phGraphNode, hGraph, dependencies, numDependencies, n);
+    CUresult r = sim_graph_add_node(phGraphNode, hGraph, dependencies, numDependencies, n);
     if (r == CUDA_SUCCESS)
         nodeParams->dptr = p;
     return r;
@@ -559,7 +559,7 @@ SIM_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGra
     struct sim_node *n = sim_node_free(dptr);
     if (!n)
         return CUDA_ERROR_INVALID_VALUE; /* not an address an allocation node returned */
-    return add_node(phGraphNode, hGraph, dependencies, numDependencies, n);
+    return sim_graph_add_node(phGraphNode, hGraph, dependencies, numDependencies, n);
 }
 
 /* A set of height rows of width elements of elementSize (1, 2 or 4)
@@ -585,7 +585,7 @@ SIM_EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGrap
         n->u.set.pitch = m->pitch;
         n->u.set.rows = m->height;
     }
-    return add_node(phGraphNode, hGraph, dependencies, numDependencies, n);
+    return sim_graph_add_node(phGraphNode, hGraph, dependencies, numDependencies, n);
 }
 
 /* Access descriptors are not kept: the node reports none. */

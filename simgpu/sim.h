@@ -301,6 +301,9 @@ void sim_capture_stream_gone(struct sim_stream *s);
 
 /* graph.c: graphs, their nodes, and the graph memory pool. */
 struct sim_node *sim_node_kernel(struct sim_func *f, const struct sim_kargs *a);
+/* Adds n to graph after deps (the handles the program gave), or destroys it. */
+CUresult sim_graph_add_node(CUgraphNode *out, CUgraph graph, const CUgraphNode *deps, size_t ndeps,
+                            struct sim_node *n);
 struct sim_node *sim_node_copy(void *dst, const void *src, size_t n);
 struct sim_node *sim_node_set(void *dst, unsigned v, size_t n, size_t width);
 /* n bytes from p lie in one allocation or mapping of device memory. */

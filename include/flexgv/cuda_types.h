@@ -382,6 +382,24 @@ typedef struct CUDA_MEM_ALLOC_NODE_PARAMS_v1_st {
     CUdeviceptr dptr;
 } CUDA_MEM_ALLOC_NODE_PARAMS;
 
+/* A graph's kernel node (the CUDA 12 layout): func, or kern when func is
+ * NULL, with the launch's dimensions and parameters (kernelParams or
+ * extra, as cuLaunchKernel takes them); ctx NULL for the current one. */
+typedef struct CUDA_KERNEL_NODE_PARAMS_v2_st {
+    CUfunction func;
+    unsigned int gridDimX;
+    unsigned int gridDimY;
+    unsigned int gridDimZ;
+    unsigned int blockDimX;
+    unsigned int blockDimY;
+    unsigned int blockDimZ;
+    unsigned int sharedMemBytes;
+    void **kernelParams;
+    void **extra;
+    CUkernel kern;
+    CUcontext ctx;
+} CUDA_KERNEL_NODE_PARAMS;
+
 /* A graph's memset node: height rows of width elements of elementSize
  * (1, 2 or 4) bytes set to value, rows pitch bytes apart. */
 typedef struct CUDA_MEMSET_NODE_PARAMS_st {

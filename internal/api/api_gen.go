@@ -3,7 +3,7 @@
 package api
 
 // Hash identifies this ordered list; trace regions carry it.
-const Hash uint64 = 0x086836ebc5985fea
+const Hash uint64 = 0x9d6606674f8e7195
 
 // Names lists every hooked entry point, in hook-id order.
 var Names = []string{
@@ -185,6 +185,7 @@ var Names = []string{
 	"cuGraphAddMemAllocNode",
 	"cuGraphAddMemFreeNode",
 	"cuGraphMemAllocNodeGetParams",
+	"cuGraphAddKernelNode_v2",
 	"cuGraphAddMemsetNode",
 	"cuDeviceGetGraphMemAttribute",
 	"cuDeviceSetGraphMemAttribute",

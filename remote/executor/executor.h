@@ -149,6 +149,8 @@ void fgr_stage_attach(struct fgr_ring *r);
  * the shared memory once attached. */
 void fgr_hostfn_init(void *driver);
 void fgr_hostfn_attach(struct fgr_ring *r);
+/* Graph nodes put together from what the client sent (graphs.c). */
+void fgr_graphs_init(void *driver);
 void fgr_stage_reap(void);
 /* The pinned heap of shm:// (heap.c): its operations, and its mapping. */
 void fgr_heap_init(void *driver);

@@ -358,6 +358,8 @@ typedef CUresult (CUDAAPI *fg_sig_cuGraphAddMemFreeNode)(CUgraphNode *phGraphNod
 SAME(fg_sig_cuGraphAddMemFreeNode, PFN_cuGraphAddMemFreeNode_v11040);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphMemAllocNodeGetParams)(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out);
 SAME(fg_sig_cuGraphMemAllocNodeGetParams, PFN_cuGraphMemAllocNodeGetParams_v11040);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphAddKernelNode_v2)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS *nodeParams);
+SAME(fg_sig_cuGraphAddKernelNode_v2, PFN_cuGraphAddKernelNode_v12000);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphAddMemsetNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx);
 SAME(fg_sig_cuGraphAddMemsetNode, PFN_cuGraphAddMemsetNode_v10000);
 typedef CUresult (CUDAAPI *fg_sig_cuDeviceGetGraphMemAttribute)(CUdevice device, CUgraphMem_attribute attr, void *value);

@@ -2,7 +2,8 @@
  * (by its CUresult name), a node type, a size or the bytes a graph set, so
  * local and remote runs compare.
  *     graphnodes          an allocation node, memset nodes (1D into it, 2D
- *                         into cuMemAlloc memory), a free outside the graph;
+ *                         into cuMemAlloc memory), a kernel node into it, a
+ *                         free outside the graph;
  *                         instantiate, launch, relaunch while the allocation
  *                         is in use, then after it is freed
  *     graphnodes hostile  what a connection may not name: a memset node
@@ -61,6 +62,27 @@ static int run(CUcontext ctx)
     sp = set_params(b + 4, 0x01020304u, 4, 2, ROWS, ROW);
     CHECK(cuGraphAddMemsetNode(&set2, g, NULL, 0, &sp, ctx));
 
+    /* A kernel node filling 4 words from byte 64 of the allocation: its
+     * parameters are read when it is added, not when it runs. */
+    CUmodule mod;
+    CUfunction fill;
+    CHECK(cuModuleLoadData(&mod, SIM_MODULE));
+    CHECK(cuModuleGetFunction(&fill, mod, "fill"));
+    CUdeviceptr at = a + 64;
+    unsigned value = 0xc0ffee11u;
+    int words = 4;
+    void *params[] = {&at, &value, &words};
+    CUDA_KERNEL_NODE_PARAMS kp;
+    memset(&kp, 0, sizeof kp);
+    kp.func = fill;
+    kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1;
+    kp.blockDimX = 4;
+    kp.blockDimY = kp.blockDimZ = 1;
+    kp.kernelParams = params;
+    CUgraphNode kernel;
+    CHECK(cuGraphAddKernelNode_v2(&kernel, g, &set1, 1, &kp));
+    value = 0;
+
     size_t n = 0;
     CHECK(cuGraphGetNodes(g, NULL, &n));
     CUgraphNode nodes[8];
@@ -81,7 +103,7 @@ static int run(CUcontext ctx)
     CHECK(cuGraphInstantiateWithFlags(&x, g, 0));
     CHECK(cuGraphLaunch(x, st));
     CHECK(cuStreamSynchronize(st));
-    unsigned char ha[64], hb[ROW * ROWS];
+    unsigned char ha[96], hb[ROW * ROWS];
     CHECK(cuMemcpyDtoH_v2(ha, a, sizeof ha));
     CHECK(cuMemcpyDtoH_v2(hb, b, sizeof hb));
     print_bytes("allocation", ha, sizeof ha);
@@ -104,6 +126,7 @@ static int run(CUcontext ctx)
     CHECK(cuStreamSynchronize(st));
     CHECK(cuGraphExecDestroy(x));
     CHECK(cuGraphDestroy(g));
+    CHECK(cuModuleUnload(mod));
     CHECK(cuMemFree_v2(b));
     return 0;
 }

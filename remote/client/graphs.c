@@ -1,0 +1,20 @@
+/* Graph nodes whose parameters travel as a call's would: a kernel node's
+ * structure is taken apart into what a launch sends (its parameters laid
+ * out by the function's, api/remote.api's kparams), and put together again
+ * by the executor (remote/executor/graphs.c). */
+#include "client.h"
+
+FGR_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                            size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+    const CUDA_KERNEL_NODE_PARAMS *p = nodeParams;
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* The node's context is the calling thread's; another is not carried. */
+    if (p->ctx && p->ctx != fgr_current())
+        return fgr_unsupported(-1, "cuGraphAddKernelNode_v2", "a kernel node in a context not current");
+    CUfunction f = p->func ? p->func : (CUfunction)p->kern;
+    return fgrGraphAddKernelNode(phGraphNode, hGraph, dependencies, numDependencies, f, p->gridDimX, p->gridDimY,
+                                 p->gridDimZ, p->blockDimX, p->blockDimY, p->blockDimZ, p->sharedMemBytes,
+                                 p->kernelParams, p->extra);
+}
