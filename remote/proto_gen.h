@@ -259,29 +259,30 @@ enum fgr_op {
     FGR_OP_cuStreamCopyAttributes_ptsz = 250,
     FGR_OP_cuStreamAttachMemAsync = 251,
     FGR_OP_cuStreamAttachMemAsync_ptsz = 252,
-    FGR_OP_fgrGraphAddKernelNode = 253,
-    FGR_OP_cuGraphClone = 254,
-    FGR_OP_cuGraphDestroyNode = 255,
-    FGR_OP_cuGraphAddEmptyNode = 256,
-    FGR_OP_cuGraphAddEventRecordNode = 257,
-    FGR_OP_cuGraphAddEventWaitNode = 258,
-    FGR_OP_cuGraphGetRootNodes = 259,
-    FGR_OP_cuGraphExecGetFlags = 260,
-    FGR_OP_cuGraphAddChildGraphNode = 261,
-    FGR_OP_xt_ctx = 262,
-    FGR_OP_xt_ctx_39 = 263,
-    FGR_OP_xt_ctx_51 = 264,
-    FGR_OP_xt_simA = 265,
-    FGR_OP_xt_simA_1 = 266,
-    FGR_OP_xt_simA_2 = 267,
-    FGR_OP_xt_simA_7 = 268,
-    FGR_OP_xt_simB = 269,
-    FGR_OP_xt_simB_1 = 270,
-    FGR_OP_xt_simB_2 = 271,
-    FGR_NUM_OPS = 272
+    FGR_OP_fgrGraphAddHostNode = 253,
+    FGR_OP_fgrGraphAddKernelNode = 254,
+    FGR_OP_cuGraphClone = 255,
+    FGR_OP_cuGraphDestroyNode = 256,
+    FGR_OP_cuGraphAddEmptyNode = 257,
+    FGR_OP_cuGraphAddEventRecordNode = 258,
+    FGR_OP_cuGraphAddEventWaitNode = 259,
+    FGR_OP_cuGraphGetRootNodes = 260,
+    FGR_OP_cuGraphExecGetFlags = 261,
+    FGR_OP_cuGraphAddChildGraphNode = 262,
+    FGR_OP_xt_ctx = 263,
+    FGR_OP_xt_ctx_39 = 264,
+    FGR_OP_xt_ctx_51 = 265,
+    FGR_OP_xt_simA = 266,
+    FGR_OP_xt_simA_1 = 267,
+    FGR_OP_xt_simA_2 = 268,
+    FGR_OP_xt_simA_7 = 269,
+    FGR_OP_xt_simB = 270,
+    FGR_OP_xt_simB_1 = 271,
+    FGR_OP_xt_simB_2 = 272,
+    FGR_NUM_OPS = 273
 };
 
-#define FGR_OPS_HASH 0xbbfc66e71a147855ULL
+#define FGR_OPS_HASH 0xc0071f27ec87d1fcULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
@@ -389,6 +390,7 @@ CUresult cuStreamCopyAttributes(CUstream dst, CUstream src);
 CUresult cuStreamCopyAttributes_ptsz(CUstream dst, CUstream src);
 CUresult cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
 CUresult cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
+CUresult fgrGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, unsigned long long id);
 CUresult fgrGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void **kernelParams, void **extra);
 CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph);
 CUresult cuGraphDestroyNode(CUgraphNode hNode);

@@ -181,6 +181,7 @@ const char *const fg_api_names[FG_NUM_APIS] = {
     "cuGraphAddMemFreeNode",
     "cuGraphMemAllocNodeGetParams",
     "cuGraphAddKernelNode_v2",
+    "cuGraphAddHostNode",
     "cuGraphAddMemsetNode",
     "cuDeviceGetGraphMemAttribute",
     "cuDeviceSetGraphMemAttribute",
@@ -393,6 +394,7 @@ const char *const fg_api_bases[FG_NUM_APIS] = {
     "cuGraphAddMemFreeNode",
     "cuGraphMemAllocNodeGetParams",
     "cuGraphAddKernelNode",
+    "cuGraphAddHostNode",
     "cuGraphAddMemsetNode",
     "cuDeviceGetGraphMemAttribute",
     "cuDeviceSetGraphMemAttribute",
@@ -482,6 +484,7 @@ const unsigned short fg_api_by_name[FG_NUM_APIS] = {
     FG_API_cuGetExportTable,
     FG_API_cuGetProcAddress,
     FG_API_cuGetProcAddress_v2,
+    FG_API_cuGraphAddHostNode,
     FG_API_cuGraphAddKernelNode_v2,
     FG_API_cuGraphAddMemAllocNode,
     FG_API_cuGraphAddMemFreeNode,
@@ -3956,6 +3959,24 @@ FG_SLOW CUresult fg_slow_cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgra
 
 FG_FAST_PATH(cuGraphAddKernelNode_v2, 178)
 
+FG_SLOW CUresult fg_slow_cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+    fg_real_cuGraphAddHostNode real = (fg_real_cuGraphAddHostNode)fg_real_fn(FG_API_cuGraphAddHostNode);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGraphAddHostNode);
+    if (!fg_tracing)
+        return real(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGraphAddHostNode, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGraphAddHostNode, (int)r, dt, "phGraphNode=%p, hGraph=%p, dependencies=%p, numDependencies=%zu, nodeParams=%p", (const void *)phGraphNode, (const void *)hGraph, (const void *)dependencies, numDependencies, (const void *)nodeParams);
+    return r;
+}
+
+FG_FAST_PATH(cuGraphAddHostNode, 179)
+
 FG_SLOW CUresult fg_slow_cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
 {
     fg_real_cuGraphAddMemsetNode real = (fg_real_cuGraphAddMemsetNode)fg_real_fn(FG_API_cuGraphAddMemsetNode);
@@ -3972,7 +3993,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph 
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddMemsetNode, 179)
+FG_FAST_PATH(cuGraphAddMemsetNode, 180)
 
 FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -3990,7 +4011,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMe
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 180)
+FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 181)
 
 FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -4008,7 +4029,7 @@ FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMe
     return r;
 }
 
-FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 181)
+FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 182)
 
 FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
 {
@@ -4026,7 +4047,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGraphMemTrim, 182)
+FG_FAST_PATH(cuDeviceGraphMemTrim, 183)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
@@ -4044,7 +4065,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, C
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithFlags, 183)
+FG_FAST_PATH(cuGraphInstantiateWithFlags, 184)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -4062,7 +4083,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, 
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithParams, 184)
+FG_FAST_PATH(cuGraphInstantiateWithParams, 185)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -4080,7 +4101,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphE
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 185)
+FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 186)
 
 FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4098,7 +4119,7 @@ FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphUpload, 186)
+FG_FAST_PATH(cuGraphUpload, 187)
 
 FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4116,7 +4137,7 @@ FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphUpload_ptsz, 187)
+FG_FAST_PATH(cuGraphUpload_ptsz, 188)
 
 static CUresult fg_layer1_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4140,7 +4161,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch, 188)
+FG_FAST_PATH(cuGraphLaunch, 189)
 
 static CUresult fg_layer1_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4164,7 +4185,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch_ptsz, 189)
+FG_FAST_PATH(cuGraphLaunch_ptsz, 190)
 
 FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
@@ -4182,7 +4203,7 @@ FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
     return r;
 }
 
-FG_FAST_PATH(cuGraphExecDestroy, 190)
+FG_FAST_PATH(cuGraphExecDestroy, 191)
 
 FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
 {
@@ -4200,7 +4221,7 @@ FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
     return r;
 }
 
-FG_FAST_PATH(cuGraphDestroy, 191)
+FG_FAST_PATH(cuGraphDestroy, 192)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessGetState(int pid, CUprocessState *state)
 {
@@ -4218,7 +4239,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessGetState(int pid, CUprocessState *st
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessGetState, 192)
+FG_FAST_PATH(cuCheckpointProcessGetState, 193)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
 {
@@ -4236,7 +4257,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessLock, 193)
+FG_FAST_PATH(cuCheckpointProcessLock, 194)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
 {
@@ -4254,7 +4275,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessCheckpoint(int pid, CUcheckpointChec
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessCheckpoint, 194)
+FG_FAST_PATH(cuCheckpointProcessCheckpoint, 195)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
 {
@@ -4272,7 +4293,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessRestore(int pid, CUcheckpointRestore
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessRestore, 195)
+FG_FAST_PATH(cuCheckpointProcessRestore, 196)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
 {
@@ -4290,7 +4311,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockAr
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessUnlock, 196)
+FG_FAST_PATH(cuCheckpointProcessUnlock, 197)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
 {
@@ -4308,7 +4329,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlInit_v2, 197)
+FG_FAST_PATH(nvmlInit_v2, 198)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
 {
@@ -4326,7 +4347,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
     return r;
 }
 
-FG_FAST_PATH(nvmlInitWithFlags, 198)
+FG_FAST_PATH(nvmlInitWithFlags, 199)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
 {
@@ -4344,7 +4365,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlShutdown, 199)
+FG_FAST_PATH(nvmlShutdown, 200)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
 {
@@ -4362,7 +4383,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetCount_v2, 200)
+FG_FAST_PATH(nvmlDeviceGetCount_v2, 201)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
 {
@@ -4380,7 +4401,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, n
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 201)
+FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 202)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
@@ -4398,7 +4419,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMe
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 202)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 203)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
@@ -4416,7 +4437,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvm
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 203)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 204)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
 {
@@ -4434,7 +4455,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, 
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 204)
+FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 205)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -4452,7 +4473,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 205)
+FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 206)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -4470,7 +4491,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetGraphicsRunningProcesses_v3, 206)
+FG_FAST_PATH(nvmlDeviceGetGraphicsRunningProcesses_v3, 207)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -4488,7 +4509,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevi
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMPSComputeRunningProcesses_v3, 207)
+FG_FAST_PATH(nvmlDeviceGetMPSComputeRunningProcesses_v3, 208)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization, unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp)
 {
@@ -4506,7 +4527,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetProcessUtilization(nvmlDevice_t device
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetProcessUtilization, 208)
+FG_FAST_PATH(nvmlDeviceGetProcessUtilization, 209)
 
 void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuInit,
@@ -4688,6 +4709,7 @@ void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuGraphAddMemFreeNode,
     (void *)cuGraphMemAllocNodeGetParams,
     (void *)cuGraphAddKernelNode_v2,
+    (void *)cuGraphAddHostNode,
     (void *)cuGraphAddMemsetNode,
     (void *)cuDeviceGetGraphMemAttribute,
     (void *)cuDeviceSetGraphMemAttribute,

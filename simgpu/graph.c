@@ -562,6 +562,19 @@ SIM_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGra
     return sim_graph_add_node(phGraphNode, hGraph, dependencies, numDependencies, n);
 }
 
+/* A host node: fn runs at each launch once the stream's earlier work is
+ * done, as a host function enqueued there. */
+SIM_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                       size_t numDependencies, const CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!phGraphNode || !nodeParams || !nodeParams->fn || !as_graph(hGraph))
+        return CUDA_ERROR_INVALID_VALUE;
+    return sim_graph_add_node(phGraphNode, hGraph, dependencies, numDependencies,
+                              sim_node_host(nodeParams->fn, nodeParams->userData));
+}
+
 /* A set of height rows of width elements of elementSize (1, 2 or 4)
  * bytes, pitch bytes apart, in device memory of the context's device (the
  * driver checks the range when the node is added). */

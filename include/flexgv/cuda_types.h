@@ -382,6 +382,12 @@ typedef struct CUDA_MEM_ALLOC_NODE_PARAMS_v1_st {
     CUdeviceptr dptr;
 } CUDA_MEM_ALLOC_NODE_PARAMS;
 
+/* A graph's host node: fn(userData), run once the node's dependencies are done. */
+typedef struct CUDA_HOST_NODE_PARAMS_st {
+    CUhostFn fn;
+    void *userData;
+} CUDA_HOST_NODE_PARAMS;
+
 /* A graph's kernel node (the CUDA 12 layout): func, or kern when func is
  * NULL, with the launch's dimensions and parameters (kernelParams or
  * extra, as cuLaunchKernel takes them); ctx NULL for the current one. */

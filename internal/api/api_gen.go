@@ -3,7 +3,7 @@
 package api
 
 // Hash identifies this ordered list; trace regions carry it.
-const Hash uint64 = 0x9d6606674f8e7195
+const Hash uint64 = 0x97b01b1d825fafc6
 
 // Names lists every hooked entry point, in hook-id order.
 var Names = []string{
@@ -186,6 +186,7 @@ var Names = []string{
 	"cuGraphAddMemFreeNode",
 	"cuGraphMemAllocNodeGetParams",
 	"cuGraphAddKernelNode_v2",
+	"cuGraphAddHostNode",
 	"cuGraphAddMemsetNode",
 	"cuDeviceGetGraphMemAttribute",
 	"cuDeviceSetGraphMemAttribute",

@@ -56,6 +56,8 @@ int fgr_thread_start(void *(*fn)(void *), void *arg, size_t stack, const char *n
  * the client's host-function thread when due; CUDA_ERROR_NOT_SUPPORTED
  * where they cannot be (the sockets: the caller runs them itself). */
 CUresult fgr_hostfn_launch(CUstream s, CUhostFn fn, void *data, unsigned pt);
+/* An id for a graph host node's function, kept (NOT_SUPPORTED but over shm://). */
+CUresult fgr_hostfn_node(CUhostFn fn, void *data, unsigned long long *id);
 void fgr_hostfn_forked(void);
 /* Downloads through the downloads' area (one at a time). */
 int fgr_stage_down_wanted(size_t n);

@@ -18,3 +18,20 @@ FGR_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hG
                                  p->gridDimZ, p->blockDimX, p->blockDimY, p->blockDimZ, p->sharedMemBytes,
                                  p->kernelParams, p->extra);
 }
+
+/* A host node runs the program's function here at each launch: over
+ * shm:// the executor's gate hands it to the host-function thread
+ * (hostfn.c); over a socket nothing can call back, so it is refused. */
+FGR_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                       size_t numDependencies, const CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+    if (!nodeParams || !nodeParams->fn)
+        return CUDA_ERROR_INVALID_VALUE;
+    unsigned long long id;
+    CUresult r = fgr_hostfn_node(nodeParams->fn, nodeParams->userData, &id);
+    if (r == CUDA_ERROR_NOT_SUPPORTED)
+        return fgr_unsupported(-1, "cuGraphAddHostNode", "a host node but over shm://");
+    if (r != CUDA_SUCCESS)
+        return r;
+    return fgrGraphAddHostNode(phGraphNode, hGraph, dependencies, numDependencies, id);
+}

@@ -4274,6 +4274,27 @@ FGR_EXPORT CUresult cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dp
     return fgr_send(&fgr_c);
 }
 
+FGR_EXPORT CUresult fgrGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, unsigned long long id)
+{
+    CUresult fgr_r;
+    uint64_t n_phGraphNode = phGraphNode ? sizeof(CUgraphNode) : 0;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrGraphAddHostNode", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrGraphAddHostNode, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u64(&fgr_c.w, (uint64_t)id);
+    fgr_put_u8(&fgr_c.w, phGraphNode != NULL);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phGraphNode, n_phGraphNode, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult fgrGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void **kernelParams, void **extra)
 {
     CUresult fgr_r;
@@ -4711,6 +4732,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamCopyAttributes_ptsz] = "cuStreamCopyAttributes_ptsz",
     [FGR_OP_cuStreamAttachMemAsync] = "cuStreamAttachMemAsync",
     [FGR_OP_cuStreamAttachMemAsync_ptsz] = "cuStreamAttachMemAsync_ptsz",
+    [FGR_OP_fgrGraphAddHostNode] = "fgrGraphAddHostNode",
     [FGR_OP_fgrGraphAddKernelNode] = "fgrGraphAddKernelNode",
     [FGR_OP_cuGraphClone] = "cuGraphClone",
     [FGR_OP_cuGraphDestroyNode] = "cuGraphDestroyNode",
@@ -4959,6 +4981,7 @@ const struct fg_proc fgr_procs[] = {
     {"cuGraphAddMemFreeNode", "cuGraphAddMemFreeNode", 11040, 0, (void *)cuGraphAddMemFreeNode},
     {"cuGraphMemAllocNodeGetParams", "cuGraphMemAllocNodeGetParams", 11040, 0, (void *)cuGraphMemAllocNodeGetParams},
     {"cuGraphAddKernelNode", "cuGraphAddKernelNode_v2", 12000, 0, (void *)cuGraphAddKernelNode_v2},
+    {"cuGraphAddHostNode", "cuGraphAddHostNode", 10000, 0, (void *)cuGraphAddHostNode},
     {"cuGraphAddMemsetNode", "cuGraphAddMemsetNode", 10000, 0, (void *)cuGraphAddMemsetNode},
     {"cuDeviceGetGraphMemAttribute", "cuDeviceGetGraphMemAttribute", 11040, 0, (void *)cuDeviceGetGraphMemAttribute},
     {"cuDeviceSetGraphMemAttribute", "cuDeviceSetGraphMemAttribute", 11040, 0, (void *)cuDeviceSetGraphMemAttribute},
@@ -5082,6 +5105,7 @@ const struct fg_proc fgr_procs[] = {
     {"cuStreamCopyAttributes", "cuStreamCopyAttributes_ptsz", 11000, 1, (void *)cuStreamCopyAttributes_ptsz},
     {"cuStreamAttachMemAsync", "cuStreamAttachMemAsync", 6000, 0, (void *)cuStreamAttachMemAsync},
     {"cuStreamAttachMemAsync", "cuStreamAttachMemAsync_ptsz", 7000, 1, (void *)cuStreamAttachMemAsync_ptsz},
+    {"fgrGraphAddHostNode", "fgrGraphAddHostNode", 0, 0, (void *)fgrGraphAddHostNode},
     {"fgrGraphAddKernelNode", "fgrGraphAddKernelNode", 0, 0, (void *)fgrGraphAddKernelNode},
     {"cuGraphClone", "cuGraphClone", 10000, 0, (void *)cuGraphClone},
     {"cuGraphDestroyNode", "cuGraphDestroyNode", 10000, 0, (void *)cuGraphDestroyNode},

@@ -6,6 +6,7 @@
  *                         free outside the graph;
  *                         instantiate, launch, relaunch while the allocation
  *                         is in use, then after it is freed
+ *     graphnodes host     a host node, in a graph launched four times
  *     graphnodes hostile  what a connection may not name: a memset node
  *                         outside its memory, a forged graph, an allocation
  *                         node's access descriptors (pointers into the
@@ -157,10 +158,54 @@ static int hostile(CUcontext ctx)
     return 0;
 }
 
+static int calls;
+
+static void host_fn(void *data)
+{
+    calls += *(int *)data;
+}
+
+/* A host node after a memset node, in a graph launched three times: the
+ * program's function runs at each launch. */
+static int host(CUcontext ctx)
+{
+    CUstream st;
+    CUdeviceptr b;
+    CUgraph g;
+    CUgraphNode set, node;
+    CHECK(cuStreamCreate(&st, 0));
+    CHECK(cuMemAlloc_v2(&b, ROW));
+    CHECK(cuGraphCreate(&g, 0));
+    CUDA_MEMSET_NODE_PARAMS sp = set_params(b, 7, 1, ROW, 1, 0);
+    CHECK(cuGraphAddMemsetNode(&set, g, NULL, 0, &sp, ctx));
+    int step = 10;
+    CUDA_HOST_NODE_PARAMS hp = {host_fn, &step};
+    CUresult r = cuGraphAddHostNode(&node, g, &set, 1, &hp);
+    printf("cuGraphAddHostNode: %s\n", result_name(r));
+    if (r != CUDA_SUCCESS)
+        return 0;
+    CUgraphExec x;
+    CHECK(cuGraphInstantiateWithFlags(&x, g, 0));
+    for (int i = 0; i < 3; i++)
+        CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    printf("after 3 launches: host node ran for %d\n", calls);
+    step = 1;
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    printf("its data changed, one more: %d\n", calls);
+    CHECK(cuGraphExecDestroy(x));
+    CHECK(cuGraphDestroy(g));
+    CHECK(cuMemFree_v2(b));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     CUcontext ctx = primary_context();
     if (argc > 1 && strcmp(argv[1], "hostile") == 0)
         return hostile(ctx);
+    if (argc > 1 && strcmp(argv[1], "host") == 0)
+        return host(ctx);
     return run(ctx);
 }
