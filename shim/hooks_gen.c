@@ -182,6 +182,7 @@ const char *const fg_api_names[FG_NUM_APIS] = {
     "cuGraphMemAllocNodeGetParams",
     "cuGraphAddKernelNode_v2",
     "cuGraphAddHostNode",
+    "cuGraphAddMemcpyNode",
     "cuGraphAddMemsetNode",
     "cuDeviceGetGraphMemAttribute",
     "cuDeviceSetGraphMemAttribute",
@@ -395,6 +396,7 @@ const char *const fg_api_bases[FG_NUM_APIS] = {
     "cuGraphMemAllocNodeGetParams",
     "cuGraphAddKernelNode",
     "cuGraphAddHostNode",
+    "cuGraphAddMemcpyNode",
     "cuGraphAddMemsetNode",
     "cuDeviceGetGraphMemAttribute",
     "cuDeviceSetGraphMemAttribute",
@@ -488,6 +490,7 @@ const unsigned short fg_api_by_name[FG_NUM_APIS] = {
     FG_API_cuGraphAddKernelNode_v2,
     FG_API_cuGraphAddMemAllocNode,
     FG_API_cuGraphAddMemFreeNode,
+    FG_API_cuGraphAddMemcpyNode,
     FG_API_cuGraphAddMemsetNode,
     FG_API_cuGraphChildGraphNodeGetGraph,
     FG_API_cuGraphCreate,
@@ -3977,6 +3980,24 @@ FG_SLOW CUresult fg_slow_cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hG
 
 FG_FAST_PATH(cuGraphAddHostNode, 179)
 
+FG_SLOW CUresult fg_slow_cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
+{
+    fg_real_cuGraphAddMemcpyNode real = (fg_real_cuGraphAddMemcpyNode)fg_real_fn(FG_API_cuGraphAddMemcpyNode);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGraphAddMemcpyNode);
+    if (!fg_tracing)
+        return real(phGraphNode, hGraph, dependencies, numDependencies, copyParams, ctx);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(phGraphNode, hGraph, dependencies, numDependencies, copyParams, ctx);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGraphAddMemcpyNode, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGraphAddMemcpyNode, (int)r, dt, "phGraphNode=%p, hGraph=%p, dependencies=%p, numDependencies=%zu, copyParams=%p, ctx=%p", (const void *)phGraphNode, (const void *)hGraph, (const void *)dependencies, numDependencies, (const void *)copyParams, (const void *)ctx);
+    return r;
+}
+
+FG_FAST_PATH(cuGraphAddMemcpyNode, 180)
+
 FG_SLOW CUresult fg_slow_cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
 {
     fg_real_cuGraphAddMemsetNode real = (fg_real_cuGraphAddMemsetNode)fg_real_fn(FG_API_cuGraphAddMemsetNode);
@@ -3993,7 +4014,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph 
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddMemsetNode, 180)
+FG_FAST_PATH(cuGraphAddMemsetNode, 181)
 
 FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -4011,7 +4032,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMe
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 181)
+FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 182)
 
 FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -4029,7 +4050,7 @@ FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMe
     return r;
 }
 
-FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 182)
+FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 183)
 
 FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
 {
@@ -4047,7 +4068,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGraphMemTrim, 183)
+FG_FAST_PATH(cuDeviceGraphMemTrim, 184)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
@@ -4065,7 +4086,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, C
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithFlags, 184)
+FG_FAST_PATH(cuGraphInstantiateWithFlags, 185)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -4083,7 +4104,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, 
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithParams, 185)
+FG_FAST_PATH(cuGraphInstantiateWithParams, 186)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -4101,7 +4122,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphE
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 186)
+FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 187)
 
 FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4119,7 +4140,7 @@ FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphUpload, 187)
+FG_FAST_PATH(cuGraphUpload, 188)
 
 FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4137,7 +4158,7 @@ FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphUpload_ptsz, 188)
+FG_FAST_PATH(cuGraphUpload_ptsz, 189)
 
 static CUresult fg_layer1_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4161,7 +4182,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch, 189)
+FG_FAST_PATH(cuGraphLaunch, 190)
 
 static CUresult fg_layer1_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4185,7 +4206,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch_ptsz, 190)
+FG_FAST_PATH(cuGraphLaunch_ptsz, 191)
 
 FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
@@ -4203,7 +4224,7 @@ FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
     return r;
 }
 
-FG_FAST_PATH(cuGraphExecDestroy, 191)
+FG_FAST_PATH(cuGraphExecDestroy, 192)
 
 FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
 {
@@ -4221,7 +4242,7 @@ FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
     return r;
 }
 
-FG_FAST_PATH(cuGraphDestroy, 192)
+FG_FAST_PATH(cuGraphDestroy, 193)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessGetState(int pid, CUprocessState *state)
 {
@@ -4239,7 +4260,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessGetState(int pid, CUprocessState *st
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessGetState, 193)
+FG_FAST_PATH(cuCheckpointProcessGetState, 194)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
 {
@@ -4257,7 +4278,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessLock, 194)
+FG_FAST_PATH(cuCheckpointProcessLock, 195)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
 {
@@ -4275,7 +4296,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessCheckpoint(int pid, CUcheckpointChec
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessCheckpoint, 195)
+FG_FAST_PATH(cuCheckpointProcessCheckpoint, 196)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
 {
@@ -4293,7 +4314,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessRestore(int pid, CUcheckpointRestore
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessRestore, 196)
+FG_FAST_PATH(cuCheckpointProcessRestore, 197)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
 {
@@ -4311,7 +4332,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockAr
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessUnlock, 197)
+FG_FAST_PATH(cuCheckpointProcessUnlock, 198)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
 {
@@ -4329,7 +4350,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlInit_v2, 198)
+FG_FAST_PATH(nvmlInit_v2, 199)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
 {
@@ -4347,7 +4368,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
     return r;
 }
 
-FG_FAST_PATH(nvmlInitWithFlags, 199)
+FG_FAST_PATH(nvmlInitWithFlags, 200)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
 {
@@ -4365,7 +4386,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlShutdown, 200)
+FG_FAST_PATH(nvmlShutdown, 201)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
 {
@@ -4383,7 +4404,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetCount_v2, 201)
+FG_FAST_PATH(nvmlDeviceGetCount_v2, 202)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
 {
@@ -4401,7 +4422,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, n
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 202)
+FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 203)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
@@ -4419,7 +4440,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMe
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 203)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 204)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
@@ -4437,7 +4458,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvm
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 204)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 205)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
 {
@@ -4455,7 +4476,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, 
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 205)
+FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 206)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -4473,7 +4494,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 206)
+FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 207)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -4491,7 +4512,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetGraphicsRunningProcesses_v3, 207)
+FG_FAST_PATH(nvmlDeviceGetGraphicsRunningProcesses_v3, 208)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -4509,7 +4530,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevi
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMPSComputeRunningProcesses_v3, 208)
+FG_FAST_PATH(nvmlDeviceGetMPSComputeRunningProcesses_v3, 209)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization, unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp)
 {
@@ -4527,7 +4548,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetProcessUtilization(nvmlDevice_t device
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetProcessUtilization, 209)
+FG_FAST_PATH(nvmlDeviceGetProcessUtilization, 210)
 
 void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuInit,
@@ -4710,6 +4731,7 @@ void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuGraphMemAllocNodeGetParams,
     (void *)cuGraphAddKernelNode_v2,
     (void *)cuGraphAddHostNode,
+    (void *)cuGraphAddMemcpyNode,
     (void *)cuGraphAddMemsetNode,
     (void *)cuDeviceGetGraphMemAttribute,
     (void *)cuDeviceSetGraphMemAttribute,

@@ -76,6 +76,8 @@ struct sim_node {
             void *dst;
             const void *src;
             size_t n;
+            int shaped;       /* an explicit node's copy: c says it */
+            CUDA_MEMCPY3D c;
         } copy;
         struct {
             void *dst;
@@ -562,6 +564,27 @@ SIM_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGra
     return sim_graph_add_node(phGraphNode, hGraph, dependencies, numDependencies, n);
 }
 
+/* A copy node: the copy cuMemcpy3D would make, checked now, made at each
+ * launch (host memory is read and written then). */
+SIM_EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                         size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
+{
+    (void)ctx;
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!phGraphNode || !as_graph(hGraph))
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = sim_copy3d_check(copyParams);
+    if (r)
+        return r;
+    struct sim_node *n = node_new(CU_GRAPH_NODE_TYPE_MEMCPY);
+    if (n) {
+        n->u.copy.shaped = 1;
+        n->u.copy.c = *copyParams;
+    }
+    return sim_graph_add_node(phGraphNode, hGraph, dependencies, numDependencies, n);
+}
+
 /* A host node: fn runs at each launch once the stream's earlier work is
  * done, as a host function enqueued there. */
 SIM_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
@@ -850,7 +873,12 @@ static CUresult launch(CUgraphExec exec, CUstream h, int pt)
         const struct sim_node *n = &x->nodes[i];
         switch (n->type) {
         case CU_GRAPH_NODE_TYPE_KERNEL: sim_kernel_run(s, n->u.kernel.f, &n->u.kernel.args); break;
-        case CU_GRAPH_NODE_TYPE_MEMCPY: memmove(n->u.copy.dst, n->u.copy.src, n->u.copy.n); break;
+        case CU_GRAPH_NODE_TYPE_MEMCPY:
+            if (n->u.copy.shaped)
+                sim_copy3d_run(&n->u.copy.c);
+            else
+                memmove(n->u.copy.dst, n->u.copy.src, n->u.copy.n);
+            break;
         case CU_GRAPH_NODE_TYPE_MEMSET:
             for (size_t y = 0; y < n->u.set.rows; y++)
                 sim_fill((char *)n->u.set.dst + y * n->u.set.pitch, n->u.set.v, n->u.set.n, n->u.set.width);

@@ -1038,6 +1038,42 @@ static CUresult copy3d(const CUDA_MEMCPY3D *c, CUstream s, int async, int pt)
     }
     return CUDA_SUCCESS;
 }
+CUresult sim_copy3d_check(const CUDA_MEMCPY3D *c)
+{
+    if (!fg_memcpy3d_valid(c))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (c->srcMemoryType == CU_MEMORYTYPE_ARRAY || c->dstMemoryType == CU_MEMORYTYPE_ARRAY)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    for (size_t z = 0; z < c->Depth; z++) {
+        CUDA_MEMCPY2D s = fg_memcpy3d_slice(c, z);
+        char *src, *dst;
+        int dsrc, ddst;
+        if ((s.Height > 1 && (s.srcPitch < s.WidthInBytes || s.dstPitch < s.WidthInBytes)) ||
+            !copy2d_side(s.srcMemoryType, s.srcHost, s.srcDevice, s.srcXInBytes, s.srcY, s.srcPitch, &src, &dsrc) ||
+            !copy2d_side(s.dstMemoryType, s.dstHost, s.dstDevice, s.dstXInBytes, s.dstY, s.dstPitch, &dst, &ddst))
+            return CUDA_ERROR_INVALID_VALUE;
+        for (size_t i = 0; i < s.Height && s.WidthInBytes; i++)
+            if ((dsrc && !valid_range((CUdeviceptr)(uintptr_t)(src + i * s.srcPitch), s.WidthInBytes)) ||
+                (ddst && !valid_range((CUdeviceptr)(uintptr_t)(dst + i * s.dstPitch), s.WidthInBytes)))
+                return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+}
+
+void sim_copy3d_run(const CUDA_MEMCPY3D *c)
+{
+    for (size_t z = 0; z < c->Depth; z++) {
+        CUDA_MEMCPY2D s = fg_memcpy3d_slice(c, z);
+        char *src = NULL, *dst = NULL;
+        int dsrc, ddst;
+        if (!copy2d_side(s.srcMemoryType, s.srcHost, s.srcDevice, s.srcXInBytes, s.srcY, s.srcPitch, &src, &dsrc) ||
+            !copy2d_side(s.dstMemoryType, s.dstHost, s.dstDevice, s.dstXInBytes, s.dstY, s.dstPitch, &dst, &ddst))
+            return; /* checked when the node was added */
+        for (size_t i = 0; i < s.Height; i++)
+            memmove(dst + i * s.dstPitch, src + i * s.srcPitch, s.WidthInBytes);
+    }
+}
+
 SIM_EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *c) { SIM_GATE(); return copy3d(c, NULL, SYNC, 0); }
 SIM_EXPORT CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *c) { SIM_GATE(); return copy3d(c, NULL, SYNC, 1); }
 SIM_EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *c, CUstream s) { SIM_GATE(); return copy3d(c, s, ASYNC, 0); }

@@ -308,6 +308,10 @@ struct sim_node *sim_node_copy(void *dst, const void *src, size_t n);
 struct sim_node *sim_node_set(void *dst, unsigned v, size_t n, size_t width);
 /* n bytes from p lie in one allocation or mapping of device memory. */
 int sim_dev_range(CUdeviceptr p, size_t n);
+/* A 3D copy's parameters as cuMemcpy3D checks them (device sides in device
+ * memory; no arrays); then the copy itself, on the host-backed memory. */
+CUresult sim_copy3d_check(const CUDA_MEMCPY3D *c);
+void sim_copy3d_run(const CUDA_MEMCPY3D *c);
 struct sim_node *sim_node_host(CUhostFn fn, void *data);
 /* n elements of width 1, 2 or 4 bytes at dst set to v (a memset's effect). */
 void sim_fill(void *dst, unsigned v, size_t n, size_t width);

@@ -3,7 +3,7 @@
 package api
 
 // Hash identifies this ordered list; trace regions carry it.
-const Hash uint64 = 0x97b01b1d825fafc6
+const Hash uint64 = 0xa99c902feb5e9556
 
 // Names lists every hooked entry point, in hook-id order.
 var Names = []string{
@@ -187,6 +187,7 @@ var Names = []string{
 	"cuGraphMemAllocNodeGetParams",
 	"cuGraphAddKernelNode_v2",
 	"cuGraphAddHostNode",
+	"cuGraphAddMemcpyNode",
 	"cuGraphAddMemsetNode",
 	"cuDeviceGetGraphMemAttribute",
 	"cuDeviceSetGraphMemAttribute",

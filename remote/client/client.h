@@ -99,6 +99,8 @@ void fgr_copy_forked(void);
 void fgr_range_add(uint64_t base, uint64_t size);
 /* A graph allocation node's range: a free leaves it the connection's. */
 void fgr_range_add_kept(uint64_t base, uint64_t size);
+/* p lies in a range the connection was given. */
+int fgr_range_has(uint64_t p);
 void fgr_range_drop(uint64_t base);
 int fgr_uva_copy(CUresult *r, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int per_thread, int async);
 

@@ -95,6 +95,8 @@ static int on_server(uint64_t p)
     return in;
 }
 
+int fgr_range_has(uint64_t p) { return on_server(p); }
+
 /* Whether [p, p + n) is the program's own memory: outside the server's
  * ranges, and its first and last pages mapped here. */
 static int here(uint64_t p, size_t n)

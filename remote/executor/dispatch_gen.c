@@ -144,6 +144,7 @@ typedef CUresult (*pfn_cuGraphChildGraphNodeGetGraph)(CUgraphNode hNode, CUgraph
 typedef CUresult (*pfn_cuGraphAddMemAllocNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams);
 typedef CUresult (*pfn_cuGraphAddMemFreeNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr);
 typedef CUresult (*pfn_cuGraphMemAllocNodeGetParams)(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out);
+typedef CUresult (*pfn_cuGraphAddMemcpyNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx);
 typedef CUresult (*pfn_cuGraphAddMemsetNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx);
 typedef CUresult (*pfn_cuDeviceGetGraphMemAttribute)(CUdevice device, CUgraphMem_attribute attr, void *value);
 typedef CUresult (*pfn_cuDeviceSetGraphMemAttribute)(CUdevice device, CUgraphMem_attribute attr, void *value);
@@ -3191,6 +3192,45 @@ static CUresult op_cuGraphMemAllocNodeGetParams(struct fgr_rd *rd, struct fgr_re
     return fgr_r;
 }
 
+static CUresult op_cuGraphAddMemcpyNode(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    CUcontext ctx = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
+    int has_phGraphNode = fgr_get_u8(rd);
+    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    CUDA_MEMCPY3D *copyParams = fgr_get_buf(rd, q, sizeof(CUDA_MEMCPY3D), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraphNode *phGraphNode = NULL;
+    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphAddMemcpyNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuGraphAddMemcpyNode", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(!copyParams || (!fgr_copy3d_arrays(copyParams))))
+        fgr_r = fgr_refuse("cuGraphAddMemcpyNode", "copyParams->srcArray", (copyParams ? (uint64_t)0 : 0), CUDA_ERROR_NOT_SUPPORTED);
+    else if (!(!copyParams || (fgr_copy3d_in(copyParams))))
+        fgr_r = fgr_refuse("cuGraphAddMemcpyNode", "copyParams->srcDevice", (copyParams ? (uint64_t)copyParams->srcDevice : 0), CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
+        fgr_r = fgr_refuse("cuGraphAddMemcpyNode", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
+    if (fgr_r == CUDA_SUCCESS && has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphAddMemcpyNode)fgr_real[FGR_OP_cuGraphAddMemcpyNode])(phGraphNode, hGraph, dependencies, numDependencies, copyParams, ctx);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phGraphNode)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+        if (fgr_out_n(FGR_H_CUgraphNode, phGraphNode, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_phGraphNode)
+        fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_cuGraphAddMemsetNode(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -6122,6 +6162,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuGraphAddMemAllocNode] = {"cuGraphAddMemAllocNode", op_cuGraphAddMemAllocNode, 0, FGR_MAX_FRAME},
     [FGR_OP_cuGraphAddMemFreeNode] = {"cuGraphAddMemFreeNode", op_cuGraphAddMemFreeNode, 0, FGR_MAX_FRAME},
     [FGR_OP_cuGraphMemAllocNodeGetParams] = {"cuGraphMemAllocNodeGetParams", op_cuGraphMemAllocNodeGetParams, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphAddMemcpyNode] = {"cuGraphAddMemcpyNode", op_cuGraphAddMemcpyNode, 0, FGR_MAX_FRAME},
     [FGR_OP_cuGraphAddMemsetNode] = {"cuGraphAddMemsetNode", op_cuGraphAddMemsetNode, 0, FGR_MAX_FRAME},
     [FGR_OP_cuDeviceGetGraphMemAttribute] = {"cuDeviceGetGraphMemAttribute", op_cuDeviceGetGraphMemAttribute, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuDeviceSetGraphMemAttribute] = {"cuDeviceSetGraphMemAttribute", op_cuDeviceSetGraphMemAttribute, 0, FGR_MAX_FRAME},

@@ -151,6 +151,9 @@ void fgr_hostfn_init(void *driver);
 void fgr_hostfn_attach(struct fgr_ring *r);
 /* Graph nodes put together from what the client sent (graphs.c). */
 void fgr_graphs_init(void *driver);
+/* A copy node's sides lie in the connection's ranges; either is an array. */
+int fgr_copy3d_in(const CUDA_MEMCPY3D *c);
+int fgr_copy3d_arrays(const CUDA_MEMCPY3D *c);
 void fgr_stage_reap(void);
 /* The pinned heap of shm:// (heap.c): its operations, and its mapping. */
 void fgr_heap_init(void *driver);

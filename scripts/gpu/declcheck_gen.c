@@ -362,6 +362,8 @@ typedef CUresult (CUDAAPI *fg_sig_cuGraphAddKernelNode_v2)(CUgraphNode *phGraphN
 SAME(fg_sig_cuGraphAddKernelNode_v2, PFN_cuGraphAddKernelNode_v12000);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphAddHostNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_HOST_NODE_PARAMS *nodeParams);
 SAME(fg_sig_cuGraphAddHostNode, PFN_cuGraphAddHostNode_v10000);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphAddMemcpyNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx);
+SAME(fg_sig_cuGraphAddMemcpyNode, PFN_cuGraphAddMemcpyNode_v10000);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphAddMemsetNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx);
 SAME(fg_sig_cuGraphAddMemsetNode, PFN_cuGraphAddMemsetNode_v10000);
 typedef CUresult (CUDAAPI *fg_sig_cuDeviceGetGraphMemAttribute)(CUdevice device, CUgraphMem_attribute attr, void *value);

@@ -6,6 +6,8 @@
  *                         free outside the graph;
  *                         instantiate, launch, relaunch while the allocation
  *                         is in use, then after it is freed
+ *     graphnodes copies   copy nodes: device to device, pinned host memory
+ *                         up and back
  *     graphnodes host     a host node, in a graph launched four times
  *     graphnodes hostile  what a connection may not name: a memset node
  *                         outside its memory, a forged graph, an allocation
@@ -41,6 +43,27 @@ static CUDA_MEMSET_NODE_PARAMS set_params(CUdeviceptr dst, unsigned v, unsigned 
 {
     CUDA_MEMSET_NODE_PARAMS p = {dst, pitch, v, elem, w, h};
     return p;
+}
+
+static CUDA_MEMCPY3D copy_params(CUmemorytype st, const void *sh, CUdeviceptr sd, CUmemorytype dt, void *dh,
+                                 CUdeviceptr dd, size_t w, size_t h, size_t pitch)
+{
+    CUDA_MEMCPY3D c;
+    memset(&c, 0, sizeof c);
+    c.srcMemoryType = st;
+    c.srcHost = sh;
+    c.srcDevice = sd;
+    c.srcPitch = pitch;
+    c.srcHeight = h;
+    c.dstMemoryType = dt;
+    c.dstHost = dh;
+    c.dstDevice = dd;
+    c.dstPitch = pitch;
+    c.dstHeight = h;
+    c.WidthInBytes = w;
+    c.Height = h;
+    c.Depth = 1;
+    return c;
 }
 
 static int run(CUcontext ctx)
@@ -151,10 +174,70 @@ static int hostile(CUcontext ctx)
     ap.accessDescs = &desc;
     ap.accessDescCount = 1;
     printf("access descriptors: %s\n", result_name(cuGraphAddMemAllocNode(&node, g, NULL, 0, &ap)));
+    char pageable[16];
+    CUDA_MEMCPY3D cp = copy_params(CU_MEMORYTYPE_HOST, pageable, 0, CU_MEMORYTYPE_DEVICE, NULL, b, 16, 1, 16);
+    printf("copy node from pageable memory: %s\n", result_name(cuGraphAddMemcpyNode(&node, g, NULL, 0, &cp, ctx)));
+    cp = copy_params(CU_MEMORYTYPE_DEVICE, NULL, b, CU_MEMORYTYPE_DEVICE, NULL, b + ROW - 8, 16, 1, 16);
+    printf("copy node past its allocation: %s\n", result_name(cuGraphAddMemcpyNode(&node, g, NULL, 0, &cp, ctx)));
     sp = set_params(b, 1, 1, ROW, 1, 0);
     printf("then a memset in its memory: %s\n", result_name(cuGraphAddMemsetNode(&node, g, NULL, 0, &sp, ctx)));
     CHECK(cuGraphDestroy(g));
     CHECK(cuMemFree_v2(b));
+    return 0;
+}
+
+/* Copy nodes: a pitched device-to-device copy of part of each row; then
+ * pinned host memory up and back, the upload reading the host bytes at
+ * the launch, not when the node was added. */
+static int copies(CUcontext ctx)
+{
+    CUstream st;
+    CUdeviceptr b, c;
+    unsigned char hb[ROW * ROWS];
+    CHECK(cuStreamCreate(&st, 0));
+    CHECK(cuMemAlloc_v2(&b, ROW * ROWS));
+    CHECK(cuMemAlloc_v2(&c, ROW * ROWS));
+    for (int i = 0; i < ROW * ROWS; i++)
+        hb[i] = (unsigned char)(i + 1);
+    CHECK(cuMemcpyHtoD_v2(b, hb, sizeof hb));
+    CHECK(cuMemsetD8_v2(c, 0, ROW * ROWS));
+    CUgraph g;
+    CUgraphNode d2d, up, down;
+    CHECK(cuGraphCreate(&g, 0));
+    CUDA_MEMCPY3D cp = copy_params(CU_MEMORYTYPE_DEVICE, NULL, b, CU_MEMORYTYPE_DEVICE, NULL, c, 8, ROWS, ROW);
+    cp.srcXInBytes = 4;
+    CHECK(cuGraphAddMemcpyNode(&d2d, g, NULL, 0, &cp, ctx));
+    CUgraphExec x;
+    CHECK(cuGraphInstantiateWithFlags(&x, g, 0));
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    CHECK(cuMemcpyDtoH_v2(hb, c, sizeof hb));
+    print_bytes("device copy", hb, sizeof hb);
+    CHECK(cuGraphExecDestroy(x));
+    CHECK(cuGraphDestroy(g));
+
+    unsigned char *pinned;
+    CHECK(cuMemAllocHost_v2((void **)&pinned, 2 * ROW));
+    memset(pinned, 0, 2 * ROW);
+    CHECK(cuGraphCreate(&g, 0));
+    cp = copy_params(CU_MEMORYTYPE_HOST, pinned, 0, CU_MEMORYTYPE_DEVICE, NULL, c, ROW, 1, ROW);
+    CUresult r = cuGraphAddMemcpyNode(&up, g, NULL, 0, &cp, ctx);
+    printf("pinned upload node: %s\n", result_name(r));
+    if (r == CUDA_SUCCESS) {
+        cp = copy_params(CU_MEMORYTYPE_DEVICE, NULL, c, CU_MEMORYTYPE_HOST, pinned + ROW, 0, ROW, 1, ROW);
+        CHECK(cuGraphAddMemcpyNode(&down, g, &up, 1, &cp, ctx));
+        CHECK(cuGraphInstantiateWithFlags(&x, g, 0));
+        for (int i = 0; i < ROW; i++)
+            pinned[i] = (unsigned char)(0x80 + i);
+        CHECK(cuGraphLaunch(x, st));
+        CHECK(cuStreamSynchronize(st));
+        print_bytes("pinned round trip", pinned + ROW, ROW);
+        CHECK(cuGraphExecDestroy(x));
+    }
+    CHECK(cuGraphDestroy(g));
+    CHECK(cuMemFreeHost(pinned));
+    CHECK(cuMemFree_v2(b));
+    CHECK(cuMemFree_v2(c));
     return 0;
 }
 
@@ -207,5 +290,7 @@ int main(int argc, char **argv)
         return hostile(ctx);
     if (argc > 1 && strcmp(argv[1], "host") == 0)
         return host(ctx);
+    if (argc > 1 && strcmp(argv[1], "copies") == 0)
+        return copies(ctx);
     return run(ctx);
 }

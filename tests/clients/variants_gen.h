@@ -185,6 +185,7 @@ static const struct fg_variant fg_variants[] = {
     {"cuGraphMemAllocNodeGetParams", "cuGraphMemAllocNodeGetParams", 11040, 0, 0},
     {"cuGraphAddKernelNode_v2", "cuGraphAddKernelNode", 12000, 0, 0},
     {"cuGraphAddHostNode", "cuGraphAddHostNode", 10000, 0, 0},
+    {"cuGraphAddMemcpyNode", "cuGraphAddMemcpyNode", 10000, 0, 0},
     {"cuGraphAddMemsetNode", "cuGraphAddMemsetNode", 10000, 0, 0},
     {"cuDeviceGetGraphMemAttribute", "cuDeviceGetGraphMemAttribute", 11040, 0, 0},
     {"cuDeviceSetGraphMemAttribute", "cuDeviceSetGraphMemAttribute", 11040, 0, 0},

@@ -25,7 +25,8 @@ func TestRemoteGraphNodesMatchLocal(t *testing.T) {
 // error, and the executor goes on: a memset node outside the connection's
 // memory (past its allocation, or the program's own memory), a forged
 // graph, an allocation node's access descriptors (an array in the
-// program's memory, not carried).
+// program's memory, not carried), a copy node from the program's pageable
+// memory (which a launch could not reach) or past its allocation.
 func TestRemoteGraphNodesHostile(t *testing.T) {
 	e := newEnv(t)
 	s := e.serve("unix")
@@ -34,6 +35,8 @@ func TestRemoteGraphNodesHostile(t *testing.T) {
 forged graph: CUDA_ERROR_INVALID_HANDLE
 memset into the program's memory: CUDA_ERROR_INVALID_VALUE
 access descriptors: CUDA_ERROR_NOT_SUPPORTED
+copy node from pageable memory: CUDA_ERROR_NOT_SUPPORTED
+copy node past its allocation: CUDA_ERROR_INVALID_VALUE
 then a memset in its memory: CUDA_SUCCESS
 `
 	if got.code != 0 || got.stdout != want {
@@ -64,5 +67,28 @@ func TestRemoteGraphHostNode(t *testing.T) {
 	if got.code != 0 || got.stdout != "cuGraphAddHostNode: CUDA_ERROR_NOT_SUPPORTED\n" ||
 		!strings.Contains(got.stderr, "a host node but over shm://") {
 		t.Errorf("over unix://: exit %d, printed\n%s\n%s", got.code, got.stdout, got.stderr)
+	}
+}
+
+// Copy nodes: device to device over every transport; pinned host memory
+// (cuMemAllocHost) up and back over shm://, where the executor maps it at
+// the program's address, read at the launch; over a socket the program's
+// host memory cannot be reached at a launch, and the node is refused.
+func TestRemoteGraphCopyNodes(t *testing.T) {
+	e := newEnv(t)
+	local := e.run("graphnodes", "copies")
+	if local.code != 0 || !strings.Contains(local.stdout, "device copy: 0=05") ||
+		!strings.Contains(local.stdout, "pinned round trip: 0=80") {
+		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
+	}
+	got := e.remote(e.serve("shm"), "graphnodes", "copies")
+	if got.code != 0 || got.stdout != local.stdout {
+		t.Errorf("over shm://: exit %d, printed\n%s\nlocally\n%s\n%s", got.code, got.stdout, local.stdout, got.stderr)
+	}
+	eu := newEnv(t)
+	got = eu.remote(eu.serve("unix"), "graphnodes", "copies")
+	device, _, _ := strings.Cut(local.stdout, "pinned upload node")
+	if want := device + "pinned upload node: CUDA_ERROR_NOT_SUPPORTED\n"; got.code != 0 || got.stdout != want {
+		t.Errorf("over unix://: exit %d, printed\n%s\nwant\n%s\n%s", got.code, got.stdout, want, got.stderr)
 	}
 }

@@ -212,5 +212,8 @@ func structChecks(a arg, t string) []check {
 	return cs
 }
 
-// structField is expr with $ read as the parameter's structure.
-func structField(a arg, expr string) string { return strings.ReplaceAll(expr, "$", a.p.Name+"->") }
+// structField is expr with $ read as the parameter's structure's fields, @
+// as the parameter.
+func structField(a arg, expr string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(expr, "$", a.p.Name+"->"), "@", a.p.Name)
+}

@@ -93,10 +93,15 @@ var structHandles = map[string][][2]string{
 // request carries, else the call is refused with its error: $ stands for
 // the structure ($dst: its field dst). A device address in it must lie in
 // the connection's memory; a pointer into the caller's memory cannot be
-// followed, so what it counts must be none.
+// followed, so what it counts must be none. @ stands for the structure's
+// pointer.
 var structConds = map[string][]structCond{
 	"CUDA_MEMSET_NODE_PARAMS": {{"fgr_mem_in((uint64_t)$dst, fgr_span($pitch,fgr_mul($width,$elementSize),$height))", "dst", "(uint64_t)$dst", "CUDA_ERROR_INVALID_VALUE"}},
 	"CUDA_MEM_ALLOC_NODE_PARAMS": {{"$accessDescCount == 0", "accessDescCount", "(uint64_t)$accessDescCount", "CUDA_ERROR_NOT_SUPPORTED"}},
+	"CUDA_MEMCPY3D": {
+		{"!fgr_copy3d_arrays(@)", "srcArray", "(uint64_t)0", "CUDA_ERROR_NOT_SUPPORTED"},
+		{"fgr_copy3d_in(@)", "srcDevice", "(uint64_t)$srcDevice", "CUDA_ERROR_INVALID_VALUE"},
+	},
 }
 
 // structCond is a condition on a structure's words: cond, the field it
