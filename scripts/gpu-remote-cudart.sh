@@ -10,7 +10,8 @@
 # thread's wait that another thread's copy ends (waiters), copies under
 # unified addressing (uva), copies of the program's memory captured into
 # graphs (captured), pinned memory kernels use by its address (zerocopy,
-# over shm:// alone), a launch's parameters packed in one buffer (extra), a
+# over shm:// alone), graphs built node by node with every kind of node
+# (graphs, over shm:// alone), a launch's parameters packed in one buffer (extra), a
 # cuBLAS program with stream capture (cublas), PyTorch training
 # (torch-train: losses bit for bit, throughput over native, and with
 # latency added), Triton, torch.compile, CuPy and JAX (triton_add,
@@ -159,6 +160,9 @@ cu waiters scripts/gpu/waiters.cu
 cu uva scripts/gpu/uva.cu
 FILTER=nohow cu captured scripts/gpu/captured.cu
 OVER=shm cu zerocopy scripts/gpu/zerocopy.cu
+# Graphs node by node (copy and host nodes reach pinned memory over shm://
+# alone; a conditional node last).
+OVER=shm cu graphs scripts/gpu/graphs.cu
 cu extra scripts/gpu/extra.cu -lcuda
 cu cublas scripts/gpu/cublas_capture.cu -lcublas
 if ! wanted torch-train && ! wanted torch-trips; then
