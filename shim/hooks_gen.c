@@ -181,6 +181,11 @@ const char *const fg_api_names[FG_NUM_APIS] = {
     "cuGraphAddMemFreeNode",
     "cuGraphMemAllocNodeGetParams",
     "cuGraphAddKernelNode_v2",
+    "cuGraphClone",
+    "cuGraphAddEmptyNode",
+    "cuGraphGetRootNodes",
+    "cuGraphAddDependencies",
+    "cuGraphAddDependencies_v2",
     "cuGraphAddHostNode",
     "cuGraphAddMemcpyNode",
     "cuGraphAddMemsetNode",
@@ -395,6 +400,11 @@ const char *const fg_api_bases[FG_NUM_APIS] = {
     "cuGraphAddMemFreeNode",
     "cuGraphMemAllocNodeGetParams",
     "cuGraphAddKernelNode",
+    "cuGraphClone",
+    "cuGraphAddEmptyNode",
+    "cuGraphGetRootNodes",
+    "cuGraphAddDependencies",
+    "cuGraphAddDependencies",
     "cuGraphAddHostNode",
     "cuGraphAddMemcpyNode",
     "cuGraphAddMemsetNode",
@@ -486,6 +496,9 @@ const unsigned short fg_api_by_name[FG_NUM_APIS] = {
     FG_API_cuGetExportTable,
     FG_API_cuGetProcAddress,
     FG_API_cuGetProcAddress_v2,
+    FG_API_cuGraphAddDependencies,
+    FG_API_cuGraphAddDependencies_v2,
+    FG_API_cuGraphAddEmptyNode,
     FG_API_cuGraphAddHostNode,
     FG_API_cuGraphAddKernelNode_v2,
     FG_API_cuGraphAddMemAllocNode,
@@ -493,10 +506,12 @@ const unsigned short fg_api_by_name[FG_NUM_APIS] = {
     FG_API_cuGraphAddMemcpyNode,
     FG_API_cuGraphAddMemsetNode,
     FG_API_cuGraphChildGraphNodeGetGraph,
+    FG_API_cuGraphClone,
     FG_API_cuGraphCreate,
     FG_API_cuGraphDestroy,
     FG_API_cuGraphExecDestroy,
     FG_API_cuGraphGetNodes,
+    FG_API_cuGraphGetRootNodes,
     FG_API_cuGraphInstantiateWithFlags,
     FG_API_cuGraphInstantiateWithParams,
     FG_API_cuGraphInstantiateWithParams_ptsz,
@@ -3962,6 +3977,96 @@ FG_SLOW CUresult fg_slow_cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgra
 
 FG_FAST_PATH(cuGraphAddKernelNode_v2, 178)
 
+FG_SLOW CUresult fg_slow_cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
+{
+    fg_real_cuGraphClone real = (fg_real_cuGraphClone)fg_real_fn(FG_API_cuGraphClone);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGraphClone);
+    if (!fg_tracing)
+        return real(phGraphClone, originalGraph);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(phGraphClone, originalGraph);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGraphClone, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGraphClone, (int)r, dt, "phGraphClone=%p, originalGraph=%p", (const void *)phGraphClone, (const void *)originalGraph);
+    return r;
+}
+
+FG_FAST_PATH(cuGraphClone, 179)
+
+FG_SLOW CUresult fg_slow_cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies)
+{
+    fg_real_cuGraphAddEmptyNode real = (fg_real_cuGraphAddEmptyNode)fg_real_fn(FG_API_cuGraphAddEmptyNode);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGraphAddEmptyNode);
+    if (!fg_tracing)
+        return real(phGraphNode, hGraph, dependencies, numDependencies);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(phGraphNode, hGraph, dependencies, numDependencies);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGraphAddEmptyNode, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGraphAddEmptyNode, (int)r, dt, "phGraphNode=%p, hGraph=%p, dependencies=%p, numDependencies=%zu", (const void *)phGraphNode, (const void *)hGraph, (const void *)dependencies, numDependencies);
+    return r;
+}
+
+FG_FAST_PATH(cuGraphAddEmptyNode, 180)
+
+FG_SLOW CUresult fg_slow_cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes)
+{
+    fg_real_cuGraphGetRootNodes real = (fg_real_cuGraphGetRootNodes)fg_real_fn(FG_API_cuGraphGetRootNodes);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGraphGetRootNodes);
+    if (!fg_tracing)
+        return real(hGraph, rootNodes, numRootNodes);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(hGraph, rootNodes, numRootNodes);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGraphGetRootNodes, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGraphGetRootNodes, (int)r, dt, "hGraph=%p, rootNodes=%p, numRootNodes=%p", (const void *)hGraph, (const void *)rootNodes, (const void *)numRootNodes);
+    return r;
+}
+
+FG_FAST_PATH(cuGraphGetRootNodes, 181)
+
+FG_SLOW CUresult fg_slow_cuGraphAddDependencies(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, size_t numDependencies)
+{
+    fg_real_cuGraphAddDependencies real = (fg_real_cuGraphAddDependencies)fg_real_fn(FG_API_cuGraphAddDependencies);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGraphAddDependencies);
+    if (!fg_tracing)
+        return real(hGraph, from, to, numDependencies);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(hGraph, from, to, numDependencies);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGraphAddDependencies, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGraphAddDependencies, (int)r, dt, "hGraph=%p, from=%p, to=%p, numDependencies=%zu", (const void *)hGraph, (const void *)from, (const void *)to, numDependencies);
+    return r;
+}
+
+FG_FAST_PATH(cuGraphAddDependencies, 182)
+
+FG_SLOW CUresult fg_slow_cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies)
+{
+    fg_real_cuGraphAddDependencies_v2 real = (fg_real_cuGraphAddDependencies_v2)fg_real_fn(FG_API_cuGraphAddDependencies_v2);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGraphAddDependencies_v2);
+    if (!fg_tracing)
+        return real(hGraph, from, to, edgeData, numDependencies);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(hGraph, from, to, edgeData, numDependencies);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGraphAddDependencies_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGraphAddDependencies_v2, (int)r, dt, "hGraph=%p, from=%p, to=%p, edgeData=%p, numDependencies=%zu", (const void *)hGraph, (const void *)from, (const void *)to, (const void *)edgeData, numDependencies);
+    return r;
+}
+
+FG_FAST_PATH(cuGraphAddDependencies_v2, 183)
+
 FG_SLOW CUresult fg_slow_cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
     fg_real_cuGraphAddHostNode real = (fg_real_cuGraphAddHostNode)fg_real_fn(FG_API_cuGraphAddHostNode);
@@ -3978,7 +4083,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hG
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddHostNode, 179)
+FG_FAST_PATH(cuGraphAddHostNode, 184)
 
 FG_SLOW CUresult fg_slow_cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
 {
@@ -3996,7 +4101,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph 
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddMemcpyNode, 180)
+FG_FAST_PATH(cuGraphAddMemcpyNode, 185)
 
 FG_SLOW CUresult fg_slow_cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
 {
@@ -4014,7 +4119,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph 
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddMemsetNode, 181)
+FG_FAST_PATH(cuGraphAddMemsetNode, 186)
 
 FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -4032,7 +4137,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMe
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 182)
+FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 187)
 
 FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -4050,7 +4155,7 @@ FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMe
     return r;
 }
 
-FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 183)
+FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 188)
 
 FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
 {
@@ -4068,7 +4173,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGraphMemTrim, 184)
+FG_FAST_PATH(cuDeviceGraphMemTrim, 189)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
@@ -4086,7 +4191,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, C
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithFlags, 185)
+FG_FAST_PATH(cuGraphInstantiateWithFlags, 190)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -4104,7 +4209,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, 
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithParams, 186)
+FG_FAST_PATH(cuGraphInstantiateWithParams, 191)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -4122,7 +4227,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphE
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 187)
+FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 192)
 
 FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4140,7 +4245,7 @@ FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphUpload, 188)
+FG_FAST_PATH(cuGraphUpload, 193)
 
 FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4158,7 +4263,7 @@ FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphUpload_ptsz, 189)
+FG_FAST_PATH(cuGraphUpload_ptsz, 194)
 
 static CUresult fg_layer1_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4182,7 +4287,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch, 190)
+FG_FAST_PATH(cuGraphLaunch, 195)
 
 static CUresult fg_layer1_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4206,7 +4311,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch_ptsz, 191)
+FG_FAST_PATH(cuGraphLaunch_ptsz, 196)
 
 FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
@@ -4224,7 +4329,7 @@ FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
     return r;
 }
 
-FG_FAST_PATH(cuGraphExecDestroy, 192)
+FG_FAST_PATH(cuGraphExecDestroy, 197)
 
 FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
 {
@@ -4242,7 +4347,7 @@ FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
     return r;
 }
 
-FG_FAST_PATH(cuGraphDestroy, 193)
+FG_FAST_PATH(cuGraphDestroy, 198)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessGetState(int pid, CUprocessState *state)
 {
@@ -4260,7 +4365,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessGetState(int pid, CUprocessState *st
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessGetState, 194)
+FG_FAST_PATH(cuCheckpointProcessGetState, 199)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
 {
@@ -4278,7 +4383,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessLock, 195)
+FG_FAST_PATH(cuCheckpointProcessLock, 200)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
 {
@@ -4296,7 +4401,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessCheckpoint(int pid, CUcheckpointChec
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessCheckpoint, 196)
+FG_FAST_PATH(cuCheckpointProcessCheckpoint, 201)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
 {
@@ -4314,7 +4419,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessRestore(int pid, CUcheckpointRestore
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessRestore, 197)
+FG_FAST_PATH(cuCheckpointProcessRestore, 202)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
 {
@@ -4332,7 +4437,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockAr
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessUnlock, 198)
+FG_FAST_PATH(cuCheckpointProcessUnlock, 203)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
 {
@@ -4350,7 +4455,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlInit_v2, 199)
+FG_FAST_PATH(nvmlInit_v2, 204)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
 {
@@ -4368,7 +4473,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
     return r;
 }
 
-FG_FAST_PATH(nvmlInitWithFlags, 200)
+FG_FAST_PATH(nvmlInitWithFlags, 205)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
 {
@@ -4386,7 +4491,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlShutdown, 201)
+FG_FAST_PATH(nvmlShutdown, 206)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
 {
@@ -4404,7 +4509,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetCount_v2, 202)
+FG_FAST_PATH(nvmlDeviceGetCount_v2, 207)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
 {
@@ -4422,7 +4527,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, n
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 203)
+FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 208)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
@@ -4440,7 +4545,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMe
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 204)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 209)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
@@ -4458,7 +4563,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvm
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 205)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 210)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
 {
@@ -4476,7 +4581,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, 
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 206)
+FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 211)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -4494,7 +4599,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 207)
+FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 212)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -4512,7 +4617,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetGraphicsRunningProcesses_v3, 208)
+FG_FAST_PATH(nvmlDeviceGetGraphicsRunningProcesses_v3, 213)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -4530,7 +4635,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevi
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMPSComputeRunningProcesses_v3, 209)
+FG_FAST_PATH(nvmlDeviceGetMPSComputeRunningProcesses_v3, 214)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization, unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp)
 {
@@ -4548,7 +4653,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetProcessUtilization(nvmlDevice_t device
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetProcessUtilization, 210)
+FG_FAST_PATH(nvmlDeviceGetProcessUtilization, 215)
 
 void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuInit,
@@ -4730,6 +4835,11 @@ void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuGraphAddMemFreeNode,
     (void *)cuGraphMemAllocNodeGetParams,
     (void *)cuGraphAddKernelNode_v2,
+    (void *)cuGraphClone,
+    (void *)cuGraphAddEmptyNode,
+    (void *)cuGraphGetRootNodes,
+    (void *)cuGraphAddDependencies,
+    (void *)cuGraphAddDependencies_v2,
     (void *)cuGraphAddHostNode,
     (void *)cuGraphAddMemcpyNode,
     (void *)cuGraphAddMemsetNode,

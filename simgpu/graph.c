@@ -564,6 +564,121 @@ SIM_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGra
     return sim_graph_add_node(phGraphNode, hGraph, dependencies, numDependencies, n);
 }
 
+/* ---- graph structure: empty nodes, roots, edges, clones ---- */
+
+SIM_EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                        size_t numDependencies)
+{
+    if (!phGraphNode || !as_graph(hGraph))
+        return CUDA_ERROR_INVALID_VALUE;
+    return sim_graph_add_node(phGraphNode, hGraph, dependencies, numDependencies, node_new(CU_GRAPH_NODE_TYPE_EMPTY));
+}
+
+/* The nodes without dependencies, as cuGraphGetNodes gives nodes. */
+SIM_EXPORT CUresult cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes)
+{
+    struct sim_graph *g = as_graph(hGraph);
+    if (!g || !numRootNodes)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t k = 0, cap = *numRootNodes;
+    for (size_t i = 0; i < g->n; i++)
+        if (!g->nodes[i]->ndeps) {
+            if (rootNodes && k < cap)
+                rootNodes[k] = (CUgraphNode)g->nodes[i];
+            k++;
+        }
+    if (rootNodes) {
+        for (size_t i = k; i < cap; i++)
+            rootNodes[i] = NULL;
+        *numRootNodes = k < cap ? k : cap;
+    } else {
+        *numRootNodes = k;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Puts the nodes in an order their edges allow, keeping the order they
+ * were added where it does (launches run nodes in this order). */
+static void reorder(struct sim_graph *g)
+{
+    unsigned stamp = ++g->stamp;
+    for (size_t placed = 0; placed < g->n; placed++)
+        for (size_t i = placed; i < g->n; i++) {
+            struct sim_node *n = g->nodes[i];
+            size_t d = 0;
+            while (d < n->ndeps && n->deps[d]->mark == stamp)
+                d++;
+            if (d == n->ndeps) {
+                memmove(&g->nodes[placed + 1], &g->nodes[placed], (i - placed) * sizeof *g->nodes);
+                g->nodes[placed] = n;
+                n->mark = stamp;
+                break;
+            }
+        }
+}
+
+/* Edges from[i] -> to[i], of the default kind (a port or a programmatic
+ * edge is not simulated). An edge already there, between graphs, or one
+ * closing a cycle is refused and none is added. */
+static CUresult add_edges(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to,
+                          const CUgraphEdgeData *edgeData, size_t n)
+{
+    struct sim_graph *g = as_graph(hGraph);
+    if (!g || (n && (!from || !to)))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; edgeData && i < n; i++)
+        if (edgeData[i].from_port || edgeData[i].to_port || edgeData[i].type)
+            return CUDA_ERROR_NOT_SUPPORTED;
+    for (size_t i = 0; i < n; i++) {
+        struct sim_node *a = as_node(from[i]), *b = as_node(to[i]);
+        if (!a || !b || a == b || a->graph != g || b->graph != g)
+            return CUDA_ERROR_INVALID_VALUE;
+        for (size_t d = 0; d < b->ndeps; d++)
+            if (b->deps[d] == a)
+                return CUDA_ERROR_INVALID_VALUE;
+        if (reaches(g, &a, 1, b))
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct sim_node *a = as_node(from[i]), *b = as_node(to[i]);
+        struct sim_node **deps = realloc(b->deps, (b->ndeps + 1) * sizeof *deps);
+        if (!deps)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        deps[b->ndeps++] = a;
+        b->deps = deps;
+    }
+    reorder(g);
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuGraphAddDependencies(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to,
+                                           size_t numDependencies)
+{
+    return add_edges(hGraph, from, to, NULL, numDependencies);
+}
+
+SIM_EXPORT CUresult cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to,
+                                              const CUgraphEdgeData *edgeData, size_t numDependencies)
+{
+    return add_edges(hGraph, from, to, edgeData, numDependencies);
+}
+
+/* A copy of a graph without memory nodes (a clone of one with them is not
+ * simulated). */
+SIM_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
+{
+    struct sim_graph *g = as_graph(originalGraph);
+    if (!phGraphClone || !g)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (g->mem)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    struct sim_graph *c = clone_graph(g);
+    if (!c)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *phGraphClone = (CUgraph)c;
+    return CUDA_SUCCESS;
+}
+
 /* A copy node: the copy cuMemcpy3D would make, checked now, made at each
  * launch (host memory is read and written then). */
 SIM_EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,

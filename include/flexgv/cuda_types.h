@@ -39,7 +39,13 @@ typedef struct CUarray_st *CUarray;
 typedef struct CUmipmappedArray_st *CUmipmappedArray;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef struct CUctxCreateParams_st CUctxCreateParams;
-typedef struct CUgraphEdgeData_st CUgraphEdgeData;
+/* An edge's kind (cuGraphAddDependencies_v2): 0s for a plain edge. */
+typedef struct CUgraphEdgeData_st {
+    unsigned char from_port;
+    unsigned char to_port;
+    unsigned char type;
+    unsigned char reserved[5];
+} CUgraphEdgeData;
 typedef struct CUlinkState_st *CUlinkState;
 typedef void (*CUhostFn)(void *userData);
 typedef void (*CUstreamCallback)(CUstream hStream, CUresult status, void *userData);

@@ -3,7 +3,7 @@
 package api
 
 // Hash identifies this ordered list; trace regions carry it.
-const Hash uint64 = 0xa99c902feb5e9556
+const Hash uint64 = 0x359051f0d3e578b3
 
 // Names lists every hooked entry point, in hook-id order.
 var Names = []string{
@@ -186,6 +186,11 @@ var Names = []string{
 	"cuGraphAddMemFreeNode",
 	"cuGraphMemAllocNodeGetParams",
 	"cuGraphAddKernelNode_v2",
+	"cuGraphClone",
+	"cuGraphAddEmptyNode",
+	"cuGraphGetRootNodes",
+	"cuGraphAddDependencies",
+	"cuGraphAddDependencies_v2",
 	"cuGraphAddHostNode",
 	"cuGraphAddMemcpyNode",
 	"cuGraphAddMemsetNode",

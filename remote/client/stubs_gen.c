@@ -2397,6 +2397,107 @@ FGR_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALL
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
+{
+    CUresult fgr_r;
+    uint64_t n_phGraphClone = phGraphClone ? sizeof(CUgraph) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphClone, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)originalGraph);
+    fgr_put_u8(&fgr_c.w, phGraphClone != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phGraphClone, n_phGraphClone, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies)
+{
+    CUresult fgr_r;
+    uint64_t n_phGraphNode = phGraphNode ? sizeof(CUgraphNode) : 0;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphAddEmptyNode", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphAddEmptyNode, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u8(&fgr_c.w, phGraphNode != NULL);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phGraphNode, n_phGraphNode, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes)
+{
+    CUresult fgr_r;
+    uint64_t n_rootNodes = rootNodes ? fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)) : 0;
+    if (n_rootNodes > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphGetRootNodes", "a buffer over the frame limit");
+    uint64_t n_numRootNodes = numRootNodes ? sizeof(size_t) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphGetRootNodes, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u8(&fgr_c.w, rootNodes != NULL);
+    fgr_put_buf(&fgr_c.w, numRootNodes, n_numRootNodes);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, rootNodes, n_rootNodes, 0);
+    fgr_get_out(&fgr_c, numRootNodes, n_numRootNodes, 1);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphAddDependencies(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, size_t numDependencies)
+{
+    CUresult fgr_r;
+    uint64_t n_from = from ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_from > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphAddDependencies", "a buffer over the frame limit");
+    uint64_t n_to = to ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_to > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphAddDependencies", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphAddDependencies, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_buf(&fgr_c.w, from, n_from);
+    fgr_put_buf(&fgr_c.w, to, n_to);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies)
+{
+    CUresult fgr_r;
+    uint64_t n_from = from ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_from > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphAddDependencies_v2", "a buffer over the frame limit");
+    uint64_t n_to = to ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_to > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphAddDependencies_v2", "a buffer over the frame limit");
+    uint64_t n_edgeData = edgeData ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphEdgeData)) : 0;
+    if (n_edgeData > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphAddDependencies_v2", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphAddDependencies_v2, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_buf(&fgr_c.w, from, n_from);
+    fgr_put_buf(&fgr_c.w, to, n_to);
+    fgr_put_buf(&fgr_c.w, edgeData, n_edgeData);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
 CUresult fgr_fwd_cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
 {
     CUresult fgr_r;
@@ -4354,21 +4455,6 @@ FGR_EXPORT CUresult fgrGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGra
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
-{
-    CUresult fgr_r;
-    uint64_t n_phGraphClone = phGraphClone ? sizeof(CUgraph) : 0;
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphClone, 0)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)originalGraph);
-    fgr_put_u8(&fgr_c.w, phGraphClone != NULL);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_get_out(&fgr_c, phGraphClone, n_phGraphClone, 0);
-    return fgr_end(&fgr_c);
-}
-
 FGR_EXPORT CUresult cuGraphDestroyNode(CUgraphNode hNode)
 {
     CUresult fgr_r;
@@ -4378,26 +4464,6 @@ FGR_EXPORT CUresult cuGraphDestroyNode(CUgraphNode hNode)
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
-    return fgr_end(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies)
-{
-    CUresult fgr_r;
-    uint64_t n_phGraphNode = phGraphNode ? sizeof(CUgraphNode) : 0;
-    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
-    if (n_dependencies > FGR_MAX_BUF)
-        return fgr_unsupported(-1, "cuGraphAddEmptyNode", "a buffer over the frame limit");
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphAddEmptyNode, 0)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
-    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
-    fgr_put_u8(&fgr_c.w, phGraphNode != NULL);
-    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_get_out(&fgr_c, phGraphNode, n_phGraphNode, 0);
     return fgr_end(&fgr_c);
 }
 
@@ -4440,26 +4506,6 @@ FGR_EXPORT CUresult cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph hG
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, phGraphNode, n_phGraphNode, 0);
-    return fgr_end(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes)
-{
-    CUresult fgr_r;
-    uint64_t n_rootNodes = rootNodes ? fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)) : 0;
-    if (n_rootNodes > FGR_MAX_BUF)
-        return fgr_unsupported(-1, "cuGraphGetRootNodes", "a buffer over the frame limit");
-    uint64_t n_numRootNodes = numRootNodes ? sizeof(size_t) : 0;
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphGetRootNodes, 0)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
-    fgr_put_u8(&fgr_c.w, rootNodes != NULL);
-    fgr_put_buf(&fgr_c.w, numRootNodes, n_numRootNodes);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_get_out(&fgr_c, rootNodes, n_rootNodes, 0);
-    fgr_get_out(&fgr_c, numRootNodes, n_numRootNodes, 1);
     return fgr_end(&fgr_c);
 }
 
@@ -4646,6 +4692,11 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuGraphAddMemAllocNode] = "cuGraphAddMemAllocNode",
     [FGR_OP_cuGraphAddMemFreeNode] = "cuGraphAddMemFreeNode",
     [FGR_OP_cuGraphMemAllocNodeGetParams] = "cuGraphMemAllocNodeGetParams",
+    [FGR_OP_cuGraphClone] = "cuGraphClone",
+    [FGR_OP_cuGraphAddEmptyNode] = "cuGraphAddEmptyNode",
+    [FGR_OP_cuGraphGetRootNodes] = "cuGraphGetRootNodes",
+    [FGR_OP_cuGraphAddDependencies] = "cuGraphAddDependencies",
+    [FGR_OP_cuGraphAddDependencies_v2] = "cuGraphAddDependencies_v2",
     [FGR_OP_cuGraphAddMemcpyNode] = "cuGraphAddMemcpyNode",
     [FGR_OP_cuGraphAddMemsetNode] = "cuGraphAddMemsetNode",
     [FGR_OP_cuDeviceGetGraphMemAttribute] = "cuDeviceGetGraphMemAttribute",
@@ -4758,12 +4809,9 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamAttachMemAsync_ptsz] = "cuStreamAttachMemAsync_ptsz",
     [FGR_OP_fgrGraphAddHostNode] = "fgrGraphAddHostNode",
     [FGR_OP_fgrGraphAddKernelNode] = "fgrGraphAddKernelNode",
-    [FGR_OP_cuGraphClone] = "cuGraphClone",
     [FGR_OP_cuGraphDestroyNode] = "cuGraphDestroyNode",
-    [FGR_OP_cuGraphAddEmptyNode] = "cuGraphAddEmptyNode",
     [FGR_OP_cuGraphAddEventRecordNode] = "cuGraphAddEventRecordNode",
     [FGR_OP_cuGraphAddEventWaitNode] = "cuGraphAddEventWaitNode",
-    [FGR_OP_cuGraphGetRootNodes] = "cuGraphGetRootNodes",
     [FGR_OP_cuGraphExecGetFlags] = "cuGraphExecGetFlags",
     [FGR_OP_cuGraphAddChildGraphNode] = "cuGraphAddChildGraphNode",
     [FGR_OP_xt_ctx] = "xt_ctx",
@@ -5005,6 +5053,11 @@ const struct fg_proc fgr_procs[] = {
     {"cuGraphAddMemFreeNode", "cuGraphAddMemFreeNode", 11040, 0, (void *)cuGraphAddMemFreeNode},
     {"cuGraphMemAllocNodeGetParams", "cuGraphMemAllocNodeGetParams", 11040, 0, (void *)cuGraphMemAllocNodeGetParams},
     {"cuGraphAddKernelNode", "cuGraphAddKernelNode_v2", 12000, 0, (void *)cuGraphAddKernelNode_v2},
+    {"cuGraphClone", "cuGraphClone", 10000, 0, (void *)cuGraphClone},
+    {"cuGraphAddEmptyNode", "cuGraphAddEmptyNode", 10000, 0, (void *)cuGraphAddEmptyNode},
+    {"cuGraphGetRootNodes", "cuGraphGetRootNodes", 10000, 0, (void *)cuGraphGetRootNodes},
+    {"cuGraphAddDependencies", "cuGraphAddDependencies", 10000, 0, (void *)cuGraphAddDependencies},
+    {"cuGraphAddDependencies", "cuGraphAddDependencies_v2", 12030, 0, (void *)cuGraphAddDependencies_v2},
     {"cuGraphAddHostNode", "cuGraphAddHostNode", 10000, 0, (void *)cuGraphAddHostNode},
     {"cuGraphAddMemcpyNode", "cuGraphAddMemcpyNode", 10000, 0, (void *)cuGraphAddMemcpyNode},
     {"cuGraphAddMemsetNode", "cuGraphAddMemsetNode", 10000, 0, (void *)cuGraphAddMemsetNode},
@@ -5132,12 +5185,9 @@ const struct fg_proc fgr_procs[] = {
     {"cuStreamAttachMemAsync", "cuStreamAttachMemAsync_ptsz", 7000, 1, (void *)cuStreamAttachMemAsync_ptsz},
     {"fgrGraphAddHostNode", "fgrGraphAddHostNode", 0, 0, (void *)fgrGraphAddHostNode},
     {"fgrGraphAddKernelNode", "fgrGraphAddKernelNode", 0, 0, (void *)fgrGraphAddKernelNode},
-    {"cuGraphClone", "cuGraphClone", 10000, 0, (void *)cuGraphClone},
     {"cuGraphDestroyNode", "cuGraphDestroyNode", 10000, 0, (void *)cuGraphDestroyNode},
-    {"cuGraphAddEmptyNode", "cuGraphAddEmptyNode", 10000, 0, (void *)cuGraphAddEmptyNode},
     {"cuGraphAddEventRecordNode", "cuGraphAddEventRecordNode", 11010, 0, (void *)cuGraphAddEventRecordNode},
     {"cuGraphAddEventWaitNode", "cuGraphAddEventWaitNode", 11010, 0, (void *)cuGraphAddEventWaitNode},
-    {"cuGraphGetRootNodes", "cuGraphGetRootNodes", 10000, 0, (void *)cuGraphGetRootNodes},
     {"cuGraphExecGetFlags", "cuGraphExecGetFlags", 12000, 0, (void *)cuGraphExecGetFlags},
     {"cuGraphAddChildGraphNode", "cuGraphAddChildGraphNode", 10000, 0, (void *)cuGraphAddChildGraphNode},
 };

@@ -144,6 +144,11 @@ typedef CUresult (*pfn_cuGraphChildGraphNodeGetGraph)(CUgraphNode hNode, CUgraph
 typedef CUresult (*pfn_cuGraphAddMemAllocNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams);
 typedef CUresult (*pfn_cuGraphAddMemFreeNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr);
 typedef CUresult (*pfn_cuGraphMemAllocNodeGetParams)(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out);
+typedef CUresult (*pfn_cuGraphClone)(CUgraph *phGraphClone, CUgraph originalGraph);
+typedef CUresult (*pfn_cuGraphAddEmptyNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies);
+typedef CUresult (*pfn_cuGraphGetRootNodes)(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes);
+typedef CUresult (*pfn_cuGraphAddDependencies)(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, size_t numDependencies);
+typedef CUresult (*pfn_cuGraphAddDependencies_v2)(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies);
 typedef CUresult (*pfn_cuGraphAddMemcpyNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx);
 typedef CUresult (*pfn_cuGraphAddMemsetNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx);
 typedef CUresult (*pfn_cuDeviceGetGraphMemAttribute)(CUdevice device, CUgraphMem_attribute attr, void *value);
@@ -256,12 +261,9 @@ typedef CUresult (*pfn_cuStreamAttachMemAsync)(CUstream hStream, CUdeviceptr dpt
 typedef CUresult (*pfn_cuStreamAttachMemAsync_ptsz)(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
 typedef CUresult (*pfn_fgrGraphAddHostNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, unsigned long long id);
 typedef CUresult (*pfn_fgrGraphAddKernelNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void **kernelParams, void **extra);
-typedef CUresult (*pfn_cuGraphClone)(CUgraph *phGraphClone, CUgraph originalGraph);
 typedef CUresult (*pfn_cuGraphDestroyNode)(CUgraphNode hNode);
-typedef CUresult (*pfn_cuGraphAddEmptyNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies);
 typedef CUresult (*pfn_cuGraphAddEventRecordNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);
 typedef CUresult (*pfn_cuGraphAddEventWaitNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);
-typedef CUresult (*pfn_cuGraphGetRootNodes)(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes);
 typedef CUresult (*pfn_cuGraphExecGetFlags)(CUgraphExec hGraphExec, cuuint64_t *flags);
 typedef CUresult (*pfn_cuGraphAddChildGraphNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph);
 typedef CUresult (*pfn_xt_ctx_39)(CUcontext ctx, fgrCtxObject object, uint64_t *value, uint64_t arg3);
@@ -3192,6 +3194,140 @@ static CUresult op_cuGraphMemAllocNodeGetParams(struct fgr_rd *rd, struct fgr_re
     return fgr_r;
 }
 
+static CUresult op_cuGraphClone(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph originalGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    int has_phGraphClone = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraph *phGraphClone = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)originalGraph)))
+        fgr_r = fgr_refuse("cuGraphClone", "originalGraph", (uint64_t)(uintptr_t)originalGraph, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_phGraphClone && !(phGraphClone = fgr_out(q, sizeof(CUgraph))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphClone)fgr_real[FGR_OP_cuGraphClone])(phGraphClone, originalGraph);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phGraphClone)
+            fgr_add(FGR_H_CUgraph, (uint64_t)(uintptr_t)*phGraphClone, FGR_H_CUcontext, fgr_ctx);
+        if (fgr_out_n(FGR_H_CUgraph, phGraphClone, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_phGraphClone)
+        fgr_reply_out(q, phGraphClone, sizeof(CUgraph), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphAddEmptyNode(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    int has_phGraphNode = fgr_get_u8(rd);
+    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraphNode *phGraphNode = NULL;
+    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphAddEmptyNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuGraphAddEmptyNode", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphAddEmptyNode)fgr_real[FGR_OP_cuGraphAddEmptyNode])(phGraphNode, hGraph, dependencies, numDependencies);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phGraphNode)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+        if (fgr_out_n(FGR_H_CUgraphNode, phGraphNode, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_phGraphNode)
+        fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphGetRootNodes(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    int has_rootNodes = fgr_get_u8(rd);
+    size_t *numRootNodes = fgr_get_buf(rd, q, sizeof(size_t), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraphNode *rootNodes = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphGetRootNodes", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(!has_rootNodes || fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("cuGraphGetRootNodes", "rootNodes", fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_rootNodes && !(rootNodes = fgr_out(q, fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphGetRootNodes)fgr_real[FGR_OP_cuGraphGetRootNodes])(hGraph, rootNodes, numRootNodes);
+    if (fgr_r == CUDA_SUCCESS) {
+        for (uint64_t fgr_i = 0; rootNodes && fgr_i < fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)) / sizeof(CUgraphNode); fgr_i++)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)rootNodes[fgr_i], FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+        if (fgr_out_n(FGR_H_CUgraphNode, rootNodes, fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)) / sizeof(CUgraphNode)) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_rootNodes)
+        fgr_reply_out(q, rootNodes, fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)), 0, fgr_r);
+    fgr_reply_out(q, numRootNodes, sizeof(size_t), 1, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphAddDependencies(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    CUgraphNode *from = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    CUgraphNode *to = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    fgr_in_n(FGR_H_CUgraphNode, from, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    fgr_in_n(FGR_H_CUgraphNode, to, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphAddDependencies", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, from, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuGraphAddDependencies", "from", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, to, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuGraphAddDependencies", "to", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphAddDependencies)fgr_real[FGR_OP_cuGraphAddDependencies])(hGraph, from, to, numDependencies);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphAddDependencies_v2(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    CUgraphNode *from = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    CUgraphNode *to = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    CUgraphEdgeData *edgeData = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphEdgeData)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    fgr_in_n(FGR_H_CUgraphNode, from, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    fgr_in_n(FGR_H_CUgraphNode, to, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphAddDependencies_v2", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, from, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuGraphAddDependencies_v2", "from", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, to, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuGraphAddDependencies_v2", "to", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphAddDependencies_v2)fgr_real[FGR_OP_cuGraphAddDependencies_v2])(hGraph, from, to, edgeData, numDependencies);
+    return fgr_r;
+}
+
 static CUresult op_cuGraphAddMemcpyNode(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -5622,32 +5758,6 @@ static CUresult op_fgrGraphAddKernelNode(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
-static CUresult op_cuGraphClone(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUgraph originalGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
-    int has_phGraphClone = fgr_get_u8(rd);
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUgraph *phGraphClone = NULL;
-    CUresult fgr_r = CUDA_SUCCESS;
-    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)originalGraph)))
-        fgr_r = fgr_refuse("cuGraphClone", "originalGraph", (uint64_t)(uintptr_t)originalGraph, CUDA_ERROR_INVALID_HANDLE);
-    if (fgr_r == CUDA_SUCCESS && has_phGraphClone && !(phGraphClone = fgr_out(q, sizeof(CUgraph))))
-        return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS)
-        fgr_r = ((pfn_cuGraphClone)fgr_real[FGR_OP_cuGraphClone])(phGraphClone, originalGraph);
-    if (fgr_r == CUDA_SUCCESS) {
-        if (phGraphClone)
-            fgr_add(FGR_H_CUgraph, (uint64_t)(uintptr_t)*phGraphClone, FGR_H_CUcontext, fgr_ctx);
-        if (fgr_out_n(FGR_H_CUgraph, phGraphClone, 1) != 0)
-            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    if (has_phGraphClone)
-        fgr_reply_out(q, phGraphClone, sizeof(CUgraph), 0, fgr_r);
-    return fgr_r;
-}
-
 static CUresult op_cuGraphDestroyNode(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -5662,37 +5772,6 @@ static CUresult op_cuGraphDestroyNode(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         fgr_drop(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode);
     }
-    return fgr_r;
-}
-
-static CUresult op_cuGraphAddEmptyNode(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
-    size_t numDependencies = (size_t)fgr_get_u64(rd);
-    int has_phGraphNode = fgr_get_u8(rd);
-    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUgraphNode *phGraphNode = NULL;
-    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
-    CUresult fgr_r = CUDA_SUCCESS;
-    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
-        fgr_r = fgr_refuse("cuGraphAddEmptyNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
-    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
-        fgr_r = fgr_refuse("cuGraphAddEmptyNode", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
-    if (fgr_r == CUDA_SUCCESS && has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
-        return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS)
-        fgr_r = ((pfn_cuGraphAddEmptyNode)fgr_real[FGR_OP_cuGraphAddEmptyNode])(phGraphNode, hGraph, dependencies, numDependencies);
-    if (fgr_r == CUDA_SUCCESS) {
-        if (phGraphNode)
-            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
-        if (fgr_out_n(FGR_H_CUgraphNode, phGraphNode, 1) != 0)
-            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    if (has_phGraphNode)
-        fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
     return fgr_r;
 }
 
@@ -5761,36 +5840,6 @@ static CUresult op_cuGraphAddEventWaitNode(struct fgr_rd *rd, struct fgr_req *q)
     }
     if (has_phGraphNode)
         fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
-    return fgr_r;
-}
-
-static CUresult op_cuGraphGetRootNodes(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
-    int has_rootNodes = fgr_get_u8(rd);
-    size_t *numRootNodes = fgr_get_buf(rd, q, sizeof(size_t), 1);
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUgraphNode *rootNodes = NULL;
-    CUresult fgr_r = CUDA_SUCCESS;
-    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
-        fgr_r = fgr_refuse("cuGraphGetRootNodes", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
-    else if (!(!has_rootNodes || fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)) <= FGR_SMALL_FRAME))
-        fgr_r = fgr_refuse_size("cuGraphGetRootNodes", "rootNodes", fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)), CUDA_ERROR_INVALID_VALUE);
-    if (fgr_r == CUDA_SUCCESS && has_rootNodes && !(rootNodes = fgr_out(q, fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)))))
-        return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS)
-        fgr_r = ((pfn_cuGraphGetRootNodes)fgr_real[FGR_OP_cuGraphGetRootNodes])(hGraph, rootNodes, numRootNodes);
-    if (fgr_r == CUDA_SUCCESS) {
-        for (uint64_t fgr_i = 0; rootNodes && fgr_i < fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)) / sizeof(CUgraphNode); fgr_i++)
-            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)rootNodes[fgr_i], FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
-        if (fgr_out_n(FGR_H_CUgraphNode, rootNodes, fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)) / sizeof(CUgraphNode)) != 0)
-            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    if (has_rootNodes)
-        fgr_reply_out(q, rootNodes, fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)), 0, fgr_r);
-    fgr_reply_out(q, numRootNodes, sizeof(size_t), 1, fgr_r);
     return fgr_r;
 }
 
@@ -6162,6 +6211,11 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuGraphAddMemAllocNode] = {"cuGraphAddMemAllocNode", op_cuGraphAddMemAllocNode, 0, FGR_MAX_FRAME},
     [FGR_OP_cuGraphAddMemFreeNode] = {"cuGraphAddMemFreeNode", op_cuGraphAddMemFreeNode, 0, FGR_MAX_FRAME},
     [FGR_OP_cuGraphMemAllocNodeGetParams] = {"cuGraphMemAllocNodeGetParams", op_cuGraphMemAllocNodeGetParams, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphClone] = {"cuGraphClone", op_cuGraphClone, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphAddEmptyNode] = {"cuGraphAddEmptyNode", op_cuGraphAddEmptyNode, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuGraphGetRootNodes] = {"cuGraphGetRootNodes", op_cuGraphGetRootNodes, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphAddDependencies] = {"cuGraphAddDependencies", op_cuGraphAddDependencies, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuGraphAddDependencies_v2] = {"cuGraphAddDependencies_v2", op_cuGraphAddDependencies_v2, 0, FGR_MAX_FRAME},
     [FGR_OP_cuGraphAddMemcpyNode] = {"cuGraphAddMemcpyNode", op_cuGraphAddMemcpyNode, 0, FGR_MAX_FRAME},
     [FGR_OP_cuGraphAddMemsetNode] = {"cuGraphAddMemsetNode", op_cuGraphAddMemsetNode, 0, FGR_MAX_FRAME},
     [FGR_OP_cuDeviceGetGraphMemAttribute] = {"cuDeviceGetGraphMemAttribute", op_cuDeviceGetGraphMemAttribute, 0, FGR_SMALL_FRAME},
@@ -6274,12 +6328,9 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamAttachMemAsync_ptsz] = {"cuStreamAttachMemAsync_ptsz", op_cuStreamAttachMemAsync_ptsz, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrGraphAddHostNode] = {"fgrGraphAddHostNode", op_fgrGraphAddHostNode, 0, FGR_MAX_FRAME},
     [FGR_OP_fgrGraphAddKernelNode] = {"fgrGraphAddKernelNode", op_fgrGraphAddKernelNode, 0, FGR_MAX_FRAME},
-    [FGR_OP_cuGraphClone] = {"cuGraphClone", op_cuGraphClone, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphDestroyNode] = {"cuGraphDestroyNode", op_cuGraphDestroyNode, 0, FGR_SMALL_FRAME},
-    [FGR_OP_cuGraphAddEmptyNode] = {"cuGraphAddEmptyNode", op_cuGraphAddEmptyNode, 0, FGR_MAX_FRAME},
     [FGR_OP_cuGraphAddEventRecordNode] = {"cuGraphAddEventRecordNode", op_cuGraphAddEventRecordNode, 0, FGR_MAX_FRAME},
     [FGR_OP_cuGraphAddEventWaitNode] = {"cuGraphAddEventWaitNode", op_cuGraphAddEventWaitNode, 0, FGR_MAX_FRAME},
-    [FGR_OP_cuGraphGetRootNodes] = {"cuGraphGetRootNodes", op_cuGraphGetRootNodes, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphExecGetFlags] = {"cuGraphExecGetFlags", op_cuGraphExecGetFlags, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphAddChildGraphNode] = {"cuGraphAddChildGraphNode", op_cuGraphAddChildGraphNode, 0, FGR_MAX_FRAME},
     [FGR_OP_xt_ctx] = {"xt_ctx", op_xt_ctx, 0, FGR_SMALL_FRAME},

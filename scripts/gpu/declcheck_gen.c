@@ -360,6 +360,16 @@ typedef CUresult (CUDAAPI *fg_sig_cuGraphMemAllocNodeGetParams)(CUgraphNode hNod
 SAME(fg_sig_cuGraphMemAllocNodeGetParams, PFN_cuGraphMemAllocNodeGetParams_v11040);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphAddKernelNode_v2)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS *nodeParams);
 SAME(fg_sig_cuGraphAddKernelNode_v2, PFN_cuGraphAddKernelNode_v12000);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphClone)(CUgraph *phGraphClone, CUgraph originalGraph);
+SAME(fg_sig_cuGraphClone, PFN_cuGraphClone_v10000);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphAddEmptyNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies);
+SAME(fg_sig_cuGraphAddEmptyNode, PFN_cuGraphAddEmptyNode_v10000);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphGetRootNodes)(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes);
+SAME(fg_sig_cuGraphGetRootNodes, PFN_cuGraphGetRootNodes_v10000);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphAddDependencies)(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, size_t numDependencies);
+SAME(fg_sig_cuGraphAddDependencies, PFN_cuGraphAddDependencies_v10000);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphAddDependencies_v2)(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies);
+SAME(fg_sig_cuGraphAddDependencies_v2, PFN_cuGraphAddDependencies_v12030);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphAddHostNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_HOST_NODE_PARAMS *nodeParams);
 SAME(fg_sig_cuGraphAddHostNode, PFN_cuGraphAddHostNode_v10000);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphAddMemcpyNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx);

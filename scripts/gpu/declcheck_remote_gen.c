@@ -160,18 +160,12 @@ typedef CUresult (CUDAAPI *fg_sig_cuStreamAttachMemAsync)(CUstream hStream, CUde
 SAME(fg_sig_cuStreamAttachMemAsync, PFN_cuStreamAttachMemAsync_v6000);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamAttachMemAsync_ptsz)(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
 SAME(fg_sig_cuStreamAttachMemAsync_ptsz, PFN_cuStreamAttachMemAsync_v7000_ptsz);
-typedef CUresult (CUDAAPI *fg_sig_cuGraphClone)(CUgraph *phGraphClone, CUgraph originalGraph);
-SAME(fg_sig_cuGraphClone, PFN_cuGraphClone_v10000);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphDestroyNode)(CUgraphNode hNode);
 SAME(fg_sig_cuGraphDestroyNode, PFN_cuGraphDestroyNode_v10000);
-typedef CUresult (CUDAAPI *fg_sig_cuGraphAddEmptyNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies);
-SAME(fg_sig_cuGraphAddEmptyNode, PFN_cuGraphAddEmptyNode_v10000);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphAddEventRecordNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);
 SAME(fg_sig_cuGraphAddEventRecordNode, PFN_cuGraphAddEventRecordNode_v11010);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphAddEventWaitNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);
 SAME(fg_sig_cuGraphAddEventWaitNode, PFN_cuGraphAddEventWaitNode_v11010);
-typedef CUresult (CUDAAPI *fg_sig_cuGraphGetRootNodes)(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes);
-SAME(fg_sig_cuGraphGetRootNodes, PFN_cuGraphGetRootNodes_v10000);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphExecGetFlags)(CUgraphExec hGraphExec, cuuint64_t *flags);
 SAME(fg_sig_cuGraphExecGetFlags, PFN_cuGraphExecGetFlags_v12000);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphAddChildGraphNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph);

@@ -241,6 +241,11 @@ int main(void)
     SIZE(CUlinkState);
     SIZE(CUstreamAttrID);
     SIZE(CUstreamAttrValue);
+    SIZE(CUgraphEdgeData);
+    FIELD(CUgraphEdgeData, from_port);
+    FIELD(CUgraphEdgeData, to_port);
+    FIELD(CUgraphEdgeData, type);
+    FIELD(CUgraphEdgeData, reserved);
     SIZE(CUuuid);
     FIELD(CUuuid, bytes);
     SIZE(CUtensorMap);

@@ -8,6 +8,8 @@
  *                         is in use, then after it is freed
  *     graphnodes copies   copy nodes: device to device, pinned host memory
  *                         up and back
+ *     graphnodes edges    edges added after the nodes, an empty node, root
+ *                         nodes, a clone launched
  *     graphnodes host     a host node, in a graph launched four times
  *     graphnodes hostile  what a connection may not name: a memset node
  *                         outside its memory, a forged graph, an allocation
@@ -241,6 +243,64 @@ static int copies(CUcontext ctx)
     return 0;
 }
 
+/* Edges added after the nodes: a copy node added first, the memset it
+ * must follow added after it, then the edge between them (the copy sees
+ * the memset's bytes); an empty node joining them; root nodes; a clone
+ * launched in place of the graph. */
+static int edges(CUcontext ctx)
+{
+    CUstream st;
+    CUdeviceptr x, z;
+    CHECK(cuStreamCreate(&st, 0));
+    CHECK(cuMemAlloc_v2(&x, ROW));
+    CHECK(cuMemAlloc_v2(&z, ROW));
+    CHECK(cuMemsetD8_v2(x, 0, ROW));
+    CHECK(cuMemsetD8_v2(z, 0, ROW));
+    CUgraph g, c;
+    CUgraphNode copy, set, join, set2;
+    CHECK(cuGraphCreate(&g, 0));
+    CUDA_MEMCPY3D cp = copy_params(CU_MEMORYTYPE_DEVICE, NULL, x, CU_MEMORYTYPE_DEVICE, NULL, z, 16, 1, 16);
+    CHECK(cuGraphAddMemcpyNode(&copy, g, NULL, 0, &cp, ctx));
+    CUDA_MEMSET_NODE_PARAMS sp = set_params(x, 0x33, 1, 16, 1, 0);
+    CHECK(cuGraphAddMemsetNode(&set, g, NULL, 0, &sp, ctx));
+    size_t n = 0;
+    CHECK(cuGraphGetRootNodes(g, NULL, &n));
+    printf("roots before the edge: %zu\n", n);
+    CHECK(cuGraphAddDependencies(g, &set, &copy, 1));
+    CHECK(cuGraphGetRootNodes(g, NULL, &n));
+    printf("roots after it: %zu\n", n);
+    printf("the edge again: %s\n", result_name(cuGraphAddDependencies(g, &set, &copy, 1)));
+    printf("an edge closing a cycle: %s\n", result_name(cuGraphAddDependencies(g, &copy, &set, 1)));
+    CUgraphNode deps[] = {set, copy};
+    CHECK(cuGraphAddEmptyNode(&join, g, deps, 2));
+    sp = set_params(x + 32, 0x44, 1, 8, 1, 0);
+    CHECK(cuGraphAddMemsetNode(&set2, g, NULL, 0, &sp, ctx));
+    CUgraphEdgeData plain[1];
+    memset(plain, 0, sizeof plain);
+    CHECK(cuGraphAddDependencies_v2(g, &join, &set2, plain, 1));
+    CUgraphNodeType t;
+    CHECK(cuGraphNodeGetType(join, &t));
+    printf("join node: type %d\n", (int)t);
+    CHECK(cuGraphClone(&c, g));
+    CHECK(cuGraphGetNodes(c, NULL, &n));
+    printf("clone: %zu nodes\n", n);
+    CUgraphExec e;
+    CHECK(cuGraphInstantiateWithFlags(&e, c, 0));
+    CHECK(cuGraphLaunch(e, st));
+    CHECK(cuStreamSynchronize(st));
+    unsigned char hx[ROW], hz[ROW];
+    CHECK(cuMemcpyDtoH_v2(hx, x, ROW));
+    CHECK(cuMemcpyDtoH_v2(hz, z, ROW));
+    print_bytes("x", hx, ROW);
+    print_bytes("z", hz, ROW);
+    CHECK(cuGraphExecDestroy(e));
+    CHECK(cuGraphDestroy(c));
+    CHECK(cuGraphDestroy(g));
+    CHECK(cuMemFree_v2(x));
+    CHECK(cuMemFree_v2(z));
+    return 0;
+}
+
 static int calls;
 
 static void host_fn(void *data)
@@ -292,5 +352,7 @@ int main(int argc, char **argv)
         return host(ctx);
     if (argc > 1 && strcmp(argv[1], "copies") == 0)
         return copies(ctx);
+    if (argc > 1 && strcmp(argv[1], "edges") == 0)
+        return edges(ctx);
     return run(ctx);
 }

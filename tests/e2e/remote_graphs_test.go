@@ -21,6 +21,26 @@ func TestRemoteGraphNodesMatchLocal(t *testing.T) {
 	printsAsLocally(t, local, "graphnodes", "unix", "shm", "tcp")
 }
 
+// Edges added after their nodes order a launch as locally (the copy sees
+// the memset it was made to follow), an edge twice or closing a cycle is
+// refused, an empty node joins, root nodes are counted, a clone runs.
+func TestRemoteGraphEdgesMatchLocal(t *testing.T) {
+	e := newEnv(t)
+	local := e.run("graphnodes", "edges")
+	if local.code != 0 || !strings.Contains(local.stdout, "z: 0=33") || !strings.Contains(local.stdout, "roots after it: 1") {
+		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
+	}
+	for _, transport := range []string{"unix", "shm", "tcp"} {
+		t.Run(transport, func(t *testing.T) {
+			e := newEnv(t)
+			got := e.remote(e.serve(transport), "graphnodes", "edges")
+			if got.code != 0 || got.stdout != local.stdout {
+				t.Errorf("remotely: exit %d, printed\n%s\nlocally\n%s\n%s", got.code, got.stdout, local.stdout, got.stderr)
+			}
+		})
+	}
+}
+
 // What a connection may not name in a node is refused with the driver's
 // error, and the executor goes on: a memset node outside the connection's
 // memory (past its allocation, or the program's own memory), a forged
