@@ -39,6 +39,8 @@ typedef struct CUarray_st *CUarray;
 typedef struct CUmipmappedArray_st *CUmipmappedArray;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef struct CUctxCreateParams_st CUctxCreateParams;
+typedef struct CUgraphNodeParams_st CUgraphNodeParams; /* a union of every node kind's parameters */
+typedef cuuint64_t CUgraphConditionalHandle;
 /* An edge's kind (cuGraphAddDependencies_v2): 0s for a plain edge. */
 typedef struct CUgraphEdgeData_st {
     unsigned char from_port;

@@ -168,6 +168,14 @@ typedef CUresult (CUDAAPI *fg_sig_cuGraphAddEventWaitNode)(CUgraphNode *phGraphN
 SAME(fg_sig_cuGraphAddEventWaitNode, PFN_cuGraphAddEventWaitNode_v11010);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphExecGetFlags)(CUgraphExec hGraphExec, cuuint64_t *flags);
 SAME(fg_sig_cuGraphExecGetFlags, PFN_cuGraphExecGetFlags_v12000);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphConditionalHandleCreate)(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue, unsigned int flags);
+SAME(fg_sig_cuGraphConditionalHandleCreate, PFN_cuGraphConditionalHandleCreate_v12030);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphAddNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraphNodeParams *nodeParams);
+SAME(fg_sig_cuGraphAddNode, PFN_cuGraphAddNode_v12020);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphAddNode_v2)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams);
+SAME(fg_sig_cuGraphAddNode_v2, PFN_cuGraphAddNode_v12030);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphDebugDotPrint)(CUgraph hGraph, const char *path, unsigned int flags);
+SAME(fg_sig_cuGraphDebugDotPrint, PFN_cuGraphDebugDotPrint_v11030);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphAddChildGraphNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph);
 SAME(fg_sig_cuGraphAddChildGraphNode, PFN_cuGraphAddChildGraphNode_v10000);
 

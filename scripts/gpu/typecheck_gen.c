@@ -238,6 +238,7 @@ int main(void)
     SIZE(CUarray);
     SIZE(CUmipmappedArray);
     SIZE(CUmemoryPool);
+    SIZE(CUgraphConditionalHandle);
     SIZE(CUlinkState);
     SIZE(CUstreamAttrID);
     SIZE(CUstreamAttrValue);
