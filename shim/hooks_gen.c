@@ -181,6 +181,7 @@ const char *const fg_api_names[FG_NUM_APIS] = {
     "cuGraphAddMemFreeNode",
     "cuGraphMemAllocNodeGetParams",
     "cuGraphAddKernelNode_v2",
+    "cuGraphAddChildGraphNode",
     "cuGraphClone",
     "cuGraphAddEmptyNode",
     "cuGraphGetRootNodes",
@@ -400,6 +401,7 @@ const char *const fg_api_bases[FG_NUM_APIS] = {
     "cuGraphAddMemFreeNode",
     "cuGraphMemAllocNodeGetParams",
     "cuGraphAddKernelNode",
+    "cuGraphAddChildGraphNode",
     "cuGraphClone",
     "cuGraphAddEmptyNode",
     "cuGraphGetRootNodes",
@@ -496,6 +498,7 @@ const unsigned short fg_api_by_name[FG_NUM_APIS] = {
     FG_API_cuGetExportTable,
     FG_API_cuGetProcAddress,
     FG_API_cuGetProcAddress_v2,
+    FG_API_cuGraphAddChildGraphNode,
     FG_API_cuGraphAddDependencies,
     FG_API_cuGraphAddDependencies_v2,
     FG_API_cuGraphAddEmptyNode,
@@ -3977,6 +3980,24 @@ FG_SLOW CUresult fg_slow_cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgra
 
 FG_FAST_PATH(cuGraphAddKernelNode_v2, 178)
 
+FG_SLOW CUresult fg_slow_cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph)
+{
+    fg_real_cuGraphAddChildGraphNode real = (fg_real_cuGraphAddChildGraphNode)fg_real_fn(FG_API_cuGraphAddChildGraphNode);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGraphAddChildGraphNode);
+    if (!fg_tracing)
+        return real(phGraphNode, hGraph, dependencies, numDependencies, childGraph);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(phGraphNode, hGraph, dependencies, numDependencies, childGraph);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGraphAddChildGraphNode, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGraphAddChildGraphNode, (int)r, dt, "phGraphNode=%p, hGraph=%p, dependencies=%p, numDependencies=%zu, childGraph=%p", (const void *)phGraphNode, (const void *)hGraph, (const void *)dependencies, numDependencies, (const void *)childGraph);
+    return r;
+}
+
+FG_FAST_PATH(cuGraphAddChildGraphNode, 179)
+
 FG_SLOW CUresult fg_slow_cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
 {
     fg_real_cuGraphClone real = (fg_real_cuGraphClone)fg_real_fn(FG_API_cuGraphClone);
@@ -3993,7 +4014,7 @@ FG_SLOW CUresult fg_slow_cuGraphClone(CUgraph *phGraphClone, CUgraph originalGra
     return r;
 }
 
-FG_FAST_PATH(cuGraphClone, 179)
+FG_FAST_PATH(cuGraphClone, 180)
 
 FG_SLOW CUresult fg_slow_cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies)
 {
@@ -4011,7 +4032,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph h
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddEmptyNode, 180)
+FG_FAST_PATH(cuGraphAddEmptyNode, 181)
 
 FG_SLOW CUresult fg_slow_cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes)
 {
@@ -4029,7 +4050,7 @@ FG_SLOW CUresult fg_slow_cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNo
     return r;
 }
 
-FG_FAST_PATH(cuGraphGetRootNodes, 181)
+FG_FAST_PATH(cuGraphGetRootNodes, 182)
 
 FG_SLOW CUresult fg_slow_cuGraphAddDependencies(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, size_t numDependencies)
 {
@@ -4047,7 +4068,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddDependencies(CUgraph hGraph, const CUgraphNod
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddDependencies, 182)
+FG_FAST_PATH(cuGraphAddDependencies, 183)
 
 FG_SLOW CUresult fg_slow_cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies)
 {
@@ -4065,7 +4086,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraph
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddDependencies_v2, 183)
+FG_FAST_PATH(cuGraphAddDependencies_v2, 184)
 
 FG_SLOW CUresult fg_slow_cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
@@ -4083,7 +4104,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hG
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddHostNode, 184)
+FG_FAST_PATH(cuGraphAddHostNode, 185)
 
 FG_SLOW CUresult fg_slow_cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
 {
@@ -4101,7 +4122,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph 
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddMemcpyNode, 185)
+FG_FAST_PATH(cuGraphAddMemcpyNode, 186)
 
 FG_SLOW CUresult fg_slow_cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
 {
@@ -4119,7 +4140,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph 
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddMemsetNode, 186)
+FG_FAST_PATH(cuGraphAddMemsetNode, 187)
 
 FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -4137,7 +4158,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMe
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 187)
+FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 188)
 
 FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -4155,7 +4176,7 @@ FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMe
     return r;
 }
 
-FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 188)
+FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 189)
 
 FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
 {
@@ -4173,7 +4194,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGraphMemTrim, 189)
+FG_FAST_PATH(cuDeviceGraphMemTrim, 190)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
@@ -4191,7 +4212,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, C
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithFlags, 190)
+FG_FAST_PATH(cuGraphInstantiateWithFlags, 191)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -4209,7 +4230,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, 
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithParams, 191)
+FG_FAST_PATH(cuGraphInstantiateWithParams, 192)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -4227,7 +4248,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphE
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 192)
+FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 193)
 
 FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4245,7 +4266,7 @@ FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphUpload, 193)
+FG_FAST_PATH(cuGraphUpload, 194)
 
 FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4263,7 +4284,7 @@ FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphUpload_ptsz, 194)
+FG_FAST_PATH(cuGraphUpload_ptsz, 195)
 
 static CUresult fg_layer1_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4287,7 +4308,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch, 195)
+FG_FAST_PATH(cuGraphLaunch, 196)
 
 static CUresult fg_layer1_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4311,7 +4332,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch_ptsz, 196)
+FG_FAST_PATH(cuGraphLaunch_ptsz, 197)
 
 FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
@@ -4329,7 +4350,7 @@ FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
     return r;
 }
 
-FG_FAST_PATH(cuGraphExecDestroy, 197)
+FG_FAST_PATH(cuGraphExecDestroy, 198)
 
 FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
 {
@@ -4347,7 +4368,7 @@ FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
     return r;
 }
 
-FG_FAST_PATH(cuGraphDestroy, 198)
+FG_FAST_PATH(cuGraphDestroy, 199)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessGetState(int pid, CUprocessState *state)
 {
@@ -4365,7 +4386,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessGetState(int pid, CUprocessState *st
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessGetState, 199)
+FG_FAST_PATH(cuCheckpointProcessGetState, 200)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
 {
@@ -4383,7 +4404,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessLock, 200)
+FG_FAST_PATH(cuCheckpointProcessLock, 201)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
 {
@@ -4401,7 +4422,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessCheckpoint(int pid, CUcheckpointChec
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessCheckpoint, 201)
+FG_FAST_PATH(cuCheckpointProcessCheckpoint, 202)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
 {
@@ -4419,7 +4440,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessRestore(int pid, CUcheckpointRestore
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessRestore, 202)
+FG_FAST_PATH(cuCheckpointProcessRestore, 203)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
 {
@@ -4437,7 +4458,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockAr
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessUnlock, 203)
+FG_FAST_PATH(cuCheckpointProcessUnlock, 204)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
 {
@@ -4455,7 +4476,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlInit_v2, 204)
+FG_FAST_PATH(nvmlInit_v2, 205)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
 {
@@ -4473,7 +4494,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
     return r;
 }
 
-FG_FAST_PATH(nvmlInitWithFlags, 205)
+FG_FAST_PATH(nvmlInitWithFlags, 206)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
 {
@@ -4491,7 +4512,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlShutdown, 206)
+FG_FAST_PATH(nvmlShutdown, 207)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
 {
@@ -4509,7 +4530,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetCount_v2, 207)
+FG_FAST_PATH(nvmlDeviceGetCount_v2, 208)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
 {
@@ -4527,7 +4548,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, n
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 208)
+FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 209)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
@@ -4545,7 +4566,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMe
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 209)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 210)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
@@ -4563,7 +4584,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvm
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 210)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 211)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
 {
@@ -4581,7 +4602,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, 
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 211)
+FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 212)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -4599,7 +4620,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 212)
+FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 213)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -4617,7 +4638,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetGraphicsRunningProcesses_v3, 213)
+FG_FAST_PATH(nvmlDeviceGetGraphicsRunningProcesses_v3, 214)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -4635,7 +4656,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevi
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMPSComputeRunningProcesses_v3, 214)
+FG_FAST_PATH(nvmlDeviceGetMPSComputeRunningProcesses_v3, 215)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization, unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp)
 {
@@ -4653,7 +4674,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetProcessUtilization(nvmlDevice_t device
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetProcessUtilization, 215)
+FG_FAST_PATH(nvmlDeviceGetProcessUtilization, 216)
 
 void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuInit,
@@ -4835,6 +4856,7 @@ void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuGraphAddMemFreeNode,
     (void *)cuGraphMemAllocNodeGetParams,
     (void *)cuGraphAddKernelNode_v2,
+    (void *)cuGraphAddChildGraphNode,
     (void *)cuGraphClone,
     (void *)cuGraphAddEmptyNode,
     (void *)cuGraphGetRootNodes,

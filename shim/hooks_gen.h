@@ -181,6 +181,7 @@ typedef CUresult (*fg_real_cuGraphAddMemAllocNode)(CUgraphNode *phGraphNode, CUg
 typedef CUresult (*fg_real_cuGraphAddMemFreeNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr);
 typedef CUresult (*fg_real_cuGraphMemAllocNodeGetParams)(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out);
 typedef CUresult (*fg_real_cuGraphAddKernelNode_v2)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS *nodeParams);
+typedef CUresult (*fg_real_cuGraphAddChildGraphNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph);
 typedef CUresult (*fg_real_cuGraphClone)(CUgraph *phGraphClone, CUgraph originalGraph);
 typedef CUresult (*fg_real_cuGraphAddEmptyNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies);
 typedef CUresult (*fg_real_cuGraphGetRootNodes)(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes);

@@ -1426,6 +1426,16 @@ __attribute__((weak)) SIM_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *p
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph)
+{
+    (void)phGraphNode;
+    (void)hGraph;
+    (void)dependencies;
+    (void)numDependencies;
+    (void)childGraph;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 __attribute__((weak)) SIM_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
 {
     (void)phGraphClone;
@@ -1802,6 +1812,7 @@ const struct fg_proc sim_procs[] = {
     {"cuGraphAddMemFreeNode", "cuGraphAddMemFreeNode", 11040, 0, (void *)cuGraphAddMemFreeNode},
     {"cuGraphMemAllocNodeGetParams", "cuGraphMemAllocNodeGetParams", 11040, 0, (void *)cuGraphMemAllocNodeGetParams},
     {"cuGraphAddKernelNode", "cuGraphAddKernelNode_v2", 12000, 0, (void *)cuGraphAddKernelNode_v2},
+    {"cuGraphAddChildGraphNode", "cuGraphAddChildGraphNode", 10000, 0, (void *)cuGraphAddChildGraphNode},
     {"cuGraphClone", "cuGraphClone", 10000, 0, (void *)cuGraphClone},
     {"cuGraphAddEmptyNode", "cuGraphAddEmptyNode", 10000, 0, (void *)cuGraphAddEmptyNode},
     {"cuGraphGetRootNodes", "cuGraphGetRootNodes", 10000, 0, (void *)cuGraphGetRootNodes},

@@ -3,7 +3,7 @@
 package api
 
 // Hash identifies this ordered list; trace regions carry it.
-const Hash uint64 = 0x359051f0d3e578b3
+const Hash uint64 = 0xe8c455491a91d848
 
 // Names lists every hooked entry point, in hook-id order.
 var Names = []string{
@@ -186,6 +186,7 @@ var Names = []string{
 	"cuGraphAddMemFreeNode",
 	"cuGraphMemAllocNodeGetParams",
 	"cuGraphAddKernelNode_v2",
+	"cuGraphAddChildGraphNode",
 	"cuGraphClone",
 	"cuGraphAddEmptyNode",
 	"cuGraphGetRootNodes",

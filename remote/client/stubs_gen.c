@@ -2397,6 +2397,27 @@ FGR_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALL
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph)
+{
+    CUresult fgr_r;
+    uint64_t n_phGraphNode = phGraphNode ? sizeof(CUgraphNode) : 0;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphAddChildGraphNode", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphAddChildGraphNode, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)childGraph);
+    fgr_put_u8(&fgr_c.w, phGraphNode != NULL);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phGraphNode, n_phGraphNode, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
 {
     CUresult fgr_r;
@@ -4563,27 +4584,6 @@ FGR_EXPORT CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsig
     return fgr_unsupported(14, "cuGraphDebugDotPrint", NULL);
 }
 
-FGR_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph)
-{
-    CUresult fgr_r;
-    uint64_t n_phGraphNode = phGraphNode ? sizeof(CUgraphNode) : 0;
-    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
-    if (n_dependencies > FGR_MAX_BUF)
-        return fgr_unsupported(-1, "cuGraphAddChildGraphNode", "a buffer over the frame limit");
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphAddChildGraphNode, 0)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
-    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)childGraph);
-    fgr_put_u8(&fgr_c.w, phGraphNode != NULL);
-    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_get_out(&fgr_c, phGraphNode, n_phGraphNode, 0);
-    return fgr_end(&fgr_c);
-}
-
 const int fgr_nunsupported = 15;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
@@ -4731,6 +4731,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuGraphAddMemAllocNode] = "cuGraphAddMemAllocNode",
     [FGR_OP_cuGraphAddMemFreeNode] = "cuGraphAddMemFreeNode",
     [FGR_OP_cuGraphMemAllocNodeGetParams] = "cuGraphMemAllocNodeGetParams",
+    [FGR_OP_cuGraphAddChildGraphNode] = "cuGraphAddChildGraphNode",
     [FGR_OP_cuGraphClone] = "cuGraphClone",
     [FGR_OP_cuGraphAddEmptyNode] = "cuGraphAddEmptyNode",
     [FGR_OP_cuGraphGetRootNodes] = "cuGraphGetRootNodes",
@@ -4852,7 +4853,6 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuGraphAddEventRecordNode] = "cuGraphAddEventRecordNode",
     [FGR_OP_cuGraphAddEventWaitNode] = "cuGraphAddEventWaitNode",
     [FGR_OP_cuGraphExecGetFlags] = "cuGraphExecGetFlags",
-    [FGR_OP_cuGraphAddChildGraphNode] = "cuGraphAddChildGraphNode",
     [FGR_OP_xt_ctx] = "xt_ctx",
     [FGR_OP_xt_ctx_39] = "xt_ctx_39",
     [FGR_OP_xt_ctx_51] = "xt_ctx_51",
@@ -5092,6 +5092,7 @@ const struct fg_proc fgr_procs[] = {
     {"cuGraphAddMemFreeNode", "cuGraphAddMemFreeNode", 11040, 0, (void *)cuGraphAddMemFreeNode},
     {"cuGraphMemAllocNodeGetParams", "cuGraphMemAllocNodeGetParams", 11040, 0, (void *)cuGraphMemAllocNodeGetParams},
     {"cuGraphAddKernelNode", "cuGraphAddKernelNode_v2", 12000, 0, (void *)cuGraphAddKernelNode_v2},
+    {"cuGraphAddChildGraphNode", "cuGraphAddChildGraphNode", 10000, 0, (void *)cuGraphAddChildGraphNode},
     {"cuGraphClone", "cuGraphClone", 10000, 0, (void *)cuGraphClone},
     {"cuGraphAddEmptyNode", "cuGraphAddEmptyNode", 10000, 0, (void *)cuGraphAddEmptyNode},
     {"cuGraphGetRootNodes", "cuGraphGetRootNodes", 10000, 0, (void *)cuGraphGetRootNodes},
@@ -5232,7 +5233,6 @@ const struct fg_proc fgr_procs[] = {
     {"cuGraphAddNode", "cuGraphAddNode", 12020, 0, (void *)cuGraphAddNode},
     {"cuGraphAddNode", "cuGraphAddNode_v2", 12030, 0, (void *)cuGraphAddNode_v2},
     {"cuGraphDebugDotPrint", "cuGraphDebugDotPrint", 11030, 0, (void *)cuGraphDebugDotPrint},
-    {"cuGraphAddChildGraphNode", "cuGraphAddChildGraphNode", 10000, 0, (void *)cuGraphAddChildGraphNode},
 };
 
 const int fgr_nprocs = sizeof(fgr_procs) / sizeof(fgr_procs[0]);

@@ -144,6 +144,7 @@ typedef CUresult (*pfn_cuGraphChildGraphNodeGetGraph)(CUgraphNode hNode, CUgraph
 typedef CUresult (*pfn_cuGraphAddMemAllocNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams);
 typedef CUresult (*pfn_cuGraphAddMemFreeNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr);
 typedef CUresult (*pfn_cuGraphMemAllocNodeGetParams)(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out);
+typedef CUresult (*pfn_cuGraphAddChildGraphNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph);
 typedef CUresult (*pfn_cuGraphClone)(CUgraph *phGraphClone, CUgraph originalGraph);
 typedef CUresult (*pfn_cuGraphAddEmptyNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies);
 typedef CUresult (*pfn_cuGraphGetRootNodes)(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes);
@@ -265,7 +266,6 @@ typedef CUresult (*pfn_cuGraphDestroyNode)(CUgraphNode hNode);
 typedef CUresult (*pfn_cuGraphAddEventRecordNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);
 typedef CUresult (*pfn_cuGraphAddEventWaitNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);
 typedef CUresult (*pfn_cuGraphExecGetFlags)(CUgraphExec hGraphExec, cuuint64_t *flags);
-typedef CUresult (*pfn_cuGraphAddChildGraphNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph);
 typedef CUresult (*pfn_xt_ctx_39)(CUcontext ctx, fgrCtxObject object, uint64_t *value, uint64_t arg3);
 typedef CUresult (*pfn_xt_ctx_51)(CUcontext ctx, uint64_t arg1, fgrCtxObject *object, uint64_t arg3);
 typedef uint64_t (*pfn_xt_simA_1)(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64_t e, uint64_t f, uint64_t g, uint64_t h, uint64_t i, uint64_t j);
@@ -3194,6 +3194,40 @@ static CUresult op_cuGraphMemAllocNodeGetParams(struct fgr_rd *rd, struct fgr_re
     return fgr_r;
 }
 
+static CUresult op_cuGraphAddChildGraphNode(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    CUgraph childGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    int has_phGraphNode = fgr_get_u8(rd);
+    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraphNode *phGraphNode = NULL;
+    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphAddChildGraphNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuGraphAddChildGraphNode", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)childGraph)))
+        fgr_r = fgr_refuse("cuGraphAddChildGraphNode", "childGraph", (uint64_t)(uintptr_t)childGraph, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphAddChildGraphNode)fgr_real[FGR_OP_cuGraphAddChildGraphNode])(phGraphNode, hGraph, dependencies, numDependencies, childGraph);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phGraphNode)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+        if (fgr_out_n(FGR_H_CUgraphNode, phGraphNode, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_phGraphNode)
+        fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_cuGraphClone(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -5863,40 +5897,6 @@ static CUresult op_cuGraphExecGetFlags(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
-static CUresult op_cuGraphAddChildGraphNode(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
-    size_t numDependencies = (size_t)fgr_get_u64(rd);
-    CUgraph childGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
-    int has_phGraphNode = fgr_get_u8(rd);
-    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUgraphNode *phGraphNode = NULL;
-    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
-    CUresult fgr_r = CUDA_SUCCESS;
-    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
-        fgr_r = fgr_refuse("cuGraphAddChildGraphNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
-    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
-        fgr_r = fgr_refuse("cuGraphAddChildGraphNode", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
-    else if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)childGraph)))
-        fgr_r = fgr_refuse("cuGraphAddChildGraphNode", "childGraph", (uint64_t)(uintptr_t)childGraph, CUDA_ERROR_INVALID_HANDLE);
-    if (fgr_r == CUDA_SUCCESS && has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
-        return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS)
-        fgr_r = ((pfn_cuGraphAddChildGraphNode)fgr_real[FGR_OP_cuGraphAddChildGraphNode])(phGraphNode, hGraph, dependencies, numDependencies, childGraph);
-    if (fgr_r == CUDA_SUCCESS) {
-        if (phGraphNode)
-            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
-        if (fgr_out_n(FGR_H_CUgraphNode, phGraphNode, 1) != 0)
-            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    if (has_phGraphNode)
-        fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
-    return fgr_r;
-}
-
 static CUresult op_xt_ctx(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -6211,6 +6211,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuGraphAddMemAllocNode] = {"cuGraphAddMemAllocNode", op_cuGraphAddMemAllocNode, 0, FGR_MAX_FRAME},
     [FGR_OP_cuGraphAddMemFreeNode] = {"cuGraphAddMemFreeNode", op_cuGraphAddMemFreeNode, 0, FGR_MAX_FRAME},
     [FGR_OP_cuGraphMemAllocNodeGetParams] = {"cuGraphMemAllocNodeGetParams", op_cuGraphMemAllocNodeGetParams, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphAddChildGraphNode] = {"cuGraphAddChildGraphNode", op_cuGraphAddChildGraphNode, 0, FGR_MAX_FRAME},
     [FGR_OP_cuGraphClone] = {"cuGraphClone", op_cuGraphClone, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphAddEmptyNode] = {"cuGraphAddEmptyNode", op_cuGraphAddEmptyNode, 0, FGR_MAX_FRAME},
     [FGR_OP_cuGraphGetRootNodes] = {"cuGraphGetRootNodes", op_cuGraphGetRootNodes, 0, FGR_SMALL_FRAME},
@@ -6332,7 +6333,6 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuGraphAddEventRecordNode] = {"cuGraphAddEventRecordNode", op_cuGraphAddEventRecordNode, 0, FGR_MAX_FRAME},
     [FGR_OP_cuGraphAddEventWaitNode] = {"cuGraphAddEventWaitNode", op_cuGraphAddEventWaitNode, 0, FGR_MAX_FRAME},
     [FGR_OP_cuGraphExecGetFlags] = {"cuGraphExecGetFlags", op_cuGraphExecGetFlags, 0, FGR_SMALL_FRAME},
-    [FGR_OP_cuGraphAddChildGraphNode] = {"cuGraphAddChildGraphNode", op_cuGraphAddChildGraphNode, 0, FGR_MAX_FRAME},
     [FGR_OP_xt_ctx] = {"xt_ctx", op_xt_ctx, 0, FGR_SMALL_FRAME},
     [FGR_OP_xt_ctx_39] = {"xt_ctx_39", op_xt_ctx_39, 0, FGR_SMALL_FRAME},
     [FGR_OP_xt_ctx_51] = {"xt_ctx_51", op_xt_ctx_51, 0, FGR_SMALL_FRAME},

@@ -360,6 +360,8 @@ typedef CUresult (CUDAAPI *fg_sig_cuGraphMemAllocNodeGetParams)(CUgraphNode hNod
 SAME(fg_sig_cuGraphMemAllocNodeGetParams, PFN_cuGraphMemAllocNodeGetParams_v11040);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphAddKernelNode_v2)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS *nodeParams);
 SAME(fg_sig_cuGraphAddKernelNode_v2, PFN_cuGraphAddKernelNode_v12000);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphAddChildGraphNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph);
+SAME(fg_sig_cuGraphAddChildGraphNode, PFN_cuGraphAddChildGraphNode_v10000);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphClone)(CUgraph *phGraphClone, CUgraph originalGraph);
 SAME(fg_sig_cuGraphClone, PFN_cuGraphClone_v10000);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphAddEmptyNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies);

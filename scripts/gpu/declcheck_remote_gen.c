@@ -176,7 +176,5 @@ typedef CUresult (CUDAAPI *fg_sig_cuGraphAddNode_v2)(CUgraphNode *phGraphNode, C
 SAME(fg_sig_cuGraphAddNode_v2, PFN_cuGraphAddNode_v12030);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphDebugDotPrint)(CUgraph hGraph, const char *path, unsigned int flags);
 SAME(fg_sig_cuGraphDebugDotPrint, PFN_cuGraphDebugDotPrint_v11030);
-typedef CUresult (CUDAAPI *fg_sig_cuGraphAddChildGraphNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph);
-SAME(fg_sig_cuGraphAddChildGraphNode, PFN_cuGraphAddChildGraphNode_v10000);
 
 int main(void) { return 0; }

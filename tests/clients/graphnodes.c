@@ -9,7 +9,7 @@
  *     graphnodes copies   copy nodes: device to device, pinned host memory
  *                         up and back
  *     graphnodes edges    edges added after the nodes, an empty node, root
- *                         nodes, a clone launched
+ *                         nodes, a child graph node, a clone launched
  *     graphnodes host     a host node, in a graph launched four times
  *     graphnodes hostile  what a connection may not name: a memset node
  *                         outside its memory, a forged graph, an allocation
@@ -281,6 +281,17 @@ static int edges(CUcontext ctx)
     CUgraphNodeType t;
     CHECK(cuGraphNodeGetType(join, &t));
     printf("join node: type %d\n", (int)t);
+    /* A child graph setting the end of z, after the join. */
+    CUgraph child, inner;
+    CUgraphNode cset, cnode;
+    CHECK(cuGraphCreate(&child, 0));
+    sp = set_params(z + 48, 0x55, 1, 4, 1, 0);
+    CHECK(cuGraphAddMemsetNode(&cset, child, NULL, 0, &sp, ctx));
+    CHECK(cuGraphAddChildGraphNode(&cnode, g, &join, 1, child));
+    CHECK(cuGraphDestroy(child));
+    CHECK(cuGraphChildGraphNodeGetGraph(cnode, &inner));
+    CHECK(cuGraphGetNodes(inner, NULL, &n));
+    printf("child graph node: %zu node inside\n", n);
     CHECK(cuGraphClone(&c, g));
     CHECK(cuGraphGetNodes(c, NULL, &n));
     printf("clone: %zu nodes\n", n);

@@ -184,6 +184,7 @@ static const struct fg_variant fg_variants[] = {
     {"cuGraphAddMemFreeNode", "cuGraphAddMemFreeNode", 11040, 0, 0},
     {"cuGraphMemAllocNodeGetParams", "cuGraphMemAllocNodeGetParams", 11040, 0, 0},
     {"cuGraphAddKernelNode_v2", "cuGraphAddKernelNode", 12000, 0, 0},
+    {"cuGraphAddChildGraphNode", "cuGraphAddChildGraphNode", 10000, 0, 0},
     {"cuGraphClone", "cuGraphClone", 10000, 0, 0},
     {"cuGraphAddEmptyNode", "cuGraphAddEmptyNode", 10000, 0, 0},
     {"cuGraphGetRootNodes", "cuGraphGetRootNodes", 10000, 0, 0},

@@ -23,11 +23,12 @@ func TestRemoteGraphNodesMatchLocal(t *testing.T) {
 
 // Edges added after their nodes order a launch as locally (the copy sees
 // the memset it was made to follow), an edge twice or closing a cycle is
-// refused, an empty node joins, root nodes are counted, a clone runs.
+// refused, an empty node joins, root nodes are counted, a child graph
+// runs inside, a clone runs.
 func TestRemoteGraphEdgesMatchLocal(t *testing.T) {
 	e := newEnv(t)
 	local := e.run("graphnodes", "edges")
-	if local.code != 0 || !strings.Contains(local.stdout, "z: 0=33") || !strings.Contains(local.stdout, "roots after it: 1") {
+	if local.code != 0 || !strings.Contains(local.stdout, "z: 0=33") || !strings.Contains(local.stdout, "48=55") || !strings.Contains(local.stdout, "roots after it: 1") {
 		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
 	}
 	for _, transport := range []string{"unix", "shm", "tcp"} {
