@@ -569,7 +569,7 @@ SIM_EXPORT CUresult cuGetErrorString(CUresult error, const char **pStr)
 /* Entry points the shim does not hook; resolvable like the rest. */
 static const struct fg_proc unhooked_procs[] = {
     {"cuDeviceGetPCIBusId", "cuDeviceGetPCIBusId", 4010, 0, (void *)cuDeviceGetPCIBusId},
-    {"cuGraphAddChildGraphNode", "cuGraphAddChildGraphNode", 10000, 0, (void *)cuGraphAddChildGraphNode},
+    {"cuCtxGetId", "cuCtxGetId", 12000, 0, (void *)cuCtxGetId},
 };
 
 static CUresult resolve(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
