@@ -67,6 +67,7 @@ CLIENTS  += families
 CLIENTS  += procnames
 CLIENTS  += managed
 CLIENTS  += arrays
+CLIENTS  += graphnodes
 GO_SRC   := $(shell find cmd internal proto -name '*.go') go.mod go.sum
 
 .PHONY: all shim sim cli clients remote test demo clean gen-check FORCE
@@ -185,6 +186,7 @@ LCUDA_CLIENTS += suspendee
 LCUDA_CLIENTS += ckptctl
 LCUDA_CLIENTS += managed
 LCUDA_CLIENTS += arrays
+LCUDA_CLIENTS += graphnodes
 $(addprefix $(BUILD)/tests/,$(LCUDA_CLIENTS)): $(BUILD)/tests/%: tests/clients/%.c tests/clients/common.h $(HDRS) $(BUILD)/sim/libcuda.so.1
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) $(INCS) -o $@ $< -L$(BUILD)/sim -lcuda -ldl -lpthread

@@ -15,7 +15,8 @@
 # prefetched and advised (managed), __managed__ variables (managedvar), a
 # launch's parameters packed in one buffer (extra), occupancy with a host
 # callback, the profiler's range, stream attributes and cuCtxCreate_v4
-# through the runtime and -lcuda (families), a
+# through the runtime and -lcuda (families), graphs built node by node
+# with every kind of node (graphs, over shm:// alone), a
 # cuBLAS program with stream capture (cublas), PyTorch training
 # (torch-train: losses bit for bit, throughput over native, and with
 # latency added), Triton, torch.compile, CuPy and JAX (triton_add,
@@ -167,6 +168,9 @@ FILTER=nohow cu captured scripts/gpu/captured.cu
 OVER=shm cu zerocopy scripts/gpu/zerocopy.cu
 FILTER=nohow cu managed scripts/gpu/managed.cu
 cu managedvar scripts/gpu/managedvar.cu
+# Graphs node by node (copy and host nodes reach pinned memory over shm://
+# alone; a conditional node last).
+OVER=shm cu graphs scripts/gpu/graphs.cu
 cu extra scripts/gpu/extra.cu -lcuda
 cu families scripts/gpu/families.cu -lcuda
 cu cublas scripts/gpu/cublas_capture.cu -lcublas

@@ -180,6 +180,16 @@ const char *const fg_api_names[FG_NUM_APIS] = {
     "cuGraphAddMemAllocNode",
     "cuGraphAddMemFreeNode",
     "cuGraphMemAllocNodeGetParams",
+    "cuGraphAddKernelNode_v2",
+    "cuGraphAddChildGraphNode",
+    "cuGraphClone",
+    "cuGraphAddEmptyNode",
+    "cuGraphGetRootNodes",
+    "cuGraphAddDependencies",
+    "cuGraphAddDependencies_v2",
+    "cuGraphAddHostNode",
+    "cuGraphAddMemcpyNode",
+    "cuGraphAddMemsetNode",
     "cuDeviceGetGraphMemAttribute",
     "cuDeviceSetGraphMemAttribute",
     "cuDeviceGraphMemTrim",
@@ -390,6 +400,16 @@ const char *const fg_api_bases[FG_NUM_APIS] = {
     "cuGraphAddMemAllocNode",
     "cuGraphAddMemFreeNode",
     "cuGraphMemAllocNodeGetParams",
+    "cuGraphAddKernelNode",
+    "cuGraphAddChildGraphNode",
+    "cuGraphClone",
+    "cuGraphAddEmptyNode",
+    "cuGraphGetRootNodes",
+    "cuGraphAddDependencies",
+    "cuGraphAddDependencies",
+    "cuGraphAddHostNode",
+    "cuGraphAddMemcpyNode",
+    "cuGraphAddMemsetNode",
     "cuDeviceGetGraphMemAttribute",
     "cuDeviceSetGraphMemAttribute",
     "cuDeviceGraphMemTrim",
@@ -478,13 +498,23 @@ const unsigned short fg_api_by_name[FG_NUM_APIS] = {
     FG_API_cuGetExportTable,
     FG_API_cuGetProcAddress,
     FG_API_cuGetProcAddress_v2,
+    FG_API_cuGraphAddChildGraphNode,
+    FG_API_cuGraphAddDependencies,
+    FG_API_cuGraphAddDependencies_v2,
+    FG_API_cuGraphAddEmptyNode,
+    FG_API_cuGraphAddHostNode,
+    FG_API_cuGraphAddKernelNode_v2,
     FG_API_cuGraphAddMemAllocNode,
     FG_API_cuGraphAddMemFreeNode,
+    FG_API_cuGraphAddMemcpyNode,
+    FG_API_cuGraphAddMemsetNode,
     FG_API_cuGraphChildGraphNodeGetGraph,
+    FG_API_cuGraphClone,
     FG_API_cuGraphCreate,
     FG_API_cuGraphDestroy,
     FG_API_cuGraphExecDestroy,
     FG_API_cuGraphGetNodes,
+    FG_API_cuGraphGetRootNodes,
     FG_API_cuGraphInstantiateWithFlags,
     FG_API_cuGraphInstantiateWithParams,
     FG_API_cuGraphInstantiateWithParams_ptsz,
@@ -3932,6 +3962,186 @@ FG_SLOW CUresult fg_slow_cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_ME
 
 FG_FAST_PATH(cuGraphMemAllocNodeGetParams, 177)
 
+FG_SLOW CUresult fg_slow_cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+    fg_real_cuGraphAddKernelNode_v2 real = (fg_real_cuGraphAddKernelNode_v2)fg_real_fn(FG_API_cuGraphAddKernelNode_v2);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGraphAddKernelNode_v2);
+    if (!fg_tracing)
+        return real(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGraphAddKernelNode_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGraphAddKernelNode_v2, (int)r, dt, "phGraphNode=%p, hGraph=%p, dependencies=%p, numDependencies=%zu, nodeParams=%p", (const void *)phGraphNode, (const void *)hGraph, (const void *)dependencies, numDependencies, (const void *)nodeParams);
+    return r;
+}
+
+FG_FAST_PATH(cuGraphAddKernelNode_v2, 178)
+
+FG_SLOW CUresult fg_slow_cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph)
+{
+    fg_real_cuGraphAddChildGraphNode real = (fg_real_cuGraphAddChildGraphNode)fg_real_fn(FG_API_cuGraphAddChildGraphNode);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGraphAddChildGraphNode);
+    if (!fg_tracing)
+        return real(phGraphNode, hGraph, dependencies, numDependencies, childGraph);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(phGraphNode, hGraph, dependencies, numDependencies, childGraph);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGraphAddChildGraphNode, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGraphAddChildGraphNode, (int)r, dt, "phGraphNode=%p, hGraph=%p, dependencies=%p, numDependencies=%zu, childGraph=%p", (const void *)phGraphNode, (const void *)hGraph, (const void *)dependencies, numDependencies, (const void *)childGraph);
+    return r;
+}
+
+FG_FAST_PATH(cuGraphAddChildGraphNode, 179)
+
+FG_SLOW CUresult fg_slow_cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
+{
+    fg_real_cuGraphClone real = (fg_real_cuGraphClone)fg_real_fn(FG_API_cuGraphClone);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGraphClone);
+    if (!fg_tracing)
+        return real(phGraphClone, originalGraph);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(phGraphClone, originalGraph);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGraphClone, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGraphClone, (int)r, dt, "phGraphClone=%p, originalGraph=%p", (const void *)phGraphClone, (const void *)originalGraph);
+    return r;
+}
+
+FG_FAST_PATH(cuGraphClone, 180)
+
+FG_SLOW CUresult fg_slow_cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies)
+{
+    fg_real_cuGraphAddEmptyNode real = (fg_real_cuGraphAddEmptyNode)fg_real_fn(FG_API_cuGraphAddEmptyNode);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGraphAddEmptyNode);
+    if (!fg_tracing)
+        return real(phGraphNode, hGraph, dependencies, numDependencies);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(phGraphNode, hGraph, dependencies, numDependencies);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGraphAddEmptyNode, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGraphAddEmptyNode, (int)r, dt, "phGraphNode=%p, hGraph=%p, dependencies=%p, numDependencies=%zu", (const void *)phGraphNode, (const void *)hGraph, (const void *)dependencies, numDependencies);
+    return r;
+}
+
+FG_FAST_PATH(cuGraphAddEmptyNode, 181)
+
+FG_SLOW CUresult fg_slow_cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes)
+{
+    fg_real_cuGraphGetRootNodes real = (fg_real_cuGraphGetRootNodes)fg_real_fn(FG_API_cuGraphGetRootNodes);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGraphGetRootNodes);
+    if (!fg_tracing)
+        return real(hGraph, rootNodes, numRootNodes);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(hGraph, rootNodes, numRootNodes);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGraphGetRootNodes, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGraphGetRootNodes, (int)r, dt, "hGraph=%p, rootNodes=%p, numRootNodes=%p", (const void *)hGraph, (const void *)rootNodes, (const void *)numRootNodes);
+    return r;
+}
+
+FG_FAST_PATH(cuGraphGetRootNodes, 182)
+
+FG_SLOW CUresult fg_slow_cuGraphAddDependencies(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, size_t numDependencies)
+{
+    fg_real_cuGraphAddDependencies real = (fg_real_cuGraphAddDependencies)fg_real_fn(FG_API_cuGraphAddDependencies);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGraphAddDependencies);
+    if (!fg_tracing)
+        return real(hGraph, from, to, numDependencies);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(hGraph, from, to, numDependencies);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGraphAddDependencies, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGraphAddDependencies, (int)r, dt, "hGraph=%p, from=%p, to=%p, numDependencies=%zu", (const void *)hGraph, (const void *)from, (const void *)to, numDependencies);
+    return r;
+}
+
+FG_FAST_PATH(cuGraphAddDependencies, 183)
+
+FG_SLOW CUresult fg_slow_cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies)
+{
+    fg_real_cuGraphAddDependencies_v2 real = (fg_real_cuGraphAddDependencies_v2)fg_real_fn(FG_API_cuGraphAddDependencies_v2);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGraphAddDependencies_v2);
+    if (!fg_tracing)
+        return real(hGraph, from, to, edgeData, numDependencies);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(hGraph, from, to, edgeData, numDependencies);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGraphAddDependencies_v2, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGraphAddDependencies_v2, (int)r, dt, "hGraph=%p, from=%p, to=%p, edgeData=%p, numDependencies=%zu", (const void *)hGraph, (const void *)from, (const void *)to, (const void *)edgeData, numDependencies);
+    return r;
+}
+
+FG_FAST_PATH(cuGraphAddDependencies_v2, 184)
+
+FG_SLOW CUresult fg_slow_cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+    fg_real_cuGraphAddHostNode real = (fg_real_cuGraphAddHostNode)fg_real_fn(FG_API_cuGraphAddHostNode);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGraphAddHostNode);
+    if (!fg_tracing)
+        return real(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGraphAddHostNode, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGraphAddHostNode, (int)r, dt, "phGraphNode=%p, hGraph=%p, dependencies=%p, numDependencies=%zu, nodeParams=%p", (const void *)phGraphNode, (const void *)hGraph, (const void *)dependencies, numDependencies, (const void *)nodeParams);
+    return r;
+}
+
+FG_FAST_PATH(cuGraphAddHostNode, 185)
+
+FG_SLOW CUresult fg_slow_cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
+{
+    fg_real_cuGraphAddMemcpyNode real = (fg_real_cuGraphAddMemcpyNode)fg_real_fn(FG_API_cuGraphAddMemcpyNode);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGraphAddMemcpyNode);
+    if (!fg_tracing)
+        return real(phGraphNode, hGraph, dependencies, numDependencies, copyParams, ctx);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(phGraphNode, hGraph, dependencies, numDependencies, copyParams, ctx);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGraphAddMemcpyNode, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGraphAddMemcpyNode, (int)r, dt, "phGraphNode=%p, hGraph=%p, dependencies=%p, numDependencies=%zu, copyParams=%p, ctx=%p", (const void *)phGraphNode, (const void *)hGraph, (const void *)dependencies, numDependencies, (const void *)copyParams, (const void *)ctx);
+    return r;
+}
+
+FG_FAST_PATH(cuGraphAddMemcpyNode, 186)
+
+FG_SLOW CUresult fg_slow_cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
+{
+    fg_real_cuGraphAddMemsetNode real = (fg_real_cuGraphAddMemsetNode)fg_real_fn(FG_API_cuGraphAddMemsetNode);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGraphAddMemsetNode);
+    if (!fg_tracing)
+        return real(phGraphNode, hGraph, dependencies, numDependencies, memsetParams, ctx);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(phGraphNode, hGraph, dependencies, numDependencies, memsetParams, ctx);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGraphAddMemsetNode, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGraphAddMemsetNode, (int)r, dt, "phGraphNode=%p, hGraph=%p, dependencies=%p, numDependencies=%zu, memsetParams=%p, ctx=%p", (const void *)phGraphNode, (const void *)hGraph, (const void *)dependencies, numDependencies, (const void *)memsetParams, (const void *)ctx);
+    return r;
+}
+
+FG_FAST_PATH(cuGraphAddMemsetNode, 187)
+
 FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
     fg_real_cuDeviceGetGraphMemAttribute real = (fg_real_cuDeviceGetGraphMemAttribute)fg_real_fn(FG_API_cuDeviceGetGraphMemAttribute);
@@ -3948,7 +4158,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMe
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 178)
+FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 188)
 
 FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -3966,7 +4176,7 @@ FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMe
     return r;
 }
 
-FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 179)
+FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 189)
 
 FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
 {
@@ -3984,7 +4194,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGraphMemTrim, 180)
+FG_FAST_PATH(cuDeviceGraphMemTrim, 190)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
@@ -4002,7 +4212,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, C
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithFlags, 181)
+FG_FAST_PATH(cuGraphInstantiateWithFlags, 191)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -4020,7 +4230,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, 
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithParams, 182)
+FG_FAST_PATH(cuGraphInstantiateWithParams, 192)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -4038,7 +4248,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphE
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 183)
+FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 193)
 
 FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4056,7 +4266,7 @@ FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphUpload, 184)
+FG_FAST_PATH(cuGraphUpload, 194)
 
 FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4074,7 +4284,7 @@ FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphUpload_ptsz, 185)
+FG_FAST_PATH(cuGraphUpload_ptsz, 195)
 
 static CUresult fg_layer1_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4098,7 +4308,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch, 186)
+FG_FAST_PATH(cuGraphLaunch, 196)
 
 static CUresult fg_layer1_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4122,7 +4332,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch_ptsz, 187)
+FG_FAST_PATH(cuGraphLaunch_ptsz, 197)
 
 FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
@@ -4140,7 +4350,7 @@ FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
     return r;
 }
 
-FG_FAST_PATH(cuGraphExecDestroy, 188)
+FG_FAST_PATH(cuGraphExecDestroy, 198)
 
 FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
 {
@@ -4158,7 +4368,7 @@ FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
     return r;
 }
 
-FG_FAST_PATH(cuGraphDestroy, 189)
+FG_FAST_PATH(cuGraphDestroy, 199)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessGetState(int pid, CUprocessState *state)
 {
@@ -4176,7 +4386,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessGetState(int pid, CUprocessState *st
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessGetState, 190)
+FG_FAST_PATH(cuCheckpointProcessGetState, 200)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
 {
@@ -4194,7 +4404,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessLock, 191)
+FG_FAST_PATH(cuCheckpointProcessLock, 201)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
 {
@@ -4212,7 +4422,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessCheckpoint(int pid, CUcheckpointChec
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessCheckpoint, 192)
+FG_FAST_PATH(cuCheckpointProcessCheckpoint, 202)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
 {
@@ -4230,7 +4440,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessRestore(int pid, CUcheckpointRestore
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessRestore, 193)
+FG_FAST_PATH(cuCheckpointProcessRestore, 203)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
 {
@@ -4248,7 +4458,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockAr
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessUnlock, 194)
+FG_FAST_PATH(cuCheckpointProcessUnlock, 204)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
 {
@@ -4266,7 +4476,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlInit_v2, 195)
+FG_FAST_PATH(nvmlInit_v2, 205)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
 {
@@ -4284,7 +4494,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
     return r;
 }
 
-FG_FAST_PATH(nvmlInitWithFlags, 196)
+FG_FAST_PATH(nvmlInitWithFlags, 206)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
 {
@@ -4302,7 +4512,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlShutdown, 197)
+FG_FAST_PATH(nvmlShutdown, 207)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
 {
@@ -4320,7 +4530,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetCount_v2, 198)
+FG_FAST_PATH(nvmlDeviceGetCount_v2, 208)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
 {
@@ -4338,7 +4548,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, n
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 199)
+FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 209)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
@@ -4356,7 +4566,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMe
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 200)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 210)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
@@ -4374,7 +4584,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvm
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 201)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 211)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
 {
@@ -4392,7 +4602,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, 
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 202)
+FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 212)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -4410,7 +4620,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 203)
+FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 213)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -4428,7 +4638,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetGraphicsRunningProcesses_v3, 204)
+FG_FAST_PATH(nvmlDeviceGetGraphicsRunningProcesses_v3, 214)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -4446,7 +4656,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevi
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMPSComputeRunningProcesses_v3, 205)
+FG_FAST_PATH(nvmlDeviceGetMPSComputeRunningProcesses_v3, 215)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization, unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp)
 {
@@ -4464,7 +4674,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetProcessUtilization(nvmlDevice_t device
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetProcessUtilization, 206)
+FG_FAST_PATH(nvmlDeviceGetProcessUtilization, 216)
 
 void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuInit,
@@ -4645,6 +4855,16 @@ void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuGraphAddMemAllocNode,
     (void *)cuGraphAddMemFreeNode,
     (void *)cuGraphMemAllocNodeGetParams,
+    (void *)cuGraphAddKernelNode_v2,
+    (void *)cuGraphAddChildGraphNode,
+    (void *)cuGraphClone,
+    (void *)cuGraphAddEmptyNode,
+    (void *)cuGraphGetRootNodes,
+    (void *)cuGraphAddDependencies,
+    (void *)cuGraphAddDependencies_v2,
+    (void *)cuGraphAddHostNode,
+    (void *)cuGraphAddMemcpyNode,
+    (void *)cuGraphAddMemsetNode,
     (void *)cuDeviceGetGraphMemAttribute,
     (void *)cuDeviceSetGraphMemAttribute,
     (void *)cuDeviceGraphMemTrim,

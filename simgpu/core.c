@@ -628,6 +628,7 @@ static const struct fg_proc unhooked_procs[] = {
     {"cuStreamSetAttribute", "cuStreamSetAttribute_ptsz", 11000, 1, (void *)cuStreamSetAttribute_ptsz},
     {"cuStreamCopyAttributes", "cuStreamCopyAttributes", 11000, 0, (void *)cuStreamCopyAttributes},
     {"cuStreamCopyAttributes", "cuStreamCopyAttributes_ptsz", 11000, 1, (void *)cuStreamCopyAttributes_ptsz},
+    {"cuCtxGetId", "cuCtxGetId", 12000, 0, (void *)cuCtxGetId},
 };
 
 static CUresult resolve(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,

@@ -1149,6 +1149,30 @@ static CUresult launch(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, uns
     return CUDA_SUCCESS;
 }
 
+/* A kernel node: its parameters are read (copied) when it is added. */
+SIM_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                            size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS *p)
+{
+    SIM_GATE();
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!phGraphNode || !p)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_func *f = as_func(p->func ? (void *)p->func : (void *)p->kern);
+    if (!f)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!p->gridDimX || !p->gridDimY || !p->gridDimZ || !p->blockDimX || !p->blockDimY || !p->blockDimZ ||
+        (uint64_t)p->blockDimX * p->blockDimY * p->blockDimZ > 1024)
+        return CUDA_ERROR_INVALID_VALUE;
+    void *packed[8], **use;
+    CUresult r = extra_params((CUfunction)f, p->kernelParams, p->extra, packed, &use);
+    if (r)
+        return r;
+    struct sim_kargs a;
+    builtin_args(f, use, &a);
+    return sim_graph_add_node(phGraphNode, hGraph, dependencies, numDependencies, sim_node_kernel(f, &a));
+}
+
 SIM_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
                                    unsigned int by, unsigned int bz, unsigned int shm, CUstream h, void **params,
                                    void **extra)

@@ -76,11 +76,14 @@ struct sim_node {
             void *dst;
             const void *src;
             size_t n;
+            int shaped;       /* an explicit node's copy: c says it */
+            CUDA_MEMCPY3D c;
         } copy;
         struct {
             void *dst;
             unsigned v;
             size_t n, width;
+            size_t pitch, rows; /* a 2D set: rows of n elements, pitch bytes apart */
         } set;
         struct {
             CUhostFn fn;
@@ -199,6 +202,7 @@ struct sim_node *sim_node_set(void *dst, unsigned v, size_t len, size_t width)
         n->u.set.v = v;
         n->u.set.n = len;
         n->u.set.width = width;
+        n->u.set.rows = 1;
     }
     return n;
 }
@@ -409,8 +413,8 @@ CUresult sim_graph_append(struct sim_graph *g, struct sim_node *n, struct sim_no
 }
 
 /* Adds a node built by the caller, or destroys it. */
-static CUresult add_node(CUgraphNode *out, CUgraph graph, const CUgraphNode *deps, size_t ndeps,
-                         struct sim_node *n)
+CUresult sim_graph_add_node(CUgraphNode *out, CUgraph graph, const CUgraphNode *deps, size_t ndeps,
+                            struct sim_node *n)
 {
     struct sim_graph *g = as_graph(graph);
     CUresult r = !n ? CUDA_ERROR_OUT_OF_MEMORY
@@ -520,7 +524,7 @@ SIM_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph h
         free(n);
         n = NULL;
     }
-    return add_node(phGraphNode, hGraph, dependencies, numDependencies, n);
+    return sim_graph_add_node(phGraphNode, hGraph, dependencies, numDependencies, n);
 }
 
 SIM_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
@@ -541,7 +545,7 @@ SIM_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGr
     struct sim_node *n = sim_node_alloc(dev, nodeParams->bytesize, &p);
     if (n)
         n->u.alloc.params.poolProps = nodeParams->poolProps;
-    CUresult r = add_node(phGraphNode, hGraph, dependencies, numDependencies, n);
+    CUresult r = sim_graph_add_node(phGraphNode, hGraph, dependencies, numDependencies, n);
     if (r == CUDA_SUCCESS)
         nodeParams->dptr = p;
     return r;
@@ -557,7 +561,182 @@ SIM_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGra
     struct sim_node *n = sim_node_free(dptr);
     if (!n)
         return CUDA_ERROR_INVALID_VALUE; /* not an address an allocation node returned */
-    return add_node(phGraphNode, hGraph, dependencies, numDependencies, n);
+    return sim_graph_add_node(phGraphNode, hGraph, dependencies, numDependencies, n);
+}
+
+/* ---- graph structure: empty nodes, roots, edges, clones ---- */
+
+SIM_EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                        size_t numDependencies)
+{
+    if (!phGraphNode || !as_graph(hGraph))
+        return CUDA_ERROR_INVALID_VALUE;
+    return sim_graph_add_node(phGraphNode, hGraph, dependencies, numDependencies, node_new(CU_GRAPH_NODE_TYPE_EMPTY));
+}
+
+/* The nodes without dependencies, as cuGraphGetNodes gives nodes. */
+SIM_EXPORT CUresult cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes)
+{
+    struct sim_graph *g = as_graph(hGraph);
+    if (!g || !numRootNodes)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t k = 0, cap = *numRootNodes;
+    for (size_t i = 0; i < g->n; i++)
+        if (!g->nodes[i]->ndeps) {
+            if (rootNodes && k < cap)
+                rootNodes[k] = (CUgraphNode)g->nodes[i];
+            k++;
+        }
+    if (rootNodes) {
+        for (size_t i = k; i < cap; i++)
+            rootNodes[i] = NULL;
+        *numRootNodes = k < cap ? k : cap;
+    } else {
+        *numRootNodes = k;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Puts the nodes in an order their edges allow, keeping the order they
+ * were added where it does (launches run nodes in this order). */
+static void reorder(struct sim_graph *g)
+{
+    unsigned stamp = ++g->stamp;
+    for (size_t placed = 0; placed < g->n; placed++)
+        for (size_t i = placed; i < g->n; i++) {
+            struct sim_node *n = g->nodes[i];
+            size_t d = 0;
+            while (d < n->ndeps && n->deps[d]->mark == stamp)
+                d++;
+            if (d == n->ndeps) {
+                memmove(&g->nodes[placed + 1], &g->nodes[placed], (i - placed) * sizeof *g->nodes);
+                g->nodes[placed] = n;
+                n->mark = stamp;
+                break;
+            }
+        }
+}
+
+/* Edges from[i] -> to[i], of the default kind (a port or a programmatic
+ * edge is not simulated). An edge already there, between graphs, or one
+ * closing a cycle is refused and none is added. */
+static CUresult add_edges(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to,
+                          const CUgraphEdgeData *edgeData, size_t n)
+{
+    struct sim_graph *g = as_graph(hGraph);
+    if (!g || (n && (!from || !to)))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; edgeData && i < n; i++)
+        if (edgeData[i].from_port || edgeData[i].to_port || edgeData[i].type)
+            return CUDA_ERROR_NOT_SUPPORTED;
+    for (size_t i = 0; i < n; i++) {
+        struct sim_node *a = as_node(from[i]), *b = as_node(to[i]);
+        if (!a || !b || a == b || a->graph != g || b->graph != g)
+            return CUDA_ERROR_INVALID_VALUE;
+        for (size_t d = 0; d < b->ndeps; d++)
+            if (b->deps[d] == a)
+                return CUDA_ERROR_INVALID_VALUE;
+        if (reaches(g, &a, 1, b))
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct sim_node *a = as_node(from[i]), *b = as_node(to[i]);
+        struct sim_node **deps = realloc(b->deps, (b->ndeps + 1) * sizeof *deps);
+        if (!deps)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        deps[b->ndeps++] = a;
+        b->deps = deps;
+    }
+    reorder(g);
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuGraphAddDependencies(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to,
+                                           size_t numDependencies)
+{
+    return add_edges(hGraph, from, to, NULL, numDependencies);
+}
+
+SIM_EXPORT CUresult cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to,
+                                              const CUgraphEdgeData *edgeData, size_t numDependencies)
+{
+    return add_edges(hGraph, from, to, edgeData, numDependencies);
+}
+
+/* A copy of a graph without memory nodes (a clone of one with them is not
+ * simulated). */
+SIM_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
+{
+    struct sim_graph *g = as_graph(originalGraph);
+    if (!phGraphClone || !g)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (g->mem)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    struct sim_graph *c = clone_graph(g);
+    if (!c)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *phGraphClone = (CUgraph)c;
+    return CUDA_SUCCESS;
+}
+
+/* A copy node: the copy cuMemcpy3D would make, checked now, made at each
+ * launch (host memory is read and written then). */
+SIM_EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                         size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
+{
+    (void)ctx;
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!phGraphNode || !as_graph(hGraph))
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = sim_copy3d_check(copyParams);
+    if (r)
+        return r;
+    struct sim_node *n = node_new(CU_GRAPH_NODE_TYPE_MEMCPY);
+    if (n) {
+        n->u.copy.shaped = 1;
+        n->u.copy.c = *copyParams;
+    }
+    return sim_graph_add_node(phGraphNode, hGraph, dependencies, numDependencies, n);
+}
+
+/* A host node: fn runs at each launch once the stream's earlier work is
+ * done, as a host function enqueued there. */
+SIM_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                       size_t numDependencies, const CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!phGraphNode || !nodeParams || !nodeParams->fn || !as_graph(hGraph))
+        return CUDA_ERROR_INVALID_VALUE;
+    return sim_graph_add_node(phGraphNode, hGraph, dependencies, numDependencies,
+                              sim_node_host(nodeParams->fn, nodeParams->userData));
+}
+
+/* A set of height rows of width elements of elementSize (1, 2 or 4)
+ * bytes, pitch bytes apart, in device memory of the context's device (the
+ * driver checks the range when the node is added). */
+SIM_EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                         size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams,
+                                         CUcontext ctx)
+{
+    (void)ctx;
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!phGraphNode || !as_graph(hGraph) || !memsetParams)
+        return CUDA_ERROR_INVALID_VALUE;
+    const CUDA_MEMSET_NODE_PARAMS *m = memsetParams;
+    size_t row = m->width * m->elementSize;
+    if ((m->elementSize != 1 && m->elementSize != 2 && m->elementSize != 4) || m->width == 0 || m->height == 0 ||
+        (m->height > 1 && m->pitch < row) ||
+        !sim_valid_range(m->dst, (m->height - 1) * (m->height > 1 ? m->pitch : 0) + row))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_node *n = sim_node_set((void *)(uintptr_t)m->dst, m->value, m->width, m->elementSize);
+    if (n) {
+        n->u.set.pitch = m->pitch;
+        n->u.set.rows = m->height;
+    }
+    return sim_graph_add_node(phGraphNode, hGraph, dependencies, numDependencies, n);
 }
 
 /* Access descriptors are not kept: the node reports none. */
@@ -809,9 +988,15 @@ static CUresult launch(CUgraphExec exec, CUstream h, int pt)
         const struct sim_node *n = &x->nodes[i];
         switch (n->type) {
         case CU_GRAPH_NODE_TYPE_KERNEL: sim_kernel_run(s, n->u.kernel.f, &n->u.kernel.args); break;
-        case CU_GRAPH_NODE_TYPE_MEMCPY: memmove(n->u.copy.dst, n->u.copy.src, n->u.copy.n); break;
+        case CU_GRAPH_NODE_TYPE_MEMCPY:
+            if (n->u.copy.shaped)
+                sim_copy3d_run(&n->u.copy.c);
+            else
+                memmove(n->u.copy.dst, n->u.copy.src, n->u.copy.n);
+            break;
         case CU_GRAPH_NODE_TYPE_MEMSET:
-            sim_fill(n->u.set.dst, n->u.set.v, n->u.set.n, n->u.set.width);
+            for (size_t y = 0; y < n->u.set.rows; y++)
+                sim_fill((char *)n->u.set.dst + y * n->u.set.pitch, n->u.set.v, n->u.set.n, n->u.set.width);
             break;
         case CU_GRAPH_NODE_TYPE_HOST: sim_host_enqueue(s, n->u.host.fn, NULL, NULL, n->u.host.data); break;
         default: break;

@@ -1416,17 +1416,22 @@ static int side3_of(CUmemorytype t, const void *host, CUdeviceptr dev, CUarray a
     }
 }
 
+/* Both sides of a valid 3D copy, or 0. */
+static int sides3(const CUDA_MEMCPY3D *c, struct side3 *src, struct side3 *dst)
+{
+    return fg_memcpy3d_valid(c) &&
+           !(c->Height > 1 && ((c->srcMemoryType != CU_MEMORYTYPE_ARRAY && c->srcPitch < c->WidthInBytes) ||
+                               (c->dstMemoryType != CU_MEMORYTYPE_ARRAY && c->dstPitch < c->WidthInBytes))) &&
+           side3_of(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcArray, c->srcPitch, c->srcHeight, c->srcXInBytes,
+                    c->srcY, c->srcZ, c, src) &&
+           side3_of(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstArray, c->dstPitch, c->dstHeight, c->dstXInBytes,
+                    c->dstY, c->dstZ, c, dst);
+}
+
 static CUresult copy3d(const CUDA_MEMCPY3D *c, CUstream s, int async, int pt)
 {
-    if (!fg_memcpy3d_valid(c) ||
-        (c->Height > 1 && ((c->srcMemoryType != CU_MEMORYTYPE_ARRAY && c->srcPitch < c->WidthInBytes) ||
-                           (c->dstMemoryType != CU_MEMORYTYPE_ARRAY && c->dstPitch < c->WidthInBytes))))
-        return CUDA_ERROR_INVALID_VALUE;
     struct side3 src, dst;
-    if (!side3_of(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcArray, c->srcPitch, c->srcHeight, c->srcXInBytes,
-                  c->srcY, c->srcZ, c, &src) ||
-        !side3_of(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstArray, c->dstPitch, c->dstHeight, c->dstXInBytes,
-                  c->dstY, c->dstZ, c, &dst))
+    if (!sides3(c, &src, &dst))
         return CUDA_ERROR_INVALID_VALUE;
     for (size_t z = 0; z < c->Depth; z++)
         for (size_t i = 0; i < c->Height && c->WidthInBytes; i++) {
@@ -1492,6 +1497,31 @@ SIM_EXPORT CUresult cuMemcpyAtoHAsync_v2_ptsz(void *h, CUarray a, size_t o, size
 #undef H_
 #undef D_
 #undef A_
+CUresult sim_copy3d_check(const CUDA_MEMCPY3D *c)
+{
+    struct side3 src, dst;
+    if (c->srcMemoryType == CU_MEMORYTYPE_ARRAY || c->dstMemoryType == CU_MEMORYTYPE_ARRAY)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    if (!sides3(c, &src, &dst))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t z = 0; z < c->Depth; z++)
+        for (size_t i = 0; i < c->Height && c->WidthInBytes; i++)
+            if ((src.device && !valid_range((CUdeviceptr)(uintptr_t)(src.p + (z * src.height + i) * src.pitch), c->WidthInBytes)) ||
+                (dst.device && !valid_range((CUdeviceptr)(uintptr_t)(dst.p + (z * dst.height + i) * dst.pitch), c->WidthInBytes)))
+                return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+void sim_copy3d_run(const CUDA_MEMCPY3D *c)
+{
+    struct side3 src, dst;
+    if (!sides3(c, &src, &dst))
+        return; /* checked when the node was added */
+    for (size_t z = 0; z < c->Depth; z++)
+        for (size_t i = 0; i < c->Height; i++)
+            memmove(dst.p + (z * dst.height + i) * dst.pitch, src.p + (z * src.height + i) * src.pitch, c->WidthInBytes);
+}
+
 SIM_EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *c) { SIM_GATE(); return copy3d(c, NULL, SYNC, 0); }
 SIM_EXPORT CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *c) { SIM_GATE(); return copy3d(c, NULL, SYNC, 1); }
 SIM_EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *c, CUstream s) { SIM_GATE(); return copy3d(c, s, ASYNC, 0); }

@@ -1416,6 +1416,101 @@ __attribute__((weak)) SIM_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNo
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+    (void)phGraphNode;
+    (void)hGraph;
+    (void)dependencies;
+    (void)numDependencies;
+    (void)nodeParams;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph)
+{
+    (void)phGraphNode;
+    (void)hGraph;
+    (void)dependencies;
+    (void)numDependencies;
+    (void)childGraph;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
+{
+    (void)phGraphClone;
+    (void)originalGraph;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies)
+{
+    (void)phGraphNode;
+    (void)hGraph;
+    (void)dependencies;
+    (void)numDependencies;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes)
+{
+    (void)hGraph;
+    (void)rootNodes;
+    (void)numRootNodes;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphAddDependencies(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, size_t numDependencies)
+{
+    (void)hGraph;
+    (void)from;
+    (void)to;
+    (void)numDependencies;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies)
+{
+    (void)hGraph;
+    (void)from;
+    (void)to;
+    (void)edgeData;
+    (void)numDependencies;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+    (void)phGraphNode;
+    (void)hGraph;
+    (void)dependencies;
+    (void)numDependencies;
+    (void)nodeParams;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
+{
+    (void)phGraphNode;
+    (void)hGraph;
+    (void)dependencies;
+    (void)numDependencies;
+    (void)copyParams;
+    (void)ctx;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
+{
+    (void)phGraphNode;
+    (void)hGraph;
+    (void)dependencies;
+    (void)numDependencies;
+    (void)memsetParams;
+    (void)ctx;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 __attribute__((weak)) SIM_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
     (void)device;
@@ -1716,6 +1811,16 @@ const struct fg_proc sim_procs[] = {
     {"cuGraphAddMemAllocNode", "cuGraphAddMemAllocNode", 11040, 0, (void *)cuGraphAddMemAllocNode},
     {"cuGraphAddMemFreeNode", "cuGraphAddMemFreeNode", 11040, 0, (void *)cuGraphAddMemFreeNode},
     {"cuGraphMemAllocNodeGetParams", "cuGraphMemAllocNodeGetParams", 11040, 0, (void *)cuGraphMemAllocNodeGetParams},
+    {"cuGraphAddKernelNode", "cuGraphAddKernelNode_v2", 12000, 0, (void *)cuGraphAddKernelNode_v2},
+    {"cuGraphAddChildGraphNode", "cuGraphAddChildGraphNode", 10000, 0, (void *)cuGraphAddChildGraphNode},
+    {"cuGraphClone", "cuGraphClone", 10000, 0, (void *)cuGraphClone},
+    {"cuGraphAddEmptyNode", "cuGraphAddEmptyNode", 10000, 0, (void *)cuGraphAddEmptyNode},
+    {"cuGraphGetRootNodes", "cuGraphGetRootNodes", 10000, 0, (void *)cuGraphGetRootNodes},
+    {"cuGraphAddDependencies", "cuGraphAddDependencies", 10000, 0, (void *)cuGraphAddDependencies},
+    {"cuGraphAddDependencies", "cuGraphAddDependencies_v2", 12030, 0, (void *)cuGraphAddDependencies_v2},
+    {"cuGraphAddHostNode", "cuGraphAddHostNode", 10000, 0, (void *)cuGraphAddHostNode},
+    {"cuGraphAddMemcpyNode", "cuGraphAddMemcpyNode", 10000, 0, (void *)cuGraphAddMemcpyNode},
+    {"cuGraphAddMemsetNode", "cuGraphAddMemsetNode", 10000, 0, (void *)cuGraphAddMemsetNode},
     {"cuDeviceGetGraphMemAttribute", "cuDeviceGetGraphMemAttribute", 11040, 0, (void *)cuDeviceGetGraphMemAttribute},
     {"cuDeviceSetGraphMemAttribute", "cuDeviceSetGraphMemAttribute", 11040, 0, (void *)cuDeviceSetGraphMemAttribute},
     {"cuDeviceGraphMemTrim", "cuDeviceGraphMemTrim", 11040, 0, (void *)cuDeviceGraphMemTrim},

@@ -311,8 +311,15 @@ void sim_capture_stream_gone(struct sim_stream *s);
 
 /* graph.c: graphs, their nodes, and the graph memory pool. */
 struct sim_node *sim_node_kernel(struct sim_func *f, const struct sim_kargs *a);
+/* Adds n to graph after deps (the handles the program gave), or destroys it. */
+CUresult sim_graph_add_node(CUgraphNode *out, CUgraph graph, const CUgraphNode *deps, size_t ndeps,
+                            struct sim_node *n);
 struct sim_node *sim_node_copy(void *dst, const void *src, size_t n);
 struct sim_node *sim_node_set(void *dst, unsigned v, size_t n, size_t width);
+/* A 3D copy's parameters as cuMemcpy3D checks them (device sides in device
+ * memory; no arrays); then the copy itself, on the host-backed memory. */
+CUresult sim_copy3d_check(const CUDA_MEMCPY3D *c);
+void sim_copy3d_run(const CUDA_MEMCPY3D *c);
 struct sim_node *sim_node_host(CUhostFn fn, void *data);
 /* n elements of width 1, 2 or 4 bytes at dst set to v (a memset's effect). */
 void sim_fill(void *dst, unsigned v, size_t n, size_t width);

@@ -38,7 +38,15 @@ typedef struct CUgraphNode_st *CUgraphNode;
 typedef struct CUarray_st *CUarray;
 typedef struct CUmipmappedArray_st *CUmipmappedArray;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
-typedef struct CUgraphEdgeData_st CUgraphEdgeData;
+typedef struct CUgraphNodeParams_st CUgraphNodeParams; /* a union of every node kind's parameters */
+typedef cuuint64_t CUgraphConditionalHandle;
+/* An edge's kind (cuGraphAddDependencies_v2): 0s for a plain edge. */
+typedef struct CUgraphEdgeData_st {
+    unsigned char from_port;
+    unsigned char to_port;
+    unsigned char type;
+    unsigned char reserved[5];
+} CUgraphEdgeData;
 typedef struct CUlinkState_st *CUlinkState;
 typedef unsigned long long CUtexObject;
 typedef unsigned long long CUsurfObject;
@@ -518,6 +526,41 @@ typedef struct CUDA_MEM_ALLOC_NODE_PARAMS_v1_st {
     size_t bytesize;
     CUdeviceptr dptr;
 } CUDA_MEM_ALLOC_NODE_PARAMS;
+
+/* A graph's host node: fn(userData), run once the node's dependencies are done. */
+typedef struct CUDA_HOST_NODE_PARAMS_st {
+    CUhostFn fn;
+    void *userData;
+} CUDA_HOST_NODE_PARAMS;
+
+/* A graph's kernel node (the CUDA 12 layout): func, or kern when func is
+ * NULL, with the launch's dimensions and parameters (kernelParams or
+ * extra, as cuLaunchKernel takes them); ctx NULL for the current one. */
+typedef struct CUDA_KERNEL_NODE_PARAMS_v2_st {
+    CUfunction func;
+    unsigned int gridDimX;
+    unsigned int gridDimY;
+    unsigned int gridDimZ;
+    unsigned int blockDimX;
+    unsigned int blockDimY;
+    unsigned int blockDimZ;
+    unsigned int sharedMemBytes;
+    void **kernelParams;
+    void **extra;
+    CUkernel kern;
+    CUcontext ctx;
+} CUDA_KERNEL_NODE_PARAMS;
+
+/* A graph's memset node: height rows of width elements of elementSize
+ * (1, 2 or 4) bytes set to value, rows pitch bytes apart. */
+typedef struct CUDA_MEMSET_NODE_PARAMS_st {
+    CUdeviceptr dst;
+    size_t pitch;
+    unsigned int value;
+    unsigned int elementSize;
+    size_t width;
+    size_t height;
+} CUDA_MEMSET_NODE_PARAMS;
 
 typedef struct CUDA_GRAPH_INSTANTIATE_PARAMS_st {
     cuuint64_t flags;

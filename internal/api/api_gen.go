@@ -3,7 +3,7 @@
 package api
 
 // Hash identifies this ordered list; trace regions carry it.
-const Hash uint64 = 0xfeabf41a7c5d7490
+const Hash uint64 = 0xe8c455491a91d848
 
 // Names lists every hooked entry point, in hook-id order.
 var Names = []string{
@@ -185,6 +185,16 @@ var Names = []string{
 	"cuGraphAddMemAllocNode",
 	"cuGraphAddMemFreeNode",
 	"cuGraphMemAllocNodeGetParams",
+	"cuGraphAddKernelNode_v2",
+	"cuGraphAddChildGraphNode",
+	"cuGraphClone",
+	"cuGraphAddEmptyNode",
+	"cuGraphGetRootNodes",
+	"cuGraphAddDependencies",
+	"cuGraphAddDependencies_v2",
+	"cuGraphAddHostNode",
+	"cuGraphAddMemcpyNode",
+	"cuGraphAddMemsetNode",
 	"cuDeviceGetGraphMemAttribute",
 	"cuDeviceSetGraphMemAttribute",
 	"cuDeviceGraphMemTrim",

@@ -56,6 +56,8 @@ int fgr_thread_start(void *(*fn)(void *), void *arg, size_t stack, const char *n
  * the client's host-function thread when due; CUDA_ERROR_NOT_SUPPORTED
  * where they cannot be (the sockets: the caller runs them itself). */
 CUresult fgr_hostfn_launch(CUstream s, CUhostFn fn, void *data, unsigned pt);
+/* An id for a graph host node's function, kept (NOT_SUPPORTED but over shm://). */
+CUresult fgr_hostfn_node(CUhostFn fn, void *data, unsigned long long *id);
 void fgr_hostfn_forked(void);
 /* Downloads through the downloads' area (one at a time). */
 int fgr_stage_down_wanted(size_t n);
@@ -95,6 +97,10 @@ void fgr_copy_forked(void);
  * addressing with a side in the program's own memory (uva.c): 1 when
  * done here (*r: its result), 0 to forward the copy as it came. */
 void fgr_range_add(uint64_t base, uint64_t size);
+/* A graph allocation node's range: a free leaves it the connection's. */
+void fgr_range_add_kept(uint64_t base, uint64_t size);
+/* p lies in a range the connection was given. */
+int fgr_range_has(uint64_t p);
 void fgr_range_drop(uint64_t base);
 int fgr_uva_copy(CUresult *r, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int per_thread, int async);
 

@@ -97,6 +97,26 @@ CUresult fgr_hostfn_launch(CUstream s, CUhostFn fn, void *data, unsigned pt)
     return fgrHostFn(s, (unsigned long long)i + 1, pt);
 }
 
+/* A graph's host node (graphs.c): an entry never released, since every
+ * launch runs it; its id, flagged kept, for the executor's gate. */
+CUresult fgr_hostfn_node(CUhostFn fn, void *data, unsigned long long *id)
+{
+    struct fgr_ring *r = fgr_conn_ring();
+    if (!r)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    pthread_mutex_lock(&mu);
+    if (runner_start(r) || (!free_head && grow())) {
+        pthread_mutex_unlock(&mu);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    size_t i = free_head - 1;
+    free_head = tab[i].next_free;
+    tab[i] = (struct entry){fn, data, 0};
+    pthread_mutex_unlock(&mu);
+    *id = ((unsigned long long)i + 1) | FGR_HOSTFN_KEEP;
+    return CUDA_SUCCESS;
+}
+
 /* A forked child has no runner, and its own connection. */
 void fgr_hostfn_forked(void)
 {

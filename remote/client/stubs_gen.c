@@ -2326,12 +2326,29 @@ FGR_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *ph
 
 FGR_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
 {
-    (void)phGraphNode;
-    (void)hGraph;
-    (void)dependencies;
-    (void)numDependencies;
-    (void)nodeParams;
-    return fgr_unsupported(0, "cuGraphAddMemAllocNode", NULL);
+    CUresult fgr_r;
+    uint64_t n_phGraphNode = phGraphNode ? sizeof(CUgraphNode) : 0;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphAddMemAllocNode", "a buffer over the frame limit");
+    uint64_t n_nodeParams = nodeParams ? sizeof(CUDA_MEM_ALLOC_NODE_PARAMS) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphAddMemAllocNode, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u8(&fgr_c.w, phGraphNode != NULL);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
+    fgr_put_buf(&fgr_c.w, nodeParams, n_nodeParams);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phGraphNode, n_phGraphNode, 0);
+    fgr_get_out(&fgr_c, nodeParams, n_nodeParams, 1);
+    if ((fgr_r = fgr_end(&fgr_c)) == CUDA_SUCCESS) {
+        if (nodeParams)
+            fgr_range_add_kept((uint64_t)nodeParams->dptr, (uint64_t)(nodeParams->bytesize));
+    }
+    return fgr_r;
 }
 
 FGR_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr)
@@ -2358,9 +2375,185 @@ FGR_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGra
 
 FGR_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
 {
-    (void)hNode;
-    (void)params_out;
-    return fgr_unsupported(1, "cuGraphMemAllocNodeGetParams", NULL);
+    CUresult fgr_r;
+    uint64_t n_params_out = params_out ? sizeof(CUDA_MEM_ALLOC_NODE_PARAMS) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphMemAllocNodeGetParams, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u8(&fgr_c.w, params_out != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, params_out, n_params_out, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph)
+{
+    CUresult fgr_r;
+    uint64_t n_phGraphNode = phGraphNode ? sizeof(CUgraphNode) : 0;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphAddChildGraphNode", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphAddChildGraphNode, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)childGraph);
+    fgr_put_u8(&fgr_c.w, phGraphNode != NULL);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phGraphNode, n_phGraphNode, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
+{
+    CUresult fgr_r;
+    uint64_t n_phGraphClone = phGraphClone ? sizeof(CUgraph) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphClone, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)originalGraph);
+    fgr_put_u8(&fgr_c.w, phGraphClone != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phGraphClone, n_phGraphClone, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies)
+{
+    CUresult fgr_r;
+    uint64_t n_phGraphNode = phGraphNode ? sizeof(CUgraphNode) : 0;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphAddEmptyNode", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphAddEmptyNode, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u8(&fgr_c.w, phGraphNode != NULL);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phGraphNode, n_phGraphNode, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes)
+{
+    CUresult fgr_r;
+    uint64_t n_rootNodes = rootNodes ? fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)) : 0;
+    if (n_rootNodes > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphGetRootNodes", "a buffer over the frame limit");
+    uint64_t n_numRootNodes = numRootNodes ? sizeof(size_t) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphGetRootNodes, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u8(&fgr_c.w, rootNodes != NULL);
+    fgr_put_buf(&fgr_c.w, numRootNodes, n_numRootNodes);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, rootNodes, n_rootNodes, 0);
+    fgr_get_out(&fgr_c, numRootNodes, n_numRootNodes, 1);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphAddDependencies(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, size_t numDependencies)
+{
+    CUresult fgr_r;
+    uint64_t n_from = from ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_from > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphAddDependencies", "a buffer over the frame limit");
+    uint64_t n_to = to ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_to > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphAddDependencies", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphAddDependencies, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_buf(&fgr_c.w, from, n_from);
+    fgr_put_buf(&fgr_c.w, to, n_to);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies)
+{
+    CUresult fgr_r;
+    uint64_t n_from = from ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_from > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphAddDependencies_v2", "a buffer over the frame limit");
+    uint64_t n_to = to ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_to > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphAddDependencies_v2", "a buffer over the frame limit");
+    uint64_t n_edgeData = edgeData ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphEdgeData)) : 0;
+    if (n_edgeData > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphAddDependencies_v2", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphAddDependencies_v2, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_buf(&fgr_c.w, from, n_from);
+    fgr_put_buf(&fgr_c.w, to, n_to);
+    fgr_put_buf(&fgr_c.w, edgeData, n_edgeData);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+CUresult fgr_fwd_cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
+{
+    CUresult fgr_r;
+    uint64_t n_phGraphNode = phGraphNode ? sizeof(CUgraphNode) : 0;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphAddMemcpyNode", "a buffer over the frame limit");
+    uint64_t n_copyParams = copyParams ? sizeof(CUDA_MEMCPY3D) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphAddMemcpyNode, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)ctx);
+    fgr_put_u8(&fgr_c.w, phGraphNode != NULL);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
+    fgr_put_buf(&fgr_c.w, copyParams, n_copyParams);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phGraphNode, n_phGraphNode, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
+{
+    CUresult fgr_r;
+    uint64_t n_phGraphNode = phGraphNode ? sizeof(CUgraphNode) : 0;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphAddMemsetNode", "a buffer over the frame limit");
+    uint64_t n_memsetParams = memsetParams ? sizeof(CUDA_MEMSET_NODE_PARAMS) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphAddMemsetNode, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)ctx);
+    fgr_put_u8(&fgr_c.w, phGraphNode != NULL);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
+    fgr_put_buf(&fgr_c.w, memsetParams, n_memsetParams);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phGraphNode, n_phGraphNode, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
@@ -2540,35 +2733,35 @@ FGR_EXPORT CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state)
 {
     (void)pid;
     (void)state;
-    return fgr_unsupported(2, "cuCheckpointProcessGetState", NULL);
+    return fgr_unsupported(0, "cuCheckpointProcessGetState", NULL);
 }
 
 FGR_EXPORT CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
 {
     (void)pid;
     (void)args;
-    return fgr_unsupported(3, "cuCheckpointProcessLock", NULL);
+    return fgr_unsupported(1, "cuCheckpointProcessLock", NULL);
 }
 
 FGR_EXPORT CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
 {
     (void)pid;
     (void)args;
-    return fgr_unsupported(4, "cuCheckpointProcessCheckpoint", NULL);
+    return fgr_unsupported(2, "cuCheckpointProcessCheckpoint", NULL);
 }
 
 FGR_EXPORT CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
 {
     (void)pid;
     (void)args;
-    return fgr_unsupported(5, "cuCheckpointProcessRestore", NULL);
+    return fgr_unsupported(3, "cuCheckpointProcessRestore", NULL);
 }
 
 FGR_EXPORT CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
 {
     (void)pid;
     (void)args;
-    return fgr_unsupported(6, "cuCheckpointProcessUnlock", NULL);
+    return fgr_unsupported(4, "cuCheckpointProcessUnlock", NULL);
 }
 
 FGR_EXPORT CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
@@ -3683,7 +3876,7 @@ FGR_EXPORT CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGen
     (void)handle;
     (void)handleType;
     (void)flags;
-    return fgr_unsupported(7, "cuMemExportToShareableHandle", NULL);
+    return fgr_unsupported(5, "cuMemExportToShareableHandle", NULL);
 }
 
 FGR_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle, CUmemAllocationHandleType shHandleType)
@@ -3691,14 +3884,14 @@ FGR_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle 
     (void)handle;
     (void)osHandle;
     (void)shHandleType;
-    return fgr_unsupported(8, "cuMemImportFromShareableHandle", NULL);
+    return fgr_unsupported(6, "cuMemImportFromShareableHandle", NULL);
 }
 
 FGR_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 {
     (void)pHandle;
     (void)dptr;
-    return fgr_unsupported(9, "cuIpcGetMemHandle", NULL);
+    return fgr_unsupported(7, "cuIpcGetMemHandle", NULL);
 }
 
 FGR_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
@@ -3706,27 +3899,27 @@ FGR_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle han
     (void)pdptr;
     (void)handle;
     (void)Flags;
-    return fgr_unsupported(10, "cuIpcOpenMemHandle_v2", NULL);
+    return fgr_unsupported(8, "cuIpcOpenMemHandle_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 {
     (void)dptr;
-    return fgr_unsupported(11, "cuIpcCloseMemHandle", NULL);
+    return fgr_unsupported(9, "cuIpcCloseMemHandle", NULL);
 }
 
 FGR_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
 {
     (void)pHandle;
     (void)event;
-    return fgr_unsupported(12, "cuIpcGetEventHandle", NULL);
+    return fgr_unsupported(10, "cuIpcGetEventHandle", NULL);
 }
 
 FGR_EXPORT CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
 {
     (void)phEvent;
     (void)handle;
-    return fgr_unsupported(13, "cuIpcOpenEventHandle", NULL);
+    return fgr_unsupported(11, "cuIpcOpenEventHandle", NULL);
 }
 
 FGR_EXPORT CUresult fgrNvmlUtilization(CUdevice dev, unsigned int *gpu, unsigned int *memory)
@@ -4257,7 +4450,7 @@ FGR_EXPORT CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *optio
     (void)options;
     (void)optionValues;
     (void)stateOut;
-    return fgr_unsupported(14, "cuLinkCreate_v2", NULL);
+    return fgr_unsupported(12, "cuLinkCreate_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues)
@@ -4270,7 +4463,7 @@ FGR_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, voi
     (void)numOptions;
     (void)options;
     (void)optionValues;
-    return fgr_unsupported(15, "cuLinkAddData_v2", NULL);
+    return fgr_unsupported(13, "cuLinkAddData_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char *path, unsigned int numOptions, CUjit_option *options, void **optionValues)
@@ -4281,7 +4474,7 @@ FGR_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, con
     (void)numOptions;
     (void)options;
     (void)optionValues;
-    return fgr_unsupported(16, "cuLinkAddFile_v2", NULL);
+    return fgr_unsupported(14, "cuLinkAddFile_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut)
@@ -4289,13 +4482,13 @@ FGR_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *s
     (void)state;
     (void)cubinOut;
     (void)sizeOut;
-    return fgr_unsupported(17, "cuLinkComplete", NULL);
+    return fgr_unsupported(15, "cuLinkComplete", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkDestroy(CUlinkState state)
 {
     (void)state;
-    return fgr_unsupported(18, "cuLinkDestroy", NULL);
+    return fgr_unsupported(16, "cuLinkDestroy", NULL);
 }
 
 FGR_EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
@@ -4722,18 +4915,60 @@ FGR_EXPORT CUresult cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dp
     return fgr_send(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
+FGR_EXPORT CUresult fgrGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, unsigned long long id)
 {
     CUresult fgr_r;
-    uint64_t n_phGraphClone = phGraphClone ? sizeof(CUgraph) : 0;
+    uint64_t n_phGraphNode = phGraphNode ? sizeof(CUgraphNode) : 0;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrGraphAddHostNode", "a buffer over the frame limit");
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphClone, 0)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrGraphAddHostNode, 0)) != CUDA_SUCCESS)
         return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)originalGraph);
-    fgr_put_u8(&fgr_c.w, phGraphClone != NULL);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u64(&fgr_c.w, (uint64_t)id);
+    fgr_put_u8(&fgr_c.w, phGraphNode != NULL);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
-    fgr_get_out(&fgr_c, phGraphClone, n_phGraphClone, 0);
+    fgr_get_out(&fgr_c, phGraphNode, n_phGraphNode, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void **kernelParams, void **extra)
+{
+    CUresult fgr_r;
+    uint64_t n_phGraphNode = phGraphNode ? sizeof(CUgraphNode) : 0;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrGraphAddKernelNode", "a buffer over the frame limit");
+    struct fgr_kparams fgr_kp;
+    if ((fgr_r = fgr_kparams_layout(f, kernelParams, &fgr_kp)) != CUDA_SUCCESS)
+        return fgr_refused_here("fgrGraphAddKernelNode", fgr_r);
+    struct fgr_extra fgr_ex;
+    if ((fgr_r = fgr_extra_check(extra, kernelParams, &fgr_ex, "fgrGraphAddKernelNode")) != CUDA_SUCCESS)
+        return fgr_refused_here("fgrGraphAddKernelNode", fgr_r);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrGraphAddKernelNode, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)f);
+    fgr_put_u64(&fgr_c.w, (uint64_t)gridDimX);
+    fgr_put_u64(&fgr_c.w, (uint64_t)gridDimY);
+    fgr_put_u64(&fgr_c.w, (uint64_t)gridDimZ);
+    fgr_put_u64(&fgr_c.w, (uint64_t)blockDimX);
+    fgr_put_u64(&fgr_c.w, (uint64_t)blockDimY);
+    fgr_put_u64(&fgr_c.w, (uint64_t)blockDimZ);
+    fgr_put_u64(&fgr_c.w, (uint64_t)sharedMemBytes);
+    fgr_put_u8(&fgr_c.w, phGraphNode != NULL);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
+    fgr_put_kparams(&fgr_c.w, &fgr_kp, kernelParams);
+    fgr_put_extra(&fgr_c.w, &fgr_ex);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phGraphNode, n_phGraphNode, 0);
     return fgr_end(&fgr_c);
 }
 
@@ -4746,26 +4981,6 @@ FGR_EXPORT CUresult cuGraphDestroyNode(CUgraphNode hNode)
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
-    return fgr_end(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies)
-{
-    CUresult fgr_r;
-    uint64_t n_phGraphNode = phGraphNode ? sizeof(CUgraphNode) : 0;
-    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
-    if (n_dependencies > FGR_MAX_BUF)
-        return fgr_unsupported(-1, "cuGraphAddEmptyNode", "a buffer over the frame limit");
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphAddEmptyNode, 0)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
-    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
-    fgr_put_u8(&fgr_c.w, phGraphNode != NULL);
-    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_get_out(&fgr_c, phGraphNode, n_phGraphNode, 0);
     return fgr_end(&fgr_c);
 }
 
@@ -4811,26 +5026,6 @@ FGR_EXPORT CUresult cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph hG
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes)
-{
-    CUresult fgr_r;
-    uint64_t n_rootNodes = rootNodes ? fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)) : 0;
-    if (n_rootNodes > FGR_MAX_BUF)
-        return fgr_unsupported(-1, "cuGraphGetRootNodes", "a buffer over the frame limit");
-    uint64_t n_numRootNodes = numRootNodes ? sizeof(size_t) : 0;
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphGetRootNodes, 0)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
-    fgr_put_u8(&fgr_c.w, rootNodes != NULL);
-    fgr_put_buf(&fgr_c.w, numRootNodes, n_numRootNodes);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_get_out(&fgr_c, rootNodes, n_rootNodes, 0);
-    fgr_get_out(&fgr_c, numRootNodes, n_numRootNodes, 1);
-    return fgr_end(&fgr_c);
-}
-
 FGR_EXPORT CUresult cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t *flags)
 {
     CUresult fgr_r;
@@ -4846,28 +5041,46 @@ FGR_EXPORT CUresult cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t *flag
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph)
+FGR_EXPORT CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue, unsigned int flags)
 {
-    CUresult fgr_r;
-    uint64_t n_phGraphNode = phGraphNode ? sizeof(CUgraphNode) : 0;
-    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
-    if (n_dependencies > FGR_MAX_BUF)
-        return fgr_unsupported(-1, "cuGraphAddChildGraphNode", "a buffer over the frame limit");
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphAddChildGraphNode, 0)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
-    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)childGraph);
-    fgr_put_u8(&fgr_c.w, phGraphNode != NULL);
-    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_get_out(&fgr_c, phGraphNode, n_phGraphNode, 0);
-    return fgr_end(&fgr_c);
+    (void)pHandle_out;
+    (void)hGraph;
+    (void)ctx;
+    (void)defaultLaunchValue;
+    (void)flags;
+    return fgr_unsupported(17, "cuGraphConditionalHandleCreate", NULL);
 }
 
-const int fgr_nunsupported = 19;
+FGR_EXPORT CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraphNodeParams *nodeParams)
+{
+    (void)phGraphNode;
+    (void)hGraph;
+    (void)dependencies;
+    (void)numDependencies;
+    (void)nodeParams;
+    return fgr_unsupported(18, "cuGraphAddNode", NULL);
+}
+
+FGR_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams)
+{
+    (void)phGraphNode;
+    (void)hGraph;
+    (void)dependencies;
+    (void)dependencyData;
+    (void)numDependencies;
+    (void)nodeParams;
+    return fgr_unsupported(19, "cuGraphAddNode_v2", NULL);
+}
+
+FGR_EXPORT CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int flags)
+{
+    (void)hGraph;
+    (void)path;
+    (void)flags;
+    return fgr_unsupported(20, "cuGraphDebugDotPrint", NULL);
+}
+
+const int fgr_nunsupported = 21;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -5011,7 +5224,17 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuGraphGetNodes] = "cuGraphGetNodes",
     [FGR_OP_cuGraphNodeGetType] = "cuGraphNodeGetType",
     [FGR_OP_cuGraphChildGraphNodeGetGraph] = "cuGraphChildGraphNodeGetGraph",
+    [FGR_OP_cuGraphAddMemAllocNode] = "cuGraphAddMemAllocNode",
     [FGR_OP_cuGraphAddMemFreeNode] = "cuGraphAddMemFreeNode",
+    [FGR_OP_cuGraphMemAllocNodeGetParams] = "cuGraphMemAllocNodeGetParams",
+    [FGR_OP_cuGraphAddChildGraphNode] = "cuGraphAddChildGraphNode",
+    [FGR_OP_cuGraphClone] = "cuGraphClone",
+    [FGR_OP_cuGraphAddEmptyNode] = "cuGraphAddEmptyNode",
+    [FGR_OP_cuGraphGetRootNodes] = "cuGraphGetRootNodes",
+    [FGR_OP_cuGraphAddDependencies] = "cuGraphAddDependencies",
+    [FGR_OP_cuGraphAddDependencies_v2] = "cuGraphAddDependencies_v2",
+    [FGR_OP_cuGraphAddMemcpyNode] = "cuGraphAddMemcpyNode",
+    [FGR_OP_cuGraphAddMemsetNode] = "cuGraphAddMemsetNode",
     [FGR_OP_cuDeviceGetGraphMemAttribute] = "cuDeviceGetGraphMemAttribute",
     [FGR_OP_cuDeviceSetGraphMemAttribute] = "cuDeviceSetGraphMemAttribute",
     [FGR_OP_cuDeviceGraphMemTrim] = "cuDeviceGraphMemTrim",
@@ -5147,14 +5370,12 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamCopyAttributes_ptsz] = "cuStreamCopyAttributes_ptsz",
     [FGR_OP_cuStreamAttachMemAsync] = "cuStreamAttachMemAsync",
     [FGR_OP_cuStreamAttachMemAsync_ptsz] = "cuStreamAttachMemAsync_ptsz",
-    [FGR_OP_cuGraphClone] = "cuGraphClone",
+    [FGR_OP_fgrGraphAddHostNode] = "fgrGraphAddHostNode",
+    [FGR_OP_fgrGraphAddKernelNode] = "fgrGraphAddKernelNode",
     [FGR_OP_cuGraphDestroyNode] = "cuGraphDestroyNode",
-    [FGR_OP_cuGraphAddEmptyNode] = "cuGraphAddEmptyNode",
     [FGR_OP_cuGraphAddEventRecordNode] = "cuGraphAddEventRecordNode",
     [FGR_OP_cuGraphAddEventWaitNode] = "cuGraphAddEventWaitNode",
-    [FGR_OP_cuGraphGetRootNodes] = "cuGraphGetRootNodes",
     [FGR_OP_cuGraphExecGetFlags] = "cuGraphExecGetFlags",
-    [FGR_OP_cuGraphAddChildGraphNode] = "cuGraphAddChildGraphNode",
     [FGR_OP_xt_ctx] = "xt_ctx",
     [FGR_OP_xt_ctx_39] = "xt_ctx_39",
     [FGR_OP_xt_ctx_51] = "xt_ctx_51",
@@ -5397,6 +5618,16 @@ const struct fg_proc fgr_procs[] = {
     {"cuGraphAddMemAllocNode", "cuGraphAddMemAllocNode", 11040, 0, (void *)cuGraphAddMemAllocNode},
     {"cuGraphAddMemFreeNode", "cuGraphAddMemFreeNode", 11040, 0, (void *)cuGraphAddMemFreeNode},
     {"cuGraphMemAllocNodeGetParams", "cuGraphMemAllocNodeGetParams", 11040, 0, (void *)cuGraphMemAllocNodeGetParams},
+    {"cuGraphAddKernelNode", "cuGraphAddKernelNode_v2", 12000, 0, (void *)cuGraphAddKernelNode_v2},
+    {"cuGraphAddChildGraphNode", "cuGraphAddChildGraphNode", 10000, 0, (void *)cuGraphAddChildGraphNode},
+    {"cuGraphClone", "cuGraphClone", 10000, 0, (void *)cuGraphClone},
+    {"cuGraphAddEmptyNode", "cuGraphAddEmptyNode", 10000, 0, (void *)cuGraphAddEmptyNode},
+    {"cuGraphGetRootNodes", "cuGraphGetRootNodes", 10000, 0, (void *)cuGraphGetRootNodes},
+    {"cuGraphAddDependencies", "cuGraphAddDependencies", 10000, 0, (void *)cuGraphAddDependencies},
+    {"cuGraphAddDependencies", "cuGraphAddDependencies_v2", 12030, 0, (void *)cuGraphAddDependencies_v2},
+    {"cuGraphAddHostNode", "cuGraphAddHostNode", 10000, 0, (void *)cuGraphAddHostNode},
+    {"cuGraphAddMemcpyNode", "cuGraphAddMemcpyNode", 10000, 0, (void *)cuGraphAddMemcpyNode},
+    {"cuGraphAddMemsetNode", "cuGraphAddMemsetNode", 10000, 0, (void *)cuGraphAddMemsetNode},
     {"cuDeviceGetGraphMemAttribute", "cuDeviceGetGraphMemAttribute", 11040, 0, (void *)cuDeviceGetGraphMemAttribute},
     {"cuDeviceSetGraphMemAttribute", "cuDeviceSetGraphMemAttribute", 11040, 0, (void *)cuDeviceSetGraphMemAttribute},
     {"cuDeviceGraphMemTrim", "cuDeviceGraphMemTrim", 11040, 0, (void *)cuDeviceGraphMemTrim},
@@ -5573,14 +5804,16 @@ const struct fg_proc fgr_procs[] = {
     {"cuStreamCopyAttributes", "cuStreamCopyAttributes_ptsz", 11000, 1, (void *)cuStreamCopyAttributes_ptsz},
     {"cuStreamAttachMemAsync", "cuStreamAttachMemAsync", 6000, 0, (void *)cuStreamAttachMemAsync},
     {"cuStreamAttachMemAsync", "cuStreamAttachMemAsync_ptsz", 7000, 1, (void *)cuStreamAttachMemAsync_ptsz},
-    {"cuGraphClone", "cuGraphClone", 10000, 0, (void *)cuGraphClone},
+    {"fgrGraphAddHostNode", "fgrGraphAddHostNode", 0, 0, (void *)fgrGraphAddHostNode},
+    {"fgrGraphAddKernelNode", "fgrGraphAddKernelNode", 0, 0, (void *)fgrGraphAddKernelNode},
     {"cuGraphDestroyNode", "cuGraphDestroyNode", 10000, 0, (void *)cuGraphDestroyNode},
-    {"cuGraphAddEmptyNode", "cuGraphAddEmptyNode", 10000, 0, (void *)cuGraphAddEmptyNode},
     {"cuGraphAddEventRecordNode", "cuGraphAddEventRecordNode", 11010, 0, (void *)cuGraphAddEventRecordNode},
     {"cuGraphAddEventWaitNode", "cuGraphAddEventWaitNode", 11010, 0, (void *)cuGraphAddEventWaitNode},
-    {"cuGraphGetRootNodes", "cuGraphGetRootNodes", 10000, 0, (void *)cuGraphGetRootNodes},
     {"cuGraphExecGetFlags", "cuGraphExecGetFlags", 12000, 0, (void *)cuGraphExecGetFlags},
-    {"cuGraphAddChildGraphNode", "cuGraphAddChildGraphNode", 10000, 0, (void *)cuGraphAddChildGraphNode},
+    {"cuGraphConditionalHandleCreate", "cuGraphConditionalHandleCreate", 12030, 0, (void *)cuGraphConditionalHandleCreate},
+    {"cuGraphAddNode", "cuGraphAddNode", 12020, 0, (void *)cuGraphAddNode},
+    {"cuGraphAddNode", "cuGraphAddNode_v2", 12030, 0, (void *)cuGraphAddNode_v2},
+    {"cuGraphDebugDotPrint", "cuGraphDebugDotPrint", 11030, 0, (void *)cuGraphDebugDotPrint},
 };
 
 const int fgr_nprocs = sizeof(fgr_procs) / sizeof(fgr_procs[0]);

@@ -17,6 +17,7 @@
 
 struct range {
     uint64_t base, size;
+    int kept; /* a graph's allocation: its address stays the graph's when freed */
 };
 
 static pthread_rwlock_t ranges_lock = PTHREAD_RWLOCK_INITIALIZER;
@@ -48,7 +49,7 @@ static int grow(void)
     return 1;
 }
 
-void fgr_range_add(uint64_t base, uint64_t size)
+static void range_add(uint64_t base, uint64_t size, int kept)
 {
     if (!base || !size)
         return;
@@ -56,19 +57,26 @@ void fgr_range_add(uint64_t base, uint64_t size)
     size_t i = above(base);
     if (i && ranges[i - 1].base == base) {
         ranges[i - 1].size = size; /* the address given again */
+        ranges[i - 1].kept |= kept;
     } else if (nranges < cap || grow()) {
         memmove(&ranges[i + 1], &ranges[i], (nranges - i) * sizeof *ranges);
-        ranges[i] = (struct range){base, size};
+        ranges[i] = (struct range){base, size, kept};
         nranges++;
     } /* else not recorded: forwarded unless the program has memory there */
     pthread_rwlock_unlock(&ranges_lock);
 }
 
+void fgr_range_add(uint64_t base, uint64_t size) { range_add(base, size, 0); }
+
+/* A graph's allocation node fixes its address for as long as the node
+ * lives: each launch allocates it again, so a free does not forget it. */
+void fgr_range_add_kept(uint64_t base, uint64_t size) { range_add(base, size, 1); }
+
 void fgr_range_drop(uint64_t base)
 {
     pthread_rwlock_wrlock(&ranges_lock);
     size_t i = above(base);
-    if (i && ranges[i - 1].base == base) {
+    if (i && ranges[i - 1].base == base && !ranges[i - 1].kept) {
         memmove(&ranges[i - 1], &ranges[i], (nranges - i) * sizeof *ranges);
         nranges--;
     }
@@ -86,6 +94,8 @@ static int on_server(uint64_t p)
     pthread_rwlock_unlock(&ranges_lock);
     return in;
 }
+
+int fgr_range_has(uint64_t p) { return on_server(p); }
 
 /* Whether [p, p + n) is the program's own memory: outside the server's
  * ranges, and its first and last pages mapped here. */

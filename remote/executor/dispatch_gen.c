@@ -141,7 +141,17 @@ typedef CUresult (*pfn_cuGraphCreate)(CUgraph *phGraph, unsigned int flags);
 typedef CUresult (*pfn_cuGraphGetNodes)(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes);
 typedef CUresult (*pfn_cuGraphNodeGetType)(CUgraphNode hNode, CUgraphNodeType *type);
 typedef CUresult (*pfn_cuGraphChildGraphNodeGetGraph)(CUgraphNode hNode, CUgraph *phGraph);
+typedef CUresult (*pfn_cuGraphAddMemAllocNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams);
 typedef CUresult (*pfn_cuGraphAddMemFreeNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr);
+typedef CUresult (*pfn_cuGraphMemAllocNodeGetParams)(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out);
+typedef CUresult (*pfn_cuGraphAddChildGraphNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph);
+typedef CUresult (*pfn_cuGraphClone)(CUgraph *phGraphClone, CUgraph originalGraph);
+typedef CUresult (*pfn_cuGraphAddEmptyNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies);
+typedef CUresult (*pfn_cuGraphGetRootNodes)(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes);
+typedef CUresult (*pfn_cuGraphAddDependencies)(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, size_t numDependencies);
+typedef CUresult (*pfn_cuGraphAddDependencies_v2)(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies);
+typedef CUresult (*pfn_cuGraphAddMemcpyNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx);
+typedef CUresult (*pfn_cuGraphAddMemsetNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx);
 typedef CUresult (*pfn_cuDeviceGetGraphMemAttribute)(CUdevice device, CUgraphMem_attribute attr, void *value);
 typedef CUresult (*pfn_cuDeviceSetGraphMemAttribute)(CUdevice device, CUgraphMem_attribute attr, void *value);
 typedef CUresult (*pfn_cuDeviceGraphMemTrim)(CUdevice device);
@@ -277,14 +287,12 @@ typedef CUresult (*pfn_cuStreamCopyAttributes)(CUstream dst, CUstream src);
 typedef CUresult (*pfn_cuStreamCopyAttributes_ptsz)(CUstream dst, CUstream src);
 typedef CUresult (*pfn_cuStreamAttachMemAsync)(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
 typedef CUresult (*pfn_cuStreamAttachMemAsync_ptsz)(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
-typedef CUresult (*pfn_cuGraphClone)(CUgraph *phGraphClone, CUgraph originalGraph);
+typedef CUresult (*pfn_fgrGraphAddHostNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, unsigned long long id);
+typedef CUresult (*pfn_fgrGraphAddKernelNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void **kernelParams, void **extra);
 typedef CUresult (*pfn_cuGraphDestroyNode)(CUgraphNode hNode);
-typedef CUresult (*pfn_cuGraphAddEmptyNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies);
 typedef CUresult (*pfn_cuGraphAddEventRecordNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);
 typedef CUresult (*pfn_cuGraphAddEventWaitNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);
-typedef CUresult (*pfn_cuGraphGetRootNodes)(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes);
 typedef CUresult (*pfn_cuGraphExecGetFlags)(CUgraphExec hGraphExec, cuuint64_t *flags);
-typedef CUresult (*pfn_cuGraphAddChildGraphNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph);
 typedef CUresult (*pfn_xt_ctx_39)(CUcontext ctx, fgrCtxObject object, uint64_t *value, uint64_t arg3);
 typedef CUresult (*pfn_xt_ctx_51)(CUcontext ctx, uint64_t arg1, fgrCtxObject *object, uint64_t arg3);
 typedef uint64_t (*pfn_xt_simA_1)(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64_t e, uint64_t f, uint64_t g, uint64_t h, uint64_t i, uint64_t j);
@@ -3122,6 +3130,43 @@ static CUresult op_cuGraphChildGraphNodeGetGraph(struct fgr_rd *rd, struct fgr_r
     return fgr_r;
 }
 
+static CUresult op_cuGraphAddMemAllocNode(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    int has_phGraphNode = fgr_get_u8(rd);
+    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams = fgr_get_buf(rd, q, sizeof(CUDA_MEM_ALLOC_NODE_PARAMS), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraphNode *phGraphNode = NULL;
+    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphAddMemAllocNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuGraphAddMemAllocNode", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(!nodeParams || (nodeParams->accessDescCount == 0)))
+        fgr_r = fgr_refuse("cuGraphAddMemAllocNode", "nodeParams->accessDescCount", (nodeParams ? (uint64_t)nodeParams->accessDescCount : 0), CUDA_ERROR_NOT_SUPPORTED);
+    if (fgr_r == CUDA_SUCCESS && has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphAddMemAllocNode)fgr_real[FGR_OP_cuGraphAddMemAllocNode])(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phGraphNode)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+        if (nodeParams)
+            fgr_mem_add_kept((uint64_t)nodeParams->dptr, (uint64_t)(nodeParams->bytesize), FGR_H_CUcontext, fgr_ctx);
+        if (fgr_out_n(FGR_H_CUgraphNode, phGraphNode, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_phGraphNode)
+        fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
+    fgr_reply_out(q, nodeParams, sizeof(CUDA_MEM_ALLOC_NODE_PARAMS), 1, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_cuGraphAddMemFreeNode(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -3145,6 +3190,278 @@ static CUresult op_cuGraphAddMemFreeNode(struct fgr_rd *rd, struct fgr_req *q)
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuGraphAddMemFreeNode)fgr_real[FGR_OP_cuGraphAddMemFreeNode])(phGraphNode, hGraph, dependencies, numDependencies, dptr);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phGraphNode)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+        if (fgr_out_n(FGR_H_CUgraphNode, phGraphNode, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_phGraphNode)
+        fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphMemAllocNodeGetParams(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    int has_params_out = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUDA_MEM_ALLOC_NODE_PARAMS *params_out = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("cuGraphMemAllocNodeGetParams", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_params_out && !(params_out = fgr_out(q, sizeof(CUDA_MEM_ALLOC_NODE_PARAMS))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphMemAllocNodeGetParams)fgr_real[FGR_OP_cuGraphMemAllocNodeGetParams])(hNode, params_out);
+    if (has_params_out)
+        fgr_reply_out(q, params_out, sizeof(CUDA_MEM_ALLOC_NODE_PARAMS), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphAddChildGraphNode(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    CUgraph childGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    int has_phGraphNode = fgr_get_u8(rd);
+    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraphNode *phGraphNode = NULL;
+    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphAddChildGraphNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuGraphAddChildGraphNode", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)childGraph)))
+        fgr_r = fgr_refuse("cuGraphAddChildGraphNode", "childGraph", (uint64_t)(uintptr_t)childGraph, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphAddChildGraphNode)fgr_real[FGR_OP_cuGraphAddChildGraphNode])(phGraphNode, hGraph, dependencies, numDependencies, childGraph);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phGraphNode)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+        if (fgr_out_n(FGR_H_CUgraphNode, phGraphNode, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_phGraphNode)
+        fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphClone(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph originalGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    int has_phGraphClone = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraph *phGraphClone = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)originalGraph)))
+        fgr_r = fgr_refuse("cuGraphClone", "originalGraph", (uint64_t)(uintptr_t)originalGraph, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_phGraphClone && !(phGraphClone = fgr_out(q, sizeof(CUgraph))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphClone)fgr_real[FGR_OP_cuGraphClone])(phGraphClone, originalGraph);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phGraphClone)
+            fgr_add(FGR_H_CUgraph, (uint64_t)(uintptr_t)*phGraphClone, FGR_H_CUcontext, fgr_ctx);
+        if (fgr_out_n(FGR_H_CUgraph, phGraphClone, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_phGraphClone)
+        fgr_reply_out(q, phGraphClone, sizeof(CUgraph), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphAddEmptyNode(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    int has_phGraphNode = fgr_get_u8(rd);
+    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraphNode *phGraphNode = NULL;
+    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphAddEmptyNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuGraphAddEmptyNode", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphAddEmptyNode)fgr_real[FGR_OP_cuGraphAddEmptyNode])(phGraphNode, hGraph, dependencies, numDependencies);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phGraphNode)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+        if (fgr_out_n(FGR_H_CUgraphNode, phGraphNode, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_phGraphNode)
+        fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphGetRootNodes(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    int has_rootNodes = fgr_get_u8(rd);
+    size_t *numRootNodes = fgr_get_buf(rd, q, sizeof(size_t), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraphNode *rootNodes = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphGetRootNodes", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(!has_rootNodes || fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("cuGraphGetRootNodes", "rootNodes", fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_rootNodes && !(rootNodes = fgr_out(q, fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphGetRootNodes)fgr_real[FGR_OP_cuGraphGetRootNodes])(hGraph, rootNodes, numRootNodes);
+    if (fgr_r == CUDA_SUCCESS) {
+        for (uint64_t fgr_i = 0; rootNodes && fgr_i < fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)) / sizeof(CUgraphNode); fgr_i++)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)rootNodes[fgr_i], FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+        if (fgr_out_n(FGR_H_CUgraphNode, rootNodes, fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)) / sizeof(CUgraphNode)) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_rootNodes)
+        fgr_reply_out(q, rootNodes, fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)), 0, fgr_r);
+    fgr_reply_out(q, numRootNodes, sizeof(size_t), 1, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphAddDependencies(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    CUgraphNode *from = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    CUgraphNode *to = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    fgr_in_n(FGR_H_CUgraphNode, from, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    fgr_in_n(FGR_H_CUgraphNode, to, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphAddDependencies", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, from, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuGraphAddDependencies", "from", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, to, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuGraphAddDependencies", "to", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphAddDependencies)fgr_real[FGR_OP_cuGraphAddDependencies])(hGraph, from, to, numDependencies);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphAddDependencies_v2(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    CUgraphNode *from = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    CUgraphNode *to = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    CUgraphEdgeData *edgeData = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphEdgeData)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    fgr_in_n(FGR_H_CUgraphNode, from, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    fgr_in_n(FGR_H_CUgraphNode, to, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphAddDependencies_v2", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, from, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuGraphAddDependencies_v2", "from", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, to, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuGraphAddDependencies_v2", "to", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphAddDependencies_v2)fgr_real[FGR_OP_cuGraphAddDependencies_v2])(hGraph, from, to, edgeData, numDependencies);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphAddMemcpyNode(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    CUcontext ctx = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
+    int has_phGraphNode = fgr_get_u8(rd);
+    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    CUDA_MEMCPY3D *copyParams = fgr_get_buf(rd, q, sizeof(CUDA_MEMCPY3D), 1);
+    if (copyParams)
+        copyParams->srcArray = (CUarray)(uintptr_t)fgr_in(FGR_H_CUarray, (uint64_t)(uintptr_t)copyParams->srcArray);
+    if (copyParams)
+        copyParams->dstArray = (CUarray)(uintptr_t)fgr_in(FGR_H_CUarray, (uint64_t)(uintptr_t)copyParams->dstArray);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraphNode *phGraphNode = NULL;
+    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphAddMemcpyNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuGraphAddMemcpyNode", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUarray, (copyParams ? (uint64_t)(uintptr_t)copyParams->srcArray : 0))))
+        fgr_r = fgr_refuse("cuGraphAddMemcpyNode", "copyParams->srcArray", (copyParams ? (uint64_t)(uintptr_t)copyParams->srcArray : 0), CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUarray, (copyParams ? (uint64_t)(uintptr_t)copyParams->dstArray : 0))))
+        fgr_r = fgr_refuse("cuGraphAddMemcpyNode", "copyParams->dstArray", (copyParams ? (uint64_t)(uintptr_t)copyParams->dstArray : 0), CUDA_ERROR_INVALID_HANDLE);
+    else if (!(!copyParams || (!fgr_copy3d_arrays(copyParams))))
+        fgr_r = fgr_refuse("cuGraphAddMemcpyNode", "copyParams->srcArray", (copyParams ? (uint64_t)0 : 0), CUDA_ERROR_NOT_SUPPORTED);
+    else if (!(!copyParams || (fgr_copy3d_in(copyParams))))
+        fgr_r = fgr_refuse("cuGraphAddMemcpyNode", "copyParams->srcDevice", (copyParams ? (uint64_t)copyParams->srcDevice : 0), CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
+        fgr_r = fgr_refuse("cuGraphAddMemcpyNode", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
+    if (fgr_r == CUDA_SUCCESS && has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphAddMemcpyNode)fgr_real[FGR_OP_cuGraphAddMemcpyNode])(phGraphNode, hGraph, dependencies, numDependencies, copyParams, ctx);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phGraphNode)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+        if (fgr_out_n(FGR_H_CUgraphNode, phGraphNode, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_phGraphNode)
+        fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphAddMemsetNode(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    CUcontext ctx = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
+    int has_phGraphNode = fgr_get_u8(rd);
+    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    CUDA_MEMSET_NODE_PARAMS *memsetParams = fgr_get_buf(rd, q, sizeof(CUDA_MEMSET_NODE_PARAMS), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraphNode *phGraphNode = NULL;
+    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphAddMemsetNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuGraphAddMemsetNode", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(!memsetParams || (fgr_mem_in((uint64_t)memsetParams->dst, fgr_span(memsetParams->pitch,fgr_mul(memsetParams->width,memsetParams->elementSize),memsetParams->height)))))
+        fgr_r = fgr_refuse("cuGraphAddMemsetNode", "memsetParams->dst", (memsetParams ? (uint64_t)memsetParams->dst : 0), CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
+        fgr_r = fgr_refuse("cuGraphAddMemsetNode", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
+    if (fgr_r == CUDA_SUCCESS && has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphAddMemsetNode)fgr_real[FGR_OP_cuGraphAddMemsetNode])(phGraphNode, hGraph, dependencies, numDependencies, memsetParams, ctx);
     if (fgr_r == CUDA_SUCCESS) {
         if (phGraphNode)
             fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
@@ -5974,29 +6291,78 @@ static CUresult op_cuStreamAttachMemAsync_ptsz(struct fgr_rd *rd, struct fgr_req
     return fgr_r;
 }
 
-static CUresult op_cuGraphClone(struct fgr_rd *rd, struct fgr_req *q)
+static CUresult op_fgrGraphAddHostNode(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUgraph originalGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
-    int has_phGraphClone = fgr_get_u8(rd);
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    unsigned long long id = (unsigned long long)fgr_get_u64(rd);
+    int has_phGraphNode = fgr_get_u8(rd);
+    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUgraph *phGraphClone = NULL;
+    CUgraphNode *phGraphNode = NULL;
+    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
     CUresult fgr_r = CUDA_SUCCESS;
-    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)originalGraph)))
-        fgr_r = fgr_refuse("cuGraphClone", "originalGraph", (uint64_t)(uintptr_t)originalGraph, CUDA_ERROR_INVALID_HANDLE);
-    if (fgr_r == CUDA_SUCCESS && has_phGraphClone && !(phGraphClone = fgr_out(q, sizeof(CUgraph))))
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("fgrGraphAddHostNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("fgrGraphAddHostNode", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
-        fgr_r = ((pfn_cuGraphClone)fgr_real[FGR_OP_cuGraphClone])(phGraphClone, originalGraph);
+        fgr_r = ((pfn_fgrGraphAddHostNode)fgr_real[FGR_OP_fgrGraphAddHostNode])(phGraphNode, hGraph, dependencies, numDependencies, id);
     if (fgr_r == CUDA_SUCCESS) {
-        if (phGraphClone)
-            fgr_add(FGR_H_CUgraph, (uint64_t)(uintptr_t)*phGraphClone, FGR_H_CUcontext, fgr_ctx);
-        if (fgr_out_n(FGR_H_CUgraph, phGraphClone, 1) != 0)
+        if (phGraphNode)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+        if (fgr_out_n(FGR_H_CUgraphNode, phGraphNode, 1) != 0)
             fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
-    if (has_phGraphClone)
-        fgr_reply_out(q, phGraphClone, sizeof(CUgraph), 0, fgr_r);
+    if (has_phGraphNode)
+        fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrGraphAddKernelNode(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    CUfunction f = (CUfunction)(uintptr_t)fgr_in(FGR_H_CUfunction, fgr_get_u64(rd));
+    unsigned int gridDimX = (unsigned int)fgr_get_u64(rd);
+    unsigned int gridDimY = (unsigned int)fgr_get_u64(rd);
+    unsigned int gridDimZ = (unsigned int)fgr_get_u64(rd);
+    unsigned int blockDimX = (unsigned int)fgr_get_u64(rd);
+    unsigned int blockDimY = (unsigned int)fgr_get_u64(rd);
+    unsigned int blockDimZ = (unsigned int)fgr_get_u64(rd);
+    unsigned int sharedMemBytes = (unsigned int)fgr_get_u64(rd);
+    int has_phGraphNode = fgr_get_u8(rd);
+    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    void **kernelParams = fgr_get_kparams(rd, q);
+    void **extra = fgr_get_extra(rd, q);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraphNode *phGraphNode = NULL;
+    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("fgrGraphAddKernelNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("fgrGraphAddKernelNode", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)f)))
+        fgr_r = fgr_refuse("fgrGraphAddKernelNode", "f", (uint64_t)(uintptr_t)f, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrGraphAddKernelNode)fgr_real[FGR_OP_fgrGraphAddKernelNode])(phGraphNode, hGraph, dependencies, numDependencies, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, kernelParams, extra);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phGraphNode)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+        if (fgr_out_n(FGR_H_CUgraphNode, phGraphNode, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_phGraphNode)
+        fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
     return fgr_r;
 }
 
@@ -6014,37 +6380,6 @@ static CUresult op_cuGraphDestroyNode(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         fgr_drop(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode);
     }
-    return fgr_r;
-}
-
-static CUresult op_cuGraphAddEmptyNode(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
-    size_t numDependencies = (size_t)fgr_get_u64(rd);
-    int has_phGraphNode = fgr_get_u8(rd);
-    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUgraphNode *phGraphNode = NULL;
-    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
-    CUresult fgr_r = CUDA_SUCCESS;
-    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
-        fgr_r = fgr_refuse("cuGraphAddEmptyNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
-    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
-        fgr_r = fgr_refuse("cuGraphAddEmptyNode", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
-    if (fgr_r == CUDA_SUCCESS && has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
-        return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS)
-        fgr_r = ((pfn_cuGraphAddEmptyNode)fgr_real[FGR_OP_cuGraphAddEmptyNode])(phGraphNode, hGraph, dependencies, numDependencies);
-    if (fgr_r == CUDA_SUCCESS) {
-        if (phGraphNode)
-            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
-        if (fgr_out_n(FGR_H_CUgraphNode, phGraphNode, 1) != 0)
-            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    if (has_phGraphNode)
-        fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
     return fgr_r;
 }
 
@@ -6116,36 +6451,6 @@ static CUresult op_cuGraphAddEventWaitNode(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
-static CUresult op_cuGraphGetRootNodes(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
-    int has_rootNodes = fgr_get_u8(rd);
-    size_t *numRootNodes = fgr_get_buf(rd, q, sizeof(size_t), 1);
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUgraphNode *rootNodes = NULL;
-    CUresult fgr_r = CUDA_SUCCESS;
-    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
-        fgr_r = fgr_refuse("cuGraphGetRootNodes", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
-    else if (!(!has_rootNodes || fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)) <= FGR_SMALL_FRAME))
-        fgr_r = fgr_refuse_size("cuGraphGetRootNodes", "rootNodes", fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)), CUDA_ERROR_INVALID_VALUE);
-    if (fgr_r == CUDA_SUCCESS && has_rootNodes && !(rootNodes = fgr_out(q, fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)))))
-        return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS)
-        fgr_r = ((pfn_cuGraphGetRootNodes)fgr_real[FGR_OP_cuGraphGetRootNodes])(hGraph, rootNodes, numRootNodes);
-    if (fgr_r == CUDA_SUCCESS) {
-        for (uint64_t fgr_i = 0; rootNodes && fgr_i < fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)) / sizeof(CUgraphNode); fgr_i++)
-            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)rootNodes[fgr_i], FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
-        if (fgr_out_n(FGR_H_CUgraphNode, rootNodes, fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)) / sizeof(CUgraphNode)) != 0)
-            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    if (has_rootNodes)
-        fgr_reply_out(q, rootNodes, fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)), 0, fgr_r);
-    fgr_reply_out(q, numRootNodes, sizeof(size_t), 1, fgr_r);
-    return fgr_r;
-}
-
 static CUresult op_cuGraphExecGetFlags(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -6163,40 +6468,6 @@ static CUresult op_cuGraphExecGetFlags(struct fgr_rd *rd, struct fgr_req *q)
         fgr_r = ((pfn_cuGraphExecGetFlags)fgr_real[FGR_OP_cuGraphExecGetFlags])(hGraphExec, flags);
     if (has_flags)
         fgr_reply_out(q, flags, sizeof(cuuint64_t), 0, fgr_r);
-    return fgr_r;
-}
-
-static CUresult op_cuGraphAddChildGraphNode(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
-    size_t numDependencies = (size_t)fgr_get_u64(rd);
-    CUgraph childGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
-    int has_phGraphNode = fgr_get_u8(rd);
-    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUgraphNode *phGraphNode = NULL;
-    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
-    CUresult fgr_r = CUDA_SUCCESS;
-    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
-        fgr_r = fgr_refuse("cuGraphAddChildGraphNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
-    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
-        fgr_r = fgr_refuse("cuGraphAddChildGraphNode", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
-    else if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)childGraph)))
-        fgr_r = fgr_refuse("cuGraphAddChildGraphNode", "childGraph", (uint64_t)(uintptr_t)childGraph, CUDA_ERROR_INVALID_HANDLE);
-    if (fgr_r == CUDA_SUCCESS && has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
-        return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS)
-        fgr_r = ((pfn_cuGraphAddChildGraphNode)fgr_real[FGR_OP_cuGraphAddChildGraphNode])(phGraphNode, hGraph, dependencies, numDependencies, childGraph);
-    if (fgr_r == CUDA_SUCCESS) {
-        if (phGraphNode)
-            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
-        if (fgr_out_n(FGR_H_CUgraphNode, phGraphNode, 1) != 0)
-            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    if (has_phGraphNode)
-        fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
     return fgr_r;
 }
 
@@ -6511,7 +6782,17 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuGraphGetNodes] = {"cuGraphGetNodes", op_cuGraphGetNodes, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphNodeGetType] = {"cuGraphNodeGetType", op_cuGraphNodeGetType, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphChildGraphNodeGetGraph] = {"cuGraphChildGraphNodeGetGraph", op_cuGraphChildGraphNodeGetGraph, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphAddMemAllocNode] = {"cuGraphAddMemAllocNode", op_cuGraphAddMemAllocNode, 0, FGR_MAX_FRAME},
     [FGR_OP_cuGraphAddMemFreeNode] = {"cuGraphAddMemFreeNode", op_cuGraphAddMemFreeNode, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuGraphMemAllocNodeGetParams] = {"cuGraphMemAllocNodeGetParams", op_cuGraphMemAllocNodeGetParams, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphAddChildGraphNode] = {"cuGraphAddChildGraphNode", op_cuGraphAddChildGraphNode, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuGraphClone] = {"cuGraphClone", op_cuGraphClone, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphAddEmptyNode] = {"cuGraphAddEmptyNode", op_cuGraphAddEmptyNode, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuGraphGetRootNodes] = {"cuGraphGetRootNodes", op_cuGraphGetRootNodes, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphAddDependencies] = {"cuGraphAddDependencies", op_cuGraphAddDependencies, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuGraphAddDependencies_v2] = {"cuGraphAddDependencies_v2", op_cuGraphAddDependencies_v2, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuGraphAddMemcpyNode] = {"cuGraphAddMemcpyNode", op_cuGraphAddMemcpyNode, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuGraphAddMemsetNode] = {"cuGraphAddMemsetNode", op_cuGraphAddMemsetNode, 0, FGR_MAX_FRAME},
     [FGR_OP_cuDeviceGetGraphMemAttribute] = {"cuDeviceGetGraphMemAttribute", op_cuDeviceGetGraphMemAttribute, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuDeviceSetGraphMemAttribute] = {"cuDeviceSetGraphMemAttribute", op_cuDeviceSetGraphMemAttribute, 0, FGR_MAX_FRAME},
     [FGR_OP_cuDeviceGraphMemTrim] = {"cuDeviceGraphMemTrim", op_cuDeviceGraphMemTrim, 0, FGR_SMALL_FRAME},
@@ -6647,14 +6928,12 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamCopyAttributes_ptsz] = {"cuStreamCopyAttributes_ptsz", op_cuStreamCopyAttributes_ptsz, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamAttachMemAsync] = {"cuStreamAttachMemAsync", op_cuStreamAttachMemAsync, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamAttachMemAsync_ptsz] = {"cuStreamAttachMemAsync_ptsz", op_cuStreamAttachMemAsync_ptsz, 0, FGR_SMALL_FRAME},
-    [FGR_OP_cuGraphClone] = {"cuGraphClone", op_cuGraphClone, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrGraphAddHostNode] = {"fgrGraphAddHostNode", op_fgrGraphAddHostNode, 0, FGR_MAX_FRAME},
+    [FGR_OP_fgrGraphAddKernelNode] = {"fgrGraphAddKernelNode", op_fgrGraphAddKernelNode, 0, FGR_MAX_FRAME},
     [FGR_OP_cuGraphDestroyNode] = {"cuGraphDestroyNode", op_cuGraphDestroyNode, 0, FGR_SMALL_FRAME},
-    [FGR_OP_cuGraphAddEmptyNode] = {"cuGraphAddEmptyNode", op_cuGraphAddEmptyNode, 0, FGR_MAX_FRAME},
     [FGR_OP_cuGraphAddEventRecordNode] = {"cuGraphAddEventRecordNode", op_cuGraphAddEventRecordNode, 0, FGR_MAX_FRAME},
     [FGR_OP_cuGraphAddEventWaitNode] = {"cuGraphAddEventWaitNode", op_cuGraphAddEventWaitNode, 0, FGR_MAX_FRAME},
-    [FGR_OP_cuGraphGetRootNodes] = {"cuGraphGetRootNodes", op_cuGraphGetRootNodes, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphExecGetFlags] = {"cuGraphExecGetFlags", op_cuGraphExecGetFlags, 0, FGR_SMALL_FRAME},
-    [FGR_OP_cuGraphAddChildGraphNode] = {"cuGraphAddChildGraphNode", op_cuGraphAddChildGraphNode, 0, FGR_MAX_FRAME},
     [FGR_OP_xt_ctx] = {"xt_ctx", op_xt_ctx, 0, FGR_SMALL_FRAME},
     [FGR_OP_xt_ctx_39] = {"xt_ctx_39", op_xt_ctx_39, 0, FGR_SMALL_FRAME},
     [FGR_OP_xt_ctx_51] = {"xt_ctx_51", op_xt_ctx_51, 0, FGR_SMALL_FRAME},

@@ -157,6 +157,11 @@ void fgr_stage_attach(struct fgr_ring *r);
  * the shared memory once attached. */
 void fgr_hostfn_init(void *driver);
 void fgr_hostfn_attach(struct fgr_ring *r);
+/* Graph nodes put together from what the client sent (graphs.c). */
+void fgr_graphs_init(void *driver);
+/* A copy node's sides lie in the connection's ranges; either is an array. */
+int fgr_copy3d_in(const CUDA_MEMCPY3D *c);
+int fgr_copy3d_arrays(const CUDA_MEMCPY3D *c);
 void fgr_stage_reap(void);
 /* The pinned heap of shm:// (heap.c): its operations, and its mapping. */
 void fgr_heap_init(void *driver);
@@ -250,6 +255,10 @@ int fgr_mem_clear(uint64_t p, uint64_t n);
 /* Forgets the ranges that start in [lo, hi). */
 void fgr_mem_drop_within(uint64_t lo, uint64_t hi);
 void fgr_mem_add(uint64_t base, uint64_t size, int okind, uint64_t owner);
+/* A graph allocation node's range: its address is the graph's for as
+ * long as the node lives, allocated again at each launch, so a free
+ * leaves it recorded; it goes with its owner. */
+void fgr_mem_add_kept(uint64_t base, uint64_t size, int okind, uint64_t owner);
 /* Records the range the driver says holds p. */
 void fgr_mem_add_found(uint64_t p, int okind, uint64_t owner);
 /* Says the first refusal of the connection, and answers r. */

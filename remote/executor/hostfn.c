@@ -21,6 +21,7 @@ static struct fgr_hostfn_area *area;
 static int ending; /* the executor exits: gates return at once */
 static CUresult (*launch_host)(CUstream, CUhostFn, void *), (*launch_host_pt)(CUstream, CUhostFn, void *);
 static CUresult (*is_capturing)(CUstream, CUstreamCaptureStatus *), (*is_capturing_pt)(CUstream, CUstreamCaptureStatus *);
+static CUresult (*add_host_node)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, const CUDA_HOST_NODE_PARAMS *);
 
 static void gate(void *arg)
 {
@@ -64,8 +65,18 @@ static CUresult host_fn(CUstream s, unsigned long long id, unsigned int pt)
     return (pt ? launch_host_pt : launch_host)(s, gate, (void *)(uintptr_t)id);
 }
 
+/* fgrGraphAddHostNode: the gate as the node's function, for the client's
+ * function named id, which every launch runs. */
+static CUresult host_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                          size_t numDependencies, unsigned long long id)
+{
+    CUDA_HOST_NODE_PARAMS p = {gate, (void *)(uintptr_t)(id | FGR_HOSTFN_KEEP)};
+    return add_host_node(phGraphNode, hGraph, dependencies, numDependencies, &p);
+}
+
 void fgr_hostfn_init(void *driver)
 {
+    *(void **)&add_host_node = dlsym(driver, "cuGraphAddHostNode");
     *(void **)&launch_host = dlsym(driver, "cuLaunchHostFunc");
     *(void **)&launch_host_pt = dlsym(driver, "cuLaunchHostFunc_ptsz");
     *(void **)&is_capturing = dlsym(driver, "cuStreamIsCapturing");
@@ -89,5 +100,7 @@ void fgr_hostfn_attach(struct fgr_ring *r)
         return;
     area = &r->m->hostfn;
     fgr_real[FGR_OP_fgrHostFn] = (void *)host_fn;
+    if (add_host_node)
+        fgr_real[FGR_OP_fgrGraphAddHostNode] = (void *)host_node;
     atexit(end_gates);
 }

@@ -33,6 +33,7 @@ static size_t cap, used; /* used counts removed slots too, until a rehash */
 struct range {
     uint64_t base, end, owner;
     uint8_t okind;
+    uint8_t kept; /* a graph allocation node's: a free leaves it, its owner's end drops it */
 };
 static struct range *mem;
 static size_t nmem, capmem;
@@ -238,6 +239,8 @@ void fgr_retain(int kind, uint64_t v)
 }
 
 static void drop_owned(int kind, uint64_t v);
+static int owner_gone; /* inside drop_owned: kept ranges go too */
+static struct range *range_of(uint64_t p);
 
 /* A shadow entry is of kind | SHADOWED, owned by its real handle: it goes
  * when the handle does. */
@@ -310,6 +313,11 @@ void fgr_drop(int kind, uint64_t v)
         e->refs--;
         return;
     }
+    if (kind == FGR_H_MEM && !owner_gone) {
+        struct range *r = range_of(v);
+        if (r && r->base == v && r->kept)
+            return;
+    }
     if (e) {
         e->kind = FGR_H_DEAD;
         name_free(e->name);
@@ -328,9 +336,11 @@ void fgr_drop(int kind, uint64_t v)
 /* Everything owned by (kind, v), and what that owns in turn. */
 static void drop_owned(int kind, uint64_t v)
 {
+    owner_gone++;
     for (size_t i = 0; i < cap; i++)
         if (tab[i].kind && tab[i].kind != FGR_H_DEAD && tab[i].okind == kind && tab[i].owner == v)
             fgr_drop(tab[i].kind, tab[i].v);
+    owner_gone--;
     for (size_t i = 0; i < nmem;) {
         if (mem[i].okind == kind && mem[i].owner == v) {
             memmove(&mem[i], &mem[i + 1], (nmem - i - 1) * sizeof *mem);
@@ -404,9 +414,17 @@ void fgr_mem_add(uint64_t base, uint64_t size, int okind, uint64_t owner)
     }
     size_t i = above(base);
     memmove(&mem[i + 1], &mem[i], (nmem - i) * sizeof *mem);
-    mem[i] = (struct range){base, base + size, owner, (uint8_t)okind};
+    mem[i] = (struct range){base, base + size, owner, (uint8_t)okind, 0};
     nmem++;
     fgr_add(FGR_H_MEM, base, okind, owner);
+}
+
+void fgr_mem_add_kept(uint64_t base, uint64_t size, int okind, uint64_t owner)
+{
+    fgr_mem_add(base, size, okind, owner);
+    struct range *r = range_of(base);
+    if (r && r->base == base)
+        r->kept = 1;
 }
 
 void fgr_mem_add_found(uint64_t p, int okind, uint64_t owner)

@@ -13,6 +13,21 @@ func (b w) u32(v uint32) w { return binary.LittleEndian.AppendUint32(b, v) }
 func (b w) u64(v uint64) w { return binary.LittleEndian.AppendUint64(b, v) }
 func (b w) raw(s string) w { return append(b, s...) }
 
+// copy3d is a CUDA_MEMCPY3D of n bytes from src to dst, each side of a
+// memory type (1 host, 2 device) given with its address.
+func copy3d(st uint32, src uint64, dt uint32, dst uint64, n uint64) string {
+	side := func(t uint32, p uint64) w {
+		b := w{}.u64(0).u64(0).u64(0).u64(0).u32(t).u32(0)
+		if t == 1 {
+			b = b.u64(p).u64(0)
+		} else {
+			b = b.u64(0).u64(p)
+		}
+		return b.u64(0).u64(0).u64(n).u64(1) // array, reserved, pitch, height
+	}
+	return string(append(append(side(st, src), side(dt, dst)...), w{}.u64(n).u64(1).u64(1)...))
+}
+
 // request is a well-formed request: its operation, its arguments as the
 // client encodes them (remote/wire.h), and the reply's length.
 type request struct {
@@ -211,6 +226,13 @@ func TestForeignHandlesAndAddressesRefused(t *testing.T) {
 		{"an attribute whose size is unknown", "cuMemPoolGetAttribute", w{}.u64(h.Pool).u64(99).u8(1), invalidValue},
 		{"an out buffer sized by a huge in-out count", "cuGraphGetNodes", w{}.u64(h.Graph).u8(1).u8(1).u64(8).u64(1 << 60), invalidValue},
 		{"a count whose size wraps to zero", "cuGraphGetNodes", w{}.u64(h.Graph).u8(1).u8(1).u64(8).u64(1 << 61), invalidValue},
+		// Addresses inside a node's structure: a memset node running past
+		// its allocation, a copy node whose host side is not the
+		// connection's memory (the executor's own, say) or whose device
+		// side runs past its allocation.
+		{"a memset node past its allocation", "cuGraphAddMemsetNode", w{}.u64(h.Graph).u64(0).u64(0).u8(1).u8(0).u8(1).u64(40).u64(0x10ff0).u64(0).u32(1).u32(1).u64(32).u64(1), invalidValue},
+		{"a copy node from memory not the connection's", "cuGraphAddMemcpyNode", w{}.u64(h.Graph).u64(0).u64(0).u8(1).u8(0).u8(1).u64(200).raw(copy3d(1, 0x7ffd00000000, 2, 0x1000, 16)), invalidValue},
+		{"a copy node past its allocation", "cuGraphAddMemcpyNode", w{}.u64(h.Graph).u64(0).u64(0).u8(1).u8(0).u8(1).u64(200).raw(copy3d(2, 0x1000, 2, 0x10ff8, 16)), invalidValue},
 	} {
 		before := Calls()
 		bad, out := Serve(opOf(t, c.op), c.args)

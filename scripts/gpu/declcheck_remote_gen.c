@@ -263,21 +263,21 @@ typedef CUresult (CUDAAPI *fg_sig_cuStreamAttachMemAsync)(CUstream hStream, CUde
 SAME(fg_sig_cuStreamAttachMemAsync, PFN_cuStreamAttachMemAsync_v6000);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamAttachMemAsync_ptsz)(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
 SAME(fg_sig_cuStreamAttachMemAsync_ptsz, PFN_cuStreamAttachMemAsync_v7000_ptsz);
-typedef CUresult (CUDAAPI *fg_sig_cuGraphClone)(CUgraph *phGraphClone, CUgraph originalGraph);
-SAME(fg_sig_cuGraphClone, PFN_cuGraphClone_v10000);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphDestroyNode)(CUgraphNode hNode);
 SAME(fg_sig_cuGraphDestroyNode, PFN_cuGraphDestroyNode_v10000);
-typedef CUresult (CUDAAPI *fg_sig_cuGraphAddEmptyNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies);
-SAME(fg_sig_cuGraphAddEmptyNode, PFN_cuGraphAddEmptyNode_v10000);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphAddEventRecordNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);
 SAME(fg_sig_cuGraphAddEventRecordNode, PFN_cuGraphAddEventRecordNode_v11010);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphAddEventWaitNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);
 SAME(fg_sig_cuGraphAddEventWaitNode, PFN_cuGraphAddEventWaitNode_v11010);
-typedef CUresult (CUDAAPI *fg_sig_cuGraphGetRootNodes)(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes);
-SAME(fg_sig_cuGraphGetRootNodes, PFN_cuGraphGetRootNodes_v10000);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphExecGetFlags)(CUgraphExec hGraphExec, cuuint64_t *flags);
 SAME(fg_sig_cuGraphExecGetFlags, PFN_cuGraphExecGetFlags_v12000);
-typedef CUresult (CUDAAPI *fg_sig_cuGraphAddChildGraphNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph);
-SAME(fg_sig_cuGraphAddChildGraphNode, PFN_cuGraphAddChildGraphNode_v10000);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphConditionalHandleCreate)(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue, unsigned int flags);
+SAME(fg_sig_cuGraphConditionalHandleCreate, PFN_cuGraphConditionalHandleCreate_v12030);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphAddNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraphNodeParams *nodeParams);
+SAME(fg_sig_cuGraphAddNode, PFN_cuGraphAddNode_v12020);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphAddNode_v2)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams);
+SAME(fg_sig_cuGraphAddNode_v2, PFN_cuGraphAddNode_v12030);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphDebugDotPrint)(CUgraph hGraph, const char *path, unsigned int flags);
+SAME(fg_sig_cuGraphDebugDotPrint, PFN_cuGraphDebugDotPrint_v11030);
 
 int main(void) { return 0; }

@@ -754,7 +754,7 @@ ctx = ctypes.c_void_p()
 print("cuInit", cu.cuInit(0))
 state = ctypes.c_int()
 print("cuCheckpointProcessGetState", cu.cuCheckpointProcessGetState(1, ctypes.byref(state)))
-print("cuGraphAddMemAllocNode", cu.cuGraphAddMemAllocNode(None, None, None, 0, None))
+print("cuLinkDestroy", cu.cuLinkDestroy(None))
 table = ctypes.c_void_p()
 uuid = (ctypes.c_ubyte * 16)(*b"no-such-table-!!")
 print("cuGetExportTable", cu.cuGetExportTable(ctypes.byref(table), uuid))
@@ -762,11 +762,11 @@ dev = ctypes.c_int()
 print("cuDeviceGet", cu.cuDeviceGet(ctypes.byref(dev), 0))
 `
 	r := e.remote(s, "python3", "-c", prog)
-	want := "cuInit 0\ncuCheckpointProcessGetState 801\ncuGraphAddMemAllocNode 801\ncuGetExportTable 801\ncuDeviceGet 0\n"
+	want := "cuInit 0\ncuCheckpointProcessGetState 801\ncuLinkDestroy 801\ncuGetExportTable 801\ncuDeviceGet 0\n"
 	if r.code != 0 || r.stdout != want {
 		t.Fatalf("exit %d, printed\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
 	}
-	for _, name := range []string{"cuCheckpointProcessGetState is not supported remotely", "cuGraphAddMemAllocNode is not supported remotely",
+	for _, name := range []string{"cuCheckpointProcessGetState is not supported remotely", "cuLinkDestroy is not supported remotely",
 		"table 6e6f2d73-7563-682d-7461-626c652d2121 is not emulated"} {
 		if !strings.Contains(r.stderr, name) {
 			t.Errorf("stderr does not say %q:\n%s", name, r.stderr)

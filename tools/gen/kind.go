@@ -205,5 +205,15 @@ func structChecks(a arg, t string) []check {
 		v := fmt.Sprintf("(%s ? %s : 0)", a.p.Name, handleVal(f[1], a.p.Name+"->"+f[0]))
 		cs = append(cs, check{fmt.Sprintf("fgr_has(FGR_H_%s, %s)", f[1], v), a.p.Name + "->" + f[0], v, "CUDA_ERROR_INVALID_HANDLE", false})
 	}
+	for _, c := range append(structConds[t], structConds[a.e.Name+" "+t]...) {
+		cs = append(cs, check{fmt.Sprintf("!%s || (%s)", a.p.Name, structField(a, c.cond)), a.p.Name + "->" + c.field,
+			fmt.Sprintf("(%s ? %s : 0)", a.p.Name, structField(a, c.val)), c.err, false})
+	}
 	return cs
+}
+
+// structField is expr with $ read as the parameter's structure's fields, @
+// as the parameter.
+func structField(a arg, expr string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(expr, "$", a.p.Name+"->"), "@", a.p.Name)
 }

@@ -109,6 +109,22 @@ func (inoutKind) unname(w *cw, a arg) {
 	}
 }
 
+// The device memory the call wrote into its structure is the
+// connection's: the client keeps its range, the executor records it,
+// owned by the request's context (it outlives a graph that made it), and
+// kept when freed (a graph allocates it again at each launch).
+func (inoutKind) kept(w *cw, a arg) {
+	for _, f := range structAllocs[pointee(a.p.Type)] {
+		w.ifThen(a.p.Name, cf("fgr_range_add_kept((uint64_t)%s->%s, (uint64_t)(%s));", a.p.Name, f[0], structField(a, f[1])))
+	}
+}
+
+func (inoutKind) record(w *cw, a arg) {
+	for _, f := range structAllocs[pointee(a.p.Type)] {
+		w.ifThen(a.p.Name, cf("fgr_mem_add_kept((uint64_t)%s->%s, (uint64_t)(%s), FGR_H_CUcontext, fgr_ctx);", a.p.Name, f[0], structField(a, f[1])))
+	}
+}
+
 func (inoutKind) get(w *cw, a arg) { w.line("fgr_get_out(&fgr_c, %s, n_%s, 1);", a.p.Name, a.p.Name) }
 
 func (inoutKind) reply(w *cw, a arg) {

@@ -91,6 +91,34 @@ var structHandles = map[string][][2]string{
 	"CUDA_MEMCPY3D":                 {{"srcArray", "CUarray"}, {"dstArray", "CUarray"}},
 }
 
+// structConds are what must hold of the other words of a structure a
+// request carries (keyed by its type, or by "CALL TYPE" for one call's),
+// else the call is refused with its error: $ stands for
+// the structure ($dst: its field dst). A device address in it must lie in
+// the connection's memory; a pointer into the caller's memory cannot be
+// followed, so what it counts must be none. @ stands for the structure's
+// pointer.
+var structConds = map[string][]structCond{
+	"CUDA_MEMSET_NODE_PARAMS": {{"fgr_mem_in((uint64_t)$dst, fgr_span($pitch,fgr_mul($width,$elementSize),$height))", "dst", "(uint64_t)$dst", "CUDA_ERROR_INVALID_VALUE"}},
+	"CUDA_MEM_ALLOC_NODE_PARAMS": {{"$accessDescCount == 0", "accessDescCount", "(uint64_t)$accessDescCount", "CUDA_ERROR_NOT_SUPPORTED"}},
+	// A copy node's (an array copy's host side is the request's: textures.c).
+	"cuGraphAddMemcpyNode CUDA_MEMCPY3D": {
+		{"!fgr_copy3d_arrays(@)", "srcArray", "(uint64_t)0", "CUDA_ERROR_NOT_SUPPORTED"},
+		{"fgr_copy3d_in(@)", "srcDevice", "(uint64_t)$srcDevice", "CUDA_ERROR_INVALID_VALUE"},
+	},
+}
+
+// structCond is a condition on a structure's words: cond, the field it
+// names, its value in the refusal's message, the error.
+type structCond struct{ cond, field, val, err string }
+
+// structAllocs are the device addresses a call writes into the structure
+// an inout parameter carries, each with its size ($ as in structConds):
+// memory the connection owns from then on, as alloc's.
+var structAllocs = map[string][][2]string{
+	"CUDA_MEM_ALLOC_NODE_PARAMS": {{"dptr", "$bytesize"}},
+}
+
 // structOutHandles are the handles a call writes into the structures an
 // inout parameter carries: renamed before the reply.
 var structOutHandles = map[string][][2]string{

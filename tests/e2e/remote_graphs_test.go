@@ -1,0 +1,115 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+)
+
+// A graph built node by node (an allocation node, memset nodes into it
+// and into cuMemAlloc memory) does remotely what it does locally over
+// every transport: the bytes the nodes set, the nodes' types, the
+// allocation node's parameters, a relaunch refused while its allocation
+// is in use and allowed once it is freed (the freed address still the
+// connection's, since the graph allocates it again).
+func TestRemoteGraphNodesMatchLocal(t *testing.T) {
+	e := newEnv(t)
+	local := e.run("graphnodes")
+	if local.code != 0 || !strings.Contains(local.stdout, "2D set again: 4=04") ||
+		!strings.Contains(local.stdout, "relaunch once freed: CUDA_SUCCESS") {
+		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
+	}
+	printsAsLocally(t, local, "graphnodes", "unix", "shm", "tcp")
+}
+
+// Edges added after their nodes order a launch as locally (the copy sees
+// the memset it was made to follow), an edge twice or closing a cycle is
+// refused, an empty node joins, root nodes are counted, a child graph
+// runs inside, a clone runs.
+func TestRemoteGraphEdgesMatchLocal(t *testing.T) {
+	e := newEnv(t)
+	local := e.run("graphnodes", "edges")
+	if local.code != 0 || !strings.Contains(local.stdout, "z: 0=33") || !strings.Contains(local.stdout, "48=55") || !strings.Contains(local.stdout, "roots after it: 1") {
+		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
+	}
+	for _, transport := range []string{"unix", "shm", "tcp"} {
+		t.Run(transport, func(t *testing.T) {
+			e := newEnv(t)
+			got := e.remote(e.serve(transport), "graphnodes", "edges")
+			if got.code != 0 || got.stdout != local.stdout {
+				t.Errorf("remotely: exit %d, printed\n%s\nlocally\n%s\n%s", got.code, got.stdout, local.stdout, got.stderr)
+			}
+		})
+	}
+}
+
+// What a connection may not name in a node is refused with the driver's
+// error, and the executor goes on: a memset node outside the connection's
+// memory (past its allocation, or the program's own memory), a forged
+// graph, an allocation node's access descriptors (an array in the
+// program's memory, not carried), a copy node from the program's pageable
+// memory (which a launch could not reach) or past its allocation.
+func TestRemoteGraphNodesHostile(t *testing.T) {
+	e := newEnv(t)
+	s := e.serve("unix")
+	got := e.remote(s, "graphnodes", "hostile")
+	want := `memset past its allocation: CUDA_ERROR_INVALID_VALUE
+forged graph: CUDA_ERROR_INVALID_HANDLE
+memset into the program's memory: CUDA_ERROR_INVALID_VALUE
+access descriptors: CUDA_ERROR_NOT_SUPPORTED
+copy node from pageable memory: CUDA_ERROR_NOT_SUPPORTED
+copy node past its allocation: CUDA_ERROR_INVALID_VALUE
+then a memset in its memory: CUDA_SUCCESS
+`
+	if got.code != 0 || got.stdout != want {
+		t.Fatalf("exit %d, printed\n%s\nwant\n%s\n%s", got.code, got.stdout, want, got.stderr)
+	}
+	// The executor refused the first of them itself, before the driver
+	// (which might take memory of the executor's own for the node's).
+	if !strings.Contains(s.Log(), "refusing cuGraphAddMemsetNode: memsetParams->dst=") {
+		t.Errorf("the executor did not say it refused the memset node:\n%s", s.Log())
+	}
+}
+
+// A host node runs the program's function at each launch, in the program
+// (over shm://, where the executor's gate hands it to the client); over a
+// socket nothing can call the program back, and the node is refused.
+func TestRemoteGraphHostNode(t *testing.T) {
+	e := newEnv(t)
+	local := e.run("graphnodes", "host")
+	if local.code != 0 || !strings.Contains(local.stdout, "after 3 launches: host node ran for 30\nits data changed, one more: 31") {
+		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
+	}
+	got := e.remote(e.serve("shm"), "graphnodes", "host")
+	if got.code != 0 || got.stdout != local.stdout {
+		t.Errorf("over shm://: exit %d, printed\n%s\nlocally\n%s\n%s", got.code, got.stdout, local.stdout, got.stderr)
+	}
+	eu := newEnv(t)
+	got = eu.remote(eu.serve("unix"), "graphnodes", "host")
+	if got.code != 0 || got.stdout != "cuGraphAddHostNode: CUDA_ERROR_NOT_SUPPORTED\n" ||
+		!strings.Contains(got.stderr, "a host node but over shm://") {
+		t.Errorf("over unix://: exit %d, printed\n%s\n%s", got.code, got.stdout, got.stderr)
+	}
+}
+
+// Copy nodes: device to device over every transport; pinned host memory
+// (cuMemAllocHost) up and back over shm://, where the executor maps it at
+// the program's address, read at the launch; over a socket the program's
+// host memory cannot be reached at a launch, and the node is refused.
+func TestRemoteGraphCopyNodes(t *testing.T) {
+	e := newEnv(t)
+	local := e.run("graphnodes", "copies")
+	if local.code != 0 || !strings.Contains(local.stdout, "device copy: 0=05") ||
+		!strings.Contains(local.stdout, "pinned round trip: 0=80") {
+		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
+	}
+	got := e.remote(e.serve("shm"), "graphnodes", "copies")
+	if got.code != 0 || got.stdout != local.stdout {
+		t.Errorf("over shm://: exit %d, printed\n%s\nlocally\n%s\n%s", got.code, got.stdout, local.stdout, got.stderr)
+	}
+	eu := newEnv(t)
+	got = eu.remote(eu.serve("unix"), "graphnodes", "copies")
+	device, _, _ := strings.Cut(local.stdout, "pinned upload node")
+	if want := device + "pinned upload node: CUDA_ERROR_NOT_SUPPORTED\n"; got.code != 0 || got.stdout != want {
+		t.Errorf("over unix://: exit %d, printed\n%s\nwant\n%s\n%s", got.code, got.stdout, want, got.stderr)
+	}
+}
