@@ -347,8 +347,8 @@ fi
 # Executors' host memory bounded by the kernel (--executor-memory, cgroup
 # v2): with the server alone in a cgroup made for it (as root), a program
 # runs under a 4 GiB limit, its executor's cgroup saying the limit and its
-# peak; under 64 MiB (less than a CUDA context takes) its executor is
-# killed, the program gets an error and the server serves on.
+# peak; under 64 MiB the executor (46 MB at its peak on an H200 for this
+# program) runs within it, or is killed past it, and the server serves on.
 if wanted cgroup && [ "$(id -u)" = 0 ] && [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ]; then
     echo +memory >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null
     for max in 4GiB 64MiB; do
@@ -375,7 +375,8 @@ if wanted cgroup && [ "$(id -u)" = 0 ] && [ "$(stat -fc %T /sys/fs/cgroup)" = cg
             "server: $(grep -c 'ended (signal: killed)' "$tmp/serve-cg-$max.log") executor(s) killed, $(grep -c 'not limited' "$tmp/serve-cg-$max.log") refusal(s)"
         case $max in
         4GiB) if [ "$(tail -n 1 "$tmp/cg-$max.out")" = "exit 0" ] && [ "${limit:-}" = 4294967296 ]; then pass "cgroup: a program under a 4 GiB executor limit"; else fail "cgroup: 4 GiB"; tail -n 5 "$tmp/cg-$max.out" "$tmp/serve-cg-$max.log"; fi ;;
-        64MiB) if [ "$(tail -n 1 "$tmp/cg-$max.out")" != "exit 0" ] && kill -0 $srv 2>/dev/null; then pass "cgroup: an executor over 64 MiB stopped, the server serves on"; else fail "cgroup: 64 MiB"; tail -n 5 "$tmp/cg-$max.out" "$tmp/serve-cg-$max.log"; fi ;;
+        64MiB) if [ "${limit:-}" = 67108864 ] && { [ "$(tail -n 1 "$tmp/cg-$max.out")" = "exit 0" ] || grep -q 'ended (signal: killed)' "$tmp/serve-cg-$max.log"; } &&
+            kill -0 $srv 2>/dev/null; then pass "cgroup: under 64 MiB the executor ran within it or was killed, the server serves on"; else fail "cgroup: 64 MiB"; tail -n 5 "$tmp/cg-$max.out" "$tmp/serve-cg-$max.log"; fi ;;
         esac
         kill $srv 2>/dev/null
         wait $srv 2>/dev/null

@@ -40,6 +40,9 @@ typedef struct CUmipmappedArray_st *CUmipmappedArray;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef struct CUgraphNodeParams_st CUgraphNodeParams; /* a union of every node kind's parameters */
 typedef cuuint64_t CUgraphConditionalHandle;
+/* Multicast objects: only named (refused remotely). */
+typedef struct CUmulticastObjectProp_st CUmulticastObjectProp;
+typedef enum CUmulticastGranularity_flags_enum { CU_MULTICAST_GRANULARITY_MINIMUM = 0, CU_MULTICAST_GRANULARITY_RECOMMENDED = 1 } CUmulticastGranularity_flags;
 /* An edge's kind (cuGraphAddDependencies_v2): 0s for a plain edge. */
 typedef struct CUgraphEdgeData_st {
     unsigned char from_port;

@@ -3344,6 +3344,114 @@ FGR_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)(uintptr_t)addr);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamWriteValue32_v2, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)stream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)addr);
+    fgr_put_u64(&fgr_c.w, (uint64_t)value);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)(uintptr_t)addr);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamWriteValue64_v2, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)stream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)addr);
+    fgr_put_u64(&fgr_c.w, (uint64_t)value);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)(uintptr_t)addr);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamWaitValue32_v2, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)stream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)addr);
+    fgr_put_u64(&fgr_c.w, (uint64_t)value);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)(uintptr_t)addr);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamWaitValue64_v2, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)stream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)addr);
+    fgr_put_u64(&fgr_c.w, (uint64_t)value);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mcHandle, const CUmulticastObjectProp *prop)
+{
+    (void)mcHandle;
+    (void)prop;
+    return fgr_unsupported(5, "cuMulticastCreate", NULL);
+}
+
+FGR_EXPORT CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle mcHandle, CUdevice dev)
+{
+    (void)mcHandle;
+    (void)dev;
+    return fgr_unsupported(6, "cuMulticastAddDevice", NULL);
+}
+
+FGR_EXPORT CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mcHandle, size_t mcOffset, CUmemGenericAllocationHandle memHandle, size_t memOffset, size_t size, unsigned long long flags)
+{
+    (void)mcHandle;
+    (void)mcOffset;
+    (void)memHandle;
+    (void)memOffset;
+    (void)size;
+    (void)flags;
+    return fgr_unsupported(7, "cuMulticastBindMem", NULL);
+}
+
+FGR_EXPORT CUresult cuMulticastBindAddr(CUmemGenericAllocationHandle mcHandle, size_t mcOffset, CUdeviceptr memptr, size_t size, unsigned long long flags)
+{
+    (void)mcHandle;
+    (void)mcOffset;
+    (void)memptr;
+    (void)size;
+    (void)flags;
+    return fgr_unsupported(8, "cuMulticastBindAddr", NULL);
+}
+
+FGR_EXPORT CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset, size_t size)
+{
+    (void)mcHandle;
+    (void)dev;
+    (void)mcOffset;
+    (void)size;
+    return fgr_unsupported(9, "cuMulticastUnbind", NULL);
+}
+
+FGR_EXPORT CUresult cuMulticastGetGranularity(size_t *granularity, const CUmulticastObjectProp *prop, CUmulticastGranularity_flags option)
+{
+    (void)granularity;
+    (void)prop;
+    (void)option;
+    return fgr_unsupported(10, "cuMulticastGetGranularity", NULL);
+}
+
 CUresult fgr_fwd_cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name)
 {
     CUresult fgr_r;
@@ -3876,7 +3984,7 @@ FGR_EXPORT CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGen
     (void)handle;
     (void)handleType;
     (void)flags;
-    return fgr_unsupported(5, "cuMemExportToShareableHandle", NULL);
+    return fgr_unsupported(11, "cuMemExportToShareableHandle", NULL);
 }
 
 FGR_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle, CUmemAllocationHandleType shHandleType)
@@ -3884,14 +3992,14 @@ FGR_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle 
     (void)handle;
     (void)osHandle;
     (void)shHandleType;
-    return fgr_unsupported(6, "cuMemImportFromShareableHandle", NULL);
+    return fgr_unsupported(12, "cuMemImportFromShareableHandle", NULL);
 }
 
 FGR_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 {
     (void)pHandle;
     (void)dptr;
-    return fgr_unsupported(7, "cuIpcGetMemHandle", NULL);
+    return fgr_unsupported(13, "cuIpcGetMemHandle", NULL);
 }
 
 FGR_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
@@ -3899,27 +4007,27 @@ FGR_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle han
     (void)pdptr;
     (void)handle;
     (void)Flags;
-    return fgr_unsupported(8, "cuIpcOpenMemHandle_v2", NULL);
+    return fgr_unsupported(14, "cuIpcOpenMemHandle_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 {
     (void)dptr;
-    return fgr_unsupported(9, "cuIpcCloseMemHandle", NULL);
+    return fgr_unsupported(15, "cuIpcCloseMemHandle", NULL);
 }
 
 FGR_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
 {
     (void)pHandle;
     (void)event;
-    return fgr_unsupported(10, "cuIpcGetEventHandle", NULL);
+    return fgr_unsupported(16, "cuIpcGetEventHandle", NULL);
 }
 
 FGR_EXPORT CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
 {
     (void)phEvent;
     (void)handle;
-    return fgr_unsupported(11, "cuIpcOpenEventHandle", NULL);
+    return fgr_unsupported(17, "cuIpcOpenEventHandle", NULL);
 }
 
 FGR_EXPORT CUresult fgrNvmlUtilization(CUdevice dev, unsigned int *gpu, unsigned int *memory)
@@ -4450,7 +4558,7 @@ FGR_EXPORT CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *optio
     (void)options;
     (void)optionValues;
     (void)stateOut;
-    return fgr_unsupported(12, "cuLinkCreate_v2", NULL);
+    return fgr_unsupported(18, "cuLinkCreate_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues)
@@ -4463,7 +4571,7 @@ FGR_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, voi
     (void)numOptions;
     (void)options;
     (void)optionValues;
-    return fgr_unsupported(13, "cuLinkAddData_v2", NULL);
+    return fgr_unsupported(19, "cuLinkAddData_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char *path, unsigned int numOptions, CUjit_option *options, void **optionValues)
@@ -4474,7 +4582,7 @@ FGR_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, con
     (void)numOptions;
     (void)options;
     (void)optionValues;
-    return fgr_unsupported(14, "cuLinkAddFile_v2", NULL);
+    return fgr_unsupported(20, "cuLinkAddFile_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut)
@@ -4482,13 +4590,13 @@ FGR_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *s
     (void)state;
     (void)cubinOut;
     (void)sizeOut;
-    return fgr_unsupported(15, "cuLinkComplete", NULL);
+    return fgr_unsupported(21, "cuLinkComplete", NULL);
 }
 
 FGR_EXPORT CUresult cuLinkDestroy(CUlinkState state)
 {
     (void)state;
-    return fgr_unsupported(16, "cuLinkDestroy", NULL);
+    return fgr_unsupported(22, "cuLinkDestroy", NULL);
 }
 
 FGR_EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
@@ -5048,7 +5156,7 @@ FGR_EXPORT CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHa
     (void)ctx;
     (void)defaultLaunchValue;
     (void)flags;
-    return fgr_unsupported(17, "cuGraphConditionalHandleCreate", NULL);
+    return fgr_unsupported(23, "cuGraphConditionalHandleCreate", NULL);
 }
 
 FGR_EXPORT CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraphNodeParams *nodeParams)
@@ -5058,7 +5166,7 @@ FGR_EXPORT CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, con
     (void)dependencies;
     (void)numDependencies;
     (void)nodeParams;
-    return fgr_unsupported(18, "cuGraphAddNode", NULL);
+    return fgr_unsupported(24, "cuGraphAddNode", NULL);
 }
 
 FGR_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams)
@@ -5069,7 +5177,7 @@ FGR_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, 
     (void)dependencyData;
     (void)numDependencies;
     (void)nodeParams;
-    return fgr_unsupported(19, "cuGraphAddNode_v2", NULL);
+    return fgr_unsupported(25, "cuGraphAddNode_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int flags)
@@ -5077,10 +5185,10 @@ FGR_EXPORT CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsig
     (void)hGraph;
     (void)path;
     (void)flags;
-    return fgr_unsupported(20, "cuGraphDebugDotPrint", NULL);
+    return fgr_unsupported(26, "cuGraphDebugDotPrint", NULL);
 }
 
-const int fgr_nunsupported = 21;
+const int fgr_nunsupported = 27;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -5284,6 +5392,10 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuMemPoolSetAttribute] = "cuMemPoolSetAttribute",
     [FGR_OP_cuDeviceSetMemPool] = "cuDeviceSetMemPool",
     [FGR_OP_cuMemGetAllocationPropertiesFromHandle] = "cuMemGetAllocationPropertiesFromHandle",
+    [FGR_OP_cuStreamWriteValue32_v2] = "cuStreamWriteValue32_v2",
+    [FGR_OP_cuStreamWriteValue64_v2] = "cuStreamWriteValue64_v2",
+    [FGR_OP_cuStreamWaitValue32_v2] = "cuStreamWaitValue32_v2",
+    [FGR_OP_cuStreamWaitValue64_v2] = "cuStreamWaitValue64_v2",
     [FGR_OP_cuModuleGetGlobal_v2] = "cuModuleGetGlobal_v2",
     [FGR_OP_cuLibraryGetModule] = "cuLibraryGetModule",
     [FGR_OP_cuFuncGetParamInfo] = "cuFuncGetParamInfo",
@@ -5689,6 +5801,16 @@ const struct fg_proc fgr_procs[] = {
     {"cuMemPoolSetAttribute", "cuMemPoolSetAttribute", 11020, 0, (void *)cuMemPoolSetAttribute},
     {"cuDeviceSetMemPool", "cuDeviceSetMemPool", 11020, 0, (void *)cuDeviceSetMemPool},
     {"cuMemGetAllocationPropertiesFromHandle", "cuMemGetAllocationPropertiesFromHandle", 10020, 0, (void *)cuMemGetAllocationPropertiesFromHandle},
+    {"cuStreamWriteValue32", "cuStreamWriteValue32_v2", 12000, 0, (void *)cuStreamWriteValue32_v2},
+    {"cuStreamWriteValue64", "cuStreamWriteValue64_v2", 12000, 0, (void *)cuStreamWriteValue64_v2},
+    {"cuStreamWaitValue32", "cuStreamWaitValue32_v2", 12000, 0, (void *)cuStreamWaitValue32_v2},
+    {"cuStreamWaitValue64", "cuStreamWaitValue64_v2", 12000, 0, (void *)cuStreamWaitValue64_v2},
+    {"cuMulticastCreate", "cuMulticastCreate", 12010, 0, (void *)cuMulticastCreate},
+    {"cuMulticastAddDevice", "cuMulticastAddDevice", 12010, 0, (void *)cuMulticastAddDevice},
+    {"cuMulticastBindMem", "cuMulticastBindMem", 12010, 0, (void *)cuMulticastBindMem},
+    {"cuMulticastBindAddr", "cuMulticastBindAddr", 12010, 0, (void *)cuMulticastBindAddr},
+    {"cuMulticastUnbind", "cuMulticastUnbind", 12010, 0, (void *)cuMulticastUnbind},
+    {"cuMulticastGetGranularity", "cuMulticastGetGranularity", 12010, 0, (void *)cuMulticastGetGranularity},
     {"cuModuleGetGlobal", "cuModuleGetGlobal_v2", 3020, 0, (void *)cuModuleGetGlobal_v2},
     {"cuLibraryGetModule", "cuLibraryGetModule", 12000, 0, (void *)cuLibraryGetModule},
     {"cuFuncGetParamInfo", "cuFuncGetParamInfo", 12040, 0, (void *)cuFuncGetParamInfo},

@@ -201,6 +201,10 @@ typedef CUresult (*pfn_fgrArrayRead)(void *dst, size_t n, const CUDA_MEMCPY3D *p
 typedef CUresult (*pfn_cuMemPoolSetAttribute)(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
 typedef CUresult (*pfn_cuDeviceSetMemPool)(CUdevice dev, CUmemoryPool pool);
 typedef CUresult (*pfn_cuMemGetAllocationPropertiesFromHandle)(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle);
+typedef CUresult (*pfn_cuStreamWriteValue32_v2)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
+typedef CUresult (*pfn_cuStreamWriteValue64_v2)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
+typedef CUresult (*pfn_cuStreamWaitValue32_v2)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
+typedef CUresult (*pfn_cuStreamWaitValue64_v2)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
 typedef CUresult (*pfn_cuModuleGetGlobal_v2)(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name);
 typedef CUresult (*pfn_cuLibraryGetModule)(CUmodule *pMod, CUlibrary library);
 typedef CUresult (*pfn_cuFuncGetParamInfo)(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize);
@@ -4426,6 +4430,82 @@ static CUresult op_cuMemGetAllocationPropertiesFromHandle(struct fgr_rd *rd, str
     return fgr_r;
 }
 
+static CUresult op_cuStreamWriteValue32_v2(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream stream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    CUdeviceptr addr = (CUdeviceptr)fgr_get_u64(rd);
+    cuuint32_t value = (cuuint32_t)fgr_get_u64(rd);
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)stream)))
+        fgr_r = fgr_refuse("cuStreamWriteValue32_v2", "stream", (uint64_t)(uintptr_t)stream, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_mem_in((uint64_t)(uintptr_t)addr, 4)))
+        fgr_r = fgr_refuse("cuStreamWriteValue32_v2", "addr", (uint64_t)(uintptr_t)addr, CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuStreamWriteValue32_v2)fgr_real[FGR_OP_cuStreamWriteValue32_v2])(stream, addr, value, flags);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamWriteValue64_v2(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream stream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    CUdeviceptr addr = (CUdeviceptr)fgr_get_u64(rd);
+    cuuint64_t value = (cuuint64_t)fgr_get_u64(rd);
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)stream)))
+        fgr_r = fgr_refuse("cuStreamWriteValue64_v2", "stream", (uint64_t)(uintptr_t)stream, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_mem_in((uint64_t)(uintptr_t)addr, 8)))
+        fgr_r = fgr_refuse("cuStreamWriteValue64_v2", "addr", (uint64_t)(uintptr_t)addr, CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuStreamWriteValue64_v2)fgr_real[FGR_OP_cuStreamWriteValue64_v2])(stream, addr, value, flags);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamWaitValue32_v2(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream stream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    CUdeviceptr addr = (CUdeviceptr)fgr_get_u64(rd);
+    cuuint32_t value = (cuuint32_t)fgr_get_u64(rd);
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)stream)))
+        fgr_r = fgr_refuse("cuStreamWaitValue32_v2", "stream", (uint64_t)(uintptr_t)stream, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_mem_in((uint64_t)(uintptr_t)addr, 4)))
+        fgr_r = fgr_refuse("cuStreamWaitValue32_v2", "addr", (uint64_t)(uintptr_t)addr, CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuStreamWaitValue32_v2)fgr_real[FGR_OP_cuStreamWaitValue32_v2])(stream, addr, value, flags);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamWaitValue64_v2(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream stream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    CUdeviceptr addr = (CUdeviceptr)fgr_get_u64(rd);
+    cuuint64_t value = (cuuint64_t)fgr_get_u64(rd);
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)stream)))
+        fgr_r = fgr_refuse("cuStreamWaitValue64_v2", "stream", (uint64_t)(uintptr_t)stream, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_mem_in((uint64_t)(uintptr_t)addr, 8)))
+        fgr_r = fgr_refuse("cuStreamWaitValue64_v2", "addr", (uint64_t)(uintptr_t)addr, CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuStreamWaitValue64_v2)fgr_real[FGR_OP_cuStreamWaitValue64_v2])(stream, addr, value, flags);
+    return fgr_r;
+}
+
 static CUresult op_cuModuleGetGlobal_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -6842,6 +6922,10 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuMemPoolSetAttribute] = {"cuMemPoolSetAttribute", op_cuMemPoolSetAttribute, 0, FGR_MAX_FRAME},
     [FGR_OP_cuDeviceSetMemPool] = {"cuDeviceSetMemPool", op_cuDeviceSetMemPool, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuMemGetAllocationPropertiesFromHandle] = {"cuMemGetAllocationPropertiesFromHandle", op_cuMemGetAllocationPropertiesFromHandle, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamWriteValue32_v2] = {"cuStreamWriteValue32_v2", op_cuStreamWriteValue32_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamWriteValue64_v2] = {"cuStreamWriteValue64_v2", op_cuStreamWriteValue64_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamWaitValue32_v2] = {"cuStreamWaitValue32_v2", op_cuStreamWaitValue32_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamWaitValue64_v2] = {"cuStreamWaitValue64_v2", op_cuStreamWaitValue64_v2, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuModuleGetGlobal_v2] = {"cuModuleGetGlobal_v2", op_cuModuleGetGlobal_v2, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuLibraryGetModule] = {"cuLibraryGetModule", op_cuLibraryGetModule, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuFuncGetParamInfo] = {"cuFuncGetParamInfo", op_cuFuncGetParamInfo, 0, FGR_SMALL_FRAME},

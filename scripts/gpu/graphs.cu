@@ -6,6 +6,7 @@
 // IF conditional node whose body a kernel enables or not. Prints what each
 // launch produced; a failing call is printed and ends the program.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <cuda_runtime.h>
 
@@ -122,7 +123,7 @@ int main()
     kp.blockDim = dim3(1);
     kp.kernelParams = dargs;
     CHECK(cudaGraphAddKernelNode(&dnode, g, nullptr, 0, &kp));
-    cudaGraphNodeParams cp;
+    cudaGraphNodeParams &cp = *(cudaGraphNodeParams *)calloc(1, sizeof(cudaGraphNodeParams)); // no default constructor
     memset(&cp, 0, sizeof cp);
     cp.type = cudaGraphNodeTypeConditional;
     cp.conditional.handle = h;
