@@ -51,11 +51,16 @@ func newScratch(base string) (*scratch, error) {
 }
 
 // sweepScratch removes the folders under base whose server no longer
-// holds their lock.
+// holds their lock: only real folders of this user's (another user may
+// plant anything under a shared temporary folder).
 func sweepScratch(base string) {
 	dirs, _ := filepath.Glob(filepath.Join(base, scratchPrefix+"*"))
 	for _, d := range dirs {
-		f, err := os.Open(filepath.Join(d, ".lock"))
+		var st unix.Stat_t
+		if unix.Lstat(d, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Geteuid() {
+			continue
+		}
+		f, err := os.OpenFile(filepath.Join(d, ".lock"), os.O_RDONLY|unix.O_NOFOLLOW, 0)
 		if err != nil {
 			continue
 		}
