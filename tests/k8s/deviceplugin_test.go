@@ -160,6 +160,20 @@ func (n *gpuNode) killDaemon() {
 	n.daemonWG.Wait()
 }
 
+// gpuForAll opens the simulated GPU's state to every user, as the node's
+// /dev/nvidia* are: a pod's process or a server's executor run as another
+// user reach it through the node's folders.
+func (n *gpuNode) gpuForAll() {
+	for _, d := range []string{filepath.Dir(n.dir), n.dir} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			n.t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(filepath.Join(n.dir, "gpu.state"), 0o666); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
 // podResources is the kubelet's pod-resources socket.
 func (n *gpuNode) podResources() string { return filepath.Join(n.dir, "pod-resources.sock") }
 
@@ -1101,6 +1115,7 @@ func TestRemoteVGPUPod(t *testing.T) {
 	os.Mkdir(tokens, 0o700)
 	chartNS(t) // the Secrets' namespace, as the chart's
 	n := startGPUNode(t, "gpu-r", "--remote-addr", "unix://"+sock, "--tenant-dir", tokens, "--remote-slots", "2", "--secret-namespace", chartNamespace)
+	n.gpuForAll() // the server runs its executors as nobody
 	serve := exec.Command(filepath.Join(build, "bin", "flexgv"), "serve", "--listen", "unix://"+sock, "--tenant-dir", tokens)
 	serve.Env = append(os.Environ(), n.env...)
 	var log bytes.Buffer
@@ -1217,16 +1232,8 @@ func TestPodGivenPartOfTheSMs(t *testing.T) {
 func TestNonRootPodUsesItsVGPU(t *testing.T) {
 	n := startGPUNode(t, "gpu-u")
 	// A runtime would bind-mount the tenant file; here the container's
-	// process reaches it through the node's folders, and the simulated
-	// GPU's state is open to every user, as the node's /dev/nvidia* are.
-	for _, d := range []string{filepath.Dir(n.dir), n.dir} {
-		if err := os.Chmod(d, 0o711); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Chmod(filepath.Join(n.dir, "gpu.state"), 0o666); err != nil {
-		t.Fatal(err)
-	}
+	// process reaches it through the node's folders.
+	n.gpuForAll()
 	ns := namespace(t, "nonroot")
 	ctx := context.Background()
 	user := int64(1000)
