@@ -17,6 +17,21 @@
 static pthread_mutex_t fetch_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned char fetched[64];
 
+/* Tables whose callers do as well without them, refused quietly (said
+ * with FLEXGV_REMOTE_LOG=errors): NVRTC's own, da9151d3-..., with which it
+ * compiles the same (docs/EXPORT-TABLES.md). */
+static const unsigned char quiet_tables[][16] = {
+    {0xda, 0x91, 0x51, 0xd3, 0x3a, 0xe6, 0xcc, 0x41, 0xa5, 0xc0, 0x4f, 0x26, 0xd5, 0x33, 0xe3, 0x28},
+};
+
+static int quiet(const CUuuid *id)
+{
+    for (size_t i = 0; i < sizeof quiet_tables / sizeof quiet_tables[0]; i++)
+        if (memcmp(quiet_tables[i], id->bytes, 16) == 0)
+            return !fgr_log_errors();
+    return 0;
+}
+
 FGR_EXPORT CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
 {
     if (!ppExportTable || !pExportTableId)
@@ -39,7 +54,7 @@ FGR_EXPORT CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *p
         return r;
     }
     static int said;
-    if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED)) {
+    if (!quiet(pExportTableId) && !__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED)) {
         const unsigned char *b = (const unsigned char *)pExportTableId->bytes;
         fprintf(stderr,
                 "flexgv remote: cuGetExportTable: table %02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x is "
