@@ -99,7 +99,7 @@ var structHandles = map[string][][2]string{
 // followed, so what it counts must be none. @ stands for the structure's
 // pointer.
 var structConds = map[string][]structCond{
-	"CUDA_MEMSET_NODE_PARAMS": {{"fgr_mem_in((uint64_t)$dst, fgr_span($pitch,fgr_mul($width,$elementSize),$height))", "dst", "(uint64_t)$dst", "CUDA_ERROR_INVALID_VALUE"}},
+	"CUDA_MEMSET_NODE_PARAMS":    {{"fgr_mem_in((uint64_t)$dst, fgr_span($pitch,fgr_mul($width,$elementSize),$height))", "dst", "(uint64_t)$dst", "CUDA_ERROR_INVALID_VALUE"}},
 	"CUDA_MEM_ALLOC_NODE_PARAMS": {{"$accessDescCount == 0", "accessDescCount", "(uint64_t)$accessDescCount", "CUDA_ERROR_NOT_SUPPORTED"}},
 	// A copy node's (an array copy's host side is the request's: textures.c).
 	"cuGraphAddMemcpyNode CUDA_MEMCPY3D": {
