@@ -341,7 +341,7 @@ static CUresult get_managed(CUdeviceptr *dptr, size_t *bytes, void *h, const cha
         if (strcmp(v->name, name))
             continue;
         if (!v->p) {
-            CUresult r = cuMemAllocManaged(&v->p, v->bytes, CU_MEM_ATTACH_GLOBAL);
+            CUresult r = sim_managed_variable(&v->p, v->bytes, m->dev);
             if (r != CUDA_SUCCESS)
                 return r;
             memset((void *)(uintptr_t)v->p, v->value, v->bytes);

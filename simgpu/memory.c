@@ -148,6 +148,26 @@ static void release_alloc(struct alloc *a)
         munmap((void *)a->base, a->size);
 }
 
+/* size bytes on dev, of context c (NULL: of none, as a library's). */
+static CUresult alloc_on(CUdeviceptr *dptr, size_t size, enum alloc_kind kind, int dev, struct sim_ctx *c)
+{
+    uint64_t charged = fg_drv_alloc(sim_drv(), size);
+    if (sim_mem_reserve(dev, charged) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    void *p = backing(size);
+    pthread_mutex_lock(&sim_mem_lock);
+    if (!p || registry_add((struct alloc){(uintptr_t)p, size, dev, kind, c, NULL, NULL, charged, {0}}) != 0) {
+        pthread_mutex_unlock(&sim_mem_lock);
+        if (p)
+            munmap(p, size);
+        sim_mem_release(dev, charged);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_unlock(&sim_mem_lock);
+    *dptr = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+
 static CUresult device_alloc(CUdeviceptr *dptr, size_t size, enum alloc_kind kind)
 {
     struct sim_ctx *c;
@@ -158,21 +178,17 @@ static CUresult device_alloc(CUdeviceptr *dptr, size_t size, enum alloc_kind kin
         return CUDA_ERROR_INVALID_VALUE;
     if ((r = sim_capture_check(NULL)) != CUDA_SUCCESS)
         return r;
-    uint64_t charged = fg_drv_alloc(sim_drv(), size);
-    if (sim_mem_reserve(c->dev, charged) != 0)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    void *p = backing(size);
-    pthread_mutex_lock(&sim_mem_lock);
-    if (!p || registry_add((struct alloc){(uintptr_t)p, size, c->dev, kind, c, NULL, NULL, charged, {0}}) != 0) {
-        pthread_mutex_unlock(&sim_mem_lock);
-        if (p)
-            munmap(p, size);
-        sim_mem_release(c->dev, charged);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    pthread_mutex_unlock(&sim_mem_lock);
-    *dptr = (CUdeviceptr)(uintptr_t)p;
-    return CUDA_SUCCESS;
+    return alloc_on(dptr, size, kind, c->dev, c);
+}
+
+/* A module's or library's managed variable: made on the device its
+ * module was loaded for, with or without a context current, and freed
+ * with its module alone. */
+CUresult sim_managed_variable(CUdeviceptr *dptr, size_t size, int dev)
+{
+    if (!dptr || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    return alloc_on(dptr, size, K_MANAGED, dev, NULL);
 }
 
 SIM_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) { SIM_GATE(); return device_alloc(dptr, bytesize, K_DEVICE); }
@@ -438,10 +454,14 @@ SIM_EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
     return CUDA_SUCCESS;
 }
 
+/* As a GPU's driver, only with a context current (cudart 13 asks for a
+ * library's managed variables before it has made one). */
 SIM_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
     if (!sim_initialized)
         return CUDA_ERROR_NOT_INITIALIZED;
+    if (!sim_current_ctx())
+        return CUDA_ERROR_INVALID_CONTEXT;
     pthread_mutex_lock(&sim_mem_lock);
     struct alloc *a = registry_find((uintptr_t)dptr);
     int ok = a && a->kind != K_HOST && a->kind != K_REGISTERED && a->kind != K_ARRAY;

@@ -605,7 +605,7 @@ static CUresult op_cuMemAllocPitch_v2(struct fgr_rd *rd, struct fgr_req *q)
         fgr_r = ((pfn_cuMemAllocPitch_v2)fgr_real[FGR_OP_cuMemAllocPitch_v2])(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
     if (fgr_r == CUDA_SUCCESS) {
         if (dptr)
-            fgr_mem_add_found(*dptr, FGR_H_CUcontext, fgr_ctx);
+            fgr_mem_add_found(*dptr, 0, FGR_H_CUcontext, fgr_ctx);
     }
     if (has_dptr)
         fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
@@ -4528,7 +4528,7 @@ static CUresult op_cuModuleGetGlobal_v2(struct fgr_rd *rd, struct fgr_req *q)
         fgr_r = ((pfn_cuModuleGetGlobal_v2)fgr_real[FGR_OP_cuModuleGetGlobal_v2])(dptr, bytes, hmod, name);
     if (fgr_r == CUDA_SUCCESS) {
         if (dptr)
-            fgr_mem_add_found(*dptr, FGR_H_CUmodule, (uint64_t)(uintptr_t)hmod);
+            fgr_mem_add_found(*dptr, bytes ? *bytes : 0, FGR_H_CUmodule, (uint64_t)(uintptr_t)hmod);
     }
     if (has_dptr)
         fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
@@ -4704,7 +4704,7 @@ static CUresult op_cuLibraryGetGlobal(struct fgr_rd *rd, struct fgr_req *q)
         fgr_r = ((pfn_cuLibraryGetGlobal)fgr_real[FGR_OP_cuLibraryGetGlobal])(dptr, bytes, library, name);
     if (fgr_r == CUDA_SUCCESS) {
         if (dptr)
-            fgr_mem_add_found(*dptr, FGR_H_CUlibrary, (uint64_t)(uintptr_t)library);
+            fgr_mem_add_found(*dptr, bytes ? *bytes : 0, FGR_H_CUlibrary, (uint64_t)(uintptr_t)library);
     }
     if (has_dptr)
         fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
@@ -5068,7 +5068,7 @@ static CUresult op_cuLibraryGetManaged(struct fgr_rd *rd, struct fgr_req *q)
         fgr_r = ((pfn_cuLibraryGetManaged)fgr_real[FGR_OP_cuLibraryGetManaged])(dptr, bytes, library, name);
     if (fgr_r == CUDA_SUCCESS) {
         if (dptr)
-            fgr_mem_add_found(*dptr, FGR_H_CUlibrary, (uint64_t)(uintptr_t)library);
+            fgr_mem_add_found(*dptr, bytes ? *bytes : 0, FGR_H_CUlibrary, (uint64_t)(uintptr_t)library);
     }
     if (has_dptr)
         fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);

@@ -259,8 +259,9 @@ void fgr_mem_add(uint64_t base, uint64_t size, int okind, uint64_t owner);
  * long as the node lives, allocated again at each launch, so a free
  * leaves it recorded; it goes with its owner. */
 void fgr_mem_add_kept(uint64_t base, uint64_t size, int okind, uint64_t owner);
-/* Records the range the driver says holds p. */
-void fgr_mem_add_found(uint64_t p, int okind, uint64_t owner);
+/* Records the range the driver says holds p, or the n bytes at p where
+ * it says none. */
+void fgr_mem_add_found(uint64_t p, uint64_t n, int okind, uint64_t owner);
 /* Says the first refusal of the connection, and answers r. */
 CUresult fgr_refuse(const char *call, const char *param, uint64_t v, CUresult r);
 /* The same for a result of v bytes, more than a call of its kind returns. */

@@ -427,12 +427,17 @@ void fgr_mem_add_kept(uint64_t base, uint64_t size, int okind, uint64_t owner)
         r->kept = 1;
 }
 
-void fgr_mem_add_found(uint64_t p, int okind, uint64_t owner)
+/* The allocation holding p as the driver says, or where it does not (a
+ * module's managed variables, on a GPU), the n bytes at p the call gave. */
+void fgr_mem_add_found(uint64_t p, uint64_t n, int okind, uint64_t owner)
 {
     CUdeviceptr base = 0;
     size_t size = 0;
-    if (p && fgr_drv.range && fgr_drv.range(&base, &size, (CUdeviceptr)p) == CUDA_SUCCESS)
+    if (p && fgr_drv.range && fgr_drv.range(&base, &size, (CUdeviceptr)p) == CUDA_SUCCESS && base <= p &&
+        p - base < size && n <= base + size - p)
         fgr_mem_add(base, size, okind, owner);
+    else
+        fgr_mem_add(p, n, okind, owner);
 }
 
 static int refusals;

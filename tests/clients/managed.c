@@ -291,8 +291,12 @@ int main(int argc, char **argv)
     CHECK(cuMemsetD32_v2(pc + 8, 12, 2));
     CHECK(cuCtxSynchronize());
     printf("copied %u %u, then %u %u\n", back[0] & 0xff, back[1], counter[2], counter[3]);
+    /* with no context current, as cudart 13 asks */
+    CUcontext was;
+    CHECK(cuCtxPopCurrent_v2(&was));
     CHECK(cuLibraryLoadData(&vl, VARS, NULL, NULL, 0, NULL, NULL, 0));
     CHECK(cuLibraryGetManaged(&pt, &nt, vl, "table"));
+    CHECK(cuCtxPushCurrent_v2(was));
     unsigned char *table = (unsigned char *)(uintptr_t)pt;
     CUdeviceptr again;
     CHECK(cuLibraryGetManaged(&again, NULL, vl, "table"));

@@ -59,7 +59,9 @@ func (addrKind) doc(a arg) (string, string) {
 }
 
 // allocKind is alloc[SIZE]: an out CUdeviceptr of memory the call gives
-// the connection, SIZE bytes ("" to ask the driver). It travels as out;
+// the connection, SIZE bytes ("" to ask the driver; ~NAME to ask the
+// driver, or where it does not say, as a module's managed variables on a
+// GPU, the size the call wrote to its out parameter NAME). It travels as out;
 // the client keeps its range, the executor records it, owned as handles
 // are (RemoteEntry.owner).
 type allocKind struct{ outKind }
@@ -73,15 +75,29 @@ func (allocKind) annotate(e *RemoteEntry, p *Param, ann Ann) error {
 	return nil
 }
 
+// allocFallback is the size a ~NAME alloc falls back on, as C.
+func allocFallback(size string) (string, bool) {
+	if !strings.HasPrefix(size, "~") {
+		return "", false
+	}
+	n := size[1:]
+	return cf("%s ? *%s : 0", n, n), true
+}
+
+// The client keeps the ranges of sized allocations alone: a module's
+// variables go with it, which it does not follow.
 func (allocKind) kept(w *cw, a arg) {
-	if size := a.e.Alloc[a.p.Name]; size != "" {
+	if size := a.e.Alloc[a.p.Name]; size != "" && !strings.HasPrefix(size, "~") {
 		w.ifThen(a.p.Name, cf("fgr_range_add((uint64_t)*%s, (uint64_t)(%s));", a.p.Name, size))
 	}
 }
 
 func (allocKind) record(w *cw, a arg) {
-	if size := a.e.Alloc[a.p.Name]; size == "" {
-		w.ifThen(a.p.Name, cf("fgr_mem_add_found(*%s, %s);", a.p.Name, a.e.owner("")))
+	size := a.e.Alloc[a.p.Name]
+	if fb, ok := allocFallback(size); ok {
+		w.ifThen(a.p.Name, cf("fgr_mem_add_found(*%s, %s, %s);", a.p.Name, fb, a.e.owner("")))
+	} else if size == "" {
+		w.ifThen(a.p.Name, cf("fgr_mem_add_found(*%s, 0, %s);", a.p.Name, a.e.owner("")))
 	} else {
 		w.ifThen(a.p.Name, cf("fgr_mem_add(*%s, %s, %s);", a.p.Name, size, a.e.owner("")))
 	}
