@@ -332,30 +332,5 @@ void sim_graph_destroy(struct sim_graph *g);
 CUresult sim_graph_append(struct sim_graph *g, struct sim_node *n, struct sim_node *const *deps, size_t ndeps);
 int sim_gmem_unuse(struct sim_gmem *m); /* freed outside a graph (sim_mem_lock held); -1 if not allocated */
 void sim_graph_ctx_release(struct sim_ctx *ctx);
-/* Not in the hook table (the shim hands it through): the only way to nest
- * graphs in the simulation. */
-CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
-                                  size_t numDependencies, CUgraph childGraph);
-/* Not in the hook table either, resolvable by cuGetProcAddress (core.c). */
-CUresult cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType type, CUdevice dev);
-CUresult cuCtxGetExecAffinity(CUexecAffinityParam *pExecAffinity, CUexecAffinityType type);
-CUresult cuProfilerStart(void);
-CUresult cuProfilerStop(void);
-CUresult cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, CUfunction func,
-                                          CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize,
-                                          int blockSizeLimit);
-CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSize, int *blockSize, CUfunction func,
-                                                   CUoccupancyB2DSize blockSizeToDynamicSMemSize,
-                                                   size_t dynamicSMemSize, int blockSizeLimit, unsigned int flags);
-CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func, int numBlocks,
-                                                 int blockSize);
-CUresult cuOccupancyMaxPotentialClusterSize(int *size, CUfunction f, const CUlaunchConfig *c);
-CUresult cuOccupancyMaxActiveClusters(int *n, CUfunction f, const CUlaunchConfig *c);
-CUresult cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out);
-CUresult cuStreamGetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out);
-CUresult cuStreamSetAttribute(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value);
-CUresult cuStreamSetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value);
-CUresult cuStreamCopyAttributes(CUstream dst, CUstream src);
-CUresult cuStreamCopyAttributes_ptsz(CUstream dst, CUstream src);
 
 #endif

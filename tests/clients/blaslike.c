@@ -10,26 +10,6 @@
 
 #include <stdint.h>
 
-/* Not among the shim's hooks (include/), so declared here. */
-CUresult cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev);
-CUresult cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev);
-CUresult cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel);
-CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize,
-                                                              size_t dynamicSMemSize, unsigned int flags);
-CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank,
-                                void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides,
-                                const cuuint32_t *boxDim, const cuuint32_t *elementStrides,
-                                CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle,
-                                CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill);
-CUresult cuTensorMapEncodeIm2col(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank,
-                                 void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides,
-                                 const int *pixelBoxLowerCorner, const int *pixelBoxUpperCorner,
-                                 cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn,
-                                 const cuuint32_t *elementStrides, CUtensorMapInterleave interleave,
-                                 CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion,
-                                 CUtensorMapFloatOOBfill oobFill);
-CUresult cuTensorMapReplaceAddress(CUtensorMap *tensorMap, void *globalAddress);
-
 static int repeat;
 
 /* A 2D copy's description: each side host (h) or device (d), x/y offsets. */

@@ -30,7 +30,6 @@
 static CUcontext ctx;
 static CUstream stream;
 
-
 static const char *status_name(CUstreamCaptureStatus s)
 {
     return s == CU_STREAM_CAPTURE_STATUS_NONE     ? "NONE"
@@ -197,8 +196,6 @@ static void print_nodes(const char *what, CUgraph g)
 }
 
 /* Not in the hook table: the shim hands it through. */
-CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
-                                  size_t numDependencies, CUgraph childGraph);
 
 static void nodes(void)
 {

@@ -10,28 +10,6 @@
 #include "common.h"
 
 /* Entry points the shim does not hook: not in cuda_api_gen.h. */
-CUresult cuProfilerStart(void);
-CUresult cuProfilerStop(void);
-CUresult cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, CUfunction func,
-                                          CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize,
-                                          int blockSizeLimit);
-CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSize, int *blockSize, CUfunction func,
-                                                   CUoccupancyB2DSize blockSizeToDynamicSMemSize,
-                                                   size_t dynamicSMemSize, int blockSizeLimit, unsigned int flags);
-CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func, int numBlocks,
-                                                 int blockSize);
-CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func, const CUlaunchConfig *config);
-CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config);
-CUresult cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out);
-CUresult cuStreamSetAttribute(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value);
-CUresult cuStreamCopyAttributes(CUstream dst, CUstream src);
-CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config);
-CUresult cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType type, CUdevice dev);
-CUresult cuCtxGetExecAffinity(CUexecAffinityParam *pExecAffinity, CUexecAffinityType type);
-CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int blockSize,
-                                                     size_t dynamicSMemSize);
-CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize,
-                                                              size_t dynamicSMemSize, unsigned int flags);
 
 /* Dynamic shared memory growing with the block: 128 bytes a thread. */
 static size_t per_thread_smem(int blockSize)

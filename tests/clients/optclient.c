@@ -5,17 +5,6 @@
 
 #include <stdint.h>
 
-/* Not among the shim's hooks (include/), so declared here. */
-CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config);
-CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func, const CUlaunchConfig *config);
-CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr);
-CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes, void **data, CUdeviceptr ptr);
-CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize);
-CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config);
-CUresult cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev);
-CUresult cuCtxSetCacheConfig(CUfunc_cache config);
-CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig);
-
 static void load_ex(const char *what, unsigned n, CUjit_option *o, void **v)
 {
     CUmodule m;

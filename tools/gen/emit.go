@@ -38,13 +38,17 @@ func emitIDs(all []Entry) string {
 }
 
 // emitCUDAProtos writes prototypes and pointer typedefs for the CUDA entries.
-func emitCUDAProtos(all []Entry) string {
+func emitCUDAProtos(all, extras []Entry) string {
 	var b strings.Builder
 	b.WriteString(cHeader)
 	b.WriteString("#ifndef FLEXGV_CUDA_API_GEN_H\n#define FLEXGV_CUDA_API_GEN_H\n\n#include \"cuda_types.h\"\n\n#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n")
 	for _, e := range cudaOnly(all) {
 		fmt.Fprintf(&b, "CUresult %s(%s);\n", e.Name, e.ParamList())
 		fmt.Fprintf(&b, "typedef CUresult (*fg_pfn_%s)(%s);\n", e.Name, e.ParamList())
+	}
+	b.WriteString("\n/* Not hooked; carried remotely and simulated (api/remote.api). */\n")
+	for _, e := range extras {
+		fmt.Fprintf(&b, "CUresult %s(%s);\n", e.Name, e.ParamList())
 	}
 	b.WriteString("\n#ifdef __cplusplus\n}\n#endif\n#endif\n")
 	return b.String()

@@ -52,7 +52,6 @@ func generate(root string) (map[string][]byte, error) {
 	}
 	files := map[string][]byte{
 		"include/flexgv/api_ids_gen.h":       []byte(emitIDs(all)),
-		"include/flexgv/cuda_api_gen.h":      []byte(emitCUDAProtos(all)),
 		"shim/hooks_gen.c":                   []byte(wrappers),
 		"shim/hooks_gen.h":                   []byte(emitShimHeader(all)),
 		"shim/compute_gen.inc":               []byte(computeHooks),
@@ -78,6 +77,7 @@ func generate(root string) (map[string][]byte, error) {
 			extras = append(extras, e.Entry)
 		}
 	}
+	files["include/flexgv/cuda_api_gen.h"] = []byte(emitCUDAProtos(all, extras))
 	files["scripts/gpu/declcheck_remote_gen.c"] = []byte(strings.Replace(emitDeclCheck(extras, false),
 		"a hooked\n * signature or version in api/cuda.api", "a\n * signature or version in api/remote.api", 1))
 	for _, l := range layouts {
