@@ -76,10 +76,11 @@ for t in ${TRANSPORTS:-unix shm tcp}; do
 done
 
 # one NAME EXE DIR: the sample natively, then over each transport; lines of
-# results.tsv on stdout. Output compared with numbers and addresses as N.
+# results.tsv on stdout. Output compared with numbers (and their signs:
+# differences of timings come out either way) and addresses as N.
 one() {
     local name=$1 exe=$2 dir=$3 rc addr t o
-    norm() { sed -E 's/0x[0-9a-fA-F]+/H/g; s/[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?/N/g' "$1" | grep -v '^[[:space:]]*$'; }
+    norm() { sed -E 's/0x[0-9a-fA-F]+/H/g; s/[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?/N/g; s/-N/N/g' "$1" | grep -v '^[[:space:]]*$'; }
     o=$OUT/runs/$name # one file per run, those of runs that passed removed
     mkdir -p "$OUT/runs"
     # Its sources and data beside what its build made (fatbins, PTX).
