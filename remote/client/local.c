@@ -75,21 +75,52 @@ FGR_EXPORT CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph,
     return cuGraphInstantiateWithFlags(phGraphExec, hGraph, 0);
 }
 
-/* Old ABIs cuBLASLt looks up by name (dlsym) and needs to find when it
- * starts, whose calls are not carried: CUDA_ERROR_NOT_SUPPORTED, said once
- * each. Their arguments are never read. */
+/* Old ABIs and entry points that programs look up by name (dlsym) and
+ * need to find when they start, whose calls are not carried:
+ * CUDA_ERROR_NOT_SUPPORTED, said once each. Their arguments are never
+ * read. */
 #define OLD_ABI_UNSUPPORTED(name)                                                     \
     FGR_EXPORT CUresult name(void)                                                    \
     {                                                                                 \
         static int said;                                                              \
         if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))                         \
-            fgr_say(#name " (the old ABI) is not supported remotely (CUDA_ERROR_NOT_SUPPORTED)"); \
+            fgr_say(#name " (an old entry point) is not supported remotely (CUDA_ERROR_NOT_SUPPORTED)"); \
         return CUDA_ERROR_NOT_SUPPORTED;                                              \
     }
+/* cuBLASLt's */
 OLD_ABI_UNSUPPORTED(cuGraphKernelNodeGetParams)
 OLD_ABI_UNSUPPORTED(cuGraphExecKernelNodeSetParams)
 OLD_ABI_UNSUPPORTED(cuStreamBatchMemOp)
 OLD_ABI_UNSUPPORTED(cuStreamWaitValue32)
+/* Those of CUDA 2 to 4 (texture references, launches configured call by
+ * call) that the loaders of old programs, NVIDIA's samples among them,
+ * insist on finding though they launch with cuLaunchKernel. */
+OLD_ABI_UNSUPPORTED(cuDeviceGetProperties)
+OLD_ABI_UNSUPPORTED(cuCtxAttach)
+OLD_ABI_UNSUPPORTED(cuCtxDetach)
+OLD_ABI_UNSUPPORTED(cuModuleGetTexRef)
+OLD_ABI_UNSUPPORTED(cuFuncSetBlockShape)
+OLD_ABI_UNSUPPORTED(cuFuncSetSharedSize)
+OLD_ABI_UNSUPPORTED(cuTexRefCreate)
+OLD_ABI_UNSUPPORTED(cuTexRefDestroy)
+OLD_ABI_UNSUPPORTED(cuTexRefSetArray)
+OLD_ABI_UNSUPPORTED(cuTexRefSetFormat)
+OLD_ABI_UNSUPPORTED(cuTexRefSetAddressMode)
+OLD_ABI_UNSUPPORTED(cuTexRefSetFilterMode)
+OLD_ABI_UNSUPPORTED(cuTexRefSetFlags)
+OLD_ABI_UNSUPPORTED(cuTexRefGetArray)
+OLD_ABI_UNSUPPORTED(cuTexRefGetAddressMode)
+OLD_ABI_UNSUPPORTED(cuTexRefGetFilterMode)
+OLD_ABI_UNSUPPORTED(cuTexRefGetFormat)
+OLD_ABI_UNSUPPORTED(cuTexRefGetFlags)
+OLD_ABI_UNSUPPORTED(cuParamSetSize)
+OLD_ABI_UNSUPPORTED(cuParamSeti)
+OLD_ABI_UNSUPPORTED(cuParamSetf)
+OLD_ABI_UNSUPPORTED(cuParamSetv)
+OLD_ABI_UNSUPPORTED(cuParamSetTexRef)
+OLD_ABI_UNSUPPORTED(cuLaunch)
+OLD_ABI_UNSUPPORTED(cuLaunchGrid)
+OLD_ABI_UNSUPPORTED(cuLaunchGridAsync)
 
 FGR_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
 {
@@ -279,6 +310,15 @@ FGR_EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUd
         return (CUresult)d->attr_result[attrib];
     *pi = d->attr[attrib];
     return CUDA_SUCCESS;
+}
+
+/* CUDA 1's way to ask, which old programs still call. */
+FGR_EXPORT CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev)
+{
+    if (!major || !minor)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = cuDeviceGetAttribute(major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+    return r ? r : cuDeviceGetAttribute(minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
 }
 
 /* The server's driver's strings (from the handshake); before a connection,

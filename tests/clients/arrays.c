@@ -15,8 +15,6 @@
 
 #include <stdint.h>
 
-/* Entry points the shim does not hook (api/remote.api declares them). */
-
 static uint32_t fnv(const void *p, size_t n)
 {
     const unsigned char *b = p;

@@ -195,8 +195,6 @@ static void print_nodes(const char *what, CUgraph g)
     printf("\n");
 }
 
-/* Not in the hook table: the shim hands it through. */
-
 static void nodes(void)
 {
     CUgraph ga, gf;

@@ -4,12 +4,11 @@
  * answer, so that its output remotely can be compared with its output on
  * the GPU in its own process. With "cig", it also asks cuCtxCreate_v4 for
  * CUDA-in-graphics parameters; with "tex" it only asks for a texture
- * object. */
+ * object; with "old", it looks up the entry points of CUDA 2 to 4 as old
+ * programs' loaders do. */
 #include <stdint.h>
 
 #include "common.h"
-
-/* Entry points the shim does not hook: not in cuda_api_gen.h. */
 
 /* Dynamic shared memory growing with the block: 128 bytes a thread. */
 static size_t per_thread_smem(int blockSize)
@@ -65,6 +64,33 @@ int main(int argc, char **argv)
         CUipcMemHandle h;
         printf("cuIpcGetMemHandle: %s\n", get ? result_name(get(&h, 0)) : "not exported");
         printf("cuIpcGetMemHandle again: %s\n", get ? result_name(get(&h, 0)) : "not exported");
+        return 0;
+    }
+    if (argc > 1 && !strcmp(argv[1], "old")) {
+        /* As the loaders of old programs do: every name must be found. */
+        static const char *const names[] = {
+            "cuDeviceComputeCapability", "cuDeviceGetProperties", "cuCtxAttach", "cuCtxDetach",
+            "cuModuleGetTexRef", "cuFuncSetBlockShape", "cuFuncSetSharedSize", "cuTexRefCreate",
+            "cuTexRefDestroy", "cuTexRefSetArray", "cuTexRefSetFormat", "cuTexRefSetAddressMode",
+            "cuTexRefSetFilterMode", "cuTexRefSetFlags", "cuTexRefGetArray", "cuTexRefGetAddressMode",
+            "cuTexRefGetFilterMode", "cuTexRefGetFormat", "cuTexRefGetFlags", "cuParamSetSize", "cuParamSeti",
+            "cuParamSetf", "cuParamSetv", "cuParamSetTexRef", "cuLaunch", "cuLaunchGrid", "cuLaunchGridAsync"};
+        int missing = 0;
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+            if (!dlsym(RTLD_DEFAULT, names[i]))
+                printf("not exported: %s\n", names[i]), missing++;
+        printf("old entry points missing: %d\n", missing);
+        CUresult (*cc)(int *, int *, CUdevice) =
+            (CUresult(*)(int *, int *, CUdevice))dlsym(RTLD_DEFAULT, "cuDeviceComputeCapability");
+        int major = -1, minor = -1, amajor = -2, aminor = -2;
+        CHECK(cuDeviceGetAttribute(&amajor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 0));
+        CHECK(cuDeviceGetAttribute(&aminor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 0));
+        if (cc)
+            CHECK(cc(&major, &minor, 0));
+        printf("cuDeviceComputeCapability: %d.%d, attributes %d.%d\n", major, minor, amajor, aminor);
+        CUresult (*grid)(void) = (CUresult(*)(void))dlsym(RTLD_DEFAULT, "cuLaunchGrid");
+        printf("cuLaunchGrid: %s\n", grid ? result_name(grid()) : "not exported");
+        printf("cuLaunchGrid again: %s\n", grid ? result_name(grid()) : "not exported");
         return 0;
     }
     if (argc > 1 && !strcmp(argv[1], "cig")) {

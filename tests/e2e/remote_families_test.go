@@ -57,6 +57,27 @@ func TestRemoteCtxCreateGraphicsRefused(t *testing.T) {
 	}
 }
 
+// The entry points of CUDA 2 to 4 that old programs' loaders insist on
+// finding are exported; cuDeviceComputeCapability answers what the
+// attributes say, the others CUDA_ERROR_NOT_SUPPORTED, said once.
+func TestRemoteOldEntryPointsFound(t *testing.T) {
+	e := newEnv(t)
+	s := e.serve("unix")
+	r := e.remote(s, "families", "old")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, want := range []string{"old entry points missing: 0\n", "cuDeviceComputeCapability: 9.0, attributes 9.0\n",
+		"cuLaunchGrid: CUDA_ERROR_NOT_SUPPORTED\n", "cuLaunchGrid again: CUDA_ERROR_NOT_SUPPORTED\n"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if n := strings.Count(r.stderr, "cuLaunchGrid (an old entry point) is not supported remotely"); n != 1 {
+		t.Errorf("the refusal was said %d times:\n%s", n, r.stderr)
+	}
+}
+
 // An entry point the spec refuses, with its reason, is exported (a program
 // using it loads) and answers CUDA_ERROR_NOT_SUPPORTED, said once.
 func TestRemoteRefusedEntrySaidOnce(t *testing.T) {
