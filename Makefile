@@ -24,7 +24,7 @@ NVML_INC := $(shell $(GO) mod download github.com/NVIDIA/go-nvml >/dev/null 2>&1
 INCS     := -Iinclude -Iinclude/flexgv -I$(NVML_INC)
 
 SHIM_SRC := $(wildcard shim/*.c)
-SIM_SRC  := simgpu/state.c simgpu/core.c simgpu/memory.c simgpu/exec.c simgpu/capture.c simgpu/graph.c simgpu/exports.c simgpu/tensormap.c simgpu/hostfn.c simgpu/texture.c simgpu/procs_gen.c
+SIM_SRC  := simgpu/state.c simgpu/core.c simgpu/memory.c simgpu/exec.c simgpu/capture.c simgpu/graph.c simgpu/exports.c simgpu/tensormap.c simgpu/hostfn.c simgpu/texture.c simgpu/link.c simgpu/procs_gen.c
 HDRS     := $(wildcard include/flexgv/*.h include/flexgv/*.def shim/*.h shim/*.inc simgpu/*.h)
 # The test clients (tests/clients), a line each so that additions merge.
 CLIENTS  :=
@@ -68,6 +68,7 @@ CLIENTS  += procnames
 CLIENTS  += managed
 CLIENTS  += arrays
 CLIENTS  += graphnodes
+CLIENTS  += linker
 GO_SRC   := $(shell find cmd internal proto -name '*.go') go.mod go.sum
 
 .PHONY: all shim sim cli clients remote test demo clean gen-check FORCE
@@ -187,6 +188,7 @@ LCUDA_CLIENTS += ckptctl
 LCUDA_CLIENTS += managed
 LCUDA_CLIENTS += arrays
 LCUDA_CLIENTS += graphnodes
+LCUDA_CLIENTS += linker
 $(addprefix $(BUILD)/tests/,$(LCUDA_CLIENTS)): $(BUILD)/tests/%: tests/clients/%.c tests/clients/common.h $(HDRS) $(BUILD)/sim/libcuda.so.1
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) $(INCS) -o $@ $< -L$(BUILD)/sim -lcuda -ldl -lpthread

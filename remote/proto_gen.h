@@ -275,48 +275,53 @@ enum fgr_op {
     FGR_OP_cuOccupancyMaxActiveClusters = 266,
     FGR_OP_cuOccupancyMaxPotentialClusterSize = 267,
     FGR_OP_cuCtxGetLimit = 268,
-    FGR_OP_cuTensorMapEncodeTiled = 269,
-    FGR_OP_cuTensorMapEncodeIm2col = 270,
-    FGR_OP_cuTensorMapReplaceAddress = 271,
-    FGR_OP_cuKernelGetLibrary = 272,
-    FGR_OP_cuStreamGetCaptureInfo_v2 = 273,
-    FGR_OP_cuStreamGetCaptureInfo_v2_ptsz = 274,
-    FGR_OP_cuStreamGetCaptureInfo_v3 = 275,
-    FGR_OP_cuStreamGetCaptureInfo_v3_ptsz = 276,
-    FGR_OP_cuStreamGetPriority = 277,
-    FGR_OP_cuStreamGetPriority_ptsz = 278,
-    FGR_OP_cuStreamGetFlags = 279,
-    FGR_OP_cuStreamGetFlags_ptsz = 280,
-    FGR_OP_cuStreamGetCtx = 281,
-    FGR_OP_cuStreamGetCtx_ptsz = 282,
-    FGR_OP_cuStreamGetCtx_v2 = 283,
-    FGR_OP_cuStreamGetCtx_v2_ptsz = 284,
-    FGR_OP_cuStreamGetId = 285,
-    FGR_OP_cuStreamGetId_ptsz = 286,
-    FGR_OP_cuStreamCopyAttributes = 287,
-    FGR_OP_cuStreamCopyAttributes_ptsz = 288,
-    FGR_OP_cuStreamAttachMemAsync = 289,
-    FGR_OP_cuStreamAttachMemAsync_ptsz = 290,
-    FGR_OP_fgrGraphAddHostNode = 291,
-    FGR_OP_fgrGraphAddKernelNode = 292,
-    FGR_OP_cuGraphDestroyNode = 293,
-    FGR_OP_cuGraphAddEventRecordNode = 294,
-    FGR_OP_cuGraphAddEventWaitNode = 295,
-    FGR_OP_cuGraphExecGetFlags = 296,
-    FGR_OP_xt_ctx = 297,
-    FGR_OP_xt_ctx_39 = 298,
-    FGR_OP_xt_ctx_51 = 299,
-    FGR_OP_xt_simA = 300,
-    FGR_OP_xt_simA_1 = 301,
-    FGR_OP_xt_simA_2 = 302,
-    FGR_OP_xt_simA_7 = 303,
-    FGR_OP_xt_simB = 304,
-    FGR_OP_xt_simB_1 = 305,
-    FGR_OP_xt_simB_2 = 306,
-    FGR_NUM_OPS = 307
+    FGR_OP_cuLinkCreate_v2 = 269,
+    FGR_OP_cuLinkAddData_v2 = 270,
+    FGR_OP_cuLinkDestroy = 271,
+    FGR_OP_fgrLinkComplete = 272,
+    FGR_OP_fgrLinkRead = 273,
+    FGR_OP_cuTensorMapEncodeTiled = 274,
+    FGR_OP_cuTensorMapEncodeIm2col = 275,
+    FGR_OP_cuTensorMapReplaceAddress = 276,
+    FGR_OP_cuKernelGetLibrary = 277,
+    FGR_OP_cuStreamGetCaptureInfo_v2 = 278,
+    FGR_OP_cuStreamGetCaptureInfo_v2_ptsz = 279,
+    FGR_OP_cuStreamGetCaptureInfo_v3 = 280,
+    FGR_OP_cuStreamGetCaptureInfo_v3_ptsz = 281,
+    FGR_OP_cuStreamGetPriority = 282,
+    FGR_OP_cuStreamGetPriority_ptsz = 283,
+    FGR_OP_cuStreamGetFlags = 284,
+    FGR_OP_cuStreamGetFlags_ptsz = 285,
+    FGR_OP_cuStreamGetCtx = 286,
+    FGR_OP_cuStreamGetCtx_ptsz = 287,
+    FGR_OP_cuStreamGetCtx_v2 = 288,
+    FGR_OP_cuStreamGetCtx_v2_ptsz = 289,
+    FGR_OP_cuStreamGetId = 290,
+    FGR_OP_cuStreamGetId_ptsz = 291,
+    FGR_OP_cuStreamCopyAttributes = 292,
+    FGR_OP_cuStreamCopyAttributes_ptsz = 293,
+    FGR_OP_cuStreamAttachMemAsync = 294,
+    FGR_OP_cuStreamAttachMemAsync_ptsz = 295,
+    FGR_OP_fgrGraphAddHostNode = 296,
+    FGR_OP_fgrGraphAddKernelNode = 297,
+    FGR_OP_cuGraphDestroyNode = 298,
+    FGR_OP_cuGraphAddEventRecordNode = 299,
+    FGR_OP_cuGraphAddEventWaitNode = 300,
+    FGR_OP_cuGraphExecGetFlags = 301,
+    FGR_OP_xt_ctx = 302,
+    FGR_OP_xt_ctx_39 = 303,
+    FGR_OP_xt_ctx_51 = 304,
+    FGR_OP_xt_simA = 305,
+    FGR_OP_xt_simA_1 = 306,
+    FGR_OP_xt_simA_2 = 307,
+    FGR_OP_xt_simA_7 = 308,
+    FGR_OP_xt_simB = 309,
+    FGR_OP_xt_simB_1 = 310,
+    FGR_OP_xt_simB_2 = 311,
+    FGR_NUM_OPS = 312
 };
 
-#define FGR_OPS_HASH 0x9366c6492e6dde15ULL
+#define FGR_OPS_HASH 0x4447787ea85f210aULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
@@ -452,6 +457,8 @@ CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, si
 CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char *path, unsigned int numOptions, CUjit_option *options, void **optionValues);
 CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut);
 CUresult cuLinkDestroy(CUlinkState state);
+CUresult fgrLinkComplete(CUlinkState state, size_t *size);
+CUresult fgrLinkRead(CUlinkState state, size_t off, void *dst, size_t n);
 CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill);
 CUresult cuTensorMapEncodeIm2col(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const int *pixelBoxLowerCorner, const int *pixelBoxUpperCorner, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill);
 CUresult cuTensorMapReplaceAddress(CUtensorMap *tensorMap, void *globalAddress);
@@ -533,5 +540,6 @@ CUresult fgr_fwd_cuCtxSetCacheConfig(CUfunc_cache config);
 CUresult fgr_fwd_cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig config);
 CUresult fgr_fwd_cuCtxSetSharedMemConfig(CUsharedconfig config);
 CUresult fgr_fwd_cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name);
+CUresult fgr_fwd_cuLinkDestroy(CUlinkState state);
 
 #endif

@@ -629,6 +629,11 @@ static const struct fg_proc unhooked_procs[] = {
     {"cuStreamCopyAttributes", "cuStreamCopyAttributes", 11000, 0, (void *)cuStreamCopyAttributes},
     {"cuStreamCopyAttributes", "cuStreamCopyAttributes_ptsz", 11000, 1, (void *)cuStreamCopyAttributes_ptsz},
     {"cuCtxGetId", "cuCtxGetId", 12000, 0, (void *)cuCtxGetId},
+    {"cuLinkCreate", "cuLinkCreate_v2", 6050, 0, (void *)cuLinkCreate_v2},
+    {"cuLinkAddData", "cuLinkAddData_v2", 6050, 0, (void *)cuLinkAddData_v2},
+    {"cuLinkAddFile", "cuLinkAddFile_v2", 6050, 0, (void *)cuLinkAddFile_v2},
+    {"cuLinkComplete", "cuLinkComplete", 5050, 0, (void *)cuLinkComplete},
+    {"cuLinkDestroy", "cuLinkDestroy", 5050, 0, (void *)cuLinkDestroy},
 };
 
 static CUresult resolve(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,

@@ -256,7 +256,7 @@ SIM_EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image) { SIM_
 /* JIT options as a driver checks and answers them: an optimization level
  * past 4 is refused; an info log buffer gets a line, its size option the
  * bytes written (with the NUL). */
-static CUresult jit_options(unsigned n, const CUjit_option *o, void **v)
+CUresult sim_jit_options(unsigned n, const CUjit_option *o, void **v)
 {
     if (n && (!o || !v))
         return CUDA_ERROR_INVALID_VALUE;
@@ -278,7 +278,7 @@ SIM_EXPORT CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsi
                                        CUjit_option *options, void **optionValues)
 {
     SIM_GATE();
-    CUresult r = jit_options(numOptions, options, optionValues);
+    CUresult r = sim_jit_options(numOptions, options, optionValues);
     return r ? r : load((void **)module, image);
 }
 
@@ -386,7 +386,7 @@ SIM_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUji
     (void)libraryOptionValues; /* neither option has a value to read */
     if (!library || (numLibraryOptions && !libraryOptions))
         return CUDA_ERROR_INVALID_VALUE;
-    CUresult r = jit_options(numJitOptions, jitOptions, jitOptionsValues);
+    CUresult r = sim_jit_options(numJitOptions, jitOptions, jitOptionsValues);
     if (r)
         return r;
     struct sim_ctx *c = sim_current_ctx();

@@ -148,6 +148,9 @@ void sim_sleep_until(uint64_t t_ns);      /* until the device's clock reaches t_
 const struct fg_drvmem *sim_drv(void);
 int sim_mem_reserve(int dev, uint64_t bytes); /* 0 or -1 when the device is full */
 CUresult sim_managed_variable(CUdeviceptr *dptr, size_t size, int dev);
+/* JIT options as a module load or link takes them: checked as the driver
+ * checks them, an info log written where one is asked for. */
+CUresult sim_jit_options(unsigned n, const CUjit_option *o, void **v);
 void sim_mem_release(int dev, uint64_t bytes);
 void sim_reap_dead(void);
 /* Process checkpointing. A driver call that touches the device opens with

@@ -156,11 +156,22 @@ typedef enum CUfunction_attribute_enum {
 } CUfunction_attribute;
 
 typedef enum CUjit_option_enum {
-    CU_JIT_MAX_REGISTERS = 0
+    CU_JIT_MAX_REGISTERS = 0,
+    CU_JIT_WALL_TIME = 2,
+    CU_JIT_INFO_LOG_BUFFER = 3,
+    CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES = 4,
+    CU_JIT_ERROR_LOG_BUFFER = 5,
+    CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6,
+    CU_JIT_OPTIMIZATION_LEVEL = 7,
+    CU_JIT_LOG_VERBOSE = 12
 } CUjit_option;
 
 typedef enum CUjitInputType_enum {
-    CU_JIT_INPUT_CUBIN = 0
+    CU_JIT_INPUT_CUBIN = 0,
+    CU_JIT_INPUT_PTX = 1,
+    CU_JIT_INPUT_FATBINARY = 2,
+    CU_JIT_INPUT_OBJECT = 3,
+    CU_JIT_INPUT_LIBRARY = 4
 } CUjitInputType;
 
 typedef enum CUlimit_enum {

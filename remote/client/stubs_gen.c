@@ -4554,49 +4554,91 @@ FGR_EXPORT CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
 
 FGR_EXPORT CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *options, void **optionValues, CUlinkState *stateOut)
 {
-    (void)numOptions;
-    (void)options;
-    (void)optionValues;
-    (void)stateOut;
-    return fgr_unsupported(18, "cuLinkCreate_v2", NULL);
+    CUresult fgr_r;
+    if ((fgr_r = fgr_opts_check(FGR_OPTS_JIT, options, optionValues, numOptions, "cuLinkCreate_v2")) != CUDA_SUCCESS)
+        return fgr_refused_here("cuLinkCreate_v2", fgr_r);
+    uint64_t n_stateOut = stateOut ? sizeof(CUlinkState) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLinkCreate_v2, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)numOptions);
+    fgr_put_opts(&fgr_c.w, FGR_OPTS_JIT, options, optionValues, numOptions);
+    fgr_put_u8(&fgr_c.w, stateOut != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, stateOut, n_stateOut, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
-    (void)state;
-    (void)type;
-    (void)data;
-    (void)size;
-    (void)name;
-    (void)numOptions;
-    (void)options;
-    (void)optionValues;
-    return fgr_unsupported(19, "cuLinkAddData_v2", NULL);
+    CUresult fgr_r;
+    uint64_t n_data = data ? fgr_mul((uint64_t)(size), 1) : 0;
+    if (n_data > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuLinkAddData_v2", "a buffer over the frame limit");
+    if ((fgr_r = fgr_opts_check(FGR_OPTS_JIT, options, optionValues, numOptions, "cuLinkAddData_v2")) != CUDA_SUCCESS)
+        return fgr_refused_here("cuLinkAddData_v2", fgr_r);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLinkAddData_v2, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)state);
+    fgr_put_u64(&fgr_c.w, (uint64_t)type);
+    fgr_put_u64(&fgr_c.w, (uint64_t)size);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numOptions);
+    fgr_put_buf(&fgr_c.w, data, n_data);
+    fgr_put_str(&fgr_c.w, name);
+    fgr_put_opts(&fgr_c.w, FGR_OPTS_JIT, options, optionValues, numOptions);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char *path, unsigned int numOptions, CUjit_option *options, void **optionValues)
+CUresult fgr_fwd_cuLinkDestroy(CUlinkState state)
 {
-    (void)state;
-    (void)type;
-    (void)path;
-    (void)numOptions;
-    (void)options;
-    (void)optionValues;
-    return fgr_unsupported(20, "cuLinkAddFile_v2", NULL);
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLinkDestroy, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)state);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut)
+FGR_EXPORT CUresult fgrLinkComplete(CUlinkState state, size_t *size)
 {
-    (void)state;
-    (void)cubinOut;
-    (void)sizeOut;
-    return fgr_unsupported(21, "cuLinkComplete", NULL);
+    CUresult fgr_r;
+    uint64_t n_size = size ? sizeof(size_t) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrLinkComplete, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)state);
+    fgr_put_u8(&fgr_c.w, size != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, size, n_size, 0);
+    return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuLinkDestroy(CUlinkState state)
+FGR_EXPORT CUresult fgrLinkRead(CUlinkState state, size_t off, void *dst, size_t n)
 {
-    (void)state;
-    return fgr_unsupported(22, "cuLinkDestroy", NULL);
+    CUresult fgr_r;
+    uint64_t n_dst = dst ? fgr_mul((uint64_t)(fgr_min(n,FGR_MIRROR_BATCH)), 1) : 0;
+    if (n_dst > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrLinkRead", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrLinkRead, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)state);
+    fgr_put_u64(&fgr_c.w, (uint64_t)off);
+    fgr_put_u64(&fgr_c.w, (uint64_t)n);
+    fgr_put_u8(&fgr_c.w, dst != NULL);
+    fgr_c.direct = dst;
+    fgr_c.direct_n = n_dst;
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dst, n_dst, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
@@ -5156,7 +5198,7 @@ FGR_EXPORT CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHa
     (void)ctx;
     (void)defaultLaunchValue;
     (void)flags;
-    return fgr_unsupported(23, "cuGraphConditionalHandleCreate", NULL);
+    return fgr_unsupported(18, "cuGraphConditionalHandleCreate", NULL);
 }
 
 FGR_EXPORT CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraphNodeParams *nodeParams)
@@ -5166,7 +5208,7 @@ FGR_EXPORT CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, con
     (void)dependencies;
     (void)numDependencies;
     (void)nodeParams;
-    return fgr_unsupported(24, "cuGraphAddNode", NULL);
+    return fgr_unsupported(19, "cuGraphAddNode", NULL);
 }
 
 FGR_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams)
@@ -5177,7 +5219,7 @@ FGR_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, 
     (void)dependencyData;
     (void)numDependencies;
     (void)nodeParams;
-    return fgr_unsupported(25, "cuGraphAddNode_v2", NULL);
+    return fgr_unsupported(20, "cuGraphAddNode_v2", NULL);
 }
 
 FGR_EXPORT CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int flags)
@@ -5185,10 +5227,10 @@ FGR_EXPORT CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsig
     (void)hGraph;
     (void)path;
     (void)flags;
-    return fgr_unsupported(26, "cuGraphDebugDotPrint", NULL);
+    return fgr_unsupported(21, "cuGraphDebugDotPrint", NULL);
 }
 
-const int fgr_nunsupported = 27;
+const int fgr_nunsupported = 22;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -5460,6 +5502,11 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuOccupancyMaxActiveClusters] = "cuOccupancyMaxActiveClusters",
     [FGR_OP_cuOccupancyMaxPotentialClusterSize] = "cuOccupancyMaxPotentialClusterSize",
     [FGR_OP_cuCtxGetLimit] = "cuCtxGetLimit",
+    [FGR_OP_cuLinkCreate_v2] = "cuLinkCreate_v2",
+    [FGR_OP_cuLinkAddData_v2] = "cuLinkAddData_v2",
+    [FGR_OP_cuLinkDestroy] = "cuLinkDestroy",
+    [FGR_OP_fgrLinkComplete] = "fgrLinkComplete",
+    [FGR_OP_fgrLinkRead] = "fgrLinkRead",
     [FGR_OP_cuTensorMapEncodeTiled] = "cuTensorMapEncodeTiled",
     [FGR_OP_cuTensorMapEncodeIm2col] = "cuTensorMapEncodeIm2col",
     [FGR_OP_cuTensorMapReplaceAddress] = "cuTensorMapReplaceAddress",
@@ -5890,6 +5937,8 @@ const struct fg_proc fgr_procs[] = {
     {"cuLinkAddFile", "cuLinkAddFile_v2", 6050, 0, (void *)cuLinkAddFile_v2},
     {"cuLinkComplete", "cuLinkComplete", 5050, 0, (void *)cuLinkComplete},
     {"cuLinkDestroy", "cuLinkDestroy", 5050, 0, (void *)cuLinkDestroy},
+    {"fgrLinkComplete", "fgrLinkComplete", 0, 0, (void *)fgrLinkComplete},
+    {"fgrLinkRead", "fgrLinkRead", 0, 0, (void *)fgrLinkRead},
     {"cuTensorMapEncodeTiled", "cuTensorMapEncodeTiled", 12000, 0, (void *)cuTensorMapEncodeTiled},
     {"cuTensorMapEncodeIm2col", "cuTensorMapEncodeIm2col", 12000, 0, (void *)cuTensorMapEncodeIm2col},
     {"cuTensorMapReplaceAddress", "cuTensorMapReplaceAddress", 12000, 0, (void *)cuTensorMapReplaceAddress},

@@ -269,6 +269,11 @@ typedef CUresult (*pfn_fgrNudge)(void);
 typedef CUresult (*pfn_cuOccupancyMaxActiveClusters)(int *numClusters, CUfunction func, const CUlaunchConfig *config);
 typedef CUresult (*pfn_cuOccupancyMaxPotentialClusterSize)(int *clusterSize, CUfunction func, const CUlaunchConfig *config);
 typedef CUresult (*pfn_cuCtxGetLimit)(size_t *pvalue, CUlimit limit);
+typedef CUresult (*pfn_cuLinkCreate_v2)(unsigned int numOptions, CUjit_option *options, void **optionValues, CUlinkState *stateOut);
+typedef CUresult (*pfn_cuLinkAddData_v2)(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues);
+typedef CUresult (*pfn_cuLinkDestroy)(CUlinkState state);
+typedef CUresult (*pfn_fgrLinkComplete)(CUlinkState state, size_t *size);
+typedef CUresult (*pfn_fgrLinkRead)(CUlinkState state, size_t off, void *dst, size_t n);
 typedef CUresult (*pfn_cuTensorMapEncodeTiled)(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill);
 typedef CUresult (*pfn_cuTensorMapEncodeIm2col)(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const int *pixelBoxLowerCorner, const int *pixelBoxUpperCorner, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill);
 typedef CUresult (*pfn_cuTensorMapReplaceAddress)(CUtensorMap *tensorMap, void *globalAddress);
@@ -5818,6 +5823,114 @@ static CUresult op_cuCtxGetLimit(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_cuLinkCreate_v2(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    unsigned int numOptions = (unsigned int)fgr_get_u64(rd);
+    void **optionValues = NULL;
+    CUjit_option *options = fgr_get_opts(rd, q, FGR_OPTS_JIT, &optionValues, &numOptions);
+    int has_stateOut = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUlinkState *stateOut = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_stateOut && !(stateOut = fgr_out(q, sizeof(CUlinkState))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuLinkCreate_v2)fgr_real[FGR_OP_cuLinkCreate_v2])(numOptions, options, optionValues, stateOut);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (stateOut)
+            fgr_add(FGR_H_CUlinkState, (uint64_t)(uintptr_t)*stateOut, FGR_H_CUcontext, fgr_ctx);
+        if (fgr_out_n(FGR_H_CUlinkState, stateOut, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_stateOut)
+        fgr_reply_out(q, stateOut, sizeof(CUlinkState), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuLinkAddData_v2(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUlinkState state = (CUlinkState)(uintptr_t)fgr_in(FGR_H_CUlinkState, fgr_get_u64(rd));
+    CUjitInputType type = (CUjitInputType)fgr_get_u64(rd);
+    size_t size = (size_t)fgr_get_u64(rd);
+    unsigned int numOptions = (unsigned int)fgr_get_u64(rd);
+    void *data = fgr_get_buf(rd, q, fgr_mul((uint64_t)(size), 1), 0);
+    char *name = fgr_get_str(rd);
+    void **optionValues = NULL;
+    CUjit_option *options = fgr_get_opts(rd, q, FGR_OPTS_JIT, &optionValues, &numOptions);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUlinkState, (uint64_t)(uintptr_t)state)))
+        fgr_r = fgr_refuse("cuLinkAddData_v2", "state", (uint64_t)(uintptr_t)state, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuLinkAddData_v2)fgr_real[FGR_OP_cuLinkAddData_v2])(state, type, data, size, name, numOptions, options, optionValues);
+    return fgr_r;
+}
+
+static CUresult op_cuLinkDestroy(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUlinkState state = (CUlinkState)(uintptr_t)fgr_in(FGR_H_CUlinkState, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUlinkState, (uint64_t)(uintptr_t)state)))
+        fgr_r = fgr_refuse("cuLinkDestroy", "state", (uint64_t)(uintptr_t)state, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuLinkDestroy)fgr_real[FGR_OP_cuLinkDestroy])(state);
+    if (fgr_r == CUDA_SUCCESS) {
+        fgr_drop(FGR_H_CUlinkState, (uint64_t)(uintptr_t)state);
+    }
+    return fgr_r;
+}
+
+static CUresult op_fgrLinkComplete(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUlinkState state = (CUlinkState)(uintptr_t)fgr_in(FGR_H_CUlinkState, fgr_get_u64(rd));
+    int has_size = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    size_t *size = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUlinkState, (uint64_t)(uintptr_t)state)))
+        fgr_r = fgr_refuse("fgrLinkComplete", "state", (uint64_t)(uintptr_t)state, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_size && !(size = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrLinkComplete)fgr_real[FGR_OP_fgrLinkComplete])(state, size);
+    if (has_size)
+        fgr_reply_out(q, size, sizeof(size_t), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrLinkRead(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUlinkState state = (CUlinkState)(uintptr_t)fgr_in(FGR_H_CUlinkState, fgr_get_u64(rd));
+    size_t off = (size_t)fgr_get_u64(rd);
+    size_t n = (size_t)fgr_get_u64(rd);
+    int has_dst = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    void *dst = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUlinkState, (uint64_t)(uintptr_t)state)))
+        fgr_r = fgr_refuse("fgrLinkRead", "state", (uint64_t)(uintptr_t)state, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(!has_dst || fgr_mul((uint64_t)(fgr_min(n,FGR_MIRROR_BATCH)), 1) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrLinkRead", "dst", fgr_mul((uint64_t)(fgr_min(n,FGR_MIRROR_BATCH)), 1), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_dst && !(dst = fgr_out(q, fgr_mul((uint64_t)(fgr_min(n,FGR_MIRROR_BATCH)), 1))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrLinkRead)fgr_real[FGR_OP_fgrLinkRead])(state, off, dst, n);
+    if (has_dst)
+        fgr_reply_out(q, dst, fgr_mul((uint64_t)(fgr_min(n,FGR_MIRROR_BATCH)), 1), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_cuTensorMapEncodeTiled(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -6990,6 +7103,11 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuOccupancyMaxActiveClusters] = {"cuOccupancyMaxActiveClusters", op_cuOccupancyMaxActiveClusters, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuOccupancyMaxPotentialClusterSize] = {"cuOccupancyMaxPotentialClusterSize", op_cuOccupancyMaxPotentialClusterSize, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuCtxGetLimit] = {"cuCtxGetLimit", op_cuCtxGetLimit, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuLinkCreate_v2] = {"cuLinkCreate_v2", op_cuLinkCreate_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuLinkAddData_v2] = {"cuLinkAddData_v2", op_cuLinkAddData_v2, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuLinkDestroy] = {"cuLinkDestroy", op_cuLinkDestroy, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrLinkComplete] = {"fgrLinkComplete", op_fgrLinkComplete, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrLinkRead] = {"fgrLinkRead", op_fgrLinkRead, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuTensorMapEncodeTiled] = {"cuTensorMapEncodeTiled", op_cuTensorMapEncodeTiled, 0, FGR_MAX_FRAME},
     [FGR_OP_cuTensorMapEncodeIm2col] = {"cuTensorMapEncodeIm2col", op_cuTensorMapEncodeIm2col, 0, FGR_MAX_FRAME},
     [FGR_OP_cuTensorMapReplaceAddress] = {"cuTensorMapReplaceAddress", op_cuTensorMapReplaceAddress, 0, FGR_SMALL_FRAME},

@@ -74,6 +74,9 @@ void *fgr_image_kept(const uint8_t h[32], uint64_t n, struct fgr_req *q);
  * forgetting what a context that ended held. */
 void fgr_hostmem_init(void *driver);
 void fgr_hostmem_forget(uint64_t ctx);
+/* JIT linking's image, read back by the client (link.c), after the
+ * driver's entry points are known. */
+void fgr_link_init(void *driver);
 /* Device memory at addresses the client chooses (arena.c); it wraps the
  * context-destroying operations, so it comes after the driver's are known. */
 void fgr_arena_init(void *driver);
@@ -211,6 +214,7 @@ enum fgr_handle_kind {
     FGR_H_CUmemoryPool,
     FGR_H_CUmemGenericAllocationHandle,
     FGR_H_CUgreenCtx,
+    FGR_H_CUlinkState,
     FGR_H_fgrCtxObject,
     FGR_H_MEM /* a device range, by its base */
 };

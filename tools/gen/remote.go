@@ -78,7 +78,7 @@ var remoteHandles = map[string]bool{
 	"CUcontext": true, "CUmodule": true, "CUfunction": true, "CUlibrary": true, "CUkernel": true,
 	"CUstream": true, "CUevent": true, "CUgraph": true, "CUgraphExec": true, "CUgraphNode": true,
 	"CUarray": true, "CUmipmappedArray": true, "CUmemoryPool": true, "CUmemGenericAllocationHandle": true,
-	"CUgreenCtx": true, "fgrCtxObject": true,
+	"CUgreenCtx": true, "CUlinkState": true, "fgrCtxObject": true,
 }
 
 // deviceWide handles outlive the context they were made in.

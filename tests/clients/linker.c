@@ -1,0 +1,66 @@
+/* JIT linking as a program uses it (cuLinkCreate, cuLinkAddData,
+ * cuLinkAddFile, cuLinkComplete, a module loaded from the linked image,
+ * cuLinkDestroy), and its refusals; prints what it sees, so local and
+ * remote runs compare.
+ *   linker FILE   FILE: a module (the simulated GPU's text) to add by path */
+#include "common.h"
+
+#include <stdint.h>
+
+static const char FILL[] = "FLEXGV-SIM-MODULE\nkernel fill 5 builtin=fill\n";
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: linker FILE\n");
+        return 2;
+    }
+    CUdevice dev;
+    CUcontext ctx;
+    CHECK(cuInit(0));
+    CHECK(cuDeviceGet(&dev, 0));
+    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CHECK(cuCtxSetCurrent(ctx));
+
+    char log[256] = "untouched";
+    CUjit_option o[] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CU_JIT_LOG_VERBOSE};
+    void *v[] = {log, (void *)(uintptr_t)sizeof log, (void *)(uintptr_t)1};
+    CUlinkState st;
+    CHECK(cuLinkCreate_v2(3, o, v, &st));
+    CHECK(cuLinkAddData_v2(st, CU_JIT_INPUT_PTX, (void *)FILL, sizeof FILL, "fill", 0, NULL, NULL));
+    CHECK(cuLinkAddFile_v2(st, CU_JIT_INPUT_CUBIN, argv[1], 0, NULL, NULL));
+    char junk[] = "not a module";
+    printf("junk added: %s\n", result_name(cuLinkAddData_v2(st, CU_JIT_INPUT_CUBIN, junk, sizeof junk, "junk", 0,
+                                                             NULL, NULL)));
+    printf("a missing file: %s\n",
+           result_name(cuLinkAddFile_v2(st, CU_JIT_INPUT_CUBIN, "/nonexistent/k.cubin", 0, NULL, NULL)));
+    void *image;
+    size_t n;
+    CHECK(cuLinkComplete(st, &image, &n));
+    printf("linked: %zu bytes, \"%.*s\"\n", n, (int)strcspn(image, "\n"), (const char *)image);
+
+    CUmodule mod;
+    CUfunction fill, other;
+    CHECK(cuModuleLoadData(&mod, image));
+    CHECK(cuModuleGetFunction(&fill, mod, "fill"));
+    printf("the file's kernel: %s\n", result_name(cuModuleGetFunction(&other, mod, "other")));
+    CUdeviceptr d;
+    CHECK(cuMemAlloc_v2(&d, 64));
+    unsigned val = 42, back[16];
+    int count = 16;
+    void *params[] = {&d, &val, &count};
+    CHECK(cuLaunchKernel(fill, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL));
+    CHECK(cuMemcpyDtoH_v2(back, d, sizeof back));
+    printf("filled: %u %u\n", back[0], back[15]);
+    CHECK(cuLinkDestroy(st));
+    printf("completed after destroy: %s\n", result_name(cuLinkComplete(st, &image, &n)));
+
+    CUlinkState empty;
+    CHECK(cuLinkCreate_v2(0, NULL, NULL, &empty));
+    printf("nothing to link: %s\n", result_name(cuLinkComplete(empty, &image, &n)));
+    CHECK(cuLinkDestroy(empty));
+    CHECK(cuModuleUnload(mod));
+    CHECK(cuMemFree_v2(d));
+    printf("linker: ok\n");
+    return 0;
+}
