@@ -4,9 +4,15 @@
  * the others it points into the caller's memory (log buffers and their
  * sizes, which the driver writes back, the wall time it writes back, symbol
  * and name tables), which the server's driver would read or write in the
- * executor's memory instead: the client keeps them back (a log comes back
- * empty) and the executor refuses any that arrive. An option neither list
- * knows is refused, so that a new pointer-valued one is never sent. */
+ * executor's memory instead: the client keeps them back and the executor
+ * refuses any that arrive. An option neither list knows is refused, so
+ * that a new pointer-valued one is never sent.
+ * A module load's logs are the exception: the client sends each log's
+ * size (at most FGR_LOG_MAX) and its buffer as 0, the executor gives the
+ * driver buffers of its own for the call and answers what it wrote, which
+ * the client copies into the program's (fgr_opts_logs). A link state's
+ * logs (FGR_OPTS_LINK) are written by later calls, so they stay kept back
+ * and come back empty. */
 #ifndef FGR_OPTIONS_H
 #define FGR_OPTIONS_H
 
@@ -14,11 +20,15 @@
 
 #define FGR_OPTS_JIT 0
 #define FGR_OPTS_LIBRARY 1
+#define FGR_OPTS_LINK 2
 #define FGR_MAX_OPTS 64u
+#define FGR_LOG_MAX (64u << 10)
 
-enum { FGR_OPT_SEND, FGR_OPT_KEEP, FGR_OPT_UNKNOWN };
+enum { FGR_OPT_SEND, FGR_OPT_KEEP, FGR_OPT_UNKNOWN, FGR_OPT_LOG };
 /* The log buffers; each one's size is the next option number. */
 enum { FGR_JIT_INFO_LOG_BUFFER = 3, FGR_JIT_ERROR_LOG_BUFFER = 5 };
+
+static inline int fgr_is_log(uint64_t o) { return o == FGR_JIT_INFO_LOG_BUFFER || o == FGR_JIT_ERROR_LOG_BUFFER; }
 
 /* What becomes of option o of a kind (CUjit_option values from the
  * driver API reference: 0-1, 7-16, 20-24 and 29-33 are values; 2-6, 17-19
@@ -29,6 +39,8 @@ static inline int fgr_option_fate(int kind, uint64_t o)
 {
     if (kind == FGR_OPTS_LIBRARY)
         return o <= 1 ? FGR_OPT_KEEP : FGR_OPT_UNKNOWN;
+    if (kind == FGR_OPTS_JIT && o >= 3 && o <= 6)
+        return FGR_OPT_LOG;
     if (o <= 1 || (o >= 7 && o <= 16) || (o >= 20 && o <= 24) || (o >= 29 && o <= 33))
         return FGR_OPT_SEND;
     if ((o >= 2 && o <= 6) || (o >= 17 && o <= 19) || (o >= 25 && o <= 28))

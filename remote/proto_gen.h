@@ -321,7 +321,7 @@ enum fgr_op {
     FGR_NUM_OPS = 312
 };
 
-#define FGR_OPS_HASH 0x4447787ea85f210aULL
+#define FGR_OPS_HASH 0xe2c6e3bc032166bcULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);

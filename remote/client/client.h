@@ -229,6 +229,7 @@ void fgr_put_launchcfg(struct fgr_buf *w, const CUlaunchConfig *cfg);
 CUresult fgr_launchcfg_check(const CUlaunchConfig *cfg, const char *name);
 CUresult fgr_opts_check(int kind, const void *opts, void *const *values, unsigned n, const char *name);
 void fgr_put_opts(struct fgr_buf *w, int kind, const void *opts, void **values, unsigned n);
+void fgr_get_opts_logs(struct fgr_call *c, int kind, const void *opts, void **values, unsigned n);
 
 extern const struct fg_proc fgr_procs[];
 extern const int fgr_nprocs;

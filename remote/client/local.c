@@ -739,17 +739,46 @@ CUresult fgr_opts_check(int kind, const void *opts, void *const *values, unsigne
     const unsigned *o = opts;
     /* (library options may come without their values: neither option's
      * value is read) */
-    if (n && (!o || (!values && kind == FGR_OPTS_JIT)))
+    if (n && (!o || (!values && kind != FGR_OPTS_LIBRARY)))
         return CUDA_ERROR_INVALID_VALUE;
     if (n > FGR_MAX_OPTS)
         return fgr_unsupported(-1, name, "more than 64 options");
     for (unsigned i = 0; i < n; i++)
         if (fgr_option_fate(kind, o[i]) == FGR_OPT_UNKNOWN) {
             char what[48];
-            snprintf(what, sizeof what, "%s option %u", kind == FGR_OPTS_JIT ? "JIT" : "library", o[i]);
+            snprintf(what, sizeof what, "%s option %u", kind == FGR_OPTS_LIBRARY ? "library" : "JIT", o[i]);
             return fgr_unsupported(-1, name, what);
         }
     return CUDA_SUCCESS;
+}
+
+/* The size a module load's log buffer option i travels with: 0 when it
+ * does not (no buffer, or no size after it). */
+static size_t log_size(const unsigned *o, void *const *values, unsigned n, unsigned i)
+{
+    if (!fgr_is_log(o[i]) || !values[i])
+        return 0;
+    for (unsigned j = 0; j < n; j++)
+        if (o[j] == o[i] + 1) /* its size follows it */
+            return (uintptr_t)values[j] < FGR_LOG_MAX ? (uintptr_t)values[j] : FGR_LOG_MAX;
+    return 0;
+}
+
+/* Whether option i travels, and as what value. */
+static int travels(int kind, const unsigned *o, void *const *values, unsigned n, unsigned i, uint64_t *v)
+{
+    int fate = fgr_option_fate(kind, o[i]);
+    *v = values ? (uint64_t)(uintptr_t)values[i] : 0; /* (a library's options may come without) */
+    if (fate == FGR_OPT_SEND)
+        return 1;
+    if (fate != FGR_OPT_LOG)
+        return 0;
+    for (unsigned b = 0; b < n; b++) /* a log's buffer (as 0) or its size, of a log that travels */
+        if (fgr_is_log(o[b]) && (b == i || o[b] + 1 == o[i]) && log_size(o, values, n, b)) {
+            *v = b == i ? 0 : log_size(o, values, n, b);
+            return 1;
+        }
+    return 0;
 }
 
 /* The options that travel, as (option, value) pairs; of those kept back,
@@ -758,24 +787,51 @@ void fgr_put_opts(struct fgr_buf *w, int kind, const void *opts, void **values, 
 {
     const unsigned *o = opts;
     uint32_t m = 0;
+    uint64_t v;
     for (unsigned i = 0; i < n; i++)
-        m += fgr_option_fate(kind, o[i]) == FGR_OPT_SEND;
+        m += travels(kind, o, values, n, i, &v);
     fgr_put_u32(w, m);
     for (unsigned i = 0; i < n; i++)
-        if (fgr_option_fate(kind, o[i]) == FGR_OPT_SEND) {
+        if (travels(kind, o, values, n, i, &v)) {
             fgr_put_u32(w, o[i]);
-            fgr_put_u64(w, (uint64_t)(uintptr_t)values[i]);
+            fgr_put_u64(w, v);
         }
-    if (kind != FGR_OPTS_JIT)
+    if (kind == FGR_OPTS_LIBRARY)
         return;
     for (unsigned i = 0; i < n; i++) {
-        if (o[i] != FGR_JIT_INFO_LOG_BUFFER && o[i] != FGR_JIT_ERROR_LOG_BUFFER)
+        if (!fgr_is_log(o[i]) || (kind == FGR_OPTS_JIT && log_size(o, values, n, i)))
             continue;
         for (unsigned j = 0; j < n; j++)
-            if (o[j] == o[i] + 1 && (uintptr_t)values[j] > 0 && values[i]) { /* its size follows it */
+            if (o[j] == o[i] + 1 && (uintptr_t)values[j] > 0 && values[i]) {
                 *(char *)values[i] = 0;
                 values[j] = NULL;
             }
+    }
+}
+
+/* A module load's logs, as the executor answers them (remote/options.h):
+ * for the info log, then the error log, the size the driver wrote back
+ * and the text, copied into the program's buffers that travelled. */
+void fgr_get_opts_logs(struct fgr_call *c, int kind, const void *opts, void **values, unsigned n)
+{
+    const unsigned *o = opts;
+    if (kind != FGR_OPTS_JIT)
+        return;
+    for (unsigned k = FGR_JIT_INFO_LOG_BUFFER; k <= FGR_JIT_ERROR_LOG_BUFFER; k += 2) {
+        uint64_t filled = fgr_get_u64(&c->r), len = 0;
+        const char *text = fgr_get_u8(&c->r) ? fgr_get_bytes(&c->r, len = fgr_get_u64(&c->r)) : NULL;
+        for (unsigned i = 0; i < n; i++) {
+            size_t cap = o[i] == k ? log_size(o, values, n, i) : 0;
+            if (!cap)
+                continue;
+            size_t m = text && len ? (len < cap ? len : cap) : 0;
+            if (m)
+                memcpy(values[i], text, m);
+            ((char *)values[i])[m ? m - 1 : 0] = 0;
+            for (unsigned j = 0; j < n; j++)
+                if (o[j] == k + 1)
+                    values[j] = (void *)(uintptr_t)(filled < cap ? filled : cap);
+        }
     }
 }
 

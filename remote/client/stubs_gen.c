@@ -1603,6 +1603,7 @@ FGR_EXPORT CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsi
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, module, n_module, 0);
+    fgr_get_opts_logs(&fgr_c, FGR_OPTS_JIT, options, optionValues, numOptions);
     return fgr_end(&fgr_c);
 }
 
@@ -1669,6 +1670,7 @@ FGR_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUji
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, library, n_library, 0);
+    fgr_get_opts_logs(&fgr_c, FGR_OPTS_JIT, jitOptions, jitOptionsValues, numJitOptions);
     return fgr_end(&fgr_c);
 }
 
@@ -4555,14 +4557,14 @@ FGR_EXPORT CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
 FGR_EXPORT CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *options, void **optionValues, CUlinkState *stateOut)
 {
     CUresult fgr_r;
-    if ((fgr_r = fgr_opts_check(FGR_OPTS_JIT, options, optionValues, numOptions, "cuLinkCreate_v2")) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_opts_check(FGR_OPTS_LINK, options, optionValues, numOptions, "cuLinkCreate_v2")) != CUDA_SUCCESS)
         return fgr_refused_here("cuLinkCreate_v2", fgr_r);
     uint64_t n_stateOut = stateOut ? sizeof(CUlinkState) : 0;
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLinkCreate_v2, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)numOptions);
-    fgr_put_opts(&fgr_c.w, FGR_OPTS_JIT, options, optionValues, numOptions);
+    fgr_put_opts(&fgr_c.w, FGR_OPTS_LINK, options, optionValues, numOptions);
     fgr_put_u8(&fgr_c.w, stateOut != NULL);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
@@ -4576,7 +4578,7 @@ FGR_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, voi
     uint64_t n_data = data ? fgr_mul((uint64_t)(size), 1) : 0;
     if (n_data > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuLinkAddData_v2", "a buffer over the frame limit");
-    if ((fgr_r = fgr_opts_check(FGR_OPTS_JIT, options, optionValues, numOptions, "cuLinkAddData_v2")) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_opts_check(FGR_OPTS_LINK, options, optionValues, numOptions, "cuLinkAddData_v2")) != CUDA_SUCCESS)
         return fgr_refused_here("cuLinkAddData_v2", fgr_r);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLinkAddData_v2, 0)) != CUDA_SUCCESS)
@@ -4587,7 +4589,7 @@ FGR_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, voi
     fgr_put_u64(&fgr_c.w, (uint64_t)numOptions);
     fgr_put_buf(&fgr_c.w, data, n_data);
     fgr_put_str(&fgr_c.w, name);
-    fgr_put_opts(&fgr_c.w, FGR_OPTS_JIT, options, optionValues, numOptions);
+    fgr_put_opts(&fgr_c.w, FGR_OPTS_LINK, options, optionValues, numOptions);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     return fgr_end(&fgr_c);

@@ -2170,6 +2170,7 @@ static CUresult op_cuModuleLoadDataEx(struct fgr_rd *rd, struct fgr_req *q)
     }
     if (has_module)
         fgr_reply_out(q, module, sizeof(CUmodule), 0, fgr_r);
+    fgr_reply_opts_logs(q, FGR_OPTS_JIT, options, optionValues, numOptions);
     return fgr_r;
 }
 
@@ -2268,6 +2269,7 @@ static CUresult op_cuLibraryLoadData(struct fgr_rd *rd, struct fgr_req *q)
     }
     if (has_library)
         fgr_reply_out(q, library, sizeof(CUlibrary), 0, fgr_r);
+    fgr_reply_opts_logs(q, FGR_OPTS_JIT, jitOptions, jitOptionsValues, numJitOptions);
     return fgr_r;
 }
 
@@ -5828,7 +5830,7 @@ static CUresult op_cuLinkCreate_v2(struct fgr_rd *rd, struct fgr_req *q)
     (void)q;
     unsigned int numOptions = (unsigned int)fgr_get_u64(rd);
     void **optionValues = NULL;
-    CUjit_option *options = fgr_get_opts(rd, q, FGR_OPTS_JIT, &optionValues, &numOptions);
+    CUjit_option *options = fgr_get_opts(rd, q, FGR_OPTS_LINK, &optionValues, &numOptions);
     int has_stateOut = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -5859,7 +5861,7 @@ static CUresult op_cuLinkAddData_v2(struct fgr_rd *rd, struct fgr_req *q)
     void *data = fgr_get_buf(rd, q, fgr_mul((uint64_t)(size), 1), 0);
     char *name = fgr_get_str(rd);
     void **optionValues = NULL;
-    CUjit_option *options = fgr_get_opts(rd, q, FGR_OPTS_JIT, &optionValues, &numOptions);
+    CUjit_option *options = fgr_get_opts(rd, q, FGR_OPTS_LINK, &optionValues, &numOptions);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;

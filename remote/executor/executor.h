@@ -98,6 +98,7 @@ CUlaunchConfig *fgr_get_launchcfg(struct fgr_rd *rd, struct fgr_req *q);
 /* Whether every event a launch configuration's attributes name is the connection's. */
 int fgr_launchcfg_events_ok(const CUlaunchConfig *c);
 void *fgr_get_opts(struct fgr_rd *rd, struct fgr_req *q, int kind, void ***values, unsigned *n);
+void fgr_reply_opts_logs(struct fgr_req *q, int kind, const unsigned *o, void *const *v, unsigned n);
 /* Memory for an out result, NULL on failure (see fgr_out_failed): zeroed,
  * but for a request's first large one (over 4 KiB), which holds what the
  * connection's earlier results left. */

@@ -240,7 +240,9 @@ int fgr_launchcfg_events_ok(const CUlaunchConfig *c)
 }
 
 /* Options as (option, value) pairs: n becomes their number, and an option
- * whose value would point into the executor is a bad frame. */
+ * whose value would point into the executor is a bad frame. A module
+ * load's log gets a buffer of its own here, of the size the client sent
+ * (remote/options.h). */
 void *fgr_get_opts(struct fgr_rd *rd, struct fgr_req *q, int kind, void ***values, unsigned *n)
 {
     uint32_t m = fgr_get_u32(rd);
@@ -257,12 +259,42 @@ void *fgr_get_opts(struct fgr_rd *rd, struct fgr_req *q, int kind, void ***value
     for (uint32_t i = 0; i < m; i++) {
         o[i] = fgr_get_u32(rd);
         v[i] = (void *)(uintptr_t)fgr_get_u64(rd);
-        if (fgr_option_fate(kind, o[i]) != FGR_OPT_SEND)
+        int fate = fgr_option_fate(kind, o[i]);
+        if (fate == FGR_OPT_LOG ? (fgr_is_log(o[i]) ? v[i] != NULL : (uintptr_t)v[i] > FGR_LOG_MAX)
+                                : fate != FGR_OPT_SEND)
+            rd->bad = 1;
+    }
+    for (uint32_t i = 0; i < m && !rd->bad; i++) {
+        if (!fgr_is_log(o[i]) || fgr_option_fate(kind, o[i]) != FGR_OPT_LOG)
+            continue;
+        uint32_t j = 0;
+        while (j < m && o[j] != o[i] + 1)
+            j++;
+        /* (one more byte, zero: the answer's text ends within it) */
+        if (j == m || !(v[i] = fgr_own(q, calloc((uintptr_t)v[j] + 1, 1))))
             rd->bad = 1;
     }
     *n = m;
     *values = m ? v : NULL;
     return m ? o : NULL;
+}
+
+/* What the driver wrote into a module load's logs (remote/options.h). */
+void fgr_reply_opts_logs(struct fgr_req *q, int kind, const unsigned *o, void *const *v, unsigned n)
+{
+    if (kind != FGR_OPTS_JIT)
+        return;
+    for (unsigned k = FGR_JIT_INFO_LOG_BUFFER; k <= FGR_JIT_ERROR_LOG_BUFFER; k += 2) {
+        const char *text = NULL;
+        uint64_t filled = 0;
+        for (unsigned i = 0; i < n; i++)
+            if (o[i] == k)
+                text = v[i];
+            else if (o[i] == k + 1)
+                filled = (uintptr_t)v[i];
+        fgr_put_u64(q->reply, filled);
+        fgr_put_buf(q->reply, text, text ? strnlen(text, FGR_LOG_MAX) + 1 : 0);
+    }
 }
 
 /* A large result (a copy's bytes) goes into one buffer kept from request to

@@ -67,7 +67,8 @@ func valid() []request {
 		{"cuLaunchKernelEx", w{}.u64(h.Function).u8(1).u32(1).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0).u32(0).u8(0).u8(0), res},
 		// With a cluster of two (attribute 4: three numbers in its 64 bytes).
 		{"cuLaunchKernelEx", w{}.u64(h.Function).u8(1).u32(2).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0).u32(1).u32(4).raw("\x02\x00\x00\x00\x01\x00\x00\x00\x01" + string(make([]byte, 55))).u8(0).u8(0), res},
-		{"cuModuleLoadDataEx", w{}.u64(1).u8(1).u8(1).u8(1).u64(0).u32(1).u32(7).u64(3), res + 1 + 8 + 8},
+		// (the module, then each log's size and text: none asked for)
+		{"cuModuleLoadDataEx", w{}.u64(1).u8(1).u8(1).u8(1).u64(0).u32(1).u32(7).u64(3), res + 1 + 8 + 8 + 2*(8+1)},
 		{"cuGraphGetNodes", w{}.u64(h.Graph).u8(1).u8(1).u64(8).u64(3), res + (1 + 8 + 24) + (1 + 8 + 8)},
 		{"cuMemPoolGetAttribute", w{}.u64(h.Pool).u64(7).u8(1), res + 1 + 8 + 8},
 		{"cuDeviceGetPCIBusId", w{}.u64(32).u64(0).u8(1), res + 1 + 8 + 32},
@@ -146,6 +147,9 @@ func TestInconsistentRequests(t *testing.T) {
 		{"a launch attribute naming an address", "cuLaunchKernelEx", w{}.u64(1).u8(1).u32(1).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0).u32(1).u32(1).raw(string(make([]byte, 64))).u8(0)},
 		{"too many launch attributes", "cuLaunchKernelEx", w{}.u64(1).u8(1).u32(1).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0).u32(33).u8(0)},
 		{"a JIT info log buffer", "cuModuleLoadDataEx", w{}.u64(1).u8(1).u8(1).u8(1).u64(0).u32(1).u32(3).u64(0x7f0000001000)},
+		{"a JIT info log without its size", "cuModuleLoadDataEx", w{}.u64(1).u8(1).u8(1).u8(1).u64(0).u32(1).u32(3).u64(0)},
+		{"a JIT log over 64 KiB", "cuModuleLoadDataEx", w{}.u64(1).u8(1).u8(1).u8(1).u64(0).u32(2).u32(3).u64(0).u32(4).u64(1 << 20)},
+		{"a link's log", "cuLinkCreate_v2", w{}.u64(2).u32(2).u32(3).u64(0).u32(4).u64(64).u8(1)},
 		{"too many JIT options", "cuModuleLoadDataEx", w{}.u64(1).u8(1).u8(1).u8(1).u64(0).u32(65)},
 		{"an image of no known form", "cuModuleLoadData", w{}.u8(1).u8(9)},
 		{"an image sent inline without its bytes", "cuModuleLoadData", w{}.u8(1).u8(1).u8(0)},

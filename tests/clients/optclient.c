@@ -32,6 +32,10 @@ int main(void)
     void *lv[] = {log, (void *)(uintptr_t)sizeof log, NULL};
     load_ex("with a log", 3, logged, lv);
     printf("log: \"%.*s\", %u bytes\n", (int)strnlen(log, sizeof log), log, (unsigned)(uintptr_t)lv[1]);
+    char small[8];
+    void *sv[] = {small, (void *)(uintptr_t)sizeof small, NULL};
+    load_ex("with a small log", 3, logged, sv);
+    printf("small log: \"%.*s\", %u bytes\n", (int)strnlen(small, sizeof small), small, (unsigned)(uintptr_t)sv[1]);
     CUjit_option unknown[] = {(CUjit_option)999};
     void *uv[] = {NULL};
     load_ex("option 999", 1, unknown, uv);

@@ -754,7 +754,7 @@ ctx = ctypes.c_void_p()
 print("cuInit", cu.cuInit(0))
 state = ctypes.c_int()
 print("cuCheckpointProcessGetState", cu.cuCheckpointProcessGetState(1, ctypes.byref(state)))
-print("cuLinkDestroy", cu.cuLinkDestroy(None))
+print("cuIpcCloseMemHandle", cu.cuIpcCloseMemHandle(ctypes.c_uint64(0)))
 table = ctypes.c_void_p()
 nvrtc = (ctypes.c_ubyte * 16)(*bytes.fromhex("da9151d33ae6cc41a5c04f26d533e328"))
 print("cuGetExportTable", cu.cuGetExportTable(ctypes.byref(table), nvrtc))
@@ -764,7 +764,7 @@ dev = ctypes.c_int()
 print("cuDeviceGet", cu.cuDeviceGet(ctypes.byref(dev), 0))
 `
 	r := e.remote(s, "python3", "-c", prog)
-	want := "cuInit 0\ncuCheckpointProcessGetState 801\ncuLinkDestroy 801\ncuGetExportTable 801\ncuGetExportTable 801\ncuDeviceGet 0\n"
+	want := "cuInit 0\ncuCheckpointProcessGetState 801\ncuIpcCloseMemHandle 801\ncuGetExportTable 801\ncuGetExportTable 801\ncuDeviceGet 0\n"
 	if r.code != 0 || r.stdout != want {
 		t.Fatalf("exit %d, printed\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
 	}
@@ -772,7 +772,7 @@ print("cuDeviceGet", cu.cuDeviceGet(ctypes.byref(dev), 0))
 	if strings.Contains(r.stderr, "da9151d3") {
 		t.Errorf("NVRTC's table was said:\n%s", r.stderr)
 	}
-	for _, name := range []string{"cuCheckpointProcessGetState is not supported remotely", "cuLinkDestroy is not supported remotely",
+	for _, name := range []string{"cuCheckpointProcessGetState is not supported remotely", "cuIpcCloseMemHandle is not supported remotely",
 		"table 6e6f2d73-7563-682d-7461-626c652d2121 is not emulated"} {
 		if !strings.Contains(r.stderr, name) {
 			t.Errorf("stderr does not say %q:\n%s", name, r.stderr)
@@ -1799,9 +1799,9 @@ print("destroy", cu.cuEventDestroy_v2(ev), cu.cuStreamDestroy_v2(s), cu.cuCtxSyn
 }
 
 // Module and library options: those whose value is the word itself reach
-// the server's driver (an optimization level it refuses is refused),
-// those pointing into the program stay behind (its log comes back empty,
-// not written into the executor's memory), an unknown one is refused.
+// the server's driver (an optimization level it refuses is refused), the
+// info log comes back as the server's driver wrote it, other options
+// pointing into the program stay behind, an unknown one is refused.
 // Launch attributes travel (a cluster that does not divide the grid is
 // refused by the server's driver; a completion event is the server's own
 // for the client's name of it). Pointer attributes come from the server. A
@@ -1817,7 +1817,9 @@ func TestRemoteModuleOptions(t *testing.T) {
 	want := `level 3: CUDA_SUCCESS
 level 9: CUDA_ERROR_INVALID_VALUE
 with a log: CUDA_SUCCESS
-log: "", 0 bytes
+log: "simulated GPU: module loaded", 29 bytes
+with a small log: CUDA_SUCCESS
+small log: "simulat", 8 bytes
 option 999: CUDA_ERROR_NOT_SUPPORTED
 library: CUDA_SUCCESS
 cluster 2 of 4 blocks: CUDA_SUCCESS

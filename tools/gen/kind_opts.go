@@ -5,7 +5,8 @@ import (
 	"strings"
 )
 
-// optsKind is an option array, jitopts[COUNT] or libopts[COUNT], COUNT the
+// optsKind is an option array, jitopts[COUNT], linkopts[COUNT] (a link's:
+// its logs kept back) or libopts[COUNT], COUNT the
 // by-value count, its values the next parameter (optvalues). Only options
 // whose value is the word itself travel (remote/options.h): the client
 // refuses others (fgr_opts_check); the executor sets the values and the
@@ -39,6 +40,22 @@ func (k optsKind) put(w *cw, a arg) {
 	w.line("fgr_put_opts(&fgr_c.w, %s, %s, %s, %s);", k.set, a.p.Name, a.e.paramAfter(a.p.Name).Name, a.ann.Count)
 }
 
+// A module load's logs come back (remote/options.h): the answer carries
+// them after the outputs before them.
+func (k optsKind) answers(arg) bool { return k.set == "FGR_OPTS_JIT" }
+
+func (k optsKind) get(w *cw, a arg) {
+	if k.set == "FGR_OPTS_JIT" {
+		w.line("fgr_get_opts_logs(&fgr_c, %s, %s, %s, %s);", k.set, a.p.Name, a.e.paramAfter(a.p.Name).Name, a.ann.Count)
+	}
+}
+
+func (k optsKind) reply(w *cw, a arg) {
+	if k.set == "FGR_OPTS_JIT" {
+		w.line("fgr_reply_opts_logs(q, %s, %s, %s, %s);", k.set, a.p.Name, a.e.paramAfter(a.p.Name).Name, a.ann.Count)
+	}
+}
+
 func (k optsKind) decode(w *cw, a arg) {
 	v := a.e.paramAfter(a.p.Name).Name
 	w.line("void **%s = NULL;", v)
@@ -64,5 +81,6 @@ func isOpts(ann Ann) bool {
 func init() {
 	kinds["jitopts"] = optsKind{pointer{counted: true}, "FGR_OPTS_JIT"}
 	kinds["libopts"] = optsKind{pointer{counted: true}, "FGR_OPTS_LIBRARY"}
+	kinds["linkopts"] = optsKind{pointer{counted: true}, "FGR_OPTS_LINK"}
 	kinds["optvalues"] = optvaluesKind{}
 }
