@@ -891,17 +891,18 @@ static CUresult op_cuMemPoolGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *value = NULL;
+    const uint64_t fgr_n_value = fgr_mul((uint64_t)(fgr_mempool_attr_bytes(attr)), 1);
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)pool)))
         fgr_r = fgr_refuse("cuMemPoolGetAttribute", "pool", (uint64_t)(uintptr_t)pool, CUDA_ERROR_INVALID_HANDLE);
     else if (!(!has_value || fgr_mul((uint64_t)(fgr_mempool_attr_bytes(attr)), 1) <= FGR_SMALL_FRAME))
         fgr_r = fgr_refuse_size("cuMemPoolGetAttribute", "value", fgr_mul((uint64_t)(fgr_mempool_attr_bytes(attr)), 1), CUDA_ERROR_INVALID_VALUE);
-    if (fgr_r == CUDA_SUCCESS && has_value && !(value = fgr_out(q, fgr_mul((uint64_t)(fgr_mempool_attr_bytes(attr)), 1))))
+    if (fgr_r == CUDA_SUCCESS && has_value && !(value = fgr_out(q, fgr_n_value)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemPoolGetAttribute)fgr_real[FGR_OP_cuMemPoolGetAttribute])(pool, attr, value);
     if (has_value)
-        fgr_reply_out(q, value, fgr_mul((uint64_t)(fgr_mempool_attr_bytes(attr)), 1), 0, fgr_r);
+        fgr_reply_out(q, value, fgr_n_value, 0, fgr_r);
     return fgr_r;
 }
 
@@ -1284,16 +1285,17 @@ static CUresult op_cuMemcpyDtoH_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *dstHost = NULL;
+    const uint64_t fgr_n_dstHost = fgr_mul((uint64_t)(ByteCount), 1);
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)srcDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyDtoH_v2", "srcDevice", (uint64_t)(uintptr_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
-    if (fgr_r == CUDA_SUCCESS && has_dstHost && !(dstHost = fgr_out(q, fgr_mul((uint64_t)(ByteCount), 1))))
+    if (fgr_r == CUDA_SUCCESS && has_dstHost && !(dstHost = fgr_out(q, fgr_n_dstHost)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS &&
         (fgr_r = fgr_wait(FGR_AFTER_STREAM, 0, 0)) == FGR_GO)
         fgr_r = ((pfn_cuMemcpyDtoH_v2)fgr_real[FGR_OP_cuMemcpyDtoH_v2])(dstHost, srcDevice, ByteCount);
     if (has_dstHost)
-        fgr_reply_out(q, dstHost, fgr_mul((uint64_t)(ByteCount), 1), 0, fgr_r);
+        fgr_reply_out(q, dstHost, fgr_n_dstHost, 0, fgr_r);
     return fgr_r;
 }
 
@@ -1306,16 +1308,17 @@ static CUresult op_cuMemcpyDtoH_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *dstHost = NULL;
+    const uint64_t fgr_n_dstHost = fgr_mul((uint64_t)(ByteCount), 1);
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)srcDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyDtoH_v2_ptds", "srcDevice", (uint64_t)(uintptr_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
-    if (fgr_r == CUDA_SUCCESS && has_dstHost && !(dstHost = fgr_out(q, fgr_mul((uint64_t)(ByteCount), 1))))
+    if (fgr_r == CUDA_SUCCESS && has_dstHost && !(dstHost = fgr_out(q, fgr_n_dstHost)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS &&
         (fgr_r = fgr_wait(FGR_AFTER_STREAM, 0, 1)) == FGR_GO)
         fgr_r = ((pfn_cuMemcpyDtoH_v2_ptds)fgr_real[FGR_OP_cuMemcpyDtoH_v2_ptds])(dstHost, srcDevice, ByteCount);
     if (has_dstHost)
-        fgr_reply_out(q, dstHost, fgr_mul((uint64_t)(ByteCount), 1), 0, fgr_r);
+        fgr_reply_out(q, dstHost, fgr_n_dstHost, 0, fgr_r);
     return fgr_r;
 }
 
@@ -1441,12 +1444,13 @@ static CUresult op_cuMemcpyDtoHAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *dstHost = NULL;
+    const uint64_t fgr_n_dstHost = fgr_mul((uint64_t)(ByteCount), 1);
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)srcDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyDtoHAsync_v2", "srcDevice", (uint64_t)(uintptr_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemcpyDtoHAsync_v2", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    if (fgr_r == CUDA_SUCCESS && has_dstHost && !(dstHost = fgr_out(q, fgr_mul((uint64_t)(ByteCount), 1))))
+    if (fgr_r == CUDA_SUCCESS && has_dstHost && !(dstHost = fgr_out(q, fgr_n_dstHost)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS &&
         (fgr_r = fgr_wait(FGR_AFTER_STREAM, (uint64_t)(uintptr_t)hStream, 0)) == FGR_GO &&
@@ -1455,7 +1459,7 @@ static CUresult op_cuMemcpyDtoHAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = fgr_drain(hStream, 0);
     if (has_dstHost)
-        fgr_reply_out(q, dstHost, fgr_mul((uint64_t)(ByteCount), 1), 0, fgr_r);
+        fgr_reply_out(q, dstHost, fgr_n_dstHost, 0, fgr_r);
     return fgr_r;
 }
 
@@ -1469,12 +1473,13 @@ static CUresult op_cuMemcpyDtoHAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *dstHost = NULL;
+    const uint64_t fgr_n_dstHost = fgr_mul((uint64_t)(ByteCount), 1);
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)srcDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyDtoHAsync_v2_ptsz", "srcDevice", (uint64_t)(uintptr_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemcpyDtoHAsync_v2_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    if (fgr_r == CUDA_SUCCESS && has_dstHost && !(dstHost = fgr_out(q, fgr_mul((uint64_t)(ByteCount), 1))))
+    if (fgr_r == CUDA_SUCCESS && has_dstHost && !(dstHost = fgr_out(q, fgr_n_dstHost)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS &&
         (fgr_r = fgr_wait(FGR_AFTER_STREAM, (uint64_t)(uintptr_t)hStream, 1)) == FGR_GO &&
@@ -1483,7 +1488,7 @@ static CUresult op_cuMemcpyDtoHAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = fgr_drain(hStream, 1);
     if (has_dstHost)
-        fgr_reply_out(q, dstHost, fgr_mul((uint64_t)(ByteCount), 1), 0, fgr_r);
+        fgr_reply_out(q, dstHost, fgr_n_dstHost, 0, fgr_r);
     return fgr_r;
 }
 
@@ -3067,23 +3072,24 @@ static CUresult op_cuGraphGetNodes(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraphNode *nodes = NULL;
+    const uint64_t fgr_n_nodes = fgr_mul((uint64_t)(numNodes?*numNodes:0), sizeof(CUgraphNode));
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
         fgr_r = fgr_refuse("cuGraphGetNodes", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
     else if (!(!has_nodes || fgr_mul((uint64_t)(numNodes?*numNodes:0), sizeof(CUgraphNode)) <= FGR_SMALL_FRAME))
         fgr_r = fgr_refuse_size("cuGraphGetNodes", "nodes", fgr_mul((uint64_t)(numNodes?*numNodes:0), sizeof(CUgraphNode)), CUDA_ERROR_INVALID_VALUE);
-    if (fgr_r == CUDA_SUCCESS && has_nodes && !(nodes = fgr_out(q, fgr_mul((uint64_t)(numNodes?*numNodes:0), sizeof(CUgraphNode)))))
+    if (fgr_r == CUDA_SUCCESS && has_nodes && !(nodes = fgr_out(q, fgr_n_nodes)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuGraphGetNodes)fgr_real[FGR_OP_cuGraphGetNodes])(hGraph, nodes, numNodes);
     if (fgr_r == CUDA_SUCCESS) {
-        for (uint64_t fgr_i = 0; nodes && fgr_i < fgr_mul((uint64_t)(numNodes?*numNodes:0), sizeof(CUgraphNode)) / sizeof(CUgraphNode); fgr_i++)
+        for (uint64_t fgr_i = 0; nodes && fgr_i < fgr_n_nodes / sizeof(CUgraphNode); fgr_i++)
             fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)nodes[fgr_i], FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
-        if (fgr_out_n(FGR_H_CUgraphNode, nodes, fgr_mul((uint64_t)(numNodes?*numNodes:0), sizeof(CUgraphNode)) / sizeof(CUgraphNode)) != 0)
+        if (fgr_out_n(FGR_H_CUgraphNode, nodes, fgr_n_nodes / sizeof(CUgraphNode)) != 0)
             fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_nodes)
-        fgr_reply_out(q, nodes, fgr_mul((uint64_t)(numNodes?*numNodes:0), sizeof(CUgraphNode)), 0, fgr_r);
+        fgr_reply_out(q, nodes, fgr_n_nodes, 0, fgr_r);
     fgr_reply_out(q, numNodes, sizeof(size_t), 1, fgr_r);
     return fgr_r;
 }
@@ -3325,23 +3331,24 @@ static CUresult op_cuGraphGetRootNodes(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraphNode *rootNodes = NULL;
+    const uint64_t fgr_n_rootNodes = fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode));
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
         fgr_r = fgr_refuse("cuGraphGetRootNodes", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
     else if (!(!has_rootNodes || fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)) <= FGR_SMALL_FRAME))
         fgr_r = fgr_refuse_size("cuGraphGetRootNodes", "rootNodes", fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)), CUDA_ERROR_INVALID_VALUE);
-    if (fgr_r == CUDA_SUCCESS && has_rootNodes && !(rootNodes = fgr_out(q, fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)))))
+    if (fgr_r == CUDA_SUCCESS && has_rootNodes && !(rootNodes = fgr_out(q, fgr_n_rootNodes)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuGraphGetRootNodes)fgr_real[FGR_OP_cuGraphGetRootNodes])(hGraph, rootNodes, numRootNodes);
     if (fgr_r == CUDA_SUCCESS) {
-        for (uint64_t fgr_i = 0; rootNodes && fgr_i < fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)) / sizeof(CUgraphNode); fgr_i++)
+        for (uint64_t fgr_i = 0; rootNodes && fgr_i < fgr_n_rootNodes / sizeof(CUgraphNode); fgr_i++)
             fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)rootNodes[fgr_i], FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
-        if (fgr_out_n(FGR_H_CUgraphNode, rootNodes, fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)) / sizeof(CUgraphNode)) != 0)
+        if (fgr_out_n(FGR_H_CUgraphNode, rootNodes, fgr_n_rootNodes / sizeof(CUgraphNode)) != 0)
             fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_rootNodes)
-        fgr_reply_out(q, rootNodes, fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)), 0, fgr_r);
+        fgr_reply_out(q, rootNodes, fgr_n_rootNodes, 0, fgr_r);
     fgr_reply_out(q, numRootNodes, sizeof(size_t), 1, fgr_r);
     return fgr_r;
 }
@@ -3486,15 +3493,16 @@ static CUresult op_cuDeviceGetGraphMemAttribute(struct fgr_rd *rd, struct fgr_re
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *value = NULL;
+    const uint64_t fgr_n_value = fgr_mul((uint64_t)(8), 1);
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(!has_value || fgr_mul((uint64_t)(8), 1) <= FGR_SMALL_FRAME))
         fgr_r = fgr_refuse_size("cuDeviceGetGraphMemAttribute", "value", fgr_mul((uint64_t)(8), 1), CUDA_ERROR_INVALID_VALUE);
-    if (fgr_r == CUDA_SUCCESS && has_value && !(value = fgr_out(q, fgr_mul((uint64_t)(8), 1))))
+    if (fgr_r == CUDA_SUCCESS && has_value && !(value = fgr_out(q, fgr_n_value)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuDeviceGetGraphMemAttribute)fgr_real[FGR_OP_cuDeviceGetGraphMemAttribute])(device, attr, value);
     if (has_value)
-        fgr_reply_out(q, value, fgr_mul((uint64_t)(8), 1), 0, fgr_r);
+        fgr_reply_out(q, value, fgr_n_value, 0, fgr_r);
     return fgr_r;
 }
 
@@ -3736,15 +3744,16 @@ static CUresult op_cuDeviceGetPCIBusId(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     char *pciBusId = NULL;
+    const uint64_t fgr_n_pciBusId = fgr_mul((uint64_t)(len), sizeof(char));
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(!has_pciBusId || fgr_mul((uint64_t)(len), sizeof(char)) <= FGR_SMALL_FRAME))
         fgr_r = fgr_refuse_size("cuDeviceGetPCIBusId", "pciBusId", fgr_mul((uint64_t)(len), sizeof(char)), CUDA_ERROR_INVALID_VALUE);
-    if (fgr_r == CUDA_SUCCESS && has_pciBusId && !(pciBusId = fgr_out(q, fgr_mul((uint64_t)(len), sizeof(char)))))
+    if (fgr_r == CUDA_SUCCESS && has_pciBusId && !(pciBusId = fgr_out(q, fgr_n_pciBusId)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuDeviceGetPCIBusId)fgr_real[FGR_OP_cuDeviceGetPCIBusId])(pciBusId, len, dev);
     if (has_pciBusId)
-        fgr_reply_out(q, pciBusId, fgr_mul((uint64_t)(len), sizeof(char)), 0, fgr_r);
+        fgr_reply_out(q, pciBusId, fgr_n_pciBusId, 0, fgr_r);
     return fgr_r;
 }
 
@@ -4057,17 +4066,18 @@ static CUresult op_cuMemRangeGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *data = NULL;
+    const uint64_t fgr_n_data = fgr_mul((uint64_t)(dataSize), 1);
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(!has_data || fgr_mul((uint64_t)(dataSize), 1) <= FGR_SMALL_FRAME))
         fgr_r = fgr_refuse_size("cuMemRangeGetAttribute", "data", fgr_mul((uint64_t)(dataSize), 1), CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_mem_in((uint64_t)(uintptr_t)devPtr, count)))
         fgr_r = fgr_refuse("cuMemRangeGetAttribute", "devPtr", (uint64_t)(uintptr_t)devPtr, CUDA_ERROR_INVALID_VALUE);
-    if (fgr_r == CUDA_SUCCESS && has_data && !(data = fgr_out(q, fgr_mul((uint64_t)(dataSize), 1))))
+    if (fgr_r == CUDA_SUCCESS && has_data && !(data = fgr_out(q, fgr_n_data)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemRangeGetAttribute)fgr_real[FGR_OP_cuMemRangeGetAttribute])(data, dataSize, attribute, devPtr, count);
     if (has_data)
-        fgr_reply_out(q, data, fgr_mul((uint64_t)(dataSize), 1), 0, fgr_r);
+        fgr_reply_out(q, data, fgr_n_data, 0, fgr_r);
     return fgr_r;
 }
 
@@ -4358,6 +4368,7 @@ static CUresult op_fgrArrayRead(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *dst = NULL;
+    const uint64_t fgr_n_dst = fgr_mul((uint64_t)(n), 1);
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(!has_dst || fgr_mul((uint64_t)(n), 1) <= FGR_SMALL_FRAME))
         fgr_r = fgr_refuse_size("fgrArrayRead", "dst", fgr_mul((uint64_t)(n), 1), CUDA_ERROR_INVALID_VALUE);
@@ -4367,7 +4378,7 @@ static CUresult op_fgrArrayRead(struct fgr_rd *rd, struct fgr_req *q)
         fgr_r = fgr_refuse("fgrArrayRead", "p->dstArray", (p ? (uint64_t)(uintptr_t)p->dstArray : 0), CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("fgrArrayRead", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    if (fgr_r == CUDA_SUCCESS && has_dst && !(dst = fgr_out(q, fgr_mul((uint64_t)(n), 1))))
+    if (fgr_r == CUDA_SUCCESS && has_dst && !(dst = fgr_out(q, fgr_n_dst)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS &&
         (fgr_r = fgr_wait(FGR_AFTER_STREAM, (uint64_t)(uintptr_t)hStream, 0)) == FGR_GO)
@@ -4375,7 +4386,7 @@ static CUresult op_fgrArrayRead(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = fgr_drain(hStream, 0);
     if (has_dst)
-        fgr_reply_out(q, dst, fgr_mul((uint64_t)(n), 1), 0, fgr_r);
+        fgr_reply_out(q, dst, fgr_n_dst, 0, fgr_r);
     return fgr_r;
 }
 
@@ -4742,23 +4753,24 @@ static CUresult op_cuLibraryEnumerateKernels(struct fgr_rd *rd, struct fgr_req *
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUkernel *kernels = NULL;
+    const uint64_t fgr_n_kernels = fgr_mul((uint64_t)(numKernels), sizeof(CUkernel));
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(!has_kernels || fgr_mul((uint64_t)(numKernels), sizeof(CUkernel)) <= FGR_SMALL_FRAME))
         fgr_r = fgr_refuse_size("cuLibraryEnumerateKernels", "kernels", fgr_mul((uint64_t)(numKernels), sizeof(CUkernel)), CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUlibrary, (uint64_t)(uintptr_t)lib)))
         fgr_r = fgr_refuse("cuLibraryEnumerateKernels", "lib", (uint64_t)(uintptr_t)lib, CUDA_ERROR_INVALID_HANDLE);
-    if (fgr_r == CUDA_SUCCESS && has_kernels && !(kernels = fgr_out(q, fgr_mul((uint64_t)(numKernels), sizeof(CUkernel)))))
+    if (fgr_r == CUDA_SUCCESS && has_kernels && !(kernels = fgr_out(q, fgr_n_kernels)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuLibraryEnumerateKernels)fgr_real[FGR_OP_cuLibraryEnumerateKernels])(kernels, numKernels, lib);
     if (fgr_r == CUDA_SUCCESS) {
-        for (uint64_t fgr_i = 0; kernels && fgr_i < fgr_mul((uint64_t)(numKernels), sizeof(CUkernel)) / sizeof(CUkernel); fgr_i++)
+        for (uint64_t fgr_i = 0; kernels && fgr_i < fgr_n_kernels / sizeof(CUkernel); fgr_i++)
             fgr_add(FGR_H_CUkernel, (uint64_t)(uintptr_t)kernels[fgr_i], FGR_H_CUlibrary, (uint64_t)(uintptr_t)lib);
-        if (fgr_out_n(FGR_H_CUkernel, kernels, fgr_mul((uint64_t)(numKernels), sizeof(CUkernel)) / sizeof(CUkernel)) != 0)
+        if (fgr_out_n(FGR_H_CUkernel, kernels, fgr_n_kernels / sizeof(CUkernel)) != 0)
             fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_kernels)
-        fgr_reply_out(q, kernels, fgr_mul((uint64_t)(numKernels), sizeof(CUkernel)), 0, fgr_r);
+        fgr_reply_out(q, kernels, fgr_n_kernels, 0, fgr_r);
     return fgr_r;
 }
 
@@ -4869,10 +4881,11 @@ static CUresult op_cuPointerGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *data = NULL;
+    const uint64_t fgr_n_data = fgr_mul((uint64_t)(fgr_pointer_attr_bytes(attribute)), 1);
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(!has_data || fgr_mul((uint64_t)(fgr_pointer_attr_bytes(attribute)), 1) <= FGR_SMALL_FRAME))
         fgr_r = fgr_refuse_size("cuPointerGetAttribute", "data", fgr_mul((uint64_t)(fgr_pointer_attr_bytes(attribute)), 1), CUDA_ERROR_INVALID_VALUE);
-    if (fgr_r == CUDA_SUCCESS && has_data && !(data = fgr_out(q, fgr_mul((uint64_t)(fgr_pointer_attr_bytes(attribute)), 1))))
+    if (fgr_r == CUDA_SUCCESS && has_data && !(data = fgr_out(q, fgr_n_data)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuPointerGetAttribute)fgr_real[FGR_OP_cuPointerGetAttribute])(data, attribute, ptr);
@@ -4881,7 +4894,7 @@ static CUresult op_cuPointerGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
             fgr_r = CUDA_ERROR_INVALID_VALUE;
     }
     if (has_data)
-        fgr_reply_out(q, data, fgr_mul((uint64_t)(fgr_pointer_attr_bytes(attribute)), 1), 0, fgr_r);
+        fgr_reply_out(q, data, fgr_n_data, 0, fgr_r);
     return fgr_r;
 }
 
@@ -5233,15 +5246,16 @@ static CUresult op_fgrNvmlDriverVersion(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     char *version = NULL;
+    const uint64_t fgr_n_version = fgr_mul((uint64_t)(fgr_min(length,256)), sizeof(char));
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(!has_version || fgr_mul((uint64_t)(fgr_min(length,256)), sizeof(char)) <= FGR_SMALL_FRAME))
         fgr_r = fgr_refuse_size("fgrNvmlDriverVersion", "version", fgr_mul((uint64_t)(fgr_min(length,256)), sizeof(char)), CUDA_ERROR_INVALID_VALUE);
-    if (fgr_r == CUDA_SUCCESS && has_version && !(version = fgr_out(q, fgr_mul((uint64_t)(fgr_min(length,256)), sizeof(char)))))
+    if (fgr_r == CUDA_SUCCESS && has_version && !(version = fgr_out(q, fgr_n_version)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_fgrNvmlDriverVersion)fgr_real[FGR_OP_fgrNvmlDriverVersion])(version, length);
     if (has_version)
-        fgr_reply_out(q, version, fgr_mul((uint64_t)(fgr_min(length,256)), sizeof(char)), 0, fgr_r);
+        fgr_reply_out(q, version, fgr_n_version, 0, fgr_r);
     return fgr_r;
 }
 
@@ -5294,6 +5308,7 @@ static CUresult op_fgrParamSizes(struct fgr_rd *rd, struct fgr_req *q)
         return FGR_BAD_FRAME;
     unsigned int *count = NULL;
     unsigned int *sizes = NULL;
+    const uint64_t fgr_n_sizes = fgr_mul((uint64_t)(fgr_min(max,FGR_MAX_KPARAMS)), sizeof(unsigned int));
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)f)))
         fgr_r = fgr_refuse("fgrParamSizes", "f", (uint64_t)(uintptr_t)f, CUDA_ERROR_INVALID_HANDLE);
@@ -5301,14 +5316,14 @@ static CUresult op_fgrParamSizes(struct fgr_rd *rd, struct fgr_req *q)
         fgr_r = fgr_refuse_size("fgrParamSizes", "sizes", fgr_mul((uint64_t)(fgr_min(max,FGR_MAX_KPARAMS)), sizeof(unsigned int)), CUDA_ERROR_INVALID_VALUE);
     if (fgr_r == CUDA_SUCCESS && has_count && !(count = fgr_out(q, sizeof(unsigned int))))
         return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS && has_sizes && !(sizes = fgr_out(q, fgr_mul((uint64_t)(fgr_min(max,FGR_MAX_KPARAMS)), sizeof(unsigned int)))))
+    if (fgr_r == CUDA_SUCCESS && has_sizes && !(sizes = fgr_out(q, fgr_n_sizes)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_fgrParamSizes)fgr_real[FGR_OP_fgrParamSizes])(f, max, count, sizes);
     if (has_count)
         fgr_reply_out(q, count, sizeof(unsigned int), 0, fgr_r);
     if (has_sizes)
-        fgr_reply_out(q, sizes, fgr_mul((uint64_t)(fgr_min(max,FGR_MAX_KPARAMS)), sizeof(unsigned int)), 0, fgr_r);
+        fgr_reply_out(q, sizes, fgr_n_sizes, 0, fgr_r);
     return fgr_r;
 }
 
@@ -5378,15 +5393,16 @@ static CUresult op_fgrHostReadMany(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *dst = NULL;
+    const uint64_t fgr_n_dst = fgr_mul((uint64_t)(fgr_min(bytes,FGR_MIRROR_BATCH)), 1);
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(!has_dst || fgr_mul((uint64_t)(fgr_min(bytes,FGR_MIRROR_BATCH)), 1) <= FGR_SMALL_FRAME))
         fgr_r = fgr_refuse_size("fgrHostReadMany", "dst", fgr_mul((uint64_t)(fgr_min(bytes,FGR_MIRROR_BATCH)), 1), CUDA_ERROR_INVALID_VALUE);
-    if (fgr_r == CUDA_SUCCESS && has_dst && !(dst = fgr_out(q, fgr_mul((uint64_t)(fgr_min(bytes,FGR_MIRROR_BATCH)), 1))))
+    if (fgr_r == CUDA_SUCCESS && has_dst && !(dst = fgr_out(q, fgr_n_dst)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_fgrHostReadMany)fgr_real[FGR_OP_fgrHostReadMany])(srcs, sizes, count, dst, bytes);
     if (has_dst)
-        fgr_reply_out(q, dst, fgr_mul((uint64_t)(fgr_min(bytes,FGR_MIRROR_BATCH)), 1), 0, fgr_r);
+        fgr_reply_out(q, dst, fgr_n_dst, 0, fgr_r);
     return fgr_r;
 }
 
@@ -5401,15 +5417,16 @@ static CUresult op_fgrHostSums(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     unsigned long long *sums = NULL;
+    const uint64_t fgr_n_sums = fgr_mul((uint64_t)(fgr_min(nsums,FGR_MAX_SUMS)), sizeof(unsigned long long));
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(!has_sums || fgr_mul((uint64_t)(fgr_min(nsums,FGR_MAX_SUMS)), sizeof(unsigned long long)) <= FGR_SMALL_FRAME))
         fgr_r = fgr_refuse_size("fgrHostSums", "sums", fgr_mul((uint64_t)(fgr_min(nsums,FGR_MAX_SUMS)), sizeof(unsigned long long)), CUDA_ERROR_INVALID_VALUE);
-    if (fgr_r == CUDA_SUCCESS && has_sums && !(sums = fgr_out(q, fgr_mul((uint64_t)(fgr_min(nsums,FGR_MAX_SUMS)), sizeof(unsigned long long)))))
+    if (fgr_r == CUDA_SUCCESS && has_sums && !(sums = fgr_out(q, fgr_n_sums)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_fgrHostSums)fgr_real[FGR_OP_fgrHostSums])(srcs, sizes, count, sums, nsums);
     if (has_sums)
-        fgr_reply_out(q, sums, fgr_mul((uint64_t)(fgr_min(nsums,FGR_MAX_SUMS)), sizeof(unsigned long long)), 0, fgr_r);
+        fgr_reply_out(q, sums, fgr_n_sums, 0, fgr_r);
     return fgr_r;
 }
 
@@ -5715,25 +5732,27 @@ static CUresult op_fgrWaitTickets(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     unsigned int *ids = NULL;
+    const uint64_t fgr_n_ids = fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(unsigned int));
     CUresult *results = NULL;
+    const uint64_t fgr_n_results = fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(CUresult));
     unsigned int *count = NULL;
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(!has_ids || fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(unsigned int)) <= FGR_SMALL_FRAME))
         fgr_r = fgr_refuse_size("fgrWaitTickets", "ids", fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(unsigned int)), CUDA_ERROR_INVALID_VALUE);
     else if (!(!has_results || fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(CUresult)) <= FGR_SMALL_FRAME))
         fgr_r = fgr_refuse_size("fgrWaitTickets", "results", fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(CUresult)), CUDA_ERROR_INVALID_VALUE);
-    if (fgr_r == CUDA_SUCCESS && has_ids && !(ids = fgr_out(q, fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(unsigned int)))))
+    if (fgr_r == CUDA_SUCCESS && has_ids && !(ids = fgr_out(q, fgr_n_ids)))
         return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS && has_results && !(results = fgr_out(q, fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(CUresult)))))
+    if (fgr_r == CUDA_SUCCESS && has_results && !(results = fgr_out(q, fgr_n_results)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS && has_count && !(count = fgr_out(q, sizeof(unsigned int))))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_fgrWaitTickets)fgr_real[FGR_OP_fgrWaitTickets])(ids, results, cap, count);
     if (has_ids)
-        fgr_reply_out(q, ids, fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(unsigned int)), 0, fgr_r);
+        fgr_reply_out(q, ids, fgr_n_ids, 0, fgr_r);
     if (has_results)
-        fgr_reply_out(q, results, fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(CUresult)), 0, fgr_r);
+        fgr_reply_out(q, results, fgr_n_results, 0, fgr_r);
     if (has_count)
         fgr_reply_out(q, count, sizeof(unsigned int), 0, fgr_r);
     return fgr_r;
