@@ -303,20 +303,24 @@ enum fgr_op {
     FGR_OP_cuGraphAddEventRecordNode = 294,
     FGR_OP_cuGraphAddEventWaitNode = 295,
     FGR_OP_cuGraphExecGetFlags = 296,
-    FGR_OP_xt_ctx = 297,
-    FGR_OP_xt_ctx_39 = 298,
-    FGR_OP_xt_ctx_51 = 299,
-    FGR_OP_xt_simA = 300,
-    FGR_OP_xt_simA_1 = 301,
-    FGR_OP_xt_simA_2 = 302,
-    FGR_OP_xt_simA_7 = 303,
-    FGR_OP_xt_simB = 304,
-    FGR_OP_xt_simB_1 = 305,
-    FGR_OP_xt_simB_2 = 306,
-    FGR_NUM_OPS = 307
+    FGR_OP_cuGraphConditionalHandleCreate = 297,
+    FGR_OP_fgrGraphAddConditionalNode = 298,
+    FGR_OP_fgrGraphConditionalNodeGetParams = 299,
+    FGR_OP_fgrGraphConditionalNodeSetParams = 300,
+    FGR_OP_xt_ctx = 301,
+    FGR_OP_xt_ctx_39 = 302,
+    FGR_OP_xt_ctx_51 = 303,
+    FGR_OP_xt_simA = 304,
+    FGR_OP_xt_simA_1 = 305,
+    FGR_OP_xt_simA_2 = 306,
+    FGR_OP_xt_simA_7 = 307,
+    FGR_OP_xt_simB = 308,
+    FGR_OP_xt_simB_1 = 309,
+    FGR_OP_xt_simB_2 = 310,
+    FGR_NUM_OPS = 311
 };
 
-#define FGR_OPS_HASH 0x9366c6492e6dde15ULL
+#define FGR_OPS_HASH 0xfe3dc3fef1071c2eULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
@@ -497,6 +501,12 @@ CUresult cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t *flags);
 CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue, unsigned int flags);
 CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraphNodeParams *nodeParams);
 CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams);
+CUresult fgrGraphAddConditionalNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphConditionalHandle handle, unsigned int type, unsigned int size, CUcontext ctx, CUgraph *bodies);
+CUresult cuGraphNodeGetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams);
+CUresult cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams);
+CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *nodeParams);
+CUresult fgrGraphConditionalNodeGetParams(CUgraphNode hNode, CUgraphConditionalHandle *handle, unsigned int *type, unsigned int *size, CUcontext *ctx, CUgraph *bodies, unsigned int cap);
+CUresult fgrGraphConditionalNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphConditionalHandle handle, unsigned int type, unsigned int size, CUcontext ctx);
 CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int flags);
 
 /* Forwarders of the wrap entries, called by their hand-written exports. */

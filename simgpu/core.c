@@ -611,6 +611,13 @@ SIM_EXPORT CUresult cuGetErrorString(CUresult error, const char **pStr)
 static const struct fg_proc unhooked_procs[] = {
     {"cuDeviceGetPCIBusId", "cuDeviceGetPCIBusId", 4010, 0, (void *)cuDeviceGetPCIBusId},
     {"cuGraphAddChildGraphNode", "cuGraphAddChildGraphNode", 10000, 0, (void *)cuGraphAddChildGraphNode},
+    {"cuGraphConditionalHandleCreate", "cuGraphConditionalHandleCreate", 12030, 0, (void *)cuGraphConditionalHandleCreate},
+    {"cuGraphAddNode", "cuGraphAddNode", 12020, 0, (void *)cuGraphAddNode},
+    {"cuGraphAddNode", "cuGraphAddNode_v2", 12030, 0, (void *)cuGraphAddNode_v2},
+    {"cuGraphNodeGetParams", "cuGraphNodeGetParams", 12020, 0, (void *)cuGraphNodeGetParams},
+    {"cuGraphDestroyNode", "cuGraphDestroyNode", 10000, 0, (void *)cuGraphDestroyNode},
+    {"cuGraphNodeSetParams", "cuGraphNodeSetParams", 12020, 0, (void *)cuGraphNodeSetParams},
+    {"cuGraphExecNodeSetParams", "cuGraphExecNodeSetParams", 12020, 0, (void *)cuGraphExecNodeSetParams},
     {"cuDeviceGetExecAffinitySupport", "cuDeviceGetExecAffinitySupport", 11040, 0, (void *)cuDeviceGetExecAffinitySupport},
     {"cuCtxGetExecAffinity", "cuCtxGetExecAffinity", 11040, 0, (void *)cuCtxGetExecAffinity},
     {"cuProfilerStart", "cuProfilerStart", 4000, 0, (void *)cuProfilerStart},

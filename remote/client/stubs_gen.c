@@ -5151,33 +5151,100 @@ FGR_EXPORT CUresult cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t *flag
 
 FGR_EXPORT CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue, unsigned int flags)
 {
-    (void)pHandle_out;
-    (void)hGraph;
-    (void)ctx;
-    (void)defaultLaunchValue;
-    (void)flags;
-    return fgr_unsupported(23, "cuGraphConditionalHandleCreate", NULL);
+    CUresult fgr_r;
+    uint64_t n_pHandle_out = pHandle_out ? sizeof(CUgraphConditionalHandle) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphConditionalHandleCreate, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)ctx);
+    fgr_put_u64(&fgr_c.w, (uint64_t)defaultLaunchValue);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    fgr_put_u8(&fgr_c.w, pHandle_out != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pHandle_out, n_pHandle_out, 0);
+    return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraphNodeParams *nodeParams)
+FGR_EXPORT CUresult fgrGraphAddConditionalNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphConditionalHandle handle, unsigned int type, unsigned int size, CUcontext ctx, CUgraph *bodies)
 {
-    (void)phGraphNode;
-    (void)hGraph;
-    (void)dependencies;
-    (void)numDependencies;
-    (void)nodeParams;
-    return fgr_unsupported(24, "cuGraphAddNode", NULL);
+    CUresult fgr_r;
+    uint64_t n_phGraphNode = phGraphNode ? sizeof(CUgraphNode) : 0;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrGraphAddConditionalNode", "a buffer over the frame limit");
+    uint64_t n_dependencyData = dependencyData ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphEdgeData)) : 0;
+    if (n_dependencyData > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrGraphAddConditionalNode", "a buffer over the frame limit");
+    uint64_t n_bodies = bodies ? fgr_mul((uint64_t)(size), sizeof(CUgraph)) : 0;
+    if (n_bodies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrGraphAddConditionalNode", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrGraphAddConditionalNode, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u64(&fgr_c.w, (uint64_t)handle);
+    fgr_put_u64(&fgr_c.w, (uint64_t)type);
+    fgr_put_u64(&fgr_c.w, (uint64_t)size);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)ctx);
+    fgr_put_u8(&fgr_c.w, phGraphNode != NULL);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
+    fgr_put_buf(&fgr_c.w, dependencyData, n_dependencyData);
+    fgr_put_u8(&fgr_c.w, bodies != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phGraphNode, n_phGraphNode, 0);
+    fgr_get_out(&fgr_c, bodies, n_bodies, 0);
+    return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams)
+FGR_EXPORT CUresult fgrGraphConditionalNodeGetParams(CUgraphNode hNode, CUgraphConditionalHandle *handle, unsigned int *type, unsigned int *size, CUcontext *ctx, CUgraph *bodies, unsigned int cap)
 {
-    (void)phGraphNode;
-    (void)hGraph;
-    (void)dependencies;
-    (void)dependencyData;
-    (void)numDependencies;
-    (void)nodeParams;
-    return fgr_unsupported(25, "cuGraphAddNode_v2", NULL);
+    CUresult fgr_r;
+    uint64_t n_handle = handle ? sizeof(CUgraphConditionalHandle) : 0;
+    uint64_t n_type = type ? sizeof(unsigned int) : 0;
+    uint64_t n_size = size ? sizeof(unsigned int) : 0;
+    uint64_t n_ctx = ctx ? sizeof(CUcontext) : 0;
+    uint64_t n_bodies = bodies ? fgr_mul((uint64_t)(cap), sizeof(CUgraph)) : 0;
+    if (n_bodies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrGraphConditionalNodeGetParams", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrGraphConditionalNodeGetParams, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u64(&fgr_c.w, (uint64_t)cap);
+    fgr_put_u8(&fgr_c.w, handle != NULL);
+    fgr_put_u8(&fgr_c.w, type != NULL);
+    fgr_put_u8(&fgr_c.w, size != NULL);
+    fgr_put_u8(&fgr_c.w, ctx != NULL);
+    fgr_put_u8(&fgr_c.w, bodies != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, handle, n_handle, 0);
+    fgr_get_out(&fgr_c, type, n_type, 0);
+    fgr_get_out(&fgr_c, size, n_size, 0);
+    fgr_get_out(&fgr_c, ctx, n_ctx, 0);
+    fgr_get_out(&fgr_c, bodies, n_bodies, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrGraphConditionalNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphConditionalHandle handle, unsigned int type, unsigned int size, CUcontext ctx)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrGraphConditionalNodeSetParams, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraphExec);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u64(&fgr_c.w, (uint64_t)handle);
+    fgr_put_u64(&fgr_c.w, (uint64_t)type);
+    fgr_put_u64(&fgr_c.w, (uint64_t)size);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)ctx);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int flags)
@@ -5185,10 +5252,10 @@ FGR_EXPORT CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsig
     (void)hGraph;
     (void)path;
     (void)flags;
-    return fgr_unsupported(26, "cuGraphDebugDotPrint", NULL);
+    return fgr_unsupported(23, "cuGraphDebugDotPrint", NULL);
 }
 
-const int fgr_nunsupported = 27;
+const int fgr_nunsupported = 24;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -5488,6 +5555,10 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuGraphAddEventRecordNode] = "cuGraphAddEventRecordNode",
     [FGR_OP_cuGraphAddEventWaitNode] = "cuGraphAddEventWaitNode",
     [FGR_OP_cuGraphExecGetFlags] = "cuGraphExecGetFlags",
+    [FGR_OP_cuGraphConditionalHandleCreate] = "cuGraphConditionalHandleCreate",
+    [FGR_OP_fgrGraphAddConditionalNode] = "fgrGraphAddConditionalNode",
+    [FGR_OP_fgrGraphConditionalNodeGetParams] = "fgrGraphConditionalNodeGetParams",
+    [FGR_OP_fgrGraphConditionalNodeSetParams] = "fgrGraphConditionalNodeSetParams",
     [FGR_OP_xt_ctx] = "xt_ctx",
     [FGR_OP_xt_ctx_39] = "xt_ctx_39",
     [FGR_OP_xt_ctx_51] = "xt_ctx_51",
@@ -5935,6 +6006,12 @@ const struct fg_proc fgr_procs[] = {
     {"cuGraphConditionalHandleCreate", "cuGraphConditionalHandleCreate", 12030, 0, (void *)cuGraphConditionalHandleCreate},
     {"cuGraphAddNode", "cuGraphAddNode", 12020, 0, (void *)cuGraphAddNode},
     {"cuGraphAddNode", "cuGraphAddNode_v2", 12030, 0, (void *)cuGraphAddNode_v2},
+    {"fgrGraphAddConditionalNode", "fgrGraphAddConditionalNode", 0, 0, (void *)fgrGraphAddConditionalNode},
+    {"cuGraphNodeGetParams", "cuGraphNodeGetParams", 12020, 0, (void *)cuGraphNodeGetParams},
+    {"cuGraphNodeSetParams", "cuGraphNodeSetParams", 12020, 0, (void *)cuGraphNodeSetParams},
+    {"cuGraphExecNodeSetParams", "cuGraphExecNodeSetParams", 12020, 0, (void *)cuGraphExecNodeSetParams},
+    {"fgrGraphConditionalNodeGetParams", "fgrGraphConditionalNodeGetParams", 0, 0, (void *)fgrGraphConditionalNodeGetParams},
+    {"fgrGraphConditionalNodeSetParams", "fgrGraphConditionalNodeSetParams", 0, 0, (void *)fgrGraphConditionalNodeSetParams},
     {"cuGraphDebugDotPrint", "cuGraphDebugDotPrint", 11030, 0, (void *)cuGraphDebugDotPrint},
 };
 

@@ -297,6 +297,10 @@ typedef CUresult (*pfn_cuGraphDestroyNode)(CUgraphNode hNode);
 typedef CUresult (*pfn_cuGraphAddEventRecordNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);
 typedef CUresult (*pfn_cuGraphAddEventWaitNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);
 typedef CUresult (*pfn_cuGraphExecGetFlags)(CUgraphExec hGraphExec, cuuint64_t *flags);
+typedef CUresult (*pfn_cuGraphConditionalHandleCreate)(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue, unsigned int flags);
+typedef CUresult (*pfn_fgrGraphAddConditionalNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphConditionalHandle handle, unsigned int type, unsigned int size, CUcontext ctx, CUgraph *bodies);
+typedef CUresult (*pfn_fgrGraphConditionalNodeGetParams)(CUgraphNode hNode, CUgraphConditionalHandle *handle, unsigned int *type, unsigned int *size, CUcontext *ctx, CUgraph *bodies, unsigned int cap);
+typedef CUresult (*pfn_fgrGraphConditionalNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphConditionalHandle handle, unsigned int type, unsigned int size, CUcontext ctx);
 typedef CUresult (*pfn_xt_ctx_39)(CUcontext ctx, fgrCtxObject object, uint64_t *value, uint64_t arg3);
 typedef CUresult (*pfn_xt_ctx_51)(CUcontext ctx, uint64_t arg1, fgrCtxObject *object, uint64_t arg3);
 typedef uint64_t (*pfn_xt_simA_1)(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64_t e, uint64_t f, uint64_t g, uint64_t h, uint64_t i, uint64_t j);
@@ -6570,6 +6574,163 @@ static CUresult op_cuGraphExecGetFlags(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_cuGraphConditionalHandleCreate(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    CUcontext ctx = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
+    unsigned int defaultLaunchValue = (unsigned int)fgr_get_u64(rd);
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    int has_pHandle_out = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraphConditionalHandle *pHandle_out = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphConditionalHandleCreate", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
+        fgr_r = fgr_refuse("cuGraphConditionalHandleCreate", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
+    if (fgr_r == CUDA_SUCCESS && has_pHandle_out && !(pHandle_out = fgr_out(q, sizeof(CUgraphConditionalHandle))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphConditionalHandleCreate)fgr_real[FGR_OP_cuGraphConditionalHandleCreate])(pHandle_out, hGraph, ctx, defaultLaunchValue, flags);
+    if (has_pHandle_out)
+        fgr_reply_out(q, pHandle_out, sizeof(CUgraphConditionalHandle), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrGraphAddConditionalNode(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    CUgraphConditionalHandle handle = (CUgraphConditionalHandle)fgr_get_u64(rd);
+    unsigned int type = (unsigned int)fgr_get_u64(rd);
+    unsigned int size = (unsigned int)fgr_get_u64(rd);
+    CUcontext ctx = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
+    int has_phGraphNode = fgr_get_u8(rd);
+    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    CUgraphEdgeData *dependencyData = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphEdgeData)), 1);
+    int has_bodies = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraphNode *phGraphNode = NULL;
+    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    CUgraph *bodies = NULL;
+    const uint64_t fgr_n_bodies = fgr_mul((uint64_t)(size), sizeof(CUgraph));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("fgrGraphAddConditionalNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("fgrGraphAddConditionalNode", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
+        fgr_r = fgr_refuse("fgrGraphAddConditionalNode", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
+    else if (!(!has_bodies || fgr_mul((uint64_t)(size), sizeof(CUgraph)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrGraphAddConditionalNode", "bodies", fgr_mul((uint64_t)(size), sizeof(CUgraph)), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_bodies && !(bodies = fgr_out(q, fgr_n_bodies)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrGraphAddConditionalNode)fgr_real[FGR_OP_fgrGraphAddConditionalNode])(phGraphNode, hGraph, dependencies, dependencyData, numDependencies, handle, type, size, ctx, bodies);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phGraphNode)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+        for (uint64_t fgr_i = 0; bodies && fgr_i < fgr_n_bodies / sizeof(CUgraph); fgr_i++)
+            fgr_add(FGR_H_CUgraph, (uint64_t)(uintptr_t)bodies[fgr_i], FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+        if (fgr_out_n(FGR_H_CUgraphNode, phGraphNode, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+        if (fgr_out_n(FGR_H_CUgraph, bodies, fgr_n_bodies / sizeof(CUgraph)) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_phGraphNode)
+        fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
+    if (has_bodies)
+        fgr_reply_out(q, bodies, fgr_n_bodies, 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrGraphConditionalNodeGetParams(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    unsigned int cap = (unsigned int)fgr_get_u64(rd);
+    int has_handle = fgr_get_u8(rd);
+    int has_type = fgr_get_u8(rd);
+    int has_size = fgr_get_u8(rd);
+    int has_ctx = fgr_get_u8(rd);
+    int has_bodies = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraphConditionalHandle *handle = NULL;
+    unsigned int *type = NULL;
+    unsigned int *size = NULL;
+    CUcontext *ctx = NULL;
+    CUgraph *bodies = NULL;
+    const uint64_t fgr_n_bodies = fgr_mul((uint64_t)(cap), sizeof(CUgraph));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("fgrGraphConditionalNodeGetParams", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(!has_bodies || fgr_mul((uint64_t)(cap), sizeof(CUgraph)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrGraphConditionalNodeGetParams", "bodies", fgr_mul((uint64_t)(cap), sizeof(CUgraph)), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_handle && !(handle = fgr_out(q, sizeof(CUgraphConditionalHandle))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_type && !(type = fgr_out(q, sizeof(unsigned int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_size && !(size = fgr_out(q, sizeof(unsigned int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_ctx && !(ctx = fgr_out(q, sizeof(CUcontext))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_bodies && !(bodies = fgr_out(q, fgr_n_bodies)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrGraphConditionalNodeGetParams)fgr_real[FGR_OP_fgrGraphConditionalNodeGetParams])(hNode, handle, type, size, ctx, bodies, cap);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (ctx)
+            fgr_add(FGR_H_CUcontext, (uint64_t)(uintptr_t)*ctx, 0, 0);
+        for (uint64_t fgr_i = 0; bodies && fgr_i < fgr_n_bodies / sizeof(CUgraph); fgr_i++)
+            fgr_add(FGR_H_CUgraph, (uint64_t)(uintptr_t)bodies[fgr_i], FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode);
+        if (fgr_out_n(FGR_H_CUcontext, ctx, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+        if (fgr_out_n(FGR_H_CUgraph, bodies, fgr_n_bodies / sizeof(CUgraph)) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_handle)
+        fgr_reply_out(q, handle, sizeof(CUgraphConditionalHandle), 0, fgr_r);
+    if (has_type)
+        fgr_reply_out(q, type, sizeof(unsigned int), 0, fgr_r);
+    if (has_size)
+        fgr_reply_out(q, size, sizeof(unsigned int), 0, fgr_r);
+    if (has_ctx)
+        fgr_reply_out(q, ctx, sizeof(CUcontext), 0, fgr_r);
+    if (has_bodies)
+        fgr_reply_out(q, bodies, fgr_n_bodies, 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrGraphConditionalNodeSetParams(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_in(FGR_H_CUgraphExec, fgr_get_u64(rd));
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    CUgraphConditionalHandle handle = (CUgraphConditionalHandle)fgr_get_u64(rd);
+    unsigned int type = (unsigned int)fgr_get_u64(rd);
+    unsigned int size = (unsigned int)fgr_get_u64(rd);
+    CUcontext ctx = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec)))
+        fgr_r = fgr_refuse("fgrGraphConditionalNodeSetParams", "hGraphExec", (uint64_t)(uintptr_t)hGraphExec, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("fgrGraphConditionalNodeSetParams", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
+        fgr_r = fgr_refuse("fgrGraphConditionalNodeSetParams", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrGraphConditionalNodeSetParams)fgr_real[FGR_OP_fgrGraphConditionalNodeSetParams])(hGraphExec, hNode, handle, type, size, ctx);
+    return fgr_r;
+}
+
 static CUresult op_xt_ctx(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -7037,6 +7198,10 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuGraphAddEventRecordNode] = {"cuGraphAddEventRecordNode", op_cuGraphAddEventRecordNode, 0, FGR_MAX_FRAME},
     [FGR_OP_cuGraphAddEventWaitNode] = {"cuGraphAddEventWaitNode", op_cuGraphAddEventWaitNode, 0, FGR_MAX_FRAME},
     [FGR_OP_cuGraphExecGetFlags] = {"cuGraphExecGetFlags", op_cuGraphExecGetFlags, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphConditionalHandleCreate] = {"cuGraphConditionalHandleCreate", op_cuGraphConditionalHandleCreate, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrGraphAddConditionalNode] = {"fgrGraphAddConditionalNode", op_fgrGraphAddConditionalNode, 0, FGR_MAX_FRAME},
+    [FGR_OP_fgrGraphConditionalNodeGetParams] = {"fgrGraphConditionalNodeGetParams", op_fgrGraphConditionalNodeGetParams, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrGraphConditionalNodeSetParams] = {"fgrGraphConditionalNodeSetParams", op_fgrGraphConditionalNodeSetParams, 0, FGR_SMALL_FRAME},
     [FGR_OP_xt_ctx] = {"xt_ctx", op_xt_ctx, 0, FGR_SMALL_FRAME},
     [FGR_OP_xt_ctx_39] = {"xt_ctx_39", op_xt_ctx_39, 0, FGR_SMALL_FRAME},
     [FGR_OP_xt_ctx_51] = {"xt_ctx_51", op_xt_ctx_51, 0, FGR_SMALL_FRAME},

@@ -297,6 +297,12 @@ typedef CUresult (CUDAAPI *fg_sig_cuGraphAddNode)(CUgraphNode *phGraphNode, CUgr
 SAME(fg_sig_cuGraphAddNode, PFN_cuGraphAddNode_v12020);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphAddNode_v2)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams);
 SAME(fg_sig_cuGraphAddNode_v2, PFN_cuGraphAddNode_v12030);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphNodeGetParams)(CUgraphNode hNode, CUgraphNodeParams *nodeParams);
+SAME(fg_sig_cuGraphNodeGetParams, PFN_cuGraphNodeGetParams_v12020);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphNodeSetParams)(CUgraphNode hNode, CUgraphNodeParams *nodeParams);
+SAME(fg_sig_cuGraphNodeSetParams, PFN_cuGraphNodeSetParams_v12020);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphExecNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *nodeParams);
+SAME(fg_sig_cuGraphExecNodeSetParams, PFN_cuGraphExecNodeSetParams_v12020);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphDebugDotPrint)(CUgraph hGraph, const char *path, unsigned int flags);
 SAME(fg_sig_cuGraphDebugDotPrint, PFN_cuGraphDebugDotPrint_v11030);
 
