@@ -307,20 +307,21 @@ enum fgr_op {
     FGR_OP_fgrGraphAddConditionalNode = 298,
     FGR_OP_fgrGraphConditionalNodeGetParams = 299,
     FGR_OP_fgrGraphConditionalNodeSetParams = 300,
-    FGR_OP_xt_ctx = 301,
-    FGR_OP_xt_ctx_39 = 302,
-    FGR_OP_xt_ctx_51 = 303,
-    FGR_OP_xt_simA = 304,
-    FGR_OP_xt_simA_1 = 305,
-    FGR_OP_xt_simA_2 = 306,
-    FGR_OP_xt_simA_7 = 307,
-    FGR_OP_xt_simB = 308,
-    FGR_OP_xt_simB_1 = 309,
-    FGR_OP_xt_simB_2 = 310,
-    FGR_NUM_OPS = 311
+    FGR_OP_cuGraphExecUpdate_v2 = 301,
+    FGR_OP_xt_ctx = 302,
+    FGR_OP_xt_ctx_39 = 303,
+    FGR_OP_xt_ctx_51 = 304,
+    FGR_OP_xt_simA = 305,
+    FGR_OP_xt_simA_1 = 306,
+    FGR_OP_xt_simA_2 = 307,
+    FGR_OP_xt_simA_7 = 308,
+    FGR_OP_xt_simB = 309,
+    FGR_OP_xt_simB_1 = 310,
+    FGR_OP_xt_simB_2 = 311,
+    FGR_NUM_OPS = 312
 };
 
-#define FGR_OPS_HASH 0xfe3dc3fef1071c2eULL
+#define FGR_OPS_HASH 0x31aa0dbfeb74be39ULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
@@ -507,6 +508,7 @@ CUresult cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams);
 CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *nodeParams);
 CUresult fgrGraphConditionalNodeGetParams(CUgraphNode hNode, CUgraphConditionalHandle *handle, unsigned int *type, unsigned int *size, CUcontext *ctx, CUgraph *bodies, unsigned int cap);
 CUresult fgrGraphConditionalNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphConditionalHandle handle, unsigned int type, unsigned int size, CUcontext ctx);
+CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo);
 CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int flags);
 
 /* Forwarders of the wrap entries, called by their hand-written exports. */

@@ -1268,6 +1268,48 @@ void sim_graph_ctx_release(struct sim_ctx *ctx)
     pthread_mutex_unlock(&sim_mem_lock);
 }
 
+/* hGraphExec takes hGraph's nodes' parameters when hGraph has the shape
+ * it was made from: as many nodes (child graphs' in their place) of the
+ * same kinds in the same order, conditional nodes of the same kind and
+ * number of bodies. Graphs with memory nodes are not updated. */
+SIM_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
+                                         CUgraphExecUpdateResultInfo *resultInfo)
+{
+    struct sim_exec *x = as_exec(hGraphExec);
+    struct sim_graph *g = as_graph(hGraph);
+    if (!x || !g || !resultInfo)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(resultInfo, 0, sizeof *resultInfo);
+    if (x->mem || g->mem || cond_mem(g, 0)) {
+        resultInfo->result = CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED;
+        return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+    }
+    struct sim_exec *y = flat_of(g);
+    if (!y)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUgraphExecUpdateResult res = y->n != x->n ? CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED : CU_GRAPH_EXEC_UPDATE_SUCCESS;
+    for (size_t i = 0; res == CU_GRAPH_EXEC_UPDATE_SUCCESS && i < y->n; i++) {
+        const struct sim_node *a = &x->nodes[i], *b = &y->nodes[i];
+        if (a->type != b->type)
+            res = CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
+        else if (a->type == CU_GRAPH_NODE_TYPE_CONDITIONAL &&
+                 (a->u.cond.type != b->u.cond.type || a->u.cond.size != b->u.cond.size))
+            res = CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED;
+        if (res != CU_GRAPH_EXEC_UPDATE_SUCCESS) {
+            resultInfo->errorNode = (CUgraphNode)b->orig;
+            resultInfo->errorFromNode = (CUgraphNode)a->orig;
+        }
+    }
+    resultInfo->result = res;
+    struct sim_exec *drop = res == CU_GRAPH_EXEC_UPDATE_SUCCESS ? x : y;
+    conds_free(drop->nodes, drop->n);
+    free(drop->nodes);
+    if (res == CU_GRAPH_EXEC_UPDATE_SUCCESS)
+        x->nodes = y->nodes;
+    free(y);
+    return res == CU_GRAPH_EXEC_UPDATE_SUCCESS ? CUDA_SUCCESS : CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+}
+
 /* A node leaves its graph, and the edges to it with it. */
 SIM_EXPORT CUresult cuGraphDestroyNode(CUgraphNode hNode)
 {

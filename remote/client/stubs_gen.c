@@ -5247,6 +5247,22 @@ FGR_EXPORT CUresult fgrGraphConditionalNodeSetParams(CUgraphExec hGraphExec, CUg
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo)
+{
+    CUresult fgr_r;
+    uint64_t n_resultInfo = resultInfo ? sizeof(CUgraphExecUpdateResultInfo) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphExecUpdate_v2, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraphExec);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_buf(&fgr_c.w, resultInfo, n_resultInfo);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, resultInfo, n_resultInfo, 1);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int flags)
 {
     (void)hGraph;
@@ -5559,6 +5575,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_fgrGraphAddConditionalNode] = "fgrGraphAddConditionalNode",
     [FGR_OP_fgrGraphConditionalNodeGetParams] = "fgrGraphConditionalNodeGetParams",
     [FGR_OP_fgrGraphConditionalNodeSetParams] = "fgrGraphConditionalNodeSetParams",
+    [FGR_OP_cuGraphExecUpdate_v2] = "cuGraphExecUpdate_v2",
     [FGR_OP_xt_ctx] = "xt_ctx",
     [FGR_OP_xt_ctx_39] = "xt_ctx_39",
     [FGR_OP_xt_ctx_51] = "xt_ctx_51",
@@ -6012,6 +6029,7 @@ const struct fg_proc fgr_procs[] = {
     {"cuGraphExecNodeSetParams", "cuGraphExecNodeSetParams", 12020, 0, (void *)cuGraphExecNodeSetParams},
     {"fgrGraphConditionalNodeGetParams", "fgrGraphConditionalNodeGetParams", 0, 0, (void *)fgrGraphConditionalNodeGetParams},
     {"fgrGraphConditionalNodeSetParams", "fgrGraphConditionalNodeSetParams", 0, 0, (void *)fgrGraphConditionalNodeSetParams},
+    {"cuGraphExecUpdate", "cuGraphExecUpdate_v2", 12000, 0, (void *)cuGraphExecUpdate_v2},
     {"cuGraphDebugDotPrint", "cuGraphDebugDotPrint", 11030, 0, (void *)cuGraphDebugDotPrint},
 };
 

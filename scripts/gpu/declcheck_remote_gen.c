@@ -303,6 +303,8 @@ typedef CUresult (CUDAAPI *fg_sig_cuGraphNodeSetParams)(CUgraphNode hNode, CUgra
 SAME(fg_sig_cuGraphNodeSetParams, PFN_cuGraphNodeSetParams_v12020);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphExecNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *nodeParams);
 SAME(fg_sig_cuGraphExecNodeSetParams, PFN_cuGraphExecNodeSetParams_v12020);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphExecUpdate_v2)(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo);
+SAME(fg_sig_cuGraphExecUpdate_v2, PFN_cuGraphExecUpdate_v12000);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphDebugDotPrint)(CUgraph hGraph, const char *path, unsigned int flags);
 SAME(fg_sig_cuGraphDebugDotPrint, PFN_cuGraphDebugDotPrint_v11030);
 

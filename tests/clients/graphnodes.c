@@ -89,6 +89,7 @@ CUresult cuGraphNodeGetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams);
 CUresult cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams);
 CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *nodeParams);
 CUresult cuGraphDestroyNode(CUgraphNode hNode);
+CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo);
 
 /* The simulated GPU's kernels for conditional nodes: setcond(h, p, step)
  * adds step to *p and sets h's value to it, as cudaGraphSetConditional
@@ -264,7 +265,40 @@ static int conditional(CUcontext ctx)
         CHECK(cuStreamSynchronize(st));
         printf("WHILE from %u: body ran %u times, counter %u\n", from, word_at(tally), word_at(counter));
     }
+
+    /* The WHILE graph's executable updated from a graph of its shape
+     * whose handle starts at 0 (the body does not run), then refused an
+     * update from one whose node is of another kind (that node named). */
+    CUgraph g2, g3;
+    CUgraphConditionalHandle hz;
+    CHECK(cuGraphCreate(&g2, 0));
+    CHECK(cuGraphConditionalHandleCreate(&hz, g2, ctx, 0, CU_GRAPH_COND_ASSIGN_DEFAULT));
+    cp = cond_params(hz, CU_GRAPH_COND_TYPE_WHILE, 1, ctx);
+    CUgraphNode c2, e3;
+    CHECK(cuGraphAddNode(&c2, g2, NULL, 0, &cp));
+    kp = one_thread(add, aargs);
+    CHECK(cuGraphAddKernelNode_v2(&step, cp.conditional.phGraph_out[0], NULL, 0, &kp));
+    kp = one_thread(setcond, cargs);
+    CHECK(cuGraphAddKernelNode_v2(&count, cp.conditional.phGraph_out[0], &step, 1, &kp));
+    CUgraphExecUpdateResultInfo info;
+    memset(&info, 0, sizeof info);
+    CUresult r = cuGraphExecUpdate_v2(x, g2, &info);
+    printf("update from a graph of the same shape: %s, result %d\n", result_name(r), (int)info.result);
+    put_word(counter, 3);
+    put_word(tally, 0);
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    printf("updated WHILE from 3: body ran %u times, counter %u\n", word_at(tally), word_at(counter));
+    CHECK(cuGraphCreate(&g3, 0));
+    CHECK(cuGraphAddEmptyNode(&e3, g3, NULL, 0));
+    memset(&info, 0, sizeof info);
+    r = cuGraphExecUpdate_v2(x, g3, &info);
+    printf("update from a graph of an empty node: %s, result %d, error node: %s, from: %s\n", result_name(r),
+           (int)info.result, info.errorNode == e3 ? "the empty node" : "another",
+           info.errorFromNode == c2 ? "the conditional node" : "another");
     CHECK(cuGraphExecDestroy(x));
+    CHECK(cuGraphDestroy(g3));
+    CHECK(cuGraphDestroy(g2));
 
     /* What the driver refuses: body counts a kind does not have, a
      * handle it did not make. */

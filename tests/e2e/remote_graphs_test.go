@@ -46,7 +46,9 @@ func TestRemoteGraphEdgesMatchLocal(t *testing.T) {
 // node whose body a kernel enables through the handle (the driver's value,
 // passed through to the kernel), an IF node with an else body under the
 // handle's default value and with the other handle set in the executable,
-// a WHILE node counting down; the bodies the driver created are the
+// a WHILE node counting down, its executable updated from a graph of the
+// same shape and refused one of another (the nodes that made it fail named
+// as the program knows them); the bodies the driver created are the
 // program's graphs (a kernel node added into each, the same graph read
 // back, a clone's own); body counts and a handle the driver refuses are
 // refused alike, and nothing is left of them.
@@ -58,6 +60,8 @@ func TestRemoteGraphConditionalNodes(t *testing.T) {
 		"IF with flag 0: word 0\nIF with flag 1: word 42", "clone's IF node: its own body graph, 1 node in it",
 		"IF/else, default 0: word 2", "IF/else, default 1: word 1", "WHILE from 5: body ran 5 times, counter 0",
 		"IF of 3 bodies: CUDA_ERROR_INVALID_VALUE\nWHILE of 2 bodies: CUDA_ERROR_INVALID_VALUE",
+		"update from a graph of the same shape: CUDA_SUCCESS, result 0\nupdated WHILE from 3: body ran 0 times, counter 3",
+		"update from a graph of an empty node: CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, result 3, error node: the empty node, from: the conditional node",
 		"nodes left: 1",
 	} {
 		if local.code != 0 || !strings.Contains(local.stdout, want) {
