@@ -2,7 +2,7 @@
  *
  * A simulated module image is text:
  *     FLEXGV-SIM-MODULE
- *     kernel NAME [DURATION_US] [builtin=vecadd|fill|printf|params=N|collective]
+ *     kernel NAME [DURATION_US] [builtin=vecadd|fill|add|setcond|printf|params=N|collective]
  *     managed NAME BYTES VALUE
  * A kernel occupies the device for its duration (default: the configured
  * kernel_us). A collective one (as NCCL's all-reduce) occupies it from
@@ -12,6 +12,9 @@
  * kernels also compute on the host-backed memory:
  *     vecadd(float *a, float *b, float *c, int n): c = a + b
  *     fill(unsigned *p, unsigned v, int n)
+ *     add(unsigned *p, unsigned v, int n): p[i] += v
+ *     setcond(CUgraphConditionalHandle h, unsigned *p, int step): *p +=
+ *     step, then h's value is *p (as cudaGraphSetConditional sets it)
  *     printf(unsigned v): "device printf: V" on stdout, printed as a
  *     driver prints device printf: through the process's stdio, at the
  *     next synchronization (context, stream, event), then flushed
