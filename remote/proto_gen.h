@@ -283,45 +283,51 @@ enum fgr_op {
     FGR_OP_cuStreamGetCaptureInfo_v2_ptsz = 274,
     FGR_OP_cuStreamGetCaptureInfo_v3 = 275,
     FGR_OP_cuStreamGetCaptureInfo_v3_ptsz = 276,
-    FGR_OP_cuStreamGetPriority = 277,
-    FGR_OP_cuStreamGetPriority_ptsz = 278,
-    FGR_OP_cuStreamGetFlags = 279,
-    FGR_OP_cuStreamGetFlags_ptsz = 280,
-    FGR_OP_cuStreamGetCtx = 281,
-    FGR_OP_cuStreamGetCtx_ptsz = 282,
-    FGR_OP_cuStreamGetCtx_v2 = 283,
-    FGR_OP_cuStreamGetCtx_v2_ptsz = 284,
-    FGR_OP_cuStreamGetId = 285,
-    FGR_OP_cuStreamGetId_ptsz = 286,
-    FGR_OP_cuStreamCopyAttributes = 287,
-    FGR_OP_cuStreamCopyAttributes_ptsz = 288,
-    FGR_OP_cuStreamAttachMemAsync = 289,
-    FGR_OP_cuStreamAttachMemAsync_ptsz = 290,
-    FGR_OP_fgrGraphAddHostNode = 291,
-    FGR_OP_fgrGraphAddKernelNode = 292,
-    FGR_OP_cuGraphDestroyNode = 293,
-    FGR_OP_cuGraphAddEventRecordNode = 294,
-    FGR_OP_cuGraphAddEventWaitNode = 295,
-    FGR_OP_cuGraphExecGetFlags = 296,
-    FGR_OP_cuGraphConditionalHandleCreate = 297,
-    FGR_OP_fgrGraphAddConditionalNode = 298,
-    FGR_OP_fgrGraphConditionalNodeGetParams = 299,
-    FGR_OP_fgrGraphConditionalNodeSetParams = 300,
-    FGR_OP_cuGraphExecUpdate_v2 = 301,
-    FGR_OP_xt_ctx = 302,
-    FGR_OP_xt_ctx_39 = 303,
-    FGR_OP_xt_ctx_51 = 304,
-    FGR_OP_xt_simA = 305,
-    FGR_OP_xt_simA_1 = 306,
-    FGR_OP_xt_simA_2 = 307,
-    FGR_OP_xt_simA_7 = 308,
-    FGR_OP_xt_simB = 309,
-    FGR_OP_xt_simB_1 = 310,
-    FGR_OP_xt_simB_2 = 311,
-    FGR_NUM_OPS = 312
+    FGR_OP_cuStreamBeginCaptureToGraph = 277,
+    FGR_OP_cuStreamBeginCaptureToGraph_ptsz = 278,
+    FGR_OP_cuStreamUpdateCaptureDependencies = 279,
+    FGR_OP_cuStreamUpdateCaptureDependencies_ptsz = 280,
+    FGR_OP_cuStreamUpdateCaptureDependencies_v2 = 281,
+    FGR_OP_cuStreamUpdateCaptureDependencies_v2_ptsz = 282,
+    FGR_OP_cuStreamGetPriority = 283,
+    FGR_OP_cuStreamGetPriority_ptsz = 284,
+    FGR_OP_cuStreamGetFlags = 285,
+    FGR_OP_cuStreamGetFlags_ptsz = 286,
+    FGR_OP_cuStreamGetCtx = 287,
+    FGR_OP_cuStreamGetCtx_ptsz = 288,
+    FGR_OP_cuStreamGetCtx_v2 = 289,
+    FGR_OP_cuStreamGetCtx_v2_ptsz = 290,
+    FGR_OP_cuStreamGetId = 291,
+    FGR_OP_cuStreamGetId_ptsz = 292,
+    FGR_OP_cuStreamCopyAttributes = 293,
+    FGR_OP_cuStreamCopyAttributes_ptsz = 294,
+    FGR_OP_cuStreamAttachMemAsync = 295,
+    FGR_OP_cuStreamAttachMemAsync_ptsz = 296,
+    FGR_OP_fgrGraphAddHostNode = 297,
+    FGR_OP_fgrGraphAddKernelNode = 298,
+    FGR_OP_cuGraphDestroyNode = 299,
+    FGR_OP_cuGraphAddEventRecordNode = 300,
+    FGR_OP_cuGraphAddEventWaitNode = 301,
+    FGR_OP_cuGraphExecGetFlags = 302,
+    FGR_OP_cuGraphConditionalHandleCreate = 303,
+    FGR_OP_fgrGraphAddConditionalNode = 304,
+    FGR_OP_fgrGraphConditionalNodeGetParams = 305,
+    FGR_OP_fgrGraphConditionalNodeSetParams = 306,
+    FGR_OP_cuGraphExecUpdate_v2 = 307,
+    FGR_OP_xt_ctx = 308,
+    FGR_OP_xt_ctx_39 = 309,
+    FGR_OP_xt_ctx_51 = 310,
+    FGR_OP_xt_simA = 311,
+    FGR_OP_xt_simA_1 = 312,
+    FGR_OP_xt_simA_2 = 313,
+    FGR_OP_xt_simA_7 = 314,
+    FGR_OP_xt_simB = 315,
+    FGR_OP_xt_simB_1 = 316,
+    FGR_OP_xt_simB_2 = 317,
+    FGR_NUM_OPS = 318
 };
 
-#define FGR_OPS_HASH 0x31aa0dbfeb74be39ULL
+#define FGR_OPS_HASH 0x907990bc999bc58aULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
@@ -479,6 +485,12 @@ CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *capt
 CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out);
 CUresult cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out);
 CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out);
+CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode);
+CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode);
+CUresult cuStreamUpdateCaptureDependencies(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies, unsigned int flags);
+CUresult cuStreamUpdateCaptureDependencies_ptsz(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies, unsigned int flags);
+CUresult cuStreamUpdateCaptureDependencies_v2(CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags);
+CUresult cuStreamUpdateCaptureDependencies_v2_ptsz(CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags);
 CUresult cuStreamGetPriority(CUstream hStream, int *priority);
 CUresult cuStreamGetPriority_ptsz(CUstream hStream, int *priority);
 CUresult cuStreamGetFlags(CUstream hStream, unsigned int *flags);

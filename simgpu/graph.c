@@ -352,6 +352,13 @@ static struct sim_graph *as_graph(CUgraph h)
     return g && g->magic == GRAPH_MAGIC ? g : NULL;
 }
 
+struct sim_graph *sim_graph_of(CUgraph h) { return as_graph(h); }
+
+int sim_node_in(const struct sim_node *n, const struct sim_graph *g)
+{
+    return n && n->magic == NODE_MAGIC && n->graph == g;
+}
+
 /* Whether target is among deps or their ancestors (each node is pushed
  * once: marked when pushed). */
 static int reaches(struct sim_graph *g, struct sim_node *const *deps, size_t ndeps, const struct sim_node *target)

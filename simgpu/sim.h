@@ -328,6 +328,8 @@ struct sim_node *sim_node_alloc(int dev, size_t size, CUdeviceptr *dptr);
 struct sim_node *sim_node_free(CUdeviceptr p); /* NULL if p is no graph allocation */
 void sim_node_destroy(struct sim_node *n);
 struct sim_graph *sim_graph_new(void);
+struct sim_graph *sim_graph_of(CUgraph h); /* NULL if h is no live graph */
+int sim_node_in(const struct sim_node *n, const struct sim_graph *g);
 void sim_graph_destroy(struct sim_graph *g);
 CUresult sim_graph_append(struct sim_graph *g, struct sim_node *n, struct sim_node *const *deps, size_t ndeps);
 int sim_gmem_unuse(struct sim_gmem *m); /* freed outside a graph (sim_mem_lock held); -1 if not allocated */
@@ -348,6 +350,16 @@ CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgra
                            CUgraphNodeParams *nodeParams);
 CUresult cuGraphNodeGetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams);
 CUresult cuGraphDestroyNode(CUgraphNode hNode);
+CUresult cuStreamBeginCaptureToGraph(CUstream h, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *edges,
+                                     size_t ndeps, CUstreamCaptureMode mode);
+CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream h, CUgraph g, const CUgraphNode *deps,
+                                          const CUgraphEdgeData *edges, size_t ndeps, CUstreamCaptureMode mode);
+CUresult cuStreamUpdateCaptureDependencies(CUstream h, CUgraphNode *deps, size_t n, unsigned int flags);
+CUresult cuStreamUpdateCaptureDependencies_ptsz(CUstream h, CUgraphNode *deps, size_t n, unsigned int flags);
+CUresult cuStreamUpdateCaptureDependencies_v2(CUstream h, CUgraphNode *deps, const CUgraphEdgeData *edges, size_t n,
+                                              unsigned int flags);
+CUresult cuStreamUpdateCaptureDependencies_v2_ptsz(CUstream h, CUgraphNode *deps, const CUgraphEdgeData *edges,
+                                                   size_t n, unsigned int flags);
 CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo);
 CUresult cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams);
 CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *nodeParams);

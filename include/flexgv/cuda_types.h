@@ -292,6 +292,13 @@ typedef enum CUstreamCaptureStatus_enum {
     CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2
 } CUstreamCaptureStatus;
 
+/* cuStreamUpdateCaptureDependencies: the nodes given are added to a
+ * capturing stream's dependencies, or replace them. */
+typedef enum CUstreamUpdateCaptureDependencies_flags_enum {
+    CU_STREAM_ADD_CAPTURE_DEPENDENCIES = 0,
+    CU_STREAM_SET_CAPTURE_DEPENDENCIES = 1
+} CUstreamUpdateCaptureDependencies_flags;
+
 typedef enum CUgraphNodeType_enum {
     CU_GRAPH_NODE_TYPE_KERNEL = 0,
     CU_GRAPH_NODE_TYPE_MEMCPY = 1,

@@ -4813,6 +4813,132 @@ FGR_EXPORT CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream, CUstreamCap
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode)
+{
+    CUresult fgr_r;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuStreamBeginCaptureToGraph", "a buffer over the frame limit");
+    uint64_t n_dependencyData = dependencyData ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphEdgeData)) : 0;
+    if (n_dependencyData > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuStreamBeginCaptureToGraph", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamBeginCaptureToGraph, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u64(&fgr_c.w, (uint64_t)mode);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
+    fgr_put_buf(&fgr_c.w, dependencyData, n_dependencyData);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode)
+{
+    CUresult fgr_r;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuStreamBeginCaptureToGraph_ptsz", "a buffer over the frame limit");
+    uint64_t n_dependencyData = dependencyData ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphEdgeData)) : 0;
+    if (n_dependencyData > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuStreamBeginCaptureToGraph_ptsz", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamBeginCaptureToGraph_ptsz, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u64(&fgr_c.w, (uint64_t)mode);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
+    fgr_put_buf(&fgr_c.w, dependencyData, n_dependencyData);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuStreamUpdateCaptureDependencies(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies, unsigned int flags)
+{
+    CUresult fgr_r;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuStreamUpdateCaptureDependencies", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamUpdateCaptureDependencies, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuStreamUpdateCaptureDependencies_ptsz(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies, unsigned int flags)
+{
+    CUresult fgr_r;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuStreamUpdateCaptureDependencies_ptsz", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamUpdateCaptureDependencies_ptsz, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuStreamUpdateCaptureDependencies_v2(CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags)
+{
+    CUresult fgr_r;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuStreamUpdateCaptureDependencies_v2", "a buffer over the frame limit");
+    uint64_t n_dependencyData = dependencyData ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphEdgeData)) : 0;
+    if (n_dependencyData > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuStreamUpdateCaptureDependencies_v2", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamUpdateCaptureDependencies_v2, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
+    fgr_put_buf(&fgr_c.w, dependencyData, n_dependencyData);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuStreamUpdateCaptureDependencies_v2_ptsz(CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags)
+{
+    CUresult fgr_r;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuStreamUpdateCaptureDependencies_v2_ptsz", "a buffer over the frame limit");
+    uint64_t n_dependencyData = dependencyData ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphEdgeData)) : 0;
+    if (n_dependencyData > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuStreamUpdateCaptureDependencies_v2_ptsz", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamUpdateCaptureDependencies_v2_ptsz, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
+    fgr_put_buf(&fgr_c.w, dependencyData, n_dependencyData);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuStreamGetPriority(CUstream hStream, int *priority)
 {
     CUresult fgr_r;
@@ -5551,6 +5677,12 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamGetCaptureInfo_v2_ptsz] = "cuStreamGetCaptureInfo_v2_ptsz",
     [FGR_OP_cuStreamGetCaptureInfo_v3] = "cuStreamGetCaptureInfo_v3",
     [FGR_OP_cuStreamGetCaptureInfo_v3_ptsz] = "cuStreamGetCaptureInfo_v3_ptsz",
+    [FGR_OP_cuStreamBeginCaptureToGraph] = "cuStreamBeginCaptureToGraph",
+    [FGR_OP_cuStreamBeginCaptureToGraph_ptsz] = "cuStreamBeginCaptureToGraph_ptsz",
+    [FGR_OP_cuStreamUpdateCaptureDependencies] = "cuStreamUpdateCaptureDependencies",
+    [FGR_OP_cuStreamUpdateCaptureDependencies_ptsz] = "cuStreamUpdateCaptureDependencies_ptsz",
+    [FGR_OP_cuStreamUpdateCaptureDependencies_v2] = "cuStreamUpdateCaptureDependencies_v2",
+    [FGR_OP_cuStreamUpdateCaptureDependencies_v2_ptsz] = "cuStreamUpdateCaptureDependencies_v2_ptsz",
     [FGR_OP_cuStreamGetPriority] = "cuStreamGetPriority",
     [FGR_OP_cuStreamGetPriority_ptsz] = "cuStreamGetPriority_ptsz",
     [FGR_OP_cuStreamGetFlags] = "cuStreamGetFlags",
@@ -6000,6 +6132,12 @@ const struct fg_proc fgr_procs[] = {
     {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v2_ptsz", 11030, 1, (void *)cuStreamGetCaptureInfo_v2_ptsz},
     {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v3", 12030, 0, (void *)cuStreamGetCaptureInfo_v3},
     {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v3_ptsz", 12030, 1, (void *)cuStreamGetCaptureInfo_v3_ptsz},
+    {"cuStreamBeginCaptureToGraph", "cuStreamBeginCaptureToGraph", 12030, 0, (void *)cuStreamBeginCaptureToGraph},
+    {"cuStreamBeginCaptureToGraph", "cuStreamBeginCaptureToGraph_ptsz", 12030, 1, (void *)cuStreamBeginCaptureToGraph_ptsz},
+    {"cuStreamUpdateCaptureDependencies", "cuStreamUpdateCaptureDependencies", 11030, 0, (void *)cuStreamUpdateCaptureDependencies},
+    {"cuStreamUpdateCaptureDependencies", "cuStreamUpdateCaptureDependencies_ptsz", 11030, 1, (void *)cuStreamUpdateCaptureDependencies_ptsz},
+    {"cuStreamUpdateCaptureDependencies", "cuStreamUpdateCaptureDependencies_v2", 12030, 0, (void *)cuStreamUpdateCaptureDependencies_v2},
+    {"cuStreamUpdateCaptureDependencies", "cuStreamUpdateCaptureDependencies_v2_ptsz", 12030, 1, (void *)cuStreamUpdateCaptureDependencies_v2_ptsz},
     {"cuStreamGetPriority", "cuStreamGetPriority", 5050, 0, (void *)cuStreamGetPriority},
     {"cuStreamGetPriority", "cuStreamGetPriority_ptsz", 7000, 1, (void *)cuStreamGetPriority_ptsz},
     {"cuStreamGetFlags", "cuStreamGetFlags", 5050, 0, (void *)cuStreamGetFlags},

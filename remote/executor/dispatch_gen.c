@@ -277,6 +277,12 @@ typedef CUresult (*pfn_cuStreamGetCaptureInfo_v2)(CUstream hStream, CUstreamCapt
 typedef CUresult (*pfn_cuStreamGetCaptureInfo_v2_ptsz)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out);
 typedef CUresult (*pfn_cuStreamGetCaptureInfo_v3)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out);
 typedef CUresult (*pfn_cuStreamGetCaptureInfo_v3_ptsz)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out);
+typedef CUresult (*pfn_cuStreamBeginCaptureToGraph)(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode);
+typedef CUresult (*pfn_cuStreamBeginCaptureToGraph_ptsz)(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode);
+typedef CUresult (*pfn_cuStreamUpdateCaptureDependencies)(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies, unsigned int flags);
+typedef CUresult (*pfn_cuStreamUpdateCaptureDependencies_ptsz)(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies, unsigned int flags);
+typedef CUresult (*pfn_cuStreamUpdateCaptureDependencies_v2)(CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags);
+typedef CUresult (*pfn_cuStreamUpdateCaptureDependencies_v2_ptsz)(CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags);
 typedef CUresult (*pfn_cuStreamGetPriority)(CUstream hStream, int *priority);
 typedef CUresult (*pfn_cuStreamGetPriority_ptsz)(CUstream hStream, int *priority);
 typedef CUresult (*pfn_cuStreamGetFlags)(CUstream hStream, unsigned int *flags);
@@ -6079,6 +6085,136 @@ static CUresult op_cuStreamGetCaptureInfo_v3_ptsz(struct fgr_rd *rd, struct fgr_
     return fgr_r;
 }
 
+static CUresult op_cuStreamBeginCaptureToGraph(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    CUstreamCaptureMode mode = (CUstreamCaptureMode)fgr_get_u64(rd);
+    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    CUgraphEdgeData *dependencyData = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphEdgeData)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamBeginCaptureToGraph", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuStreamBeginCaptureToGraph", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuStreamBeginCaptureToGraph", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuStreamBeginCaptureToGraph)fgr_real[FGR_OP_cuStreamBeginCaptureToGraph])(hStream, hGraph, dependencies, dependencyData, numDependencies, mode);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamBeginCaptureToGraph_ptsz(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    CUstreamCaptureMode mode = (CUstreamCaptureMode)fgr_get_u64(rd);
+    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    CUgraphEdgeData *dependencyData = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphEdgeData)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamBeginCaptureToGraph_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuStreamBeginCaptureToGraph_ptsz", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuStreamBeginCaptureToGraph_ptsz", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuStreamBeginCaptureToGraph_ptsz)fgr_real[FGR_OP_cuStreamBeginCaptureToGraph_ptsz])(hStream, hGraph, dependencies, dependencyData, numDependencies, mode);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamUpdateCaptureDependencies(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamUpdateCaptureDependencies", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuStreamUpdateCaptureDependencies", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuStreamUpdateCaptureDependencies)fgr_real[FGR_OP_cuStreamUpdateCaptureDependencies])(hStream, dependencies, numDependencies, flags);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamUpdateCaptureDependencies_ptsz(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamUpdateCaptureDependencies_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuStreamUpdateCaptureDependencies_ptsz", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuStreamUpdateCaptureDependencies_ptsz)fgr_real[FGR_OP_cuStreamUpdateCaptureDependencies_ptsz])(hStream, dependencies, numDependencies, flags);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamUpdateCaptureDependencies_v2(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    CUgraphEdgeData *dependencyData = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphEdgeData)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamUpdateCaptureDependencies_v2", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuStreamUpdateCaptureDependencies_v2", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuStreamUpdateCaptureDependencies_v2)fgr_real[FGR_OP_cuStreamUpdateCaptureDependencies_v2])(hStream, dependencies, dependencyData, numDependencies, flags);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamUpdateCaptureDependencies_v2_ptsz(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    CUgraphEdgeData *dependencyData = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphEdgeData)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamUpdateCaptureDependencies_v2_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuStreamUpdateCaptureDependencies_v2_ptsz", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuStreamUpdateCaptureDependencies_v2_ptsz)fgr_real[FGR_OP_cuStreamUpdateCaptureDependencies_v2_ptsz])(hStream, dependencies, dependencyData, numDependencies, flags);
+    return fgr_r;
+}
+
 static CUresult op_cuStreamGetPriority(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -7202,6 +7338,12 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamGetCaptureInfo_v2_ptsz] = {"cuStreamGetCaptureInfo_v2_ptsz", op_cuStreamGetCaptureInfo_v2_ptsz, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamGetCaptureInfo_v3] = {"cuStreamGetCaptureInfo_v3", op_cuStreamGetCaptureInfo_v3, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamGetCaptureInfo_v3_ptsz] = {"cuStreamGetCaptureInfo_v3_ptsz", op_cuStreamGetCaptureInfo_v3_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamBeginCaptureToGraph] = {"cuStreamBeginCaptureToGraph", op_cuStreamBeginCaptureToGraph, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuStreamBeginCaptureToGraph_ptsz] = {"cuStreamBeginCaptureToGraph_ptsz", op_cuStreamBeginCaptureToGraph_ptsz, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuStreamUpdateCaptureDependencies] = {"cuStreamUpdateCaptureDependencies", op_cuStreamUpdateCaptureDependencies, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuStreamUpdateCaptureDependencies_ptsz] = {"cuStreamUpdateCaptureDependencies_ptsz", op_cuStreamUpdateCaptureDependencies_ptsz, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuStreamUpdateCaptureDependencies_v2] = {"cuStreamUpdateCaptureDependencies_v2", op_cuStreamUpdateCaptureDependencies_v2, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuStreamUpdateCaptureDependencies_v2_ptsz] = {"cuStreamUpdateCaptureDependencies_v2_ptsz", op_cuStreamUpdateCaptureDependencies_v2_ptsz, 0, FGR_MAX_FRAME},
     [FGR_OP_cuStreamGetPriority] = {"cuStreamGetPriority", op_cuStreamGetPriority, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamGetPriority_ptsz] = {"cuStreamGetPriority_ptsz", op_cuStreamGetPriority_ptsz, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamGetFlags] = {"cuStreamGetFlags", op_cuStreamGetFlags, 0, FGR_SMALL_FRAME},

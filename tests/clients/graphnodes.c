@@ -89,6 +89,11 @@ CUresult cuGraphNodeGetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams);
 CUresult cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams);
 CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *nodeParams);
 CUresult cuGraphDestroyNode(CUgraphNode hNode);
+CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies,
+                                     const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                     CUstreamCaptureMode mode);
+CUresult cuStreamUpdateCaptureDependencies(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies,
+                                           unsigned int flags);
 CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo);
 
 /* The simulated GPU's kernels for conditional nodes: setcond(h, p, step)
@@ -299,6 +304,34 @@ static int conditional(CUcontext ctx)
     CHECK(cuGraphExecDestroy(x));
     CHECK(cuGraphDestroy(g3));
     CHECK(cuGraphDestroy(g2));
+
+    /* A body filled by capturing a stream into it: a kernel, then (its
+     * dependencies cleared) another beside it; the node runs both. */
+    CUgraphConditionalHandle hc;
+    CUstream cs;
+    CHECK(cuStreamCreate(&cs, CU_STREAM_NON_BLOCKING));
+    CHECK(cuGraphCreate(&g2, 0));
+    CHECK(cuGraphConditionalHandleCreate(&hc, g2, ctx, 1, CU_GRAPH_COND_ASSIGN_DEFAULT));
+    cp = cond_params(hc, CU_GRAPH_COND_TYPE_IF, 1, ctx);
+    CHECK(cuGraphAddNode(&c2, g2, NULL, 0, &cp));
+    body = cp.conditional.phGraph_out[0];
+    CHECK(cuStreamBeginCaptureToGraph(cs, body, NULL, NULL, 0, CU_STREAM_CAPTURE_MODE_RELAXED));
+    CHECK(cuLaunchKernel(fill, 1, 1, 1, 1, 1, 1, 0, cs, margs, NULL));
+    CHECK(cuStreamUpdateCaptureDependencies(cs, NULL, 0, CU_STREAM_SET_CAPTURE_DEPENDENCIES));
+    CHECK(cuLaunchKernel(add, 1, 1, 1, 1, 1, 1, 0, cs, aargs, NULL));
+    CUgraph ended;
+    CHECK(cuStreamEndCapture(cs, &ended));
+    CHECK(cuGraphGetRootNodes(body, NULL, &n));
+    printf("captured into the IF node's body: %s graph, %zu roots\n", ended == body ? "the same" : "another", n);
+    CHECK(cuGraphInstantiateWithFlags(&x, g2, 0));
+    put_word(word, 0);
+    put_word(tally, 0);
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    printf("IF with a captured body: word %u, tally %u\n", word_at(word), word_at(tally));
+    CHECK(cuGraphExecDestroy(x));
+    CHECK(cuGraphDestroy(g2));
+    CHECK(cuStreamDestroy_v2(cs));
 
     /* What the driver refuses: body counts a kind does not have, a
      * handle it did not make. */

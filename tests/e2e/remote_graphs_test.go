@@ -48,7 +48,8 @@ func TestRemoteGraphEdgesMatchLocal(t *testing.T) {
 // handle's default value and with the other handle set in the executable,
 // a WHILE node counting down, its executable updated from a graph of the
 // same shape and refused one of another (the nodes that made it fail named
-// as the program knows them); the bodies the driver created are the
+// as the program knows them), a body filled by capturing a stream into it
+// (its dependencies cleared halfway); the bodies the driver created are the
 // program's graphs (a kernel node added into each, the same graph read
 // back, a clone's own); body counts and a handle the driver refuses are
 // refused alike, and nothing is left of them.
@@ -62,6 +63,7 @@ func TestRemoteGraphConditionalNodes(t *testing.T) {
 		"IF of 3 bodies: CUDA_ERROR_INVALID_VALUE\nWHILE of 2 bodies: CUDA_ERROR_INVALID_VALUE",
 		"update from a graph of the same shape: CUDA_SUCCESS, result 0\nupdated WHILE from 3: body ran 0 times, counter 3",
 		"update from a graph of an empty node: CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, result 3, error node: the empty node, from: the conditional node",
+		"captured into the IF node's body: the same graph, 2 roots\nIF with a captured body: word 42, tally 1",
 		"nodes left: 1",
 	} {
 		if local.code != 0 || !strings.Contains(local.stdout, want) {
