@@ -288,40 +288,51 @@ enum fgr_op {
     FGR_OP_cuStreamGetCaptureInfo_v2_ptsz = 279,
     FGR_OP_cuStreamGetCaptureInfo_v3 = 280,
     FGR_OP_cuStreamGetCaptureInfo_v3_ptsz = 281,
-    FGR_OP_cuStreamGetPriority = 282,
-    FGR_OP_cuStreamGetPriority_ptsz = 283,
-    FGR_OP_cuStreamGetFlags = 284,
-    FGR_OP_cuStreamGetFlags_ptsz = 285,
-    FGR_OP_cuStreamGetCtx = 286,
-    FGR_OP_cuStreamGetCtx_ptsz = 287,
-    FGR_OP_cuStreamGetCtx_v2 = 288,
-    FGR_OP_cuStreamGetCtx_v2_ptsz = 289,
-    FGR_OP_cuStreamGetId = 290,
-    FGR_OP_cuStreamGetId_ptsz = 291,
-    FGR_OP_cuStreamCopyAttributes = 292,
-    FGR_OP_cuStreamCopyAttributes_ptsz = 293,
-    FGR_OP_cuStreamAttachMemAsync = 294,
-    FGR_OP_cuStreamAttachMemAsync_ptsz = 295,
-    FGR_OP_fgrGraphAddHostNode = 296,
-    FGR_OP_fgrGraphAddKernelNode = 297,
-    FGR_OP_cuGraphDestroyNode = 298,
-    FGR_OP_cuGraphAddEventRecordNode = 299,
-    FGR_OP_cuGraphAddEventWaitNode = 300,
-    FGR_OP_cuGraphExecGetFlags = 301,
-    FGR_OP_xt_ctx = 302,
-    FGR_OP_xt_ctx_39 = 303,
-    FGR_OP_xt_ctx_51 = 304,
-    FGR_OP_xt_simA = 305,
-    FGR_OP_xt_simA_1 = 306,
-    FGR_OP_xt_simA_2 = 307,
-    FGR_OP_xt_simA_7 = 308,
-    FGR_OP_xt_simB = 309,
-    FGR_OP_xt_simB_1 = 310,
-    FGR_OP_xt_simB_2 = 311,
-    FGR_NUM_OPS = 312
+    FGR_OP_cuStreamBeginCaptureToGraph = 282,
+    FGR_OP_cuStreamBeginCaptureToGraph_ptsz = 283,
+    FGR_OP_cuStreamUpdateCaptureDependencies = 284,
+    FGR_OP_cuStreamUpdateCaptureDependencies_ptsz = 285,
+    FGR_OP_cuStreamUpdateCaptureDependencies_v2 = 286,
+    FGR_OP_cuStreamUpdateCaptureDependencies_v2_ptsz = 287,
+    FGR_OP_cuStreamGetPriority = 288,
+    FGR_OP_cuStreamGetPriority_ptsz = 289,
+    FGR_OP_cuStreamGetFlags = 290,
+    FGR_OP_cuStreamGetFlags_ptsz = 291,
+    FGR_OP_cuStreamGetCtx = 292,
+    FGR_OP_cuStreamGetCtx_ptsz = 293,
+    FGR_OP_cuStreamGetCtx_v2 = 294,
+    FGR_OP_cuStreamGetCtx_v2_ptsz = 295,
+    FGR_OP_cuStreamGetId = 296,
+    FGR_OP_cuStreamGetId_ptsz = 297,
+    FGR_OP_cuStreamCopyAttributes = 298,
+    FGR_OP_cuStreamCopyAttributes_ptsz = 299,
+    FGR_OP_cuStreamAttachMemAsync = 300,
+    FGR_OP_cuStreamAttachMemAsync_ptsz = 301,
+    FGR_OP_fgrGraphAddHostNode = 302,
+    FGR_OP_fgrGraphAddKernelNode = 303,
+    FGR_OP_cuGraphDestroyNode = 304,
+    FGR_OP_cuGraphAddEventRecordNode = 305,
+    FGR_OP_cuGraphAddEventWaitNode = 306,
+    FGR_OP_cuGraphExecGetFlags = 307,
+    FGR_OP_cuGraphConditionalHandleCreate = 308,
+    FGR_OP_fgrGraphAddConditionalNode = 309,
+    FGR_OP_fgrGraphConditionalNodeGetParams = 310,
+    FGR_OP_fgrGraphConditionalNodeSetParams = 311,
+    FGR_OP_cuGraphExecUpdate_v2 = 312,
+    FGR_OP_xt_ctx = 313,
+    FGR_OP_xt_ctx_39 = 314,
+    FGR_OP_xt_ctx_51 = 315,
+    FGR_OP_xt_simA = 316,
+    FGR_OP_xt_simA_1 = 317,
+    FGR_OP_xt_simA_2 = 318,
+    FGR_OP_xt_simA_7 = 319,
+    FGR_OP_xt_simB = 320,
+    FGR_OP_xt_simB_1 = 321,
+    FGR_OP_xt_simB_2 = 322,
+    FGR_NUM_OPS = 323
 };
 
-#define FGR_OPS_HASH 0xe2c6e3bc032166bcULL
+#define FGR_OPS_HASH 0xeca7cdff016a5752ULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
@@ -481,6 +492,12 @@ CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *capt
 CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out);
 CUresult cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out);
 CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out);
+CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode);
+CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode);
+CUresult cuStreamUpdateCaptureDependencies(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies, unsigned int flags);
+CUresult cuStreamUpdateCaptureDependencies_ptsz(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies, unsigned int flags);
+CUresult cuStreamUpdateCaptureDependencies_v2(CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags);
+CUresult cuStreamUpdateCaptureDependencies_v2_ptsz(CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags);
 CUresult cuStreamGetPriority(CUstream hStream, int *priority);
 CUresult cuStreamGetPriority_ptsz(CUstream hStream, int *priority);
 CUresult cuStreamGetFlags(CUstream hStream, unsigned int *flags);
@@ -504,6 +521,13 @@ CUresult cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t *flags);
 CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue, unsigned int flags);
 CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraphNodeParams *nodeParams);
 CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams);
+CUresult fgrGraphAddConditionalNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphConditionalHandle handle, unsigned int type, unsigned int size, CUcontext ctx, CUgraph *bodies);
+CUresult cuGraphNodeGetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams);
+CUresult cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams);
+CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *nodeParams);
+CUresult fgrGraphConditionalNodeGetParams(CUgraphNode hNode, CUgraphConditionalHandle *handle, unsigned int *type, unsigned int *size, CUcontext *ctx, CUgraph *bodies, unsigned int cap);
+CUresult fgrGraphConditionalNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphConditionalHandle handle, unsigned int type, unsigned int size, CUcontext ctx);
+CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo);
 CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int flags);
 
 /* Forwarders of the wrap entries, called by their hand-written exports. */

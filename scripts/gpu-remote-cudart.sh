@@ -169,7 +169,8 @@ OVER=shm cu zerocopy scripts/gpu/zerocopy.cu
 FILTER=nohow cu managed scripts/gpu/managed.cu
 cu managedvar scripts/gpu/managedvar.cu
 # Graphs node by node (copy and host nodes reach pinned memory over shm://
-# alone; a conditional node last).
+# alone; conditional IF and WHILE nodes last, a body captured into, an
+# executable updated).
 OVER=shm cu graphs scripts/gpu/graphs.cu
 cu extra scripts/gpu/extra.cu -lcuda
 cu families scripts/gpu/families.cu -lcuda

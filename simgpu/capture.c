@@ -41,6 +41,7 @@ struct sim_capture {
     int invalidated;
     struct sim_stream *origin;
     struct sim_graph *graph;
+    int to_graph; /* the program's graph (cuStreamBeginCaptureToGraph): not destroyed here */
     struct sim_stream **streams; /* origin first */
     int nstreams, capstreams;
     struct sim_capture *next;
@@ -331,7 +332,10 @@ void sim_capture_stream_gone(struct sim_stream *s)
     pthread_mutex_lock(&cap_lock);
     struct sim_capture *c = s->cap;
     if (c && c->origin == s) {
+        int own = !c->to_graph;
         g = terminate(c);
+        if (!own)
+            g = NULL;
     } else if (c) {
         c->invalidated = 1;
         for (int i = 0; i < c->nstreams; i++)
@@ -346,7 +350,20 @@ void sim_capture_stream_gone(struct sim_stream *s)
 
 /* ---- entry points ---- */
 
-static CUresult begin_capture(CUstream h, CUstreamCaptureMode mode, int pt)
+/* Whether each of n nodes is one of g's (and fits a stream's dependencies). */
+static int deps_of(const struct sim_graph *g, const CUgraphNode *deps, size_t n)
+{
+    if (n > SIM_CAP_DEPS || (n && !deps))
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!sim_node_in((struct sim_node *)deps[i], g))
+            return 0;
+    return 1;
+}
+
+/* into: the program's graph to capture into, after deps; NULL: a new one. */
+static CUresult begin_capture_into(CUstream h, CUstreamCaptureMode mode, int pt, struct sim_graph *into,
+                                   const CUgraphNode *deps, size_t ndeps)
 {
     struct sim_stream *s;
     CUresult r = sim_stream_arg(h, pt, &s);
@@ -356,8 +373,10 @@ static CUresult begin_capture(CUstream h, CUstreamCaptureMode mode, int pt)
         return CUDA_ERROR_INVALID_VALUE;
     if (is_legacy(s))
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (into && !deps_of(into, deps, ndeps))
+        return CUDA_ERROR_INVALID_VALUE;
     struct sim_capture *c = calloc(1, sizeof *c);
-    struct sim_graph *g = sim_graph_new();
+    struct sim_graph *g = into ? into : sim_graph_new();
     pthread_mutex_lock(&cap_lock);
     if (s->cap)
         r = CUDA_ERROR_ILLEGAL_STATE;
@@ -368,10 +387,14 @@ static CUresult begin_capture(CUstream h, CUstreamCaptureMode mode, int pt)
         if (c)
             free(c->streams);
         free(c);
-        if (g)
+        if (g && !into)
             sim_graph_destroy(g);
         return r;
     }
+    c->to_graph = into != NULL;
+    for (size_t i = 0; i < ndeps; i++)
+        s->deps[i] = (struct sim_node *)deps[i];
+    s->ndeps = (int)ndeps;
     c->id = ++last_id;
     c->mode = mode;
     c->owner = pthread_self();
@@ -383,6 +406,82 @@ static CUresult begin_capture(CUstream h, CUstreamCaptureMode mode, int pt)
     pthread_mutex_unlock(&cap_lock);
     return CUDA_SUCCESS;
 }
+static CUresult begin_capture(CUstream h, CUstreamCaptureMode mode, int pt)
+{
+    return begin_capture_into(h, mode, pt, NULL, NULL, 0);
+}
+
+/* A capture into the program's graph, after its nodes deps (edge data is
+ * not modelled); ending it gives that graph back. */
+static CUresult begin_to_graph(CUstream h, CUgraph g, const CUgraphNode *deps, size_t ndeps,
+                               CUstreamCaptureMode mode, int pt)
+{
+    struct sim_graph *into = sim_graph_of(g);
+    return into ? begin_capture_into(h, mode, pt, into, deps, ndeps) : CUDA_ERROR_INVALID_VALUE;
+}
+SIM_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream h, CUgraph g, const CUgraphNode *deps,
+                                                const CUgraphEdgeData *edges, size_t ndeps, CUstreamCaptureMode mode)
+{
+    (void)edges;
+    return begin_to_graph(h, g, deps, ndeps, mode, 0);
+}
+SIM_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream h, CUgraph g, const CUgraphNode *deps,
+                                                     const CUgraphEdgeData *edges, size_t ndeps,
+                                                     CUstreamCaptureMode mode)
+{
+    (void)edges;
+    return begin_to_graph(h, g, deps, ndeps, mode, 1);
+}
+
+/* What a capturing stream's next node follows: set to deps, or deps added
+ * (nodes of the capture's graph). */
+static CUresult update_deps(CUstream h, const CUgraphNode *deps, size_t n, unsigned flags, int pt)
+{
+    struct sim_stream *s;
+    CUresult r = sim_stream_arg(h, pt, &s);
+    if (r)
+        return r;
+    if (flags > CU_STREAM_SET_CAPTURE_DEPENDENCIES)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&cap_lock);
+    struct sim_capture *c = s->cap;
+    size_t base = flags == CU_STREAM_SET_CAPTURE_DEPENDENCIES || !c ? 0 : (size_t)s->ndeps;
+    if (!c)
+        r = CUDA_ERROR_ILLEGAL_STATE;
+    else if (c->invalidated)
+        r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    else if (base + n > SIM_CAP_DEPS || !deps_of(c->graph, deps, n))
+        r = CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; r == CUDA_SUCCESS && i < n; i++)
+        s->deps[base + i] = (struct sim_node *)deps[i];
+    if (r == CUDA_SUCCESS)
+        s->ndeps = (int)(base + n);
+    pthread_mutex_unlock(&cap_lock);
+    return r;
+}
+SIM_EXPORT CUresult cuStreamUpdateCaptureDependencies(CUstream h, CUgraphNode *deps, size_t n, unsigned int flags)
+{
+    return update_deps(h, deps, n, flags, 0);
+}
+SIM_EXPORT CUresult cuStreamUpdateCaptureDependencies_ptsz(CUstream h, CUgraphNode *deps, size_t n,
+                                                           unsigned int flags)
+{
+    return update_deps(h, deps, n, flags, 1);
+}
+SIM_EXPORT CUresult cuStreamUpdateCaptureDependencies_v2(CUstream h, CUgraphNode *deps,
+                                                         const CUgraphEdgeData *edges, size_t n, unsigned int flags)
+{
+    (void)edges;
+    return update_deps(h, deps, n, flags, 0);
+}
+SIM_EXPORT CUresult cuStreamUpdateCaptureDependencies_v2_ptsz(CUstream h, CUgraphNode *deps,
+                                                              const CUgraphEdgeData *edges, size_t n,
+                                                              unsigned int flags)
+{
+    (void)edges;
+    return update_deps(h, deps, n, flags, 1);
+}
+
 SIM_EXPORT CUresult cuStreamBeginCapture(CUstream h) { return begin_capture(h, CU_STREAM_CAPTURE_MODE_GLOBAL, 0); }
 SIM_EXPORT CUresult cuStreamBeginCapture_ptsz(CUstream h)
 {
@@ -403,6 +502,7 @@ static CUresult end_capture(CUstream h, CUgraph *out, int pt)
     if (!out)
         return CUDA_ERROR_INVALID_VALUE;
     struct sim_graph *g = NULL;
+    int own = 1;
     pthread_mutex_lock(&cap_lock);
     struct sim_capture *c = s->cap;
     if (!c) {
@@ -419,6 +519,7 @@ static CUresult end_capture(CUstream h, CUgraph *out, int pt)
         r = c->invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
             : unjoined     ? CUDA_ERROR_STREAM_CAPTURE_UNJOINED
                            : CUDA_SUCCESS;
+        own = !c->to_graph;
         g = terminate(c);
     }
     pthread_mutex_unlock(&cap_lock);
@@ -426,7 +527,7 @@ static CUresult end_capture(CUstream h, CUgraph *out, int pt)
         *out = (CUgraph)g;
         return r;
     }
-    if (g)
+    if (g && own)
         sim_graph_destroy(g);
     if (r != CUDA_ERROR_ILLEGAL_STATE && r != CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD)
         *out = NULL;

@@ -2,7 +2,7 @@
  *
  * A simulated module image is text:
  *     FLEXGV-SIM-MODULE
- *     kernel NAME [DURATION_US] [builtin=vecadd|fill|printf|params=N|collective]
+ *     kernel NAME [DURATION_US] [builtin=vecadd|fill|add|setcond|printf|params=N|collective]
  *     managed NAME BYTES VALUE
  * A kernel occupies the device for its duration (default: the configured
  * kernel_us). A collective one (as NCCL's all-reduce) occupies it from
@@ -12,6 +12,9 @@
  * kernels also compute on the host-backed memory:
  *     vecadd(float *a, float *b, float *c, int n): c = a + b
  *     fill(unsigned *p, unsigned v, int n)
+ *     add(unsigned *p, unsigned v, int n): p[i] += v
+ *     setcond(CUgraphConditionalHandle h, unsigned *p, int step): *p +=
+ *     step, then h's value is *p (as cudaGraphSetConditional sets it)
  *     printf(unsigned v): "device printf: V" on stdout, printed as a
  *     driver prints device printf: through the process's stdio, at the
  *     next synchronization (context, stream, event), then flushed
@@ -41,7 +44,7 @@
 #define EVENT_MAGIC 0x45564e54u
 #define DEFAULT_DURATION UINT64_MAX
 
-enum builtin { B_NONE, B_VECADD, B_FILL, B_PRINTF };
+enum builtin { B_NONE, B_VECADD, B_FILL, B_PRINTF, B_ADD, B_SETCOND };
 
 struct sim_func {
     uint32_t magic;
@@ -165,6 +168,10 @@ static CUresult parse_module(const char *image, struct sim_module **out)
                 f->builtin = B_FILL;
             else if (!strcmp(opts[i], "builtin=printf"))
                 f->builtin = B_PRINTF;
+            else if (!strcmp(opts[i], "builtin=add"))
+                f->builtin = B_ADD;
+            else if (!strcmp(opts[i], "builtin=setcond"))
+                f->builtin = B_SETCOND;
             else if (!strcmp(opts[i], "collective"))
                 f->collective = 1;
             else if (!strcmp(opts[i], "devruntime"))
@@ -571,16 +578,25 @@ SIM_EXPORT CUresult cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel)
 }
 
 /* The parameter layout a builtin reads (builtin_args): vecadd(float *x,
- * float *y, float *z, int n), fill(unsigned *p, unsigned v, int n); other
+ * float *y, float *z, int n), fill(unsigned *p, unsigned v, int n), add
+ * (the same, adding v), setcond(CUgraphConditionalHandle h, unsigned *p,
+ * int step: *p += step, then h's value is *p); other
  * kernels take their params=N words, or none. Not in api/cuda.api: the shim need not hook it. */
 static CUresult param_info(struct sim_func *f, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
 {
     static const size_t vecadd[][2] = {{0, 8}, {8, 8}, {16, 8}, {24, 4}}, fill[][2] = {{0, 8}, {8, 4}, {12, 4}},
-                        printf_[][2] = {{0, 4}};
+                        printf_[][2] = {{0, 4}}, setcond[][2] = {{0, 8}, {8, 8}, {16, 4}};
     if (!f)
         return CUDA_ERROR_INVALID_HANDLE;
-    const size_t(*layout)[2] = f->builtin == B_VECADD ? vecadd : f->builtin == B_FILL ? fill : f->builtin == B_PRINTF ? printf_ : NULL;
-    size_t n = f->builtin == B_VECADD ? 4 : f->builtin == B_FILL ? 3 : f->builtin == B_PRINTF ? 1 : f->nparams;
+    const size_t(*layout)[2] = f->builtin == B_VECADD                        ? vecadd
+                               : f->builtin == B_FILL || f->builtin == B_ADD ? fill
+                               : f->builtin == B_PRINTF                      ? printf_
+                               : f->builtin == B_SETCOND                     ? setcond
+                                                                             : NULL;
+    size_t n = f->builtin == B_VECADD                                                   ? 4
+               : f->builtin == B_FILL || f->builtin == B_ADD || f->builtin == B_SETCOND ? 3
+               : f->builtin == B_PRINTF                                                 ? 1
+                                                                                        : f->nparams;
     if (paramIndex >= n || (!paramOffset && !paramSize))
         return CUDA_ERROR_INVALID_VALUE;
     if (f->layout) {
@@ -1027,12 +1043,16 @@ static void builtin_args(struct sim_func *f, void **params, struct sim_kargs *a)
         for (int i = 0; i < 3; i++)
             a->ptr[i] = *(void **)params[i];
         a->n = *(int *)params[3];
-    } else if (f->builtin == B_FILL) {
+    } else if (f->builtin == B_FILL || f->builtin == B_ADD) {
         a->ptr[0] = *(void **)params[0];
         a->val = *(unsigned *)params[1];
         a->n = *(int *)params[2];
     } else if (f->builtin == B_PRINTF) {
         a->val = *(unsigned *)params[0];
+    } else if (f->builtin == B_SETCOND) {
+        a->ptr[0] = (void *)(uintptr_t) * (uint64_t *)params[0];
+        a->ptr[1] = *(void **)params[1];
+        a->n = *(int *)params[2];
     }
 }
 
@@ -1080,6 +1100,14 @@ void sim_kernel_run(struct sim_stream *s, struct sim_func *f, const struct sim_k
             p[i] = a->val;
     } else if (f->builtin == B_PRINTF) {
         device_printf(a->val);
+    } else if (f->builtin == B_ADD) {
+        unsigned *p = a->ptr[0];
+        for (int i = 0; i < a->n; i++)
+            p[i] += a->val;
+    } else if (f->builtin == B_SETCOND) {
+        unsigned *p = a->ptr[1];
+        *p += (unsigned)a->n;
+        sim_cond_set((CUgraphConditionalHandle)(uintptr_t)a->ptr[0], *p);
     }
     uint64_t ns = f->duration_ns == DEFAULT_DURATION ? sim->cfg.kernel_ns : f->duration_ns;
     uint64_t c = f->collective ? sim_submit_collective(s->lane, ns) : sim_submit_kernel(s->lane, ns);

@@ -95,7 +95,16 @@ struct sim_node {
         } alloc;
         struct sim_gmem *freed;
         struct sim_graph *child;
+        struct {
+            CUgraphConditionalHandle handle;
+            CUgraphConditionalNodeType type;
+            unsigned size;
+            CUcontext ctx;
+            CUgraph *bodies;         /* a graph's node: its body graphs, its own */
+            struct sim_exec **flat;  /* an executable's copy: the bodies instantiated */
+        } cond;
     } u;
+    const struct sim_node *orig; /* an executable's copy: the graph's node */
 };
 
 struct sim_graph {
@@ -116,6 +125,16 @@ struct sim_exec {
     int mem;                 /* has memory nodes */
     uint64_t peak[SIM_MAX_DEVICES];
 };
+
+/* Conditional handles: the value a kernel sets (the builtin setcond) and
+ * a conditional node reads when it runs. A handle is its index, tagged. */
+struct sim_cond {
+    struct sim_graph *graph; /* NULL: free */
+    unsigned def, value, flags;
+};
+static struct sim_cond *conds;
+static size_t nconds;
+#define COND_TAG 0x5c0d000000000000ull
 
 static struct pool {
     uint64_t reserved, used, reserved_high, used_high;
@@ -286,6 +305,12 @@ void sim_node_destroy(struct sim_node *n)
     }
     if (n->type == CU_GRAPH_NODE_TYPE_GRAPH)
         sim_graph_destroy(n->u.child);
+    if (n->type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
+        for (unsigned i = 0; n->u.cond.bodies && i < n->u.cond.size; i++)
+            if (n->u.cond.bodies[i])
+                sim_graph_destroy((struct sim_graph *)n->u.cond.bodies[i]);
+        free(n->u.cond.bodies);
+    }
     n->magic = 0;
     free(n->deps);
     free(n);
@@ -313,6 +338,9 @@ void sim_graph_destroy(struct sim_graph *g)
         sim_node_destroy(g->nodes[i]);
     if (g->exec)
         g->exec->graph = NULL;
+    for (size_t i = 0; i < nconds; i++)
+        if (conds[i].graph == g)
+            conds[i].graph = NULL;
     g->magic = 0;
     free(g->nodes);
     free(g);
@@ -322,6 +350,13 @@ static struct sim_graph *as_graph(CUgraph h)
 {
     struct sim_graph *g = (struct sim_graph *)h;
     return g && g->magic == GRAPH_MAGIC ? g : NULL;
+}
+
+struct sim_graph *sim_graph_of(CUgraph h) { return as_graph(h); }
+
+int sim_node_in(const struct sim_node *n, const struct sim_graph *g)
+{
+    return n && n->magic == NODE_MAGIC && n->graph == g;
 }
 
 /* Whether target is among deps or their ancestors (each node is pushed
@@ -488,6 +523,20 @@ SIM_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *ph
     return CUDA_SUCCESS;
 }
 
+static struct sim_graph *clone_graph(const struct sim_graph *g);
+
+/* A copied conditional node's bodies, copied in turn (the handle is the same). */
+static CUresult clone_bodies(struct sim_node *n)
+{
+    CUgraph *from = n->u.cond.bodies;
+    if (!(n->u.cond.bodies = calloc(n->u.cond.size, sizeof *from)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    for (unsigned i = 0; i < n->u.cond.size; i++)
+        if (!(n->u.cond.bodies[i] = (CUgraph)clone_graph((struct sim_graph *)from[i])))
+            return CUDA_ERROR_OUT_OF_MEMORY;
+    return CUDA_SUCCESS;
+}
+
 /* A copy of g (which has no memory nodes), edges dropped: inside a child
  * graph only the order matters to the simulation. */
 static struct sim_graph *clone_graph(const struct sim_graph *g)
@@ -499,6 +548,10 @@ static struct sim_graph *clone_graph(const struct sim_graph *g)
             n->u = g->nodes[i]->u;
             if (n->type == CU_GRAPH_NODE_TYPE_GRAPH && !(n->u.child = clone_graph(g->nodes[i]->u.child))) {
                 free(n);
+                n = NULL;
+            }
+            if (n && n->type == CU_GRAPH_NODE_TYPE_CONDITIONAL && clone_bodies(n) != CUDA_SUCCESS) {
+                sim_node_destroy(n);
                 n = NULL;
             }
         }
@@ -759,6 +812,10 @@ static size_t flat_count(const struct sim_graph *g)
     return k;
 }
 
+static struct sim_exec *flat_of(const struct sim_graph *g);
+
+/* g's nodes in order, child graphs' in their place; a conditional node's
+ * bodies each instantiated apart (they run or not as it says). */
 static void flatten(const struct sim_graph *g, struct sim_node *out, size_t *k)
 {
     for (size_t i = 0; i < g->n; i++) {
@@ -768,10 +825,64 @@ static void flatten(const struct sim_graph *g, struct sim_node *out, size_t *k)
             continue;
         }
         struct sim_node *c = &out[(*k)++];
-        *c = (struct sim_node){.type = n->type, .u = n->u};
+        *c = (struct sim_node){.type = n->type, .u = n->u, .orig = n};
         if (node_gmem(c))
             node_gmem(c)->refs++;
+        if (c->type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
+            c->u.cond.bodies = NULL;
+            c->u.cond.flat = calloc(c->u.cond.size, sizeof *c->u.cond.flat);
+            for (unsigned b = 0; c->u.cond.flat && b < c->u.cond.size; b++)
+                c->u.cond.flat[b] = flat_of((const struct sim_graph *)n->u.cond.bodies[b]);
+        }
     }
+}
+
+/* A body's nodes, instantiated (no memory nodes: refused in bodies). */
+static struct sim_exec *flat_of(const struct sim_graph *g)
+{
+    struct sim_exec *x = calloc(1, sizeof *x);
+    size_t n = flat_count(g);
+    if (x && n && !(x->nodes = calloc(n, sizeof *x->nodes))) {
+        free(x);
+        return NULL;
+    }
+    if (x)
+        flatten(g, x->nodes, &x->n);
+    return x;
+}
+
+/* The bodies of the conditional nodes among nodes. */
+static void conds_free(struct sim_node *nodes, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (nodes[i].type != CU_GRAPH_NODE_TYPE_CONDITIONAL || !nodes[i].u.cond.flat)
+            continue;
+        for (unsigned b = 0; b < nodes[i].u.cond.size; b++) {
+            struct sim_exec *x = nodes[i].u.cond.flat[b];
+            if (x) {
+                conds_free(x->nodes, x->n);
+                free(x->nodes);
+                free(x);
+            }
+        }
+        free(nodes[i].u.cond.flat);
+    }
+}
+
+/* Whether a conditional node's body, at any depth, has memory nodes. */
+static int cond_mem(const struct sim_graph *g, int in_body)
+{
+    if (in_body && g->mem)
+        return 1;
+    for (size_t i = 0; i < g->n; i++) {
+        const struct sim_node *n = g->nodes[i];
+        if (n->type == CU_GRAPH_NODE_TYPE_GRAPH && cond_mem(n->u.child, in_body))
+            return 1;
+        for (unsigned b = 0; n->type == CU_GRAPH_NODE_TYPE_CONDITIONAL && b < n->u.cond.size; b++)
+            if (cond_mem((const struct sim_graph *)n->u.cond.bodies[b], 1))
+                return 1;
+    }
+    return 0;
 }
 
 static void exec_free(struct sim_exec *x)
@@ -784,6 +895,7 @@ static void exec_free(struct sim_exec *x)
     if (x->graph)
         x->graph->exec = NULL;
     x->magic = 0;
+    conds_free(x->nodes, x->n);
     free(x->nodes);
     free(x);
 }
@@ -883,7 +995,7 @@ static CUresult instantiate(CUgraphExec *out, CUgraph graph, unsigned long long 
     if (!out || !g ||
         (flags & (CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | FLAG_DEVICE_LAUNCH)) ==
             (CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | FLAG_DEVICE_LAUNCH) ||
-        (g->mem && (g->exec || (flags & FLAG_DEVICE_LAUNCH))))
+        (g->mem && (g->exec || (flags & FLAG_DEVICE_LAUNCH))) || cond_mem(g, 0))
         return CUDA_ERROR_INVALID_VALUE;
     struct sim_exec *x = calloc(1, sizeof *x);
     size_t n = flat_count(g);
@@ -970,6 +1082,9 @@ static CUresult run_memory(struct sim_exec *x, struct sim_ctx *ctx)
     return CUDA_SUCCESS;
 }
 
+static void cond_defaults(const struct sim_exec *x);
+static void run_nodes(struct sim_stream *s, const struct sim_exec *x);
+
 static CUresult launch(CUgraphExec exec, CUstream h, int pt)
 {
     struct sim_stream *s;
@@ -984,9 +1099,64 @@ static CUresult launch(CUgraphExec exec, CUstream h, int pt)
         if (r)
             return r;
     }
+    cond_defaults(x);
+    run_nodes(s, x);
+    return CUDA_SUCCESS;
+}
+
+static struct sim_cond *cond_of(CUgraphConditionalHandle h)
+{
+    uint64_t i = (h & ~COND_TAG) - 1;
+    return (h & COND_TAG) == COND_TAG && i < nconds && conds[i].graph ? &conds[i] : NULL;
+}
+
+/* What a kernel sets (the builtin setcond); a handle of no live graph is ignored. */
+void sim_cond_set(CUgraphConditionalHandle h, unsigned value)
+{
+    struct sim_cond *c = cond_of(h);
+    if (c)
+        c->value = value;
+}
+
+/* A launch sets the handles that say so to their default value. */
+static void cond_defaults(const struct sim_exec *x)
+{
     for (size_t i = 0; i < x->n; i++) {
         const struct sim_node *n = &x->nodes[i];
+        if (n->type != CU_GRAPH_NODE_TYPE_CONDITIONAL)
+            continue;
+        struct sim_cond *c = cond_of(n->u.cond.handle);
+        if (c && (c->flags & CU_GRAPH_COND_ASSIGN_DEFAULT))
+            c->value = c->def;
+        for (unsigned b = 0; n->u.cond.flat && b < n->u.cond.size; b++)
+            if (n->u.cond.flat[b])
+                cond_defaults(n->u.cond.flat[b]);
+    }
+}
+
+/* A WHILE body runs at most this often in one launch: a body that never
+ * clears its handle would hang a GPU; the simulation goes on. */
+#define SIM_WHILE_MAX 1000000u
+
+static void run_nodes(struct sim_stream *s, const struct sim_exec *x)
+{
+    for (size_t i = 0; x && i < x->n; i++) {
+        const struct sim_node *n = &x->nodes[i];
         switch (n->type) {
+        case CU_GRAPH_NODE_TYPE_CONDITIONAL: {
+            struct sim_cond *c = cond_of(n->u.cond.handle);
+            struct sim_exec *const *body = n->u.cond.flat;
+            unsigned v = c ? c->value : 0;
+            if (!body)
+                break;
+            if (n->u.cond.type == CU_GRAPH_COND_TYPE_IF && (v || n->u.cond.size > 1))
+                run_nodes(s, body[v ? 0 : 1]);
+            else if (n->u.cond.type == CU_GRAPH_COND_TYPE_SWITCH && v < n->u.cond.size)
+                run_nodes(s, body[v]);
+            for (unsigned k = 0; n->u.cond.type == CU_GRAPH_COND_TYPE_WHILE && c && c->value && k < SIM_WHILE_MAX; k++)
+                run_nodes(s, body[0]);
+            break;
+        }
         case CU_GRAPH_NODE_TYPE_KERNEL: sim_kernel_run(s, n->u.kernel.f, &n->u.kernel.args); break;
         case CU_GRAPH_NODE_TYPE_MEMCPY:
             if (n->u.copy.shaped)
@@ -1002,7 +1172,6 @@ static CUresult launch(CUgraphExec exec, CUstream h, int pt)
         default: break;
         }
     }
-    return CUDA_SUCCESS;
 }
 SIM_EXPORT CUresult cuGraphLaunch(CUgraphExec exec, CUstream h) { SIM_GATE(); return launch(exec, h, 0); }
 SIM_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream h) { SIM_GATE(); return launch(exec, h, 1); }
@@ -1104,4 +1273,227 @@ void sim_graph_ctx_release(struct sim_ctx *ctx)
     }
     trim(ctx->dev);
     pthread_mutex_unlock(&sim_mem_lock);
+}
+
+/* hGraphExec takes hGraph's nodes' parameters when hGraph has the shape
+ * it was made from: as many nodes (child graphs' in their place) of the
+ * same kinds in the same order, conditional nodes of the same kind and
+ * number of bodies. Graphs with memory nodes are not updated. */
+SIM_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
+                                         CUgraphExecUpdateResultInfo *resultInfo)
+{
+    struct sim_exec *x = as_exec(hGraphExec);
+    struct sim_graph *g = as_graph(hGraph);
+    if (!x || !g || !resultInfo)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(resultInfo, 0, sizeof *resultInfo);
+    if (x->mem || g->mem || cond_mem(g, 0)) {
+        resultInfo->result = CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED;
+        return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+    }
+    struct sim_exec *y = flat_of(g);
+    if (!y)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUgraphExecUpdateResult res = y->n != x->n ? CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED : CU_GRAPH_EXEC_UPDATE_SUCCESS;
+    for (size_t i = 0; res == CU_GRAPH_EXEC_UPDATE_SUCCESS && i < y->n; i++) {
+        const struct sim_node *a = &x->nodes[i], *b = &y->nodes[i];
+        if (a->type != b->type)
+            res = CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
+        else if (a->type == CU_GRAPH_NODE_TYPE_CONDITIONAL &&
+                 (a->u.cond.type != b->u.cond.type || a->u.cond.size != b->u.cond.size))
+            res = CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED;
+        if (res != CU_GRAPH_EXEC_UPDATE_SUCCESS) {
+            resultInfo->errorNode = (CUgraphNode)b->orig;
+            resultInfo->errorFromNode = (CUgraphNode)a->orig;
+        }
+    }
+    resultInfo->result = res;
+    struct sim_exec *drop = res == CU_GRAPH_EXEC_UPDATE_SUCCESS ? x : y;
+    conds_free(drop->nodes, drop->n);
+    free(drop->nodes);
+    if (res == CU_GRAPH_EXEC_UPDATE_SUCCESS)
+        x->nodes = y->nodes;
+    free(y);
+    return res == CU_GRAPH_EXEC_UPDATE_SUCCESS ? CUDA_SUCCESS : CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+}
+
+/* A node leaves its graph, and the edges to it with it. */
+SIM_EXPORT CUresult cuGraphDestroyNode(CUgraphNode hNode)
+{
+    struct sim_node *n = as_node(hNode);
+    if (!n || !n->graph)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_graph *g = n->graph;
+    size_t k = 0;
+    for (size_t i = 0; i < g->n; i++) {
+        struct sim_node *m = g->nodes[i];
+        if (m == n)
+            continue;
+        size_t d = 0;
+        for (size_t j = 0; j < m->ndeps; j++)
+            if (m->deps[j] != n)
+                m->deps[d++] = m->deps[j];
+        m->ndeps = d;
+        g->nodes[k++] = m;
+    }
+    g->n = k;
+    sim_node_destroy(n);
+    return CUDA_SUCCESS;
+}
+
+/* ---- conditional nodes ---- */
+
+/* A handle of hGraph; with CU_GRAPH_COND_ASSIGN_DEFAULT each launch sets
+ * it to defaultLaunchValue, which it also holds from the start. */
+SIM_EXPORT CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph,
+                                                   CUcontext ctx, unsigned int defaultLaunchValue,
+                                                   unsigned int flags)
+{
+    (void)ctx;
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    struct sim_graph *g = as_graph(hGraph);
+    if (!pHandle_out || !g || (flags & ~CU_GRAPH_COND_ASSIGN_DEFAULT))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_cond *c = realloc(conds, (nconds + 1) * sizeof *c);
+    if (!c)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    conds = c;
+    conds[nconds] = (struct sim_cond){g, defaultLaunchValue, defaultLaunchValue, flags};
+    *pHandle_out = COND_TAG | ++nconds;
+    return CUDA_SUCCESS;
+}
+
+/* An IF node has one body (run when the value is not 0) or two (the
+ * second run when it is), a WHILE node one, a SWITCH node at least one. */
+static int cond_size_ok(CUgraphConditionalNodeType type, unsigned size)
+{
+    return type == CU_GRAPH_COND_TYPE_IF      ? size == 1 || size == 2
+           : type == CU_GRAPH_COND_TYPE_WHILE ? size == 1
+           : type == CU_GRAPH_COND_TYPE_SWITCH ? size >= 1
+                                               : 0;
+}
+
+static CUresult add_conditional(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *deps, size_t ndeps,
+                                CUDA_CONDITIONAL_NODE_PARAMS *p)
+{
+    if (!as_graph(hGraph) || !cond_of(p->handle) || !cond_size_ok(p->type, p->size))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_node *n = node_new(CU_GRAPH_NODE_TYPE_CONDITIONAL);
+    if (n) {
+        n->u.cond.handle = p->handle;
+        n->u.cond.type = p->type;
+        n->u.cond.size = p->size;
+        n->u.cond.ctx = p->ctx;
+        n->u.cond.bodies = calloc(p->size, sizeof *n->u.cond.bodies);
+        for (unsigned i = 0; n->u.cond.bodies && i < p->size; i++)
+            n->u.cond.bodies[i] = (CUgraph)sim_graph_new();
+        for (unsigned i = 0; n->u.cond.bodies && i < p->size; i++)
+            if (!n->u.cond.bodies[i]) {
+                sim_node_destroy(n);
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            }
+    }
+    CUresult r = sim_graph_add_node(phGraphNode, hGraph, deps, ndeps, n);
+    if (r == CUDA_SUCCESS)
+        p->phGraph_out = n->u.cond.bodies;
+    return r;
+}
+
+/* Conditional, kernel and empty nodes; other kinds have their own entry
+ * points in the simulation. Edge data is not modelled: only the order. */
+static CUresult add_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *deps, size_t ndeps,
+                         CUgraphNodeParams *p)
+{
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!phGraphNode || !p)
+        return CUDA_ERROR_INVALID_VALUE;
+    switch (p->type) {
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL: return add_conditional(phGraphNode, hGraph, deps, ndeps, &p->conditional);
+    case CU_GRAPH_NODE_TYPE_KERNEL: return cuGraphAddKernelNode_v2(phGraphNode, hGraph, deps, ndeps, &p->kernel);
+    case CU_GRAPH_NODE_TYPE_EMPTY: return cuGraphAddEmptyNode(phGraphNode, hGraph, deps, ndeps);
+    default: return CUDA_ERROR_NOT_SUPPORTED;
+    }
+}
+
+SIM_EXPORT CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                   size_t numDependencies, CUgraphNodeParams *nodeParams)
+{
+    return add_node(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+}
+
+SIM_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                      const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                      CUgraphNodeParams *nodeParams)
+{
+    (void)dependencyData;
+    return add_node(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+}
+
+/* A conditional node's parameters (the bodies are the node's); other
+ * kinds' are not simulated through this entry point. */
+SIM_EXPORT CUresult cuGraphNodeGetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams)
+{
+    struct sim_node *n = as_node(hNode);
+    if (!n || !nodeParams)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (n->type != CU_GRAPH_NODE_TYPE_CONDITIONAL)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    memset(nodeParams, 0, sizeof *nodeParams);
+    nodeParams->type = n->type;
+    nodeParams->conditional.handle = n->u.cond.handle;
+    nodeParams->conditional.type = n->u.cond.type;
+    nodeParams->conditional.size = n->u.cond.size;
+    nodeParams->conditional.ctx = n->u.cond.ctx;
+    nodeParams->conditional.phGraph_out = n->u.cond.bodies;
+    return CUDA_SUCCESS;
+}
+
+/* What may change of a conditional node: its handle (its kind and number
+ * of bodies are fixed). */
+static CUresult cond_update(struct sim_node *n, const CUgraphNodeParams *p)
+{
+    if (!p || p->type != n->type || p->conditional.type != n->u.cond.type || p->conditional.size != n->u.cond.size ||
+        !cond_of(p->conditional.handle))
+        return CUDA_ERROR_INVALID_VALUE;
+    n->u.cond.handle = p->conditional.handle;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams)
+{
+    struct sim_node *n = as_node(hNode);
+    if (!n)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (n->type != CU_GRAPH_NODE_TYPE_CONDITIONAL)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    return cond_update(n, nodeParams);
+}
+
+/* The executable's copy of hNode, at any depth. */
+static struct sim_node *exec_copy(const struct sim_exec *x, const struct sim_node *orig)
+{
+    for (size_t i = 0; x && i < x->n; i++) {
+        struct sim_node *c = &x->nodes[i];
+        if (c->orig == orig)
+            return c;
+        for (unsigned b = 0; c->type == CU_GRAPH_NODE_TYPE_CONDITIONAL && c->u.cond.flat && b < c->u.cond.size; b++) {
+            struct sim_node *in = exec_copy(c->u.cond.flat[b], orig);
+            if (in)
+                return in;
+        }
+    }
+    return NULL;
+}
+
+SIM_EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *nodeParams)
+{
+    struct sim_exec *x = as_exec(hGraphExec);
+    struct sim_node *n = as_node(hNode), *c = x && n ? exec_copy(x, n) : NULL;
+    if (!c)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (c->type != CU_GRAPH_NODE_TYPE_CONDITIONAL)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    return cond_update(c, nodeParams);
 }

@@ -331,9 +331,13 @@ struct sim_node *sim_node_alloc(int dev, size_t size, CUdeviceptr *dptr);
 struct sim_node *sim_node_free(CUdeviceptr p); /* NULL if p is no graph allocation */
 void sim_node_destroy(struct sim_node *n);
 struct sim_graph *sim_graph_new(void);
+struct sim_graph *sim_graph_of(CUgraph h); /* NULL if h is no live graph */
+int sim_node_in(const struct sim_node *n, const struct sim_graph *g);
 void sim_graph_destroy(struct sim_graph *g);
 CUresult sim_graph_append(struct sim_graph *g, struct sim_node *n, struct sim_node *const *deps, size_t ndeps);
 int sim_gmem_unuse(struct sim_gmem *m); /* freed outside a graph (sim_mem_lock held); -1 if not allocated */
 void sim_graph_ctx_release(struct sim_ctx *ctx);
+/* A conditional handle's value, as a kernel sets it (the builtin setcond). */
+void sim_cond_set(CUgraphConditionalHandle h, unsigned value);
 
 #endif

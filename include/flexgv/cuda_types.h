@@ -38,7 +38,6 @@ typedef struct CUgraphNode_st *CUgraphNode;
 typedef struct CUarray_st *CUarray;
 typedef struct CUmipmappedArray_st *CUmipmappedArray;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
-typedef struct CUgraphNodeParams_st CUgraphNodeParams; /* a union of every node kind's parameters */
 typedef cuuint64_t CUgraphConditionalHandle;
 /* Multicast objects: only named (refused remotely). */
 typedef struct CUmulticastObjectProp_st CUmulticastObjectProp;
@@ -304,6 +303,13 @@ typedef enum CUstreamCaptureStatus_enum {
     CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2
 } CUstreamCaptureStatus;
 
+/* cuStreamUpdateCaptureDependencies: the nodes given are added to a
+ * capturing stream's dependencies, or replace them. */
+typedef enum CUstreamUpdateCaptureDependencies_flags_enum {
+    CU_STREAM_ADD_CAPTURE_DEPENDENCIES = 0,
+    CU_STREAM_SET_CAPTURE_DEPENDENCIES = 1
+} CUstreamUpdateCaptureDependencies_flags;
+
 typedef enum CUgraphNodeType_enum {
     CU_GRAPH_NODE_TYPE_KERNEL = 0,
     CU_GRAPH_NODE_TYPE_MEMCPY = 1,
@@ -314,8 +320,20 @@ typedef enum CUgraphNodeType_enum {
     CU_GRAPH_NODE_TYPE_WAIT_EVENT = 6,
     CU_GRAPH_NODE_TYPE_EVENT_RECORD = 7,
     CU_GRAPH_NODE_TYPE_MEM_ALLOC = 10,
-    CU_GRAPH_NODE_TYPE_MEM_FREE = 11
+    CU_GRAPH_NODE_TYPE_MEM_FREE = 11,
+    CU_GRAPH_NODE_TYPE_CONDITIONAL = 13
 } CUgraphNodeType;
+
+/* A conditional node's kind: IF runs its first body when the handle's
+ * value is not 0 (a second, if any, when it is), WHILE its body as long
+ * as the value is not 0, SWITCH the body the value numbers. */
+typedef enum CUgraphConditionalNodeType_enum {
+    CU_GRAPH_COND_TYPE_IF = 0,
+    CU_GRAPH_COND_TYPE_WHILE = 1,
+    CU_GRAPH_COND_TYPE_SWITCH = 2
+} CUgraphConditionalNodeType;
+/* cuGraphConditionalHandleCreate: the default value is set at each launch. */
+#define CU_GRAPH_COND_ASSIGN_DEFAULT 0x1
 
 typedef enum CUgraphMem_attribute_enum {
     CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT = 0,
@@ -564,6 +582,49 @@ typedef struct CUDA_KERNEL_NODE_PARAMS_v2_st {
     CUkernel kern;
     CUcontext ctx;
 } CUDA_KERNEL_NODE_PARAMS;
+
+/* A conditional node: its handle, kind and number of bodies; the driver
+ * creates the body graphs and points phGraph_out at its own array of them. */
+typedef struct CUDA_CONDITIONAL_NODE_PARAMS {
+    CUgraphConditionalHandle handle;
+    CUgraphConditionalNodeType type;
+    unsigned int size;
+    CUgraph *phGraph_out;
+    CUcontext ctx;
+} CUDA_CONDITIONAL_NODE_PARAMS;
+
+/* What cuGraphExecUpdate_v2 says of an update it refused, and the nodes
+ * that made it fail (of the new graph, and of the executable's). */
+typedef enum CUgraphExecUpdateResult_enum {
+    CU_GRAPH_EXEC_UPDATE_SUCCESS = 0,
+    CU_GRAPH_EXEC_UPDATE_ERROR = 1,
+    CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED = 2,
+    CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED = 3,
+    CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED = 4,
+    CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED = 5,
+    CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED = 6,
+    CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE = 7,
+    CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED = 8
+} CUgraphExecUpdateResult;
+typedef struct CUgraphExecUpdateResultInfo_st {
+    CUgraphExecUpdateResult result;
+    CUgraphNode errorNode;
+    CUgraphNode errorFromNode;
+} CUgraphExecUpdateResultInfo;
+
+/* cuGraphAddNode's parameters: a node's kind and that kind's parameters
+ * (the kinds carried remotely named here; the union's size is the
+ * driver's). */
+typedef struct CUgraphNodeParams_st {
+    CUgraphNodeType type;
+    int reserved0[3];
+    union {
+        long long reserved1[29];
+        CUDA_KERNEL_NODE_PARAMS kernel;
+        CUDA_CONDITIONAL_NODE_PARAMS conditional;
+    };
+    long long reserved2;
+} CUgraphNodeParams;
 
 /* A graph's memset node: height rows of width elements of elementSize
  * (1, 2 or 4) bytes set to value, rows pitch bytes apart. */

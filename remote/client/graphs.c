@@ -4,6 +4,9 @@
  * by the executor (remote/executor/graphs.c). */
 #include "client.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 FGR_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                                             size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
 {
@@ -57,4 +60,173 @@ FGR_EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGrap
                                "a copy node with the program's pageable memory (pinned memory from cuMemAllocHost "
                                "over shm:// is carried)");
     return fgr_fwd_cuGraphAddMemcpyNode(phGraphNode, hGraph, dependencies, numDependencies, copyParams, ctx);
+}
+
+/* Conditional nodes. The driver creates a node's body graphs and points
+ * the parameters' phGraph_out at its own array of them, valid as long as
+ * the node: here an array the client keeps per node (the names of the
+ * bodies, owned by the node in the executor), found again when the node's
+ * parameters are read. Kept for the process's life: a few words per
+ * conditional node. */
+struct cond_bodies {
+    CUgraphNode node;
+    unsigned size;
+    CUgraph *graphs;
+    struct cond_bodies *next;
+};
+static struct cond_bodies *cond_nodes;
+static pthread_mutex_t cond_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The array of node's size bodies (an existing one when it is as large),
+ * or NULL when out of memory. */
+static CUgraph *cond_array(CUgraphNode node, unsigned size)
+{
+    pthread_mutex_lock(&cond_lock);
+    struct cond_bodies *b = cond_nodes;
+    while (b && b->node != node)
+        b = b->next;
+    if (!b && (b = calloc(1, sizeof *b))) {
+        b->node = node;
+        b->next = cond_nodes;
+        cond_nodes = b;
+    }
+    CUgraph *g = NULL;
+    if (b && b->graphs && b->size >= size) {
+        g = b->graphs;
+    } else if (b && (g = calloc(size ? size : 1, sizeof *g))) {
+        /* The smaller one stays allocated: a caller may still hold it. */
+        b->graphs = g;
+        b->size = size;
+    }
+    pthread_mutex_unlock(&cond_lock);
+    return g;
+}
+
+static CUresult add_conditional(const char *name, CUgraphNode *phGraphNode, CUgraph hGraph,
+                                const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData,
+                                size_t numDependencies, CUDA_CONDITIONAL_NODE_PARAMS *c)
+{
+    /* The bodies come back first into a buffer of the call's, then into
+     * the node's array once the node is known. */
+    if ((uint64_t)c->size * sizeof(CUgraph) > FGR_MAX_BUF)
+        return fgr_refused_here(name, CUDA_ERROR_INVALID_VALUE);
+    CUgraph *got = c->size ? calloc(c->size, sizeof *got) : NULL;
+    if (c->size && !got)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUgraphNode node = NULL;
+    CUresult r = fgrGraphAddConditionalNode(&node, hGraph, dependencies, dependencyData, numDependencies, c->handle,
+                                            c->type, c->size, c->ctx, got);
+    CUgraph *kept = r == CUDA_SUCCESS ? cond_array(node, c->size) : NULL;
+    if (r == CUDA_SUCCESS && !kept)
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS) {
+        if (c->size)
+            memcpy(kept, got, c->size * sizeof *got);
+        c->phGraph_out = kept;
+        if (phGraphNode)
+            *phGraphNode = node;
+    }
+    free(got);
+    return r;
+}
+
+/* Edges that say nothing but the order: what the entry points by kind add. */
+static int plain_edges(const CUgraphEdgeData *e, size_t n)
+{
+    static const CUgraphEdgeData zero;
+    for (size_t i = 0; e && i < n; i++)
+        if (memcmp(&e[i], &zero, sizeof zero))
+            return 0;
+    return 1;
+}
+
+static CUresult add_node(const char *name, CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                         const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *p)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (p->type == CU_GRAPH_NODE_TYPE_CONDITIONAL)
+        return add_conditional(name, phGraphNode, hGraph, dependencies, dependencyData, numDependencies,
+                               &p->conditional);
+    if (p->type != CU_GRAPH_NODE_TYPE_KERNEL && p->type != CU_GRAPH_NODE_TYPE_EMPTY)
+        return fgr_unsupported(-1, name, "a node of this kind (its own entry point is carried)");
+    if (!plain_edges(dependencyData, numDependencies))
+        return fgr_unsupported(-1, name, "a kernel or empty node with edge data");
+    if (p->type == CU_GRAPH_NODE_TYPE_KERNEL)
+        return cuGraphAddKernelNode_v2(phGraphNode, hGraph, dependencies, numDependencies, &p->kernel);
+    return cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, numDependencies);
+}
+
+FGR_EXPORT CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                   size_t numDependencies, CUgraphNodeParams *nodeParams)
+{
+    return add_node("cuGraphAddNode", phGraphNode, hGraph, dependencies, NULL, numDependencies, nodeParams);
+}
+
+FGR_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                      const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                      CUgraphNodeParams *nodeParams)
+{
+    return add_node("cuGraphAddNode_v2", phGraphNode, hGraph, dependencies, dependencyData, numDependencies,
+                    nodeParams);
+}
+
+/* A conditional node's parameters, its bodies in the node's array (a
+ * clone's nodes, first seen here, get theirs now). */
+FGR_EXPORT CUresult cuGraphNodeGetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams)
+{
+    if (!nodeParams)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUgraphConditionalHandle handle = 0;
+    unsigned type = 0, size = 0, cap = 4;
+    CUcontext ctx = NULL;
+    CUgraph first[4], *got = first;
+    CUresult r = fgrGraphConditionalNodeGetParams(hNode, &handle, &type, &size, &ctx, got, cap);
+    if (r == CUDA_SUCCESS && size > cap) {
+        if ((uint64_t)size * sizeof(CUgraph) > FGR_MAX_BUF || !(got = calloc(size, sizeof *got)))
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        cap = size;
+        r = fgrGraphConditionalNodeGetParams(hNode, &handle, &type, &size, &ctx, got, cap);
+    }
+    CUgraph *kept = r == CUDA_SUCCESS ? cond_array(hNode, size) : NULL;
+    if (r == CUDA_SUCCESS && !kept)
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS) {
+        memcpy(kept, got, (size < cap ? size : cap) * sizeof *got);
+        memset(nodeParams, 0, sizeof *nodeParams);
+        nodeParams->type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+        nodeParams->conditional.handle = handle;
+        nodeParams->conditional.type = (CUgraphConditionalNodeType)type;
+        nodeParams->conditional.size = size;
+        nodeParams->conditional.ctx = ctx;
+        nodeParams->conditional.phGraph_out = kept;
+    }
+    if (got != first)
+        free(got);
+    if (r == CUDA_ERROR_NOT_SUPPORTED)
+        return fgr_unsupported(-1, "cuGraphNodeGetParams", "a node other than a conditional one");
+    return r;
+}
+
+static CUresult set_params(const char *name, CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *p)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (p->type != CU_GRAPH_NODE_TYPE_CONDITIONAL)
+        return fgr_unsupported(-1, name, "parameters of a node other than a conditional one");
+    const CUDA_CONDITIONAL_NODE_PARAMS *c = &p->conditional;
+    CUresult r = fgrGraphConditionalNodeSetParams(hGraphExec, hNode, c->handle, c->type, c->size, c->ctx);
+    if (r == CUDA_ERROR_NOT_SUPPORTED)
+        return fgr_unsupported(-1, name, "parameters of a node other than a conditional one");
+    return r;
+}
+
+FGR_EXPORT CUresult cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams)
+{
+    return set_params("cuGraphNodeSetParams", NULL, hNode, nodeParams);
+}
+
+FGR_EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *nodeParams)
+{
+    return set_params("cuGraphExecNodeSetParams", hGraphExec, hNode, nodeParams);
 }

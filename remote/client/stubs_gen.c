@@ -4857,6 +4857,132 @@ FGR_EXPORT CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream, CUstreamCap
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode)
+{
+    CUresult fgr_r;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuStreamBeginCaptureToGraph", "a buffer over the frame limit");
+    uint64_t n_dependencyData = dependencyData ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphEdgeData)) : 0;
+    if (n_dependencyData > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuStreamBeginCaptureToGraph", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamBeginCaptureToGraph, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u64(&fgr_c.w, (uint64_t)mode);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
+    fgr_put_buf(&fgr_c.w, dependencyData, n_dependencyData);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode)
+{
+    CUresult fgr_r;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuStreamBeginCaptureToGraph_ptsz", "a buffer over the frame limit");
+    uint64_t n_dependencyData = dependencyData ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphEdgeData)) : 0;
+    if (n_dependencyData > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuStreamBeginCaptureToGraph_ptsz", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamBeginCaptureToGraph_ptsz, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u64(&fgr_c.w, (uint64_t)mode);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
+    fgr_put_buf(&fgr_c.w, dependencyData, n_dependencyData);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuStreamUpdateCaptureDependencies(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies, unsigned int flags)
+{
+    CUresult fgr_r;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuStreamUpdateCaptureDependencies", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamUpdateCaptureDependencies, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuStreamUpdateCaptureDependencies_ptsz(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies, unsigned int flags)
+{
+    CUresult fgr_r;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuStreamUpdateCaptureDependencies_ptsz", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamUpdateCaptureDependencies_ptsz, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuStreamUpdateCaptureDependencies_v2(CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags)
+{
+    CUresult fgr_r;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuStreamUpdateCaptureDependencies_v2", "a buffer over the frame limit");
+    uint64_t n_dependencyData = dependencyData ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphEdgeData)) : 0;
+    if (n_dependencyData > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuStreamUpdateCaptureDependencies_v2", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamUpdateCaptureDependencies_v2, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
+    fgr_put_buf(&fgr_c.w, dependencyData, n_dependencyData);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuStreamUpdateCaptureDependencies_v2_ptsz(CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags)
+{
+    CUresult fgr_r;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuStreamUpdateCaptureDependencies_v2_ptsz", "a buffer over the frame limit");
+    uint64_t n_dependencyData = dependencyData ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphEdgeData)) : 0;
+    if (n_dependencyData > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuStreamUpdateCaptureDependencies_v2_ptsz", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamUpdateCaptureDependencies_v2_ptsz, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
+    fgr_put_buf(&fgr_c.w, dependencyData, n_dependencyData);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuStreamGetPriority(CUstream hStream, int *priority)
 {
     CUresult fgr_r;
@@ -5195,33 +5321,116 @@ FGR_EXPORT CUresult cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t *flag
 
 FGR_EXPORT CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue, unsigned int flags)
 {
-    (void)pHandle_out;
-    (void)hGraph;
-    (void)ctx;
-    (void)defaultLaunchValue;
-    (void)flags;
-    return fgr_unsupported(18, "cuGraphConditionalHandleCreate", NULL);
+    CUresult fgr_r;
+    uint64_t n_pHandle_out = pHandle_out ? sizeof(CUgraphConditionalHandle) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphConditionalHandleCreate, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)ctx);
+    fgr_put_u64(&fgr_c.w, (uint64_t)defaultLaunchValue);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    fgr_put_u8(&fgr_c.w, pHandle_out != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pHandle_out, n_pHandle_out, 0);
+    return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraphNodeParams *nodeParams)
+FGR_EXPORT CUresult fgrGraphAddConditionalNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphConditionalHandle handle, unsigned int type, unsigned int size, CUcontext ctx, CUgraph *bodies)
 {
-    (void)phGraphNode;
-    (void)hGraph;
-    (void)dependencies;
-    (void)numDependencies;
-    (void)nodeParams;
-    return fgr_unsupported(19, "cuGraphAddNode", NULL);
+    CUresult fgr_r;
+    uint64_t n_phGraphNode = phGraphNode ? sizeof(CUgraphNode) : 0;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrGraphAddConditionalNode", "a buffer over the frame limit");
+    uint64_t n_dependencyData = dependencyData ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphEdgeData)) : 0;
+    if (n_dependencyData > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrGraphAddConditionalNode", "a buffer over the frame limit");
+    uint64_t n_bodies = bodies ? fgr_mul((uint64_t)(size), sizeof(CUgraph)) : 0;
+    if (n_bodies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrGraphAddConditionalNode", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrGraphAddConditionalNode, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u64(&fgr_c.w, (uint64_t)handle);
+    fgr_put_u64(&fgr_c.w, (uint64_t)type);
+    fgr_put_u64(&fgr_c.w, (uint64_t)size);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)ctx);
+    fgr_put_u8(&fgr_c.w, phGraphNode != NULL);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
+    fgr_put_buf(&fgr_c.w, dependencyData, n_dependencyData);
+    fgr_put_u8(&fgr_c.w, bodies != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phGraphNode, n_phGraphNode, 0);
+    fgr_get_out(&fgr_c, bodies, n_bodies, 0);
+    return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams)
+FGR_EXPORT CUresult fgrGraphConditionalNodeGetParams(CUgraphNode hNode, CUgraphConditionalHandle *handle, unsigned int *type, unsigned int *size, CUcontext *ctx, CUgraph *bodies, unsigned int cap)
 {
-    (void)phGraphNode;
-    (void)hGraph;
-    (void)dependencies;
-    (void)dependencyData;
-    (void)numDependencies;
-    (void)nodeParams;
-    return fgr_unsupported(20, "cuGraphAddNode_v2", NULL);
+    CUresult fgr_r;
+    uint64_t n_handle = handle ? sizeof(CUgraphConditionalHandle) : 0;
+    uint64_t n_type = type ? sizeof(unsigned int) : 0;
+    uint64_t n_size = size ? sizeof(unsigned int) : 0;
+    uint64_t n_ctx = ctx ? sizeof(CUcontext) : 0;
+    uint64_t n_bodies = bodies ? fgr_mul((uint64_t)(cap), sizeof(CUgraph)) : 0;
+    if (n_bodies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrGraphConditionalNodeGetParams", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrGraphConditionalNodeGetParams, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u64(&fgr_c.w, (uint64_t)cap);
+    fgr_put_u8(&fgr_c.w, handle != NULL);
+    fgr_put_u8(&fgr_c.w, type != NULL);
+    fgr_put_u8(&fgr_c.w, size != NULL);
+    fgr_put_u8(&fgr_c.w, ctx != NULL);
+    fgr_put_u8(&fgr_c.w, bodies != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, handle, n_handle, 0);
+    fgr_get_out(&fgr_c, type, n_type, 0);
+    fgr_get_out(&fgr_c, size, n_size, 0);
+    fgr_get_out(&fgr_c, ctx, n_ctx, 0);
+    fgr_get_out(&fgr_c, bodies, n_bodies, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrGraphConditionalNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphConditionalHandle handle, unsigned int type, unsigned int size, CUcontext ctx)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrGraphConditionalNodeSetParams, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraphExec);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u64(&fgr_c.w, (uint64_t)handle);
+    fgr_put_u64(&fgr_c.w, (uint64_t)type);
+    fgr_put_u64(&fgr_c.w, (uint64_t)size);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)ctx);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo)
+{
+    CUresult fgr_r;
+    uint64_t n_resultInfo = resultInfo ? sizeof(CUgraphExecUpdateResultInfo) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphExecUpdate_v2, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraphExec);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_buf(&fgr_c.w, resultInfo, n_resultInfo);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, resultInfo, n_resultInfo, 1);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int flags)
@@ -5229,10 +5438,10 @@ FGR_EXPORT CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsig
     (void)hGraph;
     (void)path;
     (void)flags;
-    return fgr_unsupported(21, "cuGraphDebugDotPrint", NULL);
+    return fgr_unsupported(18, "cuGraphDebugDotPrint", NULL);
 }
 
-const int fgr_nunsupported = 22;
+const int fgr_nunsupported = 19;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -5517,6 +5726,12 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamGetCaptureInfo_v2_ptsz] = "cuStreamGetCaptureInfo_v2_ptsz",
     [FGR_OP_cuStreamGetCaptureInfo_v3] = "cuStreamGetCaptureInfo_v3",
     [FGR_OP_cuStreamGetCaptureInfo_v3_ptsz] = "cuStreamGetCaptureInfo_v3_ptsz",
+    [FGR_OP_cuStreamBeginCaptureToGraph] = "cuStreamBeginCaptureToGraph",
+    [FGR_OP_cuStreamBeginCaptureToGraph_ptsz] = "cuStreamBeginCaptureToGraph_ptsz",
+    [FGR_OP_cuStreamUpdateCaptureDependencies] = "cuStreamUpdateCaptureDependencies",
+    [FGR_OP_cuStreamUpdateCaptureDependencies_ptsz] = "cuStreamUpdateCaptureDependencies_ptsz",
+    [FGR_OP_cuStreamUpdateCaptureDependencies_v2] = "cuStreamUpdateCaptureDependencies_v2",
+    [FGR_OP_cuStreamUpdateCaptureDependencies_v2_ptsz] = "cuStreamUpdateCaptureDependencies_v2_ptsz",
     [FGR_OP_cuStreamGetPriority] = "cuStreamGetPriority",
     [FGR_OP_cuStreamGetPriority_ptsz] = "cuStreamGetPriority_ptsz",
     [FGR_OP_cuStreamGetFlags] = "cuStreamGetFlags",
@@ -5537,6 +5752,11 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuGraphAddEventRecordNode] = "cuGraphAddEventRecordNode",
     [FGR_OP_cuGraphAddEventWaitNode] = "cuGraphAddEventWaitNode",
     [FGR_OP_cuGraphExecGetFlags] = "cuGraphExecGetFlags",
+    [FGR_OP_cuGraphConditionalHandleCreate] = "cuGraphConditionalHandleCreate",
+    [FGR_OP_fgrGraphAddConditionalNode] = "fgrGraphAddConditionalNode",
+    [FGR_OP_fgrGraphConditionalNodeGetParams] = "fgrGraphConditionalNodeGetParams",
+    [FGR_OP_fgrGraphConditionalNodeSetParams] = "fgrGraphConditionalNodeSetParams",
+    [FGR_OP_cuGraphExecUpdate_v2] = "cuGraphExecUpdate_v2",
     [FGR_OP_xt_ctx] = "xt_ctx",
     [FGR_OP_xt_ctx_39] = "xt_ctx_39",
     [FGR_OP_xt_ctx_51] = "xt_ctx_51",
@@ -5963,6 +6183,12 @@ const struct fg_proc fgr_procs[] = {
     {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v2_ptsz", 11030, 1, (void *)cuStreamGetCaptureInfo_v2_ptsz},
     {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v3", 12030, 0, (void *)cuStreamGetCaptureInfo_v3},
     {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v3_ptsz", 12030, 1, (void *)cuStreamGetCaptureInfo_v3_ptsz},
+    {"cuStreamBeginCaptureToGraph", "cuStreamBeginCaptureToGraph", 12030, 0, (void *)cuStreamBeginCaptureToGraph},
+    {"cuStreamBeginCaptureToGraph", "cuStreamBeginCaptureToGraph_ptsz", 12030, 1, (void *)cuStreamBeginCaptureToGraph_ptsz},
+    {"cuStreamUpdateCaptureDependencies", "cuStreamUpdateCaptureDependencies", 11030, 0, (void *)cuStreamUpdateCaptureDependencies},
+    {"cuStreamUpdateCaptureDependencies", "cuStreamUpdateCaptureDependencies_ptsz", 11030, 1, (void *)cuStreamUpdateCaptureDependencies_ptsz},
+    {"cuStreamUpdateCaptureDependencies", "cuStreamUpdateCaptureDependencies_v2", 12030, 0, (void *)cuStreamUpdateCaptureDependencies_v2},
+    {"cuStreamUpdateCaptureDependencies", "cuStreamUpdateCaptureDependencies_v2_ptsz", 12030, 1, (void *)cuStreamUpdateCaptureDependencies_v2_ptsz},
     {"cuStreamGetPriority", "cuStreamGetPriority", 5050, 0, (void *)cuStreamGetPriority},
     {"cuStreamGetPriority", "cuStreamGetPriority_ptsz", 7000, 1, (void *)cuStreamGetPriority_ptsz},
     {"cuStreamGetFlags", "cuStreamGetFlags", 5050, 0, (void *)cuStreamGetFlags},
@@ -5986,6 +6212,13 @@ const struct fg_proc fgr_procs[] = {
     {"cuGraphConditionalHandleCreate", "cuGraphConditionalHandleCreate", 12030, 0, (void *)cuGraphConditionalHandleCreate},
     {"cuGraphAddNode", "cuGraphAddNode", 12020, 0, (void *)cuGraphAddNode},
     {"cuGraphAddNode", "cuGraphAddNode_v2", 12030, 0, (void *)cuGraphAddNode_v2},
+    {"fgrGraphAddConditionalNode", "fgrGraphAddConditionalNode", 0, 0, (void *)fgrGraphAddConditionalNode},
+    {"cuGraphNodeGetParams", "cuGraphNodeGetParams", 12020, 0, (void *)cuGraphNodeGetParams},
+    {"cuGraphNodeSetParams", "cuGraphNodeSetParams", 12020, 0, (void *)cuGraphNodeSetParams},
+    {"cuGraphExecNodeSetParams", "cuGraphExecNodeSetParams", 12020, 0, (void *)cuGraphExecNodeSetParams},
+    {"fgrGraphConditionalNodeGetParams", "fgrGraphConditionalNodeGetParams", 0, 0, (void *)fgrGraphConditionalNodeGetParams},
+    {"fgrGraphConditionalNodeSetParams", "fgrGraphConditionalNodeSetParams", 0, 0, (void *)fgrGraphConditionalNodeSetParams},
+    {"cuGraphExecUpdate", "cuGraphExecUpdate_v2", 12000, 0, (void *)cuGraphExecUpdate_v2},
     {"cuGraphDebugDotPrint", "cuGraphDebugDotPrint", 11030, 0, (void *)cuGraphDebugDotPrint},
 };
 

@@ -282,6 +282,12 @@ typedef CUresult (*pfn_cuStreamGetCaptureInfo_v2)(CUstream hStream, CUstreamCapt
 typedef CUresult (*pfn_cuStreamGetCaptureInfo_v2_ptsz)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out);
 typedef CUresult (*pfn_cuStreamGetCaptureInfo_v3)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out);
 typedef CUresult (*pfn_cuStreamGetCaptureInfo_v3_ptsz)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out);
+typedef CUresult (*pfn_cuStreamBeginCaptureToGraph)(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode);
+typedef CUresult (*pfn_cuStreamBeginCaptureToGraph_ptsz)(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode);
+typedef CUresult (*pfn_cuStreamUpdateCaptureDependencies)(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies, unsigned int flags);
+typedef CUresult (*pfn_cuStreamUpdateCaptureDependencies_ptsz)(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies, unsigned int flags);
+typedef CUresult (*pfn_cuStreamUpdateCaptureDependencies_v2)(CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags);
+typedef CUresult (*pfn_cuStreamUpdateCaptureDependencies_v2_ptsz)(CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags);
 typedef CUresult (*pfn_cuStreamGetPriority)(CUstream hStream, int *priority);
 typedef CUresult (*pfn_cuStreamGetPriority_ptsz)(CUstream hStream, int *priority);
 typedef CUresult (*pfn_cuStreamGetFlags)(CUstream hStream, unsigned int *flags);
@@ -302,6 +308,11 @@ typedef CUresult (*pfn_cuGraphDestroyNode)(CUgraphNode hNode);
 typedef CUresult (*pfn_cuGraphAddEventRecordNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);
 typedef CUresult (*pfn_cuGraphAddEventWaitNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);
 typedef CUresult (*pfn_cuGraphExecGetFlags)(CUgraphExec hGraphExec, cuuint64_t *flags);
+typedef CUresult (*pfn_cuGraphConditionalHandleCreate)(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue, unsigned int flags);
+typedef CUresult (*pfn_fgrGraphAddConditionalNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphConditionalHandle handle, unsigned int type, unsigned int size, CUcontext ctx, CUgraph *bodies);
+typedef CUresult (*pfn_fgrGraphConditionalNodeGetParams)(CUgraphNode hNode, CUgraphConditionalHandle *handle, unsigned int *type, unsigned int *size, CUcontext *ctx, CUgraph *bodies, unsigned int cap);
+typedef CUresult (*pfn_fgrGraphConditionalNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphConditionalHandle handle, unsigned int type, unsigned int size, CUcontext ctx);
+typedef CUresult (*pfn_cuGraphExecUpdate_v2)(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo);
 typedef CUresult (*pfn_xt_ctx_39)(CUcontext ctx, fgrCtxObject object, uint64_t *value, uint64_t arg3);
 typedef CUresult (*pfn_xt_ctx_51)(CUcontext ctx, uint64_t arg1, fgrCtxObject *object, uint64_t arg3);
 typedef uint64_t (*pfn_xt_simA_1)(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64_t e, uint64_t f, uint64_t g, uint64_t h, uint64_t i, uint64_t j);
@@ -896,17 +907,18 @@ static CUresult op_cuMemPoolGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *value = NULL;
+    const uint64_t fgr_n_value = fgr_mul((uint64_t)(fgr_mempool_attr_bytes(attr)), 1);
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)pool)))
         fgr_r = fgr_refuse("cuMemPoolGetAttribute", "pool", (uint64_t)(uintptr_t)pool, CUDA_ERROR_INVALID_HANDLE);
     else if (!(!has_value || fgr_mul((uint64_t)(fgr_mempool_attr_bytes(attr)), 1) <= FGR_SMALL_FRAME))
         fgr_r = fgr_refuse_size("cuMemPoolGetAttribute", "value", fgr_mul((uint64_t)(fgr_mempool_attr_bytes(attr)), 1), CUDA_ERROR_INVALID_VALUE);
-    if (fgr_r == CUDA_SUCCESS && has_value && !(value = fgr_out(q, fgr_mul((uint64_t)(fgr_mempool_attr_bytes(attr)), 1))))
+    if (fgr_r == CUDA_SUCCESS && has_value && !(value = fgr_out(q, fgr_n_value)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemPoolGetAttribute)fgr_real[FGR_OP_cuMemPoolGetAttribute])(pool, attr, value);
     if (has_value)
-        fgr_reply_out(q, value, fgr_mul((uint64_t)(fgr_mempool_attr_bytes(attr)), 1), 0, fgr_r);
+        fgr_reply_out(q, value, fgr_n_value, 0, fgr_r);
     return fgr_r;
 }
 
@@ -1289,16 +1301,17 @@ static CUresult op_cuMemcpyDtoH_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *dstHost = NULL;
+    const uint64_t fgr_n_dstHost = fgr_mul((uint64_t)(ByteCount), 1);
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)srcDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyDtoH_v2", "srcDevice", (uint64_t)(uintptr_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
-    if (fgr_r == CUDA_SUCCESS && has_dstHost && !(dstHost = fgr_out(q, fgr_mul((uint64_t)(ByteCount), 1))))
+    if (fgr_r == CUDA_SUCCESS && has_dstHost && !(dstHost = fgr_out(q, fgr_n_dstHost)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS &&
         (fgr_r = fgr_wait(FGR_AFTER_STREAM, 0, 0)) == FGR_GO)
         fgr_r = ((pfn_cuMemcpyDtoH_v2)fgr_real[FGR_OP_cuMemcpyDtoH_v2])(dstHost, srcDevice, ByteCount);
     if (has_dstHost)
-        fgr_reply_out(q, dstHost, fgr_mul((uint64_t)(ByteCount), 1), 0, fgr_r);
+        fgr_reply_out(q, dstHost, fgr_n_dstHost, 0, fgr_r);
     return fgr_r;
 }
 
@@ -1311,16 +1324,17 @@ static CUresult op_cuMemcpyDtoH_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *dstHost = NULL;
+    const uint64_t fgr_n_dstHost = fgr_mul((uint64_t)(ByteCount), 1);
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)srcDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyDtoH_v2_ptds", "srcDevice", (uint64_t)(uintptr_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
-    if (fgr_r == CUDA_SUCCESS && has_dstHost && !(dstHost = fgr_out(q, fgr_mul((uint64_t)(ByteCount), 1))))
+    if (fgr_r == CUDA_SUCCESS && has_dstHost && !(dstHost = fgr_out(q, fgr_n_dstHost)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS &&
         (fgr_r = fgr_wait(FGR_AFTER_STREAM, 0, 1)) == FGR_GO)
         fgr_r = ((pfn_cuMemcpyDtoH_v2_ptds)fgr_real[FGR_OP_cuMemcpyDtoH_v2_ptds])(dstHost, srcDevice, ByteCount);
     if (has_dstHost)
-        fgr_reply_out(q, dstHost, fgr_mul((uint64_t)(ByteCount), 1), 0, fgr_r);
+        fgr_reply_out(q, dstHost, fgr_n_dstHost, 0, fgr_r);
     return fgr_r;
 }
 
@@ -1446,12 +1460,13 @@ static CUresult op_cuMemcpyDtoHAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *dstHost = NULL;
+    const uint64_t fgr_n_dstHost = fgr_mul((uint64_t)(ByteCount), 1);
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)srcDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyDtoHAsync_v2", "srcDevice", (uint64_t)(uintptr_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemcpyDtoHAsync_v2", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    if (fgr_r == CUDA_SUCCESS && has_dstHost && !(dstHost = fgr_out(q, fgr_mul((uint64_t)(ByteCount), 1))))
+    if (fgr_r == CUDA_SUCCESS && has_dstHost && !(dstHost = fgr_out(q, fgr_n_dstHost)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS &&
         (fgr_r = fgr_wait(FGR_AFTER_STREAM, (uint64_t)(uintptr_t)hStream, 0)) == FGR_GO &&
@@ -1460,7 +1475,7 @@ static CUresult op_cuMemcpyDtoHAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = fgr_drain(hStream, 0);
     if (has_dstHost)
-        fgr_reply_out(q, dstHost, fgr_mul((uint64_t)(ByteCount), 1), 0, fgr_r);
+        fgr_reply_out(q, dstHost, fgr_n_dstHost, 0, fgr_r);
     return fgr_r;
 }
 
@@ -1474,12 +1489,13 @@ static CUresult op_cuMemcpyDtoHAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *dstHost = NULL;
+    const uint64_t fgr_n_dstHost = fgr_mul((uint64_t)(ByteCount), 1);
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_mem_in((uint64_t)(uintptr_t)srcDevice, ByteCount)))
         fgr_r = fgr_refuse("cuMemcpyDtoHAsync_v2_ptsz", "srcDevice", (uint64_t)(uintptr_t)srcDevice, CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("cuMemcpyDtoHAsync_v2_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    if (fgr_r == CUDA_SUCCESS && has_dstHost && !(dstHost = fgr_out(q, fgr_mul((uint64_t)(ByteCount), 1))))
+    if (fgr_r == CUDA_SUCCESS && has_dstHost && !(dstHost = fgr_out(q, fgr_n_dstHost)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS &&
         (fgr_r = fgr_wait(FGR_AFTER_STREAM, (uint64_t)(uintptr_t)hStream, 1)) == FGR_GO &&
@@ -1488,7 +1504,7 @@ static CUresult op_cuMemcpyDtoHAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = fgr_drain(hStream, 1);
     if (has_dstHost)
-        fgr_reply_out(q, dstHost, fgr_mul((uint64_t)(ByteCount), 1), 0, fgr_r);
+        fgr_reply_out(q, dstHost, fgr_n_dstHost, 0, fgr_r);
     return fgr_r;
 }
 
@@ -3074,23 +3090,24 @@ static CUresult op_cuGraphGetNodes(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraphNode *nodes = NULL;
+    const uint64_t fgr_n_nodes = fgr_mul((uint64_t)(numNodes?*numNodes:0), sizeof(CUgraphNode));
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
         fgr_r = fgr_refuse("cuGraphGetNodes", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
     else if (!(!has_nodes || fgr_mul((uint64_t)(numNodes?*numNodes:0), sizeof(CUgraphNode)) <= FGR_SMALL_FRAME))
         fgr_r = fgr_refuse_size("cuGraphGetNodes", "nodes", fgr_mul((uint64_t)(numNodes?*numNodes:0), sizeof(CUgraphNode)), CUDA_ERROR_INVALID_VALUE);
-    if (fgr_r == CUDA_SUCCESS && has_nodes && !(nodes = fgr_out(q, fgr_mul((uint64_t)(numNodes?*numNodes:0), sizeof(CUgraphNode)))))
+    if (fgr_r == CUDA_SUCCESS && has_nodes && !(nodes = fgr_out(q, fgr_n_nodes)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuGraphGetNodes)fgr_real[FGR_OP_cuGraphGetNodes])(hGraph, nodes, numNodes);
     if (fgr_r == CUDA_SUCCESS) {
-        for (uint64_t fgr_i = 0; nodes && fgr_i < fgr_mul((uint64_t)(numNodes?*numNodes:0), sizeof(CUgraphNode)) / sizeof(CUgraphNode); fgr_i++)
+        for (uint64_t fgr_i = 0; nodes && fgr_i < fgr_n_nodes / sizeof(CUgraphNode); fgr_i++)
             fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)nodes[fgr_i], FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
-        if (fgr_out_n(FGR_H_CUgraphNode, nodes, fgr_mul((uint64_t)(numNodes?*numNodes:0), sizeof(CUgraphNode)) / sizeof(CUgraphNode)) != 0)
+        if (fgr_out_n(FGR_H_CUgraphNode, nodes, fgr_n_nodes / sizeof(CUgraphNode)) != 0)
             fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_nodes)
-        fgr_reply_out(q, nodes, fgr_mul((uint64_t)(numNodes?*numNodes:0), sizeof(CUgraphNode)), 0, fgr_r);
+        fgr_reply_out(q, nodes, fgr_n_nodes, 0, fgr_r);
     fgr_reply_out(q, numNodes, sizeof(size_t), 1, fgr_r);
     return fgr_r;
 }
@@ -3332,23 +3349,24 @@ static CUresult op_cuGraphGetRootNodes(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraphNode *rootNodes = NULL;
+    const uint64_t fgr_n_rootNodes = fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode));
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
         fgr_r = fgr_refuse("cuGraphGetRootNodes", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
     else if (!(!has_rootNodes || fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)) <= FGR_SMALL_FRAME))
         fgr_r = fgr_refuse_size("cuGraphGetRootNodes", "rootNodes", fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)), CUDA_ERROR_INVALID_VALUE);
-    if (fgr_r == CUDA_SUCCESS && has_rootNodes && !(rootNodes = fgr_out(q, fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)))))
+    if (fgr_r == CUDA_SUCCESS && has_rootNodes && !(rootNodes = fgr_out(q, fgr_n_rootNodes)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuGraphGetRootNodes)fgr_real[FGR_OP_cuGraphGetRootNodes])(hGraph, rootNodes, numRootNodes);
     if (fgr_r == CUDA_SUCCESS) {
-        for (uint64_t fgr_i = 0; rootNodes && fgr_i < fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)) / sizeof(CUgraphNode); fgr_i++)
+        for (uint64_t fgr_i = 0; rootNodes && fgr_i < fgr_n_rootNodes / sizeof(CUgraphNode); fgr_i++)
             fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)rootNodes[fgr_i], FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
-        if (fgr_out_n(FGR_H_CUgraphNode, rootNodes, fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)) / sizeof(CUgraphNode)) != 0)
+        if (fgr_out_n(FGR_H_CUgraphNode, rootNodes, fgr_n_rootNodes / sizeof(CUgraphNode)) != 0)
             fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_rootNodes)
-        fgr_reply_out(q, rootNodes, fgr_mul((uint64_t)(numRootNodes?*numRootNodes:0), sizeof(CUgraphNode)), 0, fgr_r);
+        fgr_reply_out(q, rootNodes, fgr_n_rootNodes, 0, fgr_r);
     fgr_reply_out(q, numRootNodes, sizeof(size_t), 1, fgr_r);
     return fgr_r;
 }
@@ -3493,15 +3511,16 @@ static CUresult op_cuDeviceGetGraphMemAttribute(struct fgr_rd *rd, struct fgr_re
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *value = NULL;
+    const uint64_t fgr_n_value = fgr_mul((uint64_t)(8), 1);
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(!has_value || fgr_mul((uint64_t)(8), 1) <= FGR_SMALL_FRAME))
         fgr_r = fgr_refuse_size("cuDeviceGetGraphMemAttribute", "value", fgr_mul((uint64_t)(8), 1), CUDA_ERROR_INVALID_VALUE);
-    if (fgr_r == CUDA_SUCCESS && has_value && !(value = fgr_out(q, fgr_mul((uint64_t)(8), 1))))
+    if (fgr_r == CUDA_SUCCESS && has_value && !(value = fgr_out(q, fgr_n_value)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuDeviceGetGraphMemAttribute)fgr_real[FGR_OP_cuDeviceGetGraphMemAttribute])(device, attr, value);
     if (has_value)
-        fgr_reply_out(q, value, fgr_mul((uint64_t)(8), 1), 0, fgr_r);
+        fgr_reply_out(q, value, fgr_n_value, 0, fgr_r);
     return fgr_r;
 }
 
@@ -3743,15 +3762,16 @@ static CUresult op_cuDeviceGetPCIBusId(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     char *pciBusId = NULL;
+    const uint64_t fgr_n_pciBusId = fgr_mul((uint64_t)(len), sizeof(char));
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(!has_pciBusId || fgr_mul((uint64_t)(len), sizeof(char)) <= FGR_SMALL_FRAME))
         fgr_r = fgr_refuse_size("cuDeviceGetPCIBusId", "pciBusId", fgr_mul((uint64_t)(len), sizeof(char)), CUDA_ERROR_INVALID_VALUE);
-    if (fgr_r == CUDA_SUCCESS && has_pciBusId && !(pciBusId = fgr_out(q, fgr_mul((uint64_t)(len), sizeof(char)))))
+    if (fgr_r == CUDA_SUCCESS && has_pciBusId && !(pciBusId = fgr_out(q, fgr_n_pciBusId)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuDeviceGetPCIBusId)fgr_real[FGR_OP_cuDeviceGetPCIBusId])(pciBusId, len, dev);
     if (has_pciBusId)
-        fgr_reply_out(q, pciBusId, fgr_mul((uint64_t)(len), sizeof(char)), 0, fgr_r);
+        fgr_reply_out(q, pciBusId, fgr_n_pciBusId, 0, fgr_r);
     return fgr_r;
 }
 
@@ -4064,17 +4084,18 @@ static CUresult op_cuMemRangeGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *data = NULL;
+    const uint64_t fgr_n_data = fgr_mul((uint64_t)(dataSize), 1);
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(!has_data || fgr_mul((uint64_t)(dataSize), 1) <= FGR_SMALL_FRAME))
         fgr_r = fgr_refuse_size("cuMemRangeGetAttribute", "data", fgr_mul((uint64_t)(dataSize), 1), CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_mem_in((uint64_t)(uintptr_t)devPtr, count)))
         fgr_r = fgr_refuse("cuMemRangeGetAttribute", "devPtr", (uint64_t)(uintptr_t)devPtr, CUDA_ERROR_INVALID_VALUE);
-    if (fgr_r == CUDA_SUCCESS && has_data && !(data = fgr_out(q, fgr_mul((uint64_t)(dataSize), 1))))
+    if (fgr_r == CUDA_SUCCESS && has_data && !(data = fgr_out(q, fgr_n_data)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuMemRangeGetAttribute)fgr_real[FGR_OP_cuMemRangeGetAttribute])(data, dataSize, attribute, devPtr, count);
     if (has_data)
-        fgr_reply_out(q, data, fgr_mul((uint64_t)(dataSize), 1), 0, fgr_r);
+        fgr_reply_out(q, data, fgr_n_data, 0, fgr_r);
     return fgr_r;
 }
 
@@ -4365,6 +4386,7 @@ static CUresult op_fgrArrayRead(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *dst = NULL;
+    const uint64_t fgr_n_dst = fgr_mul((uint64_t)(n), 1);
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(!has_dst || fgr_mul((uint64_t)(n), 1) <= FGR_SMALL_FRAME))
         fgr_r = fgr_refuse_size("fgrArrayRead", "dst", fgr_mul((uint64_t)(n), 1), CUDA_ERROR_INVALID_VALUE);
@@ -4374,7 +4396,7 @@ static CUresult op_fgrArrayRead(struct fgr_rd *rd, struct fgr_req *q)
         fgr_r = fgr_refuse("fgrArrayRead", "p->dstArray", (p ? (uint64_t)(uintptr_t)p->dstArray : 0), CUDA_ERROR_INVALID_HANDLE);
     else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
         fgr_r = fgr_refuse("fgrArrayRead", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    if (fgr_r == CUDA_SUCCESS && has_dst && !(dst = fgr_out(q, fgr_mul((uint64_t)(n), 1))))
+    if (fgr_r == CUDA_SUCCESS && has_dst && !(dst = fgr_out(q, fgr_n_dst)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS &&
         (fgr_r = fgr_wait(FGR_AFTER_STREAM, (uint64_t)(uintptr_t)hStream, 0)) == FGR_GO)
@@ -4382,7 +4404,7 @@ static CUresult op_fgrArrayRead(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = fgr_drain(hStream, 0);
     if (has_dst)
-        fgr_reply_out(q, dst, fgr_mul((uint64_t)(n), 1), 0, fgr_r);
+        fgr_reply_out(q, dst, fgr_n_dst, 0, fgr_r);
     return fgr_r;
 }
 
@@ -4749,23 +4771,24 @@ static CUresult op_cuLibraryEnumerateKernels(struct fgr_rd *rd, struct fgr_req *
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUkernel *kernels = NULL;
+    const uint64_t fgr_n_kernels = fgr_mul((uint64_t)(numKernels), sizeof(CUkernel));
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(!has_kernels || fgr_mul((uint64_t)(numKernels), sizeof(CUkernel)) <= FGR_SMALL_FRAME))
         fgr_r = fgr_refuse_size("cuLibraryEnumerateKernels", "kernels", fgr_mul((uint64_t)(numKernels), sizeof(CUkernel)), CUDA_ERROR_INVALID_VALUE);
     else if (!(fgr_has(FGR_H_CUlibrary, (uint64_t)(uintptr_t)lib)))
         fgr_r = fgr_refuse("cuLibraryEnumerateKernels", "lib", (uint64_t)(uintptr_t)lib, CUDA_ERROR_INVALID_HANDLE);
-    if (fgr_r == CUDA_SUCCESS && has_kernels && !(kernels = fgr_out(q, fgr_mul((uint64_t)(numKernels), sizeof(CUkernel)))))
+    if (fgr_r == CUDA_SUCCESS && has_kernels && !(kernels = fgr_out(q, fgr_n_kernels)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuLibraryEnumerateKernels)fgr_real[FGR_OP_cuLibraryEnumerateKernels])(kernels, numKernels, lib);
     if (fgr_r == CUDA_SUCCESS) {
-        for (uint64_t fgr_i = 0; kernels && fgr_i < fgr_mul((uint64_t)(numKernels), sizeof(CUkernel)) / sizeof(CUkernel); fgr_i++)
+        for (uint64_t fgr_i = 0; kernels && fgr_i < fgr_n_kernels / sizeof(CUkernel); fgr_i++)
             fgr_add(FGR_H_CUkernel, (uint64_t)(uintptr_t)kernels[fgr_i], FGR_H_CUlibrary, (uint64_t)(uintptr_t)lib);
-        if (fgr_out_n(FGR_H_CUkernel, kernels, fgr_mul((uint64_t)(numKernels), sizeof(CUkernel)) / sizeof(CUkernel)) != 0)
+        if (fgr_out_n(FGR_H_CUkernel, kernels, fgr_n_kernels / sizeof(CUkernel)) != 0)
             fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_kernels)
-        fgr_reply_out(q, kernels, fgr_mul((uint64_t)(numKernels), sizeof(CUkernel)), 0, fgr_r);
+        fgr_reply_out(q, kernels, fgr_n_kernels, 0, fgr_r);
     return fgr_r;
 }
 
@@ -4876,10 +4899,11 @@ static CUresult op_cuPointerGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *data = NULL;
+    const uint64_t fgr_n_data = fgr_mul((uint64_t)(fgr_pointer_attr_bytes(attribute)), 1);
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(!has_data || fgr_mul((uint64_t)(fgr_pointer_attr_bytes(attribute)), 1) <= FGR_SMALL_FRAME))
         fgr_r = fgr_refuse_size("cuPointerGetAttribute", "data", fgr_mul((uint64_t)(fgr_pointer_attr_bytes(attribute)), 1), CUDA_ERROR_INVALID_VALUE);
-    if (fgr_r == CUDA_SUCCESS && has_data && !(data = fgr_out(q, fgr_mul((uint64_t)(fgr_pointer_attr_bytes(attribute)), 1))))
+    if (fgr_r == CUDA_SUCCESS && has_data && !(data = fgr_out(q, fgr_n_data)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuPointerGetAttribute)fgr_real[FGR_OP_cuPointerGetAttribute])(data, attribute, ptr);
@@ -4888,7 +4912,7 @@ static CUresult op_cuPointerGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
             fgr_r = CUDA_ERROR_INVALID_VALUE;
     }
     if (has_data)
-        fgr_reply_out(q, data, fgr_mul((uint64_t)(fgr_pointer_attr_bytes(attribute)), 1), 0, fgr_r);
+        fgr_reply_out(q, data, fgr_n_data, 0, fgr_r);
     return fgr_r;
 }
 
@@ -5240,15 +5264,16 @@ static CUresult op_fgrNvmlDriverVersion(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     char *version = NULL;
+    const uint64_t fgr_n_version = fgr_mul((uint64_t)(fgr_min(length,256)), sizeof(char));
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(!has_version || fgr_mul((uint64_t)(fgr_min(length,256)), sizeof(char)) <= FGR_SMALL_FRAME))
         fgr_r = fgr_refuse_size("fgrNvmlDriverVersion", "version", fgr_mul((uint64_t)(fgr_min(length,256)), sizeof(char)), CUDA_ERROR_INVALID_VALUE);
-    if (fgr_r == CUDA_SUCCESS && has_version && !(version = fgr_out(q, fgr_mul((uint64_t)(fgr_min(length,256)), sizeof(char)))))
+    if (fgr_r == CUDA_SUCCESS && has_version && !(version = fgr_out(q, fgr_n_version)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_fgrNvmlDriverVersion)fgr_real[FGR_OP_fgrNvmlDriverVersion])(version, length);
     if (has_version)
-        fgr_reply_out(q, version, fgr_mul((uint64_t)(fgr_min(length,256)), sizeof(char)), 0, fgr_r);
+        fgr_reply_out(q, version, fgr_n_version, 0, fgr_r);
     return fgr_r;
 }
 
@@ -5301,6 +5326,7 @@ static CUresult op_fgrParamSizes(struct fgr_rd *rd, struct fgr_req *q)
         return FGR_BAD_FRAME;
     unsigned int *count = NULL;
     unsigned int *sizes = NULL;
+    const uint64_t fgr_n_sizes = fgr_mul((uint64_t)(fgr_min(max,FGR_MAX_KPARAMS)), sizeof(unsigned int));
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)f)))
         fgr_r = fgr_refuse("fgrParamSizes", "f", (uint64_t)(uintptr_t)f, CUDA_ERROR_INVALID_HANDLE);
@@ -5308,14 +5334,14 @@ static CUresult op_fgrParamSizes(struct fgr_rd *rd, struct fgr_req *q)
         fgr_r = fgr_refuse_size("fgrParamSizes", "sizes", fgr_mul((uint64_t)(fgr_min(max,FGR_MAX_KPARAMS)), sizeof(unsigned int)), CUDA_ERROR_INVALID_VALUE);
     if (fgr_r == CUDA_SUCCESS && has_count && !(count = fgr_out(q, sizeof(unsigned int))))
         return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS && has_sizes && !(sizes = fgr_out(q, fgr_mul((uint64_t)(fgr_min(max,FGR_MAX_KPARAMS)), sizeof(unsigned int)))))
+    if (fgr_r == CUDA_SUCCESS && has_sizes && !(sizes = fgr_out(q, fgr_n_sizes)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_fgrParamSizes)fgr_real[FGR_OP_fgrParamSizes])(f, max, count, sizes);
     if (has_count)
         fgr_reply_out(q, count, sizeof(unsigned int), 0, fgr_r);
     if (has_sizes)
-        fgr_reply_out(q, sizes, fgr_mul((uint64_t)(fgr_min(max,FGR_MAX_KPARAMS)), sizeof(unsigned int)), 0, fgr_r);
+        fgr_reply_out(q, sizes, fgr_n_sizes, 0, fgr_r);
     return fgr_r;
 }
 
@@ -5385,15 +5411,16 @@ static CUresult op_fgrHostReadMany(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *dst = NULL;
+    const uint64_t fgr_n_dst = fgr_mul((uint64_t)(fgr_min(bytes,FGR_MIRROR_BATCH)), 1);
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(!has_dst || fgr_mul((uint64_t)(fgr_min(bytes,FGR_MIRROR_BATCH)), 1) <= FGR_SMALL_FRAME))
         fgr_r = fgr_refuse_size("fgrHostReadMany", "dst", fgr_mul((uint64_t)(fgr_min(bytes,FGR_MIRROR_BATCH)), 1), CUDA_ERROR_INVALID_VALUE);
-    if (fgr_r == CUDA_SUCCESS && has_dst && !(dst = fgr_out(q, fgr_mul((uint64_t)(fgr_min(bytes,FGR_MIRROR_BATCH)), 1))))
+    if (fgr_r == CUDA_SUCCESS && has_dst && !(dst = fgr_out(q, fgr_n_dst)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_fgrHostReadMany)fgr_real[FGR_OP_fgrHostReadMany])(srcs, sizes, count, dst, bytes);
     if (has_dst)
-        fgr_reply_out(q, dst, fgr_mul((uint64_t)(fgr_min(bytes,FGR_MIRROR_BATCH)), 1), 0, fgr_r);
+        fgr_reply_out(q, dst, fgr_n_dst, 0, fgr_r);
     return fgr_r;
 }
 
@@ -5408,15 +5435,16 @@ static CUresult op_fgrHostSums(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     unsigned long long *sums = NULL;
+    const uint64_t fgr_n_sums = fgr_mul((uint64_t)(fgr_min(nsums,FGR_MAX_SUMS)), sizeof(unsigned long long));
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(!has_sums || fgr_mul((uint64_t)(fgr_min(nsums,FGR_MAX_SUMS)), sizeof(unsigned long long)) <= FGR_SMALL_FRAME))
         fgr_r = fgr_refuse_size("fgrHostSums", "sums", fgr_mul((uint64_t)(fgr_min(nsums,FGR_MAX_SUMS)), sizeof(unsigned long long)), CUDA_ERROR_INVALID_VALUE);
-    if (fgr_r == CUDA_SUCCESS && has_sums && !(sums = fgr_out(q, fgr_mul((uint64_t)(fgr_min(nsums,FGR_MAX_SUMS)), sizeof(unsigned long long)))))
+    if (fgr_r == CUDA_SUCCESS && has_sums && !(sums = fgr_out(q, fgr_n_sums)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_fgrHostSums)fgr_real[FGR_OP_fgrHostSums])(srcs, sizes, count, sums, nsums);
     if (has_sums)
-        fgr_reply_out(q, sums, fgr_mul((uint64_t)(fgr_min(nsums,FGR_MAX_SUMS)), sizeof(unsigned long long)), 0, fgr_r);
+        fgr_reply_out(q, sums, fgr_n_sums, 0, fgr_r);
     return fgr_r;
 }
 
@@ -5722,25 +5750,27 @@ static CUresult op_fgrWaitTickets(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     unsigned int *ids = NULL;
+    const uint64_t fgr_n_ids = fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(unsigned int));
     CUresult *results = NULL;
+    const uint64_t fgr_n_results = fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(CUresult));
     unsigned int *count = NULL;
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(!has_ids || fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(unsigned int)) <= FGR_SMALL_FRAME))
         fgr_r = fgr_refuse_size("fgrWaitTickets", "ids", fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(unsigned int)), CUDA_ERROR_INVALID_VALUE);
     else if (!(!has_results || fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(CUresult)) <= FGR_SMALL_FRAME))
         fgr_r = fgr_refuse_size("fgrWaitTickets", "results", fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(CUresult)), CUDA_ERROR_INVALID_VALUE);
-    if (fgr_r == CUDA_SUCCESS && has_ids && !(ids = fgr_out(q, fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(unsigned int)))))
+    if (fgr_r == CUDA_SUCCESS && has_ids && !(ids = fgr_out(q, fgr_n_ids)))
         return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS && has_results && !(results = fgr_out(q, fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(CUresult)))))
+    if (fgr_r == CUDA_SUCCESS && has_results && !(results = fgr_out(q, fgr_n_results)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS && has_count && !(count = fgr_out(q, sizeof(unsigned int))))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_fgrWaitTickets)fgr_real[FGR_OP_fgrWaitTickets])(ids, results, cap, count);
     if (has_ids)
-        fgr_reply_out(q, ids, fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(unsigned int)), 0, fgr_r);
+        fgr_reply_out(q, ids, fgr_n_ids, 0, fgr_r);
     if (has_results)
-        fgr_reply_out(q, results, fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_TICKETS)), sizeof(CUresult)), 0, fgr_r);
+        fgr_reply_out(q, results, fgr_n_results, 0, fgr_r);
     if (has_count)
         fgr_reply_out(q, count, sizeof(unsigned int), 0, fgr_r);
     return fgr_r;
@@ -5919,17 +5949,18 @@ static CUresult op_fgrLinkRead(struct fgr_rd *rd, struct fgr_req *q)
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *dst = NULL;
+    const uint64_t fgr_n_dst = fgr_mul((uint64_t)(fgr_min(n,FGR_MIRROR_BATCH)), 1);
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUlinkState, (uint64_t)(uintptr_t)state)))
         fgr_r = fgr_refuse("fgrLinkRead", "state", (uint64_t)(uintptr_t)state, CUDA_ERROR_INVALID_HANDLE);
     else if (!(!has_dst || fgr_mul((uint64_t)(fgr_min(n,FGR_MIRROR_BATCH)), 1) <= FGR_SMALL_FRAME))
         fgr_r = fgr_refuse_size("fgrLinkRead", "dst", fgr_mul((uint64_t)(fgr_min(n,FGR_MIRROR_BATCH)), 1), CUDA_ERROR_INVALID_VALUE);
-    if (fgr_r == CUDA_SUCCESS && has_dst && !(dst = fgr_out(q, fgr_mul((uint64_t)(fgr_min(n,FGR_MIRROR_BATCH)), 1))))
+    if (fgr_r == CUDA_SUCCESS && has_dst && !(dst = fgr_out(q, fgr_n_dst)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_fgrLinkRead)fgr_real[FGR_OP_fgrLinkRead])(state, off, dst, n);
     if (has_dst)
-        fgr_reply_out(q, dst, fgr_mul((uint64_t)(fgr_min(n,FGR_MIRROR_BATCH)), 1), 0, fgr_r);
+        fgr_reply_out(q, dst, fgr_n_dst, 0, fgr_r);
     return fgr_r;
 }
 
@@ -6167,6 +6198,136 @@ static CUresult op_cuStreamGetCaptureInfo_v3_ptsz(struct fgr_rd *rd, struct fgr_
         fgr_reply_out(q, id_out, sizeof(cuuint64_t), 0, fgr_r);
     if (has_numDependencies_out)
         fgr_reply_out(q, numDependencies_out, sizeof(size_t), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamBeginCaptureToGraph(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    CUstreamCaptureMode mode = (CUstreamCaptureMode)fgr_get_u64(rd);
+    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    CUgraphEdgeData *dependencyData = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphEdgeData)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamBeginCaptureToGraph", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuStreamBeginCaptureToGraph", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuStreamBeginCaptureToGraph", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuStreamBeginCaptureToGraph)fgr_real[FGR_OP_cuStreamBeginCaptureToGraph])(hStream, hGraph, dependencies, dependencyData, numDependencies, mode);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamBeginCaptureToGraph_ptsz(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    CUstreamCaptureMode mode = (CUstreamCaptureMode)fgr_get_u64(rd);
+    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    CUgraphEdgeData *dependencyData = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphEdgeData)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamBeginCaptureToGraph_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuStreamBeginCaptureToGraph_ptsz", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuStreamBeginCaptureToGraph_ptsz", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuStreamBeginCaptureToGraph_ptsz)fgr_real[FGR_OP_cuStreamBeginCaptureToGraph_ptsz])(hStream, hGraph, dependencies, dependencyData, numDependencies, mode);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamUpdateCaptureDependencies(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamUpdateCaptureDependencies", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuStreamUpdateCaptureDependencies", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuStreamUpdateCaptureDependencies)fgr_real[FGR_OP_cuStreamUpdateCaptureDependencies])(hStream, dependencies, numDependencies, flags);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamUpdateCaptureDependencies_ptsz(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamUpdateCaptureDependencies_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuStreamUpdateCaptureDependencies_ptsz", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuStreamUpdateCaptureDependencies_ptsz)fgr_real[FGR_OP_cuStreamUpdateCaptureDependencies_ptsz])(hStream, dependencies, numDependencies, flags);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamUpdateCaptureDependencies_v2(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    CUgraphEdgeData *dependencyData = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphEdgeData)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamUpdateCaptureDependencies_v2", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuStreamUpdateCaptureDependencies_v2", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuStreamUpdateCaptureDependencies_v2)fgr_real[FGR_OP_cuStreamUpdateCaptureDependencies_v2])(hStream, dependencies, dependencyData, numDependencies, flags);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamUpdateCaptureDependencies_v2_ptsz(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    CUgraphEdgeData *dependencyData = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphEdgeData)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamUpdateCaptureDependencies_v2_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuStreamUpdateCaptureDependencies_v2_ptsz", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuStreamUpdateCaptureDependencies_v2_ptsz)fgr_real[FGR_OP_cuStreamUpdateCaptureDependencies_v2_ptsz])(hStream, dependencies, dependencyData, numDependencies, flags);
     return fgr_r;
 }
 
@@ -6666,6 +6827,186 @@ static CUresult op_cuGraphExecGetFlags(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_cuGraphConditionalHandleCreate(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    CUcontext ctx = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
+    unsigned int defaultLaunchValue = (unsigned int)fgr_get_u64(rd);
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    int has_pHandle_out = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraphConditionalHandle *pHandle_out = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphConditionalHandleCreate", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
+        fgr_r = fgr_refuse("cuGraphConditionalHandleCreate", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
+    if (fgr_r == CUDA_SUCCESS && has_pHandle_out && !(pHandle_out = fgr_out(q, sizeof(CUgraphConditionalHandle))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphConditionalHandleCreate)fgr_real[FGR_OP_cuGraphConditionalHandleCreate])(pHandle_out, hGraph, ctx, defaultLaunchValue, flags);
+    if (has_pHandle_out)
+        fgr_reply_out(q, pHandle_out, sizeof(CUgraphConditionalHandle), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrGraphAddConditionalNode(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    CUgraphConditionalHandle handle = (CUgraphConditionalHandle)fgr_get_u64(rd);
+    unsigned int type = (unsigned int)fgr_get_u64(rd);
+    unsigned int size = (unsigned int)fgr_get_u64(rd);
+    CUcontext ctx = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
+    int has_phGraphNode = fgr_get_u8(rd);
+    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    CUgraphEdgeData *dependencyData = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphEdgeData)), 1);
+    int has_bodies = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraphNode *phGraphNode = NULL;
+    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    CUgraph *bodies = NULL;
+    const uint64_t fgr_n_bodies = fgr_mul((uint64_t)(size), sizeof(CUgraph));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("fgrGraphAddConditionalNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("fgrGraphAddConditionalNode", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
+        fgr_r = fgr_refuse("fgrGraphAddConditionalNode", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
+    else if (!(!has_bodies || fgr_mul((uint64_t)(size), sizeof(CUgraph)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrGraphAddConditionalNode", "bodies", fgr_mul((uint64_t)(size), sizeof(CUgraph)), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_bodies && !(bodies = fgr_out(q, fgr_n_bodies)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrGraphAddConditionalNode)fgr_real[FGR_OP_fgrGraphAddConditionalNode])(phGraphNode, hGraph, dependencies, dependencyData, numDependencies, handle, type, size, ctx, bodies);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phGraphNode)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+        for (uint64_t fgr_i = 0; bodies && fgr_i < fgr_n_bodies / sizeof(CUgraph); fgr_i++)
+            fgr_add(FGR_H_CUgraph, (uint64_t)(uintptr_t)bodies[fgr_i], FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+        if (fgr_out_n(FGR_H_CUgraphNode, phGraphNode, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+        if (fgr_out_n(FGR_H_CUgraph, bodies, fgr_n_bodies / sizeof(CUgraph)) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_phGraphNode)
+        fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
+    if (has_bodies)
+        fgr_reply_out(q, bodies, fgr_n_bodies, 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrGraphConditionalNodeGetParams(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    unsigned int cap = (unsigned int)fgr_get_u64(rd);
+    int has_handle = fgr_get_u8(rd);
+    int has_type = fgr_get_u8(rd);
+    int has_size = fgr_get_u8(rd);
+    int has_ctx = fgr_get_u8(rd);
+    int has_bodies = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraphConditionalHandle *handle = NULL;
+    unsigned int *type = NULL;
+    unsigned int *size = NULL;
+    CUcontext *ctx = NULL;
+    CUgraph *bodies = NULL;
+    const uint64_t fgr_n_bodies = fgr_mul((uint64_t)(cap), sizeof(CUgraph));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("fgrGraphConditionalNodeGetParams", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(!has_bodies || fgr_mul((uint64_t)(cap), sizeof(CUgraph)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrGraphConditionalNodeGetParams", "bodies", fgr_mul((uint64_t)(cap), sizeof(CUgraph)), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_handle && !(handle = fgr_out(q, sizeof(CUgraphConditionalHandle))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_type && !(type = fgr_out(q, sizeof(unsigned int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_size && !(size = fgr_out(q, sizeof(unsigned int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_ctx && !(ctx = fgr_out(q, sizeof(CUcontext))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_bodies && !(bodies = fgr_out(q, fgr_n_bodies)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrGraphConditionalNodeGetParams)fgr_real[FGR_OP_fgrGraphConditionalNodeGetParams])(hNode, handle, type, size, ctx, bodies, cap);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (ctx)
+            fgr_add(FGR_H_CUcontext, (uint64_t)(uintptr_t)*ctx, 0, 0);
+        for (uint64_t fgr_i = 0; bodies && fgr_i < fgr_n_bodies / sizeof(CUgraph); fgr_i++)
+            fgr_add(FGR_H_CUgraph, (uint64_t)(uintptr_t)bodies[fgr_i], FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode);
+        if (fgr_out_n(FGR_H_CUcontext, ctx, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+        if (fgr_out_n(FGR_H_CUgraph, bodies, fgr_n_bodies / sizeof(CUgraph)) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_handle)
+        fgr_reply_out(q, handle, sizeof(CUgraphConditionalHandle), 0, fgr_r);
+    if (has_type)
+        fgr_reply_out(q, type, sizeof(unsigned int), 0, fgr_r);
+    if (has_size)
+        fgr_reply_out(q, size, sizeof(unsigned int), 0, fgr_r);
+    if (has_ctx)
+        fgr_reply_out(q, ctx, sizeof(CUcontext), 0, fgr_r);
+    if (has_bodies)
+        fgr_reply_out(q, bodies, fgr_n_bodies, 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrGraphConditionalNodeSetParams(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_in(FGR_H_CUgraphExec, fgr_get_u64(rd));
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    CUgraphConditionalHandle handle = (CUgraphConditionalHandle)fgr_get_u64(rd);
+    unsigned int type = (unsigned int)fgr_get_u64(rd);
+    unsigned int size = (unsigned int)fgr_get_u64(rd);
+    CUcontext ctx = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec)))
+        fgr_r = fgr_refuse("fgrGraphConditionalNodeSetParams", "hGraphExec", (uint64_t)(uintptr_t)hGraphExec, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("fgrGraphConditionalNodeSetParams", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
+        fgr_r = fgr_refuse("fgrGraphConditionalNodeSetParams", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrGraphConditionalNodeSetParams)fgr_real[FGR_OP_fgrGraphConditionalNodeSetParams])(hGraphExec, hNode, handle, type, size, ctx);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphExecUpdate_v2(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_in(FGR_H_CUgraphExec, fgr_get_u64(rd));
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    CUgraphExecUpdateResultInfo *resultInfo = fgr_get_buf(rd, q, sizeof(CUgraphExecUpdateResultInfo), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec)))
+        fgr_r = fgr_refuse("cuGraphExecUpdate_v2", "hGraphExec", (uint64_t)(uintptr_t)hGraphExec, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphExecUpdate_v2", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphExecUpdate_v2)fgr_real[FGR_OP_cuGraphExecUpdate_v2])(hGraphExec, hGraph, resultInfo);
+    if (resultInfo)
+        fgr_out_n(FGR_H_CUgraphNode, &resultInfo->errorNode, 1);
+    if (resultInfo)
+        fgr_out_n(FGR_H_CUgraphNode, &resultInfo->errorFromNode, 1);
+    fgr_reply_out(q, resultInfo, sizeof(CUgraphExecUpdateResultInfo), 1, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_xt_ctx(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -7118,6 +7459,12 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamGetCaptureInfo_v2_ptsz] = {"cuStreamGetCaptureInfo_v2_ptsz", op_cuStreamGetCaptureInfo_v2_ptsz, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamGetCaptureInfo_v3] = {"cuStreamGetCaptureInfo_v3", op_cuStreamGetCaptureInfo_v3, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamGetCaptureInfo_v3_ptsz] = {"cuStreamGetCaptureInfo_v3_ptsz", op_cuStreamGetCaptureInfo_v3_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamBeginCaptureToGraph] = {"cuStreamBeginCaptureToGraph", op_cuStreamBeginCaptureToGraph, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuStreamBeginCaptureToGraph_ptsz] = {"cuStreamBeginCaptureToGraph_ptsz", op_cuStreamBeginCaptureToGraph_ptsz, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuStreamUpdateCaptureDependencies] = {"cuStreamUpdateCaptureDependencies", op_cuStreamUpdateCaptureDependencies, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuStreamUpdateCaptureDependencies_ptsz] = {"cuStreamUpdateCaptureDependencies_ptsz", op_cuStreamUpdateCaptureDependencies_ptsz, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuStreamUpdateCaptureDependencies_v2] = {"cuStreamUpdateCaptureDependencies_v2", op_cuStreamUpdateCaptureDependencies_v2, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuStreamUpdateCaptureDependencies_v2_ptsz] = {"cuStreamUpdateCaptureDependencies_v2_ptsz", op_cuStreamUpdateCaptureDependencies_v2_ptsz, 0, FGR_MAX_FRAME},
     [FGR_OP_cuStreamGetPriority] = {"cuStreamGetPriority", op_cuStreamGetPriority, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamGetPriority_ptsz] = {"cuStreamGetPriority_ptsz", op_cuStreamGetPriority_ptsz, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamGetFlags] = {"cuStreamGetFlags", op_cuStreamGetFlags, 0, FGR_SMALL_FRAME},
@@ -7138,6 +7485,11 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuGraphAddEventRecordNode] = {"cuGraphAddEventRecordNode", op_cuGraphAddEventRecordNode, 0, FGR_MAX_FRAME},
     [FGR_OP_cuGraphAddEventWaitNode] = {"cuGraphAddEventWaitNode", op_cuGraphAddEventWaitNode, 0, FGR_MAX_FRAME},
     [FGR_OP_cuGraphExecGetFlags] = {"cuGraphExecGetFlags", op_cuGraphExecGetFlags, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphConditionalHandleCreate] = {"cuGraphConditionalHandleCreate", op_cuGraphConditionalHandleCreate, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrGraphAddConditionalNode] = {"fgrGraphAddConditionalNode", op_fgrGraphAddConditionalNode, 0, FGR_MAX_FRAME},
+    [FGR_OP_fgrGraphConditionalNodeGetParams] = {"fgrGraphConditionalNodeGetParams", op_fgrGraphConditionalNodeGetParams, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrGraphConditionalNodeSetParams] = {"fgrGraphConditionalNodeSetParams", op_fgrGraphConditionalNodeSetParams, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphExecUpdate_v2] = {"cuGraphExecUpdate_v2", op_cuGraphExecUpdate_v2, 0, FGR_SMALL_FRAME},
     [FGR_OP_xt_ctx] = {"xt_ctx", op_xt_ctx, 0, FGR_SMALL_FRAME},
     [FGR_OP_xt_ctx_39] = {"xt_ctx_39", op_xt_ctx_39, 0, FGR_SMALL_FRAME},
     [FGR_OP_xt_ctx_51] = {"xt_ctx_51", op_xt_ctx_51, 0, FGR_SMALL_FRAME},

@@ -246,6 +246,8 @@ uint64_t fgr_in(int kind, uint64_t v);
 void fgr_in_reset(void);
 void fgr_in_n(int kind, void *arr, uint64_t n);
 int fgr_out_n(int kind, void *arr, uint64_t n);
+/* Whether the connection's v is owned by a handle of kind okind. */
+int fgr_owned_by(int kind, uint64_t v, int okind);
 /* Forgets v and everything it owns. */
 /* One more reference to a handle the connection has: fgr_drop then takes
  * one away before it forgets the handle. */

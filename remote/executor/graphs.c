@@ -6,6 +6,7 @@
 #include "flexgv/cuda_util.h"
 
 #include <dlfcn.h>
+#include <string.h>
 
 static CUresult (*add_kernel_node)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
                                    const CUDA_KERNEL_NODE_PARAMS *);
@@ -35,11 +36,117 @@ static CUresult kernel_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgr
     return add_kernel_node(phGraphNode, hGraph, dependencies, numDependencies, &p);
 }
 
+static CUresult (*add_node_v2)(CUgraphNode *, CUgraph, const CUgraphNode *, const CUgraphEdgeData *, size_t,
+                               CUgraphNodeParams *);
+static CUresult (*add_node)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraphNodeParams *);
+static CUresult (*node_get_params)(CUgraphNode, CUgraphNodeParams *);
+static CUresult (*node_set_params)(CUgraphNode, CUgraphNodeParams *);
+static CUresult (*exec_node_set_params)(CUgraphExec, CUgraphNode, CUgraphNodeParams *);
+
+/* fgrGraphAddConditionalNode: the driver creates size body graphs and
+ * points phGraph_out at its own array of them; they are copied to bodies
+ * (size of them: the request's buffer) and owned by the new node, so that
+ * destroying it or its graph forgets them. */
+static CUresult conditional_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                 const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                 CUgraphConditionalHandle handle, unsigned int type, unsigned int size, CUcontext ctx,
+                                 CUgraph *bodies)
+{
+    if (!phGraphNode || (size && !bodies))
+        return fgr_refuse("fgrGraphAddConditionalNode", "bodies", size, CUDA_ERROR_INVALID_VALUE);
+    if (dependencyData && !add_node_v2)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    CUgraphNodeParams p;
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    p.conditional.handle = handle;
+    p.conditional.type = (CUgraphConditionalNodeType)type;
+    p.conditional.size = size;
+    p.conditional.ctx = ctx;
+    CUresult r = add_node_v2 ? add_node_v2(phGraphNode, hGraph, dependencies, dependencyData, numDependencies, &p)
+                             : add_node(phGraphNode, hGraph, dependencies, numDependencies, &p);
+    if (r != CUDA_SUCCESS)
+        return r;
+    for (unsigned i = 0; i < size; i++) {
+        bodies[i] = p.conditional.phGraph_out ? p.conditional.phGraph_out[i] : NULL;
+        fgr_add(FGR_H_CUgraph, (uint64_t)(uintptr_t)bodies[i], FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode);
+    }
+    return CUDA_SUCCESS;
+}
+
+/* A conditional node's parameters: other kinds' are not carried. The
+ * context is given back only when it is the connection's. */
+static CUresult conditional_get(CUgraphNode hNode, CUgraphConditionalHandle *handle, unsigned int *type,
+                                unsigned int *size, CUcontext *ctx, CUgraph *bodies, unsigned int cap)
+{
+    if (!handle || !type || !size || !ctx || (cap && !bodies))
+        return CUDA_ERROR_INVALID_VALUE;
+    CUgraphNodeParams p;
+    memset(&p, 0, sizeof p);
+    CUresult r = node_get_params(hNode, &p);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (p.type != CU_GRAPH_NODE_TYPE_CONDITIONAL)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    *handle = p.conditional.handle;
+    *type = p.conditional.type;
+    *size = p.conditional.size;
+    *ctx = fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)p.conditional.ctx) ? p.conditional.ctx : NULL;
+    for (unsigned i = 0; i < cap; i++)
+        bodies[i] = i < p.conditional.size && p.conditional.phGraph_out ? p.conditional.phGraph_out[i] : NULL;
+    return CUDA_SUCCESS;
+}
+
+/* A conditional node's new parameters (of the graph's node, or of its
+ * copy in hGraphExec): its body graphs stay the driver's, as the node has
+ * them. */
+static CUresult conditional_set(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphConditionalHandle handle,
+                                unsigned int type, unsigned int size, CUcontext ctx)
+{
+    CUgraphNodeParams p;
+    memset(&p, 0, sizeof p);
+    CUresult r = node_get_params(hNode, &p);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (p.type != CU_GRAPH_NODE_TYPE_CONDITIONAL)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    p.conditional.handle = handle;
+    p.conditional.type = (CUgraphConditionalNodeType)type;
+    p.conditional.size = size;
+    p.conditional.ctx = ctx;
+    if (hGraphExec)
+        return exec_node_set_params ? exec_node_set_params(hGraphExec, hNode, &p) : CUDA_ERROR_NOT_SUPPORTED;
+    return node_set_params ? node_set_params(hNode, &p) : CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* A graph a node owns (a conditional node's body, a child graph node's
+ * graph) goes with its node: destroyed alone, the node would hold a freed
+ * graph. */
+static CUresult (*graph_destroy)(CUgraph);
+
+static CUresult destroy_graph(CUgraph hGraph)
+{
+    if (fgr_owned_by(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph, FGR_H_CUgraphNode))
+        return fgr_refuse("cuGraphDestroy", "hGraph (a node's)", 0, CUDA_ERROR_INVALID_VALUE);
+    return graph_destroy(hGraph);
+}
+
 void fgr_graphs_init(void *driver)
 {
     *(void **)&add_kernel_node = dlsym(driver, "cuGraphAddKernelNode_v2");
     if (add_kernel_node)
         fgr_real[FGR_OP_fgrGraphAddKernelNode] = (void *)kernel_node;
+    *(void **)&add_node_v2 = dlsym(driver, "cuGraphAddNode_v2");
+    *(void **)&add_node = dlsym(driver, "cuGraphAddNode");
+    *(void **)&node_get_params = dlsym(driver, "cuGraphNodeGetParams");
+    *(void **)&node_set_params = dlsym(driver, "cuGraphNodeSetParams");
+    *(void **)&exec_node_set_params = dlsym(driver, "cuGraphExecNodeSetParams");
+    fgr_real[FGR_OP_fgrGraphAddConditionalNode] = add_node_v2 || add_node ? (void *)conditional_node : NULL;
+    fgr_real[FGR_OP_fgrGraphConditionalNodeGetParams] = node_get_params ? (void *)conditional_get : NULL;
+    fgr_real[FGR_OP_fgrGraphConditionalNodeSetParams] = node_get_params ? (void *)conditional_set : NULL;
+    *(void **)&graph_destroy = fgr_real[FGR_OP_cuGraphDestroy];
+    if (graph_destroy)
+        fgr_real[FGR_OP_cuGraphDestroy] = (void *)destroy_graph;
 }
 
 /* One side of a copy node: its bytes lie in one of the connection's ranges,

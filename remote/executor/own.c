@@ -231,6 +231,12 @@ void fgr_add(int kind, uint64_t v, int okind, uint64_t owner)
     tab[i] = (struct ent){v, owner, 0, n, (uint8_t)kind, (uint8_t)okind};
 }
 
+int fgr_owned_by(int kind, uint64_t v, int okind)
+{
+    struct ent *e = find(kind, v);
+    return e && e->okind == okind;
+}
+
 void fgr_retain(int kind, uint64_t v)
 {
     struct ent *e = find(kind, v);

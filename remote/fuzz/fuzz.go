@@ -29,6 +29,7 @@ static void fake_driver(void)
     fgr_add(FGR_H_CUmodule, 7, 0, 0);
     fgr_add(FGR_H_CUfunction, 1, 0, 0);
     fgr_add(FGR_H_CUgraph, 9, 0, 0);
+    fgr_add(FGR_H_CUgraphNode, 11, FGR_H_CUgraph, 9);
     fgr_add(FGR_H_CUmemoryPool, 5, 0, 0);
     fgr_add(FGR_H_CUcontext, 3, 0, 0);
     fgr_add(FGR_H_fgrCtxObject, 2, FGR_H_CUcontext, 3);
@@ -86,7 +87,7 @@ func Serve(op uint16, args []byte) (malformed bool, out []byte) {
 
 // Handles are the names a client was given for the handles fake_driver
 // says the connection has: requests name them so.
-type Handles struct{ Module, Function, Graph, Pool, Context, CtxObject uint64 }
+type Handles struct{ Module, Function, Graph, Pool, Context, CtxObject, Node uint64 }
 
 // Names are the connection's handles, by the names the client sees.
 func Names() Handles {
@@ -95,7 +96,7 @@ func Names() Handles {
 	defer mu.Unlock()
 	n := func(kind C.int, v uint64) uint64 { return uint64(C.name_of(kind, C.uint64_t(v))) }
 	return Handles{n(C.FGR_H_CUmodule, 7), n(C.FGR_H_CUfunction, 1), n(C.FGR_H_CUgraph, 9),
-		n(C.FGR_H_CUmemoryPool, 5), n(C.FGR_H_CUcontext, 3), n(C.FGR_H_fgrCtxObject, 2)}
+		n(C.FGR_H_CUmemoryPool, 5), n(C.FGR_H_CUcontext, 3), n(C.FGR_H_fgrCtxObject, 2), n(C.FGR_H_CUgraphNode, 11)}
 }
 
 // Calls is how many times the driver has been called.

@@ -70,6 +70,10 @@ func valid() []request {
 		// (the module, then each log's size and text: none asked for)
 		{"cuModuleLoadDataEx", w{}.u64(1).u8(1).u8(1).u8(1).u64(0).u32(1).u32(7).u64(3), res + 1 + 8 + 8 + 2*(8+1)},
 		{"cuGraphGetNodes", w{}.u64(h.Graph).u8(1).u8(1).u64(8).u64(3), res + (1 + 8 + 24) + (1 + 8 + 8)},
+		// A conditional node of two bodies (a handle, IF, the context); its
+		// parameters read back with room for four bodies.
+		{"fgrGraphAddConditionalNode", w{}.u64(h.Graph).u64(0).u64(0x5c0d000000000001).u64(0).u64(2).u64(h.Context).u8(1).u8(0).u8(0).u8(1), res + (1 + 8 + 8) + (1 + 8 + 16)},
+		{"fgrGraphConditionalNodeGetParams", w{}.u64(h.Node).u64(4).u8(1).u8(1).u8(1).u8(1).u8(1), res + (1 + 8 + 8) + 2*(1+8+4) + (1 + 8 + 8) + (1 + 8 + 32)},
 		{"cuMemPoolGetAttribute", w{}.u64(h.Pool).u64(7).u8(1), res + 1 + 8 + 8},
 		{"cuDeviceGetPCIBusId", w{}.u64(32).u64(0).u8(1), res + 1 + 8 + 32},
 		// A function's parameter sizes; mapped pinned memory written and read.
@@ -230,6 +234,15 @@ func TestForeignHandlesAndAddressesRefused(t *testing.T) {
 		{"an attribute whose size is unknown", "cuMemPoolGetAttribute", w{}.u64(h.Pool).u64(99).u8(1), invalidValue},
 		{"an out buffer sized by a huge in-out count", "cuGraphGetNodes", w{}.u64(h.Graph).u8(1).u8(1).u64(8).u64(1 << 60), invalidValue},
 		{"a count whose size wraps to zero", "cuGraphGetNodes", w{}.u64(h.Graph).u8(1).u8(1).u64(8).u64(1 << 61), invalidValue},
+		// Conditional nodes: more bodies than an answer holds (each would
+		// be named), a context or node not the connection's.
+		{"a conditional node of 2^20 bodies", "fgrGraphAddConditionalNode", w{}.u64(h.Graph).u64(0).u64(1).u64(2).u64(1 << 20).u64(h.Context).u8(1).u8(0).u8(0).u8(1), invalidValue},
+		{"a conditional node of 2^32-1 bodies", "fgrGraphAddConditionalNode", w{}.u64(h.Graph).u64(0).u64(1).u64(2).u64(1<<32 - 1).u64(h.Context).u8(1).u8(0).u8(0).u8(1), invalidValue},
+		{"a conditional node in a forged context", "fgrGraphAddConditionalNode", w{}.u64(h.Graph).u64(0).u64(1).u64(0).u64(1).u64(0x7f0000006000).u8(1).u8(0).u8(0).u8(1), 201},
+		{"a conditional node after an unknown node", "fgrGraphAddConditionalNode", w{}.u64(h.Graph).u64(1).u64(1).u64(0).u64(1).u64(h.Context).u8(1).u8(1).u64(8).u64(0x7f0000004000).u8(0).u8(1), invalidHandle},
+		{"a conditional node's parameters into 2^20 bodies", "fgrGraphConditionalNodeGetParams", w{}.u64(h.Node).u64(1 << 20).u8(1).u8(1).u8(1).u8(1).u8(1), invalidValue},
+		{"an unknown node's conditional parameters", "fgrGraphConditionalNodeGetParams", w{}.u64(0x7f0000004000).u64(1).u8(1).u8(1).u8(1).u8(1).u8(1), invalidHandle},
+		{"an unknown executable's conditional node", "fgrGraphConditionalNodeSetParams", w{}.u64(0x7f0000007000).u64(h.Node).u64(1).u64(0).u64(1).u64(h.Context), invalidHandle},
 		// Addresses inside a node's structure: a memset node running past
 		// its allocation, a copy node whose host side is not the
 		// connection's memory (the executor's own, say) or whose device

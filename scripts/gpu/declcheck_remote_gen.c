@@ -255,6 +255,18 @@ typedef CUresult (CUDAAPI *fg_sig_cuStreamGetCaptureInfo_v3)(CUstream hStream, C
 SAME(fg_sig_cuStreamGetCaptureInfo_v3, PFN_cuStreamGetCaptureInfo_v12030);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamGetCaptureInfo_v3_ptsz)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out);
 SAME(fg_sig_cuStreamGetCaptureInfo_v3_ptsz, PFN_cuStreamGetCaptureInfo_v12030_ptsz);
+typedef CUresult (CUDAAPI *fg_sig_cuStreamBeginCaptureToGraph)(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode);
+SAME(fg_sig_cuStreamBeginCaptureToGraph, PFN_cuStreamBeginCaptureToGraph_v12030);
+typedef CUresult (CUDAAPI *fg_sig_cuStreamBeginCaptureToGraph_ptsz)(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode);
+SAME(fg_sig_cuStreamBeginCaptureToGraph_ptsz, PFN_cuStreamBeginCaptureToGraph_v12030_ptsz);
+typedef CUresult (CUDAAPI *fg_sig_cuStreamUpdateCaptureDependencies)(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies, unsigned int flags);
+SAME(fg_sig_cuStreamUpdateCaptureDependencies, PFN_cuStreamUpdateCaptureDependencies_v11030);
+typedef CUresult (CUDAAPI *fg_sig_cuStreamUpdateCaptureDependencies_ptsz)(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies, unsigned int flags);
+SAME(fg_sig_cuStreamUpdateCaptureDependencies_ptsz, PFN_cuStreamUpdateCaptureDependencies_v11030_ptsz);
+typedef CUresult (CUDAAPI *fg_sig_cuStreamUpdateCaptureDependencies_v2)(CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags);
+SAME(fg_sig_cuStreamUpdateCaptureDependencies_v2, PFN_cuStreamUpdateCaptureDependencies_v12030);
+typedef CUresult (CUDAAPI *fg_sig_cuStreamUpdateCaptureDependencies_v2_ptsz)(CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags);
+SAME(fg_sig_cuStreamUpdateCaptureDependencies_v2_ptsz, PFN_cuStreamUpdateCaptureDependencies_v12030_ptsz);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamGetPriority)(CUstream hStream, int *priority);
 SAME(fg_sig_cuStreamGetPriority, PFN_cuStreamGetPriority_v5050);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamGetPriority_ptsz)(CUstream hStream, int *priority);
@@ -297,6 +309,14 @@ typedef CUresult (CUDAAPI *fg_sig_cuGraphAddNode)(CUgraphNode *phGraphNode, CUgr
 SAME(fg_sig_cuGraphAddNode, PFN_cuGraphAddNode_v12020);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphAddNode_v2)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams);
 SAME(fg_sig_cuGraphAddNode_v2, PFN_cuGraphAddNode_v12030);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphNodeGetParams)(CUgraphNode hNode, CUgraphNodeParams *nodeParams);
+SAME(fg_sig_cuGraphNodeGetParams, PFN_cuGraphNodeGetParams_v12020);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphNodeSetParams)(CUgraphNode hNode, CUgraphNodeParams *nodeParams);
+SAME(fg_sig_cuGraphNodeSetParams, PFN_cuGraphNodeSetParams_v12020);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphExecNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *nodeParams);
+SAME(fg_sig_cuGraphExecNodeSetParams, PFN_cuGraphExecNodeSetParams_v12020);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphExecUpdate_v2)(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo);
+SAME(fg_sig_cuGraphExecUpdate_v2, PFN_cuGraphExecUpdate_v12000);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphDebugDotPrint)(CUgraph hGraph, const char *path, unsigned int flags);
 SAME(fg_sig_cuGraphDebugDotPrint, PFN_cuGraphDebugDotPrint_v11030);
 

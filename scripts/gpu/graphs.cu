@@ -3,8 +3,11 @@
 // (device to device, then into pinned memory), a host node checking what
 // arrived there, a free node; launched several times, the pinned input
 // changed between launches (a copy node reads it at each launch). Then an
-// IF conditional node whose body a kernel enables or not. Prints what each
-// launch produced; a failing call is printed and ends the program.
+// IF conditional node whose body a kernel enables or not, its parameters
+// read back; a WHILE node whose body, captured from a stream into the body
+// graph, counts down; its executable updated from a graph of the same
+// shape. Prints what each launch produced; a failing call is printed and
+// ends the program.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +30,13 @@ __global__ void decide(cudaGraphConditionalHandle h, const int *flag)
 __global__ void mark(int *p, int v)
 {
     *p = v;
+}
+
+__global__ void countdown(cudaGraphConditionalHandle h, int *count, int *ran)
+{
+    *ran += 1;
+    *count -= 1;
+    cudaGraphSetConditional(h, *count > 0);
 }
 
 struct Seen {
@@ -134,7 +144,13 @@ int main()
     void *margs[] = {&word, &v};
     kp.func = (void *)mark;
     kp.kernelParams = margs;
-    CHECK(cudaGraphAddKernelNode(&bnode, cp.conditional.phGraph_out[0], nullptr, 0, &kp));
+    cudaGraph_t body = cp.conditional.phGraph_out[0];
+    CHECK(cudaGraphAddKernelNode(&bnode, body, nullptr, 0, &kp));
+    cudaGraphNodeParams &back = *(cudaGraphNodeParams *)calloc(1, sizeof(cudaGraphNodeParams));
+    CHECK(cudaGraphNodeGetParams(cnode, &back));
+    std::printf("conditional node read back: type %d, kind %d, %u body, %s handle, %s body graph\n", (int)back.type,
+                (int)back.conditional.type, back.conditional.size, back.conditional.handle == h ? "the same" : "another",
+                back.conditional.phGraph_out[0] == body ? "the same" : "another");
     CHECK(cudaGraphInstantiate(&x, g, 0));
     for (int taken = 0; taken < 2; taken++) {
         int got = 0;
@@ -147,6 +163,56 @@ int main()
     }
     CHECK(cudaGraphExecDestroy(x));
     CHECK(cudaGraphDestroy(g));
+
+    // A WHILE node, its handle 1 at each launch; its body captured from the
+    // stream: a kernel counting down and setting the handle to what is left.
+    int *count;
+    CHECK(cudaMalloc(&count, sizeof(int)));
+    cudaGraph_t graphs[2], captured;
+    cudaGraphNode_t whiles[2];
+    for (int i = 0; i < 2; i++) {
+        CHECK(cudaGraphCreate(&graphs[i], 0));
+        cudaGraphConditionalHandle w;
+        CHECK(cudaGraphConditionalHandleCreate(&w, graphs[i], 1 - i, cudaGraphCondAssignDefault));
+        memset(&cp, 0, sizeof cp);
+        cp.type = cudaGraphNodeTypeConditional;
+        cp.conditional.handle = w;
+        cp.conditional.type = cudaGraphCondTypeWhile;
+        cp.conditional.size = 1;
+        CHECK(cudaGraphAddNode(&whiles[i], graphs[i], nullptr, nullptr, 0, &cp));
+        CHECK(cudaStreamBeginCaptureToGraph(st, cp.conditional.phGraph_out[0], nullptr, nullptr, 0,
+                                            cudaStreamCaptureModeRelaxed));
+        countdown<<<1, 1, 0, st>>>(w, count, word);
+        CHECK(cudaStreamEndCapture(st, &captured));
+        std::printf("while body captured: %s graph\n", captured == cp.conditional.phGraph_out[0] ? "the body" : "another");
+    }
+    CHECK(cudaGraphInstantiate(&x, graphs[0], 0));
+    for (int round = 0; round < 3; round++) {
+        if (round == 2) {
+            // The same shape, its handle 0 at each launch: as the driver
+            // answers (remotely as natively), the nodes it names the
+            // program's.
+            cudaGraphExecUpdateResultInfo info;
+            memset(&info, 0, sizeof info);
+            cudaError_t e = cudaGraphExecUpdate(x, graphs[1], &info);
+            std::printf("executable updated: %s, result %d, error node %s\n", cudaGetErrorName(e), (int)info.result,
+                        info.errorNode == nullptr       ? "none"
+                        : info.errorNode == whiles[1]   ? "the new while node"
+                                                        : "another");
+        }
+        int from = 3 + 2 * (round & 1), left = -1, ran = -1;
+        CHECK(cudaMemcpy(count, &from, sizeof from, cudaMemcpyHostToDevice));
+        CHECK(cudaMemset(word, 0, sizeof(int)));
+        CHECK(cudaGraphLaunch(x, st));
+        CHECK(cudaStreamSynchronize(st));
+        CHECK(cudaMemcpy(&left, count, sizeof left, cudaMemcpyDeviceToHost));
+        CHECK(cudaMemcpy(&ran, word, sizeof ran, cudaMemcpyDeviceToHost));
+        std::printf("while node from %d: body ran %d times, %d left\n", from, ran, left);
+    }
+    CHECK(cudaGraphExecDestroy(x));
+    CHECK(cudaGraphDestroy(graphs[0]));
+    CHECK(cudaGraphDestroy(graphs[1]));
+    CHECK(cudaFree(count));
     CHECK(cudaFree(flag));
     CHECK(cudaFree(word));
     CHECK(cudaFreeHost(pinned));

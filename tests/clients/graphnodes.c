@@ -11,10 +11,19 @@
  *     graphnodes edges    edges added after the nodes, an empty node, root
  *                         nodes, a child graph node, a clone launched
  *     graphnodes host     a host node, in a graph launched four times
+ *     graphnodes conditional
+ *                         conditional nodes: an IF node whose body a kernel
+ *                         enables or not, an IF node with an else body and
+ *                         a handle's default value, the handle changed in
+ *                         the executable, a WHILE node counting down; the
+ *                         nodes' parameters read back, a clone's; body
+ *                         counts and handles the driver refuses
  *     graphnodes hostile  what a connection may not name: a memset node
  *                         outside its memory, a forged graph, an allocation
  *                         node's access descriptors (pointers into the
- *                         program); then a call that is allowed */
+ *                         program), a conditional node of 2^20 bodies, its
+ *                         body graph destroyed alone or used once its node
+ *                         is gone; then a call that is allowed */
 #include "common.h"
 
 #include <stdint.h>
@@ -66,6 +75,281 @@ static CUDA_MEMCPY3D copy_params(CUmemorytype st, const void *sh, CUdeviceptr sd
     c.Height = h;
     c.Depth = 1;
     return c;
+}
+
+/* Not in the hooked table (api/cuda.api): declared here. */
+CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx,
+                                        unsigned int defaultLaunchValue, unsigned int flags);
+CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                        size_t numDependencies, CUgraphNodeParams *nodeParams);
+CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                           const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                           CUgraphNodeParams *nodeParams);
+CUresult cuGraphNodeGetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams);
+CUresult cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams);
+CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *nodeParams);
+CUresult cuGraphDestroyNode(CUgraphNode hNode);
+CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies,
+                                     const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                     CUstreamCaptureMode mode);
+CUresult cuStreamUpdateCaptureDependencies(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies,
+                                           unsigned int flags);
+CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo);
+
+/* The simulated GPU's kernels for conditional nodes: setcond(h, p, step)
+ * adds step to *p and sets h's value to it, as cudaGraphSetConditional
+ * does on a device. */
+static const char COND_MODULE[] = "FLEXGV-SIM-MODULE\n"
+                                  "kernel fill 5 builtin=fill\n"
+                                  "kernel add 5 builtin=add\n"
+                                  "kernel setcond 5 builtin=setcond\n";
+
+static CUDA_KERNEL_NODE_PARAMS one_thread(CUfunction f, void **params)
+{
+    CUDA_KERNEL_NODE_PARAMS kp;
+    memset(&kp, 0, sizeof kp);
+    kp.func = f;
+    kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1;
+    kp.blockDimX = kp.blockDimY = kp.blockDimZ = 1;
+    kp.kernelParams = params;
+    return kp;
+}
+
+static CUgraphNodeParams cond_params(CUgraphConditionalHandle h, CUgraphConditionalNodeType type, unsigned size,
+                                     CUcontext ctx)
+{
+    CUgraphNodeParams p;
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    p.conditional.handle = h;
+    p.conditional.type = type;
+    p.conditional.size = size;
+    p.conditional.ctx = ctx;
+    return p;
+}
+
+static unsigned word_at(CUdeviceptr p)
+{
+    unsigned v = 0;
+    CHECK(cuMemcpyDtoH_v2(&v, p, sizeof v));
+    return v;
+}
+
+static void put_word(CUdeviceptr p, unsigned v) { CHECK(cuMemcpyHtoD_v2(p, &v, sizeof v)); }
+
+static int conditional(CUcontext ctx)
+{
+    CUstream st;
+    CUmodule mod;
+    CUfunction fill, add, setcond;
+    CUdeviceptr w;
+    CHECK(cuStreamCreate(&st, 0));
+    CHECK(cuModuleLoadData(&mod, COND_MODULE));
+    CHECK(cuModuleGetFunction(&fill, mod, "fill"));
+    CHECK(cuModuleGetFunction(&add, mod, "add"));
+    CHECK(cuModuleGetFunction(&setcond, mod, "setcond"));
+    CHECK(cuMemAlloc_v2(&w, 16));
+    CUdeviceptr flag = w, word = w + 4, counter = w + 8, tally = w + 12;
+    int zero = 0, one = 1, down = -1;
+    unsigned v42 = 42, v1 = 1, v2 = 2;
+
+    /* IF: a kernel node sets the handle from flag; the body fills word. */
+    CUgraph g;
+    CUgraphConditionalHandle h;
+    CHECK(cuGraphCreate(&g, 0));
+    CHECK(cuGraphConditionalHandleCreate(&h, g, ctx, 0, 0));
+    void *dargs[] = {&h, &flag, &zero};
+    CUDA_KERNEL_NODE_PARAMS kp = one_thread(setcond, dargs);
+    CUgraphNode decide, cnode, mark;
+    CHECK(cuGraphAddKernelNode_v2(&decide, g, NULL, 0, &kp));
+    CUgraphNodeParams cp = cond_params(h, CU_GRAPH_COND_TYPE_IF, 1, ctx);
+    CHECK(cuGraphAddNode(&cnode, g, &decide, 1, &cp));
+    CUgraph body = cp.conditional.phGraph_out[0];
+    void *margs[] = {&word, &v42, &one};
+    kp = one_thread(fill, margs);
+    CHECK(cuGraphAddKernelNode_v2(&mark, body, NULL, 0, &kp));
+    CUgraphNodeType t;
+    CHECK(cuGraphNodeGetType(cnode, &t));
+    CUgraphNodeParams back;
+    memset(&back, 0xff, sizeof back);
+    CHECK(cuGraphNodeGetParams(cnode, &back));
+    size_t n = 0;
+    CHECK(cuGraphGetNodes(back.conditional.phGraph_out[0], NULL, &n));
+    printf("IF node: type %d; read back: type %d, kind %d, %u body, %s handle, %s body graph (%zu node)\n", (int)t,
+           (int)back.type, (int)back.conditional.type, back.conditional.size,
+           back.conditional.handle == h ? "the same" : "another",
+           back.conditional.phGraph_out[0] == body ? "the same" : "another", n);
+    CUgraphExec x;
+    CHECK(cuGraphInstantiateWithFlags(&x, g, 0));
+    for (unsigned taken = 0; taken < 2; taken++) {
+        put_word(flag, taken);
+        put_word(word, 0);
+        CHECK(cuGraphLaunch(x, st));
+        CHECK(cuStreamSynchronize(st));
+        printf("IF with flag %u: word %u\n", taken, word_at(word));
+    }
+    CHECK(cuGraphExecDestroy(x));
+
+    /* A clone: its conditional node has bodies of its own, read from it. */
+    CUgraph c;
+    CUgraphNode cn[4];
+    CHECK(cuGraphClone(&c, g));
+    n = 4;
+    CHECK(cuGraphGetNodes(c, cn, &n));
+    for (size_t i = 0; i < n; i++) {
+        CHECK(cuGraphNodeGetType(cn[i], &t));
+        if (t != CU_GRAPH_NODE_TYPE_CONDITIONAL)
+            continue;
+        CHECK(cuGraphNodeGetParams(cn[i], &back));
+        size_t k = 0;
+        CHECK(cuGraphGetNodes(back.conditional.phGraph_out[0], NULL, &k));
+        printf("clone's IF node: %s body graph, %zu node in it\n", back.conditional.phGraph_out[0] == body ? "the same" : "its own", k);
+    }
+    CHECK(cuGraphInstantiateWithFlags(&x, c, 0));
+    put_word(flag, 1);
+    put_word(word, 0);
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    printf("clone with flag 1: word %u\n", word_at(word));
+    CHECK(cuGraphExecDestroy(x));
+    CHECK(cuGraphDestroy(c));
+    CHECK(cuGraphDestroy(g));
+
+    /* IF with an else body, no kernel deciding: the handle's default
+     * value at each launch (0: the else body); then the node given a
+     * handle whose default is 1 in the executable alone. */
+    CUgraphConditionalHandle h0, h1;
+    CHECK(cuGraphCreate(&g, 0));
+    CHECK(cuGraphConditionalHandleCreate(&h0, g, ctx, 0, CU_GRAPH_COND_ASSIGN_DEFAULT));
+    CHECK(cuGraphConditionalHandleCreate(&h1, g, ctx, 1, CU_GRAPH_COND_ASSIGN_DEFAULT));
+    cp = cond_params(h0, CU_GRAPH_COND_TYPE_IF, 2, ctx);
+    CUgraphEdgeData plain;
+    memset(&plain, 0, sizeof plain);
+    CHECK(cuGraphAddNode_v2(&cnode, g, NULL, NULL, 0, &cp));
+    void *then_args[] = {&word, &v1, &one}, *else_args[] = {&word, &v2, &one};
+    kp = one_thread(fill, then_args);
+    CHECK(cuGraphAddKernelNode_v2(&mark, cp.conditional.phGraph_out[0], NULL, 0, &kp));
+    kp = one_thread(fill, else_args);
+    CHECK(cuGraphAddKernelNode_v2(&mark, cp.conditional.phGraph_out[1], NULL, 0, &kp));
+    CHECK(cuGraphInstantiateWithFlags(&x, g, 0));
+    put_word(word, 0);
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    printf("IF/else, default 0: word %u\n", word_at(word));
+    CUgraphNodeParams np = cond_params(h1, CU_GRAPH_COND_TYPE_IF, 2, ctx);
+    printf("the executable's node given the other handle: %s\n", result_name(cuGraphExecNodeSetParams(x, cnode, &np)));
+    put_word(word, 0);
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    printf("IF/else, default 1: word %u\n", word_at(word));
+    np = cond_params(h1, CU_GRAPH_COND_TYPE_IF, 1, ctx);
+    printf("the node given one body less: %s\n", result_name(cuGraphNodeSetParams(cnode, &np)));
+    np = cond_params(h1, CU_GRAPH_COND_TYPE_IF, 2, ctx);
+    printf("the node given the other handle: %s\n", result_name(cuGraphNodeSetParams(cnode, &np)));
+    CHECK(cuGraphExecDestroy(x));
+    CHECK(cuGraphDestroy(g));
+
+    /* WHILE, its handle 1 at each launch: the body adds 1 to tally, then
+     * counts counter down and sets the handle to what is left. */
+    CUgraphConditionalHandle hw;
+    CHECK(cuGraphCreate(&g, 0));
+    CHECK(cuGraphConditionalHandleCreate(&hw, g, ctx, 1, CU_GRAPH_COND_ASSIGN_DEFAULT));
+    cp = cond_params(hw, CU_GRAPH_COND_TYPE_WHILE, 1, ctx);
+    CHECK(cuGraphAddNode_v2(&cnode, g, NULL, &plain, 0, &cp));
+    CUgraphNode step, count;
+    void *aargs[] = {&tally, &v1, &one}, *cargs[] = {&hw, &counter, &down};
+    kp = one_thread(add, aargs);
+    CHECK(cuGraphAddKernelNode_v2(&step, cp.conditional.phGraph_out[0], NULL, 0, &kp));
+    kp = one_thread(setcond, cargs);
+    CHECK(cuGraphAddKernelNode_v2(&count, cp.conditional.phGraph_out[0], &step, 1, &kp));
+    CHECK(cuGraphInstantiateWithFlags(&x, g, 0));
+    for (unsigned from = 3; from <= 5; from += 2) {
+        put_word(counter, from);
+        put_word(tally, 0);
+        CHECK(cuGraphLaunch(x, st));
+        CHECK(cuStreamSynchronize(st));
+        printf("WHILE from %u: body ran %u times, counter %u\n", from, word_at(tally), word_at(counter));
+    }
+
+    /* The WHILE graph's executable updated from a graph of its shape
+     * whose handle starts at 0 (the body does not run), then refused an
+     * update from one whose node is of another kind (that node named). */
+    CUgraph g2, g3;
+    CUgraphConditionalHandle hz;
+    CHECK(cuGraphCreate(&g2, 0));
+    CHECK(cuGraphConditionalHandleCreate(&hz, g2, ctx, 0, CU_GRAPH_COND_ASSIGN_DEFAULT));
+    cp = cond_params(hz, CU_GRAPH_COND_TYPE_WHILE, 1, ctx);
+    CUgraphNode c2, e3;
+    CHECK(cuGraphAddNode(&c2, g2, NULL, 0, &cp));
+    kp = one_thread(add, aargs);
+    CHECK(cuGraphAddKernelNode_v2(&step, cp.conditional.phGraph_out[0], NULL, 0, &kp));
+    kp = one_thread(setcond, cargs);
+    CHECK(cuGraphAddKernelNode_v2(&count, cp.conditional.phGraph_out[0], &step, 1, &kp));
+    CUgraphExecUpdateResultInfo info;
+    memset(&info, 0, sizeof info);
+    CUresult r = cuGraphExecUpdate_v2(x, g2, &info);
+    printf("update from a graph of the same shape: %s, result %d\n", result_name(r), (int)info.result);
+    put_word(counter, 3);
+    put_word(tally, 0);
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    printf("updated WHILE from 3: body ran %u times, counter %u\n", word_at(tally), word_at(counter));
+    CHECK(cuGraphCreate(&g3, 0));
+    CHECK(cuGraphAddEmptyNode(&e3, g3, NULL, 0));
+    memset(&info, 0, sizeof info);
+    r = cuGraphExecUpdate_v2(x, g3, &info);
+    printf("update from a graph of an empty node: %s, result %d, error node: %s, from: %s\n", result_name(r),
+           (int)info.result, info.errorNode == e3 ? "the empty node" : "another",
+           info.errorFromNode == c2 ? "the conditional node" : "another");
+    CHECK(cuGraphExecDestroy(x));
+    CHECK(cuGraphDestroy(g3));
+    CHECK(cuGraphDestroy(g2));
+
+    /* A body filled by capturing a stream into it: a kernel, then (its
+     * dependencies cleared) another beside it; the node runs both. */
+    CUgraphConditionalHandle hc;
+    CUstream cs;
+    CHECK(cuStreamCreate(&cs, CU_STREAM_NON_BLOCKING));
+    CHECK(cuGraphCreate(&g2, 0));
+    CHECK(cuGraphConditionalHandleCreate(&hc, g2, ctx, 1, CU_GRAPH_COND_ASSIGN_DEFAULT));
+    cp = cond_params(hc, CU_GRAPH_COND_TYPE_IF, 1, ctx);
+    CHECK(cuGraphAddNode(&c2, g2, NULL, 0, &cp));
+    body = cp.conditional.phGraph_out[0];
+    CHECK(cuStreamBeginCaptureToGraph(cs, body, NULL, NULL, 0, CU_STREAM_CAPTURE_MODE_RELAXED));
+    CHECK(cuLaunchKernel(fill, 1, 1, 1, 1, 1, 1, 0, cs, margs, NULL));
+    CHECK(cuStreamUpdateCaptureDependencies(cs, NULL, 0, CU_STREAM_SET_CAPTURE_DEPENDENCIES));
+    CHECK(cuLaunchKernel(add, 1, 1, 1, 1, 1, 1, 0, cs, aargs, NULL));
+    CUgraph ended;
+    CHECK(cuStreamEndCapture(cs, &ended));
+    CHECK(cuGraphGetRootNodes(body, NULL, &n));
+    printf("captured into the IF node's body: %s graph, %zu roots\n", ended == body ? "the same" : "another", n);
+    CHECK(cuGraphInstantiateWithFlags(&x, g2, 0));
+    put_word(word, 0);
+    put_word(tally, 0);
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    printf("IF with a captured body: word %u, tally %u\n", word_at(word), word_at(tally));
+    CHECK(cuGraphExecDestroy(x));
+    CHECK(cuGraphDestroy(g2));
+    CHECK(cuStreamDestroy_v2(cs));
+
+    /* What the driver refuses: body counts a kind does not have, a
+     * handle it did not make. */
+    CUgraphNode bad;
+    cp = cond_params(hw, CU_GRAPH_COND_TYPE_IF, 3, ctx);
+    printf("IF of 3 bodies: %s\n", result_name(cuGraphAddNode(&bad, g, NULL, 0, &cp)));
+    cp = cond_params(hw, CU_GRAPH_COND_TYPE_WHILE, 2, ctx);
+    printf("WHILE of 2 bodies: %s\n", result_name(cuGraphAddNode(&bad, g, NULL, 0, &cp)));
+    cp = cond_params(hw, CU_GRAPH_COND_TYPE_IF, 0, ctx);
+    printf("IF of no body: %s\n", result_name(cuGraphAddNode(&bad, g, NULL, 0, &cp)));
+    cp = cond_params(12345, CU_GRAPH_COND_TYPE_IF, 1, ctx);
+    printf("a made-up handle: %s\n", result_name(cuGraphAddNode(&bad, g, NULL, 0, &cp)));
+    CHECK(cuGraphGetNodes(g, NULL, &n));
+    printf("nodes left: %zu\n", n);
+    CHECK(cuGraphDestroy(g));
+    CHECK(cuModuleUnload(mod));
+    CHECK(cuMemFree_v2(w));
+    return 0;
 }
 
 static int run(CUcontext ctx)
@@ -181,6 +465,19 @@ static int hostile(CUcontext ctx)
     printf("copy node from pageable memory: %s\n", result_name(cuGraphAddMemcpyNode(&node, g, NULL, 0, &cp, ctx)));
     cp = copy_params(CU_MEMORYTYPE_DEVICE, NULL, b, CU_MEMORYTYPE_DEVICE, NULL, b + ROW - 8, 16, 1, 16);
     printf("copy node past its allocation: %s\n", result_name(cuGraphAddMemcpyNode(&node, g, NULL, 0, &cp, ctx)));
+    CUgraphConditionalHandle h;
+    CHECK(cuGraphConditionalHandleCreate(&h, g, ctx, 0, 0));
+    CUgraphNodeParams np = cond_params(h, CU_GRAPH_COND_TYPE_SWITCH, 1u << 20, ctx);
+    printf("conditional node of 2^20 bodies: %s\n", result_name(cuGraphAddNode(&node, g, NULL, 0, &np)));
+    /* A node's body graph is the node's: destroyed alone it is refused;
+     * with its node it is gone, and its name with it. */
+    np = cond_params(h, CU_GRAPH_COND_TYPE_IF, 1, ctx);
+    CHECK(cuGraphAddNode(&node, g, NULL, 0, &np));
+    CUgraph body = np.conditional.phGraph_out[0];
+    printf("a conditional node's body destroyed alone: %s\n", result_name(cuGraphDestroy(body)));
+    CHECK(cuGraphDestroyNode(node));
+    size_t n = 0;
+    printf("the body of a destroyed node: %s\n", result_name(cuGraphGetNodes(body, NULL, &n)));
     sp = set_params(b, 1, 1, ROW, 1, 0);
     printf("then a memset in its memory: %s\n", result_name(cuGraphAddMemsetNode(&node, g, NULL, 0, &sp, ctx)));
     CHECK(cuGraphDestroy(g));
@@ -365,5 +662,7 @@ int main(int argc, char **argv)
         return copies(ctx);
     if (argc > 1 && strcmp(argv[1], "edges") == 0)
         return edges(ctx);
+    if (argc > 1 && strcmp(argv[1], "conditional") == 0)
+        return conditional(ctx);
     return run(ctx);
 }

@@ -42,6 +42,45 @@ func TestRemoteGraphEdgesMatchLocal(t *testing.T) {
 	}
 }
 
+// Conditional nodes run remotely as locally over every transport: an IF
+// node whose body a kernel enables through the handle (the driver's value,
+// passed through to the kernel), an IF node with an else body under the
+// handle's default value and with the other handle set in the executable,
+// a WHILE node counting down, its executable updated from a graph of the
+// same shape and refused one of another (the nodes that made it fail named
+// as the program knows them), a body filled by capturing a stream into it
+// (its dependencies cleared halfway); the bodies the driver created are the
+// program's graphs (a kernel node added into each, the same graph read
+// back, a clone's own); body counts and a handle the driver refuses are
+// refused alike, and nothing is left of them.
+func TestRemoteGraphConditionalNodes(t *testing.T) {
+	e := newEnv(t)
+	local := e.run("graphnodes", "conditional")
+	for _, want := range []string{
+		"IF node: type 13; read back: type 13, kind 0, 1 body, the same handle, the same body graph (1 node)",
+		"IF with flag 0: word 0\nIF with flag 1: word 42", "clone's IF node: its own body graph, 1 node in it",
+		"IF/else, default 0: word 2", "IF/else, default 1: word 1", "WHILE from 5: body ran 5 times, counter 0",
+		"IF of 3 bodies: CUDA_ERROR_INVALID_VALUE\nWHILE of 2 bodies: CUDA_ERROR_INVALID_VALUE",
+		"update from a graph of the same shape: CUDA_SUCCESS, result 0\nupdated WHILE from 3: body ran 0 times, counter 3",
+		"update from a graph of an empty node: CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, result 3, error node: the empty node, from: the conditional node",
+		"captured into the IF node's body: the same graph, 2 roots\nIF with a captured body: word 42, tally 1",
+		"nodes left: 1",
+	} {
+		if local.code != 0 || !strings.Contains(local.stdout, want) {
+			t.Fatalf("locally: exit %d, no %q in\n%s%s", local.code, want, local.stdout, local.stderr)
+		}
+	}
+	for _, transport := range []string{"unix", "shm", "tcp"} {
+		t.Run(transport, func(t *testing.T) {
+			e := newEnv(t)
+			got := e.remote(e.serve(transport), "graphnodes", "conditional")
+			if got.code != 0 || got.stdout != local.stdout {
+				t.Errorf("remotely: exit %d, printed\n%s\nlocally\n%s\n%s", got.code, got.stdout, local.stdout, got.stderr)
+			}
+		})
+	}
+}
+
 // What a connection may not name in a node is refused with the driver's
 // error, and the executor goes on: a memset node outside the connection's
 // memory (past its allocation, or the program's own memory), a forged
@@ -58,6 +97,9 @@ memset into the program's memory: CUDA_ERROR_INVALID_VALUE
 access descriptors: CUDA_ERROR_NOT_SUPPORTED
 copy node from pageable memory: CUDA_ERROR_NOT_SUPPORTED
 copy node past its allocation: CUDA_ERROR_INVALID_VALUE
+conditional node of 2^20 bodies: CUDA_ERROR_INVALID_VALUE
+a conditional node's body destroyed alone: CUDA_ERROR_INVALID_VALUE
+the body of a destroyed node: CUDA_ERROR_INVALID_HANDLE
 then a memset in its memory: CUDA_SUCCESS
 `
 	if got.code != 0 || got.stdout != want {

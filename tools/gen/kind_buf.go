@@ -32,7 +32,7 @@ func (buf) name(w *cw, a arg) {
 	}
 	n := "1"
 	if a.ann.Count != "" {
-		n = fmt.Sprintf("%s / sizeof(%s)", a.size(), t)
+		n = fmt.Sprintf("%s / sizeof(%s)", outSize(a), t)
 	}
 	w.ifThen(cf("fgr_out_n(FGR_H_%s, %s, %s) != 0", t, a.p.Name, n), "fgr_r = CUDA_ERROR_OUT_OF_MEMORY;")
 }
@@ -157,7 +157,23 @@ func (outKind) get(w *cw, a arg) { w.line("fgr_get_out(&fgr_c, %s, n_%s, 0);", a
 
 func (outKind) decode(w *cw, a arg) { w.line("int has_%s = fgr_get_u8(rd);", a.p.Name) }
 
-func (outKind) ready(w *cw, a arg) { w.line("%s *%s = NULL;", pointee(a.p.Type), a.p.Name) }
+// A counted result's size is taken before the call: the count may be an
+// in-out parameter the call changes (cuGraphGetNodes), and the client
+// reads back as many bytes as it asked for.
+func (outKind) ready(w *cw, a arg) {
+	w.line("%s *%s = NULL;", pointee(a.p.Type), a.p.Name)
+	if a.ann.Count != "" {
+		w.line("const uint64_t fgr_n_%s = %s;", a.p.Name, a.size())
+	}
+}
+
+// outSize is a result's size after the call (fgr_n_PARAM when counted).
+func outSize(a arg) string {
+	if _, out := a.k.(outKind); out && a.ann.Count != "" {
+		return "fgr_n_" + a.p.Name
+	}
+	return a.size()
+}
 
 func (outKind) checks(a arg) []check {
 	if a.ann.Count == "" || a.e.Stage == a.p.Name {
@@ -170,7 +186,7 @@ func (outKind) checks(a arg) []check {
 // Results get memory only once the checks passed: a refused call
 // allocates (and pins) nothing.
 func (outKind) alloc(w *cw, a arg) {
-	w.ifThen(cf("fgr_r == CUDA_SUCCESS && has_%s && !(%s = fgr_out(q, %s))", a.p.Name, a.p.Name, a.size()), "return fgr_out_failed(q);")
+	w.ifThen(cf("fgr_r == CUDA_SUCCESS && has_%s && !(%s = fgr_out(q, %s))", a.p.Name, a.p.Name, outSize(a)), "return fgr_out_failed(q);")
 }
 
 func (outKind) record(w *cw, a arg) {
@@ -182,12 +198,12 @@ func (outKind) record(w *cw, a arg) {
 		w.ifThen(a.p.Name, cf("fgr_add(FGR_H_%s, %s, %s);", t, handleVal(t, "*"+a.p.Name), a.e.owner(t)))
 		return
 	}
-	w.line("for (uint64_t fgr_i = 0; %s && fgr_i < %s / sizeof(%s); fgr_i++)", a.p.Name, a.size(), t)
+	w.line("for (uint64_t fgr_i = 0; %s && fgr_i < %s / sizeof(%s); fgr_i++)", a.p.Name, outSize(a), t)
 	w.in(cf("fgr_add(FGR_H_%s, %s, %s);", t, handleVal(t, a.p.Name+"[fgr_i]"), a.e.owner(t)))
 }
 
 func (outKind) reply(w *cw, a arg) {
-	w.ifThen("has_"+a.p.Name, cf("fgr_reply_out(q, %s, %s, 0, fgr_r);", a.p.Name, a.size()))
+	w.ifThen("has_"+a.p.Name, cf("fgr_reply_out(q, %s, %s, 0, fgr_r);", a.p.Name, outSize(a)))
 }
 
 func init() {

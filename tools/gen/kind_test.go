@@ -68,6 +68,8 @@ func clientWire(stub string, e RemoteEntry) (req, ans []wireItem) {
 
 // executorWire is what an executor operation reads from the request and
 // puts in the answer, in order.
+var outSizeRE = regexp.MustCompile(`const uint64_t (fgr_n_\w+) = (.*);`)
+
 func executorWire(op string) (req, ans []wireItem) {
 	for _, m := range decodeRE.FindAllStringSubmatch(op, -1) {
 		it := wireItem{how: m[2], param: strings.TrimPrefix(strings.TrimPrefix(m[1], "has_"), "fgr_id_")}
@@ -76,8 +78,17 @@ func executorWire(op string) (req, ans []wireItem) {
 		}
 		req = append(req, it)
 	}
+	// A counted result's size, taken before the call.
+	sizes := map[string]string{}
+	for _, m := range outSizeRE.FindAllStringSubmatch(op, -1) {
+		sizes[m[1]] = m[2]
+	}
 	for _, m := range replyRE.FindAllStringSubmatch(op, -1) {
-		ans = append(ans, wireItem{map[string]string{"0": "out", "1": "inout"}[m[3]], m[1], m[2]})
+		size := m[2]
+		if s, ok := sizes[size]; ok {
+			size = s
+		}
+		ans = append(ans, wireItem{map[string]string{"0": "out", "1": "inout"}[m[3]], m[1], size})
 	}
 	return req, ans
 }
@@ -100,7 +111,10 @@ func TestKindsAgreeOnTheWire(t *testing.T) {
 		{"alloc", "1000 cuTAlloc(CUdeviceptr *d, size_t n) sync d=alloc[n]", []string{"u64:n", "u8:d"}, "FGR_SMALL_FRAME", []string{"fgr_mem_add(*d, n, FGR_H_CUcontext, fgr_ctx)", "fgr_range_add((uint64_t)*d, (uint64_t)(n))"}},
 		{"alloc found", "1000 cuTFound(CUdeviceptr *d, size_t *n) sync d=alloc[~n] n=out", []string{"u8:d", "u8:n"}, "FGR_SMALL_FRAME", []string{"fgr_mem_add_found(*d, n ? *n : 0, FGR_H_CUcontext, fgr_ctx)"}},
 		{"in", "1000 cuTIn(const void *p, size_t n, const CUstream *s, const CUDA_GRAPH_INSTANTIATE_PARAMS *g) sync p=in[n] s=in g=in", []string{"u64:n", "buf:p", "buf:s", "buf:g"}, "FGR_MAX_FRAME", []string{"fgr_has_n(FGR_H_CUstream, s, sizeof(CUstream) / sizeof(CUstream))", "g->hUploadStream", "n_p > FGR_MAX_BUF", "fgr_in_n(FGR_H_CUstream, s, sizeof(CUstream) / sizeof(CUstream))"}},
-		{"out", "1000 cuTOut(void *p, size_t n, CUevent *e) sync p=out[n] e=out", []string{"u64:n", "u8:p", "u8:e"}, "FGR_SMALL_FRAME", []string{"!has_p || fgr_mul((uint64_t)(n), 1) <= FGR_SMALL_FRAME", "fgr_add(FGR_H_CUevent, (uint64_t)(uintptr_t)*e", "p = fgr_out(q, fgr_mul((uint64_t)(n), 1))", "fgr_out_n(FGR_H_CUevent, e, 1) != 0"}},
+		{"out", "1000 cuTOut(void *p, size_t n, CUevent *e) sync p=out[n] e=out", []string{"u64:n", "u8:p", "u8:e"}, "FGR_SMALL_FRAME", []string{"!has_p || fgr_mul((uint64_t)(n), 1) <= FGR_SMALL_FRAME", "fgr_add(FGR_H_CUevent, (uint64_t)(uintptr_t)*e", "const uint64_t fgr_n_p = fgr_mul((uint64_t)(n), 1);", "p = fgr_out(q, fgr_n_p)", "fgr_out_n(FGR_H_CUevent, e, 1) != 0"}},
+		// A result counted by an in-out parameter the call changes: its
+		// size is the one asked for, taken before the call.
+		{"out counted by inout", "1000 cuTOutInout(CUgraphNode *p, size_t *n) sync p=out[n?*n:0] n=inout", []string{"u8:p", "buf:n"}, "FGR_SMALL_FRAME", []string{"const uint64_t fgr_n_p = fgr_mul((uint64_t)(n?*n:0), sizeof(CUgraphNode));\n    CUresult fgr_r", "fgr_reply_out(q, p, fgr_n_p, 0, fgr_r)"}},
 		{"inout", "1000 cuTInout(int *p, CUstream *s, unsigned int n) sync p=inout s=inout[n]", []string{"u64:n", "buf:p", "buf:s"}, "FGR_MAX_FRAME", nil},
 		{"str", "1000 cuTStr(const char *s) sync s=str", []string{"str:s"}, "FGR_SMALL_FRAME", nil},
 		{"image", "1000 cuTImage(CUmodule *m, const void *image) sync m=out image=image", []string{"u8:m", "image:image"}, "FGR_MAX_FRAME", nil},

@@ -123,6 +123,7 @@ var structAllocs = map[string][][2]string{
 // inout parameter carries: renamed before the reply.
 var structOutHandles = map[string][][2]string{
 	"CUDA_GRAPH_INSTANTIATE_PARAMS": {{"hErrNode_out", "CUgraphNode"}},
+	"CUgraphExecUpdateResultInfo":   {{"errorNode", "CUgraphNode"}, {"errorFromNode", "CUgraphNode"}},
 }
 
 // Table is a private export table the client answers (cuGetExportTable).
