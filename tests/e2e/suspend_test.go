@@ -326,3 +326,72 @@ func TestSimCheckpointAPIFollowsTheDriversStates(t *testing.T) {
 		t.Errorf("a lock that waits:\n%s", got)
 	}
 }
+
+// nvmlProcs is what NVML lists holding memory on device dev ("pid:MiB ...",
+// "none").
+func nvmlProcs(t *testing.T, e *env, dev int) string {
+	t.Helper()
+	p := e.run("nvmlprocs", fmt.Sprint(dev))
+	for _, l := range strings.Split(p.stdout, "\n") {
+		if rest, ok := strings.CutPrefix(l, "processes: "); ok {
+			return rest
+		}
+	}
+	t.Fatalf("nvmlprocs %d: %+v", dev, p)
+	return ""
+}
+
+// From CUDA 13.0 the driver restores a process onto other GPUs, given
+// pairs of UUIDs: every GPU it was checkpointed on, each onto another one.
+// Its memory is counted on the new device after, and stays there.
+func TestSimCheckpointRestoresOntoAnotherDevice(t *testing.T) {
+	e := quotaEnv(t, "FLEXGV_SIM_DEVICES=2")
+	a := e.startProc(t, "holder", "1024")
+	pid := a.cmd.Process.Pid
+	mine := fmt.Sprintf("%d:1088MiB", pid) // its memory and its context
+	if got := e.ckpt(t, pid, "lock", "checkpoint"); got != "lock CUDA_SUCCESS\ncheckpoint CUDA_SUCCESS\n" {
+		t.Fatalf("suspending it:\n%s", got)
+	}
+	// Refused, each leaving it checkpointed: a GPU it was on left out, a
+	// GPU no device has, two of its GPUs onto one.
+	for _, op := range []string{"restore:1>0", "restore:0>7", "restore:0>1,1>1"} {
+		if got := e.ckpt(t, pid, op, "state"); got != op+" CUDA_ERROR_INVALID_VALUE\nstate CUDA_SUCCESS 2\n" {
+			t.Errorf("%s:\n%s", op, got)
+		}
+	}
+	// Device 1 with less free than it holds: it stays checkpointed.
+	stop := e.start(t, "env", "CUDA_VISIBLE_DEVICES=1", bin("holder"), fmt.Sprint(16384-64-1000))
+	if got := e.ckpt(t, pid, "restore:0>1", "state"); got != "restore:0>1 CUDA_ERROR_OUT_OF_MEMORY\nstate CUDA_SUCCESS 2\n" {
+		t.Errorf("onto a full device:\n%s", got)
+	}
+	stop()
+	if got := e.ckpt(t, pid, "restore:0>1,1>0", "unlock"); got != "restore:0>1,1>0 CUDA_SUCCESS\nunlock CUDA_SUCCESS\n" {
+		t.Fatalf("onto device 1:\n%s", got)
+	}
+	if d0, d1 := nvmlProcs(t, e, 0), nvmlProcs(t, e, 1); d0 != "none" || d1 != mine {
+		t.Errorf("moved: NVML lists %s on device 0, %s on device 1; want it (%s) on device 1", d0, d1, mine)
+	}
+	// Moved, it can be moved back (its memory is on device 1 now).
+	if got := e.ckpt(t, pid, "lock", "checkpoint", "restore:0>0", "restore:1>0", "unlock"); got !=
+		"lock CUDA_SUCCESS\ncheckpoint CUDA_SUCCESS\nrestore:0>0 CUDA_ERROR_INVALID_VALUE\nrestore:1>0 CUDA_SUCCESS\nunlock CUDA_SUCCESS\n" {
+		t.Errorf("back onto device 0:\n%s", got)
+	}
+	if d0, d1 := nvmlProcs(t, e, 0), nvmlProcs(t, e, 1); d0 != mine || d1 != "none" {
+		t.Errorf("moved back: NVML lists %s on device 0, %s on device 1", d0, d1)
+	}
+}
+
+// Before CUDA 13.0 the restore's arguments are all reserved: pairs in them
+// are refused, and a restore without any still works.
+func TestSimCheckpointRemapNeedsCUDA13(t *testing.T) {
+	e := quotaEnv(t, "FLEXGV_SIM_DEVICES=2", "FLEXGV_SIM_DRIVER_VERSION=12090")
+	a := e.startProc(t, "holder", "1024")
+	pid := a.cmd.Process.Pid
+	if got := e.ckpt(t, pid, "lock", "checkpoint", "restore:0>1", "state", "restore", "unlock"); got != "lock CUDA_SUCCESS\ncheckpoint CUDA_SUCCESS\n"+
+		"restore:0>1 CUDA_ERROR_INVALID_VALUE\nstate CUDA_SUCCESS 2\nrestore CUDA_SUCCESS\nunlock CUDA_SUCCESS\n" {
+		t.Errorf("pairs on a CUDA 12.9 driver:\n%s", got)
+	}
+	if d0 := nvmlProcs(t, e, 0); d0 != fmt.Sprintf("%d:1088MiB", pid) {
+		t.Errorf("NVML lists %s on device 0", d0)
+	}
+}
