@@ -522,3 +522,17 @@ func TestResumeOntoAnotherGPURefusals(t *testing.T) {
 		resumes(t, e, s)
 	})
 }
+
+// What scripts/gpu-e2e.sh's suspend section asks the H200's driver (one
+// GPU): pairs naming a GPU no device has are refused, the process stays
+// checkpointed; the GPU onto itself restores.
+func TestSimCheckpointRemapOnOneGPU(t *testing.T) {
+	e := quotaEnv(t)
+	a := e.startProc(t, "holder", "1024")
+	got := e.ckpt(t, a.cmd.Process.Pid, "lock", "checkpoint", "restore:0>9", "state", "restore:0>0", "state", "unlock")
+	want := "lock CUDA_SUCCESS\ncheckpoint CUDA_SUCCESS\nrestore:0>9 CUDA_ERROR_INVALID_VALUE\nstate CUDA_SUCCESS 2\n" +
+		"restore:0>0 CUDA_SUCCESS\nstate CUDA_SUCCESS 1\nunlock CUDA_SUCCESS\n"
+	if got != want {
+		t.Errorf("remapping on one GPU:\n%s\nwant\n%s", got, want)
+	}
+}
