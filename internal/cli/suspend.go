@@ -22,7 +22,8 @@ func newSuspend() *cobra.Command {
 		Long: "Locks every CUDA process of the tenant through the driver's process checkpoint API (CUDA 12.8,\n" +
 			"driver 570 or later), which waits for the work they submitted, then checkpoints them: their\n" +
 			"device memory moves into their host memory and the GPU's is free. Their CUDA calls block until\n" +
-			"flexgv resume; nothing else about them stops. Same GPU only; see docs/SUSPEND.md for the limits.",
+			"flexgv resume (onto the same GPU, or with --gpu another); nothing else about them stops. See\n" +
+			"docs/SUSPEND.md for the limits.",
 		Example: "  flexgv suspend team-a\n  flexgv resume team-a",
 		Args:    exactlyOne,
 		RunE: func(c *cobra.Command, args []string) error {
