@@ -128,7 +128,8 @@ func withSlot(f *os.File, h header, name string, pid int, do func(s *Slot)) erro
 // MoveCharges moves what the live process pid of tenant name in dir (by
 // its own pid or NVML's) is charged on entry from to entry to, as when its
 // memory was restored onto another GPU: flexgv ps, and a later move, see
-// where it is.
+// where it is, and the process's shim counts its later allocations and
+// frees there.
 func MoveCharges(dir, name string, pid, from, to int) error {
 	return change(dir, name, func(f *os.File, h header) error {
 		if from < 0 || to < 0 || from >= len(h.devices) || to >= len(h.devices) {
@@ -138,6 +139,20 @@ func MoveCharges(dir, name string, pid, from, to int) error {
 			for _, c := range []*[16]uint64{&s.Used, &s.Unmodelled} {
 				b := atomic.SwapUint64(&c[from], 0)
 				atomic.AddUint64(&c[to], b)
+			}
+			// Its shim counts what it does later on the entry it is on now.
+			for e := range s.Moved {
+				at := e
+				if m := int(s.Moved[e]); m > 0 {
+					at = m - 1
+				}
+				switch {
+				case at != from:
+				case e == to:
+					s.Moved[e] = 0
+				default:
+					s.Moved[e] = byte(to + 1)
+				}
 			}
 		})
 	})

@@ -449,6 +449,17 @@ func TestResumeOntoAnotherGPU(t *testing.T) {
 	if !strings.Contains(p.stdout, "processes: "+mine+"\n") || !strings.Contains(p.stdout, fmt.Sprintf("busy: %d\n", pid)) {
 		t.Errorf("after more steps, NVML on GPU 1:\n%s", p.stdout)
 	}
+	// What it allocates now is on GPU 1 too.
+	fmt.Fprintln(s.p.stdin, "alloc 64")
+	s.expect(t, "allocated")
+	if d1 := nvmlProcs(t, e, 1); d1 != fmt.Sprintf("%d:192MiB", pid) {
+		t.Errorf("allocating after the move: NVML lists %s on GPU 1", d1)
+	}
+	// And the tenant counts it there, against its quota there.
+	if g := tenantInfo(t, e, "g"); g.Devices[0].Used != 0 || g.Devices[1].Used != 192<<20 {
+		t.Errorf("flexgv ps --json after allocating on GPU 1: %+v", g.Devices)
+	}
+	mine = fmt.Sprintf("%d:192MiB", pid)
 	// And it can come back, by index.
 	if r := e.run("flexgv", "suspend", "g"); r.code != 0 {
 		t.Fatalf("flexgv suspend g again: %+v", r)
