@@ -48,7 +48,7 @@ func resolveMove(info tenant.Info, dev string) (*move, error) {
 		}
 		if held {
 			m.from = i
-			on = append(on, fmt.Sprintf("GPU %s", du.UUID))
+			on = append(on, du.UUID)
 		}
 		if du.UUID != "" && strings.EqualFold(du.UUID, m.gpu.UUID) {
 			m.to = i
