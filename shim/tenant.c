@@ -458,7 +458,8 @@ int fg_entry_of(int dev)
     int e = own_entry_of(dev);
     if (e < 0 || e >= FG_NDEV || mine < 0)
         return e;
-    int m = __atomic_load_n(&slots[mine].moved[e], __ATOMIC_ACQUIRE);
+    volatile int m = 0; /* a truncated file reads as not moved (and is marked broken) */
+    GUARD((void)0, m = __atomic_load_n(&slots[mine].moved[e], __ATOMIC_ACQUIRE));
     return m > 0 && m <= (int)geo.ndev ? m - 1 : e;
 }
 
