@@ -193,12 +193,6 @@ func resume(c *cobra.Command, name, gpu string) error {
 	if err != nil {
 		return err
 	}
-	var onto *move
-	if gpu != "" {
-		if onto, err = resolveMove(info, gpu); err != nil {
-			return err
-		}
-	}
 	d, err := openDriver("resume")
 	if err != nil {
 		return err
@@ -228,6 +222,12 @@ func resume(c *cobra.Command, name, gpu string) error {
 			}
 		}
 		return fmt.Errorf("flexgv resume: tenant %s is not suspended", name)
+	}
+	var onto *move
+	if gpu != "" {
+		if onto, err = resolveMove(info, gpu); err != nil {
+			return err
+		}
 	}
 	if onto != nil && d.Version < ckpt.RemapVersion {
 		return fmt.Errorf("flexgv resume: tenant %s stays suspended: the CUDA driver supports CUDA %s, restoring onto another GPU (--gpu) needs CUDA %s (driver 580) or later; flexgv resume %s brings it back where it was",
