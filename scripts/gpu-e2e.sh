@@ -831,6 +831,24 @@ if gcc -std=gnu11 -O2 -Wall -Iinclude -Iinclude/flexgv -o "$WORK/ckptctl" tests/
         fail "the driver answers the checkpoint API otherwise than the simulated GPU (above: < simulated, > real)"
     fi
     cp "$WORK/ckpt_real.txt" "$OUT/ckpt_answers.txt"
+    echo "== restore with GPU pairs (CUDA 13.0): a GPU no device has, then GPU 0 onto itself (TestSimCheckpointRemapOnOneGPU)"
+    CUDA_VISIBLE_DEVICES=0 python3 -c 'import torch; x = torch.ones(1 << 28, device="cuda"); torch.cuda.synchronize(); print("ready", flush=True); input()' \
+        <"$WORK/ckpt_in" >"$WORK/ckpt_target.txt" &
+    tgt=$!
+    exec 7>"$WORK/ckpt_in"
+    for i in $(seq 600); do grep -q ready "$WORK/ckpt_target.txt" 2>/dev/null && break; sleep 0.1; done
+    "$WORK/ckptctl" "$tgt" lock checkpoint "restore:0>9" state "restore:0>0" state unlock >"$WORK/ckpt_remap_real.txt" 2>&1
+    "$WORK/ckptctl" "$tgt" restore unlock >/dev/null 2>&1
+    exec 7>&-
+    kill -9 "$tgt" 2>/dev/null; wait "$tgt" 2>/dev/null
+    printf '%s\n' "lock CUDA_SUCCESS" "checkpoint CUDA_SUCCESS" "restore:0>9 CUDA_ERROR_INVALID_VALUE" "state CUDA_SUCCESS 2" \
+        "restore:0>0 CUDA_SUCCESS" "state CUDA_SUCCESS 1" "unlock CUDA_SUCCESS" >"$WORK/ckpt_remap_sim.txt"
+    if diff "$WORK/ckpt_remap_sim.txt" "$WORK/ckpt_remap_real.txt"; then
+        pass "the driver answers a restore with GPU pairs as the simulated GPU does"
+    else
+        fail "the driver answers a restore with GPU pairs otherwise than the simulated GPU (above: < simulated, > real)"
+    fi
+    cp "$WORK/ckpt_remap_real.txt" "$OUT/ckpt_remap_answers.txt"
 else
     fail "gcc ckptctl"
 fi
@@ -858,7 +876,20 @@ during_mib=$(nvml_mib); gpu_during=$(gpu_used_mib)
 s1=$(steps_done "$WORK/susp.progress"); sleep 3; s2=$(steps_done "$WORK/susp.progress")
 rrc=1
 if [ "$src" = 0 ]; then
-    t2=$(now_ms); "$FLEXGV" resume susp | tee -a "$WORK/susp_cli.txt"; rrc=${PIPESTATUS[0]}; t3=$(now_ms)
+    # --gpu: an unknown UUID is refused and leaves it suspended; GPU 0's own
+    # UUID restores it through the driver's GPU pairs (onto itself).
+    nogpu=GPU-00000000-0000-0000-0000-000000000000
+    "$FLEXGV" resume susp --gpu "$nogpu" >"$WORK/susp_nogpu.txt" 2>&1; nrc=$?
+    cat "$WORK/susp_nogpu.txt"
+    if [ "$nrc" = 1 ] && grep -qxF "flexgv resume: no GPU $nogpu on this node (flexgv node lists them); tenant susp stays suspended" "$WORK/susp_nogpu.txt" &&
+        "$FLEXGV" ps | grep -q "suspended)"; then
+        pass "resume --gpu with an unknown UUID refused, the tenant still suspended"
+    else
+        fail "resume --gpu with an unknown UUID (exit $nrc, above)"
+    fi
+    uuid0=$(nvidia-smi -i 0 --query-gpu=uuid --format=csv,noheader)
+    t2=$(now_ms); "$FLEXGV" resume susp --gpu "$uuid0" | tee -a "$WORK/susp_cli.txt"; rrc=${PIPESTATUS[0]}; t3=$(now_ms)
+    grep -q "back on GPU 0 ($uuid0)" "$WORK/susp_cli.txt" && pass "resume --gpu with GPU 0's own UUID" || fail "resume --gpu $uuid0 (exit $rrc)"
     sleep 1
     after_mib=$(nvml_mib)
 fi

@@ -255,6 +255,7 @@ static void zero_slot(struct fg_tenant_slot *s)
     for (int d = 0; d < FG_NDEV; d++) {
         __atomic_store_n(&s->used[d], 0, __ATOMIC_SEQ_CST);
         __atomic_store_n(&s->unmodelled[d], 0, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&s->moved[d], 0, __ATOMIC_SEQ_CST);
     }
 }
 
@@ -447,7 +448,22 @@ int fg_index_entry(int nvml_index)
     return nvml_index >= 0 && (uint32_t)nvml_index < geo.ndev ? nvml_index : -1;
 }
 
+static int own_entry_of(int dev);
+
+/* The entry device dev is counted on: its own, or the one flexgv resume
+ * --gpu moved this process's memory there to (read at each use: the move
+ * happens while the process is held, without its knowing). */
 int fg_entry_of(int dev)
+{
+    int e = own_entry_of(dev);
+    if (e < 0 || e >= FG_NDEV || mine < 0)
+        return e;
+    volatile int m = 0; /* a truncated file reads as not moved (and is marked broken) */
+    GUARD((void)0, m = __atomic_load_n(&slots[mine].moved[e], __ATOMIC_ACQUIRE));
+    return m > 0 && m <= (int)geo.ndev ? m - 1 : e;
+}
+
+static int own_entry_of(int dev)
 {
     if (dev < 0 || dev >= MAX_ORDINALS || !attached())
         return -1;

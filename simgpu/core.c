@@ -673,8 +673,7 @@ SIM_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cuda
 }
 
 /* Process checkpointing: a controller's calls on another process
- * (state.c). The restore arguments' GPU remapping is not modelled: a
- * process comes back on the devices it left. */
+ * (state.c). */
 SIM_EXPORT CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state)
 {
     REQUIRE_INIT();
@@ -697,11 +696,19 @@ SIM_EXPORT CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpoin
     return sim_ckpt_checkpoint(pid);
 }
 
+/* Its arguments are all reserved before CUDA 13.0, and must be zero; from
+ * 13.0 they may carry GPU pairs that move the process to other devices. */
 SIM_EXPORT CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
 {
-    (void)args;
     REQUIRE_INIT();
-    return sim_ckpt_restore(pid);
+    if (!args)
+        return sim_ckpt_restore(pid, NULL, 0);
+    static const CUcheckpointRestoreArgs zero;
+    int remap = sim->cfg.driver_version >= 13000;
+    if (remap ? memcmp(args->reserved, zero.reserved, sizeof zero.reserved) || args->reserved1
+              : memcmp(args, &zero, sizeof zero))
+        return CUDA_ERROR_INVALID_VALUE;
+    return sim_ckpt_restore(pid, args->gpuPairs, args->gpuPairsCount);
 }
 
 SIM_EXPORT CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)

@@ -448,7 +448,7 @@ SIM_EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
     if (!free_bytes || !total)
         return CUDA_ERROR_INVALID_VALUE;
     sim_reap_dead();
-    uint64_t used = __atomic_load_n(&sim->dev[c->dev].used_bytes, __ATOMIC_ACQUIRE);
+    uint64_t used = __atomic_load_n(&sim->dev[sim_moved(c->dev)].used_bytes, __ATOMIC_ACQUIRE);
     *total = (size_t)sim->cfg.mem_bytes;
     *free_bytes = used >= sim->cfg.mem_bytes ? 0 : (size_t)(sim->cfg.mem_bytes - used);
     return CUDA_SUCCESS;

@@ -25,8 +25,8 @@
 #define SIM_LANES_PER_DEV 4        /* a process's streams on one device run concurrently in up to 4 lanes */
 #define SIM_LANES (SIM_MAX_DEVICES * SIM_LANES_PER_DEV)
 #define SIM_RING 128               /* items a lane holds; launching into a full lane waits */
-#define SIM_STATE_VERSION 7
-#define SIM_STATE_VERSION_TEXT "7" /* in the default state file's name: versions never meet */
+#define SIM_STATE_VERSION 8
+#define SIM_STATE_VERSION_TEXT "8" /* in the default state file's name: versions never meet */
 #define SIM_GRANULARITY (2ull << 20) /* VMM and graph memory pages */
 
 struct sim_config {
@@ -62,9 +62,11 @@ struct sim_proc_state {
     uint64_t used_bytes[SIM_MAX_DEVICES];
     /* Process checkpointing (state.c): its CUprocessState, set by a
      * controller; its threads inside a gated driver call; what a checkpoint
-     * took off each device, kept in the process's own memory. */
+     * took off each device, kept in the process's own memory; where a
+     * restore moved each of its devices (physical index + 1, 0: not moved). */
     uint32_t ckpt_state;
     uint32_t gated_calls;
+    uint8_t moved_to[SIM_MAX_DEVICES];
     uint64_t host_bytes[SIM_MAX_DEVICES];
     struct sim_bucket busy[SIM_MAX_DEVICES][SIM_HIST_BUCKETS]; /* its kernels' time on each device */
 };
@@ -158,12 +160,15 @@ void sim_reap_dead(void);
  * is counted until it returns, so a lock waits for calls under way. */
 int sim_gate_enter(void);
 void sim_gate_leave(int *gate);
+/* Where this process's physical device dev is now: another after a restore
+ * that moved it (its memory and work are counted there). */
+int sim_moved(int dev);
 #define SIM_GATE() __attribute__((cleanup(sim_gate_leave), unused)) int sim_gate_ = sim_gate_enter()
 /* The controller's side, on a target's pid: CUresult values. */
 CUresult sim_ckpt_state(int pid, CUprocessState *state);
 CUresult sim_ckpt_lock(int pid, unsigned timeout_ms);
 CUresult sim_ckpt_checkpoint(int pid);
-CUresult sim_ckpt_restore(int pid);
+CUresult sim_ckpt_restore(int pid, const CUcheckpointGpuPair *pairs, unsigned npairs);
 CUresult sim_ckpt_unlock(int pid);
 void sim_uuid(int dev, CUuuid *uuid);
 /* Queues of this process. A count is what a lane must have finished for

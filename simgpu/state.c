@@ -398,6 +398,7 @@ static void reap_slot(struct sim_proc_state *p)
         if (b)
             __atomic_fetch_sub(&sim->dev[d].used_bytes, b, __ATOMIC_ACQ_REL);
         __atomic_store_n(&p->host_bytes[d], 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&p->moved_to[d], 0, __ATOMIC_RELEASE);
     }
     __atomic_store_n(&p->ckpt_state, CU_PROCESS_STATE_RUNNING, __ATOMIC_RELEASE);
     __atomic_store_n(&p->gated_calls, 0, __ATOMIC_RELEASE);
@@ -440,8 +441,10 @@ static int claim_proc_slot(void)
             __atomic_store_n(&p->lanes, 0, __ATOMIC_RELEASE);
             __atomic_store_n(&p->ckpt_state, CU_PROCESS_STATE_RUNNING, __ATOMIC_RELEASE);
             __atomic_store_n(&p->gated_calls, 0, __ATOMIC_RELEASE);
-            for (int d = 0; d < SIM_MAX_DEVICES; d++)
+            for (int d = 0; d < SIM_MAX_DEVICES; d++) {
                 __atomic_store_n(&p->host_bytes[d], 0, __ATOMIC_RELEASE);
+                __atomic_store_n(&p->moved_to[d], 0, __ATOMIC_RELEASE);
+            }
             for (int d = 0; d < SIM_MAX_DEVICES; d++)
                 for (int b = 0; b < SIM_HIST_BUCKETS; b++)
                     __atomic_store_n(&p->busy[d][b].epoch, 0, __ATOMIC_RELEASE);
@@ -659,8 +662,19 @@ static int reserve_on(int d, uint64_t bytes)
     return -1;
 }
 
+static int moved_of(int slot, int dev)
+{
+    if (slot < 0 || dev < 0 || dev >= SIM_MAX_DEVICES)
+        return dev;
+    int m = __atomic_load_n(&sim->procs[slot].moved_to[dev], __ATOMIC_ACQUIRE);
+    return m ? m - 1 : dev;
+}
+
+int sim_moved(int dev) { return moved_of(my_proc, dev); }
+
 int sim_mem_reserve(int dev, uint64_t bytes)
 {
+    dev = sim_moved(dev);
     for (int pass = 0; pass < 2; pass++) {
         if (reserve_on(dev, bytes) == 0) {
             if (my_proc >= 0)
@@ -674,6 +688,7 @@ int sim_mem_reserve(int dev, uint64_t bytes)
 
 void sim_mem_release(int dev, uint64_t bytes)
 {
+    dev = sim_moved(dev);
     if (my_proc >= 0)
         __atomic_fetch_sub(&sim->procs[my_proc].used_bytes[dev], bytes, __ATOMIC_ACQ_REL);
     __atomic_fetch_sub(&sim->dev[dev].used_bytes, bytes, __ATOMIC_ACQ_REL);
@@ -949,7 +964,7 @@ static void collect(const struct sim_sched *from, struct sim_sched *to)
             struct sim_lane *q = &sim->lanes[i][l];
             if ((lanes >> l & 1) && l / SIM_LANES_PER_DEV < sim->cfg.devices &&
                 __atomic_load_n(&q->head, __ATOMIC_ACQUIRE) > e->lanes[l].finished)
-                acts[nacts++] = (struct act){.slot = i, .lane = l, .dev = l / SIM_LANES_PER_DEV,
+                acts[nacts++] = (struct act){.slot = i, .lane = l, .dev = moved_of(i, l / SIM_LANES_PER_DEV),
                                              .base = (uint64_t)inc << TAG_SHIFT, .q = q, .s = &e->lanes[l]};
         }
     }
@@ -1633,8 +1648,54 @@ CUresult sim_ckpt_checkpoint(int pid)
     return r;
 }
 
-/* Everything back on its own devices, or nothing (and still CHECKPOINTED). */
-CUresult sim_ckpt_restore(int pid)
+/* Where each device's memory goes (physical indices, to[d] for device d):
+ * its own, or where a pair sends it. Every device the process holds memory
+ * on needs a pair when any is given, a pair's GPUs must be the node's, and
+ * no two pairs may share a GPU on either side: CUDA_ERROR_INVALID_VALUE
+ * otherwise. */
+static CUresult restore_map(const struct sim_proc_state *p, const CUcheckpointGpuPair *pairs, unsigned npairs,
+                            int to[SIM_MAX_DEVICES])
+{
+    for (int d = 0; d < SIM_MAX_DEVICES; d++)
+        to[d] = d;
+    if (!npairs)
+        return CUDA_SUCCESS;
+    if (!pairs || npairs > SIM_MAX_DEVICES)
+        return CUDA_ERROR_INVALID_VALUE;
+    int from_dev[SIM_MAX_DEVICES], to_dev[SIM_MAX_DEVICES];
+    for (unsigned k = 0; k < npairs; k++) {
+        from_dev[k] = to_dev[k] = -1;
+        for (int d = 0; d < sim->cfg.devices; d++) {
+            CUuuid u;
+            sim_uuid(d, &u);
+            if (!memcmp(&u, &pairs[k].oldUuid, sizeof u))
+                from_dev[k] = d;
+            if (!memcmp(&u, &pairs[k].newUuid, sizeof u))
+                to_dev[k] = d;
+        }
+        if (from_dev[k] < 0 || to_dev[k] < 0)
+            return CUDA_ERROR_INVALID_VALUE;
+        for (unsigned j = 0; j < k; j++)
+            if (from_dev[j] == from_dev[k] || to_dev[j] == to_dev[k])
+                return CUDA_ERROR_INVALID_VALUE;
+    }
+    for (int d = 0; d < SIM_MAX_DEVICES; d++) {
+        if (!__atomic_load_n(&p->host_bytes[d], __ATOMIC_ACQUIRE))
+            continue;
+        unsigned k = 0;
+        while (k < npairs && from_dev[k] != d)
+            k++;
+        if (k == npairs)
+            return CUDA_ERROR_INVALID_VALUE;
+        to[d] = to_dev[k];
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Everything back on its devices, or where pairs send them, or nothing
+ * (and still CHECKPOINTED). A device moved stays moved: the process's
+ * later memory and work for it go to the new one. */
+CUresult sim_ckpt_restore(int pid, const CUcheckpointGpuPair *pairs, unsigned npairs)
 {
     sim_reap_dead(); /* a dead process's memory may be the room it needs; not with a byte held */
     uint32_t inc;
@@ -1643,19 +1704,29 @@ CUresult sim_ckpt_restore(int pid)
         return CUDA_ERROR_INVALID_VALUE;
     struct sim_proc_state *p = &sim->procs[i];
     CUresult r = CUDA_ERROR_ILLEGAL_STATE;
-    if (__atomic_load_n(&p->ckpt_state, __ATOMIC_ACQUIRE) == CU_PROCESS_STATE_CHECKPOINTED) {
+    int to[SIM_MAX_DEVICES];
+    if (__atomic_load_n(&p->ckpt_state, __ATOMIC_ACQUIRE) == CU_PROCESS_STATE_CHECKPOINTED &&
+        (r = restore_map(p, pairs, npairs, to)) == CUDA_SUCCESS) {
         int d = 0;
         for (; d < SIM_MAX_DEVICES; d++)
-            if (reserve_on(d, __atomic_load_n(&p->host_bytes[d], __ATOMIC_ACQUIRE)) != 0)
+            if (reserve_on(to[d], __atomic_load_n(&p->host_bytes[d], __ATOMIC_ACQUIRE)) != 0)
                 break;
         if (d < SIM_MAX_DEVICES) {
             while (d-- > 0)
-                __atomic_fetch_sub(&sim->dev[d].used_bytes, p->host_bytes[d], __ATOMIC_ACQ_REL);
+                __atomic_fetch_sub(&sim->dev[to[d]].used_bytes, p->host_bytes[d], __ATOMIC_ACQ_REL);
             r = CUDA_ERROR_OUT_OF_MEMORY;
         } else {
             for (d = 0; d < SIM_MAX_DEVICES; d++)
-                __atomic_fetch_add(&p->used_bytes[d], __atomic_exchange_n(&p->host_bytes[d], 0, __ATOMIC_ACQ_REL),
+                __atomic_fetch_add(&p->used_bytes[to[d]], __atomic_exchange_n(&p->host_bytes[d], 0, __ATOMIC_ACQ_REL),
                                    __ATOMIC_ACQ_REL);
+            /* The process's own devices that were on d are on to[d] now. */
+            uint8_t moved[SIM_MAX_DEVICES];
+            for (int own = 0; own < SIM_MAX_DEVICES; own++) {
+                int at = moved_of(i, own);
+                moved[own] = (uint8_t)(to[at] == own ? 0 : to[at] + 1);
+            }
+            for (int own = 0; own < SIM_MAX_DEVICES; own++)
+                __atomic_store_n(&p->moved_to[own], moved[own], __ATOMIC_RELEASE);
             __atomic_store_n(&p->ckpt_state, CU_PROCESS_STATE_LOCKED, __ATOMIC_SEQ_CST);
             r = CUDA_SUCCESS;
         }

@@ -719,8 +719,9 @@ typedef struct CUlaunchConfig_st {
 
 /* Process checkpointing (CUDA 12.8, driver 570): a controller process
  * locks, checkpoints, restores and unlocks another process by its pid.
- * Only the lock's arguments are read; the others, whose layout changed
- * between releases, are passed as NULL. */
+ * The lock's arguments are read, and the restore's GPU pairs (CUDA 13.0,
+ * driver 580: restore onto other GPUs); the other arguments are passed as
+ * NULL. */
 typedef enum CUprocessState_enum {
     CU_PROCESS_STATE_RUNNING = 0,
     CU_PROCESS_STATE_LOCKED = 1,
@@ -735,7 +736,24 @@ typedef struct CUcheckpointLockArgs_st {
 } CUcheckpointLockArgs;
 
 typedef struct CUcheckpointCheckpointArgs_st CUcheckpointCheckpointArgs;
-typedef struct CUcheckpointRestoreArgs_st CUcheckpointRestoreArgs;
+
+/* A GPU the process was checkpointed on, and the one to restore it onto. */
+typedef struct CUcheckpointGpuPair_st {
+    CUuuid oldUuid;
+    CUuuid newUuid;
+} CUcheckpointGpuPair;
+
+/* 64 bytes in every release. Before CUDA 13.0 all of it is reserved (must
+ * be zero); from 13.0 the pairs lead it. What follows them is 13.0's layout
+ * (later releases split it differently, into reserved bytes or fields of
+ * their own): only zeros are written there, which every release reads as
+ * "not used". */
+typedef struct CUcheckpointRestoreArgs_st {
+    CUcheckpointGpuPair *gpuPairs;
+    unsigned int gpuPairsCount;
+    char reserved[44];
+    cuuint64_t reserved1;
+} CUcheckpointRestoreArgs;
 typedef struct CUcheckpointUnlockArgs_st CUcheckpointUnlockArgs;
 
 #define CU_EVENT_DEFAULT 0x0

@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 #define FG_TENANT_MAGIC 0x544e4e5447584c46ULL
-#define FG_TENANT_VERSION 0x9ULL
+#define FG_TENANT_VERSION 0xaULL
 #define FG_MAX_DEVICES 0x10ULL
 #define FG_TENANT_SLOT_FREE 0x0ULL
 #define FG_TENANT_SLOT_CLAIMED 0x1ULL
@@ -48,6 +48,7 @@ struct fg_tenant_slot {
     uint64_t claimed_ns;
     uint64_t used[16];
     uint64_t unmodelled[16];
+    char moved[16];
 };
 
 #endif

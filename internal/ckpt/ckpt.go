@@ -5,8 +5,10 @@
 package ckpt
 
 import (
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // State is a process's CUprocessState.
@@ -44,6 +46,29 @@ const (
 
 // MinVersion is the first CUDA version (cuDriverGetVersion) with the API.
 const MinVersion = 12080
+
+// RemapVersion is the first CUDA version whose restore takes GPU pairs,
+// restoring a process onto other GPUs than it left (CUDA 13.0, driver 580;
+// before it the restore's arguments are all reserved).
+const RemapVersion = 13000
+
+// Pair sends a process's memory from the GPU it was checkpointed on (Old)
+// to another (New) at restore, by the GPUs' 16-byte UUIDs.
+type Pair struct {
+	Old, New [16]byte
+}
+
+// ParseUUID reads a GPU UUID as NVML writes it (GPU-xxxxxxxx-xxxx-...).
+func ParseUUID(s string) ([16]byte, error) {
+	var u [16]byte
+	h := strings.ReplaceAll(strings.TrimPrefix(s, "GPU-"), "-", "")
+	b, err := hex.DecodeString(h)
+	if err != nil || len(b) != 16 {
+		return u, fmt.Errorf("%q is not a GPU UUID", s)
+	}
+	copy(u[:], b)
+	return u, nil
+}
 
 // Error is a failed driver call.
 type Error struct {

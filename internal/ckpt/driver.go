@@ -7,6 +7,7 @@ package ckpt
 #cgo LDFLAGS: -ldl
 #include <dlfcn.h>
 #include <stdlib.h>
+#include <string.h>
 #include "flexgv/cuda_types.h"
 
 typedef CUresult (*fg_init_fn)(unsigned int);
@@ -37,6 +38,14 @@ static CUresult fg_lock(void *f, int pid, unsigned timeout_ms)
 	return ((fg_op_fn)f)(pid, &a);
 }
 static CUresult fg_op(void *f, int pid) { return ((fg_op_fn)f)(pid, NULL); }
+static CUresult fg_restore_onto(void *f, int pid, CUcheckpointGpuPair *pairs, unsigned n)
+{
+	CUcheckpointRestoreArgs a;
+	memset(&a, 0, sizeof a);
+	a.gpuPairs = pairs;
+	a.gpuPairsCount = n;
+	return ((fg_op_fn)f)(pid, &a);
+}
 */
 import "C"
 
@@ -139,6 +148,26 @@ func (d *Driver) Checkpoint(pid int) error {
 // Restore brings a checkpointed process back onto its GPU (locked).
 func (d *Driver) Restore(pid int) error {
 	return d.check("cuCheckpointProcessRestore", pid, C.fg_op(d.restore, C.int(pid)))
+}
+
+// RestoreOnto restores a checkpointed process with its GPUs remapped:
+// each pair's Old GPU (one it was checkpointed on) onto its New one. The
+// pairs must name every GPU it was checkpointed on (CUDA 13.0, driver
+// 580: RemapVersion).
+func (d *Driver) RestoreOnto(pid int, pairs []Pair) error {
+	if len(pairs) == 0 {
+		return d.Restore(pid)
+	}
+	c := (*C.CUcheckpointGpuPair)(C.malloc(C.size_t(len(pairs)) * C.sizeof_CUcheckpointGpuPair))
+	defer C.free(unsafe.Pointer(c))
+	cs := unsafe.Slice(c, len(pairs))
+	for i, p := range pairs {
+		for j := 0; j < 16; j++ {
+			cs[i].oldUuid.bytes[j] = C.char(p.Old[j])
+			cs[i].newUuid.bytes[j] = C.char(p.New[j])
+		}
+	}
+	return d.check("cuCheckpointProcessRestore", pid, C.fg_restore_onto(d.restore, C.int(pid), c, C.uint(len(pairs))))
 }
 
 // Unlock lets a locked process's CUDA calls go on.

@@ -22,4 +22,5 @@ func (d *Driver) State(int) (State, error)      { return Failed, errNoCgo }
 func (d *Driver) Lock(int, time.Duration) error { return errNoCgo }
 func (d *Driver) Checkpoint(int) error          { return errNoCgo }
 func (d *Driver) Restore(int) error             { return errNoCgo }
+func (d *Driver) RestoreOnto(int, []Pair) error { return errNoCgo }
 func (d *Driver) Unlock(int) error              { return errNoCgo }

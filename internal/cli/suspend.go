@@ -22,7 +22,8 @@ func newSuspend() *cobra.Command {
 		Long: "Locks every CUDA process of the tenant through the driver's process checkpoint API (CUDA 12.8,\n" +
 			"driver 570 or later), which waits for the work they submitted, then checkpoints them: their\n" +
 			"device memory moves into their host memory and the GPU's is free. Their CUDA calls block until\n" +
-			"flexgv resume; nothing else about them stops. Same GPU only; see docs/SUSPEND.md for the limits.",
+			"flexgv resume (onto the same GPU, or with --gpu another); nothing else about them stops. See\n" +
+			"docs/SUSPEND.md for the limits.",
 		Example: "  flexgv suspend team-a\n  flexgv resume team-a",
 		Args:    exactlyOne,
 		RunE: func(c *cobra.Command, args []string) error {
@@ -37,14 +38,20 @@ func newSuspend() *cobra.Command {
 }
 
 func newResume() *cobra.Command {
-	return &cobra.Command{
+	var gpu string
+	c := &cobra.Command{
 		Use:   "resume TENANT",
 		Short: "Bring a suspended tenant's processes back onto the GPU and let them run",
 		Long: "Checks that the GPU has the tenant's memory quota free (its usage where it has no quota), then\n" +
-			"restores each suspended process's device memory and unlocks it: its blocked CUDA calls go on.",
-		Args: exactlyOne,
-		RunE: func(c *cobra.Command, args []string) error { return resume(c, args[0]) },
+			"restores each suspended process's device memory and unlocks it: its blocked CUDA calls go on.\n" +
+			"With --gpu, restores them onto that GPU of the node instead of the one they left (a tenant on\n" +
+			"one GPU; CUDA 13.0, driver 580 or later): the target must have the tenant's quota free.",
+		Example: "  flexgv resume team-a\n  flexgv resume team-a --gpu GPU-5d1e...",
+		Args:    exactlyOne,
+		RunE:    func(c *cobra.Command, args []string) error { return resume(c, args[0], gpu) },
 	}
+	c.Flags().StringVar(&gpu, "gpu", "", "restore onto this GPU of the node: its UUID (preferred) or NVML index")
+	return c
 }
 
 // target is one process of a tenant as the driver knows it.
@@ -181,7 +188,7 @@ func plural(n int, one, many string) string {
 	return fmt.Sprintf("%d %s", n, many)
 }
 
-func resume(c *cobra.Command, name string) error {
+func resume(c *cobra.Command, name, gpu string) error {
 	info, ts, err := tenantTargets("resume", name)
 	if err != nil {
 		return err
@@ -216,21 +223,50 @@ func resume(c *cobra.Command, name string) error {
 		}
 		return fmt.Errorf("flexgv resume: tenant %s is not suspended", name)
 	}
+	var onto *move
+	if gpu != "" {
+		if onto, err = resolveMove(info, gpu); err != nil {
+			return err
+		}
+	}
+	if onto != nil && d.Version < ckpt.RemapVersion {
+		return fmt.Errorf("flexgv resume: tenant %s stays suspended: the CUDA driver supports CUDA %s, restoring onto another GPU (--gpu) needs CUDA %s (driver 580) or later; flexgv resume %s brings it back where it was",
+			name, ckpt.FormatVersion(d.Version), ckpt.FormatVersion(ckpt.RemapVersion), name)
+	}
+	if onto != nil && len(saved) < len(held) {
+		// A process locked but not checkpointed is still on its GPU.
+		return fmt.Errorf("flexgv resume: tenant %s was not wholly checkpointed (a suspend stopped half-way): resume it without --gpu first", name)
+	}
 	if len(saved) > 0 {
-		if err := checkRoom(info); err != nil {
+		check := checkRoom
+		if onto != nil {
+			check = onto.checkRoom
+		}
+		if err := check(info); err != nil {
 			return err
 		}
 	}
 	start := time.Now()
 	var restored []target
 	for _, t := range saved {
-		if err := d.Restore(t.pid); err != nil {
+		if err := restoreOne(d, onto, t.pid); err != nil {
 			for _, r := range restored { // all of it stays suspended
-				d.Checkpoint(r.pid)
+				unrestore(c, d, onto, r.pid)
+			}
+			if onto != nil && ckpt.NotCUDA(err) {
+				return fmt.Errorf("flexgv resume: the driver refused to restore process %d of tenant %s onto GPU %d (a GPU of another chip type?); it stays suspended (%v)",
+					t.pid, name, onto.gpu.Index, err)
 			}
 			return explain("resume", name, t, err)
 		}
 		restored = append(restored, t)
+	}
+	if onto != nil && onto.from != onto.to {
+		for _, t := range saved {
+			if err := tenant.MoveCharges(tenant.Dir(), name, t.proc.Pid, onto.from, onto.to); err != nil {
+				fmt.Fprintf(c.ErrOrStderr(), "flexgv resume: warning: process %d is on GPU %d now, but flexgv ps will count it on its former GPU: %v\n", t.pid, onto.gpu.Index, err)
+			}
+		}
 	}
 	for _, t := range held {
 		if err := d.Unlock(t.pid); err != nil {
@@ -240,8 +276,12 @@ func resume(c *cobra.Command, name string) error {
 			fmt.Fprintf(c.ErrOrStderr(), "flexgv resume: warning: process %d runs again, but flexgv ps may still say suspended: %v\n", t.pid, err)
 		}
 	}
-	fmt.Fprintf(c.OutOrStdout(), "resumed tenant %s: %s, %s back on the GPU in %s\n", name, plural(len(held), "process", "processes"),
-		tenant.FormatSize(heldBytes(saved)), time.Since(start).Round(time.Millisecond))
+	where := "the GPU"
+	if onto != nil {
+		where = fmt.Sprintf("GPU %d (%s)", onto.gpu.Index, onto.gpu.UUID)
+	}
+	fmt.Fprintf(c.OutOrStdout(), "resumed tenant %s: %s, %s back on %s in %s\n", name, plural(len(held), "process", "processes"),
+		tenant.FormatSize(heldBytes(saved)), where, time.Since(start).Round(time.Millisecond))
 	return nil
 }
 

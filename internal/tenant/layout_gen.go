@@ -5,7 +5,7 @@ package tenant
 // Constants of the region shared with the shim.
 const (
 	TenantMagic   = 0x544e4e5447584c46
-	TenantVersion = 0x9
+	TenantVersion = 0xa
 	MaxDevices    = 0x10
 	SlotFree      = 0x0
 	SlotClaimed   = 0x1
@@ -49,4 +49,5 @@ type Slot struct {
 	ClaimedNs  uint64     `c:"claimed_ns"`
 	Used       [16]uint64 `c:"used"`
 	Unmodelled [16]uint64 `c:"unmodelled"`
+	Moved      [16]byte   `c:"moved"`
 }

@@ -94,16 +94,22 @@ func SetSuspended(dir, name string, pid int, suspended bool) error {
 }
 
 func setSuspended(f *os.File, h header, name string, pid int, suspended bool) error {
+	var flag uint32
+	if suspended {
+		flag = 1
+	}
+	return withSlot(f, h, name, pid, func(s *Slot) { atomic.StoreUint32(&s.Suspended, flag) })
+}
+
+// withSlot calls do on the slot of the live process pid (its own pid or
+// NVML's), mapped shared.
+func withSlot(f *os.File, h header, name string, pid int, do func(s *Slot)) error {
 	size := headerSize + int64(h.slots)*slotSize
 	mem, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return fmt.Errorf("tenant %s: %w", name, err)
 	}
 	defer unix.Munmap(mem)
-	var flag uint32
-	if suspended {
-		flag = 1
-	}
 	for i := 0; i < h.slots; i++ {
 		s := (*Slot)(unsafe.Pointer(&mem[headerSize+int64(i)*slotSize]))
 		if atomic.LoadUint32(&s.State) != SlotClaimed ||
@@ -113,8 +119,41 @@ func setSuspended(f *os.File, h header, name string, pid int, suspended bool) er
 		if live, err := liveness.Held(f, headerSize+int64(i)*slotSize, 1); err != nil || !live {
 			continue
 		}
-		atomic.StoreUint32(&s.Suspended, flag)
+		do(s)
 		return nil
 	}
 	return fmt.Errorf("tenant %s has no live process %d", name, pid)
+}
+
+// MoveCharges moves what the live process pid of tenant name in dir (by
+// its own pid or NVML's) is charged on entry from to entry to, as when its
+// memory was restored onto another GPU: flexgv ps, and a later move, see
+// where it is, and the process's shim counts its later allocations and
+// frees there.
+func MoveCharges(dir, name string, pid, from, to int) error {
+	return change(dir, name, func(f *os.File, h header) error {
+		if from < 0 || to < 0 || from >= len(h.devices) || to >= len(h.devices) {
+			return fmt.Errorf("tenant %s has no device entries %d and %d", name, from, to)
+		}
+		return withSlot(f, h, name, pid, func(s *Slot) {
+			for _, c := range []*[16]uint64{&s.Used, &s.Unmodelled} {
+				b := atomic.SwapUint64(&c[from], 0)
+				atomic.AddUint64(&c[to], b)
+			}
+			// Its shim counts what it does later on the entry it is on now.
+			for e := range s.Moved {
+				at := e
+				if m := int(s.Moved[e]); m > 0 {
+					at = m - 1
+				}
+				switch {
+				case at != from:
+				case e == to:
+					s.Moved[e] = 0
+				default:
+					s.Moved[e] = byte(to + 1)
+				}
+			}
+		})
+	})
 }

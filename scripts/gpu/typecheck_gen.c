@@ -524,5 +524,13 @@ int main(void)
     FIELD(CUcheckpointLockArgs, timeoutMs);
     FIELD(CUcheckpointLockArgs, reserved0);
     FIELD(CUcheckpointLockArgs, reserved1);
+    SIZE(CUcheckpointGpuPair);
+    FIELD(CUcheckpointGpuPair, oldUuid);
+    FIELD(CUcheckpointGpuPair, newUuid);
+    SIZE(CUcheckpointRestoreArgs);
+    FIELD(CUcheckpointRestoreArgs, gpuPairs);
+    FIELD(CUcheckpointRestoreArgs, gpuPairsCount);
+    FIELD(CUcheckpointRestoreArgs, reserved);
+    FIELD(CUcheckpointRestoreArgs, reserved1);
     return 0;
 }

@@ -1,7 +1,9 @@
 /* A checkpoint controller, as NVIDIA's cuda-checkpoint is, for tests of
  * the driver's process checkpoint API:
  *     ckptctl PID OP...
- * OP: state, lock, lock:MS (a timeout), checkpoint, restore, unlock.
+ * OP: state, lock, lock:MS (a timeout), checkpoint, restore, unlock, or
+ * restore:OLD>NEW[,OLD>NEW...] (a restore with GPU pairs, by device index;
+ * an index past the devices stands for a UUID no device has).
  * Prints one line per OP: "OP RESULT", and for state the state's number. */
 #include "common.h"
 
@@ -15,6 +17,15 @@ static const char *named(CUresult r)
         return n;
     snprintf(buf, sizeof buf, "CUresult(%d)", (int)r);
     return buf;
+}
+
+/* Device i's UUID, or one no device has where there is no device i. */
+static void device_uuid(int i, CUuuid *u)
+{
+    CUdevice d;
+    memset(u, 0xee, sizeof *u);
+    if (cuDeviceGet(&d, i) == CUDA_SUCCESS)
+        CHECK(cuDeviceGetUuid(u, d));
 }
 
 int main(int argc, char **argv)
@@ -42,6 +53,23 @@ int main(int argc, char **argv)
             r = cuCheckpointProcessCheckpoint(pid, NULL);
         } else if (!strcmp(op, "restore")) {
             r = cuCheckpointProcessRestore(pid, NULL);
+        } else if (!strncmp(op, "restore:", 8)) {
+            CUcheckpointGpuPair pairs[8];
+            CUcheckpointRestoreArgs a;
+            memset(&a, 0, sizeof a);
+            for (const char *q = op + 8; *q && a.gpuPairsCount < 8; a.gpuPairsCount++) {
+                char *end;
+                int from = (int)strtol(q, &end, 10), to = end[0] == '>' ? (int)strtol(end + 1, &end, 10) : -1;
+                if (to < 0 || (*end && *end != ',')) {
+                    fprintf(stderr, "ckptctl: bad pairs %s\n", op);
+                    return 2;
+                }
+                device_uuid(from, &pairs[a.gpuPairsCount].oldUuid);
+                device_uuid(to, &pairs[a.gpuPairsCount].newUuid);
+                q = *end ? end + 1 : end;
+            }
+            a.gpuPairs = pairs;
+            r = cuCheckpointProcessRestore(pid, &a);
         } else if (!strcmp(op, "unlock")) {
             r = cuCheckpointProcessUnlock(pid, NULL);
         } else {

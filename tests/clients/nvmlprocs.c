@@ -1,4 +1,5 @@
-/* What NVML says of the processes on device 0, as nvidia-smi asks it:
+/* What NVML says of the processes on device 0 (or the index given), as
+ * nvidia-smi asks it:
  * how many hold memory there (asked with no room first), their pids with
  * the MiB each holds, and the pids with a utilization sample ("none" when
  * NVML has none). */
@@ -22,11 +23,11 @@ static void print_pids(const char *what, unsigned *pids, unsigned n)
     printf("%s\n", n ? "" : " none");
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     nvmlDevice_t d;
     NCHECK(nvmlInit_v2());
-    NCHECK(nvmlDeviceGetHandleByIndex_v2(0, &d));
+    NCHECK(nvmlDeviceGetHandleByIndex_v2(argc > 1 ? (unsigned)atoi(argv[1]) : 0, &d));
     unsigned n = 0;
     nvmlReturn_t r = nvmlDeviceGetComputeRunningProcesses_v3(d, &n, NULL);
     printf("asked with no room: %s, %u\n", nvmlErrorString(r), n);

@@ -5,7 +5,8 @@
  * Prints "ready" once set up. Each step prints "calling", then launches a
  * kernel on the stream, records and synchronizes the event, reads the
  * memory back and prints "step N ok", or where a byte is wrong "step N bad
- * at OFFSET". */
+ * at OFFSET". A line "alloc MIB" instead allocates MIB more and prints
+ * "allocated", or "alloc failed". */
 #include "common.h"
 
 #include <unistd.h>
@@ -36,6 +37,13 @@ int main(int argc, char **argv)
     fflush(stdout);
     char line[64];
     for (int step = 1; fgets(line, sizeof line, stdin); step++) {
+        if (!strncmp(line, "alloc ", 6)) {
+            CUdeviceptr more;
+            step--;
+            printf(cuMemAlloc_v2(&more, (size_t)atol(line + 6) << 20) == CUDA_SUCCESS ? "allocated\n" : "alloc failed\n");
+            fflush(stdout);
+            continue;
+        }
         printf("calling\n");
         fflush(stdout);
         CHECK(cuLaunchKernel(busy, 1, 1, 1, 1, 1, 1, 0, stream, NULL, NULL));

@@ -326,3 +326,224 @@ func TestSimCheckpointAPIFollowsTheDriversStates(t *testing.T) {
 		t.Errorf("a lock that waits:\n%s", got)
 	}
 }
+
+// nvmlProcs is what NVML lists holding memory on device dev ("pid:MiB ...",
+// "none").
+func nvmlProcs(t *testing.T, e *env, dev int) string {
+	t.Helper()
+	p := e.run("nvmlprocs", fmt.Sprint(dev))
+	for _, l := range strings.Split(p.stdout, "\n") {
+		if rest, ok := strings.CutPrefix(l, "processes: "); ok {
+			return rest
+		}
+	}
+	t.Fatalf("nvmlprocs %d: %+v", dev, p)
+	return ""
+}
+
+// From CUDA 13.0 the driver restores a process onto other GPUs, given
+// pairs of UUIDs: every GPU it was checkpointed on, each onto another one.
+// Its memory is counted on the new device after, and stays there.
+func TestSimCheckpointRestoresOntoAnotherDevice(t *testing.T) {
+	e := quotaEnv(t, "FLEXGV_SIM_DEVICES=2")
+	a := e.startProc(t, "holder", "1024")
+	pid := a.cmd.Process.Pid
+	mine := fmt.Sprintf("%d:1088MiB", pid) // its memory and its context
+	if got := e.ckpt(t, pid, "lock", "checkpoint"); got != "lock CUDA_SUCCESS\ncheckpoint CUDA_SUCCESS\n" {
+		t.Fatalf("suspending it:\n%s", got)
+	}
+	// Refused, each leaving it checkpointed: a GPU it was on left out, a
+	// GPU no device has, two of its GPUs onto one.
+	for _, op := range []string{"restore:1>0", "restore:0>7", "restore:0>1,1>1"} {
+		if got := e.ckpt(t, pid, op, "state"); got != op+" CUDA_ERROR_INVALID_VALUE\nstate CUDA_SUCCESS 2\n" {
+			t.Errorf("%s:\n%s", op, got)
+		}
+	}
+	// Device 1 with less free than it holds: it stays checkpointed.
+	stop := e.start(t, "env", "CUDA_VISIBLE_DEVICES=1", bin("holder"), fmt.Sprint(16384-64-1000))
+	if got := e.ckpt(t, pid, "restore:0>1", "state"); got != "restore:0>1 CUDA_ERROR_OUT_OF_MEMORY\nstate CUDA_SUCCESS 2\n" {
+		t.Errorf("onto a full device:\n%s", got)
+	}
+	stop()
+	if got := e.ckpt(t, pid, "restore:0>1,1>0", "unlock"); got != "restore:0>1,1>0 CUDA_SUCCESS\nunlock CUDA_SUCCESS\n" {
+		t.Fatalf("onto device 1:\n%s", got)
+	}
+	if d0, d1 := nvmlProcs(t, e, 0), nvmlProcs(t, e, 1); d0 != "none" || d1 != mine {
+		t.Errorf("moved: NVML lists %s on device 0, %s on device 1; want it (%s) on device 1", d0, d1, mine)
+	}
+	// Moved, it can be moved back (its memory is on device 1 now).
+	if got := e.ckpt(t, pid, "lock", "checkpoint", "restore:0>0", "restore:1>0", "unlock"); got !=
+		"lock CUDA_SUCCESS\ncheckpoint CUDA_SUCCESS\nrestore:0>0 CUDA_ERROR_INVALID_VALUE\nrestore:1>0 CUDA_SUCCESS\nunlock CUDA_SUCCESS\n" {
+		t.Errorf("back onto device 0:\n%s", got)
+	}
+	if d0, d1 := nvmlProcs(t, e, 0), nvmlProcs(t, e, 1); d0 != mine || d1 != "none" {
+		t.Errorf("moved back: NVML lists %s on device 0, %s on device 1", d0, d1)
+	}
+}
+
+// Before CUDA 13.0 the restore's arguments are all reserved: pairs in them
+// are refused, and a restore without any still works.
+func TestSimCheckpointRemapNeedsCUDA13(t *testing.T) {
+	e := quotaEnv(t, "FLEXGV_SIM_DEVICES=2", "FLEXGV_SIM_DRIVER_VERSION=12090")
+	a := e.startProc(t, "holder", "1024")
+	pid := a.cmd.Process.Pid
+	if got := e.ckpt(t, pid, "lock", "checkpoint", "restore:0>1", "state", "restore", "unlock"); got != "lock CUDA_SUCCESS\ncheckpoint CUDA_SUCCESS\n"+
+		"restore:0>1 CUDA_ERROR_INVALID_VALUE\nstate CUDA_SUCCESS 2\nrestore CUDA_SUCCESS\nunlock CUDA_SUCCESS\n" {
+		t.Errorf("pairs on a CUDA 12.9 driver:\n%s", got)
+	}
+	if d0 := nvmlProcs(t, e, 0); d0 != fmt.Sprintf("%d:1088MiB", pid) {
+		t.Errorf("NVML lists %s on device 0", d0)
+	}
+}
+
+const simUUID1 = "GPU-f1e96000-5e1d-4000-8000-000000000001"
+
+// record keeps every line the stepper's checks consumed.
+func (s *stepper) transcript(t *testing.T, steps int, between func()) []string {
+	t.Helper()
+	lines := []string{"ready"}
+	for i := 1; i <= steps; i++ {
+		s.step(t)
+		lines = append(lines, "calling")
+		if i == 2 && between != nil {
+			between()
+		}
+		s.done(t)
+		lines = append(lines, fmt.Sprintf("step %d ok", i))
+	}
+	return lines
+}
+
+func TestResumeOntoAnotherGPU(t *testing.T) {
+	e := quotaEnv(t, "FLEXGV_SIM_DEVICES=2")
+	// The same steps uninterrupted, for what the moved run must print.
+	ref := e.startStepper(t)
+	want := ref.transcript(t, 4, nil)
+	ref.p.stdin.Close()
+	ref.p.cmd.Wait()
+
+	s := e.startStepper(t, "--group", "g", "--mem", "2GiB")
+	pid := tenantInfo(t, e, "g").Procs[0].Pid
+	mine := fmt.Sprintf("%d:128MiB", pid)
+	got := s.transcript(t, 4, func() {
+		// Suspended while its second step has begun, and moved.
+		if r := e.run("flexgv", "suspend", "g"); r.code != 0 {
+			t.Fatalf("flexgv suspend g: %+v", r)
+		}
+		r := e.run("flexgv", "resume", "g", "--gpu", simUUID1)
+		if r.code != 0 || !strings.HasPrefix(r.stdout, "resumed tenant g: 1 process, 128MiB back on GPU 1 ("+simUUID1+") in ") {
+			t.Fatalf("flexgv resume g --gpu %s: %+v", simUUID1, r)
+		}
+		if d0, d1 := nvmlProcs(t, e, 0), nvmlProcs(t, e, 1); d0 != "none" || d1 != mine {
+			t.Errorf("moved: NVML lists %s on GPU 0 and %s on GPU 1; want it (%s) on GPU 1", d0, d1, mine)
+		}
+		if g := tenantInfo(t, e, "g"); g.Procs[0].Suspended || g.Devices[0].Used != 0 || g.Devices[1].Used != 128<<20 {
+			t.Errorf("flexgv ps --json after the move: %+v", g)
+		}
+	})
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("moved, it printed\n%s\nuninterrupted\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// Its memory stays on GPU 1, where its kernels ran since.
+	p := e.run("nvmlprocs", "1")
+	if !strings.Contains(p.stdout, "processes: "+mine+"\n") || !strings.Contains(p.stdout, fmt.Sprintf("busy: %d\n", pid)) {
+		t.Errorf("after more steps, NVML on GPU 1:\n%s", p.stdout)
+	}
+	// What it allocates now is on GPU 1 too.
+	fmt.Fprintln(s.p.stdin, "alloc 64")
+	s.expect(t, "allocated")
+	if d1 := nvmlProcs(t, e, 1); d1 != fmt.Sprintf("%d:192MiB", pid) {
+		t.Errorf("allocating after the move: NVML lists %s on GPU 1", d1)
+	}
+	// And the tenant counts it there, against its quota there.
+	if g := tenantInfo(t, e, "g"); g.Devices[0].Used != 0 || g.Devices[1].Used != 192<<20 {
+		t.Errorf("flexgv ps --json after allocating on GPU 1: %+v", g.Devices)
+	}
+	mine = fmt.Sprintf("%d:192MiB", pid)
+	// And it can come back, by index.
+	if r := e.run("flexgv", "suspend", "g"); r.code != 0 {
+		t.Fatalf("flexgv suspend g again: %+v", r)
+	}
+	if r := e.run("flexgv", "resume", "g", "--gpu", "0"); r.code != 0 || !strings.Contains(r.stdout, "back on GPU 0 ("+simUUID0+")") {
+		t.Fatalf("flexgv resume g --gpu 0: %+v", r)
+	}
+	if d0, d1 := nvmlProcs(t, e, 0), nvmlProcs(t, e, 1); d0 != mine || d1 != "none" {
+		t.Errorf("moved back: NVML lists %s on GPU 0 and %s on GPU 1", d0, d1)
+	}
+	s.step(t)
+	s.done(t)
+}
+
+// Each refusal says why, exits 1 and leaves the tenant suspended: a later
+// resume brings it back.
+func TestResumeOntoAnotherGPURefusals(t *testing.T) {
+	refused := func(t *testing.T, e *env, want string, args ...string) {
+		t.Helper()
+		r := e.run("flexgv", append([]string{"resume", "g"}, args...)...)
+		if r.code != 1 || r.stderr != want {
+			t.Errorf("flexgv resume g %v: %+v\nwant %q", args, r, want)
+		}
+		if !tenantInfo(t, e, "g").Procs[0].Suspended {
+			t.Errorf("flexgv resume g %v left the tenant marked running", args)
+		}
+	}
+	suspended := func(t *testing.T, e *env, mem string) *stepper {
+		t.Helper()
+		s := e.startStepper(t, "--group", "g", "--mem", mem)
+		if r := e.run("flexgv", "suspend", "g"); r.code != 0 {
+			t.Fatalf("flexgv suspend g: %+v", r)
+		}
+		return s
+	}
+	resumes := func(t *testing.T, e *env, s *stepper, args ...string) {
+		t.Helper()
+		if r := e.run("flexgv", append([]string{"resume", "g"}, args...)...); r.code != 0 {
+			t.Fatalf("flexgv resume g %v after the refusals: %+v", args, r)
+		}
+		s.step(t)
+		s.done(t)
+	}
+
+	t.Run("unknown GPU, too full, not suspended", func(t *testing.T) {
+		e := quotaEnv(t, "FLEXGV_SIM_DEVICES=2")
+		s := suspended(t, e, "2GiB")
+		for _, gpu := range []string{"GPU-f1e96000-5e1d-4000-8000-0000000000ff", "2"} {
+			refused(t, e, "flexgv resume: no GPU "+gpu+" on this node (flexgv node lists them); tenant g stays suspended\n", "--gpu", gpu)
+		}
+		// Another program takes all of GPU 1 but 960 MiB: less than g's
+		// quota on the GPU it left.
+		stop := e.start(t, "env", "CUDA_VISIBLE_DEVICES=1", bin("holder"), "15360")
+		refused(t, e, "flexgv resume: tenant g stays suspended: GPU 1 ("+simUUID1+") has 960MiB free, the tenant needs 2GiB (its quota on GPU 0)\n", "--gpu", simUUID1)
+		stop()
+		resumes(t, e, s, "--gpu", simUUID1)
+		if r := e.run("flexgv", "resume", "g", "--gpu", simUUID0); r.code != 1 || r.stderr != "flexgv resume: tenant g is not suspended\n" {
+			t.Errorf("moving a running tenant: %+v", r)
+		}
+	})
+	t.Run("the tenant's quota on the target", func(t *testing.T) {
+		e := quotaEnv(t, "FLEXGV_SIM_DEVICES=2")
+		s := suspended(t, e, "0=2GiB,1=64MiB")
+		refused(t, e, "flexgv resume: tenant g stays suspended: its quota on GPU 1 ("+simUUID1+") is 64MiB, it would hold 128MiB there\n", "--gpu", "1")
+		resumes(t, e, s)
+	})
+	t.Run("a driver before CUDA 13.0", func(t *testing.T) {
+		e := quotaEnv(t, "FLEXGV_SIM_DEVICES=2", "FLEXGV_SIM_DRIVER_VERSION=12090")
+		s := suspended(t, e, "2GiB")
+		refused(t, e, "flexgv resume: tenant g stays suspended: the CUDA driver supports CUDA 12.9, restoring onto another GPU (--gpu) needs CUDA 13.0 (driver 580) or later; flexgv resume g brings it back where it was\n", "--gpu", simUUID1)
+		resumes(t, e, s)
+	})
+}
+
+// What scripts/gpu-e2e.sh's suspend section asks the H200's driver (one
+// GPU): pairs naming a GPU no device has are refused, the process stays
+// checkpointed; the GPU onto itself restores.
+func TestSimCheckpointRemapOnOneGPU(t *testing.T) {
+	e := quotaEnv(t)
+	a := e.startProc(t, "holder", "1024")
+	got := e.ckpt(t, a.cmd.Process.Pid, "lock", "checkpoint", "restore:0>9", "state", "restore:0>0", "state", "unlock")
+	want := "lock CUDA_SUCCESS\ncheckpoint CUDA_SUCCESS\nrestore:0>9 CUDA_ERROR_INVALID_VALUE\nstate CUDA_SUCCESS 2\n" +
+		"restore:0>0 CUDA_SUCCESS\nstate CUDA_SUCCESS 1\nunlock CUDA_SUCCESS\n"
+	if got != want {
+		t.Errorf("remapping on one GPU:\n%s\nwant\n%s", got, want)
+	}
+}

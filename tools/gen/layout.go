@@ -124,12 +124,13 @@ var tenantLayout = []structSpec{
 		{"claimed_ns", "ClaimedNs", "uint64", 0, "CLOCK_REALTIME at claim"},
 		{"used", "Used", "uint64", maxDevices, "bytes held per device entry"},
 		{"unmodelled", "Unmodelled", "uint64", maxDevices, "bytes the driver's own count (NVML) showed it holding beyond used, when last read (atomic); its usage is used plus this"},
+		{"moved", "Moved", "byte", maxDevices, "per device entry, the entry it is counted on since flexgv resume --gpu moved the process (entry + 1; 0: its own; atomic)"},
 	}},
 }
 
 var tenantConsts = []constSpec{
 	{"FG_TENANT_MAGIC", "TenantMagic", 0x544e4e5447584c46}, // "FLXGTNNT" little-endian
-	{"FG_TENANT_VERSION", "TenantVersion", 9},
+	{"FG_TENANT_VERSION", "TenantVersion", 10},
 	{"FG_MAX_DEVICES", "MaxDevices", maxDevices},
 	{"FG_TENANT_SLOT_FREE", "SlotFree", 0},
 	{"FG_TENANT_SLOT_CLAIMED", "SlotClaimed", 1},
