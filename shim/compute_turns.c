@@ -40,11 +40,17 @@ static void charge(struct gpu *g, struct fg_sched_tenant *t, uint64_t ns, uint64
 
 /* Charges t, the holder, for its time not yet paid for (since since_ns),
  * at most `fair` of it: each interval is paid once, whether by the holder
- * or by a process that takes the GPU from it at the same moment. */
+ * or by a process that takes the GPU from it at the same moment. A
+ * since_ns ahead of now is the last holder's work left running, which it
+ * paid for (hand_off): nobody pays for it again. */
 void pay(struct gpu *g, struct fg_sched_tenant *t, uint64_t fair, uint64_t now)
 {
-    uint64_t since = __atomic_exchange_n(&g->hdr->since_ns, now, __ATOMIC_SEQ_CST);
-    if (t && now > since && now - since < (1ull << 62))
+    uint64_t since = LOAD(&g->hdr->since_ns);
+    do {
+        if (now <= since)
+            return;
+    } while (!__atomic_compare_exchange_n(&g->hdr->since_ns, &since, now, 1, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+    if (t && now - since < (1ull << 62))
         charge(g, t, now - since, fair, now);
 }
 
@@ -121,7 +127,8 @@ int may_take(struct gpu *g, uint32_t h, uint64_t now)
     if (mp == hp && ht && leads(g, g->t, ht) > 0)
         return 1; /* our gang holds the GPUs it shares with the holder's */
     /* Past its quantum and more: a holder blocked in a long wait. */
-    return mp == hp && now - LOAD(&g->hdr->since_ns) >= g->quantum + g->quantum / 2;
+    uint64_t since = LOAD(&g->hdr->since_ns);
+    return mp == hp && now > since && now - since >= g->quantum + g->quantum / 2;
 }
 
 /* A newcomer to the queue starts no further back than one quantum behind
@@ -165,6 +172,29 @@ int take(struct gpu *g, uint32_t from, uint64_t now)
     return 1;
 }
 
+/* Passes the GPU to the best waiter, if any may have it, paying for our
+ * time until now + tail (what we leave running). */
+static void pass(struct gpu *g, int preempted, uint64_t now, uint64_t tail)
+{
+    int next = best_waiter(g, (int)g->mine);
+    if (next < 0 || LOAD(&g->hdr->holder) != g->mine + 1)
+        return;
+    uint32_t expect = g->mine + 1;
+    if (!__atomic_compare_exchange_n(&g->hdr->holder, &expect, (uint32_t)next + 1, 0, __ATOMIC_SEQ_CST,
+                                     __ATOMIC_SEQ_CST))
+        return;
+    g->turn.holding = 0;
+    /* Time held alone before anyone waited is not charged beyond two quanta. */
+    pay(g, g->t, 2 * g->quantum + tail, now + tail);
+    if (preempted)
+        ADD(&g->t->preemptions, 1);
+    struct fg_sched_tenant *nt = tenant_of(g, (uint32_t)next);
+    STORE(&g->hdr->vclock, nt ? LOAD(&nt->vtime) : 0);
+    ADD(&g->hdr->switches, 1);
+    wake_all(g);
+    wake_followers(g);
+}
+
 /* Hands the GPU to the best waiter, if any may have it, drained or not:
  * what a gang leaves running on a GPU it gives to the gang that leads it
  * may be a collective that waits for that very gang's turn elsewhere, and
@@ -175,28 +205,28 @@ void give(struct gpu *g, int preempted, int drain)
         wait_oldest(g);
         reap(g, fg_now_ns());
     }
-    uint64_t now = fg_now_ns();
-    int next = best_waiter(g, (int)g->mine);
-    if (next < 0 || LOAD(&g->hdr->holder) != g->mine + 1)
-        return;
-    uint32_t expect = g->mine + 1;
-    if (!__atomic_compare_exchange_n(&g->hdr->holder, &expect, (uint32_t)next + 1, 0, __ATOMIC_SEQ_CST,
-                                     __ATOMIC_SEQ_CST))
-        return;
-    g->turn.holding = 0;
-    /* Time held alone before anyone waited is not charged beyond two quanta. */
-    pay(g, g->t, 2 * g->quantum, now);
-    if (preempted)
-        ADD(&g->t->preemptions, 1);
-    struct fg_sched_tenant *nt = tenant_of(g, (uint32_t)next);
-    STORE(&g->hdr->vclock, nt ? LOAD(&nt->vtime) : 0);
-    ADD(&g->hdr->switches, 1);
-    wake_all(g);
-    wake_followers(g);
+    pass(g, preempted, fg_now_ns(), 0);
 }
 
 /* Hands the GPU, drained, to the best waiter, if any may have it. */
 void hand_over(struct gpu *g, int preempted) { give(g, preempted, 1); }
+
+/* Drained, the GPU would idle from our last completion until the next
+ * holder's first launch reaches it (two wake-ups of hosts and a launch):
+ * the next holder starts while our last work, short, still runs, and its
+ * launches queue behind it. We pay for that work as it is expected to run
+ * (since_ns moves there): the next holder's time starts after it. */
+void hand_off(struct gpu *g)
+{
+    uint64_t now = fg_now_ns();
+    int64_t rest;
+    while ((rest = left(g, now)) < 0 || rest > HANDOFF_NS) {
+        wait_oldest(g);
+        now = fg_now_ns();
+        reap(g, now);
+    }
+    pass(g, 0, now, (uint64_t)rest);
+}
 
 /* The pause since the last synchronization, if any, ends at now: how long
  * such pauses last says whether they are lent (synced_on). Atomic: a launch
