@@ -14,7 +14,10 @@
  * the smallest virtual time (GPU time held over its share: weighted fair
  * queueing), once what it has in flight is short (that runs on, paid by
  * it, while the next holder wakes and launches: a drained GPU would idle
- * meanwhile), and at once, drained, when a higher priority waits. A
+ * meanwhile), and at once, drained, when a higher priority waits. Time
+ * held is charged on the host's clock, then settled on the device's: a
+ * turn whose length there (two timed events) was shorter gets the
+ * difference back (turn_clock_settle). A
  * waiter takes the GPU itself when the holder is free, dead (its slot's
  * lock is gone), idle (no launch over a poll and nothing in flight), of
  * lower priority, or past its quantum: a holder that stops launching or is
@@ -157,6 +160,13 @@ struct turn {
     int holding;               /* we held the GPU at our last look, in a turn begun at `at` */
     int lent;                  /* that turn was taken, ahead, from an idle holder: a loan */
     uint64_t at;
+    /* the turn on the device's clock (turn_clock): timed events before its
+     * first launch (on `stream`, at host time clock_at) and after its work
+     * (paid until host time clock_end) */
+    int clock_want;
+    CUevent clock0, clock1;
+    CUstream stream;
+    uint64_t clock_at, clock_end;
 };
 
 /* The lower GPU's turn end we last waited on (gang_turn_over), since when,
@@ -364,6 +374,12 @@ void hand_over(struct gpu *g, int preempted);
  * once what we have in flight is short: it runs on while the next holder
  * begins, paid by us. */
 void hand_off(struct gpu *g);
+/* The first launch of our turn, on s, starts the turn's time on the
+ * device's clock (g locked; once a turn). */
+void turn_clock_start(struct gpu *g, CUstream s);
+/* A turn's time on the device's clock, once its end is there: what it was
+ * charged beyond that is given back (g locked). */
+void turn_clock_settle(struct gpu *g);
 /* The pause since the last synchronization, if any, ends at now. */
 void pause_ends(struct gpu *g, uint64_t now);
 

@@ -54,6 +54,8 @@ static int as_holder(struct gpu *g, uint64_t now)
 {
     if (!g->turn.holding) { /* our turn starts */
         g->turn.holding = 1;
+        turn_clock_settle(g);
+        g->turn.clock_want = !g->turn.clock1;
         g->side.ran = 0;
         /* since_ns is ahead while the last holder's work left running runs */
         uint64_t since = LOAD(&g->hdr->since_ns);
@@ -142,6 +144,8 @@ void gate(struct gpu *g)
         }
         g->turn.holding = 0;
         g->turn.lent = 0; /* a turn handed to us is ours */
+        if (g->turn.clock1)
+            turn_clock_settle(g);
         if (!waited_from)
             waited_from = now;
         if (!mask_has(g->hdr->waiting, g->mine)) {

@@ -172,6 +172,76 @@ int take(struct gpu *g, uint32_t from, uint64_t now)
     return 1;
 }
 
+/* A turn's time on the device's clock. Holders are charged host time,
+ * which is the device's on a GPU, but not where the device's clock stands
+ * still while the host is late (the simulated GPU waits for a waiter the
+ * host wakes late): a turn whose host is often late would pay for time
+ * nobody had. Two timed events a turn (before its first launch, after its
+ * work) give the turn's length on the device's clock; what it was charged
+ * beyond that is given back once the second is there. On a GPU that is
+ * what its last work was estimated to take (hand_off) and did not. */
+static void clock_drop(struct gpu *g)
+{
+    event_put(g, g->turn.clock0, 1);
+    event_put(g, g->turn.clock1, 1);
+    g->turn.clock0 = g->turn.clock1 = NULL;
+    g->turn.clock_want = 0;
+}
+
+void turn_clock_start(struct gpu *g, CUstream s)
+{
+    g->turn.clock_want = 0;
+    /* Work of ours still queued would stamp the start late. */
+    if (!g->turn.holding || g->turn.clock1 || g->flight.count)
+        return;
+    event_put(g, g->turn.clock0, 1); /* a turn taken from us before its end */
+    g->turn.clock0 = NULL;
+    fg_real_cuEventRecord record = REAL(cuEventRecord);
+    CUevent ev = event_get(g, 1);
+    if (ev && record && record(ev, s) == CUDA_SUCCESS) {
+        g->turn.clock0 = ev, g->turn.stream = s, g->turn.clock_at = fg_now_ns();
+        return;
+    }
+    event_put(g, ev, 1);
+}
+
+/* Our turn ends, paid until host time `until`: its end on the device's
+ * clock comes after its work on the stream it began on. */
+static void turn_clock_end(struct gpu *g, uint64_t until)
+{
+    if (!g->turn.clock0 || g->turn.clock1)
+        return;
+    fg_real_cuEventRecord record = REAL(cuEventRecord);
+    CUevent ev = event_get(g, 1);
+    if (ev && record && record(ev, g->turn.stream) == CUDA_SUCCESS) {
+        g->turn.clock1 = ev, g->turn.clock_end = until;
+        return;
+    }
+    event_put(g, ev, 1);
+    clock_drop(g);
+}
+
+void turn_clock_settle(struct gpu *g)
+{
+    if (!g->turn.clock1)
+        return;
+    fg_real_cuEventElapsedTime_v2 elapsed = REAL(cuEventElapsedTime_v2);
+    if (!elapsed)
+        elapsed = (fg_real_cuEventElapsedTime_v2)REAL(cuEventElapsedTime);
+    float ms;
+    CUresult r = elapsed ? elapsed(&ms, g->turn.clock0, g->turn.clock1) : CUDA_ERROR_NOT_FOUND;
+    if (r == CUDA_ERROR_NOT_READY)
+        return;
+    uint64_t now = fg_now_ns(), host = g->turn.clock_end > g->turn.clock_at ? g->turn.clock_end - g->turn.clock_at : 0;
+    uint64_t dev = r == CUDA_SUCCESS && ms > 0 ? (uint64_t)((double)ms * 1e6) : host;
+    if (dev < host) {
+        uint64_t back = (host - dev) * FULL / weight(g, g->t, now), v = LOAD(&g->t->vtime);
+        while (!__atomic_compare_exchange_n(&g->t->vtime, &v, v > back ? v - back : 0, 1, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+            ;
+    }
+    clock_drop(g);
+}
+
 /* Passes the GPU to the best waiter, if any may have it, paying for our
  * time until now + tail (what we leave running). */
 static void pass(struct gpu *g, int preempted, uint64_t now, uint64_t tail)
@@ -186,6 +256,7 @@ static void pass(struct gpu *g, int preempted, uint64_t now, uint64_t tail)
     g->turn.holding = 0;
     /* Time held alone before anyone waited is not charged beyond two quanta. */
     pay(g, g->t, 2 * g->quantum + tail, now + tail);
+    turn_clock_end(g, now + tail);
     if (preempted)
         ADD(&g->t->preemptions, 1);
     struct fg_sched_tenant *nt = tenant_of(g, (uint32_t)next);
