@@ -101,8 +101,10 @@ func TestSharesDivideAContendedDevice(t *testing.T) {
 
 // Shares hold whatever the tenants' kernel lengths: a tenant of 100 µs
 // kernels at 70 % beside one of 2 ms kernels at 30 % gets its share of the
-// rate it has alone, not less (its kernels must not pay for the other's
-// quanta, hand-overs or queued work).
+// rate it has alone, and together they keep the device busy. The tenant of
+// short kernels synchronizes often, so its host is late more often: its
+// turns must not pay for time the device's clock stood still (a waiter
+// woken late), nor for the other's hand-overs.
 func TestSharesHoldForMixedKernelLengths(t *testing.T) {
 	t.Parallel()
 	kernels := []string{"2000", "100"}
@@ -125,20 +127,19 @@ func TestSharesHoldForMixedKernelLengths(t *testing.T) {
 	}
 	got := []spin{ss[0].result(), ss[1].result()}
 	total := got[0].share + got[1].share
-	loss := handoverLoss(got...)
 	for i, r := range got {
-		t.Logf("%s µs kernels at --compute %s: %.1f%% of the device, alone %.1f%%: %.1f%% of its alone rate (%d kernels, host delayed it %.0f ms)",
-			kernels[i], shares[i], r.share, alone[i].share, r.share*100/alone[i].share, r.kernels, r.delayedMs)
+		t.Logf("%s µs kernels at --compute %s: %.1f%% of the device, alone %.1f%%: %.1f%% of its alone rate (host delays: %.1f%% of its time, alone %.1f%%)",
+			kernels[i], shares[i], r.share, alone[i].share, r.share*100/alone[i].share, awakeLoss(r), awakeLoss(alone[i]))
 	}
 	for i, r := range got {
-		// A host that kept either from running hands the device to the
-		// other meanwhile: that much more skew is the host's.
-		if of := r.share * 100 / alone[i].share; math.Abs(of-want[i]) > 3+loss {
+		// Host delays beyond those it had alone can idle its turns.
+		slack := 3 + max(0, awakeLoss(r)-awakeLoss(alone[i]))
+		if of := r.share * 100 / alone[i].share; math.Abs(of-want[i]) > slack {
 			t.Errorf("%s µs kernels at --compute %s got %.1f%% of their alone rate, want %.0f ± %.1f (3 + host delays)",
-				kernels[i], shares[i], of, want[i], 3+loss)
+				kernels[i], shares[i], of, want[i], slack)
 		}
 	}
-	if total < 95-loss {
+	if loss := handoverLoss(got...); total < 95-loss {
 		t.Errorf("together %.1f%% of the device, want ≥ 95%% - %.1f (host delays)", total, loss)
 	}
 }
