@@ -132,8 +132,9 @@ func TestSharesHoldForMixedKernelLengths(t *testing.T) {
 			kernels[i], shares[i], r.share, alone[i].share, r.share*100/alone[i].share, awakeLoss(r), awakeLoss(alone[i]))
 	}
 	for i, r := range got {
-		// Host delays beyond those it had alone can idle its turns.
-		slack := 3 + max(0, awakeLoss(r)-awakeLoss(alone[i]))
+		// Host delays can idle its turns, or its run alone: as far as
+		// they differ between the two, the host moves the ratio.
+		slack := 3 + math.Abs(awakeLoss(r)-awakeLoss(alone[i]))
 		if of := r.share * 100 / alone[i].share; math.Abs(of-want[i]) > slack {
 			t.Errorf("%s µs kernels at --compute %s got %.1f%% of their alone rate, want %.0f ± %.1f (3 + host delays)",
 				kernels[i], shares[i], of, want[i], slack)
