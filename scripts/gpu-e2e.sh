@@ -3,12 +3,13 @@
 # machine with an NVIDIA driver, nvcc and PyTorch, with build/ made by `make`
 # (`make GOTAGS=nok8s` keeps the CLI small where build/ is copied over):
 #     scripts/gpu-e2e.sh OUTDIR [SECTION...]
-# Sections (default: all): decl counts simmodel hookmap torch bench contended green drvmem quota isolation nvmlprocs mpspods computecap quotabench lonebench ddpshare shares sharetrain priority prioritygraph suspend remotefamilies
+# Sections (default: all): decl counts simmodel hookmap torch bench contended green drvmem quota isolation nvmlprocs mpspods computecap quotabench lonebench ddpshare shares sharetrain sharemixed priority prioritygraph suspend remotefamilies
 # (PAIRS="flexgv" runs only some of the priority sections' ways of sharing,
 # PRIORITY_ROUNDS=3 runs them three times over, the request alone in each;
 # REF_SHIM=PATH with PAIRS "ref" and "mpsref" runs flexgv's pairs again in
 # the same rounds with that build of libflexgv.so, to compare two shims;
-# SHARE_S=60 TRAIN_S=60 make the share runs last a minute each; SUSPEND_GIB and
+# SHARE_S=60 TRAIN_S=60 make the share runs last a minute each; REF_SHIM=PATH
+# also runs sharemixed's pair with that libflexgv.so; SUSPEND_GIB and
 # SUSPEND_STEPS size the suspend section's ballast and training)
 # Checks our driver declarations against the real headers, traces CUDA
 # programs built with nvcc (static and shared cudart), checks every hooked
@@ -22,7 +23,7 @@ set -u -o pipefail
 source "$(dirname "$0")/outdir.sh"
 OUT=$(outdir gpu-e2e "${1:-}") || exit 2
 shift || true
-SECTIONS=${*:-decl counts simmodel hookmap torch bench contended green drvmem quota isolation nvmlprocs mpspods computecap quotabench lonebench ddpshare shares sharetrain priority prioritygraph suspend remotefamilies}
+SECTIONS=${*:-decl counts simmodel hookmap torch bench contended green drvmem quota isolation nvmlprocs mpspods computecap quotabench lonebench ddpshare shares sharetrain sharemixed priority prioritygraph suspend remotefamilies}
 ROUNDS=${ROUNDS:-7} # rounds of the throughput benchmarks
 PAIRS=${PAIRS:-timeslice mps mps50 mpsflexgv mpssm mpssm25 flexgv} # how the priority sections share the GPU
 PRIORITY_ROUNDS=${PRIORITY_ROUNDS:-1} # rounds of those pairs, one after another (their ratios compared round by round)
@@ -34,6 +35,7 @@ if [[ " $PAIRS " == *" ref "* || " $PAIRS " == *" mpsref "* ]] && [ ! -f "$REF_S
 fi
 SHARE_S=${SHARE_S:-24} # seconds of the matmul share run (the change comes halfway)
 TRAIN_S=${TRAIN_S:-15} # seconds of the training share run
+MIX_LONG=${MIX_LONG:-64} MIX_SHORT=${MIX_SHORT:-4} # sharemixed's batches: long kernels at 30 %, short at 70 %
 want() { [[ " $SECTIONS " == *" $1 "* ]]; }
 ROOT=$(pwd)
 CUDA=${CUDA_HOME:-/usr/local/cuda}
@@ -672,7 +674,7 @@ mkdir -p "$S"
 at() { echo $(($(date +%s) + $1)); } # a start time S seconds from now
 sleep_until() { sleep "$(python3 -c "import time; print(max(0, $1 - time.time()))")"; }
 bounded() { timeout -k 5 $((90 + SHARE_S + TRAIN_S)) "$@" || echo "exit $? after at most $((90 + SHARE_S + TRAIN_S)) s: $*" >>"$S/timeouts.txt"; }
-if want shares || want sharetrain || want priority || want prioritygraph; then
+if want shares || want sharetrain || want sharemixed || want priority || want prioritygraph; then
     export FLEXGV_STATE_DIR=$WORK/share-state
     bounded python3 $L matmul 5 >"$S/mm_alone.txt"
     bounded python3 $L train 5 >"$S/tr_alone.txt"
@@ -717,6 +719,31 @@ sleep_until $((T + 3)) && "$FLEXGV" top --once >"$S/top_train.txt" &&
 sleep_until $((T + 13)) && "$FLEXGV" top --once >>"$S/top_train.txt" &&
     python3 scripts/gpu/region_dump.py "$FLEXGV_STATE_DIR" >>"$S/region_train.txt"
 wait $p30 $p70 # by pid: a bare wait would also wait for the log's tee
+fi
+
+if want sharemixed; then
+# Mixed kernel lengths: a training of large batches (long kernels) at 30 %
+# beside one of small batches (short kernels) at 70 %, each judged against
+# its own rate alone (trm_alone_B.txt); with REF_SHIM, the same pair again
+# under that shim (trm_ref_*), to compare two shims on the same machine.
+echo "== compute shares: trainings of batch $MIX_LONG at 30% and $MIX_SHORT at 70% ($(date +%T))"
+for b in "$MIX_LONG" "$MIX_SHORT"; do
+    bounded "$FLEXGV" run --compute 30% -- python3 $L train "$TRAIN_S" 0 "$b" >"$S/trm_alone_$b.txt"
+done
+mixed() { # PREFIX [SHIM]
+    local T=$(at 20) shim=()
+    [ -n "${2:-}" ] && shim=(--shim "$2")
+    bounded "$FLEXGV" run "${shim[@]}" --compute 30% -- python3 $L train "$TRAIN_S" "$T" "$MIX_LONG" >"$S/${1}30.txt" &
+    local p30=$!
+    bounded "$FLEXGV" run "${shim[@]}" --compute 70% -- python3 $L train "$TRAIN_S" "$T" "$MIX_SHORT" >"$S/${1}70.txt" &
+    local p70=$!
+    sleep_until $((T + 5)) && "$FLEXGV" top --once >"$S/top_${1%_}.txt" &&
+        python3 scripts/gpu/region_dump.py "$FLEXGV_STATE_DIR" >"$S/region_${1%_}.txt"
+    wait $p30 $p70
+}
+mixed trm_
+[ -n "$REF_SHIM" ] && [ -f "$REF_SHIM" ] && mixed trm_ref_ "$REF_SHIM"
+echo "batches $MIX_LONG $MIX_SHORT" >"$S/trm_batches.txt"
 fi
 
 # (b) priority: inference KIND (infer or infer-graph) at half its peak rate
@@ -798,7 +825,7 @@ if want prioritygraph; then
     priority_bench infer-graph g_
 fi
 
-if want shares || want sharetrain || want priority || want prioritygraph; then
+if want shares || want sharetrain || want sharemixed || want priority || want prioritygraph; then
     python3 scripts/gpu/share_report.py "$S" || fail "compute shares off target (above)"
     [ -s "$S/timeouts.txt" ] && cat "$S/timeouts.txt" && fail "share runs timed out"
     unset FLEXGV_STATE_DIR

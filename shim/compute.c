@@ -38,6 +38,8 @@ static struct gpu *enter(CUstream s)
     pthread_mutex_lock(&g->lock);
     gate(g);
     mark_start(g, s);
+    if (FG_UNLIKELY(g->turn.clock_want))
+        turn_clock_start(g, s);
     __atomic_store_n(&g->me->launches, g->me->launches + 1, __ATOMIC_RELAXED);
     return g;
 }

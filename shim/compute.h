@@ -9,10 +9,15 @@
  * the GPU launches straight through (a few loads and a counter). With other
  * processes present it keeps the work it has in flight short (completion
  * events, untimed but where a cap's busy period begins), so that the GPU
- * changes hands fast; when they wait, it hands the GPU over, drained, at
- * the end of its quantum to the waiting process of highest priority whose
- * tenant has the smallest virtual time (GPU time held over its share:
- * weighted fair queueing), and at once when a higher priority waits. A
+ * changes hands fast; when they wait, it hands the GPU over at the end of
+ * its quantum to the waiting process of highest priority whose tenant has
+ * the smallest virtual time (GPU time held over its share: weighted fair
+ * queueing), once what it has in flight is short (that runs on, paid by
+ * it, while the next holder wakes and launches: a drained GPU would idle
+ * meanwhile), and at once, drained, when a higher priority waits. Time
+ * held is charged on the host's clock, then settled on the device's: a
+ * turn whose length there (two timed events) was shorter gets the
+ * difference back (turn_clock_settle). A
  * waiter takes the GPU itself when the holder is free, dead (its slot's
  * lock is gone), idle (no launch over a poll and nothing in flight), of
  * lower priority, or past its quantum: a holder that stops launching or is
@@ -80,6 +85,9 @@ enum { RING = 256 };                  /* launches tracked in flight per GPU, at 
 #endif
 #ifndef AHEAD_BELOW_NS
 #define AHEAD_BELOW_NS 250000ll       /* ...or when a higher priority may come */
+#endif
+#ifndef HANDOFF_NS
+#define HANDOFF_NS 3000000ll          /* work left this short runs on as an equal's turn begins */
 #endif
 #ifndef POLL_NS
 #define POLL_NS 500000ull             /* a waiter looks at the holder this often */
@@ -152,6 +160,13 @@ struct turn {
     int holding;               /* we held the GPU at our last look, in a turn begun at `at` */
     int lent;                  /* that turn was taken, ahead, from an idle holder: a loan */
     uint64_t at;
+    /* the turn on the device's clock (turn_clock): timed events before its
+     * first launch (on `stream`, at host time clock_at) and after its work
+     * (paid until host time clock_end) */
+    int clock_want;
+    CUevent clock0, clock1;
+    CUstream stream;
+    uint64_t clock_at, clock_end;
 };
 
 /* The lower GPU's turn end we last waited on (gang_turn_over), since when,
@@ -267,6 +282,19 @@ static inline int64_t ahead(const struct gpu *g, uint64_t now)
     return expected > running ? expected : running;
 }
 
+/* Work still to run, expected: what the launches in flight take less what
+ * the oldest has run; -1 when nothing measured tells. */
+static inline int64_t left(const struct gpu *g, uint64_t now)
+{
+    if (!g->flight.count)
+        return 0;
+    if (!g->flight.avg)
+        return -1;
+    uint64_t since = g->flight.ring[g->flight.head].at > g->flight.last_done ? g->flight.ring[g->flight.head].at : g->flight.last_done;
+    int64_t running = now > since ? (int64_t)(now - since) : 0, expected = (int64_t)(g->flight.count * g->flight.avg);
+    return expected > running ? expected - running : 0;
+}
+
 /* ---- the region and our place in it (compute_region.c) ---- */
 
 extern struct gpu gpus[FG_NDEV];
@@ -342,6 +370,16 @@ int take(struct gpu *g, uint32_t from, uint64_t now);
  * always by hand_over) or not. */
 void give(struct gpu *g, int preempted, int drain);
 void hand_over(struct gpu *g, int preempted);
+/* Hands the GPU to the best waiter of our priority, if any may have it,
+ * once what we have in flight is short: it runs on while the next holder
+ * begins, paid by us. */
+void hand_off(struct gpu *g);
+/* The first launch of our turn, on s, starts the turn's time on the
+ * device's clock (g locked; once a turn). */
+void turn_clock_start(struct gpu *g, CUstream s);
+/* A turn's time on the device's clock, once its end is there: what it was
+ * charged beyond that is given back (g locked). */
+void turn_clock_settle(struct gpu *g);
 /* The pause since the last synchronization, if any, ends at now. */
 void pause_ends(struct gpu *g, uint64_t now);
 

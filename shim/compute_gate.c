@@ -54,8 +54,12 @@ static int as_holder(struct gpu *g, uint64_t now)
 {
     if (!g->turn.holding) { /* our turn starts */
         g->turn.holding = 1;
+        turn_clock_settle(g);
+        g->turn.clock_want = !g->turn.clock1;
         g->side.ran = 0;
-        g->turn.at = LOAD(&g->hdr->since_ns);
+        /* since_ns is ahead while the last holder's work left running runs */
+        uint64_t since = LOAD(&g->hdr->since_ns);
+        g->turn.at = since < now ? since : now;
         STORE(&g->hdr->turn_ends_ns, g->turn.at + g->quantum);
     }
     int others = others_in(g, g->hdr->waiting), present = others_in(g, g->hdr->present);
@@ -77,7 +81,7 @@ static int as_holder(struct gpu *g, uint64_t now)
      * synchronizations would hand a whole quantum to one ahead of it, and
      * shares would drift toward equal. */
     if (g->turn.lent && nt && before(g, nt, g->t)) {
-        hand_over(g, 0);
+        hand_off(g);
         return AGAIN;
     }
     if (now - g->turn.at >= g->quantum) {
@@ -87,7 +91,7 @@ static int as_holder(struct gpu *g, uint64_t now)
         g->turn.at = now;
         STORE(&g->hdr->turn_ends_ns, now + g->quantum);
         if (nt && before(g, nt, g->t)) {
-            hand_over(g, 0);
+            hand_off(g);
             return AGAIN;
         }
     }
@@ -140,6 +144,8 @@ void gate(struct gpu *g)
         }
         g->turn.holding = 0;
         g->turn.lent = 0; /* a turn handed to us is ours */
+        if (g->turn.clock1)
+            turn_clock_settle(g);
         if (!waited_from)
             waited_from = now;
         if (!mask_has(g->hdr->waiting, g->mine)) {

@@ -40,11 +40,17 @@ static void charge(struct gpu *g, struct fg_sched_tenant *t, uint64_t ns, uint64
 
 /* Charges t, the holder, for its time not yet paid for (since since_ns),
  * at most `fair` of it: each interval is paid once, whether by the holder
- * or by a process that takes the GPU from it at the same moment. */
+ * or by a process that takes the GPU from it at the same moment. A
+ * since_ns ahead of now is the last holder's work left running, which it
+ * paid for (hand_off): nobody pays for it again. */
 void pay(struct gpu *g, struct fg_sched_tenant *t, uint64_t fair, uint64_t now)
 {
-    uint64_t since = __atomic_exchange_n(&g->hdr->since_ns, now, __ATOMIC_SEQ_CST);
-    if (t && now > since && now - since < (1ull << 62))
+    uint64_t since = LOAD(&g->hdr->since_ns);
+    do {
+        if (now <= since)
+            return;
+    } while (!__atomic_compare_exchange_n(&g->hdr->since_ns, &since, now, 1, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+    if (t && now - since < (1ull << 62))
         charge(g, t, now - since, fair, now);
 }
 
@@ -121,7 +127,8 @@ int may_take(struct gpu *g, uint32_t h, uint64_t now)
     if (mp == hp && ht && leads(g, g->t, ht) > 0)
         return 1; /* our gang holds the GPUs it shares with the holder's */
     /* Past its quantum and more: a holder blocked in a long wait. */
-    return mp == hp && now - LOAD(&g->hdr->since_ns) >= g->quantum + g->quantum / 2;
+    uint64_t since = LOAD(&g->hdr->since_ns);
+    return mp == hp && now > since && now - since >= g->quantum + g->quantum / 2;
 }
 
 /* A newcomer to the queue starts no further back than one quantum behind
@@ -165,6 +172,100 @@ int take(struct gpu *g, uint32_t from, uint64_t now)
     return 1;
 }
 
+/* A turn's time on the device's clock. Holders are charged host time,
+ * which is the device's on a GPU, but not where the device's clock stands
+ * still while the host is late (the simulated GPU waits for a waiter the
+ * host wakes late): a turn whose host is often late would pay for time
+ * nobody had. Two timed events a turn (before its first launch, after its
+ * work) give the turn's length on the device's clock; what it was charged
+ * beyond that is given back once the second is there. On a GPU that is
+ * what its last work was estimated to take (hand_off) and did not. */
+static void clock_drop(struct gpu *g)
+{
+    event_put(g, g->turn.clock0, 1);
+    event_put(g, g->turn.clock1, 1);
+    g->turn.clock0 = g->turn.clock1 = NULL;
+    g->turn.clock_want = 0;
+}
+
+void turn_clock_start(struct gpu *g, CUstream s)
+{
+    g->turn.clock_want = 0;
+    /* Work of ours still queued would stamp the start late. */
+    if (!g->turn.holding || g->turn.clock1 || g->flight.count)
+        return;
+    event_put(g, g->turn.clock0, 1); /* a turn taken from us before its end */
+    g->turn.clock0 = NULL;
+    fg_real_cuEventRecord record = REAL(cuEventRecord);
+    CUevent ev = event_get(g, 1);
+    if (ev && record && record(ev, s) == CUDA_SUCCESS) {
+        g->turn.clock0 = ev, g->turn.stream = s, g->turn.clock_at = fg_now_ns();
+        return;
+    }
+    event_put(g, ev, 1);
+}
+
+/* Our turn ends, paid until host time `until`: its end on the device's
+ * clock comes after its work on the stream it began on. */
+static void turn_clock_end(struct gpu *g, uint64_t until)
+{
+    if (!g->turn.clock0 || g->turn.clock1)
+        return;
+    fg_real_cuEventRecord record = REAL(cuEventRecord);
+    CUevent ev = event_get(g, 1);
+    if (ev && record && record(ev, g->turn.stream) == CUDA_SUCCESS) {
+        g->turn.clock1 = ev, g->turn.clock_end = until;
+        return;
+    }
+    event_put(g, ev, 1);
+    clock_drop(g);
+}
+
+void turn_clock_settle(struct gpu *g)
+{
+    if (!g->turn.clock1)
+        return;
+    fg_real_cuEventElapsedTime_v2 elapsed = REAL(cuEventElapsedTime_v2);
+    if (!elapsed)
+        elapsed = (fg_real_cuEventElapsedTime_v2)REAL(cuEventElapsedTime);
+    float ms;
+    CUresult r = elapsed ? elapsed(&ms, g->turn.clock0, g->turn.clock1) : CUDA_ERROR_NOT_FOUND;
+    if (r == CUDA_ERROR_NOT_READY)
+        return;
+    uint64_t now = fg_now_ns(), host = g->turn.clock_end > g->turn.clock_at ? g->turn.clock_end - g->turn.clock_at : 0;
+    uint64_t dev = r == CUDA_SUCCESS && ms > 0 ? (uint64_t)((double)ms * 1e6) : host;
+    if (dev < host) {
+        uint64_t back = (host - dev) * FULL / weight(g, g->t, now), v = LOAD(&g->t->vtime);
+        while (!__atomic_compare_exchange_n(&g->t->vtime, &v, v > back ? v - back : 0, 1, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+            ;
+    }
+    clock_drop(g);
+}
+
+/* Passes the GPU to the best waiter, if any may have it, paying for our
+ * time until now + tail (what we leave running). */
+static void pass(struct gpu *g, int preempted, uint64_t now, uint64_t tail)
+{
+    int next = best_waiter(g, (int)g->mine);
+    if (next < 0 || LOAD(&g->hdr->holder) != g->mine + 1)
+        return;
+    uint32_t expect = g->mine + 1;
+    if (!__atomic_compare_exchange_n(&g->hdr->holder, &expect, (uint32_t)next + 1, 0, __ATOMIC_SEQ_CST,
+                                     __ATOMIC_SEQ_CST))
+        return;
+    g->turn.holding = 0;
+    /* Time held alone before anyone waited is not charged beyond two quanta. */
+    pay(g, g->t, 2 * g->quantum + tail, now + tail);
+    turn_clock_end(g, now + tail);
+    if (preempted)
+        ADD(&g->t->preemptions, 1);
+    struct fg_sched_tenant *nt = tenant_of(g, (uint32_t)next);
+    STORE(&g->hdr->vclock, nt ? LOAD(&nt->vtime) : 0);
+    ADD(&g->hdr->switches, 1);
+    wake_all(g);
+    wake_followers(g);
+}
+
 /* Hands the GPU to the best waiter, if any may have it, drained or not:
  * what a gang leaves running on a GPU it gives to the gang that leads it
  * may be a collective that waits for that very gang's turn elsewhere, and
@@ -175,28 +276,28 @@ void give(struct gpu *g, int preempted, int drain)
         wait_oldest(g);
         reap(g, fg_now_ns());
     }
-    uint64_t now = fg_now_ns();
-    int next = best_waiter(g, (int)g->mine);
-    if (next < 0 || LOAD(&g->hdr->holder) != g->mine + 1)
-        return;
-    uint32_t expect = g->mine + 1;
-    if (!__atomic_compare_exchange_n(&g->hdr->holder, &expect, (uint32_t)next + 1, 0, __ATOMIC_SEQ_CST,
-                                     __ATOMIC_SEQ_CST))
-        return;
-    g->turn.holding = 0;
-    /* Time held alone before anyone waited is not charged beyond two quanta. */
-    pay(g, g->t, 2 * g->quantum, now);
-    if (preempted)
-        ADD(&g->t->preemptions, 1);
-    struct fg_sched_tenant *nt = tenant_of(g, (uint32_t)next);
-    STORE(&g->hdr->vclock, nt ? LOAD(&nt->vtime) : 0);
-    ADD(&g->hdr->switches, 1);
-    wake_all(g);
-    wake_followers(g);
+    pass(g, preempted, fg_now_ns(), 0);
 }
 
 /* Hands the GPU, drained, to the best waiter, if any may have it. */
 void hand_over(struct gpu *g, int preempted) { give(g, preempted, 1); }
+
+/* Drained, the GPU would idle from our last completion until the next
+ * holder's first launch reaches it (two wake-ups of hosts and a launch):
+ * the next holder starts while our last work, short, still runs, and its
+ * launches queue behind it. We pay for that work as it is expected to run
+ * (since_ns moves there): the next holder's time starts after it. */
+void hand_off(struct gpu *g)
+{
+    uint64_t now = fg_now_ns();
+    int64_t rest;
+    while ((rest = left(g, now)) < 0 || rest > HANDOFF_NS) {
+        wait_oldest(g);
+        now = fg_now_ns();
+        reap(g, now);
+    }
+    pass(g, 0, now, (uint64_t)rest);
+}
 
 /* The pause since the last synchronization, if any, ends at now: how long
  * such pauses last says whether they are lent (synced_on). Atomic: a launch

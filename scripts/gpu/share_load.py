@@ -2,7 +2,8 @@
 
     share_load.py matmul SECONDS [START]     matrix products; prints "window T N"
                                              every second (N products in it)
-    share_load.py train SECONDS [START]      a small transformer training loop;
+    share_load.py train SECONDS [START [BATCH]]  a small transformer training loop
+                                             (BATCH sequences a step, default 32);
                                              prints "window T STEPS" every second,
                                              then "slowstep END MS" for steps over
                                              3x the median
@@ -72,10 +73,10 @@ def model():
     return torch.nn.TransformerEncoder(layer, num_layers=6).to(dev)
 
 
-def train(seconds, start):
+def train(seconds, start, batch=32):
     m = model()
     opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
-    x = torch.randn(32, 256, 512, device=dev)
+    x = torch.randn(batch, 256, 512, device=dev)
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -216,7 +217,7 @@ if __name__ == "__main__":
     if mode == "matmul":
         matmul(int(args[0]), args[1] if len(args) > 1 else 0)
     elif mode == "train":
-        train(int(args[0]), args[1] if len(args) > 1 else 0)
+        train(int(args[0]), args[1] if len(args) > 1 else 0, int(args[2]) if len(args) > 2 else 32)
     elif mode in ("infer", "infer-graph"):
         infer(args[0], args[1], args[2] if len(args) > 2 else 0, mode == "infer-graph")
     elif mode in ("peak", "peak-graph"):

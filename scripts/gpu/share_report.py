@@ -99,6 +99,19 @@ if have("tr_30.txt", "tr_70.txt"):
     bad |= abs(t30 - 30) > 5 or abs(t70 - 70) > 5
     rows.append(("training 30/70", f"{t30:.1f}% / {t70:.1f}% of one alone (together {t30 + t70:.1f}%)", "± 2 pp, ≥ 97%"))
 
+# (a') mixed kernel lengths at 30/70: each against its own rate alone
+if have("trm_batches.txt"):
+    long_b, short_b = open(os.path.join(d, "trm_batches.txt")).read().split()[1:3]
+    alone_l, alone_s = rate(f"trm_alone_{long_b}.txt"), rate(f"trm_alone_{short_b}.txt")
+    for prefix, who in (("trm_", "flexgv"), ("trm_ref_", "the reference shim")):
+        if not have(f"{prefix}30.txt", f"{prefix}70.txt"):
+            continue
+        m30, m70 = rate(f"{prefix}30.txt") / alone_l * 100, rate(f"{prefix}70.txt") / alone_s * 100
+        if prefix == "trm_":
+            bad |= abs(m30 - 30) > 5 or abs(m70 - 70) > 5
+        rows.append((f"training batch {long_b} at 30 % / batch {short_b} at 70 % ({who})",
+                     f"{m30:.1f}% / {m70:.1f}% of each alone (together {m30 + m70:.1f}%)", "± 3 pp, ≥ 95%"))
+
 # (b) priority, for eager and CUDA-graph inference
 for prefix, kind in [("", "eager inference"), ("g_", "CUDA-graph inference")]:
     if not have(f"inf_{prefix}alone.txt"):

@@ -99,6 +99,52 @@ func TestSharesDivideAContendedDevice(t *testing.T) {
 	}
 }
 
+// Shares hold whatever the tenants' kernel lengths: a tenant of 100 µs
+// kernels at 70 % beside one of 2 ms kernels at 30 % gets its share of the
+// rate it has alone, and together they keep the device busy. The tenant of
+// short kernels synchronizes often, so its host is late more often: its
+// turns must not pay for time the device's clock stood still (a waiter
+// woken late), nor for the other's hand-overs.
+func TestSharesHoldForMixedKernelLengths(t *testing.T) {
+	t.Parallel()
+	kernels := []string{"2000", "100"}
+	shares := []string{"30%", "70%"}
+	want := []float64{30, 70}
+	// Each alone (on a device of its own): the rate its share is of.
+	alone := make([]spin, 2)
+	for i := range kernels {
+		s := newEnv(t).spinnerUnder([]string{"--compute", shares[i]}, kernels[i], "1", "16")
+		s.start()
+		alone[i] = s.result()
+	}
+	e := newEnv(t)
+	ss := []*spinner{
+		e.spinnerUnder([]string{"--compute", shares[0]}, kernels[0], "3", "16"),
+		e.spinnerUnder([]string{"--compute", shares[1]}, kernels[1], "3", "16"),
+	}
+	for _, s := range ss {
+		s.start()
+	}
+	got := []spin{ss[0].result(), ss[1].result()}
+	total := got[0].share + got[1].share
+	for i, r := range got {
+		t.Logf("%s µs kernels at --compute %s: %.1f%% of the device, alone %.1f%%: %.1f%% of its alone rate (host delays: %.1f%% of its time, alone %.1f%%)",
+			kernels[i], shares[i], r.share, alone[i].share, r.share*100/alone[i].share, awakeLoss(r), awakeLoss(alone[i]))
+	}
+	for i, r := range got {
+		// Host delays can idle its turns, or its run alone: as far as
+		// they differ between the two, the host moves the ratio.
+		slack := 3 + math.Abs(awakeLoss(r)-awakeLoss(alone[i]))
+		if of := r.share * 100 / alone[i].share; math.Abs(of-want[i]) > slack {
+			t.Errorf("%s µs kernels at --compute %s got %.1f%% of their alone rate, want %.0f ± %.1f (3 + host delays)",
+				kernels[i], shares[i], of, want[i], slack)
+		}
+	}
+	if loss := handoverLoss(got...); total < 95-loss {
+		t.Errorf("together %.1f%% of the device, want ≥ 95%% - %.1f (host delays)", total, loss)
+	}
+}
+
 // Processes in the last slots of a GPU's scheduler (the last word of its
 // masks) take turns as the first ones do.
 func TestSharesDivideInTheLastSlots(t *testing.T) {

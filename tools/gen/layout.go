@@ -172,7 +172,7 @@ var schedLayout = []structSpec{
 		{"waiting", "Waiting", "uint64", schedWords, "bit i%64 of word i/64: slot i waits for the GPU (atomic)"},
 		{"holder", "Holder", "uint32", 0, "slot index + 1 of the holder; 0: none (atomic)"},
 		{"gen", "Gen", "uint32", 0, "bumped at every hand-over; waiters sleep on it (futex)"},
-		{"since_ns", "SinceNs", "uint64", 0, "CLOCK_MONOTONIC from which the holder's time is not yet charged (exchanged: each interval paid once)"},
+		{"since_ns", "SinceNs", "uint64", 0, "CLOCK_MONOTONIC from which the holder's time is not yet charged, never moved back (each interval paid once); ahead of now while the last holder's work left running, which it paid for, runs"},
 		{"vclock", "VClock", "uint64", 0, "virtual time of the last hand-over: newcomers start there"},
 		{"switches", "Switches", "uint64", 0, "hand-overs so far (atomic)"},
 		{"turn_ends_ns", "TurnEndsNs", "uint64", 0, "CLOCK_MONOTONIC when the holder's quantum ends, as it keeps it: a gang's ranks on other GPUs stop launching there (atomic)"},
