@@ -851,7 +851,7 @@ if gcc -std=gnu11 -O2 -Wall -Iinclude -Iinclude/flexgv -o "$WORK/ckptctl" tests/
         "unlock CUDA_ERROR_ILLEGAL_STATE" "lock CUDA_SUCCESS" "lock CUDA_ERROR_ILLEGAL_STATE" "state CUDA_SUCCESS 1" \
         "checkpoint CUDA_SUCCESS" "checkpoint CUDA_ERROR_ILLEGAL_STATE" "unlock CUDA_ERROR_ILLEGAL_STATE" "state CUDA_SUCCESS 2" \
         "restore CUDA_SUCCESS" "state CUDA_SUCCESS 1" "unlock CUDA_SUCCESS" "state CUDA_SUCCESS 0" \
-        "state CUDA_ERROR_INVALID_VALUE -1" "lock CUDA_ERROR_INVALID_VALUE" >"$WORK/ckpt_sim.txt"
+        "state CUDA_ERROR_OPERATING_SYSTEM -1" "lock CUDA_ERROR_OPERATING_SYSTEM" >"$WORK/ckpt_sim.txt"
     if diff "$WORK/ckpt_sim.txt" "$WORK/ckpt_real.txt"; then
         pass "the driver answers the checkpoint API from each state as the simulated GPU does"
     else

@@ -1570,8 +1570,8 @@ CUresult sim_ckpt_state(int pid, CUprocessState *state)
     if (!state)
         return CUDA_ERROR_INVALID_VALUE;
     int i = find_pid(pid, &inc);
-    if (i < 0)
-        return CUDA_ERROR_INVALID_VALUE;
+    if (i < 0) /* as the driver answers for a process it cannot find (H200, driver 580) */
+        return CUDA_ERROR_OPERATING_SYSTEM;
     *state = (CUprocessState)__atomic_load_n(&sim->procs[i].ckpt_state, __ATOMIC_ACQUIRE);
     return CUDA_SUCCESS;
 }
@@ -1598,7 +1598,7 @@ CUresult sim_ckpt_lock(int pid, unsigned timeout_ms)
     uint32_t inc;
     int i = hold_pid(pid, &inc);
     if (i < 0)
-        return CUDA_ERROR_INVALID_VALUE;
+        return CUDA_ERROR_OPERATING_SYSTEM;
     struct sim_proc_state *p = &sim->procs[i];
     uint32_t running = CU_PROCESS_STATE_RUNNING;
     int locked = __atomic_compare_exchange_n(&p->ckpt_state, &running, CU_PROCESS_STATE_LOCKED, 0, __ATOMIC_SEQ_CST,
@@ -1632,7 +1632,7 @@ CUresult sim_ckpt_checkpoint(int pid)
     uint32_t inc;
     int i = hold_pid(pid, &inc);
     if (i < 0)
-        return CUDA_ERROR_INVALID_VALUE;
+        return CUDA_ERROR_OPERATING_SYSTEM;
     struct sim_proc_state *p = &sim->procs[i];
     CUresult r = CUDA_ERROR_ILLEGAL_STATE;
     if (__atomic_load_n(&p->ckpt_state, __ATOMIC_ACQUIRE) == CU_PROCESS_STATE_LOCKED) {
@@ -1701,7 +1701,7 @@ CUresult sim_ckpt_restore(int pid, const CUcheckpointGpuPair *pairs, unsigned np
     uint32_t inc;
     int i = hold_pid(pid, &inc);
     if (i < 0)
-        return CUDA_ERROR_INVALID_VALUE;
+        return CUDA_ERROR_OPERATING_SYSTEM;
     struct sim_proc_state *p = &sim->procs[i];
     CUresult r = CUDA_ERROR_ILLEGAL_STATE;
     int to[SIM_MAX_DEVICES];
@@ -1740,7 +1740,7 @@ CUresult sim_ckpt_unlock(int pid)
     uint32_t inc;
     int i = hold_pid(pid, &inc);
     if (i < 0)
-        return CUDA_ERROR_INVALID_VALUE;
+        return CUDA_ERROR_OPERATING_SYSTEM;
     struct sim_proc_state *p = &sim->procs[i];
     uint32_t locked = CU_PROCESS_STATE_LOCKED;
     int ok = __atomic_compare_exchange_n(&p->ckpt_state, &locked, CU_PROCESS_STATE_RUNNING, 0, __ATOMIC_SEQ_CST,

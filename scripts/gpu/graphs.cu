@@ -147,7 +147,14 @@ int main()
     cudaGraph_t body = cp.conditional.phGraph_out[0];
     CHECK(cudaGraphAddKernelNode(&bnode, body, nullptr, 0, &kp));
     cudaGraphNodeParams &back = *(cudaGraphNodeParams *)calloc(1, sizeof(cudaGraphNodeParams));
-    CHECK(cudaGraphNodeGetParams(cnode, &back));
+    // (the runtime has no getter: the driver's, whose parameters are the runtime's alike)
+    int (*get_params)(cudaGraphNode_t, cudaGraphNodeParams *) = nullptr;
+    cudaDriverEntryPointQueryResult found;
+    CHECK(cudaGetDriverEntryPointByVersion("cuGraphNodeGetParams", (void **)&get_params, 12030, cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess || get_params(cnode, &back) != 0) {
+        std::printf("cuGraphNodeGetParams: not found or failed\n");
+        return 1;
+    }
     std::printf("conditional node read back: type %d, kind %d, %u body, %s handle, %s body graph\n", (int)back.type,
                 (int)back.conditional.type, back.conditional.size, back.conditional.handle == h ? "the same" : "another",
                 back.conditional.phGraph_out[0] == body ? "the same" : "another");
@@ -166,8 +173,8 @@ int main()
 
     // A WHILE node, its handle 1 at each launch; its body captured from the
     // stream: a kernel counting down and setting the handle to what is left.
-    int *count;
-    CHECK(cudaMalloc(&count, sizeof(int)));
+    int *remaining;
+    CHECK(cudaMalloc(&remaining, sizeof(int)));
     cudaGraph_t graphs[2], captured;
     cudaGraphNode_t whiles[2];
     for (int i = 0; i < 2; i++) {
@@ -182,7 +189,7 @@ int main()
         CHECK(cudaGraphAddNode(&whiles[i], graphs[i], nullptr, nullptr, 0, &cp));
         CHECK(cudaStreamBeginCaptureToGraph(st, cp.conditional.phGraph_out[0], nullptr, nullptr, 0,
                                             cudaStreamCaptureModeRelaxed));
-        countdown<<<1, 1, 0, st>>>(w, count, word);
+        countdown<<<1, 1, 0, st>>>(w, remaining, word);
         CHECK(cudaStreamEndCapture(st, &captured));
         std::printf("while body captured: %s graph\n", captured == cp.conditional.phGraph_out[0] ? "the body" : "another");
     }
@@ -201,18 +208,18 @@ int main()
                                                         : "another");
         }
         int from = 3 + 2 * (round & 1), left = -1, ran = -1;
-        CHECK(cudaMemcpy(count, &from, sizeof from, cudaMemcpyHostToDevice));
+        CHECK(cudaMemcpy(remaining, &from, sizeof from, cudaMemcpyHostToDevice));
         CHECK(cudaMemset(word, 0, sizeof(int)));
         CHECK(cudaGraphLaunch(x, st));
         CHECK(cudaStreamSynchronize(st));
-        CHECK(cudaMemcpy(&left, count, sizeof left, cudaMemcpyDeviceToHost));
+        CHECK(cudaMemcpy(&left, remaining, sizeof left, cudaMemcpyDeviceToHost));
         CHECK(cudaMemcpy(&ran, word, sizeof ran, cudaMemcpyDeviceToHost));
         std::printf("while node from %d: body ran %d times, %d left\n", from, ran, left);
     }
     CHECK(cudaGraphExecDestroy(x));
     CHECK(cudaGraphDestroy(graphs[0]));
     CHECK(cudaGraphDestroy(graphs[1]));
-    CHECK(cudaFree(count));
+    CHECK(cudaFree(remaining));
     CHECK(cudaFree(flag));
     CHECK(cudaFree(word));
     CHECK(cudaFreeHost(pinned));

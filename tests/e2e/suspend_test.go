@@ -311,7 +311,7 @@ func TestSimCheckpointAPIFollowsTheDriversStates(t *testing.T) {
 	if got := e.ckpt(t, pid, "restore", "state", "unlock", "state"); got != "restore CUDA_SUCCESS\nstate CUDA_SUCCESS 1\nunlock CUDA_SUCCESS\nstate CUDA_SUCCESS 0\n" {
 		t.Errorf("restore once there is room:\n%s", got)
 	}
-	if got := e.ckpt(t, 1<<22+1, "state", "lock"); got != "state CUDA_ERROR_INVALID_VALUE -1\nlock CUDA_ERROR_INVALID_VALUE\n" {
+	if got := e.ckpt(t, 1<<22+1, "state", "lock"); got != "state CUDA_ERROR_OPERATING_SYSTEM -1\nlock CUDA_ERROR_OPERATING_SYSTEM\n" {
 		t.Errorf("a pid no CUDA process has:\n%s", got)
 	}
 
