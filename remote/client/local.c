@@ -121,6 +121,31 @@ OLD_ABI_UNSUPPORTED(cuParamSetTexRef)
 OLD_ABI_UNSUPPORTED(cuLaunch)
 OLD_ABI_UNSUPPORTED(cuLaunchGrid)
 OLD_ABI_UNSUPPORTED(cuLaunchGridAsync)
+OLD_ABI_UNSUPPORTED(cuTexRefSetAddress_v2)
+OLD_ABI_UNSUPPORTED(cuTexRefGetAddress_v2)
+OLD_ABI_UNSUPPORTED(cuTexRefSetAddress2D_v3)
+OLD_ABI_UNSUPPORTED(cuModuleGetSurfRef)
+OLD_ABI_UNSUPPORTED(cuSurfRefSetArray)
+OLD_ABI_UNSUPPORTED(cuSurfRefGetArray)
+OLD_ABI_UNSUPPORTED(cuIpcOpenMemHandle)
+OLD_ABI_UNSUPPORTED(cuMemHostGetFlags)
+/* Graphics interop: no graphics resources reach the server. */
+OLD_ABI_UNSUPPORTED(cuGraphicsUnregisterResource)
+OLD_ABI_UNSUPPORTED(cuGraphicsSubResourceGetMappedArray)
+OLD_ABI_UNSUPPORTED(cuGraphicsResourceGetMappedPointer_v2)
+OLD_ABI_UNSUPPORTED(cuGraphicsResourceSetMapFlags)
+OLD_ABI_UNSUPPORTED(cuGraphicsMapResources)
+OLD_ABI_UNSUPPORTED(cuGraphicsUnmapResources)
+/* (its first ABI: 32-bit addresses and sizes) */
+OLD_ABI_UNSUPPORTED(cuMemcpyDtoDAsync)
+/* First ABIs that are the current ones'. */
+FGR_EXPORT CUresult cuMemHostRegister(void *p, size_t bytesize, unsigned int flags)
+{
+    return cuMemHostRegister_v2(p, bytesize, flags);
+}
+FGR_EXPORT CUresult cuCtxDestroy(CUcontext ctx) { return cuCtxDestroy_v2(ctx); }
+FGR_EXPORT CUresult cuStreamDestroy(CUstream s) { return cuStreamDestroy_v2(s); }
+FGR_EXPORT CUresult cuEventDestroy(CUevent e) { return cuEventDestroy_v2(e); }
 
 FGR_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
 {

@@ -74,7 +74,12 @@ int main(int argc, char **argv)
             "cuTexRefDestroy", "cuTexRefSetArray", "cuTexRefSetFormat", "cuTexRefSetAddressMode",
             "cuTexRefSetFilterMode", "cuTexRefSetFlags", "cuTexRefGetArray", "cuTexRefGetAddressMode",
             "cuTexRefGetFilterMode", "cuTexRefGetFormat", "cuTexRefGetFlags", "cuParamSetSize", "cuParamSeti",
-            "cuParamSetf", "cuParamSetv", "cuParamSetTexRef", "cuLaunch", "cuLaunchGrid", "cuLaunchGridAsync"};
+            "cuParamSetf", "cuParamSetv", "cuParamSetTexRef", "cuLaunch", "cuLaunchGrid", "cuLaunchGridAsync",
+            "cuTexRefSetAddress_v2", "cuTexRefGetAddress_v2", "cuTexRefSetAddress2D_v3", "cuModuleGetSurfRef",
+            "cuSurfRefSetArray", "cuSurfRefGetArray", "cuIpcOpenMemHandle", "cuMemHostGetFlags", "cuMemHostRegister",
+            "cuGraphicsUnregisterResource", "cuGraphicsSubResourceGetMappedArray",
+            "cuGraphicsResourceGetMappedPointer_v2", "cuGraphicsResourceSetMapFlags", "cuGraphicsMapResources",
+            "cuGraphicsUnmapResources", "cuMemcpyDtoDAsync", "cuCtxDestroy", "cuStreamDestroy", "cuEventDestroy"};
         int missing = 0;
         for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
             if (!dlsym(RTLD_DEFAULT, names[i]))
