@@ -291,18 +291,25 @@ SIM_EXPORT CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsi
 
 SIM_EXPORT CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin) { SIM_GATE(); return load((void **)module, fatCubin); }
 
+long sim_read_text(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, cap - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return (long)n;
+}
+
 SIM_EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
 {
     SIM_GATE();
     if (!fname)
         return CUDA_ERROR_INVALID_VALUE;
-    FILE *f = fopen(fname, "rb");
-    if (!f)
-        return CUDA_ERROR_FILE_NOT_FOUND;
     char buf[65536];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
+    if (sim_read_text(fname, buf, sizeof buf) < 0)
+        return CUDA_ERROR_FILE_NOT_FOUND;
     return load((void **)module, buf);
 }
 

@@ -7,7 +7,6 @@
  * does. */
 #include "sim.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -90,14 +89,11 @@ SIM_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, con
         return CUDA_ERROR_INVALID_HANDLE;
     if (!path)
         return CUDA_ERROR_INVALID_VALUE;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return CUDA_ERROR_FILE_NOT_FOUND;
     char buf[65536];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    return cuLinkAddData_v2(state, type, buf, n + 1, path, numOptions, options, optionValues);
+    long n = sim_read_text(path, buf, sizeof buf);
+    if (n < 0)
+        return CUDA_ERROR_FILE_NOT_FOUND;
+    return cuLinkAddData_v2(state, type, buf, (size_t)n + 1, path, numOptions, options, optionValues);
 }
 
 SIM_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut)

@@ -153,6 +153,8 @@ CUresult sim_managed_variable(CUdeviceptr *dptr, size_t size, int dev);
 /* JIT options as a module load or link takes them: checked as the driver
  * checks them, an info log written where one is asked for. */
 CUresult sim_jit_options(unsigned n, const CUjit_option *o, void **v);
+/* A module file's text, at most cap - 1 bytes, NUL-ended: its length, or -1. */
+long sim_read_text(const char *path, char *buf, size_t cap);
 void sim_mem_release(int dev, uint64_t bytes);
 void sim_reap_dead(void);
 /* Process checkpointing. A driver call that touches the device opens with

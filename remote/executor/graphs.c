@@ -74,6 +74,16 @@ static CUresult conditional_node(CUgraphNode *phGraphNode, CUgraph hGraph, const
     return CUDA_SUCCESS;
 }
 
+/* hNode's parameters, a conditional node's only. */
+static CUresult conditional_params(CUgraphNode hNode, CUgraphNodeParams *p)
+{
+    memset(p, 0, sizeof *p);
+    CUresult r = node_get_params(hNode, p);
+    if (r == CUDA_SUCCESS && p->type != CU_GRAPH_NODE_TYPE_CONDITIONAL)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    return r;
+}
+
 /* A conditional node's parameters: other kinds' are not carried. The
  * context is given back only when it is the connection's. */
 static CUresult conditional_get(CUgraphNode hNode, CUgraphConditionalHandle *handle, unsigned int *type,
@@ -82,12 +92,9 @@ static CUresult conditional_get(CUgraphNode hNode, CUgraphConditionalHandle *han
     if (!handle || !type || !size || !ctx || (cap && !bodies))
         return CUDA_ERROR_INVALID_VALUE;
     CUgraphNodeParams p;
-    memset(&p, 0, sizeof p);
-    CUresult r = node_get_params(hNode, &p);
+    CUresult r = conditional_params(hNode, &p);
     if (r != CUDA_SUCCESS)
         return r;
-    if (p.type != CU_GRAPH_NODE_TYPE_CONDITIONAL)
-        return CUDA_ERROR_NOT_SUPPORTED;
     *handle = p.conditional.handle;
     *type = p.conditional.type;
     *size = p.conditional.size;
@@ -104,12 +111,9 @@ static CUresult conditional_set(CUgraphExec hGraphExec, CUgraphNode hNode, CUgra
                                 unsigned int type, unsigned int size, CUcontext ctx)
 {
     CUgraphNodeParams p;
-    memset(&p, 0, sizeof p);
-    CUresult r = node_get_params(hNode, &p);
+    CUresult r = conditional_params(hNode, &p);
     if (r != CUDA_SUCCESS)
         return r;
-    if (p.type != CU_GRAPH_NODE_TYPE_CONDITIONAL)
-        return CUDA_ERROR_NOT_SUPPORTED;
     p.conditional.handle = handle;
     p.conditional.type = (CUgraphConditionalNodeType)type;
     p.conditional.size = size;
