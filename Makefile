@@ -6,6 +6,8 @@
 #   make test-k8s the Kubernetes tests alone (tests/k8s: a control plane built
 #                 once from the pinned k8s.io/kubernetes release, then cached)
 #   make proto    regenerate the local API's Go code from proto/ (needs protoc)
+#   make image    FlexGV's container image from the build, with no container
+#                 engine: build/image/oci (OCI layout) and build/image/flexgv.tar
 #   make demo     on the simulated GPU: a workload under flexgv trace --log, a memory
 #                 quota, shares, a cap and priority between tenants
 #                 (REAL_GPU=1: the trace alone, on the machine's real driver)
@@ -71,7 +73,7 @@ CLIENTS  += graphnodes
 CLIENTS  += linker
 GO_SRC   := $(shell find cmd internal proto -name '*.go') go.mod go.sum
 
-.PHONY: all shim sim cli clients remote test demo clean gen-check FORCE
+.PHONY: all shim sim cli clients remote image test demo clean gen-check FORCE
 all: shim sim cli clients remote
 FORCE:
 
@@ -110,6 +112,13 @@ BUILD_DATE := $(shell date -u +%Y-%m-%d)
 CLI_PKG    := github.com/flexgv/flexgv/internal/cli
 LDFLAGS    := $(if $(COMMIT:-dirty=),-X $(CLI_PKG).Commit=$(COMMIT) -X $(CLI_PKG).BuildDate=$(BUILD_DATE)) \
               $(if $(VERSION),-X $(CLI_PKG).Version=$(VERSION))
+
+# The image the Helm chart runs (tools/image): the CLI, the shim, the remote
+# files and what they run with from this machine; the same files give the
+# same digest. IMAGE_TAG names it in flexgv.tar.
+IMAGE_TAG ?= flexgv:dev
+image: shim cli remote
+	$(GO) run ./tools/image -build $(BUILD) -out $(BUILD)/image -tag $(IMAGE_TAG)
 
 # Always asked of go build (its cache decides), so that GOTAGS changes are seen.
 $(BUILD)/bin/flexgv: $(GO_SRC) FORCE
