@@ -292,6 +292,7 @@ test-k8s: all $(TESTPROGRESS)
 	cd tests/k8s && $(GO) vet ./...
 	@echo "make test-k8s: the Kubernetes tests; the first run builds a control plane from k8s.io/kubernetes (~13 min on 2 cores, cached after)"
 	cd tests/k8s && $(GO) test -count=1 -json ./controlplane | $(CURDIR)/$(TESTPROGRESS)
+	cd tests/k8s && FLEXGV_BUILD=$(CURDIR)/$(BUILD) $(GO) test -count=1 -json ./image | $(CURDIR)/$(TESTPROGRESS)
 	cd tests/k8s && FLEXGV_BUILD=$(CURDIR)/$(BUILD) $(GO) test -count=1 -timeout 30m -json . | $(CURDIR)/$(TESTPROGRESS)
 
 demo: all
