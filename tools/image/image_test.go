@@ -218,6 +218,23 @@ func TestImageRefusesAnIncompleteBuild(t *testing.T) {
 	if _, serr := os.Stat(out); serr == nil {
 		t.Errorf("a failed build left %s", out)
 	}
+	// A CLI without the Kubernetes commands (GOTAGS=nok8s), here a stand-in
+	// that fails as it would.
+	if err := os.WriteFile(filepath.Join(partial, "bin", "flexgv"), []byte("#!/bin/sh\necho unknown command \"$1\" >&2; exit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"lib/libflexgv.so", "remote/libcuda.so.1", "remote/libnvidia-ml.so.1", "remote/flexgv-executor"} {
+		data, _ := os.ReadFile(filepath.Join(build, f))
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(partial, f)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(partial, f), data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := run(partial, out, "flexgv:dev", ""); err == nil || !strings.Contains(err.Error(), "GOTAGS=nok8s") || !strings.Contains(err.Error(), "unknown command webhook") {
+		t.Errorf("an image of a CLI without webhook: %v; want it refused, saying why", err)
+	}
 	if _, err := run(build, out, "flexgv:Not A Tag", ""); err == nil || !strings.Contains(err.Error(), "-tag flexgv:Not A Tag") {
 		t.Errorf("-tag 'flexgv:Not A Tag': %v; want it refused", err)
 	}

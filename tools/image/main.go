@@ -110,6 +110,11 @@ func run(build, out, tag, rootfs string) (v1.Hash, error) {
 			return v1.Hash{}, fmt.Errorf("%s for %s: %w (build it with make)", f.src, p, errors.Unwrap(err))
 		}
 	}
+	// The chart runs the Kubernetes commands, which GOTAGS=nok8s leaves out.
+	if out, err := exec.Command(flexgv[cliPath].src, "webhook", "--help").CombinedOutput(); err != nil {
+		return v1.Hash{}, fmt.Errorf("%s webhook --help: %v (a CLI built with GOTAGS=nok8s has no Kubernetes commands; build it without)\n%s",
+			flexgv[cliPath].src, err, out)
+	}
 	base, err := runtimeFiles([]string{flexgv[cliPath].src, flexgv[path.Join(remoteDir, "flexgv-executor")].src})
 	if err != nil {
 		return v1.Hash{}, err
@@ -170,7 +175,7 @@ func runtimeFiles(programs []string) (map[string]file, error) {
 func ldd(program string) ([]string, error) {
 	f, err := elf.Open(program)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", program, err)
 	}
 	dynamic := slices.ContainsFunc(f.Progs, func(p *elf.Prog) bool { return p.Type == elf.PT_INTERP })
 	f.Close()
