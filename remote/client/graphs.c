@@ -40,26 +40,14 @@ FGR_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph,
 }
 
 /* A copy node reads or writes its host side at every launch, long after
- * the call: the executor can reach only the connection's memory, which
- * over shm:// includes pinned memory from cuMemAllocHost (the heap, mapped
- * there at the program's address). The program's other memory is refused
- * here, NOT_SUPPORTED, where a driver would take it. */
-static int host_side_unreachable(CUmemorytype t, const void *host, CUdeviceptr dev)
-{
-    uint64_t p = t == CU_MEMORYTYPE_HOST ? (uint64_t)(uintptr_t)host : t == CU_MEMORYTYPE_UNIFIED ? (uint64_t)dev : 0;
-    return p && !fgr_range_has(p) && !fgr_heap_mapped((const void *)(uintptr_t)p);
-}
-
+ * the call: the executor reaches the connection's memory (over shm://
+ * pinned memory from cuMemAllocHost too, the heap mapped there at the
+ * program's address); a side in the program's other memory goes through a
+ * buffer of the server's (hostcopy.c). */
 FGR_EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                                          size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
 {
-    const CUDA_MEMCPY3D *c = copyParams;
-    if (c && (host_side_unreachable(c->srcMemoryType, c->srcHost, c->srcDevice) ||
-              host_side_unreachable(c->dstMemoryType, c->dstHost, c->dstDevice)))
-        return fgr_unsupported(-1, "cuGraphAddMemcpyNode",
-                               "a copy node with the program's pageable memory (pinned memory from cuMemAllocHost "
-                               "over shm:// is carried)");
-    return fgr_fwd_cuGraphAddMemcpyNode(phGraphNode, hGraph, dependencies, numDependencies, copyParams, ctx);
+    return fgr_copy_node(phGraphNode, hGraph, dependencies, numDependencies, copyParams, ctx);
 }
 
 /* Conditional nodes. The driver creates a node's body graphs and points

@@ -943,6 +943,8 @@ FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcH
     uint64_t fgr_at;
     if (fgr_heap_copyable(srcHost, ByteCount, &fgr_at))
         return fgr_heap_upload(dstDevice, fgr_at, ByteCount, hStream, 0);
+    if (fgr_captures && fgr_capture_copy(&fgr_r, dstDevice, (void *)srcHost, ByteCount, hStream, 0, 0))
+        return fgr_r;
     if (fgr_stage_wanted(ByteCount))
         return fgr_stage_upload(dstDevice, srcHost, ByteCount, hStream, 0, 1);
     if (ByteCount > fgr_chunk_bytes) {
@@ -973,6 +975,8 @@ FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void 
     uint64_t fgr_at;
     if (fgr_heap_copyable(srcHost, ByteCount, &fgr_at))
         return fgr_heap_upload(dstDevice, fgr_at, ByteCount, hStream ? hStream : CU_STREAM_PER_THREAD, 0);
+    if (fgr_captures && fgr_capture_copy(&fgr_r, dstDevice, (void *)srcHost, ByteCount, hStream, 1, 0))
+        return fgr_r;
     if (fgr_stage_wanted(ByteCount))
         return fgr_stage_upload(dstDevice, srcHost, ByteCount, hStream, FGR_STAGE_PT, 1);
     if (ByteCount > fgr_chunk_bytes) {
@@ -1003,6 +1007,8 @@ FGR_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, s
     uint64_t fgr_at;
     if (fgr_heap_copyable(dstHost, ByteCount, &fgr_at))
         return fgr_heap_download(fgr_at, srcDevice, ByteCount, hStream, 0);
+    if (fgr_captures && fgr_capture_copy(&fgr_r, srcDevice, (void *)dstHost, ByteCount, hStream, 0, 1))
+        return fgr_r;
     if (fgr_stage_down_wanted(ByteCount))
         return fgr_stage_download(dstHost, srcDevice, ByteCount, hStream);
     if (ByteCount > fgr_chunk_bytes) {
@@ -1038,6 +1044,8 @@ FGR_EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevi
     uint64_t fgr_at;
     if (fgr_heap_copyable(dstHost, ByteCount, &fgr_at))
         return fgr_heap_download(fgr_at, srcDevice, ByteCount, hStream ? hStream : CU_STREAM_PER_THREAD, 0);
+    if (fgr_captures && fgr_capture_copy(&fgr_r, srcDevice, (void *)dstHost, ByteCount, hStream, 1, 1))
+        return fgr_r;
     if (fgr_stage_down_wanted(ByteCount))
         return fgr_stage_download(dstHost, srcDevice, ByteCount, hStream ? hStream : CU_STREAM_PER_THREAD);
     if (ByteCount > fgr_chunk_bytes) {
@@ -2390,7 +2398,7 @@ FGR_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALL
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph)
+CUresult fgr_fwd_cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph)
 {
     CUresult fgr_r;
     uint64_t n_phGraphNode = phGraphNode ? sizeof(CUgraphNode) : 0;
@@ -2411,7 +2419,7 @@ FGR_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph h
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
+CUresult fgr_fwd_cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
 {
     CUresult fgr_r;
     uint64_t n_phGraphClone = phGraphClone ? sizeof(CUgraph) : 0;
@@ -2607,7 +2615,7 @@ FGR_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device)
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
+CUresult fgr_fwd_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
     CUresult fgr_r;
     uint64_t n_phGraphExec = phGraphExec ? sizeof(CUgraphExec) : 0;
@@ -2623,7 +2631,7 @@ FGR_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgrap
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
+CUresult fgr_fwd_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
     CUresult fgr_r;
     uint64_t n_phGraphExec = phGraphExec ? sizeof(CUgraphExec) : 0;
@@ -2641,7 +2649,7 @@ FGR_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgra
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
+CUresult fgr_fwd_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
     CUresult fgr_r;
     uint64_t n_phGraphExec = phGraphExec ? sizeof(CUgraphExec) : 0;
@@ -2685,29 +2693,7 @@ FGR_EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
-{
-    CUresult fgr_r;
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphLaunch, 1)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraphExec);
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    return fgr_send(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
-{
-    CUresult fgr_r;
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphLaunch_ptsz, 1)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraphExec);
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    return fgr_send(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
+CUresult fgr_fwd_cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
@@ -2719,7 +2705,7 @@ FGR_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
+CUresult fgr_fwd_cuGraphDestroy(CUgraph hGraph)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
@@ -5250,6 +5236,87 @@ FGR_EXPORT CUresult fgrGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGra
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult fgrGraphHostAlloc(CUdeviceptr *dptr, size_t bytes)
+{
+    CUresult fgr_r;
+    uint64_t n_dptr = dptr ? sizeof(CUdeviceptr) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrGraphHostAlloc, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)bytes);
+    fgr_put_u8(&fgr_c.w, dptr != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dptr, n_dptr, 0);
+    if ((fgr_r = fgr_end(&fgr_c)) == CUDA_SUCCESS) {
+        if (dptr)
+            fgr_range_add((uint64_t)*dptr, (uint64_t)(bytes));
+    }
+    return fgr_r;
+}
+
+FGR_EXPORT CUresult fgrGraphHostFree(CUdeviceptr dptr)
+{
+    CUresult fgr_r;
+    fgr_range_drop((uint64_t)dptr);
+    fgr_mirror_named((uint64_t)(uintptr_t)dptr);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrGraphHostFree, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dptr);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrGraphLaunchHost(CUgraphExec hGraphExec, CUstream hStream, CUevent done, const CUdeviceptr *dsts, const size_t *sizes, unsigned int count, const void *src, size_t bytes)
+{
+    CUresult fgr_r;
+    uint64_t n_dsts = dsts ? fgr_mul((uint64_t)(count), sizeof(CUdeviceptr)) : 0;
+    if (n_dsts > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrGraphLaunchHost", "a buffer over the frame limit");
+    uint64_t n_sizes = sizes ? fgr_mul((uint64_t)(count), sizeof(size_t)) : 0;
+    if (n_sizes > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrGraphLaunchHost", "a buffer over the frame limit");
+    uint64_t n_src = src ? fgr_mul((uint64_t)(bytes), 1) : 0;
+    if (n_src > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrGraphLaunchHost", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrGraphLaunchHost, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraphExec);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)done);
+    fgr_put_u64(&fgr_c.w, (uint64_t)count);
+    fgr_put_u64(&fgr_c.w, (uint64_t)bytes);
+    fgr_put_buf(&fgr_c.w, dsts, n_dsts);
+    fgr_put_buf(&fgr_c.w, sizes, n_sizes);
+    fgr_put_buf(&fgr_c.w, src, n_src);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrGraphHostRead(CUevent done, CUdeviceptr src, void *dst, size_t bytes)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)(uintptr_t)src);
+    uint64_t n_dst = dst ? fgr_mul((uint64_t)(fgr_min(bytes,FGR_MIRROR_BATCH)), 1) : 0;
+    if (n_dst > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrGraphHostRead", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrGraphHostRead, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)done);
+    fgr_put_u64(&fgr_c.w, (uint64_t)src);
+    fgr_put_u64(&fgr_c.w, (uint64_t)bytes);
+    fgr_put_u8(&fgr_c.w, dst != NULL);
+    fgr_c.direct = dst;
+    fgr_c.direct_n = n_dst;
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dst, n_dst, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuGraphDestroyNode(CUgraphNode hNode)
 {
     CUresult fgr_r;
@@ -5417,7 +5484,7 @@ FGR_EXPORT CUresult fgrGraphConditionalNodeSetParams(CUgraphExec hGraphExec, CUg
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo)
+CUresult fgr_fwd_cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo)
 {
     CUresult fgr_r;
     uint64_t n_resultInfo = resultInfo ? sizeof(CUgraphExecUpdateResultInfo) : 0;
@@ -5604,8 +5671,6 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuGraphInstantiateWithParams_ptsz] = "cuGraphInstantiateWithParams_ptsz",
     [FGR_OP_cuGraphUpload] = "cuGraphUpload",
     [FGR_OP_cuGraphUpload_ptsz] = "cuGraphUpload_ptsz",
-    [FGR_OP_cuGraphLaunch] = "cuGraphLaunch",
-    [FGR_OP_cuGraphLaunch_ptsz] = "cuGraphLaunch_ptsz",
     [FGR_OP_cuGraphExecDestroy] = "cuGraphExecDestroy",
     [FGR_OP_cuGraphDestroy] = "cuGraphDestroy",
     [FGR_OP_cuDeviceGetPCIBusId] = "cuDeviceGetPCIBusId",
@@ -5748,6 +5813,10 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamAttachMemAsync_ptsz] = "cuStreamAttachMemAsync_ptsz",
     [FGR_OP_fgrGraphAddHostNode] = "fgrGraphAddHostNode",
     [FGR_OP_fgrGraphAddKernelNode] = "fgrGraphAddKernelNode",
+    [FGR_OP_fgrGraphHostAlloc] = "fgrGraphHostAlloc",
+    [FGR_OP_fgrGraphHostFree] = "fgrGraphHostFree",
+    [FGR_OP_fgrGraphLaunchHost] = "fgrGraphLaunchHost",
+    [FGR_OP_fgrGraphHostRead] = "fgrGraphHostRead",
     [FGR_OP_cuGraphDestroyNode] = "cuGraphDestroyNode",
     [FGR_OP_cuGraphAddEventRecordNode] = "cuGraphAddEventRecordNode",
     [FGR_OP_cuGraphAddEventWaitNode] = "cuGraphAddEventWaitNode",
@@ -6205,6 +6274,10 @@ const struct fg_proc fgr_procs[] = {
     {"cuStreamAttachMemAsync", "cuStreamAttachMemAsync_ptsz", 7000, 1, (void *)cuStreamAttachMemAsync_ptsz},
     {"fgrGraphAddHostNode", "fgrGraphAddHostNode", 0, 0, (void *)fgrGraphAddHostNode},
     {"fgrGraphAddKernelNode", "fgrGraphAddKernelNode", 0, 0, (void *)fgrGraphAddKernelNode},
+    {"fgrGraphHostAlloc", "fgrGraphHostAlloc", 0, 0, (void *)fgrGraphHostAlloc},
+    {"fgrGraphHostFree", "fgrGraphHostFree", 0, 0, (void *)fgrGraphHostFree},
+    {"fgrGraphLaunchHost", "fgrGraphLaunchHost", 0, 0, (void *)fgrGraphLaunchHost},
+    {"fgrGraphHostRead", "fgrGraphHostRead", 0, 0, (void *)fgrGraphHostRead},
     {"cuGraphDestroyNode", "cuGraphDestroyNode", 10000, 0, (void *)cuGraphDestroyNode},
     {"cuGraphAddEventRecordNode", "cuGraphAddEventRecordNode", 11010, 0, (void *)cuGraphAddEventRecordNode},
     {"cuGraphAddEventWaitNode", "cuGraphAddEventWaitNode", 11010, 0, (void *)cuGraphAddEventWaitNode},

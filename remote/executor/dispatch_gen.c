@@ -160,8 +160,6 @@ typedef CUresult (*pfn_cuGraphInstantiateWithParams)(CUgraphExec *phGraphExec, C
 typedef CUresult (*pfn_cuGraphInstantiateWithParams_ptsz)(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams);
 typedef CUresult (*pfn_cuGraphUpload)(CUgraphExec hGraphExec, CUstream hStream);
 typedef CUresult (*pfn_cuGraphUpload_ptsz)(CUgraphExec hGraphExec, CUstream hStream);
-typedef CUresult (*pfn_cuGraphLaunch)(CUgraphExec hGraphExec, CUstream hStream);
-typedef CUresult (*pfn_cuGraphLaunch_ptsz)(CUgraphExec hGraphExec, CUstream hStream);
 typedef CUresult (*pfn_cuGraphExecDestroy)(CUgraphExec hGraphExec);
 typedef CUresult (*pfn_cuGraphDestroy)(CUgraph hGraph);
 typedef CUresult (*pfn_cuDeviceGetPCIBusId)(char *pciBusId, int len, CUdevice dev);
@@ -304,6 +302,10 @@ typedef CUresult (*pfn_cuStreamAttachMemAsync)(CUstream hStream, CUdeviceptr dpt
 typedef CUresult (*pfn_cuStreamAttachMemAsync_ptsz)(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
 typedef CUresult (*pfn_fgrGraphAddHostNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, unsigned long long id);
 typedef CUresult (*pfn_fgrGraphAddKernelNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void **kernelParams, void **extra);
+typedef CUresult (*pfn_fgrGraphHostAlloc)(CUdeviceptr *dptr, size_t bytes);
+typedef CUresult (*pfn_fgrGraphHostFree)(CUdeviceptr dptr);
+typedef CUresult (*pfn_fgrGraphLaunchHost)(CUgraphExec hGraphExec, CUstream hStream, CUevent done, const CUdeviceptr *dsts, const size_t *sizes, unsigned int count, const void *src, size_t bytes);
+typedef CUresult (*pfn_fgrGraphHostRead)(CUevent done, CUdeviceptr src, void *dst, size_t bytes);
 typedef CUresult (*pfn_cuGraphDestroyNode)(CUgraphNode hNode);
 typedef CUresult (*pfn_cuGraphAddEventRecordNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);
 typedef CUresult (*pfn_cuGraphAddEventWaitNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);
@@ -3685,40 +3687,6 @@ static CUresult op_cuGraphUpload_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
-static CUresult op_cuGraphLaunch(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_in(FGR_H_CUgraphExec, fgr_get_u64(rd));
-    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUresult fgr_r = CUDA_SUCCESS;
-    if (!(fgr_has(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec)))
-        fgr_r = fgr_refuse("cuGraphLaunch", "hGraphExec", (uint64_t)(uintptr_t)hGraphExec, CUDA_ERROR_INVALID_HANDLE);
-    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
-        fgr_r = fgr_refuse("cuGraphLaunch", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    if (fgr_r == CUDA_SUCCESS)
-        fgr_r = ((pfn_cuGraphLaunch)fgr_real[FGR_OP_cuGraphLaunch])(hGraphExec, hStream);
-    return fgr_r;
-}
-
-static CUresult op_cuGraphLaunch_ptsz(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_in(FGR_H_CUgraphExec, fgr_get_u64(rd));
-    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUresult fgr_r = CUDA_SUCCESS;
-    if (!(fgr_has(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec)))
-        fgr_r = fgr_refuse("cuGraphLaunch_ptsz", "hGraphExec", (uint64_t)(uintptr_t)hGraphExec, CUDA_ERROR_INVALID_HANDLE);
-    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
-        fgr_r = fgr_refuse("cuGraphLaunch_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    if (fgr_r == CUDA_SUCCESS)
-        fgr_r = ((pfn_cuGraphLaunch_ptsz)fgr_real[FGR_OP_cuGraphLaunch_ptsz])(hGraphExec, hStream);
-    return fgr_r;
-}
-
 static CUresult op_cuGraphExecDestroy(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -6722,6 +6690,97 @@ static CUresult op_fgrGraphAddKernelNode(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_fgrGraphHostAlloc(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    size_t bytes = (size_t)fgr_get_u64(rd);
+    int has_dptr = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUdeviceptr *dptr = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrGraphHostAlloc)fgr_real[FGR_OP_fgrGraphHostAlloc])(dptr, bytes);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (dptr)
+            fgr_mem_add(*dptr, bytes, FGR_H_CUcontext, fgr_ctx);
+    }
+    if (has_dptr)
+        fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrGraphHostFree(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dptr = (CUdeviceptr)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_mem_base((uint64_t)(uintptr_t)dptr)))
+        fgr_r = fgr_refuse("fgrGraphHostFree", "dptr", (uint64_t)(uintptr_t)dptr, CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrGraphHostFree)fgr_real[FGR_OP_fgrGraphHostFree])(dptr);
+    if (fgr_r == CUDA_SUCCESS) {
+        fgr_drop(FGR_H_MEM, (uint64_t)dptr);
+    }
+    return fgr_r;
+}
+
+static CUresult op_fgrGraphLaunchHost(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_in(FGR_H_CUgraphExec, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    CUevent done = (CUevent)(uintptr_t)fgr_in(FGR_H_CUevent, fgr_get_u64(rd));
+    unsigned int count = (unsigned int)fgr_get_u64(rd);
+    size_t bytes = (size_t)fgr_get_u64(rd);
+    CUdeviceptr *dsts = fgr_get_buf(rd, q, fgr_mul((uint64_t)(count), sizeof(CUdeviceptr)), 1);
+    size_t *sizes = fgr_get_buf(rd, q, fgr_mul((uint64_t)(count), sizeof(size_t)), 1);
+    void *src = fgr_get_buf(rd, q, fgr_mul((uint64_t)(bytes), 1), 0);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec)))
+        fgr_r = fgr_refuse("fgrGraphLaunchHost", "hGraphExec", (uint64_t)(uintptr_t)hGraphExec, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("fgrGraphLaunchHost", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)done)))
+        fgr_r = fgr_refuse("fgrGraphLaunchHost", "done", (uint64_t)(uintptr_t)done, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrGraphLaunchHost)fgr_real[FGR_OP_fgrGraphLaunchHost])(hGraphExec, hStream, done, dsts, sizes, count, src, bytes);
+    return fgr_r;
+}
+
+static CUresult op_fgrGraphHostRead(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUevent done = (CUevent)(uintptr_t)fgr_in(FGR_H_CUevent, fgr_get_u64(rd));
+    CUdeviceptr src = (CUdeviceptr)fgr_get_u64(rd);
+    size_t bytes = (size_t)fgr_get_u64(rd);
+    int has_dst = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    void *dst = NULL;
+    const uint64_t fgr_n_dst = fgr_mul((uint64_t)(fgr_min(bytes,FGR_MIRROR_BATCH)), 1);
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)done)))
+        fgr_r = fgr_refuse("fgrGraphHostRead", "done", (uint64_t)(uintptr_t)done, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_mem_in((uint64_t)(uintptr_t)src, bytes)))
+        fgr_r = fgr_refuse("fgrGraphHostRead", "src", (uint64_t)(uintptr_t)src, CUDA_ERROR_INVALID_VALUE);
+    else if (!(!has_dst || fgr_mul((uint64_t)(fgr_min(bytes,FGR_MIRROR_BATCH)), 1) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrGraphHostRead", "dst", fgr_mul((uint64_t)(fgr_min(bytes,FGR_MIRROR_BATCH)), 1), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_dst && !(dst = fgr_out(q, fgr_n_dst)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrGraphHostRead)fgr_real[FGR_OP_fgrGraphHostRead])(done, src, dst, bytes);
+    if (has_dst)
+        fgr_reply_out(q, dst, fgr_n_dst, 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_cuGraphDestroyNode(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -7337,8 +7396,6 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuGraphInstantiateWithParams_ptsz] = {"cuGraphInstantiateWithParams_ptsz", op_cuGraphInstantiateWithParams_ptsz, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphUpload] = {"cuGraphUpload", op_cuGraphUpload, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphUpload_ptsz] = {"cuGraphUpload_ptsz", op_cuGraphUpload_ptsz, 0, FGR_SMALL_FRAME},
-    [FGR_OP_cuGraphLaunch] = {"cuGraphLaunch", op_cuGraphLaunch, 0, FGR_SMALL_FRAME},
-    [FGR_OP_cuGraphLaunch_ptsz] = {"cuGraphLaunch_ptsz", op_cuGraphLaunch_ptsz, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphExecDestroy] = {"cuGraphExecDestroy", op_cuGraphExecDestroy, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphDestroy] = {"cuGraphDestroy", op_cuGraphDestroy, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuDeviceGetPCIBusId] = {"cuDeviceGetPCIBusId", op_cuDeviceGetPCIBusId, 0, FGR_SMALL_FRAME},
@@ -7481,6 +7538,10 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamAttachMemAsync_ptsz] = {"cuStreamAttachMemAsync_ptsz", op_cuStreamAttachMemAsync_ptsz, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrGraphAddHostNode] = {"fgrGraphAddHostNode", op_fgrGraphAddHostNode, 0, FGR_MAX_FRAME},
     [FGR_OP_fgrGraphAddKernelNode] = {"fgrGraphAddKernelNode", op_fgrGraphAddKernelNode, 0, FGR_MAX_FRAME},
+    [FGR_OP_fgrGraphHostAlloc] = {"fgrGraphHostAlloc", op_fgrGraphHostAlloc, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrGraphHostFree] = {"fgrGraphHostFree", op_fgrGraphHostFree, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrGraphLaunchHost] = {"fgrGraphLaunchHost", op_fgrGraphLaunchHost, 0, FGR_MAX_FRAME},
+    [FGR_OP_fgrGraphHostRead] = {"fgrGraphHostRead", op_fgrGraphHostRead, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphDestroyNode] = {"cuGraphDestroyNode", op_cuGraphDestroyNode, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphAddEventRecordNode] = {"cuGraphAddEventRecordNode", op_cuGraphAddEventRecordNode, 0, FGR_MAX_FRAME},
     [FGR_OP_cuGraphAddEventWaitNode] = {"cuGraphAddEventWaitNode", op_cuGraphAddEventWaitNode, 0, FGR_MAX_FRAME},
