@@ -50,6 +50,85 @@ FGR_EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGrap
     return fgr_copy_node(phGraphNode, hGraph, dependencies, numDependencies, copyParams, ctx);
 }
 
+/* A stream's capture. Its dependencies are named in an array of the
+ * calling thread's, valid until the thread's next such call, as the
+ * driver's is until the stream's next captured work. */
+static __thread CUgraphNode *capture_deps;
+static __thread size_t capture_deps_cap;
+
+static CUresult capture_info(CUstream s, CUstreamCaptureStatus *status, cuuint64_t *id, CUgraph *graph,
+                             const CUgraphNode **deps, const CUgraphEdgeData **edges, size_t *ndeps)
+{
+    if (!status)
+        return CUDA_ERROR_INVALID_VALUE;
+    unsigned st = 0;
+    unsigned long long got_id = 0;
+    CUgraph g = NULL;
+    size_t n = 0;
+    unsigned cap = deps ? (unsigned)capture_deps_cap : 0;
+    CUresult r = fgrStreamCaptureInfo(s, &st, &got_id, &g, cap ? capture_deps : NULL, &n, cap);
+    if (r == CUDA_SUCCESS && deps && n > capture_deps_cap) {
+        if (n > FGR_MAX_CAPTURE_DEPS)
+            return fgr_unsupported(-1, "cuStreamGetCaptureInfo", "over 4096 dependencies");
+        CUgraphNode *more = realloc(capture_deps, n * sizeof *more);
+        if (!more)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        capture_deps = more;
+        capture_deps_cap = n;
+        r = fgrStreamCaptureInfo(s, &st, &got_id, &g, capture_deps, &n, (unsigned)n);
+    }
+    if (r == CUDA_ERROR_NOT_SUPPORTED && edges)
+        return fgr_unsupported(-1, "cuStreamGetCaptureInfo_v3", "dependencies whose edges carry data");
+    if (r != CUDA_SUCCESS)
+        return r;
+    *status = (CUstreamCaptureStatus)st;
+    if (id)
+        *id = got_id;
+    if (graph)
+        *graph = g;
+    if (deps)
+        *deps = n ? capture_deps : NULL;
+    if (edges)
+        *edges = NULL; /* every edge plain */
+    if (ndeps)
+        *ndeps = n < capture_deps_cap || !deps ? n : capture_deps_cap;
+    return CUDA_SUCCESS;
+}
+
+FGR_EXPORT CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+                                              cuuint64_t *id_out, CUgraph *graph_out,
+                                              const CUgraphNode **dependencies_out, size_t *numDependencies_out)
+{
+    return capture_info(hStream, captureStatus_out, id_out, graph_out, dependencies_out, NULL, numDependencies_out);
+}
+
+FGR_EXPORT CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+                                                   cuuint64_t *id_out, CUgraph *graph_out,
+                                                   const CUgraphNode **dependencies_out, size_t *numDependencies_out)
+{
+    return capture_info(hStream ? hStream : CU_STREAM_PER_THREAD, captureStatus_out, id_out, graph_out,
+                        dependencies_out, NULL, numDependencies_out);
+}
+
+FGR_EXPORT CUresult cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+                                              cuuint64_t *id_out, CUgraph *graph_out,
+                                              const CUgraphNode **dependencies_out,
+                                              const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out)
+{
+    return capture_info(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out,
+                        numDependencies_out);
+}
+
+FGR_EXPORT CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+                                                   cuuint64_t *id_out, CUgraph *graph_out,
+                                                   const CUgraphNode **dependencies_out,
+                                                   const CUgraphEdgeData **edgeData_out,
+                                                   size_t *numDependencies_out)
+{
+    return capture_info(hStream ? hStream : CU_STREAM_PER_THREAD, captureStatus_out, id_out, graph_out,
+                        dependencies_out, edgeData_out, numDependencies_out);
+}
+
 /* Conditional nodes. The driver creates a node's body graphs and points
  * the parameters' phGraph_out at its own array of them, valid as long as
  * the node: here an array the client keeps per node (the names of the

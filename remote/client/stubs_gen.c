@@ -4739,107 +4739,33 @@ FGR_EXPORT CUresult cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel)
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out)
+FGR_EXPORT CUresult fgrStreamCaptureInfo(CUstream hStream, unsigned int *status, unsigned long long *id, CUgraph *graph, CUgraphNode *deps, size_t *ndeps, unsigned int cap)
 {
     CUresult fgr_r;
-    uint64_t n_captureStatus_out = captureStatus_out ? sizeof(CUstreamCaptureStatus) : 0;
-    uint64_t n_id_out = id_out ? sizeof(cuuint64_t) : 0;
-    if (graph_out != NULL)
-        return fgr_unsupported(-1, "cuStreamGetCaptureInfo_v2", "graph_out");
-    if (dependencies_out != NULL)
-        return fgr_unsupported(-1, "cuStreamGetCaptureInfo_v2", "dependencies_out");
-    uint64_t n_numDependencies_out = numDependencies_out ? sizeof(size_t) : 0;
+    uint64_t n_status = status ? sizeof(unsigned int) : 0;
+    uint64_t n_id = id ? sizeof(unsigned long long) : 0;
+    uint64_t n_graph = graph ? sizeof(CUgraph) : 0;
+    uint64_t n_deps = deps ? fgr_mul((uint64_t)(cap), sizeof(CUgraphNode)) : 0;
+    if (n_deps > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrStreamCaptureInfo", "a buffer over the frame limit");
+    uint64_t n_ndeps = ndeps ? sizeof(size_t) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetCaptureInfo_v2, 0)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrStreamCaptureInfo, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_u8(&fgr_c.w, captureStatus_out != NULL);
-    fgr_put_u8(&fgr_c.w, id_out != NULL);
-    fgr_put_u8(&fgr_c.w, numDependencies_out != NULL);
+    fgr_put_u64(&fgr_c.w, (uint64_t)cap);
+    fgr_put_u8(&fgr_c.w, status != NULL);
+    fgr_put_u8(&fgr_c.w, id != NULL);
+    fgr_put_u8(&fgr_c.w, graph != NULL);
+    fgr_put_u8(&fgr_c.w, deps != NULL);
+    fgr_put_u8(&fgr_c.w, ndeps != NULL);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
-    fgr_get_out(&fgr_c, captureStatus_out, n_captureStatus_out, 0);
-    fgr_get_out(&fgr_c, id_out, n_id_out, 0);
-    fgr_get_out(&fgr_c, numDependencies_out, n_numDependencies_out, 0);
-    return fgr_end(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out)
-{
-    CUresult fgr_r;
-    uint64_t n_captureStatus_out = captureStatus_out ? sizeof(CUstreamCaptureStatus) : 0;
-    uint64_t n_id_out = id_out ? sizeof(cuuint64_t) : 0;
-    if (graph_out != NULL)
-        return fgr_unsupported(-1, "cuStreamGetCaptureInfo_v2_ptsz", "graph_out");
-    if (dependencies_out != NULL)
-        return fgr_unsupported(-1, "cuStreamGetCaptureInfo_v2_ptsz", "dependencies_out");
-    uint64_t n_numDependencies_out = numDependencies_out ? sizeof(size_t) : 0;
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetCaptureInfo_v2_ptsz, 0)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_u8(&fgr_c.w, captureStatus_out != NULL);
-    fgr_put_u8(&fgr_c.w, id_out != NULL);
-    fgr_put_u8(&fgr_c.w, numDependencies_out != NULL);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_get_out(&fgr_c, captureStatus_out, n_captureStatus_out, 0);
-    fgr_get_out(&fgr_c, id_out, n_id_out, 0);
-    fgr_get_out(&fgr_c, numDependencies_out, n_numDependencies_out, 0);
-    return fgr_end(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out)
-{
-    CUresult fgr_r;
-    uint64_t n_captureStatus_out = captureStatus_out ? sizeof(CUstreamCaptureStatus) : 0;
-    uint64_t n_id_out = id_out ? sizeof(cuuint64_t) : 0;
-    if (graph_out != NULL)
-        return fgr_unsupported(-1, "cuStreamGetCaptureInfo_v3", "graph_out");
-    if (dependencies_out != NULL)
-        return fgr_unsupported(-1, "cuStreamGetCaptureInfo_v3", "dependencies_out");
-    if (edgeData_out != NULL)
-        return fgr_unsupported(-1, "cuStreamGetCaptureInfo_v3", "edgeData_out");
-    uint64_t n_numDependencies_out = numDependencies_out ? sizeof(size_t) : 0;
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetCaptureInfo_v3, 0)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_u8(&fgr_c.w, captureStatus_out != NULL);
-    fgr_put_u8(&fgr_c.w, id_out != NULL);
-    fgr_put_u8(&fgr_c.w, numDependencies_out != NULL);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_get_out(&fgr_c, captureStatus_out, n_captureStatus_out, 0);
-    fgr_get_out(&fgr_c, id_out, n_id_out, 0);
-    fgr_get_out(&fgr_c, numDependencies_out, n_numDependencies_out, 0);
-    return fgr_end(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out)
-{
-    CUresult fgr_r;
-    uint64_t n_captureStatus_out = captureStatus_out ? sizeof(CUstreamCaptureStatus) : 0;
-    uint64_t n_id_out = id_out ? sizeof(cuuint64_t) : 0;
-    if (graph_out != NULL)
-        return fgr_unsupported(-1, "cuStreamGetCaptureInfo_v3_ptsz", "graph_out");
-    if (dependencies_out != NULL)
-        return fgr_unsupported(-1, "cuStreamGetCaptureInfo_v3_ptsz", "dependencies_out");
-    if (edgeData_out != NULL)
-        return fgr_unsupported(-1, "cuStreamGetCaptureInfo_v3_ptsz", "edgeData_out");
-    uint64_t n_numDependencies_out = numDependencies_out ? sizeof(size_t) : 0;
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetCaptureInfo_v3_ptsz, 0)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_u8(&fgr_c.w, captureStatus_out != NULL);
-    fgr_put_u8(&fgr_c.w, id_out != NULL);
-    fgr_put_u8(&fgr_c.w, numDependencies_out != NULL);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_get_out(&fgr_c, captureStatus_out, n_captureStatus_out, 0);
-    fgr_get_out(&fgr_c, id_out, n_id_out, 0);
-    fgr_get_out(&fgr_c, numDependencies_out, n_numDependencies_out, 0);
+    fgr_get_out(&fgr_c, status, n_status, 0);
+    fgr_get_out(&fgr_c, id, n_id, 0);
+    fgr_get_out(&fgr_c, graph, n_graph, 0);
+    fgr_get_out(&fgr_c, deps, n_deps, 0);
+    fgr_get_out(&fgr_c, ndeps, n_ndeps, 0);
     return fgr_end(&fgr_c);
 }
 
@@ -5787,10 +5713,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuTensorMapEncodeIm2col] = "cuTensorMapEncodeIm2col",
     [FGR_OP_cuTensorMapReplaceAddress] = "cuTensorMapReplaceAddress",
     [FGR_OP_cuKernelGetLibrary] = "cuKernelGetLibrary",
-    [FGR_OP_cuStreamGetCaptureInfo_v2] = "cuStreamGetCaptureInfo_v2",
-    [FGR_OP_cuStreamGetCaptureInfo_v2_ptsz] = "cuStreamGetCaptureInfo_v2_ptsz",
-    [FGR_OP_cuStreamGetCaptureInfo_v3] = "cuStreamGetCaptureInfo_v3",
-    [FGR_OP_cuStreamGetCaptureInfo_v3_ptsz] = "cuStreamGetCaptureInfo_v3_ptsz",
+    [FGR_OP_fgrStreamCaptureInfo] = "fgrStreamCaptureInfo",
     [FGR_OP_cuStreamBeginCaptureToGraph] = "cuStreamBeginCaptureToGraph",
     [FGR_OP_cuStreamBeginCaptureToGraph_ptsz] = "cuStreamBeginCaptureToGraph_ptsz",
     [FGR_OP_cuStreamUpdateCaptureDependencies] = "cuStreamUpdateCaptureDependencies",
@@ -6252,6 +6175,7 @@ const struct fg_proc fgr_procs[] = {
     {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v2_ptsz", 11030, 1, (void *)cuStreamGetCaptureInfo_v2_ptsz},
     {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v3", 12030, 0, (void *)cuStreamGetCaptureInfo_v3},
     {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v3_ptsz", 12030, 1, (void *)cuStreamGetCaptureInfo_v3_ptsz},
+    {"fgrStreamCaptureInfo", "fgrStreamCaptureInfo", 0, 0, (void *)fgrStreamCaptureInfo},
     {"cuStreamBeginCaptureToGraph", "cuStreamBeginCaptureToGraph", 12030, 0, (void *)cuStreamBeginCaptureToGraph},
     {"cuStreamBeginCaptureToGraph", "cuStreamBeginCaptureToGraph_ptsz", 12030, 1, (void *)cuStreamBeginCaptureToGraph_ptsz},
     {"cuStreamUpdateCaptureDependencies", "cuStreamUpdateCaptureDependencies", 11030, 0, (void *)cuStreamUpdateCaptureDependencies},

@@ -276,10 +276,7 @@ typedef CUresult (*pfn_cuTensorMapEncodeTiled)(CUtensorMap *tensorMap, CUtensorM
 typedef CUresult (*pfn_cuTensorMapEncodeIm2col)(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const int *pixelBoxLowerCorner, const int *pixelBoxUpperCorner, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill);
 typedef CUresult (*pfn_cuTensorMapReplaceAddress)(CUtensorMap *tensorMap, void *globalAddress);
 typedef CUresult (*pfn_cuKernelGetLibrary)(CUlibrary *pLib, CUkernel kernel);
-typedef CUresult (*pfn_cuStreamGetCaptureInfo_v2)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out);
-typedef CUresult (*pfn_cuStreamGetCaptureInfo_v2_ptsz)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out);
-typedef CUresult (*pfn_cuStreamGetCaptureInfo_v3)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out);
-typedef CUresult (*pfn_cuStreamGetCaptureInfo_v3_ptsz)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out);
+typedef CUresult (*pfn_fgrStreamCaptureInfo)(CUstream hStream, unsigned int *status, unsigned long long *id, CUgraph *graph, CUgraphNode *deps, size_t *ndeps, unsigned int cap);
 typedef CUresult (*pfn_cuStreamBeginCaptureToGraph)(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode);
 typedef CUresult (*pfn_cuStreamBeginCaptureToGraph_ptsz)(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode);
 typedef CUresult (*pfn_cuStreamUpdateCaptureDependencies)(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies, unsigned int flags);
@@ -6031,141 +6028,61 @@ static CUresult op_cuKernelGetLibrary(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
-static CUresult op_cuStreamGetCaptureInfo_v2(struct fgr_rd *rd, struct fgr_req *q)
+static CUresult op_fgrStreamCaptureInfo(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
-    int has_captureStatus_out = fgr_get_u8(rd);
-    int has_id_out = fgr_get_u8(rd);
-    CUgraph *graph_out = NULL;
-    const CUgraphNode **dependencies_out = NULL;
-    int has_numDependencies_out = fgr_get_u8(rd);
+    unsigned int cap = (unsigned int)fgr_get_u64(rd);
+    int has_status = fgr_get_u8(rd);
+    int has_id = fgr_get_u8(rd);
+    int has_graph = fgr_get_u8(rd);
+    int has_deps = fgr_get_u8(rd);
+    int has_ndeps = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUstreamCaptureStatus *captureStatus_out = NULL;
-    cuuint64_t *id_out = NULL;
-    size_t *numDependencies_out = NULL;
+    unsigned int *status = NULL;
+    unsigned long long *id = NULL;
+    CUgraph *graph = NULL;
+    CUgraphNode *deps = NULL;
+    const uint64_t fgr_n_deps = fgr_mul((uint64_t)(cap), sizeof(CUgraphNode));
+    size_t *ndeps = NULL;
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
-        fgr_r = fgr_refuse("cuStreamGetCaptureInfo_v2", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    if (fgr_r == CUDA_SUCCESS && has_captureStatus_out && !(captureStatus_out = fgr_out(q, sizeof(CUstreamCaptureStatus))))
+        fgr_r = fgr_refuse("fgrStreamCaptureInfo", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(!has_deps || fgr_mul((uint64_t)(cap), sizeof(CUgraphNode)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrStreamCaptureInfo", "deps", fgr_mul((uint64_t)(cap), sizeof(CUgraphNode)), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_status && !(status = fgr_out(q, sizeof(unsigned int))))
         return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS && has_id_out && !(id_out = fgr_out(q, sizeof(cuuint64_t))))
+    if (fgr_r == CUDA_SUCCESS && has_id && !(id = fgr_out(q, sizeof(unsigned long long))))
         return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS && has_numDependencies_out && !(numDependencies_out = fgr_out(q, sizeof(size_t))))
+    if (fgr_r == CUDA_SUCCESS && has_graph && !(graph = fgr_out(q, sizeof(CUgraph))))
         return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS)
-        fgr_r = ((pfn_cuStreamGetCaptureInfo_v2)fgr_real[FGR_OP_cuStreamGetCaptureInfo_v2])(hStream, captureStatus_out, id_out, graph_out, dependencies_out, numDependencies_out);
-    if (has_captureStatus_out)
-        fgr_reply_out(q, captureStatus_out, sizeof(CUstreamCaptureStatus), 0, fgr_r);
-    if (has_id_out)
-        fgr_reply_out(q, id_out, sizeof(cuuint64_t), 0, fgr_r);
-    if (has_numDependencies_out)
-        fgr_reply_out(q, numDependencies_out, sizeof(size_t), 0, fgr_r);
-    return fgr_r;
-}
-
-static CUresult op_cuStreamGetCaptureInfo_v2_ptsz(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
-    int has_captureStatus_out = fgr_get_u8(rd);
-    int has_id_out = fgr_get_u8(rd);
-    CUgraph *graph_out = NULL;
-    const CUgraphNode **dependencies_out = NULL;
-    int has_numDependencies_out = fgr_get_u8(rd);
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUstreamCaptureStatus *captureStatus_out = NULL;
-    cuuint64_t *id_out = NULL;
-    size_t *numDependencies_out = NULL;
-    CUresult fgr_r = CUDA_SUCCESS;
-    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
-        fgr_r = fgr_refuse("cuStreamGetCaptureInfo_v2_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    if (fgr_r == CUDA_SUCCESS && has_captureStatus_out && !(captureStatus_out = fgr_out(q, sizeof(CUstreamCaptureStatus))))
+    if (fgr_r == CUDA_SUCCESS && has_deps && !(deps = fgr_out(q, fgr_n_deps)))
         return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS && has_id_out && !(id_out = fgr_out(q, sizeof(cuuint64_t))))
-        return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS && has_numDependencies_out && !(numDependencies_out = fgr_out(q, sizeof(size_t))))
+    if (fgr_r == CUDA_SUCCESS && has_ndeps && !(ndeps = fgr_out(q, sizeof(size_t))))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
-        fgr_r = ((pfn_cuStreamGetCaptureInfo_v2_ptsz)fgr_real[FGR_OP_cuStreamGetCaptureInfo_v2_ptsz])(hStream, captureStatus_out, id_out, graph_out, dependencies_out, numDependencies_out);
-    if (has_captureStatus_out)
-        fgr_reply_out(q, captureStatus_out, sizeof(CUstreamCaptureStatus), 0, fgr_r);
-    if (has_id_out)
-        fgr_reply_out(q, id_out, sizeof(cuuint64_t), 0, fgr_r);
-    if (has_numDependencies_out)
-        fgr_reply_out(q, numDependencies_out, sizeof(size_t), 0, fgr_r);
-    return fgr_r;
-}
-
-static CUresult op_cuStreamGetCaptureInfo_v3(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
-    int has_captureStatus_out = fgr_get_u8(rd);
-    int has_id_out = fgr_get_u8(rd);
-    CUgraph *graph_out = NULL;
-    const CUgraphNode **dependencies_out = NULL;
-    const CUgraphEdgeData **edgeData_out = NULL;
-    int has_numDependencies_out = fgr_get_u8(rd);
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUstreamCaptureStatus *captureStatus_out = NULL;
-    cuuint64_t *id_out = NULL;
-    size_t *numDependencies_out = NULL;
-    CUresult fgr_r = CUDA_SUCCESS;
-    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
-        fgr_r = fgr_refuse("cuStreamGetCaptureInfo_v3", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    if (fgr_r == CUDA_SUCCESS && has_captureStatus_out && !(captureStatus_out = fgr_out(q, sizeof(CUstreamCaptureStatus))))
-        return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS && has_id_out && !(id_out = fgr_out(q, sizeof(cuuint64_t))))
-        return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS && has_numDependencies_out && !(numDependencies_out = fgr_out(q, sizeof(size_t))))
-        return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS)
-        fgr_r = ((pfn_cuStreamGetCaptureInfo_v3)fgr_real[FGR_OP_cuStreamGetCaptureInfo_v3])(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
-    if (has_captureStatus_out)
-        fgr_reply_out(q, captureStatus_out, sizeof(CUstreamCaptureStatus), 0, fgr_r);
-    if (has_id_out)
-        fgr_reply_out(q, id_out, sizeof(cuuint64_t), 0, fgr_r);
-    if (has_numDependencies_out)
-        fgr_reply_out(q, numDependencies_out, sizeof(size_t), 0, fgr_r);
-    return fgr_r;
-}
-
-static CUresult op_cuStreamGetCaptureInfo_v3_ptsz(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
-    int has_captureStatus_out = fgr_get_u8(rd);
-    int has_id_out = fgr_get_u8(rd);
-    CUgraph *graph_out = NULL;
-    const CUgraphNode **dependencies_out = NULL;
-    const CUgraphEdgeData **edgeData_out = NULL;
-    int has_numDependencies_out = fgr_get_u8(rd);
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUstreamCaptureStatus *captureStatus_out = NULL;
-    cuuint64_t *id_out = NULL;
-    size_t *numDependencies_out = NULL;
-    CUresult fgr_r = CUDA_SUCCESS;
-    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
-        fgr_r = fgr_refuse("cuStreamGetCaptureInfo_v3_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    if (fgr_r == CUDA_SUCCESS && has_captureStatus_out && !(captureStatus_out = fgr_out(q, sizeof(CUstreamCaptureStatus))))
-        return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS && has_id_out && !(id_out = fgr_out(q, sizeof(cuuint64_t))))
-        return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS && has_numDependencies_out && !(numDependencies_out = fgr_out(q, sizeof(size_t))))
-        return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS)
-        fgr_r = ((pfn_cuStreamGetCaptureInfo_v3_ptsz)fgr_real[FGR_OP_cuStreamGetCaptureInfo_v3_ptsz])(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
-    if (has_captureStatus_out)
-        fgr_reply_out(q, captureStatus_out, sizeof(CUstreamCaptureStatus), 0, fgr_r);
-    if (has_id_out)
-        fgr_reply_out(q, id_out, sizeof(cuuint64_t), 0, fgr_r);
-    if (has_numDependencies_out)
-        fgr_reply_out(q, numDependencies_out, sizeof(size_t), 0, fgr_r);
+        fgr_r = ((pfn_fgrStreamCaptureInfo)fgr_real[FGR_OP_fgrStreamCaptureInfo])(hStream, status, id, graph, deps, ndeps, cap);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (graph)
+            fgr_add(FGR_H_CUgraph, (uint64_t)(uintptr_t)*graph, FGR_H_CUcontext, fgr_ctx);
+        for (uint64_t fgr_i = 0; deps && fgr_i < fgr_n_deps / sizeof(CUgraphNode); fgr_i++)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)deps[fgr_i], FGR_H_CUcontext, fgr_ctx);
+        if (fgr_out_n(FGR_H_CUgraph, graph, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+        if (fgr_out_n(FGR_H_CUgraphNode, deps, fgr_n_deps / sizeof(CUgraphNode)) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_status)
+        fgr_reply_out(q, status, sizeof(unsigned int), 0, fgr_r);
+    if (has_id)
+        fgr_reply_out(q, id, sizeof(unsigned long long), 0, fgr_r);
+    if (has_graph)
+        fgr_reply_out(q, graph, sizeof(CUgraph), 0, fgr_r);
+    if (has_deps)
+        fgr_reply_out(q, deps, fgr_n_deps, 0, fgr_r);
+    if (has_ndeps)
+        fgr_reply_out(q, ndeps, sizeof(size_t), 0, fgr_r);
     return fgr_r;
 }
 
@@ -7512,10 +7429,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuTensorMapEncodeIm2col] = {"cuTensorMapEncodeIm2col", op_cuTensorMapEncodeIm2col, 0, FGR_MAX_FRAME},
     [FGR_OP_cuTensorMapReplaceAddress] = {"cuTensorMapReplaceAddress", op_cuTensorMapReplaceAddress, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuKernelGetLibrary] = {"cuKernelGetLibrary", op_cuKernelGetLibrary, 0, FGR_SMALL_FRAME},
-    [FGR_OP_cuStreamGetCaptureInfo_v2] = {"cuStreamGetCaptureInfo_v2", op_cuStreamGetCaptureInfo_v2, 0, FGR_SMALL_FRAME},
-    [FGR_OP_cuStreamGetCaptureInfo_v2_ptsz] = {"cuStreamGetCaptureInfo_v2_ptsz", op_cuStreamGetCaptureInfo_v2_ptsz, 0, FGR_SMALL_FRAME},
-    [FGR_OP_cuStreamGetCaptureInfo_v3] = {"cuStreamGetCaptureInfo_v3", op_cuStreamGetCaptureInfo_v3, 0, FGR_SMALL_FRAME},
-    [FGR_OP_cuStreamGetCaptureInfo_v3_ptsz] = {"cuStreamGetCaptureInfo_v3_ptsz", op_cuStreamGetCaptureInfo_v3_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrStreamCaptureInfo] = {"fgrStreamCaptureInfo", op_fgrStreamCaptureInfo, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamBeginCaptureToGraph] = {"cuStreamBeginCaptureToGraph", op_cuStreamBeginCaptureToGraph, 0, FGR_MAX_FRAME},
     [FGR_OP_cuStreamBeginCaptureToGraph_ptsz] = {"cuStreamBeginCaptureToGraph_ptsz", op_cuStreamBeginCaptureToGraph_ptsz, 0, FGR_MAX_FRAME},
     [FGR_OP_cuStreamUpdateCaptureDependencies] = {"cuStreamUpdateCaptureDependencies", op_cuStreamUpdateCaptureDependencies, 0, FGR_MAX_FRAME},

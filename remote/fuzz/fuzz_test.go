@@ -80,6 +80,8 @@ func valid() []request {
 		{"fgrParamSizes", w{}.u64(h.Function).u64(4).u8(1).u8(1), res + (1 + 8 + 4) + (1 + 8 + 16)},
 		{"fgrHostWrite", w{}.u64(0x1000).u64(8).u8(1).u64(8).raw("abcdefgh"), res},
 		{"fgrHostReadMany", w{}.u64(1).u64(8).u8(1).u64(8).u64(0x1000).u8(1).u64(8).u64(8).u8(1), res + 1 + 8 + 8},
+		// A stream's capture, with room for two dependencies.
+		{"fgrStreamCaptureInfo", w{}.u64(0).u64(2).u8(1).u8(1).u8(1).u8(1).u8(1), res + (1 + 8 + 4) + 2*(1+8+8) + (1 + 8 + 16) + (1 + 8 + 8)},
 		// A graph copy node's buffer: made, written with a launch, read back.
 		{"fgrGraphHostAlloc", w{}.u64(16).u8(1), res + 1 + 8 + 8},
 		{"fgrGraphLaunchHost", w{}.u64(0).u64(0).u64(0).u64(1).u64(8).u8(1).u64(8).u64(HostBuffer(false) + 8).u8(1).u64(8).u64(8).u8(1).u64(8).raw("abcdefgh"), res},
@@ -253,6 +255,8 @@ func TestForeignHandlesAndAddressesRefused(t *testing.T) {
 		// side runs past its allocation.
 		{"a memset node past its allocation", "cuGraphAddMemsetNode", w{}.u64(h.Graph).u64(0).u64(0).u8(1).u8(0).u8(1).u64(40).u64(0x10ff0).u64(0).u32(1).u32(1).u64(32).u64(1), invalidValue},
 		{"a copy node from memory not the connection's", "cuGraphAddMemcpyNode", w{}.u64(h.Graph).u64(0).u64(0).u8(1).u8(0).u8(1).u64(200).raw(copy3d(1, 0x7ffd00000000, 2, 0x1000, 16)), invalidValue},
+		{"a capture's dependencies into 2^32-1 nodes", "fgrStreamCaptureInfo", w{}.u64(0).u64(1<<32 - 1).u8(1).u8(1).u8(1).u8(1).u8(1), invalidValue},
+		{"an unknown stream's capture", "fgrStreamCaptureInfo", w{}.u64(0x7f0000001000).u64(2).u8(1).u8(1).u8(1).u8(1).u8(1), invalidHandle},
 		// Graph copy nodes' buffers: a launch writes, a read reads, only
 		// inside a buffer the connection holds (not its device memory, not
 		// one it gave back), bytes and sizes agreeing.

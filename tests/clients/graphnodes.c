@@ -27,6 +27,12 @@
  *                         the executable, a WHILE node counting down; the
  *                         nodes' parameters read back, a clone's; body
  *                         counts and handles the driver refuses
+ *     graphnodes captureinfo
+ *                         a node added to a graph while it is captured:
+ *                         the capture's graph and dependencies read, a
+ *                         kernel node added after them and made the
+ *                         stream's dependencies, captured work after it;
+ *                         the graph launched
  *     graphnodes hostile  what a connection may not name: a memset node
  *                         outside its memory, a forged graph, an allocation
  *                         node's access descriptors (pointers into the
@@ -829,6 +835,58 @@ static int pageable(CUcontext ctx)
     return 0;
 }
 
+static int captureinfo(CUcontext ctx)
+{
+    (void)ctx;
+    CUstream st;
+    CUdeviceptr w;
+    CUmodule mod;
+    CUfunction fill, add;
+    CHECK(cuStreamCreate(&st, 0));
+    CHECK(cuMemAlloc_v2(&w, 4));
+    CHECK(cuModuleLoadData(&mod, COND_MODULE));
+    CHECK(cuModuleGetFunction(&fill, mod, "fill"));
+    CHECK(cuModuleGetFunction(&add, mod, "add"));
+    unsigned five = 5, ten = 10, hundred = 100;
+    int one = 1;
+    void *fargs[] = {&w, &five, &one}, *targs[] = {&w, &ten, &one}, *hargs[] = {&w, &hundred, &one};
+    CUstreamCaptureStatus status;
+    cuuint64_t id = 0;
+    CUgraph g = (CUgraph)1, again = NULL, ended = NULL;
+    const CUgraphNode *deps = NULL;
+    const CUgraphEdgeData *edges = (const CUgraphEdgeData *)1;
+    size_t n = 7;
+    CUresult r = cuStreamGetCaptureInfo_v2(st, &status, &id, &g, &deps, &n);
+    printf("not capturing: %s, status %d, %zu dependencies, %s\n", result_name(r), (int)status, n,
+           g ? "a graph" : "no graph");
+    CHECK(cuStreamBeginCapture_v2(st, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CHECK(cuLaunchKernel(fill, 1, 1, 1, 1, 1, 1, 0, st, fargs, NULL));
+    CHECK(cuStreamGetCaptureInfo_v2(st, &status, &id, &g, &deps, &n));
+    printf("capturing: status %d, %zu dependencies, %s\n", (int)status, n, g ? "a graph" : "no graph");
+    CUgraphNode node;
+    CUDA_KERNEL_NODE_PARAMS kp = one_thread(add, targs);
+    CHECK(cuGraphAddKernelNode_v2(&node, g, deps, n, &kp));
+    CHECK(cuStreamUpdateCaptureDependencies(st, &node, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES));
+    CHECK(cuStreamGetCaptureInfo_v3(st, &status, &id, &again, &deps, &edges, &n));
+    printf("after the node: %zu dependencies, %s, edge data %s, the same graph: %s\n", n,
+           n == 1 && deps[0] == node ? "the node" : "not the node", edges ? "some" : "none", again == g ? "yes" : "no");
+    CHECK(cuLaunchKernel(add, 1, 1, 1, 1, 1, 1, 0, st, hargs, NULL));
+    r = cuStreamEndCapture(st, &ended);
+    printf("end: %s, the capture's graph: %s\n", result_name(r), ended == g ? "yes" : "no");
+    CHECK(cuGraphGetNodes(ended, NULL, &n));
+    printf("nodes: %zu\n", n);
+    CUgraphExec x;
+    CHECK(cuGraphInstantiateWithFlags(&x, ended, 0));
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    printf("word: %u (fill 5, then +10 by the node, then +100)\n", word_at(w));
+    CHECK(cuGraphExecDestroy(x));
+    CHECK(cuGraphDestroy(ended));
+    CHECK(cuModuleUnload(mod));
+    CHECK(cuMemFree_v2(w));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     CUcontext ctx = primary_context();
@@ -838,6 +896,8 @@ int main(int argc, char **argv)
         return host(ctx);
     if (argc > 1 && strcmp(argv[1], "pageable") == 0)
         return pageable(ctx);
+    if (argc > 1 && strcmp(argv[1], "captureinfo") == 0)
+        return captureinfo(ctx);
     if (argc > 1 && strcmp(argv[1], "copies") == 0)
         return copies(ctx);
     if (argc > 1 && strcmp(argv[1], "edges") == 0)

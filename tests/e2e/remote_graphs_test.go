@@ -186,3 +186,26 @@ func TestRemoteGraphPageableCopies(t *testing.T) {
 		})
 	}
 }
+
+// A program adds a node to the graph a stream is capturing, as
+// cudaStreamGetCaptureInfo lets it (graphConditionalNodes does): the
+// capture's graph and dependencies come back, the node is added after them
+// and set as the stream's dependencies, and the graph runs it in order,
+// over every transport as locally.
+func TestRemoteCaptureInfoGraph(t *testing.T) {
+	e := newEnv(t)
+	local := e.run("graphnodes", "captureinfo")
+	if local.code != 0 || !strings.Contains(local.stdout, "after the node: 1 dependencies, the node, edge data none, the same graph: yes\n") ||
+		!strings.Contains(local.stdout, "end: CUDA_SUCCESS, the capture's graph: yes\nnodes: 3\nword: 115 ") {
+		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
+	}
+	for _, transport := range []string{"shm", "unix", "tcp"} {
+		t.Run(transport, func(t *testing.T) {
+			e := newEnv(t)
+			got := e.remote(e.serve(transport), "graphnodes", "captureinfo")
+			if got.code != 0 || got.stdout != local.stdout {
+				t.Errorf("remotely: exit %d, printed\n%s\nlocally\n%s\n%s", got.code, got.stdout, local.stdout, got.stderr)
+			}
+		})
+	}
+}
