@@ -303,35 +303,36 @@ enum fgr_op {
     FGR_OP_cuStreamCopyAttributes_ptsz = 294,
     FGR_OP_cuStreamAttachMemAsync = 295,
     FGR_OP_cuStreamAttachMemAsync_ptsz = 296,
-    FGR_OP_fgrGraphAddHostNode = 297,
-    FGR_OP_fgrGraphAddKernelNode = 298,
-    FGR_OP_fgrGraphHostAlloc = 299,
-    FGR_OP_fgrGraphHostFree = 300,
-    FGR_OP_fgrGraphLaunchHost = 301,
-    FGR_OP_fgrGraphHostRead = 302,
-    FGR_OP_cuGraphDestroyNode = 303,
-    FGR_OP_cuGraphAddEventRecordNode = 304,
-    FGR_OP_cuGraphAddEventWaitNode = 305,
-    FGR_OP_cuGraphExecGetFlags = 306,
-    FGR_OP_cuGraphConditionalHandleCreate = 307,
-    FGR_OP_fgrGraphAddConditionalNode = 308,
-    FGR_OP_fgrGraphConditionalNodeGetParams = 309,
-    FGR_OP_fgrGraphConditionalNodeSetParams = 310,
-    FGR_OP_cuGraphExecUpdate_v2 = 311,
-    FGR_OP_xt_ctx = 312,
-    FGR_OP_xt_ctx_39 = 313,
-    FGR_OP_xt_ctx_51 = 314,
-    FGR_OP_xt_simA = 315,
-    FGR_OP_xt_simA_1 = 316,
-    FGR_OP_xt_simA_2 = 317,
-    FGR_OP_xt_simA_7 = 318,
-    FGR_OP_xt_simB = 319,
-    FGR_OP_xt_simB_1 = 320,
-    FGR_OP_xt_simB_2 = 321,
-    FGR_NUM_OPS = 322
+    FGR_OP_cuGraphExecMemcpyNodeSetParams = 297,
+    FGR_OP_fgrGraphAddHostNode = 298,
+    FGR_OP_fgrGraphAddKernelNode = 299,
+    FGR_OP_fgrGraphHostAlloc = 300,
+    FGR_OP_fgrGraphHostFree = 301,
+    FGR_OP_fgrGraphLaunchHost = 302,
+    FGR_OP_fgrGraphHostRead = 303,
+    FGR_OP_cuGraphDestroyNode = 304,
+    FGR_OP_cuGraphAddEventRecordNode = 305,
+    FGR_OP_cuGraphAddEventWaitNode = 306,
+    FGR_OP_cuGraphExecGetFlags = 307,
+    FGR_OP_cuGraphConditionalHandleCreate = 308,
+    FGR_OP_fgrGraphAddConditionalNode = 309,
+    FGR_OP_fgrGraphConditionalNodeGetParams = 310,
+    FGR_OP_fgrGraphConditionalNodeSetParams = 311,
+    FGR_OP_cuGraphExecUpdate_v2 = 312,
+    FGR_OP_xt_ctx = 313,
+    FGR_OP_xt_ctx_39 = 314,
+    FGR_OP_xt_ctx_51 = 315,
+    FGR_OP_xt_simA = 316,
+    FGR_OP_xt_simA_1 = 317,
+    FGR_OP_xt_simA_2 = 318,
+    FGR_OP_xt_simA_7 = 319,
+    FGR_OP_xt_simB = 320,
+    FGR_OP_xt_simB_1 = 321,
+    FGR_OP_xt_simB_2 = 322,
+    FGR_NUM_OPS = 323
 };
 
-#define FGR_OPS_HASH 0xe689fa805c0e9c64ULL
+#define FGR_OPS_HASH 0x6bdb60464b3ff5e1ULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
@@ -512,6 +513,7 @@ CUresult cuStreamCopyAttributes(CUstream dst, CUstream src);
 CUresult cuStreamCopyAttributes_ptsz(CUstream dst, CUstream src);
 CUresult cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
 CUresult cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
+CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D *copyParams, CUcontext ctx);
 CUresult fgrGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, unsigned long long id);
 CUresult fgrGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void **kernelParams, void **extra);
 CUresult fgrGraphHostAlloc(CUdeviceptr *dptr, size_t bytes);
@@ -576,6 +578,7 @@ CUresult fgr_fwd_cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig confi
 CUresult fgr_fwd_cuCtxSetSharedMemConfig(CUsharedconfig config);
 CUresult fgr_fwd_cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name);
 CUresult fgr_fwd_cuLinkDestroy(CUlinkState state);
+CUresult fgr_fwd_cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D *copyParams, CUcontext ctx);
 CUresult fgr_fwd_cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo);
 
 #endif

@@ -36,6 +36,7 @@ struct side {
     uintptr_t host;
     size_t width, pitch, rows, slice, depth, n;
     CUdeviceptr srv;
+    CUgraphNode node; /* an added node's (a captured one's is not known) */
     uint64_t capture; /* the capture making it, while pending */
     struct side *next;
 };
@@ -152,7 +153,7 @@ static CUresult side_new(struct side **out, int d2h, uintptr_t host, size_t widt
         free(s);
         return r;
     }
-    *s = (struct side){1, d2h, host, width, pitch, rows, slice, depth, n, s->srv, 0, NULL};
+    *s = (struct side){1, d2h, host, width, pitch, rows, slice, depth, n, s->srv, NULL, 0, NULL};
     *out = s;
     return CUDA_SUCCESS;
 }
@@ -282,10 +283,59 @@ CUresult fgr_copy_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNo
         r = node_side(&q, 1, &dst);
     if (r == CUDA_SUCCESS)
         r = fgr_fwd_cuGraphAddMemcpyNode(phGraphNode, hGraph, dependencies, numDependencies, &q, ctx);
+    if (r == CUDA_SUCCESS && phGraphNode) {
+        if (src)
+            src->node = *phGraphNode;
+        if (dst)
+            dst->node = *phGraphNode;
+    }
     enter();
     struct holder *o = r == CUDA_SUCCESS && (src || dst) ? holder_find(hGraph, 1) : NULL;
     if (r == CUDA_SUCCESS && (src || dst) && (!o || (src && !holder_add(o, src)) || (dst && !holder_add(o, dst))))
         r = CUDA_ERROR_OUT_OF_MEMORY; /* the node stays, reaching the buffers a graph still names */
+    if (src)
+        side_release(src);
+    if (dst)
+        side_release(dst);
+    leave();
+    return r;
+}
+
+static void pull_holder(struct holder *o, int wait);
+
+/* An executable's copy of hNode copies other memory from now on: its sides
+ * are those of the new parameters (the bytes of a launch in flight come
+ * back first, into the memory it was made to write). */
+FGR_EXPORT CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                   const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
+{
+    if (!copyParams)
+        return fgr_fwd_cuGraphExecMemcpyNodeSetParams(hGraphExec, hNode, copyParams, ctx);
+    CUDA_MEMCPY3D q = *copyParams;
+    struct side *src = NULL, *dst = NULL;
+    CUresult r = node_side(&q, 0, &src);
+    if (r == CUDA_SUCCESS)
+        r = node_side(&q, 1, &dst);
+    if (r == CUDA_SUCCESS)
+        r = fgr_fwd_cuGraphExecMemcpyNodeSetParams(hGraphExec, hNode, &q, ctx);
+    enter();
+    struct holder *o = r == CUDA_SUCCESS ? holder_find(hGraphExec, src || dst) : NULL;
+    if (o && o->due)
+        pull_holder(o, 1);
+    size_t k = 0;
+    for (size_t i = 0; o && i < o->n; i++)
+        if (o->sides[i]->node == hNode)
+            side_release(o->sides[i]);
+        else
+            o->sides[k++] = o->sides[i];
+    if (o)
+        o->n = k;
+    if (src)
+        src->node = hNode;
+    if (dst)
+        dst->node = hNode;
+    if (r == CUDA_SUCCESS && (src || dst) && (!o || (src && !holder_add(o, src)) || (dst && !holder_add(o, dst))))
+        r = CUDA_ERROR_OUT_OF_MEMORY;
     if (src)
         side_release(src);
     if (dst)
@@ -374,8 +424,6 @@ FGR_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
     leave();
     return r;
 }
-
-static void pull_holder(struct holder *o, int wait);
 
 FGR_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
 {

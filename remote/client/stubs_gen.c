@@ -5105,6 +5105,22 @@ FGR_EXPORT CUresult cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dp
     return fgr_send(&fgr_c);
 }
 
+CUresult fgr_fwd_cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
+{
+    CUresult fgr_r;
+    uint64_t n_copyParams = copyParams ? sizeof(CUDA_MEMCPY3D) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphExecMemcpyNodeSetParams, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraphExec);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)ctx);
+    fgr_put_buf(&fgr_c.w, copyParams, n_copyParams);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult fgrGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, unsigned long long id)
 {
     CUresult fgr_r;
@@ -5734,6 +5750,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamCopyAttributes_ptsz] = "cuStreamCopyAttributes_ptsz",
     [FGR_OP_cuStreamAttachMemAsync] = "cuStreamAttachMemAsync",
     [FGR_OP_cuStreamAttachMemAsync_ptsz] = "cuStreamAttachMemAsync_ptsz",
+    [FGR_OP_cuGraphExecMemcpyNodeSetParams] = "cuGraphExecMemcpyNodeSetParams",
     [FGR_OP_fgrGraphAddHostNode] = "fgrGraphAddHostNode",
     [FGR_OP_fgrGraphAddKernelNode] = "fgrGraphAddKernelNode",
     [FGR_OP_fgrGraphHostAlloc] = "fgrGraphHostAlloc",
@@ -6196,6 +6213,7 @@ const struct fg_proc fgr_procs[] = {
     {"cuStreamCopyAttributes", "cuStreamCopyAttributes_ptsz", 11000, 1, (void *)cuStreamCopyAttributes_ptsz},
     {"cuStreamAttachMemAsync", "cuStreamAttachMemAsync", 6000, 0, (void *)cuStreamAttachMemAsync},
     {"cuStreamAttachMemAsync", "cuStreamAttachMemAsync_ptsz", 7000, 1, (void *)cuStreamAttachMemAsync_ptsz},
+    {"cuGraphExecMemcpyNodeSetParams", "cuGraphExecMemcpyNodeSetParams", 10020, 0, (void *)cuGraphExecMemcpyNodeSetParams},
     {"fgrGraphAddHostNode", "fgrGraphAddHostNode", 0, 0, (void *)fgrGraphAddHostNode},
     {"fgrGraphAddKernelNode", "fgrGraphAddKernelNode", 0, 0, (void *)fgrGraphAddKernelNode},
     {"fgrGraphHostAlloc", "fgrGraphHostAlloc", 0, 0, (void *)fgrGraphHostAlloc},

@@ -297,6 +297,7 @@ typedef CUresult (*pfn_cuStreamCopyAttributes)(CUstream dst, CUstream src);
 typedef CUresult (*pfn_cuStreamCopyAttributes_ptsz)(CUstream dst, CUstream src);
 typedef CUresult (*pfn_cuStreamAttachMemAsync)(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
 typedef CUresult (*pfn_cuStreamAttachMemAsync_ptsz)(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
+typedef CUresult (*pfn_cuGraphExecMemcpyNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D *copyParams, CUcontext ctx);
 typedef CUresult (*pfn_fgrGraphAddHostNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, unsigned long long id);
 typedef CUresult (*pfn_fgrGraphAddKernelNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void **kernelParams, void **extra);
 typedef CUresult (*pfn_fgrGraphHostAlloc)(CUdeviceptr *dptr, size_t bytes);
@@ -6532,6 +6533,39 @@ static CUresult op_cuStreamAttachMemAsync_ptsz(struct fgr_rd *rd, struct fgr_req
     return fgr_r;
 }
 
+static CUresult op_cuGraphExecMemcpyNodeSetParams(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_in(FGR_H_CUgraphExec, fgr_get_u64(rd));
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    CUcontext ctx = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
+    CUDA_MEMCPY3D *copyParams = fgr_get_buf(rd, q, sizeof(CUDA_MEMCPY3D), 1);
+    if (copyParams)
+        copyParams->srcArray = (CUarray)(uintptr_t)fgr_in(FGR_H_CUarray, (uint64_t)(uintptr_t)copyParams->srcArray);
+    if (copyParams)
+        copyParams->dstArray = (CUarray)(uintptr_t)fgr_in(FGR_H_CUarray, (uint64_t)(uintptr_t)copyParams->dstArray);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec)))
+        fgr_r = fgr_refuse("cuGraphExecMemcpyNodeSetParams", "hGraphExec", (uint64_t)(uintptr_t)hGraphExec, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("cuGraphExecMemcpyNodeSetParams", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUarray, (copyParams ? (uint64_t)(uintptr_t)copyParams->srcArray : 0))))
+        fgr_r = fgr_refuse("cuGraphExecMemcpyNodeSetParams", "copyParams->srcArray", (copyParams ? (uint64_t)(uintptr_t)copyParams->srcArray : 0), CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUarray, (copyParams ? (uint64_t)(uintptr_t)copyParams->dstArray : 0))))
+        fgr_r = fgr_refuse("cuGraphExecMemcpyNodeSetParams", "copyParams->dstArray", (copyParams ? (uint64_t)(uintptr_t)copyParams->dstArray : 0), CUDA_ERROR_INVALID_HANDLE);
+    else if (!(!copyParams || (!fgr_copy3d_arrays(copyParams))))
+        fgr_r = fgr_refuse("cuGraphExecMemcpyNodeSetParams", "copyParams->srcArray", (copyParams ? (uint64_t)0 : 0), CUDA_ERROR_NOT_SUPPORTED);
+    else if (!(!copyParams || (fgr_copy3d_in(copyParams))))
+        fgr_r = fgr_refuse("cuGraphExecMemcpyNodeSetParams", "copyParams->srcDevice", (copyParams ? (uint64_t)copyParams->srcDevice : 0), CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
+        fgr_r = fgr_refuse("cuGraphExecMemcpyNodeSetParams", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphExecMemcpyNodeSetParams)fgr_real[FGR_OP_cuGraphExecMemcpyNodeSetParams])(hGraphExec, hNode, copyParams, ctx);
+    return fgr_r;
+}
+
 static CUresult op_fgrGraphAddHostNode(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -7450,6 +7484,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamCopyAttributes_ptsz] = {"cuStreamCopyAttributes_ptsz", op_cuStreamCopyAttributes_ptsz, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamAttachMemAsync] = {"cuStreamAttachMemAsync", op_cuStreamAttachMemAsync, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamAttachMemAsync_ptsz] = {"cuStreamAttachMemAsync_ptsz", op_cuStreamAttachMemAsync_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphExecMemcpyNodeSetParams] = {"cuGraphExecMemcpyNodeSetParams", op_cuGraphExecMemcpyNodeSetParams, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrGraphAddHostNode] = {"fgrGraphAddHostNode", op_fgrGraphAddHostNode, 0, FGR_MAX_FRAME},
     [FGR_OP_fgrGraphAddKernelNode] = {"fgrGraphAddKernelNode", op_fgrGraphAddKernelNode, 0, FGR_MAX_FRAME},
     [FGR_OP_fgrGraphHostAlloc] = {"fgrGraphHostAlloc", op_fgrGraphHostAlloc, 0, FGR_SMALL_FRAME},

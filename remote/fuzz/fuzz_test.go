@@ -80,6 +80,8 @@ func valid() []request {
 		{"fgrParamSizes", w{}.u64(h.Function).u64(4).u8(1).u8(1), res + (1 + 8 + 4) + (1 + 8 + 16)},
 		{"fgrHostWrite", w{}.u64(0x1000).u64(8).u8(1).u64(8).raw("abcdefgh"), res},
 		{"fgrHostReadMany", w{}.u64(1).u64(8).u8(1).u64(8).u64(0x1000).u8(1).u64(8).u64(8).u8(1), res + 1 + 8 + 8},
+		// An executable's copy node set to copy within the allocation.
+		{"cuGraphExecMemcpyNodeSetParams", w{}.u64(0).u64(h.Node).u64(0).u8(1).u64(200).raw(copy3d(2, 0x1000, 2, 0x1040, 16)), res},
 		// A stream's capture, with room for two dependencies.
 		{"fgrStreamCaptureInfo", w{}.u64(0).u64(2).u8(1).u8(1).u8(1).u8(1).u8(1), res + (1 + 8 + 4) + 2*(1+8+8) + (1 + 8 + 16) + (1 + 8 + 8)},
 		// A graph copy node's buffer: made, written with a launch, read back.
@@ -269,6 +271,8 @@ func TestForeignHandlesAndAddressesRefused(t *testing.T) {
 		{"a read of device memory", "fgrGraphHostRead", w{}.u64(0).u64(0x1000).u64(16).u8(1), invalidValue},
 		{"a read past its buffer", "fgrGraphHostRead", w{}.u64(0).u64(HostBuffer(false) + 32).u64(64).u8(1), invalidValue},
 		{"a read of a buffer given back", "fgrGraphHostRead", w{}.u64(0).u64(HostBuffer(true)).u64(16).u8(1), invalidValue},
+		{"an executable's copy node set from memory not the connection's", "cuGraphExecMemcpyNodeSetParams", w{}.u64(0).u64(h.Node).u64(0).u8(1).u64(200).raw(copy3d(1, 0x7ffd00000000, 2, 0x1000, 16)), invalidValue},
+		{"an executable's copy node set past its allocation", "cuGraphExecMemcpyNodeSetParams", w{}.u64(0).u64(h.Node).u64(0).u8(1).u64(200).raw(copy3d(2, 0x1000, 2, 0x10ff8, 16)), invalidValue},
 		{"a copy node past its allocation", "cuGraphAddMemcpyNode", w{}.u64(h.Graph).u64(0).u64(0).u8(1).u8(0).u8(1).u64(200).raw(copy3d(2, 0x1000, 2, 0x10ff8, 16)), invalidValue},
 	} {
 		before := Calls()

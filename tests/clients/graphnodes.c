@@ -18,7 +18,8 @@
  *                         bytes between the rows left alone, host to
  *                         host), relaunched with new input, a clone
  *                         outliving its graph, a child graph, an executable
- *                         updated to another graph's host memory; 200
+ *                         updated to another graph's host memory, an
+ *                         executable's node set to other memory; 200
  *                         graphs of an 8 MiB node made and destroyed
  *     graphnodes conditional
  *                         conditional nodes: an IF node whose body a kernel
@@ -786,14 +787,14 @@ static int pageable(CUcontext ctx)
      * memory copies that memory from then on. */
     unsigned a_in[8], a_out[8], b_in[8], b_out[8];
     CUgraph ga, gb;
-    CUgraphNode n1, n2;
+    CUgraphNode n1, n2, a_down;
     for (unsigned i = 0; i < 8; i++)
         a_in[i] = i, b_in[i] = 1000 + i, a_out[i] = b_out[i] = 0;
     CHECK(cuGraphCreate(&ga, 0));
     cp = copy_params(CU_MEMORYTYPE_HOST, a_in, 0, CU_MEMORYTYPE_DEVICE, NULL, d, 32, 1, 32);
     CHECK(cuGraphAddMemcpyNode(&n1, ga, NULL, 0, &cp, ctx));
     cp = copy_params(CU_MEMORYTYPE_DEVICE, NULL, d, CU_MEMORYTYPE_HOST, a_out, 0, 32, 1, 32);
-    CHECK(cuGraphAddMemcpyNode(&n2, ga, &n1, 1, &cp, ctx));
+    CHECK(cuGraphAddMemcpyNode(&a_down, ga, &n1, 1, &cp, ctx));
     CHECK(cuGraphCreate(&gb, 0));
     cp = copy_params(CU_MEMORYTYPE_HOST, b_in, 0, CU_MEMORYTYPE_DEVICE, NULL, d, 32, 1, 32);
     CHECK(cuGraphAddMemcpyNode(&n1, gb, NULL, 0, &cp, ctx));
@@ -810,6 +811,22 @@ static int pageable(CUcontext ctx)
     CHECK(cuStreamSynchronize(st));
     print_words("before the update", a_out, 8);
     print_words("after it", b_out, 8);
+    CHECK(cuGraphExecDestroy(x));
+
+    /* An executable's node set to copy into other host memory writes that
+     * memory from then on, and no longer the old one. */
+    unsigned c_out[8];
+    memset(c_out, 0, sizeof c_out);
+    memset(a_out, 0, sizeof a_out);
+    CHECK(cuGraphInstantiateWithFlags(&x, ga, 0));
+    cp = copy_params(CU_MEMORYTYPE_DEVICE, NULL, d, CU_MEMORYTYPE_HOST, c_out, 0, 32, 1, 32);
+    printf("executable's node set: %s\n", result_name(cuGraphExecMemcpyNodeSetParams(x, a_down, &cp, ctx)));
+    for (unsigned i = 0; i < 8; i++)
+        a_in[i] = 500 + i;
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    print_words("the node's new memory", c_out, 8);
+    print_words("its old memory", a_out, 8);
     CHECK(cuGraphExecDestroy(x));
     CHECK(cuGraphDestroy(ga));
 

@@ -158,7 +158,8 @@ func TestRemoteGraphCopyNodes(t *testing.T) {
 // launched with new input each time, copy nodes added on pageable memory
 // (pitched rows whose gaps stay the program's, host to host), a clone
 // outliving its graph, a child graph, an executable updated to other host
-// memory, and graphs made and destroyed without the server keeping their
+// memory or its node set to other memory (cuGraphExecMemcpyNodeSetParams),
+// and graphs made and destroyed without the server keeping their
 // buffers (200 of 8 MiB would pass its bound).
 func TestRemoteGraphPageableCopies(t *testing.T) {
 	e := newEnv(t)
@@ -170,6 +171,7 @@ func TestRemoteGraphPageableCopies(t *testing.T) {
 		"clone's rows back: 0=33 8=78 9=05",
 		"child graph's rows back: 0=33 8=79 9=05",
 		"after it: 1000 1001",
+		"the node's new memory: 500 501 502 503 504 505 506 507\nits old memory: 0 0 0 0 0 0 0 0\n",
 		"200 graphs of an 8 MiB node: CUDA_SUCCESS",
 	} {
 		if local.code != 0 || !strings.Contains(local.stdout, want) {
