@@ -69,6 +69,9 @@ enum { FGR_IMAGE_ABSENT, FGR_IMAGE_INLINE, FGR_IMAGE_KEEP, FGR_IMAGE_BY_HASH };
 /* Kernel parameters: the driver's limit is 32764 bytes in all. */
 #define FGR_MAX_KPARAM_BYTES 32768u
 #define FGR_MAX_KPARAMS 4096u
+/* The dependencies of a capturing stream the client asks for at most (the
+ * executor refuses more than fit its answers). */
+#define FGR_MAX_CAPTURE_DEPS 4096u
 #define FGR_REQ_HDR 16u
 #define FGR_FLAG_QUEUED 1u
 /* A call that waits for the device (api/remote.api: wait=, after=) whose

@@ -564,6 +564,63 @@ SIM_EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream h, CUstreamCaptureStatus *
     return is_capturing(h, status, 1);
 }
 
+/* A stream's capture: its status, the sequence's id and graph (which the
+ * program may add nodes to), and what the stream's next node depends on
+ * (the stream's own array, valid until its next captured work); edge data
+ * is never kept, so none is given. */
+static CUresult capture_info(CUstream h, int pt, CUstreamCaptureStatus *status, cuuint64_t *id, CUgraph *graph,
+                             const CUgraphNode **deps, const CUgraphEdgeData **edges, size_t *ndeps)
+{
+    struct sim_stream *s;
+    CUresult r = sim_stream_arg(h, pt, &s);
+    if (r)
+        return r;
+    if (!status)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (is_legacy(s) && __atomic_load_n(&s->ctx->blocking_captures, __ATOMIC_ACQUIRE))
+        return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+    pthread_mutex_lock(&cap_lock);
+    struct sim_capture *c = s->cap;
+    *status = !c ? CU_STREAM_CAPTURE_STATUS_NONE
+              : c->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                               : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    int active = *status == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    if (id && active)
+        *id = c->id;
+    if (graph)
+        *graph = active ? (CUgraph)c->graph : NULL;
+    if (deps)
+        *deps = active ? (const CUgraphNode *)s->deps : NULL;
+    if (edges)
+        *edges = NULL;
+    if (ndeps)
+        *ndeps = active ? (size_t)s->ndeps : 0;
+    pthread_mutex_unlock(&cap_lock);
+    return CUDA_SUCCESS;
+}
+SIM_EXPORT CUresult cuStreamGetCaptureInfo_v2(CUstream h, CUstreamCaptureStatus *status, cuuint64_t *id,
+                                              CUgraph *graph, const CUgraphNode **deps, size_t *ndeps)
+{
+    return capture_info(h, 0, status, id, graph, deps, NULL, ndeps);
+}
+SIM_EXPORT CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream h, CUstreamCaptureStatus *status, cuuint64_t *id,
+                                                   CUgraph *graph, const CUgraphNode **deps, size_t *ndeps)
+{
+    return capture_info(h, 1, status, id, graph, deps, NULL, ndeps);
+}
+SIM_EXPORT CUresult cuStreamGetCaptureInfo_v3(CUstream h, CUstreamCaptureStatus *status, cuuint64_t *id,
+                                              CUgraph *graph, const CUgraphNode **deps,
+                                              const CUgraphEdgeData **edges, size_t *ndeps)
+{
+    return capture_info(h, 0, status, id, graph, deps, edges, ndeps);
+}
+SIM_EXPORT CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream h, CUstreamCaptureStatus *status, cuuint64_t *id,
+                                                   CUgraph *graph, const CUgraphNode **deps,
+                                                   const CUgraphEdgeData **edges, size_t *ndeps)
+{
+    return capture_info(h, 1, status, id, graph, deps, edges, ndeps);
+}
+
 SIM_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
 {
     if (!sim_initialized)

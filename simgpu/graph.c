@@ -1497,3 +1497,21 @@ SIM_EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode
         return CUDA_ERROR_NOT_SUPPORTED;
     return cond_update(c, nodeParams);
 }
+
+/* An executable's copy node copies per copyParams from now on; the
+ * graph's node stays as it was. A node of the same kind only: an explicit
+ * copy node's (a captured one keeps its plain copy). */
+SIM_EXPORT CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                   const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
+{
+    (void)ctx;
+    struct sim_exec *x = as_exec(hGraphExec);
+    struct sim_node *n = as_node(hNode), *c = x && n ? exec_copy(x, n) : NULL;
+    if (!c || c->type != CU_GRAPH_NODE_TYPE_MEMCPY || !c->u.copy.shaped)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = sim_copy3d_check(copyParams);
+    if (r)
+        return r;
+    c->u.copy.c = *copyParams;
+    return CUDA_SUCCESS;
+}

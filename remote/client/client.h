@@ -116,6 +116,20 @@ int fgr_mirror_holds(const void *p);
 void fgr_mirror_before(int op);
 void fgr_mirror_after(int op, CUresult r);
 void fgr_mirror_forked(void);
+/* Graph copy nodes with a side in the program's pageable memory
+ * (hostcopy.c). fgr_captures: captures begun and not ended (a copy then
+ * asks whether its stream captures); a copy on a capturing stream made a
+ * node through a server buffer (1, *r its answer); the capture a stream
+ * ends (0: none with such copies), and what ending it made; a copy node
+ * added; the bytes of launches done brought back after a syncpoint. */
+extern int fgr_captures;
+int fgr_capture_copy(CUresult *r, CUdeviceptr dev, void *host, size_t n, CUstream s, int pt, int d2h);
+uint64_t fgr_capture_ending(CUstream s, int pt);
+void fgr_capture_ended(uint64_t id, CUresult r, CUgraph *ph);
+CUresult fgr_copy_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                       size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx);
+void fgr_hostcopy_after(int op, CUresult r);
+void fgr_hostcopy_forked(void);
 /* Managed memory (mirror.c): cuMemAllocManaged is the server's allocation
  * mapped here too; freeing one forgets it (0: not one). */
 int fgr_managed_forget(uint64_t p);

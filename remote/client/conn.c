@@ -1176,6 +1176,7 @@ CUresult fgr_end(struct fgr_call *c)
     if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY && fgr_log_errors() && fgr_op_names[op])
         fgr_log_error(fgr_op_names[op], r);
     fgr_mirror_after(op, r);
+    fgr_hostcopy_after(op, r);
     return r;
 }
 
@@ -1212,6 +1213,7 @@ static void forked_child(void)
     flusher_running = 0;
     pthread_mutex_init(&write_lock, NULL);
     fgr_mirror_forked();
+    fgr_hostcopy_forked();
     if (conn_fd >= 0)
         close(conn_fd);
     conn_fd = -1;

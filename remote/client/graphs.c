@@ -40,26 +40,93 @@ FGR_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph,
 }
 
 /* A copy node reads or writes its host side at every launch, long after
- * the call: the executor can reach only the connection's memory, which
- * over shm:// includes pinned memory from cuMemAllocHost (the heap, mapped
- * there at the program's address). The program's other memory is refused
- * here, NOT_SUPPORTED, where a driver would take it. */
-static int host_side_unreachable(CUmemorytype t, const void *host, CUdeviceptr dev)
-{
-    uint64_t p = t == CU_MEMORYTYPE_HOST ? (uint64_t)(uintptr_t)host : t == CU_MEMORYTYPE_UNIFIED ? (uint64_t)dev : 0;
-    return p && !fgr_range_has(p) && !fgr_heap_mapped((const void *)(uintptr_t)p);
-}
-
+ * the call: the executor reaches the connection's memory (over shm://
+ * pinned memory from cuMemAllocHost too, the heap mapped there at the
+ * program's address); a side in the program's other memory goes through a
+ * buffer of the server's (hostcopy.c). */
 FGR_EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                                          size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
 {
-    const CUDA_MEMCPY3D *c = copyParams;
-    if (c && (host_side_unreachable(c->srcMemoryType, c->srcHost, c->srcDevice) ||
-              host_side_unreachable(c->dstMemoryType, c->dstHost, c->dstDevice)))
-        return fgr_unsupported(-1, "cuGraphAddMemcpyNode",
-                               "a copy node with the program's pageable memory (pinned memory from cuMemAllocHost "
-                               "over shm:// is carried)");
-    return fgr_fwd_cuGraphAddMemcpyNode(phGraphNode, hGraph, dependencies, numDependencies, copyParams, ctx);
+    return fgr_copy_node(phGraphNode, hGraph, dependencies, numDependencies, copyParams, ctx);
+}
+
+/* A stream's capture. Its dependencies are named in an array of the
+ * calling thread's, valid until the thread's next such call, as the
+ * driver's is until the stream's next captured work. */
+static __thread CUgraphNode *capture_deps;
+static __thread size_t capture_deps_cap;
+
+static CUresult capture_info(CUstream s, CUstreamCaptureStatus *status, cuuint64_t *id, CUgraph *graph,
+                             const CUgraphNode **deps, const CUgraphEdgeData **edges, size_t *ndeps)
+{
+    if (!status)
+        return CUDA_ERROR_INVALID_VALUE;
+    unsigned st = 0;
+    unsigned long long got_id = 0;
+    CUgraph g = NULL;
+    size_t n = 0;
+    unsigned cap = deps ? (unsigned)capture_deps_cap : 0;
+    CUresult r = fgrStreamCaptureInfo(s, &st, &got_id, &g, cap ? capture_deps : NULL, &n, cap);
+    if (r == CUDA_SUCCESS && deps && n > capture_deps_cap) {
+        if (n > FGR_MAX_CAPTURE_DEPS)
+            return fgr_unsupported(-1, "cuStreamGetCaptureInfo", "over 4096 dependencies");
+        CUgraphNode *more = realloc(capture_deps, n * sizeof *more);
+        if (!more)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        capture_deps = more;
+        capture_deps_cap = n;
+        r = fgrStreamCaptureInfo(s, &st, &got_id, &g, capture_deps, &n, (unsigned)n);
+    }
+    if (r == CUDA_ERROR_NOT_SUPPORTED && edges)
+        return fgr_unsupported(-1, "cuStreamGetCaptureInfo_v3", "dependencies whose edges carry data");
+    if (r != CUDA_SUCCESS)
+        return r;
+    *status = (CUstreamCaptureStatus)st;
+    if (id)
+        *id = got_id;
+    if (graph)
+        *graph = g;
+    if (deps)
+        *deps = n ? capture_deps : NULL;
+    if (edges)
+        *edges = NULL; /* every edge plain */
+    if (ndeps)
+        *ndeps = n < capture_deps_cap || !deps ? n : capture_deps_cap;
+    return CUDA_SUCCESS;
+}
+
+FGR_EXPORT CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+                                              cuuint64_t *id_out, CUgraph *graph_out,
+                                              const CUgraphNode **dependencies_out, size_t *numDependencies_out)
+{
+    return capture_info(hStream, captureStatus_out, id_out, graph_out, dependencies_out, NULL, numDependencies_out);
+}
+
+FGR_EXPORT CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+                                                   cuuint64_t *id_out, CUgraph *graph_out,
+                                                   const CUgraphNode **dependencies_out, size_t *numDependencies_out)
+{
+    return capture_info(hStream ? hStream : CU_STREAM_PER_THREAD, captureStatus_out, id_out, graph_out,
+                        dependencies_out, NULL, numDependencies_out);
+}
+
+FGR_EXPORT CUresult cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+                                              cuuint64_t *id_out, CUgraph *graph_out,
+                                              const CUgraphNode **dependencies_out,
+                                              const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out)
+{
+    return capture_info(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out,
+                        numDependencies_out);
+}
+
+FGR_EXPORT CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+                                                   cuuint64_t *id_out, CUgraph *graph_out,
+                                                   const CUgraphNode **dependencies_out,
+                                                   const CUgraphEdgeData **edgeData_out,
+                                                   size_t *numDependencies_out)
+{
+    return capture_info(hStream ? hStream : CU_STREAM_PER_THREAD, captureStatus_out, id_out, graph_out,
+                        dependencies_out, edgeData_out, numDependencies_out);
 }
 
 /* Conditional nodes. The driver creates a node's body graphs and points

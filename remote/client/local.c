@@ -469,12 +469,18 @@ static CUresult end_capture(CUresult r, CUgraph *phGraph)
 
 FGR_EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
-    return end_capture(fgr_fwd_cuStreamEndCapture(hStream, phGraph), phGraph);
+    uint64_t id = fgr_capture_ending(hStream, 0);
+    CUresult r = end_capture(fgr_fwd_cuStreamEndCapture(hStream, phGraph), phGraph);
+    fgr_capture_ended(id, r, phGraph);
+    return r;
 }
 
 FGR_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
 {
-    return end_capture(fgr_fwd_cuStreamEndCapture_ptsz(hStream, phGraph), phGraph);
+    uint64_t id = fgr_capture_ending(hStream, 1);
+    CUresult r = end_capture(fgr_fwd_cuStreamEndCapture_ptsz(hStream, phGraph), phGraph);
+    fgr_capture_ended(id, r, phGraph);
+    return r;
 }
 
 /* ---- host functions run on the client ---- */

@@ -943,6 +943,8 @@ FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcH
     uint64_t fgr_at;
     if (fgr_heap_copyable(srcHost, ByteCount, &fgr_at))
         return fgr_heap_upload(dstDevice, fgr_at, ByteCount, hStream, 0);
+    if (fgr_captures && fgr_capture_copy(&fgr_r, dstDevice, (void *)srcHost, ByteCount, hStream, 0, 0))
+        return fgr_r;
     if (fgr_stage_wanted(ByteCount))
         return fgr_stage_upload(dstDevice, srcHost, ByteCount, hStream, 0, 1);
     if (ByteCount > fgr_chunk_bytes) {
@@ -973,6 +975,8 @@ FGR_EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void 
     uint64_t fgr_at;
     if (fgr_heap_copyable(srcHost, ByteCount, &fgr_at))
         return fgr_heap_upload(dstDevice, fgr_at, ByteCount, hStream ? hStream : CU_STREAM_PER_THREAD, 0);
+    if (fgr_captures && fgr_capture_copy(&fgr_r, dstDevice, (void *)srcHost, ByteCount, hStream, 1, 0))
+        return fgr_r;
     if (fgr_stage_wanted(ByteCount))
         return fgr_stage_upload(dstDevice, srcHost, ByteCount, hStream, FGR_STAGE_PT, 1);
     if (ByteCount > fgr_chunk_bytes) {
@@ -1003,6 +1007,8 @@ FGR_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, s
     uint64_t fgr_at;
     if (fgr_heap_copyable(dstHost, ByteCount, &fgr_at))
         return fgr_heap_download(fgr_at, srcDevice, ByteCount, hStream, 0);
+    if (fgr_captures && fgr_capture_copy(&fgr_r, srcDevice, (void *)dstHost, ByteCount, hStream, 0, 1))
+        return fgr_r;
     if (fgr_stage_down_wanted(ByteCount))
         return fgr_stage_download(dstHost, srcDevice, ByteCount, hStream);
     if (ByteCount > fgr_chunk_bytes) {
@@ -1038,6 +1044,8 @@ FGR_EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevi
     uint64_t fgr_at;
     if (fgr_heap_copyable(dstHost, ByteCount, &fgr_at))
         return fgr_heap_download(fgr_at, srcDevice, ByteCount, hStream ? hStream : CU_STREAM_PER_THREAD, 0);
+    if (fgr_captures && fgr_capture_copy(&fgr_r, srcDevice, (void *)dstHost, ByteCount, hStream, 1, 1))
+        return fgr_r;
     if (fgr_stage_down_wanted(ByteCount))
         return fgr_stage_download(dstHost, srcDevice, ByteCount, hStream ? hStream : CU_STREAM_PER_THREAD);
     if (ByteCount > fgr_chunk_bytes) {
@@ -2390,7 +2398,7 @@ FGR_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALL
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph)
+CUresult fgr_fwd_cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph)
 {
     CUresult fgr_r;
     uint64_t n_phGraphNode = phGraphNode ? sizeof(CUgraphNode) : 0;
@@ -2411,7 +2419,7 @@ FGR_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph h
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
+CUresult fgr_fwd_cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
 {
     CUresult fgr_r;
     uint64_t n_phGraphClone = phGraphClone ? sizeof(CUgraph) : 0;
@@ -2607,7 +2615,7 @@ FGR_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device)
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
+CUresult fgr_fwd_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
     CUresult fgr_r;
     uint64_t n_phGraphExec = phGraphExec ? sizeof(CUgraphExec) : 0;
@@ -2623,7 +2631,7 @@ FGR_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgrap
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
+CUresult fgr_fwd_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
     CUresult fgr_r;
     uint64_t n_phGraphExec = phGraphExec ? sizeof(CUgraphExec) : 0;
@@ -2641,7 +2649,7 @@ FGR_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgra
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
+CUresult fgr_fwd_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
     CUresult fgr_r;
     uint64_t n_phGraphExec = phGraphExec ? sizeof(CUgraphExec) : 0;
@@ -2685,29 +2693,7 @@ FGR_EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
-{
-    CUresult fgr_r;
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphLaunch, 1)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraphExec);
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    return fgr_send(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
-{
-    CUresult fgr_r;
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphLaunch_ptsz, 1)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraphExec);
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    return fgr_send(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
+CUresult fgr_fwd_cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
@@ -2719,7 +2705,7 @@ FGR_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
+CUresult fgr_fwd_cuGraphDestroy(CUgraph hGraph)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
@@ -4753,107 +4739,33 @@ FGR_EXPORT CUresult cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel)
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out)
+FGR_EXPORT CUresult fgrStreamCaptureInfo(CUstream hStream, unsigned int *status, unsigned long long *id, CUgraph *graph, CUgraphNode *deps, size_t *ndeps, unsigned int cap)
 {
     CUresult fgr_r;
-    uint64_t n_captureStatus_out = captureStatus_out ? sizeof(CUstreamCaptureStatus) : 0;
-    uint64_t n_id_out = id_out ? sizeof(cuuint64_t) : 0;
-    if (graph_out != NULL)
-        return fgr_unsupported(-1, "cuStreamGetCaptureInfo_v2", "graph_out");
-    if (dependencies_out != NULL)
-        return fgr_unsupported(-1, "cuStreamGetCaptureInfo_v2", "dependencies_out");
-    uint64_t n_numDependencies_out = numDependencies_out ? sizeof(size_t) : 0;
+    uint64_t n_status = status ? sizeof(unsigned int) : 0;
+    uint64_t n_id = id ? sizeof(unsigned long long) : 0;
+    uint64_t n_graph = graph ? sizeof(CUgraph) : 0;
+    uint64_t n_deps = deps ? fgr_mul((uint64_t)(cap), sizeof(CUgraphNode)) : 0;
+    if (n_deps > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrStreamCaptureInfo", "a buffer over the frame limit");
+    uint64_t n_ndeps = ndeps ? sizeof(size_t) : 0;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetCaptureInfo_v2, 0)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrStreamCaptureInfo, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_u8(&fgr_c.w, captureStatus_out != NULL);
-    fgr_put_u8(&fgr_c.w, id_out != NULL);
-    fgr_put_u8(&fgr_c.w, numDependencies_out != NULL);
+    fgr_put_u64(&fgr_c.w, (uint64_t)cap);
+    fgr_put_u8(&fgr_c.w, status != NULL);
+    fgr_put_u8(&fgr_c.w, id != NULL);
+    fgr_put_u8(&fgr_c.w, graph != NULL);
+    fgr_put_u8(&fgr_c.w, deps != NULL);
+    fgr_put_u8(&fgr_c.w, ndeps != NULL);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
-    fgr_get_out(&fgr_c, captureStatus_out, n_captureStatus_out, 0);
-    fgr_get_out(&fgr_c, id_out, n_id_out, 0);
-    fgr_get_out(&fgr_c, numDependencies_out, n_numDependencies_out, 0);
-    return fgr_end(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out)
-{
-    CUresult fgr_r;
-    uint64_t n_captureStatus_out = captureStatus_out ? sizeof(CUstreamCaptureStatus) : 0;
-    uint64_t n_id_out = id_out ? sizeof(cuuint64_t) : 0;
-    if (graph_out != NULL)
-        return fgr_unsupported(-1, "cuStreamGetCaptureInfo_v2_ptsz", "graph_out");
-    if (dependencies_out != NULL)
-        return fgr_unsupported(-1, "cuStreamGetCaptureInfo_v2_ptsz", "dependencies_out");
-    uint64_t n_numDependencies_out = numDependencies_out ? sizeof(size_t) : 0;
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetCaptureInfo_v2_ptsz, 0)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_u8(&fgr_c.w, captureStatus_out != NULL);
-    fgr_put_u8(&fgr_c.w, id_out != NULL);
-    fgr_put_u8(&fgr_c.w, numDependencies_out != NULL);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_get_out(&fgr_c, captureStatus_out, n_captureStatus_out, 0);
-    fgr_get_out(&fgr_c, id_out, n_id_out, 0);
-    fgr_get_out(&fgr_c, numDependencies_out, n_numDependencies_out, 0);
-    return fgr_end(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out)
-{
-    CUresult fgr_r;
-    uint64_t n_captureStatus_out = captureStatus_out ? sizeof(CUstreamCaptureStatus) : 0;
-    uint64_t n_id_out = id_out ? sizeof(cuuint64_t) : 0;
-    if (graph_out != NULL)
-        return fgr_unsupported(-1, "cuStreamGetCaptureInfo_v3", "graph_out");
-    if (dependencies_out != NULL)
-        return fgr_unsupported(-1, "cuStreamGetCaptureInfo_v3", "dependencies_out");
-    if (edgeData_out != NULL)
-        return fgr_unsupported(-1, "cuStreamGetCaptureInfo_v3", "edgeData_out");
-    uint64_t n_numDependencies_out = numDependencies_out ? sizeof(size_t) : 0;
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetCaptureInfo_v3, 0)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_u8(&fgr_c.w, captureStatus_out != NULL);
-    fgr_put_u8(&fgr_c.w, id_out != NULL);
-    fgr_put_u8(&fgr_c.w, numDependencies_out != NULL);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_get_out(&fgr_c, captureStatus_out, n_captureStatus_out, 0);
-    fgr_get_out(&fgr_c, id_out, n_id_out, 0);
-    fgr_get_out(&fgr_c, numDependencies_out, n_numDependencies_out, 0);
-    return fgr_end(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out)
-{
-    CUresult fgr_r;
-    uint64_t n_captureStatus_out = captureStatus_out ? sizeof(CUstreamCaptureStatus) : 0;
-    uint64_t n_id_out = id_out ? sizeof(cuuint64_t) : 0;
-    if (graph_out != NULL)
-        return fgr_unsupported(-1, "cuStreamGetCaptureInfo_v3_ptsz", "graph_out");
-    if (dependencies_out != NULL)
-        return fgr_unsupported(-1, "cuStreamGetCaptureInfo_v3_ptsz", "dependencies_out");
-    if (edgeData_out != NULL)
-        return fgr_unsupported(-1, "cuStreamGetCaptureInfo_v3_ptsz", "edgeData_out");
-    uint64_t n_numDependencies_out = numDependencies_out ? sizeof(size_t) : 0;
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetCaptureInfo_v3_ptsz, 0)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    fgr_put_u8(&fgr_c.w, captureStatus_out != NULL);
-    fgr_put_u8(&fgr_c.w, id_out != NULL);
-    fgr_put_u8(&fgr_c.w, numDependencies_out != NULL);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_get_out(&fgr_c, captureStatus_out, n_captureStatus_out, 0);
-    fgr_get_out(&fgr_c, id_out, n_id_out, 0);
-    fgr_get_out(&fgr_c, numDependencies_out, n_numDependencies_out, 0);
+    fgr_get_out(&fgr_c, status, n_status, 0);
+    fgr_get_out(&fgr_c, id, n_id, 0);
+    fgr_get_out(&fgr_c, graph, n_graph, 0);
+    fgr_get_out(&fgr_c, deps, n_deps, 0);
+    fgr_get_out(&fgr_c, ndeps, n_ndeps, 0);
     return fgr_end(&fgr_c);
 }
 
@@ -5193,6 +5105,22 @@ FGR_EXPORT CUresult cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dp
     return fgr_send(&fgr_c);
 }
 
+CUresult fgr_fwd_cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
+{
+    CUresult fgr_r;
+    uint64_t n_copyParams = copyParams ? sizeof(CUDA_MEMCPY3D) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphExecMemcpyNodeSetParams, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraphExec);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)ctx);
+    fgr_put_buf(&fgr_c.w, copyParams, n_copyParams);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult fgrGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, unsigned long long id)
 {
     CUresult fgr_r;
@@ -5247,6 +5175,87 @@ FGR_EXPORT CUresult fgrGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGra
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, phGraphNode, n_phGraphNode, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrGraphHostAlloc(CUdeviceptr *dptr, size_t bytes)
+{
+    CUresult fgr_r;
+    uint64_t n_dptr = dptr ? sizeof(CUdeviceptr) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrGraphHostAlloc, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)bytes);
+    fgr_put_u8(&fgr_c.w, dptr != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dptr, n_dptr, 0);
+    if ((fgr_r = fgr_end(&fgr_c)) == CUDA_SUCCESS) {
+        if (dptr)
+            fgr_range_add((uint64_t)*dptr, (uint64_t)(bytes));
+    }
+    return fgr_r;
+}
+
+FGR_EXPORT CUresult fgrGraphHostFree(CUdeviceptr dptr)
+{
+    CUresult fgr_r;
+    fgr_range_drop((uint64_t)dptr);
+    fgr_mirror_named((uint64_t)(uintptr_t)dptr);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrGraphHostFree, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dptr);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrGraphLaunchHost(CUgraphExec hGraphExec, CUstream hStream, CUevent done, const CUdeviceptr *dsts, const size_t *sizes, unsigned int count, const void *src, size_t bytes)
+{
+    CUresult fgr_r;
+    uint64_t n_dsts = dsts ? fgr_mul((uint64_t)(count), sizeof(CUdeviceptr)) : 0;
+    if (n_dsts > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrGraphLaunchHost", "a buffer over the frame limit");
+    uint64_t n_sizes = sizes ? fgr_mul((uint64_t)(count), sizeof(size_t)) : 0;
+    if (n_sizes > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrGraphLaunchHost", "a buffer over the frame limit");
+    uint64_t n_src = src ? fgr_mul((uint64_t)(bytes), 1) : 0;
+    if (n_src > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrGraphLaunchHost", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrGraphLaunchHost, 1)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraphExec);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)done);
+    fgr_put_u64(&fgr_c.w, (uint64_t)count);
+    fgr_put_u64(&fgr_c.w, (uint64_t)bytes);
+    fgr_put_buf(&fgr_c.w, dsts, n_dsts);
+    fgr_put_buf(&fgr_c.w, sizes, n_sizes);
+    fgr_put_buf(&fgr_c.w, src, n_src);
+    return fgr_send(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrGraphHostRead(CUevent done, CUdeviceptr src, void *dst, size_t bytes)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)(uintptr_t)src);
+    uint64_t n_dst = dst ? fgr_mul((uint64_t)(fgr_min(bytes,FGR_MIRROR_BATCH)), 1) : 0;
+    if (n_dst > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrGraphHostRead", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrGraphHostRead, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)done);
+    fgr_put_u64(&fgr_c.w, (uint64_t)src);
+    fgr_put_u64(&fgr_c.w, (uint64_t)bytes);
+    fgr_put_u8(&fgr_c.w, dst != NULL);
+    fgr_c.direct = dst;
+    fgr_c.direct_n = n_dst;
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dst, n_dst, 0);
     return fgr_end(&fgr_c);
 }
 
@@ -5417,7 +5426,7 @@ FGR_EXPORT CUresult fgrGraphConditionalNodeSetParams(CUgraphExec hGraphExec, CUg
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo)
+CUresult fgr_fwd_cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo)
 {
     CUresult fgr_r;
     uint64_t n_resultInfo = resultInfo ? sizeof(CUgraphExecUpdateResultInfo) : 0;
@@ -5604,8 +5613,6 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuGraphInstantiateWithParams_ptsz] = "cuGraphInstantiateWithParams_ptsz",
     [FGR_OP_cuGraphUpload] = "cuGraphUpload",
     [FGR_OP_cuGraphUpload_ptsz] = "cuGraphUpload_ptsz",
-    [FGR_OP_cuGraphLaunch] = "cuGraphLaunch",
-    [FGR_OP_cuGraphLaunch_ptsz] = "cuGraphLaunch_ptsz",
     [FGR_OP_cuGraphExecDestroy] = "cuGraphExecDestroy",
     [FGR_OP_cuGraphDestroy] = "cuGraphDestroy",
     [FGR_OP_cuDeviceGetPCIBusId] = "cuDeviceGetPCIBusId",
@@ -5722,10 +5729,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuTensorMapEncodeIm2col] = "cuTensorMapEncodeIm2col",
     [FGR_OP_cuTensorMapReplaceAddress] = "cuTensorMapReplaceAddress",
     [FGR_OP_cuKernelGetLibrary] = "cuKernelGetLibrary",
-    [FGR_OP_cuStreamGetCaptureInfo_v2] = "cuStreamGetCaptureInfo_v2",
-    [FGR_OP_cuStreamGetCaptureInfo_v2_ptsz] = "cuStreamGetCaptureInfo_v2_ptsz",
-    [FGR_OP_cuStreamGetCaptureInfo_v3] = "cuStreamGetCaptureInfo_v3",
-    [FGR_OP_cuStreamGetCaptureInfo_v3_ptsz] = "cuStreamGetCaptureInfo_v3_ptsz",
+    [FGR_OP_fgrStreamCaptureInfo] = "fgrStreamCaptureInfo",
     [FGR_OP_cuStreamBeginCaptureToGraph] = "cuStreamBeginCaptureToGraph",
     [FGR_OP_cuStreamBeginCaptureToGraph_ptsz] = "cuStreamBeginCaptureToGraph_ptsz",
     [FGR_OP_cuStreamUpdateCaptureDependencies] = "cuStreamUpdateCaptureDependencies",
@@ -5746,8 +5750,13 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamCopyAttributes_ptsz] = "cuStreamCopyAttributes_ptsz",
     [FGR_OP_cuStreamAttachMemAsync] = "cuStreamAttachMemAsync",
     [FGR_OP_cuStreamAttachMemAsync_ptsz] = "cuStreamAttachMemAsync_ptsz",
+    [FGR_OP_cuGraphExecMemcpyNodeSetParams] = "cuGraphExecMemcpyNodeSetParams",
     [FGR_OP_fgrGraphAddHostNode] = "fgrGraphAddHostNode",
     [FGR_OP_fgrGraphAddKernelNode] = "fgrGraphAddKernelNode",
+    [FGR_OP_fgrGraphHostAlloc] = "fgrGraphHostAlloc",
+    [FGR_OP_fgrGraphHostFree] = "fgrGraphHostFree",
+    [FGR_OP_fgrGraphLaunchHost] = "fgrGraphLaunchHost",
+    [FGR_OP_fgrGraphHostRead] = "fgrGraphHostRead",
     [FGR_OP_cuGraphDestroyNode] = "cuGraphDestroyNode",
     [FGR_OP_cuGraphAddEventRecordNode] = "cuGraphAddEventRecordNode",
     [FGR_OP_cuGraphAddEventWaitNode] = "cuGraphAddEventWaitNode",
@@ -6183,6 +6192,7 @@ const struct fg_proc fgr_procs[] = {
     {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v2_ptsz", 11030, 1, (void *)cuStreamGetCaptureInfo_v2_ptsz},
     {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v3", 12030, 0, (void *)cuStreamGetCaptureInfo_v3},
     {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v3_ptsz", 12030, 1, (void *)cuStreamGetCaptureInfo_v3_ptsz},
+    {"fgrStreamCaptureInfo", "fgrStreamCaptureInfo", 0, 0, (void *)fgrStreamCaptureInfo},
     {"cuStreamBeginCaptureToGraph", "cuStreamBeginCaptureToGraph", 12030, 0, (void *)cuStreamBeginCaptureToGraph},
     {"cuStreamBeginCaptureToGraph", "cuStreamBeginCaptureToGraph_ptsz", 12030, 1, (void *)cuStreamBeginCaptureToGraph_ptsz},
     {"cuStreamUpdateCaptureDependencies", "cuStreamUpdateCaptureDependencies", 11030, 0, (void *)cuStreamUpdateCaptureDependencies},
@@ -6203,8 +6213,13 @@ const struct fg_proc fgr_procs[] = {
     {"cuStreamCopyAttributes", "cuStreamCopyAttributes_ptsz", 11000, 1, (void *)cuStreamCopyAttributes_ptsz},
     {"cuStreamAttachMemAsync", "cuStreamAttachMemAsync", 6000, 0, (void *)cuStreamAttachMemAsync},
     {"cuStreamAttachMemAsync", "cuStreamAttachMemAsync_ptsz", 7000, 1, (void *)cuStreamAttachMemAsync_ptsz},
+    {"cuGraphExecMemcpyNodeSetParams", "cuGraphExecMemcpyNodeSetParams", 10020, 0, (void *)cuGraphExecMemcpyNodeSetParams},
     {"fgrGraphAddHostNode", "fgrGraphAddHostNode", 0, 0, (void *)fgrGraphAddHostNode},
     {"fgrGraphAddKernelNode", "fgrGraphAddKernelNode", 0, 0, (void *)fgrGraphAddKernelNode},
+    {"fgrGraphHostAlloc", "fgrGraphHostAlloc", 0, 0, (void *)fgrGraphHostAlloc},
+    {"fgrGraphHostFree", "fgrGraphHostFree", 0, 0, (void *)fgrGraphHostFree},
+    {"fgrGraphLaunchHost", "fgrGraphLaunchHost", 0, 0, (void *)fgrGraphLaunchHost},
+    {"fgrGraphHostRead", "fgrGraphHostRead", 0, 0, (void *)fgrGraphHostRead},
     {"cuGraphDestroyNode", "cuGraphDestroyNode", 10000, 0, (void *)cuGraphDestroyNode},
     {"cuGraphAddEventRecordNode", "cuGraphAddEventRecordNode", 11010, 0, (void *)cuGraphAddEventRecordNode},
     {"cuGraphAddEventWaitNode", "cuGraphAddEventWaitNode", 11010, 0, (void *)cuGraphAddEventWaitNode},

@@ -218,6 +218,7 @@ static void forget(uint64_t ctx)
         else
             i++;
     fgr_hostmem_forget(ctx);
+    fgr_hostcopy_forget(ctx);
 }
 
 static CUresult ctx_destroy(CUcontext c)

@@ -2,7 +2,10 @@
  * capturing a graph. The graph makes such a copy again at each launch, from
  * or into the host address it was captured with; here that address is the
  * executor's (the request's frame, which the next request reuses, or the
- * staging areas), not the program's.
+ * staging areas), not the program's. A client that can tell its stream
+ * captures gives such a copy a buffer of the server's instead
+ * (remote/client/hostcopy.c); what comes here is a driver's without
+ * cuStreamGetCaptureInfo, and an array's copies (textures.c).
  *   - An upload is given bytes of its own, kept as long as the connection
  *     (at most FGR_KEPT_MAX in all: the server's memory is not the client's
  *     to fill). The graph copies them as they were at capture; natively it

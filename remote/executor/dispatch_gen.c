@@ -160,8 +160,6 @@ typedef CUresult (*pfn_cuGraphInstantiateWithParams)(CUgraphExec *phGraphExec, C
 typedef CUresult (*pfn_cuGraphInstantiateWithParams_ptsz)(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams);
 typedef CUresult (*pfn_cuGraphUpload)(CUgraphExec hGraphExec, CUstream hStream);
 typedef CUresult (*pfn_cuGraphUpload_ptsz)(CUgraphExec hGraphExec, CUstream hStream);
-typedef CUresult (*pfn_cuGraphLaunch)(CUgraphExec hGraphExec, CUstream hStream);
-typedef CUresult (*pfn_cuGraphLaunch_ptsz)(CUgraphExec hGraphExec, CUstream hStream);
 typedef CUresult (*pfn_cuGraphExecDestroy)(CUgraphExec hGraphExec);
 typedef CUresult (*pfn_cuGraphDestroy)(CUgraph hGraph);
 typedef CUresult (*pfn_cuDeviceGetPCIBusId)(char *pciBusId, int len, CUdevice dev);
@@ -278,10 +276,7 @@ typedef CUresult (*pfn_cuTensorMapEncodeTiled)(CUtensorMap *tensorMap, CUtensorM
 typedef CUresult (*pfn_cuTensorMapEncodeIm2col)(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const int *pixelBoxLowerCorner, const int *pixelBoxUpperCorner, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill);
 typedef CUresult (*pfn_cuTensorMapReplaceAddress)(CUtensorMap *tensorMap, void *globalAddress);
 typedef CUresult (*pfn_cuKernelGetLibrary)(CUlibrary *pLib, CUkernel kernel);
-typedef CUresult (*pfn_cuStreamGetCaptureInfo_v2)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out);
-typedef CUresult (*pfn_cuStreamGetCaptureInfo_v2_ptsz)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out);
-typedef CUresult (*pfn_cuStreamGetCaptureInfo_v3)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out);
-typedef CUresult (*pfn_cuStreamGetCaptureInfo_v3_ptsz)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out);
+typedef CUresult (*pfn_fgrStreamCaptureInfo)(CUstream hStream, unsigned int *status, unsigned long long *id, CUgraph *graph, CUgraphNode *deps, size_t *ndeps, unsigned int cap);
 typedef CUresult (*pfn_cuStreamBeginCaptureToGraph)(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode);
 typedef CUresult (*pfn_cuStreamBeginCaptureToGraph_ptsz)(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode);
 typedef CUresult (*pfn_cuStreamUpdateCaptureDependencies)(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies, unsigned int flags);
@@ -302,8 +297,13 @@ typedef CUresult (*pfn_cuStreamCopyAttributes)(CUstream dst, CUstream src);
 typedef CUresult (*pfn_cuStreamCopyAttributes_ptsz)(CUstream dst, CUstream src);
 typedef CUresult (*pfn_cuStreamAttachMemAsync)(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
 typedef CUresult (*pfn_cuStreamAttachMemAsync_ptsz)(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
+typedef CUresult (*pfn_cuGraphExecMemcpyNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D *copyParams, CUcontext ctx);
 typedef CUresult (*pfn_fgrGraphAddHostNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, unsigned long long id);
 typedef CUresult (*pfn_fgrGraphAddKernelNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void **kernelParams, void **extra);
+typedef CUresult (*pfn_fgrGraphHostAlloc)(CUdeviceptr *dptr, size_t bytes);
+typedef CUresult (*pfn_fgrGraphHostFree)(CUdeviceptr dptr);
+typedef CUresult (*pfn_fgrGraphLaunchHost)(CUgraphExec hGraphExec, CUstream hStream, CUevent done, const CUdeviceptr *dsts, const size_t *sizes, unsigned int count, const void *src, size_t bytes);
+typedef CUresult (*pfn_fgrGraphHostRead)(CUevent done, CUdeviceptr src, void *dst, size_t bytes);
 typedef CUresult (*pfn_cuGraphDestroyNode)(CUgraphNode hNode);
 typedef CUresult (*pfn_cuGraphAddEventRecordNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);
 typedef CUresult (*pfn_cuGraphAddEventWaitNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);
@@ -3685,40 +3685,6 @@ static CUresult op_cuGraphUpload_ptsz(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
-static CUresult op_cuGraphLaunch(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_in(FGR_H_CUgraphExec, fgr_get_u64(rd));
-    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUresult fgr_r = CUDA_SUCCESS;
-    if (!(fgr_has(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec)))
-        fgr_r = fgr_refuse("cuGraphLaunch", "hGraphExec", (uint64_t)(uintptr_t)hGraphExec, CUDA_ERROR_INVALID_HANDLE);
-    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
-        fgr_r = fgr_refuse("cuGraphLaunch", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    if (fgr_r == CUDA_SUCCESS)
-        fgr_r = ((pfn_cuGraphLaunch)fgr_real[FGR_OP_cuGraphLaunch])(hGraphExec, hStream);
-    return fgr_r;
-}
-
-static CUresult op_cuGraphLaunch_ptsz(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_in(FGR_H_CUgraphExec, fgr_get_u64(rd));
-    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUresult fgr_r = CUDA_SUCCESS;
-    if (!(fgr_has(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec)))
-        fgr_r = fgr_refuse("cuGraphLaunch_ptsz", "hGraphExec", (uint64_t)(uintptr_t)hGraphExec, CUDA_ERROR_INVALID_HANDLE);
-    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
-        fgr_r = fgr_refuse("cuGraphLaunch_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    if (fgr_r == CUDA_SUCCESS)
-        fgr_r = ((pfn_cuGraphLaunch_ptsz)fgr_real[FGR_OP_cuGraphLaunch_ptsz])(hGraphExec, hStream);
-    return fgr_r;
-}
-
 static CUresult op_cuGraphExecDestroy(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -6063,141 +6029,61 @@ static CUresult op_cuKernelGetLibrary(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
-static CUresult op_cuStreamGetCaptureInfo_v2(struct fgr_rd *rd, struct fgr_req *q)
+static CUresult op_fgrStreamCaptureInfo(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
-    int has_captureStatus_out = fgr_get_u8(rd);
-    int has_id_out = fgr_get_u8(rd);
-    CUgraph *graph_out = NULL;
-    const CUgraphNode **dependencies_out = NULL;
-    int has_numDependencies_out = fgr_get_u8(rd);
+    unsigned int cap = (unsigned int)fgr_get_u64(rd);
+    int has_status = fgr_get_u8(rd);
+    int has_id = fgr_get_u8(rd);
+    int has_graph = fgr_get_u8(rd);
+    int has_deps = fgr_get_u8(rd);
+    int has_ndeps = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
-    CUstreamCaptureStatus *captureStatus_out = NULL;
-    cuuint64_t *id_out = NULL;
-    size_t *numDependencies_out = NULL;
+    unsigned int *status = NULL;
+    unsigned long long *id = NULL;
+    CUgraph *graph = NULL;
+    CUgraphNode *deps = NULL;
+    const uint64_t fgr_n_deps = fgr_mul((uint64_t)(cap), sizeof(CUgraphNode));
+    size_t *ndeps = NULL;
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
-        fgr_r = fgr_refuse("cuStreamGetCaptureInfo_v2", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    if (fgr_r == CUDA_SUCCESS && has_captureStatus_out && !(captureStatus_out = fgr_out(q, sizeof(CUstreamCaptureStatus))))
+        fgr_r = fgr_refuse("fgrStreamCaptureInfo", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(!has_deps || fgr_mul((uint64_t)(cap), sizeof(CUgraphNode)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrStreamCaptureInfo", "deps", fgr_mul((uint64_t)(cap), sizeof(CUgraphNode)), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_status && !(status = fgr_out(q, sizeof(unsigned int))))
         return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS && has_id_out && !(id_out = fgr_out(q, sizeof(cuuint64_t))))
+    if (fgr_r == CUDA_SUCCESS && has_id && !(id = fgr_out(q, sizeof(unsigned long long))))
         return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS && has_numDependencies_out && !(numDependencies_out = fgr_out(q, sizeof(size_t))))
+    if (fgr_r == CUDA_SUCCESS && has_graph && !(graph = fgr_out(q, sizeof(CUgraph))))
         return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS)
-        fgr_r = ((pfn_cuStreamGetCaptureInfo_v2)fgr_real[FGR_OP_cuStreamGetCaptureInfo_v2])(hStream, captureStatus_out, id_out, graph_out, dependencies_out, numDependencies_out);
-    if (has_captureStatus_out)
-        fgr_reply_out(q, captureStatus_out, sizeof(CUstreamCaptureStatus), 0, fgr_r);
-    if (has_id_out)
-        fgr_reply_out(q, id_out, sizeof(cuuint64_t), 0, fgr_r);
-    if (has_numDependencies_out)
-        fgr_reply_out(q, numDependencies_out, sizeof(size_t), 0, fgr_r);
-    return fgr_r;
-}
-
-static CUresult op_cuStreamGetCaptureInfo_v2_ptsz(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
-    int has_captureStatus_out = fgr_get_u8(rd);
-    int has_id_out = fgr_get_u8(rd);
-    CUgraph *graph_out = NULL;
-    const CUgraphNode **dependencies_out = NULL;
-    int has_numDependencies_out = fgr_get_u8(rd);
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUstreamCaptureStatus *captureStatus_out = NULL;
-    cuuint64_t *id_out = NULL;
-    size_t *numDependencies_out = NULL;
-    CUresult fgr_r = CUDA_SUCCESS;
-    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
-        fgr_r = fgr_refuse("cuStreamGetCaptureInfo_v2_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    if (fgr_r == CUDA_SUCCESS && has_captureStatus_out && !(captureStatus_out = fgr_out(q, sizeof(CUstreamCaptureStatus))))
+    if (fgr_r == CUDA_SUCCESS && has_deps && !(deps = fgr_out(q, fgr_n_deps)))
         return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS && has_id_out && !(id_out = fgr_out(q, sizeof(cuuint64_t))))
-        return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS && has_numDependencies_out && !(numDependencies_out = fgr_out(q, sizeof(size_t))))
+    if (fgr_r == CUDA_SUCCESS && has_ndeps && !(ndeps = fgr_out(q, sizeof(size_t))))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
-        fgr_r = ((pfn_cuStreamGetCaptureInfo_v2_ptsz)fgr_real[FGR_OP_cuStreamGetCaptureInfo_v2_ptsz])(hStream, captureStatus_out, id_out, graph_out, dependencies_out, numDependencies_out);
-    if (has_captureStatus_out)
-        fgr_reply_out(q, captureStatus_out, sizeof(CUstreamCaptureStatus), 0, fgr_r);
-    if (has_id_out)
-        fgr_reply_out(q, id_out, sizeof(cuuint64_t), 0, fgr_r);
-    if (has_numDependencies_out)
-        fgr_reply_out(q, numDependencies_out, sizeof(size_t), 0, fgr_r);
-    return fgr_r;
-}
-
-static CUresult op_cuStreamGetCaptureInfo_v3(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
-    int has_captureStatus_out = fgr_get_u8(rd);
-    int has_id_out = fgr_get_u8(rd);
-    CUgraph *graph_out = NULL;
-    const CUgraphNode **dependencies_out = NULL;
-    const CUgraphEdgeData **edgeData_out = NULL;
-    int has_numDependencies_out = fgr_get_u8(rd);
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUstreamCaptureStatus *captureStatus_out = NULL;
-    cuuint64_t *id_out = NULL;
-    size_t *numDependencies_out = NULL;
-    CUresult fgr_r = CUDA_SUCCESS;
-    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
-        fgr_r = fgr_refuse("cuStreamGetCaptureInfo_v3", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    if (fgr_r == CUDA_SUCCESS && has_captureStatus_out && !(captureStatus_out = fgr_out(q, sizeof(CUstreamCaptureStatus))))
-        return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS && has_id_out && !(id_out = fgr_out(q, sizeof(cuuint64_t))))
-        return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS && has_numDependencies_out && !(numDependencies_out = fgr_out(q, sizeof(size_t))))
-        return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS)
-        fgr_r = ((pfn_cuStreamGetCaptureInfo_v3)fgr_real[FGR_OP_cuStreamGetCaptureInfo_v3])(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
-    if (has_captureStatus_out)
-        fgr_reply_out(q, captureStatus_out, sizeof(CUstreamCaptureStatus), 0, fgr_r);
-    if (has_id_out)
-        fgr_reply_out(q, id_out, sizeof(cuuint64_t), 0, fgr_r);
-    if (has_numDependencies_out)
-        fgr_reply_out(q, numDependencies_out, sizeof(size_t), 0, fgr_r);
-    return fgr_r;
-}
-
-static CUresult op_cuStreamGetCaptureInfo_v3_ptsz(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
-    int has_captureStatus_out = fgr_get_u8(rd);
-    int has_id_out = fgr_get_u8(rd);
-    CUgraph *graph_out = NULL;
-    const CUgraphNode **dependencies_out = NULL;
-    const CUgraphEdgeData **edgeData_out = NULL;
-    int has_numDependencies_out = fgr_get_u8(rd);
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUstreamCaptureStatus *captureStatus_out = NULL;
-    cuuint64_t *id_out = NULL;
-    size_t *numDependencies_out = NULL;
-    CUresult fgr_r = CUDA_SUCCESS;
-    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
-        fgr_r = fgr_refuse("cuStreamGetCaptureInfo_v3_ptsz", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
-    if (fgr_r == CUDA_SUCCESS && has_captureStatus_out && !(captureStatus_out = fgr_out(q, sizeof(CUstreamCaptureStatus))))
-        return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS && has_id_out && !(id_out = fgr_out(q, sizeof(cuuint64_t))))
-        return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS && has_numDependencies_out && !(numDependencies_out = fgr_out(q, sizeof(size_t))))
-        return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS)
-        fgr_r = ((pfn_cuStreamGetCaptureInfo_v3_ptsz)fgr_real[FGR_OP_cuStreamGetCaptureInfo_v3_ptsz])(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out);
-    if (has_captureStatus_out)
-        fgr_reply_out(q, captureStatus_out, sizeof(CUstreamCaptureStatus), 0, fgr_r);
-    if (has_id_out)
-        fgr_reply_out(q, id_out, sizeof(cuuint64_t), 0, fgr_r);
-    if (has_numDependencies_out)
-        fgr_reply_out(q, numDependencies_out, sizeof(size_t), 0, fgr_r);
+        fgr_r = ((pfn_fgrStreamCaptureInfo)fgr_real[FGR_OP_fgrStreamCaptureInfo])(hStream, status, id, graph, deps, ndeps, cap);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (graph)
+            fgr_add(FGR_H_CUgraph, (uint64_t)(uintptr_t)*graph, FGR_H_CUcontext, fgr_ctx);
+        for (uint64_t fgr_i = 0; deps && fgr_i < fgr_n_deps / sizeof(CUgraphNode); fgr_i++)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)deps[fgr_i], FGR_H_CUcontext, fgr_ctx);
+        if (fgr_out_n(FGR_H_CUgraph, graph, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+        if (fgr_out_n(FGR_H_CUgraphNode, deps, fgr_n_deps / sizeof(CUgraphNode)) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_status)
+        fgr_reply_out(q, status, sizeof(unsigned int), 0, fgr_r);
+    if (has_id)
+        fgr_reply_out(q, id, sizeof(unsigned long long), 0, fgr_r);
+    if (has_graph)
+        fgr_reply_out(q, graph, sizeof(CUgraph), 0, fgr_r);
+    if (has_deps)
+        fgr_reply_out(q, deps, fgr_n_deps, 0, fgr_r);
+    if (has_ndeps)
+        fgr_reply_out(q, ndeps, sizeof(size_t), 0, fgr_r);
     return fgr_r;
 }
 
@@ -6647,6 +6533,39 @@ static CUresult op_cuStreamAttachMemAsync_ptsz(struct fgr_rd *rd, struct fgr_req
     return fgr_r;
 }
 
+static CUresult op_cuGraphExecMemcpyNodeSetParams(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_in(FGR_H_CUgraphExec, fgr_get_u64(rd));
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    CUcontext ctx = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
+    CUDA_MEMCPY3D *copyParams = fgr_get_buf(rd, q, sizeof(CUDA_MEMCPY3D), 1);
+    if (copyParams)
+        copyParams->srcArray = (CUarray)(uintptr_t)fgr_in(FGR_H_CUarray, (uint64_t)(uintptr_t)copyParams->srcArray);
+    if (copyParams)
+        copyParams->dstArray = (CUarray)(uintptr_t)fgr_in(FGR_H_CUarray, (uint64_t)(uintptr_t)copyParams->dstArray);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec)))
+        fgr_r = fgr_refuse("cuGraphExecMemcpyNodeSetParams", "hGraphExec", (uint64_t)(uintptr_t)hGraphExec, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("cuGraphExecMemcpyNodeSetParams", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUarray, (copyParams ? (uint64_t)(uintptr_t)copyParams->srcArray : 0))))
+        fgr_r = fgr_refuse("cuGraphExecMemcpyNodeSetParams", "copyParams->srcArray", (copyParams ? (uint64_t)(uintptr_t)copyParams->srcArray : 0), CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUarray, (copyParams ? (uint64_t)(uintptr_t)copyParams->dstArray : 0))))
+        fgr_r = fgr_refuse("cuGraphExecMemcpyNodeSetParams", "copyParams->dstArray", (copyParams ? (uint64_t)(uintptr_t)copyParams->dstArray : 0), CUDA_ERROR_INVALID_HANDLE);
+    else if (!(!copyParams || (!fgr_copy3d_arrays(copyParams))))
+        fgr_r = fgr_refuse("cuGraphExecMemcpyNodeSetParams", "copyParams->srcArray", (copyParams ? (uint64_t)0 : 0), CUDA_ERROR_NOT_SUPPORTED);
+    else if (!(!copyParams || (fgr_copy3d_in(copyParams))))
+        fgr_r = fgr_refuse("cuGraphExecMemcpyNodeSetParams", "copyParams->srcDevice", (copyParams ? (uint64_t)copyParams->srcDevice : 0), CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
+        fgr_r = fgr_refuse("cuGraphExecMemcpyNodeSetParams", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphExecMemcpyNodeSetParams)fgr_real[FGR_OP_cuGraphExecMemcpyNodeSetParams])(hGraphExec, hNode, copyParams, ctx);
+    return fgr_r;
+}
+
 static CUresult op_fgrGraphAddHostNode(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -6719,6 +6638,97 @@ static CUresult op_fgrGraphAddKernelNode(struct fgr_rd *rd, struct fgr_req *q)
     }
     if (has_phGraphNode)
         fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrGraphHostAlloc(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    size_t bytes = (size_t)fgr_get_u64(rd);
+    int has_dptr = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUdeviceptr *dptr = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrGraphHostAlloc)fgr_real[FGR_OP_fgrGraphHostAlloc])(dptr, bytes);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (dptr)
+            fgr_mem_add(*dptr, bytes, FGR_H_CUcontext, fgr_ctx);
+    }
+    if (has_dptr)
+        fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrGraphHostFree(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dptr = (CUdeviceptr)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_mem_base((uint64_t)(uintptr_t)dptr)))
+        fgr_r = fgr_refuse("fgrGraphHostFree", "dptr", (uint64_t)(uintptr_t)dptr, CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrGraphHostFree)fgr_real[FGR_OP_fgrGraphHostFree])(dptr);
+    if (fgr_r == CUDA_SUCCESS) {
+        fgr_drop(FGR_H_MEM, (uint64_t)dptr);
+    }
+    return fgr_r;
+}
+
+static CUresult op_fgrGraphLaunchHost(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_in(FGR_H_CUgraphExec, fgr_get_u64(rd));
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    CUevent done = (CUevent)(uintptr_t)fgr_in(FGR_H_CUevent, fgr_get_u64(rd));
+    unsigned int count = (unsigned int)fgr_get_u64(rd);
+    size_t bytes = (size_t)fgr_get_u64(rd);
+    CUdeviceptr *dsts = fgr_get_buf(rd, q, fgr_mul((uint64_t)(count), sizeof(CUdeviceptr)), 1);
+    size_t *sizes = fgr_get_buf(rd, q, fgr_mul((uint64_t)(count), sizeof(size_t)), 1);
+    void *src = fgr_get_buf(rd, q, fgr_mul((uint64_t)(bytes), 1), 0);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec)))
+        fgr_r = fgr_refuse("fgrGraphLaunchHost", "hGraphExec", (uint64_t)(uintptr_t)hGraphExec, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("fgrGraphLaunchHost", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)done)))
+        fgr_r = fgr_refuse("fgrGraphLaunchHost", "done", (uint64_t)(uintptr_t)done, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrGraphLaunchHost)fgr_real[FGR_OP_fgrGraphLaunchHost])(hGraphExec, hStream, done, dsts, sizes, count, src, bytes);
+    return fgr_r;
+}
+
+static CUresult op_fgrGraphHostRead(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUevent done = (CUevent)(uintptr_t)fgr_in(FGR_H_CUevent, fgr_get_u64(rd));
+    CUdeviceptr src = (CUdeviceptr)fgr_get_u64(rd);
+    size_t bytes = (size_t)fgr_get_u64(rd);
+    int has_dst = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    void *dst = NULL;
+    const uint64_t fgr_n_dst = fgr_mul((uint64_t)(fgr_min(bytes,FGR_MIRROR_BATCH)), 1);
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)done)))
+        fgr_r = fgr_refuse("fgrGraphHostRead", "done", (uint64_t)(uintptr_t)done, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_mem_in((uint64_t)(uintptr_t)src, bytes)))
+        fgr_r = fgr_refuse("fgrGraphHostRead", "src", (uint64_t)(uintptr_t)src, CUDA_ERROR_INVALID_VALUE);
+    else if (!(!has_dst || fgr_mul((uint64_t)(fgr_min(bytes,FGR_MIRROR_BATCH)), 1) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrGraphHostRead", "dst", fgr_mul((uint64_t)(fgr_min(bytes,FGR_MIRROR_BATCH)), 1), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_dst && !(dst = fgr_out(q, fgr_n_dst)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrGraphHostRead)fgr_real[FGR_OP_fgrGraphHostRead])(done, src, dst, bytes);
+    if (has_dst)
+        fgr_reply_out(q, dst, fgr_n_dst, 0, fgr_r);
     return fgr_r;
 }
 
@@ -7337,8 +7347,6 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuGraphInstantiateWithParams_ptsz] = {"cuGraphInstantiateWithParams_ptsz", op_cuGraphInstantiateWithParams_ptsz, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphUpload] = {"cuGraphUpload", op_cuGraphUpload, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphUpload_ptsz] = {"cuGraphUpload_ptsz", op_cuGraphUpload_ptsz, 0, FGR_SMALL_FRAME},
-    [FGR_OP_cuGraphLaunch] = {"cuGraphLaunch", op_cuGraphLaunch, 0, FGR_SMALL_FRAME},
-    [FGR_OP_cuGraphLaunch_ptsz] = {"cuGraphLaunch_ptsz", op_cuGraphLaunch_ptsz, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphExecDestroy] = {"cuGraphExecDestroy", op_cuGraphExecDestroy, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphDestroy] = {"cuGraphDestroy", op_cuGraphDestroy, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuDeviceGetPCIBusId] = {"cuDeviceGetPCIBusId", op_cuDeviceGetPCIBusId, 0, FGR_SMALL_FRAME},
@@ -7455,10 +7463,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuTensorMapEncodeIm2col] = {"cuTensorMapEncodeIm2col", op_cuTensorMapEncodeIm2col, 0, FGR_MAX_FRAME},
     [FGR_OP_cuTensorMapReplaceAddress] = {"cuTensorMapReplaceAddress", op_cuTensorMapReplaceAddress, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuKernelGetLibrary] = {"cuKernelGetLibrary", op_cuKernelGetLibrary, 0, FGR_SMALL_FRAME},
-    [FGR_OP_cuStreamGetCaptureInfo_v2] = {"cuStreamGetCaptureInfo_v2", op_cuStreamGetCaptureInfo_v2, 0, FGR_SMALL_FRAME},
-    [FGR_OP_cuStreamGetCaptureInfo_v2_ptsz] = {"cuStreamGetCaptureInfo_v2_ptsz", op_cuStreamGetCaptureInfo_v2_ptsz, 0, FGR_SMALL_FRAME},
-    [FGR_OP_cuStreamGetCaptureInfo_v3] = {"cuStreamGetCaptureInfo_v3", op_cuStreamGetCaptureInfo_v3, 0, FGR_SMALL_FRAME},
-    [FGR_OP_cuStreamGetCaptureInfo_v3_ptsz] = {"cuStreamGetCaptureInfo_v3_ptsz", op_cuStreamGetCaptureInfo_v3_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrStreamCaptureInfo] = {"fgrStreamCaptureInfo", op_fgrStreamCaptureInfo, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamBeginCaptureToGraph] = {"cuStreamBeginCaptureToGraph", op_cuStreamBeginCaptureToGraph, 0, FGR_MAX_FRAME},
     [FGR_OP_cuStreamBeginCaptureToGraph_ptsz] = {"cuStreamBeginCaptureToGraph_ptsz", op_cuStreamBeginCaptureToGraph_ptsz, 0, FGR_MAX_FRAME},
     [FGR_OP_cuStreamUpdateCaptureDependencies] = {"cuStreamUpdateCaptureDependencies", op_cuStreamUpdateCaptureDependencies, 0, FGR_MAX_FRAME},
@@ -7479,8 +7484,13 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamCopyAttributes_ptsz] = {"cuStreamCopyAttributes_ptsz", op_cuStreamCopyAttributes_ptsz, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamAttachMemAsync] = {"cuStreamAttachMemAsync", op_cuStreamAttachMemAsync, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamAttachMemAsync_ptsz] = {"cuStreamAttachMemAsync_ptsz", op_cuStreamAttachMemAsync_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphExecMemcpyNodeSetParams] = {"cuGraphExecMemcpyNodeSetParams", op_cuGraphExecMemcpyNodeSetParams, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrGraphAddHostNode] = {"fgrGraphAddHostNode", op_fgrGraphAddHostNode, 0, FGR_MAX_FRAME},
     [FGR_OP_fgrGraphAddKernelNode] = {"fgrGraphAddKernelNode", op_fgrGraphAddKernelNode, 0, FGR_MAX_FRAME},
+    [FGR_OP_fgrGraphHostAlloc] = {"fgrGraphHostAlloc", op_fgrGraphHostAlloc, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrGraphHostFree] = {"fgrGraphHostFree", op_fgrGraphHostFree, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrGraphLaunchHost] = {"fgrGraphLaunchHost", op_fgrGraphLaunchHost, 0, FGR_MAX_FRAME},
+    [FGR_OP_fgrGraphHostRead] = {"fgrGraphHostRead", op_fgrGraphHostRead, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphDestroyNode] = {"cuGraphDestroyNode", op_cuGraphDestroyNode, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphAddEventRecordNode] = {"cuGraphAddEventRecordNode", op_cuGraphAddEventRecordNode, 0, FGR_MAX_FRAME},
     [FGR_OP_cuGraphAddEventWaitNode] = {"cuGraphAddEventWaitNode", op_cuGraphAddEventWaitNode, 0, FGR_MAX_FRAME},

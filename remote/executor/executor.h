@@ -74,6 +74,12 @@ void *fgr_image_kept(const uint8_t h[32], uint64_t n, struct fgr_req *q);
  * forgetting what a context that ended held. */
 void fgr_hostmem_init(void *driver);
 void fgr_hostmem_forget(uint64_t ctx);
+/* Buffers of graph copy nodes with a side in the client's pageable memory
+ * (hostcopy.c), forgotten with their context. */
+void fgr_hostcopy_init(void *driver);
+/* The same over the driver's functions given (the fuzz tests' own). */
+void fgr_hostcopy_use(CUresult (*alloc)(void **, size_t, unsigned int), CUresult (*launch)(CUgraphExec, CUstream));
+void fgr_hostcopy_forget(uint64_t ctx);
 /* JIT linking's image, read back by the client (link.c), after the
  * driver's entry points are known. */
 void fgr_link_init(void *driver);

@@ -123,6 +123,42 @@ static CUresult conditional_set(CUgraphExec hGraphExec, CUgraphNode hNode, CUgra
     return node_set_params ? node_set_params(hNode, &p) : CUDA_ERROR_NOT_SUPPORTED;
 }
 
+/* fgrStreamCaptureInfo: a stream's capture, its dependencies (at most
+ * cap of them copied; ndeps says how many there are). Of the third
+ * version, dependencies whose edges carry data are not carried. */
+static CUresult (*capture_info_v2)(CUstream, CUstreamCaptureStatus *, cuuint64_t *, CUgraph *, const CUgraphNode **,
+                                   size_t *);
+static CUresult (*capture_info_v3)(CUstream, CUstreamCaptureStatus *, cuuint64_t *, CUgraph *, const CUgraphNode **,
+                                   const CUgraphEdgeData **, size_t *);
+
+static CUresult capture_info(CUstream s, unsigned int *status, unsigned long long *id, CUgraph *graph,
+                             CUgraphNode *deps, size_t *ndeps, unsigned int cap)
+{
+    if (!status || !id || !graph || !ndeps || (cap && !deps))
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    cuuint64_t i = 0;
+    CUgraph g = NULL;
+    const CUgraphNode *d = NULL;
+    const CUgraphEdgeData *e = NULL;
+    size_t n = 0;
+    CUresult r = capture_info_v2 ? capture_info_v2(s, &st, &i, &g, &d, &n)
+                                 : capture_info_v3(s, &st, &i, &g, &d, &e, &n);
+    if (r != CUDA_SUCCESS)
+        return r;
+    static const CUgraphEdgeData plain;
+    for (size_t k = 0; e && k < n; k++)
+        if (memcmp(&e[k], &plain, sizeof plain))
+            return CUDA_ERROR_NOT_SUPPORTED;
+    *status = st;
+    *id = i;
+    *graph = st == CU_STREAM_CAPTURE_STATUS_ACTIVE ? g : NULL;
+    *ndeps = st == CU_STREAM_CAPTURE_STATUS_ACTIVE ? n : 0;
+    for (size_t k = 0; k < cap && k < *ndeps && d; k++)
+        deps[k] = d[k];
+    return CUDA_SUCCESS;
+}
+
 /* A graph a node owns (a conditional node's body, a child graph node's
  * graph) goes with its node: destroyed alone, the node would hold a freed
  * graph. */
@@ -148,6 +184,9 @@ void fgr_graphs_init(void *driver)
     fgr_real[FGR_OP_fgrGraphAddConditionalNode] = add_node_v2 || add_node ? (void *)conditional_node : NULL;
     fgr_real[FGR_OP_fgrGraphConditionalNodeGetParams] = node_get_params ? (void *)conditional_get : NULL;
     fgr_real[FGR_OP_fgrGraphConditionalNodeSetParams] = node_get_params ? (void *)conditional_set : NULL;
+    *(void **)&capture_info_v2 = dlsym(driver, "cuStreamGetCaptureInfo_v2");
+    *(void **)&capture_info_v3 = dlsym(driver, "cuStreamGetCaptureInfo_v3");
+    fgr_real[FGR_OP_fgrStreamCaptureInfo] = capture_info_v2 || capture_info_v3 ? (void *)capture_info : NULL;
     *(void **)&graph_destroy = fgr_real[FGR_OP_cuGraphDestroy];
     if (graph_destroy)
         fgr_real[FGR_OP_cuGraphDestroy] = (void *)destroy_graph;

@@ -669,6 +669,7 @@ int main(int argc, char **argv)
     fgr_arena_init(h);
     fgr_hostfn_init(h);
     fgr_graphs_init(h);
+    fgr_hostcopy_init(h);
     fgr_link_init(h);
     /* The export tables' functions are the driver's words; a table the
      * driver does not have leaves its operations unsupported. */

@@ -16,6 +16,22 @@ static unsigned long fake_calls(void) { return calls; }
 static unsigned char fake_data[4096];
 static const void *fake_table[1024];
 
+// The driver's functions the buffers of graph copy nodes use: memory of
+// the process, calls counted.
+static CUresult fake_host_alloc(void **p, size_t n, unsigned flags)
+{
+    (void)flags;
+    calls++;
+    *p = calloc(1, n);
+    return *p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+static CUresult fake_launch(CUgraphExec x, CUstream s) { (void)x; (void)s; calls++; return CUDA_SUCCESS; }
+static CUresult fake_sync(CUstream s) { (void)s; calls++; return CUDA_SUCCESS; }
+static CUresult fake_record(CUevent e, CUstream s) { (void)e; (void)s; calls++; return CUDA_SUCCESS; }
+static CUresult fake_query(CUevent e) { (void)e; calls++; return CUDA_SUCCESS; }
+// A buffer of 64 bytes, and one given back.
+static CUdeviceptr host_buffer, freed_buffer;
+
 static void fake_driver(void)
 {
     for (int i = 0; i < 1024; i++)
@@ -33,7 +49,20 @@ static void fake_driver(void)
     fgr_add(FGR_H_CUmemoryPool, 5, 0, 0);
     fgr_add(FGR_H_CUcontext, 3, 0, 0);
     fgr_add(FGR_H_fgrCtxObject, 2, FGR_H_CUcontext, 3);
+    fgr_drv.sync = fake_sync;
+    fgr_drv.ev_record = fake_record;
+    fgr_drv.ev_query = fake_query;
+    fgr_hostcopy_use(fake_host_alloc, fake_launch);
+    CUresult (*alloc)(CUdeviceptr *, size_t) = fgr_real[FGR_OP_fgrGraphHostAlloc];
+    CUresult (*release)(CUdeviceptr) = fgr_real[FGR_OP_fgrGraphHostFree];
+    alloc(&host_buffer, 64);
+    fgr_mem_add(host_buffer, 64, 0, 0);
+    alloc(&freed_buffer, 4096);
+    fgr_mem_add(freed_buffer, 4096, 0, 0);
+    release(freed_buffer);
 }
+
+static uint64_t buffer_at(int freed) { return freed ? freed_buffer : host_buffer; }
 
 // name_of: the name the client is given for the driver's handle v.
 static uint64_t name_of(int kind, uint64_t v)
@@ -97,6 +126,17 @@ func Names() Handles {
 	n := func(kind C.int, v uint64) uint64 { return uint64(C.name_of(kind, C.uint64_t(v))) }
 	return Handles{n(C.FGR_H_CUmodule, 7), n(C.FGR_H_CUfunction, 1), n(C.FGR_H_CUgraph, 9),
 		n(C.FGR_H_CUmemoryPool, 5), n(C.FGR_H_CUcontext, 3), n(C.FGR_H_fgrCtxObject, 2), n(C.FGR_H_CUgraphNode, 11)}
+}
+
+// HostBuffer is the address of a graph copy node's buffer of 64 bytes the
+// connection holds; with freed, of one of 4096 bytes it gave back.
+func HostBuffer(freed bool) uint64 {
+	once.Do(func() { C.fake_driver() })
+	f := C.int(0)
+	if freed {
+		f = 1
+	}
+	return uint64(C.buffer_at(f))
 }
 
 // Calls is how many times the driver has been called.

@@ -80,6 +80,14 @@ func valid() []request {
 		{"fgrParamSizes", w{}.u64(h.Function).u64(4).u8(1).u8(1), res + (1 + 8 + 4) + (1 + 8 + 16)},
 		{"fgrHostWrite", w{}.u64(0x1000).u64(8).u8(1).u64(8).raw("abcdefgh"), res},
 		{"fgrHostReadMany", w{}.u64(1).u64(8).u8(1).u64(8).u64(0x1000).u8(1).u64(8).u64(8).u8(1), res + 1 + 8 + 8},
+		// An executable's copy node set to copy within the allocation.
+		{"cuGraphExecMemcpyNodeSetParams", w{}.u64(0).u64(h.Node).u64(0).u8(1).u64(200).raw(copy3d(2, 0x1000, 2, 0x1040, 16)), res},
+		// A stream's capture, with room for two dependencies.
+		{"fgrStreamCaptureInfo", w{}.u64(0).u64(2).u8(1).u8(1).u8(1).u8(1).u8(1), res + (1 + 8 + 4) + 2*(1+8+8) + (1 + 8 + 16) + (1 + 8 + 8)},
+		// A graph copy node's buffer: made, written with a launch, read back.
+		{"fgrGraphHostAlloc", w{}.u64(16).u8(1), res + 1 + 8 + 8},
+		{"fgrGraphLaunchHost", w{}.u64(0).u64(0).u64(0).u64(1).u64(8).u8(1).u64(8).u64(HostBuffer(false) + 8).u8(1).u64(8).u64(8).u8(1).u64(8).raw("abcdefgh"), res},
+		{"fgrGraphHostRead", w{}.u64(0).u64(HostBuffer(false)).u64(16).u8(1), res + 1 + 8 + 16},
 		{"xt_simA_2", w{}.u64(0x3ff8000000000000).u64(0x40100000).u64(3), res + 8},
 		{"xt_simA", w{}, res + 1 + 8 + 20},
 		// The context object cuBLAS makes, and a word about one.
@@ -249,6 +257,22 @@ func TestForeignHandlesAndAddressesRefused(t *testing.T) {
 		// side runs past its allocation.
 		{"a memset node past its allocation", "cuGraphAddMemsetNode", w{}.u64(h.Graph).u64(0).u64(0).u8(1).u8(0).u8(1).u64(40).u64(0x10ff0).u64(0).u32(1).u32(1).u64(32).u64(1), invalidValue},
 		{"a copy node from memory not the connection's", "cuGraphAddMemcpyNode", w{}.u64(h.Graph).u64(0).u64(0).u8(1).u8(0).u8(1).u64(200).raw(copy3d(1, 0x7ffd00000000, 2, 0x1000, 16)), invalidValue},
+		{"a capture's dependencies into 2^32-1 nodes", "fgrStreamCaptureInfo", w{}.u64(0).u64(1<<32 - 1).u8(1).u8(1).u8(1).u8(1).u8(1), invalidValue},
+		{"an unknown stream's capture", "fgrStreamCaptureInfo", w{}.u64(0x7f0000001000).u64(2).u8(1).u8(1).u8(1).u8(1).u8(1), invalidHandle},
+		// Graph copy nodes' buffers: a launch writes, a read reads, only
+		// inside a buffer the connection holds (not its device memory, not
+		// one it gave back), bytes and sizes agreeing.
+		{"a launch writing device memory", "fgrGraphLaunchHost", w{}.u64(0).u64(0).u64(0).u64(1).u64(8).u8(1).u64(8).u64(0x1000).u8(1).u64(8).u64(8).u8(1).u64(8).raw("abcdefgh"), invalidValue},
+		{"a launch writing past its buffer", "fgrGraphLaunchHost", w{}.u64(0).u64(0).u64(0).u64(1).u64(8).u8(1).u64(8).u64(HostBuffer(false) + 60).u8(1).u64(8).u64(8).u8(1).u64(8).raw("abcdefgh"), invalidValue},
+		{"a launch writing a buffer given back", "fgrGraphLaunchHost", w{}.u64(0).u64(0).u64(0).u64(1).u64(8).u8(1).u64(8).u64(HostBuffer(true)).u8(1).u64(8).u64(8).u8(1).u64(8).raw("abcdefgh"), invalidValue},
+		{"a launch whose sizes exceed its bytes", "fgrGraphLaunchHost", w{}.u64(0).u64(0).u64(0).u64(2).u64(8).u8(1).u64(16).u64(HostBuffer(false)).u64(HostBuffer(false) + 8).u8(1).u64(16).u64(8).u64(1 << 63).u8(1).u64(8).raw("abcdefgh"), invalidValue},
+		{"a launch whose sizes fall short of its bytes", "fgrGraphLaunchHost", w{}.u64(0).u64(0).u64(0).u64(1).u64(8).u8(1).u64(8).u64(HostBuffer(false)).u8(1).u64(8).u64(4).u8(1).u64(8).raw("abcdefgh"), invalidValue},
+		{"a launch after an unknown event", "fgrGraphLaunchHost", w{}.u64(0).u64(0).u64(0x7f0000002000).u64(0).u64(0).u8(0).u8(0).u8(0), invalidHandle},
+		{"a read of device memory", "fgrGraphHostRead", w{}.u64(0).u64(0x1000).u64(16).u8(1), invalidValue},
+		{"a read past its buffer", "fgrGraphHostRead", w{}.u64(0).u64(HostBuffer(false) + 32).u64(64).u8(1), invalidValue},
+		{"a read of a buffer given back", "fgrGraphHostRead", w{}.u64(0).u64(HostBuffer(true)).u64(16).u8(1), invalidValue},
+		{"an executable's copy node set from memory not the connection's", "cuGraphExecMemcpyNodeSetParams", w{}.u64(0).u64(h.Node).u64(0).u8(1).u64(200).raw(copy3d(1, 0x7ffd00000000, 2, 0x1000, 16)), invalidValue},
+		{"an executable's copy node set past its allocation", "cuGraphExecMemcpyNodeSetParams", w{}.u64(0).u64(h.Node).u64(0).u8(1).u64(200).raw(copy3d(2, 0x1000, 2, 0x10ff8, 16)), invalidValue},
 		{"a copy node past its allocation", "cuGraphAddMemcpyNode", w{}.u64(h.Graph).u64(0).u64(0).u8(1).u8(0).u8(1).u64(200).raw(copy3d(2, 0x1000, 2, 0x10ff8, 16)), invalidValue},
 	} {
 		before := Calls()

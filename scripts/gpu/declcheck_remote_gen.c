@@ -295,6 +295,8 @@ typedef CUresult (CUDAAPI *fg_sig_cuStreamAttachMemAsync)(CUstream hStream, CUde
 SAME(fg_sig_cuStreamAttachMemAsync, PFN_cuStreamAttachMemAsync_v6000);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamAttachMemAsync_ptsz)(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
 SAME(fg_sig_cuStreamAttachMemAsync_ptsz, PFN_cuStreamAttachMemAsync_v7000_ptsz);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphExecMemcpyNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D *copyParams, CUcontext ctx);
+SAME(fg_sig_cuGraphExecMemcpyNodeSetParams, PFN_cuGraphExecMemcpyNodeSetParams_v10020);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphDestroyNode)(CUgraphNode hNode);
 SAME(fg_sig_cuGraphDestroyNode, PFN_cuGraphDestroyNode_v10000);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphAddEventRecordNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);

@@ -11,6 +11,16 @@
  *     graphnodes edges    edges added after the nodes, an empty node, root
  *                         nodes, a child graph node, a clone launched
  *     graphnodes host     a host node, in a graph launched four times
+ *     graphnodes pageable copies with the program's pageable memory: captured
+ *                         (up, a kernel adding to it, down, a copy by
+ *                         address) and launched three times with new input;
+ *                         copy nodes added (pitched rows up and down, the
+ *                         bytes between the rows left alone, host to
+ *                         host), relaunched with new input, a clone
+ *                         outliving its graph, a child graph, an executable
+ *                         updated to another graph's host memory, an
+ *                         executable's node set to other memory; 200
+ *                         graphs of an 8 MiB node made and destroyed
  *     graphnodes conditional
  *                         conditional nodes: an IF node whose body a kernel
  *                         enables or not, an IF node with an else body and
@@ -18,6 +28,12 @@
  *                         the executable, a WHILE node counting down; the
  *                         nodes' parameters read back, a clone's; body
  *                         counts and handles the driver refuses
+ *     graphnodes captureinfo
+ *                         a node added to a graph while it is captured:
+ *                         the capture's graph and dependencies read, a
+ *                         kernel node added after them and made the
+ *                         stream's dependencies, captured work after it;
+ *                         the graph launched
  *     graphnodes hostile  what a connection may not name: a memset node
  *                         outside its memory, a forged graph, an allocation
  *                         node's access descriptors (pointers into the
@@ -651,6 +667,243 @@ static int host(CUcontext ctx)
     return 0;
 }
 
+/* Copies with the program's pageable memory (malloc, the stack, static
+ * data): the graph reads and writes those bytes at each launch. */
+static unsigned cap_in[8], cap_uva[8];
+
+static void print_words(const char *what, const unsigned *w, size_t n)
+{
+    printf("%s:", what);
+    for (size_t i = 0; i < n; i++)
+        printf(" %u", w[i]);
+    printf("\n");
+}
+
+static int pageable(CUcontext ctx)
+{
+    CUstream st;
+    CUdeviceptr d, dd;
+    CUmodule mod;
+    CUfunction add;
+    CHECK(cuStreamCreate(&st, 0));
+    CHECK(cuMemAlloc_v2(&d, sizeof cap_in));
+    CHECK(cuMemAlloc_v2(&dd, ROW * ROWS));
+    CHECK(cuMemsetD8_v2(dd, 0, ROW * ROWS));
+    CHECK(cuModuleLoadData(&mod, COND_MODULE));
+    CHECK(cuModuleGetFunction(&add, mod, "add"));
+    unsigned *out = malloc(sizeof cap_in);
+    unsigned step = 100;
+    int words = 8;
+    void *aargs[] = {&d, &step, &words};
+
+    /* Captured: up, +100, down, and a copy by address (cudaMemcpyDefault). */
+    CUgraph g;
+    CHECK(cuStreamBeginCapture_v2(st, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CHECK(cuMemcpyHtoDAsync_v2(d, cap_in, sizeof cap_in, st));
+    CHECK(cuLaunchKernel(add, 1, 1, 1, 1, 1, 1, 0, st, aargs, NULL));
+    CHECK(cuMemcpyDtoHAsync_v2(out, d, sizeof cap_in, st));
+    CHECK(cuMemcpyAsync((CUdeviceptr)(uintptr_t)cap_uva, d, sizeof cap_uva, st));
+    printf("capture: %s\n", result_name(cuStreamEndCapture(st, &g)));
+    size_t n = 0;
+    CHECK(cuGraphGetNodes(g, NULL, &n));
+    printf("captured nodes: %zu\n", n);
+    CUgraphExec x;
+    CHECK(cuGraphInstantiateWithFlags(&x, g, 0));
+    for (unsigned k = 0; k < 3; k++) {
+        for (unsigned i = 0; i < 8; i++)
+            cap_in[i] = k * 10 + i;
+        memset(out, 0xff, sizeof cap_in);
+        CHECK(cuGraphLaunch(x, st));
+        CHECK(cuStreamSynchronize(st));
+        print_words("launch down", out, 8);
+        print_words("launch by address", cap_uva, 8);
+    }
+    CHECK(cuGraphExecDestroy(x));
+    CHECK(cuGraphDestroy(g));
+
+    /* Added: three pitched rows of 8 bytes up, +1 on each word, down into
+     * other rows; the bytes between the rows stay the program's. */
+    unsigned char rows[ROW * ROWS], back[ROW * ROWS], h2h_src[8], h2h_dst[8];
+    memset(back, 0, sizeof back);
+    back[0] = 0x33, back[16] = 0x34, back[2 * ROW + 20] = 0x35; /* between the rows: the program's */
+    memset(h2h_dst, 0, sizeof h2h_dst);
+    for (int i = 0; i < ROW * ROWS; i++)
+        rows[i] = (unsigned char)i;
+    for (int i = 0; i < 8; i++)
+        h2h_src[i] = (unsigned char)(0xa0 + i);
+    CUgraphNode up, kern, down, h2h;
+    CHECK(cuGraphCreate(&g, 0));
+    CUDA_MEMCPY3D cp = copy_params(CU_MEMORYTYPE_HOST, rows, 0, CU_MEMORYTYPE_DEVICE, NULL, dd, 8, ROWS, ROW);
+    cp.srcXInBytes = 4;
+    printf("pageable upload node: %s\n", result_name(cuGraphAddMemcpyNode(&up, g, NULL, 0, &cp, ctx)));
+    unsigned one = 1;
+    int rwords = ROW * ROWS / 4;
+    void *rargs[] = {&dd, &one, &rwords};
+    CUDA_KERNEL_NODE_PARAMS kp = one_thread(add, rargs);
+    CHECK(cuGraphAddKernelNode_v2(&kern, g, &up, 1, &kp));
+    cp = copy_params(CU_MEMORYTYPE_DEVICE, NULL, dd, CU_MEMORYTYPE_HOST, back, 0, 8, ROWS, ROW);
+    cp.dstXInBytes = 8;
+    printf("pageable download node: %s\n", result_name(cuGraphAddMemcpyNode(&down, g, &kern, 1, &cp, ctx)));
+    cp = copy_params(CU_MEMORYTYPE_HOST, h2h_src, 0, CU_MEMORYTYPE_HOST, h2h_dst, 0, 8, 1, 8);
+    printf("host to host node: %s\n", result_name(cuGraphAddMemcpyNode(&h2h, g, NULL, 0, &cp, ctx)));
+    CHECK(cuGraphInstantiateWithFlags(&x, g, 0));
+    for (int k = 0; k < 2; k++) {
+        rows[4] = (unsigned char)(0x40 + k);
+        h2h_src[0] = (unsigned char)(0x50 + k);
+        CHECK(cuMemsetD8_v2(dd, 0, ROW * ROWS));
+        CHECK(cuGraphLaunch(x, st));
+        CHECK(cuStreamSynchronize(st));
+        printf("launch %d ", k);
+        print_bytes("rows back", back, sizeof back);
+        print_bytes("host to host", h2h_dst, 8);
+    }
+    CHECK(cuGraphExecDestroy(x));
+
+    /* A clone outlives its graph; a child graph node copies it in. */
+    CUgraph c, parent;
+    CUgraphNode child;
+    CHECK(cuGraphClone(&c, g));
+    CHECK(cuGraphDestroy(g));
+    rows[4] = 0x77;
+    CHECK(cuGraphInstantiateWithFlags(&x, c, 0));
+    CHECK(cuMemsetD8_v2(dd, 0, ROW * ROWS));
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuCtxSynchronize());
+    print_bytes("clone's rows back", back, ROW);
+    CHECK(cuGraphExecDestroy(x));
+    CHECK(cuGraphCreate(&parent, 0));
+    CHECK(cuGraphAddChildGraphNode(&child, parent, NULL, 0, c));
+    CHECK(cuGraphDestroy(c));
+    rows[4] = 0x78;
+    CHECK(cuGraphInstantiateWithFlags(&x, parent, 0));
+    CHECK(cuMemsetD8_v2(dd, 0, ROW * ROWS));
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    print_bytes("child graph's rows back", back, ROW);
+    CHECK(cuGraphExecDestroy(x));
+    CHECK(cuGraphDestroy(parent));
+
+    /* An executable updated to a graph of the same shape on other host
+     * memory copies that memory from then on. */
+    unsigned a_in[8], a_out[8], b_in[8], b_out[8];
+    CUgraph ga, gb;
+    CUgraphNode n1, n2, a_down;
+    for (unsigned i = 0; i < 8; i++)
+        a_in[i] = i, b_in[i] = 1000 + i, a_out[i] = b_out[i] = 0;
+    CHECK(cuGraphCreate(&ga, 0));
+    cp = copy_params(CU_MEMORYTYPE_HOST, a_in, 0, CU_MEMORYTYPE_DEVICE, NULL, d, 32, 1, 32);
+    CHECK(cuGraphAddMemcpyNode(&n1, ga, NULL, 0, &cp, ctx));
+    cp = copy_params(CU_MEMORYTYPE_DEVICE, NULL, d, CU_MEMORYTYPE_HOST, a_out, 0, 32, 1, 32);
+    CHECK(cuGraphAddMemcpyNode(&a_down, ga, &n1, 1, &cp, ctx));
+    CHECK(cuGraphCreate(&gb, 0));
+    cp = copy_params(CU_MEMORYTYPE_HOST, b_in, 0, CU_MEMORYTYPE_DEVICE, NULL, d, 32, 1, 32);
+    CHECK(cuGraphAddMemcpyNode(&n1, gb, NULL, 0, &cp, ctx));
+    cp = copy_params(CU_MEMORYTYPE_DEVICE, NULL, d, CU_MEMORYTYPE_HOST, b_out, 0, 32, 1, 32);
+    CHECK(cuGraphAddMemcpyNode(&n2, gb, &n1, 1, &cp, ctx));
+    CHECK(cuGraphInstantiateWithFlags(&x, ga, 0));
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    CUgraphExecUpdateResultInfo info;
+    memset(&info, 0, sizeof info);
+    printf("update: %s\n", result_name(cuGraphExecUpdate_v2(x, gb, &info)));
+    CHECK(cuGraphDestroy(gb));
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    print_words("before the update", a_out, 8);
+    print_words("after it", b_out, 8);
+    CHECK(cuGraphExecDestroy(x));
+
+    /* An executable's node set to copy into other host memory writes that
+     * memory from then on, and no longer the old one. */
+    unsigned c_out[8];
+    memset(c_out, 0, sizeof c_out);
+    memset(a_out, 0, sizeof a_out);
+    CHECK(cuGraphInstantiateWithFlags(&x, ga, 0));
+    cp = copy_params(CU_MEMORYTYPE_DEVICE, NULL, d, CU_MEMORYTYPE_HOST, c_out, 0, 32, 1, 32);
+    printf("executable's node set: %s\n", result_name(cuGraphExecMemcpyNodeSetParams(x, a_down, &cp, ctx)));
+    for (unsigned i = 0; i < 8; i++)
+        a_in[i] = 500 + i;
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    print_words("the node's new memory", c_out, 8);
+    print_words("its old memory", a_out, 8);
+    CHECK(cuGraphExecDestroy(x));
+    CHECK(cuGraphDestroy(ga));
+
+    /* Graphs made and destroyed take no memory with them. */
+    size_t big = 8u << 20;
+    unsigned char *mem = calloc(1, big);
+    CUdeviceptr bd;
+    CHECK(cuMemAlloc_v2(&bd, big));
+    CUresult r = CUDA_SUCCESS;
+    for (int i = 0; i < 200 && r == CUDA_SUCCESS; i++) {
+        CHECK(cuGraphCreate(&g, 0));
+        cp = copy_params(CU_MEMORYTYPE_HOST, mem, 0, CU_MEMORYTYPE_DEVICE, NULL, bd, big, 1, big);
+        r = cuGraphAddMemcpyNode(&up, g, NULL, 0, &cp, ctx);
+        CHECK(cuGraphDestroy(g));
+    }
+    printf("200 graphs of an 8 MiB node: %s\n", result_name(r));
+    free(mem);
+    free(out);
+    CHECK(cuMemFree_v2(bd));
+    CHECK(cuMemFree_v2(d));
+    CHECK(cuMemFree_v2(dd));
+    CHECK(cuModuleUnload(mod));
+    return 0;
+}
+
+static int captureinfo(CUcontext ctx)
+{
+    (void)ctx;
+    CUstream st;
+    CUdeviceptr w;
+    CUmodule mod;
+    CUfunction fill, add;
+    CHECK(cuStreamCreate(&st, 0));
+    CHECK(cuMemAlloc_v2(&w, 4));
+    CHECK(cuModuleLoadData(&mod, COND_MODULE));
+    CHECK(cuModuleGetFunction(&fill, mod, "fill"));
+    CHECK(cuModuleGetFunction(&add, mod, "add"));
+    unsigned five = 5, ten = 10, hundred = 100;
+    int one = 1;
+    void *fargs[] = {&w, &five, &one}, *targs[] = {&w, &ten, &one}, *hargs[] = {&w, &hundred, &one};
+    CUstreamCaptureStatus status;
+    cuuint64_t id = 0;
+    CUgraph g = (CUgraph)1, again = NULL, ended = NULL;
+    const CUgraphNode *deps = NULL;
+    const CUgraphEdgeData *edges = (const CUgraphEdgeData *)1;
+    size_t n = 7;
+    CUresult r = cuStreamGetCaptureInfo_v2(st, &status, &id, &g, &deps, &n);
+    printf("not capturing: %s, status %d, %zu dependencies, %s\n", result_name(r), (int)status, n,
+           g ? "a graph" : "no graph");
+    CHECK(cuStreamBeginCapture_v2(st, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CHECK(cuLaunchKernel(fill, 1, 1, 1, 1, 1, 1, 0, st, fargs, NULL));
+    CHECK(cuStreamGetCaptureInfo_v2(st, &status, &id, &g, &deps, &n));
+    printf("capturing: status %d, %zu dependencies, %s\n", (int)status, n, g ? "a graph" : "no graph");
+    CUgraphNode node;
+    CUDA_KERNEL_NODE_PARAMS kp = one_thread(add, targs);
+    CHECK(cuGraphAddKernelNode_v2(&node, g, deps, n, &kp));
+    CHECK(cuStreamUpdateCaptureDependencies(st, &node, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES));
+    CHECK(cuStreamGetCaptureInfo_v3(st, &status, &id, &again, &deps, &edges, &n));
+    printf("after the node: %zu dependencies, %s, edge data %s, the same graph: %s\n", n,
+           n == 1 && deps[0] == node ? "the node" : "not the node", edges ? "some" : "none", again == g ? "yes" : "no");
+    CHECK(cuLaunchKernel(add, 1, 1, 1, 1, 1, 1, 0, st, hargs, NULL));
+    r = cuStreamEndCapture(st, &ended);
+    printf("end: %s, the capture's graph: %s\n", result_name(r), ended == g ? "yes" : "no");
+    CHECK(cuGraphGetNodes(ended, NULL, &n));
+    printf("nodes: %zu\n", n);
+    CUgraphExec x;
+    CHECK(cuGraphInstantiateWithFlags(&x, ended, 0));
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    printf("word: %u (fill 5, then +10 by the node, then +100)\n", word_at(w));
+    CHECK(cuGraphExecDestroy(x));
+    CHECK(cuGraphDestroy(ended));
+    CHECK(cuModuleUnload(mod));
+    CHECK(cuMemFree_v2(w));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     CUcontext ctx = primary_context();
@@ -658,6 +911,10 @@ int main(int argc, char **argv)
         return hostile(ctx);
     if (argc > 1 && strcmp(argv[1], "host") == 0)
         return host(ctx);
+    if (argc > 1 && strcmp(argv[1], "pageable") == 0)
+        return pageable(ctx);
+    if (argc > 1 && strcmp(argv[1], "captureinfo") == 0)
+        return captureinfo(ctx);
     if (argc > 1 && strcmp(argv[1], "copies") == 0)
         return copies(ctx);
     if (argc > 1 && strcmp(argv[1], "edges") == 0)

@@ -95,7 +95,7 @@ func TestRemoteGraphNodesHostile(t *testing.T) {
 forged graph: CUDA_ERROR_INVALID_HANDLE
 memset into the program's memory: CUDA_ERROR_INVALID_VALUE
 access descriptors: CUDA_ERROR_NOT_SUPPORTED
-copy node from pageable memory: CUDA_ERROR_NOT_SUPPORTED
+copy node from pageable memory: CUDA_SUCCESS
 copy node past its allocation: CUDA_ERROR_INVALID_VALUE
 conditional node of 2^20 bodies: CUDA_ERROR_INVALID_VALUE
 a conditional node's body destroyed alone: CUDA_ERROR_INVALID_VALUE
@@ -133,10 +133,10 @@ func TestRemoteGraphHostNode(t *testing.T) {
 	}
 }
 
-// Copy nodes: device to device over every transport; pinned host memory
-// (cuMemAllocHost) up and back over shm://, where the executor maps it at
-// the program's address, read at the launch; over a socket the program's
-// host memory cannot be reached at a launch, and the node is refused.
+// Copy nodes: device to device; pinned host memory (cuMemAllocHost) up
+// and back, read at the launch: over shm:// the executor maps it at the
+// program's address, over a socket it is the client's alone and goes
+// through a buffer of the server's as pageable memory does.
 func TestRemoteGraphCopyNodes(t *testing.T) {
 	e := newEnv(t)
 	local := e.run("graphnodes", "copies")
@@ -144,14 +144,70 @@ func TestRemoteGraphCopyNodes(t *testing.T) {
 		!strings.Contains(local.stdout, "pinned round trip: 0=80") {
 		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
 	}
-	got := e.remote(e.serve("shm"), "graphnodes", "copies")
-	if got.code != 0 || got.stdout != local.stdout {
-		t.Errorf("over shm://: exit %d, printed\n%s\nlocally\n%s\n%s", got.code, got.stdout, local.stdout, got.stderr)
+	for _, transport := range []string{"shm", "unix"} {
+		e := newEnv(t)
+		got := e.remote(e.serve(transport), "graphnodes", "copies")
+		if got.code != 0 || got.stdout != local.stdout {
+			t.Errorf("over %s: exit %d, printed\n%s\nlocally\n%s\n%s", transport, got.code, got.stdout, local.stdout, got.stderr)
+		}
 	}
-	eu := newEnv(t)
-	got = eu.remote(eu.serve("unix"), "graphnodes", "copies")
-	device, _, _ := strings.Cut(local.stdout, "pinned upload node")
-	if want := device + "pinned upload node: CUDA_ERROR_NOT_SUPPORTED\n"; got.code != 0 || got.stdout != want {
-		t.Errorf("over unix://: exit %d, printed\n%s\nwant\n%s\n%s", got.code, got.stdout, want, got.stderr)
+}
+
+// Copies with the program's pageable memory in graphs run remotely as
+// locally over every transport: captured up and down around a kernel and
+// launched with new input each time, copy nodes added on pageable memory
+// (pitched rows whose gaps stay the program's, host to host), a clone
+// outliving its graph, a child graph, an executable updated to other host
+// memory or its node set to other memory (cuGraphExecMemcpyNodeSetParams),
+// and graphs made and destroyed without the server keeping their
+// buffers (200 of 8 MiB would pass its bound).
+func TestRemoteGraphPageableCopies(t *testing.T) {
+	e := newEnv(t)
+	local := e.run("graphnodes", "pageable")
+	for _, want := range []string{
+		"launch down: 120 121 122 123 124 125 126 127\nlaunch by address: 120 121",
+		"launch 1 rows back: 0=33 8=42 9=05 10=06 11=07 12=09 13=09 14=0a 15=0b 16=34 72=45 ",
+		"host to host: 0=51 1=a1",
+		"clone's rows back: 0=33 8=78 9=05",
+		"child graph's rows back: 0=33 8=79 9=05",
+		"after it: 1000 1001",
+		"the node's new memory: 500 501 502 503 504 505 506 507\nits old memory: 0 0 0 0 0 0 0 0\n",
+		"200 graphs of an 8 MiB node: CUDA_SUCCESS",
+	} {
+		if local.code != 0 || !strings.Contains(local.stdout, want) {
+			t.Fatalf("locally: exit %d, no %q in\n%s%s", local.code, want, local.stdout, local.stderr)
+		}
+	}
+	for _, transport := range []string{"shm", "unix", "tcp"} {
+		t.Run(transport, func(t *testing.T) {
+			e := newEnv(t)
+			got := e.remote(e.serve(transport), "graphnodes", "pageable")
+			if got.code != 0 || got.stdout != local.stdout {
+				t.Errorf("remotely: exit %d, printed\n%s\nlocally\n%s\n%s", got.code, got.stdout, local.stdout, got.stderr)
+			}
+		})
+	}
+}
+
+// A program adds a node to the graph a stream is capturing, as
+// cudaStreamGetCaptureInfo lets it (graphConditionalNodes does): the
+// capture's graph and dependencies come back, the node is added after them
+// and set as the stream's dependencies, and the graph runs it in order,
+// over every transport as locally.
+func TestRemoteCaptureInfoGraph(t *testing.T) {
+	e := newEnv(t)
+	local := e.run("graphnodes", "captureinfo")
+	if local.code != 0 || !strings.Contains(local.stdout, "after the node: 1 dependencies, the node, edge data none, the same graph: yes\n") ||
+		!strings.Contains(local.stdout, "end: CUDA_SUCCESS, the capture's graph: yes\nnodes: 3\nword: 115 ") {
+		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
+	}
+	for _, transport := range []string{"shm", "unix", "tcp"} {
+		t.Run(transport, func(t *testing.T) {
+			e := newEnv(t)
+			got := e.remote(e.serve(transport), "graphnodes", "captureinfo")
+			if got.code != 0 || got.stdout != local.stdout {
+				t.Errorf("remotely: exit %d, printed\n%s\nlocally\n%s\n%s", got.code, got.stdout, local.stdout, got.stderr)
+			}
+		})
 	}
 }

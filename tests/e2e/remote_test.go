@@ -1204,11 +1204,10 @@ os.waitpid(pid, 0)
 	}
 }
 
-// Over shm://, an upload captured into a graph is copied from bytes the
-// executor keeps for the graph (the staging area is reused), and what it
-// keeps for a connection is bounded: past 256 MiB a captured upload fails
-// with CUDA_ERROR_OUT_OF_MEMORY at the next synchronization, and the
-// connection goes on.
+// Over shm://, an upload captured into a graph is copied from a buffer
+// the executor keeps for the graph (the staging area is reused), and what
+// it keeps for a connection is bounded: past 256 MiB a captured upload
+// fails with CUDA_ERROR_OUT_OF_MEMORY, and the connection goes on.
 func TestRemoteCapturedUploadsAreBounded(t *testing.T) {
 	prog := `
 import ctypes
@@ -1236,17 +1235,16 @@ rs = [cu.cuMemcpyHtoDAsync_v2(p, src, ctypes.c_size_t(n), st) for _ in range(70)
 print("70 more", sorted(set(rs)), "end", cu.cuStreamEndCapture(st, ctypes.byref(g2)), "then", cu.cuCtxSynchronize())
 print("after", cu.cuMemsetD8_v2(p, 0, ctypes.c_size_t(n)), cu.cuCtxSynchronize())
 `
-	want := "captured upload 0\nend 0\nlaunch 0 0\nthe graph's copy same\n70 more [0] end 0 then 2\nafter 0 0\n"
+	want := "captured upload 0\nend 0\nlaunch 0 0\nthe graph's copy same\n70 more [0, 2] end 0 then 0\nafter 0 0\n"
 	newEnv(t).printsOverShm(t, prog, want)
 }
 
 // A copy from the program's memory captured into a graph over any
-// transport and of any size is made at each launch from bytes the executor
-// keeps for the graph, not from the frame or staging area the request came
-// through (which later requests reuse); a copy into the program's memory
-// cannot reach it at a launch, so it is refused as a call illegal in
-// capture is natively: the capture is invalidated and ending it says so,
-// with no graph. Captures are in the global mode, the runtime's default,
+// transport and of any size is made at each launch from the program's
+// bytes sent with the launch, not from the frame or staging area the
+// capturing request came through (which later requests reuse); a copy
+// into the program's memory writes it at each launch, there after the
+// synchronization. Captures are in the global mode, the runtime's default,
 // which forbids the executor's own bookkeeping calls (uploads behind a slow
 // kernel are still in flight when the capture begins).
 func TestRemoteCapturedCopiesOfProgramMemory(t *testing.T) {
@@ -1278,14 +1276,18 @@ for n in [4096, 1 << 20]:
         g = ctypes.c_void_p(1)
         dst = (ctypes.c_ubyte * n)()
         assert cu.cuStreamBeginCapture_v2(st, 0) == 0
-        print(n, name, "captured", getattr(cu, name)(dst, p, ctypes.c_size_t(n), st), "end", cu.cuStreamEndCapture(st, ctypes.byref(g)), g.value)
+        print(n, name, "captured", getattr(cu, name)(dst, p, ctypes.c_size_t(n), st), "end", cu.cuStreamEndCapture(st, ctypes.byref(g)))
+        assert cu.cuGraphInstantiateWithFlags(ctypes.byref(ge), g, ctypes.c_ulonglong(0)) == 0
+        print("launch", cu.cuGraphLaunch(ge, st), cu.cuStreamSynchronize(st))
+        print("the program's copy", "same" if bytes(dst) == bytes(src) else "differs")
     print("after", cu.cuMemcpyHtoD_v2(p, src, ctypes.c_size_t(n)), cu.cuCtxSynchronize())
 `
 	want := ""
 	for _, n := range []string{"4096", "1048576"} {
 		want += n + " cuMemcpyHtoDAsync_v2 captured 0 end 0\nlaunch 0 0\nthe graph's copy same\n" +
 			n + " cuMemcpyHtoDAsync_v2_ptsz captured 0 end 0\nlaunch 0 0\nthe graph's copy same\n" +
-			n + " cuMemcpyDtoHAsync_v2 captured 900 end 901 None\n" + n + " cuMemcpyDtoHAsync_v2_ptsz captured 900 end 901 None\nafter 0 0\n"
+			n + " cuMemcpyDtoHAsync_v2 captured 0 end 0\nlaunch 0 0\nthe program's copy same\n" +
+			n + " cuMemcpyDtoHAsync_v2_ptsz captured 0 end 0\nlaunch 0 0\nthe program's copy same\nafter 0 0\n"
 	}
 	for _, transport := range []string{"unix", "shm", "tcp"} {
 		e := newEnv(t)

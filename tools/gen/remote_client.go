@@ -171,14 +171,24 @@ func clientStub(w *cw, e RemoteEntry, decl string) {
 func copyShortcuts(w *cw, e RemoteEntry) {
 	stream, wait := copyStream(e), b2i(e.param("hStream") == nil)
 	w.line("uint64_t fgr_at;")
+	// On a capturing stream the copy becomes a graph's node: the program's
+	// memory is then reached through a buffer of the server's (hostcopy.c).
+	captured := func(dev string, d2h int) {
+		if e.param("hStream") != nil {
+			w.ifThen(cf("fgr_captures && fgr_capture_copy(&fgr_r, %s, (void *)%s, ByteCount, hStream, %d, %d)",
+				dev, e.Stage, b2i(e.PerThread() != ""), d2h), "return fgr_r;")
+		}
+	}
 	if e.param("srcDevice") != nil {
 		w.ifThen(cf("fgr_heap_copyable(%s, ByteCount, &fgr_at)", e.Stage),
 			cf("return fgr_heap_download(fgr_at, srcDevice, ByteCount, %s, %d);", stream, wait))
+		captured("srcDevice", 1)
 		w.ifThen("fgr_stage_down_wanted(ByteCount)", cf("return fgr_stage_download(%s, srcDevice, ByteCount, %s);", e.Stage, stream))
 		return
 	}
 	w.ifThen(cf("fgr_heap_copyable(%s, ByteCount, &fgr_at)", e.Stage),
 		cf("return fgr_heap_upload(dstDevice, fgr_at, ByteCount, %s, %d);", stream, wait))
+	captured("dstDevice", 0)
 	how := []string{"FGR_STAGE_SYNC"}
 	s := "NULL"
 	if e.param("hStream") != nil {
