@@ -48,6 +48,9 @@ enum { FGR_IMAGE_ABSENT, FGR_IMAGE_INLINE, FGR_IMAGE_KEEP, FGR_IMAGE_BY_HASH };
  * both sides: at most this large each, and this much per connection. */
 #define FGR_MAPPED_MAX (64u << 10)
 #define FGR_MAPPED_TOTAL (1u << 20)
+/* Pinned allocations the client made alone and kernels came to use
+ * (promoted, any size each): at most this much per connection. */
+#define FGR_PROMOTED_TOTAL (1ull << 30)
 /* The most bytes of such allocations (and managed memory) one write or
  * one read of several carries (the executor's bound on a result). */
 #define FGR_MIRROR_BATCH (1u << 20)

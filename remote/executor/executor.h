@@ -74,6 +74,10 @@ void *fgr_image_kept(const uint8_t h[32], uint64_t n, struct fgr_req *q);
  * forgetting what a context that ended held. */
 void fgr_hostmem_init(void *driver);
 void fgr_hostmem_forget(uint64_t ctx);
+/* Serves fgrHostMapAt (and fgrHostMappedFree) with the driver's calls
+ * that pin memory and end that (fgr_hostmem_init; the fuzz tests give
+ * their own). */
+void fgr_hostmem_promoting(void *reg, void *unreg);
 /* JIT linking's image, read back by the client (link.c), after the
  * driver's entry points are known. */
 void fgr_link_init(void *driver);

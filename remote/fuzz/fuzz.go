@@ -33,7 +33,11 @@ static void fake_driver(void)
     fgr_add(FGR_H_CUmemoryPool, 5, 0, 0);
     fgr_add(FGR_H_CUcontext, 3, 0, 0);
     fgr_add(FGR_H_fgrCtxObject, 2, FGR_H_CUcontext, 3);
+    // Promoted pinned memory is mapped in this process, as the executor's.
+    fgr_hostmem_promoting((void *)fake_call, (void *)fake_call);
 }
+
+static uint64_t own_address(void) { return (uintptr_t)fake_data; }
 
 // name_of: the name the client is given for the driver's handle v.
 static uint64_t name_of(int kind, uint64_t v)
@@ -104,6 +108,12 @@ func Calls() uint64 {
 	mu.Lock()
 	defer mu.Unlock()
 	return uint64(C.fake_calls())
+}
+
+// OwnAddress is an address of this process's own memory (the fake
+// driver's data), as the executor's would be.
+func OwnAddress() uint64 {
+	return uint64(C.own_address())
 }
 
 // Ops are the operation numbers, by name.
