@@ -3,13 +3,16 @@
  * program's own pages registered (cuMemHostRegister), their device
  * addresses asked for, a kernel adding to what the program wrote and
  * filling from an address inside, a memset and a copy naming one; one only
- * a kernel's parameter names. Prints what the program sees, so local and
+ * a kernel's parameter names; a forked child's free leaves the parent's
+ * alone. Prints what the program sees, so local and
  * remote runs compare. With "refuse huge" or "refuse taken": what cannot
  * be kept on both sides (run remotely only). */
 #include "common.h"
 
 #include <stdint.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static const char MODULE[] = "FLEXGV-SIM-MODULE\n"
                              "kernel fill 5 builtin=fill\n"
@@ -89,6 +92,18 @@ int main(int argc, char **argv)
     launch(fill, da + 1024 * sizeof *a, 77, 1000);
     CHECK(cuCtxSynchronize());
     show("allocated, after the kernels", a, N);
+    /* A forked child's free is its own copy's: the parent's goes on. */
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        printf("child frees: %s\n", result_name(cuMemFreeHost(a)));
+        fflush(stdout);
+        _exit(0);
+    }
+    waitpid(pid, NULL, 0);
+    launch(add, da, 1, 4);
+    CHECK(cuCtxSynchronize());
+    printf("after the child: %u %u %u %u %u\n", a[0], a[1], a[2], a[3], a[4]);
 
     /* The program's own pages, registered; the program's writes after the
      * first kernel reach the second, whose writes a copy reads. */
