@@ -31,7 +31,7 @@
 
 #include "flexgv/cuda_types.h"
 
-#define FGR_PROTO_VERSION 17u /* 17: the program's device output; 16: managed memory kept on both sides; 15: host functions over shm:// asynchronous; 14: cuMemRetainAllocationHandle; 13: device memory at addresses the client chooses; 12: the pinned heap, downloads in halves, a launch's extra; 11: queued calls' errors per thread; 10: staging areas; 9: waits pending */
+#define FGR_PROTO_VERSION 18u /* 18: pinned memory promoted (fgrHostMapAt), graph copies through server buffers; 17: the program's device output; 16: managed memory kept on both sides; 15: host functions over shm:// asynchronous; 14: cuMemRetainAllocationHandle; 13: device memory at addresses the client chooses; 12: the pinned heap, downloads in halves, a launch's extra; 11: queued calls' errors per thread; 10: staging areas; 9: waits pending */
 
 /* An object the driver makes for a context through a private table word
  * (21318c60-... word 51, which cuBLAS calls before its first product): a
@@ -48,6 +48,9 @@ enum { FGR_IMAGE_ABSENT, FGR_IMAGE_INLINE, FGR_IMAGE_KEEP, FGR_IMAGE_BY_HASH };
  * both sides: at most this large each, and this much per connection. */
 #define FGR_MAPPED_MAX (64u << 10)
 #define FGR_MAPPED_TOTAL (1u << 20)
+/* Pinned allocations the client made alone and kernels came to use
+ * (promoted, any size each): at most this much per connection. */
+#define FGR_PROMOTED_TOTAL (1ull << 30)
 /* The most bytes of such allocations (and managed memory) one write or
  * one read of several carries (the executor's bound on a result). */
 #define FGR_MIRROR_BATCH (1u << 20)

@@ -139,8 +139,20 @@ void fgr_managed_owner_gone(void *owner);
  * brought back at syncpoints from then on. */
 extern int fgr_nmirrors;
 void fgr_mirror_mark(uint64_t p);
+/* Pinned memory the client made or registered alone (mirror.c): recorded
+ * (0: no memory, or registered memory overlapping some already), forgotten
+ * when freed or unregistered (0: not such memory; the server's copy goes
+ * too), and promoted to be kept on both sides the first time a call names
+ * an address p in it as a device address (CUDA_ERROR_NOT_FOUND: p is not
+ * in such memory; CUDA_ERROR_NOT_SUPPORTED: refused, said once). */
+extern int fgr_nheld;
+int fgr_pinned_hold(void *p, size_t n, int registered);
+int fgr_pinned_release(void *p, int registered);
+CUresult fgr_pinned_promote(uint64_t p);
 static inline void fgr_mirror_named(uint64_t p)
 {
+    if (__atomic_load_n(&fgr_nheld, __ATOMIC_RELAXED))
+        fgr_pinned_promote(p);
     if (__atomic_load_n(&fgr_nmirrors, __ATOMIC_RELAXED))
         fgr_mirror_mark(p);
 }
@@ -227,6 +239,8 @@ struct fgr_kparams {
     uint32_t n;
     const uint32_t *size;
 };
+/* (Before the launch is sent, outside the connection's lock, it and
+ * fgr_extra_check promote the pinned memory its pointers name.) */
 CUresult fgr_kparams_layout(CUfunction f, void **params, struct fgr_kparams *kp);
 void fgr_put_kparams(struct fgr_buf *w, const struct fgr_kparams *kp, void **params);
 /* A launch's extra (local.c): the parameters packed in one buffer, which

@@ -5,9 +5,11 @@
 #include "../sha256.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- the context stack: per thread, on the client ---- */
 
@@ -388,7 +390,8 @@ FGR_EXPORT CUresult cuGetErrorString(CUresult error, const char **pStr) { return
  * address, for kernels that use them as device memory (mirror.c; only those
  * a call names as a device address come back at syncpoints, so a copy's
  * staging buffer costs nothing); the rest are the client's alone, carried
- * by copies. */
+ * by copies, until a call names them as device memory (mirror.c promotes
+ * them then). Those start a page apart, as the server maps them by pages. */
 static CUresult host_alloc(void **pp, size_t bytes, unsigned int flags)
 {
     NEED_INIT();
@@ -407,8 +410,13 @@ static CUresult host_alloc(void **pp, size_t bytes, unsigned int flags)
     }
     if ((*pp = h))
         return CUDA_SUCCESS;
-    if (posix_memalign(pp, 4096, bytes))
+    size_t psz = (size_t)sysconf(_SC_PAGESIZE);
+    if (bytes > SIZE_MAX - psz || posix_memalign(pp, psz, (bytes + psz - 1) & ~(psz - 1)))
         return CUDA_ERROR_OUT_OF_MEMORY;
+    if (!fgr_pinned_hold(*pp, bytes, 0)) {
+        free(*pp);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     return CUDA_SUCCESS;
 }
 
@@ -422,38 +430,51 @@ FGR_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flag
 FGR_EXPORT CUresult cuMemFreeHost(void *p)
 {
     NEED_INIT();
-    if (!fgr_mirror_free(p) && !fgr_heap_free(p))
+    if (!fgr_mirror_free(p) && !fgr_heap_free(p)) {
+        fgr_pinned_release(p, 0);
         free(p);
+    }
     return CUDA_SUCCESS;
 }
 
 /* Under unified addressing a mapped allocation's device address is its
- * host address: so it is for those kept on both sides; the others are the
- * client's alone, which no kernel can reach. */
+ * host address: so it is for those kept on both sides; pinned memory the
+ * client holds alone is kept on both sides from now on (mirror.c). */
 FGR_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
 {
     NEED_INIT();
     if (!pdptr || !p || Flags)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!fgr_mirror_holds(p) && !fgr_heap_mapped(p))
-        return fgr_unsupported(-1, "cuMemHostGetDevicePointer",
-                               "a device address for pinned memory only the client holds (over 64 KiB, or unmapped)");
+    if (!fgr_mirror_holds(p) && !fgr_heap_mapped(p)) {
+        CUresult r = fgr_pinned_promote((uintptr_t)p); /* (a refusal says why) */
+        if (r == CUDA_ERROR_NOT_FOUND)
+            return fgr_unsupported(-1, "cuMemHostGetDevicePointer",
+                                   "a device address for memory not pinned, or pinned where the executor "
+                                   "could not map it");
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
     *pdptr = (CUdeviceptr)(uintptr_t)p;
     return CUDA_SUCCESS;
 }
 
-/* Client memory needs no pinning: copies carry its bytes. */
+/* Client memory needs no pinning: copies carry its bytes. It is recorded,
+ * to be kept on both sides once a call names it as device memory. */
 FGR_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
 {
     (void)Flags;
     NEED_INIT();
-    return p && bytesize ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (!p || !bytesize || (uintptr_t)p + bytesize < (uintptr_t)p)
+        return CUDA_ERROR_INVALID_VALUE;
+    return fgr_pinned_hold(p, bytesize, 1) ? CUDA_SUCCESS : CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
 }
 
 FGR_EXPORT CUresult cuMemHostUnregister(void *p)
 {
     NEED_INIT();
-    return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    return fgr_pinned_release(p, 1) ? CUDA_SUCCESS : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
 }
 
 /* ---- captures ---- */
@@ -894,6 +915,25 @@ void fgr_kparams_flush(void)
 
 CUresult fgrParamSizes(CUfunction f, unsigned int max, unsigned int *count, unsigned int *sizes);
 
+/* Pointers among a launch's parameters into pinned memory the client holds
+ * alone: kept on both sides from now on, before the launch is sent. */
+static void promote_words(const void *buf, size_t n)
+{
+    for (size_t at = 0; at + sizeof(uint64_t) <= n; at += sizeof(uint64_t)) {
+        uint64_t v;
+        memcpy(&v, (const char *)buf + at, sizeof v);
+        fgr_pinned_promote(v);
+    }
+}
+
+static void promote_params(const struct fgr_kparams *kp, void **params)
+{
+    if (__atomic_load_n(&fgr_nheld, __ATOMIC_RELAXED))
+        for (uint32_t i = 0; i < kp->n; i++)
+            if (kp->size[i] == sizeof(uint64_t) && params[i])
+                promote_words(params[i], sizeof(uint64_t));
+}
+
 CUresult fgr_kparams_layout(CUfunction f, void **params, struct fgr_kparams *kp)
 {
     kp->n = 0;
@@ -906,6 +946,7 @@ CUresult fgr_kparams_layout(CUfunction f, void **params, struct fgr_kparams *kp)
             kp->n = l->n;
             kp->size = l->size;
             pthread_mutex_unlock(&layout_lock);
+            promote_params(kp, params);
             return CUDA_SUCCESS;
         }
     pthread_mutex_unlock(&layout_lock);
@@ -953,6 +994,7 @@ CUresult fgr_kparams_layout(CUfunction f, void **params, struct fgr_kparams *kp)
     pthread_mutex_unlock(&layout_lock);
     kp->n = n;
     kp->size = size;
+    promote_params(kp, params);
     return CUDA_SUCCESS;
 }
 
@@ -996,6 +1038,8 @@ CUresult fgr_extra_check(void **extra, void **params, struct fgr_extra *ex, cons
     if (size && *size > FGR_MAX_KPARAM_BYTES)
         return CUDA_ERROR_INVALID_VALUE;
     ex->n = size ? *size : 0;
+    if (ex->n && __atomic_load_n(&fgr_nheld, __ATOMIC_RELAXED))
+        promote_words(ex->buf, ex->n);
     return CUDA_SUCCESS;
 }
 

@@ -9,6 +9,14 @@
  * bytes that asks to be mapped or portable (local.c) is made by the
  * server's driver, and the client maps its own pages at the same address
  * (falling back to client memory alone when that address is taken here).
+ * Larger ones, and memory the program pins with cuMemHostRegister, are the
+ * client's alone (copies carry them, as cudart's staging buffers), until a
+ * call names an address in one as device memory (cuMemHostGetDevicePointer,
+ * a kernel's parameter, a memset, a copy's device side): then it is
+ * promoted, once, to be kept on both sides too. Its pages here stay where
+ * they are (the program's, registered ones may not move); the server maps
+ * pages at the same address (fgrHostMapAt, refused where something of its
+ * own is there), and the program's bytes go with the next request.
  * Managed memory (cuMemAllocManaged) is made the same way, of any size: the
  * server's driver allocates it, the client maps pages at its address, and
  * when it cannot, the allocation is freed and refused
@@ -60,6 +68,7 @@ CUresult fgrHostWrite(CUdeviceptr dst, const void *src, size_t bytes);
 CUresult fgrHostReadMany(const CUdeviceptr *srcs, const size_t *sizes, unsigned int count, void *dst, size_t bytes);
 CUresult fgrHostSums(const CUdeviceptr *srcs, const size_t *sizes, unsigned int count, unsigned long long *sums,
                      unsigned int nsums);
+CUresult fgrHostMapAt(CUdeviceptr at, size_t bytes, CUdeviceptr *dptr);
 CUresult fgr_fwd_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags);
 CUresult fgr_fwd_cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name);
 CUresult fgr_fwd_cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name);
@@ -75,6 +84,7 @@ static struct mirror {
     int used;        /* named as a device address: its bytes come back at syncpoints */
     int managed;
     void *owner;     /* a library's or module's managed variable: gone with it */
+    int borrowed;    /* promoted: its pages here are the program's, never unmapped here */
 } mirrors[MAX_MIRRORS];
 int fgr_nmirrors; /* read without the lock on every call: atomically */
 static int npinned;
@@ -87,11 +97,39 @@ static struct page {
 static int npages;
 static unsigned gen;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+/* Whether this thread holds the lock: the calls it makes meanwhile name
+ * memory kept already, and must not promote (which takes the lock). */
+static __thread int locked_here;
+
+static void lock_mirrors(void)
+{
+    pthread_mutex_lock(&lock);
+    locked_here = 1;
+}
+
+static void unlock_mirrors(void)
+{
+    locked_here = 0;
+    pthread_mutex_unlock(&lock);
+}
+
+/* Pinned memory the client holds alone (cuMemHostAlloc's, cuMemHostRegister's)
+ * until a call names it as a device address. */
+enum { PROMOTED = 1, REFUSED };
+static struct held {
+    uintptr_t addr;
+    size_t n;
+    int registered;
+    int fate; /* on connection gen: PROMOTED, REFUSED, or 0 (not named yet) */
+    unsigned gen;
+} *held;
+int fgr_nheld; /* read without the lock on every call naming device memory: atomically */
+static int capheld;
 
 static int is_mirror_op(int op)
 {
     return op == FGR_OP_fgrHostMapped || op == FGR_OP_fgrHostMappedFree || op == FGR_OP_fgrHostWrite ||
-           op == FGR_OP_fgrHostReadMany || op == FGR_OP_fgrHostSums;
+           op == FGR_OP_fgrHostReadMany || op == FGR_OP_fgrHostSums || op == FGR_OP_fgrHostMapAt;
 }
 
 static size_t page_size(void) { return (size_t)sysconf(_SC_PAGESIZE); }
@@ -179,7 +217,7 @@ static int keep(uintptr_t at, size_t n, int managed, const char **why)
         return 0;
     }
     memset((void *)at, 0, n);
-    mirrors[fgr_nmirrors] = (struct mirror){at, n, agreed, gen, 0, managed, NULL};
+    mirrors[fgr_nmirrors] = (struct mirror){at, n, agreed, gen, 0, managed, NULL, 0};
     __atomic_store_n(&fgr_nmirrors, fgr_nmirrors + 1, __ATOMIC_RELEASE);
     npinned += !managed;
     return 1;
@@ -190,7 +228,7 @@ CUresult fgr_mirror_alloc(void **pp, size_t n)
     static int said;
     if (n == 0 || n > FGR_MAPPED_MAX)
         return CUDA_ERROR_NOT_SUPPORTED;
-    pthread_mutex_lock(&lock);
+    lock_mirrors();
     CUdeviceptr at = 0;
     const char *why = NULL;
     CUresult r = npinned < MAX_PINNED ? fgrHostMapped(&at, n) : CUDA_ERROR_NOT_SUPPORTED;
@@ -202,7 +240,7 @@ CUresult fgr_mirror_alloc(void **pp, size_t n)
     }
     if (r == CUDA_SUCCESS)
         *pp = (void *)(uintptr_t)at;
-    pthread_mutex_unlock(&lock);
+    unlock_mirrors();
     return r;
 }
 
@@ -226,9 +264,9 @@ FGR_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsign
     CUresult r = fgr_fwd_cuMemAllocManaged(dptr, bytesize, flags);
     if (r != CUDA_SUCCESS)
         return r;
-    pthread_mutex_lock(&lock);
+    lock_mirrors();
     int kept = keep((uintptr_t)*dptr, bytesize, 1, &why);
-    pthread_mutex_unlock(&lock);
+    unlock_mirrors();
     if (kept)
         return CUDA_SUCCESS;
     if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
@@ -249,14 +287,14 @@ static CUresult keep_variable(CUdeviceptr p, size_t n, void *owner, const char *
     static int said;
     const char *why = NULL;
     int kept = 0, fresh = 0;
-    pthread_mutex_lock(&lock);
+    lock_mirrors();
     for (int i = 0; i < fgr_nmirrors && !kept; i++)
         kept = mirrors[i].gen == gen && mirrors[i].addr == (uintptr_t)p;
     if (!kept && n && (kept = fresh = keep((uintptr_t)p, n, 1, &why))) {
         mirrors[fgr_nmirrors - 1].owner = owner;
         mirrors[fgr_nmirrors - 1].used = 1;
     }
-    pthread_mutex_unlock(&lock);
+    unlock_mirrors();
     if (!kept) {
         if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
             fgr_say("%s: managed variable %s (%zu bytes at 0x%llx): %s; the program could not reach it "
@@ -304,9 +342,10 @@ FGR_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmod
 static void forget(int i)
 {
     struct mirror m = mirrors[i];
-    unmap_range(m.addr, m.n);
+    if (!m.borrowed)
+        unmap_range(m.addr, m.n);
     free(m.agreed);
-    npinned -= !m.managed;
+    npinned -= !m.managed && !m.borrowed;
     mirrors[i] = mirrors[fgr_nmirrors - 1];
     __atomic_store_n(&fgr_nmirrors, fgr_nmirrors - 1, __ATOMIC_RELEASE);
 }
@@ -314,15 +353,15 @@ static void forget(int i)
 int fgr_mirror_free(void *p)
 {
     int found = 0;
-    pthread_mutex_lock(&lock);
+    lock_mirrors();
     for (int i = 0; i < fgr_nmirrors && !found; i++)
-        if (mirrors[i].addr == (uintptr_t)p && !mirrors[i].managed) {
+        if (mirrors[i].addr == (uintptr_t)p && !mirrors[i].managed && !mirrors[i].borrowed) {
             if (mirrors[i].gen == gen)
                 fgrHostMappedFree((CUdeviceptr)mirrors[i].addr);
             forget(i);
             found = 1;
         }
-    pthread_mutex_unlock(&lock);
+    unlock_mirrors();
     return found;
 }
 
@@ -332,13 +371,13 @@ int fgr_managed_forget(uint64_t p)
     int found = 0;
     if (!__atomic_load_n(&fgr_nmirrors, __ATOMIC_ACQUIRE))
         return 0;
-    pthread_mutex_lock(&lock);
+    lock_mirrors();
     for (int i = 0; i < fgr_nmirrors && !found; i++)
         if (mirrors[i].addr == p && mirrors[i].managed) {
             forget(i);
             found = 1;
         }
-    pthread_mutex_unlock(&lock);
+    unlock_mirrors();
     return found;
 }
 
@@ -346,23 +385,129 @@ void fgr_managed_owner_gone(void *owner)
 {
     if (!__atomic_load_n(&fgr_nmirrors, __ATOMIC_ACQUIRE))
         return;
-    pthread_mutex_lock(&lock);
+    lock_mirrors();
     for (int i = 0; i < fgr_nmirrors;)
         if (mirrors[i].owner == owner && mirrors[i].managed)
             forget(i);
         else
             i++;
-    pthread_mutex_unlock(&lock);
+    unlock_mirrors();
+}
+
+/* Records pinned memory the client made or registered alone: 0 when it
+ * cannot (no memory), or registered memory overlaps some already. */
+int fgr_pinned_hold(void *p, size_t n, int registered)
+{
+    int ok = 1;
+    lock_mirrors();
+    for (int i = 0; i < fgr_nheld && ok; i++)
+        ok = !registered || (uintptr_t)p + n <= held[i].addr || held[i].addr + held[i].n <= (uintptr_t)p;
+    if (ok && fgr_nheld == capheld) {
+        int more = capheld ? 2 * capheld : 64;
+        struct held *h = realloc(held, (size_t)more * sizeof *h);
+        if ((ok = h != NULL))
+            held = h, capheld = more;
+    }
+    if (ok) {
+        held[fgr_nheld] = (struct held){(uintptr_t)p, n, registered, 0, 0};
+        __atomic_store_n(&fgr_nheld, fgr_nheld + 1, __ATOMIC_RELEASE);
+    }
+    unlock_mirrors();
+    return ok;
+}
+
+/* Forgets the pinned memory at p (made alone, or registered), and the
+ * server's copy of it when it was promoted: 0 when p is not such memory. */
+int fgr_pinned_release(void *p, int registered)
+{
+    int found = 0;
+    lock_mirrors();
+    for (int i = 0; i < fgr_nheld && !found; i++)
+        if (held[i].addr == (uintptr_t)p && held[i].registered == registered) {
+            held[i] = held[fgr_nheld - 1];
+            __atomic_store_n(&fgr_nheld, fgr_nheld - 1, __ATOMIC_RELEASE);
+            found = 1;
+        }
+    for (int i = 0; found && i < fgr_nmirrors;) /* (a forked child's may be there twice) */
+        if (mirrors[i].addr == (uintptr_t)p && mirrors[i].borrowed) {
+            if (mirrors[i].gen == gen)
+                fgrHostMappedFree((CUdeviceptr)mirrors[i].addr);
+            forget(i);
+        } else {
+            i++;
+        }
+    unlock_mirrors();
+    return found;
+}
+
+/* Makes h kept on both sides (lock held): the server's zeroed pages at its
+ * address, which the program's bytes reach with the next request (they
+ * differ from the zeroes agreed on). */
+static const char *promote(struct held *h)
+{
+    uint8_t *agreed = NULL;
+    CUdeviceptr at = 0;
+    if (h->n > FGR_PROMOTED_TOTAL)
+        return "over 1 GiB";
+    if (fgr_nmirrors == MAX_MIRRORS)
+        return "too many allocations kept on both sides (1024)";
+    if (!(agreed = calloc(1, h->n)))
+        return "no memory for its copy";
+    CUresult r = fgrHostMapAt((CUdeviceptr)h->addr, h->n, &at);
+    if (r != CUDA_SUCCESS) {
+        free(agreed);
+        return r == CUDA_ERROR_ALREADY_MAPPED   ? "that address is taken on the server"
+               : r == CUDA_ERROR_OUT_OF_MEMORY ? "over 1 GiB of it in all, or no memory on the server"
+                                               : "the server could not map it";
+    }
+    mirrors[fgr_nmirrors] = (struct mirror){h->addr, h->n, agreed, gen, 1, 0, NULL, 1};
+    __atomic_store_n(&fgr_nmirrors, fgr_nmirrors + 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+CUresult fgr_pinned_promote(uint64_t p)
+{
+    static int said;
+    CUresult r = CUDA_ERROR_NOT_FOUND;
+    const char *reason = NULL;
+    uintptr_t at = 0;
+    size_t n = 0;
+    if (locked_here)
+        return CUDA_ERROR_NOT_FOUND;
+    /* Memory kept already: no need of the lock. */
+    int kept = __atomic_load_n(&fgr_nmirrors, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < kept && i < MAX_MIRRORS; i++)
+        if (mirrors[i].gen == gen && p >= mirrors[i].addr && p - mirrors[i].addr < mirrors[i].n)
+            return CUDA_SUCCESS;
+    lock_mirrors();
+    for (int i = 0; i < fgr_nheld && r == CUDA_ERROR_NOT_FOUND; i++) {
+        struct held *h = &held[i];
+        if (p < h->addr || p - h->addr >= h->n)
+            continue;
+        if (h->gen != gen || !h->fate) {
+            reason = promote(h);
+            h->fate = reason ? REFUSED : PROMOTED;
+            h->gen = gen;
+            at = h->addr, n = h->n;
+        }
+        r = h->fate == PROMOTED ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
+    }
+    unlock_mirrors();
+    if (reason && !__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+        fgr_say("pinned memory of %zu bytes at 0x%llx, named as a device address: %s; kernels cannot reach it "
+                "(said once)",
+                n, (unsigned long long)at, reason);
+    return r;
 }
 
 int fgr_mirror_holds(const void *p)
 {
     int found = 0;
-    pthread_mutex_lock(&lock);
+    lock_mirrors();
     for (int i = 0; i < fgr_nmirrors && !found; i++)
         found = mirrors[i].gen == gen && !mirrors[i].managed && (uintptr_t)p >= mirrors[i].addr &&
                 (uintptr_t)p - mirrors[i].addr < mirrors[i].n;
-    pthread_mutex_unlock(&lock);
+    unlock_mirrors();
     return found;
 }
 
@@ -387,7 +532,7 @@ static void send_run(struct mirror *m, size_t k, size_t end)
 static void push(int pinned_only)
 {
     const size_t step = 4096;
-    pthread_mutex_lock(&lock);
+    lock_mirrors();
     for (int i = 0; i < fgr_nmirrors; i++) {
         struct mirror *m = &mirrors[i];
         const uint8_t *now = (const uint8_t *)m->addr;
@@ -414,7 +559,7 @@ static void push(int pinned_only)
         if (open)
             send_run(m, run, run_end);
     }
-    pthread_mutex_unlock(&lock);
+    unlock_mirrors();
 }
 
 /* Takes the server's bytes of [at, at+n) of m: where they differ from what
@@ -523,9 +668,9 @@ static void pull(void)
 {
     struct sums *s = &sums;
     size_t total = 0;
-    pthread_mutex_lock(&lock);
+    lock_mirrors();
     if (!batch.buf && !(batch.buf = malloc(FGR_MIRROR_BATCH))) {
-        pthread_mutex_unlock(&lock);
+        unlock_mirrors();
         return;
     }
     for (int i = 0; i < fgr_nmirrors; i++)
@@ -556,7 +701,7 @@ static void pull(void)
         sums_check();
     if (batch.count)
         batch_read();
-    pthread_mutex_unlock(&lock);
+    unlock_mirrors();
 }
 
 /* Without the lock (a call building its request holds the connection's):

@@ -4213,6 +4213,26 @@ FGR_EXPORT CUresult fgrHostSums(const CUdeviceptr *srcs, const size_t *sizes, un
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult fgrHostMapAt(CUdeviceptr at, size_t bytes, CUdeviceptr *dptr)
+{
+    CUresult fgr_r;
+    uint64_t n_dptr = dptr ? sizeof(CUdeviceptr) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrHostMapAt, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)at);
+    fgr_put_u64(&fgr_c.w, (uint64_t)bytes);
+    fgr_put_u8(&fgr_c.w, dptr != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dptr, n_dptr, 0);
+    if ((fgr_r = fgr_end(&fgr_c)) == CUDA_SUCCESS) {
+        if (dptr)
+            fgr_range_add((uint64_t)*dptr, (uint64_t)(bytes));
+    }
+    return fgr_r;
+}
+
 FGR_EXPORT CUresult fgrArenaReserve(CUdeviceptr hint, size_t size, CUdeviceptr *base, size_t *page)
 {
     CUresult fgr_r;
@@ -5698,6 +5718,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_fgrHostWrite] = "fgrHostWrite",
     [FGR_OP_fgrHostReadMany] = "fgrHostReadMany",
     [FGR_OP_fgrHostSums] = "fgrHostSums",
+    [FGR_OP_fgrHostMapAt] = "fgrHostMapAt",
     [FGR_OP_fgrArenaReserve] = "fgrArenaReserve",
     [FGR_OP_fgrArenaMap] = "fgrArenaMap",
     [FGR_OP_fgrArenaNote] = "fgrArenaNote",
@@ -6141,6 +6162,7 @@ const struct fg_proc fgr_procs[] = {
     {"fgrHostWrite", "fgrHostWrite", 0, 0, (void *)fgrHostWrite},
     {"fgrHostReadMany", "fgrHostReadMany", 0, 0, (void *)fgrHostReadMany},
     {"fgrHostSums", "fgrHostSums", 0, 0, (void *)fgrHostSums},
+    {"fgrHostMapAt", "fgrHostMapAt", 0, 0, (void *)fgrHostMapAt},
     {"fgrArenaReserve", "fgrArenaReserve", 0, 0, (void *)fgrArenaReserve},
     {"fgrArenaMap", "fgrArenaMap", 0, 0, (void *)fgrArenaMap},
     {"fgrArenaNote", "fgrArenaNote", 0, 0, (void *)fgrArenaNote},

@@ -245,6 +245,7 @@ typedef CUresult (*pfn_fgrHostMappedFree)(CUdeviceptr dptr);
 typedef CUresult (*pfn_fgrHostWrite)(CUdeviceptr dst, const void *src, size_t bytes);
 typedef CUresult (*pfn_fgrHostReadMany)(const CUdeviceptr *srcs, const size_t *sizes, unsigned int count, void *dst, size_t bytes);
 typedef CUresult (*pfn_fgrHostSums)(const CUdeviceptr *srcs, const size_t *sizes, unsigned int count, unsigned long long *sums, unsigned int nsums);
+typedef CUresult (*pfn_fgrHostMapAt)(CUdeviceptr at, size_t bytes, CUdeviceptr *dptr);
 typedef CUresult (*pfn_fgrArenaReserve)(CUdeviceptr hint, size_t size, CUdeviceptr *base, size_t *page);
 typedef CUresult (*pfn_fgrArenaMap)(CUdeviceptr ptr, size_t size, size_t used);
 typedef CUresult (*pfn_fgrArenaNote)(CUdeviceptr ptr, size_t size);
@@ -5414,6 +5415,29 @@ static CUresult op_fgrHostSums(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_fgrHostMapAt(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr at = (CUdeviceptr)fgr_get_u64(rd);
+    size_t bytes = (size_t)fgr_get_u64(rd);
+    int has_dptr = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUdeviceptr *dptr = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrHostMapAt)fgr_real[FGR_OP_fgrHostMapAt])(at, bytes, dptr);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (dptr)
+            fgr_mem_add(*dptr, bytes, FGR_H_CUcontext, fgr_ctx);
+    }
+    if (has_dptr)
+        fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_fgrArenaReserve(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -7432,6 +7456,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_fgrHostWrite] = {"fgrHostWrite", op_fgrHostWrite, 0, FGR_MAX_FRAME},
     [FGR_OP_fgrHostReadMany] = {"fgrHostReadMany", op_fgrHostReadMany, 0, FGR_MAX_FRAME},
     [FGR_OP_fgrHostSums] = {"fgrHostSums", op_fgrHostSums, 0, FGR_MAX_FRAME},
+    [FGR_OP_fgrHostMapAt] = {"fgrHostMapAt", op_fgrHostMapAt, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrArenaReserve] = {"fgrArenaReserve", op_fgrArenaReserve, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrArenaMap] = {"fgrArenaMap", op_fgrArenaMap, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrArenaNote] = {"fgrArenaNote", op_fgrArenaNote, 0, FGR_SMALL_FRAME},

@@ -80,6 +80,10 @@ void fgr_hostcopy_init(void *driver);
 /* The same over the driver's functions given (the fuzz tests' own). */
 void fgr_hostcopy_use(CUresult (*alloc)(void **, size_t, unsigned int), CUresult (*launch)(CUgraphExec, CUstream));
 void fgr_hostcopy_forget(uint64_t ctx);
+/* Serves fgrHostMapAt (and fgrHostMappedFree) with the driver's calls
+ * that pin memory and end that (fgr_hostmem_init; the fuzz tests give
+ * their own). */
+void fgr_hostmem_promoting(void *reg, void *unreg);
 /* JIT linking's image, read back by the client (link.c), after the
  * driver's entry points are known. */
 void fgr_link_init(void *driver);

@@ -8,22 +8,31 @@
  * allocation is forgotten with its context (destroyed, or a primary one
  * reset or released for the last time), as the driver frees it then.
  * Managed memory is read and written here by the CPU while kernels may run:
- * the client asks for it only of a device with concurrent managed access. */
+ * the client asks for it only of a device with concurrent managed access.
+ * Larger pinned memory the client made alone comes once a call names it as
+ * a device address (promoted): mapped here at the client's address, never
+ * over anything this process holds (MAP_FIXED_NOREPLACE), then pinned. */
 #include "executor.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static CUresult (*host_alloc)(void **, size_t, unsigned int);
 static CUresult (*host_free)(void *);
 static CUresult (*pointer_attr)(void *, CUpointer_attribute, CUdeviceptr);
+static CUresult (*host_register)(void *, size_t, unsigned int);
+static CUresult (*host_unregister)(void *);
 
 static struct mapped {
     uint64_t base, end;
     uint64_t ctx; /* the context it was made in: the driver frees it with it */
+    uint64_t page, len; /* a promoted one's pages, mapped here (len 0: the driver's allocation) */
 } *maps;
-static size_t nmaps, capmaps, total;
+static size_t nmaps, capmaps, total, promoted;
 
 static struct mapped *mapped_holding(uint64_t p, uint64_t n)
 {
@@ -43,40 +52,92 @@ static int managed_holding(uint64_t p, uint64_t n)
 
 static int holding(uint64_t p, uint64_t n) { return mapped_holding(p, n) || managed_holding(p, n); }
 
+static int room(void)
+{
+    if (nmaps == capmaps) {
+        size_t n = capmaps ? 2 * capmaps : 16;
+        struct mapped *m = realloc(maps, n * sizeof *m);
+        if (!m)
+            return 0;
+        maps = m;
+        capmaps = n;
+    }
+    return 1;
+}
+
 static CUresult mapped_alloc(CUdeviceptr *dptr, size_t bytes)
 {
     if (!dptr || bytes == 0 || bytes > FGR_MAPPED_MAX)
         return CUDA_ERROR_INVALID_VALUE;
     if (total + bytes > FGR_MAPPED_TOTAL)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    if (nmaps == capmaps) {
-        size_t n = capmaps ? 2 * capmaps : 16;
-        struct mapped *m = realloc(maps, n * sizeof *m);
-        if (!m)
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        maps = m;
-        capmaps = n;
-    }
+    if (!room())
+        return CUDA_ERROR_OUT_OF_MEMORY;
     void *p = NULL;
     CUresult r = host_alloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
     if (r != CUDA_SUCCESS)
         return r;
     memset(p, 0, bytes);
-    maps[nmaps++] = (struct mapped){(uintptr_t)p, (uintptr_t)p + bytes, fgr_ctx};
+    maps[nmaps++] = (struct mapped){(uintptr_t)p, (uintptr_t)p + bytes, fgr_ctx, 0, 0};
     total += bytes;
     *dptr = (CUdeviceptr)(uintptr_t)p;
     return CUDA_SUCCESS;
 }
 
+/* The pages of [at, at+bytes), zeroed, mapped and pinned here at the
+ * client's address. A page another promoted allocation holds is taken too:
+ * the client keeps its own allocations a page apart. */
+static CUresult map_at(CUdeviceptr at, size_t bytes, CUdeviceptr *dptr)
+{
+    uint64_t psz = (uint64_t)sysconf(_SC_PAGESIZE), first = at & ~(psz - 1), end;
+    if (!dptr || !at || !bytes || bytes > FGR_PROMOTED_TOTAL || at + bytes < at ||
+        (end = (at + bytes + psz - 1) & ~(psz - 1)) < at)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (promoted + bytes > FGR_PROMOTED_TOTAL || !room())
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    void *m = mmap((void *)(uintptr_t)first, end - first, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (m == MAP_FAILED)
+        return errno == EEXIST ? CUDA_ERROR_ALREADY_MAPPED
+               : errno == ENOMEM ? CUDA_ERROR_OUT_OF_MEMORY
+                                 : CUDA_ERROR_INVALID_VALUE;
+    if ((uintptr_t)m != first) { /* a kernel without MAP_FIXED_NOREPLACE took it as a hint */
+        munmap(m, end - first);
+        return CUDA_ERROR_ALREADY_MAPPED;
+    }
+    CUresult r = host_register(m, end - first, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+    if (r != CUDA_SUCCESS) {
+        munmap(m, end - first);
+        return r;
+    }
+    maps[nmaps++] = (struct mapped){at, at + bytes, fgr_ctx, first, end - first};
+    promoted += bytes;
+    *dptr = at;
+    return CUDA_SUCCESS;
+}
+
+/* Entry i goes (with its context: the driver's part already gone). */
+static CUresult unmap(size_t i, int gone)
+{
+    struct mapped *m = &maps[i];
+    CUresult r;
+    if (m->len) { /* the pages go whatever the driver answers */
+        r = host_unregister((void *)(uintptr_t)m->page);
+        munmap((void *)(uintptr_t)m->page, m->len);
+        promoted -= m->end - m->base;
+    } else {
+        r = gone ? CUDA_SUCCESS : host_free((void *)(uintptr_t)m->base);
+        total -= m->end - m->base;
+    }
+    maps[i] = maps[--nmaps];
+    return gone ? CUDA_SUCCESS : r;
+}
+
 static CUresult mapped_free(CUdeviceptr dptr)
 {
     for (size_t i = 0; i < nmaps; i++)
-        if (maps[i].base == dptr) {
-            CUresult r = host_free((void *)(uintptr_t)dptr);
-            total -= maps[i].end - maps[i].base;
-            maps[i] = maps[--nmaps];
-            return r;
-        }
+        if (maps[i].base == dptr)
+            return unmap(i, 0);
     return CUDA_ERROR_INVALID_VALUE;
 }
 
@@ -139,11 +200,20 @@ void fgr_hostmem_forget(uint64_t ctx)
 {
     for (size_t i = 0; i < nmaps;)
         if (maps[i].ctx == ctx) {
-            total -= maps[i].end - maps[i].base;
-            maps[i] = maps[--nmaps];
+            unmap(i, 1);
         } else {
             i++;
         }
+}
+
+void fgr_hostmem_promoting(void *reg, void *unreg)
+{
+    *(void **)&host_register = reg;
+    *(void **)&host_unregister = unreg;
+    if (!reg || !unreg)
+        return; /* fgrHostMapAt stays unsupported */
+    fgr_real[FGR_OP_fgrHostMapAt] = (void *)map_at;
+    fgr_real[FGR_OP_fgrHostMappedFree] = (void *)mapped_free;
 }
 
 void fgr_hostmem_init(void *driver)
@@ -151,6 +221,7 @@ void fgr_hostmem_init(void *driver)
     *(void **)&host_alloc = dlsym(driver, "cuMemHostAlloc");
     *(void **)&host_free = dlsym(driver, "cuMemFreeHost");
     *(void **)&pointer_attr = dlsym(driver, "cuPointerGetAttribute");
+    fgr_hostmem_promoting(dlsym(driver, "cuMemHostRegister_v2"), dlsym(driver, "cuMemHostUnregister"));
     if (!host_alloc || !host_free)
         return; /* the operations stay unsupported */
     fgr_real[FGR_OP_fgrHostMapped] = (void *)mapped_alloc;

@@ -60,9 +60,12 @@ static void fake_driver(void)
     alloc(&freed_buffer, 4096);
     fgr_mem_add(freed_buffer, 4096, 0, 0);
     release(freed_buffer);
+    // Promoted pinned memory is mapped in this process, as the executor's.
+    fgr_hostmem_promoting((void *)fake_call, (void *)fake_call);
 }
 
 static uint64_t buffer_at(int freed) { return freed ? freed_buffer : host_buffer; }
+static uint64_t own_address(void) { return (uintptr_t)fake_data; }
 
 // name_of: the name the client is given for the driver's handle v.
 static uint64_t name_of(int kind, uint64_t v)
@@ -144,6 +147,12 @@ func Calls() uint64 {
 	mu.Lock()
 	defer mu.Unlock()
 	return uint64(C.fake_calls())
+}
+
+// OwnAddress is an address of this process's own memory (the fake
+// driver's data), as the executor's would be.
+func OwnAddress() uint64 {
+	return uint64(C.own_address())
 }
 
 // Ops are the operation numbers, by name.

@@ -88,6 +88,8 @@ func valid() []request {
 		{"fgrGraphHostAlloc", w{}.u64(16).u8(1), res + 1 + 8 + 8},
 		{"fgrGraphLaunchHost", w{}.u64(0).u64(0).u64(0).u64(1).u64(8).u8(1).u64(8).u64(HostBuffer(false) + 8).u8(1).u64(8).u64(8).u8(1).u64(8).raw("abcdefgh"), res},
 		{"fgrGraphHostRead", w{}.u64(0).u64(HostBuffer(false)).u64(16).u8(1), res + 1 + 8 + 16},
+		// Pinned memory promoted: mapped at the client's address.
+		{"fgrHostMapAt", w{}.u64(0x3f5a00000000).u64(0x10000).u8(1), res + 1 + 8 + 8},
 		{"xt_simA_2", w{}.u64(0x3ff8000000000000).u64(0x40100000).u64(3), res + 8},
 		{"xt_simA", w{}, res + 1 + 8 + 20},
 		// The context object cuBLAS makes, and a word about one.
@@ -274,6 +276,14 @@ func TestForeignHandlesAndAddressesRefused(t *testing.T) {
 		{"an executable's copy node set from memory not the connection's", "cuGraphExecMemcpyNodeSetParams", w{}.u64(0).u64(h.Node).u64(0).u8(1).u64(200).raw(copy3d(1, 0x7ffd00000000, 2, 0x1000, 16)), invalidValue},
 		{"an executable's copy node set past its allocation", "cuGraphExecMemcpyNodeSetParams", w{}.u64(0).u64(h.Node).u64(0).u8(1).u64(200).raw(copy3d(2, 0x1000, 2, 0x10ff8, 16)), invalidValue},
 		{"a copy node past its allocation", "cuGraphAddMemcpyNode", w{}.u64(h.Graph).u64(0).u64(0).u8(1).u8(0).u8(1).u64(200).raw(copy3d(2, 0x1000, 2, 0x10ff8, 16)), invalidValue},
+		// Pinned memory to map at the client's address: never over the
+		// executor's own memory, nor at 0, past 1 GiB or wrapping around.
+		{"a mapping over the executor's own memory", "fgrHostMapAt", w{}.u64(OwnAddress()).u64(16).u8(1), 208}, // CUDA_ERROR_ALREADY_MAPPED
+		{"a mapping at 0", "fgrHostMapAt", w{}.u64(0).u64(4096).u8(1), invalidValue},
+		{"a mapping of no bytes", "fgrHostMapAt", w{}.u64(0x3f5b00000000).u64(0).u8(1), invalidValue},
+		{"a mapping of 2 GiB", "fgrHostMapAt", w{}.u64(0x3f5b00000000).u64(2 << 30).u8(1), invalidValue},
+		{"a mapping that wraps around", "fgrHostMapAt", w{}.u64(0xfffffffffffff000).u64(0x2000).u8(1), invalidValue},
+		{"a mapping whose last page wraps around", "fgrHostMapAt", w{}.u64(0xffffffffffffe010).u64(0x1ff0).u8(1), invalidValue},
 	} {
 		before := Calls()
 		bad, out := Serve(opOf(t, c.op), c.args)
@@ -293,5 +303,43 @@ func TestForeignHandlesAndAddressesRefused(t *testing.T) {
 	before := Calls()
 	if _, out := Serve(opOf(t, "cuMemcpyDtoH_v2"), w{}.u64(0x10ff0).u64(16).u8(1)); binary.LittleEndian.Uint32(out[4:]) != 0 || Calls() != before+1 {
 		t.Errorf("a copy inside the allocation: %x", out)
+	}
+}
+
+// Promoted pinned memory: a page mapped once, then taken (by the mapping
+// or anything of the executor's), its bytes the connection's memory; at
+// most 1 GiB in all; freed, its pages and its share go, and it maps again.
+// (The executor's driver calls are fakes here: the mappings are real.)
+func TestPromotedPinnedMemory(t *testing.T) {
+	const at, big = 0x3f6000000000, 0x3f7000000000
+	answer := func(op string, args w) uint32 {
+		bad, out := Serve(opOf(t, op), args)
+		if bad {
+			t.Fatalf("%s: called malformed", op)
+		}
+		return binary.LittleEndian.Uint32(out[4:])
+	}
+	steps := []struct {
+		what string
+		op   string
+		args w
+		want uint32
+	}{
+		{"mapped", "fgrHostMapAt", w{}.u64(at + 16).u64(8000).u8(1), 0},
+		{"written", "fgrHostWrite", w{}.u64(at + 16).u64(8).u8(1).u64(8).raw("abcdefgh"), 0},
+		{"written past it", "fgrHostWrite", w{}.u64(at + 8010).u64(8).u8(1).u64(8).raw("abcdefgh"), 1},
+		{"its page again", "fgrHostMapAt", w{}.u64(at + 8100).u64(8).u8(1), 208},
+		{"1 GiB more", "fgrHostMapAt", w{}.u64(big).u64(1 << 30).u8(1), 2}, // CUDA_ERROR_OUT_OF_MEMORY
+		{"freed", "fgrHostMappedFree", w{}.u64(at + 16), 0},
+		{"written once freed", "fgrHostWrite", w{}.u64(at + 16).u64(8).u8(1).u64(8).raw("abcdefgh"), 1},
+		{"512 MiB once freed", "fgrHostMapAt", w{}.u64(big).u64(1 << 29).u8(1), 0},
+		{"freed too", "fgrHostMappedFree", w{}.u64(big), 0},
+		{"mapped again", "fgrHostMapAt", w{}.u64(at + 16).u64(8000).u8(1), 0},
+		{"freed again", "fgrHostMappedFree", w{}.u64(at + 16), 0},
+	}
+	for _, s := range steps {
+		if r := answer(s.op, s.args); r != s.want {
+			t.Errorf("%s (%s): answered %d, want %d", s.what, s.op, r, s.want)
+		}
 	}
 }

@@ -509,6 +509,55 @@ func TestRemoteMappedHostMemory(t *testing.T) {
 	printsAsLocally(t, local, "mapped", "unix", "shm", "tcp")
 }
 
+// Pinned host memory past 64 KiB, allocated mapped or the program's own
+// pages registered, is device memory too once a call names it so: its
+// device address is its host address, kernels read the program's writes
+// and the program reads theirs after a synchronization, as do copies, also
+// of one only a memset and a kernel's parameter name; freed or unregistered
+// and made again it works again; over every transport as locally.
+func TestRemotePinnedMemoryPastTheMappedSize(t *testing.T) {
+	e := newEnv(t)
+	local := e.run("pinnedbig")
+	if local.code != 0 || !strings.Contains(local.stdout, "allocated, after the kernels: sum 34359466516, [0] 5 [1023] 1028 [1024] 77 ") ||
+		!strings.Contains(local.stdout, "registered, copied back: 1 1 1 1") ||
+		!strings.Contains(local.stdout, "unregistered again: CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED") ||
+		!strings.Contains(local.stdout, "pinnedbig: ok") {
+		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
+	}
+	printsAsLocally(t, local, "pinnedbig", "unix", "shm", "tcp")
+}
+
+// Pinned memory that cannot be kept on both sides is refused when named
+// as device memory, said once, and the program goes on: past 1 GiB, and
+// at an address the server holds (beside a small allocation it made; over
+// shm:// both are in the heap the executor shares, which kernels reach).
+func TestRemotePinnedMemoryRefused(t *testing.T) {
+	for _, c := range []struct {
+		what, want, said string
+		transports       []string
+	}{
+		{"huge", "2 GiB registered, its device address: CUDA_ERROR_NOT_SUPPORTED\nasked again: CUDA_ERROR_NOT_SUPPORTED\n" +
+			"registered twice: CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED\nrefuse: ok\n",
+			"pinned memory of 2147483648 bytes at 0x%x, named as a device address: over 1 GiB; kernels cannot reach it (said once)",
+			[]string{"unix", "shm", "tcp"}},
+		{"taken", "beside a small one: CUDA_ERROR_NOT_SUPPORTED\nrefuse: ok\n",
+			"pinned memory of 128 bytes at 0x%x, named as a device address: that address is taken on the server; " +
+				"kernels cannot reach it (said once)",
+			[]string{"unix", "tcp"}},
+	} {
+		said := regexp.MustCompile(strings.ReplaceAll(regexp.QuoteMeta(c.said), "%x", "[0-9a-f]+"))
+		for _, transport := range c.transports {
+			t.Run(c.what+"/"+transport, func(t *testing.T) {
+				e := newEnv(t)
+				got := e.remote(e.serve(transport), "pinnedbig", "refuse", c.what)
+				if got.code != 0 || got.stdout != c.want || len(said.FindAllString(got.stderr, -1)) != 1 {
+					t.Errorf("exit %d, printed\n%s\nwant\n%s\nstderr:\n%s", got.code, got.stdout, c.want, got.stderr)
+				}
+			})
+		}
+	}
+}
+
 // Managed memory over a remote GPU: the program's writes reach kernels,
 // memsets and copies made after them, their writes reach the program after
 // a synchronization of the context, a stream, an event or a synchronous
@@ -622,9 +671,10 @@ if sys.argv[1] == "named":
 }
 
 // The executor writes and reads for the client only inside pinned memory it
-// made for it: never device memory, never its own, and at most 1 MiB of it
-// a connection. Such memory's device address is its own; pinned memory
-// only the client holds has none.
+// made for it: never device memory, never its own. Such memory's device
+// address is its own; so is that of pinned memory only the client held
+// until asked for it (past 64 KiB, or past 1 MiB of small ones in all),
+// which is kept on both sides from then on.
 func TestRemoteMappedHostMemoryBounds(t *testing.T) {
 	long(t)
 	e := newEnv(t)
@@ -660,7 +710,7 @@ print("read over 1 MiB", cu.fgrHostReadMany(srcs, sizes, n, out, ctypes.c_size_t
 `
 	r := e.remote(s, "python3", "-c", prog)
 	want := "write into device memory 0 1\nread device memory 1\nread past the pinned memory 1\nread the pinned memory 0\n" +
-		"its device address 0 True\na large one's 801\nof 20 more of 64 KiB, kept on both sides: 15\nread over 1 MiB 1 0\n"
+		"its device address 0 True\na large one's 0\nof 20 more of 64 KiB, kept on both sides: 20\nread over 1 MiB 1 0\n"
 	if r.code != 0 || r.stdout != want {
 		t.Errorf("exit %d, printed\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
 	}
@@ -1388,7 +1438,8 @@ print("again", "the first's room" if d.value == a.value else "elsewhere", cu.cuM
 // through its pointer and the program reads their writes after a
 // synchronization, with no copy back, and a synchronous memset returns
 // once done (the same as in a process with the GPU). Over a socket, such
-// memory is the client's alone.
+// memory is kept on both sides once named as device memory: the program
+// sees the same.
 func TestRemotePinnedHeapIsDeviceMemory(t *testing.T) {
 	prog := contextPrelude + `
 mod, fill, d = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_uint64()
@@ -1429,7 +1480,7 @@ print("after the program's own writes:", words[0], words[4], cu.cuMemFreeHost(h)
 	}
 	e = newEnv(t)
 	sock := e.remote(e.serve("unix"), "python3", "-c", prog)
-	if sock.code != 0 || sock.stdout != "not reachable 801\n" {
+	if sock.code != 0 || sock.stdout != want {
 		t.Errorf("over unix://: exit %d, printed\n%s\n%s", sock.code, sock.stdout, sock.stderr)
 	}
 }
