@@ -4,14 +4,18 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/flexgv/flexgv/internal/k8s/deviceplugin"
 	"github.com/flexgv/flexgv/internal/k8s/vgpu"
@@ -94,6 +98,44 @@ func (n *gpuNode) startHollowKubelet() {
 	})
 }
 
+// podResourcesAPI calls the kubelet's pod-resources API.
+func (n *gpuNode) podResourcesAPI(call func(podresourcesv1.PodResourcesListerClient) error) error {
+	conn, err := grpc.NewClient("unix://"+n.podResources(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return call(podresourcesv1.NewPodResourcesListerClient(conn))
+}
+
+// podDevices is the vGPUs the kubelet's pod-resources API says pod ns/name
+// holds.
+func (n *gpuNode) podDevices(ns, name string) []string {
+	n.t.Helper()
+	var ids []string
+	err := n.podResourcesAPI(func(c podresourcesv1.PodResourcesListerClient) error {
+		resp, err := c.List(context.Background(), &podresourcesv1.ListPodResourcesRequest{})
+		for _, p := range resp.GetPodResources() {
+			if p.Namespace != ns || p.Name != name {
+				continue
+			}
+			for _, ct := range p.Containers {
+				for _, d := range ct.Devices {
+					if d.ResourceName == string(vgpu.ResourceVGPU) {
+						ids = append(ids, d.DeviceIds...)
+					}
+				}
+			}
+		}
+		return err
+	})
+	if err != nil {
+		n.t.Fatalf("the kubelet's pod-resources API: %v", err)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
 // container is what the runtime was asked for pod name's container, once
 // it has exited, and what it printed.
 func (n *gpuNode) container(ns, name string) (*hollow.Container, string) {
@@ -161,4 +203,170 @@ func TestHollowKubeletRunsVGPUPod(t *testing.T) {
 	if pod.Status.ContainerStatuses[0].State.Terminated == nil || pod.Status.ContainerStatuses[0].State.Terminated.ExitCode != 0 {
 		t.Errorf("container status %+v", pod.Status.ContainerStatuses)
 	}
+}
+
+// runAsUser's pod runs its program as that user, with its vGPU (the
+// runtime runs it as the user the kubelet asked for; the simulated GPU
+// stands open to every user, as a node's /dev/nvidia* do).
+func TestHollowNonRootPodUsesItsVGPU(t *testing.T) {
+	n := startHollowNode(t, "hollow-u")
+	n.gpuForAll()
+	ns := namespace(t, "hollow-nonroot")
+	user := int64(1000)
+	p := clientPod(ns, "info", n.name, 1024, 30, "memclient", "info")
+	p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: &user, RunAsGroup: &user}
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := finished(t, ns, "info")
+	c, out := n.container(ns, "info")
+	if u := c.Config.GetLinux().GetSecurityContext().GetRunAsUser(); u == nil || u.Value != user {
+		t.Errorf("the runtime was asked to run the container as %v, not uid %d", u, user)
+	}
+	quota := uint64(1024+nodeCtxMiB) << 20
+	if pod.Status.Phase != corev1.PodSucceeded || !strings.Contains(out, fmt.Sprintf(" total %d ", quota)) {
+		t.Fatalf("pod info as uid %d: %s %s\n%s", user, pod.Status.Phase, pod.Status.Message, out)
+	}
+}
+
+// A pod's own LD_PRELOAD, which the kubelet puts after the plugin's (the
+// program sees the pod's), does not free it of its limits: the shim is in
+// the preload file the plugin mounts.
+func TestHollowPodsOwnPreloadKeepsItsLimits(t *testing.T) {
+	n := startHollowNode(t, "hollow-p")
+	ns := namespace(t, "hollow-preload")
+	p := clientPod(ns, "exact", n.name, 1024, 0, "memclient", "exact")
+	p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "LD_PRELOAD", Value: "libm.so.6"}}
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := finished(t, ns, "exact")
+	_, out := n.container(ns, "exact")
+	assertExact(t, pod, out, 1024)
+}
+
+// assertExact checks what memclient exact saw in a pod of memMiB: not a
+// byte more than its quota (its memory and one context).
+func assertExact(t *testing.T, pod *corev1.Pod, out string, memMiB uint64) {
+	t.Helper()
+	var room uint64
+	if _, after, ok := strings.Cut(out, "room "); ok {
+		fmt.Sscanf(after, "%d", &room)
+	}
+	if pod.Status.Phase != corev1.PodSucceeded || room == 0 || room > (memMiB+nodeCtxMiB)<<20 ||
+		!strings.Contains(out, "one byte more -> CUDA_ERROR_OUT_OF_MEMORY, exactly -> CUDA_SUCCESS") {
+		t.Errorf("memclient exact in pod %s of %d MiB (+%d MiB context): %s %s %q", pod.Name, memMiB, nodeCtxMiB, pod.Status.Phase, pod.Status.Message, out)
+	}
+}
+
+// The kubelet restarts while a vGPU pod runs: its container goes on, the
+// pod stays running (the device manager's checkpoint has its devices), and
+// a new pod gets its vGPU.
+func TestHollowKubeletRestart(t *testing.T) {
+	n := startHollowNode(t, "hollow-r")
+	ns := namespace(t, "hollow-restart")
+	ctx := context.Background()
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, holderPod(ns, "holder", n.name, 1024, 0, "256"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	running(t, ns, "holder")
+	holder := n.hollow.runtime.Container(ns, "holder")
+	before := n.podDevices(ns, "holder")
+	if len(before) != 1 {
+		t.Fatalf("the holder's devices in the kubelet's pod-resources API: %v", before)
+	}
+
+	n.hollow.kubelet.Stop()
+	n.startHollowKubelet()
+	// The node's status still shows the vGPUs: the kubelet's pod-resources
+	// API says when the plugin has registered with the new kubelet (a pod
+	// admitted before fails, as on any node).
+	eventually(t, 20*time.Second, "the plugin's vGPUs allocatable again", func() (bool, error) {
+		var vgpus int
+		err := n.podResourcesAPI(func(c podresourcesv1.PodResourcesListerClient) error {
+			resp, err := c.GetAllocatableResources(ctx, &podresourcesv1.AllocatableResourcesRequest{})
+			for _, d := range resp.GetDevices() {
+				if d.ResourceName == string(vgpu.ResourceVGPU) {
+					vgpus += len(d.DeviceIds)
+				}
+			}
+			return err
+		})
+		return vgpus == nodeGPUs*slots, fmt.Errorf("%d vGPUs (%v)", vgpus, err)
+	})
+	// The holder keeps its vGPU: the device manager's checkpoint.
+	if after := n.podDevices(ns, "holder"); !slices.Equal(before, after) {
+		t.Errorf("the holder's devices after the kubelet's restart: %v, were %v", after, before)
+	}
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, clientPod(ns, "after", n.name, 1024, 0, "memclient", "exact"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := finished(t, ns, "after")
+	_, out := n.container(ns, "after")
+	assertExact(t, pod, out, 1024)
+
+	p := running(t, ns, "holder")
+	if c := n.hollow.runtime.Container(ns, "holder"); c != holder {
+		t.Errorf("the holder's container was made again across the kubelet's restart")
+	}
+	if _, done := holder.Output(); done {
+		t.Errorf("the holder's container ended across the kubelet's restart")
+	}
+	if p.Status.ContainerStatuses[0].RestartCount != 0 {
+		t.Errorf("holder restarted: %+v", p.Status.ContainerStatuses)
+	}
+}
+
+// The node reboots while a vGPU pod runs (restartPolicy Always): its
+// container dies with the runtime, the node's tmpfs (the daemon's tenant
+// state) is emptied; the kubelet's folders stay. The kubelet starts the
+// container again with the allocation it saved, and the daemon makes its
+// tenant again, so the container holds its memory again under its limits;
+// a new pod runs under its own.
+func TestHollowNodeReboot(t *testing.T) {
+	n := startHollowNode(t, "hollow-b")
+	ns := namespace(t, "hollow-reboot")
+	ctx := context.Background()
+	hp := holderPod(ns, "holder", n.name, 1024, 0, "256")
+	hp.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, hp, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := running(t, ns, "holder")
+	tenant := deviceplugin.TenantPrefix + string(pod.UID)
+	held, before := n.heldTenant(tenant)
+	if !held || len(before) == 0 {
+		t.Fatalf("tenant %s: held %v, quotas %v", tenant, held, before)
+	}
+	n.waitTenantUses(tenant, 256<<20)
+
+	n.hollow.kubelet.Stop()
+	n.hollow.runtime.Stop()
+	n.killDaemon()
+	if err := os.RemoveAll(filepath.Join(n.dir, "tenants")); err != nil {
+		t.Fatal(err)
+	}
+	r, err := hollow.StartRuntime(n.hollow.cfg.Runtime, filepath.Join(build, "tests"), n.dir, n.env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.hollow.runtime = r
+	t.Cleanup(r.Stop)
+	n.startDaemon()
+	n.startHollowKubelet()
+
+	eventually(t, 60*time.Second, "the holder's container started again", func() (bool, error) {
+		return r.Container(ns, "holder") != nil, nil
+	})
+	eventually(t, 20*time.Second, "tenant "+tenant+" made again", func() (bool, error) {
+		held, after := n.heldTenant(tenant)
+		return held && slices.Equal(before, after), fmt.Errorf("held %v, quotas %v, were %v", held, after, before)
+	})
+	n.waitTenantUses(tenant, 256<<20)
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, clientPod(ns, "after", n.name, 1024, 0, "memclient", "exact"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := finished(t, ns, "after")
+	_, out := n.container(ns, "after")
+	assertExact(t, p, out, 1024)
 }
