@@ -34,6 +34,7 @@ import (
 	"github.com/flexgv/flexgv/internal/k8s/vgpu"
 	"github.com/flexgv/flexgv/internal/sched"
 	flexgvv1 "github.com/flexgv/flexgv/proto/flexgv/v1"
+	"github.com/flexgv/flexgv/tests/k8s/hollow"
 	"github.com/flexgv/flexgv/tests/k8s/kubelet"
 )
 
@@ -255,53 +256,15 @@ func (n *gpuNode) runContainer(ctx context.Context, pod *corev1.Pod, c *corev1.C
 	return 0, string(out)
 }
 
-// containerCommand runs prog as cred (nil: this process's user). Mounts
-// the dynamic loader reads at their container paths (under /etc and /usr:
-// no variable names them) are made for real, in a mount namespace of the
-// program's own over overlays of /etc and /usr, so the node is left as it
-// was.
+// containerCommand runs prog as cred (nil: this process's user) with the
+// mounts the dynamic loader reads made for real, as the hollow node's
+// runtime runs a container (hollow.Command).
 func (n *gpuNode) containerCommand(mounts []kubecontainer.Mount, cred *syscall.Credential, prog string, args ...string) (*exec.Cmd, error) {
-	var binds []string
+	var binds [][2]string
 	for _, m := range mounts {
-		if strings.HasPrefix(m.ContainerPath, "/etc/") || strings.HasPrefix(m.ContainerPath, "/usr/") {
-			binds = append(binds, m.HostPath, m.ContainerPath)
-		}
+		binds = append(binds, [2]string{m.HostPath, m.ContainerPath})
 	}
-	if len(binds) == 0 {
-		cmd := exec.Command(prog, args...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-		return cmd, nil
-	}
-	upper, err := os.MkdirTemp(n.dir, "container-")
-	if err != nil {
-		return nil, err
-	}
-	script := `set -e
-u=$1 binds=$2; shift 2
-mount -t tmpfs tmpfs "$u"
-for top in /etc /usr; do
-	mkdir "$u$top" "$u$top.work"
-	mount -t overlay overlay -o "lowerdir=$top,upperdir=$u$top,workdir=$u$top.work" "$top"
-done
-while [ "$binds" -gt 0 ]; do
-	mkdir -p "$(dirname "$2")"
-	if [ -d "$1" ]; then mkdir -p "$2"; else touch "$2"; fi
-	mount --bind "$1" "$2"
-	shift 2; binds=$((binds - 1))
-done
-exec "$@"`
-	exe := []string{prog}
-	if cred != nil {
-		groups := "--clear-groups"
-		if len(cred.Groups) > 0 {
-			groups = "--groups=" + strings.Trim(strings.Join(strings.Fields(fmt.Sprint(cred.Groups)), ","), "[]")
-		}
-		exe = []string{"setpriv", fmt.Sprintf("--reuid=%d", cred.Uid), fmt.Sprintf("--regid=%d", cred.Gid), groups, prog}
-	}
-	cmd := exec.Command("sh", slices.Concat([]string{"-c", script, "sh", upper, fmt.Sprint(len(binds) / 2)}, binds, exe, args)...)
-	// Go makes the new namespace's mounts private.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
-	return cmd, nil
+	return hollow.Command(n.dir, binds, cred, prog, args...)
 }
 
 // runAs is the user a runtime runs container c of pod as where the pod

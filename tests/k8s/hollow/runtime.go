@@ -318,7 +318,8 @@ func Command(scratch string, binds [][2]string, cred *syscall.Credential, prog s
 	}
 	if len(flat) == 0 {
 		cmd := exec.Command(prog, args...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		// Containers go down with their runtime.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
 		return cmd, nil
 	}
 	upper, err := os.MkdirTemp(scratch, "container-")
@@ -349,7 +350,7 @@ exec "$@"`
 	}
 	cmd := exec.Command("sh", slices.Concat([]string{"-c", script, "sh", upper, fmt.Sprint(len(flat) / 2)}, flat, exe, args)...)
 	// Go makes the new namespace's mounts private.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
 	return cmd, nil
 }
 
