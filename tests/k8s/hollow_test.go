@@ -370,3 +370,34 @@ func TestHollowNodeReboot(t *testing.T) {
 	_, out := n.container(ns, "after")
 	assertExact(t, p, out, 1024)
 }
+
+// The webhook down, a vGPU pod is refused (its limits unchecked, it could
+// not run under them); back, the same pod is created, goes through the
+// flexgv scheduler and runs on the node under its limits.
+func TestHollowWebhookOutage(t *testing.T) {
+	n := startHollowNode(t, "hollow-w")
+	ns := namespace(t, "hollow-webhook")
+	ctx := context.Background()
+	kill, start := serveWebhook(t, ns, corev1.DefaultSchedulerName)
+	kill()
+	p := clientPod(ns, "exact", n.name, 1024, 0, "memclient", "exact")
+	eventually(t, 10*time.Second, "a vGPU pod refused while the webhook is down", func() (bool, error) {
+		_, err := cp.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		if err == nil {
+			zero := int64(0)
+			cp.Client.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		}
+		return err != nil && strings.Contains(err.Error(), "failed calling webhook"), err
+	})
+	start()
+	created, err := cp.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("a vGPU pod once the webhook is back: %v", err)
+	}
+	if created.Annotations[vgpu.AnnotationPriority] != "normal" {
+		t.Errorf("the pod was not through the webhook: annotations %v", created.Annotations)
+	}
+	pod := finished(t, ns, "exact")
+	_, out := n.container(ns, "exact")
+	assertExact(t, pod, out, 1024)
+}
