@@ -23,6 +23,7 @@ import (
 	"time"
 
 	noopoteltrace "go.opentelemetry.io/otel/trace/noop"
+	"golang.org/x/sys/unix"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientset "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -82,7 +83,8 @@ func Start(cfg Config, logPath string) (*Kubelet, error) {
 	cmd := exec.Command("/proc/self/exe")
 	cmd.Env = append(os.Environ(), Env+"="+string(b))
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// A mount namespace of its own (Go makes its mounts private): see Main.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Unshareflags: syscall.CLONE_NEWNS}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -105,6 +107,13 @@ func Main() {
 	if err := json.Unmarshal([]byte(os.Getenv(Env)), &cfg); err != nil {
 		fmt.Fprintf(os.Stderr, "hollow kubelet: %s: %v\n", Env, err)
 		os.Exit(2)
+	}
+	// The kubelet links each container's log into /var/log/containers, a
+	// fixed folder: a tmpfs of this process's mount namespace keeps the
+	// host's /var/log as it is.
+	if err := unix.Mount("tmpfs", "/var/log", "tmpfs", 0, "mode=0755"); err != nil {
+		fmt.Fprintf(os.Stderr, "hollow kubelet: tmpfs on /var/log: %v\n", err)
+		os.Exit(1)
 	}
 	if err := run(cfg); err != nil {
 		fmt.Fprintf(os.Stderr, "hollow kubelet: %v\n", err)
