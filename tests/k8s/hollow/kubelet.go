@@ -54,7 +54,7 @@ type Config struct {
 	Labels     map[string]string
 	RootDir    string // the kubelet's --root-dir
 	Kubeconfig string
-	Runtime    string // the CRI socket (Runtime.Socket)
+	Runtime    string // the CRI socket (StartRuntime's)
 }
 
 // PodResources is the kubelet's pod-resources socket.

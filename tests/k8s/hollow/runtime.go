@@ -29,8 +29,6 @@ import (
 // or the kubelet stops it.
 type Runtime struct {
 	*fakeremote.RemoteRuntime
-	// Socket is where it serves.
-	Socket  string
 	env     []string // the node's own, before the container's
 	image   string
 	scratch string
@@ -54,7 +52,6 @@ type Container struct {
 	stdin io.WriteCloser
 	cmd   *exec.Cmd
 	out   bytes.Buffer
-	exit  int
 	done  chan struct{}
 }
 
@@ -90,7 +87,7 @@ func StartRuntime(socket, image, scratch string, env []string) (*Runtime, error)
 	}
 	r := &Runtime{
 		RemoteRuntime: &fakeremote.RemoteRuntime{RuntimeService: apitest.NewFakeRuntimeService(), ImageService: apitest.NewFakeImageService()},
-		Socket:        socket, env: env, image: image, scratch: scratch,
+		env:           env, image: image, scratch: scratch,
 		srv: grpc.NewServer(), containers: map[string]*Container{},
 	}
 	r.RuntimeService.FakeStatus = &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{
@@ -135,17 +132,6 @@ func (r *Runtime) Container(ns, pod string) *Container {
 		}
 	}
 	return last
-}
-
-// WriteStdin writes to the stdin of pod ns/pod's container (one with
-// stdin: true).
-func (r *Runtime) WriteStdin(ns, pod, s string) error {
-	c := r.Container(ns, pod)
-	if c == nil || c.stdin == nil {
-		return fmt.Errorf("no container with stdin for pod %s/%s", ns, pod)
-	}
-	_, err := io.WriteString(c.stdin, s)
-	return err
 }
 
 func (r *Runtime) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
@@ -212,17 +198,17 @@ func (r *Runtime) StartContainer(ctx context.Context, req *runtimeapi.StartConta
 			cl.Write([]byte("\n"))
 		}
 		logFile.Close()
-		c.exit = cmd.ProcessState.ExitCode()
-		if err != nil && c.exit == 0 {
-			c.exit = 128
+		exit := cmd.ProcessState.ExitCode()
+		if err != nil && exit == 0 {
+			exit = 128
 		}
 		r.RuntimeService.Lock()
 		if ct := r.RuntimeService.Containers[req.ContainerId]; ct != nil {
 			ct.State = runtimeapi.ContainerState_CONTAINER_EXITED
-			ct.ExitCode = int32(c.exit)
+			ct.ExitCode = int32(exit)
 			ct.FinishedAt = time.Now().UnixNano()
 			ct.Reason = "Completed"
-			if c.exit != 0 {
+			if exit != 0 {
 				ct.Reason = "Error"
 			}
 		}
@@ -237,16 +223,20 @@ func (r *Runtime) StartContainer(ctx context.Context, req *runtimeapi.StartConta
 func (r *Runtime) StopContainer(ctx context.Context, req *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
 	r.mu.Lock()
 	c := r.containers[req.ContainerId]
+	var cmd *exec.Cmd
+	if c != nil {
+		cmd = c.cmd
+	}
 	r.mu.Unlock()
-	if c != nil && c.cmd != nil {
+	if cmd != nil {
 		if c.stdin != nil {
 			c.stdin.Close()
 		}
-		c.cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-c.done:
 		case <-time.After(time.Duration(req.Timeout)*time.Second + time.Second):
-			c.cmd.Process.Kill()
+			cmd.Process.Kill()
 			<-c.done
 		}
 		return &runtimeapi.StopContainerResponse{}, nil
