@@ -34,6 +34,7 @@ import (
 	"github.com/flexgv/flexgv/internal/k8s/vgpu"
 	"github.com/flexgv/flexgv/internal/sched"
 	flexgvv1 "github.com/flexgv/flexgv/proto/flexgv/v1"
+	"github.com/flexgv/flexgv/tests/k8s/hollow"
 	"github.com/flexgv/flexgv/tests/k8s/kubelet"
 )
 
@@ -51,6 +52,7 @@ type gpuNode struct {
 	stdinMu  sync.Mutex
 	stdin    map[string]io.WriteCloser // of running containers with stdin: true, by pod name
 	extra    []string                  // more flags of its daemon
+	hollow   *hollowKubelet            // the kubelet's own code, in place of kubelet
 }
 
 // loseGPU makes the node's NVML stop listing GPU index, as when a GPU
@@ -73,15 +75,7 @@ func startGPUNode(t *testing.T, name string, daemonFlags ...string) *gpuNode {
 	if !privateKubelet {
 		t.Skip("the kubelet's device manager needs a mount namespace of its own (root)")
 	}
-	n := &gpuNode{t: t, name: name, dir: t.TempDir(), stdin: map[string]io.WriteCloser{}, extra: daemonFlags}
-	n.env = []string{
-		"FLEXGV_SIM_STATE=" + filepath.Join(n.dir, "gpu.state"),
-		"FLEXGV_STATE_DIR=" + filepath.Join(n.dir, "tenants"),
-		fmt.Sprintf("FLEXGV_SIM_DEVICES=%d", nodeGPUs),
-		fmt.Sprintf("FLEXGV_SIM_MEM=%dMiB", nodeGPUMiB),
-		"FLEXGV_SIM_NVML_LOST=" + filepath.Join(n.dir, "nvml-lost"),
-		"LD_LIBRARY_PATH=" + filepath.Join(build, "sim"),
-	}
+	n := newGPUNode(t, name, daemonFlags)
 	ctx := context.Background()
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": name}}}
 	node, err := cp.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
@@ -102,7 +96,28 @@ func startGPUNode(t *testing.T, name string, daemonFlags ...string) *gpuNode {
 	t.Cleanup(func() { cp.Client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}) })
 	n.startKubelet()
 	t.Cleanup(func() { n.kubelet.Stop() })
+	n.startGPUs()
+	return n
+}
 
+// newGPUNode is node name's simulated machine, of nodeGPUs GPUs.
+func newGPUNode(t *testing.T, name string, daemonFlags []string) *gpuNode {
+	n := &gpuNode{t: t, name: name, dir: t.TempDir(), stdin: map[string]io.WriteCloser{}, extra: daemonFlags}
+	n.env = []string{
+		"FLEXGV_SIM_STATE=" + filepath.Join(n.dir, "gpu.state"),
+		"FLEXGV_STATE_DIR=" + filepath.Join(n.dir, "tenants"),
+		fmt.Sprintf("FLEXGV_SIM_DEVICES=%d", nodeGPUs),
+		fmt.Sprintf("FLEXGV_SIM_MEM=%dMiB", nodeGPUMiB),
+		"FLEXGV_SIM_NVML_LOST=" + filepath.Join(n.dir, "nvml-lost"),
+		"LD_LIBRARY_PATH=" + filepath.Join(build, "sim"),
+	}
+	return n
+}
+
+// startGPUs starts the node daemon, which is its device plugin, on the
+// node's GPUs and waits for the kubelet to report their vGPUs.
+func (n *gpuNode) startGPUs() {
+	n.t.Helper()
 	// The GPUs' device nodes, as the plugin finds them under /dev.
 	devRoot := filepath.Join(n.dir, "dev")
 	os.MkdirAll(devRoot, 0o755)
@@ -111,7 +126,6 @@ func startGPUNode(t *testing.T, name string, daemonFlags ...string) *gpuNode {
 	}
 	n.startDaemon()
 	n.waitCapacity(int64(nodeGPUs * slots))
-	return n
 }
 
 func (n *gpuNode) startDaemon() {
@@ -176,7 +190,12 @@ func (n *gpuNode) gpuForAll() {
 }
 
 // podResources is the kubelet's pod-resources socket.
-func (n *gpuNode) podResources() string { return filepath.Join(n.dir, "pod-resources.sock") }
+func (n *gpuNode) podResources() string {
+	if n.hollow != nil {
+		return n.hollow.cfg.PodResources()
+	}
+	return filepath.Join(n.dir, "pod-resources.sock")
+}
 
 func (n *gpuNode) startKubelet() {
 	k, err := kubelet.Start(cp.Client, n.name, n.podResources(), n.runContainer)
@@ -237,53 +256,15 @@ func (n *gpuNode) runContainer(ctx context.Context, pod *corev1.Pod, c *corev1.C
 	return 0, string(out)
 }
 
-// containerCommand runs prog as cred (nil: this process's user). Mounts
-// the dynamic loader reads at their container paths (under /etc and /usr:
-// no variable names them) are made for real, in a mount namespace of the
-// program's own over overlays of /etc and /usr, so the node is left as it
-// was.
+// containerCommand runs prog as cred (nil: this process's user) with the
+// mounts the dynamic loader reads made for real, as the hollow node's
+// runtime runs a container (hollow.Command).
 func (n *gpuNode) containerCommand(mounts []kubecontainer.Mount, cred *syscall.Credential, prog string, args ...string) (*exec.Cmd, error) {
-	var binds []string
+	var binds [][2]string
 	for _, m := range mounts {
-		if strings.HasPrefix(m.ContainerPath, "/etc/") || strings.HasPrefix(m.ContainerPath, "/usr/") {
-			binds = append(binds, m.HostPath, m.ContainerPath)
-		}
+		binds = append(binds, [2]string{m.HostPath, m.ContainerPath})
 	}
-	if len(binds) == 0 {
-		cmd := exec.Command(prog, args...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-		return cmd, nil
-	}
-	upper, err := os.MkdirTemp(n.dir, "container-")
-	if err != nil {
-		return nil, err
-	}
-	script := `set -e
-u=$1 binds=$2; shift 2
-mount -t tmpfs tmpfs "$u"
-for top in /etc /usr; do
-	mkdir "$u$top" "$u$top.work"
-	mount -t overlay overlay -o "lowerdir=$top,upperdir=$u$top,workdir=$u$top.work" "$top"
-done
-while [ "$binds" -gt 0 ]; do
-	mkdir -p "$(dirname "$2")"
-	if [ -d "$1" ]; then mkdir -p "$2"; else touch "$2"; fi
-	mount --bind "$1" "$2"
-	shift 2; binds=$((binds - 1))
-done
-exec "$@"`
-	exe := []string{prog}
-	if cred != nil {
-		groups := "--clear-groups"
-		if len(cred.Groups) > 0 {
-			groups = "--groups=" + strings.Trim(strings.Join(strings.Fields(fmt.Sprint(cred.Groups)), ","), "[]")
-		}
-		exe = []string{"setpriv", fmt.Sprintf("--reuid=%d", cred.Uid), fmt.Sprintf("--regid=%d", cred.Gid), groups, prog}
-	}
-	cmd := exec.Command("sh", slices.Concat([]string{"-c", script, "sh", upper, fmt.Sprint(len(binds) / 2)}, binds, exe, args)...)
-	// Go makes the new namespace's mounts private.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
-	return cmd, nil
+	return hollow.Command(n.dir, binds, cred, prog, args...)
 }
 
 // runAs is the user a runtime runs container c of pod as where the pod
@@ -625,23 +606,7 @@ func TestTenantMadeAgainAfterReboot(t *testing.T) {
 	alloc := n.kubelet.Allocation("holder")
 	// Its container runs (the node goes down with it, or the mounts it
 	// starts with would be gone).
-	eventually(t, 10*time.Second, "the holder holding its memory", func() (bool, error) {
-		c, err := daemon.Connect(daemon.Socket(filepath.Join(n.dir, "tenants")))
-		if err != nil || c == nil {
-			return false, err
-		}
-		defer c.Close()
-		tn, err := c.GetTenant(ctx, &flexgvv1.GetTenantRequest{Name: tenant})
-		if err != nil {
-			return false, err
-		}
-		for _, d := range tn.Devices {
-			if d.UsedBytes >= 256<<20 {
-				return true, nil
-			}
-		}
-		return false, fmt.Errorf("tenant %v", tn.Devices)
-	})
+	n.waitTenantUses(tenant, 256<<20)
 
 	n.killDaemon()
 	state := filepath.Join(n.dir, "tenants")
@@ -775,6 +740,28 @@ func (n *gpuNode) heldTenant(name string) (held bool, quotas []uint64) {
 		quotas = append(quotas, d.QuotaBytes)
 	}
 	return tn.Held, quotas
+}
+
+// waitTenantUses waits for tenant to use at least bytes of a GPU.
+func (n *gpuNode) waitTenantUses(tenant string, bytes uint64) {
+	n.t.Helper()
+	eventually(n.t, 20*time.Second, fmt.Sprintf("tenant %s using %d bytes", tenant, bytes), func() (bool, error) {
+		c, err := daemon.Connect(daemon.Socket(filepath.Join(n.dir, "tenants")))
+		if err != nil || c == nil {
+			return false, err
+		}
+		defer c.Close()
+		tn, err := c.GetTenant(context.Background(), &flexgvv1.GetTenantRequest{Name: tenant})
+		if err != nil {
+			return false, err
+		}
+		for _, d := range tn.Devices {
+			if d.UsedBytes >= bytes {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("tenant %v", tn.Devices)
+	})
 }
 
 // ps is what flexgv ps prints on the node.

@@ -26,6 +26,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/flexgv/flexgv/tests/k8s/controlplane"
+	"github.com/flexgv/flexgv/tests/k8s/hollow"
 )
 
 var (
@@ -36,6 +37,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// A hollow node's kubelet runs in this binary run again (hollow.Start).
+	if os.Getenv(hollow.Env) != "" {
+		hollow.Main()
+	}
 	os.Exit(run(m))
 }
 

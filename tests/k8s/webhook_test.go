@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -60,7 +61,11 @@ func servingCert(t *testing.T) (caPEM []byte, certFile, keyFile string) {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), certFile, keyFile
 }
 
-func TestWebhookRefusesBadRequests(t *testing.T) {
+// serveWebhook runs flexgv webhook on a local address, with webhook
+// configurations as the chart has them but for namespace ns alone; kill
+// ends it (an outage) and start starts it again on the same address.
+func serveWebhook(t *testing.T, ns, schedulerName string) (kill, start func()) {
+	t.Helper()
 	ctx := context.Background()
 	caPEM, certFile, keyFile := servingCert(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -69,20 +74,36 @@ func TestWebhookRefusesBadRequests(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	startFlexGV(t, nil, "webhook", "--listen", addr, "--tls-cert", certFile, "--tls-key", keyFile, "--scheduler-name", "flexgv-test")
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
 	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-	eventually(t, 10*time.Second, "flexgv webhook serving", func() (bool, error) {
-		resp, err := hc.Get("https://" + addr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err == nil, err
-	})
+	var cmd *exec.Cmd
+	start = func() {
+		t.Helper()
+		cmd = startFlexGV(t, nil, "webhook", "--listen", addr, "--tls-cert", certFile, "--tls-key", keyFile, "--scheduler-name", schedulerName)
+		eventually(t, 10*time.Second, "flexgv webhook serving", func() (bool, error) {
+			resp, err := hc.Get("https://" + addr + "/healthz")
+			if err == nil {
+				resp.Body.Close()
+			}
+			return err == nil, err
+		})
+	}
+	kill = func() {
+		t.Helper()
+		cmd.Process.Kill()
+		eventually(t, 10*time.Second, "flexgv webhook gone", func() (bool, error) {
+			resp, err := hc.Get("https://" + addr + "/healthz")
+			if err == nil {
+				resp.Body.Close()
+			}
+			return err != nil, nil
+		})
+	}
+	start()
 
-	// Only for this test's namespace: other tests' pods do not go through it.
-	selector := &metav1.LabelSelector{MatchLabels: map[string]string{"flexgv-webhook-test": "on"}}
+	// Only for ns: other tests' pods do not go through it.
+	selector := &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}}
 	rules := []admissionregv1.RuleWithOperations{{
 		Operations: []admissionregv1.OperationType{admissionregv1.Create},
 		Rule:       admissionregv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
@@ -95,8 +116,9 @@ func TestWebhookRefusesBadRequests(t *testing.T) {
 	none, fail := admissionregv1.SideEffectClassNone, admissionregv1.Fail
 	url := func(path string) *string { u := "https://" + addr + path; return &u }
 	reg := cp.Client.AdmissionregistrationV1()
+	name := "flexgv-test-" + ns
 	if _, err := reg.ValidatingWebhookConfigurations().Create(ctx, &admissionregv1.ValidatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: "flexgv-test"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Webhooks: []admissionregv1.ValidatingWebhook{{
 			Name: "validate.flexgv.io", ClientConfig: admissionregv1.WebhookClientConfig{URL: url("/validate"), CABundle: caPEM},
 			Rules: validateRules, NamespaceSelector: selector, SideEffects: &none, FailurePolicy: &fail, AdmissionReviewVersions: []string{"v1"},
@@ -104,9 +126,9 @@ func TestWebhookRefusesBadRequests(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { reg.ValidatingWebhookConfigurations().Delete(ctx, "flexgv-test", metav1.DeleteOptions{}) })
+	t.Cleanup(func() { reg.ValidatingWebhookConfigurations().Delete(ctx, name, metav1.DeleteOptions{}) })
 	if _, err := reg.MutatingWebhookConfigurations().Create(ctx, &admissionregv1.MutatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: "flexgv-test"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Webhooks: []admissionregv1.MutatingWebhook{{
 			Name: "mutate.flexgv.io", ClientConfig: admissionregv1.WebhookClientConfig{URL: url("/mutate"), CABundle: caPEM},
 			Rules: rules, NamespaceSelector: selector, SideEffects: &none, FailurePolicy: &fail, AdmissionReviewVersions: []string{"v1"},
@@ -114,16 +136,14 @@ func TestWebhookRefusesBadRequests(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { reg.MutatingWebhookConfigurations().Delete(ctx, "flexgv-test", metav1.DeleteOptions{}) })
+	t.Cleanup(func() { reg.MutatingWebhookConfigurations().Delete(ctx, name, metav1.DeleteOptions{}) })
+	return kill, start
+}
+
+func TestWebhookRefusesBadRequests(t *testing.T) {
+	ctx := context.Background()
 	ns := namespace(t, "webhook")
-	nsObj, err := cp.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	nsObj.Labels["flexgv-webhook-test"] = "on"
-	if _, err := cp.Client.CoreV1().Namespaces().Update(ctx, nsObj, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	serveWebhook(t, ns, "flexgv-test")
 
 	memOnly := vgpuPod(ns, "mem-only", "none", 1024, 0)
 	delete(memOnly.Spec.Containers[0].Resources.Limits, vgpu.ResourceVGPU)
