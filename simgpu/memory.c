@@ -477,12 +477,16 @@ SIM_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, C
 
 /* ---- pinned host memory (not device memory) ---- */
 
+/* Potentially unsafe during capture, as a device allocation is. */
 static CUresult host_alloc(void **pp, size_t size)
 {
     if (!sim_initialized)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!pp || size == 0)
         return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = sim_capture_check(NULL);
+    if (r)
+        return r;
     void *p = backing(size);
     if (!p)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -526,6 +530,9 @@ SIM_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int 
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!p || !bytesize || (Flags & ~0xfu) || (uintptr_t)p + bytesize < (uintptr_t)p)
         return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = sim_capture_check(NULL); /* pinning is unsafe during capture */
+    if (r)
+        return r;
     uintptr_t b = (uintptr_t)p, e = b + bytesize;
     pthread_mutex_lock(&sim_mem_lock);
     for (size_t i = 0; i < nallocs; i++)

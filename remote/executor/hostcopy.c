@@ -60,7 +60,11 @@ static CUresult buffer_alloc(CUdeviceptr *dptr, size_t bytes)
         capbufs = n;
     }
     void *p = NULL;
+    /* Pinning is unsafe while a capture in GLOBAL mode is open: the
+     * program's capture must not be invalidated by the server's own call. */
+    CUstreamCaptureMode mode = fgr_relax();
     CUresult r = host_alloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE);
+    fgr_unrelax(mode);
     if (r != CUDA_SUCCESS)
         return r;
     memset(p, 0, bytes);

@@ -105,7 +105,10 @@ static CUresult map_at(CUdeviceptr at, size_t bytes, CUdeviceptr *dptr)
         munmap(m, end - first);
         return CUDA_ERROR_ALREADY_MAPPED;
     }
+    /* Named by a launch, perhaps captured: not the program's unsafe call. */
+    CUstreamCaptureMode mode = fgr_relax();
     CUresult r = host_register(m, end - first, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+    fgr_unrelax(mode);
     if (r != CUDA_SUCCESS) {
         munmap(m, end - first);
         return r;
