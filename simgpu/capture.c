@@ -536,38 +536,11 @@ static CUresult end_capture(CUstream h, CUgraph *out, int pt)
 SIM_EXPORT CUresult cuStreamEndCapture(CUstream h, CUgraph *g) { return end_capture(h, g, 0); }
 SIM_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream h, CUgraph *g) { return end_capture(h, g, 1); }
 
-/* Always legal; on the legacy stream it reports an implicit dependency
- * without invalidating anything. */
-static CUresult is_capturing(CUstream h, CUstreamCaptureStatus *status, int pt)
-{
-    struct sim_stream *s;
-    CUresult r = sim_stream_arg(h, pt, &s);
-    if (r)
-        return r;
-    if (!status)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (is_legacy(s) && __atomic_load_n(&s->ctx->blocking_captures, __ATOMIC_ACQUIRE))
-        return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
-    pthread_mutex_lock(&cap_lock);
-    *status = !s->cap               ? CU_STREAM_CAPTURE_STATUS_NONE
-              : s->cap->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
-                                    : CU_STREAM_CAPTURE_STATUS_ACTIVE;
-    pthread_mutex_unlock(&cap_lock);
-    return CUDA_SUCCESS;
-}
-SIM_EXPORT CUresult cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus *status)
-{
-    return is_capturing(h, status, 0);
-}
-SIM_EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream h, CUstreamCaptureStatus *status)
-{
-    return is_capturing(h, status, 1);
-}
-
 /* A stream's capture: its status, the sequence's id and graph (which the
  * program may add nodes to), and what the stream's next node depends on
  * (the stream's own array, valid until its next captured work); edge data
- * is never kept, so none is given. */
+ * is never kept, so none is given. Always legal; on the legacy stream it
+ * reports an implicit dependency without invalidating anything. */
 static CUresult capture_info(CUstream h, int pt, CUstreamCaptureStatus *status, cuuint64_t *id, CUgraph *graph,
                              const CUgraphNode **deps, const CUgraphEdgeData **edges, size_t *ndeps)
 {
@@ -598,6 +571,15 @@ static CUresult capture_info(CUstream h, int pt, CUstreamCaptureStatus *status, 
     pthread_mutex_unlock(&cap_lock);
     return CUDA_SUCCESS;
 }
+SIM_EXPORT CUresult cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus *status)
+{
+    return capture_info(h, 0, status, NULL, NULL, NULL, NULL, NULL);
+}
+SIM_EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream h, CUstreamCaptureStatus *status)
+{
+    return capture_info(h, 1, status, NULL, NULL, NULL, NULL, NULL);
+}
+
 SIM_EXPORT CUresult cuStreamGetCaptureInfo_v2(CUstream h, CUstreamCaptureStatus *status, cuuint64_t *id,
                                               CUgraph *graph, const CUgraphNode **deps, size_t *ndeps)
 {

@@ -425,6 +425,17 @@ FGR_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
     return r;
 }
 
+/* What a graph or executable destroyed (r) held goes with it. */
+static CUresult gone(CUresult r, void *h)
+{
+    if (r == CUDA_SUCCESS) {
+        enter();
+        holder_drop(h);
+        leave();
+    }
+    return r;
+}
+
 FGR_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
     /* A launch made before still writes the program's memory. */
@@ -433,24 +444,12 @@ FGR_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
     if (o && o->due)
         pull_holder(o, 1);
     leave();
-    CUresult r = fgr_fwd_cuGraphExecDestroy(hGraphExec);
-    if (r == CUDA_SUCCESS) {
-        enter();
-        holder_drop(hGraphExec);
-        leave();
-    }
-    return r;
+    return gone(fgr_fwd_cuGraphExecDestroy(hGraphExec), hGraphExec);
 }
 
 FGR_EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
 {
-    CUresult r = fgr_fwd_cuGraphDestroy(hGraph);
-    if (r == CUDA_SUCCESS) {
-        enter();
-        holder_drop(hGraph);
-        leave();
-    }
-    return r;
+    return gone(fgr_fwd_cuGraphDestroy(hGraph), hGraph);
 }
 
 /* ---- launches ---- */
