@@ -388,13 +388,13 @@ func TestRemoteClientKilledInAHostFunction(t *testing.T) {
 	}
 }
 
-// printsAsLocally runs client remotely over each transport, against a server
-// of its own, and wants it to print what it printed locally.
-func printsAsLocally(t *testing.T, local result, client string, transports ...string) {
+// printsAsLocally runs a client (argv) remotely over each transport, against
+// a server of its own, and wants it to print what it printed locally.
+func printsAsLocally(t *testing.T, local result, argv []string, transports ...string) {
 	for _, transport := range transports {
 		t.Run(transport, func(t *testing.T) {
 			e := newEnv(t)
-			got := e.remote(e.serve(transport), client)
+			got := e.remote(e.serve(transport), argv[0], argv[1:]...)
 			if got.code != 0 || got.stdout != local.stdout {
 				t.Errorf("remotely: exit %d, printed\n%s\nlocally\n%s\n%s", got.code, got.stdout, local.stdout, got.stderr)
 			}
@@ -414,7 +414,7 @@ func TestRemoteWaitsLetOtherThreadsGoOn(t *testing.T) {
 		!strings.Contains(local.stdout, "the shorter ended first: yes") {
 		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
 	}
-	printsAsLocally(t, local, "waiters", "unix", "shm", "tcp", "tls")
+	printsAsLocally(t, local, []string{"waiters"}, "unix", "shm", "tcp", "tls")
 }
 
 // The error of a queued call is answered at the next syncpoint of the
@@ -466,7 +466,7 @@ func TestRemoteHostFunctions(t *testing.T) {
 	if local.code != 0 || !strings.Contains(local.stdout, "after the kernel: yes") {
 		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
 	}
-	printsAsLocally(t, local, "hostfunc", "unix", "shm", "tcp")
+	printsAsLocally(t, local, []string{"hostfunc"}, "unix", "shm", "tcp")
 	// Over a socket a host function cannot be captured.
 	s := e.serve("unix")
 	got := e.remote(s, "hostfunc", "capture")
@@ -506,7 +506,7 @@ func TestRemoteMappedHostMemory(t *testing.T) {
 	if local.code != 0 || !strings.Contains(local.stdout, "read by the program: 42 42 42 42 7") {
 		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
 	}
-	printsAsLocally(t, local, "mapped", "unix", "shm", "tcp")
+	printsAsLocally(t, local, []string{"mapped"}, "unix", "shm", "tcp")
 }
 
 // Pinned host memory past 64 KiB, allocated mapped or the program's own
@@ -524,7 +524,7 @@ func TestRemotePinnedMemoryPastTheMappedSize(t *testing.T) {
 		!strings.Contains(local.stdout, "pinnedbig: ok") {
 		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
 	}
-	printsAsLocally(t, local, "pinnedbig", "unix", "shm", "tcp")
+	printsAsLocally(t, local, []string{"pinnedbig"}, "unix", "shm", "tcp")
 }
 
 // Pinned memory that cannot be kept on both sides is refused when named
@@ -576,7 +576,7 @@ func TestRemoteManagedMemory(t *testing.T) {
 		!strings.Contains(local.stdout, "a library's variable: 20000 bytes, 1 1, the same again: yes") {
 		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
 	}
-	printsAsLocally(t, local, "managed", "unix", "shm", "tcp")
+	printsAsLocally(t, local, []string{"managed"}, "unix", "shm", "tcp")
 }
 
 // Threads, each with its own stream and managed memory attached to it,
