@@ -72,6 +72,12 @@ void fgr_image_keep(const void *p, uint64_t n);
 void *fgr_image_kept(const uint8_t h[32], uint64_t n, struct fgr_req *q);
 /* The mapped host memory operations (hostmem.c), from the driver's library;
  * forgetting what a context that ended held. */
+/* The bytes of pinned host memory a connection may hold here in the heap
+ * (heap.c), and again in graph copies' buffers (hostcopy.c): flexgv serve
+ * --pinned-max (fgr_pinned_max: bytes; not a number, none), else a quarter
+ * of physical memory. */
+void fgr_pinned_max(const char *bytes);
+uint64_t fgr_pinned_most(void);
 void fgr_hostmem_init(void *driver);
 void fgr_hostmem_forget(uint64_t ctx);
 /* Buffers of graph copy nodes with a side in the client's pageable memory
@@ -182,9 +188,6 @@ void fgr_heap_init(void *driver);
 /* Texture and surface objects, copies with an array side (textures.c). */
 void fgr_textures_init(void *driver);
 void fgr_heap_attach(uint8_t *base, uint64_t client_base);
-/* The bytes a connection registers at most (default: a quarter of the
- * server's physical memory). */
-void fgr_heap_max(const char *bytes);
 
 /* The driver's functions the executor needs besides the operations. */
 struct fgr_drv {

@@ -25,7 +25,7 @@
 
 static uint8_t *base;                          /* NULL: no heap (a socket) */
 static int same;                               /* mapped at the client's address */
-static uint64_t registered, most = UINT64_MAX; /* bytes registered, and the bound (UINT64_MAX: not given yet) */
+static uint64_t registered; /* bytes registered */
 static struct fgr_heap_range *blocks; /* registered */
 static int nblocks, cap;
 
@@ -48,10 +48,7 @@ static CUresult heap_register(size_t off, size_t n, unsigned *mapped)
         return CUDA_ERROR_NOT_SUPPORTED;
     if (!n || off % page || n % page || off > FGR_HEAP_BYTES || n > FGR_HEAP_BYTES - off)
         return CUDA_ERROR_INVALID_VALUE;
-    if (most == UINT64_MAX) {
-        long pages = sysconf(_SC_PHYS_PAGES);
-        most = pages > 0 ? (uint64_t)pages * page / 4 : 0;
-    }
+    uint64_t most = fgr_pinned_most();
     if (n > most - registered || registered > most)
         return CUDA_ERROR_OUT_OF_MEMORY; /* the client then keeps it as its own */
     int i = find(off);
@@ -152,13 +149,6 @@ void fgr_heap_init(void *driver)
     fgr_real[FGR_OP_fgrHeapUploadWait] = (void *)heap_upload_wait;
     fgr_real[FGR_OP_fgrHeapDownload] = (void *)heap_download;
     fgr_real[FGR_OP_fgrHeapDownloadWait] = (void *)heap_download_wait;
-}
-
-void fgr_heap_max(const char *bytes)
-{
-    char *end;
-    unsigned long long v = strtoull(bytes, &end, 10);
-    most = *bytes && !*end && v < UINT64_MAX ? (uint64_t)v : 0;
 }
 
 void fgr_heap_attach(uint8_t *b, uint64_t client_base)

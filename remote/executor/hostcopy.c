@@ -9,14 +9,13 @@
  * free one and launch): unpinned, the GPU would reach memory the server
  * reuses. So a freed buffer is kept for the connection, pinned, and given
  * again to a later request it fits; all go with their context. At most
- * HOSTCOPY_MAX bytes in all. */
+ * fgr_pinned_most() bytes in all (--pinned-max). */
 #include "executor.h"
 
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define HOSTCOPY_MAX (256ull << 20)
 
 static CUresult (*host_alloc)(void **, size_t, unsigned int);
 static CUresult (*graph_launch)(CUgraphExec, CUstream);
@@ -49,7 +48,7 @@ static CUresult buffer_alloc(CUdeviceptr *dptr, size_t bytes)
             *dptr = bufs[i].base;
             return CUDA_SUCCESS;
         }
-    if (bytes > HOSTCOPY_MAX - total)
+    if (bytes > fgr_pinned_most() - total || total > fgr_pinned_most())
         return CUDA_ERROR_OUT_OF_MEMORY;
     if (nbufs == capbufs) {
         size_t n = capbufs ? 2 * capbufs : 16;

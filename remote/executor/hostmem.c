@@ -65,6 +65,24 @@ static int room(void)
     return 1;
 }
 
+static uint64_t pinned_most = UINT64_MAX; /* UINT64_MAX: not given yet */
+
+void fgr_pinned_max(const char *bytes)
+{
+    char *end;
+    unsigned long long v = strtoull(bytes, &end, 10);
+    pinned_most = *bytes && !*end && v < UINT64_MAX ? (uint64_t)v : 0;
+}
+
+uint64_t fgr_pinned_most(void)
+{
+    if (pinned_most == UINT64_MAX) {
+        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        pinned_most = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 4 : 0;
+    }
+    return pinned_most;
+}
+
 static CUresult mapped_alloc(CUdeviceptr *dptr, size_t bytes)
 {
     if (!dptr || bytes == 0 || bytes > FGR_MAPPED_MAX)

@@ -596,7 +596,7 @@ int main(int argc, char **argv)
                 usage();
         }
         else if (!strcmp(argv[i], "--pinned-max") && i + 1 < argc)
-            fgr_heap_max(argv[++i]);
+            fgr_pinned_max(argv[++i]);
         else
             usage();
     }

@@ -1256,8 +1256,9 @@ os.waitpid(pid, 0)
 
 // Over shm://, an upload captured into a graph is copied from a buffer
 // the executor keeps for the graph (the staging area is reused), and what
-// it keeps for a connection is bounded: past 256 MiB a captured upload
-// fails with CUDA_ERROR_OUT_OF_MEMORY, and the connection goes on.
+// it keeps for a connection is bounded by flexgv serve --pinned-max: past
+// it a captured upload fails with CUDA_ERROR_OUT_OF_MEMORY, and the
+// connection goes on.
 func TestRemoteCapturedUploadsAreBounded(t *testing.T) {
 	prog := `
 import ctypes
@@ -1286,7 +1287,11 @@ print("70 more", sorted(set(rs)), "end", cu.cuStreamEndCapture(st, ctypes.byref(
 print("after", cu.cuMemsetD8_v2(p, 0, ctypes.c_size_t(n)), cu.cuCtxSynchronize())
 `
 	want := "captured upload 0\nend 0\nlaunch 0 0\nthe graph's copy same\n70 more [0, 2] end 0 then 0\nafter 0 0\n"
-	newEnv(t).printsOverShm(t, prog, want)
+	e := newEnv(t)
+	r := e.remote(e.serve("shm", "--pinned-max", "256MiB"), "python3", "-c", prog)
+	if r.code != 0 || r.stdout != want {
+		t.Errorf("exit %d, printed\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
+	}
 }
 
 // A copy from the program's memory captured into a graph over any
