@@ -63,12 +63,14 @@ FGR_EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL
     if (!kparam_bytes && !(kparam_bytes = malloc(FGR_MAX_KPARAM_BYTES)))
         return CUDA_ERROR_OUT_OF_MEMORY;
     CUfunction f = NULL;
+    CUkernel kern = NULL;
     unsigned dims[6] = {0}, shm = 0, bytes = 0;
-    CUresult r = fgrGraphKernelNodeGetParams(hNode, &f, dims, &shm, kparam_bytes, FGR_MAX_KPARAM_BYTES, &bytes);
+    CUresult r =
+        fgrGraphKernelNodeGetParams(hNode, &f, &kern, dims, &shm, kparam_bytes, FGR_MAX_KPARAM_BYTES, &bytes);
     if (r != CUDA_SUCCESS)
         return r;
     struct fgr_kparams kp;
-    if ((r = fgr_kparams_of(f, &kp)) != CUDA_SUCCESS)
+    if ((r = fgr_kparams_of(f ? f : (CUfunction)kern, &kp)) != CUDA_SUCCESS)
         return r;
     if (kp.n > kparam_nptrs) {
         void **more = realloc(kparam_ptrs, kp.n * sizeof *more);
@@ -86,6 +88,7 @@ FGR_EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL
         return fgr_unsupported(-1, "cuGraphKernelNodeGetParams_v2", "parameters of another layout than the function's");
     memset(nodeParams, 0, sizeof *nodeParams);
     nodeParams->func = f;
+    nodeParams->kern = kern;
     nodeParams->gridDimX = dims[0];
     nodeParams->gridDimY = dims[1];
     nodeParams->gridDimZ = dims[2];

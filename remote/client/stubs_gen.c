@@ -5141,10 +5141,11 @@ CUresult fgr_fwd_cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphN
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult fgrGraphKernelNodeGetParams(CUgraphNode hNode, CUfunction *f, unsigned int *dims, unsigned int *sharedMemBytes, void *params, unsigned int cap, unsigned int *bytes)
+FGR_EXPORT CUresult fgrGraphKernelNodeGetParams(CUgraphNode hNode, CUfunction *f, CUkernel *kern, unsigned int *dims, unsigned int *sharedMemBytes, void *params, unsigned int cap, unsigned int *bytes)
 {
     CUresult fgr_r;
     uint64_t n_f = f ? sizeof(CUfunction) : 0;
+    uint64_t n_kern = kern ? sizeof(CUkernel) : 0;
     uint64_t n_dims = dims ? fgr_mul((uint64_t)(6), sizeof(unsigned int)) : 0;
     if (n_dims > FGR_MAX_BUF)
         return fgr_unsupported(-1, "fgrGraphKernelNodeGetParams", "a buffer over the frame limit");
@@ -5159,6 +5160,7 @@ FGR_EXPORT CUresult fgrGraphKernelNodeGetParams(CUgraphNode hNode, CUfunction *f
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
     fgr_put_u64(&fgr_c.w, (uint64_t)cap);
     fgr_put_u8(&fgr_c.w, f != NULL);
+    fgr_put_u8(&fgr_c.w, kern != NULL);
     fgr_put_u8(&fgr_c.w, dims != NULL);
     fgr_put_u8(&fgr_c.w, sharedMemBytes != NULL);
     fgr_put_u8(&fgr_c.w, params != NULL);
@@ -5166,6 +5168,7 @@ FGR_EXPORT CUresult fgrGraphKernelNodeGetParams(CUgraphNode hNode, CUfunction *f
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, f, n_f, 0);
+    fgr_get_out(&fgr_c, kern, n_kern, 0);
     fgr_get_out(&fgr_c, dims, n_dims, 0);
     fgr_get_out(&fgr_c, sharedMemBytes, n_sharedMemBytes, 0);
     fgr_get_out(&fgr_c, params, n_params, 0);

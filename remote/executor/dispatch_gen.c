@@ -299,7 +299,7 @@ typedef CUresult (*pfn_cuStreamCopyAttributes_ptsz)(CUstream dst, CUstream src);
 typedef CUresult (*pfn_cuStreamAttachMemAsync)(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
 typedef CUresult (*pfn_cuStreamAttachMemAsync_ptsz)(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
 typedef CUresult (*pfn_cuGraphExecMemcpyNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D *copyParams, CUcontext ctx);
-typedef CUresult (*pfn_fgrGraphKernelNodeGetParams)(CUgraphNode hNode, CUfunction *f, unsigned int *dims, unsigned int *sharedMemBytes, void *params, unsigned int cap, unsigned int *bytes);
+typedef CUresult (*pfn_fgrGraphKernelNodeGetParams)(CUgraphNode hNode, CUfunction *f, CUkernel *kern, unsigned int *dims, unsigned int *sharedMemBytes, void *params, unsigned int cap, unsigned int *bytes);
 typedef CUresult (*pfn_fgrGraphKernelNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void **kernelParams, void **extra);
 typedef CUresult (*pfn_fgrGraphAddHostNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, unsigned long long id);
 typedef CUresult (*pfn_fgrGraphAddKernelNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void **kernelParams, void **extra);
@@ -6598,6 +6598,7 @@ static CUresult op_fgrGraphKernelNodeGetParams(struct fgr_rd *rd, struct fgr_req
     CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
     unsigned int cap = (unsigned int)fgr_get_u64(rd);
     int has_f = fgr_get_u8(rd);
+    int has_kern = fgr_get_u8(rd);
     int has_dims = fgr_get_u8(rd);
     int has_sharedMemBytes = fgr_get_u8(rd);
     int has_params = fgr_get_u8(rd);
@@ -6605,6 +6606,7 @@ static CUresult op_fgrGraphKernelNodeGetParams(struct fgr_rd *rd, struct fgr_req
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUfunction *f = NULL;
+    CUkernel *kern = NULL;
     unsigned int *dims = NULL;
     const uint64_t fgr_n_dims = fgr_mul((uint64_t)(6), sizeof(unsigned int));
     unsigned int *sharedMemBytes = NULL;
@@ -6620,6 +6622,8 @@ static CUresult op_fgrGraphKernelNodeGetParams(struct fgr_rd *rd, struct fgr_req
         fgr_r = fgr_refuse_size("fgrGraphKernelNodeGetParams", "params", fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_KPARAM_BYTES)), 1), CUDA_ERROR_INVALID_VALUE);
     if (fgr_r == CUDA_SUCCESS && has_f && !(f = fgr_out(q, sizeof(CUfunction))))
         return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_kern && !(kern = fgr_out(q, sizeof(CUkernel))))
+        return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS && has_dims && !(dims = fgr_out(q, fgr_n_dims)))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS && has_sharedMemBytes && !(sharedMemBytes = fgr_out(q, sizeof(unsigned int))))
@@ -6629,15 +6633,21 @@ static CUresult op_fgrGraphKernelNodeGetParams(struct fgr_rd *rd, struct fgr_req
     if (fgr_r == CUDA_SUCCESS && has_bytes && !(bytes = fgr_out(q, sizeof(unsigned int))))
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
-        fgr_r = ((pfn_fgrGraphKernelNodeGetParams)fgr_real[FGR_OP_fgrGraphKernelNodeGetParams])(hNode, f, dims, sharedMemBytes, params, cap, bytes);
+        fgr_r = ((pfn_fgrGraphKernelNodeGetParams)fgr_real[FGR_OP_fgrGraphKernelNodeGetParams])(hNode, f, kern, dims, sharedMemBytes, params, cap, bytes);
     if (fgr_r == CUDA_SUCCESS) {
         if (f)
             fgr_add(FGR_H_CUfunction, (uint64_t)(uintptr_t)*f, FGR_H_CUcontext, fgr_ctx);
+        if (kern)
+            fgr_add(FGR_H_CUkernel, (uint64_t)(uintptr_t)*kern, FGR_H_CUcontext, fgr_ctx);
         if (fgr_out_n(FGR_H_CUfunction, f, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+        if (fgr_out_n(FGR_H_CUkernel, kern, 1) != 0)
             fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (has_f)
         fgr_reply_out(q, f, sizeof(CUfunction), 0, fgr_r);
+    if (has_kern)
+        fgr_reply_out(q, kern, sizeof(CUkernel), 0, fgr_r);
     if (has_dims)
         fgr_reply_out(q, dims, fgr_n_dims, 0, fgr_r);
     if (has_sharedMemBytes)

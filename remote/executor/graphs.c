@@ -67,24 +67,23 @@ static CUresult kernel_node_set(CUgraphExec hGraphExec, CUgraphNode hNode, CUfun
     return kernel_set ? kernel_set(hNode, &p) : CUDA_ERROR_NOT_SUPPORTED;
 }
 
-/* fgrGraphKernelNodeGetParams: the node's function (the library's kernel
- * when the connection has it, as the node was given), its launch shape,
- * and its parameters one after another as the function lays them out (at
- * most cap bytes; *bytes of them). */
-static CUresult kernel_node_get(CUgraphNode hNode, CUfunction *f, unsigned int *dims, unsigned int *sharedMemBytes,
-                                void *params, unsigned int cap, unsigned int *bytes)
+/* fgrGraphKernelNodeGetParams: the node's function and library kernel
+ * as the driver gives them, its launch shape, and its parameters one
+ * after another as the function (else the kernel) lays them out (at most
+ * cap bytes; *bytes of them). */
+static CUresult kernel_node_get(CUgraphNode hNode, CUfunction *f, CUkernel *kern, unsigned int *dims,
+                                unsigned int *sharedMemBytes, void *params, unsigned int cap, unsigned int *bytes)
 {
-    if (!f || !dims || !sharedMemBytes || !bytes || (cap && !params))
+    if (!f || !kern || !dims || !sharedMemBytes || !bytes || (cap && !params))
         return CUDA_ERROR_INVALID_VALUE;
     CUDA_KERNEL_NODE_PARAMS p;
     memset(&p, 0, sizeof p);
     CUresult r = kernel_get(hNode, &p);
     if (r != CUDA_SUCCESS)
         return r;
-    CUfunction fn = p.kern && fgr_has(FGR_H_CUkernel, (uint64_t)(uintptr_t)p.kern) ? (CUfunction)p.kern : p.func;
     unsigned n = 0;
     unsigned sizes[FGR_MAX_KPARAMS];
-    if ((r = fgr_func_sizes(fn, FGR_MAX_KPARAMS, &n, sizes)) != CUDA_SUCCESS)
+    if ((r = fgr_func_sizes(p.func ? p.func : (CUfunction)p.kern, FGR_MAX_KPARAMS, &n, sizes)) != CUDA_SUCCESS)
         return r;
     if (n && !p.kernelParams) /* given in extra: not laid out by the driver */
         return CUDA_ERROR_NOT_SUPPORTED;
@@ -95,7 +94,8 @@ static CUresult kernel_node_get(CUgraphNode hNode, CUfunction *f, unsigned int *
         memcpy((char *)params + at, p.kernelParams[i], sizes[i]);
         at += sizes[i];
     }
-    *f = fn;
+    *f = p.func;
+    *kern = p.kern;
     dims[0] = p.gridDimX;
     dims[1] = p.gridDimY;
     dims[2] = p.gridDimZ;

@@ -40,8 +40,9 @@
  *                         the executable's changed (another value, another
  *                         output word, another function) and relaunched,
  *                         the graph's unchanged; the graph's node changed,
- *                         the executable not, a new one made from it;
- *                         calls on a memset node, another graph's node,
+ *                         the executable not, a new one made from it; a
+ *                         library kernel's node, added and captured, read
+ *                         back as the kernel; calls on a memset node, another graph's node,
  *                         without parameters and (given two devices) with
  *                         another device's function refused
  *     graphnodes hostile  what a connection may not name: a memset node
@@ -1020,6 +1021,7 @@ static int kernelparams(CUcontext ctx)
     print_four("two launches of add", w);
 
     /* The graph's node: 5 into word 2; the executable still adds. */
+    CUDA_KERNEL_NODE_PARAMS back;
     CUdeviceptr at3 = w + 8;
     unsigned value3 = 5;
     void *args3[] = {&at3, &value3, &one};
@@ -1038,9 +1040,36 @@ static int kernelparams(CUcontext ctx)
     CHECK(cuStreamSynchronize(st));
     print_four("a new executable", w);
 
+    /* A library's kernel: given as the node's kernel, and launched for a
+     * function while a stream is captured (as a CUDA 12 runtime does),
+     * read back as the same handle. */
+    CUlibrary lib;
+    CUkernel kfill;
+    CHECK(cuLibraryLoadData(&lib, COND_MODULE, NULL, NULL, 0, NULL, NULL, 0));
+    CHECK(cuLibraryGetKernel(&kfill, lib, "fill"));
+    CUDA_KERNEL_NODE_PARAMS lp = one_thread(NULL, args3);
+    lp.kern = kfill;
+    CUgraphNode knode;
+    CHECK(cuGraphAddKernelNode_v2(&knode, g, NULL, 0, &lp));
+    memset(&back, 0, sizeof back);
+    CHECK(get(knode, &back));
+    printf("a kernel's node: its kernel: %s, a function: %s\n", back.kern == kfill ? "the same" : "another",
+           back.func ? "yes" : "no");
+    CUgraph cg;
+    CHECK(cuStreamBeginCapture_v2(st, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CHECK(cuLaunchKernel((CUfunction)kfill, 1, 1, 1, 1, 1, 1, 0, st, args3, NULL));
+    CHECK(cuStreamEndCapture(st, &cg));
+    CUgraphNode cnode;
+    size_t cn = 1;
+    CHECK(cuGraphGetNodes(cg, &cnode, &cn));
+    memset(&back, 0, sizeof back);
+    CHECK(get(cnode, &back));
+    printf("a captured kernel's node: its function the kernel: %s\n",
+           (void *)back.func == (void *)kfill || back.kern == kfill ? "yes" : "no");
+    CHECK(cuGraphDestroy(cg));
+
     /* Refused: a node of another kind, another graph's node, no
      * parameters, no executable. */
-    CUDA_KERNEL_NODE_PARAMS back;
     printf("memset node read: %s\n", result_name(get(set_node, &back)));
     printf("memset node set: %s\n", result_name(set(set_node, &gp)));
     printf("executable's memset node set: %s\n", result_name(exec_set(x, set_node, &gp)));
@@ -1080,6 +1109,7 @@ static int kernelparams(CUcontext ctx)
     CHECK(cuGraphDestroy(other));
     CHECK(cuGraphDestroy(g));
     CHECK(cuModuleUnload(mod));
+    CHECK(cuLibraryUnload(lib));
     CHECK(cuMemFree_v2(w));
     CHECK(cuStreamDestroy_v2(st));
     return 0;

@@ -217,7 +217,8 @@ func TestRemoteCaptureInfoGraph(t *testing.T) {
 // the entry points resolved at 12000 as a CUDA 12 runtime does: the
 // executable's node runs with another value, output and function from
 // its next launch while the graph's node stays; the graph's node changed
-// leaves the executable alone and reaches a new one; a memset node,
+// leaves the executable alone and reaches a new one; a library kernel's
+// node, added or captured, gives back the program's kernel; a memset node,
 // another graph's node, missing parameters and a function of another
 // device's context are refused alike.
 func TestRemoteGraphKernelNodeParams(t *testing.T) {
@@ -231,6 +232,7 @@ func TestRemoteGraphKernelNodeParams(t *testing.T) {
 		"two launches of add: 0 209 0 286331153\n",
 		"graph's node now: fill, grid 1x1x1, block 1x1x1, shared 0, word 2, value 5, count 1\nthe executable after it: 0 100 0 286331153\na new executable: 0 0 5 286331153\n",
 		"executable's memset node set: CUDA_ERROR_INVALID_VALUE\nanother graph's node set: CUDA_ERROR_INVALID_VALUE\n",
+		"a kernel's node: its kernel: the same, a function: no\na captured kernel's node: its function the kernel: yes\n",
 		"another device's function: CUDA_ERROR_INVALID_VALUE\nthe executable after the refusals: 0 100 0 286331153\n",
 	} {
 		if local.code != 0 || !strings.Contains(local.stdout, want) {
