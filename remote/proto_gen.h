@@ -305,35 +305,37 @@ enum fgr_op {
     FGR_OP_cuStreamAttachMemAsync = 296,
     FGR_OP_cuStreamAttachMemAsync_ptsz = 297,
     FGR_OP_cuGraphExecMemcpyNodeSetParams = 298,
-    FGR_OP_fgrGraphAddHostNode = 299,
-    FGR_OP_fgrGraphAddKernelNode = 300,
-    FGR_OP_fgrGraphHostAlloc = 301,
-    FGR_OP_fgrGraphHostFree = 302,
-    FGR_OP_fgrGraphLaunchHost = 303,
-    FGR_OP_fgrGraphHostRead = 304,
-    FGR_OP_cuGraphDestroyNode = 305,
-    FGR_OP_cuGraphAddEventRecordNode = 306,
-    FGR_OP_cuGraphAddEventWaitNode = 307,
-    FGR_OP_cuGraphExecGetFlags = 308,
-    FGR_OP_cuGraphConditionalHandleCreate = 309,
-    FGR_OP_fgrGraphAddConditionalNode = 310,
-    FGR_OP_fgrGraphConditionalNodeGetParams = 311,
-    FGR_OP_fgrGraphConditionalNodeSetParams = 312,
-    FGR_OP_cuGraphExecUpdate_v2 = 313,
-    FGR_OP_xt_ctx = 314,
-    FGR_OP_xt_ctx_39 = 315,
-    FGR_OP_xt_ctx_51 = 316,
-    FGR_OP_xt_simA = 317,
-    FGR_OP_xt_simA_1 = 318,
-    FGR_OP_xt_simA_2 = 319,
-    FGR_OP_xt_simA_7 = 320,
-    FGR_OP_xt_simB = 321,
-    FGR_OP_xt_simB_1 = 322,
-    FGR_OP_xt_simB_2 = 323,
-    FGR_NUM_OPS = 324
+    FGR_OP_fgrGraphKernelNodeGetParams = 299,
+    FGR_OP_fgrGraphKernelNodeSetParams = 300,
+    FGR_OP_fgrGraphAddHostNode = 301,
+    FGR_OP_fgrGraphAddKernelNode = 302,
+    FGR_OP_fgrGraphHostAlloc = 303,
+    FGR_OP_fgrGraphHostFree = 304,
+    FGR_OP_fgrGraphLaunchHost = 305,
+    FGR_OP_fgrGraphHostRead = 306,
+    FGR_OP_cuGraphDestroyNode = 307,
+    FGR_OP_cuGraphAddEventRecordNode = 308,
+    FGR_OP_cuGraphAddEventWaitNode = 309,
+    FGR_OP_cuGraphExecGetFlags = 310,
+    FGR_OP_cuGraphConditionalHandleCreate = 311,
+    FGR_OP_fgrGraphAddConditionalNode = 312,
+    FGR_OP_fgrGraphConditionalNodeGetParams = 313,
+    FGR_OP_fgrGraphConditionalNodeSetParams = 314,
+    FGR_OP_cuGraphExecUpdate_v2 = 315,
+    FGR_OP_xt_ctx = 316,
+    FGR_OP_xt_ctx_39 = 317,
+    FGR_OP_xt_ctx_51 = 318,
+    FGR_OP_xt_simA = 319,
+    FGR_OP_xt_simA_1 = 320,
+    FGR_OP_xt_simA_2 = 321,
+    FGR_OP_xt_simA_7 = 322,
+    FGR_OP_xt_simB = 323,
+    FGR_OP_xt_simB_1 = 324,
+    FGR_OP_xt_simB_2 = 325,
+    FGR_NUM_OPS = 326
 };
 
-#define FGR_OPS_HASH 0x13b57072d9565458ULL
+#define FGR_OPS_HASH 0x5a0a415b0444c8a7ULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
@@ -516,6 +518,11 @@ CUresult cuStreamCopyAttributes_ptsz(CUstream dst, CUstream src);
 CUresult cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
 CUresult cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
 CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D *copyParams, CUcontext ctx);
+CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS *nodeParams);
+CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams);
+CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams);
+CUresult fgrGraphKernelNodeGetParams(CUgraphNode hNode, CUfunction *f, CUkernel *kern, unsigned int *dims, unsigned int *sharedMemBytes, void *params, unsigned int cap, unsigned int *bytes);
+CUresult fgrGraphKernelNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void **kernelParams, void **extra);
 CUresult fgrGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, unsigned long long id);
 CUresult fgrGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void **kernelParams, void **extra);
 CUresult fgrGraphHostAlloc(CUdeviceptr *dptr, size_t bytes);

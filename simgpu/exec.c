@@ -1156,6 +1156,42 @@ static CUresult extra_params(CUfunction fn, void **params, void **extra, void *o
     return CUDA_SUCCESS;
 }
 
+/* The parameters a kernel node keeps (see struct sim_knode), checked as a
+ * launch's. */
+static CUresult knode_make(const CUDA_KERNEL_NODE_PARAMS *p, struct sim_knode *k)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_func *f = as_func(p->func ? (void *)p->func : (void *)p->kern);
+    if (!f)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!p->gridDimX || !p->gridDimY || !p->gridDimZ || !p->blockDimX || !p->blockDimY || !p->blockDimZ ||
+        (uint64_t)p->blockDimX * p->blockDimY * p->blockDimZ > 1024)
+        return CUDA_ERROR_INVALID_VALUE;
+    void *packed[8], **use;
+    CUresult r = extra_params((CUfunction)f, p->kernelParams, p->extra, packed, &use);
+    if (r)
+        return r;
+    memset(k, 0, sizeof *k);
+    k->f = f;
+    builtin_args(f, use, &k->args);
+    k->p = *p;
+    k->p.kernelParams = NULL;
+    k->p.extra = NULL;
+    k->kept = 1;
+    size_t off, sz;
+    for (size_t i = 0; param_info(f, i, &off, &sz) == CUDA_SUCCESS; i++) {
+        if (i >= SIM_KNODE_PARAMS || off > SIM_KNODE_BYTES || sz > SIM_KNODE_BYTES - off) {
+            k->kept = 0;
+            break;
+        }
+        if (use)
+            memcpy(k->bytes + off, use[i], sz);
+        k->n = (unsigned)i + 1;
+    }
+    return CUDA_SUCCESS;
+}
+
 static CUresult launch(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                        CUstream h, void **params, int pt)
 {
@@ -1173,7 +1209,12 @@ static CUresult launch(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, uns
     struct sim_kargs a;
     builtin_args(f, params, &a);
     if (sim_stream_captured(s)) {
-        struct sim_node *n = sim_node_kernel(f, &a);
+        CUDA_KERNEL_NODE_PARAMS p = {.func = fn, .gridDimX = gx, .gridDimY = gy, .gridDimZ = gz,
+                                     .blockDimX = bx, .blockDimY = by, .blockDimZ = bz, .kernelParams = params};
+        struct sim_knode k;
+        if ((r = knode_make(&p, &k)) != CUDA_SUCCESS)
+            return r;
+        struct sim_node *n = sim_node_kernel(&k);
         if (!n)
             return CUDA_ERROR_OUT_OF_MEMORY;
         if (sim_capture_route(s, n, &r))
@@ -1191,21 +1232,76 @@ SIM_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hG
     SIM_GATE();
     if (!sim_initialized)
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (!phGraphNode || !p)
+    if (!phGraphNode)
         return CUDA_ERROR_INVALID_VALUE;
-    struct sim_func *f = as_func(p->func ? (void *)p->func : (void *)p->kern);
-    if (!f)
-        return CUDA_ERROR_INVALID_HANDLE;
-    if (!p->gridDimX || !p->gridDimY || !p->gridDimZ || !p->blockDimX || !p->blockDimY || !p->blockDimZ ||
-        (uint64_t)p->blockDimX * p->blockDimY * p->blockDimZ > 1024)
-        return CUDA_ERROR_INVALID_VALUE;
-    void *packed[8], **use;
-    CUresult r = extra_params((CUfunction)f, p->kernelParams, p->extra, packed, &use);
+    struct sim_knode k;
+    CUresult r = knode_make(p, &k);
     if (r)
         return r;
-    struct sim_kargs a;
-    builtin_args(f, use, &a);
-    return sim_graph_add_node(phGraphNode, hGraph, dependencies, numDependencies, sim_node_kernel(f, &a));
+    return sim_graph_add_node(phGraphNode, hGraph, dependencies, numDependencies, sim_node_kernel(&k));
+}
+
+/* A kernel node's parameters as given, in the node's own copy (valid
+ * until they change); a node whose parameters did not fit answers
+ * CUDA_ERROR_NOT_SUPPORTED. */
+SIM_EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+    SIM_GATE();
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    struct sim_knode *k;
+    CUresult r = nodeParams ? sim_knode_of(NULL, hNode, &k) : CUDA_ERROR_INVALID_VALUE;
+    if (r)
+        return r;
+    if (!k->kept)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    size_t off, sz;
+    for (unsigned i = 0; i < k->n && param_info(k->f, i, &off, &sz) == CUDA_SUCCESS; i++)
+        k->argv[i] = k->bytes + off;
+    *nodeParams = k->p;
+    nodeParams->kernelParams = k->argv;
+    return CUDA_SUCCESS;
+}
+
+/* The graph's node changes; executable graphs made from it do not. */
+SIM_EXPORT CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+    SIM_GATE();
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    struct sim_knode *k, made;
+    CUresult r = sim_knode_of(NULL, hNode, &k);
+    if (r || (r = knode_make(nodeParams, &made)))
+        return r;
+    *k = made;
+    return CUDA_SUCCESS;
+}
+
+/* The device a function's module was loaded on (-1: a library's, loaded
+ * in every context). */
+static int func_dev(const struct sim_func *f)
+{
+    const struct sim_module *m = as_module(f->module);
+    return m ? m->dev : -1;
+}
+
+/* The executable's copy of hNode runs with nodeParams from its next
+ * launch; the graph's node stays as it was. Anything may change but the
+ * device (the context) of the function. */
+SIM_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                      const CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+    SIM_GATE();
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    struct sim_knode *k, made;
+    CUresult r = hGraphExec ? sim_knode_of(hGraphExec, hNode, &k) : CUDA_ERROR_INVALID_VALUE;
+    if (r || (r = knode_make(nodeParams, &made)))
+        return r;
+    if (func_dev(made.f) != func_dev(k->f))
+        return CUDA_ERROR_INVALID_VALUE;
+    *k = made;
+    return CUDA_SUCCESS;
 }
 
 SIM_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,

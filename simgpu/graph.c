@@ -68,10 +68,7 @@ struct sim_node {
     size_t ndeps;
     unsigned mark;
     union {
-        struct {
-            struct sim_func *f;
-            struct sim_kargs args;
-        } kernel;
+        struct sim_knode kernel;
         struct {
             void *dst;
             const void *src;
@@ -192,13 +189,11 @@ static struct sim_node *node_new(CUgraphNodeType type)
     return n;
 }
 
-struct sim_node *sim_node_kernel(struct sim_func *f, const struct sim_kargs *a)
+struct sim_node *sim_node_kernel(const struct sim_knode *k)
 {
     struct sim_node *n = node_new(CU_GRAPH_NODE_TYPE_KERNEL);
-    if (n) {
-        n->u.kernel.f = f;
-        n->u.kernel.args = *a;
-    }
+    if (n)
+        n->u.kernel = *k;
     return n;
 }
 
@@ -1485,6 +1480,19 @@ static struct sim_node *exec_copy(const struct sim_exec *x, const struct sim_nod
         }
     }
     return NULL;
+}
+
+CUresult sim_knode_of(CUgraphExec hGraphExec, CUgraphNode hNode, struct sim_knode **k)
+{
+    struct sim_node *n = as_node(hNode);
+    if (hGraphExec) {
+        struct sim_exec *x = as_exec(hGraphExec);
+        n = x && n ? exec_copy(x, n) : NULL;
+    }
+    if (!n || n->type != CU_GRAPH_NODE_TYPE_KERNEL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *k = &n->u.kernel;
+    return CUDA_SUCCESS;
 }
 
 SIM_EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *nodeParams)

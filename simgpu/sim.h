@@ -267,6 +267,22 @@ struct sim_kargs {
     int32_t n;
 };
 
+/* A kernel node: the builtin's arguments it runs with, and what it was
+ * given (cuGraphKernelNodeGetParams_v2's answer): its shape, function or
+ * kernel and context, and its parameters' bytes at the function's offsets
+ * when they fit (kept; argv points at them once asked for). */
+#define SIM_KNODE_PARAMS 8
+#define SIM_KNODE_BYTES 256
+struct sim_knode {
+    struct sim_func *f;
+    struct sim_kargs args;
+    CUDA_KERNEL_NODE_PARAMS p; /* no parameter pointers */
+    int kept;
+    unsigned n;
+    unsigned char bytes[SIM_KNODE_BYTES];
+    void *argv[SIM_KNODE_PARAMS];
+};
+
 /* core.c */
 extern int sim_initialized;
 /* Arrays (memory.c): whether h is a live array (mip: mipmapped array), and
@@ -321,7 +337,11 @@ CUresult sim_capture_event_use(struct sim_event *e); /* query or synchronize */
 void sim_capture_stream_gone(struct sim_stream *s);
 
 /* graph.c: graphs, their nodes, and the graph memory pool. */
-struct sim_node *sim_node_kernel(struct sim_func *f, const struct sim_kargs *a);
+struct sim_node *sim_node_kernel(const struct sim_knode *k);
+/* The kernel node hNode's parameters: the graph's node (hGraphExec NULL)
+ * or its copy in hGraphExec; CUDA_ERROR_INVALID_VALUE for a node unknown
+ * there or of another kind. */
+CUresult sim_knode_of(CUgraphExec hGraphExec, CUgraphNode hNode, struct sim_knode **k);
 /* Adds n to graph after deps (the handles the program gave), or destroys it. */
 CUresult sim_graph_add_node(CUgraphNode *out, CUgraph graph, const CUgraphNode *deps, size_t ndeps,
                             struct sim_node *n);

@@ -242,6 +242,8 @@ struct fgr_kparams {
 /* (Before the launch is sent, outside the connection's lock, it and
  * fgr_extra_check promote the pinned memory its pointers name.) */
 CUresult fgr_kparams_layout(CUfunction f, void **params, struct fgr_kparams *kp);
+/* The layout alone (a kernel node's parameters read back, graphs.c). */
+CUresult fgr_kparams_of(CUfunction f, struct fgr_kparams *kp);
 void fgr_put_kparams(struct fgr_buf *w, const struct fgr_kparams *kp, void **params);
 /* A launch's extra (local.c): the parameters packed in one buffer, which
  * travel as bytes; an extra with other entries is not supported. */

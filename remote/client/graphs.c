@@ -22,6 +22,84 @@ FGR_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hG
                                  p->kernelParams, p->extra);
 }
 
+/* New parameters of a kernel node (hGraphExec NULL) or of its copy in
+ * hGraphExec, sent as cuGraphAddKernelNode_v2's are. */
+static CUresult kernel_node_set(const char *name, CUgraphExec hGraphExec, CUgraphNode hNode,
+                                const CUDA_KERNEL_NODE_PARAMS *p)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (p->ctx && p->ctx != fgr_current())
+        return fgr_unsupported(-1, name, "a kernel node in a context not current");
+    CUfunction f = p->func ? p->func : (CUfunction)p->kern;
+    return fgrGraphKernelNodeSetParams(hGraphExec, hNode, f, p->gridDimX, p->gridDimY, p->gridDimZ, p->blockDimX,
+                                       p->blockDimY, p->blockDimZ, p->sharedMemBytes, p->kernelParams, p->extra);
+}
+
+FGR_EXPORT CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+    return kernel_node_set("cuGraphKernelNodeSetParams_v2", NULL, hNode, nodeParams);
+}
+
+FGR_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                      const CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+    if (!hGraphExec)
+        return CUDA_ERROR_INVALID_VALUE;
+    return kernel_node_set("cuGraphExecKernelNodeSetParams_v2", hGraphExec, hNode, nodeParams);
+}
+
+/* A kernel node's parameters: the bytes come back one after another, and
+ * kernelParams points at each in the calling thread's copy (the
+ * function's layout tells where), valid until its next such call. */
+static __thread unsigned char *kparam_bytes;
+static __thread void **kparam_ptrs;
+static __thread uint32_t kparam_nptrs;
+
+FGR_EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+    if (!nodeParams)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!kparam_bytes && !(kparam_bytes = malloc(FGR_MAX_KPARAM_BYTES)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUfunction f = NULL;
+    CUkernel kern = NULL;
+    unsigned dims[6] = {0}, shm = 0, bytes = 0;
+    CUresult r =
+        fgrGraphKernelNodeGetParams(hNode, &f, &kern, dims, &shm, kparam_bytes, FGR_MAX_KPARAM_BYTES, &bytes);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct fgr_kparams kp;
+    if ((r = fgr_kparams_of(f ? f : (CUfunction)kern, &kp)) != CUDA_SUCCESS)
+        return r;
+    if (kp.n > kparam_nptrs) {
+        void **more = realloc(kparam_ptrs, kp.n * sizeof *more);
+        if (!more)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        kparam_ptrs = more;
+        kparam_nptrs = kp.n;
+    }
+    uint64_t at = 0;
+    for (uint32_t i = 0; i < kp.n; i++) {
+        kparam_ptrs[i] = kparam_bytes + at;
+        at += kp.size[i];
+    }
+    if (at != bytes) /* the server's layout and the client's disagree */
+        return fgr_unsupported(-1, "cuGraphKernelNodeGetParams_v2", "parameters of another layout than the function's");
+    memset(nodeParams, 0, sizeof *nodeParams);
+    nodeParams->func = f;
+    nodeParams->kern = kern;
+    nodeParams->gridDimX = dims[0];
+    nodeParams->gridDimY = dims[1];
+    nodeParams->gridDimZ = dims[2];
+    nodeParams->blockDimX = dims[3];
+    nodeParams->blockDimY = dims[4];
+    nodeParams->blockDimZ = dims[5];
+    nodeParams->sharedMemBytes = shm;
+    nodeParams->kernelParams = kparam_ptrs;
+    return CUDA_SUCCESS;
+}
+
 /* A host node runs the program's function here at each launch: over
  * shm:// the executor's gate hands it to the host-function thread
  * (hostfn.c); over a socket nothing can call back, so it is refused. */

@@ -940,13 +940,22 @@ CUresult fgr_kparams_layout(CUfunction f, void **params, struct fgr_kparams *kp)
     kp->size = NULL;
     if (!params)
         return CUDA_SUCCESS;
+    CUresult r = fgr_kparams_of(f, kp);
+    if (r == CUDA_SUCCESS)
+        promote_params(kp, params);
+    return r;
+}
+
+CUresult fgr_kparams_of(CUfunction f, struct fgr_kparams *kp)
+{
+    kp->n = 0;
+    kp->size = NULL;
     pthread_mutex_lock(&layout_lock);
     for (struct layout *l = layouts[bucket(f)]; l; l = l->next)
         if (l->f == f) {
             kp->n = l->n;
             kp->size = l->size;
             pthread_mutex_unlock(&layout_lock);
-            promote_params(kp, params);
             return CUDA_SUCCESS;
         }
     pthread_mutex_unlock(&layout_lock);
@@ -994,7 +1003,6 @@ CUresult fgr_kparams_layout(CUfunction f, void **params, struct fgr_kparams *kp)
     pthread_mutex_unlock(&layout_lock);
     kp->n = n;
     kp->size = size;
-    promote_params(kp, params);
     return CUDA_SUCCESS;
 }
 

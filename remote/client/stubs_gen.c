@@ -5141,6 +5141,70 @@ CUresult fgr_fwd_cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphN
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult fgrGraphKernelNodeGetParams(CUgraphNode hNode, CUfunction *f, CUkernel *kern, unsigned int *dims, unsigned int *sharedMemBytes, void *params, unsigned int cap, unsigned int *bytes)
+{
+    CUresult fgr_r;
+    uint64_t n_f = f ? sizeof(CUfunction) : 0;
+    uint64_t n_kern = kern ? sizeof(CUkernel) : 0;
+    uint64_t n_dims = dims ? fgr_mul((uint64_t)(6), sizeof(unsigned int)) : 0;
+    if (n_dims > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrGraphKernelNodeGetParams", "a buffer over the frame limit");
+    uint64_t n_sharedMemBytes = sharedMemBytes ? sizeof(unsigned int) : 0;
+    uint64_t n_params = params ? fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_KPARAM_BYTES)), 1) : 0;
+    if (n_params > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrGraphKernelNodeGetParams", "a buffer over the frame limit");
+    uint64_t n_bytes = bytes ? sizeof(unsigned int) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrGraphKernelNodeGetParams, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u64(&fgr_c.w, (uint64_t)cap);
+    fgr_put_u8(&fgr_c.w, f != NULL);
+    fgr_put_u8(&fgr_c.w, kern != NULL);
+    fgr_put_u8(&fgr_c.w, dims != NULL);
+    fgr_put_u8(&fgr_c.w, sharedMemBytes != NULL);
+    fgr_put_u8(&fgr_c.w, params != NULL);
+    fgr_put_u8(&fgr_c.w, bytes != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, f, n_f, 0);
+    fgr_get_out(&fgr_c, kern, n_kern, 0);
+    fgr_get_out(&fgr_c, dims, n_dims, 0);
+    fgr_get_out(&fgr_c, sharedMemBytes, n_sharedMemBytes, 0);
+    fgr_get_out(&fgr_c, params, n_params, 0);
+    fgr_get_out(&fgr_c, bytes, n_bytes, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrGraphKernelNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void **kernelParams, void **extra)
+{
+    CUresult fgr_r;
+    struct fgr_kparams fgr_kp;
+    if ((fgr_r = fgr_kparams_layout(f, kernelParams, &fgr_kp)) != CUDA_SUCCESS)
+        return fgr_refused_here("fgrGraphKernelNodeSetParams", fgr_r);
+    struct fgr_extra fgr_ex;
+    if ((fgr_r = fgr_extra_check(extra, kernelParams, &fgr_ex, "fgrGraphKernelNodeSetParams")) != CUDA_SUCCESS)
+        return fgr_refused_here("fgrGraphKernelNodeSetParams", fgr_r);
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrGraphKernelNodeSetParams, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraphExec);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)f);
+    fgr_put_u64(&fgr_c.w, (uint64_t)gridDimX);
+    fgr_put_u64(&fgr_c.w, (uint64_t)gridDimY);
+    fgr_put_u64(&fgr_c.w, (uint64_t)gridDimZ);
+    fgr_put_u64(&fgr_c.w, (uint64_t)blockDimX);
+    fgr_put_u64(&fgr_c.w, (uint64_t)blockDimY);
+    fgr_put_u64(&fgr_c.w, (uint64_t)blockDimZ);
+    fgr_put_u64(&fgr_c.w, (uint64_t)sharedMemBytes);
+    fgr_put_kparams(&fgr_c.w, &fgr_kp, kernelParams);
+    fgr_put_extra(&fgr_c.w, &fgr_ex);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult fgrGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, unsigned long long id)
 {
     CUresult fgr_r;
@@ -5772,6 +5836,8 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamAttachMemAsync] = "cuStreamAttachMemAsync",
     [FGR_OP_cuStreamAttachMemAsync_ptsz] = "cuStreamAttachMemAsync_ptsz",
     [FGR_OP_cuGraphExecMemcpyNodeSetParams] = "cuGraphExecMemcpyNodeSetParams",
+    [FGR_OP_fgrGraphKernelNodeGetParams] = "fgrGraphKernelNodeGetParams",
+    [FGR_OP_fgrGraphKernelNodeSetParams] = "fgrGraphKernelNodeSetParams",
     [FGR_OP_fgrGraphAddHostNode] = "fgrGraphAddHostNode",
     [FGR_OP_fgrGraphAddKernelNode] = "fgrGraphAddKernelNode",
     [FGR_OP_fgrGraphHostAlloc] = "fgrGraphHostAlloc",
@@ -6236,6 +6302,11 @@ const struct fg_proc fgr_procs[] = {
     {"cuStreamAttachMemAsync", "cuStreamAttachMemAsync", 6000, 0, (void *)cuStreamAttachMemAsync},
     {"cuStreamAttachMemAsync", "cuStreamAttachMemAsync_ptsz", 7000, 1, (void *)cuStreamAttachMemAsync_ptsz},
     {"cuGraphExecMemcpyNodeSetParams", "cuGraphExecMemcpyNodeSetParams", 10020, 0, (void *)cuGraphExecMemcpyNodeSetParams},
+    {"cuGraphKernelNodeGetParams", "cuGraphKernelNodeGetParams_v2", 12000, 0, (void *)cuGraphKernelNodeGetParams_v2},
+    {"cuGraphKernelNodeSetParams", "cuGraphKernelNodeSetParams_v2", 12000, 0, (void *)cuGraphKernelNodeSetParams_v2},
+    {"cuGraphExecKernelNodeSetParams", "cuGraphExecKernelNodeSetParams_v2", 12000, 0, (void *)cuGraphExecKernelNodeSetParams_v2},
+    {"fgrGraphKernelNodeGetParams", "fgrGraphKernelNodeGetParams", 0, 0, (void *)fgrGraphKernelNodeGetParams},
+    {"fgrGraphKernelNodeSetParams", "fgrGraphKernelNodeSetParams", 0, 0, (void *)fgrGraphKernelNodeSetParams},
     {"fgrGraphAddHostNode", "fgrGraphAddHostNode", 0, 0, (void *)fgrGraphAddHostNode},
     {"fgrGraphAddKernelNode", "fgrGraphAddKernelNode", 0, 0, (void *)fgrGraphAddKernelNode},
     {"fgrGraphHostAlloc", "fgrGraphHostAlloc", 0, 0, (void *)fgrGraphHostAlloc},

@@ -299,6 +299,8 @@ typedef CUresult (*pfn_cuStreamCopyAttributes_ptsz)(CUstream dst, CUstream src);
 typedef CUresult (*pfn_cuStreamAttachMemAsync)(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
 typedef CUresult (*pfn_cuStreamAttachMemAsync_ptsz)(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
 typedef CUresult (*pfn_cuGraphExecMemcpyNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D *copyParams, CUcontext ctx);
+typedef CUresult (*pfn_fgrGraphKernelNodeGetParams)(CUgraphNode hNode, CUfunction *f, CUkernel *kern, unsigned int *dims, unsigned int *sharedMemBytes, void *params, unsigned int cap, unsigned int *bytes);
+typedef CUresult (*pfn_fgrGraphKernelNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void **kernelParams, void **extra);
 typedef CUresult (*pfn_fgrGraphAddHostNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, unsigned long long id);
 typedef CUresult (*pfn_fgrGraphAddKernelNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void **kernelParams, void **extra);
 typedef CUresult (*pfn_fgrGraphHostAlloc)(CUdeviceptr *dptr, size_t bytes);
@@ -6590,6 +6592,102 @@ static CUresult op_cuGraphExecMemcpyNodeSetParams(struct fgr_rd *rd, struct fgr_
     return fgr_r;
 }
 
+static CUresult op_fgrGraphKernelNodeGetParams(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    unsigned int cap = (unsigned int)fgr_get_u64(rd);
+    int has_f = fgr_get_u8(rd);
+    int has_kern = fgr_get_u8(rd);
+    int has_dims = fgr_get_u8(rd);
+    int has_sharedMemBytes = fgr_get_u8(rd);
+    int has_params = fgr_get_u8(rd);
+    int has_bytes = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUfunction *f = NULL;
+    CUkernel *kern = NULL;
+    unsigned int *dims = NULL;
+    const uint64_t fgr_n_dims = fgr_mul((uint64_t)(6), sizeof(unsigned int));
+    unsigned int *sharedMemBytes = NULL;
+    void *params = NULL;
+    const uint64_t fgr_n_params = fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_KPARAM_BYTES)), 1);
+    unsigned int *bytes = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("fgrGraphKernelNodeGetParams", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(!has_dims || fgr_mul((uint64_t)(6), sizeof(unsigned int)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrGraphKernelNodeGetParams", "dims", fgr_mul((uint64_t)(6), sizeof(unsigned int)), CUDA_ERROR_INVALID_VALUE);
+    else if (!(!has_params || fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_KPARAM_BYTES)), 1) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrGraphKernelNodeGetParams", "params", fgr_mul((uint64_t)(fgr_min(cap,FGR_MAX_KPARAM_BYTES)), 1), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_f && !(f = fgr_out(q, sizeof(CUfunction))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_kern && !(kern = fgr_out(q, sizeof(CUkernel))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_dims && !(dims = fgr_out(q, fgr_n_dims)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_sharedMemBytes && !(sharedMemBytes = fgr_out(q, sizeof(unsigned int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_params && !(params = fgr_out(q, fgr_n_params)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_bytes && !(bytes = fgr_out(q, sizeof(unsigned int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrGraphKernelNodeGetParams)fgr_real[FGR_OP_fgrGraphKernelNodeGetParams])(hNode, f, kern, dims, sharedMemBytes, params, cap, bytes);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (f)
+            fgr_add(FGR_H_CUfunction, (uint64_t)(uintptr_t)*f, FGR_H_CUcontext, fgr_ctx);
+        if (kern)
+            fgr_add(FGR_H_CUkernel, (uint64_t)(uintptr_t)*kern, FGR_H_CUcontext, fgr_ctx);
+        if (fgr_out_n(FGR_H_CUfunction, f, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+        if (fgr_out_n(FGR_H_CUkernel, kern, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_f)
+        fgr_reply_out(q, f, sizeof(CUfunction), 0, fgr_r);
+    if (has_kern)
+        fgr_reply_out(q, kern, sizeof(CUkernel), 0, fgr_r);
+    if (has_dims)
+        fgr_reply_out(q, dims, fgr_n_dims, 0, fgr_r);
+    if (has_sharedMemBytes)
+        fgr_reply_out(q, sharedMemBytes, sizeof(unsigned int), 0, fgr_r);
+    if (has_params)
+        fgr_reply_out(q, params, fgr_n_params, 0, fgr_r);
+    if (has_bytes)
+        fgr_reply_out(q, bytes, sizeof(unsigned int), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrGraphKernelNodeSetParams(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_in(FGR_H_CUgraphExec, fgr_get_u64(rd));
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    CUfunction f = (CUfunction)(uintptr_t)fgr_in(FGR_H_CUfunction, fgr_get_u64(rd));
+    unsigned int gridDimX = (unsigned int)fgr_get_u64(rd);
+    unsigned int gridDimY = (unsigned int)fgr_get_u64(rd);
+    unsigned int gridDimZ = (unsigned int)fgr_get_u64(rd);
+    unsigned int blockDimX = (unsigned int)fgr_get_u64(rd);
+    unsigned int blockDimY = (unsigned int)fgr_get_u64(rd);
+    unsigned int blockDimZ = (unsigned int)fgr_get_u64(rd);
+    unsigned int sharedMemBytes = (unsigned int)fgr_get_u64(rd);
+    void **kernelParams = fgr_get_kparams(rd, q);
+    void **extra = fgr_get_extra(rd, q);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec)))
+        fgr_r = fgr_refuse("fgrGraphKernelNodeSetParams", "hGraphExec", (uint64_t)(uintptr_t)hGraphExec, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("fgrGraphKernelNodeSetParams", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)f)))
+        fgr_r = fgr_refuse("fgrGraphKernelNodeSetParams", "f", (uint64_t)(uintptr_t)f, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrGraphKernelNodeSetParams)fgr_real[FGR_OP_fgrGraphKernelNodeSetParams])(hGraphExec, hNode, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, kernelParams, extra);
+    return fgr_r;
+}
+
 static CUresult op_fgrGraphAddHostNode(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -7510,6 +7608,8 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamAttachMemAsync] = {"cuStreamAttachMemAsync", op_cuStreamAttachMemAsync, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamAttachMemAsync_ptsz] = {"cuStreamAttachMemAsync_ptsz", op_cuStreamAttachMemAsync_ptsz, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphExecMemcpyNodeSetParams] = {"cuGraphExecMemcpyNodeSetParams", op_cuGraphExecMemcpyNodeSetParams, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrGraphKernelNodeGetParams] = {"fgrGraphKernelNodeGetParams", op_fgrGraphKernelNodeGetParams, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrGraphKernelNodeSetParams] = {"fgrGraphKernelNodeSetParams", op_fgrGraphKernelNodeSetParams, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrGraphAddHostNode] = {"fgrGraphAddHostNode", op_fgrGraphAddHostNode, 0, FGR_MAX_FRAME},
     [FGR_OP_fgrGraphAddKernelNode] = {"fgrGraphAddKernelNode", op_fgrGraphAddKernelNode, 0, FGR_MAX_FRAME},
     [FGR_OP_fgrGraphHostAlloc] = {"fgrGraphHostAlloc", op_fgrGraphHostAlloc, 0, FGR_SMALL_FRAME},

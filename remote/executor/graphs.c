@@ -36,6 +36,77 @@ static CUresult kernel_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgr
     return add_kernel_node(phGraphNode, hGraph, dependencies, numDependencies, &p);
 }
 
+static CUresult (*kernel_get)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS *);
+static CUresult (*kernel_set)(CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *);
+static CUresult (*exec_kernel_set)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *);
+
+/* fgrGraphKernelNodeSetParams: the node's (hGraphExec NULL) or its copy's
+ * in hGraphExec, put together as kernel_node's. */
+static CUresult kernel_node_set(CUgraphExec hGraphExec, CUgraphNode hNode, CUfunction f, unsigned int gridDimX,
+                                unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX,
+                                unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes,
+                                void **kernelParams, void **extra)
+{
+    CUDA_KERNEL_NODE_PARAMS p = {
+        .gridDimX = gridDimX,
+        .gridDimY = gridDimY,
+        .gridDimZ = gridDimZ,
+        .blockDimX = blockDimX,
+        .blockDimY = blockDimY,
+        .blockDimZ = blockDimZ,
+        .sharedMemBytes = sharedMemBytes,
+        .kernelParams = kernelParams,
+        .extra = extra,
+    };
+    if (fgr_has(FGR_H_CUkernel, (uint64_t)(uintptr_t)f) && f)
+        p.kern = (CUkernel)f;
+    else
+        p.func = f;
+    if (hGraphExec)
+        return exec_kernel_set ? exec_kernel_set(hGraphExec, hNode, &p) : CUDA_ERROR_NOT_SUPPORTED;
+    return kernel_set ? kernel_set(hNode, &p) : CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* fgrGraphKernelNodeGetParams: the node's function and library kernel
+ * as the driver gives them, its launch shape, and its parameters one
+ * after another as the function (else the kernel) lays them out (at most
+ * cap bytes; *bytes of them). */
+static CUresult kernel_node_get(CUgraphNode hNode, CUfunction *f, CUkernel *kern, unsigned int *dims,
+                                unsigned int *sharedMemBytes, void *params, unsigned int cap, unsigned int *bytes)
+{
+    if (!f || !kern || !dims || !sharedMemBytes || !bytes || (cap && !params))
+        return CUDA_ERROR_INVALID_VALUE;
+    CUDA_KERNEL_NODE_PARAMS p;
+    memset(&p, 0, sizeof p);
+    CUresult r = kernel_get(hNode, &p);
+    if (r != CUDA_SUCCESS)
+        return r;
+    unsigned n = 0;
+    unsigned sizes[FGR_MAX_KPARAMS];
+    if ((r = fgr_func_sizes(p.func ? p.func : (CUfunction)p.kern, FGR_MAX_KPARAMS, &n, sizes)) != CUDA_SUCCESS)
+        return r;
+    if (n && !p.kernelParams) /* given in extra: not laid out by the driver */
+        return CUDA_ERROR_NOT_SUPPORTED;
+    size_t at = 0;
+    for (unsigned i = 0; i < n; i++) {
+        if (sizes[i] > cap - at)
+            return CUDA_ERROR_INVALID_VALUE;
+        memcpy((char *)params + at, p.kernelParams[i], sizes[i]);
+        at += sizes[i];
+    }
+    *f = p.func;
+    *kern = p.kern;
+    dims[0] = p.gridDimX;
+    dims[1] = p.gridDimY;
+    dims[2] = p.gridDimZ;
+    dims[3] = p.blockDimX;
+    dims[4] = p.blockDimY;
+    dims[5] = p.blockDimZ;
+    *sharedMemBytes = p.sharedMemBytes;
+    *bytes = (unsigned)at;
+    return CUDA_SUCCESS;
+}
+
 static CUresult (*add_node_v2)(CUgraphNode *, CUgraph, const CUgraphNode *, const CUgraphEdgeData *, size_t,
                                CUgraphNodeParams *);
 static CUresult (*add_node)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraphNodeParams *);
@@ -176,6 +247,11 @@ void fgr_graphs_init(void *driver)
     *(void **)&add_kernel_node = dlsym(driver, "cuGraphAddKernelNode_v2");
     if (add_kernel_node)
         fgr_real[FGR_OP_fgrGraphAddKernelNode] = (void *)kernel_node;
+    *(void **)&kernel_get = dlsym(driver, "cuGraphKernelNodeGetParams_v2");
+    *(void **)&kernel_set = dlsym(driver, "cuGraphKernelNodeSetParams_v2");
+    *(void **)&exec_kernel_set = dlsym(driver, "cuGraphExecKernelNodeSetParams_v2");
+    fgr_real[FGR_OP_fgrGraphKernelNodeGetParams] = kernel_get ? (void *)kernel_node_get : NULL;
+    fgr_real[FGR_OP_fgrGraphKernelNodeSetParams] = kernel_set || exec_kernel_set ? (void *)kernel_node_set : NULL;
     *(void **)&add_node_v2 = dlsym(driver, "cuGraphAddNode_v2");
     *(void **)&add_node = dlsym(driver, "cuGraphAddNode");
     *(void **)&node_get_params = dlsym(driver, "cuGraphNodeGetParams");

@@ -233,7 +233,7 @@ static CUresult sizes_of(param_info info, void *f, unsigned int max, unsigned in
 
 /* A library's kernel given for a function (the executor's handle check
  * lets it be one) is asked about as a kernel. */
-static CUresult func_sizes(CUfunction f, unsigned int max, unsigned int *count, unsigned int *sizes)
+CUresult fgr_func_sizes(CUfunction f, unsigned int max, unsigned int *count, unsigned int *sizes)
 {
     int kernel = f && fgr_has(FGR_H_CUkernel, (uint64_t)(uintptr_t)f);
     CUresult r = sizes_of(kernel ? kernel_info : func_info, f, max, count, sizes);
@@ -251,5 +251,5 @@ void fgr_layout_init(void *driver)
     *(void **)&ctx_device = dlsym(driver, "cuCtxGetDevice");
     *(void **)&attribute = dlsym(driver, "cuDeviceGetAttribute");
     atexit(said_at_exit);
-    fgr_real[FGR_OP_fgrParamSizes] = (void *)func_sizes;
+    fgr_real[FGR_OP_fgrParamSizes] = (void *)fgr_func_sizes;
 }

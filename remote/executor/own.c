@@ -217,7 +217,8 @@ int fgr_has(int kind, uint64_t v)
 
 void fgr_add(int kind, uint64_t v, int okind, uint64_t owner)
 {
-    if (v == 0 || find(kind, v))
+    /* A kernel returned for a function keeps its name. */
+    if (v == 0 || find(kind, v) || (kind == FGR_H_CUfunction && find(FGR_H_CUkernel, v)))
         return;
     if ((used + 1) * 4 > cap * 3 && grow())
         return; /* unknown then, so refused: never a handle the client did not get */
@@ -305,6 +306,8 @@ int fgr_out_n(int kind, void *arr, uint64_t n)
         uint64_t v;
         memcpy(&v, (char *)arr + 8 * i, 8);
         struct ent *e = v ? find(kind, v) : NULL;
+        if (!e && v && kind == FGR_H_CUfunction)
+            e = find(FGR_H_CUkernel, v);
         uint64_t name = e && e->name != NO_NAME ? name_value(e->name) : 0;
         bad |= v && !name; /* never the driver's value: NULL in its place */
         memcpy((char *)arr + 8 * i, &name, 8);

@@ -74,6 +74,11 @@ func valid() []request {
 		// parameters read back with room for four bodies.
 		{"fgrGraphAddConditionalNode", w{}.u64(h.Graph).u64(0).u64(0x5c0d000000000001).u64(0).u64(2).u64(h.Context).u8(1).u8(0).u8(0).u8(1), res + (1 + 8 + 8) + (1 + 8 + 16)},
 		{"fgrGraphConditionalNodeGetParams", w{}.u64(h.Node).u64(4).u8(1).u8(1).u8(1).u8(1).u8(1), res + (1 + 8 + 8) + 2*(1+8+4) + (1 + 8 + 8) + (1 + 8 + 32)},
+		// A kernel node's parameters read (room for 16 bytes of them), and
+		// set on an executable's copy of it.
+		{"fgrGraphKernelNodeGetParams", w{}.u64(h.Node).u64(16).u8(1).u8(1).u8(1).u8(1).u8(1).u8(1), res + 2*(1+8+8) + (1 + 8 + 24) + (1 + 8 + 4) + (1 + 8 + 16) + (1 + 8 + 4)},
+		{"fgrGraphKernelNodeSetParams", w{}.u64(0).u64(h.Node).u64(h.Function).u64(1).u64(1).u64(1).u64(32).u64(1).u64(1).u64(0).
+			u8(1).u32(2).u32(8).raw("pointer!").u32(4).raw("int!").u8(0), res},
 		{"cuMemPoolGetAttribute", w{}.u64(h.Pool).u64(7).u8(1), res + 1 + 8 + 8},
 		{"cuDeviceGetPCIBusId", w{}.u64(32).u64(0).u8(1), res + 1 + 8 + 32},
 		// A function's parameter sizes; mapped pinned memory written and read.
@@ -253,6 +258,13 @@ func TestForeignHandlesAndAddressesRefused(t *testing.T) {
 		{"a conditional node's parameters into 2^20 bodies", "fgrGraphConditionalNodeGetParams", w{}.u64(h.Node).u64(1 << 20).u8(1).u8(1).u8(1).u8(1).u8(1), invalidValue},
 		{"an unknown node's conditional parameters", "fgrGraphConditionalNodeGetParams", w{}.u64(0x7f0000004000).u64(1).u8(1).u8(1).u8(1).u8(1).u8(1), invalidHandle},
 		{"an unknown executable's conditional node", "fgrGraphConditionalNodeSetParams", w{}.u64(0x7f0000007000).u64(h.Node).u64(1).u64(0).u64(1).u64(h.Context), invalidHandle},
+		// Kernel nodes' parameters: a node, executable or function not the
+		// connection's, a node by a graph's name.
+		{"an unknown node's kernel parameters", "fgrGraphKernelNodeGetParams", w{}.u64(0x7f0000004000).u64(16).u8(1).u8(1).u8(1).u8(1).u8(1).u8(1), invalidHandle},
+		{"a graph's kernel parameters", "fgrGraphKernelNodeGetParams", w{}.u64(h.Graph).u64(16).u8(1).u8(1).u8(1).u8(1).u8(1).u8(1), invalidHandle},
+		{"an unknown node's new kernel parameters", "fgrGraphKernelNodeSetParams", w{}.u64(0).u64(0x7f0000004000).u64(h.Function).u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(0).u8(0).u8(0), invalidHandle},
+		{"an unknown executable's kernel node", "fgrGraphKernelNodeSetParams", w{}.u64(0x7f0000007000).u64(h.Node).u64(h.Function).u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(0).u8(0).u8(0), invalidHandle},
+		{"a kernel node set to an unknown function", "fgrGraphKernelNodeSetParams", w{}.u64(0).u64(h.Node).u64(0x7f0000003000).u64(1).u64(1).u64(1).u64(1).u64(1).u64(1).u64(0).u8(0).u8(0), invalidHandle},
 		// Addresses inside a node's structure: a memset node running past
 		// its allocation, a copy node whose host side is not the
 		// connection's memory (the executor's own, say) or whose device

@@ -297,6 +297,12 @@ typedef CUresult (CUDAAPI *fg_sig_cuStreamAttachMemAsync_ptsz)(CUstream hStream,
 SAME(fg_sig_cuStreamAttachMemAsync_ptsz, PFN_cuStreamAttachMemAsync_v7000_ptsz);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphExecMemcpyNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D *copyParams, CUcontext ctx);
 SAME(fg_sig_cuGraphExecMemcpyNodeSetParams, PFN_cuGraphExecMemcpyNodeSetParams_v10020);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphKernelNodeGetParams_v2)(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS *nodeParams);
+SAME(fg_sig_cuGraphKernelNodeGetParams_v2, PFN_cuGraphKernelNodeGetParams_v12000);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphKernelNodeSetParams_v2)(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams);
+SAME(fg_sig_cuGraphKernelNodeSetParams_v2, PFN_cuGraphKernelNodeSetParams_v12000);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphExecKernelNodeSetParams_v2)(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams);
+SAME(fg_sig_cuGraphExecKernelNodeSetParams_v2, PFN_cuGraphExecKernelNodeSetParams_v12000);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphDestroyNode)(CUgraphNode hNode);
 SAME(fg_sig_cuGraphDestroyNode, PFN_cuGraphDestroyNode_v10000);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphAddEventRecordNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);

@@ -34,6 +34,17 @@
  *                         kernel node added after them and made the
  *                         stream's dependencies, captured work after it;
  *                         the graph launched
+ *     graphnodes kernelparams
+ *                         a kernel node's parameters, the entry points
+ *                         resolved as a CUDA 12 runtime does: read back,
+ *                         the executable's changed (another value, another
+ *                         output word, another function) and relaunched,
+ *                         the graph's unchanged; the graph's node changed,
+ *                         the executable not, a new one made from it; a
+ *                         library kernel's node, added and captured, read
+ *                         back as the kernel; calls on a memset node, another graph's node,
+ *                         without parameters and (given two devices) with
+ *                         another device's function refused
  *     graphnodes hostile  what a connection may not name: a memset node
  *                         outside its memory, a forged graph, an allocation
  *                         node's access descriptors (pointers into the
@@ -904,6 +915,206 @@ static int captureinfo(CUcontext ctx)
     return 0;
 }
 
+typedef CUresult (*kget_fn)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS *);
+typedef CUresult (*kset_fn)(CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *);
+typedef CUresult (*kexec_fn)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *);
+
+static void *resolve12(const char *name, void *v2)
+{
+    void *p = NULL;
+    CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    CHECK(cuGetProcAddress_v2(name, &p, 12000, 0, &found));
+    printf("%s at 12000: %s, the _v2 entry point: %s\n", name,
+           found == CU_GET_PROC_ADDRESS_SUCCESS ? "found" : "not found", p == v2 ? "yes" : "no");
+    if (!p)
+        exit(1);
+    return p;
+}
+
+static void print_kernel_node(const char *what, kget_fn get, CUgraphNode node, CUfunction fill, CUfunction add,
+                              CUdeviceptr w)
+{
+    CUDA_KERNEL_NODE_PARAMS p;
+    memset(&p, 0, sizeof p);
+    CUresult r = get(node, &p);
+    if (r != CUDA_SUCCESS) {
+        printf("%s: %s\n", what, result_name(r));
+        return;
+    }
+    CUdeviceptr at = *(CUdeviceptr *)p.kernelParams[0];
+    printf("%s: %s, grid %ux%ux%u, block %ux%ux%u, shared %u, word %lld, value %u, count %d\n", what,
+           p.func == fill ? "fill" : p.func == add ? "add" : "another function", p.gridDimX, p.gridDimY, p.gridDimZ,
+           p.blockDimX, p.blockDimY, p.blockDimZ, p.sharedMemBytes, (long long)(at - w) / 4,
+           *(unsigned *)p.kernelParams[1], *(int *)p.kernelParams[2]);
+}
+
+static void print_four(const char *what, CUdeviceptr w)
+{
+    unsigned v[4];
+    CHECK(cuMemcpyDtoH_v2(v, w, sizeof v));
+    printf("%s: %u %u %u %u\n", what, v[0], v[1], v[2], v[3]);
+}
+
+static int kernelparams(CUcontext ctx)
+{
+    kget_fn get = (kget_fn)resolve12("cuGraphKernelNodeGetParams", (void *)cuGraphKernelNodeGetParams_v2);
+    kset_fn set = (kset_fn)resolve12("cuGraphKernelNodeSetParams", (void *)cuGraphKernelNodeSetParams_v2);
+    kexec_fn exec_set =
+        (kexec_fn)resolve12("cuGraphExecKernelNodeSetParams", (void *)cuGraphExecKernelNodeSetParams_v2);
+    CUstream st;
+    CUdeviceptr w;
+    CUmodule mod;
+    CUfunction fill, add;
+    CHECK(cuStreamCreate(&st, 0));
+    CHECK(cuMemAlloc_v2(&w, 16));
+    CHECK(cuMemsetD8_v2(w, 0, 16));
+    CHECK(cuModuleLoadData(&mod, COND_MODULE));
+    CHECK(cuModuleGetFunction(&fill, mod, "fill"));
+    CHECK(cuModuleGetFunction(&add, mod, "add"));
+
+    /* fill(w, 7, 1), then a memset of the last word. */
+    CUdeviceptr at = w;
+    unsigned value = 7;
+    int one = 1;
+    void *args[] = {&at, &value, &one};
+    CUDA_KERNEL_NODE_PARAMS kp = one_thread(fill, args);
+    kp.gridDimX = 2;
+    kp.blockDimY = 3;
+    CUgraph g;
+    CUgraphNode node, set_node;
+    CHECK(cuGraphCreate(&g, 0));
+    CHECK(cuGraphAddKernelNode_v2(&node, g, NULL, 0, &kp));
+    value = 0; /* read when the node was added */
+    CUDA_MEMSET_NODE_PARAMS sp = set_params(w + 12, 0x11, 1, 4, 1, 0);
+    CHECK(cuGraphAddMemsetNode(&set_node, g, &node, 1, &sp, ctx));
+    CUgraphExec x;
+    CHECK(cuGraphInstantiateWithFlags(&x, g, 0));
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    print_four("first launch", w);
+    print_kernel_node("graph's node", get, node, fill, add, w);
+
+    /* The executable's node: 9 into word 1, on another grid. */
+    CUDA_KERNEL_NODE_PARAMS np;
+    memset(&np, 0, sizeof np);
+    CHECK(get(node, &np));
+    CUdeviceptr at2 = w + 4;
+    unsigned value2 = 9;
+    void *args2[] = {&at2, &value2, &one};
+    np.kernelParams = args2;
+    np.gridDimX = 5;
+    printf("executable's node set: %s\n", result_name(exec_set(x, node, &np)));
+    value2 = 0;
+    CHECK(cuMemsetD8_v2(w, 0, 16));
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    print_four("launch after it", w);
+    print_kernel_node("graph's node after it", get, node, fill, add, w);
+
+    /* Another function: add 100 to word 1, launched twice. */
+    value2 = 100;
+    np.func = add;
+    printf("executable's node set to add: %s\n", result_name(exec_set(x, node, &np)));
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    print_four("two launches of add", w);
+
+    /* The graph's node: 5 into word 2; the executable still adds. */
+    CUDA_KERNEL_NODE_PARAMS back;
+    CUdeviceptr at3 = w + 8;
+    unsigned value3 = 5;
+    void *args3[] = {&at3, &value3, &one};
+    CUDA_KERNEL_NODE_PARAMS gp = one_thread(fill, args3);
+    printf("graph's node set: %s\n", result_name(set(node, &gp)));
+    value3 = 0;
+    print_kernel_node("graph's node now", get, node, fill, add, w);
+    CHECK(cuMemsetD8_v2(w, 0, 16));
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    print_four("the executable after it", w);
+    CHECK(cuMemsetD8_v2(w, 0, 16));
+    CUgraphExec x2;
+    CHECK(cuGraphInstantiateWithFlags(&x2, g, 0));
+    CHECK(cuGraphLaunch(x2, st));
+    CHECK(cuStreamSynchronize(st));
+    print_four("a new executable", w);
+
+    /* A library's kernel: given as the node's kernel, and launched for a
+     * function while a stream is captured (as a CUDA 12 runtime does),
+     * read back as the same handle. */
+    CUlibrary lib;
+    CUkernel kfill;
+    CHECK(cuLibraryLoadData(&lib, COND_MODULE, NULL, NULL, 0, NULL, NULL, 0));
+    CHECK(cuLibraryGetKernel(&kfill, lib, "fill"));
+    CUDA_KERNEL_NODE_PARAMS lp = one_thread(NULL, args3);
+    lp.kern = kfill;
+    CUgraphNode knode;
+    CHECK(cuGraphAddKernelNode_v2(&knode, g, NULL, 0, &lp));
+    memset(&back, 0, sizeof back);
+    CHECK(get(knode, &back));
+    printf("a kernel's node: its kernel: %s, a function: %s\n", back.kern == kfill ? "the same" : "another",
+           back.func ? "yes" : "no");
+    CUgraph cg;
+    CHECK(cuStreamBeginCapture_v2(st, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CHECK(cuLaunchKernel((CUfunction)kfill, 1, 1, 1, 1, 1, 1, 0, st, args3, NULL));
+    CHECK(cuStreamEndCapture(st, &cg));
+    CUgraphNode cnode;
+    size_t cn = 1;
+    CHECK(cuGraphGetNodes(cg, &cnode, &cn));
+    memset(&back, 0, sizeof back);
+    CHECK(get(cnode, &back));
+    printf("a captured kernel's node: its function the kernel: %s\n",
+           (void *)back.func == (void *)kfill || back.kern == kfill ? "yes" : "no");
+    CHECK(cuGraphDestroy(cg));
+
+    /* Refused: a node of another kind, another graph's node, no
+     * parameters, no executable. */
+    printf("memset node read: %s\n", result_name(get(set_node, &back)));
+    printf("memset node set: %s\n", result_name(set(set_node, &gp)));
+    printf("executable's memset node set: %s\n", result_name(exec_set(x, set_node, &gp)));
+    CUgraph other;
+    CUgraphNode stranger;
+    CHECK(cuGraphCreate(&other, 0));
+    CHECK(cuGraphAddKernelNode_v2(&stranger, other, NULL, 0, &gp));
+    printf("another graph's node set: %s\n", result_name(exec_set(x, stranger, &gp)));
+    printf("no parameters: %s\n", result_name(exec_set(x, node, NULL)));
+    printf("no executable: %s\n", result_name(exec_set(NULL, node, &gp)));
+    /* A function of another device's context, where there is one. */
+    int devices = 0;
+    CHECK(cuDeviceGetCount(&devices));
+    if (devices > 1) {
+        CUdevice d1;
+        CUcontext c1;
+        CUmodule m1;
+        CUfunction f1;
+        CHECK(cuDeviceGet(&d1, 1));
+        CHECK(cuDevicePrimaryCtxRetain(&c1, d1));
+        CHECK(cuCtxPushCurrent_v2(c1));
+        CHECK(cuModuleLoadData(&m1, COND_MODULE));
+        CHECK(cuModuleGetFunction(&f1, m1, "fill"));
+        CHECK(cuCtxPopCurrent_v2(&c1));
+        CUDA_KERNEL_NODE_PARAMS op = one_thread(f1, args3);
+        printf("another device's function: %s\n", result_name(exec_set(x, node, &op)));
+        CHECK(cuModuleUnload(m1));
+        CHECK(cuDevicePrimaryCtxRelease_v2(d1));
+    }
+    CHECK(cuMemsetD8_v2(w, 0, 16));
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    print_four("the executable after the refusals", w);
+
+    CHECK(cuGraphExecDestroy(x2));
+    CHECK(cuGraphExecDestroy(x));
+    CHECK(cuGraphDestroy(other));
+    CHECK(cuGraphDestroy(g));
+    CHECK(cuModuleUnload(mod));
+    CHECK(cuLibraryUnload(lib));
+    CHECK(cuMemFree_v2(w));
+    CHECK(cuStreamDestroy_v2(st));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     CUcontext ctx = primary_context();
@@ -921,5 +1132,7 @@ int main(int argc, char **argv)
         return edges(ctx);
     if (argc > 1 && strcmp(argv[1], "conditional") == 0)
         return conditional(ctx);
+    if (argc > 1 && strcmp(argv[1], "kernelparams") == 0)
+        return kernelparams(ctx);
     return run(ctx);
 }

@@ -179,3 +179,41 @@ func TestRemoteCaptureInfoGraph(t *testing.T) {
 	}
 	printsAsLocally(t, local, []string{"graphnodes", "captureinfo"}, "shm", "unix", "tcp")
 }
+
+// A kernel node's parameters (what jacobiCudaGraphs changes between
+// launches) read and changed remotely as locally over every transport,
+// the entry points resolved at 12000 as a CUDA 12 runtime does: the
+// executable's node runs with another value, output and function from
+// its next launch while the graph's node stays; the graph's node changed
+// leaves the executable alone and reaches a new one; a library kernel's
+// node, added or captured, gives back the program's kernel; a memset node,
+// another graph's node, missing parameters and a function of another
+// device's context are refused alike.
+func TestRemoteGraphKernelNodeParams(t *testing.T) {
+	const twoDevices = "FLEXGV_SIM_DEVICES=2"
+	e := newEnv(t, twoDevices)
+	local := e.run("graphnodes", "kernelparams")
+	for _, want := range []string{
+		"cuGraphExecKernelNodeSetParams at 12000: found, the _v2 entry point: yes\n",
+		"graph's node: fill, grid 2x1x1, block 1x3x1, shared 0, word 0, value 7, count 1\n",
+		"launch after it: 0 9 0 286331153\ngraph's node after it: fill, grid 2x1x1, block 1x3x1, shared 0, word 0, value 7, count 1\n",
+		"two launches of add: 0 209 0 286331153\n",
+		"graph's node now: fill, grid 1x1x1, block 1x1x1, shared 0, word 2, value 5, count 1\nthe executable after it: 0 100 0 286331153\na new executable: 0 0 5 286331153\n",
+		"executable's memset node set: CUDA_ERROR_INVALID_VALUE\nanother graph's node set: CUDA_ERROR_INVALID_VALUE\n",
+		"a kernel's node: its kernel: the same, a function: no\na captured kernel's node: its function the kernel: yes\n",
+		"another device's function: CUDA_ERROR_INVALID_VALUE\nthe executable after the refusals: 0 100 0 286331153\n",
+	} {
+		if local.code != 0 || !strings.Contains(local.stdout, want) {
+			t.Fatalf("locally: exit %d, no %q in\n%s%s", local.code, want, local.stdout, local.stderr)
+		}
+	}
+	for _, transport := range []string{"shm", "unix", "tcp"} {
+		t.Run(transport, func(t *testing.T) {
+			e := newEnv(t, twoDevices)
+			got := e.remote(e.serve(transport), "graphnodes", "kernelparams")
+			if got.code != 0 || got.stdout != local.stdout {
+				t.Errorf("remotely: exit %d, printed\n%s\nlocally\n%s\n%s", got.code, got.stdout, local.stdout, got.stderr)
+			}
+		})
+	}
+}
