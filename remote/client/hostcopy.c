@@ -271,6 +271,14 @@ static CUresult node_side(CUDA_MEMCPY3D *q, int dst, struct side **out)
     return CUDA_SUCCESS;
 }
 
+/* Both sides of a copy node's parameters (q pointed at server buffers
+ * where a side is the program's pageable memory). */
+static CUresult node_sides(CUDA_MEMCPY3D *q, struct side **src, struct side **dst)
+{
+    CUresult r = node_side(q, 0, src);
+    return r == CUDA_SUCCESS ? node_side(q, 1, dst) : r;
+}
+
 CUresult fgr_copy_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                        size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
 {
@@ -278,9 +286,7 @@ CUresult fgr_copy_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNo
         return fgr_fwd_cuGraphAddMemcpyNode(phGraphNode, hGraph, dependencies, numDependencies, copyParams, ctx);
     CUDA_MEMCPY3D q = *copyParams;
     struct side *src = NULL, *dst = NULL;
-    CUresult r = node_side(&q, 0, &src);
-    if (r == CUDA_SUCCESS)
-        r = node_side(&q, 1, &dst);
+    CUresult r = node_sides(&q, &src, &dst);
     if (r == CUDA_SUCCESS)
         r = fgr_fwd_cuGraphAddMemcpyNode(phGraphNode, hGraph, dependencies, numDependencies, &q, ctx);
     if (r == CUDA_SUCCESS && phGraphNode) {
@@ -313,9 +319,7 @@ FGR_EXPORT CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgra
         return fgr_fwd_cuGraphExecMemcpyNodeSetParams(hGraphExec, hNode, copyParams, ctx);
     CUDA_MEMCPY3D q = *copyParams;
     struct side *src = NULL, *dst = NULL;
-    CUresult r = node_side(&q, 0, &src);
-    if (r == CUDA_SUCCESS)
-        r = node_side(&q, 1, &dst);
+    CUresult r = node_sides(&q, &src, &dst);
     if (r == CUDA_SUCCESS)
         r = fgr_fwd_cuGraphExecMemcpyNodeSetParams(hGraphExec, hNode, &q, ctx);
     enter();

@@ -11,12 +11,12 @@
 static CUresult (*add_kernel_node)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
                                    const CUDA_KERNEL_NODE_PARAMS *);
 
-/* fgrGraphAddKernelNode: f is a function or a library's kernel (the
- * structure's func or kern), its parameters laid out in the request. */
-static CUresult kernel_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
-                            size_t numDependencies, CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
-                            unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
-                            unsigned int blockDimZ, unsigned int sharedMemBytes, void **kernelParams, void **extra)
+/* A kernel node's parameters as the driver takes them: f is a library's
+ * kernel (the structure's kern) or a function (its func). */
+static CUDA_KERNEL_NODE_PARAMS node_params(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                           unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                                           unsigned int blockDimZ, unsigned int sharedMemBytes, void **kernelParams,
+                                           void **extra)
 {
     CUDA_KERNEL_NODE_PARAMS p = {
         .gridDimX = gridDimX,
@@ -33,6 +33,18 @@ static CUresult kernel_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgr
         p.kern = (CUkernel)f;
     else
         p.func = f;
+    return p;
+}
+
+/* fgrGraphAddKernelNode: f is a function or a library's kernel (the
+ * structure's func or kern), its parameters laid out in the request. */
+static CUresult kernel_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                            size_t numDependencies, CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                            unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                            unsigned int blockDimZ, unsigned int sharedMemBytes, void **kernelParams, void **extra)
+{
+    CUDA_KERNEL_NODE_PARAMS p = node_params(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
+                                            sharedMemBytes, kernelParams, extra);
     return add_kernel_node(phGraphNode, hGraph, dependencies, numDependencies, &p);
 }
 
@@ -47,21 +59,8 @@ static CUresult kernel_node_set(CUgraphExec hGraphExec, CUgraphNode hNode, CUfun
                                 unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes,
                                 void **kernelParams, void **extra)
 {
-    CUDA_KERNEL_NODE_PARAMS p = {
-        .gridDimX = gridDimX,
-        .gridDimY = gridDimY,
-        .gridDimZ = gridDimZ,
-        .blockDimX = blockDimX,
-        .blockDimY = blockDimY,
-        .blockDimZ = blockDimZ,
-        .sharedMemBytes = sharedMemBytes,
-        .kernelParams = kernelParams,
-        .extra = extra,
-    };
-    if (fgr_has(FGR_H_CUkernel, (uint64_t)(uintptr_t)f) && f)
-        p.kern = (CUkernel)f;
-    else
-        p.func = f;
+    CUDA_KERNEL_NODE_PARAMS p = node_params(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
+                                            sharedMemBytes, kernelParams, extra);
     if (hGraphExec)
         return exec_kernel_set ? exec_kernel_set(hGraphExec, hNode, &p) : CUDA_ERROR_NOT_SUPPORTED;
     return kernel_set ? kernel_set(hNode, &p) : CUDA_ERROR_NOT_SUPPORTED;
