@@ -11,8 +11,8 @@
 # only, runs each natively from its own folder (its data files are
 # there, beside what its build made) with LIMIT seconds (default 60), then, for those that pass natively,
 # over each transport through flexgv serve. A sample passes remotely when it
-# exits 0 and prints what it printed natively, numbers and addresses aside
-# (timings differ). JOBS samples run at once (default 8). A line per sample
+# exits 0 and prints what it printed natively, numbers, addresses and the
+# blanks between columns aside (timings differ), its lines in any order. JOBS samples run at once (default 8). A line per sample
 # and transport, then a summary: how many of those that pass natively pass
 # over each transport. OUTDIR (default: a new folder under $TMPDIR) gets
 # results.tsv (sample, transport, result, reason) and, under runs/, the
@@ -80,7 +80,13 @@ done
 # differences of timings come out either way) and addresses as N.
 one() {
     local name=$1 exe=$2 dir=$3 rc addr t o
-    norm() { sed -E 's/0x[0-9a-fA-F]+/H/g; s/[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?/N/g; s/-N/N/g' "$1" | grep -v '^[[:space:]]*$'; }
+    # Columns padded to a number's width are spaced apart as the numbers
+    # are, so runs of blanks count as one.
+    norm() { sed -E 's/0x[0-9a-fA-F]+/H/g; s/[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?/N/g; s/-N/N/g; s/[[:space:]]+/ /g; s/ $//' "$1" |
+        grep -v '^[[:space:]]*$'; }
+    # Same lines, another order: what a sample's threads print comes in the
+    # order they happened to run (UnifiedMemoryStreams' OpenMP tasks).
+    same() { cmp -s <(norm "$1") <(norm "$2") || cmp -s <(norm "$1" | sort) <(norm "$2" | sort); }
     o=$OUT/runs/$name # one file per run, those of runs that passed removed
     mkdir -p "$OUT/runs"
     # Its sources and data beside what its build made (fatbins, PTX).
@@ -100,7 +106,7 @@ one() {
         (cd "$dir" && FLEXGV_REMOTE=$addr LD_LIBRARY_PATH="$B/remote:$CUDA/lib64" timeout -k 5 "$LIMIT" "$exe" </dev/null \
             >"$o.$t.out" 2>&1)
         rc=$?
-        if [ $rc = 0 ] && cmp -s <(norm "$o.native.out") <(norm "$o.$t.out"); then
+        if [ $rc = 0 ] && same "$o.native.out" "$o.$t.out"; then
             printf '%s\t%s\tpass\t\n' "$name" "$t"
             rm -f "$o.$t.out"
         elif [ $rc = 0 ]; then
