@@ -7,6 +7,9 @@
 #include "flexgv/drvmem.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -830,6 +833,8 @@ struct sim_vmm {
     int fd;
     int maps;
     int refs; /* the handle's references: cuMemCreate's, and one per retain */
+    unsigned types; /* the shareable handles it may be exported as */
+    int imported;   /* another process's memory: charged there */
 };
 
 struct mapping {
@@ -854,7 +859,8 @@ SIM_EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUm
 
 static void vmm_free(struct sim_vmm *h)
 {
-    sim_mem_release(h->dev, h->size);
+    if (!h->imported)
+        sim_mem_release(h->dev, h->size);
     close(h->fd);
     h->magic = 0;
     free(h);
@@ -874,7 +880,10 @@ SIM_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t siz
     if (sim_mem_reserve(dev, size) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     struct sim_vmm *h = calloc(1, sizeof *h);
-    int fd = (int)syscall(SYS_memfd_create, "flexgv-sim-vmm", 1u /* MFD_CLOEXEC */);
+    /* The device in the name: an importing process finds it there. */
+    char name[32];
+    snprintf(name, sizeof name, "flexgv-sim-vmm-%d", dev);
+    int fd = (int)syscall(SYS_memfd_create, name, 1u /* MFD_CLOEXEC */);
     if (!h || fd < 0 || ftruncate(fd, (off_t)size) != 0) {
         free(h);
         if (fd >= 0)
@@ -882,7 +891,55 @@ SIM_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t siz
         sim_mem_release(dev, size);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    *h = (struct sim_vmm){VMM_MAGIC, dev, size, fd, 0, 1};
+    *h = (struct sim_vmm){VMM_MAGIC, dev, size, fd, 0, 1, prop->requestedHandleTypes, 0};
+    *handle = (CUmemGenericAllocationHandle)(uintptr_t)h;
+    return CUDA_SUCCESS;
+}
+
+/* A POSIX file descriptor of the memory (its memfd), for another process;
+ * only of memory made to be exported so. */
+SIM_EXPORT CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
+                                                 CUmemAllocationHandleType handleType, unsigned long long flags)
+{
+    SIM_GATE();
+    struct sim_vmm *h = (struct sim_vmm *)(uintptr_t)handle;
+    if (!shareableHandle || flags || !h || h->magic != VMM_MAGIC || h->refs == 0 ||
+        handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || !(h->types & handleType))
+        return CUDA_ERROR_INVALID_VALUE;
+    int fd = dup(h->fd);
+    if (fd < 0)
+        return CUDA_ERROR_OPERATING_SYSTEM;
+    *(int *)shareableHandle = fd;
+    return CUDA_SUCCESS;
+}
+
+/* Memory another process exported: its memfd, its device from the name. */
+SIM_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
+                                                   CUmemAllocationHandleType shHandleType)
+{
+    SIM_GATE();
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    int fd = (int)(intptr_t)osHandle, dev = -1;
+    char path[64], target[128];
+    struct stat st;
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    if (!handle || shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || n <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    target[n] = 0;
+    if (sscanf(target, "/memfd:flexgv-sim-vmm-%d", &dev) != 1 || dev < 0 || dev >= SIM_MAX_DEVICES ||
+        fstat(fd, &st) != 0 || st.st_size <= 0 || st.st_size % SIM_GRANULARITY)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_vmm *h = calloc(1, sizeof *h);
+    int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (!h || own < 0) {
+        free(h);
+        if (own >= 0)
+            close(own);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *h = (struct sim_vmm){VMM_MAGIC, dev, (size_t)st.st_size, own, 0, 1, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 1};
     *handle = (CUmemGenericAllocationHandle)(uintptr_t)h;
     return CUDA_SUCCESS;
 }
@@ -1705,4 +1762,35 @@ SIM_EXPORT CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute *
             return r;
     }
     return CUDA_SUCCESS;
+}
+
+/* The driver's legacy IPC names cuMemAlloc memory and events to another
+ * process; this GPU's are the process's own (memory is not a shared file,
+ * events are timelines of this process), so it has none. Memory made with
+ * cuMemCreate travels between processes (cuMemExportToShareableHandle),
+ * which is what the remoting client's IPC uses. */
+SIM_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
+{
+    (void)pHandle, (void)dptr;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+SIM_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+    (void)pdptr, (void)handle, (void)Flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+SIM_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+    (void)dptr;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+SIM_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
+{
+    (void)pHandle, (void)event;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+SIM_EXPORT CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
+{
+    (void)phEvent, (void)handle;
+    return CUDA_ERROR_NOT_SUPPORTED;
 }

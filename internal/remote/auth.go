@@ -23,7 +23,7 @@ import (
 //	reply    u32 CUresult (0: accepted), u8 1, u64 n, n bytes: the tenant's name or why not, with its NUL
 const (
 	AuthMagic    = 0x41524746 // "FGRA"
-	ProtoVersion = 19
+	ProtoVersion = 20
 	// AuthTimeout is how long a new connection has to authenticate: a
 	// client does it at once, in one round trip (two more with TLS).
 	AuthTimeout = 5 * time.Second

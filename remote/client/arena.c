@@ -45,8 +45,9 @@ struct slab {
 };
 struct block {
     CUcontext ctx;
-    struct slab *slab; /* NULL: one allocation, the block's start */
+    struct slab *slab; /* NULL: one allocation (one.off into the block) */
     struct alloc one;
+    int ipc; /* pages another program exported, opened here */
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -172,7 +173,7 @@ static int room(void)
 /* Maps n bytes (whole pages) at the first gap that holds them, for ctx,
  * the first used bytes an allocation: the new block's index, or -1 with *r
  * the reason. */
-static int map_block(uint64_t n, uint64_t used, CUcontext ctx, CUresult *r)
+static int map_block(uint64_t n, uint64_t used, CUcontext ctx, CUresult *r, const CUipcMemHandle *ipc)
 {
     uint64_t at = 0;
     int i = 0;
@@ -186,12 +187,13 @@ static int map_block(uint64_t n, uint64_t used, CUcontext ctx, CUresult *r)
         *r = CUDA_ERROR_OUT_OF_MEMORY;
         return -1;
     }
-    if ((*r = fgrArenaMap(base + at, n, used)) != CUDA_SUCCESS)
+    CUdeviceptr opened;
+    if ((*r = ipc ? fgrIpcOpen(ipc, base + at, &opened) : fgrArenaMap(base + at, n, used)) != CUDA_SUCCESS)
         return -1;
     memmove(&br[i + 1], &br[i], (size_t)(nb - i) * sizeof *br);
     memmove(&bk[i + 1], &bk[i], (size_t)(nb - i) * sizeof *bk);
     br[i] = (struct fgr_heap_range){at, n};
-    bk[i] = (struct block){ctx, NULL, {0, 0, 0}};
+    bk[i] = (struct block){ctx, NULL, {0, 0, 0}, ipc != NULL};
     nb++;
     if (!held_here)
         fgr_range_add(base + at, n);
@@ -255,7 +257,7 @@ static CUresult place_small(CUdeviceptr *dptr, size_t len, CUcontext ctx)
         return CUDA_ERROR_OUT_OF_MEMORY;
     s->fail = UINT64_MAX;
     CUresult r;
-    int i = map_block(page, len, ctx, &r);
+    int i = map_block(page, len, ctx, &r, NULL);
     if (i < 0) {
         free(s);
         return r;
@@ -289,7 +291,7 @@ FGR_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
         r = place_small(dptr, bytesize, ctx);
     } else {
         uint64_t n = bytesize <= size ? (bytesize + page - 1) / page * page : size + 1;
-        int i = map_block(n, bytesize, ctx, &r);
+        int i = map_block(n, bytesize, ctx, &r, NULL);
         if (i >= 0) {
             bk[i].one = (struct alloc){0, bytesize, ++ids};
             *dptr = base + br[i].off;
@@ -312,7 +314,7 @@ static int find(uint64_t p, struct alloc **a)
     uint64_t o = p - base - br[i].off;
     *a = NULL;
     if (!bk[i].slab) {
-        if (o < bk[i].one.len)
+        if (o >= bk[i].one.off && o - bk[i].one.off < bk[i].one.len)
             *a = &bk[i].one;
         return i;
     }
@@ -353,7 +355,7 @@ FGR_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
     pthread_mutex_lock(&lock);
     struct alloc *a;
     int i = find(dptr, &a);
-    if (i < 0 || !a || dptr != base + br[i].off + a->off) {
+    if (i < 0 || !a || dptr != base + br[i].off + a->off || bk[i].ipc) { /* opened: cuIpcCloseMemHandle's */
         pthread_mutex_unlock(&lock);
         return CUDA_ERROR_INVALID_VALUE;
     }
@@ -422,6 +424,82 @@ FGR_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attrib
         return CUDA_SUCCESS;
     }
     return fgr_fwd_cuPointerGetAttribute(data, attribute, ptr);
+}
+
+/* IPC between programs the same host serves (remote/executor/ipc.c): a
+ * handle names the pages holding an allocation, which the opener maps in
+ * its own range, as many bytes as the exporter's, at the allocation's
+ * offset in them. */
+FGR_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
+{
+    if (!fgr_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!pHandle)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct alloc *a;
+    int i = in_range(dptr) ? find(dptr, &a) : -1;
+    int ok = i >= 0 && a && dptr == base + br[i].off + a->off && !bk[i].ipc;
+    uint64_t block = ok ? base + br[i].off : 0, len = ok ? a->len : 0;
+    pthread_mutex_unlock(&lock);
+    if (!ok) {
+        static int said;
+        if (!in_range(dptr) && !__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+            fgr_say("cuIpcGetMemHandle: only memory from cuMemAlloc in the client's range can be exported, "
+                    "not the server driver's own allocations (CUDA_ERROR_INVALID_VALUE)");
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    return fgrIpcExport(block, dptr, len, pHandle);
+}
+
+FGR_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+    if (!fgr_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUcontext ctx = fgr_current();
+    if (!pdptr || (Flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!ctx)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    /* Where the exporter's pages and the allocation lie in them: the
+     * executor checks them against what the exporter says. */
+    uint64_t w[3];
+    memcpy(w, handle.reserved + 32, sizeof w);
+    pthread_mutex_lock(&lock);
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    if (!ready()) {
+        pthread_mutex_unlock(&lock);
+        static int said;
+        if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+            fgr_say("cuIpcOpenMemHandle: device memory is placed by the server's driver here, so opened memory "
+                    "has nowhere to go (CUDA_ERROR_NOT_SUPPORTED)");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    if (w[0] && w[0] % page == 0 && w[0] <= size && w[1] < w[0] && w[2] && w[2] <= w[0] - w[1]) {
+        int i = map_block(w[0], w[2], ctx, &r, &handle);
+        if (i >= 0) {
+            bk[i].one = (struct alloc){w[1], w[2], ++ids};
+            *pdptr = base + br[i].off + w[1];
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return r == RANGE_FULL ? CUDA_ERROR_OUT_OF_MEMORY : r;
+}
+
+FGR_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+    if (!fgr_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    pthread_mutex_lock(&lock);
+    struct alloc *a;
+    int i = in_range(dptr) ? find(dptr, &a) : -1;
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    if (i >= 0 && a && bk[i].ipc && dptr == base + br[i].off + a->off) {
+        r = fgrArenaFree(dptr, 1);
+        drop_block(i);
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
 }
 
 /* A context gone (destroyed, or a primary one reset or released for the

@@ -3966,56 +3966,114 @@ FGR_EXPORT CUresult cuStreamSetAttribute_ptsz(CUstream hStream, CUstreamAttrID a
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType handleType, unsigned long long flags)
-{
-    (void)shareableHandle;
-    (void)handle;
-    (void)handleType;
-    (void)flags;
-    return fgr_unsupported(11, "cuMemExportToShareableHandle", NULL);
-}
-
-FGR_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle, CUmemAllocationHandleType shHandleType)
-{
-    (void)handle;
-    (void)osHandle;
-    (void)shHandleType;
-    return fgr_unsupported(12, "cuMemImportFromShareableHandle", NULL);
-}
-
-FGR_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
-{
-    (void)pHandle;
-    (void)dptr;
-    return fgr_unsupported(13, "cuIpcGetMemHandle", NULL);
-}
-
-FGR_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
-{
-    (void)pdptr;
-    (void)handle;
-    (void)Flags;
-    return fgr_unsupported(14, "cuIpcOpenMemHandle_v2", NULL);
-}
-
-FGR_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
-{
-    (void)dptr;
-    return fgr_unsupported(15, "cuIpcCloseMemHandle", NULL);
-}
-
 FGR_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
 {
-    (void)pHandle;
-    (void)event;
-    return fgr_unsupported(16, "cuIpcGetEventHandle", NULL);
+    CUresult fgr_r;
+    uint64_t n_pHandle = pHandle ? sizeof(CUipcEventHandle) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuIpcGetEventHandle, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)event);
+    fgr_put_u8(&fgr_c.w, pHandle != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pHandle, n_pHandle, 0);
+    return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
+FGR_EXPORT CUresult fgrIpcExport(CUdeviceptr block, CUdeviceptr ptr, size_t len, void *handle)
 {
-    (void)phEvent;
-    (void)handle;
-    return fgr_unsupported(17, "cuIpcOpenEventHandle", NULL);
+    CUresult fgr_r;
+    uint64_t n_handle = handle ? fgr_mul((uint64_t)(64), 1) : 0;
+    if (n_handle > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrIpcExport", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrIpcExport, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)block);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ptr);
+    fgr_put_u64(&fgr_c.w, (uint64_t)len);
+    fgr_put_u8(&fgr_c.w, handle != NULL);
+    fgr_c.direct = handle;
+    fgr_c.direct_n = n_handle;
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, handle, n_handle, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrIpcOpen(const void *handle, CUdeviceptr at, CUdeviceptr *dptr)
+{
+    CUresult fgr_r;
+    uint64_t n_handle = handle ? fgr_mul((uint64_t)(64), 1) : 0;
+    if (n_handle > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrIpcOpen", "a buffer over the frame limit");
+    uint64_t n_dptr = dptr ? sizeof(CUdeviceptr) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrIpcOpen, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)at);
+    fgr_put_buf(&fgr_c.w, handle, n_handle);
+    fgr_put_u8(&fgr_c.w, dptr != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dptr, n_dptr, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrIpcExportHandle(CUmemGenericAllocationHandle handle, void *token)
+{
+    CUresult fgr_r;
+    uint64_t n_token = token ? fgr_mul((uint64_t)(64), 1) : 0;
+    if (n_token > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrIpcExportHandle", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrIpcExportHandle, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)handle);
+    fgr_put_u8(&fgr_c.w, token != NULL);
+    fgr_c.direct = token;
+    fgr_c.direct_n = n_token;
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, token, n_token, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrIpcImportHandle(CUmemGenericAllocationHandle *handle, const void *token)
+{
+    CUresult fgr_r;
+    uint64_t n_handle = handle ? sizeof(CUmemGenericAllocationHandle) : 0;
+    uint64_t n_token = token ? fgr_mul((uint64_t)(64), 1) : 0;
+    if (n_token > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrIpcImportHandle", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrIpcImportHandle, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u8(&fgr_c.w, handle != NULL);
+    fgr_put_buf(&fgr_c.w, token, n_token);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, handle, n_handle, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrIpcOpenEvent(CUevent *phEvent, const void *handle)
+{
+    CUresult fgr_r;
+    uint64_t n_phEvent = phEvent ? sizeof(CUevent) : 0;
+    uint64_t n_handle = handle ? fgr_mul((uint64_t)(64), 1) : 0;
+    if (n_handle > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrIpcOpenEvent", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrIpcOpenEvent, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u8(&fgr_c.w, phEvent != NULL);
+    fgr_put_buf(&fgr_c.w, handle, n_handle);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phEvent, n_phEvent, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult fgrNvmlUtilization(CUdevice dev, unsigned int *gpu, unsigned int *memory)
@@ -5531,10 +5589,10 @@ FGR_EXPORT CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsig
     (void)hGraph;
     (void)path;
     (void)flags;
-    return fgr_unsupported(18, "cuGraphDebugDotPrint", NULL);
+    return fgr_unsupported(11, "cuGraphDebugDotPrint", NULL);
 }
 
-const int fgr_nunsupported = 19;
+const int fgr_nunsupported = 12;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -5772,6 +5830,12 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamGetAttribute_ptsz] = "cuStreamGetAttribute_ptsz",
     [FGR_OP_cuStreamSetAttribute] = "cuStreamSetAttribute",
     [FGR_OP_cuStreamSetAttribute_ptsz] = "cuStreamSetAttribute_ptsz",
+    [FGR_OP_cuIpcGetEventHandle] = "cuIpcGetEventHandle",
+    [FGR_OP_fgrIpcExport] = "fgrIpcExport",
+    [FGR_OP_fgrIpcOpen] = "fgrIpcOpen",
+    [FGR_OP_fgrIpcExportHandle] = "fgrIpcExportHandle",
+    [FGR_OP_fgrIpcImportHandle] = "fgrIpcImportHandle",
+    [FGR_OP_fgrIpcOpenEvent] = "fgrIpcOpenEvent",
     [FGR_OP_fgrNvmlUtilization] = "fgrNvmlUtilization",
     [FGR_OP_fgrNvmlDriverVersion] = "fgrNvmlDriverVersion",
     [FGR_OP_fgrNvmlOwnMemory] = "fgrNvmlOwnMemory",
@@ -6211,13 +6275,18 @@ const struct fg_proc fgr_procs[] = {
     {"cuStreamGetAttribute", "cuStreamGetAttribute_ptsz", 11000, 1, (void *)cuStreamGetAttribute_ptsz},
     {"cuStreamSetAttribute", "cuStreamSetAttribute", 11000, 0, (void *)cuStreamSetAttribute},
     {"cuStreamSetAttribute", "cuStreamSetAttribute_ptsz", 11000, 1, (void *)cuStreamSetAttribute_ptsz},
-    {"cuMemExportToShareableHandle", "cuMemExportToShareableHandle", 10020, 0, (void *)cuMemExportToShareableHandle},
-    {"cuMemImportFromShareableHandle", "cuMemImportFromShareableHandle", 10020, 0, (void *)cuMemImportFromShareableHandle},
     {"cuIpcGetMemHandle", "cuIpcGetMemHandle", 4010, 0, (void *)cuIpcGetMemHandle},
     {"cuIpcOpenMemHandle", "cuIpcOpenMemHandle_v2", 11000, 0, (void *)cuIpcOpenMemHandle_v2},
     {"cuIpcCloseMemHandle", "cuIpcCloseMemHandle", 4010, 0, (void *)cuIpcCloseMemHandle},
+    {"cuMemExportToShareableHandle", "cuMemExportToShareableHandle", 10020, 0, (void *)cuMemExportToShareableHandle},
+    {"cuMemImportFromShareableHandle", "cuMemImportFromShareableHandle", 10020, 0, (void *)cuMemImportFromShareableHandle},
     {"cuIpcGetEventHandle", "cuIpcGetEventHandle", 4010, 0, (void *)cuIpcGetEventHandle},
     {"cuIpcOpenEventHandle", "cuIpcOpenEventHandle", 4010, 0, (void *)cuIpcOpenEventHandle},
+    {"fgrIpcExport", "fgrIpcExport", 0, 0, (void *)fgrIpcExport},
+    {"fgrIpcOpen", "fgrIpcOpen", 0, 0, (void *)fgrIpcOpen},
+    {"fgrIpcExportHandle", "fgrIpcExportHandle", 0, 0, (void *)fgrIpcExportHandle},
+    {"fgrIpcImportHandle", "fgrIpcImportHandle", 0, 0, (void *)fgrIpcImportHandle},
+    {"fgrIpcOpenEvent", "fgrIpcOpenEvent", 0, 0, (void *)fgrIpcOpenEvent},
     {"fgrNvmlUtilization", "fgrNvmlUtilization", 0, 0, (void *)fgrNvmlUtilization},
     {"fgrNvmlDriverVersion", "fgrNvmlDriverVersion", 0, 0, (void *)fgrNvmlDriverVersion},
     {"fgrNvmlOwnMemory", "fgrNvmlOwnMemory", 0, 0, (void *)fgrNvmlOwnMemory},

@@ -109,14 +109,22 @@ static CUresult arena_reserve(CUdeviceptr hint, size_t want, CUdeviceptr *pbase,
     return CUDA_SUCCESS;
 }
 
-static CUresult arena_map(CUdeviceptr p, size_t n, size_t used)
+/* Whether [p, p+n) is whole pages of the range with nothing mapped. */
+static int fits(uint64_t p, uint64_t n)
 {
-    if (!base || n == 0 || p % page || n % page || p < base || p - base > size || n > size - (p - base) ||
-        used == 0 || used > n)
+    if (!base || n == 0 || p % page || n % page || p < base || p - base > size || n > size - (p - base))
+        return 0;
+    size_t i = first_above(p);
+    return i == nmaps || maps[i].base >= p + n;
+}
+
+/* Maps physical memory h at [p, p+n) of the range, over nothing mapped,
+ * reachable from the request context's device and its peers. */
+CUresult fgr_arena_map_handle(CUdeviceptr p, size_t n, CUmemGenericAllocationHandle h)
+{
+    if (!fits(p, n))
         return CUDA_ERROR_INVALID_VALUE;
     size_t i = first_above(p);
-    if (i < nmaps && maps[i].base < p + n)
-        return CUDA_ERROR_INVALID_VALUE; /* over memory already mapped */
     if (nmaps == capmaps) {
         size_t c = capmaps ? 2 * capmaps : 64;
         struct map *m = realloc(maps, c * sizeof *m);
@@ -130,16 +138,8 @@ static CUresult arena_map(CUdeviceptr p, size_t n, size_t used)
     CUresult r = d.ctx_device(&dev);
     if (r == CUDA_SUCCESS)
         r = d.count(&ndev);
-    if (r != CUDA_SUCCESS)
+    if (r != CUDA_SUCCESS || (r = d.map(p, n, 0, h, 0)) != CUDA_SUCCESS)
         return r;
-    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED, .location = {CU_MEM_LOCATION_TYPE_DEVICE, dev}};
-    CUmemGenericAllocationHandle h;
-    if ((r = d.create(&h, n, &prop, 0)) != CUDA_SUCCESS)
-        return r;
-    if ((r = d.map(p, n, 0, h, 0)) != CUDA_SUCCESS) {
-        d.release(h);
-        return r;
-    }
     CUmemAccessDesc acc[MAX_DEVICES];
     size_t k = 0;
     for (int e = 0; e < ndev && k < MAX_DEVICES; e++) {
@@ -151,14 +151,52 @@ static CUresult arena_map(CUdeviceptr p, size_t n, size_t used)
     }
     if ((r = d.access(p, n, acc, k)) != CUDA_SUCCESS) {
         d.unmap(p, n);
-        d.release(h);
         return r;
     }
     memmove(&maps[i + 1], &maps[i], (nmaps - i) * sizeof *maps);
     maps[i] = (struct map){p, n, fgr_ctx, h};
     nmaps++;
+    return CUDA_SUCCESS;
+}
+
+static CUresult arena_map(CUdeviceptr p, size_t n, size_t used)
+{
+    if (used == 0 || used > n || !fits(p, n))
+        return CUDA_ERROR_INVALID_VALUE;
+    CUdevice dev;
+    CUresult r = d.ctx_device(&dev);
+    if (r != CUDA_SUCCESS)
+        return r;
+    /* Exportable, so that another program of the host can open it
+     * (cuIpcGetMemHandle, ipc.c); as the driver's own where it cannot. */
+    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                .location = {CU_MEM_LOCATION_TYPE_DEVICE, dev}};
+    CUmemGenericAllocationHandle h;
+    if ((r = d.create(&h, n, &prop, 0)) == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE) {
+        prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+        r = d.create(&h, n, &prop, 0);
+    }
+    if (r != CUDA_SUCCESS)
+        return r;
+    if ((r = fgr_arena_map_handle(p, n, h)) != CUDA_SUCCESS) {
+        d.release(h);
+        return r;
+    }
     fgr_mem_add(p, used, FGR_H_CUcontext, fgr_ctx);
     return CUDA_SUCCESS;
+}
+
+/* The physical memory mapped at block (the start of a mapping), and its
+ * size: 0, or -1 where no mapping starts there. */
+int fgr_arena_block(uint64_t block, uint64_t *n, CUmemGenericAllocationHandle *h)
+{
+    size_t i = first_above(block);
+    if (i == nmaps || maps[i].base != block)
+        return -1;
+    *n = maps[i].size;
+    *h = maps[i].h;
+    return 0;
 }
 
 /* The mapping holding [p, p+n), or nmaps. */
@@ -182,6 +220,7 @@ static CUresult arena_note(CUdeviceptr p, size_t n)
 
 static void unmap_at(size_t i)
 {
+    fgr_ipc_forget(maps[i].base, maps[i].base + maps[i].size);
     d.unmap(maps[i].base, maps[i].size);
     d.release(maps[i].h);
     fgr_mem_drop_within(maps[i].base, maps[i].base + maps[i].size);
@@ -195,6 +234,7 @@ static CUresult arena_free(CUdeviceptr p, unsigned int unmap)
     if (!p || i == nmaps || !fgr_mem_base(p))
         return CUDA_ERROR_INVALID_VALUE;
     fgr_drop(FGR_H_MEM, p);
+    fgr_ipc_forget(p, p + 1);
     CUresult r;
     CUcontext c = (CUcontext)(uintptr_t)maps[i].ctx;
     if (maps[i].ctx == fgr_ctx) {

@@ -235,6 +235,12 @@ typedef CUresult (*pfn_cuStreamGetAttribute)(CUstream hStream, CUstreamAttrID at
 typedef CUresult (*pfn_cuStreamGetAttribute_ptsz)(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out);
 typedef CUresult (*pfn_cuStreamSetAttribute)(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value);
 typedef CUresult (*pfn_cuStreamSetAttribute_ptsz)(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value);
+typedef CUresult (*pfn_cuIpcGetEventHandle)(CUipcEventHandle *pHandle, CUevent event);
+typedef CUresult (*pfn_fgrIpcExport)(CUdeviceptr block, CUdeviceptr ptr, size_t len, void *handle);
+typedef CUresult (*pfn_fgrIpcOpen)(const void *handle, CUdeviceptr at, CUdeviceptr *dptr);
+typedef CUresult (*pfn_fgrIpcExportHandle)(CUmemGenericAllocationHandle handle, void *token);
+typedef CUresult (*pfn_fgrIpcImportHandle)(CUmemGenericAllocationHandle *handle, const void *token);
+typedef CUresult (*pfn_fgrIpcOpenEvent)(CUevent *phEvent, const void *handle);
 typedef CUresult (*pfn_fgrNvmlUtilization)(CUdevice dev, unsigned int *gpu, unsigned int *memory);
 typedef CUresult (*pfn_fgrNvmlDriverVersion)(char *version, unsigned int length);
 typedef CUresult (*pfn_fgrNvmlOwnMemory)(CUdevice dev, size_t *used);
@@ -5201,6 +5207,139 @@ static CUresult op_cuStreamSetAttribute_ptsz(struct fgr_rd *rd, struct fgr_req *
     return fgr_r;
 }
 
+static CUresult op_cuIpcGetEventHandle(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUevent event = (CUevent)(uintptr_t)fgr_in(FGR_H_CUevent, fgr_get_u64(rd));
+    int has_pHandle = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUipcEventHandle *pHandle = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)event)))
+        fgr_r = fgr_refuse("cuIpcGetEventHandle", "event", (uint64_t)(uintptr_t)event, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_pHandle && !(pHandle = fgr_out(q, sizeof(CUipcEventHandle))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuIpcGetEventHandle)fgr_real[FGR_OP_cuIpcGetEventHandle])(pHandle, event);
+    if (has_pHandle)
+        fgr_reply_out(q, pHandle, sizeof(CUipcEventHandle), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrIpcExport(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr block = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr ptr = (CUdeviceptr)fgr_get_u64(rd);
+    size_t len = (size_t)fgr_get_u64(rd);
+    int has_handle = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    void *handle = NULL;
+    const uint64_t fgr_n_handle = fgr_mul((uint64_t)(64), 1);
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(!has_handle || fgr_mul((uint64_t)(64), 1) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrIpcExport", "handle", fgr_mul((uint64_t)(64), 1), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_handle && !(handle = fgr_out(q, fgr_n_handle)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrIpcExport)fgr_real[FGR_OP_fgrIpcExport])(block, ptr, len, handle);
+    if (has_handle)
+        fgr_reply_out(q, handle, fgr_n_handle, 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrIpcOpen(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr at = (CUdeviceptr)fgr_get_u64(rd);
+    void *handle = fgr_get_buf(rd, q, fgr_mul((uint64_t)(64), 1), 0);
+    int has_dptr = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUdeviceptr *dptr = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_dptr && !(dptr = fgr_out(q, sizeof(CUdeviceptr))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrIpcOpen)fgr_real[FGR_OP_fgrIpcOpen])(handle, at, dptr);
+    if (has_dptr)
+        fgr_reply_out(q, dptr, sizeof(CUdeviceptr), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrIpcExportHandle(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUmemGenericAllocationHandle handle = (CUmemGenericAllocationHandle)fgr_in(FGR_H_CUmemGenericAllocationHandle, fgr_get_u64(rd));
+    int has_token = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    void *token = NULL;
+    const uint64_t fgr_n_token = fgr_mul((uint64_t)(64), 1);
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUmemGenericAllocationHandle, (uint64_t)handle)))
+        fgr_r = fgr_refuse("fgrIpcExportHandle", "handle", (uint64_t)handle, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(!has_token || fgr_mul((uint64_t)(64), 1) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrIpcExportHandle", "token", fgr_mul((uint64_t)(64), 1), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_token && !(token = fgr_out(q, fgr_n_token)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrIpcExportHandle)fgr_real[FGR_OP_fgrIpcExportHandle])(handle, token);
+    if (has_token)
+        fgr_reply_out(q, token, fgr_n_token, 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrIpcImportHandle(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    int has_handle = fgr_get_u8(rd);
+    void *token = fgr_get_buf(rd, q, fgr_mul((uint64_t)(64), 1), 0);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUmemGenericAllocationHandle *handle = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_handle && !(handle = fgr_out(q, sizeof(CUmemGenericAllocationHandle))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrIpcImportHandle)fgr_real[FGR_OP_fgrIpcImportHandle])(handle, token);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (handle)
+            fgr_add(FGR_H_CUmemGenericAllocationHandle, (uint64_t)*handle, 0, 0);
+        if (fgr_out_n(FGR_H_CUmemGenericAllocationHandle, handle, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_handle)
+        fgr_reply_out(q, handle, sizeof(CUmemGenericAllocationHandle), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrIpcOpenEvent(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    int has_phEvent = fgr_get_u8(rd);
+    void *handle = fgr_get_buf(rd, q, fgr_mul((uint64_t)(64), 1), 0);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUevent *phEvent = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_phEvent && !(phEvent = fgr_out(q, sizeof(CUevent))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrIpcOpenEvent)fgr_real[FGR_OP_fgrIpcOpenEvent])(phEvent, handle);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phEvent)
+            fgr_add(FGR_H_CUevent, (uint64_t)(uintptr_t)*phEvent, FGR_H_CUcontext, fgr_ctx);
+        if (fgr_out_n(FGR_H_CUevent, phEvent, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_phEvent)
+        fgr_reply_out(q, phEvent, sizeof(CUevent), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_fgrNvmlUtilization(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -7544,6 +7683,12 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamGetAttribute_ptsz] = {"cuStreamGetAttribute_ptsz", op_cuStreamGetAttribute_ptsz, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamSetAttribute] = {"cuStreamSetAttribute", op_cuStreamSetAttribute, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamSetAttribute_ptsz] = {"cuStreamSetAttribute_ptsz", op_cuStreamSetAttribute_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuIpcGetEventHandle] = {"cuIpcGetEventHandle", op_cuIpcGetEventHandle, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrIpcExport] = {"fgrIpcExport", op_fgrIpcExport, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrIpcOpen] = {"fgrIpcOpen", op_fgrIpcOpen, 0, FGR_MAX_FRAME},
+    [FGR_OP_fgrIpcExportHandle] = {"fgrIpcExportHandle", op_fgrIpcExportHandle, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrIpcImportHandle] = {"fgrIpcImportHandle", op_fgrIpcImportHandle, 0, FGR_MAX_FRAME},
+    [FGR_OP_fgrIpcOpenEvent] = {"fgrIpcOpenEvent", op_fgrIpcOpenEvent, 0, FGR_MAX_FRAME},
     [FGR_OP_fgrNvmlUtilization] = {"fgrNvmlUtilization", op_fgrNvmlUtilization, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrNvmlDriverVersion] = {"fgrNvmlDriverVersion", op_fgrNvmlDriverVersion, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrNvmlOwnMemory] = {"fgrNvmlOwnMemory", op_fgrNvmlOwnMemory, 0, FGR_SMALL_FRAME},

@@ -96,6 +96,16 @@ void fgr_link_init(void *driver);
 /* Device memory at addresses the client chooses (arena.c); it wraps the
  * context-destroying operations, so it comes after the driver's are known. */
 void fgr_arena_init(void *driver);
+/* Physical memory h mapped at [p, p+n) of the connection's range (arena.c). */
+CUresult fgr_arena_map_handle(CUdeviceptr p, size_t n, CUmemGenericAllocationHandle h);
+/* The memory mapped at block, a mapping's start, and its size: 0, else -1. */
+int fgr_arena_block(uint64_t block, uint64_t *n, CUmemGenericAllocationHandle *h);
+/* IPC between the host's connections (ipc.c): after the arena. Memory
+ * freed ends what was exported of the allocations in [lo, hi). */
+void fgr_ipc_init(void *driver);
+/* The same over the driver's functions given (the fuzz tests' own). */
+void fgr_ipc_use(void *export, void *import, void *release);
+void fgr_ipc_forget(uint64_t lo, uint64_t hi);
 /* The parameter-size operations (layout.c). */
 void fgr_layout_init(void *driver);
 /* The sizes of f's parameters (a function's or a library kernel's): the

@@ -667,6 +667,7 @@ int main(int argc, char **argv)
     fgr_textures_init(h);
     fgr_layout_init(h);
     fgr_arena_init(h);
+    fgr_ipc_init(h);
     fgr_hostfn_init(h);
     fgr_graphs_init(h);
     fgr_hostcopy_init(h);

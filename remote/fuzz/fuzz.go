@@ -8,6 +8,8 @@ package fuzz
 /*
 #cgo CFLAGS: -I${SRCDIR}/../../include -I${SRCDIR}/../../include/flexgv -std=gnu11
 #include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include "executor.h"
 
 static unsigned long calls;
@@ -29,6 +31,36 @@ static CUresult fake_launch(CUgraphExec x, CUstream s) { (void)x; (void)s; calls
 static CUresult fake_sync(CUstream s) { (void)s; calls++; return CUDA_SUCCESS; }
 static CUresult fake_record(CUevent e, CUstream s) { (void)e; (void)s; calls++; return CUDA_SUCCESS; }
 static CUresult fake_query(CUevent e) { (void)e; calls++; return CUDA_SUCCESS; }
+// The arena's side of IPC (arena.c is not linked here): one mapping of
+// 64 KiB at 0x1000, the connection's memory; another is mapped anywhere on
+// a page. The driver's export is a file of this process.
+CUresult fgr_arena_map_handle(CUdeviceptr p, size_t n, CUmemGenericAllocationHandle h)
+{
+    (void)h;
+    return p % 4096 || !n ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+int fgr_arena_block(uint64_t block, uint64_t *n, CUmemGenericAllocationHandle *h)
+{
+    if (block != 0x1000)
+        return -1;
+    *n = 0x10000;
+    *h = 77;
+    return 0;
+}
+static CUresult fake_export(void *fd, CUmemGenericAllocationHandle h, CUmemAllocationHandleType t, unsigned long long f)
+{
+    (void)h, (void)t, (void)f;
+    calls++;
+    *(int *)fd = (int)syscall(SYS_memfd_create, "fuzz", 1u);
+    return CUDA_SUCCESS;
+}
+static CUresult fake_import(CUmemGenericAllocationHandle *h, void *fd, CUmemAllocationHandleType t)
+{
+    (void)fd, (void)t;
+    calls++;
+    *h = 78;
+    return CUDA_SUCCESS;
+}
 // A buffer of 64 bytes, and one given back.
 static CUdeviceptr host_buffer, freed_buffer;
 
@@ -62,6 +94,7 @@ static void fake_driver(void)
     release(freed_buffer);
     // Promoted pinned memory is mapped in this process, as the executor's.
     fgr_hostmem_promoting((void *)fake_call, (void *)fake_call);
+    fgr_ipc_use((void *)fake_export, (void *)fake_import, (void *)fake_call);
 }
 
 static uint64_t buffer_at(int freed) { return freed ? freed_buffer : host_buffer; }

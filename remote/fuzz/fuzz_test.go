@@ -3,6 +3,7 @@ package fuzz
 import (
 	"encoding/binary"
 	"os"
+	"slices"
 	"testing"
 )
 
@@ -352,6 +353,77 @@ func TestPromotedPinnedMemory(t *testing.T) {
 	for _, s := range steps {
 		if r := answer(s.op, s.args); r != s.want {
 			t.Errorf("%s (%s): answered %d, want %d", s.what, s.op, r, s.want)
+		}
+	}
+}
+
+// IPC handles: an allocation's pages exported are named by a handle that
+// an executor of the host opens (here the same process, through the
+// exporter's socket); a handle nobody exported opens nothing, whatever its
+// bytes: a forged secret, another size, an offset past its pages, an
+// executor that is not there, zeros; what is not an allocation of the
+// connection is not exported.
+func TestIPCHandles(t *testing.T) {
+	const invalidValue = 1
+	answer := func(op string, args w) []byte {
+		bad, out := Serve(opOf(t, op), args)
+		if bad {
+			t.Fatalf("%s: called malformed", op)
+		}
+		checkReply(t, op, out)
+		return out
+	}
+	export := func(block, ptr, n uint64) (uint32, []byte) {
+		out := answer("fgrIpcExport", w{}.u64(block).u64(ptr).u64(n).u8(1))
+		r := binary.LittleEndian.Uint32(out[4:])
+		if r != 0 {
+			return r, nil
+		}
+		return r, out[17:81]
+	}
+	open := func(h []byte) uint32 {
+		out := answer("fgrIpcOpen", w{}.u64(0x3f8000000000).u8(1).u64(64).raw(string(h)).u8(1))
+		return binary.LittleEndian.Uint32(out[4:])
+	}
+	for _, c := range []struct {
+		what            string
+		block, ptr, len uint64
+	}{
+		{"pages not mapped", 0x2000, 0x2000, 16},
+		{"inside an allocation", 0x1000, 0x1008, 16},
+		{"past its pages", 0x1000, 0x1000, 0x20000},
+		{"of no bytes", 0x1000, 0x1000, 0},
+	} {
+		if r, _ := export(c.block, c.ptr, c.len); r != invalidValue {
+			t.Errorf("exported %s: answered %d, want %d", c.what, r, invalidValue)
+		}
+	}
+	r, h := export(0x1000, 0x1000, 16)
+	if r != 0 || len(h) != 64 {
+		t.Fatalf("an allocation exported: answered %d, %d bytes", r, len(h))
+	}
+	if r := open(h); r != 0 {
+		t.Errorf("the handle opened: answered %d", r)
+	}
+	changed := func(at int, v byte) []byte {
+		c := slices.Clone(h)
+		c[at] ^= v
+		return c
+	}
+	for _, c := range []struct {
+		what string
+		h    []byte
+	}{
+		{"a forged secret", changed(16, 1)},
+		{"another size", changed(33, 1)},
+		{"an offset past its pages", changed(46, 1)},
+		{"a length past its pages", changed(54, 1)},
+		{"an executor that is not there", changed(8, 1)},
+		{"another magic", changed(0, 1)},
+		{"zeros", make([]byte, 64)},
+	} {
+		if r := open(c.h); r != invalidValue {
+			t.Errorf("opened with %s: answered %d, want %d", c.what, r, invalidValue)
 		}
 	}
 }

@@ -527,6 +527,48 @@ func TestRemotePinnedMemoryPastTheMappedSize(t *testing.T) {
 	printsAsLocally(t, local, []string{"pinnedbig"}, "unix", "shm", "tcp")
 }
 
+// Device memory shared by IPC handles between two programs of one host,
+// each with an executor of its own: the child opens the parent's big and
+// small allocations (the small one sharing its page), reads the parent's
+// bytes and writes its own, which the parent reads; a handle of memory
+// freed since, a forged one and an empty one open nothing; what was opened
+// is closed, not freed; over every transport.
+func TestRemoteIPCMemory(t *testing.T) {
+	want := "inside an allocation: CUDA_ERROR_INVALID_VALUE\n" +
+		"no handle: CUDA_ERROR_INVALID_VALUE\n" +
+		"child: the parent's bytes: yes yes; the small one's size 4096\n" +
+		"child: freed as its own: CUDA_ERROR_INVALID_VALUE\n" +
+		"child: closed again: CUDA_ERROR_INVALID_VALUE\n" +
+		"parent: the child's bytes: yes yes (child exit 0)\n" +
+		"freed handle opened: CUDA_ERROR_INVALID_VALUE\n" +
+		"forged handle opened: CUDA_ERROR_INVALID_VALUE\n" +
+		"zero handle opened: CUDA_ERROR_INVALID_VALUE\n" +
+		"ipcclient: ok\n"
+	for _, transport := range []string{"unix", "shm", "tcp"} {
+		t.Run(transport, func(t *testing.T) {
+			e := newEnv(t)
+			got := e.remote(e.serve(transport), "ipcclient")
+			if got.code != 0 || got.stdout != want {
+				t.Errorf("exit %d, printed\n%s\nwant\n%s\nstderr:\n%s", got.code, got.stdout, want, got.stderr)
+			}
+		})
+	}
+}
+
+// A physical allocation shared as NVIDIA's memMapIPCDrv shares it: exported
+// as a file descriptor the child inherits, imported, mapped and written
+// there, read by the parent; a descriptor of something else imports
+// nothing; over every transport as locally.
+func TestRemoteIPCPhysicalMemory(t *testing.T) {
+	e := newEnv(t)
+	local := e.run("ipcclient", "vmm")
+	if local.code != 0 || !strings.Contains(local.stdout, "parent: the child's bytes: yes (child exit 0)") ||
+		!strings.Contains(local.stdout, "/dev/null imported: CUDA_ERROR_INVALID_VALUE") {
+		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
+	}
+	printsAsLocally(t, local, []string{"ipcclient", "vmm"}, "unix", "shm", "tcp")
+}
+
 // Pinned memory that cannot be kept on both sides is refused when named
 // as device memory, said once, and the program goes on: past 1 GiB, and
 // at an address the server holds (beside a small allocation it made; over
