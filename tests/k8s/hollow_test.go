@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"helm.sh/helm/v3/pkg/chartutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
@@ -400,4 +401,55 @@ func TestHollowWebhookOutage(t *testing.T) {
 	pod := finished(t, ns, "exact")
 	_, out := n.container(ns, "exact")
 	assertExact(t, pod, out, 1024)
+}
+
+// helm install, then helm upgrade, with the chart's webhook as a cluster
+// has it: its configurations name its Service, whose endpoint is flexgv
+// webhook serving the chart's Secret's certificate, which the API server
+// verifies for the Service's name against the caBundle. After the install
+// a vGPU pod is admitted through it and runs on the node under its
+// limits; after the upgrade (the chart rendered again against the
+// cluster, applied over the install, the webhook process left running)
+// so is another.
+func TestHollowWebhookThroughHelmUpgrade(t *testing.T) {
+	ip := hostIPv4(t)
+	n := startHollowNode(t, "hollow-u")
+	chartNS(t)
+	ctx := context.Background()
+	caps := chartutil.DefaultCapabilities.Copy()
+	// The test's kube-scheduler, with the chart's extenders, is the default.
+	values := map[string]any{"scheduler": map[string]any{"name": corev1.DefaultSchedulerName}}
+	// Each release's configurations for a namespace of their own: a pod of
+	// the second through the webhook shows the API server uses the upgrade's.
+	for i, ns := range []string{namespace(t, "hollow-install"), namespace(t, "hollow-upgrade")} {
+		objs, err := renderChartFor(values, caps, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		narrowChartWebhook(objs, ns)
+		apply(t, objs, "Secret", "Service", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
+		if i == 0 {
+			webhookEndpoint(t, ip, serveChartWebhook(t, objs, ip))
+		}
+		p := clientPod(ns, "exact", n.name, 1024, 0, "memclient", "exact")
+		// The API server takes up new configurations within moments; dry
+		// runs until then.
+		eventually(t, 20*time.Second, "a dry run of a vGPU pod of "+ns+" through the chart's webhook", func() (bool, error) {
+			tried, err := cp.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			if err != nil {
+				return false, err
+			}
+			return tried.Annotations[vgpu.AnnotationPriority] == "normal", fmt.Errorf("annotations %v", tried.Annotations)
+		})
+		created, err := cp.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("a vGPU pod of %s: %v", ns, err)
+		}
+		if created.Annotations[vgpu.AnnotationPriority] != "normal" {
+			t.Errorf("pod %s/exact was not through the webhook: annotations %v", ns, created.Annotations)
+		}
+		pod := finished(t, ns, "exact")
+		_, out := n.container(ns, "exact")
+		assertExact(t, pod, out, 1024)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/pem"
 	"math/big"
 	"net"
@@ -21,8 +22,10 @@ import (
 
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/flexgv/flexgv/internal/k8s/vgpu"
 )
@@ -207,4 +210,132 @@ func TestWebhookRefusesBadRequests(t *testing.T) {
 	if plain.Spec.SchedulerName != corev1.DefaultSchedulerName || len(plain.Annotations) != 0 {
 		t.Errorf("plain pod: scheduler %q, annotations %v", plain.Spec.SchedulerName, plain.Annotations)
 	}
+}
+
+// hostIPv4 is an IPv4 address of an interface of this machine that an
+// EndpointSlice may name: not loopback, not link-local.
+func hostIPv4(t *testing.T) string {
+	t.Helper()
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range ifaces {
+		if i.Flags&net.FlagUp == 0 {
+			continue
+		}
+		addrs, _ := i.Addrs()
+		for _, a := range addrs {
+			ipn, ok := a.(*net.IPNet)
+			if !ok {
+				continue
+			}
+			if ip := ipn.IP.To4(); ip != nil && !ip.IsLoopback() && !ip.IsLinkLocalUnicast() {
+				return ip.String()
+			}
+		}
+	}
+	t.Skip("no IPv4 address on this machine but loopback and link-local, which an EndpointSlice may not name")
+	return ""
+}
+
+// serveChartWebhook runs flexgv webhook as the chart's Deployment does, its
+// certificate and key those of the rendered Secret in objs, on a free port
+// of ip; it serves until the test ends.
+func serveChartWebhook(t *testing.T, objs []*unstructured.Unstructured, ip string) (port int32) {
+	t.Helper()
+	var args []string
+	var secret *unstructured.Unstructured
+	for _, o := range objs {
+		switch {
+		case o.GetKind() == "Deployment" && o.GetName() == "flexgv-webhook":
+			containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+			args, _, _ = unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+		case o.GetKind() == "Secret" && o.GetName() == "flexgv-webhook-tls":
+			secret = o
+		}
+	}
+	if len(args) == 0 || secret == nil {
+		t.Fatalf("the render has no webhook Deployment's args (%q) or no Secret", args)
+	}
+	// The Secret's files, as its volume mounts them at /tls.
+	dir := t.TempDir()
+	data, _, _ := unstructured.NestedStringMap(secret.Object, "data")
+	for _, f := range []string{"ca.crt", "tls.crt", "tls.key"} {
+		b, err := base64.StdEncoding.DecodeString(data[f])
+		if err != nil || len(b) == 0 {
+			t.Fatalf("the Secret's %s: %v", f, err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	port = int32(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+	for i, a := range args {
+		if strings.HasPrefix(a, "--listen=") {
+			args[i] = "--listen=" + addr
+		}
+		args[i] = strings.ReplaceAll(args[i], "=/tls/", "="+dir+"/")
+	}
+	startFlexGV(t, nil, args...)
+	// Served with the Secret's certificate, for the Service's name.
+	ca, _ := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	tlsConf := &tls.Config{RootCAs: pool, ServerName: "flexgv-webhook." + chartNamespace + ".svc"}
+	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: tlsConf}}
+	eventually(t, 10*time.Second, "flexgv webhook serving on "+addr, func() (bool, error) {
+		resp, err := hc.Get("https://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil, err
+	})
+	return port
+}
+
+// narrowChartWebhook makes the rendered webhook Service of objs one
+// without pods (its endpoint is the test's, see webhookEndpoint) and
+// narrows the rendered webhook configurations to namespace ns (other
+// tests' pods do not go through them), their service reference and
+// caBundle as rendered.
+func narrowChartWebhook(objs []*unstructured.Unstructured, ns string) {
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "Service":
+			if o.GetName() == "flexgv-webhook" {
+				unstructured.RemoveNestedField(o.Object, "spec", "selector")
+			}
+		case "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration":
+			hooks, _, _ := unstructured.NestedSlice(o.Object, "webhooks")
+			for _, h := range hooks {
+				unstructured.SetNestedStringMap(h.(map[string]any), map[string]string{corev1.LabelMetadataName: ns}, "namespaceSelector", "matchLabels")
+			}
+			unstructured.SetNestedSlice(o.Object, hooks, "webhooks")
+		}
+	}
+}
+
+// webhookEndpoint is the chart's webhook Service's EndpointSlice, naming
+// ip:port, until the test ends.
+func webhookEndpoint(t *testing.T, ip string, port int32) {
+	t.Helper()
+	ctx := context.Background()
+	slices := cp.Client.DiscoveryV1().EndpointSlices(chartNamespace)
+	https := "https"
+	if _, err := slices.Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "flexgv-webhook-test", Labels: map[string]string{discoveryv1.LabelServiceName: "flexgv-webhook"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{ip}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: &https, Port: &port}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { slices.Delete(ctx, "flexgv-webhook-test", metav1.DeleteOptions{}) })
 }

@@ -92,6 +92,9 @@ func Start(bins Binaries, dir string) (cp *ControlPlane, err error) {
 		// No controller manager creates service accounts or endpoints here.
 		"--disable-admission-plugins", "ServiceAccount",
 		"--endpoint-reconciler-type", "none",
+		// Webhooks of a Service are called at its EndpointSlice's address
+		// (no proxy routes ClusterIPs here), still verified for its name.
+		"--enable-aggregator-routing=true",
 		"--enable-priority-and-fairness=false",
 		"--v", "1"); err != nil {
 		return nil, err
