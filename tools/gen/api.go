@@ -43,6 +43,10 @@ type Entry struct {
 	// something to do there, so that until then the hook stays on the
 	// pass-through path.
 	OnDemand []string
+	// Typedef is the version in the name of cudaTypedefs.h's PFN_ typedef
+	// for this ABI where it is not Version (the version cuGetProcAddress
+	// resolves the name at), or "none" where that header has none.
+	Typedef string
 }
 
 // policies are the policies a hook can name in api/*.api, outermost first:
@@ -99,7 +103,14 @@ func (e Entry) PerThread() string {
 
 // PFN is the name of the real typedef in cudaTypedefs.h for this variant.
 func (e Entry) PFN() string {
-	s := fmt.Sprintf("PFN_%s_v%d", e.Base(), e.Version)
+	if e.Typedef == "none" { // the declaration in cuda.h, then
+		return "__typeof__(&" + e.Name + ")"
+	}
+	v := fmt.Sprint(e.Version)
+	if e.Typedef != "" {
+		v = e.Typedef
+	}
+	s := fmt.Sprintf("PFN_%s_v%s", e.Base(), v)
 	if pt := e.PerThread(); pt != "" {
 		s += "_" + pt
 	}

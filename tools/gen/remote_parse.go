@@ -164,6 +164,13 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 				re.Chunk = val
 				continue
 			}
+			if name == "typedef" {
+				if _, err := strconv.Atoi(val); err != nil && val != "none" {
+					return nil, nil, fmt.Errorf("%s: %s: typedef=%s is neither a version nor none", where, re.Name, val)
+				}
+				re.Typedef = val
+				continue
+			}
 			if name == "ashandle" {
 				f := strings.SplitN(val, ":", 3)
 				if len(f) != 3 || re.param(f[0]) == nil || re.param(f[0]).Type != "void *" || !remoteHandles[f[1]] || f[2] == "" {
