@@ -906,7 +906,7 @@ SIM_EXPORT CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGen
     if (!shareableHandle || flags || !h || h->magic != VMM_MAGIC || h->refs == 0 ||
         handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || !(h->types & handleType))
         return CUDA_ERROR_INVALID_VALUE;
-    int fd = dup(h->fd);
+    int fd = fcntl(h->fd, F_DUPFD_CLOEXEC, 0); /* closed on exec, as the driver's */
     if (fd < 0)
         return CUDA_ERROR_OPERATING_SYSTEM;
     *(int *)shareableHandle = fd;

@@ -87,6 +87,10 @@ typedef struct CUipcMemHandle_st {
 typedef struct CUipcEventHandle_st {
     char reserved[64];
 } CUipcEventHandle;
+/* What names a pool's allocation to a process that imported the pool. */
+typedef struct CUmemPoolPtrExportData_st {
+    unsigned char reserved[64];
+} CUmemPoolPtrExportData;
 typedef struct CUctxCigParam_st {
     int sharedDataType;
     void *sharedData;

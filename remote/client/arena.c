@@ -439,8 +439,8 @@ FGR_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
     pthread_mutex_lock(&lock);
     struct alloc *a;
     int i = in_range(dptr) ? find(dptr, &a) : -1;
-    int ok = i >= 0 && a && dptr == base + br[i].off + a->off && !bk[i].ipc;
-    uint64_t block = ok ? base + br[i].off : 0, len = ok ? a->len : 0;
+    int ok = i >= 0 && a && !bk[i].ipc; /* inside an allocation: the allocation, as the driver takes it */
+    uint64_t block = ok ? base + br[i].off : 0, start = ok ? block + a->off : 0, len = ok ? a->len : 0;
     pthread_mutex_unlock(&lock);
     if (!ok) {
         static int said;
@@ -449,7 +449,7 @@ FGR_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
                     "not the server driver's own allocations (CUDA_ERROR_INVALID_VALUE)");
         return CUDA_ERROR_INVALID_VALUE;
     }
-    return fgrIpcExport(block, dptr, len, pHandle);
+    return fgrIpcExport(block, start, len, pHandle);
 }
 
 FGR_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)

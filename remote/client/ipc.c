@@ -1,4 +1,4 @@
-/* What names a physical allocation or an event to another program the
+/* What names a physical allocation, a pool or an event to another program the
  * same host serves (remote/executor/ipc.c); cuMemAlloc memory's handles
  * are the arena's (arena.c). A shareable handle is a file descriptor of
  * the program's, which it may send to another process: a file holding the
@@ -12,6 +12,27 @@
 
 #define TOKEN 64
 
+/* A file of the program's holding token: the shareable handle. */
+static CUresult to_file(const char *token, void *shareableHandle)
+{
+    /* Closed on exec, as the driver's is. */
+    int fd = (int)syscall(SYS_memfd_create, "flexgv-shareable", 1u /* MFD_CLOEXEC */);
+    if (fd < 0)
+        return CUDA_ERROR_OPERATING_SYSTEM;
+    if (pwrite(fd, token, TOKEN, 0) != TOKEN) {
+        close(fd);
+        return CUDA_ERROR_OPERATING_SYSTEM;
+    }
+    *(int *)shareableHandle = fd;
+    return CUDA_SUCCESS;
+}
+
+/* The token in such a file: 0, or -1 for a file that holds none. */
+static int from_file(void *osHandle, char *token)
+{
+    return pread((int)(intptr_t)osHandle, token, TOKEN, 0) == TOKEN ? 0 : -1;
+}
+
 FGR_EXPORT CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
                                                  CUmemAllocationHandleType handleType, unsigned long long flags)
 {
@@ -23,17 +44,7 @@ FGR_EXPORT CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGen
         return fgr_unsupported(-1, "cuMemExportToShareableHandle", "a handle type other than a POSIX file descriptor");
     char token[TOKEN];
     CUresult r = fgrIpcExportHandle(handle, token);
-    if (r != CUDA_SUCCESS)
-        return r;
-    int fd = (int)syscall(SYS_memfd_create, "flexgv-shareable", 0u);
-    if (fd < 0)
-        return CUDA_ERROR_OPERATING_SYSTEM;
-    if (pwrite(fd, token, sizeof token, 0) != (ssize_t)sizeof token) {
-        close(fd);
-        return CUDA_ERROR_OPERATING_SYSTEM;
-    }
-    *(int *)shareableHandle = fd;
-    return CUDA_SUCCESS;
+    return r == CUDA_SUCCESS ? to_file(token, shareableHandle) : r;
 }
 
 FGR_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
@@ -46,9 +57,38 @@ FGR_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle 
     if (shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
         return fgr_unsupported(-1, "cuMemImportFromShareableHandle", "a handle type other than a POSIX file descriptor");
     char token[TOKEN];
-    if (pread((int)(intptr_t)osHandle, token, sizeof token, 0) != (ssize_t)sizeof token)
+    if (from_file(osHandle, token) != 0)
         return CUDA_ERROR_INVALID_VALUE; /* not a file cuMemExportToShareableHandle gave */
     return fgrIpcImportHandle(handle, token);
+}
+
+FGR_EXPORT CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool,
+                                                     CUmemAllocationHandleType handleType, unsigned long long flags)
+{
+    if (!fgr_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!handle_out || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return fgr_unsupported(-1, "cuMemPoolExportToShareableHandle", "a handle type other than a POSIX file descriptor");
+    char token[TOKEN];
+    CUresult r = fgrIpcExportPool(pool, token);
+    return r == CUDA_SUCCESS ? to_file(token, handle_out) : r;
+}
+
+FGR_EXPORT CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle,
+                                                       CUmemAllocationHandleType handleType, unsigned long long flags)
+{
+    if (!fgr_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!pool_out || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return fgr_unsupported(-1, "cuMemPoolImportFromShareableHandle", "a handle type other than a POSIX file descriptor");
+    char token[TOKEN];
+    if (from_file(handle, token) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    return fgrIpcImportPool(pool_out, token);
 }
 
 FGR_EXPORT CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)

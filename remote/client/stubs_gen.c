@@ -3966,6 +3966,73 @@ FGR_EXPORT CUresult cuStreamSetAttribute_ptsz(CUstream hStream, CUstreamAttrID a
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)(uintptr_t)ptr);
+    uint64_t n_shareData_out = shareData_out ? sizeof(CUmemPoolPtrExportData) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemPoolExportPointer, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)ptr);
+    fgr_put_u8(&fgr_c.w, shareData_out != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, shareData_out, n_shareData_out, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *shareData)
+{
+    CUresult fgr_r;
+    uint64_t n_ptr_out = ptr_out ? sizeof(CUdeviceptr) : 0;
+    uint64_t n_shareData = shareData ? sizeof(CUmemPoolPtrExportData) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemPoolImportPointer, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)pool);
+    fgr_put_u8(&fgr_c.w, ptr_out != NULL);
+    fgr_put_buf(&fgr_c.w, shareData, n_shareData);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, ptr_out, n_ptr_out, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
+{
+    CUresult fgr_r;
+    uint64_t n_map = map ? fgr_mul((uint64_t)(count), sizeof(CUmemAccessDesc)) : 0;
+    if (n_map > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuMemPoolSetAccess", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemPoolSetAccess, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)pool);
+    fgr_put_u64(&fgr_c.w, (uint64_t)count);
+    fgr_put_buf(&fgr_c.w, map, n_map);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool memPool, CUmemLocation *location)
+{
+    CUresult fgr_r;
+    uint64_t n_flags = flags ? sizeof(CUmemAccess_flags) : 0;
+    uint64_t n_location = location ? sizeof(CUmemLocation) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemPoolGetAccess, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)memPool);
+    fgr_put_u8(&fgr_c.w, flags != NULL);
+    fgr_put_buf(&fgr_c.w, location, n_location);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, flags, n_flags, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
 {
     CUresult fgr_r;
@@ -4055,6 +4122,43 @@ FGR_EXPORT CUresult fgrIpcImportHandle(CUmemGenericAllocationHandle *handle, con
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, handle, n_handle, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrIpcExportPool(CUmemoryPool pool, void *token)
+{
+    CUresult fgr_r;
+    uint64_t n_token = token ? fgr_mul((uint64_t)(64), 1) : 0;
+    if (n_token > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrIpcExportPool", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrIpcExportPool, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)pool);
+    fgr_put_u8(&fgr_c.w, token != NULL);
+    fgr_c.direct = token;
+    fgr_c.direct_n = n_token;
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, token, n_token, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrIpcImportPool(CUmemoryPool *pool, const void *token)
+{
+    CUresult fgr_r;
+    uint64_t n_pool = pool ? sizeof(CUmemoryPool) : 0;
+    uint64_t n_token = token ? fgr_mul((uint64_t)(64), 1) : 0;
+    if (n_token > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrIpcImportPool", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrIpcImportPool, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u8(&fgr_c.w, pool != NULL);
+    fgr_put_buf(&fgr_c.w, token, n_token);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pool, n_pool, 0);
     return fgr_end(&fgr_c);
 }
 
@@ -5830,11 +5934,17 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamGetAttribute_ptsz] = "cuStreamGetAttribute_ptsz",
     [FGR_OP_cuStreamSetAttribute] = "cuStreamSetAttribute",
     [FGR_OP_cuStreamSetAttribute_ptsz] = "cuStreamSetAttribute_ptsz",
+    [FGR_OP_cuMemPoolExportPointer] = "cuMemPoolExportPointer",
+    [FGR_OP_cuMemPoolImportPointer] = "cuMemPoolImportPointer",
+    [FGR_OP_cuMemPoolSetAccess] = "cuMemPoolSetAccess",
+    [FGR_OP_cuMemPoolGetAccess] = "cuMemPoolGetAccess",
     [FGR_OP_cuIpcGetEventHandle] = "cuIpcGetEventHandle",
     [FGR_OP_fgrIpcExport] = "fgrIpcExport",
     [FGR_OP_fgrIpcOpen] = "fgrIpcOpen",
     [FGR_OP_fgrIpcExportHandle] = "fgrIpcExportHandle",
     [FGR_OP_fgrIpcImportHandle] = "fgrIpcImportHandle",
+    [FGR_OP_fgrIpcExportPool] = "fgrIpcExportPool",
+    [FGR_OP_fgrIpcImportPool] = "fgrIpcImportPool",
     [FGR_OP_fgrIpcOpenEvent] = "fgrIpcOpenEvent",
     [FGR_OP_fgrNvmlUtilization] = "fgrNvmlUtilization",
     [FGR_OP_fgrNvmlDriverVersion] = "fgrNvmlDriverVersion",
@@ -6280,12 +6390,20 @@ const struct fg_proc fgr_procs[] = {
     {"cuIpcCloseMemHandle", "cuIpcCloseMemHandle", 4010, 0, (void *)cuIpcCloseMemHandle},
     {"cuMemExportToShareableHandle", "cuMemExportToShareableHandle", 10020, 0, (void *)cuMemExportToShareableHandle},
     {"cuMemImportFromShareableHandle", "cuMemImportFromShareableHandle", 10020, 0, (void *)cuMemImportFromShareableHandle},
+    {"cuMemPoolExportToShareableHandle", "cuMemPoolExportToShareableHandle", 11020, 0, (void *)cuMemPoolExportToShareableHandle},
+    {"cuMemPoolImportFromShareableHandle", "cuMemPoolImportFromShareableHandle", 11020, 0, (void *)cuMemPoolImportFromShareableHandle},
+    {"cuMemPoolExportPointer", "cuMemPoolExportPointer", 11020, 0, (void *)cuMemPoolExportPointer},
+    {"cuMemPoolImportPointer", "cuMemPoolImportPointer", 11020, 0, (void *)cuMemPoolImportPointer},
+    {"cuMemPoolSetAccess", "cuMemPoolSetAccess", 11020, 0, (void *)cuMemPoolSetAccess},
+    {"cuMemPoolGetAccess", "cuMemPoolGetAccess", 11020, 0, (void *)cuMemPoolGetAccess},
     {"cuIpcGetEventHandle", "cuIpcGetEventHandle", 4010, 0, (void *)cuIpcGetEventHandle},
     {"cuIpcOpenEventHandle", "cuIpcOpenEventHandle", 4010, 0, (void *)cuIpcOpenEventHandle},
     {"fgrIpcExport", "fgrIpcExport", 0, 0, (void *)fgrIpcExport},
     {"fgrIpcOpen", "fgrIpcOpen", 0, 0, (void *)fgrIpcOpen},
     {"fgrIpcExportHandle", "fgrIpcExportHandle", 0, 0, (void *)fgrIpcExportHandle},
     {"fgrIpcImportHandle", "fgrIpcImportHandle", 0, 0, (void *)fgrIpcImportHandle},
+    {"fgrIpcExportPool", "fgrIpcExportPool", 0, 0, (void *)fgrIpcExportPool},
+    {"fgrIpcImportPool", "fgrIpcImportPool", 0, 0, (void *)fgrIpcImportPool},
     {"fgrIpcOpenEvent", "fgrIpcOpenEvent", 0, 0, (void *)fgrIpcOpenEvent},
     {"fgrNvmlUtilization", "fgrNvmlUtilization", 0, 0, (void *)fgrNvmlUtilization},
     {"fgrNvmlDriverVersion", "fgrNvmlDriverVersion", 0, 0, (void *)fgrNvmlDriverVersion},

@@ -235,11 +235,17 @@ typedef CUresult (*pfn_cuStreamGetAttribute)(CUstream hStream, CUstreamAttrID at
 typedef CUresult (*pfn_cuStreamGetAttribute_ptsz)(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out);
 typedef CUresult (*pfn_cuStreamSetAttribute)(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value);
 typedef CUresult (*pfn_cuStreamSetAttribute_ptsz)(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value);
+typedef CUresult (*pfn_cuMemPoolExportPointer)(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr);
+typedef CUresult (*pfn_cuMemPoolImportPointer)(CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *shareData);
+typedef CUresult (*pfn_cuMemPoolSetAccess)(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count);
+typedef CUresult (*pfn_cuMemPoolGetAccess)(CUmemAccess_flags *flags, CUmemoryPool memPool, CUmemLocation *location);
 typedef CUresult (*pfn_cuIpcGetEventHandle)(CUipcEventHandle *pHandle, CUevent event);
 typedef CUresult (*pfn_fgrIpcExport)(CUdeviceptr block, CUdeviceptr ptr, size_t len, void *handle);
 typedef CUresult (*pfn_fgrIpcOpen)(const void *handle, CUdeviceptr at, CUdeviceptr *dptr);
 typedef CUresult (*pfn_fgrIpcExportHandle)(CUmemGenericAllocationHandle handle, void *token);
 typedef CUresult (*pfn_fgrIpcImportHandle)(CUmemGenericAllocationHandle *handle, const void *token);
+typedef CUresult (*pfn_fgrIpcExportPool)(CUmemoryPool pool, void *token);
+typedef CUresult (*pfn_fgrIpcImportPool)(CUmemoryPool *pool, const void *token);
 typedef CUresult (*pfn_fgrIpcOpenEvent)(CUevent *phEvent, const void *handle);
 typedef CUresult (*pfn_fgrNvmlUtilization)(CUdevice dev, unsigned int *gpu, unsigned int *memory);
 typedef CUresult (*pfn_fgrNvmlDriverVersion)(char *version, unsigned int length);
@@ -5207,6 +5213,88 @@ static CUresult op_cuStreamSetAttribute_ptsz(struct fgr_rd *rd, struct fgr_req *
     return fgr_r;
 }
 
+static CUresult op_cuMemPoolExportPointer(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr ptr = (CUdeviceptr)fgr_get_u64(rd);
+    int has_shareData_out = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUmemPoolPtrExportData *shareData_out = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_mem_base((uint64_t)(uintptr_t)ptr)))
+        fgr_r = fgr_refuse("cuMemPoolExportPointer", "ptr", (uint64_t)(uintptr_t)ptr, CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_shareData_out && !(shareData_out = fgr_out(q, sizeof(CUmemPoolPtrExportData))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuMemPoolExportPointer)fgr_real[FGR_OP_cuMemPoolExportPointer])(shareData_out, ptr);
+    if (has_shareData_out)
+        fgr_reply_out(q, shareData_out, sizeof(CUmemPoolPtrExportData), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuMemPoolImportPointer(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUmemoryPool pool = (CUmemoryPool)(uintptr_t)fgr_in(FGR_H_CUmemoryPool, fgr_get_u64(rd));
+    int has_ptr_out = fgr_get_u8(rd);
+    CUmemPoolPtrExportData *shareData = fgr_get_buf(rd, q, sizeof(CUmemPoolPtrExportData), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUdeviceptr *ptr_out = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)pool)))
+        fgr_r = fgr_refuse("cuMemPoolImportPointer", "pool", (uint64_t)(uintptr_t)pool, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_ptr_out && !(ptr_out = fgr_out(q, sizeof(CUdeviceptr))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuMemPoolImportPointer)fgr_real[FGR_OP_cuMemPoolImportPointer])(ptr_out, pool, shareData);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (ptr_out)
+            fgr_mem_add_found(*ptr_out, 0, FGR_H_CUcontext, fgr_ctx);
+    }
+    if (has_ptr_out)
+        fgr_reply_out(q, ptr_out, sizeof(CUdeviceptr), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuMemPoolSetAccess(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUmemoryPool pool = (CUmemoryPool)(uintptr_t)fgr_in(FGR_H_CUmemoryPool, fgr_get_u64(rd));
+    size_t count = (size_t)fgr_get_u64(rd);
+    CUmemAccessDesc *map = fgr_get_buf(rd, q, fgr_mul((uint64_t)(count), sizeof(CUmemAccessDesc)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)pool)))
+        fgr_r = fgr_refuse("cuMemPoolSetAccess", "pool", (uint64_t)(uintptr_t)pool, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuMemPoolSetAccess)fgr_real[FGR_OP_cuMemPoolSetAccess])(pool, map, count);
+    return fgr_r;
+}
+
+static CUresult op_cuMemPoolGetAccess(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUmemoryPool memPool = (CUmemoryPool)(uintptr_t)fgr_in(FGR_H_CUmemoryPool, fgr_get_u64(rd));
+    int has_flags = fgr_get_u8(rd);
+    CUmemLocation *location = fgr_get_buf(rd, q, sizeof(CUmemLocation), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUmemAccess_flags *flags = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)memPool)))
+        fgr_r = fgr_refuse("cuMemPoolGetAccess", "memPool", (uint64_t)(uintptr_t)memPool, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_flags && !(flags = fgr_out(q, sizeof(CUmemAccess_flags))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuMemPoolGetAccess)fgr_real[FGR_OP_cuMemPoolGetAccess])(flags, memPool, location);
+    if (has_flags)
+        fgr_reply_out(q, flags, sizeof(CUmemAccess_flags), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_cuIpcGetEventHandle(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -5313,6 +5401,53 @@ static CUresult op_fgrIpcImportHandle(struct fgr_rd *rd, struct fgr_req *q)
     }
     if (has_handle)
         fgr_reply_out(q, handle, sizeof(CUmemGenericAllocationHandle), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrIpcExportPool(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUmemoryPool pool = (CUmemoryPool)(uintptr_t)fgr_in(FGR_H_CUmemoryPool, fgr_get_u64(rd));
+    int has_token = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    void *token = NULL;
+    const uint64_t fgr_n_token = fgr_mul((uint64_t)(64), 1);
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)pool)))
+        fgr_r = fgr_refuse("fgrIpcExportPool", "pool", (uint64_t)(uintptr_t)pool, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(!has_token || fgr_mul((uint64_t)(64), 1) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrIpcExportPool", "token", fgr_mul((uint64_t)(64), 1), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_token && !(token = fgr_out(q, fgr_n_token)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrIpcExportPool)fgr_real[FGR_OP_fgrIpcExportPool])(pool, token);
+    if (has_token)
+        fgr_reply_out(q, token, fgr_n_token, 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrIpcImportPool(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    int has_pool = fgr_get_u8(rd);
+    void *token = fgr_get_buf(rd, q, fgr_mul((uint64_t)(64), 1), 0);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUmemoryPool *pool = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_pool && !(pool = fgr_out(q, sizeof(CUmemoryPool))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrIpcImportPool)fgr_real[FGR_OP_fgrIpcImportPool])(pool, token);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (pool)
+            fgr_add(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)*pool, 0, 0);
+        if (fgr_out_n(FGR_H_CUmemoryPool, pool, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_pool)
+        fgr_reply_out(q, pool, sizeof(CUmemoryPool), 0, fgr_r);
     return fgr_r;
 }
 
@@ -7683,11 +7818,17 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamGetAttribute_ptsz] = {"cuStreamGetAttribute_ptsz", op_cuStreamGetAttribute_ptsz, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamSetAttribute] = {"cuStreamSetAttribute", op_cuStreamSetAttribute, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamSetAttribute_ptsz] = {"cuStreamSetAttribute_ptsz", op_cuStreamSetAttribute_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemPoolExportPointer] = {"cuMemPoolExportPointer", op_cuMemPoolExportPointer, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemPoolImportPointer] = {"cuMemPoolImportPointer", op_cuMemPoolImportPointer, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemPoolSetAccess] = {"cuMemPoolSetAccess", op_cuMemPoolSetAccess, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuMemPoolGetAccess] = {"cuMemPoolGetAccess", op_cuMemPoolGetAccess, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuIpcGetEventHandle] = {"cuIpcGetEventHandle", op_cuIpcGetEventHandle, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrIpcExport] = {"fgrIpcExport", op_fgrIpcExport, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrIpcOpen] = {"fgrIpcOpen", op_fgrIpcOpen, 0, FGR_MAX_FRAME},
     [FGR_OP_fgrIpcExportHandle] = {"fgrIpcExportHandle", op_fgrIpcExportHandle, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrIpcImportHandle] = {"fgrIpcImportHandle", op_fgrIpcImportHandle, 0, FGR_MAX_FRAME},
+    [FGR_OP_fgrIpcExportPool] = {"fgrIpcExportPool", op_fgrIpcExportPool, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrIpcImportPool] = {"fgrIpcImportPool", op_fgrIpcImportPool, 0, FGR_MAX_FRAME},
     [FGR_OP_fgrIpcOpenEvent] = {"fgrIpcOpenEvent", op_fgrIpcOpenEvent, 0, FGR_MAX_FRAME},
     [FGR_OP_fgrNvmlUtilization] = {"fgrNvmlUtilization", op_fgrNvmlUtilization, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrNvmlDriverVersion] = {"fgrNvmlDriverVersion", op_fgrNvmlDriverVersion, 0, FGR_SMALL_FRAME},

@@ -37,7 +37,7 @@
 #define TOKEN_MAGIC 0x31494746u /* "FGI1" */
 #define EXPORTS_MAX 1024        /* handles a connection keeps at once */
 
-enum { PAGES, HANDLE }; /* what a token names */
+enum { PAGES, HANDLE, POOL }; /* what a token names */
 
 /* A memory handle's bytes (CUipcMemHandle holds 64), or what a shareable
  * handle's file holds. */
@@ -63,7 +63,11 @@ static CUresult (*export_fd)(void *, CUmemGenericAllocationHandle, CUmemAllocati
 static CUresult (*import_fd)(CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType);
 static CUresult (*release)(CUmemGenericAllocationHandle);
 static CUresult (*open_event)(CUevent *, CUipcEventHandle);
-static CUresult (*real_release)(CUmemGenericAllocationHandle); /* the operation wrapped */
+static CUresult (*pool_export_fd)(void *, CUmemoryPool, CUmemAllocationHandleType, unsigned long long);
+static CUresult (*pool_import_fd)(CUmemoryPool *, void *, CUmemAllocationHandleType, unsigned long long);
+/* the operations wrapped */
+static CUresult (*real_release)(CUmemGenericAllocationHandle);
+static CUresult (*real_pool_destroy)(CUmemoryPool);
 
 static socklen_t address(struct sockaddr_un *a, uint64_t id)
 {
@@ -203,9 +207,10 @@ static CUresult ipc_export(CUdeviceptr block, CUdeviceptr ptr, size_t len, void 
     return keep(PAGES, block, size, ptr, len, fd, handle);
 }
 
-/* The program's own physical allocation (made exportable as a POSIX file
- * descriptor, else the driver refuses), until it releases the handle. */
-static CUresult ipc_export_handle(CUmemGenericAllocationHandle h, void *token)
+/* The program's own physical allocation or pool (made exportable as a
+ * POSIX file descriptor, else the driver refuses), until it releases or
+ * destroys it. */
+static CUresult export_object(int kind, uint64_t v, void *token)
 {
     if (!token)
         return CUDA_ERROR_INVALID_VALUE;
@@ -214,26 +219,50 @@ static CUresult ipc_export_handle(CUmemGenericAllocationHandle h, void *token)
     if (!listening())
         return CUDA_ERROR_OPERATING_SYSTEM;
     int fd = -1;
-    CUresult r = export_fd(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    CUresult r = kind == POOL ? pool_export_fd(&fd, (CUmemoryPool)(uintptr_t)v, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)
+                              : export_fd(&fd, (CUmemGenericAllocationHandle)v, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
     if (r != CUDA_SUCCESS)
         return r;
-    return keep(HANDLE, 0, 0, (uint64_t)h, 0, fd, token);
+    return keep(kind, 0, 0, v, 0, fd, token);
+}
+
+static CUresult ipc_export_handle(CUmemGenericAllocationHandle h, void *token)
+{
+    return export_object(HANDLE, (uint64_t)h, token);
+}
+
+static CUresult ipc_export_pool(CUmemoryPool pool, void *token)
+{
+    return export_object(POOL, (uint64_t)(uintptr_t)pool, token);
+}
+
+/* What was exported of object v of that kind, gone with it. */
+static void drop(int kind, uint64_t v)
+{
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < nexports;)
+        if (exports[i].kind == kind && exports[i].ptr == v) {
+            close(exports[i].fd);
+            exports[i] = exports[--nexports];
+        } else {
+            i++;
+        }
+    pthread_mutex_unlock(&lock);
 }
 
 static CUresult release_handle(CUmemGenericAllocationHandle h)
 {
     CUresult r = real_release(h);
-    if (r == CUDA_SUCCESS) {
-        pthread_mutex_lock(&lock);
-        for (size_t i = 0; i < nexports;)
-            if (exports[i].kind == HANDLE && exports[i].ptr == (uint64_t)h) {
-                close(exports[i].fd);
-                exports[i] = exports[--nexports];
-            } else {
-                i++;
-            }
-        pthread_mutex_unlock(&lock);
-    }
+    if (r == CUDA_SUCCESS)
+        drop(HANDLE, (uint64_t)h);
+    return r;
+}
+
+static CUresult destroy_pool(CUmemoryPool pool)
+{
+    CUresult r = real_pool_destroy(pool);
+    if (r == CUDA_SUCCESS)
+        drop(POOL, (uint64_t)(uintptr_t)pool);
     return r;
 }
 
@@ -332,6 +361,19 @@ static CUresult ipc_import_handle(CUmemGenericAllocationHandle *h, const void *t
     return r;
 }
 
+static CUresult ipc_import_pool(CUmemoryPool *pool, const void *token)
+{
+    struct token t;
+    if (!pool || !token)
+        return CUDA_ERROR_INVALID_VALUE;
+    int fd = fetched(token, POOL, &t);
+    if (fd < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = pool_import_fd(pool, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    close(fd);
+    return r;
+}
+
 static CUresult ipc_open_event(CUevent *ph, const void *handle)
 {
     CUipcEventHandle e;
@@ -361,6 +403,14 @@ void fgr_ipc_init(void *driver)
     *(void **)&open_event = dlsym(driver, "cuIpcOpenEventHandle");
     if (open_event)
         fgr_real[FGR_OP_fgrIpcOpenEvent] = (void *)ipc_open_event;
+    *(void **)&pool_export_fd = dlsym(driver, "cuMemPoolExportToShareableHandle");
+    *(void **)&pool_import_fd = dlsym(driver, "cuMemPoolImportFromShareableHandle");
+    if (pool_export_fd && pool_import_fd && fgr_real[FGR_OP_cuMemPoolDestroy]) {
+        real_pool_destroy = fgr_real[FGR_OP_cuMemPoolDestroy];
+        fgr_real[FGR_OP_cuMemPoolDestroy] = (void *)destroy_pool;
+        fgr_real[FGR_OP_fgrIpcExportPool] = (void *)ipc_export_pool;
+        fgr_real[FGR_OP_fgrIpcImportPool] = (void *)ipc_import_pool;
+    }
     void *export = dlsym(driver, "cuMemExportToShareableHandle"), *import = dlsym(driver, "cuMemImportFromShareableHandle"),
          *rel = dlsym(driver, "cuMemRelease");
     /* Only with the arena's operations: cuMemAlloc's pages are what travels. */

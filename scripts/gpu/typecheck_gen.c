@@ -347,6 +347,8 @@ int main(void)
     FIELD(CUipcMemHandle, reserved);
     SIZE(CUipcEventHandle);
     FIELD(CUipcEventHandle, reserved);
+    SIZE(CUmemPoolPtrExportData);
+    FIELD(CUmemPoolPtrExportData, reserved);
     SIZE(CUctxCigParam);
     FIELD(CUctxCigParam, sharedDataType);
     FIELD(CUctxCigParam, sharedData);

@@ -89,7 +89,8 @@ static int vmm_child(int fd)
     CUmemGenericAllocationHandle h;
     int null = open("/dev/null", O_RDONLY);
     printf("child: /dev/null imported: %s\n",
-           result_name(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)null, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)));
+           cuMemImportFromShareableHandle(&h, (void *)(intptr_t)null, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ? "no"
+                                                                                                             : "yes");
     CHECK(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
     CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED, .location = {CU_MEM_LOCATION_TYPE_DEVICE, 0}};
     size_t g;
@@ -139,12 +140,16 @@ static int vmm(void)
     return 0;
 }
 
-/* Runs this program again with its arguments; its exit status. */
+/* Runs this program again with its arguments; its exit status. For "vmm",
+ * a is a descriptor the child keeps (a shareable handle closes on exec),
+ * as descriptor 100. */
 static int spawn(const char *what, const char *a, const char *b)
 {
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
+        if (!strcmp(what, "vmm") && dup2(atoi(a), 100) == 100)
+            a = b = "100";
         execl("/proc/self/exe", "ipcclient", "child", what, a, b, (char *)NULL);
         _exit(127);
     }
@@ -171,6 +176,7 @@ int main(int argc, char **argv)
     CHECK(cuIpcGetMemHandle(&hb, big));
     CHECK(cuIpcGetMemHandle(&hs, small));
     printf("inside an allocation: %s\n", result_name(cuIpcGetMemHandle(&h, big + 4096)));
+    printf("no allocation: %s\n", result_name(cuIpcGetMemHandle(&h, 8)));
     printf("no handle: %s\n", result_name(cuIpcGetMemHandle(NULL, big)));
     char a[129], b[129];
     hex(a, &hb);
