@@ -11,8 +11,10 @@
  * size (at most FGR_LOG_MAX) and its buffer as 0, the executor gives the
  * driver buffers of its own for the call and answers what it wrote, which
  * the client copies into the program's (fgr_opts_logs). A link state's
- * logs (FGR_OPTS_LINK) are written by later calls, so they stay kept back
- * and come back empty. */
+ * logs (FGR_OPTS_LINK, cuLinkCreate's) are written by later calls: the
+ * executor keeps buffers of its own with the state, which the client reads
+ * after each call that writes them (fgrLinkLogs); those of one input
+ * (FGR_OPTS_LINKDATA) stay kept back and come back empty. */
 #ifndef FGR_OPTIONS_H
 #define FGR_OPTIONS_H
 
@@ -21,6 +23,7 @@
 #define FGR_OPTS_JIT 0
 #define FGR_OPTS_LIBRARY 1
 #define FGR_OPTS_LINK 2
+#define FGR_OPTS_LINKDATA 3
 #define FGR_MAX_OPTS 64u
 #define FGR_LOG_MAX (64u << 10)
 
@@ -39,7 +42,7 @@ static inline int fgr_option_fate(int kind, uint64_t o)
 {
     if (kind == FGR_OPTS_LIBRARY)
         return o <= 1 ? FGR_OPT_KEEP : FGR_OPT_UNKNOWN;
-    if (kind == FGR_OPTS_JIT && o >= 3 && o <= 6)
+    if ((kind == FGR_OPTS_JIT || kind == FGR_OPTS_LINK) && o >= 3 && o <= 6)
         return FGR_OPT_LOG;
     if (o <= 1 || (o >= 7 && o <= 16) || (o >= 20 && o <= 24) || (o >= 29 && o <= 33))
         return FGR_OPT_SEND;

@@ -291,63 +291,64 @@ enum fgr_op {
     FGR_OP_cuLinkDestroy = 282,
     FGR_OP_fgrLinkComplete = 283,
     FGR_OP_fgrLinkRead = 284,
-    FGR_OP_cuTensorMapEncodeTiled = 285,
-    FGR_OP_cuTensorMapEncodeIm2col = 286,
-    FGR_OP_cuTensorMapReplaceAddress = 287,
-    FGR_OP_cuKernelGetLibrary = 288,
-    FGR_OP_fgrStreamCaptureInfo = 289,
-    FGR_OP_cuStreamBeginCaptureToGraph = 290,
-    FGR_OP_cuStreamBeginCaptureToGraph_ptsz = 291,
-    FGR_OP_cuStreamUpdateCaptureDependencies = 292,
-    FGR_OP_cuStreamUpdateCaptureDependencies_ptsz = 293,
-    FGR_OP_cuStreamUpdateCaptureDependencies_v2 = 294,
-    FGR_OP_cuStreamUpdateCaptureDependencies_v2_ptsz = 295,
-    FGR_OP_cuStreamGetPriority = 296,
-    FGR_OP_cuStreamGetPriority_ptsz = 297,
-    FGR_OP_cuStreamGetFlags = 298,
-    FGR_OP_cuStreamGetFlags_ptsz = 299,
-    FGR_OP_cuStreamGetCtx = 300,
-    FGR_OP_cuStreamGetCtx_ptsz = 301,
-    FGR_OP_cuStreamGetCtx_v2 = 302,
-    FGR_OP_cuStreamGetCtx_v2_ptsz = 303,
-    FGR_OP_cuStreamGetId = 304,
-    FGR_OP_cuStreamGetId_ptsz = 305,
-    FGR_OP_cuStreamCopyAttributes = 306,
-    FGR_OP_cuStreamCopyAttributes_ptsz = 307,
-    FGR_OP_cuStreamAttachMemAsync = 308,
-    FGR_OP_cuStreamAttachMemAsync_ptsz = 309,
-    FGR_OP_cuGraphExecMemcpyNodeSetParams = 310,
-    FGR_OP_fgrGraphKernelNodeGetParams = 311,
-    FGR_OP_fgrGraphKernelNodeSetParams = 312,
-    FGR_OP_fgrGraphAddHostNode = 313,
-    FGR_OP_fgrGraphAddKernelNode = 314,
-    FGR_OP_fgrGraphHostAlloc = 315,
-    FGR_OP_fgrGraphHostFree = 316,
-    FGR_OP_fgrGraphLaunchHost = 317,
-    FGR_OP_fgrGraphHostRead = 318,
-    FGR_OP_cuGraphDestroyNode = 319,
-    FGR_OP_cuGraphAddEventRecordNode = 320,
-    FGR_OP_cuGraphAddEventWaitNode = 321,
-    FGR_OP_cuGraphExecGetFlags = 322,
-    FGR_OP_cuGraphConditionalHandleCreate = 323,
-    FGR_OP_fgrGraphAddConditionalNode = 324,
-    FGR_OP_fgrGraphConditionalNodeGetParams = 325,
-    FGR_OP_fgrGraphConditionalNodeSetParams = 326,
-    FGR_OP_cuGraphExecUpdate_v2 = 327,
-    FGR_OP_xt_ctx = 328,
-    FGR_OP_xt_ctx_39 = 329,
-    FGR_OP_xt_ctx_51 = 330,
-    FGR_OP_xt_simA = 331,
-    FGR_OP_xt_simA_1 = 332,
-    FGR_OP_xt_simA_2 = 333,
-    FGR_OP_xt_simA_7 = 334,
-    FGR_OP_xt_simB = 335,
-    FGR_OP_xt_simB_1 = 336,
-    FGR_OP_xt_simB_2 = 337,
-    FGR_NUM_OPS = 338
+    FGR_OP_fgrLinkLogs = 285,
+    FGR_OP_cuTensorMapEncodeTiled = 286,
+    FGR_OP_cuTensorMapEncodeIm2col = 287,
+    FGR_OP_cuTensorMapReplaceAddress = 288,
+    FGR_OP_cuKernelGetLibrary = 289,
+    FGR_OP_fgrStreamCaptureInfo = 290,
+    FGR_OP_cuStreamBeginCaptureToGraph = 291,
+    FGR_OP_cuStreamBeginCaptureToGraph_ptsz = 292,
+    FGR_OP_cuStreamUpdateCaptureDependencies = 293,
+    FGR_OP_cuStreamUpdateCaptureDependencies_ptsz = 294,
+    FGR_OP_cuStreamUpdateCaptureDependencies_v2 = 295,
+    FGR_OP_cuStreamUpdateCaptureDependencies_v2_ptsz = 296,
+    FGR_OP_cuStreamGetPriority = 297,
+    FGR_OP_cuStreamGetPriority_ptsz = 298,
+    FGR_OP_cuStreamGetFlags = 299,
+    FGR_OP_cuStreamGetFlags_ptsz = 300,
+    FGR_OP_cuStreamGetCtx = 301,
+    FGR_OP_cuStreamGetCtx_ptsz = 302,
+    FGR_OP_cuStreamGetCtx_v2 = 303,
+    FGR_OP_cuStreamGetCtx_v2_ptsz = 304,
+    FGR_OP_cuStreamGetId = 305,
+    FGR_OP_cuStreamGetId_ptsz = 306,
+    FGR_OP_cuStreamCopyAttributes = 307,
+    FGR_OP_cuStreamCopyAttributes_ptsz = 308,
+    FGR_OP_cuStreamAttachMemAsync = 309,
+    FGR_OP_cuStreamAttachMemAsync_ptsz = 310,
+    FGR_OP_cuGraphExecMemcpyNodeSetParams = 311,
+    FGR_OP_fgrGraphKernelNodeGetParams = 312,
+    FGR_OP_fgrGraphKernelNodeSetParams = 313,
+    FGR_OP_fgrGraphAddHostNode = 314,
+    FGR_OP_fgrGraphAddKernelNode = 315,
+    FGR_OP_fgrGraphHostAlloc = 316,
+    FGR_OP_fgrGraphHostFree = 317,
+    FGR_OP_fgrGraphLaunchHost = 318,
+    FGR_OP_fgrGraphHostRead = 319,
+    FGR_OP_cuGraphDestroyNode = 320,
+    FGR_OP_cuGraphAddEventRecordNode = 321,
+    FGR_OP_cuGraphAddEventWaitNode = 322,
+    FGR_OP_cuGraphExecGetFlags = 323,
+    FGR_OP_cuGraphConditionalHandleCreate = 324,
+    FGR_OP_fgrGraphAddConditionalNode = 325,
+    FGR_OP_fgrGraphConditionalNodeGetParams = 326,
+    FGR_OP_fgrGraphConditionalNodeSetParams = 327,
+    FGR_OP_cuGraphExecUpdate_v2 = 328,
+    FGR_OP_xt_ctx = 329,
+    FGR_OP_xt_ctx_39 = 330,
+    FGR_OP_xt_ctx_51 = 331,
+    FGR_OP_xt_simA = 332,
+    FGR_OP_xt_simA_1 = 333,
+    FGR_OP_xt_simA_2 = 334,
+    FGR_OP_xt_simA_7 = 335,
+    FGR_OP_xt_simB = 336,
+    FGR_OP_xt_simB_1 = 337,
+    FGR_OP_xt_simB_2 = 338,
+    FGR_NUM_OPS = 339
 };
 
-#define FGR_OPS_HASH 0x16f382b3f1dc8c03ULL
+#define FGR_OPS_HASH 0xcaea1a4aa2d59abdULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
@@ -499,6 +500,7 @@ CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut);
 CUresult cuLinkDestroy(CUlinkState state);
 CUresult fgrLinkComplete(CUlinkState state, size_t *size);
 CUresult fgrLinkRead(CUlinkState state, size_t off, void *dst, size_t n);
+CUresult fgrLinkLogs(CUlinkState state, unsigned int ninfo, char *info, unsigned int nerror, char *error);
 CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill);
 CUresult cuTensorMapEncodeIm2col(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const int *pixelBoxLowerCorner, const int *pixelBoxUpperCorner, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill);
 CUresult cuTensorMapReplaceAddress(CUtensorMap *tensorMap, void *globalAddress);
@@ -611,6 +613,8 @@ CUresult fgr_fwd_cuCtxSetCacheConfig(CUfunc_cache config);
 CUresult fgr_fwd_cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig config);
 CUresult fgr_fwd_cuCtxSetSharedMemConfig(CUsharedconfig config);
 CUresult fgr_fwd_cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name);
+CUresult fgr_fwd_cuLinkCreate_v2(unsigned int numOptions, CUjit_option *options, void **optionValues, CUlinkState *stateOut);
+CUresult fgr_fwd_cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues);
 CUresult fgr_fwd_cuLinkDestroy(CUlinkState state);
 CUresult fgr_fwd_cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D *copyParams, CUcontext ctx);
 CUresult fgr_fwd_cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo);

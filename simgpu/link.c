@@ -7,6 +7,7 @@
  * does. */
 #include "sim.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,7 +19,17 @@ struct sim_link {
     uint32_t magic;
     char *text; /* HEADER, then each input's lines */
     size_t len;
+    int inputs;
+    char *log[2]; /* the program's info and error logs, as a driver writes them */
+    size_t nlog[2];
 };
+
+/* A line into log i (0: info, 1: error), where the program gave one. */
+static void say(struct sim_link *l, int i, const char *fmt, const char *what, size_t n)
+{
+    if (l->log[i] && l->nlog[i])
+        snprintf(l->log[i], l->nlog[i], fmt, what, n);
+}
 
 static struct sim_link *as_link(CUlinkState s)
 {
@@ -36,12 +47,22 @@ SIM_EXPORT CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *optio
         return r;
     if (!stateOut)
         return CUDA_ERROR_INVALID_VALUE;
-    if ((r = sim_jit_options(numOptions, options, optionValues)) != CUDA_SUCCESS)
-        return r;
     struct sim_link *l = calloc(1, sizeof *l);
     if (!l || !(l->text = strdup(HEADER))) {
         free(l);
         return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    /* The logs, written at later calls (their sizes as given: the option
+     * checks below write a load's log into them). */
+    for (unsigned i = 0; options && optionValues && i < numOptions; i++)
+        if (options[i] == CU_JIT_INFO_LOG_BUFFER || options[i] == CU_JIT_ERROR_LOG_BUFFER)
+            l->log[options[i] == CU_JIT_ERROR_LOG_BUFFER] = optionValues[i];
+        else if (options[i] == CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES || options[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES)
+            l->nlog[options[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES] = (uintptr_t)optionValues[i];
+    if ((r = sim_jit_options(numOptions, options, optionValues)) != CUDA_SUCCESS) {
+        free(l->text);
+        free(l);
+        return r;
     }
     l->magic = LINK_MAGIC;
     l->len = sizeof HEADER - 1;
@@ -65,8 +86,10 @@ SIM_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, voi
         return r;
     const char *in = data;
     size_t n = strnlen(in, size);
-    if (n < sizeof HEADER - 1 || memcmp(in, HEADER, sizeof HEADER - 1) != 0)
+    if (n < sizeof HEADER - 1 || memcmp(in, HEADER, sizeof HEADER - 1) != 0) {
+        say(l, 1, "error   : input %s is not a module of the simulated GPU (%zu bytes)", name ? name : "(unnamed)", size);
         return CUDA_ERROR_INVALID_IMAGE;
+    }
     in += sizeof HEADER - 1;
     n -= sizeof HEADER - 1;
     char *t = realloc(l->text, l->len + n + 2);
@@ -78,6 +101,7 @@ SIM_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, voi
         t[l->len++] = '\n';
     t[l->len] = 0;
     l->text = t;
+    l->inputs++;
     return CUDA_SUCCESS;
 }
 
@@ -104,8 +128,11 @@ SIM_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *s
         return CUDA_ERROR_INVALID_HANDLE;
     if (!cubinOut || !sizeOut)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!strstr(l->text, "\nkernel "))
+    if (!strstr(l->text, "\nkernel ")) {
+        say(l, 1, "error   : %s to link (%zu inputs)", "no kernel", (size_t)l->inputs);
         return CUDA_ERROR_INVALID_IMAGE; /* nothing to link */
+    }
+    say(l, 0, "info    : %s: %zu inputs linked", "simulated GPU", (size_t)l->inputs);
     *cubinOut = l->text;
     *sizeOut = l->len + 1;
     return CUDA_SUCCESS;

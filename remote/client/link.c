@@ -1,9 +1,14 @@
 /* JIT linking (api/remote.api): the link state is the server's. A file is
  * read here and added as data; the linked image is read back here, and is
- * the program's to load until it destroys the state, as the driver's. */
+ * the program's to load until it destroys the state, as the driver's. The
+ * logs cuLinkCreate was given buffers for are the executor's, kept with
+ * the state: read into the program's buffers after each call that writes
+ * them (an input refused, the link completed or not). */
 #include "client.h"
+#include "../options.h"
 
 #include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 
@@ -15,6 +20,95 @@ static struct image {
     void *bytes;
     struct image *next;
 } *images;
+
+static struct logs {
+    CUlinkState state;
+    char *info, *error;     /* the program's buffers, */
+    unsigned ninfo, nerror; /* and as much of them as travels */
+    struct logs *next;
+} *logs;
+
+static struct logs **logs_of(CUlinkState state)
+{
+    struct logs **p = &logs;
+    while (*p && (*p)->state != state)
+        p = &(*p)->next;
+    return p;
+}
+
+/* The size of log buffer option k (and its buffer), as it travels. */
+static unsigned log_cap(unsigned k, const CUjit_option *o, void *const *v, unsigned n, char **buf)
+{
+    uint64_t size = 0;
+    *buf = NULL;
+    for (unsigned i = 0; i < n; i++)
+        if ((unsigned)o[i] == k)
+            *buf = v[i];
+        else if ((unsigned)o[i] == k + 1)
+            size = (uintptr_t)v[i];
+    return *buf && size ? (unsigned)(size < FGR_LOG_MAX ? size : FGR_LOG_MAX) : 0;
+}
+
+FGR_EXPORT CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *options, void **optionValues,
+                                    CUlinkState *stateOut)
+{
+    struct logs l = {0};
+    if (options && optionValues && numOptions <= FGR_MAX_OPTS) {
+        l.ninfo = log_cap(FGR_JIT_INFO_LOG_BUFFER, options, optionValues, numOptions, &l.info);
+        l.nerror = log_cap(FGR_JIT_ERROR_LOG_BUFFER, options, optionValues, numOptions, &l.error);
+    }
+    CUresult r = fgr_fwd_cuLinkCreate_v2(numOptions, options, optionValues, stateOut);
+    if (r != CUDA_SUCCESS || (!l.ninfo && !l.nerror))
+        return r;
+    struct logs *k = malloc(sizeof *k);
+    if (!k)
+        return r; /* the logs stay empty */
+    *k = l;
+    k->state = *stateOut;
+    pthread_mutex_lock(&lock);
+    k->next = logs;
+    logs = k;
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+/* The state's logs, as the driver wrote them so far, into the program's
+ * buffers. */
+static void read_logs(CUlinkState state)
+{
+    pthread_mutex_lock(&lock);
+    struct logs *k = *logs_of(state), l = k ? *k : (struct logs){0};
+    pthread_mutex_unlock(&lock);
+    if (!k)
+        return;
+    char *info = l.ninfo ? malloc(l.ninfo) : NULL, *error = l.nerror ? malloc(l.nerror) : NULL;
+    if ((l.ninfo && !info) || (l.nerror && !error) ||
+        fgrLinkLogs(state, info ? l.ninfo : 0, info, error ? l.nerror : 0, error) != CUDA_SUCCESS) {
+        free(info);
+        free(error);
+        return;
+    }
+    if (info) {
+        memcpy(l.info, info, l.ninfo);
+        l.info[l.ninfo - 1] = 0;
+    }
+    if (error) {
+        memcpy(l.error, error, l.nerror);
+        l.error[l.nerror - 1] = 0;
+    }
+    free(info);
+    free(error);
+}
+
+FGR_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size,
+                                     const char *name, unsigned int numOptions, CUjit_option *options,
+                                     void **optionValues)
+{
+    CUresult r = fgr_fwd_cuLinkAddData_v2(state, type, data, size, name, numOptions, options, optionValues);
+    if (r != CUDA_SUCCESS)
+        read_logs(state);
+    return r;
+}
 
 /* The image kept for state, taken off the list (NULL: none). */
 static struct image *take(CUlinkState state)
@@ -62,6 +156,7 @@ FGR_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *s
     if (!cubinOut || !sizeOut)
         return CUDA_ERROR_INVALID_VALUE;
     CUresult r = fgrLinkComplete(state, &n);
+    read_logs(state);
     if (r != CUDA_SUCCESS)
         return r;
     struct image *i = calloc(1, sizeof *i);
@@ -97,9 +192,13 @@ FGR_EXPORT CUresult cuLinkDestroy(CUlinkState state)
         return r;
     pthread_mutex_lock(&lock);
     struct image *i = take(state);
+    struct logs **p = logs_of(state), *k = *p;
+    if (k)
+        *p = k->next;
     pthread_mutex_unlock(&lock);
     if (i)
         free(i->bytes);
     free(i);
+    free(k);
     return CUDA_SUCCESS;
 }

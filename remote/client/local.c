@@ -851,8 +851,8 @@ void fgr_put_opts(struct fgr_buf *w, int kind, const void *opts, void **values, 
     if (kind == FGR_OPTS_LIBRARY)
         return;
     for (unsigned i = 0; i < n; i++) {
-        if (!fgr_is_log(o[i]) || (kind == FGR_OPTS_JIT && log_size(o, values, n, i)))
-            continue;
+        if (!fgr_is_log(o[i]) || ((kind == FGR_OPTS_JIT || kind == FGR_OPTS_LINK) && log_size(o, values, n, i)))
+            continue; /* it travels: written back (a link's, later: link.c) */
         for (unsigned j = 0; j < n; j++)
             if (o[j] == o[i] + 1 && (uintptr_t)values[j] > 0 && values[i]) {
                 *(char *)values[i] = 0;

@@ -4722,7 +4722,7 @@ FGR_EXPORT CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *options, void **optionValues, CUlinkState *stateOut)
+CUresult fgr_fwd_cuLinkCreate_v2(unsigned int numOptions, CUjit_option *options, void **optionValues, CUlinkState *stateOut)
 {
     CUresult fgr_r;
     if ((fgr_r = fgr_opts_check(FGR_OPTS_LINK, options, optionValues, numOptions, "cuLinkCreate_v2")) != CUDA_SUCCESS)
@@ -4740,13 +4740,13 @@ FGR_EXPORT CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *optio
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues)
+CUresult fgr_fwd_cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
     CUresult fgr_r;
     uint64_t n_data = data ? fgr_mul((uint64_t)(size), 1) : 0;
     if (n_data > FGR_MAX_BUF)
         return fgr_unsupported(-1, "cuLinkAddData_v2", "a buffer over the frame limit");
-    if ((fgr_r = fgr_opts_check(FGR_OPTS_LINK, options, optionValues, numOptions, "cuLinkAddData_v2")) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_opts_check(FGR_OPTS_LINKDATA, options, optionValues, numOptions, "cuLinkAddData_v2")) != CUDA_SUCCESS)
         return fgr_refused_here("cuLinkAddData_v2", fgr_r);
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuLinkAddData_v2, 0)) != CUDA_SUCCESS)
@@ -4757,7 +4757,7 @@ FGR_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, voi
     fgr_put_u64(&fgr_c.w, (uint64_t)numOptions);
     fgr_put_buf(&fgr_c.w, data, n_data);
     fgr_put_str(&fgr_c.w, name);
-    fgr_put_opts(&fgr_c.w, FGR_OPTS_LINK, options, optionValues, numOptions);
+    fgr_put_opts(&fgr_c.w, FGR_OPTS_LINKDATA, options, optionValues, numOptions);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     return fgr_end(&fgr_c);
@@ -4808,6 +4808,30 @@ FGR_EXPORT CUresult fgrLinkRead(CUlinkState state, size_t off, void *dst, size_t
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, dst, n_dst, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrLinkLogs(CUlinkState state, unsigned int ninfo, char *info, unsigned int nerror, char *error)
+{
+    CUresult fgr_r;
+    uint64_t n_info = info ? fgr_mul((uint64_t)(fgr_min(ninfo,FGR_LOG_MAX)), sizeof(char)) : 0;
+    if (n_info > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrLinkLogs", "a buffer over the frame limit");
+    uint64_t n_error = error ? fgr_mul((uint64_t)(fgr_min(nerror,FGR_LOG_MAX)), sizeof(char)) : 0;
+    if (n_error > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrLinkLogs", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrLinkLogs, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)state);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ninfo);
+    fgr_put_u64(&fgr_c.w, (uint64_t)nerror);
+    fgr_put_u8(&fgr_c.w, info != NULL);
+    fgr_put_u8(&fgr_c.w, error != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, info, n_info, 0);
+    fgr_get_out(&fgr_c, error, n_error, 0);
     return fgr_end(&fgr_c);
 }
 
@@ -5984,6 +6008,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuLinkDestroy] = "cuLinkDestroy",
     [FGR_OP_fgrLinkComplete] = "fgrLinkComplete",
     [FGR_OP_fgrLinkRead] = "fgrLinkRead",
+    [FGR_OP_fgrLinkLogs] = "fgrLinkLogs",
     [FGR_OP_cuTensorMapEncodeTiled] = "cuTensorMapEncodeTiled",
     [FGR_OP_cuTensorMapEncodeIm2col] = "cuTensorMapEncodeIm2col",
     [FGR_OP_cuTensorMapReplaceAddress] = "cuTensorMapReplaceAddress",
@@ -6445,6 +6470,7 @@ const struct fg_proc fgr_procs[] = {
     {"cuLinkDestroy", "cuLinkDestroy", 5050, 0, (void *)cuLinkDestroy},
     {"fgrLinkComplete", "fgrLinkComplete", 0, 0, (void *)fgrLinkComplete},
     {"fgrLinkRead", "fgrLinkRead", 0, 0, (void *)fgrLinkRead},
+    {"fgrLinkLogs", "fgrLinkLogs", 0, 0, (void *)fgrLinkLogs},
     {"cuTensorMapEncodeTiled", "cuTensorMapEncodeTiled", 12000, 0, (void *)cuTensorMapEncodeTiled},
     {"cuTensorMapEncodeIm2col", "cuTensorMapEncodeIm2col", 12000, 0, (void *)cuTensorMapEncodeIm2col},
     {"cuTensorMapReplaceAddress", "cuTensorMapReplaceAddress", 12000, 0, (void *)cuTensorMapReplaceAddress},

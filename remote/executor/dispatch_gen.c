@@ -285,6 +285,7 @@ typedef CUresult (*pfn_cuLinkAddData_v2)(CUlinkState state, CUjitInputType type,
 typedef CUresult (*pfn_cuLinkDestroy)(CUlinkState state);
 typedef CUresult (*pfn_fgrLinkComplete)(CUlinkState state, size_t *size);
 typedef CUresult (*pfn_fgrLinkRead)(CUlinkState state, size_t off, void *dst, size_t n);
+typedef CUresult (*pfn_fgrLinkLogs)(CUlinkState state, unsigned int ninfo, char *info, unsigned int nerror, char *error);
 typedef CUresult (*pfn_cuTensorMapEncodeTiled)(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill);
 typedef CUresult (*pfn_cuTensorMapEncodeIm2col)(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const int *pixelBoxLowerCorner, const int *pixelBoxUpperCorner, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill);
 typedef CUresult (*pfn_cuTensorMapReplaceAddress)(CUtensorMap *tensorMap, void *globalAddress);
@@ -6157,7 +6158,7 @@ static CUresult op_cuLinkAddData_v2(struct fgr_rd *rd, struct fgr_req *q)
     void *data = fgr_get_buf(rd, q, fgr_mul((uint64_t)(size), 1), 0);
     char *name = fgr_get_str(rd);
     void **optionValues = NULL;
-    CUjit_option *options = fgr_get_opts(rd, q, FGR_OPTS_LINK, &optionValues, &numOptions);
+    CUjit_option *options = fgr_get_opts(rd, q, FGR_OPTS_LINKDATA, &optionValues, &numOptions);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -6227,6 +6228,40 @@ static CUresult op_fgrLinkRead(struct fgr_rd *rd, struct fgr_req *q)
         fgr_r = ((pfn_fgrLinkRead)fgr_real[FGR_OP_fgrLinkRead])(state, off, dst, n);
     if (has_dst)
         fgr_reply_out(q, dst, fgr_n_dst, 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrLinkLogs(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUlinkState state = (CUlinkState)(uintptr_t)fgr_in(FGR_H_CUlinkState, fgr_get_u64(rd));
+    unsigned int ninfo = (unsigned int)fgr_get_u64(rd);
+    unsigned int nerror = (unsigned int)fgr_get_u64(rd);
+    int has_info = fgr_get_u8(rd);
+    int has_error = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    char *info = NULL;
+    const uint64_t fgr_n_info = fgr_mul((uint64_t)(fgr_min(ninfo,FGR_LOG_MAX)), sizeof(char));
+    char *error = NULL;
+    const uint64_t fgr_n_error = fgr_mul((uint64_t)(fgr_min(nerror,FGR_LOG_MAX)), sizeof(char));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUlinkState, (uint64_t)(uintptr_t)state)))
+        fgr_r = fgr_refuse("fgrLinkLogs", "state", (uint64_t)(uintptr_t)state, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(!has_info || fgr_mul((uint64_t)(fgr_min(ninfo,FGR_LOG_MAX)), sizeof(char)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrLinkLogs", "info", fgr_mul((uint64_t)(fgr_min(ninfo,FGR_LOG_MAX)), sizeof(char)), CUDA_ERROR_INVALID_VALUE);
+    else if (!(!has_error || fgr_mul((uint64_t)(fgr_min(nerror,FGR_LOG_MAX)), sizeof(char)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrLinkLogs", "error", fgr_mul((uint64_t)(fgr_min(nerror,FGR_LOG_MAX)), sizeof(char)), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_info && !(info = fgr_out(q, fgr_n_info)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_error && !(error = fgr_out(q, fgr_n_error)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrLinkLogs)fgr_real[FGR_OP_fgrLinkLogs])(state, ninfo, info, nerror, error);
+    if (has_info)
+        fgr_reply_out(q, info, fgr_n_info, 0, fgr_r);
+    if (has_error)
+        fgr_reply_out(q, error, fgr_n_error, 0, fgr_r);
     return fgr_r;
 }
 
@@ -7868,6 +7903,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuLinkDestroy] = {"cuLinkDestroy", op_cuLinkDestroy, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrLinkComplete] = {"fgrLinkComplete", op_fgrLinkComplete, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrLinkRead] = {"fgrLinkRead", op_fgrLinkRead, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrLinkLogs] = {"fgrLinkLogs", op_fgrLinkLogs, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuTensorMapEncodeTiled] = {"cuTensorMapEncodeTiled", op_cuTensorMapEncodeTiled, 0, FGR_MAX_FRAME},
     [FGR_OP_cuTensorMapEncodeIm2col] = {"cuTensorMapEncodeIm2col", op_cuTensorMapEncodeIm2col, 0, FGR_MAX_FRAME},
     [FGR_OP_cuTensorMapReplaceAddress] = {"cuTensorMapReplaceAddress", op_cuTensorMapReplaceAddress, 0, FGR_SMALL_FRAME},

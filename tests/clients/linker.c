@@ -22,22 +22,25 @@ int main(int argc, char **argv)
     CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
     CHECK(cuCtxSetCurrent(ctx));
 
-    char log[256] = "untouched";
-    CUjit_option o[] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CU_JIT_LOG_VERBOSE};
-    void *v[] = {log, (void *)(uintptr_t)sizeof log, (void *)(uintptr_t)1};
+    char log[256] = "untouched", errors[40] = "untouched";
+    CUjit_option o[] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CU_JIT_LOG_VERBOSE,
+                        CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+    void *v[] = {log, (void *)(uintptr_t)sizeof log, (void *)(uintptr_t)1, errors, (void *)(uintptr_t)sizeof errors};
     CUlinkState st;
-    CHECK(cuLinkCreate_v2(3, o, v, &st));
+    CHECK(cuLinkCreate_v2(5, o, v, &st));
     CHECK(cuLinkAddData_v2(st, CU_JIT_INPUT_PTX, (void *)FILL, sizeof FILL, "fill", 0, NULL, NULL));
     CHECK(cuLinkAddFile_v2(st, CU_JIT_INPUT_CUBIN, argv[1], 0, NULL, NULL));
     char junk[] = "not a module";
     printf("junk added: %s\n", result_name(cuLinkAddData_v2(st, CU_JIT_INPUT_CUBIN, junk, sizeof junk, "junk", 0,
                                                              NULL, NULL)));
+    printf("error log (cut to its buffer): \"%s\"\n", errors);
     printf("a missing file: %s\n",
            result_name(cuLinkAddFile_v2(st, CU_JIT_INPUT_CUBIN, "/nonexistent/k.cubin", 0, NULL, NULL)));
     void *image;
     size_t n;
     CHECK(cuLinkComplete(st, &image, &n));
     printf("linked: %zu bytes, \"%.*s\"\n", n, (int)strcspn(image, "\n"), (const char *)image);
+    printf("info log: \"%s\"\n", log);
 
     CUmodule mod;
     CUfunction fill, other;
@@ -56,8 +59,11 @@ int main(int argc, char **argv)
     printf("completed after destroy: %s\n", result_name(cuLinkComplete(st, &image, &n)));
 
     CUlinkState empty;
-    CHECK(cuLinkCreate_v2(0, NULL, NULL, &empty));
+    CUjit_option eo[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+    void *ev[] = {errors, (void *)(uintptr_t)sizeof errors};
+    CHECK(cuLinkCreate_v2(2, eo, ev, &empty));
     printf("nothing to link: %s\n", result_name(cuLinkComplete(empty, &image, &n)));
+    printf("its error log: \"%s\"\n", errors);
     CHECK(cuLinkDestroy(empty));
     CHECK(cuModuleUnload(mod));
     CHECK(cuMemFree_v2(d));

@@ -5,8 +5,10 @@ import (
 	"strings"
 )
 
-// optsKind is an option array, jitopts[COUNT], linkopts[COUNT] (a link's:
-// its logs kept back) or libopts[COUNT], COUNT the
+// optsKind is an option array, jitopts[COUNT], linkopts[COUNT] (a link
+// state's: its logs read after the calls that write them),
+// linkdataopts[COUNT] (a link input's: its logs kept back) or
+// libopts[COUNT], COUNT the
 // by-value count, its values the next parameter (optvalues). Only options
 // whose value is the word itself travel (remote/options.h): the client
 // refuses others (fgr_opts_check); the executor sets the values and the
@@ -82,5 +84,6 @@ func init() {
 	kinds["jitopts"] = optsKind{pointer{counted: true}, "FGR_OPTS_JIT"}
 	kinds["libopts"] = optsKind{pointer{counted: true}, "FGR_OPTS_LIBRARY"}
 	kinds["linkopts"] = optsKind{pointer{counted: true}, "FGR_OPTS_LINK"}
+	kinds["linkdataopts"] = optsKind{pointer{counted: true}, "FGR_OPTS_LINKDATA"}
 	kinds["optvalues"] = optvaluesKind{}
 }
