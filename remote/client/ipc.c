@@ -27,6 +27,19 @@ static CUresult to_file(const char *token, void *shareableHandle)
     return CUDA_SUCCESS;
 }
 
+/* Whether a call on shareable handles goes on (CUDA_SUCCESS), else its
+ * answer: POSIX file descriptors only. */
+static CUresult shareable(const char *name, const void *out, CUmemAllocationHandleType type, unsigned long long flags)
+{
+    if (!fgr_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!out || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return fgr_unsupported(-1, name, "a handle type other than a POSIX file descriptor");
+    return CUDA_SUCCESS;
+}
+
 /* The token in such a file: 0, or -1 for a file that holds none. */
 static int from_file(void *osHandle, char *token)
 {
@@ -36,26 +49,20 @@ static int from_file(void *osHandle, char *token)
 FGR_EXPORT CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
                                                  CUmemAllocationHandleType handleType, unsigned long long flags)
 {
-    if (!fgr_initialized)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (!shareableHandle || flags)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
-        return fgr_unsupported(-1, "cuMemExportToShareableHandle", "a handle type other than a POSIX file descriptor");
+    CUresult r = shareable("cuMemExportToShareableHandle", shareableHandle, handleType, flags);
+    if (r != CUDA_SUCCESS)
+        return r;
     char token[TOKEN];
-    CUresult r = fgrIpcExportHandle(handle, token);
+    r = fgrIpcExportHandle(handle, token);
     return r == CUDA_SUCCESS ? to_file(token, shareableHandle) : r;
 }
 
 FGR_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
                                                    CUmemAllocationHandleType shHandleType)
 {
-    if (!fgr_initialized)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (!handle)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
-        return fgr_unsupported(-1, "cuMemImportFromShareableHandle", "a handle type other than a POSIX file descriptor");
+    CUresult r = shareable("cuMemImportFromShareableHandle", handle, shHandleType, 0);
+    if (r != CUDA_SUCCESS)
+        return r;
     char token[TOKEN];
     if (from_file(osHandle, token) != 0)
         return CUDA_ERROR_INVALID_VALUE; /* not a file cuMemExportToShareableHandle gave */
@@ -65,26 +72,20 @@ FGR_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle 
 FGR_EXPORT CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool,
                                                      CUmemAllocationHandleType handleType, unsigned long long flags)
 {
-    if (!fgr_initialized)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (!handle_out || flags)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
-        return fgr_unsupported(-1, "cuMemPoolExportToShareableHandle", "a handle type other than a POSIX file descriptor");
+    CUresult r = shareable("cuMemPoolExportToShareableHandle", handle_out, handleType, flags);
+    if (r != CUDA_SUCCESS)
+        return r;
     char token[TOKEN];
-    CUresult r = fgrIpcExportPool(pool, token);
+    r = fgrIpcExportPool(pool, token);
     return r == CUDA_SUCCESS ? to_file(token, handle_out) : r;
 }
 
 FGR_EXPORT CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle,
                                                        CUmemAllocationHandleType handleType, unsigned long long flags)
 {
-    if (!fgr_initialized)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (!pool_out || flags)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
-        return fgr_unsupported(-1, "cuMemPoolImportFromShareableHandle", "a handle type other than a POSIX file descriptor");
+    CUresult r = shareable("cuMemPoolImportFromShareableHandle", pool_out, handleType, flags);
+    if (r != CUDA_SUCCESS)
+        return r;
     char token[TOKEN];
     if (from_file(handle, token) != 0)
         return CUDA_ERROR_INVALID_VALUE;

@@ -348,30 +348,30 @@ static CUresult ipc_open(const void *handle, CUdeviceptr at, CUdeviceptr *dptr)
     return CUDA_SUCCESS;
 }
 
-static CUresult ipc_import_handle(CUmemGenericAllocationHandle *h, const void *token)
+/* The physical allocation or pool a token of that kind names, imported. */
+static CUresult import_object(int kind, void *out, const void *token)
 {
     struct token t;
-    if (!h || !token)
+    if (!out || !token)
         return CUDA_ERROR_INVALID_VALUE;
-    int fd = fetched(token, HANDLE, &t);
+    int fd = fetched(token, kind, &t);
     if (fd < 0)
         return CUDA_ERROR_INVALID_VALUE;
-    CUresult r = import_fd(h, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    void *os = (void *)(intptr_t)fd;
+    CUresult r = kind == POOL ? pool_import_fd(out, os, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)
+                              : import_fd(out, os, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
     close(fd);
     return r;
 }
 
+static CUresult ipc_import_handle(CUmemGenericAllocationHandle *h, const void *token)
+{
+    return import_object(HANDLE, h, token);
+}
+
 static CUresult ipc_import_pool(CUmemoryPool *pool, const void *token)
 {
-    struct token t;
-    if (!pool || !token)
-        return CUDA_ERROR_INVALID_VALUE;
-    int fd = fetched(token, POOL, &t);
-    if (fd < 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    CUresult r = pool_import_fd(pool, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-    close(fd);
-    return r;
+    return import_object(POOL, pool, token);
 }
 
 static CUresult ipc_open_event(CUevent *ph, const void *handle)

@@ -46,19 +46,9 @@ static int all(CUdeviceptr p, size_t n, unsigned char v)
     return i == n;
 }
 
-static void context(void)
-{
-    CUdevice dev;
-    CUcontext ctx;
-    CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&dev, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CHECK(cuCtxSetCurrent(ctx));
-}
-
 static int child(const char *what, const char *a, const char *b)
 {
-    context();
+    primary_context();
     CUdeviceptr big, small;
     if (strcmp(what, "open")) { /* a handle that opens nothing */
         printf("%s handle opened: %s\n", what, result_name(cuIpcOpenMemHandle_v2(&big, unhex(a), 0)));
@@ -85,7 +75,7 @@ static int spawn(const char *what, const char *a, const char *b);
 /* The child of "vmm": the allocation behind descriptor fd, mapped here. */
 static int vmm_child(int fd)
 {
-    context();
+    primary_context();
     CUmemGenericAllocationHandle h;
     int null = open("/dev/null", O_RDONLY);
     printf("child: /dev/null imported: %s\n",
@@ -111,7 +101,7 @@ static int vmm_child(int fd)
 
 static int vmm(void)
 {
-    context();
+    primary_context();
     CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
                                 .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
                                 .location = {CU_MEM_LOCATION_TYPE_DEVICE, 0}};
@@ -164,7 +154,7 @@ int main(int argc, char **argv)
         return !strcmp(argv[2], "vmm") ? vmm_child(atoi(argv[3])) : child(argv[2], argv[3], argv[4]);
     if (argc == 2 && !strcmp(argv[1], "vmm"))
         return vmm();
-    context();
+    primary_context();
     CUdeviceptr big, pad, small;
     CHECK(cuMemAlloc_v2(&big, BIG));
     CHECK(cuMemAlloc_v2(&pad, 1000)); /* the small one not at its page's start */

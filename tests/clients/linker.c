@@ -15,12 +15,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: linker FILE\n");
         return 2;
     }
-    CUdevice dev;
-    CUcontext ctx;
-    CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&dev, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CHECK(cuCtxSetCurrent(ctx));
+    primary_context();
 
     char log[256] = "untouched", errors[40] = "untouched";
     CUjit_option o[] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CU_JIT_LOG_VERBOSE,
