@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -662,10 +663,11 @@ static void delay_added(void)
         ;
 }
 
-/* FLEXGV_REMOTE_LOG: 1 for errors, 2 for calls, 0 for none, -1 for a value
- * it does not know (said; the connection is then refused, as for the other
- * settings). */
-enum { LOG_ERRORS = 1, LOG_CALLS = 2 };
+/* FLEXGV_REMOTE_LOG: 1 for errors, 2 for calls, 3 for trace (each call as
+ * it goes, and the answer of each that waits, errors among them), 0 for
+ * none, -1 for a value it does not know (said; the connection is then
+ * refused, as for the other settings). */
+enum { LOG_ERRORS = 1, LOG_CALLS = 2, LOG_TRACE = 3 };
 static void say_calls(void);
 static int log_setting(void)
 {
@@ -674,16 +676,20 @@ static int log_setting(void)
     if (m != -2)
         return m;
     const char *v = getenv("FLEXGV_REMOTE_LOG");
-    m = !v || !*v ? 0 : !strcmp(v, "errors") ? LOG_ERRORS : !strcmp(v, "calls") ? LOG_CALLS : -1;
+    m = !v || !*v                ? 0
+        : !strcmp(v, "errors") ? LOG_ERRORS
+        : !strcmp(v, "calls")  ? LOG_CALLS
+        : !strcmp(v, "trace")  ? LOG_TRACE
+                               : -1;
     int was = __atomic_exchange_n(&mode, m, __ATOMIC_ACQ_REL);
     if (m < 0 && was != m)
-        fgr_say("FLEXGV_REMOTE_LOG=%s: the settings are errors and calls", v);
+        fgr_say("FLEXGV_REMOTE_LOG=%s: the settings are errors, calls and trace", v);
     if (m == LOG_CALLS && was != m)
         atexit(say_calls);
     return m;
 }
 
-int fgr_log_errors(void) { return log_setting() == LOG_ERRORS; }
+int fgr_log_errors(void) { return log_setting() == LOG_ERRORS || log_setting() == LOG_TRACE; }
 
 /* FLEXGV_REMOTE_LOG=calls: how many calls of each kind waited for the
  * server (round trips) and how many were queued, said at exit; counted
@@ -692,8 +698,12 @@ static uint64_t calls_waited[FGR_NUM_OPS], calls_queued[FGR_NUM_OPS];
 
 static void count_call(int op, int waited)
 {
-    if (log_setting() == LOG_CALLS && op >= 0 && op < FGR_NUM_OPS)
+    int m = log_setting();
+    if (m == LOG_CALLS && op >= 0 && op < FGR_NUM_OPS)
         (waited ? calls_waited : calls_queued)[op]++;
+    if (m == LOG_TRACE && op >= 0 && op < FGR_NUM_OPS)
+        fgr_say("[%d] %s%s", (int)syscall(SYS_gettid), fgr_op_names[op] ? fgr_op_names[op] : "(handshake)",
+                waited ? "" : " (queued)");
 }
 
 static void say_calls(void)
@@ -1175,6 +1185,8 @@ CUresult fgr_end(struct fgr_call *c)
     release(c);
     if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY && fgr_log_errors() && fgr_op_names[op])
         fgr_log_error(fgr_op_names[op], r);
+    else if (r == CUDA_ERROR_NOT_READY && log_setting() == LOG_TRACE && fgr_op_names[op])
+        fgr_say("[%d] %s: not ready", (int)syscall(SYS_gettid), fgr_op_names[op]);
     fgr_mirror_after(op, r);
     fgr_hostcopy_after(op, r);
     return r;
