@@ -57,13 +57,12 @@ int main(int argc, char **argv)
     ctx_v4("with 4 SMs", &sm4);
     aff.param.smCount.val = 0;
     ctx_v4("with 0 SMs", &sm4);
-    if (argc > 1 && !strcmp(argv[1], "ipc")) {
-        /* Looked up: the simulated GPU has no IPC. */
-        CUresult (*get)(CUipcMemHandle *, CUdeviceptr) =
-            (CUresult(*)(CUipcMemHandle *, CUdeviceptr))dlsym(RTLD_DEFAULT, "cuIpcGetMemHandle");
-        CUipcMemHandle h;
-        printf("cuIpcGetMemHandle: %s\n", get ? result_name(get(&h, 0)) : "not exported");
-        printf("cuIpcGetMemHandle again: %s\n", get ? result_name(get(&h, 0)) : "not exported");
+    if (argc > 1 && !strcmp(argv[1], "refused")) {
+        /* Looked up: the simulated GPU can print no graph. */
+        CUresult (*print)(CUgraph, const char *, unsigned int) =
+            (CUresult(*)(CUgraph, const char *, unsigned int))dlsym(RTLD_DEFAULT, "cuGraphDebugDotPrint");
+        printf("cuGraphDebugDotPrint: %s\n", print ? result_name(print(NULL, "/dev/null", 0)) : "not exported");
+        printf("cuGraphDebugDotPrint again: %s\n", print ? result_name(print(NULL, "/dev/null", 0)) : "not exported");
         return 0;
     }
     if (argc > 1 && !strcmp(argv[1], "old")) {

@@ -83,16 +83,16 @@ func TestRemoteOldEntryPointsFound(t *testing.T) {
 func TestRemoteRefusedEntrySaidOnce(t *testing.T) {
 	e := newEnv(t)
 	s := e.serve("unix")
-	r := e.remote(s, "families", "ipc")
+	r := e.remote(s, "families", "refused")
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	for _, want := range []string{"cuIpcGetMemHandle: CUDA_ERROR_NOT_SUPPORTED\n", "cuIpcGetMemHandle again: CUDA_ERROR_NOT_SUPPORTED\n"} {
+	for _, want := range []string{"cuGraphDebugDotPrint: CUDA_ERROR_NOT_SUPPORTED\n", "cuGraphDebugDotPrint again: CUDA_ERROR_NOT_SUPPORTED\n"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, r.stdout)
 		}
 	}
-	if n := strings.Count(r.stderr, "cuIpcGetMemHandle is not supported remotely"); n != 1 {
+	if n := strings.Count(r.stderr, "cuGraphDebugDotPrint is not supported remotely"); n != 1 {
 		t.Errorf("the refusal was said %d times:\n%s", n, r.stderr)
 	}
 }

@@ -847,7 +847,7 @@ ctx = ctypes.c_void_p()
 print("cuInit", cu.cuInit(0))
 state = ctypes.c_int()
 print("cuCheckpointProcessGetState", cu.cuCheckpointProcessGetState(1, ctypes.byref(state)))
-print("cuIpcCloseMemHandle", cu.cuIpcCloseMemHandle(ctypes.c_uint64(0)))
+print("cuGraphDebugDotPrint", cu.cuGraphDebugDotPrint(None, b"/dev/null", 0))
 table = ctypes.c_void_p()
 nvrtc = (ctypes.c_ubyte * 16)(*bytes.fromhex("da9151d33ae6cc41a5c04f26d533e328"))
 print("cuGetExportTable", cu.cuGetExportTable(ctypes.byref(table), nvrtc))
@@ -857,7 +857,7 @@ dev = ctypes.c_int()
 print("cuDeviceGet", cu.cuDeviceGet(ctypes.byref(dev), 0))
 `
 	r := e.remote(s, "python3", "-c", prog)
-	want := "cuInit 0\ncuCheckpointProcessGetState 801\ncuIpcCloseMemHandle 801\ncuGetExportTable 801\ncuGetExportTable 801\ncuDeviceGet 0\n"
+	want := "cuInit 0\ncuCheckpointProcessGetState 801\ncuGraphDebugDotPrint 801\ncuGetExportTable 801\ncuGetExportTable 801\ncuDeviceGet 0\n"
 	if r.code != 0 || r.stdout != want {
 		t.Fatalf("exit %d, printed\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
 	}
@@ -865,7 +865,7 @@ print("cuDeviceGet", cu.cuDeviceGet(ctypes.byref(dev), 0))
 	if strings.Contains(r.stderr, "da9151d3") {
 		t.Errorf("NVRTC's table was said:\n%s", r.stderr)
 	}
-	for _, name := range []string{"cuCheckpointProcessGetState is not supported remotely", "cuIpcCloseMemHandle is not supported remotely",
+	for _, name := range []string{"cuCheckpointProcessGetState is not supported remotely", "cuGraphDebugDotPrint is not supported remotely",
 		"table 6e6f2d73-7563-682d-7461-626c652d2121 is not emulated"} {
 		if !strings.Contains(r.stderr, name) {
 			t.Errorf("stderr does not say %q:\n%s", name, r.stderr)
@@ -1963,7 +1963,7 @@ print(cu.cuInit(0), cu.cuGetProcAddress_v2(b"cuNoSuchCall", ctypes.byref(p), 130
 	}
 	e.extra[len(e.extra)-1] = "FLEXGV_REMOTE_LOG=all"
 	bad := e.remote(s, "python3", "-c", "import ctypes; print(ctypes.CDLL('libcuda.so.1').cuInit(0))")
-	if bad.stdout != "46\n" || !strings.Contains(bad.stderr, "FLEXGV_REMOTE_LOG=all: the settings are errors and calls") {
+	if bad.stdout != "46\n" || !strings.Contains(bad.stderr, "FLEXGV_REMOTE_LOG=all: the settings are errors, calls and trace") {
 		t.Errorf("FLEXGV_REMOTE_LOG=all: %q\n%s", bad.stdout, bad.stderr)
 	}
 }
