@@ -102,6 +102,9 @@ void fgr_range_add_kept(uint64_t base, uint64_t size);
 /* p lies in a range the connection was given. */
 int fgr_range_has(uint64_t p);
 void fgr_range_drop(uint64_t base);
+/* Whether [p, p+n) is the program's own memory (outside the server's
+ * ranges, mapped here): a unified address that names host memory. */
+int fgr_uva_host(uint64_t p, size_t n);
 int fgr_uva_copy(CUresult *r, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int per_thread, int async);
 
 /* Pinned host memory kernels may use (mirror.c): an allocation of up to

@@ -13,8 +13,10 @@
  * array side goes whole as a 3D copy (an array's z is a layer, not rows):
  * its host side's rows packed into pieces of at most ARRAY_PIECE bytes, each
  * piece's bytes in the request (an upload) or the answer (a download), the
- * server checking the extent against the array. A unified address is taken
- * as a device address, as cuMemcpy takes it: the server refuses a host one. */
+ * server checking the extent against the array. A unified address is the
+ * program's memory where it lies outside the server's ranges and is mapped
+ * here (uva.c, as a GPU's driver tells them apart: what cudaMemcpy2D with
+ * cudaMemcpyDefault gives), else the device's. */
 #include "client.h"
 #include "flexgv/cuda_util.h"
 
@@ -75,8 +77,14 @@ static CUresult side_of(CUmemorytype t, const void *host, CUdeviceptr dev, size_
         s->host = 1;
         s->h = (char *)host + off;
         return CUDA_SUCCESS;
-    case CU_MEMORYTYPE_DEVICE:
     case CU_MEMORYTYPE_UNIFIED:
+        if (fgr_uva_host(dev + off, 1)) {
+            s->host = 1;
+            s->h = (char *)(uintptr_t)(dev + off);
+            return CUDA_SUCCESS;
+        }
+        __attribute__((fallthrough)); /* device memory */
+    case CU_MEMORYTYPE_DEVICE:
         s->host = 0;
         s->d = dev + off;
         return CUDA_SUCCESS;
@@ -186,13 +194,15 @@ static CUresult copy3d(const CUDA_MEMCPY3D *p, struct how m, const char *name)
 }
 
 /* A side of an array copy as the server takes it: a host side as the
- * packed rows the request (or the answer) carries, unified memory as
- * device memory. */
-static int array_side(CUmemorytype *t)
+ * packed rows the request (or the answer) carries, a unified address as
+ * the program's memory or the device's (side_of). */
+static int array_side(CUmemorytype *t, const void **host, CUdeviceptr dev)
 {
     switch (*t) {
     case CU_MEMORYTYPE_UNIFIED:
-        *t = CU_MEMORYTYPE_DEVICE;
+        *t = fgr_uva_host(dev, 1) ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+        if (*t == CU_MEMORYTYPE_HOST)
+            *host = (const void *)(uintptr_t)dev;
         return 1;
     case CU_MEMORYTYPE_HOST:
     case CU_MEMORYTYPE_DEVICE:
@@ -206,7 +216,8 @@ static int array_side(CUmemorytype *t)
 static CUresult array3d(const CUDA_MEMCPY3D *p, const struct copies *c, int async, CUstream s)
 {
     CUDA_MEMCPY3D q = *p;
-    if (!array_side(&q.srcMemoryType) || !array_side(&q.dstMemoryType) || q.srcLOD || q.dstLOD ||
+    if (!array_side(&q.srcMemoryType, &q.srcHost, q.srcDevice) ||
+        !array_side(&q.dstMemoryType, (const void **)&q.dstHost, q.dstDevice) || q.srcLOD || q.dstLOD ||
         (q.srcMemoryType == CU_MEMORYTYPE_HOST && !q.srcHost) || (q.dstMemoryType == CU_MEMORYTYPE_HOST && !q.dstHost))
         return CUDA_ERROR_INVALID_VALUE;
     if (!async)

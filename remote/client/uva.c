@@ -110,6 +110,8 @@ static int here(uint64_t p, size_t n)
            mincore((void *)(uintptr_t)(last & ~(uint64_t)(page - 1)), 1, &v) == 0;
 }
 
+int fgr_uva_host(uint64_t p, size_t n) { return here(p, n); }
+
 int fgr_uva_copy(CUresult *r, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int per_thread, int async)
 {
     int dh = here(dst, n), sh = here(src, n);

@@ -1,7 +1,9 @@
 /* 3D copies (cudaMemcpy3D and its async form reach these) between host
  * memory and pitched device memory, into a sub-box and back: prints each
  * slice's sum and whether every byte outside the box stayed, so local and
- * remote runs compare. */
+ * remote runs compare. Then 2D copies under unified addressing (what
+ * cudaMemcpy2D with cudaMemcpyDefault becomes, as cuBLASXt copies its
+ * tiles), the program's memory on one side. */
 #include "common.h"
 
 #include <stdint.h>
@@ -65,6 +67,28 @@ int main(void)
     bad = up;
     bad.dstHeight = H - 1;
     printf("slices overlapping: %s\n", result_name(cuMemcpy3D_v2(&bad)));
+    /* unified: the program's rows up into a, then back into other rows */
+    static unsigned char rows[H][PITCH], again[H][PITCH];
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < PITCH; x++)
+            rows[y][x] = (unsigned char)(y * 31 + x);
+    CUDA_MEMCPY2D u = {.srcMemoryType = CU_MEMORYTYPE_UNIFIED, .srcDevice = (CUdeviceptr)(uintptr_t)rows,
+                       .srcPitch = PITCH, .dstMemoryType = CU_MEMORYTYPE_UNIFIED, .dstDevice = a, .dstPitch = PITCH,
+                       .WidthInBytes = W, .Height = H};
+    CHECK(cuMemcpy2DAsync_v2(&u, st));
+    CUDA_MEMCPY2D v = {.srcMemoryType = CU_MEMORYTYPE_UNIFIED, .srcDevice = a, .srcPitch = PITCH,
+                       .dstMemoryType = CU_MEMORYTYPE_UNIFIED, .dstDevice = (CUdeviceptr)(uintptr_t)again,
+                       .dstPitch = PITCH, .WidthInBytes = W, .Height = H};
+    CHECK(cuMemcpy2D_v2(&v));
+    CHECK(cuStreamSynchronize(st));
+    long diff = 0, untouched = 0;
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < PITCH; x++)
+            if (x < W)
+                diff += again[y][x] != rows[y][x];
+            else
+                untouched += again[y][x] == 0;
+    printf("unified 2D round trip: %ld bytes differ, %ld past the width untouched\n", diff, untouched);
     CHECK(cuMemFree_v2(a));
     CHECK(cuMemFree_v2(b));
     return 0;
