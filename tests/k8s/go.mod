@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/flexgv/flexgv v0.0.0
+	github.com/opencontainers/runtime-spec v1.3.0
 	go.opentelemetry.io/otel/trace v1.45.0
 	golang.org/x/sys v0.50.0
 	google.golang.org/grpc v1.85.0
@@ -19,6 +20,7 @@ require (
 	k8s.io/kubernetes v1.37.2
 	k8s.io/mount-utils v0.0.0
 	sigs.k8s.io/yaml v1.6.0
+	tags.cncf.io/container-device-interface v1.1.2
 )
 
 require (
@@ -101,7 +103,6 @@ require (
 	github.com/opencontainers/cgroups v0.0.7 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect
-	github.com/opencontainers/runtime-spec v1.3.0 // indirect
 	github.com/opencontainers/selinux v1.15.1 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
@@ -179,6 +180,7 @@ require (
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
+	tags.cncf.io/container-device-interface/specs-go v1.1.1 // indirect
 )
 
 // k8s.io/kubernetes names its staging modules at v0.0.0; the released ones of the same tag:

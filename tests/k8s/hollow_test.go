@@ -453,3 +453,73 @@ func TestHollowWebhookThroughHelmUpgrade(t *testing.T) {
 		assertExact(t, pod, out, 1024)
 	}
 }
+
+// CDI devices as a container runtime resolves them: with NVIDIA's CDI spec
+// on the node (devices named by index, as nvidia-ctk names them), the
+// device plugin gives the vGPU's GPU as a CDI device; the runtime resolves
+// it with the CDI project's library (containerd's and CRI-O's) against the
+// node's spec, the container gets that device's and the spec's edits, and
+// runs under its limits. A GPU the spec does not name is given by UUID,
+// which the runtime cannot resolve: the container is not created, and the
+// pod says why.
+func TestHollowCDIDevicesResolvedAsARuntimeDoes(t *testing.T) {
+	n := startHollowNode(t, "hollow-cdi")
+	n.hollow.runtime.CDISpecDirs = []string{filepath.Join(n.dir, "cdi")}
+	ns := namespace(t, "hollow-cdi")
+	ctx := context.Background()
+	spec := func(names ...string) {
+		t.Helper()
+		var b strings.Builder
+		b.WriteString("cdiVersion: 0.6.0\nkind: nvidia.com/gpu\ncontainerEdits:\n  env: [FLEXGV_TEST_CDI_SPEC=nvidia]\ndevices:\n")
+		for _, name := range names {
+			fmt.Fprintf(&b, "- name: %q\n  containerEdits:\n    env: [FLEXGV_TEST_CDI_GPU=%s]\n", name, name)
+		}
+		if err := os.MkdirAll(n.hollow.runtime.CDISpecDirs[0], 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(n.hollow.runtime.CDISpecDirs[0], "nvidia.yaml"), []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var names []string
+	for i := range nodeGPUs {
+		names = append(names, fmt.Sprint(i))
+	}
+	spec(names...)
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, clientPod(ns, "exact", n.name, 1024, 0, "memclient", "exact"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := finished(t, ns, "exact")
+	c, out := n.container(ns, "exact")
+	assertExact(t, pod, out, 1024)
+	var cdiNames []string
+	for _, d := range c.Config.CDIDevices {
+		cdiNames = append(cdiNames, d.Name)
+	}
+	gpu, _ := c.Env("FLEXGV_TEST_CDI_GPU")
+	if len(cdiNames) != 1 || cdiNames[0] != "nvidia.com/gpu="+gpu || len(c.Config.Devices) != 0 {
+		t.Errorf("CDI devices %v, the device's edit %q, device nodes %v", cdiNames, gpu, c.Config.Devices)
+	}
+	if v, _ := c.Env("FLEXGV_TEST_CDI_SPEC"); v != "nvidia" {
+		t.Errorf("the spec's own edit: %q", v)
+	}
+
+	// A spec that names none of the node's GPUs: the plugin names them by
+	// UUID, which the runtime does not find.
+	spec("7")
+	if _, err := cp.Client.CoreV1().Pods(ns).Create(ctx, clientPod(ns, "lost", n.name, 1024, 0, "memclient", "exact"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "pod lost refused by the runtime", func() (bool, error) {
+		p, err := cp.Client.CoreV1().Pods(ns).Get(ctx, "lost", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, s := range p.Status.ContainerStatuses {
+			if w := s.State.Waiting; w != nil && w.Reason == "CreateContainerError" && strings.Contains(w.Message, "unresolvable CDI devices nvidia.com/gpu=GPU-") {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("statuses %+v", p.Status.ContainerStatuses)
+	})
+}

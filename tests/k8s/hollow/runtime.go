@@ -15,10 +15,12 @@ import (
 	"syscall"
 	"time"
 
+	oci "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	apitest "k8s.io/cri-api/pkg/apis/testing"
 	fakeremote "k8s.io/cri-client/pkg/fake"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
 )
 
 // Runtime is a container runtime (CRI) for a hollow kubelet: the CRI's
@@ -33,6 +35,12 @@ type Runtime struct {
 	image   string
 	scratch string
 	srv     *grpc.Server
+	// CDISpecDirs are where the runtime reads CDI specs, as containerd's
+	// cdi_spec_dirs: a container's CDI devices are resolved there, by the
+	// CDI project's own library (what containerd and CRI-O use), into the
+	// spec's edits. None: CDI is off, and a container given CDI devices
+	// is refused.
+	CDISpecDirs []string
 
 	mu         sync.Mutex
 	containers map[string]*Container // by id
@@ -135,6 +143,9 @@ func (r *Runtime) Container(ns, pod string) *Container {
 }
 
 func (r *Runtime) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+	if err := r.injectCDI(req.Config); err != nil {
+		return nil, err
+	}
 	resp, err := r.RemoteRuntime.CreateContainer(ctx, req)
 	if err != nil {
 		return nil, err
@@ -153,6 +164,41 @@ func (r *Runtime) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 	r.containers[resp.ContainerId] = &Container{Namespace: md.GetNamespace(), Pod: md.GetName(), Config: req.Config, seq: r.created, log: logPath, done: make(chan struct{})}
 	r.mu.Unlock()
 	return resp, nil
+}
+
+// injectCDI resolves the container's CDI devices as a runtime does and
+// adds their edits to its configuration: environment, mounts and device
+// nodes (hooks are not run here).
+func (r *Runtime) injectCDI(cfg *runtimeapi.ContainerConfig) error {
+	if len(cfg.CDIDevices) == 0 {
+		return nil
+	}
+	if len(r.CDISpecDirs) == 0 {
+		return fmt.Errorf("CDI devices %v asked of a runtime with CDI off", cfg.CDIDevices)
+	}
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(r.CDISpecDirs...), cdi.WithAutoRefresh(false))
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, d := range cfg.CDIDevices {
+		names = append(names, d.Name)
+	}
+	spec := &oci.Spec{Process: &oci.Process{}, Linux: &oci.Linux{}}
+	if unresolved, err := cache.InjectDevices(spec, names...); err != nil {
+		return fmt.Errorf("CDI devices %v: %w", unresolved, err)
+	}
+	for _, e := range spec.Process.Env {
+		k, v, _ := strings.Cut(e, "=")
+		cfg.Envs = append(cfg.Envs, &runtimeapi.KeyValue{Key: k, Value: []byte(v)})
+	}
+	for _, m := range spec.Mounts {
+		cfg.Mounts = append(cfg.Mounts, &runtimeapi.Mount{ContainerPath: m.Destination, HostPath: m.Source})
+	}
+	for _, d := range spec.Linux.Devices {
+		cfg.Devices = append(cfg.Devices, &runtimeapi.Device{ContainerPath: d.Path, HostPath: d.Path, Permissions: "rwm"})
+	}
+	return nil
 }
 
 func (r *Runtime) StartContainer(ctx context.Context, req *runtimeapi.StartContainerRequest) (*runtimeapi.StartContainerResponse, error) {
