@@ -20,7 +20,7 @@
 #define VMM_MAGIC 0x564d4d48u
 #define ARRAY_MAGIC 0x41525259u
 
-enum alloc_kind { K_DEVICE, K_MANAGED, K_POOL, K_HOST, K_ARRAY, K_GRAPH, K_REGISTERED };
+enum alloc_kind { K_DEVICE, K_MANAGED, K_POOL, K_HOST, K_ARRAY, K_GRAPH, K_REGISTERED, K_OPENED };
 
 struct sim_pool {
     uint32_t magic;
@@ -47,6 +47,7 @@ struct alloc {
         int read_mostly, preferred, prefetched;
         uint64_t accessed_by; /* bit d: device d; bit 63: the host */
     } adv;
+    int shared; /* exported (cuIpcGetMemHandle): the memfd behind it, plus 1 */
 };
 
 pthread_mutex_t sim_mem_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -105,7 +106,7 @@ static void registry_remove(struct alloc *a)
 
 int sim_registry_add_graph(uintptr_t base, size_t size, int dev, struct sim_gmem *m)
 {
-    return registry_add((struct alloc){base, size, dev, K_GRAPH, NULL, NULL, m, 0, {0}});
+    return registry_add((struct alloc){base, size, dev, K_GRAPH, NULL, NULL, m, 0, {0}, 0});
 }
 
 void sim_registry_del(uintptr_t base)
@@ -143,8 +144,11 @@ static void release_alloc(struct alloc *a)
     case K_HOST:
     case K_GRAPH:
     case K_REGISTERED:
+    case K_OPENED: /* charged to the process that exported it */
         break;
     }
+    if (a->shared)
+        close(a->shared - 1); /* opened elsewhere, it stays there */
     if (a->kind == K_ARRAY)
         sim_array_free((void *)a->base);
     else if (a->kind != K_REGISTERED) /* the program's own memory */
@@ -159,7 +163,7 @@ static CUresult alloc_on(CUdeviceptr *dptr, size_t size, enum alloc_kind kind, i
         return CUDA_ERROR_OUT_OF_MEMORY;
     void *p = backing(size);
     pthread_mutex_lock(&sim_mem_lock);
-    if (!p || registry_add((struct alloc){(uintptr_t)p, size, dev, kind, c, NULL, NULL, charged, {0}}) != 0) {
+    if (!p || registry_add((struct alloc){(uintptr_t)p, size, dev, kind, c, NULL, NULL, charged, {0}, 0}) != 0) {
         pthread_mutex_unlock(&sim_mem_lock);
         if (p)
             munmap(p, size);
@@ -494,7 +498,7 @@ static CUresult host_alloc(void **pp, size_t size)
     if (!p)
         return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&sim_mem_lock);
-    int rc = registry_add((struct alloc){(uintptr_t)p, size, 0, K_HOST, NULL, NULL, NULL, 0, {0}});
+    int rc = registry_add((struct alloc){(uintptr_t)p, size, 0, K_HOST, NULL, NULL, NULL, 0, {0}, 0});
     pthread_mutex_unlock(&sim_mem_lock);
     if (rc) {
         munmap(p, size);
@@ -543,7 +547,7 @@ SIM_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int 
             pthread_mutex_unlock(&sim_mem_lock);
             return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
         }
-    int rc = registry_add((struct alloc){b, bytesize, 0, K_REGISTERED, NULL, NULL, NULL, 0, {0}});
+    int rc = registry_add((struct alloc){b, bytesize, 0, K_REGISTERED, NULL, NULL, NULL, 0, {0}, 0});
     pthread_mutex_unlock(&sim_mem_lock);
     return rc ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
 }
@@ -643,7 +647,7 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t size, struct sim_pool *pool
             pool->reserved_high = pool->reserved;
     }
     void *p = backing(size);
-    if (!p || registry_add((struct alloc){(uintptr_t)p, size, pool->dev, K_POOL, c, pool, NULL, 0, {0}}) != 0) {
+    if (!p || registry_add((struct alloc){(uintptr_t)p, size, pool->dev, K_POOL, c, pool, NULL, 0, {0}, 0}) != 0) {
         if (p)
             munmap(p, size);
         pthread_mutex_unlock(&sim_mem_lock);
@@ -1257,7 +1261,7 @@ static CUresult array_create(void **out, const CUDA_ARRAY3D_DESCRIPTOR *d, unsig
         a = array_new(d, c->dev);
     }
     pthread_mutex_lock(&sim_mem_lock);
-    if (!a || registry_add((struct alloc){(uintptr_t)a, bytes, c->dev, K_ARRAY, c, NULL, NULL, charged, {0}}) != 0) {
+    if (!a || registry_add((struct alloc){(uintptr_t)a, bytes, c->dev, K_ARRAY, c, NULL, NULL, charged, {0}, 0}) != 0) {
         pthread_mutex_unlock(&sim_mem_lock);
         if (a) {
             a->levels = mip ? levels : 0;
@@ -1717,7 +1721,7 @@ SIM_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attrib
     /* Memory mapped by pages: device memory, the mapping its range. */
     for (struct mapping *m = mappings; !a && m; m = m->next)
         if ((uintptr_t)ptr >= m->ptr && (uintptr_t)ptr < m->ptr + m->size) {
-            found = (struct alloc){m->ptr, m->size, m->h->dev, K_DEVICE, NULL, NULL, NULL, 0, {0}};
+            found = (struct alloc){m->ptr, m->size, m->h->dev, K_DEVICE, NULL, NULL, NULL, 0, {0}, 0};
             a = &found;
         }
     pthread_mutex_unlock(&sim_mem_lock);
@@ -1764,26 +1768,102 @@ SIM_EXPORT CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute *
     return CUDA_SUCCESS;
 }
 
-/* The driver's legacy IPC names cuMemAlloc memory and events to another
- * process; this GPU's are the process's own (memory is not a shared file,
- * events are timelines of this process), so it has none. Memory made with
- * cuMemCreate travels between processes (cuMemExportToShareableHandle),
- * which is what the remoting client's IPC uses. */
+/* The driver's legacy IPC: cuMemAlloc memory named to another process. An
+ * allocation is anonymous memory of this process until it is exported: its
+ * bytes then move into a memfd mapped at the same address (after the
+ * device's work is done), which the handle names by this process's id and
+ * the descriptor's number, and another process maps from /proc. Events
+ * are timelines of this process: none travel. */
+#define IPC_MAGIC 0x49534746u /* "FGSI" */
+
+struct ipc_handle {
+    uint32_t magic;
+    int32_t pid, fd, dev;
+    uint64_t size;
+};
+_Static_assert(sizeof(struct ipc_handle) <= sizeof(CUipcMemHandle), "a handle fits");
+
 SIM_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 {
-    (void)pHandle, (void)dptr;
-    return CUDA_ERROR_NOT_SUPPORTED;
+    SIM_GATE();
+    struct sim_ctx *c;
+    CUresult r = sim_check_ctx(&c);
+    if (r)
+        return r;
+    if (!pHandle)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_ctx_sync(c);
+    pthread_mutex_lock(&sim_mem_lock);
+    struct alloc *a = registry_find((uintptr_t)dptr);
+    if (!a || a->kind != K_DEVICE) {
+        pthread_mutex_unlock(&sim_mem_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (!a->shared) {
+        int fd = (int)syscall(SYS_memfd_create, "flexgv-sim-ipc", 1u /* MFD_CLOEXEC */);
+        if (fd < 0 || ftruncate(fd, (off_t)a->size) != 0 || pwrite(fd, (void *)a->base, a->size, 0) != (ssize_t)a->size ||
+            mmap((void *)a->base, a->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+            if (fd >= 0)
+                close(fd);
+            pthread_mutex_unlock(&sim_mem_lock);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        a->shared = fd + 1;
+    }
+    struct ipc_handle h = {IPC_MAGIC, (int32_t)getpid(), a->shared - 1, a->dev, a->size};
+    pthread_mutex_unlock(&sim_mem_lock);
+    memset(pHandle, 0, sizeof *pHandle);
+    memcpy(pHandle, &h, sizeof h);
+    return CUDA_SUCCESS;
 }
+
+/* The allocation's start, mapped here, as the driver opens it. */
 SIM_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
 {
-    (void)pdptr, (void)handle, (void)Flags;
-    return CUDA_ERROR_NOT_SUPPORTED;
+    SIM_GATE();
+    struct sim_ctx *c;
+    CUresult r = sim_check_ctx(&c);
+    if (r)
+        return r;
+    struct ipc_handle h;
+    memcpy(&h, &handle, sizeof h);
+    if (!pdptr || (Flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) || h.magic != IPC_MAGIC || h.pid <= 0 ||
+        h.fd < 0 || !h.size)
+        return CUDA_ERROR_INVALID_VALUE;
+    char path[64], target[64];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", h.pid, h.fd);
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    int fd = n > 0 ? open(path, O_RDWR | O_CLOEXEC) : -1;
+    struct stat st;
+    if (n > 0)
+        target[n] = 0;
+    /* gone with its allocation, or the number another file's since */
+    if (fd < 0 || strncmp(target, "/memfd:flexgv-sim-ipc", 21) || fstat(fd, &st) != 0 || (uint64_t)st.st_size != h.size) {
+        if (fd >= 0)
+            close(fd);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    void *p = mmap(NULL, h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&sim_mem_lock);
+    int rc = registry_add((struct alloc){(uintptr_t)p, h.size, h.dev, K_OPENED, c, NULL, NULL, 0, {0}, 0});
+    pthread_mutex_unlock(&sim_mem_lock);
+    if (rc != 0) {
+        munmap(p, h.size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *pdptr = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
 }
+
 SIM_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 {
-    (void)dptr;
-    return CUDA_ERROR_NOT_SUPPORTED;
+    SIM_GATE();
+    return release_at((uintptr_t)dptr, 1u << K_OPENED, CUDA_ERROR_INVALID_VALUE);
 }
+
 SIM_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
 {
     (void)pHandle, (void)event;

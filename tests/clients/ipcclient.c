@@ -4,8 +4,8 @@
  * its own: exec'd) opens both, reads the parent's bytes, writes its own,
  * and the parent reads them; then what may not be opened: a handle of
  * memory freed since, a forged one, and misuse of what was opened. Prints
- * what each program sees (run remotely: the simulated GPU has no legacy
- * IPC of its own). With "vmm", the same of a physical allocation, as
+ * what each program sees, so local and remote runs compare (the H200's
+ * driver prints the same). With "vmm", the same of a physical allocation, as
  * NVIDIA's memMapIPCDrv shares it: exported as a file descriptor the child
  * inherits, imported and mapped there (locally as remotely). */
 #include "common.h"
