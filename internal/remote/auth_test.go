@@ -23,8 +23,9 @@ func TestWireConstantsMatchC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]uint64{"FGR_PROTO_VERSION": ProtoVersion, "FGR_AUTH_MAGIC": AuthMagic,
-		"FGR_MIN_TOKEN": MinToken, "FGR_MAX_TOKEN": MaxToken} {
+	for name, want := range map[string]uint64{"FGR_PROTO_VERSION": ProtoVersion, "FGR_AUTH_MAGIC": AuthMagic, "FGR_CHANNEL_MAGIC": ChannelMagic,
+		"FGR_CHANNEL_SECRET": SecretLen,
+		"FGR_MIN_TOKEN":      MinToken, "FGR_MAX_TOKEN": MaxToken} {
 		m := regexp.MustCompile(`#define ` + name + ` (0x[0-9a-f]+|\d+)u`).FindStringSubmatch(string(data))
 		if m == nil {
 			t.Errorf("remote/wire.h does not define %s", name)
@@ -89,7 +90,7 @@ func authOver(s *Server, frame []byte, hangup bool) (*Tenant, error, uint32, str
 	}
 	done := make(chan res, 1)
 	go func() {
-		t, err := s.authenticate(a)
+		t, _, err := s.authenticate(a)
 		a.Close()
 		done <- res{t, err}
 	}()
