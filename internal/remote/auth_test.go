@@ -389,3 +389,52 @@ func TestTenantConnectionsAreCapped(t *testing.T) {
 		t.Errorf("a at its cap again: %v, want a refusal said again", err)
 	}
 }
+
+// channelFrame is the authentication frame of a host-function channel.
+func channelFrame(secret []byte, token string) []byte {
+	f := authFrame(ChannelMagic, ProtoVersion, token)
+	f = append(f[:12:12], append(append([]byte{}, secret...), f[12:]...)...)
+	binary.LittleEndian.PutUint32(f, uint32(len(f)-4))
+	return f
+}
+
+// A host-function channel reaches the executor whose secret it carries,
+// once, and only from that executor's tenant; any other secret, a spent
+// one or another tenant's is refused.
+func TestChannelNeedsItsExecutorsSecret(t *testing.T) {
+	a, b := NewTenant("a", []byte("token-of-tenant-a"), nil), NewTenant("b", []byte("token-of-tenant-b"), nil)
+	s := &Server{Tenants: []*Tenant{a, b}}
+	ch, err := s.newChannel(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.dropChannel(ch)
+	secret := make([]byte, SecretLen)
+	if _, err := io.ReadFull(ch.exec, secret); err != nil {
+		t.Fatal(err)
+	}
+	wrong := append([]byte{}, secret...)
+	wrong[0] ^= 1
+	for _, c := range []struct {
+		frame  []byte
+		result uint32
+	}{
+		{channelFrame(wrong, "token-of-tenant-a"), cudaNotPermitted},
+		{channelFrame(secret, "token-of-tenant-b"), cudaNotPermitted},
+		{channelFrame(secret, "token-of-tenant-x"), cudaNotPermitted},
+		{channelFrame(secret[:8], "token-of-tenant-a"), cudaNotSupported},
+		{channelFrame(secret, "token-of-tenant-a"), 0},
+		{channelFrame(secret, "token-of-tenant-a"), cudaNotPermitted}, // spent
+	} {
+		got, err, result, msg := authOver(s, c.frame, false)
+		if result != c.result || (c.result == 0) != (err == nil && got == a) {
+			t.Errorf("answered %d %q (tenant %v, %v), want %d", result, msg, got, err, c.result)
+		}
+	}
+	s.mu.Lock()
+	n := s.conns["a"]
+	s.mu.Unlock()
+	if n != 0 {
+		t.Errorf("the channel counts as %d connections of its tenant", n)
+	}
+}
