@@ -21,9 +21,16 @@ import (
 //
 //	request  u32 AuthMagic, u32 ProtoVersion, u8 present, u64 n, n bytes of token
 //	reply    u32 CUresult (0: accepted), u8 1, u64 n, n bytes: the tenant's name or why not, with its NUL
+//
+// A connection's host-function channel (remote/executor/hostfn.c) opens
+// with ChannelMagic instead, and the secret its executor gave the client
+// after ProtoVersion: it is handed to that executor, not given one.
 const (
 	AuthMagic    = 0x41524746 // "FGRA"
+	ChannelMagic = 0x43524746 // "FGRC"
 	ProtoVersion = 20
+	// SecretLen is the length of a channel's secret.
+	SecretLen = 32
 	// AuthTimeout is how long a new connection has to authenticate: a
 	// client does it at once, in one round trip (two more with TLS).
 	AuthTimeout = 5 * time.Second
@@ -34,7 +41,7 @@ const (
 	MinToken = 16
 	MaxToken = 1024
 	// maxAuthFrame is the longest authentication frame there can be.
-	maxAuthFrame = 4 + 4 + 1 + 8 + MaxToken
+	maxAuthFrame = 4 + 4 + SecretLen + 1 + 8 + MaxToken
 )
 
 // CUresult values the refusals carry.
@@ -147,33 +154,38 @@ func (l *limited) Unwrap() error { return l.err }
 
 // authenticate reads the connection's authentication frame and answers it:
 // the tenant whose token it carries (nil when the server has none), or
-// why it is refused, said to the peer as well where it can be.
-func (s *Server) authenticate(c net.Conn) (*Tenant, error) {
+// why it is refused, said to the peer as well where it can be. A
+// host-function channel is not counted as a connection of its tenant: it
+// is its executor's, whose connection was (ch, once per executor).
+func (s *Server) authenticate(c net.Conn) (*Tenant, *channel, error) {
 	c.SetDeadline(time.Now().Add(AuthTimeout))
 	defer c.SetDeadline(time.Time{})
-	t, err := s.match(c)
-	if err == nil && t != nil {
+	t, secret, err := s.match(c)
+	var ch *channel
+	if err == nil && secret != nil {
+		ch, err = s.takeChannel(secret, t)
+	} else if err == nil && t != nil {
 		err = s.enter(t)
 	}
 	var r *refusal
 	if errors.As(err, &r) {
 		c.Write(authReply(r.result, r.why))
-		return nil, err
+		return nil, nil, err
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	name := ""
 	if t != nil {
 		name = t.Name
 	}
 	if _, err := c.Write(authReply(0, name)); err != nil {
-		if t != nil {
+		if t != nil && ch == nil {
 			s.leave(t)
 		}
-		return nil, err
+		return nil, nil, err
 	}
-	return t, nil
+	return t, ch, nil
 }
 
 // enter counts a connection of t, refused when t has its cap already; the
@@ -216,31 +228,38 @@ func (s *Server) leave(t *Tenant) {
 	}
 }
 
-func (s *Server) match(c net.Conn) (*Tenant, error) {
+// match reads the authentication frame: its tenant, and for a channel
+// its secret.
+func (s *Server) match(c net.Conn) (*Tenant, []byte, error) {
 	var lenb [4]byte
 	if _, err := io.ReadFull(c, lenb[:]); err != nil {
-		return nil, s.readError(err)
+		return nil, nil, s.readError(err)
 	}
 	n := binary.LittleEndian.Uint32(lenb[:])
 	if n < 8 || n > maxAuthFrame {
-		return nil, &refusal{cudaNotSupported, fmt.Sprintf("the first frame (%d bytes) is not a FlexGV authentication frame: "+
+		return nil, nil, &refusal{cudaNotSupported, fmt.Sprintf("the first frame (%d bytes) is not a FlexGV authentication frame: "+
 			"use a client and server of the same FlexGV build", n)}
 	}
 	body := make([]byte, n)
 	if _, err := io.ReadFull(c, body); err != nil {
-		return nil, s.readError(err)
+		return nil, nil, s.readError(err)
 	}
 	magic, proto := binary.LittleEndian.Uint32(body), binary.LittleEndian.Uint32(body[4:])
+	var secret []byte
+	if magic == ChannelMagic && proto == ProtoVersion && len(body) >= 8+SecretLen {
+		secret, body = body[8:8+SecretLen], append(body[:8:8], body[8+SecretLen:]...)
+		magic = AuthMagic
+	}
 	if magic != AuthMagic || proto != ProtoVersion {
-		return nil, &refusal{cudaNotSupported, fmt.Sprintf("the first frame is not a FlexGV authentication frame of protocol %d: "+
+		return nil, nil, &refusal{cudaNotSupported, fmt.Sprintf("the first frame is not a FlexGV authentication frame of protocol %d: "+
 			"use a client and server of the same FlexGV build", ProtoVersion)}
 	}
 	token, ok := tokenOf(body[8:])
 	if !ok {
-		return nil, &refusal{cudaNotSupported, "a malformed authentication frame"}
+		return nil, nil, &refusal{cudaNotSupported, "a malformed authentication frame"}
 	}
 	if len(s.Tenants) == 0 && s.Lookup == nil {
-		return nil, nil
+		return nil, secret, nil
 	}
 	now, network := time.Now(), netKey(c)
 	if s.now != nil {
@@ -252,10 +271,10 @@ func (s *Server) match(c net.Conn) (*Tenant, error) {
 	}
 	if token == nil {
 		if !s.guesses.allowed(network, now) {
-			return nil, rationed()
+			return nil, nil, rationed()
 		}
 		s.guesses.wrong(network, now)
-		return nil, &refusal{cudaNotPermitted, "no token: this server serves tenants with a token each " +
+		return nil, nil, &refusal{cudaNotPermitted, "no token: this server serves tenants with a token each " +
 			"(flexgv run --remote ADDR --token-file FILE, or FLEXGV_REMOTE_TOKEN_FILE)"}
 	}
 	// A token is looked at even from a network past its wrong ones: a
@@ -272,18 +291,18 @@ func (s *Server) match(c net.Conn) (*Tenant, error) {
 	if found == nil && s.Lookup != nil {
 		t, err := s.Lookup(h)
 		if err != nil {
-			return nil, &refusal{cudaNotPermitted, err.Error()}
+			return nil, nil, &refusal{cudaNotPermitted, err.Error()}
 		}
 		found = t
 	}
 	if found != nil {
-		return found, nil
+		return found, secret, nil
 	}
 	if !s.guesses.allowed(network, now) {
-		return nil, rationed()
+		return nil, nil, rationed()
 	}
 	s.guesses.wrong(network, now)
-	return nil, &refusal{cudaNotPermitted, "wrong token: no tenant of this server has it"}
+	return nil, nil, &refusal{cudaNotPermitted, "wrong token: no tenant of this server has it"}
 }
 
 // tokenOf reads u8 present, u64 n, n bytes, which must end the frame.

@@ -23,8 +23,9 @@ func TestWireConstantsMatchC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]uint64{"FGR_PROTO_VERSION": ProtoVersion, "FGR_AUTH_MAGIC": AuthMagic,
-		"FGR_MIN_TOKEN": MinToken, "FGR_MAX_TOKEN": MaxToken} {
+	for name, want := range map[string]uint64{"FGR_PROTO_VERSION": ProtoVersion, "FGR_AUTH_MAGIC": AuthMagic, "FGR_CHANNEL_MAGIC": ChannelMagic,
+		"FGR_CHANNEL_SECRET": SecretLen,
+		"FGR_MIN_TOKEN":      MinToken, "FGR_MAX_TOKEN": MaxToken} {
 		m := regexp.MustCompile(`#define ` + name + ` (0x[0-9a-f]+|\d+)u`).FindStringSubmatch(string(data))
 		if m == nil {
 			t.Errorf("remote/wire.h does not define %s", name)
@@ -89,7 +90,7 @@ func authOver(s *Server, frame []byte, hangup bool) (*Tenant, error, uint32, str
 	}
 	done := make(chan res, 1)
 	go func() {
-		t, err := s.authenticate(a)
+		t, _, err := s.authenticate(a)
 		a.Close()
 		done <- res{t, err}
 	}()
@@ -386,5 +387,54 @@ func TestTenantConnectionsAreCapped(t *testing.T) {
 	}
 	if _, err, _, _ := authOver(s, fa, false); err == nil || errors.As(err, new(*limited)) {
 		t.Errorf("a at its cap again: %v, want a refusal said again", err)
+	}
+}
+
+// channelFrame is the authentication frame of a host-function channel.
+func channelFrame(secret []byte, token string) []byte {
+	f := authFrame(ChannelMagic, ProtoVersion, token)
+	f = append(f[:12:12], append(append([]byte{}, secret...), f[12:]...)...)
+	binary.LittleEndian.PutUint32(f, uint32(len(f)-4))
+	return f
+}
+
+// A host-function channel reaches the executor whose secret it carries,
+// once, and only from that executor's tenant; any other secret, a spent
+// one or another tenant's is refused.
+func TestChannelNeedsItsExecutorsSecret(t *testing.T) {
+	a, b := NewTenant("a", []byte("token-of-tenant-a"), nil), NewTenant("b", []byte("token-of-tenant-b"), nil)
+	s := &Server{Tenants: []*Tenant{a, b}}
+	ch, err := s.newChannel(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.dropChannel(ch)
+	secret := make([]byte, SecretLen)
+	if _, err := io.ReadFull(ch.exec, secret); err != nil {
+		t.Fatal(err)
+	}
+	wrong := append([]byte{}, secret...)
+	wrong[0] ^= 1
+	for _, c := range []struct {
+		frame  []byte
+		result uint32
+	}{
+		{channelFrame(wrong, "token-of-tenant-a"), cudaNotPermitted},
+		{channelFrame(secret, "token-of-tenant-b"), cudaNotPermitted},
+		{channelFrame(secret, "token-of-tenant-x"), cudaNotPermitted},
+		{channelFrame(secret[:8], "token-of-tenant-a"), cudaNotSupported},
+		{channelFrame(secret, "token-of-tenant-a"), 0},
+		{channelFrame(secret, "token-of-tenant-a"), cudaNotPermitted}, // spent
+	} {
+		got, err, result, msg := authOver(s, c.frame, false)
+		if result != c.result || (c.result == 0) != (err == nil && got == a) {
+			t.Errorf("answered %d %q (tenant %v, %v), want %d", result, msg, got, err, c.result)
+		}
+	}
+	s.mu.Lock()
+	n := s.conns["a"]
+	s.mu.Unlock()
+	if n != 0 {
+		t.Errorf("the channel counts as %d connections of its tenant", n)
 	}
 }

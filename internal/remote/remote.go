@@ -8,6 +8,8 @@ package remote
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -309,8 +311,11 @@ type Server struct {
 	conns   map[string]int  // executors per tenant, with those starting
 	atCap   map[string]bool // tenants whose cap was said since they were last below it
 	closing bool            // shutting down: an executor started now ends at once
-	wg      sync.WaitGroup
-	scratch *scratch // the executors' temporary folders
+	// executors awaiting their client's host-function channel, by the
+	// hash of its secret
+	channels map[[sha256.Size]byte]*channel
+	wg       sync.WaitGroup
+	scratch  *scratch // the executors' temporary folders
 }
 
 func (s *Server) logf(format string, args ...any) {
@@ -388,9 +393,9 @@ func (s *Server) start(ctx context.Context, c net.Conn, key string, pc *pendingC
 		tc.SetNoDelay(true)
 	}
 	stop := context.AfterFunc(ctx, func() { c.Close() })
-	t, err := s.handshake(&c)
+	t, ch, err := s.handshake(&c)
 	s.pending.done(key, pc)
-	if t != nil {
+	if t != nil && ch == nil {
 		defer s.leave(t)
 	}
 	if !stop() || err != nil {
@@ -419,11 +424,24 @@ func (s *Server) start(ctx context.Context, c net.Conn, key string, pc *pendingC
 		return
 	}
 	defer f.Close()
-	args := []string{"--fd", "3", "--peer", peer}
+	if ch != nil {
+		// The executor's own thread serves it (remote/executor/hostfn.c).
+		if err := unix.Sendmsg(int(ch.ctl.Fd()), []byte{'R'}, unix.UnixRights(int(f.Fd())), nil, 0); err != nil {
+			s.logf("%s: cannot hand the host-function channel to its executor: %v", peer, err)
+		}
+		return
+	}
+	ctl, err := s.newChannel(t)
+	if err != nil {
+		s.logf("%s: %v", peer, err)
+		return
+	}
+	defer s.dropChannel(ctl)
+	args := []string{"--fd", "3", "--peer", peer, "--hostfn-fd", "4"}
 	if s.Driver != "" {
 		args = append(args, "--driver", s.Driver)
 	}
-	files := []*os.File{f}
+	files := []*os.File{f, ctl.exec}
 	if dir := s.moduleCache(t); dir != "" {
 		if u := s.User; u != nil {
 			// Its user may not reach the folder by its path (a root
@@ -498,7 +516,9 @@ func (s *Server) start(ctx context.Context, c net.Conn, key string, pc *pendingC
 	cmd.Stdout, cmd.Stderr = s.Log, s.Log
 	// Executors do not outlive the server, even one killed with SIGKILL
 	// (Pdeathsig above).
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	ctl.exec.Close()
+	if err != nil {
 		s.logf("%s: cannot start the executor: %v", peer, err)
 		return
 	}
@@ -526,7 +546,7 @@ func (s *Server) start(ctx context.Context, c net.Conn, key string, pc *pendingC
 
 // handshake authenticates c, in TLS when the server speaks it (then *c
 // becomes the TLS connection).
-func (s *Server) handshake(c *net.Conn) (*Tenant, error) {
+func (s *Server) handshake(c *net.Conn) (*Tenant, *channel, error) {
 	if s.TLS == nil {
 		return s.authenticate(*c)
 	}
@@ -534,9 +554,80 @@ func (s *Server) handshake(c *net.Conn) (*Tenant, error) {
 	*c = tc
 	tc.SetDeadline(time.Now().Add(AuthTimeout))
 	if err := tc.Handshake(); err != nil {
-		return nil, &limited{&s.silentLog, fmt.Errorf("TLS handshake: %w", err)}
+		return nil, nil, &limited{&s.silentLog, fmt.Errorf("TLS handshake: %w", err)}
 	}
 	return s.authenticate(tc)
+}
+
+// A channel is how a client's host-function channel (a second connection,
+// remote/client/hostfn.c) reaches its executor: a socket pair whose one
+// end the executor is given (exec) and reads the secret from, then the
+// channel's descriptor; the server keeps the other (ctl) until the
+// executor ends. Only the connection's client has the secret (its
+// executor's handshake gives it), and it is taken once.
+type channel struct {
+	ctl, exec *os.File
+	tenant    string
+	hash      [sha256.Size]byte
+}
+
+func (s *Server) newChannel(t *Tenant) (*channel, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("socket pair for the executor: %w", err)
+	}
+	ch := &channel{ctl: os.NewFile(uintptr(fds[0]), "channel"), exec: os.NewFile(uintptr(fds[1]), "channel")}
+	if t != nil {
+		ch.tenant = t.Name
+	}
+	secret := make([]byte, SecretLen)
+	if _, err := rand.Read(secret); err != nil {
+		ch.ctl.Close()
+		ch.exec.Close()
+		return nil, fmt.Errorf("no secret for the executor: %w", err)
+	}
+	ch.hash = sha256.Sum256(secret)
+	if _, err := ch.ctl.Write(secret); err != nil {
+		ch.ctl.Close()
+		ch.exec.Close()
+		return nil, fmt.Errorf("socket pair for the executor: %w", err)
+	}
+	s.mu.Lock()
+	if s.channels == nil {
+		s.channels = map[[sha256.Size]byte]*channel{}
+	}
+	s.channels[ch.hash] = ch
+	s.mu.Unlock()
+	return ch, nil
+}
+
+// dropChannel forgets ch once its executor ended.
+func (s *Server) dropChannel(ch *channel) {
+	s.mu.Lock()
+	if s.channels[ch.hash] == ch {
+		delete(s.channels, ch.hash)
+	}
+	s.mu.Unlock()
+	ch.ctl.Close()
+	ch.exec.Close()
+}
+
+// takeChannel finds the executor awaiting the channel of this secret, in
+// tenant t's connections; the secret is then spent.
+func (s *Server) takeChannel(secret []byte, t *Tenant) (*channel, error) {
+	h := sha256.Sum256(secret)
+	name := ""
+	if t != nil {
+		name = t.Name
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch := s.channels[h]
+	if ch == nil || ch.tenant != name {
+		return nil, &refusal{cudaNotPermitted, "no connection awaits a host-function channel with this secret"}
+	}
+	delete(s.channels, h)
+	return ch, nil
 }
 
 // relay ends TLS here: it returns one end of a socket pair for the

@@ -52,11 +52,12 @@ void fgr_stage_forked(void);
  * program's handlers run on its own threads) and stack bytes of stack (0:
  * the usual): 0, or -1 when none could be made. */
 int fgr_thread_start(void *(*fn)(void *), void *arg, size_t stack, const char *name);
-/* Host functions over shm:// (hostfn.c): enqueued without waiting, run by
- * the client's host-function thread when due; CUDA_ERROR_NOT_SUPPORTED
- * where they cannot be (the sockets: the caller runs them itself). */
+/* Host functions (hostfn.c): enqueued without waiting, run by the client's
+ * host-function thread when due; CUDA_ERROR_NOT_SUPPORTED where they
+ * cannot be (a socket without a host-function channel: the caller runs
+ * them itself). */
 CUresult fgr_hostfn_launch(CUstream s, CUhostFn fn, void *data, unsigned pt);
-/* An id for a graph host node's function, kept (NOT_SUPPORTED but over shm://). */
+/* An id for a graph host node's function, kept (NOT_SUPPORTED as above). */
 CUresult fgr_hostfn_node(CUhostFn fn, void *data, unsigned long long *id);
 void fgr_hostfn_forked(void);
 /* Downloads through the downloads' area (one at a time). */
@@ -208,6 +209,8 @@ struct fgr_server {
     } *err;
     uint8_t (*kept)[32]; /* module images it keeps, by SHA-256, sorted */
     uint32_t nkept;
+    int has_secret; /* over a socket: the host-function channel's secret (remote/wire.h) */
+    uint8_t secret[FGR_CHANNEL_SECRET];
 };
 /* TLS over a connected socket to host (tls.c): the session, or NULL having
  * said why (addr names the server). Whole-buffer I/O as fgr_read_all and
@@ -221,6 +224,9 @@ void fgr_tls_forked(void);
 
 /* Connects and shakes hands once per process (again in a forked child). */
 CUresult fgr_connect(void);
+/* Opens the connection's host-function channel (hostfn.c): its socket, with
+ * *tls its TLS session for tls://; -1 having said why not. */
+int fgr_channel_open(void **tls);
 extern struct fgr_server fgr_srv;
 extern int fgr_initialized;
 /* Whether large module images are sent to be kept by the server (a

@@ -594,6 +594,15 @@ static CUresult hello(int fd, uint32_t transport)
         memcpy(s.kept, kept, (size_t)s.nkept * 32);
         qsort(s.kept, s.nkept, 32, kept_cmp);
     }
+    /* Over a socket, the host-function channel's secret (hostfn.c). */
+    uint8_t nsecret = fgr_get_u8(&r);
+    const void *secret = nsecret == FGR_CHANNEL_SECRET ? fgr_get_bytes(&r, nsecret) : NULL;
+    if (nsecret && !secret)
+        r.bad = 1;
+    if (secret) {
+        memcpy(s.secret, secret, sizeof s.secret);
+        s.has_secret = 1;
+    }
     int ok = s.dev && s.err && s.kept && fgr_rd_done(&r);
     free(body);
     if (!ok) {
@@ -615,6 +624,7 @@ static CUresult hello(int fd, uint32_t transport)
     free(fgr_srv.err);
     free(fgr_srv.kept);
     fgr_srv = s;
+    explicit_bzero(&s, sizeof s);
     return CUDA_SUCCESS;
 }
 
@@ -845,6 +855,78 @@ static CUresult connect_locked(void)
     }
     __atomic_store_n(&conn_fd, fd, __ATOMIC_RELEASE);
     return CUDA_SUCCESS;
+}
+
+/* The host-function channel: dialed as the connection was, authenticated
+ * by the token and the secret the handshake gave (remote/wire.h). Its own
+ * TLS session; the frames are written and read here alone, not through
+ * conn_w or conn_tls. */
+int fgr_channel_open(void **tls)
+{
+    pthread_mutex_lock(&conn_lock);
+    int ok = conn_fd >= 0 && !conn_broken && !conn_ring.m && fgr_srv.has_secret;
+    uint8_t secret[FGR_CHANNEL_SECRET];
+    if (ok)
+        memcpy(secret, fgr_srv.secret, sizeof secret);
+    pthread_mutex_unlock(&conn_lock);
+    if (!ok)
+        return -1;
+    const char *a = address();
+    char tok[FGR_MAX_TOKEN + 64], host[256];
+    long ntok = read_token(tok, sizeof tok);
+    int fd = -1;
+    *tls = NULL;
+    if (ntok >= 0) {
+        int tcp = !strncmp(a, "tcp://", 6) || !strncmp(a, "tls://", 6);
+        fd = tcp ? dial_tcp(a + 6, host) : dial_unix(a + 7);
+        if (fd < 0)
+            fgr_say("cannot open the host-function channel to %s: %s", a, strerror(errno));
+    }
+    if (fd >= 0 && !strncmp(a, "tls://", 6) && !(*tls = fgr_tls_connect(fd, host, a))) {
+        close(fd);
+        fd = -1;
+    }
+    struct fgr_buf w = {0};
+    if (fd >= 0) {
+        fgr_put_u32(&w, 0);
+        fgr_put_u32(&w, FGR_CHANNEL_MAGIC);
+        fgr_put_u32(&w, FGR_PROTO_VERSION);
+        fgr_put_bytes(&w, secret, sizeof secret);
+        fgr_put_buf(&w, ntok ? tok : NULL, (uint64_t)ntok);
+        fgr_finish_frame(&w);
+    }
+    explicit_bzero(tok, sizeof tok);
+    explicit_bzero(secret, sizeof secret);
+    int failed = fd < 0 || w.oom || (*tls ? fgr_tls_write_all(*tls, w.p, w.len) : fgr_write_all(fd, w.p, w.len));
+    if (w.p)
+        explicit_bzero(w.p, w.len);
+    free(w.p);
+    /* The answer: u32 length, u32 CUresult, the tenant's name or why not. */
+    uint8_t hdr[8];
+    if (!failed && (*tls ? fgr_tls_read_all(*tls, hdr, 8) : fgr_read_all(fd, hdr, 8)))
+        failed = 1;
+    uint32_t len = (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 | (uint32_t)hdr[3] << 24;
+    uint32_t res = (uint32_t)hdr[4] | (uint32_t)hdr[5] << 8 | (uint32_t)hdr[6] << 16 | (uint32_t)hdr[7] << 24;
+    uint8_t *body = !failed && len >= 4 && len <= (1u << 16) ? malloc(len - 4) : NULL;
+    if (!failed && (!body || (*tls ? fgr_tls_read_all(*tls, body, len - 4) : fgr_read_all(fd, body, len - 4))))
+        failed = 1;
+    if (!failed && res != CUDA_SUCCESS) {
+        struct fgr_rd r = {body, len - 4, 0};
+        const char *msg = fgr_get_cstr(&r);
+        fgr_say("the server %s refused the host-function channel: %s", a, msg ? msg : "(no reason given)");
+        failed = 1;
+    } else if (failed && fd >= 0) {
+        fgr_say("cannot open the host-function channel to %s: %s", a, errno ? strerror(errno) : "no answer");
+    }
+    free(body);
+    if (failed && fd >= 0) {
+        if (*tls)
+            fgr_tls_free(*tls);
+        *tls = NULL;
+        close(fd);
+        fd = -1;
+    }
+    return fd;
 }
 
 CUresult fgr_connect(void)

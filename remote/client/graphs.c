@@ -100,9 +100,9 @@ FGR_EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL
     return CUDA_SUCCESS;
 }
 
-/* A host node runs the program's function here at each launch: over
- * shm:// the executor's gate hands it to the host-function thread
- * (hostfn.c); over a socket nothing can call back, so it is refused. */
+/* A host node runs the program's function here at each launch: the
+ * executor's gate hands it to the host-function thread (hostfn.c); without
+ * the shared memory or a host-function channel, it is refused. */
 FGR_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                                        size_t numDependencies, const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
@@ -111,7 +111,7 @@ FGR_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph,
     unsigned long long id;
     CUresult r = fgr_hostfn_node(nodeParams->fn, nodeParams->userData, &id);
     if (r == CUDA_ERROR_NOT_SUPPORTED)
-        return fgr_unsupported(-1, "cuGraphAddHostNode", "a host node but over shm://");
+        return fgr_unsupported(-1, "cuGraphAddHostNode", "a host node without a host-function channel");
     if (r != CUDA_SUCCESS)
         return r;
     return fgrGraphAddHostNode(phGraphNode, hGraph, dependencies, numDependencies, id);

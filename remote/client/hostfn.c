@@ -1,16 +1,20 @@
-/* Host functions over shm://, run as a GPU runs them (remote/ring.h): the
- * caller goes on, and the client's host-function thread runs the function
- * when the executor's gate says the stream got there; the stream waits
- * until it returns. Each function and its data get an id here; an id the
- * gate says was captured stays, since its graph runs it at every launch.
- * Over the sockets there is no memory both sides share, and functions run
- * on the calling thread after their stream's work (local.c). */
+/* Host functions, run as a GPU runs them: the caller goes on, and the
+ * client's host-function thread runs the function when the executor's gate
+ * says the stream got there; the stream waits until it returns. Over
+ * shm:// the gate says so through the shared memory (remote/ring.h), over
+ * a socket through the host-function channel, a second connection opened
+ * at the first function (remote/wire.h). Each function and its data get
+ * an id here; an id the gate says was captured stays, since its graph runs
+ * it at every launch. Without either (a server that gives no channel, or
+ * refuses it), functions run on the calling thread after their stream's
+ * work (local.c). */
 #include "client.h"
 #include "../futex.h"
 #include "../ring.h"
 
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct entry {
@@ -20,12 +24,27 @@ static struct entry {
 } *tab;
 static size_t ntab, free_head; /* free_head: 1 + the first free entry, 0: none */
 static int thread_running;
+/* Over a socket: the channel, and whether it was tried (1) or lost (-1). */
+static int chan_fd = -1, chan_tried;
+static void *chan_tls;
 
 static void release(size_t i)
 {
     tab[i].fn = NULL;
     tab[i].next_free = free_head;
     free_head = i + 1;
+}
+
+/* The function of an id, forgotten unless kept. */
+static struct entry take(uint64_t id)
+{
+    uint64_t k = (id & ~FGR_HOSTFN_KEEP) - 1;
+    pthread_mutex_lock(&mu);
+    struct entry e = k < ntab ? tab[k] : (struct entry){0};
+    if (e.fn && !(id & FGR_HOSTFN_KEEP))
+        release((size_t)k);
+    pthread_mutex_unlock(&mu);
+    return e;
 }
 
 /* Runs each function a gate reached, then sleeps until the next. */
@@ -38,12 +57,7 @@ static void *runner(void *arg)
             struct fgr_hostfn_slot *s = &a->slot[i];
             if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != FGR_HOSTFN_REACHED)
                 continue;
-            uint64_t id = __atomic_load_n(&s->id, __ATOMIC_RELAXED), k = (id & ~FGR_HOSTFN_KEEP) - 1;
-            pthread_mutex_lock(&mu);
-            struct entry e = k < ntab ? tab[k] : (struct entry){0};
-            if (e.fn && !(id & FGR_HOSTFN_KEEP))
-                release((size_t)k);
-            pthread_mutex_unlock(&mu);
+            struct entry e = take(__atomic_load_n(&s->id, __ATOMIC_RELAXED));
             if (e.fn)
                 e.fn(e.data);
             __atomic_store_n(&s->state, FGR_HOSTFN_DONE, __ATOMIC_RELEASE);
@@ -54,14 +68,61 @@ static void *runner(void *arg)
     return NULL;
 }
 
+/* Over a socket: reads "seq, id" where a function is due, runs it and
+ * answers seq. The channel's end (the server gone) ends the thread; the
+ * connection's calls then fail on their own. */
+static void *socket_runner(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    void *tls = chan_tls;
+    uint8_t m[16];
+    while (!(tls ? fgr_tls_read_all(tls, m, 16) : fgr_read_all(fd, m, 16))) {
+        uint64_t id = 0;
+        for (int i = 0; i < 8; i++)
+            id |= (uint64_t)m[8 + i] << 8 * i;
+        struct entry e = take(id);
+        if (e.fn)
+            e.fn(e.data);
+        if (tls ? fgr_tls_write_all(tls, m, 8) : fgr_write_all(fd, m, 8))
+            break;
+    }
+    pthread_mutex_lock(&mu);
+    if (chan_fd == fd)
+        chan_tried = -1;
+    pthread_mutex_unlock(&mu);
+    return NULL;
+}
+
 /* The runner (mu held), with a stack of the usual size: it runs the
- * program's functions. */
+ * program's functions. Over a socket the channel is opened first; where
+ * it cannot be, the functions run as local.c says, said once. */
 static int runner_start(struct fgr_ring *r)
 {
     if (thread_running)
         return 0;
-    if (fgr_thread_start(runner, r, 0, "flexgv-hostfn"))
+    if (r) {
+        if (fgr_thread_start(runner, r, 0, "flexgv-hostfn"))
+            return -1;
+        thread_running = 1;
+        return 0;
+    }
+    if (chan_tried)
         return -1;
+    chan_tried = 1;
+    if (fgr_connect() != CUDA_SUCCESS || !fgr_srv.has_secret)
+        return -1; /* an older server's: no channel, as before */
+    chan_fd = fgr_channel_open(&chan_tls);
+    if (chan_fd < 0 || fgr_thread_start(socket_runner, (void *)(intptr_t)chan_fd, 0, "flexgv-hostfn")) {
+        if (chan_fd >= 0) {
+            if (chan_tls)
+                fgr_tls_free(chan_tls);
+            close(chan_fd);
+        }
+        chan_fd = -1;
+        chan_tls = NULL;
+        fgr_say("host functions run on the calling thread after their stream's work, and cannot be captured");
+        return -1;
+    }
     thread_running = 1;
     return 0;
 }
@@ -83,10 +144,8 @@ static int grow(void)
 CUresult fgr_hostfn_launch(CUstream s, CUhostFn fn, void *data, unsigned pt)
 {
     struct fgr_ring *r = fgr_conn_ring();
-    if (!r)
-        return CUDA_ERROR_NOT_SUPPORTED;
     pthread_mutex_lock(&mu);
-    if (runner_start(r) || (!free_head && grow())) {
+    if (runner_start(r) || (!free_head && grow()) || chan_tried < 0) {
         pthread_mutex_unlock(&mu);
         return CUDA_ERROR_NOT_SUPPORTED; /* run by the caller, then */
     }
@@ -102,10 +161,12 @@ CUresult fgr_hostfn_launch(CUstream s, CUhostFn fn, void *data, unsigned pt)
 CUresult fgr_hostfn_node(CUhostFn fn, void *data, unsigned long long *id)
 {
     struct fgr_ring *r = fgr_conn_ring();
-    if (!r)
-        return CUDA_ERROR_NOT_SUPPORTED;
     pthread_mutex_lock(&mu);
-    if (runner_start(r) || (!free_head && grow())) {
+    if (runner_start(r) || chan_tried < 0) {
+        pthread_mutex_unlock(&mu);
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    if (!free_head && grow()) {
         pthread_mutex_unlock(&mu);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -117,11 +178,17 @@ CUresult fgr_hostfn_node(CUhostFn fn, void *data, unsigned long long *id)
     return CUDA_SUCCESS;
 }
 
-/* A forked child has no runner, and its own connection. */
+/* A forked child has no runner, and its own connection: it drops its copy
+ * of the parent's channel (the parent's session, not freed here). */
 void fgr_hostfn_forked(void)
 {
     pthread_mutex_init(&mu, NULL);
     thread_running = 0;
+    if (chan_fd >= 0)
+        close(chan_fd);
+    chan_fd = -1;
+    chan_tls = NULL;
+    chan_tried = 0;
     free(tab);
     tab = NULL;
     ntab = free_head = 0;

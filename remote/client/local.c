@@ -506,13 +506,14 @@ FGR_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
 
 /* ---- host functions run on the client ---- */
 
-/* The program's function lives here, not on the server. Over shm:// it
- * runs as on a GPU (hostfn.c). Over a socket the client waits for the
- * stream's earlier work, then runs the function on the calling thread
- * before returning, so work enqueued after it starts after it ended, as on
- * a GPU. What differs there: the caller waits (a function that waits for
- * what its caller does next never returns), and a function cannot be
- * captured into a graph (the stream's synchronization ends the capture). */
+/* The program's function lives here, not on the server. It runs as on a
+ * GPU (hostfn.c), over shm:// or a socket's host-function channel. Without
+ * either, the client waits for the stream's earlier work, then runs the
+ * function on the calling thread before returning, so work enqueued after
+ * it starts after it ended, as on a GPU. What differs then: the caller
+ * waits (a function that waits for what its caller does next never
+ * returns), and a function cannot be captured into a graph (the stream's
+ * synchronization ends the capture). */
 static CUresult host_wait(const char *name, CUresult (*sync)(CUstream), CUstream s)
 {
     NEED_INIT();

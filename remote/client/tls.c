@@ -42,6 +42,7 @@ static struct {
     int (*read)(void *, void *, int);
     int (*write)(void *, const void *, int);
     int (*get_error)(const void *, int);
+    int (*get_fd)(const void *);
     long (*verify_result)(const void *);
     const char *(*verify_string)(long);
     unsigned long (*err_get)(void);
@@ -63,8 +64,9 @@ enum {
     SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER = 2,
 };
 
+/* One lock for every session (the connection's and its host-function
+ * channel's), each waiting for its own socket without it. */
 static pthread_mutex_t session_lock = PTHREAD_MUTEX_INITIALIZER;
-static int session_fd = -1;
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static char load_error[256];
@@ -101,6 +103,7 @@ static void load(void)
     SYM(read, "SSL_read");
     SYM(write, "SSL_write");
     SYM(get_error, "SSL_get_error");
+    SYM(get_fd, "SSL_get_fd");
     SYM(verify_result, "SSL_get_verify_result");
     SYM(verify_string, "X509_verify_cert_error_string");
     SYM(err_get, "ERR_get_error");
@@ -214,7 +217,6 @@ void *fgr_tls_connect(int fd, const char *host, const char *addr)
     /* From here on, every call under session_lock (see the top). */
     ossl.ctrl(s, SSL_CTRL_MODE, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER, NULL);
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-    session_fd = fd;
     return s;
 }
 
@@ -236,7 +238,7 @@ static int step(void *s, void *p, size_t n, int writing)
         if (k > 0)
             return k;
         if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
-            struct pollfd w = {.fd = session_fd, .events = e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT};
+            struct pollfd w = {.fd = ossl.get_fd(s), .events = e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT};
             if (poll(&w, 1, -1) < 0 && errno != EINTR)
                 return -1;
             continue;
@@ -291,7 +293,6 @@ void fgr_tls_free(void *s)
     nopipe_begin(&np);
     pthread_mutex_lock(&session_lock);
     ossl.ssl_free(s);
-    session_fd = -1;
     pthread_mutex_unlock(&session_lock);
     nopipe_end(&np);
 }
@@ -299,5 +300,4 @@ void fgr_tls_free(void *s)
 void fgr_tls_forked(void)
 {
     pthread_mutex_init(&session_lock, NULL);
-    session_fd = -1;
 }

@@ -190,6 +190,10 @@ void fgr_stage_attach(struct fgr_ring *r);
  * the shared memory once attached. */
 void fgr_hostfn_init(void *driver);
 void fgr_hostfn_attach(struct fgr_ring *r);
+/* Over a socket (hostfn.c): --hostfn-fd's secret, read at the start
+ * (nonzero without one), and the handshake's offer of the channel. */
+int fgr_hostfn_channel_fd(int fd);
+void fgr_hostfn_hello(struct fgr_buf *w, uint32_t transport);
 /* Graph nodes put together from what the client sent (graphs.c). */
 void fgr_graphs_init(void *driver);
 /* A copy node's sides lie in the connection's ranges; either is an array. */

@@ -1,21 +1,30 @@
-/* Host functions over shm:// (remote/ring.h): the program's function is
+/* Host functions (remote/ring.h, remote/wire.h): the program's function is
  * the client's, so the executor enqueues a gate of its own where the
  * function is due. The driver runs the gate on its own thread; the gate
- * hands the function's id to the client through the shared memory and
- * sleeps until the client says it has returned, holding the stream as the
- * function would. The executor's loop takes no part, so it may wait for the
- * device meanwhile (a cuMemFree, a synchronous copy) without a deadlock.
+ * hands the function's id to the client and sleeps until the client says
+ * it has returned, holding the stream as the function would: over shm://
+ * through the shared memory, over a socket through the connection's
+ * host-function channel, a second connection flexgv serve hands over
+ * (--hostfn-fd) and a thread here reads. The executor's loop takes no
+ * part, so it may wait for the device meanwhile (a cuMemFree, a
+ * synchronous copy) without a deadlock.
  *
- * The client can write the shared memory: a gate only ever waits on its
- * own slot, and one the client never releases holds this connection's
- * stream alone, as its own function could. */
+ * The client can write the shared memory and the channel: a gate only ever
+ * waits for its own answer, and one the client never gives holds this
+ * connection's streams alone, as its own function could. The channel's
+ * end, or the executor's, releases every gate. */
 #include "executor.h"
 #include "../futex.h"
 #include "../ring.h"
 
 #include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 static struct fgr_hostfn_area *area;
 static int ending; /* the executor exits: gates return at once */
@@ -50,6 +59,113 @@ static void gate(void *arg)
     __atomic_store_n(&s->state, FGR_HOSTFN_FREE, __ATOMIC_RELEASE);
 }
 
+/* ---- over a socket: the channel ---- */
+
+static int ctl_fd = -1;                       /* from flexgv serve: the secret, then the channel */
+static uint8_t secret[FGR_CHANNEL_SECRET];
+static int chan_fd = -1;
+static enum { AWAITED, OPEN, CLOSED } chan_state; /* under chan_mu */
+static pthread_mutex_t chan_mu = PTHREAD_MUTEX_INITIALIZER, chan_wmu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t chan_cv = PTHREAD_COND_INITIALIZER;
+/* The gates waiting for their answer, each on its own stack. */
+static struct waiter {
+    uint64_t seq;
+    int done;
+    struct waiter *next;
+} *waiters;
+static uint64_t last_seq;
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> 8 * i);
+}
+
+static void chan_close_locked(void)
+{
+    chan_state = CLOSED;
+    if (chan_fd >= 0)
+        shutdown(chan_fd, SHUT_RDWR);
+    pthread_cond_broadcast(&chan_cv);
+}
+
+static void gate_socket(void *arg)
+{
+    uint64_t id = (uint64_t)(uintptr_t)arg;
+    pthread_mutex_lock(&chan_mu);
+    while (chan_state == AWAITED && !__atomic_load_n(&ending, __ATOMIC_ACQUIRE))
+        pthread_cond_wait(&chan_cv, &chan_mu);
+    if (chan_state != OPEN || __atomic_load_n(&ending, __ATOMIC_ACQUIRE)) {
+        pthread_mutex_unlock(&chan_mu);
+        return;
+    }
+    struct waiter me = {++last_seq, 0, waiters};
+    waiters = &me;
+    pthread_mutex_unlock(&chan_mu);
+    uint8_t m[16];
+    put64(m, me.seq);
+    put64(m + 8, id);
+    pthread_mutex_lock(&chan_wmu);
+    int bad = fgr_write_all(chan_fd, m, sizeof m);
+    pthread_mutex_unlock(&chan_wmu);
+    pthread_mutex_lock(&chan_mu);
+    if (bad)
+        chan_close_locked();
+    while (!me.done && chan_state == OPEN && !__atomic_load_n(&ending, __ATOMIC_ACQUIRE))
+        pthread_cond_wait(&chan_cv, &chan_mu);
+    for (struct waiter **w = &waiters; *w; w = &(*w)->next)
+        if (*w == &me) {
+            *w = me.next;
+            break;
+        }
+    pthread_mutex_unlock(&chan_mu);
+}
+
+/* Takes the channel from flexgv serve, then reads the client's answers:
+ * an answer no gate waits for (a hostile client's) changes nothing. */
+static void *channel_reader(void *arg)
+{
+    (void)arg;
+    int fd = fgr_recv_fd(ctl_fd);
+    pthread_mutex_lock(&chan_mu);
+    chan_fd = fd;
+    if (fd < 0) {
+        chan_close_locked();
+        pthread_mutex_unlock(&chan_mu);
+        return NULL;
+    }
+    chan_state = __atomic_load_n(&ending, __ATOMIC_ACQUIRE) ? CLOSED : OPEN;
+    pthread_cond_broadcast(&chan_cv);
+    pthread_mutex_unlock(&chan_mu);
+    uint8_t m[8];
+    while (fgr_read_all(fd, m, sizeof m) == 0) {
+        uint64_t seq = 0;
+        for (int i = 0; i < 8; i++)
+            seq |= (uint64_t)m[i] << 8 * i;
+        pthread_mutex_lock(&chan_mu);
+        for (struct waiter *w = waiters; w; w = w->next)
+            if (w->seq == seq)
+                w->done = 1;
+        pthread_cond_broadcast(&chan_cv);
+        pthread_mutex_unlock(&chan_mu);
+    }
+    pthread_mutex_lock(&chan_mu);
+    chan_close_locked();
+    pthread_mutex_unlock(&chan_mu);
+    return NULL;
+}
+
+/* --hostfn-fd: the secret comes first; nonzero when it does not. */
+int fgr_hostfn_channel_fd(int fd)
+{
+    if (fgr_read_all(fd, secret, sizeof secret))
+        return -1;
+    ctl_fd = fd;
+    return 0;
+}
+
+static void (*the_gate)(void *) = gate;
+
 /* fgrHostFn: the gate where the function named id is due; one enqueued
  * in a capture becomes the graph's host node and runs at every launch, so
  * its id is marked to be kept. */
@@ -62,7 +178,7 @@ static CUresult host_fn(CUstream s, unsigned long long id, unsigned int pt)
     id &= ~FGR_HOSTFN_KEEP;
     if (st != CU_STREAM_CAPTURE_STATUS_NONE)
         id |= FGR_HOSTFN_KEEP;
-    return (pt ? launch_host_pt : launch_host)(s, gate, (void *)(uintptr_t)id);
+    return (pt ? launch_host_pt : launch_host)(s, the_gate, (void *)(uintptr_t)id);
 }
 
 /* fgrGraphAddHostNode: the gate as the node's function, for the client's
@@ -70,7 +186,7 @@ static CUresult host_fn(CUstream s, unsigned long long id, unsigned int pt)
 static CUresult host_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                           size_t numDependencies, unsigned long long id)
 {
-    CUDA_HOST_NODE_PARAMS p = {gate, (void *)(uintptr_t)(id | FGR_HOSTFN_KEEP)};
+    CUDA_HOST_NODE_PARAMS p = {the_gate, (void *)(uintptr_t)(id | FGR_HOSTFN_KEEP)};
     return add_host_node(phGraphNode, hGraph, dependencies, numDependencies, &p);
 }
 
@@ -88,12 +204,43 @@ void fgr_hostfn_init(void *driver)
 static void end_gates(void)
 {
     __atomic_store_n(&ending, 1, __ATOMIC_RELEASE);
-    for (int i = 0; i < FGR_HOSTFN_SLOTS; i++)
+    for (int i = 0; area && i < FGR_HOSTFN_SLOTS; i++)
         fgr_futex_wake(&area->slot[i].state);
+    pthread_mutex_lock(&chan_mu);
+    chan_close_locked();
+    pthread_mutex_unlock(&chan_mu);
 }
 
-/* Over shm:// alone; elsewhere fgrHostFn stays unsupported and the client
- * runs functions itself, after their stream's work. */
+/* The handshake's last words: over a socket the channel's secret, when
+ * flexgv serve gave one and its thread runs; without it fgrHostFn stays
+ * unsupported and the client runs functions itself, after their stream's
+ * work. */
+void fgr_hostfn_hello(struct fgr_buf *w, uint32_t transport)
+{
+    pthread_t t;
+    pthread_attr_t at;
+    int offer = transport != FGR_TRANSPORT_SHM && ctl_fd >= 0 && launch_host && launch_host_pt && is_capturing &&
+                is_capturing_pt && pthread_attr_init(&at) == 0;
+    if (offer) {
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&at, 64 << 10);
+        offer = pthread_create(&t, &at, channel_reader, NULL) == 0;
+        pthread_attr_destroy(&at);
+        if (!offer)
+            fgr_logf("no thread for the host-function channel: host functions run on the client after their stream's work");
+    }
+    fgr_put_u8(w, offer ? FGR_CHANNEL_SECRET : 0);
+    if (!offer)
+        return;
+    fgr_put_bytes(w, secret, sizeof secret);
+    the_gate = gate_socket;
+    fgr_real[FGR_OP_fgrHostFn] = (void *)host_fn;
+    if (add_host_node)
+        fgr_real[FGR_OP_fgrGraphAddHostNode] = (void *)host_node;
+    atexit(end_gates);
+}
+
+/* Over shm://. */
 void fgr_hostfn_attach(struct fgr_ring *r)
 {
     if (!launch_host || !launch_host_pt || !is_capturing || !is_capturing_pt)

@@ -1,4 +1,4 @@
-/* flexgv-executor --fd N [--driver PATH] [--peer NAME] [--module-cache DIR] [--module-cache-max BYTES] [--pinned-max BYTES]
+/* flexgv-executor --fd N [--driver PATH] [--peer NAME] [--module-cache DIR] [--module-cache-max BYTES] [--pinned-max BYTES] [--hostfn-fd N]
  * Serves one client connection (inherited as descriptor N) with the real
  * driver: the handshake, then one call per frame until the client goes.
  * A malformed frame ends the connection with a log line saying why; the
@@ -148,6 +148,7 @@ static int hello(struct fgr_rd *rd, struct fgr_buf *w, uint32_t *transport)
         fgr_put_str(w, ds);
     }
     fgr_images_hello(w);
+    fgr_hostfn_hello(w, *transport);
     return 0;
 }
 
@@ -574,13 +575,13 @@ static void lower(int resource, rlim_t to)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: flexgv-executor --fd N [--driver PATH] [--peer NAME] [--module-cache DIR] [--module-cache-max BYTES] [--pinned-max BYTES]\n");
+    fprintf(stderr, "usage: flexgv-executor --fd N [--driver PATH] [--peer NAME] [--module-cache DIR] [--module-cache-max BYTES] [--pinned-max BYTES] [--hostfn-fd N]\n");
     exit(2);
 }
 
 int main(int argc, char **argv)
 {
-    int fd = -1;
+    int fd = -1, hostfn_fd = -1;
     const char *driver = "libcuda.so.1";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--fd") && i + 1 < argc)
@@ -597,11 +598,21 @@ int main(int argc, char **argv)
         }
         else if (!strcmp(argv[i], "--pinned-max") && i + 1 < argc)
             fgr_pinned_max(argv[++i]);
+        else if (!strcmp(argv[i], "--hostfn-fd") && i + 1 < argc)
+            hostfn_fd = atoi(argv[++i]);
         else
             usage();
     }
     if (fd < 0 || fcntl(fd, F_GETFD) < 0)
         usage();
+    if (hostfn_fd >= 0) {
+        fcntl(hostfn_fd, F_SETFD, FD_CLOEXEC);
+        errno = 0;
+        if (fgr_hostfn_channel_fd(hostfn_fd)) {
+            fgr_logf("--hostfn-fd %d: no secret to read (%s)", hostfn_fd, errno ? strerror(errno) : "end of file");
+            return 2;
+        }
+    }
     /* The least the driver needs: no privilege gained by exec (setuid),
      * and bounded processes (threads) and open files. */
     prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);

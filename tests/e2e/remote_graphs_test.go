@@ -97,24 +97,15 @@ then a memset in its memory: CUDA_SUCCESS
 }
 
 // A host node runs the program's function at each launch, in the program
-// (over shm://, where the executor's gate hands it to the client); over a
-// socket nothing can call the program back, and the node is refused.
+// (the executor's gate hands it to the client: over shm:// through the
+// shared memory, over a socket through the host-function channel).
 func TestRemoteGraphHostNode(t *testing.T) {
 	e := newEnv(t)
 	local := e.run("graphnodes", "host")
 	if local.code != 0 || !strings.Contains(local.stdout, "after 3 launches: host node ran for 30\nits data changed, one more: 31") {
 		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
 	}
-	got := e.remote(e.serve("shm"), "graphnodes", "host")
-	if got.code != 0 || got.stdout != local.stdout {
-		t.Errorf("over shm://: exit %d, printed\n%s\nlocally\n%s\n%s", got.code, got.stdout, local.stdout, got.stderr)
-	}
-	eu := newEnv(t)
-	got = eu.remote(eu.serve("unix"), "graphnodes", "host")
-	if got.code != 0 || got.stdout != "cuGraphAddHostNode: CUDA_ERROR_NOT_SUPPORTED\n" ||
-		!strings.Contains(got.stderr, "a host node but over shm://") {
-		t.Errorf("over unix://: exit %d, printed\n%s\n%s", got.code, got.stdout, got.stderr)
-	}
+	printsAsLocally(t, local, []string{"graphnodes", "host"}, "shm", "unix", "tcp", "tls")
 }
 
 // Copy nodes: device to device; pinned host memory (cuMemAllocHost) up
