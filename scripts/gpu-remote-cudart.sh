@@ -7,16 +7,16 @@
 # static and with shared cudart (vectoradd-static, vectoradd-shared), 2D
 # copies (memcpy2d), CUDA arrays, textures and surfaces read by kernels
 # (textures), host functions and stream callbacks (hostfunc; and
-# over shm:// alone, where they run as on a GPU: hostfunc_async), a
+# the caller going on while its function waits: hostfunc_async), a
 # thread's wait that another thread's copy ends (waiters), copies under
 # unified addressing (uva), copies of the program's memory captured into
-# graphs (captured), pinned memory kernels use by its address (zerocopy,
-# over shm:// alone), managed memory written by the host and kernels,
+# graphs (captured), pinned memory kernels use by its address (zerocopy),
+# managed memory written by the host and kernels,
 # prefetched and advised (managed), __managed__ variables (managedvar), a
 # launch's parameters packed in one buffer (extra), occupancy with a host
 # callback, the profiler's range, stream attributes and cuCtxCreate_v4
 # through the runtime and -lcuda (families), graphs built node by node
-# with every kind of node (graphs, over shm:// alone), a
+# with every kind of node (graphs), a
 # cuBLAS program with stream capture (cublas), PyTorch training
 # (torch-train: losses bit for bit, throughput over native, and with
 # latency added), Triton, torch.compile, CuPy and JAX (triton_add,
@@ -161,17 +161,16 @@ cu() {
 cu memcpy2d scripts/gpu/memcpy2d.cu
 cu textures scripts/gpu/textures.cu
 cu hostfunc scripts/gpu/hostfunc.cu
-OVER=shm cu hostfunc_async scripts/gpu/hostfunc_async.cu
+cu hostfunc_async scripts/gpu/hostfunc_async.cu
 cu waiters scripts/gpu/waiters.cu
 cu uva scripts/gpu/uva.cu
 FILTER=nohow cu captured scripts/gpu/captured.cu
-OVER=shm cu zerocopy scripts/gpu/zerocopy.cu
+cu zerocopy scripts/gpu/zerocopy.cu
 FILTER=nohow cu managed scripts/gpu/managed.cu
 cu managedvar scripts/gpu/managedvar.cu
-# Graphs node by node (copy and host nodes reach pinned memory over shm://
-# alone; conditional IF and WHILE nodes last, a body captured into, an
-# executable updated).
-OVER=shm cu graphs scripts/gpu/graphs.cu
+# Graphs node by node (conditional IF and WHILE nodes last, a body
+# captured into, an executable updated).
+cu graphs scripts/gpu/graphs.cu
 cu extra scripts/gpu/extra.cu -lcuda
 cu families scripts/gpu/families.cu -lcuda
 cu cublas scripts/gpu/cublas_capture.cu -lcublas
