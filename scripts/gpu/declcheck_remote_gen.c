@@ -329,8 +329,7 @@ typedef CUresult (CUDAAPI *fg_sig_cuGraphAddNode)(CUgraphNode *phGraphNode, CUgr
 SAME(fg_sig_cuGraphAddNode, PFN_cuGraphAddNode_v12020);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphAddNode_v2)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams);
 SAME(fg_sig_cuGraphAddNode_v2, PFN_cuGraphAddNode_v12030);
-typedef CUresult (CUDAAPI *fg_sig_cuGraphNodeGetParams)(CUgraphNode hNode, CUgraphNodeParams *nodeParams);
-SAME(fg_sig_cuGraphNodeGetParams, __typeof__(&cuGraphNodeGetParams));
+/* cuGraphNodeGetParams: in neither cuda.h nor cudaTypedefs.h */
 typedef CUresult (CUDAAPI *fg_sig_cuGraphNodeSetParams)(CUgraphNode hNode, CUgraphNodeParams *nodeParams);
 SAME(fg_sig_cuGraphNodeSetParams, PFN_cuGraphNodeSetParams_v12020);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphExecNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *nodeParams);

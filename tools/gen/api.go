@@ -45,7 +45,8 @@ type Entry struct {
 	OnDemand []string
 	// Typedef is the version in the name of cudaTypedefs.h's PFN_ typedef
 	// for this ABI where it is not Version (the version cuGetProcAddress
-	// resolves the name at), or "none" where that header has none.
+	// resolves the name at), or "none" where the headers declare it not at
+	// all (the driver exports it): its declaration is then not checked.
 	Typedef string
 }
 
@@ -103,9 +104,6 @@ func (e Entry) PerThread() string {
 
 // PFN is the name of the real typedef in cudaTypedefs.h for this variant.
 func (e Entry) PFN() string {
-	if e.Typedef == "none" { // the declaration in cuda.h, then
-		return "__typeof__(&" + e.Name + ")"
-	}
 	v := fmt.Sprint(e.Version)
 	if e.Typedef != "" {
 		v = e.Typedef

@@ -358,8 +358,12 @@ func emitDeclCheck(all []Entry, legacy bool) string {
 		if profiler {
 			b.WriteString("#ifdef CUDAPROFILERTYPEDEFS_H\n")
 		}
-		fmt.Fprintf(&b, "typedef CUresult (CUDAAPI *fg_sig_%s)(%s);\n", e.Name, e.ParamList())
-		fmt.Fprintf(&b, "SAME(fg_sig_%s, %s);\n", e.Name, e.PFN())
+		if e.Typedef == "none" { // declared by neither header: nothing to check against
+			fmt.Fprintf(&b, "/* %s: in neither cuda.h nor cudaTypedefs.h */\n", e.Name)
+		} else {
+			fmt.Fprintf(&b, "typedef CUresult (CUDAAPI *fg_sig_%s)(%s);\n", e.Name, e.ParamList())
+			fmt.Fprintf(&b, "SAME(fg_sig_%s, %s);\n", e.Name, e.PFN())
+		}
 		if profiler {
 			b.WriteString("#endif\n")
 		}
