@@ -174,7 +174,8 @@ static int listening(void)
 /* Keeps fd under a new secret and writes the token naming it. */
 static CUresult keep(int kind, uint64_t block, uint64_t size, uint64_t ptr, uint64_t len, int fd, void *out)
 {
-    struct token t = {TOKEN_MAGIC, (uint32_t)kind, self, {0}, size, ptr - block, len};
+    /* (an object's token holds nothing of it: the driver's values stay here) */
+    struct token t = {TOKEN_MAGIC, (uint32_t)kind, self, {0}, size, kind == PAGES ? ptr - block : 0, len};
     if (getrandom(t.secret, sizeof t.secret, 0) != (ssize_t)sizeof t.secret) {
         close(fd);
         return CUDA_ERROR_OPERATING_SYSTEM;
@@ -189,30 +190,12 @@ static CUresult keep(int kind, uint64_t block, uint64_t size, uint64_t ptr, uint
     return CUDA_SUCCESS;
 }
 
-static CUresult ipc_export(CUdeviceptr block, CUdeviceptr ptr, size_t len, void *handle)
+/* Object v (a physical allocation's handle, or a pool) exported as a
+ * POSIX file descriptor and kept under a new token of that kind; the
+ * driver refuses one not made exportable. */
+static CUresult exported(int kind, uint64_t block, uint64_t size, uint64_t ptr, uint64_t len, uint64_t v, void *out)
 {
-    uint64_t size;
-    CUmemGenericAllocationHandle h;
-    if (!handle || fgr_arena_block(block, &size, &h) != 0 || ptr < block || ptr - block >= size || len == 0 ||
-        len > size - (ptr - block) || !fgr_mem_base(ptr) || !fgr_mem_in(ptr, len))
-        return CUDA_ERROR_INVALID_VALUE;
-    if (nexports == EXPORTS_MAX)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    if (!listening())
-        return CUDA_ERROR_OPERATING_SYSTEM;
-    int fd = -1;
-    CUresult r = export_fd(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-    if (r != CUDA_SUCCESS)
-        return r; /* pages made without the export (the driver refused it) */
-    return keep(PAGES, block, size, ptr, len, fd, handle);
-}
-
-/* The program's own physical allocation or pool (made exportable as a
- * POSIX file descriptor, else the driver refuses), until it releases or
- * destroys it. */
-static CUresult export_object(int kind, uint64_t v, void *token)
-{
-    if (!token)
+    if (!out)
         return CUDA_ERROR_INVALID_VALUE;
     if (nexports == EXPORTS_MAX)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -223,7 +206,25 @@ static CUresult export_object(int kind, uint64_t v, void *token)
                               : export_fd(&fd, (CUmemGenericAllocationHandle)v, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
     if (r != CUDA_SUCCESS)
         return r;
-    return keep(kind, 0, 0, v, 0, fd, token);
+    return keep(kind, block, size, ptr, len, fd, out);
+}
+
+/* The pages holding the allocation at ptr (a mapping of the arena's). */
+static CUresult ipc_export(CUdeviceptr block, CUdeviceptr ptr, size_t len, void *handle)
+{
+    uint64_t size;
+    CUmemGenericAllocationHandle h;
+    if (fgr_arena_block(block, &size, &h) != 0 || ptr < block || ptr - block >= size || len == 0 ||
+        len > size - (ptr - block) || !fgr_mem_base(ptr) || !fgr_mem_in(ptr, len))
+        return CUDA_ERROR_INVALID_VALUE;
+    return exported(PAGES, block, size, ptr, len, (uint64_t)h, handle);
+}
+
+/* The program's own physical allocation or pool, until it releases or
+ * destroys it. */
+static CUresult export_object(int kind, uint64_t v, void *token)
+{
+    return exported(kind, 0, 0, v, 0, v, token);
 }
 
 static CUresult ipc_export_handle(CUmemGenericAllocationHandle h, void *token)
