@@ -138,8 +138,7 @@ func TestRemoteGraphCopyNodes(t *testing.T) {
 // buffers (200 of 8 MiB would pass its bound).
 func TestRemoteGraphPageableCopies(t *testing.T) {
 	e := newEnv(t)
-	local := e.run("graphnodes", "pageable")
-	for _, want := range []string{
+	local := runsLocally(t, e, []string{"graphnodes", "pageable"},
 		"launch down: 120 121 122 123 124 125 126 127\nlaunch by address: 120 121",
 		"launch 1 rows back: 0=33 8=42 9=05 10=06 11=07 12=09 13=09 14=0a 15=0b 16=34 72=45 ",
 		"host to host: 0=51 1=a1",
@@ -148,11 +147,7 @@ func TestRemoteGraphPageableCopies(t *testing.T) {
 		"after it: 1000 1001",
 		"the node's new memory: 500 501 502 503 504 505 506 507\nits old memory: 0 0 0 0 0 0 0 0\n",
 		"200 graphs of an 8 MiB node: CUDA_SUCCESS",
-	} {
-		if local.code != 0 || !strings.Contains(local.stdout, want) {
-			t.Fatalf("locally: exit %d, no %q in\n%s%s", local.code, want, local.stdout, local.stderr)
-		}
-	}
+	)
 	printsAsLocally(t, local, []string{"graphnodes", "pageable"}, "shm", "unix", "tcp")
 }
 
@@ -163,11 +158,9 @@ func TestRemoteGraphPageableCopies(t *testing.T) {
 // over every transport as locally.
 func TestRemoteCaptureInfoGraph(t *testing.T) {
 	e := newEnv(t)
-	local := e.run("graphnodes", "captureinfo")
-	if local.code != 0 || !strings.Contains(local.stdout, "after the node: 1 dependencies, the node, edge data none, the same graph: yes\n") ||
-		!strings.Contains(local.stdout, "end: CUDA_SUCCESS, the capture's graph: yes\nnodes: 3\nword: 115 ") {
-		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
-	}
+	local := runsLocally(t, e, []string{"graphnodes", "captureinfo"},
+		"after the node: 1 dependencies, the node, edge data none, the same graph: yes\n",
+		"end: CUDA_SUCCESS, the capture's graph: yes\nnodes: 3\nword: 115 ")
 	printsAsLocally(t, local, []string{"graphnodes", "captureinfo"}, "shm", "unix", "tcp")
 }
 
@@ -183,8 +176,7 @@ func TestRemoteCaptureInfoGraph(t *testing.T) {
 func TestRemoteGraphKernelNodeParams(t *testing.T) {
 	const twoDevices = "FLEXGV_SIM_DEVICES=2"
 	e := newEnv(t, twoDevices)
-	local := e.run("graphnodes", "kernelparams")
-	for _, want := range []string{
+	local := runsLocally(t, e, []string{"graphnodes", "kernelparams"},
 		"cuGraphExecKernelNodeSetParams at 12000: found, the _v2 entry point: yes\n",
 		"graph's node: fill, grid 2x1x1, block 1x3x1, shared 0, word 0, value 7, count 1\n",
 		"launch after it: 0 9 0 286331153\ngraph's node after it: fill, grid 2x1x1, block 1x3x1, shared 0, word 0, value 7, count 1\n",
@@ -193,11 +185,7 @@ func TestRemoteGraphKernelNodeParams(t *testing.T) {
 		"executable's memset node set: CUDA_ERROR_INVALID_VALUE\nanother graph's node set: CUDA_ERROR_INVALID_VALUE\n",
 		"a kernel's node: its kernel: the same, a function: no\na captured kernel's node: its function the kernel: yes\n",
 		"another device's function: CUDA_ERROR_INVALID_VALUE\nthe executable after the refusals: 0 100 0 286331153\n",
-	} {
-		if local.code != 0 || !strings.Contains(local.stdout, want) {
-			t.Fatalf("locally: exit %d, no %q in\n%s%s", local.code, want, local.stdout, local.stderr)
-		}
-	}
+	)
 	for _, transport := range []string{"shm", "unix", "tcp"} {
 		t.Run(transport, func(t *testing.T) {
 			e := newEnv(t, twoDevices)

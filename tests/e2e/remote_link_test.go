@@ -20,26 +20,13 @@ func TestRemoteLinkAsLocally(t *testing.T) {
 	if err := os.WriteFile(file, []byte("FLEXGV-SIM-MODULE\nkernel other 5\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	local := e.run("linker", file)
-	for _, want := range []string{"junk added: CUDA_ERROR_INVALID_IMAGE", "a missing file: CUDA_ERROR_FILE_NOT_FOUND",
-		"the file's kernel: CUDA_SUCCESS", "filled: 42 42", "completed after destroy: CUDA_ERROR_INVALID_HANDLE",
-		"nothing to link: CUDA_ERROR_INVALID_IMAGE", "linker: ok",
-		`info log: "info    : simulated GPU: 2 inputs linked"`,
-		`error log (cut to its buffer): "error   : input junk is not a module of"`,
-		`its error log: "error   : no kernel to link (0 inputs)"`} {
-		if local.code != 0 || !strings.Contains(local.stdout, want+"\n") {
-			t.Fatalf("locally (no %q): exit %d\n%s%s", want, local.code, local.stdout, local.stderr)
-		}
-	}
-	for _, transport := range []string{"unix", "shm", "tcp"} {
-		t.Run(transport, func(t *testing.T) {
-			e := newEnv(t)
-			got := e.remote(e.serve(transport), "linker", file)
-			if got.code != 0 || got.stdout != local.stdout {
-				t.Errorf("remotely: exit %d, printed\n%s\nlocally\n%s\n%s", got.code, got.stdout, local.stdout, got.stderr)
-			}
-		})
-	}
+	local := runsLocally(t, e, []string{"linker", file}, "junk added: CUDA_ERROR_INVALID_IMAGE\n",
+		"a missing file: CUDA_ERROR_FILE_NOT_FOUND\n", "the file's kernel: CUDA_SUCCESS\n", "filled: 42 42\n",
+		"completed after destroy: CUDA_ERROR_INVALID_HANDLE\n", "nothing to link: CUDA_ERROR_INVALID_IMAGE\n", "linker: ok\n",
+		`info log: "info    : simulated GPU: 2 inputs linked"`+"\n",
+		`error log (cut to its buffer): "error   : input junk is not a module of"`+"\n",
+		`its error log: "error   : no kernel to link (0 inputs)"`+"\n")
+	printsAsLocally(t, local, []string{"linker", file}, "unix", "shm", "tcp")
 }
 
 // FLEXGV_REMOTE_LOG=trace says each call the client sends as it goes, by

@@ -400,6 +400,20 @@ func TestRemoteClientKilledInAHostFunction(t *testing.T) {
 	}
 }
 
+// runsLocally runs a client (argv) on the simulated GPU in its own process
+// and wants it to exit 0 having printed each of wants: what it prints
+// there, which printsAsLocally compares remote runs with.
+func runsLocally(t *testing.T, e *env, argv []string, wants ...string) result {
+	t.Helper()
+	local := e.run(argv[0], argv[1:]...)
+	for _, want := range wants {
+		if local.code != 0 || !strings.Contains(local.stdout, want) {
+			t.Fatalf("%v locally: exit %d, no %q in\n%s%s", argv, local.code, want, local.stdout, local.stderr)
+		}
+	}
+	return local
+}
+
 // printsAsLocally runs a client (argv) remotely over each transport, against
 // a server of its own, and wants it to print what it printed locally.
 func printsAsLocally(t *testing.T, local result, argv []string, transports ...string) {
@@ -517,13 +531,8 @@ func TestRemoteMappedHostMemory(t *testing.T) {
 // and made again it works again; over every transport as locally.
 func TestRemotePinnedMemoryPastTheMappedSize(t *testing.T) {
 	e := newEnv(t)
-	local := e.run("pinnedbig")
-	if local.code != 0 || !strings.Contains(local.stdout, "allocated, after the kernels: sum 34359466516, [0] 5 [1023] 1028 [1024] 77 ") ||
-		!strings.Contains(local.stdout, "registered, copied back: 1 1 1 1") ||
-		!strings.Contains(local.stdout, "unregistered again: CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED") ||
-		!strings.Contains(local.stdout, "pinnedbig: ok") {
-		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
-	}
+	local := runsLocally(t, e, []string{"pinnedbig"}, "allocated, after the kernels: sum 34359466516, [0] 5 [1023] 1028 [1024] 77 ",
+		"registered, copied back: 1 1 1 1", "unregistered again: CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED", "pinnedbig: ok")
 	printsAsLocally(t, local, []string{"pinnedbig"}, "unix", "shm", "tcp")
 }
 
@@ -535,16 +544,11 @@ func TestRemotePinnedMemoryPastTheMappedSize(t *testing.T) {
 // is closed, not freed; over every transport as locally.
 func TestRemoteIPCMemory(t *testing.T) {
 	e := newEnv(t)
-	local := e.run("ipcclient")
-	for _, want := range []string{"inside an allocation: CUDA_SUCCESS\n", "no allocation: CUDA_ERROR_INVALID_VALUE\n",
-		"child: the parent's bytes: yes yes; the small one's size 4096\n", "child: freed as its own: CUDA_ERROR_INVALID_VALUE\n",
-		"child: closed again: CUDA_ERROR_INVALID_VALUE\n", "parent: the child's bytes: yes yes (child exit 0)\n",
-		"freed handle opened: CUDA_ERROR_INVALID_VALUE\n", "forged handle opened: CUDA_ERROR_INVALID_VALUE\n",
-		"zero handle opened: CUDA_ERROR_INVALID_VALUE\n", "ipcclient: ok\n"} {
-		if local.code != 0 || !strings.Contains(local.stdout, want) {
-			t.Fatalf("locally (no %q): exit %d\n%s%s", want, local.code, local.stdout, local.stderr)
-		}
-	}
+	local := runsLocally(t, e, []string{"ipcclient"}, "inside an allocation: CUDA_SUCCESS\n",
+		"no allocation: CUDA_ERROR_INVALID_VALUE\n", "child: the parent's bytes: yes yes; the small one's size 4096\n",
+		"child: freed as its own: CUDA_ERROR_INVALID_VALUE\n", "child: closed again: CUDA_ERROR_INVALID_VALUE\n",
+		"parent: the child's bytes: yes yes (child exit 0)\n", "freed handle opened: CUDA_ERROR_INVALID_VALUE\n",
+		"forged handle opened: CUDA_ERROR_INVALID_VALUE\n", "zero handle opened: CUDA_ERROR_INVALID_VALUE\n", "ipcclient: ok\n")
 	printsAsLocally(t, local, []string{"ipcclient"}, "unix", "shm", "tcp")
 }
 
@@ -554,11 +558,7 @@ func TestRemoteIPCMemory(t *testing.T) {
 // nothing; over every transport as locally.
 func TestRemoteIPCPhysicalMemory(t *testing.T) {
 	e := newEnv(t)
-	local := e.run("ipcclient", "vmm")
-	if local.code != 0 || !strings.Contains(local.stdout, "parent: the child's bytes: yes (child exit 0)") ||
-		!strings.Contains(local.stdout, "/dev/null imported: no") {
-		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
-	}
+	local := runsLocally(t, e, []string{"ipcclient", "vmm"}, "parent: the child's bytes: yes (child exit 0)", "/dev/null imported: no")
 	printsAsLocally(t, local, []string{"ipcclient", "vmm"}, "unix", "shm", "tcp")
 }
 
@@ -604,13 +604,8 @@ func TestRemotePinnedMemoryRefused(t *testing.T) {
 // transport as locally.
 func TestRemoteManagedMemory(t *testing.T) {
 	e := newEnv(t)
-	local := e.run("managed")
-	if local.code != 0 || !strings.Contains(local.stdout, "after the program's changes: c[5]=1010 ") ||
-		!strings.Contains(local.stdout, "a large one: 3 3 9") ||
-		!strings.Contains(local.stdout, "read(2) into it, copied on the device: managed") ||
-		!strings.Contains(local.stdout, "a library's variable: 20000 bytes, 1 1, the same again: yes") {
-		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
-	}
+	local := runsLocally(t, e, []string{"managed"}, "after the program's changes: c[5]=1010 ", "a large one: 3 3 9",
+		"read(2) into it, copied on the device: managed", "a library's variable: 20000 bytes, 1 1, the same again: yes")
 	printsAsLocally(t, local, []string{"managed"}, "unix", "shm", "tcp")
 }
 

@@ -174,15 +174,9 @@ func TestHollowKubeletRunsVGPUPod(t *testing.T) {
 	}
 	pod := finished(t, ns, "info")
 	c, out := n.container(ns, "info")
-	if pod.Status.Phase != corev1.PodSucceeded {
-		t.Fatalf("pod info %s: %s %s\n%s", pod.Status.Phase, pod.Status.Reason, pod.Status.Message, out)
-	}
 	// What the program saw: the quota (its memory and one context) as the
 	// device's size.
-	quota := uint64(2048+nodeCtxMiB) << 20
-	if !strings.Contains(out, fmt.Sprintf(" total %d ", quota)) {
-		t.Errorf("memclient info under the pod's allocation: %q, want total %d", out, quota)
-	}
+	assertInfo(t, pod, out, 2048)
 	// What the kubelet gave the runtime: the device plugin's settings.
 	gpus := vgpu.PodGPUs(pod)
 	want := map[string]string{
@@ -224,10 +218,7 @@ func TestHollowNonRootPodUsesItsVGPU(t *testing.T) {
 	if u := c.Config.GetLinux().GetSecurityContext().GetRunAsUser(); u == nil || u.Value != user {
 		t.Errorf("the runtime was asked to run the container as %v, not uid %d", u, user)
 	}
-	quota := uint64(1024+nodeCtxMiB) << 20
-	if pod.Status.Phase != corev1.PodSucceeded || !strings.Contains(out, fmt.Sprintf(" total %d ", quota)) {
-		t.Fatalf("pod info as uid %d: %s %s\n%s", user, pod.Status.Phase, pod.Status.Message, out)
-	}
+	assertInfo(t, pod, out, 1024)
 }
 
 // A pod's own LD_PRELOAD, which the kubelet puts after the plugin's (the
@@ -257,6 +248,18 @@ func assertExact(t *testing.T, pod *corev1.Pod, out string, memMiB uint64) {
 	if pod.Status.Phase != corev1.PodSucceeded || room == 0 || room > (memMiB+nodeCtxMiB)<<20 ||
 		!strings.Contains(out, "one byte more -> CUDA_ERROR_OUT_OF_MEMORY, exactly -> CUDA_SUCCESS") {
 		t.Errorf("memclient exact in pod %s of %d MiB (+%d MiB context): %s %s %q", pod.Name, memMiB, nodeCtxMiB, pod.Status.Phase, pod.Status.Message, out)
+	}
+}
+
+// assertInfo: pod ran memclient info to its end and saw its quota (memMiB
+// and one context) as the device's size.
+func assertInfo(t *testing.T, pod *corev1.Pod, out string, memMiB uint64) {
+	t.Helper()
+	if pod.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("pod %s %s: %s %s\n%s", pod.Name, pod.Status.Phase, pod.Status.Reason, pod.Status.Message, out)
+	}
+	if quota := (memMiB + nodeCtxMiB) << 20; !strings.Contains(out, fmt.Sprintf(" total %d ", quota)) {
+		t.Errorf("memclient info in pod %s: %q, want total %d", pod.Name, out, quota)
 	}
 }
 
