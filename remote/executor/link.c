@@ -98,9 +98,9 @@ static CUresult link_logs(CUlinkState state, unsigned int ninfo, char *info, uns
         memset(error, 0, nerror);
     if (!k)
         return CUDA_SUCCESS;
-    if (info && k->info)
+    if (info && ninfo && k->info)
         memcpy(info, k->info, (ninfo < k->ninfo ? ninfo : k->ninfo) - 1);
-    if (error && k->error)
+    if (error && nerror && k->error)
         memcpy(error, k->error, (nerror < k->nerror ? nerror : k->nerror) - 1);
     return CUDA_SUCCESS;
 }
