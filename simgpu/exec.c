@@ -4,6 +4,7 @@
  *     FLEXGV-SIM-MODULE
  *     kernel NAME [DURATION_US] [builtin=vecadd|fill|add|setcond|printf|params=N|collective]
  *     managed NAME BYTES VALUE
+ *     global NAME BYTES VALUE
  * A kernel occupies the device for its duration (default: the configured
  * kernel_us). A collective one (as NCCL's all-reduce) occupies it from
  * its start but runs its duration only while the same collective of every
@@ -25,7 +26,8 @@
  * which its first launch reserves for every resident thread as the driver does.
  * managed: a managed variable (__managed__) of BYTES bytes, each VALUE at
  * first, allocated when first asked for (cuModuleGetGlobal,
- * cuLibraryGetManaged) and freed with its module.
+ * cuLibraryGetManaged) and freed with its module. global: the same of a
+ * __device__ variable, device memory (cuModuleGetGlobal).
  * A real cubin (ELF, or a fatbinary's uncompressed ELF entries) loads too:
  * its kernels take the configured time, with the parameter layouts its
  * compiler wrote, and compute nothing. */
@@ -71,6 +73,7 @@ struct sim_module {
         char name[64];
         size_t bytes;
         unsigned char value;
+        int device; /* a global: device memory, not managed */
         CUdeviceptr p; /* 0 until asked for */
     } managed[4];
     int nmanaged;
@@ -192,15 +195,20 @@ static CUresult parse_module(const char *image, struct sim_module **out)
         }
         m->nfuncs++;
     }
-    for (const char *p = image; (p = strstr(p, "\nmanaged ")); p++) {
-        struct sim_managed *v = &m->managed[m->nmanaged];
-        unsigned value;
-        if (m->nmanaged == 4 || sscanf(p + 9, "%63s %zu %u", v->name, &v->bytes, &value) != 3 || !v->bytes) {
-            free(m);
-            return CUDA_ERROR_INVALID_IMAGE;
+    for (int device = 0; device <= 1; device++) {
+        const char *word = device ? "\nglobal " : "\nmanaged ";
+        for (const char *p = image; (p = strstr(p, word)); p++) {
+            struct sim_managed *v = &m->managed[m->nmanaged];
+            unsigned value;
+            if (m->nmanaged == 4 || sscanf(p + strlen(word), "%63s %zu %u", v->name, &v->bytes, &value) != 3 ||
+                !v->bytes) {
+                free(m);
+                return CUDA_ERROR_INVALID_IMAGE;
+            }
+            v->value = (unsigned char)value;
+            v->device = device;
+            m->nmanaged++;
         }
-        v->value = (unsigned char)value;
-        m->nmanaged++;
     }
     *out = m;
     return CUDA_SUCCESS;
@@ -341,8 +349,8 @@ static CUresult get_func(void **out, void *h, const char *name)
     return CUDA_ERROR_NOT_FOUND;
 }
 
-/* A managed variable of the module: allocated, in the current context,
- * when first asked for. Its other globals are not simulated. */
+/* A managed or global variable of the module: allocated, in the current
+ * context, when first asked for. Its other globals are not simulated. */
 static CUresult get_managed(CUdeviceptr *dptr, size_t *bytes, void *h, const char *name)
 {
     struct sim_module *m = as_module(h);
@@ -355,7 +363,7 @@ static CUresult get_managed(CUdeviceptr *dptr, size_t *bytes, void *h, const cha
         if (strcmp(v->name, name))
             continue;
         if (!v->p) {
-            CUresult r = sim_managed_variable(&v->p, v->bytes, m->dev);
+            CUresult r = sim_module_variable(&v->p, v->bytes, m->dev, v->device);
             if (r != CUDA_SUCCESS)
                 return r;
             memset((void *)(uintptr_t)v->p, v->value, v->bytes);

@@ -191,11 +191,11 @@ static CUresult device_alloc(CUdeviceptr *dptr, size_t size, enum alloc_kind kin
 /* A module's or library's managed variable: made on the device its
  * module was loaded for, with or without a context current, and freed
  * with its module alone. */
-CUresult sim_managed_variable(CUdeviceptr *dptr, size_t size, int dev)
+CUresult sim_module_variable(CUdeviceptr *dptr, size_t size, int dev, int device)
 {
     if (!dptr || size == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    return alloc_on(dptr, size, K_MANAGED, dev, NULL);
+    return alloc_on(dptr, size, device ? K_DEVICE : K_MANAGED, dev, NULL);
 }
 
 SIM_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) { SIM_GATE(); return device_alloc(dptr, bytesize, K_DEVICE); }

@@ -149,7 +149,8 @@ void sim_sleep_until(uint64_t t_ns);      /* until the device's clock reaches t_
  * as the real driver of the version it reports. */
 const struct fg_drvmem *sim_drv(void);
 int sim_mem_reserve(int dev, uint64_t bytes); /* 0 or -1 when the device is full */
-CUresult sim_managed_variable(CUdeviceptr *dptr, size_t size, int dev);
+/* A module's managed variable, or with device its __device__ one. */
+CUresult sim_module_variable(CUdeviceptr *dptr, size_t size, int dev, int device);
 /* JIT options as a module load or link takes them: checked as the driver
  * checks them, an info log written where one is asked for. */
 CUresult sim_jit_options(unsigned n, const CUjit_option *o, void **v);
