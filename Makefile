@@ -73,6 +73,7 @@ CLIENTS  += managed
 CLIENTS  += arrays
 CLIENTS  += graphnodes
 CLIENTS  += linker
+CLIENTS  += mover
 GO_SRC   := $(shell find cmd internal proto -name '*.go') go.mod go.sum
 
 .PHONY: all shim sim cli clients remote image test demo clean gen-check FORCE
@@ -138,7 +139,7 @@ remote: $(BUILD)/remote/libcuda.so.1 $(BUILD)/remote/libnvidia-ml.so.1 $(BUILD)/
 # built with the rest so that it keeps up with the executor's files.
 EXEC_CHECKS   := bench/executor_checks.c remote/wire.c remote/sha256.c \
 	$(filter-out remote/executor/main.c remote/executor/stage.c remote/executor/heap.c \
-	remote/executor/hostfn.c,$(wildcard remote/executor/*.c))
+	remote/executor/hostfn.c remote/executor/move.c,$(wildcard remote/executor/*.c))
 
 $(BUILD)/remote/libcuda.so.1: $(REMOTE_CLIENT) $(REMOTE_HDRS)
 	@mkdir -p $(@D)
@@ -202,6 +203,7 @@ LCUDA_CLIENTS += managed
 LCUDA_CLIENTS += arrays
 LCUDA_CLIENTS += graphnodes
 LCUDA_CLIENTS += linker
+LCUDA_CLIENTS += mover
 $(addprefix $(BUILD)/tests/,$(LCUDA_CLIENTS)): $(BUILD)/tests/%: tests/clients/%.c tests/clients/common.h $(HDRS) $(BUILD)/sim/libcuda.so.1
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) $(INCS) -o $@ $< -L$(BUILD)/sim -lcuda -ldl -lpthread

@@ -26,6 +26,8 @@
 #define FGR_OPTS_LINKDATA 3
 #define FGR_MAX_OPTS 64u
 #define FGR_LOG_MAX (64u << 10)
+/* The bytes one call of a move between servers carries (fgrState*). */
+#define FGR_STATE_PIECE (1u << 20)
 
 enum { FGR_OPT_SEND, FGR_OPT_KEEP, FGR_OPT_UNKNOWN, FGR_OPT_LOG };
 /* The log buffers; each one's size is the next option number. */

@@ -212,6 +212,27 @@ struct fgr_server {
     int has_secret; /* over a socket: the host-function channel's secret (remote/wire.h) */
     uint8_t secret[FGR_CHANNEL_SECRET];
 };
+/* Moving the connection to another server (migrate.c): made by the call
+ * that finds one asked for, the others waiting meanwhile. */
+void fgr_move(const char *to);
+/* conn.c's part: a connection set aside (dial: the current one set aside
+ * and one to addr made current, 0; else -1, said, and nothing changed),
+ * swapped with the current one, dropped (closed), and the address used
+ * from now on; whether the connection is over shm://. */
+struct fgr_conn_saved {
+    int fd;
+    void *tls;
+    struct fgr_server srv;
+    int broken;
+    CUresult refused;
+};
+int fgr_conn_dial(const char *addr, struct fgr_conn_saved *old);
+void fgr_conn_swap(struct fgr_conn_saved *other);
+void fgr_conn_drop(struct fgr_conn_saved *s);
+void fgr_conn_moved(const char *addr);
+int fgr_conn_over_shm(void);
+/* Whether host functions have a channel of their own (hostfn.c). */
+int fgr_hostfn_channel_open(void);
 /* TLS over a connected socket to host (tls.c): the session, or NULL having
  * said why (addr names the server). Whole-buffer I/O as fgr_read_all and
  * fgr_write_all answer it. */

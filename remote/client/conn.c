@@ -69,11 +69,23 @@ void fgr_say(const char *fmt, ...)
     va_end(ap);
 }
 
+/* The server the connection moved to (migrate.c), once it did. */
+static char *moved_to;
+
 static const char *address(void)
 {
+    const char *m = __atomic_load_n(&moved_to, __ATOMIC_ACQUIRE);
+    if (m)
+        return m;
     const char *a = getenv("FLEXGV_REMOTE");
     return a && *a ? a : NULL;
 }
+
+/* A move the server asked for (an FGR_OUTPUT_MOVE frame), made by the next
+ * call that finds the connection idle; the thread making it, while it does. */
+static char *move_asked;
+static int moving;
+static pthread_t moving_thread;
 
 /* Whole-buffer I/O on the connection, in TLS for tls:// (fgr_read_all's
  * and fgr_write_all's answers). */
@@ -929,6 +941,64 @@ int fgr_channel_open(void **tls)
     return fd;
 }
 
+void fgr_conn_swap(struct fgr_conn_saved *other)
+{
+    pthread_mutex_lock(&conn_lock);
+    pthread_mutex_lock(&write_lock);
+    struct fgr_conn_saved mine = {conn_fd, conn_tls, fgr_srv, conn_broken, conn_refused};
+    conn_fd = other->fd;
+    conn_tls = other->tls;
+    fgr_srv = other->srv;
+    conn_broken = other->broken;
+    conn_refused = other->refused;
+    *other = mine;
+    pthread_mutex_unlock(&write_lock);
+    pthread_mutex_unlock(&conn_lock);
+}
+
+int fgr_conn_dial(const char *addr, struct fgr_conn_saved *old)
+{
+    *old = (struct fgr_conn_saved){-1, NULL, {0}, 0, CUDA_SUCCESS};
+    fgr_conn_swap(old); /* the current one set aside, none in its place */
+    pthread_mutex_lock(&conn_lock);
+    char *was = __atomic_exchange_n(&moved_to, (char *)addr, __ATOMIC_ACQ_REL);
+    CUresult r = connect_locked();
+    __atomic_store_n(&moved_to, was, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&conn_lock);
+    if (r == CUDA_SUCCESS)
+        return 0;
+    fgr_conn_swap(old); /* what failed (closed) is dropped */
+    fgr_conn_drop(old);
+    return -1;
+}
+
+void fgr_conn_drop(struct fgr_conn_saved *s)
+{
+    if (s->fd >= 0) {
+        void *tls = s->tls;
+        if (tls)
+            fgr_tls_free(tls);
+        close(s->fd);
+    }
+    free(s->srv.dev);
+    for (int i = 0; i < s->srv.nerr; i++) {
+        free(s->srv.err[i].name);
+        free(s->srv.err[i].desc);
+    }
+    free(s->srv.err);
+    free(s->srv.kept);
+    *s = (struct fgr_conn_saved){-1, NULL, {0}, 0, CUDA_SUCCESS};
+}
+
+void fgr_conn_moved(const char *addr)
+{
+    char *a = strdup(addr);
+    if (a)
+        __atomic_store_n(&moved_to, a, __ATOMIC_RELEASE); /* a former one stays: a thread may be reading it */
+}
+
+int fgr_conn_over_shm(void) { return conn_ring.m != NULL; }
+
 CUresult fgr_connect(void)
 {
     pthread_mutex_lock(&conn_lock);
@@ -972,9 +1042,29 @@ CUresult fgr_begin(struct fgr_call *c, int op, int queued)
     fgr_mirror_before(op);
     CUcontext ctx = fgr_current();
     pthread_mutex_lock(&conn_lock);
+    int mover = moving && pthread_equal(moving_thread, pthread_self());
+    while (moving && !mover)
+        pthread_cond_wait(&conn_cv, &conn_lock);
     CUresult r = connect_locked();
     if (r == CUDA_SUCCESS && !queued)
         r = wait_for_reader();
+    /* A move asked for is made when no call is under way: this one waits. */
+    if (r == CUDA_SUCCESS && !queued && !mover && __atomic_load_n(&move_asked, __ATOMIC_ACQUIRE) && !reading &&
+        !ticket_waits && !ticket_reader) {
+        char *to = __atomic_exchange_n(&move_asked, NULL, __ATOMIC_ACQ_REL);
+        moving = 1;
+        moving_thread = pthread_self();
+        pthread_mutex_unlock(&conn_lock);
+        fgr_move(to);
+        free(to);
+        pthread_mutex_lock(&conn_lock);
+        moving = 0;
+        pthread_cond_broadcast(&conn_cv);
+        r = connect_locked();
+    }
+    /* A new executor has no context before the state it is given. */
+    if (mover && (op == FGR_OP_fgrStatePut || op == FGR_OP_fgrStateLoad))
+        ctx = NULL;
     if (r != CUDA_SUCCESS) {
         pthread_mutex_unlock(&conn_lock);
         return r;
@@ -1035,6 +1125,16 @@ static const char *print_output(uint32_t n)
     if (!p || conn_read(conn_fd, p, n - 4)) {
         free(p);
         return p ? "reading the program's output" : "no memory for the program's output";
+    }
+    if (p[0] == FGR_OUTPUT_MOVE) {
+        char *a = malloc(n - 4);
+        if (a) {
+            memcpy(a, p + 1, n - 5);
+            a[n - 5] = 0;
+            free(__atomic_exchange_n(&move_asked, a, __ATOMIC_ACQ_REL));
+        }
+        free(p);
+        return NULL;
     }
     FILE *to = p[0] == 2 ? stderr : stdout;
     if (p[0] == 1 || p[0] == 2) {

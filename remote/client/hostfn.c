@@ -193,3 +193,11 @@ void fgr_hostfn_forked(void)
     tab = NULL;
     ntab = free_head = 0;
 }
+
+int fgr_hostfn_channel_open(void)
+{
+    pthread_mutex_lock(&mu);
+    int tried = chan_tried;
+    pthread_mutex_unlock(&mu);
+    return tried != 0;
+}

@@ -4452,6 +4452,135 @@ FGR_EXPORT CUresult fgrArenaFree(CUdeviceptr ptr, unsigned int unmap)
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult fgrStateSave(unsigned long long *bytes, unsigned int nwhy, char *why)
+{
+    CUresult fgr_r;
+    uint64_t n_bytes = bytes ? sizeof(unsigned long long) : 0;
+    uint64_t n_why = why ? fgr_mul((uint64_t)(fgr_min(nwhy,1024)), sizeof(char)) : 0;
+    if (n_why > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrStateSave", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrStateSave, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)nwhy);
+    fgr_put_u8(&fgr_c.w, bytes != NULL);
+    fgr_put_u8(&fgr_c.w, why != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, bytes, n_bytes, 0);
+    fgr_get_out(&fgr_c, why, n_why, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrStateGet(unsigned long long offset, unsigned long long n, void *dst)
+{
+    CUresult fgr_r;
+    uint64_t n_dst = dst ? fgr_mul((uint64_t)(fgr_min(n,FGR_STATE_PIECE)), 1) : 0;
+    if (n_dst > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrStateGet", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrStateGet, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)offset);
+    fgr_put_u64(&fgr_c.w, (uint64_t)n);
+    fgr_put_u8(&fgr_c.w, dst != NULL);
+    fgr_c.direct = dst;
+    fgr_c.direct_n = n_dst;
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dst, n_dst, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrStatePut(unsigned long long offset, unsigned long long n, const void *src)
+{
+    CUresult fgr_r;
+    uint64_t n_src = src ? fgr_mul((uint64_t)(fgr_min(n,FGR_STATE_PIECE)), 1) : 0;
+    if (n_src > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrStatePut", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrStatePut, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)offset);
+    fgr_put_u64(&fgr_c.w, (uint64_t)n);
+    fgr_put_buf(&fgr_c.w, src, n_src);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrStateLoad(unsigned long long total, unsigned int *ok, unsigned int nwhy, char *why)
+{
+    CUresult fgr_r;
+    uint64_t n_ok = ok ? sizeof(unsigned int) : 0;
+    uint64_t n_why = why ? fgr_mul((uint64_t)(fgr_min(nwhy,1024)), sizeof(char)) : 0;
+    if (n_why > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrStateLoad", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrStateLoad, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)total);
+    fgr_put_u64(&fgr_c.w, (uint64_t)nwhy);
+    fgr_put_u8(&fgr_c.w, ok != NULL);
+    fgr_put_u8(&fgr_c.w, why != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, ok, n_ok, 0);
+    fgr_get_out(&fgr_c, why, n_why, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrStateRead(CUdeviceptr p, size_t n, void *dst)
+{
+    CUresult fgr_r;
+    uint64_t n_dst = dst ? fgr_mul((uint64_t)(fgr_min(n,FGR_STATE_PIECE)), 1) : 0;
+    if (n_dst > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrStateRead", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrStateRead, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)p);
+    fgr_put_u64(&fgr_c.w, (uint64_t)n);
+    fgr_put_u8(&fgr_c.w, dst != NULL);
+    fgr_c.direct = dst;
+    fgr_c.direct_n = n_dst;
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dst, n_dst, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrStateWrite(CUdeviceptr p, size_t n, const void *src)
+{
+    CUresult fgr_r;
+    uint64_t n_src = src ? fgr_mul((uint64_t)(fgr_min(n,FGR_STATE_PIECE)), 1) : 0;
+    if (n_src > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrStateWrite", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrStateWrite, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)p);
+    fgr_put_u64(&fgr_c.w, (uint64_t)n);
+    fgr_put_buf(&fgr_c.w, src, n_src);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrStateDone(unsigned int moved, unsigned int ms, const char *note)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrStateDone, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)moved);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ms);
+    fgr_put_str(&fgr_c.w, note);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult fgrHostFn(CUstream hStream, unsigned long long id, unsigned int pt)
 {
     CUresult fgr_r;
@@ -5985,6 +6114,13 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_fgrArenaMap] = "fgrArenaMap",
     [FGR_OP_fgrArenaNote] = "fgrArenaNote",
     [FGR_OP_fgrArenaFree] = "fgrArenaFree",
+    [FGR_OP_fgrStateSave] = "fgrStateSave",
+    [FGR_OP_fgrStateGet] = "fgrStateGet",
+    [FGR_OP_fgrStatePut] = "fgrStatePut",
+    [FGR_OP_fgrStateLoad] = "fgrStateLoad",
+    [FGR_OP_fgrStateRead] = "fgrStateRead",
+    [FGR_OP_fgrStateWrite] = "fgrStateWrite",
+    [FGR_OP_fgrStateDone] = "fgrStateDone",
     [FGR_OP_fgrHostFn] = "fgrHostFn",
     [FGR_OP_fgrStageUpload] = "fgrStageUpload",
     [FGR_OP_fgrStageUploadLast] = "fgrStageUploadLast",
@@ -6445,6 +6581,13 @@ const struct fg_proc fgr_procs[] = {
     {"fgrArenaMap", "fgrArenaMap", 0, 0, (void *)fgrArenaMap},
     {"fgrArenaNote", "fgrArenaNote", 0, 0, (void *)fgrArenaNote},
     {"fgrArenaFree", "fgrArenaFree", 0, 0, (void *)fgrArenaFree},
+    {"fgrStateSave", "fgrStateSave", 0, 0, (void *)fgrStateSave},
+    {"fgrStateGet", "fgrStateGet", 0, 0, (void *)fgrStateGet},
+    {"fgrStatePut", "fgrStatePut", 0, 0, (void *)fgrStatePut},
+    {"fgrStateLoad", "fgrStateLoad", 0, 0, (void *)fgrStateLoad},
+    {"fgrStateRead", "fgrStateRead", 0, 0, (void *)fgrStateRead},
+    {"fgrStateWrite", "fgrStateWrite", 0, 0, (void *)fgrStateWrite},
+    {"fgrStateDone", "fgrStateDone", 0, 0, (void *)fgrStateDone},
     {"fgrHostFn", "fgrHostFn", 0, 0, (void *)fgrHostFn},
     {"fgrStageUpload", "fgrStageUpload", 0, 0, (void *)fgrStageUpload},
     {"fgrStageUploadLast", "fgrStageUploadLast", 0, 0, (void *)fgrStageUploadLast},

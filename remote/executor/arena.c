@@ -104,6 +104,7 @@ static CUresult arena_reserve(CUdeviceptr hint, size_t want, CUdeviceptr *pbase,
     base = b;
     size = s;
     page = g;
+    fgr_journal_patch(0, b); /* a new executor of a moved connection asks here */
     *pbase = b;
     *ppage = g;
     return CUDA_SUCCESS;

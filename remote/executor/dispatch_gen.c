@@ -262,6 +262,13 @@ typedef CUresult (*pfn_fgrArenaReserve)(CUdeviceptr hint, size_t size, CUdevicep
 typedef CUresult (*pfn_fgrArenaMap)(CUdeviceptr ptr, size_t size, size_t used);
 typedef CUresult (*pfn_fgrArenaNote)(CUdeviceptr ptr, size_t size);
 typedef CUresult (*pfn_fgrArenaFree)(CUdeviceptr ptr, unsigned int unmap);
+typedef CUresult (*pfn_fgrStateSave)(unsigned long long *bytes, unsigned int nwhy, char *why);
+typedef CUresult (*pfn_fgrStateGet)(unsigned long long offset, unsigned long long n, void *dst);
+typedef CUresult (*pfn_fgrStatePut)(unsigned long long offset, unsigned long long n, const void *src);
+typedef CUresult (*pfn_fgrStateLoad)(unsigned long long total, unsigned int *ok, unsigned int nwhy, char *why);
+typedef CUresult (*pfn_fgrStateRead)(CUdeviceptr p, size_t n, void *dst);
+typedef CUresult (*pfn_fgrStateWrite)(CUdeviceptr p, size_t n, const void *src);
+typedef CUresult (*pfn_fgrStateDone)(unsigned int moved, unsigned int ms, const char *note);
 typedef CUresult (*pfn_fgrHostFn)(CUstream hStream, unsigned long long id, unsigned int pt);
 typedef CUresult (*pfn_fgrStageUpload)(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how);
 typedef CUresult (*pfn_fgrStageUploadLast)(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how);
@@ -649,7 +656,7 @@ static CUresult op_cuMemAllocPitch_v2(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemFree_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dptr = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dptr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -689,7 +696,7 @@ static CUresult op_cuMemAllocManaged(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemGetAddressRange_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dptr = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dptr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     int has_pbase = fgr_get_u8(rd);
     int has_psize = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
@@ -765,7 +772,7 @@ static CUresult op_cuMemAllocAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemFreeAsync(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dptr = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dptr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -785,7 +792,7 @@ static CUresult op_cuMemFreeAsync(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemFreeAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dptr = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dptr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -1034,7 +1041,7 @@ static CUresult op_cuMemAddressReserve(struct fgr_rd *rd, struct fgr_req *q)
     (void)q;
     size_t size = (size_t)fgr_get_u64(rd);
     size_t alignment = (size_t)fgr_get_u64(rd);
-    CUdeviceptr addr = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr addr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     unsigned long long flags = (unsigned long long)fgr_get_u64(rd);
     int has_ptr = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
@@ -1057,7 +1064,7 @@ static CUresult op_cuMemAddressReserve(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemAddressFree(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr ptr = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr ptr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t size = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -1075,7 +1082,7 @@ static CUresult op_cuMemAddressFree(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemMap(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr ptr = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr ptr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t size = (size_t)fgr_get_u64(rd);
     size_t offset = (size_t)fgr_get_u64(rd);
     CUmemGenericAllocationHandle handle = (CUmemGenericAllocationHandle)fgr_in(FGR_H_CUmemGenericAllocationHandle, fgr_get_u64(rd));
@@ -1095,7 +1102,7 @@ static CUresult op_cuMemMap(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemUnmap(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr ptr = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr ptr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t size = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -1110,7 +1117,7 @@ static CUresult op_cuMemUnmap(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemSetAccess(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr ptr = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr ptr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t size = (size_t)fgr_get_u64(rd);
     size_t count = (size_t)fgr_get_u64(rd);
     CUmemAccessDesc *desc = fgr_get_buf(rd, q, fgr_mul((uint64_t)(count), sizeof(CUmemAccessDesc)), 1);
@@ -1279,7 +1286,7 @@ static CUresult op_cuMipmappedArrayDestroy(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemcpyHtoD_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     void *srcHost = fgr_get_buf(rd, q, fgr_mul((uint64_t)(ByteCount), 1), 0);
     if (!fgr_rd_done(rd))
@@ -1295,7 +1302,7 @@ static CUresult op_cuMemcpyHtoD_v2(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemcpyHtoD_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     void *srcHost = fgr_get_buf(rd, q, fgr_mul((uint64_t)(ByteCount), 1), 0);
     if (!fgr_rd_done(rd))
@@ -1311,7 +1318,7 @@ static CUresult op_cuMemcpyHtoD_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemcpyDtoH_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr srcDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     int has_dstHost = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
@@ -1334,7 +1341,7 @@ static CUresult op_cuMemcpyDtoH_v2(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemcpyDtoH_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr srcDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     int has_dstHost = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
@@ -1357,8 +1364,8 @@ static CUresult op_cuMemcpyDtoH_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemcpyDtoD_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
-    CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
+    CUdeviceptr srcDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -1375,8 +1382,8 @@ static CUresult op_cuMemcpyDtoD_v2(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemcpyDtoD_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
-    CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
+    CUdeviceptr srcDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -1393,8 +1400,8 @@ static CUresult op_cuMemcpyDtoD_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemcpy(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dst = (CUdeviceptr)fgr_get_u64(rd);
-    CUdeviceptr src = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dst = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
+    CUdeviceptr src = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -1411,8 +1418,8 @@ static CUresult op_cuMemcpy(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemcpy_ptds(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dst = (CUdeviceptr)fgr_get_u64(rd);
-    CUdeviceptr src = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dst = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
+    CUdeviceptr src = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -1429,7 +1436,7 @@ static CUresult op_cuMemcpy_ptds(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemcpyHtoDAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     void *srcHost = fgr_get_buf(rd, q, fgr_mul((uint64_t)(ByteCount), 1), 0);
@@ -1449,7 +1456,7 @@ static CUresult op_cuMemcpyHtoDAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemcpyHtoDAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     void *srcHost = fgr_get_buf(rd, q, fgr_mul((uint64_t)(ByteCount), 1), 0);
@@ -1469,7 +1476,7 @@ static CUresult op_cuMemcpyHtoDAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *
 static CUresult op_cuMemcpyDtoHAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr srcDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     int has_dstHost = fgr_get_u8(rd);
@@ -1498,7 +1505,7 @@ static CUresult op_cuMemcpyDtoHAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemcpyDtoHAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr srcDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     int has_dstHost = fgr_get_u8(rd);
@@ -1527,8 +1534,8 @@ static CUresult op_cuMemcpyDtoHAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *
 static CUresult op_cuMemcpyDtoDAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
-    CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
+    CUdeviceptr srcDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
@@ -1548,8 +1555,8 @@ static CUresult op_cuMemcpyDtoDAsync_v2(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemcpyDtoDAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
-    CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
+    CUdeviceptr srcDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
@@ -1569,8 +1576,8 @@ static CUresult op_cuMemcpyDtoDAsync_v2_ptsz(struct fgr_rd *rd, struct fgr_req *
 static CUresult op_cuMemcpyAsync(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dst = (CUdeviceptr)fgr_get_u64(rd);
-    CUdeviceptr src = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dst = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
+    CUdeviceptr src = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
@@ -1590,8 +1597,8 @@ static CUresult op_cuMemcpyAsync(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemcpyAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dst = (CUdeviceptr)fgr_get_u64(rd);
-    CUdeviceptr src = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dst = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
+    CUdeviceptr src = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
@@ -1611,9 +1618,9 @@ static CUresult op_cuMemcpyAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemcpyPeer(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     CUcontext dstContext = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
-    CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr srcDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     CUcontext srcContext = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
@@ -1635,9 +1642,9 @@ static CUresult op_cuMemcpyPeer(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemcpyPeer_ptds(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     CUcontext dstContext = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
-    CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr srcDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     CUcontext srcContext = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
@@ -1659,9 +1666,9 @@ static CUresult op_cuMemcpyPeer_ptds(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemcpyPeerAsync(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     CUcontext dstContext = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
-    CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr srcDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     CUcontext srcContext = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
@@ -1686,9 +1693,9 @@ static CUresult op_cuMemcpyPeerAsync(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemcpyPeerAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     CUcontext dstContext = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
-    CUdeviceptr srcDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr srcDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     CUcontext srcContext = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
     size_t ByteCount = (size_t)fgr_get_u64(rd);
     CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
@@ -1713,7 +1720,7 @@ static CUresult op_cuMemcpyPeerAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemsetD8_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     unsigned char uc = (unsigned char)fgr_get_u64(rd);
     size_t N = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
@@ -1729,7 +1736,7 @@ static CUresult op_cuMemsetD8_v2(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemsetD8_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     unsigned char uc = (unsigned char)fgr_get_u64(rd);
     size_t N = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
@@ -1745,7 +1752,7 @@ static CUresult op_cuMemsetD8_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemsetD32_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     unsigned int ui = (unsigned int)fgr_get_u64(rd);
     size_t N = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
@@ -1761,7 +1768,7 @@ static CUresult op_cuMemsetD32_v2(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemsetD32_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     unsigned int ui = (unsigned int)fgr_get_u64(rd);
     size_t N = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
@@ -1777,7 +1784,7 @@ static CUresult op_cuMemsetD32_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemsetD8Async(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     unsigned char uc = (unsigned char)fgr_get_u64(rd);
     size_t N = (size_t)fgr_get_u64(rd);
     CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
@@ -1796,7 +1803,7 @@ static CUresult op_cuMemsetD8Async(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemsetD8Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     unsigned char uc = (unsigned char)fgr_get_u64(rd);
     size_t N = (size_t)fgr_get_u64(rd);
     CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
@@ -1815,7 +1822,7 @@ static CUresult op_cuMemsetD8Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemsetD32Async(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     unsigned int ui = (unsigned int)fgr_get_u64(rd);
     size_t N = (size_t)fgr_get_u64(rd);
     CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
@@ -1834,7 +1841,7 @@ static CUresult op_cuMemsetD32Async(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemsetD32Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     unsigned int ui = (unsigned int)fgr_get_u64(rd);
     size_t N = (size_t)fgr_get_u64(rd);
     CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
@@ -1853,7 +1860,7 @@ static CUresult op_cuMemsetD32Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemsetD16_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     unsigned short us = (unsigned short)fgr_get_u64(rd);
     size_t N = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
@@ -1869,7 +1876,7 @@ static CUresult op_cuMemsetD16_v2(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemsetD16_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     unsigned short us = (unsigned short)fgr_get_u64(rd);
     size_t N = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
@@ -1885,7 +1892,7 @@ static CUresult op_cuMemsetD16_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemsetD16Async(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     unsigned short us = (unsigned short)fgr_get_u64(rd);
     size_t N = (size_t)fgr_get_u64(rd);
     CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
@@ -1904,7 +1911,7 @@ static CUresult op_cuMemsetD16Async(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemsetD16Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     unsigned short us = (unsigned short)fgr_get_u64(rd);
     size_t N = (size_t)fgr_get_u64(rd);
     CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
@@ -1923,7 +1930,7 @@ static CUresult op_cuMemsetD16Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemsetD2D8_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t dstPitch = (size_t)fgr_get_u64(rd);
     unsigned char uc = (unsigned char)fgr_get_u64(rd);
     size_t Width = (size_t)fgr_get_u64(rd);
@@ -1941,7 +1948,7 @@ static CUresult op_cuMemsetD2D8_v2(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemsetD2D8_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t dstPitch = (size_t)fgr_get_u64(rd);
     unsigned char uc = (unsigned char)fgr_get_u64(rd);
     size_t Width = (size_t)fgr_get_u64(rd);
@@ -1959,7 +1966,7 @@ static CUresult op_cuMemsetD2D8_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemsetD2D8Async(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t dstPitch = (size_t)fgr_get_u64(rd);
     unsigned char uc = (unsigned char)fgr_get_u64(rd);
     size_t Width = (size_t)fgr_get_u64(rd);
@@ -1980,7 +1987,7 @@ static CUresult op_cuMemsetD2D8Async(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemsetD2D8Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t dstPitch = (size_t)fgr_get_u64(rd);
     unsigned char uc = (unsigned char)fgr_get_u64(rd);
     size_t Width = (size_t)fgr_get_u64(rd);
@@ -2001,7 +2008,7 @@ static CUresult op_cuMemsetD2D8Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemsetD2D16_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t dstPitch = (size_t)fgr_get_u64(rd);
     unsigned short us = (unsigned short)fgr_get_u64(rd);
     size_t Width = (size_t)fgr_get_u64(rd);
@@ -2019,7 +2026,7 @@ static CUresult op_cuMemsetD2D16_v2(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemsetD2D16_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t dstPitch = (size_t)fgr_get_u64(rd);
     unsigned short us = (unsigned short)fgr_get_u64(rd);
     size_t Width = (size_t)fgr_get_u64(rd);
@@ -2037,7 +2044,7 @@ static CUresult op_cuMemsetD2D16_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemsetD2D16Async(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t dstPitch = (size_t)fgr_get_u64(rd);
     unsigned short us = (unsigned short)fgr_get_u64(rd);
     size_t Width = (size_t)fgr_get_u64(rd);
@@ -2058,7 +2065,7 @@ static CUresult op_cuMemsetD2D16Async(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemsetD2D16Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t dstPitch = (size_t)fgr_get_u64(rd);
     unsigned short us = (unsigned short)fgr_get_u64(rd);
     size_t Width = (size_t)fgr_get_u64(rd);
@@ -2079,7 +2086,7 @@ static CUresult op_cuMemsetD2D16Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemsetD2D32_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t dstPitch = (size_t)fgr_get_u64(rd);
     unsigned int ui = (unsigned int)fgr_get_u64(rd);
     size_t Width = (size_t)fgr_get_u64(rd);
@@ -2097,7 +2104,7 @@ static CUresult op_cuMemsetD2D32_v2(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemsetD2D32_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t dstPitch = (size_t)fgr_get_u64(rd);
     unsigned int ui = (unsigned int)fgr_get_u64(rd);
     size_t Width = (size_t)fgr_get_u64(rd);
@@ -2115,7 +2122,7 @@ static CUresult op_cuMemsetD2D32_v2_ptds(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemsetD2D32Async(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t dstPitch = (size_t)fgr_get_u64(rd);
     unsigned int ui = (unsigned int)fgr_get_u64(rd);
     size_t Width = (size_t)fgr_get_u64(rd);
@@ -2136,7 +2143,7 @@ static CUresult op_cuMemsetD2D32Async(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemsetD2D32Async_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dstDevice = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dstDevice = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t dstPitch = (size_t)fgr_get_u64(rd);
     unsigned int ui = (unsigned int)fgr_get_u64(rd);
     size_t Width = (size_t)fgr_get_u64(rd);
@@ -3216,7 +3223,7 @@ static CUresult op_cuGraphAddMemFreeNode(struct fgr_rd *rd, struct fgr_req *q)
     (void)q;
     CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
     size_t numDependencies = (size_t)fgr_get_u64(rd);
-    CUdeviceptr dptr = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dptr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     int has_phGraphNode = fgr_get_u8(rd);
     CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
     if (!fgr_rd_done(rd))
@@ -4003,7 +4010,7 @@ static CUresult op_cuProfilerStop(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemPrefetchAsync(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr devPtr = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr devPtr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t count = (size_t)fgr_get_u64(rd);
     CUdevice dstDevice = (CUdevice)fgr_get_u64(rd);
     CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
@@ -4022,7 +4029,7 @@ static CUresult op_cuMemPrefetchAsync(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemPrefetchAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr devPtr = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr devPtr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t count = (size_t)fgr_get_u64(rd);
     CUdevice dstDevice = (CUdevice)fgr_get_u64(rd);
     CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
@@ -4041,7 +4048,7 @@ static CUresult op_cuMemPrefetchAsync_ptsz(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemAdvise(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr devPtr = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr devPtr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t count = (size_t)fgr_get_u64(rd);
     CUmem_advise advice = (CUmem_advise)fgr_get_u64(rd);
     CUdevice device = (CUdevice)fgr_get_u64(rd);
@@ -4060,7 +4067,7 @@ static CUresult op_cuMemRangeGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
     (void)q;
     size_t dataSize = (size_t)fgr_get_u64(rd);
     CUmem_range_attribute attribute = (CUmem_range_attribute)fgr_get_u64(rd);
-    CUdeviceptr devPtr = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr devPtr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t count = (size_t)fgr_get_u64(rd);
     int has_data = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
@@ -4084,7 +4091,7 @@ static CUresult op_cuMemRangeGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_cuMemGetAccess(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr ptr = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr ptr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     int has_flags = fgr_get_u8(rd);
     CUmemLocation *location = fgr_get_buf(rd, q, sizeof(CUmemLocation), 1);
     if (!fgr_rd_done(rd))
@@ -4445,7 +4452,7 @@ static CUresult op_cuStreamWriteValue32_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     CUstream stream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
-    CUdeviceptr addr = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr addr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     cuuint32_t value = (cuuint32_t)fgr_get_u64(rd);
     unsigned int flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
@@ -4464,7 +4471,7 @@ static CUresult op_cuStreamWriteValue64_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     CUstream stream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
-    CUdeviceptr addr = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr addr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     cuuint64_t value = (cuuint64_t)fgr_get_u64(rd);
     unsigned int flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
@@ -4483,7 +4490,7 @@ static CUresult op_cuStreamWaitValue32_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     CUstream stream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
-    CUdeviceptr addr = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr addr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     cuuint32_t value = (cuuint32_t)fgr_get_u64(rd);
     unsigned int flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
@@ -4502,7 +4509,7 @@ static CUresult op_cuStreamWaitValue64_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     CUstream stream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
-    CUdeviceptr addr = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr addr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     cuuint64_t value = (cuuint64_t)fgr_get_u64(rd);
     unsigned int flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
@@ -4876,7 +4883,7 @@ static CUresult op_cuPointerGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     CUpointer_attribute attribute = (CUpointer_attribute)fgr_get_u64(rd);
-    CUdeviceptr ptr = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr ptr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     int has_data = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -5217,7 +5224,7 @@ static CUresult op_cuStreamSetAttribute_ptsz(struct fgr_rd *rd, struct fgr_req *
 static CUresult op_cuMemPoolExportPointer(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr ptr = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr ptr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     int has_shareData_out = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -5319,8 +5326,8 @@ static CUresult op_cuIpcGetEventHandle(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_fgrIpcExport(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr block = (CUdeviceptr)fgr_get_u64(rd);
-    CUdeviceptr ptr = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr block = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
+    CUdeviceptr ptr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t len = (size_t)fgr_get_u64(rd);
     int has_handle = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
@@ -5342,7 +5349,7 @@ static CUresult op_fgrIpcExport(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_fgrIpcOpen(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr at = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr at = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     void *handle = fgr_get_buf(rd, q, fgr_mul((uint64_t)(64), 1), 0);
     int has_dptr = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
@@ -5614,7 +5621,7 @@ static CUresult op_fgrHostMapped(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_fgrHostMappedFree(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dptr = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dptr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -5631,7 +5638,7 @@ static CUresult op_fgrHostMappedFree(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_fgrHostWrite(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dst = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dst = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t bytes = (size_t)fgr_get_u64(rd);
     void *src = fgr_get_buf(rd, q, fgr_mul((uint64_t)(bytes), 1), 0);
     if (!fgr_rd_done(rd))
@@ -5695,7 +5702,7 @@ static CUresult op_fgrHostSums(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_fgrHostMapAt(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr at = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr at = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t bytes = (size_t)fgr_get_u64(rd);
     int has_dptr = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
@@ -5718,7 +5725,7 @@ static CUresult op_fgrHostMapAt(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_fgrArenaReserve(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr hint = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr hint = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t size = (size_t)fgr_get_u64(rd);
     int has_base = fgr_get_u8(rd);
     int has_page = fgr_get_u8(rd);
@@ -5743,7 +5750,7 @@ static CUresult op_fgrArenaReserve(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_fgrArenaMap(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr ptr = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr ptr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t size = (size_t)fgr_get_u64(rd);
     size_t used = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
@@ -5757,7 +5764,7 @@ static CUresult op_fgrArenaMap(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_fgrArenaNote(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr ptr = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr ptr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t size = (size_t)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -5770,13 +5777,154 @@ static CUresult op_fgrArenaNote(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_fgrArenaFree(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr ptr = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr ptr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     unsigned int unmap = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_fgrArenaFree)fgr_real[FGR_OP_fgrArenaFree])(ptr, unmap);
+    return fgr_r;
+}
+
+static CUresult op_fgrStateSave(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    unsigned int nwhy = (unsigned int)fgr_get_u64(rd);
+    int has_bytes = fgr_get_u8(rd);
+    int has_why = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    unsigned long long *bytes = NULL;
+    char *why = NULL;
+    const uint64_t fgr_n_why = fgr_mul((uint64_t)(fgr_min(nwhy,1024)), sizeof(char));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(!has_why || fgr_mul((uint64_t)(fgr_min(nwhy,1024)), sizeof(char)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrStateSave", "why", fgr_mul((uint64_t)(fgr_min(nwhy,1024)), sizeof(char)), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_bytes && !(bytes = fgr_out(q, sizeof(unsigned long long))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_why && !(why = fgr_out(q, fgr_n_why)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrStateSave)fgr_real[FGR_OP_fgrStateSave])(bytes, nwhy, why);
+    if (has_bytes)
+        fgr_reply_out(q, bytes, sizeof(unsigned long long), 0, fgr_r);
+    if (has_why)
+        fgr_reply_out(q, why, fgr_n_why, 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrStateGet(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    unsigned long long offset = (unsigned long long)fgr_get_u64(rd);
+    unsigned long long n = (unsigned long long)fgr_get_u64(rd);
+    int has_dst = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    void *dst = NULL;
+    const uint64_t fgr_n_dst = fgr_mul((uint64_t)(fgr_min(n,FGR_STATE_PIECE)), 1);
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(!has_dst || fgr_mul((uint64_t)(fgr_min(n,FGR_STATE_PIECE)), 1) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrStateGet", "dst", fgr_mul((uint64_t)(fgr_min(n,FGR_STATE_PIECE)), 1), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_dst && !(dst = fgr_out(q, fgr_n_dst)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrStateGet)fgr_real[FGR_OP_fgrStateGet])(offset, n, dst);
+    if (has_dst)
+        fgr_reply_out(q, dst, fgr_n_dst, 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrStatePut(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    unsigned long long offset = (unsigned long long)fgr_get_u64(rd);
+    unsigned long long n = (unsigned long long)fgr_get_u64(rd);
+    void *src = fgr_get_buf(rd, q, fgr_mul((uint64_t)(fgr_min(n,FGR_STATE_PIECE)), 1), 0);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrStatePut)fgr_real[FGR_OP_fgrStatePut])(offset, n, src);
+    return fgr_r;
+}
+
+static CUresult op_fgrStateLoad(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    unsigned long long total = (unsigned long long)fgr_get_u64(rd);
+    unsigned int nwhy = (unsigned int)fgr_get_u64(rd);
+    int has_ok = fgr_get_u8(rd);
+    int has_why = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    unsigned int *ok = NULL;
+    char *why = NULL;
+    const uint64_t fgr_n_why = fgr_mul((uint64_t)(fgr_min(nwhy,1024)), sizeof(char));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(!has_why || fgr_mul((uint64_t)(fgr_min(nwhy,1024)), sizeof(char)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrStateLoad", "why", fgr_mul((uint64_t)(fgr_min(nwhy,1024)), sizeof(char)), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_ok && !(ok = fgr_out(q, sizeof(unsigned int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_why && !(why = fgr_out(q, fgr_n_why)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrStateLoad)fgr_real[FGR_OP_fgrStateLoad])(total, ok, nwhy, why);
+    if (has_ok)
+        fgr_reply_out(q, ok, sizeof(unsigned int), 0, fgr_r);
+    if (has_why)
+        fgr_reply_out(q, why, fgr_n_why, 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrStateRead(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr p = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
+    size_t n = (size_t)fgr_get_u64(rd);
+    int has_dst = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    void *dst = NULL;
+    const uint64_t fgr_n_dst = fgr_mul((uint64_t)(fgr_min(n,FGR_STATE_PIECE)), 1);
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(!has_dst || fgr_mul((uint64_t)(fgr_min(n,FGR_STATE_PIECE)), 1) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrStateRead", "dst", fgr_mul((uint64_t)(fgr_min(n,FGR_STATE_PIECE)), 1), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_dst && !(dst = fgr_out(q, fgr_n_dst)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrStateRead)fgr_real[FGR_OP_fgrStateRead])(p, n, dst);
+    if (has_dst)
+        fgr_reply_out(q, dst, fgr_n_dst, 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrStateWrite(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr p = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
+    size_t n = (size_t)fgr_get_u64(rd);
+    void *src = fgr_get_buf(rd, q, fgr_mul((uint64_t)(fgr_min(n,FGR_STATE_PIECE)), 1), 0);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrStateWrite)fgr_real[FGR_OP_fgrStateWrite])(p, n, src);
+    return fgr_r;
+}
+
+static CUresult op_fgrStateDone(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    unsigned int moved = (unsigned int)fgr_get_u64(rd);
+    unsigned int ms = (unsigned int)fgr_get_u64(rd);
+    char *note = fgr_get_str(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrStateDone)fgr_real[FGR_OP_fgrStateDone])(moved, ms, note);
     return fgr_r;
 }
 
@@ -5799,7 +5947,7 @@ static CUresult op_fgrHostFn(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_fgrStageUpload(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dst = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dst = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t end = (size_t)fgr_get_u64(rd);
     size_t n = (size_t)fgr_get_u64(rd);
     CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
@@ -5819,7 +5967,7 @@ static CUresult op_fgrStageUpload(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_fgrStageUploadLast(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dst = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dst = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t end = (size_t)fgr_get_u64(rd);
     size_t n = (size_t)fgr_get_u64(rd);
     CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
@@ -5851,7 +5999,7 @@ static CUresult op_fgrStageWait(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_fgrStageDownload(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr src = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr src = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t n = (size_t)fgr_get_u64(rd);
     CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
@@ -5870,7 +6018,7 @@ static CUresult op_fgrStageDownload(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_fgrStageDownloadAhead(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr src = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr src = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t n = (size_t)fgr_get_u64(rd);
     CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     size_t at = (size_t)fgr_get_u64(rd);
@@ -5932,7 +6080,7 @@ static CUresult op_fgrHeapUnregister(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_fgrHeapUpload(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dst = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dst = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t off = (size_t)fgr_get_u64(rd);
     size_t n = (size_t)fgr_get_u64(rd);
     CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
@@ -5951,7 +6099,7 @@ static CUresult op_fgrHeapUpload(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_fgrHeapUploadWait(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dst = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dst = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t off = (size_t)fgr_get_u64(rd);
     size_t n = (size_t)fgr_get_u64(rd);
     CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
@@ -5972,7 +6120,7 @@ static CUresult op_fgrHeapDownload(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     size_t off = (size_t)fgr_get_u64(rd);
-    CUdeviceptr src = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr src = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t n = (size_t)fgr_get_u64(rd);
     CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
@@ -5991,7 +6139,7 @@ static CUresult op_fgrHeapDownloadWait(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     size_t off = (size_t)fgr_get_u64(rd);
-    CUdeviceptr src = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr src = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t n = (size_t)fgr_get_u64(rd);
     CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
@@ -6834,7 +6982,7 @@ static CUresult op_cuStreamAttachMemAsync(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
-    CUdeviceptr dptr = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dptr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t length = (size_t)fgr_get_u64(rd);
     unsigned int flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
@@ -6853,7 +7001,7 @@ static CUresult op_cuStreamAttachMemAsync_ptsz(struct fgr_rd *rd, struct fgr_req
 {
     (void)q;
     CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
-    CUdeviceptr dptr = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dptr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t length = (size_t)fgr_get_u64(rd);
     unsigned int flags = (unsigned int)fgr_get_u64(rd);
     if (!fgr_rd_done(rd))
@@ -7097,7 +7245,7 @@ static CUresult op_fgrGraphHostAlloc(struct fgr_rd *rd, struct fgr_req *q)
 static CUresult op_fgrGraphHostFree(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
-    CUdeviceptr dptr = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr dptr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -7140,7 +7288,7 @@ static CUresult op_fgrGraphHostRead(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
     CUevent done = (CUevent)(uintptr_t)fgr_in(FGR_H_CUevent, fgr_get_u64(rd));
-    CUdeviceptr src = (CUdeviceptr)fgr_get_u64(rd);
+    CUdeviceptr src = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
     size_t bytes = (size_t)fgr_get_u64(rd);
     int has_dst = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
@@ -7880,6 +8028,13 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_fgrArenaMap] = {"fgrArenaMap", op_fgrArenaMap, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrArenaNote] = {"fgrArenaNote", op_fgrArenaNote, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrArenaFree] = {"fgrArenaFree", op_fgrArenaFree, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrStateSave] = {"fgrStateSave", op_fgrStateSave, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrStateGet] = {"fgrStateGet", op_fgrStateGet, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrStatePut] = {"fgrStatePut", op_fgrStatePut, 0, FGR_MAX_FRAME},
+    [FGR_OP_fgrStateLoad] = {"fgrStateLoad", op_fgrStateLoad, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrStateRead] = {"fgrStateRead", op_fgrStateRead, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrStateWrite] = {"fgrStateWrite", op_fgrStateWrite, 0, FGR_MAX_FRAME},
+    [FGR_OP_fgrStateDone] = {"fgrStateDone", op_fgrStateDone, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrHostFn] = {"fgrHostFn", op_fgrHostFn, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrStageUpload] = {"fgrStageUpload", op_fgrStageUpload, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrStageUploadLast] = {"fgrStageUploadLast", op_fgrStageUploadLast, 1, FGR_SMALL_FRAME},

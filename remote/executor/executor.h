@@ -304,6 +304,69 @@ CUresult fgr_refuse(const char *call, const char *param, uint64_t v, CUresult r)
 /* The same for a result of v bytes, more than a call of its kind returns. */
 CUresult fgr_refuse_size(const char *call, const char *param, uint64_t v, CUresult r);
 
+/* The journal (journal.c): the requests that made what the connection
+ * holds. begin/end bracket each request served; own.c links what a
+ * request made (attach, a list per handle or range) and unlinks it when it
+ * goes (detach), says each name minted, and while a request is made again
+ * takes the names it is to mint (forced: 1 and the name, 0 when not). */
+struct fgr_link;
+void fgr_journal_begin(const uint8_t *body, uint32_t n, unsigned op);
+void fgr_journal_end(CUresult r);
+struct fgr_link *fgr_journal_attach(struct fgr_link *l);
+void fgr_journal_detach(struct fgr_link *l);
+/* The operation of the request that made what l is of, and its place in
+ * the state fgr_journal_save makes (0, UINT32_MAX: none). */
+unsigned fgr_journal_op(const struct fgr_link *l);
+uint32_t fgr_journal_seq(const struct fgr_link *l);
+/* A device range a request being made again added (own.c). */
+void fgr_journal_range(uint64_t base, uint64_t size);
+void fgr_journal_named(uint32_t i, uint32_t gen);
+int fgr_journal_forced(uint32_t *i, uint32_t *gen);
+/* The request being served changed (kind, v): it is kept while that lives. */
+void fgr_journal_changed(int kind, uint64_t v);
+/* Sets by-value parameter k of the request being kept to v (what makes
+ * it again as it was: the arena's address, not the hint). */
+void fgr_journal_patch(uint32_t k, uint64_t v);
+/* The request being served is kept as operation op with these arguments
+ * (as its frame has them, at most 64 bytes): what makes it again as it
+ * was (memory the driver placed, placed there again). */
+void fgr_journal_as(unsigned op, const void *args, uint32_t n);
+/* The request being served named a module image by its hash, in the len
+ * bytes at at: kept, it holds the image itself. */
+void fgr_journal_image(const uint8_t *at, uint32_t len, const void *image, uint64_t n);
+/* The state's bytes into w: NULL, or why it cannot move. */
+const char *fgr_journal_save(struct fgr_buf *w);
+/* Makes the state of p again, each request through replay: NULL, or why
+ * not (maybe written into why). */
+const char *fgr_journal_load(const uint8_t *p, uint64_t n, CUresult (*replay)(const uint8_t *, uint32_t),
+                             const char *(*err_name)(CUresult), char *why, size_t nwhy);
+/* After a load: the driver-placed ranges the new executor placed
+ * elsewhere (old address, size, new address), for the reservation of
+ * their old pages; how many. */
+size_t fgr_journal_moved(const uint64_t **old_size_now);
+/* own.c's part: the names' key (set: taken from key), whether no name was
+ * given yet, the free names made usable once the state is made again, the
+ * device ranges as the state lists them (ops: the operation that made
+ * each instead), and the connection's contexts
+ * (at most max of them; how many). */
+void fgr_names_key(uint32_t key[4], int set);
+int fgr_names_fresh(void);
+void fgr_names_settle(void);
+void fgr_mem_list(struct fgr_buf *w, int ops);
+size_t fgr_contexts(uint64_t *ctx, size_t max);
+/* A moved connection's memory that the driver placed (module and library
+ * variables) is elsewhere in its new executor: where the client's address
+ * p now is (p itself when not such), the same for each 8-byte word of
+ * kernel parameters, and the table's entries (own.c). */
+uint64_t fgr_moved(uint64_t p);
+void fgr_moved_words(void *p, size_t n);
+int fgr_moved_add(uint64_t old, uint64_t size, uint64_t now);
+void fgr_moved_settle(void);
+/* Moving to another server (move.c): the operations, and the server's
+ * control socket (--control-fd), read when it rang (SIGUSR2). */
+void fgr_move_init(void *driver, int control_fd, CUresult (*replay)(const uint8_t *, uint32_t));
+void fgr_move_poll(int (*write)(const void *, size_t));
+
 /* Serves one request (its header read, rd at its arguments) into w, a whole
  * reply frame. before: an error that answers the call without running it
  * (the arguments are then not read). NULL, or why the frame is malformed. */

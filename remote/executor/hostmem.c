@@ -1,6 +1,6 @@
 /* Small pinned host memory that the client's kernels use as device memory
- * (mapped, "zero-copy"): the driver allocates it here, where the GPU can
- * reach it, and the client maps its own pages at the same address
+ * (mapped, "zero-copy"): pages here, registered with the driver so that the
+ * GPU reaches them, and the client maps its own pages at the same address
  * (remote/client/mirror.c). Managed memory the connection allocated is kept
  * alike the same way. The client's writes arrive as fgrHostWrite, its
  * reads as fgrHostSums then fgrHostReadMany; all are refused outside such an allocation, so a
@@ -19,10 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
-static CUresult (*host_alloc)(void **, size_t, unsigned int);
-static CUresult (*host_free)(void *);
 static CUresult (*pointer_attr)(void *, CUpointer_attribute, CUdeviceptr);
 static CUresult (*host_register)(void *, size_t, unsigned int);
 static CUresult (*host_unregister)(void *);
@@ -30,7 +29,8 @@ static CUresult (*host_unregister)(void *);
 static struct mapped {
     uint64_t base, end;
     uint64_t ctx; /* the context it was made in: the driver frees it with it */
-    uint64_t page, len; /* a promoted one's pages, mapped here (len 0: the driver's allocation) */
+    uint64_t page, len; /* its pages, mapped here */
+    int mapped; /* made by fgrHostMapped (else promoted: fgrHostMapAt) */
 } *maps;
 static size_t nmaps, capmaps, total, promoted;
 
@@ -83,22 +83,41 @@ uint64_t fgr_pinned_most(void)
     return pinned_most;
 }
 
+static CUresult map_at(CUdeviceptr at, size_t bytes, CUdeviceptr *dptr);
+
+/* Mapped pinned memory: pages of this executor's, registered, at an
+ * address of its choosing in a region (88 to 96 TiB) that neither the
+ * driver nor the libraries use, rather than the driver's cuMemHostAlloc,
+ * which places it among its own mappings: a new executor of a moved
+ * connection places it at the same address (the client holds it), which
+ * there would be taken. */
 static CUresult mapped_alloc(CUdeviceptr *dptr, size_t bytes)
 {
     if (!dptr || bytes == 0 || bytes > FGR_MAPPED_MAX)
         return CUDA_ERROR_INVALID_VALUE;
     if (total + bytes > FGR_MAPPED_TOTAL)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    if (!room())
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    void *p = NULL;
-    CUresult r = host_alloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    uint64_t seed = (uint64_t)t.tv_nsec ^ ((uint64_t)getpid() << 32) ^ total;
+    CUresult r = CUDA_ERROR_ALREADY_MAPPED;
+    for (int i = 0; i < 8 && r == CUDA_ERROR_ALREADY_MAPPED; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        r = map_at((88ull << 40) + (seed >> 33) % (1u << 22) * (2u << 20), bytes, dptr);
+    }
     if (r != CUDA_SUCCESS)
         return r;
-    memset(p, 0, bytes);
-    maps[nmaps++] = (struct mapped){(uintptr_t)p, (uintptr_t)p + bytes, fgr_ctx, 0, 0};
+    maps[nmaps - 1].mapped = 1; /* counted as mapped memory, not promoted */
+    promoted -= bytes;
     total += bytes;
-    *dptr = (CUdeviceptr)(uintptr_t)p;
+    /* A new executor of a moved connection maps it there again. */
+    uint8_t args[17];
+    for (int i = 0; i < 8; i++) {
+        args[i] = (uint8_t)(*dptr >> (8 * i));
+        args[8 + i] = (uint8_t)((uint64_t)bytes >> (8 * i));
+    }
+    args[16] = 1;
+    fgr_journal_as(FGR_OP_fgrHostMapAt, args, sizeof args);
     return CUDA_SUCCESS;
 }
 
@@ -131,25 +150,22 @@ static CUresult map_at(CUdeviceptr at, size_t bytes, CUdeviceptr *dptr)
         munmap(m, end - first);
         return r;
     }
-    maps[nmaps++] = (struct mapped){at, at + bytes, fgr_ctx, first, end - first};
+    maps[nmaps++] = (struct mapped){at, at + bytes, fgr_ctx, first, end - first, 0};
     promoted += bytes;
     *dptr = at;
     return CUDA_SUCCESS;
 }
 
-/* Entry i goes (with its context: the driver's part already gone). */
+/* Entry i goes (gone: with its context). */
 static CUresult unmap(size_t i, int gone)
 {
     struct mapped *m = &maps[i];
-    CUresult r;
-    if (m->len) { /* the pages go whatever the driver answers */
-        r = host_unregister((void *)(uintptr_t)m->page);
-        munmap((void *)(uintptr_t)m->page, m->len);
-        promoted -= m->end - m->base;
-    } else {
-        r = gone ? CUDA_SUCCESS : host_free((void *)(uintptr_t)m->base);
+    CUresult r = host_unregister((void *)(uintptr_t)m->page);
+    munmap((void *)(uintptr_t)m->page, m->len); /* the pages go whatever the driver answers */
+    if (m->mapped)
         total -= m->end - m->base;
-    }
+    else
+        promoted -= m->end - m->base;
     maps[i] = maps[--nmaps];
     return gone ? CUDA_SUCCESS : r;
 }
@@ -239,11 +255,9 @@ void fgr_hostmem_promoting(void *reg, void *unreg)
 
 void fgr_hostmem_init(void *driver)
 {
-    *(void **)&host_alloc = dlsym(driver, "cuMemHostAlloc");
-    *(void **)&host_free = dlsym(driver, "cuMemFreeHost");
     *(void **)&pointer_attr = dlsym(driver, "cuPointerGetAttribute");
     fgr_hostmem_promoting(dlsym(driver, "cuMemHostRegister_v2"), dlsym(driver, "cuMemHostUnregister"));
-    if (!host_alloc || !host_free)
+    if (!host_register || !host_unregister)
         return; /* the operations stay unsupported */
     fgr_real[FGR_OP_fgrHostMapped] = (void *)mapped_alloc;
     fgr_real[FGR_OP_fgrHostMappedFree] = (void *)mapped_free;

@@ -1,4 +1,4 @@
-/* flexgv-executor --fd N [--driver PATH] [--peer NAME] [--module-cache DIR] [--module-cache-max BYTES] [--pinned-max BYTES] [--hostfn-fd N]
+/* flexgv-executor --fd N [--driver PATH] [--peer NAME] [--module-cache DIR] [--module-cache-max BYTES] [--pinned-max BYTES] [--hostfn-fd N] [--control-fd N]
  * Serves one client connection (inherited as descriptor N) with the real
  * driver: the handshake, then one call per frame until the client goes.
  * A malformed frame ends the connection with a log line saying why; the
@@ -392,6 +392,7 @@ static void greet(int fd, uint8_t *body, uint32_t n)
 
 static void send_reply(struct fgr_buf *w)
 {
+    fgr_move_poll(conn_write);
     fgr_output_send(conn_write);
     if (fgr_buf_write(w, conn_write)) {
         if (errno)
@@ -494,6 +495,38 @@ static int wait_parked(void)
     }
 }
 
+static CUresult reply_result(const struct fgr_buf *w)
+{
+    return (CUresult)((uint32_t)w->p[4] | (uint32_t)w->p[5] << 8 | (uint32_t)w->p[6] << 16 | (uint32_t)w->p[7] << 24);
+}
+
+/* Makes a moved connection's request again (journal.c), as serve_frame
+ * serves it but for its answer, which only says whether it succeeded. */
+static CUresult replay(const uint8_t *frame, uint32_t n)
+{
+    static struct fgr_buf w;
+    struct fgr_rd rd = {frame, n, 0};
+    unsigned op = fgr_get_u16(&rd);
+    fgr_get_u16(&rd);
+    fgr_get_u32(&rd);
+    CUcontext ctx = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(&rd));
+    if (rd.bad || op == FGR_OP_HELLO || op >= FGR_NUM_OPS || !fgr_ops[op].fn)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = !fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx) ? CUDA_ERROR_INVALID_CONTEXT
+                 : fgr_real[op]                                      ? make_current(ctx)
+                                                                     : CUDA_SUCCESS;
+    fgr_ctx = (uint64_t)(uintptr_t)ctx;
+    fgr_current_op = op;
+    fgr_thread = 0;
+    fgr_may_pend = 0;
+    fgr_resume = fgr_parked = -1;
+    fgr_journal_begin(frame, n, op);
+    const char *bad = fgr_serve(op, &rd, &w, r);
+    r = bad ? CUDA_ERROR_INVALID_VALUE : reply_result(&w);
+    fgr_journal_end(r);
+    return r;
+}
+
 /* Serves one request frame (resume: the ticket it was parked on, or -1). */
 static void serve_frame(uint8_t *body, uint32_t n, int resume)
 {
@@ -524,15 +557,16 @@ static void serve_frame(uint8_t *body, uint32_t n, int resume)
     fgr_may_pend = (flags & FGR_FLAG_MAY_PEND) && !(flags & FGR_FLAG_QUEUED) && !answer_now;
     fgr_resume = resume;
     fgr_parked = -1;
+    fgr_journal_begin(body, n, op);
     const char *bad = fgr_serve(op, &rd, &reply, r);
+    fgr_journal_end(bad ? CUDA_ERROR_INVALID_VALUE : reply_result(&reply));
     fgr_may_pend = answer_now = 0;
     if (fgr_resume >= 0) /* refused before its wait: the ticket is spent */
         fgr_ticket_release(fgr_resume);
     fgr_resume = -1;
     if (bad)
         reject("%s (%s, %u bytes)", bad, fgr_ops[op].name, n);
-    r = (CUresult)((uint32_t)reply.p[4] | (uint32_t)reply.p[5] << 8 | (uint32_t)reply.p[6] << 16 |
-                   (uint32_t)reply.p[7] << 24);
+    r = reply_result(&reply);
     if (r == FGR_WAITING) {
         /* Kept, to be served again when its ticket ends. */
         parked.body = malloc(n);
@@ -575,13 +609,13 @@ static void lower(int resource, rlim_t to)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: flexgv-executor --fd N [--driver PATH] [--peer NAME] [--module-cache DIR] [--module-cache-max BYTES] [--pinned-max BYTES] [--hostfn-fd N]\n");
+    fprintf(stderr, "usage: flexgv-executor --fd N [--driver PATH] [--peer NAME] [--module-cache DIR] [--module-cache-max BYTES] [--pinned-max BYTES] [--hostfn-fd N] [--control-fd N]\n");
     exit(2);
 }
 
 int main(int argc, char **argv)
 {
-    int fd = -1, hostfn_fd = -1;
+    int fd = -1, hostfn_fd = -1, control_fd = -1;
     const char *driver = "libcuda.so.1";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--fd") && i + 1 < argc)
@@ -600,6 +634,8 @@ int main(int argc, char **argv)
             fgr_pinned_max(argv[++i]);
         else if (!strcmp(argv[i], "--hostfn-fd") && i + 1 < argc)
             hostfn_fd = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--control-fd") && i + 1 < argc)
+            control_fd = atoi(argv[++i]);
         else
             usage();
     }
@@ -682,6 +718,7 @@ int main(int argc, char **argv)
     fgr_hostfn_init(h);
     fgr_graphs_init(h);
     fgr_hostcopy_init(h);
+    fgr_move_init(h, control_fd, replay);
     fgr_link_init(h);
     /* The export tables' functions are the driver's words; a table the
      * driver does not have leaves its operations unsupported. */

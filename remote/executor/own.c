@@ -20,6 +20,7 @@ const char *fgr_peer = "client";
 
 struct ent {
     uint64_t v, owner;
+    struct fgr_link *made; /* the kept requests that made or changed it (journal.c) */
     uint32_t refs; /* references beyond the first (a physical allocation's retains) */
     uint32_t name; /* its index in names (NO_NAME: none) */
     uint8_t kind, okind; /* 0: empty slot; FGR_H_DEAD: removed */
@@ -121,10 +122,44 @@ static int reserved(uint64_t v) { return v <= 2 || fgr_is_shadow(v); }
 
 /* A fresh name for the driver's handle v of kind, NO_NAME when out of
  * memory. */
+/* The slot for forced name i (a new executor making a moved state again),
+ * NO_NAME when it is taken or beyond what can be held. */
+#define MAX_PLACED (1u << 24) /* more names than a connection makes */
+
+static uint32_t name_place(uint32_t i)
+{
+    if (i >= MAX_PLACED)
+        return NO_NAME;
+    if (i < nnames)
+        return names[i].kind ? NO_NAME : i;
+    if (i >= capnames) {
+        uint32_t n = capnames ? capnames : 256;
+        while (n <= i)
+            n *= 2;
+        struct name *m = realloc(names, n * sizeof *m);
+        if (!m)
+            return NO_NAME;
+        names = m;
+        capnames = n;
+    }
+    for (uint32_t k = nnames; k <= i; k++)
+        names[k] = (struct name){0, 0, 0}; /* free; chained by fgr_names_settle */
+    nnames = i + 1;
+    return i;
+}
+
 static uint32_t name_new(int kind, uint64_t v)
 {
     keyed();
-    uint32_t i = freed;
+    uint32_t i, gen;
+    if (fgr_journal_forced(&i, &gen)) {
+        if ((i = name_place(i)) == NO_NAME)
+            return NO_NAME;
+        names[i] = (struct name){v, gen & GEN_MASK, (uint8_t)kind};
+        fgr_journal_named(i, names[i].gen);
+        return i;
+    }
+    i = freed;
     if (i != NO_NAME) {
         freed = (uint32_t)names[i].v;
     } else {
@@ -145,7 +180,29 @@ static uint32_t name_new(int kind, uint64_t v)
     do
         names[i].gen = (names[i].gen + 1) & GEN_MASK;
     while (reserved(name_value(i)));
+    fgr_journal_named(i, names[i].gen);
     return i;
+}
+
+void fgr_names_key(uint32_t k[4], int set)
+{
+    keyed();
+    if (set)
+        memcpy(key, k, sizeof key);
+    else
+        memcpy(k, key, sizeof key);
+}
+
+int fgr_names_fresh(void) { return nnames == 0; }
+
+void fgr_names_settle(void)
+{
+    freed = NO_NAME;
+    for (uint32_t i = nnames; i-- > 0;)
+        if (!names[i].kind) {
+            names[i].v = freed;
+            freed = i;
+        }
 }
 
 static void name_free(uint32_t i)
@@ -218,7 +275,12 @@ int fgr_has(int kind, uint64_t v)
 void fgr_add(int kind, uint64_t v, int okind, uint64_t owner)
 {
     /* A kernel returned for a function keeps its name. */
-    if (v == 0 || find(kind, v) || (kind == FGR_H_CUfunction && find(FGR_H_CUkernel, v)))
+    struct ent *had = v ? find(kind, v) : NULL;
+    if (!had && v && kind == FGR_H_CUfunction)
+        had = find(FGR_H_CUkernel, v);
+    if (had)
+        had->made = fgr_journal_attach(had->made); /* a retain, made again too */
+    if (v == 0 || had)
         return;
     if ((used + 1) * 4 > cap * 3 && grow())
         return; /* unknown then, so refused: never a handle the client did not get */
@@ -229,7 +291,7 @@ void fgr_add(int kind, uint64_t v, int okind, uint64_t owner)
         used++;
     /* Device ranges and shadow entries are not handed out by name. */
     uint32_t n = kind < FGR_H_MEM ? name_new(kind, v) : NO_NAME;
-    tab[i] = (struct ent){v, owner, 0, n, (uint8_t)kind, (uint8_t)okind};
+    tab[i] = (struct ent){v, owner, fgr_journal_attach(NULL), 0, n, (uint8_t)kind, (uint8_t)okind};
 }
 
 int fgr_owned_by(int kind, uint64_t v, int okind)
@@ -243,6 +305,24 @@ void fgr_retain(int kind, uint64_t v)
     struct ent *e = find(kind, v);
     if (e && e->refs < UINT32_MAX)
         e->refs++;
+    if (e)
+        e->made = fgr_journal_attach(e->made);
+}
+
+void fgr_journal_changed(int kind, uint64_t v)
+{
+    struct ent *e = v ? find(kind, v) : NULL;
+    if (e)
+        e->made = fgr_journal_attach(e->made);
+}
+
+size_t fgr_contexts(uint64_t *ctx, size_t max)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < cap && n < max; i++)
+        if (tab[i].kind == FGR_H_CUcontext)
+            ctx[n++] = tab[i].v;
+    return n;
 }
 
 static void drop_owned(int kind, uint64_t v);
@@ -330,6 +410,8 @@ void fgr_drop(int kind, uint64_t v)
     if (e) {
         e->kind = FGR_H_DEAD;
         name_free(e->name);
+        fgr_journal_detach(e->made);
+        e->made = NULL;
         drop_owned(kind, v);
     }
     if (kind == FGR_H_MEM) {
@@ -390,6 +472,77 @@ int fgr_mem_in(uint64_t p, uint64_t n)
     return r && n <= r->end - p;
 }
 
+void fgr_mem_list(struct fgr_buf *w, int ops)
+{
+    fgr_put_u32(w, (uint32_t)nmem);
+    for (size_t i = 0; i < nmem; i++) {
+        if (ops) {
+            struct ent *e = find(FGR_H_MEM, mem[i].base);
+            fgr_put_u16(w, (uint16_t)(e ? fgr_journal_op(e->made) : 0));
+            fgr_put_u32(w, e ? fgr_journal_seq(e->made) : UINT32_MAX);
+            continue;
+        }
+        fgr_put_u64(w, mem[i].base);
+        fgr_put_u64(w, mem[i].end - mem[i].base);
+    }
+}
+
+/* Sorted by old once settled. */
+static struct moved {
+    uint64_t old, end, now;
+} *moved;
+static size_t nmoved, capmoved;
+
+int fgr_moved_add(uint64_t old, uint64_t size, uint64_t now)
+{
+    if (nmoved == capmoved) {
+        size_t n = capmoved ? 2 * capmoved : 64;
+        struct moved *m = realloc(moved, n * sizeof *m);
+        if (!m)
+            return -1;
+        moved = m;
+        capmoved = n;
+    }
+    moved[nmoved++] = (struct moved){old, old + size, now};
+    return 0;
+}
+
+static int by_old(const void *a, const void *b)
+{
+    const struct moved *x = a, *y = b;
+    return x->old < y->old ? -1 : x->old > y->old;
+}
+
+void fgr_moved_settle(void) { qsort(moved, nmoved, sizeof *moved, by_old); }
+
+uint64_t fgr_moved(uint64_t p)
+{
+    if (!nmoved)
+        return p;
+    size_t lo = 0, hi = nmoved;
+    while (lo < hi) { /* the first that ends above p */
+        size_t mid = (lo + hi) / 2;
+        if (moved[mid].end <= p)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < nmoved && moved[lo].old <= p ? moved[lo].now + (p - moved[lo].old) : p;
+}
+
+void fgr_moved_words(void *p, size_t n)
+{
+    if (!nmoved)
+        return;
+    for (size_t at = 0; at + 8 <= n; at += 8) {
+        uint64_t v;
+        memcpy(&v, (uint8_t *)p + at, 8);
+        uint64_t w = fgr_moved(v);
+        if (w != v)
+            memcpy((uint8_t *)p + at, &w, 8);
+    }
+}
+
 int fgr_mem_base(uint64_t p) { return p == 0 || find(FGR_H_MEM, p); }
 
 int fgr_mem_clear(uint64_t p, uint64_t n)
@@ -426,6 +579,7 @@ void fgr_mem_add(uint64_t base, uint64_t size, int okind, uint64_t owner)
     mem[i] = (struct range){base, base + size, owner, (uint8_t)okind, 0};
     nmem++;
     fgr_add(FGR_H_MEM, base, okind, owner);
+    fgr_journal_range(base, size);
 }
 
 void fgr_mem_add_kept(uint64_t base, uint64_t size, int okind, uint64_t owner)

@@ -80,6 +80,7 @@ char *fgr_get_str(struct fgr_rd *rd)
 void *fgr_get_image(struct fgr_rd *rd, struct fgr_req *q)
 {
     static char empty[1];
+    const uint8_t *at = rd->p;
     unsigned form = fgr_get_u8(rd);
     uint64_t n;
     const void *p;
@@ -99,6 +100,8 @@ void *fgr_get_image(struct fgr_rd *rd, struct fgr_req *q)
         const uint8_t *h = fgr_get_bytes(rd, 32);
         n = fgr_get_u64(rd);
         p = h && !rd->bad ? fgr_image_kept(h, n, q) : NULL;
+        if (p)
+            fgr_journal_image(at, (uint32_t)(rd->p - at), p, n); /* another server may not keep it */
         break;
     }
     default:
@@ -150,6 +153,7 @@ void **fgr_get_kparams(struct fgr_rd *rd, struct fgr_req *q)
         if (!p)
             return NULL;
         memcpy(store + used, p, sz);
+        fgr_moved_words(store + used, sz);
         v[i] = store + used;
         used += ((size_t)sz + 15) & ~(size_t)15;
     }
@@ -180,6 +184,7 @@ void **fgr_get_extra(struct fgr_rd *rd, struct fgr_req *q)
         return v;
     }
     memcpy(buf, p, n);
+    fgr_moved_words(buf, n);
     *size = n;
     v[0] = CU_LAUNCH_PARAM_BUFFER_POINTER, v[1] = buf;
     v[2] = CU_LAUNCH_PARAM_BUFFER_SIZE, v[3] = size;

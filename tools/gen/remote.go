@@ -203,6 +203,10 @@ func bitsGet(t, v string) string {
 		return fmt.Sprintf("fgr_bits_f64(%s)", v)
 	case "float":
 		return fmt.Sprintf("fgr_bits_f32((uint32_t)%s)", v)
+	case "CUdeviceptr":
+		// Where a moved connection's driver-placed memory now is
+		// (remote/executor/journal.c).
+		return fmt.Sprintf("(CUdeviceptr)fgr_moved(%s)", v)
 	}
 	if handleTypes[t] || strings.Contains(t, "*") {
 		return fmt.Sprintf("(%s)(uintptr_t)%s", t, v)

@@ -1,0 +1,158 @@
+/* Moving to another server while the program runs (asked by flexgv serve:
+ * remote/executor/move.c). The calling thread holds the connection; the
+ * program's other threads wait. The old executor drains the device and
+ * gives its state's bytes (what the connection made, as the requests that
+ * made it); a new executor of the other server makes it again, with the
+ * same names and device addresses, and the device memory's bytes are
+ * copied across through this process. Until the new one has everything,
+ * the old one is untouched: a move that fails at any step leaves the
+ * program where it was, and says why, there and to the server. */
+#include "client.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static uint64_t ms_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)(t.tv_sec - t0->tv_sec) * 1000 + (uint64_t)(t.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+static uint64_t word(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+/* Whether a program built for the old server's GPUs runs on the new one's:
+ * as many, each of the same architecture. */
+static const char *same_gpus(const struct fgr_server *a, const struct fgr_server *b)
+{
+    if (a->ndev != b->ndev)
+        return "the target server has another number of GPUs";
+    for (int d = 0; d < a->ndev; d++)
+        if (a->dev[d].attr[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR] !=
+                b->dev[d].attr[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR] ||
+            a->dev[d].attr[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR] !=
+                b->dev[d].attr[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR])
+            return "the target server's GPUs are of another architecture";
+    return NULL;
+}
+
+/* The state's bytes from the old executor: NULL, having written why. */
+static uint8_t *save(uint64_t *n, char *why, size_t nwhy)
+{
+    unsigned long long bytes = 0;
+    CUresult r = fgrStateSave(&bytes, (unsigned)nwhy, why);
+    if (r != CUDA_SUCCESS) {
+        snprintf(why, nwhy, "this server cannot give the program's state (error %d)", (int)r);
+        return NULL;
+    }
+    if (!bytes)
+        return NULL; /* why written there */
+    uint8_t *p = malloc(bytes);
+    if (!p) {
+        snprintf(why, nwhy, "no memory for the program's state (%llu bytes)", bytes);
+        return NULL;
+    }
+    for (uint64_t off = 0; off < bytes; off += FGR_STATE_PIECE) {
+        uint64_t k = bytes - off < FGR_STATE_PIECE ? bytes - off : FGR_STATE_PIECE;
+        if ((r = fgrStateGet(off, k, p + off)) != CUDA_SUCCESS) {
+            snprintf(why, nwhy, "reading the program's state failed (error %d)", (int)r);
+            free(p);
+            return NULL;
+        }
+    }
+    *n = bytes;
+    return p;
+}
+
+/* On the new executor (current): the state made again. */
+static int load(const uint8_t *p, uint64_t n, char *why, size_t nwhy)
+{
+    CUresult r = CUDA_SUCCESS;
+    for (uint64_t off = 0; off < n && r == CUDA_SUCCESS; off += FGR_STATE_PIECE)
+        r = fgrStatePut(off, n - off < FGR_STATE_PIECE ? n - off : FGR_STATE_PIECE, p + off);
+    unsigned ok = 0;
+    if (r == CUDA_SUCCESS)
+        r = fgrStateLoad(n, &ok, (unsigned)nwhy, why);
+    if (r != CUDA_SUCCESS)
+        snprintf(why, nwhy, "the target server cannot take the program's state (error %d)", (int)r);
+    return r == CUDA_SUCCESS && ok ? 0 : -1;
+}
+
+/* The device ranges' bytes, old (set aside) to new (current), a piece at a
+ * time through buf. */
+static int copy(const uint8_t *ranges, uint32_t nranges, struct fgr_conn_saved *old, uint8_t *buf, char *why,
+                size_t nwhy)
+{
+    for (uint32_t i = 0; i < nranges; i++) {
+        uint64_t base = word(ranges + 16 * i, 8), size = word(ranges + 16 * i + 8, 8);
+        for (uint64_t off = 0; off < size; off += FGR_STATE_PIECE) {
+            size_t k = size - off < FGR_STATE_PIECE ? size - off : FGR_STATE_PIECE;
+            fgr_conn_swap(old);
+            CUresult r = fgrStateRead(base + off, k, buf);
+            fgr_conn_swap(old);
+            if (r == CUDA_SUCCESS)
+                r = fgrStateWrite(base + off, k, buf);
+            if (r != CUDA_SUCCESS) {
+                snprintf(why, nwhy, "copying device memory at 0x%llx failed (error %d)",
+                         (unsigned long long)(base + off), (int)r);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+void fgr_move(const char *to)
+{
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    char why[1024] = "";
+    uint64_t n = 0;
+    uint8_t *state = NULL, *buf = NULL;
+    struct fgr_conn_saved old = {-1, NULL, {0}, 0, CUDA_SUCCESS};
+    int dialed = 0, moved = 0;
+    if (fgr_conn_over_shm() || !strncmp(to, "shm://", 6))
+        snprintf(why, sizeof why, "connections over shm:// do not move yet");
+    else if (fgr_hostfn_channel_open())
+        snprintf(why, sizeof why, "the program's host functions have a channel to this server, which does not move yet");
+    else
+        state = save(&n, why, sizeof why);
+    if (state && (n < 28 || word(state, 4) != FGR_STATE_MAGIC)) {
+        snprintf(why, sizeof why, "this server's state is not one this client reads");
+    } else if (state) {
+        uint32_t nranges = (uint32_t)word(state + 24, 4);
+        const uint8_t *ranges = state + 28;
+        if (nranges > (n - 28) / 16)
+            snprintf(why, sizeof why, "this server's state is malformed");
+        else if (!(buf = malloc(FGR_STATE_PIECE)))
+            snprintf(why, sizeof why, "no memory to copy device memory");
+        else if (fgr_conn_dial(to, &old) != 0)
+            snprintf(why, sizeof why, "cannot connect to %s", to);
+        else if ((dialed = 1) && same_gpus(&old.srv, &fgr_srv))
+            snprintf(why, sizeof why, "%s", same_gpus(&old.srv, &fgr_srv));
+        else if (load(state, n, why, sizeof why) == 0 && copy(ranges, nranges, &old, buf, why, sizeof why) == 0)
+            moved = 1;
+    }
+    free(state);
+    free(buf);
+    if (dialed)
+        fgr_conn_swap(&old); /* the old one current again, the new one in old */
+    unsigned ms = (unsigned)ms_since(&t0);
+    fgrStateDone(moved, ms, moved ? to : why);
+    if (moved) {
+        fgr_conn_swap(&old); /* the new one for good */
+        fgr_conn_moved(to);
+        fgr_say("moved to the GPU server %s (the program paused %u ms)", to, ms);
+    } else {
+        fgr_say("stays on this GPU server: %s", why);
+    }
+    fgr_conn_drop(&old); /* the old executor ends with its connection */
+}

@@ -1,0 +1,475 @@
+/* The connection's state as the requests that made it (a journal), so that
+ * a new executor, on another server or GPU, can make it again with every
+ * name and device address the client holds unchanged (move.c).
+ *
+ * A request is kept when it made something the connection may name (own.c
+ * tells: each handle, shadow and device range it added), or changed
+ * something kept (a function's attribute, a context's limit: the table
+ * below); the kept request goes when the last thing it made or changed
+ * does, so the journal holds what lives, in the order it was made. Names
+ * are the executor's (own.c), so a request made again must mint the same
+ * ones: each kept request lists the names it minted, and the new executor
+ * is given them in that order. */
+#include "executor.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct rec {
+    struct rec *prev, *next; /* in the order made */
+    uint32_t live;           /* links to it: what it made or changed that lives */
+    uint32_t n;              /* the frame's bytes */
+    uint32_t nnames, capnames;
+    uint32_t seq;            /* its place in the last state saved */
+    uint64_t *names;         /* minted: index << 32 | generation */
+    const char *why;         /* NULL, or why what it made cannot be made again */
+    uint8_t frame[];
+};
+
+struct fgr_link {
+    struct rec *r;
+    struct fgr_link *next;
+};
+
+static struct rec head = {&head, &head, 0, 0, 0, 0, 0, NULL, NULL};
+
+/* The request being served. */
+static struct {
+    const uint8_t *body;
+    uint32_t n;
+    unsigned op;
+    struct rec *r; /* made at its first link */
+    int on, failed;
+    /* what it is kept as instead (fgr_journal_as): the operation, its arguments */
+    unsigned as_op;
+    uint8_t as_args[64];
+    uint32_t as_n;
+    /* an image it named by hash: where, and the image */
+    const uint8_t *img_at;
+    uint32_t img_len;
+    const void *img;
+    uint64_t img_n;
+    /* while a request is made again: the names it is to mint */
+    const uint64_t *forced;
+    uint32_t nforced, used;
+} cur;
+
+/* Requests that change what they name, and which parameter names it
+ * (its index among the by-value parameters, the request's leading words;
+ * -1: the request's context; kind 0: nothing, the connection itself). */
+static const struct {
+    int op, kind, param;
+} changes[] = {
+    {FGR_OP_cuFuncSetAttribute, FGR_H_CUfunction, 0},
+    {FGR_OP_cuFuncSetCacheConfig, FGR_H_CUfunction, 0},
+    {FGR_OP_cuKernelSetAttribute, FGR_H_CUkernel, 2},
+    {FGR_OP_cuKernelSetCacheConfig, FGR_H_CUkernel, 0},
+    {FGR_OP_cuCtxSetLimit, FGR_H_CUcontext, -1},
+    {FGR_OP_cuCtxSetCacheConfig, FGR_H_CUcontext, -1},
+    {FGR_OP_cuStreamSetAttribute, FGR_H_CUstream, 0},
+    {FGR_OP_cuDevicePrimaryCtxSetFlags_v2, 0, 0},
+    {FGR_OP_fgrArenaReserve, 0, 0},
+};
+
+/* What a new executor cannot make again as it was. */
+static const struct {
+    int op;
+    const char *why;
+} unmovable[] = {
+    {FGR_OP_cuStreamEndCapture, "a graph made by stream capture"},
+    {FGR_OP_cuStreamEndCapture_ptsz, "a graph made by stream capture"},
+    {FGR_OP_fgrIpcOpen, "memory opened from another program (IPC)"},
+    {FGR_OP_fgrIpcImportHandle, "memory imported from another program (IPC)"},
+    {FGR_OP_fgrIpcImportPool, "a memory pool imported from another program (IPC)"},
+    {FGR_OP_fgrIpcOpenEvent, "an event opened from another program (IPC)"},
+    {FGR_OP_cuArrayCreate_v2, "a CUDA array (its contents do not move)"},
+    {FGR_OP_cuArray3DCreate_v2, "a CUDA array (its contents do not move)"},
+    {FGR_OP_cuMipmappedArrayCreate, "a mipmapped array (its contents do not move)"},
+};
+
+void fgr_journal_begin(const uint8_t *body, uint32_t n, unsigned op)
+{
+    cur.body = body;
+    cur.n = n;
+    cur.op = op;
+    cur.r = NULL;
+    cur.img_at = NULL;
+    cur.as_n = 0;
+    cur.on = 1;
+}
+
+void fgr_journal_as(unsigned op, const void *args, uint32_t n)
+{
+    if (!cur.on || n > sizeof cur.as_args || cur.n < FGR_REQ_HDR)
+        return;
+    cur.as_op = op;
+    memcpy(cur.as_args, args, n);
+    cur.as_n = n;
+}
+
+void fgr_journal_image(const uint8_t *at, uint32_t len, const void *image, uint64_t n)
+{
+    if (cur.on && at >= cur.body && at + len <= cur.body + cur.n && n < UINT32_MAX - cur.n) {
+        cur.img_at = at;
+        cur.img_len = len;
+        cur.img = image;
+        cur.img_n = n;
+    }
+}
+
+static struct rec *current(void)
+{
+    if (!cur.on || cur.failed)
+        return NULL;
+    if (cur.r)
+        return cur.r;
+    if (cur.as_n) { /* another request in its place: the header, then its arguments */
+        struct rec *r = malloc(sizeof *r + FGR_REQ_HDR + cur.as_n);
+        if (!r) {
+            cur.failed = 1;
+            return NULL;
+        }
+        *r = (struct rec){head.prev, &head, 0, FGR_REQ_HDR + cur.as_n, 0, 0, 0, NULL, NULL};
+        memcpy(r->frame, cur.body, FGR_REQ_HDR);
+        r->frame[0] = (uint8_t)cur.as_op;
+        r->frame[1] = (uint8_t)(cur.as_op >> 8);
+        memcpy(r->frame + FGR_REQ_HDR, cur.as_args, cur.as_n);
+        head.prev->next = r;
+        head.prev = r;
+        return cur.r = r;
+    }
+    /* An image named by its hash is kept inline. */
+    uint32_t off = cur.img_at ? (uint32_t)(cur.img_at - cur.body) : cur.n;
+    uint32_t skip = cur.img_at ? cur.img_len : 0, put = cur.img_at ? 10 + (uint32_t)cur.img_n : 0;
+    uint32_t n = cur.n - skip + put;
+    struct rec *r = malloc(sizeof *r + n);
+    if (!r) {
+        cur.failed = 1; /* said when the state is saved */
+        return NULL;
+    }
+    *r = (struct rec){head.prev, &head, 0, n, 0, 0, 0, NULL, NULL};
+    memcpy(r->frame, cur.body, off);
+    if (cur.img_at) {
+        uint8_t *w = r->frame + off;
+        w[0] = FGR_IMAGE_INLINE;
+        w[1] = 1;
+        for (int b = 0; b < 8; b++)
+            w[2 + b] = (uint8_t)(cur.img_n >> (8 * b));
+        memcpy(w + 10, cur.img, cur.img_n);
+    }
+    memcpy(r->frame + off + put, cur.body + off + skip, cur.n - off - skip);
+    for (size_t i = 0; i < sizeof unmovable / sizeof *unmovable; i++)
+        if (unmovable[i].op == (int)cur.op)
+            r->why = unmovable[i].why;
+    head.prev->next = r;
+    head.prev = r;
+    return cur.r = r;
+}
+
+static void unlink_rec(struct rec *r)
+{
+    r->prev->next = r->next;
+    r->next->prev = r->prev;
+    free(r->names);
+    free(r);
+}
+
+struct fgr_link *fgr_journal_attach(struct fgr_link *l)
+{
+    struct rec *r = current();
+    if (!r)
+        return l;
+    for (struct fgr_link *k = l; k; k = k->next)
+        if (k->r == r)
+            return l;
+    struct fgr_link *k = malloc(sizeof *k);
+    if (!k) {
+        cur.failed = 1;
+        return l;
+    }
+    *k = (struct fgr_link){r, l};
+    r->live++;
+    return k;
+}
+
+void fgr_journal_detach(struct fgr_link *l)
+{
+    while (l) {
+        struct fgr_link *next = l->next;
+        if (--l->r->live == 0)
+            unlink_rec(l->r);
+        free(l);
+        l = next;
+    }
+}
+
+/* The request that made it: the first linked, last in the list. */
+static const struct rec *maker(const struct fgr_link *l)
+{
+    while (l && l->next)
+        l = l->next;
+    return l ? l->r : NULL;
+}
+
+unsigned fgr_journal_op(const struct fgr_link *l)
+{
+    const struct rec *r = maker(l);
+    return r && r->n >= 2 ? (unsigned)r->frame[0] | (unsigned)r->frame[1] << 8 : 0;
+}
+
+uint32_t fgr_journal_seq(const struct fgr_link *l)
+{
+    const struct rec *r = maker(l);
+    return r ? r->seq : UINT32_MAX;
+}
+
+/* While a state is made again: the ranges each request added. */
+static struct added {
+    uint64_t base, size;
+    uint32_t seq;
+    int taken;
+} *added;
+static size_t nadded, capadded;
+static uint32_t replaying = UINT32_MAX; /* the request being made again */
+static uint64_t *moved3; /* old, size, now per range placed elsewhere */
+static size_t nmoved3;
+
+void fgr_journal_range(uint64_t base, uint64_t size)
+{
+    if (replaying == UINT32_MAX)
+        return;
+    if (nadded == capadded) {
+        size_t n = capadded ? 2 * capadded : 64;
+        struct added *m = realloc(added, n * sizeof *m);
+        if (!m)
+            return; /* unmatched then: the move is refused */
+        added = m;
+        capadded = n;
+    }
+    added[nadded++] = (struct added){base, size, replaying, 0};
+}
+
+size_t fgr_journal_moved(const uint64_t **old_size_now)
+{
+    *old_size_now = moved3;
+    return nmoved3;
+}
+
+void fgr_journal_named(uint32_t i, uint32_t gen)
+{
+    struct rec *r = current();
+    if (!r)
+        return;
+    if (r->nnames == r->capnames) {
+        uint32_t cap = r->capnames ? 2 * r->capnames : 2;
+        uint64_t *m = realloc(r->names, cap * sizeof *m);
+        if (!m) {
+            cur.failed = 1;
+            return;
+        }
+        r->names = m;
+        r->capnames = cap;
+    }
+    r->names[r->nnames++] = (uint64_t)i << 32 | gen;
+}
+
+int fgr_journal_forced(uint32_t *i, uint32_t *gen)
+{
+    if (!cur.forced)
+        return 0;
+    if (cur.used >= cur.nforced) {
+        cur.used = cur.nforced + 1; /* more names than it minted: the replay fails */
+        *i = UINT32_MAX;
+        return 1;
+    }
+    uint64_t v = cur.forced[cur.used++];
+    *i = (uint32_t)(v >> 32);
+    *gen = (uint32_t)v;
+    return 1;
+}
+
+/* The request's by-value parameter k (its words follow the header). */
+static uint64_t param(uint32_t k)
+{
+    uint64_t v = 0;
+    uint32_t at = FGR_REQ_HDR + 8 * k;
+    if (cur.n >= at + 8)
+        memcpy(&v, cur.body + at, 8);
+    return v;
+}
+
+void fgr_journal_end(CUresult r)
+{
+    if (cur.on && r == CUDA_SUCCESS)
+        for (size_t i = 0; i < sizeof changes / sizeof *changes; i++) {
+            if (changes[i].op != (int)cur.op)
+                continue;
+            if (changes[i].kind == 0) {
+                struct rec *k = current();
+                if (k && !k->live)
+                    k->live = 1; /* the connection's own: lives as long */
+            } else {
+                uint64_t v = changes[i].param < 0 ? fgr_ctx : fgr_in(changes[i].kind, param((uint32_t)changes[i].param));
+                fgr_journal_changed(changes[i].kind, v);
+            }
+            break;
+        }
+    /* A request that made nothing that lives is not kept. */
+    if (cur.r && !cur.r->live)
+        unlink_rec(cur.r);
+    cur.on = 0;
+    cur.r = NULL;
+}
+
+void fgr_journal_patch(uint32_t k, uint64_t v)
+{
+    if (cur.r && cur.r->n >= FGR_REQ_HDR + 8 * (k + 1))
+        memcpy(cur.r->frame + FGR_REQ_HDR + 8 * k, &v, 8);
+}
+
+/* ---- the state's bytes ----
+ * u32 FGR_STATE_MAGIC, u32 version, u32 key[4], u32 nranges,
+ * {u64 base, u64 size} per device range (the client copies their bytes),
+ * u32 nrecs, {u32 frame bytes, frame, u32 nnames, u64 names[]} per kept
+ * request, in the order made, then u32 nranges again and for each range
+ * the operation (u16) and the request (u32, its place above) that made it:
+ * memory the driver placed is found again by them. */
+
+const char *fgr_journal_save(struct fgr_buf *w)
+{
+    if (cur.failed)
+        return "the executor ran out of memory keeping its state";
+    for (struct rec *r = head.next; r != &head; r = r->next)
+        if (r->why)
+            return r->why;
+    uint32_t key[4];
+    fgr_names_key(key, 0);
+    fgr_put_u32(w, FGR_STATE_MAGIC);
+    fgr_put_u32(w, FGR_STATE_VERSION);
+    for (int i = 0; i < 4; i++)
+        fgr_put_u32(w, key[i]);
+    fgr_mem_list(w, 0);
+    uint32_t n = 0;
+    for (struct rec *r = head.next; r != &head; r = r->next)
+        r->seq = n++;
+    fgr_put_u32(w, n);
+    for (struct rec *r = head.next; r != &head; r = r->next) {
+        fgr_put_u32(w, r->n);
+        fgr_put_bytes(w, r->frame, r->n);
+        fgr_put_u32(w, r->nnames);
+        for (uint32_t i = 0; i < r->nnames; i++)
+            fgr_put_u64(w, r->names[i]);
+    }
+    fgr_mem_list(w, 1);
+    explicit_bzero(key, sizeof key);
+    return w->oom ? "no memory for the state's bytes" : NULL;
+}
+
+const char *fgr_journal_load(const uint8_t *p, uint64_t n, CUresult (*replay)(const uint8_t *, uint32_t),
+                             const char *(*err_name)(CUresult), char *why, size_t nwhy)
+{
+    struct fgr_rd rd = {p, n, 0};
+    if (fgr_get_u32(&rd) != FGR_STATE_MAGIC || fgr_get_u32(&rd) != FGR_STATE_VERSION)
+        return "not a state this executor reads";
+    if (head.next != &head || !fgr_names_fresh())
+        return "this connection has made state of its own";
+    uint32_t key[4];
+    for (int i = 0; i < 4; i++)
+        key[i] = fgr_get_u32(&rd);
+    uint32_t nranges = fgr_get_u32(&rd);
+    const uint8_t *ranges = rd.bad || nranges > rd.left / 16 ? NULL : fgr_get_bytes(&rd, (uint64_t)nranges * 16);
+    if (!ranges && nranges)
+        return "the state's bytes are malformed";
+    fgr_names_key(key, 1);
+    explicit_bzero(key, sizeof key);
+    uint32_t nrecs = fgr_get_u32(&rd);
+    for (uint32_t k = 0; k < nrecs && !rd.bad; k++) {
+        uint32_t len = fgr_get_u32(&rd);
+        const uint8_t *frame = fgr_get_bytes(&rd, len);
+        uint32_t nn = fgr_get_u32(&rd);
+        const uint8_t *names = !rd.bad && nn <= rd.left / 8 ? fgr_get_bytes(&rd, (uint64_t)nn * 8) : NULL;
+        if (!frame || len < FGR_REQ_HDR || (nn && !names)) {
+            rd.bad = 1;
+            break;
+        }
+        uint64_t *forced = nn ? malloc((size_t)nn * 8) : NULL;
+        if (nn && !forced)
+            return "no memory to make the state again";
+        for (uint32_t i = 0; i < nn; i++) {
+            uint64_t v = 0;
+            for (int b = 0; b < 8; b++)
+                v |= (uint64_t)names[8 * i + b] << (8 * b);
+            forced[i] = v;
+        }
+        cur.forced = forced;
+        cur.nforced = nn;
+        cur.used = 0;
+        replaying = k;
+        CUresult r = replay(frame, len);
+        replaying = UINT32_MAX;
+        int all = cur.used == nn;
+        cur.forced = NULL;
+        free(forced);
+        unsigned op = (unsigned)frame[0] | (unsigned)frame[1] << 8;
+        const char *name = op < FGR_NUM_OPS && fgr_ops[op].name ? fgr_ops[op].name : "an unknown operation";
+        if (r != CUDA_SUCCESS) {
+            snprintf(why, nwhy, "making the program's state again here failed: %s answered %s", name, err_name(r));
+            return why;
+        }
+        if (!all) {
+            snprintf(why, nwhy, "making the program's state again here failed: %s made other handles", name);
+            return why;
+        }
+    }
+    const uint8_t *ops = fgr_get_u32(&rd) == nranges && nranges <= rd.left / 6 ? fgr_get_bytes(&rd, (uint64_t)nranges * 6) : NULL;
+    if (rd.bad || !fgr_rd_done(&rd) || (nranges && !ops))
+        return "the state's bytes are malformed";
+    fgr_names_settle();
+    /* Every range the client will copy is where it was, or (memory the
+     * driver placed: a module's variable) where the request that made it
+     * placed it here. */
+    free(moved3);
+    moved3 = malloc((size_t)nranges * 24 + 1);
+    nmoved3 = 0;
+    const char *no = moved3 ? NULL : "no memory to make the state again";
+    for (uint32_t i = 0; i < nranges && !no; i++) {
+        uint64_t base = 0, size = 0;
+        for (int b = 0; b < 8; b++) {
+            base |= (uint64_t)ranges[16 * i + b] << (8 * b);
+            size |= (uint64_t)ranges[16 * i + 8 + b] << (8 * b);
+        }
+        unsigned op = (unsigned)ops[6 * i] | (unsigned)ops[6 * i + 1] << 8;
+        uint32_t seq = 0;
+        for (int b = 0; b < 4; b++)
+            seq |= (uint32_t)ops[6 * i + 2 + b] << (8 * b);
+        const char *name = op && op < FGR_NUM_OPS && fgr_ops[op].name ? fgr_ops[op].name : "an unknown operation";
+        size_t k = 0;
+        while (k < nadded && (added[k].taken || added[k].seq != seq || added[k].size != size))
+            k++;
+        if (k == nadded) {
+            snprintf(why, nwhy, "device memory at 0x%llx (%llu bytes, from %s) has no counterpart here",
+                     (unsigned long long)base, (unsigned long long)size, name);
+            no = why;
+            break;
+        }
+        added[k].taken = 1;
+        if (added[k].base == base)
+            continue; /* where it was */
+        /* Elsewhere: the client's address must name nothing else here. */
+        if (fgr_mem_in(base, size) || fgr_moved_add(base, size, added[k].base) != 0) {
+            snprintf(why, nwhy, "device memory at 0x%llx (%llu bytes, from %s) was placed elsewhere here, and its "
+                     "address is taken", (unsigned long long)base, (unsigned long long)size, name);
+            no = why;
+            break;
+        }
+        moved3[3 * nmoved3] = base;
+        moved3[3 * nmoved3 + 1] = size;
+        moved3[3 * nmoved3 + 2] = added[k].base;
+        nmoved3++;
+    }
+    fgr_moved_settle();
+    free(added);
+    added = NULL;
+    nadded = capadded = 0;
+    return no;
+}

@@ -1,0 +1,286 @@
+/* Moving a connection to another server (remote/client/migrate.c does the
+ * moving). flexgv serve asks through the control socket (--control-fd): a
+ * line "migrate ADDR", then SIGUSR2; the next answer is preceded by an
+ * output frame that tells the client ADDR. The client then has this
+ * executor drain and give its state's bytes (journal.c) and the bytes of
+ * its device memory, makes them again through a new executor of ADDR, and
+ * says how it ended (fgrStateDone), which goes back to the server as a
+ * line: "moved ADDR MS" or "stayed WHY". */
+#include "executor.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static struct {
+    CUresult (*sync)(void);
+    CUresult (*push)(CUcontext);
+    CUresult (*pop)(CUcontext *);
+    CUresult (*getcur)(CUcontext *);
+    CUresult (*dtoh)(void *, CUdeviceptr, size_t);
+    CUresult (*htod)(CUdeviceptr, const void *, size_t);
+    CUresult (*err_name)(CUresult, const char **);
+    CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+    CUresult (*granularity)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags);
+} d;
+
+/* A result by the driver's name for it. */
+static const char *err_name(CUresult r)
+{
+    static char s[32];
+    const char *n = NULL;
+    if (d.err_name && d.err_name(r, &n) == CUDA_SUCCESS && n)
+        return n;
+    snprintf(s, sizeof s, "error %d", (int)r);
+    return s;
+}
+
+static int control = -1;
+static volatile sig_atomic_t rang;
+static CUresult (*replay)(const uint8_t *, uint32_t);
+
+static struct fgr_buf saved;     /* the state's bytes, while the client reads them */
+static uint8_t *loading;         /* a moved state's bytes, while the client gives them */
+static uint64_t nloading, caploading;
+
+static void on_ring(int sig)
+{
+    (void)sig;
+    rang = 1;
+}
+
+void fgr_move_poll(int (*write)(const void *, size_t))
+{
+    if (!rang)
+        return;
+    rang = 0;
+    static char line[1024];
+    static size_t have;
+    for (;;) {
+        ssize_t got = read(control, line + have, sizeof line - 1 - have);
+        if (got <= 0)
+            break;
+        have += (size_t)got;
+        char *nl;
+        while ((nl = memchr(line, '\n', have))) {
+            *nl = 0;
+            if (!strncmp(line, "migrate ", 8) && nl - line > 8) {
+                size_t n = (size_t)(nl - line) - 8;
+                uint8_t f[9 + sizeof line];
+                uint32_t len = 5 + (uint32_t)n, magic = FGR_OUTPUT;
+                for (int i = 0; i < 4; i++)
+                    f[i] = (uint8_t)(len >> (8 * i)), f[4 + i] = (uint8_t)(magic >> (8 * i));
+                f[8] = FGR_OUTPUT_MOVE;
+                memcpy(f + 9, line + 8, n);
+                fgr_logf("asked to move to %s", line + 8);
+                if (write(f, 9 + n))
+                    return; /* the answer's write fails the same way, and says so */
+            } else {
+                fgr_logf("the server's control line \"%s\" is not one this executor knows", line);
+            }
+            have -= (size_t)(nl + 1 - line);
+            memmove(line, nl + 1, have);
+        }
+        if (have == sizeof line - 1)
+            have = 0; /* a line too long: dropped */
+    }
+}
+
+static void answer_why(unsigned nwhy, char *why, const char *what)
+{
+    if (why && nwhy)
+        snprintf(why, fgr_min(nwhy, 1024), "%s", what);
+}
+
+/* Every context the connection holds, drained: the state is what the
+ * device finished. */
+static CUresult drain_all(void)
+{
+    CUresult r = CUDA_SUCCESS;
+    uint64_t ctx[64];
+    size_t n = fgr_contexts(ctx, 64);
+    for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++) {
+        CUcontext was;
+        if ((r = d.push((CUcontext)(uintptr_t)ctx[i])) != CUDA_SUCCESS)
+            break;
+        r = d.sync();
+        d.pop(&was);
+    }
+    return r;
+}
+
+static CUresult state_save(unsigned long long *bytes, unsigned int nwhy, char *why)
+{
+    free(saved.p);
+    saved = (struct fgr_buf){0};
+    *bytes = 0;
+    CUresult r = drain_all();
+    if (r != CUDA_SUCCESS) {
+        char s[128];
+        snprintf(s, sizeof s, "the device's work ended in %s", err_name(r));
+        answer_why(nwhy, why, s);
+        return CUDA_SUCCESS;
+    }
+    const char *no = fgr_journal_save(&saved);
+    if (no) {
+        free(saved.p);
+        saved = (struct fgr_buf){0};
+        answer_why(nwhy, why, no);
+        return CUDA_SUCCESS;
+    }
+    *bytes = saved.len;
+    return CUDA_SUCCESS;
+}
+
+static CUresult state_get(unsigned long long off, unsigned long long n, void *dst)
+{
+    if (!dst || n > FGR_STATE_PIECE || off > saved.len || n > saved.len - off)
+        return CUDA_ERROR_INVALID_VALUE;
+    memcpy(dst, saved.p + off, n);
+    if (off + n == saved.len) { /* read to its end: not kept */
+        free(saved.p);
+        saved = (struct fgr_buf){0};
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult state_put(unsigned long long off, unsigned long long n, const void *src)
+{
+    if (!src || n > FGR_STATE_PIECE || off != nloading)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (nloading + n > caploading) {
+        uint64_t cap = caploading ? caploading : 1u << 20;
+        while (cap < nloading + n)
+            cap *= 2;
+        uint8_t *p = realloc(loading, cap);
+        if (!p)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        loading = p;
+        caploading = cap;
+    }
+    memcpy(loading + nloading, src, n);
+    nloading += n;
+    return CUDA_SUCCESS;
+}
+
+/* The old addresses of driver-placed memory the new executor placed
+ * elsewhere, reserved here: no later allocation takes them, so a client's
+ * old address means that memory alone. NULL, or why not (in buf). */
+static const char *reserve_moved(char *buf, size_t n)
+{
+    const uint64_t *m;
+    size_t k = fgr_journal_moved(&m);
+    if (!k)
+        return NULL;
+    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED, .location = {CU_MEM_LOCATION_TYPE_DEVICE, 0}};
+    size_t g = 0;
+    if (!d.reserve || !d.granularity || d.granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS ||
+        !g || (g & (g - 1)))
+        return "the driver reserves no addresses, which keep moved memory's old ones";
+    uint64_t last = 0; /* the end of the last page reserved (the ranges come sorted by old) */
+    for (size_t i = 0; i < k; i++) {
+        uint64_t lo = m[3 * i] & ~(uint64_t)(g - 1), hi = (m[3 * i] + m[3 * i + 1] + g - 1) & ~(uint64_t)(g - 1);
+        if (lo < last)
+            lo = last;
+        if (lo >= hi)
+            continue;
+        CUdeviceptr got = 0;
+        if (d.reserve(&got, hi - lo, g, lo, 0) != CUDA_SUCCESS || got != lo) {
+            snprintf(buf, n, "the old address of moved memory (0x%llx) is in use here", (unsigned long long)lo);
+            return buf;
+        }
+        last = hi;
+    }
+    return NULL;
+}
+
+static CUresult state_load(unsigned long long total, unsigned int *ok, unsigned int nwhy, char *why)
+{
+    *ok = 0;
+    char buf[512];
+    const char *no = total != nloading ? "the state's bytes did not all arrive"
+                                       : fgr_journal_load(loading, nloading, replay, err_name, buf, sizeof buf);
+    if (!no)
+        no = reserve_moved(buf, sizeof buf);
+    free(loading);
+    loading = NULL;
+    nloading = caploading = 0;
+    if (no) {
+        fgr_logf("cannot take a moved program's state: %s", no);
+        answer_why(nwhy, why, no);
+    } else {
+        *ok = 1;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* With a context of the connection current (a copy needs one). */
+static CUresult copy(CUdeviceptr p, size_t n, void *to, const void *from)
+{
+    if (n > FGR_STATE_PIECE || !fgr_mem_in(p, n) || (!to && !from))
+        return CUDA_ERROR_INVALID_VALUE;
+    CUcontext c = NULL, was;
+    d.getcur(&c);
+    uint64_t any = 0;
+    int pushed = !c && fgr_contexts(&any, 1) && (c = (CUcontext)(uintptr_t)any) && d.push(c) == CUDA_SUCCESS;
+    CUresult r = to ? d.dtoh(to, p, n) : d.htod(p, from, n);
+    if (pushed)
+        d.pop(&was);
+    return r;
+}
+
+static CUresult state_read(CUdeviceptr p, size_t n, void *dst) { return copy(p, n, dst, NULL); }
+static CUresult state_write(CUdeviceptr p, size_t n, const void *src) { return copy(p, n, NULL, src); }
+
+static CUresult state_done(unsigned int moved, unsigned int ms, const char *note)
+{
+    char line[1200];
+    int n = moved ? snprintf(line, sizeof line, "moved %s %u\n", note ? note : "", ms)
+                  : snprintf(line, sizeof line, "stayed %s\n", note && *note ? note : "(no reason given)");
+    if (n > (int)sizeof line - 1)
+        line[(n = (int)sizeof line - 1) - 1] = '\n';
+    for (char *c = line; c < line + n - 1; c++)
+        if (*c == '\n' || *c == '\r')
+            *c = ' '; /* one line, whatever the client wrote */
+    fgr_logf("%s", moved ? "the program moved to another server" : "the program stays");
+    if (control >= 0 && write(control, line, (size_t)n) != n)
+        fgr_logf("cannot tell the server how the move ended: %s", strerror(errno));
+    return CUDA_SUCCESS;
+}
+
+void fgr_move_init(void *driver, int control_fd, CUresult (*replay_fn)(const uint8_t *, uint32_t))
+{
+    *(void **)&d.sync = dlsym(driver, "cuCtxSynchronize");
+    *(void **)&d.push = dlsym(driver, "cuCtxPushCurrent_v2");
+    *(void **)&d.pop = dlsym(driver, "cuCtxPopCurrent_v2");
+    *(void **)&d.getcur = dlsym(driver, "cuCtxGetCurrent");
+    *(void **)&d.dtoh = dlsym(driver, "cuMemcpyDtoH_v2");
+    *(void **)&d.htod = dlsym(driver, "cuMemcpyHtoD_v2");
+    *(void **)&d.err_name = dlsym(driver, "cuGetErrorName");
+    *(void **)&d.reserve = dlsym(driver, "cuMemAddressReserve");
+    *(void **)&d.granularity = dlsym(driver, "cuMemGetAllocationGranularity");
+    replay = replay_fn;
+    if (!d.sync || !d.push || !d.pop || !d.getcur || !d.dtoh || !d.htod)
+        return; /* the operations stay unsupported */
+    fgr_real[FGR_OP_fgrStateSave] = (void *)state_save;
+    fgr_real[FGR_OP_fgrStateGet] = (void *)state_get;
+    fgr_real[FGR_OP_fgrStatePut] = (void *)state_put;
+    fgr_real[FGR_OP_fgrStateLoad] = (void *)state_load;
+    fgr_real[FGR_OP_fgrStateRead] = (void *)state_read;
+    fgr_real[FGR_OP_fgrStateWrite] = (void *)state_write;
+    fgr_real[FGR_OP_fgrStateDone] = (void *)state_done;
+    if (control_fd < 0)
+        return;
+    control = control_fd;
+    fcntl(control, F_SETFD, FD_CLOEXEC);
+    fcntl(control, F_SETFL, fcntl(control, F_GETFL) | O_NONBLOCK);
+    struct sigaction sa = {0};
+    sa.sa_handler = on_ring;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR2, &sa, NULL);
+}

@@ -1,0 +1,154 @@
+/* A program that keeps changing device memory and checking it, to be moved
+ * between servers while it runs (flexgv migrate):
+ *     mover STEPS [HOLD_AT READY GO]
+ * Each step adds the step's number to every word of two buffers (a kernel
+ * launched on a stream, and an explicit graph's kernel node) and to a
+ * module variable, fills mapped pinned memory, records an event after them
+ * and checks every word
+ * against what it must be by now. With
+ * HOLD_AT, before that step it creates the file READY and waits for GO
+ * (the test moves it meanwhile). It prints each check's sum, so a moved
+ * run's output equals an unmoved one's. */
+#include "common.h"
+
+#include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum { WORDS = 1 << 18 }; /* 1 MiB each: more than one piece of a move */
+
+static const char MODULE[] = "FLEXGV-SIM-MODULE\n"
+                             "kernel add 5 builtin=add\n"
+                             "kernel fill 5 builtin=fill\n"
+                             "global counter 4096 0\n";
+
+static void wait_for(const char *path)
+{
+    struct stat st;
+    while (stat(path, &st) != 0)
+        usleep(10000);
+}
+
+int main(int argc, char **argv)
+{
+    int steps = argc > 1 ? atoi(argv[1]) : 8, hold = argc > 4 ? atoi(argv[2]) : -1;
+    CUcontext ctx = primary_context();
+    (void)ctx;
+    /* A module and function made and gone first: what moves is named as
+     * its executor named it, not as a new one would. */
+    CUmodule gone;
+    CUfunction gonefn;
+    CHECK(cuModuleLoadData(&gone, MODULE));
+    CHECK(cuModuleGetFunction(&gonefn, gone, "fill"));
+    CHECK(cuModuleUnload(gone));
+    CUmodule mod;
+    CUfunction add, fill;
+    CHECK(cuModuleLoadData(&mod, MODULE));
+    CHECK(cuModuleGetFunction(&add, mod, "add"));
+    CHECK(cuModuleGetFunction(&fill, mod, "fill"));
+    CHECK(cuFuncSetAttribute(add, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 1024));
+    /* A module variable: the driver places it, another one elsewhere. */
+    CUdeviceptr counter;
+    size_t counter_bytes;
+    unsigned cwords = 1024;
+    CHECK(cuModuleGetGlobal_v2(&counter, &counter_bytes, mod, "counter"));
+    CUstream s;
+    CUevent ev;
+    CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CHECK(cuEventCreate(&ev, CU_EVENT_DEFAULT));
+    CUdeviceptr a, b, scratch;
+    CHECK(cuMemAlloc_v2(&a, WORDS * 4));
+    CHECK(cuMemAlloc_v2(&b, WORDS * 4));
+    CHECK(cuMemAlloc_v2(&scratch, 4096));
+    unsigned zero = 0, n = WORDS;
+    void *fa[] = {&a, &zero, &n}, *fb[] = {&b, &zero, &n};
+    CHECK(cuLaunchKernel(fill, 1, 1, 1, 256, 1, 1, 0, s, fa, NULL));
+    CHECK(cuLaunchKernel(fill, 1, 1, 1, 256, 1, 1, 0, s, fb, NULL));
+    CHECK(cuMemFree_v2(scratch)); /* freed: not part of what moves */
+
+    /* The graph: one kernel node adding `inc` to b; inc is set per step
+     * through the executable's node parameters. */
+    unsigned inc = 0;
+    void *gp[] = {&b, &inc, &n};
+    CUgraph g;
+    CUgraphNode node;
+    CUgraphExec ge;
+    CUDA_KERNEL_NODE_PARAMS kp;
+    memset(&kp, 0, sizeof kp);
+    kp.func = add;
+    kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1;
+    kp.blockDimX = 256;
+    kp.blockDimY = kp.blockDimZ = 1;
+    kp.kernelParams = gp;
+    CHECK(cuGraphCreate(&g, 0));
+    CHECK(cuGraphAddKernelNode_v2(&node, g, NULL, 0, &kp));
+    CHECK(cuGraphInstantiateWithFlags(&ge, g, 0));
+
+    /* Mapped pinned memory a kernel writes each step. */
+    unsigned *mapped;
+    CUdeviceptr mapped_d;
+    unsigned mwords = 1024;
+    CHECK(cuMemHostAlloc((void **)&mapped, mwords * 4, CU_MEMHOSTALLOC_DEVICEMAP));
+    CHECK(cuMemHostGetDevicePointer_v2(&mapped_d, mapped, 0));
+
+    unsigned *host = malloc(WORDS * 4);
+    uint64_t want = 0;
+    for (int step = 1; step <= steps; step++) {
+        if (step == hold) {
+            FILE *f = fopen(argv[3], "w");
+            if (f)
+                fclose(f);
+            wait_for(argv[4]);
+        }
+        unsigned v = (unsigned)step;
+        void *pa[] = {&a, &v, &n};
+        CHECK(cuLaunchKernel(add, 1, 1, 1, 256, 1, 1, 0, s, pa, NULL));
+        inc = 2 * v;
+        CHECK(cuGraphExecKernelNodeSetParams_v2(ge, node, &kp));
+        CHECK(cuGraphLaunch(ge, s));
+        void *pc[] = {&counter, &v, &cwords};
+        CHECK(cuLaunchKernel(add, 1, 1, 1, 256, 1, 1, 0, s, pc, NULL));
+        unsigned mv = 1000 + v;
+        void *pm[] = {&mapped_d, &mv, &mwords};
+        CHECK(cuLaunchKernel(fill, 1, 1, 1, 256, 1, 1, 0, s, pm, NULL));
+        CHECK(cuEventRecord(ev, s));
+        CHECK(cuEventSynchronize(ev));
+        if (mapped[0] != mv || mapped[mwords - 1] != mv) {
+            printf("step %d: mapped memory holds %u, want %u\n", step, mapped[0], mv);
+            return 1;
+        }
+        want += v;
+        uint64_t sum = 0;
+        CHECK(cuMemcpyDtoH_v2(host, counter, cwords * 4));
+        for (unsigned i = 0; i < cwords; i++)
+            if (host[i] != (unsigned)want) {
+                printf("step %d: counter[%u] is %u, want %u\n", step, i, host[i], (unsigned)want);
+                return 1;
+            }
+        CHECK(cuMemcpyDtoH_v2(host, a, WORDS * 4));
+        for (int i = 0; i < WORDS; i++) {
+            if (host[i] != (unsigned)want) {
+                printf("step %d: a[%d] is %u, want %u\n", step, i, host[i], (unsigned)want);
+                return 1;
+            }
+            sum += host[i];
+        }
+        CHECK(cuMemcpyDtoH_v2(host, b, WORDS * 4));
+        for (int i = 0; i < WORDS; i++) {
+            if (host[i] != (unsigned)(2 * want)) {
+                printf("step %d: b[%d] is %u, want %u\n", step, i, host[i], (unsigned)(2 * want));
+                return 1;
+            }
+            sum += host[i];
+        }
+        printf("step %d: sum %llu\n", step, (unsigned long long)sum);
+        fflush(stdout);
+    }
+    CHECK(cuMemFreeHost(mapped));
+    CHECK(cuGraphExecDestroy(ge));
+    CHECK(cuGraphDestroy(g));
+    CHECK(cuEventDestroy_v2(ev));
+    CHECK(cuStreamDestroy_v2(s));
+    printf("done\n");
+    return 0;
+}
