@@ -88,7 +88,7 @@ func newMigrate() *cobra.Command {
 			return nil
 		},
 	}
-	c.Flags().StringVar(&server, "server", "", "the server the programs run on, as it listens: unix:///PATH, tcp://HOST:PORT or tls://HOST:PORT")
+	c.Flags().StringVar(&server, "server", "", "the server the programs run on, as its --listen says: unix:///PATH, tcp://HOST:PORT or tls://HOST:PORT")
 	c.Flags().StringVar(&to, "to", "", "the server to move them to, as their clients dial it (unix:///PATH, shm:///PATH, tcp://HOST:PORT or tls://HOST:PORT)")
 	c.Flags().StringVar(&tenantName, "tenant", "", "move the executors of this tenant")
 	c.Flags().IntVar(&pid, "pid", 0, "move the executor of this process id")
