@@ -341,3 +341,29 @@ func TestParseAnswer(t *testing.T) {
 		}
 	}
 }
+
+// An executor that moved and ended before its answer was collected (the
+// one before it in pid order answered later) is reported moved, not ended.
+func TestMigrateMovedThenEndedCountsAsMoved(t *testing.T) {
+	s, sock, log := testServer(t)
+	for range 4 {
+		x, y := connect(t, s, sock, "a"), connect(t, s, sock, "a")
+		first, second := x, y
+		if y.pid < x.pid {
+			first, second = y, x
+		}
+		got := migrate(s, Selection{Tenant: "a"}, time.Minute)
+		second.call('m')
+		for !strings.Contains(log.String(), fmt.Sprintf("executor pid %d ended", second.pid)) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		first.call('m')
+		if rs := <-got; len(rs) != 2 || rs[0].Outcome != Moved || rs[1].Outcome != Moved {
+			t.Fatalf("%s", describe(rs))
+		}
+		// Gone before the next round selects tenant a's executors.
+		for !strings.Contains(log.String(), fmt.Sprintf("executor pid %d ended", first.pid)) {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
