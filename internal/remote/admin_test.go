@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"bufio"
 	"context"
 	"net"
 	"os"
@@ -177,10 +178,7 @@ func TestAdminSocketRefusesOtherUsers(t *testing.T) {
 	_, _, path := adminServer(t, dir)
 	os.Chmod(filepath.Dir(path), 0o755)
 	asNobody := func() string {
-		cmd := exec.Command(exe)
-		cmd.Env = []string{"FLEXGV_TEST_ADMIN_CLIENT=" + path}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody.Uid, Gid: nobody.Gid}}
-		out, err := cmd.CombinedOutput()
+		out, err := asUser(nobody, exe, "FLEXGV_TEST_ADMIN_CLIENT="+path).CombinedOutput()
 		if err != nil {
 			t.Fatalf("%s: %v", out, err)
 		}
@@ -193,6 +191,35 @@ func TestAdminSocketRefusesOtherUsers(t *testing.T) {
 	if out, want := asNobody(), "refused: user "+strconv.Itoa(int(nobody.Uid))+" is neither the server's user (0) nor root <nil>"; out != want {
 		t.Errorf("another user, socket of mode 0666: %q, want %q", out, want)
 	}
+
+	// Nor does flexgv migrate ask a socket another user put in the
+	// server's place.
+	theirs := filepath.Join(dir, "theirs")
+	os.Mkdir(theirs, 0o755)
+	os.Chown(theirs, int(nobody.Uid), int(nobody.Gid))
+	fake := asUser(nobody, exe, "FLEXGV_TEST_ADMIN_LISTEN="+filepath.Join(theirs, "admin.sock"))
+	in, _ := fake.StdinPipe()
+	out, _ := fake.StdoutPipe()
+	if err := fake.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Wait()
+	defer in.Close()
+	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "listening <nil>\n" {
+		t.Fatalf("the other user's socket: %q", line)
+	}
+	_, err = AdminCall(filepath.Join(theirs, "admin.sock"), AdminRequest{Op: "migrate", To: "unix:///tmp/b.sock", All: true, WaitMs: 1000})
+	if want := filepath.Join(theirs, "admin.sock") + " is served by user " + strconv.Itoa(int(nobody.Uid)) + ", neither this user (0) nor root"; err == nil || err.Error() != want {
+		t.Errorf("a socket of another user: %v, want %s", err, want)
+	}
+}
+
+// asUser is exe run as u with env alone.
+func asUser(u *ExecUser, exe string, env ...string) *exec.Cmd {
+	cmd := exec.Command(exe)
+	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.Uid, Gid: u.Gid}}
+	return cmd
 }
 
 // A folder another user owns is not used: they could swap the socket.

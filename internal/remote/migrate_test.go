@@ -19,11 +19,17 @@ import (
 )
 
 // The test binary doubles as a fake executor that speaks the control
-// contract, and as an admin client run as another user.
+// contract, and as an admin client or socket run as another user.
 func TestMain(m *testing.M) {
 	switch {
 	case os.Getenv("FLEXGV_TEST_FAKE_EXECUTOR") == "1":
 		fakeExecutor(os.Args[1:])
+	case os.Getenv("FLEXGV_TEST_ADMIN_LISTEN") != "":
+		// A socket in the admin socket's place, until stdin ends.
+		l, err := net.Listen("unix", os.Getenv("FLEXGV_TEST_ADMIN_LISTEN"))
+		fmt.Println("listening", err)
+		io.Copy(io.Discard, os.Stdin)
+		l.Close()
 	case os.Getenv("FLEXGV_TEST_ADMIN_CLIENT") != "":
 		a, err := AdminCall(os.Getenv("FLEXGV_TEST_ADMIN_CLIENT"), AdminRequest{Op: "migrate", To: "unix:///tmp/b.sock", All: true, WaitMs: 1000})
 		fmt.Println(a.Error, err)
