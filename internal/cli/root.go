@@ -83,7 +83,7 @@ func newRoot(stderr io.Writer) *cobra.Command {
 		c.Flags().StringVar(&g.driver, "driver", "", "CUDA driver library to load instead of libcuda.so.1")
 		root.AddCommand(c)
 	}
-	root.AddCommand(newPs(), newRm(), newUpdate(), newSuspend(), newResume(), newTop(), newBench(), newNode(), newDaemon(g), newMPSProbe(), newVersion())
+	root.AddCommand(newPs(), newRm(), newUpdate(), newSuspend(), newResume(), newMigrate(), newTop(), newBench(), newNode(), newDaemon(g), newMPSProbe(), newVersion())
 	root.AddCommand(kubernetesCommands()...)
 	return root
 }
@@ -177,7 +177,13 @@ func newRun(g *globals, stderr io.Writer) *cobra.Command {
 
 // Main runs the CLI and returns the process exit status.
 func Main(args []string) int {
-	root := newRoot(os.Stderr)
+	return execute(args, os.Stdout, os.Stderr)
+}
+
+// execute runs the CLI with its output to stdout and stderr.
+func execute(args []string, stdout, stderr io.Writer) int {
+	root := newRoot(stderr)
+	root.SetOut(stdout)
 	root.SetArgs(args)
 	err := root.Execute()
 	var ee exitError
@@ -187,13 +193,13 @@ func Main(args []string) int {
 		return 0
 	case errors.As(err, &ee):
 		if ee.msg != "" {
-			fmt.Fprintln(os.Stderr, ee.msg)
+			fmt.Fprintln(stderr, ee.msg)
 		}
 		return ee.code
 	case errors.As(err, &ue):
-		fmt.Fprintln(os.Stderr, ue.error)
+		fmt.Fprintln(stderr, ue.error)
 		return 2
 	}
-	fmt.Fprintln(os.Stderr, err)
+	fmt.Fprintln(stderr, err)
 	return 1
 }

@@ -22,7 +22,7 @@ import (
 )
 
 func newServe(g *globals, stderr io.Writer) *cobra.Command {
-	var listen, gpus, tlsCert, tlsKey, tenantDir, moduleCache, moduleCacheMax, pinnedMax, maxConns, execUser, execMemory string
+	var listen, admin, gpus, tlsCert, tlsKey, tenantDir, moduleCache, moduleCacheMax, pinnedMax, maxConns, execUser, execMemory string
 	var open bool
 	var tenants serveTenants
 	c := &cobra.Command{
@@ -42,7 +42,9 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 			"server's user, mode 0600): a tenant is added or revoked by writing or removing its file, without a\n" +
 			"restart; tenant NAME must exist with its limits (the node daemon holds it). Without either,\n" +
 			"anyone who can connect is served without limits: a unix socket is then left to its owner (umask),\n" +
-			"and TCP needs --open. tcp:// is not encrypted: use it inside a trusted network, else tls://.",
+			"and TCP needs --open. tcp:// is not encrypted: use it inside a trusted network, else tls://.\n\n" +
+			"flexgv migrate asks the server through its admin socket (--admin) to move running programs to\n" +
+			"another server; only the server's user and root may use it.",
 		Example: "  flexgv serve --listen unix:///run/flexgv.sock\n" +
 			"  flexgv serve --listen tls://0.0.0.0:7070 --tls-cert server.pem --tls-key server.key --gpus 0,1 \\\n" +
 			"      --tenant team-a:/etc/flexgv/team-a.token --mem 8GiB --compute 30% --priority high \\\n" +
@@ -71,6 +73,10 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 				return usageError{fmt.Errorf("flexgv serve: --listen %s needs --tls-cert and --tls-key", addr)}
 			case addr.Network != "tls" && (tlsCert != "" || tlsKey != ""):
 				return usageError{fmt.Errorf("flexgv serve: --tls-cert and --tls-key are for --listen tls://HOST:PORT")}
+			}
+			adminPath, err := remote.AdminPath(admin, addr)
+			if err != nil {
+				return usageError{fmt.Errorf("flexgv serve: --admin: %w", err)}
 			}
 			var tlsConfig *tls.Config
 			if addr.Network == "tls" {
@@ -185,6 +191,12 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 					return exitError{1, "flexgv serve: " + err.Error()}
 				}
 			}
+			al, err := remote.ListenAdmin(adminPath)
+			if err != nil {
+				l.Close()
+				return exitError{1, "flexgv serve: " + err.Error() + " (give another with --admin unix:///PATH)"}
+			}
+			defer al.Close()
 			// Ready before it says it listens.
 			if err := s.Prepare(); err != nil {
 				l.Close()
@@ -209,13 +221,25 @@ func newServe(g *globals, stderr io.Writer) *cobra.Command {
 			} else {
 				fmt.Fprintf(stderr, "flexgv serve: listening on %s, open to anyone who can connect, without limits\n", addr)
 			}
-			if err := s.Serve(ctx, l); err != nil {
+			fmt.Fprintf(stderr, "flexgv serve: admin socket %s (flexgv migrate)\n", adminPath)
+			adminDone := make(chan struct{})
+			go func() {
+				defer close(adminDone)
+				if err := s.ServeAdmin(ctx, al); err != nil {
+					fmt.Fprintf(stderr, "flexgv serve: admin socket: %v; flexgv migrate cannot reach this server\n", err)
+				}
+			}()
+			err = s.Serve(ctx, l)
+			stop()
+			<-adminDone
+			if err != nil {
 				return exitError{1, "flexgv serve: " + err.Error()}
 			}
 			return nil
 		},
 	}
 	c.Flags().StringVar(&listen, "listen", "", "where to listen: unix:///PATH, tcp://HOST:PORT or tls://HOST:PORT")
+	c.Flags().StringVar(&admin, "admin", "", "the admin socket flexgv migrate asks, unix:///PATH (default: beside a unix socket, PATH.admin; else $XDG_RUNTIME_DIR/flexgv/serve-HOST-PORT.admin, or /tmp/flexgv-UID/...)")
 	c.Flags().StringVar(&gpus, "gpus", "", "the GPUs to serve, as indexes or UUIDs (default: all)")
 	c.Flags().StringVar(&tlsCert, "tls-cert", "", "with --listen tls://: the server's certificate chain (PEM)")
 	c.Flags().StringVar(&tlsKey, "tls-key", "", "with --listen tls://: the certificate's private key (PEM)")

@@ -305,9 +305,11 @@ type Server struct {
 	now                       func() time.Time
 	// lines peers can cause at will, each kind rate-limited
 	closedLog, silentLog, rationLog logLimit
+	controlLog                      logLimit // executors' control lines that make no sense
+	adminLog                        logLimit // admin connections of other users
 
 	mu      sync.Mutex
-	execs   map[int]*os.Process
+	execs   map[int]*executor
 	conns   map[string]int  // executors per tenant, with those starting
 	atCap   map[string]bool // tenants whose cap was said since they were last below it
 	closing bool            // shutting down: an executor started now ends at once
@@ -463,6 +465,16 @@ func (s *Server) start(ctx context.Context, c net.Conn, key string, pc *pendingC
 	if s.PinnedMax >= 0 {
 		args = append(args, "--pinned-max", strconv.FormatInt(s.PinnedMax, 10))
 	}
+	// How the executor is asked to move its program (migrate.go).
+	ours, theirs, err := newControl()
+	if err != nil {
+		s.logf("%s: %v", peer, err)
+		return
+	}
+	defer ours.Close()
+	defer theirs.Close()
+	files = append(files, theirs)
+	args = append(args, "--control-fd", strconv.Itoa(2+len(files)))
 	cmd := exec.Command(s.Executor, args...)
 	cmd.ExtraFiles = files
 	cmd.Env = slices.Clone(s.Env)
@@ -518,17 +530,23 @@ func (s *Server) start(ctx context.Context, c net.Conn, key string, pc *pendingC
 	// (Pdeathsig above).
 	err = cmd.Start()
 	ctl.exec.Close()
+	theirs.Close()
 	if err != nil {
 		s.logf("%s: cannot start the executor: %v", peer, err)
 		return
 	}
 	pid := cmd.Process.Pid
 	s.logf("%s connected: executor pid %d", who, pid)
+	e := &executor{pid: pid, peer: peer, proc: cmd.Process, ctl: ours, ended: make(chan struct{})}
+	if t != nil {
+		e.tenant = t.Name
+	}
+	go s.readControl(e) // ended before start returns
 	s.mu.Lock()
 	if s.execs == nil {
-		s.execs = map[int]*os.Process{}
+		s.execs = map[int]*executor{}
 	}
-	s.execs[pid] = cmd.Process
+	s.execs[pid] = e
 	if s.closing {
 		cmd.Process.Signal(syscall.SIGTERM)
 	}
@@ -537,6 +555,10 @@ func (s *Server) start(ctx context.Context, c net.Conn, key string, pc *pendingC
 	s.mu.Lock()
 	delete(s.execs, pid)
 	s.mu.Unlock()
+	// What it wrote before it ended is read; a child of its that keeps
+	// the socket open does not hold the reader.
+	ours.SetReadDeadline(time.Now().Add(time.Second))
+	<-e.ended
 	how := "exited"
 	if err != nil {
 		how = err.Error()
@@ -667,8 +689,8 @@ func (s *Server) relay(c *tls.Conn) (*os.File, error) {
 func (s *Server) shutdown() {
 	s.mu.Lock()
 	s.closing = true
-	for _, p := range s.execs {
-		p.Signal(syscall.SIGTERM)
+	for _, e := range s.execs {
+		e.proc.Signal(syscall.SIGTERM)
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
