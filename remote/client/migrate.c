@@ -18,8 +18,14 @@ static uint64_t ms_since(const struct timespec *t0)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)(t.tv_sec - t0->tv_sec) * 1000 + (uint64_t)(t.tv_nsec - t0->tv_nsec) / 1000000;
+    int64_t ns = (int64_t)(t.tv_sec - t0->tv_sec) * 1000000000 + (t.tv_nsec - t0->tv_nsec);
+    return ns > 0 ? (uint64_t)ns / 1000000 : 0;
 }
+
+/* The bytes copied at a time: with a context current, through the copy
+ * calls' own pipeline (pieces in flight both ways); without, the move's
+ * own calls, a piece at a time. */
+#define COPY_BUF (64u << 20)
 
 static uint64_t word(const uint8_t *p, int n)
 {
@@ -86,20 +92,38 @@ static int load(const uint8_t *p, uint64_t n, char *why, size_t nwhy)
     return r == CUDA_SUCCESS && ok ? 0 : -1;
 }
 
-/* The device ranges' bytes, old (set aside) to new (current), a piece at a
- * time through buf. */
-static int copy(const uint8_t *ranges, uint32_t nranges, struct fgr_conn_saved *old, uint8_t *buf, char *why,
-                size_t nwhy)
+/* The device ranges' bytes, old (set aside) to new (current), through buf
+ * (COPY_BUF bytes); the bytes copied in *total, of them device to device
+ * in *pulled. */
+static int copy(const uint8_t *ranges, uint32_t nranges, struct fgr_conn_saved *old, uint8_t *buf, uint64_t *total,
+                uint64_t *pulled, char *why, size_t nwhy)
 {
+    int fast = fgr_current() != NULL, pull = 1;
+    size_t piece = fast ? COPY_BUF : FGR_STATE_PIECE;
     for (uint32_t i = 0; i < nranges; i++) {
         uint64_t base = word(ranges + 16 * i, 8), size = word(ranges + 16 * i + 8, 8);
-        for (uint64_t off = 0; off < size; off += FGR_STATE_PIECE) {
-            size_t k = size - off < FGR_STATE_PIECE ? size - off : FGR_STATE_PIECE;
+        /* On one host, device to device: the new executor copies from the
+         * old one's pages (another host's it cannot reach: not tried again). */
+        if (pull) {
+            uint8_t token[64];
             fgr_conn_swap(old);
-            CUresult r = fgrStateRead(base + off, k, buf);
+            CUresult r = fgrStateShare(base, size, token);
+            fgr_conn_swap(old);
+            if (r == CUDA_SUCCESS && (r = fgrStatePull(token, base, size)) == CUDA_SUCCESS) {
+                *total += size;
+                *pulled += size;
+                continue;
+            }
+            pull = r != CUDA_ERROR_NOT_FOUND;
+        }
+        for (uint64_t off = 0; off < size; off += piece) {
+            size_t k = size - off < piece ? size - off : piece;
+            fgr_conn_swap(old);
+            CUresult r = fast ? cuMemcpyDtoH_v2(buf, base + off, k) : fgrStateRead(base + off, k, buf);
             fgr_conn_swap(old);
             if (r == CUDA_SUCCESS)
-                r = fgrStateWrite(base + off, k, buf);
+                r = fast ? cuMemcpyHtoD_v2(base + off, buf, k) : fgrStateWrite(base + off, k, buf);
+            *total += r == CUDA_SUCCESS ? k : 0;
             if (r != CUDA_SUCCESS) {
                 snprintf(why, nwhy, "copying device memory at 0x%llx failed (error %d)",
                          (unsigned long long)(base + off), (int)r);
@@ -115,7 +139,7 @@ void fgr_move(const char *to)
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     char why[1024] = "";
-    uint64_t n = 0;
+    uint64_t n = 0, bytes = 0, pulled = 0;
     uint8_t *state = NULL, *buf = NULL;
     struct fgr_conn_saved old = {-1, NULL, {0}, 0, CUDA_SUCCESS};
     int dialed = 0, moved = 0;
@@ -132,13 +156,13 @@ void fgr_move(const char *to)
         const uint8_t *ranges = state + 28;
         if (nranges > (n - 28) / 16)
             snprintf(why, sizeof why, "this server's state is malformed");
-        else if (!(buf = malloc(FGR_STATE_PIECE)))
+        else if (!(buf = malloc(COPY_BUF)))
             snprintf(why, sizeof why, "no memory to copy device memory");
         else if (fgr_conn_dial(to, &old) != 0)
             snprintf(why, sizeof why, "cannot connect to %s", to);
         else if ((dialed = 1) && same_gpus(&old.srv, &fgr_srv))
             snprintf(why, sizeof why, "%s", same_gpus(&old.srv, &fgr_srv));
-        else if (load(state, n, why, sizeof why) == 0 && copy(ranges, nranges, &old, buf, why, sizeof why) == 0)
+        else if (load(state, n, why, sizeof why) == 0 && copy(ranges, nranges, &old, buf, &bytes, &pulled, why, sizeof why) == 0)
             moved = 1;
     }
     free(state);
@@ -150,7 +174,9 @@ void fgr_move(const char *to)
     if (moved) {
         fgr_conn_swap(&old); /* the new one for good */
         fgr_conn_moved(to);
-        fgr_say("moved to the GPU server %s (the program paused %u ms)", to, ms);
+        fgr_say("moved to the GPU server %s (the program paused %u ms; %.1f MiB of device memory copied, %.1f MiB of it "
+                "device to device, and %.1f MiB of state)",
+                to, ms, bytes / 1048576.0, pulled / 1048576.0, n / 1048576.0);
     } else {
         fgr_say("stays on this GPU server: %s", why);
     }

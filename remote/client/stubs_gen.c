@@ -4581,6 +4581,43 @@ FGR_EXPORT CUresult fgrStateDone(unsigned int moved, unsigned int ms, const char
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult fgrStateShare(CUdeviceptr p, size_t n, void *token)
+{
+    CUresult fgr_r;
+    uint64_t n_token = token ? fgr_mul((uint64_t)(64), 1) : 0;
+    if (n_token > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrStateShare", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrStateShare, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)p);
+    fgr_put_u64(&fgr_c.w, (uint64_t)n);
+    fgr_put_u8(&fgr_c.w, token != NULL);
+    fgr_c.direct = token;
+    fgr_c.direct_n = n_token;
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, token, n_token, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrStatePull(const void *token, CUdeviceptr dst, size_t n)
+{
+    CUresult fgr_r;
+    uint64_t n_token = token ? fgr_mul((uint64_t)(64), 1) : 0;
+    if (n_token > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrStatePull", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrStatePull, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)dst);
+    fgr_put_u64(&fgr_c.w, (uint64_t)n);
+    fgr_put_buf(&fgr_c.w, token, n_token);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult fgrHostFn(CUstream hStream, unsigned long long id, unsigned int pt)
 {
     CUresult fgr_r;
@@ -6121,6 +6158,8 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_fgrStateRead] = "fgrStateRead",
     [FGR_OP_fgrStateWrite] = "fgrStateWrite",
     [FGR_OP_fgrStateDone] = "fgrStateDone",
+    [FGR_OP_fgrStateShare] = "fgrStateShare",
+    [FGR_OP_fgrStatePull] = "fgrStatePull",
     [FGR_OP_fgrHostFn] = "fgrHostFn",
     [FGR_OP_fgrStageUpload] = "fgrStageUpload",
     [FGR_OP_fgrStageUploadLast] = "fgrStageUploadLast",
@@ -6588,6 +6627,8 @@ const struct fg_proc fgr_procs[] = {
     {"fgrStateRead", "fgrStateRead", 0, 0, (void *)fgrStateRead},
     {"fgrStateWrite", "fgrStateWrite", 0, 0, (void *)fgrStateWrite},
     {"fgrStateDone", "fgrStateDone", 0, 0, (void *)fgrStateDone},
+    {"fgrStateShare", "fgrStateShare", 0, 0, (void *)fgrStateShare},
+    {"fgrStatePull", "fgrStatePull", 0, 0, (void *)fgrStatePull},
     {"fgrHostFn", "fgrHostFn", 0, 0, (void *)fgrHostFn},
     {"fgrStageUpload", "fgrStageUpload", 0, 0, (void *)fgrStageUpload},
     {"fgrStageUploadLast", "fgrStageUploadLast", 0, 0, (void *)fgrStageUploadLast},

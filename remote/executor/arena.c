@@ -207,6 +207,15 @@ static size_t holding(uint64_t p, uint64_t n)
     return i < nmaps && maps[i].base <= p && n <= maps[i].base + maps[i].size - p ? i : nmaps;
 }
 
+int fgr_arena_holding(uint64_t p, uint64_t n, uint64_t *block)
+{
+    size_t i = holding(p, n);
+    if (i == nmaps)
+        return -1;
+    *block = maps[i].base;
+    return 0;
+}
+
 /* An allocation the client placed in memory mapped: the connection's
  * from now on, as far as the executor's checks go. At 512-byte steps, as
  * the client places them: a page holds a bounded number. */

@@ -269,6 +269,8 @@ typedef CUresult (*pfn_fgrStateLoad)(unsigned long long total, unsigned int *ok,
 typedef CUresult (*pfn_fgrStateRead)(CUdeviceptr p, size_t n, void *dst);
 typedef CUresult (*pfn_fgrStateWrite)(CUdeviceptr p, size_t n, const void *src);
 typedef CUresult (*pfn_fgrStateDone)(unsigned int moved, unsigned int ms, const char *note);
+typedef CUresult (*pfn_fgrStateShare)(CUdeviceptr p, size_t n, void *token);
+typedef CUresult (*pfn_fgrStatePull)(const void *token, CUdeviceptr dst, size_t n);
 typedef CUresult (*pfn_fgrHostFn)(CUstream hStream, unsigned long long id, unsigned int pt);
 typedef CUresult (*pfn_fgrStageUpload)(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how);
 typedef CUresult (*pfn_fgrStageUploadLast)(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how);
@@ -5928,6 +5930,42 @@ static CUresult op_fgrStateDone(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_fgrStateShare(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr p = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
+    size_t n = (size_t)fgr_get_u64(rd);
+    int has_token = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    void *token = NULL;
+    const uint64_t fgr_n_token = fgr_mul((uint64_t)(64), 1);
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(!has_token || fgr_mul((uint64_t)(64), 1) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrStateShare", "token", fgr_mul((uint64_t)(64), 1), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_token && !(token = fgr_out(q, fgr_n_token)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrStateShare)fgr_real[FGR_OP_fgrStateShare])(p, n, token);
+    if (has_token)
+        fgr_reply_out(q, token, fgr_n_token, 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrStatePull(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr dst = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
+    size_t n = (size_t)fgr_get_u64(rd);
+    void *token = fgr_get_buf(rd, q, fgr_mul((uint64_t)(64), 1), 0);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrStatePull)fgr_real[FGR_OP_fgrStatePull])(token, dst, n);
+    return fgr_r;
+}
+
 static CUresult op_fgrHostFn(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -8035,6 +8073,8 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_fgrStateRead] = {"fgrStateRead", op_fgrStateRead, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrStateWrite] = {"fgrStateWrite", op_fgrStateWrite, 0, FGR_MAX_FRAME},
     [FGR_OP_fgrStateDone] = {"fgrStateDone", op_fgrStateDone, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrStateShare] = {"fgrStateShare", op_fgrStateShare, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrStatePull] = {"fgrStatePull", op_fgrStatePull, 0, FGR_MAX_FRAME},
     [FGR_OP_fgrHostFn] = {"fgrHostFn", op_fgrHostFn, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrStageUpload] = {"fgrStageUpload", op_fgrStageUpload, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrStageUploadLast] = {"fgrStageUploadLast", op_fgrStageUploadLast, 1, FGR_SMALL_FRAME},

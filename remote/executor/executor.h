@@ -100,12 +100,19 @@ void fgr_arena_init(void *driver);
 CUresult fgr_arena_map_handle(CUdeviceptr p, size_t n, CUmemGenericAllocationHandle h);
 /* The memory mapped at block, a mapping's start, and its size: 0, else -1. */
 int fgr_arena_block(uint64_t block, uint64_t *n, CUmemGenericAllocationHandle *h);
+/* The mapping holding [p, p+n): 0 and its start, else -1. */
+int fgr_arena_holding(uint64_t p, uint64_t n, uint64_t *block);
 /* IPC between the host's connections (ipc.c): after the arena. Memory
  * freed ends what was exported of the allocations in [lo, hi). */
 void fgr_ipc_init(void *driver);
 /* The same over the driver's functions given (the fuzz tests' own). */
 void fgr_ipc_use(void *export, void *import, void *release);
 void fgr_ipc_forget(uint64_t lo, uint64_t hi);
+/* A move's copy on one host (move.c): the allocation at p exported as a
+ * token (ipc.c's), and the pages a token names fetched (their descriptor,
+ * -1 when none; their size, and the allocation's offset in them). */
+CUresult fgr_ipc_share(CUdeviceptr p, size_t n, void *token);
+int fgr_ipc_fetch(const void *token, uint64_t *size, uint64_t *off, uint64_t *len);
 /* The parameter-size operations (layout.c). */
 void fgr_layout_init(void *driver);
 /* The sizes of f's parameters (a function's or a library kernel's): the
@@ -359,6 +366,9 @@ size_t fgr_contexts(uint64_t *ctx, size_t max);
  * p now is (p itself when not such), the same for each 8-byte word of
  * kernel parameters, and the table's entries (own.c). */
 uint64_t fgr_moved(uint64_t p);
+/* What an old address becomes once new memory lies there too: in no
+ * range (a call is refused) and not canonical (a kernel faults). */
+#define FGR_MOVED_GONE 0xdead000000000000ull
 void fgr_moved_words(void *p, size_t n);
 int fgr_moved_add(uint64_t old, uint64_t size, uint64_t now);
 void fgr_moved_settle(void);

@@ -220,6 +220,14 @@ static CUresult ipc_export(CUdeviceptr block, CUdeviceptr ptr, size_t len, void 
     return exported(PAGES, block, size, ptr, len, (uint64_t)h, handle);
 }
 
+CUresult fgr_ipc_share(CUdeviceptr p, size_t n, void *token)
+{
+    uint64_t block;
+    if (fgr_arena_holding(p, n, &block) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    return ipc_export(block, p, n, token);
+}
+
 /* The program's own physical allocation or pool, until it releases or
  * destroys it. */
 static CUresult export_object(int kind, uint64_t v, void *token)
@@ -325,6 +333,14 @@ static int fetched(const void *handle, int kind, struct token *t)
     if (kind == PAGES && (!t->size || t->off >= t->size || !t->len || t->len > t->size - t->off))
         return -1;
     return fetch(t);
+}
+
+int fgr_ipc_fetch(const void *token, uint64_t *size, uint64_t *off, uint64_t *len)
+{
+    struct token t;
+    int fd = fetched(token, PAGES, &t);
+    *size = t.size, *off = t.off, *len = t.len;
+    return fd;
 }
 
 static CUresult ipc_open(const void *handle, CUdeviceptr at, CUdeviceptr *dptr)

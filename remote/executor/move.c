@@ -3,7 +3,8 @@
  * line "migrate ADDR", then SIGUSR2; the next answer is preceded by an
  * output frame that tells the client ADDR. The client then has this
  * executor drain and give its state's bytes (journal.c) and the bytes of
- * its device memory, makes them again through a new executor of ADDR, and
+ * its device memory (device to device on one host: fgrStatePull), makes
+ * them again through a new executor of ADDR, and
  * says how it ended (fgrStateDone), which goes back to the server as a
  * line: "moved ADDR MS" or "stayed WHY". */
 #include "executor.h"
@@ -25,6 +26,14 @@ static struct {
     CUresult (*htod)(CUdeviceptr, const void *, size_t);
     CUresult (*err_name)(CUresult, const char **);
     CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+    CUresult (*addr_free)(CUdeviceptr, size_t);
+    CUresult (*import_fd)(CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType);
+    CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+    CUresult (*unmap)(CUdeviceptr, size_t);
+    CUresult (*access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+    CUresult (*release)(CUmemGenericAllocationHandle);
+    CUresult (*ctx_device)(CUdevice *);
+    CUresult (*dtod)(CUdeviceptr, CUdeviceptr, size_t);
     CUresult (*granularity)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags);
 } d;
 
@@ -168,19 +177,20 @@ static CUresult state_put(unsigned long long off, unsigned long long n, const vo
 }
 
 /* The old addresses of driver-placed memory the new executor placed
- * elsewhere, reserved here: no later allocation takes them, so a client's
- * old address means that memory alone. NULL, or why not (in buf). */
-static const char *reserve_moved(char *buf, size_t n)
+ * elsewhere, reserved here where the driver lets them be: no later
+ * allocation takes them, so a client's old address means that memory
+ * alone (where one does, own.c refuses the address from then on). */
+static void reserve_moved(void)
 {
     const uint64_t *m;
     size_t k = fgr_journal_moved(&m);
     if (!k)
-        return NULL;
+        return;
     CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED, .location = {CU_MEM_LOCATION_TYPE_DEVICE, 0}};
     size_t g = 0;
-    if (!d.reserve || !d.granularity || d.granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS ||
+    if (!d.reserve || !d.addr_free || !d.granularity || d.granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS ||
         !g || (g & (g - 1)))
-        return "the driver reserves no addresses, which keep moved memory's old ones";
+        return;
     uint64_t last = 0; /* the end of the last page reserved (the ranges come sorted by old) */
     for (size_t i = 0; i < k; i++) {
         uint64_t lo = m[3 * i] & ~(uint64_t)(g - 1), hi = (m[3 * i] + m[3 * i + 1] + g - 1) & ~(uint64_t)(g - 1);
@@ -189,13 +199,14 @@ static const char *reserve_moved(char *buf, size_t n)
         if (lo >= hi)
             continue;
         CUdeviceptr got = 0;
-        if (d.reserve(&got, hi - lo, g, lo, 0) != CUDA_SUCCESS || got != lo) {
-            snprintf(buf, n, "the old address of moved memory (0x%llx) is in use here", (unsigned long long)lo);
-            return buf;
+        if (d.reserve(&got, hi - lo, g, lo, 0) != CUDA_SUCCESS)
+            continue;
+        if (got != lo) { /* elsewhere: of no use */
+            d.addr_free(got, hi - lo);
+            continue;
         }
         last = hi;
     }
-    return NULL;
 }
 
 static CUresult state_load(unsigned long long total, unsigned int *ok, unsigned int nwhy, char *why)
@@ -205,7 +216,7 @@ static CUresult state_load(unsigned long long total, unsigned int *ok, unsigned 
     const char *no = total != nloading ? "the state's bytes did not all arrive"
                                        : fgr_journal_load(loading, nloading, replay, err_name, buf, sizeof buf);
     if (!no)
-        no = reserve_moved(buf, sizeof buf);
+        reserve_moved();
     free(loading);
     loading = NULL;
     nloading = caploading = 0;
@@ -218,18 +229,67 @@ static CUresult state_load(unsigned long long total, unsigned int *ok, unsigned 
     return CUDA_SUCCESS;
 }
 
-/* With a context of the connection current (a copy needs one). */
+/* A context of the connection made current when none is (a copy needs
+ * one): whether one was pushed, to pop. */
+static int some_context(void)
+{
+    CUcontext c = NULL;
+    uint64_t any = 0;
+    d.getcur(&c);
+    return !c && fgr_contexts(&any, 1) && d.push((CUcontext)(uintptr_t)any) == CUDA_SUCCESS;
+}
+
+static void context_done(int pushed)
+{
+    CUcontext was;
+    if (pushed)
+        d.pop(&was);
+}
+
 static CUresult copy(CUdeviceptr p, size_t n, void *to, const void *from)
 {
     if (n > FGR_STATE_PIECE || !fgr_mem_in(p, n) || (!to && !from))
         return CUDA_ERROR_INVALID_VALUE;
-    CUcontext c = NULL, was;
-    d.getcur(&c);
-    uint64_t any = 0;
-    int pushed = !c && fgr_contexts(&any, 1) && (c = (CUcontext)(uintptr_t)any) && d.push(c) == CUDA_SUCCESS;
+    int pushed = some_context();
     CUresult r = to ? d.dtoh(to, p, n) : d.htod(p, from, n);
-    if (pushed)
-        d.pop(&was);
+    context_done(pushed);
+    return r;
+}
+
+/* The pages a token of another executor of this host names, mapped here
+ * for as long as the copy into dst takes. */
+static CUresult state_pull(const void *token, CUdeviceptr dst, size_t n)
+{
+    uint64_t size, off, len;
+    if (!token || !n || !fgr_mem_in(dst, n))
+        return CUDA_ERROR_INVALID_VALUE;
+    int fd = fgr_ipc_fetch(token, &size, &off, &len);
+    if (fd < 0)
+        return CUDA_ERROR_NOT_FOUND; /* another host's, or gone */
+    CUmemGenericAllocationHandle h;
+    CUresult r = len != n ? CUDA_ERROR_INVALID_VALUE
+                          : d.import_fd(&h, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    close(fd);
+    if (r != CUDA_SUCCESS)
+        return r;
+    int pushed = some_context();
+    CUdeviceptr va = 0;
+    CUdevice dev = 0;
+    if ((r = d.reserve(&va, size, 0, 0, 0)) == CUDA_SUCCESS) {
+        if ((r = d.map(va, size, 0, h, 0)) == CUDA_SUCCESS) {
+            CUmemAccessDesc a = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+            if ((r = d.ctx_device(&dev)) == CUDA_SUCCESS) {
+                a.location.id = dev;
+                r = d.access(va, size, &a, 1);
+            }
+            if (r == CUDA_SUCCESS && (r = d.dtod(dst, va + off, n)) == CUDA_SUCCESS)
+                r = d.sync(); /* done before the pages go */
+            d.unmap(va, size);
+        }
+        d.addr_free(va, size);
+    }
+    d.release(h);
+    context_done(pushed);
     return r;
 }
 
@@ -262,7 +322,15 @@ void fgr_move_init(void *driver, int control_fd, CUresult (*replay_fn)(const uin
     *(void **)&d.htod = dlsym(driver, "cuMemcpyHtoD_v2");
     *(void **)&d.err_name = dlsym(driver, "cuGetErrorName");
     *(void **)&d.reserve = dlsym(driver, "cuMemAddressReserve");
+    *(void **)&d.addr_free = dlsym(driver, "cuMemAddressFree");
     *(void **)&d.granularity = dlsym(driver, "cuMemGetAllocationGranularity");
+    *(void **)&d.import_fd = dlsym(driver, "cuMemImportFromShareableHandle");
+    *(void **)&d.map = dlsym(driver, "cuMemMap");
+    *(void **)&d.unmap = dlsym(driver, "cuMemUnmap");
+    *(void **)&d.access = dlsym(driver, "cuMemSetAccess");
+    *(void **)&d.release = dlsym(driver, "cuMemRelease");
+    *(void **)&d.ctx_device = dlsym(driver, "cuCtxGetDevice");
+    *(void **)&d.dtod = dlsym(driver, "cuMemcpyDtoD_v2");
     replay = replay_fn;
     if (!d.sync || !d.push || !d.pop || !d.getcur || !d.dtoh || !d.htod)
         return; /* the operations stay unsupported */
@@ -273,6 +341,12 @@ void fgr_move_init(void *driver, int control_fd, CUresult (*replay_fn)(const uin
     fgr_real[FGR_OP_fgrStateRead] = (void *)state_read;
     fgr_real[FGR_OP_fgrStateWrite] = (void *)state_write;
     fgr_real[FGR_OP_fgrStateDone] = (void *)state_done;
+    /* Device to device on one host, where IPC between executors works. */
+    if (fgr_real[FGR_OP_fgrIpcExport] && d.reserve && d.addr_free && d.import_fd && d.map && d.unmap && d.access &&
+        d.release && d.ctx_device && d.dtod) {
+        fgr_real[FGR_OP_fgrStateShare] = (void *)fgr_ipc_share;
+        fgr_real[FGR_OP_fgrStatePull] = (void *)state_pull;
+    }
     if (control_fd < 0)
         return;
     control = control_fd;

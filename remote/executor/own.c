@@ -487,9 +487,11 @@ void fgr_mem_list(struct fgr_buf *w, int ops)
     }
 }
 
-/* Sorted by old once settled. */
+/* Sorted by old once settled; taken: new memory of the connection's lies
+ * there since, so the client's old address is ambiguous. */
 static struct moved {
     uint64_t old, end, now;
+    int taken;
 } *moved;
 static size_t nmoved, capmoved;
 
@@ -503,7 +505,7 @@ int fgr_moved_add(uint64_t old, uint64_t size, uint64_t now)
         moved = m;
         capmoved = n;
     }
-    moved[nmoved++] = (struct moved){old, old + size, now};
+    moved[nmoved++] = (struct moved){old, old + size, now, 0};
     return 0;
 }
 
@@ -527,7 +529,24 @@ uint64_t fgr_moved(uint64_t p)
         else
             hi = mid;
     }
-    return lo < nmoved && moved[lo].old <= p ? moved[lo].now + (p - moved[lo].old) : p;
+    if (lo == nmoved || moved[lo].old > p)
+        return p;
+    if (moved[lo].taken) {
+        if (moved[lo].taken++ == 1)
+            fgr_logf("the program used the old address 0x%llx of memory that moved, where other memory lies since: "
+                     "refused (a kernel given it faults)",
+                     (unsigned long long)p);
+        return FGR_MOVED_GONE;
+    }
+    return moved[lo].now + (p - moved[lo].old);
+}
+
+/* New memory at [base, base+size): an old address there is ambiguous. */
+static void moved_taken(uint64_t base, uint64_t size)
+{
+    for (size_t i = 0; i < nmoved; i++)
+        if (moved[i].old < base + size && base < moved[i].end && !moved[i].taken)
+            moved[i].taken = 1;
 }
 
 void fgr_moved_words(void *p, size_t n)
@@ -562,6 +581,8 @@ void fgr_mem_drop_within(uint64_t lo, uint64_t hi)
             i++;
 }
 
+static void moved_taken(uint64_t base, uint64_t size);
+
 void fgr_mem_add(uint64_t base, uint64_t size, int okind, uint64_t owner)
 {
     if (base == 0 || size == 0 || base + size < base || range_of(base))
@@ -580,6 +601,8 @@ void fgr_mem_add(uint64_t base, uint64_t size, int okind, uint64_t owner)
     nmem++;
     fgr_add(FGR_H_MEM, base, okind, owner);
     fgr_journal_range(base, size);
+    if (nmoved)
+        moved_taken(base, size);
 }
 
 void fgr_mem_add_kept(uint64_t base, uint64_t size, int okind, uint64_t owner)
