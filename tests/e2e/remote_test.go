@@ -57,10 +57,17 @@ func (s *server) waitLog(re string, within time.Duration) []string {
 // the simulated GPU as the driver.
 func (e *env) serve(transport string, extra ...string) *server {
 	e.t.Helper()
+	return e.serveNamed("gpu", transport, extra...)
+}
+
+// serveNamed is serve on the socket NAME.sock (a second server beside the
+// first).
+func (e *env) serveNamed(name, transport string, extra ...string) *server {
+	e.t.Helper()
 	var addr string
 	switch transport {
 	case "unix", "shm": // shm: the same socket, dialled as shm://
-		addr = "unix://" + filepath.Join(e.dir, "gpu.sock")
+		addr = "unix://" + filepath.Join(e.dir, name+".sock")
 	case "tcp", "tls":
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {

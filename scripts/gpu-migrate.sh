@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# A running PyTorch training moved between two GPU servers of this host
+# (flexgv migrate), after make: an uninterrupted remote run, then the same
+# run moved from server a to server b mid-run, over unix sockets and over
+# loopback TCP: the losses bit for bit, the ballast intact, the pause the
+# program saw and the device memory that moved.
+#     scripts/gpu-migrate.sh [STEPS] [HOLD_GIB] [OUT]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+STEPS=${1:-3000}
+GIB=${2:-2}
+OUT=${3:-${OUT:-/tmp}}
+B=$PWD/build
+FLEXGV=$B/bin/flexgv
+tmp=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
+failed=0
+fail() { echo "FAIL: $*"; failed=1; }
+pass() { echo "PASS: $*"; }
+serve() { env -u LD_LIBRARY_PATH "$FLEXGV" serve --listen "$1" ${2:-} >>"$OUT/migrate_serve_$3.log" 2>&1 & }
+serve "unix://$tmp/a.sock" "" a
+serve "unix://$tmp/b.sock" "" b
+serve tcp://127.0.0.1:7181 --open ta
+serve tcp://127.0.0.1:7182 --open tb
+sleep 2
+train() { # ADDR PROGRESS JSON
+    FLEXGV_REMOTE=$1 LD_LIBRARY_PATH=$B/remote python3 scripts/gpu/torch_suspend.py "$STEPS" "$GIB" "$2" >"$3"
+}
+echo "== the uninterrupted run, over unix://"
+train "unix://$tmp/a.sock" "$tmp/ref.progress" "$tmp/ref.json" || fail "the uninterrupted run"
+for pair in "unix://$tmp/a.sock unix://$tmp/b.sock" "tcp://127.0.0.1:7181 tcp://127.0.0.1:7182"; do
+    set -- $pair
+    from=$1 to=$2
+    echo "== moved from $from to $to mid-run ($GIB GiB of ballast beside the training)"
+    rm -f "$tmp/run.progress"
+    train "$from" "$tmp/run.progress" "$tmp/run.json" 2>"$tmp/run.err" &
+    job=$!
+    for i in $(seq 1200); do [ -s "$tmp/run.progress" ] && break; sleep 0.1; done
+    sleep 2
+    "$FLEXGV" migrate --server "$from" --to "$to" --all --wait 120s | tee "$tmp/cli.txt"
+    mrc=${PIPESTATUS[0]}
+    wait $job || fail "the training moved from $from (its stderr below)"
+    grep "flexgv remote" "$tmp/run.err"
+    [ "$mrc" = 0 ] && pass "flexgv migrate $from -> $to" || fail "flexgv migrate $from -> $to (exit $mrc)"
+    python3 - "$tmp/ref.json" "$tmp/run.json" "$STEPS" <<'PY' || fail "the moved run's losses or ballast ($from)"
+import json, sys
+ref, got = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+same = ref["losses"] == got["losses"] and len(got["losses"]) == int(sys.argv[3])
+print(f"  {len(got['losses'])} losses identical to the uninterrupted run: {same}; ballast intact: {got['ballast_intact']}; "
+      f"longest gap between progress lines {got['max_gap_s']:.2f} s (uninterrupted {ref['max_gap_s']:.2f} s)")
+sys.exit(0 if same and got["ballast_intact"] else 1)
+PY
+done
+exit $failed
