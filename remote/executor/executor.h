@@ -329,6 +329,11 @@ uint32_t fgr_journal_seq(const struct fgr_link *l);
 void fgr_journal_range(uint64_t base, uint64_t size);
 void fgr_journal_named(uint32_t i, uint32_t gen);
 int fgr_journal_forced(uint32_t *i, uint32_t *gen);
+/* The forced name could not be given: the request is not made again. */
+void fgr_journal_misplaced(void);
+/* Whether a request of operation op can be one the journal keeps (a
+ * state's bytes name no other). */
+int fgr_journal_kept_op(unsigned op);
 /* The request being served changed (kind, v): it is kept while that lives. */
 void fgr_journal_changed(int kind, uint64_t v);
 /* Sets by-value parameter k of the request being kept to v (what makes

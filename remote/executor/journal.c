@@ -288,6 +288,24 @@ int fgr_journal_forced(uint32_t *i, uint32_t *gen)
     return 1;
 }
 
+void fgr_journal_misplaced(void)
+{
+    if (cur.forced)
+        cur.used = cur.nforced + 1;
+}
+
+int fgr_journal_kept_op(unsigned op)
+{
+    /* what answers a connection's own traffic, or moves it */
+    static const int never[] = {FGR_OP_fgrNudge,    FGR_OP_fgrWaitTickets, FGR_OP_fgrStateSave, FGR_OP_fgrStateGet,
+                                FGR_OP_fgrStatePut, FGR_OP_fgrStateLoad,   FGR_OP_fgrStateRead, FGR_OP_fgrStateWrite,
+                                FGR_OP_fgrStateDone, FGR_OP_fgrStateShare, FGR_OP_fgrStatePull};
+    for (size_t i = 0; i < sizeof never / sizeof *never; i++)
+        if (never[i] == (int)op)
+            return 0;
+    return 1;
+}
+
 /* The request's by-value parameter k (its words follow the header). */
 static uint64_t param(uint32_t k)
 {

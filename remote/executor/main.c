@@ -510,7 +510,7 @@ static CUresult replay(const uint8_t *frame, uint32_t n)
     fgr_get_u16(&rd);
     fgr_get_u32(&rd);
     CUcontext ctx = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(&rd));
-    if (rd.bad || op == FGR_OP_HELLO || op >= FGR_NUM_OPS || !fgr_ops[op].fn)
+    if (rd.bad || op == FGR_OP_HELLO || op >= FGR_NUM_OPS || !fgr_ops[op].fn || !fgr_journal_kept_op(op))
         return CUDA_ERROR_INVALID_VALUE;
     CUresult r = !fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx) ? CUDA_ERROR_INVALID_CONTEXT
                  : fgr_real[op]                                      ? make_current(ctx)

@@ -153,8 +153,10 @@ static uint32_t name_new(int kind, uint64_t v)
     keyed();
     uint32_t i, gen;
     if (fgr_journal_forced(&i, &gen)) {
-        if ((i = name_place(i)) == NO_NAME)
+        if ((i = name_place(i)) == NO_NAME) {
+            fgr_journal_misplaced();
             return NO_NAME;
+        }
         names[i] = (struct name){v, gen & GEN_MASK, (uint8_t)kind};
         fgr_journal_named(i, names[i].gen);
         return i;

@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/binary"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -118,4 +121,93 @@ func TestRemoteMigrateRefused(t *testing.T) {
 		t.Errorf("the program did not say why it stays:\n%s", p.stderr)
 	}
 	b.quiesce() // the target's executor ended with the move
+}
+
+// stateBytes is a moved connection's state as remote/executor/journal.c
+// lays it out, with recs already laid out ({u32 len, frame, u32 nnames,
+// u64 names...} each) and no device ranges.
+func stateBytes(magic uint32, nrecs uint32, recs w) w {
+	b := w{}.u32(magic).u32(1).u32(1).u32(2).u32(3).u32(4).u32(0).u32(nrecs)
+	return append(b, recs...).u32(0)
+}
+
+// A hostile client's state bytes make a new executor refuse the state
+// with a reason, never crash it or make what the bytes do not say:
+// malformed counts, requests that only answer a connection (a nested
+// load), names out of reach, bytes that did not all arrive.
+func TestRemoteMigrateHostileState(t *testing.T) {
+	p := readProtocol(t)
+	op := func(name string) uint16 {
+		o, ok := p.ops[name]
+		if !ok {
+			t.Fatalf("no operation %s", name)
+		}
+		return o
+	}
+	frame := func(name string, args w) w { return w(request(op(name), args)[4:]) }
+	retain := frame("cuDevicePrimaryCtxRetain", w{}.u64(0).u8(1))
+	load := frame("fgrStateLoad", w{}.u64(8).u64(64).u8(1).u8(1))
+	const magic = 0x53524746
+	cases := []struct {
+		name  string
+		state w
+		total uint64 // 0: the state's length
+		why   string
+	}{
+		{"another magic", stateBytes(0x12345678, 0, nil), 0, "not a state this executor reads"},
+		{"ranges past the end", w{}.u32(magic).u32(1).u32(0).u32(0).u32(0).u32(0).u32(0xffffffff), 0, "malformed"},
+		{"a record past the end", stateBytes(magic, 1, w{}.u32(1<<20).raw("xx")), 0, "malformed"},
+		{"a nested load", stateBytes(magic, 1, w{}.u32(uint32(len(load))).raw(string(load)).u32(0)), 0,
+			"fgrStateLoad answered CUDA_ERROR_INVALID_VALUE"},
+		{"a name out of reach", stateBytes(magic, 1, w{}.u32(uint32(len(retain))).raw(string(retain)).u32(1).u64(1<<62|1)), 0,
+			"making the program's state again here failed: cuDevicePrimaryCtxRetain"},
+		{"bytes missing", stateBytes(magic, 0, nil), 1 << 20, "did not all arrive"},
+	}
+	e := newEnv(t)
+	s := e.serve("unix")
+	path := strings.TrimPrefix(s.addr, "unix://")
+	for _, c := range cases {
+		conn, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		conn.SetDeadline(time.Now().Add(20 * time.Second))
+		total := c.total
+		if total == 0 {
+			total = uint64(len(c.state))
+		}
+		conn.Write(auth(""))
+		conn.Write(p.hello(p.hash))
+		conn.Write(request(op("fgrStatePut"), w{}.u64(0).u64(uint64(len(c.state))).u8(1).u64(uint64(len(c.state))).raw(string(c.state))))
+		conn.Write(request(op("fgrStateLoad"), w{}.u64(total).u64(256).u8(1).u8(1)))
+		// Authentication's answer, the handshake's, Put's, then Load's: ok (a u32) and why.
+		var got []byte
+		for i := 0; i < 4; i++ {
+			var n uint32
+			if err := binary.Read(conn, binary.LittleEndian, &n); err != nil {
+				t.Fatalf("%s: answer %d: %v\n%s", c.name, i, err, s.Log())
+			}
+			got = make([]byte, n)
+			if _, err := io.ReadFull(conn, got); err != nil {
+				t.Fatalf("%s: answer %d: %v", c.name, i, err)
+			}
+		}
+		// result u32, ok: u8 1, u64 4, u32; why: u8 1, u64 256, bytes
+		if len(got) < 4+13+9+256 || binary.LittleEndian.Uint32(got) != 0 {
+			t.Fatalf("%s: Load answered %x", c.name, got)
+		}
+		ok := binary.LittleEndian.Uint32(got[4+9:])
+		why := strings.TrimRight(string(got[4+13+9:4+13+9+256]), "\x00")
+		if ok != 0 || !strings.Contains(why, c.why) {
+			t.Errorf("%s: ok %d, why %q; want a refusal saying %q", c.name, ok, why, c.why)
+		}
+		conn.Close()
+	}
+	s.quiesce()
+	if strings.Contains(s.Log(), "signal:") {
+		t.Errorf("an executor crashed:\n%s", s.Log())
+	}
+	if r := e.remote(s, "rtlike", "1"); r.code != 0 {
+		t.Errorf("after the hostile states: exit %d\n%s", r.code, r.stderr)
+	}
 }
