@@ -11,6 +11,7 @@
 
 #include "../proto_gen.h"
 #include "../options.h"
+#include "../ring.h"
 #include "../wire.h"
 #include "exports_gen.h"
 
@@ -48,6 +49,9 @@ struct fgr_ring *fgr_conn_ring(void); /* NULL but over shm:// */
 int fgr_stage_wanted(size_t n);
 CUresult fgr_stage_upload(CUdeviceptr dst, const void *src, size_t n, CUstream s, unsigned how, int queued);
 void fgr_stage_forked(void);
+/* The staging area's running total set to other, the old one answered (a
+ * connection moving: each executor counts its own). */
+uint64_t fgr_stage_swap(uint64_t other);
 /* A detached thread of the client's, with every signal blocked (the
  * program's handlers run on its own threads) and stack bytes of stack (0:
  * the usual): 0, or -1 when none could be made. */
@@ -78,6 +82,8 @@ int fgr_heap_mapped(const void *p);
  * mirror's). */
 int fgr_pinned_host(uint64_t p);
 int fgr_heap_free(void *p);
+/* Whether the program holds memory of the heap. */
+int fgr_heap_used(void);
 int fgr_heap_holds(const void *p, size_t n, uint64_t *off);
 /* Whether n bytes at p lie in one allocation (*off: where): a copy of them
  * is the GPU's from or into the heap; another (over two allocations, or
@@ -218,10 +224,12 @@ void fgr_move(const char *to);
 /* conn.c's part: a connection set aside (dial: the current one set aside
  * and one to addr made current, 0; else -1, said, and nothing changed),
  * swapped with the current one, dropped (closed), and the address used
- * from now on; whether the connection is over shm://. */
+ * from now on. */
 struct fgr_conn_saved {
     int fd;
     void *tls;
+    struct fgr_ring ring; /* its rings over shm:// (mapped: ring.m) */
+    uint64_t staged;      /* their staging area's running total */
     struct fgr_server srv;
     int broken;
     CUresult refused;
@@ -230,9 +238,9 @@ int fgr_conn_dial(const char *addr, struct fgr_conn_saved *old);
 void fgr_conn_swap(struct fgr_conn_saved *other);
 void fgr_conn_drop(struct fgr_conn_saved *s);
 void fgr_conn_moved(const char *addr);
-int fgr_conn_over_shm(void);
-/* Whether host functions have a channel of their own (hostfn.c). */
-int fgr_hostfn_channel_open(void);
+/* Whether host functions run on a thread of their own, bound to this
+ * connection's rings or channel (hostfn.c). */
+int fgr_hostfn_bound(void);
 /* TLS over a connected socket to host (tls.c): the session, or NULL having
  * said why (addr names the server). Whole-buffer I/O as fgr_read_all and
  * fgr_write_all answer it. */

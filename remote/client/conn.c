@@ -945,9 +945,11 @@ void fgr_conn_swap(struct fgr_conn_saved *other)
 {
     pthread_mutex_lock(&conn_lock);
     pthread_mutex_lock(&write_lock);
-    struct fgr_conn_saved mine = {conn_fd, conn_tls, fgr_srv, conn_broken, conn_refused};
+    struct fgr_conn_saved mine = {conn_fd, conn_tls, conn_ring, 0, fgr_srv, conn_broken, conn_refused};
+    mine.staged = fgr_stage_swap(other->staged);
     conn_fd = other->fd;
     conn_tls = other->tls;
+    conn_ring = other->ring;
     fgr_srv = other->srv;
     conn_broken = other->broken;
     conn_refused = other->refused;
@@ -958,7 +960,7 @@ void fgr_conn_swap(struct fgr_conn_saved *other)
 
 int fgr_conn_dial(const char *addr, struct fgr_conn_saved *old)
 {
-    *old = (struct fgr_conn_saved){-1, NULL, {0}, 0, CUDA_SUCCESS};
+    *old = (struct fgr_conn_saved){.fd = -1};
     fgr_conn_swap(old); /* the current one set aside, none in its place */
     pthread_mutex_lock(&conn_lock);
     char *was = __atomic_exchange_n(&moved_to, (char *)addr, __ATOMIC_ACQ_REL);
@@ -980,6 +982,7 @@ void fgr_conn_drop(struct fgr_conn_saved *s)
             fgr_tls_free(tls);
         close(s->fd);
     }
+    fgr_ring_close(&s->ring);
     free(s->srv.dev);
     for (int i = 0; i < s->srv.nerr; i++) {
         free(s->srv.err[i].name);
@@ -987,7 +990,7 @@ void fgr_conn_drop(struct fgr_conn_saved *s)
     }
     free(s->srv.err);
     free(s->srv.kept);
-    *s = (struct fgr_conn_saved){-1, NULL, {0}, 0, CUDA_SUCCESS};
+    *s = (struct fgr_conn_saved){.fd = -1};
 }
 
 void fgr_conn_moved(const char *addr)
@@ -996,8 +999,6 @@ void fgr_conn_moved(const char *addr)
     if (a)
         __atomic_store_n(&moved_to, a, __ATOMIC_RELEASE); /* a former one stays: a thread may be reading it */
 }
-
-int fgr_conn_over_shm(void) { return conn_ring.m != NULL; }
 
 CUresult fgr_connect(void)
 {

@@ -17,11 +17,13 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static uint8_t *heap;     /* this connection's, NULL: none */
+static int heap_fd = -1;  /* its memfd, for a server the connection moves to */
 static uint8_t *stale[8]; /* a parent's heaps, reserved in a forked child */
 static struct fgr_heap_range *blocks; /* allocated */
 static unsigned char *mapped_at;       /* by block: kernels reach it by its address */
@@ -29,12 +31,32 @@ static int nblocks, cap;
 
 int fgr_heap_make(int *fd, uint64_t *base)
 {
-    uint8_t *b;
+    uint8_t *b = __atomic_load_n(&heap, __ATOMIC_ACQUIRE);
+    if (b) { /* a connection moving: the same heap, with what it holds */
+        if ((*fd = fcntl(heap_fd, F_DUPFD_CLOEXEC, 0)) < 0)
+            return -1;
+        *base = (uint64_t)(uintptr_t)b;
+        return 0;
+    }
     if (fgr_heap_create(fd, &b) != 0)
         return -1;
+    heap_fd = fcntl(*fd, F_DUPFD_CLOEXEC, 0);
+    if (heap_fd < 0) {
+        munmap(b, FGR_HEAP_BYTES);
+        close(*fd);
+        return -1;
+    }
     __atomic_store_n(&heap, b, __ATOMIC_RELEASE);
     *base = (uint64_t)(uintptr_t)b;
     return 0;
+}
+
+int fgr_heap_used(void)
+{
+    pthread_mutex_lock(&lock);
+    int n = nblocks;
+    pthread_mutex_unlock(&lock);
+    return n > 0;
 }
 
 int fgr_heap_holds(const void *p, size_t n, uint64_t *off)
@@ -182,6 +204,9 @@ void fgr_heap_forked(void)
     pthread_mutex_init(&lock, NULL);
     uint8_t *h = heap;
     heap = NULL;
+    if (heap_fd >= 0)
+        close(heap_fd);
+    heap_fd = -1;
     nblocks = 0;
     /* The mapping was not inherited: its addresses stay reserved, so that
      * no later mapping takes them and a free of one is known. */

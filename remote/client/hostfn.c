@@ -194,10 +194,10 @@ void fgr_hostfn_forked(void)
     ntab = free_head = 0;
 }
 
-int fgr_hostfn_channel_open(void)
+int fgr_hostfn_bound(void)
 {
     pthread_mutex_lock(&mu);
-    int tried = chan_tried;
+    int bound = thread_running || chan_tried;
     pthread_mutex_unlock(&mu);
-    return tried != 0;
+    return bound;
 }

@@ -141,12 +141,13 @@ void fgr_move(const char *to)
     char why[1024] = "";
     uint64_t n = 0, bytes = 0, pulled = 0;
     uint8_t *state = NULL, *buf = NULL;
-    struct fgr_conn_saved old = {-1, NULL, {0}, 0, CUDA_SUCCESS};
+    struct fgr_conn_saved old = {.fd = -1};
     int dialed = 0, moved = 0;
-    if (fgr_conn_over_shm() || !strncmp(to, "shm://", 6))
-        snprintf(why, sizeof why, "connections over shm:// do not move yet");
-    else if (fgr_hostfn_channel_open())
-        snprintf(why, sizeof why, "the program's host functions have a channel to this server, which does not move yet");
+    if (strncmp(to, "shm://", 6) && fgr_heap_used())
+        snprintf(why, sizeof why, "the program's pinned memory is shared with this server (shm://), which %s cannot share",
+                 to);
+    else if (fgr_hostfn_bound())
+        snprintf(why, sizeof why, "the program's host functions run on a thread bound to this server, which does not move yet");
     else
         state = save(&n, why, sizeof why);
     if (state && (n < 28 || word(state, 4) != FGR_STATE_MAGIC)) {

@@ -89,6 +89,15 @@ CUresult fgr_stage_download(void *dst, CUdeviceptr src, size_t n, CUstream s)
     return res;
 }
 
+uint64_t fgr_stage_swap(uint64_t other)
+{
+    pthread_mutex_lock(&stage_lock);
+    uint64_t mine = handed;
+    handed = other;
+    pthread_mutex_unlock(&stage_lock);
+    return mine;
+}
+
 void fgr_stage_forked(void)
 {
     pthread_mutex_init(&stage_lock, NULL);

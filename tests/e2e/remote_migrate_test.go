@@ -65,7 +65,7 @@ func moverRun(t *testing.T, e *env, from, to *server, env ...string) (migrate re
 func TestRemoteMigrate(t *testing.T) {
 	e := newEnv(t)
 	local := runsLocally(t, e, []string{"mover", "6"}, "done")
-	for _, transport := range []string{"unix", "tcp", "tls"} {
+	for _, transport := range []string{"unix", "shm", "tcp", "tls"} {
 		t.Run(transport, func(t *testing.T) {
 			var extra []string
 			if transport == "tls" { // one certificate for both, which the client trusts
@@ -209,5 +209,27 @@ func TestRemoteMigrateHostileState(t *testing.T) {
 	}
 	if r := e.remote(s, "rtlike", "1"); r.code != 0 {
 		t.Errorf("after the hostile states: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+// Across transports: a program moves from a socket to shared memory; back
+// it stays, its pinned memory (the heap shm:// shares) being nothing a
+// socket's server can share, and says so.
+func TestRemoteMigrateAcrossTransports(t *testing.T) {
+	e := newEnv(t)
+	local := runsLocally(t, e, []string{"mover", "6"}, "done")
+	for _, c := range []struct{ from, to, outcome string }{
+		{"unix", "shm", "moved to "},
+		{"shm", "unix", "which unix:///"},
+	} {
+		t.Run(c.from+"-"+c.to, func(t *testing.T) {
+			a, b := e.serveNamed("a-"+c.from, c.from), e.serveNamed("b-"+c.to, c.to)
+			m, p := moverRun(t, e, a, b)
+			if !strings.Contains(m.stdout, c.outcome) || !strings.Contains(p.stderr, c.outcome) || p.code != 0 ||
+				p.stdout != local.stdout {
+				t.Errorf("flexgv migrate: exit %d, want %q\n%s%s\nthe program: exit %d\n%s\n%s", m.code, c.outcome, m.stdout,
+					m.stderr, p.code, p.stdout, p.stderr)
+			}
+		})
 	}
 }
