@@ -1049,9 +1049,11 @@ CUresult fgr_begin(struct fgr_call *c, int op, int queued)
     CUresult r = connect_locked();
     if (r == CUDA_SUCCESS && !queued)
         r = wait_for_reader();
-    /* A move asked for is made when no call is under way: this one waits. */
+    /* A move asked for is made when no call is under way, at one of the
+     * program's (the client's own, fgr*, may hold its locks): this one
+     * waits. */
     if (r == CUDA_SUCCESS && !queued && !mover && __atomic_load_n(&move_asked, __ATOMIC_ACQUIRE) && !reading &&
-        !ticket_waits && !ticket_reader) {
+        !ticket_waits && !ticket_reader && strncmp(fgr_op_names[op], "fgr", 3)) {
         char *to = __atomic_exchange_n(&move_asked, NULL, __ATOMIC_ACQ_REL);
         moving = 1;
         moving_thread = pthread_self();

@@ -334,8 +334,11 @@ void fgr_journal_misplaced(void);
 /* Whether a request of operation op can be one the journal keeps (a
  * state's bytes name no other). */
 int fgr_journal_kept_op(unsigned op);
-/* The request being served changed (kind, v): it is kept while that lives. */
-void fgr_journal_changed(int kind, uint64_t v);
+/* The request being served changed (kind, v): it is kept while that lives,
+ * in place of an earlier one that set the same (key: the words that say
+ * what, journal.c); replace is the same on a list of links. */
+void fgr_journal_changed(int kind, uint64_t v, uint32_t key);
+struct fgr_link *fgr_journal_replace(struct fgr_link *l, uint32_t key);
 /* Sets by-value parameter k of the request being kept to v (what makes
  * it again as it was: the arena's address, not the hint). */
 void fgr_journal_patch(uint32_t k, uint64_t v);

@@ -54,21 +54,43 @@ static struct {
     uint32_t nforced, used;
 } cur;
 
-/* Requests that change what they name, and which parameter names it
- * (its index among the by-value parameters, the request's leading words;
- * -1: the request's context; kind 0: nothing, the connection itself). */
+/* Requests that change what they name: what they change (kind, and its
+ * parameter: the index among the by-value parameters, the request's
+ * leading words; CTX: the request's context; CONN: the connection itself,
+ * kept as long), a second one for when the first is NULL, and which
+ * parameters say what it sets (a mask of words): a later request of the
+ * same operation on the same thing with the same such words replaces the
+ * earlier one (ALL: each is kept, as edges added). */
+#define CTX -1
+#define CONN -2
+#define ALL 0x80000000u
 static const struct {
-    int op, kind, param;
+    int op, kind, param, kind2, param2;
+    uint32_t key;
 } changes[] = {
-    {FGR_OP_cuFuncSetAttribute, FGR_H_CUfunction, 0},
-    {FGR_OP_cuFuncSetCacheConfig, FGR_H_CUfunction, 0},
-    {FGR_OP_cuKernelSetAttribute, FGR_H_CUkernel, 2},
-    {FGR_OP_cuKernelSetCacheConfig, FGR_H_CUkernel, 0},
-    {FGR_OP_cuCtxSetLimit, FGR_H_CUcontext, -1},
-    {FGR_OP_cuCtxSetCacheConfig, FGR_H_CUcontext, -1},
-    {FGR_OP_cuStreamSetAttribute, FGR_H_CUstream, 0},
-    {FGR_OP_cuDevicePrimaryCtxSetFlags_v2, 0, 0},
-    {FGR_OP_fgrArenaReserve, 0, 0},
+    {FGR_OP_cuFuncSetAttribute, FGR_H_CUfunction, 0, 0, 0, 0x3},
+    {FGR_OP_cuFuncSetCacheConfig, FGR_H_CUfunction, 0, 0, 0, 0x1},
+    {FGR_OP_cuFuncSetSharedMemConfig, FGR_H_CUfunction, 0, 0, 0, 0x1},
+    {FGR_OP_cuKernelSetAttribute, FGR_H_CUkernel, 2, 0, 0, 0xd},
+    {FGR_OP_cuKernelSetCacheConfig, FGR_H_CUkernel, 0, 0, 0, 0x5},
+    {FGR_OP_cuCtxSetLimit, FGR_H_CUcontext, CTX, 0, 0, 0x1},
+    {FGR_OP_cuCtxSetCacheConfig, FGR_H_CUcontext, CTX, 0, 0, 0},
+    {FGR_OP_cuCtxSetSharedMemConfig, FGR_H_CUcontext, CTX, 0, 0, 0},
+    {FGR_OP_cuStreamSetAttribute, FGR_H_CUstream, 0, 0, 0, 0x3},
+    {FGR_OP_cuStreamSetAttribute_ptsz, FGR_H_CUstream, 0, 0, 0, 0x3},
+    {FGR_OP_cuMemPoolSetAttribute, FGR_H_CUmemoryPool, 0, 0, 0, 0x3},
+    {FGR_OP_cuMemPoolSetAccess, FGR_H_CUmemoryPool, 0, 0, 0, ALL},
+    {FGR_OP_cuDeviceSetMemPool, FGR_H_CUmemoryPool, 1, 0, 0, 0x1},
+    {FGR_OP_cuMemSetAccess, FGR_H_MEM, 0, 0, 0, ALL},
+    {FGR_OP_fgrGraphKernelNodeSetParams, FGR_H_CUgraphExec, 0, FGR_H_CUgraphNode, 1, 0x3},
+    {FGR_OP_fgrGraphConditionalNodeSetParams, FGR_H_CUgraphExec, 0, FGR_H_CUgraphNode, 1, 0x3},
+    {FGR_OP_cuGraphExecMemcpyNodeSetParams, FGR_H_CUgraphExec, 0, 0, 0, 0x3},
+    {FGR_OP_cuGraphExecUpdate_v2, FGR_H_CUgraphExec, 0, 0, 0, 0x1},
+    {FGR_OP_cuGraphAddDependencies, FGR_H_CUgraph, 0, 0, 0, ALL},
+    {FGR_OP_cuGraphAddDependencies_v2, FGR_H_CUgraph, 0, 0, 0, ALL},
+    {FGR_OP_cuDevicePrimaryCtxSetFlags_v2, 0, CONN, 0, 0, 0x1},
+    {FGR_OP_cuDeviceSetGraphMemAttribute, 0, CONN, 0, 0, 0x3},
+    {FGR_OP_fgrArenaReserve, 0, CONN, 0, 0, 0},
 };
 
 /* What a new executor cannot make again as it was. */
@@ -316,20 +338,58 @@ static uint64_t param(uint32_t k)
     return v;
 }
 
+/* Whether kept request a sets what b (the request being served) sets:
+ * the same operation, the same key words. */
+static int same_setting(const struct rec *a, uint32_t key)
+{
+    if (a->n < FGR_REQ_HDR || memcmp(a->frame, cur.body, 2))
+        return 0;
+    for (uint32_t k = 0; k < 31; k++) {
+        uint32_t at = FGR_REQ_HDR + 8 * k;
+        if ((key >> k & 1) && (a->n < at + 8 || cur.n < at + 8 || memcmp(a->frame + at, cur.body + at, 8)))
+            return 0;
+    }
+    return 1;
+}
+
+/* The connection's own settings: kept as long as it lasts. */
+static struct fgr_link *conn_links;
+
+struct fgr_link *fgr_journal_replace(struct fgr_link *l, uint32_t key)
+{
+    if (key != ALL && cur.on && !cur.failed)
+        for (struct fgr_link **k = &l; *k;) {
+            struct fgr_link *x = *k;
+            if (x->r != cur.r && same_setting(x->r, key)) { /* replaced: made no more */
+                *k = x->next;
+                if (--x->r->live == 0)
+                    unlink_rec(x->r);
+                free(x);
+            } else {
+                k = &x->next;
+            }
+        }
+    return fgr_journal_attach(l);
+}
+
 void fgr_journal_end(CUresult r)
 {
     if (cur.on && r == CUDA_SUCCESS)
         for (size_t i = 0; i < sizeof changes / sizeof *changes; i++) {
             if (changes[i].op != (int)cur.op)
                 continue;
-            if (changes[i].kind == 0) {
-                struct rec *k = current();
-                if (k && !k->live)
-                    k->live = 1; /* the connection's own: lives as long */
-            } else {
-                uint64_t v = changes[i].param < 0 ? fgr_ctx : fgr_in(changes[i].kind, param((uint32_t)changes[i].param));
-                fgr_journal_changed(changes[i].kind, v);
+            if (changes[i].param == CONN) {
+                conn_links = fgr_journal_replace(conn_links, changes[i].key);
+                break;
             }
+            uint64_t w = changes[i].param == CTX ? 0 : param((uint32_t)changes[i].param);
+            int kind = changes[i].kind;
+            if (changes[i].kind2 && !w) {
+                kind = changes[i].kind2;
+                w = param((uint32_t)changes[i].param2);
+            }
+            uint64_t v = changes[i].param == CTX ? fgr_ctx : kind == FGR_H_MEM ? fgr_moved(w) : fgr_in(kind, w);
+            fgr_journal_changed(kind, v, changes[i].key);
             break;
         }
     /* A request that made nothing that lives is not kept. */

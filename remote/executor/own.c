@@ -311,11 +311,13 @@ void fgr_retain(int kind, uint64_t v)
         e->made = fgr_journal_attach(e->made);
 }
 
-void fgr_journal_changed(int kind, uint64_t v)
+void fgr_journal_changed(int kind, uint64_t v, uint32_t key)
 {
     struct ent *e = v ? find(kind, v) : NULL;
+    if (!e && v && kind == FGR_H_CUfunction)
+        e = find(FGR_H_CUkernel, v);
     if (e)
-        e->made = fgr_journal_attach(e->made);
+        e->made = fgr_journal_replace(e->made, key);
 }
 
 size_t fgr_contexts(uint64_t *ctx, size_t max)

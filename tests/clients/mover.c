@@ -1,11 +1,12 @@
 /* A program that keeps changing device memory and checking it, to be moved
  * between servers while it runs (flexgv migrate):
  *     mover STEPS [HOLD_AT READY GO]
- * Each step adds the step's number to every word of two buffers (a kernel
- * launched on a stream, and an explicit graph's kernel node) and to a
- * module variable, fills mapped pinned memory, records an event after them
- * and checks every word
- * against what it must be by now. With
+ * Each step adds the step's number to every word of a buffer and of a
+ * module variable (a kernel launched on a stream), and to another buffer
+ * twice the last odd step's (an explicit graph's kernel node, its
+ * executable's parameters changed at odd steps), fills mapped pinned
+ * memory, records an event after them and checks every word against what
+ * it must be by now. With
  * HOLD_AT, before that step it creates the file READY and waits for GO
  * (the test moves it meanwhile). It prints each check's sum, so a moved
  * run's output equals an unmoved one's. */
@@ -92,7 +93,7 @@ int main(int argc, char **argv)
     CHECK(cuMemHostGetDevicePointer_v2(&mapped_d, mapped, 0));
 
     unsigned *host = malloc(WORDS * 4);
-    uint64_t want = 0;
+    uint64_t want = 0, wantb = 0;
     for (int step = 1; step <= steps; step++) {
         if (step == hold) {
             FILE *f = fopen(argv[3], "w");
@@ -100,12 +101,21 @@ int main(int argc, char **argv)
                 fclose(f);
             wait_for(argv[4]);
         }
+        /* A move asked for meanwhile: the first answer brings the request,
+         * the next call makes it, before this step's work. */
+        CHECK(cuStreamSynchronize(s));
+        CHECK(cuStreamSynchronize(s));
         unsigned v = (unsigned)step;
         void *pa[] = {&a, &v, &n};
         CHECK(cuLaunchKernel(add, 1, 1, 1, 256, 1, 1, 0, s, pa, NULL));
-        inc = 2 * v;
-        CHECK(cuGraphExecKernelNodeSetParams_v2(ge, node, &kp));
+        /* The executable's parameters changed every other step: a moved
+         * one keeps the last change. */
+        if (step % 2) {
+            inc = 2 * v;
+            CHECK(cuGraphExecKernelNodeSetParams_v2(ge, node, &kp));
+        }
         CHECK(cuGraphLaunch(ge, s));
+        wantb += inc;
         void *pc[] = {&counter, &v, &cwords};
         CHECK(cuLaunchKernel(add, 1, 1, 1, 256, 1, 1, 0, s, pc, NULL));
         unsigned mv = 1000 + v;
@@ -135,8 +145,8 @@ int main(int argc, char **argv)
         }
         CHECK(cuMemcpyDtoH_v2(host, b, WORDS * 4));
         for (int i = 0; i < WORDS; i++) {
-            if (host[i] != (unsigned)(2 * want)) {
-                printf("step %d: b[%d] is %u, want %u\n", step, i, host[i], (unsigned)(2 * want));
+            if (host[i] != (unsigned)wantb) {
+                printf("step %d: b[%d] is %u, want %u\n", step, i, host[i], (unsigned)wantb);
                 return 1;
             }
             sum += host[i];

@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// moverRun starts the mover (6 steps, held before step 3) on server from,
+// moverRun starts the mover (6 steps, held before step 4) on server from,
 // asks flexgv migrate to move it to server to once it is held, lets it go
 // on and returns what the command printed (with its exit status) and the
 // program's output.
@@ -23,7 +23,7 @@ func moverRun(t *testing.T, e *env, from, to *server, env ...string) (migrate re
 	ready, goOn := filepath.Join(e.dir, "ready"), filepath.Join(e.dir, "go")
 	os.Remove(ready)
 	os.Remove(goOn)
-	cmd := exec.Command(bin("mover"), "6", "3", ready, goOn)
+	cmd := exec.Command(bin("mover"), "6", "4", ready, goOn)
 	cmd.Env = append(append(e.environ(filepath.Join(build, "remote")), "FLEXGV_REMOTE="+from.addr), env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
