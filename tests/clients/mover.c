@@ -23,6 +23,21 @@ static const char MODULE[] = "FLEXGV-SIM-MODULE\n"
                              "kernel fill 5 builtin=fill\n"
                              "global counter 4096 0\n";
 
+/* Whether each of the n words at p is want (else said), their sum added
+ * to *sum; host holds them. */
+static int words_are(int step, const char *what, CUdeviceptr p, unsigned n, unsigned want, unsigned *host, uint64_t *sum)
+{
+    CHECK(cuMemcpyDtoH_v2(host, p, (size_t)n * 4));
+    for (unsigned i = 0; i < n; i++) {
+        if (host[i] != want) {
+            printf("step %d: %s[%u] is %u, want %u\n", step, what, i, host[i], want);
+            return 0;
+        }
+        *sum += host[i];
+    }
+    return 1;
+}
+
 static void wait_for(const char *path)
 {
     struct stat st;
@@ -129,28 +144,10 @@ int main(int argc, char **argv)
         }
         want += v;
         uint64_t sum = 0;
-        CHECK(cuMemcpyDtoH_v2(host, counter, cwords * 4));
-        for (unsigned i = 0; i < cwords; i++)
-            if (host[i] != (unsigned)want) {
-                printf("step %d: counter[%u] is %u, want %u\n", step, i, host[i], (unsigned)want);
-                return 1;
-            }
-        CHECK(cuMemcpyDtoH_v2(host, a, WORDS * 4));
-        for (int i = 0; i < WORDS; i++) {
-            if (host[i] != (unsigned)want) {
-                printf("step %d: a[%d] is %u, want %u\n", step, i, host[i], (unsigned)want);
-                return 1;
-            }
-            sum += host[i];
-        }
-        CHECK(cuMemcpyDtoH_v2(host, b, WORDS * 4));
-        for (int i = 0; i < WORDS; i++) {
-            if (host[i] != (unsigned)wantb) {
-                printf("step %d: b[%d] is %u, want %u\n", step, i, host[i], (unsigned)wantb);
-                return 1;
-            }
-            sum += host[i];
-        }
+        if (!words_are(step, "counter", counter, cwords, (unsigned)want, host, &sum) ||
+            !words_are(step, "a", a, WORDS, (unsigned)want, host, &sum) ||
+            !words_are(step, "b", b, WORDS, (unsigned)wantb, host, &sum))
+            return 1;
         printf("step %d: sum %llu\n", step, (unsigned long long)sum);
         fflush(stdout);
     }

@@ -46,6 +46,16 @@ func readProtocol(t *testing.T) protocol {
 	return p
 }
 
+// op is the number of the operation name.
+func (p protocol) op(t *testing.T, name string) uint16 {
+	t.Helper()
+	o, ok := p.ops[name]
+	if !ok {
+		t.Fatalf("no operation %s", name)
+	}
+	return o
+}
+
 // w builds frames: little-endian, as remote/wire.h says.
 type w []byte
 
@@ -86,13 +96,7 @@ func (p protocol) hello(hash uint64) []byte {
 // server serving.
 func TestRemoteMalformedFrames(t *testing.T) {
 	p := readProtocol(t)
-	op := func(name string) uint16 {
-		o, ok := p.ops[name]
-		if !ok {
-			t.Fatalf("no operation %s", name)
-		}
-		return o
-	}
+	op := func(name string) uint16 { return p.op(t, name) }
 	hello := p.hello(p.hash)
 	cases := []struct {
 		name    string

@@ -137,13 +137,7 @@ func stateBytes(magic uint32, nrecs uint32, recs w) w {
 // load), names out of reach, bytes that did not all arrive.
 func TestRemoteMigrateHostileState(t *testing.T) {
 	p := readProtocol(t)
-	op := func(name string) uint16 {
-		o, ok := p.ops[name]
-		if !ok {
-			t.Fatalf("no operation %s", name)
-		}
-		return o
-	}
+	op := func(name string) uint16 { return p.op(t, name) }
 	frame := func(name string, args w) w { return w(request(op(name), args)[4:]) }
 	retain := frame("cuDevicePrimaryCtxRetain", w{}.u64(0).u8(1))
 	load := frame("fgrStateLoad", w{}.u64(8).u64(64).u8(1).u8(1))
