@@ -143,6 +143,7 @@ void fgr_move(const char *to)
     uint8_t *state = NULL, *buf = NULL;
     struct fgr_conn_saved old = {.fd = -1};
     int dialed = 0, moved = 0;
+    unsigned at[3] = {0}; /* ms when the state was read, the target reached, the state made again */
     if (strncmp(to, "shm://", 6) && fgr_heap_used())
         snprintf(why, sizeof why, "the program's pinned memory is shared with this server (shm://), which %s cannot share",
                  to);
@@ -159,11 +160,12 @@ void fgr_move(const char *to)
             snprintf(why, sizeof why, "this server's state is malformed");
         else if (!(buf = malloc(COPY_BUF)))
             snprintf(why, sizeof why, "no memory to copy device memory");
-        else if (fgr_conn_dial(to, &old) != 0)
+        else if ((at[0] = (unsigned)ms_since(&t0), fgr_conn_dial(to, &old) != 0))
             snprintf(why, sizeof why, "cannot connect to %s", to);
         else if ((dialed = 1) && same_gpus(&old.srv, &fgr_srv))
             snprintf(why, sizeof why, "%s", same_gpus(&old.srv, &fgr_srv));
-        else if (load(state, n, why, sizeof why) == 0 && copy(ranges, nranges, &old, buf, &bytes, &pulled, why, sizeof why) == 0)
+        else if ((at[1] = (unsigned)ms_since(&t0), load(state, n, why, sizeof why) == 0) &&
+                 (at[2] = (unsigned)ms_since(&t0), copy(ranges, nranges, &old, buf, &bytes, &pulled, why, sizeof why) == 0))
             moved = 1;
     }
     free(state);
@@ -176,8 +178,9 @@ void fgr_move(const char *to)
         fgr_conn_swap(&old); /* the new one for good */
         fgr_conn_moved(to);
         fgr_say("moved to the GPU server %s (the program paused %u ms; %.1f MiB of device memory copied, %.1f MiB of it "
-                "device to device, and %.1f MiB of state)",
-                to, ms, bytes / 1048576.0, pulled / 1048576.0, n / 1048576.0);
+                "device to device, and %.1f MiB of state; at %u ms the state was read, at %u the target reached, at %u "
+                "the state made again there)",
+                to, ms, bytes / 1048576.0, pulled / 1048576.0, n / 1048576.0, at[0], at[1], at[2]);
     } else {
         fgr_say("stays on this GPU server: %s", why);
     }
