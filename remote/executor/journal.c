@@ -372,16 +372,28 @@ struct fgr_link *fgr_journal_replace(struct fgr_link *l, uint32_t key)
     return fgr_journal_attach(l);
 }
 
+/* Which entry of changes each operation has (1 + its index; 0: none),
+ * so that a request served looks only itself up. */
+static unsigned char change_at[FGR_NUM_OPS];
+
+static void index_changes(void)
+{
+    for (size_t i = 0; i < sizeof changes / sizeof *changes; i++)
+        change_at[changes[i].op] = (unsigned char)(i + 1);
+}
+
 void fgr_journal_end(CUresult r)
 {
-    if (cur.on && r == CUDA_SUCCESS)
-        for (size_t i = 0; i < sizeof changes / sizeof *changes; i++) {
-            if (changes[i].op != (int)cur.op)
-                continue;
-            if (changes[i].param == CONN) {
-                conn_links = fgr_journal_replace(conn_links, changes[i].key);
-                break;
-            }
+    static int indexed;
+    if (!indexed) {
+        index_changes();
+        indexed = 1;
+    }
+    if (cur.on && r == CUDA_SUCCESS && cur.op < FGR_NUM_OPS && change_at[cur.op]) {
+        size_t i = change_at[cur.op] - 1u;
+        if (changes[i].param == CONN) {
+            conn_links = fgr_journal_replace(conn_links, changes[i].key);
+        } else {
             uint64_t w = changes[i].param == CTX ? 0 : param((uint32_t)changes[i].param);
             int kind = changes[i].kind;
             if (changes[i].kind2 && !w) {
@@ -390,8 +402,8 @@ void fgr_journal_end(CUresult r)
             }
             uint64_t v = changes[i].param == CTX ? fgr_ctx : kind == FGR_H_MEM ? fgr_moved(w) : fgr_in(kind, w);
             fgr_journal_changed(kind, v, changes[i].key);
-            break;
         }
+    }
     /* A request that made nothing that lives is not kept. */
     if (cur.r && !cur.r->live)
         unlink_rec(cur.r);
