@@ -31,7 +31,7 @@
 
 #include "flexgv/cuda_types.h"
 
-#define FGR_PROTO_VERSION 21u /* 21: a connection moved to another server (fgrState*); 20: IPC between a host's connections, a link state's logs, host functions over sockets (a channel); 19: kernel nodes' parameters read and changed; 18: pinned memory promoted (fgrHostMapAt), graph copies through server buffers; 17: the program's device output; 16: managed memory kept on both sides; 15: host functions over shm:// asynchronous; 14: cuMemRetainAllocationHandle; 13: device memory at addresses the client chooses; 12: the pinned heap, downloads in halves, a launch's extra; 11: queued calls' errors per thread; 10: staging areas; 9: waits pending */
+#define FGR_PROTO_VERSION 22u /* 22: a failover server's replay (fgrStateAlias), the names' table in a state; 21: a connection moved to another server (fgrState*); 20: IPC between a host's connections, a link state's logs, host functions over sockets (a channel); 19: kernel nodes' parameters read and changed; 18: pinned memory promoted (fgrHostMapAt), graph copies through server buffers; 17: the program's device output; 16: managed memory kept on both sides; 15: host functions over shm:// asynchronous; 14: cuMemRetainAllocationHandle; 13: device memory at addresses the client chooses; 12: the pinned heap, downloads in halves, a launch's extra; 11: queued calls' errors per thread; 10: staging areas; 9: waits pending */
 
 /* An object the driver makes for a context through a private table word
  * (21318c60-... word 51, which cuBLAS calls before its first product): a
@@ -105,7 +105,7 @@ enum { FGR_IMAGE_ABSENT, FGR_IMAGE_INLINE, FGR_IMAGE_KEEP, FGR_IMAGE_BY_HASH };
  * start with these, then the device ranges to copy (u32 count, {u64 base,
  * u64 size} each). */
 #define FGR_STATE_MAGIC 0x53524746u /* "FGRS" */
-#define FGR_STATE_VERSION 1u
+#define FGR_STATE_VERSION 2u /* 2: the names' table */
 #define FGR_MAX_TICKETS 32
 /* Dynamic shared memory sizes per block size that cuOccupancyMaxPotentialBlockSize
  * carries (block sizes 1 to 1024). */

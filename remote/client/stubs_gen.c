@@ -4618,6 +4618,20 @@ FGR_EXPORT CUresult fgrStatePull(const void *token, CUdeviceptr dst, size_t n)
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult fgrStateAlias(CUdeviceptr old, size_t n, CUdeviceptr now)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrStateAlias, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)old);
+    fgr_put_u64(&fgr_c.w, (uint64_t)n);
+    fgr_put_u64(&fgr_c.w, (uint64_t)now);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult fgrHostFn(CUstream hStream, unsigned long long id, unsigned int pt)
 {
     CUresult fgr_r;
@@ -6160,6 +6174,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_fgrStateDone] = "fgrStateDone",
     [FGR_OP_fgrStateShare] = "fgrStateShare",
     [FGR_OP_fgrStatePull] = "fgrStatePull",
+    [FGR_OP_fgrStateAlias] = "fgrStateAlias",
     [FGR_OP_fgrHostFn] = "fgrHostFn",
     [FGR_OP_fgrStageUpload] = "fgrStageUpload",
     [FGR_OP_fgrStageUploadLast] = "fgrStageUploadLast",
@@ -6629,6 +6644,7 @@ const struct fg_proc fgr_procs[] = {
     {"fgrStateDone", "fgrStateDone", 0, 0, (void *)fgrStateDone},
     {"fgrStateShare", "fgrStateShare", 0, 0, (void *)fgrStateShare},
     {"fgrStatePull", "fgrStatePull", 0, 0, (void *)fgrStatePull},
+    {"fgrStateAlias", "fgrStateAlias", 0, 0, (void *)fgrStateAlias},
     {"fgrHostFn", "fgrHostFn", 0, 0, (void *)fgrHostFn},
     {"fgrStageUpload", "fgrStageUpload", 0, 0, (void *)fgrStageUpload},
     {"fgrStageUploadLast", "fgrStageUploadLast", 0, 0, (void *)fgrStageUploadLast},

@@ -271,6 +271,7 @@ typedef CUresult (*pfn_fgrStateWrite)(CUdeviceptr p, size_t n, const void *src);
 typedef CUresult (*pfn_fgrStateDone)(unsigned int moved, unsigned int ms, const char *note);
 typedef CUresult (*pfn_fgrStateShare)(CUdeviceptr p, size_t n, void *token);
 typedef CUresult (*pfn_fgrStatePull)(const void *token, CUdeviceptr dst, size_t n);
+typedef CUresult (*pfn_fgrStateAlias)(CUdeviceptr old, size_t n, CUdeviceptr now);
 typedef CUresult (*pfn_fgrHostFn)(CUstream hStream, unsigned long long id, unsigned int pt);
 typedef CUresult (*pfn_fgrStageUpload)(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how);
 typedef CUresult (*pfn_fgrStageUploadLast)(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how);
@@ -5966,6 +5967,20 @@ static CUresult op_fgrStatePull(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_fgrStateAlias(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr old = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
+    size_t n = (size_t)fgr_get_u64(rd);
+    CUdeviceptr now = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrStateAlias)fgr_real[FGR_OP_fgrStateAlias])(old, n, now);
+    return fgr_r;
+}
+
 static CUresult op_fgrHostFn(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -8075,6 +8090,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_fgrStateDone] = {"fgrStateDone", op_fgrStateDone, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrStateShare] = {"fgrStateShare", op_fgrStateShare, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrStatePull] = {"fgrStatePull", op_fgrStatePull, 0, FGR_MAX_FRAME},
+    [FGR_OP_fgrStateAlias] = {"fgrStateAlias", op_fgrStateAlias, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrHostFn] = {"fgrHostFn", op_fgrHostFn, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrStageUpload] = {"fgrStageUpload", op_fgrStageUpload, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrStageUploadLast] = {"fgrStageUploadLast", op_fgrStageUploadLast, 1, FGR_SMALL_FRAME},

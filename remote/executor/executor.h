@@ -366,7 +366,13 @@ size_t fgr_journal_moved(const uint64_t **old_size_now);
  * (at most max of them; how many). */
 void fgr_names_key(uint32_t key[4], int set);
 int fgr_names_fresh(void);
-void fgr_names_settle(void);
+/* The names' table as the state carries it: each name's generation and
+ * whether it is free, and the order free ones are reused in; restored after
+ * the live ones were made again, so that the new executor mints what the
+ * old one would have (a client replaying its calls since gets the same
+ * names). NULL, or why not. */
+void fgr_names_save(struct fgr_buf *w);
+const char *fgr_names_restore(struct fgr_rd *rd);
 void fgr_mem_list(struct fgr_buf *w, int ops);
 size_t fgr_contexts(uint64_t *ctx, size_t max);
 /* A moved connection's memory that the driver placed (module and library

@@ -423,7 +423,8 @@ void fgr_journal_patch(uint32_t k, uint64_t v)
  * u32 nrecs, {u32 frame bytes, frame, u32 nnames, u64 names[]} per kept
  * request, in the order made, then u32 nranges again and for each range
  * the operation (u16) and the request (u32, its place above) that made it:
- * memory the driver placed is found again by them. */
+ * memory the driver placed is found again by them; then the names' table
+ * (own.c: fgr_names_save). */
 
 const char *fgr_journal_save(struct fgr_buf *w)
 {
@@ -451,6 +452,7 @@ const char *fgr_journal_save(struct fgr_buf *w)
             fgr_put_u64(w, r->names[i]);
     }
     fgr_mem_list(w, 1);
+    fgr_names_save(w);
     explicit_bzero(key, sizeof key);
     return w->oom ? "no memory for the state's bytes" : NULL;
 }
@@ -512,9 +514,11 @@ const char *fgr_journal_load(const uint8_t *p, uint64_t n, CUresult (*replay)(co
         }
     }
     const uint8_t *ops = fgr_get_u32(&rd) == nranges && nranges <= rd.left / 6 ? fgr_get_bytes(&rd, (uint64_t)nranges * 6) : NULL;
-    if (rd.bad || !fgr_rd_done(&rd) || (nranges && !ops))
+    if (rd.bad || (nranges && !ops))
         return "the state's bytes are malformed";
-    fgr_names_settle();
+    const char *bad = fgr_names_restore(&rd);
+    if (bad || !fgr_rd_done(&rd))
+        return bad ? bad : "the state's bytes are malformed";
     /* Every range the client will copy is where it was, or (memory the
      * driver placed: a module's variable) where the request that made it
      * placed it here. */

@@ -293,6 +293,19 @@ static CUresult state_pull(const void *token, CUdeviceptr dst, size_t n)
     return r;
 }
 
+/* The client's old address of driver-placed memory now here (a replay on
+ * a failover server): only memory of the connection's, only an address
+ * that names nothing of it. */
+static CUresult state_alias(CUdeviceptr old, size_t n, CUdeviceptr now)
+{
+    if (!n || !fgr_mem_in(now, n) || fgr_mem_in(old, n) || fgr_moved(old) != old || old + n < old)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (fgr_moved_add(old, n, now) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    fgr_moved_settle();
+    return CUDA_SUCCESS;
+}
+
 static CUresult state_read(CUdeviceptr p, size_t n, void *dst) { return copy(p, n, dst, NULL); }
 static CUresult state_write(CUdeviceptr p, size_t n, const void *src) { return copy(p, n, NULL, src); }
 
@@ -341,6 +354,7 @@ void fgr_move_init(void *driver, int control_fd, CUresult (*replay_fn)(const uin
     fgr_real[FGR_OP_fgrStateRead] = (void *)state_read;
     fgr_real[FGR_OP_fgrStateWrite] = (void *)state_write;
     fgr_real[FGR_OP_fgrStateDone] = (void *)state_done;
+    fgr_real[FGR_OP_fgrStateAlias] = (void *)state_alias;
     /* Device to device on one host, where IPC between executors works. */
     if (fgr_real[FGR_OP_fgrIpcExport] && d.reserve && d.addr_free && d.import_fd && d.map && d.unmap && d.access &&
         d.release && d.ctx_device && d.dtod) {

@@ -143,7 +143,7 @@ static uint32_t name_place(uint32_t i)
         capnames = n;
     }
     for (uint32_t k = nnames; k <= i; k++)
-        names[k] = (struct name){0, 0, 0}; /* free; chained by fgr_names_settle */
+        names[k] = (struct name){0, 0, 0}; /* free; chained by fgr_names_restore */
     nnames = i + 1;
     return i;
 }
@@ -197,14 +197,57 @@ void fgr_names_key(uint32_t k[4], int set)
 
 int fgr_names_fresh(void) { return nnames == 0; }
 
-void fgr_names_settle(void)
+#define FREE_BIT 0x80000000u
+
+void fgr_names_save(struct fgr_buf *w)
 {
+    fgr_put_u32(w, nnames);
+    for (uint32_t i = 0; i < nnames; i++)
+        fgr_put_u32(w, (names[i].gen & GEN_MASK) | (names[i].kind ? 0 : FREE_BIT));
+    uint32_t n = 0;
+    for (uint32_t i = freed; i != NO_NAME && n <= nnames; i = (uint32_t)names[i].v)
+        n++;
+    fgr_put_u32(w, n);
+    for (uint32_t i = freed, k = 0; k < n; i = (uint32_t)names[i].v, k++)
+        fgr_put_u32(w, i);
+}
+
+const char *fgr_names_restore(struct fgr_rd *rd)
+{
+    uint32_t n = fgr_get_u32(rd);
+    if (rd->bad || n > MAX_PLACED || n > rd->left / 4)
+        return "the state's names are malformed";
+    if (n < nnames)
+        return "the state's names do not cover what was made again";
+    if (n > nnames && name_place(n - 1) == NO_NAME)
+        return "no memory for the state's names";
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t g = fgr_get_u32(rd);
+        if (!(g & FREE_BIT) != !!names[i].kind)
+            return "the state's names do not match what was made again";
+        names[i].gen = g & GEN_MASK;
+    }
+    /* The free names in the order the old executor would have reused them,
+     * so that this one mints the names it would have: each free one once. */
+    uint32_t nfree = fgr_get_u32(rd), nfreed = 0;
+    for (uint32_t i = 0; i < n; i++)
+        nfreed += !names[i].kind;
+    const uint8_t *order = nfree == nfreed && nfree <= rd->left / 4 ? fgr_get_bytes(rd, (uint64_t)nfree * 4) : NULL;
+    if (rd->bad || (nfree && !order) || nfree != nfreed)
+        return "the state's names are malformed";
     freed = NO_NAME;
-    for (uint32_t i = nnames; i-- > 0;)
-        if (!names[i].kind) {
-            names[i].v = freed;
-            freed = i;
-        }
+    for (uint32_t i = 0; i < n; i++)
+        if (!names[i].kind)
+            names[i].v = NO_NAME - 1; /* not chained yet */
+    for (uint32_t k = nfree; k-- > 0;) {
+        uint32_t i = (uint32_t)order[4 * k] | (uint32_t)order[4 * k + 1] << 8 | (uint32_t)order[4 * k + 2] << 16 |
+                     (uint32_t)order[4 * k + 3] << 24;
+        if (i >= n || names[i].kind || names[i].v != NO_NAME - 1)
+            return "the state's names are malformed";
+        names[i].v = freed;
+        freed = i;
+    }
+    return rd->bad ? "the state's names are malformed" : NULL;
 }
 
 static void name_free(uint32_t i)

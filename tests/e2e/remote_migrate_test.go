@@ -125,10 +125,18 @@ func TestRemoteMigrateRefused(t *testing.T) {
 
 // stateBytes is a moved connection's state as remote/executor/journal.c
 // lays it out, with recs already laid out ({u32 len, frame, u32 nnames,
-// u64 names...} each) and no device ranges.
-func stateBytes(magic uint32, nrecs uint32, recs w) w {
-	b := w{}.u32(magic).u32(1).u32(1).u32(2).u32(3).u32(4).u32(0).u32(nrecs)
-	return append(b, recs...).u32(0)
+// u64 names...} each), no device ranges and the names' table given
+// ({u32 nnames, u32 gen each, u32 nfree, u32 index each}; nil: none).
+func stateBytes(magic uint32, nrecs uint32, recs w, names ...uint32) w {
+	b := w{}.u32(magic).u32(2).u32(1).u32(2).u32(3).u32(4).u32(0).u32(nrecs)
+	b = append(b, recs...).u32(0)
+	if names == nil {
+		return b.u32(0).u32(0)
+	}
+	for _, v := range names {
+		b = b.u32(v)
+	}
+	return b
 }
 
 // A hostile client's state bytes make a new executor refuse the state
@@ -149,13 +157,19 @@ func TestRemoteMigrateHostileState(t *testing.T) {
 		why   string
 	}{
 		{"another magic", stateBytes(0x12345678, 0, nil), 0, "not a state this executor reads"},
-		{"ranges past the end", w{}.u32(magic).u32(1).u32(0).u32(0).u32(0).u32(0).u32(0xffffffff), 0, "malformed"},
+		{"ranges past the end", w{}.u32(magic).u32(2).u32(0).u32(0).u32(0).u32(0).u32(0xffffffff), 0, "malformed"},
 		{"a record past the end", stateBytes(magic, 1, w{}.u32(1<<20).raw("xx")), 0, "malformed"},
 		{"a nested load", stateBytes(magic, 1, w{}.u32(uint32(len(load))).raw(string(load)).u32(0)), 0,
 			"fgrStateLoad answered CUDA_ERROR_INVALID_VALUE"},
 		{"a name out of reach", stateBytes(magic, 1, w{}.u32(uint32(len(retain))).raw(string(retain)).u32(1).u64(1<<62|1)), 0,
 			"making the program's state again here failed: cuDevicePrimaryCtxRetain"},
 		{"bytes missing", stateBytes(magic, 0, nil), 1 << 20, "did not all arrive"},
+		// The names' table: a free name reused twice, free names left out,
+		// more names than can be, a live name the replay did not make.
+		{"a free name twice", stateBytes(magic, 0, nil, 2, 1<<31|1, 1<<31|1, 2, 0, 0), 0, "names are malformed"},
+		{"free names left out", stateBytes(magic, 0, nil, 2, 1<<31|1, 1<<31|1, 1, 0), 0, "names are malformed"},
+		{"too many names", stateBytes(magic, 0, nil, 1<<30), 0, "names are malformed"},
+		{"a live name not made", stateBytes(magic, 0, nil, 1, 5, 0), 0, "names do not match"},
 	}
 	e := newEnv(t)
 	s := e.serve("unix")
@@ -225,5 +239,95 @@ func TestRemoteMigrateAcrossTransports(t *testing.T) {
 					m.stderr, p.code, p.stdout, p.stderr)
 			}
 		})
+	}
+}
+
+// rawConn is a connection to an executor spoken to frame by frame.
+type rawConn struct {
+	t *testing.T
+	c net.Conn
+	p protocol
+	s *server
+}
+
+func dialRaw(t *testing.T, s *server, p protocol) *rawConn {
+	t.Helper()
+	c, err := net.Dial("unix", strings.TrimPrefix(s.addr, "unix://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	r := &rawConn{t, c, p, s}
+	r.c.Write(auth(""))
+	r.answer()
+	r.c.Write(p.hello(p.hash))
+	r.answer()
+	return r
+}
+
+func (r *rawConn) answer() []byte {
+	r.t.Helper()
+	var n uint32
+	if err := binary.Read(r.c, binary.LittleEndian, &n); err != nil {
+		r.t.Fatalf("%v\n%s", err, r.s.Log())
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r.c, b); err != nil {
+		r.t.Fatal(err)
+	}
+	return b
+}
+
+// call sends op with the context ctx and args, and returns its answer,
+// which must be CUDA_SUCCESS.
+func (r *rawConn) call(name string, ctx uint64, args w) []byte {
+	r.t.Helper()
+	body := w{}.u16(r.p.op(r.t, name)).u16(0).u32(1).u64(ctx)
+	r.c.Write(append(w{}.u32(uint32(len(body)+len(args))), append(body, args...)...))
+	a := r.answer()
+	if len(a) < 4 || binary.LittleEndian.Uint32(a) != 0 {
+		r.t.Fatalf("%s answered %x", name, a)
+	}
+	return a
+}
+
+// handle is what a call that makes one handle answers: u32 result, u8 1,
+// u64 8, the name.
+func handle(a []byte) uint64 { return binary.LittleEndian.Uint64(a[13:]) }
+
+// A state made again on a new executor names what it makes next as the old
+// executor would have: what a failover's replay relies on for the handles
+// the program was given since the checkpoint. Names freed in one order are
+// reused in that order, not another.
+func TestRemoteStateNamesAsBefore(t *testing.T) {
+	p := readProtocol(t)
+	e := newEnv(t)
+	s := e.serve("unix")
+	x := dialRaw(t, s, p)
+	ctx := handle(x.call("cuDevicePrimaryCtxRetain", 0, w{}.u64(0).u8(1)))
+	var g [3]uint64
+	for i := range g {
+		g[i] = handle(x.call("cuGraphCreate", ctx, w{}.u64(0).u8(1)))
+	}
+	x.call("cuGraphDestroy", ctx, w{}.u64(g[0]))
+	x.call("cuGraphDestroy", ctx, w{}.u64(g[2]))
+	a := x.call("fgrStateSave", ctx, w{}.u64(256).u8(1).u8(1))
+	n := binary.LittleEndian.Uint64(a[13:])
+	state := x.call("fgrStateGet", ctx, w{}.u64(0).u64(n).u8(1))[13:]
+	if uint64(len(state)) != n {
+		t.Fatalf("the state: %d bytes, want %d", len(state), n)
+	}
+	y := dialRaw(t, s, p)
+	y.call("fgrStatePut", 0, w{}.u64(0).u64(n).u8(1).u64(n).raw(string(state)))
+	if ok := y.call("fgrStateLoad", 0, w{}.u64(n).u64(256).u8(1).u8(1)); binary.LittleEndian.Uint32(ok[13:]) != 1 {
+		t.Fatalf("the state was not taken: %q", ok[26:])
+	}
+	for i := 0; i < 3; i++ {
+		nx := handle(x.call("cuGraphCreate", ctx, w{}.u64(0).u8(1)))
+		ny := handle(y.call("cuGraphCreate", ctx, w{}.u64(0).u8(1)))
+		if nx != ny {
+			t.Errorf("graph %d: the new executor named it %#x, the old one %#x", i, ny, nx)
+		}
 	}
 }
