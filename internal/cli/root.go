@@ -136,6 +136,7 @@ func (g *globals) options(stderr io.Writer, env ...string) launch.Options {
 func newRun(g *globals, stderr io.Writer) *cobra.Command {
 	var q quotaFlags
 	var remoteAddr, tokenFile string
+	var fo failover
 	c := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARGS...]",
 		Short: "Run a program under the shim, optionally as a tenant with memory quotas",
@@ -150,6 +151,10 @@ func newRun(g *globals, stderr io.Writer) *cobra.Command {
 			if err := remoteAlone(c, remoteAddr); err != nil {
 				return err
 			}
+			foEnv, err := fo.env(c, remoteAddr)
+			if err != nil {
+				return err
+			}
 			env, done, err := q.setup()
 			if err != nil {
 				return usageError{fmt.Errorf("flexgv run: %w", err)}
@@ -160,6 +165,7 @@ func newRun(g *globals, stderr io.Writer) *cobra.Command {
 				if err := remoteRun(remoteAddr, tokenFile, &o); err != nil {
 					return err
 				}
+				o.Env = append(o.Env, foEnv...)
 			}
 			code, err := launch.Run(args, o)
 			if err != nil {
@@ -172,6 +178,7 @@ func newRun(g *globals, stderr io.Writer) *cobra.Command {
 	q.register(c)
 	c.Flags().StringVar(&remoteAddr, "remote", "", "run on the GPUs of flexgv serve at ADDR (unix:///PATH, shm:///PATH for the same socket through shared memory, tcp://HOST:PORT or tls://HOST:PORT)")
 	c.Flags().StringVar(&tokenFile, "token-file", "", "with --remote: the file holding the tenant's token the server gave (default: $FLEXGV_REMOTE_TOKEN_FILE)")
+	fo.register(c)
 	return c
 }
 

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -430,6 +431,46 @@ func remoteAlone(c *cobra.Command, addr string) error {
 		}
 	}
 	return nil
+}
+
+// failover is flexgv run --failover ADDR2 [--checkpoint-every D]: the
+// remote program's state kept on a second server, where it goes on when
+// its server is lost (remote/client/failover.c).
+type failover struct {
+	addr  string
+	every time.Duration
+}
+
+func (f *failover) register(c *cobra.Command) {
+	c.Flags().StringVar(&f.addr, "failover", "", "with --remote: keep checkpoints of the program on flexgv serve at ADDR2 (unix://, tcp:// or tls://), and go on there when the server is lost")
+	c.Flags().DurationVar(&f.every, "checkpoint-every", time.Minute, "with --failover: how often a checkpoint is taken (1ms to 24h)")
+}
+
+// env is what the program's library is told, or why the flags are wrong.
+func (f *failover) env(c *cobra.Command, remoteAddr string) ([]string, error) {
+	if f.addr == "" {
+		if c.Flags().Changed("failover") {
+			return nil, usageError{fmt.Errorf("flexgv run: --failover is empty; give the failover server's address")}
+		}
+		if c.Flags().Changed("checkpoint-every") {
+			return nil, usageError{fmt.Errorf("flexgv run: --checkpoint-every is for --failover ADDR2")}
+		}
+		return nil, nil
+	}
+	if remoteAddr == "" {
+		return nil, usageError{fmt.Errorf("flexgv run: --failover is for remote programs (--remote ADDR)")}
+	}
+	a, err := remote.ParseAddr(f.addr)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("flexgv run: --failover %w", err)}
+	}
+	if a.Network == "shm" || strings.HasPrefix(remoteAddr, "shm://") {
+		return nil, usageError{fmt.Errorf("flexgv run: --failover is for unix://, tcp:// and tls:// servers: the pinned memory shm:// shares cannot be kept elsewhere")}
+	}
+	if f.every < time.Millisecond || f.every > 24*time.Hour {
+		return nil, usageError{fmt.Errorf("flexgv run: --checkpoint-every %v: want 1ms to 24h", f.every)}
+	}
+	return []string{"FLEXGV_REMOTE_FAILOVER=" + a.String(), fmt.Sprintf("FLEXGV_REMOTE_CHECKPOINT_MS=%d", f.every.Milliseconds())}, nil
 }
 
 // remoteRun prepares flexgv run --remote ADDR: the remoting libcuda.so.1

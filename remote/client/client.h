@@ -234,6 +234,49 @@ struct fgr_conn_saved {
     int broken;
     CUresult refused;
 };
+/* A failover server (failover.c; all but fgr_checkpoint under the
+ * connection's lock): its settings, read at the first connection (-1,
+ * said, when they are bad); whether calls are kept; each call's frame
+ * kept as it goes (waits: it has an answer) and the answer the program
+ * got; whether a checkpoint is due, and one taken (by a thread the others
+ * wait for, as for a move). When the server is lost: the waiting executor
+ * (-1, said, when there is none), then the kept calls made again on it
+ * through write and answer, *last_n the length of the answer to a kept
+ * call that had none yet (the call under way). */
+int fgr_failover_setup(const char *primary);
+int fgr_failover_keeping(void);
+void fgr_failover_keep(int op, const struct fgr_buf *w, int waits);
+void fgr_failover_answered(const uint8_t *a, uint32_t n, const void *direct, uint64_t dn);
+int fgr_checkpoint_due(void);
+void fgr_checkpoint(void);
+struct fgr_conn_saved;
+int fgr_failover_take(struct fgr_conn_saved *s, const char *lost_why);
+CUresult fgr_failover_replay(int (*write)(const void *, size_t), const uint8_t *(*answer)(uint32_t *), uint32_t *last_n);
+const char *fgr_failover_to(void);
+void fgr_failover_forked(void);
+
+/* A program's state made again elsewhere (migrate.c; failover.c keeps it
+ * on its failover server): the old executor's state's bytes (NULL, having
+ * written why), the current (new) executor given them (0, or -1 having
+ * written why), the device ranges' bytes copied from old (set aside) to
+ * the current one through buf (FGR_COPY_BUF bytes: with a context current,
+ * through the copy calls' own pipeline; without, a piece at a time), and
+ * whether a program built for a's GPUs runs on b's (NULL, or why not). */
+#define FGR_COPY_BUF (64u << 20)
+uint8_t *fgr_state_save(uint64_t *n, char *why, size_t nwhy);
+int fgr_state_load(const uint8_t *p, uint64_t n, char *why, size_t nwhy);
+int fgr_state_copy(const uint8_t *ranges, uint32_t nranges, struct fgr_conn_saved *old, uint8_t *buf, uint64_t *total,
+                   uint64_t *pulled, char *why, size_t nwhy);
+const char *fgr_same_gpus(const struct fgr_server *a, const struct fgr_server *b);
+uint64_t fgr_word(const uint8_t *p, int n); /* n little-endian bytes */
+/* The whole of it, to the server to: 1 when the state was made again
+ * there (its connection in *made, the current one unchanged), else 0
+ * having written why (nothing made). What it took in *m. */
+struct fgr_remade {
+    uint64_t state, bytes, pulled; /* the state's bytes, device memory copied, of it device to device */
+    unsigned ms, at[3];            /* ms it took; when the state was read, the target reached, the state made again */
+};
+int fgr_state_remake(const char *to, struct fgr_conn_saved *made, struct fgr_remade *m, char *why, size_t nwhy);
 int fgr_conn_dial(const char *addr, struct fgr_conn_saved *old);
 void fgr_conn_swap(struct fgr_conn_saved *other);
 void fgr_conn_drop(struct fgr_conn_saved *s);

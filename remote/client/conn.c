@@ -47,6 +47,10 @@ static struct ticket_wait {
 static void *conn_tls; /* the TLS session over conn_fd (tls://), or NULL */
 static struct fgr_ring conn_ring; /* the rings after an shm:// handshake (mapped: conn_ring.m) */
 static int conn_broken;       /* lost or refused: every forwarded call fails */
+static int failover_due;      /* ... lost, and a failover server keeps its state (failover.c) */
+static char lost_why[256];
+static int replaying;         /* the calls since the checkpoint made again there: output not printed again */
+static uint32_t replay_last_n; /* the answer, in conn_r, to the call under way when the server was lost */
 static CUresult conn_refused; /* refused: what every call then answers */
 static struct fgr_buf conn_w;
 static uint8_t *conn_r;
@@ -324,7 +328,10 @@ struct fgr_ring *fgr_conn_ring(void)
 /* Marks the connection lost and says why, once. Called with conn_lock held. */
 static CUresult lost(const char *why, int err)
 {
-    if (!conn_broken) {
+    if (!conn_broken && conn_fd >= 0 && fgr_failover_keeping()) {
+        failover_due = 1; /* said by the failover */
+        snprintf(lost_why, sizeof lost_why, "%s%s%s", why, err ? ": " : "", err ? strerror(err) : "");
+    } else if (!conn_broken) {
         if (err)
             fgr_say("lost the GPU server %s: %s: %s; CUDA calls now fail with CUDA_ERROR_DEVICE_UNAVAILABLE", address(), why,
                 strerror(err));
@@ -769,8 +776,12 @@ CUresult fgr_refused_here(const char *name, CUresult r)
     return r;
 }
 
+static CUresult failover_locked(void);
+
 static CUresult connect_locked(void)
 {
+    if (conn_broken && failover_due)
+        return failover_locked();
     if (conn_broken)
         return conn_refused ? conn_refused : LOST;
     if (conn_fd >= 0)
@@ -787,6 +798,10 @@ static CUresult connect_locked(void)
         conn_broken = 1;
         return LOST;
     }
+    if (fgr_failover_setup(a) != 0) {
+        conn_broken = 1;
+        return LOST;
+    }
     /* The token first: a client that has none to give does not connect. */
     char tok[FGR_MAX_TOKEN + 64];
     long ntok = read_token(tok, sizeof tok);
@@ -797,8 +812,9 @@ static CUresult connect_locked(void)
     }
     char host[256];
     int tls = !strncmp(a, "tls://", 6), shm = !strncmp(a, "shm://", 6);
-    /* Across a network, large module images are kept by the server. */
-    fgr_keep_images = tls || !strncmp(a, "tcp://", 6);
+    /* Across a network, large module images are kept by the server (not
+     * with a failover server, which may keep others). */
+    fgr_keep_images = (tls || !strncmp(a, "tcp://", 6)) && !fgr_failover_keeping();
     if (!strncmp(a, "unix://", 7)) {
         fd = dial_unix(a + 7);
     } else if (shm) {
@@ -993,6 +1009,47 @@ void fgr_conn_drop(struct fgr_conn_saved *s)
     *s = (struct fgr_conn_saved){.fd = -1};
 }
 
+static const char *read_answer(struct fgr_call *c, uint32_t *len);
+
+static const uint8_t *replay_answer(uint32_t *n)
+{
+    struct fgr_call c = {0};
+    replaying = 1;
+    const char *why = read_answer(&c, n);
+    replaying = 0;
+    return why ? NULL : conn_r;
+}
+
+/* The server was lost: the failover server's executor, which holds the
+ * last checkpoint, takes its place and is sent the calls kept since. */
+static CUresult failover_locked(void)
+{
+    failover_due = 0;
+    if (conn_fd >= 0) {
+        conn_close(conn_fd);
+        conn_fd = -1;
+    }
+    struct fgr_conn_saved s;
+    if (fgr_failover_take(&s, lost_why) != 0)
+        return LOST;
+    struct fgr_conn_saved old = {-1, NULL, conn_ring, 0, fgr_srv, 0, 0};
+    conn_fd = s.fd;
+    conn_tls = s.tls;
+    conn_ring = s.ring;
+    fgr_srv = s.srv;
+    conn_broken = 0;
+    conn_refused = CUDA_SUCCESS;
+    fgr_conn_drop(&old);
+    fgr_conn_moved(fgr_failover_to());
+    CUresult r = fgr_failover_replay(write_conn, replay_answer, &replay_last_n);
+    if (r != CUDA_SUCCESS) {
+        conn_broken = 1;
+        conn_close(conn_fd);
+        conn_fd = -1;
+    }
+    return r;
+}
+
 void fgr_conn_moved(const char *addr)
 {
     char *a = strdup(addr);
@@ -1052,13 +1109,16 @@ CUresult fgr_begin(struct fgr_call *c, int op, int queued)
     /* A move asked for is made when no call is under way, at one of the
      * program's (the client's own, fgr*, may hold its locks): this one
      * waits. */
-    if (r == CUDA_SUCCESS && !queued && !mover && __atomic_load_n(&move_asked, __ATOMIC_ACQUIRE) && !reading &&
-        !ticket_waits && !ticket_reader && strncmp(fgr_op_names[op], "fgr", 3)) {
+    if (r == CUDA_SUCCESS && !queued && !mover && (__atomic_load_n(&move_asked, __ATOMIC_ACQUIRE) || fgr_checkpoint_due()) &&
+        !reading && !ticket_waits && !ticket_reader && strncmp(fgr_op_names[op], "fgr", 3)) {
         char *to = __atomic_exchange_n(&move_asked, NULL, __ATOMIC_ACQ_REL);
         moving = 1;
         moving_thread = pthread_self();
         pthread_mutex_unlock(&conn_lock);
-        fgr_move(to);
+        if (to)
+            fgr_move(to);
+        else
+            fgr_checkpoint();
         free(to);
         pthread_mutex_lock(&conn_lock);
         moving = 0;
@@ -1106,9 +1166,14 @@ CUresult fgr_send(struct fgr_call *c)
         r = CUDA_ERROR_OUT_OF_MEMORY;
     } else {
         fgr_finish_frame(&c->w);
+        if (!moving)
+            fgr_failover_keep(c->op, &c->w, 0);
         int gathered = batch_queued(&c->w);
-        if (gathered < 0 || (!gathered && fgr_buf_write(&c->w, write_conn)))
+        if (gathered < 0 || (!gathered && fgr_buf_write(&c->w, write_conn))) {
             r = lost("sending a call", errno);
+            if (failover_due)
+                r = connect_locked(); /* made again there with the calls kept */
+        }
         count_call(c->op, 0);
     }
     release(c);
@@ -1140,7 +1205,7 @@ static const char *print_output(uint32_t n)
         return NULL;
     }
     FILE *to = p[0] == 2 ? stderr : stdout;
-    if (p[0] == 1 || p[0] == 2) {
+    if ((p[0] == 1 || p[0] == 2) && !replaying) {
         fwrite(p + 1, 1, n - 5, to);
         fflush(to);
     }
@@ -1325,19 +1390,25 @@ CUresult fgr_roundtrip(struct fgr_call *c)
     }
     fgr_finish_frame(&c->w);
     count_call(c->op, 1);
-    if ((fgr_op_waits[c->op] || c->op == FGR_OP_fgrWaitTickets) && !c->w.tail)
+    if (!moving)
+        fgr_failover_keep(c->op, &c->w, 1);
+    if ((fgr_op_waits[c->op] || c->op == FGR_OP_fgrWaitTickets) && !c->w.tail && !fgr_failover_keeping())
         return roundtrip_waiting(c);
-    if (fgr_buf_write(&c->w, write_conn)) {
-        r = lost("sending a call", errno);
-        release(c);
-        return r;
-    }
     uint32_t n = 0;
-    const char *why = read_answer(c, &n);
+    const char *why = fgr_buf_write(&c->w, write_conn) ? "sending a call" : read_answer(c, &n);
     if (why) {
         r = lost(why, errno);
-        release(c);
-        return r;
+        /* With a failover server, the calls kept are made again there, this
+         * one last: its answer there is the program's. */
+        if (failover_due && (r = connect_locked()) == CUDA_SUCCESS && !(n = replay_last_n))
+            r = LOST;
+        if (r != CUDA_SUCCESS) {
+            release(c);
+            return r;
+        }
+        c->direct_done = 0;
+    } else if (!moving) {
+        fgr_failover_answered(conn_r, n, c->direct_done ? c->direct : NULL, c->direct_done ? c->direct_n : 0);
     }
     c->r = (struct fgr_rd){conn_r, n, 0};
     c->result = (CUresult)fgr_get_u32(&c->r);
@@ -1423,6 +1494,8 @@ static void forked_child(void)
     fgr_copy_forked();
     conn_broken = 0;
     conn_refused = CUDA_SUCCESS;
+    failover_due = 0;
+    fgr_failover_forked();
     /* A thread of the parent may have been mid-call: its buffers are not ours. */
     conn_w = (struct fgr_buf){0};
     conn_r = NULL;

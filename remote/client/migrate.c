@@ -22,12 +22,9 @@ static uint64_t ms_since(const struct timespec *t0)
     return ns > 0 ? (uint64_t)ns / 1000000 : 0;
 }
 
-/* The bytes copied at a time: with a context current, through the copy
- * calls' own pipeline (pieces in flight both ways); without, the move's
- * own calls, a piece at a time. */
-#define COPY_BUF (64u << 20)
 
-static uint64_t word(const uint8_t *p, int n)
+
+uint64_t fgr_word(const uint8_t *p, int n)
 {
     uint64_t v = 0;
     for (int i = 0; i < n; i++)
@@ -37,7 +34,7 @@ static uint64_t word(const uint8_t *p, int n)
 
 /* Whether a program built for the old server's GPUs runs on the new one's:
  * as many, each of the same architecture. */
-static const char *same_gpus(const struct fgr_server *a, const struct fgr_server *b)
+const char *fgr_same_gpus(const struct fgr_server *a, const struct fgr_server *b)
 {
     if (a->ndev != b->ndev)
         return "the target server has another number of GPUs";
@@ -51,7 +48,7 @@ static const char *same_gpus(const struct fgr_server *a, const struct fgr_server
 }
 
 /* The state's bytes from the old executor: NULL, having written why. */
-static uint8_t *save(uint64_t *n, char *why, size_t nwhy)
+uint8_t *fgr_state_save(uint64_t *n, char *why, size_t nwhy)
 {
     unsigned long long bytes = 0;
     CUresult r = fgrStateSave(&bytes, (unsigned)nwhy, why);
@@ -79,7 +76,7 @@ static uint8_t *save(uint64_t *n, char *why, size_t nwhy)
 }
 
 /* On the new executor (current): the state made again. */
-static int load(const uint8_t *p, uint64_t n, char *why, size_t nwhy)
+int fgr_state_load(const uint8_t *p, uint64_t n, char *why, size_t nwhy)
 {
     CUresult r = CUDA_SUCCESS;
     for (uint64_t off = 0; off < n && r == CUDA_SUCCESS; off += FGR_STATE_PIECE)
@@ -93,15 +90,15 @@ static int load(const uint8_t *p, uint64_t n, char *why, size_t nwhy)
 }
 
 /* The device ranges' bytes, old (set aside) to new (current), through buf
- * (COPY_BUF bytes); the bytes copied in *total, of them device to device
+ * (FGR_COPY_BUF bytes); the bytes copied in *total, of them device to device
  * in *pulled. */
-static int copy(const uint8_t *ranges, uint32_t nranges, struct fgr_conn_saved *old, uint8_t *buf, uint64_t *total,
-                uint64_t *pulled, char *why, size_t nwhy)
+int fgr_state_copy(const uint8_t *ranges, uint32_t nranges, struct fgr_conn_saved *old, uint8_t *buf, uint64_t *total,
+                   uint64_t *pulled, char *why, size_t nwhy)
 {
     int fast = fgr_current() != NULL, pull = 1;
-    size_t piece = fast ? COPY_BUF : FGR_STATE_PIECE;
+    size_t piece = fast ? FGR_COPY_BUF : FGR_STATE_PIECE;
     for (uint32_t i = 0; i < nranges; i++) {
-        uint64_t base = word(ranges + 16 * i, 8), size = word(ranges + 16 * i + 8, 8);
+        uint64_t base = fgr_word(ranges + 16 * i, 8), size = fgr_word(ranges + 16 * i + 8, 8);
         /* On one host, device to device: the new executor copies from the
          * old one's pages (another host's it cannot reach: not tried again). */
         if (pull) {
@@ -134,55 +131,63 @@ static int copy(const uint8_t *ranges, uint32_t nranges, struct fgr_conn_saved *
     return 0;
 }
 
-void fgr_move(const char *to)
+int fgr_state_remake(const char *to, struct fgr_conn_saved *made, struct fgr_remade *m, char *why, size_t nwhy)
 {
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    char why[1024] = "";
-    uint64_t n = 0, bytes = 0, pulled = 0;
+    *m = (struct fgr_remade){0};
+    *made = (struct fgr_conn_saved){.fd = -1};
     uint8_t *state = NULL, *buf = NULL;
-    struct fgr_conn_saved old = {.fd = -1};
-    int dialed = 0, moved = 0;
-    unsigned at[3] = {0}; /* ms when the state was read, the target reached, the state made again */
+    int dialed = 0, done = 0;
     if (strncmp(to, "shm://", 6) && fgr_heap_used())
-        snprintf(why, sizeof why, "the program's pinned memory is shared with this server (shm://), which %s cannot share",
-                 to);
+        snprintf(why, nwhy, "the program's pinned memory is shared with this server (shm://), which %s cannot share", to);
     else if (fgr_hostfn_bound())
-        snprintf(why, sizeof why, "the program's host functions run on a thread bound to this server, which does not move yet");
+        snprintf(why, nwhy, "the program's host functions run on a thread bound to this server, which does not move yet");
     else
-        state = save(&n, why, sizeof why);
-    if (state && (n < 28 || word(state, 4) != FGR_STATE_MAGIC)) {
-        snprintf(why, sizeof why, "this server's state is not one this client reads");
+        state = fgr_state_save(&m->state, why, nwhy);
+    uint64_t n = m->state;
+    if (state && (n < 28 || fgr_word(state, 4) != FGR_STATE_MAGIC)) {
+        snprintf(why, nwhy, "this server's state is not one this client reads");
     } else if (state) {
-        uint32_t nranges = (uint32_t)word(state + 24, 4);
+        uint32_t nranges = (uint32_t)fgr_word(state + 24, 4);
         const uint8_t *ranges = state + 28;
         if (nranges > (n - 28) / 16)
-            snprintf(why, sizeof why, "this server's state is malformed");
-        else if (!(buf = malloc(COPY_BUF)))
-            snprintf(why, sizeof why, "no memory to copy device memory");
-        else if ((at[0] = (unsigned)ms_since(&t0), fgr_conn_dial(to, &old) != 0))
-            snprintf(why, sizeof why, "cannot connect to %s", to);
-        else if ((dialed = 1) && same_gpus(&old.srv, &fgr_srv))
-            snprintf(why, sizeof why, "%s", same_gpus(&old.srv, &fgr_srv));
-        else if ((at[1] = (unsigned)ms_since(&t0), load(state, n, why, sizeof why) == 0) &&
-                 (at[2] = (unsigned)ms_since(&t0), copy(ranges, nranges, &old, buf, &bytes, &pulled, why, sizeof why) == 0))
-            moved = 1;
+            snprintf(why, nwhy, "this server's state is malformed");
+        else if (!(buf = malloc(FGR_COPY_BUF)))
+            snprintf(why, nwhy, "no memory to copy device memory");
+        else if ((m->at[0] = (unsigned)ms_since(&t0), fgr_conn_dial(to, made) != 0))
+            snprintf(why, nwhy, "cannot connect to %s", to);
+        else if ((dialed = 1) && fgr_same_gpus(&made->srv, &fgr_srv))
+            snprintf(why, nwhy, "%s", fgr_same_gpus(&made->srv, &fgr_srv));
+        else if ((m->at[1] = (unsigned)ms_since(&t0), fgr_state_load(state, n, why, nwhy) == 0) &&
+                 (m->at[2] = (unsigned)ms_since(&t0),
+                  fgr_state_copy(ranges, nranges, made, buf, &m->bytes, &m->pulled, why, nwhy) == 0))
+            done = 1;
     }
     free(state);
     free(buf);
     if (dialed)
-        fgr_conn_swap(&old); /* the old one current again, the new one in old */
-    unsigned ms = (unsigned)ms_since(&t0);
-    fgrStateDone(moved, ms, moved ? to : why);
+        fgr_conn_swap(made); /* the old one current again, the new one in made */
+    m->ms = (unsigned)ms_since(&t0);
+    return done;
+}
+
+void fgr_move(const char *to)
+{
+    char why[1024] = "";
+    struct fgr_conn_saved made;
+    struct fgr_remade m;
+    int moved = fgr_state_remake(to, &made, &m, why, sizeof why);
+    fgrStateDone(moved, m.ms, moved ? to : why);
     if (moved) {
-        fgr_conn_swap(&old); /* the new one for good */
+        fgr_conn_swap(&made); /* the new one for good */
         fgr_conn_moved(to);
         fgr_say("moved to the GPU server %s (the program paused %u ms; %.1f MiB of device memory copied, %.1f MiB of it "
                 "device to device, and %.1f MiB of state; at %u ms the state was read, at %u the target reached, at %u "
                 "the state made again there)",
-                to, ms, bytes / 1048576.0, pulled / 1048576.0, n / 1048576.0, at[0], at[1], at[2]);
+                to, m.ms, m.bytes / 1048576.0, m.pulled / 1048576.0, m.state / 1048576.0, m.at[0], m.at[1], m.at[2]);
     } else {
         fgr_say("stays on this GPU server: %s", why);
     }
-    fgr_conn_drop(&old); /* the old executor ends with its connection */
+    fgr_conn_drop(&made); /* the old executor ends with its connection */
 }

@@ -7,8 +7,8 @@ Fills HOLD_GIB GiB of device memory with a known pattern, then trains the
 conv-net of torch_train.py for STEPS steps, appending "STEP TIME" to
 PROGRESS_FILE every 10 steps (TIME: time.time() once the step is done).
 Prints one JSON line: every step's loss as an exact hex float, whether the
-ballast still holds its pattern, and the longest time between progress
-lines (a suspension shows there).
+ballast still holds its pattern, the longest time between progress
+lines (a suspension shows there) and the time from the first to the last.
 """
 import json
 import sys
@@ -45,7 +45,8 @@ def main():
     intact = all(bool((ballast[i:i + 256] == block).all()) for i in range(0, ballast.shape[0], 256))
     gap = max((b - a for a, b in zip(stamps, stamps[1:])), default=0.0)
     print(json.dumps({"losses": [float(v).hex() for v in torch.stack(losses).tolist()], "ballast_intact": intact,
-                      "ballast_bytes": ballast.numel(), "max_gap_s": gap}))
+                      "ballast_bytes": ballast.numel(), "max_gap_s": gap,
+                      "train_s": stamps[-1] - stamps[0] if stamps else 0.0}))
 
 
 if __name__ == "__main__":

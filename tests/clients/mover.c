@@ -5,8 +5,8 @@
  * module variable (a kernel launched on a stream), and to another buffer
  * twice the last odd step's (an explicit graph's kernel node, its
  * executable's parameters changed at odd steps), fills mapped pinned
- * memory, records an event after them and checks every word against what
- * it must be by now. With
+ * memory, records an event after them, makes and ends two graphs, and checks
+ * every word against what it must be by now. With
  * HOLD_AT, before that step it creates the file READY and waits for GO
  * (the test moves it meanwhile). It prints each check's sum, so a moved
  * run's output equals an unmoved one's. */
@@ -138,6 +138,13 @@ int main(int argc, char **argv)
         CHECK(cuLaunchKernel(fill, 1, 1, 1, 256, 1, 1, 0, s, pm, NULL));
         CHECK(cuEventRecord(ev, s));
         CHECK(cuEventSynchronize(ev));
+        /* Handles made and gone each step, in the order made: a server
+         * that goes on for this one names the next ones as it would have. */
+        CUgraph t1, t2;
+        CHECK(cuGraphCreate(&t1, 0));
+        CHECK(cuGraphCreate(&t2, 0));
+        CHECK(cuGraphDestroy(t1));
+        CHECK(cuGraphDestroy(t2));
         if (mapped[0] != mv || mapped[mwords - 1] != mv) {
             printf("step %d: mapped memory holds %u, want %u\n", step, mapped[0], mv);
             return 1;

@@ -1,0 +1,404 @@
+/* Going on at another server when this one dies (flexgv run --remote ADDR
+ * --failover ADDR2). At checkpoints the program's state is made again on
+ * a new executor of the failover server (migrate.c's state made again,
+ * device memory included), which then waits; every call since is kept
+ * here, with what its answer was. When the server is lost, the client
+ * takes the waiting executor, sends it the kept calls again in their order
+ * and checks each answer the program already had: the same, and the
+ * program goes on where it was; otherwise (the replay found other data, a
+ * call whose result depended on timing the replay does not reproduce) the
+ * program gets CUDA_ERROR_DEVICE_UNAVAILABLE, as without a failover, and
+ * a message says which call differed. Never different data, silently.
+ *
+ * Checkpoints are taken at the program's calls when none is under way:
+ * the first at its first call, then every FLEXGV_REMOTE_CHECKPOINT_MS, or
+ * sooner once the kept calls reach LOG_MAX bytes. A checkpoint that
+ * fails (the failover server down, a state that cannot move) keeps the
+ * one before, and the calls since it. With a failover server, a call that
+ * waits for the device holds the connection while it waits (not pending
+ * as in conn.c), so that the calls kept are in the order the server
+ * made them. All but fgr_checkpoint under conn.c's lock. */
+#include "client.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LOG_MAX (1ull << 30)
+/* Answers kept whole (for what the replay may translate), else hashed. */
+#define KEPT_ANSWER 64
+
+static const char *to;      /* the failover server; NULL: none */
+static uint64_t every_ns = 60ull * 1000000000ull;
+static int on;              /* keeping calls: configured, not failed over */
+static uint64_t due;        /* when the next checkpoint is due */
+static uint64_t backoff;    /* after failed ones, the wait before the next */
+static uint64_t taken_at;   /* when the last one was taken */
+static struct fgr_conn_saved standby = {.fd = -1};
+static int have_standby;
+static char last_why[256];  /* why the last checkpoint failed, said once */
+static unsigned checkpoints, pause_ms_total, pause_ms_max;
+static struct fgr_remade latest; /* what the last one took */
+
+struct kept {
+    struct kept *next;
+    uint8_t *frame;
+    uint32_t n;
+    uint16_t op;
+    uint8_t waits;    /* a round trip: it has an answer */
+    uint8_t answered; /* ... which the program had */
+    uint32_t alen, split; /* its length; the head's, when read in two */
+    uint64_t hash;
+    uint8_t answer[KEPT_ANSWER];
+};
+static struct kept *kept, **kept_end = &kept, *last;
+static uint64_t kept_bytes, nkept;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int fgr_failover_setup(const char *primary)
+{
+    static int done, ok = 1;
+    if (done)
+        return ok ? 0 : -1;
+    done = 1;
+    const char *a = getenv("FLEXGV_REMOTE_FAILOVER"), *ms = getenv("FLEXGV_REMOTE_CHECKPOINT_MS");
+    if (!a || !*a) {
+        if (ms && *ms) {
+            fgr_say("FLEXGV_REMOTE_CHECKPOINT_MS is set but FLEXGV_REMOTE_FAILOVER is not: checkpoints are kept on the "
+                    "failover server");
+            ok = 0;
+        }
+        return ok ? 0 : -1;
+    }
+    int sock = !strncmp(a, "unix://", 7) || !strncmp(a, "tcp://", 6) || !strncmp(a, "tls://", 6);
+    if (!sock) {
+        fgr_say("FLEXGV_REMOTE_FAILOVER=%s: want unix:///PATH, tcp://HOST:PORT or tls://HOST:PORT", a);
+        ok = 0;
+    } else if (!strncmp(primary, "shm://", 6)) {
+        fgr_say("FLEXGV_REMOTE=%s: a failover server is for unix://, tcp:// and tls:// servers (the pinned memory "
+                "shm:// shares cannot be kept elsewhere)", primary);
+        ok = 0;
+    }
+    if (ok && ms && *ms) {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(ms, &end, 10);
+        if (errno || *end || *ms == '-' || v < 1 || v > 86400000ull) {
+            fgr_say("FLEXGV_REMOTE_CHECKPOINT_MS=%s: want milliseconds from 1 to 86400000", ms);
+            ok = 0;
+        } else {
+            every_ns = v * 1000000ull;
+        }
+    }
+    if (ok) {
+        to = a;
+        on = 1;
+        fgr_keep_images = 0; /* each image sent whole: the failover server keeps other ones */
+    }
+    return ok ? 0 : -1;
+}
+
+int fgr_failover_keeping(void) { return on; }
+
+static int internal_op(int op)
+{
+    return op == FGR_OP_fgrNudge || op == FGR_OP_fgrWaitTickets || op == FGR_OP_fgrStateSave ||
+           op == FGR_OP_fgrStateGet || op == FGR_OP_fgrStatePut || op == FGR_OP_fgrStateLoad ||
+           op == FGR_OP_fgrStateRead || op == FGR_OP_fgrStateWrite || op == FGR_OP_fgrStateDone ||
+           op == FGR_OP_fgrStateShare || op == FGR_OP_fgrStatePull || op == FGR_OP_fgrStateAlias;
+}
+
+static void drop_kept(void)
+{
+    while (kept) {
+        struct kept *k = kept;
+        kept = k->next;
+        free(k->frame);
+        free(k);
+    }
+    kept_end = &kept;
+    last = NULL;
+    kept_bytes = nkept = 0;
+}
+
+/* Stops keeping calls, said once: the program then runs without a
+ * failover, as it would have without one. */
+static void give_up(const char *why)
+{
+    fgr_say("no failover from here on: %s", why);
+    on = 0;
+    drop_kept();
+}
+
+void fgr_failover_keep(int op, const struct fgr_buf *w, int waits)
+{
+    last = NULL;
+    if (!on || internal_op(op))
+        return;
+    struct kept *k = calloc(1, sizeof *k);
+    size_t n = w->len + w->tail_len;
+    if (k)
+        k->frame = n <= UINT32_MAX ? malloc(n) : NULL;
+    if (!k || !k->frame) {
+        free(k);
+        give_up("no memory to keep the program's calls");
+        return;
+    }
+    memcpy(k->frame, w->p, w->len);
+    if (w->tail_len)
+        memcpy(k->frame + w->len, w->tail, w->tail_len);
+    k->frame[6] &= (uint8_t)~FGR_FLAG_MAY_PEND; /* made again, it is answered when done */
+    k->n = (uint32_t)n;
+    k->op = (uint16_t)op;
+    k->waits = (uint8_t)waits;
+    *kept_end = k;
+    kept_end = &k->next;
+    last = waits ? k : NULL;
+    kept_bytes += n;
+    nkept++;
+}
+
+/* A hash of an answer's bytes, 8 at a time; an answer read in two pieces
+ * (its head, then its one large result) is hashed as the same two. */
+static uint64_t hash_more(uint64_t h, const uint8_t *p, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * 0x9e3779b97f4a7c15ull;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+#define HASH0 0xcbf29ce484222325ull
+
+void fgr_failover_answered(const uint8_t *a, uint32_t n, const void *direct, uint64_t dn)
+{
+    struct kept *k = last;
+    last = NULL;
+    if (!k)
+        return;
+    k->answered = 1;
+    k->alen = (uint32_t)(n + dn);
+    k->split = dn ? n : 0;
+    k->hash = hash_more(hash_more(HASH0, a, n), direct, dn);
+    if (!dn && n <= KEPT_ANSWER)
+        memcpy(k->answer, a, n);
+    /* Mapped pinned memory the executor placed: made again where it was
+     * (fgrHostMapAt), as a moved state makes it (journal.c). Answer: u32
+     * result, u8 1, u64 8, u64 the address. */
+    if (k->op == FGR_OP_fgrHostMapped && n == 21 && !fgr_word(a, 4) && k->n == 4 + FGR_REQ_HDR + 9) {
+        uint8_t *f = malloc(k->n + 8);
+        if (!f) {
+            give_up("no memory to keep the program's calls");
+            return;
+        }
+        memcpy(f, k->frame, 4 + FGR_REQ_HDR);
+        memcpy(f + 4 + FGR_REQ_HDR, a + 13, 8);
+        memcpy(f + 4 + FGR_REQ_HDR + 8, k->frame + 4 + FGR_REQ_HDR, 9);
+        uint32_t len = k->n + 8 - 4;
+        for (int i = 0; i < 4; i++)
+            f[i] = (uint8_t)(len >> (8 * i));
+        f[4] = (uint8_t)FGR_OP_fgrHostMapAt;
+        f[5] = (uint8_t)(FGR_OP_fgrHostMapAt >> 8);
+        free(k->frame);
+        k->frame = f;
+        k->n += 8;
+        k->op = FGR_OP_fgrHostMapAt;
+    }
+}
+
+int fgr_checkpoint_due(void)
+{
+    return on && (!have_standby || now_ns() >= due || kept_bytes >= LOG_MAX);
+}
+
+/* Answers the program used that a replay need not reproduce: timing,
+ * what the device is doing, what another server's driver counts. */
+static int varies(int op)
+{
+    const char *n = fgr_op_names[op];
+    return !n || strstr(n, "Query") || strstr(n, "ElapsedTime") || strstr(n, "GetInfo") || !strncmp(n, "cuDevice", 8) ||
+           strstr(n, "GetId") || !strncmp(n, "cuPointerGetAttribute", 21) || !strcmp(n, "cuMemPoolGetAttribute") ||
+           !strcmp(n, "fgrHostSums");
+}
+
+/* Calls whose answer is an address the driver placed (and its size). */
+static int placed(int op)
+{
+    return op == FGR_OP_cuModuleGetGlobal_v2 || op == FGR_OP_cuLibraryGetGlobal || op == FGR_OP_cuLibraryGetManaged;
+}
+
+static void say_checkpoints(void)
+{
+    if (on)
+        fgr_say("pid %d: %u checkpoints on the failover server %s; the program paused %u ms at most, %u ms in all; the "
+                "last: %.1f MiB of device memory, %.1f MiB of state, read at %u ms, the server reached at %u, the state "
+                "made again at %u, of %u", (int)getpid(), checkpoints, to, pause_ms_max, pause_ms_total,
+                latest.bytes / 1048576.0, latest.state / 1048576.0, latest.at[0], latest.at[1], latest.at[2], latest.ms);
+}
+
+void fgr_checkpoint(void)
+{
+    char why[1024] = "";
+    struct fgr_conn_saved made;
+    struct fgr_remade m;
+    if (!fgr_state_remake(to, &made, &m, why, sizeof why)) {
+        fgr_conn_drop(&made);
+        if (!on)
+            return; /* the server was lost meanwhile: said there */
+        /* Tried again later and later, from the interval (at least 1 s)
+         * to the interval (at least a minute). */
+        uint64_t lo = every_ns > 1000000000ull ? every_ns : 1000000000ull;
+        uint64_t hi = every_ns > 60000000000ull ? every_ns : 60000000000ull;
+        backoff = backoff ? (2 * backoff < hi ? 2 * backoff : hi) : lo;
+        due = now_ns() + backoff;
+        int again = !strncmp(last_why, why, sizeof last_why - 1);
+        snprintf(last_why, sizeof last_why, "%s", why);
+        if (!again)
+            fgr_say("no checkpoint on the failover server %s: %s; %s", to, why,
+                    have_standby ? "the one before is kept, with the calls since" : "the program has none yet");
+        return;
+    }
+    /* The program's other threads wait meanwhile (conn.c: moving). */
+    struct fgr_conn_saved old = standby;
+    standby = made;
+    have_standby = 1;
+    drop_kept();
+    taken_at = now_ns();
+    due = taken_at + every_ns;
+    backoff = 0;
+    last_why[0] = 0;
+    checkpoints++;
+    latest = m;
+    pause_ms_total += m.ms;
+    if (m.ms > pause_ms_max)
+        pause_ms_max = m.ms;
+    fgr_conn_drop(&old); /* the checkpoint before ends with its executor */
+    if (checkpoints == 1)
+        atexit(say_checkpoints);
+    if (checkpoints == 1 || fgr_log_errors())
+        fgr_say("checkpoint %u on the failover server %s (the program paused %u ms; %.1f MiB of device memory, %.1f MiB "
+                "of state)", checkpoints, to, m.ms, m.bytes / 1048576.0, m.state / 1048576.0);
+}
+
+/* The address a placed() answer gives, and its size: 1 when a has that
+ * shape (u32 0, u8 1, u64 8, u64 address, u8 1, u64 8, u64 size). */
+static int placed_answer(const uint8_t *a, uint32_t n, uint64_t *addr, uint64_t *size)
+{
+    if (n != 4 + 17 + 17 || fgr_word(a, 4) || a[4] != 1 || fgr_word(a + 5, 8) != 8 || a[21] != 1 ||
+        fgr_word(a + 22, 8) != 8)
+        return 0;
+    *addr = fgr_word(a + 13, 8);
+    *size = fgr_word(a + 30, 8);
+    return 1;
+}
+
+int fgr_failover_take(struct fgr_conn_saved *s, const char *lost_why)
+{
+    on = 0;
+    if (!have_standby) {
+        fgr_say("lost the GPU server (%s), and there is no failover server to go on at: %s; CUDA calls now fail with "
+                "CUDA_ERROR_DEVICE_UNAVAILABLE", lost_why, last_why[0] ? last_why : "no checkpoint was taken");
+        drop_kept();
+        return -1;
+    }
+    *s = standby;
+    standby = (struct fgr_conn_saved){.fd = -1};
+    have_standby = 0;
+    fgr_say("lost the GPU server (%s): going on at %s from the checkpoint of %.1f s ago (%u taken, pauses %u ms at most, "
+            "%u in all), making its %llu calls since again",
+            lost_why, to, (double)(now_ns() - taken_at) / 1e9, checkpoints, pause_ms_max, pause_ms_total,
+            (unsigned long long)nkept);
+    return 0;
+}
+
+CUresult fgr_failover_replay(int (*write)(const void *, size_t), const uint8_t *(*answer)(uint32_t *), uint32_t *last_n)
+{
+    *last_n = 0;
+    CUresult r = CUDA_SUCCESS;
+    uint64_t i = 0;
+    for (struct kept *k = kept; k && r == CUDA_SUCCESS; k = k->next, i++) {
+        if (write(k->frame, k->n)) {
+            fgr_say("the failover server %s is gone too: %s", to, strerror(errno));
+            r = CUDA_ERROR_DEVICE_UNAVAILABLE;
+            break;
+        }
+        if (!k->waits)
+            continue;
+        uint32_t n;
+        const uint8_t *a = answer(&n);
+        if (!a) {
+            fgr_say("the failover server %s did not answer call %llu of %llu", to, (unsigned long long)i + 1,
+                    (unsigned long long)nkept);
+            r = CUDA_ERROR_DEVICE_UNAVAILABLE;
+            break;
+        }
+        if (!k->answered) { /* the call under way when the server was lost: its answer is the program's */
+            *last_n = n;
+            continue;
+        }
+        uint32_t h = k->split < n ? k->split : n;
+        if (varies(k->op) || (n == k->alen && hash_more(hash_more(HASH0, a, h), a + h, n - h) == k->hash))
+            continue;
+        uint64_t was, was_size, now, size;
+        if (placed(k->op) && placed_answer(k->answer, k->alen, &was, &was_size) && placed_answer(a, n, &now, &size) &&
+            size == was_size) {
+            /* The driver placed it elsewhere here: the program's address
+             * is made to name it (fgrStateAlias). */
+            uint8_t f[4 + FGR_REQ_HDR + 24];
+            memcpy(f + 4, k->frame + 4, FGR_REQ_HDR);
+            uint32_t len = FGR_REQ_HDR + 24;
+            for (int b = 0; b < 4; b++)
+                f[b] = (uint8_t)(len >> (8 * b));
+            f[4] = (uint8_t)FGR_OP_fgrStateAlias;
+            f[5] = (uint8_t)(FGR_OP_fgrStateAlias >> 8);
+            f[6] = f[7] = 0;
+            uint64_t v[3] = {was, size, now};
+            for (int w = 0; w < 3; w++)
+                for (int b = 0; b < 8; b++)
+                    f[4 + FGR_REQ_HDR + 8 * w + b] = (uint8_t)(v[w] >> (8 * b));
+            const uint8_t *ok = write(f, sizeof f) ? NULL : answer(&n);
+            if (ok && n == 4 && !fgr_word(ok, 4))
+                continue;
+        }
+        const char *name = fgr_op_names[k->op] ? fgr_op_names[k->op] : "a call";
+        fgr_say("cannot go on exactly at %s: made again, %s (call %llu of %llu since the checkpoint) answered otherwise "
+                "than the program was answered; CUDA calls now fail with CUDA_ERROR_DEVICE_UNAVAILABLE",
+                to, name, (unsigned long long)i + 1, (unsigned long long)nkept);
+        r = CUDA_ERROR_DEVICE_UNAVAILABLE;
+    }
+    drop_kept();
+    if (r == CUDA_SUCCESS)
+        fgr_say("going on at %s", to);
+    return r;
+}
+
+const char *fgr_failover_to(void) { return to; }
+
+void fgr_failover_forked(void)
+{
+    /* The parent's calls and its waiting executor are its own. */
+    if (standby.fd >= 0)
+        close(standby.fd);
+    standby = (struct fgr_conn_saved){.fd = -1};
+    have_standby = 0;
+    kept = NULL; /* the parent's memory: left to it */
+    kept_end = &kept;
+    last = NULL;
+    kept_bytes = nkept = 0;
+    backoff = 0;
+    on = to != NULL;
+}

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# A PyTorch training whose GPU server is SIGKILLed mid-run goes on at its
+# failover server (flexgv run --remote A --failover B), after make: an
+# uninterrupted remote run; the same run with checkpoints every
+# CHECKPOINT (what they cost); then, over unix sockets and over loopback
+# TCP, the same run with its server killed mid-run: the losses bit for bit,
+# the ballast intact, and what the program said.
+#     scripts/gpu-failover.sh [STEPS] [HOLD_GIB] [CHECKPOINT] [OUT]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+STEPS=${1:-3000}
+GIB=${2:-2}
+EVERY=${3:-10s}
+OUT=${4:-${OUT:-/tmp}}
+B=$PWD/build
+FLEXGV=$B/bin/flexgv
+tmp=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
+failed=0
+fail() { echo "FAIL: $*"; failed=1; }
+pass() { echo "PASS: $*"; }
+declare -A pid
+serve() { env -u LD_LIBRARY_PATH "$FLEXGV" serve --listen "$1" ${2:-} >>"$OUT/failover_serve_$3.log" 2>&1 & pid[$3]=$!; }
+serve "unix://$tmp/a.sock" "" a
+serve "unix://$tmp/b.sock" "" b
+serve tcp://127.0.0.1:7181 --open ta
+serve tcp://127.0.0.1:7182 --open tb
+sleep 2
+train() { # PROGRESS JSON FLEXGV-RUN-FLAGS...
+    local progress=$1 json=$2
+    shift 2
+    "$FLEXGV" run "$@" -- python3 scripts/gpu/torch_suspend.py "$STEPS" "$GIB" "$progress" >"$json"
+}
+same() { # REF GOT: the losses and ballast, and the training's time against REF's
+    python3 - "$1" "$2" "$STEPS" <<'PY'
+import json, sys
+ref, got = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+same = ref["losses"] == got["losses"] and len(got["losses"]) == int(sys.argv[3])
+print(f"  {len(got['losses'])} losses identical to the uninterrupted run: {same}; ballast intact: {got['ballast_intact']}; "
+      f"training {got['train_s']:.2f} s (uninterrupted {ref['train_s']:.2f} s, ratio {got['train_s'] / ref['train_s']:.4f}); "
+      f"longest gap between progress lines {got['max_gap_s']:.2f} s (uninterrupted {ref['max_gap_s']:.2f} s)")
+sys.exit(0 if same and got["ballast_intact"] else 1)
+PY
+}
+echo "== the uninterrupted run, over unix://"
+train "$tmp/ref.progress" "$tmp/ref.json" --remote "unix://$tmp/a.sock" || fail "the uninterrupted run"
+echo "== checkpoints every $EVERY on unix://$tmp/b.sock, nothing killed"
+train "$tmp/cp.progress" "$tmp/cp.json" --remote "unix://$tmp/a.sock" --failover "unix://$tmp/b.sock" \
+    --checkpoint-every "$EVERY" 2>"$tmp/cp.err" || fail "the run with checkpoints"
+grep "flexgv remote" "$tmp/cp.err"
+same "$tmp/ref.json" "$tmp/cp.json" && pass "checkpoints every $EVERY" || fail "the run with checkpoints: losses or ballast"
+for pair in "a b unix://$tmp/a.sock unix://$tmp/b.sock" "ta tb tcp://127.0.0.1:7181 tcp://127.0.0.1:7182"; do
+    set -- $pair
+    name=$1 from=$3 to=$4
+    echo "== $from SIGKILLed mid-run, failover $to ($GIB GiB of ballast beside the training, checkpoints every $EVERY)"
+    rm -f "$tmp/run.progress"
+    train "$tmp/run.progress" "$tmp/run.json" --remote "$from" --failover "$to" --checkpoint-every "$EVERY" \
+        2>"$tmp/run.err" &
+    job=$!
+    for i in $(seq 1200); do [ -s "$tmp/run.progress" ] && break; sleep 0.1; done
+    sleep 14
+    kill -KILL "${pid[$name]}"
+    echo "  killed the server of $from at step $(tail -1 "$tmp/run.progress" | cut -d' ' -f1)"
+    wait $job || fail "the training whose server was killed ($from; its stderr below)"
+    grep "flexgv remote" "$tmp/run.err"
+    same "$tmp/ref.json" "$tmp/run.json" && pass "went on at $to" || fail "the run that went on at $to: losses or ballast"
+done
+exit $failed

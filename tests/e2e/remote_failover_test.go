@@ -1,0 +1,119 @@
+package e2e
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// failoverRun runs the mover (6 steps, held before step 4) under flexgv run
+// --remote a --failover to, SIGKILLs a's server (its executors die with
+// it) once the mover is held, lets it go on and returns how it ended.
+func failoverRun(t *testing.T, e *env, a *server, to string, flags ...string) result {
+	t.Helper()
+	ready, goOn := filepath.Join(e.dir, "ready"), filepath.Join(e.dir, "go")
+	os.Remove(ready)
+	os.Remove(goOn)
+	args := append([]string{"run", "--remote", a.addr, "--failover", to}, flags...)
+	cmd := exec.Command(bin("flexgv"), append(args, "--", bin("mover"), "6", "4", ready, goOn)...)
+	cmd.Env = e.environ("")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(ready); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the mover never reached its hold\n%s", errb.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	a.cmd.Process.Signal(syscall.SIGKILL)
+	a.cmd.Wait()
+	os.WriteFile(goOn, nil, 0o644)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the program still runs 60 s after its server was killed\n%s", errb.String())
+	}
+	return result{out.String(), errb.String(), cmd.ProcessState.ExitCode()}
+}
+
+// A program whose server is SIGKILLed mid-run goes on at its failover
+// server: from the first checkpoint (taken at its first call) with every
+// call since made again, or from a checkpoint of its device memory taken
+// mid-run, its kernel, graph, stream, event, module variable and mapped
+// memory finish with every byte right and the output of a run that was
+// never interrupted.
+func TestRemoteFailover(t *testing.T) {
+	e := newEnv(t)
+	local := runsLocally(t, e, []string{"mover", "6"}, "done")
+	for _, transport := range []string{"unix", "tcp", "tls"} {
+		for _, every := range []string{"1h", "1ms"} {
+			t.Run(transport+"-"+every, func(t *testing.T) {
+				var extra []string
+				if transport == "tls" { // one certificate for both, which the client trusts
+					cert, key := e.cert("server", "127.0.0.1", "localhost")
+					extra = []string{"--tls-cert", cert, "--tls-key", key}
+					e.extra = append(e.extra, "FLEXGV_REMOTE_CA_FILE="+cert)
+				}
+				a, b := e.serveNamed("a-"+transport+every, transport, extra...), e.serveNamed("b-"+transport+every, transport, extra...)
+				p := failoverRun(t, e, a, b.addr, "--checkpoint-every", every)
+				if p.code != 0 || p.stdout != local.stdout {
+					t.Errorf("the program: exit %d\n%s\nwant\n%s\n%s", p.code, p.stdout, local.stdout, p.stderr)
+				}
+				if !strings.Contains(p.stderr, "checkpoint 1 on the failover server "+b.addr) ||
+					!strings.Contains(p.stderr, "going on at "+b.addr) {
+					t.Errorf("the program did not say it went on at %s:\n%s", b.addr, p.stderr)
+				}
+				b.quiesce()
+			})
+		}
+	}
+}
+
+// Without a failover server to go on at (nothing listens there), the
+// program runs, says it has no checkpoint, and once its server is killed
+// gets a CUDA error in bounded time (failoverRun's), not a hang.
+func TestRemoteFailoverDown(t *testing.T) {
+	e := newEnv(t)
+	a := e.serveNamed("a", "unix")
+	p := failoverRun(t, e, a, "unix://"+filepath.Join(e.dir, "nobody.sock"), "--checkpoint-every", "1ms")
+	if p.code == 0 || !strings.Contains(p.stderr, "no checkpoint on the failover server") ||
+		!strings.Contains(p.stderr, "there is no failover server to go on at: cannot connect to unix://") ||
+		!strings.Contains(p.stderr, "failed: 46") { // CUDA_ERROR_DEVICE_UNAVAILABLE
+		t.Errorf("exit %d\n%s", p.code, p.stderr)
+	}
+	if n := strings.Count(p.stderr, "no checkpoint on the failover server"); n != 1 {
+		t.Errorf("the failing checkpoint was said %d times, want once:\n%s", n, p.stderr)
+	}
+}
+
+// A replay that cannot be exact fails rather than go on with other data:
+// the failover server's tenant has no room for an allocation the program
+// made since the checkpoint, so the allocation is answered otherwise there;
+// the program gets a CUDA error, and a message naming the call.
+func TestRemoteFailoverInexact(t *testing.T) {
+	e := newEnv(t)
+	tok := e.token("mover")
+	a := e.serveNamed("a", "unix", "--tenant", "big:"+tok, "--mem", "1GiB", "--ctx-mem", "64MiB")
+	b := e.serveNamed("b", "unix", "--tenant", "small:"+tok, "--mem", "65MiB", "--ctx-mem", "64MiB")
+	p := failoverRun(t, e, a, b.addr, "--checkpoint-every", "1h", "--token-file", tok)
+	if p.code == 0 || !regexp.MustCompile(`cannot go on exactly at `+regexp.QuoteMeta(b.addr)+`: made again, fgrArenaMap \(call \d+ of \d+ since the checkpoint\) answered otherwise`).MatchString(p.stderr) ||
+		!strings.Contains(p.stderr, "failed: 46") {
+		t.Errorf("exit %d\n%s", p.code, p.stderr)
+	}
+}
