@@ -269,6 +269,11 @@ int fgr_state_copy(const uint8_t *ranges, uint32_t nranges, struct fgr_conn_save
                    uint64_t *pulled, char *why, size_t nwhy);
 const char *fgr_same_gpus(const struct fgr_server *a, const struct fgr_server *b);
 uint64_t fgr_word(const uint8_t *p, int n); /* n little-endian bytes */
+/* Whether the program's state can be made again at to (0, having written
+ * why not), and where a state's device ranges lie ({u64 base, u64 size}
+ * each; NULL having written why when it is not one this client reads). */
+int fgr_state_movable(const char *to, char *why, size_t nwhy);
+const uint8_t *fgr_state_ranges(const uint8_t *state, uint64_t n, uint32_t *nranges, char *why, size_t nwhy);
 /* The whole of it, to the server to: 1 when the state was made again
  * there (its connection in *made, the current one unchanged), else 0
  * having written why (nothing made). What it took in *m. */

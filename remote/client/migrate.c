@@ -131,6 +131,31 @@ int fgr_state_copy(const uint8_t *ranges, uint32_t nranges, struct fgr_conn_save
     return 0;
 }
 
+int fgr_state_movable(const char *to, char *why, size_t nwhy)
+{
+    if (strncmp(to, "shm://", 6) && fgr_heap_used())
+        snprintf(why, nwhy, "the program's pinned memory is shared with this server (shm://), which %s cannot share", to);
+    else if (fgr_hostfn_bound())
+        snprintf(why, nwhy, "the program's host functions run on a thread bound to this server, which does not move yet");
+    else
+        return 1;
+    return 0;
+}
+
+const uint8_t *fgr_state_ranges(const uint8_t *state, uint64_t n, uint32_t *nranges, char *why, size_t nwhy)
+{
+    if (n < 28 || fgr_word(state, 4) != FGR_STATE_MAGIC) {
+        snprintf(why, nwhy, "this server's state is not one this client reads");
+        return NULL;
+    }
+    *nranges = (uint32_t)fgr_word(state + 24, 4);
+    if (*nranges > (n - 28) / 16) {
+        snprintf(why, nwhy, "this server's state is malformed");
+        return NULL;
+    }
+    return state + 28;
+}
+
 int fgr_state_remake(const char *to, struct fgr_conn_saved *made, struct fgr_remade *m, char *why, size_t nwhy)
 {
     struct timespec t0;
@@ -139,21 +164,13 @@ int fgr_state_remake(const char *to, struct fgr_conn_saved *made, struct fgr_rem
     *made = (struct fgr_conn_saved){.fd = -1};
     uint8_t *state = NULL, *buf = NULL;
     int dialed = 0, done = 0;
-    if (strncmp(to, "shm://", 6) && fgr_heap_used())
-        snprintf(why, nwhy, "the program's pinned memory is shared with this server (shm://), which %s cannot share", to);
-    else if (fgr_hostfn_bound())
-        snprintf(why, nwhy, "the program's host functions run on a thread bound to this server, which does not move yet");
-    else
+    uint32_t nranges = 0;
+    const uint8_t *ranges = NULL;
+    if (fgr_state_movable(to, why, nwhy))
         state = fgr_state_save(&m->state, why, nwhy);
     uint64_t n = m->state;
-    if (state && (n < 28 || fgr_word(state, 4) != FGR_STATE_MAGIC)) {
-        snprintf(why, nwhy, "this server's state is not one this client reads");
-    } else if (state) {
-        uint32_t nranges = (uint32_t)fgr_word(state + 24, 4);
-        const uint8_t *ranges = state + 28;
-        if (nranges > (n - 28) / 16)
-            snprintf(why, nwhy, "this server's state is malformed");
-        else if (!(buf = malloc(FGR_COPY_BUF)))
+    if (state && (ranges = fgr_state_ranges(state, n, &nranges, why, nwhy))) {
+        if (!(buf = malloc(FGR_COPY_BUF)))
             snprintf(why, nwhy, "no memory to copy device memory");
         else if ((m->at[0] = (unsigned)ms_since(&t0), fgr_conn_dial(to, made) != 0))
             snprintf(why, nwhy, "cannot connect to %s", to);

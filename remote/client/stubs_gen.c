@@ -4632,6 +4632,20 @@ FGR_EXPORT CUresult fgrStateAlias(CUdeviceptr old, size_t n, CUdeviceptr now)
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult fgrStateMark(unsigned long long *generation)
+{
+    CUresult fgr_r;
+    uint64_t n_generation = generation ? sizeof(unsigned long long) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrStateMark, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u8(&fgr_c.w, generation != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, generation, n_generation, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult fgrHostFn(CUstream hStream, unsigned long long id, unsigned int pt)
 {
     CUresult fgr_r;
@@ -6175,6 +6189,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_fgrStateShare] = "fgrStateShare",
     [FGR_OP_fgrStatePull] = "fgrStatePull",
     [FGR_OP_fgrStateAlias] = "fgrStateAlias",
+    [FGR_OP_fgrStateMark] = "fgrStateMark",
     [FGR_OP_fgrHostFn] = "fgrHostFn",
     [FGR_OP_fgrStageUpload] = "fgrStageUpload",
     [FGR_OP_fgrStageUploadLast] = "fgrStageUploadLast",
@@ -6645,6 +6660,7 @@ const struct fg_proc fgr_procs[] = {
     {"fgrStateShare", "fgrStateShare", 0, 0, (void *)fgrStateShare},
     {"fgrStatePull", "fgrStatePull", 0, 0, (void *)fgrStatePull},
     {"fgrStateAlias", "fgrStateAlias", 0, 0, (void *)fgrStateAlias},
+    {"fgrStateMark", "fgrStateMark", 0, 0, (void *)fgrStateMark},
     {"fgrHostFn", "fgrHostFn", 0, 0, (void *)fgrHostFn},
     {"fgrStageUpload", "fgrStageUpload", 0, 0, (void *)fgrStageUpload},
     {"fgrStageUploadLast", "fgrStageUploadLast", 0, 0, (void *)fgrStageUploadLast},

@@ -272,6 +272,7 @@ typedef CUresult (*pfn_fgrStateDone)(unsigned int moved, unsigned int ms, const 
 typedef CUresult (*pfn_fgrStateShare)(CUdeviceptr p, size_t n, void *token);
 typedef CUresult (*pfn_fgrStatePull)(const void *token, CUdeviceptr dst, size_t n);
 typedef CUresult (*pfn_fgrStateAlias)(CUdeviceptr old, size_t n, CUdeviceptr now);
+typedef CUresult (*pfn_fgrStateMark)(unsigned long long *generation);
 typedef CUresult (*pfn_fgrHostFn)(CUstream hStream, unsigned long long id, unsigned int pt);
 typedef CUresult (*pfn_fgrStageUpload)(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how);
 typedef CUresult (*pfn_fgrStageUploadLast)(CUdeviceptr dst, size_t end, size_t n, CUstream hStream, unsigned int how);
@@ -5981,6 +5982,23 @@ static CUresult op_fgrStateAlias(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_fgrStateMark(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    int has_generation = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    unsigned long long *generation = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_generation && !(generation = fgr_out(q, sizeof(unsigned long long))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrStateMark)fgr_real[FGR_OP_fgrStateMark])(generation);
+    if (has_generation)
+        fgr_reply_out(q, generation, sizeof(unsigned long long), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_fgrHostFn(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -8091,6 +8109,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_fgrStateShare] = {"fgrStateShare", op_fgrStateShare, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrStatePull] = {"fgrStatePull", op_fgrStatePull, 0, FGR_MAX_FRAME},
     [FGR_OP_fgrStateAlias] = {"fgrStateAlias", op_fgrStateAlias, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrStateMark] = {"fgrStateMark", op_fgrStateMark, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrHostFn] = {"fgrHostFn", op_fgrHostFn, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrStageUpload] = {"fgrStageUpload", op_fgrStageUpload, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrStageUploadLast] = {"fgrStageUploadLast", op_fgrStageUploadLast, 1, FGR_SMALL_FRAME},

@@ -351,6 +351,13 @@ void fgr_journal_as(unsigned op, const void *args, uint32_t n);
 void fgr_journal_image(const uint8_t *at, uint32_t len, const void *image, uint64_t n);
 /* The state's bytes into w: NULL, or why it cannot move. */
 const char *fgr_journal_save(struct fgr_buf *w);
+/* Counts each request kept or let go, name made or freed and range of
+ * memory added or dropped: a state's structure is unchanged while it is
+ * (remote/client/failover.c makes a checkpoint's structure ahead of its
+ * memory). */
+extern uint64_t fgr_generation;
+/* fn for each handle of kind the connection holds, with its owner. */
+void fgr_each(int kind, void (*fn)(uint64_t v, uint64_t owner));
 /* Makes the state of p again, each request through replay: NULL, or why
  * not (maybe written into why). */
 const char *fgr_journal_load(const uint8_t *p, uint64_t n, CUresult (*replay)(const uint8_t *, uint32_t),

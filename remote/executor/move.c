@@ -35,6 +35,7 @@ static struct {
     CUresult (*ctx_device)(CUdevice *);
     CUresult (*dtod)(CUdeviceptr, CUdeviceptr, size_t);
     CUresult (*granularity)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags);
+    CUresult (*record)(CUevent, CUstream);
 } d;
 
 /* A result by the driver's name for it. */
@@ -209,14 +210,27 @@ static void reserve_moved(void)
     }
 }
 
+/* An event of the state, recorded: it was drained, so complete, where it
+ * was saved; times measured across the move count from here. */
+static void record_event(uint64_t ev, uint64_t ctx)
+{
+    CUcontext was;
+    if (d.record && d.push((CUcontext)(uintptr_t)ctx) == CUDA_SUCCESS) {
+        d.record((CUevent)(uintptr_t)ev, NULL);
+        d.pop(&was);
+    }
+}
+
 static CUresult state_load(unsigned long long total, unsigned int *ok, unsigned int nwhy, char *why)
 {
     *ok = 0;
     char buf[512];
     const char *no = total != nloading ? "the state's bytes did not all arrive"
                                        : fgr_journal_load(loading, nloading, replay, err_name, buf, sizeof buf);
-    if (!no)
+    if (!no) {
         reserve_moved();
+        fgr_each(FGR_H_CUevent, record_event);
+    }
     free(loading);
     loading = NULL;
     nloading = caploading = 0;
@@ -306,6 +320,13 @@ static CUresult state_alias(CUdeviceptr old, size_t n, CUdeviceptr now)
     return CUDA_SUCCESS;
 }
 
+static CUresult state_mark(unsigned long long *generation)
+{
+    CUresult r = drain_all();
+    *generation = fgr_generation;
+    return r;
+}
+
 static CUresult state_read(CUdeviceptr p, size_t n, void *dst) { return copy(p, n, dst, NULL); }
 static CUresult state_write(CUdeviceptr p, size_t n, const void *src) { return copy(p, n, NULL, src); }
 
@@ -344,6 +365,7 @@ void fgr_move_init(void *driver, int control_fd, CUresult (*replay_fn)(const uin
     *(void **)&d.release = dlsym(driver, "cuMemRelease");
     *(void **)&d.ctx_device = dlsym(driver, "cuCtxGetDevice");
     *(void **)&d.dtod = dlsym(driver, "cuMemcpyDtoD_v2");
+    *(void **)&d.record = dlsym(driver, "cuEventRecord");
     replay = replay_fn;
     if (!d.sync || !d.push || !d.pop || !d.getcur || !d.dtoh || !d.htod)
         return; /* the operations stay unsupported */
@@ -355,6 +377,7 @@ void fgr_move_init(void *driver, int control_fd, CUresult (*replay_fn)(const uin
     fgr_real[FGR_OP_fgrStateWrite] = (void *)state_write;
     fgr_real[FGR_OP_fgrStateDone] = (void *)state_done;
     fgr_real[FGR_OP_fgrStateAlias] = (void *)state_alias;
+    fgr_real[FGR_OP_fgrStateMark] = (void *)state_mark;
     /* Device to device on one host, where IPC between executors works. */
     if (fgr_real[FGR_OP_fgrIpcExport] && d.reserve && d.addr_free && d.import_fd && d.map && d.unmap && d.access &&
         d.release && d.ctx_device && d.dtod) {

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 uint64_t fgr_ctx;
+uint64_t fgr_generation;
 const char *fgr_peer = "client";
 
 struct ent {
@@ -183,6 +184,7 @@ static uint32_t name_new(int kind, uint64_t v)
         names[i].gen = (names[i].gen + 1) & GEN_MASK;
     while (reserved(name_value(i)));
     fgr_journal_named(i, names[i].gen);
+    fgr_generation++;
     return i;
 }
 
@@ -252,6 +254,7 @@ const char *fgr_names_restore(struct fgr_rd *rd)
 
 static void name_free(uint32_t i)
 {
+    fgr_generation++;
     if (i == NO_NAME)
         return;
     names[i].kind = 0;
@@ -315,6 +318,13 @@ int fgr_has(int kind, uint64_t v)
         return 1;
     /* A kernel may be given where a function is asked for. */
     return find(kind, v) || (kind == FGR_H_CUfunction && find(FGR_H_CUkernel, v));
+}
+
+void fgr_each(int kind, void (*fn)(uint64_t v, uint64_t owner))
+{
+    for (size_t i = 0; i < cap; i++)
+        if (tab[i].kind == kind)
+            fn(tab[i].v, tab[i].owner);
 }
 
 void fgr_add(int kind, uint64_t v, int okind, uint64_t owner)
@@ -466,6 +476,7 @@ void fgr_drop(int kind, uint64_t v)
             if (mem[i].base == v) {
                 memmove(&mem[i], &mem[i + 1], (nmem - i - 1) * sizeof *mem);
                 nmem--;
+                fgr_generation++;
                 break;
             }
     }
@@ -483,6 +494,7 @@ static void drop_owned(int kind, uint64_t v)
         if (mem[i].okind == kind && mem[i].owner == v) {
             memmove(&mem[i], &mem[i + 1], (nmem - i - 1) * sizeof *mem);
             nmem--;
+            fgr_generation++;
         } else {
             i++;
         }
@@ -646,6 +658,7 @@ void fgr_mem_add(uint64_t base, uint64_t size, int okind, uint64_t owner)
     memmove(&mem[i + 1], &mem[i], (nmem - i) * sizeof *mem);
     mem[i] = (struct range){base, base + size, owner, (uint8_t)okind, 0};
     nmem++;
+    fgr_generation++;
     fgr_add(FGR_H_MEM, base, okind, owner);
     fgr_journal_range(base, size);
     if (nmoved)

@@ -75,7 +75,7 @@ func TestRemoteFailover(t *testing.T) {
 				if p.code != 0 || p.stdout != local.stdout {
 					t.Errorf("the program: exit %d\n%s\nwant\n%s\n%s", p.code, p.stdout, local.stdout, p.stderr)
 				}
-				if !strings.Contains(p.stderr, "checkpoint 1 on the failover server "+b.addr) ||
+				if !strings.Contains(p.stderr, "checkpoint 1 on the failover server "+b.addr+" (in one step;") ||
 					!strings.Contains(p.stderr, "going on at "+b.addr) {
 					t.Errorf("the program did not say it went on at %s:\n%s", b.addr, p.stderr)
 				}
@@ -115,5 +115,50 @@ func TestRemoteFailoverInexact(t *testing.T) {
 	if p.code == 0 || !regexp.MustCompile(`cannot go on exactly at `+regexp.QuoteMeta(b.addr)+`: made again, fgrArenaMap \(call \d+ of \d+ since the checkpoint\) answered otherwise`).MatchString(p.stderr) ||
 		!strings.Contains(p.stderr, "failed: 46") {
 		t.Errorf("exit %d\n%s", p.code, p.stderr)
+	}
+}
+
+// A checkpoint in two steps (the state's structure made again on the
+// failover server while the program runs, its device memory copied at a
+// second pause) is one to go on from: a spinner whose server is SIGKILLed
+// after one finishes its run at the failover server.
+func TestRemoteFailoverTwoSteps(t *testing.T) {
+	e := newEnv(t)
+	a, b := e.serveNamed("a", "unix"), e.serveNamed("b", "unix")
+	errf, err := os.Create(filepath.Join(e.dir, "spinner.err"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin("spinner"), "200", "6")
+	cmd.Env = append(e.environ(filepath.Join(build, "remote")), "FLEXGV_REMOTE="+a.addr, "FLEXGV_REMOTE_FAILOVER="+b.addr,
+		"FLEXGV_REMOTE_CHECKPOINT_MS=20", "FLEXGV_REMOTE_LOG=errors")
+	cmd.Stderr = errf
+	stdin, _ := cmd.StdinPipe()
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	stdin.Write([]byte("\n"))
+	stderr := func() string { data, _ := os.ReadFile(errf.Name()); return string(data) }
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(stderr(), "(in two steps;") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint in two steps:\n%s", stderr())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	a.cmd.Process.Signal(syscall.SIGKILL)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the spinner still runs 60 s after its server was killed\n%s", stderr())
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 0 || !strings.Contains(stderr(), "going on at "+b.addr) ||
+		!strings.Contains(out.String(), "kernels ") {
+		t.Errorf("exit %d\n%s\n%s", code, out.String(), stderr())
 	}
 }
