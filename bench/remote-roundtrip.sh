@@ -14,6 +14,8 @@
 #   bandwidth   synchronous 64 MiB uploads and downloads, from and into
 #               pageable and pinned memory
 #   beside      a round trip while another thread waits for the GPU
+#   failover    launches, round trips and downloads with a failover server
+#               (flexgv run --failover: each call kept, each answer hashed)
 # Each runs N and 2N times so that start-up cancels out; prints microseconds
 # per call.
 #     bench/remote-roundtrip.sh [N]        (after make)
@@ -23,6 +25,9 @@ N=${1:-20000}
 B=$PWD/build
 [ -x "$B/remote/flexgv-executor" ] || { echo "run make first" >&2; exit 2; }
 tmp=$(mktemp -d)
+# A server run as root runs its executors as nobody, who must reach the
+# simulated GPU's state here.
+[ "$(id -u)" = 0 ] && chmod 777 "$tmp"
 export FLEXGV_SIM_STATE=$tmp/gpu.state FLEXGV_SIM_KERNEL_US=0 FLEXGV_STATE_DIR=$tmp/tenants
 port=$((20000 + RANDOM % 20000))
 openssl rand -hex 32 >"$tmp/token"
@@ -37,7 +42,9 @@ LD_LIBRARY_PATH=$B/sim "$B/bin/flexgv" serve --listen "tls://127.0.0.1:$((port +
 s3=$!
 LD_LIBRARY_PATH=$B/sim "$B/bin/flexgv" serve --listen "unix://$tmp/tenant.sock" --tenant "bench:$tmp/token" --mem 8GiB 2>/dev/null &
 s4=$!
-trap 'kill $s1 $s2 $s3 $s4 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
+LD_LIBRARY_PATH=$B/sim "$B/bin/flexgv" serve --listen "unix://$tmp/spare.sock" 2>/dev/null &
+s5=$!
+trap 'kill $s1 $s2 $s3 $s4 $s5 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
 sleep 0.5
 
 secs() { # secs ENV... CMD...: wall seconds of one run
@@ -61,6 +68,7 @@ unix_env=(LD_LIBRARY_PATH="$B/remote" FLEXGV_REMOTE="unix://$tmp/gpu.sock")
 shm_env=(LD_LIBRARY_PATH="$B/remote" FLEXGV_REMOTE="shm://$tmp/gpu.sock")
 tcp_env=(LD_LIBRARY_PATH="$B/remote" FLEXGV_REMOTE="tcp://127.0.0.1:$port")
 tls_env=(LD_LIBRARY_PATH="$B/remote" FLEXGV_REMOTE="tls://127.0.0.1:$((port + 1))" FLEXGV_REMOTE_CA_FILE="$tmp/cert.pem")
+failover_env=("${unix_env[@]}" FLEXGV_REMOTE_FAILOVER="unix://$tmp/spare.sock" FLEXGV_REMOTE_CHECKPOINT_MS=3600000)
 tenant_env=(LD_LIBRARY_PATH="$B/remote" FLEXGV_REMOTE="unix://$tmp/tenant.sock" FLEXGV_REMOTE_TOKEN_FILE="$tmp/token")
 # Local calls take well under a microsecond: more of them.
 echo "launch (queued): local $(per_call $((50 * N)) 1 launchloop "${local_env[@]}") us," \
@@ -122,3 +130,11 @@ beside() { env "$@" "$B/tests/waiters" beside 3 | awk '{ printf "%s/%s us", $4, 
 echo "round trip beside a thread waiting for the GPU (p50/p99): local $(beside "${local_env[@]}")," \
     "unix socket $(beside "${unix_env[@]}"), shared memory $(beside "${shm_env[@]}")," \
     "loopback TCP $(beside "${tcp_env[@]}"), loopback TLS $(beside "${tls_env[@]}")"
+# With a failover server (one checkpoint, at the first call): what keeping
+# each call and hashing each answer adds.
+echo "with a failover server, unix socket: launch (queued) $(per_call $((10 * N)) 1 launchloop "${unix_env[@]}") us," \
+    "with $(per_call $((10 * N)) 1 launchloop "${failover_env[@]}" 2>/dev/null) us;" \
+    "round trip $(per_call "$N" 2 "memclient allocloop" "${unix_env[@]}") us," \
+    "with $(per_call "$N" 2 "memclient allocloop" "${failover_env[@]}" 2>/dev/null) us;" \
+    "download 64 MiB $(gbps "$(per_call 8 1 "memclient copybackloop" "${unix_env[@]}")") GB/s," \
+    "with $(gbps "$(per_call 8 1 "memclient copybackloop" "${failover_env[@]}" 2>/dev/null)") GB/s"
