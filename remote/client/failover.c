@@ -57,6 +57,36 @@ struct kept {
 static struct kept *kept, **kept_end = &kept, *last;
 static uint64_t kept_bytes, nkept;
 
+/* The calls are kept one after the other in chunks of memory (a call kept
+ * costs a copy, not an allocation); after a checkpoint the first chunk is
+ * used again, the others go. */
+#define CHUNK (4u << 20)
+static struct chunk {
+    struct chunk *next;
+    size_t used, cap;
+    _Alignas(16) uint8_t data[];
+} *chunks, *chunk_at;
+
+static void *chunk_take(size_t n)
+{
+    n = (n + 15) & ~(size_t)15;
+    if (!chunk_at || chunk_at->cap - chunk_at->used < n) {
+        size_t cap = n > CHUNK ? n : CHUNK;
+        struct chunk *c = malloc(sizeof *c + cap);
+        if (!c)
+            return NULL;
+        *c = (struct chunk){NULL, 0, cap};
+        if (chunk_at)
+            chunk_at->next = c;
+        else
+            chunks = c;
+        chunk_at = c;
+    }
+    void *p = chunk_at->data + chunk_at->used;
+    chunk_at->used += n;
+    return p;
+}
+
 static uint64_t now_ns(void)
 {
     struct timespec ts;
@@ -120,12 +150,16 @@ static int internal_op(int op)
 
 static void drop_kept(void)
 {
-    while (kept) {
-        struct kept *k = kept;
-        kept = k->next;
-        free(k->frame);
-        free(k);
+    if (chunks) {
+        for (struct chunk *c = chunks->next, *next; c; c = next) {
+            next = c->next;
+            free(c);
+        }
+        chunks->next = NULL;
+        chunks->used = 0;
+        chunk_at = chunks;
     }
+    kept = NULL;
     kept_end = &kept;
     last = NULL;
     kept_bytes = nkept = 0;
@@ -145,15 +179,15 @@ void fgr_failover_keep(int op, const struct fgr_buf *w, int waits)
     last = NULL;
     if (!on || internal_op(op))
         return;
-    struct kept *k = calloc(1, sizeof *k);
     size_t n = w->len + w->tail_len;
-    if (k)
-        k->frame = n <= UINT32_MAX ? malloc(n) : NULL;
-    if (!k || !k->frame) {
-        free(k);
+    /* room for the address fgrHostMapAt adds (fgr_failover_answered) */
+    size_t room = op == FGR_OP_fgrHostMapped ? 8 : 0;
+    struct kept *k = n <= UINT32_MAX - room ? chunk_take(sizeof *k + n + room) : NULL;
+    if (!k) {
         give_up("no memory to keep the program's calls");
         return;
     }
+    *k = (struct kept){.frame = (uint8_t *)(k + 1)};
     memcpy(k->frame, w->p, w->len);
     if (w->tail_len)
         memcpy(k->frame + w->len, w->tail, w->tail_len);
@@ -201,21 +235,14 @@ void fgr_failover_answered(const uint8_t *a, uint32_t n, const void *direct, uin
      * (fgrHostMapAt), as a moved state makes it (journal.c). Answer: u32
      * result, u8 1, u64 8, u64 the address. */
     if (k->op == FGR_OP_fgrHostMapped && n == 21 && !fgr_word(a, 4) && k->n == 4 + FGR_REQ_HDR + 9) {
-        uint8_t *f = malloc(k->n + 8);
-        if (!f) {
-            give_up("no memory to keep the program's calls");
-            return;
-        }
-        memcpy(f, k->frame, 4 + FGR_REQ_HDR);
+        uint8_t *f = k->frame;
+        memmove(f + 4 + FGR_REQ_HDR + 8, f + 4 + FGR_REQ_HDR, 9);
         memcpy(f + 4 + FGR_REQ_HDR, a + 13, 8);
-        memcpy(f + 4 + FGR_REQ_HDR + 8, k->frame + 4 + FGR_REQ_HDR, 9);
         uint32_t len = k->n + 8 - 4;
         for (int i = 0; i < 4; i++)
             f[i] = (uint8_t)(len >> (8 * i));
         f[4] = (uint8_t)FGR_OP_fgrHostMapAt;
         f[5] = (uint8_t)(FGR_OP_fgrHostMapAt >> 8);
-        free(k->frame);
-        k->frame = f;
         k->n += 8;
         k->op = FGR_OP_fgrHostMapAt;
     }
@@ -651,8 +678,9 @@ void fgr_failover_forked(void)
         close(standby.fd);
     standby = (struct fgr_conn_saved){.fd = -1};
     have_standby = 0;
-    kept = NULL; /* the parent's memory: left to it */
+    kept = NULL; /* the parent's calls: not the child's */
     kept_end = &kept;
+    chunks = chunk_at = NULL;
     last = NULL;
     kept_bytes = nkept = 0;
     backoff = 0;
