@@ -221,6 +221,11 @@ struct fgr_server {
 /* Moving the connection to another server (migrate.c): made by the call
  * that finds one asked for, the others waiting meanwhile. */
 void fgr_move(const char *to);
+/* A move made in two steps: due once its second can be made, which
+ * fgr_move_end makes. */
+int fgr_move_due(void);
+void fgr_move_end(void);
+void fgr_move_forked(void);
 /* conn.c's part: a connection set aside (dial: the current one set aside
  * and one to addr made current, 0; else -1, said, and nothing changed),
  * swapped with the current one, dropped (closed), and the address used
@@ -282,6 +287,28 @@ struct fgr_remade {
     unsigned ms, at[3];            /* ms it took; when the state was read, the target reached, the state made again */
 };
 int fgr_state_remake(const char *to, struct fgr_conn_saved *made, struct fgr_remade *m, char *why, size_t nwhy);
+/* The same in two steps (ahead.c), each with the program paused: start
+ * (0; 1 when only one step can be made, to shm://; -1 having written why);
+ * ready once the structure is made there; end (1 made: the new executor's
+ * connection in a->conn; 0 not, having written why; -1 the structure
+ * changed meanwhile: make it in one step). pause: the last step's ms. */
+struct fgr_ahead {
+    struct fgr_conn_saved conn;
+    uint8_t *state;
+    uint64_t n;
+    unsigned long long generation;
+    struct fgr_remade m;
+    unsigned pause;
+    int loading; /* the loader was started ... */
+    int done;    /* ... and ended: 1 made, 2 not (why) */
+    int claimed; /* the loader ended, or the program gave it up */
+    char why[256];
+};
+int fgr_ahead_start(struct fgr_ahead *a, const char *to, char *why, size_t nwhy);
+int fgr_ahead_ready(const struct fgr_ahead *a);
+int fgr_ahead_end(struct fgr_ahead *a, char *why, size_t nwhy);
+void fgr_ahead_abandon(struct fgr_ahead *a);
+void fgr_ahead_forked(struct fgr_ahead *a);
 int fgr_conn_dial(const char *addr, struct fgr_conn_saved *old);
 void fgr_conn_swap(struct fgr_conn_saved *other);
 void fgr_conn_drop(struct fgr_conn_saved *s);

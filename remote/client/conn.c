@@ -1109,7 +1109,8 @@ CUresult fgr_begin(struct fgr_call *c, int op, int queued)
     /* A move asked for is made when no call is under way, at one of the
      * program's (the client's own, fgr*, may hold its locks): this one
      * waits. */
-    if (r == CUDA_SUCCESS && !queued && !mover && (__atomic_load_n(&move_asked, __ATOMIC_ACQUIRE) || fgr_checkpoint_due()) &&
+    if (r == CUDA_SUCCESS && !queued && !mover &&
+        (__atomic_load_n(&move_asked, __ATOMIC_ACQUIRE) || fgr_move_due() || fgr_checkpoint_due()) &&
         !reading && !ticket_waits && !ticket_reader && strncmp(fgr_op_names[op], "fgr", 3)) {
         char *to = __atomic_exchange_n(&move_asked, NULL, __ATOMIC_ACQ_REL);
         moving = 1;
@@ -1117,6 +1118,8 @@ CUresult fgr_begin(struct fgr_call *c, int op, int queued)
         pthread_mutex_unlock(&conn_lock);
         if (to)
             fgr_move(to);
+        else if (fgr_move_due())
+            fgr_move_end();
         else
             fgr_checkpoint();
         free(to);
@@ -1496,6 +1499,7 @@ static void forked_child(void)
     conn_refused = CUDA_SUCCESS;
     failover_due = 0;
     fgr_failover_forked();
+    fgr_move_forked();
     /* A thread of the parent may have been mid-call: its buffers are not ours. */
     conn_w = (struct fgr_buf){0};
     conn_r = NULL;

@@ -322,226 +322,35 @@ static void paused(unsigned ms)
         pause_ms_max = ms;
 }
 
-static unsigned ms_since(uint64_t t0) { return (unsigned)((now_ns() - t0) / 1000000u); }
 
-/* ---- a checkpoint in two steps ----
- * Making the state's structure again (modules, allocations) is most of a
- * checkpoint's time. It is therefore made on a new executor of the
- * failover server while the program runs (the loader thread, over that
- * executor's own connection), from the state saved at a first short
- * pause; at a second, the device memory is copied, if the structure is as
- * it was (fgrStateMark's generation), else the next checkpoint is taken
- * in one step. A server lost meanwhile: the checkpoint before serves, and
- * the loader's executor is let go by whichever of the two ends last. */
-static struct {
-    struct fgr_conn_saved conn; /* the new executor */
-    uint8_t *state;
-    uint64_t n;
-    unsigned long long generation;
-    struct fgr_remade m;
-    int loading;                /* the loader was started ... */
-    int done;                   /* ... and ended: 1 made, 2 not (why) */
-    int claimed;                /* the loader ended, or the program gave it up */
-    char why[256];
-} ahead;
+/* Checkpoints are taken in two steps where they can be (ahead.c). */
+static struct fgr_ahead ahead = {.conn = {.fd = -1}};
 static int in_one_step; /* the structure changed under the last one */
-
-/* One request on the loader's connection and its answer (result, then
- * what follows in *a, *n): 0, or -1 with why written. */
-static int loader_call(const uint8_t *f, size_t fn, uint8_t **a, uint32_t *n)
-{
-    void *tls = ahead.conn.tls;
-    int fd = ahead.conn.fd;
-    if (tls ? fgr_tls_write_all(tls, f, fn) : fgr_write_all(fd, f, fn)) {
-        snprintf(ahead.why, sizeof ahead.why, "the failover server went away: %s", strerror(errno));
-        return -1;
-    }
-    for (;;) {
-        uint8_t h[8];
-        if (tls ? fgr_tls_read_all(tls, h, 8) : fgr_read_all(fd, h, 8)) {
-            snprintf(ahead.why, sizeof ahead.why, "the failover server did not answer");
-            return -1;
-        }
-        uint32_t len = (uint32_t)fgr_word(h, 4), first = (uint32_t)fgr_word(h + 4, 4);
-        uint8_t *b = len >= 4 && len <= (1u << 20) ? malloc(len - 4 + 1) : NULL;
-        if (!b || (len > 4 && (tls ? fgr_tls_read_all(tls, b, len - 4) : fgr_read_all(fd, b, len - 4)))) {
-            free(b);
-            snprintf(ahead.why, sizeof ahead.why, "the failover server answered malformed");
-            return -1;
-        }
-        if (first == FGR_OUTPUT) { /* nothing runs there yet: no output to print */
-            free(b);
-            continue;
-        }
-        if (first != CUDA_SUCCESS) {
-            free(b);
-            snprintf(ahead.why, sizeof ahead.why, "the failover server answered error %u", first);
-            return -1;
-        }
-        *a = b;
-        *n = len - 4;
-        return 0;
-    }
-}
-
-static void *loader(void *arg)
-{
-    (void)arg;
-    struct fgr_buf w = {0};
-    uint8_t *a = NULL;
-    uint32_t n = 0;
-    int ok = 1;
-    for (uint64_t off = 0; ok && off < ahead.n; off += FGR_STATE_PIECE) {
-        uint64_t k = ahead.n - off < FGR_STATE_PIECE ? ahead.n - off : FGR_STATE_PIECE;
-        w.len = 0;
-        fgr_put_u32(&w, 0);
-        fgr_put_u16(&w, FGR_OP_fgrStatePut);
-        fgr_put_u16(&w, 0);
-        fgr_put_u32(&w, 0);
-        fgr_put_u64(&w, 0);
-        fgr_put_u64(&w, off);
-        fgr_put_u64(&w, k);
-        fgr_put_u8(&w, 1);
-        fgr_put_u64(&w, k);
-        fgr_put_bytes(&w, ahead.state + off, k);
-        fgr_finish_frame(&w);
-        ok = !w.oom && loader_call(w.p, w.len, &a, &n) == 0;
-        free(a);
-        a = NULL;
-    }
-    if (ok) {
-        w.len = 0;
-        fgr_put_u32(&w, 0);
-        fgr_put_u16(&w, FGR_OP_fgrStateLoad);
-        fgr_put_u16(&w, 0);
-        fgr_put_u32(&w, 0);
-        fgr_put_u64(&w, 0);
-        fgr_put_u64(&w, ahead.n);
-        fgr_put_u64(&w, sizeof ahead.why - 1);
-        fgr_put_u8(&w, 1);
-        fgr_put_u8(&w, 1);
-        fgr_finish_frame(&w);
-        /* Answer: u8 1, u64 4, u32 ok, u8 1, u64 nwhy, why. */
-        ok = !w.oom && loader_call(w.p, w.len, &a, &n) == 0;
-        if (ok && (n < 13 + 9 || !fgr_word(a + 9, 4))) {
-            snprintf(ahead.why, sizeof ahead.why, "%.*s", n >= 22 ? (int)(n - 22) : 0, n >= 22 ? (const char *)a + 22 : "");
-            ok = 0;
-        }
-        free(a);
-    }
-    free(w.p);
-    __atomic_store_n(&ahead.done, ok ? 1 : 2, __ATOMIC_RELEASE);
-    if (__atomic_exchange_n(&ahead.claimed, 1, __ATOMIC_ACQ_REL)) { /* given up: the server was lost meanwhile */
-        fgr_conn_drop(&ahead.conn);
-        free(ahead.state);
-    }
-    return NULL;
-}
-
-/* The first step, the program paused: the state saved, the failover
- * server reached, the loader started. */
-static void start_ahead(void)
-{
-    uint64_t t0 = now_ns();
-    char why[1024] = "";
-    uint32_t nranges;
-    ahead.m = (struct fgr_remade){0};
-    ahead.state = fgr_state_movable(to, why, sizeof why) ? fgr_state_save(&ahead.n, why, sizeof why) : NULL;
-    if (ahead.state && !fgr_state_ranges(ahead.state, ahead.n, &nranges, why, sizeof why)) {
-        free(ahead.state);
-        ahead.state = NULL;
-    }
-    if (ahead.state && fgrStateMark(&ahead.generation) != CUDA_SUCCESS) {
-        snprintf(why, sizeof why, "this server cannot mark the program's state");
-        free(ahead.state);
-        ahead.state = NULL;
-    }
-    if (!ahead.state) {
-        paused(ms_since(t0));
-        not_taken(why);
-        return;
-    }
-    ahead.m.state = ahead.n;
-    ahead.m.at[0] = ms_since(t0);
-    const char *no = NULL;
-    if (fgr_conn_dial(to, &ahead.conn) != 0) {
-        snprintf(why, sizeof why, "cannot connect to %s", to);
-        no = why;
-    } else {
-        no = fgr_same_gpus(&ahead.conn.srv, &fgr_srv);
-        fgr_conn_swap(&ahead.conn); /* the program's server current again */
-    }
-    ahead.m.at[1] = ms_since(t0);
-    ahead.done = ahead.claimed = 0;
-    if (!no && fgr_thread_start(loader, NULL, 0, "flexgv-checkpt") != 0)
-        no = "no thread to make the state again there";
-    ahead.m.ms = ms_since(t0);
-    paused(ahead.m.ms);
-    if (no) {
-        fgr_conn_drop(&ahead.conn);
-        free(ahead.state);
-        ahead.state = NULL;
-        not_taken(no);
-        return;
-    }
-    ahead.loading = 1;
-}
-
-/* The second step, once the loader ended, the program paused: the device
- * memory copied where the structure is the same. */
-static void end_ahead(void)
-{
-    uint64_t t0 = now_ns();
-    char why[1024] = "";
-    const char *no = NULL;
-    unsigned long long generation = 0;
-    uint8_t *buf = NULL;
-    uint32_t nranges = 0;
-    const uint8_t *ranges = fgr_state_ranges(ahead.state, ahead.n, &nranges, why, sizeof why);
-    ahead.loading = 0;
-    if (ahead.done != 1) {
-        no = ahead.why;
-    } else if (fgrStateMark(&generation) != CUDA_SUCCESS) {
-        no = "this server cannot mark the program's state";
-    } else if (generation != ahead.generation) {
-        in_one_step = 1; /* what the program made meanwhile: taken in one step now */
-        due = 0;
-    } else if (!(buf = malloc(FGR_COPY_BUF))) {
-        no = "no memory to copy device memory";
-    } else {
-        fgr_conn_swap(&ahead.conn); /* the new executor current, the program's set aside */
-        int r = fgr_state_copy(ranges, nranges, &ahead.conn, buf, &ahead.m.bytes, &ahead.m.pulled, why, sizeof why);
-        fgr_conn_swap(&ahead.conn);
-        no = r ? why : NULL;
-    }
-    free(buf);
-    free(ahead.state);
-    ahead.state = NULL;
-    unsigned ms = ms_since(t0);
-    paused(ms);
-    if (no || generation != ahead.generation) {
-        fgr_conn_drop(&ahead.conn);
-        if (no)
-            not_taken(no);
-        return;
-    }
-    ahead.m.at[2] = ms;
-    ahead.m.ms += ms;
-    taken(ahead.conn, &ahead.m, 2);
-}
 
 void fgr_checkpoint(void)
 {
+    char why[1024] = "";
     if (ahead.loading) {
-        end_ahead();
+        int r = fgr_ahead_end(&ahead, why, sizeof why);
+        paused(ahead.pause);
+        if (r > 0) {
+            taken(ahead.conn, &ahead.m, 2);
+        } else if (r < 0) {
+            in_one_step = 1; /* what the program made meanwhile: taken in one step now */
+            due = 0;
+        } else {
+            not_taken(why);
+        }
         return;
     }
     if (have_standby && !in_one_step) {
-        start_ahead();
+        int r = fgr_ahead_start(&ahead, to, why, sizeof why);
+        paused(ahead.pause);
+        if (r < 0)
+            not_taken(why);
         return;
     }
     in_one_step = 0;
-    char why[1024] = "";
     struct fgr_conn_saved made;
     struct fgr_remade m;
     int ok = fgr_state_remake(to, &made, &m, why, sizeof why);
@@ -560,7 +369,7 @@ int fgr_checkpoint_due(void)
     if (!on)
         return 0;
     if (ahead.loading)
-        return __atomic_load_n(&ahead.done, __ATOMIC_ACQUIRE) != 0;
+        return fgr_ahead_ready(&ahead);
     return !have_standby || now_ns() >= due || kept_bytes >= LOG_MAX;
 }
 
@@ -576,22 +385,10 @@ static int placed_answer(const uint8_t *a, uint32_t n, uint64_t *addr, uint64_t 
     return 1;
 }
 
-/* A checkpoint under way is given up (the loader lets its executor go
- * if it still runs). */
-static void give_up_ahead(void)
-{
-    if (ahead.loading && __atomic_exchange_n(&ahead.claimed, 1, __ATOMIC_ACQ_REL)) {
-        fgr_conn_drop(&ahead.conn);
-        free(ahead.state);
-    }
-    ahead.loading = 0;
-    ahead.state = NULL;
-}
-
 int fgr_failover_take(struct fgr_conn_saved *s, const char *lost_why)
 {
     on = 0;
-    give_up_ahead();
+    fgr_ahead_abandon(&ahead); /* a checkpoint under way */
     if (!have_standby) {
         fgr_say("lost the GPU server (%s), and there is no failover server to go on at: %s; CUDA calls now fail with "
                 "CUDA_ERROR_DEVICE_UNAVAILABLE", lost_why, last_why[0] ? last_why : "no checkpoint was taken");
@@ -684,10 +481,6 @@ void fgr_failover_forked(void)
     last = NULL;
     kept_bytes = nkept = 0;
     backoff = 0;
-    if (ahead.loading && ahead.conn.fd >= 0)
-        close(ahead.conn.fd); /* the parent's loader's: it goes on there */
-    ahead.loading = 0;
-    ahead.state = NULL;
-    ahead.conn = (struct fgr_conn_saved){.fd = -1};
+    fgr_ahead_forked(&ahead);
     on = to != NULL;
 }

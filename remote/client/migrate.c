@@ -189,22 +189,89 @@ int fgr_state_remake(const char *to, struct fgr_conn_saved *made, struct fgr_rem
     return done;
 }
 
-void fgr_move(const char *to)
+/* How a move ended: told to the old executor (for flexgv migrate) and to
+ * the program; made: the new executor's connection, taken or let go. */
+static void move_ended(int moved, struct fgr_conn_saved *made, const struct fgr_remade *m, const char *to,
+                       const char *why, int steps)
+{
+    fgrStateDone(moved, m->ms, moved ? to : why);
+    if (moved) {
+        fgr_conn_swap(made); /* the new one for good */
+        fgr_conn_moved(to);
+        if (steps == 2)
+            fgr_say("moved to the GPU server %s (in two steps: the program paused %u ms, %u to start it and %u to end it; "
+                    "%.1f MiB of device memory copied, %.1f MiB of it device to device, and %.1f MiB of state; at %u ms "
+                    "the state was read, at %u the target reached)",
+                    to, m->ms, m->ms - m->at[2], m->at[2], m->bytes / 1048576.0, m->pulled / 1048576.0,
+                    m->state / 1048576.0, m->at[0], m->at[1]);
+        else
+            fgr_say("moved to the GPU server %s (the program paused %u ms; %.1f MiB of device memory copied, %.1f MiB of "
+                    "it device to device, and %.1f MiB of state; at %u ms the state was read, at %u the target reached, "
+                    "at %u the state made again there)",
+                    to, m->ms, m->bytes / 1048576.0, m->pulled / 1048576.0, m->state / 1048576.0, m->at[0], m->at[1],
+                    m->at[2]);
+    } else {
+        fgr_say("stays on this GPU server: %s", why);
+    }
+    fgr_conn_drop(made); /* the old executor ends with its connection */
+}
+
+/* The move in one step; before: what an earlier step paused the program. */
+static void move_now(const char *to, unsigned before)
 {
     char why[1024] = "";
     struct fgr_conn_saved made;
     struct fgr_remade m;
     int moved = fgr_state_remake(to, &made, &m, why, sizeof why);
-    fgrStateDone(moved, m.ms, moved ? to : why);
-    if (moved) {
-        fgr_conn_swap(&made); /* the new one for good */
-        fgr_conn_moved(to);
-        fgr_say("moved to the GPU server %s (the program paused %u ms; %.1f MiB of device memory copied, %.1f MiB of it "
-                "device to device, and %.1f MiB of state; at %u ms the state was read, at %u the target reached, at %u "
-                "the state made again there)",
-                to, m.ms, m.bytes / 1048576.0, m.pulled / 1048576.0, m.state / 1048576.0, m.at[0], m.at[1], m.at[2]);
-    } else {
-        fgr_say("stays on this GPU server: %s", why);
+    m.ms += before;
+    move_ended(moved, &made, &m, to, why, 1);
+}
+
+/* A move under way in two steps (ahead.c): the first made when asked,
+ * the second once the new executor holds the structure. */
+static struct fgr_ahead moving = {.conn = {.fd = -1}};
+static char *moving_to;
+
+void fgr_move(const char *to)
+{
+    char why[1024] = "";
+    if (moving_to) {
+        fgr_say("a move to %s is asked while one to %s is under way: it is not made", to, moving_to);
+        return;
     }
-    fgr_conn_drop(&made); /* the old executor ends with its connection */
+    int r = fgr_ahead_start(&moving, to, why, sizeof why);
+    if (r > 0) {
+        move_now(to, 0);
+    } else if (r < 0) {
+        struct fgr_conn_saved none = {.fd = -1};
+        struct fgr_remade m = {.ms = moving.pause};
+        move_ended(0, &none, &m, to, why, 2);
+    } else if (!(moving_to = strdup(to))) {
+        fgr_ahead_abandon(&moving);
+        struct fgr_conn_saved none = {.fd = -1};
+        struct fgr_remade m = {.ms = moving.pause};
+        move_ended(0, &none, &m, to, "no memory for the move", 2);
+    }
+}
+
+int fgr_move_due(void) { return fgr_ahead_ready(&moving); }
+
+void fgr_move_forked(void)
+{
+    fgr_ahead_forked(&moving);
+    moving_to = NULL; /* the parent's move */
+}
+
+void fgr_move_end(void)
+{
+    char why[1024] = "";
+    char *to = moving_to;
+    unsigned first = moving.m.ms;
+    int r = fgr_ahead_end(&moving, why, sizeof why);
+    moving_to = NULL;
+    if (r < 0)
+        move_now(to, first + moving.pause); /* the structure changed meanwhile */
+    else
+        move_ended(r > 0, &moving.conn, &moving.m, to, why, 2);
+    free(to);
 }
