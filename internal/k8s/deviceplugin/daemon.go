@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -26,8 +27,19 @@ type Daemon interface {
 	// DeleteTenant lets go of a tenant; removed is false while processes
 	// still use it (it goes when the last one exits).
 	DeleteTenant(ctx context.Context, name string) (removed bool, err error)
-	// Tenants names the tenants the daemon holds.
-	Tenants(ctx context.Context) ([]string, error)
+	// Tenants lists the tenants the daemon holds.
+	Tenants(ctx context.Context) ([]Held, error)
+}
+
+// Held is a tenant the daemon holds, and the pod it was made for ("" where
+// the daemon that made it did not record it).
+type Held struct {
+	Name, Namespace, Pod string
+}
+
+// holds reports whether the tenant name is among have.
+func holds(have []Held, name string) bool {
+	return slices.ContainsFunc(have, func(h Held) bool { return h.Name == name })
 }
 
 // Device is one GPU of the node.
@@ -129,17 +141,18 @@ func (d DaemonAPI) DeleteTenant(ctx context.Context, name string) (bool, error) 
 	return false, err
 }
 
-// Tenants implements Daemon.
-func (d DaemonAPI) Tenants(ctx context.Context) ([]string, error) {
+// Tenants implements Daemon: whom a tenant is for is in the labels
+// CreateTenant gave it.
+func (d DaemonAPI) Tenants(ctx context.Context) ([]Held, error) {
 	resp, err := d.API.ListTenants(ctx, &flexgvv1.ListTenantsRequest{})
 	if err != nil {
 		return nil, err
 	}
-	var names []string
+	var out []Held
 	for _, t := range resp.Tenants {
 		if t.Held {
-			names = append(names, t.Name)
+			out = append(out, Held{Name: t.Name, Namespace: t.Labels["namespace"], Pod: t.Labels["pod"]})
 		}
 	}
-	return names, nil
+	return out, nil
 }

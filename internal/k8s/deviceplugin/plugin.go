@@ -261,8 +261,12 @@ func sleep(ctx context.Context, d time.Duration) {
 // removed or ctx ends.
 func (p *Plugin) serve(ctx context.Context) error {
 	return p.endpoint(ctx, socketName, vgpu.ResourceVGPU, p, p.options(), func(ctx context.Context) {
+		// Serialized with Allocate: an allocation made while the tenants
+		// are matched to the pods is not taken for one of a pod gone.
+		p.allocating.Lock()
+		defer p.allocating.Unlock()
 		p.syncTenants(ctx)
-		if err := p.rebuildLocked(ctx); err != nil {
+		if err := p.rebuild(ctx); err != nil {
 			p.log.Print(err)
 		}
 	})
@@ -611,7 +615,7 @@ func (p *Plugin) pendingPod(ctx context.Context, n int, taken map[types.UID]bool
 	for i := range pods {
 		pod := &pods[i]
 		if taken[pod.UID] || pod.Status.Phase != corev1.PodPending || len(vgpu.PodGPUs(pod)) == 0 ||
-			slices.Contains(have, TenantPrefix+string(pod.UID)) ||
+			holds(have, TenantPrefix+string(pod.UID)) ||
 			admitting != nil && !admitting[pod.Namespace+"/"+pod.Name] {
 			continue
 		}
@@ -797,7 +801,7 @@ func (p *Plugin) rebuild(ctx context.Context) error {
 	for i := range pods {
 		pod := &pods[i]
 		if !given[pod.Namespace+"/"+pod.Name] || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed ||
-			len(vgpu.PodGPUs(pod)) == 0 || slices.Contains(have, TenantPrefix+string(pod.UID)) {
+			len(vgpu.PodGPUs(pod)) == 0 || holds(have, TenantPrefix+string(pod.UID)) {
 			continue
 		}
 		r, ok, err := vgpu.PodRequest(pod)
@@ -877,16 +881,24 @@ func (p *Plugin) deviceNode(name string) []*pluginapi.DeviceSpec {
 }
 
 // syncTenants deletes the tenants of pods that are gone or finished; a
-// tenant still in use goes once its last process exits.
+// tenant still in use goes once its last process exits. The caller holds
+// allocating.
+//
+// The node's pod listing only names candidates: a listing that lags (an
+// API server behind, a partial answer) would otherwise delete the tenant of
+// a pod that runs, and the tenants are listed before it, so that one made
+// meanwhile is not judged by a listing older than its pod. Each candidate's
+// pod is then asked for by name, and its tenant deleted only where the API
+// server says that pod is gone or finished.
 func (p *Plugin) syncTenants(ctx context.Context) {
-	pods, err := p.nodePods(ctx)
-	if err != nil {
-		p.log.Print(err)
-		return
-	}
 	have, err := p.daemon.Tenants(ctx)
 	if err != nil {
 		p.log.Printf("listing the node daemon's tenants: %v", err)
+		return
+	}
+	pods, err := p.nodePods(ctx)
+	if err != nil {
+		p.log.Print(err)
 		return
 	}
 	live, present := map[string]bool{}, map[string]bool{}
@@ -917,16 +929,49 @@ func (p *Plugin) syncTenants(ctx context.Context) {
 	for _, key := range gone {
 		p.setAllocated(key, "")
 	}
-	for _, name := range have {
-		if !strings.HasPrefix(name, TenantPrefix) || live[name] {
+	for _, t := range have {
+		if !strings.HasPrefix(t.Name, TenantPrefix) || live[t.Name] {
 			continue
 		}
-		removed, err := p.daemon.DeleteTenant(ctx, name)
+		why, err := p.podGone(ctx, t)
+		if err != nil {
+			p.log.Printf("tenant %s kept: %v", t.Name, err)
+			continue
+		}
+		removed, err := p.daemon.DeleteTenant(ctx, t.Name)
 		switch {
 		case err != nil:
-			p.log.Printf("deleting tenant %s: %v", name, err)
+			p.log.Printf("deleting tenant %s: %v", t.Name, err)
 		case removed:
-			p.log.Printf("deleted tenant %s: its pod is gone", name)
+			p.log.Printf("deleted tenant %s: %s", t.Name, why)
 		}
 	}
+}
+
+// podGone asks the API server for the pod of tenant t and says why the
+// tenant may go: its pod is gone or finished. It returns an error where the
+// pod is still there or the API server could not say. A tenant that does
+// not record its pod (made by an older daemon) has only the node's listing
+// to go by.
+func (p *Plugin) podGone(ctx context.Context, t Held) (string, error) {
+	if t.Namespace == "" || t.Pod == "" {
+		return "its pod is gone", nil
+	}
+	name := t.Namespace + "/" + t.Pod
+	// By name, a listing: the node's permissions are to list pods.
+	list, err := p.client.CoreV1().Pods(t.Namespace).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", t.Pod).String()})
+	if err != nil {
+		return "", fmt.Errorf("asking for its pod %s: %w", name, err)
+	}
+	uid := types.UID(strings.TrimPrefix(t.Name, TenantPrefix))
+	for _, pod := range list.Items {
+		if pod.UID != uid {
+			continue // another pod of that name, made since
+		}
+		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			return fmt.Sprintf("its pod %s has finished (%s)", name, pod.Status.Phase), nil
+		}
+		return "", fmt.Errorf("its pod %s is %s, though the listing of node %s's pods did not show it so", name, pod.Status.Phase, p.cfg.NodeName)
+	}
+	return fmt.Sprintf("its pod %s is gone", name), nil
 }

@@ -53,14 +53,14 @@ func (d *fakeDaemon) DeleteTenant(_ context.Context, name string) (bool, error) 
 	return true, nil
 }
 
-func (d *fakeDaemon) Tenants(context.Context) ([]string, error) {
+func (d *fakeDaemon) Tenants(context.Context) ([]Held, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var names []string
-	for n := range d.tenants {
-		names = append(names, n)
+	var out []Held
+	for n, t := range d.tenants {
+		out = append(out, Held{Name: n, Namespace: t.Namespace, Pod: t.Pod})
 	}
-	return names, nil
+	return out, nil
 }
 
 // fakeKubelet answers pod-resources List with what the test sets.
