@@ -102,6 +102,17 @@ func adopt(dir string) (*held, []string, []error, error) {
 			os.Remove(p)
 		}
 	}
+	// Those still there are joined before anything sweeps tenants without a
+	// member, as the last daemon's death left them: one whose process is
+	// starting (its file mapped, no slot claimed yet) keeps its file.
+	var names []string
+	for _, r := range recs {
+		names = append(names, r.Name)
+	}
+	back, err := tenant.Rejoin(dir, names)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	infos, _, err := tenant.List(dir)
 	if err != nil {
 		return nil, nil, nil, err
@@ -113,14 +124,16 @@ func adopt(dir string) (*held, []string, []error, error) {
 			prio = *r.Priority
 		}
 		spec := tenant.Spec{Name: r.Name, Devices: r.Devices, CtxBytes: r.CtxBytes, Priority: prio, SM: r.SM}
-		if slices.ContainsFunc(infos, func(in tenant.Info) bool { return in.Name == r.Name }) {
-			spec.Devices = nil // there: join it, if it is still the file recorded
-		} else if len(r.Devices) == 0 {
-			continue
-		}
-		t, err := tenant.Acquire(dir, spec)
-		if err != nil {
-			continue // gone since, or made again by someone else
+		t := back[r.Name]
+		if t == nil {
+			if slices.ContainsFunc(infos, func(in tenant.Info) bool { return in.Name == r.Name }) {
+				spec.Devices = nil // there: join it, if it is still the file recorded
+			} else if len(r.Devices) == 0 {
+				continue
+			}
+			if t, err = tenant.Acquire(dir, spec); err != nil {
+				continue // gone since, or made again by someone else
+			}
 		}
 		info, err := tenant.Read(t.Path)
 		if err != nil || (!t.Created && info.Created.UnixNano() != r.Created) {

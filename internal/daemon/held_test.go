@@ -1,9 +1,14 @@
 package daemon
 
 import (
+	"bufio"
+	"fmt"
 	"os"
+	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/flexgv/flexgv/internal/tenant"
@@ -109,4 +114,70 @@ func TestOneDaemonPerStateFolder(t *testing.T) {
 		t.Fatalf("lock after the first daemon is gone: %v", err)
 	}
 	g.Close()
+}
+
+// heldByChild, set in a run of the test binary, makes that run a daemon
+// holding tenant "starting" in the folder it names until it is killed.
+const heldByChild = "FLEXGV_TEST_HELD_BY_CHILD"
+
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(heldByChild); dir != "" {
+		h, _, _, err := adopt(dir)
+		if err == nil {
+			_, _, err = h.create(tenant.Spec{Name: "starting", Devices: oneGiB}, nil)
+		}
+		if err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		fmt.Println("held")
+		// Until killed: nothing it holds is released.
+		stop := make(chan os.Signal, 1)
+		signal.Notify(stop, syscall.SIGTERM)
+		<-stop
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
+
+// A daemon killed (nothing released, nothing swept) leaves its tenant with
+// no member while a process of it may be starting, its file mapped and no
+// slot claimed yet: the next daemon takes the same file back, not a new one
+// made in its place, which would cost that process its tenant.
+func TestReadoptKeepsTheFileOfAStartingProcess(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), heldByChild+"="+dir)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	cmd.Process.Kill()
+	cmd.Wait()
+	if line != "held\n" {
+		t.Fatalf("the first daemon: %q", line)
+	}
+	file := filepath.Join(dir, "tenant-starting")
+	mapped, err := os.Open(file) // what the starting process has, holding no lock
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mapped.Close()
+	before, err := mapped.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, adopted, _, err := adopt(dir)
+	if err != nil || strings.Join(adopted, ",") != "starting" {
+		t.Fatalf("re-adopted %v (%v), want starting", adopted, err)
+	}
+	defer second.releaseAll()
+	after, err := os.Stat(file)
+	if err != nil || !os.SameFile(before, after) {
+		t.Errorf("tenant file of the starting process made again in its place (%v): it would find its tenant removed", err)
+	}
 }

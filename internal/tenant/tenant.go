@@ -128,6 +128,35 @@ func Acquire(dir string, spec Spec) (*Tenant, error) {
 	return t, nil
 }
 
+// Rejoin makes this process a member again of each tenant named that is
+// there, all under one hold of the folder's lock and before any tenant
+// without a member is swept. A daemon restarting takes back so the tenants
+// it held: its death left them without a member while a process of theirs
+// may have mapped its file without claiming a slot yet (one starting), and
+// a file removed and made again under it would cost that process its
+// tenant. Names not there are left out of the result.
+func Rejoin(dir string, names []string) (map[string]*Tenant, error) {
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	out := map[string]*Tenant{}
+	for _, n := range names {
+		if CheckName(n) != nil {
+			continue
+		}
+		t := &Tenant{Path: path(dir, n), Name: n, dir: dir}
+		var h header
+		if t.member, h, err = join(t.Path, Spec{Name: n}); err != nil {
+			continue
+		}
+		t.Devices, t.Priority, t.SM = h.devices, h.raw.Priority, h.raw.SM
+		out[n] = t
+	}
+	return out, nil
+}
+
 // CheckName refuses names a tenant file cannot carry.
 func CheckName(name string) error {
 	if !nameRE.MatchString(name) {
