@@ -17,28 +17,8 @@ import (
 // it) once the mover is held, lets it go on and returns how it ended.
 func failoverRun(t *testing.T, e *env, a *server, to string, flags ...string) result {
 	t.Helper()
-	ready, goOn := filepath.Join(e.dir, "ready"), filepath.Join(e.dir, "go")
-	os.Remove(ready)
-	os.Remove(goOn)
-	args := append([]string{"run", "--remote", a.addr, "--failover", to}, flags...)
-	cmd := exec.Command(bin("flexgv"), append(args, "--", bin("mover"), "6", "4", ready, goOn)...)
-	cmd.Env = e.environ("")
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := os.Stat(ready); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the mover never reached its hold\n%s", errb.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	prefix := append([]string{bin("flexgv"), "run", "--remote", a.addr, "--failover", to}, flags...)
+	cmd, out, errb, goOn := startHeld(t, e, append(prefix, "--"), e.environ(""))
 	a.cmd.Process.Signal(syscall.SIGKILL)
 	a.cmd.Wait()
 	os.WriteFile(goOn, nil, 0o644)

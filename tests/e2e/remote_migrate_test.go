@@ -14,33 +14,43 @@ import (
 	"time"
 )
 
-// moverRun starts the mover (6 steps, held before step 4) on server from,
-// asks flexgv migrate to move it to server to once it is held, lets it go
-// on and returns what the command printed (with its exit status) and the
-// program's output.
-func moverRun(t *testing.T, e *env, from, to *server, env ...string) (migrate result, prog result) {
+// startHeld starts the mover (6 steps, held before step 4) after the words
+// of prefix (none: by itself) with env, and waits until it is held; it goes
+// on once the file goOn exists.
+func startHeld(t *testing.T, e *env, prefix, env []string) (cmd *exec.Cmd, out, errb *bytes.Buffer, goOn string) {
 	t.Helper()
 	ready, goOn := filepath.Join(e.dir, "ready"), filepath.Join(e.dir, "go")
 	os.Remove(ready)
 	os.Remove(goOn)
-	cmd := exec.Command(bin("mover"), "6", "4", ready, goOn)
-	cmd.Env = append(append(e.environ(filepath.Join(build, "remote")), "FLEXGV_REMOTE="+from.addr), env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
+	argv := append(append([]string{}, prefix...), bin("mover"), "6", "4", ready, goOn)
+	cmd = exec.Command(argv[0], argv[1:]...)
+	cmd.Env = env
+	out, errb = &bytes.Buffer{}, &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if _, err := os.Stat(ready); err == nil {
-			break
+			return cmd, out, errb, goOn
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the mover never reached its hold\n%s", errb.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// moverRun starts the mover (6 steps, held before step 4) on server from,
+// asks flexgv migrate to move it to server to once it is held, lets it go
+// on and returns what the command printed (with its exit status) and the
+// program's output.
+func moverRun(t *testing.T, e *env, from, to *server, env ...string) (migrate result, prog result) {
+	t.Helper()
+	cmd, out, errb, goOn := startHeld(t, e, nil,
+		append(append(e.environ(filepath.Join(build, "remote")), "FLEXGV_REMOTE="+from.addr), env...))
 	done := make(chan result)
 	go func() {
 		done <- e.run("flexgv", "migrate", "--server", from.addr, "--to", to.addr, "--all", "--wait", "60s")
