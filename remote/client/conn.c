@@ -48,6 +48,7 @@ static void *conn_tls; /* the TLS session over conn_fd (tls://), or NULL */
 static struct fgr_ring conn_ring; /* the rings after an shm:// handshake (mapped: conn_ring.m) */
 static int conn_broken;       /* lost or refused: every forwarded call fails */
 static int failover_due;      /* ... lost, and a failover server keeps its state (failover.c) */
+static int program_conn = 1;  /* the connection is the program's, not one a move set beside it */
 static char lost_why[256];
 static int replaying;         /* the calls since the checkpoint made again there: output not printed again */
 static uint32_t replay_last_n; /* the answer, in conn_r, to the call under way when the server was lost */
@@ -328,7 +329,7 @@ struct fgr_ring *fgr_conn_ring(void)
 /* Marks the connection lost and says why, once. Called with conn_lock held. */
 static CUresult lost(const char *why, int err)
 {
-    if (!conn_broken && conn_fd >= 0 && fgr_failover_keeping()) {
+    if (!conn_broken && conn_fd >= 0 && program_conn && fgr_failover_keeping()) {
         failover_due = 1; /* said by the failover */
         snprintf(lost_why, sizeof lost_why, "%s%s%s", why, err ? ": " : "", err ? strerror(err) : "");
     } else if (!conn_broken) {
@@ -969,6 +970,7 @@ void fgr_conn_swap(struct fgr_conn_saved *other)
     fgr_srv = other->srv;
     conn_broken = other->broken;
     conn_refused = other->refused;
+    program_conn = !program_conn;
     *other = mine;
     pthread_mutex_unlock(&write_lock);
     pthread_mutex_unlock(&conn_lock);
@@ -1052,6 +1054,7 @@ static CUresult failover_locked(void)
 
 void fgr_conn_moved(const char *addr)
 {
+    program_conn = 1; /* the new one is the program's now */
     char *a = strdup(addr);
     if (a)
         __atomic_store_n(&moved_to, a, __ATOMIC_RELEASE); /* a former one stays: a thread may be reading it */
@@ -1498,6 +1501,7 @@ static void forked_child(void)
     conn_broken = 0;
     conn_refused = CUDA_SUCCESS;
     failover_due = 0;
+    program_conn = 1;
     fgr_failover_forked();
     fgr_move_forked();
     /* A thread of the parent may have been mid-call: its buffers are not ours. */
