@@ -20,7 +20,7 @@ env -u LD_LIBRARY_PATH "$FLEXGV" serve --listen "unix://$tmp/b.sock" >>"$OUT/fai
 sleep 2
 train_s() { # FLEXGV-RUN-FLAGS...: the training's seconds
     rm -f "$tmp/p"
-    "$FLEXGV" run --remote "unix://$tmp/a.sock" "$@" -- python3 scripts/gpu/torch_suspend.py "$STEPS" 1 "$tmp/p" \
+    FLEXGV_REMOTE_LOG=errors "$FLEXGV" run --remote "unix://$tmp/a.sock" "$@" -- python3 scripts/gpu/torch_suspend.py "$STEPS" 1 "$tmp/p" \
         2>>"$OUT/failover_cost_client.log" | python3 -c 'import json,sys; print("%.2f" % json.load(sys.stdin)["train_s"])'
 }
 for r in $(seq "$ROUNDS"); do

@@ -29,7 +29,7 @@ sleep 2
 train() { # PROGRESS JSON FLEXGV-RUN-FLAGS...
     local progress=$1 json=$2
     shift 2
-    "$FLEXGV" run "$@" -- python3 scripts/gpu/torch_suspend.py "$STEPS" "$GIB" "$progress" >"$json"
+    FLEXGV_REMOTE_LOG=errors "$FLEXGV" run "$@" -- python3 scripts/gpu/torch_suspend.py "$STEPS" "$GIB" "$progress" >"$json"
 }
 same() { # REF GOT: the losses and ballast, and the training's time against REF's
     python3 - "$1" "$2" "$STEPS" <<'PY'
@@ -47,7 +47,7 @@ train "$tmp/ref.progress" "$tmp/ref.json" --remote "unix://$tmp/a.sock" || fail 
 echo "== checkpoints every $EVERY on unix://$tmp/b.sock, nothing killed"
 train "$tmp/cp.progress" "$tmp/cp.json" --remote "unix://$tmp/a.sock" --failover "unix://$tmp/b.sock" \
     --checkpoint-every "$EVERY" 2>"$tmp/cp.err" || fail "the run with checkpoints"
-grep "flexgv remote" "$tmp/cp.err"
+grep -E "flexgv remote: (checkpoint|pid|no checkpoint|lost|going on)" "$tmp/cp.err"
 same "$tmp/ref.json" "$tmp/cp.json" && pass "checkpoints every $EVERY" || fail "the run with checkpoints: losses or ballast"
 for pair in "a b unix://$tmp/a.sock unix://$tmp/b.sock" "ta tb tcp://127.0.0.1:7181 tcp://127.0.0.1:7182"; do
     set -- $pair
@@ -62,7 +62,7 @@ for pair in "a b unix://$tmp/a.sock unix://$tmp/b.sock" "ta tb tcp://127.0.0.1:7
     kill -KILL "${pid[$name]}"
     echo "  killed the server of $from at step $(tail -1 "$tmp/run.progress" | cut -d' ' -f1)"
     wait $job || fail "the training whose server was killed ($from; its stderr below)"
-    grep "flexgv remote" "$tmp/run.err"
+    grep -E "flexgv remote: (checkpoint|pid|no checkpoint|lost|going on|cannot go on)" "$tmp/run.err"
     same "$tmp/ref.json" "$tmp/run.json" && pass "went on at $to" || fail "the run that went on at $to: losses or ballast"
 done
 exit $failed

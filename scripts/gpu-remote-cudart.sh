@@ -27,8 +27,11 @@
 # tenant's quota with its executor unprivileged (tenant), executors' host
 # memory bounded by a cgroup (cgroup), and DDP over NCCL with one rank
 # (ddp-one).
-# A PASS or FAIL line per check; exit status 1 if any failed.
-#     [ONLY="NAME..."] [TRANSPORTS="unix shm tcp"] [LIMIT=SECONDS] scripts/gpu-remote-cudart.sh [CUDA_HOME]
+# A PASS or FAIL line per check; exit status 1 if any failed. TRANSPORTS
+# may also name failover: over unix:// with a failover server taking a
+# checkpoint every CHECKPOINT_MS (default 200) milliseconds, the same output
+# (the client's own lines left out); for the programs run by same alone.
+#     [ONLY="NAME..."] [TRANSPORTS="unix shm tcp failover"] [LIMIT=SECONDS] scripts/gpu-remote-cudart.sh [CUDA_HOME]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 CUDA=${1:-${CUDA_HOME:-/usr/local/cuda}}
@@ -66,7 +69,12 @@ for t in ${TRANSPORTS:-unix shm tcp}; do
     case $t in
     unix | shm) ADDRS+=("$t://$tmp/gpu.sock") ;;
     tcp) ADDRS+=(tcp://127.0.0.1:7072) ;;
-    *) echo "TRANSPORTS: $t is none of unix, shm, tcp" >&2 && exit 2 ;;
+    failover)
+        ADDRS+=("failover://$tmp/gpu.sock")
+        env -u LD_LIBRARY_PATH "$B/bin/flexgv" serve --listen "unix://$tmp/spare.sock" 2>"$tmp/serve-spare.log" &
+        sleep 1
+        ;;
+    *) echo "TRANSPORTS: $t is none of unix, shm, tcp, failover" >&2 && exit 2 ;;
     esac
 done
 elapsed() { python3 -c "import time; print(f'{time.time() - $1:.2f}')"; }
@@ -87,13 +95,21 @@ same() {
     native=$(elapsed "$t0")
     for addr in "${ADDRS[@]}"; do
         [ -n "${OVER:-}" ] && [[ " $OVER " != *" ${addr%%://*} "* ]] && continue
-        local label="$name over ${addr%%://*}://"
+        local label="$name over ${addr%%://*}://" envs=(FLEXGV_REMOTE="$addr") said=""
+        if [[ $addr == failover://* ]]; then
+            envs=(FLEXGV_REMOTE="unix://${addr#failover://}" FLEXGV_REMOTE_FAILOVER="unix://$tmp/spare.sock"
+                FLEXGV_REMOTE_CHECKPOINT_MS="${CHECKPOINT_MS:-200}" FLEXGV_REMOTE_LOG=errors)
+        fi
         t0=$(date +%s.%N)
-        FLEXGV_REMOTE=$addr LD_LIBRARY_PATH="$B/remote:$CUDA/lib64" timeout "$LIMIT" "$@" >"$tmp/remote.out" 2>&1
+        env "${envs[@]}" LD_LIBRARY_PATH="$B/remote:$CUDA/lib64" timeout "$LIMIT" "$@" >"$tmp/remote.out" 2>&1
         rc=$?
         took=$(elapsed "$t0")
+        if [[ $addr == failover://* ]]; then
+            said=$(grep -E '^flexgv remote: (pid .*checkpoints|no checkpoint)' "$tmp/remote.out" | cut -c1-240 | tr '\n' ' ')
+            grep -v '^flexgv remote: ' "$tmp/remote.out" >"$tmp/remote.kept" && mv "$tmp/remote.kept" "$tmp/remote.out"
+        fi
         if [ $rc = 0 ] && cmp -s <($filter "$tmp/native.out") <($filter "$tmp/remote.out"); then
-            pass "$label: the same output as natively (whole run ${took} s, natively ${native} s)$(rate)"
+            pass "$label: the same output as natively (whole run ${took} s, natively ${native} s)$(rate)${said:+; $said}"
         else
             if [ $rc = 0 ]; then
                 fail "$label: another output than natively"

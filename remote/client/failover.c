@@ -307,9 +307,10 @@ static void taken(struct fgr_conn_saved made, const struct fgr_remade *m, int st
     checkpoints++;
     latest = *m;
     fgr_conn_drop(&old); /* the checkpoint before ends with its executor */
-    if (checkpoints == 1)
+    /* Said with FLEXGV_REMOTE_LOG=errors: each, and at exit what they took. */
+    if (checkpoints == 1 && fgr_log_errors())
         atexit(say_checkpoints);
-    if (checkpoints == 1 || fgr_log_errors())
+    if (fgr_log_errors())
         fgr_say("checkpoint %u on the failover server %s (in %s; the program paused %u ms; %.1f MiB of device memory, "
                 "%.1f MiB of state)", checkpoints, to, steps == 2 ? "two steps" : "one step", m->ms, m->bytes / 1048576.0,
                 m->state / 1048576.0);

@@ -18,7 +18,7 @@ import (
 func failoverRun(t *testing.T, e *env, a *server, to string, flags ...string) result {
 	t.Helper()
 	prefix := append([]string{bin("flexgv"), "run", "--remote", a.addr, "--failover", to}, flags...)
-	cmd, out, errb, goOn := startHeld(t, e, append(prefix, "--"), e.environ(""))
+	cmd, out, errb, goOn := startHeld(t, e, append(prefix, "--"), append(e.environ(""), "FLEXGV_REMOTE_LOG=errors"))
 	a.cmd.Process.Signal(syscall.SIGKILL)
 	a.cmd.Wait()
 	os.WriteFile(goOn, nil, 0o644)
