@@ -90,6 +90,8 @@ static void *loader(void *arg)
         free(a);
         a = NULL;
     }
+    if (w.oom)
+        snprintf(ahead->why, sizeof ahead->why, "no memory to give the state");
     if (ok) {
         w.len = 0;
         fgr_put_u32(&w, 0);
@@ -211,12 +213,14 @@ int fgr_ahead_end(struct fgr_ahead *a, char *why, size_t nwhy)
 
 void fgr_ahead_abandon(struct fgr_ahead *a)
 {
+    /* A loader still at work uses the state and the connection: it lets
+     * them go when it ends. */
     if (a->loading && __atomic_exchange_n(&a->claimed, 1, __ATOMIC_ACQ_REL)) {
         fgr_conn_drop(&a->conn);
         free(a->state);
+        a->state = NULL;
     }
     a->loading = 0;
-    a->state = NULL;
 }
 
 void fgr_ahead_forked(struct fgr_ahead *a)

@@ -239,19 +239,24 @@ void fgr_move(const char *to)
         fgr_say("a move to %s is asked while one to %s is under way: it is not made", to, moving_to);
         return;
     }
+    struct fgr_conn_saved none = {.fd = -1};
+    struct fgr_remade m = {0};
+    char *target = strdup(to);
+    if (!target) {
+        move_ended(0, &none, &m, to, "no memory for the move", 2);
+        return;
+    }
     int r = fgr_ahead_start(&moving, to, why, sizeof why);
     if (r > 0) {
         move_now(to, 0);
     } else if (r < 0) {
-        struct fgr_conn_saved none = {.fd = -1};
-        struct fgr_remade m = {.ms = moving.pause};
+        m.ms = moving.pause;
         move_ended(0, &none, &m, to, why, 2);
-    } else if (!(moving_to = strdup(to))) {
-        fgr_ahead_abandon(&moving);
-        struct fgr_conn_saved none = {.fd = -1};
-        struct fgr_remade m = {.ms = moving.pause};
-        move_ended(0, &none, &m, to, "no memory for the move", 2);
+    } else {
+        moving_to = target;
+        return;
     }
+    free(target);
 }
 
 int fgr_move_due(void) { return fgr_ahead_ready(&moving); }
