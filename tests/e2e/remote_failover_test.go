@@ -142,3 +142,28 @@ func TestRemoteFailoverTwoSteps(t *testing.T) {
 		t.Errorf("exit %d\n%s\n%s", code, out.String(), stderr())
 	}
 }
+
+// The failover settings the program's library reads: a bad one is said and
+// CUDA refused (no run without the failover asked for), never a silent
+// default.
+func TestRemoteFailoverBadSettings(t *testing.T) {
+	e := newEnv(t)
+	s := e.serve("unix")
+	sock := strings.TrimPrefix(s.addr, "unix://")
+	for _, c := range []struct {
+		env  []string
+		want string
+	}{
+		{[]string{"FLEXGV_REMOTE_FAILOVER=shm://" + sock}, "FLEXGV_REMOTE_FAILOVER=shm://" + sock + ": want unix:///PATH, tcp://HOST:PORT or tls://HOST:PORT"},
+		{[]string{"FLEXGV_REMOTE_FAILOVER=" + s.addr, "FLEXGV_REMOTE_CHECKPOINT_MS=0"}, "FLEXGV_REMOTE_CHECKPOINT_MS=0: want milliseconds from 1 to 86400000"},
+		{[]string{"FLEXGV_REMOTE_FAILOVER=" + s.addr, "FLEXGV_REMOTE_CHECKPOINT_MS=1s"}, "FLEXGV_REMOTE_CHECKPOINT_MS=1s: want milliseconds"},
+		{[]string{"FLEXGV_REMOTE_CHECKPOINT_MS=100"}, "FLEXGV_REMOTE_CHECKPOINT_MS is set but FLEXGV_REMOTE_FAILOVER is not"},
+	} {
+		cmd := exec.Command(bin("rtlike"), "1")
+		cmd.Env = append(append(e.environ(filepath.Join(build, "remote")), "FLEXGV_REMOTE="+s.addr), c.env...)
+		r := runCmd(t, cmd)
+		if r.code == 0 || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("%v: exit %d, want a refusal saying %q\n%s", c.env, r.code, c.want, r.stderr)
+		}
+	}
+}
