@@ -281,6 +281,13 @@ static void not_taken(const char *why)
 {
     if (!on)
         return; /* the server was lost meanwhile: said there */
+    if (kept_bytes >= LOG_MAX) { /* the calls kept would grow without end */
+        char s[512];
+        snprintf(s, sizeof s, "the calls kept since the last checkpoint passed %llu MiB, and no checkpoint could be "
+                 "taken: %s", LOG_MAX >> 20, why);
+        give_up(s);
+        return;
+    }
     uint64_t lo = every_ns > 1000000000ull ? every_ns : 1000000000ull;
     uint64_t hi = every_ns > 60000000000ull ? every_ns : 60000000000ull;
     backoff = backoff ? (2 * backoff < hi ? 2 * backoff : hi) : lo;
