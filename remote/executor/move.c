@@ -309,10 +309,11 @@ static CUresult state_pull(const void *token, CUdeviceptr dst, size_t n)
 
 /* The client's old address of driver-placed memory now here (a replay on
  * a failover server): only memory of the connection's, only an address
- * that names nothing of it. */
+ * that names nothing of it (one aliased already arrives translated to its
+ * memory, and is refused so). */
 static CUresult state_alias(CUdeviceptr old, size_t n, CUdeviceptr now)
 {
-    if (!n || !fgr_mem_in(now, n) || fgr_mem_in(old, n) || fgr_moved(old) != old || old + n < old)
+    if (!n || !fgr_mem_in(now, n) || fgr_mem_in(old, n) || old + n < old)
         return CUDA_ERROR_INVALID_VALUE;
     if (fgr_moved_add(old, n, now) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;

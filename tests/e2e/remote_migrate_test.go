@@ -362,3 +362,43 @@ func TestRemoteMigrateTwoSteps(t *testing.T) {
 		t.Errorf("the spinner: %v\n%s\n%s", err, rest, errb.String())
 	}
 }
+
+// result sends op with ctx and args and returns the CUresult it answered.
+func (r *rawConn) result(name string, ctx uint64, args w) uint32 {
+	r.t.Helper()
+	body := w{}.u16(r.p.op(r.t, name)).u16(0).u32(1).u64(ctx)
+	r.c.Write(append(w{}.u32(uint32(len(body)+len(args))), append(body, args...)...))
+	return binary.LittleEndian.Uint32(r.answer())
+}
+
+// A client's fgrStateAlias (a failover's replay saying where memory the
+// driver placed lies now) names only memory of its own connection, from an
+// address that names nothing of it, once: anything else is refused and the
+// executor serves on.
+func TestRemoteStateAliasHostile(t *testing.T) {
+	p := readProtocol(t)
+	e := newEnv(t)
+	s := e.serve("unix")
+	x := dialRaw(t, s, p)
+	ctx := handle(x.call("cuDevicePrimaryCtxRetain", 0, w{}.u64(0).u8(1)))
+	mem := handle(x.call("cuMemAlloc_v2", ctx, w{}.u64(4096).u8(1)))
+	const free = 0x10000000000 // no memory of the connection's there
+	const invalid = 1          // CUDA_ERROR_INVALID_VALUE
+	for _, c := range []struct {
+		name        string
+		old, n, now uint64
+		want        uint32
+	}{
+		{"memory not the connection's", free, 4096, free + 1<<20, invalid},
+		{"no bytes", free, 0, mem, invalid},
+		{"past the memory's end", free, 8192, mem, invalid},
+		{"from the connection's own memory", mem, 4096, mem, invalid},
+		{"its own memory, from a free address", free, 4096, mem, 0},
+		{"the same address again", free, 4096, mem, invalid},
+	} {
+		if got := x.result("fgrStateAlias", ctx, w{}.u64(c.old).u64(c.n).u64(c.now)); got != c.want {
+			t.Errorf("%s: answered %d, want %d", c.name, got, c.want)
+		}
+	}
+	x.call("cuMemFree_v2", ctx, w{}.u64(mem))
+}
