@@ -1,6 +1,6 @@
 /* A program that keeps changing device memory and checking it, to be moved
  * between servers while it runs (flexgv migrate):
- *     mover STEPS [HOLD_AT READY GO]
+ *     mover STEPS [HOLD_AT READY GO [busy]]
  * Each step adds the step's number to every word of a buffer and of a
  * module variable (a kernel launched on a stream), and to another buffer
  * twice the last odd step's (an explicit graph's kernel node, its
@@ -8,7 +8,8 @@
  * memory, records an event after them, makes and ends two graphs, and checks
  * every word against what it must be by now. With
  * HOLD_AT, before that step it creates the file READY and waits for GO
- * (the test moves it meanwhile). It prints each check's sum, so a moved
+ * (the test moves it meanwhile); "busy" asks a stream about its work while it
+ * waits, so that a move in two steps ends then. It prints each check's sum, so a moved
  * run's output equals an unmoved one's. */
 #include "common.h"
 
@@ -38,16 +39,23 @@ static int words_are(int step, const char *what, CUdeviceptr p, unsigned n, unsi
     return 1;
 }
 
-static void wait_for(const char *path)
+/* Waits for the file at path, asking s about its work meanwhile if busy. */
+static void wait_for(const char *path, int busy, CUstream s)
 {
     struct stat st;
-    while (stat(path, &st) != 0)
+    while (stat(path, &st) != 0) {
+        if (busy && cuStreamQuery(s) != CUDA_SUCCESS) {
+            printf("the stream's work failed while held\n");
+            exit(1);
+        }
         usleep(10000);
+    }
 }
 
 int main(int argc, char **argv)
 {
     int steps = argc > 1 ? atoi(argv[1]) : 8, hold = argc > 4 ? atoi(argv[2]) : -1;
+    int busy = argc > 5 && !strcmp(argv[5], "busy");
     CUcontext ctx = primary_context();
     (void)ctx;
     /* A module and function made and gone first: what moves is named as
@@ -114,10 +122,10 @@ int main(int argc, char **argv)
             FILE *f = fopen(argv[3], "w");
             if (f)
                 fclose(f);
-            wait_for(argv[4]);
+            wait_for(argv[4], busy, s);
         }
-        /* A move asked for meanwhile: the first answer brings the request,
-         * the next call makes it, before this step's work. */
+        /* Calls before this step's work: a server lost while held is
+         * found lost at the first, before any of it. */
         CHECK(cuStreamSynchronize(s));
         CHECK(cuStreamSynchronize(s));
         unsigned v = (unsigned)step;

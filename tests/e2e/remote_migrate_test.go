@@ -14,15 +14,15 @@ import (
 	"time"
 )
 
-// startHeld starts the mover (6 steps, held before step 4) after the words
-// of prefix (none: by itself) with env, and waits until it is held; it goes
-// on once the file goOn exists.
-func startHeld(t *testing.T, e *env, prefix, env []string) (cmd *exec.Cmd, out, errb *bytes.Buffer, goOn string) {
+// startHeld starts the mover (6 steps, held before step 4, with more
+// arguments) after the words of prefix (none: by itself) with env, and waits
+// until it is held; it goes on once the file goOn exists.
+func startHeld(t *testing.T, e *env, prefix, env []string, more ...string) (cmd *exec.Cmd, out, errb *bytes.Buffer, goOn string) {
 	t.Helper()
 	ready, goOn := filepath.Join(e.dir, "ready"), filepath.Join(e.dir, "go")
 	os.Remove(ready)
 	os.Remove(goOn)
-	argv := append(append([]string{}, prefix...), bin("mover"), "6", "4", ready, goOn)
+	argv := append(append(append([]string{}, prefix...), bin("mover"), "6", "4", ready, goOn), more...)
 	cmd = exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
 	out, errb = &bytes.Buffer{}, &bytes.Buffer{}
@@ -43,23 +43,20 @@ func startHeld(t *testing.T, e *env, prefix, env []string) (cmd *exec.Cmd, out, 
 	}
 }
 
-// moverRun starts the mover (6 steps, held before step 4) on server from,
-// asks flexgv migrate to move it to server to once it is held, lets it go
-// on and returns what the command printed (with its exit status) and the
-// program's output.
+// moverRun starts the mover (6 steps, held before step 4, making calls
+// while held) on server from, asks flexgv migrate to move it to server to
+// once it is held, lets it go on once the command returned and returns what
+// the command printed (with its exit status) and the program's output.
 func moverRun(t *testing.T, e *env, from, to *server, env ...string) (migrate result, prog result) {
 	t.Helper()
 	cmd, out, errb, goOn := startHeld(t, e, nil,
-		append(append(e.environ(filepath.Join(build, "remote")), "FLEXGV_REMOTE="+from.addr), env...))
-	done := make(chan result)
-	go func() {
-		done <- e.run("flexgv", "migrate", "--server", from.addr, "--to", to.addr, "--all", "--wait", "60s")
-	}()
-	// The request reaches the executor before the program goes on, so that
-	// it moves at once (either order works: it moves at a call after).
-	from.waitLog(`asks to move `, 10*time.Second)
+		append(append(e.environ(filepath.Join(build, "remote")), "FLEXGV_REMOTE="+from.addr), env...), "busy")
+	// The move's second step waits for the new executor to hold the
+	// program's structure and comes at a call after: the held program's
+	// calls give it one however long that takes, where the program's last
+	// steps might not.
+	migrate = e.run("flexgv", "migrate", "--server", from.addr, "--to", to.addr, "--all", "--wait", "60s")
 	os.WriteFile(goOn, nil, 0o644)
-	migrate = <-done
 	err := cmd.Wait()
 	prog = result{out.String(), errb.String(), 0}
 	if ee, ok := err.(*exec.ExitError); ok {
