@@ -1,11 +1,10 @@
-package cli
+package suspend
 
 import (
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
-
-	"github.com/spf13/cobra"
 
 	"github.com/flexgv/flexgv/internal/ckpt"
 	"github.com/flexgv/flexgv/internal/gpuinfo"
@@ -135,7 +134,7 @@ func restoreOne(d *ckpt.Driver, m *move, pid int) error {
 
 // unrestore checkpoints a process restored by a resume that failed later,
 // back on the GPU it was suspended from.
-func unrestore(c *cobra.Command, d *ckpt.Driver, m *move, pid int) {
+func unrestore(warn io.Writer, d *ckpt.Driver, m *move, pid int) {
 	err := d.Checkpoint(pid)
 	if err == nil && m != nil && !m.nothingHeld && m.from != m.to {
 		if err = d.RestoreOnto(pid, m.back); err == nil {
@@ -143,6 +142,6 @@ func unrestore(c *cobra.Command, d *ckpt.Driver, m *move, pid int) {
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(c.ErrOrStderr(), "flexgv resume: warning: undoing the restore of process %d: %v\n", pid, err)
+		fmt.Fprintf(warn, "flexgv resume: warning: undoing the restore of process %d: %v\n", pid, err)
 	}
 }
