@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -55,6 +56,11 @@ type Extender struct {
 	// reserved are placements bound (or being bound) here that the pod
 	// informer has not shown yet, by pod UID.
 	reserved map[types.UID]placement
+	// resuming are suspended pods asked to resume here that the informer
+	// still shows suspended: they hold their GPUs again from the asking.
+	resuming map[types.UID]bool
+	// wake asks the resume loop to look now (a pod gone or changed).
+	wake chan struct{}
 }
 
 type placement struct {
@@ -73,6 +79,8 @@ func New(client kubernetes.Interface, policy vgpu.Policy, w io.Writer) *Extender
 		nodes:    f.Core().V1().Nodes().Lister(),
 		log:      log.New(w, "flexgv scheduler: ", 0),
 		reserved: map[types.UID]placement{},
+		resuming: map[types.UID]bool{},
+		wake:     make(chan struct{}, 1),
 	}
 	// A pod is indexed by the node whose GPU it holds: a remote vGPU's is
 	// its server's, not the node that runs the pod.
@@ -101,7 +109,9 @@ func New(client kubernetes.Interface, policy vgpu.Policy, w io.Writer) *Extender
 			if p, ok := obj.(*corev1.Pod); ok {
 				e.mu.Lock()
 				delete(e.reserved, p.UID)
+				delete(e.resuming, p.UID)
 				e.mu.Unlock()
+				e.poke()
 			}
 		},
 	})
@@ -115,11 +125,23 @@ func (e *Extender) seen(obj any) {
 	}
 	e.mu.Lock()
 	delete(e.reserved, p.UID)
+	if !vgpu.SuspendWanted(p) {
+		delete(e.resuming, p.UID)
+	}
 	e.mu.Unlock()
+	e.poke()
+}
+
+// poke wakes the resume loop.
+func (e *Extender) poke() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
 }
 
 // Start watches pods and nodes until ctx ends, and returns once it has
-// listed them all.
+// listed them all; suspended pods are resumed meanwhile as room returns.
 func (e *Extender) Start(ctx context.Context) error {
 	e.factory.Start(ctx.Done())
 	for typ, ok := range e.factory.WaitForCacheSync(ctx.Done()) {
@@ -127,17 +149,26 @@ func (e *Extender) Start(ctx context.Context) error {
 			return fmt.Errorf("listing %v from the API server failed", typ)
 		}
 	}
+	go e.resumeLoop(ctx)
 	return nil
 }
 
-// used is what the pods on node hold of each GPU, reservations included.
-// The caller holds e.mu.
-func (e *Extender) used(node string, ctxMiB int64) (map[string]vgpu.Use, error) {
-	return e.usedWithout(node, ctxMiB, nil)
+// used is what the pods on node hold of each GPU, reservations included,
+// for a pod of priority prio. The caller holds e.mu.
+func (e *Extender) used(node string, ctxMiB, prio int64) (map[string]vgpu.Use, error) {
+	return e.usedWithout(node, ctxMiB, nil, prio)
 }
 
-// usedWithout is used without the pods in gone (victims of a preemption).
-func (e *Extender) usedWithout(node string, ctxMiB int64, gone map[types.UID]bool) (map[string]vgpu.Use, error) {
+// yields: suspended pod p holds no memory or compute for a pod of
+// priority prio, only its vGPU slot. The caller holds e.mu.
+func (e *Extender) yields(p *corev1.Pod, prio int64) bool {
+	return vgpu.SuspendWanted(p) && vgpu.Suspended(p) && !e.resuming[p.UID] && prio > int64(podPriority(p))
+}
+
+// usedWithout is used without the pods in gone (victims of a preemption):
+// those it maps to true are evicted, the others suspended (they keep
+// their vGPU slot).
+func (e *Extender) usedWithout(node string, ctxMiB int64, gone map[types.UID]bool, prio int64) (map[string]vgpu.Use, error) {
 	objs, err := e.pods.ByIndex(byNode, node)
 	if err != nil {
 		return nil, err
@@ -154,7 +185,8 @@ func (e *Extender) usedWithout(node string, ctxMiB int64, gone map[types.UID]boo
 	for _, obj := range objs {
 		p := obj.(*corev1.Pod)
 		gpus := podGPUs(p)
-		if len(gpus) == 0 || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || gone[p.UID] {
+		evicted, leaving := gone[p.UID]
+		if len(gpus) == 0 || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || evicted {
 			continue
 		}
 		r, ok, err := vgpu.PodRequest(p)
@@ -165,6 +197,14 @@ func (e *Extender) usedWithout(node string, ctxMiB int64, gone map[types.UID]boo
 			continue
 		}
 		counted[p.UID] = true
+		if leaving || e.yields(p, prio) {
+			for _, g := range gpus {
+				u := use[g]
+				u.Pods++
+				use[g] = u
+			}
+			continue
+		}
 		add(gpus, r)
 	}
 	for uid, pl := range e.reserved {
@@ -187,7 +227,7 @@ func podGPUs(p *corev1.Pod) []string {
 // chooseRemote picks, for a remote vGPU, the GPU server node (one whose
 // inventory has an address) and the GPU with room that the policy likes
 // best. The caller holds e.mu.
-func (e *Extender) chooseRemote(r vgpu.Request) (server, uuid string, err error) {
+func (e *Extender) chooseRemote(r vgpu.Request, prio int64) (server, uuid string, err error) {
 	nodes, err := e.nodes.List(labels.Everything())
 	if err != nil {
 		return "", "", err
@@ -199,7 +239,7 @@ func (e *Extender) chooseRemote(r vgpu.Request) (server, uuid string, err error)
 			continue
 		}
 		servers++
-		gpus, score, err := e.choose(n.Name, r)
+		gpus, score, err := e.choose(n.Name, r, prio)
 		if err == nil && score > best {
 			best, server, uuid = score, n.Name, gpus[0]
 		}
@@ -211,8 +251,9 @@ func (e *Extender) chooseRemote(r vgpu.Request) (server, uuid string, err error)
 	return server, uuid, nil
 }
 
-// choose picks GPUs of node for r. The caller holds e.mu.
-func (e *Extender) choose(node string, r vgpu.Request) ([]string, float64, error) {
+// choose picks GPUs of node for r, of a pod of priority prio. The caller
+// holds e.mu.
+func (e *Extender) choose(node string, r vgpu.Request, prio int64) ([]string, float64, error) {
 	n, err := e.nodes.Get(node)
 	if err != nil {
 		return nil, 0, fmt.Errorf("flexgv: node %s: %w", node, err)
@@ -224,7 +265,7 @@ func (e *Extender) choose(node string, r vgpu.Request) ([]string, float64, error
 	if !ok {
 		return nil, 0, fmt.Errorf("%w: flexgv: node %s has no FlexGV device plugin (no %s annotation)", vgpu.ErrNoRoom, node, vgpu.AnnotationInventory)
 	}
-	use, err := e.used(node, inv.ContextMiB)
+	use, err := e.used(node, inv.ContextMiB, prio)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -248,7 +289,7 @@ func (e *Extender) Filter(args extenderv1.ExtenderArgs) extenderv1.ExtenderFilte
 	defer e.mu.Unlock()
 	if r.Remote {
 		// Any node runs it (kube-scheduler counts its slots) if a server has room.
-		if _, _, err := e.chooseRemote(r); err != nil {
+		if _, _, err := e.chooseRemote(r, int64(podPriority(args.Pod))); err != nil {
 			for _, node := range *args.NodeNames {
 				failed[node] = strings.TrimPrefix(err.Error(), vgpu.ErrNoRoom.Error()+": ")
 			}
@@ -257,7 +298,7 @@ func (e *Extender) Filter(args extenderv1.ExtenderArgs) extenderv1.ExtenderFilte
 		return extenderv1.ExtenderFilterResult{NodeNames: args.NodeNames}
 	}
 	for _, node := range *args.NodeNames {
-		if _, _, err := e.choose(node, r); err != nil {
+		if _, _, err := e.choose(node, r, int64(podPriority(args.Pod))); err != nil {
 			failed[node] = strings.TrimPrefix(err.Error(), vgpu.ErrNoRoom.Error()+": ")
 			continue
 		}
@@ -281,7 +322,7 @@ func (e *Extender) Prioritize(args extenderv1.ExtenderArgs) (extenderv1.HostPrio
 	for _, node := range *args.NodeNames {
 		var score float64
 		if ok && !r.Remote {
-			_, score, _ = e.choose(node, r)
+			_, score, _ = e.choose(node, r, int64(podPriority(args.Pod)))
 		}
 		out = append(out, extenderv1.HostPriority{Host: node, Score: int64(math.Round(score * float64(extenderv1.MaxExtenderPriority)))})
 	}
@@ -303,7 +344,7 @@ func (e *Extender) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs
 	where := ""
 	if ok && r.Remote {
 		e.mu.Lock()
-		server, uuid, err := e.chooseRemote(r)
+		server, uuid, err := e.chooseRemote(r, int64(podPriority(pod)))
 		if err == nil {
 			e.reserved[args.PodUID] = placement{node: server, gpus: []string{uuid}, req: r}
 		}
@@ -316,7 +357,7 @@ func (e *Extender) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs
 		where = "remote GPU " + server + "/" + uuid
 	} else if ok {
 		e.mu.Lock()
-		gpus, _, err := e.choose(args.Node, r)
+		gpus, _, err := e.choose(args.Node, r, int64(podPriority(pod)))
 		if err == nil {
 			e.reserved[args.PodUID] = placement{node: args.Node, gpus: gpus, req: r}
 		}
@@ -352,6 +393,11 @@ func (e *Extender) Bind(ctx context.Context, args extenderv1.ExtenderBindingArgs
 // eviction makes room, uses the cheapest GPUs, and drops nodes where no
 // eviction makes room. Victims may be pods kube-scheduler did not propose:
 // only the extender knows which GPU holds what.
+//
+// Where on some node every victim allows suspension, none is evicted
+// anywhere: the victims of the node with the fewest are asked to suspend
+// (suspend.go), and the pod fits once they are off the GPU. So also while
+// pods suspended for it are on their way off.
 func (e *Extender) ProcessPreemption(args extenderv1.ExtenderPreemptionArgs) (*extenderv1.ExtenderPreemptionResult, error) {
 	if args.Pod == nil {
 		return nil, errors.New("expects a pod")
@@ -369,15 +415,21 @@ func (e *Extender) ProcessPreemption(args extenderv1.ExtenderPreemptionArgs) (*e
 		return out, nil
 	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	var suspend [][]*corev1.Pod
+	waiting := false
 	for node := range args.NodeNameToMetaVictims {
-		victims, err := e.victims(node, args.Pod, r)
+		victims, leaving, suspends, err := e.victims(node, args.Pod, r)
 		if err != nil {
 			e.log.Printf("preemption for %s/%s on %s: %v", args.Pod.Namespace, args.Pod.Name, node, err)
 			continue
 		}
 		if len(victims) == 0 {
+			waiting = waiting || leaving
 			continue // room without evicting: no preemption needed there
+		}
+		if suspends {
+			suspend = append(suspend, victims)
+			continue
 		}
 		mv := &extenderv1.MetaVictims{}
 		for _, v := range victims {
@@ -385,25 +437,54 @@ func (e *Extender) ProcessPreemption(args extenderv1.ExtenderPreemptionArgs) (*e
 		}
 		out.NodeNameToMetaVictims[node] = mv
 	}
+	e.mu.Unlock()
+	if waiting {
+		return &extenderv1.ExtenderPreemptionResult{}, nil
+	}
+	if len(suspend) > 0 {
+		slices.SortFunc(suspend, func(a, b []*corev1.Pod) int {
+			return cmp.Or(len(a)-len(b), strings.Compare(a[0].Spec.NodeName, b[0].Spec.NodeName))
+		})
+		e.suspend(args.Pod, suspend[0])
+		return &extenderv1.ExtenderPreemptionResult{}, nil
+	}
 	return out, nil
 }
 
 // victims are the pods of node to evict for pod (request r) to fit; an
-// error when no eviction makes room. The caller holds e.mu.
-func (e *Extender) victims(node string, pod *corev1.Pod, r vgpu.Request) ([]*corev1.Pod, error) {
+// error when no eviction makes room. suspends: the node may suspend them
+// all instead. Pods of lower priority being deleted or suspended are
+// counted gone; leaving says whether any is being suspended. The caller
+// holds e.mu.
+func (e *Extender) victims(node string, pod *corev1.Pod, r vgpu.Request) (victims []*corev1.Pod, leaving, suspends bool, err error) {
 	n, err := e.nodes.Get(node)
 	if err != nil {
-		return nil, err
+		return nil, false, false, err
 	}
 	inv, ok, err := vgpu.NodeInventory(n)
 	if err != nil || !ok {
-		return nil, fmt.Errorf("no inventory: %v", err)
+		return nil, false, false, fmt.Errorf("no inventory: %v", err)
 	}
 	objs, err := e.pods.ByIndex(byNode, node)
 	if err != nil {
-		return nil, err
+		return nil, false, false, err
 	}
+	suspendable := func(p *corev1.Pod) bool { return inv.Suspend && vgpu.Suspendable(p) }
 	prio := podPriority(pod)
+	// Pods already on their way out (evicted or asked to suspend before)
+	// are counted gone.
+	gone := map[types.UID]bool{}
+	for _, obj := range objs {
+		p := obj.(*corev1.Pod)
+		if podPriority(p) >= prio {
+			continue
+		}
+		if suspending := vgpu.SuspendWanted(p) && !vgpu.Suspended(p) && suspendable(p); suspending {
+			gone[p.UID], leaving = false, true
+		} else if p.DeletionTimestamp != nil {
+			gone[p.UID] = true
+		}
+	}
 	// Per GPU: the fewest evictions that leave room for one vGPU of r.
 	one := r
 	one.Count = 1
@@ -419,7 +500,7 @@ func (e *Extender) victims(node string, pod *corev1.Pod, r vgpu.Request) ([]*cor
 		var cands []*corev1.Pod
 		for _, obj := range objs {
 			p := obj.(*corev1.Pod)
-			if p.DeletionTimestamp == nil && podPriority(p) < prio && slices.Contains(podGPUs(p), g.UUID) &&
+			if _, leaving := gone[p.UID]; !leaving && !e.yields(p, int64(prio)) && podPriority(p) < prio && slices.Contains(podGPUs(p), g.UUID) &&
 				p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
 				cands = append(cands, p)
 			}
@@ -432,19 +513,13 @@ func (e *Extender) victims(node string, pod *corev1.Pod, r vgpu.Request) ([]*cor
 			rb, _, _ := vgpu.PodRequest(b)
 			return cmp.Compare(rb.MemoryMiB, ra.MemoryMiB)
 		})
-		// Pods already on their way out (evicted before) are counted gone.
-		gone := map[types.UID]bool{}
-		for _, obj := range objs {
-			if p := obj.(*corev1.Pod); p.DeletionTimestamp != nil && podPriority(p) < prio {
-				gone[p.UID] = true
-			}
-		}
+		gone := maps.Clone(gone)
 		single := vgpu.Inventory{Slots: inv.Slots, ContextMiB: inv.ContextMiB, GPUs: []vgpu.GPU{g}, MPS: inv.MPS}
 		var picked []*corev1.Pod
 		for {
-			use, err := e.usedWithout(node, inv.ContextMiB, gone)
+			use, err := e.usedWithout(node, inv.ContextMiB, gone, int64(prio))
 			if err != nil {
-				return nil, err
+				return nil, false, false, err
 			}
 			if _, _, err := vgpu.Choose(single, use, one, e.policy); err == nil {
 				options = append(options, option{g, picked})
@@ -455,22 +530,34 @@ func (e *Extender) victims(node string, pod *corev1.Pod, r vgpu.Request) ([]*cor
 			}
 			next := cands[len(picked)]
 			picked = append(picked, next)
-			gone[next.UID] = true
+			gone[next.UID] = !suspendable(next)
 		}
 	}
 	if len(options) < r.Count {
-		return nil, fmt.Errorf("no eviction of pods of lower priority makes room for %d vGPU(s) of %d MiB", r.Count, r.MemoryMiB)
+		return nil, leaving, false, fmt.Errorf("no eviction of pods of lower priority makes room for %d vGPU(s) of %d MiB", r.Count, r.MemoryMiB)
 	}
-	slices.SortStableFunc(options, func(a, b option) int { return len(a.pods) - len(b.pods) })
-	var out []*corev1.Pod
+	// GPUs freed by suspending alone first (suspend.go), then the fewest
+	// pods.
+	evicts := func(o option) bool {
+		return slices.ContainsFunc(o.pods, func(p *corev1.Pod) bool { return !suspendable(p) })
+	}
+	slices.SortStableFunc(options, func(a, b option) int {
+		if ea, eb := evicts(a), evicts(b); ea != eb {
+			if ea {
+				return 1
+			}
+			return -1
+		}
+		return len(a.pods) - len(b.pods)
+	})
 	for _, o := range options[:r.Count] {
 		for _, p := range o.pods {
-			if !slices.Contains(out, p) {
-				out = append(out, p)
+			if !slices.Contains(victims, p) {
+				victims = append(victims, p)
 			}
 		}
 	}
-	return out, nil
+	return victims, leaving, !slices.ContainsFunc(victims, func(p *corev1.Pod) bool { return !suspendable(p) }), nil
 }
 
 func podPriority(p *corev1.Pod) int32 {

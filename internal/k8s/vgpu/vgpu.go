@@ -145,6 +145,9 @@ func PodRequest(pod *corev1.Pod) (r Request, ok bool, err error) {
 			return Request{}, false, fmt.Errorf("%s is set but no container asks for %s", a, ResourceVGPU)
 		}
 	}
+	if err := preemption(pod.Annotations, r, ok); err != nil {
+		return Request{}, false, err
+	}
 	if ok && r.ComputeMax > 0 && r.ComputePct > r.ComputeMax {
 		return Request{}, false, fmt.Errorf("container %s: %s %d is above the cap %s %d: a share cannot be guaranteed past its cap",
 			r.Container, ResourceCompute, r.ComputePct, AnnotationComputeMax, r.ComputeMax)
@@ -285,6 +288,9 @@ type Inventory struct {
 	// MPS: the node's daemon offers its MPS to pods, which AnnotationSM
 	// needs.
 	MPS bool `json:"mps,omitempty"`
+	// Suspend: the node suspends pods that allow it instead of their
+	// eviction (suspend.go).
+	Suspend bool `json:"suspend,omitempty"`
 }
 
 // GPU is one physical GPU of a node.

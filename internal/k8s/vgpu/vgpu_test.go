@@ -52,6 +52,17 @@ func TestPodRequest(t *testing.T) {
 	if err != nil || r.SM != 25 {
 		t.Errorf("a quarter of the SMs: %+v %v", r, err)
 	}
+	for _, v := range []string{"suspend", "evict"} {
+		p := pod(map[string]string{AnnotationPreemption: v}, map[corev1.ResourceName]string{ResourceVGPU: "1", ResourceMemory: "1"})
+		if _, _, err := PodRequest(p); err != nil || Suspendable(p) != (v == "suspend") {
+			t.Errorf("preemption %s: %v, suspendable %v", v, err, Suspendable(p))
+		}
+		// Once its node failed to suspend it, it is evicted as any pod.
+		p.Status.Conditions = []corev1.PodCondition{{Type: ConditionSuspended, Status: corev1.ConditionFalse, Reason: ReasonSuspendFailed}}
+		if Suspendable(p) {
+			t.Errorf("preemption %s: suspendable after its node failed to suspend it", v)
+		}
+	}
 }
 
 func TestPodRequestRefuses(t *testing.T) {
@@ -99,6 +110,14 @@ func TestPodRequestRefuses(t *testing.T) {
 			"flexgv.io/gpu-sm is set but no container asks for flexgv.io/vgpu"},
 		{pod(map[string]string{AnnotationSM: "50", AnnotationRemoteMemory: "1024"}, map[corev1.ResourceName]string{ResourceRemoteVGPU: "1"}),
 			"flexgv.io/gpu-sm is for the node's own GPUs"},
+		{pod(map[string]string{AnnotationPreemption: "pause"}, map[corev1.ResourceName]string{ResourceVGPU: "1", ResourceMemory: "1"}),
+			`flexgv.io/preemption "pause": want suspend or evict`},
+		{pod(map[string]string{AnnotationPreemption: "suspend"}, map[corev1.ResourceName]string{corev1.ResourceCPU: "1"}),
+			"flexgv.io/preemption is set but no container asks for flexgv.io/vgpu"},
+		{pod(map[string]string{AnnotationPreemption: "suspend", AnnotationRemoteMemory: "1024"}, map[corev1.ResourceName]string{ResourceRemoteVGPU: "1"}),
+			"flexgv.io/preemption suspend: a remote vGPU runs on its server"},
+		{pod(map[string]string{AnnotationPreemption: "suspend", AnnotationSM: "50"}, map[corev1.ResourceName]string{ResourceVGPU: "1", ResourceMemory: "1"}),
+			"flexgv.io/preemption suspend: a pod under the node's MPS"},
 	} {
 		_, _, err := PodRequest(tc.pod)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
