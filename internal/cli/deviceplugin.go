@@ -16,6 +16,7 @@ import (
 
 	"github.com/flexgv/flexgv/internal/k8s/deviceplugin"
 	"github.com/flexgv/flexgv/internal/k8s/kubeclient"
+	"github.com/flexgv/flexgv/internal/k8s/vgpu"
 	"github.com/flexgv/flexgv/internal/launch"
 	"github.com/flexgv/flexgv/internal/mps"
 	"github.com/flexgv/flexgv/internal/remote"
@@ -56,10 +57,13 @@ func devicePluginFlags(c *cobra.Command, g *globals) func(log io.Writer, withMPS
 	f.StringSliceVar(&cfg.CDISpecDirs, "cdi-spec-dir", deviceplugin.CDISpecDirs, "with --kubernetes: folders of CDI specs, as the container runtime reads them")
 	f.StringVar(&cfg.DriverLibs, "driver-libs", "", "with --kubernetes, for containers given device nodes: the node's folder of the driver's libraries "+
 		"(libcuda.so.1, libnvidia-ml.so.1, ...), mounted into them (\"\": the container runtime brings them)")
+	f.BoolVar(&cfg.SuspendPods, "suspend-pods", false, "with --kubernetes: suspend pods that allow it ("+vgpu.AnnotationPreemption+": suspend) when the scheduler extender "+
+		"makes room for a pod of higher priority, instead of their eviction (the driver's checkpoint API: CUDA 12.8, driver 570 or later; the daemon must see "+
+		"the pods' processes, as root in the host's PID namespace), and resume them when room returns")
 	f.StringSliceVar(&cfg.GPUs, "gpus", nil, "with --kubernetes: the GPUs (UUIDs, or indices) this node's vGPUs are on, leaving the others to another "+
 		"device plugin (NVIDIA's); default all. A GPU another nvidia.com/ resource advertises is left to it whatever this says")
 	names := []string{"gpus", "cdi", "cdi-spec-dir", "driver-libs", "shim", "node-name", "kubeconfig", "plugin-dir", "slots", "ctx-mem", "dev-root", "pod-resources", "health-interval", "sync-interval",
-		"remote-addr", "tenant-dir", "remote-slots", "secret-namespace", "remote-lib", "mps-pods"}
+		"remote-addr", "tenant-dir", "remote-slots", "secret-namespace", "remote-lib", "mps-pods", "suspend-pods"}
 	return func(log io.Writer, withMPS bool) (func(context.Context, flexgvv1.DaemonServer), error) {
 		if !on {
 			for _, n := range names {
@@ -108,7 +112,7 @@ func devicePluginFlags(c *cobra.Command, g *globals) func(log io.Writer, withMPS
 		cfg.Allocations = filepath.Join(tenant.Dir(), "deviceplugin.allocations")
 		cfg.PreloadDir = tenant.Dir()
 		return func(ctx context.Context, api flexgvv1.DaemonServer) {
-			p := deviceplugin.New(cfg, deviceplugin.DaemonAPI{API: api}, client)
+			p := deviceplugin.New(cfg, deviceplugin.DaemonAPI{API: api, Dir: tenant.Dir()}, client)
 			if cfg.RemoteSlots > 0 {
 				go p.Remote().Run(ctx)
 			}

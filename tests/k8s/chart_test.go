@@ -186,6 +186,14 @@ func TestChartInstalls(t *testing.T) {
 			t.Errorf("with MPS on, the daemon runs with %v and mounts %v; want --mps, --mps-pods, the pipe folder and no /dev/shm", d.args, d.mounts)
 		}
 	}
+	checkSuspend(t, objs, false)
+	withSuspend, err := renderChart(map[string]any{"node": map[string]any{"suspend": map[string]any{"enabled": true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dryRun(t, withSuspend)
+	checkNodeDaemonArgs(t, withSuspend, false)
+	checkSuspend(t, withSuspend, true)
 	// CDI by default: the daemon sees the node's CDI specs; off, with the
 	// driver's folder given: that folder, at its path on the node.
 	for _, tc := range []struct {
@@ -213,6 +221,50 @@ func TestChartInstalls(t *testing.T) {
 			}
 			if !slices.Contains(d.args, tc.arg) || !slices.Equal(paths, tc.mounts) {
 				t.Errorf("values %v: the daemon runs with %v, mounts %v; want %s and %v", tc.values, d.args, paths, tc.arg, tc.mounts)
+			}
+		}
+	}
+}
+
+// checkSuspend checks what suspending pods (on) takes of the node's
+// DaemonSet and role, and that it is all absent otherwise: the host's PID
+// namespace, CAP_SYS_PTRACE and the driver's compute libraries (the
+// checkpoint API reaches pods' processes through /proc), the flag, and the
+// right to set pods' conditions.
+func checkSuspend(t *testing.T, objs []*unstructured.Unstructured, on bool) {
+	t.Helper()
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "DaemonSet":
+			hostPID, _, _ := unstructured.NestedBool(o.Object, "spec", "template", "spec", "hostPID")
+			containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+			c := containers[0].(map[string]any)
+			args, _, _ := unstructured.NestedStringSlice(c, "args")
+			caps, _, _ := unstructured.NestedStringSlice(c, "securityContext", "capabilities", "add")
+			env, _, _ := unstructured.NestedSlice(c, "env")
+			var driverCaps []string
+			for _, e := range env {
+				if m := e.(map[string]any); m["name"] == "NVIDIA_DRIVER_CAPABILITIES" {
+					driverCaps = append(driverCaps, fmt.Sprint(m["value"]))
+				}
+			}
+			got := hostPID && slices.Contains(args, "--suspend-pods") && slices.Equal(caps, []string{"SYS_PTRACE"}) && slices.Equal(driverCaps, []string{"compute,utility"})
+			none := !hostPID && !slices.Contains(args, "--suspend-pods") && len(caps) == 0 && slices.Equal(driverCaps, []string{"utility"})
+			if on && !got || !on && !none {
+				t.Errorf("suspend %v: the daemon's hostPID %v, args %v, capabilities %v, NVIDIA_DRIVER_CAPABILITIES %v", on, hostPID, args, caps, driverCaps)
+			}
+		case "ClusterRole":
+			if !strings.HasSuffix(o.GetName(), "-node") {
+				continue
+			}
+			status := false
+			rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+			for _, r := range rules {
+				res, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "resources")
+				status = status || slices.Contains(res, "pods/status")
+			}
+			if status != on {
+				t.Errorf("suspend %v: the node may set pods' status: %v", on, status)
 			}
 		}
 	}

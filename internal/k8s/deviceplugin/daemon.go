@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/flexgv/flexgv/internal/k8s/vgpu"
+	"github.com/flexgv/flexgv/internal/suspend"
+	"github.com/flexgv/flexgv/internal/tenant"
 	flexgvv1 "github.com/flexgv/flexgv/proto/flexgv/v1"
 )
 
@@ -29,6 +32,12 @@ type Daemon interface {
 	DeleteTenant(ctx context.Context, name string) (removed bool, err error)
 	// Tenants lists the tenants the daemon holds.
 	Tenants(ctx context.Context) ([]Held, error)
+	// Suspend takes the processes of tenant name off the GPU, Resume
+	// brings them back (package suspend); each says what it did. A tenant
+	// already so is an error wrapping suspend.ErrSuspended or
+	// suspend.ErrNotSuspended.
+	Suspend(ctx context.Context, name string) (string, error)
+	Resume(ctx context.Context, name string) (string, error)
 }
 
 // Held is a tenant the daemon holds, and the pod it was made for ("" where
@@ -75,7 +84,35 @@ type TenantDevice struct {
 
 // DaemonAPI is a Daemon over the node daemon's API, called in the
 // daemon's own process (flexgv daemon --kubernetes): no socket between.
-type DaemonAPI struct{ API flexgvv1.DaemonServer }
+// Dir is its tenants' folder.
+type DaemonAPI struct {
+	API flexgvv1.DaemonServer
+	Dir string
+}
+
+// suspendWait is how long a suspend waits for each process's submitted
+// work, as flexgv suspend does by default.
+const suspendWait = 30 * time.Second
+
+// Suspend implements Daemon.
+func (d DaemonAPI) Suspend(ctx context.Context, name string) (string, error) {
+	var warn strings.Builder
+	r, err := suspend.Suspend(d.Dir, name, suspendWait, &warn)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d process(es), %s off the GPU in %s%s", r.Procs, tenant.FormatSize(r.Bytes), r.Took.Round(time.Millisecond), warn.String()), nil
+}
+
+// Resume implements Daemon.
+func (d DaemonAPI) Resume(ctx context.Context, name string) (string, error) {
+	var warn strings.Builder
+	r, err := suspend.Resume(d.Dir, name, "", &warn)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d process(es), %s back on %s in %s%s", r.Procs, tenant.FormatSize(r.Bytes), r.Where, r.Took.Round(time.Millisecond), warn.String()), nil
+}
 
 // Devices implements Daemon.
 func (d DaemonAPI) Devices(ctx context.Context) ([]Device, error) {

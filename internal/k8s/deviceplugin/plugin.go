@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
@@ -100,6 +101,9 @@ type Config struct {
 	// "": they are refused. A Volta or later MPS server shares no /dev/shm
 	// with its clients, so each pod keeps its own.
 	MPSPipe string
+	// SuspendPods: pods are suspended and resumed as the extender asks
+	// (suspend.go), which the node publishes; else they are evicted.
+	SuspendPods bool
 	// CDI is how containers get their GPUs and the driver: CDIAuto, CDIOn
 	// or CDIOff; CDISpecDirs where CDI specs are looked for.
 	CDI         string
@@ -186,6 +190,9 @@ type Plugin struct {
 	mig     map[string]bool // GPUs with MIG mode on, by UUID
 	unknown map[string]bool // names in cfg.GPUs of no GPU, said
 	changed chan struct{}   // closed and replaced when gpus change
+	// lent are the requests of the node's suspended pods, published on
+	// top of the GPUs' capacity (suspend.go), by pod UID.
+	lent map[types.UID]vgpu.Request
 	// allocating serializes Allocate: which pod a call is for is decided
 	// by which pods have no tenant yet.
 	allocating sync.Mutex
@@ -202,7 +209,7 @@ type Plugin struct {
 // New returns a plugin; Run runs it.
 func New(cfg Config, d Daemon, client kubernetes.Interface) *Plugin {
 	p := &Plugin{cfg: cfg, daemon: d, client: client, log: log.New(cfg.Log, "flexgv device plugin: ", 0), changed: make(chan struct{}),
-		shared: map[string]bool{}, mig: map[string]bool{}, unknown: map[string]bool{}}
+		shared: map[string]bool{}, mig: map[string]bool{}, unknown: map[string]bool{}, lent: map[types.UID]vgpu.Request{}}
 	p.allocated = loadAllocations(cfg.Allocations, time.Now(), p.log.Printf)
 	return p
 }
@@ -240,6 +247,9 @@ func (p *Plugin) Run(ctx context.Context) {
 		sleep(ctx, time.Second)
 	}
 	go p.watchHealth(ctx)
+	if p.cfg.SuspendPods {
+		go p.watchSuspensions(ctx)
+	}
 	for ctx.Err() == nil {
 		err := p.serve(ctx)
 		if ctx.Err() != nil {
@@ -408,15 +418,25 @@ func (p *Plugin) watchHealth(ctx context.Context) {
 }
 
 // publish writes the inventory on the node, and its memory and compute as
-// extended resources of its status.
+// extended resources of its status, with what suspended pods lent.
 func (p *Plugin) publish(ctx context.Context, gpus []vgpu.GPU) error {
-	inv := vgpu.Inventory{Slots: p.cfg.Slots, ContextMiB: p.cfg.ContextMiB, GPUs: gpus, Remote: p.cfg.RemoteAddr, MPS: p.cfg.MPSPipe != ""}
+	inv := vgpu.Inventory{Slots: p.cfg.Slots, ContextMiB: p.cfg.ContextMiB, GPUs: gpus, Remote: p.cfg.RemoteAddr, MPS: p.cfg.MPSPipe != "",
+		Suspend: p.cfg.SuspendPods}
 	meta, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{vgpu.AnnotationInventory: inv.Encode()}}})
 	nodes := p.client.CoreV1().Nodes()
 	if _, err := nodes.Patch(ctx, p.cfg.NodeName, types.MergePatchType, meta, metav1.PatchOptions{}); err != nil {
 		return err
 	}
 	c := inv.Capacity()
+	p.mu.Lock()
+	for _, r := range p.lent {
+		for name, n := range map[corev1.ResourceName]int64{vgpu.ResourceMemory: r.MemoryMiB, vgpu.ResourceCompute: r.ComputePct} {
+			q := c[name]
+			q.Add(*resource.NewQuantity(n*int64(r.Count), resource.DecimalSI))
+			c[name] = q
+		}
+	}
+	p.mu.Unlock()
 	st, _ := json.Marshal(map[string]any{"status": map[string]any{"capacity": c, "allocatable": c}})
 	_, err := nodes.Patch(ctx, p.cfg.NodeName, types.MergePatchType, st, metav1.PatchOptions{}, "status")
 	return err

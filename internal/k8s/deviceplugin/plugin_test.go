@@ -2,6 +2,7 @@ package deviceplugin
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -21,13 +22,45 @@ import (
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/flexgv/flexgv/internal/k8s/vgpu"
+	"github.com/flexgv/flexgv/internal/suspend"
 )
 
 // fakeDaemon keeps tenants in memory.
 type fakeDaemon struct {
-	mu      sync.Mutex
-	tenants map[string]Tenant
-	devs    []Device // nil: one GPU, GPU-0
+	mu        sync.Mutex
+	tenants   map[string]Tenant
+	devs      []Device // nil: one GPU, GPU-0
+	suspended map[string]bool
+	refuse    error // what Suspend and Resume answer, where set
+}
+
+func (d *fakeDaemon) Suspend(_ context.Context, name string) (string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case d.refuse != nil:
+		return "", d.refuse
+	case d.suspended[name]:
+		return "", fmt.Errorf("tenant %s %w", name, suspend.ErrSuspended)
+	}
+	if d.suspended == nil {
+		d.suspended = map[string]bool{}
+	}
+	d.suspended[name] = true
+	return "1 process off the GPU", nil
+}
+
+func (d *fakeDaemon) Resume(_ context.Context, name string) (string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case d.refuse != nil:
+		return "", d.refuse
+	case !d.suspended[name]:
+		return "", fmt.Errorf("tenant %s %w", name, suspend.ErrNotSuspended)
+	}
+	delete(d.suspended, name)
+	return "1 process back on the GPU", nil
 }
 
 func (d *fakeDaemon) Devices(context.Context) ([]Device, error) {

@@ -59,8 +59,26 @@ type Container struct {
 	log   string // the CRI log file
 	stdin io.WriteCloser
 	cmd   *exec.Cmd
-	out   bytes.Buffer
+	out   printed
 	done  chan struct{}
+}
+
+// printed is what a container's process printed, read while it runs.
+type printed struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (p *printed) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.b.Write(b)
+}
+
+func (p *printed) String() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.b.String()
 }
 
 // Output is what the container printed, once it has exited.
@@ -71,6 +89,18 @@ func (c *Container) Output() (string, bool) {
 	default:
 		return "", false
 	}
+}
+
+// Printed is what the container has printed so far.
+func (c *Container) Printed() string { return c.out.String() }
+
+// Write writes s to the stdin of a container started with one open.
+func (c *Container) Write(s string) error {
+	if c.stdin == nil {
+		return fmt.Errorf("container of pod %s/%s has no stdin open", c.Namespace, c.Pod)
+	}
+	_, err := io.WriteString(c.stdin, s)
+	return err
 }
 
 // Env is the container's environment variable name, as the kubelet gave it.
