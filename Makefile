@@ -74,6 +74,7 @@ CLIENTS  += arrays
 CLIENTS  += graphnodes
 CLIENTS  += linker
 CLIENTS  += mover
+CLIENTS  += streamer
 GO_SRC   := $(shell find cmd internal proto -name '*.go') go.mod go.sum
 
 .PHONY: all shim sim cli clients remote image test demo clean gen-check FORCE
@@ -204,6 +205,7 @@ LCUDA_CLIENTS += arrays
 LCUDA_CLIENTS += graphnodes
 LCUDA_CLIENTS += linker
 LCUDA_CLIENTS += mover
+LCUDA_CLIENTS += streamer
 $(addprefix $(BUILD)/tests/,$(LCUDA_CLIENTS)): $(BUILD)/tests/%: tests/clients/%.c tests/clients/common.h $(HDRS) $(BUILD)/sim/libcuda.so.1
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) $(INCS) -o $@ $< -L$(BUILD)/sim -lcuda -ldl -lpthread

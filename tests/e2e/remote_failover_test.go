@@ -167,3 +167,63 @@ func TestRemoteFailoverBadSettings(t *testing.T) {
 		}
 	}
 }
+
+// Calls kept while no checkpoint can be taken stop at 1 GiB: past it the
+// program says it has no failover from there on, lets the calls go, and
+// runs on at its server to the end with every byte right.
+func TestRemoteFailoverKeepsBoundedCalls(t *testing.T) {
+	e := newEnv(t)
+	a := e.serveNamed("a", "unix")
+	r := e.run("flexgv", "run", "--remote", a.addr, "--failover", "unix://"+filepath.Join(e.dir, "nobody.sock"), "--checkpoint-every", "1h",
+		"--", bin("streamer"), "1280")
+	const past = "no failover from here on: the calls kept since the last checkpoint passed 1024 MiB, and no checkpoint could be taken"
+	if r.code != 0 || r.stdout != "streamed 1280 MiB ok\n" || strings.Count(r.stderr, past) != 1 {
+		t.Errorf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// A failover server killed while checkpoints are made one after the other
+// (one under way, most likely) fails that checkpoint, said, and the
+// program runs on at its server to the end: losing the failover server
+// is not losing its own.
+func TestRemoteFailoverServerLostMidCheckpoint(t *testing.T) {
+	e := newEnv(t)
+	a, b := e.serveNamed("a", "unix"), e.serveNamed("b", "unix")
+	errf, err := os.Create(filepath.Join(e.dir, "spinner.err"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin("spinner"), "200", "4")
+	cmd.Env = append(e.environ(filepath.Join(build, "remote")), "FLEXGV_REMOTE="+a.addr, "FLEXGV_REMOTE_FAILOVER="+b.addr,
+		"FLEXGV_REMOTE_CHECKPOINT_MS=1", "FLEXGV_REMOTE_LOG=errors")
+	cmd.Stderr = errf
+	stdin, _ := cmd.StdinPipe()
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	stdin.Write([]byte("\n"))
+	stderr := func() string { data, _ := os.ReadFile(errf.Name()); return string(data) }
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(stderr(), "checkpoint 3 on the failover server") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no third checkpoint:\n%s", stderr())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	b.cmd.Process.Signal(syscall.SIGKILL)
+	b.cmd.Wait()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the spinner still runs 60 s after its failover server was killed\n%s", stderr())
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 0 || !strings.Contains(out.String(), "kernels ") ||
+		strings.Contains(stderr(), "going on at") || !strings.Contains(stderr(), "no checkpoint on the failover server "+b.addr) {
+		t.Errorf("exit %d\n%s\n%s", code, out.String(), stderr())
+	}
+}
