@@ -233,9 +233,13 @@ func (e *Extender) chooseRemote(r vgpu.Request, prio int64) (server, uuid string
 		return "", "", err
 	}
 	slices.SortFunc(nodes, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
-	best, servers := -1.0, 0
+	best, servers, cordoned := -1.0, 0, 0
 	for _, n := range nodes {
 		if inv, ok, err := vgpu.NodeInventory(n); err != nil || !ok || inv.Remote == "" {
+			continue
+		}
+		if n.Spec.Unschedulable { // cordoned, being drained: nothing new there
+			cordoned++
 			continue
 		}
 		servers++
@@ -245,8 +249,10 @@ func (e *Extender) chooseRemote(r vgpu.Request, prio int64) (server, uuid string
 		}
 	}
 	if server == "" {
-		return "", "", fmt.Errorf("%w: flexgv: none of %d GPU servers has a GPU with %d MiB (+context) and %d%% free for a remote vGPU",
-			vgpu.ErrNoRoom, servers, r.MemoryMiB, r.ComputePct)
+		// Said with "percent", not "%": kube-scheduler's events take the
+		// message as a format string.
+		return "", "", fmt.Errorf("%w: flexgv: none of %d GPU servers (%d more cordoned) has a GPU with %d MiB (+context) and %d percent compute free for a remote vGPU",
+			vgpu.ErrNoRoom, servers, cordoned, r.MemoryMiB, r.ComputePct)
 	}
 	return server, uuid, nil
 }

@@ -196,3 +196,42 @@ func TestPreemptionPicksVictimsByGPU(t *testing.T) {
 		t.Errorf("a pod of priority 0 evicts nobody: %d %s", code, body)
 	}
 }
+
+// A remote vGPU goes to a GPU server that is not cordoned: one being
+// drained gets nothing new, however the policy likes it, and where only cordoned servers
+// are left the filter says so.
+func TestRemoteVGPUSkipsCordonedServers(t *testing.T) {
+	server := func(name string, mib int64, cordoned bool) *corev1.Node {
+		n := node(name, mib)
+		inv, _, _ := vgpu.NodeInventory(n)
+		inv.Remote = "tcp://" + name + ":7070"
+		n.Annotations[vgpu.AnnotationInventory] = inv.Encode()
+		n.Spec.Unschedulable = cordoned
+		return n
+	}
+	remote := func(name string) *corev1.Pod {
+		p := pod(name, "1")
+		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{vgpu.ResourceRemoteVGPU: resource.MustParse("1")}
+		p.Annotations = map[string]string{vgpu.AnnotationRemoteMemory: "500"}
+		return p
+	}
+	p := remote("p")
+	e, _ := start(t, server("drained", 1000, true), server("busy", 4000, false), p, node("runner", 1000))
+	if err := e.Bind(context.Background(), extenderv1.ExtenderBindingArgs{PodName: "p", PodNamespace: "default", PodUID: p.UID, Node: "runner"}); err != nil {
+		t.Fatal(err)
+	}
+	e.mu.Lock()
+	placedOn := e.reserved[p.UID].node
+	e.mu.Unlock()
+	if placedOn != "busy" {
+		t.Errorf("placed on %q, want busy (drained is cordoned)", placedOn)
+	}
+	_, only := start(t, server("drained", 4000, true), node("runner", 1000))
+	names := []string{"runner"}
+	_, body := post(t, only, "/filter", extenderv1.ExtenderArgs{Pod: remote("q"), NodeNames: &names})
+	var res extenderv1.ExtenderFilterResult
+	json.Unmarshal(body, &res)
+	if want := "flexgv: none of 0 GPU servers (1 more cordoned) has a GPU with 500 MiB (+context) and 0 percent compute free for a remote vGPU"; res.FailedNodes["runner"] != want {
+		t.Errorf("filter: %q, want %q", res.FailedNodes["runner"], want)
+	}
+}
