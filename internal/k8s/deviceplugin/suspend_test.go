@@ -84,6 +84,14 @@ func TestSuspensionAsTheExtenderAsks(t *testing.T) {
 	if c := suspendedCondition(t, p, "low"); c == nil || c.Status != corev1.ConditionTrue {
 		t.Errorf("condition after a second sync: %+v", c)
 	}
+	// A daemon started again publishes what the suspended pod lent too.
+	again := New(p.cfg, d, p.client)
+	again.refresh(ctx)
+	again.syncSuspensions(ctx)
+	if c, _ := nodeMemoryMiB(t, p); c != 16384+1000 {
+		t.Errorf("the node's memory once the daemon started again: %d MiB", c)
+	}
+	p = again
 
 	// A resume the daemon cannot make yet is tried again.
 	suspendPod(t, p, "low", corev1.ConditionFalse)
