@@ -25,8 +25,8 @@
 #define SIM_LANES_PER_DEV 4        /* a process's streams on one device run concurrently in up to 4 lanes */
 #define SIM_LANES (SIM_MAX_DEVICES * SIM_LANES_PER_DEV)
 #define SIM_RING 128               /* items a lane holds; launching into a full lane waits */
-#define SIM_STATE_VERSION 8
-#define SIM_STATE_VERSION_TEXT "8" /* in the default state file's name: versions never meet */
+#define SIM_STATE_VERSION 9
+#define SIM_STATE_VERSION_TEXT "9" /* in the default state file's name: versions never meet */
 #define SIM_GRANULARITY (2ull << 20) /* VMM and graph memory pages */
 
 struct sim_config {
@@ -37,6 +37,7 @@ struct sim_config {
     uint64_t kernel_ns;
     int driver_version;
     uint64_t timeslice_ns;
+    int machine; /* in the GPUs' UUIDs: another machine's differ */
 };
 
 struct sim_bucket {

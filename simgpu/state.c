@@ -285,6 +285,10 @@ static int set_key(struct sim_config *c, const char *key, const char *val)
         if (*end || !(us >= 1))
             return -1;
         c->timeslice_ns = (uint64_t)(us * 1000.0);
+    } else if (!strcmp(key, "machine")) {
+        if (parse_size(val, &n) || n > 255)
+            return -1;
+        c->machine = (int)n;
     } else if (!strcmp(key, "driver_version")) {
         if (parse_size(val, &n) || n < 2000)
             return -1;
@@ -337,7 +341,7 @@ static int load_config(struct sim_config *c)
     } envs[] = {{"FLEXGV_SIM_DEVICES", "devices"},   {"FLEXGV_SIM_MEM", "memory"},
                 {"FLEXGV_SIM_SMS", "sms"},           {"FLEXGV_SIM_CTX_MEM", "context_memory"},
                 {"FLEXGV_SIM_KERNEL_US", "kernel_us"}, {"FLEXGV_SIM_DRIVER_VERSION", "driver_version"},
-                {"FLEXGV_SIM_TIMESLICE_US", "timeslice_us"}};
+                {"FLEXGV_SIM_TIMESLICE_US", "timeslice_us"}, {"FLEXGV_SIM_MACHINE", "machine"}};
     for (size_t i = 0; i < sizeof envs / sizeof envs[0]; i++) {
         const char *v = getenv(envs[i].env);
         if (v && *v && set_key(c, envs[i].key, v)) {
@@ -1464,6 +1468,7 @@ void sim_uuid(int dev, CUuuid *uuid)
     static const unsigned char base[16] = {0xf1, 0xe9, 0x60, 0x00, 0x5e, 0x1d, 0x40, 0x00,
                                            0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
     memcpy(uuid->bytes, base, 16);
+    uuid->bytes[14] = (char)(sim ? sim->cfg.machine : 0);
     uuid->bytes[15] = (char)dev;
 }
 

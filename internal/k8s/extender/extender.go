@@ -59,6 +59,12 @@ type Extender struct {
 	// resuming are suspended pods asked to resume here that the informer
 	// still shows suspended: they hold their GPUs again from the asking.
 	resuming map[types.UID]bool
+	// moving are the remote vGPUs asked to move here (drain.go) that the
+	// informer does not show moving yet: placed on their target already.
+	moving map[types.UID]placement
+	// unmoved is why a remote vGPU of a drained server could not move,
+	// said when it changes.
+	unmoved map[types.UID]string
 	// wake asks the resume loop to look now (a pod gone or changed).
 	wake chan struct{}
 }
@@ -80,16 +86,22 @@ func New(client kubernetes.Interface, policy vgpu.Policy, w io.Writer) *Extender
 		log:      log.New(w, "flexgv scheduler: ", 0),
 		reserved: map[types.UID]placement{},
 		resuming: map[types.UID]bool{},
+		moving:   map[types.UID]placement{},
+		unmoved:  map[types.UID]string{},
 		wake:     make(chan struct{}, 1),
 	}
 	// A pod is indexed by the node whose GPU it holds: a remote vGPU's is
-	// its server's, not the node that runs the pod.
+	// its server's, not the node that runs the pod (and, while it moves,
+	// the server it moves to too).
 	podInf.AddIndexers(cache.Indexers{byNode: func(obj any) ([]string, error) {
 		p, ok := obj.(*corev1.Pod)
 		if !ok {
 			return nil, nil
 		}
 		if server, _, ok := vgpu.PodRemoteGPU(p); ok {
+			if to, _, moving := vgpu.PodRemoteMove(p); moving {
+				return []string{server, to}, nil
+			}
 			return []string{server}, nil
 		}
 		if p.Spec.NodeName != "" {
@@ -97,6 +109,10 @@ func New(client kubernetes.Interface, policy vgpu.Policy, w io.Writer) *Extender
 		}
 		return nil, nil
 	}})
+	// A server cordoned has its remote vGPUs moved (drain.go) at once.
+	f.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, obj any) { e.poke() },
+	})
 	// Once the informer shows a placement, or the pod is gone, the
 	// reservation has done its work.
 	podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -110,6 +126,8 @@ func New(client kubernetes.Interface, policy vgpu.Policy, w io.Writer) *Extender
 				e.mu.Lock()
 				delete(e.reserved, p.UID)
 				delete(e.resuming, p.UID)
+				delete(e.moving, p.UID)
+				delete(e.unmoved, p.UID)
 				e.mu.Unlock()
 				e.poke()
 			}
@@ -127,6 +145,9 @@ func (e *Extender) seen(obj any) {
 	delete(e.reserved, p.UID)
 	if !vgpu.SuspendWanted(p) {
 		delete(e.resuming, p.UID)
+	}
+	if to, _, moving := vgpu.PodRemoteMove(p); moving && to == e.moving[p.UID].node {
+		delete(e.moving, p.UID)
 	}
 	e.mu.Unlock()
 	e.poke()
@@ -149,7 +170,7 @@ func (e *Extender) Start(ctx context.Context) error {
 			return fmt.Errorf("listing %v from the API server failed", typ)
 		}
 	}
-	go e.resumeLoop(ctx)
+	go e.reconcileLoop(ctx)
 	return nil
 }
 
@@ -207,18 +228,23 @@ func (e *Extender) usedWithout(node string, ctxMiB int64, gone map[types.UID]boo
 		}
 		add(gpus, r)
 	}
-	for uid, pl := range e.reserved {
-		if pl.node == node && !counted[uid] {
-			add(pl.gpus, pl.req)
+	for _, m := range []map[types.UID]placement{e.reserved, e.moving} {
+		for uid, pl := range m {
+			if pl.node == node && !counted[uid] {
+				add(pl.gpus, pl.req)
+			}
 		}
 	}
 	return use, nil
 }
 
 // podGPUs are the GPUs a pod holds: its node's, or its remote vGPU's on
-// its server.
+// its server (and, while it moves, on the server it moves to).
 func podGPUs(p *corev1.Pod) []string {
 	if _, uuid, ok := vgpu.PodRemoteGPU(p); ok {
+		if _, to, moving := vgpu.PodRemoteMove(p); moving {
+			return []string{uuid, to}
+		}
 		return []string{uuid}
 	}
 	return vgpu.PodGPUs(p)

@@ -44,9 +44,10 @@ func (e *Extender) suspend(pod *corev1.Pod, victims []*corev1.Pod) {
 	}
 }
 
-// resumeLoop resumes suspended pods as room for them returns: on each pod
-// change, and every second.
-func (e *Extender) resumeLoop(ctx context.Context) {
+// reconcileLoop resumes suspended pods as room for them returns, and moves
+// the remote vGPUs of drained servers (drain.go): on each pod change, and
+// every second.
+func (e *Extender) reconcileLoop(ctx context.Context) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -56,6 +57,7 @@ func (e *Extender) resumeLoop(ctx context.Context) {
 		case <-tick.C:
 		case <-e.wake:
 		}
+		e.askMoves(ctx, e.movesDue())
 		for _, p := range e.resumable() {
 			err := vgpu.SetCondition(ctx, e.client, p, corev1.PodCondition{
 				Type: vgpu.ConditionSuspend, Status: corev1.ConditionFalse, Reason: "RoomReturned",

@@ -267,11 +267,22 @@ func remoteRequest(c corev1.Container, r Request, count int64, annotations map[s
 	return r, nil
 }
 
-// PodRemoteGPU reads where a pod's remote vGPU was placed: the server
-// node and the GPU's UUID; ok is false when it has none.
+// PodRemoteGPU reads where a pod's remote vGPU is: the server node and
+// the GPU's UUID it was placed on, or moved to since (move.go); ok is
+// false when it has none.
 func PodRemoteGPU(pod *corev1.Pod) (node, uuid string, ok bool) {
-	node, uuid, ok = strings.Cut(pod.Annotations[AnnotationRemoteGPU], "/")
-	return node, uuid, ok && node != "" && uuid != ""
+	if c := PodCondition(pod, ConditionMoved); c != nil && c.Status == corev1.ConditionTrue {
+		if node, uuid, ok = nodeGPU(c.Message); ok {
+			return node, uuid, true
+		}
+	}
+	return nodeGPU(pod.Annotations[AnnotationRemoteGPU])
+}
+
+// nodeGPU reads NODE/UUID.
+func nodeGPU(s string) (node, uuid string, ok bool) {
+	node, uuid, ok = strings.Cut(s, "/")
+	return node, uuid, ok && node != "" && uuid != "" && !strings.Contains(uuid, "/")
 }
 
 // Inventory is a node's GPUs as its device plugin publishes them.
