@@ -46,6 +46,8 @@ func devicePluginFlags(c *cobra.Command, g *globals) func(log io.Writer, withMPS
 	f.DurationVar(&cfg.HealthEvery, "health-interval", 10*time.Second, "with --kubernetes: how often the GPUs' health is read from NVML")
 	f.DurationVar(&cfg.SyncEvery, "sync-interval", 5*time.Second, "with --kubernetes: how often tenants of pods that are gone are deleted and the registration with the kubelet checked")
 	f.StringVar(&cfg.RemoteAddr, "remote-addr", "", "with --kubernetes: serve this node's GPUs to remote vGPUs of pods elsewhere at this address (where flexgv serve --tenant-dir listens; give --tenant-dir)")
+	f.StringVar(&cfg.ServeAdmin, "serve-admin", "", "with --remote-addr: the admin socket of that flexgv serve (its --admin), through which the programs of remote pods "+
+		"move to another GPU server when this node is cordoned (drained)")
 	f.StringVar(&cfg.TenantDir, "tenant-dir", "", "with --remote-addr: the folder of flexgv serve --tenant-dir, where remote pods' tokens are written")
 	f.StringVar(&cfg.SecretNamespace, "secret-namespace", os.Getenv("POD_NAMESPACE"), "with --remote-addr or --remote-slots: the namespace of the Secrets that carry remote pods' tokens (default $POD_NAMESPACE)")
 	f.IntVar(&cfg.RemoteSlots, "remote-slots", 0, "with --kubernetes: remote vGPUs (flexgv.io/remote-vgpu) this node runs; 0: none")
@@ -63,7 +65,7 @@ func devicePluginFlags(c *cobra.Command, g *globals) func(log io.Writer, withMPS
 	f.StringSliceVar(&cfg.GPUs, "gpus", nil, "with --kubernetes: the GPUs (UUIDs, or indices) this node's vGPUs are on, leaving the others to another "+
 		"device plugin (NVIDIA's); default all. A GPU another nvidia.com/ resource advertises is left to it whatever this says")
 	names := []string{"gpus", "cdi", "cdi-spec-dir", "driver-libs", "shim", "node-name", "kubeconfig", "plugin-dir", "slots", "ctx-mem", "dev-root", "pod-resources", "health-interval", "sync-interval",
-		"remote-addr", "tenant-dir", "remote-slots", "secret-namespace", "remote-lib", "mps-pods", "suspend-pods"}
+		"remote-addr", "tenant-dir", "remote-slots", "secret-namespace", "remote-lib", "mps-pods", "suspend-pods", "serve-admin"}
 	return func(log io.Writer, withMPS bool) (func(context.Context, flexgvv1.DaemonServer), error) {
 		if !on {
 			for _, n := range names {

@@ -157,6 +157,20 @@ func TestChartInstalls(t *testing.T) {
 	}
 	dryRun(t, remote)
 	checkNodeDaemonArgs(t, remote, true)
+	// The daemon moves programs off a drained node through the admin
+	// socket of the flexgv serve beside it.
+	for _, o := range remote {
+		if o.GetKind() != "DaemonSet" {
+			continue
+		}
+		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		daemonArgs, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+		serveArgs, _, _ := unstructured.NestedStringSlice(containers[1].(map[string]any), "args")
+		const path = "/dev/shm/flexgv/remote-serve.admin"
+		if !slices.Contains(daemonArgs, "--serve-admin="+path) || !slices.Contains(serveArgs, "--admin=unix://"+path) {
+			t.Errorf("the daemon runs with %v, flexgv serve with %v: want one admin socket, %s", daemonArgs, serveArgs, path)
+		}
+	}
 	// Secrets: of the chart's namespace only (TestChartNodeReadsSecretsOnlyInItsNamespace
 	// asks the API server).
 	secrets := map[string]bool{}

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -100,10 +101,15 @@ func startGPUNode(t *testing.T, name string, daemonFlags ...string) *gpuNode {
 	return n
 }
 
+// machines numbers the simulated machines, so that their GPUs' UUIDs
+// differ as real ones do.
+var machines atomic.Int32
+
 // newGPUNode is node name's simulated machine, of nodeGPUs GPUs.
 func newGPUNode(t *testing.T, name string, daemonFlags []string) *gpuNode {
 	n := &gpuNode{t: t, name: name, dir: t.TempDir(), stdin: map[string]io.WriteCloser{}, extra: daemonFlags}
 	n.env = []string{
+		fmt.Sprintf("FLEXGV_SIM_MACHINE=%d", machines.Add(1)%256),
 		"FLEXGV_SIM_STATE=" + filepath.Join(n.dir, "gpu.state"),
 		"FLEXGV_STATE_DIR=" + filepath.Join(n.dir, "tenants"),
 		fmt.Sprintf("FLEXGV_SIM_DEVICES=%d", nodeGPUs),

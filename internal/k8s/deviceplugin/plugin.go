@@ -104,6 +104,10 @@ type Config struct {
 	// SuspendPods: pods are suspended and resumed as the extender asks
 	// (suspend.go), which the node publishes; else they are evicted.
 	SuspendPods bool
+	// ServeAdmin, on a GPU server node: the admin socket of its flexgv
+	// serve, through which the programs of remote pods move off it when
+	// it is drained (move.go).
+	ServeAdmin string
 	// CDI is how containers get their GPUs and the driver: CDIAuto, CDIOn
 	// or CDIOff; CDISpecDirs where CDI specs are looked for.
 	CDI         string
@@ -144,6 +148,9 @@ func (c Config) Check() error {
 	}
 	if (c.RemoteAddr == "") != (c.TenantDir == "") {
 		return errors.New("--remote-addr and --tenant-dir go together: the address flexgv serve --tenant-dir DIR listens on, and DIR")
+	}
+	if c.ServeAdmin != "" && (c.RemoteAddr == "" || !filepath.IsAbs(c.ServeAdmin)) {
+		return fmt.Errorf("--serve-admin %q: the absolute path of the admin socket of the flexgv serve of --remote-addr", c.ServeAdmin)
 	}
 	if c.TenantDir != "" {
 		if st, err := os.Stat(c.TenantDir); err != nil || !st.IsDir() {
@@ -204,12 +211,19 @@ type Plugin struct {
 	// WatchRemote has listed them).
 	remoteMu   sync.Mutex
 	remotePods cache.Indexer
+	// remoteKick has WatchRemote look again (nil before it runs); under mu.
+	remoteKick func()
+	// movingOut are the remote pods whose programs are being moved off
+	// this server (move.go); said, what was last said of each; under mu.
+	movingOut map[types.UID]bool
+	said      map[types.UID]string
 }
 
 // New returns a plugin; Run runs it.
 func New(cfg Config, d Daemon, client kubernetes.Interface) *Plugin {
 	p := &Plugin{cfg: cfg, daemon: d, client: client, log: log.New(cfg.Log, "flexgv device plugin: ", 0), changed: make(chan struct{}),
-		shared: map[string]bool{}, mig: map[string]bool{}, unknown: map[string]bool{}, lent: map[types.UID]vgpu.Request{}}
+		shared: map[string]bool{}, mig: map[string]bool{}, unknown: map[string]bool{}, lent: map[types.UID]vgpu.Request{},
+		movingOut: map[types.UID]bool{}, said: map[types.UID]string{}}
 	p.allocated = loadAllocations(cfg.Allocations, time.Now(), p.log.Printf)
 	return p
 }
@@ -934,7 +948,9 @@ func (p *Plugin) syncTenants(ctx context.Context) {
 	}
 	for _, pod := range pods {
 		present[pod.Namespace+"/"+pod.Name] = true
-		if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
+		// A remote vGPU's tenant is its server's (syncRemote), wherever
+		// the pod runs.
+		if _, _, remote := vgpu.PodRemoteGPU(&pod); !remote && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
 			live[TenantPrefix+string(pod.UID)] = true
 		}
 	}
@@ -990,6 +1006,9 @@ func (p *Plugin) podGone(ctx context.Context, t Held) (string, error) {
 		}
 		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			return fmt.Sprintf("its pod %s has finished (%s)", name, pod.Status.Phase), nil
+		}
+		if server, _, ok := vgpu.PodRemoteGPU(&pod); ok && server != p.cfg.NodeName {
+			return fmt.Sprintf("the remote vGPU of its pod %s is on %s now", name, server), nil
 		}
 		return "", fmt.Errorf("its pod %s is %s, though the listing of node %s's pods did not show it so", name, pod.Status.Phase, p.cfg.NodeName)
 	}

@@ -58,13 +58,26 @@ func (p *Plugin) syncRemote(ctx context.Context) (map[string]bool, error) {
 	live := map[string]bool{}
 	for _, pod := range pods {
 		server, uuid, ok := vgpu.PodRemoteGPU(pod)
-		if !ok || server != p.cfg.NodeName || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		to, toUUID, moving := vgpu.PodRemoteMove(pod)
+		if !ok || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		switch {
+		case server == p.cfg.NodeName:
+			if moving {
+				p.moveAway(ctx, pod, to, toUUID) // served here until it has moved
+			}
+		case moving && to == p.cfg.NodeName:
+			uuid = toUUID // to be served here, with the token it has
+		default:
 			continue
 		}
 		name := TenantPrefix + string(pod.UID)
 		live[name] = true
 		if err := p.serveRemote(ctx, pod, uuid); err != nil {
 			p.log.Printf("remote pod %s/%s: %v", pod.Namespace, pod.Name, err)
+		} else if server != p.cfg.NodeName {
+			p.readyFor(ctx, pod)
 		}
 	}
 	// Tokens and Secrets of pods that are gone.
@@ -115,7 +128,9 @@ func (p *Plugin) placedHere(ctx context.Context) ([]*corev1.Pod, error) {
 	}
 	var out []*corev1.Pod
 	for i := range list.Items {
-		if server, _, ok := vgpu.PodRemoteGPU(&list.Items[i]); ok && server == p.cfg.NodeName {
+		server, _, ok := vgpu.PodRemoteGPU(&list.Items[i])
+		to, _, _ := vgpu.PodRemoteMove(&list.Items[i])
+		if ok && (server == p.cfg.NodeName || to == p.cfg.NodeName) {
 			out = append(out, &list.Items[i])
 		}
 	}
@@ -132,6 +147,9 @@ func (p *Plugin) WatchRemote(ctx context.Context) {
 	inf.AddIndexers(cache.Indexers{byServer: func(obj any) ([]string, error) {
 		if pod, ok := obj.(*corev1.Pod); ok {
 			if server, _, ok := vgpu.PodRemoteGPU(pod); ok {
+				if to, _, moving := vgpu.PodRemoteMove(pod); moving {
+					return []string{server, to}, nil
+				}
 				return []string{server}, nil
 			}
 		}
@@ -152,6 +170,9 @@ func (p *Plugin) WatchRemote(ctx context.Context) {
 	p.remoteMu.Lock()
 	p.remotePods = inf.GetIndexer()
 	p.remoteMu.Unlock()
+	p.mu.Lock()
+	p.remoteKick = func() { poke(nil) }
+	p.mu.Unlock()
 	sweep := time.NewTicker(10 * time.Second)
 	defer sweep.Stop()
 	for {
