@@ -64,6 +64,24 @@ func TestSimulatedNVML(t *testing.T) {
 	}
 }
 
+// Another simulated machine's GPUs have other UUIDs (CUDA's and NVML's
+// alike), as two machines' GPUs do; a machine number out of range is
+// refused.
+func TestSimulatedMachinesDiffer(t *testing.T) {
+	e := newEnv(t, "FLEXGV_SIM_DEVICES=2", "FLEXGV_SIM_MACHINE=3")
+	r := e.run("nvmlclient")
+	if r.code != 0 || !strings.Contains(r.stdout, "device 1 name=FlexGV Simulated GPU uuid=GPU-f1e96000-5e1d-4000-8000-000000000301 ") {
+		t.Errorf("machine 3: %+v", r)
+	}
+	if r := e.run("flexgv", "run", "--mem", "GPU-f1e96000-5e1d-4000-8000-000000000301=1GiB", "--", bin("memclient"), "info"); r.code != 0 {
+		t.Errorf("CUDA does not know machine 3's second GPU by its NVML UUID: %+v", r)
+	}
+	bad := newEnv(t, "FLEXGV_SIM_MACHINE=256")
+	if r := bad.run("nvmlclient"); r.code == 0 || !strings.Contains(r.stderr, "invalid FLEXGV_SIM_MACHINE=256") {
+		t.Errorf("machine 256: %+v", r)
+	}
+}
+
 // Memory is shared by every process of the device: allocation past it fails
 // with out-of-memory, as on a full GPU.
 func TestSimulatedOutOfMemory(t *testing.T) {
