@@ -98,20 +98,19 @@ func TestRemoteFailoverInexact(t *testing.T) {
 	}
 }
 
-// A checkpoint in two steps (the state's structure made again on the
-// failover server while the program runs, its device memory copied at a
-// second pause) is one to go on from: a spinner whose server is SIGKILLed
-// after one finishes its run at the failover server.
-func TestRemoteFailoverTwoSteps(t *testing.T) {
-	e := newEnv(t)
-	a, b := e.serveNamed("a", "unix"), e.serveNamed("b", "unix")
+// spinnerRun runs the spinner (200 µs kernels, for secs seconds) on server
+// a with failover server b, a checkpoint every ms milliseconds; once its
+// stderr says said, it kills the server of kill (SIGKILL) and returns how
+// the spinner ended, its output and its stderr.
+func spinnerRun(t *testing.T, e *env, a, b *server, secs, ms, said string, kill *server) (int, string, string) {
+	t.Helper()
 	errf, err := os.Create(filepath.Join(e.dir, "spinner.err"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin("spinner"), "200", "6")
+	cmd := exec.Command(bin("spinner"), "200", secs)
 	cmd.Env = append(e.environ(filepath.Join(build, "remote")), "FLEXGV_REMOTE="+a.addr, "FLEXGV_REMOTE_FAILOVER="+b.addr,
-		"FLEXGV_REMOTE_CHECKPOINT_MS=20", "FLEXGV_REMOTE_LOG=errors")
+		"FLEXGV_REMOTE_CHECKPOINT_MS="+ms, "FLEXGV_REMOTE_LOG=errors")
 	cmd.Stderr = errf
 	stdin, _ := cmd.StdinPipe()
 	var out bytes.Buffer
@@ -123,23 +122,33 @@ func TestRemoteFailoverTwoSteps(t *testing.T) {
 	stdin.Write([]byte("\n"))
 	stderr := func() string { data, _ := os.ReadFile(errf.Name()); return string(data) }
 	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(stderr(), "(in two steps;") {
+	for !strings.Contains(stderr(), said) {
 		if time.Now().After(deadline) {
-			t.Fatalf("no checkpoint in two steps:\n%s", stderr())
+			t.Fatalf("the spinner never said %q:\n%s", said, stderr())
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(time.Millisecond)
 	}
-	a.cmd.Process.Signal(syscall.SIGKILL)
+	kill.cmd.Process.Signal(syscall.SIGKILL)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
 	case <-done:
 	case <-time.After(60 * time.Second):
-		t.Fatalf("the spinner still runs 60 s after its server was killed\n%s", stderr())
+		t.Fatalf("the spinner still runs 60 s after a server was killed\n%s", stderr())
 	}
-	if code := cmd.ProcessState.ExitCode(); code != 0 || !strings.Contains(stderr(), "going on at "+b.addr) ||
-		!strings.Contains(out.String(), "kernels ") {
-		t.Errorf("exit %d\n%s\n%s", code, out.String(), stderr())
+	return cmd.ProcessState.ExitCode(), out.String(), stderr()
+}
+
+// A checkpoint in two steps (the state's structure made again on the
+// failover server while the program runs, its device memory copied at a
+// second pause) is one to go on from: a spinner whose server is SIGKILLed
+// after one finishes its run at the failover server.
+func TestRemoteFailoverTwoSteps(t *testing.T) {
+	e := newEnv(t)
+	a, b := e.serveNamed("a", "unix"), e.serveNamed("b", "unix")
+	code, out, stderr := spinnerRun(t, e, a, b, "6", "20", "(in two steps;", a)
+	if code != 0 || !strings.Contains(stderr, "going on at "+b.addr) || !strings.Contains(out, "kernels ") {
+		t.Errorf("exit %d\n%s\n%s", code, out, stderr)
 	}
 }
 
@@ -189,41 +198,9 @@ func TestRemoteFailoverKeepsBoundedCalls(t *testing.T) {
 func TestRemoteFailoverServerLostMidCheckpoint(t *testing.T) {
 	e := newEnv(t)
 	a, b := e.serveNamed("a", "unix"), e.serveNamed("b", "unix")
-	errf, err := os.Create(filepath.Join(e.dir, "spinner.err"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin("spinner"), "200", "4")
-	cmd.Env = append(e.environ(filepath.Join(build, "remote")), "FLEXGV_REMOTE="+a.addr, "FLEXGV_REMOTE_FAILOVER="+b.addr,
-		"FLEXGV_REMOTE_CHECKPOINT_MS=1", "FLEXGV_REMOTE_LOG=errors")
-	cmd.Stderr = errf
-	stdin, _ := cmd.StdinPipe()
-	var out bytes.Buffer
-	cmd.Stdout = &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	stdin.Write([]byte("\n"))
-	stderr := func() string { data, _ := os.ReadFile(errf.Name()); return string(data) }
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(stderr(), "checkpoint 3 on the failover server") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no third checkpoint:\n%s", stderr())
-		}
-		time.Sleep(time.Millisecond)
-	}
-	b.cmd.Process.Signal(syscall.SIGKILL)
-	b.cmd.Wait()
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("the spinner still runs 60 s after its failover server was killed\n%s", stderr())
-	}
-	if code := cmd.ProcessState.ExitCode(); code != 0 || !strings.Contains(out.String(), "kernels ") ||
-		strings.Contains(stderr(), "going on at") || !strings.Contains(stderr(), "no checkpoint on the failover server "+b.addr) {
-		t.Errorf("exit %d\n%s\n%s", code, out.String(), stderr())
+	code, out, stderr := spinnerRun(t, e, a, b, "4", "1", "checkpoint 3 on the failover server", b)
+	if code != 0 || !strings.Contains(out, "kernels ") || strings.Contains(stderr, "going on at") ||
+		!strings.Contains(stderr, "no checkpoint on the failover server "+b.addr) {
+		t.Errorf("exit %d\n%s\n%s", code, out, stderr)
 	}
 }

@@ -1,7 +1,6 @@
 package k8s
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -1048,6 +1047,19 @@ func TestAllocationFollowsBindingOrder(t *testing.T) {
 	}
 }
 
+// priorityClasses makes the PriorityClasses of values, for the test.
+func priorityClasses(t *testing.T, values map[string]int32) {
+	t.Helper()
+	ctx := context.Background()
+	sched := cp.Client.SchedulingV1().PriorityClasses()
+	for name, v := range values {
+		if _, err := sched.Create(ctx, &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: v}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sched.Delete(ctx, name, metav1.DeleteOptions{}) })
+	}
+}
+
 // A pod of higher priority that no GPU has room for evicts pods of lower
 // priority from one GPU, as many as that GPU needs: kube-scheduler would
 // propose victims by the node's totals (one pod here), which frees no GPU
@@ -1057,13 +1069,7 @@ func TestPreemptionFreesOneGPU(t *testing.T) {
 	n := startGPUNode(t, "gpu-p")
 	ns := namespace(t, "preempt")
 	ctx := context.Background()
-	sched := cp.Client.SchedulingV1().PriorityClasses()
-	for name, v := range map[string]int32{"flexgv-test-low": 100, "flexgv-test-high": 1000} {
-		if _, err := sched.Create(ctx, &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: v}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { sched.Delete(ctx, name, metav1.DeleteOptions{}) })
-	}
+	priorityClasses(t, map[string]int32{"flexgv-test-low": 100, "flexgv-test-high": 1000})
 	// Two pods of 7 GiB on each GPU: 1 GiB left on each, 4 GiB on the node.
 	var low []string
 	for i := range 2 * nodeGPUs {
@@ -1106,19 +1112,8 @@ func TestPreemptionFreesOneGPU(t *testing.T) {
 // executor). When it ends, its token, Secret and tenant go.
 func TestRemoteVGPUPod(t *testing.T) {
 	dir := t.TempDir()
-	tokens, sock := filepath.Join(dir, "tokens"), filepath.Join(dir, "gpu.sock")
-	os.Mkdir(tokens, 0o700)
 	chartNS(t) // the Secrets' namespace, as the chart's
-	n := startGPUNode(t, "gpu-r", "--remote-addr", "unix://"+sock, "--tenant-dir", tokens, "--remote-slots", "2", "--secret-namespace", chartNamespace)
-	n.gpuForAll() // the server runs its executors as nobody
-	serve := exec.Command(filepath.Join(build, "bin", "flexgv"), "serve", "--listen", "unix://"+sock, "--tenant-dir", tokens)
-	serve.Env = append(os.Environ(), n.env...)
-	var log bytes.Buffer
-	serve.Stdout, serve.Stderr = &log, &log
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { serve.Process.Kill(); serve.Wait() })
+	n, addr, tokens := gpuServer(t, "gpu-r", 2)
 	eventually(t, 10*time.Second, "remote vGPUs allocatable", func() (bool, error) {
 		return n.kubelet.Allocatable(vgpu.ResourceRemoteVGPU) == 2, nil
 	})
@@ -1139,7 +1134,7 @@ func TestRemoteVGPUPod(t *testing.T) {
 	out, _ := n.kubelet.Output("remote")
 	quota := uint64(1024+nodeCtxMiB) << 20
 	if pod.Status.Phase != corev1.PodSucceeded || !strings.Contains(out, fmt.Sprintf(" total %d ", quota)) {
-		t.Fatalf("pod remote %s: %s\n%s\nserver:\n%s", pod.Status.Phase, pod.Status.Message, out, log.String())
+		t.Fatalf("pod remote %s: %s\n%s", pod.Status.Phase, pod.Status.Message, out)
 	}
 	server, uuid, ok := vgpu.PodRemoteGPU(pod)
 	if !ok || server != n.name || !strings.HasPrefix(uuid, "GPU-") {
@@ -1149,7 +1144,7 @@ func TestRemoteVGPUPod(t *testing.T) {
 	for _, e := range n.kubelet.Allocation("remote").Envs {
 		env[e.Name] = e.Value
 	}
-	if env["FLEXGV_REMOTE"] != "unix://"+sock || env["LD_PRELOAD"] != "" || len(n.kubelet.Allocation("remote").Devices) != 0 {
+	if env["FLEXGV_REMOTE"] != addr || env["LD_PRELOAD"] != "" || len(n.kubelet.Allocation("remote").Devices) != 0 {
 		t.Errorf("the container's env %v, devices %v", env, n.kubelet.Allocation("remote").Devices)
 	}
 	tenant := deviceplugin.TenantPrefix + string(pod.UID)

@@ -21,17 +21,17 @@ import (
 )
 
 // gpuServer is node name made a GPU server: its daemon serves remote
-// vGPUs through a flexgv serve on a unix socket, moving them off when the
-// node is cordoned. With slots, a kubelet runs remote vGPUs of its own
+// vGPUs through a flexgv serve on a unix socket at addr, admitting them by
+// the token files of tokens, and moves them off when the node is cordoned. With slots, a kubelet runs remote vGPUs of its own
 // there too; without, the node is its daemon alone (the device manager's
 // folder is one per test process: one kubelet at a time).
-func gpuServer(t *testing.T, name string, slots int) (*gpuNode, string) {
+func gpuServer(t *testing.T, name string, slots int) (n *gpuNode, addr, tokens string) {
 	t.Helper()
 	dir := t.TempDir()
-	tokens, sock := filepath.Join(dir, "tokens"), filepath.Join(dir, "gpu.sock")
+	tokens = filepath.Join(dir, "tokens")
+	sock := filepath.Join(dir, "gpu.sock")
 	os.Mkdir(tokens, 0o700)
 	flags := []string{"--remote-addr", "unix://" + sock, "--tenant-dir", tokens, "--secret-namespace", chartNamespace, "--serve-admin", sock + ".admin"}
-	var n *gpuNode
 	if slots > 0 {
 		n = startGPUNode(t, name, append(flags, "--remote-slots", fmt.Sprint(slots))...)
 	} else {
@@ -73,7 +73,7 @@ func gpuServer(t *testing.T, name string, slots int) (*gpuNode, string) {
 			t.Logf("flexgv serve of %s:\n%s", name, log.String())
 		}
 	})
-	return n, "unix://" + sock
+	return n, "unix://" + sock, tokens
 }
 
 func setUnschedulable(t *testing.T, name string, on bool) {
@@ -96,8 +96,8 @@ func setUnschedulable(t *testing.T, name string, on bool) {
 // and Secret, the new one holds them.
 func TestRemoteVGPUMovesOffADrainedServer(t *testing.T) {
 	chartNS(t) // the Secrets' namespace, as the chart's
-	a, _ := gpuServer(t, "gpu-da", 2)
-	b, bAddr := gpuServer(t, "gpu-db", 0)
+	a, _, _ := gpuServer(t, "gpu-da", 2)
+	b, bAddr, _ := gpuServer(t, "gpu-db", 0)
 	setUnschedulable(t, b.name, true) // the pod's vGPU goes to a first
 	ns := namespace(t, "drain")
 	ctx := context.Background()

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/flexgv/flexgv/internal/k8s/vgpu"
@@ -49,13 +48,7 @@ func TestHollowPreemptionSuspendsAndResumes(t *testing.T) {
 	n := startHollowNode(t, "hollow-s", "--suspend-pods")
 	ns := namespace(t, "hollow-suspend")
 	ctx := context.Background()
-	sched := cp.Client.SchedulingV1().PriorityClasses()
-	for name, v := range map[string]int32{"flexgv-test-susp-low": 100, "flexgv-test-susp-high": 1000} {
-		if _, err := sched.Create(ctx, &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: v}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { sched.Delete(ctx, name, metav1.DeleteOptions{}) })
-	}
+	priorityClasses(t, map[string]int32{"flexgv-test-susp-low": 100, "flexgv-test-susp-high": 1000})
 	// A pod of 12 GiB on each GPU: 3.5 GiB left on each beside contexts,
 	// 8 GiB of the node's totals.
 	lows := map[string]*hollow.Container{}

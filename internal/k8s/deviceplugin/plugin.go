@@ -260,9 +260,9 @@ func (p *Plugin) Run(ctx context.Context) {
 		p.log.Printf("reading the GPUs from the node daemon: %v; retrying", err)
 		sleep(ctx, time.Second)
 	}
-	go p.watchHealth(ctx)
+	go every(ctx, p.cfg.HealthEvery, func() { p.refresh(ctx) })
 	if p.cfg.SuspendPods {
-		go p.watchSuspensions(ctx)
+		go every(ctx, p.cfg.SyncEvery, func() { p.syncSuspensions(ctx) })
 	}
 	for ctx.Err() == nil {
 		err := p.serve(ctx)
@@ -418,15 +418,16 @@ func (p *Plugin) refresh(ctx context.Context) error {
 	return nil
 }
 
-func (p *Plugin) watchHealth(ctx context.Context) {
-	tick := time.NewTicker(p.cfg.HealthEvery)
+// every calls f every d until ctx ends.
+func every(ctx context.Context, d time.Duration, f func()) {
+	tick := time.NewTicker(d)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			p.refresh(ctx)
+			f()
 		}
 	}
 }

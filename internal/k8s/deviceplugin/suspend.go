@@ -3,7 +3,6 @@ package deviceplugin
 import (
 	"context"
 	"errors"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -23,22 +22,9 @@ import (
 // suspended, so that the pod they made room for fits the node's totals;
 // the extender keeps the per-GPU count true.
 
-// watchSuspensions suspends and resumes the node's pods as asked, every
-// cfg.SyncEvery until ctx ends. It runs beside Allocate: a suspend waits
-// for the pod's submitted work.
-func (p *Plugin) watchSuspensions(ctx context.Context) {
-	tick := time.NewTicker(p.cfg.SyncEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			p.syncSuspensions(ctx)
-		}
-	}
-}
-
+// syncSuspensions suspends and resumes the node's pods as asked (every
+// cfg.SyncEvery, beside Allocate: a suspend waits for the pod's submitted
+// work).
 func (p *Plugin) syncSuspensions(ctx context.Context) {
 	pods, err := p.nodePods(ctx)
 	if err != nil {
