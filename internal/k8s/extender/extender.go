@@ -34,6 +34,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	listersv1 "k8s.io/client-go/listers/core/v1"
+	policylisters "k8s.io/client-go/listers/policy/v1"
 	"k8s.io/client-go/tools/cache"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
@@ -49,6 +50,7 @@ type Extender struct {
 	policy  vgpu.Policy
 	pods    cache.Indexer
 	nodes   listersv1.NodeLister
+	pdbs    policylisters.PodDisruptionBudgetLister
 	factory informers.SharedInformerFactory
 	log     *log.Logger
 
@@ -83,6 +85,7 @@ func New(client kubernetes.Interface, policy vgpu.Policy, w io.Writer) *Extender
 		client: client, policy: policy, factory: f,
 		pods:     podInf.GetIndexer(),
 		nodes:    f.Core().V1().Nodes().Lister(),
+		pdbs:     f.Policy().V1().PodDisruptionBudgets().Lister(),
 		log:      log.New(w, "flexgv scheduler: ", 0),
 		reserved: map[types.UID]placement{},
 		resuming: map[types.UID]bool{},
@@ -537,7 +540,15 @@ func (e *Extender) victims(node string, pod *corev1.Pod, r vgpu.Request) (victim
 				cands = append(cands, p)
 			}
 		}
+		// Pods a disruption budget protects last, as kube-scheduler
+		// orders its own victims.
 		slices.SortStableFunc(cands, func(a, b *corev1.Pod) int {
+			if pa, pb := e.protected(a), e.protected(b); pa != pb {
+				if pa {
+					return 1
+				}
+				return -1
+			}
 			if c := cmp.Compare(podPriority(a), podPriority(b)); c != 0 {
 				return c
 			}
@@ -590,6 +601,22 @@ func (e *Extender) victims(node string, pod *corev1.Pod, r vgpu.Request) (victim
 		}
 	}
 	return victims, leaving, !slices.ContainsFunc(victims, func(p *corev1.Pod) bool { return !suspendable(p) }), nil
+}
+
+// protected: a PodDisruptionBudget that selects pod allows no disruption
+// now (its status, as the disruption controller keeps it).
+func (e *Extender) protected(pod *corev1.Pod) bool {
+	pdbs, err := e.pdbs.PodDisruptionBudgets(pod.Namespace).List(labels.Everything())
+	if err != nil {
+		return false
+	}
+	for _, pdb := range pdbs {
+		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+		if err == nil && !sel.Empty() && sel.Matches(labels.Set(pod.Labels)) && pdb.Status.DisruptionsAllowed <= 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func podPriority(p *corev1.Pod) int32 {

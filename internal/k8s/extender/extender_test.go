@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -61,6 +62,8 @@ func start(t *testing.T, objs ...any) (*Extender, *httptest.Server) {
 			_, err = client.CoreV1().Nodes().Create(ctx, o, metav1.CreateOptions{})
 		case *corev1.Pod:
 			_, err = client.CoreV1().Pods(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *policyv1.PodDisruptionBudget:
+			_, err = client.PolicyV1().PodDisruptionBudgets(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -233,5 +236,36 @@ func TestRemoteVGPUSkipsCordonedServers(t *testing.T) {
 	json.Unmarshal(body, &res)
 	if want := "flexgv: none of 0 GPU servers (1 more cordoned) has a GPU with 500 MiB (+context) and 0 percent compute free for a remote vGPU"; res.FailedNodes["runner"] != want {
 		t.Errorf("filter: %q, want %q", res.FailedNodes["runner"], want)
+	}
+}
+
+// Preemption evicts, of pods alike, one a PodDisruptionBudget does not
+// protect before one it does, whatever their size.
+func TestPreemptionSparesPodsABudgetProtects(t *testing.T) {
+	for _, budget := range []bool{false, true} {
+		// GPU of 1200 MiB: a (450) and b (400) with their contexts leave
+		// 150; either one evicted makes room for high (300 and its context).
+		a, b := placed("a", "450", "n-gpu0", 1), placed("b", "400", "n-gpu0", 1)
+		a.Labels = map[string]string{"app": "a"}
+		objs := []any{node("n", 1200), a, b}
+		if budget {
+			objs = append(objs, &policyv1.PodDisruptionBudget{
+				ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "default"},
+				Spec:       policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "a"}}},
+				Status:     policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 0},
+			})
+		}
+		_, srv := start(t, objs...)
+		high := pod("high", "300")
+		prio := int32(10)
+		high.Spec.Priority = &prio
+		v := preempt(t, srv, high)
+		want := "uid-a" // the largest first
+		if budget {
+			want = "uid-b"
+		}
+		if len(v) != 1 || v["n"] == nil || len(v["n"].Pods) != 1 || string(v["n"].Pods[0].UID) != want {
+			t.Errorf("budget on a %v: victims %+v, want %s alone", budget, v["n"], want)
+		}
 	}
 }
