@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/flexgv/flexgv/internal/trace"
 	"golang.org/x/sys/unix"
@@ -202,5 +203,18 @@ func long(t *testing.T) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("takes many seconds: make test runs it, make check (go test -short) does not")
+	}
+}
+
+// endsWithin waits for cmd, started, to end, failing the test where it
+// still runs d after what happened (saying what it printed on stderr).
+func endsWithin(t *testing.T, cmd *exec.Cmd, d time.Duration, after string, stderr func() string) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("%s still runs %v after %s\n%s", filepath.Base(cmd.Path), d, after, stderr())
 	}
 }

@@ -22,13 +22,7 @@ func failoverRun(t *testing.T, e *env, a *server, to string, flags ...string) re
 	a.cmd.Process.Signal(syscall.SIGKILL)
 	a.cmd.Wait()
 	os.WriteFile(goOn, nil, 0o644)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("the program still runs 60 s after its server was killed\n%s", errb.String())
-	}
+	endsWithin(t, cmd, 60*time.Second, "its server was killed", errb.String)
 	return result{out.String(), errb.String(), cmd.ProcessState.ExitCode()}
 }
 
@@ -129,13 +123,7 @@ func spinnerRun(t *testing.T, e *env, a, b *server, secs, ms, said string, kill 
 		time.Sleep(time.Millisecond)
 	}
 	kill.cmd.Process.Signal(syscall.SIGKILL)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("the spinner still runs 60 s after a server was killed\n%s", stderr())
-	}
+	endsWithin(t, cmd, 60*time.Second, "a server was killed", stderr)
 	return cmd.ProcessState.ExitCode(), out.String(), stderr()
 }
 

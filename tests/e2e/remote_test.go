@@ -320,13 +320,7 @@ func TestRemoteServerKilled(t *testing.T) {
 			s := e.serve(transport)
 			cmd, _, errb, _ := startRemote(t, e, s, "spinner", "200", "60")
 			s.cmd.Process.Signal(syscall.SIGKILL)
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			select {
-			case <-done:
-			case <-time.After(30 * time.Second):
-				t.Fatalf("the program still runs 30 s after its server was killed\n%s", errb.String())
-			}
+			endsWithin(t, cmd, 30*time.Second, "its server was killed", errb.String)
 			if cmd.ProcessState.ExitCode() != 1 || !strings.Contains(errb.String(), "lost the GPU server") ||
 				!strings.Contains(errb.String(), "failed: 46") {
 				t.Errorf("exit %d\n%s", cmd.ProcessState.ExitCode(), errb.String())
