@@ -44,7 +44,7 @@ func devicePluginFlags(c *cobra.Command, g *globals) func(log io.Writer, withMPS
 	f.StringVar(&cfg.PodResources, "pod-resources", "/var/lib/kubelet/pod-resources/kubelet.sock",
 		`with --kubernetes: the kubelet's pod-resources socket, to check that a container starts in the pod its vGPUs were set up for ("" turns the check off)`)
 	f.DurationVar(&cfg.HealthEvery, "health-interval", 10*time.Second, "with --kubernetes: how often the GPUs' health is read from NVML")
-	f.DurationVar(&cfg.SyncEvery, "sync-interval", 5*time.Second, "with --kubernetes: how often tenants of pods that are gone are deleted and the registration with the kubelet checked")
+	f.DurationVar(&cfg.SyncEvery, "sync-interval", 5*time.Second, "with --kubernetes: how often tenants of pods that are gone are deleted, moved remote vGPUs' addresses given to their pods and the registration with the kubelet checked")
 	f.StringVar(&cfg.RemoteAddr, "remote-addr", "", "with --kubernetes: serve this node's GPUs to remote vGPUs of pods elsewhere at this address (where flexgv serve --tenant-dir listens; give --tenant-dir)")
 	f.StringVar(&cfg.ServeAdmin, "serve-admin", "", "with --remote-addr: the admin socket of that flexgv serve (its --admin), through which the programs of remote pods "+
 		"move to another GPU server when this node is cordoned (drained)")

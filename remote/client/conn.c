@@ -77,11 +77,41 @@ void fgr_say(const char *fmt, ...)
 /* The server the connection moved to (migrate.c), once it did. */
 static char *moved_to;
 
+static long read_small(const char *path, const char *var, char *buf, size_t cap);
+
+/* FLEXGV_REMOTE_ADDRESS_FILE's address, read at the first connection: a
+ * node's daemon rewrites it when a pod's remote vGPU moves, so that a
+ * program started after the move dials the new server. */
+static char file_address[512];
+static int file_address_read;
+
+static void read_address_file(void)
+{
+    const char *path = getenv("FLEXGV_REMOTE_ADDRESS_FILE");
+    file_address_read = 1;
+    if (!path || !*path)
+        return;
+    long n = read_small(path, "FLEXGV_REMOTE_ADDRESS_FILE", file_address, sizeof file_address);
+    if (n > 0 && n < (long)sizeof file_address && !memchr(file_address, '\n', (size_t)n) &&
+        !memchr(file_address, ' ', (size_t)n)) {
+        file_address[n] = 0;
+        return;
+    }
+    if (n >= 0)
+        fgr_say("the address file %s (FLEXGV_REMOTE_ADDRESS_FILE) holds no address", path);
+    fgr_say("using FLEXGV_REMOTE=%s instead", getenv("FLEXGV_REMOTE") ? getenv("FLEXGV_REMOTE") : "");
+    file_address[0] = 0;
+}
+
 static const char *address(void)
 {
     const char *m = __atomic_load_n(&moved_to, __ATOMIC_ACQUIRE);
     if (m)
         return m;
+    if (!file_address_read)
+        read_address_file();
+    if (file_address[0])
+        return file_address;
     const char *a = getenv("FLEXGV_REMOTE");
     return a && *a ? a : NULL;
 }
@@ -454,25 +484,23 @@ static uint8_t *read_frame(int fd, uint32_t max, uint32_t *n, const char *what)
     return body;
 }
 
-/* The token in FLEXGV_REMOTE_TOKEN_FILE, without trailing white space:
- * its length (0 when the variable is unset), or -1 having said why not. */
-static long read_token(char *tok, size_t cap)
+/* The bytes of a small file named by variable var, without trailing white
+ * space: their length (cap when there are that many or more), or -1 having
+ * said why not. */
+static long read_small(const char *path, const char *var, char *buf, size_t cap)
 {
-    const char *path = getenv("FLEXGV_REMOTE_TOKEN_FILE");
-    if (!path || !*path)
-        return 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        fgr_say("cannot read the token file %s (FLEXGV_REMOTE_TOKEN_FILE): %s", path, strerror(errno));
+        fgr_say("cannot read %s (%s): %s", path, var, strerror(errno));
         return -1;
     }
     size_t n = 0;
     for (;;) {
-        ssize_t k = read(fd, tok + n, cap - n);
+        ssize_t k = read(fd, buf + n, cap - n);
         if (k < 0 && errno == EINTR)
             continue;
         if (k < 0) {
-            fgr_say("cannot read the token file %s: %s", path, strerror(errno));
+            fgr_say("cannot read %s (%s): %s", path, var, strerror(errno));
             close(fd);
             return -1;
         }
@@ -481,14 +509,27 @@ static long read_token(char *tok, size_t cap)
             break;
     }
     close(fd);
-    while (n && (tok[n - 1] == ' ' || tok[n - 1] == '\t' || tok[n - 1] == '\r' || tok[n - 1] == '\n'))
+    while (n && n < cap && (buf[n - 1] == ' ' || buf[n - 1] == '\t' || buf[n - 1] == '\r' || buf[n - 1] == '\n'))
         n--;
+    return (long)n;
+}
+
+/* The token in FLEXGV_REMOTE_TOKEN_FILE, without trailing white space:
+ * its length (0 when the variable is unset), or -1 having said why not. */
+static long read_token(char *tok, size_t cap)
+{
+    const char *path = getenv("FLEXGV_REMOTE_TOKEN_FILE");
+    if (!path || !*path)
+        return 0;
+    long n = read_small(path, "FLEXGV_REMOTE_TOKEN_FILE", tok, cap);
+    if (n < 0)
+        return -1;
     if (n < FGR_MIN_TOKEN || n > FGR_MAX_TOKEN) {
-        fgr_say("the token file %s holds %zu bytes of token%s, want %u to %u", path, n, n == cap ? " or more" : "",
+        fgr_say("the token file %s holds %ld bytes of token%s, want %u to %u", path, n, (size_t)n == cap ? " or more" : "",
             FGR_MIN_TOKEN, FGR_MAX_TOKEN);
         return -1;
     }
-    return (long)n;
+    return n;
 }
 
 static int kept_cmp(const void *a, const void *b) { return memcmp(a, b, 32); }

@@ -218,16 +218,7 @@ func (n *gpuNode) startKubelet() {
 // A container with stdin: true has it open until the pod is deleted; others
 // read an empty one, as in a pod.
 func (n *gpuNode) runContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, opts *devicemanager.DeviceRunContainerOptions) (int, string) {
-	env := slices.Clone(n.env)
-	for _, e := range opts.Envs {
-		v := e.Value
-		for _, m := range opts.Mounts {
-			if v == m.ContainerPath {
-				v = m.HostPath
-			}
-		}
-		env = append(env, e.Name+"="+v)
-	}
+	env := n.containerEnv(opts)
 	// The pod's own values come after the device plugin's, as the kubelet
 	// puts them: of a name in both, the program sees the pod's.
 	for _, e := range c.Env {
@@ -259,6 +250,39 @@ func (n *gpuNode) runContainer(ctx context.Context, pod *corev1.Pod, c *corev1.C
 		return 127, err.Error()
 	}
 	return 0, string(out)
+}
+
+// containerEnv is the node's own settings and the device plugin's
+// environment, where a path the container would see under a mount's
+// container path is under its host path.
+func (n *gpuNode) containerEnv(opts *devicemanager.DeviceRunContainerOptions) []string {
+	env := slices.Clone(n.env)
+	for _, e := range opts.Envs {
+		v := e.Value
+		for _, m := range opts.Mounts {
+			if rest, ok := strings.CutPrefix(v, m.ContainerPath); ok && (rest == "" || rest[0] == '/') {
+				v = m.HostPath + rest
+			}
+		}
+		env = append(env, e.Name+"="+v)
+	}
+	return env
+}
+
+// execInPod runs test client args[0] in pod's container as kubectl exec
+// would: with what the device plugin gave the container.
+func (n *gpuNode) execInPod(pod string, args ...string) (string, error) {
+	opts := n.kubelet.Allocation(pod)
+	if opts == nil {
+		return "", fmt.Errorf("pod %s has no container here", pod)
+	}
+	cmd, err := n.containerCommand(opts.Mounts, nil, filepath.Join(build, "tests", args[0]), args[1:]...)
+	if err != nil {
+		return "", err
+	}
+	cmd.Env = n.containerEnv(opts)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }
 
 // containerCommand runs prog as cred (nil: this process's user) with the

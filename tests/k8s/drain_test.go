@@ -137,6 +137,30 @@ func TestRemoteVGPUMovesOffADrainedServer(t *testing.T) {
 		return !slices.Contains(a.tenants(), tenant) && slices.Contains(b.tenants(), tenant) && label == b.name,
 			fmt.Errorf("tenants of %s %v, of %s %v; Secret made by %q (%v)", a.name, a.tenants(), b.name, b.tenants(), label, err)
 	})
+	// A program the pod starts from now on dials the new server (the old
+	// one no longer admits the pod's token), as one started by kubectl exec.
+	var atFile string
+	for _, e := range a.kubelet.Allocation("mover").Envs {
+		if e.Name == "FLEXGV_REMOTE_ADDRESS_FILE" {
+			atFile = e.Value
+		}
+	}
+	for _, m := range a.kubelet.Allocation("mover").Mounts {
+		if rest, ok := strings.CutPrefix(atFile, m.ContainerPath+"/"); ok {
+			atFile = filepath.Join(m.HostPath, rest)
+		}
+	}
+	eventually(t, 20*time.Second, "the pod's address file naming "+bAddr, func() (bool, error) {
+		b, err := os.ReadFile(atFile)
+		return strings.TrimSpace(string(b)) == bAddr, fmt.Errorf("%q: %q, %v", atFile, b, err)
+	})
+	later, err := a.execInPod("mover", "mover", "2")
+	run2 := exec.Command(filepath.Join(build, "tests", "mover"), "2")
+	run2.Env = append(os.Environ(), a.env...)
+	local2, lerr := run2.Output()
+	if err != nil || lerr != nil || moverSteps(later) != string(local2) {
+		t.Errorf("a program started in the pod after the move: %v\n%s\nwant the steps of\n%s", err, later, local2)
+	}
 	os.WriteFile(goOn, nil, 0o644)
 	done := finished(t, ns, "mover")
 	out, _ := a.kubelet.Output("mover")
@@ -146,13 +170,18 @@ func TestRemoteVGPUMovesOffADrainedServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if done.Status.Phase != corev1.PodSucceeded || moverSteps(out) != string(local) || !strings.Contains(out, "moved to the GPU server "+bAddr) {
+		t.Errorf("the moved program: %s\n%s\nwant the steps of\n%s", done.Status.Phase, out, local)
+	}
+}
+
+// moverSteps is the lines of the mover's output that say what it computed.
+func moverSteps(out string) string {
 	var steps []string
 	for _, l := range strings.Split(out, "\n") {
 		if strings.HasPrefix(l, "step ") || l == "done" {
 			steps = append(steps, l)
 		}
 	}
-	if done.Status.Phase != corev1.PodSucceeded || strings.Join(steps, "\n")+"\n" != string(local) || !strings.Contains(out, "moved to the GPU server "+bAddr) {
-		t.Errorf("the moved program: %s\n%s\nwant the steps of\n%s", done.Status.Phase, out, local)
-	}
+	return strings.Join(steps, "\n") + "\n"
 }

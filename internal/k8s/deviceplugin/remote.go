@@ -40,7 +40,11 @@ const (
 	// Where the container finds what the remote plugin gives it.
 	ContainerRemoteLib   = "/usr/local/flexgv/remote"
 	ContainerRemoteToken = "/run/flexgv/remote.token"
-	remoteSocketName     = "flexgv-remote.sock"
+	// ContainerRemoteAt holds the file "address": the server the pod's
+	// programs dial, rewritten when its remote vGPU moves (a folder, so
+	// that the container sees the file replaced).
+	ContainerRemoteAt = "/run/flexgv/remote-at"
+	remoteSocketName  = "flexgv-remote.sock"
 	// secretWait bounds how long Allocate waits for the server's Secret.
 	secretWait = 15 * time.Second
 )
@@ -349,17 +353,22 @@ func (rp *RemotePlugin) allocate(ctx context.Context, pod *corev1.Pod) (*plugina
 	if err != nil {
 		return nil, err
 	}
+	if err := rp.giveAddress(pod.UID, addr); err != nil {
+		return nil, err
+	}
 	_, uuid, _ := vgpu.PodRemoteGPU(pod)
 	rp.p.log.Printf("pod %s/%s: remote vGPU %s at %s", pod.Namespace, pod.Name, uuid, addr)
 	return &pluginapi.ContainerAllocateResponse{
 		Envs: map[string]string{
-			"FLEXGV_REMOTE":            addr,
-			"FLEXGV_REMOTE_TOKEN_FILE": ContainerRemoteToken,
-			"LD_LIBRARY_PATH":          ContainerRemoteLib,
+			"FLEXGV_REMOTE":              addr,
+			"FLEXGV_REMOTE_TOKEN_FILE":   ContainerRemoteToken,
+			"FLEXGV_REMOTE_ADDRESS_FILE": ContainerRemoteAt + "/address",
+			"LD_LIBRARY_PATH":            ContainerRemoteLib,
 		},
 		Mounts: []*pluginapi.Mount{
 			{ContainerPath: ContainerRemoteLib, HostPath: rp.p.cfg.RemoteLib, ReadOnly: true},
 			{ContainerPath: ContainerRemoteToken, HostPath: file, ReadOnly: true},
+			{ContainerPath: ContainerRemoteAt, HostPath: rp.addressDir(pod.UID), ReadOnly: true},
 			preload,
 		},
 	}, nil
@@ -374,6 +383,53 @@ func (rp *RemotePlugin) giveToken(pod *corev1.Pod, token []byte) (string, error)
 	}
 	r, _, _ := vgpu.PodRequest(pod)
 	return file, giveTo(file, pod, r.Container, 0o440)
+}
+
+// giveAddress writes the server's address into pod uid's address folder.
+func (rp *RemotePlugin) giveAddress(uid types.UID, addr string) error {
+	dir := rp.addressDir(uid)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return writeAside(filepath.Join(dir, "address"), []byte(addr+"\n"), 0o644)
+}
+
+// serverAddress is where pod's remote vGPU is served now (after a move,
+// the new server's), as that node publishes it.
+func (rp *RemotePlugin) serverAddress(ctx context.Context, pod *corev1.Pod) (string, error) {
+	server, _, ok := vgpu.PodRemoteGPU(pod)
+	if !ok {
+		return "", fmt.Errorf("no remote vGPU")
+	}
+	node, err := rp.p.client.CoreV1().Nodes().Get(ctx, server, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	inv, ok, err := vgpu.NodeInventory(node)
+	if err == nil && (!ok || inv.Remote == "") {
+		err = fmt.Errorf("node %s publishes no address of its GPU server", server)
+	}
+	return inv.Remote, err
+}
+
+// followMove rewrites the address file of a pod whose remote vGPU moved,
+// so that the programs it starts from then on dial the new server (those
+// running were moved by the server).
+func (rp *RemotePlugin) followMove(ctx context.Context, pod *corev1.Pod) {
+	file := filepath.Join(rp.addressDir(pod.UID), "address")
+	had, err := os.ReadFile(file)
+	if err != nil {
+		return // not given here (yet)
+	}
+	addr, err := rp.serverAddress(ctx, pod)
+	if err != nil || strings.TrimSpace(string(had)) == addr {
+		return
+	}
+	if err := rp.giveAddress(pod.UID, addr); err != nil {
+		rp.p.log.Printf("remote pod %s/%s: giving it its new server's address: %v", pod.Namespace, pod.Name, err)
+		return
+	}
+	rp.p.log.Printf("remote pod %s/%s: its programs dial %s from now on", pod.Namespace, pod.Name, addr)
 }
 
 // preload writes the loader's preload list of remote vGPUs' containers:
@@ -426,6 +482,13 @@ func (rp *RemotePlugin) restore(ctx context.Context, pods []corev1.Pod) error {
 		if err == nil {
 			_, err = rp.preload()
 		}
+		if err == nil {
+			addr, aerr := rp.serverAddress(ctx, pod)
+			if aerr != nil {
+				addr = string(secret.Data["address"])
+			}
+			err = rp.giveAddress(pod.UID, addr)
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("making again the token file of remote pod %s/%s: %w", pod.Namespace, pod.Name, err))
 			continue
@@ -438,6 +501,10 @@ func (rp *RemotePlugin) restore(ctx context.Context, pods []corev1.Pod) error {
 
 func (rp *RemotePlugin) tokenFile(uid types.UID) string {
 	return filepath.Join(rp.p.cfg.RemoteTokens, string(uid)+".token")
+}
+
+func (rp *RemotePlugin) addressDir(uid types.UID) string {
+	return filepath.Join(rp.p.cfg.RemoteTokens, string(uid)+".at")
 }
 
 // forget removes the token files of pods that are gone or finished, also
@@ -465,6 +532,17 @@ func (rp *RemotePlugin) forget(ctx context.Context) {
 	for _, f := range files {
 		if uid := types.UID(strings.TrimSuffix(filepath.Base(f), ".token")); !live[uid] {
 			os.Remove(f)
+		}
+	}
+	dirs, _ := filepath.Glob(filepath.Join(rp.p.cfg.RemoteTokens, "*.at"))
+	for _, d := range dirs {
+		if uid := types.UID(strings.TrimSuffix(filepath.Base(d), ".at")); !live[uid] {
+			os.RemoveAll(d)
+		}
+	}
+	for i := range pods {
+		if live[pods[i].UID] {
+			rp.followMove(ctx, &pods[i])
 		}
 	}
 	if err := rp.restore(ctx, pods); err != nil {
