@@ -31,7 +31,7 @@
 
 #include "flexgv/cuda_types.h"
 
-#define FGR_PROTO_VERSION 22u /* 22: a failover server's replay (fgrStateAlias), the names' table in a state; 21: a connection moved to another server (fgrState*); 20: IPC between a host's connections, a link state's logs, host functions over sockets (a channel); 19: kernel nodes' parameters read and changed; 18: pinned memory promoted (fgrHostMapAt), graph copies through server buffers; 17: the program's device output; 16: managed memory kept on both sides; 15: host functions over shm:// asynchronous; 14: cuMemRetainAllocationHandle; 13: device memory at addresses the client chooses; 12: the pinned heap, downloads in halves, a launch's extra; 11: queued calls' errors per thread; 10: staging areas; 9: waits pending */
+#define FGR_PROTO_VERSION 23u /* 23: a host node's turn brings the buffers its copy nodes wrote; 22: a failover server's replay (fgrStateAlias), the names' table in a state; 21: a connection moved to another server (fgrState*); 20: IPC between a host's connections, a link state's logs, host functions over sockets (a channel); 19: kernel nodes' parameters read and changed; 18: pinned memory promoted (fgrHostMapAt), graph copies through server buffers; 17: the program's device output; 16: managed memory kept on both sides; 15: host functions over shm:// asynchronous; 14: cuMemRetainAllocationHandle; 13: device memory at addresses the client chooses; 12: the pinned heap, downloads in halves, a launch's extra; 11: queued calls' errors per thread; 10: staging areas; 9: waits pending */
 
 /* An object the driver makes for a context through a private table word
  * (21318c60-... word 51, which cuBLAS calls before its first product): a
@@ -67,8 +67,10 @@ enum { FGR_IMAGE_ABSENT, FGR_IMAGE_INLINE, FGR_IMAGE_KEEP, FGR_IMAGE_BY_HASH };
  * host-function channel, a second connection whose authentication frame
  * is FGR_CHANNEL_MAGIC, FGR_PROTO_VERSION, the secret, the token. flexgv
  * serve hands it to this connection's executor. On it the executor sends
- * u64 seq, u64 id where a function is due; the client answers u64 seq
- * once it returned (remote/executor/hostfn.c, remote/client/hostfn.c). */
+ * u64 seq, u64 id, u64 n where a function is due, then n times u64 srv,
+ * u64 len and len bytes: a host node's earlier copy nodes' buffers; the
+ * client answers u64 seq once it returned (remote/executor/hostfn.c,
+ * remote/client/hostfn.c). */
 #define FGR_CHANNEL_MAGIC 0x43524746u /* "FGRC" */
 #define FGR_CHANNEL_SECRET 32u
 /* A token's length in bytes. */

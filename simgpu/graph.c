@@ -645,6 +645,70 @@ SIM_EXPORT CUresult cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes, 
     return CUDA_SUCCESS;
 }
 
+/* Every edge of the graph, from a dependency to the node needing it, in
+ * the order of cuGraphGetNodes' nodes. */
+SIM_EXPORT CUresult cuGraphGetEdges(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, size_t *numEdges)
+{
+    struct sim_graph *g = as_graph(hGraph);
+    if (!g || !numEdges || (!from != !to))
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t k = 0, cap = *numEdges;
+    for (size_t i = 0; i < g->n; i++)
+        for (size_t d = 0; d < g->nodes[i]->ndeps; d++, k++)
+            if (from && k < cap) {
+                from[k] = (CUgraphNode)g->nodes[i]->deps[d];
+                to[k] = (CUgraphNode)g->nodes[i];
+            }
+    if (from) {
+        for (size_t i = k; i < cap; i++)
+            from[i] = to[i] = NULL;
+        *numEdges = k < cap ? k : cap;
+    } else {
+        *numEdges = k;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Edges carry no data here: each is the default kind. */
+SIM_EXPORT CUresult cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *edgeData,
+                                       size_t *numEdges)
+{
+    CUresult r = cuGraphGetEdges(hGraph, from, to, numEdges);
+    if (r == CUDA_SUCCESS && edgeData && from)
+        memset(edgeData, 0, *numEdges * sizeof *edgeData);
+    return r;
+}
+
+SIM_EXPORT CUresult cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+    struct sim_node *n = as_node(hNode);
+    if (!n || !nodeParams || n->type != CU_GRAPH_NODE_TYPE_HOST)
+        return CUDA_ERROR_INVALID_VALUE;
+    nodeParams->fn = n->u.host.fn;
+    nodeParams->userData = n->u.host.data;
+    return CUDA_SUCCESS;
+}
+
+/* A captured copy, made of a pointer pair, is told as a 1D copy between
+ * unified addresses. */
+SIM_EXPORT CUresult cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D *nodeParams)
+{
+    struct sim_node *n = as_node(hNode);
+    if (!n || !nodeParams || n->type != CU_GRAPH_NODE_TYPE_MEMCPY)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (n->u.copy.shaped) {
+        *nodeParams = n->u.copy.c;
+        return CUDA_SUCCESS;
+    }
+    memset(nodeParams, 0, sizeof *nodeParams);
+    nodeParams->srcMemoryType = nodeParams->dstMemoryType = CU_MEMORYTYPE_UNIFIED;
+    nodeParams->srcDevice = (CUdeviceptr)(uintptr_t)n->u.copy.src;
+    nodeParams->dstDevice = (CUdeviceptr)(uintptr_t)n->u.copy.dst;
+    nodeParams->WidthInBytes = n->u.copy.n;
+    nodeParams->Height = nodeParams->Depth = 1;
+    return CUDA_SUCCESS;
+}
+
 /* Puts the nodes in an order their edges allow, keeping the order they
  * were added where it does (launches run nodes in this order). */
 static void reorder(struct sim_graph *g)

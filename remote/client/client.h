@@ -140,6 +140,9 @@ CUresult fgr_copy_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNo
                        size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx);
 void fgr_hostcopy_after(int op, CUresult r);
 void fgr_hostcopy_forked(void);
+/* A host node's turn brought n bytes of the server buffer srv, which a copy
+ * node before it wrote: into the program's memory now (hostfn.c). */
+void fgr_hostcopy_early(uint64_t srv, const uint8_t *bytes, size_t n);
 /* Managed memory (mirror.c): cuMemAllocManaged is the server's allocation
  * mapped here too; freeing one forgets it (0: not one). */
 int fgr_managed_forget(uint64_t p);

@@ -11,6 +11,11 @@
  *     launch; at the next syncpoint after which it is done (the mirrors'
  *     syncpoints, mirror.c), the side's bytes come back into the program's
  *     memory, the rows the copy writes and nothing between them.
+ *   - Over a socket, a host node's turn brings the bytes of the sides its
+ *     earlier copy nodes wrote (the executor knows the graph's edges):
+ *     written into the program's memory before its function runs, and not
+ *     again at the syncpoint after, so what the function changes there
+ *     stays, as natively.
  * A side lives as long as a graph or executable names it: clones, child
  * graph nodes, instantiations and updates name their graph's sides. Its
  * buffer is the connection's on the server (bounded there, released with
@@ -39,6 +44,10 @@ struct side {
     CUgraphNode node; /* an added node's (a captured one's is not known) */
     uint64_t capture; /* the capture making it, while pending */
     struct side *next;
+    /* Written sides, under early_mu: all of them, and whether a host
+     * node's turn brought its bytes since the last launch. */
+    struct side *written_next;
+    int early;
 };
 
 struct holder {
@@ -70,12 +79,49 @@ static void leave(void)
     pthread_mutex_unlock(&lock);
 }
 
+/* The sides copy nodes write (the host-function thread takes no other lock:
+ * the program's threads may hold the others while waiting for its function). */
+static pthread_mutex_t early_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct side *written;
+
 static void side_release(struct side *s)
 {
     if (--s->refs)
         return;
+    if (s->d2h) {
+        pthread_mutex_lock(&early_mu);
+        struct side **p = &written;
+        while (*p && *p != s)
+            p = &(*p)->written_next;
+        if (*p)
+            *p = s->written_next;
+        pthread_mutex_unlock(&early_mu);
+    }
     fgrGraphHostFree(s->srv);
     free(s);
+}
+
+/* The side's bytes (as its buffer holds them) into the program's memory,
+ * the rows the copy writes. */
+static void side_put(const struct side *d, const uint8_t *buf)
+{
+    for (size_t z = 0; z < d->depth; z++)
+        for (size_t y = 0; y < d->rows; y++) {
+            size_t at = z * d->slice + y * d->pitch;
+            memcpy((void *)(d->host + at), buf + at, d->width);
+        }
+}
+
+void fgr_hostcopy_early(uint64_t srv, const uint8_t *bytes, size_t n)
+{
+    pthread_mutex_lock(&early_mu);
+    for (struct side *d = written; d; d = d->written_next)
+        if (d->srv == srv && d->n == n) {
+            side_put(d, bytes);
+            d->early = 1;
+            break;
+        }
+    pthread_mutex_unlock(&early_mu);
 }
 
 static struct holder *holder_find(void *h, int make)
@@ -153,7 +199,13 @@ static CUresult side_new(struct side **out, int d2h, uintptr_t host, size_t widt
         free(s);
         return r;
     }
-    *s = (struct side){1, d2h, host, width, pitch, rows, slice, depth, n, s->srv, NULL, 0, NULL};
+    *s = (struct side){1, d2h, host, width, pitch, rows, slice, depth, n, s->srv, NULL, 0, NULL, NULL, 0};
+    if (d2h) {
+        pthread_mutex_lock(&early_mu);
+        s->written_next = written;
+        written = s;
+        pthread_mutex_unlock(&early_mu);
+    }
     *out = s;
     return CUDA_SUCCESS;
 }
@@ -463,6 +515,10 @@ static CUresult launch(CUgraphExec x, CUstream s)
     enter();
     struct holder *o = holder_find(x, 0);
     size_t count = 0, total = 0, writes = 0;
+    pthread_mutex_lock(&early_mu);
+    for (size_t i = 0; o && i < o->n; i++)
+        o->sides[i]->early = 0; /* this launch writes them anew */
+    pthread_mutex_unlock(&early_mu);
     for (size_t i = 0; o && i < o->n; i++) {
         if (o->sides[i]->d2h) {
             writes++;
@@ -523,8 +579,11 @@ static void pull_holder(struct holder *o, int wait)
     uint8_t *buf = NULL;
     for (size_t i = 0; i < o->n; i++) {
         struct side *d = o->sides[i];
-        if (!d->d2h)
-            continue;
+        pthread_mutex_lock(&early_mu);
+        int early = d->early;
+        pthread_mutex_unlock(&early_mu);
+        if (!d->d2h || early)
+            continue; /* a host node's turn brought them */
         uint8_t *more = realloc(buf, d->n);
         if (!more)
             break;
@@ -540,11 +599,7 @@ static void pull_holder(struct holder *o, int wait)
         }
         if (r != CUDA_SUCCESS)
             continue;
-        for (size_t z = 0; z < d->depth; z++)
-            for (size_t y = 0; y < d->rows; y++) {
-                size_t at = z * d->slice + y * d->pitch;
-                memcpy((void *)(d->host + at), buf + at, d->width);
-            }
+        side_put(d, buf);
     }
     free(buf);
     o->due = 0;
@@ -587,4 +642,6 @@ void fgr_hostcopy_forked(void)
     holders = NULL;
     pending = NULL;
     ndue = fgr_captures = 0;
+    pthread_mutex_init(&early_mu, NULL);
+    written = NULL;
 }

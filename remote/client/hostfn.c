@@ -68,24 +68,53 @@ static void *runner(void *arg)
     return NULL;
 }
 
-/* Over a socket: reads "seq, id" where a function is due, runs it and
- * answers seq. The channel's end (the server gone) ends the thread; the
- * connection's calls then fail on their own. */
+static uint64_t get64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << 8 * i;
+    return v;
+}
+
+/* Over a socket: reads "seq, id, n" where a function is due and the n
+ * buffers a host node's earlier copy nodes wrote ("srv, len" and the
+ * bytes), puts those in place, runs the function and answers seq. The
+ * channel's end (the server gone) ends the thread; the connection's calls
+ * then fail on their own. */
 static void *socket_runner(void *arg)
 {
     int fd = (int)(intptr_t)arg;
     void *tls = chan_tls;
-    uint8_t m[16];
-    while (!(tls ? fgr_tls_read_all(tls, m, 16) : fgr_read_all(fd, m, 16))) {
-        uint64_t id = 0;
-        for (int i = 0; i < 8; i++)
-            id |= (uint64_t)m[8 + i] << 8 * i;
+    uint8_t m[24], *buf = NULL;
+    size_t cap = 0;
+#define READ(p, n) (tls ? fgr_tls_read_all(tls, p, n) : fgr_read_all(fd, p, n))
+    while (!READ(m, 24)) {
+        uint64_t id = get64(m + 8), n = get64(m + 16);
+        int bad = 0;
+        for (uint64_t i = 0; i < n && !bad; i++) {
+            uint8_t h[16];
+            uint64_t len = 0;
+            bad = READ(h, 16) || (len = get64(h + 8)) > FGR_MAX_BUF;
+            if (!bad && len > cap) {
+                uint8_t *more = realloc(buf, len);
+                bad = !more;
+                buf = more ? more : buf;
+                cap = more ? len : cap;
+            }
+            bad = bad || READ(buf, len);
+            if (!bad)
+                fgr_hostcopy_early(get64(h), buf, len);
+        }
+        if (bad)
+            break;
         struct entry e = take(id);
         if (e.fn)
             e.fn(e.data);
         if (tls ? fgr_tls_write_all(tls, m, 8) : fgr_write_all(fd, m, 8))
             break;
     }
+#undef READ
+    free(buf);
     pthread_mutex_lock(&mu);
     if (chan_fd == fd)
         chan_tried = -1;

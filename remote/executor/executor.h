@@ -86,6 +86,14 @@ void fgr_hostcopy_init(void *driver);
 /* The same over the driver's functions given (the fuzz tests' own). */
 void fgr_hostcopy_use(CUresult (*alloc)(void **, size_t, unsigned int), CUresult (*launch)(CUgraphExec, CUstream));
 void fgr_hostcopy_forget(uint64_t ctx);
+/* Over a socket: instantiations learn which buffers each host node (one
+ * running gate) reads; a gate's, by the node's id (a copy to free; the
+ * count). */
+void fgr_hostcopy_learning(void *driver, void (*gate)(void *));
+struct fgr_span {
+    uint64_t base, len;
+};
+size_t fgr_hostcopy_early(uint64_t id, struct fgr_span **out);
 /* Serves fgrHostMapAt (and fgrHostMappedFree) with the driver's calls
  * that pin memory and end that (fgr_hostmem_init; the fuzz tests give
  * their own). */

@@ -9,10 +9,18 @@
  * free one and launch): unpinned, the GPU would reach memory the server
  * reuses. So a freed buffer is kept for the connection, pinned, and given
  * again to a later request it fits; all go with their context. At most
- * fgr_pinned_most() bytes in all (--pinned-max). */
+ * fgr_pinned_most() bytes in all (--pinned-max).
+ *
+ * A host node reads, natively, what the copy nodes before it wrote into
+ * the program's memory. Over a socket the bytes of the buffers those nodes
+ * write go with the host node's turn on the host-function channel
+ * (hostfn.c): at each instantiation and update the executor learns, from
+ * the graph's edges, which buffers each host node's earlier copy nodes
+ * write (child graphs' included), by the host node's id. */
 #include "executor.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -125,6 +133,265 @@ static CUresult host_read(CUevent done, CUdeviceptr src, void *dst, size_t bytes
     return CUDA_SUCCESS;
 }
 
+/* ---- what a host node reads ---- */
+
+/* By host node id, the buffers its earlier copy nodes write: read by the
+ * gates (the driver's thread), made by the executor's loop. */
+static pthread_mutex_t early_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct early {
+    uint64_t id;
+    size_t n;
+    struct fgr_span *v;
+} *earlies;
+static size_t nearlies;
+
+static CUresult (*get_nodes)(CUgraph, CUgraphNode *, size_t *);
+static CUresult (*node_type)(CUgraphNode, CUgraphNodeType *);
+static CUresult (*child_of)(CUgraphNode, CUgraph *);
+static CUresult (*edges_v2)(CUgraph, CUgraphNode *, CUgraphNode *, CUgraphEdgeData *, size_t *);
+static CUresult (*edges_v1)(CUgraph, CUgraphNode *, CUgraphNode *, size_t *);
+static CUresult (*host_params)(CUgraphNode, CUDA_HOST_NODE_PARAMS *);
+static CUresult (*copy_params)(CUgraphNode, CUDA_MEMCPY3D *);
+static CUresult (*inst_flags)(CUgraphExec *, CUgraph, unsigned long long);
+static CUresult (*inst_params)(CUgraphExec *, CUgraph, CUDA_GRAPH_INSTANTIATE_PARAMS *);
+static CUresult (*inst_params_pt)(CUgraphExec *, CUgraph, CUDA_GRAPH_INSTANTIATE_PARAMS *);
+static CUresult (*exec_update)(CUgraphExec, CUgraph, CUgraphExecUpdateResultInfo *);
+static void (*gate)(void *); /* the function host nodes run (hostfn.c) */
+
+struct spans {
+    struct fgr_span *v;
+    size_t n, cap;
+};
+
+/* The buffer holding p, added to l once. */
+static void add_buffer(struct spans *l, uint64_t p)
+{
+    for (size_t i = 0; i < nbufs; i++) {
+        if (!bufs[i].used || p < bufs[i].base || p - bufs[i].base >= bufs[i].used)
+            continue;
+        for (size_t k = 0; k < l->n; k++)
+            if (l->v[k].base == bufs[i].base)
+                return;
+        if (l->n == l->cap) {
+            size_t cap = l->cap ? 2 * l->cap : 4;
+            struct fgr_span *v = realloc(l->v, cap * sizeof *v);
+            if (!v)
+                return;
+            l->v = v;
+            l->cap = cap;
+        }
+        l->v[l->n++] = (struct fgr_span){bufs[i].base, bufs[i].used};
+        return;
+    }
+}
+
+/* The buffers node writes: a copy node's destination, a child graph's
+ * copy nodes'. */
+static void add_written(struct spans *l, CUgraphNode node, int depth)
+{
+    CUgraphNodeType t;
+    if (node_type(node, &t) != CUDA_SUCCESS)
+        return;
+    CUDA_MEMCPY3D c;
+    CUgraph child;
+    if (t == CU_GRAPH_NODE_TYPE_MEMCPY && copy_params(node, &c) == CUDA_SUCCESS) {
+        if (c.dstMemoryType == CU_MEMORYTYPE_HOST)
+            add_buffer(l, (uintptr_t)c.dstHost);
+        else if (c.dstMemoryType == CU_MEMORYTYPE_UNIFIED || c.dstMemoryType == CU_MEMORYTYPE_DEVICE)
+            add_buffer(l, c.dstDevice);
+    } else if (t == CU_GRAPH_NODE_TYPE_GRAPH && depth < 8 && child_of(node, &child) == CUDA_SUCCESS) {
+        size_t n = 0;
+        if (get_nodes(child, NULL, &n) != CUDA_SUCCESS || !n)
+            return;
+        CUgraphNode *v = malloc(n * sizeof *v);
+        if (v && get_nodes(child, v, &n) == CUDA_SUCCESS)
+            for (size_t i = 0; i < n; i++)
+                add_written(l, v[i], depth + 1);
+        free(v);
+    }
+}
+
+/* id's buffers from now on (none: forgotten); l's taken. */
+static void early_set(uint64_t id, struct spans *l)
+{
+    pthread_mutex_lock(&early_mu);
+    size_t i = 0;
+    while (i < nearlies && earlies[i].id != id)
+        i++;
+    if (i < nearlies) {
+        free(earlies[i].v);
+        earlies[i] = earlies[--nearlies];
+    }
+    struct early *more = l->n ? realloc(earlies, (nearlies + 1) * sizeof *more) : NULL;
+    if (more) {
+        earlies = more;
+        earlies[nearlies++] = (struct early){id, l->n, l->v};
+        l->v = NULL;
+    }
+    pthread_mutex_unlock(&early_mu);
+    free(l->v);
+}
+
+static int handle_cmp(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t) * (const CUgraphNode *)a, y = (uintptr_t) * (const CUgraphNode *)b;
+    return x < y ? -1 : x > y;
+}
+
+static size_t index_of(CUgraphNode *sorted, size_t n, CUgraphNode h)
+{
+    CUgraphNode *p = bsearch(&h, sorted, n, sizeof *sorted, handle_cmp);
+    return p ? (size_t)(p - sorted) : n;
+}
+
+/* Learns g's host nodes (the executor's gate with the client's id): the
+ * buffers written by the nodes each depends on, however far back. */
+static void learn(CUgraph g)
+{
+    size_t live = 0, n = 0, ne = 0;
+    for (size_t i = 0; i < nbufs; i++)
+        live += bufs[i].used != 0;
+    if (!live || get_nodes(g, NULL, &n) != CUDA_SUCCESS || !n)
+        return;
+    CUgraphNode *nodes = malloc(n * sizeof *nodes), *from = NULL, *to = NULL;
+    size_t *stack = NULL;
+    unsigned char *seen = NULL;
+    if (!nodes || get_nodes(g, nodes, &n) != CUDA_SUCCESS)
+        goto out;
+    qsort(nodes, n, sizeof *nodes, handle_cmp);
+    int hosts = 0;
+    for (size_t i = 0; i < n && !hosts; i++) {
+        CUgraphNodeType t;
+        hosts = node_type(nodes[i], &t) == CUDA_SUCCESS && t == CU_GRAPH_NODE_TYPE_HOST;
+    }
+    if (!hosts || (edges_v2 ? edges_v2(g, NULL, NULL, NULL, &ne) : edges_v1(g, NULL, NULL, &ne)) != CUDA_SUCCESS)
+        goto out;
+    from = malloc((ne + 1) * sizeof *from);
+    to = malloc((ne + 1) * sizeof *to);
+    stack = malloc((3 * n + ne + 1) * sizeof *stack);
+    seen = malloc(n);
+    if (!from || !to || !stack || !seen ||
+        (edges_v2 ? edges_v2(g, from, to, NULL, &ne) : edges_v1(g, from, to, &ne)) != CUDA_SUCCESS)
+        goto out;
+    /* Each node's dependencies by index: first[k] to first[k+1] in deps. */
+    size_t *first = stack + n, *deps = first + n + 1, *placed = deps + ne;
+    memset(first, 0, (n + 1) * sizeof *first);
+    for (size_t e = 0; e < ne; e++) {
+        size_t k = index_of(nodes, n, to[e]);
+        if (k < n)
+            first[k + 1]++;
+    }
+    for (size_t k = 0; k < n; k++)
+        first[k + 1] += first[k];
+    memset(placed, 0, n * sizeof *placed);
+    for (size_t e = 0; e < ne; e++) {
+        size_t k = index_of(nodes, n, to[e]), f = index_of(nodes, n, from[e]);
+        if (k < n)
+            deps[first[k] + placed[k]++] = f < n ? f : k; /* one not of g's: k itself, seen */
+    }
+    for (size_t h = 0; h < n; h++) {
+        CUgraphNodeType t;
+        CUDA_HOST_NODE_PARAMS hp;
+        if (node_type(nodes[h], &t) != CUDA_SUCCESS || t != CU_GRAPH_NODE_TYPE_HOST ||
+            host_params(nodes[h], &hp) != CUDA_SUCCESS || hp.fn != gate)
+            continue;
+        struct spans l = {0};
+        size_t top = 0;
+        memset(seen, 0, n);
+        seen[h] = 1;
+        stack[top++] = h;
+        while (top) {
+            size_t at = stack[--top];
+            for (size_t d = first[at]; d < first[at + 1]; d++)
+                if (!seen[deps[d]]) {
+                    seen[deps[d]] = 1;
+                    stack[top++] = deps[d];
+                    add_written(&l, nodes[deps[d]], 0);
+                }
+        }
+        early_set((uint64_t)(uintptr_t)hp.userData, &l);
+    }
+out:
+    free(nodes);
+    free(from);
+    free(to);
+    free(stack);
+    free(seen);
+}
+
+size_t fgr_hostcopy_early(uint64_t id, struct fgr_span **out)
+{
+    size_t n = 0;
+    *out = NULL;
+    pthread_mutex_lock(&early_mu);
+    for (size_t i = 0; i < nearlies; i++)
+        if (earlies[i].id == id && (*out = malloc(earlies[i].n * sizeof **out))) {
+            n = earlies[i].n;
+            memcpy(*out, earlies[i].v, n * sizeof **out);
+        }
+    pthread_mutex_unlock(&early_mu);
+    return n;
+}
+
+static CUresult instantiate_flags(CUgraphExec *x, CUgraph g, unsigned long long flags)
+{
+    CUresult r = inst_flags(x, g, flags);
+    if (r == CUDA_SUCCESS)
+        learn(g);
+    return r;
+}
+
+static CUresult instantiate_params(CUgraphExec *x, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS *p)
+{
+    CUresult r = inst_params(x, g, p);
+    if (r == CUDA_SUCCESS)
+        learn(g);
+    return r;
+}
+
+static CUresult instantiate_params_pt(CUgraphExec *x, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS *p)
+{
+    CUresult r = inst_params_pt(x, g, p);
+    if (r == CUDA_SUCCESS)
+        learn(g);
+    return r;
+}
+
+static CUresult update(CUgraphExec x, CUgraph g, CUgraphExecUpdateResultInfo *info)
+{
+    CUresult r = exec_update(x, g, info);
+    if (r == CUDA_SUCCESS)
+        learn(g);
+    return r;
+}
+
+/* Over a socket, with every call it needs: the instantiations learn. */
+void fgr_hostcopy_learning(void *driver, void (*host_gate)(void *))
+{
+    gate = host_gate;
+    *(void **)&get_nodes = dlsym(driver, "cuGraphGetNodes");
+    *(void **)&node_type = dlsym(driver, "cuGraphNodeGetType");
+    *(void **)&child_of = dlsym(driver, "cuGraphChildGraphNodeGetGraph");
+    *(void **)&edges_v2 = dlsym(driver, "cuGraphGetEdges_v2");
+    *(void **)&edges_v1 = dlsym(driver, "cuGraphGetEdges");
+    *(void **)&host_params = dlsym(driver, "cuGraphHostNodeGetParams");
+    *(void **)&copy_params = dlsym(driver, "cuGraphMemcpyNodeGetParams");
+    if (!get_nodes || !node_type || !child_of || (!edges_v2 && !edges_v1) || !host_params || !copy_params)
+        return;
+    *(void **)&inst_flags = fgr_real[FGR_OP_cuGraphInstantiateWithFlags];
+    *(void **)&inst_params = fgr_real[FGR_OP_cuGraphInstantiateWithParams];
+    *(void **)&inst_params_pt = fgr_real[FGR_OP_cuGraphInstantiateWithParams_ptsz];
+    *(void **)&exec_update = fgr_real[FGR_OP_cuGraphExecUpdate_v2];
+    if (inst_flags)
+        fgr_real[FGR_OP_cuGraphInstantiateWithFlags] = (void *)instantiate_flags;
+    if (inst_params)
+        fgr_real[FGR_OP_cuGraphInstantiateWithParams] = (void *)instantiate_params;
+    if (inst_params_pt)
+        fgr_real[FGR_OP_cuGraphInstantiateWithParams_ptsz] = (void *)instantiate_params_pt;
+    if (exec_update)
+        fgr_real[FGR_OP_cuGraphExecUpdate_v2] = (void *)update;
+}
+
 void fgr_hostcopy_forget(uint64_t ctx)
 {
     for (size_t i = 0; i < nbufs;)
@@ -134,6 +401,23 @@ void fgr_hostcopy_forget(uint64_t ctx)
         } else {
             i++;
         }
+    /* What names a buffer gone with it is forgotten: its memory is the driver's again. */
+    pthread_mutex_lock(&early_mu);
+    for (size_t i = 0; i < nearlies;) {
+        int all = 1;
+        for (size_t k = 0; k < earlies[i].n && all; k++) {
+            all = 0;
+            for (size_t b = 0; b < nbufs && !all; b++)
+                all = bufs[b].base == earlies[i].v[k].base;
+        }
+        if (all) {
+            i++;
+            continue;
+        }
+        free(earlies[i].v);
+        earlies[i] = earlies[--nearlies];
+    }
+    pthread_mutex_unlock(&early_mu);
 }
 
 void fgr_hostcopy_use(CUresult (*alloc)(void **, size_t, unsigned int), CUresult (*launch)(CUgraphExec, CUstream))

@@ -102,12 +102,22 @@ static void gate_socket(void *arg)
     struct waiter me = {++last_seq, 0, waiters};
     waiters = &me;
     pthread_mutex_unlock(&chan_mu);
-    uint8_t m[16];
+    /* A host node's: the buffers its earlier copy nodes wrote, as they are. */
+    struct fgr_span *v = NULL;
+    size_t n = id & FGR_HOSTFN_KEEP ? fgr_hostcopy_early(id, &v) : 0;
+    uint8_t m[24];
     put64(m, me.seq);
     put64(m + 8, id);
+    put64(m + 16, n);
     pthread_mutex_lock(&chan_wmu);
     int bad = fgr_write_all(chan_fd, m, sizeof m);
+    for (size_t i = 0; i < n && !bad; i++) {
+        put64(m, v[i].base);
+        put64(m + 8, v[i].len);
+        bad = fgr_write_all(chan_fd, m, 16) || fgr_write_all(chan_fd, (const void *)(uintptr_t)v[i].base, v[i].len);
+    }
     pthread_mutex_unlock(&chan_wmu);
+    free(v);
     pthread_mutex_lock(&chan_mu);
     if (bad)
         chan_close_locked();
@@ -190,8 +200,11 @@ static CUresult host_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgrap
     return add_host_node(phGraphNode, hGraph, dependencies, numDependencies, &p);
 }
 
+static void *driver_handle;
+
 void fgr_hostfn_init(void *driver)
 {
+    driver_handle = driver;
     *(void **)&add_host_node = dlsym(driver, "cuGraphAddHostNode");
     *(void **)&launch_host = dlsym(driver, "cuLaunchHostFunc");
     *(void **)&launch_host_pt = dlsym(driver, "cuLaunchHostFunc_ptsz");
@@ -234,6 +247,7 @@ void fgr_hostfn_hello(struct fgr_buf *w, uint32_t transport)
         return;
     fgr_put_bytes(w, secret, sizeof secret);
     the_gate = gate_socket;
+    fgr_hostcopy_learning(driver_handle, gate_socket);
     fgr_real[FGR_OP_fgrHostFn] = (void *)host_fn;
     if (add_host_node)
         fgr_real[FGR_OP_fgrGraphAddHostNode] = (void *)host_node;

@@ -11,6 +11,12 @@
  *     graphnodes edges    edges added after the nodes, an empty node, root
  *                         nodes, a child graph node, a clone launched
  *     graphnodes host     a host node, in a graph launched four times
+ *     graphnodes hostread a host node after a copy node into the program's
+ *                         memory reads what it copied, and changes it (a
+ *                         copy node after it, as the simulated GPU makes
+ *                         copies when launched, is not looked at);
+ *                         launched three times, the memory cleared before
+ *                         each, captured and added
  *     graphnodes pageable copies with the program's pageable memory: captured
  *                         (up, a kernel adding to it, down, a copy by
  *                         address) and launched three times with new input;
@@ -638,6 +644,68 @@ static int edges(CUcontext ctx)
 
 static int calls;
 
+struct seen {
+    unsigned char *before; /* copied into before the node */
+    unsigned a;            /* what the node saw */
+};
+
+static void host_read_fn(void *data)
+{
+    struct seen *s = data;
+    s->a = s->before[0] | (unsigned)s->before[ROW - 1] << 8;
+    s->before[1] = 99; /* the program's own change, which must stay */
+}
+
+/* A memset node, a copy node into before, a host node, a copy node into
+ * after: added node by node (captured: the same, a stream's work). */
+static int host_read(CUcontext ctx, int captured)
+{
+    CUstream st;
+    CUdeviceptr b;
+    CUgraph g;
+    static unsigned char before[ROW], after[ROW];
+    struct seen seen = {before, 0};
+    CHECK(cuStreamCreate(&st, 0));
+    CHECK(cuMemAlloc_v2(&b, ROW));
+    if (captured) {
+        CHECK(cuStreamBeginCapture_v2(st, CU_STREAM_CAPTURE_MODE_RELAXED));
+        CHECK(cuMemsetD8Async(b, 7, ROW, st));
+        CHECK(cuMemcpyDtoHAsync_v2(before, b, ROW, st));
+        CHECK(cuLaunchHostFunc(st, host_read_fn, &seen));
+        CHECK(cuMemcpyDtoHAsync_v2(after, b, ROW, st));
+        CHECK(cuStreamEndCapture(st, &g));
+    } else {
+        CUgraphNode set, up, host, down;
+        CHECK(cuGraphCreate(&g, 0));
+        CUDA_MEMSET_NODE_PARAMS sp = set_params(b, 7, 1, ROW, 1, 0);
+        CHECK(cuGraphAddMemsetNode(&set, g, NULL, 0, &sp, ctx));
+        CUDA_MEMCPY3D c = copy_params(CU_MEMORYTYPE_DEVICE, NULL, b, CU_MEMORYTYPE_HOST, before, 0, ROW, 1, ROW);
+        CHECK(cuGraphAddMemcpyNode(&up, g, &set, 1, &c, ctx));
+        CUDA_HOST_NODE_PARAMS hp = {host_read_fn, &seen};
+        CUresult r = cuGraphAddHostNode(&host, g, &up, 1, &hp);
+        printf("cuGraphAddHostNode: %s\n", result_name(r));
+        if (r != CUDA_SUCCESS)
+            return 0;
+        c = copy_params(CU_MEMORYTYPE_DEVICE, NULL, b, CU_MEMORYTYPE_HOST, after, 0, ROW, 1, ROW);
+        CHECK(cuGraphAddMemcpyNode(&down, g, &host, 1, &c, ctx));
+    }
+    CUgraphExec x;
+    CHECK(cuGraphInstantiateWithFlags(&x, g, 0));
+    for (int i = 0; i < 3; i++) {
+        memset(before, 0, ROW);
+        memset(after, 0, ROW);
+        CHECK(cuGraphLaunch(x, st));
+        CHECK(cuStreamSynchronize(st));
+        printf("%s launch %d: the host node saw %#x; then before[0..1] %u %u, after[0] %u\n",
+               captured ? "captured" : "added", i, seen.a, before[0], before[1], after[0]);
+    }
+    CHECK(cuGraphExecDestroy(x));
+    CHECK(cuGraphDestroy(g));
+    CHECK(cuStreamDestroy_v2(st));
+    CHECK(cuMemFree_v2(b));
+    return 0;
+}
+
 static void host_fn(void *data)
 {
     calls += *(int *)data;
@@ -1122,6 +1190,8 @@ int main(int argc, char **argv)
         return hostile(ctx);
     if (argc > 1 && strcmp(argv[1], "host") == 0)
         return host(ctx);
+    if (argc > 1 && strcmp(argv[1], "hostread") == 0)
+        return host_read(ctx, 0) || host_read(ctx, 1);
     if (argc > 1 && strcmp(argv[1], "pageable") == 0)
         return pageable(ctx);
     if (argc > 1 && strcmp(argv[1], "captureinfo") == 0)

@@ -108,6 +108,18 @@ func TestRemoteGraphHostNode(t *testing.T) {
 	printsAsLocally(t, local, []string{"graphnodes", "host"}, "shm", "unix", "tcp", "tls")
 }
 
+// A host node after a copy node into the program's memory sees the bytes
+// the copy wrote, and what it changes there stays (over shm:// the
+// program's pageable memory: the executor cannot reach it).
+func TestRemoteGraphHostNodeReadsCopies(t *testing.T) {
+	e := newEnv(t)
+	local := e.run("graphnodes", "hostread")
+	if local.code != 0 || strings.Count(local.stdout, "the host node saw 0x707; then before[0..1] 7 99, after[0] 7") != 6 {
+		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
+	}
+	printsAsLocally(t, local, []string{"graphnodes", "hostread"}, "unix", "tcp", "tls")
+}
+
 // Copy nodes: device to device; pinned host memory (cuMemAllocHost) up
 // and back, read at the launch: over shm:// the executor maps it at the
 // program's address, over a socket it is the client's alone and goes
