@@ -328,38 +328,46 @@ enum fgr_op {
     FGR_OP_cuStreamCopyAttributes_ptsz = 319,
     FGR_OP_cuStreamAttachMemAsync = 320,
     FGR_OP_cuStreamAttachMemAsync_ptsz = 321,
-    FGR_OP_cuGraphExecMemcpyNodeSetParams = 322,
-    FGR_OP_fgrGraphKernelNodeGetParams = 323,
-    FGR_OP_fgrGraphKernelNodeSetParams = 324,
-    FGR_OP_fgrGraphAddHostNode = 325,
-    FGR_OP_fgrGraphAddKernelNode = 326,
-    FGR_OP_fgrGraphHostAlloc = 327,
-    FGR_OP_fgrGraphHostFree = 328,
-    FGR_OP_fgrGraphLaunchHost = 329,
-    FGR_OP_fgrGraphHostRead = 330,
-    FGR_OP_cuGraphDestroyNode = 331,
-    FGR_OP_cuGraphAddEventRecordNode = 332,
-    FGR_OP_cuGraphAddEventWaitNode = 333,
-    FGR_OP_cuGraphExecGetFlags = 334,
-    FGR_OP_cuGraphConditionalHandleCreate = 335,
-    FGR_OP_fgrGraphAddConditionalNode = 336,
-    FGR_OP_fgrGraphConditionalNodeGetParams = 337,
-    FGR_OP_fgrGraphConditionalNodeSetParams = 338,
-    FGR_OP_cuGraphExecUpdate_v2 = 339,
-    FGR_OP_xt_ctx = 340,
-    FGR_OP_xt_ctx_39 = 341,
-    FGR_OP_xt_ctx_51 = 342,
-    FGR_OP_xt_simA = 343,
-    FGR_OP_xt_simA_1 = 344,
-    FGR_OP_xt_simA_2 = 345,
-    FGR_OP_xt_simA_7 = 346,
-    FGR_OP_xt_simB = 347,
-    FGR_OP_xt_simB_1 = 348,
-    FGR_OP_xt_simB_2 = 349,
-    FGR_NUM_OPS = 350
+    FGR_OP_cuGraphRemoveDependencies = 322,
+    FGR_OP_cuGraphRemoveDependencies_v2 = 323,
+    FGR_OP_cuGraphGetEdges = 324,
+    FGR_OP_cuGraphGetEdges_v2 = 325,
+    FGR_OP_cuGraphNodeGetDependencies = 326,
+    FGR_OP_cuGraphNodeGetDependencies_v2 = 327,
+    FGR_OP_cuGraphNodeGetDependentNodes = 328,
+    FGR_OP_cuGraphNodeGetDependentNodes_v2 = 329,
+    FGR_OP_cuGraphExecMemcpyNodeSetParams = 330,
+    FGR_OP_fgrGraphKernelNodeGetParams = 331,
+    FGR_OP_fgrGraphKernelNodeSetParams = 332,
+    FGR_OP_fgrGraphAddHostNode = 333,
+    FGR_OP_fgrGraphAddKernelNode = 334,
+    FGR_OP_fgrGraphHostAlloc = 335,
+    FGR_OP_fgrGraphHostFree = 336,
+    FGR_OP_fgrGraphLaunchHost = 337,
+    FGR_OP_fgrGraphHostRead = 338,
+    FGR_OP_cuGraphDestroyNode = 339,
+    FGR_OP_cuGraphAddEventRecordNode = 340,
+    FGR_OP_cuGraphAddEventWaitNode = 341,
+    FGR_OP_cuGraphExecGetFlags = 342,
+    FGR_OP_cuGraphConditionalHandleCreate = 343,
+    FGR_OP_fgrGraphAddConditionalNode = 344,
+    FGR_OP_fgrGraphConditionalNodeGetParams = 345,
+    FGR_OP_fgrGraphConditionalNodeSetParams = 346,
+    FGR_OP_cuGraphExecUpdate_v2 = 347,
+    FGR_OP_xt_ctx = 348,
+    FGR_OP_xt_ctx_39 = 349,
+    FGR_OP_xt_ctx_51 = 350,
+    FGR_OP_xt_simA = 351,
+    FGR_OP_xt_simA_1 = 352,
+    FGR_OP_xt_simA_2 = 353,
+    FGR_OP_xt_simA_7 = 354,
+    FGR_OP_xt_simB = 355,
+    FGR_OP_xt_simB_1 = 356,
+    FGR_OP_xt_simB_2 = 357,
+    FGR_NUM_OPS = 358
 };
 
-#define FGR_OPS_HASH 0x5755f763ac51aed7ULL
+#define FGR_OPS_HASH 0x48ddcdec50ad3ad1ULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
@@ -566,6 +574,14 @@ CUresult cuStreamCopyAttributes(CUstream dst, CUstream src);
 CUresult cuStreamCopyAttributes_ptsz(CUstream dst, CUstream src);
 CUresult cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
 CUresult cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
+CUresult cuGraphRemoveDependencies(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, size_t numDependencies);
+CUresult cuGraphRemoveDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies);
+CUresult cuGraphGetEdges(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, size_t *numEdges);
+CUresult cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *edgeData, size_t *numEdges);
+CUresult cuGraphNodeGetDependencies(CUgraphNode hNode, CUgraphNode *dependencies, size_t *numDependencies);
+CUresult cuGraphNodeGetDependencies_v2(CUgraphNode hNode, CUgraphNode *dependencies, CUgraphEdgeData *edgeData, size_t *numDependencies);
+CUresult cuGraphNodeGetDependentNodes(CUgraphNode hNode, CUgraphNode *dependentNodes, size_t *numDependentNodes);
+CUresult cuGraphNodeGetDependentNodes_v2(CUgraphNode hNode, CUgraphNode *dependentNodes, CUgraphEdgeData *edgeData, size_t *numDependentNodes);
 CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D *copyParams, CUcontext ctx);
 CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS *nodeParams);
 CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams);

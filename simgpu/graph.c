@@ -775,6 +775,106 @@ SIM_EXPORT CUresult cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode 
     return add_edges(hGraph, from, to, edgeData, numDependencies);
 }
 
+/* Edges removed: each must be there (none is removed otherwise). */
+static CUresult remove_edges(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to,
+                             const CUgraphEdgeData *edgeData, size_t n)
+{
+    struct sim_graph *g = as_graph(hGraph);
+    if (!g || (n && (!from || !to)))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; edgeData && i < n; i++)
+        if (edgeData[i].from_port || edgeData[i].to_port || edgeData[i].type)
+            return CUDA_ERROR_INVALID_VALUE; /* no such edge: all are plain here */
+    for (size_t i = 0; i < n; i++) {
+        struct sim_node *a = as_node(from[i]), *b = as_node(to[i]);
+        size_t d = 0;
+        while (a && b && b->graph == g && d < b->ndeps && b->deps[d] != a)
+            d++;
+        if (!a || !b || b->graph != g || d == b->ndeps)
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct sim_node *a = as_node(from[i]), *b = as_node(to[i]);
+        for (size_t d = 0; d < b->ndeps; d++)
+            if (b->deps[d] == a) {
+                memmove(&b->deps[d], &b->deps[d + 1], (b->ndeps - d - 1) * sizeof *b->deps);
+                b->ndeps--;
+                break;
+            }
+    }
+    reorder(g);
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuGraphRemoveDependencies(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to,
+                                              size_t numDependencies)
+{
+    return remove_edges(hGraph, from, to, NULL, numDependencies);
+}
+
+SIM_EXPORT CUresult cuGraphRemoveDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to,
+                                                 const CUgraphEdgeData *edgeData, size_t numDependencies)
+{
+    return remove_edges(hGraph, from, to, edgeData, numDependencies);
+}
+
+/* A node's dependencies (dependents: the nodes depending on it), as many
+ * as fit, their count in *n; without nodes, the count. */
+static CUresult node_edges(CUgraphNode hNode, int dependents, CUgraphNode *nodes, CUgraphEdgeData *edgeData, size_t *n)
+{
+    struct sim_node *a = as_node(hNode);
+    if (!a || !n)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t k = 0, cap = *n;
+    if (!dependents) {
+        for (; k < a->ndeps; k++)
+            if (nodes && k < cap)
+                nodes[k] = (CUgraphNode)a->deps[k];
+    } else {
+        struct sim_graph *g = a->graph;
+        for (size_t i = 0; i < g->n; i++)
+            for (size_t d = 0; d < g->nodes[i]->ndeps; d++)
+                if (g->nodes[i]->deps[d] == a) {
+                    if (nodes && k < cap)
+                        nodes[k] = (CUgraphNode)g->nodes[i];
+                    k++;
+                }
+    }
+    if (nodes) {
+        for (size_t i = k; i < cap; i++)
+            nodes[i] = NULL;
+        if (edgeData)
+            memset(edgeData, 0, cap * sizeof *edgeData);
+        *n = k < cap ? k : cap;
+    } else {
+        *n = k;
+    }
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuGraphNodeGetDependencies(CUgraphNode hNode, CUgraphNode *dependencies, size_t *numDependencies)
+{
+    return node_edges(hNode, 0, dependencies, NULL, numDependencies);
+}
+
+SIM_EXPORT CUresult cuGraphNodeGetDependencies_v2(CUgraphNode hNode, CUgraphNode *dependencies,
+                                                  CUgraphEdgeData *edgeData, size_t *numDependencies)
+{
+    return node_edges(hNode, 0, dependencies, edgeData, numDependencies);
+}
+
+SIM_EXPORT CUresult cuGraphNodeGetDependentNodes(CUgraphNode hNode, CUgraphNode *dependentNodes,
+                                                 size_t *numDependentNodes)
+{
+    return node_edges(hNode, 1, dependentNodes, NULL, numDependentNodes);
+}
+
+SIM_EXPORT CUresult cuGraphNodeGetDependentNodes_v2(CUgraphNode hNode, CUgraphNode *dependentNodes,
+                                                    CUgraphEdgeData *edgeData, size_t *numDependentNodes)
+{
+    return node_edges(hNode, 1, dependentNodes, edgeData, numDependentNodes);
+}
+
 /* A copy of a graph without memory nodes (a clone of one with them is not
  * simulated). */
 SIM_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)

@@ -5505,6 +5505,197 @@ FGR_EXPORT CUresult cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dp
     return fgr_send(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuGraphRemoveDependencies(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, size_t numDependencies)
+{
+    CUresult fgr_r;
+    uint64_t n_from = from ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_from > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphRemoveDependencies", "a buffer over the frame limit");
+    uint64_t n_to = to ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_to > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphRemoveDependencies", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphRemoveDependencies, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_buf(&fgr_c.w, from, n_from);
+    fgr_put_buf(&fgr_c.w, to, n_to);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphRemoveDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies)
+{
+    CUresult fgr_r;
+    uint64_t n_from = from ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_from > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphRemoveDependencies_v2", "a buffer over the frame limit");
+    uint64_t n_to = to ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_to > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphRemoveDependencies_v2", "a buffer over the frame limit");
+    uint64_t n_edgeData = edgeData ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphEdgeData)) : 0;
+    if (n_edgeData > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphRemoveDependencies_v2", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphRemoveDependencies_v2, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_buf(&fgr_c.w, from, n_from);
+    fgr_put_buf(&fgr_c.w, to, n_to);
+    fgr_put_buf(&fgr_c.w, edgeData, n_edgeData);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphGetEdges(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, size_t *numEdges)
+{
+    CUresult fgr_r;
+    uint64_t n_from = from ? fgr_mul((uint64_t)(numEdges?*numEdges:0), sizeof(CUgraphNode)) : 0;
+    if (n_from > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphGetEdges", "a buffer over the frame limit");
+    uint64_t n_to = to ? fgr_mul((uint64_t)(numEdges?*numEdges:0), sizeof(CUgraphNode)) : 0;
+    if (n_to > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphGetEdges", "a buffer over the frame limit");
+    uint64_t n_numEdges = numEdges ? sizeof(size_t) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphGetEdges, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u8(&fgr_c.w, from != NULL);
+    fgr_put_u8(&fgr_c.w, to != NULL);
+    fgr_put_buf(&fgr_c.w, numEdges, n_numEdges);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, from, n_from, 0);
+    fgr_get_out(&fgr_c, to, n_to, 0);
+    fgr_get_out(&fgr_c, numEdges, n_numEdges, 1);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *edgeData, size_t *numEdges)
+{
+    CUresult fgr_r;
+    uint64_t n_from = from ? fgr_mul((uint64_t)(numEdges?*numEdges:0), sizeof(CUgraphNode)) : 0;
+    if (n_from > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphGetEdges_v2", "a buffer over the frame limit");
+    uint64_t n_to = to ? fgr_mul((uint64_t)(numEdges?*numEdges:0), sizeof(CUgraphNode)) : 0;
+    if (n_to > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphGetEdges_v2", "a buffer over the frame limit");
+    uint64_t n_edgeData = edgeData ? fgr_mul((uint64_t)(numEdges?*numEdges:0), sizeof(CUgraphEdgeData)) : 0;
+    if (n_edgeData > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphGetEdges_v2", "a buffer over the frame limit");
+    uint64_t n_numEdges = numEdges ? sizeof(size_t) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphGetEdges_v2, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u8(&fgr_c.w, from != NULL);
+    fgr_put_u8(&fgr_c.w, to != NULL);
+    fgr_put_u8(&fgr_c.w, edgeData != NULL);
+    fgr_put_buf(&fgr_c.w, numEdges, n_numEdges);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, from, n_from, 0);
+    fgr_get_out(&fgr_c, to, n_to, 0);
+    fgr_get_out(&fgr_c, edgeData, n_edgeData, 0);
+    fgr_get_out(&fgr_c, numEdges, n_numEdges, 1);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphNodeGetDependencies(CUgraphNode hNode, CUgraphNode *dependencies, size_t *numDependencies)
+{
+    CUresult fgr_r;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies?*numDependencies:0), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphNodeGetDependencies", "a buffer over the frame limit");
+    uint64_t n_numDependencies = numDependencies ? sizeof(size_t) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphNodeGetDependencies, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u8(&fgr_c.w, dependencies != NULL);
+    fgr_put_buf(&fgr_c.w, numDependencies, n_numDependencies);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dependencies, n_dependencies, 0);
+    fgr_get_out(&fgr_c, numDependencies, n_numDependencies, 1);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphNodeGetDependencies_v2(CUgraphNode hNode, CUgraphNode *dependencies, CUgraphEdgeData *edgeData, size_t *numDependencies)
+{
+    CUresult fgr_r;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies?*numDependencies:0), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphNodeGetDependencies_v2", "a buffer over the frame limit");
+    uint64_t n_edgeData = edgeData ? fgr_mul((uint64_t)(numDependencies?*numDependencies:0), sizeof(CUgraphEdgeData)) : 0;
+    if (n_edgeData > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphNodeGetDependencies_v2", "a buffer over the frame limit");
+    uint64_t n_numDependencies = numDependencies ? sizeof(size_t) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphNodeGetDependencies_v2, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u8(&fgr_c.w, dependencies != NULL);
+    fgr_put_u8(&fgr_c.w, edgeData != NULL);
+    fgr_put_buf(&fgr_c.w, numDependencies, n_numDependencies);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dependencies, n_dependencies, 0);
+    fgr_get_out(&fgr_c, edgeData, n_edgeData, 0);
+    fgr_get_out(&fgr_c, numDependencies, n_numDependencies, 1);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphNodeGetDependentNodes(CUgraphNode hNode, CUgraphNode *dependentNodes, size_t *numDependentNodes)
+{
+    CUresult fgr_r;
+    uint64_t n_dependentNodes = dependentNodes ? fgr_mul((uint64_t)(numDependentNodes?*numDependentNodes:0), sizeof(CUgraphNode)) : 0;
+    if (n_dependentNodes > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphNodeGetDependentNodes", "a buffer over the frame limit");
+    uint64_t n_numDependentNodes = numDependentNodes ? sizeof(size_t) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphNodeGetDependentNodes, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u8(&fgr_c.w, dependentNodes != NULL);
+    fgr_put_buf(&fgr_c.w, numDependentNodes, n_numDependentNodes);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dependentNodes, n_dependentNodes, 0);
+    fgr_get_out(&fgr_c, numDependentNodes, n_numDependentNodes, 1);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphNodeGetDependentNodes_v2(CUgraphNode hNode, CUgraphNode *dependentNodes, CUgraphEdgeData *edgeData, size_t *numDependentNodes)
+{
+    CUresult fgr_r;
+    uint64_t n_dependentNodes = dependentNodes ? fgr_mul((uint64_t)(numDependentNodes?*numDependentNodes:0), sizeof(CUgraphNode)) : 0;
+    if (n_dependentNodes > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphNodeGetDependentNodes_v2", "a buffer over the frame limit");
+    uint64_t n_edgeData = edgeData ? fgr_mul((uint64_t)(numDependentNodes?*numDependentNodes:0), sizeof(CUgraphEdgeData)) : 0;
+    if (n_edgeData > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuGraphNodeGetDependentNodes_v2", "a buffer over the frame limit");
+    uint64_t n_numDependentNodes = numDependentNodes ? sizeof(size_t) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphNodeGetDependentNodes_v2, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u8(&fgr_c.w, dependentNodes != NULL);
+    fgr_put_u8(&fgr_c.w, edgeData != NULL);
+    fgr_put_buf(&fgr_c.w, numDependentNodes, n_numDependentNodes);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dependentNodes, n_dependentNodes, 0);
+    fgr_get_out(&fgr_c, edgeData, n_edgeData, 0);
+    fgr_get_out(&fgr_c, numDependentNodes, n_numDependentNodes, 1);
+    return fgr_end(&fgr_c);
+}
+
 CUresult fgr_fwd_cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
 {
     CUresult fgr_r;
@@ -6239,6 +6430,14 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamCopyAttributes_ptsz] = "cuStreamCopyAttributes_ptsz",
     [FGR_OP_cuStreamAttachMemAsync] = "cuStreamAttachMemAsync",
     [FGR_OP_cuStreamAttachMemAsync_ptsz] = "cuStreamAttachMemAsync_ptsz",
+    [FGR_OP_cuGraphRemoveDependencies] = "cuGraphRemoveDependencies",
+    [FGR_OP_cuGraphRemoveDependencies_v2] = "cuGraphRemoveDependencies_v2",
+    [FGR_OP_cuGraphGetEdges] = "cuGraphGetEdges",
+    [FGR_OP_cuGraphGetEdges_v2] = "cuGraphGetEdges_v2",
+    [FGR_OP_cuGraphNodeGetDependencies] = "cuGraphNodeGetDependencies",
+    [FGR_OP_cuGraphNodeGetDependencies_v2] = "cuGraphNodeGetDependencies_v2",
+    [FGR_OP_cuGraphNodeGetDependentNodes] = "cuGraphNodeGetDependentNodes",
+    [FGR_OP_cuGraphNodeGetDependentNodes_v2] = "cuGraphNodeGetDependentNodes_v2",
     [FGR_OP_cuGraphExecMemcpyNodeSetParams] = "cuGraphExecMemcpyNodeSetParams",
     [FGR_OP_fgrGraphKernelNodeGetParams] = "fgrGraphKernelNodeGetParams",
     [FGR_OP_fgrGraphKernelNodeSetParams] = "fgrGraphKernelNodeSetParams",
@@ -6730,6 +6929,14 @@ const struct fg_proc fgr_procs[] = {
     {"cuStreamCopyAttributes", "cuStreamCopyAttributes_ptsz", 11000, 1, (void *)cuStreamCopyAttributes_ptsz},
     {"cuStreamAttachMemAsync", "cuStreamAttachMemAsync", 6000, 0, (void *)cuStreamAttachMemAsync},
     {"cuStreamAttachMemAsync", "cuStreamAttachMemAsync_ptsz", 7000, 1, (void *)cuStreamAttachMemAsync_ptsz},
+    {"cuGraphRemoveDependencies", "cuGraphRemoveDependencies", 10000, 0, (void *)cuGraphRemoveDependencies},
+    {"cuGraphRemoveDependencies", "cuGraphRemoveDependencies_v2", 12030, 0, (void *)cuGraphRemoveDependencies_v2},
+    {"cuGraphGetEdges", "cuGraphGetEdges", 10000, 0, (void *)cuGraphGetEdges},
+    {"cuGraphGetEdges", "cuGraphGetEdges_v2", 12030, 0, (void *)cuGraphGetEdges_v2},
+    {"cuGraphNodeGetDependencies", "cuGraphNodeGetDependencies", 10000, 0, (void *)cuGraphNodeGetDependencies},
+    {"cuGraphNodeGetDependencies", "cuGraphNodeGetDependencies_v2", 12030, 0, (void *)cuGraphNodeGetDependencies_v2},
+    {"cuGraphNodeGetDependentNodes", "cuGraphNodeGetDependentNodes", 10000, 0, (void *)cuGraphNodeGetDependentNodes},
+    {"cuGraphNodeGetDependentNodes", "cuGraphNodeGetDependentNodes_v2", 12030, 0, (void *)cuGraphNodeGetDependentNodes_v2},
     {"cuGraphExecMemcpyNodeSetParams", "cuGraphExecMemcpyNodeSetParams", 10020, 0, (void *)cuGraphExecMemcpyNodeSetParams},
     {"cuGraphKernelNodeGetParams", "cuGraphKernelNodeGetParams_v2", 12000, 0, (void *)cuGraphKernelNodeGetParams_v2},
     {"cuGraphKernelNodeSetParams", "cuGraphKernelNodeSetParams_v2", 12000, 0, (void *)cuGraphKernelNodeSetParams_v2},

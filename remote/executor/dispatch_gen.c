@@ -322,6 +322,14 @@ typedef CUresult (*pfn_cuStreamCopyAttributes)(CUstream dst, CUstream src);
 typedef CUresult (*pfn_cuStreamCopyAttributes_ptsz)(CUstream dst, CUstream src);
 typedef CUresult (*pfn_cuStreamAttachMemAsync)(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
 typedef CUresult (*pfn_cuStreamAttachMemAsync_ptsz)(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
+typedef CUresult (*pfn_cuGraphRemoveDependencies)(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, size_t numDependencies);
+typedef CUresult (*pfn_cuGraphRemoveDependencies_v2)(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies);
+typedef CUresult (*pfn_cuGraphGetEdges)(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, size_t *numEdges);
+typedef CUresult (*pfn_cuGraphGetEdges_v2)(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *edgeData, size_t *numEdges);
+typedef CUresult (*pfn_cuGraphNodeGetDependencies)(CUgraphNode hNode, CUgraphNode *dependencies, size_t *numDependencies);
+typedef CUresult (*pfn_cuGraphNodeGetDependencies_v2)(CUgraphNode hNode, CUgraphNode *dependencies, CUgraphEdgeData *edgeData, size_t *numDependencies);
+typedef CUresult (*pfn_cuGraphNodeGetDependentNodes)(CUgraphNode hNode, CUgraphNode *dependentNodes, size_t *numDependentNodes);
+typedef CUresult (*pfn_cuGraphNodeGetDependentNodes_v2)(CUgraphNode hNode, CUgraphNode *dependentNodes, CUgraphEdgeData *edgeData, size_t *numDependentNodes);
 typedef CUresult (*pfn_cuGraphExecMemcpyNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D *copyParams, CUcontext ctx);
 typedef CUresult (*pfn_fgrGraphKernelNodeGetParams)(CUgraphNode hNode, CUfunction *f, CUkernel *kern, unsigned int *dims, unsigned int *sharedMemBytes, void *params, unsigned int cap, unsigned int *bytes);
 typedef CUresult (*pfn_fgrGraphKernelNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void **kernelParams, void **extra);
@@ -7087,6 +7095,292 @@ static CUresult op_cuStreamAttachMemAsync_ptsz(struct fgr_rd *rd, struct fgr_req
     return fgr_r;
 }
 
+static CUresult op_cuGraphRemoveDependencies(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    CUgraphNode *from = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    CUgraphNode *to = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    fgr_in_n(FGR_H_CUgraphNode, from, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    fgr_in_n(FGR_H_CUgraphNode, to, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphRemoveDependencies", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, from, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuGraphRemoveDependencies", "from", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, to, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuGraphRemoveDependencies", "to", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphRemoveDependencies)fgr_real[FGR_OP_cuGraphRemoveDependencies])(hGraph, from, to, numDependencies);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphRemoveDependencies_v2(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    CUgraphNode *from = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    CUgraphNode *to = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    CUgraphEdgeData *edgeData = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphEdgeData)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    fgr_in_n(FGR_H_CUgraphNode, from, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    fgr_in_n(FGR_H_CUgraphNode, to, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphRemoveDependencies_v2", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, from, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuGraphRemoveDependencies_v2", "from", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, to, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("cuGraphRemoveDependencies_v2", "to", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphRemoveDependencies_v2)fgr_real[FGR_OP_cuGraphRemoveDependencies_v2])(hGraph, from, to, edgeData, numDependencies);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphGetEdges(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    int has_from = fgr_get_u8(rd);
+    int has_to = fgr_get_u8(rd);
+    size_t *numEdges = fgr_get_buf(rd, q, sizeof(size_t), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraphNode *from = NULL;
+    const uint64_t fgr_n_from = fgr_mul((uint64_t)(numEdges?*numEdges:0), sizeof(CUgraphNode));
+    CUgraphNode *to = NULL;
+    const uint64_t fgr_n_to = fgr_mul((uint64_t)(numEdges?*numEdges:0), sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphGetEdges", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(!has_from || fgr_mul((uint64_t)(numEdges?*numEdges:0), sizeof(CUgraphNode)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("cuGraphGetEdges", "from", fgr_mul((uint64_t)(numEdges?*numEdges:0), sizeof(CUgraphNode)), CUDA_ERROR_INVALID_VALUE);
+    else if (!(!has_to || fgr_mul((uint64_t)(numEdges?*numEdges:0), sizeof(CUgraphNode)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("cuGraphGetEdges", "to", fgr_mul((uint64_t)(numEdges?*numEdges:0), sizeof(CUgraphNode)), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_from && !(from = fgr_out(q, fgr_n_from)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_to && !(to = fgr_out(q, fgr_n_to)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphGetEdges)fgr_real[FGR_OP_cuGraphGetEdges])(hGraph, from, to, numEdges);
+    if (fgr_r == CUDA_SUCCESS) {
+        for (uint64_t fgr_i = 0; from && fgr_i < fgr_n_from / sizeof(CUgraphNode); fgr_i++)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)from[fgr_i], FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+        for (uint64_t fgr_i = 0; to && fgr_i < fgr_n_to / sizeof(CUgraphNode); fgr_i++)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)to[fgr_i], FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+        if (fgr_out_n(FGR_H_CUgraphNode, from, fgr_n_from / sizeof(CUgraphNode)) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+        if (fgr_out_n(FGR_H_CUgraphNode, to, fgr_n_to / sizeof(CUgraphNode)) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_from)
+        fgr_reply_out(q, from, fgr_n_from, 0, fgr_r);
+    if (has_to)
+        fgr_reply_out(q, to, fgr_n_to, 0, fgr_r);
+    fgr_reply_out(q, numEdges, sizeof(size_t), 1, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphGetEdges_v2(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    int has_from = fgr_get_u8(rd);
+    int has_to = fgr_get_u8(rd);
+    int has_edgeData = fgr_get_u8(rd);
+    size_t *numEdges = fgr_get_buf(rd, q, sizeof(size_t), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraphNode *from = NULL;
+    const uint64_t fgr_n_from = fgr_mul((uint64_t)(numEdges?*numEdges:0), sizeof(CUgraphNode));
+    CUgraphNode *to = NULL;
+    const uint64_t fgr_n_to = fgr_mul((uint64_t)(numEdges?*numEdges:0), sizeof(CUgraphNode));
+    CUgraphEdgeData *edgeData = NULL;
+    const uint64_t fgr_n_edgeData = fgr_mul((uint64_t)(numEdges?*numEdges:0), sizeof(CUgraphEdgeData));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("cuGraphGetEdges_v2", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(!has_from || fgr_mul((uint64_t)(numEdges?*numEdges:0), sizeof(CUgraphNode)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("cuGraphGetEdges_v2", "from", fgr_mul((uint64_t)(numEdges?*numEdges:0), sizeof(CUgraphNode)), CUDA_ERROR_INVALID_VALUE);
+    else if (!(!has_to || fgr_mul((uint64_t)(numEdges?*numEdges:0), sizeof(CUgraphNode)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("cuGraphGetEdges_v2", "to", fgr_mul((uint64_t)(numEdges?*numEdges:0), sizeof(CUgraphNode)), CUDA_ERROR_INVALID_VALUE);
+    else if (!(!has_edgeData || fgr_mul((uint64_t)(numEdges?*numEdges:0), sizeof(CUgraphEdgeData)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("cuGraphGetEdges_v2", "edgeData", fgr_mul((uint64_t)(numEdges?*numEdges:0), sizeof(CUgraphEdgeData)), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_from && !(from = fgr_out(q, fgr_n_from)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_to && !(to = fgr_out(q, fgr_n_to)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_edgeData && !(edgeData = fgr_out(q, fgr_n_edgeData)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphGetEdges_v2)fgr_real[FGR_OP_cuGraphGetEdges_v2])(hGraph, from, to, edgeData, numEdges);
+    if (fgr_r == CUDA_SUCCESS) {
+        for (uint64_t fgr_i = 0; from && fgr_i < fgr_n_from / sizeof(CUgraphNode); fgr_i++)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)from[fgr_i], FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+        for (uint64_t fgr_i = 0; to && fgr_i < fgr_n_to / sizeof(CUgraphNode); fgr_i++)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)to[fgr_i], FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+        if (fgr_out_n(FGR_H_CUgraphNode, from, fgr_n_from / sizeof(CUgraphNode)) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+        if (fgr_out_n(FGR_H_CUgraphNode, to, fgr_n_to / sizeof(CUgraphNode)) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_from)
+        fgr_reply_out(q, from, fgr_n_from, 0, fgr_r);
+    if (has_to)
+        fgr_reply_out(q, to, fgr_n_to, 0, fgr_r);
+    if (has_edgeData)
+        fgr_reply_out(q, edgeData, fgr_n_edgeData, 0, fgr_r);
+    fgr_reply_out(q, numEdges, sizeof(size_t), 1, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphNodeGetDependencies(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    int has_dependencies = fgr_get_u8(rd);
+    size_t *numDependencies = fgr_get_buf(rd, q, sizeof(size_t), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraphNode *dependencies = NULL;
+    const uint64_t fgr_n_dependencies = fgr_mul((uint64_t)(numDependencies?*numDependencies:0), sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("cuGraphNodeGetDependencies", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(!has_dependencies || fgr_mul((uint64_t)(numDependencies?*numDependencies:0), sizeof(CUgraphNode)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("cuGraphNodeGetDependencies", "dependencies", fgr_mul((uint64_t)(numDependencies?*numDependencies:0), sizeof(CUgraphNode)), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_dependencies && !(dependencies = fgr_out(q, fgr_n_dependencies)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphNodeGetDependencies)fgr_real[FGR_OP_cuGraphNodeGetDependencies])(hNode, dependencies, numDependencies);
+    if (fgr_r == CUDA_SUCCESS) {
+        for (uint64_t fgr_i = 0; dependencies && fgr_i < fgr_n_dependencies / sizeof(CUgraphNode); fgr_i++)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)dependencies[fgr_i], FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode);
+        if (fgr_out_n(FGR_H_CUgraphNode, dependencies, fgr_n_dependencies / sizeof(CUgraphNode)) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_dependencies)
+        fgr_reply_out(q, dependencies, fgr_n_dependencies, 0, fgr_r);
+    fgr_reply_out(q, numDependencies, sizeof(size_t), 1, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphNodeGetDependencies_v2(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    int has_dependencies = fgr_get_u8(rd);
+    int has_edgeData = fgr_get_u8(rd);
+    size_t *numDependencies = fgr_get_buf(rd, q, sizeof(size_t), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraphNode *dependencies = NULL;
+    const uint64_t fgr_n_dependencies = fgr_mul((uint64_t)(numDependencies?*numDependencies:0), sizeof(CUgraphNode));
+    CUgraphEdgeData *edgeData = NULL;
+    const uint64_t fgr_n_edgeData = fgr_mul((uint64_t)(numDependencies?*numDependencies:0), sizeof(CUgraphEdgeData));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("cuGraphNodeGetDependencies_v2", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(!has_dependencies || fgr_mul((uint64_t)(numDependencies?*numDependencies:0), sizeof(CUgraphNode)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("cuGraphNodeGetDependencies_v2", "dependencies", fgr_mul((uint64_t)(numDependencies?*numDependencies:0), sizeof(CUgraphNode)), CUDA_ERROR_INVALID_VALUE);
+    else if (!(!has_edgeData || fgr_mul((uint64_t)(numDependencies?*numDependencies:0), sizeof(CUgraphEdgeData)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("cuGraphNodeGetDependencies_v2", "edgeData", fgr_mul((uint64_t)(numDependencies?*numDependencies:0), sizeof(CUgraphEdgeData)), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_dependencies && !(dependencies = fgr_out(q, fgr_n_dependencies)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_edgeData && !(edgeData = fgr_out(q, fgr_n_edgeData)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphNodeGetDependencies_v2)fgr_real[FGR_OP_cuGraphNodeGetDependencies_v2])(hNode, dependencies, edgeData, numDependencies);
+    if (fgr_r == CUDA_SUCCESS) {
+        for (uint64_t fgr_i = 0; dependencies && fgr_i < fgr_n_dependencies / sizeof(CUgraphNode); fgr_i++)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)dependencies[fgr_i], FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode);
+        if (fgr_out_n(FGR_H_CUgraphNode, dependencies, fgr_n_dependencies / sizeof(CUgraphNode)) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_dependencies)
+        fgr_reply_out(q, dependencies, fgr_n_dependencies, 0, fgr_r);
+    if (has_edgeData)
+        fgr_reply_out(q, edgeData, fgr_n_edgeData, 0, fgr_r);
+    fgr_reply_out(q, numDependencies, sizeof(size_t), 1, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphNodeGetDependentNodes(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    int has_dependentNodes = fgr_get_u8(rd);
+    size_t *numDependentNodes = fgr_get_buf(rd, q, sizeof(size_t), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraphNode *dependentNodes = NULL;
+    const uint64_t fgr_n_dependentNodes = fgr_mul((uint64_t)(numDependentNodes?*numDependentNodes:0), sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("cuGraphNodeGetDependentNodes", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(!has_dependentNodes || fgr_mul((uint64_t)(numDependentNodes?*numDependentNodes:0), sizeof(CUgraphNode)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("cuGraphNodeGetDependentNodes", "dependentNodes", fgr_mul((uint64_t)(numDependentNodes?*numDependentNodes:0), sizeof(CUgraphNode)), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_dependentNodes && !(dependentNodes = fgr_out(q, fgr_n_dependentNodes)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphNodeGetDependentNodes)fgr_real[FGR_OP_cuGraphNodeGetDependentNodes])(hNode, dependentNodes, numDependentNodes);
+    if (fgr_r == CUDA_SUCCESS) {
+        for (uint64_t fgr_i = 0; dependentNodes && fgr_i < fgr_n_dependentNodes / sizeof(CUgraphNode); fgr_i++)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)dependentNodes[fgr_i], FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode);
+        if (fgr_out_n(FGR_H_CUgraphNode, dependentNodes, fgr_n_dependentNodes / sizeof(CUgraphNode)) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_dependentNodes)
+        fgr_reply_out(q, dependentNodes, fgr_n_dependentNodes, 0, fgr_r);
+    fgr_reply_out(q, numDependentNodes, sizeof(size_t), 1, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphNodeGetDependentNodes_v2(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    int has_dependentNodes = fgr_get_u8(rd);
+    int has_edgeData = fgr_get_u8(rd);
+    size_t *numDependentNodes = fgr_get_buf(rd, q, sizeof(size_t), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraphNode *dependentNodes = NULL;
+    const uint64_t fgr_n_dependentNodes = fgr_mul((uint64_t)(numDependentNodes?*numDependentNodes:0), sizeof(CUgraphNode));
+    CUgraphEdgeData *edgeData = NULL;
+    const uint64_t fgr_n_edgeData = fgr_mul((uint64_t)(numDependentNodes?*numDependentNodes:0), sizeof(CUgraphEdgeData));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("cuGraphNodeGetDependentNodes_v2", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(!has_dependentNodes || fgr_mul((uint64_t)(numDependentNodes?*numDependentNodes:0), sizeof(CUgraphNode)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("cuGraphNodeGetDependentNodes_v2", "dependentNodes", fgr_mul((uint64_t)(numDependentNodes?*numDependentNodes:0), sizeof(CUgraphNode)), CUDA_ERROR_INVALID_VALUE);
+    else if (!(!has_edgeData || fgr_mul((uint64_t)(numDependentNodes?*numDependentNodes:0), sizeof(CUgraphEdgeData)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("cuGraphNodeGetDependentNodes_v2", "edgeData", fgr_mul((uint64_t)(numDependentNodes?*numDependentNodes:0), sizeof(CUgraphEdgeData)), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_dependentNodes && !(dependentNodes = fgr_out(q, fgr_n_dependentNodes)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_edgeData && !(edgeData = fgr_out(q, fgr_n_edgeData)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphNodeGetDependentNodes_v2)fgr_real[FGR_OP_cuGraphNodeGetDependentNodes_v2])(hNode, dependentNodes, edgeData, numDependentNodes);
+    if (fgr_r == CUDA_SUCCESS) {
+        for (uint64_t fgr_i = 0; dependentNodes && fgr_i < fgr_n_dependentNodes / sizeof(CUgraphNode); fgr_i++)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)dependentNodes[fgr_i], FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode);
+        if (fgr_out_n(FGR_H_CUgraphNode, dependentNodes, fgr_n_dependentNodes / sizeof(CUgraphNode)) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_dependentNodes)
+        fgr_reply_out(q, dependentNodes, fgr_n_dependentNodes, 0, fgr_r);
+    if (has_edgeData)
+        fgr_reply_out(q, edgeData, fgr_n_edgeData, 0, fgr_r);
+    fgr_reply_out(q, numDependentNodes, sizeof(size_t), 1, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_cuGraphExecMemcpyNodeSetParams(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -8159,6 +8453,14 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamCopyAttributes_ptsz] = {"cuStreamCopyAttributes_ptsz", op_cuStreamCopyAttributes_ptsz, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamAttachMemAsync] = {"cuStreamAttachMemAsync", op_cuStreamAttachMemAsync, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamAttachMemAsync_ptsz] = {"cuStreamAttachMemAsync_ptsz", op_cuStreamAttachMemAsync_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphRemoveDependencies] = {"cuGraphRemoveDependencies", op_cuGraphRemoveDependencies, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuGraphRemoveDependencies_v2] = {"cuGraphRemoveDependencies_v2", op_cuGraphRemoveDependencies_v2, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuGraphGetEdges] = {"cuGraphGetEdges", op_cuGraphGetEdges, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphGetEdges_v2] = {"cuGraphGetEdges_v2", op_cuGraphGetEdges_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphNodeGetDependencies] = {"cuGraphNodeGetDependencies", op_cuGraphNodeGetDependencies, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphNodeGetDependencies_v2] = {"cuGraphNodeGetDependencies_v2", op_cuGraphNodeGetDependencies_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphNodeGetDependentNodes] = {"cuGraphNodeGetDependentNodes", op_cuGraphNodeGetDependentNodes, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphNodeGetDependentNodes_v2] = {"cuGraphNodeGetDependentNodes_v2", op_cuGraphNodeGetDependentNodes_v2, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphExecMemcpyNodeSetParams] = {"cuGraphExecMemcpyNodeSetParams", op_cuGraphExecMemcpyNodeSetParams, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrGraphKernelNodeGetParams] = {"fgrGraphKernelNodeGetParams", op_fgrGraphKernelNodeGetParams, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrGraphKernelNodeSetParams] = {"fgrGraphKernelNodeSetParams", op_fgrGraphKernelNodeSetParams, 0, FGR_SMALL_FRAME},

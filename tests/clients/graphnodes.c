@@ -9,7 +9,9 @@
  *     graphnodes copies   copy nodes: device to device, pinned host memory
  *                         up and back
  *     graphnodes edges    edges added after the nodes, an empty node, root
- *                         nodes, a child graph node, a clone launched
+ *                         nodes, a child graph node; the edges and a
+ *                         node's neighbours read back, edges removed and
+ *                         added again; a clone launched
  *     graphnodes host     a host node, in a graph launched four times
  *     graphnodes hostread a host node after a copy node into the program's
  *                         memory reads what it copied, and changes it (a
@@ -111,6 +113,16 @@ static CUDA_MEMCPY3D copy_params(CUmemorytype st, const void *sh, CUdeviceptr sd
 }
 
 /* Not in the hooked table (api/cuda.api): declared here. */
+CUresult cuGraphGetEdges(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, size_t *numEdges);
+CUresult cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *edgeData,
+                            size_t *numEdges);
+CUresult cuGraphNodeGetDependencies(CUgraphNode hNode, CUgraphNode *dependencies, size_t *numDependencies);
+CUresult cuGraphNodeGetDependentNodes_v2(CUgraphNode hNode, CUgraphNode *dependentNodes, CUgraphEdgeData *edgeData,
+                                         size_t *numDependentNodes);
+CUresult cuGraphRemoveDependencies(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to,
+                                   size_t numDependencies);
+CUresult cuGraphRemoveDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to,
+                                      const CUgraphEdgeData *edgeData, size_t numDependencies);
 CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx,
                                         unsigned int defaultLaunchValue, unsigned int flags);
 CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
@@ -577,6 +589,43 @@ static int copies(CUcontext ctx)
  * must follow added after it, then the edge between them (the copy sees
  * the memset's bytes); an empty node joining them; root nodes; a clone
  * launched in place of the graph. */
+/* Nodes by letter, for output that compares across runs. */
+static const CUgraphNode *lettered;
+static size_t nlettered;
+
+static char letter(CUgraphNode h)
+{
+    for (size_t i = 0; i < nlettered; i++)
+        if (lettered[i] == h)
+            return (char)('A' + i);
+    return h ? '?' : '-';
+}
+
+static void print_nodes(const char *what, const CUgraphNode *v, size_t n)
+{
+    printf("%s:", what);
+    for (size_t i = 0; i < n; i++)
+        printf(" %c", letter(v[i]));
+    printf("\n");
+}
+
+/* g's edges, each way of asking: the count, all (with their data), two. */
+static void print_edges(CUgraph g)
+{
+    CUgraphNode from[8], to[8];
+    CUgraphEdgeData data[8];
+    size_t n = 0;
+    CHECK(cuGraphGetEdges(g, NULL, NULL, &n));
+    printf("edges: %zu;", n);
+    n = 8;
+    CHECK(cuGraphGetEdges_v2(g, from, to, data, &n));
+    for (size_t i = 0; i < n; i++)
+        printf(" %c>%c(%u)", letter(from[i]), letter(to[i]), (unsigned)data[i].type);
+    n = 2;
+    CHECK(cuGraphGetEdges(g, from, to, &n));
+    printf("; the first %zu: %c>%c %c>%c\n", n, letter(from[0]), letter(to[0]), letter(from[1]), letter(to[1]));
+}
+
 static int edges(CUcontext ctx)
 {
     CUstream st;
@@ -622,6 +671,33 @@ static int edges(CUcontext ctx)
     CHECK(cuGraphChildGraphNodeGetGraph(cnode, &inner));
     CHECK(cuGraphGetNodes(inner, NULL, &n));
     printf("child graph node: %zu node inside\n", n);
+    /* The graph's shape read back: A copy, B set, C join, D set2, E child. */
+    const CUgraphNode named[] = {copy, set, join, set2, cnode};
+    lettered = named;
+    nlettered = 5;
+    print_edges(g);
+    CUgraphNode v[4];
+    CUgraphEdgeData vd[4];
+    n = 4;
+    CHECK(cuGraphNodeGetDependencies(join, v, &n));
+    print_nodes("the join's dependencies", v, n);
+    n = 4;
+    CHECK(cuGraphNodeGetDependentNodes_v2(join, v, vd, &n));
+    print_nodes("its dependents", v, n);
+    n = 0;
+    CHECK(cuGraphNodeGetDependentNodes_v2(set2, NULL, NULL, &n));
+    printf("set2's dependents: %zu\n", n);
+    CHECK(cuGraphRemoveDependencies(g, &join, &set2, 1));
+    print_edges(g);
+    printf("the edge removed again: %s\n", result_name(cuGraphRemoveDependencies(g, &join, &set2, 1)));
+    CUgraphNode in0;
+    n = 1;
+    CHECK(cuGraphGetNodes(inner, &in0, &n));
+    printf("an edge to the child graph's node: %s\n", result_name(cuGraphRemoveDependencies(g, &join, &in0, 1)));
+    CHECK(cuGraphRemoveDependencies_v2(g, &set, &copy, plain, 1));
+    CHECK(cuGraphAddDependencies(g, &join, &set2, 1));
+    CHECK(cuGraphAddDependencies(g, &set, &copy, 1));
+    print_edges(g);
     CHECK(cuGraphClone(&c, g));
     CHECK(cuGraphGetNodes(c, NULL, &n));
     printf("clone: %zu nodes\n", n);
