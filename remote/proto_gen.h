@@ -328,46 +328,53 @@ enum fgr_op {
     FGR_OP_cuStreamCopyAttributes_ptsz = 319,
     FGR_OP_cuStreamAttachMemAsync = 320,
     FGR_OP_cuStreamAttachMemAsync_ptsz = 321,
-    FGR_OP_cuGraphRemoveDependencies = 322,
-    FGR_OP_cuGraphRemoveDependencies_v2 = 323,
-    FGR_OP_cuGraphGetEdges = 324,
-    FGR_OP_cuGraphGetEdges_v2 = 325,
-    FGR_OP_cuGraphNodeGetDependencies = 326,
-    FGR_OP_cuGraphNodeGetDependencies_v2 = 327,
-    FGR_OP_cuGraphNodeGetDependentNodes = 328,
-    FGR_OP_cuGraphNodeGetDependentNodes_v2 = 329,
-    FGR_OP_cuGraphExecMemcpyNodeSetParams = 330,
-    FGR_OP_fgrGraphKernelNodeGetParams = 331,
-    FGR_OP_fgrGraphKernelNodeSetParams = 332,
-    FGR_OP_fgrGraphAddHostNode = 333,
-    FGR_OP_fgrGraphAddKernelNode = 334,
-    FGR_OP_fgrGraphHostAlloc = 335,
-    FGR_OP_fgrGraphHostFree = 336,
-    FGR_OP_fgrGraphLaunchHost = 337,
-    FGR_OP_fgrGraphHostRead = 338,
-    FGR_OP_cuGraphDestroyNode = 339,
-    FGR_OP_cuGraphAddEventRecordNode = 340,
-    FGR_OP_cuGraphAddEventWaitNode = 341,
-    FGR_OP_cuGraphExecGetFlags = 342,
-    FGR_OP_cuGraphConditionalHandleCreate = 343,
-    FGR_OP_fgrGraphAddConditionalNode = 344,
-    FGR_OP_fgrGraphConditionalNodeGetParams = 345,
-    FGR_OP_fgrGraphConditionalNodeSetParams = 346,
-    FGR_OP_cuGraphExecUpdate_v2 = 347,
-    FGR_OP_xt_ctx = 348,
-    FGR_OP_xt_ctx_39 = 349,
-    FGR_OP_xt_ctx_51 = 350,
-    FGR_OP_xt_simA = 351,
-    FGR_OP_xt_simA_1 = 352,
-    FGR_OP_xt_simA_2 = 353,
-    FGR_OP_xt_simA_7 = 354,
-    FGR_OP_xt_simB = 355,
-    FGR_OP_xt_simB_1 = 356,
-    FGR_OP_xt_simB_2 = 357,
-    FGR_NUM_OPS = 358
+    FGR_OP_cuGraphMemsetNodeGetParams = 322,
+    FGR_OP_cuGraphMemsetNodeSetParams = 323,
+    FGR_OP_cuGraphExecMemsetNodeSetParams = 324,
+    FGR_OP_cuGraphNodeSetEnabled = 325,
+    FGR_OP_cuGraphNodeGetEnabled = 326,
+    FGR_OP_cuGraphRemoveDependencies = 327,
+    FGR_OP_cuGraphRemoveDependencies_v2 = 328,
+    FGR_OP_cuGraphGetEdges = 329,
+    FGR_OP_cuGraphGetEdges_v2 = 330,
+    FGR_OP_cuGraphNodeGetDependencies = 331,
+    FGR_OP_cuGraphNodeGetDependencies_v2 = 332,
+    FGR_OP_cuGraphNodeGetDependentNodes = 333,
+    FGR_OP_cuGraphNodeGetDependentNodes_v2 = 334,
+    FGR_OP_cuGraphExecMemcpyNodeSetParams = 335,
+    FGR_OP_fgrGraphKernelNodeGetParams = 336,
+    FGR_OP_fgrGraphKernelNodeSetParams = 337,
+    FGR_OP_fgrGraphAddHostNode = 338,
+    FGR_OP_fgrGraphHostNodeGetId = 339,
+    FGR_OP_fgrGraphHostNodeSetId = 340,
+    FGR_OP_fgrGraphAddKernelNode = 341,
+    FGR_OP_fgrGraphHostAlloc = 342,
+    FGR_OP_fgrGraphHostFree = 343,
+    FGR_OP_fgrGraphLaunchHost = 344,
+    FGR_OP_fgrGraphHostRead = 345,
+    FGR_OP_cuGraphDestroyNode = 346,
+    FGR_OP_cuGraphAddEventRecordNode = 347,
+    FGR_OP_cuGraphAddEventWaitNode = 348,
+    FGR_OP_cuGraphExecGetFlags = 349,
+    FGR_OP_cuGraphConditionalHandleCreate = 350,
+    FGR_OP_fgrGraphAddConditionalNode = 351,
+    FGR_OP_fgrGraphConditionalNodeGetParams = 352,
+    FGR_OP_fgrGraphConditionalNodeSetParams = 353,
+    FGR_OP_cuGraphExecUpdate_v2 = 354,
+    FGR_OP_xt_ctx = 355,
+    FGR_OP_xt_ctx_39 = 356,
+    FGR_OP_xt_ctx_51 = 357,
+    FGR_OP_xt_simA = 358,
+    FGR_OP_xt_simA_1 = 359,
+    FGR_OP_xt_simA_2 = 360,
+    FGR_OP_xt_simA_7 = 361,
+    FGR_OP_xt_simB = 362,
+    FGR_OP_xt_simB_1 = 363,
+    FGR_OP_xt_simB_2 = 364,
+    FGR_NUM_OPS = 365
 };
 
-#define FGR_OPS_HASH 0x48ddcdec50ad3ad1ULL
+#define FGR_OPS_HASH 0xd96eef16a00fb44bULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
@@ -574,6 +581,11 @@ CUresult cuStreamCopyAttributes(CUstream dst, CUstream src);
 CUresult cuStreamCopyAttributes_ptsz(CUstream dst, CUstream src);
 CUresult cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
 CUresult cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
+CUresult cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS *nodeParams);
+CUresult cuGraphMemsetNodeSetParams(CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *nodeParams);
+CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx);
+CUresult cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int isEnabled);
+CUresult cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int *isEnabled);
 CUresult cuGraphRemoveDependencies(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, size_t numDependencies);
 CUresult cuGraphRemoveDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies);
 CUresult cuGraphGetEdges(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, size_t *numEdges);
@@ -589,6 +601,11 @@ CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode h
 CUresult fgrGraphKernelNodeGetParams(CUgraphNode hNode, CUfunction *f, CUkernel *kern, unsigned int *dims, unsigned int *sharedMemBytes, void *params, unsigned int cap, unsigned int *bytes);
 CUresult fgrGraphKernelNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void **kernelParams, void **extra);
 CUresult fgrGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, unsigned long long id);
+CUresult cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PARAMS *nodeParams);
+CUresult cuGraphHostNodeSetParams(CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS *nodeParams);
+CUresult cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS *nodeParams);
+CUresult fgrGraphHostNodeGetId(CUgraphNode hNode, unsigned long long *id);
+CUresult fgrGraphHostNodeSetId(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned long long id);
 CUresult fgrGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void **kernelParams, void **extra);
 CUresult fgrGraphHostAlloc(CUdeviceptr *dptr, size_t bytes);
 CUresult fgrGraphHostFree(CUdeviceptr dptr);

@@ -102,6 +102,7 @@ struct sim_node {
         } cond;
     } u;
     const struct sim_node *orig; /* an executable's copy: the graph's node */
+    int disabled;                /* an executable's copy, turned off (cuGraphNodeSetEnabled) */
 };
 
 struct sim_graph {
@@ -928,6 +929,26 @@ SIM_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph,
 /* A set of height rows of width elements of elementSize (1, 2 or 4)
  * bytes, pitch bytes apart, in device memory of the context's device (the
  * driver checks the range when the node is added). */
+/* A set of height rows of width elements of elementSize (1, 2 or 4) bytes
+ * in memory of the device's. */
+static int memset_ok(const CUDA_MEMSET_NODE_PARAMS *m)
+{
+    size_t row;
+    return m && (m->elementSize == 1 || m->elementSize == 2 || m->elementSize == 4) && m->width && m->height &&
+           (row = m->width * m->elementSize) && (m->height == 1 || m->pitch >= row) &&
+           sim_valid_range(m->dst, (m->height - 1) * (m->height > 1 ? m->pitch : 0) + row);
+}
+
+static void memset_take(struct sim_node *n, const CUDA_MEMSET_NODE_PARAMS *m)
+{
+    n->u.set.dst = (void *)(uintptr_t)m->dst;
+    n->u.set.v = m->value;
+    n->u.set.n = m->width;
+    n->u.set.width = m->elementSize;
+    n->u.set.pitch = m->pitch;
+    n->u.set.rows = m->height;
+}
+
 SIM_EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                                          size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams,
                                          CUcontext ctx)
@@ -937,18 +958,31 @@ SIM_EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGrap
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!phGraphNode || !as_graph(hGraph) || !memsetParams)
         return CUDA_ERROR_INVALID_VALUE;
-    const CUDA_MEMSET_NODE_PARAMS *m = memsetParams;
-    size_t row = m->width * m->elementSize;
-    if ((m->elementSize != 1 && m->elementSize != 2 && m->elementSize != 4) || m->width == 0 || m->height == 0 ||
-        (m->height > 1 && m->pitch < row) ||
-        !sim_valid_range(m->dst, (m->height - 1) * (m->height > 1 ? m->pitch : 0) + row))
+    if (!memset_ok(memsetParams))
         return CUDA_ERROR_INVALID_VALUE;
-    struct sim_node *n = sim_node_set((void *)(uintptr_t)m->dst, m->value, m->width, m->elementSize);
-    if (n) {
-        n->u.set.pitch = m->pitch;
-        n->u.set.rows = m->height;
-    }
+    struct sim_node *n = node_new(CU_GRAPH_NODE_TYPE_MEMSET);
+    if (n)
+        memset_take(n, memsetParams);
     return sim_graph_add_node(phGraphNode, hGraph, dependencies, numDependencies, n);
+}
+
+SIM_EXPORT CUresult cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS *nodeParams)
+{
+    struct sim_node *n = as_node(hNode);
+    if (!n || !nodeParams || n->type != CU_GRAPH_NODE_TYPE_MEMSET)
+        return CUDA_ERROR_INVALID_VALUE;
+    *nodeParams = (CUDA_MEMSET_NODE_PARAMS){(CUdeviceptr)(uintptr_t)n->u.set.dst, n->u.set.pitch, n->u.set.v,
+                                            (unsigned)n->u.set.width, n->u.set.n, n->u.set.rows};
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuGraphMemsetNodeSetParams(CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *nodeParams)
+{
+    struct sim_node *n = as_node(hNode);
+    if (!n || n->type != CU_GRAPH_NODE_TYPE_MEMSET || !memset_ok(nodeParams))
+        return CUDA_ERROR_INVALID_VALUE;
+    memset_take(n, nodeParams);
+    return CUDA_SUCCESS;
 }
 
 /* Access descriptors are not kept: the node reports none. */
@@ -1301,6 +1335,8 @@ static void run_nodes(struct sim_stream *s, const struct sim_exec *x)
 {
     for (size_t i = 0; x && i < x->n; i++) {
         const struct sim_node *n = &x->nodes[i];
+        if (n->disabled)
+            continue; /* an empty node, as the driver makes it */
         switch (n->type) {
         case CU_GRAPH_NODE_TYPE_CONDITIONAL: {
             struct sim_cond *c = cond_of(n->u.cond.handle);
@@ -1685,5 +1721,68 @@ SIM_EXPORT CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgra
     if (r)
         return r;
     c->u.copy.c = *copyParams;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                   const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
+{
+    (void)ctx;
+    struct sim_exec *x = as_exec(hGraphExec);
+    struct sim_node *n = as_node(hNode), *c = x && n ? exec_copy(x, n) : NULL;
+    if (!c || c->type != CU_GRAPH_NODE_TYPE_MEMSET || !memset_ok(memsetParams))
+        return CUDA_ERROR_INVALID_VALUE;
+    memset_take(c, memsetParams);
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuGraphHostNodeSetParams(CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+    struct sim_node *n = as_node(hNode);
+    if (!n || n->type != CU_GRAPH_NODE_TYPE_HOST || !nodeParams || !nodeParams->fn)
+        return CUDA_ERROR_INVALID_VALUE;
+    n->u.host.fn = nodeParams->fn;
+    n->u.host.data = nodeParams->userData;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                 const CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+    struct sim_exec *x = as_exec(hGraphExec);
+    struct sim_node *n = as_node(hNode), *c = x && n ? exec_copy(x, n) : NULL;
+    if (!c || c->type != CU_GRAPH_NODE_TYPE_HOST || !nodeParams || !nodeParams->fn)
+        return CUDA_ERROR_INVALID_VALUE;
+    c->u.host.fn = nodeParams->fn;
+    c->u.host.data = nodeParams->userData;
+    return CUDA_SUCCESS;
+}
+
+/* Kernel, copy and memset nodes of an executable may be turned off. */
+static struct sim_node *switchable(CUgraphExec hGraphExec, CUgraphNode hNode)
+{
+    struct sim_exec *x = as_exec(hGraphExec);
+    struct sim_node *n = as_node(hNode), *c = x && n ? exec_copy(x, n) : NULL;
+    return c && (c->type == CU_GRAPH_NODE_TYPE_KERNEL || c->type == CU_GRAPH_NODE_TYPE_MEMCPY ||
+                 c->type == CU_GRAPH_NODE_TYPE_MEMSET)
+               ? c
+               : NULL;
+}
+
+SIM_EXPORT CUresult cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int isEnabled)
+{
+    struct sim_node *c = switchable(hGraphExec, hNode);
+    if (!c)
+        return CUDA_ERROR_INVALID_VALUE;
+    c->disabled = !isEnabled;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int *isEnabled)
+{
+    struct sim_node *c = switchable(hGraphExec, hNode);
+    if (!c || !isEnabled)
+        return CUDA_ERROR_INVALID_VALUE;
+    *isEnabled = !c->disabled;
     return CUDA_SUCCESS;
 }

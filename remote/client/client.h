@@ -63,6 +63,7 @@ int fgr_thread_start(void *(*fn)(void *), void *arg, size_t stack, const char *n
 CUresult fgr_hostfn_launch(CUstream s, CUhostFn fn, void *data, unsigned pt);
 /* An id for a graph host node's function, kept (NOT_SUPPORTED as above). */
 CUresult fgr_hostfn_node(CUhostFn fn, void *data, unsigned long long *id);
+int fgr_hostfn_of(unsigned long long id, CUhostFn *fn, void **data);
 void fgr_hostfn_forked(void);
 /* Downloads through the downloads' area (one at a time). */
 int fgr_stage_down_wanted(size_t n);

@@ -117,6 +117,47 @@ FGR_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph,
     return fgrGraphAddHostNode(phGraphNode, hGraph, dependencies, numDependencies, id);
 }
 
+CUresult fgrGraphHostNodeGetId(CUgraphNode hNode, unsigned long long *id);
+CUresult fgrGraphHostNodeSetId(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned long long id);
+
+FGR_EXPORT CUresult cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+    unsigned long long id = 0;
+    if (!nodeParams)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = fgrGraphHostNodeGetId(hNode, &id);
+    if (r == CUDA_SUCCESS && !fgr_hostfn_of(id, &nodeParams->fn, &nodeParams->userData))
+        r = CUDA_ERROR_INVALID_VALUE;
+    return r;
+}
+
+/* New parameters: a new id for the function (the old one may still be an
+ * executable's). */
+static CUresult host_node_set(const char *name, CUgraphExec hGraphExec, CUgraphNode hNode,
+                              const CUDA_HOST_NODE_PARAMS *p)
+{
+    if (!p || !p->fn)
+        return CUDA_ERROR_INVALID_VALUE;
+    unsigned long long id;
+    CUresult r = fgr_hostfn_node(p->fn, p->userData, &id);
+    if (r == CUDA_ERROR_NOT_SUPPORTED)
+        return fgr_unsupported(-1, name, "a host node without a host-function channel");
+    return r == CUDA_SUCCESS ? fgrGraphHostNodeSetId(hGraphExec, hNode, id & ~FGR_HOSTFN_KEEP) : r;
+}
+
+FGR_EXPORT CUresult cuGraphHostNodeSetParams(CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+    return host_node_set("cuGraphHostNodeSetParams", NULL, hNode, nodeParams);
+}
+
+FGR_EXPORT CUresult cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                 const CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+    if (!hGraphExec)
+        return CUDA_ERROR_INVALID_VALUE;
+    return host_node_set("cuGraphExecHostNodeSetParams", hGraphExec, hNode, nodeParams);
+}
+
 /* A copy node reads or writes its host side at every launch, long after
  * the call: the executor reaches the connection's memory (over shm://
  * pinned memory from cuMemAllocHost too, the heap mapped there at the

@@ -207,6 +207,20 @@ CUresult fgr_hostfn_node(CUhostFn fn, void *data, unsigned long long *id)
     return CUDA_SUCCESS;
 }
 
+/* The function and data of a host node's id (kept ids only). */
+int fgr_hostfn_of(unsigned long long id, CUhostFn *fn, void **data)
+{
+    uint64_t k = id - 1;
+    pthread_mutex_lock(&mu);
+    int ok = k < ntab && tab[k].fn;
+    if (ok) {
+        *fn = tab[k].fn;
+        *data = tab[k].data;
+    }
+    pthread_mutex_unlock(&mu);
+    return ok;
+}
+
 /* A forked child has no runner, and its own connection: it drops its copy
  * of the parent's channel (the parent's session, not freed here). */
 void fgr_hostfn_forked(void)

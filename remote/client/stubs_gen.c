@@ -5505,6 +5505,81 @@ FGR_EXPORT CUresult cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dp
     return fgr_send(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS *nodeParams)
+{
+    CUresult fgr_r;
+    uint64_t n_nodeParams = nodeParams ? sizeof(CUDA_MEMSET_NODE_PARAMS) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphMemsetNodeGetParams, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u8(&fgr_c.w, nodeParams != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, nodeParams, n_nodeParams, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphMemsetNodeSetParams(CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *nodeParams)
+{
+    CUresult fgr_r;
+    uint64_t n_nodeParams = nodeParams ? sizeof(CUDA_MEMSET_NODE_PARAMS) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphMemsetNodeSetParams, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_buf(&fgr_c.w, nodeParams, n_nodeParams);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
+{
+    CUresult fgr_r;
+    uint64_t n_memsetParams = memsetParams ? sizeof(CUDA_MEMSET_NODE_PARAMS) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphExecMemsetNodeSetParams, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraphExec);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)ctx);
+    fgr_put_buf(&fgr_c.w, memsetParams, n_memsetParams);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int isEnabled)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphNodeSetEnabled, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraphExec);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u64(&fgr_c.w, (uint64_t)isEnabled);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int *isEnabled)
+{
+    CUresult fgr_r;
+    uint64_t n_isEnabled = isEnabled ? sizeof(unsigned int) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphNodeGetEnabled, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraphExec);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u8(&fgr_c.w, isEnabled != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, isEnabled, n_isEnabled, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuGraphRemoveDependencies(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, size_t numDependencies)
 {
     CUresult fgr_r;
@@ -5794,6 +5869,35 @@ FGR_EXPORT CUresult fgrGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, phGraphNode, n_phGraphNode, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrGraphHostNodeGetId(CUgraphNode hNode, unsigned long long *id)
+{
+    CUresult fgr_r;
+    uint64_t n_id = id ? sizeof(unsigned long long) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrGraphHostNodeGetId, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u8(&fgr_c.w, id != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, id, n_id, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrGraphHostNodeSetId(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned long long id)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrGraphHostNodeSetId, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraphExec);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u64(&fgr_c.w, (uint64_t)id);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
     return fgr_end(&fgr_c);
 }
 
@@ -6430,6 +6534,11 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamCopyAttributes_ptsz] = "cuStreamCopyAttributes_ptsz",
     [FGR_OP_cuStreamAttachMemAsync] = "cuStreamAttachMemAsync",
     [FGR_OP_cuStreamAttachMemAsync_ptsz] = "cuStreamAttachMemAsync_ptsz",
+    [FGR_OP_cuGraphMemsetNodeGetParams] = "cuGraphMemsetNodeGetParams",
+    [FGR_OP_cuGraphMemsetNodeSetParams] = "cuGraphMemsetNodeSetParams",
+    [FGR_OP_cuGraphExecMemsetNodeSetParams] = "cuGraphExecMemsetNodeSetParams",
+    [FGR_OP_cuGraphNodeSetEnabled] = "cuGraphNodeSetEnabled",
+    [FGR_OP_cuGraphNodeGetEnabled] = "cuGraphNodeGetEnabled",
     [FGR_OP_cuGraphRemoveDependencies] = "cuGraphRemoveDependencies",
     [FGR_OP_cuGraphRemoveDependencies_v2] = "cuGraphRemoveDependencies_v2",
     [FGR_OP_cuGraphGetEdges] = "cuGraphGetEdges",
@@ -6442,6 +6551,8 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_fgrGraphKernelNodeGetParams] = "fgrGraphKernelNodeGetParams",
     [FGR_OP_fgrGraphKernelNodeSetParams] = "fgrGraphKernelNodeSetParams",
     [FGR_OP_fgrGraphAddHostNode] = "fgrGraphAddHostNode",
+    [FGR_OP_fgrGraphHostNodeGetId] = "fgrGraphHostNodeGetId",
+    [FGR_OP_fgrGraphHostNodeSetId] = "fgrGraphHostNodeSetId",
     [FGR_OP_fgrGraphAddKernelNode] = "fgrGraphAddKernelNode",
     [FGR_OP_fgrGraphHostAlloc] = "fgrGraphHostAlloc",
     [FGR_OP_fgrGraphHostFree] = "fgrGraphHostFree",
@@ -6929,6 +7040,11 @@ const struct fg_proc fgr_procs[] = {
     {"cuStreamCopyAttributes", "cuStreamCopyAttributes_ptsz", 11000, 1, (void *)cuStreamCopyAttributes_ptsz},
     {"cuStreamAttachMemAsync", "cuStreamAttachMemAsync", 6000, 0, (void *)cuStreamAttachMemAsync},
     {"cuStreamAttachMemAsync", "cuStreamAttachMemAsync_ptsz", 7000, 1, (void *)cuStreamAttachMemAsync_ptsz},
+    {"cuGraphMemsetNodeGetParams", "cuGraphMemsetNodeGetParams", 10000, 0, (void *)cuGraphMemsetNodeGetParams},
+    {"cuGraphMemsetNodeSetParams", "cuGraphMemsetNodeSetParams", 10000, 0, (void *)cuGraphMemsetNodeSetParams},
+    {"cuGraphExecMemsetNodeSetParams", "cuGraphExecMemsetNodeSetParams", 10020, 0, (void *)cuGraphExecMemsetNodeSetParams},
+    {"cuGraphNodeSetEnabled", "cuGraphNodeSetEnabled", 11060, 0, (void *)cuGraphNodeSetEnabled},
+    {"cuGraphNodeGetEnabled", "cuGraphNodeGetEnabled", 11060, 0, (void *)cuGraphNodeGetEnabled},
     {"cuGraphRemoveDependencies", "cuGraphRemoveDependencies", 10000, 0, (void *)cuGraphRemoveDependencies},
     {"cuGraphRemoveDependencies", "cuGraphRemoveDependencies_v2", 12030, 0, (void *)cuGraphRemoveDependencies_v2},
     {"cuGraphGetEdges", "cuGraphGetEdges", 10000, 0, (void *)cuGraphGetEdges},
@@ -6944,6 +7060,11 @@ const struct fg_proc fgr_procs[] = {
     {"fgrGraphKernelNodeGetParams", "fgrGraphKernelNodeGetParams", 0, 0, (void *)fgrGraphKernelNodeGetParams},
     {"fgrGraphKernelNodeSetParams", "fgrGraphKernelNodeSetParams", 0, 0, (void *)fgrGraphKernelNodeSetParams},
     {"fgrGraphAddHostNode", "fgrGraphAddHostNode", 0, 0, (void *)fgrGraphAddHostNode},
+    {"cuGraphHostNodeGetParams", "cuGraphHostNodeGetParams", 10000, 0, (void *)cuGraphHostNodeGetParams},
+    {"cuGraphHostNodeSetParams", "cuGraphHostNodeSetParams", 10000, 0, (void *)cuGraphHostNodeSetParams},
+    {"cuGraphExecHostNodeSetParams", "cuGraphExecHostNodeSetParams", 10020, 0, (void *)cuGraphExecHostNodeSetParams},
+    {"fgrGraphHostNodeGetId", "fgrGraphHostNodeGetId", 0, 0, (void *)fgrGraphHostNodeGetId},
+    {"fgrGraphHostNodeSetId", "fgrGraphHostNodeSetId", 0, 0, (void *)fgrGraphHostNodeSetId},
     {"fgrGraphAddKernelNode", "fgrGraphAddKernelNode", 0, 0, (void *)fgrGraphAddKernelNode},
     {"fgrGraphHostAlloc", "fgrGraphHostAlloc", 0, 0, (void *)fgrGraphHostAlloc},
     {"fgrGraphHostFree", "fgrGraphHostFree", 0, 0, (void *)fgrGraphHostFree},

@@ -322,6 +322,11 @@ typedef CUresult (*pfn_cuStreamCopyAttributes)(CUstream dst, CUstream src);
 typedef CUresult (*pfn_cuStreamCopyAttributes_ptsz)(CUstream dst, CUstream src);
 typedef CUresult (*pfn_cuStreamAttachMemAsync)(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
 typedef CUresult (*pfn_cuStreamAttachMemAsync_ptsz)(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
+typedef CUresult (*pfn_cuGraphMemsetNodeGetParams)(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS *nodeParams);
+typedef CUresult (*pfn_cuGraphMemsetNodeSetParams)(CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *nodeParams);
+typedef CUresult (*pfn_cuGraphExecMemsetNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx);
+typedef CUresult (*pfn_cuGraphNodeSetEnabled)(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int isEnabled);
+typedef CUresult (*pfn_cuGraphNodeGetEnabled)(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int *isEnabled);
 typedef CUresult (*pfn_cuGraphRemoveDependencies)(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, size_t numDependencies);
 typedef CUresult (*pfn_cuGraphRemoveDependencies_v2)(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies);
 typedef CUresult (*pfn_cuGraphGetEdges)(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, size_t *numEdges);
@@ -334,6 +339,8 @@ typedef CUresult (*pfn_cuGraphExecMemcpyNodeSetParams)(CUgraphExec hGraphExec, C
 typedef CUresult (*pfn_fgrGraphKernelNodeGetParams)(CUgraphNode hNode, CUfunction *f, CUkernel *kern, unsigned int *dims, unsigned int *sharedMemBytes, void *params, unsigned int cap, unsigned int *bytes);
 typedef CUresult (*pfn_fgrGraphKernelNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void **kernelParams, void **extra);
 typedef CUresult (*pfn_fgrGraphAddHostNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, unsigned long long id);
+typedef CUresult (*pfn_fgrGraphHostNodeGetId)(CUgraphNode hNode, unsigned long long *id);
+typedef CUresult (*pfn_fgrGraphHostNodeSetId)(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned long long id);
 typedef CUresult (*pfn_fgrGraphAddKernelNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void **kernelParams, void **extra);
 typedef CUresult (*pfn_fgrGraphHostAlloc)(CUdeviceptr *dptr, size_t bytes);
 typedef CUresult (*pfn_fgrGraphHostFree)(CUdeviceptr dptr);
@@ -7095,6 +7102,107 @@ static CUresult op_cuStreamAttachMemAsync_ptsz(struct fgr_rd *rd, struct fgr_req
     return fgr_r;
 }
 
+static CUresult op_cuGraphMemsetNodeGetParams(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    int has_nodeParams = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUDA_MEMSET_NODE_PARAMS *nodeParams = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("cuGraphMemsetNodeGetParams", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_nodeParams && !(nodeParams = fgr_out(q, sizeof(CUDA_MEMSET_NODE_PARAMS))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphMemsetNodeGetParams)fgr_real[FGR_OP_cuGraphMemsetNodeGetParams])(hNode, nodeParams);
+    if (has_nodeParams)
+        fgr_reply_out(q, nodeParams, sizeof(CUDA_MEMSET_NODE_PARAMS), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphMemsetNodeSetParams(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    CUDA_MEMSET_NODE_PARAMS *nodeParams = fgr_get_buf(rd, q, sizeof(CUDA_MEMSET_NODE_PARAMS), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("cuGraphMemsetNodeSetParams", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(!nodeParams || (fgr_mem_in((uint64_t)nodeParams->dst, fgr_span(nodeParams->pitch,fgr_mul(nodeParams->width,nodeParams->elementSize),nodeParams->height)))))
+        fgr_r = fgr_refuse("cuGraphMemsetNodeSetParams", "nodeParams->dst", (nodeParams ? (uint64_t)nodeParams->dst : 0), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphMemsetNodeSetParams)fgr_real[FGR_OP_cuGraphMemsetNodeSetParams])(hNode, nodeParams);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphExecMemsetNodeSetParams(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_in(FGR_H_CUgraphExec, fgr_get_u64(rd));
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    CUcontext ctx = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
+    CUDA_MEMSET_NODE_PARAMS *memsetParams = fgr_get_buf(rd, q, sizeof(CUDA_MEMSET_NODE_PARAMS), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec)))
+        fgr_r = fgr_refuse("cuGraphExecMemsetNodeSetParams", "hGraphExec", (uint64_t)(uintptr_t)hGraphExec, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("cuGraphExecMemsetNodeSetParams", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(!memsetParams || (fgr_mem_in((uint64_t)memsetParams->dst, fgr_span(memsetParams->pitch,fgr_mul(memsetParams->width,memsetParams->elementSize),memsetParams->height)))))
+        fgr_r = fgr_refuse("cuGraphExecMemsetNodeSetParams", "memsetParams->dst", (memsetParams ? (uint64_t)memsetParams->dst : 0), CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
+        fgr_r = fgr_refuse("cuGraphExecMemsetNodeSetParams", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphExecMemsetNodeSetParams)fgr_real[FGR_OP_cuGraphExecMemsetNodeSetParams])(hGraphExec, hNode, memsetParams, ctx);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphNodeSetEnabled(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_in(FGR_H_CUgraphExec, fgr_get_u64(rd));
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    unsigned int isEnabled = (unsigned int)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec)))
+        fgr_r = fgr_refuse("cuGraphNodeSetEnabled", "hGraphExec", (uint64_t)(uintptr_t)hGraphExec, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("cuGraphNodeSetEnabled", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphNodeSetEnabled)fgr_real[FGR_OP_cuGraphNodeSetEnabled])(hGraphExec, hNode, isEnabled);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphNodeGetEnabled(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_in(FGR_H_CUgraphExec, fgr_get_u64(rd));
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    int has_isEnabled = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    unsigned int *isEnabled = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec)))
+        fgr_r = fgr_refuse("cuGraphNodeGetEnabled", "hGraphExec", (uint64_t)(uintptr_t)hGraphExec, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("cuGraphNodeGetEnabled", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_isEnabled && !(isEnabled = fgr_out(q, sizeof(unsigned int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphNodeGetEnabled)fgr_real[FGR_OP_cuGraphNodeGetEnabled])(hGraphExec, hNode, isEnabled);
+    if (has_isEnabled)
+        fgr_reply_out(q, isEnabled, sizeof(unsigned int), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_cuGraphRemoveDependencies(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -7539,6 +7647,44 @@ static CUresult op_fgrGraphAddHostNode(struct fgr_rd *rd, struct fgr_req *q)
     }
     if (has_phGraphNode)
         fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrGraphHostNodeGetId(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    int has_id = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    unsigned long long *id = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("fgrGraphHostNodeGetId", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_id && !(id = fgr_out(q, sizeof(unsigned long long))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrGraphHostNodeGetId)fgr_real[FGR_OP_fgrGraphHostNodeGetId])(hNode, id);
+    if (has_id)
+        fgr_reply_out(q, id, sizeof(unsigned long long), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrGraphHostNodeSetId(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_in(FGR_H_CUgraphExec, fgr_get_u64(rd));
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    unsigned long long id = (unsigned long long)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec)))
+        fgr_r = fgr_refuse("fgrGraphHostNodeSetId", "hGraphExec", (uint64_t)(uintptr_t)hGraphExec, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("fgrGraphHostNodeSetId", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrGraphHostNodeSetId)fgr_real[FGR_OP_fgrGraphHostNodeSetId])(hGraphExec, hNode, id);
     return fgr_r;
 }
 
@@ -8453,6 +8599,11 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamCopyAttributes_ptsz] = {"cuStreamCopyAttributes_ptsz", op_cuStreamCopyAttributes_ptsz, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamAttachMemAsync] = {"cuStreamAttachMemAsync", op_cuStreamAttachMemAsync, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamAttachMemAsync_ptsz] = {"cuStreamAttachMemAsync_ptsz", op_cuStreamAttachMemAsync_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphMemsetNodeGetParams] = {"cuGraphMemsetNodeGetParams", op_cuGraphMemsetNodeGetParams, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphMemsetNodeSetParams] = {"cuGraphMemsetNodeSetParams", op_cuGraphMemsetNodeSetParams, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphExecMemsetNodeSetParams] = {"cuGraphExecMemsetNodeSetParams", op_cuGraphExecMemsetNodeSetParams, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphNodeSetEnabled] = {"cuGraphNodeSetEnabled", op_cuGraphNodeSetEnabled, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphNodeGetEnabled] = {"cuGraphNodeGetEnabled", op_cuGraphNodeGetEnabled, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphRemoveDependencies] = {"cuGraphRemoveDependencies", op_cuGraphRemoveDependencies, 0, FGR_MAX_FRAME},
     [FGR_OP_cuGraphRemoveDependencies_v2] = {"cuGraphRemoveDependencies_v2", op_cuGraphRemoveDependencies_v2, 0, FGR_MAX_FRAME},
     [FGR_OP_cuGraphGetEdges] = {"cuGraphGetEdges", op_cuGraphGetEdges, 0, FGR_SMALL_FRAME},
@@ -8465,6 +8616,8 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_fgrGraphKernelNodeGetParams] = {"fgrGraphKernelNodeGetParams", op_fgrGraphKernelNodeGetParams, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrGraphKernelNodeSetParams] = {"fgrGraphKernelNodeSetParams", op_fgrGraphKernelNodeSetParams, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrGraphAddHostNode] = {"fgrGraphAddHostNode", op_fgrGraphAddHostNode, 0, FGR_MAX_FRAME},
+    [FGR_OP_fgrGraphHostNodeGetId] = {"fgrGraphHostNodeGetId", op_fgrGraphHostNodeGetId, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrGraphHostNodeSetId] = {"fgrGraphHostNodeSetId", op_fgrGraphHostNodeSetId, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrGraphAddKernelNode] = {"fgrGraphAddKernelNode", op_fgrGraphAddKernelNode, 0, FGR_MAX_FRAME},
     [FGR_OP_fgrGraphHostAlloc] = {"fgrGraphHostAlloc", op_fgrGraphHostAlloc, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrGraphHostFree] = {"fgrGraphHostFree", op_fgrGraphHostFree, 0, FGR_SMALL_FRAME},

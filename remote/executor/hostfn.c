@@ -31,6 +31,9 @@ static int ending; /* the executor exits: gates return at once */
 static CUresult (*launch_host)(CUstream, CUhostFn, void *), (*launch_host_pt)(CUstream, CUhostFn, void *);
 static CUresult (*is_capturing)(CUstream, CUstreamCaptureStatus *), (*is_capturing_pt)(CUstream, CUstreamCaptureStatus *);
 static CUresult (*add_host_node)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, const CUDA_HOST_NODE_PARAMS *);
+static CUresult (*host_node_get)(CUgraphNode, CUDA_HOST_NODE_PARAMS *);
+static CUresult (*host_node_set)(CUgraphNode, const CUDA_HOST_NODE_PARAMS *);
+static CUresult (*exec_host_node_set)(CUgraphExec, CUgraphNode, const CUDA_HOST_NODE_PARAMS *);
 
 static void gate(void *arg)
 {
@@ -202,10 +205,49 @@ static CUresult host_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgrap
 
 static void *driver_handle;
 
+/* fgrGraphHostNodeGetId: the client's function a host node runs, by id
+ * (a node whose function is not the gate is none of the client's). */
+static CUresult host_node_id(CUgraphNode hNode, unsigned long long *id)
+{
+    CUDA_HOST_NODE_PARAMS p;
+    CUresult r = id ? host_node_get(hNode, &p) : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS && p.fn != the_gate)
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        *id = (unsigned long long)(uintptr_t)p.userData & ~FGR_HOSTFN_KEEP;
+    return r;
+}
+
+/* fgrGraphHostNodeSetId: the node (hGraphExec NULL) or an executable's
+ * copy runs the client's function id from now on. */
+static CUresult host_node_set_id(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned long long id)
+{
+    CUDA_HOST_NODE_PARAMS p = {the_gate, (void *)(uintptr_t)(id | FGR_HOSTFN_KEEP)};
+    if (!id)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (hGraphExec)
+        return exec_host_node_set ? exec_host_node_set(hGraphExec, hNode, &p) : CUDA_ERROR_NOT_SUPPORTED;
+    return host_node_set ? host_node_set(hNode, &p) : CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* The host-node operations, once the gate is known. */
+static void host_nodes_served(void)
+{
+    if (add_host_node)
+        fgr_real[FGR_OP_fgrGraphAddHostNode] = (void *)host_node;
+    if (host_node_get)
+        fgr_real[FGR_OP_fgrGraphHostNodeGetId] = (void *)host_node_id;
+    if (host_node_set || exec_host_node_set)
+        fgr_real[FGR_OP_fgrGraphHostNodeSetId] = (void *)host_node_set_id;
+}
+
 void fgr_hostfn_init(void *driver)
 {
     driver_handle = driver;
     *(void **)&add_host_node = dlsym(driver, "cuGraphAddHostNode");
+    *(void **)&host_node_get = dlsym(driver, "cuGraphHostNodeGetParams");
+    *(void **)&host_node_set = dlsym(driver, "cuGraphHostNodeSetParams");
+    *(void **)&exec_host_node_set = dlsym(driver, "cuGraphExecHostNodeSetParams");
     *(void **)&launch_host = dlsym(driver, "cuLaunchHostFunc");
     *(void **)&launch_host_pt = dlsym(driver, "cuLaunchHostFunc_ptsz");
     *(void **)&is_capturing = dlsym(driver, "cuStreamIsCapturing");
@@ -249,8 +291,7 @@ void fgr_hostfn_hello(struct fgr_buf *w, uint32_t transport)
     the_gate = gate_socket;
     fgr_hostcopy_learning(driver_handle, gate_socket);
     fgr_real[FGR_OP_fgrHostFn] = (void *)host_fn;
-    if (add_host_node)
-        fgr_real[FGR_OP_fgrGraphAddHostNode] = (void *)host_node;
+    host_nodes_served();
     atexit(end_gates);
 }
 
@@ -261,7 +302,6 @@ void fgr_hostfn_attach(struct fgr_ring *r)
         return;
     area = &r->m->hostfn;
     fgr_real[FGR_OP_fgrHostFn] = (void *)host_fn;
-    if (add_host_node)
-        fgr_real[FGR_OP_fgrGraphAddHostNode] = (void *)host_node;
+    host_nodes_served();
     atexit(end_gates);
 }

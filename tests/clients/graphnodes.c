@@ -12,7 +12,12 @@
  *                         nodes, a child graph node; the edges and a
  *                         node's neighbours read back, edges removed and
  *                         added again; a clone launched
- *     graphnodes host     a host node, in a graph launched four times
+ *     graphnodes host     a host node, in a graph launched four times; its
+ *                         parameters read back and changed (the
+ *                         executable's, the graph's)
+ *     graphnodes params   a memset node's parameters read back and changed
+ *                         (the graph's, the executable's), its executable
+ *                         copy turned off and on
  *     graphnodes hostread a host node after a copy node into the program's
  *                         memory reads what it copied, and changes it (a
  *                         copy node after it, as the simulated GPU makes
@@ -113,6 +118,16 @@ static CUDA_MEMCPY3D copy_params(CUmemorytype st, const void *sh, CUdeviceptr sd
 }
 
 /* Not in the hooked table (api/cuda.api): declared here. */
+CUresult cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PARAMS *nodeParams);
+CUresult cuGraphHostNodeSetParams(CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS *nodeParams);
+CUresult cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                      const CUDA_HOST_NODE_PARAMS *nodeParams);
+CUresult cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS *nodeParams);
+CUresult cuGraphMemsetNodeSetParams(CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *nodeParams);
+CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                        const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx);
+CUresult cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int isEnabled);
+CUresult cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int *isEnabled);
 CUresult cuGraphGetEdges(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, size_t *numEdges);
 CUresult cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *edgeData,
                             size_t *numEdges);
@@ -718,6 +733,67 @@ static int edges(CUcontext ctx)
     return 0;
 }
 
+/* A memset node's parameters read and changed, on the graph's node and on
+ * an executable's copy; an executable's nodes turned off and on. */
+static int params(CUcontext ctx)
+{
+    CUstream st;
+    CUdeviceptr b;
+    CUgraph g;
+    CUgraphNode set, copy;
+    unsigned char h[ROW];
+    CHECK(cuStreamCreate(&st, 0));
+    CHECK(cuMemAlloc_v2(&b, 2 * ROW));
+    CHECK(cuMemsetD8_v2(b, 0, 2 * ROW));
+    CHECK(cuGraphCreate(&g, 0));
+    CUDA_MEMSET_NODE_PARAMS sp = set_params(b, 0x11, 1, 8, 1, 0);
+    CHECK(cuGraphAddMemsetNode(&set, g, NULL, 0, &sp, ctx));
+    CUDA_MEMCPY3D cp = copy_params(CU_MEMORYTYPE_DEVICE, NULL, b, CU_MEMORYTYPE_DEVICE, NULL, b + ROW, 8, 1, 8);
+    CHECK(cuGraphAddMemcpyNode(&copy, g, &set, 1, &cp, ctx));
+    CUDA_MEMSET_NODE_PARAMS got;
+    CHECK(cuGraphMemsetNodeGetParams(set, &got));
+    printf("memset node: value %#x, element %u, width %zu, height %zu, at the allocation %s\n", got.value,
+           got.elementSize, got.width, got.height, got.dst == b ? "yes" : "no");
+    CUgraphExec x;
+    CHECK(cuGraphInstantiateWithFlags(&x, g, 0));
+    sp = set_params(b, 0x2222, 2, 4, 1, 0);
+    CHECK(cuGraphExecMemsetNodeSetParams(x, set, &sp, ctx));
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    CHECK(cuMemcpyDtoH_v2(h, b + ROW, 8));
+    print_bytes("the executable's set to 16-bit 0x2222", h, 8);
+    CHECK(cuGraphMemsetNodeGetParams(set, &got));
+    printf("the graph's node keeps value %#x\n", got.value);
+    sp = set_params(b, 0x33, 1, 8, 1, 0);
+    CHECK(cuGraphMemsetNodeSetParams(set, &sp));
+    CHECK(cuGraphMemsetNodeGetParams(set, &got));
+    printf("the graph's node set: value %#x\n", got.value);
+    sp = set_params(b + 4 * ROW, 0x44, 1, 8, 1, 0);
+    printf("set outside the memory: %s\n", result_name(cuGraphMemsetNodeSetParams(set, &sp)));
+    printf("an executable's set outside it: %s\n", result_name(cuGraphExecMemsetNodeSetParams(x, set, &sp, ctx)));
+    unsigned on = 9;
+    CHECK(cuGraphNodeGetEnabled(x, set, &on));
+    printf("enabled: %u\n", on);
+    CHECK(cuMemsetD8_v2(b, 0, 2 * ROW));
+    CHECK(cuGraphNodeSetEnabled(x, set, 0));
+    CHECK(cuGraphNodeGetEnabled(x, set, &on));
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    CHECK(cuMemcpyDtoH_v2(h, b + ROW, 8));
+    printf("enabled: %u; ", on);
+    print_bytes("launched without the memset", h, 8);
+    CHECK(cuGraphNodeSetEnabled(x, set, 1));
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    CHECK(cuMemcpyDtoH_v2(h, b + ROW, 8));
+    print_bytes("with it again", h, 8);
+    CHECK(cuGraphExecDestroy(x));
+    CHECK(cuGraphDestroy(g));
+    CHECK(cuMemFree_v2(b));
+    CHECK(cuStreamDestroy_v2(st));
+    return 0;
+}
+
 static int calls;
 
 struct seen {
@@ -816,6 +892,31 @@ static int host(CUcontext ctx)
     CHECK(cuGraphLaunch(x, st));
     CHECK(cuStreamSynchronize(st));
     printf("its data changed, one more: %d\n", calls);
+    /* Its parameters read back, and changed: the executable's copy alone,
+     * then the graph's node (an executable made after has it). */
+    CUDA_HOST_NODE_PARAMS got;
+    CHECK(cuGraphHostNodeGetParams(node, &got));
+    printf("read back: the same function %s, the same data %s\n", got.fn == host_fn ? "yes" : "no",
+           got.userData == &step ? "yes" : "no");
+    int hundred = 100, thousand = 1000;
+    CUDA_HOST_NODE_PARAMS other = {host_fn, &hundred};
+    CHECK(cuGraphExecHostNodeSetParams(x, node, &other));
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    CHECK(cuGraphHostNodeGetParams(node, &got));
+    printf("the executable's set to +100: %d; the graph's node keeps its data: %s\n", calls,
+           got.userData == &step ? "yes" : "no");
+    other.userData = &thousand;
+    CHECK(cuGraphHostNodeSetParams(node, &other));
+    CUgraphExec y;
+    CHECK(cuGraphInstantiateWithFlags(&y, g, 0));
+    CHECK(cuGraphLaunch(y, st));
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    printf("the graph's node set to +1000, a new executable and the old one: %d\n", calls);
+    printf("a memset node's: %s\n", result_name(cuGraphHostNodeGetParams(set, &got)));
+    printf("no function: %s\n", result_name(cuGraphHostNodeSetParams(node, &(CUDA_HOST_NODE_PARAMS){NULL, NULL})));
+    CHECK(cuGraphExecDestroy(y));
     CHECK(cuGraphExecDestroy(x));
     CHECK(cuGraphDestroy(g));
     CHECK(cuMemFree_v2(b));
@@ -1266,6 +1367,8 @@ int main(int argc, char **argv)
         return hostile(ctx);
     if (argc > 1 && strcmp(argv[1], "host") == 0)
         return host(ctx);
+    if (argc > 1 && strcmp(argv[1], "params") == 0)
+        return params(ctx);
     if (argc > 1 && strcmp(argv[1], "hostread") == 0)
         return host_read(ctx, 0) || host_read(ctx, 1);
     if (argc > 1 && strcmp(argv[1], "pageable") == 0)

@@ -104,10 +104,25 @@ then a memset in its memory: CUDA_SUCCESS
 func TestRemoteGraphHostNode(t *testing.T) {
 	e := newEnv(t)
 	local := e.run("graphnodes", "host")
-	if local.code != 0 || !strings.Contains(local.stdout, "after 3 launches: host node ran for 30\nits data changed, one more: 31") {
+	if local.code != 0 || !strings.Contains(local.stdout, "after 3 launches: host node ran for 30\nits data changed, one more: 31\n"+
+		"read back: the same function yes, the same data yes\nthe executable's set to +100: 131; the graph's node keeps its data: yes\n"+
+		"the graph's node set to +1000, a new executable and the old one: 1231") {
 		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
 	}
 	printsAsLocally(t, local, []string{"graphnodes", "host"}, "shm", "unix", "tcp", "tls")
+}
+
+// A memset node's parameters are read and changed, on the graph's node and
+// an executable's copy (in the connection's memory alone), and an
+// executable's node is turned off and on, as locally.
+func TestRemoteGraphNodeParams(t *testing.T) {
+	e := newEnv(t)
+	local := e.run("graphnodes", "params")
+	if local.code != 0 || !strings.Contains(local.stdout, "the executable's set to 16-bit 0x2222: 0=22") ||
+		!strings.Contains(local.stdout, "enabled: 0; launched without the memset:\nwith it again: 0=22") {
+		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
+	}
+	printsAsLocally(t, local, []string{"graphnodes", "params"}, "shm", "unix", "tcp")
 }
 
 // A host node after a copy node into the program's memory sees the bytes
