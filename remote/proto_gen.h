@@ -342,39 +342,41 @@ enum fgr_op {
     FGR_OP_cuGraphNodeGetDependentNodes = 333,
     FGR_OP_cuGraphNodeGetDependentNodes_v2 = 334,
     FGR_OP_cuGraphExecMemcpyNodeSetParams = 335,
-    FGR_OP_fgrGraphKernelNodeGetParams = 336,
-    FGR_OP_fgrGraphKernelNodeSetParams = 337,
-    FGR_OP_fgrGraphAddHostNode = 338,
-    FGR_OP_fgrGraphHostNodeGetId = 339,
-    FGR_OP_fgrGraphHostNodeSetId = 340,
-    FGR_OP_fgrGraphAddKernelNode = 341,
-    FGR_OP_fgrGraphHostAlloc = 342,
-    FGR_OP_fgrGraphHostFree = 343,
-    FGR_OP_fgrGraphLaunchHost = 344,
-    FGR_OP_fgrGraphHostRead = 345,
-    FGR_OP_cuGraphDestroyNode = 346,
-    FGR_OP_cuGraphAddEventRecordNode = 347,
-    FGR_OP_cuGraphAddEventWaitNode = 348,
-    FGR_OP_cuGraphExecGetFlags = 349,
-    FGR_OP_cuGraphConditionalHandleCreate = 350,
-    FGR_OP_fgrGraphAddConditionalNode = 351,
-    FGR_OP_fgrGraphConditionalNodeGetParams = 352,
-    FGR_OP_fgrGraphConditionalNodeSetParams = 353,
-    FGR_OP_cuGraphExecUpdate_v2 = 354,
-    FGR_OP_xt_ctx = 355,
-    FGR_OP_xt_ctx_39 = 356,
-    FGR_OP_xt_ctx_51 = 357,
-    FGR_OP_xt_simA = 358,
-    FGR_OP_xt_simA_1 = 359,
-    FGR_OP_xt_simA_2 = 360,
-    FGR_OP_xt_simA_7 = 361,
-    FGR_OP_xt_simB = 362,
-    FGR_OP_xt_simB_1 = 363,
-    FGR_OP_xt_simB_2 = 364,
-    FGR_NUM_OPS = 365
+    FGR_OP_cuGraphMemcpyNodeSetParams = 336,
+    FGR_OP_cuGraphMemcpyNodeGetParams = 337,
+    FGR_OP_fgrGraphKernelNodeGetParams = 338,
+    FGR_OP_fgrGraphKernelNodeSetParams = 339,
+    FGR_OP_fgrGraphAddHostNode = 340,
+    FGR_OP_fgrGraphHostNodeGetId = 341,
+    FGR_OP_fgrGraphHostNodeSetId = 342,
+    FGR_OP_fgrGraphAddKernelNode = 343,
+    FGR_OP_fgrGraphHostAlloc = 344,
+    FGR_OP_fgrGraphHostFree = 345,
+    FGR_OP_fgrGraphLaunchHost = 346,
+    FGR_OP_fgrGraphHostRead = 347,
+    FGR_OP_cuGraphDestroyNode = 348,
+    FGR_OP_cuGraphAddEventRecordNode = 349,
+    FGR_OP_cuGraphAddEventWaitNode = 350,
+    FGR_OP_cuGraphExecGetFlags = 351,
+    FGR_OP_cuGraphConditionalHandleCreate = 352,
+    FGR_OP_fgrGraphAddConditionalNode = 353,
+    FGR_OP_fgrGraphConditionalNodeGetParams = 354,
+    FGR_OP_fgrGraphConditionalNodeSetParams = 355,
+    FGR_OP_cuGraphExecUpdate_v2 = 356,
+    FGR_OP_xt_ctx = 357,
+    FGR_OP_xt_ctx_39 = 358,
+    FGR_OP_xt_ctx_51 = 359,
+    FGR_OP_xt_simA = 360,
+    FGR_OP_xt_simA_1 = 361,
+    FGR_OP_xt_simA_2 = 362,
+    FGR_OP_xt_simA_7 = 363,
+    FGR_OP_xt_simB = 364,
+    FGR_OP_xt_simB_1 = 365,
+    FGR_OP_xt_simB_2 = 366,
+    FGR_NUM_OPS = 367
 };
 
-#define FGR_OPS_HASH 0xd96eef16a00fb44bULL
+#define FGR_OPS_HASH 0x37ab4c0cd873a57eULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
@@ -595,6 +597,8 @@ CUresult cuGraphNodeGetDependencies_v2(CUgraphNode hNode, CUgraphNode *dependenc
 CUresult cuGraphNodeGetDependentNodes(CUgraphNode hNode, CUgraphNode *dependentNodes, size_t *numDependentNodes);
 CUresult cuGraphNodeGetDependentNodes_v2(CUgraphNode hNode, CUgraphNode *dependentNodes, CUgraphEdgeData *edgeData, size_t *numDependentNodes);
 CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D *copyParams, CUcontext ctx);
+CUresult cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_MEMCPY3D *nodeParams);
+CUresult cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D *nodeParams);
 CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS *nodeParams);
 CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams);
 CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams);
@@ -672,6 +676,8 @@ CUresult fgr_fwd_cuLinkCreate_v2(unsigned int numOptions, CUjit_option *options,
 CUresult fgr_fwd_cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues);
 CUresult fgr_fwd_cuLinkDestroy(CUlinkState state);
 CUresult fgr_fwd_cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D *copyParams, CUcontext ctx);
+CUresult fgr_fwd_cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_MEMCPY3D *nodeParams);
+CUresult fgr_fwd_cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D *nodeParams);
 CUresult fgr_fwd_cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo);
 
 #endif

@@ -1724,6 +1724,20 @@ SIM_EXPORT CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgra
     return CUDA_SUCCESS;
 }
 
+/* A captured copy becomes an explicit one. */
+SIM_EXPORT CUresult cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_MEMCPY3D *nodeParams)
+{
+    struct sim_node *n = as_node(hNode);
+    if (!n || n->type != CU_GRAPH_NODE_TYPE_MEMCPY)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = sim_copy3d_check(nodeParams);
+    if (r)
+        return r;
+    n->u.copy.shaped = 1;
+    n->u.copy.c = *nodeParams;
+    return CUDA_SUCCESS;
+}
+
 SIM_EXPORT CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
                                                    const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
 {

@@ -43,6 +43,7 @@ struct side {
     CUdeviceptr srv;
     CUgraphNode node; /* an added node's (a captured one's is not known) */
     uint64_t capture; /* the capture making it, while pending */
+    CUDA_MEMCPY3D params; /* an added node's, as the program gave them */
     struct side *next;
     /* Written sides, under early_mu: all of them, and whether a host
      * node's turn brought its bytes since the last launch. */
@@ -56,6 +57,7 @@ struct holder {
     size_t n;
     CUevent done; /* an executable's: recorded after each launch */
     int due;      /* launched since its written sides last came back */
+    int exec;     /* an executable graph's */
     struct holder *next;
 };
 
@@ -199,7 +201,7 @@ static CUresult side_new(struct side **out, int d2h, uintptr_t host, size_t widt
         free(s);
         return r;
     }
-    *s = (struct side){1, d2h, host, width, pitch, rows, slice, depth, n, s->srv, NULL, 0, NULL, NULL, 0};
+    *s = (struct side){1, d2h, host, width, pitch, rows, slice, depth, n, s->srv, NULL, 0, {0}, NULL, NULL, 0};
     if (d2h) {
         pthread_mutex_lock(&early_mu);
         s->written_next = written;
@@ -343,9 +345,9 @@ CUresult fgr_copy_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNo
         r = fgr_fwd_cuGraphAddMemcpyNode(phGraphNode, hGraph, dependencies, numDependencies, &q, ctx);
     if (r == CUDA_SUCCESS && phGraphNode) {
         if (src)
-            src->node = *phGraphNode;
+            src->node = *phGraphNode, src->params = *copyParams;
         if (dst)
-            dst->node = *phGraphNode;
+            dst->node = *phGraphNode, dst->params = *copyParams;
     }
     enter();
     struct holder *o = r == CUDA_SUCCESS && (src || dst) ? holder_find(hGraph, 1) : NULL;
@@ -361,21 +363,39 @@ CUresult fgr_copy_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNo
 
 static void pull_holder(struct holder *o, int wait);
 
-/* An executable's copy of hNode copies other memory from now on: its sides
- * are those of the new parameters (the bytes of a launch in flight come
- * back first, into the memory it was made to write). */
-FGR_EXPORT CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
-                                                   const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
+/* The graph (not an executable) holding a side of hNode (lock held). */
+static struct holder *graph_of_node(CUgraphNode hNode)
 {
-    if (!copyParams)
-        return fgr_fwd_cuGraphExecMemcpyNodeSetParams(hGraphExec, hNode, copyParams, ctx);
+    for (struct holder *o = holders; o; o = o->next)
+        for (size_t i = 0; !o->exec && i < o->n; i++)
+            if (o->sides[i]->node == hNode)
+                return o;
+    return NULL;
+}
+
+/* hNode (of the graph, hGraphExec NULL, or of an executable's copy)
+ * copies other memory from now on: its sides are those of the new
+ * parameters (the bytes of a launch in flight come back first, into the
+ * memory it was made to write). A graph's node is known by its sides: one
+ * that had none cannot be given one. */
+static CUresult node_set(const char *name, CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D *copyParams,
+                         CUcontext ctx)
+{
     CUDA_MEMCPY3D q = *copyParams;
     struct side *src = NULL, *dst = NULL;
     CUresult r = node_sides(&q, &src, &dst);
-    if (r == CUDA_SUCCESS)
-        r = fgr_fwd_cuGraphExecMemcpyNodeSetParams(hGraphExec, hNode, &q, ctx);
     enter();
-    struct holder *o = r == CUDA_SUCCESS ? holder_find(hGraphExec, src || dst) : NULL;
+    struct holder *o = hGraphExec ? holder_find(hGraphExec, src || dst) : graph_of_node(hNode);
+    if (r == CUDA_SUCCESS && (src || dst) && !o)
+        r = hGraphExec ? CUDA_ERROR_OUT_OF_MEMORY
+                       : fgr_unsupported(-1, name, "a copy node given the program's pageable memory where it had none");
+    if (r == CUDA_SUCCESS)
+        r = hGraphExec ? fgr_fwd_cuGraphExecMemcpyNodeSetParams(hGraphExec, hNode, &q, ctx)
+                       : fgr_fwd_cuGraphMemcpyNodeSetParams(hNode, &q);
+    if (r != CUDA_SUCCESS)
+        o = NULL;
+    if (o && hGraphExec)
+        o->exec = 1;
     if (o && o->due)
         pull_holder(o, 1);
     size_t k = 0;
@@ -387,15 +407,48 @@ FGR_EXPORT CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgra
     if (o)
         o->n = k;
     if (src)
-        src->node = hNode;
+        src->node = hNode, src->params = *copyParams;
     if (dst)
-        dst->node = hNode;
-    if (r == CUDA_SUCCESS && (src || dst) && (!o || (src && !holder_add(o, src)) || (dst && !holder_add(o, dst))))
+        dst->node = hNode, dst->params = *copyParams;
+    if (o && ((src && !holder_add(o, src)) || (dst && !holder_add(o, dst))))
         r = CUDA_ERROR_OUT_OF_MEMORY;
     if (src)
         side_release(src);
     if (dst)
         side_release(dst);
+    leave();
+    return r;
+}
+
+FGR_EXPORT CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                   const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
+{
+    if (!copyParams || !hGraphExec)
+        return fgr_fwd_cuGraphExecMemcpyNodeSetParams(hGraphExec, hNode, copyParams, ctx);
+    return node_set("cuGraphExecMemcpyNodeSetParams", hGraphExec, hNode, copyParams, ctx);
+}
+
+FGR_EXPORT CUresult cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_MEMCPY3D *nodeParams)
+{
+    if (!nodeParams)
+        return fgr_fwd_cuGraphMemcpyNodeSetParams(hNode, nodeParams);
+    return node_set("cuGraphMemcpyNodeSetParams", NULL, hNode, nodeParams, NULL);
+}
+
+/* A node with a side in the program's memory reads back as the program
+ * gave it, not as the server's buffers stand in for it. */
+FGR_EXPORT CUresult cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D *nodeParams)
+{
+    CUresult r = fgr_fwd_cuGraphMemcpyNodeGetParams(hNode, nodeParams);
+    if (r != CUDA_SUCCESS)
+        return r;
+    enter();
+    struct holder *o = graph_of_node(hNode);
+    for (size_t i = 0; o && i < o->n; i++)
+        if (o->sides[i]->node == hNode) {
+            *nodeParams = o->sides[i]->params;
+            break;
+        }
     leave();
     return r;
 }
@@ -407,6 +460,9 @@ static CUresult instantiated(CUresult r, CUgraphExec *phGraphExec, CUgraph hGrap
     if (r == CUDA_SUCCESS && phGraphExec) {
         enter();
         r = holder_share(*phGraphExec, hGraph);
+        struct holder *o = holder_find(*phGraphExec, 0);
+        if (o)
+            o->exec = 1;
         leave();
     }
     return r;

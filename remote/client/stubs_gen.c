@@ -5787,6 +5787,35 @@ CUresult fgr_fwd_cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphN
     return fgr_end(&fgr_c);
 }
 
+CUresult fgr_fwd_cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_MEMCPY3D *nodeParams)
+{
+    CUresult fgr_r;
+    uint64_t n_nodeParams = nodeParams ? sizeof(CUDA_MEMCPY3D) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphMemcpyNodeSetParams, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_buf(&fgr_c.w, nodeParams, n_nodeParams);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+CUresult fgr_fwd_cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D *nodeParams)
+{
+    CUresult fgr_r;
+    uint64_t n_nodeParams = nodeParams ? sizeof(CUDA_MEMCPY3D) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphMemcpyNodeGetParams, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u8(&fgr_c.w, nodeParams != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, nodeParams, n_nodeParams, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult fgrGraphKernelNodeGetParams(CUgraphNode hNode, CUfunction *f, CUkernel *kern, unsigned int *dims, unsigned int *sharedMemBytes, void *params, unsigned int cap, unsigned int *bytes)
 {
     CUresult fgr_r;
@@ -6548,6 +6577,8 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuGraphNodeGetDependentNodes] = "cuGraphNodeGetDependentNodes",
     [FGR_OP_cuGraphNodeGetDependentNodes_v2] = "cuGraphNodeGetDependentNodes_v2",
     [FGR_OP_cuGraphExecMemcpyNodeSetParams] = "cuGraphExecMemcpyNodeSetParams",
+    [FGR_OP_cuGraphMemcpyNodeSetParams] = "cuGraphMemcpyNodeSetParams",
+    [FGR_OP_cuGraphMemcpyNodeGetParams] = "cuGraphMemcpyNodeGetParams",
     [FGR_OP_fgrGraphKernelNodeGetParams] = "fgrGraphKernelNodeGetParams",
     [FGR_OP_fgrGraphKernelNodeSetParams] = "fgrGraphKernelNodeSetParams",
     [FGR_OP_fgrGraphAddHostNode] = "fgrGraphAddHostNode",
@@ -7054,6 +7085,8 @@ const struct fg_proc fgr_procs[] = {
     {"cuGraphNodeGetDependentNodes", "cuGraphNodeGetDependentNodes", 10000, 0, (void *)cuGraphNodeGetDependentNodes},
     {"cuGraphNodeGetDependentNodes", "cuGraphNodeGetDependentNodes_v2", 12030, 0, (void *)cuGraphNodeGetDependentNodes_v2},
     {"cuGraphExecMemcpyNodeSetParams", "cuGraphExecMemcpyNodeSetParams", 10020, 0, (void *)cuGraphExecMemcpyNodeSetParams},
+    {"cuGraphMemcpyNodeSetParams", "cuGraphMemcpyNodeSetParams", 10000, 0, (void *)cuGraphMemcpyNodeSetParams},
+    {"cuGraphMemcpyNodeGetParams", "cuGraphMemcpyNodeGetParams", 10000, 0, (void *)cuGraphMemcpyNodeGetParams},
     {"cuGraphKernelNodeGetParams", "cuGraphKernelNodeGetParams_v2", 12000, 0, (void *)cuGraphKernelNodeGetParams_v2},
     {"cuGraphKernelNodeSetParams", "cuGraphKernelNodeSetParams_v2", 12000, 0, (void *)cuGraphKernelNodeSetParams_v2},
     {"cuGraphExecKernelNodeSetParams", "cuGraphExecKernelNodeSetParams_v2", 12000, 0, (void *)cuGraphExecKernelNodeSetParams_v2},

@@ -336,6 +336,8 @@ typedef CUresult (*pfn_cuGraphNodeGetDependencies_v2)(CUgraphNode hNode, CUgraph
 typedef CUresult (*pfn_cuGraphNodeGetDependentNodes)(CUgraphNode hNode, CUgraphNode *dependentNodes, size_t *numDependentNodes);
 typedef CUresult (*pfn_cuGraphNodeGetDependentNodes_v2)(CUgraphNode hNode, CUgraphNode *dependentNodes, CUgraphEdgeData *edgeData, size_t *numDependentNodes);
 typedef CUresult (*pfn_cuGraphExecMemcpyNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D *copyParams, CUcontext ctx);
+typedef CUresult (*pfn_cuGraphMemcpyNodeSetParams)(CUgraphNode hNode, const CUDA_MEMCPY3D *nodeParams);
+typedef CUresult (*pfn_cuGraphMemcpyNodeGetParams)(CUgraphNode hNode, CUDA_MEMCPY3D *nodeParams);
 typedef CUresult (*pfn_fgrGraphKernelNodeGetParams)(CUgraphNode hNode, CUfunction *f, CUkernel *kern, unsigned int *dims, unsigned int *sharedMemBytes, void *params, unsigned int cap, unsigned int *bytes);
 typedef CUresult (*pfn_fgrGraphKernelNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void **kernelParams, void **extra);
 typedef CUresult (*pfn_fgrGraphAddHostNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, unsigned long long id);
@@ -7522,6 +7524,53 @@ static CUresult op_cuGraphExecMemcpyNodeSetParams(struct fgr_rd *rd, struct fgr_
     return fgr_r;
 }
 
+static CUresult op_cuGraphMemcpyNodeSetParams(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    CUDA_MEMCPY3D *nodeParams = fgr_get_buf(rd, q, sizeof(CUDA_MEMCPY3D), 1);
+    if (nodeParams)
+        nodeParams->srcArray = (CUarray)(uintptr_t)fgr_in(FGR_H_CUarray, (uint64_t)(uintptr_t)nodeParams->srcArray);
+    if (nodeParams)
+        nodeParams->dstArray = (CUarray)(uintptr_t)fgr_in(FGR_H_CUarray, (uint64_t)(uintptr_t)nodeParams->dstArray);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("cuGraphMemcpyNodeSetParams", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUarray, (nodeParams ? (uint64_t)(uintptr_t)nodeParams->srcArray : 0))))
+        fgr_r = fgr_refuse("cuGraphMemcpyNodeSetParams", "nodeParams->srcArray", (nodeParams ? (uint64_t)(uintptr_t)nodeParams->srcArray : 0), CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUarray, (nodeParams ? (uint64_t)(uintptr_t)nodeParams->dstArray : 0))))
+        fgr_r = fgr_refuse("cuGraphMemcpyNodeSetParams", "nodeParams->dstArray", (nodeParams ? (uint64_t)(uintptr_t)nodeParams->dstArray : 0), CUDA_ERROR_INVALID_HANDLE);
+    else if (!(!nodeParams || (!fgr_copy3d_arrays(nodeParams))))
+        fgr_r = fgr_refuse("cuGraphMemcpyNodeSetParams", "nodeParams->srcArray", (nodeParams ? (uint64_t)0 : 0), CUDA_ERROR_NOT_SUPPORTED);
+    else if (!(!nodeParams || (fgr_copy3d_in(nodeParams))))
+        fgr_r = fgr_refuse("cuGraphMemcpyNodeSetParams", "nodeParams->srcDevice", (nodeParams ? (uint64_t)nodeParams->srcDevice : 0), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphMemcpyNodeSetParams)fgr_real[FGR_OP_cuGraphMemcpyNodeSetParams])(hNode, nodeParams);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphMemcpyNodeGetParams(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    int has_nodeParams = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUDA_MEMCPY3D *nodeParams = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("cuGraphMemcpyNodeGetParams", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_nodeParams && !(nodeParams = fgr_out(q, sizeof(CUDA_MEMCPY3D))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphMemcpyNodeGetParams)fgr_real[FGR_OP_cuGraphMemcpyNodeGetParams])(hNode, nodeParams);
+    if (has_nodeParams)
+        fgr_reply_out(q, nodeParams, sizeof(CUDA_MEMCPY3D), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_fgrGraphKernelNodeGetParams(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -8613,6 +8662,8 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuGraphNodeGetDependentNodes] = {"cuGraphNodeGetDependentNodes", op_cuGraphNodeGetDependentNodes, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphNodeGetDependentNodes_v2] = {"cuGraphNodeGetDependentNodes_v2", op_cuGraphNodeGetDependentNodes_v2, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphExecMemcpyNodeSetParams] = {"cuGraphExecMemcpyNodeSetParams", op_cuGraphExecMemcpyNodeSetParams, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphMemcpyNodeSetParams] = {"cuGraphMemcpyNodeSetParams", op_cuGraphMemcpyNodeSetParams, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphMemcpyNodeGetParams] = {"cuGraphMemcpyNodeGetParams", op_cuGraphMemcpyNodeGetParams, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrGraphKernelNodeGetParams] = {"fgrGraphKernelNodeGetParams", op_fgrGraphKernelNodeGetParams, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrGraphKernelNodeSetParams] = {"fgrGraphKernelNodeSetParams", op_fgrGraphKernelNodeSetParams, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrGraphAddHostNode] = {"fgrGraphAddHostNode", op_fgrGraphAddHostNode, 0, FGR_MAX_FRAME},

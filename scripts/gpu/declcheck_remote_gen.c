@@ -335,6 +335,10 @@ typedef CUresult (CUDAAPI *fg_sig_cuGraphNodeGetDependentNodes_v2)(CUgraphNode h
 SAME(fg_sig_cuGraphNodeGetDependentNodes_v2, PFN_cuGraphNodeGetDependentNodes_v12030);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphExecMemcpyNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D *copyParams, CUcontext ctx);
 SAME(fg_sig_cuGraphExecMemcpyNodeSetParams, PFN_cuGraphExecMemcpyNodeSetParams_v10020);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphMemcpyNodeSetParams)(CUgraphNode hNode, const CUDA_MEMCPY3D *nodeParams);
+SAME(fg_sig_cuGraphMemcpyNodeSetParams, PFN_cuGraphMemcpyNodeSetParams_v10000);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphMemcpyNodeGetParams)(CUgraphNode hNode, CUDA_MEMCPY3D *nodeParams);
+SAME(fg_sig_cuGraphMemcpyNodeGetParams, PFN_cuGraphMemcpyNodeGetParams_v10000);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphKernelNodeGetParams_v2)(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS *nodeParams);
 SAME(fg_sig_cuGraphKernelNodeGetParams_v2, PFN_cuGraphKernelNodeGetParams_v12000);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphKernelNodeSetParams_v2)(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams);

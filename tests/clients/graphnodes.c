@@ -32,7 +32,8 @@
  *                         host), relaunched with new input, a clone
  *                         outliving its graph, a child graph, an executable
  *                         updated to another graph's host memory, an
- *                         executable's node set to other memory; 200
+ *                         executable's node set to other memory, the
+ *                         graph's node read back and set to other memory; 200
  *                         graphs of an 8 MiB node made and destroyed
  *     graphnodes conditional
  *                         conditional nodes: an IF node whose body a kernel
@@ -118,6 +119,8 @@ static CUDA_MEMCPY3D copy_params(CUmemorytype st, const void *sh, CUdeviceptr sd
 }
 
 /* Not in the hooked table (api/cuda.api): declared here. */
+CUresult cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D *nodeParams);
+CUresult cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_MEMCPY3D *nodeParams);
 CUresult cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PARAMS *nodeParams);
 CUresult cuGraphHostNodeSetParams(CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS *nodeParams);
 CUresult cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
@@ -1083,6 +1086,24 @@ static int pageable(CUcontext ctx)
     CHECK(cuStreamSynchronize(st));
     print_words("the node's new memory", c_out, 8);
     print_words("its old memory", a_out, 8);
+    CHECK(cuGraphExecDestroy(x));
+    /* The graph's node read back as given, then set to other memory: an
+     * executable made after copies there. */
+    CUDA_MEMCPY3D back3;
+    CHECK(cuGraphMemcpyNodeGetParams(a_down, &back3));
+    printf("the graph's node reads back: into a_out %s, from d %s, %zu bytes\n", back3.dstHost == a_out ? "yes" : "no",
+           back3.srcDevice == d ? "yes" : "no", back3.WidthInBytes);
+    memset(c_out, 0, sizeof c_out);
+    memset(a_out, 0, sizeof a_out);
+    cp = copy_params(CU_MEMORYTYPE_DEVICE, NULL, d, CU_MEMORYTYPE_HOST, c_out, 0, 16, 1, 16);
+    printf("graph's node set: %s\n", result_name(cuGraphMemcpyNodeSetParams(a_down, &cp)));
+    CHECK(cuGraphMemcpyNodeGetParams(a_down, &back3));
+    printf("it reads back: into c_out %s, %zu bytes\n", back3.dstHost == c_out ? "yes" : "no", back3.WidthInBytes);
+    CHECK(cuGraphInstantiateWithFlags(&x, ga, 0));
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    print_words("an executable made after writes c_out", c_out, 8);
+    print_words("and not a_out", a_out, 8);
     CHECK(cuGraphExecDestroy(x));
     CHECK(cuGraphDestroy(ga));
 

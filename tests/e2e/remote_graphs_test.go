@@ -163,7 +163,8 @@ func TestRemoteGraphCopyNodes(t *testing.T) {
 // (pitched rows whose gaps stay the program's, host to host), a clone
 // outliving its graph, a child graph, an executable updated to other host
 // memory or its node set to other memory (cuGraphExecMemcpyNodeSetParams),
-// and graphs made and destroyed without the server keeping their
+// the graph's node read back as the program gave it and set to other
+// memory, and graphs made and destroyed without the server keeping their
 // buffers (200 of 8 MiB would pass its bound).
 func TestRemoteGraphPageableCopies(t *testing.T) {
 	e := newEnv(t)
@@ -175,6 +176,8 @@ func TestRemoteGraphPageableCopies(t *testing.T) {
 		"child graph's rows back: 0=33 8=79 9=05",
 		"after it: 1000 1001",
 		"the node's new memory: 500 501 502 503 504 505 506 507\nits old memory: 0 0 0 0 0 0 0 0\n",
+		"the graph's node reads back: into a_out yes, from d yes, 32 bytes\ngraph's node set: CUDA_SUCCESS\nit reads back: into c_out yes, 16 bytes\n"+
+			"an executable made after writes c_out: 500 501 502 503 0 0 0 0\nand not a_out: 0 0 0 0 0 0 0 0\n",
 		"200 graphs of an 8 MiB node: CUDA_SUCCESS",
 	)
 	printsAsLocally(t, local, []string{"graphnodes", "pageable"}, "shm", "unix", "tcp")

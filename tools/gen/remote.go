@@ -110,6 +110,10 @@ var structConds = map[string][]structCond{
 		{"!fgr_copy3d_arrays(@)", "srcArray", "(uint64_t)0", "CUDA_ERROR_NOT_SUPPORTED"},
 		{"fgr_copy3d_in(@)", "srcDevice", "(uint64_t)$srcDevice", "CUDA_ERROR_INVALID_VALUE"},
 	},
+	"cuGraphMemcpyNodeSetParams CUDA_MEMCPY3D": {
+		{"!fgr_copy3d_arrays(@)", "srcArray", "(uint64_t)0", "CUDA_ERROR_NOT_SUPPORTED"},
+		{"fgr_copy3d_in(@)", "srcDevice", "(uint64_t)$srcDevice", "CUDA_ERROR_INVALID_VALUE"},
+	},
 }
 
 // structCond is a condition on a structure's words: cond, the field it
