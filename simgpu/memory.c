@@ -463,6 +463,9 @@ SIM_EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
 
 /* As a GPU's driver, only with a context current (cudart 13 asks for a
  * library's managed variables before it has made one). */
+static int mapped_at(uintptr_t p, uintptr_t *base, size_t *size);
+
+/* Of memory mapped by pages, the mapping holding dptr. */
 SIM_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
     if (!sim_initialized)
@@ -471,12 +474,14 @@ SIM_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, C
         return CUDA_ERROR_INVALID_CONTEXT;
     pthread_mutex_lock(&sim_mem_lock);
     struct alloc *a = registry_find((uintptr_t)dptr);
-    int ok = a && a->kind != K_HOST && a->kind != K_REGISTERED && a->kind != K_ARRAY;
+    uintptr_t base = a ? a->base : 0;
+    size_t size = a ? a->size : 0;
+    int ok = a ? a->kind != K_HOST && a->kind != K_REGISTERED && a->kind != K_ARRAY : mapped_at(dptr, &base, &size);
     if (ok) {
         if (pbase)
-            *pbase = a->base;
+            *pbase = base;
         if (psize)
-            *psize = a->size;
+            *psize = size;
     }
     pthread_mutex_unlock(&sim_mem_lock);
     return ok ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
@@ -848,6 +853,17 @@ struct mapping {
     struct mapping *next;
 };
 static struct mapping *mappings;
+
+static int mapped_at(uintptr_t p, uintptr_t *base, size_t *size)
+{
+    for (struct mapping *m = mappings; m; m = m->next)
+        if (p >= m->ptr && p < m->ptr + m->size) {
+            *base = m->ptr;
+            *size = m->size;
+            return 1;
+        }
+    return 0;
+}
 
 SIM_EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
                                                   CUmemAllocationGranularity_flags option)
@@ -1370,8 +1386,17 @@ static int valid_range(CUdeviceptr p, size_t n)
     pthread_mutex_lock(&sim_mem_lock);
     struct alloc *a = registry_find((uintptr_t)p);
     int ok = a && a->kind != K_ARRAY && (uintptr_t)p + n <= a->base + a->size;
-    for (struct mapping *m = mappings; !ok && m; m = m->next)
-        ok = (uintptr_t)p >= m->ptr && (uintptr_t)p + n <= m->ptr + m->size;
+    /* Or mapped pages, of one mapping or of several mapped side by side. */
+    uintptr_t at = (uintptr_t)p, end = at + n;
+    for (struct mapping *m = mappings; !ok && m;) {
+        if (at >= m->ptr && at < m->ptr + m->size) {
+            at = m->ptr + m->size;
+            ok = at >= end;
+            m = mappings;
+        } else {
+            m = m->next;
+        }
+    }
     pthread_mutex_unlock(&sim_mem_lock);
     return ok;
 }
@@ -1640,6 +1665,37 @@ static CUresult set(CUdeviceptr d, unsigned v, size_t n, size_t width, CUstream 
     }
     sim_fill(P(d), v, n, width);
     return CUDA_SUCCESS;
+}
+
+/* Stream memory operations: a word written where the stream got to (as
+ * memsets, made at once; captured ones are not simulated). */
+static CUresult write_value(CUstream s, CUdeviceptr addr, uint64_t v, size_t width, unsigned flags, int pt)
+{
+    struct sim_ctx *c;
+    CUresult r = sim_check_ctx(&c);
+    if (r)
+        return r;
+    if (flags > CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER || addr % width || !valid_range(addr, width))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_stream *st = sim_stream_of(c, s, pt);
+    if (!st)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (sim_stream_captured(st))
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    memcpy(P(addr), &v, width); /* little-endian: the low word for 32 bits */
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuStreamWriteValue32_v2(CUstream s, CUdeviceptr addr, cuuint32_t v, unsigned int flags)
+{
+    SIM_GATE();
+    return write_value(s, addr, v, 4, flags, 0);
+}
+
+SIM_EXPORT CUresult cuStreamWriteValue64_v2(CUstream s, CUdeviceptr addr, cuuint64_t v, unsigned int flags)
+{
+    SIM_GATE();
+    return write_value(s, addr, v, 8, flags, 0);
 }
 
 void sim_fill(void *dst, unsigned v, size_t n, size_t width)

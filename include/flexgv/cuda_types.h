@@ -489,9 +489,17 @@ typedef enum CUmemAllocationType_enum {
     CU_MEM_ALLOCATION_TYPE_PINNED = 1
 } CUmemAllocationType;
 
+typedef enum CUstreamWriteValue_flags_enum {
+    CU_STREAM_WRITE_VALUE_DEFAULT = 0,
+    CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER = 1
+} CUstreamWriteValue_flags;
+
 typedef enum CUmemAllocationHandleType_enum {
     CU_MEM_HANDLE_TYPE_NONE = 0,
-    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1
+    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1,
+    CU_MEM_HANDLE_TYPE_WIN32 = 2,
+    CU_MEM_HANDLE_TYPE_WIN32_KMT = 4,
+    CU_MEM_HANDLE_TYPE_FABRIC = 8
 } CUmemAllocationHandleType;
 
 typedef enum CUmemLocationType_enum {

@@ -18,7 +18,9 @@
  *     memclient ctxrace N        N threads retain the first primary context at once
  *     memclient many N           up to N live 4 KiB allocations, then free them all
  *     memclient pooldev MIB      allocate MIB MiB from a pool of device 1, device 0 current
- *     memclient graph2dev MIB1 MIB0   launch a graph allocating MIB1 MiB on device 1, then MIB0 on 0 */
+ *     memclient graph2dev MIB1 MIB0   launch a graph allocating MIB1 MiB on device 1, then MIB0 on 0
+ *     memclient segments         a segment grown by mapping, as PyTorch's expandable segments
+ *                                are: the driver's calls through cuGetProcAddress, every result printed */
 #include "common.h"
 
 #include <pthread.h>
@@ -297,6 +299,77 @@ static void graph2dev(size_t mib1, size_t mib0)
     printf("graph of %zu MiB on device 1 and %zu MiB on device 0: launch -> %s\n", mib1, mib0, result_name(r));
 }
 
+/* PyTorch's expandable segments: a reserved range, pages created (the
+ * fabric handle type first, then a file descriptor's) and mapped as it
+ * grows, a memset and a stream write into it, its range and attributes
+ * asked, a handle exported, then all given back. Entry points are looked
+ * up as PyTorch does, by name and CUDA version. */
+static void segments(void)
+{
+    CUresult (*write32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int) = NULL;
+    CUdriverProcAddressQueryResult q;
+    CUresult r = cuGetProcAddress_v2("cuStreamWriteValue32", (void **)&write32, 12000, 0, &q);
+    printf("cuStreamWriteValue32 at 12000: %s, %s\n", result_name(r), write32 && q == CU_GET_PROC_ADDRESS_SUCCESS ? "found" : "not found");
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    size_t gran = 0;
+    CHECK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    size_t seg = gran > 2 * MiB ? gran : 2 * MiB;
+    CUdeviceptr va;
+    CHECK(cuMemAddressReserve(&va, 4 * seg, 0, 0, 0));
+    CUmemGenericAllocationHandle h[4];
+    CUstream s;
+    CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    for (int i = 0; i < 4; i++) {
+        if (i == 2) { /* grown: the memset and write into what is mapped so far */
+            CHECK(cuMemsetD32Async(va, 0x01020304u, 2 * seg / 4, s));
+            if (write32)
+                CHECK(write32(s, va + 8, 77, 0));
+            CHECK(cuStreamSynchronize(s));
+        }
+        CUmemAllocationProp fp = prop;
+        fp.requestedHandleTypes = CU_MEM_HANDLE_TYPE_FABRIC;
+        r = cuMemCreate(&h[i], seg, &fp, 0);
+        if (r == CUDA_SUCCESS)
+            CHECK(cuMemRelease(h[i]));
+        else if (i == 0)
+            printf("a fabric handle's pages: refused\n");
+        CHECK(cuMemCreate(&h[i], seg, &prop, 0));
+        CHECK(cuMemMap(va + i * seg, seg, 0, h[i], 0));
+        CUmemAccessDesc acc = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+        CHECK(cuMemSetAccess(va + i * seg, seg, &acc, 1));
+    }
+    unsigned w[4];
+    CHECK(cuMemcpyDtoH_v2(w, va, sizeof w));
+    printf("first words: %#x %#x %u %#x\n", w[0], w[1], w[2], w[3]);
+    CUdeviceptr b = 0;
+    size_t n = 0;
+    r = cuMemGetAddressRange_v2(&b, &n, va + seg + 100);
+    printf("range of an address in the second segment: %s, from its start %s, %s\n", result_name(r),
+           b == va + seg ? "yes" : "no", n == seg ? "one segment" : "another size");
+    CUdeviceptr start = 0;
+    unsigned ord = 9, type = 0;
+    CHECK(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, va + 3 * seg + 8));
+    CHECK(cuPointerGetAttribute(&ord, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, va + 3 * seg));
+    CHECK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, va + 3 * seg));
+    printf("the last segment: starts at its start %s, device %u, device memory %s\n", start == va + 3 * seg ? "yes" : "no",
+           ord, type == CU_MEMORYTYPE_DEVICE ? "yes" : "no");
+    int fd = -1;
+    r = cuMemExportToShareableHandle(&fd, h[1], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    printf("a segment exported: %s, %s\n", result_name(r), fd >= 0 ? "a descriptor" : "none");
+    if (fd >= 0)
+        close(fd);
+    CHECK(cuMemUnmap(va, 4 * seg));
+    for (int i = 0; i < 4; i++)
+        CHECK(cuMemRelease(h[i]));
+    CHECK(cuMemAddressFree(va, 4 * seg));
+    CHECK(cuStreamDestroy_v2(s));
+    printf("given back\n");
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "paths";
@@ -307,6 +380,10 @@ int main(int argc, char **argv)
     }
     CHECK(cuDevicePrimaryCtxRetain(&shared_ctx, 0));
     CHECK(cuCtxSetCurrent(shared_ctx));
+    if (!strcmp(mode, "segments")) {
+        segments();
+        return 0;
+    }
     if (!strcmp(mode, "paths")) {
         paths();
         return failures != 0;
