@@ -56,6 +56,9 @@ uint64_t fgr_stage_swap(uint64_t other);
  * program's handlers run on its own threads) and stack bytes of stack (0:
  * the usual): 0, or -1 when none could be made. */
 int fgr_thread_start(void *(*fn)(void *), void *arg, size_t stack, const char *name);
+/* Whether a server's address takes a connection within ms milliseconds
+ * (dialed, then closed): 0, or the errno why not. */
+int fgr_reach(const char *addr, int ms);
 /* Host functions (hostfn.c): enqueued without waiting, run by the client's
  * host-function thread when due; CUDA_ERROR_NOT_SUPPORTED where they
  * cannot be (a socket without a host-function channel: the caller runs

@@ -406,9 +406,9 @@ static int dial_unix(const char *path)
  * a user timeout while data is unacknowledged. */
 #define FGR_TCP_TIMEOUT_S 15
 
-/* Connects to HOST:PORT; host receives HOST (without an IPv6 address's
- * brackets). */
-static int dial_tcp(const char *hostport, char host[256])
+/* Connects to HOST:PORT within ms milliseconds; host receives HOST
+ * (without an IPv6 address's brackets). */
+static int dial_tcp_within(const char *hostport, char host[256], int ms)
 {
     const char *colon = strrchr(hostport, ':');
     if (!colon || colon == hostport || (size_t)(colon - hostport) >= 256) {
@@ -436,7 +436,7 @@ static int dial_tcp(const char *hostport, char host[256])
         if (connect(fd, a->ai_addr, a->ai_addrlen) != 0 && errno == EINPROGRESS) {
             struct pollfd p = {.fd = fd, .events = POLLOUT};
             socklen_t l = sizeof err;
-            if (poll(&p, 1, FGR_TCP_TIMEOUT_S * 1000) != 1)
+            if (poll(&p, 1, ms) != 1)
                 err = ETIMEDOUT;
             else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &l) != 0)
                 err = errno;
@@ -463,6 +463,11 @@ static int dial_tcp(const char *hostport, char host[256])
     setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &(unsigned){FGR_TCP_TIMEOUT_S * 1000}, sizeof(unsigned));
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     return fd;
+}
+
+static int dial_tcp(const char *hostport, char host[256])
+{
+    return dial_tcp_within(hostport, host, FGR_TCP_TIMEOUT_S * 1000);
 }
 
 /* Reads one frame's body (at most max bytes) into a new buffer; NULL, having
@@ -925,6 +930,17 @@ static CUresult connect_locked(void)
     }
     __atomic_store_n(&conn_fd, fd, __ATOMIC_RELEASE);
     return CUDA_SUCCESS;
+}
+
+int fgr_reach(const char *addr, int ms)
+{
+    char host[256];
+    int tcp = !strncmp(addr, "tcp://", 6) || !strncmp(addr, "tls://", 6);
+    int fd = tcp ? dial_tcp_within(addr + 6, host, ms) : dial_unix(addr + 7);
+    if (fd < 0)
+        return errno ? errno : ECONNREFUSED;
+    close(fd);
+    return 0;
 }
 
 /* The host-function channel: dialed as the connection was, authenticated

@@ -21,6 +21,7 @@
 #include "client.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,7 @@ static struct fgr_conn_saved standby = {.fd = -1};
 static int have_standby;
 static char last_why[256];  /* why the last checkpoint failed, said once */
 static unsigned checkpoints, pause_ms_total, pause_ms_max;
+static unsigned unanswered; /* checkpoints not tried: the server did not answer */
 static struct fgr_remade latest; /* what the last one took */
 
 struct kept {
@@ -267,11 +269,22 @@ static int placed(int op)
 static void say_checkpoints(void)
 {
     if (on)
-        fgr_say("pid %d: %u checkpoints on the failover server %s; the program paused %u ms at most, %u ms in all; the "
-                "last: %.1f MiB of device memory (%.1f MiB device to device), %.1f MiB of state, paused %u ms (the state "
-                "read at %u ms, the server reached at %u; %u ms for the device memory)",
-                (int)getpid(), checkpoints, to, pause_ms_max, pause_ms_total, latest.bytes / 1048576.0,
+        fgr_say("pid %d: %u checkpoints on the failover server %s, %u not tried (it did not answer); the program paused "
+                "%u ms at most, %u ms in all; the last: %.1f MiB of device memory (%.1f MiB device to device), %.1f MiB "
+                "of state, paused %u ms (the state read at %u ms, the server reached at %u; %u ms for the device memory)",
+                (int)getpid(), checkpoints, to, unanswered, pause_ms_max, pause_ms_total, latest.bytes / 1048576.0,
                 latest.pulled / 1048576.0, latest.state / 1048576.0, latest.ms, latest.at[0], latest.at[1], latest.at[2]);
+}
+
+/* With FLEXGV_REMOTE_LOG=errors, what the checkpoints took is said at
+ * exit, once one was tried. */
+static void summary_at_exit(void)
+{
+    static int registered;
+    if (!registered && fgr_log_errors()) {
+        registered = 1;
+        atexit(say_checkpoints);
+    }
 }
 
 /* A checkpoint that could not be taken: tried again later and later,
@@ -281,6 +294,7 @@ static void not_taken(const char *why)
 {
     if (!on)
         return; /* the server was lost meanwhile: said there */
+    summary_at_exit();
     if (kept_bytes >= LOG_MAX) { /* the calls kept would grow without end */
         char s[512];
         snprintf(s, sizeof s, "the calls kept since the last checkpoint passed %llu MiB, and no checkpoint could be "
@@ -315,8 +329,7 @@ static void taken(struct fgr_conn_saved made, const struct fgr_remade *m, int st
     latest = *m;
     fgr_conn_drop(&old); /* the checkpoint before ends with its executor */
     /* Said with FLEXGV_REMOTE_LOG=errors: each, and at exit what they took. */
-    if (checkpoints == 1 && fgr_log_errors())
-        atexit(say_checkpoints);
+    summary_at_exit();
     if (fgr_log_errors())
         fgr_say("checkpoint %u on the failover server %s (in %s; the program paused %u ms; %.1f MiB of device memory, "
                 "%.1f MiB of state)", checkpoints, to, steps == 2 ? "two steps" : "one step", m->ms, m->bytes / 1048576.0,
@@ -372,13 +385,71 @@ void fgr_checkpoint(void)
     taken(made, &m, 1);
 }
 
+/* Before a checkpoint dials the failover server, a thread of its own has
+ * reached it within REACH_FRESH_NS: a server whose host stops answering
+ * (a dial's timeout, 15 s) then costs the program no pause past the first
+ * attempt; each later one counts as not taken, tried again later and
+ * later. */
+#define REACH_FRESH_NS (10ull * 1000000000ull)
+static pthread_mutex_t reach_mu = PTHREAD_MUTEX_INITIALIZER;
+static int reaching;       /* the thread is dialing */
+static int reach_err;      /* its last answer: 0, or why not (errno) */
+static uint64_t reach_at;  /* when it last answered */
+
+static void *reacher(void *arg)
+{
+    (void)arg;
+    int err = fgr_reach(to, 15000);
+    pthread_mutex_lock(&reach_mu);
+    reach_err = err;
+    reach_at = now_ns();
+    reaching = 0;
+    pthread_mutex_unlock(&reach_mu);
+    return NULL;
+}
+
+/* 1 when the failover server answered lately; else the thread is set
+ * dialing (a failed answer, taken once, makes the checkpoint not taken).
+ * The first checkpoint, at the program's first call, dials by itself. */
+static int reached(void)
+{
+    char why[600];
+    snprintf(why, sizeof why, "cannot connect to %s", to); /* as the checkpoint's own dial says it */
+    if (!have_standby && !last_why[0]) { /* the first: reached at once, or not for a second */
+        uint64_t t0 = now_ns();
+        int err = fgr_reach(to, 1000);
+        paused((unsigned)((now_ns() - t0) / 1000000));
+        if (!err)
+            return 1;
+        unanswered++;
+        not_taken(why);
+        return 0;
+    }
+    pthread_mutex_lock(&reach_mu);
+    uint64_t now = now_ns();
+    int fresh = reach_at && now - reach_at < REACH_FRESH_NS, err = reach_err, ok = fresh && !err;
+    if (fresh && err)
+        reach_at = 0; /* said once: the next attempt dials again */
+    if (!ok && !reaching && !(fresh && err)) {
+        reaching = 1;
+        if (fgr_thread_start(reacher, NULL, 64 << 10, "flexgv-reach"))
+            ok = 1, reaching = 0; /* no thread: the checkpoint dials itself */
+    }
+    pthread_mutex_unlock(&reach_mu);
+    if (fresh && err) {
+        unanswered++;
+        not_taken(why);
+    }
+    return ok;
+}
+
 int fgr_checkpoint_due(void)
 {
     if (!on)
         return 0;
     if (ahead.loading)
         return fgr_ahead_ready(&ahead);
-    return !have_standby || now_ns() >= due || kept_bytes >= LOG_MAX;
+    return (!have_standby || now_ns() >= due || kept_bytes >= LOG_MAX) && reached();
 }
 
 /* The address a placed() answer gives, and its size: 1 when a has that
@@ -490,5 +561,8 @@ void fgr_failover_forked(void)
     kept_bytes = nkept = 0;
     backoff = 0;
     fgr_ahead_forked(&ahead);
+    pthread_mutex_init(&reach_mu, NULL);
+    reaching = reach_err = 0;
+    reach_at = 0;
     on = to != NULL;
 }

@@ -2,14 +2,19 @@ package e2e
 
 import (
 	"bytes"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // failoverRun runs the mover (6 steps, held before step 4) under flexgv run
@@ -190,5 +195,52 @@ func TestRemoteFailoverServerLostMidCheckpoint(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "kernels ") || strings.Contains(stderr, "going on at") ||
 		!strings.Contains(stderr, "no checkpoint on the failover server "+b.addr) {
 		t.Errorf("exit %d\n%s\n%s", code, out, stderr)
+	}
+}
+
+// A failover server whose host does not answer (its SYNs dropped: a
+// listener whose queue is full) costs the program one short probe, not a
+// dial's timeout at each checkpoint: the program runs through, says once
+// that it has no checkpoint, and at exit that none was tried past the
+// probe, its pauses far below a dial's 15 s.
+func TestRemoteFailoverHostSilent(t *testing.T) {
+	e := newEnv(t)
+	local := runsLocally(t, e, []string{"mover", "6"}, "done")
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, _ := unix.Getsockname(fd)
+	silent := fmt.Sprintf("tcp://127.0.0.1:%d", sa.(*unix.SockaddrInet4).Port)
+	first, err := net.Dial("tcp", strings.TrimPrefix(silent, "tcp://")) // fills the queue
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	a := e.serveNamed("a", "unix")
+	e.extra = append(e.extra, "FLEXGV_REMOTE_LOG=errors")
+	p := e.runIn("", "flexgv", "run", "--remote", a.addr, "--failover", silent, "--checkpoint-every", "1ms", "--", bin("mover"), "6")
+	if p.code != 0 || p.stdout != local.stdout {
+		t.Fatalf("the program: exit %d\n%s\nwant\n%s\n%s", p.code, p.stdout, local.stdout, p.stderr)
+	}
+	if n := strings.Count(p.stderr, "no checkpoint on the failover server "+silent+": cannot connect to "+silent); n != 1 {
+		t.Errorf("the failing checkpoint was said %d times, want once:\n%s", n, p.stderr)
+	}
+	m := regexp.MustCompile(`0 checkpoints on the failover server \S+, (\d+) not tried \(it did not answer\); the program paused (\d+) ms at most`).FindStringSubmatch(p.stderr)
+	if m == nil {
+		t.Fatalf("no account of the checkpoints at exit:\n%s", p.stderr)
+	}
+	if tried, _ := strconv.Atoi(m[1]); tried < 1 {
+		t.Errorf("%s checkpoints not tried, want at least the first", m[1])
+	}
+	if most, _ := strconv.Atoi(m[2]); most >= 10000 {
+		t.Errorf("the program paused %d ms at a checkpoint: a dial's timeout", most)
 	}
 }
