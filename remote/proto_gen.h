@@ -357,26 +357,32 @@ enum fgr_op {
     FGR_OP_cuGraphDestroyNode = 348,
     FGR_OP_cuGraphAddEventRecordNode = 349,
     FGR_OP_cuGraphAddEventWaitNode = 350,
-    FGR_OP_cuGraphExecGetFlags = 351,
-    FGR_OP_cuGraphConditionalHandleCreate = 352,
-    FGR_OP_fgrGraphAddConditionalNode = 353,
-    FGR_OP_fgrGraphConditionalNodeGetParams = 354,
-    FGR_OP_fgrGraphConditionalNodeSetParams = 355,
-    FGR_OP_cuGraphExecUpdate_v2 = 356,
-    FGR_OP_xt_ctx = 357,
-    FGR_OP_xt_ctx_39 = 358,
-    FGR_OP_xt_ctx_51 = 359,
-    FGR_OP_xt_simA = 360,
-    FGR_OP_xt_simA_1 = 361,
-    FGR_OP_xt_simA_2 = 362,
-    FGR_OP_xt_simA_7 = 363,
-    FGR_OP_xt_simB = 364,
-    FGR_OP_xt_simB_1 = 365,
-    FGR_OP_xt_simB_2 = 366,
-    FGR_NUM_OPS = 367
+    FGR_OP_cuGraphEventRecordNodeGetEvent = 351,
+    FGR_OP_cuGraphEventRecordNodeSetEvent = 352,
+    FGR_OP_cuGraphEventWaitNodeGetEvent = 353,
+    FGR_OP_cuGraphEventWaitNodeSetEvent = 354,
+    FGR_OP_cuGraphExecEventRecordNodeSetEvent = 355,
+    FGR_OP_cuGraphExecEventWaitNodeSetEvent = 356,
+    FGR_OP_cuGraphExecGetFlags = 357,
+    FGR_OP_cuGraphConditionalHandleCreate = 358,
+    FGR_OP_fgrGraphAddConditionalNode = 359,
+    FGR_OP_fgrGraphConditionalNodeGetParams = 360,
+    FGR_OP_fgrGraphConditionalNodeSetParams = 361,
+    FGR_OP_cuGraphExecUpdate_v2 = 362,
+    FGR_OP_xt_ctx = 363,
+    FGR_OP_xt_ctx_39 = 364,
+    FGR_OP_xt_ctx_51 = 365,
+    FGR_OP_xt_simA = 366,
+    FGR_OP_xt_simA_1 = 367,
+    FGR_OP_xt_simA_2 = 368,
+    FGR_OP_xt_simA_7 = 369,
+    FGR_OP_xt_simB = 370,
+    FGR_OP_xt_simB_1 = 371,
+    FGR_OP_xt_simB_2 = 372,
+    FGR_NUM_OPS = 373
 };
 
-#define FGR_OPS_HASH 0x37ab4c0cd873a57eULL
+#define FGR_OPS_HASH 0x9e79f01713e2bd66ULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
@@ -618,6 +624,12 @@ CUresult fgrGraphHostRead(CUevent done, CUdeviceptr src, void *dst, size_t bytes
 CUresult cuGraphDestroyNode(CUgraphNode hNode);
 CUresult cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);
 CUresult cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);
+CUresult cuGraphEventRecordNodeGetEvent(CUgraphNode hNode, CUevent *event_out);
+CUresult cuGraphEventRecordNodeSetEvent(CUgraphNode hNode, CUevent event);
+CUresult cuGraphEventWaitNodeGetEvent(CUgraphNode hNode, CUevent *event_out);
+CUresult cuGraphEventWaitNodeSetEvent(CUgraphNode hNode, CUevent event);
+CUresult cuGraphExecEventRecordNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event);
+CUresult cuGraphExecEventWaitNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event);
 CUresult cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t *flags);
 CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue, unsigned int flags);
 CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraphNodeParams *nodeParams);

@@ -677,6 +677,18 @@ static const struct fg_proc unhooked_procs[] = {
      (void *)cuGraphExecMemsetNodeSetParams},
     {"cuGraphNodeSetEnabled", "cuGraphNodeSetEnabled", 11060, 0, (void *)cuGraphNodeSetEnabled},
     {"cuGraphNodeGetEnabled", "cuGraphNodeGetEnabled", 11060, 0, (void *)cuGraphNodeGetEnabled},
+    {"cuGraphAddEventRecordNode", "cuGraphAddEventRecordNode", 11010, 0, (void *)cuGraphAddEventRecordNode},
+    {"cuGraphAddEventWaitNode", "cuGraphAddEventWaitNode", 11010, 0, (void *)cuGraphAddEventWaitNode},
+    {"cuGraphEventRecordNodeGetEvent", "cuGraphEventRecordNodeGetEvent", 11010, 0,
+     (void *)cuGraphEventRecordNodeGetEvent},
+    {"cuGraphEventRecordNodeSetEvent", "cuGraphEventRecordNodeSetEvent", 11010, 0,
+     (void *)cuGraphEventRecordNodeSetEvent},
+    {"cuGraphEventWaitNodeGetEvent", "cuGraphEventWaitNodeGetEvent", 11010, 0, (void *)cuGraphEventWaitNodeGetEvent},
+    {"cuGraphEventWaitNodeSetEvent", "cuGraphEventWaitNodeSetEvent", 11010, 0, (void *)cuGraphEventWaitNodeSetEvent},
+    {"cuGraphExecEventRecordNodeSetEvent", "cuGraphExecEventRecordNodeSetEvent", 11010, 0,
+     (void *)cuGraphExecEventRecordNodeSetEvent},
+    {"cuGraphExecEventWaitNodeSetEvent", "cuGraphExecEventWaitNodeSetEvent", 11010, 0,
+     (void *)cuGraphExecEventWaitNodeSetEvent},
 };
 
 static CUresult resolve(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,

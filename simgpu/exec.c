@@ -1016,6 +1016,27 @@ static struct sim_event *as_event(CUevent e)
     return e && ((struct sim_event *)e)->magic == EVENT_MAGIC ? (struct sim_event *)e : NULL;
 }
 
+int sim_event_valid(CUevent e) { return as_event(e) != NULL; }
+
+/* A graph's event nodes, as the stream gets to them (graph.c). */
+void sim_event_record_on(CUevent ev, struct sim_stream *s)
+{
+    struct sim_event *e = as_event(ev);
+    if (!e)
+        return;
+    sim_stamp_record(&e->stamp, s->lane, !(e->flags & CU_EVENT_DISABLE_TIMING));
+    s->last = e->stamp.count ? e->stamp.count : s->last;
+    e->recorded = 1;
+}
+
+void sim_event_wait_on(CUevent ev, struct sim_stream *s)
+{
+    struct sim_event *e = as_event(ev);
+    uint64_t c = e && e->recorded ? sim_submit_wait(s->lane, &e->stamp) : 0;
+    if (c)
+        s->last = c;
+}
+
 static CUresult stream_wait_event(CUstream h, CUevent e, int pt)
 {
     struct sim_stream *s;

@@ -92,6 +92,7 @@ struct sim_node {
         } alloc;
         struct sim_gmem *freed;
         struct sim_graph *child;
+        CUevent event; /* an event record or wait node's */
         struct {
             CUgraphConditionalHandle handle;
             CUgraphConditionalNodeType type;
@@ -929,6 +930,74 @@ SIM_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph,
 /* A set of height rows of width elements of elementSize (1, 2 or 4)
  * bytes, pitch bytes apart, in device memory of the context's device (the
  * driver checks the range when the node is added). */
+/* Event nodes: the event recorded, or waited for, where the launch's
+ * stream gets to the node. */
+static CUresult add_event_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                               size_t numDependencies, CUevent event, CUgraphNodeType type)
+{
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!phGraphNode || !as_graph(hGraph))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!sim_event_valid(event))
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct sim_node *n = node_new(type);
+    if (n)
+        n->u.event = event;
+    return sim_graph_add_node(phGraphNode, hGraph, dependencies, numDependencies, n);
+}
+
+SIM_EXPORT CUresult cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                              size_t numDependencies, CUevent event)
+{
+    return add_event_node(phGraphNode, hGraph, dependencies, numDependencies, event, CU_GRAPH_NODE_TYPE_EVENT_RECORD);
+}
+
+SIM_EXPORT CUresult cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                            size_t numDependencies, CUevent event)
+{
+    return add_event_node(phGraphNode, hGraph, dependencies, numDependencies, event, CU_GRAPH_NODE_TYPE_WAIT_EVENT);
+}
+
+static CUresult event_get(CUgraphNode hNode, CUgraphNodeType type, CUevent *out)
+{
+    struct sim_node *n = as_node(hNode);
+    if (!n || !out || n->type != type)
+        return CUDA_ERROR_INVALID_VALUE;
+    *out = n->u.event;
+    return CUDA_SUCCESS;
+}
+
+static CUresult event_set(struct sim_node *n, CUgraphNodeType type, CUevent event)
+{
+    if (!n || n->type != type)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!sim_event_valid(event))
+        return CUDA_ERROR_INVALID_HANDLE;
+    n->u.event = event;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuGraphEventRecordNodeGetEvent(CUgraphNode hNode, CUevent *event_out)
+{
+    return event_get(hNode, CU_GRAPH_NODE_TYPE_EVENT_RECORD, event_out);
+}
+
+SIM_EXPORT CUresult cuGraphEventWaitNodeGetEvent(CUgraphNode hNode, CUevent *event_out)
+{
+    return event_get(hNode, CU_GRAPH_NODE_TYPE_WAIT_EVENT, event_out);
+}
+
+SIM_EXPORT CUresult cuGraphEventRecordNodeSetEvent(CUgraphNode hNode, CUevent event)
+{
+    return event_set(as_node(hNode), CU_GRAPH_NODE_TYPE_EVENT_RECORD, event);
+}
+
+SIM_EXPORT CUresult cuGraphEventWaitNodeSetEvent(CUgraphNode hNode, CUevent event)
+{
+    return event_set(as_node(hNode), CU_GRAPH_NODE_TYPE_WAIT_EVENT, event);
+}
+
 /* A set of height rows of width elements of elementSize (1, 2 or 4) bytes
  * in memory of the device's. */
 static int memset_ok(const CUDA_MEMSET_NODE_PARAMS *m)
@@ -1364,6 +1433,8 @@ static void run_nodes(struct sim_stream *s, const struct sim_exec *x)
                 sim_fill((char *)n->u.set.dst + y * n->u.set.pitch, n->u.set.v, n->u.set.n, n->u.set.width);
             break;
         case CU_GRAPH_NODE_TYPE_HOST: sim_host_enqueue(s, n->u.host.fn, NULL, NULL, n->u.host.data); break;
+        case CU_GRAPH_NODE_TYPE_EVENT_RECORD: sim_event_record_on(n->u.event, s); break;
+        case CU_GRAPH_NODE_TYPE_WAIT_EVENT: sim_event_wait_on(n->u.event, s); break;
         default: break;
         }
     }
@@ -1770,6 +1841,20 @@ SIM_EXPORT CUresult cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraph
     c->u.host.fn = nodeParams->fn;
     c->u.host.data = nodeParams->userData;
     return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuGraphExecEventRecordNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event)
+{
+    struct sim_exec *x = as_exec(hGraphExec);
+    struct sim_node *n = as_node(hNode);
+    return event_set(x && n ? exec_copy(x, n) : NULL, CU_GRAPH_NODE_TYPE_EVENT_RECORD, event);
+}
+
+SIM_EXPORT CUresult cuGraphExecEventWaitNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event)
+{
+    struct sim_exec *x = as_exec(hGraphExec);
+    struct sim_node *n = as_node(hNode);
+    return event_set(x && n ? exec_copy(x, n) : NULL, CU_GRAPH_NODE_TYPE_WAIT_EVENT, event);
 }
 
 /* Kernel, copy and memset nodes of an executable may be turned off. */

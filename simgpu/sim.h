@@ -369,6 +369,20 @@ void sim_graph_ctx_release(struct sim_ctx *ctx);
 /* A conditional handle's value, as a kernel sets it (the builtin setcond). */
 void sim_cond_set(CUgraphConditionalHandle h, unsigned value);
 
+int sim_event_valid(CUevent e);
+void sim_event_record_on(CUevent e, struct sim_stream *s);
+void sim_event_wait_on(CUevent e, struct sim_stream *s);
+CUresult cuGraphEventRecordNodeGetEvent(CUgraphNode hNode, CUevent *event_out);
+CUresult cuGraphEventRecordNodeSetEvent(CUgraphNode hNode, CUevent event);
+CUresult cuGraphEventWaitNodeGetEvent(CUgraphNode hNode, CUevent *event_out);
+CUresult cuGraphEventWaitNodeSetEvent(CUgraphNode hNode, CUevent event);
+CUresult cuGraphExecEventRecordNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event);
+CUresult cuGraphExecEventWaitNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event);
+CUresult cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                   size_t numDependencies, CUevent event);
+CUresult cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                 size_t numDependencies, CUevent event);
+
 /* Entry points the shim does not hook (api/cuda.api), which the simulated
  * GPU gives too (core.c resolves them). */
 CUresult cuStreamWriteValue32_v2(CUstream s, CUdeviceptr addr, cuuint32_t v, unsigned int flags);

@@ -6101,6 +6101,90 @@ FGR_EXPORT CUresult cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph hG
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuGraphEventRecordNodeGetEvent(CUgraphNode hNode, CUevent *event_out)
+{
+    CUresult fgr_r;
+    uint64_t n_event_out = event_out ? sizeof(CUevent) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphEventRecordNodeGetEvent, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u8(&fgr_c.w, event_out != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, event_out, n_event_out, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphEventRecordNodeSetEvent(CUgraphNode hNode, CUevent event)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphEventRecordNodeSetEvent, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)event);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphEventWaitNodeGetEvent(CUgraphNode hNode, CUevent *event_out)
+{
+    CUresult fgr_r;
+    uint64_t n_event_out = event_out ? sizeof(CUevent) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphEventWaitNodeGetEvent, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u8(&fgr_c.w, event_out != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, event_out, n_event_out, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphEventWaitNodeSetEvent(CUgraphNode hNode, CUevent event)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphEventWaitNodeSetEvent, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)event);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphExecEventRecordNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphExecEventRecordNodeSetEvent, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraphExec);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)event);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphExecEventWaitNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphExecEventWaitNodeSetEvent, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraphExec);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)event);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t *flags)
 {
     CUresult fgr_r;
@@ -6592,6 +6676,12 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuGraphDestroyNode] = "cuGraphDestroyNode",
     [FGR_OP_cuGraphAddEventRecordNode] = "cuGraphAddEventRecordNode",
     [FGR_OP_cuGraphAddEventWaitNode] = "cuGraphAddEventWaitNode",
+    [FGR_OP_cuGraphEventRecordNodeGetEvent] = "cuGraphEventRecordNodeGetEvent",
+    [FGR_OP_cuGraphEventRecordNodeSetEvent] = "cuGraphEventRecordNodeSetEvent",
+    [FGR_OP_cuGraphEventWaitNodeGetEvent] = "cuGraphEventWaitNodeGetEvent",
+    [FGR_OP_cuGraphEventWaitNodeSetEvent] = "cuGraphEventWaitNodeSetEvent",
+    [FGR_OP_cuGraphExecEventRecordNodeSetEvent] = "cuGraphExecEventRecordNodeSetEvent",
+    [FGR_OP_cuGraphExecEventWaitNodeSetEvent] = "cuGraphExecEventWaitNodeSetEvent",
     [FGR_OP_cuGraphExecGetFlags] = "cuGraphExecGetFlags",
     [FGR_OP_cuGraphConditionalHandleCreate] = "cuGraphConditionalHandleCreate",
     [FGR_OP_fgrGraphAddConditionalNode] = "fgrGraphAddConditionalNode",
@@ -7106,6 +7196,12 @@ const struct fg_proc fgr_procs[] = {
     {"cuGraphDestroyNode", "cuGraphDestroyNode", 10000, 0, (void *)cuGraphDestroyNode},
     {"cuGraphAddEventRecordNode", "cuGraphAddEventRecordNode", 11010, 0, (void *)cuGraphAddEventRecordNode},
     {"cuGraphAddEventWaitNode", "cuGraphAddEventWaitNode", 11010, 0, (void *)cuGraphAddEventWaitNode},
+    {"cuGraphEventRecordNodeGetEvent", "cuGraphEventRecordNodeGetEvent", 11010, 0, (void *)cuGraphEventRecordNodeGetEvent},
+    {"cuGraphEventRecordNodeSetEvent", "cuGraphEventRecordNodeSetEvent", 11010, 0, (void *)cuGraphEventRecordNodeSetEvent},
+    {"cuGraphEventWaitNodeGetEvent", "cuGraphEventWaitNodeGetEvent", 11010, 0, (void *)cuGraphEventWaitNodeGetEvent},
+    {"cuGraphEventWaitNodeSetEvent", "cuGraphEventWaitNodeSetEvent", 11010, 0, (void *)cuGraphEventWaitNodeSetEvent},
+    {"cuGraphExecEventRecordNodeSetEvent", "cuGraphExecEventRecordNodeSetEvent", 11010, 0, (void *)cuGraphExecEventRecordNodeSetEvent},
+    {"cuGraphExecEventWaitNodeSetEvent", "cuGraphExecEventWaitNodeSetEvent", 11010, 0, (void *)cuGraphExecEventWaitNodeSetEvent},
     {"cuGraphExecGetFlags", "cuGraphExecGetFlags", 12000, 0, (void *)cuGraphExecGetFlags},
     {"cuGraphConditionalHandleCreate", "cuGraphConditionalHandleCreate", 12030, 0, (void *)cuGraphConditionalHandleCreate},
     {"cuGraphAddNode", "cuGraphAddNode", 12020, 0, (void *)cuGraphAddNode},

@@ -351,6 +351,12 @@ typedef CUresult (*pfn_fgrGraphHostRead)(CUevent done, CUdeviceptr src, void *ds
 typedef CUresult (*pfn_cuGraphDestroyNode)(CUgraphNode hNode);
 typedef CUresult (*pfn_cuGraphAddEventRecordNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);
 typedef CUresult (*pfn_cuGraphAddEventWaitNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);
+typedef CUresult (*pfn_cuGraphEventRecordNodeGetEvent)(CUgraphNode hNode, CUevent *event_out);
+typedef CUresult (*pfn_cuGraphEventRecordNodeSetEvent)(CUgraphNode hNode, CUevent event);
+typedef CUresult (*pfn_cuGraphEventWaitNodeGetEvent)(CUgraphNode hNode, CUevent *event_out);
+typedef CUresult (*pfn_cuGraphEventWaitNodeSetEvent)(CUgraphNode hNode, CUevent event);
+typedef CUresult (*pfn_cuGraphExecEventRecordNodeSetEvent)(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event);
+typedef CUresult (*pfn_cuGraphExecEventWaitNodeSetEvent)(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event);
 typedef CUresult (*pfn_cuGraphExecGetFlags)(CUgraphExec hGraphExec, cuuint64_t *flags);
 typedef CUresult (*pfn_cuGraphConditionalHandleCreate)(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue, unsigned int flags);
 typedef CUresult (*pfn_fgrGraphAddConditionalNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphConditionalHandle handle, unsigned int type, unsigned int size, CUcontext ctx, CUgraph *bodies);
@@ -7956,6 +7962,132 @@ static CUresult op_cuGraphAddEventWaitNode(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_cuGraphEventRecordNodeGetEvent(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    int has_event_out = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUevent *event_out = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("cuGraphEventRecordNodeGetEvent", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_event_out && !(event_out = fgr_out(q, sizeof(CUevent))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphEventRecordNodeGetEvent)fgr_real[FGR_OP_cuGraphEventRecordNodeGetEvent])(hNode, event_out);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (event_out)
+            fgr_add(FGR_H_CUevent, (uint64_t)(uintptr_t)*event_out, FGR_H_CUcontext, fgr_ctx);
+        if (fgr_out_n(FGR_H_CUevent, event_out, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_event_out)
+        fgr_reply_out(q, event_out, sizeof(CUevent), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphEventRecordNodeSetEvent(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    CUevent event = (CUevent)(uintptr_t)fgr_in(FGR_H_CUevent, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("cuGraphEventRecordNodeSetEvent", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)event)))
+        fgr_r = fgr_refuse("cuGraphEventRecordNodeSetEvent", "event", (uint64_t)(uintptr_t)event, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphEventRecordNodeSetEvent)fgr_real[FGR_OP_cuGraphEventRecordNodeSetEvent])(hNode, event);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphEventWaitNodeGetEvent(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    int has_event_out = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUevent *event_out = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("cuGraphEventWaitNodeGetEvent", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_event_out && !(event_out = fgr_out(q, sizeof(CUevent))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphEventWaitNodeGetEvent)fgr_real[FGR_OP_cuGraphEventWaitNodeGetEvent])(hNode, event_out);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (event_out)
+            fgr_add(FGR_H_CUevent, (uint64_t)(uintptr_t)*event_out, FGR_H_CUcontext, fgr_ctx);
+        if (fgr_out_n(FGR_H_CUevent, event_out, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_event_out)
+        fgr_reply_out(q, event_out, sizeof(CUevent), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphEventWaitNodeSetEvent(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    CUevent event = (CUevent)(uintptr_t)fgr_in(FGR_H_CUevent, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("cuGraphEventWaitNodeSetEvent", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)event)))
+        fgr_r = fgr_refuse("cuGraphEventWaitNodeSetEvent", "event", (uint64_t)(uintptr_t)event, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphEventWaitNodeSetEvent)fgr_real[FGR_OP_cuGraphEventWaitNodeSetEvent])(hNode, event);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphExecEventRecordNodeSetEvent(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_in(FGR_H_CUgraphExec, fgr_get_u64(rd));
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    CUevent event = (CUevent)(uintptr_t)fgr_in(FGR_H_CUevent, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec)))
+        fgr_r = fgr_refuse("cuGraphExecEventRecordNodeSetEvent", "hGraphExec", (uint64_t)(uintptr_t)hGraphExec, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("cuGraphExecEventRecordNodeSetEvent", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)event)))
+        fgr_r = fgr_refuse("cuGraphExecEventRecordNodeSetEvent", "event", (uint64_t)(uintptr_t)event, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphExecEventRecordNodeSetEvent)fgr_real[FGR_OP_cuGraphExecEventRecordNodeSetEvent])(hGraphExec, hNode, event);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphExecEventWaitNodeSetEvent(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_in(FGR_H_CUgraphExec, fgr_get_u64(rd));
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    CUevent event = (CUevent)(uintptr_t)fgr_in(FGR_H_CUevent, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec)))
+        fgr_r = fgr_refuse("cuGraphExecEventWaitNodeSetEvent", "hGraphExec", (uint64_t)(uintptr_t)hGraphExec, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("cuGraphExecEventWaitNodeSetEvent", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)event)))
+        fgr_r = fgr_refuse("cuGraphExecEventWaitNodeSetEvent", "event", (uint64_t)(uintptr_t)event, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphExecEventWaitNodeSetEvent)fgr_real[FGR_OP_cuGraphExecEventWaitNodeSetEvent])(hGraphExec, hNode, event);
+    return fgr_r;
+}
+
 static CUresult op_cuGraphExecGetFlags(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -8677,6 +8809,12 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuGraphDestroyNode] = {"cuGraphDestroyNode", op_cuGraphDestroyNode, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphAddEventRecordNode] = {"cuGraphAddEventRecordNode", op_cuGraphAddEventRecordNode, 0, FGR_MAX_FRAME},
     [FGR_OP_cuGraphAddEventWaitNode] = {"cuGraphAddEventWaitNode", op_cuGraphAddEventWaitNode, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuGraphEventRecordNodeGetEvent] = {"cuGraphEventRecordNodeGetEvent", op_cuGraphEventRecordNodeGetEvent, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphEventRecordNodeSetEvent] = {"cuGraphEventRecordNodeSetEvent", op_cuGraphEventRecordNodeSetEvent, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphEventWaitNodeGetEvent] = {"cuGraphEventWaitNodeGetEvent", op_cuGraphEventWaitNodeGetEvent, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphEventWaitNodeSetEvent] = {"cuGraphEventWaitNodeSetEvent", op_cuGraphEventWaitNodeSetEvent, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphExecEventRecordNodeSetEvent] = {"cuGraphExecEventRecordNodeSetEvent", op_cuGraphExecEventRecordNodeSetEvent, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphExecEventWaitNodeSetEvent] = {"cuGraphExecEventWaitNodeSetEvent", op_cuGraphExecEventWaitNodeSetEvent, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphExecGetFlags] = {"cuGraphExecGetFlags", op_cuGraphExecGetFlags, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphConditionalHandleCreate] = {"cuGraphConditionalHandleCreate", op_cuGraphConditionalHandleCreate, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrGraphAddConditionalNode] = {"fgrGraphAddConditionalNode", op_fgrGraphAddConditionalNode, 0, FGR_MAX_FRAME},

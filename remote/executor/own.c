@@ -25,6 +25,7 @@ struct ent {
     uint32_t refs; /* references beyond the first (a physical allocation's retains) */
     uint32_t name; /* its index in names (NO_NAME: none) */
     uint8_t kind, okind; /* 0: empty slot; FGR_H_DEAD: removed */
+    uint64_t shadow; /* the name the client gave it (a shadow handle's), which answers give back */
 };
 #define NO_NAME UINT32_MAX
 #define FGR_H_DEAD 0xff
@@ -346,7 +347,7 @@ void fgr_add(int kind, uint64_t v, int okind, uint64_t owner)
         used++;
     /* Device ranges and shadow entries are not handed out by name. */
     uint32_t n = kind < FGR_H_MEM ? name_new(kind, v) : NO_NAME;
-    tab[i] = (struct ent){v, owner, fgr_journal_attach(NULL), 0, n, (uint8_t)kind, (uint8_t)okind};
+    tab[i] = (struct ent){v, owner, fgr_journal_attach(NULL), 0, n, (uint8_t)kind, (uint8_t)okind, 0};
 }
 
 int fgr_owned_by(int kind, uint64_t v, int okind)
@@ -390,7 +391,13 @@ static struct range *range_of(uint64_t p);
  * when the handle does. */
 #define SHADOWED 0x40
 
-void fgr_shadow_add(int kind, uint64_t id, uint64_t real) { fgr_add(kind | SHADOWED, id, kind, real); }
+void fgr_shadow_add(int kind, uint64_t id, uint64_t real)
+{
+    fgr_add(kind | SHADOWED, id, kind, real);
+    struct ent *e = find(kind, real);
+    if (e)
+        e->shadow = id;
+}
 
 /* The first name of the request being served that fgr_in refused, as
  * the client sent it: what a refusal logs, rather than FGR_BAD_HANDLE. */
@@ -445,7 +452,7 @@ int fgr_out_n(int kind, void *arr, uint64_t n)
         struct ent *e = v ? find(kind, v) : NULL;
         if (!e && v && kind == FGR_H_CUfunction)
             e = find(FGR_H_CUkernel, v);
-        uint64_t name = e && e->name != NO_NAME ? name_value(e->name) : 0;
+        uint64_t name = e && e->shadow ? e->shadow : e && e->name != NO_NAME ? name_value(e->name) : 0;
         bad |= v && !name; /* never the driver's value: NULL in its place */
         memcpy((char *)arr + 8 * i, &name, 8);
     }

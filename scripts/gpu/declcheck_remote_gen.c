@@ -357,6 +357,18 @@ typedef CUresult (CUDAAPI *fg_sig_cuGraphAddEventRecordNode)(CUgraphNode *phGrap
 SAME(fg_sig_cuGraphAddEventRecordNode, PFN_cuGraphAddEventRecordNode_v11010);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphAddEventWaitNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);
 SAME(fg_sig_cuGraphAddEventWaitNode, PFN_cuGraphAddEventWaitNode_v11010);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphEventRecordNodeGetEvent)(CUgraphNode hNode, CUevent *event_out);
+SAME(fg_sig_cuGraphEventRecordNodeGetEvent, PFN_cuGraphEventRecordNodeGetEvent_v11010);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphEventRecordNodeSetEvent)(CUgraphNode hNode, CUevent event);
+SAME(fg_sig_cuGraphEventRecordNodeSetEvent, PFN_cuGraphEventRecordNodeSetEvent_v11010);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphEventWaitNodeGetEvent)(CUgraphNode hNode, CUevent *event_out);
+SAME(fg_sig_cuGraphEventWaitNodeGetEvent, PFN_cuGraphEventWaitNodeGetEvent_v11010);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphEventWaitNodeSetEvent)(CUgraphNode hNode, CUevent event);
+SAME(fg_sig_cuGraphEventWaitNodeSetEvent, PFN_cuGraphEventWaitNodeSetEvent_v11010);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphExecEventRecordNodeSetEvent)(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event);
+SAME(fg_sig_cuGraphExecEventRecordNodeSetEvent, PFN_cuGraphExecEventRecordNodeSetEvent_v11010);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphExecEventWaitNodeSetEvent)(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event);
+SAME(fg_sig_cuGraphExecEventWaitNodeSetEvent, PFN_cuGraphExecEventWaitNodeSetEvent_v11010);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphExecGetFlags)(CUgraphExec hGraphExec, cuuint64_t *flags);
 SAME(fg_sig_cuGraphExecGetFlags, PFN_cuGraphExecGetFlags_v12000);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphConditionalHandleCreate)(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue, unsigned int flags);

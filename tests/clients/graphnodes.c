@@ -15,6 +15,8 @@
  *     graphnodes host     a host node, in a graph launched four times; its
  *                         parameters read back and changed (the
  *                         executable's, the graph's)
+ *     graphnodes events   event record and wait nodes, their events read
+ *                         back and changed (the graph's, the executable's)
  *     graphnodes params   a memset node's parameters read back and changed
  *                         (the graph's, the executable's), its executable
  *                         copy turned off and on
@@ -119,6 +121,15 @@ static CUDA_MEMCPY3D copy_params(CUmemorytype st, const void *sh, CUdeviceptr sd
 }
 
 /* Not in the hooked table (api/cuda.api): declared here. */
+CUresult cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                   size_t numDependencies, CUevent event);
+CUresult cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                 size_t numDependencies, CUevent event);
+CUresult cuGraphEventRecordNodeGetEvent(CUgraphNode hNode, CUevent *event_out);
+CUresult cuGraphEventRecordNodeSetEvent(CUgraphNode hNode, CUevent event);
+CUresult cuGraphEventWaitNodeGetEvent(CUgraphNode hNode, CUevent *event_out);
+CUresult cuGraphExecEventRecordNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event);
+CUresult cuGraphExecEventWaitNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event);
 CUresult cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D *nodeParams);
 CUresult cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_MEMCPY3D *nodeParams);
 CUresult cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PARAMS *nodeParams);
@@ -797,6 +808,71 @@ static int params(CUcontext ctx)
     return 0;
 }
 
+/* Event nodes: a record node and a wait node, their events read back and
+ * changed (the graph's, the executable's), the recorded event waited for
+ * and timed against one recorded before the launch. */
+static int events(CUcontext ctx)
+{
+    CUstream st, other;
+    CUdeviceptr b;
+    CUevent before, e1, e2, gate;
+    CUgraph g;
+    CUgraphNode set, rec, wait;
+    CHECK(cuStreamCreate(&st, 0));
+    CHECK(cuStreamCreate(&other, 0));
+    CHECK(cuMemAlloc_v2(&b, ROW));
+    CHECK(cuEventCreate(&before, 0));
+    CHECK(cuEventCreate(&e1, 0));
+    CHECK(cuEventCreate(&e2, 0));
+    CHECK(cuEventCreate(&gate, 0));
+    CHECK(cuEventRecord(gate, other));
+    CHECK(cuGraphCreate(&g, 0));
+    CHECK(cuGraphAddEventWaitNode(&wait, g, NULL, 0, gate));
+    CUDA_MEMSET_NODE_PARAMS sp = set_params(b, 0x5a, 1, ROW, 1, 0);
+    CHECK(cuGraphAddMemsetNode(&set, g, &wait, 1, &sp, ctx));
+    CHECK(cuGraphAddEventRecordNode(&rec, g, &set, 1, e1));
+    CUevent got = NULL;
+    CHECK(cuGraphEventRecordNodeGetEvent(rec, &got));
+    printf("record node's event: e1 %s\n", got == e1 ? "yes" : "no");
+    CHECK(cuGraphEventWaitNodeGetEvent(wait, &got));
+    printf("wait node's event: gate %s\n", got == gate ? "yes" : "no");
+    printf("a memset node's event: %s\n", result_name(cuGraphEventRecordNodeGetEvent(set, &got)));
+    printf("a record node's wait event: %s\n", result_name(cuGraphEventWaitNodeGetEvent(rec, &got)));
+    CUgraphNodeType tr, tw;
+    CHECK(cuGraphNodeGetType(rec, &tr));
+    CHECK(cuGraphNodeGetType(wait, &tw));
+    printf("types: record %d, wait %d\n", (int)tr, (int)tw);
+    CUgraphExec x;
+    CHECK(cuGraphInstantiateWithFlags(&x, g, 0));
+    CHECK(cuGraphEventRecordNodeSetEvent(rec, e2));
+    CHECK(cuGraphEventRecordNodeGetEvent(rec, &got));
+    printf("the graph's node set to e2: %s\n", got == e2 ? "yes" : "no");
+    CHECK(cuEventRecord(before, st));
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuEventSynchronize(e1));
+    float ms = -1;
+    CHECK(cuEventElapsedTime_v2(&ms, before, e1));
+    printf("the executable recorded e1 (its copy kept it): %s, after the event before it: %s\n",
+           result_name(cuEventQuery(e1)), ms >= 0 ? "yes" : "no");
+    CHECK(cuGraphExecEventRecordNodeSetEvent(x, rec, e2));
+    CHECK(cuGraphExecEventWaitNodeSetEvent(x, wait, before));
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    printf("then e2: %s\n", result_name(cuEventQuery(e2)));
+    printf("set to no event: %s\n", result_name(cuGraphExecEventRecordNodeSetEvent(x, rec, NULL)));
+    unsigned char h[ROW];
+    CHECK(cuMemcpyDtoH_v2(h, b, ROW));
+    print_bytes("set", h, 4);
+    CHECK(cuGraphExecDestroy(x));
+    CHECK(cuGraphDestroy(g));
+    CHECK(cuEventDestroy_v2(before));
+    CHECK(cuEventDestroy_v2(e1));
+    CHECK(cuEventDestroy_v2(e2));
+    CHECK(cuEventDestroy_v2(gate));
+    CHECK(cuMemFree_v2(b));
+    return 0;
+}
+
 static int calls;
 
 struct seen {
@@ -1388,6 +1464,8 @@ int main(int argc, char **argv)
         return hostile(ctx);
     if (argc > 1 && strcmp(argv[1], "host") == 0)
         return host(ctx);
+    if (argc > 1 && strcmp(argv[1], "events") == 0)
+        return events(ctx);
     if (argc > 1 && strcmp(argv[1], "params") == 0)
         return params(ctx);
     if (argc > 1 && strcmp(argv[1], "hostread") == 0)

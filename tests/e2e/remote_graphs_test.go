@@ -112,6 +112,19 @@ func TestRemoteGraphHostNode(t *testing.T) {
 	printsAsLocally(t, local, []string{"graphnodes", "host"}, "shm", "unix", "tcp", "tls")
 }
 
+// Event record and wait nodes run, and their events read back as the
+// program's handles and changed (the graph's node, the executable's copy),
+// as locally.
+func TestRemoteGraphEventNodes(t *testing.T) {
+	e := newEnv(t)
+	local := e.run("graphnodes", "events")
+	if local.code != 0 || !strings.Contains(local.stdout, "record node's event: e1 yes\nwait node's event: gate yes") ||
+		!strings.Contains(local.stdout, "the executable recorded e1 (its copy kept it): CUDA_SUCCESS, after the event before it: yes\nthen e2: CUDA_SUCCESS") {
+		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
+	}
+	printsAsLocally(t, local, []string{"graphnodes", "events"}, "shm", "unix", "tcp")
+}
+
 // A memset node's parameters are read and changed, on the graph's node and
 // an executable's copy (in the connection's memory alone), and an
 // executable's node is turned off and on, as locally.
