@@ -354,35 +354,37 @@ enum fgr_op {
     FGR_OP_fgrGraphHostFree = 345,
     FGR_OP_fgrGraphLaunchHost = 346,
     FGR_OP_fgrGraphHostRead = 347,
-    FGR_OP_cuGraphDestroyNode = 348,
-    FGR_OP_cuGraphAddEventRecordNode = 349,
-    FGR_OP_cuGraphAddEventWaitNode = 350,
-    FGR_OP_cuGraphEventRecordNodeGetEvent = 351,
-    FGR_OP_cuGraphEventRecordNodeSetEvent = 352,
-    FGR_OP_cuGraphEventWaitNodeGetEvent = 353,
-    FGR_OP_cuGraphEventWaitNodeSetEvent = 354,
-    FGR_OP_cuGraphExecEventRecordNodeSetEvent = 355,
-    FGR_OP_cuGraphExecEventWaitNodeSetEvent = 356,
-    FGR_OP_cuGraphExecGetFlags = 357,
-    FGR_OP_cuGraphConditionalHandleCreate = 358,
-    FGR_OP_fgrGraphAddConditionalNode = 359,
-    FGR_OP_fgrGraphConditionalNodeGetParams = 360,
-    FGR_OP_fgrGraphConditionalNodeSetParams = 361,
-    FGR_OP_cuGraphExecUpdate_v2 = 362,
-    FGR_OP_xt_ctx = 363,
-    FGR_OP_xt_ctx_39 = 364,
-    FGR_OP_xt_ctx_51 = 365,
-    FGR_OP_xt_simA = 366,
-    FGR_OP_xt_simA_1 = 367,
-    FGR_OP_xt_simA_2 = 368,
-    FGR_OP_xt_simA_7 = 369,
-    FGR_OP_xt_simB = 370,
-    FGR_OP_xt_simB_1 = 371,
-    FGR_OP_xt_simB_2 = 372,
-    FGR_NUM_OPS = 373
+    FGR_OP_cuGraphMemFreeNodeGetParams = 348,
+    FGR_OP_cuGraphNodeFindInClone = 349,
+    FGR_OP_cuGraphDestroyNode = 350,
+    FGR_OP_cuGraphAddEventRecordNode = 351,
+    FGR_OP_cuGraphAddEventWaitNode = 352,
+    FGR_OP_cuGraphEventRecordNodeGetEvent = 353,
+    FGR_OP_cuGraphEventRecordNodeSetEvent = 354,
+    FGR_OP_cuGraphEventWaitNodeGetEvent = 355,
+    FGR_OP_cuGraphEventWaitNodeSetEvent = 356,
+    FGR_OP_cuGraphExecEventRecordNodeSetEvent = 357,
+    FGR_OP_cuGraphExecEventWaitNodeSetEvent = 358,
+    FGR_OP_cuGraphExecGetFlags = 359,
+    FGR_OP_cuGraphConditionalHandleCreate = 360,
+    FGR_OP_fgrGraphAddConditionalNode = 361,
+    FGR_OP_fgrGraphConditionalNodeGetParams = 362,
+    FGR_OP_fgrGraphConditionalNodeSetParams = 363,
+    FGR_OP_cuGraphExecUpdate_v2 = 364,
+    FGR_OP_xt_ctx = 365,
+    FGR_OP_xt_ctx_39 = 366,
+    FGR_OP_xt_ctx_51 = 367,
+    FGR_OP_xt_simA = 368,
+    FGR_OP_xt_simA_1 = 369,
+    FGR_OP_xt_simA_2 = 370,
+    FGR_OP_xt_simA_7 = 371,
+    FGR_OP_xt_simB = 372,
+    FGR_OP_xt_simB_1 = 373,
+    FGR_OP_xt_simB_2 = 374,
+    FGR_NUM_OPS = 375
 };
 
-#define FGR_OPS_HASH 0x9e79f01713e2bd66ULL
+#define FGR_OPS_HASH 0xee9690081f33a509ULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
@@ -621,6 +623,8 @@ CUresult fgrGraphHostAlloc(CUdeviceptr *dptr, size_t bytes);
 CUresult fgrGraphHostFree(CUdeviceptr dptr);
 CUresult fgrGraphLaunchHost(CUgraphExec hGraphExec, CUstream hStream, CUevent done, const CUdeviceptr *dsts, const size_t *sizes, unsigned int count, const void *src, size_t bytes);
 CUresult fgrGraphHostRead(CUevent done, CUdeviceptr src, void *dst, size_t bytes);
+CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdeviceptr *dptr_out);
+CUresult cuGraphNodeFindInClone(CUgraphNode *phNode, CUgraphNode hOriginalNode, CUgraph hClonedGraph);
 CUresult cuGraphDestroyNode(CUgraphNode hNode);
 CUresult cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);
 CUresult cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);

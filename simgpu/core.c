@@ -677,6 +677,8 @@ static const struct fg_proc unhooked_procs[] = {
      (void *)cuGraphExecMemsetNodeSetParams},
     {"cuGraphNodeSetEnabled", "cuGraphNodeSetEnabled", 11060, 0, (void *)cuGraphNodeSetEnabled},
     {"cuGraphNodeGetEnabled", "cuGraphNodeGetEnabled", 11060, 0, (void *)cuGraphNodeGetEnabled},
+    {"cuGraphNodeFindInClone", "cuGraphNodeFindInClone", 10000, 0, (void *)cuGraphNodeFindInClone},
+    {"cuGraphMemFreeNodeGetParams", "cuGraphMemFreeNodeGetParams", 11040, 0, (void *)cuGraphMemFreeNodeGetParams},
     {"cuGraphAddEventRecordNode", "cuGraphAddEventRecordNode", 11010, 0, (void *)cuGraphAddEventRecordNode},
     {"cuGraphAddEventWaitNode", "cuGraphAddEventWaitNode", 11010, 0, (void *)cuGraphAddEventWaitNode},
     {"cuGraphEventRecordNodeGetEvent", "cuGraphEventRecordNodeGetEvent", 11010, 0,

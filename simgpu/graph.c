@@ -103,6 +103,7 @@ struct sim_node {
         } cond;
     } u;
     const struct sim_node *orig; /* an executable's copy: the graph's node */
+    const struct sim_node *cloned; /* a clone's node: the original graph's */
     int disabled;                /* an executable's copy, turned off (cuGraphNodeSetEnabled) */
 };
 
@@ -536,13 +537,32 @@ static CUresult clone_bodies(struct sim_node *n)
 
 /* A copy of g (which has no memory nodes), edges dropped: inside a child
  * graph only the order matters to the simulation. */
+/* Of a node's dependencies in g, the clone c's nodes at their places. */
+static size_t clone_deps(const struct sim_graph *g, const struct sim_graph *c, const struct sim_node *n,
+                         struct sim_node **out)
+{
+    size_t k = 0;
+    for (size_t d = 0; d < n->ndeps; d++)
+        for (size_t j = 0; j < g->n && j < c->n; j++)
+            if (g->nodes[j] == n->deps[d])
+                out[k++] = c->nodes[j];
+    return k;
+}
+
+/* A copy of g, node for node and edge for edge. */
 static struct sim_graph *clone_graph(const struct sim_graph *g)
 {
     struct sim_graph *c = sim_graph_new();
     for (size_t i = 0; c && i < g->n; i++) {
-        struct sim_node *n = node_new(g->nodes[i]->type);
+        struct sim_node *n = node_new(g->nodes[i]->type), **deps = calloc(g->nodes[i]->ndeps + 1, sizeof *deps);
+        size_t ndeps = deps ? clone_deps(g, c, g->nodes[i], deps) : 0;
+        if (n && !deps) {
+            free(n);
+            n = NULL;
+        }
         if (n) {
             n->u = g->nodes[i]->u;
+            n->cloned = g->nodes[i];
             if (n->type == CU_GRAPH_NODE_TYPE_GRAPH && !(n->u.child = clone_graph(g->nodes[i]->u.child))) {
                 free(n);
                 n = NULL;
@@ -552,14 +572,30 @@ static struct sim_graph *clone_graph(const struct sim_graph *g)
                 n = NULL;
             }
         }
-        if (!n || sim_graph_append(c, n, NULL, 0) != CUDA_SUCCESS) {
+        if (!n || sim_graph_append(c, n, deps, ndeps) != CUDA_SUCCESS) {
             if (n)
                 sim_node_destroy(n);
             sim_graph_destroy(c);
             c = NULL;
         }
+        free(deps);
     }
     return c;
+}
+
+/* The clone's node made from hOriginalNode. */
+SIM_EXPORT CUresult cuGraphNodeFindInClone(CUgraphNode *phNode, CUgraphNode hOriginalNode, CUgraph hClonedGraph)
+{
+    struct sim_graph *c = as_graph(hClonedGraph);
+    struct sim_node *o = as_node(hOriginalNode);
+    if (!phNode || !c || !o)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < c->n; i++)
+        if (c->nodes[i]->cloned == o) {
+            *phNode = (CUgraphNode)c->nodes[i];
+            return CUDA_SUCCESS;
+        }
+    return CUDA_ERROR_INVALID_VALUE;
 }
 
 SIM_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph,
@@ -1051,6 +1087,15 @@ SIM_EXPORT CUresult cuGraphMemsetNodeSetParams(CUgraphNode hNode, const CUDA_MEM
     if (!n || n->type != CU_GRAPH_NODE_TYPE_MEMSET || !memset_ok(nodeParams))
         return CUDA_ERROR_INVALID_VALUE;
     memset_take(n, nodeParams);
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdeviceptr *dptr_out)
+{
+    struct sim_node *n = as_node(hNode);
+    if (!n || !dptr_out || n->type != CU_GRAPH_NODE_TYPE_MEM_FREE)
+        return CUDA_ERROR_INVALID_VALUE;
+    *dptr_out = (CUdeviceptr)n->u.freed->base;
     return CUDA_SUCCESS;
 }
 

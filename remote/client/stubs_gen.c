@@ -6047,6 +6047,37 @@ FGR_EXPORT CUresult fgrGraphHostRead(CUevent done, CUdeviceptr src, void *dst, s
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdeviceptr *dptr_out)
+{
+    CUresult fgr_r;
+    uint64_t n_dptr_out = dptr_out ? sizeof(CUdeviceptr) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphMemFreeNodeGetParams, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u8(&fgr_c.w, dptr_out != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dptr_out, n_dptr_out, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphNodeFindInClone(CUgraphNode *phNode, CUgraphNode hOriginalNode, CUgraph hClonedGraph)
+{
+    CUresult fgr_r;
+    uint64_t n_phNode = phNode ? sizeof(CUgraphNode) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphNodeFindInClone, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hOriginalNode);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hClonedGraph);
+    fgr_put_u8(&fgr_c.w, phNode != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phNode, n_phNode, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuGraphDestroyNode(CUgraphNode hNode)
 {
     CUresult fgr_r;
@@ -6673,6 +6704,8 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_fgrGraphHostFree] = "fgrGraphHostFree",
     [FGR_OP_fgrGraphLaunchHost] = "fgrGraphLaunchHost",
     [FGR_OP_fgrGraphHostRead] = "fgrGraphHostRead",
+    [FGR_OP_cuGraphMemFreeNodeGetParams] = "cuGraphMemFreeNodeGetParams",
+    [FGR_OP_cuGraphNodeFindInClone] = "cuGraphNodeFindInClone",
     [FGR_OP_cuGraphDestroyNode] = "cuGraphDestroyNode",
     [FGR_OP_cuGraphAddEventRecordNode] = "cuGraphAddEventRecordNode",
     [FGR_OP_cuGraphAddEventWaitNode] = "cuGraphAddEventWaitNode",
@@ -7193,6 +7226,8 @@ const struct fg_proc fgr_procs[] = {
     {"fgrGraphHostFree", "fgrGraphHostFree", 0, 0, (void *)fgrGraphHostFree},
     {"fgrGraphLaunchHost", "fgrGraphLaunchHost", 0, 0, (void *)fgrGraphLaunchHost},
     {"fgrGraphHostRead", "fgrGraphHostRead", 0, 0, (void *)fgrGraphHostRead},
+    {"cuGraphMemFreeNodeGetParams", "cuGraphMemFreeNodeGetParams", 11040, 0, (void *)cuGraphMemFreeNodeGetParams},
+    {"cuGraphNodeFindInClone", "cuGraphNodeFindInClone", 10000, 0, (void *)cuGraphNodeFindInClone},
     {"cuGraphDestroyNode", "cuGraphDestroyNode", 10000, 0, (void *)cuGraphDestroyNode},
     {"cuGraphAddEventRecordNode", "cuGraphAddEventRecordNode", 11010, 0, (void *)cuGraphAddEventRecordNode},
     {"cuGraphAddEventWaitNode", "cuGraphAddEventWaitNode", 11010, 0, (void *)cuGraphAddEventWaitNode},

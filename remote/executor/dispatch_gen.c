@@ -348,6 +348,8 @@ typedef CUresult (*pfn_fgrGraphHostAlloc)(CUdeviceptr *dptr, size_t bytes);
 typedef CUresult (*pfn_fgrGraphHostFree)(CUdeviceptr dptr);
 typedef CUresult (*pfn_fgrGraphLaunchHost)(CUgraphExec hGraphExec, CUstream hStream, CUevent done, const CUdeviceptr *dsts, const size_t *sizes, unsigned int count, const void *src, size_t bytes);
 typedef CUresult (*pfn_fgrGraphHostRead)(CUevent done, CUdeviceptr src, void *dst, size_t bytes);
+typedef CUresult (*pfn_cuGraphMemFreeNodeGetParams)(CUgraphNode hNode, CUdeviceptr *dptr_out);
+typedef CUresult (*pfn_cuGraphNodeFindInClone)(CUgraphNode *phNode, CUgraphNode hOriginalNode, CUgraph hClonedGraph);
 typedef CUresult (*pfn_cuGraphDestroyNode)(CUgraphNode hNode);
 typedef CUresult (*pfn_cuGraphAddEventRecordNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);
 typedef CUresult (*pfn_cuGraphAddEventWaitNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);
@@ -7877,6 +7879,55 @@ static CUresult op_fgrGraphHostRead(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_cuGraphMemFreeNodeGetParams(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    int has_dptr_out = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUdeviceptr *dptr_out = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("cuGraphMemFreeNodeGetParams", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_dptr_out && !(dptr_out = fgr_out(q, sizeof(CUdeviceptr))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphMemFreeNodeGetParams)fgr_real[FGR_OP_cuGraphMemFreeNodeGetParams])(hNode, dptr_out);
+    if (has_dptr_out)
+        fgr_reply_out(q, dptr_out, sizeof(CUdeviceptr), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphNodeFindInClone(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphNode hOriginalNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    CUgraph hClonedGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    int has_phNode = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraphNode *phNode = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hOriginalNode)))
+        fgr_r = fgr_refuse("cuGraphNodeFindInClone", "hOriginalNode", (uint64_t)(uintptr_t)hOriginalNode, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hClonedGraph)))
+        fgr_r = fgr_refuse("cuGraphNodeFindInClone", "hClonedGraph", (uint64_t)(uintptr_t)hClonedGraph, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_phNode && !(phNode = fgr_out(q, sizeof(CUgraphNode))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphNodeFindInClone)fgr_real[FGR_OP_cuGraphNodeFindInClone])(phNode, hOriginalNode, hClonedGraph);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phNode)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hClonedGraph);
+        if (fgr_out_n(FGR_H_CUgraphNode, phNode, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_phNode)
+        fgr_reply_out(q, phNode, sizeof(CUgraphNode), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_cuGraphDestroyNode(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -8806,6 +8857,8 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_fgrGraphHostFree] = {"fgrGraphHostFree", op_fgrGraphHostFree, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrGraphLaunchHost] = {"fgrGraphLaunchHost", op_fgrGraphLaunchHost, 0, FGR_MAX_FRAME},
     [FGR_OP_fgrGraphHostRead] = {"fgrGraphHostRead", op_fgrGraphHostRead, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphMemFreeNodeGetParams] = {"cuGraphMemFreeNodeGetParams", op_cuGraphMemFreeNodeGetParams, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphNodeFindInClone] = {"cuGraphNodeFindInClone", op_cuGraphNodeFindInClone, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphDestroyNode] = {"cuGraphDestroyNode", op_cuGraphDestroyNode, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphAddEventRecordNode] = {"cuGraphAddEventRecordNode", op_cuGraphAddEventRecordNode, 0, FGR_MAX_FRAME},
     [FGR_OP_cuGraphAddEventWaitNode] = {"cuGraphAddEventWaitNode", op_cuGraphAddEventWaitNode, 0, FGR_MAX_FRAME},

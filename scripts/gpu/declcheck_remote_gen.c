@@ -351,6 +351,10 @@ typedef CUresult (CUDAAPI *fg_sig_cuGraphHostNodeSetParams)(CUgraphNode hNode, c
 SAME(fg_sig_cuGraphHostNodeSetParams, PFN_cuGraphHostNodeSetParams_v10000);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphExecHostNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS *nodeParams);
 SAME(fg_sig_cuGraphExecHostNodeSetParams, PFN_cuGraphExecHostNodeSetParams_v10020);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphMemFreeNodeGetParams)(CUgraphNode hNode, CUdeviceptr *dptr_out);
+SAME(fg_sig_cuGraphMemFreeNodeGetParams, PFN_cuGraphMemFreeNodeGetParams_v11040);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphNodeFindInClone)(CUgraphNode *phNode, CUgraphNode hOriginalNode, CUgraph hClonedGraph);
+SAME(fg_sig_cuGraphNodeFindInClone, PFN_cuGraphNodeFindInClone_v10000);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphDestroyNode)(CUgraphNode hNode);
 SAME(fg_sig_cuGraphDestroyNode, PFN_cuGraphDestroyNode_v10000);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphAddEventRecordNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event);

@@ -121,6 +121,8 @@ static CUDA_MEMCPY3D copy_params(CUmemorytype st, const void *sh, CUdeviceptr sd
 }
 
 /* Not in the hooked table (api/cuda.api): declared here. */
+CUresult cuGraphNodeFindInClone(CUgraphNode *phNode, CUgraphNode hOriginalNode, CUgraph hClonedGraph);
+CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdeviceptr *dptr_out);
 CUresult cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                                    size_t numDependencies, CUevent event);
 CUresult cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
@@ -730,6 +732,27 @@ static int edges(CUcontext ctx)
     CHECK(cuGraphClone(&c, g));
     CHECK(cuGraphGetNodes(c, NULL, &n));
     printf("clone: %zu nodes\n", n);
+    CUgraphNode cjoin;
+    CHECK(cuGraphNodeFindInClone(&cjoin, join, c));
+    n = 4;
+    CHECK(cuGraphNodeGetDependencies(cjoin, v, &n));
+    printf("the clone's join found: %zu dependencies, its own nodes %s\n", n, v[0] != set && v[0] != copy ? "yes" : "no");
+    printf("a node not of the original: %s\n", result_name(cuGraphNodeFindInClone(&cjoin, cjoin, c)));
+    n = 0;
+    CHECK(cuGraphGetEdges(c, NULL, NULL, &n));
+    printf("the clone's edges: %zu\n", n);
+    /* A free node names what it frees. */
+    CUgraph gm;
+    CUgraphNode malloc_node, free_node;
+    CHECK(cuGraphCreate(&gm, 0));
+    CUDA_MEM_ALLOC_NODE_PARAMS ap = alloc_params(ABYTES);
+    CHECK(cuGraphAddMemAllocNode(&malloc_node, gm, NULL, 0, &ap));
+    CHECK(cuGraphAddMemFreeNode(&free_node, gm, &malloc_node, 1, ap.dptr));
+    CUdeviceptr freed = 0;
+    CHECK(cuGraphMemFreeNodeGetParams(free_node, &freed));
+    printf("the free node frees the allocation node's: %s\n", freed == ap.dptr ? "yes" : "no");
+    printf("an allocation node's: %s\n", result_name(cuGraphMemFreeNodeGetParams(malloc_node, &freed)));
+    CHECK(cuGraphDestroy(gm));
     CUgraphExec e;
     CHECK(cuGraphInstantiateWithFlags(&e, c, 0));
     CHECK(cuGraphLaunch(e, st));

@@ -25,12 +25,15 @@ func TestRemoteGraphNodesMatchLocal(t *testing.T) {
 // the memset it was made to follow), an edge twice or closing a cycle is
 // refused, an empty node joins, root nodes are counted, a child graph
 // runs inside, the edges and a node's neighbours read back name the
-// nodes the program holds, edges are removed, a clone runs.
+// nodes the program holds, edges are removed, a clone keeps the edges and
+// finds its nodes by the original's, a free node names what it frees, a
+// clone runs.
 func TestRemoteGraphEdgesMatchLocal(t *testing.T) {
 	e := newEnv(t)
 	local := e.run("graphnodes", "edges")
 	if local.code != 0 || !strings.Contains(local.stdout, "z: 0=33") || !strings.Contains(local.stdout, "48=55") || !strings.Contains(local.stdout, "roots after it: 1") ||
-		!strings.Contains(local.stdout, "edges: 5; B>A(0) B>C(0) A>C(0) C>D(0) C>E(0); the first 2: B>A B>C\nthe join's dependencies: B A\nits dependents: D E\nset2's dependents: 0\nedges: 4;") {
+		!strings.Contains(local.stdout, "edges: 5; B>A(0) B>C(0) A>C(0) C>D(0) C>E(0); the first 2: B>A B>C\nthe join's dependencies: B A\nits dependents: D E\nset2's dependents: 0\nedges: 4;") ||
+		!strings.Contains(local.stdout, "the clone's join found: 2 dependencies, its own nodes yes\na node not of the original: CUDA_ERROR_INVALID_VALUE\nthe clone's edges: 5\nthe free node frees the allocation node's: yes\n") {
 		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
 	}
 	printsAsLocally(t, local, []string{"graphnodes", "edges"}, "unix", "shm", "tcp")
