@@ -344,47 +344,50 @@ enum fgr_op {
     FGR_OP_cuGraphExecMemcpyNodeSetParams = 335,
     FGR_OP_cuGraphMemcpyNodeSetParams = 336,
     FGR_OP_cuGraphMemcpyNodeGetParams = 337,
-    FGR_OP_fgrGraphKernelNodeGetParams = 338,
-    FGR_OP_fgrGraphKernelNodeSetParams = 339,
-    FGR_OP_fgrGraphAddHostNode = 340,
-    FGR_OP_fgrGraphHostNodeGetId = 341,
-    FGR_OP_fgrGraphHostNodeSetId = 342,
-    FGR_OP_fgrGraphAddKernelNode = 343,
-    FGR_OP_fgrGraphHostAlloc = 344,
-    FGR_OP_fgrGraphHostFree = 345,
-    FGR_OP_fgrGraphLaunchHost = 346,
-    FGR_OP_fgrGraphHostRead = 347,
-    FGR_OP_cuGraphMemFreeNodeGetParams = 348,
-    FGR_OP_cuGraphNodeFindInClone = 349,
-    FGR_OP_cuGraphDestroyNode = 350,
-    FGR_OP_cuGraphAddEventRecordNode = 351,
-    FGR_OP_cuGraphAddEventWaitNode = 352,
-    FGR_OP_cuGraphEventRecordNodeGetEvent = 353,
-    FGR_OP_cuGraphEventRecordNodeSetEvent = 354,
-    FGR_OP_cuGraphEventWaitNodeGetEvent = 355,
-    FGR_OP_cuGraphEventWaitNodeSetEvent = 356,
-    FGR_OP_cuGraphExecEventRecordNodeSetEvent = 357,
-    FGR_OP_cuGraphExecEventWaitNodeSetEvent = 358,
-    FGR_OP_cuGraphExecGetFlags = 359,
-    FGR_OP_cuGraphConditionalHandleCreate = 360,
-    FGR_OP_fgrGraphAddConditionalNode = 361,
-    FGR_OP_fgrGraphConditionalNodeGetParams = 362,
-    FGR_OP_fgrGraphConditionalNodeSetParams = 363,
-    FGR_OP_cuGraphExecUpdate_v2 = 364,
-    FGR_OP_xt_ctx = 365,
-    FGR_OP_xt_ctx_39 = 366,
-    FGR_OP_xt_ctx_51 = 367,
-    FGR_OP_xt_simA = 368,
-    FGR_OP_xt_simA_1 = 369,
-    FGR_OP_xt_simA_2 = 370,
-    FGR_OP_xt_simA_7 = 371,
-    FGR_OP_xt_simB = 372,
-    FGR_OP_xt_simB_1 = 373,
-    FGR_OP_xt_simB_2 = 374,
-    FGR_NUM_OPS = 375
+    FGR_OP_cuGraphKernelNodeGetAttribute = 338,
+    FGR_OP_cuGraphKernelNodeSetAttribute = 339,
+    FGR_OP_cuGraphKernelNodeCopyAttributes = 340,
+    FGR_OP_fgrGraphKernelNodeGetParams = 341,
+    FGR_OP_fgrGraphKernelNodeSetParams = 342,
+    FGR_OP_fgrGraphAddHostNode = 343,
+    FGR_OP_fgrGraphHostNodeGetId = 344,
+    FGR_OP_fgrGraphHostNodeSetId = 345,
+    FGR_OP_fgrGraphAddKernelNode = 346,
+    FGR_OP_fgrGraphHostAlloc = 347,
+    FGR_OP_fgrGraphHostFree = 348,
+    FGR_OP_fgrGraphLaunchHost = 349,
+    FGR_OP_fgrGraphHostRead = 350,
+    FGR_OP_cuGraphMemFreeNodeGetParams = 351,
+    FGR_OP_cuGraphNodeFindInClone = 352,
+    FGR_OP_cuGraphDestroyNode = 353,
+    FGR_OP_cuGraphAddEventRecordNode = 354,
+    FGR_OP_cuGraphAddEventWaitNode = 355,
+    FGR_OP_cuGraphEventRecordNodeGetEvent = 356,
+    FGR_OP_cuGraphEventRecordNodeSetEvent = 357,
+    FGR_OP_cuGraphEventWaitNodeGetEvent = 358,
+    FGR_OP_cuGraphEventWaitNodeSetEvent = 359,
+    FGR_OP_cuGraphExecEventRecordNodeSetEvent = 360,
+    FGR_OP_cuGraphExecEventWaitNodeSetEvent = 361,
+    FGR_OP_cuGraphExecGetFlags = 362,
+    FGR_OP_cuGraphConditionalHandleCreate = 363,
+    FGR_OP_fgrGraphAddConditionalNode = 364,
+    FGR_OP_fgrGraphConditionalNodeGetParams = 365,
+    FGR_OP_fgrGraphConditionalNodeSetParams = 366,
+    FGR_OP_cuGraphExecUpdate_v2 = 367,
+    FGR_OP_xt_ctx = 368,
+    FGR_OP_xt_ctx_39 = 369,
+    FGR_OP_xt_ctx_51 = 370,
+    FGR_OP_xt_simA = 371,
+    FGR_OP_xt_simA_1 = 372,
+    FGR_OP_xt_simA_2 = 373,
+    FGR_OP_xt_simA_7 = 374,
+    FGR_OP_xt_simB = 375,
+    FGR_OP_xt_simB_1 = 376,
+    FGR_OP_xt_simB_2 = 377,
+    FGR_NUM_OPS = 378
 };
 
-#define FGR_OPS_HASH 0xee9690081f33a509ULL
+#define FGR_OPS_HASH 0x4288a44a78932833ULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
@@ -607,6 +610,9 @@ CUresult cuGraphNodeGetDependentNodes_v2(CUgraphNode hNode, CUgraphNode *depende
 CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D *copyParams, CUcontext ctx);
 CUresult cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_MEMCPY3D *nodeParams);
 CUresult cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D *nodeParams);
+CUresult cuGraphKernelNodeGetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr, CUkernelNodeAttrValue *value_out);
+CUresult cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr, const CUkernelNodeAttrValue *value);
+CUresult cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src);
 CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS *nodeParams);
 CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams);
 CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams);

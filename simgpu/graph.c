@@ -583,6 +583,50 @@ static struct sim_graph *clone_graph(const struct sim_graph *g)
     return c;
 }
 
+/* A kernel node's launch attributes: those a kernel node takes (an access
+ * policy window, cooperative, cluster shape and scheduling, priority,
+ * memory synchronization domains), kept and read back. */
+static int knode_attr(CUkernelNodeAttrID id)
+{
+    return id == CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW || id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE || id == 4 ||
+           id == 5 || id == CU_LAUNCH_ATTRIBUTE_PRIORITY || id == 9 || id == 10;
+}
+
+static struct sim_node *kernel_node(CUgraphNode h)
+{
+    struct sim_node *n = as_node(h);
+    return n && n->type == CU_GRAPH_NODE_TYPE_KERNEL ? n : NULL;
+}
+
+SIM_EXPORT CUresult cuGraphKernelNodeGetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr,
+                                                  CUkernelNodeAttrValue *value_out)
+{
+    struct sim_node *n = kernel_node(hNode);
+    if (!n || !value_out || !knode_attr(attr))
+        return CUDA_ERROR_INVALID_VALUE;
+    *value_out = n->u.kernel.attr[attr];
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr,
+                                                  const CUkernelNodeAttrValue *value)
+{
+    struct sim_node *n = kernel_node(hNode);
+    if (!n || !value || !knode_attr(attr))
+        return CUDA_ERROR_INVALID_VALUE;
+    n->u.kernel.attr[attr] = *value;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src)
+{
+    struct sim_node *d = kernel_node(dst), *s = kernel_node(src);
+    if (!d || !s)
+        return CUDA_ERROR_INVALID_VALUE;
+    memcpy(d->u.kernel.attr, s->u.kernel.attr, sizeof d->u.kernel.attr);
+    return CUDA_SUCCESS;
+}
+
 /* The clone's node made from hOriginalNode. */
 SIM_EXPORT CUresult cuGraphNodeFindInClone(CUgraphNode *phNode, CUgraphNode hOriginalNode, CUgraph hClonedGraph)
 {

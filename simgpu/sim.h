@@ -275,10 +275,14 @@ struct sim_kargs {
  * when they fit (kept; argv points at them once asked for). */
 #define SIM_KNODE_PARAMS 8
 #define SIM_KNODE_BYTES 256
+/* The launch attributes a kernel node keeps, by id (ids up to 10). */
+#define SIM_KNODE_ATTRS 11
+
 struct sim_knode {
     struct sim_func *f;
     struct sim_kargs args;
     CUDA_KERNEL_NODE_PARAMS p; /* no parameter pointers */
+    CUlaunchAttributeValue attr[SIM_KNODE_ATTRS];
     int kept;
     unsigned n;
     unsigned char bytes[SIM_KNODE_BYTES];
@@ -412,6 +416,9 @@ CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNod
                                         const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx);
 CUresult cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int isEnabled);
 CUresult cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int *isEnabled);
+CUresult cuGraphKernelNodeGetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr, CUkernelNodeAttrValue *value_out);
+CUresult cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr, const CUkernelNodeAttrValue *value);
+CUresult cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src);
 CUresult cuGraphNodeFindInClone(CUgraphNode *phNode, CUgraphNode hOriginalNode, CUgraph hClonedGraph);
 CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdeviceptr *dptr_out);
 

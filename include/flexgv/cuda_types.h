@@ -710,6 +710,9 @@ typedef union CUlaunchAttributeValue_union {
 #define CU_STREAM_ATTRIBUTE_PRIORITY CU_LAUNCH_ATTRIBUTE_PRIORITY
 typedef CUlaunchAttributeID CUstreamAttrID;
 typedef CUlaunchAttributeValue CUstreamAttrValue;
+/* Kernel nodes too. */
+typedef CUlaunchAttributeID CUkernelNodeAttrID;
+typedef CUlaunchAttributeValue CUkernelNodeAttrValue;
 typedef struct CUlaunchAttribute_st {
     CUlaunchAttributeID id;
     char pad[8 - sizeof(CUlaunchAttributeID)];

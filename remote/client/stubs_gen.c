@@ -5816,6 +5816,50 @@ CUresult fgr_fwd_cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D *no
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuGraphKernelNodeGetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr, CUkernelNodeAttrValue *value_out)
+{
+    CUresult fgr_r;
+    uint64_t n_value_out = value_out ? sizeof(CUkernelNodeAttrValue) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphKernelNodeGetAttribute, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u64(&fgr_c.w, (uint64_t)attr);
+    fgr_put_u8(&fgr_c.w, value_out != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, value_out, n_value_out, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr, const CUkernelNodeAttrValue *value)
+{
+    CUresult fgr_r;
+    uint64_t n_value = value ? sizeof(CUkernelNodeAttrValue) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphKernelNodeSetAttribute, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u64(&fgr_c.w, (uint64_t)attr);
+    fgr_put_buf(&fgr_c.w, value, n_value);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphKernelNodeCopyAttributes, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)dst);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)src);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult fgrGraphKernelNodeGetParams(CUgraphNode hNode, CUfunction *f, CUkernel *kern, unsigned int *dims, unsigned int *sharedMemBytes, void *params, unsigned int cap, unsigned int *bytes)
 {
     CUresult fgr_r;
@@ -6694,6 +6738,9 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuGraphExecMemcpyNodeSetParams] = "cuGraphExecMemcpyNodeSetParams",
     [FGR_OP_cuGraphMemcpyNodeSetParams] = "cuGraphMemcpyNodeSetParams",
     [FGR_OP_cuGraphMemcpyNodeGetParams] = "cuGraphMemcpyNodeGetParams",
+    [FGR_OP_cuGraphKernelNodeGetAttribute] = "cuGraphKernelNodeGetAttribute",
+    [FGR_OP_cuGraphKernelNodeSetAttribute] = "cuGraphKernelNodeSetAttribute",
+    [FGR_OP_cuGraphKernelNodeCopyAttributes] = "cuGraphKernelNodeCopyAttributes",
     [FGR_OP_fgrGraphKernelNodeGetParams] = "fgrGraphKernelNodeGetParams",
     [FGR_OP_fgrGraphKernelNodeSetParams] = "fgrGraphKernelNodeSetParams",
     [FGR_OP_fgrGraphAddHostNode] = "fgrGraphAddHostNode",
@@ -7210,6 +7257,9 @@ const struct fg_proc fgr_procs[] = {
     {"cuGraphExecMemcpyNodeSetParams", "cuGraphExecMemcpyNodeSetParams", 10020, 0, (void *)cuGraphExecMemcpyNodeSetParams},
     {"cuGraphMemcpyNodeSetParams", "cuGraphMemcpyNodeSetParams", 10000, 0, (void *)cuGraphMemcpyNodeSetParams},
     {"cuGraphMemcpyNodeGetParams", "cuGraphMemcpyNodeGetParams", 10000, 0, (void *)cuGraphMemcpyNodeGetParams},
+    {"cuGraphKernelNodeGetAttribute", "cuGraphKernelNodeGetAttribute", 11000, 0, (void *)cuGraphKernelNodeGetAttribute},
+    {"cuGraphKernelNodeSetAttribute", "cuGraphKernelNodeSetAttribute", 11000, 0, (void *)cuGraphKernelNodeSetAttribute},
+    {"cuGraphKernelNodeCopyAttributes", "cuGraphKernelNodeCopyAttributes", 11000, 0, (void *)cuGraphKernelNodeCopyAttributes},
     {"cuGraphKernelNodeGetParams", "cuGraphKernelNodeGetParams_v2", 12000, 0, (void *)cuGraphKernelNodeGetParams_v2},
     {"cuGraphKernelNodeSetParams", "cuGraphKernelNodeSetParams_v2", 12000, 0, (void *)cuGraphKernelNodeSetParams_v2},
     {"cuGraphExecKernelNodeSetParams", "cuGraphExecKernelNodeSetParams_v2", 12000, 0, (void *)cuGraphExecKernelNodeSetParams_v2},

@@ -338,6 +338,9 @@ typedef CUresult (*pfn_cuGraphNodeGetDependentNodes_v2)(CUgraphNode hNode, CUgra
 typedef CUresult (*pfn_cuGraphExecMemcpyNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D *copyParams, CUcontext ctx);
 typedef CUresult (*pfn_cuGraphMemcpyNodeSetParams)(CUgraphNode hNode, const CUDA_MEMCPY3D *nodeParams);
 typedef CUresult (*pfn_cuGraphMemcpyNodeGetParams)(CUgraphNode hNode, CUDA_MEMCPY3D *nodeParams);
+typedef CUresult (*pfn_cuGraphKernelNodeGetAttribute)(CUgraphNode hNode, CUkernelNodeAttrID attr, CUkernelNodeAttrValue *value_out);
+typedef CUresult (*pfn_cuGraphKernelNodeSetAttribute)(CUgraphNode hNode, CUkernelNodeAttrID attr, const CUkernelNodeAttrValue *value);
+typedef CUresult (*pfn_cuGraphKernelNodeCopyAttributes)(CUgraphNode dst, CUgraphNode src);
 typedef CUresult (*pfn_fgrGraphKernelNodeGetParams)(CUgraphNode hNode, CUfunction *f, CUkernel *kern, unsigned int *dims, unsigned int *sharedMemBytes, void *params, unsigned int cap, unsigned int *bytes);
 typedef CUresult (*pfn_fgrGraphKernelNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void **kernelParams, void **extra);
 typedef CUresult (*pfn_fgrGraphAddHostNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, unsigned long long id);
@@ -7579,6 +7582,62 @@ static CUresult op_cuGraphMemcpyNodeGetParams(struct fgr_rd *rd, struct fgr_req 
     return fgr_r;
 }
 
+static CUresult op_cuGraphKernelNodeGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    CUkernelNodeAttrID attr = (CUkernelNodeAttrID)fgr_get_u64(rd);
+    int has_value_out = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUkernelNodeAttrValue *value_out = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("cuGraphKernelNodeGetAttribute", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_value_out && !(value_out = fgr_out(q, sizeof(CUkernelNodeAttrValue))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphKernelNodeGetAttribute)fgr_real[FGR_OP_cuGraphKernelNodeGetAttribute])(hNode, attr, value_out);
+    if (has_value_out)
+        fgr_reply_out(q, value_out, sizeof(CUkernelNodeAttrValue), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphKernelNodeSetAttribute(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    CUkernelNodeAttrID attr = (CUkernelNodeAttrID)fgr_get_u64(rd);
+    CUkernelNodeAttrValue *value = fgr_get_buf(rd, q, sizeof(CUkernelNodeAttrValue), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("cuGraphKernelNodeSetAttribute", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(!value || (attr == 1 || (fgr_launch_attr_sendable(attr) && !fgr_launch_attr_has_event(attr)))))
+        fgr_r = fgr_refuse("cuGraphKernelNodeSetAttribute", "value->priority", (value ? (uint64_t)attr : 0), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphKernelNodeSetAttribute)fgr_real[FGR_OP_cuGraphKernelNodeSetAttribute])(hNode, attr, value);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphKernelNodeCopyAttributes(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphNode dst = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    CUgraphNode src = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)dst)))
+        fgr_r = fgr_refuse("cuGraphKernelNodeCopyAttributes", "dst", (uint64_t)(uintptr_t)dst, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)src)))
+        fgr_r = fgr_refuse("cuGraphKernelNodeCopyAttributes", "src", (uint64_t)(uintptr_t)src, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphKernelNodeCopyAttributes)fgr_real[FGR_OP_cuGraphKernelNodeCopyAttributes])(dst, src);
+    return fgr_r;
+}
+
 static CUresult op_fgrGraphKernelNodeGetParams(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -8847,6 +8906,9 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuGraphExecMemcpyNodeSetParams] = {"cuGraphExecMemcpyNodeSetParams", op_cuGraphExecMemcpyNodeSetParams, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphMemcpyNodeSetParams] = {"cuGraphMemcpyNodeSetParams", op_cuGraphMemcpyNodeSetParams, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphMemcpyNodeGetParams] = {"cuGraphMemcpyNodeGetParams", op_cuGraphMemcpyNodeGetParams, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphKernelNodeGetAttribute] = {"cuGraphKernelNodeGetAttribute", op_cuGraphKernelNodeGetAttribute, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphKernelNodeSetAttribute] = {"cuGraphKernelNodeSetAttribute", op_cuGraphKernelNodeSetAttribute, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphKernelNodeCopyAttributes] = {"cuGraphKernelNodeCopyAttributes", op_cuGraphKernelNodeCopyAttributes, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrGraphKernelNodeGetParams] = {"fgrGraphKernelNodeGetParams", op_fgrGraphKernelNodeGetParams, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrGraphKernelNodeSetParams] = {"fgrGraphKernelNodeSetParams", op_fgrGraphKernelNodeSetParams, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrGraphAddHostNode] = {"fgrGraphAddHostNode", op_fgrGraphAddHostNode, 0, FGR_MAX_FRAME},

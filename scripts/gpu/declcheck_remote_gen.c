@@ -339,6 +339,12 @@ typedef CUresult (CUDAAPI *fg_sig_cuGraphMemcpyNodeSetParams)(CUgraphNode hNode,
 SAME(fg_sig_cuGraphMemcpyNodeSetParams, PFN_cuGraphMemcpyNodeSetParams_v10000);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphMemcpyNodeGetParams)(CUgraphNode hNode, CUDA_MEMCPY3D *nodeParams);
 SAME(fg_sig_cuGraphMemcpyNodeGetParams, PFN_cuGraphMemcpyNodeGetParams_v10000);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphKernelNodeGetAttribute)(CUgraphNode hNode, CUkernelNodeAttrID attr, CUkernelNodeAttrValue *value_out);
+SAME(fg_sig_cuGraphKernelNodeGetAttribute, PFN_cuGraphKernelNodeGetAttribute_v11000);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphKernelNodeSetAttribute)(CUgraphNode hNode, CUkernelNodeAttrID attr, const CUkernelNodeAttrValue *value);
+SAME(fg_sig_cuGraphKernelNodeSetAttribute, PFN_cuGraphKernelNodeSetAttribute_v11000);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphKernelNodeCopyAttributes)(CUgraphNode dst, CUgraphNode src);
+SAME(fg_sig_cuGraphKernelNodeCopyAttributes, PFN_cuGraphKernelNodeCopyAttributes_v11000);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphKernelNodeGetParams_v2)(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS *nodeParams);
 SAME(fg_sig_cuGraphKernelNodeGetParams_v2, PFN_cuGraphKernelNodeGetParams_v12000);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphKernelNodeSetParams_v2)(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams);

@@ -336,6 +336,8 @@ int main(void)
     SIZE(CUsurfObject);
     SIZE(CUstreamAttrID);
     SIZE(CUstreamAttrValue);
+    SIZE(CUkernelNodeAttrID);
+    SIZE(CUkernelNodeAttrValue);
     SIZE(CUgraphEdgeData);
     FIELD(CUgraphEdgeData, from_port);
     FIELD(CUgraphEdgeData, to_port);

@@ -58,7 +58,8 @@
  *                         the graph's unchanged; the graph's node changed,
  *                         the executable not, a new one made from it; a
  *                         library kernel's node, added and captured, read
- *                         back as the kernel; calls on a memset node, another graph's node,
+ *                         back as the kernel; its launch attributes set, read
+ *                         back and copied; calls on a memset node, another graph's node,
  *                         without parameters and (given two devices) with
  *                         another device's function refused
  *     graphnodes hostile  what a connection may not name: a memset node
@@ -121,6 +122,9 @@ static CUDA_MEMCPY3D copy_params(CUmemorytype st, const void *sh, CUdeviceptr sd
 }
 
 /* Not in the hooked table (api/cuda.api): declared here. */
+CUresult cuGraphKernelNodeGetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr, CUkernelNodeAttrValue *value_out);
+CUresult cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr, const CUkernelNodeAttrValue *value);
+CUresult cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src);
 CUresult cuGraphNodeFindInClone(CUgraphNode *phNode, CUgraphNode hOriginalNode, CUgraph hClonedGraph);
 CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdeviceptr *dptr_out);
 CUresult cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
@@ -1358,6 +1362,33 @@ static int kernelparams(CUcontext ctx)
     CHECK(cuStreamSynchronize(st));
     print_four("first launch", w);
     print_kernel_node("graph's node", get, node, fill, add, w);
+
+    /* Its launch attributes: set, read back, copied to a node of another
+     * graph; one naming an event, and one on a memset node, refused. */
+    CUkernelNodeAttrValue av;
+    memset(&av, 0, sizeof av);
+    CHECK(cuGraphKernelNodeGetAttribute(node, CU_LAUNCH_ATTRIBUTE_PRIORITY, &av));
+    printf("priority at first: %d\n", av.priority);
+    av.priority = -2;
+    CHECK(cuGraphKernelNodeSetAttribute(node, CU_LAUNCH_ATTRIBUTE_PRIORITY, &av));
+    memset(&av, 0, sizeof av);
+    av.cooperative = 1;
+    CHECK(cuGraphKernelNodeSetAttribute(node, CU_LAUNCH_ATTRIBUTE_COOPERATIVE, &av));
+    CUgraph g2;
+    CUgraphNode node2;
+    CHECK(cuGraphCreate(&g2, 0));
+    CHECK(cuGraphAddKernelNode_v2(&node2, g2, NULL, 0, &kp));
+    CHECK(cuGraphKernelNodeCopyAttributes(node2, node));
+    CHECK(cuGraphKernelNodeGetAttribute(node2, CU_LAUNCH_ATTRIBUTE_PRIORITY, &av));
+    printf("copied to another node: priority %d, ", av.priority);
+    CHECK(cuGraphKernelNodeGetAttribute(node2, CU_LAUNCH_ATTRIBUTE_COOPERATIVE, &av));
+    printf("cooperative %d\n", av.cooperative);
+    printf("an attribute naming an event: %s, ",
+           result_name(cuGraphKernelNodeGetAttribute(node, (CUkernelNodeAttrID)12, &av)));
+    memset(&av, 0, sizeof av);
+    printf("set: %s\n", result_name(cuGraphKernelNodeSetAttribute(node, (CUkernelNodeAttrID)12, &av)));
+    printf("a memset node's: %s\n", result_name(cuGraphKernelNodeGetAttribute(set_node, CU_LAUNCH_ATTRIBUTE_PRIORITY, &av)));
+    CHECK(cuGraphDestroy(g2));
 
     /* The executable's node: 9 into word 1, on another grid. */
     CUDA_KERNEL_NODE_PARAMS np;

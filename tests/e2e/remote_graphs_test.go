@@ -218,7 +218,9 @@ func TestRemoteCaptureInfoGraph(t *testing.T) {
 // executable's node runs with another value, output and function from
 // its next launch while the graph's node stays; the graph's node changed
 // leaves the executable alone and reaches a new one; a library kernel's
-// node, added or captured, gives back the program's kernel; a memset node,
+// node, added or captured, gives back the program's kernel; its launch
+// attributes are set, read back and copied (one naming an event refused
+// before it reaches the server); a memset node,
 // another graph's node, missing parameters and a function of another
 // device's context are refused alike.
 func TestRemoteGraphKernelNodeParams(t *testing.T) {
@@ -227,6 +229,7 @@ func TestRemoteGraphKernelNodeParams(t *testing.T) {
 	local := runsLocally(t, e, []string{"graphnodes", "kernelparams"},
 		"cuGraphExecKernelNodeSetParams at 12000: found, the _v2 entry point: yes\n",
 		"graph's node: fill, grid 2x1x1, block 1x3x1, shared 0, word 0, value 7, count 1\n",
+		"priority at first: 0\ncopied to another node: priority -2, cooperative 1\nan attribute naming an event: CUDA_ERROR_INVALID_VALUE, set: CUDA_ERROR_INVALID_VALUE\na memset node's: CUDA_ERROR_INVALID_VALUE\n",
 		"launch after it: 0 9 0 286331153\ngraph's node after it: fill, grid 2x1x1, block 1x3x1, shared 0, word 0, value 7, count 1\n",
 		"two launches of add: 0 209 0 286331153\n",
 		"graph's node now: fill, grid 1x1x1, block 1x1x1, shared 0, word 2, value 5, count 1\nthe executable after it: 0 100 0 286331153\na new executable: 0 0 5 286331153\n",

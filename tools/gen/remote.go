@@ -110,6 +110,11 @@ var structConds = map[string][]structCond{
 		{"!fgr_copy3d_arrays(@)", "srcArray", "(uint64_t)0", "CUDA_ERROR_NOT_SUPPORTED"},
 		{"fgr_copy3d_in(@)", "srcDevice", "(uint64_t)$srcDevice", "CUDA_ERROR_INVALID_VALUE"},
 	},
+	// A kernel node's attribute: one whose value is plain numbers, or an
+	// access policy window (a cache hint, never dereferenced).
+	"cuGraphKernelNodeSetAttribute CUkernelNodeAttrValue": {
+		{"attr == 1 || (fgr_launch_attr_sendable(attr) && !fgr_launch_attr_has_event(attr))", "priority", "(uint64_t)attr", "CUDA_ERROR_INVALID_VALUE"},
+	},
 	"cuGraphMemcpyNodeSetParams CUDA_MEMCPY3D": {
 		{"!fgr_copy3d_arrays(@)", "srcArray", "(uint64_t)0", "CUDA_ERROR_NOT_SUPPORTED"},
 		{"fgr_copy3d_in(@)", "srcDevice", "(uint64_t)$srcDevice", "CUDA_ERROR_INVALID_VALUE"},
