@@ -119,26 +119,20 @@ func TestRemoteGraphHostNode(t *testing.T) {
 // program's handles and changed (the graph's node, the executable's copy),
 // as locally.
 func TestRemoteGraphEventNodes(t *testing.T) {
-	e := newEnv(t)
-	local := e.run("graphnodes", "events")
-	if local.code != 0 || !strings.Contains(local.stdout, "record node's event: e1 yes\nwait node's event: gate yes") ||
-		!strings.Contains(local.stdout, "the executable recorded e1 (its copy kept it): CUDA_SUCCESS, after the event before it: yes\nthen e2: CUDA_SUCCESS") {
-		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
-	}
-	printsAsLocally(t, local, []string{"graphnodes", "events"}, "shm", "unix", "tcp")
+	argv := []string{"graphnodes", "events"}
+	local := runsLocally(t, newEnv(t), argv, "record node's event: e1 yes\nwait node's event: gate yes",
+		"the executable recorded e1 (its copy kept it): CUDA_SUCCESS, after the event before it: yes\nthen e2: CUDA_SUCCESS")
+	printsAsLocally(t, local, argv, "shm", "unix", "tcp")
 }
 
 // A memset node's parameters are read and changed, on the graph's node and
 // an executable's copy (in the connection's memory alone), and an
 // executable's node is turned off and on, as locally.
 func TestRemoteGraphNodeParams(t *testing.T) {
-	e := newEnv(t)
-	local := e.run("graphnodes", "params")
-	if local.code != 0 || !strings.Contains(local.stdout, "the executable's set to 16-bit 0x2222: 0=22") ||
-		!strings.Contains(local.stdout, "enabled: 0; launched without the memset:\nwith it again: 0=22") {
-		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
-	}
-	printsAsLocally(t, local, []string{"graphnodes", "params"}, "shm", "unix", "tcp")
+	argv := []string{"graphnodes", "params"}
+	local := runsLocally(t, newEnv(t), argv, "the executable's set to 16-bit 0x2222: 0=22",
+		"enabled: 0; launched without the memset:\nwith it again: 0=22")
+	printsAsLocally(t, local, argv, "shm", "unix", "tcp")
 }
 
 // A host node after a copy node into the program's memory sees the bytes
