@@ -571,10 +571,12 @@ static CUresult launch(CUgraphExec x, CUstream s)
     enter();
     struct holder *o = holder_find(x, 0);
     size_t count = 0, total = 0, writes = 0;
-    pthread_mutex_lock(&early_mu);
-    for (size_t i = 0; o && i < o->n; i++)
-        o->sides[i]->early = 0; /* this launch writes them anew */
-    pthread_mutex_unlock(&early_mu);
+    if (o && o->n) { /* a graph without sides (the usual one) takes no lock more */
+        pthread_mutex_lock(&early_mu);
+        for (size_t i = 0; i < o->n; i++)
+            o->sides[i]->early = 0; /* this launch writes them anew */
+        pthread_mutex_unlock(&early_mu);
+    }
     for (size_t i = 0; o && i < o->n; i++) {
         if (o->sides[i]->d2h) {
             writes++;
