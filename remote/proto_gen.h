@@ -390,6 +390,7 @@ enum fgr_op {
 #define FGR_OPS_HASH 0x4288a44a78932833ULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
+CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev);
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
 CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId);
 CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev);

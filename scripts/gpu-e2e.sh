@@ -981,6 +981,21 @@ else
     echo "$names" | tail -n 20
     fail "remote: entry points of the spec missing"
 fi
+# api/cuda13.names against the real typedef headers, then every variant
+# they give resolved by the client at its own version.
+if python3 scripts/gpu/driver_names.py "$CUDA/include" api/cuda13.names "$WORK/typedef_variants.txt"; then
+    pass "api/cuda13.names is what the driver's headers declare"
+else
+    fail "api/cuda13.names differs from the driver's headers (above)"
+fi
+variants=$(FLEXGV_REMOTE="unix://$WORK/none.sock" LD_LIBRARY_PATH="$ROOT/build/remote" "$ROOT/build/tests/procnames" \
+    <"$WORK/typedef_variants.txt" 2>&1)
+if [[ $variants == *"missing 0" ]]; then
+    pass "remote: every variant of the driver's headers resolves at its version (${variants##*$'\n'})"
+else
+    echo "$variants" | grep missing | head -n 40
+    fail "remote: variants of the driver's headers that do not resolve"
+fi
 if ONLY=families bash scripts/gpu-remote-cudart.sh "$CUDA" | tee "$WORK/families.txt"; then
     pass "remote: families the same over every transport as natively"
 else

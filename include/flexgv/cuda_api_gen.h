@@ -420,6 +420,7 @@ CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args);
 typedef CUresult (*fg_pfn_cuCheckpointProcessUnlock)(int pid, CUcheckpointUnlockArgs *args);
 
 /* Not hooked; carried remotely and simulated (api/remote.api). */
+CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev);
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
 CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId);
 CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev);

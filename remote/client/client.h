@@ -187,8 +187,9 @@ void fgr_get_out(struct fgr_call *c, void *p, uint64_t n, int inout);
  * was malformed. */
 CUresult fgr_end(struct fgr_call *c);
 
-/* CUDA_ERROR_NOT_SUPPORTED for an entry point (unsupported index, or -1)
- * or one of its arguments (what), said once on stderr. */
+/* CUDA_ERROR_NOT_SUPPORTED for an entry point (its unsupported index, what
+ * the spec's reason) or, idx -1, one of its arguments (what), said once on
+ * stderr. */
 CUresult fgr_unsupported(int idx, const char *name, const char *what);
 /* r, said under FLEXGV_REMOTE_LOG=errors as NAME's refusal on the client
  * (nothing was sent). */

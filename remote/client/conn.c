@@ -1524,7 +1524,7 @@ CUresult fgr_unsupported(int idx, const char *name, const char *what)
     static int said_arg;
     if (idx >= 0) {
         if (said && !__atomic_exchange_n(&said[idx], 1, __ATOMIC_RELAXED))
-            fgr_say("%s is not supported remotely (CUDA_ERROR_NOT_SUPPORTED)", name);
+            fgr_say("%s is not supported remotely: %s (CUDA_ERROR_NOT_SUPPORTED)", name, what);
     } else if (fgr_log_errors() || !__atomic_exchange_n(&said_arg, 1, __ATOMIC_RELAXED)) {
         fgr_say("%s: %s cannot be sent to the server yet (CUDA_ERROR_NOT_SUPPORTED)", name, what);
     }

@@ -77,69 +77,6 @@ FGR_EXPORT CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph,
     return cuGraphInstantiateWithFlags(phGraphExec, hGraph, 0);
 }
 
-/* Old ABIs and entry points that programs look up by name (dlsym) and
- * need to find when they start, whose calls are not carried:
- * CUDA_ERROR_NOT_SUPPORTED, said once each. Their arguments are never
- * read. */
-#define OLD_ABI_UNSUPPORTED(name)                                                     \
-    FGR_EXPORT CUresult name(void)                                                    \
-    {                                                                                 \
-        static int said;                                                              \
-        if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))                         \
-            fgr_say(#name " (an old entry point) is not supported remotely (CUDA_ERROR_NOT_SUPPORTED)"); \
-        return CUDA_ERROR_NOT_SUPPORTED;                                              \
-    }
-/* cuBLASLt's */
-OLD_ABI_UNSUPPORTED(cuGraphKernelNodeGetParams)
-OLD_ABI_UNSUPPORTED(cuGraphExecKernelNodeSetParams)
-OLD_ABI_UNSUPPORTED(cuStreamBatchMemOp)
-OLD_ABI_UNSUPPORTED(cuStreamWaitValue32)
-/* Those of CUDA 2 to 4 (texture references, launches configured call by
- * call) that the loaders of old programs, NVIDIA's samples among them,
- * insist on finding though they launch with cuLaunchKernel. */
-OLD_ABI_UNSUPPORTED(cuDeviceGetProperties)
-OLD_ABI_UNSUPPORTED(cuCtxAttach)
-OLD_ABI_UNSUPPORTED(cuCtxDetach)
-OLD_ABI_UNSUPPORTED(cuModuleGetTexRef)
-OLD_ABI_UNSUPPORTED(cuFuncSetBlockShape)
-OLD_ABI_UNSUPPORTED(cuFuncSetSharedSize)
-OLD_ABI_UNSUPPORTED(cuTexRefCreate)
-OLD_ABI_UNSUPPORTED(cuTexRefDestroy)
-OLD_ABI_UNSUPPORTED(cuTexRefSetArray)
-OLD_ABI_UNSUPPORTED(cuTexRefSetFormat)
-OLD_ABI_UNSUPPORTED(cuTexRefSetAddressMode)
-OLD_ABI_UNSUPPORTED(cuTexRefSetFilterMode)
-OLD_ABI_UNSUPPORTED(cuTexRefSetFlags)
-OLD_ABI_UNSUPPORTED(cuTexRefGetArray)
-OLD_ABI_UNSUPPORTED(cuTexRefGetAddressMode)
-OLD_ABI_UNSUPPORTED(cuTexRefGetFilterMode)
-OLD_ABI_UNSUPPORTED(cuTexRefGetFormat)
-OLD_ABI_UNSUPPORTED(cuTexRefGetFlags)
-OLD_ABI_UNSUPPORTED(cuParamSetSize)
-OLD_ABI_UNSUPPORTED(cuParamSeti)
-OLD_ABI_UNSUPPORTED(cuParamSetf)
-OLD_ABI_UNSUPPORTED(cuParamSetv)
-OLD_ABI_UNSUPPORTED(cuParamSetTexRef)
-OLD_ABI_UNSUPPORTED(cuLaunch)
-OLD_ABI_UNSUPPORTED(cuLaunchGrid)
-OLD_ABI_UNSUPPORTED(cuLaunchGridAsync)
-OLD_ABI_UNSUPPORTED(cuTexRefSetAddress_v2)
-OLD_ABI_UNSUPPORTED(cuTexRefGetAddress_v2)
-OLD_ABI_UNSUPPORTED(cuTexRefSetAddress2D_v3)
-OLD_ABI_UNSUPPORTED(cuModuleGetSurfRef)
-OLD_ABI_UNSUPPORTED(cuSurfRefSetArray)
-OLD_ABI_UNSUPPORTED(cuSurfRefGetArray)
-OLD_ABI_UNSUPPORTED(cuIpcOpenMemHandle)
-OLD_ABI_UNSUPPORTED(cuMemHostGetFlags)
-/* Graphics interop: no graphics resources reach the server. */
-OLD_ABI_UNSUPPORTED(cuGraphicsUnregisterResource)
-OLD_ABI_UNSUPPORTED(cuGraphicsSubResourceGetMappedArray)
-OLD_ABI_UNSUPPORTED(cuGraphicsResourceGetMappedPointer_v2)
-OLD_ABI_UNSUPPORTED(cuGraphicsResourceSetMapFlags)
-OLD_ABI_UNSUPPORTED(cuGraphicsMapResources)
-OLD_ABI_UNSUPPORTED(cuGraphicsUnmapResources)
-/* (its first ABI: 32-bit addresses and sizes) */
-OLD_ABI_UNSUPPORTED(cuMemcpyDtoDAsync)
 /* First ABIs that are the current ones'. */
 FGR_EXPORT CUresult cuMemHostRegister(void *p, size_t bytesize, unsigned int flags)
 {

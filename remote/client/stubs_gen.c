@@ -2721,35 +2721,35 @@ FGR_EXPORT CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state)
 {
     (void)pid;
     (void)state;
-    return fgr_unsupported(0, "cuCheckpointProcessGetState", NULL);
+    return fgr_unsupported(0, "cuCheckpointProcessGetState", "it names a process by its pid; a remote program's GPU state is its executor's, on the server (flexgv suspend acts on local tenants)");
 }
 
 FGR_EXPORT CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
 {
     (void)pid;
     (void)args;
-    return fgr_unsupported(1, "cuCheckpointProcessLock", NULL);
+    return fgr_unsupported(1, "cuCheckpointProcessLock", "it names a process by its pid; a remote program's GPU state is its executor's, on the server (flexgv suspend acts on local tenants)");
 }
 
 FGR_EXPORT CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
 {
     (void)pid;
     (void)args;
-    return fgr_unsupported(2, "cuCheckpointProcessCheckpoint", NULL);
+    return fgr_unsupported(2, "cuCheckpointProcessCheckpoint", "it names a process by its pid; a remote program's GPU state is its executor's, on the server (flexgv suspend acts on local tenants)");
 }
 
 FGR_EXPORT CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
 {
     (void)pid;
     (void)args;
-    return fgr_unsupported(3, "cuCheckpointProcessRestore", NULL);
+    return fgr_unsupported(3, "cuCheckpointProcessRestore", "it names a process by its pid; a remote program's GPU state is its executor's, on the server (flexgv suspend acts on local tenants)");
 }
 
 FGR_EXPORT CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
 {
     (void)pid;
     (void)args;
-    return fgr_unsupported(4, "cuCheckpointProcessUnlock", NULL);
+    return fgr_unsupported(4, "cuCheckpointProcessUnlock", "it names a process by its pid; a remote program's GPU state is its executor's, on the server (flexgv suspend acts on local tenants)");
 }
 
 FGR_EXPORT CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
@@ -3392,14 +3392,14 @@ FGR_EXPORT CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mcHandle, co
 {
     (void)mcHandle;
     (void)prop;
-    return fgr_unsupported(5, "cuMulticastCreate", NULL);
+    return fgr_unsupported(5, "cuMulticastCreate", "multicast objects span GPUs of one host's NVLink fabric: not carried");
 }
 
 FGR_EXPORT CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle mcHandle, CUdevice dev)
 {
     (void)mcHandle;
     (void)dev;
-    return fgr_unsupported(6, "cuMulticastAddDevice", NULL);
+    return fgr_unsupported(6, "cuMulticastAddDevice", "multicast objects are not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mcHandle, size_t mcOffset, CUmemGenericAllocationHandle memHandle, size_t memOffset, size_t size, unsigned long long flags)
@@ -3410,7 +3410,7 @@ FGR_EXPORT CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mcHandle, si
     (void)memOffset;
     (void)size;
     (void)flags;
-    return fgr_unsupported(7, "cuMulticastBindMem", NULL);
+    return fgr_unsupported(7, "cuMulticastBindMem", "multicast objects are not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuMulticastBindAddr(CUmemGenericAllocationHandle mcHandle, size_t mcOffset, CUdeviceptr memptr, size_t size, unsigned long long flags)
@@ -3420,7 +3420,7 @@ FGR_EXPORT CUresult cuMulticastBindAddr(CUmemGenericAllocationHandle mcHandle, s
     (void)memptr;
     (void)size;
     (void)flags;
-    return fgr_unsupported(8, "cuMulticastBindAddr", NULL);
+    return fgr_unsupported(8, "cuMulticastBindAddr", "multicast objects are not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset, size_t size)
@@ -3429,7 +3429,7 @@ FGR_EXPORT CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mcHandle, CUd
     (void)dev;
     (void)mcOffset;
     (void)size;
-    return fgr_unsupported(9, "cuMulticastUnbind", NULL);
+    return fgr_unsupported(9, "cuMulticastUnbind", "multicast objects are not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuMulticastGetGranularity(size_t *granularity, const CUmulticastObjectProp *prop, CUmulticastGranularity_flags option)
@@ -3437,7 +3437,7 @@ FGR_EXPORT CUresult cuMulticastGetGranularity(size_t *granularity, const CUmulti
     (void)granularity;
     (void)prop;
     (void)option;
-    return fgr_unsupported(10, "cuMulticastGetGranularity", NULL);
+    return fgr_unsupported(10, "cuMulticastGetGranularity", "multicast objects are not carried");
 }
 
 CUresult fgr_fwd_cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name)
@@ -6394,10 +6394,885 @@ FGR_EXPORT CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsig
     (void)hGraph;
     (void)path;
     (void)flags;
-    return fgr_unsupported(11, "cuGraphDebugDotPrint", NULL);
+    return fgr_unsupported(11, "cuGraphDebugDotPrint", "it writes a file by its path, which would be the server's");
 }
 
-const int fgr_nunsupported = 12;
+FGR_EXPORT CUresult cuGraphKernelNodeGetParams(void)
+{
+    return fgr_unsupported(12, "cuGraphKernelNodeGetParams", "the CUDA 10 ABI of a kernel node's parameters: _v2 is carried");
+}
+
+FGR_EXPORT CUresult cuGraphExecKernelNodeSetParams(void)
+{
+    return fgr_unsupported(13, "cuGraphExecKernelNodeSetParams", "the CUDA 10 ABI of a kernel node's parameters: _v2 is carried");
+}
+
+FGR_EXPORT CUresult cuStreamBatchMemOp(void)
+{
+    return fgr_unsupported(14, "cuStreamBatchMemOp", "the CUDA 8 ABI of stream memory operations: not carried");
+}
+
+FGR_EXPORT CUresult cuStreamWaitValue32(void)
+{
+    return fgr_unsupported(15, "cuStreamWaitValue32", "the CUDA 8 ABI of stream memory operations: _v2 is carried");
+}
+
+FGR_EXPORT CUresult cuIpcOpenMemHandle(void)
+{
+    return fgr_unsupported(16, "cuIpcOpenMemHandle", "the CUDA 4 ABI of opening an IPC handle: _v2 is carried");
+}
+
+FGR_EXPORT CUresult cuMemcpyDtoDAsync(void)
+{
+    return fgr_unsupported(17, "cuMemcpyDtoDAsync", "the CUDA 3.0 ABI of 32-bit addresses and sizes: _v2 is carried");
+}
+
+FGR_EXPORT CUresult cuGraphicsResourceSetMapFlags(void)
+{
+    return fgr_unsupported(18, "cuGraphicsResourceSetMapFlags", "graphics resources come only from graphics interop, which is not carried (none is made)");
+}
+
+FGR_EXPORT CUresult cuGLCtxCreate_v2(void)
+{
+    return fgr_unsupported(19, "cuGLCtxCreate_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+}
+
+FGR_EXPORT CUresult cuGLGetDevices_v2(void)
+{
+    return fgr_unsupported(20, "cuGLGetDevices_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+}
+
+FGR_EXPORT CUresult cuGLInit(void)
+{
+    return fgr_unsupported(21, "cuGLInit", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+}
+
+FGR_EXPORT CUresult cuGLMapBufferObjectAsync_v2(void)
+{
+    return fgr_unsupported(22, "cuGLMapBufferObjectAsync_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+}
+
+FGR_EXPORT CUresult cuGLMapBufferObject_v2(void)
+{
+    return fgr_unsupported(23, "cuGLMapBufferObject_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+}
+
+FGR_EXPORT CUresult cuGLRegisterBufferObject(void)
+{
+    return fgr_unsupported(24, "cuGLRegisterBufferObject", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+}
+
+FGR_EXPORT CUresult cuGLSetBufferObjectMapFlags(void)
+{
+    return fgr_unsupported(25, "cuGLSetBufferObjectMapFlags", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+}
+
+FGR_EXPORT CUresult cuGLUnmapBufferObject(void)
+{
+    return fgr_unsupported(26, "cuGLUnmapBufferObject", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+}
+
+FGR_EXPORT CUresult cuGLUnmapBufferObjectAsync(void)
+{
+    return fgr_unsupported(27, "cuGLUnmapBufferObjectAsync", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+}
+
+FGR_EXPORT CUresult cuGLUnregisterBufferObject(void)
+{
+    return fgr_unsupported(28, "cuGLUnregisterBufferObject", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+}
+
+FGR_EXPORT CUresult cuGraphicsGLRegisterBuffer(void)
+{
+    return fgr_unsupported(29, "cuGraphicsGLRegisterBuffer", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+}
+
+FGR_EXPORT CUresult cuGraphicsGLRegisterImage(void)
+{
+    return fgr_unsupported(30, "cuGraphicsGLRegisterImage", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+}
+
+FGR_EXPORT CUresult cuGraphicsEGLRegisterImage(void)
+{
+    return fgr_unsupported(31, "cuGraphicsEGLRegisterImage", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+}
+
+FGR_EXPORT CUresult cuEGLStreamConsumerAcquireFrame(void)
+{
+    return fgr_unsupported(32, "cuEGLStreamConsumerAcquireFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+}
+
+FGR_EXPORT CUresult cuEGLStreamConsumerConnect(void)
+{
+    return fgr_unsupported(33, "cuEGLStreamConsumerConnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+}
+
+FGR_EXPORT CUresult cuEGLStreamConsumerConnectWithFlags(void)
+{
+    return fgr_unsupported(34, "cuEGLStreamConsumerConnectWithFlags", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+}
+
+FGR_EXPORT CUresult cuEGLStreamConsumerDisconnect(void)
+{
+    return fgr_unsupported(35, "cuEGLStreamConsumerDisconnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+}
+
+FGR_EXPORT CUresult cuEGLStreamConsumerReleaseFrame(void)
+{
+    return fgr_unsupported(36, "cuEGLStreamConsumerReleaseFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+}
+
+FGR_EXPORT CUresult cuEGLStreamProducerConnect(void)
+{
+    return fgr_unsupported(37, "cuEGLStreamProducerConnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+}
+
+FGR_EXPORT CUresult cuEGLStreamProducerDisconnect(void)
+{
+    return fgr_unsupported(38, "cuEGLStreamProducerDisconnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+}
+
+FGR_EXPORT CUresult cuEGLStreamProducerPresentFrame(void)
+{
+    return fgr_unsupported(39, "cuEGLStreamProducerPresentFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+}
+
+FGR_EXPORT CUresult cuEGLStreamProducerReturnFrame(void)
+{
+    return fgr_unsupported(40, "cuEGLStreamProducerReturnFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+}
+
+FGR_EXPORT CUresult cuEventCreateFromEGLSync(void)
+{
+    return fgr_unsupported(41, "cuEventCreateFromEGLSync", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+}
+
+FGR_EXPORT CUresult cuGraphicsVDPAURegisterOutputSurface(void)
+{
+    return fgr_unsupported(42, "cuGraphicsVDPAURegisterOutputSurface", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+}
+
+FGR_EXPORT CUresult cuGraphicsVDPAURegisterVideoSurface(void)
+{
+    return fgr_unsupported(43, "cuGraphicsVDPAURegisterVideoSurface", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+}
+
+FGR_EXPORT CUresult cuVDPAUCtxCreate_v2(void)
+{
+    return fgr_unsupported(44, "cuVDPAUCtxCreate_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+}
+
+FGR_EXPORT CUresult cuVDPAUGetDevice(void)
+{
+    return fgr_unsupported(45, "cuVDPAUGetDevice", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+}
+
+FGR_EXPORT CUresult cuGraphicsMapResources(void)
+{
+    return fgr_unsupported(46, "cuGraphicsMapResources", "graphics resources come only from graphics interop, which is not carried (none is made)");
+}
+
+FGR_EXPORT CUresult cuGraphicsResourceGetMappedEglFrame(void)
+{
+    return fgr_unsupported(47, "cuGraphicsResourceGetMappedEglFrame", "graphics resources come only from graphics interop, which is not carried (none is made)");
+}
+
+FGR_EXPORT CUresult cuGraphicsResourceGetMappedMipmappedArray(void)
+{
+    return fgr_unsupported(48, "cuGraphicsResourceGetMappedMipmappedArray", "graphics resources come only from graphics interop, which is not carried (none is made)");
+}
+
+FGR_EXPORT CUresult cuGraphicsResourceGetMappedPointer_v2(void)
+{
+    return fgr_unsupported(49, "cuGraphicsResourceGetMappedPointer_v2", "graphics resources come only from graphics interop, which is not carried (none is made)");
+}
+
+FGR_EXPORT CUresult cuGraphicsResourceSetMapFlags_v2(void)
+{
+    return fgr_unsupported(50, "cuGraphicsResourceSetMapFlags_v2", "graphics resources come only from graphics interop, which is not carried (none is made)");
+}
+
+FGR_EXPORT CUresult cuGraphicsSubResourceGetMappedArray(void)
+{
+    return fgr_unsupported(51, "cuGraphicsSubResourceGetMappedArray", "graphics resources come only from graphics interop, which is not carried (none is made)");
+}
+
+FGR_EXPORT CUresult cuGraphicsUnmapResources(void)
+{
+    return fgr_unsupported(52, "cuGraphicsUnmapResources", "graphics resources come only from graphics interop, which is not carried (none is made)");
+}
+
+FGR_EXPORT CUresult cuGraphicsUnregisterResource(void)
+{
+    return fgr_unsupported(53, "cuGraphicsUnregisterResource", "graphics resources come only from graphics interop, which is not carried (none is made)");
+}
+
+FGR_EXPORT CUresult cuImportExternalMemory(void)
+{
+    return fgr_unsupported(54, "cuImportExternalMemory", "it imports an OS handle of the program's host (a file descriptor, a Vulkan or NvSci object), which the server's driver cannot open");
+}
+
+FGR_EXPORT CUresult cuImportExternalSemaphore(void)
+{
+    return fgr_unsupported(55, "cuImportExternalSemaphore", "it imports an OS handle of the program's host (a file descriptor, a Vulkan or NvSci object), which the server's driver cannot open");
+}
+
+FGR_EXPORT CUresult cuDeviceGetNvSciSyncAttributes(void)
+{
+    return fgr_unsupported(56, "cuDeviceGetNvSciSyncAttributes", "it imports an OS handle of the program's host (a file descriptor, a Vulkan or NvSci object), which the server's driver cannot open");
+}
+
+FGR_EXPORT CUresult cuDestroyExternalMemory(void)
+{
+    return fgr_unsupported(57, "cuDestroyExternalMemory", "external memory and semaphores are not carried (none is imported)");
+}
+
+FGR_EXPORT CUresult cuDestroyExternalSemaphore(void)
+{
+    return fgr_unsupported(58, "cuDestroyExternalSemaphore", "external memory and semaphores are not carried (none is imported)");
+}
+
+FGR_EXPORT CUresult cuExternalMemoryGetMappedBuffer(void)
+{
+    return fgr_unsupported(59, "cuExternalMemoryGetMappedBuffer", "external memory and semaphores are not carried (none is imported)");
+}
+
+FGR_EXPORT CUresult cuExternalMemoryGetMappedMipmappedArray(void)
+{
+    return fgr_unsupported(60, "cuExternalMemoryGetMappedMipmappedArray", "external memory and semaphores are not carried (none is imported)");
+}
+
+FGR_EXPORT CUresult cuSignalExternalSemaphoresAsync(void)
+{
+    return fgr_unsupported(61, "cuSignalExternalSemaphoresAsync", "external memory and semaphores are not carried (none is imported)");
+}
+
+FGR_EXPORT CUresult cuWaitExternalSemaphoresAsync(void)
+{
+    return fgr_unsupported(62, "cuWaitExternalSemaphoresAsync", "external memory and semaphores are not carried (none is imported)");
+}
+
+FGR_EXPORT CUresult cuGraphAddExternalSemaphoresSignalNode(void)
+{
+    return fgr_unsupported(63, "cuGraphAddExternalSemaphoresSignalNode", "external memory and semaphores are not carried (none is imported)");
+}
+
+FGR_EXPORT CUresult cuGraphAddExternalSemaphoresWaitNode(void)
+{
+    return fgr_unsupported(64, "cuGraphAddExternalSemaphoresWaitNode", "external memory and semaphores are not carried (none is imported)");
+}
+
+FGR_EXPORT CUresult cuGraphExecExternalSemaphoresSignalNodeSetParams(void)
+{
+    return fgr_unsupported(65, "cuGraphExecExternalSemaphoresSignalNodeSetParams", "external memory and semaphores are not carried (none is imported)");
+}
+
+FGR_EXPORT CUresult cuGraphExecExternalSemaphoresWaitNodeSetParams(void)
+{
+    return fgr_unsupported(66, "cuGraphExecExternalSemaphoresWaitNodeSetParams", "external memory and semaphores are not carried (none is imported)");
+}
+
+FGR_EXPORT CUresult cuGraphExternalSemaphoresSignalNodeGetParams(void)
+{
+    return fgr_unsupported(67, "cuGraphExternalSemaphoresSignalNodeGetParams", "external memory and semaphores are not carried (none is imported)");
+}
+
+FGR_EXPORT CUresult cuGraphExternalSemaphoresSignalNodeSetParams(void)
+{
+    return fgr_unsupported(68, "cuGraphExternalSemaphoresSignalNodeSetParams", "external memory and semaphores are not carried (none is imported)");
+}
+
+FGR_EXPORT CUresult cuGraphExternalSemaphoresWaitNodeGetParams(void)
+{
+    return fgr_unsupported(69, "cuGraphExternalSemaphoresWaitNodeGetParams", "external memory and semaphores are not carried (none is imported)");
+}
+
+FGR_EXPORT CUresult cuGraphExternalSemaphoresWaitNodeSetParams(void)
+{
+    return fgr_unsupported(70, "cuGraphExternalSemaphoresWaitNodeSetParams", "external memory and semaphores are not carried (none is imported)");
+}
+
+FGR_EXPORT CUresult cuModuleGetTexRef(void)
+{
+    return fgr_unsupported(71, "cuModuleGetTexRef", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+}
+
+FGR_EXPORT CUresult cuModuleGetSurfRef(void)
+{
+    return fgr_unsupported(72, "cuModuleGetSurfRef", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+}
+
+FGR_EXPORT CUresult cuParamSetTexRef(void)
+{
+    return fgr_unsupported(73, "cuParamSetTexRef", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+}
+
+FGR_EXPORT CUresult cuSurfRefGetArray(void)
+{
+    return fgr_unsupported(74, "cuSurfRefGetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+}
+
+FGR_EXPORT CUresult cuSurfRefSetArray(void)
+{
+    return fgr_unsupported(75, "cuSurfRefSetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+}
+
+FGR_EXPORT CUresult cuTexRefCreate(void)
+{
+    return fgr_unsupported(76, "cuTexRefCreate", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+}
+
+FGR_EXPORT CUresult cuTexRefDestroy(void)
+{
+    return fgr_unsupported(77, "cuTexRefDestroy", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+}
+
+FGR_EXPORT CUresult cuTexRefGetAddressMode(void)
+{
+    return fgr_unsupported(78, "cuTexRefGetAddressMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+}
+
+FGR_EXPORT CUresult cuTexRefGetAddress_v2(void)
+{
+    return fgr_unsupported(79, "cuTexRefGetAddress_v2", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+}
+
+FGR_EXPORT CUresult cuTexRefGetArray(void)
+{
+    return fgr_unsupported(80, "cuTexRefGetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+}
+
+FGR_EXPORT CUresult cuTexRefGetBorderColor(void)
+{
+    return fgr_unsupported(81, "cuTexRefGetBorderColor", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+}
+
+FGR_EXPORT CUresult cuTexRefGetFilterMode(void)
+{
+    return fgr_unsupported(82, "cuTexRefGetFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+}
+
+FGR_EXPORT CUresult cuTexRefGetFlags(void)
+{
+    return fgr_unsupported(83, "cuTexRefGetFlags", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+}
+
+FGR_EXPORT CUresult cuTexRefGetFormat(void)
+{
+    return fgr_unsupported(84, "cuTexRefGetFormat", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+}
+
+FGR_EXPORT CUresult cuTexRefGetMaxAnisotropy(void)
+{
+    return fgr_unsupported(85, "cuTexRefGetMaxAnisotropy", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+}
+
+FGR_EXPORT CUresult cuTexRefGetMipmapFilterMode(void)
+{
+    return fgr_unsupported(86, "cuTexRefGetMipmapFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+}
+
+FGR_EXPORT CUresult cuTexRefGetMipmapLevelBias(void)
+{
+    return fgr_unsupported(87, "cuTexRefGetMipmapLevelBias", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+}
+
+FGR_EXPORT CUresult cuTexRefGetMipmapLevelClamp(void)
+{
+    return fgr_unsupported(88, "cuTexRefGetMipmapLevelClamp", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+}
+
+FGR_EXPORT CUresult cuTexRefGetMipmappedArray(void)
+{
+    return fgr_unsupported(89, "cuTexRefGetMipmappedArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+}
+
+FGR_EXPORT CUresult cuTexRefSetAddress2D_v3(void)
+{
+    return fgr_unsupported(90, "cuTexRefSetAddress2D_v3", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+}
+
+FGR_EXPORT CUresult cuTexRefSetAddressMode(void)
+{
+    return fgr_unsupported(91, "cuTexRefSetAddressMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+}
+
+FGR_EXPORT CUresult cuTexRefSetAddress_v2(void)
+{
+    return fgr_unsupported(92, "cuTexRefSetAddress_v2", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+}
+
+FGR_EXPORT CUresult cuTexRefSetArray(void)
+{
+    return fgr_unsupported(93, "cuTexRefSetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+}
+
+FGR_EXPORT CUresult cuTexRefSetBorderColor(void)
+{
+    return fgr_unsupported(94, "cuTexRefSetBorderColor", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+}
+
+FGR_EXPORT CUresult cuTexRefSetFilterMode(void)
+{
+    return fgr_unsupported(95, "cuTexRefSetFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+}
+
+FGR_EXPORT CUresult cuTexRefSetFlags(void)
+{
+    return fgr_unsupported(96, "cuTexRefSetFlags", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+}
+
+FGR_EXPORT CUresult cuTexRefSetFormat(void)
+{
+    return fgr_unsupported(97, "cuTexRefSetFormat", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+}
+
+FGR_EXPORT CUresult cuTexRefSetMaxAnisotropy(void)
+{
+    return fgr_unsupported(98, "cuTexRefSetMaxAnisotropy", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+}
+
+FGR_EXPORT CUresult cuTexRefSetMipmapFilterMode(void)
+{
+    return fgr_unsupported(99, "cuTexRefSetMipmapFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+}
+
+FGR_EXPORT CUresult cuTexRefSetMipmapLevelBias(void)
+{
+    return fgr_unsupported(100, "cuTexRefSetMipmapLevelBias", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+}
+
+FGR_EXPORT CUresult cuTexRefSetMipmapLevelClamp(void)
+{
+    return fgr_unsupported(101, "cuTexRefSetMipmapLevelClamp", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+}
+
+FGR_EXPORT CUresult cuTexRefSetMipmappedArray(void)
+{
+    return fgr_unsupported(102, "cuTexRefSetMipmappedArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+}
+
+FGR_EXPORT CUresult cuFuncSetBlockShape(void)
+{
+    return fgr_unsupported(103, "cuFuncSetBlockShape", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+}
+
+FGR_EXPORT CUresult cuFuncSetSharedSize(void)
+{
+    return fgr_unsupported(104, "cuFuncSetSharedSize", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+}
+
+FGR_EXPORT CUresult cuParamSetSize(void)
+{
+    return fgr_unsupported(105, "cuParamSetSize", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+}
+
+FGR_EXPORT CUresult cuParamSetf(void)
+{
+    return fgr_unsupported(106, "cuParamSetf", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+}
+
+FGR_EXPORT CUresult cuParamSeti(void)
+{
+    return fgr_unsupported(107, "cuParamSeti", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+}
+
+FGR_EXPORT CUresult cuParamSetv(void)
+{
+    return fgr_unsupported(108, "cuParamSetv", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+}
+
+FGR_EXPORT CUresult cuLaunch(void)
+{
+    return fgr_unsupported(109, "cuLaunch", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+}
+
+FGR_EXPORT CUresult cuLaunchGrid(void)
+{
+    return fgr_unsupported(110, "cuLaunchGrid", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+}
+
+FGR_EXPORT CUresult cuLaunchGridAsync(void)
+{
+    return fgr_unsupported(111, "cuLaunchGridAsync", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+}
+
+FGR_EXPORT CUresult cuCtxAttach(void)
+{
+    return fgr_unsupported(112, "cuCtxAttach", "deprecated since CUDA 4: cuCtxPushCurrent and cuCtxPopCurrent are carried");
+}
+
+FGR_EXPORT CUresult cuCtxDetach(void)
+{
+    return fgr_unsupported(113, "cuCtxDetach", "deprecated since CUDA 4: cuCtxPushCurrent and cuCtxPopCurrent are carried");
+}
+
+FGR_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(void)
+{
+    return fgr_unsupported(114, "cuLaunchCooperativeKernelMultiDevice", "removed from the runtime in CUDA 12: cuLaunchCooperativeKernel is carried, one launch per device");
+}
+
+FGR_EXPORT CUresult cuProfilerInitialize(void)
+{
+    return fgr_unsupported(115, "cuProfilerInitialize", "deprecated since CUDA 11: cuProfilerStart and cuProfilerStop are carried");
+}
+
+FGR_EXPORT CUresult cuGreenCtxCreate(void)
+{
+    return fgr_unsupported(116, "cuGreenCtxCreate", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+}
+
+FGR_EXPORT CUresult cuGreenCtxDestroy(void)
+{
+    return fgr_unsupported(117, "cuGreenCtxDestroy", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+}
+
+FGR_EXPORT CUresult cuGreenCtxGetDevResource(void)
+{
+    return fgr_unsupported(118, "cuGreenCtxGetDevResource", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+}
+
+FGR_EXPORT CUresult cuGreenCtxGetId(void)
+{
+    return fgr_unsupported(119, "cuGreenCtxGetId", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+}
+
+FGR_EXPORT CUresult cuGreenCtxRecordEvent(void)
+{
+    return fgr_unsupported(120, "cuGreenCtxRecordEvent", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+}
+
+FGR_EXPORT CUresult cuGreenCtxStreamCreate(void)
+{
+    return fgr_unsupported(121, "cuGreenCtxStreamCreate", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+}
+
+FGR_EXPORT CUresult cuGreenCtxWaitEvent(void)
+{
+    return fgr_unsupported(122, "cuGreenCtxWaitEvent", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+}
+
+FGR_EXPORT CUresult cuCtxFromGreenCtx(void)
+{
+    return fgr_unsupported(123, "cuCtxFromGreenCtx", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+}
+
+FGR_EXPORT CUresult cuCtxGetDevResource(void)
+{
+    return fgr_unsupported(124, "cuCtxGetDevResource", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+}
+
+FGR_EXPORT CUresult cuDeviceGetDevResource(void)
+{
+    return fgr_unsupported(125, "cuDeviceGetDevResource", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+}
+
+FGR_EXPORT CUresult cuDevResourceGenerateDesc(void)
+{
+    return fgr_unsupported(126, "cuDevResourceGenerateDesc", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+}
+
+FGR_EXPORT CUresult cuDevSmResourceSplitByCount(void)
+{
+    return fgr_unsupported(127, "cuDevSmResourceSplitByCount", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+}
+
+FGR_EXPORT CUresult cuStreamGetGreenCtx(void)
+{
+    return fgr_unsupported(128, "cuStreamGetGreenCtx", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+}
+
+FGR_EXPORT CUresult cuLogsCurrent(void)
+{
+    return fgr_unsupported(129, "cuLogsCurrent", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
+}
+
+FGR_EXPORT CUresult cuLogsDumpToFile(void)
+{
+    return fgr_unsupported(130, "cuLogsDumpToFile", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
+}
+
+FGR_EXPORT CUresult cuLogsDumpToMemory(void)
+{
+    return fgr_unsupported(131, "cuLogsDumpToMemory", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
+}
+
+FGR_EXPORT CUresult cuLogsRegisterCallback(void)
+{
+    return fgr_unsupported(132, "cuLogsRegisterCallback", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
+}
+
+FGR_EXPORT CUresult cuLogsUnregisterCallback(void)
+{
+    return fgr_unsupported(133, "cuLogsUnregisterCallback", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
+}
+
+FGR_EXPORT CUresult cuCoredumpGetAttribute(void)
+{
+    return fgr_unsupported(134, "cuCoredumpGetAttribute", "GPU core dumps are written by the server's driver for the executor's process: set them there");
+}
+
+FGR_EXPORT CUresult cuCoredumpGetAttributeGlobal(void)
+{
+    return fgr_unsupported(135, "cuCoredumpGetAttributeGlobal", "GPU core dumps are written by the server's driver for the executor's process: set them there");
+}
+
+FGR_EXPORT CUresult cuCoredumpSetAttribute(void)
+{
+    return fgr_unsupported(136, "cuCoredumpSetAttribute", "GPU core dumps are written by the server's driver for the executor's process: set them there");
+}
+
+FGR_EXPORT CUresult cuCoredumpSetAttributeGlobal(void)
+{
+    return fgr_unsupported(137, "cuCoredumpSetAttributeGlobal", "GPU core dumps are written by the server's driver for the executor's process: set them there");
+}
+
+FGR_EXPORT CUresult cuDeviceRegisterAsyncNotification(void)
+{
+    return fgr_unsupported(138, "cuDeviceRegisterAsyncNotification", "the driver would call the program back from the server: asynchronous notifications are not carried");
+}
+
+FGR_EXPORT CUresult cuDeviceUnregisterAsyncNotification(void)
+{
+    return fgr_unsupported(139, "cuDeviceUnregisterAsyncNotification", "the driver would call the program back from the server: asynchronous notifications are not carried");
+}
+
+FGR_EXPORT CUresult cuCheckpointProcessGetRestoreThreadId(void)
+{
+    return fgr_unsupported(140, "cuCheckpointProcessGetRestoreThreadId", "it names a process by its pid; a remote program's GPU state is its executor's, on the server (flexgv suspend acts on local tenants)");
+}
+
+FGR_EXPORT CUresult cuMemGetHandleForAddressRange(void)
+{
+    return fgr_unsupported(141, "cuMemGetHandleForAddressRange", "it returns a dma-buf file descriptor of the executor's process, which means nothing in the program's");
+}
+
+FGR_EXPORT CUresult cuLibraryGetUnifiedFunction(void)
+{
+    return fgr_unsupported(142, "cuLibraryGetUnifiedFunction", "a unified function's address is in the library's image on the server's host");
+}
+
+FGR_EXPORT CUresult cuFlushGPUDirectRDMAWrites(void)
+{
+    return fgr_unsupported(143, "cuFlushGPUDirectRDMAWrites", "GPUDirect RDMA writes come from the NICs of the GPU's own host: nothing of the program's reaches it that way");
+}
+
+FGR_EXPORT CUresult cuDeviceGetLuid(void)
+{
+    return fgr_unsupported(144, "cuDeviceGetLuid", "a Windows (WDDM) adapter identifier: Linux drivers answer CUDA_ERROR_NOT_SUPPORTED too");
+}
+
+FGR_EXPORT CUresult cuUserObjectCreate(void)
+{
+    return fgr_unsupported(145, "cuUserObjectCreate", "a user object's destructor is a function of the program that the driver calls on the server when the last graph lets go of it: not carried yet");
+}
+
+FGR_EXPORT CUresult cuUserObjectRelease(void)
+{
+    return fgr_unsupported(146, "cuUserObjectRelease", "a user object's destructor is a function of the program that the driver calls on the server when the last graph lets go of it: not carried yet");
+}
+
+FGR_EXPORT CUresult cuUserObjectRetain(void)
+{
+    return fgr_unsupported(147, "cuUserObjectRetain", "a user object's destructor is a function of the program that the driver calls on the server when the last graph lets go of it: not carried yet");
+}
+
+FGR_EXPORT CUresult cuGraphReleaseUserObject(void)
+{
+    return fgr_unsupported(148, "cuGraphReleaseUserObject", "a user object's destructor is a function of the program that the driver calls on the server when the last graph lets go of it: not carried yet");
+}
+
+FGR_EXPORT CUresult cuGraphRetainUserObject(void)
+{
+    return fgr_unsupported(149, "cuGraphRetainUserObject", "a user object's destructor is a function of the program that the driver calls on the server when the last graph lets go of it: not carried yet");
+}
+
+FGR_EXPORT CUresult cuGraphExecChildGraphNodeSetParams(void)
+{
+    return fgr_unsupported(150, "cuGraphExecChildGraphNodeSetParams", "the executable's sides in the program's pageable memory would need the old child graph's dropped: not carried yet");
+}
+
+FGR_EXPORT CUresult cuStreamBatchMemOp_v2(void)
+{
+    return fgr_unsupported(151, "cuStreamBatchMemOp_v2", "batches of stream memory operations are not carried yet: cuStreamWaitValue32/64 and cuStreamWriteValue32/64 are");
+}
+
+FGR_EXPORT CUresult cuGraphAddBatchMemOpNode(void)
+{
+    return fgr_unsupported(152, "cuGraphAddBatchMemOpNode", "batches of stream memory operations are not carried yet: cuStreamWaitValue32/64 and cuStreamWriteValue32/64 are");
+}
+
+FGR_EXPORT CUresult cuGraphBatchMemOpNodeGetParams(void)
+{
+    return fgr_unsupported(153, "cuGraphBatchMemOpNodeGetParams", "batches of stream memory operations are not carried yet: cuStreamWaitValue32/64 and cuStreamWriteValue32/64 are");
+}
+
+FGR_EXPORT CUresult cuGraphBatchMemOpNodeSetParams(void)
+{
+    return fgr_unsupported(154, "cuGraphBatchMemOpNodeSetParams", "batches of stream memory operations are not carried yet: cuStreamWaitValue32/64 and cuStreamWriteValue32/64 are");
+}
+
+FGR_EXPORT CUresult cuGraphExecBatchMemOpNodeSetParams(void)
+{
+    return fgr_unsupported(155, "cuGraphExecBatchMemOpNodeSetParams", "batches of stream memory operations are not carried yet: cuStreamWaitValue32/64 and cuStreamWriteValue32/64 are");
+}
+
+FGR_EXPORT CUresult cuMemcpyBatchAsync_v2(void)
+{
+    return fgr_unsupported(156, "cuMemcpyBatchAsync_v2", "batched copies are not carried yet: each copy of the batch is, as its own cuMemcpyAsync or cuMemcpy3DAsync");
+}
+
+FGR_EXPORT CUresult cuMemcpy3DBatchAsync_v2(void)
+{
+    return fgr_unsupported(157, "cuMemcpy3DBatchAsync_v2", "batched copies are not carried yet: each copy of the batch is, as its own cuMemcpyAsync or cuMemcpy3DAsync");
+}
+
+FGR_EXPORT CUresult cuMemPrefetchBatchAsync(void)
+{
+    return fgr_unsupported(158, "cuMemPrefetchBatchAsync", "batched prefetch and discard of managed memory are not carried yet: cuMemPrefetchAsync is");
+}
+
+FGR_EXPORT CUresult cuMemDiscardBatchAsync(void)
+{
+    return fgr_unsupported(159, "cuMemDiscardBatchAsync", "batched prefetch and discard of managed memory are not carried yet: cuMemPrefetchAsync is");
+}
+
+FGR_EXPORT CUresult cuMemDiscardAndPrefetchBatchAsync(void)
+{
+    return fgr_unsupported(160, "cuMemDiscardAndPrefetchBatchAsync", "batched prefetch and discard of managed memory are not carried yet: cuMemPrefetchAsync is");
+}
+
+FGR_EXPORT CUresult cuMemBatchDecompressAsync(void)
+{
+    return fgr_unsupported(161, "cuMemBatchDecompressAsync", "the copy engines' decompression is not carried yet");
+}
+
+FGR_EXPORT CUresult cuArrayGetMemoryRequirements(void)
+{
+    return fgr_unsupported(162, "cuArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+}
+
+FGR_EXPORT CUresult cuArrayGetPlane(void)
+{
+    return fgr_unsupported(163, "cuArrayGetPlane", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+}
+
+FGR_EXPORT CUresult cuArrayGetSparseProperties(void)
+{
+    return fgr_unsupported(164, "cuArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+}
+
+FGR_EXPORT CUresult cuMipmappedArrayGetMemoryRequirements(void)
+{
+    return fgr_unsupported(165, "cuMipmappedArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+}
+
+FGR_EXPORT CUresult cuMipmappedArrayGetSparseProperties(void)
+{
+    return fgr_unsupported(166, "cuMipmappedArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+}
+
+FGR_EXPORT CUresult cuMemMapArrayAsync(void)
+{
+    return fgr_unsupported(167, "cuMemMapArrayAsync", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+}
+
+FGR_EXPORT CUresult cuMemcpy3DPeer(void)
+{
+    return fgr_unsupported(168, "cuMemcpy3DPeer", "peer copies between contexts of 3D regions are not carried yet: cuMemcpy3D and cuMemcpyPeer are");
+}
+
+FGR_EXPORT CUresult cuMemcpy3DPeerAsync(void)
+{
+    return fgr_unsupported(169, "cuMemcpy3DPeerAsync", "peer copies between contexts of 3D regions are not carried yet: cuMemcpy3D and cuMemcpyPeer are");
+}
+
+FGR_EXPORT CUresult cuDeviceGetHostAtomicCapabilities(void)
+{
+    return fgr_unsupported(170, "cuDeviceGetHostAtomicCapabilities", "atomic capability queries are not carried yet: cuDeviceGetAttribute's host-native atomics answer is");
+}
+
+FGR_EXPORT CUresult cuDeviceGetP2PAtomicCapabilities(void)
+{
+    return fgr_unsupported(171, "cuDeviceGetP2PAtomicCapabilities", "atomic capability queries are not carried yet: cuDeviceGetAttribute's host-native atomics answer is");
+}
+
+FGR_EXPORT CUresult cuTensorMapEncodeIm2colWide(void)
+{
+    return fgr_unsupported(172, "cuTensorMapEncodeIm2colWide", "the wide im2col tensor map is not carried yet: tiled and im2col tensor maps are");
+}
+
+FGR_EXPORT CUresult cuCtxRecordEvent(void)
+{
+    return fgr_unsupported(173, "cuCtxRecordEvent", "not carried yet");
+}
+
+FGR_EXPORT CUresult cuCtxWaitEvent(void)
+{
+    return fgr_unsupported(174, "cuCtxWaitEvent", "not carried yet");
+}
+
+FGR_EXPORT CUresult cuCtxSetFlags(void)
+{
+    return fgr_unsupported(175, "cuCtxSetFlags", "not carried yet");
+}
+
+FGR_EXPORT CUresult cuFuncGetName(void)
+{
+    return fgr_unsupported(176, "cuFuncGetName", "not carried yet");
+}
+
+FGR_EXPORT CUresult cuKernelGetName(void)
+{
+    return fgr_unsupported(177, "cuKernelGetName", "not carried yet");
+}
+
+FGR_EXPORT CUresult cuFuncIsLoaded(void)
+{
+    return fgr_unsupported(178, "cuFuncIsLoaded", "not carried yet");
+}
+
+FGR_EXPORT CUresult cuFuncLoad(void)
+{
+    return fgr_unsupported(179, "cuFuncLoad", "not carried yet");
+}
+
+FGR_EXPORT CUresult cuModuleEnumerateFunctions(void)
+{
+    return fgr_unsupported(180, "cuModuleEnumerateFunctions", "not carried yet");
+}
+
+FGR_EXPORT CUresult cuModuleGetFunctionCount(void)
+{
+    return fgr_unsupported(181, "cuModuleGetFunctionCount", "not carried yet");
+}
+
+FGR_EXPORT CUresult cuLibraryLoadFromFile(void)
+{
+    return fgr_unsupported(182, "cuLibraryLoadFromFile", "not carried yet");
+}
+
+FGR_EXPORT CUresult cuMemHostGetFlags(void)
+{
+    return fgr_unsupported(183, "cuMemHostGetFlags", "not carried yet");
+}
+
+FGR_EXPORT CUresult cuMemSetMemPool(void)
+{
+    return fgr_unsupported(184, "cuMemSetMemPool", "not carried yet");
+}
+
+FGR_EXPORT CUresult cuPointerSetAttribute(void)
+{
+    return fgr_unsupported(185, "cuPointerSetAttribute", "not carried yet");
+}
+
+FGR_EXPORT CUresult cuDeviceGetProperties(void)
+{
+    return fgr_unsupported(186, "cuDeviceGetProperties", "deprecated since CUDA 5: cuDeviceGetAttribute is answered");
+}
+
+const int fgr_nunsupported = 187;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -7037,6 +7912,7 @@ const struct fg_proc fgr_procs[] = {
     {"cuCheckpointProcessCheckpoint", "cuCheckpointProcessCheckpoint", 12080, 0, (void *)cuCheckpointProcessCheckpoint},
     {"cuCheckpointProcessRestore", "cuCheckpointProcessRestore", 12080, 0, (void *)cuCheckpointProcessRestore},
     {"cuCheckpointProcessUnlock", "cuCheckpointProcessUnlock", 12080, 0, (void *)cuCheckpointProcessUnlock},
+    {"cuDeviceComputeCapability", "cuDeviceComputeCapability", 2000, 0, (void *)cuDeviceComputeCapability},
     {"cuDeviceGetPCIBusId", "cuDeviceGetPCIBusId", 4010, 0, (void *)cuDeviceGetPCIBusId},
     {"cuDeviceGetByPCIBusId", "cuDeviceGetByPCIBusId", 4010, 0, (void *)cuDeviceGetByPCIBusId},
     {"cuDeviceCanAccessPeer", "cuDeviceCanAccessPeer", 4000, 0, (void *)cuDeviceCanAccessPeer},
@@ -7299,6 +8175,181 @@ const struct fg_proc fgr_procs[] = {
     {"fgrGraphConditionalNodeSetParams", "fgrGraphConditionalNodeSetParams", 0, 0, (void *)fgrGraphConditionalNodeSetParams},
     {"cuGraphExecUpdate", "cuGraphExecUpdate_v2", 12000, 0, (void *)cuGraphExecUpdate_v2},
     {"cuGraphDebugDotPrint", "cuGraphDebugDotPrint", 11030, 0, (void *)cuGraphDebugDotPrint},
+    {"cuGraphKernelNodeGetParams", "cuGraphKernelNodeGetParams", 10000, 0, (void *)cuGraphKernelNodeGetParams},
+    {"cuGraphExecKernelNodeSetParams", "cuGraphExecKernelNodeSetParams", 10010, 0, (void *)cuGraphExecKernelNodeSetParams},
+    {"cuStreamBatchMemOp", "cuStreamBatchMemOp", 8000, 0, (void *)cuStreamBatchMemOp},
+    {"cuStreamWaitValue32", "cuStreamWaitValue32", 8000, 0, (void *)cuStreamWaitValue32},
+    {"cuIpcOpenMemHandle", "cuIpcOpenMemHandle", 4010, 0, (void *)cuIpcOpenMemHandle},
+    {"cuMemcpyDtoDAsync", "cuMemcpyDtoDAsync", 3000, 0, (void *)cuMemcpyDtoDAsync},
+    {"cuGraphicsResourceSetMapFlags", "cuGraphicsResourceSetMapFlags", 3000, 0, (void *)cuGraphicsResourceSetMapFlags},
+    {"cuGLCtxCreate", "cuGLCtxCreate_v2", 3020, 0, (void *)cuGLCtxCreate_v2},
+    {"cuGLGetDevices", "cuGLGetDevices_v2", 6050, 0, (void *)cuGLGetDevices_v2},
+    {"cuGLInit", "cuGLInit", 2000, 0, (void *)cuGLInit},
+    {"cuGLMapBufferObjectAsync", "cuGLMapBufferObjectAsync_v2", 3020, 0, (void *)cuGLMapBufferObjectAsync_v2},
+    {"cuGLMapBufferObject", "cuGLMapBufferObject_v2", 3020, 0, (void *)cuGLMapBufferObject_v2},
+    {"cuGLRegisterBufferObject", "cuGLRegisterBufferObject", 2000, 0, (void *)cuGLRegisterBufferObject},
+    {"cuGLSetBufferObjectMapFlags", "cuGLSetBufferObjectMapFlags", 2030, 0, (void *)cuGLSetBufferObjectMapFlags},
+    {"cuGLUnmapBufferObject", "cuGLUnmapBufferObject", 2000, 0, (void *)cuGLUnmapBufferObject},
+    {"cuGLUnmapBufferObjectAsync", "cuGLUnmapBufferObjectAsync", 2030, 0, (void *)cuGLUnmapBufferObjectAsync},
+    {"cuGLUnregisterBufferObject", "cuGLUnregisterBufferObject", 2000, 0, (void *)cuGLUnregisterBufferObject},
+    {"cuGraphicsGLRegisterBuffer", "cuGraphicsGLRegisterBuffer", 3000, 0, (void *)cuGraphicsGLRegisterBuffer},
+    {"cuGraphicsGLRegisterImage", "cuGraphicsGLRegisterImage", 3000, 0, (void *)cuGraphicsGLRegisterImage},
+    {"cuGraphicsEGLRegisterImage", "cuGraphicsEGLRegisterImage", 7000, 0, (void *)cuGraphicsEGLRegisterImage},
+    {"cuEGLStreamConsumerAcquireFrame", "cuEGLStreamConsumerAcquireFrame", 7000, 0, (void *)cuEGLStreamConsumerAcquireFrame},
+    {"cuEGLStreamConsumerConnect", "cuEGLStreamConsumerConnect", 7000, 0, (void *)cuEGLStreamConsumerConnect},
+    {"cuEGLStreamConsumerConnectWithFlags", "cuEGLStreamConsumerConnectWithFlags", 8000, 0, (void *)cuEGLStreamConsumerConnectWithFlags},
+    {"cuEGLStreamConsumerDisconnect", "cuEGLStreamConsumerDisconnect", 7000, 0, (void *)cuEGLStreamConsumerDisconnect},
+    {"cuEGLStreamConsumerReleaseFrame", "cuEGLStreamConsumerReleaseFrame", 7000, 0, (void *)cuEGLStreamConsumerReleaseFrame},
+    {"cuEGLStreamProducerConnect", "cuEGLStreamProducerConnect", 7000, 0, (void *)cuEGLStreamProducerConnect},
+    {"cuEGLStreamProducerDisconnect", "cuEGLStreamProducerDisconnect", 7000, 0, (void *)cuEGLStreamProducerDisconnect},
+    {"cuEGLStreamProducerPresentFrame", "cuEGLStreamProducerPresentFrame", 7000, 0, (void *)cuEGLStreamProducerPresentFrame},
+    {"cuEGLStreamProducerReturnFrame", "cuEGLStreamProducerReturnFrame", 7000, 0, (void *)cuEGLStreamProducerReturnFrame},
+    {"cuEventCreateFromEGLSync", "cuEventCreateFromEGLSync", 9000, 0, (void *)cuEventCreateFromEGLSync},
+    {"cuGraphicsVDPAURegisterOutputSurface", "cuGraphicsVDPAURegisterOutputSurface", 3010, 0, (void *)cuGraphicsVDPAURegisterOutputSurface},
+    {"cuGraphicsVDPAURegisterVideoSurface", "cuGraphicsVDPAURegisterVideoSurface", 3010, 0, (void *)cuGraphicsVDPAURegisterVideoSurface},
+    {"cuVDPAUCtxCreate", "cuVDPAUCtxCreate_v2", 3020, 0, (void *)cuVDPAUCtxCreate_v2},
+    {"cuVDPAUGetDevice", "cuVDPAUGetDevice", 3010, 0, (void *)cuVDPAUGetDevice},
+    {"cuGraphicsMapResources", "cuGraphicsMapResources", 3000, 0, (void *)cuGraphicsMapResources},
+    {"cuGraphicsResourceGetMappedEglFrame", "cuGraphicsResourceGetMappedEglFrame", 7000, 0, (void *)cuGraphicsResourceGetMappedEglFrame},
+    {"cuGraphicsResourceGetMappedMipmappedArray", "cuGraphicsResourceGetMappedMipmappedArray", 5000, 0, (void *)cuGraphicsResourceGetMappedMipmappedArray},
+    {"cuGraphicsResourceGetMappedPointer", "cuGraphicsResourceGetMappedPointer_v2", 3020, 0, (void *)cuGraphicsResourceGetMappedPointer_v2},
+    {"cuGraphicsResourceSetMapFlags", "cuGraphicsResourceSetMapFlags_v2", 6050, 0, (void *)cuGraphicsResourceSetMapFlags_v2},
+    {"cuGraphicsSubResourceGetMappedArray", "cuGraphicsSubResourceGetMappedArray", 3000, 0, (void *)cuGraphicsSubResourceGetMappedArray},
+    {"cuGraphicsUnmapResources", "cuGraphicsUnmapResources", 3000, 0, (void *)cuGraphicsUnmapResources},
+    {"cuGraphicsUnregisterResource", "cuGraphicsUnregisterResource", 3000, 0, (void *)cuGraphicsUnregisterResource},
+    {"cuImportExternalMemory", "cuImportExternalMemory", 10000, 0, (void *)cuImportExternalMemory},
+    {"cuImportExternalSemaphore", "cuImportExternalSemaphore", 10000, 0, (void *)cuImportExternalSemaphore},
+    {"cuDeviceGetNvSciSyncAttributes", "cuDeviceGetNvSciSyncAttributes", 10020, 0, (void *)cuDeviceGetNvSciSyncAttributes},
+    {"cuDestroyExternalMemory", "cuDestroyExternalMemory", 10000, 0, (void *)cuDestroyExternalMemory},
+    {"cuDestroyExternalSemaphore", "cuDestroyExternalSemaphore", 10000, 0, (void *)cuDestroyExternalSemaphore},
+    {"cuExternalMemoryGetMappedBuffer", "cuExternalMemoryGetMappedBuffer", 10000, 0, (void *)cuExternalMemoryGetMappedBuffer},
+    {"cuExternalMemoryGetMappedMipmappedArray", "cuExternalMemoryGetMappedMipmappedArray", 10000, 0, (void *)cuExternalMemoryGetMappedMipmappedArray},
+    {"cuSignalExternalSemaphoresAsync", "cuSignalExternalSemaphoresAsync", 10000, 0, (void *)cuSignalExternalSemaphoresAsync},
+    {"cuWaitExternalSemaphoresAsync", "cuWaitExternalSemaphoresAsync", 10000, 0, (void *)cuWaitExternalSemaphoresAsync},
+    {"cuGraphAddExternalSemaphoresSignalNode", "cuGraphAddExternalSemaphoresSignalNode", 11020, 0, (void *)cuGraphAddExternalSemaphoresSignalNode},
+    {"cuGraphAddExternalSemaphoresWaitNode", "cuGraphAddExternalSemaphoresWaitNode", 11020, 0, (void *)cuGraphAddExternalSemaphoresWaitNode},
+    {"cuGraphExecExternalSemaphoresSignalNodeSetParams", "cuGraphExecExternalSemaphoresSignalNodeSetParams", 11020, 0, (void *)cuGraphExecExternalSemaphoresSignalNodeSetParams},
+    {"cuGraphExecExternalSemaphoresWaitNodeSetParams", "cuGraphExecExternalSemaphoresWaitNodeSetParams", 11020, 0, (void *)cuGraphExecExternalSemaphoresWaitNodeSetParams},
+    {"cuGraphExternalSemaphoresSignalNodeGetParams", "cuGraphExternalSemaphoresSignalNodeGetParams", 11020, 0, (void *)cuGraphExternalSemaphoresSignalNodeGetParams},
+    {"cuGraphExternalSemaphoresSignalNodeSetParams", "cuGraphExternalSemaphoresSignalNodeSetParams", 11020, 0, (void *)cuGraphExternalSemaphoresSignalNodeSetParams},
+    {"cuGraphExternalSemaphoresWaitNodeGetParams", "cuGraphExternalSemaphoresWaitNodeGetParams", 11020, 0, (void *)cuGraphExternalSemaphoresWaitNodeGetParams},
+    {"cuGraphExternalSemaphoresWaitNodeSetParams", "cuGraphExternalSemaphoresWaitNodeSetParams", 11020, 0, (void *)cuGraphExternalSemaphoresWaitNodeSetParams},
+    {"cuModuleGetTexRef", "cuModuleGetTexRef", 2000, 0, (void *)cuModuleGetTexRef},
+    {"cuModuleGetSurfRef", "cuModuleGetSurfRef", 3000, 0, (void *)cuModuleGetSurfRef},
+    {"cuParamSetTexRef", "cuParamSetTexRef", 2000, 0, (void *)cuParamSetTexRef},
+    {"cuSurfRefGetArray", "cuSurfRefGetArray", 3000, 0, (void *)cuSurfRefGetArray},
+    {"cuSurfRefSetArray", "cuSurfRefSetArray", 3000, 0, (void *)cuSurfRefSetArray},
+    {"cuTexRefCreate", "cuTexRefCreate", 2000, 0, (void *)cuTexRefCreate},
+    {"cuTexRefDestroy", "cuTexRefDestroy", 2000, 0, (void *)cuTexRefDestroy},
+    {"cuTexRefGetAddressMode", "cuTexRefGetAddressMode", 2000, 0, (void *)cuTexRefGetAddressMode},
+    {"cuTexRefGetAddress", "cuTexRefGetAddress_v2", 3020, 0, (void *)cuTexRefGetAddress_v2},
+    {"cuTexRefGetArray", "cuTexRefGetArray", 2000, 0, (void *)cuTexRefGetArray},
+    {"cuTexRefGetBorderColor", "cuTexRefGetBorderColor", 8000, 0, (void *)cuTexRefGetBorderColor},
+    {"cuTexRefGetFilterMode", "cuTexRefGetFilterMode", 2000, 0, (void *)cuTexRefGetFilterMode},
+    {"cuTexRefGetFlags", "cuTexRefGetFlags", 2000, 0, (void *)cuTexRefGetFlags},
+    {"cuTexRefGetFormat", "cuTexRefGetFormat", 2000, 0, (void *)cuTexRefGetFormat},
+    {"cuTexRefGetMaxAnisotropy", "cuTexRefGetMaxAnisotropy", 5000, 0, (void *)cuTexRefGetMaxAnisotropy},
+    {"cuTexRefGetMipmapFilterMode", "cuTexRefGetMipmapFilterMode", 5000, 0, (void *)cuTexRefGetMipmapFilterMode},
+    {"cuTexRefGetMipmapLevelBias", "cuTexRefGetMipmapLevelBias", 5000, 0, (void *)cuTexRefGetMipmapLevelBias},
+    {"cuTexRefGetMipmapLevelClamp", "cuTexRefGetMipmapLevelClamp", 5000, 0, (void *)cuTexRefGetMipmapLevelClamp},
+    {"cuTexRefGetMipmappedArray", "cuTexRefGetMipmappedArray", 5000, 0, (void *)cuTexRefGetMipmappedArray},
+    {"cuTexRefSetAddress2D", "cuTexRefSetAddress2D_v3", 4010, 0, (void *)cuTexRefSetAddress2D_v3},
+    {"cuTexRefSetAddressMode", "cuTexRefSetAddressMode", 2000, 0, (void *)cuTexRefSetAddressMode},
+    {"cuTexRefSetAddress", "cuTexRefSetAddress_v2", 3020, 0, (void *)cuTexRefSetAddress_v2},
+    {"cuTexRefSetArray", "cuTexRefSetArray", 2000, 0, (void *)cuTexRefSetArray},
+    {"cuTexRefSetBorderColor", "cuTexRefSetBorderColor", 8000, 0, (void *)cuTexRefSetBorderColor},
+    {"cuTexRefSetFilterMode", "cuTexRefSetFilterMode", 2000, 0, (void *)cuTexRefSetFilterMode},
+    {"cuTexRefSetFlags", "cuTexRefSetFlags", 2000, 0, (void *)cuTexRefSetFlags},
+    {"cuTexRefSetFormat", "cuTexRefSetFormat", 2000, 0, (void *)cuTexRefSetFormat},
+    {"cuTexRefSetMaxAnisotropy", "cuTexRefSetMaxAnisotropy", 5000, 0, (void *)cuTexRefSetMaxAnisotropy},
+    {"cuTexRefSetMipmapFilterMode", "cuTexRefSetMipmapFilterMode", 5000, 0, (void *)cuTexRefSetMipmapFilterMode},
+    {"cuTexRefSetMipmapLevelBias", "cuTexRefSetMipmapLevelBias", 5000, 0, (void *)cuTexRefSetMipmapLevelBias},
+    {"cuTexRefSetMipmapLevelClamp", "cuTexRefSetMipmapLevelClamp", 5000, 0, (void *)cuTexRefSetMipmapLevelClamp},
+    {"cuTexRefSetMipmappedArray", "cuTexRefSetMipmappedArray", 5000, 0, (void *)cuTexRefSetMipmappedArray},
+    {"cuFuncSetBlockShape", "cuFuncSetBlockShape", 2000, 0, (void *)cuFuncSetBlockShape},
+    {"cuFuncSetSharedSize", "cuFuncSetSharedSize", 2000, 0, (void *)cuFuncSetSharedSize},
+    {"cuParamSetSize", "cuParamSetSize", 2000, 0, (void *)cuParamSetSize},
+    {"cuParamSetf", "cuParamSetf", 2000, 0, (void *)cuParamSetf},
+    {"cuParamSeti", "cuParamSeti", 2000, 0, (void *)cuParamSeti},
+    {"cuParamSetv", "cuParamSetv", 2000, 0, (void *)cuParamSetv},
+    {"cuLaunch", "cuLaunch", 2000, 0, (void *)cuLaunch},
+    {"cuLaunchGrid", "cuLaunchGrid", 2000, 0, (void *)cuLaunchGrid},
+    {"cuLaunchGridAsync", "cuLaunchGridAsync", 2000, 0, (void *)cuLaunchGridAsync},
+    {"cuCtxAttach", "cuCtxAttach", 2000, 0, (void *)cuCtxAttach},
+    {"cuCtxDetach", "cuCtxDetach", 2000, 0, (void *)cuCtxDetach},
+    {"cuLaunchCooperativeKernelMultiDevice", "cuLaunchCooperativeKernelMultiDevice", 9000, 0, (void *)cuLaunchCooperativeKernelMultiDevice},
+    {"cuProfilerInitialize", "cuProfilerInitialize", 4000, 0, (void *)cuProfilerInitialize},
+    {"cuGreenCtxCreate", "cuGreenCtxCreate", 12040, 0, (void *)cuGreenCtxCreate},
+    {"cuGreenCtxDestroy", "cuGreenCtxDestroy", 12040, 0, (void *)cuGreenCtxDestroy},
+    {"cuGreenCtxGetDevResource", "cuGreenCtxGetDevResource", 12040, 0, (void *)cuGreenCtxGetDevResource},
+    {"cuGreenCtxGetId", "cuGreenCtxGetId", 13000, 0, (void *)cuGreenCtxGetId},
+    {"cuGreenCtxRecordEvent", "cuGreenCtxRecordEvent", 12040, 0, (void *)cuGreenCtxRecordEvent},
+    {"cuGreenCtxStreamCreate", "cuGreenCtxStreamCreate", 12050, 0, (void *)cuGreenCtxStreamCreate},
+    {"cuGreenCtxWaitEvent", "cuGreenCtxWaitEvent", 12040, 0, (void *)cuGreenCtxWaitEvent},
+    {"cuCtxFromGreenCtx", "cuCtxFromGreenCtx", 12040, 0, (void *)cuCtxFromGreenCtx},
+    {"cuCtxGetDevResource", "cuCtxGetDevResource", 12040, 0, (void *)cuCtxGetDevResource},
+    {"cuDeviceGetDevResource", "cuDeviceGetDevResource", 12040, 0, (void *)cuDeviceGetDevResource},
+    {"cuDevResourceGenerateDesc", "cuDevResourceGenerateDesc", 12040, 0, (void *)cuDevResourceGenerateDesc},
+    {"cuDevSmResourceSplitByCount", "cuDevSmResourceSplitByCount", 12040, 0, (void *)cuDevSmResourceSplitByCount},
+    {"cuStreamGetGreenCtx", "cuStreamGetGreenCtx", 12040, 0, (void *)cuStreamGetGreenCtx},
+    {"cuLogsCurrent", "cuLogsCurrent", 12080, 0, (void *)cuLogsCurrent},
+    {"cuLogsDumpToFile", "cuLogsDumpToFile", 12080, 0, (void *)cuLogsDumpToFile},
+    {"cuLogsDumpToMemory", "cuLogsDumpToMemory", 12080, 0, (void *)cuLogsDumpToMemory},
+    {"cuLogsRegisterCallback", "cuLogsRegisterCallback", 12080, 0, (void *)cuLogsRegisterCallback},
+    {"cuLogsUnregisterCallback", "cuLogsUnregisterCallback", 12080, 0, (void *)cuLogsUnregisterCallback},
+    {"cuCoredumpGetAttribute", "cuCoredumpGetAttribute", 12010, 0, (void *)cuCoredumpGetAttribute},
+    {"cuCoredumpGetAttributeGlobal", "cuCoredumpGetAttributeGlobal", 12010, 0, (void *)cuCoredumpGetAttributeGlobal},
+    {"cuCoredumpSetAttribute", "cuCoredumpSetAttribute", 12010, 0, (void *)cuCoredumpSetAttribute},
+    {"cuCoredumpSetAttributeGlobal", "cuCoredumpSetAttributeGlobal", 12010, 0, (void *)cuCoredumpSetAttributeGlobal},
+    {"cuDeviceRegisterAsyncNotification", "cuDeviceRegisterAsyncNotification", 12040, 0, (void *)cuDeviceRegisterAsyncNotification},
+    {"cuDeviceUnregisterAsyncNotification", "cuDeviceUnregisterAsyncNotification", 12040, 0, (void *)cuDeviceUnregisterAsyncNotification},
+    {"cuCheckpointProcessGetRestoreThreadId", "cuCheckpointProcessGetRestoreThreadId", 12080, 0, (void *)cuCheckpointProcessGetRestoreThreadId},
+    {"cuMemGetHandleForAddressRange", "cuMemGetHandleForAddressRange", 11070, 0, (void *)cuMemGetHandleForAddressRange},
+    {"cuLibraryGetUnifiedFunction", "cuLibraryGetUnifiedFunction", 12000, 0, (void *)cuLibraryGetUnifiedFunction},
+    {"cuFlushGPUDirectRDMAWrites", "cuFlushGPUDirectRDMAWrites", 11030, 0, (void *)cuFlushGPUDirectRDMAWrites},
+    {"cuDeviceGetLuid", "cuDeviceGetLuid", 10000, 0, (void *)cuDeviceGetLuid},
+    {"cuUserObjectCreate", "cuUserObjectCreate", 11030, 0, (void *)cuUserObjectCreate},
+    {"cuUserObjectRelease", "cuUserObjectRelease", 11030, 0, (void *)cuUserObjectRelease},
+    {"cuUserObjectRetain", "cuUserObjectRetain", 11030, 0, (void *)cuUserObjectRetain},
+    {"cuGraphReleaseUserObject", "cuGraphReleaseUserObject", 11030, 0, (void *)cuGraphReleaseUserObject},
+    {"cuGraphRetainUserObject", "cuGraphRetainUserObject", 11030, 0, (void *)cuGraphRetainUserObject},
+    {"cuGraphExecChildGraphNodeSetParams", "cuGraphExecChildGraphNodeSetParams", 11010, 0, (void *)cuGraphExecChildGraphNodeSetParams},
+    {"cuStreamBatchMemOp", "cuStreamBatchMemOp_v2", 11070, 0, (void *)cuStreamBatchMemOp_v2},
+    {"cuGraphAddBatchMemOpNode", "cuGraphAddBatchMemOpNode", 11070, 0, (void *)cuGraphAddBatchMemOpNode},
+    {"cuGraphBatchMemOpNodeGetParams", "cuGraphBatchMemOpNodeGetParams", 11070, 0, (void *)cuGraphBatchMemOpNodeGetParams},
+    {"cuGraphBatchMemOpNodeSetParams", "cuGraphBatchMemOpNodeSetParams", 11070, 0, (void *)cuGraphBatchMemOpNodeSetParams},
+    {"cuGraphExecBatchMemOpNodeSetParams", "cuGraphExecBatchMemOpNodeSetParams", 11070, 0, (void *)cuGraphExecBatchMemOpNodeSetParams},
+    {"cuMemcpyBatchAsync", "cuMemcpyBatchAsync_v2", 13000, 0, (void *)cuMemcpyBatchAsync_v2},
+    {"cuMemcpy3DBatchAsync", "cuMemcpy3DBatchAsync_v2", 13000, 0, (void *)cuMemcpy3DBatchAsync_v2},
+    {"cuMemPrefetchBatchAsync", "cuMemPrefetchBatchAsync", 13000, 0, (void *)cuMemPrefetchBatchAsync},
+    {"cuMemDiscardBatchAsync", "cuMemDiscardBatchAsync", 13000, 0, (void *)cuMemDiscardBatchAsync},
+    {"cuMemDiscardAndPrefetchBatchAsync", "cuMemDiscardAndPrefetchBatchAsync", 13000, 0, (void *)cuMemDiscardAndPrefetchBatchAsync},
+    {"cuMemBatchDecompressAsync", "cuMemBatchDecompressAsync", 12060, 0, (void *)cuMemBatchDecompressAsync},
+    {"cuArrayGetMemoryRequirements", "cuArrayGetMemoryRequirements", 11060, 0, (void *)cuArrayGetMemoryRequirements},
+    {"cuArrayGetPlane", "cuArrayGetPlane", 11020, 0, (void *)cuArrayGetPlane},
+    {"cuArrayGetSparseProperties", "cuArrayGetSparseProperties", 11010, 0, (void *)cuArrayGetSparseProperties},
+    {"cuMipmappedArrayGetMemoryRequirements", "cuMipmappedArrayGetMemoryRequirements", 11060, 0, (void *)cuMipmappedArrayGetMemoryRequirements},
+    {"cuMipmappedArrayGetSparseProperties", "cuMipmappedArrayGetSparseProperties", 11010, 0, (void *)cuMipmappedArrayGetSparseProperties},
+    {"cuMemMapArrayAsync", "cuMemMapArrayAsync", 11010, 0, (void *)cuMemMapArrayAsync},
+    {"cuMemcpy3DPeer", "cuMemcpy3DPeer", 4000, 0, (void *)cuMemcpy3DPeer},
+    {"cuMemcpy3DPeerAsync", "cuMemcpy3DPeerAsync", 4000, 0, (void *)cuMemcpy3DPeerAsync},
+    {"cuDeviceGetHostAtomicCapabilities", "cuDeviceGetHostAtomicCapabilities", 13000, 0, (void *)cuDeviceGetHostAtomicCapabilities},
+    {"cuDeviceGetP2PAtomicCapabilities", "cuDeviceGetP2PAtomicCapabilities", 13000, 0, (void *)cuDeviceGetP2PAtomicCapabilities},
+    {"cuTensorMapEncodeIm2colWide", "cuTensorMapEncodeIm2colWide", 12080, 0, (void *)cuTensorMapEncodeIm2colWide},
+    {"cuCtxRecordEvent", "cuCtxRecordEvent", 12050, 0, (void *)cuCtxRecordEvent},
+    {"cuCtxWaitEvent", "cuCtxWaitEvent", 12050, 0, (void *)cuCtxWaitEvent},
+    {"cuCtxSetFlags", "cuCtxSetFlags", 12010, 0, (void *)cuCtxSetFlags},
+    {"cuFuncGetName", "cuFuncGetName", 12030, 0, (void *)cuFuncGetName},
+    {"cuKernelGetName", "cuKernelGetName", 12030, 0, (void *)cuKernelGetName},
+    {"cuFuncIsLoaded", "cuFuncIsLoaded", 12040, 0, (void *)cuFuncIsLoaded},
+    {"cuFuncLoad", "cuFuncLoad", 12040, 0, (void *)cuFuncLoad},
+    {"cuModuleEnumerateFunctions", "cuModuleEnumerateFunctions", 12040, 0, (void *)cuModuleEnumerateFunctions},
+    {"cuModuleGetFunctionCount", "cuModuleGetFunctionCount", 12040, 0, (void *)cuModuleGetFunctionCount},
+    {"cuLibraryLoadFromFile", "cuLibraryLoadFromFile", 12000, 0, (void *)cuLibraryLoadFromFile},
+    {"cuMemHostGetFlags", "cuMemHostGetFlags", 2030, 0, (void *)cuMemHostGetFlags},
+    {"cuMemSetMemPool", "cuMemSetMemPool", 13000, 0, (void *)cuMemSetMemPool},
+    {"cuPointerSetAttribute", "cuPointerSetAttribute", 6000, 0, (void *)cuPointerSetAttribute},
+    {"cuDeviceGetProperties", "cuDeviceGetProperties", 2000, 0, (void *)cuDeviceGetProperties},
 };
 
 const int fgr_nprocs = sizeof(fgr_procs) / sizeof(fgr_procs[0]);

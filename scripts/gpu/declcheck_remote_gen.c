@@ -9,6 +9,8 @@
 
 #define SAME(a, b) _Static_assert(__builtin_types_compatible_p(a, b), #a " differs from " #b)
 
+typedef CUresult (CUDAAPI *fg_sig_cuDeviceComputeCapability)(int *major, int *minor, CUdevice dev);
+SAME(fg_sig_cuDeviceComputeCapability, PFN_cuDeviceComputeCapability_v2000);
 typedef CUresult (CUDAAPI *fg_sig_cuDeviceGetPCIBusId)(char *pciBusId, int len, CUdevice dev);
 SAME(fg_sig_cuDeviceGetPCIBusId, PFN_cuDeviceGetPCIBusId_v4010);
 typedef CUresult (CUDAAPI *fg_sig_cuDeviceGetByPCIBusId)(CUdevice *dev, const char *pciBusId);

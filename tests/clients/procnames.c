@@ -2,7 +2,9 @@
  * libcuda.so.1 on the library path exports each (dlsym, as the dynamic
  * linker binds a -lcuda program) and that cuGetProcAddress_v2 resolves it
  * by its base name at CUDA 13.0 (as the runtime resolves it), with the
- * per-thread default stream flag for _ptsz and _ptds variants. Prints
+ * per-thread default stream flag for _ptsz and _ptds variants. A line
+ * "BASE VERSION [pt]" (a typedef of the driver's headers) is only
+ * resolved, at that version (with the flag after pt). Prints
  * "missing NAME export" or "missing NAME procaddr STATUS" for each that
  * fails, then "checked N missing M". Called without a context: entry
  * points resolve before cuInit. */
@@ -38,16 +40,23 @@ int main(void)
         if (!name[0])
             continue;
         checked++;
-        if (!dlsym(h, name)) {
-            printf("missing %s export\n", name);
-            missing++;
+        int version = 13000, pt;
+        char flag[8] = "";
+        if (sscanf(name, "%255s %d %7s", base, &version, flag) >= 2) {
+            pt = !strcmp(flag, "pt");
+            snprintf(name, sizeof name, "%s@%d%s", base, version, pt ? "_pt" : "");
+        } else {
+            if (!dlsym(h, name)) {
+                printf("missing %s export\n", name);
+                missing++;
+            }
+            size_t len = strlen(name);
+            pt = len > 5 && (!strcmp(name + len - 5, "_ptsz") || !strcmp(name + len - 5, "_ptds"));
+            base_of(name, base, sizeof base);
         }
-        size_t len = strlen(name);
-        int pt = len > 5 && (!strcmp(name + len - 5, "_ptsz") || !strcmp(name + len - 5, "_ptds"));
-        base_of(name, base, sizeof base);
         void *fn = NULL;
         CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-        CUresult r = gpa(base, &fn, 13000, pt ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0, &st);
+        CUresult r = gpa(base, &fn, version, pt ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0, &st);
         if (r != CUDA_SUCCESS || !fn || st != CU_GET_PROC_ADDRESS_SUCCESS) {
             printf("missing %s procaddr %d\n", name, (int)st);
             missing++;

@@ -140,3 +140,41 @@ func TestPairedReportComparesRoundByRound(t *testing.T) {
 		t.Errorf("paired.py on a document without a rate: exit %d, %q; want a failure naming the line", code, out)
 	}
 }
+
+// The GPU run compares api/cuda13.names with the real typedef headers:
+// given headers of the same shape (a variant declared by default, an
+// older one, a per-thread one, an internal block), it finds a list that
+// matches them and names what differs in one that does not.
+func TestDriverNamesAgainstHeaders(t *testing.T) {
+	inc := t.TempDir()
+	os.WriteFile(filepath.Join(inc, "cudaTypedefs.h"), []byte(
+		"typedef CUresult (CUDAAPI *PFN_cuInit_v2000)(unsigned int Flags);\n"+
+			"typedef CUresult (CUDAAPI *PFN_cuCtxGetDevice_v2000)(CUdevice *device);\n"+
+			"typedef CUresult (CUDAAPI *PFN_cuCtxGetDevice_v13000)(CUdevice *device, CUcontext ctx);\n"+
+			"typedef CUresult (CUDAAPI *PFN_cuMemcpyHtoD_v3020)(CUdeviceptr d, const void *s, size_t n);\n"+
+			"typedef CUresult (CUDAAPI *PFN_cuMemcpyHtoD_v7000_ptds)(CUdeviceptr d, const void *s, size_t n);\n"+
+			"#if defined(__CUDA_API_VERSION_INTERNAL)\n"+
+			"typedef CUresult (CUDAAPI *PFN_cuMemcpyHtoD_v2000)(unsigned int d, const void *s, unsigned int n);\n"+
+			"#endif\n"), 0o644)
+	os.WriteFile(filepath.Join(inc, "cudaGLTypedefs.h"), []byte(
+		"typedef CUresult (CUDAAPI *PFN_cuGLInit_v2000)(void);\n"), 0o644)
+	names := filepath.Join(inc, "x.names")
+	resolve := filepath.Join(inc, "variants")
+	os.WriteFile(names, []byte("# list\n2000 cuInit\n2000 cuCtxGetDevice\n13000 cuCtxGetDevice_v2\n3020 cuMemcpyHtoD_v2\n2000 cuGLInit\n"), 0o644)
+	out, code := report(t, "driver_names.py", inc, names, resolve)
+	if code != 0 || !strings.Contains(out, "4 entry points in the headers, 6 variants, 0 differences") {
+		t.Errorf("a matching list: exit %d\n%s", code, out)
+	}
+	v, _ := os.ReadFile(resolve)
+	if want := "cuCtxGetDevice 2000\ncuCtxGetDevice 13000\ncuGLInit 2000\ncuInit 2000\ncuMemcpyHtoD 3020\ncuMemcpyHtoD 7000 pt\n"; string(v) != want {
+		t.Errorf("variants to resolve:\n%s\nwant\n%s", v, want)
+	}
+	os.WriteFile(names, []byte("2000 cuInit\n13000 cuCtxGetDevice_v2\n2000 cuMemcpyHtoD_v2\n2000 cuGLInit\n12000 cuNotThere\n"), 0o644)
+	out, code = report(t, "driver_names.py", inc, names, resolve)
+	for _, want := range []string{"not in " + names + ": cuMemcpyHtoD at 3020", "not in the headers: cuMemcpyHtoD_v2 (2000)",
+		"not in the headers: cuNotThere (12000)", "3 differences"} {
+		if code != 1 || !strings.Contains(out, want) {
+			t.Errorf("a list that differs: exit %d, lacks %q\n%s", code, want, out)
+		}
+	}
+}

@@ -73,7 +73,7 @@ func TestRemoteOldEntryPointsFound(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, r.stdout)
 		}
 	}
-	if n := strings.Count(r.stderr, "cuLaunchGrid (an old entry point) is not supported remotely"); n != 1 {
+	if n := strings.Count(r.stderr, "cuLaunchGrid is not supported remotely: the deprecated launch by parameters"); n != 1 {
 		t.Errorf("the refusal was said %d times:\n%s", n, r.stderr)
 	}
 }
@@ -92,7 +92,7 @@ func TestRemoteRefusedEntrySaidOnce(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, r.stdout)
 		}
 	}
-	if n := strings.Count(r.stderr, "cuGraphDebugDotPrint is not supported remotely"); n != 1 {
+	if n := strings.Count(r.stderr, "cuGraphDebugDotPrint is not supported remotely: it writes a file by its path"); n != 1 {
 		t.Errorf("the refusal was said %d times:\n%s", n, r.stderr)
 	}
 }
@@ -102,7 +102,7 @@ func TestRemoteRefusedEntrySaidOnce(t *testing.T) {
 func specNames(t *testing.T) []string {
 	t.Helper()
 	var names []string
-	proto := regexp.MustCompile(`^\d+\s+(\w+)\(`)
+	proto := regexp.MustCompile(`^\d+\s+(\w+)[\s(]`) // a prototype, or a refusal by name
 	for _, f := range []string{"cuda.api", "remote.api"} {
 		fh, err := os.Open(filepath.Join("..", "..", "api", f))
 		if err != nil {
@@ -131,8 +131,8 @@ func specNames(t *testing.T) []string {
 // Every driver entry point the spec lists is exported by the remoting
 // libcuda.so.1 (a -lcuda program using it loads) and resolves through
 // cuGetProcAddress_v2 at CUDA 13.0 (the runtime does not conclude the
-// driver is too old), under flexgv run --remote. The spec names what
-// NVIDIA's samples were found to need.
+// driver is too old), under flexgv run --remote; so does every function
+// of CUDA 13.0's headers (api/cuda13.names) at its own version.
 func TestRemoteExportsEverySpecEntry(t *testing.T) {
 	names := specNames(t)
 	have := map[string]bool{}
@@ -145,21 +145,37 @@ func TestRemoteExportsEverySpecEntry(t *testing.T) {
 		"cuOccupancyMaxPotentialClusterSize", "cuOccupancyMaxActiveClusters", "cuCtxCreate_v4",
 		"cuFuncGetAttribute", "cuFuncSetAttribute", "cuFuncSetCacheConfig", "cuCtxGetExecAffinity",
 		"cuDeviceGetExecAffinitySupport", "cuTexObjectCreate", "cuMemExportToShareableHandle",
-		"cuMemImportFromShareableHandle", "cuIpcGetMemHandle", "cuIpcOpenMemHandle_v2"} {
+		"cuMemImportFromShareableHandle", "cuIpcGetMemHandle", "cuIpcOpenMemHandle_v2",
+		"cuGLInit", "cuGreenCtxCreate", "cuTexRefSetArray", "cuIpcOpenMemHandle"} {
 		if !have[n] {
 			t.Errorf("%s is not in the spec", n)
+		}
+	}
+	// And every function of the driver's headers resolves at the version
+	// they give it, as a runtime built with them asks for it.
+	headers, err := os.ReadFile(filepath.Join("..", "..", "api", "cuda13.names"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := append([]string(nil), names...)
+	for _, l := range strings.Split(string(headers), "\n") {
+		if f := strings.Fields(l); len(f) == 2 && !strings.HasPrefix(l, "#") {
+			lines = append(lines, regexp.MustCompile(`_v[0-9]+$`).ReplaceAllString(f[1], "")+" "+f[0])
 		}
 	}
 	e := newEnv(t)
 	s := e.serve("unix")
 	cmd := exec.Command(bin("flexgv"), "run", "--remote", s.addr, "--", bin("procnames"))
 	cmd.Env = e.environ("")
-	cmd.Stdin = strings.NewReader(strings.Join(names, "\n") + "\n")
+	cmd.Stdin = strings.NewReader(strings.Join(lines, "\n") + "\n")
 	r := runCmd(t, cmd)
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	if want := fmt.Sprintf("checked %d missing 0\n", len(names)); !strings.HasSuffix(r.stdout, want) {
+	if len(lines) < len(names)+480 {
+		t.Fatalf("only %d names of the driver's headers", len(lines)-len(names))
+	}
+	if want := fmt.Sprintf("checked %d missing 0\n", len(lines)); !strings.HasSuffix(r.stdout, want) {
 		t.Errorf("want %q:\n%s", want, r.stdout)
 	}
 	// And nm sees them as a linker does.

@@ -245,3 +245,67 @@ func TestRemoteEveryEntryDecided(t *testing.T) {
 		}
 	}
 }
+
+// Every function of the driver's headers must be an entry of the spec at
+// the header's version: a name left out, or at another version, stops the
+// generator and says which.
+func TestAccountingOfTheDriverAPI(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "x.names")
+	os.WriteFile(p, []byte("# header\n2000 cuA\n12030 cuB_v2\n"), 0o644)
+	spec := []RemoteEntry{{Entry: Entry{Name: "cuA", Version: 2000}}, {Entry: Entry{Name: "cuB_v2", Version: 12030}}}
+	if err := checkAccounting(p, spec); err != nil {
+		t.Fatalf("all accounted for: %v", err)
+	}
+	if err := checkAccounting(p, spec[:1]); err == nil || !strings.Contains(err.Error(), "cuB_v2 (12030)") {
+		t.Errorf("a name left out: %v", err)
+	}
+	spec[1].Version = 12000
+	if err := checkAccounting(p, spec); err == nil || !strings.Contains(err.Error(), "cuB_v2 is at 12000 in the spec, 12030") {
+		t.Errorf("another version: %v", err)
+	}
+	os.WriteFile(p, []byte("cuA\n"), 0o644)
+	if err := checkAccounting(p, spec); err == nil || !strings.Contains(err.Error(), "want VERSION NAME") {
+		t.Errorf("a malformed line: %v", err)
+	}
+	// And the project's own list is accounted for by the spec.
+	cuda, err := parseAPI(filepath.Join("..", "..", "api", "cuda.api"), LibCUDA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, _, err := parseRemote(filepath.Join("..", "..", "api", "remote.api"), cuda)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkAccounting(filepath.Join("..", "..", "api", "cuda13.names"), entries); err != nil {
+		t.Error(err)
+	}
+}
+
+// An entry refused by name has no prototype: its stub takes no arguments,
+// says the spec's reason, is resolvable at its version and is declared
+// nowhere (so no header's declaration can clash with it).
+func TestRemoteBareRefusal(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "remote.api")
+	os.WriteFile(p, []byte("12040 cuGreenCtxCreate unsupported \"green \"x\"\"\n"), 0o644)
+	if _, _, err := parseRemote(p, nil); err == nil {
+		t.Error("a reason with a quote inside was taken")
+	}
+	os.WriteFile(p, []byte("12040 cuGreenCtxCreate unsupported \"not carried yet\"\n"), 0o644)
+	entries, tables, err := parseRemote(p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || !entries[0].Bare || entries[0].Why != "not carried yet" || entries[0].Version != 12040 {
+		t.Fatalf("entries %+v", entries)
+	}
+	c := emitRemoteClient(entries, tables)
+	for _, want := range []string{"FGR_EXPORT CUresult cuGreenCtxCreate(void)\n{\n    return fgr_unsupported(0, \"cuGreenCtxCreate\", \"not carried yet\");",
+		"{\"cuGreenCtxCreate\", \"cuGreenCtxCreate\", 12040, 0, (void *)cuGreenCtxCreate},"} {
+		if !strings.Contains(c, want) {
+			t.Errorf("client lacks %q", want)
+		}
+	}
+	if h := emitRemoteProto(entries); strings.Contains(h, "cuGreenCtxCreate") {
+		t.Errorf("declared:\n%s", h)
+	}
+}

@@ -66,6 +66,9 @@ func generate(root string) (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkAccounting(filepath.Join(root, "api/cuda13.names"), remote); err != nil {
+		return nil, err
+	}
 	files["remote/proto_gen.h"] = []byte(emitRemoteProto(remote))
 	files["remote/client/stubs_gen.c"] = []byte(emitRemoteClient(remote, tables))
 	files["remote/client/exports_gen.h"] = []byte(emitClientExports(tables))
@@ -73,7 +76,7 @@ func generate(root string) (map[string][]byte, error) {
 	files["docs/REMOTE-SUPPORT.md"] = []byte(emitRemoteDoc(remote, tables))
 	var extras []Entry
 	for _, e := range remote {
-		if e.Extra && strings.HasPrefix(e.Name, "cu") { // (our own operations have no driver typedef)
+		if e.Extra && !e.Bare && strings.HasPrefix(e.Name, "cu") { // (our own operations have no driver typedef)
 			extras = append(extras, e.Entry)
 		}
 	}

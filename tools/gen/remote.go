@@ -45,7 +45,8 @@ type RemoteEntry struct {
 	// when its destination is pinned host memory.
 	PinnedWait bool
 	UVA        bool   // a copy under unified addressing (dst, src, ByteCount[, hStream]): fgr_uva_copy first
-	Extra      bool   // given with its prototype in api/remote.api (not hooked by the shim)
+	Extra      bool   // given in api/remote.api (not hooked by the shim)
+	Bare       bool   // refused by name and version alone: no prototype, no declaration
 	Op         int    // operation number on the wire (forwarded entries), from 1
 	Source     string // file:line of the annotation
 	Table      *Table // export table this is a function (or the fetch) of
@@ -343,7 +344,7 @@ func emitRemoteProto(entries []RemoteEntry) string {
 	w.blank()
 	w.line("/* Entry points the shim does not hook, exported by the remoting client. */")
 	for _, e := range entries {
-		if e.Extra {
+		if e.Extra && !e.Bare {
 			w.line("CUresult %s(%s);", e.Name, e.ParamList())
 		}
 	}

@@ -23,7 +23,8 @@ func emitRemoteClient(entries []RemoteEntry, tables []*Table) string {
 			for _, p := range e.Params {
 				w.line("(void)%s;", p.Name)
 			}
-			w.line("return fgr_unsupported(%d, \"%s\", NULL);", len(unsupported)-1, e.Name)
+			w.line("return fgr_unsupported(%d, \"%s\", \"%s\");", len(unsupported)-1, e.Name,
+				strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(e.Why))
 			w.close()
 			w.blank()
 		case e.Disp == DispWrap:

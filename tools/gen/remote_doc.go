@@ -19,7 +19,9 @@ func emitRemoteDoc(entries []RemoteEntry, tables []*Table) string {
 		"and count as failed calls under `flexgv trace`; the notes say why. A\n" +
 		"device address marked `dev[N]` must hold N bytes of memory the\n" +
 		"connection allocated, one marked `base` must start such an allocation;\n" +
-		"the executor checks every handle. Source: `api/remote.api`.\n\n")
+		"the executor checks every handle. Every function of CUDA 13.0's\n" +
+		"driver headers (`api/cuda13.names`) is one of these, at the version\n" +
+		"the headers give it. Source: `api/remote.api`.\n\n")
 	count := map[Disposition]int{}
 	var api []RemoteEntry
 	for _, e := range entries {

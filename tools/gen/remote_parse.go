@@ -12,6 +12,9 @@ import (
 
 var kindRE = regexp.MustCompile(`^([a-z]+)(?:\[(.+)\])?$`)
 
+// bareRE is an entry refused by name: VERSION NAME unsupported "WHY".
+var bareRE = regexp.MustCompile(`^(\d+)\s+(cu[A-Za-z0-9_]+)\s+unsupported\s+"([^"]+)"$`)
+
 // parseRemote reads api/remote.api and joins it with the CUDA entries:
 // every CUDA entry comes back, annotated or not, followed by the extra ones.
 func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
@@ -42,6 +45,18 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 		var re *RemoteEntry
 		var attrs []string
 		var rest string // the line after the entry's name or prototype
+		if m := bareRE.FindStringSubmatch(line); m != nil {
+			// Refused without a prototype: the stub never reads its
+			// arguments, so no declaration is needed (nor checked).
+			v, _ := strconv.Atoi(m[1])
+			if _, dup := byName[m[2]]; dup {
+				return nil, nil, fmt.Errorf("%s: %s is given twice", where, m[2])
+			}
+			byName[m[2]] = len(out)
+			out = append(out, RemoteEntry{Entry: Entry{Lib: LibCUDA, Version: v, Name: m[2]}, Extra: true, Bare: true,
+				Why: m[3], Source: where, Kinds: map[string]Ann{}, Dev: map[string]Ann{}, Alloc: map[string]string{}})
+			continue
+		}
 		if m := splitPrototype(line); m != nil {
 			v, _ := strconv.Atoi(m[1])
 			e := Entry{Lib: LibCUDA, Version: v, Name: m[2]}

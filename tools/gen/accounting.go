@@ -1,0 +1,56 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// checkAccounting holds the remoting client to the whole driver API: every
+// function of api/cuda13.names (CUDA 13.0's headers, each as the variant
+// they declare by default) must be an entry of the spec at the same
+// version — carried, answered by the client or refused with its reason —
+// so that cuGetProcAddress and the dynamic linker find every name.
+func checkAccounting(path string, entries []RemoteEntry) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	have := map[string]int{}
+	for _, e := range entries {
+		if e.Table == nil {
+			have[e.Name] = e.Version
+		}
+	}
+	var missing []string
+	sc := bufio.NewScanner(f)
+	for ln := 1; sc.Scan(); ln++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		fs := strings.Fields(line)
+		v, err := strconv.Atoi(fs[0])
+		if len(fs) != 2 || err != nil {
+			return fmt.Errorf("%s:%d: want VERSION NAME, got %q", path, ln, line)
+		}
+		got, ok := have[fs[1]]
+		switch {
+		case !ok:
+			missing = append(missing, fmt.Sprintf("%s (%d)", fs[1], v))
+		case got != v:
+			return fmt.Errorf("%s:%d: %s is at %d in the spec, %d in the driver's headers", path, ln, fs[1], got, v)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%s: neither carried, answered nor refused in api/remote.api (give each a disposition, "+
+			"or VERSION NAME unsupported \"WHY\"): %s", path, strings.Join(missing, ", "))
+	}
+	return nil
+}
