@@ -246,7 +246,7 @@ uint64_t fgr_pointer_attr_bytes(int attr)
 {
     switch (attr) {
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-    case 6:  /* SYNC_MEMOPS */
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
     case CU_POINTER_ATTRIBUTE_IS_MANAGED:
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
     case 10: /* IS_LEGACY_CUDA_IPC_CAPABLE */

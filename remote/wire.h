@@ -80,6 +80,9 @@ enum { FGR_IMAGE_ABSENT, FGR_IMAGE_INLINE, FGR_IMAGE_KEEP, FGR_IMAGE_BY_HASH };
 #define FGR_MAX_BUF (1ull << 30)
 #define FGR_MAX_FRAME ((uint32_t)(FGR_MAX_BUF + (1u << 20)))
 #define FGR_MAX_STR 65536u
+/* The longest function name (a mangled one, with its NUL) a client asks
+ * for. */
+#define FGR_NAME_MAX 4096u
 /* Kernel parameters: the driver's limit is 32764 bytes in all. */
 #define FGR_MAX_KPARAM_BYTES 32768u
 #define FGR_MAX_KPARAMS 4096u

@@ -354,6 +354,32 @@ SIM_EXPORT CUresult cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
     return CUDA_SUCCESS;
 }
 
+/* The current context's flags: scheduling, host mapping, local memory
+ * resizing and synchronous memory operations, as cuCtxSetFlags takes. */
+SIM_EXPORT CUresult cuCtxGetFlags(unsigned int *flags)
+{
+    REQUIRE_INIT();
+    struct sim_ctx *c = sim_current_ctx();
+    if (!flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_ctx(c))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *flags = c->flags;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuCtxSetFlags(unsigned int flags)
+{
+    REQUIRE_INIT();
+    struct sim_ctx *c = sim_current_ctx();
+    if (!valid_ctx(c))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (flags & ~(unsigned)(CU_CTX_SCHED_MASK | CU_CTX_MAP_HOST | CU_CTX_LMEM_RESIZE_TO_MAX | CU_CTX_SYNC_MEMOPS))
+        return CUDA_ERROR_INVALID_VALUE;
+    c->flags = flags;
+    return CUDA_SUCCESS;
+}
+
 SIM_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) { SIM_GATE(); return primary_drop(dev, 0); }
 SIM_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) { SIM_GATE(); return primary_drop(dev, 1); }
 
@@ -634,6 +660,18 @@ static const struct fg_proc unhooked_procs[] = {
     {"cuGraphExecNodeSetParams", "cuGraphExecNodeSetParams", 12020, 0, (void *)cuGraphExecNodeSetParams},
     {"cuDeviceGetExecAffinitySupport", "cuDeviceGetExecAffinitySupport", 11040, 0, (void *)cuDeviceGetExecAffinitySupport},
     {"cuCtxGetExecAffinity", "cuCtxGetExecAffinity", 11040, 0, (void *)cuCtxGetExecAffinity},
+    {"cuCtxGetFlags", "cuCtxGetFlags", 7000, 0, (void *)cuCtxGetFlags},
+    {"cuCtxSetFlags", "cuCtxSetFlags", 12010, 0, (void *)cuCtxSetFlags},
+    {"cuPointerSetAttribute", "cuPointerSetAttribute", 6000, 0, (void *)cuPointerSetAttribute},
+    {"cuModuleGetFunctionCount", "cuModuleGetFunctionCount", 12040, 0, (void *)cuModuleGetFunctionCount},
+    {"cuModuleEnumerateFunctions", "cuModuleEnumerateFunctions", 12040, 0, (void *)cuModuleEnumerateFunctions},
+    {"cuLibraryGetKernelCount", "cuLibraryGetKernelCount", 12040, 0, (void *)cuLibraryGetKernelCount},
+    {"cuLibraryEnumerateKernels", "cuLibraryEnumerateKernels", 12040, 0, (void *)cuLibraryEnumerateKernels},
+    {"cuLibraryLoadFromFile", "cuLibraryLoadFromFile", 12000, 0, (void *)cuLibraryLoadFromFile},
+    {"cuFuncGetName", "cuFuncGetName", 12030, 0, (void *)cuFuncGetName},
+    {"cuKernelGetName", "cuKernelGetName", 12030, 0, (void *)cuKernelGetName},
+    {"cuFuncIsLoaded", "cuFuncIsLoaded", 12040, 0, (void *)cuFuncIsLoaded},
+    {"cuFuncLoad", "cuFuncLoad", 12040, 0, (void *)cuFuncLoad},
     {"cuProfilerStart", "cuProfilerStart", 4000, 0, (void *)cuProfilerStart},
     {"cuProfilerStop", "cuProfilerStop", 4000, 0, (void *)cuProfilerStop},
     {"cuOccupancyMaxPotentialBlockSize", "cuOccupancyMaxPotentialBlockSize", 6050, 0, (void *)cuOccupancyMaxPotentialBlockSize},

@@ -426,6 +426,59 @@ SIM_EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, con
     return r;
 }
 
+/* A module's functions, or a library's kernels, in the order of its image;
+ * as many as the array holds. */
+static CUresult list_funcs(void **out, unsigned int n, void *h, int kernels)
+{
+    struct sim_module *m = as_module(h);
+    if (!out && n)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!m)
+        return CUDA_ERROR_INVALID_HANDLE;
+    for (unsigned int i = 0; i < n && i < (unsigned)m->nfuncs; i++)
+        out[i] = kernels ? (void *)&m->funcs[i].kernel : (void *)&m->funcs[i];
+    return CUDA_SUCCESS;
+}
+
+static CUresult count_funcs(unsigned int *count, void *h)
+{
+    struct sim_module *m = as_module(h);
+    if (!count)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!m)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *count = (unsigned)m->nfuncs;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuModuleGetFunctionCount(unsigned int *count, CUmodule mod) { return count_funcs(count, mod); }
+SIM_EXPORT CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib) { return count_funcs(count, lib); }
+
+SIM_EXPORT CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigned int numFunctions, CUmodule mod)
+{
+    return list_funcs((void **)functions, numFunctions, mod, 0);
+}
+
+SIM_EXPORT CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int numKernels, CUlibrary lib)
+{
+    return list_funcs((void **)kernels, numKernels, lib, 1);
+}
+
+SIM_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, CUjit_option *jitOptions,
+                                          void **jitOptionsValues, unsigned int numJitOptions,
+                                          CUlibraryOption *libraryOptions, void **libraryOptionValues,
+                                          unsigned int numLibraryOptions)
+{
+    SIM_GATE();
+    if (!fileName)
+        return CUDA_ERROR_INVALID_VALUE;
+    char buf[65536];
+    if (sim_read_text(fileName, buf, sizeof buf) < 0)
+        return CUDA_ERROR_FILE_NOT_FOUND;
+    return cuLibraryLoadData(library, buf, jitOptions, jitOptionsValues, numJitOptions, libraryOptions,
+                             libraryOptionValues, numLibraryOptions);
+}
+
 static struct sim_func *as_kernel(void *h)
 {
     return h && *(uint32_t *)h == KERNEL_MAGIC ? (struct sim_func *)((char *)h - offsetof(struct sim_func, kernel))
@@ -768,6 +821,19 @@ SIM_EXPORT CUresult cuKernelGetName(const char **name, CUkernel hkernel)
     *name = f->name;
     return CUDA_SUCCESS;
 }
+
+/* Functions load with their module here: none is left for lazy loading. */
+SIM_EXPORT CUresult cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction function)
+{
+    if (!state)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!as_func(function))
+        return CUDA_ERROR_INVALID_HANDLE;
+    *state = CU_FUNCTION_LOADING_STATE_LOADED;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuFuncLoad(CUfunction function) { return as_func(function) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; }
 
 /* A function only: a library's kernel is refused here, as by a driver. */
 SIM_EXPORT CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize)

@@ -48,6 +48,7 @@ struct alloc {
         uint64_t accessed_by; /* bit d: device d; bit 63: the host */
     } adv;
     int shared; /* exported (cuIpcGetMemHandle): the memfd behind it, plus 1 */
+    unsigned sync_memops; /* CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, as set */
 };
 
 pthread_mutex_t sim_mem_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -106,7 +107,7 @@ static void registry_remove(struct alloc *a)
 
 int sim_registry_add_graph(uintptr_t base, size_t size, int dev, struct sim_gmem *m)
 {
-    return registry_add((struct alloc){base, size, dev, K_GRAPH, NULL, NULL, m, 0, {0}, 0});
+    return registry_add((struct alloc){base, size, dev, K_GRAPH, NULL, NULL, m, 0, {0}, 0, 0});
 }
 
 void sim_registry_del(uintptr_t base)
@@ -163,7 +164,7 @@ static CUresult alloc_on(CUdeviceptr *dptr, size_t size, enum alloc_kind kind, i
         return CUDA_ERROR_OUT_OF_MEMORY;
     void *p = backing(size);
     pthread_mutex_lock(&sim_mem_lock);
-    if (!p || registry_add((struct alloc){(uintptr_t)p, size, dev, kind, c, NULL, NULL, charged, {0}, 0}) != 0) {
+    if (!p || registry_add((struct alloc){(uintptr_t)p, size, dev, kind, c, NULL, NULL, charged, {0}, 0, 0}) != 0) {
         pthread_mutex_unlock(&sim_mem_lock);
         if (p)
             munmap(p, size);
@@ -503,7 +504,7 @@ static CUresult host_alloc(void **pp, size_t size)
     if (!p)
         return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&sim_mem_lock);
-    int rc = registry_add((struct alloc){(uintptr_t)p, size, 0, K_HOST, NULL, NULL, NULL, 0, {0}, 0});
+    int rc = registry_add((struct alloc){(uintptr_t)p, size, 0, K_HOST, NULL, NULL, NULL, 0, {0}, 0, 0});
     pthread_mutex_unlock(&sim_mem_lock);
     if (rc) {
         munmap(p, size);
@@ -552,7 +553,7 @@ SIM_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int 
             pthread_mutex_unlock(&sim_mem_lock);
             return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
         }
-    int rc = registry_add((struct alloc){b, bytesize, 0, K_REGISTERED, NULL, NULL, NULL, 0, {0}, 0});
+    int rc = registry_add((struct alloc){b, bytesize, 0, K_REGISTERED, NULL, NULL, NULL, 0, {0}, 0, 0});
     pthread_mutex_unlock(&sim_mem_lock);
     return rc ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
 }
@@ -652,7 +653,7 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t size, struct sim_pool *pool
             pool->reserved_high = pool->reserved;
     }
     void *p = backing(size);
-    if (!p || registry_add((struct alloc){(uintptr_t)p, size, pool->dev, K_POOL, c, pool, NULL, 0, {0}, 0}) != 0) {
+    if (!p || registry_add((struct alloc){(uintptr_t)p, size, pool->dev, K_POOL, c, pool, NULL, 0, {0}, 0, 0}) != 0) {
         if (p)
             munmap(p, size);
         pthread_mutex_unlock(&sim_mem_lock);
@@ -851,6 +852,7 @@ struct mapping {
     size_t size;
     struct sim_vmm *h;
     struct mapping *next;
+    unsigned sync_memops; /* CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, as set */
 };
 static struct mapping *mappings;
 
@@ -1036,7 +1038,7 @@ SIM_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemG
         return CUDA_ERROR_INVALID_VALUE;
     }
     pthread_mutex_lock(&sim_mem_lock);
-    *m = (struct mapping){(uintptr_t)ptr, size, h, mappings};
+    *m = (struct mapping){(uintptr_t)ptr, size, h, mappings, 0};
     mappings = m;
     h->maps++;
     pthread_mutex_unlock(&sim_mem_lock);
@@ -1277,7 +1279,7 @@ static CUresult array_create(void **out, const CUDA_ARRAY3D_DESCRIPTOR *d, unsig
         a = array_new(d, c->dev);
     }
     pthread_mutex_lock(&sim_mem_lock);
-    if (!a || registry_add((struct alloc){(uintptr_t)a, bytes, c->dev, K_ARRAY, c, NULL, NULL, charged, {0}, 0}) != 0) {
+    if (!a || registry_add((struct alloc){(uintptr_t)a, bytes, c->dev, K_ARRAY, c, NULL, NULL, charged, {0}, 0, 0}) != 0) {
         pthread_mutex_unlock(&sim_mem_lock);
         if (a) {
             a->levels = mip ? levels : 0;
@@ -1777,7 +1779,7 @@ SIM_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attrib
     /* Memory mapped by pages: device memory, the mapping its range. */
     for (struct mapping *m = mappings; !a && m; m = m->next)
         if ((uintptr_t)ptr >= m->ptr && (uintptr_t)ptr < m->ptr + m->size) {
-            found = (struct alloc){m->ptr, m->size, m->h->dev, K_DEVICE, NULL, NULL, NULL, 0, {0}, 0};
+            found = (struct alloc){m->ptr, m->size, m->h->dev, K_DEVICE, NULL, NULL, NULL, 0, {0}, 0, m->sync_memops};
             a = &found;
         }
     pthread_mutex_unlock(&sim_mem_lock);
@@ -1802,8 +1804,34 @@ SIM_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attrib
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
         *(size_t *)data = found.size;
         return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+        *(unsigned *)data = found.sync_memops;
+        return CUDA_SUCCESS;
     }
     return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* The one attribute a program may set: synchronous memory operations on
+ * device memory the driver allocated or mapped (0 or 1, as it keeps it). */
+SIM_EXPORT CUresult cuPointerSetAttribute(const void *value, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+    if (!value || attribute != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS)
+        return CUDA_ERROR_INVALID_VALUE;
+    unsigned v = *(const unsigned *)value != 0;
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sim_mem_lock);
+    struct alloc *a = registry_find((uintptr_t)ptr);
+    if (a && a->kind == K_DEVICE) {
+        a->sync_memops = v;
+        r = CUDA_SUCCESS;
+    }
+    for (struct mapping *m = mappings; !a && m; m = m->next)
+        if ((uintptr_t)ptr >= m->ptr && (uintptr_t)ptr < m->ptr + m->size) {
+            m->sync_memops = v;
+            r = CUDA_SUCCESS;
+        }
+    pthread_mutex_unlock(&sim_mem_lock);
+    return r;
 }
 
 SIM_EXPORT CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute *attributes, void **data, CUdeviceptr ptr)
@@ -1904,7 +1932,7 @@ SIM_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle han
     if (p == MAP_FAILED)
         return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&sim_mem_lock);
-    int rc = registry_add((struct alloc){(uintptr_t)p, h.size, h.dev, K_OPENED, c, NULL, NULL, 0, {0}, 0});
+    int rc = registry_add((struct alloc){(uintptr_t)p, h.size, h.dev, K_OPENED, c, NULL, NULL, 0, {0}, 0, 0});
     pthread_mutex_unlock(&sim_mem_lock);
     if (rc != 0) {
         munmap(p, h.size);

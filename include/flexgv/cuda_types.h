@@ -158,6 +158,22 @@ typedef enum CUfunction_attribute_enum {
     CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 } CUfunction_attribute;
 
+typedef enum CUctx_flags_enum {
+    CU_CTX_SCHED_AUTO = 0x00,
+    CU_CTX_SCHED_SPIN = 0x01,
+    CU_CTX_SCHED_YIELD = 0x02,
+    CU_CTX_SCHED_BLOCKING_SYNC = 0x04,
+    CU_CTX_SCHED_MASK = 0x07,
+    CU_CTX_MAP_HOST = 0x08,
+    CU_CTX_LMEM_RESIZE_TO_MAX = 0x10,
+    CU_CTX_SYNC_MEMOPS = 0x80
+} CUctx_flags;
+
+typedef enum CUfunctionLoadingState_enum {
+    CU_FUNCTION_LOADING_STATE_UNLOADED = 0,
+    CU_FUNCTION_LOADING_STATE_LOADED = 1
+} CUfunctionLoadingState;
+
 typedef enum CUjit_option_enum {
     CU_JIT_MAX_REGISTERS = 0,
     CU_JIT_WALL_TIME = 2,
@@ -224,6 +240,7 @@ typedef enum CUpointer_attribute_enum {
     CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,
     CU_POINTER_ATTRIBUTE_DEVICE_POINTER = 3,
     CU_POINTER_ATTRIBUTE_HOST_POINTER = 4,
+    CU_POINTER_ATTRIBUTE_SYNC_MEMOPS = 6,
     CU_POINTER_ATTRIBUTE_BUFFER_ID = 7,
     CU_POINTER_ATTRIBUTE_IS_MANAGED = 8,
     CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,

@@ -187,6 +187,10 @@ void fgr_get_out(struct fgr_call *c, void *p, uint64_t n, int inout);
  * was malformed. */
 CUresult fgr_end(struct fgr_call *c);
 
+/* Reads a regular file under FGR_MAX_BUF whole, NUL-ended (*n without the
+ * NUL): CUDA_ERROR_FILE_NOT_FOUND when it cannot. The caller frees *img. */
+CUresult fgr_read_image(const char *path, char **img, size_t *n);
+
 /* CUDA_ERROR_NOT_SUPPORTED for an entry point (its unsupported index, what
  * the spec's reason) or, idx -1, one of its arguments (what), said once on
  * stderr. */

@@ -10,9 +10,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
-#include <sys/stat.h>
-
-#define LINK_FILE_MAX (1ull << 30)
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct image {
@@ -127,25 +124,14 @@ FGR_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, con
 {
     if (!path)
         return CUDA_ERROR_INVALID_VALUE;
-    FILE *f = fopen(path, "rb");
-    struct stat st;
-    if (!f)
-        return CUDA_ERROR_FILE_NOT_FOUND;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size >= LINK_FILE_MAX) {
-        fclose(f);
-        return fgr_unsupported(-1, "cuLinkAddFile_v2", "a file that is not a regular one under 1 GiB");
-    }
-    size_t n = (size_t)st.st_size;
-    char *buf = malloc(n + 1);
-    if (!buf || fread(buf, 1, n, f) != n) {
-        fclose(f);
-        free(buf);
-        return buf ? CUDA_ERROR_FILE_NOT_FOUND : CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    fclose(f);
-    buf[n] = 0; /* PTX is text, which the driver reads to its end */
-    CUresult r = cuLinkAddData_v2(state, type, buf, type == CU_JIT_INPUT_PTX ? n + 1 : n, path, numOptions, options,
-                                  optionValues);
+    char *buf;
+    size_t n;
+    CUresult r = fgr_read_image(path, &buf, &n);
+    if (r != CUDA_SUCCESS)
+        return r;
+    /* PTX is text, which the driver reads to its NUL */
+    r = cuLinkAddData_v2(state, type, buf, type == CU_JIT_INPUT_PTX ? n + 1 : n, path, numOptions, options,
+                         optionValues);
     free(buf);
     return r;
 }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- the context stack: per thread, on the client ---- */
@@ -514,39 +515,105 @@ FGR_EXPORT CUresult cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback 
 
 /* ---- modules: files are read here, images go over whole ---- */
 
+/* A regular file under FGR_MAX_BUF, read whole and ended by a NUL (text
+ * images end with theirs); *n leaves the NUL out. */
+CUresult fgr_read_image(const char *path, char **img, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    struct stat st;
+    if (!f)
+        return CUDA_ERROR_FILE_NOT_FOUND;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size >= FGR_MAX_BUF) {
+        fclose(f);
+        return CUDA_ERROR_FILE_NOT_FOUND;
+    }
+    *n = (size_t)st.st_size;
+    *img = malloc(*n + 1);
+    CUresult r = !*img ? CUDA_ERROR_OUT_OF_MEMORY : fread(*img, 1, *n, f) != *n ? CUDA_ERROR_FILE_NOT_FOUND : CUDA_SUCCESS;
+    fclose(f);
+    if (r != CUDA_SUCCESS) {
+        free(*img);
+        *img = NULL;
+        return r;
+    }
+    (*img)[*n] = '\0';
+    return CUDA_SUCCESS;
+}
+
 FGR_EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
 {
     if (!module || !fname)
         return CUDA_ERROR_INVALID_VALUE;
-    FILE *f = fopen(fname, "rb");
-    if (!f)
-        return CUDA_ERROR_FILE_NOT_FOUND;
-    char *img = NULL;
-    size_t n = 0, cap = 0;
-    CUresult r = CUDA_SUCCESS;
-    for (;;) {
-        if (n + 65536 + 1 > cap) {
-            cap = cap ? 2 * cap : 1 << 20;
-            char *p = cap <= FGR_MAX_BUF ? realloc(img, cap) : NULL;
-            if (!p) {
-                r = CUDA_ERROR_OUT_OF_MEMORY;
-                break;
-            }
-            img = p;
-        }
-        size_t got = fread(img + n, 1, 65536, f);
-        n += got;
-        if (got < 65536)
-            break;
-    }
-    fclose(f);
-    if (r == CUDA_SUCCESS) {
-        img[n] = '\0'; /* text images end with their NUL */
+    char *img;
+    size_t n;
+    CUresult r = fgr_read_image(fname, &img, &n);
+    if (r == CUDA_SUCCESS)
         r = cuModuleLoadData(module, img);
-    }
     free(img);
     return r;
 }
+
+FGR_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, CUjit_option *jitOptions,
+                                          void **jitOptionsValues, unsigned int numJitOptions,
+                                          CUlibraryOption *libraryOptions, void **libraryOptionValues,
+                                          unsigned int numLibraryOptions)
+{
+    if (!library || !fileName)
+        return CUDA_ERROR_INVALID_VALUE;
+    char *img;
+    size_t n;
+    CUresult r = fgr_read_image(fileName, &img, &n);
+    if (r == CUDA_SUCCESS)
+        r = cuLibraryLoadData(library, img, jitOptions, jitOptionsValues, numJitOptions, libraryOptions,
+                              libraryOptionValues, numLibraryOptions);
+    free(img);
+    return r;
+}
+
+/* ---- names: the server driver's strings, kept here ---- */
+
+/* One copy per function and name, never freed: the program may hold the
+ * pointer while the function lives, and after its module is unloaded a
+ * handle may come back naming another function. */
+static struct fname {
+    struct fname *next;
+    uint64_t h;
+    char name[];
+} *fnames;
+static pthread_mutex_t fnames_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static CUresult name_of(const char **name, void *h)
+{
+    if (!name)
+        return CUDA_ERROR_INVALID_VALUE;
+    char *buf = malloc(FGR_NAME_MAX);
+    if (!buf)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = fgrFuncName((CUfunction)h, buf, FGR_NAME_MAX);
+    if (r == CUDA_SUCCESS) {
+        buf[FGR_NAME_MAX - 1] = '\0';
+        pthread_mutex_lock(&fnames_lock);
+        struct fname *f = fnames;
+        while (f && (f->h != (uint64_t)(uintptr_t)h || strcmp(f->name, buf)))
+            f = f->next;
+        if (!f && (f = malloc(sizeof *f + strlen(buf) + 1))) {
+            f->h = (uint64_t)(uintptr_t)h;
+            strcpy(f->name, buf);
+            f->next = fnames;
+            fnames = f;
+        }
+        pthread_mutex_unlock(&fnames_lock);
+        if (f)
+            *name = f->name;
+        else
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    free(buf);
+    return r;
+}
+
+FGR_EXPORT CUresult cuFuncGetName(const char **name, CUfunction hfunc) { return name_of(name, hfunc); }
+FGR_EXPORT CUresult cuKernelGetName(const char **name, CUkernel hkernel) { return name_of(name, hkernel); }
 
 FGR_EXPORT CUresult cuModuleUnload(CUmodule hmod)
 {

@@ -2884,6 +2884,18 @@ FGR_EXPORT CUresult cuCtxGetFlags(unsigned int *flags)
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuCtxSetFlags(unsigned int flags)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxSetFlags, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
 {
     CUresult fgr_r;
@@ -3440,6 +3452,88 @@ FGR_EXPORT CUresult cuMulticastGetGranularity(size_t *granularity, const CUmulti
     return fgr_unsupported(10, "cuMulticastGetGranularity", "multicast objects are not carried");
 }
 
+FGR_EXPORT CUresult cuModuleGetFunctionCount(unsigned int *count, CUmodule mod)
+{
+    CUresult fgr_r;
+    uint64_t n_count = count ? sizeof(unsigned int) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuModuleGetFunctionCount, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)mod);
+    fgr_put_u8(&fgr_c.w, count != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, count, n_count, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigned int numFunctions, CUmodule mod)
+{
+    CUresult fgr_r;
+    uint64_t n_functions = functions ? fgr_mul((uint64_t)(numFunctions), sizeof(CUfunction)) : 0;
+    if (n_functions > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuModuleEnumerateFunctions", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuModuleEnumerateFunctions, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)numFunctions);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)mod);
+    fgr_put_u8(&fgr_c.w, functions != NULL);
+    fgr_c.direct = functions;
+    fgr_c.direct_n = n_functions;
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, functions, n_functions, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction function)
+{
+    CUresult fgr_r;
+    uint64_t n_state = state ? sizeof(CUfunctionLoadingState) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuFuncIsLoaded, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)function);
+    fgr_put_u8(&fgr_c.w, state != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, state, n_state, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuFuncLoad(CUfunction function)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuFuncLoad, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)function);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrFuncName(CUfunction f, char *name, unsigned int cap)
+{
+    CUresult fgr_r;
+    uint64_t n_name = name ? fgr_mul((uint64_t)(fgr_min(cap,FGR_NAME_MAX)), sizeof(char)) : 0;
+    if (n_name > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrFuncName", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrFuncName, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)f);
+    fgr_put_u64(&fgr_c.w, (uint64_t)cap);
+    fgr_put_u8(&fgr_c.w, name != NULL);
+    fgr_c.direct = name;
+    fgr_c.direct_n = n_name;
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, name, n_name, 0);
+    return fgr_end(&fgr_c);
+}
+
 CUresult fgr_fwd_cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name)
 {
     CUresult fgr_r;
@@ -3708,6 +3802,24 @@ CUresult fgr_fwd_cuPointerGetAttribute(void *data, CUpointer_attribute attribute
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, data, n_data, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuPointerSetAttribute(const void *value, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+    CUresult fgr_r;
+    fgr_mirror_named((uint64_t)(uintptr_t)ptr);
+    uint64_t n_value = value ? fgr_mul((uint64_t)(4), 1) : 0;
+    if (n_value > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuPointerSetAttribute", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuPointerSetAttribute, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)attribute);
+    fgr_put_u64(&fgr_c.w, (uint64_t)ptr);
+    fgr_put_buf(&fgr_c.w, value, n_value);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
     return fgr_end(&fgr_c);
 }
 
@@ -7212,67 +7324,22 @@ FGR_EXPORT CUresult cuCtxWaitEvent(void)
     return fgr_unsupported(174, "cuCtxWaitEvent", "not carried yet");
 }
 
-FGR_EXPORT CUresult cuCtxSetFlags(void)
-{
-    return fgr_unsupported(175, "cuCtxSetFlags", "not carried yet");
-}
-
-FGR_EXPORT CUresult cuFuncGetName(void)
-{
-    return fgr_unsupported(176, "cuFuncGetName", "not carried yet");
-}
-
-FGR_EXPORT CUresult cuKernelGetName(void)
-{
-    return fgr_unsupported(177, "cuKernelGetName", "not carried yet");
-}
-
-FGR_EXPORT CUresult cuFuncIsLoaded(void)
-{
-    return fgr_unsupported(178, "cuFuncIsLoaded", "not carried yet");
-}
-
-FGR_EXPORT CUresult cuFuncLoad(void)
-{
-    return fgr_unsupported(179, "cuFuncLoad", "not carried yet");
-}
-
-FGR_EXPORT CUresult cuModuleEnumerateFunctions(void)
-{
-    return fgr_unsupported(180, "cuModuleEnumerateFunctions", "not carried yet");
-}
-
-FGR_EXPORT CUresult cuModuleGetFunctionCount(void)
-{
-    return fgr_unsupported(181, "cuModuleGetFunctionCount", "not carried yet");
-}
-
-FGR_EXPORT CUresult cuLibraryLoadFromFile(void)
-{
-    return fgr_unsupported(182, "cuLibraryLoadFromFile", "not carried yet");
-}
-
 FGR_EXPORT CUresult cuMemHostGetFlags(void)
 {
-    return fgr_unsupported(183, "cuMemHostGetFlags", "not carried yet");
+    return fgr_unsupported(175, "cuMemHostGetFlags", "not carried yet");
 }
 
 FGR_EXPORT CUresult cuMemSetMemPool(void)
 {
-    return fgr_unsupported(184, "cuMemSetMemPool", "not carried yet");
-}
-
-FGR_EXPORT CUresult cuPointerSetAttribute(void)
-{
-    return fgr_unsupported(185, "cuPointerSetAttribute", "not carried yet");
+    return fgr_unsupported(176, "cuMemSetMemPool", "not carried yet");
 }
 
 FGR_EXPORT CUresult cuDeviceGetProperties(void)
 {
-    return fgr_unsupported(186, "cuDeviceGetProperties", "deprecated since CUDA 5: cuDeviceGetAttribute is answered");
+    return fgr_unsupported(177, "cuDeviceGetProperties", "deprecated since CUDA 5: cuDeviceGetAttribute is answered");
 }
 
-const int fgr_nunsupported = 187;
+const int fgr_nunsupported = 178;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -7445,6 +7512,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuDeviceGetExecAffinitySupport] = "cuDeviceGetExecAffinitySupport",
     [FGR_OP_cuCtxGetApiVersion] = "cuCtxGetApiVersion",
     [FGR_OP_cuCtxGetFlags] = "cuCtxGetFlags",
+    [FGR_OP_cuCtxSetFlags] = "cuCtxSetFlags",
     [FGR_OP_cuCtxGetStreamPriorityRange] = "cuCtxGetStreamPriorityRange",
     [FGR_OP_cuCtxGetId] = "cuCtxGetId",
     [FGR_OP_cuCtxEnablePeerAccess] = "cuCtxEnablePeerAccess",
@@ -7478,6 +7546,11 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamWriteValue64_v2] = "cuStreamWriteValue64_v2",
     [FGR_OP_cuStreamWaitValue32_v2] = "cuStreamWaitValue32_v2",
     [FGR_OP_cuStreamWaitValue64_v2] = "cuStreamWaitValue64_v2",
+    [FGR_OP_cuModuleGetFunctionCount] = "cuModuleGetFunctionCount",
+    [FGR_OP_cuModuleEnumerateFunctions] = "cuModuleEnumerateFunctions",
+    [FGR_OP_cuFuncIsLoaded] = "cuFuncIsLoaded",
+    [FGR_OP_cuFuncLoad] = "cuFuncLoad",
+    [FGR_OP_fgrFuncName] = "fgrFuncName",
     [FGR_OP_cuModuleGetGlobal_v2] = "cuModuleGetGlobal_v2",
     [FGR_OP_cuLibraryGetModule] = "cuLibraryGetModule",
     [FGR_OP_cuFuncGetParamInfo] = "cuFuncGetParamInfo",
@@ -7493,6 +7566,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuOccupancyAvailableDynamicSMemPerBlock] = "cuOccupancyAvailableDynamicSMemPerBlock",
     [FGR_OP_fgrOccupancyBlockSize] = "fgrOccupancyBlockSize",
     [FGR_OP_cuPointerGetAttribute] = "cuPointerGetAttribute",
+    [FGR_OP_cuPointerSetAttribute] = "cuPointerSetAttribute",
     [FGR_OP_cuModuleGetLoadingMode] = "cuModuleGetLoadingMode",
     [FGR_OP_cuFuncSetCacheConfig] = "cuFuncSetCacheConfig",
     [FGR_OP_cuKernelSetCacheConfig] = "cuKernelSetCacheConfig",
@@ -7921,6 +7995,7 @@ const struct fg_proc fgr_procs[] = {
     {"cuDeviceGetExecAffinitySupport", "cuDeviceGetExecAffinitySupport", 11040, 0, (void *)cuDeviceGetExecAffinitySupport},
     {"cuCtxGetApiVersion", "cuCtxGetApiVersion", 3020, 0, (void *)cuCtxGetApiVersion},
     {"cuCtxGetFlags", "cuCtxGetFlags", 7000, 0, (void *)cuCtxGetFlags},
+    {"cuCtxSetFlags", "cuCtxSetFlags", 12010, 0, (void *)cuCtxSetFlags},
     {"cuCtxGetStreamPriorityRange", "cuCtxGetStreamPriorityRange", 5050, 0, (void *)cuCtxGetStreamPriorityRange},
     {"cuCtxGetId", "cuCtxGetId", 12000, 0, (void *)cuCtxGetId},
     {"cuCtxEnablePeerAccess", "cuCtxEnablePeerAccess", 4000, 0, (void *)cuCtxEnablePeerAccess},
@@ -7967,6 +8042,14 @@ const struct fg_proc fgr_procs[] = {
     {"cuMulticastBindAddr", "cuMulticastBindAddr", 12010, 0, (void *)cuMulticastBindAddr},
     {"cuMulticastUnbind", "cuMulticastUnbind", 12010, 0, (void *)cuMulticastUnbind},
     {"cuMulticastGetGranularity", "cuMulticastGetGranularity", 12010, 0, (void *)cuMulticastGetGranularity},
+    {"cuModuleGetFunctionCount", "cuModuleGetFunctionCount", 12040, 0, (void *)cuModuleGetFunctionCount},
+    {"cuModuleEnumerateFunctions", "cuModuleEnumerateFunctions", 12040, 0, (void *)cuModuleEnumerateFunctions},
+    {"cuFuncIsLoaded", "cuFuncIsLoaded", 12040, 0, (void *)cuFuncIsLoaded},
+    {"cuFuncLoad", "cuFuncLoad", 12040, 0, (void *)cuFuncLoad},
+    {"cuFuncGetName", "cuFuncGetName", 12030, 0, (void *)cuFuncGetName},
+    {"cuKernelGetName", "cuKernelGetName", 12030, 0, (void *)cuKernelGetName},
+    {"fgrFuncName", "fgrFuncName", 0, 0, (void *)fgrFuncName},
+    {"cuLibraryLoadFromFile", "cuLibraryLoadFromFile", 12000, 0, (void *)cuLibraryLoadFromFile},
     {"cuModuleGetGlobal", "cuModuleGetGlobal_v2", 3020, 0, (void *)cuModuleGetGlobal_v2},
     {"cuLibraryGetModule", "cuLibraryGetModule", 12000, 0, (void *)cuLibraryGetModule},
     {"cuFuncGetParamInfo", "cuFuncGetParamInfo", 12040, 0, (void *)cuFuncGetParamInfo},
@@ -7985,6 +8068,7 @@ const struct fg_proc fgr_procs[] = {
     {"fgrOccupancyBlockSize", "fgrOccupancyBlockSize", 0, 0, (void *)fgrOccupancyBlockSize},
     {"cuPointerGetAttribute", "cuPointerGetAttribute", 4000, 0, (void *)cuPointerGetAttribute},
     {"cuPointerGetAttributes", "cuPointerGetAttributes", 7000, 0, (void *)cuPointerGetAttributes},
+    {"cuPointerSetAttribute", "cuPointerSetAttribute", 6000, 0, (void *)cuPointerSetAttribute},
     {"cuModuleGetLoadingMode", "cuModuleGetLoadingMode", 11070, 0, (void *)cuModuleGetLoadingMode},
     {"cuFuncSetCacheConfig", "cuFuncSetCacheConfig", 3000, 0, (void *)cuFuncSetCacheConfig},
     {"cuKernelSetCacheConfig", "cuKernelSetCacheConfig", 12000, 0, (void *)cuKernelSetCacheConfig},
@@ -8338,17 +8422,8 @@ const struct fg_proc fgr_procs[] = {
     {"cuTensorMapEncodeIm2colWide", "cuTensorMapEncodeIm2colWide", 12080, 0, (void *)cuTensorMapEncodeIm2colWide},
     {"cuCtxRecordEvent", "cuCtxRecordEvent", 12050, 0, (void *)cuCtxRecordEvent},
     {"cuCtxWaitEvent", "cuCtxWaitEvent", 12050, 0, (void *)cuCtxWaitEvent},
-    {"cuCtxSetFlags", "cuCtxSetFlags", 12010, 0, (void *)cuCtxSetFlags},
-    {"cuFuncGetName", "cuFuncGetName", 12030, 0, (void *)cuFuncGetName},
-    {"cuKernelGetName", "cuKernelGetName", 12030, 0, (void *)cuKernelGetName},
-    {"cuFuncIsLoaded", "cuFuncIsLoaded", 12040, 0, (void *)cuFuncIsLoaded},
-    {"cuFuncLoad", "cuFuncLoad", 12040, 0, (void *)cuFuncLoad},
-    {"cuModuleEnumerateFunctions", "cuModuleEnumerateFunctions", 12040, 0, (void *)cuModuleEnumerateFunctions},
-    {"cuModuleGetFunctionCount", "cuModuleGetFunctionCount", 12040, 0, (void *)cuModuleGetFunctionCount},
-    {"cuLibraryLoadFromFile", "cuLibraryLoadFromFile", 12000, 0, (void *)cuLibraryLoadFromFile},
     {"cuMemHostGetFlags", "cuMemHostGetFlags", 2030, 0, (void *)cuMemHostGetFlags},
     {"cuMemSetMemPool", "cuMemSetMemPool", 13000, 0, (void *)cuMemSetMemPool},
-    {"cuPointerSetAttribute", "cuPointerSetAttribute", 6000, 0, (void *)cuPointerSetAttribute},
     {"cuDeviceGetProperties", "cuDeviceGetProperties", 2000, 0, (void *)cuDeviceGetProperties},
 };
 

@@ -170,6 +170,7 @@ typedef CUresult (*pfn_cuCtxGetExecAffinity)(CUexecAffinityParam *pExecAffinity,
 typedef CUresult (*pfn_cuDeviceGetExecAffinitySupport)(int *pi, CUexecAffinityType type, CUdevice dev);
 typedef CUresult (*pfn_cuCtxGetApiVersion)(CUcontext ctx, unsigned int *version);
 typedef CUresult (*pfn_cuCtxGetFlags)(unsigned int *flags);
+typedef CUresult (*pfn_cuCtxSetFlags)(unsigned int flags);
 typedef CUresult (*pfn_cuCtxGetStreamPriorityRange)(int *leastPriority, int *greatestPriority);
 typedef CUresult (*pfn_cuCtxGetId)(CUcontext ctx, unsigned long long *ctxId);
 typedef CUresult (*pfn_cuCtxEnablePeerAccess)(CUcontext peerContext, unsigned int Flags);
@@ -203,6 +204,11 @@ typedef CUresult (*pfn_cuStreamWriteValue32_v2)(CUstream stream, CUdeviceptr add
 typedef CUresult (*pfn_cuStreamWriteValue64_v2)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
 typedef CUresult (*pfn_cuStreamWaitValue32_v2)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
 typedef CUresult (*pfn_cuStreamWaitValue64_v2)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
+typedef CUresult (*pfn_cuModuleGetFunctionCount)(unsigned int *count, CUmodule mod);
+typedef CUresult (*pfn_cuModuleEnumerateFunctions)(CUfunction *functions, unsigned int numFunctions, CUmodule mod);
+typedef CUresult (*pfn_cuFuncIsLoaded)(CUfunctionLoadingState *state, CUfunction function);
+typedef CUresult (*pfn_cuFuncLoad)(CUfunction function);
+typedef CUresult (*pfn_fgrFuncName)(CUfunction f, char *name, unsigned int cap);
 typedef CUresult (*pfn_cuModuleGetGlobal_v2)(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name);
 typedef CUresult (*pfn_cuLibraryGetModule)(CUmodule *pMod, CUlibrary library);
 typedef CUresult (*pfn_cuFuncGetParamInfo)(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize);
@@ -218,6 +224,7 @@ typedef CUresult (*pfn_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags)(int
 typedef CUresult (*pfn_cuOccupancyAvailableDynamicSMemPerBlock)(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize);
 typedef CUresult (*pfn_fgrOccupancyBlockSize)(int *minGridSize, int *blockSize, CUfunction func, const size_t *smem, unsigned int nsmem, size_t dynamicSMemSize, int blockSizeLimit, unsigned int flags);
 typedef CUresult (*pfn_cuPointerGetAttribute)(void *data, CUpointer_attribute attribute, CUdeviceptr ptr);
+typedef CUresult (*pfn_cuPointerSetAttribute)(const void *value, CUpointer_attribute attribute, CUdeviceptr ptr);
 typedef CUresult (*pfn_cuModuleGetLoadingMode)(CUmoduleLoadingMode *mode);
 typedef CUresult (*pfn_cuFuncSetCacheConfig)(CUfunction hfunc, CUfunc_cache config);
 typedef CUresult (*pfn_cuKernelSetCacheConfig)(CUkernel kernel, CUfunc_cache config, CUdevice dev);
@@ -3934,6 +3941,18 @@ static CUresult op_cuCtxGetFlags(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_cuCtxSetFlags(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuCtxSetFlags)fgr_real[FGR_OP_cuCtxSetFlags])(flags);
+    return fgr_r;
+}
+
 static CUresult op_cuCtxGetStreamPriorityRange(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -4556,6 +4575,114 @@ static CUresult op_cuStreamWaitValue64_v2(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_cuModuleGetFunctionCount(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUmodule mod = (CUmodule)(uintptr_t)fgr_in(FGR_H_CUmodule, fgr_get_u64(rd));
+    int has_count = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    unsigned int *count = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUmodule, (uint64_t)(uintptr_t)mod)))
+        fgr_r = fgr_refuse("cuModuleGetFunctionCount", "mod", (uint64_t)(uintptr_t)mod, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_count && !(count = fgr_out(q, sizeof(unsigned int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuModuleGetFunctionCount)fgr_real[FGR_OP_cuModuleGetFunctionCount])(count, mod);
+    if (has_count)
+        fgr_reply_out(q, count, sizeof(unsigned int), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuModuleEnumerateFunctions(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    unsigned int numFunctions = (unsigned int)fgr_get_u64(rd);
+    CUmodule mod = (CUmodule)(uintptr_t)fgr_in(FGR_H_CUmodule, fgr_get_u64(rd));
+    int has_functions = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUfunction *functions = NULL;
+    const uint64_t fgr_n_functions = fgr_mul((uint64_t)(numFunctions), sizeof(CUfunction));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(!has_functions || fgr_mul((uint64_t)(numFunctions), sizeof(CUfunction)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("cuModuleEnumerateFunctions", "functions", fgr_mul((uint64_t)(numFunctions), sizeof(CUfunction)), CUDA_ERROR_INVALID_VALUE);
+    else if (!(fgr_has(FGR_H_CUmodule, (uint64_t)(uintptr_t)mod)))
+        fgr_r = fgr_refuse("cuModuleEnumerateFunctions", "mod", (uint64_t)(uintptr_t)mod, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_functions && !(functions = fgr_out(q, fgr_n_functions)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuModuleEnumerateFunctions)fgr_real[FGR_OP_cuModuleEnumerateFunctions])(functions, numFunctions, mod);
+    if (fgr_r == CUDA_SUCCESS) {
+        for (uint64_t fgr_i = 0; functions && fgr_i < fgr_n_functions / sizeof(CUfunction); fgr_i++)
+            fgr_add(FGR_H_CUfunction, (uint64_t)(uintptr_t)functions[fgr_i], FGR_H_CUmodule, (uint64_t)(uintptr_t)mod);
+        if (fgr_out_n(FGR_H_CUfunction, functions, fgr_n_functions / sizeof(CUfunction)) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_functions)
+        fgr_reply_out(q, functions, fgr_n_functions, 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuFuncIsLoaded(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUfunction function = (CUfunction)(uintptr_t)fgr_in(FGR_H_CUfunction, fgr_get_u64(rd));
+    int has_state = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUfunctionLoadingState *state = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)function)))
+        fgr_r = fgr_refuse("cuFuncIsLoaded", "function", (uint64_t)(uintptr_t)function, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_state && !(state = fgr_out(q, sizeof(CUfunctionLoadingState))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuFuncIsLoaded)fgr_real[FGR_OP_cuFuncIsLoaded])(state, function);
+    if (has_state)
+        fgr_reply_out(q, state, sizeof(CUfunctionLoadingState), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuFuncLoad(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUfunction function = (CUfunction)(uintptr_t)fgr_in(FGR_H_CUfunction, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)function)))
+        fgr_r = fgr_refuse("cuFuncLoad", "function", (uint64_t)(uintptr_t)function, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuFuncLoad)fgr_real[FGR_OP_cuFuncLoad])(function);
+    return fgr_r;
+}
+
+static CUresult op_fgrFuncName(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUfunction f = (CUfunction)(uintptr_t)fgr_in(FGR_H_CUfunction, fgr_get_u64(rd));
+    unsigned int cap = (unsigned int)fgr_get_u64(rd);
+    int has_name = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    char *name = NULL;
+    const uint64_t fgr_n_name = fgr_mul((uint64_t)(fgr_min(cap,FGR_NAME_MAX)), sizeof(char));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)f)))
+        fgr_r = fgr_refuse("fgrFuncName", "f", (uint64_t)(uintptr_t)f, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(!has_name || fgr_mul((uint64_t)(fgr_min(cap,FGR_NAME_MAX)), sizeof(char)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrFuncName", "name", fgr_mul((uint64_t)(fgr_min(cap,FGR_NAME_MAX)), sizeof(char)), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_name && !(name = fgr_out(q, fgr_n_name)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrFuncName)fgr_real[FGR_OP_fgrFuncName])(f, name, cap);
+    if (has_name)
+        fgr_reply_out(q, name, fgr_n_name, 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_cuModuleGetGlobal_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -4934,6 +5061,22 @@ static CUresult op_cuPointerGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
     }
     if (has_data)
         fgr_reply_out(q, data, fgr_n_data, 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuPointerSetAttribute(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUpointer_attribute attribute = (CUpointer_attribute)fgr_get_u64(rd);
+    CUdeviceptr ptr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
+    void *value = fgr_get_buf(rd, q, fgr_mul((uint64_t)(4), 1), 0);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_mem_in((uint64_t)(uintptr_t)ptr, 1)))
+        fgr_r = fgr_refuse("cuPointerSetAttribute", "ptr", (uint64_t)(uintptr_t)ptr, CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuPointerSetAttribute)fgr_real[FGR_OP_cuPointerSetAttribute])(value, attribute, ptr);
     return fgr_r;
 }
 
@@ -8738,6 +8881,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuDeviceGetExecAffinitySupport] = {"cuDeviceGetExecAffinitySupport", op_cuDeviceGetExecAffinitySupport, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuCtxGetApiVersion] = {"cuCtxGetApiVersion", op_cuCtxGetApiVersion, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuCtxGetFlags] = {"cuCtxGetFlags", op_cuCtxGetFlags, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuCtxSetFlags] = {"cuCtxSetFlags", op_cuCtxSetFlags, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuCtxGetStreamPriorityRange] = {"cuCtxGetStreamPriorityRange", op_cuCtxGetStreamPriorityRange, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuCtxGetId] = {"cuCtxGetId", op_cuCtxGetId, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuCtxEnablePeerAccess] = {"cuCtxEnablePeerAccess", op_cuCtxEnablePeerAccess, 0, FGR_SMALL_FRAME},
@@ -8771,6 +8915,11 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamWriteValue64_v2] = {"cuStreamWriteValue64_v2", op_cuStreamWriteValue64_v2, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamWaitValue32_v2] = {"cuStreamWaitValue32_v2", op_cuStreamWaitValue32_v2, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamWaitValue64_v2] = {"cuStreamWaitValue64_v2", op_cuStreamWaitValue64_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuModuleGetFunctionCount] = {"cuModuleGetFunctionCount", op_cuModuleGetFunctionCount, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuModuleEnumerateFunctions] = {"cuModuleEnumerateFunctions", op_cuModuleEnumerateFunctions, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuFuncIsLoaded] = {"cuFuncIsLoaded", op_cuFuncIsLoaded, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuFuncLoad] = {"cuFuncLoad", op_cuFuncLoad, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrFuncName] = {"fgrFuncName", op_fgrFuncName, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuModuleGetGlobal_v2] = {"cuModuleGetGlobal_v2", op_cuModuleGetGlobal_v2, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuLibraryGetModule] = {"cuLibraryGetModule", op_cuLibraryGetModule, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuFuncGetParamInfo] = {"cuFuncGetParamInfo", op_cuFuncGetParamInfo, 0, FGR_SMALL_FRAME},
@@ -8786,6 +8935,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuOccupancyAvailableDynamicSMemPerBlock] = {"cuOccupancyAvailableDynamicSMemPerBlock", op_cuOccupancyAvailableDynamicSMemPerBlock, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrOccupancyBlockSize] = {"fgrOccupancyBlockSize", op_fgrOccupancyBlockSize, 0, FGR_MAX_FRAME},
     [FGR_OP_cuPointerGetAttribute] = {"cuPointerGetAttribute", op_cuPointerGetAttribute, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuPointerSetAttribute] = {"cuPointerSetAttribute", op_cuPointerSetAttribute, 0, FGR_MAX_FRAME},
     [FGR_OP_cuModuleGetLoadingMode] = {"cuModuleGetLoadingMode", op_cuModuleGetLoadingMode, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuFuncSetCacheConfig] = {"cuFuncSetCacheConfig", op_cuFuncSetCacheConfig, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuKernelSetCacheConfig] = {"cuKernelSetCacheConfig", op_cuKernelSetCacheConfig, 0, FGR_SMALL_FRAME},

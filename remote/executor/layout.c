@@ -242,6 +242,23 @@ CUresult fgr_func_sizes(CUfunction f, unsigned int max, unsigned int *count, uns
     return r;
 }
 
+/* A function's or a library kernel's name, copied for the client (which
+ * keeps it where the program can hold it). */
+static CUresult name_for_client(CUfunction f, char *name, unsigned int cap)
+{
+    const char *n = NULL;
+    if (!name || !cap)
+        return CUDA_ERROR_INVALID_VALUE;
+    get_name name_of = f && fgr_has(FGR_H_CUkernel, (uint64_t)(uintptr_t)f) ? kernel_name : func_name;
+    CUresult r = name_of ? name_of(&n, f) : CUDA_ERROR_NOT_SUPPORTED;
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!n || strlen(n) >= cap)
+        return CUDA_ERROR_INVALID_VALUE;
+    strcpy(name, n);
+    return CUDA_SUCCESS;
+}
+
 void fgr_layout_init(void *driver)
 {
     *(void **)&func_info = dlsym(driver, "cuFuncGetParamInfo");
@@ -252,4 +269,5 @@ void fgr_layout_init(void *driver)
     *(void **)&attribute = dlsym(driver, "cuDeviceGetAttribute");
     atexit(said_at_exit);
     fgr_real[FGR_OP_fgrParamSizes] = (void *)fgr_func_sizes;
+    fgr_real[FGR_OP_fgrFuncName] = (void *)name_for_client;
 }

@@ -25,6 +25,8 @@ typedef CUresult (CUDAAPI *fg_sig_cuCtxGetApiVersion)(CUcontext ctx, unsigned in
 SAME(fg_sig_cuCtxGetApiVersion, PFN_cuCtxGetApiVersion_v3020);
 typedef CUresult (CUDAAPI *fg_sig_cuCtxGetFlags)(unsigned int *flags);
 SAME(fg_sig_cuCtxGetFlags, PFN_cuCtxGetFlags_v7000);
+typedef CUresult (CUDAAPI *fg_sig_cuCtxSetFlags)(unsigned int flags);
+SAME(fg_sig_cuCtxSetFlags, PFN_cuCtxSetFlags_v12010);
 typedef CUresult (CUDAAPI *fg_sig_cuCtxGetStreamPriorityRange)(int *leastPriority, int *greatestPriority);
 SAME(fg_sig_cuCtxGetStreamPriorityRange, PFN_cuCtxGetStreamPriorityRange_v5050);
 typedef CUresult (CUDAAPI *fg_sig_cuCtxGetId)(CUcontext ctx, unsigned long long *ctxId);
@@ -115,6 +117,20 @@ typedef CUresult (CUDAAPI *fg_sig_cuMulticastUnbind)(CUmemGenericAllocationHandl
 SAME(fg_sig_cuMulticastUnbind, PFN_cuMulticastUnbind_v12010);
 typedef CUresult (CUDAAPI *fg_sig_cuMulticastGetGranularity)(size_t *granularity, const CUmulticastObjectProp *prop, CUmulticastGranularity_flags option);
 SAME(fg_sig_cuMulticastGetGranularity, PFN_cuMulticastGetGranularity_v12010);
+typedef CUresult (CUDAAPI *fg_sig_cuModuleGetFunctionCount)(unsigned int *count, CUmodule mod);
+SAME(fg_sig_cuModuleGetFunctionCount, PFN_cuModuleGetFunctionCount_v12040);
+typedef CUresult (CUDAAPI *fg_sig_cuModuleEnumerateFunctions)(CUfunction *functions, unsigned int numFunctions, CUmodule mod);
+SAME(fg_sig_cuModuleEnumerateFunctions, PFN_cuModuleEnumerateFunctions_v12040);
+typedef CUresult (CUDAAPI *fg_sig_cuFuncIsLoaded)(CUfunctionLoadingState *state, CUfunction function);
+SAME(fg_sig_cuFuncIsLoaded, PFN_cuFuncIsLoaded_v12040);
+typedef CUresult (CUDAAPI *fg_sig_cuFuncLoad)(CUfunction function);
+SAME(fg_sig_cuFuncLoad, PFN_cuFuncLoad_v12040);
+typedef CUresult (CUDAAPI *fg_sig_cuFuncGetName)(const char **name, CUfunction hfunc);
+SAME(fg_sig_cuFuncGetName, PFN_cuFuncGetName_v12030);
+typedef CUresult (CUDAAPI *fg_sig_cuKernelGetName)(const char **name, CUkernel hkernel);
+SAME(fg_sig_cuKernelGetName, PFN_cuKernelGetName_v12030);
+typedef CUresult (CUDAAPI *fg_sig_cuLibraryLoadFromFile)(CUlibrary *library, const char *fileName, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions);
+SAME(fg_sig_cuLibraryLoadFromFile, PFN_cuLibraryLoadFromFile_v12000);
 typedef CUresult (CUDAAPI *fg_sig_cuModuleGetGlobal_v2)(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name);
 SAME(fg_sig_cuModuleGetGlobal_v2, PFN_cuModuleGetGlobal_v3020);
 typedef CUresult (CUDAAPI *fg_sig_cuLibraryGetModule)(CUmodule *pMod, CUlibrary library);
@@ -149,6 +165,8 @@ typedef CUresult (CUDAAPI *fg_sig_cuPointerGetAttribute)(void *data, CUpointer_a
 SAME(fg_sig_cuPointerGetAttribute, PFN_cuPointerGetAttribute_v4000);
 typedef CUresult (CUDAAPI *fg_sig_cuPointerGetAttributes)(unsigned int numAttributes, CUpointer_attribute *attributes, void **data, CUdeviceptr ptr);
 SAME(fg_sig_cuPointerGetAttributes, PFN_cuPointerGetAttributes_v7000);
+typedef CUresult (CUDAAPI *fg_sig_cuPointerSetAttribute)(const void *value, CUpointer_attribute attribute, CUdeviceptr ptr);
+SAME(fg_sig_cuPointerSetAttribute, PFN_cuPointerSetAttribute_v6000);
 typedef CUresult (CUDAAPI *fg_sig_cuModuleGetLoadingMode)(CUmoduleLoadingMode *mode);
 SAME(fg_sig_cuModuleGetLoadingMode, PFN_cuModuleGetLoadingMode_v11070);
 typedef CUresult (CUDAAPI *fg_sig_cuFuncSetCacheConfig)(CUfunction hfunc, CUfunc_cache config);

@@ -2,7 +2,8 @@
 // the runtime and, linked with -lcuda, the driver: the block size of best
 // occupancy (a host callback for the dynamic shared memory included), the
 // profiler's range, stream attributes set and read back, cuCtxCreate_v4,
-// function attributes. Prints every answer, then a checksum of a kernel
+// function attributes and names, a module's functions, the context's
+// flags, synchronous memory operations. Prints every answer, then a checksum of a kernel
 // run at the block size found: its output over a remote GPU must be the
 // same as natively (scripts/gpu-remote-cudart.sh).
 //     nvcc -O2 -o families families.cu -lcuda
@@ -160,6 +161,30 @@ int main()
     CUstreamAttrValue v;
     DRV(cuStreamGetAttribute((CUstream)s, CU_STREAM_ATTRIBUTE_PRIORITY, &v));
     printf("driver: stream priority %d\n", v.priority);
+    // Names (the runtime's cudaFuncGetName), the function's module and its
+    // functions, the loading state, the context's flags, sync memops.
+    const char *fname = NULL, *again = NULL;
+    RT(cudaFuncGetName(&fname, (const void *)flip));
+    DRV(cuFuncGetName(&again, f));
+    printf("names: runtime %s driver %s\n", fname, again);
+    CUmodule mod;
+    DRV(cuFuncGetModule(&mod, f));
+    unsigned int nf = 0;
+    DRV(cuModuleGetFunctionCount(&nf, mod));
+    printf("module functions: %u, cuFuncGetName of no function: %s\n", nf, name(cuFuncGetName(&again, NULL)));
+    CUfunctionLoadingState state;
+    DRV(cuFuncIsLoaded(&state, f));
+    printf("cuFuncIsLoaded %d cuFuncLoad %s\n", (int)state, name(cuFuncLoad(f)));
+    unsigned int flags = 0, flags2 = 0;
+    DRV(cuCtxGetFlags(&flags));
+    DRV(cuCtxSetFlags(flags | CU_CTX_SCHED_BLOCKING_SYNC));
+    DRV(cuCtxGetFlags(&flags2));
+    printf("context flags %#x set %#x bad %s\n", flags, flags2, name(cuCtxSetFlags(0x100000)));
+    DRV(cuCtxSetFlags(flags));
+    unsigned int one = 1, sync = 9;
+    CUresult rs = cuPointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, (CUdeviceptr)buf);
+    DRV(cuPointerGetAttribute(&sync, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, (CUdeviceptr)buf));
+    printf("sync memops set %s read %u\n", name(rs), sync);
     printf("cuProfilerStart: %s\n", name(cuProfilerStart()));
     printf("cuProfilerStop: %s\n", name(cuProfilerStop()));
 

@@ -1,12 +1,14 @@
 /* Linked with -lcuda, as NVIDIA's driver API samples are: calls the families
  * those samples need of a remote GPU (occupancy, the profiler's range,
- * stream attributes, cuCtxCreate_v4, function attributes) and prints each
+ * stream attributes, cuCtxCreate_v4, function attributes and names, module
+ * and library enumeration, context flags, pointer attributes) and prints each
  * answer, so that its output remotely can be compared with its output on
  * the GPU in its own process. With "cig", it also asks cuCtxCreate_v4 for
  * CUDA-in-graphics parameters; with "tex" it only asks for a texture
  * object; with "old", it looks up the entry points of CUDA 2 to 4 as old
  * programs' loaders do. */
 #include <stdint.h>
+#include <unistd.h>
 
 #include "common.h"
 
@@ -130,6 +132,56 @@ int main(int argc, char **argv)
     printf(" registers %d\n", v);
     printf("cuFuncSetCacheConfig: %s\n", result_name(cuFuncSetCacheConfig(f, CU_FUNC_CACHE_PREFER_SHARED)));
 
+    /* Names, enumeration and loading state: a module's functions, then a
+     * library's kernels, loaded from a file. */
+    const char *name = NULL, *again = NULL;
+    CHECK(cuFuncGetName(&name, f));
+    CHECK(cuFuncGetName(&again, f));
+    printf("cuFuncGetName: %s, the same string again: %d\n", name, name == again);
+    printf("cuFuncGetName of no function: %s\n", result_name(cuFuncGetName(&again, NULL)));
+    unsigned int nf = 0;
+    CHECK(cuModuleGetFunctionCount(&nf, mod));
+    CUfunction fs[8];
+    CHECK(cuModuleEnumerateFunctions(fs, nf < 8 ? nf : 8, mod));
+    printf("module functions: %u:", nf);
+    for (unsigned int i = 0; i < nf && i < 8; i++) {
+        CHECK(cuFuncGetName(&name, fs[i]));
+        printf(" %s%s", name, fs[i] == f ? " (as looked up)" : "");
+    }
+    CUfunctionLoadingState state = CU_FUNCTION_LOADING_STATE_UNLOADED;
+    CHECK(cuFuncIsLoaded(&state, fs[1]));
+    printf("\ncuFuncIsLoaded: %s, cuFuncLoad: %s\n", state == CU_FUNCTION_LOADING_STATE_LOADED ? "loaded" : "not loaded",
+           result_name(cuFuncLoad(fs[1])));
+    char path[] = "/tmp/families-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0 || write(fd, SIM_MODULE, sizeof SIM_MODULE) != (ssize_t)sizeof SIM_MODULE)
+        return 1;
+    close(fd);
+    CUlibrary lib;
+    CHECK(cuLibraryLoadFromFile(&lib, path, NULL, NULL, 0, NULL, NULL, 0));
+    unlink(path);
+    printf("cuLibraryLoadFromFile of no file: %s\n",
+           result_name(cuLibraryLoadFromFile(&lib, path, NULL, NULL, 0, NULL, NULL, 0)));
+    CHECK(cuLibraryGetKernelCount(&nf, lib));
+    CUkernel ks[8];
+    CHECK(cuLibraryEnumerateKernels(ks, nf < 8 ? nf : 8, lib));
+    printf("library kernels: %u:", nf);
+    for (unsigned int i = 0; i < nf && i < 8; i++) {
+        CHECK(cuKernelGetName(&name, ks[i]));
+        printf(" %s", name);
+    }
+    printf("\n");
+    CHECK(cuLibraryUnload(lib));
+
+    /* The context's flags, set and read back. */
+    unsigned int flags = 0;
+    CHECK(cuCtxGetFlags(&flags));
+    printf("context flags %#x", flags);
+    CHECK(cuCtxSetFlags(CU_CTX_SCHED_BLOCKING_SYNC));
+    CHECK(cuCtxGetFlags(&flags));
+    printf(", set %#x, bad: %s\n", flags, result_name(cuCtxSetFlags(0x1000)));
+    CHECK(cuCtxSetFlags(0));
+
     /* Occupancy: blocks per SM, the block size of best occupancy with a
      * fixed, a per-block and no dynamic shared memory, the memory left. */
     CHECK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&v, f, 128, 0));
@@ -185,6 +237,14 @@ int main(int argc, char **argv)
            result_name(cuStreamSetAttribute(s, CU_STREAM_ATTRIBUTE_SYNCHRONIZATION_POLICY, &a)));
     CHECK(cuStreamDestroy_v2(t));
     CHECK(cuStreamDestroy_v2(s));
+
+    /* Synchronous memory operations asked of an allocation. */
+    unsigned int one = 1, sync = 9;
+    CHECK(cuPointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, buf));
+    CHECK(cuPointerGetAttribute(&sync, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, buf));
+    printf("sync memops %u, of memory not allocated: %s, another attribute: %s\n", sync,
+           result_name(cuPointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, (CUdeviceptr)(uintptr_t)&one)),
+           result_name(cuPointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, buf)));
     CHECK(cuMemFree_v2(buf));
     printf("families: done\n");
     return 0;
