@@ -21,6 +21,9 @@ func TestRunFailoverFlags(t *testing.T) {
 		{[]string{"--remote", "shm:///tmp/a.sock", "--failover", "unix:///tmp/b.sock"}, "flexgv run: --failover is for unix://, tcp:// and tls:// servers"},
 		{[]string{"--remote", "unix:///tmp/a.sock", "--failover", "unix:///tmp/b.sock", "--checkpoint-every", "0s"}, "flexgv run: --checkpoint-every 0s: want 1ms to 24h"},
 		{[]string{"--remote", "unix:///tmp/a.sock", "--failover", "unix:///tmp/b.sock", "--checkpoint-every", "25h"}, "flexgv run: --checkpoint-every 25h0m0s: want 1ms to 24h"},
+		{[]string{"--remote", "unix:///tmp/a.sock", "--failover", "unix:///tmp/b.sock,"}, `flexgv run: --failover address "": no scheme`},
+		{[]string{"--remote", "unix:///tmp/a.sock", "--failover", "unix:///tmp/b.sock,shm:///tmp/c.sock"}, "flexgv run: --failover is for unix://, tcp:// and tls:// servers"},
+		{[]string{"--remote", "unix:///tmp/a.sock", "--failover", strings.Repeat("unix:///tmp/b.sock,", 8) + "unix:///tmp/c.sock"}, "flexgv run: --failover names 9 servers: at most 8"},
 	} {
 		code, out, errs := runCLI(append(append([]string{"run"}, c.args...), prog...)...)
 		if code != 2 || !strings.Contains(errs, c.want) || strings.Contains(out, "started") {

@@ -433,16 +433,16 @@ func remoteAlone(c *cobra.Command, addr string) error {
 	return nil
 }
 
-// failover is flexgv run --failover ADDR2 [--checkpoint-every D]: the
-// remote program's state kept on a second server, where it goes on when
-// its server is lost (remote/client/failover.c).
+// failover is flexgv run --failover ADDR2[,ADDR3...] [--checkpoint-every
+// D]: the remote program's state kept on a second server, where it goes on
+// when its server is lost, then on the next (remote/client/failover.c).
 type failover struct {
 	addr  string
 	every time.Duration
 }
 
 func (f *failover) register(c *cobra.Command) {
-	c.Flags().StringVar(&f.addr, "failover", "", "with --remote: keep checkpoints of the program on flexgv serve at ADDR2 (unix://, tcp:// or tls://), and go on there when the server is lost")
+	c.Flags().StringVar(&f.addr, "failover", "", "with --remote: keep checkpoints of the program on flexgv serve at ADDR2 (unix://, tcp:// or tls://), and go on there when the server is lost; ADDR2,ADDR3,... go on at each in turn (up to 8)")
 	c.Flags().DurationVar(&f.every, "checkpoint-every", time.Minute, "with --failover: how often a checkpoint is taken (1ms to 24h)")
 }
 
@@ -460,17 +460,25 @@ func (f *failover) env(c *cobra.Command, remoteAddr string) ([]string, error) {
 	if remoteAddr == "" {
 		return nil, usageError{fmt.Errorf("flexgv run: --failover is for remote programs (--remote ADDR)")}
 	}
-	a, err := remote.ParseAddr(f.addr)
-	if err != nil {
-		return nil, usageError{fmt.Errorf("flexgv run: --failover %w", err)}
+	parts := strings.Split(f.addr, ",")
+	if len(parts) > 8 {
+		return nil, usageError{fmt.Errorf("flexgv run: --failover names %d servers: at most 8", len(parts))}
 	}
-	if a.Network == "shm" || strings.HasPrefix(remoteAddr, "shm://") {
-		return nil, usageError{fmt.Errorf("flexgv run: --failover is for unix://, tcp:// and tls:// servers: the pinned memory shm:// shares cannot be kept elsewhere")}
+	var addrs []string
+	for _, p := range parts {
+		a, err := remote.ParseAddr(p)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("flexgv run: --failover %w", err)}
+		}
+		if a.Network == "shm" || strings.HasPrefix(remoteAddr, "shm://") {
+			return nil, usageError{fmt.Errorf("flexgv run: --failover is for unix://, tcp:// and tls:// servers: the pinned memory shm:// shares cannot be kept elsewhere")}
+		}
+		addrs = append(addrs, a.String())
 	}
 	if f.every < time.Millisecond || f.every > 24*time.Hour {
 		return nil, usageError{fmt.Errorf("flexgv run: --checkpoint-every %v: want 1ms to 24h", f.every)}
 	}
-	return []string{"FLEXGV_REMOTE_FAILOVER=" + a.String(), fmt.Sprintf("FLEXGV_REMOTE_CHECKPOINT_MS=%d", f.every.Milliseconds())}, nil
+	return []string{"FLEXGV_REMOTE_FAILOVER=" + strings.Join(addrs, ","), fmt.Sprintf("FLEXGV_REMOTE_CHECKPOINT_MS=%d", f.every.Milliseconds())}, nil
 }
 
 // remoteRun prepares flexgv run --remote ADDR: the remoting libcuda.so.1

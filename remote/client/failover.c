@@ -17,7 +17,11 @@
  * one before, and the calls since it. With a failover server, a call that
  * waits for the device holds the connection while it waits (not pending
  * as in conn.c), so that the calls kept are in the order the server
- * made them. All but fgr_checkpoint under conn.c's lock. */
+ * made them. All but fgr_checkpoint under conn.c's lock.
+ *
+ * FLEXGV_REMOTE_FAILOVER may name several servers, in order: once the
+ * program goes on at one, checkpoints are kept on the next (the first at
+ * once), so that it outlives as many servers as it names after the first. */
 #include "client.h"
 
 #include <errno.h>
@@ -32,7 +36,11 @@
 /* Answers kept whole (for what the replay may translate), else hashed. */
 #define KEPT_ANSWER 64
 
-static const char *to;      /* the failover server; NULL: none */
+#define CHAIN_MAX 8
+static char *chain[CHAIN_MAX]; /* the failover servers, in their order */
+static int nchain, at;         /* how many; the one checkpoints go to */
+static const char *to;         /* chain[at]; NULL: none */
+static unsigned failovers;     /* how often the program went on elsewhere */
 static uint64_t every_ns = 60ull * 1000000000ull;
 static int on;              /* keeping calls: configured, not failed over */
 static uint64_t due;        /* when the next checkpoint is due */
@@ -111,11 +119,21 @@ int fgr_failover_setup(const char *primary)
         }
         return ok ? 0 : -1;
     }
-    int sock = !strncmp(a, "unix://", 7) || !strncmp(a, "tcp://", 6) || !strncmp(a, "tls://", 6);
-    if (!sock) {
-        fgr_say("FLEXGV_REMOTE_FAILOVER=%s: want unix:///PATH, tcp://HOST:PORT or tls://HOST:PORT", a);
+    char *list = strdup(a), *save = NULL;
+    for (char *one = list ? strtok_r(list, ",", &save) : NULL; one && ok; one = strtok_r(NULL, ",", &save)) {
+        int sock = !strncmp(one, "unix://", 7) || !strncmp(one, "tcp://", 6) || !strncmp(one, "tls://", 6);
+        if (!sock || nchain == CHAIN_MAX) {
+            fgr_say("FLEXGV_REMOTE_FAILOVER=%s: want up to %d of unix:///PATH, tcp://HOST:PORT or tls://HOST:PORT, "
+                    "separated by commas", a, CHAIN_MAX);
+            ok = 0;
+        } else {
+            chain[nchain++] = one;
+        }
+    }
+    if (ok && !nchain) {
+        fgr_say("FLEXGV_REMOTE_FAILOVER=%s: no address", a);
         ok = 0;
-    } else if (!strncmp(primary, "shm://", 6)) {
+    } else if (ok && !strncmp(primary, "shm://", 6)) {
         fgr_say("FLEXGV_REMOTE=%s: a failover server is for unix://, tcp:// and tls:// servers (the pinned memory "
                 "shm:// shares cannot be kept elsewhere)", primary);
         ok = 0;
@@ -132,7 +150,7 @@ int fgr_failover_setup(const char *primary)
         }
     }
     if (ok) {
-        to = a;
+        to = chain[0];
         on = 1;
         fgr_keep_images = 0; /* each image sent whole: the failover server keeps other ones */
     }
@@ -348,12 +366,28 @@ static void paused(unsigned ms)
 static struct fgr_ahead ahead = {.conn = {.fd = -1}};
 static int in_one_step; /* the structure changed under the last one */
 
+/* The server was lost during a checkpoint, whose calls found it so: the
+ * program went on elsewhere, and what the checkpoint made (for the server
+ * it went on at) is of no use. The next is due at once, for the next. */
+static int overtaken(unsigned before, struct fgr_conn_saved *made)
+{
+    if (failovers == before)
+        return 0;
+    if (made)
+        fgr_conn_drop(made);
+    due = 0;
+    return 1;
+}
+
 void fgr_checkpoint(void)
 {
     char why[1024] = "";
+    unsigned before = failovers;
     if (ahead.loading) {
         int r = fgr_ahead_end(&ahead, why, sizeof why);
         paused(ahead.pause);
+        if (overtaken(before, r > 0 ? &ahead.conn : NULL))
+            return;
         if (r > 0) {
             taken(ahead.conn, &ahead.m, 2);
         } else if (r < 0) {
@@ -367,7 +401,9 @@ void fgr_checkpoint(void)
     if (have_standby && !in_one_step) {
         int r = fgr_ahead_start(&ahead, to, why, sizeof why);
         paused(ahead.pause);
-        if (r < 0)
+        if (overtaken(before, NULL))
+            fgr_ahead_abandon(&ahead);
+        else if (r < 0)
             not_taken(why);
         return;
     }
@@ -377,6 +413,8 @@ void fgr_checkpoint(void)
     int ok = fgr_state_remake(to, &made, &m, why, sizeof why);
     m.at[2] = m.ms - m.at[2]; /* the time the device memory took */
     paused(m.ms);
+    if (overtaken(before, &made))
+        return;
     if (!ok) {
         fgr_conn_drop(&made);
         not_taken(why);
@@ -395,14 +433,16 @@ static pthread_mutex_t reach_mu = PTHREAD_MUTEX_INITIALIZER;
 static int reaching;       /* the thread is dialing */
 static int reach_err;      /* its last answer: 0, or why not (errno) */
 static uint64_t reach_at;  /* when it last answered */
+static const char *reach_to; /* the server it dialed */
 
 static void *reacher(void *arg)
 {
-    (void)arg;
-    int err = fgr_reach(to, 15000);
+    const char *addr = arg;
+    int err = fgr_reach(addr, 15000);
     pthread_mutex_lock(&reach_mu);
     reach_err = err;
     reach_at = now_ns();
+    reach_to = addr;
     reaching = 0;
     pthread_mutex_unlock(&reach_mu);
     return NULL;
@@ -427,12 +467,12 @@ static int reached(void)
     }
     pthread_mutex_lock(&reach_mu);
     uint64_t now = now_ns();
-    int fresh = reach_at && now - reach_at < REACH_FRESH_NS, err = reach_err, ok = fresh && !err;
+    int fresh = reach_at && reach_to == to && now - reach_at < REACH_FRESH_NS, err = reach_err, ok = fresh && !err;
     if (fresh && err)
         reach_at = 0; /* said once: the next attempt dials again */
     if (!ok && !reaching && !(fresh && err)) {
         reaching = 1;
-        if (fgr_thread_start(reacher, NULL, 64 << 10, "flexgv-reach"))
+        if (fgr_thread_start(reacher, (void *)to, 64 << 10, "flexgv-reach"))
             ok = 1, reaching = 0; /* no thread: the checkpoint dials itself */
     }
     pthread_mutex_unlock(&reach_mu);
@@ -477,6 +517,7 @@ int fgr_failover_take(struct fgr_conn_saved *s, const char *lost_why)
     *s = standby;
     standby = (struct fgr_conn_saved){.fd = -1};
     have_standby = 0;
+    failovers++;
     fgr_say("lost the GPU server (%s): going on at %s from the checkpoint of %.1f s ago (%u taken, pauses %u ms at most, "
             "%u in all), making its %llu calls since again",
             lost_why, to, (double)(now_ns() - taken_at) / 1e9, checkpoints, pause_ms_max, pause_ms_total,
@@ -540,8 +581,20 @@ CUresult fgr_failover_replay(int (*write)(const void *, size_t), const uint8_t *
         r = CUDA_ERROR_DEVICE_UNAVAILABLE;
     }
     drop_kept();
-    if (r == CUDA_SUCCESS)
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (at + 1 < nchain) {
+        /* The next server keeps the checkpoints now, the first at once. */
+        const char *was = to;
+        to = chain[++at];
+        on = 1;
+        due = backoff = 0;
+        last_why[0] = 0;
+        latest = (struct fgr_remade){0};
+        fgr_say("going on at %s; checkpoints from here on at %s", was, to);
+    } else {
         fgr_say("going on at %s", to);
+    }
     return r;
 }
 

@@ -223,6 +223,7 @@ static CUresult ipc_export(CUdeviceptr block, CUdeviceptr ptr, size_t len, void 
 CUresult fgr_ipc_share(CUdeviceptr p, size_t n, void *token)
 {
     uint64_t block;
+    p = fgr_moved(p); /* the program's address (move.c) */
     if (fgr_arena_holding(p, n, &block) != 0)
         return CUDA_ERROR_INVALID_VALUE;
     return ipc_export(block, p, n, token);

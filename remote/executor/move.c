@@ -275,6 +275,7 @@ static CUresult copy(CUdeviceptr p, size_t n, void *to, const void *from)
 static CUresult state_pull(const void *token, CUdeviceptr dst, size_t n)
 {
     uint64_t size, off, len;
+    dst = fgr_moved(dst);
     if (!token || !n || !fgr_mem_in(dst, n))
         return CUDA_ERROR_INVALID_VALUE;
     int fd = fgr_ipc_fetch(token, &size, &off, &len);
@@ -328,8 +329,10 @@ static CUresult state_mark(unsigned long long *generation)
     return r;
 }
 
-static CUresult state_read(CUdeviceptr p, size_t n, void *dst) { return copy(p, n, dst, NULL); }
-static CUresult state_write(CUdeviceptr p, size_t n, const void *src) { return copy(p, n, NULL, src); }
+/* The state's addresses are the program's: translated where the driver
+ * placed its memory elsewhere here. */
+static CUresult state_read(CUdeviceptr p, size_t n, void *dst) { return copy(fgr_moved(p), n, dst, NULL); }
+static CUresult state_write(CUdeviceptr p, size_t n, const void *src) { return copy(fgr_moved(p), n, NULL, src); }
 
 static CUresult state_done(unsigned int moved, unsigned int ms, const char *note)
 {

@@ -538,6 +538,10 @@ int fgr_mem_in(uint64_t p, uint64_t n)
     return r && n <= r->end - p;
 }
 
+static uint64_t moved_back(uint64_t base, uint64_t size);
+
+/* The connection's ranges, each at the program's address for it (memory
+ * the driver placed elsewhere here after a move keeps the program's). */
 void fgr_mem_list(struct fgr_buf *w, int ops)
 {
     fgr_put_u32(w, (uint32_t)nmem);
@@ -548,7 +552,7 @@ void fgr_mem_list(struct fgr_buf *w, int ops)
             fgr_put_u32(w, e ? fgr_journal_seq(e->made) : UINT32_MAX);
             continue;
         }
-        fgr_put_u64(w, mem[i].base);
+        fgr_put_u64(w, moved_back(mem[i].base, mem[i].end - mem[i].base));
         fgr_put_u64(w, mem[i].end - mem[i].base);
     }
 }
@@ -605,6 +609,16 @@ uint64_t fgr_moved(uint64_t p)
         return FGR_MOVED_GONE;
     }
     return moved[lo].now + (p - moved[lo].old);
+}
+
+/* The program's address of the range at base here: the old address of
+ * the move that placed it, unless another range lies there since. */
+static uint64_t moved_back(uint64_t base, uint64_t size)
+{
+    for (size_t i = 0; i < nmoved; i++)
+        if (moved[i].now == base && moved[i].end - moved[i].old == size && !moved[i].taken)
+            return moved[i].old;
+    return base;
 }
 
 /* New memory at [base, base+size): an old address there is ambiguous. */

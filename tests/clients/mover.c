@@ -1,16 +1,17 @@
 /* A program that keeps changing device memory and checking it, to be moved
  * between servers while it runs (flexgv migrate):
- *     mover STEPS [HOLD_AT READY GO [busy]]
+ *     mover STEPS [HOLD_AT[,HOLD_AT...] READY GO [busy]]
  * Each step adds the step's number to every word of a buffer and of a
  * module variable (a kernel launched on a stream), and to another buffer
  * twice the last odd step's (an explicit graph's kernel node, its
  * executable's parameters changed at odd steps), fills mapped pinned
  * memory, records an event after them, makes and ends two graphs, and checks
- * every word against what it must be by now. With
- * HOLD_AT, before that step it creates the file READY and waits for GO
- * (the test moves it meanwhile); "busy" asks a stream about its work while it
- * waits, so that a move in two steps ends then. It prints each check's sum, so a moved
- * run's output equals an unmoved one's. */
+ * every word against what it must be by now. With HOLD_AT, before that
+ * step it creates the file READY and waits for GO (the test moves it
+ * meanwhile), then removes both for the next hold; "busy" asks a stream
+ * about its work while it waits, so that a move in two steps ends then. It
+ * prints each check's sum, so a moved run's output equals an unmoved one's.
+ */
 #include "common.h"
 
 #include <stdint.h>
@@ -52,9 +53,19 @@ static void wait_for(const char *path, int busy, CUstream s)
     }
 }
 
+/* Whether step is one of the comma-separated list. */
+static int held_at(const char *list, int step)
+{
+    for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (atoi(p) == step)
+            return 1;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    int steps = argc > 1 ? atoi(argv[1]) : 8, hold = argc > 4 ? atoi(argv[2]) : -1;
+    int steps = argc > 1 ? atoi(argv[1]) : 8;
+    const char *holds = argc > 4 ? argv[2] : NULL;
     int busy = argc > 5 && !strcmp(argv[5], "busy");
     CUcontext ctx = primary_context();
     (void)ctx;
@@ -118,11 +129,13 @@ int main(int argc, char **argv)
     unsigned *host = malloc(WORDS * 4);
     uint64_t want = 0, wantb = 0;
     for (int step = 1; step <= steps; step++) {
-        if (step == hold) {
+        if (held_at(holds, step)) {
             FILE *f = fopen(argv[3], "w");
             if (f)
                 fclose(f);
             wait_for(argv[4], busy, s);
+            unlink(argv[3]);
+            unlink(argv[4]);
         }
         /* Calls before this step's work: a server lost while held is
          * found lost at the first, before any of it. */

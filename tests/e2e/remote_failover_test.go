@@ -64,6 +64,65 @@ func TestRemoteFailover(t *testing.T) {
 	}
 }
 
+// A program outlives as many servers as its failover list names: its
+// server SIGKILLed at one hold, it goes on at the first failover server,
+// which then keeps its checkpoints on the next; that one SIGKILLed at the
+// next hold, the program goes on at the last and prints what a run never
+// interrupted prints. With a checkpoint at the first call only (1h), the
+// second failover is from the checkpoint taken on going on at the first.
+func TestRemoteFailoverChain(t *testing.T) {
+	e := newEnv(t)
+	local := runsLocally(t, e, []string{"mover", "6"}, "done")
+	for _, every := range []string{"1h", "1ms"} {
+		t.Run(every, func(t *testing.T) {
+			a, b, c := e.serveNamed("a"+every, "unix"), e.serveNamed("b"+every, "unix"), e.serveNamed("c"+every, "unix")
+			prefix := []string{bin("flexgv"), "run", "--remote", a.addr, "--failover", b.addr + "," + c.addr,
+				"--checkpoint-every", every, "--"}
+			cmd, out, errb, goOn := startHeldAt(t, e, "2,4", prefix, append(e.environ(""), "FLEXGV_REMOTE_LOG=errors"))
+			ready := filepath.Join(e.dir, "ready")
+			for i, s := range []*server{a, b} {
+				s.cmd.Process.Signal(syscall.SIGKILL)
+				s.cmd.Wait()
+				os.WriteFile(goOn, nil, 0o644)
+				if i == 1 {
+					break
+				}
+				// The mover takes GO (and READY) away, then holds again.
+				deadline := time.Now().Add(60 * time.Second)
+				for _, gone := range []bool{true, false} {
+					path := goOn
+					if !gone {
+						path = ready
+					}
+					for _, err := os.Stat(path); (err == nil) == gone; _, err = os.Stat(path) {
+						if time.Now().After(deadline) {
+							t.Fatalf("the mover did not hold again after going on at %s\n%s", b.addr, errb.String())
+						}
+						time.Sleep(10 * time.Millisecond)
+					}
+				}
+			}
+			endsWithin(t, cmd, 60*time.Second, "its second server was killed", errb.String)
+			if code := cmd.ProcessState.ExitCode(); code != 0 || out.String() != local.stdout {
+				t.Errorf("the program: exit %d\n%s\nwant\n%s\n%s", code, out.String(), local.stdout, errb.String())
+			}
+			stderr := errb.String()
+			for _, want := range []string{"going on at " + b.addr + "; checkpoints from here on at " + c.addr,
+				"on the failover server " + c.addr + " (in one step;", "going on at " + c.addr + "\n"} {
+				if !strings.Contains(stderr, want) {
+					t.Errorf("the program did not say %q:\n%s", want, stderr)
+				}
+			}
+			// A checkpoint whose calls found the server lost was for the
+			// server the program went on at: not one that failed.
+			if strings.Contains(stderr, "no checkpoint") {
+				t.Errorf("a checkpoint was said to fail:\n%s", stderr)
+			}
+			c.quiesce()
+		})
+	}
+}
+
 // Without a failover server to go on at (nothing listens there), the
 // program runs, says it has no checkpoint, and once its server is killed
 // gets a CUDA error in bounded time (failoverRun's), not a hang.
@@ -156,7 +215,10 @@ func TestRemoteFailoverBadSettings(t *testing.T) {
 		env  []string
 		want string
 	}{
-		{[]string{"FLEXGV_REMOTE_FAILOVER=shm://" + sock}, "FLEXGV_REMOTE_FAILOVER=shm://" + sock + ": want unix:///PATH, tcp://HOST:PORT or tls://HOST:PORT"},
+		{[]string{"FLEXGV_REMOTE_FAILOVER=shm://" + sock}, "FLEXGV_REMOTE_FAILOVER=shm://" + sock + ": want up to 8 of unix:///PATH, tcp://HOST:PORT or tls://HOST:PORT, separated by commas"},
+		{[]string{"FLEXGV_REMOTE_FAILOVER=" + s.addr + ",shm://" + sock}, "want up to 8 of unix:///PATH"},
+		{[]string{"FLEXGV_REMOTE_FAILOVER=" + strings.Repeat(s.addr+",", 9)}, "want up to 8 of unix:///PATH"},
+		{[]string{"FLEXGV_REMOTE_FAILOVER=,"}, "FLEXGV_REMOTE_FAILOVER=,: no address"},
 		{[]string{"FLEXGV_REMOTE_FAILOVER=" + s.addr, "FLEXGV_REMOTE_CHECKPOINT_MS=0"}, "FLEXGV_REMOTE_CHECKPOINT_MS=0: want milliseconds from 1 to 86400000"},
 		{[]string{"FLEXGV_REMOTE_FAILOVER=" + s.addr, "FLEXGV_REMOTE_CHECKPOINT_MS=1s"}, "FLEXGV_REMOTE_CHECKPOINT_MS=1s: want milliseconds"},
 		{[]string{"FLEXGV_REMOTE_CHECKPOINT_MS=100"}, "FLEXGV_REMOTE_CHECKPOINT_MS is set but FLEXGV_REMOTE_FAILOVER is not"},

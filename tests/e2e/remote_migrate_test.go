@@ -19,10 +19,17 @@ import (
 // until it is held; it goes on once the file goOn exists.
 func startHeld(t *testing.T, e *env, prefix, env []string, more ...string) (cmd *exec.Cmd, out, errb *bytes.Buffer, goOn string) {
 	t.Helper()
+	return startHeldAt(t, e, "4", prefix, env, more...)
+}
+
+// startHeldAt is startHeld with the mover held before each step of holds
+// ("2,4"); it returns at the first hold.
+func startHeldAt(t *testing.T, e *env, holds string, prefix, env []string, more ...string) (cmd *exec.Cmd, out, errb *bytes.Buffer, goOn string) {
+	t.Helper()
 	ready, goOn := filepath.Join(e.dir, "ready"), filepath.Join(e.dir, "go")
 	os.Remove(ready)
 	os.Remove(goOn)
-	argv := append(append(append([]string{}, prefix...), bin("mover"), "6", "4", ready, goOn), more...)
+	argv := append(append(append([]string{}, prefix...), bin("mover"), "6", holds, ready, goOn), more...)
 	cmd = exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
 	out, errb = &bytes.Buffer{}, &bytes.Buffer{}
@@ -102,6 +109,49 @@ func TestRemoteMigrate(t *testing.T) {
 			b.quiesce()
 		})
 	}
+}
+
+// A program moved twice (a to b at one hold, b to c at the next) ends with
+// the output of a run that never moved: b gives its state with the
+// program's own addresses, also for the module variable the driver placed
+// elsewhere on b (before, c knew it by b's address and the program's
+// kernel, given the program's, faulted).
+func TestRemoteMigrateTwice(t *testing.T) {
+	e := newEnv(t)
+	local := runsLocally(t, e, []string{"mover", "6"}, "done")
+	a, b, c := e.serveNamed("a", "unix"), e.serveNamed("b", "unix"), e.serveNamed("c", "unix")
+	cmd, out, errb, goOn := startHeldAt(t, e, "2,4", nil,
+		append(e.environ(filepath.Join(build, "remote")), "FLEXGV_REMOTE="+a.addr), "busy")
+	ready := filepath.Join(e.dir, "ready")
+	for i, hop := range [][2]*server{{a, b}, {b, c}} {
+		if i == 1 { // the mover takes GO (and READY) away, then holds again
+			deadline := time.Now().Add(60 * time.Second)
+			for {
+				_, gErr := os.Stat(goOn)
+				_, rErr := os.Stat(ready)
+				if gErr != nil && rErr == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the mover did not hold again\n%s", errb.String())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		m := e.run("flexgv", "migrate", "--server", hop[0].addr, "--to", hop[1].addr, "--all", "--wait", "60s")
+		if m.code != 0 || !strings.Contains(m.stdout, "moved to "+hop[1].addr) {
+			t.Errorf("flexgv migrate to %s: exit %d\n%s%s", hop[1].addr, m.code, m.stdout, m.stderr)
+		}
+		os.WriteFile(goOn, nil, 0o644)
+	}
+	endsWithin(t, cmd, 60*time.Second, "its second move", errb.String)
+	if code := cmd.ProcessState.ExitCode(); code != 0 || out.String() != local.stdout {
+		t.Errorf("the program moved twice: exit %d\n%s\nwant\n%s\n%s", code, out.String(), local.stdout, errb.String())
+	}
+	if !strings.Contains(errb.String(), "moved to the GPU server "+c.addr) {
+		t.Errorf("the program was not told it moved to %s:\n%s", c.addr, errb.String())
+	}
+	c.quiesce()
 }
 
 // A move the target cannot take (the program's memory over its tenant's
