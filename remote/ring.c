@@ -34,7 +34,7 @@ static inline void relax(void)
 
 size_t fgr_ring_bytes(uint32_t size, uint32_t stage, uint32_t down)
 {
-    return sizeof(struct fgr_ring_shm) + 2 * (size_t)size + stage + down;
+    return sizeof(struct fgr_ring_shm) + 2 * (size_t)size + stage + down + FGR_HOSTFN_DATA_BYTES;
 }
 
 static void sides(struct fgr_ring *r, int client)
@@ -46,6 +46,7 @@ static void sides(struct fgr_ring *r, int client)
     r->in_data = client ? data + r->size : data;
     r->stage = data + 2 * (size_t)r->size;
     r->down = r->stage + r->stage_size;
+    r->hostfn_data = r->down + r->down_size;
     r->out_head = r->in_tail = 0;
 }
 

@@ -47,13 +47,20 @@
 #define FGR_HOSTFN_SLOTS 64
 #define FGR_HOSTFN_KEEP (1ull << 63) /* an id's flag: captured, it runs again */
 enum { FGR_HOSTFN_FREE, FGR_HOSTFN_CLAIMED, FGR_HOSTFN_REACHED, FGR_HOSTFN_DONE };
+/* ndata: the buffers a host node's earlier copy nodes wrote into the
+ * program's pageable memory, which the gate put in the data area (each: u64
+ * the executor's name for the side, u64 length, the bytes, padded to 8);
+ * the client puts them in place before the function runs. A gate holds
+ * the area (data_busy) from writing it until its function is done; copies
+ * that do not fit arrive at the next syncpoint, as without it. */
+#define FGR_HOSTFN_DATA_BYTES (8u << 20)
 struct fgr_hostfn_slot {
     uint64_t id;
-    uint32_t state, pad;
+    uint32_t state, ndata;
 };
 struct fgr_hostfn_area {
-    uint32_t reached_seq;
-    uint8_t pad[60];
+    uint32_t reached_seq, data_busy;
+    uint8_t pad[56];
     struct fgr_hostfn_slot slot[FGR_HOSTFN_SLOTS];
 };
 
@@ -84,7 +91,7 @@ struct fgr_ring_shm {
     struct fgr_ring_dir c2s, s2c;
     struct fgr_hostfn_area hostfn;
     /* then c2s's data, then s2c's, then the staging area, then the
-     * downloads' area */
+     * downloads' area, then the host functions' data area */
 };
 
 /* One side's view. */
@@ -93,6 +100,7 @@ struct fgr_ring {
     struct fgr_ring_dir *out, *in;
     uint8_t *out_data, *in_data;
     uint8_t *stage, *down; /* the staging area, the downloads' */
+    uint8_t *hostfn_data;  /* FGR_HOSTFN_DATA_BYTES */
     uint32_t size, stage_size, down_size;
     int sock;                 /* the connection's socket: its end is the peer's */
     int nap_ms;               /* the longest sleep on it (-1: none) */
@@ -100,7 +108,8 @@ struct fgr_ring {
 };
 
 /* Bytes of the shared memory: rings of size bytes each way, a staging
- * area of stage bytes and a downloads' area of down bytes. */
+ * area of stage bytes, a downloads' area of down bytes and the host
+ * functions' data area. */
 size_t fgr_ring_bytes(uint32_t size, uint32_t stage, uint32_t down);
 /* The client's side: a new memfd of two rings (its descriptor in *fd, to be
  * sent to the executor). 0, or -1 with errno. */

@@ -47,16 +47,36 @@ static struct entry take(uint64_t id)
     return e;
 }
 
+static uint64_t get64(const uint8_t *p);
+
+/* A host node's earlier copies the gate put in the data area, put in place
+ * (remote/ring.h); what does not lie within the area is left. */
+static void early_from(const uint8_t *data, uint32_t n)
+{
+    const uint8_t *p = data, *end = data + FGR_HOSTFN_DATA_BYTES;
+    for (uint32_t i = 0; i < n && end - p >= 16; i++) {
+        uint64_t len = get64(p + 8);
+        if (len > (uint64_t)(end - p - 16))
+            break;
+        fgr_hostcopy_early(get64(p), p + 16, (size_t)len);
+        p += 16 + (len + 7) / 8 * 8 < (uint64_t)(end - p) ? 16 + (len + 7) / 8 * 8 : (uint64_t)(end - p);
+    }
+}
+
 /* Runs each function a gate reached, then sleeps until the next. */
 static void *runner(void *arg)
 {
-    struct fgr_hostfn_area *a = &((struct fgr_ring *)arg)->m->hostfn;
+    struct fgr_ring *r = arg;
+    struct fgr_hostfn_area *a = &r->m->hostfn;
     for (;;) {
         uint32_t seq = __atomic_load_n(&a->reached_seq, __ATOMIC_ACQUIRE);
         for (int i = 0; i < FGR_HOSTFN_SLOTS; i++) {
             struct fgr_hostfn_slot *s = &a->slot[i];
             if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != FGR_HOSTFN_REACHED)
                 continue;
+            uint32_t ndata = __atomic_load_n(&s->ndata, __ATOMIC_RELAXED);
+            if (ndata)
+                early_from(r->hostfn_data, ndata);
             struct entry e = take(__atomic_load_n(&s->id, __ATOMIC_RELAXED));
             if (e.fn)
                 e.fn(e.data);

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 static struct fgr_hostfn_area *area;
+static uint8_t *area_data; /* FGR_HOSTFN_DATA_BYTES, shared with the client */
 static int ending; /* the executor exits: gates return at once */
 static CUresult (*launch_host)(CUstream, CUhostFn, void *), (*launch_host_pt)(CUstream, CUhostFn, void *);
 static CUresult (*is_capturing)(CUstream, CUstreamCaptureStatus *), (*is_capturing_pt)(CUstream, CUstreamCaptureStatus *);
@@ -35,9 +36,50 @@ static CUresult (*host_node_get)(CUgraphNode, CUDA_HOST_NODE_PARAMS *);
 static CUresult (*host_node_set)(CUgraphNode, const CUDA_HOST_NODE_PARAMS *);
 static CUresult (*exec_host_node_set)(CUgraphExec, CUgraphNode, const CUDA_HOST_NODE_PARAMS *);
 
+static void put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> 8 * i);
+}
+
+/* A host node's: the buffers its earlier copy nodes wrote, put in the data
+ * area once the gate holds it; how many (0: none, or too many bytes). */
+static uint32_t put_early(uint64_t id)
+{
+    struct fgr_span *v = NULL;
+    size_t n = id & FGR_HOSTFN_KEEP ? fgr_hostcopy_early(id, &v) : 0;
+    uint64_t need = 0;
+    for (size_t i = 0; i < n && need <= FGR_HOSTFN_DATA_BYTES; i++)
+        need += 16 + (v[i].len > FGR_HOSTFN_DATA_BYTES ? FGR_HOSTFN_DATA_BYTES : (v[i].len + 7) / 8 * 8);
+    if (!n || need > FGR_HOSTFN_DATA_BYTES) {
+        free(v);
+        return 0;
+    }
+    uint32_t idle = 0;
+    while (!__atomic_compare_exchange_n(&area->data_busy, &idle, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+        if (__atomic_load_n(&ending, __ATOMIC_ACQUIRE)) {
+            free(v);
+            return 0;
+        }
+        idle = 0;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    uint8_t *p = area_data;
+    for (size_t i = 0; i < n; i++) {
+        put64(p, v[i].base);
+        put64(p + 8, v[i].len);
+        memcpy(p + 16, (const void *)(uintptr_t)v[i].base, v[i].len);
+        p += 16 + (v[i].len + 7) / 8 * 8;
+    }
+    free(v);
+    return (uint32_t)n;
+}
+
 static void gate(void *arg)
 {
     uint64_t id = (uint64_t)(uintptr_t)arg;
+    uint32_t ndata = put_early(id);
     struct fgr_hostfn_slot *s = NULL;
     while (!s) {
         for (int i = 0; i < FGR_HOSTFN_SLOTS && !s; i++) {
@@ -46,20 +88,26 @@ static void gate(void *arg)
                                             __ATOMIC_RELAXED))
                 s = &area->slot[i];
         }
-        if (!s && __atomic_load_n(&ending, __ATOMIC_ACQUIRE))
+        if (!s && __atomic_load_n(&ending, __ATOMIC_ACQUIRE)) {
+            if (ndata)
+                __atomic_store_n(&area->data_busy, 0, __ATOMIC_RELEASE);
             return;
+        }
         if (!s) { /* as many functions due at once as there are slots */
             struct timespec ts = {0, 1000000};
             nanosleep(&ts, NULL);
         }
     }
     __atomic_store_n(&s->id, id, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->ndata, ndata, __ATOMIC_RELAXED);
     __atomic_store_n(&s->state, FGR_HOSTFN_REACHED, __ATOMIC_RELEASE);
     __atomic_add_fetch(&area->reached_seq, 1, __ATOMIC_ACQ_REL);
     fgr_futex_wake(&area->reached_seq);
     while (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) == FGR_HOSTFN_REACHED && !__atomic_load_n(&ending, __ATOMIC_ACQUIRE))
         fgr_futex_wait(&s->state, FGR_HOSTFN_REACHED, 1000);
     __atomic_store_n(&s->state, FGR_HOSTFN_FREE, __ATOMIC_RELEASE);
+    if (ndata)
+        __atomic_store_n(&area->data_busy, 0, __ATOMIC_RELEASE);
 }
 
 /* ---- over a socket: the channel ---- */
@@ -77,12 +125,6 @@ static struct waiter {
     struct waiter *next;
 } *waiters;
 static uint64_t last_seq;
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> 8 * i);
-}
 
 static void chan_close_locked(void)
 {
@@ -301,6 +343,8 @@ void fgr_hostfn_attach(struct fgr_ring *r)
     if (!launch_host || !launch_host_pt || !is_capturing || !is_capturing_pt)
         return;
     area = &r->m->hostfn;
+    area_data = r->hostfn_data;
+    fgr_hostcopy_learning(driver_handle, gate);
     fgr_real[FGR_OP_fgrHostFn] = (void *)host_fn;
     host_nodes_served();
     atexit(end_gates);

@@ -136,15 +136,16 @@ func TestRemoteGraphNodeParams(t *testing.T) {
 }
 
 // A host node after a copy node into the program's memory sees the bytes
-// the copy wrote, and what it changes there stays (over shm:// the
-// program's pageable memory: the executor cannot reach it).
+// the copy wrote, and what it changes there stays, over every transport
+// (the executor cannot reach the program's pageable memory: the bytes go
+// with the host node's turn, on the channel or in the shared memory).
 func TestRemoteGraphHostNodeReadsCopies(t *testing.T) {
 	e := newEnv(t)
 	local := e.run("graphnodes", "hostread")
 	if local.code != 0 || strings.Count(local.stdout, "the host node saw 0x707; then before[0..1] 7 99, after[0] 7") != 6 {
 		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
 	}
-	printsAsLocally(t, local, []string{"graphnodes", "hostread"}, "unix", "tcp", "tls")
+	printsAsLocally(t, local, []string{"graphnodes", "hostread"}, "shm", "unix", "tcp", "tls")
 }
 
 // Copy nodes: device to device; pinned host memory (cuMemAllocHost) up
