@@ -12,11 +12,13 @@
  * fgr_pinned_most() bytes in all (--pinned-max).
  *
  * A host node reads, natively, what the copy nodes before it wrote into
- * the program's memory. Over a socket the bytes of the buffers those nodes
- * write go with the host node's turn on the host-function channel
- * (hostfn.c): at each instantiation and update the executor learns, from
- * the graph's edges, which buffers each host node's earlier copy nodes
- * write (child graphs' included), by the host node's id. */
+ * the program's memory. The bytes of the buffers those nodes write go with
+ * the host node's turn (hostfn.c: on the host-function channel, or over
+ * shm:// in the shared memory's data area): at each instantiation and
+ * update the executor learns, from the graph's edges, which buffers each
+ * host node's earlier copy nodes write (child graphs' included, and for a
+ * host node in a child graph, those before its child graph node), by the
+ * host node's id. */
 #include "executor.h"
 
 #include <dlfcn.h>
@@ -244,14 +246,22 @@ static size_t index_of(CUgraphNode *sorted, size_t n, CUgraphNode h)
     return p ? (size_t)(p - sorted) : n;
 }
 
-/* Learns g's host nodes (the executor's gate with the client's id): the
- * buffers written by the nodes each depends on, however far back. */
-static void learn(CUgraph g)
+/* l, then the spans of from not in it. */
+static void add_spans(struct spans *l, const struct spans *from)
 {
-    size_t live = 0, n = 0, ne = 0;
-    for (size_t i = 0; i < nbufs; i++)
-        live += bufs[i].used != 0;
-    if (!live || get_nodes(g, NULL, &n) != CUDA_SUCCESS || !n)
+    for (size_t i = 0; i < from->n; i++)
+        add_buffer(l, from->v[i].base);
+}
+
+/* Learns g's host nodes (the executor's gate with the client's id): the
+ * buffers written by the nodes each depends on, however far back, and
+ * those inherited (written before g's child graph node, in the graphs it
+ * lies in); a child graph's host nodes inherit what its node's own earlier
+ * nodes wrote. */
+static void learn_in(CUgraph g, const struct spans *inherited, int depth)
+{
+    size_t n = 0, ne = 0;
+    if (get_nodes(g, NULL, &n) != CUDA_SUCCESS || !n)
         return;
     CUgraphNode *nodes = malloc(n * sizeof *nodes), *from = NULL, *to = NULL;
     size_t *stack = NULL;
@@ -262,7 +272,8 @@ static void learn(CUgraph g)
     int hosts = 0;
     for (size_t i = 0; i < n && !hosts; i++) {
         CUgraphNodeType t;
-        hosts = node_type(nodes[i], &t) == CUDA_SUCCESS && t == CU_GRAPH_NODE_TYPE_HOST;
+        hosts = node_type(nodes[i], &t) == CUDA_SUCCESS &&
+                (t == CU_GRAPH_NODE_TYPE_HOST || (t == CU_GRAPH_NODE_TYPE_GRAPH && depth < 8));
     }
     if (!hosts || (edges_v2 ? edges_v2(g, NULL, NULL, NULL, &ne) : edges_v1(g, NULL, NULL, &ne)) != CUDA_SUCCESS)
         goto out;
@@ -292,10 +303,15 @@ static void learn(CUgraph g)
     for (size_t h = 0; h < n; h++) {
         CUgraphNodeType t;
         CUDA_HOST_NODE_PARAMS hp;
-        if (node_type(nodes[h], &t) != CUDA_SUCCESS || t != CU_GRAPH_NODE_TYPE_HOST ||
-            host_params(nodes[h], &hp) != CUDA_SUCCESS || hp.fn != gate)
+        CUgraph child;
+        if (node_type(nodes[h], &t) != CUDA_SUCCESS)
+            continue;
+        int host = t == CU_GRAPH_NODE_TYPE_HOST && host_params(nodes[h], &hp) == CUDA_SUCCESS && hp.fn == gate;
+        int graph = !host && t == CU_GRAPH_NODE_TYPE_GRAPH && depth < 8 && child_of(nodes[h], &child) == CUDA_SUCCESS;
+        if (!host && !graph)
             continue;
         struct spans l = {0};
+        add_spans(&l, inherited);
         size_t top = 0;
         memset(seen, 0, n);
         seen[h] = 1;
@@ -309,7 +325,12 @@ static void learn(CUgraph g)
                     add_written(&l, nodes[deps[d]], 0);
                 }
         }
-        early_set((uint64_t)(uintptr_t)hp.userData, &l);
+        if (host) {
+            early_set((uint64_t)(uintptr_t)hp.userData, &l);
+        } else {
+            learn_in(child, &l, depth + 1);
+            free(l.v);
+        }
     }
 out:
     free(nodes);
@@ -317,6 +338,17 @@ out:
     free(to);
     free(stack);
     free(seen);
+}
+
+static void learn(CUgraph g)
+{
+    size_t live = 0;
+    for (size_t i = 0; i < nbufs; i++)
+        live += bufs[i].used != 0;
+    if (live) {
+        struct spans none = {0};
+        learn_in(g, &none, 0);
+    }
 }
 
 size_t fgr_hostcopy_early(uint64_t id, struct fgr_span **out)

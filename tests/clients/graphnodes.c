@@ -25,7 +25,8 @@
  *                         copy node after it, as the simulated GPU makes
  *                         copies when launched, is not looked at);
  *                         launched three times, the memory cleared before
- *                         each, captured and added
+ *                         each, captured and added; the host node in a
+ *                         child graph after the copy node, and with it
  *     graphnodes pageable copies with the program's pageable memory: captured
  *                         (up, a kernel adding to it, down, a copy by
  *                         address) and launched three times with new input;
@@ -879,9 +880,15 @@ static void host_read_fn(void *data)
 }
 
 /* A memset node, a copy node into before, a host node, a copy node into
- * after: added node by node (captured: the same, a stream's work). */
-static int host_read(CUcontext ctx, int captured)
+ * after: added node by node, captured (the same, a stream's work), or with
+ * the host node in a child graph after the copy node (child) or in a
+ * child graph with it (within). */
+enum { HR_ADDED, HR_CAPTURED, HR_CHILD, HR_WITHIN };
+
+static int host_read(CUcontext ctx, int how)
 {
+    static const char *const names[] = {"added", "captured", "child", "within"};
+    int captured = how == HR_CAPTURED;
     CUstream st;
     CUdeviceptr b;
     CUgraph g;
@@ -902,12 +909,25 @@ static int host_read(CUcontext ctx, int captured)
         CUDA_MEMSET_NODE_PARAMS sp = set_params(b, 7, 1, ROW, 1, 0);
         CHECK(cuGraphAddMemsetNode(&set, g, NULL, 0, &sp, ctx));
         CUDA_MEMCPY3D c = copy_params(CU_MEMORYTYPE_DEVICE, NULL, b, CU_MEMORYTYPE_HOST, before, 0, ROW, 1, ROW);
-        CHECK(cuGraphAddMemcpyNode(&up, g, &set, 1, &c, ctx));
         CUDA_HOST_NODE_PARAMS hp = {host_read_fn, &seen};
-        CUresult r = cuGraphAddHostNode(&host, g, &up, 1, &hp);
-        printf("cuGraphAddHostNode: %s\n", result_name(r));
+        CUgraph child = NULL;
+        CUgraphNode in_child;
+        if (how != HR_ADDED)
+            CHECK(cuGraphCreate(&child, 0));
+        if (how == HR_WITHIN)
+            CHECK(cuGraphAddMemcpyNode(&in_child, child, NULL, 0, &c, ctx));
+        else
+            CHECK(cuGraphAddMemcpyNode(&up, g, &set, 1, &c, ctx));
+        CUresult r = child ? cuGraphAddHostNode(&host, child, how == HR_WITHIN ? &in_child : NULL, how == HR_WITHIN, &hp)
+                           : cuGraphAddHostNode(&host, g, &up, 1, &hp);
+        if (how == HR_ADDED)
+            printf("cuGraphAddHostNode: %s\n", result_name(r));
         if (r != CUDA_SUCCESS)
             return 0;
+        if (child) { /* the child graph in the parent's place of the host node */
+            CHECK(cuGraphAddChildGraphNode(&host, g, how == HR_WITHIN ? &set : &up, 1, child));
+            CHECK(cuGraphDestroy(child));
+        }
         c = copy_params(CU_MEMORYTYPE_DEVICE, NULL, b, CU_MEMORYTYPE_HOST, after, 0, ROW, 1, ROW);
         CHECK(cuGraphAddMemcpyNode(&down, g, &host, 1, &c, ctx));
     }
@@ -918,8 +938,8 @@ static int host_read(CUcontext ctx, int captured)
         memset(after, 0, ROW);
         CHECK(cuGraphLaunch(x, st));
         CHECK(cuStreamSynchronize(st));
-        printf("%s launch %d: the host node saw %#x; then before[0..1] %u %u, after[0] %u\n",
-               captured ? "captured" : "added", i, seen.a, before[0], before[1], after[0]);
+        printf("%s launch %d: the host node saw %#x; then before[0..1] %u %u, after[0] %u\n", names[how], i, seen.a,
+               before[0], before[1], after[0]);
     }
     CHECK(cuGraphExecDestroy(x));
     CHECK(cuGraphDestroy(g));
@@ -1487,7 +1507,8 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "params") == 0)
         return params(ctx);
     if (argc > 1 && strcmp(argv[1], "hostread") == 0)
-        return host_read(ctx, 0) || host_read(ctx, 1);
+        return host_read(ctx, HR_ADDED) || host_read(ctx, HR_CAPTURED) || host_read(ctx, HR_CHILD) ||
+               host_read(ctx, HR_WITHIN);
     if (argc > 1 && strcmp(argv[1], "pageable") == 0)
         return pageable(ctx);
     if (argc > 1 && strcmp(argv[1], "captureinfo") == 0)

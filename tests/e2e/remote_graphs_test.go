@@ -142,7 +142,7 @@ func TestRemoteGraphNodeParams(t *testing.T) {
 func TestRemoteGraphHostNodeReadsCopies(t *testing.T) {
 	e := newEnv(t)
 	local := e.run("graphnodes", "hostread")
-	if local.code != 0 || strings.Count(local.stdout, "the host node saw 0x707; then before[0..1] 7 99, after[0] 7") != 6 {
+	if local.code != 0 || strings.Count(local.stdout, "the host node saw 0x707; then before[0..1] 7 99, after[0] 7") != 12 {
 		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
 	}
 	printsAsLocally(t, local, []string{"graphnodes", "hostread"}, "shm", "unix", "tcp", "tls")
