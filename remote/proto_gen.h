@@ -381,20 +381,25 @@ enum fgr_op {
     FGR_OP_fgrGraphConditionalNodeGetParams = 372,
     FGR_OP_fgrGraphConditionalNodeSetParams = 373,
     FGR_OP_cuGraphExecUpdate_v2 = 374,
-    FGR_OP_xt_ctx = 375,
-    FGR_OP_xt_ctx_39 = 376,
-    FGR_OP_xt_ctx_51 = 377,
-    FGR_OP_xt_simA = 378,
-    FGR_OP_xt_simA_1 = 379,
-    FGR_OP_xt_simA_2 = 380,
-    FGR_OP_xt_simA_7 = 381,
-    FGR_OP_xt_simB = 382,
-    FGR_OP_xt_simB_1 = 383,
-    FGR_OP_xt_simB_2 = 384,
-    FGR_NUM_OPS = 385
+    FGR_OP_fgrUserObjectCreate = 375,
+    FGR_OP_cuUserObjectRetain = 376,
+    FGR_OP_cuUserObjectRelease = 377,
+    FGR_OP_cuGraphRetainUserObject = 378,
+    FGR_OP_cuGraphReleaseUserObject = 379,
+    FGR_OP_xt_ctx = 380,
+    FGR_OP_xt_ctx_39 = 381,
+    FGR_OP_xt_ctx_51 = 382,
+    FGR_OP_xt_simA = 383,
+    FGR_OP_xt_simA_1 = 384,
+    FGR_OP_xt_simA_2 = 385,
+    FGR_OP_xt_simA_7 = 386,
+    FGR_OP_xt_simB = 387,
+    FGR_OP_xt_simB_1 = 388,
+    FGR_OP_xt_simB_2 = 389,
+    FGR_NUM_OPS = 390
 };
 
-#define FGR_OPS_HASH 0xd5e41bfde845e2afULL
+#define FGR_OPS_HASH 0x09fd51abbadb6b43ULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev);
@@ -670,6 +675,12 @@ CUresult fgrGraphConditionalNodeGetParams(CUgraphNode hNode, CUgraphConditionalH
 CUresult fgrGraphConditionalNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphConditionalHandle handle, unsigned int type, unsigned int size, CUcontext ctx);
 CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo);
 CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int flags);
+CUresult cuUserObjectCreate(CUuserObject *object_out, void *ptr, CUhostFn destroy, unsigned int initialRefcount, unsigned int flags);
+CUresult fgrUserObjectCreate(CUuserObject *object_out, unsigned long long id, unsigned int initialRefcount, unsigned int flags);
+CUresult cuUserObjectRetain(CUuserObject object, unsigned int count);
+CUresult cuUserObjectRelease(CUuserObject object, unsigned int count);
+CUresult cuGraphRetainUserObject(CUgraph graph, CUuserObject object, unsigned int count, unsigned int flags);
+CUresult cuGraphReleaseUserObject(CUgraph graph, CUuserObject object, unsigned int count);
 
 /* Forwarders of the wrap entries, called by their hand-written exports. */
 CUresult fgr_fwd_cuInit(unsigned int Flags);

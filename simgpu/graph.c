@@ -114,6 +114,7 @@ struct sim_graph {
     unsigned stamp;
     int mem;               /* has memory nodes */
     struct sim_exec *exec; /* its executable graph, when mem */
+    struct sim_urefs urefs;
 };
 
 struct sim_exec {
@@ -124,6 +125,7 @@ struct sim_exec {
     struct sim_graph *graph; /* while both exist, when it has memory nodes */
     int mem;                 /* has memory nodes */
     uint64_t peak[SIM_MAX_DEVICES];
+    struct sim_urefs urefs; /* its graph's, as it was instantiated */
 };
 
 /* Conditional handles: the value a kernel sets (the builtin setcond) and
@@ -341,6 +343,7 @@ void sim_graph_destroy(struct sim_graph *g)
             conds[i].graph = NULL;
     g->magic = 0;
     free(g->nodes);
+    sim_urefs_free(&g->urefs);
     free(g);
 }
 
@@ -580,7 +583,24 @@ static struct sim_graph *clone_graph(const struct sim_graph *g)
         }
         free(deps);
     }
+    if (c && sim_urefs_copy(&c->urefs, &g->urefs) != CUDA_SUCCESS) {
+        sim_graph_destroy(c);
+        c = NULL;
+    }
     return c;
+}
+
+/* References a graph holds to user objects (userobj.c). */
+SIM_EXPORT CUresult cuGraphRetainUserObject(CUgraph graph, CUuserObject object, unsigned int count, unsigned int flags)
+{
+    struct sim_graph *g = as_graph(graph);
+    return g ? sim_urefs_hold(&g->urefs, object, count, flags) : CUDA_ERROR_INVALID_VALUE;
+}
+
+SIM_EXPORT CUresult cuGraphReleaseUserObject(CUgraph graph, CUuserObject object, unsigned int count)
+{
+    struct sim_graph *g = as_graph(graph);
+    return g ? sim_urefs_let_go(&g->urefs, object, count) : CUDA_ERROR_INVALID_VALUE;
 }
 
 /* A kernel node's launch attributes: those a kernel node takes (an access
@@ -1248,6 +1268,7 @@ static void exec_free(struct sim_exec *x)
     x->magic = 0;
     conds_free(x->nodes, x->n);
     free(x->nodes);
+    sim_urefs_free(&x->urefs);
     free(x);
 }
 
@@ -1360,6 +1381,10 @@ static CUresult instantiate(CUgraphExec *out, CUgraph graph, unsigned long long 
     flatten(g, x->nodes, &x->n);
     pthread_mutex_unlock(&sim_mem_lock);
     compute_peak(x);
+    if (sim_urefs_copy(&x->urefs, &g->urefs) != CUDA_SUCCESS) {
+        exec_free(x);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     x->mem = g->mem;
     if (g->mem) {
         g->exec = x;

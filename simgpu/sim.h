@@ -364,6 +364,23 @@ struct sim_node *sim_node_alloc(int dev, size_t size, CUdeviceptr *dptr);
 struct sim_node *sim_node_free(CUdeviceptr p); /* NULL if p is no graph allocation */
 void sim_node_destroy(struct sim_node *n);
 struct sim_graph *sim_graph_new(void);
+
+/* userobj.c: the user objects a graph or an executable holds references
+ * to, count each. */
+struct sim_urefs {
+    struct sim_uref {
+        struct sim_uobj *o;
+        unsigned count;
+    } *v;
+    size_t n;
+};
+/* count more references (CU_GRAPH_USER_OBJECT_MOVE: the program's own,
+ * moved), or fewer; a copy's own (an executable's, a clone's); all let go,
+ * each object whose last they were destroyed. */
+CUresult sim_urefs_hold(struct sim_urefs *l, CUuserObject object, unsigned count, unsigned flags);
+CUresult sim_urefs_let_go(struct sim_urefs *l, CUuserObject object, unsigned count);
+CUresult sim_urefs_copy(struct sim_urefs *to, const struct sim_urefs *from);
+void sim_urefs_free(struct sim_urefs *l);
 struct sim_graph *sim_graph_of(CUgraph h); /* NULL if h is no live graph */
 int sim_node_in(const struct sim_node *n, const struct sim_graph *g);
 void sim_graph_destroy(struct sim_graph *g);

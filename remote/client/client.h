@@ -64,8 +64,11 @@ int fgr_reach(const char *addr, int ms);
  * cannot be (a socket without a host-function channel: the caller runs
  * them itself). */
 CUresult fgr_hostfn_launch(CUstream s, CUhostFn fn, void *data, unsigned pt);
-/* An id for a graph host node's function, kept (NOT_SUPPORTED as above). */
-CUresult fgr_hostfn_node(CUhostFn fn, void *data, unsigned long long *id);
+/* An id for a function the executor's gate hands back: a graph host
+ * node's, kept; a user object's destructor, run once (NOT_SUPPORTED as
+ * above). fgr_hostfn_forget lets an id go unused. */
+CUresult fgr_hostfn_id(CUhostFn fn, void *data, int keep, unsigned long long *id);
+void fgr_hostfn_forget(unsigned long long id);
 int fgr_hostfn_of(unsigned long long id, CUhostFn *fn, void **data);
 void fgr_hostfn_forked(void);
 /* Downloads through the downloads' area (one at a time). */

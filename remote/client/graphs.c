@@ -109,12 +109,32 @@ FGR_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph,
     if (!nodeParams || !nodeParams->fn)
         return CUDA_ERROR_INVALID_VALUE;
     unsigned long long id;
-    CUresult r = fgr_hostfn_node(nodeParams->fn, nodeParams->userData, &id);
+    CUresult r = fgr_hostfn_id(nodeParams->fn, nodeParams->userData, 1, &id);
     if (r == CUDA_ERROR_NOT_SUPPORTED)
         return fgr_unsupported(-1, "cuGraphAddHostNode", "a host node without a host-function channel");
     if (r != CUDA_SUCCESS)
         return r;
     return fgrGraphAddHostNode(phGraphNode, hGraph, dependencies, numDependencies, id);
+}
+
+/* A user object's destructor runs here once the server's driver calls the
+ * executor's gate in its place (hostfn.c); without the shared memory or a
+ * host-function channel, the object is refused. */
+FGR_EXPORT CUresult cuUserObjectCreate(CUuserObject *object_out, void *ptr, CUhostFn destroy,
+                                       unsigned int initialRefcount, unsigned int flags)
+{
+    if (!object_out || !destroy)
+        return CUDA_ERROR_INVALID_VALUE;
+    unsigned long long id;
+    CUresult r = fgr_hostfn_id(destroy, ptr, 0, &id);
+    if (r == CUDA_ERROR_NOT_SUPPORTED)
+        return fgr_unsupported(-1, "cuUserObjectCreate", "a user object without a host-function channel");
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = fgrUserObjectCreate(object_out, id, initialRefcount, flags);
+    if (r != CUDA_SUCCESS)
+        fgr_hostfn_forget(id);
+    return r;
 }
 
 CUresult fgrGraphHostNodeGetId(CUgraphNode hNode, unsigned long long *id);
@@ -139,7 +159,7 @@ static CUresult host_node_set(const char *name, CUgraphExec hGraphExec, CUgraphN
     if (!p || !p->fn)
         return CUDA_ERROR_INVALID_VALUE;
     unsigned long long id;
-    CUresult r = fgr_hostfn_node(p->fn, p->userData, &id);
+    CUresult r = fgr_hostfn_id(p->fn, p->userData, 1, &id);
     if (r == CUDA_ERROR_NOT_SUPPORTED)
         return fgr_unsupported(-1, name, "a host node without a host-function channel");
     return r == CUDA_SUCCESS ? fgrGraphHostNodeSetId(hGraphExec, hNode, id & ~FGR_HOSTFN_KEEP) : r;

@@ -206,8 +206,9 @@ CUresult fgr_hostfn_launch(CUstream s, CUhostFn fn, void *data, unsigned pt)
 }
 
 /* A graph's host node (graphs.c): an entry never released, since every
- * launch runs it; its id, flagged kept, for the executor's gate. */
-CUresult fgr_hostfn_node(CUhostFn fn, void *data, unsigned long long *id)
+ * launch runs it, its id flagged kept; or a user object's destructor
+ * (graphs.c), run once. */
+CUresult fgr_hostfn_id(CUhostFn fn, void *data, int keep, unsigned long long *id)
 {
     struct fgr_ring *r = fgr_conn_ring();
     pthread_mutex_lock(&mu);
@@ -223,9 +224,11 @@ CUresult fgr_hostfn_node(CUhostFn fn, void *data, unsigned long long *id)
     free_head = tab[i].next_free;
     tab[i] = (struct entry){fn, data, 0};
     pthread_mutex_unlock(&mu);
-    *id = ((unsigned long long)i + 1) | FGR_HOSTFN_KEEP;
+    *id = ((unsigned long long)i + 1) | (keep ? FGR_HOSTFN_KEEP : 0);
     return CUDA_SUCCESS;
 }
+
+void fgr_hostfn_forget(unsigned long long id) { take(id & ~FGR_HOSTFN_KEEP); }
 
 /* The function and data of a host node's id (kept ids only). */
 int fgr_hostfn_of(unsigned long long id, CUhostFn *fn, void **data)

@@ -6509,6 +6509,78 @@ FGR_EXPORT CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsig
     return fgr_unsupported(11, "cuGraphDebugDotPrint", "it writes a file by its path, which would be the server's");
 }
 
+FGR_EXPORT CUresult fgrUserObjectCreate(CUuserObject *object_out, unsigned long long id, unsigned int initialRefcount, unsigned int flags)
+{
+    CUresult fgr_r;
+    uint64_t n_object_out = object_out ? sizeof(CUuserObject) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrUserObjectCreate, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)id);
+    fgr_put_u64(&fgr_c.w, (uint64_t)initialRefcount);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    fgr_put_u8(&fgr_c.w, object_out != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, object_out, n_object_out, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuUserObjectRetain(CUuserObject object, unsigned int count)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuUserObjectRetain, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)object);
+    fgr_put_u64(&fgr_c.w, (uint64_t)count);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuUserObjectRelease(CUuserObject object, unsigned int count)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuUserObjectRelease, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)object);
+    fgr_put_u64(&fgr_c.w, (uint64_t)count);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphRetainUserObject(CUgraph graph, CUuserObject object, unsigned int count, unsigned int flags)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphRetainUserObject, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)graph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)object);
+    fgr_put_u64(&fgr_c.w, (uint64_t)count);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGraphReleaseUserObject(CUgraph graph, CUuserObject object, unsigned int count)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphReleaseUserObject, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)graph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)object);
+    fgr_put_u64(&fgr_c.w, (uint64_t)count);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuGraphKernelNodeGetParams(void)
 {
     return fgr_unsupported(12, "cuGraphKernelNodeGetParams", "the CUDA 10 ABI of a kernel node's parameters: _v2 is carried");
@@ -7174,172 +7246,147 @@ FGR_EXPORT CUresult cuDeviceGetLuid(void)
     return fgr_unsupported(144, "cuDeviceGetLuid", "a Windows (WDDM) adapter identifier: Linux drivers answer CUDA_ERROR_NOT_SUPPORTED too");
 }
 
-FGR_EXPORT CUresult cuUserObjectCreate(void)
-{
-    return fgr_unsupported(145, "cuUserObjectCreate", "a user object's destructor is a function of the program that the driver calls on the server when the last graph lets go of it: not carried yet");
-}
-
-FGR_EXPORT CUresult cuUserObjectRelease(void)
-{
-    return fgr_unsupported(146, "cuUserObjectRelease", "a user object's destructor is a function of the program that the driver calls on the server when the last graph lets go of it: not carried yet");
-}
-
-FGR_EXPORT CUresult cuUserObjectRetain(void)
-{
-    return fgr_unsupported(147, "cuUserObjectRetain", "a user object's destructor is a function of the program that the driver calls on the server when the last graph lets go of it: not carried yet");
-}
-
-FGR_EXPORT CUresult cuGraphReleaseUserObject(void)
-{
-    return fgr_unsupported(148, "cuGraphReleaseUserObject", "a user object's destructor is a function of the program that the driver calls on the server when the last graph lets go of it: not carried yet");
-}
-
-FGR_EXPORT CUresult cuGraphRetainUserObject(void)
-{
-    return fgr_unsupported(149, "cuGraphRetainUserObject", "a user object's destructor is a function of the program that the driver calls on the server when the last graph lets go of it: not carried yet");
-}
-
 FGR_EXPORT CUresult cuGraphExecChildGraphNodeSetParams(void)
 {
-    return fgr_unsupported(150, "cuGraphExecChildGraphNodeSetParams", "the executable's sides in the program's pageable memory would need the old child graph's dropped: not carried yet");
+    return fgr_unsupported(145, "cuGraphExecChildGraphNodeSetParams", "the executable's sides in the program's pageable memory would need the old child graph's dropped: not carried yet");
 }
 
 FGR_EXPORT CUresult cuStreamBatchMemOp_v2(void)
 {
-    return fgr_unsupported(151, "cuStreamBatchMemOp_v2", "batches of stream memory operations are not carried yet: cuStreamWaitValue32/64 and cuStreamWriteValue32/64 are");
+    return fgr_unsupported(146, "cuStreamBatchMemOp_v2", "batches of stream memory operations are not carried yet: cuStreamWaitValue32/64 and cuStreamWriteValue32/64 are");
 }
 
 FGR_EXPORT CUresult cuGraphAddBatchMemOpNode(void)
 {
-    return fgr_unsupported(152, "cuGraphAddBatchMemOpNode", "batches of stream memory operations are not carried yet: cuStreamWaitValue32/64 and cuStreamWriteValue32/64 are");
+    return fgr_unsupported(147, "cuGraphAddBatchMemOpNode", "batches of stream memory operations are not carried yet: cuStreamWaitValue32/64 and cuStreamWriteValue32/64 are");
 }
 
 FGR_EXPORT CUresult cuGraphBatchMemOpNodeGetParams(void)
 {
-    return fgr_unsupported(153, "cuGraphBatchMemOpNodeGetParams", "batches of stream memory operations are not carried yet: cuStreamWaitValue32/64 and cuStreamWriteValue32/64 are");
+    return fgr_unsupported(148, "cuGraphBatchMemOpNodeGetParams", "batches of stream memory operations are not carried yet: cuStreamWaitValue32/64 and cuStreamWriteValue32/64 are");
 }
 
 FGR_EXPORT CUresult cuGraphBatchMemOpNodeSetParams(void)
 {
-    return fgr_unsupported(154, "cuGraphBatchMemOpNodeSetParams", "batches of stream memory operations are not carried yet: cuStreamWaitValue32/64 and cuStreamWriteValue32/64 are");
+    return fgr_unsupported(149, "cuGraphBatchMemOpNodeSetParams", "batches of stream memory operations are not carried yet: cuStreamWaitValue32/64 and cuStreamWriteValue32/64 are");
 }
 
 FGR_EXPORT CUresult cuGraphExecBatchMemOpNodeSetParams(void)
 {
-    return fgr_unsupported(155, "cuGraphExecBatchMemOpNodeSetParams", "batches of stream memory operations are not carried yet: cuStreamWaitValue32/64 and cuStreamWriteValue32/64 are");
+    return fgr_unsupported(150, "cuGraphExecBatchMemOpNodeSetParams", "batches of stream memory operations are not carried yet: cuStreamWaitValue32/64 and cuStreamWriteValue32/64 are");
 }
 
 FGR_EXPORT CUresult cuMemcpyBatchAsync_v2(void)
 {
-    return fgr_unsupported(156, "cuMemcpyBatchAsync_v2", "batched copies are not carried yet: each copy of the batch is, as its own cuMemcpyAsync or cuMemcpy3DAsync");
+    return fgr_unsupported(151, "cuMemcpyBatchAsync_v2", "batched copies are not carried yet: each copy of the batch is, as its own cuMemcpyAsync or cuMemcpy3DAsync");
 }
 
 FGR_EXPORT CUresult cuMemcpy3DBatchAsync_v2(void)
 {
-    return fgr_unsupported(157, "cuMemcpy3DBatchAsync_v2", "batched copies are not carried yet: each copy of the batch is, as its own cuMemcpyAsync or cuMemcpy3DAsync");
+    return fgr_unsupported(152, "cuMemcpy3DBatchAsync_v2", "batched copies are not carried yet: each copy of the batch is, as its own cuMemcpyAsync or cuMemcpy3DAsync");
 }
 
 FGR_EXPORT CUresult cuMemPrefetchBatchAsync(void)
 {
-    return fgr_unsupported(158, "cuMemPrefetchBatchAsync", "batched prefetch and discard of managed memory are not carried yet: cuMemPrefetchAsync is");
+    return fgr_unsupported(153, "cuMemPrefetchBatchAsync", "batched prefetch and discard of managed memory are not carried yet: cuMemPrefetchAsync is");
 }
 
 FGR_EXPORT CUresult cuMemDiscardBatchAsync(void)
 {
-    return fgr_unsupported(159, "cuMemDiscardBatchAsync", "batched prefetch and discard of managed memory are not carried yet: cuMemPrefetchAsync is");
+    return fgr_unsupported(154, "cuMemDiscardBatchAsync", "batched prefetch and discard of managed memory are not carried yet: cuMemPrefetchAsync is");
 }
 
 FGR_EXPORT CUresult cuMemDiscardAndPrefetchBatchAsync(void)
 {
-    return fgr_unsupported(160, "cuMemDiscardAndPrefetchBatchAsync", "batched prefetch and discard of managed memory are not carried yet: cuMemPrefetchAsync is");
+    return fgr_unsupported(155, "cuMemDiscardAndPrefetchBatchAsync", "batched prefetch and discard of managed memory are not carried yet: cuMemPrefetchAsync is");
 }
 
 FGR_EXPORT CUresult cuMemBatchDecompressAsync(void)
 {
-    return fgr_unsupported(161, "cuMemBatchDecompressAsync", "the copy engines' decompression is not carried yet");
+    return fgr_unsupported(156, "cuMemBatchDecompressAsync", "the copy engines' decompression is not carried yet");
 }
 
 FGR_EXPORT CUresult cuArrayGetMemoryRequirements(void)
 {
-    return fgr_unsupported(162, "cuArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(157, "cuArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuArrayGetPlane(void)
 {
-    return fgr_unsupported(163, "cuArrayGetPlane", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(158, "cuArrayGetPlane", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuArrayGetSparseProperties(void)
 {
-    return fgr_unsupported(164, "cuArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(159, "cuArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuMipmappedArrayGetMemoryRequirements(void)
 {
-    return fgr_unsupported(165, "cuMipmappedArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(160, "cuMipmappedArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuMipmappedArrayGetSparseProperties(void)
 {
-    return fgr_unsupported(166, "cuMipmappedArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(161, "cuMipmappedArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuMemMapArrayAsync(void)
 {
-    return fgr_unsupported(167, "cuMemMapArrayAsync", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(162, "cuMemMapArrayAsync", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuMemcpy3DPeer(void)
 {
-    return fgr_unsupported(168, "cuMemcpy3DPeer", "peer copies between contexts of 3D regions are not carried yet: cuMemcpy3D and cuMemcpyPeer are");
+    return fgr_unsupported(163, "cuMemcpy3DPeer", "peer copies between contexts of 3D regions are not carried yet: cuMemcpy3D and cuMemcpyPeer are");
 }
 
 FGR_EXPORT CUresult cuMemcpy3DPeerAsync(void)
 {
-    return fgr_unsupported(169, "cuMemcpy3DPeerAsync", "peer copies between contexts of 3D regions are not carried yet: cuMemcpy3D and cuMemcpyPeer are");
+    return fgr_unsupported(164, "cuMemcpy3DPeerAsync", "peer copies between contexts of 3D regions are not carried yet: cuMemcpy3D and cuMemcpyPeer are");
 }
 
 FGR_EXPORT CUresult cuDeviceGetHostAtomicCapabilities(void)
 {
-    return fgr_unsupported(170, "cuDeviceGetHostAtomicCapabilities", "atomic capability queries are not carried yet: cuDeviceGetAttribute's host-native atomics answer is");
+    return fgr_unsupported(165, "cuDeviceGetHostAtomicCapabilities", "atomic capability queries are not carried yet: cuDeviceGetAttribute's host-native atomics answer is");
 }
 
 FGR_EXPORT CUresult cuDeviceGetP2PAtomicCapabilities(void)
 {
-    return fgr_unsupported(171, "cuDeviceGetP2PAtomicCapabilities", "atomic capability queries are not carried yet: cuDeviceGetAttribute's host-native atomics answer is");
+    return fgr_unsupported(166, "cuDeviceGetP2PAtomicCapabilities", "atomic capability queries are not carried yet: cuDeviceGetAttribute's host-native atomics answer is");
 }
 
 FGR_EXPORT CUresult cuTensorMapEncodeIm2colWide(void)
 {
-    return fgr_unsupported(172, "cuTensorMapEncodeIm2colWide", "the wide im2col tensor map is not carried yet: tiled and im2col tensor maps are");
+    return fgr_unsupported(167, "cuTensorMapEncodeIm2colWide", "the wide im2col tensor map is not carried yet: tiled and im2col tensor maps are");
 }
 
 FGR_EXPORT CUresult cuCtxRecordEvent(void)
 {
-    return fgr_unsupported(173, "cuCtxRecordEvent", "not carried yet");
+    return fgr_unsupported(168, "cuCtxRecordEvent", "not carried yet");
 }
 
 FGR_EXPORT CUresult cuCtxWaitEvent(void)
 {
-    return fgr_unsupported(174, "cuCtxWaitEvent", "not carried yet");
+    return fgr_unsupported(169, "cuCtxWaitEvent", "not carried yet");
 }
 
 FGR_EXPORT CUresult cuMemHostGetFlags(void)
 {
-    return fgr_unsupported(175, "cuMemHostGetFlags", "not carried yet");
+    return fgr_unsupported(170, "cuMemHostGetFlags", "not carried yet");
 }
 
 FGR_EXPORT CUresult cuMemSetMemPool(void)
 {
-    return fgr_unsupported(176, "cuMemSetMemPool", "not carried yet");
+    return fgr_unsupported(171, "cuMemSetMemPool", "not carried yet");
 }
 
 FGR_EXPORT CUresult cuDeviceGetProperties(void)
 {
-    return fgr_unsupported(177, "cuDeviceGetProperties", "deprecated since CUDA 5: cuDeviceGetAttribute is answered");
+    return fgr_unsupported(172, "cuDeviceGetProperties", "deprecated since CUDA 5: cuDeviceGetAttribute is answered");
 }
 
-const int fgr_nunsupported = 178;
+const int fgr_nunsupported = 173;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -7717,6 +7764,11 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_fgrGraphConditionalNodeGetParams] = "fgrGraphConditionalNodeGetParams",
     [FGR_OP_fgrGraphConditionalNodeSetParams] = "fgrGraphConditionalNodeSetParams",
     [FGR_OP_cuGraphExecUpdate_v2] = "cuGraphExecUpdate_v2",
+    [FGR_OP_fgrUserObjectCreate] = "fgrUserObjectCreate",
+    [FGR_OP_cuUserObjectRetain] = "cuUserObjectRetain",
+    [FGR_OP_cuUserObjectRelease] = "cuUserObjectRelease",
+    [FGR_OP_cuGraphRetainUserObject] = "cuGraphRetainUserObject",
+    [FGR_OP_cuGraphReleaseUserObject] = "cuGraphReleaseUserObject",
     [FGR_OP_xt_ctx] = "xt_ctx",
     [FGR_OP_xt_ctx_39] = "xt_ctx_39",
     [FGR_OP_xt_ctx_51] = "xt_ctx_51",
@@ -8259,6 +8311,12 @@ const struct fg_proc fgr_procs[] = {
     {"fgrGraphConditionalNodeSetParams", "fgrGraphConditionalNodeSetParams", 0, 0, (void *)fgrGraphConditionalNodeSetParams},
     {"cuGraphExecUpdate", "cuGraphExecUpdate_v2", 12000, 0, (void *)cuGraphExecUpdate_v2},
     {"cuGraphDebugDotPrint", "cuGraphDebugDotPrint", 11030, 0, (void *)cuGraphDebugDotPrint},
+    {"cuUserObjectCreate", "cuUserObjectCreate", 11030, 0, (void *)cuUserObjectCreate},
+    {"fgrUserObjectCreate", "fgrUserObjectCreate", 0, 0, (void *)fgrUserObjectCreate},
+    {"cuUserObjectRetain", "cuUserObjectRetain", 11030, 0, (void *)cuUserObjectRetain},
+    {"cuUserObjectRelease", "cuUserObjectRelease", 11030, 0, (void *)cuUserObjectRelease},
+    {"cuGraphRetainUserObject", "cuGraphRetainUserObject", 11030, 0, (void *)cuGraphRetainUserObject},
+    {"cuGraphReleaseUserObject", "cuGraphReleaseUserObject", 11030, 0, (void *)cuGraphReleaseUserObject},
     {"cuGraphKernelNodeGetParams", "cuGraphKernelNodeGetParams", 10000, 0, (void *)cuGraphKernelNodeGetParams},
     {"cuGraphExecKernelNodeSetParams", "cuGraphExecKernelNodeSetParams", 10010, 0, (void *)cuGraphExecKernelNodeSetParams},
     {"cuStreamBatchMemOp", "cuStreamBatchMemOp", 8000, 0, (void *)cuStreamBatchMemOp},
@@ -8392,11 +8450,6 @@ const struct fg_proc fgr_procs[] = {
     {"cuLibraryGetUnifiedFunction", "cuLibraryGetUnifiedFunction", 12000, 0, (void *)cuLibraryGetUnifiedFunction},
     {"cuFlushGPUDirectRDMAWrites", "cuFlushGPUDirectRDMAWrites", 11030, 0, (void *)cuFlushGPUDirectRDMAWrites},
     {"cuDeviceGetLuid", "cuDeviceGetLuid", 10000, 0, (void *)cuDeviceGetLuid},
-    {"cuUserObjectCreate", "cuUserObjectCreate", 11030, 0, (void *)cuUserObjectCreate},
-    {"cuUserObjectRelease", "cuUserObjectRelease", 11030, 0, (void *)cuUserObjectRelease},
-    {"cuUserObjectRetain", "cuUserObjectRetain", 11030, 0, (void *)cuUserObjectRetain},
-    {"cuGraphReleaseUserObject", "cuGraphReleaseUserObject", 11030, 0, (void *)cuGraphReleaseUserObject},
-    {"cuGraphRetainUserObject", "cuGraphRetainUserObject", 11030, 0, (void *)cuGraphRetainUserObject},
     {"cuGraphExecChildGraphNodeSetParams", "cuGraphExecChildGraphNodeSetParams", 11010, 0, (void *)cuGraphExecChildGraphNodeSetParams},
     {"cuStreamBatchMemOp", "cuStreamBatchMemOp_v2", 11070, 0, (void *)cuStreamBatchMemOp_v2},
     {"cuGraphAddBatchMemOpNode", "cuGraphAddBatchMemOpNode", 11070, 0, (void *)cuGraphAddBatchMemOpNode},

@@ -375,6 +375,11 @@ typedef CUresult (*pfn_fgrGraphAddConditionalNode)(CUgraphNode *phGraphNode, CUg
 typedef CUresult (*pfn_fgrGraphConditionalNodeGetParams)(CUgraphNode hNode, CUgraphConditionalHandle *handle, unsigned int *type, unsigned int *size, CUcontext *ctx, CUgraph *bodies, unsigned int cap);
 typedef CUresult (*pfn_fgrGraphConditionalNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphConditionalHandle handle, unsigned int type, unsigned int size, CUcontext ctx);
 typedef CUresult (*pfn_cuGraphExecUpdate_v2)(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo);
+typedef CUresult (*pfn_fgrUserObjectCreate)(CUuserObject *object_out, unsigned long long id, unsigned int initialRefcount, unsigned int flags);
+typedef CUresult (*pfn_cuUserObjectRetain)(CUuserObject object, unsigned int count);
+typedef CUresult (*pfn_cuUserObjectRelease)(CUuserObject object, unsigned int count);
+typedef CUresult (*pfn_cuGraphRetainUserObject)(CUgraph graph, CUuserObject object, unsigned int count, unsigned int flags);
+typedef CUresult (*pfn_cuGraphReleaseUserObject)(CUgraph graph, CUuserObject object, unsigned int count);
 typedef CUresult (*pfn_xt_ctx_39)(CUcontext ctx, fgrCtxObject object, uint64_t *value, uint64_t arg3);
 typedef CUresult (*pfn_xt_ctx_51)(CUcontext ctx, uint64_t arg1, fgrCtxObject *object, uint64_t arg3);
 typedef uint64_t (*pfn_xt_simA_1)(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64_t e, uint64_t f, uint64_t g, uint64_t h, uint64_t i, uint64_t j);
@@ -8541,6 +8546,85 @@ static CUresult op_cuGraphExecUpdate_v2(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_fgrUserObjectCreate(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    unsigned long long id = (unsigned long long)fgr_get_u64(rd);
+    unsigned int initialRefcount = (unsigned int)fgr_get_u64(rd);
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    int has_object_out = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUuserObject *object_out = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_object_out && !(object_out = fgr_out(q, sizeof(CUuserObject))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrUserObjectCreate)fgr_real[FGR_OP_fgrUserObjectCreate])(object_out, id, initialRefcount, flags);
+    if (has_object_out)
+        fgr_reply_out(q, object_out, sizeof(CUuserObject), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuUserObjectRetain(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUuserObject object = (CUuserObject)(uintptr_t)fgr_get_u64(rd);
+    unsigned int count = (unsigned int)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuUserObjectRetain)fgr_real[FGR_OP_cuUserObjectRetain])(object, count);
+    return fgr_r;
+}
+
+static CUresult op_cuUserObjectRelease(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUuserObject object = (CUuserObject)(uintptr_t)fgr_get_u64(rd);
+    unsigned int count = (unsigned int)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuUserObjectRelease)fgr_real[FGR_OP_cuUserObjectRelease])(object, count);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphRetainUserObject(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph graph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    CUuserObject object = (CUuserObject)(uintptr_t)fgr_get_u64(rd);
+    unsigned int count = (unsigned int)fgr_get_u64(rd);
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)graph)))
+        fgr_r = fgr_refuse("cuGraphRetainUserObject", "graph", (uint64_t)(uintptr_t)graph, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphRetainUserObject)fgr_real[FGR_OP_cuGraphRetainUserObject])(graph, object, count, flags);
+    return fgr_r;
+}
+
+static CUresult op_cuGraphReleaseUserObject(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph graph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    CUuserObject object = (CUuserObject)(uintptr_t)fgr_get_u64(rd);
+    unsigned int count = (unsigned int)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)graph)))
+        fgr_r = fgr_refuse("cuGraphReleaseUserObject", "graph", (uint64_t)(uintptr_t)graph, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphReleaseUserObject)fgr_real[FGR_OP_cuGraphReleaseUserObject])(graph, object, count);
+    return fgr_r;
+}
+
 static CUresult op_xt_ctx(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -9086,6 +9170,11 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_fgrGraphConditionalNodeGetParams] = {"fgrGraphConditionalNodeGetParams", op_fgrGraphConditionalNodeGetParams, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrGraphConditionalNodeSetParams] = {"fgrGraphConditionalNodeSetParams", op_fgrGraphConditionalNodeSetParams, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphExecUpdate_v2] = {"cuGraphExecUpdate_v2", op_cuGraphExecUpdate_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrUserObjectCreate] = {"fgrUserObjectCreate", op_fgrUserObjectCreate, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuUserObjectRetain] = {"cuUserObjectRetain", op_cuUserObjectRetain, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuUserObjectRelease] = {"cuUserObjectRelease", op_cuUserObjectRelease, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphRetainUserObject] = {"cuGraphRetainUserObject", op_cuGraphRetainUserObject, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphReleaseUserObject] = {"cuGraphReleaseUserObject", op_cuGraphReleaseUserObject, 0, FGR_SMALL_FRAME},
     [FGR_OP_xt_ctx] = {"xt_ctx", op_xt_ctx, 0, FGR_SMALL_FRAME},
     [FGR_OP_xt_ctx_39] = {"xt_ctx_39", op_xt_ctx_39, 0, FGR_SMALL_FRAME},
     [FGR_OP_xt_ctx_51] = {"xt_ctx_51", op_xt_ctx_51, 0, FGR_SMALL_FRAME},

@@ -35,6 +35,7 @@ static CUresult (*add_host_node)(CUgraphNode *, CUgraph, const CUgraphNode *, si
 static CUresult (*host_node_get)(CUgraphNode, CUDA_HOST_NODE_PARAMS *);
 static CUresult (*host_node_set)(CUgraphNode, const CUDA_HOST_NODE_PARAMS *);
 static CUresult (*exec_host_node_set)(CUgraphExec, CUgraphNode, const CUDA_HOST_NODE_PARAMS *);
+static CUresult (*user_object_create)(CUuserObject *, void *, CUhostFn, unsigned int, unsigned int);
 
 static void put64(uint8_t *p, uint64_t v)
 {
@@ -272,9 +273,21 @@ static CUresult host_node_set_id(CUgraphExec hGraphExec, CUgraphNode hNode, unsi
     return host_node_set ? host_node_set(hNode, &p) : CUDA_ERROR_NOT_SUPPORTED;
 }
 
+/* fgrUserObjectCreate: the gate as the destructor, for the client's
+ * function named id, run once when the driver lets the object go. */
+static CUresult user_object(CUuserObject *object_out, unsigned long long id, unsigned int initialRefcount,
+                            unsigned int flags)
+{
+    if (!id || (id & FGR_HOSTFN_KEEP))
+        return CUDA_ERROR_INVALID_VALUE;
+    return user_object_create(object_out, (void *)(uintptr_t)id, the_gate, initialRefcount, flags);
+}
+
 /* The host-node operations, once the gate is known. */
 static void host_nodes_served(void)
 {
+    if (user_object_create)
+        fgr_real[FGR_OP_fgrUserObjectCreate] = (void *)user_object;
     if (add_host_node)
         fgr_real[FGR_OP_fgrGraphAddHostNode] = (void *)host_node;
     if (host_node_get)
@@ -290,6 +303,7 @@ void fgr_hostfn_init(void *driver)
     *(void **)&host_node_get = dlsym(driver, "cuGraphHostNodeGetParams");
     *(void **)&host_node_set = dlsym(driver, "cuGraphHostNodeSetParams");
     *(void **)&exec_host_node_set = dlsym(driver, "cuGraphExecHostNodeSetParams");
+    *(void **)&user_object_create = dlsym(driver, "cuUserObjectCreate");
     *(void **)&launch_host = dlsym(driver, "cuLaunchHostFunc");
     *(void **)&launch_host_pt = dlsym(driver, "cuLaunchHostFunc_ptsz");
     *(void **)&is_capturing = dlsym(driver, "cuStreamIsCapturing");

@@ -107,6 +107,7 @@ static const struct {
     {FGR_OP_cuArrayCreate_v2, "a CUDA array (its contents do not move)"},
     {FGR_OP_cuArray3DCreate_v2, "a CUDA array (its contents do not move)"},
     {FGR_OP_cuMipmappedArrayCreate, "a mipmapped array (its contents do not move)"},
+    {FGR_OP_fgrUserObjectCreate, "a user object (its references, and its destructor's turn, do not move)"},
 };
 
 void fgr_journal_begin(const uint8_t *body, uint32_t n, unsigned op)

@@ -416,5 +416,15 @@ typedef CUresult (CUDAAPI *fg_sig_cuGraphExecUpdate_v2)(CUgraphExec hGraphExec, 
 SAME(fg_sig_cuGraphExecUpdate_v2, PFN_cuGraphExecUpdate_v12000);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphDebugDotPrint)(CUgraph hGraph, const char *path, unsigned int flags);
 SAME(fg_sig_cuGraphDebugDotPrint, PFN_cuGraphDebugDotPrint_v11030);
+typedef CUresult (CUDAAPI *fg_sig_cuUserObjectCreate)(CUuserObject *object_out, void *ptr, CUhostFn destroy, unsigned int initialRefcount, unsigned int flags);
+SAME(fg_sig_cuUserObjectCreate, PFN_cuUserObjectCreate_v11030);
+typedef CUresult (CUDAAPI *fg_sig_cuUserObjectRetain)(CUuserObject object, unsigned int count);
+SAME(fg_sig_cuUserObjectRetain, PFN_cuUserObjectRetain_v11030);
+typedef CUresult (CUDAAPI *fg_sig_cuUserObjectRelease)(CUuserObject object, unsigned int count);
+SAME(fg_sig_cuUserObjectRelease, PFN_cuUserObjectRelease_v11030);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphRetainUserObject)(CUgraph graph, CUuserObject object, unsigned int count, unsigned int flags);
+SAME(fg_sig_cuGraphRetainUserObject, PFN_cuGraphRetainUserObject_v11030);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphReleaseUserObject)(CUgraph graph, CUuserObject object, unsigned int count);
+SAME(fg_sig_cuGraphReleaseUserObject, PFN_cuGraphReleaseUserObject_v11030);
 
 int main(void) { return 0; }

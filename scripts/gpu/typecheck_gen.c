@@ -128,6 +128,8 @@ int main(void)
     VAL(CU_CTX_MAP_HOST);
     VAL(CU_CTX_LMEM_RESIZE_TO_MAX);
     VAL(CU_CTX_SYNC_MEMOPS);
+    VAL(CU_USER_OBJECT_NO_DESTRUCTOR_SYNC);
+    VAL(CU_GRAPH_USER_OBJECT_MOVE);
     VAL(CU_FUNCTION_LOADING_STATE_UNLOADED);
     VAL(CU_FUNCTION_LOADING_STATE_LOADED);
     VAL(CU_JIT_MAX_REGISTERS);
@@ -335,6 +337,7 @@ int main(void)
     SIZE(CUevent);
     SIZE(CUgraph);
     SIZE(CUgraphExec);
+    SIZE(CUuserObject);
     SIZE(CUgraphNode);
     SIZE(CUarray);
     SIZE(CUmipmappedArray);

@@ -27,6 +27,10 @@
  *                         launched three times, the memory cleared before
  *                         each, captured and added; the host node in a
  *                         child graph after the copy node, and with it
+ *     graphnodes userobjects
+ *                         user objects: the program's references, a graph's
+ *                         (moved or its own), an executable's, a clone's;
+ *                         each destructor runs once the last goes
  *     graphnodes pageable copies with the program's pageable memory: captured
  *                         (up, a kernel adding to it, down, a copy by
  *                         address) and launched three times with new input;
@@ -72,6 +76,7 @@
 #include "common.h"
 
 #include <stdint.h>
+#include <unistd.h>
 
 enum { ROW = 64, ROWS = 3, ABYTES = 4096 };
 
@@ -953,6 +958,73 @@ static void host_fn(void *data)
     calls += *(int *)data;
 }
 
+/* User objects: each destructor adds its object's value to destroyed. */
+static int destroyed;
+
+static void destroy_fn(void *data) { __atomic_add_fetch(&destroyed, *(int *)data, __ATOMIC_RELEASE); }
+
+/* What the destructors added by now, once it reached want (a driver may
+ * run them on a thread of its own, a little later; 5 s at most). */
+static int destroyed_by(int want)
+{
+    for (int i = 0; i < 500 && __atomic_load_n(&destroyed, __ATOMIC_ACQUIRE) < want; i++)
+        usleep(10000);
+    return __atomic_load_n(&destroyed, __ATOMIC_ACQUIRE);
+}
+
+/* The program's references, a graph's (moved or its own), an executable's
+ * and a clone's: a destructor runs once the last goes, and not before. */
+static int user_objects(CUcontext ctx)
+{
+    static int one = 1, ten = 10, hundred = 100;
+    CUuserObject a, b, c;
+    CHECK(cuUserObjectCreate(&a, &one, destroy_fn, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC));
+    CHECK(cuUserObjectRetain(a, 2));
+    CHECK(cuUserObjectRelease(a, 2));
+    printf("a: 1 reference left, destroyed %d\n", destroyed_by(0));
+    CHECK(cuUserObjectRelease(a, 1));
+    printf("a: released, destroyed %d\n", destroyed_by(1));
+
+    CUstream st;
+    CUdeviceptr d;
+    CUgraph g, g2;
+    CUgraphNode set;
+    CUgraphExec x;
+    CHECK(cuStreamCreate(&st, 0));
+    CHECK(cuMemAlloc_v2(&d, ROW));
+    CHECK(cuGraphCreate(&g, 0));
+    CUDA_MEMSET_NODE_PARAMS sp = set_params(d, 7, 1, ROW, 1, 0);
+    CHECK(cuGraphAddMemsetNode(&set, g, NULL, 0, &sp, ctx));
+    CHECK(cuUserObjectCreate(&b, &ten, destroy_fn, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC));
+    CHECK(cuGraphRetainUserObject(g, b, 1, CU_GRAPH_USER_OBJECT_MOVE));
+    CHECK(cuGraphInstantiateWithFlags(&x, g, 0));
+    CHECK(cuGraphDestroy(g));
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    printf("b: its graph gone, its executable launched, destroyed %d\n", destroyed_by(1));
+    CHECK(cuGraphExecDestroy(x));
+    printf("b: the executable gone, destroyed %d\n", destroyed_by(11));
+
+    CHECK(cuGraphCreate(&g, 0));
+    CHECK(cuUserObjectCreate(&c, &hundred, destroy_fn, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC));
+    CHECK(cuGraphRetainUserObject(g, c, 2, 0));
+    CHECK(cuGraphReleaseUserObject(g, c, 1));
+    CHECK(cuUserObjectRelease(c, 1));
+    CHECK(cuGraphClone(&g2, g));
+    CHECK(cuGraphDestroy(g));
+    printf("c: held by a clone alone, destroyed %d\n", destroyed_by(11));
+    CHECK(cuGraphDestroy(g2));
+    printf("c: the clone gone, destroyed %d\n", destroyed_by(111));
+
+    CUuserObject bad;
+    printf("no flag: %s, no reference: %s\n", result_name(cuUserObjectCreate(&bad, &one, destroy_fn, 1, 0)),
+           result_name(cuUserObjectCreate(&bad, &one, destroy_fn, 0, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC)));
+    CHECK(cuStreamDestroy_v2(st));
+    CHECK(cuMemFree_v2(d));
+    printf("user objects: done\n");
+    return 0;
+}
+
 /* A host node after a memset node, in a graph launched three times: the
  * program's function runs at each launch. */
 static int host(CUcontext ctx)
@@ -1506,6 +1578,8 @@ int main(int argc, char **argv)
         return events(ctx);
     if (argc > 1 && strcmp(argv[1], "params") == 0)
         return params(ctx);
+    if (argc > 1 && strcmp(argv[1], "userobjects") == 0)
+        return user_objects(ctx);
     if (argc > 1 && strcmp(argv[1], "hostread") == 0)
         return host_read(ctx, HR_ADDED) || host_read(ctx, HR_CAPTURED) || host_read(ctx, HR_CHILD) ||
                host_read(ctx, HR_WITHIN);

@@ -135,6 +135,27 @@ func TestRemoteGraphNodeParams(t *testing.T) {
 	printsAsLocally(t, local, argv, "shm", "unix", "tcp")
 }
 
+// User objects over every transport as locally: the program's destructor
+// runs on its side once the server's driver lets the last reference go (a
+// graph's, an executable's, a clone's), not before.
+func TestRemoteUserObjects(t *testing.T) {
+	argv := []string{"graphnodes", "userobjects"}
+	local := runsLocally(t, newEnv(t), argv, "b: its graph gone, its executable launched, destroyed 1\n",
+		"c: the clone gone, destroyed 111\n", "user objects: done")
+	printsAsLocally(t, local, argv, "shm", "unix", "tcp", "tls")
+	// Its destructor's turn does not move (the host-function thread is
+	// bound to the server, and the executor keeps no user object in a
+	// state): no checkpoint is taken, which is said; the program runs on
+	// as locally.
+	e := newEnv(t)
+	a, b := e.serveNamed("a", "unix"), e.serveNamed("b", "unix")
+	r := e.runIn("", "flexgv", "run", "--remote", a.addr, "--failover", b.addr, "--checkpoint-every", "1ms", "--",
+		bin(argv[0]), argv[1])
+	if r.code != 0 || r.stdout != local.stdout || !strings.Contains(r.stderr, "no checkpoint on the failover server "+b.addr) {
+		t.Errorf("with a failover server: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+}
+
 // A host node after a copy node into the program's memory sees the bytes
 // the copy wrote, and what it changes there stays, over every transport
 // (the executor cannot reach the program's pageable memory: the bytes go

@@ -238,7 +238,7 @@ var handleTypes = map[string]bool{
 	"CUkernel": true, "CUstream": true, "CUevent": true, "CUgraph": true,
 	"CUgraphExec": true, "CUarray": true, "CUmipmappedArray": true,
 	"CUmemoryPool": true, "CUhostFn": true, "CUstreamCallback": true, "nvmlDevice_t": true, "CUgraphNode": true, "CUgreenCtx": true, "CUlinkState": true,
-	"fgrCtxObject": true,
+	"fgrCtxObject": true, "CUuserObject": true,
 }
 
 // logFormat returns the printf conversion and argument expression for p.
