@@ -192,9 +192,9 @@ func TestRemoteAnnotationsRejected(t *testing.T) {
 	}
 }
 
-// Every CUDA entry of the shim's list is exported by the remoting client,
-// once, and forwarded entries get consecutive operation numbers.
-func TestRemoteCoversCUDA(t *testing.T) {
+// projectSpec is api/cuda.api, and api/remote.api joined with it.
+func projectSpec(t *testing.T) ([]Entry, []RemoteEntry, []*Table) {
+	t.Helper()
 	cuda, err := parseAPI(filepath.Join("..", "..", "api", "cuda.api"), LibCUDA)
 	if err != nil {
 		t.Fatal(err)
@@ -203,6 +203,13 @@ func TestRemoteCoversCUDA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cuda, entries, tables
+}
+
+// Every CUDA entry of the shim's list is exported by the remoting client,
+// once, and forwarded entries get consecutive operation numbers.
+func TestRemoteCoversCUDA(t *testing.T) {
+	cuda, entries, tables := projectSpec(t)
 	if len(tables) == 0 {
 		t.Error("no export tables")
 	}
@@ -231,14 +238,7 @@ func TestRemoteCoversCUDA(t *testing.T) {
 // server, answered by the client, or refused on purpose with the reason
 // api/remote.api gives: none is left unsupported by omission.
 func TestRemoteEveryEntryDecided(t *testing.T) {
-	cuda, err := parseAPI(filepath.Join("..", "..", "api", "cuda.api"), LibCUDA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	entries, _, err := parseRemote(filepath.Join("..", "..", "api", "remote.api"), cuda)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, entries, _ := projectSpec(t)
 	for _, e := range entries {
 		if e.Table == nil && e.Disp == "" && e.Why == "" {
 			t.Errorf("%s is neither forwarded, answered by the client, nor unsupported with a reason in api/remote.api", e.Name)
@@ -268,14 +268,7 @@ func TestAccountingOfTheDriverAPI(t *testing.T) {
 		t.Errorf("a malformed line: %v", err)
 	}
 	// And the project's own list is accounted for by the spec.
-	cuda, err := parseAPI(filepath.Join("..", "..", "api", "cuda.api"), LibCUDA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	entries, _, err := parseRemote(filepath.Join("..", "..", "api", "remote.api"), cuda)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, entries, _ := projectSpec(t)
 	if err := checkAccounting(filepath.Join("..", "..", "api", "cuda13.names"), entries); err != nil {
 		t.Error(err)
 	}
