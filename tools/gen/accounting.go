@@ -10,9 +10,10 @@ import (
 
 // checkAccounting holds the remoting client to the whole driver API: every
 // function of api/cuda13.names (CUDA 13.0's headers, each as the variant
-// they declare by default) must be an entry of the spec at the same
-// version — carried, answered by the client or refused with its reason —
-// so that cuGetProcAddress and the dynamic linker find every name.
+// they declare by default, by the version of its PFN_ typedef) must be an
+// entry of the spec at that version (typedef=V where the spec resolves it
+// at another) — carried, answered by the client or refused with its
+// reason — so that cuGetProcAddress and the dynamic linker find every name.
 func checkAccounting(path string, entries []RemoteEntry) error {
 	f, err := os.Open(path)
 	if err != nil {
@@ -23,6 +24,9 @@ func checkAccounting(path string, entries []RemoteEntry) error {
 	for _, e := range entries {
 		if e.Table == nil {
 			have[e.Name] = e.Version
+			if v, err := strconv.Atoi(e.Typedef); err == nil {
+				have[e.Name] = v // the version the headers' typedef names
+			}
 		}
 	}
 	var missing []string

@@ -263,6 +263,12 @@ func TestAccountingOfTheDriverAPI(t *testing.T) {
 	if err := checkAccounting(p, spec); err == nil || !strings.Contains(err.Error(), "cuB_v2 is at 12000 in the spec, 12030") {
 		t.Errorf("another version: %v", err)
 	}
+	// An entry resolved at another version than its typedef's is
+	// accounted for by the typedef's (the headers').
+	spec[1] = RemoteEntry{Entry: Entry{Name: "cuB_v2", Version: 13000, Typedef: "12030"}}
+	if err := checkAccounting(p, spec); err != nil {
+		t.Errorf("by its typedef's version: %v", err)
+	}
 	os.WriteFile(p, []byte("cuA\n"), 0o644)
 	if err := checkAccounting(p, spec); err == nil || !strings.Contains(err.Error(), "want VERSION NAME") {
 		t.Errorf("a malformed line: %v", err)
