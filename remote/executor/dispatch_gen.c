@@ -204,6 +204,10 @@ typedef CUresult (*pfn_cuStreamWriteValue32_v2)(CUstream stream, CUdeviceptr add
 typedef CUresult (*pfn_cuStreamWriteValue64_v2)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
 typedef CUresult (*pfn_cuStreamWaitValue32_v2)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
 typedef CUresult (*pfn_cuStreamWaitValue64_v2)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
+typedef CUresult (*pfn_cuStreamWriteValue32)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
+typedef CUresult (*pfn_cuStreamWriteValue64)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
+typedef CUresult (*pfn_cuStreamWaitValue32)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
+typedef CUresult (*pfn_cuStreamWaitValue64)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
 typedef CUresult (*pfn_cuModuleGetFunctionCount)(unsigned int *count, CUmodule mod);
 typedef CUresult (*pfn_cuModuleEnumerateFunctions)(CUfunction *functions, unsigned int numFunctions, CUmodule mod);
 typedef CUresult (*pfn_cuFuncIsLoaded)(CUfunctionLoadingState *state, CUfunction function);
@@ -4577,6 +4581,82 @@ static CUresult op_cuStreamWaitValue64_v2(struct fgr_rd *rd, struct fgr_req *q)
         fgr_r = fgr_refuse("cuStreamWaitValue64_v2", "addr", (uint64_t)(uintptr_t)addr, CUDA_ERROR_INVALID_VALUE);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuStreamWaitValue64_v2)fgr_real[FGR_OP_cuStreamWaitValue64_v2])(stream, addr, value, flags);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamWriteValue32(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream stream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    CUdeviceptr addr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
+    cuuint32_t value = (cuuint32_t)fgr_get_u64(rd);
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)stream)))
+        fgr_r = fgr_refuse("cuStreamWriteValue32", "stream", (uint64_t)(uintptr_t)stream, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_mem_in((uint64_t)(uintptr_t)addr, 4)))
+        fgr_r = fgr_refuse("cuStreamWriteValue32", "addr", (uint64_t)(uintptr_t)addr, CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuStreamWriteValue32)fgr_real[FGR_OP_cuStreamWriteValue32])(stream, addr, value, flags);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamWriteValue64(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream stream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    CUdeviceptr addr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
+    cuuint64_t value = (cuuint64_t)fgr_get_u64(rd);
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)stream)))
+        fgr_r = fgr_refuse("cuStreamWriteValue64", "stream", (uint64_t)(uintptr_t)stream, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_mem_in((uint64_t)(uintptr_t)addr, 8)))
+        fgr_r = fgr_refuse("cuStreamWriteValue64", "addr", (uint64_t)(uintptr_t)addr, CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuStreamWriteValue64)fgr_real[FGR_OP_cuStreamWriteValue64])(stream, addr, value, flags);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamWaitValue32(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream stream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    CUdeviceptr addr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
+    cuuint32_t value = (cuuint32_t)fgr_get_u64(rd);
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)stream)))
+        fgr_r = fgr_refuse("cuStreamWaitValue32", "stream", (uint64_t)(uintptr_t)stream, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_mem_in((uint64_t)(uintptr_t)addr, 4)))
+        fgr_r = fgr_refuse("cuStreamWaitValue32", "addr", (uint64_t)(uintptr_t)addr, CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuStreamWaitValue32)fgr_real[FGR_OP_cuStreamWaitValue32])(stream, addr, value, flags);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamWaitValue64(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream stream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    CUdeviceptr addr = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
+    cuuint64_t value = (cuuint64_t)fgr_get_u64(rd);
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)stream)))
+        fgr_r = fgr_refuse("cuStreamWaitValue64", "stream", (uint64_t)(uintptr_t)stream, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_mem_in((uint64_t)(uintptr_t)addr, 8)))
+        fgr_r = fgr_refuse("cuStreamWaitValue64", "addr", (uint64_t)(uintptr_t)addr, CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuStreamWaitValue64)fgr_real[FGR_OP_cuStreamWaitValue64])(stream, addr, value, flags);
     return fgr_r;
 }
 
@@ -8999,6 +9079,10 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamWriteValue64_v2] = {"cuStreamWriteValue64_v2", op_cuStreamWriteValue64_v2, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamWaitValue32_v2] = {"cuStreamWaitValue32_v2", op_cuStreamWaitValue32_v2, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamWaitValue64_v2] = {"cuStreamWaitValue64_v2", op_cuStreamWaitValue64_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamWriteValue32] = {"cuStreamWriteValue32", op_cuStreamWriteValue32, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamWriteValue64] = {"cuStreamWriteValue64", op_cuStreamWriteValue64, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamWaitValue32] = {"cuStreamWaitValue32", op_cuStreamWaitValue32, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamWaitValue64] = {"cuStreamWaitValue64", op_cuStreamWaitValue64, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuModuleGetFunctionCount] = {"cuModuleGetFunctionCount", op_cuModuleGetFunctionCount, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuModuleEnumerateFunctions] = {"cuModuleEnumerateFunctions", op_cuModuleEnumerateFunctions, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuFuncIsLoaded] = {"cuFuncIsLoaded", op_cuFuncIsLoaded, 0, FGR_SMALL_FRAME},

@@ -338,10 +338,12 @@ func emitGoAPI(all []Entry) string {
 // the real types, must be the type of the real PFN typedef of its version.
 // Legacy entries go to a second file that asks for the header's internal
 // section, where the old ABIs' typedefs live.
-func emitDeclCheck(all []Entry, legacy bool) string {
+// emitDeclCheck checks the entries (legacy: the old ABIs) of what, the
+// spec files they come from, against the real headers.
+func emitDeclCheck(all []Entry, legacy bool, what string) string {
 	var b strings.Builder
 	b.WriteString(cHeader)
-	b.WriteString("/* Compiled against the real CUDA headers: fails to compile if a hooked\n * signature or version in api/cuda.api disagrees with the driver. */\n")
+	fmt.Fprintf(&b, "/* Compiled against the real CUDA headers: fails to compile if a\n * signature or version in %s disagrees with the driver. */\n", what)
 	if legacy {
 		b.WriteString("#define __CUDA_API_VERSION_INTERNAL 1\n")
 	}

@@ -51,16 +51,15 @@ func generate(root string) (map[string][]byte, error) {
 		return nil, err
 	}
 	files := map[string][]byte{
-		"include/flexgv/api_ids_gen.h":       []byte(emitIDs(all)),
-		"shim/hooks_gen.c":                   []byte(wrappers),
-		"shim/hooks_gen.h":                   []byte(emitShimHeader(all)),
-		"shim/compute_gen.inc":               []byte(computeHooks),
-		"simgpu/procs_gen.c":                 []byte(emitSimTable(all)),
-		"internal/api/api_gen.go":            []byte(emitGoAPI(all)),
-		"scripts/gpu/declcheck_gen.c":        []byte(emitDeclCheck(all, false)),
-		"scripts/gpu/declcheck_legacy_gen.c": []byte(emitDeclCheck(all, true)),
-		"tests/clients/variants_gen.h":       []byte(emitVariants(all)),
-		"scripts/gpu/typecheck_gen.c":        []byte(emitTypeCheck(string(header), string(results))),
+		"include/flexgv/api_ids_gen.h": []byte(emitIDs(all)),
+		"shim/hooks_gen.c":             []byte(wrappers),
+		"shim/hooks_gen.h":             []byte(emitShimHeader(all)),
+		"shim/compute_gen.inc":         []byte(computeHooks),
+		"simgpu/procs_gen.c":           []byte(emitSimTable(all)),
+		"internal/api/api_gen.go":      []byte(emitGoAPI(all)),
+		"scripts/gpu/declcheck_gen.c":  []byte(emitDeclCheck(all, false, "api/cuda.api")),
+		"tests/clients/variants_gen.h": []byte(emitVariants(all)),
+		"scripts/gpu/typecheck_gen.c":  []byte(emitTypeCheck(string(header), string(results))),
 	}
 	remote, tables, err := parseRemote(filepath.Join(root, "api/remote.api"), cudaOnly(cuda))
 	if err != nil {
@@ -80,9 +79,11 @@ func generate(root string) (map[string][]byte, error) {
 			extras = append(extras, e.Entry)
 		}
 	}
+	// Old ABIs given in api/remote.api are checked with the hooked ones'.
+	files["scripts/gpu/declcheck_legacy_gen.c"] = []byte(emitDeclCheck(append(append([]Entry{}, all...), extras...), true,
+		"api/cuda.api or api/remote.api"))
 	files["include/flexgv/cuda_api_gen.h"] = []byte(emitCUDAProtos(all, extras))
-	files["scripts/gpu/declcheck_remote_gen.c"] = []byte(strings.Replace(emitDeclCheck(extras, false),
-		"a hooked\n * signature or version in api/cuda.api", "a\n * signature or version in api/remote.api", 1))
+	files["scripts/gpu/declcheck_remote_gen.c"] = []byte(emitDeclCheck(extras, false, "api/remote.api"))
 	for _, l := range layouts {
 		files[l.CHeader] = []byte(emitLayoutC(l))
 		files[l.GoFile] = []byte(emitLayoutGo(l))

@@ -123,6 +123,13 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 		re.Dev = map[string]Ann{}
 		re.Alloc = map[string]string{}
 		for _, a := range attrs[1:] {
+			if a == "legacy" {
+				if !re.Extra {
+					return nil, nil, fmt.Errorf("%s: %s: legacy is for an entry given with its prototype", where, re.Name)
+				}
+				re.Legacy = true
+				continue
+			}
 			if a == "syncpoint" {
 				re.Sync = true
 				continue
