@@ -1700,6 +1700,78 @@ SIM_EXPORT CUresult cuStreamWriteValue64_v2(CUstream s, CUdeviceptr addr, cuuint
     return write_value(s, addr, v, 8, flags, 0);
 }
 
+/* A wait on a word: its stream goes on once the word meets the condition.
+ * Copies and writes are made when enqueued here, so a wait for what the
+ * program wrote before in any stream is met at once; one for a word not
+ * yet written (another stream's later work, a peer's) would wait for
+ * something the simulated GPU does not model: refused. */
+static CUresult wait_value(CUstream s, CUdeviceptr addr, uint64_t v, size_t width, unsigned flags, int pt)
+{
+    struct sim_ctx *c;
+    CUresult r = sim_check_ctx(&c);
+    if (r)
+        return r;
+    unsigned cond = flags & ~(unsigned)CU_STREAM_WAIT_VALUE_FLUSH;
+    if (cond > CU_STREAM_WAIT_VALUE_NOR || addr % width || !valid_range(addr, width))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_stream *st = sim_stream_of(c, s, pt);
+    if (!st)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (sim_stream_captured(st))
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    uint64_t w = 0;
+    memcpy(&w, P(addr), width);
+    int met = cond == CU_STREAM_WAIT_VALUE_EQ    ? w == v
+            : cond == CU_STREAM_WAIT_VALUE_AND ? (w & v) != 0
+            : cond == CU_STREAM_WAIT_VALUE_NOR ? (~(w | v) & (width == 4 ? 0xffffffffu : ~0ull)) != 0
+            : width == 4                       ? (int32_t)((uint32_t)w - (uint32_t)v) >= 0
+                                               : (int64_t)(w - v) >= 0;
+    return met ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
+}
+
+SIM_EXPORT CUresult cuStreamWaitValue32_v2(CUstream s, CUdeviceptr addr, cuuint32_t v, unsigned int flags)
+{
+    SIM_GATE();
+    return wait_value(s, addr, v, 4, flags, 0);
+}
+
+SIM_EXPORT CUresult cuStreamWaitValue64_v2(CUstream s, CUdeviceptr addr, cuuint64_t v, unsigned int flags)
+{
+    SIM_GATE();
+    return wait_value(s, addr, v, 8, flags, 0);
+}
+
+/* A batch: every operation checked first, then made in order. */
+SIM_EXPORT CUresult cuStreamBatchMemOp_v2(CUstream s, unsigned int count, CUstreamBatchMemOpParams *ops,
+                                          unsigned int flags)
+{
+    SIM_GATE();
+    if (flags || !count || count > 256 || !ops)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned int i = 0; i < count; i++) {
+        CUstreamBatchMemOpType t = ops[i].operation;
+        size_t width = t == CU_STREAM_MEM_OP_WAIT_VALUE_32 || t == CU_STREAM_MEM_OP_WRITE_VALUE_32 ? 4
+                     : t == CU_STREAM_MEM_OP_WAIT_VALUE_64 || t == CU_STREAM_MEM_OP_WRITE_VALUE_64 ? 8
+                                                                                                   : 0;
+        if (!width && t != CU_STREAM_MEM_OP_BARRIER && t != CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (width && (ops[i].waitValue.address % width || !valid_range(ops[i].waitValue.address, width)))
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    CUresult r = CUDA_SUCCESS;
+    for (unsigned int i = 0; i < count && r == CUDA_SUCCESS; i++) {
+        const struct CUstreamMemOpWaitValueParams_st *w = &ops[i].waitValue;
+        switch (ops[i].operation) {
+        case CU_STREAM_MEM_OP_WAIT_VALUE_32: r = wait_value(s, w->address, w->value, 4, w->flags, 0); break;
+        case CU_STREAM_MEM_OP_WAIT_VALUE_64: r = wait_value(s, w->address, w->value64, 8, w->flags, 0); break;
+        case CU_STREAM_MEM_OP_WRITE_VALUE_32: r = write_value(s, w->address, w->value, 4, w->flags, 0); break;
+        case CU_STREAM_MEM_OP_WRITE_VALUE_64: r = write_value(s, w->address, w->value64, 8, w->flags, 0); break;
+        default: break; /* a barrier, a flush: the writes are made at once */
+        }
+    }
+    return r;
+}
+
 void sim_fill(void *dst, unsigned v, size_t n, size_t width)
 {
     if (width == 1) {

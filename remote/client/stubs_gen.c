@@ -3456,6 +3456,42 @@ FGR_EXPORT CUresult cuStreamWaitValue64(CUstream stream, CUdeviceptr addr, cuuin
     return fgr_send(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuStreamBatchMemOp_v2(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags)
+{
+    CUresult fgr_r;
+    uint64_t n_paramArray = paramArray ? fgr_mul((uint64_t)(count), sizeof(CUstreamBatchMemOpParams)) : 0;
+    if (n_paramArray > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuStreamBatchMemOp_v2", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamBatchMemOp_v2, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)stream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)count);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    fgr_put_buf(&fgr_c.w, paramArray, n_paramArray);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuStreamBatchMemOp(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags)
+{
+    CUresult fgr_r;
+    uint64_t n_paramArray = paramArray ? fgr_mul((uint64_t)(count), sizeof(CUstreamBatchMemOpParams)) : 0;
+    if (n_paramArray > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuStreamBatchMemOp", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamBatchMemOp, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)stream);
+    fgr_put_u64(&fgr_c.w, (uint64_t)count);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    fgr_put_buf(&fgr_c.w, paramArray, n_paramArray);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mcHandle, const CUmulticastObjectProp *prop)
 {
     (void)mcHandle;
@@ -6647,797 +6683,787 @@ FGR_EXPORT CUresult cuGraphExecKernelNodeSetParams(void)
     return fgr_unsupported(13, "cuGraphExecKernelNodeSetParams", "the CUDA 10 ABI of a kernel node's parameters: _v2 is carried");
 }
 
-FGR_EXPORT CUresult cuStreamBatchMemOp(void)
-{
-    return fgr_unsupported(14, "cuStreamBatchMemOp", "the CUDA 8 ABI of stream memory operations: not carried");
-}
-
 FGR_EXPORT CUresult cuIpcOpenMemHandle(void)
 {
-    return fgr_unsupported(15, "cuIpcOpenMemHandle", "the CUDA 4 ABI of opening an IPC handle: _v2 is carried");
+    return fgr_unsupported(14, "cuIpcOpenMemHandle", "the CUDA 4 ABI of opening an IPC handle: _v2 is carried");
 }
 
 FGR_EXPORT CUresult cuMemcpyDtoDAsync(void)
 {
-    return fgr_unsupported(16, "cuMemcpyDtoDAsync", "the CUDA 3.0 ABI of 32-bit addresses and sizes: _v2 is carried");
+    return fgr_unsupported(15, "cuMemcpyDtoDAsync", "the CUDA 3.0 ABI of 32-bit addresses and sizes: _v2 is carried");
 }
 
 FGR_EXPORT CUresult cuGraphicsResourceSetMapFlags(void)
 {
-    return fgr_unsupported(17, "cuGraphicsResourceSetMapFlags", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(16, "cuGraphicsResourceSetMapFlags", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuGLCtxCreate_v2(void)
 {
-    return fgr_unsupported(18, "cuGLCtxCreate_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(17, "cuGLCtxCreate_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLGetDevices_v2(void)
 {
-    return fgr_unsupported(19, "cuGLGetDevices_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(18, "cuGLGetDevices_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLInit(void)
 {
-    return fgr_unsupported(20, "cuGLInit", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(19, "cuGLInit", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLMapBufferObjectAsync_v2(void)
 {
-    return fgr_unsupported(21, "cuGLMapBufferObjectAsync_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(20, "cuGLMapBufferObjectAsync_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLMapBufferObject_v2(void)
 {
-    return fgr_unsupported(22, "cuGLMapBufferObject_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(21, "cuGLMapBufferObject_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLRegisterBufferObject(void)
 {
-    return fgr_unsupported(23, "cuGLRegisterBufferObject", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(22, "cuGLRegisterBufferObject", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLSetBufferObjectMapFlags(void)
 {
-    return fgr_unsupported(24, "cuGLSetBufferObjectMapFlags", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(23, "cuGLSetBufferObjectMapFlags", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLUnmapBufferObject(void)
 {
-    return fgr_unsupported(25, "cuGLUnmapBufferObject", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(24, "cuGLUnmapBufferObject", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLUnmapBufferObjectAsync(void)
 {
-    return fgr_unsupported(26, "cuGLUnmapBufferObjectAsync", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(25, "cuGLUnmapBufferObjectAsync", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLUnregisterBufferObject(void)
 {
-    return fgr_unsupported(27, "cuGLUnregisterBufferObject", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(26, "cuGLUnregisterBufferObject", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGraphicsGLRegisterBuffer(void)
 {
-    return fgr_unsupported(28, "cuGraphicsGLRegisterBuffer", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(27, "cuGraphicsGLRegisterBuffer", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGraphicsGLRegisterImage(void)
 {
-    return fgr_unsupported(29, "cuGraphicsGLRegisterImage", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(28, "cuGraphicsGLRegisterImage", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGraphicsEGLRegisterImage(void)
 {
-    return fgr_unsupported(30, "cuGraphicsEGLRegisterImage", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(29, "cuGraphicsEGLRegisterImage", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamConsumerAcquireFrame(void)
 {
-    return fgr_unsupported(31, "cuEGLStreamConsumerAcquireFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(30, "cuEGLStreamConsumerAcquireFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamConsumerConnect(void)
 {
-    return fgr_unsupported(32, "cuEGLStreamConsumerConnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(31, "cuEGLStreamConsumerConnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamConsumerConnectWithFlags(void)
 {
-    return fgr_unsupported(33, "cuEGLStreamConsumerConnectWithFlags", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(32, "cuEGLStreamConsumerConnectWithFlags", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamConsumerDisconnect(void)
 {
-    return fgr_unsupported(34, "cuEGLStreamConsumerDisconnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(33, "cuEGLStreamConsumerDisconnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamConsumerReleaseFrame(void)
 {
-    return fgr_unsupported(35, "cuEGLStreamConsumerReleaseFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(34, "cuEGLStreamConsumerReleaseFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamProducerConnect(void)
 {
-    return fgr_unsupported(36, "cuEGLStreamProducerConnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(35, "cuEGLStreamProducerConnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamProducerDisconnect(void)
 {
-    return fgr_unsupported(37, "cuEGLStreamProducerDisconnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(36, "cuEGLStreamProducerDisconnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamProducerPresentFrame(void)
 {
-    return fgr_unsupported(38, "cuEGLStreamProducerPresentFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(37, "cuEGLStreamProducerPresentFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamProducerReturnFrame(void)
 {
-    return fgr_unsupported(39, "cuEGLStreamProducerReturnFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(38, "cuEGLStreamProducerReturnFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEventCreateFromEGLSync(void)
 {
-    return fgr_unsupported(40, "cuEventCreateFromEGLSync", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(39, "cuEventCreateFromEGLSync", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGraphicsVDPAURegisterOutputSurface(void)
 {
-    return fgr_unsupported(41, "cuGraphicsVDPAURegisterOutputSurface", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(40, "cuGraphicsVDPAURegisterOutputSurface", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGraphicsVDPAURegisterVideoSurface(void)
 {
-    return fgr_unsupported(42, "cuGraphicsVDPAURegisterVideoSurface", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(41, "cuGraphicsVDPAURegisterVideoSurface", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuVDPAUCtxCreate_v2(void)
 {
-    return fgr_unsupported(43, "cuVDPAUCtxCreate_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(42, "cuVDPAUCtxCreate_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuVDPAUGetDevice(void)
 {
-    return fgr_unsupported(44, "cuVDPAUGetDevice", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(43, "cuVDPAUGetDevice", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGraphicsMapResources(void)
 {
-    return fgr_unsupported(45, "cuGraphicsMapResources", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(44, "cuGraphicsMapResources", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuGraphicsResourceGetMappedEglFrame(void)
 {
-    return fgr_unsupported(46, "cuGraphicsResourceGetMappedEglFrame", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(45, "cuGraphicsResourceGetMappedEglFrame", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuGraphicsResourceGetMappedMipmappedArray(void)
 {
-    return fgr_unsupported(47, "cuGraphicsResourceGetMappedMipmappedArray", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(46, "cuGraphicsResourceGetMappedMipmappedArray", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuGraphicsResourceGetMappedPointer_v2(void)
 {
-    return fgr_unsupported(48, "cuGraphicsResourceGetMappedPointer_v2", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(47, "cuGraphicsResourceGetMappedPointer_v2", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuGraphicsResourceSetMapFlags_v2(void)
 {
-    return fgr_unsupported(49, "cuGraphicsResourceSetMapFlags_v2", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(48, "cuGraphicsResourceSetMapFlags_v2", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuGraphicsSubResourceGetMappedArray(void)
 {
-    return fgr_unsupported(50, "cuGraphicsSubResourceGetMappedArray", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(49, "cuGraphicsSubResourceGetMappedArray", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuGraphicsUnmapResources(void)
 {
-    return fgr_unsupported(51, "cuGraphicsUnmapResources", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(50, "cuGraphicsUnmapResources", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuGraphicsUnregisterResource(void)
 {
-    return fgr_unsupported(52, "cuGraphicsUnregisterResource", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(51, "cuGraphicsUnregisterResource", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuImportExternalMemory(void)
 {
-    return fgr_unsupported(53, "cuImportExternalMemory", "it imports an OS handle of the program's host (a file descriptor, a Vulkan or NvSci object), which the server's driver cannot open");
+    return fgr_unsupported(52, "cuImportExternalMemory", "it imports an OS handle of the program's host (a file descriptor, a Vulkan or NvSci object), which the server's driver cannot open");
 }
 
 FGR_EXPORT CUresult cuImportExternalSemaphore(void)
 {
-    return fgr_unsupported(54, "cuImportExternalSemaphore", "it imports an OS handle of the program's host (a file descriptor, a Vulkan or NvSci object), which the server's driver cannot open");
+    return fgr_unsupported(53, "cuImportExternalSemaphore", "it imports an OS handle of the program's host (a file descriptor, a Vulkan or NvSci object), which the server's driver cannot open");
 }
 
 FGR_EXPORT CUresult cuDeviceGetNvSciSyncAttributes(void)
 {
-    return fgr_unsupported(55, "cuDeviceGetNvSciSyncAttributes", "it imports an OS handle of the program's host (a file descriptor, a Vulkan or NvSci object), which the server's driver cannot open");
+    return fgr_unsupported(54, "cuDeviceGetNvSciSyncAttributes", "it imports an OS handle of the program's host (a file descriptor, a Vulkan or NvSci object), which the server's driver cannot open");
 }
 
 FGR_EXPORT CUresult cuDestroyExternalMemory(void)
 {
-    return fgr_unsupported(56, "cuDestroyExternalMemory", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(55, "cuDestroyExternalMemory", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuDestroyExternalSemaphore(void)
 {
-    return fgr_unsupported(57, "cuDestroyExternalSemaphore", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(56, "cuDestroyExternalSemaphore", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuExternalMemoryGetMappedBuffer(void)
 {
-    return fgr_unsupported(58, "cuExternalMemoryGetMappedBuffer", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(57, "cuExternalMemoryGetMappedBuffer", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuExternalMemoryGetMappedMipmappedArray(void)
 {
-    return fgr_unsupported(59, "cuExternalMemoryGetMappedMipmappedArray", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(58, "cuExternalMemoryGetMappedMipmappedArray", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuSignalExternalSemaphoresAsync(void)
 {
-    return fgr_unsupported(60, "cuSignalExternalSemaphoresAsync", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(59, "cuSignalExternalSemaphoresAsync", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuWaitExternalSemaphoresAsync(void)
 {
-    return fgr_unsupported(61, "cuWaitExternalSemaphoresAsync", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(60, "cuWaitExternalSemaphoresAsync", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuGraphAddExternalSemaphoresSignalNode(void)
 {
-    return fgr_unsupported(62, "cuGraphAddExternalSemaphoresSignalNode", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(61, "cuGraphAddExternalSemaphoresSignalNode", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuGraphAddExternalSemaphoresWaitNode(void)
 {
-    return fgr_unsupported(63, "cuGraphAddExternalSemaphoresWaitNode", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(62, "cuGraphAddExternalSemaphoresWaitNode", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuGraphExecExternalSemaphoresSignalNodeSetParams(void)
 {
-    return fgr_unsupported(64, "cuGraphExecExternalSemaphoresSignalNodeSetParams", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(63, "cuGraphExecExternalSemaphoresSignalNodeSetParams", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuGraphExecExternalSemaphoresWaitNodeSetParams(void)
 {
-    return fgr_unsupported(65, "cuGraphExecExternalSemaphoresWaitNodeSetParams", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(64, "cuGraphExecExternalSemaphoresWaitNodeSetParams", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuGraphExternalSemaphoresSignalNodeGetParams(void)
 {
-    return fgr_unsupported(66, "cuGraphExternalSemaphoresSignalNodeGetParams", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(65, "cuGraphExternalSemaphoresSignalNodeGetParams", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuGraphExternalSemaphoresSignalNodeSetParams(void)
 {
-    return fgr_unsupported(67, "cuGraphExternalSemaphoresSignalNodeSetParams", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(66, "cuGraphExternalSemaphoresSignalNodeSetParams", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuGraphExternalSemaphoresWaitNodeGetParams(void)
 {
-    return fgr_unsupported(68, "cuGraphExternalSemaphoresWaitNodeGetParams", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(67, "cuGraphExternalSemaphoresWaitNodeGetParams", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuGraphExternalSemaphoresWaitNodeSetParams(void)
 {
-    return fgr_unsupported(69, "cuGraphExternalSemaphoresWaitNodeSetParams", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(68, "cuGraphExternalSemaphoresWaitNodeSetParams", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuModuleGetTexRef(void)
 {
-    return fgr_unsupported(70, "cuModuleGetTexRef", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(69, "cuModuleGetTexRef", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuModuleGetSurfRef(void)
 {
-    return fgr_unsupported(71, "cuModuleGetSurfRef", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(70, "cuModuleGetSurfRef", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuParamSetTexRef(void)
 {
-    return fgr_unsupported(72, "cuParamSetTexRef", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(71, "cuParamSetTexRef", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuSurfRefGetArray(void)
 {
-    return fgr_unsupported(73, "cuSurfRefGetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(72, "cuSurfRefGetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuSurfRefSetArray(void)
 {
-    return fgr_unsupported(74, "cuSurfRefSetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(73, "cuSurfRefSetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefCreate(void)
 {
-    return fgr_unsupported(75, "cuTexRefCreate", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(74, "cuTexRefCreate", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefDestroy(void)
 {
-    return fgr_unsupported(76, "cuTexRefDestroy", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(75, "cuTexRefDestroy", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetAddressMode(void)
 {
-    return fgr_unsupported(77, "cuTexRefGetAddressMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(76, "cuTexRefGetAddressMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetAddress_v2(void)
 {
-    return fgr_unsupported(78, "cuTexRefGetAddress_v2", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(77, "cuTexRefGetAddress_v2", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetArray(void)
 {
-    return fgr_unsupported(79, "cuTexRefGetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(78, "cuTexRefGetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetBorderColor(void)
 {
-    return fgr_unsupported(80, "cuTexRefGetBorderColor", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(79, "cuTexRefGetBorderColor", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetFilterMode(void)
 {
-    return fgr_unsupported(81, "cuTexRefGetFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(80, "cuTexRefGetFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetFlags(void)
 {
-    return fgr_unsupported(82, "cuTexRefGetFlags", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(81, "cuTexRefGetFlags", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetFormat(void)
 {
-    return fgr_unsupported(83, "cuTexRefGetFormat", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(82, "cuTexRefGetFormat", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetMaxAnisotropy(void)
 {
-    return fgr_unsupported(84, "cuTexRefGetMaxAnisotropy", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(83, "cuTexRefGetMaxAnisotropy", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetMipmapFilterMode(void)
 {
-    return fgr_unsupported(85, "cuTexRefGetMipmapFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(84, "cuTexRefGetMipmapFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetMipmapLevelBias(void)
 {
-    return fgr_unsupported(86, "cuTexRefGetMipmapLevelBias", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(85, "cuTexRefGetMipmapLevelBias", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetMipmapLevelClamp(void)
 {
-    return fgr_unsupported(87, "cuTexRefGetMipmapLevelClamp", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(86, "cuTexRefGetMipmapLevelClamp", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetMipmappedArray(void)
 {
-    return fgr_unsupported(88, "cuTexRefGetMipmappedArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(87, "cuTexRefGetMipmappedArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetAddress2D_v3(void)
 {
-    return fgr_unsupported(89, "cuTexRefSetAddress2D_v3", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(88, "cuTexRefSetAddress2D_v3", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetAddressMode(void)
 {
-    return fgr_unsupported(90, "cuTexRefSetAddressMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(89, "cuTexRefSetAddressMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetAddress_v2(void)
 {
-    return fgr_unsupported(91, "cuTexRefSetAddress_v2", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(90, "cuTexRefSetAddress_v2", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetArray(void)
 {
-    return fgr_unsupported(92, "cuTexRefSetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(91, "cuTexRefSetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetBorderColor(void)
 {
-    return fgr_unsupported(93, "cuTexRefSetBorderColor", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(92, "cuTexRefSetBorderColor", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetFilterMode(void)
 {
-    return fgr_unsupported(94, "cuTexRefSetFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(93, "cuTexRefSetFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetFlags(void)
 {
-    return fgr_unsupported(95, "cuTexRefSetFlags", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(94, "cuTexRefSetFlags", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetFormat(void)
 {
-    return fgr_unsupported(96, "cuTexRefSetFormat", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(95, "cuTexRefSetFormat", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetMaxAnisotropy(void)
 {
-    return fgr_unsupported(97, "cuTexRefSetMaxAnisotropy", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(96, "cuTexRefSetMaxAnisotropy", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetMipmapFilterMode(void)
 {
-    return fgr_unsupported(98, "cuTexRefSetMipmapFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(97, "cuTexRefSetMipmapFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetMipmapLevelBias(void)
 {
-    return fgr_unsupported(99, "cuTexRefSetMipmapLevelBias", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(98, "cuTexRefSetMipmapLevelBias", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetMipmapLevelClamp(void)
 {
-    return fgr_unsupported(100, "cuTexRefSetMipmapLevelClamp", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(99, "cuTexRefSetMipmapLevelClamp", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetMipmappedArray(void)
 {
-    return fgr_unsupported(101, "cuTexRefSetMipmappedArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(100, "cuTexRefSetMipmappedArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuFuncSetBlockShape(void)
 {
-    return fgr_unsupported(102, "cuFuncSetBlockShape", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(101, "cuFuncSetBlockShape", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuFuncSetSharedSize(void)
 {
-    return fgr_unsupported(103, "cuFuncSetSharedSize", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(102, "cuFuncSetSharedSize", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuParamSetSize(void)
 {
-    return fgr_unsupported(104, "cuParamSetSize", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(103, "cuParamSetSize", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuParamSetf(void)
 {
-    return fgr_unsupported(105, "cuParamSetf", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(104, "cuParamSetf", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuParamSeti(void)
 {
-    return fgr_unsupported(106, "cuParamSeti", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(105, "cuParamSeti", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuParamSetv(void)
 {
-    return fgr_unsupported(107, "cuParamSetv", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(106, "cuParamSetv", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuLaunch(void)
 {
-    return fgr_unsupported(108, "cuLaunch", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(107, "cuLaunch", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuLaunchGrid(void)
 {
-    return fgr_unsupported(109, "cuLaunchGrid", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(108, "cuLaunchGrid", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuLaunchGridAsync(void)
 {
-    return fgr_unsupported(110, "cuLaunchGridAsync", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(109, "cuLaunchGridAsync", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuCtxAttach(void)
 {
-    return fgr_unsupported(111, "cuCtxAttach", "deprecated since CUDA 4: cuCtxPushCurrent and cuCtxPopCurrent are carried");
+    return fgr_unsupported(110, "cuCtxAttach", "deprecated since CUDA 4: cuCtxPushCurrent and cuCtxPopCurrent are carried");
 }
 
 FGR_EXPORT CUresult cuCtxDetach(void)
 {
-    return fgr_unsupported(112, "cuCtxDetach", "deprecated since CUDA 4: cuCtxPushCurrent and cuCtxPopCurrent are carried");
+    return fgr_unsupported(111, "cuCtxDetach", "deprecated since CUDA 4: cuCtxPushCurrent and cuCtxPopCurrent are carried");
 }
 
 FGR_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(void)
 {
-    return fgr_unsupported(113, "cuLaunchCooperativeKernelMultiDevice", "removed from the runtime in CUDA 12: cuLaunchCooperativeKernel is carried, one launch per device");
+    return fgr_unsupported(112, "cuLaunchCooperativeKernelMultiDevice", "removed from the runtime in CUDA 12: cuLaunchCooperativeKernel is carried, one launch per device");
 }
 
 FGR_EXPORT CUresult cuProfilerInitialize(void)
 {
-    return fgr_unsupported(114, "cuProfilerInitialize", "deprecated since CUDA 11: cuProfilerStart and cuProfilerStop are carried");
+    return fgr_unsupported(113, "cuProfilerInitialize", "deprecated since CUDA 11: cuProfilerStart and cuProfilerStop are carried");
 }
 
 FGR_EXPORT CUresult cuGreenCtxCreate(void)
 {
-    return fgr_unsupported(115, "cuGreenCtxCreate", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    return fgr_unsupported(114, "cuGreenCtxCreate", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
 }
 
 FGR_EXPORT CUresult cuGreenCtxDestroy(void)
 {
-    return fgr_unsupported(116, "cuGreenCtxDestroy", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    return fgr_unsupported(115, "cuGreenCtxDestroy", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
 }
 
 FGR_EXPORT CUresult cuGreenCtxGetDevResource(void)
 {
-    return fgr_unsupported(117, "cuGreenCtxGetDevResource", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    return fgr_unsupported(116, "cuGreenCtxGetDevResource", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
 }
 
 FGR_EXPORT CUresult cuGreenCtxGetId(void)
 {
-    return fgr_unsupported(118, "cuGreenCtxGetId", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    return fgr_unsupported(117, "cuGreenCtxGetId", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
 }
 
 FGR_EXPORT CUresult cuGreenCtxRecordEvent(void)
 {
-    return fgr_unsupported(119, "cuGreenCtxRecordEvent", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    return fgr_unsupported(118, "cuGreenCtxRecordEvent", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
 }
 
 FGR_EXPORT CUresult cuGreenCtxStreamCreate(void)
 {
-    return fgr_unsupported(120, "cuGreenCtxStreamCreate", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    return fgr_unsupported(119, "cuGreenCtxStreamCreate", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
 }
 
 FGR_EXPORT CUresult cuGreenCtxWaitEvent(void)
 {
-    return fgr_unsupported(121, "cuGreenCtxWaitEvent", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    return fgr_unsupported(120, "cuGreenCtxWaitEvent", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
 }
 
 FGR_EXPORT CUresult cuCtxFromGreenCtx(void)
 {
-    return fgr_unsupported(122, "cuCtxFromGreenCtx", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    return fgr_unsupported(121, "cuCtxFromGreenCtx", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
 }
 
 FGR_EXPORT CUresult cuCtxGetDevResource(void)
 {
-    return fgr_unsupported(123, "cuCtxGetDevResource", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    return fgr_unsupported(122, "cuCtxGetDevResource", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
 }
 
 FGR_EXPORT CUresult cuDeviceGetDevResource(void)
 {
-    return fgr_unsupported(124, "cuDeviceGetDevResource", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    return fgr_unsupported(123, "cuDeviceGetDevResource", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
 }
 
 FGR_EXPORT CUresult cuDevResourceGenerateDesc(void)
 {
-    return fgr_unsupported(125, "cuDevResourceGenerateDesc", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    return fgr_unsupported(124, "cuDevResourceGenerateDesc", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
 }
 
 FGR_EXPORT CUresult cuDevSmResourceSplitByCount(void)
 {
-    return fgr_unsupported(126, "cuDevSmResourceSplitByCount", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    return fgr_unsupported(125, "cuDevSmResourceSplitByCount", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
 }
 
 FGR_EXPORT CUresult cuStreamGetGreenCtx(void)
 {
-    return fgr_unsupported(127, "cuStreamGetGreenCtx", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    return fgr_unsupported(126, "cuStreamGetGreenCtx", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
 }
 
 FGR_EXPORT CUresult cuLogsCurrent(void)
 {
-    return fgr_unsupported(128, "cuLogsCurrent", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
+    return fgr_unsupported(127, "cuLogsCurrent", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
 }
 
 FGR_EXPORT CUresult cuLogsDumpToFile(void)
 {
-    return fgr_unsupported(129, "cuLogsDumpToFile", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
+    return fgr_unsupported(128, "cuLogsDumpToFile", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
 }
 
 FGR_EXPORT CUresult cuLogsDumpToMemory(void)
 {
-    return fgr_unsupported(130, "cuLogsDumpToMemory", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
+    return fgr_unsupported(129, "cuLogsDumpToMemory", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
 }
 
 FGR_EXPORT CUresult cuLogsRegisterCallback(void)
 {
-    return fgr_unsupported(131, "cuLogsRegisterCallback", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
+    return fgr_unsupported(130, "cuLogsRegisterCallback", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
 }
 
 FGR_EXPORT CUresult cuLogsUnregisterCallback(void)
 {
-    return fgr_unsupported(132, "cuLogsUnregisterCallback", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
+    return fgr_unsupported(131, "cuLogsUnregisterCallback", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
 }
 
 FGR_EXPORT CUresult cuCoredumpGetAttribute(void)
 {
-    return fgr_unsupported(133, "cuCoredumpGetAttribute", "GPU core dumps are written by the server's driver for the executor's process: set them there");
+    return fgr_unsupported(132, "cuCoredumpGetAttribute", "GPU core dumps are written by the server's driver for the executor's process: set them there");
 }
 
 FGR_EXPORT CUresult cuCoredumpGetAttributeGlobal(void)
 {
-    return fgr_unsupported(134, "cuCoredumpGetAttributeGlobal", "GPU core dumps are written by the server's driver for the executor's process: set them there");
+    return fgr_unsupported(133, "cuCoredumpGetAttributeGlobal", "GPU core dumps are written by the server's driver for the executor's process: set them there");
 }
 
 FGR_EXPORT CUresult cuCoredumpSetAttribute(void)
 {
-    return fgr_unsupported(135, "cuCoredumpSetAttribute", "GPU core dumps are written by the server's driver for the executor's process: set them there");
+    return fgr_unsupported(134, "cuCoredumpSetAttribute", "GPU core dumps are written by the server's driver for the executor's process: set them there");
 }
 
 FGR_EXPORT CUresult cuCoredumpSetAttributeGlobal(void)
 {
-    return fgr_unsupported(136, "cuCoredumpSetAttributeGlobal", "GPU core dumps are written by the server's driver for the executor's process: set them there");
+    return fgr_unsupported(135, "cuCoredumpSetAttributeGlobal", "GPU core dumps are written by the server's driver for the executor's process: set them there");
 }
 
 FGR_EXPORT CUresult cuDeviceRegisterAsyncNotification(void)
 {
-    return fgr_unsupported(137, "cuDeviceRegisterAsyncNotification", "the driver would call the program back from the server: asynchronous notifications are not carried");
+    return fgr_unsupported(136, "cuDeviceRegisterAsyncNotification", "the driver would call the program back from the server: asynchronous notifications are not carried");
 }
 
 FGR_EXPORT CUresult cuDeviceUnregisterAsyncNotification(void)
 {
-    return fgr_unsupported(138, "cuDeviceUnregisterAsyncNotification", "the driver would call the program back from the server: asynchronous notifications are not carried");
+    return fgr_unsupported(137, "cuDeviceUnregisterAsyncNotification", "the driver would call the program back from the server: asynchronous notifications are not carried");
 }
 
 FGR_EXPORT CUresult cuCheckpointProcessGetRestoreThreadId(void)
 {
-    return fgr_unsupported(139, "cuCheckpointProcessGetRestoreThreadId", "it names a process by its pid; a remote program's GPU state is its executor's, on the server (flexgv suspend acts on local tenants)");
+    return fgr_unsupported(138, "cuCheckpointProcessGetRestoreThreadId", "it names a process by its pid; a remote program's GPU state is its executor's, on the server (flexgv suspend acts on local tenants)");
 }
 
 FGR_EXPORT CUresult cuMemGetHandleForAddressRange(void)
 {
-    return fgr_unsupported(140, "cuMemGetHandleForAddressRange", "it returns a dma-buf file descriptor of the executor's process, which means nothing in the program's");
+    return fgr_unsupported(139, "cuMemGetHandleForAddressRange", "it returns a dma-buf file descriptor of the executor's process, which means nothing in the program's");
 }
 
 FGR_EXPORT CUresult cuLibraryGetUnifiedFunction(void)
 {
-    return fgr_unsupported(141, "cuLibraryGetUnifiedFunction", "a unified function's address is in the library's image on the server's host");
+    return fgr_unsupported(140, "cuLibraryGetUnifiedFunction", "a unified function's address is in the library's image on the server's host");
 }
 
 FGR_EXPORT CUresult cuFlushGPUDirectRDMAWrites(void)
 {
-    return fgr_unsupported(142, "cuFlushGPUDirectRDMAWrites", "GPUDirect RDMA writes come from the NICs of the GPU's own host: nothing of the program's reaches it that way");
+    return fgr_unsupported(141, "cuFlushGPUDirectRDMAWrites", "GPUDirect RDMA writes come from the NICs of the GPU's own host: nothing of the program's reaches it that way");
 }
 
 FGR_EXPORT CUresult cuDeviceGetLuid(void)
 {
-    return fgr_unsupported(143, "cuDeviceGetLuid", "a Windows (WDDM) adapter identifier: Linux drivers answer CUDA_ERROR_NOT_SUPPORTED too");
+    return fgr_unsupported(142, "cuDeviceGetLuid", "a Windows (WDDM) adapter identifier: Linux drivers answer CUDA_ERROR_NOT_SUPPORTED too");
 }
 
 FGR_EXPORT CUresult cuGraphExecChildGraphNodeSetParams(void)
 {
-    return fgr_unsupported(144, "cuGraphExecChildGraphNodeSetParams", "the executable's sides in the program's pageable memory would need the old child graph's dropped: not carried yet");
-}
-
-FGR_EXPORT CUresult cuStreamBatchMemOp_v2(void)
-{
-    return fgr_unsupported(145, "cuStreamBatchMemOp_v2", "batches of stream memory operations are not carried yet: cuStreamWaitValue32/64 and cuStreamWriteValue32/64 are");
+    return fgr_unsupported(143, "cuGraphExecChildGraphNodeSetParams", "the executable's sides in the program's pageable memory would need the old child graph's dropped: not carried yet");
 }
 
 FGR_EXPORT CUresult cuGraphAddBatchMemOpNode(void)
 {
-    return fgr_unsupported(146, "cuGraphAddBatchMemOpNode", "batches of stream memory operations are not carried yet: cuStreamWaitValue32/64 and cuStreamWriteValue32/64 are");
+    return fgr_unsupported(144, "cuGraphAddBatchMemOpNode", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
 }
 
 FGR_EXPORT CUresult cuGraphBatchMemOpNodeGetParams(void)
 {
-    return fgr_unsupported(147, "cuGraphBatchMemOpNodeGetParams", "batches of stream memory operations are not carried yet: cuStreamWaitValue32/64 and cuStreamWriteValue32/64 are");
+    return fgr_unsupported(145, "cuGraphBatchMemOpNodeGetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
 }
 
 FGR_EXPORT CUresult cuGraphBatchMemOpNodeSetParams(void)
 {
-    return fgr_unsupported(148, "cuGraphBatchMemOpNodeSetParams", "batches of stream memory operations are not carried yet: cuStreamWaitValue32/64 and cuStreamWriteValue32/64 are");
+    return fgr_unsupported(146, "cuGraphBatchMemOpNodeSetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
 }
 
 FGR_EXPORT CUresult cuGraphExecBatchMemOpNodeSetParams(void)
 {
-    return fgr_unsupported(149, "cuGraphExecBatchMemOpNodeSetParams", "batches of stream memory operations are not carried yet: cuStreamWaitValue32/64 and cuStreamWriteValue32/64 are");
+    return fgr_unsupported(147, "cuGraphExecBatchMemOpNodeSetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
 }
 
 FGR_EXPORT CUresult cuMemcpyBatchAsync_v2(void)
 {
-    return fgr_unsupported(150, "cuMemcpyBatchAsync_v2", "batched copies are not carried yet: each copy of the batch is, as its own cuMemcpyAsync or cuMemcpy3DAsync");
+    return fgr_unsupported(148, "cuMemcpyBatchAsync_v2", "batched copies are not carried yet: each copy of the batch is, as its own cuMemcpyAsync or cuMemcpy3DAsync");
 }
 
 FGR_EXPORT CUresult cuMemcpy3DBatchAsync_v2(void)
 {
-    return fgr_unsupported(151, "cuMemcpy3DBatchAsync_v2", "batched copies are not carried yet: each copy of the batch is, as its own cuMemcpyAsync or cuMemcpy3DAsync");
+    return fgr_unsupported(149, "cuMemcpy3DBatchAsync_v2", "batched copies are not carried yet: each copy of the batch is, as its own cuMemcpyAsync or cuMemcpy3DAsync");
 }
 
 FGR_EXPORT CUresult cuMemPrefetchBatchAsync(void)
 {
-    return fgr_unsupported(152, "cuMemPrefetchBatchAsync", "batched prefetch and discard of managed memory are not carried yet: cuMemPrefetchAsync is");
+    return fgr_unsupported(150, "cuMemPrefetchBatchAsync", "batched prefetch and discard of managed memory are not carried yet: cuMemPrefetchAsync is");
 }
 
 FGR_EXPORT CUresult cuMemDiscardBatchAsync(void)
 {
-    return fgr_unsupported(153, "cuMemDiscardBatchAsync", "batched prefetch and discard of managed memory are not carried yet: cuMemPrefetchAsync is");
+    return fgr_unsupported(151, "cuMemDiscardBatchAsync", "batched prefetch and discard of managed memory are not carried yet: cuMemPrefetchAsync is");
 }
 
 FGR_EXPORT CUresult cuMemDiscardAndPrefetchBatchAsync(void)
 {
-    return fgr_unsupported(154, "cuMemDiscardAndPrefetchBatchAsync", "batched prefetch and discard of managed memory are not carried yet: cuMemPrefetchAsync is");
+    return fgr_unsupported(152, "cuMemDiscardAndPrefetchBatchAsync", "batched prefetch and discard of managed memory are not carried yet: cuMemPrefetchAsync is");
 }
 
 FGR_EXPORT CUresult cuMemBatchDecompressAsync(void)
 {
-    return fgr_unsupported(155, "cuMemBatchDecompressAsync", "the copy engines' decompression is not carried yet");
+    return fgr_unsupported(153, "cuMemBatchDecompressAsync", "the copy engines' decompression is not carried yet");
 }
 
 FGR_EXPORT CUresult cuArrayGetMemoryRequirements(void)
 {
-    return fgr_unsupported(156, "cuArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(154, "cuArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuArrayGetPlane(void)
 {
-    return fgr_unsupported(157, "cuArrayGetPlane", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(155, "cuArrayGetPlane", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuArrayGetSparseProperties(void)
 {
-    return fgr_unsupported(158, "cuArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(156, "cuArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuMipmappedArrayGetMemoryRequirements(void)
 {
-    return fgr_unsupported(159, "cuMipmappedArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(157, "cuMipmappedArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuMipmappedArrayGetSparseProperties(void)
 {
-    return fgr_unsupported(160, "cuMipmappedArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(158, "cuMipmappedArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuMemMapArrayAsync(void)
 {
-    return fgr_unsupported(161, "cuMemMapArrayAsync", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(159, "cuMemMapArrayAsync", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuMemcpy3DPeer(void)
 {
-    return fgr_unsupported(162, "cuMemcpy3DPeer", "peer copies between contexts of 3D regions are not carried yet: cuMemcpy3D and cuMemcpyPeer are");
+    return fgr_unsupported(160, "cuMemcpy3DPeer", "peer copies between contexts of 3D regions are not carried yet: cuMemcpy3D and cuMemcpyPeer are");
 }
 
 FGR_EXPORT CUresult cuMemcpy3DPeerAsync(void)
 {
-    return fgr_unsupported(163, "cuMemcpy3DPeerAsync", "peer copies between contexts of 3D regions are not carried yet: cuMemcpy3D and cuMemcpyPeer are");
+    return fgr_unsupported(161, "cuMemcpy3DPeerAsync", "peer copies between contexts of 3D regions are not carried yet: cuMemcpy3D and cuMemcpyPeer are");
 }
 
 FGR_EXPORT CUresult cuDeviceGetHostAtomicCapabilities(void)
 {
-    return fgr_unsupported(164, "cuDeviceGetHostAtomicCapabilities", "atomic capability queries are not carried yet: cuDeviceGetAttribute's host-native atomics answer is");
+    return fgr_unsupported(162, "cuDeviceGetHostAtomicCapabilities", "atomic capability queries are not carried yet: cuDeviceGetAttribute's host-native atomics answer is");
 }
 
 FGR_EXPORT CUresult cuDeviceGetP2PAtomicCapabilities(void)
 {
-    return fgr_unsupported(165, "cuDeviceGetP2PAtomicCapabilities", "atomic capability queries are not carried yet: cuDeviceGetAttribute's host-native atomics answer is");
+    return fgr_unsupported(163, "cuDeviceGetP2PAtomicCapabilities", "atomic capability queries are not carried yet: cuDeviceGetAttribute's host-native atomics answer is");
 }
 
 FGR_EXPORT CUresult cuTensorMapEncodeIm2colWide(void)
 {
-    return fgr_unsupported(166, "cuTensorMapEncodeIm2colWide", "the wide im2col tensor map is not carried yet: tiled and im2col tensor maps are");
+    return fgr_unsupported(164, "cuTensorMapEncodeIm2colWide", "the wide im2col tensor map is not carried yet: tiled and im2col tensor maps are");
 }
 
 FGR_EXPORT CUresult cuCtxRecordEvent(void)
 {
-    return fgr_unsupported(167, "cuCtxRecordEvent", "not carried yet");
+    return fgr_unsupported(165, "cuCtxRecordEvent", "not carried yet");
 }
 
 FGR_EXPORT CUresult cuCtxWaitEvent(void)
 {
-    return fgr_unsupported(168, "cuCtxWaitEvent", "not carried yet");
+    return fgr_unsupported(166, "cuCtxWaitEvent", "not carried yet");
 }
 
 FGR_EXPORT CUresult cuMemHostGetFlags(void)
 {
-    return fgr_unsupported(169, "cuMemHostGetFlags", "not carried yet");
+    return fgr_unsupported(167, "cuMemHostGetFlags", "not carried yet");
 }
 
 FGR_EXPORT CUresult cuMemSetMemPool(void)
 {
-    return fgr_unsupported(170, "cuMemSetMemPool", "not carried yet");
+    return fgr_unsupported(168, "cuMemSetMemPool", "not carried yet");
 }
 
 FGR_EXPORT CUresult cuDeviceGetProperties(void)
 {
-    return fgr_unsupported(171, "cuDeviceGetProperties", "deprecated since CUDA 5: cuDeviceGetAttribute is answered");
+    return fgr_unsupported(169, "cuDeviceGetProperties", "deprecated since CUDA 5: cuDeviceGetAttribute is answered");
 }
 
-const int fgr_nunsupported = 172;
+const int fgr_nunsupported = 170;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -7648,6 +7674,8 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamWriteValue64] = "cuStreamWriteValue64",
     [FGR_OP_cuStreamWaitValue32] = "cuStreamWaitValue32",
     [FGR_OP_cuStreamWaitValue64] = "cuStreamWaitValue64",
+    [FGR_OP_cuStreamBatchMemOp_v2] = "cuStreamBatchMemOp_v2",
+    [FGR_OP_cuStreamBatchMemOp] = "cuStreamBatchMemOp",
     [FGR_OP_cuModuleGetFunctionCount] = "cuModuleGetFunctionCount",
     [FGR_OP_cuModuleEnumerateFunctions] = "cuModuleEnumerateFunctions",
     [FGR_OP_cuFuncIsLoaded] = "cuFuncIsLoaded",
@@ -8147,6 +8175,8 @@ const struct fg_proc fgr_procs[] = {
     {"cuStreamWriteValue64", "cuStreamWriteValue64", 9000, 0, (void *)cuStreamWriteValue64},
     {"cuStreamWaitValue32", "cuStreamWaitValue32", 8000, 0, (void *)cuStreamWaitValue32},
     {"cuStreamWaitValue64", "cuStreamWaitValue64", 9000, 0, (void *)cuStreamWaitValue64},
+    {"cuStreamBatchMemOp", "cuStreamBatchMemOp_v2", 12000, 0, (void *)cuStreamBatchMemOp_v2},
+    {"cuStreamBatchMemOp", "cuStreamBatchMemOp", 8000, 0, (void *)cuStreamBatchMemOp},
     {"cuMulticastCreate", "cuMulticastCreate", 12010, 0, (void *)cuMulticastCreate},
     {"cuMulticastAddDevice", "cuMulticastAddDevice", 12010, 0, (void *)cuMulticastAddDevice},
     {"cuMulticastBindMem", "cuMulticastBindMem", 12010, 0, (void *)cuMulticastBindMem},
@@ -8378,7 +8408,6 @@ const struct fg_proc fgr_procs[] = {
     {"cuGraphReleaseUserObject", "cuGraphReleaseUserObject", 11030, 0, (void *)cuGraphReleaseUserObject},
     {"cuGraphKernelNodeGetParams", "cuGraphKernelNodeGetParams", 10000, 0, (void *)cuGraphKernelNodeGetParams},
     {"cuGraphExecKernelNodeSetParams", "cuGraphExecKernelNodeSetParams", 10010, 0, (void *)cuGraphExecKernelNodeSetParams},
-    {"cuStreamBatchMemOp", "cuStreamBatchMemOp", 8000, 0, (void *)cuStreamBatchMemOp},
     {"cuIpcOpenMemHandle", "cuIpcOpenMemHandle", 4010, 0, (void *)cuIpcOpenMemHandle},
     {"cuMemcpyDtoDAsync", "cuMemcpyDtoDAsync", 3000, 0, (void *)cuMemcpyDtoDAsync},
     {"cuGraphicsResourceSetMapFlags", "cuGraphicsResourceSetMapFlags", 3000, 0, (void *)cuGraphicsResourceSetMapFlags},
@@ -8509,7 +8538,6 @@ const struct fg_proc fgr_procs[] = {
     {"cuFlushGPUDirectRDMAWrites", "cuFlushGPUDirectRDMAWrites", 11030, 0, (void *)cuFlushGPUDirectRDMAWrites},
     {"cuDeviceGetLuid", "cuDeviceGetLuid", 10000, 0, (void *)cuDeviceGetLuid},
     {"cuGraphExecChildGraphNodeSetParams", "cuGraphExecChildGraphNodeSetParams", 11010, 0, (void *)cuGraphExecChildGraphNodeSetParams},
-    {"cuStreamBatchMemOp", "cuStreamBatchMemOp_v2", 11070, 0, (void *)cuStreamBatchMemOp_v2},
     {"cuGraphAddBatchMemOpNode", "cuGraphAddBatchMemOpNode", 11070, 0, (void *)cuGraphAddBatchMemOpNode},
     {"cuGraphBatchMemOpNodeGetParams", "cuGraphBatchMemOpNodeGetParams", 11070, 0, (void *)cuGraphBatchMemOpNodeGetParams},
     {"cuGraphBatchMemOpNodeSetParams", "cuGraphBatchMemOpNodeSetParams", 11070, 0, (void *)cuGraphBatchMemOpNodeSetParams},

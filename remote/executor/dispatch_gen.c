@@ -208,6 +208,8 @@ typedef CUresult (*pfn_cuStreamWriteValue32)(CUstream stream, CUdeviceptr addr, 
 typedef CUresult (*pfn_cuStreamWriteValue64)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
 typedef CUresult (*pfn_cuStreamWaitValue32)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
 typedef CUresult (*pfn_cuStreamWaitValue64)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
+typedef CUresult (*pfn_cuStreamBatchMemOp_v2)(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags);
+typedef CUresult (*pfn_cuStreamBatchMemOp)(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags);
 typedef CUresult (*pfn_cuModuleGetFunctionCount)(unsigned int *count, CUmodule mod);
 typedef CUresult (*pfn_cuModuleEnumerateFunctions)(CUfunction *functions, unsigned int numFunctions, CUmodule mod);
 typedef CUresult (*pfn_cuFuncIsLoaded)(CUfunctionLoadingState *state, CUfunction function);
@@ -4660,6 +4662,40 @@ static CUresult op_cuStreamWaitValue64(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_cuStreamBatchMemOp_v2(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream stream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    unsigned int count = (unsigned int)fgr_get_u64(rd);
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    CUstreamBatchMemOpParams *paramArray = fgr_get_buf(rd, q, fgr_mul((uint64_t)(count), sizeof(CUstreamBatchMemOpParams)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)stream)))
+        fgr_r = fgr_refuse("cuStreamBatchMemOp_v2", "stream", (uint64_t)(uintptr_t)stream, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuStreamBatchMemOp_v2)fgr_real[FGR_OP_cuStreamBatchMemOp_v2])(stream, count, paramArray, flags);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamBatchMemOp(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream stream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    unsigned int count = (unsigned int)fgr_get_u64(rd);
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    CUstreamBatchMemOpParams *paramArray = fgr_get_buf(rd, q, fgr_mul((uint64_t)(count), sizeof(CUstreamBatchMemOpParams)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)stream)))
+        fgr_r = fgr_refuse("cuStreamBatchMemOp", "stream", (uint64_t)(uintptr_t)stream, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuStreamBatchMemOp)fgr_real[FGR_OP_cuStreamBatchMemOp])(stream, count, paramArray, flags);
+    return fgr_r;
+}
+
 static CUresult op_cuModuleGetFunctionCount(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -9083,6 +9119,8 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamWriteValue64] = {"cuStreamWriteValue64", op_cuStreamWriteValue64, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamWaitValue32] = {"cuStreamWaitValue32", op_cuStreamWaitValue32, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamWaitValue64] = {"cuStreamWaitValue64", op_cuStreamWaitValue64, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamBatchMemOp_v2] = {"cuStreamBatchMemOp_v2", op_cuStreamBatchMemOp_v2, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuStreamBatchMemOp] = {"cuStreamBatchMemOp", op_cuStreamBatchMemOp, 0, FGR_MAX_FRAME},
     [FGR_OP_cuModuleGetFunctionCount] = {"cuModuleGetFunctionCount", op_cuModuleGetFunctionCount, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuModuleEnumerateFunctions] = {"cuModuleEnumerateFunctions", op_cuModuleEnumerateFunctions, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuFuncIsLoaded] = {"cuFuncIsLoaded", op_cuFuncIsLoaded, 0, FGR_SMALL_FRAME},

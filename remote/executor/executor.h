@@ -123,6 +123,8 @@ CUresult fgr_ipc_share(CUdeviceptr p, size_t n, void *token);
 int fgr_ipc_fetch(const void *token, uint64_t *size, uint64_t *off, uint64_t *len);
 /* The parameter-size operations (layout.c). */
 void fgr_layout_init(void *driver);
+/* Batches of stream memory operations, their addresses checked (memops.c). */
+void fgr_memops_init(void *driver);
 /* The sizes of f's parameters (a function's or a library kernel's): the
  * answer to fgrParamSizes. */
 CUresult fgr_func_sizes(CUfunction f, unsigned int max, unsigned int *count, unsigned int *sizes);

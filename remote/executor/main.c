@@ -713,6 +713,7 @@ int main(int argc, char **argv)
     fgr_heap_init(h);
     fgr_textures_init(h);
     fgr_layout_init(h);
+    fgr_memops_init(h);
     fgr_arena_init(h);
     fgr_ipc_init(h);
     fgr_hostfn_init(h);

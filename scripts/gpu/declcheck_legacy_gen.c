@@ -22,5 +22,7 @@ typedef CUresult (CUDAAPI *fg_sig_cuStreamWaitValue32)(CUstream stream, CUdevice
 SAME(fg_sig_cuStreamWaitValue32, PFN_cuStreamWaitValue32_v8000);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamWaitValue64)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
 SAME(fg_sig_cuStreamWaitValue64, PFN_cuStreamWaitValue64_v9000);
+typedef CUresult (CUDAAPI *fg_sig_cuStreamBatchMemOp)(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags);
+SAME(fg_sig_cuStreamBatchMemOp, PFN_cuStreamBatchMemOp_v8000);
 
 int main(void) { return 0; }

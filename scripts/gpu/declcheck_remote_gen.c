@@ -105,6 +105,8 @@ typedef CUresult (CUDAAPI *fg_sig_cuStreamWaitValue32_v2)(CUstream stream, CUdev
 SAME(fg_sig_cuStreamWaitValue32_v2, PFN_cuStreamWaitValue32_v11070);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamWaitValue64_v2)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
 SAME(fg_sig_cuStreamWaitValue64_v2, PFN_cuStreamWaitValue64_v11070);
+typedef CUresult (CUDAAPI *fg_sig_cuStreamBatchMemOp_v2)(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags);
+SAME(fg_sig_cuStreamBatchMemOp_v2, PFN_cuStreamBatchMemOp_v11070);
 typedef CUresult (CUDAAPI *fg_sig_cuMulticastCreate)(CUmemGenericAllocationHandle *mcHandle, const CUmulticastObjectProp *prop);
 SAME(fg_sig_cuMulticastCreate, PFN_cuMulticastCreate_v12010);
 typedef CUresult (CUDAAPI *fg_sig_cuMulticastAddDevice)(CUmemGenericAllocationHandle mcHandle, CUdevice dev);

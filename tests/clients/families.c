@@ -245,6 +245,38 @@ int main(int argc, char **argv)
     printf("sync memops %u, of memory not allocated: %s, another attribute: %s\n", sync,
            result_name(cuPointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, (CUdeviceptr)(uintptr_t)&one)),
            result_name(cuPointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, buf)));
+
+    /* Stream memory operations, one by one and in a batch: two writes, a
+     * barrier, a wait the writes meet; one outside the program's memory,
+     * and an operation no driver has, refused. */
+    CUstreamBatchMemOpParams ops[4];
+    memset(ops, 0, sizeof ops);
+    ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    ops[0].writeValue.address = buf;
+    ops[0].writeValue.value = 5;
+    ops[1].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+    ops[1].writeValue.address = buf + 8;
+    ops[1].writeValue.value64 = 7ull << 32 | 1;
+    ops[2].memoryBarrier.operation = CU_STREAM_MEM_OP_BARRIER;
+    ops[3].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+    ops[3].waitValue.address = buf;
+    ops[3].waitValue.value = 5;
+    ops[3].waitValue.flags = CU_STREAM_WAIT_VALUE_EQ;
+    CHECK(cuStreamBatchMemOp_v2(NULL, 4, ops, 0));
+    CHECK(cuStreamWaitValue64_v2(NULL, buf + 8, 7ull << 32, CU_STREAM_WAIT_VALUE_GEQ));
+    CHECK(cuCtxSynchronize());
+    unsigned long long words[2];
+    CHECK(cuMemcpyDtoH_v2(words, buf, sizeof words));
+    ops[1].writeValue.address = (CUdeviceptr)(uintptr_t)&one;
+    CUresult outside = cuStreamBatchMemOp_v2(NULL, 2, ops, 0);
+    CUdeviceptr gone;
+    CHECK(cuMemAlloc_v2(&gone, 1 << 20));
+    CHECK(cuMemFree_v2(gone));
+    ops[1].writeValue.address = gone;
+    printf("batch on memory freed: %s\n", result_name(cuStreamBatchMemOp_v2(NULL, 2, ops, 0)));
+    ops[1].operation = (CUstreamBatchMemOpType)9;
+    printf("batch: %#llx %#llx, outside the program's memory: %s, an unknown operation: %s\n", words[0], words[1],
+           result_name(outside), result_name(cuStreamBatchMemOp_v2(NULL, 2, ops, 0)));
     CHECK(cuMemFree_v2(buf));
     printf("families: done\n");
     return 0;
