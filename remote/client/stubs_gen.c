@@ -7353,117 +7353,112 @@ FGR_EXPORT CUresult cuGraphExecBatchMemOpNodeSetParams(void)
     return fgr_unsupported(147, "cuGraphExecBatchMemOpNodeSetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
 }
 
-FGR_EXPORT CUresult cuMemcpyBatchAsync_v2(void)
-{
-    return fgr_unsupported(148, "cuMemcpyBatchAsync_v2", "batched copies are not carried yet: each copy of the batch is, as its own cuMemcpyAsync or cuMemcpy3DAsync");
-}
-
 FGR_EXPORT CUresult cuMemcpy3DBatchAsync_v2(void)
 {
-    return fgr_unsupported(149, "cuMemcpy3DBatchAsync_v2", "batched copies are not carried yet: each copy of the batch is, as its own cuMemcpyAsync or cuMemcpy3DAsync");
+    return fgr_unsupported(148, "cuMemcpy3DBatchAsync_v2", "batches of 3D copies are not carried yet: cuMemcpy3DAsync is, and batches of linear copies");
 }
 
 FGR_EXPORT CUresult cuMemPrefetchBatchAsync(void)
 {
-    return fgr_unsupported(150, "cuMemPrefetchBatchAsync", "batched prefetch and discard of managed memory are not carried yet: cuMemPrefetchAsync is");
+    return fgr_unsupported(149, "cuMemPrefetchBatchAsync", "batched prefetch and discard of managed memory are not carried yet: cuMemPrefetchAsync is");
 }
 
 FGR_EXPORT CUresult cuMemDiscardBatchAsync(void)
 {
-    return fgr_unsupported(151, "cuMemDiscardBatchAsync", "batched prefetch and discard of managed memory are not carried yet: cuMemPrefetchAsync is");
+    return fgr_unsupported(150, "cuMemDiscardBatchAsync", "batched prefetch and discard of managed memory are not carried yet: cuMemPrefetchAsync is");
 }
 
 FGR_EXPORT CUresult cuMemDiscardAndPrefetchBatchAsync(void)
 {
-    return fgr_unsupported(152, "cuMemDiscardAndPrefetchBatchAsync", "batched prefetch and discard of managed memory are not carried yet: cuMemPrefetchAsync is");
+    return fgr_unsupported(151, "cuMemDiscardAndPrefetchBatchAsync", "batched prefetch and discard of managed memory are not carried yet: cuMemPrefetchAsync is");
 }
 
 FGR_EXPORT CUresult cuMemBatchDecompressAsync(void)
 {
-    return fgr_unsupported(153, "cuMemBatchDecompressAsync", "the copy engines' decompression is not carried yet");
+    return fgr_unsupported(152, "cuMemBatchDecompressAsync", "the copy engines' decompression is not carried yet");
 }
 
 FGR_EXPORT CUresult cuArrayGetMemoryRequirements(void)
 {
-    return fgr_unsupported(154, "cuArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(153, "cuArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuArrayGetPlane(void)
 {
-    return fgr_unsupported(155, "cuArrayGetPlane", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(154, "cuArrayGetPlane", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuArrayGetSparseProperties(void)
 {
-    return fgr_unsupported(156, "cuArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(155, "cuArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuMipmappedArrayGetMemoryRequirements(void)
 {
-    return fgr_unsupported(157, "cuMipmappedArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(156, "cuMipmappedArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuMipmappedArrayGetSparseProperties(void)
 {
-    return fgr_unsupported(158, "cuMipmappedArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(157, "cuMipmappedArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuMemMapArrayAsync(void)
 {
-    return fgr_unsupported(159, "cuMemMapArrayAsync", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(158, "cuMemMapArrayAsync", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuMemcpy3DPeer(void)
 {
-    return fgr_unsupported(160, "cuMemcpy3DPeer", "peer copies between contexts of 3D regions are not carried yet: cuMemcpy3D and cuMemcpyPeer are");
+    return fgr_unsupported(159, "cuMemcpy3DPeer", "peer copies between contexts of 3D regions are not carried yet: cuMemcpy3D and cuMemcpyPeer are");
 }
 
 FGR_EXPORT CUresult cuMemcpy3DPeerAsync(void)
 {
-    return fgr_unsupported(161, "cuMemcpy3DPeerAsync", "peer copies between contexts of 3D regions are not carried yet: cuMemcpy3D and cuMemcpyPeer are");
+    return fgr_unsupported(160, "cuMemcpy3DPeerAsync", "peer copies between contexts of 3D regions are not carried yet: cuMemcpy3D and cuMemcpyPeer are");
 }
 
 FGR_EXPORT CUresult cuDeviceGetHostAtomicCapabilities(void)
 {
-    return fgr_unsupported(162, "cuDeviceGetHostAtomicCapabilities", "atomic capability queries are not carried yet: cuDeviceGetAttribute's host-native atomics answer is");
+    return fgr_unsupported(161, "cuDeviceGetHostAtomicCapabilities", "atomic capability queries are not carried yet: cuDeviceGetAttribute's host-native atomics answer is");
 }
 
 FGR_EXPORT CUresult cuDeviceGetP2PAtomicCapabilities(void)
 {
-    return fgr_unsupported(163, "cuDeviceGetP2PAtomicCapabilities", "atomic capability queries are not carried yet: cuDeviceGetAttribute's host-native atomics answer is");
+    return fgr_unsupported(162, "cuDeviceGetP2PAtomicCapabilities", "atomic capability queries are not carried yet: cuDeviceGetAttribute's host-native atomics answer is");
 }
 
 FGR_EXPORT CUresult cuTensorMapEncodeIm2colWide(void)
 {
-    return fgr_unsupported(164, "cuTensorMapEncodeIm2colWide", "the wide im2col tensor map is not carried yet: tiled and im2col tensor maps are");
+    return fgr_unsupported(163, "cuTensorMapEncodeIm2colWide", "the wide im2col tensor map is not carried yet: tiled and im2col tensor maps are");
 }
 
 FGR_EXPORT CUresult cuCtxRecordEvent(void)
 {
-    return fgr_unsupported(165, "cuCtxRecordEvent", "not carried yet");
+    return fgr_unsupported(164, "cuCtxRecordEvent", "not carried yet");
 }
 
 FGR_EXPORT CUresult cuCtxWaitEvent(void)
 {
-    return fgr_unsupported(166, "cuCtxWaitEvent", "not carried yet");
+    return fgr_unsupported(165, "cuCtxWaitEvent", "not carried yet");
 }
 
 FGR_EXPORT CUresult cuMemHostGetFlags(void)
 {
-    return fgr_unsupported(167, "cuMemHostGetFlags", "not carried yet");
+    return fgr_unsupported(166, "cuMemHostGetFlags", "not carried yet");
 }
 
 FGR_EXPORT CUresult cuMemSetMemPool(void)
 {
-    return fgr_unsupported(168, "cuMemSetMemPool", "not carried yet");
+    return fgr_unsupported(167, "cuMemSetMemPool", "not carried yet");
 }
 
 FGR_EXPORT CUresult cuDeviceGetProperties(void)
 {
-    return fgr_unsupported(169, "cuDeviceGetProperties", "deprecated since CUDA 5: cuDeviceGetAttribute is answered");
+    return fgr_unsupported(168, "cuDeviceGetProperties", "deprecated since CUDA 5: cuDeviceGetAttribute is answered");
 }
 
-const int fgr_nunsupported = 170;
+const int fgr_nunsupported = 169;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -8167,6 +8162,9 @@ const struct fg_proc fgr_procs[] = {
     {"cuMemPoolSetAttribute", "cuMemPoolSetAttribute", 11020, 0, (void *)cuMemPoolSetAttribute},
     {"cuDeviceSetMemPool", "cuDeviceSetMemPool", 11020, 0, (void *)cuDeviceSetMemPool},
     {"cuMemGetAllocationPropertiesFromHandle", "cuMemGetAllocationPropertiesFromHandle", 10020, 0, (void *)cuMemGetAllocationPropertiesFromHandle},
+    {"cuMemcpyBatchAsync", "cuMemcpyBatchAsync_v2", 13000, 0, (void *)cuMemcpyBatchAsync_v2},
+    {"cuMemcpyBatchAsync", "cuMemcpyBatchAsync_v2_ptsz", 13000, 1, (void *)cuMemcpyBatchAsync_v2_ptsz},
+    {"cuMemcpyBatchAsync", "cuMemcpyBatchAsync", 12080, 0, (void *)cuMemcpyBatchAsync},
     {"cuStreamWriteValue32", "cuStreamWriteValue32_v2", 12000, 0, (void *)cuStreamWriteValue32_v2},
     {"cuStreamWriteValue64", "cuStreamWriteValue64_v2", 12000, 0, (void *)cuStreamWriteValue64_v2},
     {"cuStreamWaitValue32", "cuStreamWaitValue32_v2", 12000, 0, (void *)cuStreamWaitValue32_v2},
@@ -8542,7 +8540,6 @@ const struct fg_proc fgr_procs[] = {
     {"cuGraphBatchMemOpNodeGetParams", "cuGraphBatchMemOpNodeGetParams", 11070, 0, (void *)cuGraphBatchMemOpNodeGetParams},
     {"cuGraphBatchMemOpNodeSetParams", "cuGraphBatchMemOpNodeSetParams", 11070, 0, (void *)cuGraphBatchMemOpNodeSetParams},
     {"cuGraphExecBatchMemOpNodeSetParams", "cuGraphExecBatchMemOpNodeSetParams", 11070, 0, (void *)cuGraphExecBatchMemOpNodeSetParams},
-    {"cuMemcpyBatchAsync", "cuMemcpyBatchAsync_v2", 13000, 0, (void *)cuMemcpyBatchAsync_v2},
     {"cuMemcpy3DBatchAsync", "cuMemcpy3DBatchAsync_v2", 13000, 0, (void *)cuMemcpy3DBatchAsync_v2},
     {"cuMemPrefetchBatchAsync", "cuMemPrefetchBatchAsync", 13000, 0, (void *)cuMemPrefetchBatchAsync},
     {"cuMemDiscardBatchAsync", "cuMemDiscardBatchAsync", 13000, 0, (void *)cuMemDiscardBatchAsync},

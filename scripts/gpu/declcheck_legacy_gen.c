@@ -14,6 +14,8 @@ typedef CUresult (CUDAAPI *fg_sig_cuStreamBeginCapture)(CUstream hStream);
 SAME(fg_sig_cuStreamBeginCapture, PFN_cuStreamBeginCapture_v10000);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamBeginCapture_ptsz)(CUstream hStream);
 SAME(fg_sig_cuStreamBeginCapture_ptsz, PFN_cuStreamBeginCapture_v10000_ptsz);
+typedef CUresult (CUDAAPI *fg_sig_cuMemcpyBatchAsync)(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, size_t *failIdx, CUstream hStream);
+SAME(fg_sig_cuMemcpyBatchAsync, PFN_cuMemcpyBatchAsync_v12080);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamWriteValue32)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
 SAME(fg_sig_cuStreamWriteValue32, PFN_cuStreamWriteValue32_v8000);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamWriteValue64)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);

@@ -97,6 +97,10 @@ typedef CUresult (CUDAAPI *fg_sig_cuDeviceSetMemPool)(CUdevice dev, CUmemoryPool
 SAME(fg_sig_cuDeviceSetMemPool, PFN_cuDeviceSetMemPool_v11020);
 typedef CUresult (CUDAAPI *fg_sig_cuMemGetAllocationPropertiesFromHandle)(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle);
 SAME(fg_sig_cuMemGetAllocationPropertiesFromHandle, PFN_cuMemGetAllocationPropertiesFromHandle_v10020);
+typedef CUresult (CUDAAPI *fg_sig_cuMemcpyBatchAsync_v2)(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream);
+SAME(fg_sig_cuMemcpyBatchAsync_v2, PFN_cuMemcpyBatchAsync_v13000);
+typedef CUresult (CUDAAPI *fg_sig_cuMemcpyBatchAsync_v2_ptsz)(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream);
+SAME(fg_sig_cuMemcpyBatchAsync_v2_ptsz, PFN_cuMemcpyBatchAsync_v13000_ptsz);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamWriteValue32_v2)(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
 SAME(fg_sig_cuStreamWriteValue32_v2, PFN_cuStreamWriteValue32_v11070);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamWriteValue64_v2)(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);

@@ -185,6 +185,44 @@ int main()
     CUresult rs = cuPointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, (CUdeviceptr)buf);
     DRV(cuPointerGetAttribute(&sync, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, (CUdeviceptr)buf));
     printf("sync memops set %s read %u\n", name(rs), sync);
+    // A batch of copies through the runtime (cudaMemcpyBatchAsync): up from
+    // pageable memory, device to device, down; the legacy stream.
+    {
+        static unsigned char up[256], down[256];
+        for (int i = 0; i < 256; i++)
+            up[i] = (unsigned char)(i * 7);
+        void *b2;
+        RT(cudaMalloc(&b2, 4096));
+        void *dsts[3] = {buf, (char *)b2 + 100, down};
+        void *srcs[3] = {up, buf, (char *)b2 + 100};
+        size_t sizes[3] = {256, 256, 256}, idx = 0;
+        cudaMemcpyAttributes attr = {};
+        attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+        RT(cudaMemcpyBatchAsync(dsts, srcs, sizes, 3, &attr, &idx, 1, s));
+        RT(cudaStreamSynchronize(s));
+        cudaError_t legacy = cudaMemcpyBatchAsync(dsts, srcs, sizes, 3, &attr, &idx, 1, 0);
+        cudaGetLastError();
+        printf("copy batch: down[1] %u down[255] %u, the legacy stream: %s\n", down[1], down[255],
+               cudaGetErrorName(legacy));
+        RT(cudaFree(b2));
+    }
+    // A batch of stream memory operations through the driver.
+    {
+        CUstreamBatchMemOpParams ops[3] = {};
+        ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+        ops[0].writeValue.address = (CUdeviceptr)buf;
+        ops[0].writeValue.value = 5;
+        ops[1].memoryBarrier.operation = CU_STREAM_MEM_OP_BARRIER;
+        ops[2].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+        ops[2].waitValue.address = (CUdeviceptr)buf;
+        ops[2].waitValue.value = 5;
+        ops[2].waitValue.flags = CU_STREAM_WAIT_VALUE_EQ;
+        DRV(cuStreamBatchMemOp((CUstream)s, 3, ops, 0));
+        RT(cudaStreamSynchronize(s));
+        unsigned int w = 0;
+        RT(cudaMemcpy(&w, buf, 4, cudaMemcpyDeviceToHost));
+        printf("memory operations batch: %u\n", w);
+    }
     printf("cuProfilerStart: %s\n", name(cuProfilerStart()));
     printf("cuProfilerStop: %s\n", name(cuProfilerStop()));
 

@@ -255,6 +255,10 @@ int main(void)
     VAL(CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT);
     VAL(CU_MEM_ALLOC_GRANULARITY_MINIMUM);
     VAL(CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+    VAL(CU_MEMCPY_SRC_ACCESS_ORDER_INVALID);
+    VAL(CU_MEMCPY_SRC_ACCESS_ORDER_STREAM);
+    VAL(CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL);
+    VAL(CU_MEMCPY_SRC_ACCESS_ORDER_ANY);
     VAL(CU_MEM_ACCESS_FLAGS_PROT_NONE);
     VAL(CU_MEM_ACCESS_FLAGS_PROT_READ);
     VAL(CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
@@ -472,6 +476,11 @@ int main(void)
     SIZE(CUmemLocation);
     FIELD(CUmemLocation, type);
     FIELD(CUmemLocation, id);
+    SIZE(CUmemcpyAttributes);
+    FIELD(CUmemcpyAttributes, srcAccessOrder);
+    FIELD(CUmemcpyAttributes, srcLocHint);
+    FIELD(CUmemcpyAttributes, dstLocHint);
+    FIELD(CUmemcpyAttributes, flags);
     SIZE(CUmemAccessDesc);
     FIELD(CUmemAccessDesc, location);
     FIELD(CUmemAccessDesc, flags);

@@ -274,6 +274,28 @@ int main(int argc, char **argv)
     CHECK(cuMemFree_v2(gone));
     ops[1].writeValue.address = gone;
     printf("batch on memory freed: %s\n", result_name(cuStreamBatchMemOp_v2(NULL, 2, ops, 0)));
+
+    /* A batch of copies: up from the program's memory, device to device,
+     * down; the legacy stream and an attribute past the batch refused. */
+    CUdeviceptr b2;
+    CUstream bs;
+    CHECK(cuMemAlloc_v2(&b2, 4096));
+    CHECK(cuStreamCreate(&bs, CU_STREAM_NON_BLOCKING));
+    static unsigned char up[256], down[256];
+    for (int i = 0; i < 256; i++)
+        up[i] = (unsigned char)(i * 7);
+    CUdeviceptr dsts[3] = {buf, b2 + 100, (CUdeviceptr)(uintptr_t)down};
+    CUdeviceptr srcs[3] = {(CUdeviceptr)(uintptr_t)up, buf, b2 + 100};
+    size_t sizes[3] = {256, 256, 256}, idx[2] = {0, 3};
+    CUmemcpyAttributes attr[2] = {{.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM},
+                                  {.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_ANY}};
+    CHECK(cuMemcpyBatchAsync_v2(dsts, srcs, sizes, 3, attr, idx, 1, bs));
+    CHECK(cuStreamSynchronize(bs));
+    printf("copy batch: down[1] %u down[255] %u, the legacy stream: %s, an attribute past the batch: %s\n", down[1],
+           down[255], result_name(cuMemcpyBatchAsync_v2(dsts, srcs, sizes, 3, attr, idx, 1, CU_STREAM_LEGACY)),
+           result_name(cuMemcpyBatchAsync_v2(dsts, srcs, sizes, 3, attr, idx, 2, bs)));
+    CHECK(cuStreamDestroy_v2(bs));
+    CHECK(cuMemFree_v2(b2));
     ops[1].operation = (CUstreamBatchMemOpType)9;
     printf("batch: %#llx %#llx, outside the program's memory: %s, an unknown operation: %s\n", words[0], words[1],
            result_name(outside), result_name(cuStreamBatchMemOp_v2(NULL, 2, ops, 0)));
