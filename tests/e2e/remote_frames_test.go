@@ -274,10 +274,11 @@ func TestRemoteSharedMemoryRefused(t *testing.T) {
 	// areas' sizes, ...), then per direction head (u64), head_seq,
 	// consumer_sleeps (u32), 48 bytes, tail, tail_seq, producer_sleeps, 48
 	// bytes; the host functions' area (64 bytes, 64 slots of 16); then each
-	// direction's 4 MiB, the 32 MiB staging area and the 8 MiB downloads'
-	// area. Then a second memory, the pinned heap of 64 GiB.
-	const ringBytes, stageBytes, downBytes, c2sHead, c2sHeadSeq = 4 << 20, 32 << 20, 8 << 20, 64, 72
-	size := 64 + 2*128 + 64 + 64*16 + 2*ringBytes + stageBytes + downBytes
+	// direction's 4 MiB, the 32 MiB staging area, the 8 MiB downloads' area
+	// and the host functions' 8 MiB data area. Then a second memory, the
+	// pinned heap of 64 GiB.
+	const ringBytes, stageBytes, downBytes, hostfnBytes, c2sHead, c2sHeadSeq = 4 << 20, 32 << 20, 8 << 20, 8 << 20, 64, 72
+	size := 64 + 2*128 + 64 + 64*16 + 2*ringBytes + stageBytes + downBytes + hostfnBytes
 	sized := func(n int64, seal bool) int {
 		fd, err := unix.MemfdCreate("ring", unix.MFD_ALLOW_SEALING)
 		if err != nil {
