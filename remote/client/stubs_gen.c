@@ -7360,17 +7360,17 @@ FGR_EXPORT CUresult cuMemcpy3DBatchAsync_v2(void)
 
 FGR_EXPORT CUresult cuMemPrefetchBatchAsync(void)
 {
-    return fgr_unsupported(149, "cuMemPrefetchBatchAsync", "batched prefetch and discard of managed memory are not carried yet: cuMemPrefetchAsync is");
+    return fgr_unsupported(149, "cuMemPrefetchBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
 }
 
 FGR_EXPORT CUresult cuMemDiscardBatchAsync(void)
 {
-    return fgr_unsupported(150, "cuMemDiscardBatchAsync", "batched prefetch and discard of managed memory are not carried yet: cuMemPrefetchAsync is");
+    return fgr_unsupported(150, "cuMemDiscardBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
 }
 
 FGR_EXPORT CUresult cuMemDiscardAndPrefetchBatchAsync(void)
 {
-    return fgr_unsupported(151, "cuMemDiscardAndPrefetchBatchAsync", "batched prefetch and discard of managed memory are not carried yet: cuMemPrefetchAsync is");
+    return fgr_unsupported(151, "cuMemDiscardAndPrefetchBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
 }
 
 FGR_EXPORT CUresult cuMemBatchDecompressAsync(void)
