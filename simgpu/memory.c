@@ -50,6 +50,7 @@ struct alloc {
     } adv;
     int shared; /* exported (cuIpcGetMemHandle): the memfd behind it, plus 1 */
     unsigned sync_memops; /* CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, as set */
+    unsigned host_flags;  /* pinned host memory's cuMemHostAlloc flags */
 };
 
 pthread_mutex_t sim_mem_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -108,7 +109,7 @@ static void registry_remove(struct alloc *a)
 
 int sim_registry_add_graph(uintptr_t base, size_t size, int dev, struct sim_gmem *m)
 {
-    return registry_add((struct alloc){base, size, dev, K_GRAPH, NULL, NULL, m, 0, {0}, 0, 0});
+    return registry_add((struct alloc){base, size, dev, K_GRAPH, NULL, NULL, m, 0, {0}, 0, 0, 0});
 }
 
 void sim_registry_del(uintptr_t base)
@@ -165,7 +166,7 @@ static CUresult alloc_on(CUdeviceptr *dptr, size_t size, enum alloc_kind kind, i
         return CUDA_ERROR_OUT_OF_MEMORY;
     void *p = backing(size);
     pthread_mutex_lock(&sim_mem_lock);
-    if (!p || registry_add((struct alloc){(uintptr_t)p, size, dev, kind, c, NULL, NULL, charged, {0}, 0, 0}) != 0) {
+    if (!p || registry_add((struct alloc){(uintptr_t)p, size, dev, kind, c, NULL, NULL, charged, {0}, 0, 0, 0}) != 0) {
         pthread_mutex_unlock(&sim_mem_lock);
         if (p)
             munmap(p, size);
@@ -492,7 +493,7 @@ SIM_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, C
 /* ---- pinned host memory (not device memory) ---- */
 
 /* Potentially unsafe during capture, as a device allocation is. */
-static CUresult host_alloc(void **pp, size_t size)
+static CUresult host_alloc(void **pp, size_t size, unsigned flags)
 {
     if (!sim_initialized)
         return CUDA_ERROR_NOT_INITIALIZED;
@@ -505,7 +506,7 @@ static CUresult host_alloc(void **pp, size_t size)
     if (!p)
         return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&sim_mem_lock);
-    int rc = registry_add((struct alloc){(uintptr_t)p, size, 0, K_HOST, NULL, NULL, NULL, 0, {0}, 0, 0});
+    int rc = registry_add((struct alloc){(uintptr_t)p, size, 0, K_HOST, NULL, NULL, NULL, 0, {0}, 0, 0, flags});
     pthread_mutex_unlock(&sim_mem_lock);
     if (rc) {
         munmap(p, size);
@@ -515,14 +516,29 @@ static CUresult host_alloc(void **pp, size_t size)
     return CUDA_SUCCESS;
 }
 
-SIM_EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t bytesize) { SIM_GATE(); return host_alloc(pp, bytesize); }
+SIM_EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t bytesize) { SIM_GATE(); return host_alloc(pp, bytesize, 0); }
 
 SIM_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
     SIM_GATE();
     if (Flags & ~0xfu)
         return CUDA_ERROR_INVALID_VALUE;
-    return host_alloc(pp, bytesize);
+    return host_alloc(pp, bytesize, Flags);
+}
+
+/* The flags pinned memory was allocated with (cuMemHostAlloc's, 0 for
+ * cuMemAllocHost's); other memory, registered memory included, is refused. */
+SIM_EXPORT CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p)
+{
+    if (!pFlags || !p)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sim_mem_lock);
+    struct alloc *a = registry_find((uintptr_t)p);
+    CUresult r = a && a->kind == K_HOST ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        *pFlags = a->host_flags;
+    pthread_mutex_unlock(&sim_mem_lock);
+    return r;
 }
 
 /* Potentially unsafe during capture: it synchronizes. */
@@ -554,7 +570,7 @@ SIM_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int 
             pthread_mutex_unlock(&sim_mem_lock);
             return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
         }
-    int rc = registry_add((struct alloc){b, bytesize, 0, K_REGISTERED, NULL, NULL, NULL, 0, {0}, 0, 0});
+    int rc = registry_add((struct alloc){b, bytesize, 0, K_REGISTERED, NULL, NULL, NULL, 0, {0}, 0, 0, 0});
     pthread_mutex_unlock(&sim_mem_lock);
     return rc ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
 }
@@ -654,7 +670,7 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t size, struct sim_pool *pool
             pool->reserved_high = pool->reserved;
     }
     void *p = backing(size);
-    if (!p || registry_add((struct alloc){(uintptr_t)p, size, pool->dev, K_POOL, c, pool, NULL, 0, {0}, 0, 0}) != 0) {
+    if (!p || registry_add((struct alloc){(uintptr_t)p, size, pool->dev, K_POOL, c, pool, NULL, 0, {0}, 0, 0, 0}) != 0) {
         if (p)
             munmap(p, size);
         pthread_mutex_unlock(&sim_mem_lock);
@@ -1280,7 +1296,7 @@ static CUresult array_create(void **out, const CUDA_ARRAY3D_DESCRIPTOR *d, unsig
         a = array_new(d, c->dev);
     }
     pthread_mutex_lock(&sim_mem_lock);
-    if (!a || registry_add((struct alloc){(uintptr_t)a, bytes, c->dev, K_ARRAY, c, NULL, NULL, charged, {0}, 0, 0}) != 0) {
+    if (!a || registry_add((struct alloc){(uintptr_t)a, bytes, c->dev, K_ARRAY, c, NULL, NULL, charged, {0}, 0, 0, 0}) != 0) {
         pthread_mutex_unlock(&sim_mem_lock);
         if (a) {
             a->levels = mip ? levels : 0;
@@ -1855,7 +1871,7 @@ SIM_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attrib
     /* Memory mapped by pages: device memory, the mapping its range. */
     for (struct mapping *m = mappings; !a && m; m = m->next)
         if ((uintptr_t)ptr >= m->ptr && (uintptr_t)ptr < m->ptr + m->size) {
-            found = (struct alloc){m->ptr, m->size, m->h->dev, K_DEVICE, NULL, NULL, NULL, 0, {0}, 0, m->sync_memops};
+            found = (struct alloc){m->ptr, m->size, m->h->dev, K_DEVICE, NULL, NULL, NULL, 0, {0}, 0, m->sync_memops, 0};
             a = &found;
         }
     pthread_mutex_unlock(&sim_mem_lock);
@@ -2008,7 +2024,7 @@ SIM_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle han
     if (p == MAP_FAILED)
         return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&sim_mem_lock);
-    int rc = registry_add((struct alloc){(uintptr_t)p, h.size, h.dev, K_OPENED, c, NULL, NULL, 0, {0}, 0, 0});
+    int rc = registry_add((struct alloc){(uintptr_t)p, h.size, h.dev, K_OPENED, c, NULL, NULL, 0, {0}, 0, 0, 0});
     pthread_mutex_unlock(&sim_mem_lock);
     if (rc != 0) {
         munmap(p, h.size);

@@ -330,7 +330,59 @@ FGR_EXPORT CUresult cuGetErrorString(CUresult error, const char **pStr) { return
  * staging buffer costs nothing); the rest are the client's alone, carried
  * by copies, until a call names them as device memory (mirror.c promotes
  * them then). Those start a page apart, as the server maps them by pages. */
+static CUresult host_place(void **pp, size_t bytes, unsigned int flags);
+
+/* Each pinned allocation's flags, for cuMemHostGetFlags. */
+static pthread_mutex_t pinned_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct pinned_flags {
+    uintptr_t base;
+    size_t bytes;
+    unsigned int flags;
+} *pinned;
+static size_t npinned;
+
 static CUresult host_alloc(void **pp, size_t bytes, unsigned int flags)
+{
+    CUresult r = host_place(pp, bytes, flags);
+    if (r != CUDA_SUCCESS)
+        return r;
+    pthread_mutex_lock(&pinned_mu);
+    struct pinned_flags *more = realloc(pinned, (npinned + 1) * sizeof *more);
+    if (more) {
+        pinned = more;
+        pinned[npinned++] = (struct pinned_flags){(uintptr_t)*pp, bytes, flags};
+    }
+    pthread_mutex_unlock(&pinned_mu);
+    if (!more) {
+        cuMemFreeHost(*pp);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* The allocation holding p (pinned_mu held): its index, or -1. */
+static long pinned_find(uintptr_t p)
+{
+    for (size_t i = 0; i < npinned; i++)
+        if (p - pinned[i].base < pinned[i].bytes)
+            return (long)i;
+    return -1;
+}
+
+FGR_EXPORT CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p)
+{
+    NEED_INIT();
+    if (!pFlags || !p)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&pinned_mu);
+    long i = pinned_find((uintptr_t)p);
+    if (i >= 0)
+        *pFlags = pinned[i].flags;
+    pthread_mutex_unlock(&pinned_mu);
+    return i >= 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult host_place(void **pp, size_t bytes, unsigned int flags)
 {
     NEED_INIT();
     if (!pp || !bytes)
@@ -368,6 +420,11 @@ FGR_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flag
 FGR_EXPORT CUresult cuMemFreeHost(void *p)
 {
     NEED_INIT();
+    pthread_mutex_lock(&pinned_mu);
+    long i = pinned_find((uintptr_t)p);
+    if (i >= 0 && pinned[i].base == (uintptr_t)p)
+        pinned[i] = pinned[--npinned];
+    pthread_mutex_unlock(&pinned_mu);
     if (!fgr_mirror_free(p) && !fgr_heap_free(p)) {
         fgr_pinned_release(p, 0);
         free(p);

@@ -7443,22 +7443,17 @@ FGR_EXPORT CUresult cuCtxWaitEvent(void)
     return fgr_unsupported(165, "cuCtxWaitEvent", "not carried yet");
 }
 
-FGR_EXPORT CUresult cuMemHostGetFlags(void)
-{
-    return fgr_unsupported(166, "cuMemHostGetFlags", "not carried yet");
-}
-
 FGR_EXPORT CUresult cuMemSetMemPool(void)
 {
-    return fgr_unsupported(167, "cuMemSetMemPool", "not carried yet");
+    return fgr_unsupported(166, "cuMemSetMemPool", "not carried yet");
 }
 
 FGR_EXPORT CUresult cuDeviceGetProperties(void)
 {
-    return fgr_unsupported(168, "cuDeviceGetProperties", "deprecated since CUDA 5: cuDeviceGetAttribute is answered");
+    return fgr_unsupported(167, "cuDeviceGetProperties", "deprecated since CUDA 5: cuDeviceGetAttribute is answered");
 }
 
-const int fgr_nunsupported = 169;
+const int fgr_nunsupported = 168;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -8141,6 +8136,7 @@ const struct fg_proc fgr_procs[] = {
     {"cuMemAdvise", "cuMemAdvise_v2", 12020, 0, (void *)cuMemAdvise_v2},
     {"cuMemRangeGetAttribute", "cuMemRangeGetAttribute", 8000, 0, (void *)cuMemRangeGetAttribute},
     {"cuMemRangeGetAttributes", "cuMemRangeGetAttributes", 8000, 0, (void *)cuMemRangeGetAttributes},
+    {"cuMemHostGetFlags", "cuMemHostGetFlags", 2030, 0, (void *)cuMemHostGetFlags},
     {"cuMemGetAccess", "cuMemGetAccess", 10020, 0, (void *)cuMemGetAccess},
     {"cuArrayGetDescriptor", "cuArrayGetDescriptor_v2", 3020, 0, (void *)cuArrayGetDescriptor_v2},
     {"cuArray3DGetDescriptor", "cuArray3DGetDescriptor_v2", 3020, 0, (void *)cuArray3DGetDescriptor_v2},
@@ -8558,7 +8554,6 @@ const struct fg_proc fgr_procs[] = {
     {"cuTensorMapEncodeIm2colWide", "cuTensorMapEncodeIm2colWide", 12080, 0, (void *)cuTensorMapEncodeIm2colWide},
     {"cuCtxRecordEvent", "cuCtxRecordEvent", 12050, 0, (void *)cuCtxRecordEvent},
     {"cuCtxWaitEvent", "cuCtxWaitEvent", 12050, 0, (void *)cuCtxWaitEvent},
-    {"cuMemHostGetFlags", "cuMemHostGetFlags", 2030, 0, (void *)cuMemHostGetFlags},
     {"cuMemSetMemPool", "cuMemSetMemPool", 13000, 0, (void *)cuMemSetMemPool},
     {"cuDeviceGetProperties", "cuDeviceGetProperties", 2000, 0, (void *)cuDeviceGetProperties},
 };

@@ -61,6 +61,8 @@ typedef CUresult (CUDAAPI *fg_sig_cuMemRangeGetAttribute)(void *data, size_t dat
 SAME(fg_sig_cuMemRangeGetAttribute, PFN_cuMemRangeGetAttribute_v8000);
 typedef CUresult (CUDAAPI *fg_sig_cuMemRangeGetAttributes)(void **data, size_t *dataSizes, CUmem_range_attribute *attributes, size_t numAttributes, CUdeviceptr devPtr, size_t count);
 SAME(fg_sig_cuMemRangeGetAttributes, PFN_cuMemRangeGetAttributes_v8000);
+typedef CUresult (CUDAAPI *fg_sig_cuMemHostGetFlags)(unsigned int *pFlags, void *p);
+SAME(fg_sig_cuMemHostGetFlags, PFN_cuMemHostGetFlags_v2030);
 typedef CUresult (CUDAAPI *fg_sig_cuMemGetAccess)(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr);
 SAME(fg_sig_cuMemGetAccess, PFN_cuMemGetAccess_v10020);
 typedef CUresult (CUDAAPI *fg_sig_cuArrayGetDescriptor_v2)(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor, CUarray hArray);

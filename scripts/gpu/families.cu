@@ -206,6 +206,18 @@ int main()
                cudaGetErrorName(legacy));
         RT(cudaFree(b2));
     }
+    // The flags pinned memory was made with (cudaHostGetFlags).
+    {
+        void *ph, *pd;
+        unsigned int fh = 99, fd = 99;
+        RT(cudaHostAlloc(&ph, 4096, cudaHostAllocPortable | cudaHostAllocMapped));
+        RT(cudaMallocHost(&pd, 100));
+        RT(cudaHostGetFlags(&fh, ph));
+        RT(cudaHostGetFlags(&fd, pd));
+        printf("host flags %#x, of cudaMallocHost's %#x\n", fh, fd);
+        RT(cudaFreeHost(ph));
+        RT(cudaFreeHost(pd));
+    }
     // A batch of stream memory operations through the driver.
     {
         CUstreamBatchMemOpParams ops[3] = {};

@@ -296,6 +296,23 @@ int main(int argc, char **argv)
            result_name(cuMemcpyBatchAsync_v2(dsts, srcs, sizes, 3, attr, idx, 2, bs)));
     CHECK(cuStreamDestroy_v2(bs));
     CHECK(cuMemFree_v2(b2));
+
+    /* The flags pinned memory was made with; other memory refused. */
+    void *ph, *pd;
+    unsigned int fh = 99, fd2 = 99, fin = 99, fr = 99;
+    static char reg[8192];
+    CHECK(cuMemHostAlloc(&ph, 4096, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
+    CHECK(cuMemAllocHost_v2(&pd, 100));
+    CHECK(cuMemHostGetFlags(&fh, ph));
+    CHECK(cuMemHostGetFlags(&fd2, pd));
+    CHECK(cuMemHostGetFlags(&fin, (char *)ph + 4000));
+    CHECK(cuMemHostRegister_v2(reg, sizeof reg, 0));
+    CUresult rr = cuMemHostGetFlags(&fr, reg);
+    CHECK(cuMemHostUnregister(reg));
+    CHECK(cuMemFreeHost(ph));
+    CHECK(cuMemFreeHost(pd));
+    printf("host flags %#x, of cuMemAllocHost's %#x, inside %#x; registered: %s, freed: %s, pageable: %s\n", fh, fd2, fin,
+           result_name(rr), result_name(cuMemHostGetFlags(&fr, ph)), result_name(cuMemHostGetFlags(&fr, up)));
     ops[1].operation = (CUstreamBatchMemOpType)9;
     printf("batch: %#llx %#llx, outside the program's memory: %s, an unknown operation: %s\n", words[0], words[1],
            result_name(outside), result_name(cuStreamBatchMemOp_v2(NULL, 2, ops, 0)));
