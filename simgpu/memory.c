@@ -1686,23 +1686,30 @@ static CUresult set(CUdeviceptr d, unsigned v, size_t n, size_t width, CUstream 
     return CUDA_SUCCESS;
 }
 
-/* Stream memory operations: a word written where the stream got to (as
- * memsets, made at once; captured ones are not simulated). */
-static CUresult write_value(CUstream s, CUdeviceptr addr, uint64_t v, size_t width, unsigned flags, int pt)
+/* Stream memory operations, on a word of width bytes at addr (flags_ok:
+ * the operation's flags are its own), in s: whether they can be made. Made
+ * at once, as memsets are; captured ones are not simulated. */
+static CUresult memop_ok(CUstream s, CUdeviceptr addr, size_t width, int flags_ok, int pt)
 {
     struct sim_ctx *c;
     CUresult r = sim_check_ctx(&c);
     if (r)
         return r;
-    if (flags > CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER || addr % width || !valid_range(addr, width))
+    if (!flags_ok || addr % width || !valid_range(addr, width))
         return CUDA_ERROR_INVALID_VALUE;
     struct sim_stream *st = sim_stream_of(c, s, pt);
     if (!st)
         return CUDA_ERROR_INVALID_HANDLE;
-    if (sim_stream_captured(st))
-        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    memcpy(P(addr), &v, width); /* little-endian: the low word for 32 bits */
-    return CUDA_SUCCESS;
+    return sim_stream_captured(st) ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
+/* A word written where the stream got to. */
+static CUresult write_value(CUstream s, CUdeviceptr addr, uint64_t v, size_t width, unsigned flags, int pt)
+{
+    CUresult r = memop_ok(s, addr, width, flags <= CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER, pt);
+    if (r == CUDA_SUCCESS)
+        memcpy(P(addr), &v, width); /* little-endian: the low word for 32 bits */
+    return r;
 }
 
 SIM_EXPORT CUresult cuStreamWriteValue32_v2(CUstream s, CUdeviceptr addr, cuuint32_t v, unsigned int flags)
@@ -1724,18 +1731,10 @@ SIM_EXPORT CUresult cuStreamWriteValue64_v2(CUstream s, CUdeviceptr addr, cuuint
  * something the simulated GPU does not model: refused. */
 static CUresult wait_value(CUstream s, CUdeviceptr addr, uint64_t v, size_t width, unsigned flags, int pt)
 {
-    struct sim_ctx *c;
-    CUresult r = sim_check_ctx(&c);
-    if (r)
-        return r;
     unsigned cond = flags & ~(unsigned)CU_STREAM_WAIT_VALUE_FLUSH;
-    if (cond > CU_STREAM_WAIT_VALUE_NOR || addr % width || !valid_range(addr, width))
-        return CUDA_ERROR_INVALID_VALUE;
-    struct sim_stream *st = sim_stream_of(c, s, pt);
-    if (!st)
-        return CUDA_ERROR_INVALID_HANDLE;
-    if (sim_stream_captured(st))
-        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    CUresult r = memop_ok(s, addr, width, cond <= CU_STREAM_WAIT_VALUE_NOR, pt);
+    if (r != CUDA_SUCCESS)
+        return r;
     uint64_t w = 0;
     memcpy(&w, P(addr), width);
     int met = cond == CU_STREAM_WAIT_VALUE_EQ    ? w == v
