@@ -183,6 +183,46 @@ SIM_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
     return CUDA_SUCCESS;
 }
 
+/* FLEXGV_SIM_ATTRS=NUM=VALUE,...: what the device answers for attributes
+ * the simulation does not model (0 otherwise), as a GPU that has them
+ * answers, for tests of programs that check them; what they stand for is
+ * not simulated. A malformed list is said once and ignored. */
+static int given_attr(int attrib)
+{
+    static int parsed, n, num[64], val[64];
+    if (!__atomic_load_n(&parsed, __ATOMIC_ACQUIRE)) {
+        static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+        pthread_mutex_lock(&mu);
+        const char *s = getenv("FLEXGV_SIM_ATTRS");
+        int k = 0, bad = 0;
+        while (!parsed && s && *s && !bad) {
+            char *end;
+            long a = strtol(s, &end, 10), v = 0;
+            bad = end == s || *end != '=' || a <= 0 || a > 1000 || k == 64;
+            if (!bad) {
+                s = end + 1;
+                v = strtol(s, &end, 10);
+                bad = end == s || (*end && *end != ',');
+                num[k] = (int)a;
+                val[k++] = (int)v;
+                s = *end ? end + 1 : end;
+            }
+        }
+        if (!parsed) {
+            if (bad)
+                fprintf(stderr, "simulated GPU: FLEXGV_SIM_ATTRS=%s: want NUM=VALUE,... (ignored)\n",
+                        getenv("FLEXGV_SIM_ATTRS"));
+            n = bad ? 0 : k;
+            __atomic_store_n(&parsed, 1, __ATOMIC_RELEASE);
+        }
+        pthread_mutex_unlock(&mu);
+    }
+    for (int i = 0; i < n; i++)
+        if (num[i] == attrib)
+            return val[i];
+    return 0;
+}
+
 SIM_EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
 {
     REQUIRE_INIT();
@@ -230,7 +270,7 @@ SIM_EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUd
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS:
     case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: v = 1; break;
-    default: v = 0; break; /* attributes the simulation does not model */
+    default: v = given_attr(attrib); break; /* 0 unless FLEXGV_SIM_ATTRS gives it */
     }
     *pi = v;
     return CUDA_SUCCESS;

@@ -637,6 +637,22 @@ static CUresult hello(int fd, uint32_t transport)
         s.dev[d].attr[CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES] = 0;
         s.dev[d].attr[CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST] = 0;
         s.dev[d].attr[CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED] = 0;
+        /* What a remote GPU does not give (api/remote.api refuses each), said
+         * as a device without it says it, so that programs that check take
+         * their own path: multicast objects, GPUDirect RDMA and dma-buf
+         * (the NICs and file descriptors of another host), sparse arrays,
+         * external semaphores, decompression, graphics' contexts. */
+        static const int absent[] = {CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED,
+                                     CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED,
+                                     CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED,
+                                     CU_DEVICE_ATTRIBUTE_SPARSE_CUDA_ARRAY_SUPPORTED,
+                                     CU_DEVICE_ATTRIBUTE_TIMELINE_SEMAPHORE_INTEROP_SUPPORTED,
+                                     CU_DEVICE_ATTRIBUTE_MEM_DECOMPRESS_ALGORITHM_MASK,
+                                     CU_DEVICE_ATTRIBUTE_MEM_DECOMPRESS_MAXIMUM_LENGTH,
+                                     CU_DEVICE_ATTRIBUTE_D3D12_CIG_SUPPORTED,
+                                     CU_DEVICE_ATTRIBUTE_VULKAN_CIG_SUPPORTED};
+        for (size_t k = 0; k < sizeof absent / sizeof absent[0]; k++)
+            s.dev[d].attr[absent[k]] = 0;
     }
     uint32_t nerr = fgr_get_u32(&r);
     if (nerr > 4096)

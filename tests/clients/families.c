@@ -6,7 +6,8 @@
  * the GPU in its own process. With "cig", it also asks cuCtxCreate_v4 for
  * CUDA-in-graphics parameters; with "tex" it only asks for a texture
  * object; with "old", it looks up the entry points of CUDA 2 to 4 as old
- * programs' loaders do. */
+ * programs' loaders do; with "features", it prints the device's answers
+ * for features programs check before they use them. */
 #include <stdint.h>
 #include <unistd.h>
 
@@ -97,6 +98,25 @@ int main(int argc, char **argv)
         CUresult (*grid)(void) = (CUresult(*)(void))dlsym(RTLD_DEFAULT, "cuLaunchGrid");
         printf("cuLaunchGrid: %s\n", grid ? result_name(grid()) : "not exported");
         printf("cuLaunchGrid again: %s\n", grid ? result_name(grid()) : "not exported");
+        return 0;
+    }
+    if (argc > 1 && !strcmp(argv[1], "features")) {
+        /* Features a program checks before it uses them. */
+        static const struct {
+            const char *name;
+            CUdevice_attribute a;
+        } f[] = {{"multicast", CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED},
+                 {"GPUDirect RDMA", CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED},
+                 {"dma-buf", CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED},
+                 {"sparse arrays", CU_DEVICE_ATTRIBUTE_SPARSE_CUDA_ARRAY_SUPPORTED},
+                 {"timeline semaphores", CU_DEVICE_ATTRIBUTE_TIMELINE_SEMAPHORE_INTEROP_SUPPORTED},
+                 {"decompression", CU_DEVICE_ATTRIBUTE_MEM_DECOMPRESS_ALGORITHM_MASK},
+                 {"memory pools", CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED}};
+        for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+            int v = -1;
+            CHECK(cuDeviceGetAttribute(&v, f[i].a, 0));
+            printf("%s: %d\n", f[i].name, v);
+        }
         return 0;
     }
     if (argc > 1 && !strcmp(argv[1], "cig")) {

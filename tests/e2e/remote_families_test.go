@@ -57,6 +57,28 @@ func TestRemoteCtxCreateGraphicsRefused(t *testing.T) {
 	}
 }
 
+// Features a remote GPU does not give read as absent, whatever the
+// server's GPU has, so that a program that checks takes its own path (NCCL
+// its multicast, a library its GPUDirect RDMA); what it gives reads as the
+// server's GPU says.
+func TestRemoteAttributesTellWhatRemoteGives(t *testing.T) {
+	e := newEnv(t, "FLEXGV_SIM_ATTRS=132=1,116=1,124=1,112=1,114=1,136=3")
+	local := e.run("families", "features")
+	for _, want := range []string{"multicast: 1\n", "GPUDirect RDMA: 1\n", "dma-buf: 1\n", "sparse arrays: 1\n",
+		"timeline semaphores: 1\n", "decompression: 3\n", "memory pools: 1\n"} {
+		if local.code != 0 || !strings.Contains(local.stdout, want) {
+			t.Fatalf("locally: exit %d, lacks %q\n%s%s", local.code, want, local.stdout, local.stderr)
+		}
+	}
+	r := e.remote(e.serve("unix"), "families", "features")
+	for _, want := range []string{"multicast: 0\n", "GPUDirect RDMA: 0\n", "dma-buf: 0\n", "sparse arrays: 0\n",
+		"timeline semaphores: 0\n", "decompression: 0\n", "memory pools: 1\n"} {
+		if r.code != 0 || !strings.Contains(r.stdout, want) {
+			t.Errorf("remotely: exit %d, lacks %q\n%s%s", r.code, want, r.stdout, r.stderr)
+		}
+	}
+}
+
 // The entry points of CUDA 2 to 4 that old programs' loaders insist on
 // finding are exported; cuDeviceComputeCapability answers what the
 // attributes say, the others CUDA_ERROR_NOT_SUPPORTED, said once.
