@@ -387,25 +387,26 @@ enum fgr_op {
     FGR_OP_fgrGraphConditionalNodeGetParams = 378,
     FGR_OP_fgrGraphConditionalNodeSetParams = 379,
     FGR_OP_cuGraphExecUpdate_v2 = 380,
-    FGR_OP_fgrUserObjectCreate = 381,
-    FGR_OP_cuUserObjectRetain = 382,
-    FGR_OP_cuUserObjectRelease = 383,
-    FGR_OP_cuGraphRetainUserObject = 384,
-    FGR_OP_cuGraphReleaseUserObject = 385,
-    FGR_OP_xt_ctx = 386,
-    FGR_OP_xt_ctx_39 = 387,
-    FGR_OP_xt_ctx_51 = 388,
-    FGR_OP_xt_simA = 389,
-    FGR_OP_xt_simA_1 = 390,
-    FGR_OP_xt_simA_2 = 391,
-    FGR_OP_xt_simA_7 = 392,
-    FGR_OP_xt_simB = 393,
-    FGR_OP_xt_simB_1 = 394,
-    FGR_OP_xt_simB_2 = 395,
-    FGR_NUM_OPS = 396
+    FGR_OP_cuGraphExecChildGraphNodeSetParams = 381,
+    FGR_OP_fgrUserObjectCreate = 382,
+    FGR_OP_cuUserObjectRetain = 383,
+    FGR_OP_cuUserObjectRelease = 384,
+    FGR_OP_cuGraphRetainUserObject = 385,
+    FGR_OP_cuGraphReleaseUserObject = 386,
+    FGR_OP_xt_ctx = 387,
+    FGR_OP_xt_ctx_39 = 388,
+    FGR_OP_xt_ctx_51 = 389,
+    FGR_OP_xt_simA = 390,
+    FGR_OP_xt_simA_1 = 391,
+    FGR_OP_xt_simA_2 = 392,
+    FGR_OP_xt_simA_7 = 393,
+    FGR_OP_xt_simB = 394,
+    FGR_OP_xt_simB_1 = 395,
+    FGR_OP_xt_simB_2 = 396,
+    FGR_NUM_OPS = 397
 };
 
-#define FGR_OPS_HASH 0x17082566295e9935ULL
+#define FGR_OPS_HASH 0x54635d4a2169256bULL
 
 /* Entry points the shim does not hook, exported by the remoting client. */
 CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev);
@@ -691,6 +692,7 @@ CUresult fgrGraphConditionalNodeGetParams(CUgraphNode hNode, CUgraphConditionalH
 CUresult fgrGraphConditionalNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphConditionalHandle handle, unsigned int type, unsigned int size, CUcontext ctx);
 CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo);
 CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int flags);
+CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraph childGraph);
 CUresult cuUserObjectCreate(CUuserObject *object_out, void *ptr, CUhostFn destroy, unsigned int initialRefcount, unsigned int flags);
 CUresult fgrUserObjectCreate(CUuserObject *object_out, unsigned long long id, unsigned int initialRefcount, unsigned int flags);
 CUresult cuUserObjectRetain(CUuserObject object, unsigned int count);
@@ -746,5 +748,6 @@ CUresult fgr_fwd_cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphN
 CUresult fgr_fwd_cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_MEMCPY3D *nodeParams);
 CUresult fgr_fwd_cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D *nodeParams);
 CUresult fgr_fwd_cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo);
+CUresult fgr_fwd_cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraph childGraph);
 
 #endif

@@ -745,6 +745,8 @@ static const struct fg_proc unhooked_procs[] = {
     {"cuStreamBatchMemOp", "cuStreamBatchMemOp_v2", 11070, 0, (void *)cuStreamBatchMemOp_v2},
     {"cuMemcpyBatchAsync", "cuMemcpyBatchAsync", 12080, 0, (void *)cuMemcpyBatchAsync},
     {"cuMemHostGetFlags", "cuMemHostGetFlags", 2030, 0, (void *)cuMemHostGetFlags},
+    {"cuGraphExecChildGraphNodeSetParams", "cuGraphExecChildGraphNodeSetParams", 11010, 0,
+     (void *)cuGraphExecChildGraphNodeSetParams},
     {"cuMemcpyBatchAsync", "cuMemcpyBatchAsync_v2", 13000, 0, (void *)cuMemcpyBatchAsync_v2},
     {"cuMemcpyBatchAsync", "cuMemcpyBatchAsync_v2_ptsz", 13000, 1, (void *)cuMemcpyBatchAsync_v2_ptsz},
     {"cuGraphGetEdges", "cuGraphGetEdges", 10000, 0, (void *)cuGraphGetEdges},

@@ -1867,6 +1867,57 @@ static struct sim_node *exec_copy(const struct sim_exec *x, const struct sim_nod
     return NULL;
 }
 
+/* The index of n among g's nodes (g->n when none). */
+static size_t index_in(const struct sim_graph *g, const struct sim_node *n)
+{
+    size_t i = 0;
+    while (i < g->n && g->nodes[i] != n)
+        i++;
+    return i;
+}
+
+/* Whether to, an executable's child graph as it was instantiated (was),
+ * may take by's nodes' parameters: the same nodes, of the same kinds, with
+ * the same edges, none that allocates, frees or branches; with apply, they
+ * are taken. */
+static int child_takes(struct sim_exec *x, const struct sim_graph *was, const struct sim_graph *by, int apply)
+{
+    if (was->n != by->n)
+        return 0;
+    for (size_t i = 0; i < was->n; i++) {
+        const struct sim_node *o = was->nodes[i], *n = by->nodes[i];
+        if (o->type != n->type || o->ndeps != n->ndeps || o->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC ||
+            o->type == CU_GRAPH_NODE_TYPE_MEM_FREE || o->type == CU_GRAPH_NODE_TYPE_CONDITIONAL)
+            return 0;
+        for (size_t d = 0; d < o->ndeps; d++)
+            if (index_in(was, o->deps[d]) != index_in(by, n->deps[d]))
+                return 0;
+        if (o->type == CU_GRAPH_NODE_TYPE_GRAPH) {
+            if (!child_takes(x, o->u.child, n->u.child, apply))
+                return 0;
+        } else if (apply) {
+            struct sim_node *c = exec_copy(x, o);
+            if (c)
+                c->u = n->u;
+        }
+    }
+    return 1;
+}
+
+/* An executable's child graph node runs childGraph's parameters from now
+ * on, which must have the child's topology (its graph node stays). */
+SIM_EXPORT CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraph childGraph)
+{
+    SIM_GATE();
+    struct sim_exec *x = as_exec(hGraphExec);
+    struct sim_node *n = as_node(hNode);
+    struct sim_graph *by = as_graph(childGraph);
+    if (!x || !n || !by || n->type != CU_GRAPH_NODE_TYPE_GRAPH || !child_takes(x, n->u.child, by, 0))
+        return CUDA_ERROR_INVALID_VALUE;
+    child_takes(x, n->u.child, by, 1);
+    return CUDA_SUCCESS;
+}
+
 CUresult sim_knode_of(CUgraphExec hGraphExec, CUgraphNode hNode, struct sim_knode **k)
 {
     struct sim_node *n = as_node(hNode);

@@ -512,6 +512,21 @@ FGR_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph h
     return r;
 }
 
+/* An executable's child graph node takes another graph's parameters. The
+ * client cannot tell which of the executable's sides the old child gave
+ * it: where it has any, or the new child has, the call is refused. */
+FGR_EXPORT CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraph childGraph)
+{
+    enter();
+    struct holder *x = holder_find(hGraphExec, 0), *c = holder_find(childGraph, 0);
+    int sides = (x && x->n) || (c && c->n);
+    leave();
+    if (sides)
+        return fgr_unsupported(-1, "cuGraphExecChildGraphNodeSetParams",
+                               "an executable or child graph with copies of the program's pageable memory");
+    return fgr_fwd_cuGraphExecChildGraphNodeSetParams(hGraphExec, hNode, childGraph);
+}
+
 /* An updated executable's nodes are its new graph's. */
 FGR_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
                                          CUgraphExecUpdateResultInfo *resultInfo)

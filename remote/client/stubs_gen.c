@@ -6601,6 +6601,20 @@ FGR_EXPORT CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsig
     return fgr_unsupported(11, "cuGraphDebugDotPrint", "it writes a file by its path, which would be the server's");
 }
 
+CUresult fgr_fwd_cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraph childGraph)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGraphExecChildGraphNodeSetParams, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraphExec);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)childGraph);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult fgrUserObjectCreate(CUuserObject *object_out, unsigned long long id, unsigned int initialRefcount, unsigned int flags)
 {
     CUresult fgr_r;
@@ -7328,132 +7342,127 @@ FGR_EXPORT CUresult cuDeviceGetLuid(void)
     return fgr_unsupported(142, "cuDeviceGetLuid", "a Windows (WDDM) adapter identifier: Linux drivers answer CUDA_ERROR_NOT_SUPPORTED too");
 }
 
-FGR_EXPORT CUresult cuGraphExecChildGraphNodeSetParams(void)
-{
-    return fgr_unsupported(143, "cuGraphExecChildGraphNodeSetParams", "the executable's sides in the program's pageable memory would need the old child graph's dropped: not carried yet");
-}
-
 FGR_EXPORT CUresult cuGraphAddBatchMemOpNode(void)
 {
-    return fgr_unsupported(144, "cuGraphAddBatchMemOpNode", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
+    return fgr_unsupported(143, "cuGraphAddBatchMemOpNode", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
 }
 
 FGR_EXPORT CUresult cuGraphBatchMemOpNodeGetParams(void)
 {
-    return fgr_unsupported(145, "cuGraphBatchMemOpNodeGetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
+    return fgr_unsupported(144, "cuGraphBatchMemOpNodeGetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
 }
 
 FGR_EXPORT CUresult cuGraphBatchMemOpNodeSetParams(void)
 {
-    return fgr_unsupported(146, "cuGraphBatchMemOpNodeSetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
+    return fgr_unsupported(145, "cuGraphBatchMemOpNodeSetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
 }
 
 FGR_EXPORT CUresult cuGraphExecBatchMemOpNodeSetParams(void)
 {
-    return fgr_unsupported(147, "cuGraphExecBatchMemOpNodeSetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
+    return fgr_unsupported(146, "cuGraphExecBatchMemOpNodeSetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
 }
 
 FGR_EXPORT CUresult cuMemcpy3DBatchAsync_v2(void)
 {
-    return fgr_unsupported(148, "cuMemcpy3DBatchAsync_v2", "batches of 3D copies are not carried yet: cuMemcpy3DAsync is, and batches of linear copies");
+    return fgr_unsupported(147, "cuMemcpy3DBatchAsync_v2", "batches of 3D copies are not carried yet: cuMemcpy3DAsync is, and batches of linear copies");
 }
 
 FGR_EXPORT CUresult cuMemPrefetchBatchAsync(void)
 {
-    return fgr_unsupported(149, "cuMemPrefetchBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
+    return fgr_unsupported(148, "cuMemPrefetchBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
 }
 
 FGR_EXPORT CUresult cuMemDiscardBatchAsync(void)
 {
-    return fgr_unsupported(150, "cuMemDiscardBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
+    return fgr_unsupported(149, "cuMemDiscardBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
 }
 
 FGR_EXPORT CUresult cuMemDiscardAndPrefetchBatchAsync(void)
 {
-    return fgr_unsupported(151, "cuMemDiscardAndPrefetchBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
+    return fgr_unsupported(150, "cuMemDiscardAndPrefetchBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
 }
 
 FGR_EXPORT CUresult cuMemBatchDecompressAsync(void)
 {
-    return fgr_unsupported(152, "cuMemBatchDecompressAsync", "the copy engines' decompression is not carried yet");
+    return fgr_unsupported(151, "cuMemBatchDecompressAsync", "the copy engines' decompression is not carried yet");
 }
 
 FGR_EXPORT CUresult cuArrayGetMemoryRequirements(void)
 {
-    return fgr_unsupported(153, "cuArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(152, "cuArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuArrayGetPlane(void)
 {
-    return fgr_unsupported(154, "cuArrayGetPlane", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(153, "cuArrayGetPlane", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuArrayGetSparseProperties(void)
 {
-    return fgr_unsupported(155, "cuArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(154, "cuArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuMipmappedArrayGetMemoryRequirements(void)
 {
-    return fgr_unsupported(156, "cuMipmappedArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(155, "cuMipmappedArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuMipmappedArrayGetSparseProperties(void)
 {
-    return fgr_unsupported(157, "cuMipmappedArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(156, "cuMipmappedArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuMemMapArrayAsync(void)
 {
-    return fgr_unsupported(158, "cuMemMapArrayAsync", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(157, "cuMemMapArrayAsync", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuMemcpy3DPeer(void)
 {
-    return fgr_unsupported(159, "cuMemcpy3DPeer", "peer copies between contexts of 3D regions are not carried yet: cuMemcpy3D and cuMemcpyPeer are");
+    return fgr_unsupported(158, "cuMemcpy3DPeer", "peer copies between contexts of 3D regions are not carried yet: cuMemcpy3D and cuMemcpyPeer are");
 }
 
 FGR_EXPORT CUresult cuMemcpy3DPeerAsync(void)
 {
-    return fgr_unsupported(160, "cuMemcpy3DPeerAsync", "peer copies between contexts of 3D regions are not carried yet: cuMemcpy3D and cuMemcpyPeer are");
+    return fgr_unsupported(159, "cuMemcpy3DPeerAsync", "peer copies between contexts of 3D regions are not carried yet: cuMemcpy3D and cuMemcpyPeer are");
 }
 
 FGR_EXPORT CUresult cuDeviceGetHostAtomicCapabilities(void)
 {
-    return fgr_unsupported(161, "cuDeviceGetHostAtomicCapabilities", "atomic capability queries are not carried yet: cuDeviceGetAttribute's host-native atomics answer is");
+    return fgr_unsupported(160, "cuDeviceGetHostAtomicCapabilities", "atomic capability queries are not carried yet: cuDeviceGetAttribute's host-native atomics answer is");
 }
 
 FGR_EXPORT CUresult cuDeviceGetP2PAtomicCapabilities(void)
 {
-    return fgr_unsupported(162, "cuDeviceGetP2PAtomicCapabilities", "atomic capability queries are not carried yet: cuDeviceGetAttribute's host-native atomics answer is");
+    return fgr_unsupported(161, "cuDeviceGetP2PAtomicCapabilities", "atomic capability queries are not carried yet: cuDeviceGetAttribute's host-native atomics answer is");
 }
 
 FGR_EXPORT CUresult cuTensorMapEncodeIm2colWide(void)
 {
-    return fgr_unsupported(163, "cuTensorMapEncodeIm2colWide", "the wide im2col tensor map is not carried yet: tiled and im2col tensor maps are");
+    return fgr_unsupported(162, "cuTensorMapEncodeIm2colWide", "the wide im2col tensor map is not carried yet: tiled and im2col tensor maps are");
 }
 
 FGR_EXPORT CUresult cuCtxRecordEvent(void)
 {
-    return fgr_unsupported(164, "cuCtxRecordEvent", "not carried yet");
+    return fgr_unsupported(163, "cuCtxRecordEvent", "not carried yet");
 }
 
 FGR_EXPORT CUresult cuCtxWaitEvent(void)
 {
-    return fgr_unsupported(165, "cuCtxWaitEvent", "not carried yet");
+    return fgr_unsupported(164, "cuCtxWaitEvent", "not carried yet");
 }
 
 FGR_EXPORT CUresult cuMemSetMemPool(void)
 {
-    return fgr_unsupported(166, "cuMemSetMemPool", "not carried yet");
+    return fgr_unsupported(165, "cuMemSetMemPool", "not carried yet");
 }
 
 FGR_EXPORT CUresult cuDeviceGetProperties(void)
 {
-    return fgr_unsupported(167, "cuDeviceGetProperties", "deprecated since CUDA 5: cuDeviceGetAttribute is answered");
+    return fgr_unsupported(166, "cuDeviceGetProperties", "deprecated since CUDA 5: cuDeviceGetAttribute is answered");
 }
 
-const int fgr_nunsupported = 168;
+const int fgr_nunsupported = 167;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -7837,6 +7846,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_fgrGraphConditionalNodeGetParams] = "fgrGraphConditionalNodeGetParams",
     [FGR_OP_fgrGraphConditionalNodeSetParams] = "fgrGraphConditionalNodeSetParams",
     [FGR_OP_cuGraphExecUpdate_v2] = "cuGraphExecUpdate_v2",
+    [FGR_OP_cuGraphExecChildGraphNodeSetParams] = "cuGraphExecChildGraphNodeSetParams",
     [FGR_OP_fgrUserObjectCreate] = "fgrUserObjectCreate",
     [FGR_OP_cuUserObjectRetain] = "cuUserObjectRetain",
     [FGR_OP_cuUserObjectRelease] = "cuUserObjectRelease",
@@ -8394,6 +8404,7 @@ const struct fg_proc fgr_procs[] = {
     {"fgrGraphConditionalNodeSetParams", "fgrGraphConditionalNodeSetParams", 0, 0, (void *)fgrGraphConditionalNodeSetParams},
     {"cuGraphExecUpdate", "cuGraphExecUpdate_v2", 12000, 0, (void *)cuGraphExecUpdate_v2},
     {"cuGraphDebugDotPrint", "cuGraphDebugDotPrint", 11030, 0, (void *)cuGraphDebugDotPrint},
+    {"cuGraphExecChildGraphNodeSetParams", "cuGraphExecChildGraphNodeSetParams", 11010, 0, (void *)cuGraphExecChildGraphNodeSetParams},
     {"cuUserObjectCreate", "cuUserObjectCreate", 11030, 0, (void *)cuUserObjectCreate},
     {"fgrUserObjectCreate", "fgrUserObjectCreate", 0, 0, (void *)fgrUserObjectCreate},
     {"cuUserObjectRetain", "cuUserObjectRetain", 11030, 0, (void *)cuUserObjectRetain},
@@ -8531,7 +8542,6 @@ const struct fg_proc fgr_procs[] = {
     {"cuLibraryGetUnifiedFunction", "cuLibraryGetUnifiedFunction", 12000, 0, (void *)cuLibraryGetUnifiedFunction},
     {"cuFlushGPUDirectRDMAWrites", "cuFlushGPUDirectRDMAWrites", 11030, 0, (void *)cuFlushGPUDirectRDMAWrites},
     {"cuDeviceGetLuid", "cuDeviceGetLuid", 10000, 0, (void *)cuDeviceGetLuid},
-    {"cuGraphExecChildGraphNodeSetParams", "cuGraphExecChildGraphNodeSetParams", 11010, 0, (void *)cuGraphExecChildGraphNodeSetParams},
     {"cuGraphAddBatchMemOpNode", "cuGraphAddBatchMemOpNode", 11070, 0, (void *)cuGraphAddBatchMemOpNode},
     {"cuGraphBatchMemOpNodeGetParams", "cuGraphBatchMemOpNodeGetParams", 11070, 0, (void *)cuGraphBatchMemOpNodeGetParams},
     {"cuGraphBatchMemOpNodeSetParams", "cuGraphBatchMemOpNodeSetParams", 11070, 0, (void *)cuGraphBatchMemOpNodeSetParams},

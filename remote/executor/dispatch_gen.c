@@ -381,6 +381,7 @@ typedef CUresult (*pfn_fgrGraphAddConditionalNode)(CUgraphNode *phGraphNode, CUg
 typedef CUresult (*pfn_fgrGraphConditionalNodeGetParams)(CUgraphNode hNode, CUgraphConditionalHandle *handle, unsigned int *type, unsigned int *size, CUcontext *ctx, CUgraph *bodies, unsigned int cap);
 typedef CUresult (*pfn_fgrGraphConditionalNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphConditionalHandle handle, unsigned int type, unsigned int size, CUcontext ctx);
 typedef CUresult (*pfn_cuGraphExecUpdate_v2)(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo);
+typedef CUresult (*pfn_cuGraphExecChildGraphNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraph childGraph);
 typedef CUresult (*pfn_fgrUserObjectCreate)(CUuserObject *object_out, unsigned long long id, unsigned int initialRefcount, unsigned int flags);
 typedef CUresult (*pfn_cuUserObjectRetain)(CUuserObject object, unsigned int count);
 typedef CUresult (*pfn_cuUserObjectRelease)(CUuserObject object, unsigned int count);
@@ -8662,6 +8663,26 @@ static CUresult op_cuGraphExecUpdate_v2(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_cuGraphExecChildGraphNodeSetParams(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_in(FGR_H_CUgraphExec, fgr_get_u64(rd));
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    CUgraph childGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec)))
+        fgr_r = fgr_refuse("cuGraphExecChildGraphNodeSetParams", "hGraphExec", (uint64_t)(uintptr_t)hGraphExec, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("cuGraphExecChildGraphNodeSetParams", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)childGraph)))
+        fgr_r = fgr_refuse("cuGraphExecChildGraphNodeSetParams", "childGraph", (uint64_t)(uintptr_t)childGraph, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGraphExecChildGraphNodeSetParams)fgr_real[FGR_OP_cuGraphExecChildGraphNodeSetParams])(hGraphExec, hNode, childGraph);
+    return fgr_r;
+}
+
 static CUresult op_fgrUserObjectCreate(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -9292,6 +9313,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_fgrGraphConditionalNodeGetParams] = {"fgrGraphConditionalNodeGetParams", op_fgrGraphConditionalNodeGetParams, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrGraphConditionalNodeSetParams] = {"fgrGraphConditionalNodeSetParams", op_fgrGraphConditionalNodeSetParams, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphExecUpdate_v2] = {"cuGraphExecUpdate_v2", op_cuGraphExecUpdate_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGraphExecChildGraphNodeSetParams] = {"cuGraphExecChildGraphNodeSetParams", op_cuGraphExecChildGraphNodeSetParams, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrUserObjectCreate] = {"fgrUserObjectCreate", op_fgrUserObjectCreate, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuUserObjectRetain] = {"cuUserObjectRetain", op_cuUserObjectRetain, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuUserObjectRelease] = {"cuUserObjectRelease", op_cuUserObjectRelease, 0, FGR_SMALL_FRAME},

@@ -86,6 +86,7 @@ static const struct {
     {FGR_OP_fgrGraphConditionalNodeSetParams, FGR_H_CUgraphExec, 0, FGR_H_CUgraphNode, 1, 0x3},
     {FGR_OP_cuGraphExecMemcpyNodeSetParams, FGR_H_CUgraphExec, 0, 0, 0, 0x3},
     {FGR_OP_cuGraphExecUpdate_v2, FGR_H_CUgraphExec, 0, 0, 0, 0x1},
+    {FGR_OP_cuGraphExecChildGraphNodeSetParams, FGR_H_CUgraphExec, 0, 0, 0, 0x3},
     {FGR_OP_cuGraphAddDependencies, FGR_H_CUgraph, 0, 0, 0, ALL},
     {FGR_OP_cuGraphAddDependencies_v2, FGR_H_CUgraph, 0, 0, 0, ALL},
     {FGR_OP_cuDevicePrimaryCtxSetFlags_v2, 0, CONN, 0, 0, 0x1},

@@ -424,6 +424,8 @@ typedef CUresult (CUDAAPI *fg_sig_cuGraphExecUpdate_v2)(CUgraphExec hGraphExec, 
 SAME(fg_sig_cuGraphExecUpdate_v2, PFN_cuGraphExecUpdate_v12000);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphDebugDotPrint)(CUgraph hGraph, const char *path, unsigned int flags);
 SAME(fg_sig_cuGraphDebugDotPrint, PFN_cuGraphDebugDotPrint_v11030);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphExecChildGraphNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraph childGraph);
+SAME(fg_sig_cuGraphExecChildGraphNodeSetParams, PFN_cuGraphExecChildGraphNodeSetParams_v11010);
 typedef CUresult (CUDAAPI *fg_sig_cuUserObjectCreate)(CUuserObject *object_out, void *ptr, CUhostFn destroy, unsigned int initialRefcount, unsigned int flags);
 SAME(fg_sig_cuUserObjectCreate, PFN_cuUserObjectCreate_v11030);
 typedef CUresult (CUDAAPI *fg_sig_cuUserObjectRetain)(CUuserObject object, unsigned int count);

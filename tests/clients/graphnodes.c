@@ -27,6 +27,11 @@
  *                         launched three times, the memory cleared before
  *                         each, captured and added; the host node in a
  *                         child graph after the copy node, and with it
+ *     graphnodes childparams [pageable]
+ *                         an executable's child graph node set to another
+ *                         graph's parameters; another topology refused;
+ *                         with pageable, a new child that copies into the
+ *                         program's memory
  *     graphnodes userobjects
  *                         user objects: the program's references, a graph's
  *                         (moved or its own), an executable's, a clone's;
@@ -958,6 +963,91 @@ static void host_fn(void *data)
     calls += *(int *)data;
 }
 
+/* A graph of a memset node setting v into ROW bytes at d, then an empty
+ * node after it (more: a second memset node, another topology). */
+static CUgraph set_then_empty(CUcontext ctx, CUdeviceptr d, unsigned v, int more)
+{
+    CUgraph g;
+    CUgraphNode set, empty;
+    CHECK(cuGraphCreate(&g, 0));
+    CUDA_MEMSET_NODE_PARAMS sp = set_params(d, v, 1, ROW, 1, 0);
+    CHECK(cuGraphAddMemsetNode(&set, g, NULL, 0, &sp, ctx));
+    CHECK(cuGraphAddEmptyNode(&empty, g, &set, 1));
+    if (more)
+        CHECK(cuGraphAddMemsetNode(&set, g, &empty, 1, &sp, ctx));
+    return g;
+}
+
+/* An executable's child graph node set to another graph's parameters
+ * (cuGraphExecChildGraphNodeSetParams): it runs them, the graph's node
+ * does not; another topology and a node that is no child graph's refused.
+ * With pageable, the new child copies into the program's memory. */
+static int child_params(CUcontext ctx, int pageable)
+{
+    CUstream st;
+    CUdeviceptr a, b;
+    unsigned char got[ROW];
+    static unsigned char host[ROW];
+    CHECK(cuStreamCreate(&st, 0));
+    CHECK(cuMemAlloc_v2(&a, ROW));
+    CHECK(cuMemAlloc_v2(&b, ROW));
+    CUgraph g, c1 = set_then_empty(ctx, b, 2, 0), c5 = set_then_empty(ctx, b, 5, 0), c3 = set_then_empty(ctx, b, 3, 1);
+    CUgraphNode set, child;
+    CHECK(cuGraphCreate(&g, 0));
+    CUDA_MEMSET_NODE_PARAMS sp = set_params(a, 1, 1, ROW, 1, 0);
+    CHECK(cuGraphAddMemsetNode(&set, g, NULL, 0, &sp, ctx));
+    CHECK(cuGraphAddChildGraphNode(&child, g, &set, 1, c1));
+    CUgraphExec x, y;
+    CHECK(cuGraphInstantiateWithFlags(&x, g, 0));
+    if (pageable) { /* children that copy to device memory, then to the program's */
+        CUgraph cd, ch, gp;
+        CUgraphNode s2, s5, cp, node;
+        CUgraphExec xp;
+        CHECK(cuGraphCreate(&cd, 0));
+        CHECK(cuGraphCreate(&ch, 0));
+        CHECK(cuGraphCreate(&gp, 0));
+        CUDA_MEMSET_NODE_PARAMS p2 = set_params(b, 2, 1, ROW, 1, 0), p5 = set_params(b, 5, 1, ROW, 1, 0);
+        CHECK(cuGraphAddMemsetNode(&s2, cd, NULL, 0, &p2, ctx));
+        CHECK(cuGraphAddMemsetNode(&s5, ch, NULL, 0, &p5, ctx));
+        CUDA_MEMCPY3D dd = copy_params(CU_MEMORYTYPE_DEVICE, NULL, b, CU_MEMORYTYPE_DEVICE, NULL, a, ROW, 1, ROW);
+        CUDA_MEMCPY3D dh = copy_params(CU_MEMORYTYPE_DEVICE, NULL, b, CU_MEMORYTYPE_HOST, host, 0, ROW, 1, ROW);
+        CHECK(cuGraphAddMemcpyNode(&cp, cd, &s2, 1, &dd, ctx));
+        CHECK(cuGraphAddMemcpyNode(&cp, ch, &s5, 1, &dh, ctx));
+        CHECK(cuGraphAddChildGraphNode(&node, gp, NULL, 0, cd));
+        CHECK(cuGraphInstantiateWithFlags(&xp, gp, 0));
+        printf("a child copying into the program's memory: %s\n",
+               result_name(cuGraphExecChildGraphNodeSetParams(xp, node, ch)));
+        return 0;
+    }
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    CHECK(cuMemcpyDtoH_v2(got, b, ROW));
+    printf("child node: %u", got[0]);
+    CHECK(cuGraphExecChildGraphNodeSetParams(x, child, c5));
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    CHECK(cuMemcpyDtoH_v2(got, b, ROW));
+    printf(", the executable's set to another child's: %u", got[0]);
+    CHECK(cuGraphInstantiateWithFlags(&y, g, 0));
+    CHECK(cuGraphLaunch(y, st));
+    CHECK(cuStreamSynchronize(st));
+    CHECK(cuMemcpyDtoH_v2(got, b, ROW));
+    printf(", the graph's node: %u\n", got[0]);
+    printf("another topology: %s, no child graph's node: %s\n",
+           result_name(cuGraphExecChildGraphNodeSetParams(x, child, c3)),
+           result_name(cuGraphExecChildGraphNodeSetParams(x, set, c5)));
+    CHECK(cuGraphExecDestroy(x));
+    CHECK(cuGraphExecDestroy(y));
+    CHECK(cuGraphDestroy(g));
+    CHECK(cuGraphDestroy(c1));
+    CHECK(cuGraphDestroy(c5));
+    CHECK(cuGraphDestroy(c3));
+    CHECK(cuStreamDestroy_v2(st));
+    CHECK(cuMemFree_v2(a));
+    CHECK(cuMemFree_v2(b));
+    return 0;
+}
+
 /* User objects: each destructor adds its object's value to destroyed. */
 static int destroyed;
 
@@ -1578,6 +1668,8 @@ int main(int argc, char **argv)
         return events(ctx);
     if (argc > 1 && strcmp(argv[1], "params") == 0)
         return params(ctx);
+    if (argc > 1 && strcmp(argv[1], "childparams") == 0)
+        return child_params(ctx, argc > 2 && !strcmp(argv[2], "pageable"));
     if (argc > 1 && strcmp(argv[1], "userobjects") == 0)
         return user_objects(ctx);
     if (argc > 1 && strcmp(argv[1], "hostread") == 0)

@@ -135,6 +135,27 @@ func TestRemoteGraphNodeParams(t *testing.T) {
 	printsAsLocally(t, local, argv, "shm", "unix", "tcp")
 }
 
+// An executable's child graph node set to another graph's parameters runs
+// them remotely as locally, over every transport; where a child copies
+// into the program's pageable memory (server buffers the client cannot
+// tell apart), it is refused remotely, said once.
+func TestRemoteGraphExecChildParams(t *testing.T) {
+	argv := []string{"graphnodes", "childparams"}
+	local := runsLocally(t, newEnv(t), argv, "child node: 2, the executable's set to another child's: 5, the graph's node: 2\n",
+		"another topology: CUDA_ERROR_INVALID_VALUE, no child graph's node: CUDA_ERROR_INVALID_VALUE\n")
+	printsAsLocally(t, local, argv, "shm", "unix", "tcp")
+	e := newEnv(t)
+	if r := e.run("graphnodes", "childparams", "pageable"); r.code != 0 ||
+		!strings.Contains(r.stdout, "a child copying into the program's memory: CUDA_SUCCESS") {
+		t.Fatalf("locally: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r := e.remote(e.serve("unix"), "graphnodes", "childparams", "pageable")
+	if r.code != 0 || !strings.Contains(r.stdout, "a child copying into the program's memory: CUDA_ERROR_NOT_SUPPORTED") ||
+		strings.Count(r.stderr, "cuGraphExecChildGraphNodeSetParams: an executable or child graph with copies") != 1 {
+		t.Errorf("remotely: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
 // User objects over every transport as locally: the program's destructor
 // runs on its side once the server's driver lets the last reference go (a
 // graph's, an executable's, a clone's), not before.
