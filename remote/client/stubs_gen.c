@@ -7417,52 +7417,42 @@ FGR_EXPORT CUresult cuMemMapArrayAsync(void)
     return fgr_unsupported(157, "cuMemMapArrayAsync", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
-FGR_EXPORT CUresult cuMemcpy3DPeer(void)
-{
-    return fgr_unsupported(158, "cuMemcpy3DPeer", "peer copies between contexts of 3D regions are not carried yet: cuMemcpy3D and cuMemcpyPeer are");
-}
-
-FGR_EXPORT CUresult cuMemcpy3DPeerAsync(void)
-{
-    return fgr_unsupported(159, "cuMemcpy3DPeerAsync", "peer copies between contexts of 3D regions are not carried yet: cuMemcpy3D and cuMemcpyPeer are");
-}
-
 FGR_EXPORT CUresult cuDeviceGetHostAtomicCapabilities(void)
 {
-    return fgr_unsupported(160, "cuDeviceGetHostAtomicCapabilities", "atomic capability queries are not carried yet: cuDeviceGetAttribute's host-native atomics answer is");
+    return fgr_unsupported(158, "cuDeviceGetHostAtomicCapabilities", "atomic capability queries are not carried yet: cuDeviceGetAttribute's host-native atomics answer is");
 }
 
 FGR_EXPORT CUresult cuDeviceGetP2PAtomicCapabilities(void)
 {
-    return fgr_unsupported(161, "cuDeviceGetP2PAtomicCapabilities", "atomic capability queries are not carried yet: cuDeviceGetAttribute's host-native atomics answer is");
+    return fgr_unsupported(159, "cuDeviceGetP2PAtomicCapabilities", "atomic capability queries are not carried yet: cuDeviceGetAttribute's host-native atomics answer is");
 }
 
 FGR_EXPORT CUresult cuTensorMapEncodeIm2colWide(void)
 {
-    return fgr_unsupported(162, "cuTensorMapEncodeIm2colWide", "the wide im2col tensor map is not carried yet: tiled and im2col tensor maps are");
+    return fgr_unsupported(160, "cuTensorMapEncodeIm2colWide", "the wide im2col tensor map is not carried yet: tiled and im2col tensor maps are");
 }
 
 FGR_EXPORT CUresult cuCtxRecordEvent(void)
 {
-    return fgr_unsupported(163, "cuCtxRecordEvent", "not carried yet");
+    return fgr_unsupported(161, "cuCtxRecordEvent", "not carried yet");
 }
 
 FGR_EXPORT CUresult cuCtxWaitEvent(void)
 {
-    return fgr_unsupported(164, "cuCtxWaitEvent", "not carried yet");
+    return fgr_unsupported(162, "cuCtxWaitEvent", "not carried yet");
 }
 
 FGR_EXPORT CUresult cuMemSetMemPool(void)
 {
-    return fgr_unsupported(165, "cuMemSetMemPool", "not carried yet");
+    return fgr_unsupported(163, "cuMemSetMemPool", "not carried yet");
 }
 
 FGR_EXPORT CUresult cuDeviceGetProperties(void)
 {
-    return fgr_unsupported(166, "cuDeviceGetProperties", "deprecated since CUDA 5: cuDeviceGetAttribute is answered");
+    return fgr_unsupported(164, "cuDeviceGetProperties", "deprecated since CUDA 5: cuDeviceGetAttribute is answered");
 }
 
-const int fgr_nunsupported = 167;
+const int fgr_nunsupported = 165;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -8307,6 +8297,10 @@ const struct fg_proc fgr_procs[] = {
     {"cuTensorMapEncodeIm2col", "cuTensorMapEncodeIm2col", 12000, 0, (void *)cuTensorMapEncodeIm2col},
     {"cuTensorMapReplaceAddress", "cuTensorMapReplaceAddress", 12000, 0, (void *)cuTensorMapReplaceAddress},
     {"cuKernelGetLibrary", "cuKernelGetLibrary", 12050, 0, (void *)cuKernelGetLibrary},
+    {"cuMemcpy3DPeer", "cuMemcpy3DPeer", 4000, 0, (void *)cuMemcpy3DPeer},
+    {"cuMemcpy3DPeer", "cuMemcpy3DPeer_ptds", 7000, 1, (void *)cuMemcpy3DPeer_ptds},
+    {"cuMemcpy3DPeerAsync", "cuMemcpy3DPeerAsync", 4000, 0, (void *)cuMemcpy3DPeerAsync},
+    {"cuMemcpy3DPeerAsync", "cuMemcpy3DPeerAsync_ptsz", 7000, 1, (void *)cuMemcpy3DPeerAsync_ptsz},
     {"cuMemcpyHtoA", "cuMemcpyHtoA_v2", 3020, 0, (void *)cuMemcpyHtoA_v2},
     {"cuMemcpyHtoA", "cuMemcpyHtoA_v2_ptds", 7000, 1, (void *)cuMemcpyHtoA_v2_ptds},
     {"cuMemcpyAtoH", "cuMemcpyAtoH_v2", 3020, 0, (void *)cuMemcpyAtoH_v2},
@@ -8557,8 +8551,6 @@ const struct fg_proc fgr_procs[] = {
     {"cuMipmappedArrayGetMemoryRequirements", "cuMipmappedArrayGetMemoryRequirements", 11060, 0, (void *)cuMipmappedArrayGetMemoryRequirements},
     {"cuMipmappedArrayGetSparseProperties", "cuMipmappedArrayGetSparseProperties", 11010, 0, (void *)cuMipmappedArrayGetSparseProperties},
     {"cuMemMapArrayAsync", "cuMemMapArrayAsync", 11010, 0, (void *)cuMemMapArrayAsync},
-    {"cuMemcpy3DPeer", "cuMemcpy3DPeer", 4000, 0, (void *)cuMemcpy3DPeer},
-    {"cuMemcpy3DPeerAsync", "cuMemcpy3DPeerAsync", 4000, 0, (void *)cuMemcpy3DPeerAsync},
     {"cuDeviceGetHostAtomicCapabilities", "cuDeviceGetHostAtomicCapabilities", 13000, 0, (void *)cuDeviceGetHostAtomicCapabilities},
     {"cuDeviceGetP2PAtomicCapabilities", "cuDeviceGetP2PAtomicCapabilities", 13000, 0, (void *)cuDeviceGetP2PAtomicCapabilities},
     {"cuTensorMapEncodeIm2colWide", "cuTensorMapEncodeIm2colWide", 12080, 0, (void *)cuTensorMapEncodeIm2colWide},

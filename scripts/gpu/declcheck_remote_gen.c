@@ -259,6 +259,14 @@ typedef CUresult (CUDAAPI *fg_sig_cuTensorMapReplaceAddress)(CUtensorMap *tensor
 SAME(fg_sig_cuTensorMapReplaceAddress, PFN_cuTensorMapReplaceAddress_v12000);
 typedef CUresult (CUDAAPI *fg_sig_cuKernelGetLibrary)(CUlibrary *pLib, CUkernel kernel);
 SAME(fg_sig_cuKernelGetLibrary, PFN_cuKernelGetLibrary_v12050);
+typedef CUresult (CUDAAPI *fg_sig_cuMemcpy3DPeer)(const CUDA_MEMCPY3D_PEER *pCopy);
+SAME(fg_sig_cuMemcpy3DPeer, PFN_cuMemcpy3DPeer_v4000);
+typedef CUresult (CUDAAPI *fg_sig_cuMemcpy3DPeer_ptds)(const CUDA_MEMCPY3D_PEER *pCopy);
+SAME(fg_sig_cuMemcpy3DPeer_ptds, PFN_cuMemcpy3DPeer_v7000_ptds);
+typedef CUresult (CUDAAPI *fg_sig_cuMemcpy3DPeerAsync)(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream);
+SAME(fg_sig_cuMemcpy3DPeerAsync, PFN_cuMemcpy3DPeerAsync_v4000);
+typedef CUresult (CUDAAPI *fg_sig_cuMemcpy3DPeerAsync_ptsz)(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream);
+SAME(fg_sig_cuMemcpy3DPeerAsync_ptsz, PFN_cuMemcpy3DPeerAsync_v7000_ptsz);
 typedef CUresult (CUDAAPI *fg_sig_cuMemcpyHtoA_v2)(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount);
 SAME(fg_sig_cuMemcpyHtoA_v2, PFN_cuMemcpyHtoA_v3020);
 typedef CUresult (CUDAAPI *fg_sig_cuMemcpyHtoA_v2_ptds)(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount);

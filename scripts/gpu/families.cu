@@ -218,6 +218,26 @@ int main()
         RT(cudaFreeHost(ph));
         RT(cudaFreeHost(pd));
     }
+    // A 3D copy between devices' memory (cudaMemcpy3DPeer, one GPU).
+    {
+        void *to;
+        RT(cudaMalloc(&to, 4096));
+        RT(cudaMemset(to, 0, 4096));
+        cudaMemcpy3DPeerParms p = {};
+        p.srcPtr = make_cudaPitchedPtr(buf, 1024, 256, 4);
+        p.srcDevice = 0;
+        p.dstPtr = make_cudaPitchedPtr(to, 1024, 256, 4);
+        p.dstDevice = 0;
+        p.extent = make_cudaExtent(1024, 4, 1);
+        RT(cudaMemcpy3DPeer(&p));
+        unsigned char back[4096];
+        RT(cudaMemcpy(back, to, sizeof back, cudaMemcpyDeviceToHost));
+        unsigned long sum = 0;
+        for (int i = 0; i < 4096; i++)
+            sum += back[i] * (unsigned long)(i % 13 + 1);
+        printf("3D copy between devices: sum %lu\n", sum);
+        RT(cudaFree(to));
+    }
     // A batch of stream memory operations through the driver.
     {
         CUstreamBatchMemOpParams ops[3] = {};

@@ -89,6 +89,27 @@ int main(void)
             else
                 untouched += again[y][x] == 0;
     printf("unified 2D round trip: %ld bytes differ, %ld past the width untouched\n", diff, untouched);
+    /* Between contexts (the primary one on both sides): a's first slice
+     * into b's second, then down on a stream, as cuMemcpy3D makes them. */
+    CUcontext ctx;
+    CHECK(cuCtxGetCurrent(&ctx));
+    CUDA_MEMCPY3D_PEER peer = {.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = a, .srcContext = ctx,
+                               .srcPitch = PITCH, .srcHeight = HEIGHT, .dstMemoryType = CU_MEMORYTYPE_DEVICE,
+                               .dstDevice = b, .dstContext = ctx, .dstZ = 1, .dstPitch = PITCH, .dstHeight = HEIGHT,
+                               .WidthInBytes = PITCH, .Height = HEIGHT, .Depth = 1};
+    CHECK(cuMemcpy3DPeer(&peer));
+    static unsigned char slice[HEIGHT][PITCH];
+    CUDA_MEMCPY3D_PEER home = {.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = b, .srcContext = ctx, .srcZ = 1,
+                               .srcPitch = PITCH, .srcHeight = HEIGHT, .dstMemoryType = CU_MEMORYTYPE_HOST,
+                               .dstHost = slice, .dstContext = ctx, .dstPitch = PITCH, .dstHeight = HEIGHT,
+                               .WidthInBytes = PITCH, .Height = HEIGHT, .Depth = 1};
+    CHECK(cuMemcpy3DPeerAsync(&home, st));
+    CHECK(cuStreamSynchronize(st));
+    long peer_sum = 0;
+    for (int y = 0; y < HEIGHT; y++)
+        for (int x = 0; x < PITCH; x++)
+            peer_sum += slice[y][x];
+    printf("between contexts: slice sum %ld, without parameters: %s\n", peer_sum, result_name(cuMemcpy3DPeer(NULL)));
     CHECK(cuMemFree_v2(a));
     CHECK(cuMemFree_v2(b));
     return 0;
