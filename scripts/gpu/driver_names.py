@@ -2,11 +2,11 @@
 
 usage: driver_names.py INCLUDE_DIR NAMES_FILE RESOLVE_OUT
 
-For each entry point of cudaTypedefs.h, cudaGLTypedefs.h, cudaEGLTypedefs.h
-and cudaVDPAUTypedefs.h (outside their __CUDA_API_VERSION_INTERNAL parts),
-the newest PFN_<base>_v<VERSION> is the variant the headers declare by
-default: NAMES_FILE must list it at that version, and list no variant the
-headers lack.
+For each entry point of cudaTypedefs.h, cudaProfilerTypedefs.h,
+cudaGLTypedefs.h, cudaEGLTypedefs.h and cudaVDPAUTypedefs.h (outside their
+__CUDA_API_VERSION_INTERNAL parts), the newest PFN_<base>_v<VERSION> is the
+variant the headers declare by default: NAMES_FILE must list it at that
+version, and list no variant the headers lack.
 Writes every (base, version, per-thread) the headers give to RESOLVE_OUT,
 one "NAME VERSION [pt]" a line, for tests/clients/procnames to resolve.
 Prints the differences; exits 1 when there are any.
@@ -40,7 +40,8 @@ def public_text(path):
 
 def header_variants(include):
     found = set()
-    for h in ("cudaTypedefs.h", "cudaGLTypedefs.h", "cudaEGLTypedefs.h", "cudaVDPAUTypedefs.h"):
+    for h in ("cudaTypedefs.h", "cudaProfilerTypedefs.h", "cudaGLTypedefs.h", "cudaEGLTypedefs.h",
+              "cudaVDPAUTypedefs.h"):
         p = os.path.join(include, h)
         if os.path.exists(p):
             for base, ver, pt in PFN.findall(public_text(p)):
