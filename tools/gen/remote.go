@@ -342,9 +342,10 @@ func emitRemoteProto(entries []RemoteEntry) string {
 	w.blank()
 	w.line("#define FGR_OPS_HASH 0x%016xULL", opsHash(entries))
 	w.blank()
-	w.line("/* Entry points the shim does not hook, exported by the remoting client. */")
+	w.line("/* The project's own operations (the driver's entry points the shim does")
+	w.line(" * not hook are declared in flexgv/cuda_api_gen.h). */")
 	for _, e := range entries {
-		if e.Extra && !e.Bare {
+		if e.Extra && !e.Bare && !strings.HasPrefix(e.Name, "cu") {
 			w.line("CUresult %s(%s);", e.Name, e.ParamList())
 		}
 	}
