@@ -249,6 +249,8 @@ static CUresult name_for_client(CUfunction f, char *name, unsigned int cap)
     const char *n = NULL;
     if (!name || !cap)
         return CUDA_ERROR_INVALID_VALUE;
+    if (cap > FGR_NAME_MAX)
+        cap = FGR_NAME_MAX; /* the room api/remote.api gives it, whatever the client says */
     get_name name_of = f && fgr_has(FGR_H_CUkernel, (uint64_t)(uintptr_t)f) ? kernel_name : func_name;
     CUresult r = name_of ? name_of(&n, f) : CUDA_ERROR_NOT_SUPPORTED;
     if (r != CUDA_SUCCESS)
