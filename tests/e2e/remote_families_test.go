@@ -21,6 +21,20 @@ func TestRemoteFamiliesMatchLocal(t *testing.T) {
 	if local.code != 0 || !strings.Contains(local.stdout, "families: done") {
 		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
 	}
+	// What the driver refuses, as the simulated GPU (and the client, from
+	// the same code) refuses it.
+	for _, want := range []string{
+		"cuFuncGetName: vecadd, the same string again: 1\n",
+		"module functions: 4: vecadd (as looked up) fill empty busy\n",
+		"copy batch: down[1] 7 down[255] 249, the legacy stream: CUDA_ERROR_INVALID_VALUE, an attribute past the batch: CUDA_ERROR_INVALID_VALUE\n",
+		"batch on memory freed: CUDA_ERROR_INVALID_VALUE\n",
+		"host flags 0x3, of cuMemAllocHost's 0, inside 0x3; registered: CUDA_ERROR_INVALID_VALUE, freed: CUDA_ERROR_INVALID_VALUE, pageable: CUDA_ERROR_INVALID_VALUE\n",
+		"context flags 0, set 0x4, bad: CUDA_ERROR_INVALID_VALUE\n",
+	} {
+		if !strings.Contains(local.stdout, want) {
+			t.Errorf("locally, lacks %q:\n%s", want, local.stdout)
+		}
+	}
 	for _, transport := range []string{"shm", "unix", "tcp"} {
 		t.Run(transport, func(t *testing.T) {
 			e := newEnv(t)
