@@ -357,8 +357,9 @@ int fgr_image_is_kept(const uint8_t h[32]);
 CUcontext fgr_current(void);
 void fgr_ctx_forget(CUcontext ctx);
 CUresult fgr_ctx_push(CUcontext ctx);
-/* In a forked child: the forking thread's stack named the parent's contexts. */
-void fgr_ctx_forked(void);
+/* In a forked child (local.c): the forking thread's stack named the parent's
+ * contexts, and the pinned allocations and locks were the parent's. */
+void fgr_local_forked(void);
 /* Forgets cached kernel parameter layouts (their functions may be gone). */
 void fgr_kparams_flush(void);
 

@@ -1581,7 +1581,7 @@ static void forked_child(void)
     conn_w = (struct fgr_buf){0};
     conn_r = NULL;
     conn_rcap = 0;
-    fgr_ctx_forked();
+    fgr_local_forked();
     fgr_answers_forked();
     fgr_arena_forked();
 }

@@ -34,7 +34,6 @@ void fgr_ctx_forget(CUcontext ctx)
         depth--;
 }
 
-void fgr_ctx_forked(void) { depth = 0; }
 
 #define NEED_INIT()                          \
     do {                                     \
@@ -339,7 +338,7 @@ static struct pinned_flags {
     size_t bytes;
     unsigned int flags;
 } *pinned;
-static size_t npinned;
+static size_t npinned, cappinned;
 
 static CUresult host_alloc(void **pp, size_t bytes, unsigned int flags)
 {
@@ -347,13 +346,19 @@ static CUresult host_alloc(void **pp, size_t bytes, unsigned int flags)
     if (r != CUDA_SUCCESS)
         return r;
     pthread_mutex_lock(&pinned_mu);
-    struct pinned_flags *more = realloc(pinned, (npinned + 1) * sizeof *more);
-    if (more) {
-        pinned = more;
-        pinned[npinned++] = (struct pinned_flags){(uintptr_t)*pp, bytes, flags};
+    int ok = npinned < cappinned;
+    if (!ok) {
+        size_t cap = cappinned ? 2 * cappinned : 64;
+        struct pinned_flags *more = realloc(pinned, cap * sizeof *more);
+        if ((ok = more != NULL)) {
+            pinned = more;
+            cappinned = cap;
+        }
     }
+    if (ok)
+        pinned[npinned++] = (struct pinned_flags){(uintptr_t)*pp, bytes, flags};
     pthread_mutex_unlock(&pinned_mu);
-    if (!more) {
+    if (!ok) {
         cuMemFreeHost(*pp);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -1181,4 +1186,15 @@ FGR_EXPORT CUresult cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *bloc
 {
     return cuOccupancyMaxPotentialBlockSizeWithFlags(minGridSize, blockSize, func, blockSizeToDynamicSMemSize,
                                                      dynamicSMemSize, blockSizeLimit, 0);
+}
+
+/* A forked child: no context pushed, and neither the parent's pinned
+ * allocations (not inherited, as the driver's are not) nor a lock a parent's
+ * thread held. */
+void fgr_local_forked(void)
+{
+    depth = 0;
+    pthread_mutex_init(&pinned_mu, NULL);
+    npinned = 0;
+    pthread_mutex_init(&fnames_lock, NULL);
 }
