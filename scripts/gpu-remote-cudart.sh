@@ -19,8 +19,9 @@
 # with every kind of node (graphs), a
 # cuBLAS program with stream capture (cublas), PyTorch training
 # (torch-train: losses bit for bit, throughput over native, and with
-# latency added), Triton, torch.compile, CuPy and JAX (triton_add,
-# torch_compile, cupy_check, jax_check); and measurements: round trips per
+# latency added; torch-segments: with expandable segments), Triton,
+# torch.compile, CuPy and JAX (triton_add, torch_compile, cupy_check,
+# jax_check); and measurements: round trips per
 # training step remotely and natively (torch-trips), host-to-device and
 # device-to-host bandwidth (h2d), the client's NVML (nvml), module images
 # kept over TCP (modules), device memory placed by the client (arena), a
@@ -190,11 +191,15 @@ cu graphs scripts/gpu/graphs.cu
 cu extra scripts/gpu/extra.cu -lcuda
 cu families scripts/gpu/families.cu -lcuda
 cu cublas scripts/gpu/cublas_capture.cu -lcublas
-if ! wanted torch-train && ! wanted torch-trips; then
+if ! wanted torch-train && ! wanted torch-trips && ! wanted torch-segments; then
     :
 elif python3 -c 'import torch' 2>/dev/null; then
     same torch-train losses python3 scripts/gpu/torch_train.py 300 20
     cp "$tmp/native.out" "$tmp/torch-native.out" 2>/dev/null
+    # The caching allocator growing segments by mapping (cuMemCreate,
+    # cuMemMap, cuMemSetAccess, and the export it tries first).
+    same torch-segments losses env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
+        python3 scripts/gpu/torch_train.py 100 20
     # Synchronous round trips per training step, from two runs that differ
     # only in their number of steps: natively (flexgv trace), then over
     # shm:// and tcp:// counted by the client, with the writes they took
