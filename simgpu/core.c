@@ -697,6 +697,8 @@ static const struct fg_proc unhooked_procs[] = {
     {"cuStreamUpdateCaptureDependencies", "cuStreamUpdateCaptureDependencies_v2_ptsz", 12030, 1,
      (void *)cuStreamUpdateCaptureDependencies_v2_ptsz},
     {"cuGraphNodeSetParams", "cuGraphNodeSetParams", 12020, 0, (void *)cuGraphNodeSetParams},
+    {"cuCtxRecordEvent", "cuCtxRecordEvent", 12050, 0, (void *)cuCtxRecordEvent},
+    {"cuCtxWaitEvent", "cuCtxWaitEvent", 12050, 0, (void *)cuCtxWaitEvent},
     {"cuGraphExecNodeSetParams", "cuGraphExecNodeSetParams", 12020, 0, (void *)cuGraphExecNodeSetParams},
     {"cuDeviceGetExecAffinitySupport", "cuDeviceGetExecAffinitySupport", 11040, 0, (void *)cuDeviceGetExecAffinitySupport},
     {"cuCtxGetExecAffinity", "cuCtxGetExecAffinity", 11040, 0, (void *)cuCtxGetExecAffinity},

@@ -1623,6 +1623,56 @@ SIM_EXPORT CUresult cuEventRecordWithFlags_ptsz(CUevent e, CUstream h, unsigned 
     return flags & ~1u ? CUDA_ERROR_INVALID_VALUE : record(e, h, 1);
 }
 
+/* ---- context-wide events (12.5) ---- */
+
+/* Everything the context's streams were given until now, as one place: the
+ * legacy lane waits for the other lanes' heads (it waits for blocking
+ * streams' work anyway), and the event is recorded there. */
+SIM_EXPORT CUresult cuCtxRecordEvent(CUcontext hCtx, CUevent ev)
+{
+    SIM_GATE();
+    struct sim_ctx *c = (struct sim_ctx *)hCtx;
+    if (!sim_ctx_valid(hCtx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    struct sim_event *e = as_event(ev);
+    if (!e)
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = sim_capture_check_ctx(c);
+    if (r)
+        return r;
+    struct sim_stream *legacy = sim_stream_of(c, NULL, 0);
+    if (!legacy)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    for (int l = legacy->lane + 1; l < legacy->lane + SIM_LANES_PER_DEV; l++) {
+        struct sim_stamp head = {.lane = l, .count = sim_lane_head(l)};
+        uint64_t c2 = sim_submit_wait(legacy->lane, &head);
+        legacy->last = c2 ? c2 : legacy->last;
+    }
+    sim_stamp_record(&e->stamp, legacy->lane, !(e->flags & CU_EVENT_DISABLE_TIMING));
+    legacy->last = e->stamp.count ? e->stamp.count : legacy->last;
+    e->recorded = 1;
+    return CUDA_SUCCESS;
+}
+
+/* Work given to any stream of the context from now on waits for the event:
+ * every lane of its device waits. */
+SIM_EXPORT CUresult cuCtxWaitEvent(CUcontext hCtx, CUevent ev)
+{
+    SIM_GATE();
+    struct sim_ctx *c = (struct sim_ctx *)hCtx;
+    if (!sim_ctx_valid(hCtx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    struct sim_event *e = as_event(ev);
+    if (!e)
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = sim_capture_check_ctx(c);
+    if (r || !e->recorded)
+        return r;
+    for (int l = c->dev * SIM_LANES_PER_DEV; l < (c->dev + 1) * SIM_LANES_PER_DEV; l++)
+        sim_submit_wait(l, &e->stamp);
+    return CUDA_SUCCESS;
+}
+
 /* Event queries this process made, for tests of what a tenant's launches
  * cost the driver (one costs a real driver 1.4 us): flexgv_sim_event_queries. */
 static uint64_t event_queries;

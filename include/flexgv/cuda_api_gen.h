@@ -591,6 +591,8 @@ CUresult cuStreamCopyAttributes(CUstream dst, CUstream src);
 CUresult cuStreamCopyAttributes_ptsz(CUstream dst, CUstream src);
 CUresult cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
 CUresult cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
+CUresult cuCtxRecordEvent(CUcontext hCtx, CUevent hEvent);
+CUresult cuCtxWaitEvent(CUcontext hCtx, CUevent hEvent);
 CUresult cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS *nodeParams);
 CUresult cuGraphMemsetNodeSetParams(CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *nodeParams);
 CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx);

@@ -5709,6 +5709,32 @@ FGR_EXPORT CUresult cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dp
     return fgr_send(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuCtxRecordEvent(CUcontext hCtx, CUevent hEvent)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxRecordEvent, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hCtx);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hEvent);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuCtxWaitEvent(CUcontext hCtx, CUevent hEvent)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxWaitEvent, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hCtx);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hEvent);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS *nodeParams)
 {
     CUresult fgr_r;
@@ -7432,27 +7458,17 @@ FGR_EXPORT CUresult cuTensorMapEncodeIm2colWide(void)
     return fgr_unsupported(160, "cuTensorMapEncodeIm2colWide", "the wide im2col tensor map is not carried yet: tiled and im2col tensor maps are");
 }
 
-FGR_EXPORT CUresult cuCtxRecordEvent(void)
-{
-    return fgr_unsupported(161, "cuCtxRecordEvent", "not carried yet");
-}
-
-FGR_EXPORT CUresult cuCtxWaitEvent(void)
-{
-    return fgr_unsupported(162, "cuCtxWaitEvent", "not carried yet");
-}
-
 FGR_EXPORT CUresult cuMemSetMemPool(void)
 {
-    return fgr_unsupported(163, "cuMemSetMemPool", "not carried yet");
+    return fgr_unsupported(161, "cuMemSetMemPool", "not carried yet");
 }
 
 FGR_EXPORT CUresult cuDeviceGetProperties(void)
 {
-    return fgr_unsupported(164, "cuDeviceGetProperties", "deprecated since CUDA 5: cuDeviceGetAttribute is answered");
+    return fgr_unsupported(162, "cuDeviceGetProperties", "deprecated since CUDA 5: cuDeviceGetAttribute is answered");
 }
 
-const int fgr_nunsupported = 165;
+const int fgr_nunsupported = 163;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -7790,6 +7806,8 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamCopyAttributes_ptsz] = "cuStreamCopyAttributes_ptsz",
     [FGR_OP_cuStreamAttachMemAsync] = "cuStreamAttachMemAsync",
     [FGR_OP_cuStreamAttachMemAsync_ptsz] = "cuStreamAttachMemAsync_ptsz",
+    [FGR_OP_cuCtxRecordEvent] = "cuCtxRecordEvent",
+    [FGR_OP_cuCtxWaitEvent] = "cuCtxWaitEvent",
     [FGR_OP_cuGraphMemsetNodeGetParams] = "cuGraphMemsetNodeGetParams",
     [FGR_OP_cuGraphMemsetNodeSetParams] = "cuGraphMemsetNodeSetParams",
     [FGR_OP_cuGraphExecMemsetNodeSetParams] = "cuGraphExecMemsetNodeSetParams",
@@ -8340,6 +8358,8 @@ const struct fg_proc fgr_procs[] = {
     {"cuStreamCopyAttributes", "cuStreamCopyAttributes_ptsz", 11000, 1, (void *)cuStreamCopyAttributes_ptsz},
     {"cuStreamAttachMemAsync", "cuStreamAttachMemAsync", 6000, 0, (void *)cuStreamAttachMemAsync},
     {"cuStreamAttachMemAsync", "cuStreamAttachMemAsync_ptsz", 7000, 1, (void *)cuStreamAttachMemAsync_ptsz},
+    {"cuCtxRecordEvent", "cuCtxRecordEvent", 12050, 0, (void *)cuCtxRecordEvent},
+    {"cuCtxWaitEvent", "cuCtxWaitEvent", 12050, 0, (void *)cuCtxWaitEvent},
     {"cuGraphMemsetNodeGetParams", "cuGraphMemsetNodeGetParams", 10000, 0, (void *)cuGraphMemsetNodeGetParams},
     {"cuGraphMemsetNodeSetParams", "cuGraphMemsetNodeSetParams", 10000, 0, (void *)cuGraphMemsetNodeSetParams},
     {"cuGraphExecMemsetNodeSetParams", "cuGraphExecMemsetNodeSetParams", 10020, 0, (void *)cuGraphExecMemsetNodeSetParams},
@@ -8554,8 +8574,6 @@ const struct fg_proc fgr_procs[] = {
     {"cuDeviceGetHostAtomicCapabilities", "cuDeviceGetHostAtomicCapabilities", 13000, 0, (void *)cuDeviceGetHostAtomicCapabilities},
     {"cuDeviceGetP2PAtomicCapabilities", "cuDeviceGetP2PAtomicCapabilities", 13000, 0, (void *)cuDeviceGetP2PAtomicCapabilities},
     {"cuTensorMapEncodeIm2colWide", "cuTensorMapEncodeIm2colWide", 12080, 0, (void *)cuTensorMapEncodeIm2colWide},
-    {"cuCtxRecordEvent", "cuCtxRecordEvent", 12050, 0, (void *)cuCtxRecordEvent},
-    {"cuCtxWaitEvent", "cuCtxWaitEvent", 12050, 0, (void *)cuCtxWaitEvent},
     {"cuMemSetMemPool", "cuMemSetMemPool", 13000, 0, (void *)cuMemSetMemPool},
     {"cuDeviceGetProperties", "cuDeviceGetProperties", 2000, 0, (void *)cuDeviceGetProperties},
 };

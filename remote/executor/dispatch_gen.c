@@ -335,6 +335,8 @@ typedef CUresult (*pfn_cuStreamCopyAttributes)(CUstream dst, CUstream src);
 typedef CUresult (*pfn_cuStreamCopyAttributes_ptsz)(CUstream dst, CUstream src);
 typedef CUresult (*pfn_cuStreamAttachMemAsync)(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
 typedef CUresult (*pfn_cuStreamAttachMemAsync_ptsz)(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
+typedef CUresult (*pfn_cuCtxRecordEvent)(CUcontext hCtx, CUevent hEvent);
+typedef CUresult (*pfn_cuCtxWaitEvent)(CUcontext hCtx, CUevent hEvent);
 typedef CUresult (*pfn_cuGraphMemsetNodeGetParams)(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS *nodeParams);
 typedef CUresult (*pfn_cuGraphMemsetNodeSetParams)(CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *nodeParams);
 typedef CUresult (*pfn_cuGraphExecMemsetNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx);
@@ -7380,6 +7382,40 @@ static CUresult op_cuStreamAttachMemAsync_ptsz(struct fgr_rd *rd, struct fgr_req
     return fgr_r;
 }
 
+static CUresult op_cuCtxRecordEvent(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUcontext hCtx = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
+    CUevent hEvent = (CUevent)(uintptr_t)fgr_in(FGR_H_CUevent, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)hCtx)))
+        fgr_r = fgr_refuse("cuCtxRecordEvent", "hCtx", (uint64_t)(uintptr_t)hCtx, CUDA_ERROR_INVALID_CONTEXT);
+    else if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)hEvent)))
+        fgr_r = fgr_refuse("cuCtxRecordEvent", "hEvent", (uint64_t)(uintptr_t)hEvent, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuCtxRecordEvent)fgr_real[FGR_OP_cuCtxRecordEvent])(hCtx, hEvent);
+    return fgr_r;
+}
+
+static CUresult op_cuCtxWaitEvent(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUcontext hCtx = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
+    CUevent hEvent = (CUevent)(uintptr_t)fgr_in(FGR_H_CUevent, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)hCtx)))
+        fgr_r = fgr_refuse("cuCtxWaitEvent", "hCtx", (uint64_t)(uintptr_t)hCtx, CUDA_ERROR_INVALID_CONTEXT);
+    else if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)hEvent)))
+        fgr_r = fgr_refuse("cuCtxWaitEvent", "hEvent", (uint64_t)(uintptr_t)hEvent, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuCtxWaitEvent)fgr_real[FGR_OP_cuCtxWaitEvent])(hCtx, hEvent);
+    return fgr_r;
+}
+
 static CUresult op_cuGraphMemsetNodeGetParams(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -9267,6 +9303,8 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuStreamCopyAttributes_ptsz] = {"cuStreamCopyAttributes_ptsz", op_cuStreamCopyAttributes_ptsz, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamAttachMemAsync] = {"cuStreamAttachMemAsync", op_cuStreamAttachMemAsync, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamAttachMemAsync_ptsz] = {"cuStreamAttachMemAsync_ptsz", op_cuStreamAttachMemAsync_ptsz, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuCtxRecordEvent] = {"cuCtxRecordEvent", op_cuCtxRecordEvent, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuCtxWaitEvent] = {"cuCtxWaitEvent", op_cuCtxWaitEvent, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphMemsetNodeGetParams] = {"cuGraphMemsetNodeGetParams", op_cuGraphMemsetNodeGetParams, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphMemsetNodeSetParams] = {"cuGraphMemsetNodeSetParams", op_cuGraphMemsetNodeSetParams, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphExecMemsetNodeSetParams] = {"cuGraphExecMemsetNodeSetParams", op_cuGraphExecMemsetNodeSetParams, 0, FGR_SMALL_FRAME},

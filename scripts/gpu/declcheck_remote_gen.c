@@ -343,6 +343,10 @@ typedef CUresult (CUDAAPI *fg_sig_cuStreamAttachMemAsync)(CUstream hStream, CUde
 SAME(fg_sig_cuStreamAttachMemAsync, PFN_cuStreamAttachMemAsync_v6000);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamAttachMemAsync_ptsz)(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
 SAME(fg_sig_cuStreamAttachMemAsync_ptsz, PFN_cuStreamAttachMemAsync_v7000_ptsz);
+typedef CUresult (CUDAAPI *fg_sig_cuCtxRecordEvent)(CUcontext hCtx, CUevent hEvent);
+SAME(fg_sig_cuCtxRecordEvent, PFN_cuCtxRecordEvent_v12050);
+typedef CUresult (CUDAAPI *fg_sig_cuCtxWaitEvent)(CUcontext hCtx, CUevent hEvent);
+SAME(fg_sig_cuCtxWaitEvent, PFN_cuCtxWaitEvent_v12050);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphMemsetNodeGetParams)(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS *nodeParams);
 SAME(fg_sig_cuGraphMemsetNodeGetParams, PFN_cuGraphMemsetNodeGetParams_v10000);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphMemsetNodeSetParams)(CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *nodeParams);

@@ -3,7 +3,7 @@
 // occupancy (a host callback for the dynamic shared memory included), the
 // profiler's range, stream attributes set and read back, cuCtxCreate_v4,
 // function attributes and names, a module's functions, the context's
-// flags, synchronous memory operations. Prints every answer, then a checksum of a kernel
+// flags, synchronous memory operations, context-wide events. Prints every answer, then a checksum of a kernel
 // run at the block size found: its output over a remote GPU must be the
 // same as natively (scripts/gpu-remote-cudart.sh).
 //     nvcc -O2 -o families families.cu -lcuda
@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 // Declared by cuda.h or cudaProfiler.h, by toolkit version.
 extern "C" CUresult CUDAAPI cuProfilerStart(void);
@@ -80,6 +81,56 @@ static void stream_attrs(const char *what, cudaStream_t s)
     printf(" window %s %zu hit %.2f %d miss %d\n", v.accessPolicyWindow.base_ptr ? "at buffer" : "none",
            v.accessPolicyWindow.num_bytes, v.accessPolicyWindow.hitRatio, (int)v.accessPolicyWindow.hitProp,
            (int)v.accessPolicyWindow.missProp);
+}
+
+// Events over a whole context (cuCtxRecordEvent, cuCtxWaitEvent): the event
+// is reached once what every stream was given before it is done, and a
+// stream given work after a context-wide wait starts it only after the
+// event. A host function that waits for the program holds the first stream.
+static int gate_open;
+static void CUDART_CB hold(void *)
+{
+    while (!__atomic_load_n(&gate_open, __ATOMIC_ACQUIRE))
+        usleep(200);
+}
+
+static void ctx_events()
+{
+    CUcontext ctx;
+    DRV(cuCtxGetCurrent(&ctx));
+    cudaStream_t a, b;
+    RT(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    RT(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    cudaEvent_t e1, e2, e3;
+    RT(cudaEventCreateWithFlags(&e1, cudaEventDisableTiming));
+    RT(cudaEventCreateWithFlags(&e2, cudaEventDisableTiming));
+    RT(cudaEventCreateWithFlags(&e3, cudaEventDisableTiming));
+    RT(cudaLaunchHostFunc(a, hold, NULL));
+    DRV(cuCtxRecordEvent(ctx, (CUevent)e1));
+    RT(cudaEventRecord(e2, a));
+    DRV(cuCtxWaitEvent(ctx, (CUevent)e2));
+    RT(cudaEventRecord(e3, b));
+    printf("context event while a stream is held: %s, a stream after a context wait: %s",
+           cudaGetErrorName(cudaEventQuery(e1)), cudaGetErrorName(cudaEventQuery(e3)));
+    __atomic_store_n(&gate_open, 1, __ATOMIC_RELEASE);
+    RT(cudaEventSynchronize(e1));
+    RT(cudaEventSynchronize(e3));
+    printf("; released: %s %s\n", cudaGetErrorName(cudaEventQuery(e1)), cudaGetErrorName(cudaEventQuery(e3)));
+    printf("context event: no event %s, no context %s\n", name(cuCtxRecordEvent(ctx, NULL)),
+           name(cuCtxWaitEvent(NULL, (CUevent)e1)));
+    RT(cudaStreamBeginCapture(b, cudaStreamCaptureModeRelaxed));
+    CUresult during = cuCtxRecordEvent(ctx, (CUevent)e1);
+    cudaGraph_t g = NULL;
+    cudaError_t ended = cudaStreamEndCapture(b, &g);
+    printf("context event during a capture: %s, the capture then %s\n", name(during), cudaGetErrorName(ended));
+    if (g)
+        RT(cudaGraphDestroy(g));
+    cudaGetLastError();
+    RT(cudaEventDestroy(e1));
+    RT(cudaEventDestroy(e2));
+    RT(cudaEventDestroy(e3));
+    RT(cudaStreamDestroy(a));
+    RT(cudaStreamDestroy(b));
 }
 
 int main()
@@ -298,6 +349,7 @@ int main()
     RT(cudaStreamDestroy(s));
     RT(cudaFree(buf));
     free(host);
+    ctx_events();
     printf("families: done\n");
     return 0;
 }

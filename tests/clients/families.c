@@ -1,7 +1,8 @@
 /* Linked with -lcuda, as NVIDIA's driver API samples are: calls the families
  * those samples need of a remote GPU (occupancy, the profiler's range,
  * stream attributes, cuCtxCreate_v4, function attributes and names, module
- * and library enumeration, context flags, pointer attributes) and prints each
+ * and library enumeration, context flags, pointer attributes, context-wide
+ * events) and prints each
  * answer, so that its output remotely can be compared with its output on
  * the GPU in its own process. With "cig", it also asks cuCtxCreate_v4 for
  * CUDA-in-graphics parameters; with "tex" it only asks for a texture
@@ -42,6 +43,57 @@ static void stream_attrs(const char *what, CUstream s)
     printf(" window %s %zu hit %.2f %d miss %d\n", v.accessPolicyWindow.base_ptr ? "at buffer" : "none",
            v.accessPolicyWindow.num_bytes, v.accessPolicyWindow.hitRatio, (int)v.accessPolicyWindow.hitProp,
            (int)v.accessPolicyWindow.missProp);
+}
+
+/* Events over a whole context: the event is reached once what every stream
+ * was given before it is done, and a stream given work after a context-wide
+ * wait starts it only after the event. A host function that waits for the
+ * program holds the first stream, so what is asked is not a race. */
+static int gate_open;
+static void hold(void *p)
+{
+    (void)p;
+    while (!__atomic_load_n(&gate_open, __ATOMIC_ACQUIRE))
+        usleep(200);
+}
+
+static void ctx_events(void)
+{
+    CUcontext ctx;
+    CHECK(cuCtxGetCurrent(&ctx));
+    CUstream a, b;
+    CHECK(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+    CHECK(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+    CUevent e1, e2;
+    CHECK(cuEventCreate(&e1, CU_EVENT_DISABLE_TIMING));
+    CHECK(cuEventCreate(&e2, CU_EVENT_DISABLE_TIMING));
+    CHECK(cuLaunchHostFunc(a, hold, NULL));
+    CHECK(cuCtxRecordEvent(ctx, e1));
+    CHECK(cuEventRecord(e2, a));
+    CHECK(cuCtxWaitEvent(ctx, e2));
+    CUevent e3;
+    CHECK(cuEventCreate(&e3, CU_EVENT_DISABLE_TIMING));
+    CHECK(cuEventRecord(e3, b));
+    printf("context event while a stream is held: %s, a stream after a context wait: %s", result_name(cuEventQuery(e1)),
+           result_name(cuEventQuery(e3)));
+    __atomic_store_n(&gate_open, 1, __ATOMIC_RELEASE);
+    CHECK(cuEventSynchronize(e1));
+    CHECK(cuEventSynchronize(e3));
+    printf("; released: %s %s\n", result_name(cuEventQuery(e1)), result_name(cuEventQuery(e3)));
+    printf("context event: no event %s, no context %s\n", result_name(cuCtxRecordEvent(ctx, NULL)),
+           result_name(cuCtxWaitEvent(NULL, e1)));
+    CHECK(cuStreamBeginCapture_v2(b, CU_STREAM_CAPTURE_MODE_RELAXED));
+    CUresult during = cuCtxRecordEvent(ctx, e1);
+    CUgraph g = NULL;
+    CUresult ended = cuStreamEndCapture(b, &g);
+    printf("context event during a capture: %s, the capture then %s\n", result_name(during), result_name(ended));
+    if (g)
+        CHECK(cuGraphDestroy(g));
+    CHECK(cuEventDestroy_v2(e1));
+    CHECK(cuEventDestroy_v2(e2));
+    CHECK(cuEventDestroy_v2(e3));
+    CHECK(cuStreamDestroy_v2(a));
+    CHECK(cuStreamDestroy_v2(b));
 }
 
 int main(int argc, char **argv)
@@ -337,6 +389,7 @@ int main(int argc, char **argv)
     printf("batch: %#llx %#llx, outside the program's memory: %s, an unknown operation: %s\n", words[0], words[1],
            result_name(outside), result_name(cuStreamBatchMemOp_v2(NULL, 2, ops, 0)));
     CHECK(cuMemFree_v2(buf));
+    ctx_events();
     printf("families: done\n");
     return 0;
 }

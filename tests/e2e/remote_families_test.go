@@ -30,6 +30,9 @@ func TestRemoteFamiliesMatchLocal(t *testing.T) {
 		"batch on memory freed: CUDA_ERROR_INVALID_VALUE\n",
 		"host flags 0x3, of cuMemAllocHost's 0, inside 0x3; registered: CUDA_ERROR_INVALID_VALUE, freed: CUDA_ERROR_INVALID_VALUE, pageable: CUDA_ERROR_INVALID_VALUE\n",
 		"context flags 0, set 0x4, bad: CUDA_ERROR_INVALID_VALUE\n",
+		"context event while a stream is held: CUDA_ERROR_NOT_READY, a stream after a context wait: CUDA_ERROR_NOT_READY; released: CUDA_SUCCESS CUDA_SUCCESS\n",
+		"context event: no event CUDA_ERROR_INVALID_HANDLE, no context CUDA_ERROR_INVALID_CONTEXT\n",
+		"context event during a capture: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, the capture then CUDA_ERROR_STREAM_CAPTURE_INVALIDATED\n",
 	} {
 		if !strings.Contains(local.stdout, want) {
 			t.Errorf("locally, lacks %q:\n%s", want, local.stdout)
