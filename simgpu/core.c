@@ -1,6 +1,7 @@
 /* Simulated driver: initialization, devices, contexts, errors and entry
  * point resolution. */
 #include "sim.h"
+#include "flexgv/atomic_caps.h"
 #include "flexgv/cuda_util.h"
 
 #include <ctype.h>
@@ -274,6 +275,26 @@ SIM_EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUd
     }
     *pi = v;
     return CUDA_SUCCESS;
+}
+
+/* Atomics with the host as the host-native atomics attribute says; between
+ * two devices as a peer link the simulation does not have. */
+SIM_EXPORT CUresult cuDeviceGetHostAtomicCapabilities(unsigned int *caps, const CUatomicOperation *ops, unsigned int count,
+                                                      CUdevice dev)
+{
+    REQUIRE_INIT();
+    DEVICE_ARG(dev, p);
+    (void)p;
+    return fg_atomic_caps(caps, ops, count, given_attr(CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED));
+}
+
+SIM_EXPORT CUresult cuDeviceGetP2PAtomicCapabilities(unsigned int *caps, const CUatomicOperation *ops, unsigned int count,
+                                                     CUdevice src, CUdevice dst)
+{
+    REQUIRE_INIT();
+    DEVICE_ARG(src, ps);
+    DEVICE_ARG(dst, pd);
+    return ps == pd ? CUDA_ERROR_INVALID_DEVICE : fg_atomic_caps(caps, ops, count, 0);
 }
 
 /* Unhooked entry points: the shim must hand these through untouched. */
@@ -698,6 +719,10 @@ static const struct fg_proc unhooked_procs[] = {
      (void *)cuStreamUpdateCaptureDependencies_v2_ptsz},
     {"cuGraphNodeSetParams", "cuGraphNodeSetParams", 12020, 0, (void *)cuGraphNodeSetParams},
     {"cuCtxRecordEvent", "cuCtxRecordEvent", 12050, 0, (void *)cuCtxRecordEvent},
+    {"cuDeviceGetHostAtomicCapabilities", "cuDeviceGetHostAtomicCapabilities", 13000, 0,
+     (void *)cuDeviceGetHostAtomicCapabilities},
+    {"cuDeviceGetP2PAtomicCapabilities", "cuDeviceGetP2PAtomicCapabilities", 13000, 0,
+     (void *)cuDeviceGetP2PAtomicCapabilities},
     {"cuCtxWaitEvent", "cuCtxWaitEvent", 12050, 0, (void *)cuCtxWaitEvent},
     {"cuGraphExecNodeSetParams", "cuGraphExecNodeSetParams", 12020, 0, (void *)cuGraphExecNodeSetParams},
     {"cuDeviceGetExecAffinitySupport", "cuDeviceGetExecAffinitySupport", 11040, 0, (void *)cuDeviceGetExecAffinitySupport},

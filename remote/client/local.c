@@ -3,6 +3,7 @@
  * client state. */
 #include "client.h"
 #include "../sha256.h"
+#include "flexgv/atomic_caps.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -274,6 +275,17 @@ FGR_EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUd
         return (CUresult)d->attr_result[attrib];
     *pi = d->attr[attrib];
     return CUDA_SUCCESS;
+}
+
+/* No host-native atomics remotely: the program's memory and the server's
+ * GPU are alike only at requests and syncpoints. */
+FGR_EXPORT CUresult cuDeviceGetHostAtomicCapabilities(unsigned int *caps, const CUatomicOperation *ops, unsigned int count,
+                                                      CUdevice dev)
+{
+    NEED_INIT();
+    if (!device(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    return fg_atomic_caps(caps, ops, count, 0);
 }
 
 /* CUDA 1's way to ask, which old programs still call. */

@@ -4038,6 +4038,31 @@ FGR_EXPORT CUresult cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute at
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuDeviceGetP2PAtomicCapabilities(unsigned int *capabilities, const CUatomicOperation *operations, unsigned int count, CUdevice srcDevice, CUdevice dstDevice)
+{
+    CUresult fgr_r;
+    uint64_t n_capabilities = capabilities ? fgr_mul((uint64_t)(count), sizeof(unsigned int)) : 0;
+    if (n_capabilities > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuDeviceGetP2PAtomicCapabilities", "a buffer over the frame limit");
+    uint64_t n_operations = operations ? fgr_mul((uint64_t)(count), sizeof(CUatomicOperation)) : 0;
+    if (n_operations > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuDeviceGetP2PAtomicCapabilities", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceGetP2PAtomicCapabilities, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)count);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)srcDevice);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dstDevice);
+    fgr_put_u8(&fgr_c.w, capabilities != NULL);
+    fgr_put_buf(&fgr_c.w, operations, n_operations);
+    fgr_c.direct = capabilities;
+    fgr_c.direct_n = n_capabilities;
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, capabilities, n_capabilities, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthInElements, CUarray_format format, unsigned numChannels, CUdevice dev)
 {
     CUresult fgr_r;
@@ -7443,32 +7468,22 @@ FGR_EXPORT CUresult cuMemMapArrayAsync(void)
     return fgr_unsupported(157, "cuMemMapArrayAsync", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
-FGR_EXPORT CUresult cuDeviceGetHostAtomicCapabilities(void)
-{
-    return fgr_unsupported(158, "cuDeviceGetHostAtomicCapabilities", "atomic capability queries are not carried yet: cuDeviceGetAttribute's host-native atomics answer is");
-}
-
-FGR_EXPORT CUresult cuDeviceGetP2PAtomicCapabilities(void)
-{
-    return fgr_unsupported(159, "cuDeviceGetP2PAtomicCapabilities", "atomic capability queries are not carried yet: cuDeviceGetAttribute's host-native atomics answer is");
-}
-
 FGR_EXPORT CUresult cuTensorMapEncodeIm2colWide(void)
 {
-    return fgr_unsupported(160, "cuTensorMapEncodeIm2colWide", "the wide im2col tensor map is not carried yet: tiled and im2col tensor maps are");
+    return fgr_unsupported(158, "cuTensorMapEncodeIm2colWide", "the wide im2col tensor map is not carried yet: tiled and im2col tensor maps are");
 }
 
 FGR_EXPORT CUresult cuMemSetMemPool(void)
 {
-    return fgr_unsupported(161, "cuMemSetMemPool", "not carried yet");
+    return fgr_unsupported(159, "cuMemSetMemPool", "not carried yet");
 }
 
 FGR_EXPORT CUresult cuDeviceGetProperties(void)
 {
-    return fgr_unsupported(162, "cuDeviceGetProperties", "deprecated since CUDA 5: cuDeviceGetAttribute is answered");
+    return fgr_unsupported(160, "cuDeviceGetProperties", "deprecated since CUDA 5: cuDeviceGetAttribute is answered");
 }
 
-const int fgr_nunsupported = 163;
+const int fgr_nunsupported = 161;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -7711,6 +7726,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuCtxGetSharedMemConfig] = "cuCtxGetSharedMemConfig",
     [FGR_OP_cuCtxSetSharedMemConfig] = "cuCtxSetSharedMemConfig",
     [FGR_OP_cuDeviceGetP2PAttribute] = "cuDeviceGetP2PAttribute",
+    [FGR_OP_cuDeviceGetP2PAtomicCapabilities] = "cuDeviceGetP2PAtomicCapabilities",
     [FGR_OP_cuDeviceGetTexture1DLinearMaxWidth] = "cuDeviceGetTexture1DLinearMaxWidth",
     [FGR_OP_cuLibraryGetManaged] = "cuLibraryGetManaged",
     [FGR_OP_cuMemGetDefaultMemPool] = "cuMemGetDefaultMemPool",
@@ -8231,6 +8247,8 @@ const struct fg_proc fgr_procs[] = {
     {"cuCtxGetSharedMemConfig", "cuCtxGetSharedMemConfig", 4020, 0, (void *)cuCtxGetSharedMemConfig},
     {"cuCtxSetSharedMemConfig", "cuCtxSetSharedMemConfig", 4020, 0, (void *)cuCtxSetSharedMemConfig},
     {"cuDeviceGetP2PAttribute", "cuDeviceGetP2PAttribute", 8000, 0, (void *)cuDeviceGetP2PAttribute},
+    {"cuDeviceGetP2PAtomicCapabilities", "cuDeviceGetP2PAtomicCapabilities", 13000, 0, (void *)cuDeviceGetP2PAtomicCapabilities},
+    {"cuDeviceGetHostAtomicCapabilities", "cuDeviceGetHostAtomicCapabilities", 13000, 0, (void *)cuDeviceGetHostAtomicCapabilities},
     {"cuDeviceGetTexture1DLinearMaxWidth", "cuDeviceGetTexture1DLinearMaxWidth", 11010, 0, (void *)cuDeviceGetTexture1DLinearMaxWidth},
     {"cuLibraryGetManaged", "cuLibraryGetManaged", 12000, 0, (void *)cuLibraryGetManaged},
     {"cuMemGetDefaultMemPool", "cuMemGetDefaultMemPool", 13000, 0, (void *)cuMemGetDefaultMemPool},
@@ -8571,8 +8589,6 @@ const struct fg_proc fgr_procs[] = {
     {"cuMipmappedArrayGetMemoryRequirements", "cuMipmappedArrayGetMemoryRequirements", 11060, 0, (void *)cuMipmappedArrayGetMemoryRequirements},
     {"cuMipmappedArrayGetSparseProperties", "cuMipmappedArrayGetSparseProperties", 11010, 0, (void *)cuMipmappedArrayGetSparseProperties},
     {"cuMemMapArrayAsync", "cuMemMapArrayAsync", 11010, 0, (void *)cuMemMapArrayAsync},
-    {"cuDeviceGetHostAtomicCapabilities", "cuDeviceGetHostAtomicCapabilities", 13000, 0, (void *)cuDeviceGetHostAtomicCapabilities},
-    {"cuDeviceGetP2PAtomicCapabilities", "cuDeviceGetP2PAtomicCapabilities", 13000, 0, (void *)cuDeviceGetP2PAtomicCapabilities},
     {"cuTensorMapEncodeIm2colWide", "cuTensorMapEncodeIm2colWide", 12080, 0, (void *)cuTensorMapEncodeIm2colWide},
     {"cuMemSetMemPool", "cuMemSetMemPool", 13000, 0, (void *)cuMemSetMemPool},
     {"cuDeviceGetProperties", "cuDeviceGetProperties", 2000, 0, (void *)cuDeviceGetProperties},

@@ -240,6 +240,7 @@ typedef CUresult (*pfn_cuFuncSetSharedMemConfig)(CUfunction hfunc, CUsharedconfi
 typedef CUresult (*pfn_cuCtxGetSharedMemConfig)(CUsharedconfig *pConfig);
 typedef CUresult (*pfn_cuCtxSetSharedMemConfig)(CUsharedconfig config);
 typedef CUresult (*pfn_cuDeviceGetP2PAttribute)(int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice, CUdevice dstDevice);
+typedef CUresult (*pfn_cuDeviceGetP2PAtomicCapabilities)(unsigned int *capabilities, const CUatomicOperation *operations, unsigned int count, CUdevice srcDevice, CUdevice dstDevice);
 typedef CUresult (*pfn_cuDeviceGetTexture1DLinearMaxWidth)(size_t *maxWidthInElements, CUarray_format format, unsigned numChannels, CUdevice dev);
 typedef CUresult (*pfn_cuLibraryGetManaged)(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name);
 typedef CUresult (*pfn_cuMemGetDefaultMemPool)(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type);
@@ -5345,6 +5346,30 @@ static CUresult op_cuDeviceGetP2PAttribute(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_cuDeviceGetP2PAtomicCapabilities(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    unsigned int count = (unsigned int)fgr_get_u64(rd);
+    CUdevice srcDevice = (CUdevice)fgr_get_u64(rd);
+    CUdevice dstDevice = (CUdevice)fgr_get_u64(rd);
+    int has_capabilities = fgr_get_u8(rd);
+    CUatomicOperation *operations = fgr_get_buf(rd, q, fgr_mul((uint64_t)(count), sizeof(CUatomicOperation)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    unsigned int *capabilities = NULL;
+    const uint64_t fgr_n_capabilities = fgr_mul((uint64_t)(count), sizeof(unsigned int));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(!has_capabilities || fgr_mul((uint64_t)(count), sizeof(unsigned int)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("cuDeviceGetP2PAtomicCapabilities", "capabilities", fgr_mul((uint64_t)(count), sizeof(unsigned int)), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_capabilities && !(capabilities = fgr_out(q, fgr_n_capabilities)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuDeviceGetP2PAtomicCapabilities)fgr_real[FGR_OP_cuDeviceGetP2PAtomicCapabilities])(capabilities, operations, count, srcDevice, dstDevice);
+    if (has_capabilities)
+        fgr_reply_out(q, capabilities, fgr_n_capabilities, 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_cuDeviceGetTexture1DLinearMaxWidth(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -9208,6 +9233,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuCtxGetSharedMemConfig] = {"cuCtxGetSharedMemConfig", op_cuCtxGetSharedMemConfig, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuCtxSetSharedMemConfig] = {"cuCtxSetSharedMemConfig", op_cuCtxSetSharedMemConfig, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuDeviceGetP2PAttribute] = {"cuDeviceGetP2PAttribute", op_cuDeviceGetP2PAttribute, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuDeviceGetP2PAtomicCapabilities] = {"cuDeviceGetP2PAtomicCapabilities", op_cuDeviceGetP2PAtomicCapabilities, 0, FGR_MAX_FRAME},
     [FGR_OP_cuDeviceGetTexture1DLinearMaxWidth] = {"cuDeviceGetTexture1DLinearMaxWidth", op_cuDeviceGetTexture1DLinearMaxWidth, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuLibraryGetManaged] = {"cuLibraryGetManaged", op_cuLibraryGetManaged, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuMemGetDefaultMemPool] = {"cuMemGetDefaultMemPool", op_cuMemGetDefaultMemPool, 0, FGR_SMALL_FRAME},

@@ -193,6 +193,10 @@ typedef CUresult (CUDAAPI *fg_sig_cuCtxSetSharedMemConfig)(CUsharedconfig config
 SAME(fg_sig_cuCtxSetSharedMemConfig, PFN_cuCtxSetSharedMemConfig_v4020);
 typedef CUresult (CUDAAPI *fg_sig_cuDeviceGetP2PAttribute)(int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice, CUdevice dstDevice);
 SAME(fg_sig_cuDeviceGetP2PAttribute, PFN_cuDeviceGetP2PAttribute_v8000);
+typedef CUresult (CUDAAPI *fg_sig_cuDeviceGetP2PAtomicCapabilities)(unsigned int *capabilities, const CUatomicOperation *operations, unsigned int count, CUdevice srcDevice, CUdevice dstDevice);
+SAME(fg_sig_cuDeviceGetP2PAtomicCapabilities, PFN_cuDeviceGetP2PAtomicCapabilities_v13000);
+typedef CUresult (CUDAAPI *fg_sig_cuDeviceGetHostAtomicCapabilities)(unsigned int *capabilities, const CUatomicOperation *operations, unsigned int count, CUdevice dev);
+SAME(fg_sig_cuDeviceGetHostAtomicCapabilities, PFN_cuDeviceGetHostAtomicCapabilities_v13000);
 typedef CUresult (CUDAAPI *fg_sig_cuDeviceGetTexture1DLinearMaxWidth)(size_t *maxWidthInElements, CUarray_format format, unsigned numChannels, CUdevice dev);
 SAME(fg_sig_cuDeviceGetTexture1DLinearMaxWidth, PFN_cuDeviceGetTexture1DLinearMaxWidth_v11010);
 typedef CUresult (CUDAAPI *fg_sig_cuLibraryGetManaged)(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name);

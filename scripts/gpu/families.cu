@@ -3,7 +3,8 @@
 // occupancy (a host callback for the dynamic shared memory included), the
 // profiler's range, stream attributes set and read back, cuCtxCreate_v4,
 // function attributes and names, a module's functions, the context's
-// flags, synchronous memory operations, context-wide events. Prints every answer, then a checksum of a kernel
+// flags, synchronous memory operations, context-wide events, atomics'
+// capabilities. Prints every answer, then a checksum of a kernel
 // run at the block size found: its output over a remote GPU must be the
 // same as natively (scripts/gpu-remote-cudart.sh).
 //     nvcc -O2 -o families families.cu -lcuda
@@ -350,6 +351,16 @@ int main()
     RT(cudaFree(buf));
     free(host);
     ctx_events();
+
+    // Atomics' capabilities with the host and between devices.
+    CUatomicOperation aops[] = {CU_ATOMIC_OPERATION_INTEGER_ADD, CU_ATOMIC_OPERATION_CAS, CU_ATOMIC_OPERATION_FLOAT_ADD,
+                                CU_ATOMIC_OPERATION_MAX};
+    unsigned int acaps[4] = {99, 99, 99, 99};
+    CUresult ra = cuDeviceGetHostAtomicCapabilities(acaps, aops, 3, 0);
+    printf("host atomics: %s %#x %#x %#x; an unknown operation: %s, none asked: %s; between device 0 and itself: %s\n",
+           name(ra), acaps[0], acaps[1], acaps[2], name(cuDeviceGetHostAtomicCapabilities(acaps, aops, 4, 0)),
+           name(cuDeviceGetHostAtomicCapabilities(acaps, aops, 0, 0)),
+           name(cuDeviceGetP2PAtomicCapabilities(acaps, aops, 3, 0, 0)));
     printf("families: done\n");
     return 0;
 }

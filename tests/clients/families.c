@@ -2,7 +2,7 @@
  * those samples need of a remote GPU (occupancy, the profiler's range,
  * stream attributes, cuCtxCreate_v4, function attributes and names, module
  * and library enumeration, context flags, pointer attributes, context-wide
- * events) and prints each
+ * events, atomics' capabilities) and prints each
  * answer, so that its output remotely can be compared with its output on
  * the GPU in its own process. With "cig", it also asks cuCtxCreate_v4 for
  * CUDA-in-graphics parameters; with "tex" it only asks for a texture
@@ -163,12 +163,17 @@ int main(int argc, char **argv)
                  {"sparse arrays", CU_DEVICE_ATTRIBUTE_SPARSE_CUDA_ARRAY_SUPPORTED},
                  {"timeline semaphores", CU_DEVICE_ATTRIBUTE_TIMELINE_SEMAPHORE_INTEROP_SUPPORTED},
                  {"decompression", CU_DEVICE_ATTRIBUTE_MEM_DECOMPRESS_ALGORITHM_MASK},
-                 {"memory pools", CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED}};
+                 {"memory pools", CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED},
+                 {"host-native atomics", CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED}};
         for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
             int v = -1;
             CHECK(cuDeviceGetAttribute(&v, f[i].a, 0));
             printf("%s: %d\n", f[i].name, v);
         }
+        CUatomicOperation add = CU_ATOMIC_OPERATION_INTEGER_ADD;
+        unsigned int caps = 99;
+        CHECK(cuDeviceGetHostAtomicCapabilities(&caps, &add, 1, 0));
+        printf("host atomic add: %#x\n", caps);
         return 0;
     }
     if (argc > 1 && !strcmp(argv[1], "cig")) {
@@ -390,6 +395,16 @@ int main(int argc, char **argv)
            result_name(outside), result_name(cuStreamBatchMemOp_v2(NULL, 2, ops, 0)));
     CHECK(cuMemFree_v2(buf));
     ctx_events();
+
+    /* Atomics' capabilities with the host and between devices. */
+    CUatomicOperation aops[] = {CU_ATOMIC_OPERATION_INTEGER_ADD, CU_ATOMIC_OPERATION_CAS, CU_ATOMIC_OPERATION_FLOAT_ADD,
+                                CU_ATOMIC_OPERATION_MAX};
+    unsigned int acaps[4] = {99, 99, 99, 99};
+    CUresult rh = cuDeviceGetHostAtomicCapabilities(acaps, aops, 3, 0);
+    printf("host atomics: %s %#x %#x %#x; an unknown operation: %s, none asked: %s; between device 0 and itself: %s\n",
+           result_name(rh), acaps[0], acaps[1], acaps[2], result_name(cuDeviceGetHostAtomicCapabilities(acaps, aops, 4, 0)),
+           result_name(cuDeviceGetHostAtomicCapabilities(acaps, aops, 0, 0)),
+           result_name(cuDeviceGetP2PAtomicCapabilities(acaps, aops, 3, 0, 0)));
     printf("families: done\n");
     return 0;
 }

@@ -33,6 +33,7 @@ func TestRemoteFamiliesMatchLocal(t *testing.T) {
 		"context event while a stream is held: CUDA_ERROR_NOT_READY, a stream after a context wait: CUDA_ERROR_NOT_READY; released: CUDA_SUCCESS CUDA_SUCCESS\n",
 		"context event: no event CUDA_ERROR_INVALID_HANDLE, no context CUDA_ERROR_INVALID_CONTEXT\n",
 		"context event during a capture: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, the capture then CUDA_ERROR_STREAM_CAPTURE_INVALIDATED\n",
+		"host atomics: CUDA_SUCCESS 0 0 0; an unknown operation: CUDA_ERROR_INVALID_VALUE, none asked: CUDA_ERROR_INVALID_VALUE; between device 0 and itself: CUDA_ERROR_INVALID_DEVICE\n",
 	} {
 		if !strings.Contains(local.stdout, want) {
 			t.Errorf("locally, lacks %q:\n%s", want, local.stdout)
@@ -79,17 +80,19 @@ func TestRemoteCtxCreateGraphicsRefused(t *testing.T) {
 // its multicast, a library its GPUDirect RDMA); what it gives reads as the
 // server's GPU says.
 func TestRemoteAttributesTellWhatRemoteGives(t *testing.T) {
-	e := newEnv(t, "FLEXGV_SIM_ATTRS=132=1,116=1,124=1,112=1,114=1,136=3")
+	e := newEnv(t, "FLEXGV_SIM_ATTRS=132=1,116=1,124=1,112=1,114=1,136=3,86=1")
 	local := e.run("families", "features")
 	for _, want := range []string{"multicast: 1\n", "GPUDirect RDMA: 1\n", "dma-buf: 1\n", "sparse arrays: 1\n",
-		"timeline semaphores: 1\n", "decompression: 3\n", "memory pools: 1\n"} {
+		"timeline semaphores: 1\n", "decompression: 3\n", "memory pools: 1\n", "host-native atomics: 1\n",
+		"host atomic add: 0x1f\n"} {
 		if local.code != 0 || !strings.Contains(local.stdout, want) {
 			t.Fatalf("locally: exit %d, lacks %q\n%s%s", local.code, want, local.stdout, local.stderr)
 		}
 	}
 	r := e.remote(e.serve("unix"), "families", "features")
 	for _, want := range []string{"multicast: 0\n", "GPUDirect RDMA: 0\n", "dma-buf: 0\n", "sparse arrays: 0\n",
-		"timeline semaphores: 0\n", "decompression: 0\n", "memory pools: 1\n"} {
+		"timeline semaphores: 0\n", "decompression: 0\n", "memory pools: 1\n", "host-native atomics: 0\n",
+		"host atomic add: 0\n"} {
 		if r.code != 0 || !strings.Contains(r.stdout, want) {
 			t.Errorf("remotely: exit %d, lacks %q\n%s%s", r.code, want, r.stdout, r.stderr)
 		}
