@@ -35,6 +35,7 @@
  * Graph objects, like the driver's, are not thread-safe; the pools and
  * allocations are under sim_mem_lock. */
 #include "sim.h"
+#include "flexgv/graph_v1.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -2050,3 +2051,6 @@ SIM_EXPORT CUresult cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode hN
     *isEnabled = !c->disabled;
     return CUDA_SUCCESS;
 }
+
+/* The CUDA 10 and 11 ABIs, made as the current ones. */
+FG_GRAPH_V1_ENTRIES(SIM_EXPORT)

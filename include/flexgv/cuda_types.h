@@ -749,6 +749,21 @@ typedef struct CUDA_KERNEL_NODE_PARAMS_v2_st {
     CUcontext ctx;
 } CUDA_KERNEL_NODE_PARAMS;
 
+/* The CUDA 10 layout, which CUDA 11 runtimes still pass: the same without
+ * kern and ctx. */
+typedef struct CUDA_KERNEL_NODE_PARAMS_st {
+    CUfunction func;
+    unsigned int gridDimX;
+    unsigned int gridDimY;
+    unsigned int gridDimZ;
+    unsigned int blockDimX;
+    unsigned int blockDimY;
+    unsigned int blockDimZ;
+    unsigned int sharedMemBytes;
+    void **kernelParams;
+    void **extra;
+} CUDA_KERNEL_NODE_PARAMS_v1;
+
 /* A conditional node: its handle, kind and number of bodies; the driver
  * creates the body graphs and points phGraph_out at its own array of them. */
 typedef struct CUDA_CONDITIONAL_NODE_PARAMS {

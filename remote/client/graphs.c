@@ -3,6 +3,7 @@
  * out by the function's, api/remote.api's kparams), and put together again
  * by the executor (remote/executor/graphs.c). */
 #include "client.h"
+#include "flexgv/graph_v1.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -436,3 +437,6 @@ FGR_EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode
 {
     return set_params("cuGraphExecNodeSetParams", hGraphExec, hNode, nodeParams);
 }
+
+/* The CUDA 10 and 11 ABIs, made as the current ones. */
+FG_GRAPH_V1_ENTRIES(FGR_EXPORT)

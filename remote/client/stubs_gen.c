@@ -6738,14 +6738,14 @@ FGR_EXPORT CUresult cuGraphReleaseUserObject(CUgraph graph, CUuserObject object,
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGraphKernelNodeGetParams(void)
+FGR_EXPORT CUresult cuMemcpy3DBatchAsync(void)
 {
-    return fgr_unsupported(12, "cuGraphKernelNodeGetParams", "the CUDA 10 ABI of a kernel node's parameters: _v2 is carried");
+    return fgr_unsupported(12, "cuMemcpy3DBatchAsync", "batches of 3D copies are not carried yet: cuMemcpy3DAsync is, and batches of linear copies");
 }
 
-FGR_EXPORT CUresult cuGraphExecKernelNodeSetParams(void)
+FGR_EXPORT CUresult cuMemcpy3DBatchAsync_ptsz(void)
 {
-    return fgr_unsupported(13, "cuGraphExecKernelNodeSetParams", "the CUDA 10 ABI of a kernel node's parameters: _v2 is carried");
+    return fgr_unsupported(13, "cuMemcpy3DBatchAsync_ptsz", "batches of 3D copies are not carried yet: cuMemcpy3DAsync is, and batches of linear copies");
 }
 
 FGR_EXPORT CUresult cuIpcOpenMemHandle(void)
@@ -6778,712 +6778,717 @@ FGR_EXPORT CUresult cuGLInit(void)
     return fgr_unsupported(19, "cuGLInit", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
+FGR_EXPORT CUresult cuWGLGetDevice(void)
+{
+    return fgr_unsupported(20, "cuWGLGetDevice", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+}
+
 FGR_EXPORT CUresult cuGLMapBufferObjectAsync_v2(void)
 {
-    return fgr_unsupported(20, "cuGLMapBufferObjectAsync_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(21, "cuGLMapBufferObjectAsync_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLMapBufferObject_v2(void)
 {
-    return fgr_unsupported(21, "cuGLMapBufferObject_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(22, "cuGLMapBufferObject_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLRegisterBufferObject(void)
 {
-    return fgr_unsupported(22, "cuGLRegisterBufferObject", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(23, "cuGLRegisterBufferObject", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLSetBufferObjectMapFlags(void)
 {
-    return fgr_unsupported(23, "cuGLSetBufferObjectMapFlags", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(24, "cuGLSetBufferObjectMapFlags", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLUnmapBufferObject(void)
 {
-    return fgr_unsupported(24, "cuGLUnmapBufferObject", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(25, "cuGLUnmapBufferObject", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLUnmapBufferObjectAsync(void)
 {
-    return fgr_unsupported(25, "cuGLUnmapBufferObjectAsync", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(26, "cuGLUnmapBufferObjectAsync", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLUnregisterBufferObject(void)
 {
-    return fgr_unsupported(26, "cuGLUnregisterBufferObject", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(27, "cuGLUnregisterBufferObject", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGraphicsGLRegisterBuffer(void)
 {
-    return fgr_unsupported(27, "cuGraphicsGLRegisterBuffer", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(28, "cuGraphicsGLRegisterBuffer", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGraphicsGLRegisterImage(void)
 {
-    return fgr_unsupported(28, "cuGraphicsGLRegisterImage", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(29, "cuGraphicsGLRegisterImage", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGraphicsEGLRegisterImage(void)
 {
-    return fgr_unsupported(29, "cuGraphicsEGLRegisterImage", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(30, "cuGraphicsEGLRegisterImage", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamConsumerAcquireFrame(void)
 {
-    return fgr_unsupported(30, "cuEGLStreamConsumerAcquireFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(31, "cuEGLStreamConsumerAcquireFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamConsumerConnect(void)
 {
-    return fgr_unsupported(31, "cuEGLStreamConsumerConnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(32, "cuEGLStreamConsumerConnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamConsumerConnectWithFlags(void)
 {
-    return fgr_unsupported(32, "cuEGLStreamConsumerConnectWithFlags", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(33, "cuEGLStreamConsumerConnectWithFlags", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamConsumerDisconnect(void)
 {
-    return fgr_unsupported(33, "cuEGLStreamConsumerDisconnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(34, "cuEGLStreamConsumerDisconnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamConsumerReleaseFrame(void)
 {
-    return fgr_unsupported(34, "cuEGLStreamConsumerReleaseFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(35, "cuEGLStreamConsumerReleaseFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamProducerConnect(void)
 {
-    return fgr_unsupported(35, "cuEGLStreamProducerConnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(36, "cuEGLStreamProducerConnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamProducerDisconnect(void)
 {
-    return fgr_unsupported(36, "cuEGLStreamProducerDisconnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(37, "cuEGLStreamProducerDisconnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamProducerPresentFrame(void)
 {
-    return fgr_unsupported(37, "cuEGLStreamProducerPresentFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(38, "cuEGLStreamProducerPresentFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamProducerReturnFrame(void)
 {
-    return fgr_unsupported(38, "cuEGLStreamProducerReturnFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(39, "cuEGLStreamProducerReturnFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEventCreateFromEGLSync(void)
 {
-    return fgr_unsupported(39, "cuEventCreateFromEGLSync", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(40, "cuEventCreateFromEGLSync", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGraphicsVDPAURegisterOutputSurface(void)
 {
-    return fgr_unsupported(40, "cuGraphicsVDPAURegisterOutputSurface", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(41, "cuGraphicsVDPAURegisterOutputSurface", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGraphicsVDPAURegisterVideoSurface(void)
 {
-    return fgr_unsupported(41, "cuGraphicsVDPAURegisterVideoSurface", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(42, "cuGraphicsVDPAURegisterVideoSurface", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuVDPAUCtxCreate_v2(void)
 {
-    return fgr_unsupported(42, "cuVDPAUCtxCreate_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(43, "cuVDPAUCtxCreate_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuVDPAUGetDevice(void)
 {
-    return fgr_unsupported(43, "cuVDPAUGetDevice", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(44, "cuVDPAUGetDevice", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGraphicsMapResources(void)
 {
-    return fgr_unsupported(44, "cuGraphicsMapResources", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(45, "cuGraphicsMapResources", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuGraphicsResourceGetMappedEglFrame(void)
 {
-    return fgr_unsupported(45, "cuGraphicsResourceGetMappedEglFrame", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(46, "cuGraphicsResourceGetMappedEglFrame", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuGraphicsResourceGetMappedMipmappedArray(void)
 {
-    return fgr_unsupported(46, "cuGraphicsResourceGetMappedMipmappedArray", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(47, "cuGraphicsResourceGetMappedMipmappedArray", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuGraphicsResourceGetMappedPointer_v2(void)
 {
-    return fgr_unsupported(47, "cuGraphicsResourceGetMappedPointer_v2", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(48, "cuGraphicsResourceGetMappedPointer_v2", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuGraphicsResourceSetMapFlags_v2(void)
 {
-    return fgr_unsupported(48, "cuGraphicsResourceSetMapFlags_v2", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(49, "cuGraphicsResourceSetMapFlags_v2", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuGraphicsSubResourceGetMappedArray(void)
 {
-    return fgr_unsupported(49, "cuGraphicsSubResourceGetMappedArray", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(50, "cuGraphicsSubResourceGetMappedArray", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuGraphicsUnmapResources(void)
 {
-    return fgr_unsupported(50, "cuGraphicsUnmapResources", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(51, "cuGraphicsUnmapResources", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuGraphicsUnregisterResource(void)
 {
-    return fgr_unsupported(51, "cuGraphicsUnregisterResource", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(52, "cuGraphicsUnregisterResource", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuImportExternalMemory(void)
 {
-    return fgr_unsupported(52, "cuImportExternalMemory", "it imports an OS handle of the program's host (a file descriptor, a Vulkan or NvSci object), which the server's driver cannot open");
+    return fgr_unsupported(53, "cuImportExternalMemory", "it imports an OS handle of the program's host (a file descriptor, a Vulkan or NvSci object), which the server's driver cannot open");
 }
 
 FGR_EXPORT CUresult cuImportExternalSemaphore(void)
 {
-    return fgr_unsupported(53, "cuImportExternalSemaphore", "it imports an OS handle of the program's host (a file descriptor, a Vulkan or NvSci object), which the server's driver cannot open");
+    return fgr_unsupported(54, "cuImportExternalSemaphore", "it imports an OS handle of the program's host (a file descriptor, a Vulkan or NvSci object), which the server's driver cannot open");
 }
 
 FGR_EXPORT CUresult cuDeviceGetNvSciSyncAttributes(void)
 {
-    return fgr_unsupported(54, "cuDeviceGetNvSciSyncAttributes", "it imports an OS handle of the program's host (a file descriptor, a Vulkan or NvSci object), which the server's driver cannot open");
+    return fgr_unsupported(55, "cuDeviceGetNvSciSyncAttributes", "it imports an OS handle of the program's host (a file descriptor, a Vulkan or NvSci object), which the server's driver cannot open");
 }
 
 FGR_EXPORT CUresult cuDestroyExternalMemory(void)
 {
-    return fgr_unsupported(55, "cuDestroyExternalMemory", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(56, "cuDestroyExternalMemory", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuDestroyExternalSemaphore(void)
 {
-    return fgr_unsupported(56, "cuDestroyExternalSemaphore", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(57, "cuDestroyExternalSemaphore", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuExternalMemoryGetMappedBuffer(void)
 {
-    return fgr_unsupported(57, "cuExternalMemoryGetMappedBuffer", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(58, "cuExternalMemoryGetMappedBuffer", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuExternalMemoryGetMappedMipmappedArray(void)
 {
-    return fgr_unsupported(58, "cuExternalMemoryGetMappedMipmappedArray", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(59, "cuExternalMemoryGetMappedMipmappedArray", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuSignalExternalSemaphoresAsync(void)
 {
-    return fgr_unsupported(59, "cuSignalExternalSemaphoresAsync", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(60, "cuSignalExternalSemaphoresAsync", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuWaitExternalSemaphoresAsync(void)
 {
-    return fgr_unsupported(60, "cuWaitExternalSemaphoresAsync", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(61, "cuWaitExternalSemaphoresAsync", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuGraphAddExternalSemaphoresSignalNode(void)
 {
-    return fgr_unsupported(61, "cuGraphAddExternalSemaphoresSignalNode", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(62, "cuGraphAddExternalSemaphoresSignalNode", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuGraphAddExternalSemaphoresWaitNode(void)
 {
-    return fgr_unsupported(62, "cuGraphAddExternalSemaphoresWaitNode", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(63, "cuGraphAddExternalSemaphoresWaitNode", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuGraphExecExternalSemaphoresSignalNodeSetParams(void)
 {
-    return fgr_unsupported(63, "cuGraphExecExternalSemaphoresSignalNodeSetParams", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(64, "cuGraphExecExternalSemaphoresSignalNodeSetParams", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuGraphExecExternalSemaphoresWaitNodeSetParams(void)
 {
-    return fgr_unsupported(64, "cuGraphExecExternalSemaphoresWaitNodeSetParams", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(65, "cuGraphExecExternalSemaphoresWaitNodeSetParams", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuGraphExternalSemaphoresSignalNodeGetParams(void)
 {
-    return fgr_unsupported(65, "cuGraphExternalSemaphoresSignalNodeGetParams", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(66, "cuGraphExternalSemaphoresSignalNodeGetParams", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuGraphExternalSemaphoresSignalNodeSetParams(void)
 {
-    return fgr_unsupported(66, "cuGraphExternalSemaphoresSignalNodeSetParams", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(67, "cuGraphExternalSemaphoresSignalNodeSetParams", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuGraphExternalSemaphoresWaitNodeGetParams(void)
 {
-    return fgr_unsupported(67, "cuGraphExternalSemaphoresWaitNodeGetParams", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(68, "cuGraphExternalSemaphoresWaitNodeGetParams", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuGraphExternalSemaphoresWaitNodeSetParams(void)
 {
-    return fgr_unsupported(68, "cuGraphExternalSemaphoresWaitNodeSetParams", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(69, "cuGraphExternalSemaphoresWaitNodeSetParams", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuModuleGetTexRef(void)
 {
-    return fgr_unsupported(69, "cuModuleGetTexRef", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(70, "cuModuleGetTexRef", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuModuleGetSurfRef(void)
 {
-    return fgr_unsupported(70, "cuModuleGetSurfRef", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(71, "cuModuleGetSurfRef", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuParamSetTexRef(void)
 {
-    return fgr_unsupported(71, "cuParamSetTexRef", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(72, "cuParamSetTexRef", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuSurfRefGetArray(void)
 {
-    return fgr_unsupported(72, "cuSurfRefGetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(73, "cuSurfRefGetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuSurfRefSetArray(void)
 {
-    return fgr_unsupported(73, "cuSurfRefSetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(74, "cuSurfRefSetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefCreate(void)
 {
-    return fgr_unsupported(74, "cuTexRefCreate", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(75, "cuTexRefCreate", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefDestroy(void)
 {
-    return fgr_unsupported(75, "cuTexRefDestroy", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(76, "cuTexRefDestroy", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetAddressMode(void)
 {
-    return fgr_unsupported(76, "cuTexRefGetAddressMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(77, "cuTexRefGetAddressMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetAddress_v2(void)
 {
-    return fgr_unsupported(77, "cuTexRefGetAddress_v2", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(78, "cuTexRefGetAddress_v2", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetArray(void)
 {
-    return fgr_unsupported(78, "cuTexRefGetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(79, "cuTexRefGetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetBorderColor(void)
 {
-    return fgr_unsupported(79, "cuTexRefGetBorderColor", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(80, "cuTexRefGetBorderColor", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetFilterMode(void)
 {
-    return fgr_unsupported(80, "cuTexRefGetFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(81, "cuTexRefGetFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetFlags(void)
 {
-    return fgr_unsupported(81, "cuTexRefGetFlags", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(82, "cuTexRefGetFlags", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetFormat(void)
 {
-    return fgr_unsupported(82, "cuTexRefGetFormat", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(83, "cuTexRefGetFormat", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetMaxAnisotropy(void)
 {
-    return fgr_unsupported(83, "cuTexRefGetMaxAnisotropy", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(84, "cuTexRefGetMaxAnisotropy", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetMipmapFilterMode(void)
 {
-    return fgr_unsupported(84, "cuTexRefGetMipmapFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(85, "cuTexRefGetMipmapFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetMipmapLevelBias(void)
 {
-    return fgr_unsupported(85, "cuTexRefGetMipmapLevelBias", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(86, "cuTexRefGetMipmapLevelBias", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetMipmapLevelClamp(void)
 {
-    return fgr_unsupported(86, "cuTexRefGetMipmapLevelClamp", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(87, "cuTexRefGetMipmapLevelClamp", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetMipmappedArray(void)
 {
-    return fgr_unsupported(87, "cuTexRefGetMipmappedArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(88, "cuTexRefGetMipmappedArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetAddress2D_v3(void)
 {
-    return fgr_unsupported(88, "cuTexRefSetAddress2D_v3", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(89, "cuTexRefSetAddress2D_v3", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetAddressMode(void)
 {
-    return fgr_unsupported(89, "cuTexRefSetAddressMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(90, "cuTexRefSetAddressMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetAddress_v2(void)
 {
-    return fgr_unsupported(90, "cuTexRefSetAddress_v2", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(91, "cuTexRefSetAddress_v2", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetArray(void)
 {
-    return fgr_unsupported(91, "cuTexRefSetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(92, "cuTexRefSetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetBorderColor(void)
 {
-    return fgr_unsupported(92, "cuTexRefSetBorderColor", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(93, "cuTexRefSetBorderColor", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetFilterMode(void)
 {
-    return fgr_unsupported(93, "cuTexRefSetFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(94, "cuTexRefSetFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetFlags(void)
 {
-    return fgr_unsupported(94, "cuTexRefSetFlags", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(95, "cuTexRefSetFlags", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetFormat(void)
 {
-    return fgr_unsupported(95, "cuTexRefSetFormat", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(96, "cuTexRefSetFormat", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetMaxAnisotropy(void)
 {
-    return fgr_unsupported(96, "cuTexRefSetMaxAnisotropy", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(97, "cuTexRefSetMaxAnisotropy", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetMipmapFilterMode(void)
 {
-    return fgr_unsupported(97, "cuTexRefSetMipmapFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(98, "cuTexRefSetMipmapFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetMipmapLevelBias(void)
 {
-    return fgr_unsupported(98, "cuTexRefSetMipmapLevelBias", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(99, "cuTexRefSetMipmapLevelBias", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetMipmapLevelClamp(void)
 {
-    return fgr_unsupported(99, "cuTexRefSetMipmapLevelClamp", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(100, "cuTexRefSetMipmapLevelClamp", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetMipmappedArray(void)
 {
-    return fgr_unsupported(100, "cuTexRefSetMipmappedArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(101, "cuTexRefSetMipmappedArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuFuncSetBlockShape(void)
 {
-    return fgr_unsupported(101, "cuFuncSetBlockShape", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(102, "cuFuncSetBlockShape", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuFuncSetSharedSize(void)
 {
-    return fgr_unsupported(102, "cuFuncSetSharedSize", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(103, "cuFuncSetSharedSize", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuParamSetSize(void)
 {
-    return fgr_unsupported(103, "cuParamSetSize", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(104, "cuParamSetSize", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuParamSetf(void)
 {
-    return fgr_unsupported(104, "cuParamSetf", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(105, "cuParamSetf", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuParamSeti(void)
 {
-    return fgr_unsupported(105, "cuParamSeti", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(106, "cuParamSeti", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuParamSetv(void)
 {
-    return fgr_unsupported(106, "cuParamSetv", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(107, "cuParamSetv", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuLaunch(void)
 {
-    return fgr_unsupported(107, "cuLaunch", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(108, "cuLaunch", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuLaunchGrid(void)
 {
-    return fgr_unsupported(108, "cuLaunchGrid", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(109, "cuLaunchGrid", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuLaunchGridAsync(void)
 {
-    return fgr_unsupported(109, "cuLaunchGridAsync", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(110, "cuLaunchGridAsync", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuCtxAttach(void)
 {
-    return fgr_unsupported(110, "cuCtxAttach", "deprecated since CUDA 4: cuCtxPushCurrent and cuCtxPopCurrent are carried");
+    return fgr_unsupported(111, "cuCtxAttach", "deprecated since CUDA 4: cuCtxPushCurrent and cuCtxPopCurrent are carried");
 }
 
 FGR_EXPORT CUresult cuCtxDetach(void)
 {
-    return fgr_unsupported(111, "cuCtxDetach", "deprecated since CUDA 4: cuCtxPushCurrent and cuCtxPopCurrent are carried");
+    return fgr_unsupported(112, "cuCtxDetach", "deprecated since CUDA 4: cuCtxPushCurrent and cuCtxPopCurrent are carried");
 }
 
 FGR_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(void)
 {
-    return fgr_unsupported(112, "cuLaunchCooperativeKernelMultiDevice", "removed from the runtime in CUDA 12: cuLaunchCooperativeKernel is carried, one launch per device");
+    return fgr_unsupported(113, "cuLaunchCooperativeKernelMultiDevice", "removed from the runtime in CUDA 12: cuLaunchCooperativeKernel is carried, one launch per device");
 }
 
 FGR_EXPORT CUresult cuProfilerInitialize(void)
 {
-    return fgr_unsupported(113, "cuProfilerInitialize", "deprecated since CUDA 11: cuProfilerStart and cuProfilerStop are carried");
+    return fgr_unsupported(114, "cuProfilerInitialize", "deprecated since CUDA 11: cuProfilerStart and cuProfilerStop are carried");
 }
 
 FGR_EXPORT CUresult cuGreenCtxCreate(void)
 {
-    return fgr_unsupported(114, "cuGreenCtxCreate", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    return fgr_unsupported(115, "cuGreenCtxCreate", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
 }
 
 FGR_EXPORT CUresult cuGreenCtxDestroy(void)
 {
-    return fgr_unsupported(115, "cuGreenCtxDestroy", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    return fgr_unsupported(116, "cuGreenCtxDestroy", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
 }
 
 FGR_EXPORT CUresult cuGreenCtxGetDevResource(void)
 {
-    return fgr_unsupported(116, "cuGreenCtxGetDevResource", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    return fgr_unsupported(117, "cuGreenCtxGetDevResource", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
 }
 
 FGR_EXPORT CUresult cuGreenCtxGetId(void)
 {
-    return fgr_unsupported(117, "cuGreenCtxGetId", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    return fgr_unsupported(118, "cuGreenCtxGetId", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
 }
 
 FGR_EXPORT CUresult cuGreenCtxRecordEvent(void)
 {
-    return fgr_unsupported(118, "cuGreenCtxRecordEvent", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    return fgr_unsupported(119, "cuGreenCtxRecordEvent", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
 }
 
 FGR_EXPORT CUresult cuGreenCtxStreamCreate(void)
 {
-    return fgr_unsupported(119, "cuGreenCtxStreamCreate", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    return fgr_unsupported(120, "cuGreenCtxStreamCreate", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
 }
 
 FGR_EXPORT CUresult cuGreenCtxWaitEvent(void)
 {
-    return fgr_unsupported(120, "cuGreenCtxWaitEvent", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    return fgr_unsupported(121, "cuGreenCtxWaitEvent", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
 }
 
 FGR_EXPORT CUresult cuCtxFromGreenCtx(void)
 {
-    return fgr_unsupported(121, "cuCtxFromGreenCtx", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    return fgr_unsupported(122, "cuCtxFromGreenCtx", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
 }
 
 FGR_EXPORT CUresult cuCtxGetDevResource(void)
 {
-    return fgr_unsupported(122, "cuCtxGetDevResource", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    return fgr_unsupported(123, "cuCtxGetDevResource", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
 }
 
 FGR_EXPORT CUresult cuDeviceGetDevResource(void)
 {
-    return fgr_unsupported(123, "cuDeviceGetDevResource", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    return fgr_unsupported(124, "cuDeviceGetDevResource", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
 }
 
 FGR_EXPORT CUresult cuDevResourceGenerateDesc(void)
 {
-    return fgr_unsupported(124, "cuDevResourceGenerateDesc", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    return fgr_unsupported(125, "cuDevResourceGenerateDesc", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
 }
 
 FGR_EXPORT CUresult cuDevSmResourceSplitByCount(void)
 {
-    return fgr_unsupported(125, "cuDevSmResourceSplitByCount", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    return fgr_unsupported(126, "cuDevSmResourceSplitByCount", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
 }
 
 FGR_EXPORT CUresult cuStreamGetGreenCtx(void)
 {
-    return fgr_unsupported(126, "cuStreamGetGreenCtx", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    return fgr_unsupported(127, "cuStreamGetGreenCtx", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
 }
 
 FGR_EXPORT CUresult cuLogsCurrent(void)
 {
-    return fgr_unsupported(127, "cuLogsCurrent", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
+    return fgr_unsupported(128, "cuLogsCurrent", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
 }
 
 FGR_EXPORT CUresult cuLogsDumpToFile(void)
 {
-    return fgr_unsupported(128, "cuLogsDumpToFile", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
+    return fgr_unsupported(129, "cuLogsDumpToFile", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
 }
 
 FGR_EXPORT CUresult cuLogsDumpToMemory(void)
 {
-    return fgr_unsupported(129, "cuLogsDumpToMemory", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
+    return fgr_unsupported(130, "cuLogsDumpToMemory", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
 }
 
 FGR_EXPORT CUresult cuLogsRegisterCallback(void)
 {
-    return fgr_unsupported(130, "cuLogsRegisterCallback", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
+    return fgr_unsupported(131, "cuLogsRegisterCallback", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
 }
 
 FGR_EXPORT CUresult cuLogsUnregisterCallback(void)
 {
-    return fgr_unsupported(131, "cuLogsUnregisterCallback", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
+    return fgr_unsupported(132, "cuLogsUnregisterCallback", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
 }
 
 FGR_EXPORT CUresult cuCoredumpGetAttribute(void)
 {
-    return fgr_unsupported(132, "cuCoredumpGetAttribute", "GPU core dumps are written by the server's driver for the executor's process: set them there");
+    return fgr_unsupported(133, "cuCoredumpGetAttribute", "GPU core dumps are written by the server's driver for the executor's process: set them there");
 }
 
 FGR_EXPORT CUresult cuCoredumpGetAttributeGlobal(void)
 {
-    return fgr_unsupported(133, "cuCoredumpGetAttributeGlobal", "GPU core dumps are written by the server's driver for the executor's process: set them there");
+    return fgr_unsupported(134, "cuCoredumpGetAttributeGlobal", "GPU core dumps are written by the server's driver for the executor's process: set them there");
 }
 
 FGR_EXPORT CUresult cuCoredumpSetAttribute(void)
 {
-    return fgr_unsupported(134, "cuCoredumpSetAttribute", "GPU core dumps are written by the server's driver for the executor's process: set them there");
+    return fgr_unsupported(135, "cuCoredumpSetAttribute", "GPU core dumps are written by the server's driver for the executor's process: set them there");
 }
 
 FGR_EXPORT CUresult cuCoredumpSetAttributeGlobal(void)
 {
-    return fgr_unsupported(135, "cuCoredumpSetAttributeGlobal", "GPU core dumps are written by the server's driver for the executor's process: set them there");
+    return fgr_unsupported(136, "cuCoredumpSetAttributeGlobal", "GPU core dumps are written by the server's driver for the executor's process: set them there");
 }
 
 FGR_EXPORT CUresult cuDeviceRegisterAsyncNotification(void)
 {
-    return fgr_unsupported(136, "cuDeviceRegisterAsyncNotification", "the driver would call the program back from the server: asynchronous notifications are not carried");
+    return fgr_unsupported(137, "cuDeviceRegisterAsyncNotification", "the driver would call the program back from the server: asynchronous notifications are not carried");
 }
 
 FGR_EXPORT CUresult cuDeviceUnregisterAsyncNotification(void)
 {
-    return fgr_unsupported(137, "cuDeviceUnregisterAsyncNotification", "the driver would call the program back from the server: asynchronous notifications are not carried");
+    return fgr_unsupported(138, "cuDeviceUnregisterAsyncNotification", "the driver would call the program back from the server: asynchronous notifications are not carried");
 }
 
 FGR_EXPORT CUresult cuCheckpointProcessGetRestoreThreadId(void)
 {
-    return fgr_unsupported(138, "cuCheckpointProcessGetRestoreThreadId", "it names a process by its pid; a remote program's GPU state is its executor's, on the server (flexgv suspend acts on local tenants)");
+    return fgr_unsupported(139, "cuCheckpointProcessGetRestoreThreadId", "it names a process by its pid; a remote program's GPU state is its executor's, on the server (flexgv suspend acts on local tenants)");
 }
 
 FGR_EXPORT CUresult cuMemGetHandleForAddressRange(void)
 {
-    return fgr_unsupported(139, "cuMemGetHandleForAddressRange", "it returns a dma-buf file descriptor of the executor's process, which means nothing in the program's");
+    return fgr_unsupported(140, "cuMemGetHandleForAddressRange", "it returns a dma-buf file descriptor of the executor's process, which means nothing in the program's");
 }
 
 FGR_EXPORT CUresult cuLibraryGetUnifiedFunction(void)
 {
-    return fgr_unsupported(140, "cuLibraryGetUnifiedFunction", "a unified function's address is in the library's image on the server's host");
+    return fgr_unsupported(141, "cuLibraryGetUnifiedFunction", "a unified function's address is in the library's image on the server's host");
 }
 
 FGR_EXPORT CUresult cuFlushGPUDirectRDMAWrites(void)
 {
-    return fgr_unsupported(141, "cuFlushGPUDirectRDMAWrites", "GPUDirect RDMA writes come from the NICs of the GPU's own host: nothing of the program's reaches it that way");
+    return fgr_unsupported(142, "cuFlushGPUDirectRDMAWrites", "GPUDirect RDMA writes come from the NICs of the GPU's own host: nothing of the program's reaches it that way");
 }
 
 FGR_EXPORT CUresult cuDeviceGetLuid(void)
 {
-    return fgr_unsupported(142, "cuDeviceGetLuid", "a Windows (WDDM) adapter identifier: Linux drivers answer CUDA_ERROR_NOT_SUPPORTED too");
+    return fgr_unsupported(143, "cuDeviceGetLuid", "a Windows (WDDM) adapter identifier: Linux drivers answer CUDA_ERROR_NOT_SUPPORTED too");
 }
 
 FGR_EXPORT CUresult cuGraphAddBatchMemOpNode(void)
 {
-    return fgr_unsupported(143, "cuGraphAddBatchMemOpNode", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
+    return fgr_unsupported(144, "cuGraphAddBatchMemOpNode", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
 }
 
 FGR_EXPORT CUresult cuGraphBatchMemOpNodeGetParams(void)
 {
-    return fgr_unsupported(144, "cuGraphBatchMemOpNodeGetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
+    return fgr_unsupported(145, "cuGraphBatchMemOpNodeGetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
 }
 
 FGR_EXPORT CUresult cuGraphBatchMemOpNodeSetParams(void)
 {
-    return fgr_unsupported(145, "cuGraphBatchMemOpNodeSetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
+    return fgr_unsupported(146, "cuGraphBatchMemOpNodeSetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
 }
 
 FGR_EXPORT CUresult cuGraphExecBatchMemOpNodeSetParams(void)
 {
-    return fgr_unsupported(146, "cuGraphExecBatchMemOpNodeSetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
+    return fgr_unsupported(147, "cuGraphExecBatchMemOpNodeSetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
 }
 
 FGR_EXPORT CUresult cuMemcpy3DBatchAsync_v2(void)
 {
-    return fgr_unsupported(147, "cuMemcpy3DBatchAsync_v2", "batches of 3D copies are not carried yet: cuMemcpy3DAsync is, and batches of linear copies");
+    return fgr_unsupported(148, "cuMemcpy3DBatchAsync_v2", "batches of 3D copies are not carried yet: cuMemcpy3DAsync is, and batches of linear copies");
 }
 
 FGR_EXPORT CUresult cuMemPrefetchBatchAsync(void)
 {
-    return fgr_unsupported(148, "cuMemPrefetchBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
+    return fgr_unsupported(149, "cuMemPrefetchBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
 }
 
 FGR_EXPORT CUresult cuMemDiscardBatchAsync(void)
 {
-    return fgr_unsupported(149, "cuMemDiscardBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
+    return fgr_unsupported(150, "cuMemDiscardBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
 }
 
 FGR_EXPORT CUresult cuMemDiscardAndPrefetchBatchAsync(void)
 {
-    return fgr_unsupported(150, "cuMemDiscardAndPrefetchBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
+    return fgr_unsupported(151, "cuMemDiscardAndPrefetchBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
 }
 
 FGR_EXPORT CUresult cuMemBatchDecompressAsync(void)
 {
-    return fgr_unsupported(151, "cuMemBatchDecompressAsync", "the copy engines' decompression is not carried yet");
+    return fgr_unsupported(152, "cuMemBatchDecompressAsync", "the copy engines' decompression is not carried yet");
 }
 
 FGR_EXPORT CUresult cuArrayGetMemoryRequirements(void)
 {
-    return fgr_unsupported(152, "cuArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(153, "cuArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuArrayGetPlane(void)
 {
-    return fgr_unsupported(153, "cuArrayGetPlane", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(154, "cuArrayGetPlane", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuArrayGetSparseProperties(void)
 {
-    return fgr_unsupported(154, "cuArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(155, "cuArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuMipmappedArrayGetMemoryRequirements(void)
 {
-    return fgr_unsupported(155, "cuMipmappedArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(156, "cuMipmappedArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuMipmappedArrayGetSparseProperties(void)
 {
-    return fgr_unsupported(156, "cuMipmappedArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(157, "cuMipmappedArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuMemMapArrayAsync(void)
 {
-    return fgr_unsupported(157, "cuMemMapArrayAsync", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(158, "cuMemMapArrayAsync", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuTensorMapEncodeIm2colWide(void)
 {
-    return fgr_unsupported(158, "cuTensorMapEncodeIm2colWide", "the wide im2col tensor map is not carried yet: tiled and im2col tensor maps are");
+    return fgr_unsupported(159, "cuTensorMapEncodeIm2colWide", "the wide im2col tensor map is not carried yet: tiled and im2col tensor maps are");
 }
 
 FGR_EXPORT CUresult cuMemSetMemPool(void)
 {
-    return fgr_unsupported(159, "cuMemSetMemPool", "not carried yet");
+    return fgr_unsupported(160, "cuMemSetMemPool", "not carried yet");
 }
 
 FGR_EXPORT CUresult cuDeviceGetProperties(void)
 {
-    return fgr_unsupported(160, "cuDeviceGetProperties", "deprecated since CUDA 5: cuDeviceGetAttribute is answered");
+    return fgr_unsupported(161, "cuDeviceGetProperties", "deprecated since CUDA 5: cuDeviceGetAttribute is answered");
 }
 
-const int fgr_nunsupported = 161;
+const int fgr_nunsupported = 162;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -8443,14 +8448,22 @@ const struct fg_proc fgr_procs[] = {
     {"cuUserObjectRelease", "cuUserObjectRelease", 11030, 0, (void *)cuUserObjectRelease},
     {"cuGraphRetainUserObject", "cuGraphRetainUserObject", 11030, 0, (void *)cuGraphRetainUserObject},
     {"cuGraphReleaseUserObject", "cuGraphReleaseUserObject", 11030, 0, (void *)cuGraphReleaseUserObject},
+    {"cuGraphAddKernelNode", "cuGraphAddKernelNode", 10000, 0, (void *)cuGraphAddKernelNode},
+    {"cuGraphKernelNodeSetParams", "cuGraphKernelNodeSetParams", 10000, 0, (void *)cuGraphKernelNodeSetParams},
     {"cuGraphKernelNodeGetParams", "cuGraphKernelNodeGetParams", 10000, 0, (void *)cuGraphKernelNodeGetParams},
     {"cuGraphExecKernelNodeSetParams", "cuGraphExecKernelNodeSetParams", 10010, 0, (void *)cuGraphExecKernelNodeSetParams},
+    {"cuGraphExecUpdate", "cuGraphExecUpdate", 10020, 0, (void *)cuGraphExecUpdate},
+    {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo", 10010, 0, (void *)cuStreamGetCaptureInfo},
+    {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_ptsz", 10010, 1, (void *)cuStreamGetCaptureInfo_ptsz},
+    {"cuMemcpy3DBatchAsync", "cuMemcpy3DBatchAsync", 12080, 0, (void *)cuMemcpy3DBatchAsync},
+    {"cuMemcpy3DBatchAsync", "cuMemcpy3DBatchAsync_ptsz", 12080, 1, (void *)cuMemcpy3DBatchAsync_ptsz},
     {"cuIpcOpenMemHandle", "cuIpcOpenMemHandle", 4010, 0, (void *)cuIpcOpenMemHandle},
     {"cuMemcpyDtoDAsync", "cuMemcpyDtoDAsync", 3000, 0, (void *)cuMemcpyDtoDAsync},
     {"cuGraphicsResourceSetMapFlags", "cuGraphicsResourceSetMapFlags", 3000, 0, (void *)cuGraphicsResourceSetMapFlags},
     {"cuGLCtxCreate", "cuGLCtxCreate_v2", 3020, 0, (void *)cuGLCtxCreate_v2},
     {"cuGLGetDevices", "cuGLGetDevices_v2", 6050, 0, (void *)cuGLGetDevices_v2},
     {"cuGLInit", "cuGLInit", 2000, 0, (void *)cuGLInit},
+    {"cuWGLGetDevice", "cuWGLGetDevice", 2020, 0, (void *)cuWGLGetDevice},
     {"cuGLMapBufferObjectAsync", "cuGLMapBufferObjectAsync_v2", 3020, 0, (void *)cuGLMapBufferObjectAsync_v2},
     {"cuGLMapBufferObject", "cuGLMapBufferObject_v2", 3020, 0, (void *)cuGLMapBufferObject_v2},
     {"cuGLRegisterBufferObject", "cuGLRegisterBufferObject", 2000, 0, (void *)cuGLRegisterBufferObject},
@@ -8548,7 +8561,7 @@ const struct fg_proc fgr_procs[] = {
     {"cuGreenCtxCreate", "cuGreenCtxCreate", 12040, 0, (void *)cuGreenCtxCreate},
     {"cuGreenCtxDestroy", "cuGreenCtxDestroy", 12040, 0, (void *)cuGreenCtxDestroy},
     {"cuGreenCtxGetDevResource", "cuGreenCtxGetDevResource", 12040, 0, (void *)cuGreenCtxGetDevResource},
-    {"cuGreenCtxGetId", "cuGreenCtxGetId", 13000, 0, (void *)cuGreenCtxGetId},
+    {"cuGreenCtxGetId", "cuGreenCtxGetId", 12090, 0, (void *)cuGreenCtxGetId},
     {"cuGreenCtxRecordEvent", "cuGreenCtxRecordEvent", 12040, 0, (void *)cuGreenCtxRecordEvent},
     {"cuGreenCtxStreamCreate", "cuGreenCtxStreamCreate", 12050, 0, (void *)cuGreenCtxStreamCreate},
     {"cuGreenCtxWaitEvent", "cuGreenCtxWaitEvent", 12040, 0, (void *)cuGreenCtxWaitEvent},
@@ -8558,11 +8571,11 @@ const struct fg_proc fgr_procs[] = {
     {"cuDevResourceGenerateDesc", "cuDevResourceGenerateDesc", 12040, 0, (void *)cuDevResourceGenerateDesc},
     {"cuDevSmResourceSplitByCount", "cuDevSmResourceSplitByCount", 12040, 0, (void *)cuDevSmResourceSplitByCount},
     {"cuStreamGetGreenCtx", "cuStreamGetGreenCtx", 12040, 0, (void *)cuStreamGetGreenCtx},
-    {"cuLogsCurrent", "cuLogsCurrent", 12080, 0, (void *)cuLogsCurrent},
-    {"cuLogsDumpToFile", "cuLogsDumpToFile", 12080, 0, (void *)cuLogsDumpToFile},
-    {"cuLogsDumpToMemory", "cuLogsDumpToMemory", 12080, 0, (void *)cuLogsDumpToMemory},
-    {"cuLogsRegisterCallback", "cuLogsRegisterCallback", 12080, 0, (void *)cuLogsRegisterCallback},
-    {"cuLogsUnregisterCallback", "cuLogsUnregisterCallback", 12080, 0, (void *)cuLogsUnregisterCallback},
+    {"cuLogsCurrent", "cuLogsCurrent", 12090, 0, (void *)cuLogsCurrent},
+    {"cuLogsDumpToFile", "cuLogsDumpToFile", 12090, 0, (void *)cuLogsDumpToFile},
+    {"cuLogsDumpToMemory", "cuLogsDumpToMemory", 12090, 0, (void *)cuLogsDumpToMemory},
+    {"cuLogsRegisterCallback", "cuLogsRegisterCallback", 12090, 0, (void *)cuLogsRegisterCallback},
+    {"cuLogsUnregisterCallback", "cuLogsUnregisterCallback", 12090, 0, (void *)cuLogsUnregisterCallback},
     {"cuCoredumpGetAttribute", "cuCoredumpGetAttribute", 12010, 0, (void *)cuCoredumpGetAttribute},
     {"cuCoredumpGetAttributeGlobal", "cuCoredumpGetAttributeGlobal", 12010, 0, (void *)cuCoredumpGetAttributeGlobal},
     {"cuCoredumpSetAttribute", "cuCoredumpSetAttribute", 12010, 0, (void *)cuCoredumpSetAttribute},

@@ -26,5 +26,19 @@ typedef CUresult (CUDAAPI *fg_sig_cuStreamWaitValue64)(CUstream stream, CUdevice
 SAME(fg_sig_cuStreamWaitValue64, PFN_cuStreamWaitValue64_v9000);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamBatchMemOp)(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags);
 SAME(fg_sig_cuStreamBatchMemOp, PFN_cuStreamBatchMemOp_v8000);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphAddKernelNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams);
+SAME(fg_sig_cuGraphAddKernelNode, PFN_cuGraphAddKernelNode_v10000);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphKernelNodeSetParams)(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams);
+SAME(fg_sig_cuGraphKernelNodeSetParams, PFN_cuGraphKernelNodeSetParams_v10000);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphKernelNodeGetParams)(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams);
+SAME(fg_sig_cuGraphKernelNodeGetParams, PFN_cuGraphKernelNodeGetParams_v10000);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphExecKernelNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams);
+SAME(fg_sig_cuGraphExecKernelNodeSetParams, PFN_cuGraphExecKernelNodeSetParams_v10010);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphExecUpdate)(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphNode *hErrorNode_out, CUgraphExecUpdateResult *updateResult_out);
+SAME(fg_sig_cuGraphExecUpdate, PFN_cuGraphExecUpdate_v10020);
+typedef CUresult (CUDAAPI *fg_sig_cuStreamGetCaptureInfo)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out);
+SAME(fg_sig_cuStreamGetCaptureInfo, PFN_cuStreamGetCaptureInfo_v10010);
+typedef CUresult (CUDAAPI *fg_sig_cuStreamGetCaptureInfo_ptsz)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out);
+SAME(fg_sig_cuStreamGetCaptureInfo_ptsz, PFN_cuStreamGetCaptureInfo_v10010_ptsz);
 
 int main(void) { return 0; }

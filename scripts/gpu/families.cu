@@ -4,9 +4,10 @@
 // profiler's range, stream attributes set and read back, cuCtxCreate_v4,
 // function attributes and names, a module's functions, the context's
 // flags, synchronous memory operations, context-wide events, atomics'
-// capabilities. Prints every answer, then a checksum of a kernel
-// run at the block size found: its output over a remote GPU must be the
-// same as natively (scripts/gpu-remote-cudart.sh).
+// capabilities, the old ABIs of graph calls a CUDA 11 runtime looks up.
+// Prints every answer, then a checksum of a kernel run at the block size
+// found: its output over a remote GPU must be the same as natively
+// (scripts/gpu-remote-cudart.sh).
 //     nvcc -O2 -o families families.cu -lcuda
 #include <cuda.h>
 #include <cuda_profiler_api.h>
@@ -45,6 +46,12 @@ static const char *name(CUresult r)
 }
 
 // Reverses each block's elements through shared memory, plus one.
+__global__ void fillk(unsigned *p, unsigned v, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = v;
+}
+
 __global__ void flip(float *x, int n)
 {
     extern __shared__ float s[];
@@ -132,6 +139,98 @@ static void ctx_events()
     RT(cudaEventDestroy(e3));
     RT(cudaStreamDestroy(a));
     RT(cudaStreamDestroy(b));
+}
+
+// The CUDA 10 and 11 ABIs a CUDA 11 runtime looks up at its own version:
+// kernel nodes without a kernel handle or context, cuGraphExecUpdate with
+// two results, cuStreamGetCaptureInfo with two.
+static void old_abis()
+{
+    // Their typedefs are in cudaTypedefs.h's internal section only.
+    CUresult (*add)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, const CUDA_KERNEL_NODE_PARAMS_v1 *);
+    CUresult (*get)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS_v1 *);
+    CUresult (*set)(CUgraphNode, const CUDA_KERNEL_NODE_PARAMS_v1 *);
+    CUresult (*xset)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS_v1 *);
+    CUresult (*update)(CUgraphExec, CUgraph, CUgraphNode *, CUgraphExecUpdateResult *);
+    CUresult (*info)(CUstream, CUstreamCaptureStatus *, cuuint64_t *);
+    CUdriverProcAddressQueryResult q;
+    DRV(cuGetProcAddress("cuGraphAddKernelNode", (void **)&add, 11080, 0, &q));
+    DRV(cuGetProcAddress("cuGraphKernelNodeGetParams", (void **)&get, 11080, 0, &q));
+    DRV(cuGetProcAddress("cuGraphKernelNodeSetParams", (void **)&set, 11080, 0, &q));
+    DRV(cuGetProcAddress("cuGraphExecKernelNodeSetParams", (void **)&xset, 11080, 0, &q));
+    DRV(cuGetProcAddress("cuGraphExecUpdate", (void **)&update, 11080, 0, &q));
+    DRV(cuGetProcAddress("cuStreamGetCaptureInfo", (void **)&info, 10020, 0, &q));
+    cudaFunction_t fr;
+    RT(cudaGetFuncBySymbol(&fr, (const void *)fillk));
+    CUfunction fill = (CUfunction)fr;
+    unsigned *w;
+    RT(cudaMalloc(&w, 64));
+    RT(cudaMemset(w, 0, 64));
+    CUstream st;
+    DRV(cuStreamCreate(&st, 0));
+    unsigned v7 = 7, v9 = 9, v11 = 11;
+    int four = 4, eight = 8;
+    void *args[] = {&w, &v7, &four};
+    CUDA_KERNEL_NODE_PARAMS_v1 kp = {};
+    kp.func = fill;
+    kp.gridDimX = kp.gridDimY = kp.gridDimZ = kp.blockDimX = kp.blockDimY = kp.blockDimZ = 1;
+    kp.kernelParams = args;
+    CUgraph g, g2, g3;
+    CUgraphNode n, n2, n3a, n3b;
+    DRV(cuGraphCreate(&g, 0));
+    DRV(add(&n, g, NULL, 0, &kp));
+    CUDA_KERNEL_NODE_PARAMS_v1 back = {};
+    DRV(get(n, &back));
+    printf("old kernel node: %s function, grid %u, value %u\n", back.func == fill ? "the same" : "another",
+           back.gridDimX, *(unsigned *)back.kernelParams[1]);
+    void *args9[] = {&w, &v9, &eight};
+    kp.kernelParams = args9;
+    DRV(set(n, &kp));
+    CUgraphExec x;
+    DRV(cuGraphInstantiate(&x, g, 0));
+    unsigned words[16];
+    DRV(cuGraphLaunch(x, st));
+    DRV(cuStreamSynchronize(st));
+    RT(cudaMemcpy(words, w, sizeof words, cudaMemcpyDeviceToHost));
+    printf("launched: %u %u %u\n", words[0], words[7], words[8]);
+    void *args11[] = {&w, &v11, &four};
+    kp.kernelParams = args11;
+    DRV(xset(x, n, &kp));
+    DRV(cuGraphLaunch(x, st));
+    DRV(cuStreamSynchronize(st));
+    RT(cudaMemcpy(words, w, sizeof words, cudaMemcpyDeviceToHost));
+    printf("the executable's node changed: %u %u\n", words[0], words[7]);
+    DRV(cuGraphCreate(&g2, 0));
+    kp.kernelParams = args;
+    DRV(add(&n2, g2, NULL, 0, &kp));
+    CUgraphNode err = (CUgraphNode)1;
+    CUgraphExecUpdateResult res = (CUgraphExecUpdateResult)99;
+    CUresult r = update(x, g2, &err, &res);
+    DRV(cuGraphLaunch(x, st));
+    DRV(cuStreamSynchronize(st));
+    RT(cudaMemcpy(words, w, sizeof words, cudaMemcpyDeviceToHost));
+    printf("update: %s, result %d, error node %s; launched: %u\n", name(r), (int)res, err ? "set" : "none", words[0]);
+    DRV(cuGraphCreate(&g3, 0));
+    DRV(add(&n3a, g3, NULL, 0, &kp));
+    DRV(add(&n3b, g3, &n3a, 1, &kp));
+    r = update(x, g3, &err, &res);
+    printf("update to another shape: %s, result %d; no result: %s\n", name(r), (int)res, name(update(x, g2, &err, NULL)));
+    CUstreamCaptureStatus cs = (CUstreamCaptureStatus)9;
+    cuuint64_t id = 0;
+    DRV(info(st, &cs, &id));
+    printf("capture info: status %d", (int)cs);
+    DRV(cuStreamBeginCapture(st, CU_STREAM_CAPTURE_MODE_RELAXED));
+    DRV(info(st, &cs, &id));
+    CUgraph cg;
+    DRV(cuStreamEndCapture(st, &cg));
+    printf(", capturing %d with an id: %d\n", (int)cs, id != 0);
+    DRV(cuGraphDestroy(cg));
+    DRV(cuGraphExecDestroy(x));
+    DRV(cuGraphDestroy(g));
+    DRV(cuGraphDestroy(g2));
+    DRV(cuGraphDestroy(g3));
+    DRV(cuStreamDestroy(st));
+    RT(cudaFree(w));
 }
 
 int main()
@@ -351,14 +450,15 @@ int main()
     RT(cudaFree(buf));
     free(host);
     ctx_events();
+    old_abis();
 
     // Atomics' capabilities with the host and between devices.
     CUatomicOperation aops[] = {CU_ATOMIC_OPERATION_INTEGER_ADD, CU_ATOMIC_OPERATION_CAS, CU_ATOMIC_OPERATION_FLOAT_ADD,
                                 CU_ATOMIC_OPERATION_MAX};
     unsigned int acaps[4] = {99, 99, 99, 99};
-    CUresult ra = cuDeviceGetHostAtomicCapabilities(acaps, aops, 3, 0);
+    CUresult rh = cuDeviceGetHostAtomicCapabilities(acaps, aops, 3, 0);
     printf("host atomics: %s %#x %#x %#x; an unknown operation: %s, none asked: %s; between device 0 and itself: %s\n",
-           name(ra), acaps[0], acaps[1], acaps[2], name(cuDeviceGetHostAtomicCapabilities(acaps, aops, 4, 0)),
+           name(rh), acaps[0], acaps[1], acaps[2], name(cuDeviceGetHostAtomicCapabilities(acaps, aops, 4, 0)),
            name(cuDeviceGetHostAtomicCapabilities(acaps, aops, 0, 0)),
            name(cuDeviceGetP2PAtomicCapabilities(acaps, aops, 3, 0, 0)));
     printf("families: done\n");

@@ -1657,6 +1657,104 @@ static int kernelparams(CUcontext ctx)
     return 0;
 }
 
+/* The CUDA 10 and 11 ABIs of kernel nodes, executable updates and capture
+ * information, looked up at 11.8 as that runtime does: a kernel node added,
+ * read back, changed in the graph and in the executable, an executable
+ * updated from another graph, a capture's status. */
+static int old_abis(CUcontext ctx)
+{
+    (void)ctx;
+    __typeof__(&cuGraphAddKernelNode) add;
+    __typeof__(&cuGraphKernelNodeGetParams) get;
+    __typeof__(&cuGraphKernelNodeSetParams) set;
+    __typeof__(&cuGraphExecKernelNodeSetParams) xset;
+    __typeof__(&cuGraphExecUpdate) update;
+    __typeof__(&cuStreamGetCaptureInfo) info;
+    CUdriverProcAddressQueryResult q;
+    CHECK(cuGetProcAddress_v2("cuGraphAddKernelNode", (void **)&add, 11080, 0, &q));
+    CHECK(cuGetProcAddress_v2("cuGraphKernelNodeGetParams", (void **)&get, 11080, 0, &q));
+    CHECK(cuGetProcAddress_v2("cuGraphKernelNodeSetParams", (void **)&set, 11080, 0, &q));
+    CHECK(cuGetProcAddress_v2("cuGraphExecKernelNodeSetParams", (void **)&xset, 11080, 0, &q));
+    CHECK(cuGetProcAddress_v2("cuGraphExecUpdate", (void **)&update, 11080, 0, &q));
+    CHECK(cuGetProcAddress_v2("cuStreamGetCaptureInfo", (void **)&info, 10020, 0, &q));
+    CUmodule mod;
+    CUfunction fill;
+    CUdeviceptr w;
+    CUstream st;
+    CHECK(cuStreamCreate(&st, 0));
+    CHECK(cuModuleLoadData(&mod, COND_MODULE));
+    CHECK(cuModuleGetFunction(&fill, mod, "fill"));
+    CHECK(cuMemAlloc_v2(&w, 64));
+    unsigned v7 = 7, v9 = 9, v11 = 11, four = 4, eight = 8;
+    void *args[] = {&w, &v7, &four};
+    CUDA_KERNEL_NODE_PARAMS_v1 kp = {.func = fill, .gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 1,
+                                     .blockDimY = 1, .blockDimZ = 1, .kernelParams = args};
+    CUgraph g;
+    CUgraphNode n;
+    CHECK(cuGraphCreate(&g, 0));
+    CHECK(add(&n, g, NULL, 0, &kp));
+    CUDA_KERNEL_NODE_PARAMS_v1 back;
+    memset(&back, 0, sizeof back);
+    CHECK(get(n, &back));
+    printf("old kernel node: %s function, grid %u, value %u\n", back.func == fill ? "the same" : "another",
+           back.gridDimX, *(unsigned *)back.kernelParams[1]);
+    void *args9[] = {&w, &v9, &eight};
+    kp.kernelParams = args9;
+    CHECK(set(n, &kp));
+    CUgraphExec x;
+    CHECK(cuGraphInstantiateWithFlags(&x, g, 0));
+    unsigned words[16];
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    CHECK(cuMemcpyDtoH_v2(words, w, sizeof words));
+    printf("launched: %u %u %u\n", words[0], words[7], words[8]);
+    void *args11[] = {&w, &v11, &four};
+    kp.kernelParams = args11;
+    CHECK(xset(x, n, &kp));
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    CHECK(cuMemcpyDtoH_v2(words, w, sizeof words));
+    printf("the executable's node changed: %u %u\n", words[0], words[7]);
+    /* Another graph of the same shape updates the executable; one of another
+     * shape is refused, naming the node. */
+    CUgraph g2, g3;
+    CUgraphNode n2, n3a, n3b;
+    CHECK(cuGraphCreate(&g2, 0));
+    kp.kernelParams = args;
+    CHECK(add(&n2, g2, NULL, 0, &kp));
+    CUgraphNode err = (CUgraphNode)1;
+    CUgraphExecUpdateResult res = (CUgraphExecUpdateResult)99;
+    CUresult r = update(x, g2, &err, &res);
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    CHECK(cuMemcpyDtoH_v2(words, w, sizeof words));
+    printf("update: %s, result %d, error node %s; launched: %u\n", result_name(r), (int)res, err ? "set" : "none",
+           words[0]);
+    CHECK(cuGraphCreate(&g3, 0));
+    CHECK(add(&n3a, g3, NULL, 0, &kp));
+    CHECK(add(&n3b, g3, &n3a, 1, &kp));
+    r = update(x, g3, &err, &res);
+    printf("update to another shape: %s, result %d; no result: %s\n", result_name(r), (int)res,
+           result_name(update(x, g2, &err, NULL)));
+    CUstreamCaptureStatus cs = (CUstreamCaptureStatus)9;
+    cuuint64_t id = 0;
+    CHECK(info(st, &cs, &id));
+    printf("capture info: status %d", (int)cs);
+    CHECK(cuStreamBeginCapture_v2(st, CU_STREAM_CAPTURE_MODE_RELAXED));
+    CHECK(info(st, &cs, &id));
+    CUgraph cg;
+    CHECK(cuStreamEndCapture(st, &cg));
+    printf(", capturing %d with an id: %d\n", (int)cs, id != 0);
+    CHECK(cuGraphDestroy(cg));
+    CHECK(cuGraphExecDestroy(x));
+    CHECK(cuGraphDestroy(g));
+    CHECK(cuGraphDestroy(g2));
+    CHECK(cuGraphDestroy(g3));
+    CHECK(cuMemFree_v2(w));
+    CHECK(cuStreamDestroy_v2(st));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     CUcontext ctx = primary_context();
@@ -1687,5 +1785,7 @@ int main(int argc, char **argv)
         return conditional(ctx);
     if (argc > 1 && strcmp(argv[1], "kernelparams") == 0)
         return kernelparams(ctx);
+    if (argc > 1 && strcmp(argv[1], "old") == 0)
+        return old_abis(ctx);
     return run(ctx);
 }

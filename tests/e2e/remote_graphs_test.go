@@ -70,6 +70,26 @@ func TestRemoteGraphConditionalNodes(t *testing.T) {
 	printsAsLocally(t, local, []string{"graphnodes", "conditional"}, "unix", "shm", "tcp")
 }
 
+// The CUDA 10 and 11 ABIs that a CUDA 11 runtime looks up at its own
+// version (kernel nodes without a kernel handle or context, cuGraphExecUpdate
+// with its two results, cuStreamGetCaptureInfo with two) resolve remotely
+// and do what they do locally over every transport.
+func TestRemoteOldGraphABIs(t *testing.T) {
+	e := newEnv(t)
+	local := e.run("graphnodes", "old")
+	for _, want := range []string{
+		"old kernel node: the same function, grid 1, value 7\nlaunched: 9 9 0\nthe executable's node changed: 11 9\n",
+		"update: CUDA_SUCCESS, result 0, error node none; launched: 7\n",
+		"update to another shape: CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, result 2; no result: CUDA_ERROR_INVALID_VALUE\n",
+		"capture info: status 0, capturing 1 with an id: 1\n",
+	} {
+		if local.code != 0 || !strings.Contains(local.stdout, want) {
+			t.Fatalf("locally: exit %d, no %q in\n%s%s", local.code, want, local.stdout, local.stderr)
+		}
+	}
+	printsAsLocally(t, local, []string{"graphnodes", "old"}, "unix", "shm", "tcp")
+}
+
 // What a connection may not name in a node is refused with the driver's
 // error, and the executor goes on: a memset node outside the connection's
 // memory (past its allocation, or the program's own memory), a forged
