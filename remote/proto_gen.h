@@ -396,20 +396,21 @@ enum fgr_op {
     FGR_OP_cuUserObjectRelease = 387,
     FGR_OP_cuGraphRetainUserObject = 388,
     FGR_OP_cuGraphReleaseUserObject = 389,
-    FGR_OP_xt_ctx = 390,
-    FGR_OP_xt_ctx_39 = 391,
-    FGR_OP_xt_ctx_51 = 392,
-    FGR_OP_xt_simA = 393,
-    FGR_OP_xt_simA_1 = 394,
-    FGR_OP_xt_simA_2 = 395,
-    FGR_OP_xt_simA_7 = 396,
-    FGR_OP_xt_simB = 397,
-    FGR_OP_xt_simB_1 = 398,
-    FGR_OP_xt_simB_2 = 399,
-    FGR_NUM_OPS = 400
+    FGR_OP_cuMemSetMemPool = 390,
+    FGR_OP_xt_ctx = 391,
+    FGR_OP_xt_ctx_39 = 392,
+    FGR_OP_xt_ctx_51 = 393,
+    FGR_OP_xt_simA = 394,
+    FGR_OP_xt_simA_1 = 395,
+    FGR_OP_xt_simA_2 = 396,
+    FGR_OP_xt_simA_7 = 397,
+    FGR_OP_xt_simB = 398,
+    FGR_OP_xt_simB_1 = 399,
+    FGR_OP_xt_simB_2 = 400,
+    FGR_NUM_OPS = 401
 };
 
-#define FGR_OPS_HASH 0x14693da92b385b66ULL
+#define FGR_OPS_HASH 0x944a593359ea7802ULL
 
 /* The project's own operations (the driver's entry points the shim does
  * not hook are declared in flexgv/cuda_api_gen.h). */

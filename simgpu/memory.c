@@ -58,6 +58,7 @@ pthread_mutex_t sim_mem_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct alloc *allocs;
 static size_t nallocs, capallocs;
 static struct sim_pool default_pools[SIM_MAX_DEVICES];
+static struct sim_pool *current_pools[SIM_MAX_DEVICES]; /* NULL: the default pool */
 
 /* ---- allocation registry (sorted by base; callers hold sim_mem_lock) ---- */
 
@@ -654,7 +655,7 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t size, struct sim_pool *pool
     }
     pthread_mutex_lock(&sim_mem_lock);
     if (!pool)
-        pool = default_pool(c->dev);
+        pool = current_pools[c->dev] ? current_pools[c->dev] : default_pool(c->dev);
     else if (pool->magic != POOL_MAGIC) {
         pthread_mutex_unlock(&sim_mem_lock);
         return CUDA_ERROR_INVALID_VALUE;
@@ -777,12 +778,15 @@ SIM_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
     }
     pool_trim(p, 0);
     p->magic = 0;
+    if (current_pools[p->dev] == p) /* its device's default pool is current again */
+        current_pools[p->dev] = NULL;
     pthread_mutex_unlock(&sim_mem_lock);
     free(p);
     return CUDA_SUCCESS;
 }
 
-static CUresult device_pool(CUmemoryPool *pool, CUdevice ordinal)
+/* A device's default pool, or its current one (the default unless set). */
+static CUresult device_pool(CUmemoryPool *pool, CUdevice ordinal, int current)
 {
     if (!sim_initialized)
         return CUDA_ERROR_NOT_INITIALIZED;
@@ -792,15 +796,67 @@ static CUresult device_pool(CUmemoryPool *pool, CUdevice ordinal)
     if (dev < 0)
         return CUDA_ERROR_INVALID_DEVICE;
     pthread_mutex_lock(&sim_mem_lock);
-    *pool = (CUmemoryPool)default_pool(dev);
+    *pool = (CUmemoryPool)(current && current_pools[dev] ? current_pools[dev] : default_pool(dev));
     pthread_mutex_unlock(&sim_mem_lock);
     return CUDA_SUCCESS;
 }
 
-/* Each device's current pool is its default pool (cuDeviceSetMemPool is not
- * simulated). */
-SIM_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev) { return device_pool(pool_out, dev); }
-SIM_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev) { return device_pool(pool, dev); }
+/* What cuMemAllocAsync on the device's streams takes from: a pool of that
+ * device. */
+static CUresult set_device_pool(CUdevice ordinal, CUmemoryPool pool)
+{
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    int dev = sim_phys(ordinal);
+    if (dev < 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    struct sim_pool *p = (struct sim_pool *)pool;
+    pthread_mutex_lock(&sim_mem_lock);
+    CUresult r = p && p->magic == POOL_MAGIC && p->dev == dev ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        current_pools[dev] = p == &default_pools[dev] ? NULL : p;
+    pthread_mutex_unlock(&sim_mem_lock);
+    return r;
+}
+
+SIM_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
+{
+    return device_pool(pool_out, dev, 0);
+}
+SIM_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev) { return device_pool(pool, dev, 1); }
+SIM_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) { return set_device_pool(dev, pool); }
+
+/* CUDA 13's forms, by location: the simulation has device pools only. */
+static CUresult pool_location(const CUmemLocation *location, CUmemAllocationType type, CUdevice *dev)
+{
+    if (!location || type != CU_MEM_ALLOCATION_TYPE_PINNED)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (location->type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return location->type == CU_MEM_LOCATION_TYPE_HOST || location->type == CU_MEM_LOCATION_TYPE_HOST_NUMA
+                   ? CUDA_ERROR_NOT_SUPPORTED
+                   : CUDA_ERROR_INVALID_VALUE;
+    *dev = location->id;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type)
+{
+    CUdevice dev;
+    CUresult r = pool_location(location, type, &dev);
+    return r ? r : device_pool(pool_out, dev, 0);
+}
+SIM_EXPORT CUresult cuMemGetMemPool(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type)
+{
+    CUdevice dev;
+    CUresult r = pool_location(location, type, &dev);
+    return r ? r : device_pool(pool, dev, 1);
+}
+SIM_EXPORT CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType type, CUmemoryPool pool)
+{
+    CUdevice dev;
+    CUresult r = pool_location(location, type, &dev);
+    return r ? r : set_device_pool(dev, pool);
+}
 
 SIM_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {

@@ -7478,17 +7478,27 @@ FGR_EXPORT CUresult cuTensorMapEncodeIm2colWide(void)
     return fgr_unsupported(159, "cuTensorMapEncodeIm2colWide", "the wide im2col tensor map is not carried yet: tiled and im2col tensor maps are");
 }
 
-FGR_EXPORT CUresult cuMemSetMemPool(void)
+FGR_EXPORT CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType type, CUmemoryPool pool)
 {
-    return fgr_unsupported(160, "cuMemSetMemPool", "not carried yet");
+    CUresult fgr_r;
+    uint64_t n_location = location ? sizeof(CUmemLocation) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemSetMemPool, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)type);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)pool);
+    fgr_put_buf(&fgr_c.w, location, n_location);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuDeviceGetProperties(void)
 {
-    return fgr_unsupported(161, "cuDeviceGetProperties", "deprecated since CUDA 5: cuDeviceGetAttribute is answered");
+    return fgr_unsupported(160, "cuDeviceGetProperties", "deprecated since CUDA 5: cuDeviceGetAttribute is answered");
 }
 
-const int fgr_nunsupported = 162;
+const int fgr_nunsupported = 161;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -7881,6 +7891,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuUserObjectRelease] = "cuUserObjectRelease",
     [FGR_OP_cuGraphRetainUserObject] = "cuGraphRetainUserObject",
     [FGR_OP_cuGraphReleaseUserObject] = "cuGraphReleaseUserObject",
+    [FGR_OP_cuMemSetMemPool] = "cuMemSetMemPool",
     [FGR_OP_xt_ctx] = "xt_ctx",
     [FGR_OP_xt_ctx_39] = "xt_ctx_39",
     [FGR_OP_xt_ctx_51] = "xt_ctx_51",

@@ -390,6 +390,7 @@ typedef CUresult (*pfn_cuUserObjectRetain)(CUuserObject object, unsigned int cou
 typedef CUresult (*pfn_cuUserObjectRelease)(CUuserObject object, unsigned int count);
 typedef CUresult (*pfn_cuGraphRetainUserObject)(CUgraph graph, CUuserObject object, unsigned int count, unsigned int flags);
 typedef CUresult (*pfn_cuGraphReleaseUserObject)(CUgraph graph, CUuserObject object, unsigned int count);
+typedef CUresult (*pfn_cuMemSetMemPool)(CUmemLocation *location, CUmemAllocationType type, CUmemoryPool pool);
 typedef CUresult (*pfn_xt_ctx_39)(CUcontext ctx, fgrCtxObject object, uint64_t *value, uint64_t arg3);
 typedef CUresult (*pfn_xt_ctx_51)(CUcontext ctx, uint64_t arg1, fgrCtxObject *object, uint64_t arg3);
 typedef uint64_t (*pfn_xt_simA_1)(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64_t e, uint64_t f, uint64_t g, uint64_t h, uint64_t i, uint64_t j);
@@ -8823,6 +8824,22 @@ static CUresult op_cuGraphReleaseUserObject(struct fgr_rd *rd, struct fgr_req *q
     return fgr_r;
 }
 
+static CUresult op_cuMemSetMemPool(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUmemAllocationType type = (CUmemAllocationType)fgr_get_u64(rd);
+    CUmemoryPool pool = (CUmemoryPool)(uintptr_t)fgr_in(FGR_H_CUmemoryPool, fgr_get_u64(rd));
+    CUmemLocation *location = fgr_get_buf(rd, q, sizeof(CUmemLocation), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)pool)))
+        fgr_r = fgr_refuse("cuMemSetMemPool", "pool", (uint64_t)(uintptr_t)pool, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuMemSetMemPool)fgr_real[FGR_OP_cuMemSetMemPool])(location, type, pool);
+    return fgr_r;
+}
+
 static CUresult op_xt_ctx(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -9383,6 +9400,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuUserObjectRelease] = {"cuUserObjectRelease", op_cuUserObjectRelease, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphRetainUserObject] = {"cuGraphRetainUserObject", op_cuGraphRetainUserObject, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphReleaseUserObject] = {"cuGraphReleaseUserObject", op_cuGraphReleaseUserObject, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemSetMemPool] = {"cuMemSetMemPool", op_cuMemSetMemPool, 0, FGR_SMALL_FRAME},
     [FGR_OP_xt_ctx] = {"xt_ctx", op_xt_ctx, 0, FGR_SMALL_FRAME},
     [FGR_OP_xt_ctx_39] = {"xt_ctx_39", op_xt_ctx_39, 0, FGR_SMALL_FRAME},
     [FGR_OP_xt_ctx_51] = {"xt_ctx_51", op_xt_ctx_51, 0, FGR_SMALL_FRAME},

@@ -81,6 +81,7 @@ static const struct {
     {FGR_OP_cuMemPoolSetAttribute, FGR_H_CUmemoryPool, 0, 0, 0, 0x3},
     {FGR_OP_cuMemPoolSetAccess, FGR_H_CUmemoryPool, 0, 0, 0, ALL},
     {FGR_OP_cuDeviceSetMemPool, FGR_H_CUmemoryPool, 1, 0, 0, 0x1},
+    {FGR_OP_cuMemSetMemPool, FGR_H_CUmemoryPool, 1, 0, 0, 0}, /* a pool is current for its own device only */
     {FGR_OP_cuMemSetAccess, FGR_H_MEM, 0, 0, 0, ALL},
     {FGR_OP_fgrGraphKernelNodeSetParams, FGR_H_CUgraphExec, 0, FGR_H_CUgraphNode, 1, 0x3},
     {FGR_OP_fgrGraphConditionalNodeSetParams, FGR_H_CUgraphExec, 0, FGR_H_CUgraphNode, 1, 0x3},

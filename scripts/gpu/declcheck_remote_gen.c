@@ -452,5 +452,7 @@ typedef CUresult (CUDAAPI *fg_sig_cuGraphRetainUserObject)(CUgraph graph, CUuser
 SAME(fg_sig_cuGraphRetainUserObject, PFN_cuGraphRetainUserObject_v11030);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphReleaseUserObject)(CUgraph graph, CUuserObject object, unsigned int count);
 SAME(fg_sig_cuGraphReleaseUserObject, PFN_cuGraphReleaseUserObject_v11030);
+typedef CUresult (CUDAAPI *fg_sig_cuMemSetMemPool)(CUmemLocation *location, CUmemAllocationType type, CUmemoryPool pool);
+SAME(fg_sig_cuMemSetMemPool, PFN_cuMemSetMemPool_v13000);
 
 int main(void) { return 0; }

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 // Declared by cuda.h or cudaProfiler.h, by toolkit version.
@@ -451,6 +452,25 @@ int main()
     free(host);
     ctx_events();
     old_abis();
+
+    // Pools by location (CUDA 13): the device's current pool set and read.
+    CUmemLocation dl = {CU_MEM_LOCATION_TYPE_DEVICE, 0}, hl = {CU_MEM_LOCATION_TYPE_HOST, 0};
+    CUmemoryPool dp = NULL, mp = NULL, cp = NULL, hp = NULL;
+    CUmemPoolProps pprops;
+    memset(&pprops, 0, sizeof pprops);
+    pprops.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    pprops.location = dl;
+    DRV(cuMemGetDefaultMemPool(&dp, &dl, CU_MEM_ALLOCATION_TYPE_PINNED));
+    DRV(cuMemPoolCreate(&mp, &pprops));
+    DRV(cuMemSetMemPool(&dl, CU_MEM_ALLOCATION_TYPE_PINNED, mp));
+    DRV(cuMemGetMemPool(&cp, &dl, CU_MEM_ALLOCATION_TYPE_PINNED));
+    printf("current pool: %s; no pool: %s", cp == mp ? "the one set" : cp == dp ? "the default" : "another",
+           name(cuMemSetMemPool(&dl, CU_MEM_ALLOCATION_TYPE_PINNED, NULL)));
+    DRV(cuMemPoolDestroy(mp));
+    DRV(cuMemGetMemPool(&cp, &dl, CU_MEM_ALLOCATION_TYPE_PINNED));
+    printf("; after its destroy: %s\n", cp == dp ? "the default" : "another");
+    CUresult rhp = cuMemGetMemPool(&hp, &hl, CU_MEM_ALLOCATION_TYPE_PINNED);
+    printf("the host's current pool: %s\n", name(rhp));
 
     // Atomics' capabilities with the host and between devices.
     CUatomicOperation aops[] = {CU_ATOMIC_OPERATION_INTEGER_ADD, CU_ATOMIC_OPERATION_CAS, CU_ATOMIC_OPERATION_FLOAT_ADD,

@@ -396,6 +396,25 @@ int main(int argc, char **argv)
     CHECK(cuMemFree_v2(buf));
     ctx_events();
 
+    /* Pools by location (CUDA 13): the device's current pool set and read. */
+    CUmemLocation dl = {CU_MEM_LOCATION_TYPE_DEVICE, 0}, hl = {CU_MEM_LOCATION_TYPE_HOST, 0};
+    CUmemoryPool dp = NULL, mp = NULL, cp = NULL, hp = NULL;
+    CUmemPoolProps pprops;
+    memset(&pprops, 0, sizeof pprops);
+    pprops.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    pprops.location = dl;
+    CHECK(cuMemGetDefaultMemPool(&dp, &dl, CU_MEM_ALLOCATION_TYPE_PINNED));
+    CHECK(cuMemPoolCreate(&mp, &pprops));
+    CHECK(cuMemSetMemPool(&dl, CU_MEM_ALLOCATION_TYPE_PINNED, mp));
+    CHECK(cuMemGetMemPool(&cp, &dl, CU_MEM_ALLOCATION_TYPE_PINNED));
+    printf("current pool: %s; no pool: %s", cp == mp ? "the one set" : cp == dp ? "the default" : "another",
+           result_name(cuMemSetMemPool(&dl, CU_MEM_ALLOCATION_TYPE_PINNED, NULL)));
+    CHECK(cuMemPoolDestroy(mp));
+    CHECK(cuMemGetMemPool(&cp, &dl, CU_MEM_ALLOCATION_TYPE_PINNED));
+    printf("; after its destroy: %s\n", cp == dp ? "the default" : "another");
+    CUresult rhp = cuMemGetMemPool(&hp, &hl, CU_MEM_ALLOCATION_TYPE_PINNED);
+    printf("the host's current pool: %s\n", result_name(rhp));
+
     /* Atomics' capabilities with the host and between devices. */
     CUatomicOperation aops[] = {CU_ATOMIC_OPERATION_INTEGER_ADD, CU_ATOMIC_OPERATION_CAS, CU_ATOMIC_OPERATION_FLOAT_ADD,
                                 CU_ATOMIC_OPERATION_MAX};

@@ -101,9 +101,26 @@ static void paths(void)
     CHECK(cuMemFreeAsync(p, s));
     CHECK(cuMemPoolTrimTo(pool, 0));
     expect_used("cuMemPoolTrimTo gives it back", base);
+    /* Made the device's current pool: cuMemAllocAsync takes from it. */
+    CUmemoryPool def, cur;
+    CHECK(cuDeviceGetDefaultMemPool(&def, 0));
+    CHECK(cuDeviceSetMemPool(0, pool));
+    CHECK(cuDeviceGetMemPool(&cur, 0));
+    CHECK(cuMemAllocAsync(&p, 16 * MiB, s));
+    expect_used("cuMemAllocAsync from the current pool charges", base + 32 * MiB);
+    cuuint64_t in_pool = 0;
+    CHECK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &in_pool));
+    printf("%s the current pool; it holds %llu MiB\n", cur == pool ? "ok" : "FAIL another than", in_pool / MiB);
+    failures += cur != pool || in_pool != 16 * MiB;
+    CHECK(cuMemFreeAsync(p, s));
+    CHECK(cuStreamSynchronize(s));
     CHECK(cuMemAllocFromPoolAsync_ptsz(&p, 4 * MiB, pool, s));
     CHECK(cuMemPoolDestroy(pool));
     expect_used("cuMemPoolDestroy gives everything back", base);
+    /* A current pool destroyed: the default one is current again. */
+    CHECK(cuDeviceGetMemPool(&cur, 0));
+    printf("%s the default pool current after the destroy\n", cur == def ? "ok" : "FAIL not");
+    failures += cur != def;
 
     /* Virtual memory management: held until released and unmapped. */
     CUmemAllocationProp prop;
