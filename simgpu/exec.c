@@ -1628,16 +1628,24 @@ SIM_EXPORT CUresult cuEventRecordWithFlags_ptsz(CUevent e, CUstream h, unsigned 
 /* Everything the context's streams were given until now, as one place: the
  * legacy lane waits for the other lanes' heads (it waits for blocking
  * streams' work anyway), and the event is recorded there. */
+/* The context and event of a context-wide call; a capture in the context
+ * is invalidated by it. */
+static CUresult ctx_event_args(CUcontext hCtx, CUevent ev, struct sim_ctx **c, struct sim_event **e)
+{
+    *c = (struct sim_ctx *)hCtx;
+    if (!sim_ctx_valid(hCtx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (!(*e = as_event(ev)))
+        return CUDA_ERROR_INVALID_HANDLE;
+    return sim_capture_check_ctx(*c);
+}
+
 SIM_EXPORT CUresult cuCtxRecordEvent(CUcontext hCtx, CUevent ev)
 {
     SIM_GATE();
-    struct sim_ctx *c = (struct sim_ctx *)hCtx;
-    if (!sim_ctx_valid(hCtx))
-        return CUDA_ERROR_INVALID_CONTEXT;
-    struct sim_event *e = as_event(ev);
-    if (!e)
-        return CUDA_ERROR_INVALID_HANDLE;
-    CUresult r = sim_capture_check_ctx(c);
+    struct sim_ctx *c;
+    struct sim_event *e;
+    CUresult r = ctx_event_args(hCtx, ev, &c, &e);
     if (r)
         return r;
     struct sim_stream *legacy = sim_stream_of(c, NULL, 0);
@@ -1659,13 +1667,9 @@ SIM_EXPORT CUresult cuCtxRecordEvent(CUcontext hCtx, CUevent ev)
 SIM_EXPORT CUresult cuCtxWaitEvent(CUcontext hCtx, CUevent ev)
 {
     SIM_GATE();
-    struct sim_ctx *c = (struct sim_ctx *)hCtx;
-    if (!sim_ctx_valid(hCtx))
-        return CUDA_ERROR_INVALID_CONTEXT;
-    struct sim_event *e = as_event(ev);
-    if (!e)
-        return CUDA_ERROR_INVALID_HANDLE;
-    CUresult r = sim_capture_check_ctx(c);
+    struct sim_ctx *c;
+    struct sim_event *e;
+    CUresult r = ctx_event_args(hCtx, ev, &c, &e);
     if (r || !e->recorded)
         return r;
     for (int l = c->dev * SIM_LANES_PER_DEV; l < (c->dev + 1) * SIM_LANES_PER_DEV; l++)
