@@ -88,6 +88,10 @@ static void fake_driver(void)
     fgr_add(FGR_H_CUmemoryPool, 5, 0, 0);
     fgr_add(FGR_H_CUcontext, 3, 0, 0);
     fgr_add(FGR_H_fgrCtxObject, 2, FGR_H_CUcontext, 3);
+    // Pinned memory capped as a server's --pinned-max caps it (a quarter of
+    // the host's RAM otherwise), so a size an input asks for is refused
+    // before this process fills it.
+    fgr_pinned_max("67108864");
     fgr_drv.sync = fake_sync;
     fgr_drv.ev_record = fake_record;
     fgr_drv.ev_query = fake_query;
