@@ -410,7 +410,7 @@ enum fgr_op {
     FGR_NUM_OPS = 401
 };
 
-#define FGR_OPS_HASH 0x944a593359ea7802ULL
+#define FGR_OPS_HASH 0xeab1c3635f142ee1ULL
 
 /* The project's own operations (the driver's entry points the shim does
  * not hook are declared in flexgv/cuda_api_gen.h). */
@@ -522,6 +522,7 @@ CUresult fgr_fwd_cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUke
 CUresult fgr_fwd_cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize);
 CUresult fgr_fwd_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags);
 CUresult fgr_fwd_cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr);
+CUresult fgr_fwd_cuPointerSetAttribute(const void *value, CUpointer_attribute attribute, CUdeviceptr ptr);
 CUresult fgr_fwd_cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config);
 CUresult fgr_fwd_cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev);
 CUresult fgr_fwd_cuCtxSetCacheConfig(CUfunc_cache config);

@@ -529,7 +529,9 @@ SIM_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flag
 }
 
 /* The flags pinned memory was allocated with (cuMemHostAlloc's, 0 for
- * cuMemAllocHost's); other memory, registered memory included, is refused. */
+ * cuMemAllocHost's), portable and mapped as all pinned memory is under
+ * unified addressing (the H200's driver says so of cuMemAllocHost's);
+ * other memory, registered memory included, is refused. */
 SIM_EXPORT CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p)
 {
     if (!pFlags || !p)
@@ -538,7 +540,7 @@ SIM_EXPORT CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p)
     struct alloc *a = registry_find((uintptr_t)p);
     CUresult r = a && a->kind == K_HOST ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
     if (r == CUDA_SUCCESS)
-        *pFlags = a->host_flags;
+        *pFlags = a->host_flags | CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP;
     pthread_mutex_unlock(&sim_mem_lock);
     return r;
 }
@@ -926,7 +928,6 @@ struct mapping {
     size_t size;
     struct sim_vmm *h;
     struct mapping *next;
-    unsigned sync_memops; /* CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, as set */
 };
 static struct mapping *mappings;
 
@@ -1112,7 +1113,7 @@ SIM_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemG
         return CUDA_ERROR_INVALID_VALUE;
     }
     pthread_mutex_lock(&sim_mem_lock);
-    *m = (struct mapping){(uintptr_t)ptr, size, h, mappings, 0};
+    *m = (struct mapping){(uintptr_t)ptr, size, h, mappings};
     mappings = m;
     h->maps++;
     pthread_mutex_unlock(&sim_mem_lock);
@@ -1929,7 +1930,7 @@ SIM_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attrib
     /* Memory mapped by pages: device memory, the mapping its range. */
     for (struct mapping *m = mappings; !a && m; m = m->next)
         if ((uintptr_t)ptr >= m->ptr && (uintptr_t)ptr < m->ptr + m->size) {
-            found = (struct alloc){m->ptr, m->size, m->h->dev, K_DEVICE, NULL, NULL, NULL, 0, {0}, 0, m->sync_memops, 0};
+            found = (struct alloc){m->ptr, m->size, m->h->dev, K_DEVICE, NULL, NULL, NULL, 0, {0}, 0, 0, 0};
             a = &found;
         }
     pthread_mutex_unlock(&sim_mem_lock);
@@ -1975,11 +1976,10 @@ SIM_EXPORT CUresult cuPointerSetAttribute(const void *value, CUpointer_attribute
         a->sync_memops = v;
         r = CUDA_SUCCESS;
     }
+    /* Mapped pages refuse it, as the H200's driver does. */
     for (struct mapping *m = mappings; !a && m; m = m->next)
-        if ((uintptr_t)ptr >= m->ptr && (uintptr_t)ptr < m->ptr + m->size) {
-            m->sync_memops = v;
-            r = CUDA_SUCCESS;
-        }
+        if ((uintptr_t)ptr >= m->ptr && (uintptr_t)ptr < m->ptr + m->size)
+            r = CUDA_ERROR_NOT_SUPPORTED;
     pthread_mutex_unlock(&sim_mem_lock);
     return r;
 }

@@ -37,6 +37,7 @@
 
 struct alloc {
     uint64_t off, len, id; /* off: in its block */
+    unsigned int sync_memops; /* CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, kept here */
 };
 struct slab {
     struct alloc *a; /* sorted by off */
@@ -193,7 +194,7 @@ static int map_block(uint64_t n, uint64_t used, CUcontext ctx, CUresult *r, cons
     memmove(&br[i + 1], &br[i], (size_t)(nb - i) * sizeof *br);
     memmove(&bk[i + 1], &bk[i], (size_t)(nb - i) * sizeof *bk);
     br[i] = (struct fgr_heap_range){at, n};
-    bk[i] = (struct block){ctx, NULL, {0, 0, 0}, ipc != NULL};
+    bk[i] = (struct block){ctx, NULL, {0, 0, 0, 0}, ipc != NULL};
     nb++;
     if (!held_here)
         fgr_range_add(base + at, n);
@@ -235,7 +236,7 @@ static int64_t slab_put(struct slab *s, uint64_t n, uint64_t len)
         s->cap = c;
     }
     memmove(&s->a[j + 1], &s->a[j], (size_t)(s->n - j) * sizeof *s->a);
-    s->a[j] = (struct alloc){at, len, ++ids};
+    s->a[j] = (struct alloc){at, len, ++ids, 0};
     s->n++;
     return (int64_t)at;
 }
@@ -293,7 +294,7 @@ FGR_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
         uint64_t n = bytesize <= size ? (bytesize + page - 1) / page * page : size + 1;
         int i = map_block(n, bytesize, ctx, &r, NULL);
         if (i >= 0) {
-            bk[i].one = (struct alloc){0, bytesize, ++ids};
+            bk[i].one = (struct alloc){0, bytesize, ++ids, 0};
             *dptr = base + br[i].off;
         }
     }
@@ -422,8 +423,29 @@ FGR_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attrib
     case CU_POINTER_ATTRIBUTE_BUFFER_ID:
         *(unsigned long long *)data = got.id;
         return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+        *(unsigned int *)data = got.sync_memops;
+        return CUDA_SUCCESS;
     }
     return fgr_fwd_cuPointerGetAttribute(data, attribute, ptr);
+}
+
+/* SYNC_MEMOPS of the arena's memory is kept by the client: the server's
+ * driver refuses it on the mapped pages the arena is made of, and what it
+ * asks for (synchronous copies) the client's copies of such memory are. */
+FGR_EXPORT CUresult cuPointerSetAttribute(const void *value, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+    if (attribute != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS || !in_range(ptr))
+        return fgr_fwd_cuPointerSetAttribute(value, attribute, ptr);
+    if (!value)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    struct alloc *a;
+    int i = find(ptr, &a);
+    if (i >= 0 && a)
+        a->sync_memops = *(const unsigned int *)value != 0;
+    pthread_mutex_unlock(&lock);
+    return i >= 0 && a ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 /* IPC between programs the same host serves (remote/executor/ipc.c): a
@@ -478,7 +500,7 @@ FGR_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle han
     if (w[0] && w[0] % page == 0 && w[0] <= size && w[1] < w[0] && w[2] && w[2] <= w[0] - w[1]) {
         int i = map_block(w[0], w[2], ctx, &r, &handle);
         if (i >= 0) {
-            bk[i].one = (struct alloc){w[1], w[2], ++ids};
+            bk[i].one = (struct alloc){w[1], w[2], ++ids, 0};
             *pdptr = base + br[i].off + w[1];
         }
     }

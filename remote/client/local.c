@@ -393,8 +393,8 @@ FGR_EXPORT CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&pinned_mu);
     long i = pinned_find((uintptr_t)p);
-    if (i >= 0)
-        *pFlags = pinned[i].flags;
+    if (i >= 0) /* under unified addressing all pinned memory is portable and mapped, as the driver says */
+        *pFlags = pinned[i].flags | CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP;
     pthread_mutex_unlock(&pinned_mu);
     return i >= 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }

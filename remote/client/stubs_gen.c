@@ -3897,7 +3897,7 @@ CUresult fgr_fwd_cuPointerGetAttribute(void *data, CUpointer_attribute attribute
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuPointerSetAttribute(const void *value, CUpointer_attribute attribute, CUdeviceptr ptr)
+CUresult fgr_fwd_cuPointerSetAttribute(const void *value, CUpointer_attribute attribute, CUdeviceptr ptr)
 {
     CUresult fgr_r;
     fgr_mirror_named((uint64_t)(uintptr_t)ptr);

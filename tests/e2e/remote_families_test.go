@@ -28,7 +28,7 @@ func TestRemoteFamiliesMatchLocal(t *testing.T) {
 		"module functions: 4: vecadd (as looked up) fill empty busy\n",
 		"copy batch: down[1] 7 down[255] 249, the legacy stream: CUDA_ERROR_INVALID_VALUE, an attribute past the batch: CUDA_ERROR_INVALID_VALUE\n",
 		"batch on memory freed: CUDA_ERROR_INVALID_VALUE\n",
-		"host flags 0x3, of cuMemAllocHost's 0, inside 0x3; registered: CUDA_ERROR_INVALID_VALUE, freed: CUDA_ERROR_INVALID_VALUE, pageable: CUDA_ERROR_INVALID_VALUE\n",
+		"host flags 0x3, of cuMemAllocHost's 0x3, inside 0x3; registered: CUDA_ERROR_INVALID_VALUE, freed: CUDA_ERROR_INVALID_VALUE, pageable: CUDA_ERROR_INVALID_VALUE\n",
 		"context flags 0, set 0x4, bad: CUDA_ERROR_INVALID_VALUE\n",
 		"context event while a stream is held: CUDA_ERROR_NOT_READY, a stream after a context wait: CUDA_ERROR_NOT_READY; released: CUDA_SUCCESS CUDA_SUCCESS\n",
 		"context event: no event CUDA_ERROR_INVALID_HANDLE, no context CUDA_ERROR_INVALID_CONTEXT\n",
