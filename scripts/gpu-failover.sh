@@ -11,7 +11,8 @@ cd "$(dirname "$0")/.."
 STEPS=${1:-3000}
 GIB=${2:-2}
 EVERY=${3:-10s}
-OUT=${4:-${OUT:-/tmp}}
+source scripts/outdir.sh
+OUT=$(outdir failover "${4:-}") || exit 2 # made if it is not there
 B=$PWD/build
 FLEXGV=$B/bin/flexgv
 tmp=$(mktemp -d)

@@ -9,7 +9,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${1:-3000}
 GIB=${2:-2}
-OUT=${3:-${OUT:-/tmp}}
+source scripts/outdir.sh
+OUT=$(outdir migrate "${3:-}") || exit 2 # made if it is not there
 B=$PWD/build
 FLEXGV=$B/bin/flexgv
 tmp=$(mktemp -d)
