@@ -2,6 +2,7 @@
  * point resolution. */
 #include "sim.h"
 #include "flexgv/atomic_caps.h"
+#include "flexgv/devprop.h"
 #include "flexgv/cuda_util.h"
 
 #include <ctype.h>
@@ -275,6 +276,11 @@ SIM_EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUd
     }
     *pi = v;
     return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuDeviceGetProperties(CUdevprop *prop, CUdevice dev)
+{
+    return fg_devprop(prop, dev, cuDeviceGetAttribute);
 }
 
 /* Atomics with the host as the host-native atomics attribute says; between
@@ -719,6 +725,7 @@ static const struct fg_proc unhooked_procs[] = {
      (void *)cuStreamUpdateCaptureDependencies_v2_ptsz},
     {"cuGraphNodeSetParams", "cuGraphNodeSetParams", 12020, 0, (void *)cuGraphNodeSetParams},
     {"cuCtxRecordEvent", "cuCtxRecordEvent", 12050, 0, (void *)cuCtxRecordEvent},
+    {"cuDeviceGetProperties", "cuDeviceGetProperties", 2000, 0, (void *)cuDeviceGetProperties},
     {"cuDeviceSetMemPool", "cuDeviceSetMemPool", 11020, 0, (void *)cuDeviceSetMemPool},
     {"cuMemGetDefaultMemPool", "cuMemGetDefaultMemPool", 13000, 0, (void *)cuMemGetDefaultMemPool},
     {"cuMemGetMemPool", "cuMemGetMemPool", 13000, 0, (void *)cuMemGetMemPool},

@@ -421,6 +421,7 @@ typedef CUresult (*fg_pfn_cuCheckpointProcessUnlock)(int pid, CUcheckpointUnlock
 
 /* Not hooked; carried remotely and simulated (api/remote.api). */
 CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev);
+CUresult cuDeviceGetProperties(CUdevprop *prop, CUdevice dev);
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
 CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId);
 CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev);

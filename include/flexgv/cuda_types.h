@@ -187,6 +187,21 @@ typedef enum CUuserObjectRetain_flags_enum {
     CU_GRAPH_USER_OBJECT_MOVE = 1
 } CUuserObjectRetain_flags;
 
+/* CUDA 2's device properties (cuDeviceGetProperties), which old programs
+ * still ask for. */
+typedef struct CUdevprop_st {
+    int maxThreadsPerBlock;
+    int maxThreadsDim[3];
+    int maxGridSize[3];
+    int sharedMemPerBlock;
+    int totalConstantMemory;
+    int SIMDWidth;
+    int memPitch;
+    int regsPerBlock;
+    int clockRate;
+    int textureAlign;
+} CUdevprop;
+
 typedef enum CUatomicOperation_enum {
     CU_ATOMIC_OPERATION_INTEGER_ADD = 0,
     CU_ATOMIC_OPERATION_INTEGER_MIN = 1,

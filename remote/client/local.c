@@ -4,6 +4,7 @@
 #include "client.h"
 #include "../sha256.h"
 #include "flexgv/atomic_caps.h"
+#include "flexgv/devprop.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -287,6 +288,8 @@ FGR_EXPORT CUresult cuDeviceGetHostAtomicCapabilities(unsigned int *caps, const 
         return CUDA_ERROR_INVALID_DEVICE;
     return fg_atomic_caps(caps, ops, count, 0);
 }
+
+FGR_EXPORT CUresult cuDeviceGetProperties(CUdevprop *prop, CUdevice dev) { return fg_devprop(prop, dev, cuDeviceGetAttribute); }
 
 /* CUDA 1's way to ask, which old programs still call. */
 FGR_EXPORT CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev)

@@ -7498,12 +7498,7 @@ FGR_EXPORT CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuDeviceGetProperties(void)
-{
-    return fgr_unsupported(161, "cuDeviceGetProperties", "deprecated since CUDA 5: cuDeviceGetAttribute is answered");
-}
-
-const int fgr_nunsupported = 162;
+const int fgr_nunsupported = 161;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -8167,6 +8162,7 @@ const struct fg_proc fgr_procs[] = {
     {"cuCheckpointProcessRestore", "cuCheckpointProcessRestore", 12080, 0, (void *)cuCheckpointProcessRestore},
     {"cuCheckpointProcessUnlock", "cuCheckpointProcessUnlock", 12080, 0, (void *)cuCheckpointProcessUnlock},
     {"cuDeviceComputeCapability", "cuDeviceComputeCapability", 2000, 0, (void *)cuDeviceComputeCapability},
+    {"cuDeviceGetProperties", "cuDeviceGetProperties", 2000, 0, (void *)cuDeviceGetProperties},
     {"cuDeviceGetPCIBusId", "cuDeviceGetPCIBusId", 4010, 0, (void *)cuDeviceGetPCIBusId},
     {"cuDeviceGetByPCIBusId", "cuDeviceGetByPCIBusId", 4010, 0, (void *)cuDeviceGetByPCIBusId},
     {"cuDeviceCanAccessPeer", "cuDeviceCanAccessPeer", 4000, 0, (void *)cuDeviceCanAccessPeer},
@@ -8621,7 +8617,6 @@ const struct fg_proc fgr_procs[] = {
     {"cuMemMapArrayAsync", "cuMemMapArrayAsync", 11010, 0, (void *)cuMemMapArrayAsync},
     {"cuTensorMapEncodeIm2colWide", "cuTensorMapEncodeIm2colWide", 12080, 0, (void *)cuTensorMapEncodeIm2colWide},
     {"cuMemSetMemPool", "cuMemSetMemPool", 13000, 0, (void *)cuMemSetMemPool},
-    {"cuDeviceGetProperties", "cuDeviceGetProperties", 2000, 0, (void *)cuDeviceGetProperties},
 };
 
 const int fgr_nprocs = sizeof(fgr_procs) / sizeof(fgr_procs[0]);

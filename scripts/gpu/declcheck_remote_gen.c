@@ -11,6 +11,8 @@
 
 typedef CUresult (CUDAAPI *fg_sig_cuDeviceComputeCapability)(int *major, int *minor, CUdevice dev);
 SAME(fg_sig_cuDeviceComputeCapability, PFN_cuDeviceComputeCapability_v2000);
+typedef CUresult (CUDAAPI *fg_sig_cuDeviceGetProperties)(CUdevprop *prop, CUdevice dev);
+SAME(fg_sig_cuDeviceGetProperties, PFN_cuDeviceGetProperties_v2000);
 typedef CUresult (CUDAAPI *fg_sig_cuDeviceGetPCIBusId)(char *pciBusId, int len, CUdevice dev);
 SAME(fg_sig_cuDeviceGetPCIBusId, PFN_cuDeviceGetPCIBusId_v4010);
 typedef CUresult (CUDAAPI *fg_sig_cuDeviceGetByPCIBusId)(CUdevice *dev, const char *pciBusId);

@@ -472,6 +472,13 @@ int main()
     CUresult rhp = cuMemGetMemPool(&hp, &hl, CU_MEM_ALLOCATION_TYPE_PINNED);
     printf("the host's current pool: %s\n", name(rhp));
 
+    // CUDA 2's device properties, as old programs ask.
+    CUdevprop dprop;
+    DRV(cuDeviceGetProperties(&dprop, 0));
+    printf("device properties: %d threads a block, grid %d, %d bytes shared, warp %d, clock %d kHz, pitch %d, "
+           "texture alignment %d\n", dprop.maxThreadsPerBlock, dprop.maxGridSize[0], dprop.sharedMemPerBlock,
+           dprop.SIMDWidth, dprop.clockRate, dprop.memPitch, dprop.textureAlign);
+
     // Atomics' capabilities with the host and between devices.
     CUatomicOperation aops[] = {CU_ATOMIC_OPERATION_INTEGER_ADD, CU_ATOMIC_OPERATION_CAS, CU_ATOMIC_OPERATION_FLOAT_ADD,
                                 CU_ATOMIC_OPERATION_MAX};

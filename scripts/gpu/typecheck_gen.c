@@ -422,6 +422,17 @@ int main(void)
     FIELD(CUctxCreateParams, execAffinityParams);
     FIELD(CUctxCreateParams, numExecAffinityParams);
     FIELD(CUctxCreateParams, cigParams);
+    SIZE(CUdevprop);
+    FIELD(CUdevprop, maxThreadsPerBlock);
+    FIELD(CUdevprop, maxThreadsDim);
+    FIELD(CUdevprop, maxGridSize);
+    FIELD(CUdevprop, sharedMemPerBlock);
+    FIELD(CUdevprop, totalConstantMemory);
+    FIELD(CUdevprop, SIMDWidth);
+    FIELD(CUdevprop, memPitch);
+    FIELD(CUdevprop, regsPerBlock);
+    FIELD(CUdevprop, clockRate);
+    FIELD(CUdevprop, textureAlign);
     SIZE(CUtensorMap);
     SIZE(CUDA_MEMCPY2D);
     FIELD(CUDA_MEMCPY2D, srcXInBytes);

@@ -147,6 +147,16 @@ int main(int argc, char **argv)
         if (cc)
             CHECK(cc(&major, &minor, 0));
         printf("cuDeviceComputeCapability: %d.%d, attributes %d.%d\n", major, minor, amajor, aminor);
+        CUresult (*props)(CUdevprop *, CUdevice) =
+            (CUresult(*)(CUdevprop *, CUdevice))dlsym(RTLD_DEFAULT, "cuDeviceGetProperties");
+        CUdevprop dp;
+        memset(&dp, 0xff, sizeof dp);
+        CUresult rp = props ? props(&dp, 0) : CUDA_ERROR_NOT_FOUND;
+        printf("cuDeviceGetProperties: %s, %d threads a block (%d %d %d), grid %d %d %d, %d bytes shared, warp %d, "
+               "clock %d kHz, texture alignment %d; no device: %s\n",
+               result_name(rp), dp.maxThreadsPerBlock, dp.maxThreadsDim[0], dp.maxThreadsDim[1], dp.maxThreadsDim[2],
+               dp.maxGridSize[0], dp.maxGridSize[1], dp.maxGridSize[2], dp.sharedMemPerBlock, dp.SIMDWidth, dp.clockRate,
+               dp.textureAlign, props ? result_name(props(&dp, 99)) : "not exported");
         CUresult (*grid)(void) = (CUresult(*)(void))dlsym(RTLD_DEFAULT, "cuLaunchGrid");
         printf("cuLaunchGrid: %s\n", grid ? result_name(grid()) : "not exported");
         printf("cuLaunchGrid again: %s\n", grid ? result_name(grid()) : "not exported");

@@ -101,8 +101,9 @@ func TestRemoteAttributesTellWhatRemoteGives(t *testing.T) {
 }
 
 // The entry points of CUDA 2 to 4 that old programs' loaders insist on
-// finding are exported; cuDeviceComputeCapability answers what the
-// attributes say, the others CUDA_ERROR_NOT_SUPPORTED, said once.
+// finding are exported; cuDeviceComputeCapability and cuDeviceGetProperties
+// answer what the attributes say (as locally), the others
+// CUDA_ERROR_NOT_SUPPORTED, said once.
 func TestRemoteOldEntryPointsFound(t *testing.T) {
 	e := newEnv(t)
 	s := e.serve("unix")
@@ -110,7 +111,12 @@ func TestRemoteOldEntryPointsFound(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	for _, want := range []string{"old entry points missing: 0\n", "cuDeviceComputeCapability: 9.0, attributes 9.0\n",
+	props := "cuDeviceGetProperties: CUDA_SUCCESS, 1024 threads a block (1024 1024 64), grid 2147483647 65535 65535, " +
+		"49152 bytes shared, warp 32, clock 1500000 kHz, texture alignment 512; no device: CUDA_ERROR_INVALID_DEVICE\n"
+	if local := e.run("families", "old"); !strings.Contains(local.stdout, props) {
+		t.Errorf("locally: exit %d, lacks %q\n%s%s", local.code, props, local.stdout, local.stderr)
+	}
+	for _, want := range []string{"old entry points missing: 0\n", "cuDeviceComputeCapability: 9.0, attributes 9.0\n", props,
 		"cuLaunchGrid: CUDA_ERROR_NOT_SUPPORTED\n", "cuLaunchGrid again: CUDA_ERROR_NOT_SUPPORTED\n"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, r.stdout)
