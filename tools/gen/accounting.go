@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -55,6 +56,40 @@ func checkAccounting(path string, entries []RemoteEntry) error {
 	if len(missing) > 0 {
 		return fmt.Errorf("%s: neither carried, answered nor refused in api/remote.api (give each a disposition, "+
 			"or VERSION NAME unsupported \"WHY\"): %s", path, strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// checkPerThread fails when a name's newest per-thread variant is older
+// than its newest default-stream one: cuGetProcAddress asked with the
+// per-thread flag hands out the newest per-thread variant, so the program
+// would be given the older ABI.
+func checkPerThread(entries []RemoteEntry) error {
+	newest := map[string][2]int{} // base: newest default-stream, newest per-thread
+	for _, e := range entries {
+		if e.Table != nil {
+			continue
+		}
+		v := newest[e.Base()]
+		k := 0
+		if e.PerThread() != "" {
+			k = 1
+		}
+		if e.Version > v[k] {
+			v[k] = e.Version
+		}
+		newest[e.Base()] = v
+	}
+	var bad []string
+	for base, v := range newest {
+		if v[1] != 0 && v[1] < v[0] {
+			bad = append(bad, fmt.Sprintf("%s (per-thread %d, default stream %d)", base, v[1], v[0]))
+		}
+	}
+	if len(bad) > 0 {
+		sort.Strings(bad)
+		return fmt.Errorf("the per-thread variants of these are older than their newest ABI; add the per-thread "+
+			"variant of that version: %s", strings.Join(bad, ", "))
 	}
 	return nil
 }

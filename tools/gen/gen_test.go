@@ -280,6 +280,25 @@ func TestAccountingOfTheDriverAPI(t *testing.T) {
 	}
 }
 
+// A name whose per-thread variants stop at an older version than its
+// default-stream ones stops the generator: the per-thread flag would hand
+// the program the older ABI. The project's spec has none.
+func TestPerThreadVariantsAreNewest(t *testing.T) {
+	spec := []RemoteEntry{{Entry: Entry{Name: "cuA", Version: 12080}}, {Entry: Entry{Name: "cuA_ptsz", Version: 12080}},
+		{Entry: Entry{Name: "cuA_v2", Version: 13000}}}
+	if err := checkPerThread(spec); err == nil || !strings.Contains(err.Error(), "cuA (per-thread 12080, default stream 13000)") {
+		t.Errorf("an older per-thread variant: %v", err)
+	}
+	spec = append(spec, RemoteEntry{Entry: Entry{Name: "cuA_v2_ptsz", Version: 13000}})
+	if err := checkPerThread(spec); err != nil {
+		t.Errorf("per-thread at the newest version: %v", err)
+	}
+	_, entries, _ := projectSpec(t)
+	if err := checkPerThread(entries); err != nil {
+		t.Error(err)
+	}
+}
+
 // An entry refused by name has no prototype: its stub takes no arguments,
 // says the spec's reason, is resolvable at its version and is declared
 // nowhere (so no header's declaration can clash with it).

@@ -68,6 +68,9 @@ func generate(root string) (map[string][]byte, error) {
 	if err := checkAccounting(filepath.Join(root, "api/cuda13.names"), remote); err != nil {
 		return nil, err
 	}
+	if err := checkPerThread(remote); err != nil {
+		return nil, err
+	}
 	files["remote/proto_gen.h"] = []byte(emitRemoteProto(remote))
 	files["remote/client/stubs_gen.c"] = []byte(emitRemoteClient(remote, tables))
 	files["remote/client/exports_gen.h"] = []byte(emitClientExports(tables))
