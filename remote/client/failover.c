@@ -21,7 +21,9 @@
  *
  * FLEXGV_REMOTE_FAILOVER may name several servers, in order: once the
  * program goes on at one, checkpoints are kept on the next (the first at
- * once), so that it outlives as many servers as it names after the first. */
+ * once), and after the last on the program's first server again, should it
+ * answer again (restarted), and so on round: two servers that each come
+ * back after they die keep the program going for ever. */
 #include "client.h"
 
 #include <errno.h>
@@ -37,8 +39,8 @@
 #define KEPT_ANSWER 64
 
 #define CHAIN_MAX 8
-static char *chain[CHAIN_MAX]; /* the failover servers, in their order */
-static int nchain, at;         /* how many; the one checkpoints go to */
+static char *chain[CHAIN_MAX + 1]; /* the failover servers in their order, then the first server */
+static int nchain, at;             /* how many; the one checkpoints go to */
 static const char *to;         /* chain[at]; NULL: none */
 static unsigned failovers;     /* how often the program went on elsewhere */
 static uint64_t every_ns = 60ull * 1000000000ull;
@@ -138,6 +140,14 @@ int fgr_failover_setup(const char *primary)
                 "shm:// shares cannot be kept elsewhere)", primary);
         ok = 0;
     }
+    /* The program's first server, round again after the last (a socket's:
+     * shm:// is refused above). */
+    int listed = 0;
+    for (int i = 0; i < nchain; i++)
+        listed |= !strcmp(chain[i], primary);
+    char *first = ok && !listed ? strdup(primary) : NULL; /* the address file's buffer may be rewritten */
+    if (first)
+        chain[nchain++] = first;
     if (ok && ms && *ms) {
         char *end;
         errno = 0;
@@ -583,10 +593,11 @@ CUresult fgr_failover_replay(int (*write)(const void *, size_t), const uint8_t *
     drop_kept();
     if (r != CUDA_SUCCESS)
         return r;
-    if (at + 1 < nchain) {
+    if (nchain > 1) {
         /* The next server keeps the checkpoints now, the first at once. */
         const char *was = to;
-        to = chain[++at];
+        at = (at + 1) % nchain;
+        to = chain[at];
         on = 1;
         due = backoff = 0;
         last_why[0] = 0;

@@ -107,20 +107,78 @@ func TestRemoteFailoverChain(t *testing.T) {
 				t.Errorf("the program: exit %d\n%s\nwant\n%s\n%s", code, out.String(), local.stdout, errb.String())
 			}
 			stderr := errb.String()
+			// After the last, the first server again: killed, it takes none.
 			for _, want := range []string{"going on at " + b.addr + "; checkpoints from here on at " + c.addr,
-				"on the failover server " + c.addr + " (in one step;", "going on at " + c.addr + "\n"} {
+				"on the failover server " + c.addr + " (in one step;",
+				"going on at " + c.addr + "; checkpoints from here on at " + a.addr + "\n"} {
 				if !strings.Contains(stderr, want) {
 					t.Errorf("the program did not say %q:\n%s", want, stderr)
 				}
 			}
 			// A checkpoint whose calls found the server lost was for the
 			// server the program went on at: not one that failed.
-			if strings.Contains(stderr, "no checkpoint") {
-				t.Errorf("a checkpoint was said to fail:\n%s", stderr)
+			for _, s := range []*server{b, c} {
+				if strings.Contains(stderr, "no checkpoint on the failover server "+s.addr) {
+					t.Errorf("a checkpoint was said to fail:\n%s", stderr)
+				}
 			}
 			c.quiesce()
 		})
 	}
+}
+
+// After the last failover server the checkpoints go to the program's first
+// server again: restarted after it was killed, it takes them, and the
+// program goes on there when its failover server is killed in turn, then
+// keeps its checkpoints on that one again. Two servers that come back keep
+// a program going however often each dies.
+func TestRemoteFailoverRoundToTheFirst(t *testing.T) {
+	e := newEnv(t)
+	local := runsLocally(t, e, []string{"mover", "6"}, "done")
+	a, b := e.serveNamed("a", "unix"), e.serveNamed("b", "unix")
+	prefix := []string{bin("flexgv"), "run", "--remote", a.addr, "--failover", b.addr, "--checkpoint-every", "1ms", "--"}
+	// Held while making calls ("busy"): the failovers and checkpoints are
+	// made during the holds.
+	cmd, out, errb, goOn := startHeldAt(t, e, "2,4", prefix, append(e.environ(""), "FLEXGV_REMOTE_LOG=errors"), "busy")
+	ready := filepath.Join(e.dir, "ready")
+	said := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for !strings.Contains(errb.String(), want) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the program never said %q:\n%s", want, errb.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	a.cmd.Process.Signal(syscall.SIGKILL)
+	a.cmd.Wait()
+	a2 := e.serveNamed("a", "unix")
+	said("going on at " + b.addr + "; checkpoints from here on at " + a.addr + "\n")
+	said("on the failover server " + a.addr + " (in ")
+	os.WriteFile(goOn, nil, 0o644)
+	deadline := time.Now().Add(60 * time.Second)
+	for _, err := os.Stat(ready); err == nil; _, err = os.Stat(ready) { // the first hold's files taken away
+		if time.Now().After(deadline) {
+			t.Fatalf("the mover did not go on\n%s", errb.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, err := os.Stat(ready); err != nil; _, err = os.Stat(ready) { // held again
+		if time.Now().After(deadline) {
+			t.Fatalf("the mover did not hold again\n%s", errb.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b.cmd.Process.Signal(syscall.SIGKILL)
+	b.cmd.Wait()
+	said("going on at " + a.addr + "; checkpoints from here on at " + b.addr + "\n")
+	os.WriteFile(goOn, nil, 0o644)
+	endsWithin(t, cmd, 60*time.Second, "its failover server was killed", errb.String)
+	if code := cmd.ProcessState.ExitCode(); code != 0 || out.String() != local.stdout {
+		t.Errorf("the program: exit %d\n%s\nwant\n%s\n%s", code, out.String(), local.stdout, errb.String())
+	}
+	a2.quiesce()
 }
 
 // Without a failover server to go on at (nothing listens there), the

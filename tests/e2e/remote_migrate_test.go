@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -17,14 +18,32 @@ import (
 // startHeld starts the mover (6 steps, held before step 4, with more
 // arguments) after the words of prefix (none: by itself) with env, and waits
 // until it is held; it goes on once the file goOn exists.
-func startHeld(t *testing.T, e *env, prefix, env []string, more ...string) (cmd *exec.Cmd, out, errb *bytes.Buffer, goOn string) {
+func startHeld(t *testing.T, e *env, prefix, env []string, more ...string) (cmd *exec.Cmd, out, errb *lockedBuffer, goOn string) {
 	t.Helper()
 	return startHeldAt(t, e, "4", prefix, env, more...)
 }
 
+// lockedBuffer is what a running program wrote, read while it writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 // startHeldAt is startHeld with the mover held before each step of holds
 // ("2,4"); it returns at the first hold.
-func startHeldAt(t *testing.T, e *env, holds string, prefix, env []string, more ...string) (cmd *exec.Cmd, out, errb *bytes.Buffer, goOn string) {
+func startHeldAt(t *testing.T, e *env, holds string, prefix, env []string, more ...string) (cmd *exec.Cmd, out, errb *lockedBuffer, goOn string) {
 	t.Helper()
 	ready, goOn := filepath.Join(e.dir, "ready"), filepath.Join(e.dir, "go")
 	os.Remove(ready)
@@ -32,8 +51,9 @@ func startHeldAt(t *testing.T, e *env, holds string, prefix, env []string, more 
 	argv := append(append(append([]string{}, prefix...), bin("mover"), "6", holds, ready, goOn), more...)
 	cmd = exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
-	out, errb = &bytes.Buffer{}, &bytes.Buffer{}
+	out, errb = &lockedBuffer{}, &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, errb
+	cmd.WaitDelay = 5 * time.Second // a test that fails kills flexgv run: its program's pipes are not waited for
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
