@@ -1632,6 +1632,1956 @@ __attribute__((weak)) SIM_EXPORT CUresult cuCheckpointProcessUnlock(int pid, CUc
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+__attribute__((weak)) SIM_EXPORT CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev)
+{
+    (void)major;
+    (void)minor;
+    (void)dev;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuDeviceGetProperties(CUdevprop *prop, CUdevice dev)
+{
+    (void)prop;
+    (void)dev;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
+{
+    (void)pciBusId;
+    (void)len;
+    (void)dev;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId)
+{
+    (void)dev;
+    (void)pciBusId;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)
+{
+    (void)canAccessPeer;
+    (void)dev;
+    (void)peerDev;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuCtxGetExecAffinity(CUexecAffinityParam *pExecAffinity, CUexecAffinityType type)
+{
+    (void)pExecAffinity;
+    (void)type;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType type, CUdevice dev)
+{
+    (void)pi;
+    (void)type;
+    (void)dev;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
+{
+    (void)ctx;
+    (void)version;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuCtxGetFlags(unsigned int *flags)
+{
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuCtxSetFlags(unsigned int flags)
+{
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
+{
+    (void)leastPriority;
+    (void)greatestPriority;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
+{
+    (void)ctx;
+    (void)ctxId;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
+{
+    (void)peerContext;
+    (void)Flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peerContext)
+{
+    (void)peerContext;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuCtxResetPersistingL2Cache(void)
+{
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuProfilerStart(void)
+{
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuProfilerStop(void)
+{
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream)
+{
+    (void)devPtr;
+    (void)count;
+    (void)dstDevice;
+    (void)hStream;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemPrefetchAsync_ptsz(CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream)
+{
+    (void)devPtr;
+    (void)count;
+    (void)dstDevice;
+    (void)hStream;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream)
+{
+    (void)devPtr;
+    (void)count;
+    (void)location;
+    (void)flags;
+    (void)hStream;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream)
+{
+    (void)devPtr;
+    (void)count;
+    (void)location;
+    (void)flags;
+    (void)hStream;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUdevice device)
+{
+    (void)devPtr;
+    (void)count;
+    (void)advice;
+    (void)device;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location)
+{
+    (void)devPtr;
+    (void)count;
+    (void)advice;
+    (void)location;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemRangeGetAttribute(void *data, size_t dataSize, CUmem_range_attribute attribute, CUdeviceptr devPtr, size_t count)
+{
+    (void)data;
+    (void)dataSize;
+    (void)attribute;
+    (void)devPtr;
+    (void)count;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemRangeGetAttributes(void **data, size_t *dataSizes, CUmem_range_attribute *attributes, size_t numAttributes, CUdeviceptr devPtr, size_t count)
+{
+    (void)data;
+    (void)dataSizes;
+    (void)attributes;
+    (void)numAttributes;
+    (void)devPtr;
+    (void)count;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p)
+{
+    (void)pFlags;
+    (void)p;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr)
+{
+    (void)flags;
+    (void)location;
+    (void)ptr;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor, CUarray hArray)
+{
+    (void)pArrayDescriptor;
+    (void)hArray;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor, CUarray hArray)
+{
+    (void)pArrayDescriptor;
+    (void)hArray;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedArray hMipmappedArray, unsigned int level)
+{
+    (void)pLevelArray;
+    (void)hMipmappedArray;
+    (void)level;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RESOURCE_DESC *pResDesc, const CUDA_TEXTURE_DESC *pTexDesc, const CUDA_RESOURCE_VIEW_DESC *pResViewDesc)
+{
+    (void)pTexObject;
+    (void)pResDesc;
+    (void)pTexDesc;
+    (void)pResViewDesc;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuTexObjectDestroy(CUtexObject texObject)
+{
+    (void)texObject;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUtexObject texObject)
+{
+    (void)pResDesc;
+    (void)texObject;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC *pTexDesc, CUtexObject texObject)
+{
+    (void)pTexDesc;
+    (void)texObject;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuTexObjectGetResourceViewDesc(CUDA_RESOURCE_VIEW_DESC *pResViewDesc, CUtexObject texObject)
+{
+    (void)pResViewDesc;
+    (void)texObject;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuSurfObjectCreate(CUsurfObject *pSurfObject, const CUDA_RESOURCE_DESC *pResDesc)
+{
+    (void)pSurfObject;
+    (void)pResDesc;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuSurfObjectDestroy(CUsurfObject surfObject)
+{
+    (void)surfObject;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUsurfObject surfObject)
+{
+    (void)pResDesc;
+    (void)surfObject;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
+{
+    (void)p;
+    (void)bytesize;
+    (void)Flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemHostUnregister(void *p)
+{
+    (void)p;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+    (void)pdptr;
+    (void)p;
+    (void)Flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    (void)pool;
+    (void)attr;
+    (void)value;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
+{
+    (void)dev;
+    (void)pool;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle)
+{
+    (void)prop;
+    (void)handle;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream)
+{
+    (void)dsts;
+    (void)srcs;
+    (void)sizes;
+    (void)count;
+    (void)attrs;
+    (void)attrsIdxs;
+    (void)numAttrs;
+    (void)hStream;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream)
+{
+    (void)dsts;
+    (void)srcs;
+    (void)sizes;
+    (void)count;
+    (void)attrs;
+    (void)attrsIdxs;
+    (void)numAttrs;
+    (void)hStream;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpyBatchAsync(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, size_t *failIdx, CUstream hStream)
+{
+    (void)dsts;
+    (void)srcs;
+    (void)sizes;
+    (void)count;
+    (void)attrs;
+    (void)attrsIdxs;
+    (void)numAttrs;
+    (void)failIdx;
+    (void)hStream;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+    (void)stream;
+    (void)addr;
+    (void)value;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+{
+    (void)stream;
+    (void)addr;
+    (void)value;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+    (void)stream;
+    (void)addr;
+    (void)value;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+{
+    (void)stream;
+    (void)addr;
+    (void)value;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+    (void)stream;
+    (void)addr;
+    (void)value;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamWriteValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+{
+    (void)stream;
+    (void)addr;
+    (void)value;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamWaitValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags)
+{
+    (void)stream;
+    (void)addr;
+    (void)value;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamWaitValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+{
+    (void)stream;
+    (void)addr;
+    (void)value;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamBatchMemOp_v2(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags)
+{
+    (void)stream;
+    (void)count;
+    (void)paramArray;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamBatchMemOp(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int flags)
+{
+    (void)stream;
+    (void)count;
+    (void)paramArray;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMulticastCreate(CUmemGenericAllocationHandle *mcHandle, const CUmulticastObjectProp *prop)
+{
+    (void)mcHandle;
+    (void)prop;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMulticastAddDevice(CUmemGenericAllocationHandle mcHandle, CUdevice dev)
+{
+    (void)mcHandle;
+    (void)dev;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMulticastBindMem(CUmemGenericAllocationHandle mcHandle, size_t mcOffset, CUmemGenericAllocationHandle memHandle, size_t memOffset, size_t size, unsigned long long flags)
+{
+    (void)mcHandle;
+    (void)mcOffset;
+    (void)memHandle;
+    (void)memOffset;
+    (void)size;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMulticastBindAddr(CUmemGenericAllocationHandle mcHandle, size_t mcOffset, CUdeviceptr memptr, size_t size, unsigned long long flags)
+{
+    (void)mcHandle;
+    (void)mcOffset;
+    (void)memptr;
+    (void)size;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMulticastUnbind(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset, size_t size)
+{
+    (void)mcHandle;
+    (void)dev;
+    (void)mcOffset;
+    (void)size;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMulticastGetGranularity(size_t *granularity, const CUmulticastObjectProp *prop, CUmulticastGranularity_flags option)
+{
+    (void)granularity;
+    (void)prop;
+    (void)option;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuModuleGetFunctionCount(unsigned int *count, CUmodule mod)
+{
+    (void)count;
+    (void)mod;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigned int numFunctions, CUmodule mod)
+{
+    (void)functions;
+    (void)numFunctions;
+    (void)mod;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction function)
+{
+    (void)state;
+    (void)function;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuFuncLoad(CUfunction function)
+{
+    (void)function;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuFuncGetName(const char **name, CUfunction hfunc)
+{
+    (void)name;
+    (void)hfunc;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuKernelGetName(const char **name, CUkernel hkernel)
+{
+    (void)name;
+    (void)hkernel;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
+{
+    (void)library;
+    (void)fileName;
+    (void)jitOptions;
+    (void)jitOptionsValues;
+    (void)numJitOptions;
+    (void)libraryOptions;
+    (void)libraryOptionValues;
+    (void)numLibraryOptions;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name)
+{
+    (void)dptr;
+    (void)bytes;
+    (void)hmod;
+    (void)name;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuLibraryGetModule(CUmodule *pMod, CUlibrary library)
+{
+    (void)pMod;
+    (void)library;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
+{
+    (void)func;
+    (void)paramIndex;
+    (void)paramOffset;
+    (void)paramSize;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t *paramOffset, size_t *paramSize)
+{
+    (void)kernel;
+    (void)paramIndex;
+    (void)paramOffset;
+    (void)paramSize;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuFuncGetModule(CUmodule *hmod, CUfunction hfunc)
+{
+    (void)hmod;
+    (void)hfunc;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev)
+{
+    (void)pi;
+    (void)attrib;
+    (void)kernel;
+    (void)dev;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev)
+{
+    (void)attrib;
+    (void)val;
+    (void)kernel;
+    (void)dev;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
+{
+    (void)dptr;
+    (void)bytes;
+    (void)library;
+    (void)name;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib)
+{
+    (void)count;
+    (void)lib;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int numKernels, CUlibrary lib)
+{
+    (void)kernels;
+    (void)numKernels;
+    (void)lib;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize)
+{
+    (void)numBlocks;
+    (void)func;
+    (void)blockSize;
+    (void)dynamicSMemSize;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags)
+{
+    (void)numBlocks;
+    (void)func;
+    (void)blockSize;
+    (void)dynamicSMemSize;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize)
+{
+    (void)dynamicSmemSize;
+    (void)func;
+    (void)numBlocks;
+    (void)blockSize;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, CUfunction func, CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit)
+{
+    (void)minGridSize;
+    (void)blockSize;
+    (void)func;
+    (void)blockSizeToDynamicSMemSize;
+    (void)dynamicSMemSize;
+    (void)blockSizeLimit;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSize, int *blockSize, CUfunction func, CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit, unsigned int flags)
+{
+    (void)minGridSize;
+    (void)blockSize;
+    (void)func;
+    (void)blockSizeToDynamicSMemSize;
+    (void)dynamicSMemSize;
+    (void)blockSizeLimit;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+    (void)data;
+    (void)attribute;
+    (void)ptr;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes, void **data, CUdeviceptr ptr)
+{
+    (void)numAttributes;
+    (void)attributes;
+    (void)data;
+    (void)ptr;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuPointerSetAttribute(const void *value, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+    (void)value;
+    (void)attribute;
+    (void)ptr;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
+{
+    (void)mode;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config)
+{
+    (void)hfunc;
+    (void)config;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev)
+{
+    (void)kernel;
+    (void)config;
+    (void)dev;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig)
+{
+    (void)pconfig;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuCtxSetCacheConfig(CUfunc_cache config)
+{
+    (void)config;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig config)
+{
+    (void)hfunc;
+    (void)config;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuCtxGetSharedMemConfig(CUsharedconfig *pConfig)
+{
+    (void)pConfig;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuCtxSetSharedMemConfig(CUsharedconfig config)
+{
+    (void)config;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice, CUdevice dstDevice)
+{
+    (void)value;
+    (void)attrib;
+    (void)srcDevice;
+    (void)dstDevice;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuDeviceGetP2PAtomicCapabilities(unsigned int *capabilities, const CUatomicOperation *operations, unsigned int count, CUdevice srcDevice, CUdevice dstDevice)
+{
+    (void)capabilities;
+    (void)operations;
+    (void)count;
+    (void)srcDevice;
+    (void)dstDevice;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuDeviceGetHostAtomicCapabilities(unsigned int *capabilities, const CUatomicOperation *operations, unsigned int count, CUdevice dev)
+{
+    (void)capabilities;
+    (void)operations;
+    (void)count;
+    (void)dev;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthInElements, CUarray_format format, unsigned numChannels, CUdevice dev)
+{
+    (void)maxWidthInElements;
+    (void)format;
+    (void)numChannels;
+    (void)dev;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
+{
+    (void)dptr;
+    (void)bytes;
+    (void)library;
+    (void)name;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type)
+{
+    (void)pool_out;
+    (void)location;
+    (void)type;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemGetMemPool(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type)
+{
+    (void)pool;
+    (void)location;
+    (void)type;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out)
+{
+    (void)hStream;
+    (void)attr;
+    (void)value_out;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamGetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out)
+{
+    (void)hStream;
+    (void)attr;
+    (void)value_out;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamSetAttribute(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value)
+{
+    (void)hStream;
+    (void)attr;
+    (void)value;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamSetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value)
+{
+    (void)hStream;
+    (void)attr;
+    (void)value;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
+{
+    (void)pHandle;
+    (void)dptr;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+    (void)pdptr;
+    (void)handle;
+    (void)Flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+    (void)dptr;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType handleType, unsigned long long flags)
+{
+    (void)shareableHandle;
+    (void)handle;
+    (void)handleType;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle, CUmemAllocationHandleType shHandleType)
+{
+    (void)handle;
+    (void)osHandle;
+    (void)shHandleType;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool, CUmemAllocationHandleType handleType, unsigned long long flags)
+{
+    (void)handle_out;
+    (void)pool;
+    (void)handleType;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle, CUmemAllocationHandleType handleType, unsigned long long flags)
+{
+    (void)pool_out;
+    (void)handle;
+    (void)handleType;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr)
+{
+    (void)shareData_out;
+    (void)ptr;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *shareData)
+{
+    (void)ptr_out;
+    (void)pool;
+    (void)shareData;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
+{
+    (void)pool;
+    (void)map;
+    (void)count;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool memPool, CUmemLocation *location)
+{
+    (void)flags;
+    (void)memPool;
+    (void)location;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
+{
+    (void)pHandle;
+    (void)event;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
+{
+    (void)phEvent;
+    (void)handle;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config)
+{
+    (void)numClusters;
+    (void)func;
+    (void)config;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func, const CUlaunchConfig *config)
+{
+    (void)clusterSize;
+    (void)func;
+    (void)config;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
+{
+    (void)pvalue;
+    (void)limit;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *options, void **optionValues, CUlinkState *stateOut)
+{
+    (void)numOptions;
+    (void)options;
+    (void)optionValues;
+    (void)stateOut;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues)
+{
+    (void)state;
+    (void)type;
+    (void)data;
+    (void)size;
+    (void)name;
+    (void)numOptions;
+    (void)options;
+    (void)optionValues;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char *path, unsigned int numOptions, CUjit_option *options, void **optionValues)
+{
+    (void)state;
+    (void)type;
+    (void)path;
+    (void)numOptions;
+    (void)options;
+    (void)optionValues;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut)
+{
+    (void)state;
+    (void)cubinOut;
+    (void)sizeOut;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuLinkDestroy(CUlinkState state)
+{
+    (void)state;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
+{
+    (void)tensorMap;
+    (void)tensorDataType;
+    (void)tensorRank;
+    (void)globalAddress;
+    (void)globalDim;
+    (void)globalStrides;
+    (void)boxDim;
+    (void)elementStrides;
+    (void)interleave;
+    (void)swizzle;
+    (void)l2Promotion;
+    (void)oobFill;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuTensorMapEncodeIm2col(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const int *pixelBoxLowerCorner, const int *pixelBoxUpperCorner, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
+{
+    (void)tensorMap;
+    (void)tensorDataType;
+    (void)tensorRank;
+    (void)globalAddress;
+    (void)globalDim;
+    (void)globalStrides;
+    (void)pixelBoxLowerCorner;
+    (void)pixelBoxUpperCorner;
+    (void)channelsPerPixel;
+    (void)pixelsPerColumn;
+    (void)elementStrides;
+    (void)interleave;
+    (void)swizzle;
+    (void)l2Promotion;
+    (void)oobFill;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuTensorMapReplaceAddress(CUtensorMap *tensorMap, void *globalAddress)
+{
+    (void)tensorMap;
+    (void)globalAddress;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel)
+{
+    (void)pLib;
+    (void)kernel;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *pCopy)
+{
+    (void)pCopy;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_PEER *pCopy)
+{
+    (void)pCopy;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
+{
+    (void)pCopy;
+    (void)hStream;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream)
+{
+    (void)pCopy;
+    (void)hStream;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpyHtoA_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount)
+{
+    (void)dstArray;
+    (void)dstOffset;
+    (void)srcHost;
+    (void)ByteCount;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpyHtoA_v2_ptds(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount)
+{
+    (void)dstArray;
+    (void)dstOffset;
+    (void)srcHost;
+    (void)ByteCount;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpyAtoH_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount)
+{
+    (void)dstHost;
+    (void)srcArray;
+    (void)srcOffset;
+    (void)ByteCount;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpyAtoH_v2_ptds(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount)
+{
+    (void)dstHost;
+    (void)srcArray;
+    (void)srcOffset;
+    (void)ByteCount;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpyDtoA_v2(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    (void)dstArray;
+    (void)dstOffset;
+    (void)srcDevice;
+    (void)ByteCount;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpyDtoA_v2_ptds(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    (void)dstArray;
+    (void)dstOffset;
+    (void)srcDevice;
+    (void)ByteCount;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpyAtoD_v2(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount)
+{
+    (void)dstDevice;
+    (void)srcArray;
+    (void)srcOffset;
+    (void)ByteCount;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpyAtoD_v2_ptds(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount)
+{
+    (void)dstDevice;
+    (void)srcArray;
+    (void)srcOffset;
+    (void)ByteCount;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpyAtoA_v2(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount)
+{
+    (void)dstArray;
+    (void)dstOffset;
+    (void)srcArray;
+    (void)srcOffset;
+    (void)ByteCount;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpyAtoA_v2_ptds(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount)
+{
+    (void)dstArray;
+    (void)dstOffset;
+    (void)srcArray;
+    (void)srcOffset;
+    (void)ByteCount;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpyHtoAAsync_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream)
+{
+    (void)dstArray;
+    (void)dstOffset;
+    (void)srcHost;
+    (void)ByteCount;
+    (void)hStream;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpyHtoAAsync_v2_ptsz(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream)
+{
+    (void)dstArray;
+    (void)dstOffset;
+    (void)srcHost;
+    (void)ByteCount;
+    (void)hStream;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpyAtoHAsync_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream)
+{
+    (void)dstHost;
+    (void)srcArray;
+    (void)srcOffset;
+    (void)ByteCount;
+    (void)hStream;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpyAtoHAsync_v2_ptsz(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream)
+{
+    (void)dstHost;
+    (void)srcArray;
+    (void)srcOffset;
+    (void)ByteCount;
+    (void)hStream;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out)
+{
+    (void)hStream;
+    (void)captureStatus_out;
+    (void)id_out;
+    (void)graph_out;
+    (void)dependencies_out;
+    (void)numDependencies_out;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out)
+{
+    (void)hStream;
+    (void)captureStatus_out;
+    (void)id_out;
+    (void)graph_out;
+    (void)dependencies_out;
+    (void)numDependencies_out;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out)
+{
+    (void)hStream;
+    (void)captureStatus_out;
+    (void)id_out;
+    (void)graph_out;
+    (void)dependencies_out;
+    (void)edgeData_out;
+    (void)numDependencies_out;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out)
+{
+    (void)hStream;
+    (void)captureStatus_out;
+    (void)id_out;
+    (void)graph_out;
+    (void)dependencies_out;
+    (void)edgeData_out;
+    (void)numDependencies_out;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode)
+{
+    (void)hStream;
+    (void)hGraph;
+    (void)dependencies;
+    (void)dependencyData;
+    (void)numDependencies;
+    (void)mode;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode)
+{
+    (void)hStream;
+    (void)hGraph;
+    (void)dependencies;
+    (void)dependencyData;
+    (void)numDependencies;
+    (void)mode;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamUpdateCaptureDependencies(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies, unsigned int flags)
+{
+    (void)hStream;
+    (void)dependencies;
+    (void)numDependencies;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamUpdateCaptureDependencies_ptsz(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies, unsigned int flags)
+{
+    (void)hStream;
+    (void)dependencies;
+    (void)numDependencies;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamUpdateCaptureDependencies_v2(CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags)
+{
+    (void)hStream;
+    (void)dependencies;
+    (void)dependencyData;
+    (void)numDependencies;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamUpdateCaptureDependencies_v2_ptsz(CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, unsigned int flags)
+{
+    (void)hStream;
+    (void)dependencies;
+    (void)dependencyData;
+    (void)numDependencies;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamGetPriority(CUstream hStream, int *priority)
+{
+    (void)hStream;
+    (void)priority;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamGetPriority_ptsz(CUstream hStream, int *priority)
+{
+    (void)hStream;
+    (void)priority;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamGetFlags(CUstream hStream, unsigned int *flags)
+{
+    (void)hStream;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamGetFlags_ptsz(CUstream hStream, unsigned int *flags)
+{
+    (void)hStream;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
+{
+    (void)hStream;
+    (void)pctx;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx)
+{
+    (void)hStream;
+    (void)pctx;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx)
+{
+    (void)hStream;
+    (void)pCtx;
+    (void)pGreenCtx;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx)
+{
+    (void)hStream;
+    (void)pCtx;
+    (void)pGreenCtx;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamGetId(CUstream hStream, unsigned long long *streamId)
+{
+    (void)hStream;
+    (void)streamId;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamGetId_ptsz(CUstream hStream, unsigned long long *streamId)
+{
+    (void)hStream;
+    (void)streamId;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamCopyAttributes(CUstream dst, CUstream src)
+{
+    (void)dst;
+    (void)src;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamCopyAttributes_ptsz(CUstream dst, CUstream src)
+{
+    (void)dst;
+    (void)src;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags)
+{
+    (void)hStream;
+    (void)dptr;
+    (void)length;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags)
+{
+    (void)hStream;
+    (void)dptr;
+    (void)length;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuCtxRecordEvent(CUcontext hCtx, CUevent hEvent)
+{
+    (void)hCtx;
+    (void)hEvent;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuCtxWaitEvent(CUcontext hCtx, CUevent hEvent)
+{
+    (void)hCtx;
+    (void)hEvent;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS *nodeParams)
+{
+    (void)hNode;
+    (void)nodeParams;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphMemsetNodeSetParams(CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *nodeParams)
+{
+    (void)hNode;
+    (void)nodeParams;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
+{
+    (void)hGraphExec;
+    (void)hNode;
+    (void)memsetParams;
+    (void)ctx;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int isEnabled)
+{
+    (void)hGraphExec;
+    (void)hNode;
+    (void)isEnabled;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int *isEnabled)
+{
+    (void)hGraphExec;
+    (void)hNode;
+    (void)isEnabled;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphRemoveDependencies(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, size_t numDependencies)
+{
+    (void)hGraph;
+    (void)from;
+    (void)to;
+    (void)numDependencies;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphRemoveDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies)
+{
+    (void)hGraph;
+    (void)from;
+    (void)to;
+    (void)edgeData;
+    (void)numDependencies;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphGetEdges(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, size_t *numEdges)
+{
+    (void)hGraph;
+    (void)from;
+    (void)to;
+    (void)numEdges;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *edgeData, size_t *numEdges)
+{
+    (void)hGraph;
+    (void)from;
+    (void)to;
+    (void)edgeData;
+    (void)numEdges;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphNodeGetDependencies(CUgraphNode hNode, CUgraphNode *dependencies, size_t *numDependencies)
+{
+    (void)hNode;
+    (void)dependencies;
+    (void)numDependencies;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphNodeGetDependencies_v2(CUgraphNode hNode, CUgraphNode *dependencies, CUgraphEdgeData *edgeData, size_t *numDependencies)
+{
+    (void)hNode;
+    (void)dependencies;
+    (void)edgeData;
+    (void)numDependencies;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphNodeGetDependentNodes(CUgraphNode hNode, CUgraphNode *dependentNodes, size_t *numDependentNodes)
+{
+    (void)hNode;
+    (void)dependentNodes;
+    (void)numDependentNodes;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphNodeGetDependentNodes_v2(CUgraphNode hNode, CUgraphNode *dependentNodes, CUgraphEdgeData *edgeData, size_t *numDependentNodes)
+{
+    (void)hNode;
+    (void)dependentNodes;
+    (void)edgeData;
+    (void)numDependentNodes;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
+{
+    (void)hGraphExec;
+    (void)hNode;
+    (void)copyParams;
+    (void)ctx;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_MEMCPY3D *nodeParams)
+{
+    (void)hNode;
+    (void)nodeParams;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D *nodeParams)
+{
+    (void)hNode;
+    (void)nodeParams;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphKernelNodeGetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr, CUkernelNodeAttrValue *value_out)
+{
+    (void)hNode;
+    (void)attr;
+    (void)value_out;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr, const CUkernelNodeAttrValue *value)
+{
+    (void)hNode;
+    (void)attr;
+    (void)value;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src)
+{
+    (void)dst;
+    (void)src;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+    (void)hNode;
+    (void)nodeParams;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+    (void)hNode;
+    (void)nodeParams;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+    (void)hGraphExec;
+    (void)hNode;
+    (void)nodeParams;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+    (void)hNode;
+    (void)nodeParams;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphHostNodeSetParams(CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+    (void)hNode;
+    (void)nodeParams;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+    (void)hGraphExec;
+    (void)hNode;
+    (void)nodeParams;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdeviceptr *dptr_out)
+{
+    (void)hNode;
+    (void)dptr_out;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphNodeFindInClone(CUgraphNode *phNode, CUgraphNode hOriginalNode, CUgraph hClonedGraph)
+{
+    (void)phNode;
+    (void)hOriginalNode;
+    (void)hClonedGraph;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphDestroyNode(CUgraphNode hNode)
+{
+    (void)hNode;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event)
+{
+    (void)phGraphNode;
+    (void)hGraph;
+    (void)dependencies;
+    (void)numDependencies;
+    (void)event;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event)
+{
+    (void)phGraphNode;
+    (void)hGraph;
+    (void)dependencies;
+    (void)numDependencies;
+    (void)event;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphEventRecordNodeGetEvent(CUgraphNode hNode, CUevent *event_out)
+{
+    (void)hNode;
+    (void)event_out;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphEventRecordNodeSetEvent(CUgraphNode hNode, CUevent event)
+{
+    (void)hNode;
+    (void)event;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphEventWaitNodeGetEvent(CUgraphNode hNode, CUevent *event_out)
+{
+    (void)hNode;
+    (void)event_out;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphEventWaitNodeSetEvent(CUgraphNode hNode, CUevent event)
+{
+    (void)hNode;
+    (void)event;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphExecEventRecordNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event)
+{
+    (void)hGraphExec;
+    (void)hNode;
+    (void)event;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphExecEventWaitNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event)
+{
+    (void)hGraphExec;
+    (void)hNode;
+    (void)event;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t *flags)
+{
+    (void)hGraphExec;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue, unsigned int flags)
+{
+    (void)pHandle_out;
+    (void)hGraph;
+    (void)ctx;
+    (void)defaultLaunchValue;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraphNodeParams *nodeParams)
+{
+    (void)phGraphNode;
+    (void)hGraph;
+    (void)dependencies;
+    (void)numDependencies;
+    (void)nodeParams;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams)
+{
+    (void)phGraphNode;
+    (void)hGraph;
+    (void)dependencies;
+    (void)dependencyData;
+    (void)numDependencies;
+    (void)nodeParams;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphNodeGetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams)
+{
+    (void)hNode;
+    (void)nodeParams;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams)
+{
+    (void)hNode;
+    (void)nodeParams;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *nodeParams)
+{
+    (void)hGraphExec;
+    (void)hNode;
+    (void)nodeParams;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo)
+{
+    (void)hGraphExec;
+    (void)hGraph;
+    (void)resultInfo;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int flags)
+{
+    (void)hGraph;
+    (void)path;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraph childGraph)
+{
+    (void)hGraphExec;
+    (void)hNode;
+    (void)childGraph;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuUserObjectCreate(CUuserObject *object_out, void *ptr, CUhostFn destroy, unsigned int initialRefcount, unsigned int flags)
+{
+    (void)object_out;
+    (void)ptr;
+    (void)destroy;
+    (void)initialRefcount;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuUserObjectRetain(CUuserObject object, unsigned int count)
+{
+    (void)object;
+    (void)count;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuUserObjectRelease(CUuserObject object, unsigned int count)
+{
+    (void)object;
+    (void)count;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphRetainUserObject(CUgraph graph, CUuserObject object, unsigned int count, unsigned int flags)
+{
+    (void)graph;
+    (void)object;
+    (void)count;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphReleaseUserObject(CUgraph graph, CUuserObject object, unsigned int count)
+{
+    (void)graph;
+    (void)object;
+    (void)count;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams)
+{
+    (void)phGraphNode;
+    (void)hGraph;
+    (void)dependencies;
+    (void)numDependencies;
+    (void)nodeParams;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphKernelNodeSetParams(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams)
+{
+    (void)hNode;
+    (void)nodeParams;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphKernelNodeGetParams(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams)
+{
+    (void)hNode;
+    (void)nodeParams;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphExecKernelNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams)
+{
+    (void)hGraphExec;
+    (void)hNode;
+    (void)nodeParams;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGraphExecUpdate(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphNode *hErrorNode_out, CUgraphExecUpdateResult *updateResult_out)
+{
+    (void)hGraphExec;
+    (void)hGraph;
+    (void)hErrorNode_out;
+    (void)updateResult_out;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out)
+{
+    (void)hStream;
+    (void)captureStatus_out;
+    (void)id_out;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamGetCaptureInfo_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out)
+{
+    (void)hStream;
+    (void)captureStatus_out;
+    (void)id_out;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType type, CUmemoryPool pool)
+{
+    (void)location;
+    (void)type;
+    (void)pool;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 const struct fg_proc sim_procs[] = {
     {"cuInit", "cuInit", 2000, 0, (void *)cuInit},
     {"cuDriverGetVersion", "cuDriverGetVersion", 2020, 0, (void *)cuDriverGetVersion},
@@ -1838,6 +3788,241 @@ const struct fg_proc sim_procs[] = {
     {"cuCheckpointProcessCheckpoint", "cuCheckpointProcessCheckpoint", 12080, 0, (void *)cuCheckpointProcessCheckpoint},
     {"cuCheckpointProcessRestore", "cuCheckpointProcessRestore", 12080, 0, (void *)cuCheckpointProcessRestore},
     {"cuCheckpointProcessUnlock", "cuCheckpointProcessUnlock", 12080, 0, (void *)cuCheckpointProcessUnlock},
+    {"cuDeviceComputeCapability", "cuDeviceComputeCapability", 2000, 0, (void *)cuDeviceComputeCapability},
+    {"cuDeviceGetProperties", "cuDeviceGetProperties", 2000, 0, (void *)cuDeviceGetProperties},
+    {"cuDeviceGetPCIBusId", "cuDeviceGetPCIBusId", 4010, 0, (void *)cuDeviceGetPCIBusId},
+    {"cuDeviceGetByPCIBusId", "cuDeviceGetByPCIBusId", 4010, 0, (void *)cuDeviceGetByPCIBusId},
+    {"cuDeviceCanAccessPeer", "cuDeviceCanAccessPeer", 4000, 0, (void *)cuDeviceCanAccessPeer},
+    {"cuCtxGetExecAffinity", "cuCtxGetExecAffinity", 11040, 0, (void *)cuCtxGetExecAffinity},
+    {"cuDeviceGetExecAffinitySupport", "cuDeviceGetExecAffinitySupport", 11040, 0, (void *)cuDeviceGetExecAffinitySupport},
+    {"cuCtxGetApiVersion", "cuCtxGetApiVersion", 3020, 0, (void *)cuCtxGetApiVersion},
+    {"cuCtxGetFlags", "cuCtxGetFlags", 7000, 0, (void *)cuCtxGetFlags},
+    {"cuCtxSetFlags", "cuCtxSetFlags", 12010, 0, (void *)cuCtxSetFlags},
+    {"cuCtxGetStreamPriorityRange", "cuCtxGetStreamPriorityRange", 5050, 0, (void *)cuCtxGetStreamPriorityRange},
+    {"cuCtxGetId", "cuCtxGetId", 12000, 0, (void *)cuCtxGetId},
+    {"cuCtxEnablePeerAccess", "cuCtxEnablePeerAccess", 4000, 0, (void *)cuCtxEnablePeerAccess},
+    {"cuCtxDisablePeerAccess", "cuCtxDisablePeerAccess", 4000, 0, (void *)cuCtxDisablePeerAccess},
+    {"cuCtxResetPersistingL2Cache", "cuCtxResetPersistingL2Cache", 11000, 0, (void *)cuCtxResetPersistingL2Cache},
+    {"cuProfilerStart", "cuProfilerStart", 4000, 0, (void *)cuProfilerStart},
+    {"cuProfilerStop", "cuProfilerStop", 4000, 0, (void *)cuProfilerStop},
+    {"cuMemPrefetchAsync", "cuMemPrefetchAsync", 8000, 0, (void *)cuMemPrefetchAsync},
+    {"cuMemPrefetchAsync", "cuMemPrefetchAsync_ptsz", 8000, 1, (void *)cuMemPrefetchAsync_ptsz},
+    {"cuMemPrefetchAsync", "cuMemPrefetchAsync_v2", 12020, 0, (void *)cuMemPrefetchAsync_v2},
+    {"cuMemPrefetchAsync", "cuMemPrefetchAsync_v2_ptsz", 12020, 1, (void *)cuMemPrefetchAsync_v2_ptsz},
+    {"cuMemAdvise", "cuMemAdvise", 8000, 0, (void *)cuMemAdvise},
+    {"cuMemAdvise", "cuMemAdvise_v2", 12020, 0, (void *)cuMemAdvise_v2},
+    {"cuMemRangeGetAttribute", "cuMemRangeGetAttribute", 8000, 0, (void *)cuMemRangeGetAttribute},
+    {"cuMemRangeGetAttributes", "cuMemRangeGetAttributes", 8000, 0, (void *)cuMemRangeGetAttributes},
+    {"cuMemHostGetFlags", "cuMemHostGetFlags", 2030, 0, (void *)cuMemHostGetFlags},
+    {"cuMemGetAccess", "cuMemGetAccess", 10020, 0, (void *)cuMemGetAccess},
+    {"cuArrayGetDescriptor", "cuArrayGetDescriptor_v2", 3020, 0, (void *)cuArrayGetDescriptor_v2},
+    {"cuArray3DGetDescriptor", "cuArray3DGetDescriptor_v2", 3020, 0, (void *)cuArray3DGetDescriptor_v2},
+    {"cuMipmappedArrayGetLevel", "cuMipmappedArrayGetLevel", 5000, 0, (void *)cuMipmappedArrayGetLevel},
+    {"cuTexObjectCreate", "cuTexObjectCreate", 5000, 0, (void *)cuTexObjectCreate},
+    {"cuTexObjectDestroy", "cuTexObjectDestroy", 5000, 0, (void *)cuTexObjectDestroy},
+    {"cuTexObjectGetResourceDesc", "cuTexObjectGetResourceDesc", 5000, 0, (void *)cuTexObjectGetResourceDesc},
+    {"cuTexObjectGetTextureDesc", "cuTexObjectGetTextureDesc", 5000, 0, (void *)cuTexObjectGetTextureDesc},
+    {"cuTexObjectGetResourceViewDesc", "cuTexObjectGetResourceViewDesc", 5000, 0, (void *)cuTexObjectGetResourceViewDesc},
+    {"cuSurfObjectCreate", "cuSurfObjectCreate", 5000, 0, (void *)cuSurfObjectCreate},
+    {"cuSurfObjectDestroy", "cuSurfObjectDestroy", 5000, 0, (void *)cuSurfObjectDestroy},
+    {"cuSurfObjectGetResourceDesc", "cuSurfObjectGetResourceDesc", 5000, 0, (void *)cuSurfObjectGetResourceDesc},
+    {"cuMemHostRegister", "cuMemHostRegister_v2", 6050, 0, (void *)cuMemHostRegister_v2},
+    {"cuMemHostUnregister", "cuMemHostUnregister", 4000, 0, (void *)cuMemHostUnregister},
+    {"cuMemHostGetDevicePointer", "cuMemHostGetDevicePointer_v2", 3020, 0, (void *)cuMemHostGetDevicePointer_v2},
+    {"cuMemPoolSetAttribute", "cuMemPoolSetAttribute", 11020, 0, (void *)cuMemPoolSetAttribute},
+    {"cuDeviceSetMemPool", "cuDeviceSetMemPool", 11020, 0, (void *)cuDeviceSetMemPool},
+    {"cuMemGetAllocationPropertiesFromHandle", "cuMemGetAllocationPropertiesFromHandle", 10020, 0, (void *)cuMemGetAllocationPropertiesFromHandle},
+    {"cuMemcpyBatchAsync", "cuMemcpyBatchAsync_v2", 13000, 0, (void *)cuMemcpyBatchAsync_v2},
+    {"cuMemcpyBatchAsync", "cuMemcpyBatchAsync_v2_ptsz", 13000, 1, (void *)cuMemcpyBatchAsync_v2_ptsz},
+    {"cuMemcpyBatchAsync", "cuMemcpyBatchAsync", 12080, 0, (void *)cuMemcpyBatchAsync},
+    {"cuStreamWriteValue32", "cuStreamWriteValue32_v2", 12000, 0, (void *)cuStreamWriteValue32_v2},
+    {"cuStreamWriteValue64", "cuStreamWriteValue64_v2", 12000, 0, (void *)cuStreamWriteValue64_v2},
+    {"cuStreamWaitValue32", "cuStreamWaitValue32_v2", 12000, 0, (void *)cuStreamWaitValue32_v2},
+    {"cuStreamWaitValue64", "cuStreamWaitValue64_v2", 12000, 0, (void *)cuStreamWaitValue64_v2},
+    {"cuStreamWriteValue32", "cuStreamWriteValue32", 8000, 0, (void *)cuStreamWriteValue32},
+    {"cuStreamWriteValue64", "cuStreamWriteValue64", 9000, 0, (void *)cuStreamWriteValue64},
+    {"cuStreamWaitValue32", "cuStreamWaitValue32", 8000, 0, (void *)cuStreamWaitValue32},
+    {"cuStreamWaitValue64", "cuStreamWaitValue64", 9000, 0, (void *)cuStreamWaitValue64},
+    {"cuStreamBatchMemOp", "cuStreamBatchMemOp_v2", 12000, 0, (void *)cuStreamBatchMemOp_v2},
+    {"cuStreamBatchMemOp", "cuStreamBatchMemOp", 8000, 0, (void *)cuStreamBatchMemOp},
+    {"cuMulticastCreate", "cuMulticastCreate", 12010, 0, (void *)cuMulticastCreate},
+    {"cuMulticastAddDevice", "cuMulticastAddDevice", 12010, 0, (void *)cuMulticastAddDevice},
+    {"cuMulticastBindMem", "cuMulticastBindMem", 12010, 0, (void *)cuMulticastBindMem},
+    {"cuMulticastBindAddr", "cuMulticastBindAddr", 12010, 0, (void *)cuMulticastBindAddr},
+    {"cuMulticastUnbind", "cuMulticastUnbind", 12010, 0, (void *)cuMulticastUnbind},
+    {"cuMulticastGetGranularity", "cuMulticastGetGranularity", 12010, 0, (void *)cuMulticastGetGranularity},
+    {"cuModuleGetFunctionCount", "cuModuleGetFunctionCount", 12040, 0, (void *)cuModuleGetFunctionCount},
+    {"cuModuleEnumerateFunctions", "cuModuleEnumerateFunctions", 12040, 0, (void *)cuModuleEnumerateFunctions},
+    {"cuFuncIsLoaded", "cuFuncIsLoaded", 12040, 0, (void *)cuFuncIsLoaded},
+    {"cuFuncLoad", "cuFuncLoad", 12040, 0, (void *)cuFuncLoad},
+    {"cuFuncGetName", "cuFuncGetName", 12030, 0, (void *)cuFuncGetName},
+    {"cuKernelGetName", "cuKernelGetName", 12030, 0, (void *)cuKernelGetName},
+    {"cuLibraryLoadFromFile", "cuLibraryLoadFromFile", 12000, 0, (void *)cuLibraryLoadFromFile},
+    {"cuModuleGetGlobal", "cuModuleGetGlobal_v2", 3020, 0, (void *)cuModuleGetGlobal_v2},
+    {"cuLibraryGetModule", "cuLibraryGetModule", 12000, 0, (void *)cuLibraryGetModule},
+    {"cuFuncGetParamInfo", "cuFuncGetParamInfo", 12040, 0, (void *)cuFuncGetParamInfo},
+    {"cuKernelGetParamInfo", "cuKernelGetParamInfo", 12040, 0, (void *)cuKernelGetParamInfo},
+    {"cuFuncGetModule", "cuFuncGetModule", 11000, 0, (void *)cuFuncGetModule},
+    {"cuKernelGetAttribute", "cuKernelGetAttribute", 12000, 0, (void *)cuKernelGetAttribute},
+    {"cuKernelSetAttribute", "cuKernelSetAttribute", 12000, 0, (void *)cuKernelSetAttribute},
+    {"cuLibraryGetGlobal", "cuLibraryGetGlobal", 12000, 0, (void *)cuLibraryGetGlobal},
+    {"cuLibraryGetKernelCount", "cuLibraryGetKernelCount", 12040, 0, (void *)cuLibraryGetKernelCount},
+    {"cuLibraryEnumerateKernels", "cuLibraryEnumerateKernels", 12040, 0, (void *)cuLibraryEnumerateKernels},
+    {"cuOccupancyMaxActiveBlocksPerMultiprocessor", "cuOccupancyMaxActiveBlocksPerMultiprocessor", 6050, 0, (void *)cuOccupancyMaxActiveBlocksPerMultiprocessor},
+    {"cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", 7000, 0, (void *)cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags},
+    {"cuOccupancyAvailableDynamicSMemPerBlock", "cuOccupancyAvailableDynamicSMemPerBlock", 10020, 0, (void *)cuOccupancyAvailableDynamicSMemPerBlock},
+    {"cuOccupancyMaxPotentialBlockSize", "cuOccupancyMaxPotentialBlockSize", 6050, 0, (void *)cuOccupancyMaxPotentialBlockSize},
+    {"cuOccupancyMaxPotentialBlockSizeWithFlags", "cuOccupancyMaxPotentialBlockSizeWithFlags", 7000, 0, (void *)cuOccupancyMaxPotentialBlockSizeWithFlags},
+    {"cuPointerGetAttribute", "cuPointerGetAttribute", 4000, 0, (void *)cuPointerGetAttribute},
+    {"cuPointerGetAttributes", "cuPointerGetAttributes", 7000, 0, (void *)cuPointerGetAttributes},
+    {"cuPointerSetAttribute", "cuPointerSetAttribute", 6000, 0, (void *)cuPointerSetAttribute},
+    {"cuModuleGetLoadingMode", "cuModuleGetLoadingMode", 11070, 0, (void *)cuModuleGetLoadingMode},
+    {"cuFuncSetCacheConfig", "cuFuncSetCacheConfig", 3000, 0, (void *)cuFuncSetCacheConfig},
+    {"cuKernelSetCacheConfig", "cuKernelSetCacheConfig", 12000, 0, (void *)cuKernelSetCacheConfig},
+    {"cuCtxGetCacheConfig", "cuCtxGetCacheConfig", 3020, 0, (void *)cuCtxGetCacheConfig},
+    {"cuCtxSetCacheConfig", "cuCtxSetCacheConfig", 3020, 0, (void *)cuCtxSetCacheConfig},
+    {"cuFuncSetSharedMemConfig", "cuFuncSetSharedMemConfig", 4020, 0, (void *)cuFuncSetSharedMemConfig},
+    {"cuCtxGetSharedMemConfig", "cuCtxGetSharedMemConfig", 4020, 0, (void *)cuCtxGetSharedMemConfig},
+    {"cuCtxSetSharedMemConfig", "cuCtxSetSharedMemConfig", 4020, 0, (void *)cuCtxSetSharedMemConfig},
+    {"cuDeviceGetP2PAttribute", "cuDeviceGetP2PAttribute", 8000, 0, (void *)cuDeviceGetP2PAttribute},
+    {"cuDeviceGetP2PAtomicCapabilities", "cuDeviceGetP2PAtomicCapabilities", 13000, 0, (void *)cuDeviceGetP2PAtomicCapabilities},
+    {"cuDeviceGetHostAtomicCapabilities", "cuDeviceGetHostAtomicCapabilities", 13000, 0, (void *)cuDeviceGetHostAtomicCapabilities},
+    {"cuDeviceGetTexture1DLinearMaxWidth", "cuDeviceGetTexture1DLinearMaxWidth", 11010, 0, (void *)cuDeviceGetTexture1DLinearMaxWidth},
+    {"cuLibraryGetManaged", "cuLibraryGetManaged", 12000, 0, (void *)cuLibraryGetManaged},
+    {"cuMemGetDefaultMemPool", "cuMemGetDefaultMemPool", 13000, 0, (void *)cuMemGetDefaultMemPool},
+    {"cuMemGetMemPool", "cuMemGetMemPool", 13000, 0, (void *)cuMemGetMemPool},
+    {"cuStreamGetAttribute", "cuStreamGetAttribute", 11000, 0, (void *)cuStreamGetAttribute},
+    {"cuStreamGetAttribute", "cuStreamGetAttribute_ptsz", 11000, 1, (void *)cuStreamGetAttribute_ptsz},
+    {"cuStreamSetAttribute", "cuStreamSetAttribute", 11000, 0, (void *)cuStreamSetAttribute},
+    {"cuStreamSetAttribute", "cuStreamSetAttribute_ptsz", 11000, 1, (void *)cuStreamSetAttribute_ptsz},
+    {"cuIpcGetMemHandle", "cuIpcGetMemHandle", 4010, 0, (void *)cuIpcGetMemHandle},
+    {"cuIpcOpenMemHandle", "cuIpcOpenMemHandle_v2", 11000, 0, (void *)cuIpcOpenMemHandle_v2},
+    {"cuIpcCloseMemHandle", "cuIpcCloseMemHandle", 4010, 0, (void *)cuIpcCloseMemHandle},
+    {"cuMemExportToShareableHandle", "cuMemExportToShareableHandle", 10020, 0, (void *)cuMemExportToShareableHandle},
+    {"cuMemImportFromShareableHandle", "cuMemImportFromShareableHandle", 10020, 0, (void *)cuMemImportFromShareableHandle},
+    {"cuMemPoolExportToShareableHandle", "cuMemPoolExportToShareableHandle", 11020, 0, (void *)cuMemPoolExportToShareableHandle},
+    {"cuMemPoolImportFromShareableHandle", "cuMemPoolImportFromShareableHandle", 11020, 0, (void *)cuMemPoolImportFromShareableHandle},
+    {"cuMemPoolExportPointer", "cuMemPoolExportPointer", 11020, 0, (void *)cuMemPoolExportPointer},
+    {"cuMemPoolImportPointer", "cuMemPoolImportPointer", 11020, 0, (void *)cuMemPoolImportPointer},
+    {"cuMemPoolSetAccess", "cuMemPoolSetAccess", 11020, 0, (void *)cuMemPoolSetAccess},
+    {"cuMemPoolGetAccess", "cuMemPoolGetAccess", 11020, 0, (void *)cuMemPoolGetAccess},
+    {"cuIpcGetEventHandle", "cuIpcGetEventHandle", 4010, 0, (void *)cuIpcGetEventHandle},
+    {"cuIpcOpenEventHandle", "cuIpcOpenEventHandle", 4010, 0, (void *)cuIpcOpenEventHandle},
+    {"cuOccupancyMaxActiveClusters", "cuOccupancyMaxActiveClusters", 11070, 0, (void *)cuOccupancyMaxActiveClusters},
+    {"cuOccupancyMaxPotentialClusterSize", "cuOccupancyMaxPotentialClusterSize", 11070, 0, (void *)cuOccupancyMaxPotentialClusterSize},
+    {"cuCtxGetLimit", "cuCtxGetLimit", 3010, 0, (void *)cuCtxGetLimit},
+    {"cuLinkCreate", "cuLinkCreate_v2", 6050, 0, (void *)cuLinkCreate_v2},
+    {"cuLinkAddData", "cuLinkAddData_v2", 6050, 0, (void *)cuLinkAddData_v2},
+    {"cuLinkAddFile", "cuLinkAddFile_v2", 6050, 0, (void *)cuLinkAddFile_v2},
+    {"cuLinkComplete", "cuLinkComplete", 5050, 0, (void *)cuLinkComplete},
+    {"cuLinkDestroy", "cuLinkDestroy", 5050, 0, (void *)cuLinkDestroy},
+    {"cuTensorMapEncodeTiled", "cuTensorMapEncodeTiled", 12000, 0, (void *)cuTensorMapEncodeTiled},
+    {"cuTensorMapEncodeIm2col", "cuTensorMapEncodeIm2col", 12000, 0, (void *)cuTensorMapEncodeIm2col},
+    {"cuTensorMapReplaceAddress", "cuTensorMapReplaceAddress", 12000, 0, (void *)cuTensorMapReplaceAddress},
+    {"cuKernelGetLibrary", "cuKernelGetLibrary", 12050, 0, (void *)cuKernelGetLibrary},
+    {"cuMemcpy3DPeer", "cuMemcpy3DPeer", 4000, 0, (void *)cuMemcpy3DPeer},
+    {"cuMemcpy3DPeer", "cuMemcpy3DPeer_ptds", 7000, 1, (void *)cuMemcpy3DPeer_ptds},
+    {"cuMemcpy3DPeerAsync", "cuMemcpy3DPeerAsync", 4000, 0, (void *)cuMemcpy3DPeerAsync},
+    {"cuMemcpy3DPeerAsync", "cuMemcpy3DPeerAsync_ptsz", 7000, 1, (void *)cuMemcpy3DPeerAsync_ptsz},
+    {"cuMemcpyHtoA", "cuMemcpyHtoA_v2", 3020, 0, (void *)cuMemcpyHtoA_v2},
+    {"cuMemcpyHtoA", "cuMemcpyHtoA_v2_ptds", 7000, 1, (void *)cuMemcpyHtoA_v2_ptds},
+    {"cuMemcpyAtoH", "cuMemcpyAtoH_v2", 3020, 0, (void *)cuMemcpyAtoH_v2},
+    {"cuMemcpyAtoH", "cuMemcpyAtoH_v2_ptds", 7000, 1, (void *)cuMemcpyAtoH_v2_ptds},
+    {"cuMemcpyDtoA", "cuMemcpyDtoA_v2", 3020, 0, (void *)cuMemcpyDtoA_v2},
+    {"cuMemcpyDtoA", "cuMemcpyDtoA_v2_ptds", 7000, 1, (void *)cuMemcpyDtoA_v2_ptds},
+    {"cuMemcpyAtoD", "cuMemcpyAtoD_v2", 3020, 0, (void *)cuMemcpyAtoD_v2},
+    {"cuMemcpyAtoD", "cuMemcpyAtoD_v2_ptds", 7000, 1, (void *)cuMemcpyAtoD_v2_ptds},
+    {"cuMemcpyAtoA", "cuMemcpyAtoA_v2", 3020, 0, (void *)cuMemcpyAtoA_v2},
+    {"cuMemcpyAtoA", "cuMemcpyAtoA_v2_ptds", 7000, 1, (void *)cuMemcpyAtoA_v2_ptds},
+    {"cuMemcpyHtoAAsync", "cuMemcpyHtoAAsync_v2", 3020, 0, (void *)cuMemcpyHtoAAsync_v2},
+    {"cuMemcpyHtoAAsync", "cuMemcpyHtoAAsync_v2_ptsz", 7000, 1, (void *)cuMemcpyHtoAAsync_v2_ptsz},
+    {"cuMemcpyAtoHAsync", "cuMemcpyAtoHAsync_v2", 3020, 0, (void *)cuMemcpyAtoHAsync_v2},
+    {"cuMemcpyAtoHAsync", "cuMemcpyAtoHAsync_v2_ptsz", 7000, 1, (void *)cuMemcpyAtoHAsync_v2_ptsz},
+    {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v2", 11030, 0, (void *)cuStreamGetCaptureInfo_v2},
+    {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v2_ptsz", 11030, 1, (void *)cuStreamGetCaptureInfo_v2_ptsz},
+    {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v3", 12030, 0, (void *)cuStreamGetCaptureInfo_v3},
+    {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v3_ptsz", 12030, 1, (void *)cuStreamGetCaptureInfo_v3_ptsz},
+    {"cuStreamBeginCaptureToGraph", "cuStreamBeginCaptureToGraph", 12030, 0, (void *)cuStreamBeginCaptureToGraph},
+    {"cuStreamBeginCaptureToGraph", "cuStreamBeginCaptureToGraph_ptsz", 12030, 1, (void *)cuStreamBeginCaptureToGraph_ptsz},
+    {"cuStreamUpdateCaptureDependencies", "cuStreamUpdateCaptureDependencies", 11030, 0, (void *)cuStreamUpdateCaptureDependencies},
+    {"cuStreamUpdateCaptureDependencies", "cuStreamUpdateCaptureDependencies_ptsz", 11030, 1, (void *)cuStreamUpdateCaptureDependencies_ptsz},
+    {"cuStreamUpdateCaptureDependencies", "cuStreamUpdateCaptureDependencies_v2", 12030, 0, (void *)cuStreamUpdateCaptureDependencies_v2},
+    {"cuStreamUpdateCaptureDependencies", "cuStreamUpdateCaptureDependencies_v2_ptsz", 12030, 1, (void *)cuStreamUpdateCaptureDependencies_v2_ptsz},
+    {"cuStreamGetPriority", "cuStreamGetPriority", 5050, 0, (void *)cuStreamGetPriority},
+    {"cuStreamGetPriority", "cuStreamGetPriority_ptsz", 7000, 1, (void *)cuStreamGetPriority_ptsz},
+    {"cuStreamGetFlags", "cuStreamGetFlags", 5050, 0, (void *)cuStreamGetFlags},
+    {"cuStreamGetFlags", "cuStreamGetFlags_ptsz", 7000, 1, (void *)cuStreamGetFlags_ptsz},
+    {"cuStreamGetCtx", "cuStreamGetCtx", 9020, 0, (void *)cuStreamGetCtx},
+    {"cuStreamGetCtx", "cuStreamGetCtx_ptsz", 9020, 1, (void *)cuStreamGetCtx_ptsz},
+    {"cuStreamGetCtx", "cuStreamGetCtx_v2", 12050, 0, (void *)cuStreamGetCtx_v2},
+    {"cuStreamGetCtx", "cuStreamGetCtx_v2_ptsz", 12050, 1, (void *)cuStreamGetCtx_v2_ptsz},
+    {"cuStreamGetId", "cuStreamGetId", 12000, 0, (void *)cuStreamGetId},
+    {"cuStreamGetId", "cuStreamGetId_ptsz", 12000, 1, (void *)cuStreamGetId_ptsz},
+    {"cuStreamCopyAttributes", "cuStreamCopyAttributes", 11000, 0, (void *)cuStreamCopyAttributes},
+    {"cuStreamCopyAttributes", "cuStreamCopyAttributes_ptsz", 11000, 1, (void *)cuStreamCopyAttributes_ptsz},
+    {"cuStreamAttachMemAsync", "cuStreamAttachMemAsync", 6000, 0, (void *)cuStreamAttachMemAsync},
+    {"cuStreamAttachMemAsync", "cuStreamAttachMemAsync_ptsz", 7000, 1, (void *)cuStreamAttachMemAsync_ptsz},
+    {"cuCtxRecordEvent", "cuCtxRecordEvent", 12050, 0, (void *)cuCtxRecordEvent},
+    {"cuCtxWaitEvent", "cuCtxWaitEvent", 12050, 0, (void *)cuCtxWaitEvent},
+    {"cuGraphMemsetNodeGetParams", "cuGraphMemsetNodeGetParams", 10000, 0, (void *)cuGraphMemsetNodeGetParams},
+    {"cuGraphMemsetNodeSetParams", "cuGraphMemsetNodeSetParams", 10000, 0, (void *)cuGraphMemsetNodeSetParams},
+    {"cuGraphExecMemsetNodeSetParams", "cuGraphExecMemsetNodeSetParams", 10020, 0, (void *)cuGraphExecMemsetNodeSetParams},
+    {"cuGraphNodeSetEnabled", "cuGraphNodeSetEnabled", 11060, 0, (void *)cuGraphNodeSetEnabled},
+    {"cuGraphNodeGetEnabled", "cuGraphNodeGetEnabled", 11060, 0, (void *)cuGraphNodeGetEnabled},
+    {"cuGraphRemoveDependencies", "cuGraphRemoveDependencies", 10000, 0, (void *)cuGraphRemoveDependencies},
+    {"cuGraphRemoveDependencies", "cuGraphRemoveDependencies_v2", 12030, 0, (void *)cuGraphRemoveDependencies_v2},
+    {"cuGraphGetEdges", "cuGraphGetEdges", 10000, 0, (void *)cuGraphGetEdges},
+    {"cuGraphGetEdges", "cuGraphGetEdges_v2", 12030, 0, (void *)cuGraphGetEdges_v2},
+    {"cuGraphNodeGetDependencies", "cuGraphNodeGetDependencies", 10000, 0, (void *)cuGraphNodeGetDependencies},
+    {"cuGraphNodeGetDependencies", "cuGraphNodeGetDependencies_v2", 12030, 0, (void *)cuGraphNodeGetDependencies_v2},
+    {"cuGraphNodeGetDependentNodes", "cuGraphNodeGetDependentNodes", 10000, 0, (void *)cuGraphNodeGetDependentNodes},
+    {"cuGraphNodeGetDependentNodes", "cuGraphNodeGetDependentNodes_v2", 12030, 0, (void *)cuGraphNodeGetDependentNodes_v2},
+    {"cuGraphExecMemcpyNodeSetParams", "cuGraphExecMemcpyNodeSetParams", 10020, 0, (void *)cuGraphExecMemcpyNodeSetParams},
+    {"cuGraphMemcpyNodeSetParams", "cuGraphMemcpyNodeSetParams", 10000, 0, (void *)cuGraphMemcpyNodeSetParams},
+    {"cuGraphMemcpyNodeGetParams", "cuGraphMemcpyNodeGetParams", 10000, 0, (void *)cuGraphMemcpyNodeGetParams},
+    {"cuGraphKernelNodeGetAttribute", "cuGraphKernelNodeGetAttribute", 11000, 0, (void *)cuGraphKernelNodeGetAttribute},
+    {"cuGraphKernelNodeSetAttribute", "cuGraphKernelNodeSetAttribute", 11000, 0, (void *)cuGraphKernelNodeSetAttribute},
+    {"cuGraphKernelNodeCopyAttributes", "cuGraphKernelNodeCopyAttributes", 11000, 0, (void *)cuGraphKernelNodeCopyAttributes},
+    {"cuGraphKernelNodeGetParams", "cuGraphKernelNodeGetParams_v2", 12000, 0, (void *)cuGraphKernelNodeGetParams_v2},
+    {"cuGraphKernelNodeSetParams", "cuGraphKernelNodeSetParams_v2", 12000, 0, (void *)cuGraphKernelNodeSetParams_v2},
+    {"cuGraphExecKernelNodeSetParams", "cuGraphExecKernelNodeSetParams_v2", 12000, 0, (void *)cuGraphExecKernelNodeSetParams_v2},
+    {"cuGraphHostNodeGetParams", "cuGraphHostNodeGetParams", 10000, 0, (void *)cuGraphHostNodeGetParams},
+    {"cuGraphHostNodeSetParams", "cuGraphHostNodeSetParams", 10000, 0, (void *)cuGraphHostNodeSetParams},
+    {"cuGraphExecHostNodeSetParams", "cuGraphExecHostNodeSetParams", 10020, 0, (void *)cuGraphExecHostNodeSetParams},
+    {"cuGraphMemFreeNodeGetParams", "cuGraphMemFreeNodeGetParams", 11040, 0, (void *)cuGraphMemFreeNodeGetParams},
+    {"cuGraphNodeFindInClone", "cuGraphNodeFindInClone", 10000, 0, (void *)cuGraphNodeFindInClone},
+    {"cuGraphDestroyNode", "cuGraphDestroyNode", 10000, 0, (void *)cuGraphDestroyNode},
+    {"cuGraphAddEventRecordNode", "cuGraphAddEventRecordNode", 11010, 0, (void *)cuGraphAddEventRecordNode},
+    {"cuGraphAddEventWaitNode", "cuGraphAddEventWaitNode", 11010, 0, (void *)cuGraphAddEventWaitNode},
+    {"cuGraphEventRecordNodeGetEvent", "cuGraphEventRecordNodeGetEvent", 11010, 0, (void *)cuGraphEventRecordNodeGetEvent},
+    {"cuGraphEventRecordNodeSetEvent", "cuGraphEventRecordNodeSetEvent", 11010, 0, (void *)cuGraphEventRecordNodeSetEvent},
+    {"cuGraphEventWaitNodeGetEvent", "cuGraphEventWaitNodeGetEvent", 11010, 0, (void *)cuGraphEventWaitNodeGetEvent},
+    {"cuGraphEventWaitNodeSetEvent", "cuGraphEventWaitNodeSetEvent", 11010, 0, (void *)cuGraphEventWaitNodeSetEvent},
+    {"cuGraphExecEventRecordNodeSetEvent", "cuGraphExecEventRecordNodeSetEvent", 11010, 0, (void *)cuGraphExecEventRecordNodeSetEvent},
+    {"cuGraphExecEventWaitNodeSetEvent", "cuGraphExecEventWaitNodeSetEvent", 11010, 0, (void *)cuGraphExecEventWaitNodeSetEvent},
+    {"cuGraphExecGetFlags", "cuGraphExecGetFlags", 12000, 0, (void *)cuGraphExecGetFlags},
+    {"cuGraphConditionalHandleCreate", "cuGraphConditionalHandleCreate", 12030, 0, (void *)cuGraphConditionalHandleCreate},
+    {"cuGraphAddNode", "cuGraphAddNode", 12020, 0, (void *)cuGraphAddNode},
+    {"cuGraphAddNode", "cuGraphAddNode_v2", 12030, 0, (void *)cuGraphAddNode_v2},
+    {"cuGraphNodeGetParams", "cuGraphNodeGetParams", 12020, 0, (void *)cuGraphNodeGetParams},
+    {"cuGraphNodeSetParams", "cuGraphNodeSetParams", 12020, 0, (void *)cuGraphNodeSetParams},
+    {"cuGraphExecNodeSetParams", "cuGraphExecNodeSetParams", 12020, 0, (void *)cuGraphExecNodeSetParams},
+    {"cuGraphExecUpdate", "cuGraphExecUpdate_v2", 12000, 0, (void *)cuGraphExecUpdate_v2},
+    {"cuGraphDebugDotPrint", "cuGraphDebugDotPrint", 11030, 0, (void *)cuGraphDebugDotPrint},
+    {"cuGraphExecChildGraphNodeSetParams", "cuGraphExecChildGraphNodeSetParams", 11010, 0, (void *)cuGraphExecChildGraphNodeSetParams},
+    {"cuUserObjectCreate", "cuUserObjectCreate", 11030, 0, (void *)cuUserObjectCreate},
+    {"cuUserObjectRetain", "cuUserObjectRetain", 11030, 0, (void *)cuUserObjectRetain},
+    {"cuUserObjectRelease", "cuUserObjectRelease", 11030, 0, (void *)cuUserObjectRelease},
+    {"cuGraphRetainUserObject", "cuGraphRetainUserObject", 11030, 0, (void *)cuGraphRetainUserObject},
+    {"cuGraphReleaseUserObject", "cuGraphReleaseUserObject", 11030, 0, (void *)cuGraphReleaseUserObject},
+    {"cuGraphAddKernelNode", "cuGraphAddKernelNode", 10000, 0, (void *)cuGraphAddKernelNode},
+    {"cuGraphKernelNodeSetParams", "cuGraphKernelNodeSetParams", 10000, 0, (void *)cuGraphKernelNodeSetParams},
+    {"cuGraphKernelNodeGetParams", "cuGraphKernelNodeGetParams", 10000, 0, (void *)cuGraphKernelNodeGetParams},
+    {"cuGraphExecKernelNodeSetParams", "cuGraphExecKernelNodeSetParams", 10010, 0, (void *)cuGraphExecKernelNodeSetParams},
+    {"cuGraphExecUpdate", "cuGraphExecUpdate", 10020, 0, (void *)cuGraphExecUpdate},
+    {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo", 10010, 0, (void *)cuStreamGetCaptureInfo},
+    {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_ptsz", 10010, 1, (void *)cuStreamGetCaptureInfo_ptsz},
+    {"cuMemSetMemPool", "cuMemSetMemPool", 13000, 0, (void *)cuMemSetMemPool},
 };
 
 const int sim_nprocs = sizeof(sim_procs) / sizeof(sim_procs[0]);

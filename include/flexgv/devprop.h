@@ -1,5 +1,6 @@
-/* cuDeviceGetProperties (CUDA 2's form of the device's attributes), made
- * from cuDeviceGetAttribute's answers. Shared by the simulated GPU and the
+/* CUDA 1 and 2's forms of the device's attributes (cuDeviceGetProperties,
+ * cuDeviceComputeCapability), which old programs still call, made from
+ * cuDeviceGetAttribute's answers. Shared by the simulated GPU and the
  * remoting client. */
 #ifndef FLEXGV_DEVPROP_H
 #define FLEXGV_DEVPROP_H
@@ -27,6 +28,15 @@ static inline CUresult fg_devprop(CUdevprop *prop, CUdevice dev, CUresult (*attr
     }
     *prop = (CUdevprop){v[0], {v[1], v[2], v[3]}, {v[4], v[5], v[6]}, v[7], v[8], v[9], v[10], v[11], v[12], v[13]};
     return CUDA_SUCCESS;
+}
+
+static inline CUresult fg_compute_capability(int *major, int *minor, CUdevice dev,
+                                             CUresult (*attr)(int *, CUdevice_attribute, CUdevice))
+{
+    if (!major || !minor)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = attr(major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+    return r ? r : attr(minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
 }
 
 #endif

@@ -291,13 +291,9 @@ FGR_EXPORT CUresult cuDeviceGetHostAtomicCapabilities(unsigned int *caps, const 
 
 FGR_EXPORT CUresult cuDeviceGetProperties(CUdevprop *prop, CUdevice dev) { return fg_devprop(prop, dev, cuDeviceGetAttribute); }
 
-/* CUDA 1's way to ask, which old programs still call. */
 FGR_EXPORT CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev)
 {
-    if (!major || !minor)
-        return CUDA_ERROR_INVALID_VALUE;
-    CUresult r = cuDeviceGetAttribute(major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
-    return r ? r : cuDeviceGetAttribute(minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+    return fg_compute_capability(major, minor, dev, cuDeviceGetAttribute);
 }
 
 /* The server's driver's strings (from the handshake); before a connection,

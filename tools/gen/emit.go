@@ -290,12 +290,20 @@ func wrapper(e Entry, index int) (string, error) {
 
 // emitSimTable writes the simulated driver's cuGetProcAddress table and weak
 // stubs for every entry the simulator does not implement itself.
-func emitSimTable(all []Entry) string {
+func emitSimTable(all []Entry, extra []RemoteEntry) string {
 	var b strings.Builder
 	b.WriteString(cHeader)
 	b.WriteString("#include \"sim.h\"\n\n")
 	b.WriteString("/* Entries the simulator does not implement answer CUDA_ERROR_NOT_SUPPORTED;\n * a strong definition elsewhere in simgpu/ replaces the stub (both exported:\n * the linker keeps the most hidden visibility of the two). */\n")
-	for _, e := range cudaOnly(all) {
+	all = cudaOnly(all)
+	// The driver's entry points api/remote.api gives with their prototypes
+	// (not the client's own operations, version 0).
+	for _, e := range extra {
+		if e.Extra && !e.Bare && e.Version > 0 {
+			all = append(all, e.Entry)
+		}
+	}
+	for _, e := range all {
 		fmt.Fprintf(&b, "__attribute__((weak)) SIM_EXPORT CUresult %s(%s)\n{\n", e.Name, e.ParamList())
 		for _, p := range e.Params {
 			fmt.Fprintf(&b, "    (void)%s;\n", p.Name)
@@ -303,7 +311,7 @@ func emitSimTable(all []Entry) string {
 		b.WriteString("    return CUDA_ERROR_NOT_SUPPORTED;\n}\n\n")
 	}
 	b.WriteString("const struct fg_proc sim_procs[] = {\n")
-	for _, e := range cudaOnly(all) {
+	for _, e := range all {
 		pt := "0"
 		if e.PerThread() != "" {
 			pt = "1"

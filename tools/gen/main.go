@@ -55,7 +55,6 @@ func generate(root string) (map[string][]byte, error) {
 		"shim/hooks_gen.c":             []byte(wrappers),
 		"shim/hooks_gen.h":             []byte(emitShimHeader(all)),
 		"shim/compute_gen.inc":         []byte(computeHooks),
-		"simgpu/procs_gen.c":           []byte(emitSimTable(all)),
 		"internal/api/api_gen.go":      []byte(emitGoAPI(all)),
 		"scripts/gpu/declcheck_gen.c":  []byte(emitDeclCheck(all, false, "api/cuda.api")),
 		"tests/clients/variants_gen.h": []byte(emitVariants(all)),
@@ -71,6 +70,7 @@ func generate(root string) (map[string][]byte, error) {
 	if err := checkPerThread(remote); err != nil {
 		return nil, err
 	}
+	files["simgpu/procs_gen.c"] = []byte(emitSimTable(all, remote))
 	files["remote/proto_gen.h"] = []byte(emitRemoteProto(remote))
 	files["remote/client/stubs_gen.c"] = []byte(emitRemoteClient(remote, tables))
 	files["remote/client/exports_gen.h"] = []byte(emitClientExports(tables))
