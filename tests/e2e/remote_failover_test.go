@@ -87,20 +87,7 @@ func TestRemoteFailoverChain(t *testing.T) {
 				if i == 1 {
 					break
 				}
-				// The mover takes GO (and READY) away, then holds again.
-				deadline := time.Now().Add(60 * time.Second)
-				for _, gone := range []bool{true, false} {
-					path := goOn
-					if !gone {
-						path = ready
-					}
-					for _, err := os.Stat(path); (err == nil) == gone; _, err = os.Stat(path) {
-						if time.Now().After(deadline) {
-							t.Fatalf("the mover did not hold again after going on at %s\n%s", b.addr, errb.String())
-						}
-						time.Sleep(10 * time.Millisecond)
-					}
-				}
+				heldAgain(t, goOn, ready, errb)
 			}
 			endsWithin(t, cmd, 60*time.Second, "its second server was killed", errb.String)
 			if code := cmd.ProcessState.ExitCode(); code != 0 || out.String() != local.stdout {
@@ -157,19 +144,7 @@ func TestRemoteFailoverRoundToTheFirst(t *testing.T) {
 	said("going on at " + b.addr + "; checkpoints from here on at " + a.addr + "\n")
 	said("on the failover server " + a.addr + " (in ")
 	os.WriteFile(goOn, nil, 0o644)
-	deadline := time.Now().Add(60 * time.Second)
-	for _, err := os.Stat(ready); err == nil; _, err = os.Stat(ready) { // the first hold's files taken away
-		if time.Now().After(deadline) {
-			t.Fatalf("the mover did not go on\n%s", errb.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	for _, err := os.Stat(ready); err != nil; _, err = os.Stat(ready) { // held again
-		if time.Now().After(deadline) {
-			t.Fatalf("the mover did not hold again\n%s", errb.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	heldAgain(t, goOn, ready, errb)
 	b.cmd.Process.Signal(syscall.SIGKILL)
 	b.cmd.Wait()
 	said("going on at " + a.addr + "; checkpoints from here on at " + b.addr + "\n")
@@ -179,6 +154,25 @@ func TestRemoteFailoverRoundToTheFirst(t *testing.T) {
 		t.Errorf("the program: exit %d\n%s\nwant\n%s\n%s", code, out.String(), local.stdout, errb.String())
 	}
 	a2.quiesce()
+}
+
+// heldAgain waits until the mover, let go on, took GO (and READY) away
+// and holds again at its next hold.
+func heldAgain(t *testing.T, goOn, ready string, errb *lockedBuffer) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for _, gone := range []bool{true, false} {
+		path := goOn
+		if !gone {
+			path = ready
+		}
+		for _, err := os.Stat(path); (err == nil) == gone; _, err = os.Stat(path) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the mover did not hold again\n%s", errb.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 }
 
 // Without a failover server to go on at (nothing listens there), the
