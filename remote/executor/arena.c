@@ -49,9 +49,15 @@ static CUresult (*can_peer)(int *, CUdevice, CUdevice);
 
 static uint64_t base, size, page;
 
+/* made: the kept requests (journal.c) that a new executor makes the
+ * mapping again with, while it lives: the one that mapped it, and once the
+ * allocation that request placed at its start is freed, that free (first:
+ * not yet), else the mapping would come back holding it. */
 static struct map {
     uint64_t base, size, ctx;
     CUmemGenericAllocationHandle h;
+    struct fgr_link *made;
+    int first;
 } *maps; /* sorted by base */
 static size_t nmaps, capmaps;
 
@@ -155,7 +161,7 @@ CUresult fgr_arena_map_handle(CUdeviceptr p, size_t n, CUmemGenericAllocationHan
         return r;
     }
     memmove(&maps[i + 1], &maps[i], (nmaps - i) * sizeof *maps);
-    maps[i] = (struct map){p, n, fgr_ctx, h};
+    maps[i] = (struct map){p, n, fgr_ctx, h, fgr_journal_attach(NULL), 1};
     nmaps++;
     return CUDA_SUCCESS;
 }
@@ -231,6 +237,7 @@ static CUresult arena_note(CUdeviceptr p, size_t n)
 static void unmap_at(size_t i)
 {
     fgr_ipc_forget(maps[i].base, maps[i].base + maps[i].size);
+    fgr_journal_detach(maps[i].made);
     d.unmap(maps[i].base, maps[i].size);
     d.release(maps[i].h);
     fgr_mem_drop_within(maps[i].base, maps[i].base + maps[i].size);
@@ -245,6 +252,10 @@ static CUresult arena_free(CUdeviceptr p, unsigned int unmap)
         return CUDA_ERROR_INVALID_VALUE;
     fgr_drop(FGR_H_MEM, p);
     fgr_ipc_forget(p, p + 1);
+    if (!unmap && p == maps[i].base && maps[i].first) {
+        maps[i].made = fgr_journal_attach(maps[i].made);
+        maps[i].first = 0;
+    }
     CUresult r;
     CUcontext c = (CUcontext)(uintptr_t)maps[i].ctx;
     if (maps[i].ctx == fgr_ctx) {

@@ -5,8 +5,11 @@
  * module variable (a kernel launched on a stream), and to another buffer
  * twice the last odd step's (an explicit graph's kernel node, its
  * executable's parameters changed at odd steps), fills mapped pinned
- * memory, records an event after them, makes and ends two graphs, and checks
- * every word against what it must be by now. With HOLD_AT, before that
+ * memory, uploads a region of its own (from pinned memory at odd steps,
+ * from pageable memory at even ones, each buffer filled again at its next
+ * step: what a failover makes again must be what each upload took then),
+ * records an event after them, makes and ends two graphs, and checks every
+ * word against what it must be by now. With HOLD_AT, before that
  * step it creates the file READY and waits for GO (the test moves it
  * meanwhile), then removes both for the next hold; "busy" asks a stream
  * about its work while it waits, so that a move in two steps ends then. It
@@ -19,6 +22,7 @@
 #include <unistd.h>
 
 enum { WORDS = 1 << 18 }; /* 1 MiB each: more than one piece of a move */
+enum { UPW = 1 << 14 };   /* an upload's words, 64 KiB: over shm://, through the staging area */
 
 static const char MODULE[] = "FLEXGV-SIM-MODULE\n"
                              "kernel add 5 builtin=add\n"
@@ -126,6 +130,13 @@ int main(int argc, char **argv)
     CHECK(cuMemHostAlloc((void **)&mapped, mwords * 4, CU_MEMHOSTALLOC_DEVICEMAP));
     CHECK(cuMemHostGetDevicePointer_v2(&mapped_d, mapped, 0));
 
+    /* Where scratch was, in memory still mapped: what moves must make
+     * that mapping again without scratch. */
+    CUdeviceptr up;
+    unsigned *pinned, *pageable = malloc(UPW * 4);
+    CHECK(cuMemAlloc_v2(&up, (size_t)(steps > 0 ? steps : 1) * UPW * 4));
+    CHECK(cuMemAllocHost_v2((void **)&pinned, UPW * 4));
+
     unsigned *host = malloc(WORDS * 4);
     uint64_t want = 0, wantb = 0;
     for (int step = 1; step <= steps; step++) {
@@ -157,6 +168,10 @@ int main(int argc, char **argv)
         unsigned mv = 1000 + v;
         void *pm[] = {&mapped_d, &mv, &mwords};
         CHECK(cuLaunchKernel(fill, 1, 1, 1, 256, 1, 1, 0, s, pm, NULL));
+        unsigned *src = step % 2 ? pinned : pageable;
+        for (unsigned i = 0; i < UPW; i++)
+            src[i] = 100 + v;
+        CHECK(cuMemcpyHtoDAsync_v2(up + (CUdeviceptr)(step - 1) * UPW * 4, src, UPW * 4, s));
         CHECK(cuEventRecord(ev, s));
         CHECK(cuEventSynchronize(ev));
         /* Handles made and gone each step, in the order made: a server
@@ -176,10 +191,15 @@ int main(int argc, char **argv)
             !words_are(step, "a", a, WORDS, (unsigned)want, host, &sum) ||
             !words_are(step, "b", b, WORDS, (unsigned)wantb, host, &sum))
             return 1;
+        for (int j = 1; j <= step; j++)
+            if (!words_are(step, "uploaded", up + (CUdeviceptr)(j - 1) * UPW * 4, UPW, 100 + (unsigned)j, host, &sum))
+                return 1;
         printf("step %d: sum %llu\n", step, (unsigned long long)sum);
         fflush(stdout);
     }
     CHECK(cuMemFreeHost(mapped));
+    CHECK(cuMemFreeHost(pinned));
+    CHECK(cuMemFree_v2(up));
     CHECK(cuGraphExecDestroy(ge));
     CHECK(cuGraphDestroy(g));
     CHECK(cuEventDestroy_v2(ev));

@@ -120,7 +120,7 @@ func TestRemoteMigrate(t *testing.T) {
 			}
 			// Both servers on this host: the allocations went device to
 			// device (the module variable and mapped memory through here).
-			if !regexp.MustCompile(`the program paused \d+ ms[^;]*; 2\.0 MiB of device memory copied, 2\.0 MiB of it device to device`).MatchString(p.stderr) {
+			if !regexp.MustCompile(`the program paused \d+ ms[^;]*; 2\.4 MiB of device memory copied, 2\.4 MiB of it device to device`).MatchString(p.stderr) {
 				t.Errorf("the device memory did not move device to device:\n%s", p.stderr)
 			}
 			a.waitLog(`the program moved to another server`, 10*time.Second)
