@@ -17,12 +17,10 @@ func TestRunFailoverFlags(t *testing.T) {
 		{[]string{"--remote", "unix:///tmp/a.sock", "--failover", ""}, "flexgv run: --failover is empty; give the failover server's address"},
 		{[]string{"--remote", "unix:///tmp/a.sock", "--checkpoint-every", "1s"}, "flexgv run: --checkpoint-every is for --failover ADDR2"},
 		{[]string{"--remote", "unix:///tmp/a.sock", "--failover", "b.sock"}, `flexgv run: --failover address "b.sock": no scheme`},
-		{[]string{"--remote", "unix:///tmp/a.sock", "--failover", "shm:///tmp/b.sock"}, "flexgv run: --failover is for unix://, tcp:// and tls:// servers"},
-		{[]string{"--remote", "shm:///tmp/a.sock", "--failover", "unix:///tmp/b.sock"}, "flexgv run: --failover is for unix://, tcp:// and tls:// servers"},
 		{[]string{"--remote", "unix:///tmp/a.sock", "--failover", "unix:///tmp/b.sock", "--checkpoint-every", "0s"}, "flexgv run: --checkpoint-every 0s: want 1ms to 24h"},
 		{[]string{"--remote", "unix:///tmp/a.sock", "--failover", "unix:///tmp/b.sock", "--checkpoint-every", "25h"}, "flexgv run: --checkpoint-every 25h0m0s: want 1ms to 24h"},
 		{[]string{"--remote", "unix:///tmp/a.sock", "--failover", "unix:///tmp/b.sock,"}, `flexgv run: --failover address "": no scheme`},
-		{[]string{"--remote", "unix:///tmp/a.sock", "--failover", "unix:///tmp/b.sock,shm:///tmp/c.sock"}, "flexgv run: --failover is for unix://, tcp:// and tls:// servers"},
+		{[]string{"--remote", "unix:///tmp/a.sock", "--failover", "unix:///tmp/b.sock,http://c:80"}, `flexgv run: --failover address "http://c:80"`},
 		{[]string{"--remote", "unix:///tmp/a.sock", "--failover", strings.Repeat("unix:///tmp/b.sock,", 8) + "unix:///tmp/c.sock"}, "flexgv run: --failover names 9 servers: at most 8"},
 	} {
 		code, out, errs := runCLI(append(append([]string{"run"}, c.args...), prog...)...)

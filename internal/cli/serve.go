@@ -442,7 +442,7 @@ type failover struct {
 }
 
 func (f *failover) register(c *cobra.Command) {
-	c.Flags().StringVar(&f.addr, "failover", "", "with --remote: keep checkpoints of the program on flexgv serve at ADDR2 (unix://, tcp:// or tls://), and go on there when the server is lost; ADDR2,ADDR3,... go on at each in turn (up to 8), then at ADDR again should it come back")
+	c.Flags().StringVar(&f.addr, "failover", "", "with --remote: keep checkpoints of the program on flexgv serve at ADDR2, and go on there when the server is lost; ADDR2,ADDR3,... go on at each in turn (up to 8), then at ADDR again should it come back")
 	c.Flags().DurationVar(&f.every, "checkpoint-every", time.Minute, "with --failover: how often a checkpoint is taken (1ms to 24h)")
 }
 
@@ -469,9 +469,6 @@ func (f *failover) env(c *cobra.Command, remoteAddr string) ([]string, error) {
 		a, err := remote.ParseAddr(p)
 		if err != nil {
 			return nil, usageError{fmt.Errorf("flexgv run: --failover %w", err)}
-		}
-		if a.Network == "shm" || strings.HasPrefix(remoteAddr, "shm://") {
-			return nil, usageError{fmt.Errorf("flexgv run: --failover is for unix://, tcp:// and tls:// servers: the pinned memory shm:// shares cannot be kept elsewhere")}
 		}
 		addrs = append(addrs, a.String())
 	}

@@ -919,15 +919,20 @@ static CUresult connect_locked(void)
             close(mfd);
         }
         /* Then the heap pinned host memory is carved from; without one
-         * (an address-space limit, say), an empty memory says so. */
+         * (an address-space limit, say), an empty memory says so. Calls
+         * kept for a failover server get none: a copy made again there
+         * must carry the bytes it copied, not name pages that have since
+         * changed. */
         uint64_t at = 0;
-        if (r == CUDA_SUCCESS && fgr_heap_make(&mfd, &at) != 0) {
+        int heap = !fgr_failover_keeping();
+        if (r == CUDA_SUCCESS && heap && fgr_heap_make(&mfd, &at) != 0) {
             fgr_say("no pinned heap shared with %s (%s): pinned memory is the program's own, copied as pageable memory is",
                     a, strerror(errno));
-            if ((mfd = fgr_heap_none()) < 0) {
-                fgr_say("cannot make the shared memory for %s: %s", a, strerror(errno));
-                r = LOST;
-            }
+            heap = 0;
+        }
+        if (r == CUDA_SUCCESS && !heap && (mfd = fgr_heap_none()) < 0) {
+            fgr_say("cannot make the shared memory for %s: %s", a, strerror(errno));
+            r = LOST;
         }
         if (r == CUDA_SUCCESS) {
             __atomic_store_n(&conn_ring.m->heap_base, at, __ATOMIC_RELEASE);
@@ -952,7 +957,7 @@ int fgr_reach(const char *addr, int ms)
 {
     char host[256];
     int tcp = !strncmp(addr, "tcp://", 6) || !strncmp(addr, "tls://", 6);
-    int fd = tcp ? dial_tcp_within(addr + 6, host, ms) : dial_unix(addr + 7);
+    int fd = tcp ? dial_tcp_within(addr + 6, host, ms) : dial_unix(addr + (strncmp(addr, "shm://", 6) ? 7 : 6));
     if (fd < 0)
         return errno ? errno : ECONNREFUSED;
     close(fd);

@@ -23,7 +23,12 @@
  * program goes on at one, checkpoints are kept on the next (the first at
  * once), and after the last on the program's first server again, should it
  * answer again (restarted), and so on round: two servers that each come
- * back after they die keep the program going for ever. */
+ * back after they die keep the program going for ever.
+ *
+ * Over shm:// the calls still go through memory shared with the executor,
+ * but while they are kept the program's pinned memory is its own and every
+ * copy carries its bytes (conn.c, stage.c): pages shared with the executor
+ * hold what the program wrote since, not what a kept copy took. */
 #include "client.h"
 
 #include <errno.h>
@@ -123,10 +128,11 @@ int fgr_failover_setup(const char *primary)
     }
     char *list = strdup(a), *save = NULL;
     for (char *one = list ? strtok_r(list, ",", &save) : NULL; one && ok; one = strtok_r(NULL, ",", &save)) {
-        int sock = !strncmp(one, "unix://", 7) || !strncmp(one, "tcp://", 6) || !strncmp(one, "tls://", 6);
-        if (!sock || nchain == CHAIN_MAX) {
-            fgr_say("FLEXGV_REMOTE_FAILOVER=%s: want up to %d of unix:///PATH, tcp://HOST:PORT or tls://HOST:PORT, "
-                    "separated by commas", a, CHAIN_MAX);
+        int known = !strncmp(one, "unix://", 7) || !strncmp(one, "shm://", 6) || !strncmp(one, "tcp://", 6) ||
+                    !strncmp(one, "tls://", 6);
+        if (!known || nchain == CHAIN_MAX) {
+            fgr_say("FLEXGV_REMOTE_FAILOVER=%s: want up to %d of unix:///PATH, shm:///PATH, tcp://HOST:PORT or "
+                    "tls://HOST:PORT, separated by commas", a, CHAIN_MAX);
             ok = 0;
         } else {
             chain[nchain++] = one;
@@ -135,13 +141,8 @@ int fgr_failover_setup(const char *primary)
     if (ok && !nchain) {
         fgr_say("FLEXGV_REMOTE_FAILOVER=%s: no address", a);
         ok = 0;
-    } else if (ok && !strncmp(primary, "shm://", 6)) {
-        fgr_say("FLEXGV_REMOTE=%s: a failover server is for unix://, tcp:// and tls:// servers (the pinned memory "
-                "shm:// shares cannot be kept elsewhere)", primary);
-        ok = 0;
     }
-    /* The program's first server, round again after the last (a socket's:
-     * shm:// is refused above). */
+    /* The program's first server, round again after the last. */
     int listed = 0;
     for (int i = 0; i < nchain; i++)
         listed |= !strcmp(chain[i], primary);

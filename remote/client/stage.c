@@ -14,7 +14,11 @@
  *
  * Downloads land in an area of their own after it, one at a time: the
  * executor has the GPU copy there (fgrStageDownload, once the stream's
- * earlier work is done), and the client copies them out to the program. */
+ * earlier work is done), and the client copies them out to the program.
+ *
+ * Not while calls are kept for a failover server: made again there, a
+ * copy must carry its bytes (and a download's be checked), as over a
+ * socket. */
 #include "client.h"
 #include "../ring.h"
 
@@ -28,7 +32,7 @@ static uint64_t handed; /* the running total of bytes handed out */
  * writes one while the GPU copies those before it. */
 #define UP_PIECE(r) ((r)->stage_size / 8)
 
-int fgr_stage_wanted(size_t n) { return fgr_conn_ring() && n >= FGR_STAGE_MIN; }
+int fgr_stage_wanted(size_t n) { return fgr_conn_ring() && n >= FGR_STAGE_MIN && !fgr_failover_keeping(); }
 
 static CUresult upload_piece(struct fgr_ring *r, CUdeviceptr dst, const void *src, size_t n, CUstream s, unsigned how,
                              int queued)
@@ -63,7 +67,7 @@ CUresult fgr_stage_upload(CUdeviceptr dst, const void *src, size_t n, CUstream s
     return res;
 }
 
-int fgr_stage_down_wanted(size_t n) { return fgr_conn_ring() && n >= FGR_STAGE_MIN; }
+int fgr_stage_down_wanted(size_t n) { return fgr_conn_ring() && n >= FGR_STAGE_MIN && !fgr_failover_keeping(); }
 
 CUresult fgr_stage_download(void *dst, CUdeviceptr src, size_t n, CUstream s)
 {

@@ -40,7 +40,7 @@ func failoverRun(t *testing.T, e *env, a *server, to string, flags ...string) re
 func TestRemoteFailover(t *testing.T) {
 	e := newEnv(t)
 	local := runsLocally(t, e, []string{"mover", "6"}, "done")
-	for _, transport := range []string{"unix", "tcp", "tls"} {
+	for _, transport := range []string{"unix", "shm", "tcp", "tls"} {
 		for _, every := range []string{"1h", "1ms"} {
 			t.Run(transport+"-"+every, func(t *testing.T) {
 				var extra []string
@@ -267,8 +267,8 @@ func TestRemoteFailoverBadSettings(t *testing.T) {
 		env  []string
 		want string
 	}{
-		{[]string{"FLEXGV_REMOTE_FAILOVER=shm://" + sock}, "FLEXGV_REMOTE_FAILOVER=shm://" + sock + ": want up to 8 of unix:///PATH, tcp://HOST:PORT or tls://HOST:PORT, separated by commas"},
-		{[]string{"FLEXGV_REMOTE_FAILOVER=" + s.addr + ",shm://" + sock}, "want up to 8 of unix:///PATH"},
+		{[]string{"FLEXGV_REMOTE_FAILOVER=udp://" + sock}, "FLEXGV_REMOTE_FAILOVER=udp://" + sock + ": want up to 8 of unix:///PATH, shm:///PATH, tcp://HOST:PORT or tls://HOST:PORT, separated by commas"},
+		{[]string{"FLEXGV_REMOTE_FAILOVER=" + s.addr + "," + sock}, "want up to 8 of unix:///PATH"},
 		{[]string{"FLEXGV_REMOTE_FAILOVER=" + strings.Repeat(s.addr+",", 9)}, "want up to 8 of unix:///PATH"},
 		{[]string{"FLEXGV_REMOTE_FAILOVER=,"}, "FLEXGV_REMOTE_FAILOVER=,: no address"},
 		{[]string{"FLEXGV_REMOTE_FAILOVER=" + s.addr, "FLEXGV_REMOTE_CHECKPOINT_MS=0"}, "FLEXGV_REMOTE_CHECKPOINT_MS=0: want milliseconds from 1 to 86400000"},
