@@ -31,6 +31,7 @@ struct sim_pool {
     uint64_t used;     /* of which handed out */
     uint64_t threshold;
     uint64_t reserved_high, used_high;
+    unsigned no_reuse; /* bit a: reuse attribute a turned off (all are on at first) */
 };
 
 struct alloc {
@@ -869,6 +870,12 @@ SIM_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute
     cuuint64_t v;
     CUresult r = CUDA_SUCCESS;
     switch (attr) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+        *(int *)value = !(p->no_reuse >> attr & 1);
+        pthread_mutex_unlock(&sim_mem_lock);
+        return CUDA_SUCCESS;
     case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: v = p->threshold; break;
     case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: v = p->reserved; break;
     case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: v = p->reserved_high; break;
@@ -879,6 +886,45 @@ SIM_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute
     pthread_mutex_unlock(&sim_mem_lock);
     if (r == CUDA_SUCCESS)
         *(cuuint64_t *)value = v;
+    return r;
+}
+
+/* The reuse attributes change nothing here (frees are reused at once);
+ * the high-water marks may only be reset (to what is current), as on a GPU. */
+SIM_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    struct sim_pool *p = (struct sim_pool *)pool;
+    if (!p || p->magic != POOL_MAGIC || !value)
+        return CUDA_ERROR_INVALID_VALUE;
+    cuuint64_t v = attr == CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES ||
+                           attr == CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC ||
+                           attr == CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES
+                       ? (cuuint64_t) * (int *)value
+                       : *(cuuint64_t *)value;
+    CUresult r = CUDA_SUCCESS;
+    pthread_mutex_lock(&sim_mem_lock);
+    switch (attr) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+        p->no_reuse = v ? p->no_reuse & ~(1u << attr) : p->no_reuse | 1u << attr;
+        break;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: p->threshold = v; break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+        if (v)
+            r = CUDA_ERROR_INVALID_VALUE;
+        else
+            p->reserved_high = p->reserved;
+        break;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+        if (v)
+            r = CUDA_ERROR_INVALID_VALUE;
+        else
+            p->used_high = p->used;
+        break;
+    default: r = CUDA_ERROR_INVALID_VALUE; break; /* the current amounts are read only */
+    }
+    pthread_mutex_unlock(&sim_mem_lock);
     return r;
 }
 

@@ -466,6 +466,19 @@ int main()
     DRV(cuMemGetMemPool(&cp, &dl, CU_MEM_ALLOCATION_TYPE_PINNED));
     printf("current pool: %s; no pool: %s", cp == mp ? "the one set" : cp == dp ? "the default" : "another",
            name(cuMemSetMemPool(&dl, CU_MEM_ALLOCATION_TYPE_PINNED, NULL)));
+    cuuint64_t thr = 1 << 20, thr_got = 0, five = 5, zero64 = 0;
+    int reuse = -1, off = 0, after = -1;
+    DRV(cuMemPoolSetAttribute(mp, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr));
+    DRV(cuMemPoolGetAttribute(mp, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr_got));
+    DRV(cuMemPoolGetAttribute(mp, CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, &reuse));
+    DRV(cuMemPoolSetAttribute(mp, CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, &off));
+    DRV(cuMemPoolGetAttribute(mp, CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, &after));
+    CUresult high5 = cuMemPoolSetAttribute(mp, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &five);
+    printf("; its threshold %llu, opportunistic reuse %d then %d; its used high mark set to 5: %s, to 0: %s, its "
+           "used memory set: %s",
+           (unsigned long long)thr_got, reuse, after, name(high5),
+           name(cuMemPoolSetAttribute(mp, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero64)),
+           name(cuMemPoolSetAttribute(mp, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &zero64)));
     DRV(cuMemPoolDestroy(mp));
     DRV(cuMemGetMemPool(&cp, &dl, CU_MEM_ALLOCATION_TYPE_PINNED));
     printf("; after its destroy: %s\n", cp == dp ? "the default" : "another");

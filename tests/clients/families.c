@@ -419,6 +419,19 @@ int main(int argc, char **argv)
     CHECK(cuMemGetMemPool(&cp, &dl, CU_MEM_ALLOCATION_TYPE_PINNED));
     printf("current pool: %s; no pool: %s", cp == mp ? "the one set" : cp == dp ? "the default" : "another",
            result_name(cuMemSetMemPool(&dl, CU_MEM_ALLOCATION_TYPE_PINNED, NULL)));
+    cuuint64_t thr = 1 << 20, thr_got = 0, five = 5, zero64 = 0;
+    int reuse = -1, off = 0, after = -1;
+    CHECK(cuMemPoolSetAttribute(mp, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr));
+    CHECK(cuMemPoolGetAttribute(mp, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr_got));
+    CHECK(cuMemPoolGetAttribute(mp, CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, &reuse));
+    CHECK(cuMemPoolSetAttribute(mp, CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, &off));
+    CHECK(cuMemPoolGetAttribute(mp, CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, &after));
+    CUresult high5 = cuMemPoolSetAttribute(mp, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &five);
+    printf("; its threshold %llu, opportunistic reuse %d then %d; its used high mark set to 5: %s, to 0: %s, its "
+           "used memory set: %s",
+           (unsigned long long)thr_got, reuse, after, result_name(high5),
+           result_name(cuMemPoolSetAttribute(mp, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero64)),
+           result_name(cuMemPoolSetAttribute(mp, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &zero64)));
     CHECK(cuMemPoolDestroy(mp));
     CHECK(cuMemGetMemPool(&cp, &dl, CU_MEM_ALLOCATION_TYPE_PINNED));
     printf("; after its destroy: %s\n", cp == dp ? "the default" : "another");

@@ -33,7 +33,9 @@ func TestRemoteFamiliesMatchLocal(t *testing.T) {
 		"context event while a stream is held: CUDA_ERROR_NOT_READY, a stream after a context wait: CUDA_ERROR_NOT_READY; released: CUDA_SUCCESS CUDA_SUCCESS\n",
 		"context event: no event CUDA_ERROR_INVALID_HANDLE, no context CUDA_ERROR_INVALID_CONTEXT\n",
 		"context event during a capture: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, the capture then CUDA_ERROR_STREAM_CAPTURE_INVALIDATED\n",
-		"current pool: the one set; no pool: CUDA_ERROR_INVALID_VALUE; after its destroy: the default\n",
+		"current pool: the one set; no pool: CUDA_ERROR_INVALID_VALUE; its threshold 1048576, opportunistic reuse 1 then 0; " +
+			"its used high mark set to 5: CUDA_ERROR_INVALID_VALUE, to 0: CUDA_SUCCESS, its used memory set: " +
+			"CUDA_ERROR_INVALID_VALUE; after its destroy: the default\n",
 		"host atomics: CUDA_SUCCESS 0 0 0; an unknown operation: CUDA_ERROR_INVALID_VALUE, none asked: CUDA_ERROR_INVALID_VALUE; between device 0 and itself: CUDA_ERROR_INVALID_DEVICE\n",
 	} {
 		if !strings.Contains(local.stdout, want) {
