@@ -39,6 +39,7 @@ void fgr_log_error(const char *what, CUresult r);
 extern const char *const fgr_op_names[];
 extern const unsigned char fgr_op_syncs[];
 extern const unsigned char fgr_op_waits[];
+extern const unsigned char fgr_op_places[];
 
 /* Uploads through the staging area of shm:// (stage.c): whether n bytes
  * go that way, and the upload (how: FGR_STAGE_*; queued but for a

@@ -289,11 +289,6 @@ static int varies(int op)
            !strcmp(n, "fgrHostSums");
 }
 
-/* Calls whose answer is an address the driver placed (and its size). */
-static int placed(int op)
-{
-    return op == FGR_OP_cuModuleGetGlobal_v2 || op == FGR_OP_cuLibraryGetGlobal || op == FGR_OP_cuLibraryGetManaged;
-}
 
 static void say_checkpoints(void)
 {
@@ -503,15 +498,28 @@ int fgr_checkpoint_due(void)
     return (!have_standby || now_ns() >= due || kept_bytes >= LOG_MAX) && reached();
 }
 
-/* The address a placed() answer gives, and its size: 1 when a has that
- * shape (u32 0, u8 1, u64 8, u64 address, u8 1, u64 8, u64 size). */
-static int placed_answer(const uint8_t *a, uint32_t n, uint64_t *addr, uint64_t *size)
+/* Whether answer a (n bytes) to kept call k, of memory the driver places,
+ * differs from the one the program got only in the address of its first
+ * result (u32 0, u8 1, u64 8, u64 address, ...): the driver placed it
+ * elsewhere. That address then, and now, and its size where the answer
+ * gives it (a module's variable, in memory of the module's: then u8 1,
+ * u64 8, u64 size), else 0: the allocation that starts there. */
+static int placed_elsewhere(const struct kept *k, const uint8_t *a, uint32_t n, uint64_t *was, uint64_t *now,
+                            uint64_t *size)
 {
-    if (n != 4 + 17 + 17 || fgr_word(a, 4) || a[4] != 1 || fgr_word(a + 5, 8) != 8 || a[21] != 1 ||
-        fgr_word(a + 22, 8) != 8)
+    if (!fgr_op_places[k->op] || n != k->alen || k->split || n > KEPT_ANSWER || n < 21 || fgr_word(a, 4) ||
+        a[4] != 1 || fgr_word(a + 5, 8) != 8)
         return 0;
-    *addr = fgr_word(a + 13, 8);
-    *size = fgr_word(a + 30, 8);
+    uint8_t same[KEPT_ANSWER];
+    memcpy(same, a, n);
+    memcpy(same + 13, k->answer + 13, 8);
+    if (hash_more(HASH0, same, n) != k->hash)
+        return 0;
+    *was = fgr_word(k->answer + 13, 8);
+    *now = fgr_word(a + 13, 8);
+    int variable = k->op == FGR_OP_cuModuleGetGlobal_v2 || k->op == FGR_OP_cuLibraryGetGlobal ||
+                   k->op == FGR_OP_cuLibraryGetManaged;
+    *size = variable && n == 4 + 17 + 17 && a[21] == 1 && fgr_word(a + 22, 8) == 8 ? fgr_word(a + 30, 8) : 0;
     return 1;
 }
 
@@ -564,9 +572,8 @@ CUresult fgr_failover_replay(int (*write)(const void *, size_t), const uint8_t *
         uint32_t h = k->split < n ? k->split : n;
         if (varies(k->op) || (n == k->alen && hash_more(hash_more(HASH0, a, h), a + h, n - h) == k->hash))
             continue;
-        uint64_t was, was_size, now, size;
-        if (placed(k->op) && placed_answer(k->answer, k->alen, &was, &was_size) && placed_answer(a, n, &now, &size) &&
-            size == was_size) {
+        uint64_t was, now, size;
+        if (placed_elsewhere(k, a, n, &was, &now, &size)) {
             /* The driver placed it elsewhere here: the program's address
              * is made to name it (fgrStateAlias). */
             uint8_t f[4 + FGR_REQ_HDR + 24];

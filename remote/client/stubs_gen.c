@@ -7954,6 +7954,25 @@ const unsigned char fgr_op_waits[FGR_NUM_OPS] = {
     [FGR_OP_fgrHeapDownloadWait] = 1,
 };
 
+/* The operations whose first parameter is memory the server's driver
+ * places (alloc=, but cuMemAllocManaged's, which the client maps at that
+ * address): made again elsewhere, the driver may place it at another. */
+const unsigned char fgr_op_places[FGR_NUM_OPS] = {
+    [FGR_OP_cuMemAlloc_v2] = 1,
+    [FGR_OP_cuMemAllocPitch_v2] = 1,
+    [FGR_OP_cuMemAllocAsync] = 1,
+    [FGR_OP_cuMemAllocAsync_ptsz] = 1,
+    [FGR_OP_cuMemAllocFromPoolAsync] = 1,
+    [FGR_OP_cuMemAllocFromPoolAsync_ptsz] = 1,
+    [FGR_OP_cuMemAddressReserve] = 1,
+    [FGR_OP_cuModuleGetGlobal_v2] = 1,
+    [FGR_OP_cuLibraryGetGlobal] = 1,
+    [FGR_OP_cuLibraryGetManaged] = 1,
+    [FGR_OP_cuMemPoolImportPointer] = 1,
+    [FGR_OP_fgrHostMapped] = 1,
+    [FGR_OP_fgrGraphHostAlloc] = 1,
+};
+
 /* What cuGetProcAddress hands out: every exported entry point. */
 const struct fg_proc fgr_procs[] = {
     {"cuInit", "cuInit", 2000, 0, (void *)cuInit},

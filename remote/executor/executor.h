@@ -303,6 +303,8 @@ void fgr_retain(int kind, uint64_t v);
 void fgr_drop(int kind, uint64_t v);
 /* [p, p+n) lies in one range this connection allocated. */
 int fgr_mem_in(uint64_t p, uint64_t n);
+/* The size of the connection's range that starts at base (0: none does). */
+uint64_t fgr_mem_size(uint64_t base);
 /* p starts such a range (or is NULL). */
 int fgr_mem_base(uint64_t p);
 /* No range holds any of [p, p+n) (n > 0). */

@@ -314,6 +314,8 @@ static CUresult state_pull(const void *token, CUdeviceptr dst, size_t n)
  * memory, and is refused so). */
 static CUresult state_alias(CUdeviceptr old, size_t n, CUdeviceptr now)
 {
+    if (!n) /* the whole allocation at now */
+        n = fgr_mem_size(now);
     if (!n || !fgr_mem_in(now, n) || fgr_mem_in(old, n) || old + n < old)
         return CUDA_ERROR_INVALID_VALUE;
     if (fgr_moved_add(old, n, now) != 0)

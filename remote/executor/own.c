@@ -459,6 +459,8 @@ int fgr_out_n(int kind, void *arr, uint64_t n)
     return bad ? -1 : 0;
 }
 
+static void moved_gone(uint64_t base, uint64_t end);
+
 void fgr_drop(int kind, uint64_t v)
 {
     struct ent *e = find(kind, v);
@@ -481,6 +483,7 @@ void fgr_drop(int kind, uint64_t v)
     if (kind == FGR_H_MEM) {
         for (size_t i = 0; i < nmem; i++)
             if (mem[i].base == v) {
+                moved_gone(mem[i].base, mem[i].end);
                 memmove(&mem[i], &mem[i + 1], (nmem - i - 1) * sizeof *mem);
                 nmem--;
                 fgr_generation++;
@@ -621,6 +624,17 @@ static uint64_t moved_back(uint64_t base, uint64_t size)
     return base;
 }
 
+/* The memory at [base, end) here freed: the old addresses that named it
+ * name nothing any more (a replay that allocates again aliases them anew). */
+static void moved_gone(uint64_t base, uint64_t end)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < nmoved; i++)
+        if (moved[i].now < base || moved[i].now >= end)
+            moved[k++] = moved[i];
+    nmoved = k;
+}
+
 /* New memory at [base, base+size): an old address there is ambiguous. */
 static void moved_taken(uint64_t base, uint64_t size)
 {
@@ -643,6 +657,12 @@ void fgr_moved_words(void *p, size_t n)
 }
 
 int fgr_mem_base(uint64_t p) { return p == 0 || find(FGR_H_MEM, p); }
+
+uint64_t fgr_mem_size(uint64_t base)
+{
+    struct range *r = range_of(base);
+    return r && r->base == base ? r->end - base : 0;
+}
 
 int fgr_mem_clear(uint64_t p, uint64_t n)
 {

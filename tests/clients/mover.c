@@ -1,6 +1,6 @@
 /* A program that keeps changing device memory and checking it, to be moved
  * between servers while it runs (flexgv migrate):
- *     mover STEPS [HOLD_AT[,HOLD_AT...] READY GO [busy]]
+ *     mover STEPS [HOLD_AT[,HOLD_AT...] READY GO [busy][,pool]]
  * Each step adds the step's number to every word of a buffer and of a
  * module variable (a kernel launched on a stream), and to another buffer
  * twice the last odd step's (an explicit graph's kernel node, its
@@ -12,7 +12,11 @@
  * word against what it must be by now. With HOLD_AT, before that
  * step it creates the file READY and waits for GO (the test moves it
  * meanwhile), then removes both for the next hold; "busy" asks a stream
- * about its work while it waits, so that a move in two steps ends then. It
+ * about its work while it waits, so that a move in two steps ends then;
+ * "pool" makes a pool of its own the device's current one, each step
+ * allocating from it (cuMemAllocAsync, the step before's freed) and checking
+ * that it is still current, its threshold kept and the step's allocation in
+ * it. It
  * prints each check's sum, so a moved run's output equals an unmoved one's.
  */
 #include "common.h"
@@ -70,7 +74,7 @@ int main(int argc, char **argv)
 {
     int steps = argc > 1 ? atoi(argv[1]) : 8;
     const char *holds = argc > 4 ? argv[2] : NULL;
-    int busy = argc > 5 && !strcmp(argv[5], "busy");
+    int busy = argc > 5 && strstr(argv[5], "busy"), pooled = argc > 5 && strstr(argv[5], "pool");
     CUcontext ctx = primary_context();
     (void)ctx;
     /* A module and function made and gone first: what moves is named as
@@ -137,6 +141,20 @@ int main(int argc, char **argv)
     CHECK(cuMemAlloc_v2(&up, (size_t)(steps > 0 ? steps : 1) * UPW * 4));
     CHECK(cuMemAllocHost_v2((void **)&pinned, UPW * 4));
 
+    CUmemoryPool pool = NULL;
+    CUdeviceptr from_pool = 0;
+    unsigned pwords = 4096;
+    cuuint64_t threshold = 3u << 20;
+    if (pooled) {
+        CUmemPoolProps pp;
+        memset(&pp, 0, sizeof pp);
+        pp.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        pp.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        CHECK(cuMemPoolCreate(&pool, &pp));
+        CHECK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
+        CHECK(cuDeviceSetMemPool(0, pool));
+    }
+
     unsigned *host = malloc(WORDS * 4);
     uint64_t want = 0, wantb = 0;
     for (int step = 1; step <= steps; step++) {
@@ -172,6 +190,14 @@ int main(int argc, char **argv)
         for (unsigned i = 0; i < UPW; i++)
             src[i] = 100 + v;
         CHECK(cuMemcpyHtoDAsync_v2(up + (CUdeviceptr)(step - 1) * UPW * 4, src, UPW * 4, s));
+        unsigned pv = 7000 + v;
+        if (pooled) {
+            if (from_pool)
+                CHECK(cuMemFreeAsync(from_pool, s));
+            CHECK(cuMemAllocAsync(&from_pool, pwords * 4, s));
+            void *pf[] = {&from_pool, &pv, &pwords};
+            CHECK(cuLaunchKernel(fill, 1, 1, 1, 256, 1, 1, 0, s, pf, NULL));
+        }
         CHECK(cuEventRecord(ev, s));
         CHECK(cuEventSynchronize(ev));
         /* Handles made and gone each step, in the order made: a server
@@ -194,11 +220,30 @@ int main(int argc, char **argv)
         for (int j = 1; j <= step; j++)
             if (!words_are(step, "uploaded", up + (CUdeviceptr)(j - 1) * UPW * 4, UPW, 100 + (unsigned)j, host, &sum))
                 return 1;
+        if (pooled) {
+            CUmemoryPool now;
+            cuuint64_t t = 0, used = 0;
+            CHECK(cuDeviceGetMemPool(&now, 0));
+            CHECK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &t));
+            CHECK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used));
+            if (now != pool || t != threshold || used < pwords * 4) {
+                printf("step %d: the device's pool is %s, its threshold %llu, %llu bytes of it used\n", step,
+                       now == pool ? "the program's" : "another", (unsigned long long)t, (unsigned long long)used);
+                return 1;
+            }
+            if (!words_are(step, "pooled", from_pool, pwords, pv, host, &sum))
+                return 1;
+        }
         printf("step %d: sum %llu\n", step, (unsigned long long)sum);
         fflush(stdout);
     }
     CHECK(cuMemFreeHost(mapped));
     CHECK(cuMemFreeHost(pinned));
+    if (pooled) {
+        CHECK(cuMemFreeAsync(from_pool, s));
+        CHECK(cuStreamSynchronize(s));
+        CHECK(cuMemPoolDestroy(pool));
+    }
     CHECK(cuMemFree_v2(up));
     CHECK(cuGraphExecDestroy(ge));
     CHECK(cuGraphDestroy(g));

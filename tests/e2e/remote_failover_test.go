@@ -22,8 +22,14 @@ import (
 // it) once the mover is held, lets it go on and returns how it ended.
 func failoverRun(t *testing.T, e *env, a *server, to string, flags ...string) result {
 	t.Helper()
+	return failoverRunMover(t, e, a, to, nil, flags...)
+}
+
+// failoverRunMover is failoverRun with the mover's mode words (more).
+func failoverRunMover(t *testing.T, e *env, a *server, to string, more []string, flags ...string) result {
+	t.Helper()
 	prefix := append([]string{bin("flexgv"), "run", "--remote", a.addr, "--failover", to}, flags...)
-	cmd, out, errb, goOn := startHeld(t, e, append(prefix, "--"), append(e.environ(""), "FLEXGV_REMOTE_LOG=errors"))
+	cmd, out, errb, goOn := startHeld(t, e, append(prefix, "--"), append(e.environ(""), "FLEXGV_REMOTE_LOG=errors"), more...)
 	a.cmd.Process.Signal(syscall.SIGKILL)
 	a.cmd.Wait()
 	os.WriteFile(goOn, nil, 0o644)

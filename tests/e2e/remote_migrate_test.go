@@ -76,8 +76,14 @@ func startHeldAt(t *testing.T, e *env, holds string, prefix, env []string, more 
 // the command printed (with its exit status) and the program's output.
 func moverRun(t *testing.T, e *env, from, to *server, env ...string) (migrate result, prog result) {
 	t.Helper()
+	return moverRunAs(t, e, "busy", from, to, env...)
+}
+
+// moverRunAs is moverRun with the mover's mode (busy, and pool or not).
+func moverRunAs(t *testing.T, e *env, mode string, from, to *server, env ...string) (migrate result, prog result) {
+	t.Helper()
 	cmd, out, errb, goOn := startHeld(t, e, nil,
-		append(append(e.environ(filepath.Join(build, "remote")), "FLEXGV_REMOTE="+from.addr), env...), "busy")
+		append(append(e.environ(filepath.Join(build, "remote")), "FLEXGV_REMOTE="+from.addr), env...), mode)
 	// The move's second step waits for the new executor to hold the
 	// program's structure and comes at a call after: the held program's
 	// calls give it one however long that takes, where the program's last
@@ -127,6 +133,32 @@ func TestRemoteMigrate(t *testing.T) {
 			a.quiesce()
 			b.waitLog(`connected: executor pid`, 10*time.Second)
 			b.quiesce()
+		})
+	}
+}
+
+// A program that made a pool of its own the device's current one keeps it
+// when it moves, and when it goes on at a failover server: its later
+// allocations come from that pool (cuDeviceGetMemPool names it, its
+// threshold is kept, its used bytes count them) with every byte right.
+func TestRemoteMoveKeepsTheCurrentPool(t *testing.T) {
+	e := newEnv(t)
+	local := runsLocally(t, e, []string{"mover", "6", "0", "none", "none", "pool"}, "done")
+	t.Run("migrate", func(t *testing.T) {
+		a, b := e.serveNamed("a", "unix"), e.serveNamed("b", "unix")
+		m, p := moverRunAs(t, e, "busy,pool", a, b)
+		if m.code != 0 || p.code != 0 || p.stdout != local.stdout || !strings.Contains(p.stderr, "moved to the GPU server "+b.addr) {
+			t.Errorf("flexgv migrate: exit %d\n%s%s\nthe program: exit %d\n%s\nwant\n%s\n%s", m.code, m.stdout, m.stderr,
+				p.code, p.stdout, local.stdout, p.stderr)
+		}
+	})
+	for _, every := range []string{"1h", "1ms"} {
+		t.Run("failover-"+every, func(t *testing.T) {
+			a, b := e.serveNamed("fa"+every, "unix"), e.serveNamed("fb"+every, "unix")
+			p := failoverRunMover(t, e, a, b.addr, []string{"pool"}, "--checkpoint-every", every)
+			if p.code != 0 || p.stdout != local.stdout || !strings.Contains(p.stderr, "going on at "+b.addr) {
+				t.Errorf("the program: exit %d\n%s\nwant\n%s\n%s", p.code, p.stdout, local.stdout, p.stderr)
+			}
 		})
 	}
 }

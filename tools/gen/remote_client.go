@@ -63,6 +63,19 @@ func emitRemoteClient(entries []RemoteEntry, tables []*Table) string {
 	}
 	w.closeWith(";")
 	w.blank()
+	w.line("/* The operations whose first parameter is memory the server's driver")
+	w.line(" * places (alloc=, but cuMemAllocManaged's, which the client maps at that")
+	w.line(" * address): made again elsewhere, the driver may place it at another. */")
+	w.open("const unsigned char fgr_op_places[FGR_NUM_OPS] =")
+	for _, e := range entries {
+		if e.Forwarded() && len(e.Params) > 0 && e.Name != "cuMemAllocManaged" {
+			if _, ok := e.Alloc[e.Params[0].Name]; ok {
+				w.line("[FGR_OP_%s] = 1,", e.Name)
+			}
+		}
+	}
+	w.closeWith(";")
+	w.blank()
 	w.line("/* What cuGetProcAddress hands out: every exported entry point. */")
 	w.open("const struct fg_proc fgr_procs[] =")
 	for _, e := range entries {
