@@ -442,7 +442,7 @@ type failover struct {
 }
 
 func (f *failover) register(c *cobra.Command) {
-	c.Flags().StringVar(&f.addr, "failover", "", "with --remote: keep checkpoints of the program on flexgv serve at ADDR2, and go on there when the server is lost; ADDR2,ADDR3,... go on at each in turn (up to 8), then at ADDR again should it come back")
+	c.Flags().StringVar(&f.addr, "failover", "", "with --remote: keep checkpoints of the program on flexgv serve at ADDR2, and go on there when the server is lost; ADDR2,ADDR3,... go on at each in turn (up to 8), then at ADDR (or where flexgv migrate moved the program) again should it come back")
 	c.Flags().DurationVar(&f.every, "checkpoint-every", time.Minute, "with --failover: how often a checkpoint is taken (1ms to 24h)")
 }
 

@@ -274,6 +274,7 @@ struct fgr_conn_saved;
 int fgr_failover_take(struct fgr_conn_saved *s, const char *lost_why);
 CUresult fgr_failover_replay(int (*write)(const void *, size_t), const uint8_t *(*answer)(uint32_t *), uint32_t *last_n);
 const char *fgr_failover_to(void);
+void fgr_failover_moved(const char *addr); /* the program moved there: its first server from now on */
 void fgr_failover_forked(void);
 
 /* A program's state made again elsewhere (migrate.c; failover.c keeps it

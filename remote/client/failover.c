@@ -23,7 +23,8 @@
  * program goes on at one, checkpoints are kept on the next (the first at
  * once), and after the last on the program's first server again, should it
  * answer again (restarted), and so on round: two servers that each come
- * back after they die keep the program going for ever.
+ * back after they die keep the program going for ever. A program moved
+ * (flexgv migrate) has the server it moved to as its first from then on.
  *
  * Over shm:// the calls still go through memory shared with the executor,
  * but while they are kept the program's pinned memory is its own and every
@@ -46,6 +47,7 @@
 #define CHAIN_MAX 8
 static char *chain[CHAIN_MAX + 1]; /* the failover servers in their order, then the first server */
 static int nchain, at;             /* how many; the one checkpoints go to */
+static int home = -1;              /* the first server's, when it is not also listed (its own copy) */
 static const char *to;         /* chain[at]; NULL: none */
 static unsigned failovers;     /* how often the program went on elsewhere */
 static uint64_t every_ns = 60ull * 1000000000ull;
@@ -147,8 +149,10 @@ int fgr_failover_setup(const char *primary)
     for (int i = 0; i < nchain; i++)
         listed |= !strcmp(chain[i], primary);
     char *first = ok && !listed ? strdup(primary) : NULL; /* the address file's buffer may be rewritten */
-    if (first)
+    if (first) {
+        home = nchain;
         chain[nchain++] = first;
+    }
     if (ok && ms && *ms) {
         char *end;
         errno = 0;
@@ -618,6 +622,17 @@ CUresult fgr_failover_replay(int (*write)(const void *, size_t), const uint8_t *
 }
 
 const char *fgr_failover_to(void) { return to; }
+
+void fgr_failover_moved(const char *addr)
+{
+    char *a = home >= 0 ? strdup(addr) : NULL;
+    if (!a)
+        return;
+    /* The old copy stays: a thread dialing it may still read it. */
+    if (to == chain[home])
+        to = a;
+    chain[home] = a;
+}
 
 void fgr_failover_forked(void)
 {

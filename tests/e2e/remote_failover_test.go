@@ -162,6 +162,29 @@ func TestRemoteFailoverRoundToTheFirst(t *testing.T) {
 	a2.quiesce()
 }
 
+// A program moved (flexgv migrate a to c) has c as its first server from
+// then on: c killed, it goes on at its failover server b and keeps its
+// checkpoints on c again (should c come back), not on a, which it left.
+func TestRemoteFailoverAfterAMove(t *testing.T) {
+	e := newEnv(t)
+	local := runsLocally(t, e, []string{"mover", "6"}, "done")
+	a, b, c := e.serveNamed("a", "unix"), e.serveNamed("b", "unix"), e.serveNamed("c", "unix")
+	prefix := []string{bin("flexgv"), "run", "--remote", a.addr, "--failover", b.addr, "--checkpoint-every", "1ms", "--"}
+	cmd, out, errb, goOn := startHeld(t, e, prefix, append(e.environ(""), "FLEXGV_REMOTE_LOG=errors"), "busy")
+	if m := e.run("flexgv", "migrate", "--server", a.addr, "--to", c.addr, "--all", "--wait", "60s"); m.code != 0 {
+		t.Fatalf("flexgv migrate: exit %d\n%s%s\n%s", m.code, m.stdout, m.stderr, errb.String())
+	}
+	c.cmd.Process.Signal(syscall.SIGKILL)
+	c.cmd.Wait()
+	os.WriteFile(goOn, nil, 0o644)
+	endsWithin(t, cmd, 60*time.Second, "its server was killed", errb.String)
+	if code := cmd.ProcessState.ExitCode(); code != 0 || out.String() != local.stdout ||
+		!strings.Contains(errb.String(), "going on at "+b.addr+"; checkpoints from here on at "+c.addr+"\n") {
+		t.Errorf("the program: exit %d\n%s\nwant\n%s\nand checkpoints at %s after going on at %s\n%s", code, out.String(),
+			local.stdout, c.addr, b.addr, errb.String())
+	}
+}
+
 // heldAgain waits until the mover, let go on, took GO (and READY) away
 // and holds again at its next hold.
 func heldAgain(t *testing.T, goOn, ready string, errb *lockedBuffer) {
