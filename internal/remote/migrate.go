@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	"golang.org/x/sys/unix"
 )
@@ -130,9 +131,10 @@ func parseAnswer(line string) (answer, error) {
 		}
 		return answer{moved: true, addr: f[0], millis: ms}, nil
 	case "stayed":
-		// The reason reaches logs and terminals: no control characters.
+		// The reason reaches logs and terminals: no control characters
+		// (C1's included, which some terminals take as escapes).
 		reason := strings.TrimSpace(strings.Map(func(r rune) rune {
-			if r < 0x20 || r == 0x7f {
+			if unicode.IsControl(r) {
 				return ' '
 			}
 			return r

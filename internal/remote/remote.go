@@ -26,6 +26,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode"
 
 	"golang.org/x/sys/unix"
 )
@@ -46,6 +47,9 @@ func ParseAddr(s string) (Addr, error) {
 	scheme, rest, ok := strings.Cut(s, "://")
 	if !ok {
 		return bad("no scheme")
+	}
+	if strings.IndexFunc(s, unicode.IsControl) >= 0 {
+		return bad("a control character")
 	}
 	switch scheme {
 	case "unix", "shm": // shm: the unix socket, then rings in shared memory
